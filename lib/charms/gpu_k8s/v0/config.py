@@ -1,0 +1,55 @@
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""Typed charm config and action parameters whose errors read well in a status line.
+
+`ops.CharmBase.load_config(Model, errors="blocked")` puts `str(error)` into a Blocked
+status; a raw pydantic `ValidationError` spans several lines and names Python fields.
+Models here raise a one-line `ValueError` instead, naming the option as the operator
+types it (`nvidia-driver`, not `nvidia_driver`) followed by the validator's message,
+which should say how to fix it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pydantic
+
+LIBID = "cf822d1c0c224ad4b0ae4c8e3ace221a"
+LIBAPI = 0
+LIBPATCH = 1
+
+
+def describe(error: pydantic.ValidationError) -> str:
+    """Return the first problem of a validation error as one line: `option: message`."""
+    first = error.errors()[0]
+    name = "-".join(str(part).replace("_", "-") for part in first["loc"]) or "value"
+    message = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "missing":
+        message = "is required"
+    elif first["type"] == "extra_forbidden":
+        message = "is not a known parameter"
+    return f"{name} {message}" if message.startswith("is ") else f"{name}: {message}"
+
+
+class _Validated(pydantic.BaseModel):
+    """A frozen model whose constructor raises a one-line `ValueError`."""
+
+    model_config = pydantic.ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+
+    def __init__(self, **data: Any):
+        try:
+            super().__init__(**data)
+        except pydantic.ValidationError as e:
+            raise ValueError(describe(e)) from None
+
+
+class CharmConfig(_Validated):
+    """Base for a charm's config model (`self.load_config(Model, errors="blocked")`)."""
+
+
+class ActionParams(_Validated):
+    """Base for an action's parameters (`event.load_params(Model, errors="fail")`)."""
+
+    model_config = pydantic.ConfigDict(frozen=True, extra="forbid", populate_by_name=True)

@@ -1,0 +1,119 @@
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""The boundary between gpu-k8s charms and the machine they run on.
+
+Every workload module runs programs through a `Runner` and reaches files through a
+`Host` root, so tests swap the real machine for a fake one at exactly this boundary
+(a fake runner that emulates `apt-get`, `kubeadm`, `systemctl`, ... and a temporary
+directory as the file system root). No ops imports here: libraries never set status.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+from pathlib import Path
+from typing import Protocol
+
+LIBID = "3dec0f436d2c448586bd6ef84b7629c5"
+LIBAPI = 0
+LIBPATCH = 1
+
+
+class CommandError(Exception):
+    """A program exited non-zero; carries its argv, exit status and stderr."""
+
+    def __init__(self, argv: list[str], returncode: int, stderr: str):
+        self.argv = list(argv)
+        self.returncode = returncode
+        self.stderr = stderr.strip()
+        detail = self.stderr.splitlines()[-1] if self.stderr else "no error output"
+        super().__init__(f"{' '.join(self.argv[:3])} exited {returncode}: {detail}")
+
+
+class Runner(Protocol):
+    """Runs a program given as an argument list and returns its stdout."""
+
+    def run(
+        self,
+        argv: list[str],
+        *,
+        input: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> str:
+        """Run `argv`; raise `CommandError` when it exits non-zero."""
+        ...
+
+
+class SubprocessRunner:
+    """The real runner: absolute paths, argument lists, check and capture."""
+
+    def run(
+        self,
+        argv: list[str],
+        *,
+        input: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> str:
+        """Run `argv` with subprocess; raise `CommandError` carrying stderr on failure."""
+        full_env = {**os.environ, **env} if env else None
+        try:
+            done = subprocess.run(
+                argv,
+                input=input,
+                env=full_env,
+                timeout=timeout,
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+        except subprocess.CalledProcessError as e:
+            raise CommandError(argv, e.returncode, e.stderr or "") from None
+        except subprocess.TimeoutExpired:
+            raise CommandError(argv, -1, f"timed out after {timeout}s") from None
+        except FileNotFoundError:
+            raise CommandError(argv, 127, f"{argv[0]}: not found") from None
+        return done.stdout
+
+
+@dataclasses.dataclass(frozen=True)
+class Host:
+    """The machine a charm manages: a runner for programs and a root for files.
+
+    `path("/etc/kubernetes/admin.conf")` resolves under `root`, which is `/` on a real
+    machine and a temporary directory in tests.
+    """
+
+    runner: Runner
+    root: Path = Path("/")
+
+    def path(self, absolute: str) -> Path:
+        """Return `absolute` (an absolute path on the machine) under this host's root."""
+        return self.root / absolute.lstrip("/")
+
+    def run(self, *argv: str, input: str | None = None, timeout: float | None = None) -> str:
+        """Run a program on this host; see `Runner.run`."""
+        return self.runner.run(list(argv), input=input, timeout=timeout)
+
+    def write(self, absolute: str, content: str, mode: int = 0o644) -> bool:
+        """Write `content` to a file if it differs; return True when the file changed."""
+        target = self.path(absolute)
+        if target.exists() and target.read_text() == content:
+            if (target.stat().st_mode & 0o777) != mode:
+                target.chmod(mode)
+            return False
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.tmp")
+        tmp.write_text(content)
+        tmp.chmod(mode)
+        tmp.replace(target)
+        return True
+
+    def read(self, absolute: str) -> str | None:
+        """Return a file's text, or None when it does not exist."""
+        target = self.path(absolute)
+        return target.read_text() if target.exists() else None

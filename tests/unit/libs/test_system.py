@@ -1,0 +1,77 @@
+"""The machine boundary: real subprocesses, file writes that report change, the fake runner."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from charms.gpu_k8s.v0.system import CommandError, Host, SubprocessRunner
+from fakes.host import FakeRunner
+
+
+def test_subprocess_runner_returns_stdout():
+    out = SubprocessRunner().run([sys.executable, "-c", "print('hello')"])
+    assert out == "hello\n"
+
+
+def test_subprocess_runner_error_carries_exit_status_and_stderr():
+    with pytest.raises(CommandError) as failure:
+        SubprocessRunner().run(
+            [
+                sys.executable,
+                "-c",
+                "import sys; sys.stderr.write('boom\\nreal cause'); sys.exit(3)",
+            ]
+        )
+    assert failure.value.returncode == 3
+    assert "real cause" in failure.value.stderr
+    assert "exited 3: real cause" in str(failure.value)
+
+
+def test_subprocess_runner_reports_a_missing_program():
+    with pytest.raises(CommandError) as failure:
+        SubprocessRunner().run(["/nonexistent/program"])
+    assert failure.value.returncode == 127
+
+
+def test_subprocess_runner_passes_input_and_env():
+    code = "import os, sys; print(sys.stdin.read() + os.environ['GPU_K8S_PROBE'])"
+    out = SubprocessRunner().run(
+        [sys.executable, "-c", code], input="a", env={"GPU_K8S_PROBE": "b"}
+    )
+    assert out.strip() == "ab"
+
+
+def test_host_write_reports_change_only_when_content_differs(tmp_path):
+    host = Host(runner=SubprocessRunner(), root=tmp_path)
+    assert host.write("/etc/demo/app.conf", "x=1\n", mode=0o600) is True
+    assert host.write("/etc/demo/app.conf", "x=1\n", mode=0o600) is False
+    assert (tmp_path / "etc/demo/app.conf").stat().st_mode & 0o777 == 0o600
+    assert host.write("/etc/demo/app.conf", "x=2\n", mode=0o600) is True
+    assert host.read("/etc/demo/app.conf") == "x=2\n"
+    assert host.read("/etc/demo/missing") is None
+    assert not list((tmp_path / "etc/demo").glob(".*.tmp")), "no temporary file left behind"
+
+
+def test_host_write_fixes_mode_of_unchanged_file(tmp_path):
+    host = Host(runner=SubprocessRunner(), root=tmp_path)
+    host.write("/etc/secret", "s", mode=0o644)
+    assert host.write("/etc/secret", "s", mode=0o600) is False
+    assert (tmp_path / "etc/secret").stat().st_mode & 0o777 == 0o600
+
+
+def test_fake_runner_dispatches_records_and_injects_failures(tmp_path):
+    runner = FakeRunner(tmp_path)
+    runner.on("echo", lambda argv, _input: " ".join(argv[1:]))
+    host = runner.host()
+    assert host.run("/usr/bin/echo", "hi") == "hi"
+    runner.fail("/usr/bin/echo boom", returncode=2, stderr="E: failed", times=2)
+    for _ in range(2):
+        with pytest.raises(CommandError, match="E: failed"):
+            host.run("/usr/bin/echo", "boom")
+    assert host.run("/usr/bin/echo", "boom") == "boom"
+    assert runner.lines("echo") == ["/usr/bin/echo hi"] + ["/usr/bin/echo boom"] * 3
+    with pytest.raises(CommandError) as unknown:
+        host.run("/usr/bin/unknown")
+    assert unknown.value.returncode == 127
