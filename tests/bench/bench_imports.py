@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""Import time and peak memory of each charm, as ratios to a bare `import ops`.
+
+Each sample is a fresh interpreter that imports either `ops` alone or the assembled
+charm's `charm` module (which imports ops too); the ratio of medians is printed.
+Target (DESIGN.md): at most 1.3x for both, which means `kubernetes` and `boto3` are
+imported only where they are used.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools"))
+
+import pack  # noqa: E402
+
+SAMPLES = 9
+PROBE = """
+import resource, sys, time
+sys.path[:0] = {paths!r}
+start = time.perf_counter()
+import {module}
+elapsed = time.perf_counter() - start
+print(elapsed, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def sample(module: str, paths: list[str]) -> tuple[float, float]:
+    """Median import seconds and median peak RSS (KiB) over fresh interpreters."""
+    times, peaks = [], []
+    for _ in range(SAMPLES):
+        out = subprocess.run(
+            [sys.executable, "-c", PROBE.format(paths=paths, module=module)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        times.append(float(out[0]))
+        peaks.append(float(out[1]))
+    return statistics.median(times), statistics.median(peaks)
+
+
+def main() -> None:
+    """Print one line per charm: import time and peak memory relative to ops."""
+    base_time, base_peak = sample("ops", [])
+    print(f"baseline `import ops`: {base_time * 1000:.1f} ms, peak RSS {base_peak / 1024:.1f} MiB")
+    print(f"{'charm':28} {'time ratio':>10} {'memory ratio':>12}  (target <= 1.3x)")
+    with tempfile.TemporaryDirectory() as build:
+        for charm in pack.charm_names():
+            directory = pack.assemble(charm, Path(build))
+            paths = [str(directory / "src"), str(directory / "lib")]
+            t, peak = sample("charm", paths)
+            print(f"{charm:28} {t / base_time:>9.2f}x {peak / base_peak:>11.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""Deploy the two cluster charms on a real controller, grow and shrink the cluster.
+
+Run with `tox -e integration` after `tox -e pack`; set JUJU_CONTROLLER to choose the
+controller (default: the current one). Skipped when no controller is configured.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CONTROL_PLANE = "kubernetes-control-plane"
+WORKER = "kubernetes-worker"
+
+
+def _charm(name: str) -> Path:
+    path = ROOT / "build" / f"{name}.charm"
+    if not path.exists():
+        pytest.skip(f"{path.relative_to(ROOT)} is missing: run `tox -e pack` first")
+    return path
+
+
+@pytest.mark.abort_on_fail
+async def test_deploy_gives_a_ready_cluster(ops_test):
+    await ops_test.model.deploy(
+        _charm(CONTROL_PLANE),
+        application_name=CONTROL_PLANE,
+        constraints="cores=2 mem=4G root-disk=30G",
+    )
+    await ops_test.model.deploy(
+        _charm(WORKER), application_name=WORKER, constraints="cores=2 mem=4G root-disk=30G"
+    )
+    await ops_test.model.integrate(f"{CONTROL_PLANE}:workers", f"{WORKER}:cluster")
+    await ops_test.model.wait_for_idle([CONTROL_PLANE, WORKER], status="active", timeout=1800)
+    status = ops_test.model.applications[CONTROL_PLANE].units[0].workload_status_message
+    assert status.startswith("Ready: v1."), status
+    assert "1 worker" in status, status
+
+
+async def test_cluster_info_lists_every_node(ops_test):
+    unit = ops_test.model.applications[CONTROL_PLANE].units[0]
+    action = await (await unit.run_action("cluster-info")).wait()
+    assert action.status == "completed"
+    assert "nodes" in action.results
+
+
+async def test_add_unit_joins_and_remove_unit_drains(ops_test):
+    app = ops_test.model.applications[WORKER]
+    await app.add_unit(count=1)
+    await ops_test.model.wait_for_idle([CONTROL_PLANE, WORKER], status="active", timeout=1800)
+    assert len(app.units) == 2
+    await app.units[-1].destroy()
+    await ops_test.model.wait_for_idle([CONTROL_PLANE, WORKER], status="active", timeout=1800)
+    assert len(app.units) == 1
