@@ -1,0 +1,882 @@
+"""A fake Kubernetes API server over real HTTP on 127.0.0.1, for the real `kubernetes` client.
+
+`FakeKubeApiServer` stores objects generically by resource path (`/api/v1/namespaces/ns/pods/x`,
+`/apis/apps/v1/namespaces/ns/deployments/y`, `/api/v1/nodes/n`) and answers like the real API
+server does: JSON objects, `<Kind>List` lists whose items carry no apiVersion/kind, and `Status`
+bodies for errors (404 NotFound, 409 AlreadyExists/Conflict, 422 Invalid, 429 TooManyRequests).
+
+Usage::
+
+    with FakeKubeApiServer() as api:
+        kube = Kube.from_kubeconfig(api.kubeconfig(token="admin-token"))
+        api.put_object("/api/v1/nodes/n1", {...})      # store directly, status included
+        api.inject(status=500, times=1)                # the next request fails once
+        assert ("GET", "/api/v1/nodes") in api.requests  # each also has .query; api.tokens
+
+Differences from a real API server (on purpose, to stay small and deterministic):
+- deletion is immediate (no grace period), except that an object with `metadata.finalizers`
+  stays, with a `deletionTimestamp`, until a patch removes them; deleting a namespace deletes
+  everything in it at once; deleting an owner deletes its dependents (by ownerReferences uid)
+  at once unless `propagationPolicy=Orphan`;
+- server-side apply deep-merges maps and replaces lists; it never reports field-manager
+  conflicts and does not remove fields a manager stopped applying; strategic merge patch is
+  JSON merge patch (lists replaced); JSON patch answers 415;
+- field selectors work on any dotted field path; no watch, no pagination, no admission;
+- for kinds with a status subresource, writes to the main resource keep the stored status
+  (like the real server); use `put_object` or the `/status` subresource to set it;
+- a PodDisruptionBudget blocks an eviction when `minAvailable` would be broken counting
+  the non-terminal matching pods present, or when `maxUnavailable` is 0 (no controller
+  computing `disruptionsAllowed`); evicted pods go like deleted ones;
+- ServiceAccount token Secrets are filled synchronously on create.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import http.server
+import json
+import re
+import secrets
+import socket
+import struct
+import threading
+import uuid
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import yaml
+
+# (group/version, plural) -> (kind, namespaced). Core group is "v1".
+RESOURCES: dict[tuple[str, str], tuple[str, bool]] = {
+    ("v1", "namespaces"): ("Namespace", False),
+    ("v1", "nodes"): ("Node", False),
+    ("v1", "persistentvolumes"): ("PersistentVolume", False),
+    ("v1", "pods"): ("Pod", True),
+    ("v1", "services"): ("Service", True),
+    ("v1", "serviceaccounts"): ("ServiceAccount", True),
+    ("v1", "secrets"): ("Secret", True),
+    ("v1", "configmaps"): ("ConfigMap", True),
+    ("v1", "persistentvolumeclaims"): ("PersistentVolumeClaim", True),
+    ("v1", "events"): ("Event", True),
+    ("v1", "endpoints"): ("Endpoints", True),
+    ("apps/v1", "deployments"): ("Deployment", True),
+    ("apps/v1", "daemonsets"): ("DaemonSet", True),
+    ("apps/v1", "statefulsets"): ("StatefulSet", True),
+    ("apps/v1", "replicasets"): ("ReplicaSet", True),
+    ("batch/v1", "jobs"): ("Job", True),
+    ("batch/v1", "cronjobs"): ("CronJob", True),
+    ("policy/v1", "poddisruptionbudgets"): ("PodDisruptionBudget", True),
+    ("rbac.authorization.k8s.io/v1", "roles"): ("Role", True),
+    ("rbac.authorization.k8s.io/v1", "rolebindings"): ("RoleBinding", True),
+    ("rbac.authorization.k8s.io/v1", "clusterroles"): ("ClusterRole", False),
+    ("rbac.authorization.k8s.io/v1", "clusterrolebindings"): ("ClusterRoleBinding", False),
+    ("node.k8s.io/v1", "runtimeclasses"): ("RuntimeClass", False),
+    ("storage.k8s.io/v1", "storageclasses"): ("StorageClass", False),
+    ("scheduling.k8s.io/v1", "priorityclasses"): ("PriorityClass", False),
+    ("coordination.k8s.io/v1", "leases"): ("Lease", True),
+    ("networking.k8s.io/v1", "networkpolicies"): ("NetworkPolicy", True),
+}
+# Kinds with a `status` subresource: client writes to the main resource keep the stored status.
+STATUS_KINDS = set(
+    "Namespace Node PersistentVolume Pod Service PersistentVolumeClaim Deployment DaemonSet "
+    "StatefulSet ReplicaSet Job CronJob PodDisruptionBudget".split()
+)
+DEFAULT_STATUS = {
+    "Namespace": {"phase": "Active"},
+    "Pod": {"phase": "Pending"},
+    "PersistentVolumeClaim": {"phase": "Pending"},
+    "PersistentVolume": {"phase": "Available"},
+}
+BUILTIN_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+FAKE_CA = "-----BEGIN CERTIFICATE-----\nRkFLRS1DQQ==\n-----END CERTIFICATE-----\n"
+SA_TOKEN_TYPE = "kubernetes.io/service-account-token"
+APPLY_PATCH_TYPE = "application/apply-patch+yaml"
+MERGE_PATCH_TYPES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
+
+
+class ApiError(Exception):
+    """An error answered as a `Status` body."""
+
+    def __init__(self, code: int, reason: str, message: str, details: dict | None = None):
+        super().__init__(message)
+        self.code, self.reason, self.message, self.details = code, reason, message, details
+
+    def status(self) -> dict:
+        """The `Status` object the real API server would send."""
+        body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure"}
+        body.update(message=self.message, reason=self.reason, code=self.code)
+        if self.details is not None:
+            body["details"] = self.details
+        return body
+
+
+def _not_found(plural: str, name: str) -> ApiError:
+    return ApiError(
+        404, "NotFound", f'{plural} "{name}" not found', {"name": name, "kind": plural}
+    )
+
+
+class Recorded(tuple):
+    """One request received: compares equal to `(method, path)`; `.query` holds the query."""
+
+    query: dict[str, str]
+
+    def __new__(cls, method: str, path: str, query: dict[str, str]):  # noqa: D102
+        self = super().__new__(cls, (method, path))
+        self.query = query
+        return self
+
+    @property
+    def method(self) -> str:
+        """HTTP method."""
+        return self[0]
+
+    @property
+    def path(self) -> str:
+        """URL path without the query."""
+        return self[1]
+
+
+class Target:
+    """A parsed resource URL."""
+
+    def __init__(self, gv: str, plural: str, namespace: str | None, name: str | None, sub: str):
+        self.gv, self.plural, self.namespace, self.name, self.sub = (
+            gv,
+            plural,
+            namespace,
+            name,
+            sub,
+        )
+        self.kind, self.namespaced = RESOURCES[(gv, plural)]
+
+    @property
+    def prefix(self) -> str:
+        """`/api/v1` or `/apis/<group>/<version>`."""
+        return "/api/v1" if self.gv == "v1" else f"/apis/{self.gv}"
+
+    def key(self, name: str | None = None, namespace: str | None = None) -> str:
+        """Storage path of the object `name` (default: the URL's name and namespace)."""
+        ns = f"/namespaces/{namespace or self.namespace}" if self.namespaced else ""
+        return f"{self.prefix}{ns}/{self.plural}/{name or self.name}"
+
+
+def parse_path(path: str) -> Target:
+    """Split a resource URL; unknown resources raise the real server's 404."""
+    parts = [p for p in path.split("/") if p]
+    unknown = ApiError(404, "NotFound", "the server could not find the requested resource")
+    if len(parts) >= 2 and parts[0] == "api":
+        gv, rest = parts[1], parts[2:]
+    elif len(parts) >= 3 and parts[0] == "apis":
+        gv, rest = f"{parts[1]}/{parts[2]}", parts[3:]
+    else:
+        raise unknown
+    namespace = None
+    if len(rest) >= 3 and rest[0] == "namespaces" and RESOURCES.get((gv, rest[2]), ("", 0))[1]:
+        namespace, rest = rest[1], rest[2:]
+    if not rest or len(rest) > 3 or (gv, rest[0]) not in RESOURCES:
+        raise unknown
+    target = Target(gv, rest[0], namespace, rest[1] if len(rest) > 1 else None, "")
+    if len(rest) == 3:
+        target.sub = rest[2]
+    if target.namespaced and namespace is None and target.name is not None:
+        raise unknown
+    return target
+
+
+# ---------------------------------------------------------------- selectors and merging
+
+
+def _split_terms(text: str) -> list[str]:
+    """Split a selector on commas outside parentheses."""
+    terms, depth, cur = [], 0, ""
+    for ch in text:
+        depth += ch == "("
+        depth -= ch == ")"
+        if ch == "," and depth == 0:
+            terms.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return [t.strip() for t in [*terms, cur] if t.strip()]
+
+
+_SET_TERM = re.compile(r"([\w./-]+)\s+(in|notin)\s+\(([^)]*)\)")  # codespell:ignore notin
+_EQ_TERM = re.compile(r"([\w./-]+)\s*(==|=|!=)\s*([\w./-]*)")
+_KEY = re.compile(r"(!?)([\w./-]+)")
+
+
+def _label_term(term: str) -> Callable[[dict], bool]:
+    if m := _SET_TERM.fullmatch(term):
+        key, op, values = m.group(1), m.group(2), {v.strip() for v in m.group(3).split(",")}
+        if op == "in":
+            return lambda labels: labels.get(key) in values
+        return lambda labels: labels.get(key) not in values
+    if m := _EQ_TERM.fullmatch(term):
+        key, op, value = m.groups()
+        if op == "!=":
+            return lambda labels: labels.get(key) != value
+        return lambda labels: labels.get(key) == value
+    if m := _KEY.fullmatch(term):
+        negate, key = m.group(1) == "!", m.group(2)
+        return lambda labels: (key in labels) != negate
+    raise ApiError(400, "BadRequest", f"unable to parse requirement: {term!r}")
+
+
+def label_matcher(selector: str | None) -> Callable[[dict], bool]:
+    """Compile a label selector string (=, ==, !=, in, not-in, exists, !exists)."""
+    tests = [_label_term(t) for t in _split_terms(selector or "")]
+    return lambda obj: all(t(obj.get("metadata", {}).get("labels") or {}) for t in tests)
+
+
+def _field_value(obj: dict, path: str) -> str:
+    value: Any = obj
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    if isinstance(value, bool):
+        return str(value).lower()
+    return "" if value is None else str(value)
+
+
+def field_matcher(selector: str | None) -> Callable[[dict], bool]:
+    """Compile a field selector (`a.b=v`, `a.b==v`, `a.b!=v`, comma-joined)."""
+    tests = []
+    for term in _split_terms(selector or ""):
+        m = re.fullmatch(r"([\w.]+)\s*(==|=|!=)\s*(.*)", term)
+        if not m:
+            raise ApiError(400, "BadRequest", f"invalid field selector: {term!r}")
+        path, op, value = m.groups()
+        tests.append((path, op == "!=", value))
+    return lambda obj: all((_field_value(obj, p) == v) != neg for p, neg, v in tests)
+
+
+def selector_matches(selector: dict | None, labels: dict) -> bool:
+    """Whether a LabelSelector object (matchLabels + matchExpressions) selects `labels`."""
+    selector = selector or {}
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr["key"], expr["operator"], expr.get("values") or []
+        ok = {
+            "In": lambda: labels.get(key) in values,
+            "NotIn": lambda: labels.get(key) not in values,  # codespell:ignore notin
+            "Exists": lambda: key in labels,
+            "DoesNotExist": lambda: key not in labels,
+        }[op]()
+        if not ok:
+            return False
+    return True
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch: maps merge recursively, None deletes, the rest replaces."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+# ---------------------------------------------------------------- the server
+
+
+class FakeKubeApiServer:
+    """The fake API server: start with `with FakeKubeApiServer() as api:` (or start/stop)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._store: dict[str, dict] = {}
+        self._logs: dict[tuple[str, str, str], str] = {}
+        self._faults: list[dict] = []
+        self._rv = 0
+        self._required_token: str | None = None
+        self._connections: set[socket.socket] = set()
+        self.requests: list[Recorded] = []
+        self.tokens: list[str] = []
+        self._httpd: http.server.ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        for ns in BUILTIN_NAMESPACES:
+            self.put_object(f"/api/v1/namespaces/{ns}", {"metadata": {"name": ns}})
+
+    # -- lifecycle
+
+    def start(self) -> FakeKubeApiServer:
+        """Listen on 127.0.0.1:<free port> in a daemon thread."""
+        self._httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self._httpd.daemon_threads = True
+        self._httpd.api = self  # type: ignore[attr-defined]
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close every open client connection."""
+        if self._httpd is None:
+            return
+        self._httpd.shutdown()
+        with self._lock:
+            for conn in list(self._connections):
+                try:
+                    conn.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        self._httpd.server_close()
+        if self._thread:
+            self._thread.join(timeout=5)
+        self._httpd = None
+
+    def __enter__(self) -> FakeKubeApiServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        """Base URL, e.g. http://127.0.0.1:41234."""
+        assert self._httpd is not None, "server not started"
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+
+    def kubeconfig(self, token: str = "admin-token", namespace: str | None = None) -> str:
+        """A kubeconfig (YAML text) for this server authenticating with a bearer token."""
+        context: dict[str, str] = {"cluster": "fake", "user": "fake-user"}
+        if namespace:
+            context["namespace"] = namespace
+        return yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+                "users": [{"name": "fake-user", "user": {"token": token}}],
+                "contexts": [{"name": "fake", "context": context}],
+                "current-context": "fake",
+            }
+        )
+
+    # -- test helpers
+
+    def require_token(self, token: str | None) -> None:
+        """Answer 401 to requests without `Authorization: Bearer <token>` (None: accept any)."""
+        self._required_token = token
+
+    def inject(
+        self,
+        status: int | str = 500,
+        times: int = 1,
+        method: str | None = None,
+        path_prefix: str | None = None,
+    ) -> None:
+        """Fail the next `times` matching requests with `status`, or "reset" the connection."""
+        with self._lock:
+            self._faults.append(
+                {"status": status, "times": times, "method": method, "prefix": path_prefix}
+            )
+
+    def objects(self, path_prefix: str = "/") -> list[dict]:
+        """Copies of stored objects whose storage path starts with `path_prefix`, by path."""
+        with self._lock:
+            return [
+                copy.deepcopy(o)
+                for k, o in sorted(self._store.items())
+                if k.startswith(path_prefix)
+            ]
+
+    def get_object(self, path: str) -> dict | None:
+        """A copy of the object stored at `path`, or None."""
+        with self._lock:
+            obj = self._store.get(path)
+            return copy.deepcopy(obj) if obj is not None else None
+
+    def put_object(self, path: str, obj: dict) -> dict:
+        """Store `obj` at `path` as is (status included), filling apiVersion/kind/metadata."""
+        target = parse_path(path)
+        with self._lock:
+            obj = copy.deepcopy(obj)
+            obj.setdefault("apiVersion", target.gv)
+            obj.setdefault("kind", target.kind)
+            meta = obj.setdefault("metadata", {})
+            meta["name"] = target.name
+            if target.namespaced:
+                meta["namespace"] = target.namespace
+            old = self._store.get(path)
+            meta.setdefault("uid", old["metadata"]["uid"] if old else str(uuid.uuid4()))
+            meta.setdefault("creationTimestamp", _now())
+            meta.setdefault("generation", 1)
+            meta["resourceVersion"] = self._next_rv()
+            if target.kind in DEFAULT_STATUS:
+                obj.setdefault("status", dict(DEFAULT_STATUS[target.kind]))
+            self._store[path] = obj
+            return copy.deepcopy(obj)
+
+    def delete_object(self, path: str) -> bool:
+        """Remove the object at `path` directly (no cascade); False if absent."""
+        with self._lock:
+            return self._store.pop(path, None) is not None
+
+    def set_pod_log(self, namespace: str, name: str, text: str, container: str = "") -> None:
+        """The text `pods/<name>/log` answers (for one container, or any when empty)."""
+        with self._lock:
+            self._logs[(namespace, name, container)] = text
+
+    # -- request entry point (called by the handler thread)
+
+    def handle(self, method: str, raw_path: str, headers: Any, body: bytes) -> tuple:
+        """Answer one request: (status, content_type, payload bytes, extra headers) or "reset"."""
+        url = urlsplit(raw_path)
+        query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
+        auth = headers.get("Authorization") or ""
+        with self._lock:
+            self.requests.append(Recorded(method, url.path, query))
+            if auth.startswith("Bearer "):
+                self.tokens.append(auth[len("Bearer ") :])
+            fault = self._take_fault(method, url.path)
+            if fault == "reset":
+                return ("reset",)
+            try:
+                if fault is not None:
+                    raise self._fault_error(int(fault))
+                if self._required_token and auth != f"Bearer {self._required_token}":
+                    raise ApiError(401, "Unauthorized", "Unauthorized")
+                code, payload = self._dispatch(method, url.path, query, headers, body)
+            except ApiError as e:
+                extra = {"Retry-After": "0"} if e.code == 429 else {}
+                return e.code, "application/json", json.dumps(e.status()).encode(), extra
+        if isinstance(payload, str):
+            return code, "text/plain", payload.encode(), {}
+        return code, "application/json", json.dumps(payload).encode(), {}
+
+    def _take_fault(self, method: str, path: str) -> int | str | None:
+        for fault in self._faults:
+            if fault["times"] <= 0:
+                continue
+            if fault["method"] and fault["method"].upper() != method:
+                continue
+            if fault["prefix"] and not path.startswith(fault["prefix"]):
+                continue
+            fault["times"] -= 1
+            return fault["status"]
+        return None
+
+    @staticmethod
+    def _fault_error(code: int) -> ApiError:
+        reasons = {429: "TooManyRequests", 503: "ServiceUnavailable", 504: "Timeout"}
+        reason = reasons.get(code, "InternalError")
+        return ApiError(code, reason, f"injected fault: {reason}", {"retryAfterSeconds": 0})
+
+    def _dispatch(self, method: str, path: str, query: dict, headers: Any, body: bytes) -> tuple:
+        target = parse_path(path)
+        if query.get("watch") in ("true", "1"):
+            raise ApiError(400, "BadRequest", "watch is not supported by the fake API server")
+        handler = {
+            ("GET", False, ""): self._list,
+            ("GET", True, ""): self._get,
+            ("GET", True, "status"): self._get,
+            ("GET", True, "log"): self._log,
+            ("POST", False, ""): self._create,
+            ("POST", True, "eviction"): self._evict,
+            ("PUT", True, ""): self._update,
+            ("PUT", True, "status"): self._update,
+            ("PATCH", True, ""): self._patch,
+            ("PATCH", True, "status"): self._patch,
+            ("DELETE", True, ""): self._delete,
+            ("DELETE", False, ""): self._delete_collection,
+        }.get((method, target.name is not None, target.sub))
+        if handler is None or (target.sub in ("log", "eviction") and target.kind != "Pod"):
+            raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {path}")
+        content_type = (headers.get("Content-Type") or "application/json").split(";")[0].strip()
+        return handler(target, query, content_type, body)
+
+    # -- storage primitives
+
+    def _next_rv(self) -> str:
+        self._rv += 1
+        return str(self._rv)
+
+    def _existing(self, target: Target) -> dict:
+        obj = self._store.get(target.key())
+        if obj is None:
+            raise _not_found(target.plural, target.name or "")
+        return obj
+
+    def _check_namespace(self, target: Target) -> None:
+        if target.namespaced and f"/api/v1/namespaces/{target.namespace}" not in self._store:
+            raise _not_found("namespaces", target.namespace or "")
+
+    @staticmethod
+    def _decode(body: bytes, content_type: str) -> dict:
+        try:
+            obj = yaml.safe_load(body) if "yaml" in content_type else json.loads(body or b"{}")
+        except (ValueError, yaml.YAMLError) as e:
+            raise ApiError(400, "BadRequest", f"error decoding request body: {e}") from None
+        if not isinstance(obj, dict):
+            raise ApiError(400, "BadRequest", "request body must be an object")
+        return obj
+
+    def _validate(self, target: Target, obj: dict, name: str | None) -> None:
+        if obj.get("kind", target.kind) != target.kind or obj.get("apiVersion", target.gv) != (
+            target.gv
+        ):
+            raise ApiError(
+                400,
+                "BadRequest",
+                f"the API version in the data ({obj.get('apiVersion')}) and kind "
+                f"({obj.get('kind')}) do not match {target.gv} {target.kind}",
+            )
+        meta = obj.get("metadata") or {}
+        if not name:
+            cause = {
+                "reason": "FieldValueRequired",
+                "message": "Required value: name or generateName is required",
+                "field": "metadata.name",
+            }
+            raise ApiError(
+                422,
+                "Invalid",
+                f'{target.kind} "" is invalid: metadata.name: Required value: '
+                "name or generateName is required",
+                {"kind": target.kind, "causes": [cause]},
+            )
+        if target.namespaced and meta.get("namespace", target.namespace) != target.namespace:
+            raise ApiError(
+                400,
+                "BadRequest",
+                "the namespace of the provided object does not match the "
+                "namespace sent on the request",
+            )
+
+    def _store_new(self, target: Target, obj: dict, name: str) -> dict:
+        obj = copy.deepcopy(obj)
+        obj["apiVersion"], obj["kind"] = target.gv, target.kind
+        meta = obj.setdefault("metadata", {})
+        meta.update(name=name, uid=str(uuid.uuid4()), creationTimestamp=_now(), generation=1)
+        if target.namespaced:
+            meta["namespace"] = target.namespace
+        meta["resourceVersion"] = self._next_rv()
+        if target.kind in STATUS_KINDS:
+            obj["status"] = dict(DEFAULT_STATUS.get(target.kind, {}))
+        if target.kind == "Secret" and obj.get("type") == SA_TOKEN_TYPE:
+            data = obj.setdefault("data", {})
+            data["token"] = _b64(secrets.token_urlsafe(32))
+            data["ca.crt"] = _b64(FAKE_CA)
+            data["namespace"] = _b64(target.namespace or "")
+        self._store[target.key(name)] = obj
+        return obj
+
+    def _store_update(self, target: Target, old: dict, new: dict) -> dict:
+        """Replace `old` by `new`, keeping identity and (per subresource) status or the rest."""
+        new = copy.deepcopy(new)
+        if target.sub == "status":
+            new = {**copy.deepcopy(old), "status": new.get("status", old.get("status"))}
+        elif target.kind in STATUS_KINDS:
+            new["status"] = copy.deepcopy(old.get("status", {}))
+        new["apiVersion"], new["kind"] = target.gv, target.kind
+        meta = new.setdefault("metadata", {})
+        for key in (
+            "name",
+            "namespace",
+            "uid",
+            "creationTimestamp",
+            "generation",
+            "deletionTimestamp",
+        ):
+            if key in old["metadata"]:
+                meta[key] = old["metadata"][key]
+        meta["resourceVersion"] = old["metadata"]["resourceVersion"]
+        if new == old:
+            return old
+        spec_changed = {k: v for k, v in new.items() if k not in ("metadata", "status")} != {
+            k: v for k, v in old.items() if k not in ("metadata", "status")
+        }
+        meta["generation"] = old["metadata"].get("generation", 1) + int(spec_changed)
+        meta["resourceVersion"] = self._next_rv()
+        self._store[target.key()] = new
+        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+            self._remove(target.key())  # the last finalizer went: deletion completes
+        return new
+
+    def _remove(self, key: str, orphan: bool = False) -> dict:
+        obj = self._store[key]
+        if obj["metadata"].get("finalizers"):  # kept, terminating, until they are removed
+            if not obj["metadata"].get("deletionTimestamp"):
+                obj["metadata"]["deletionTimestamp"] = _now()
+                obj["metadata"]["resourceVersion"] = self._next_rv()
+            return obj
+        del self._store[key]
+        uid = obj["metadata"]["uid"]
+        if obj["kind"] == "Namespace":
+            name = obj["metadata"]["name"]
+            for k in [k for k, o in self._store.items() if o["metadata"].get("namespace") == name]:
+                self._store.pop(k, None)
+        if not orphan:
+            dependents = [
+                k
+                for k, o in self._store.items()
+                if any(r.get("uid") == uid for r in o["metadata"].get("ownerReferences") or [])
+            ]
+            for k in dependents:
+                if k in self._store:
+                    self._remove(k)
+        return obj
+
+    # -- verbs
+
+    def _list(self, target: Target, query: dict, _ct: str, _body: bytes) -> tuple:
+        labels = label_matcher(query.get("labelSelector"))
+        fields = field_matcher(query.get("fieldSelector"))
+        items = []
+        for obj in sorted(self._store.values(), key=lambda o: o["metadata"]["name"]):
+            if obj["apiVersion"] != target.gv or obj["kind"] != target.kind:
+                continue
+            if target.namespace and obj["metadata"].get("namespace") != target.namespace:
+                continue
+            if labels(obj) and fields(obj):
+                item = copy.deepcopy(obj)
+                del item["apiVersion"], item["kind"]
+                items.append(item)
+        meta = {"resourceVersion": str(self._rv)}
+        return 200, {
+            "kind": f"{target.kind}List",
+            "apiVersion": target.gv,
+            "metadata": meta,
+            "items": items,
+        }
+
+    def _get(self, target: Target, _q: dict, _ct: str, _body: bytes) -> tuple:
+        return 200, copy.deepcopy(self._existing(target))
+
+    def _log(self, target: Target, query: dict, _ct: str, _body: bytes) -> tuple:
+        pod = self._existing(target)
+        container = query.get("container", "")
+        names = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
+        if not container and len(names) > 1:
+            raise ApiError(
+                400,
+                "BadRequest",
+                f"a container name must be specified for pod {target.name}, "
+                f"choose one of: [{' '.join(names)}]",
+            )
+        text = self._logs.get((target.namespace or "", target.name or "", container))
+        if text is None:
+            text = self._logs.get((target.namespace or "", target.name or "", ""), "")
+        if "tailLines" in query:
+            lines = text.splitlines(keepends=True)
+            tail = int(query["tailLines"])
+            text = "".join(lines[-tail:] if tail > 0 else [])
+        return 200, text
+
+    def _create(self, target: Target, _q: dict, content_type: str, body: bytes) -> tuple:
+        obj = self._decode(body, content_type)
+        meta = obj.setdefault("metadata", {})
+        name = meta.get("name")
+        if not name and meta.get("generateName"):
+            name = meta["generateName"] + secrets.token_hex(3)[:5]
+        self._validate(target, obj, name)
+        self._check_namespace(target)
+        if target.key(name) in self._store:
+            raise ApiError(
+                409,
+                "AlreadyExists",
+                f'{target.plural} "{name}" already exists',
+                {"name": name, "kind": target.plural},
+            )
+        return 201, copy.deepcopy(self._store_new(target, obj, name))
+
+    def _update(self, target: Target, _q: dict, content_type: str, body: bytes) -> tuple:
+        old = self._existing(target)
+        obj = self._decode(body, content_type)
+        self._validate(target, obj, (obj.get("metadata") or {}).get("name"))
+        if (obj.get("metadata") or {}).get("name") != target.name:
+            raise ApiError(400, "BadRequest", "the name of the object does not match the URL")
+        rv = obj["metadata"].get("resourceVersion")
+        if rv and rv != old["metadata"]["resourceVersion"]:
+            raise ApiError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on {target.plural} "{target.name}": the object '
+                "has been modified; please apply your changes to the latest version and try again",
+                {"name": target.name, "kind": target.plural},
+            )
+        return 200, copy.deepcopy(self._store_update(target, old, obj))
+
+    def _patch(self, target: Target, query: dict, content_type: str, body: bytes) -> tuple:
+        if content_type == APPLY_PATCH_TYPE:
+            return self._apply(target, query, body)
+        if content_type not in MERGE_PATCH_TYPES:
+            raise ApiError(
+                415,
+                "UnsupportedMediaType",
+                f"the body of the request was in an unknown format ({content_type}); accepted "
+                "media types include: " + ", ".join(MERGE_PATCH_TYPES + (APPLY_PATCH_TYPE,)),
+            )
+        old = self._existing(target)
+        patch = self._decode(body, content_type)
+        return 200, copy.deepcopy(self._store_update(target, old, merge_patch(old, patch)))
+
+    def _apply(self, target: Target, query: dict, body: bytes) -> tuple:
+        manager = query.get("fieldManager")
+        if not manager:
+            raise ApiError(
+                400, "BadRequest", "PATCH, application/apply-patch+yaml requires fieldManager"
+            )
+        obj = self._decode(body, APPLY_PATCH_TYPE)
+        if "apiVersion" not in obj or "kind" not in obj:
+            raise ApiError(400, "BadRequest", "apply patches must set apiVersion and kind")
+        self._validate(target, obj, (obj.get("metadata") or {}).get("name"))
+        if obj["metadata"]["name"] != target.name:
+            raise ApiError(400, "BadRequest", "the name of the object does not match the URL")
+        entry = {"manager": manager, "operation": "Apply", "apiVersion": target.gv}
+        old = self._store.get(target.key())
+        if old is None:
+            self._check_namespace(target)
+            obj["metadata"]["managedFields"] = [{**entry, "time": _now()}]
+            if target.sub == "status":
+                raise _not_found(target.plural, target.name or "")
+            return 201, copy.deepcopy(self._store_new(target, obj, target.name or ""))
+        merged = merge_patch(old, obj)
+        managed = [
+            m for m in old["metadata"].get("managedFields") or [] if m.get("manager") != manager
+        ]
+        previous = [
+            m for m in old["metadata"].get("managedFields") or [] if m.get("manager") == manager
+        ]
+        merged["metadata"]["managedFields"] = managed + (previous or [{**entry, "time": _now()}])
+        return 200, copy.deepcopy(self._store_update(target, old, merged))
+
+    def _delete(self, target: Target, query: dict, content_type: str, body: bytes) -> tuple:
+        obj = self._existing(target)
+        options = self._decode(body, content_type) if body else {}
+        policy = query.get("propagationPolicy") or options.get("propagationPolicy")
+        removed = self._remove(target.key(), orphan=policy == "Orphan")
+        if target.kind == "Pod":
+            return 200, copy.deepcopy(removed)
+        details = {"name": target.name, "kind": target.plural, "uid": obj["metadata"]["uid"]}
+        return 200, {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Success",
+            "details": details,
+        }
+
+    def _delete_collection(self, target: Target, query: dict, ct: str, body: bytes) -> tuple:
+        _code, listing = self._list(target, query, ct, body)
+        orphan = query.get("propagationPolicy") == "Orphan"
+        for item in listing["items"]:
+            key = target.key(item["metadata"]["name"], item["metadata"].get("namespace"))
+            if key in self._store:  # not already gone with an owner
+                self._remove(key, orphan=orphan)
+        return 200, listing
+
+    def _evict(self, target: Target, _q: dict, content_type: str, body: bytes) -> tuple:
+        pod = self._existing(target)
+        self._decode(body, content_type)
+        pdb = self._blocking_budget(pod)
+        if pdb is not None:
+            name = pdb["metadata"]["name"]
+            cause = {
+                "reason": "DisruptionBudget",
+                "message": f"The disruption budget {name} does not allow evicting this pod",
+            }
+            raise ApiError(
+                429,
+                "TooManyRequests",
+                "Cannot evict pod as it would violate the pod's disruption budget.",
+                {"causes": [cause]},
+            )
+        self._remove(target.key())
+        return 201, {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Success",
+            "code": 201,
+        }
+
+    def _blocking_budget(self, pod: dict) -> dict | None:
+        """The PodDisruptionBudget that forbids evicting `pod` (terminal pods are never held)."""
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            return None
+        budgets = [o for o in self._store.values() if o["kind"] == "PodDisruptionBudget"]
+        return next((pdb for pdb in budgets if self._pdb_blocks(pdb, pod)), None)
+
+    def _pdb_blocks(self, pdb: dict, pod: dict) -> bool:
+        ns = pod["metadata"]["namespace"]
+        spec = pdb.get("spec") or {}
+        labels = pod["metadata"].get("labels") or {}
+        if pdb["metadata"]["namespace"] != ns or not selector_matches(
+            spec.get("selector"), labels
+        ):
+            return False
+        present = [
+            o
+            for o in self._store.values()
+            if o["kind"] == "Pod"
+            and o["metadata"].get("namespace") == ns
+            and (o.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+            and selector_matches(spec.get("selector"), o["metadata"].get("labels") or {})
+        ]
+        if "minAvailable" in spec:
+            wanted = spec["minAvailable"]
+            if isinstance(wanted, str) and wanted.endswith("%"):
+                wanted = -(-int(wanted[:-1]) * len(present) // 100)
+            return len(present) - 1 < int(wanted)
+        return str(spec.get("maxUnavailable", "1")) in ("0", "0%")
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    timeout = 10  # idle keep-alive connections end by themselves
+
+    def setup(self) -> None:
+        super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with self.server.api._lock:  # type: ignore[attr-defined]
+            self.server.api._connections.add(self.connection)  # type: ignore[attr-defined]
+
+    def finish(self) -> None:
+        with self.server.api._lock:  # type: ignore[attr-defined]
+            self.server.api._connections.discard(self.connection)  # type: ignore[attr-defined]
+        super().finish()
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        """Keep test output quiet."""
+
+    def _serve(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        api: FakeKubeApiServer = self.server.api  # type: ignore[attr-defined]
+        answer = api.handle(self.command, self.path, self.headers, body)
+        if answer[0] == "reset":
+            self.connection.setsockopt(
+                socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+            )
+            self.close_connection = True
+            return
+        code, content_type, payload, extra = answer
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(payload)))
+        for key, value in extra.items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(payload)
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve  # noqa: N815

@@ -1,0 +1,24 @@
+"""Shared fixtures for functional tests: the fake Kubernetes API server and a client for it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from charms.gpu_k8s.v0.kubeclient import Kube
+from fakes.kube_apiserver import FakeKubeApiServer
+
+
+@pytest.fixture
+def kube_api() -> Iterator[FakeKubeApiServer]:
+    """A started fake API server on 127.0.0.1 (stopped after the test)."""
+    with FakeKubeApiServer() as api:
+        yield api
+
+
+@pytest.fixture
+def kube(kube_api: FakeKubeApiServer) -> Iterator[Kube]:
+    """A real `Kube` client for `kube_api`, with tiny retry backoff so tests stay fast."""
+    with Kube.from_kubeconfig(kube_api.kubeconfig(token="admin-token"), backoff=0.01) as client:
+        yield client
