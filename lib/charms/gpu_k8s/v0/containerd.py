@@ -1,0 +1,171 @@
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""containerd from the Ubuntu archive, its CRI config, and the kernel settings it needs.
+
+The config is rendered from data: `runc` (systemd cgroups) is always there, and more
+runtime handlers are added through `runtimes`; this is where GPU enablement registers
+the `nvidia` handler without touching anything else:
+
+```python
+containerd.configure(host, {"nvidia": RuntimeHandler("/usr/bin/nvidia-container-runtime")})
+```
+Ubuntu 24.04 (noble-updates) ships containerd 2.x, so the file uses config version 3
+(`io.containerd.cri.v1.*` plugin names, sandbox image under `pinned_images`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Mapping
+
+from charms.gpu_k8s.v0 import apt
+from charms.gpu_k8s.v0.system import Host
+
+LIBID = "d05ade75775e4907ae5bd11555f9b6b6"
+LIBAPI = 0
+LIBPATCH = 1
+
+# Ubuntu 24.04 noble-updates/noble-security, looked up 2026-11-21 (packages.ubuntu.com).
+CONTAINERD_PACKAGE = "containerd"
+CONTAINERD_VERSION = "2.2.1-0ubuntu1~24.04.3"
+# The pause image kubeadm 1.34+ expects; pinned so every node runs the same sandbox.
+SANDBOX_IMAGE = "registry.k8s.io/pause:3.10.1"
+CONFIG_PATH = "/etc/containerd/config.toml"
+MODULES_PATH = "/etc/modules-load.d/gpu-k8s.conf"
+SYSCTL_PATH = "/etc/sysctl.d/99-gpu-k8s.conf"
+MODULES = ("overlay", "br_netfilter")
+SYSCTLS = {
+    "net.ipv4.ip_forward": "1",
+    "net.bridge.bridge-nf-call-iptables": "1",
+    "net.bridge.bridge-nf-call-ip6tables": "1",
+}
+SYSTEMCTL = "/usr/bin/systemctl"
+MODPROBE = "/usr/sbin/modprobe"
+SYSCTL = "/usr/sbin/sysctl"
+SWAPOFF = "/usr/sbin/swapoff"
+RUNC = "runc"
+
+_HANDLER_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+@dataclasses.dataclass(frozen=True)
+class RuntimeHandler:
+    """A CRI runtime handler: the shim type and the OCI runtime binary it runs."""
+
+    binary_path: str
+    runtime_type: str = "io.containerd.runc.v2"
+
+    def __post_init__(self):
+        if not self.binary_path.startswith("/"):
+            raise ValueError(f"runtime binary {self.binary_path!r} must be an absolute path")
+
+
+def install(host: Host, version: str = CONTAINERD_VERSION) -> bool:
+    """Install containerd pinned to `version` and hold it; return True when it changed."""
+    return apt.install(host, {CONTAINERD_PACKAGE: version}, hold=True)
+
+
+def _toml(value: str) -> str:
+    # A TOML basic string has JSON's escaping rules for the characters used here.
+    return json.dumps(value)
+
+
+def render_config(
+    runtimes: Mapping[str, RuntimeHandler] | None = None,
+    default_runtime: str = RUNC,
+    *,
+    sandbox_image: str = SANDBOX_IMAGE,
+) -> str:
+    """Return the containerd 2.x (config version 3) file for these runtime handlers.
+
+    Raises:
+        ValueError: a handler name is invalid, overrides `runc`, or the default runtime
+            is not one of the handlers.
+    """
+    extra = dict(runtimes or {})
+    if RUNC in extra:
+        raise ValueError("the runc handler is built in; register other handlers by name")
+    for name in extra:
+        if not _HANDLER_NAME.match(name):
+            raise ValueError(f"runtime handler name {name!r} must be a DNS label")
+    if default_runtime != RUNC and default_runtime not in extra:
+        raise ValueError(f"default runtime {default_runtime!r} is not a registered handler")
+    cri = "plugins.'io.containerd.cri.v1.runtime'"
+    out = [
+        "# Managed by the gpu-k8s charms; local changes are overwritten.",
+        "version = 3",
+        "",
+        "[plugins.'io.containerd.cri.v1.images'.pinned_images]",
+        f"  sandbox = {_toml(sandbox_image)}",
+        "",
+        f"[{cri}.containerd]",
+        f"  default_runtime_name = {_toml(default_runtime)}",
+    ]
+    handlers = {RUNC: None, **extra}
+    for name, handler in handlers.items():
+        runtime_type = handler.runtime_type if handler else "io.containerd.runc.v2"
+        out += [
+            "",
+            f"[{cri}.containerd.runtimes.{name}]",
+            f"  runtime_type = {_toml(runtime_type)}",
+        ]
+        out += ["", f"[{cri}.containerd.runtimes.{name}.options]", "  SystemdCgroup = true"]
+        if handler:
+            out.append(f"  BinaryName = {_toml(handler.binary_path)}")
+    return "\n".join(out) + "\n"
+
+
+def configure(
+    host: Host,
+    runtimes: Mapping[str, RuntimeHandler] | None = None,
+    default_runtime: str = RUNC,
+    *,
+    sandbox_image: str = SANDBOX_IMAGE,
+) -> bool:
+    """Write the config; restart containerd only when the file changed (return True)."""
+    content = render_config(runtimes, default_runtime, sandbox_image=sandbox_image)
+    if not host.write(CONFIG_PATH, content):
+        return False
+    host.run(SYSTEMCTL, "restart", "containerd")
+    return True
+
+
+def prepare_kernel(host: Host) -> bool:
+    """Load and persist overlay + br_netfilter, set forwarding sysctls, turn swap off.
+
+    Returns True when anything changed. Modules already loaded are not probed again,
+    and `sysctl --system` runs only when the drop-in changed.
+    """
+    changed = host.write(MODULES_PATH, "".join(f"{m}\n" for m in MODULES))
+    for module in MODULES:
+        if not host.path(f"/sys/module/{module}").exists():
+            host.run(MODPROBE, module)
+            changed = True
+    sysctl = "".join(f"{key} = {value}\n" for key, value in SYSCTLS.items())
+    if host.write(SYSCTL_PATH, sysctl):
+        host.run(SYSCTL, "--system")
+        changed = True
+    return disable_swap(host) or changed
+
+
+def disable_swap(host: Host) -> bool:
+    """Turn swap off now and comment it out of /etc/fstab; return True when it changed."""
+    changed = False
+    swaps = host.read("/proc/swaps") or ""
+    if len([line for line in swaps.splitlines() if line.strip()]) > 1:  # header + entries
+        host.run(SWAPOFF, "-a")
+        changed = True
+    fstab = host.read("/etc/fstab") or ""
+    lines = fstab.splitlines(keepends=True)
+    edited = False
+    for i, line in enumerate(lines):
+        fields = line.split()
+        if len(fields) >= 3 and not fields[0].startswith("#") and fields[2] == "swap":
+            lines[i] = f"# disabled for kubelet by gpu-k8s: {line}"
+            edited = True
+    if edited:
+        host.write("/etc/fstab", "".join(lines))
+    return changed or edited

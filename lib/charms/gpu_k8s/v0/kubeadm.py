@@ -1,0 +1,284 @@
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""kubeadm, kubelet and kubectl from pkgs.k8s.io (or a mirror), and joining a node.
+
+Versions are pinned per Kubernetes minor in `RELEASES`. Join material holds a bootstrap
+token (and for control-plane peers a certificate key): it goes to kubeadm only inside a
+0600 config file under /run that is removed right after, never on a command line, and
+`JoinMaterial`'s repr and every error raised here leave it out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+from collections.abc import Mapping
+
+import yaml
+
+from charms.gpu_k8s.v0 import apt
+from charms.gpu_k8s.v0.system import CommandError, Host
+
+LIBID = "f766a8bf76ef4d8f9f47cf1d41d1f95c"
+LIBAPI = 0
+LIBPATCH = 1
+
+# Latest patch of each minor on pkgs.k8s.io (deb revision -1.1), looked up 2026-11-21
+# from the kubernetes.io release pages. 1.32, 1.33 and 1.34 are past end of life
+# (2026-02-28, 2026-06-28, 2026-10-27) and get no upstream fixes; they stay selectable
+# only for sites that must match an existing cluster. The default is a supported minor.
+RELEASES = {
+    "1.32": "1.32.11-1.1",
+    "1.33": "1.33.10-1.1",
+    "1.34": "1.34.9-1.1",
+    "1.35": "1.35.9-1.1",
+    "1.36": "1.36.4-1.1",
+    "1.37": "1.37.1-1.1",
+}
+DEFAULT_MINOR = "1.36"
+UPSTREAM = "https://pkgs.k8s.io"
+SOURCE_NAME = "kubernetes"
+KEYRING = "/etc/apt/keyrings/kubernetes-apt-keyring.gpg"
+KUBEADM = "/usr/bin/kubeadm"
+SYSTEMCTL = "/usr/bin/systemctl"
+HOSTNAME = "/usr/bin/hostname"
+KUBELET_CONF = "/etc/kubernetes/kubelet.conf"
+JOIN_CONFIG = "/run/gpu-k8s/kubeadm-join.yaml"
+CNI_CONFIG_DIR = "/etc/cni/net.d"
+CRI_SOCKET = "unix:///run/containerd/containerd.sock"
+# Files a failed `kubeadm join` may leave behind; their presence blocks a retry.
+_PARTIAL_JOIN = (
+    "/etc/kubernetes/bootstrap-kubelet.conf",
+    "/etc/kubernetes/pki/ca.crt",
+    KUBELET_CONF,
+)
+
+_TOKEN = re.compile(r"^[a-z0-9]{6}\.[a-z0-9]{16}$")
+_CA_HASH = re.compile(r"^sha256:[0-9a-f]{64}$")
+_CERT_KEY = re.compile(r"^[0-9a-f]{64}$")
+_ENDPOINT = re.compile(r"^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):[0-9]{1,5}$")
+
+
+class KubeadmError(Exception):
+    """kubeadm failed; the message carries its last error line with secrets removed."""
+
+
+@dataclasses.dataclass(frozen=True)
+class JoinMaterial:
+    """What a node needs to join: API endpoint, CA pin, bootstrap token, cert key.
+
+    Raises:
+        ValueError: a field is malformed; the message never repeats a secret value.
+    """
+
+    endpoint: str
+    ca_cert_hash: str
+    token: str = dataclasses.field(repr=False)
+    certificate_key: str | None = dataclasses.field(default=None, repr=False)
+
+    def __post_init__(self):
+        if not _ENDPOINT.match(self.endpoint):
+            raise ValueError(f"join endpoint {self.endpoint!r} must be host:port")
+        if not 0 < int(self.endpoint.rsplit(":", 1)[1]) < 65536:
+            raise ValueError(f"join endpoint {self.endpoint!r} has an invalid port")
+        if not _CA_HASH.match(self.ca_cert_hash):
+            raise ValueError("CA cert hash must be sha256: followed by 64 hex digits")
+        if not _TOKEN.match(self.token):
+            raise ValueError("bootstrap token is malformed (expected [a-z0-9]{6}.[a-z0-9]{16})")
+        if self.certificate_key is not None and not _CERT_KEY.match(self.certificate_key):
+            raise ValueError("certificate key is malformed (expected 64 hex digits)")
+
+
+def check_minor(minor: str) -> str:
+    """Return `minor` when this library has a pinned release for it, else raise ValueError."""
+    if minor not in RELEASES:
+        supported = ", ".join(RELEASES)
+        raise ValueError(f"Kubernetes version {minor!r} is not supported; use one of {supported}")
+    return minor
+
+
+def package_source(minor: str, mirror: str | None = None) -> tuple[str, str]:
+    """Return (repository URI, signing key URL) for `minor`.
+
+    `mirror` replaces `https://pkgs.k8s.io` and must serve the same layout
+    (`<mirror>/core:/stable:/v1.33/deb/` with its `Release.key`).
+    """
+    check_minor(minor)
+    base = (mirror or UPSTREAM).rstrip("/")
+    if not re.match(r"^https?://[^\s/]+(/\S*)?$", base):
+        raise ValueError(f"package mirror {mirror!r} must be an http:// or https:// URL")
+    uri = f"{base}/core:/stable:/v{minor}/deb/"
+    return uri, f"{uri}Release.key"
+
+
+def install(host: Host, minor: str, *, mirror: str | None = None, with_kubectl: bool) -> bool:
+    """Install kubeadm + kubelet (+ kubectl) pinned for `minor`, held, kubelet enabled.
+
+    Returns True when anything changed.
+
+    Raises:
+        ValueError: unsupported minor or malformed mirror.
+        apt.AptError: the source or a package could not be installed.
+    """
+    uri, key_url = package_source(minor, mirror)
+    changed = apt.add_source(
+        host, SOURCE_NAME, uri=uri, suite="/", components=[], key_url=key_url, key_path=KEYRING
+    )
+    version = RELEASES[minor]
+    packages = {"kubeadm": version, "kubelet": version}
+    if with_kubectl:
+        packages["kubectl"] = version
+    changed = apt.install(host, packages, hold=True) or changed
+    return _enable_kubelet(host) or changed
+
+
+def _enable_kubelet(host: Host) -> bool:
+    try:
+        host.run(SYSTEMCTL, "is-enabled", "--quiet", "kubelet")
+        return False
+    except CommandError:
+        host.run(SYSTEMCTL, "enable", "kubelet")
+        return True
+
+
+def installed_minor(host: Host) -> str | None:
+    """Return the minor version of the installed kubeadm ("1.33"), or None."""
+    version = apt.installed_version(host, "kubeadm")
+    if version is None:
+        return None
+    return ".".join(version.split(".")[:2])
+
+
+def node_name(host: Host) -> str:
+    """Return the name kubelet registers this machine under: its hostname, lowercased."""
+    text = (host.read("/etc/hostname") or "").strip()
+    if not text:
+        text = host.run(HOSTNAME).strip()
+    return text.lower()
+
+
+def is_joined(host: Host) -> bool:
+    """Return True when this machine's kubelet has joined a cluster."""
+    return host.path(KUBELET_CONF).exists()
+
+
+def render_join_config(
+    material: JoinMaterial,
+    *,
+    node_name: str,
+    labels: Mapping[str, str],
+    control_plane: bool,
+    advertise_address: str | None = None,
+) -> str:
+    """Return the kubeadm JoinConfiguration (v1beta4) YAML for this node.
+
+    This text holds the bootstrap token: write it only to a 0600 file.
+    """
+    registration: dict = {"name": node_name, "criSocket": CRI_SOCKET}
+    if labels:
+        value = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+        registration["kubeletExtraArgs"] = [{"name": "node-labels", "value": value}]
+    config: dict = {
+        "apiVersion": "kubeadm.k8s.io/v1beta4",
+        "kind": "JoinConfiguration",
+        "discovery": {
+            "bootstrapToken": {
+                "apiServerEndpoint": material.endpoint,
+                "token": material.token,
+                "caCertHashes": [material.ca_cert_hash],
+            },
+        },
+        "nodeRegistration": registration,
+    }
+    if control_plane:
+        if material.certificate_key is None:
+            raise ValueError("a control-plane join needs the certificate key")
+        plane: dict = {"certificateKey": material.certificate_key}
+        if advertise_address:
+            plane["localAPIEndpoint"] = {"advertiseAddress": advertise_address}
+        config["controlPlane"] = plane
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+def join(
+    host: Host,
+    material: JoinMaterial,
+    *,
+    node_name: str,
+    labels: Mapping[str, str],
+    control_plane: bool,
+    advertise_address: str | None = None,
+) -> bool:
+    """Join the cluster unless already joined; return True when it joined now.
+
+    Leftovers of an earlier failed join are reset first. The config file holding the
+    token is removed whether kubeadm succeeds or not.
+
+    Raises:
+        KubeadmError: kubeadm failed (message without any secret).
+    """
+    if is_joined(host):
+        return False
+    if any(host.path(p).exists() for p in _PARTIAL_JOIN):
+        reset(host)
+    content = render_join_config(
+        material,
+        node_name=node_name,
+        labels=labels,
+        control_plane=control_plane,
+        advertise_address=advertise_address,
+    )
+    host.write(JOIN_CONFIG, content, mode=0o600)
+    try:
+        host.run(KUBEADM, "join", "--config", JOIN_CONFIG, timeout=600)
+    except CommandError as e:
+        raise KubeadmError(f"kubeadm join failed: {_scrub(e.stderr, material)}") from None
+    finally:
+        host.path(JOIN_CONFIG).unlink(missing_ok=True)
+    return True
+
+
+def _scrub(text: str, material: JoinMaterial) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    last = lines[-1].strip() if lines else "no error output"
+    secrets = [material.token, material.token.split(".")[-1], material.certificate_key]
+    for secret in secrets:
+        if secret:
+            last = last.replace(secret, "<redacted>")
+    return last
+
+
+def reset(host: Host) -> bool:
+    """Undo a join (`kubeadm reset --force`) and clear CNI config; True when it did.
+
+    Does nothing when there is nothing to reset, so it is safe to call on every removal.
+    """
+    cni = host.path(CNI_CONFIG_DIR)
+    cni_files = sorted(cni.iterdir()) if cni.is_dir() else []
+    leftovers = any(host.path(p).exists() for p in _PARTIAL_JOIN)
+    if not leftovers and not cni_files:
+        return False
+    if leftovers:
+        try:
+            host.run(KUBEADM, "reset", "--force", "--cri-socket", CRI_SOCKET, timeout=300)
+        except CommandError as e:
+            detail = e.stderr.splitlines()[-1] if e.stderr else f"exit status {e.returncode}"
+            raise KubeadmError(f"kubeadm reset failed: {detail}") from None
+    for entry in cni_files:
+        if entry.is_file() or entry.is_symlink():
+            entry.unlink()
+    return True
+
+
+def ca_cert_hash(pem: str) -> str:
+    """Return kubeadm's CA pin for a PEM certificate: sha256 of its DER public key info."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    cert = x509.load_pem_x509_certificate(pem.encode())
+    der = cert.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    return f"sha256:{hashlib.sha256(der).hexdigest()}"

@@ -1,0 +1,398 @@
+"""A fake Ubuntu machine: apt, dpkg, systemd, kernel knobs and kubeadm, on a temp root.
+
+`FakeMachine` registers handlers on a `FakeRunner` that behave like the real programs
+as far as the host libraries can tell: `apt-get install` resolves `pkg=version` against
+the Ubuntu archive plus the repositories `apt-get update` indexed from the `.sources`
+files on the fake root, and records what it installed in an in-memory dpkg database;
+`dpkg-query`, `apt-mark`, `systemctl` and `kubeadm` read and change that state.
+
+Other tests extend it without subclassing:
+
+```python
+machine = FakeMachine(tmp_path)
+machine.on_kubeadm("init", my_init)          # kubeadm <subcommand> handler
+machine.on("kubectl", my_kubectl)            # any other program
+machine.fail("/usr/bin/apt-get -o DPkg::Lock::Timeout=300 install", stderr="E: ...")
+```
+Secrets never reach `runner.calls` through these handlers: `kubeadm join` reads its
+token from the config file, which the handler parses into `machine.joins`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import shutil
+from pathlib import Path
+
+import yaml
+
+from charms.gpu_k8s.v0 import containerd, kubeadm
+from charms.gpu_k8s.v0.system import CommandError, Host
+from fakes.host import FakeRunner, Handler
+
+ARMORED_KEY = (
+    "-----BEGIN PGP PUBLIC KEY BLOCK-----\n\nmQINBGMHxxxfakekeyforpkgsk8sio\n"
+    "-----END PGP PUBLIC KEY BLOCK-----\n"
+)
+# Programs that only exist once their package is installed.
+PROGRAM_PACKAGES = {"kubeadm": "kubeadm", "kubectl": "kubectl", "kubelet": "kubelet"}
+# Commands that only read state (everything else counts as a mutation).
+READ_ONLY = (
+    "dpkg-query",
+    "apt-mark showhold",
+    "systemctl is-enabled",
+    "systemctl is-active",
+    "hostname",
+    "kubeadm version",
+)
+
+
+@dataclasses.dataclass
+class Service:
+    """A systemd unit's state."""
+
+    enabled: bool = True
+    active: bool = True
+    restarts: int = 0
+
+
+def _fail(argv: list[str], code: int, stderr: str) -> CommandError:
+    return CommandError(argv, code, stderr)
+
+
+class FakeMachine:
+    """An Ubuntu 24.04 machine emulated on a temporary root directory."""
+
+    def __init__(self, root: Path, *, hostname: str = "ip-10-0-1-17"):
+        self.root = root
+        self.runner = FakeRunner(root)
+        self.hostname = hostname
+        self.archive: dict[str, set[str]] = {
+            "containerd": {containerd.CONTAINERD_VERSION, "1.7.12-0ubuntu4"},
+            "runc": {"1.3.3-0ubuntu1~24.04.3"},
+            "curl": {"8.5.0-2ubuntu10.6"},
+        }
+        self.remote: dict[str, dict[str, set[str]]] = {}
+        self.urls: dict[str, str] = {}
+        self.add_repository(kubeadm.UPSTREAM)
+        self.indexed: set[str] = set()
+        self.dpkg: dict[str, str] = {}
+        self.held: set[str] = set()
+        self.services: dict[str, Service] = {}
+        self.sysctl: dict[str, str] = {}
+        self.joins: list[dict] = []
+        self.join_error: str | None = None
+        self.kubelet_enabled_on_install = True
+        self._kubeadm: dict[str, Handler] = {
+            "join": self._kubeadm_join,
+            "reset": self._kubeadm_reset,
+            "version": self._kubeadm_version,
+        }
+        self.write("/etc/hostname", f"{hostname}\n")
+        self.write("/proc/swaps", "Filename\tType\tSize\tUsed\tPriority\n")
+        self.write(
+            "/etc/fstab", "LABEL=cloudimg-rootfs\t/\text4\tdiscard,errors=remount-ro\t0 1\n"
+        )
+        for program, handler in {
+            "dpkg-query": self._dpkg_query,
+            "apt-get": self._apt_get,
+            "apt-mark": self._apt_mark,
+            "curl": self._curl,
+            "gpg": self._gpg,
+            "systemctl": self._systemctl,
+            "modprobe": self._modprobe,
+            "sysctl": self._sysctl,
+            "swapoff": self._swapoff,
+            "hostname": lambda argv, _input: f"{self.hostname}\n",
+            "kubeadm": self._kubeadm_dispatch,
+        }.items():
+            self.on(program, handler)
+
+    # -- extension points -------------------------------------------------------------
+
+    def host(self) -> Host:
+        """A `Host` for the code under test."""
+        return self.runner.host()
+
+    def on(self, program: str, handler: Handler) -> None:
+        """Emulate another program, or replace one of the built-in handlers."""
+        program_package = PROGRAM_PACKAGES.get(program)
+        if program_package:
+            self.runner.on(program, self._needs_package(program_package, handler))
+        else:
+            self.runner.on(program, handler)
+
+    def on_kubeadm(self, subcommand: str, handler: Handler) -> None:
+        """Emulate `kubeadm <subcommand>` (e.g. `init`, `token`); gets the full argv."""
+        self._kubeadm[subcommand] = handler
+
+    def fail(self, prefix: str, *, returncode: int = 1, stderr: str = "", times: int = 1) -> None:
+        """Make the next `times` commands starting with `prefix` fail (see FakeRunner)."""
+        self.runner.fail(prefix, returncode=returncode, stderr=stderr, times=times)
+
+    def add_repository(self, base: str) -> None:
+        """Serve a pkgs.k8s.io-layout repository (every pinned minor) under `base`."""
+        for minor, version in kubeadm.RELEASES.items():
+            uri = f"{base.rstrip('/')}/core:/stable:/v{minor}/deb/"
+            self.remote[uri] = {pkg: {version} for pkg in ("kubeadm", "kubelet", "kubectl")}
+            self.urls[f"{uri}Release.key"] = ARMORED_KEY
+
+    def enable_swap(self) -> None:
+        """Give the machine an active swap file listed in /etc/fstab."""
+        self.write(
+            "/proc/swaps", "Filename\tType\tSize\tUsed\tPriority\n/swap.img\tfile\t4G\t0\t-2\n"
+        )
+        fstab = self.read("/etc/fstab") or ""
+        self.write("/etc/fstab", fstab + "/swap.img\tnone\tswap\tsw\t0\t0\n")
+
+    # -- inspection -------------------------------------------------------------------
+
+    @property
+    def calls(self):
+        """Every command run so far."""
+        return self.runner.calls
+
+    def lines(self, program: str | None = None) -> list[str]:
+        """Command lines run so far, optionally of one program (basename)."""
+        return self.runner.lines(program)
+
+    def mutations(self) -> list[str]:
+        """Command lines that changed the machine (read-only queries left out)."""
+        out = []
+        for call in self.runner.calls:
+            line = " ".join([os.path.basename(call.argv[0]), *call.argv[1:]])
+            if not line.startswith(READ_ONLY):
+                out.append(line)
+        return out
+
+    def path(self, absolute: str) -> Path:
+        """`absolute` under the machine's root."""
+        return self.root / absolute.lstrip("/")
+
+    def read(self, absolute: str) -> str | None:
+        """A file's text, or None."""
+        p = self.path(absolute)
+        return p.read_text() if p.exists() else None
+
+    def write(self, absolute: str, text: str, mode: int = 0o644) -> None:
+        """Put a file on the machine."""
+        p = self.path(absolute)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+        p.chmod(mode)
+
+    # -- programs ---------------------------------------------------------------------
+
+    def _needs_package(self, package: str, handler: Handler) -> Handler:
+        def run(argv: list[str], input: str | None) -> str:
+            if package not in self.dpkg:
+                raise _fail(argv, 127, f"{argv[0]}: command not found")
+            return handler(argv, input)
+
+        return run
+
+    def _dpkg_query(self, argv: list[str], _input: str | None) -> str:
+        package = argv[-1]
+        if package not in self.dpkg:
+            raise _fail(argv, 1, f"dpkg-query: no packages found matching {package}")
+        fmt = argv[argv.index("-f") + 1] if "-f" in argv else "${Package}\t${Version}\n"
+        return (
+            fmt.replace("${Status}", "install ok installed")
+            .replace("${Version}", self.dpkg[package])
+            .replace("${Package}", package)
+        )
+
+    def _apt_args(self, argv: list[str]) -> list[str]:
+        args, skip = [], False
+        for arg in argv[1:]:
+            if skip:
+                skip = False
+            elif arg == "-o":
+                skip = True
+            elif not arg.startswith("-"):
+                args.append(arg)
+        return args
+
+    def _apt_get(self, argv: list[str], _input: str | None) -> str:
+        args = self._apt_args(argv)
+        if args[:1] == ["update"]:
+            return self._apt_update(argv)
+        if args[:1] == ["install"]:
+            return self._apt_install(argv, args[1:])
+        raise _fail(argv, 100, f"E: fake apt-get does not handle {args[:1]}")
+
+    def _sources(self) -> list[tuple[str, str]]:
+        """(URI, Signed-By) of every deb822 source on the machine."""
+        out = []
+        directory = self.path(kubeadm.apt.SOURCES_DIR)
+        for f in sorted(directory.glob("*.sources")) if directory.is_dir() else []:
+            fields = dict(
+                line.split(": ", 1) for line in f.read_text().splitlines() if ": " in line
+            )
+            out.append((fields.get("URIs", ""), fields.get("Signed-By", "")))
+        return out
+
+    def _apt_update(self, argv: list[str]) -> str:
+        indexed = set()
+        for uri, key in self._sources():
+            if uri not in self.remote:
+                raise _fail(argv, 100, f"E: Failed to fetch {uri}InRelease  404  Not Found")
+            if not key or not self.path(key).exists():
+                raise _fail(argv, 100, f"E: The repository '{uri} InRelease' is not signed.")
+            indexed.add(uri)
+        self.indexed = indexed
+        return "Reading package lists... Done\n"
+
+    def available(self) -> dict[str, set[str]]:
+        """Package versions apt can install now."""
+        out = {name: set(versions) for name, versions in self.archive.items()}
+        for uri in self.indexed:
+            for name, versions in self.remote[uri].items():
+                out.setdefault(name, set()).update(versions)
+        return out
+
+    def _apt_install(self, argv: list[str], specs: list[str]) -> str:
+        available = self.available()
+        chosen = {}
+        for spec in specs:
+            name, _, version = spec.partition("=")
+            if name not in available:
+                raise _fail(argv, 100, f"E: Unable to locate package {name}")
+            if version and version not in available[name]:
+                raise _fail(argv, 100, f"E: Version '{version}' for '{name}' was not found")
+            chosen[name] = version or max(available[name])
+        changes_held = [n for n, v in chosen.items() if n in self.held and self.dpkg.get(n) != v]
+        if changes_held and "--allow-change-held-packages" not in argv:
+            raise _fail(
+                argv,
+                100,
+                "E: Held packages were changed and -y was used without "
+                "--allow-change-held-packages.",
+            )
+        for name, version in chosen.items():
+            self.dpkg[name] = version
+            if name in ("containerd", "kubelet"):
+                enabled = name != "kubelet" or self.kubelet_enabled_on_install
+                self.services.setdefault(name, Service(enabled=enabled, active=enabled))
+        return "".join(f"Setting up {n} ({v}) ...\n" for n, v in chosen.items())
+
+    def _apt_mark(self, argv: list[str], _input: str | None) -> str:
+        verb, names = argv[1], argv[2:]
+        if verb == "showhold":
+            return "".join(f"{n}\n" for n in sorted(self.held))
+        for name in names:
+            if name not in self.dpkg:
+                raise _fail(argv, 100, f"E: Unable to locate package {name}")
+        if verb == "hold":
+            self.held.update(names)
+            return "".join(f"{n} set on hold.\n" for n in names)
+        if verb == "unhold":
+            self.held.difference_update(names)
+            return "".join(f"Canceled hold on {n}.\n" for n in names)
+        raise _fail(argv, 100, f"E: fake apt-mark does not handle {verb}")
+
+    def _curl(self, argv: list[str], _input: str | None) -> str:
+        url = next(a for a in argv[1:] if not a.startswith("-"))
+        if url not in self.urls:
+            raise _fail(argv, 22, "curl: (22) The requested URL returned error: 404")
+        return self.urls[url]
+
+    def _gpg(self, argv: list[str], input: str | None) -> str:
+        if "--dearmor" not in argv or "-o" not in argv:
+            raise _fail(argv, 2, "gpg: fake handles only --dearmor -o FILE")
+        if not (input or "").startswith("-----BEGIN PGP PUBLIC KEY BLOCK-----"):
+            raise _fail(argv, 2, "gpg: no valid OpenPGP data found.")
+        out = Path(argv[argv.index("-o") + 1])
+        if not out.is_relative_to(self.root):
+            raise _fail(argv, 2, f"gpg: fake refuses to write outside the machine root: {out}")
+        out.write_bytes(b"\x99\x02" + hashlib.sha256(input.encode()).digest())
+        return ""
+
+    def _systemctl(self, argv: list[str], _input: str | None) -> str:
+        args = [a for a in argv[1:] if not a.startswith("-")]
+        verb, units = args[0], args[1:]
+        if verb == "daemon-reload":
+            return ""
+        for unit in units:
+            name = unit.removesuffix(".service")
+            service = self.services.get(name)
+            if service is None:
+                raise _fail(
+                    argv, 5 if verb != "is-enabled" else 1, f"Unit {name}.service not found."
+                )
+            if verb in ("is-enabled", "is-active"):
+                ok = service.enabled if verb == "is-enabled" else service.active
+                if not ok:
+                    raise _fail(argv, 1, "disabled" if verb == "is-enabled" else "inactive")
+            elif verb in ("restart", "start"):
+                service.active = True
+                service.restarts += verb == "restart"
+            elif verb == "stop":
+                service.active = False
+            elif verb in ("enable", "disable"):
+                service.enabled = verb == "enable"
+                if "--now" in argv:
+                    service.active = service.enabled
+            else:
+                raise _fail(argv, 1, f"fake systemctl does not handle {verb}")
+        return ""
+
+    def _modprobe(self, argv: list[str], _input: str | None) -> str:
+        self.path(f"/sys/module/{argv[-1]}").mkdir(parents=True, exist_ok=True)
+        return ""
+
+    def _sysctl(self, argv: list[str], _input: str | None) -> str:
+        if argv[1:] != ["--system"]:
+            raise _fail(argv, 1, "fake sysctl handles only --system")
+        directory = self.path("/etc/sysctl.d")
+        for f in sorted(directory.glob("*.conf")) if directory.is_dir() else []:
+            for line in f.read_text().splitlines():
+                if "=" in line and not line.lstrip().startswith("#"):
+                    key, value = (part.strip() for part in line.split("=", 1))
+                    self.sysctl[key] = value
+        return ""
+
+    def _swapoff(self, argv: list[str], _input: str | None) -> str:
+        self.write("/proc/swaps", "Filename\tType\tSize\tUsed\tPriority\n")
+        return ""
+
+    def _kubeadm_dispatch(self, argv: list[str], input: str | None) -> str:
+        handler = self._kubeadm.get(argv[1] if len(argv) > 1 else "")
+        if handler is None:
+            raise _fail(argv, 1, f"fake kubeadm does not handle {argv[1:2]}")
+        return handler(argv, input)
+
+    def _kubeadm_version(self, argv: list[str], _input: str | None) -> str:
+        return f"v{self.dpkg['kubeadm'].split('-')[0]}\n"
+
+    def _kubeadm_join(self, argv: list[str], _input: str | None) -> str:
+        config_path = Path(argv[argv.index("--config") + 1])
+        real = self.path(str(config_path))
+        if not real.exists():
+            raise _fail(argv, 1, f"unable to read config from {config_path}")
+        if real.stat().st_mode & 0o077:
+            raise _fail(argv, 1, f"fake: {config_path} must not be readable by others")
+        config = yaml.safe_load(real.read_text())
+        if config.get("kind") != "JoinConfiguration":
+            raise _fail(argv, 1, "no JoinConfiguration kind was found in the YAML file")
+        self.joins.append(config)
+        if self.join_error:
+            raise _fail(argv, 1, f"error execution phase preflight: {self.join_error}")
+        self.write("/etc/kubernetes/pki/ca.crt", "-----BEGIN CERTIFICATE-----\nfake\n")
+        self.write(kubeadm.KUBELET_CONF, "apiVersion: v1\nkind: Config\n# kubelet client cert\n")
+        return "This node has joined the cluster\n"
+
+    def _kubeadm_reset(self, argv: list[str], _input: str | None) -> str:
+        etc = self.path("/etc/kubernetes")
+        if etc.is_dir():
+            for entry in etc.iterdir():
+                if entry.name == "manifests":
+                    for manifest in entry.iterdir():
+                        manifest.unlink()
+                elif entry.is_dir():
+                    shutil.rmtree(entry)
+                else:
+                    entry.unlink()
+        return "The reset process does not clean CNI configuration.\n"

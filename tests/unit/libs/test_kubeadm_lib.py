@@ -1,0 +1,372 @@
+import datetime
+import hashlib
+import os
+import subprocess
+
+import pytest
+
+from charms.gpu_k8s.v0 import apt, kubeadm
+from charms.gpu_k8s.v0.kubeadm import JoinMaterial
+
+TOKEN = "abcdef.0123456789abcdef"
+CERT_KEY = "f" * 64
+CA_HASH = "sha256:" + "a" * 64
+
+
+def material(**overrides):
+    fields = {"endpoint": "10.0.0.10:6443", "ca_cert_hash": CA_HASH, "token": TOKEN}
+    fields.update(overrides)
+    return JoinMaterial(**fields)
+
+
+def installed(machine, minor="1.33"):
+    kubeadm.install(machine.host(), minor, mirror=None, with_kubectl=False)
+    return machine
+
+
+# -- packages -------------------------------------------------------------------------
+
+
+def test_release_table_pins_every_minor_to_a_pkgs_k8s_io_revision():
+    assert kubeadm.DEFAULT_MINOR in kubeadm.RELEASES
+    for minor, version in kubeadm.RELEASES.items():
+        assert version.startswith(minor + ".")
+        assert version.endswith("-1.1")
+
+
+def test_package_source_upstream_and_mirror():
+    assert kubeadm.package_source("1.33", None) == (
+        "https://pkgs.k8s.io/core:/stable:/v1.33/deb/",
+        "https://pkgs.k8s.io/core:/stable:/v1.33/deb/Release.key",
+    )
+    uri, key = kubeadm.package_source("1.34", "http://mirror.internal/k8s/")
+    assert uri == "http://mirror.internal/k8s/core:/stable:/v1.34/deb/"
+    assert key == uri + "Release.key"
+
+
+@pytest.mark.parametrize(
+    ("minor", "mirror", "message"),
+    [
+        ("1.20", None, "not supported; use one of 1.32, 1.33"),
+        ("v1.33", None, "not supported"),
+        ("1.33", "ftp://mirror", "must be an http:// or https:// URL"),
+        ("1.33", "mirror.example", "must be an http:// or https:// URL"),
+    ],
+)
+def test_bad_version_or_mirror_is_refused(minor, mirror, message):
+    with pytest.raises(ValueError, match=message):
+        kubeadm.package_source(minor, mirror)
+
+
+def test_install_pins_holds_and_enables_kubelet(machine):
+    machine.kubelet_enabled_on_install = False
+
+    assert kubeadm.install(machine.host(), "1.33", mirror=None, with_kubectl=False)
+
+    assert machine.dpkg == {"kubeadm": "1.33.10-1.1", "kubelet": "1.33.10-1.1"}
+    assert machine.held == {"kubeadm", "kubelet"}
+    assert machine.services["kubelet"].enabled
+    assert kubeadm.installed_minor(machine.host()) == "1.33"
+
+
+def test_install_with_kubectl(machine):
+    kubeadm.install(machine.host(), "1.34", mirror=None, with_kubectl=True)
+
+    assert machine.dpkg["kubectl"] == "1.34.9-1.1"
+    assert "kubectl" in machine.held
+
+
+def test_install_twice_runs_no_mutation_the_second_time(machine):
+    installed(machine)
+    before = len(machine.mutations())
+
+    assert not kubeadm.install(machine.host(), "1.33", mirror=None, with_kubectl=False)
+    assert machine.mutations()[before:] == []
+
+
+def test_install_from_a_mirror(machine):
+    machine.add_repository("https://mirror.internal/k8s")
+
+    kubeadm.install(
+        machine.host(), "1.33", mirror="https://mirror.internal/k8s", with_kubectl=False
+    )
+
+    source = machine.read("/etc/apt/sources.list.d/kubernetes.sources")
+    assert "URIs: https://mirror.internal/k8s/core:/stable:/v1.33/deb/" in source
+    assert machine.lines("curl") == [
+        "/usr/bin/curl -fsSL https://mirror.internal/k8s/core:/stable:/v1.33/deb/Release.key"
+    ]
+    assert machine.dpkg["kubeadm"] == "1.33.10-1.1"
+
+
+def test_changing_minor_moves_the_source_and_the_pins(machine):
+    installed(machine, "1.33")
+
+    kubeadm.install(machine.host(), "1.34", mirror=None, with_kubectl=False)
+
+    assert machine.dpkg["kubelet"] == "1.34.9-1.1"
+    assert kubeadm.installed_minor(machine.host()) == "1.34"
+
+
+def test_unreachable_mirror_raises_apt_error(machine):
+    with pytest.raises(apt.AptError) as err:
+        kubeadm.install(machine.host(), "1.33", mirror="https://down.example", with_kubectl=False)
+
+    assert err.value.package == "kubernetes"
+    assert "kubeadm" not in machine.dpkg
+
+
+def test_installed_minor_none_before_install(machine):
+    assert kubeadm.installed_minor(machine.host()) is None
+
+
+# -- join material --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"endpoint": "https://10.0.0.10:6443"}, "must be host:port"),
+        ({"endpoint": "10.0.0.10"}, "must be host:port"),
+        ({"endpoint": "10.0.0.10:70000"}, "invalid port"),
+        ({"ca_cert_hash": "a" * 64}, "CA cert hash"),
+        ({"token": "ABCDEF.0123456789ABCDEF"}, "bootstrap token is malformed"),
+        ({"token": "abcdef0123456789abcdef"}, "bootstrap token is malformed"),
+        ({"certificate_key": "xyz"}, "certificate key is malformed"),
+    ],
+)
+def test_malformed_join_material_is_refused_without_echoing_secrets(overrides, message):
+    with pytest.raises(ValueError, match=message) as err:
+        material(**overrides)
+
+    for secret in (overrides.get("token"), overrides.get("certificate_key")):
+        if secret:
+            assert secret not in str(err.value)
+
+
+def test_join_material_repr_hides_secrets():
+    text = repr(material(certificate_key=CERT_KEY))
+
+    assert TOKEN not in text
+    assert CERT_KEY not in text
+    assert "10.0.0.10:6443" in text
+
+
+def test_ipv6_endpoint_is_accepted():
+    assert material(endpoint="[fd00::1]:6443").endpoint == "[fd00::1]:6443"
+
+
+# -- join / reset ---------------------------------------------------------------------
+
+
+def test_join_renders_config_runs_kubeadm_and_removes_the_file(machine):
+    installed(machine)
+
+    joined = kubeadm.join(
+        machine.host(),
+        material(),
+        node_name="ip-10-0-1-17",
+        labels={"pool": "cpu", "example.com/team": "ml"},
+        control_plane=False,
+    )
+
+    assert joined
+    assert kubeadm.is_joined(machine.host())
+    assert machine.lines("kubeadm") == [f"/usr/bin/kubeadm join --config {kubeadm.JOIN_CONFIG}"]
+    assert not machine.path(kubeadm.JOIN_CONFIG).exists()
+    [config] = machine.joins
+    assert config["apiVersion"] == "kubeadm.k8s.io/v1beta4"
+    assert config["kind"] == "JoinConfiguration"
+    assert config["discovery"]["bootstrapToken"] == {
+        "apiServerEndpoint": "10.0.0.10:6443",
+        "token": TOKEN,
+        "caCertHashes": [CA_HASH],
+    }
+    assert config["nodeRegistration"]["name"] == "ip-10-0-1-17"
+    assert config["nodeRegistration"]["criSocket"] == "unix:///run/containerd/containerd.sock"
+    assert config["nodeRegistration"]["kubeletExtraArgs"] == [
+        {"name": "node-labels", "value": "example.com/team=ml,pool=cpu"}
+    ]
+    assert "controlPlane" not in config
+
+
+def test_join_never_puts_secrets_on_a_command_line(machine):
+    installed(machine)
+
+    kubeadm.join(
+        machine.host(),
+        material(certificate_key=CERT_KEY),
+        node_name="n",
+        labels={},
+        control_plane=True,
+    )
+
+    for call in machine.calls:
+        text = call.line + (call.input or "")
+        assert TOKEN not in text and "0123456789abcdef" not in text and CERT_KEY not in text
+
+
+def test_control_plane_join_carries_the_certificate_key(machine):
+    installed(machine)
+
+    kubeadm.join(
+        machine.host(),
+        material(certificate_key=CERT_KEY),
+        node_name="cp-2",
+        labels={},
+        control_plane=True,
+        advertise_address="10.0.0.12",
+    )
+
+    [config] = machine.joins
+    assert config["controlPlane"] == {
+        "certificateKey": CERT_KEY,
+        "localAPIEndpoint": {"advertiseAddress": "10.0.0.12"},
+    }
+    assert "kubeletExtraArgs" not in config["nodeRegistration"]
+
+
+def test_control_plane_join_without_certificate_key_is_refused(machine):
+    installed(machine)
+
+    with pytest.raises(ValueError, match="certificate key"):
+        kubeadm.join(machine.host(), material(), node_name="n", labels={}, control_plane=True)
+
+    assert machine.lines("kubeadm") == []
+
+
+def test_join_twice_joins_once(machine):
+    installed(machine)
+    kubeadm.join(machine.host(), material(), node_name="n", labels={}, control_plane=False)
+
+    assert not kubeadm.join(
+        machine.host(), material(), node_name="n", labels={}, control_plane=False
+    )
+    assert len(machine.lines("kubeadm")) == 1
+
+
+def test_failed_join_raises_without_secrets_and_removes_the_file(machine):
+    installed(machine)
+    machine.join_error = f"couldn't validate the identity of the API Server with token {TOKEN}"
+
+    with pytest.raises(kubeadm.KubeadmError) as err:
+        kubeadm.join(machine.host(), material(), node_name="n", labels={}, control_plane=False)
+
+    assert "couldn't validate the identity" in str(err.value)
+    assert TOKEN not in str(err.value)
+    assert not machine.path(kubeadm.JOIN_CONFIG).exists()
+    assert not kubeadm.is_joined(machine.host())
+
+
+def test_join_after_a_half_done_join_resets_first(machine):
+    installed(machine)
+    machine.write("/etc/kubernetes/bootstrap-kubelet.conf", "left over")
+
+    kubeadm.join(machine.host(), material(), node_name="n", labels={}, control_plane=False)
+
+    assert [line.split()[1] for line in machine.lines("kubeadm")] == ["reset", "join"]
+    assert kubeadm.is_joined(machine.host())
+
+
+def test_reset_undoes_the_join_and_clears_cni_config(machine):
+    installed(machine)
+    kubeadm.join(machine.host(), material(), node_name="n", labels={}, control_plane=False)
+    machine.write("/etc/cni/net.d/10-flannel.conflist", "{}")
+
+    assert kubeadm.reset(machine.host())
+
+    assert not kubeadm.is_joined(machine.host())
+    assert list(machine.path("/etc/cni/net.d").iterdir()) == []
+    assert machine.lines("kubeadm")[-1] == (
+        "/usr/bin/kubeadm reset --force --cri-socket unix:///run/containerd/containerd.sock"
+    )
+
+
+def test_reset_twice_runs_kubeadm_once(machine):
+    installed(machine)
+    kubeadm.join(machine.host(), material(), node_name="n", labels={}, control_plane=False)
+    kubeadm.reset(machine.host())
+
+    assert not kubeadm.reset(machine.host())
+    assert len([line for line in machine.lines("kubeadm") if " reset " in line]) == 1
+
+
+def test_reset_failure_raises_kubeadm_error(machine):
+    installed(machine)
+    kubeadm.join(machine.host(), material(), node_name="n", labels={}, control_plane=False)
+    machine.fail("/usr/bin/kubeadm reset", stderr="unmount failed: device busy")
+
+    with pytest.raises(kubeadm.KubeadmError, match="device busy"):
+        kubeadm.reset(machine.host())
+
+
+# -- identity -------------------------------------------------------------------------
+
+
+def test_node_name_is_the_lowercased_hostname(machine):
+    machine.write("/etc/hostname", "IP-10-0-1-17\n")
+
+    assert kubeadm.node_name(machine.host()) == "ip-10-0-1-17"
+    assert machine.lines("hostname") == []
+
+
+def test_node_name_falls_back_to_the_hostname_program(machine):
+    machine.write("/etc/hostname", "")
+    machine.hostname = "Worker-3"
+
+    assert kubeadm.node_name(machine.host()) == "worker-3"
+
+
+def _certificate():
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kubernetes")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
+    spki = key.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    return cert.public_bytes(serialization.Encoding.PEM).decode(), spki
+
+
+def test_ca_cert_hash_is_sha256_of_the_public_key_info():
+    pem, spki = _certificate()
+
+    assert kubeadm.ca_cert_hash(pem) == "sha256:" + hashlib.sha256(spki).hexdigest()
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/bin/openssl"), reason="needs openssl")
+def test_ca_cert_hash_matches_openssl():
+    pem, _ = _certificate()
+    pubkey = subprocess.run(
+        ["/usr/bin/openssl", "x509", "-pubkey", "-noout"],
+        input=pem.encode(),
+        capture_output=True,
+        check=True,
+    ).stdout
+    der = subprocess.run(
+        ["/usr/bin/openssl", "pkey", "-pubin", "-outform", "der"],
+        input=pubkey,
+        capture_output=True,
+        check=True,
+    ).stdout
+
+    assert kubeadm.ca_cert_hash(pem) == "sha256:" + hashlib.sha256(der).hexdigest()
+
+
+def test_ca_cert_hash_of_garbage_raises():
+    with pytest.raises(ValueError):
+        kubeadm.ca_cert_hash("not a certificate")
