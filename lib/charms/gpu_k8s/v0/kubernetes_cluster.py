@@ -1,0 +1,358 @@
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""The `kubernetes-cluster` interface: how workers join a control plane.
+
+The control plane (`ClusterProvider`, endpoint `workers`) publishes in its application
+databag where the API server is, the hash of its CA certificate, the Kubernetes version
+and the ID of a Juju secret. The secret (owned by the control-plane application and
+granted to every `workers` relation) holds what must stay secret: the bootstrap `token`
+for `kubeadm join` and a `kubeconfig` for the `gpu-k8s-worker` ServiceAccount, which a
+worker uses to label, drain and validate its own node.
+
+Each worker unit (`ClusterRequirer`, endpoint `cluster`) publishes its node name and,
+when it has NVIDIA GPUs, their inventory.
+
+Provider databag (application):
+
+    endpoint: https://10.0.0.1:6443
+    ca-cert-hash: sha256:<64 hex>
+    join-secret-id: secret://<model>/<id>
+    kubernetes-version: "1.33"
+
+Requirer databag (unit):
+
+    node-name: ip-10-0-0-7
+    gpu-inventory: '[{"model": "NVIDIA A10G", "count": 4, "memory-mib": 23028,
+                      "driver": "580.65", "cuda": "13.0", "mig-capable": false}]'
+
+A databag that does not validate is never a traceback: `ClusterRequirer.problem()` and
+`ClusterProvider.problems()` say what is wrong with which field so that the charm can
+report it in its status.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import logging
+import re
+from typing import Any
+
+import ops
+import pydantic
+
+LIBID = "5f724584087c4f3caa6d95ea68f42ceb"
+LIBAPI = 0
+LIBPATCH = 1
+
+logger = logging.getLogger(__name__)
+
+SECRET_LABEL = "kubernetes-cluster-join"
+TOKEN_PATTERN = re.compile(r"^[a-z0-9]{6}\.[a-z0-9]{16}$")
+_CA_HASH = re.compile(r"^sha256:[0-9a-f]{64}$")
+_VERSION = re.compile(r"^\d+\.\d+(\.\d+)?$")
+_NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+class _Bag(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+
+    def dump(self) -> dict[str, str]:
+        """Return the databag form: dashed keys, string values, unset fields left out."""
+        out: dict[str, str] = {}
+        for key, value in self.model_dump(by_alias=True, exclude_none=True).items():
+            out[key] = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+        return out
+
+
+def _explain(error: pydantic.ValidationError) -> str:
+    first = error.errors()[0]
+    field = ".".join(str(p) for p in first["loc"]) or "databag"
+    if first["type"] == "missing":
+        return f"{field} is missing"
+    return f"{field} is invalid ({first['msg'].removeprefix('Value error, ')})"
+
+
+class GpuInfo(_Bag):
+    """One kind of GPU on a worker node."""
+
+    model: str = pydantic.Field(min_length=1)
+    count: int = pydantic.Field(ge=1)
+    memory_mib: int | None = pydantic.Field(default=None, alias="memory-mib", ge=0)
+    driver: str | None = None
+    cuda: str | None = None
+    mig_capable: bool = pydantic.Field(default=False, alias="mig-capable")
+
+
+class ProviderAppData(_Bag):
+    """What the control plane publishes in its application databag."""
+
+    endpoint: str
+    ca_cert_hash: str = pydantic.Field(alias="ca-cert-hash")
+    join_secret_id: str = pydantic.Field(alias="join-secret-id", min_length=1)
+    kubernetes_version: str = pydantic.Field(alias="kubernetes-version")
+
+    @pydantic.field_validator("endpoint")
+    @classmethod
+    def _https(cls, value: str) -> str:
+        if not re.match(r"^https://[A-Za-z0-9.\-\[\]:]+(:\d+)?/?$", value):
+            raise ValueError("must be an https URL such as https://10.0.0.1:6443")
+        return value
+
+    @pydantic.field_validator("ca_cert_hash")
+    @classmethod
+    def _hash(cls, value: str) -> str:
+        if not _CA_HASH.match(value):
+            raise ValueError("must be sha256: followed by 64 lowercase hex digits")
+        return value
+
+    @pydantic.field_validator("kubernetes_version")
+    @classmethod
+    def _version(cls, value: str) -> str:
+        if not _VERSION.match(value):
+            raise ValueError("must be a version such as 1.33")
+        return value
+
+
+class RequirerUnitData(_Bag):
+    """What each worker unit publishes in its unit databag."""
+
+    node_name: str = pydantic.Field(alias="node-name", max_length=253)
+    gpu_inventory: list[GpuInfo] | None = pydantic.Field(default=None, alias="gpu-inventory")
+
+    @pydantic.field_validator("node_name")
+    @classmethod
+    def _node(cls, value: str) -> str:
+        if not _NODE_NAME.match(value):
+            raise ValueError("must be a lowercase DNS-1123 name")
+        return value
+
+    @pydantic.field_validator("gpu_inventory", mode="before")
+    @classmethod
+    def _json(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                return json.loads(value)
+            except json.JSONDecodeError:
+                raise ValueError("must be a JSON list") from None
+        return value
+
+
+@dataclasses.dataclass(frozen=True)
+class JoinInfo:
+    """Everything a worker needs to join, read from the databag and the secret."""
+
+    endpoint: str
+    ca_cert_hash: str
+    kubernetes_version: str
+    token: str = dataclasses.field(repr=False)
+    kubeconfig: str = dataclasses.field(repr=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerInfo:
+    """A worker unit as the control plane sees it."""
+
+    unit: str
+    node_name: str
+    gpus: tuple[GpuInfo, ...] = ()
+
+    @property
+    def gpu_count(self) -> int:
+        """Total number of GPUs on this worker."""
+        return sum(g.count for g in self.gpus)
+
+
+class ClusterProvider(ops.Object):
+    """The control-plane side: publishes join material and reads the workers."""
+
+    def __init__(self, charm: ops.CharmBase, relation_name: str = "workers"):
+        super().__init__(charm, relation_name)
+        self.charm = charm
+        self.relation_name = relation_name
+        self._problems: list[str] = []
+
+    @property
+    def relations(self) -> list[ops.Relation]:
+        """The active relations of this endpoint."""
+        return list(self.model.relations.get(self.relation_name, ()))
+
+    def publish(
+        self,
+        endpoint: str,
+        ca_cert_hash: str,
+        version: str,
+        token: str,
+        kubeconfig: str,
+        *,
+        expire: datetime.datetime | None = None,
+    ) -> ops.Secret:
+        """Publish join material to every related worker application (leader only).
+
+        The secret is created once; its content (and `expire`) changes only when the
+        token or kubeconfig changed; it is granted to relations that do not carry its
+        ID yet. Returns the secret so the caller can remember its ID.
+
+        Raises:
+            ValueError: a value does not fit the interface (nothing is published).
+        """
+        if not TOKEN_PATTERN.match(token):
+            raise ValueError("token is not a kubeadm bootstrap token")
+        content = {"token": token, "kubeconfig": kubeconfig}
+        try:
+            secret = self.model.get_secret(label=SECRET_LABEL)
+            if secret.peek_content() != content:
+                secret.set_content(content)
+                if expire is not None:
+                    secret.set_info(expire=expire)
+        except ops.SecretNotFoundError:
+            secret = self.charm.app.add_secret(
+                content,
+                label=SECRET_LABEL,
+                description="kubeadm bootstrap token and worker kubeconfig",
+                expire=expire,
+            )
+        secret_id = secret.id or secret.get_info().id
+        try:
+            bag = ProviderAppData.model_validate(
+                {
+                    "endpoint": endpoint,
+                    "ca-cert-hash": ca_cert_hash,
+                    "join-secret-id": secret_id,
+                    "kubernetes-version": version,
+                }
+            ).dump()
+        except pydantic.ValidationError as e:
+            raise ValueError(_explain(e)) from None
+        for relation in self.relations:
+            data = relation.data[self.charm.app]
+            if data.get("join-secret-id") != secret_id:
+                secret.grant(relation)
+            if dict(data) != bag:
+                data.update(bag)
+        return secret
+
+    def read_worker(
+        self, relation: ops.Relation, unit: ops.Unit
+    ) -> tuple[WorkerInfo | None, str | None]:
+        """One worker unit's data: (info, None), (None, why it is invalid) or (None, None).
+
+        Reads only this unit's databag, so a hook about one worker stays cheap however
+        many workers there are.
+        """
+        raw = relation.data[unit]
+        if not raw.get("node-name"):
+            return None, None  # not joined yet
+        try:
+            bag = RequirerUnitData.model_validate(dict(raw))
+        except pydantic.ValidationError as e:
+            return None, f"{unit.name}: {_explain(e)}"
+        return WorkerInfo(unit.name, bag.node_name, tuple(bag.gpu_inventory or ())), None
+
+    def workers(self) -> list[WorkerInfo]:
+        """Every worker unit that published a valid node name; see `problems()`.
+
+        This reads every unit's databag: prefer `read_worker` in hooks about one unit.
+        """
+        workers: list[WorkerInfo] = []
+        problems: list[str] = []
+        for relation in self.relations:
+            for unit in sorted(relation.units, key=lambda u: int(u.name.split("/")[1])):
+                info, problem = self.read_worker(relation, unit)
+                if info is not None:
+                    workers.append(info)
+                if problem is not None:
+                    problems.append(problem)
+        self._problems = problems
+        return workers
+
+    def problems(self) -> list[str]:
+        """Why some worker units were skipped by the last `workers()` call."""
+        return list(self._problems)
+
+    def clear(self) -> None:
+        """Remove the join secret (when the control plane is being removed)."""
+        try:
+            self.model.get_secret(label=SECRET_LABEL).remove_all_revisions()
+        except ops.SecretNotFoundError:
+            pass
+
+
+class ClusterRequirer(ops.Object):
+    """The worker side: reads join material and publishes the node."""
+
+    def __init__(self, charm: ops.CharmBase, relation_name: str = "cluster"):
+        super().__init__(charm, relation_name)
+        self.charm = charm
+        self.relation_name = relation_name
+
+    @property
+    def relation(self) -> ops.Relation | None:
+        """The relation to the control plane, if any."""
+        relations = self.model.relations.get(self.relation_name, ())
+        return relations[0] if relations else None
+
+    def _read(self) -> tuple[JoinInfo | None, str | None]:
+        relation = self.relation
+        if relation is None:
+            return None, "not related to a control plane: integrate with kubernetes-control-plane"
+        if relation.app is None:
+            return None, "waiting for the control plane application"
+        raw = dict(relation.data[relation.app])
+        if not raw:
+            return None, "waiting for the control plane to publish join material"
+        try:
+            bag = ProviderAppData.model_validate(raw)
+        except pydantic.ValidationError as e:
+            return None, f"control plane databag: {_explain(e)}"
+        try:
+            content = self.model.get_secret(id=bag.join_secret_id).get_content(refresh=True)
+        except ops.SecretNotFoundError:
+            return None, "waiting for access to the control plane's join secret"
+        except ops.ModelError:
+            return None, "waiting for access to the control plane's join secret"
+        token = content.get("token", "")
+        if not TOKEN_PATTERN.match(token) or not content.get("kubeconfig"):
+            return None, "control plane join secret is incomplete (token or kubeconfig)"
+        return (
+            JoinInfo(
+                endpoint=bag.endpoint,
+                ca_cert_hash=bag.ca_cert_hash,
+                kubernetes_version=bag.kubernetes_version,
+                token=token,
+                kubeconfig=content["kubeconfig"],
+            ),
+            None,
+        )
+
+    def join_material(self) -> JoinInfo | None:
+        """The join material, or None when it is not available (see `problem()`)."""
+        return self._read()[0]
+
+    def problem(self) -> str | None:
+        """Why join material is not available, or None when it is."""
+        return self._read()[1]
+
+    def publish_node(self, node_name: str, gpu_inventory: list[GpuInfo] | None = None) -> None:
+        """Publish this unit's node name and GPU inventory (written only when changed).
+
+        Raises:
+            ValueError: the node name or inventory does not fit the interface.
+        """
+        relation = self.relation
+        if relation is None:
+            return
+        try:
+            bag = RequirerUnitData.model_validate(
+                {"node-name": node_name, "gpu-inventory": gpu_inventory}
+            ).dump()
+        except pydantic.ValidationError as e:
+            raise ValueError(_explain(e)) from None
+        data = relation.data[self.charm.unit]
+        if "gpu-inventory" not in bag and "gpu-inventory" in data:
+            del data["gpu-inventory"]
+        for key, value in bag.items():
+            if data.get(key) != value:
+                data[key] = value

@@ -1,0 +1,168 @@
+"""The kube-api interface library: requests, policy, grants and refusals."""
+
+from __future__ import annotations
+
+import json
+
+import ops
+import pytest
+from ops import testing
+
+from charms.gpu_k8s.v0.kube_api import (
+    KubeApiProvider,
+    KubeApiRequirer,
+    RequirerAppData,
+    check_policy,
+)
+
+NODES = {"api-groups": [""], "resources": ["nodes"], "verbs": ["get", "list"]}
+PVS = {"api-groups": [""], "resources": ["persistentvolumes"], "verbs": ["create", "delete"]}
+
+
+class Consumer(ops.CharmBase):
+    def __init__(self, framework):
+        super().__init__(framework)
+        self.kube = KubeApiRequirer(
+            self,
+            "kube-api",
+            namespace="storage",
+            rules=[
+                {
+                    "api-groups": [""],
+                    "resources": ["persistentvolumeclaims"],
+                    "verbs": ["create", "get"],
+                }
+            ],
+            cluster_rules=[NODES, PVS],
+        )
+
+
+class Provider(ops.CharmBase):
+    def __init__(self, framework):
+        super().__init__(framework)
+        self.kube = KubeApiProvider(self, "kube-api")
+
+
+CONSUMER = {"name": "efs", "requires": {"kube-api": {"interface": "kube-api"}}}
+PROVIDER = {"name": "cp", "provides": {"kube-api": {"interface": "kube-api"}}}
+
+
+def test_requirer_publishes_request_as_leader_only():
+    ctx = testing.Context(Consumer, meta=CONSUMER)
+    rel = testing.Relation("kube-api")
+    out = ctx.run(ctx.on.relation_created(rel), testing.State(leader=True, relations=[rel]))
+    bag = out.get_relation(rel.id).local_app_data
+    assert bag["namespace"] == "storage"
+    assert json.loads(bag["cluster-rules"])[1] == {
+        "api-groups": [""],
+        "resources": ["persistentvolumes"],
+        "verbs": ["create", "delete"],
+    }
+    out = ctx.run(ctx.on.relation_created(rel), testing.State(leader=False, relations=[rel]))
+    assert out.get_relation(rel.id).local_app_data == {}
+
+
+@pytest.mark.parametrize(
+    ("remote", "problem"),
+    [
+        ({}, "waiting for the control plane to grant Kubernetes access"),
+        (
+            {"error": "cluster-rules: verb bind is not allowed"},
+            "control plane refused access: cluster-rules: verb bind is not allowed",
+        ),
+        (
+            {"endpoint": "https://x:6443", "kubeconfig-secret-id": "secret:cv0s5u7mp25c7ad9k7bg"},
+            "waiting for access to the kubeconfig secret",
+        ),
+    ],
+)
+def test_requirer_problem(remote, problem):
+    ctx = testing.Context(Consumer, meta=CONSUMER)
+    rel = testing.Relation("kube-api", remote_app_data=remote)
+    with ctx(ctx.on.update_status(), testing.State(relations=[rel])) as mgr:
+        assert mgr.charm.kube.problem() == problem
+        assert mgr.charm.kube.kubeconfig() is None
+
+
+def test_requirer_reads_granted_kubeconfig():
+    ctx = testing.Context(Consumer, meta=CONSUMER)
+    sec = testing.Secret({"kubeconfig": "apiVersion: v1\n"})
+    rel = testing.Relation(
+        "kube-api",
+        remote_app_data={
+            "endpoint": "https://x:6443",
+            "namespace": "storage",
+            "service-account": "efs",
+            "kubeconfig-secret-id": sec.id,
+        },
+    )
+    with ctx(ctx.on.update_status(), testing.State(relations=[rel], secrets=[sec])) as mgr:
+        assert mgr.charm.kube.problem() is None
+        assert mgr.charm.kube.kubeconfig() == "apiVersion: v1\n"
+        assert mgr.charm.kube.namespace() == "storage"
+
+
+def test_requirer_not_related():
+    ctx = testing.Context(Consumer, meta=CONSUMER)
+    with ctx(ctx.on.update_status(), testing.State()) as mgr:
+        assert mgr.charm.kube.problem().startswith("not related to kube-api")
+
+
+@pytest.mark.parametrize(
+    ("request_", "error"),
+    [
+        ({"namespace": "kube-system"}, "namespace kube-system is reserved"),
+        (
+            {
+                "namespace": "a",
+                "rules": [{"api-groups": [""], "resources": ["pods"], "verbs": ["*"]}],
+            },
+            "rules: wildcard '*' in verbs is not allowed",
+        ),
+        (
+            {
+                "namespace": "a",
+                "cluster-rules": [
+                    {"api-groups": [""], "resources": ["secrets"], "verbs": ["list"]}
+                ],
+            },
+            "secrets cannot be granted",
+        ),
+        (
+            {
+                "namespace": "a",
+                "rules": [{"api-groups": [""], "resources": ["pods"], "verbs": ["escalate"]}],
+            },
+            "verb escalate is not allowed",
+        ),
+        ({"namespace": "a", "cluster-rules": [NODES, PVS]}, None),
+    ],
+)
+def test_policy(request_, error):
+    got = check_policy(RequirerAppData.model_validate(request_))
+    assert (got is None) if error is None else error in got
+
+
+def test_provider_requests_grant_and_refuse():
+    ctx = testing.Context(Provider, meta=PROVIDER)
+    good = testing.Relation(
+        "kube-api",
+        remote_app_name="efs",
+        remote_app_data={"namespace": "storage", "cluster-rules": json.dumps([NODES])},
+    )
+    bad = testing.Relation(
+        "kube-api", remote_app_name="bad", remote_app_data={"namespace": "x", "rules": "not json"}
+    )
+    with ctx(ctx.on.update_status(), testing.State(leader=True, relations=[good, bad])) as mgr:
+        reqs = {r.app_name: r for r in mgr.charm.kube.requests()}
+        assert reqs["efs"].error is None and reqs["efs"].request.namespace == "storage"
+        assert reqs["bad"].error == "rules is invalid (must be a JSON list of rules)"
+        mgr.charm.kube.grant(reqs["efs"].relation, "https://x:6443", "storage", "efs", "KCFG")
+        mgr.charm.kube.refuse(reqs["bad"].relation, reqs["bad"].error)
+        out = mgr.run()
+    sec = next(s for s in out.secrets if s.label == f"kube-api-{good.id}")
+    assert sec.remote_grants == {good.id: {"efs"}}
+    assert "KCFG" not in json.dumps(out.get_relation(good.id).local_app_data)
+    assert out.get_relation(bad.id).local_app_data == {
+        "error": "rules is invalid (must be a JSON list of rules)"
+    }

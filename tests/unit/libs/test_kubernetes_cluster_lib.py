@@ -1,0 +1,161 @@
+"""The kubernetes-cluster interface library, both sides, through ops.testing."""
+
+from __future__ import annotations
+
+import json
+
+import ops
+import pytest
+from ops import testing
+
+from charms.gpu_k8s.v0.kubernetes_cluster import (
+    SECRET_LABEL,
+    ClusterProvider,
+    ClusterRequirer,
+    GpuInfo,
+)
+
+TOKEN = "abcdef.0123456789abcdef"
+HASH = "sha256:" + "0" * 64
+GPU = {
+    "model": "NVIDIA A10G",
+    "count": 4,
+    "memory-mib": 23028,
+    "driver": "580.65",
+    "cuda": "13.0",
+    "mig-capable": False,
+}
+
+
+class Worker(ops.CharmBase):
+    def __init__(self, framework):
+        super().__init__(framework)
+        self.cluster = ClusterRequirer(self, "cluster")
+
+
+class ControlPlane(ops.CharmBase):
+    def __init__(self, framework):
+        super().__init__(framework)
+        self.workers = ClusterProvider(self, "workers")
+
+
+WORKER_META = {"name": "worker", "requires": {"cluster": {"interface": "kubernetes-cluster"}}}
+CP_META = {"name": "cp", "provides": {"workers": {"interface": "kubernetes-cluster"}}}
+
+
+def worker_ctx():
+    return testing.Context(Worker, meta=WORKER_META)
+
+
+def provider_bag(secret_id: str, **overrides) -> dict:
+    bag = {
+        "endpoint": "https://10.0.0.5:6443",
+        "ca-cert-hash": HASH,
+        "join-secret-id": secret_id,
+        "kubernetes-version": "1.33",
+    }
+    bag.update(overrides)
+    return bag
+
+
+def requirer_view(state: testing.State):
+    ctx = worker_ctx()
+    with ctx(ctx.on.update_status(), state) as mgr:
+        return mgr.charm.cluster.join_material(), mgr.charm.cluster.problem()
+
+
+def test_requirer_without_relation_says_to_integrate():
+    material, problem = requirer_view(testing.State())
+    assert material is None
+    assert problem == "not related to a control plane: integrate with kubernetes-control-plane"
+
+
+def test_requirer_waits_for_empty_databag():
+    rel = testing.Relation("cluster")
+    assert requirer_view(testing.State(relations=[rel]))[1] == (
+        "waiting for the control plane to publish join material"
+    )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "problem"),
+    [
+        ({"ca-cert-hash": "md5:abc"}, "control plane databag: ca-cert-hash is invalid"),
+        ({"endpoint": "http://10.0.0.5:6443"}, "control plane databag: endpoint is invalid"),
+        ({"kubernetes-version": "latest"}, "control plane databag: kubernetes-version is invalid"),
+    ],
+)
+def test_requirer_names_the_malformed_field(overrides, problem):
+    sec = testing.Secret({"token": TOKEN, "kubeconfig": "k"})
+    rel = testing.Relation("cluster", remote_app_data=provider_bag(sec.id, **overrides))
+    material, got = requirer_view(testing.State(relations=[rel], secrets=[sec]))
+    assert material is None
+    assert got.startswith(problem)
+
+
+def test_requirer_with_missing_field():
+    rel = testing.Relation("cluster", remote_app_data={"endpoint": "https://10.0.0.5:6443"})
+    assert requirer_view(testing.State(relations=[rel]))[1] == (
+        "control plane databag: ca-cert-hash is missing"
+    )
+
+
+def test_requirer_waits_for_secret_access():
+    rel = testing.Relation("cluster", remote_app_data=provider_bag("secret:cv0s5u7mp25c7ad9k7bg"))
+    assert requirer_view(testing.State(relations=[rel]))[1] == (
+        "waiting for access to the control plane's join secret"
+    )
+
+
+def test_requirer_reads_join_material_from_secret():
+    sec = testing.Secret({"token": TOKEN, "kubeconfig": "apiVersion: v1\n"})
+    rel = testing.Relation("cluster", remote_app_data=provider_bag(sec.id))
+    material, problem = requirer_view(testing.State(relations=[rel], secrets=[sec]))
+    assert problem is None
+    assert material.token == TOKEN and material.endpoint == "https://10.0.0.5:6443"
+    assert TOKEN not in repr(material)
+
+
+def test_requirer_publishes_node_and_inventory_only_when_changed():
+    rel = testing.Relation("cluster")
+    ctx = worker_ctx()
+    with ctx(ctx.on.update_status(), testing.State(relations=[rel])) as mgr:
+        mgr.charm.cluster.publish_node("ip-10-0-0-7", [GpuInfo.model_validate(GPU)])
+        out = mgr.run()
+    data = out.get_relation(rel.id).local_unit_data
+    assert data["node-name"] == "ip-10-0-0-7"
+    assert json.loads(data["gpu-inventory"]) == [GPU]
+    with ctx(ctx.on.update_status(), out) as mgr:
+        mgr.charm.cluster.publish_node("ip-10-0-0-7")
+        out = mgr.run()
+    assert "gpu-inventory" not in out.get_relation(rel.id).local_unit_data
+    with ctx(ctx.on.update_status(), out) as mgr:
+        with pytest.raises(ValueError, match="node-name is invalid"):
+            mgr.charm.cluster.publish_node("Not A Name")
+
+
+def test_provider_publishes_and_grants_and_skips_bad_workers():
+    rel = testing.Relation(
+        "workers",
+        remote_app_name="w",
+        remote_units_data={
+            0: {"node-name": "n0", "gpu-inventory": json.dumps([GPU])},
+            1: {"node-name": "n1", "gpu-inventory": "[{}]"},
+            2: {},
+        },
+    )
+    ctx = testing.Context(ControlPlane, meta=CP_META)
+    with ctx(ctx.on.update_status(), testing.State(leader=True, relations=[rel])) as mgr:
+        p = mgr.charm.workers
+        with pytest.raises(ValueError, match="not a kubeadm bootstrap token"):
+            p.publish("https://10.0.0.5:6443", HASH, "1.33", "nope", "k")
+        p.publish("https://10.0.0.5:6443", HASH, "1.33", TOKEN, "kubeconfig-text")
+        workers = p.workers()
+        assert [(w.unit, w.node_name, w.gpu_count) for w in workers] == [("w/0", "n0", 4)]
+        assert p.problems() == ["w/1: gpu-inventory.0.model is missing"]
+        out = mgr.run()
+    sec = next(s for s in out.secrets if s.label == SECRET_LABEL)
+    assert sec.remote_grants == {rel.id: {"w"}}
+    bag = out.get_relation(rel.id).local_app_data
+    assert bag["join-secret-id"] == sec.id
+    assert TOKEN not in json.dumps(bag) and "kubeconfig-text" not in json.dumps(bag)
