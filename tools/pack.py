@@ -8,7 +8,8 @@ A charm in this repository is `charms/<name>/` plus the pieces it shares with ot
 the charm libraries under `lib/` it imports (found by following imports, so nothing has
 to be listed twice) and the `actions/` programs named in its pyproject.toml under
 `[tool.gpu-k8s] actions = [...]`. The charmcraft `uv` plugin ships only `src/` and
-`lib/`, so those programs are copied to `src/actions/` of the assembled charm.
+`lib/` (other files need a part of their own, such as a `dump` part), so those
+programs are copied to `src/actions/` of the assembled charm.
 
     python tools/pack.py                  # assemble and pack every charm
     python tools/pack.py --assemble-only  # assemble only (no LXD needed)
@@ -30,7 +31,7 @@ CHARMS = ROOT / "charms"
 LIB = ROOT / "lib"
 ACTIONS = ROOT / "actions"
 BUILD = ROOT / "build"
-CHARM_FILES = ("charmcraft.yaml", "pyproject.toml", "uv.lock", "LICENSE")
+IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", "*.charm", ".venv", "build")
 
 
 def charm_names() -> list[str]:
@@ -83,12 +84,9 @@ def assemble(charm: str, build: Path = BUILD) -> Path:
     target = build / charm
     if target.exists():
         shutil.rmtree(target)
-    target.mkdir(parents=True)
-    for name in CHARM_FILES:
-        src = source / name if (source / name).exists() else ROOT / name
-        if src.exists():
-            shutil.copy2(src, target / name)
-    shutil.copytree(source / "src", target / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(source, target, ignore=IGNORED)
+    if not (target / "LICENSE").exists():
+        shutil.copy2(ROOT / "LICENSE", target / "LICENSE")
     for lib in libraries_used(charm):
         dest = target / lib.relative_to(ROOT)
         dest.parent.mkdir(parents=True, exist_ok=True)

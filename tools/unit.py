@@ -43,7 +43,7 @@ def main(argv: list[str]) -> int:
         if selected and suite.name not in selected:
             continue
         env = {**os.environ, "PYTHONPATH": python_path(suite)}
-        command = [sys.executable, "-m", "pytest", str(suite), "--import-mode=importlib", *extra]
+        command = [sys.executable, "-m", "pytest", str(suite), *extra]
         print(f"==> {suite.relative_to(ROOT)}", flush=True)
         if subprocess.run(command, env=env, cwd=ROOT).returncode != 0:
             failed.append(suite.name)
