@@ -1,0 +1,217 @@
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""Bootstrapping the control plane with kubeadm: init, tokens, certificate uploads.
+
+No ops imports: functions take a `Host` and plain data. Secret values (bootstrap tokens,
+the certificate key) are passed in and out but never logged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import ipaddress
+import logging
+import re
+import secrets
+import string
+
+import yaml
+from literals import (
+    ADMIN_CONF,
+    ADMISSION_PLUGINS,
+    API_PORT,
+    CA_CERT,
+    INIT_CONFIG,
+    KUBEADM,
+)
+
+from charms.gpu_k8s.v0.system import CommandError, Host
+
+logger = logging.getLogger(__name__)
+
+TOKEN_RE = re.compile(r"^[a-z0-9]{6}\.[a-z0-9]{16}$")
+_ALPHABET = string.ascii_lowercase + string.digits
+CRI_SOCKET = "unix:///run/containerd/containerd.sock"
+
+
+class BootstrapError(Exception):
+    """A kubeadm step failed; the message carries kubeadm's last error line."""
+
+
+@dataclasses.dataclass(frozen=True)
+class InitSpec:
+    """What `kubeadm init` needs to know."""
+
+    node_name: str
+    advertise_address: str
+    control_plane_endpoint: str
+    kubernetes_version: str
+    pod_cidr: str
+    service_cidr: str
+
+
+def generate_token() -> str:
+    """A new random bootstrap token `[a-z0-9]{6}.[a-z0-9]{16}`."""
+    head = "".join(secrets.choice(_ALPHABET) for _ in range(6))
+    tail = "".join(secrets.choice(_ALPHABET) for _ in range(16))
+    return f"{head}.{tail}"
+
+
+def generate_certificate_key() -> str:
+    """A new key for encrypting uploaded control-plane certificates (32 bytes, hex)."""
+    return secrets.token_hex(32)
+
+
+def endpoint_host(address: str) -> str:
+    """`address` as it goes into `host:port` (IPv6 addresses in brackets)."""
+    try:
+        if ipaddress.ip_address(address).version == 6:
+            return f"[{address}]"
+    except ValueError:
+        pass
+    return address
+
+
+def render_init_config(spec: InitSpec, *, token: str, ttl_hours: int, certificate_key: str) -> str:
+    """Return the kubeadm v1beta4 InitConfiguration + ClusterConfiguration documents.
+
+    The first bootstrap token and the certificate key go into the file because kubeadm
+    refuses `--certificate-key` together with `--config`; the file is mode 0600 and is
+    removed once `kubeadm init` succeeded.
+    """
+    init = {
+        "apiVersion": "kubeadm.k8s.io/v1beta4",
+        "kind": "InitConfiguration",
+        "bootstrapTokens": [
+            {
+                "token": token,
+                "ttl": f"{ttl_hours}h0m0s",
+                "description": "gpu-k8s join token",
+                "usages": ["signing", "authentication"],
+                "groups": ["system:bootstrappers:kubeadm:default-node-token"],
+            }
+        ],
+        "certificateKey": certificate_key,
+        "localAPIEndpoint": {"advertiseAddress": spec.advertise_address, "bindPort": API_PORT},
+        "nodeRegistration": {"name": spec.node_name, "criSocket": CRI_SOCKET},
+    }
+    cluster = {
+        "apiVersion": "kubeadm.k8s.io/v1beta4",
+        "kind": "ClusterConfiguration",
+        "kubernetesVersion": spec.kubernetes_version,
+        "controlPlaneEndpoint": spec.control_plane_endpoint,
+        "networking": {"podSubnet": spec.pod_cidr, "serviceSubnet": spec.service_cidr},
+        "apiServer": {
+            "extraArgs": [
+                {"name": "enable-admission-plugins", "value": ",".join(ADMISSION_PLUGINS)}
+            ]
+        },
+    }
+    return yaml.safe_dump_all([init, cluster], sort_keys=False)
+
+
+def _last_line(error: CommandError) -> str:
+    lines = [line for line in error.stderr.splitlines() if line.strip()]
+    return lines[-1].strip() if lines else f"exit status {error.returncode}"
+
+
+def is_bootstrapped(host: Host) -> bool:
+    """Whether this machine already runs a control plane (kubeadm wrote admin.conf)."""
+    return host.path(ADMIN_CONF).exists()
+
+
+def init(host: Host, config: str) -> None:
+    """Run `kubeadm init` with `config` (does nothing when already bootstrapped).
+
+    Raises:
+        BootstrapError: kubeadm failed (nothing is left half-configured by us: kubeadm
+            is reset so that the next attempt starts clean).
+    """
+    if is_bootstrapped(host):
+        return
+    host.write(INIT_CONFIG, config, mode=0o600)
+    try:
+        host.run(
+            KUBEADM,
+            "init",
+            "--config",
+            INIT_CONFIG,
+            "--upload-certs",
+            "--skip-token-print",
+            timeout=900,
+        )
+    except CommandError as e:
+        try:
+            host.run(KUBEADM, "reset", "--force")
+        except CommandError:
+            logger.warning("kubeadm reset after a failed init failed too")
+        raise BootstrapError(f"kubeadm init failed: {_last_line(e)}") from None
+    finally:
+        host.path(INIT_CONFIG).unlink(missing_ok=True)
+
+
+def create_token(host: Host, ttl_hours: int) -> str:
+    """Create a bootstrap token valid for `ttl_hours` and return it."""
+    try:
+        out = host.run(
+            KUBEADM,
+            "token",
+            "create",
+            "--ttl",
+            f"{ttl_hours}h",
+            "--description",
+            "gpu-k8s join token",
+            "--kubeconfig",
+            ADMIN_CONF,
+        )
+    except CommandError as e:
+        raise BootstrapError(f"kubeadm token create failed: {_last_line(e)}") from None
+    lines = [line.strip() for line in out.splitlines() if line.strip()]
+    if not lines or not TOKEN_RE.match(lines[-1]):
+        raise BootstrapError("kubeadm token create printed no token")
+    return lines[-1]
+
+
+def delete_token(host: Host, token: str) -> None:
+    """Delete a bootstrap token by its public ID; an unknown token is not an error."""
+    token_id = token.split(".", 1)[0]
+    try:
+        host.run(KUBEADM, "token", "delete", token_id, "--kubeconfig", ADMIN_CONF)
+    except CommandError as e:
+        if "not found" not in e.stderr:
+            raise BootstrapError(f"kubeadm token delete failed: {_last_line(e)}") from None
+
+
+def upload_certs(host: Host, certificate_key: str) -> None:
+    """(Re-)upload the control-plane certificates encrypted with `certificate_key`."""
+    try:
+        host.run(
+            KUBEADM,
+            "init",
+            "phase",
+            "upload-certs",
+            "--upload-certs",
+            "--certificate-key",
+            certificate_key,
+            "--kubeconfig",
+            ADMIN_CONF,
+        )
+    except CommandError as e:
+        raise BootstrapError(f"kubeadm upload-certs failed: {_last_line(e)}") from None
+
+
+def read_ca(host: Host) -> str | None:
+    """The cluster CA certificate (PEM), or None before bootstrap."""
+    return host.read(CA_CERT)
+
+
+def read_admin_kubeconfig(host: Host) -> str | None:
+    """The admin kubeconfig kubeadm wrote, or None before bootstrap/join."""
+    return host.read(ADMIN_CONF)
+
+
+def token_expiry(now: datetime.datetime, ttl_hours: int) -> datetime.datetime:
+    """When a token created at `now` with `ttl_hours` expires."""
+    return now + datetime.timedelta(hours=ttl_hours)

@@ -1,0 +1,808 @@
+#!/usr/bin/env python3
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""The kubernetes-control-plane charm: kubeadm control plane, join material, access.
+
+One `_reconcile()` handles every event: read config and relation data, compute what
+should be, change only what differs, and remember enough in the peer application
+databag that an event with nothing new does no command and no API request.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import ipaddress
+import json
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+import bootstrap
+import cluster_info
+import device_plugin
+import ops
+import pydantic
+import rbac
+from literals import (
+    ADMIN_SECRET_LABEL,
+    API_PORT,
+    CERTS_REUPLOAD_AFTER_SECONDS,
+    CERTS_VALID_SECONDS,
+    FIELD_MANAGER,
+    FLANNEL_VERSION,
+    INSTALL_MARKER,
+    KUBE_API,
+    PEER_SECRET_LABEL,
+    PEERS,
+    POD_CIDR_PLACEHOLDER,
+    TOKEN_ROTATION_MARGIN_HOURS,
+    WORKER_NAMESPACE,
+    WORKER_SERVICE_ACCOUNT,
+    WORKERS,
+)
+
+from charms.gpu_k8s.v0 import containerd, kubeadm
+from charms.gpu_k8s.v0.apt import AptError
+from charms.gpu_k8s.v0.config import ActionParams, CharmConfig
+from charms.gpu_k8s.v0.kube_api import KubeApiProvider
+from charms.gpu_k8s.v0.kubeclient import KubeError
+from charms.gpu_k8s.v0.kubernetes_cluster import SECRET_LABEL, ClusterProvider, WorkerInfo
+from charms.gpu_k8s.v0.system import Host, SubprocessRunner
+
+logger = logging.getLogger(__name__)
+
+FLANNEL_MANIFEST = Path(__file__).parent.parent / "files" / "kube-flannel.yml"
+_MIRROR = re.compile(r"^https?://[^\s/]+(/\S*)?$")
+
+
+class Config(CharmConfig):
+    """The charm's configuration."""
+
+    kubernetes_version: str = kubeadm.DEFAULT_MINOR
+    package_mirror: str = ""
+    pod_cidr: str = "10.244.0.0/16"
+    service_cidr: str = "10.96.0.0/12"
+    join_token_ttl: int = pydantic.Field(default=24)
+    mig_strategy: str = "none"
+    gpu_time_slicing_replicas: int = 1
+
+    @pydantic.field_validator("kubernetes_version")
+    @classmethod
+    def _version(cls, value: str) -> str:
+        if value not in kubeadm.RELEASES:
+            raise ValueError(
+                f"must be a supported minor version, one of {', '.join(kubeadm.RELEASES)}"
+            )
+        return value
+
+    @pydantic.field_validator("package_mirror")
+    @classmethod
+    def _mirror(cls, value: str) -> str:
+        if value and not _MIRROR.match(value):
+            raise ValueError("must be empty or an http(s) URL serving pkgs.k8s.io's layout")
+        return value
+
+    @pydantic.field_validator("pod_cidr", "service_cidr")
+    @classmethod
+    def _cidr(cls, value: str) -> str:
+        try:
+            ipaddress.ip_network(value, strict=True)
+        except ValueError:
+            raise ValueError(f"{value!r} is not a network such as 10.244.0.0/16") from None
+        return value
+
+    @pydantic.field_validator("mig_strategy")
+    @classmethod
+    def _mig(cls, value: str) -> str:
+        if value not in device_plugin.MIG_STRATEGIES:
+            raise ValueError("must be none, single or mixed")
+        return value
+
+    @pydantic.field_validator("gpu_time_slicing_replicas")
+    @classmethod
+    def _replicas(cls, value: int) -> int:
+        if not 1 <= value <= 64:
+            raise ValueError("must be between 1 (no sharing) and 64")
+        return value
+
+    @pydantic.field_validator("join_token_ttl")
+    @classmethod
+    def _ttl(cls, value: int) -> int:
+        if value < 2:
+            raise ValueError("must be at least 2 (hours)")
+        return value
+
+    @pydantic.field_validator("service_cidr")
+    @classmethod
+    def _disjoint(cls, value: str, info: pydantic.ValidationInfo) -> str:
+        pod_cidr = info.data.get("pod_cidr")
+        if pod_cidr:
+            pods, services = ipaddress.ip_network(pod_cidr), ipaddress.ip_network(value)
+            if pods.version == services.version and pods.overlaps(services):  # type: ignore[arg-type]
+                raise ValueError(f"overlaps pod-cidr {pod_cidr}; choose disjoint networks")
+        return value
+
+
+class NoParams(ActionParams):
+    """Actions without parameters."""
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+def _machine() -> Host:
+    return Host(SubprocessRunner())
+
+
+def _parse_time(text: str | None) -> datetime.datetime | None:
+    try:
+        return datetime.datetime.fromisoformat(text) if text else None
+    except ValueError:
+        return None
+
+
+class StatusError(Exception):
+    """Stops the reconcile with a status: Blocked (operator must act) or Waiting."""
+
+    def __init__(self, status: ops.StatusBase):
+        super().__init__(status.message)
+        self.status = status
+
+
+class KubernetesControlPlaneCharm(ops.CharmBase):
+    """Runs a kubeadm control plane and serves workers and kube-api consumers."""
+
+    # Boundaries that tests replace: the machine, the API client factory and the clock.
+    host_factory = staticmethod(_machine)
+    clock = staticmethod(_now)
+
+    def __init__(self, framework: ops.Framework):
+        super().__init__(framework)
+        self.workers = ClusterProvider(self, WORKERS)
+        self.kube_api = KubeApiProvider(self, KUBE_API)
+        self._host: Host | None = None
+        self._kube: Any = None
+        self._problem: ops.StatusBase | None = None
+        self._notes: list[str] = []
+        self._worker_cache: list[WorkerInfo] | None = None
+        on = self.on
+        for event in (
+            on.install,
+            on.config_changed,
+            on.upgrade_charm,
+            on.update_status,
+            on.leader_elected,
+            on[PEERS].relation_created,
+            on[PEERS].relation_changed,
+            on[PEERS].relation_departed,
+            on[WORKERS].relation_joined,
+            on[WORKERS].relation_changed,
+            on[WORKERS].relation_departed,
+            on[WORKERS].relation_broken,
+            on[KUBE_API].relation_changed,
+            on[KUBE_API].relation_broken,
+            on.secret_expired,
+        ):
+            framework.observe(event, self._on_event)
+        framework.observe(on.secret_remove, self._on_secret_remove)
+        framework.observe(on.collect_unit_status, self._on_collect_status)
+        framework.observe(on.get_kubeconfig_action, self._on_get_kubeconfig)
+        framework.observe(on.cluster_info_action, self._on_cluster_info)
+
+    # -- boundaries ---------------------------------------------------------------------
+
+    @property
+    def host(self) -> Host:
+        """The machine this unit runs on."""
+        if self._host is None:
+            self._host = type(self).host_factory()
+        return self._host
+
+    def _kube_client(self) -> Any:
+        """An API client authenticated as cluster admin (created once per hook)."""
+        if self._kube is None:
+            from charms.gpu_k8s.v0.kubeclient import Kube
+
+            text = bootstrap.read_admin_kubeconfig(self.host)
+            if text is None:
+                raise StatusError(ops.WaitingStatus("waiting for the admin kubeconfig"))
+            self._kube = Kube.from_kubeconfig(text)
+        return self._kube
+
+    @property
+    def _peers(self) -> ops.Relation | None:
+        return self.model.get_relation(PEERS)
+
+    def _address(self) -> str:
+        binding = self.model.get_binding(PEERS)
+        address = binding.network.ingress_address if binding else None
+        if address is None:
+            raise StatusError(ops.WaitingStatus("waiting for a network address"))
+        return str(address)
+
+    # -- event handling -----------------------------------------------------------------
+
+    def _on_event(self, event: ops.EventBase) -> None:
+        try:
+            self._reconcile(event)
+        except StatusError as p:
+            self._problem = p.status
+        except KubeError as e:
+            logger.warning("Kubernetes API request failed: %s", e)
+            self._problem = ops.WaitingStatus(
+                f"Kubernetes API error ({e.status} {e.reason}); retrying on the next event"
+            )
+        finally:
+            if self._kube is not None:
+                self._kube.close()
+                self._kube = None
+
+    def _on_secret_remove(self, event: ops.SecretRemoveEvent) -> None:
+        # Nobody tracks this old revision (rotated token, older kubeconfig) any more.
+        event.remove_revision()
+
+    def _reconcile(self, event: ops.EventBase) -> None:
+        """Bring this unit to what config and relations ask for.
+
+        `event` only narrows which worker databags need reading (see `_sync_workers`).
+        """
+        config = self.load_config(Config, errors="blocked")
+        peers = self._peers
+        if peers is None:
+            raise StatusError(ops.WaitingStatus("waiting for the peers relation"))
+        bag = peers.data[self.app]
+        cluster_version = bag.get("cluster-version")
+        fixed = (
+            ("kubernetes-version", config.kubernetes_version, cluster_version),
+            ("pod-cidr", config.pod_cidr, bag.get("pod-cidr")),
+            ("service-cidr", config.service_cidr, bag.get("service-cidr")),
+        )
+        for option, wanted, running in fixed:
+            if running and wanted != running:
+                raise StatusError(
+                    ops.BlockedStatus(
+                        f"{option} {wanted} differs from the running cluster's {running}; "
+                        f"set it back to {running}"
+                    )
+                )
+        self._install(config)
+        if self.unit.is_leader() and not (cluster_version and not self._joined()):
+            self._reconcile_leader(config, peers, event)
+        else:
+            self._reconcile_member(peers)
+
+    def _install(self, config: Config) -> None:
+        """Install containerd and kubeadm/kubelet/kubectl once per version and mirror."""
+        want = json.dumps(
+            {"kubernetes": config.kubernetes_version, "mirror": config.package_mirror},
+            sort_keys=True,
+        )
+        if self.host.read(INSTALL_MARKER) == want:
+            return
+        logger.info("installing containerd and Kubernetes %s", config.kubernetes_version)
+        try:
+            containerd.prepare_kernel(self.host)
+            containerd.install(self.host)
+            containerd.configure(self.host)
+            kubeadm.install(
+                self.host,
+                config.kubernetes_version,
+                mirror=config.package_mirror or None,
+                with_kubectl=True,
+            )
+        except AptError as e:
+            raise StatusError(ops.BlockedStatus(f"{e}; or fix package-mirror")) from None
+        self.host.write(INSTALL_MARKER, want)
+
+    def _joined(self) -> bool:
+        return bootstrap.is_bootstrapped(self.host)
+
+    # -- leader -------------------------------------------------------------------------
+
+    def _reconcile_leader(self, config: Config, peers: ops.Relation, event: ops.EventBase) -> None:
+        bag = peers.data[self.app]
+        if not self._joined():
+            self._bootstrap(config, peers)
+        elif not bag.get("join-secret-id"):
+            self._recover_join_material(config, peers)
+        self._mark_member(peers)
+        join = self._join_secret()
+        content = join.get_content(refresh=True)
+        token = self._rotate_token_if_due(config, bag, join, content)
+        self._reupload_certs_if_needed(bag, content["certificate-key"], peers)
+        self._apply_cni(config, bag)
+        self._publish_to_workers(config, bag, token)
+        self._sync_workers(bag, event)
+        self._apply_device_plugin(config, bag)
+        self._serve_kube_api(bag)
+
+    def _bootstrap(self, config: Config, peers: ops.Relation) -> None:
+        address = self._address()
+        host_part = bootstrap.endpoint_host(address)
+        spec = bootstrap.InitSpec(
+            node_name=kubeadm.node_name(self.host),
+            advertise_address=address,
+            control_plane_endpoint=f"{host_part}:{API_PORT}",
+            kubernetes_version="v" + kubeadm.RELEASES[config.kubernetes_version].split("-")[0],
+            pod_cidr=config.pod_cidr,
+            service_cidr=config.service_cidr,
+        )
+        token = bootstrap.generate_token()
+        key = bootstrap.generate_certificate_key()
+        text = bootstrap.render_init_config(
+            spec, token=token, ttl_hours=config.join_token_ttl, certificate_key=key
+        )
+        logger.info("bootstrapping the cluster with kubeadm init")
+        try:
+            bootstrap.init(self.host, text)
+        except bootstrap.BootstrapError as e:
+            raise StatusError(ops.WaitingStatus(f"{e}; retrying on the next event")) from None
+        self._record_cluster(config, peers, token, key)
+        logger.info("bootstrapped Kubernetes %s at %s", spec.kubernetes_version, address)
+
+    def _recover_join_material(self, config: Config, peers: ops.Relation) -> None:
+        """Make new join material when kubeadm init ran but its material was never recorded."""
+        key = bootstrap.generate_certificate_key()
+        try:
+            token = bootstrap.create_token(self.host, config.join_token_ttl)
+            bootstrap.upload_certs(self.host, key)
+        except bootstrap.BootstrapError as e:
+            raise StatusError(ops.WaitingStatus(f"{e}; retrying on the next event")) from None
+        self._record_cluster(config, peers, token, key)
+        logger.info("recorded new join material for the running cluster")
+
+    def _record_cluster(self, config: Config, peers: ops.Relation, token: str, key: str) -> None:
+        now = type(self).clock()
+        secret = self._store_join_secret({"token": token, "certificate-key": key})
+        ca = bootstrap.read_ca(self.host) or ""
+        host_part = bootstrap.endpoint_host(self._address())
+        peers.data[self.app].update(
+            {
+                "endpoint": f"{host_part}:{API_PORT}",
+                "ca-cert-hash": kubeadm.ca_cert_hash(ca),
+                "join-secret-id": secret.id or secret.get_info().id,
+                "cluster-version": config.kubernetes_version,
+                "pod-cidr": config.pod_cidr,
+                "service-cidr": config.service_cidr,
+                "token-expires": bootstrap.token_expiry(now, config.join_token_ttl).isoformat(),
+                "certs-uploaded-at": now.isoformat(),
+            }
+        )
+
+    def _store_join_secret(self, content: dict[str, str]) -> ops.Secret:
+        try:
+            secret = self.model.get_secret(label=PEER_SECRET_LABEL)
+            secret.set_content(content)
+            return secret
+        except ops.SecretNotFoundError:
+            return self.app.add_secret(
+                content, label=PEER_SECRET_LABEL, description="control-plane join material"
+            )
+
+    def _join_secret(self) -> ops.Secret:
+        try:
+            return self.model.get_secret(label=PEER_SECRET_LABEL)
+        except ops.SecretNotFoundError:
+            raise StatusError(
+                ops.BlockedStatus(
+                    "control-plane join secret is missing; remove this unit and add a new one"
+                )
+            ) from None
+
+    def _rotate_token_if_due(
+        self, config: Config, bag: ops.RelationDataContent, secret: ops.Secret, content: dict
+    ) -> str:
+        now = type(self).clock()
+        expires = _parse_time(bag.get("token-expires"))
+        margin = datetime.timedelta(hours=TOKEN_ROTATION_MARGIN_HOURS)
+        if expires is not None and now < expires - margin:
+            return content["token"]
+        old = content["token"]
+        try:
+            new = bootstrap.create_token(self.host, config.join_token_ttl)
+        except bootstrap.BootstrapError as e:
+            raise StatusError(ops.WaitingStatus(f"{e}; retrying on the next event")) from None
+        secret.set_content({**content, "token": new})
+        bag["token-expires"] = bootstrap.token_expiry(now, config.join_token_ttl).isoformat()
+        try:
+            bootstrap.delete_token(self.host, old)
+        except bootstrap.BootstrapError:
+            logger.warning("could not delete the previous bootstrap token; it expires by itself")
+        logger.info("rotated the bootstrap token (valid %d h)", config.join_token_ttl)
+        return new
+
+    def _reupload_certs_if_needed(
+        self, bag: ops.RelationDataContent, key: str, peers: ops.Relation
+    ) -> None:
+        waiting = [u for u in peers.units if peers.data[u].get("joined") != "true"]
+        if not waiting:
+            return
+        uploaded = _parse_time(bag.get("certs-uploaded-at"))
+        now = type(self).clock()
+        if uploaded and (now - uploaded).total_seconds() < CERTS_REUPLOAD_AFTER_SECONDS:
+            return
+        try:
+            bootstrap.upload_certs(self.host, key)
+        except bootstrap.BootstrapError as e:
+            raise StatusError(ops.WaitingStatus(f"{e}; retrying on the next event")) from None
+        bag["certs-uploaded-at"] = now.isoformat()
+        logger.info("re-uploaded control-plane certificates for %d joining units", len(waiting))
+
+    def _apply_cni(self, config: Config, bag: ops.RelationDataContent) -> None:
+        want = f"flannel {FLANNEL_VERSION} {config.pod_cidr}"
+        if bag.get("cni") == want:
+            return
+        import yaml
+
+        text = FLANNEL_MANIFEST.read_text().replace(POD_CIDR_PLACEHOLDER, config.pod_cidr)
+        kube = self._kube_client()
+        for manifest in yaml.safe_load_all(text):
+            if manifest:
+                kube.apply(manifest, field_manager=FIELD_MANAGER)
+        bag["cni"] = want
+        logger.info("applied flannel %s for pod network %s", FLANNEL_VERSION, config.pod_cidr)
+
+    def _apply_device_plugin(self, config: Config, bag: ops.RelationDataContent) -> None:
+        """Run the NVIDIA device plugin while any worker reports GPUs; remove it after."""
+        registry = json.loads(bag.get("workers", "{}"))
+        gpus = any(v[1] for v in registry.values())
+        want = (
+            f"{device_plugin.VERSION} {config.mig_strategy} {config.gpu_time_slicing_replicas}"
+            if gpus
+            else ""
+        )
+        if bag.get("device-plugin", "") == want:
+            return
+        kube = self._kube_client()
+        objects = device_plugin.manifests(config.mig_strategy, config.gpu_time_slicing_replicas)
+        if want:
+            for manifest in objects:
+                kube.apply(manifest, field_manager=FIELD_MANAGER)
+            bag["device-plugin"] = want
+            logger.info("applied the NVIDIA device plugin %s (%s)", device_plugin.VERSION, want)
+            return
+        for manifest in reversed(objects):
+            meta = manifest["metadata"]
+            kube.delete(
+                manifest["apiVersion"], manifest["kind"], meta["name"], meta.get("namespace")
+            )
+        del bag["device-plugin"]
+        logger.info("removed the NVIDIA device plugin: no worker reports GPUs any more")
+
+    def _publish_to_workers(
+        self, config: Config, bag: ops.RelationDataContent, token: str
+    ) -> None:
+        if not self.workers.relations:
+            return
+        expires = _parse_time(bag.get("token-expires"))
+        expire = (
+            expires - datetime.timedelta(hours=TOKEN_ROTATION_MARGIN_HOURS) if expires else None
+        )
+        kubeconfig = self._worker_kubeconfig(bag)
+        endpoint = f"https://{bag['endpoint']}"
+        self.workers.publish(
+            endpoint,
+            bag["ca-cert-hash"],
+            config.kubernetes_version,
+            token,
+            kubeconfig,
+            expire=expire,
+        )
+
+    def _worker_kubeconfig(self, bag: ops.RelationDataContent) -> str:
+        grant = rbac.worker_grant()
+        fingerprint = _fingerprint(rbac.manifests(grant), bag["endpoint"])
+        if bag.get("worker-grant") == fingerprint:
+            try:
+                current = self.model.get_secret(label=SECRET_LABEL).peek_content()
+                if current.get("kubeconfig"):
+                    return current["kubeconfig"]
+            except ops.SecretNotFoundError:
+                pass
+        token = self._apply_grant(grant)
+        text = rbac.kubeconfig(
+            server=f"https://{bag['endpoint']}",
+            ca_pem=bootstrap.read_ca(self.host) or "",
+            token=token,
+            namespace=WORKER_NAMESPACE,
+            user=WORKER_SERVICE_ACCOUNT,
+        )
+        bag["worker-grant"] = fingerprint
+        return text
+
+    def _apply_grant(self, grant: rbac.Grant) -> str:
+        try:
+            return rbac.apply(self._kube_client(), grant)
+        except rbac.TokenNotReadyError:
+            raise StatusError(
+                ops.WaitingStatus(f"waiting for the token of {grant.service_account}")
+            ) from None
+
+    def _sync_workers(self, bag: ops.RelationDataContent, event: ops.EventBase) -> None:
+        """Keep the worker registry in the peer databag current; queue departed nodes.
+
+        The registry ({unit: [node, gpus, relation id]}) lets every other hook count
+        workers without reading 1,000 databags: a hook about one worker unit reads that
+        unit's databag only; all of them are read when there is no registry yet, when
+        leadership moved, or after an upgrade.
+        """
+        raw = bag.get("workers")
+        registry: dict[str, list] = json.loads(raw) if raw else {}
+        problems: dict[str, str] = json.loads(bag.get("worker-problems", "{}"))
+        if raw is None or isinstance(event, (ops.LeaderElectedEvent, ops.UpgradeCharmEvent)):
+            registry, problems = {}, {}
+            for w in self._workers():
+                registry[w.unit] = [w.node_name, w.gpu_count, self._relation_of(w.unit)]
+            for problem in self.workers.problems():
+                problems[problem.split(":", 1)[0]] = problem
+        elif isinstance(event, ops.RelationEvent) and event.relation.name == WORKERS:
+            self._update_registry(event, registry, problems)
+        self._queue_departed(bag, raw, registry)
+        for key, value in (("workers", registry), ("worker-problems", problems)):
+            text = json.dumps(value, sort_keys=True)
+            if bag.get(key) != text:
+                bag[key] = text
+
+    def _update_registry(
+        self, event: ops.RelationEvent, registry: dict[str, list], problems: dict[str, str]
+    ) -> None:
+        """Apply one workers relation event to the registry, reading one databag at most."""
+        if isinstance(event, ops.RelationBrokenEvent):
+            gone = [u for u, v in registry.items() if v[2] == event.relation.id]
+        elif isinstance(event, ops.RelationDepartedEvent):
+            gone = [event.departing_unit.name] if event.departing_unit else []
+        else:
+            gone = [event.unit.name] if event.unit else []
+        for unit in gone:
+            registry.pop(unit, None)
+            problems.pop(unit, None)
+        if isinstance(event, (ops.RelationBrokenEvent, ops.RelationDepartedEvent)):
+            return
+        if event.unit is None:
+            return
+        info, problem = self.workers.read_worker(event.relation, event.unit)
+        if info is not None:
+            registry[info.unit] = [info.node_name, info.gpu_count, event.relation.id]
+        if problem is not None:
+            problems[event.unit.name] = problem
+
+    def _relation_of(self, unit_name: str) -> int:
+        for relation in self.workers.relations:
+            if any(u.name == unit_name for u in relation.units):
+                return relation.id
+        return -1
+
+    def _queue_departed(
+        self, bag: ops.RelationDataContent, before: str | None, registry: dict[str, list]
+    ) -> None:
+        known = {v[0] for v in json.loads(before).values()} if before else set()
+        current = {v[0] for v in registry.values()}
+        pending = set(json.loads(bag.get("pending-removal", "[]")))
+        new_pending = (pending | (known - current)) - current
+        if new_pending:
+            new_pending = self._remove_drained_nodes(new_pending)
+        if new_pending != pending:
+            bag["pending-removal"] = json.dumps(sorted(new_pending))
+
+    def _remove_drained_nodes(self, pending: set[str]) -> set[str]:
+        kube = self._kube_client()
+        left = set()
+        for name in sorted(pending):
+            node = kube.get("v1", "Node", name)
+            if node is None:
+                continue
+            pods = kube.list("v1", "Pod", field_selector=f"spec.nodeName={name}")
+            ok, why = cluster_info.removable(node, pods)
+            if ok:
+                kube.delete_node(name)
+                logger.info("deleted Node %s of a departed worker (%s)", name, why)
+            else:
+                logger.info("keeping Node %s of a departed worker for now: %s", name, why)
+                left.add(name)
+        return left
+
+    def _serve_kube_api(self, bag: ops.RelationDataContent) -> None:
+        granted: dict[str, dict] = json.loads(bag.get("kube-api", "{}"))
+        before = json.dumps(granted, sort_keys=True)
+        seen = set()
+        endpoint = f"https://{bag['endpoint']}"
+        for request in self.kube_api.requests():
+            key = str(request.relation_id)
+            seen.add(key)
+            previous = granted.get(key)
+            if request.error or request.request is None:
+                if previous:
+                    self._revoke(previous, request.relation_id)
+                    del granted[key]
+                self.kube_api.refuse(request.relation, request.error or "invalid request")
+                self._notes.append(f"refused kube-api request of {request.app_name}")
+                continue
+            ask = request.request
+            fingerprint = _fingerprint(ask.dump(), endpoint)
+            answered = request.relation.data[self.app].get("kubeconfig-secret-id")
+            if previous and previous["fingerprint"] == fingerprint and answered:
+                continue
+            if previous and previous["namespace"] != ask.namespace:
+                self._revoke(previous, None)
+            grant = rbac.consumer_grant(
+                request.app_name, ask.namespace, ask.rules, ask.cluster_rules
+            )
+            token = self._apply_grant(grant)
+            text = rbac.kubeconfig(
+                server=endpoint,
+                ca_pem=bootstrap.read_ca(self.host) or "",
+                token=token,
+                namespace=ask.namespace,
+                user=grant.service_account,
+            )
+            self.kube_api.grant(
+                request.relation, endpoint, ask.namespace, grant.service_account, text
+            )
+            granted[key] = {
+                "app": request.app_name,
+                "namespace": ask.namespace,
+                "fingerprint": fingerprint,
+            }
+            logger.info("granted %s access to namespace %s", request.app_name, ask.namespace)
+        for key in [k for k in granted if k not in seen and not self._relation_active(k)]:
+            self._revoke(granted.pop(key), int(key))
+        after = json.dumps(granted, sort_keys=True)
+        if after != before:
+            bag["kube-api"] = after
+
+    def _relation_active(self, key: str) -> bool:
+        return any(str(r.id) == key for r in self.kube_api.relations)
+
+    def _revoke(self, previous: dict, relation_id: int | None) -> None:
+        grant = rbac.consumer_grant(previous["app"], previous["namespace"], [], [])
+        rbac.remove(self._kube_client(), grant)
+        if relation_id is not None:
+            self.kube_api.remove(relation_id)
+
+    # -- other units --------------------------------------------------------------------
+
+    def _mark_member(self, peers: ops.Relation) -> None:
+        data = peers.data[self.unit]
+        want = {"joined": "true", "node-name": kubeadm.node_name(self.host)}
+        for key, value in want.items():
+            if data.get(key) != value:
+                data[key] = value
+
+    def _reconcile_member(self, peers: ops.Relation) -> None:
+        if self._joined():
+            self._mark_member(peers)
+            return
+        bag = peers.data[self.app]
+        if not bag.get("join-secret-id") or not bag.get("endpoint"):
+            raise StatusError(ops.WaitingStatus("waiting for the leader to bootstrap the cluster"))
+        uploaded = _parse_time(bag.get("certs-uploaded-at"))
+        fresh = datetime.timedelta(seconds=CERTS_VALID_SECONDS - 600)
+        if uploaded is None or type(self).clock() - uploaded > fresh:
+            if peers.data[self.unit].get("joined") != "false":
+                peers.data[self.unit]["joined"] = "false"  # tells the leader to re-upload
+            raise StatusError(
+                ops.WaitingStatus("waiting for the leader to re-upload control-plane certificates")
+            )
+        try:
+            content = self.model.get_secret(id=bag["join-secret-id"]).get_content(refresh=True)
+            material = kubeadm.JoinMaterial(
+                endpoint=bag["endpoint"],
+                ca_cert_hash=bag.get("ca-cert-hash", ""),
+                token=content.get("token", ""),
+                certificate_key=content.get("certificate-key", ""),
+            )
+        except (ops.SecretNotFoundError, ops.ModelError):
+            raise StatusError(ops.WaitingStatus("waiting for access to the join secret")) from None
+        except ValueError as e:
+            raise StatusError(ops.WaitingStatus(f"join material from the leader: {e}")) from None
+        logger.info("joining the control plane at %s", material.endpoint)
+        try:
+            kubeadm.join(
+                self.host,
+                material,
+                node_name=kubeadm.node_name(self.host),
+                labels={},
+                control_plane=True,
+                advertise_address=self._address(),
+            )
+        except kubeadm.KubeadmError as e:
+            raise StatusError(ops.WaitingStatus(f"{e}; retrying on the next event")) from None
+        self._mark_member(peers)
+        logger.info("joined the control plane")
+
+    # -- status -------------------------------------------------------------------------
+
+    def _workers(self) -> list[WorkerInfo]:
+        if self._worker_cache is None:
+            self._worker_cache = self.workers.workers()
+        return self._worker_cache
+
+    def _on_collect_status(self, event: ops.CollectStatusEvent) -> None:
+        if self._problem is not None:
+            event.add_status(self._problem)
+            return
+        peers = self._peers
+        if peers is None or not self._joined():
+            event.add_status(ops.WaitingStatus("waiting to join the cluster"))
+            return
+        bag = peers.data[self.app]
+        version = bag.get("cluster-version", "?")
+        planes = 1 + sum(1 for u in peers.units if peers.data[u].get("joined") == "true")
+        registry: dict[str, list] = json.loads(bag.get("workers", "{}"))
+        message = f"Ready: v{version}, {planes} control-plane, {len(registry)} workers"
+        gpus = [v[1] for v in registry.values() if v[1]]
+        if gpus:
+            message += f" ({len(gpus)} with {sum(gpus)} GPUs)"
+        pending = json.loads(bag.get("pending-removal", "[]"))
+        if pending:
+            message += f"; {len(pending)} departed node(s) pending removal"
+        skipped = sorted(json.loads(bag.get("worker-problems", "{}")).values())
+        if skipped:
+            message += f"; ignoring {len(skipped)} worker(s) with invalid data: {skipped[0]}"
+        message += "".join(f"; {note}" for note in self._notes)
+        event.add_status(ops.ActiveStatus(message))
+
+    # -- actions ------------------------------------------------------------------------
+
+    def _on_get_kubeconfig(self, event: ops.ActionEvent) -> None:
+        event.load_params(NoParams, errors="fail")
+        text = bootstrap.read_admin_kubeconfig(self.host)
+        if text is None:
+            event.fail("this unit has not joined the cluster yet; retry once it is Ready")
+            return
+        try:
+            secret = self.model.get_secret(label=ADMIN_SECRET_LABEL)
+            if secret.peek_content().get("kubeconfig") != text:
+                secret.set_content({"kubeconfig": text})
+        except ops.SecretNotFoundError:
+            secret = self.unit.add_secret(
+                {"kubeconfig": text},
+                label=ADMIN_SECRET_LABEL,
+                description="cluster-admin kubeconfig",
+            )
+        secret_id = secret.id or secret.get_info().id
+        event.set_results(
+            {
+                "secret-id": secret_id,
+                "command": (
+                    f"juju show-secret --reveal {secret_id} --format json"
+                    " | jq -r '.[].content.Data.kubeconfig' > kubeconfig"
+                ),
+            }
+        )
+
+    def _on_cluster_info(self, event: ops.ActionEvent) -> None:
+        event.load_params(NoParams, errors="fail")
+        try:
+            nodes = cluster_info.summarize_all(self._kube_client().list("v1", "Node"))
+        except StatusError:
+            event.fail("this unit has not joined the cluster yet; retry once it is Ready")
+            return
+        except KubeError as e:
+            event.fail(f"cannot list nodes: {e}")
+            return
+        finally:
+            if self._kube is not None:
+                self._kube.close()
+                self._kube = None
+        ready = sum(1 for n in nodes if n.ready)
+        event.set_results(
+            {
+                "summary": f"{len(nodes)} nodes, {ready} ready, "
+                f"{sum(n.gpus for n in nodes)} GPUs allocatable",
+                "nodes": json.dumps([n.as_dict() for n in nodes], sort_keys=True),
+            }
+        )
+
+
+def _fingerprint(data: Any, *extra: str) -> str:
+    text = json.dumps(data, sort_keys=True) + "".join(extra)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+if __name__ == "__main__":  # pragma: nocover
+    ops.main(KubernetesControlPlaneCharm)

@@ -1,0 +1,40 @@
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""Constants of the kubernetes-control-plane charm: paths, names, pinned versions."""
+
+APP_NAME = "kubernetes-control-plane"
+FIELD_MANAGER = "kubernetes-control-plane"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+CONSUMER_LABEL = "gpu-k8s.io/consumer"
+
+PEERS = "peers"
+WORKERS = "workers"
+KUBE_API = "kube-api"
+
+API_PORT = 6443
+KUBEADM = "/usr/bin/kubeadm"
+ADMIN_CONF = "/etc/kubernetes/admin.conf"
+CA_CERT = "/etc/kubernetes/pki/ca.crt"
+INIT_CONFIG = "/etc/kubernetes/gpu-k8s/kubeadm-init.yaml"
+INSTALL_MARKER = "/var/lib/kubernetes-control-plane/installed.json"
+
+# Pinned CNI: flannel release shipped in files/kube-flannel.yml.
+FLANNEL_VERSION = "v0.27.4"
+FLANNEL_CNI_PLUGIN_VERSION = "v1.8.0-flannel1"
+POD_CIDR_PLACEHOLDER = "__POD_CIDR__"
+
+ADMISSION_PLUGINS = ("NodeRestriction", "ExtendedResourceToleration")
+
+# Worker credentials: a ServiceAccount each worker uses to label, drain and validate itself.
+WORKER_NAMESPACE = "kube-system"
+WORKER_SERVICE_ACCOUNT = "gpu-k8s-worker"
+GPU_VALIDATION_NAMESPACE = "gpu-k8s-system"
+
+# Secrets (labels) and peer databag keys.
+PEER_SECRET_LABEL = "control-plane-join"
+ADMIN_SECRET_LABEL = "admin-kubeconfig"
+TOKEN_ROTATION_MARGIN_HOURS = 1
+# kubeadm deletes uploaded certificates after two hours; re-upload well before that.
+CERTS_VALID_SECONDS = 2 * 3600
+CERTS_REUPLOAD_AFTER_SECONDS = 3600

@@ -1,0 +1,272 @@
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""Least-privilege credentials for consumers of the cluster (no ops imports).
+
+For each consumer application: its namespace, a ServiceAccount, a long-lived
+service-account-token Secret, and Role/RoleBinding (namespaced rules) and
+ClusterRole/ClusterRoleBinding (cluster rules) holding exactly what it asked for.
+Every object is applied with server-side apply, so applying twice changes nothing.
+Teardown deletes the credentials and bindings but keeps the namespace (its data is
+never lost with a relation).
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import logging
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import yaml
+from literals import (
+    CONSUMER_LABEL,
+    FIELD_MANAGER,
+    GPU_VALIDATION_NAMESPACE,
+    MANAGED_BY_LABEL,
+    WORKER_NAMESPACE,
+    WORKER_SERVICE_ACCOUNT,
+)
+
+logger = logging.getLogger(__name__)
+
+RBAC = "rbac.authorization.k8s.io/v1"
+RuleDict = dict[str, list[str]]
+
+# What a worker needs to drain and label itself and to run GPU validation pods.
+WORKER_CLUSTER_RULES: list[RuleDict] = [
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
+    {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
+    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+]
+WORKER_RULES: list[RuleDict] = [
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete"]},
+]
+
+
+class KubeLike(Protocol):
+    """The subset of `charms.gpu_k8s.v0.kubeclient.Kube` used here."""
+
+    def apply(self, manifest: dict, *, field_manager: str, force: bool = True) -> dict:
+        """Server-side apply `manifest`."""
+        ...
+
+    def get(
+        self, api_version: str, kind: str, name: str, namespace: str | None = None
+    ) -> dict | None:
+        """Return one object, or None."""
+        ...
+
+    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> bool:
+        """Delete one object; False when it was absent."""
+        ...
+
+
+class TokenNotReadyError(Exception):
+    """The token controller has not filled the ServiceAccount token yet (retry later)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Grant:
+    """Who gets what: one ServiceAccount and its rules."""
+
+    consumer: str
+    namespace: str
+    service_account: str
+    rules: Sequence[RuleDict] = ()
+    cluster_rules: Sequence[RuleDict] = ()
+    extra_namespaces: dict[str, Sequence[RuleDict]] = dataclasses.field(default_factory=dict)
+
+    @property
+    def role_name(self) -> str:
+        """Name of the Role/ClusterRole and their bindings."""
+        return f"gpu-k8s-{self.consumer}"
+
+    @property
+    def token_secret(self) -> str:
+        """Name of the service-account-token Secret."""
+        return f"{self.service_account}-token"
+
+
+def consumer_grant(app: str, namespace: str, rules: Sequence[Any], cluster_rules: Sequence[Any]):
+    """The `Grant` for a kube-api consumer (rules are `kube_api.Rule` models)."""
+    return Grant(
+        consumer=app,
+        namespace=namespace,
+        service_account=app,
+        rules=[r.manifest() for r in rules],
+        cluster_rules=[r.manifest() for r in cluster_rules],
+    )
+
+
+def worker_grant() -> Grant:
+    """The `Grant` behind the kubeconfig every worker receives."""
+    return Grant(
+        consumer="worker",
+        namespace=WORKER_NAMESPACE,
+        service_account=WORKER_SERVICE_ACCOUNT,
+        cluster_rules=WORKER_CLUSTER_RULES,
+        extra_namespaces={GPU_VALIDATION_NAMESPACE: WORKER_RULES},
+    )
+
+
+def _meta(name: str, grant: Grant, namespace: str | None = None) -> dict:
+    meta: dict = {
+        "name": name,
+        "labels": {MANAGED_BY_LABEL: FIELD_MANAGER, CONSUMER_LABEL: grant.consumer},
+    }
+    if namespace:
+        meta["namespace"] = namespace
+    return meta
+
+
+def _subject(grant: Grant) -> list[dict]:
+    return [
+        {"kind": "ServiceAccount", "name": grant.service_account, "namespace": grant.namespace}
+    ]
+
+
+def manifests(grant: Grant) -> list[dict]:
+    """Every object for `grant`, in the order they must be applied."""
+    ns = grant.namespace
+    objs: list[dict] = []
+    for name in [ns, *grant.extra_namespaces]:
+        if name != "kube-system":
+            objs.append({"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(name, grant)})
+    objs.append(
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": _meta(grant.service_account, grant, ns),
+        }
+    )
+    secret_meta = _meta(grant.token_secret, grant, ns)
+    secret_meta["annotations"] = {"kubernetes.io/service-account.name": grant.service_account}
+    objs.append(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "kubernetes.io/service-account-token",
+            "metadata": secret_meta,
+        }
+    )
+    role_ref = {"apiGroup": "rbac.authorization.k8s.io", "name": grant.role_name}
+    scopes = ([(ns, grant.rules)] if grant.rules else []) + list(grant.extra_namespaces.items())
+    for namespace, rules in scopes:
+        objs.append(
+            {
+                "apiVersion": RBAC,
+                "kind": "Role",
+                "metadata": _meta(grant.role_name, grant, namespace),
+                "rules": list(rules),
+            }
+        )
+        objs.append(
+            {
+                "apiVersion": RBAC,
+                "kind": "RoleBinding",
+                "metadata": _meta(grant.role_name, grant, namespace),
+                "roleRef": {**role_ref, "kind": "Role"},
+                "subjects": _subject(grant),
+            }
+        )
+    if grant.cluster_rules:
+        objs.append(
+            {
+                "apiVersion": RBAC,
+                "kind": "ClusterRole",
+                "metadata": _meta(grant.role_name, grant),
+                "rules": list(grant.cluster_rules),
+            }
+        )
+        objs.append(
+            {
+                "apiVersion": RBAC,
+                "kind": "ClusterRoleBinding",
+                "metadata": _meta(grant.role_name, grant),
+                "roleRef": {**role_ref, "kind": "ClusterRole"},
+                "subjects": _subject(grant),
+            }
+        )
+    return objs
+
+
+def apply(kube: KubeLike, grant: Grant) -> str:
+    """Create or update everything for `grant`; return the ServiceAccount's token.
+
+    Bindings a consumer no longer asks for are deleted.
+
+    Raises:
+        TokenNotReadyError: the token controller has not filled the token yet.
+    """
+    for manifest in manifests(grant):
+        kube.apply(manifest, field_manager=FIELD_MANAGER)
+    if not grant.rules:
+        kube.delete(RBAC, "RoleBinding", grant.role_name, grant.namespace)
+        kube.delete(RBAC, "Role", grant.role_name, grant.namespace)
+    if not grant.cluster_rules:
+        kube.delete(RBAC, "ClusterRoleBinding", grant.role_name)
+        kube.delete(RBAC, "ClusterRole", grant.role_name)
+    secret = kube.get("v1", "Secret", grant.token_secret, grant.namespace) or {}
+    encoded = (secret.get("data") or {}).get("token")
+    if not encoded:
+        raise TokenNotReadyError(
+            f"token for {grant.namespace}/{grant.service_account} not issued yet"
+        )
+    return base64.b64decode(encoded).decode()
+
+
+def remove(kube: KubeLike, grant: Grant) -> list[str]:
+    """Delete the credentials and bindings of `grant`; keep its namespace(s).
+
+    Returns `Kind/name` of what was deleted.
+    """
+    deleted = []
+    ns = grant.namespace
+    targets = [
+        (RBAC, "ClusterRoleBinding", grant.role_name, None),
+        (RBAC, "ClusterRole", grant.role_name, None),
+        (RBAC, "RoleBinding", grant.role_name, ns),
+        (RBAC, "Role", grant.role_name, ns),
+        ("v1", "Secret", grant.token_secret, ns),
+        ("v1", "ServiceAccount", grant.service_account, ns),
+    ]
+    for namespace in grant.extra_namespaces:
+        targets += [
+            (RBAC, "RoleBinding", grant.role_name, namespace),
+            (RBAC, "Role", grant.role_name, namespace),
+        ]
+    for api_version, kind, name, namespace in targets:
+        if kube.delete(api_version, kind, name, namespace):
+            deleted.append(f"{kind}/{name}")
+    logger.info(
+        "removed access of %s; namespace %s is kept with its data (delete it by hand if unwanted)",
+        grant.consumer,
+        ns,
+    )
+    return deleted
+
+
+def kubeconfig(*, server: str, ca_pem: str, token: str, namespace: str, user: str) -> str:
+    """A kubeconfig for a ServiceAccount token (the text is secret: Juju secrets only)."""
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "gpu-k8s",
+                "cluster": {
+                    "server": server,
+                    "certificate-authority-data": base64.b64encode(ca_pem.encode()).decode(),
+                },
+            }
+        ],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [
+            {"name": user, "context": {"cluster": "gpu-k8s", "user": user, "namespace": namespace}}
+        ],
+        "current-context": user,
+    }
+    return yaml.safe_dump(config, sort_keys=False)

@@ -1,0 +1,237 @@
+"""A fake control-plane machine and ops.testing state builders for the control-plane charm.
+
+`FakeMachine` (shared) emulates apt, dpkg, systemctl and `kubeadm join/reset`; here it
+learns what only a control plane runs: `kubeadm init` (writes admin.conf pointing at the
+fake API server, a real CA certificate and registers the Node), `kubeadm token
+create/delete`, `kubeadm init phase upload-certs`, and a control-plane `kubeadm join`
+that also writes admin.conf.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import secrets
+import string
+from pathlib import Path
+
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+from ops import testing
+
+from charms.gpu_k8s.v0.system import CommandError
+from fakes.kube_apiserver import FakeKubeApiServer
+from fakes.machine import FakeMachine
+
+ADMIN_TOKEN = "admintokenvalue0123456789"
+NOW = datetime.datetime(2026, 11, 21, 9, 0, tzinfo=datetime.timezone.utc)
+
+
+def _ca_pem() -> str:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kubernetes")])
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(NOW - datetime.timedelta(days=1))
+        .not_valid_after(NOW + datetime.timedelta(days=3650))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    from cryptography.hazmat.primitives import serialization
+
+    return cert.public_bytes(serialization.Encoding.PEM).decode()
+
+
+CA_PEM = _ca_pem()
+
+
+@dataclasses.dataclass
+class Clock:
+    now: datetime.datetime = NOW
+
+    def __call__(self) -> datetime.datetime:
+        return self.now
+
+    def advance(self, **delta: float) -> None:
+        self.now += datetime.timedelta(**delta)
+
+
+class ControlPlaneMachine:
+    """A FakeMachine extended with the control-plane side of kubeadm."""
+
+    def __init__(self, root: Path, api: FakeKubeApiServer, hostname: str = "ip-10-0-1-17"):
+        self.machine = FakeMachine(root, hostname=hostname)
+        self.api = api
+        self.inits: list[list[dict]] = []
+        self.tokens: list[str] = []  # every token ever issued (for secret scans)
+        self.live_tokens: set[str] = set()
+        self.uploads: list[str] = []
+        self.machine.on_kubeadm("init", self._init)
+        self.machine.on_kubeadm("token", self._token)
+        base_join = self.machine._kubeadm["join"]
+
+        def join(argv: list[str], input: str | None) -> str:
+            config = yaml.safe_load(
+                self.machine.path(argv[argv.index("--config") + 1]).read_text()
+            )
+            out = base_join(argv, input)
+            if "controlPlane" in config:
+                self.machine.write(
+                    "/etc/kubernetes/admin.conf", api.kubeconfig(ADMIN_TOKEN), 0o600
+                )
+                self.machine.write("/etc/kubernetes/pki/ca.crt", CA_PEM)
+            return out
+
+        self.machine.on_kubeadm("join", join)
+
+    def __getattr__(self, name: str):
+        return getattr(self.machine, name)
+
+    def _init(self, argv: list[str], _input: str | None) -> str:
+        if argv[2:3] == ["phase"]:
+            if argv[3] != "upload-certs" or "--upload-certs" not in argv:
+                raise CommandError(argv, 1, "fake kubeadm init phase: unsupported")
+            self.uploads.append(argv[argv.index("--certificate-key") + 1])
+            return "[upload-certs] Storing the certificates in Secret kubeadm-certs\n"
+        path = self.machine.path(argv[argv.index("--config") + 1])
+        if path.stat().st_mode & 0o077:
+            raise CommandError(argv, 1, "fake: init config must not be readable by others")
+        if "--certificate-key" in argv:
+            raise CommandError(argv, 1, "can not mix '--config' with arguments [certificate-key]")
+        docs = list(yaml.safe_load_all(path.read_text()))
+        self.inits.append(docs)
+        init = next(d for d in docs if d["kind"] == "InitConfiguration")
+        for bt in init.get("bootstrapTokens", []):
+            self.tokens.append(bt["token"])
+            self.live_tokens.add(bt["token"])
+        self.machine.write("/etc/kubernetes/admin.conf", self.api.kubeconfig(ADMIN_TOKEN), 0o600)
+        self.machine.write("/etc/kubernetes/pki/ca.crt", CA_PEM)
+        self.machine.write("/etc/kubernetes/kubelet.conf", "apiVersion: v1\nkind: Config\n")
+        name = init["nodeRegistration"]["name"]
+        self.api.put_object(f"/api/v1/nodes/{name}", node(name, control_plane=True))
+        return "Your Kubernetes control-plane has initialized successfully!\n"
+
+    def _token(self, argv: list[str], _input: str | None) -> str:
+        if argv[2] == "create":
+            alphabet = string.ascii_lowercase + string.digits
+            token = (
+                "".join(secrets.choice(alphabet) for _ in range(6))
+                + "."
+                + "".join(secrets.choice(alphabet) for _ in range(16))
+            )
+            self.tokens.append(token)
+            self.live_tokens.add(token)
+            return token + "\n"
+        if argv[2] == "delete":
+            ids = {t.split(".")[0]: t for t in self.live_tokens}
+            if argv[3] not in ids:
+                raise CommandError(argv, 1, f'bootstrap token "{argv[3]}" not found')
+            self.live_tokens.discard(ids[argv[3]])
+            return f"bootstrap token {argv[3]!r} deleted\n"
+        raise CommandError(argv, 1, "fake kubeadm token: unsupported")
+
+
+def node(
+    name: str,
+    *,
+    control_plane: bool = False,
+    ready: bool = True,
+    gpus: int = 0,
+    unschedulable: bool = False,
+) -> dict:
+    """A Node object as the API server would store it."""
+    labels = {"kubernetes.io/hostname": name}
+    if control_plane:
+        labels["node-role.kubernetes.io/control-plane"] = ""
+    status: dict = {
+        "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        "nodeInfo": {"kubeletVersion": "v1.36.4"},
+        "allocatable": {"cpu": "4"},
+    }
+    if gpus:
+        labels["nvidia.com/gpu.product"] = "NVIDIA-A10G"
+        status["allocatable"]["nvidia.com/gpu"] = str(gpus)
+    return {
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"unschedulable": unschedulable} if unschedulable else {},
+        "status": status,
+    }
+
+
+# -- ops.testing state builders ------------------------------------------------------
+
+PEER_LABEL = "control-plane-join"
+JOIN_LABEL = "kubernetes-cluster-join"
+
+
+def peers(
+    app: dict | None = None, units: dict[int, dict] | None = None, local: dict | None = None
+) -> testing.PeerRelation:
+    return testing.PeerRelation(
+        "peers", local_app_data=app or {}, local_unit_data=local or {}, peers_data=units or {}
+    )
+
+
+def workers_relation(units: dict[int, dict], app: str = "kubernetes-worker") -> testing.Relation:
+    return testing.Relation("workers", remote_app_name=app, remote_units_data=units)
+
+
+def worker_bag(name: str, gpus: list[dict] | None = None) -> dict:
+    bag = {"node-name": name}
+    if gpus is not None:
+        bag["gpu-inventory"] = json.dumps(gpus)
+    return bag
+
+
+def kube_api_relation(
+    app: str, namespace: str, rules=None, cluster_rules=None, **extra
+) -> testing.Relation:
+    data = {"namespace": namespace}
+    if rules is not None:
+        data["rules"] = json.dumps(rules)
+    if cluster_rules is not None:
+        data["cluster-rules"] = json.dumps(cluster_rules)
+    data.update(extra)
+    return testing.Relation("kube-api", remote_app_name=app, remote_app_data=data)
+
+
+def peer(state: testing.State) -> testing.PeerRelation:
+    return next(r for r in state.relations if r.endpoint == "peers")
+
+
+def secret(state: testing.State, label: str) -> testing.Secret:
+    return next(s for s in state.secrets if s.label == label)
+
+
+def leader_member_state(**kw) -> testing.State:
+    """Cluster bootstrapped by another (former) leader, seen from a unit not yet joined."""
+    join = testing.Secret(
+        {"token": "abcdef.0123456789abcdef", "certificate-key": "ab" * 32},
+        owner="app",
+        label=PEER_LABEL,
+    )
+    app = {
+        "endpoint": "10.0.0.5:6443",
+        "ca-cert-hash": "sha256:" + "a" * 64,
+        "join-secret-id": join.id,
+        "cluster-version": "1.36",
+        "token-expires": (NOW.replace(hour=23)).isoformat(),
+        "certs-uploaded-at": NOW.isoformat(),
+    }
+    return testing.State(relations=[peers(app, {1: {"joined": "true"}})], secrets=[join], **kw)
+
+
+def join_workers(ctx, state: testing.State, rel: testing.Relation) -> testing.State:
+    """Add `rel` and run relation-changed once per remote unit, as Juju would."""
+    out = dataclasses.replace(state, relations=[*state.relations, rel])
+    for unit in sorted(rel.remote_units_data):
+        out = ctx.run(ctx.on.relation_changed(out.get_relation(rel.id), remote_unit=unit), out)
+    return out

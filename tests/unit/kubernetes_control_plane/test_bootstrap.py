@@ -1,0 +1,170 @@
+"""Leader bootstrap, control-plane joins and certificate re-upload."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+
+from ops import testing
+
+from fakes.control_plane import (
+    ADMIN_TOKEN,
+    CA_PEM,
+    PEER_LABEL,
+    leader_member_state,
+    peer,
+    peers,
+    secret,
+)
+
+
+def test_leader_installs_pinned_packages_and_bootstraps(ctx, machine, api):
+    out = ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
+
+    assert machine.dpkg["kubeadm"] == "1.36.4-1.1"
+    assert machine.dpkg["kubectl"] == "1.36.4-1.1"
+    assert {"kubeadm", "kubelet", "kubectl", "containerd"} <= machine.held
+    assert len(machine.inits) == 1
+    init, cluster = machine.inits[0]
+    assert cluster["kubernetesVersion"] == "v1.36.4"
+    assert cluster["networking"] == {"podSubnet": "10.244.0.0/16", "serviceSubnet": "10.96.0.0/12"}
+    assert cluster["controlPlaneEndpoint"] == "192.0.2.0:6443"
+    args = {a["name"]: a["value"] for a in cluster["apiServer"]["extraArgs"]}
+    assert "ExtendedResourceToleration" in args["enable-admission-plugins"].split(",")
+    assert init["bootstrapTokens"][0]["ttl"] == "24h0m0s"
+    assert not machine.path("/etc/kubernetes/gpu-k8s/kubeadm-init.yaml").exists()
+    # flannel applied with the pod CIDR, pinned images
+    ds = api.get_object("/apis/apps/v1/namespaces/kube-flannel/daemonsets/kube-flannel-ds")
+    images = [c["image"] for c in ds["spec"]["template"]["spec"]["initContainers"]]
+    assert "ghcr.io/flannel-io/flannel-cni-plugin:v1.8.0-flannel1" in images
+    cm = api.get_object("/api/v1/namespaces/kube-flannel/configmaps/kube-flannel-cfg")
+    assert '"Network": "10.244.0.0/16"' in cm["data"]["net-conf.json"]
+    # join material for peers: databag has the public parts, secret has the rest
+    bag = peer(out).local_app_data
+    assert bag["endpoint"] == "192.0.2.0:6443"
+    assert bag["cluster-version"] == "1.36"
+    from charms.gpu_k8s.v0.kubeadm import ca_cert_hash
+
+    assert bag["ca-cert-hash"] == ca_cert_hash(CA_PEM)
+    content = secret(out, PEER_LABEL).latest_content
+    assert content["token"] == init["bootstrapTokens"][0]["token"]
+    assert content["certificate-key"] == init["certificateKey"]
+    assert out.unit_status == testing.ActiveStatus("Ready: v1.36, 1 control-plane, 0 workers")
+
+
+def test_custom_cidrs_and_mirror_are_used(ctx, machine, api):
+    machine.add_repository("https://mirror.example.com/k8s")
+    config = {
+        "pod-cidr": "172.20.0.0/16",
+        "service-cidr": "172.21.0.0/16",
+        "package-mirror": "https://mirror.example.com/k8s",
+        "kubernetes-version": "1.34",
+    }
+    ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()], config=config))
+
+    source = machine.read("/etc/apt/sources.list.d/kubernetes.sources")
+    assert "URIs: https://mirror.example.com/k8s/core:/stable:/v1.34/deb/" in source
+    cluster = machine.inits[0][1]
+    assert cluster["networking"] == {
+        "podSubnet": "172.20.0.0/16",
+        "serviceSubnet": "172.21.0.0/16",
+    }
+    assert cluster["kubernetesVersion"] == "v1.34.9"
+    cm = api.get_object("/api/v1/namespaces/kube-flannel/configmaps/kube-flannel-cfg")
+    assert '"Network": "172.20.0.0/16"' in cm["data"]["net-conf.json"]
+
+
+def test_failed_init_waits_and_resets(ctx, machine, api):
+    machine.fail("/usr/bin/kubeadm init", stderr="[ERROR Port-6443]: Port 6443 is in use")
+    out = ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
+
+    assert out.unit_status.name == "waiting"
+    assert "Port 6443 is in use" in out.unit_status.message
+    assert "/usr/bin/kubeadm reset --force" in machine.lines("kubeadm")
+    assert "cluster-version" not in peer(out).local_app_data
+    # the next event retries and succeeds
+    out = ctx.run(ctx.on.update_status(), out)
+    assert out.unit_status.name == "active"
+
+
+def test_non_leader_waits_for_bootstrap(ctx, machine):
+    out = ctx.run(ctx.on.install(), testing.State(leader=False, relations=[peers()]))
+
+    assert out.unit_status == testing.WaitingStatus(
+        "waiting for the leader to bootstrap the cluster"
+    )
+    assert machine.lines("kubeadm") == []
+
+
+def test_non_leader_joins_as_control_plane_with_secret(ctx, machine):
+    state = leader_member_state(leader=False)
+    out = ctx.run(ctx.on.relation_changed(peer(state), remote_unit=1), state)
+
+    assert len(machine.joins) == 1
+    join = machine.joins[0]
+    assert join["controlPlane"]["certificateKey"] == "ab" * 32
+    assert join["discovery"]["bootstrapToken"]["token"] == "abcdef.0123456789abcdef"
+    assert join["discovery"]["bootstrapToken"]["apiServerEndpoint"] == "10.0.0.5:6443"
+    assert machine.inits == []
+    assert peer(out).local_unit_data["joined"] == "true"
+    assert out.unit_status == testing.ActiveStatus("Ready: v1.36, 2 control-plane, 0 workers")
+
+
+def test_new_leader_not_yet_joined_joins_instead_of_init(ctx, machine):
+    state = leader_member_state(leader=True)
+    ctx.run(ctx.on.leader_elected(), state)
+
+    assert machine.inits == []
+    assert len(machine.joins) == 1
+
+
+def test_non_leader_waits_when_uploaded_certs_are_stale(ctx, machine, clock):
+    clock.advance(hours=2)
+    state = leader_member_state(leader=False)
+    out = ctx.run(ctx.on.relation_changed(peer(state), remote_unit=1), state)
+
+    assert machine.joins == []
+    assert "re-upload" in out.unit_status.message
+    assert peer(out).local_unit_data["joined"] == "false"
+
+
+def test_leader_reuploads_certs_for_a_joining_unit_after_an_hour(ctx, machine, clock):
+    out = ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
+    key = secret(out, PEER_LABEL).latest_content["certificate-key"]
+    rel = dataclasses.replace(peer(out), peers_data={1: {"joined": "false"}})
+    state = dataclasses.replace(out, relations=[rel])
+
+    ctx.run(ctx.on.relation_changed(rel, remote_unit=1), state)
+    assert machine.uploads == []  # uploaded by init less than an hour ago
+
+    clock.advance(minutes=61)
+    out = ctx.run(ctx.on.relation_changed(rel, remote_unit=1), state)
+    assert machine.uploads == [key]
+    uploaded = datetime.datetime.fromisoformat(peer(out).local_app_data["certs-uploaded-at"])
+    assert uploaded == clock.now
+
+    # once every unit has joined, no more uploads
+    rel = dataclasses.replace(peer(out), peers_data={1: {"joined": "true"}})
+    clock.advance(hours=3)
+    out = ctx.run(ctx.on.update_status(), dataclasses.replace(out, relations=[rel]))
+    assert machine.uploads == [key]
+    assert out.unit_status.message.startswith("Ready: v1.36, 2 control-plane")
+
+
+def test_admin_kubeconfig_points_at_api(machine, ctx):
+    ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
+    assert ADMIN_TOKEN in machine.read("/etc/kubernetes/admin.conf")
+
+
+def test_leader_recovers_when_init_ran_but_nothing_was_recorded(ctx, machine, api):
+    out = ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
+    # the hook that ran kubeadm init failed before Juju committed the join material
+    lost = testing.State(leader=True, relations=[peers()])
+    out = ctx.run(ctx.on.update_status(), lost)
+
+    assert len(machine.inits) == 1  # no second init on a running control plane
+    content = secret(out, PEER_LABEL).latest_content
+    assert content["token"] == machine.tokens[-1] and len(machine.tokens) == 2
+    assert machine.uploads == [content["certificate-key"]]
+    assert peer(out).local_app_data["cluster-version"] == "1.36"
+    assert out.unit_status.name == "active"

@@ -1,0 +1,146 @@
+"""Invalid config, and the get-kubeconfig and cluster-info actions."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+from ops import testing
+
+from fakes.control_plane import ADMIN_TOKEN, node, peers
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        (
+            {"kubernetes-version": "1.2"},
+            "Invalid config: kubernetes-version: must be a supported minor version, one of 1.32",
+        ),
+        (
+            {"pod-cidr": "10.244.0.0/33"},
+            "Invalid config: pod-cidr: '10.244.0.0/33' is not a network such as 10.244.0.0/16",
+        ),
+        ({"service-cidr": "banana"}, "Invalid config: service-cidr: 'banana' is not a network"),
+        (
+            {"pod-cidr": "10.96.0.0/16"},
+            "Invalid config: service-cidr: overlaps pod-cidr 10.96.0.0/16; choose disjoint",
+        ),
+        ({"join-token-ttl": 1}, "Invalid config: join-token-ttl: must be at least 2 (hours)"),
+        ({"package-mirror": "ftp://x"}, "Invalid config: package-mirror: must be empty or an"),
+    ],
+)
+def test_invalid_config_blocks_naming_the_fix_and_runs_nothing(ctx, machine, api, config, message):
+    out = ctx.run(
+        ctx.on.config_changed(), testing.State(leader=True, relations=[peers()], config=config)
+    )
+
+    assert out.unit_status.name == "blocked"
+    assert out.unit_status.message.startswith(message)
+    assert machine.calls == []
+    assert api.requests == []
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "running"),
+    [
+        ("kubernetes-version", "1.34", "1.36"),
+        ("pod-cidr", "10.200.0.0/16", "10.244.0.0/16"),
+        ("service-cidr", "172.30.0.0/16", "10.96.0.0/12"),
+    ],
+)
+def test_changing_fixed_option_of_running_cluster_blocks(
+    ctx, machine, api, option, value, running
+):
+    out = ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
+    before, requests = len(machine.calls), len(api.requests)
+    out = ctx.run(ctx.on.config_changed(), dataclasses.replace(out, config={option: value}))
+    assert out.unit_status == testing.BlockedStatus(
+        f"{option} {value} differs from the running cluster's {running}; set it back to {running}"
+    )
+    assert len(machine.calls) == before
+    assert len(api.requests) == requests
+
+
+def test_secret_remove_drops_the_unused_revision(ctx, machine, clock):
+    out = ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
+    clock.advance(hours=24)
+    out = ctx.run(ctx.on.update_status(), out)  # token rotated: a new revision
+    out = ctx.run(ctx.on.update_status(), out)  # the leader now tracks the new one
+    join = next(s for s in out.secrets if s.label == "control-plane-join")
+    ctx.run(ctx.on.secret_remove(join, revision=1), out)
+    assert ctx.removed_secret_revisions == [1]
+
+
+def test_unreachable_mirror_blocks_with_hint(ctx, machine):
+    config = {"package-mirror": "https://mirror.invalid/k8s"}
+    out = ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()], config=config))
+    assert out.unit_status.name == "blocked"
+    assert "cannot use package source kubernetes" in out.unit_status.message
+    assert out.unit_status.message.endswith("or fix package-mirror")
+    assert machine.inits == []
+
+
+def test_without_peers_relation_waits(ctx, machine):
+    out = ctx.run(ctx.on.install(), testing.State(leader=True))
+    assert out.unit_status == testing.WaitingStatus("waiting for the peers relation")
+    assert machine.calls == []
+
+
+def test_get_kubeconfig_stores_admin_config_in_unit_secret(ctx, machine):
+    out = ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
+    out = ctx.run(ctx.on.action("get-kubeconfig"), out)
+
+    results = ctx.action_results
+    sec = next(s for s in out.secrets if s.label == "admin-kubeconfig")
+    assert sec.owner == "unit"
+    assert sec.latest_content == {"kubeconfig": machine.read("/etc/kubernetes/admin.conf")}
+    assert results["secret-id"] == sec.id
+    assert results["command"] == (
+        f"juju show-secret --reveal {sec.id} --format json"
+        " | jq -r '.[].content.Data.kubeconfig' > kubeconfig"
+    )
+    assert ADMIN_TOKEN not in json.dumps(results)
+    # running it again reuses the secret
+    out = ctx.run(ctx.on.action("get-kubeconfig"), out)
+    assert [s.id for s in out.secrets if s.label == "admin-kubeconfig"] == [sec.id]
+
+
+def test_get_kubeconfig_fails_before_joining(ctx, machine):
+    with pytest.raises(testing.ActionFailed, match="has not joined the cluster yet"):
+        ctx.run(ctx.on.action("get-kubeconfig"), testing.State(relations=[peers()]))
+
+
+def test_cluster_info_reports_nodes(ctx, machine, api):
+    out = ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
+    api.put_object("/api/v1/nodes/gpu-0", node("gpu-0", gpus=4))
+    api.put_object("/api/v1/nodes/cpu-0", node("cpu-0", ready=False))
+    ctx.run(ctx.on.action("cluster-info"), out)
+
+    results = ctx.action_results
+    nodes = {n["name"]: n for n in json.loads(results["nodes"])}
+    assert results["summary"] == "3 nodes, 2 ready, 4 GPUs allocatable"
+    assert nodes["ip-10-0-1-17"]["roles"] == ["control-plane"]
+    assert nodes["gpu-0"] == {
+        "name": "gpu-0",
+        "roles": ["worker"],
+        "version": "v1.36.4",
+        "ready": True,
+        "schedulable": True,
+        "gpus": 4,
+        "gpu-product": "NVIDIA-A10G",
+    }
+    assert nodes["cpu-0"]["ready"] is False and nodes["cpu-0"]["gpus"] == 0
+
+
+def test_cluster_info_fails_cleanly_on_api_errors(ctx, machine, api):
+    out = ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
+    api.inject(status=403, times=1)
+    with pytest.raises(testing.ActionFailed, match="cannot list nodes: 403"):
+        ctx.run(ctx.on.action("cluster-info"), out)
+
+
+def test_cluster_info_fails_before_joining(ctx, machine):
+    with pytest.raises(testing.ActionFailed, match="has not joined"):
+        ctx.run(ctx.on.action("cluster-info"), testing.State(relations=[peers()]))

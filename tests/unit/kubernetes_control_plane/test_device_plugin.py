@@ -1,0 +1,113 @@
+"""The NVIDIA device plugin follows the GPU inventory workers publish."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import device_plugin
+import kubernetes_validate
+import pytest
+import yaml
+from ops import testing
+
+from fakes.control_plane import join_workers, peer, peers, worker_bag, workers_relation
+
+DS = "/apis/apps/v1/namespaces/kube-system/daemonsets/nvidia-device-plugin"
+CM = "/api/v1/namespaces/kube-system/configmaps/nvidia-device-plugin-config"
+GPUS = [{"model": "NVIDIA A10G", "count": 4}]
+
+
+@pytest.fixture
+def bootstrapped(ctx, machine):
+    return ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
+
+
+def test_not_deployed_without_gpus(ctx, bootstrapped, api):
+    out = join_workers(ctx, bootstrapped, workers_relation({0: worker_bag("cpu-0")}))
+    assert api.get_object(DS) is None
+    assert "device-plugin" not in peer(out).local_app_data
+
+
+def test_deployed_on_gpu_nodes_only_once_a_worker_has_gpus(ctx, bootstrapped, api):
+    rel = workers_relation({0: worker_bag("cpu-0"), 1: worker_bag("gpu-0", GPUS)})
+    out = join_workers(ctx, bootstrapped, rel)
+
+    ds = api.get_object(DS)
+    spec = ds["spec"]["template"]["spec"]
+    assert spec["containers"][0]["image"] == "nvcr.io/nvidia/k8s-device-plugin:v0.18.2"
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec[
+        "tolerations"
+    ]
+    assert spec["runtimeClassName"] == "nvidia"
+    config = yaml.safe_load(api.get_object(CM)["data"]["config.yaml"])
+    assert config["flags"]["migStrategy"] == "none"
+    assert "sharing" not in config
+    assert out.unit_status.message == ("Ready: v1.36, 1 control-plane, 2 workers (1 with 4 GPUs)")
+
+
+def test_time_slicing_and_mig_config_roll_the_pods(ctx, bootstrapped, api):
+    out = join_workers(ctx, bootstrapped, workers_relation({0: worker_bag("gpu-0", GPUS)}))
+    before = api.get_object(DS)["spec"]["template"]["metadata"]["annotations"]
+
+    config = {"gpu-time-slicing-replicas": 4, "mig-strategy": "single"}
+    ctx.run(ctx.on.config_changed(), dataclasses.replace(out, config=config))
+
+    data = yaml.safe_load(api.get_object(CM)["data"]["config.yaml"])
+    assert data["flags"]["migStrategy"] == "single"
+    assert data["sharing"]["timeSlicing"]["resources"] == [
+        {"name": "nvidia.com/gpu", "replicas": 4}
+    ]
+    after = api.get_object(DS)["spec"]["template"]["metadata"]["annotations"]
+    assert after != before
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"mig-strategy": "all"}, "mig-strategy: must be none, single or mixed"),
+        ({"gpu-time-slicing-replicas": 0}, "gpu-time-slicing-replicas: must be between 1"),
+    ],
+)
+def test_invalid_gpu_config_blocks(ctx, machine, config, message):
+    out = ctx.run(ctx.on.config_changed(), testing.State(relations=[peers()], config=config))
+    assert out.unit_status.name == "blocked"
+    assert out.unit_status.message.startswith(f"Invalid config: {message}")
+    assert machine.calls == []
+
+
+@pytest.mark.parametrize("replicas", [1, 8])
+def test_manifests_are_valid_kubernetes_objects(replicas):
+    for obj in device_plugin.manifests("mixed", replicas):
+        kubernetes_validate.validate(obj, "1.33.0", strict=True)
+
+
+RC = "/apis/node.k8s.io/v1/runtimeclasses/nvidia"
+
+
+def test_runtime_class_comes_with_the_device_plugin(ctx, bootstrapped, api):
+    join_workers(ctx, bootstrapped, workers_relation({0: worker_bag("gpu-0", GPUS)}))
+    runtime_class = api.get_object(RC)
+    assert runtime_class["handler"] == "nvidia"
+    assert runtime_class["scheduling"]["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+
+
+def test_removed_when_the_last_gpu_worker_is_gone(ctx, bootstrapped, api):
+    out = join_workers(
+        ctx,
+        bootstrapped,
+        workers_relation({0: worker_bag("cpu-0"), 1: worker_bag("gpu-0", GPUS)}),
+    )
+    assert api.get_object(DS) is not None
+    relation = next(r for r in out.relations if r.endpoint == "workers")
+    departed = dataclasses.replace(relation, remote_units_data={0: relation.remote_units_data[0]})
+    state = dataclasses.replace(
+        out, relations=[*(r for r in out.relations if r is not relation), departed]
+    )
+    out = ctx.run(ctx.on.relation_departed(departed, remote_unit=1, departing_unit=1), state)
+
+    assert api.get_object(DS) is None
+    assert api.get_object(CM) is None
+    assert api.get_object(RC) is None
+    assert "device-plugin" not in peer(out).local_app_data
+    assert out.unit_status.message.startswith("Ready: v1.36, 1 control-plane, 1 workers")

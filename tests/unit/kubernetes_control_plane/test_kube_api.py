@@ -1,0 +1,190 @@
+"""The `kube-api` endpoint: namespace, ServiceAccount and least-privilege RBAC per consumer."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+
+import pytest
+import yaml
+from ops import testing
+
+from fakes.control_plane import kube_api_relation, peer, peers
+
+RBAC = "/apis/rbac.authorization.k8s.io/v1"
+JOBS = [{"api-groups": ["batch"], "resources": ["jobs"], "verbs": ["create", "get", "delete"]}]
+NODES = [{"api-groups": [""], "resources": ["nodes"], "verbs": ["get", "list"]}]
+
+
+@pytest.fixture
+def bootstrapped(ctx, machine):
+    return ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
+
+
+def with_relation(state, rel):
+    return dataclasses.replace(state, relations=[*state.relations, rel])
+
+
+def sa_token(api, namespace, name):
+    obj = api.get_object(f"/api/v1/namespaces/{namespace}/secrets/{name}-token")
+    return base64.b64decode(obj["data"]["token"]).decode()
+
+
+def test_grant_creates_scoped_rbac_and_hands_kubeconfig_in_relation_secret(ctx, bootstrapped, api):
+    rel = kube_api_relation("tensorflow", "training", JOBS, NODES)
+    other = kube_api_relation("efs-storage", "storage")
+    state = with_relation(with_relation(bootstrapped, rel), other)
+    out = ctx.run(ctx.on.relation_changed(rel), state)
+
+    ns = api.get_object("/api/v1/namespaces/training")
+    assert ns["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "kubernetes-control-plane"
+    assert ns["metadata"]["labels"]["gpu-k8s.io/consumer"] == "tensorflow"
+    assert api.get_object("/api/v1/namespaces/training/serviceaccounts/tensorflow") is not None
+    role = api.get_object(f"{RBAC}/namespaces/training/roles/gpu-k8s-tensorflow")
+    assert role["rules"] == [
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "get", "delete"]}
+    ]
+    binding = api.get_object(f"{RBAC}/namespaces/training/rolebindings/gpu-k8s-tensorflow")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "tensorflow", "namespace": "training"}
+    ]
+    assert binding["roleRef"]["kind"] == "Role"
+    crole = api.get_object(f"{RBAC}/clusterroles/gpu-k8s-tensorflow")
+    assert crole["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]}
+    ]
+    assert api.get_object(f"{RBAC}/clusterrolebindings/gpu-k8s-tensorflow") is not None
+
+    bag = out.get_relation(rel.id).local_app_data
+    label = f"kube-api-{rel.id}"
+    sec = next(s for s in out.secrets if s.label == label)
+    assert bag == {
+        "endpoint": "https://192.0.2.0:6443",
+        "namespace": "training",
+        "service-account": "tensorflow",
+        "kubeconfig-secret-id": sec.id,
+    }
+    assert sec.remote_grants == {rel.id: {"tensorflow"}}
+    config = yaml.safe_load(sec.latest_content["kubeconfig"])
+    assert config["users"][0]["user"]["token"] == sa_token(api, "training", "tensorflow")
+    assert config["contexts"][0]["context"]["namespace"] == "training"
+    # the other consumer (no rules) got its own secret, not this one, and no Role
+    other_sec = next(s for s in out.secrets if s.label == f"kube-api-{other.id}")
+    assert other_sec.remote_grants == {other.id: {"efs-storage"}}
+    assert api.get_object(f"{RBAC}/namespaces/storage/roles/gpu-k8s-efs-storage") is None
+    assert json.loads(peer(out).local_app_data["kube-api"])[str(rel.id)]["namespace"] == "training"
+
+
+@pytest.mark.parametrize(
+    ("rules", "cluster_rules", "reason"),
+    [
+        ([{"api-groups": [""], "resources": ["pods"], "verbs": ["*"]}], [], "wildcard"),
+        ([], [{"api-groups": ["*"], "resources": ["nodes"], "verbs": ["get"]}], "wildcard"),
+        (
+            [{"api-groups": [""], "resources": ["pods"], "verbs": ["impersonate"]}],
+            [],
+            "impersonate",
+        ),
+        (
+            [
+                {
+                    "api-groups": ["rbac.authorization.k8s.io"],
+                    "resources": ["roles"],
+                    "verbs": ["create"],
+                }
+            ],
+            [],
+            "rbac.authorization.k8s.io",
+        ),
+        ([], [{"api-groups": [""], "resources": ["secrets"], "verbs": ["get"]}], "secrets"),
+    ],
+)
+def test_refuses_requests_breaking_least_privilege(
+    ctx, bootstrapped, api, rules, cluster_rules, reason
+):
+    rel = kube_api_relation("greedy", "greedy", rules, cluster_rules)
+    out = ctx.run(ctx.on.relation_changed(rel), with_relation(bootstrapped, rel))
+
+    bag = out.get_relation(rel.id).local_app_data
+    assert set(bag) == {"error"}
+    assert reason in bag["error"]
+    assert api.get_object("/api/v1/namespaces/greedy") is None
+    assert api.objects(f"{RBAC}/clusterroles/gpu-k8s-greedy") == []
+    assert not [s for s in out.secrets if s.label == f"kube-api-{rel.id}"]
+    assert out.unit_status.message.endswith("; refused kube-api request of greedy")
+
+
+def test_malformed_request_is_refused_with_field_named(ctx, bootstrapped, api):
+    rel = kube_api_relation("bad", "Not_A_Label")
+    out = ctx.run(ctx.on.relation_changed(rel), with_relation(bootstrapped, rel))
+    assert out.get_relation(rel.id).local_app_data["error"].startswith("namespace is invalid")
+
+
+def test_relation_broken_removes_access_but_keeps_namespace(ctx, bootstrapped, api):
+    rel = kube_api_relation("tensorflow", "training", JOBS, NODES)
+    out = ctx.run(ctx.on.relation_changed(rel), with_relation(bootstrapped, rel))
+    api.put_object("/api/v1/namespaces/training/configmaps/results", {"data": {"k": "v"}})
+
+    out = ctx.run(ctx.on.relation_broken(out.get_relation(rel.id)), out)
+
+    assert api.get_object("/api/v1/namespaces/training") is not None
+    assert api.get_object("/api/v1/namespaces/training/configmaps/results") is not None
+    for path in (
+        "/api/v1/namespaces/training/serviceaccounts/tensorflow",
+        "/api/v1/namespaces/training/secrets/tensorflow-token",
+        f"{RBAC}/namespaces/training/roles/gpu-k8s-tensorflow",
+        f"{RBAC}/namespaces/training/rolebindings/gpu-k8s-tensorflow",
+        f"{RBAC}/clusterroles/gpu-k8s-tensorflow",
+        f"{RBAC}/clusterrolebindings/gpu-k8s-tensorflow",
+    ):
+        assert api.get_object(path) is None, path
+    assert not [s for s in out.secrets if s.label == f"kube-api-{rel.id}"]
+    assert json.loads(peer(out).local_app_data["kube-api"]) == {}
+    assert any("namespace training is kept" in line.message for line in ctx.juju_log)
+
+
+def test_changed_request_updates_rules_and_drops_unasked_cluster_role(ctx, bootstrapped, api):
+    rel = kube_api_relation("tensorflow", "training", JOBS, NODES)
+    out = ctx.run(ctx.on.relation_changed(rel), with_relation(bootstrapped, rel))
+    sec_id = out.get_relation(rel.id).local_app_data["kubeconfig-secret-id"]
+
+    pods = [{"api-groups": [""], "resources": ["pods"], "verbs": ["get"]}]
+    changed = dataclasses.replace(
+        out.get_relation(rel.id),
+        remote_app_data={"namespace": "training", "rules": json.dumps(pods)},
+    )
+    out = ctx.run(
+        ctx.on.relation_changed(changed), dataclasses.replace(out, relations=[peer(out), changed])
+    )
+
+    role = api.get_object(f"{RBAC}/namespaces/training/roles/gpu-k8s-tensorflow")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]
+    assert api.get_object(f"{RBAC}/clusterroles/gpu-k8s-tensorflow") is None
+    assert api.get_object(f"{RBAC}/clusterrolebindings/gpu-k8s-tensorflow") is None
+    assert out.get_relation(rel.id).local_app_data["kubeconfig-secret-id"] == sec_id
+
+
+def test_granted_consumer_turning_greedy_loses_access(ctx, bootstrapped, api):
+    rel = kube_api_relation("tensorflow", "training", JOBS)
+    out = ctx.run(ctx.on.relation_changed(rel), with_relation(bootstrapped, rel))
+    greedy = dataclasses.replace(
+        out.get_relation(rel.id),
+        remote_app_data={
+            "namespace": "training",
+            "rules": json.dumps([{"api-groups": [""], "resources": ["*"], "verbs": ["get"]}]),
+        },
+    )
+    out = ctx.run(
+        ctx.on.relation_changed(greedy), dataclasses.replace(out, relations=[peer(out), greedy])
+    )
+
+    assert "error" in out.get_relation(rel.id).local_app_data
+    assert api.get_object("/api/v1/namespaces/training/serviceaccounts/tensorflow") is None
+    assert not [s for s in out.secrets if s.label == f"kube-api-{rel.id}"]
+
+
+def test_consumer_without_request_yet_is_left_alone(ctx, bootstrapped, api):
+    rel = testing.Relation("kube-api", remote_app_name="tensorflow")
+    out = ctx.run(ctx.on.relation_changed(rel), with_relation(bootstrapped, rel))
+    assert out.get_relation(rel.id).local_app_data == {}

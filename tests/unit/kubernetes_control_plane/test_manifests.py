@@ -1,0 +1,54 @@
+"""Everything the charm applies is valid (strict schema) on every minor it can deploy."""
+
+from __future__ import annotations
+
+import device_plugin
+import kubernetes_validate
+import pytest
+import rbac
+import yaml
+from literals import FLANNEL_CNI_PLUGIN_VERSION, FLANNEL_VERSION
+
+import charm
+from charms.gpu_k8s.v0 import kubeadm
+from charms.gpu_k8s.v0.kube_api import Rule
+
+# The minors kubeadm.RELEASES can deploy that are still supported upstream, and the default.
+MINORS = sorted({kubeadm.DEFAULT_MINOR, *(m for m in kubeadm.RELEASES if m >= "1.35")})
+
+
+def flannel_objects(pod_cidr: str = "10.244.0.0/16") -> list[dict]:
+    text = charm.FLANNEL_MANIFEST.read_text().replace("__POD_CIDR__", pod_cidr)
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def consumer_objects() -> list[dict]:
+    rule = Rule.model_validate({"api-groups": ["batch"], "resources": ["jobs"], "verbs": ["get"]})
+    return rbac.manifests(rbac.consumer_grant("tensorflow", "training", [rule], [rule]))
+
+
+@pytest.mark.parametrize("minor", MINORS)
+@pytest.mark.parametrize(
+    "obj",
+    flannel_objects()
+    + rbac.manifests(rbac.worker_grant())
+    + consumer_objects()
+    + device_plugin.manifests("mixed", 4),
+    ids=lambda o: f"{o['kind']}/{o['metadata']['name']}",
+)
+def test_manifest_is_valid_for_every_deployable_minor(obj, minor):
+    kubernetes_validate.validate(obj, f"{minor}.0", strict=True)
+
+
+def test_flannel_is_pinned_and_gets_the_pod_cidr():
+    objs = flannel_objects("172.20.0.0/16")
+    ds = next(o for o in objs if o["kind"] == "DaemonSet")
+    spec = ds["spec"]["template"]["spec"]
+    images = [c["image"] for c in spec["initContainers"] + spec["containers"]]
+    assert set(images) == {
+        f"ghcr.io/flannel-io/flannel:{FLANNEL_VERSION}",
+        f"ghcr.io/flannel-io/flannel-cni-plugin:{FLANNEL_CNI_PLUGIN_VERSION}",
+    }
+    cm = next(o for o in objs if o["kind"] == "ConfigMap")
+    assert '"Network": "172.20.0.0/16"' in cm["data"]["net-conf.json"]
+    assert "__POD_CIDR__" not in yaml.safe_dump_all(objs)

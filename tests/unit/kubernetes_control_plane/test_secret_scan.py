@@ -1,0 +1,88 @@
+"""No token, certificate key or kubeconfig credential leaks outside Juju secrets."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import logging
+
+from ops import testing
+
+from fakes.control_plane import (
+    ADMIN_TOKEN,
+    JOIN_LABEL,
+    kube_api_relation,
+    leader_member_state,
+    peer,
+    peers,
+    secret,
+    worker_bag,
+    workers_relation,
+)
+
+JOBS = [{"api-groups": ["batch"], "resources": ["jobs"], "verbs": ["create"]}]
+
+
+def _visible(state: testing.State) -> list[str]:
+    out = [state.unit_status.message, state.app_status.message]
+    for rel in state.relations:
+        out.append(json.dumps([rel.local_app_data, rel.local_unit_data], sort_keys=True))
+        if isinstance(rel, testing.PeerRelation):
+            out.append(json.dumps(rel.peers_data, sort_keys=True))
+    return out
+
+
+def test_no_secret_value_in_logs_statuses_results_or_databags(ctx, machine, api, clock, caplog):
+    caplog.set_level(logging.DEBUG)
+    seen: list[str] = []
+
+    def run(event, state):
+        out = ctx.run(event, state)
+        seen.extend(_visible(out))
+        return out
+
+    out = run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
+    workers = workers_relation({0: worker_bag("w0"), 1: worker_bag("w1")})
+    consumer = kube_api_relation("tensorflow", "training", JOBS)
+    joining = dataclasses.replace(peer(out), peers_data={1: {"joined": "false"}})
+    out = dataclasses.replace(out, relations=[joining, workers, consumer])
+    out = run(ctx.on.relation_changed(workers, remote_unit=0), out)
+    out = run(ctx.on.relation_changed(out.get_relation(consumer.id), remote_unit=0), out)
+    clock.advance(hours=23, minutes=30)  # token rotation and certificate re-upload
+    out = run(ctx.on.secret_expired(secret(out, JOIN_LABEL), revision=1), out)
+    out = run(ctx.on.action("get-kubeconfig"), out)
+    out = run(ctx.on.action("cluster-info"), out)
+    out = run(ctx.on.relation_broken(out.get_relation(consumer.id)), out)
+    member = leader_member_state(leader=False)
+    run(ctx.on.relation_changed(peer(member), remote_unit=1), member)
+    member_key = secret(member, "control-plane-join").tracked_content
+
+    assert len(machine.tokens) == 2 and len(machine.uploads) == 1  # the scenario did rotate
+    sa_tokens = [
+        base64.b64decode(o["data"]["token"]).decode()
+        for o in api.objects("/api/v1/namespaces/")
+        if o.get("type") == "kubernetes.io/service-account-token" and o.get("data")
+    ]
+    assert len(sa_tokens) == 1  # the worker's; tensorflow's went with its relation
+    init = next(d for d in machine.inits[0] if d["kind"] == "InitConfiguration")
+    values = [
+        *machine.tokens,
+        *(t.split(".")[1] for t in machine.tokens),
+        init["certificateKey"],
+        *machine.uploads,
+        *sa_tokens,
+        ADMIN_TOKEN,
+        member_key["token"].split(".")[1],
+        member_key["certificate-key"],
+    ]
+    seen.extend(line.message for line in ctx.juju_log)
+    seen.extend(s.message for s in ctx.unit_status_history)
+    seen.append(json.dumps(ctx.action_results))
+    seen.extend(ctx.action_logs)
+    seen.append(caplog.text)
+    text = "\n".join(seen)
+    for value in values:
+        assert value not in text
+    # and the values are where they belong
+    assert secret(out, JOIN_LABEL).latest_content["token"] == machine.tokens[-1]

@@ -1,0 +1,281 @@
+"""The `workers` endpoint: join material, token rotation, departed workers."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime
+import json
+
+import pytest
+import yaml
+from ops import testing
+
+from fakes.control_plane import (
+    JOIN_LABEL,
+    PEER_LABEL,
+    join_workers,
+    node,
+    peer,
+    peers,
+    secret,
+    worker_bag,
+    workers_relation,
+)
+
+
+@pytest.fixture
+def bootstrapped(ctx, machine):
+    """State of a leader right after it bootstrapped the cluster."""
+    return ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
+
+
+def with_relation(state: testing.State, rel) -> testing.State:
+    return dataclasses.replace(state, relations=[*state.relations, rel])
+
+
+def test_workers_get_public_data_in_databag_and_token_in_granted_secret(ctx, bootstrapped, api):
+    rel = workers_relation({0: {}, 1: {}})
+    out = ctx.run(ctx.on.relation_joined(rel, remote_unit=0), with_relation(bootstrapped, rel))
+
+    bag = out.get_relation(rel.id).local_app_data
+    join = secret(out, JOIN_LABEL)
+    assert bag == {
+        "endpoint": "https://192.0.2.0:6443",
+        "ca-cert-hash": peer(out).local_app_data["ca-cert-hash"],
+        "join-secret-id": join.id,
+        "kubernetes-version": "1.36",
+    }
+    content = join.latest_content
+    assert content["token"] == secret(out, PEER_LABEL).latest_content["token"]
+    assert content["token"] not in json.dumps(bag)
+    assert join.remote_grants == {rel.id: {"kubernetes-worker"}}
+    # the secret expires an hour before the token does
+    token_expires = datetime.datetime.fromisoformat(peer(out).local_app_data["token-expires"])
+    assert join.expire == token_expires - datetime.timedelta(hours=1)
+    # the worker kubeconfig carries the ServiceAccount token the API server issued
+    config = yaml.safe_load(content["kubeconfig"])
+    sa_secret = api.get_object("/api/v1/namespaces/kube-system/secrets/gpu-k8s-worker-token")
+    assert (
+        config["users"][0]["user"]["token"]
+        == base64.b64decode(sa_secret["data"]["token"]).decode()
+    )
+    assert config["clusters"][0]["cluster"]["server"] == "https://192.0.2.0:6443"
+    role = api.get_object("/apis/rbac.authorization.k8s.io/v1/clusterroles/gpu-k8s-worker")
+    as_set = {(r["resources"][0], v) for r in role["rules"] for v in r["verbs"]}
+    assert as_set == {
+        ("nodes", "get"),
+        ("nodes", "list"),
+        ("nodes", "patch"),
+        ("pods", "get"),
+        ("pods", "list"),
+        ("pods/eviction", "create"),
+        ("pods/log", "get"),
+    }
+    gpu_role = api.get_object(
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/gpu-k8s-system/roles/gpu-k8s-worker"
+    )
+    assert gpu_role["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete"]}
+    ]
+    assert "secrets" not in json.dumps(role["rules"])
+
+
+def test_status_counts_workers_and_gpus(ctx, bootstrapped):
+    gpus = [
+        {
+            "model": "NVIDIA A10G",
+            "count": 4,
+            "memory-mib": 23028,
+            "driver": "580.65",
+            "cuda": "13.0",
+            "mig-capable": False,
+        }
+    ]
+    rel = workers_relation(
+        {0: worker_bag("w0", gpus), 1: worker_bag("w1"), 2: worker_bag("w2", gpus)}
+    )
+    out = join_workers(ctx, bootstrapped, rel)
+
+    assert out.unit_status == testing.ActiveStatus(
+        "Ready: v1.36, 1 control-plane, 3 workers (2 with 8 GPUs)"
+    )
+    registry = json.loads(peer(out).local_app_data["workers"])
+    assert registry == {
+        "kubernetes-worker/0": ["w0", 4, rel.id],
+        "kubernetes-worker/1": ["w1", 0, rel.id],
+        "kubernetes-worker/2": ["w2", 4, rel.id],
+    }
+
+
+def test_malformed_worker_databag_is_reported_not_raised(ctx, bootstrapped):
+    rel = workers_relation(
+        {
+            0: worker_bag("w0"),
+            1: {"node-name": "Bad_Name!"},
+            2: {"node-name": "w2", "gpu-inventory": "not json"},
+        }
+    )
+    out = join_workers(ctx, bootstrapped, rel)
+
+    msg = out.unit_status.message
+    assert out.unit_status.name == "active"
+    assert msg.startswith("Ready: v1.36, 1 control-plane, 1 workers; ignoring 2 worker(s)")
+    assert "kubernetes-worker/1: node-name is invalid" in msg
+
+
+def test_token_rotates_on_secret_expired(ctx, bootstrapped, machine, clock):
+    rel = workers_relation({0: worker_bag("w0")})
+    out = ctx.run(ctx.on.relation_changed(rel, remote_unit=0), with_relation(bootstrapped, rel))
+    old = secret(out, JOIN_LABEL).latest_content["token"]
+    kubeconfig = secret(out, JOIN_LABEL).latest_content["kubeconfig"]
+
+    clock.advance(hours=23, minutes=1)
+    join = secret(out, JOIN_LABEL)
+    out = ctx.run(ctx.on.secret_expired(join, revision=1), out)
+
+    new = secret(out, JOIN_LABEL).latest_content["token"]
+    assert new != old
+    assert secret(out, JOIN_LABEL).latest_content["kubeconfig"] == kubeconfig
+    assert secret(out, PEER_LABEL).latest_content["token"] == new
+    assert old not in machine.live_tokens and new in machine.live_tokens
+    assert any(
+        line.endswith(
+            "--ttl 24h --description gpu-k8s join token --kubeconfig /etc/kubernetes/admin.conf"
+        )
+        for line in machine.lines("kubeadm")
+    )
+    expires = datetime.datetime.fromisoformat(peer(out).local_app_data["token-expires"])
+    assert expires == clock.now + datetime.timedelta(hours=24)
+    assert secret(out, JOIN_LABEL).expire == expires - datetime.timedelta(hours=1)
+    assert out.get_relation(rel.id).local_app_data["join-secret-id"] == join.id
+
+
+def test_token_not_rotated_before_due_and_rotated_on_update_status_when_past(
+    ctx, bootstrapped, machine, clock
+):
+    out = ctx.run(ctx.on.update_status(), bootstrapped)
+    assert len(machine.tokens) == 1
+    clock.advance(hours=30)  # the secret-expired hook was missed
+    out = ctx.run(ctx.on.update_status(), out)
+    assert len(machine.tokens) == 2
+    assert machine.live_tokens == {machine.tokens[1]}
+
+
+def test_token_ttl_config_is_used(ctx, machine):
+    state = testing.State(leader=True, relations=[peers()], config={"join-token-ttl": 6})
+    out = ctx.run(ctx.on.install(), state)
+    assert machine.inits[0][0]["bootstrapTokens"][0]["ttl"] == "6h0m0s"
+    expires = datetime.datetime.fromisoformat(peer(out).local_app_data["token-expires"])
+    assert expires - datetime.timedelta(hours=6) == datetime.datetime.fromisoformat(
+        peer(out).local_app_data["certs-uploaded-at"]
+    )
+
+
+def test_departed_worker_node_deleted_only_after_it_drained(ctx, bootstrapped, api):
+    api.put_object("/api/v1/nodes/w0", node("w0"))
+    api.put_object("/api/v1/nodes/w1", node("w1"))
+    api.put_object(
+        "/api/v1/namespaces/default/pods/train-0",
+        {"spec": {"nodeName": "w1"}, "status": {"phase": "Running"}},
+    )
+    api.put_object(
+        "/api/v1/namespaces/kube-flannel/pods/flannel-w1",
+        {
+            "metadata": {
+                "ownerReferences": [
+                    {
+                        "kind": "DaemonSet",
+                        "name": "kube-flannel-ds",
+                        "apiVersion": "apps/v1",
+                        "uid": "x",
+                    }
+                ]
+            },
+            "spec": {"nodeName": "w1"},
+            "status": {"phase": "Running"},
+        },
+    )
+    rel = workers_relation({0: worker_bag("w0"), 1: worker_bag("w1")})
+    out = join_workers(ctx, bootstrapped, rel)
+
+    gone = dataclasses.replace(out.get_relation(rel.id), remote_units_data={0: worker_bag("w0")})
+    state = dataclasses.replace(out, relations=[peer(out), gone])
+    out = ctx.run(ctx.on.relation_departed(gone, remote_unit=1, departing_unit=1), state)
+    assert json.loads(peer(out).local_app_data["pending-removal"]) == ["w1"]
+    assert api.get_object("/api/v1/nodes/w1") is not None  # still running pods
+    assert out.unit_status.message == (
+        "Ready: v1.36, 1 control-plane, 1 workers; 1 departed node(s) pending removal"
+    )
+
+    # the worker cordoned itself; a training pod is still there
+    api.put_object("/api/v1/nodes/w1", node("w1", unschedulable=True))
+    out = ctx.run(ctx.on.update_status(), out)
+    assert api.get_object("/api/v1/nodes/w1") is not None
+
+    # drained: only the DaemonSet pod is left
+    api.delete_object("/api/v1/namespaces/default/pods/train-0")
+    out = ctx.run(ctx.on.update_status(), out)
+    assert api.get_object("/api/v1/nodes/w1") is None
+    assert api.get_object("/api/v1/nodes/w0") is not None
+    assert json.loads(peer(out).local_app_data["pending-removal"]) == []
+    assert out.unit_status.message == "Ready: v1.36, 1 control-plane, 1 workers"
+
+
+def test_departed_worker_that_is_not_ready_is_deleted_at_once(ctx, bootstrapped, api):
+    api.put_object("/api/v1/nodes/w1", node("w1", ready=False))
+    rel = workers_relation({1: worker_bag("w1")})
+    out = ctx.run(ctx.on.relation_changed(rel, remote_unit=1), with_relation(bootstrapped, rel))
+    gone = dataclasses.replace(out.get_relation(rel.id), remote_units_data={})
+    state = dataclasses.replace(out, relations=[peer(out), gone])
+    out = ctx.run(ctx.on.relation_departed(gone, remote_unit=1, departing_unit=1), state)
+
+    assert api.get_object("/api/v1/nodes/w1") is None
+    assert json.loads(peer(out).local_app_data.get("pending-removal", "[]")) == []
+
+
+def test_non_leader_does_not_publish(ctx, machine):
+    from fakes.control_plane import leader_member_state
+
+    state = leader_member_state(leader=False)
+    rel = workers_relation({0: worker_bag("w0")})
+    registry = json.dumps({"kubernetes-worker/0": ["w0", 0, rel.id]})
+    members = dataclasses.replace(
+        peer(state), local_app_data={**peer(state).local_app_data, "workers": registry}
+    )
+    state = dataclasses.replace(state, relations=[members, rel])
+    out = ctx.run(ctx.on.relation_changed(rel, remote_unit=0), state)
+
+    assert out.get_relation(rel.id).local_app_data == {}
+    assert [s for s in out.secrets if s.label == JOIN_LABEL] == []
+    assert not any("token create" in line for line in machine.lines("kubeadm"))
+    assert out.unit_status == testing.ActiveStatus("Ready: v1.36, 2 control-plane, 1 workers")
+
+
+def test_registry_is_rebuilt_from_all_databags_when_leadership_moves(ctx, bootstrapped):
+    rel = workers_relation({0: worker_bag("w0"), 1: worker_bag("w1")})
+    out = ctx.run(ctx.on.update_status(), with_relation(bootstrapped, rel))
+    assert out.unit_status.message == "Ready: v1.36, 1 control-plane, 0 workers"  # no event yet
+    out = ctx.run(ctx.on.leader_elected(), out)
+    assert out.unit_status.message == "Ready: v1.36, 1 control-plane, 2 workers"
+
+
+def test_worker_fixing_its_databag_is_counted(ctx, bootstrapped):
+    rel = workers_relation({0: {"node-name": "Bad!"}})
+    out = join_workers(ctx, bootstrapped, rel)
+    assert "ignoring 1 worker(s)" in out.unit_status.message
+    fixed = dataclasses.replace(out.get_relation(rel.id), remote_units_data={0: worker_bag("w0")})
+    out = ctx.run(
+        ctx.on.relation_changed(fixed, remote_unit=0),
+        dataclasses.replace(out, relations=[peer(out), fixed]),
+    )
+    assert out.unit_status.message == "Ready: v1.36, 1 control-plane, 1 workers"
+
+
+def test_workers_relation_broken_queues_all_its_nodes(ctx, bootstrapped, api):
+    api.put_object("/api/v1/nodes/w0", node("w0"))
+    rel = workers_relation({0: worker_bag("w0")})
+    out = join_workers(ctx, bootstrapped, rel)
+    out = ctx.run(ctx.on.relation_broken(out.get_relation(rel.id)), out)
+    assert json.loads(peer(out).local_app_data["pending-removal"]) == ["w0"]
+    assert json.loads(peer(out).local_app_data["workers"]) == {}
