@@ -1,0 +1,430 @@
+#!/usr/bin/env python3
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""Kubernetes worker charm: joins a kubeadm cluster and leaves it without losing work.
+
+One `_reconcile` installs containerd, enables NVIDIA GPUs when the machine has them
+(driver, container toolkit, containerd runtime, a reboot when the driver needs one),
+installs kubeadm/kubelet at the control plane's Kubernetes version, joins with the
+material the control plane publishes over `cluster`, labels (and for GPUs taints) the
+node and publishes its name and GPU inventory. When this unit leaves (`cluster`
+departed by this unit, or `stop`), it cordons and drains its node through the
+Kubernetes API, honouring PodDisruptionBudgets up to `drain-timeout`, then runs
+`kubeadm reset`.
+
+A driver that needs a reboot blocks the unit with the commands to run, or with
+`auto-reboot` the unit cordons and drains its node (as for removal), records the boot id
+and asks Juju to reboot; on a later boot, once the driver works, it uncordons the node.
+A reboot that did not fix the driver blocks instead of rebooting again.
+
+A drain that times out does not block removal forever (Juju would wait on the hook
+indefinitely): the pods still on the node are named in a warning in the log and in the
+unit's status before the node is reset, so no work disappears silently; their
+controllers recreate them elsewhere once the node is gone. An API error during the
+drain fails the hook instead, so Juju retries it rather than resetting an undrained node.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import gpu
+import gpu_node
+import nvidia
+import ops
+import pydantic
+import worker
+
+from charms.gpu_k8s.v0 import apt, kubeadm
+from charms.gpu_k8s.v0.config import ActionParams
+from charms.gpu_k8s.v0.kubernetes_cluster import ClusterRequirer, GpuInfo, JoinInfo
+from charms.gpu_k8s.v0.system import Host, SubprocessRunner
+
+if TYPE_CHECKING:
+    from charms.gpu_k8s.v0.kubeclient import Kube
+
+logger = logging.getLogger(__name__)
+
+CLUSTER = "cluster"
+MAX_VALIDATION_TIMEOUT = 3600
+
+
+class ValidateGpuParams(ActionParams):
+    """Parameters of `validate-gpu`."""
+
+    timeout: int = 300
+    image: str | None = None
+
+    @pydantic.field_validator("timeout")
+    @classmethod
+    def _timeout(cls, value: int) -> int:
+        if not 10 <= value <= MAX_VALIDATION_TIMEOUT:
+            raise ValueError(f"must be a number of seconds from 10 to {MAX_VALIDATION_TIMEOUT}")
+        return value
+
+    @pydantic.field_validator("image")
+    @classmethod
+    def _image(cls, value: str | None) -> str | None:
+        return None if value is None else worker.check_image(value)
+
+
+class KubernetesWorkerCharm(ops.CharmBase):
+    """A Kubernetes worker node (deployed as a CPU app and as a GPU app)."""
+
+    _stored = ops.StoredState()
+    # Time source for waits (drain, GPU validation); tests replace them to not wait.
+    drain_clock = staticmethod(time.monotonic)
+    drain_sleep = staticmethod(time.sleep)
+
+    def __init__(self, framework: ops.Framework):
+        super().__init__(framework)
+        # reboot_boot: boot id when this unit asked Juju for a reboot the driver needed;
+        # reboot_cordoned: whether it cordoned its node for that reboot.
+        self._stored.set_default(left_cluster=False, reboot_boot=None, reboot_cordoned=False)
+        self.cluster = ClusterRequirer(self, CLUSTER)
+        self._status: ops.StatusBase | None = None
+        self._blocked: str | None = None  # a GPU problem reported over any other status
+        on = self.on
+        for event in (
+            on.install,
+            on.start,
+            on.config_changed,
+            on.upgrade_charm,
+            on.update_status,
+            on.secret_changed,
+            on[CLUSTER].relation_created,
+            on[CLUSTER].relation_joined,
+            on[CLUSTER].relation_changed,
+            on[CLUSTER].relation_broken,
+        ):
+            framework.observe(event, self._reconcile)
+        framework.observe(on[CLUSTER].relation_departed, self._on_cluster_departed)
+        framework.observe(on.stop, self._on_stop)
+        framework.observe(on.collect_unit_status, self._on_collect_status)
+        framework.observe(on.gpu_info_action, self._on_gpu_info)
+        framework.observe(on.validate_gpu_action, self._on_validate_gpu)
+
+    def host_factory(self) -> Host:
+        """The machine this unit manages (tests return a fake one)."""
+        return Host(SubprocessRunner())
+
+    # -- events ------------------------------------------------------------------------
+
+    def _on_collect_status(self, event: ops.CollectStatusEvent) -> None:
+        if self._status is not None:
+            event.add_status(self._status)
+        if self._blocked is not None:
+            event.add_status(ops.BlockedStatus(self._blocked))
+
+    def _on_cluster_departed(self, event: ops.RelationDepartedEvent) -> None:
+        if event.departing_unit == self.unit:
+            self._leave()
+        else:
+            self._reconcile(event)
+
+    def _on_stop(self, event: ops.StopEvent) -> None:
+        self._leave()
+
+    def _reconcile(self, event: ops.EventBase) -> None:
+        if self._stored.left_cluster:
+            self._status = ops.MaintenanceStatus("left the cluster; this unit is being removed")
+            return
+        config = self.load_config(worker.WorkerConfig, errors="blocked")
+        host = self.host_factory()
+        info = self.cluster.join_material()
+        state = self._install(host, config, info)
+        if state is None or not self._reboot_step(host, config, info, state):
+            return
+        if info is None:
+            self._status = ops.WaitingStatus(self.cluster.problem() or "waiting for join material")
+            return
+        node = kubeadm.node_name(host)
+        if not self._join(host, info, node, config.labels):
+            return
+        self.cluster.publish_node(node, [GpuInfo(**r) for r in state.records()] or None)
+        if self._label(info, node, config, state):
+            self._status = ops.ActiveStatus(state.ready_message())
+        self._blocked = self._blocked or state.driver_problem(self.unit.name, config.driver)
+
+    # -- steps -------------------------------------------------------------------------
+
+    def _install(
+        self, host: Host, config: worker.WorkerConfig, info: JoinInfo | None
+    ) -> gpu_node.GpuState | None:
+        """containerd, the GPU step, then kubeadm + kubelet at the control plane's version."""
+        minor = None
+        if info is not None:
+            try:
+                minor = worker.supported_minor(info.kubernetes_version)
+            except ValueError as e:
+                self._status = ops.BlockedStatus(str(e))
+                return None
+        try:
+            worker.prepare(host)
+            state = gpu_node.setup(host, config)
+            if minor is not None:
+                worker.install_kubernetes(host, minor, config.mirror)
+        except gpu_node.GpuSetupError as e:
+            self._status = ops.BlockedStatus(str(e))
+            return None
+        except apt.AptError as e:
+            self._status = ops.BlockedStatus(str(e))
+            return None
+        return state
+
+    def _reboot_step(
+        self,
+        host: Host,
+        config: worker.WorkerConfig,
+        info: JoinInfo | None,
+        state: gpu_node.GpuState,
+    ) -> bool:
+        """Handle a reboot the driver needs; False when the reconcile stops here."""
+        started = self._stored.reboot_boot
+        if started is None and state.reboot is None:
+            return True
+        node = kubeadm.node_name(host)
+        action = nvidia.reboot_action(
+            state.reboot,
+            config.auto_reboot,
+            started_at_boot=started,
+            current_boot=nvidia.boot_id(host),
+        )
+        if action is nvidia.RebootAction.NONE:
+            self._status = ops.MaintenanceStatus("waiting for Juju to reboot this machine")
+            return False
+        if action is nvidia.RebootAction.BLOCK:
+            self._blocked = nvidia.reboot_blocked_message(
+                state.reboot or "", self.unit.name, node, rebooted=started is not None
+            )
+            return True
+        if action is nvidia.RebootAction.UNCORDON:
+            return self._after_reboot(info, node)
+        return self._drain_and_reboot(host, config, info, node, state.reboot or "")
+
+    def _kube(self, info: JoinInfo | None, waiting_for: str) -> Kube | None:
+        """A client for the cluster, or None with a Waiting status saying what waits."""
+        from charms.gpu_k8s.v0.kubeclient import Kube
+
+        problem = self.cluster.problem() or "no join material"
+        if info is not None:
+            try:
+                return Kube.from_kubeconfig(info.kubeconfig)
+            except ValueError as e:
+                problem = f"control plane kubeconfig is unusable: {e}"
+        self._status = ops.WaitingStatus(f"{waiting_for}: {problem}")
+        return None
+
+    def _drain_and_reboot(
+        self,
+        host: Host,
+        config: worker.WorkerConfig,
+        info: JoinInfo | None,
+        node: str,
+        reason: str,
+    ) -> bool:
+        """Cordon + drain the node (when joined), then ask Juju to reboot after this hook.
+
+        An API error during the drain fails the hook, so Juju retries it rather than
+        rebooting an undrained node; a drain timeout reboots anyway (as removal does).
+        """
+        cordoned = False
+        if kubeadm.is_joined(host):
+            kube = self._kube(info, f"reboot needed ({reason}); cannot drain node {node} yet")
+            if kube is None:
+                return False
+            with kube:
+                result = worker.drain(
+                    kube,
+                    node,
+                    timeout=config.drain_timeout,
+                    clock=self.drain_clock,
+                    sleep=self.drain_sleep,
+                )
+            summary = worker.drain_summary(node, result, config.drain_timeout)
+            if result is not None and result.remaining:
+                logger.warning("%s; they stop with the reboot", summary)
+            cordoned = result is not None
+        self._stored.reboot_boot = nvidia.boot_id(host)
+        self._stored.reboot_cordoned = cordoned
+        logger.info("rebooting for the NVIDIA driver: %s", reason)
+        self.unit.reboot()
+        self._status = ops.MaintenanceStatus(f"rebooting: {reason}")
+        return False
+
+    def _after_reboot(self, info: JoinInfo | None, node: str) -> bool:
+        """Back on a new boot with a working driver: uncordon the node if we cordoned it."""
+        if self._stored.reboot_cordoned:
+            kube = self._kube(info, f"rebooted; cannot uncordon node {node} yet")
+            if kube is None:
+                return False
+            with kube:
+                kube.uncordon(node)
+            logger.info("driver works after the reboot; uncordoned node %s", node)
+        self._stored.reboot_boot = None
+        self._stored.reboot_cordoned = False
+        return True
+
+    def _join(self, host: Host, info: JoinInfo, node: str, labels: dict[str, str]) -> bool:
+        if kubeadm.is_joined(host):
+            return True
+        try:
+            material = worker.join_material(info.endpoint, info.ca_cert_hash, info.token)
+        except ValueError as e:
+            self._status = ops.WaitingStatus(f"control plane join material is invalid: {e}")
+            return False
+        try:
+            kubeadm.join(host, material, node_name=node, labels=labels, control_plane=False)
+        except kubeadm.KubeadmError as e:
+            logger.error("%s", e)
+            self._status = ops.WaitingStatus(f"{e}; retrying on the next update-status")
+            return False
+        logger.info("node %s joined the cluster at %s", node, material.endpoint)
+        return True
+
+    def _label(
+        self, info: JoinInfo, node: str, config: worker.WorkerConfig, state: gpu_node.GpuState
+    ) -> bool:
+        """`node-labels`, GPU labels and the GPU taint on the Node; False while it cannot."""
+        from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
+
+        try:
+            with Kube.from_kubeconfig(info.kubeconfig) as kube:
+                done = worker.apply_labels(kube, node, config.labels)
+                if done is not None:
+                    gpu_node.apply_node_state(kube, node, state, config.gpu_taint)
+        except ValueError as e:
+            self._status = ops.WaitingStatus(f"control plane kubeconfig is unusable: {e}")
+            return False
+        except KubeError as e:
+            self._status = ops.WaitingStatus(f"cannot label node {node}: {e.status} {e.reason}")
+            return False
+        except LookupError:
+            done = None  # deleted between the two calls
+        if done is None:
+            self._status = ops.WaitingStatus(f"waiting for node {node} to register")
+            return False
+        return True
+
+    # -- actions -----------------------------------------------------------------------
+
+    def _on_gpu_info(self, event: ops.ActionEvent) -> None:
+        report = nvidia.read_smi(self.host_factory())
+        try:
+            results = gpu.gpu_info(report)
+        except ValueError as e:
+            event.fail(str(e))
+            return
+        event.set_results(results)
+
+    def _on_validate_gpu(self, event: ops.ActionEvent) -> None:
+        from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
+
+        params = event.load_params(ValidateGpuParams, errors="fail")
+        host = self.host_factory()
+        inventory = gpu_node.detect(host)
+        if not inventory.count:
+            event.fail("this machine has no NVIDIA GPU: run validate-gpu on a GPU worker")
+            return
+        info = self.cluster.join_material()
+        if info is None or not kubeadm.is_joined(host):
+            event.fail(f"not joined to a cluster yet: {self.cluster.problem() or 'not joined'}")
+            return
+        try:
+            image = params.image or self.load_config(worker.WorkerConfig).gpu_validation_image
+        except ValueError as e:
+            event.fail(f"invalid config: {e}")
+            return
+        node = kubeadm.node_name(host)
+        name = gpu_node.validation_pod_name()
+        event.log(f"running {image} on node {node} (pod {gpu_node.VALIDATION_NAMESPACE}/{name})")
+        try:
+            with Kube.from_kubeconfig(info.kubeconfig) as kube:
+                outcome = nvidia.run_validation(
+                    kube,
+                    node,
+                    gpu_node.VALIDATION_NAMESPACE,
+                    name,
+                    image=image,
+                    timeout=params.timeout,
+                    poll=gpu_node.VALIDATION_POLL_S,
+                    clock=self.drain_clock,
+                    sleep=self.drain_sleep,
+                    progress=event.log,
+                )
+        except ValueError as e:
+            event.fail(f"control plane kubeconfig is unusable: {e}")
+            return
+        except KubeError as e:
+            event.fail(f"Kubernetes API refused the validation pod: {e.status} {e.reason}")
+            return
+        event.set_results(
+            {
+                "passed": str(outcome.passed).lower(),
+                "summary": outcome.summary,
+                "output": outcome.logs or "(no output)",
+            }
+        )
+        if not outcome.passed:
+            event.fail(outcome.summary)
+
+    # -- leaving -----------------------------------------------------------------------
+
+    def _drain_timeout(self) -> int:
+        try:
+            return self.load_config(worker.WorkerConfig).drain_timeout
+        except ValueError as e:
+            # Leaving must not stop at a config error: drain with the default instead.
+            logger.warning("invalid config while leaving (%s); draining with the default", e)
+            return worker.WorkerConfig.model_fields["drain_timeout"].default
+
+    def _leave(self) -> None:
+        """Cordon + drain this unit's node, then reset it; at most once per unit."""
+        if self._stored.left_cluster:
+            self._status = ops.MaintenanceStatus("left the cluster; this unit is being removed")
+            return
+        host = self.host_factory()
+        message = "left the cluster"
+        if kubeadm.is_joined(host):
+            message = self._drain(kubeadm.node_name(host))
+        kubeadm.reset(host)
+        self._stored.left_cluster = True
+        logger.info("reset this machine: %s", message)
+        self._status = ops.MaintenanceStatus(message)
+
+    def _drain(self, node: str) -> str:
+        from charms.gpu_k8s.v0.kubeclient import Kube
+
+        timeout = self._drain_timeout()
+        info = self.cluster.join_material()
+        kube = None
+        if info is not None:
+            try:
+                kube = Kube.from_kubeconfig(info.kubeconfig)
+            except ValueError as e:
+                logger.warning("control plane kubeconfig is unusable: %s", e)
+        if kube is None:
+            logger.warning(
+                "cannot drain node %s: no access to the Kubernetes API (%s); its pods stop "
+                "with the reset and are rescheduled once Kubernetes marks the node lost",
+                node,
+                self.cluster.problem() or "unusable kubeconfig",
+            )
+            return f"reset node {node} without draining it: no access to the Kubernetes API"
+        with kube:
+            result = worker.drain(
+                kube, node, timeout=timeout, clock=self.drain_clock, sleep=self.drain_sleep
+            )
+        summary = worker.drain_summary(node, result, timeout)
+        if result is not None and result.remaining:
+            logger.warning("%s; they stop with the reset: %s", summary, " ".join(result.remaining))
+            return f"{summary}; see juju debug-log"
+        logger.info("%s", summary)
+        return summary
+
+
+if __name__ == "__main__":  # pragma: nocover
+    ops.main(KubernetesWorkerCharm)

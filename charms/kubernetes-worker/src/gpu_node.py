@@ -1,0 +1,155 @@
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""The GPU step of a worker's reconcile: detect, driver, toolkit, runtimes, node state.
+
+`setup()` runs on every reconcile. On a machine without NVIDIA GPUs it only writes
+containerd's config with runc (which drops the `nvidia` runtime of a worker that lost
+its GPUs) and runs no NVIDIA program. On a GPU machine it keeps a working driver or
+installs the configured one, installs the container toolkit and registers the `nvidia`
+runtime handler. What needs the operator comes back as a `GpuSetupError` whose message
+is the Blocked status. No ops imports: the charm turns results into statuses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import gpu
+import nvidia
+
+from charms.gpu_k8s.v0 import apt, containerd
+from charms.gpu_k8s.v0.system import CommandError, Host
+
+if TYPE_CHECKING:
+    from worker import WorkerConfig
+
+# Namespace the control plane grants workers pod create/delete in, for validation pods
+# (kubernetes-control-plane literals.GPU_VALIDATION_NAMESPACE).
+VALIDATION_NAMESPACE = "gpu-k8s-system"
+VALIDATION_POLL_S = 2.0
+NO_GPU = gpu.SmiReport(state=gpu.SmiState.ABSENT, detail="this machine has no NVIDIA GPU")
+
+
+class GpuSetupError(Exception):
+    """The GPU setup cannot go on; the message is a Blocked status that says what to do."""
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuState:
+    """What the GPU step found: the GPUs, what nvidia-smi says, and a pending reboot."""
+
+    inventory: gpu.GpuInventory
+    report: gpu.SmiReport = NO_GPU
+    reboot: str | None = None
+
+    @property
+    def has_gpu(self) -> bool:
+        """True on a machine with NVIDIA GPUs."""
+        return self.inventory.count > 0
+
+    def records(self) -> list[dict]:
+        """The inventory to publish to the control plane (empty without GPUs)."""
+        return gpu.inventory_records(self.inventory, self.report)
+
+    def labels(self) -> dict[str, str | None]:
+        """The node's GPU labels; None removes one.
+
+        Only a working driver gets labels: the device plugin selects
+        `nvidia.com/gpu.present=true`, and on a node whose driver waits for a reboot (or
+        is broken) it would only crash. Without GPUs, every GPU label is removed.
+        """
+        if not self.report.ok:
+            return nvidia.node_labels(gpu.GpuInventory(), None, None)
+        return nvidia.node_labels(
+            self.inventory, self.report.driver_version, self.report.cuda_version
+        )
+
+    def taints(self, gpu_taint: bool) -> list[dict]:
+        """The GPU taint the node should carry (none without GPUs or with gpu-taint off)."""
+        return nvidia.node_taints(gpu_taint, self.has_gpu)
+
+    def ready_message(self) -> str:
+        """`Ready: 4x NVIDIA A10G, driver 580, CUDA 13.0` or `Ready (no GPU)`."""
+        return gpu.status_message(self.inventory, self.report)
+
+    def driver_problem(self, unit: str, choice: nvidia.DriverChoice) -> str | None:
+        """Blocked message for GPUs without a working driver that no reboot will fix."""
+        if not self.has_gpu or self.report.ok or self.reboot:
+            return None
+        fix = (
+            "install one or set nvidia-driver=auto"
+            if choice.mode == "none"
+            else (f"check `juju ssh {unit} -- nvidia-smi` and `journalctl -k | grep -i nvidia`")
+        )
+        return (
+            f"NVIDIA driver not working ({self.report.state.value}: {self.report.detail}); {fix}"
+        )
+
+
+def detect(host: Host) -> gpu.GpuInventory:
+    """The NVIDIA GPUs of the machine, from sysfs (no program runs)."""
+    return gpu.detect(host.path("/sys"), host.path(str(gpu.DEFAULT_PCI_IDS)))
+
+
+def toolkit_blocked_message(error: apt.AptError) -> str:
+    """Blocked status for a failed container toolkit install."""
+    return (
+        f"failed to install {error.package}: {error.detail}; check that nvidia-apt-source "
+        "(empty: NVIDIA's repository) is reachable from this machine and has "
+        f"nvidia-container-toolkit {nvidia.TOOLKIT_VERSION}"
+    )
+
+
+def _ensure_driver(host: Host, config: WorkerConfig, inventory: gpu.GpuInventory):
+    try:
+        return nvidia.ensure_driver(host, config.driver, inventory)
+    except nvidia.DriverPlanError as e:
+        raise GpuSetupError(str(e)) from None
+    except apt.AptError as e:
+        raise GpuSetupError(nvidia.apt_blocked_message(e)) from None
+    except CommandError as e:
+        raise GpuSetupError(
+            f"cannot choose an NVIDIA driver: {e}; set nvidia-driver to a branch number "
+            "such as 580, or to none"
+        ) from None
+
+
+def setup(host: Host, config: WorkerConfig) -> GpuState:
+    """Detect GPUs; on a GPU machine make driver, toolkit and the `nvidia` runtime present.
+
+    containerd is restarted only when its config changed.
+
+    Raises:
+        GpuSetupError: the operator must act (the message says how).
+    """
+    inventory = detect(host)
+    if not inventory.count:
+        containerd.configure(host, *nvidia.containerd_runtimes(has_gpu=False))
+        return GpuState(inventory)
+    result = _ensure_driver(host, config, inventory)
+    try:
+        nvidia.install_toolkit(host, config.toolkit_source)
+    except apt.AptError as e:
+        raise GpuSetupError(toolkit_blocked_message(e)) from None
+    containerd.configure(
+        host, *nvidia.containerd_runtimes(True, default_nvidia=config.nvidia_default_runtime)
+    )
+    return GpuState(gpu.with_smi(inventory, result.report), result.report, result.reboot)
+
+
+def apply_node_state(kube: Any, node: str, state: GpuState, gpu_taint: bool) -> bool:
+    """Bring the Node's GPU labels and taint in line with `state`; True when patched.
+
+    Raises:
+        LookupError: the Node is not registered yet.
+        KubeError: the API server refused.
+    """
+    return nvidia.apply_node_gpu_state(kube, node, state.labels(), state.taints(gpu_taint))
+
+
+def validation_pod_name() -> str:
+    """A fresh name for a validation pod (runs never collide with a leftover pod)."""
+    return f"gpu-validation-{uuid.uuid4().hex[:10]}"

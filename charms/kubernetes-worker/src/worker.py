@@ -1,0 +1,327 @@
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""The kubernetes-worker workload: config, node setup, labels and leaving the cluster.
+
+No ops imports: the charm hands in a `Host` (the machine) and a `Kube` client (the
+cluster) and turns what comes back, or what is raised, into a status. Each system has
+its own module (`charms.gpu_k8s.v0.containerd`, `.kubeadm`, and `nvidia.py` for GPUs);
+this module only sequences them for a worker node.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import nvidia
+import pydantic
+
+from charms.gpu_k8s.v0 import containerd, kubeadm
+from charms.gpu_k8s.v0.config import CharmConfig
+from charms.gpu_k8s.v0.system import Host
+
+if TYPE_CHECKING:
+    from charms.gpu_k8s.v0.kubeclient import DrainResult, Kube
+
+DEFAULT_API_PORT = 6443
+MAX_DRAIN_TIMEOUT = 3600
+# Annotation recording which labels came from `node-labels`, so that a label removed
+# from the config is removed from the node and labels set by others are left alone.
+MANAGED_LABELS_ANNOTATION = "gpu-k8s.io/node-labels"
+
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# Kubelets may only set labels in the kubernetes.io / k8s.io namespaces that the
+# NodeRestriction admission plugin allows.
+_ALLOWED_K8S_PREFIXES = ("kubelet.kubernetes.io", "node.kubernetes.io")
+_ALLOWED_K8S_KEYS = frozenset(
+    {
+        "kubernetes.io/hostname",
+        "kubernetes.io/arch",
+        "kubernetes.io/os",
+        "beta.kubernetes.io/instance-type",
+        "topology.kubernetes.io/region",
+        "topology.kubernetes.io/zone",
+    }
+)
+
+
+def _restricted(prefix: str) -> bool:
+    for namespace in ("kubernetes.io", "k8s.io"):
+        if prefix == namespace or prefix.endswith("." + namespace):
+            return not any(
+                prefix == allowed or prefix.endswith("." + allowed)
+                for allowed in _ALLOWED_K8S_PREFIXES
+            )
+    return False
+
+
+def _check_label(key: str, value: str) -> None:
+    prefix, _, name = key.rpartition("/")
+    if not _LABEL_NAME.match(name):
+        raise ValueError(
+            f"label name {name!r} must be 1-63 letters, digits, '-', '_' or '.', starting "
+            "and ending with a letter or digit"
+        )
+    if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+        raise ValueError(
+            f"label prefix {prefix!r} must be a lowercase DNS name such as example.com"
+        )
+    if prefix and _restricted(prefix) and key not in _ALLOWED_K8S_KEYS:
+        raise ValueError(
+            f"kubelets may not set {key!r} (kubernetes.io and k8s.io are reserved); "
+            f"use your own prefix such as example.com/{name}"
+        )
+    if value and not _LABEL_NAME.match(value):
+        raise ValueError(
+            f"label value {value!r} of {key} must be empty or 1-63 letters, digits, '-', '_' "
+            "or '.', starting and ending with a letter or digit"
+        )
+
+
+def parse_labels(text: str) -> dict[str, str]:
+    """Parse `node-labels` ("key=value key2=value2") into a dict.
+
+    Raises:
+        ValueError: a label is malformed; the message says how to write it.
+    """
+    labels: dict[str, str] = {}
+    for item in text.split():
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"{item!r} is not key=value; separate labels with spaces")
+        if key in labels:
+            raise ValueError(f"label {key!r} is given twice; keep one")
+        _check_label(key, value)
+        labels[key] = value
+    return labels
+
+
+class WorkerConfig(CharmConfig):
+    """The kubernetes-worker options (dashed in Juju, underscored here).
+
+    The Kubernetes version is not an option: workers install the minor the control
+    plane publishes over the `cluster` relation.
+    """
+
+    package_mirror: str = ""
+    node_labels: str = ""
+    drain_timeout: int = 300
+    nvidia_driver: str = "auto"
+    nvidia_apt_source: str = ""
+    gpu_taint: bool = True
+    auto_reboot: bool = False
+    nvidia_default_runtime: bool = False
+    gpu_validation_image: str = nvidia.VALIDATION_IMAGE
+
+    @pydantic.field_validator("nvidia_driver")
+    @classmethod
+    def _driver(cls, value: str) -> str:
+        try:
+            nvidia.DriverChoice.parse(value)
+        except ValueError:
+            raise ValueError(
+                f"must be {nvidia.DRIVER_CHOICES}, not {value.strip()[:40]!r}"
+            ) from None
+        return value
+
+    @pydantic.field_validator("nvidia_apt_source")
+    @classmethod
+    def _toolkit_source(cls, value: str) -> str:
+        try:
+            nvidia.ToolkitSource.parse(value)
+        except ValueError as e:
+            raise ValueError(str(e).removeprefix("nvidia-apt-source ")) from None
+        return value
+
+    @pydantic.field_validator("gpu_validation_image")
+    @classmethod
+    def _image(cls, value: str) -> str:
+        return check_image(value)
+
+    @pydantic.field_validator("package_mirror")
+    @classmethod
+    def _mirror_url(cls, value: str) -> str:
+        value = value.strip()
+        if value:
+            try:
+                kubeadm.package_source(kubeadm.DEFAULT_MINOR, value)
+            except ValueError:
+                raise ValueError(
+                    "must be empty (use pkgs.k8s.io) or an http(s) URL serving the "
+                    "pkgs.k8s.io layout, such as https://mirror.example/k8s"
+                ) from None
+        return value
+
+    @pydantic.field_validator("node_labels")
+    @classmethod
+    def _labels(cls, value: str) -> str:
+        parse_labels(value)
+        return value
+
+    @pydantic.field_validator("drain_timeout")
+    @classmethod
+    def _timeout(cls, value: int) -> int:
+        if not 0 <= value <= MAX_DRAIN_TIMEOUT:
+            raise ValueError(f"must be a number of seconds from 0 to {MAX_DRAIN_TIMEOUT}")
+        return value
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """The node labels as a dict."""
+        return parse_labels(self.node_labels)
+
+    @property
+    def mirror(self) -> str | None:
+        """The package mirror, or None for pkgs.k8s.io."""
+        return self.package_mirror or None
+
+    @property
+    def driver(self) -> nvidia.DriverChoice:
+        """The `nvidia-driver` choice."""
+        return nvidia.DriverChoice.parse(self.nvidia_driver)
+
+    @property
+    def toolkit_source(self) -> nvidia.ToolkitSource:
+        """Where nvidia-container-toolkit comes from."""
+        return nvidia.ToolkitSource.parse(self.nvidia_apt_source)
+
+
+_IMAGE = re.compile(r"^[a-z0-9]+([._/:@-][A-Za-z0-9_]+)*$")
+
+
+def check_image(value: str) -> str:
+    """Return a container image reference such as `nvcr.io/nvidia/cuda:13.0`, stripped.
+
+    Raises:
+        ValueError: empty, or not an image reference.
+    """
+    value = value.strip()
+    if not _IMAGE.match(value) or len(value) > 512:
+        raise ValueError(
+            "must be a container image reference such as "
+            "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubuntu22.04"
+        )
+    return value
+
+
+def minor_of(version: str) -> str:
+    """Return the minor of a Kubernetes version: "1.33.4" and "v1.33" give "1.33"."""
+    return ".".join(version.strip().lstrip("v").split(".")[:2])
+
+
+def join_material(endpoint_url: str, ca_cert_hash: str, token: str) -> kubeadm.JoinMaterial:
+    """Build kubeadm join material from the control plane's published values.
+
+    Raises:
+        ValueError: a value is malformed (the message never contains the token).
+    """
+    endpoint = re.sub(r"^https://", "", endpoint_url.strip()).rstrip("/")
+    if not re.search(r":[0-9]+$", endpoint):
+        endpoint = f"{endpoint}:{DEFAULT_API_PORT}"
+    return kubeadm.JoinMaterial(endpoint=endpoint, ca_cert_hash=ca_cert_hash, token=token)
+
+
+def prepare(host: Host) -> bool:
+    """Prepare the kernel and install containerd; return True when anything changed.
+
+    Raises:
+        apt.AptError: containerd could not be installed.
+    """
+    changed = containerd.prepare_kernel(host)
+    return containerd.install(host) or changed
+
+
+def supported_minor(version: str) -> str:
+    """The minor of the control plane's Kubernetes version, when this charm can install it.
+
+    Raises:
+        ValueError: no pinned release for that minor; the message says what to do.
+    """
+    minor = minor_of(version)
+    if minor not in kubeadm.RELEASES:
+        raise ValueError(
+            f"the control plane runs Kubernetes {minor}, which this charm cannot install "
+            f"(it has {', '.join(kubeadm.RELEASES)}): refresh kubernetes-worker to a "
+            "revision that supports it"
+        )
+    return minor
+
+
+def install_kubernetes(host: Host, minor: str, mirror: str | None = None) -> bool:
+    """Install kubeadm + kubelet pinned for `minor` (the control plane's); True on change.
+
+    Raises:
+        apt.AptError: a package or the package source failed.
+    """
+    return kubeadm.install(host, minor, mirror=mirror, with_kubectl=False)
+
+
+def label_patch(node: Mapping[str, Any], labels: Mapping[str, str]) -> dict | None:
+    """The merge patch that makes the node carry `labels`, or None when it already does.
+
+    Labels this charm set before but that are no longer configured are removed; other
+    labels (kubelet's, GPU labels, an operator's) are never touched.
+    """
+    metadata = node.get("metadata") or {}
+    current = metadata.get("labels") or {}
+    annotation = (metadata.get("annotations") or {}).get(MANAGED_LABELS_ANNOTATION, "")
+    managed = {key for key in annotation.split(",") if key}
+    wanted_keys = ",".join(sorted(labels))
+    patch_labels: dict[str, str | None] = {
+        key: value for key, value in labels.items() if current.get(key) != value
+    }
+    patch_labels.update({key: None for key in managed - set(labels) if key in current})
+    if not patch_labels and annotation == wanted_keys:
+        return None
+    return {
+        "metadata": {
+            "labels": patch_labels,
+            "annotations": {MANAGED_LABELS_ANNOTATION: wanted_keys},
+        }
+    }
+
+
+def apply_labels(kube: Kube, node: str, labels: Mapping[str, str]) -> bool | None:
+    """Make `node` carry `labels`; True when patched, None when the node is not registered."""
+    obj = kube.get("v1", "Node", node)
+    if obj is None:
+        return None
+    patch = label_patch(obj, labels)
+    if patch is None:
+        return False
+    kube.patch("v1", "Node", node, patch)
+    return True
+
+
+def drain(
+    kube: Kube,
+    node: str,
+    *,
+    timeout: float,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> DrainResult | None:
+    """Cordon and drain `node`, honouring PodDisruptionBudgets; None when it is not registered."""
+    if kube.get("v1", "Node", node) is None:
+        return None
+    return kube.drain(node, timeout=timeout, clock=clock, sleep=sleep)
+
+
+def drain_summary(node: str, result: DrainResult | None, timeout: float, limit: int = 5) -> str:
+    """One line saying what the drain did, naming pods left behind."""
+    if result is None:
+        return f"node {node} was not registered; nothing to drain"
+    if not result.remaining:
+        return f"drained node {node} ({len(result.evicted)} pods evicted)"
+    shown = ", ".join(result.remaining[:limit])
+    more = len(result.remaining) - limit
+    if more > 0:
+        shown += f" and {more} more"
+    return (
+        f"drain of node {node} timed out after {timeout:g}s; "
+        f"{len(result.remaining)} pods were still running: {shown}"
+    )

@@ -1,0 +1,868 @@
+"""Driver choice and install, container toolkit, containerd, labels, taints, validation pod.
+
+The machine is `FakeMachine` (apt, dpkg, systemd on a temporary root) extended with a fake
+NVIDIA driver: `nvidia-smi`, `modprobe nvidia`, `ubuntu-drivers`, `uname` and `dpkg`
+behave as on an EC2 g5 instance running Ubuntu 24.04.
+"""
+
+from __future__ import annotations
+
+import gpu
+import kubernetes_validate
+import nvidia
+import pytest
+
+from charms.gpu_k8s.v0 import apt, containerd
+from fakes.machine import ARMORED_KEY, FakeMachine, Service
+from fakes.nvidia_driver import (
+    NVIDIA_REPO,
+    TOOLKIT,
+    UBUNTU_DRIVERS_DEVICES,
+    FakeDriver,
+)
+from fakes.sysfs import build_machine, write_pci_ids
+
+
+@pytest.fixture
+def machine(tmp_path):
+    return FakeMachine(tmp_path / "root")
+
+
+@pytest.fixture
+def driver(machine):
+    return FakeDriver(machine)
+
+
+@pytest.fixture
+def a10g(tmp_path):
+    root = build_machine(tmp_path / "sys-a10g", "g5-a10g", module_loaded=False)
+    return gpu.detect(root, write_pci_ids(tmp_path / "pci.ids"))
+
+
+@pytest.fixture
+def cpu_only(tmp_path):
+    return gpu.detect(build_machine(tmp_path / "sys-cpu", "m5-cpu", module_loaded=False), None)
+
+
+def apt_installs(machine) -> list[str]:
+    return [line for line in machine.lines("apt-get") if " install " in line]
+
+
+QUERIES = ("sh -c", "uname -r", "dpkg --print-architecture", "ubuntu-drivers")
+
+
+def changes(machine, since: int = 0) -> list[str]:
+    """Commands after the `since`-th mutation that changed the machine."""
+    return [line for line in machine.mutations()[since:] if not line.startswith(QUERIES)]
+
+
+# --------------------------------------------------------------------- nvidia-driver
+
+
+@pytest.mark.parametrize(
+    "value, mode, branch",
+    [
+        ("auto", "auto", None),
+        ("none", "none", None),
+        ("580", "branch", "580"),
+        (" AUTO ", "auto", None),
+        ("535", "branch", "535"),
+    ],
+)
+def test_driver_choice_accepts_auto_none_and_branches(value, mode, branch):
+    assert nvidia.DriverChoice.parse(value) == nvidia.DriverChoice(mode, branch)
+
+
+@pytest.mark.parametrize("value", ["", "latest", "58", "5800", "580-server", "580.95", "nvidia"])
+def test_driver_choice_rejects_anything_else_naming_the_allowed_values(value):
+    with pytest.raises(ValueError, match="nvidia-driver must be auto, none or a branch number"):
+        nvidia.DriverChoice.parse(value)
+
+
+@pytest.mark.parametrize(
+    "release, flavour",
+    [
+        ("6.8.0-1015-aws", "aws"),
+        ("6.8.0-45-generic", "generic"),
+        ("6.8.0-1012-aws-64k", "aws-64k"),
+        ("5.15.0-1071-gcp\n", "gcp"),
+    ],
+)
+def test_kernel_flavour_from_uname(release, flavour):
+    assert nvidia.kernel_flavour(release) == flavour
+
+
+def test_kernel_flavour_of_a_non_ubuntu_kernel_is_an_error():
+    with pytest.raises(ValueError, match="cannot tell the kernel flavour"):
+        nvidia.kernel_flavour("6.11.5")
+
+
+def test_plan_uses_prebuilt_signed_modules_and_headless_server_userspace(a10g):
+    packages = nvidia.plan_driver(nvidia.DriverChoice.parse("auto"), a10g, False, "580", "aws")
+
+    assert packages == [
+        "nvidia-headless-no-dkms-580-server",
+        "nvidia-utils-580-server",
+        "linux-modules-nvidia-580-server-aws",
+    ]
+    assert not any("dkms" in p and "no-dkms" not in p for p in packages)
+
+
+@pytest.mark.parametrize(
+    "value, smi_ok, installed, expected_branch",
+    [
+        ("auto", True, "570", None),  # a working driver on the host is kept
+        ("auto", False, None, "580"),  # nothing there: the recommended branch
+        ("auto", False, "570", "570"),  # installed but not loaded: keep its branch
+        ("none", False, None, None),  # the operator manages drivers
+        ("535", False, None, "535"),
+        ("580", True, "580", None),  # that branch already works
+        ("535", True, "580", "535"),  # another branch works: switch to the pinned one
+    ],
+)
+def test_plan_for_each_nvidia_driver_value(a10g, value, smi_ok, installed, expected_branch):
+    choice = nvidia.DriverChoice.parse(value)
+
+    packages = nvidia.plan_driver(choice, a10g, smi_ok, "580", "aws", installed_branch=installed)
+
+    if expected_branch is None:
+        assert packages == []
+    else:
+        assert packages == nvidia.driver_packages(expected_branch, "aws")
+
+
+def test_plan_installs_nothing_without_gpus(cpu_only):
+    for value in ("auto", "580"):
+        assert (
+            nvidia.plan_driver(nvidia.DriverChoice.parse(value), cpu_only, False, "580", "aws")
+            == []
+        )
+
+
+def test_plan_auto_without_a_recommendation_says_what_to_set(a10g):
+    with pytest.raises(nvidia.DriverPlanError, match="set nvidia-driver to a branch number"):
+        nvidia.plan_driver(nvidia.DriverChoice.parse("auto"), a10g, False, None, "aws")
+
+
+def test_ubuntu_drivers_devices_recommended_branch_with_server_variant():
+    recommended, server = nvidia.parse_ubuntu_drivers(UBUNTU_DRIVERS_DEVICES)
+
+    assert recommended == "580"
+    assert server == ["580", "570", "535"]  # -server-open is not a closed -server branch
+    assert nvidia.choose_branch(recommended, server) == "580"
+
+
+def test_recommended_desktop_branch_without_server_variant_falls_back_to_newest_server():
+    text = UBUNTU_DRIVERS_DEVICES.replace(
+        "nvidia-driver-580 - distro non-free recommended",
+        "nvidia-driver-590-open - distro non-free recommended",
+    ).replace("driver   : nvidia-driver-580-server - distro non-free\n", "")
+
+    recommended, server = nvidia.parse_ubuntu_drivers(text)
+
+    assert recommended == "590"
+    assert nvidia.choose_branch(recommended, server) == "570"
+
+
+def test_gpgpu_list_is_used_when_devices_names_no_server_branch(machine, driver):
+    driver.ubuntu_drivers_devices = "== /sys/devices/pci0000:00/0000:00:1e.0 ==\n"
+
+    assert nvidia.recommended_branch(machine.host()) == "570"
+    assert machine.lines("ubuntu-drivers")[-1] == "/usr/bin/ubuntu-drivers list --gpgpu"
+
+
+def test_host_with_a_working_driver_installs_nothing(machine, driver, a10g):
+    driver.preinstall("570")
+    before = dict(machine.dpkg)
+
+    result = nvidia.ensure_driver(machine.host(), nvidia.DriverChoice.parse("auto"), a10g)
+
+    assert result.installed == ()
+    assert result.report.ok and result.report.driver_branch == "570"
+    assert result.reboot is None
+    assert apt_installs(machine) == []
+    assert machine.lines("ubuntu-drivers") == []  # not even asked
+    assert machine.dpkg == before and machine.held == set()
+
+
+def test_auto_installs_and_holds_the_recommended_branch_and_loads_it(machine, driver, a10g):
+    result = nvidia.ensure_driver(machine.host(), nvidia.DriverChoice.parse("auto"), a10g)
+
+    assert result.installed == tuple(nvidia.driver_packages("580", "aws"))
+    assert result.changed
+    assert machine.held == set(nvidia.driver_packages("580", "aws"))
+    assert result.report.ok and result.report.driver_version == "580.95.05"
+    assert result.report.cuda_version == "13.0"
+    assert result.reboot is None  # modules for the running kernel loaded without a reboot
+
+
+def test_ensure_driver_twice_changes_nothing_the_second_time(machine, driver, a10g):
+    host, choice = machine.host(), nvidia.DriverChoice.parse("580")
+    nvidia.ensure_driver(host, choice, a10g)
+    before = len(machine.mutations())
+
+    again = nvidia.ensure_driver(host, choice, a10g)
+
+    assert not again.changed
+    assert changes(machine, before) == []
+
+
+def test_pinned_branch_replaces_a_working_other_branch_and_then_needs_a_reboot(
+    machine, driver, a10g
+):
+    driver.preinstall("570")
+
+    result = nvidia.ensure_driver(machine.host(), nvidia.DriverChoice.parse("580"), a10g)
+
+    assert result.installed == tuple(nvidia.driver_packages("580", "aws"))
+    assert result.report.state is gpu.SmiState.MISMATCH
+    assert "does not match" in result.reboot
+
+
+def test_none_never_installs_nor_asks_for_a_reboot(machine, driver, a10g):
+    machine.write(gpu.REBOOT_REQUIRED_FILE, "*** System restart required ***\n")
+
+    result = nvidia.ensure_driver(machine.host(), nvidia.DriverChoice.parse("none"), a10g)
+
+    assert result == nvidia.DriverResult((), False, result.report, None)
+    assert result.report.state is gpu.SmiState.ABSENT
+    assert apt_installs(machine) == []
+
+
+def test_cpu_only_worker_runs_no_driver_commands(machine, driver, cpu_only):
+    result = nvidia.ensure_driver(machine.host(), nvidia.DriverChoice.parse("auto"), cpu_only)
+
+    assert result.installed == () and result.reboot is None
+    assert apt_installs(machine) == [] and machine.lines("ubuntu-drivers") == []
+
+
+def test_apt_failure_names_the_failing_package(machine, driver, a10g):
+    del machine.archive["linux-modules-nvidia-580-server-aws"]
+
+    with pytest.raises(apt.AptError) as caught:
+        nvidia.ensure_driver(machine.host(), nvidia.DriverChoice.parse("580"), a10g)
+
+    assert caught.value.package == "linux-modules-nvidia-580-server-aws"
+    message = nvidia.apt_blocked_message(caught.value)
+    assert message.startswith("failed to install linux-modules-nvidia-580-server-aws: E: Unable")
+    assert "check the package source" in message
+    assert machine.held == set()  # nothing half-held
+
+
+# ---------------------------------------------------------------------------- reboots
+
+
+def test_module_that_cannot_load_needs_a_reboot(machine, driver, a10g):
+    driver.modules_for_running_kernel = False  # the meta package pulled a newer kernel
+    machine.write(gpu.REBOOT_REQUIRED_FILE, "*** System restart required ***\n")
+    machine.write(gpu.REBOOT_REQUIRED_FILE + ".pkgs", "linux-image-6.8.0-1016-aws\n")
+
+    result = nvidia.ensure_driver(machine.host(), nvidia.DriverChoice.parse("auto"), a10g)
+
+    assert result.report.state is gpu.SmiState.NO_DRIVER
+    assert result.reboot == "the nvidia kernel module is not loaded"
+
+
+def test_reboot_required_only_by_unrelated_packages_is_ignored(machine, driver, a10g):
+    driver.preinstall("580")
+    machine.write(gpu.REBOOT_REQUIRED_FILE, "*** System restart required ***\n")
+    machine.write(gpu.REBOOT_REQUIRED_FILE + ".pkgs", "libc6\ndbus\n")
+
+    assert (
+        nvidia.ensure_driver(machine.host(), nvidia.DriverChoice.parse("auto"), a10g).reboot
+        is None
+    )
+
+    machine.write(gpu.REBOOT_REQUIRED_FILE + ".pkgs", "libc6\nlinux-image-6.8.0-1016-aws\n")
+    result = nvidia.ensure_driver(machine.host(), nvidia.DriverChoice.parse("auto"), a10g)
+    assert "reboot-required" in result.reboot
+
+
+def test_auto_reboot_path_drains_reboots_then_uncordons():
+    act = nvidia.reboot_action
+    reason = "the nvidia kernel module is not loaded"
+
+    assert (
+        act(reason, True, started_at_boot=None, current_boot="b1")
+        is nvidia.RebootAction.DRAIN_AND_REBOOT
+    )
+    # the hook runs again before Juju reboots the machine: wait
+    assert act(reason, True, started_at_boot="b1", current_boot="b1") is nvidia.RebootAction.NONE
+    # back on a new boot with a working driver
+    assert act(None, True, started_at_boot="b1", current_boot="b2") is nvidia.RebootAction.UNCORDON
+    # back, but the driver still fails: no reboot loop
+    assert act(reason, True, started_at_boot="b1", current_boot="b2") is nvidia.RebootAction.BLOCK
+
+
+def test_manual_reboot_path_blocks_with_the_exact_commands():
+    reason = "the nvidia kernel module is not loaded"
+
+    action = nvidia.reboot_action(reason, False, started_at_boot=None, current_boot="b1")
+    message = nvidia.reboot_blocked_message(reason, "kubernetes-worker-gpu/0", "ip-10-0-1-17")
+
+    assert action is nvidia.RebootAction.BLOCK
+    assert message == (
+        "reboot needed: the nvidia kernel module is not loaded; run `kubectl drain "
+        "ip-10-0-1-17 --ignore-daemonsets --delete-emptydir-data`, `juju ssh "
+        "kubernetes-worker-gpu/0 -- sudo reboot`, then `kubectl uncordon ip-10-0-1-17` "
+        "(or set auto-reboot=true)"
+    )
+    assert nvidia.reboot_action(None, False, started_at_boot=None, current_boot="b1") is (
+        nvidia.RebootAction.NONE
+    )
+
+
+def test_boot_id_is_read_from_proc(machine, driver):
+    assert nvidia.boot_id(machine.host()) == "b0b1d000-0000-4000-8000-000000000001"
+
+
+def test_smi_missing_binary_is_absent_without_running_it(machine, driver):
+    report = nvidia.read_smi(machine.host())
+
+    assert report.state is gpu.SmiState.ABSENT
+    assert machine.lines("sh") == []
+
+
+def test_smi_mismatch_is_read_through_the_combined_output(machine, driver):
+    driver.preinstall("570")
+    machine.dpkg["nvidia-utils-580-server"] = machine.dpkg.pop("nvidia-utils-570-server")
+
+    report = nvidia.read_smi(machine.host())
+
+    assert report.state is gpu.SmiState.MISMATCH
+    assert report.detail == "Failed to initialize NVML: Driver/library version mismatch"
+
+
+# ------------------------------------------------------------------ container toolkit
+
+
+def test_toolkit_from_nvidia_repository_pinned_and_held(machine, driver):
+    machine.remote[NVIDIA_REPO] = TOOLKIT
+    machine.urls[nvidia.TOOLKIT_KEY_URL] = ARMORED_KEY
+
+    assert nvidia.install_toolkit(machine.host(), nvidia.ToolkitSource.parse(""))
+
+    source = machine.read("/etc/apt/sources.list.d/nvidia-container-toolkit.sources")
+    assert f"URIs: {NVIDIA_REPO}\n" in source and "Suites: /\n" in source
+    assert {p: machine.dpkg[p] for p in nvidia.TOOLKIT_PACKAGES} == dict.fromkeys(
+        nvidia.TOOLKIT_PACKAGES, nvidia.TOOLKIT_VERSION
+    )
+    assert set(nvidia.TOOLKIT_PACKAGES) <= machine.held
+    before = len(machine.mutations())
+    assert not nvidia.install_toolkit(machine.host(), nvidia.ToolkitSource.parse(""))
+    assert changes(machine, before) == []
+
+
+def test_toolkit_from_a_mirror_configured_by_option(machine, driver):
+    mirror = "http://mirror.internal/nvidia/deb/amd64"
+    machine.remote[mirror] = TOOLKIT
+    machine.urls["http://mirror.internal/nvidia/gpgkey"] = ARMORED_KEY
+    source = nvidia.ToolkitSource.parse(
+        "http://mirror.internal/nvidia/deb/$(ARCH) / key=http://mirror.internal/nvidia/gpgkey"
+    )
+
+    nvidia.install_toolkit(machine.host(), source)
+
+    assert f"URIs: {mirror}\n" in machine.read(
+        "/etc/apt/sources.list.d/nvidia-container-toolkit.sources"
+    )
+    assert not any("nvidia.github.io" in line for line in machine.lines())
+    assert machine.dpkg["nvidia-container-toolkit"] == nvidia.TOOLKIT_VERSION
+
+
+def test_air_gapped_mirror_without_key_or_keyring_is_an_apt_error(machine, driver):
+    source = nvidia.ToolkitSource.parse("http://mirror.internal/nvidia/deb/amd64 /")
+
+    with pytest.raises(apt.AptError, match="keyring .* does not exist") as caught:
+        nvidia.install_toolkit(machine.host(), source)
+
+    assert caught.value.package == "nvidia-container-toolkit"
+    assert not machine.path("/etc/apt/sources.list.d/nvidia-container-toolkit.sources").exists()
+
+
+def test_unreachable_toolkit_version_names_the_package(machine, driver):
+    machine.remote[NVIDIA_REPO] = {p: {"1.17.8-1"} for p in nvidia.TOOLKIT_PACKAGES}
+    machine.urls[nvidia.TOOLKIT_KEY_URL] = ARMORED_KEY
+
+    with pytest.raises(apt.AptError) as caught:
+        nvidia.install_toolkit(machine.host(), nvidia.ToolkitSource.parse(""))
+
+    assert caught.value.package in nvidia.TOOLKIT_PACKAGES
+    assert nvidia.TOOLKIT_VERSION in caught.value.detail
+
+
+@pytest.mark.parametrize(
+    "value, error",
+    [("mirror.internal/nvidia", "must be '<uri>"), ("http://m/x / key=ftp://m/k", "key= must be")],
+)
+def test_bad_toolkit_source_option_says_the_form(value, error):
+    with pytest.raises(ValueError, match=error):
+        nvidia.ToolkitSource.parse(value)
+
+
+def test_toolkit_source_with_suite_and_components():
+    source = nvidia.ToolkitSource.parse("https://repo.example/ubuntu noble main restricted")
+
+    assert source == nvidia.ToolkitSource(
+        uri="https://repo.example/ubuntu",
+        suite="noble",
+        components=("main", "restricted"),
+        key_url=None,
+    )
+
+
+# ------------------------------------------------------------------------ containerd
+
+
+def test_nvidia_runtime_registered_but_not_default_and_restart_only_on_change(machine):
+    machine.services["containerd"] = Service()
+    host = machine.host()
+
+    runtimes, default = nvidia.containerd_runtimes(has_gpu=True)
+    assert containerd.configure(host, runtimes, default)
+    assert not containerd.configure(host, *nvidia.containerd_runtimes(has_gpu=True))
+
+    config = machine.read(containerd.CONFIG_PATH)
+    assert 'default_runtime_name = "runc"' in config
+    assert ".containerd.runtimes.nvidia]" in config
+    assert 'BinaryName = "/usr/bin/nvidia-container-runtime"' in config
+    assert machine.services["containerd"].restarts == 1
+
+
+def test_nvidia_default_runtime_only_when_configured(machine):
+    machine.services["containerd"] = Service()
+    host = machine.host()
+    containerd.configure(host, *nvidia.containerd_runtimes(has_gpu=True))
+
+    assert containerd.configure(host, *nvidia.containerd_runtimes(True, default_nvidia=True))
+
+    assert 'default_runtime_name = "nvidia"' in machine.read(containerd.CONFIG_PATH)
+    assert machine.services["containerd"].restarts == 2
+
+
+def test_worker_that_lost_its_gpus_drops_the_runtime(machine):
+    machine.services["containerd"] = Service()
+    host = machine.host()
+    containerd.configure(host, *nvidia.containerd_runtimes(has_gpu=True))
+
+    assert nvidia.containerd_runtimes(has_gpu=False) == ({}, "runc")
+    containerd.configure(host, *nvidia.containerd_runtimes(has_gpu=False, default_nvidia=True))
+
+    assert "nvidia" not in machine.read(containerd.CONFIG_PATH)
+
+
+# --------------------------------------------------------------- labels and taints
+
+
+def test_labels_of_a_gpu_node(a10g):
+    report = gpu.smi_report(
+        (0, "0, NVIDIA A10G, 23028, 0, 0, 30, [N/A], 580.95.05, 00000000:00:1B.0\n"),
+        (0, "CUDA Version        : 13.0\n"),
+    )
+    inventory = gpu.with_smi(a10g, report)
+
+    labels = nvidia.node_labels(inventory, report.driver_version, report.cuda_version)
+
+    assert labels == {
+        "nvidia.com/gpu.present": "true",
+        "nvidia.com/gpu.product": "NVIDIA-A10G",
+        "nvidia.com/gpu.count": "4",
+        "nvidia.com/gpu.memory": "23028",
+        "nvidia.com/cuda.driver.major": "580",
+        "nvidia.com/cuda.runtime.major": "13",
+        "nvidia.com/mig.capable": "false",
+    }
+
+
+def test_label_values_are_valid_kubernetes_label_values(tmp_path):
+    odd = gpu.GpuInventory(
+        devices=(
+            gpu.GpuDevice("0000:00:1e.0", "20b0", None, "NVIDIA A100-SXM4 (40GB) [rev. a1]!"),
+        )
+    )
+
+    value = nvidia.node_labels(odd, None, None)["nvidia.com/gpu.product"]
+
+    assert value == "NVIDIA-A100-SXM4-40GB-rev.-a1"
+    assert len(value) <= 63
+
+
+def test_labels_without_a_working_driver_leave_versions_out(a10g):
+    labels = nvidia.node_labels(a10g, None, None)
+
+    assert labels["nvidia.com/gpu.count"] == "4"
+    assert labels["nvidia.com/cuda.driver.major"] is None
+    assert labels["nvidia.com/cuda.runtime.major"] is None
+
+
+def test_worker_that_lost_its_gpus_removes_every_gpu_label_and_the_taint(cpu_only):
+    labels = nvidia.node_labels(cpu_only, "580.95.05", "13.0")
+
+    assert labels == dict.fromkeys(nvidia.GPU_LABELS)  # None = delete in a merge patch
+    assert nvidia.node_taints(gpu_taint=True, has_gpu=False) == []
+
+
+def test_gpu_taint_follows_the_option_and_keeps_other_taints():
+    others = [{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}]
+    ours = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+
+    tainted = nvidia.merge_taints(others, nvidia.node_taints(gpu_taint=True))
+    assert tainted == [*others, ours]
+    assert nvidia.merge_taints(tainted, nvidia.node_taints(gpu_taint=True)) == tainted
+
+    untainted = nvidia.merge_taints(tainted, nvidia.node_taints(gpu_taint=False))
+    assert untainted == others
+
+
+# ---------------------------------------------------------------------- validate-gpu
+
+K8S_MINORS = ("1.35", "1.36", "1.37")
+
+
+@pytest.mark.parametrize("minor", K8S_MINORS)
+def test_validation_pod_passes_the_openapi_schema(minor):
+    pod = nvidia.validation_pod("ip-10-0-1-17", "default", nvidia.VALIDATION_IMAGE, "gpu-check-1")
+
+    kubernetes_validate.validate(pod, f"{minor}.0", strict=True)
+
+
+def test_schema_validation_can_fail_so_the_check_above_means_something():
+    pod = nvidia.validation_pod("ip-10-0-1-17", "default")
+    pod["spec"]["restartPolicy"] = ["Never"]
+
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(pod, "1.34.0", strict=True)
+
+
+def test_validation_pod_is_pinned_asks_one_gpu_and_tolerates_the_taint():
+    pod = nvidia.validation_pod("ip-10-0-1-17", "gpu-check", "registry.local/cuda:vectoradd", "v1")
+    spec = pod["spec"]
+
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"] == [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["ip-10-0-1-17"]}]}
+    ]
+    assert spec["runtimeClassName"] == "nvidia"
+    assert spec["restartPolicy"] == "Never"
+    (container,) = spec["containers"]
+    assert container["image"] == "registry.local/cuda:vectoradd"
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    assert container["command"] == ["/cuda-samples/vectorAdd"]
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec[
+        "tolerations"
+    ]
+    assert pod["metadata"]["namespace"] == "gpu-check"
+
+
+def test_validation_pod_needs_node_namespace_and_image():
+    with pytest.raises(ValueError, match="node name, a namespace and an image"):
+        nvidia.validation_pod("", "default")
+
+
+VECTORADD_OK = (
+    "[Vector addition of 50000 elements]\nCopy input data from the host memory to the CUDA "
+    "device\nCUDA kernel launch with 196 blocks of 256 threads\nCopy output data from the "
+    "CUDA device to the host memory\nTest PASSED\nDone\n"
+)
+VECTORADD_FAIL = (
+    "[Vector addition of 50000 elements]\nFailed to allocate device vector A (error code "
+    "CUDA driver version is insufficient for CUDA runtime version)!\n"
+)
+
+
+def test_validation_result_pass_and_fail():
+    assert nvidia.parse_validation_result("Succeeded", VECTORADD_OK) == (
+        True,
+        "CUDA check passed (pod Succeeded): Done",
+    )
+    passed, summary = nvidia.parse_validation_result("Failed", VECTORADD_FAIL)
+    assert not passed
+    assert "insufficient for CUDA runtime version" in summary
+    assert nvidia.parse_validation_result("Succeeded", "Test FAILED\n")[0] is False
+
+
+def test_validation_result_of_an_unfinished_pod_is_an_error():
+    with pytest.raises(ValueError, match="has not finished"):
+        nvidia.parse_validation_result("Running", "")
+
+
+def test_validation_progress_reports_waiting_and_stuck_pods():
+    unscheduled = {
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/3 nodes are available: 1 Insufficient nvidia.com/gpu.",
+                }
+            ],
+        }
+    }
+    pulling = {
+        "status": {
+            "phase": "Pending",
+            "containerStatuses": [{"state": {"waiting": {"reason": "ContainerCreating"}}}],
+        }
+    }
+    bad_image = {
+        "status": {
+            "phase": "Pending",
+            "containerStatuses": [
+                {
+                    "state": {
+                        "waiting": {
+                            "reason": "ImagePullBackOff",
+                            "message": 'Back-off pulling image "nvcr.io/x"',
+                        }
+                    }
+                }
+            ],
+        }
+    }
+
+    assert nvidia.validation_progress(unscheduled) == (
+        "Pending: not scheduled: 0/3 nodes are available: 1 Insufficient nvidia.com/gpu.",
+        None,
+    )
+    assert nvidia.validation_progress(pulling) == ("Pending: ContainerCreating", None)
+    line, stuck = nvidia.validation_progress(bad_image)
+    assert stuck == line == 'Pending: ImagePullBackOff: Back-off pulling image "nvcr.io/x"'
+    assert nvidia.validation_progress({"status": {"phase": "Running"}}) == ("Running", None)
+
+
+def test_kernel_without_prebuilt_modules_blocks_with_a_way_out(machine, driver, a10g):
+    machine.on("uname", lambda argv, _: "6.11.5-custom\n")
+
+    with pytest.raises(nvidia.DriverPlanError, match="set nvidia-driver=none"):
+        nvidia.ensure_driver(machine.host(), nvidia.DriverChoice.parse("auto"), a10g)
+
+    assert apt_installs(machine) == []
+
+
+def test_installed_branch_ignores_removed_packages():
+    out = "nvidia-utils-535-server rc \nnvidia-utils-580-server ii \n"
+
+    assert nvidia.parse_installed_branch(out) == "580"
+    assert nvidia.parse_installed_branch("nvidia-utils-535-server rc \n") is None
+
+
+# ------------------------------------------------- the node and the validation pod, over HTTP
+
+NODE = "ip-10-0-1-17"
+NODE_PATH = f"/api/v1/nodes/{NODE}"
+
+
+@pytest.fixture
+def api():
+    from fakes.kube_apiserver import FakeKubeApiServer
+
+    with FakeKubeApiServer() as server:
+        yield server
+
+
+@pytest.fixture
+def kube(api):
+    from charms.gpu_k8s.v0.kubeclient import Kube
+
+    with Kube.from_kubeconfig(api.kubeconfig(), retries=0, timeout=5) as client:
+        yield client
+
+
+def gpu_labels(obj: dict) -> dict:
+    labels = obj["metadata"].get("labels") or {}
+    return {k: v for k, v in labels.items() if k.startswith("nvidia.com/")}
+
+
+def test_node_labels_and_taint_follow_config_and_gpus(api, kube, a10g, cpu_only):
+    others = [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}]
+    api.put_object(
+        NODE_PATH,
+        {"metadata": {"labels": {"kubernetes.io/hostname": NODE}}, "spec": {"taints": others}},
+    )
+    labels = nvidia.node_labels(a10g, "580.95.05", "13.0")
+
+    assert nvidia.apply_node_gpu_state(kube, NODE, labels, nvidia.node_taints(True))
+    node = api.get_object(NODE_PATH)
+    assert gpu_labels(node)["nvidia.com/gpu.count"] == "4"
+    assert node["metadata"]["labels"]["kubernetes.io/hostname"] == NODE
+    assert node["spec"]["taints"] == [
+        *others,
+        {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
+    ]
+    patches = len([r for r in api.requests if r[0] == "PATCH"])
+
+    # same state again: no write
+    assert not nvidia.apply_node_gpu_state(kube, NODE, labels, nvidia.node_taints(True))
+    assert len([r for r in api.requests if r[0] == "PATCH"]) == patches
+
+    # gpu-taint=false: our taint goes, the other stays
+    assert nvidia.apply_node_gpu_state(kube, NODE, labels, nvidia.node_taints(False))
+    assert api.get_object(NODE_PATH)["spec"]["taints"] == others
+
+    # the worker lost its GPUs: every GPU label removed, other labels kept
+    gone = nvidia.node_labels(cpu_only, None, None)
+    assert nvidia.apply_node_gpu_state(kube, NODE, gone, nvidia.node_taints(True, has_gpu=False))
+    node = api.get_object(NODE_PATH)
+    assert gpu_labels(node) == {}
+    assert node["metadata"]["labels"] == {"kubernetes.io/hostname": NODE}
+
+
+def test_cpu_node_without_gpu_labels_is_not_patched(api, kube, cpu_only):
+    api.put_object(NODE_PATH, {"metadata": {"labels": {"kubernetes.io/hostname": NODE}}})
+
+    changed = nvidia.apply_node_gpu_state(
+        kube, NODE, nvidia.node_labels(cpu_only, None, None), nvidia.node_taints(True, False)
+    )
+
+    assert not changed
+    assert not [r for r in api.requests if r[0] == "PATCH"]
+
+
+def test_unregistered_node_is_a_lookup_error(kube, a10g):
+    with pytest.raises(LookupError, match="not registered"):
+        nvidia.apply_node_gpu_state(kube, NODE, nvidia.node_labels(a10g, None, None), [])
+
+
+class Kubelet:
+    """Moves the validation pod through its phases each time the action sleeps."""
+
+    def __init__(self, api, name, states, log=""):
+        self.api, self.path, self.states, self.log = (
+            api,
+            f"/api/v1/namespaces/default/pods/{name}",
+            list(states),
+            log,
+        )
+        self.name = name
+        self.now = 0.0
+        self.seen_pods: list[dict] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        pod = self.api.get_object(self.path)
+        self.seen_pods.append(pod)
+        if self.states:
+            pod["status"] = self.states.pop(0)
+            self.api.put_object(self.path, pod)
+            if pod["status"].get("phase") in ("Succeeded", "Failed"):
+                self.api.set_pod_log("default", self.name, self.log)
+
+
+def test_validate_gpu_passes_with_progress_and_deletes_the_pod(api, kube):
+    kubelet = Kubelet(
+        api,
+        "gpu-check-1",
+        [
+            {
+                "phase": "Pending",
+                "containerStatuses": [{"state": {"waiting": {"reason": "ContainerCreating"}}}],
+            },
+            {"phase": "Running"},
+            {"phase": "Succeeded"},
+        ],
+        VECTORADD_OK,
+    )
+    lines: list[str] = []
+
+    outcome = nvidia.run_validation(
+        kube,
+        NODE,
+        "default",
+        "gpu-check-1",
+        timeout=60,
+        poll=2,
+        clock=kubelet.clock,
+        sleep=kubelet.sleep,
+        progress=lines.append,
+    )
+
+    assert outcome.passed
+    assert outcome.summary == "CUDA check passed (pod Succeeded): Done"
+    assert "Test PASSED" in outcome.logs
+    assert lines == ["Pending", "Pending: ContainerCreating", "Running"]
+    created = kubelet.seen_pods[0]
+    assert created["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    assert api.get_object(kubelet.path) is None
+
+
+def test_validate_gpu_reports_the_failing_output(api, kube):
+    kubelet = Kubelet(api, "gpu-check-2", [{"phase": "Failed"}], VECTORADD_FAIL)
+
+    outcome = nvidia.run_validation(
+        kube, NODE, "default", "gpu-check-2", clock=kubelet.clock, sleep=kubelet.sleep
+    )
+
+    assert not outcome.passed and outcome.phase == "Failed"
+    assert "CUDA driver version is insufficient" in outcome.summary
+    assert api.get_object(kubelet.path) is None
+
+
+def test_validate_gpu_stops_early_on_a_bad_image(api, kube):
+    kubelet = Kubelet(
+        api,
+        "gpu-check-3",
+        [
+            {
+                "phase": "Pending",
+                "containerStatuses": [
+                    {"state": {"waiting": {"reason": "ErrImagePull", "message": "not found"}}}
+                ],
+            }
+        ],
+    )
+
+    outcome = nvidia.run_validation(
+        kube,
+        NODE,
+        "default",
+        "gpu-check-3",
+        image="nvcr.io/nvidia/k8s/cuda-sample:nope",
+        clock=kubelet.clock,
+        sleep=kubelet.sleep,
+    )
+
+    assert not outcome.passed
+    assert outcome.summary == "CUDA check failed: Pending: ErrImagePull: not found"
+    assert kubelet.now == 2.0  # one poll, not the whole timeout
+    assert api.get_object(kubelet.path) is None
+
+
+def test_validate_gpu_times_out_on_a_pod_that_never_schedules(api, kube):
+    kubelet = Kubelet(
+        api,
+        "gpu-check-4",
+        [
+            {
+                "phase": "Pending",
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.",
+                    }
+                ],
+            }
+        ],
+    )
+
+    outcome = nvidia.run_validation(
+        kube,
+        NODE,
+        "default",
+        "gpu-check-4",
+        timeout=10,
+        poll=2,
+        clock=kubelet.clock,
+        sleep=kubelet.sleep,
+    )
+
+    assert not outcome.passed
+    assert outcome.summary.startswith("CUDA check timed out after 10s: Pending: not scheduled")
+    assert kubelet.now == 10.0
+    assert api.get_object(kubelet.path) is None

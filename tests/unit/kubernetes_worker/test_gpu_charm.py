@@ -1,0 +1,673 @@
+"""GPU enablement of the kubernetes-worker charm, end to end through ops.testing.
+
+The machine is a `FakeMachine` with the sysfs tree of an EC2 g5.12xlarge (4x A10G) or a
+CPU-only m5, a fake NVIDIA driver (`fakes.nvidia_driver`) and NVIDIA's toolkit
+repository; the cluster is `FakeKubeApiServer`.
+"""
+
+import dataclasses
+import json
+import logging
+
+import nvidia
+import pytest
+from ops import testing
+
+from charms.gpu_k8s.v0 import containerd
+from fakes.nvidia_driver import FakeDriver
+from fakes.sysfs import PCI_IDS, build_machine
+from fakes.worker_scenario import NODE, SA_TOKEN, TOKEN, joined_state, node, register_node
+
+READY_580 = "Ready: 4x NVIDIA A10G, driver 580, CUDA 13.0"
+TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+NVIDIA_PROGRAMS = ("nvidia-smi", "ubuntu-drivers", "sh", "uname", "dpkg")
+# Commands that only ask the machine something (on top of FakeMachine's READ_ONLY).
+QUERIES = ("sh -c", "uname -r", "dpkg --print-architecture", "ubuntu-drivers")
+VALIDATION_NS = "gpu-k8s-system"
+PODS = f"/api/v1/namespaces/{VALIDATION_NS}/pods/"
+UNIT = "kubernetes-worker/0"
+NOT_LOADED = "the nvidia kernel module is not loaded"
+MISMATCH = "the loaded NVIDIA kernel module does not match the installed driver"
+
+
+@pytest.fixture
+def driver(machine):
+    """The A10G machine: GPUs in sysfs (no module loaded yet), driver fakes, toolkit repo."""
+    d = FakeDriver(machine)
+    d.serve_toolkit()
+    build_machine(machine.path("/sys"), "g5-a10g", module_loaded=False)
+    machine.write("/usr/share/misc/pci.ids", PCI_IDS)
+    return d
+
+
+def changes(machine, since=0):
+    """Commands after the `since`-th mutation that changed the machine."""
+    return [line for line in machine.mutations()[since:] if not line.startswith(QUERIES)]
+
+
+def installs(machine):
+    return [line for line in machine.lines("apt-get") if " install " in line]
+
+
+def writes(api):
+    return [r for r in api.requests if r[0] != "GET"]
+
+
+def gpu_labels(api):
+    labels = node(api)["metadata"].get("labels") or {}
+    return {k: v for k, v in labels.items() if k.startswith("nvidia.com/")}
+
+
+def taints(api):
+    return node(api).get("spec", {}).get("taints") or []
+
+
+def with_config(state, **config):
+    return dataclasses.replace(state, config={**state.config, **config})
+
+
+def run_joined(ctx, api, config=None):
+    register_node(api)
+    state = joined_state(api, config=config)
+    return ctx.run(ctx.on.relation_changed(next(iter(state.relations))), state)
+
+
+def unit_data(state):
+    return next(iter(state.relations)).local_unit_data
+
+
+# -- CPU nodes ------------------------------------------------------------------------
+
+
+def test_cpu_node_runs_no_nvidia_program_and_installs_no_nvidia_package(ctx, machine, api):
+    FakeDriver(machine).serve_toolkit()  # present but must stay unused
+
+    out = run_joined(ctx, api)
+
+    assert out.unit_status == testing.ActiveStatus("Ready (no GPU)")
+    for program in NVIDIA_PROGRAMS:
+        assert machine.lines(program) == []
+    assert not [p for p in machine.dpkg if "nvidia" in p]
+    assert not machine.path("/etc/apt/sources.list.d/nvidia-container-toolkit.sources").exists()
+    assert machine.read(containerd.CONFIG_PATH) == containerd.render_config()
+    assert "gpu-inventory" not in unit_data(out)
+    assert gpu_labels(api) == {} and taints(api) == []
+    assert [r for r in api.requests if r[0] == "PATCH"] == []  # nothing to label or taint
+
+
+# -- driver ---------------------------------------------------------------------------
+
+
+def test_a10g_without_driver_installs_planned_packages_and_holds_them(ctx, machine, api, driver):
+    out = run_joined(ctx, api)
+
+    assert out.unit_status == testing.ActiveStatus(READY_580)
+    planned = nvidia.driver_packages("580", "aws")
+    assert set(planned) <= set(machine.dpkg) and set(planned) <= machine.held
+    assert {p: machine.dpkg[p] for p in nvidia.TOOLKIT_PACKAGES} == dict.fromkeys(
+        nvidia.TOOLKIT_PACKAGES, nvidia.TOOLKIT_VERSION
+    )
+    assert set(nvidia.TOOLKIT_PACKAGES) <= machine.held
+    config = machine.read(containerd.CONFIG_PATH)
+    assert ".containerd.runtimes.nvidia]" in config
+    assert 'default_runtime_name = "runc"' in config
+    assert machine.services["containerd"].restarts == 1  # once, with the nvidia runtime
+    assert len(machine.joins) == 1
+
+
+def test_gpu_node_is_labelled_tainted_and_publishes_its_inventory(ctx, machine, api, driver):
+    out = run_joined(ctx, api)
+
+    assert gpu_labels(api) == {
+        "nvidia.com/gpu.present": "true",
+        "nvidia.com/gpu.product": "NVIDIA-A10G",
+        "nvidia.com/gpu.count": "4",
+        "nvidia.com/gpu.memory": "23028",
+        "nvidia.com/cuda.driver.major": "580",
+        "nvidia.com/cuda.runtime.major": "13",
+        "nvidia.com/mig.capable": "false",
+    }
+    assert taints(api) == [TAINT]
+    data = unit_data(out)
+    assert data["node-name"] == NODE
+    assert json.loads(data["gpu-inventory"]) == [
+        {
+            "count": 4,
+            "cuda": "13.0",
+            "driver": "580.95.05",
+            "memory-mib": 23028,
+            "mig-capable": False,
+            "model": "NVIDIA A10G",
+        }
+    ]
+
+
+def test_host_with_a_working_driver_installs_no_driver(ctx, machine, api, driver):
+    driver.preinstall("570")
+    before = {p: v for p, v in machine.dpkg.items() if "nvidia-utils" in p}
+
+    out = run_joined(ctx, api)
+
+    assert out.unit_status == testing.ActiveStatus("Ready: 4x NVIDIA A10G, driver 570, CUDA 13.0")
+    assert not [line for line in installs(machine) if "nvidia-utils" in line]
+    assert {p: v for p, v in machine.dpkg.items() if "nvidia-utils" in p} == before
+    assert machine.lines("ubuntu-drivers") == []
+
+
+@pytest.mark.parametrize(
+    ("value", "preinstalled", "branch", "status"),
+    [
+        ("auto", None, "580", READY_580),
+        ("auto", "570", "570", "Ready: 4x NVIDIA A10G, driver 570, CUDA 13.0"),
+        ("535", None, "535", "Ready: 4x NVIDIA A10G, driver 535, CUDA 13.0"),
+        ("580", "580", "580", READY_580),
+        ("none", "570", "570", "Ready: 4x NVIDIA A10G, driver 570, CUDA 13.0"),
+    ],
+)
+def test_each_nvidia_driver_value(ctx, machine, api, driver, value, preinstalled, branch, status):
+    if preinstalled:
+        driver.preinstall(preinstalled)
+
+    out = run_joined(ctx, api, config={"nvidia-driver": value})
+
+    assert out.unit_status == testing.ActiveStatus(status)
+    assert driver.userspace_branch() == branch
+    if value in ("none",) or preinstalled == branch:
+        assert not [line for line in installs(machine) if "nvidia-utils" in line]
+
+
+def test_nvidia_driver_none_without_a_driver_blocks_with_what_to_do(ctx, machine, api, driver):
+    out = run_joined(ctx, api, config={"nvidia-driver": "none"})
+
+    assert out.unit_status == testing.BlockedStatus(
+        "NVIDIA driver not working (absent: /usr/bin/nvidia-smi not installed); install one "
+        "or set nvidia-driver=auto"
+    )
+    assert not [p for p in machine.dpkg if p.startswith(("nvidia-utils", "linux-modules"))]
+    assert len(machine.joins) == 1  # the node still joins
+
+
+def test_pinned_branch_replaces_another_branch_then_needs_a_reboot(ctx, machine, api, driver):
+    driver.preinstall("570")
+
+    out = run_joined(ctx, api, config={"nvidia-driver": "580"})
+
+    assert driver.userspace_branch() == "580"
+    assert out.unit_status.name == "blocked"
+    assert out.unit_status.message.startswith(f"reboot needed: {MISMATCH}")
+
+
+def test_bad_nvidia_driver_blocks_and_runs_nothing_on_a_gpu_node(ctx, machine, api, driver):
+    out = ctx.run(ctx.on.config_changed(), joined_state(api, config={"nvidia-driver": "abc"}))
+
+    assert out.unit_status == testing.BlockedStatus(
+        "Invalid config: nvidia-driver: must be auto, none or a branch number such as 580, "
+        "not 'abc'"
+    )
+    assert machine.calls == []
+    assert writes(api) == []
+
+
+def test_apt_failure_blocks_naming_the_package_and_does_not_join(ctx, machine, api, driver):
+    del machine.archive["linux-modules-nvidia-580-server-aws"]
+
+    out = run_joined(ctx, api)
+
+    assert out.unit_status == testing.BlockedStatus(
+        "failed to install linux-modules-nvidia-580-server-aws: E: Unable to locate package "
+        "linux-modules-nvidia-580-server-aws; check the package source and that the "
+        "nvidia-driver branch exists for this kernel, or set nvidia-driver=none"
+    )
+    assert not [p for p in nvidia.driver_packages("580", "aws") if p in machine.held]
+    assert machine.joins == []
+
+
+def test_unreachable_toolkit_repository_blocks_naming_the_option(ctx, machine, api, driver):
+    del machine.remote["https://nvidia.github.io/libnvidia-container/stable/deb/amd64"]
+
+    out = run_joined(ctx, api)
+
+    assert out.unit_status.name == "blocked"
+    assert out.unit_status.message.startswith("failed to install nvidia-container-toolkit: ")
+    assert "check that nvidia-apt-source" in out.unit_status.message
+    assert machine.joins == []
+
+
+def test_toolkit_from_a_mirror(ctx, machine, api, driver):
+    mirror = "http://mirror.internal/nvidia/deb/amd64"
+    machine.remote[mirror] = machine.remote.pop(
+        "https://nvidia.github.io/libnvidia-container/stable/deb/amd64"
+    )
+    machine.urls["http://mirror.internal/nvidia/gpgkey"] = machine.urls[nvidia.TOOLKIT_KEY_URL]
+    source = "http://mirror.internal/nvidia/deb/$(ARCH) / key=http://mirror.internal/nvidia/gpgkey"
+
+    out = run_joined(ctx, api, config={"nvidia-apt-source": source})
+
+    assert out.unit_status == testing.ActiveStatus(READY_580)
+    assert not any("nvidia.github.io" in line for line in machine.lines())
+
+
+def test_nvidia_default_runtime_option(ctx, machine, api, driver):
+    out = run_joined(ctx, api)
+    restarts = machine.services["containerd"].restarts
+
+    ctx.run(ctx.on.config_changed(), with_config(out, **{"nvidia-default-runtime": True}))
+
+    assert 'default_runtime_name = "nvidia"' in machine.read(containerd.CONFIG_PATH)
+    assert machine.services["containerd"].restarts == restarts + 1
+
+
+# -- reboots --------------------------------------------------------------------------
+
+
+def needs_reboot(driver):
+    """The driver's modules are not for the running kernel (a newer one was pulled in)."""
+    driver.modules_for_running_kernel = False
+    driver.machine.write("/var/run/reboot-required", "*** System restart required ***\n")
+
+
+def test_reboot_needed_without_auto_reboot_blocks_with_the_exact_commands(
+    ctx, machine, api, driver, reboots
+):
+    needs_reboot(driver)
+
+    out = run_joined(ctx, api)
+
+    assert out.unit_status == testing.BlockedStatus(
+        f"reboot needed: {NOT_LOADED}; run `kubectl drain {NODE} --ignore-daemonsets "
+        f"--delete-emptydir-data`, `juju ssh {UNIT} -- sudo reboot`, then `kubectl uncordon "
+        f"{NODE}` (or set auto-reboot=true)"
+    )
+    assert reboots == []
+    assert not node(api).get("spec", {}).get("unschedulable")
+    # tainted as a GPU node, but not labelled for the device plugin until the driver works
+    assert taints(api) == [TAINT]
+    assert gpu_labels(api) == {}
+    assert len(machine.joins) == 1
+
+
+def add_pod(api, name):
+    api.put_object(
+        f"/api/v1/namespaces/default/pods/{name}",
+        {"metadata": {}, "spec": {"nodeName": NODE}, "status": {"phase": "Running"}},
+    )
+
+
+def test_auto_reboot_drains_reboots_then_uncordons_on_the_new_boot(
+    ctx, machine, api, driver, clock, reboots
+):
+    driver.preinstall("570")
+    out = run_joined(ctx, api, config={"auto-reboot": True})
+    assert out.unit_status == testing.ActiveStatus("Ready: 4x NVIDIA A10G, driver 570, CUDA 13.0")
+    add_pod(api, "train-0")
+
+    # the operator pins 580: the 570 module stays loaded until a reboot
+    out = ctx.run(ctx.on.config_changed(), with_config(out, **{"nvidia-driver": "580"}))
+
+    assert out.unit_status == testing.MaintenanceStatus(f"rebooting: {MISMATCH}")
+    assert reboots == [False]  # after the hook, so that Juju records it
+    assert node(api)["spec"]["unschedulable"] is True
+    assert api.get_object("/api/v1/namespaces/default/pods/train-0") is None
+
+    # another hook before Juju reboots: nothing more happens
+    before_machine, before_api = len(machine.mutations()), len(writes(api))
+    out = ctx.run(ctx.on.update_status(), out)
+    assert out.unit_status == testing.MaintenanceStatus("waiting for Juju to reboot this machine")
+    assert reboots == [False]
+    assert changes(machine, before_machine) == [] and len(writes(api)) == before_api
+
+    driver.reboot()
+    out = ctx.run(ctx.on.start(), out)
+
+    assert out.unit_status == testing.ActiveStatus(READY_580)
+    assert not node(api)["spec"].get("unschedulable")
+    assert gpu_labels(api)["nvidia.com/cuda.driver.major"] == "580"
+    assert reboots == [False]
+
+    before_api = len(writes(api))
+    out = ctx.run(ctx.on.update_status(), out)
+    assert out.unit_status == testing.ActiveStatus(READY_580)
+    assert len(writes(api)) == before_api
+
+
+def test_auto_reboot_before_joining_reboots_without_touching_the_api(
+    ctx, machine, api, driver, reboots
+):
+    needs_reboot(driver)
+
+    out = ctx.run(ctx.on.install(), testing.State(config={"auto-reboot": True}))
+
+    assert reboots == [False]
+    assert out.unit_status == testing.MaintenanceStatus(f"rebooting: {NOT_LOADED}")
+    assert api.requests == []
+
+    driver.reboot()
+    out = ctx.run(ctx.on.start(), out)
+
+    assert out.unit_status == testing.WaitingStatus(
+        "not related to a control plane: integrate with kubernetes-control-plane"
+    )
+    assert api.requests == []
+    assert reboots == [False]
+
+
+def test_driver_still_broken_after_the_reboot_blocks_without_rebooting_again(
+    ctx, machine, api, driver, clock, reboots
+):
+    needs_reboot(driver)
+    out = run_joined(ctx, api, config={"auto-reboot": True})
+    assert reboots == [False]
+
+    driver.reboot()
+    driver.modules_for_running_kernel = False
+    driver.loaded_branch = None
+    machine.path("/sys/module/nvidia").rmdir()
+    out = ctx.run(ctx.on.start(), out)
+
+    assert reboots == [False]
+    assert out.unit_status == testing.BlockedStatus(
+        f"driver still not working after reboot: {NOT_LOADED}; check `journalctl -k | grep "
+        f"-i nvidia` on {UNIT}, then `kubectl uncordon {NODE}`"
+    )
+
+
+# -- node state -----------------------------------------------------------------------
+
+
+def test_gpu_taint_follows_the_option(ctx, machine, api, driver):
+    out = run_joined(ctx, api)
+    assert taints(api) == [TAINT]
+
+    out = ctx.run(ctx.on.config_changed(), with_config(out, **{"gpu-taint": False}))
+    assert taints(api) == []
+    assert gpu_labels(api)["nvidia.com/gpu.present"] == "true"
+
+    ctx.run(ctx.on.config_changed(), with_config(out, **{"gpu-taint": True}))
+    assert taints(api) == [TAINT]
+
+
+def test_worker_that_lost_its_gpus_drops_labels_taint_runtime_and_inventory(
+    ctx, machine, api, driver
+):
+    out = run_joined(ctx, api)
+    assert gpu_labels(api) and "gpu-inventory" in unit_data(out)
+    for function in machine.path("/sys/bus/pci/devices").iterdir():
+        function.unlink()  # the GPUs are gone (instance type changed)
+
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert out.unit_status == testing.ActiveStatus("Ready (no GPU)")
+    assert gpu_labels(api) == {}
+    assert taints(api) == []
+    assert node(api)["metadata"]["labels"]["kubernetes.io/hostname"] == NODE
+    assert "gpu-inventory" not in unit_data(out)
+    assert "nvidia" not in machine.read(containerd.CONFIG_PATH)
+
+
+# -- idempotency ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "event_name",
+    ["install", "start", "config_changed", "update_status", "upgrade_charm", "relation_changed"],
+)
+def test_each_event_on_a_gpu_node_twice_changes_nothing_the_second_time(
+    ctx, machine, api, driver, event_name
+):
+    register_node(api)
+    state = joined_state(api)
+
+    def event(current):
+        if event_name == "relation_changed":
+            return ctx.on.relation_changed(next(iter(current.relations)))
+        return getattr(ctx.on, event_name)()
+
+    out = ctx.run(event(state), state)
+    assert out.unit_status == testing.ActiveStatus(READY_580)
+    before_machine, before_api = len(machine.mutations()), len(writes(api))
+    restarts = machine.services["containerd"].restarts
+
+    again = ctx.run(event(out), out)
+
+    assert again.unit_status == out.unit_status
+    assert changes(machine, before_machine) == []
+    assert len(writes(api)) == before_api
+    assert machine.services["containerd"].restarts == restarts
+    assert unit_data(again) == unit_data(out)
+
+
+# -- gpu-info -------------------------------------------------------------------------
+
+
+def test_gpu_info_reports_each_gpu(ctx, machine, driver):
+    driver.preinstall("580")
+
+    ctx.run(ctx.on.action("gpu-info"), testing.State())
+
+    results = ctx.action_results
+    assert results["count"] == "4"
+    assert results["driver"] == "580.95.05" and results["cuda"] == "13.0"
+    assert results["gpus"]["0"]["name"] == "NVIDIA A10G"
+    assert results["gpus"]["3"]["memory"] == "0.0 GiB / 22.5 GiB"
+
+
+def test_gpu_info_on_a_cpu_node_fails_with_what_nvidia_smi_said(ctx, machine):
+    with pytest.raises(testing.ActionFailed) as failed:
+        ctx.run(ctx.on.action("gpu-info"), testing.State())
+
+    assert failed.value.message == "nvidia-smi failed (absent): /usr/bin/nvidia-smi not installed"
+
+
+def test_gpu_info_with_a_broken_driver_fails_with_nvidia_smis_words(ctx, machine, driver):
+    driver.preinstall("570")
+    machine.dpkg["nvidia-utils-580-server"] = machine.dpkg.pop("nvidia-utils-570-server")
+
+    with pytest.raises(testing.ActionFailed) as failed:
+        ctx.run(ctx.on.action("gpu-info"), testing.State())
+
+    assert failed.value.message == (
+        "nvidia-smi failed (mismatch): Failed to initialize NVML: Driver/library version mismatch"
+    )
+
+
+# -- validate-gpu ---------------------------------------------------------------------
+
+VECTORADD_OK = "[Vector addition of 50000 elements]\nTest PASSED\nDone\n"
+VECTORADD_FAIL = (
+    "[Vector addition of 50000 elements]\nFailed to allocate device vector A (error code "
+    "CUDA driver version is insufficient for CUDA runtime version)!\n"
+)
+
+
+class Kubelet:
+    """Moves the validation pod through `phases`, one per poll (the action's sleep)."""
+
+    def __init__(self, api, phases, log):
+        self.api, self.phases, self.log = api, list(phases), log
+        self.now = 0.0
+        self.pods: list[dict] = []
+
+    def clock(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+        for pod in self.api.objects(PODS):
+            self.pods.append(pod)
+            if self.phases:
+                pod["status"] = {"phase": self.phases.pop(0)}
+                name = pod["metadata"]["name"]
+                self.api.put_object(PODS + name, pod)
+                self.api.set_pod_log(VALIDATION_NS, name, self.log)
+
+
+@pytest.fixture
+def kubelet(api, monkeypatch):
+    import charm
+
+    def make(phases, log=""):
+        k = Kubelet(api, phases, log)
+        monkeypatch.setattr(charm.KubernetesWorkerCharm, "drain_clock", staticmethod(k.clock))
+        monkeypatch.setattr(charm.KubernetesWorkerCharm, "drain_sleep", staticmethod(k.sleep))
+        return k
+
+    api.put_object(f"/api/v1/namespaces/{VALIDATION_NS}", {"metadata": {}})
+    return make
+
+
+def joined_gpu_node(ctx, api, driver):
+    driver.preinstall("580")
+    return run_joined(ctx, api)
+
+
+def test_validate_gpu_passes_logs_progress_and_deletes_the_pod(ctx, api, driver, kubelet):
+    state = joined_gpu_node(ctx, api, driver)
+    k = kubelet(["Running", "Succeeded"], VECTORADD_OK)
+
+    ctx.run(ctx.on.action("validate-gpu", params={"timeout": 60}), state)
+
+    assert ctx.action_results == {
+        "passed": "true",
+        "summary": "CUDA check passed (pod Succeeded): Done",
+        "output": VECTORADD_OK,
+    }
+    assert ctx.action_logs[0].startswith(f"running {nvidia.VALIDATION_IMAGE} on node {NODE}")
+    assert ctx.action_logs[1:] == ["Pending", "Running"]
+    pod = k.pods[0]
+    assert pod["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    assert pod["spec"]["containers"][0]["image"] == nvidia.VALIDATION_IMAGE
+    terms = pod["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert terms["nodeSelectorTerms"][0]["matchFields"][0]["values"] == [NODE]
+    assert api.objects(PODS) == []
+
+
+def test_validate_gpu_image_from_param_or_config(ctx, api, driver, kubelet):
+    state = joined_gpu_node(ctx, api, driver)
+    k = kubelet(["Succeeded"], VECTORADD_OK)
+    configured = with_config(state, **{"gpu-validation-image": "registry.local/cuda:check"})
+
+    ctx.run(ctx.on.action("validate-gpu"), configured)
+    assert k.pods[0]["spec"]["containers"][0]["image"] == "registry.local/cuda:check"
+
+    k = kubelet(["Succeeded"], VECTORADD_OK)
+    ctx.run(ctx.on.action("validate-gpu", params={"image": "other.local/cuda:1"}), configured)
+    assert k.pods[0]["spec"]["containers"][0]["image"] == "other.local/cuda:1"
+    assert api.objects(PODS) == []
+
+
+def test_validate_gpu_failure_fails_the_action_with_the_output(ctx, api, driver, kubelet):
+    state = joined_gpu_node(ctx, api, driver)
+    kubelet(["Failed"], VECTORADD_FAIL)
+
+    with pytest.raises(testing.ActionFailed) as failed:
+        ctx.run(ctx.on.action("validate-gpu"), state)
+
+    assert "CUDA driver version is insufficient" in failed.value.message
+    assert ctx.action_results["passed"] == "false"
+    assert ctx.action_results["output"] == VECTORADD_FAIL
+    assert api.objects(PODS) == []
+
+
+def test_validate_gpu_timeout_fails_and_deletes_the_pod(ctx, api, driver, kubelet):
+    state = joined_gpu_node(ctx, api, driver)
+    k = kubelet([])  # never scheduled
+
+    with pytest.raises(testing.ActionFailed) as failed:
+        ctx.run(ctx.on.action("validate-gpu", params={"timeout": 10}), state)
+
+    assert failed.value.message == "CUDA check timed out after 10s: Pending"
+    assert k.now == 10.0
+    assert api.objects(PODS) == []
+
+
+def test_validate_gpu_on_a_cpu_node_fails_without_creating_anything(ctx, machine, api):
+    state = run_joined(ctx, api)
+    before = len(writes(api))
+
+    with pytest.raises(testing.ActionFailed) as failed:
+        ctx.run(ctx.on.action("validate-gpu"), state)
+
+    assert failed.value.message == (
+        "this machine has no NVIDIA GPU: run validate-gpu on a GPU worker"
+    )
+    assert len(writes(api)) == before
+
+
+def test_validate_gpu_before_joining_fails(ctx, machine, driver):
+    with pytest.raises(testing.ActionFailed) as failed:
+        ctx.run(ctx.on.action("validate-gpu"), testing.State())
+
+    assert failed.value.message.startswith("not joined to a cluster yet: not related")
+
+
+def test_validate_gpu_rejects_a_bad_timeout(ctx, api, driver, kubelet):
+    state = joined_gpu_node(ctx, api, driver)
+    before = len(writes(api))
+
+    with pytest.raises(testing.ActionFailed) as failed:
+        ctx.run(ctx.on.action("validate-gpu", params={"timeout": 1}), state)
+
+    assert "timeout: must be a number of seconds from 10 to 3600" in failed.value.message
+    assert len(writes(api)) == before
+
+
+def test_validate_gpu_without_the_namespace_fails_with_the_api_answer(ctx, api, driver):
+    state = joined_gpu_node(ctx, api, driver)
+
+    with pytest.raises(testing.ActionFailed) as failed:
+        ctx.run(ctx.on.action("validate-gpu"), state)
+
+    assert failed.value.message.startswith("Kubernetes API refused the validation pod: 404")
+
+
+# -- secrets --------------------------------------------------------------------------
+
+
+def test_no_secret_in_logs_statuses_results_or_databags_on_a_gpu_node(
+    ctx, machine, api, driver, kubelet, clock, reboots, caplog
+):
+    seen = []
+    with caplog.at_level(logging.DEBUG):
+        needs_reboot(driver)
+        out = run_joined(ctx, api, config={"auto-reboot": True})
+        seen.append(out.unit_status.message)
+        driver.reboot()
+        out = ctx.run(ctx.on.start(), out)
+        seen.append(out.unit_status.message)
+        ctx.run(ctx.on.action("gpu-info"), out)
+        seen.append(json.dumps(ctx.action_results))
+        kubelet(["Succeeded"], VECTORADD_OK)
+        ctx.run(ctx.on.action("validate-gpu"), out)
+        seen.append(json.dumps(ctx.action_results))
+        seen.extend(ctx.action_logs)
+
+    for relation in out.relations:
+        seen.extend(relation.local_unit_data.values())
+    seen.append(caplog.text)
+    seen.extend(str(line) for line in ctx.juju_log)
+    seen.extend(c.line + (c.input or "") for c in machine.calls)
+    seen.append(json.dumps([s.content for s in out.stored_states]))
+    text = "\n".join(seen)
+    assert READY_580 in text  # the checks above saw real output
+    for secret in (TOKEN, TOKEN.split(".")[1], SA_TOKEN):
+        assert secret not in text
+
+
+def test_auto_reboot_of_a_joined_node_without_api_access_waits_instead_of_rebooting(
+    ctx, machine, api, driver, clock, reboots
+):
+    driver.preinstall("570")
+    out = run_joined(ctx, api, config={"auto-reboot": True})
+    no_secret = dataclasses.replace(
+        out, secrets=set(), config={**out.config, "nvidia-driver": "580"}
+    )
+
+    out = ctx.run(ctx.on.config_changed(), no_secret)
+
+    assert reboots == []
+    assert out.unit_status == testing.WaitingStatus(
+        f"reboot needed ({MISMATCH}); cannot drain node {NODE} yet: waiting for access to "
+        "the control plane's join secret"
+    )
