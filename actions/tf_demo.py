@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""Train locally with the same launcher the cluster pods run (`tox -e demo`).
+
+Starts two worker processes on 127.0.0.1 through `tf_launcher.py` (MultiWorkerMirrored-
+Strategy; the launcher's `GPU_K8S_HOSTS` override replaces the pods' stable hostnames with
+free local ports), shows the chief's progress file while they train, then prints the final
+step and loss. Checkpoints, TensorBoard logs and the progress file land under
+`build/demo/jobs/demo/`. Each run starts over unless `--resume` is given: then training
+continues from the last checkpoint up to `--steps` (e.g. `tox -e demo -- --resume --steps
+800`). Exits non-zero when a worker fails; Ctrl-C stops every worker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+LAUNCHER = HERE / "tf_launcher.py"
+JOB = "demo"
+
+
+def free_ports(count: int) -> list[int]:
+    """Return `count` distinct free TCP ports on 127.0.0.1."""
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def task_env(data_dir: Path, workers: int, ports: list[int], index: int) -> dict[str, str]:
+    """The environment a worker pod would get, with local addresses."""
+    env = dict(os.environ)
+    env.update(
+        {
+            "GPU_K8S_JOB": JOB,
+            "GPU_K8S_STRATEGY": "mwms",
+            "GPU_K8S_ROLE": "worker",
+            "GPU_K8S_WORKERS": str(workers),
+            "GPU_K8S_INDEX": str(index),
+            "GPU_K8S_HOSTS": json.dumps({"worker": [f"127.0.0.1:{p}" for p in ports]}),
+            "GPU_K8S_DATA_DIR": str(data_dir),
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    return env
+
+
+def read_progress(path: Path) -> dict | None:
+    """The progress file's contents, or None before the chief has written it."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _loss(progress: dict) -> str:
+    loss = progress.get("loss")
+    return "n/a" if loss is None else f"{loss:.4f}"
+
+
+def stop(procs: list[subprocess.Popen]) -> None:
+    """Terminate the workers, then kill whatever is left after a grace period."""
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    deadline = time.monotonic() + 10
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def watch(procs: list[subprocess.Popen], progress_file: Path, timeout: float) -> int:
+    """Print progress until every worker exits; return the first non-zero status or 0."""
+    shown = None
+    started = time.time()
+    deadline = time.monotonic() + timeout
+    print("[demo] waiting for the workers to start TensorFlow and meet...", flush=True)
+    while time.monotonic() < deadline:
+        data = read_progress(progress_file)
+        if data and data.get("time", 0) < started:
+            data = None  # left over from an earlier run
+        if data and (data["step"], data["state"]) != shown:
+            shown = (data["step"], data["state"])
+            print(
+                f"[demo] step {data['step']}/{data['steps']}  loss {_loss(data)}  "
+                f"{data['examples_per_sec']:.0f} examples/s  ({data['state']})",
+                flush=True,
+            )
+        codes = [p.poll() for p in procs]
+        failed = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
+        if failed:
+            i, code = failed[0]
+            print(f"[demo] worker {i} failed with exit status {code}", file=sys.stderr)
+            return code if code > 0 else 128 - code
+        if all(c == 0 for c in codes):
+            return 0
+        time.sleep(0.5)
+    print(f"[demo] workers still running after {timeout:.0f}s; stopping them", file=sys.stderr)
+    return 124
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the demo; return the exit status."""
+    parser = argparse.ArgumentParser(description="Train locally through the launcher.")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--checkpoint-every", type=int, default=100)
+    parser.add_argument("--threads", type=int, default=1, help="TF threads per worker")
+    parser.add_argument("--dir", type=Path, default=ROOT / "build" / "demo")
+    parser.add_argument(
+        "--resume", action="store_true", help="continue from the last checkpoint of a run"
+    )
+    parser.add_argument("--timeout", type=float, default=600.0)
+    args = parser.parse_args(argv)
+    if args.workers < 1:
+        parser.error("--workers must be at least 1")
+
+    job_dir = args.dir / "jobs" / JOB
+    if not args.resume and job_dir.exists():
+        shutil.rmtree(job_dir)
+    args.dir.mkdir(parents=True, exist_ok=True)
+    progress_file = job_dir / "progress.json"
+    ports = free_ports(args.workers)
+    trainer_args = [
+        f"--steps={args.steps}",
+        f"--batch-size={args.batch_size}",
+        f"--checkpoint-every={args.checkpoint_every}",
+        f"--threads={args.threads}",
+    ]
+    print(f"[demo] {args.workers} workers on ports {ports}; output in {job_dir}", flush=True)
+    job_dir.mkdir(parents=True, exist_ok=True)
+    logs = [job_dir / f"worker-{i}.log" for i in range(args.workers)]
+    procs = []
+    for i, log in enumerate(logs):
+        with log.open("wb") as out:
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, str(LAUNCHER), "--", *trainer_args],
+                    env=task_env(args.dir, args.workers, ports, i),
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+    print(f"[demo] worker output: {', '.join(str(p) for p in logs)}", flush=True)
+    try:
+        code = watch(procs, progress_file, args.timeout)
+    except KeyboardInterrupt:
+        print("[demo] interrupted; stopping workers", file=sys.stderr)
+        code = 130
+    finally:
+        stop(procs)
+    data = read_progress(progress_file)
+    if code != 0:
+        for log in logs:
+            tail = log.read_text(errors="replace").splitlines()[-15:]
+            print(f"[demo] last lines of {log}:", *tail, sep="\n  ", file=sys.stderr)
+    elif data:
+        print(
+            f"[demo] finished: step {data['step']}, loss {_loss(data)} "
+            f"(resumed from step {data['resumed_from']}); checkpoints in "
+            f"{job_dir / 'checkpoints'}, TensorBoard logs in {job_dir / 'logs'}",
+            flush=True,
+        )
+    return code
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even if started ignoring it
+    sys.exit(main())

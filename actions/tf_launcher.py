@@ -1,0 +1,314 @@
+#!/usr/bin/env python3
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""Entrypoint of every distributed TensorFlow pod: build `TF_CONFIG`, then exec the trainer.
+
+The tensorflow charm runs one Indexed Job per role (`worker`, and for parameter-server
+training `chief` and `ps`) behind a headless Service, so replica `i` of role `r` of job `j`
+has the stable name `<j>-<r>-<i>.<service>`. This launcher turns the pod's role and
+completion index into `TF_CONFIG`, prepares the job's directories on the shared volume and
+then replaces itself (`os.execvp`) with the trainer, so signals and the exit status pass
+straight through and nothing sits between the trainer and the container runtime.
+
+It is standard-library only: the charm imports `build_tf_config` for its own checks and the
+local demo runs it without TensorFlow installed in the launching interpreter.
+
+Environment (set by the pod spec; the same names are used by `tf_demo.py`):
+
+    GPU_K8S_JOB           job name (required), a DNS label such as `mnist`
+    GPU_K8S_SERVICE       headless Service name (default: the job name)
+    GPU_K8S_STRATEGY      `mwms` (default) or `ps`
+    GPU_K8S_ROLE          `worker` (default), `chief` or `ps`
+    GPU_K8S_WORKERS       number of worker replicas (required)
+    GPU_K8S_PS            number of parameter servers (default 0; at least 1 for `ps`)
+    GPU_K8S_PORT          gRPC port of every task (default 2222)
+    JOB_COMPLETION_INDEX  replica index, set by Kubernetes for Indexed Jobs
+    GPU_K8S_INDEX         replica index for runs outside Kubernetes (wins over the above)
+    GPU_K8S_HOSTS         optional JSON `{"worker": ["127.0.0.1:40001", ...], ...}` that
+                          replaces the stable hostnames (local runs on one machine)
+    GPU_K8S_DATA_DIR      mount point of the shared volume (default /data); must exist
+
+Exported to the trainer:
+
+    TF_CONFIG                the cluster spec and this task
+    GPU_K8S_CHECKPOINT_DIR   <data>/jobs/<job>/checkpoints (created)
+    GPU_K8S_LOG_DIR          <data>/jobs/<job>/logs (created; TensorBoard reads it)
+    GPU_K8S_PROGRESS_FILE    <data>/jobs/<job>/progress.json (the chief writes it)
+    GPU_K8S_DATA_DIR         as given (datasets are looked up under <data>/datasets)
+
+Everything else in the environment (GPU_K8S_STEPS, the user's own variables) passes
+through to the trainer unchanged.
+
+Usage:
+
+    tf_launcher.py                          # run the built-in trainer (tf_trainer.py)
+    tf_launcher.py -- --steps 500           # built-in trainer with these flags
+    tf_launcher.py -- python3 my_train.py   # a user's own program
+    tf_launcher.py --print-tf-config        # print TF_CONFIG as JSON and exit
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+STRATEGIES: dict[str, tuple[str, ...]] = {
+    "mwms": ("worker",),
+    "ps": ("chief", "ps", "worker"),
+}
+DEFAULT_PORT = 2222
+DEFAULT_DATA_DIR = "/data"
+TRAINER = Path(__file__).resolve().parent / "tf_trainer.py"
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+Hosts = Mapping[tuple[str, int], str]
+
+
+def _check_name(what: str, value: str) -> None:
+    if not isinstance(value, str) or not _DNS_LABEL.match(value) or len(value) > 63:
+        raise ValueError(
+            f"{what} {value!r} is not a valid DNS label: use 1-63 lowercase letters, "
+            "digits and '-', starting and ending with a letter or digit"
+        )
+
+
+def _check_count(what: str, value: int, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{what} must be an integer >= {minimum}, got {value!r}")
+
+
+def cluster_sizes(strategy: str, workers: int, ps: int) -> dict[str, int]:
+    """Return the number of tasks of every role of a job, validating the combination.
+
+    Raises:
+        ValueError: the strategy is unknown or the counts do not fit it.
+    """
+    if strategy not in STRATEGIES:
+        raise ValueError(
+            f"unknown strategy {strategy!r}: use 'mwms' (MultiWorkerMirroredStrategy) "
+            "or 'ps' (ParameterServerStrategy)"
+        )
+    _check_count("workers", workers, 1)
+    _check_count("ps", ps, 0)
+    if strategy == "mwms":
+        if ps:
+            raise ValueError(
+                f"strategy 'mwms' has no parameter servers, got ps={ps}: "
+                "set ps=0 or use strategy 'ps'"
+            )
+        return {"worker": workers}
+    if ps < 1:
+        raise ValueError("strategy 'ps' needs at least one parameter server: set ps >= 1")
+    return {"chief": 1, "ps": ps, "worker": workers}
+
+
+def build_tf_config(
+    job: str,
+    service: str,
+    strategy: str,
+    role: str,
+    index: int,
+    workers: int,
+    ps: int,
+    port: int = DEFAULT_PORT,
+    hosts: Hosts | None = None,
+) -> dict:
+    """Build the `TF_CONFIG` of one task of a job.
+
+    Args:
+        job: job name; the Job of role `r` is `<job>-<r>` and its pods `<job>-<r>-<i>`.
+        service: the headless Service that gives the pods their DNS names.
+        strategy: `mwms` (workers only, worker 0 is the chief) or `ps` (one `chief`
+            coordinator, `ps` and `worker` tasks; no evaluator in the cluster spec).
+        role: this task's type.
+        index: this task's index within its role.
+        workers: number of workers.
+        ps: number of parameter servers (0 for `mwms`).
+        port: gRPC port every task listens on.
+        hosts: optional `(role, index) -> "host:port"` addresses replacing the stable
+            hostnames, for local runs; it must name every task of the cluster.
+
+    Returns:
+        `{"cluster": {role: [address, ...]}, "task": {"type": role, "index": index}}`.
+
+    Raises:
+        ValueError: any argument is invalid, with a message that says what to change.
+    """
+    sizes = cluster_sizes(strategy, workers, ps)
+    _check_name("job", job)
+    _check_name("service", service)
+    _check_count("port", port, 1)
+    if port > 65535:
+        raise ValueError(f"port must be at most 65535, got {port}")
+    if role not in sizes:
+        raise ValueError(
+            f"role {role!r} is not part of a {strategy!r} job: use one of {', '.join(sizes)}"
+        )
+    _check_count("index", index, 0)
+    if index >= sizes[role]:
+        raise ValueError(
+            f"index {index} is out of range for role {role!r}: the job has {sizes[role]} "
+            f"{role} task(s), so the index must be 0..{sizes[role] - 1}"
+        )
+    cluster: dict[str, list[str]] = {}
+    for name, count in sizes.items():
+        if hosts is None:
+            cluster[name] = [f"{job}-{name}-{i}.{service}:{port}" for i in range(count)]
+            continue
+        missing = [f"{name}[{i}]" for i in range(count) if (name, i) not in hosts]
+        if missing:
+            raise ValueError(f"hosts override has no address for {', '.join(missing)}")
+        cluster[name] = [hosts[(name, i)] for i in range(count)]
+    return {"cluster": cluster, "task": {"type": role, "index": index}}
+
+
+def parse_hosts(text: str) -> dict[tuple[str, int], str]:
+    """Parse the `GPU_K8S_HOSTS` JSON (`{"worker": ["host:port", ...]}`) into a hosts map.
+
+    Raises:
+        ValueError: the text is not a JSON object of lists of "host:port" strings.
+    """
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"GPU_K8S_HOSTS is not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise ValueError('GPU_K8S_HOSTS must be a JSON object such as {"worker": ["h:2222"]}')
+    hosts: dict[tuple[str, int], str] = {}
+    for role, addresses in data.items():
+        if not isinstance(addresses, list):
+            raise ValueError(f"GPU_K8S_HOSTS[{role!r}] must be a list of 'host:port' strings")
+        for i, address in enumerate(addresses):
+            if not isinstance(address, str) or not re.match(r"^[^\s:]+:\d{1,5}$", address):
+                raise ValueError(
+                    f"GPU_K8S_HOSTS[{role!r}][{i}] must be 'host:port', got {address!r}"
+                )
+            hosts[(role, i)] = address
+    return hosts
+
+
+def _env_int(env: Mapping[str, str], name: str, default: int | None = None) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        if default is None:
+            raise ValueError(f"{name} is not set")
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be an integer, got {raw!r}") from None
+
+
+def _index(env: Mapping[str, str]) -> int:
+    for name in ("GPU_K8S_INDEX", "JOB_COMPLETION_INDEX"):
+        if env.get(name, "").strip():
+            return _env_int(env, name)
+    raise ValueError(
+        "JOB_COMPLETION_INDEX is not set: run the launcher in an Indexed Job pod, "
+        "or set GPU_K8S_INDEX when running it by hand"
+    )
+
+
+def config_from_env(env: Mapping[str, str]) -> tuple[dict, dict[str, str]]:
+    """Read the pod's environment; return `(TF_CONFIG, variables to export)`.
+
+    Nothing is created here, so a bad environment leaves nothing behind.
+
+    Raises:
+        ValueError: a variable is missing or invalid.
+    """
+    job = env.get("GPU_K8S_JOB", "").strip()
+    if not job:
+        raise ValueError("GPU_K8S_JOB is not set: it names the training job")
+    hosts_text = env.get("GPU_K8S_HOSTS", "").strip()
+    tf_config = build_tf_config(
+        job=job,
+        service=env.get("GPU_K8S_SERVICE", "").strip() or job,
+        strategy=env.get("GPU_K8S_STRATEGY", "").strip() or "mwms",
+        role=env.get("GPU_K8S_ROLE", "").strip() or "worker",
+        index=_index(env),
+        workers=_env_int(env, "GPU_K8S_WORKERS"),
+        ps=_env_int(env, "GPU_K8S_PS", 0),
+        port=_env_int(env, "GPU_K8S_PORT", DEFAULT_PORT),
+        hosts=parse_hosts(hosts_text) if hosts_text else None,
+    )
+    data = Path(env.get("GPU_K8S_DATA_DIR", "").strip() or DEFAULT_DATA_DIR)
+    if not data.is_dir():
+        raise ValueError(
+            f"GPU_K8S_DATA_DIR {str(data)!r} is not a directory: mount the shared volume "
+            "there (or point GPU_K8S_DATA_DIR at an existing directory)"
+        )
+    job_dir = data.resolve() / "jobs" / job
+    exports = {
+        "TF_CONFIG": json.dumps(tf_config, separators=(",", ":")),
+        "GPU_K8S_DATA_DIR": str(data.resolve()),
+        "GPU_K8S_CHECKPOINT_DIR": str(job_dir / "checkpoints"),
+        "GPU_K8S_LOG_DIR": str(job_dir / "logs"),
+        "GPU_K8S_PROGRESS_FILE": str(job_dir / "progress.json"),
+    }
+    return tf_config, exports
+
+
+def trainer_command(args: Sequence[str], python: str = sys.executable) -> list[str]:
+    """Return the command to exec: the built-in trainer unless `args` names a program.
+
+    Args:
+        args: what follows `--` on the launcher's command line. Empty, or starting with an
+            option (`--steps 100`), means the built-in trainer with those flags.
+        python: the interpreter for the built-in trainer.
+    """
+    if not args or args[0].startswith("-"):
+        return [python, str(TRAINER), *args]
+    return list(args)
+
+
+def main(argv: Sequence[str] | None = None, environ: dict[str, str] | None = None) -> int:
+    """Set up the task and exec its trainer; return an exit status only on error."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    env = os.environ if environ is None else environ
+    command_args: list[str] = []
+    if "--" in argv:
+        split = argv.index("--")
+        argv, command_args = argv[:split], argv[split + 1 :]
+    print_only = argv == ["--print-tf-config"]
+    if argv and not print_only:
+        print(
+            f"tf_launcher: unknown arguments {argv}; usage: tf_launcher.py "
+            "[--print-tf-config] [-- trainer flags | -- program args...]",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        tf_config, exports = config_from_env(env)
+    except ValueError as e:
+        print(f"tf_launcher: {e}", file=sys.stderr)
+        return 2
+    if print_only:
+        print(json.dumps(tf_config, indent=2))
+        return 0
+    for key in ("GPU_K8S_CHECKPOINT_DIR", "GPU_K8S_LOG_DIR"):
+        Path(exports[key]).mkdir(parents=True, exist_ok=True)
+    env.update(exports)
+    command = trainer_command(command_args)
+    task = tf_config["task"]
+    print(
+        f"tf_launcher: {task['type']} {task['index']} of job {env['GPU_K8S_JOB']}; "
+        f"cluster {json.dumps(tf_config['cluster'])}; exec {' '.join(command)}",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        os.execvpe(command[0], command, env)
+    except OSError as e:
+        print(f"tf_launcher: cannot run {command[0]!r}: {e}", file=sys.stderr)
+        return 127
+    return 127  # only reached when execvpe is replaced (tests)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,571 @@
+#!/usr/bin/env python3
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""The built-in example trainer: an MNIST-size classifier trained with tf.distribute.
+
+It runs under whatever `TF_CONFIG` the launcher (`tf_launcher.py`) exported:
+
+- workers only: MultiWorkerMirroredStrategy, a custom loop around `strategy.run`;
+  worker 0 is the chief. Every worker takes part in each save (TensorFlow requires it);
+  only the chief's copy lands in the checkpoint directory, the others write to a
+  temporary directory and delete it.
+- `chief` + `ps` + `worker`: ParameterServerStrategy. The chief is the coordinator: it
+  schedules steps on the workers with a `ClusterCoordinator`, checkpoints and decides when
+  training is finished. `ps` and `worker` tasks only serve (`tf.distribute.Server`). They
+  do not block forever: they poll the job's progress file and exit 0 once the chief has
+  written `state: finished` for at least the `--steps` they were started with (a stale
+  file of an earlier, shorter run does not stop them). The charm may also just stop them.
+- no `TF_CONFIG`: the default (single process) strategy.
+
+Data: `<data>/datasets/mnist.npz` (Keras layout: x_train, y_train) when present, otherwise
+synthetic MNIST-size data (28x28 inputs, 10 classes) generated from `--seed`: each class
+has its own mean image plus Gaussian noise, so the loss really falls.
+
+Outputs (directories from the launcher's environment, or flags):
+- checkpoints every `--checkpoint-every` steps and at the end (`tf.train.CheckpointManager`
+  in GPU_K8S_CHECKPOINT_DIR); a restarted job resumes from the latest one;
+- TensorBoard summaries (loss, examples/s) in GPU_K8S_LOG_DIR;
+- a JSON progress file GPU_K8S_PROGRESS_FILE, written atomically by the chief, and the
+  same JSON printed to the chief's stdout as one line `GPU_K8S_PROGRESS {json}` (the charm
+  reads pod logs):
+  {"step", "steps", "loss", "examples_per_sec", "time", "resumed_from", "state",
+   "loss_history", ...}, state being "running", "finished" or "stopped" (SIGTERM).
+
+SIGTERM (a deleted pod) stops a task within a step with exit status 143; the
+ParameterServerStrategy chief saves a checkpoint first. MultiWorkerMirroredStrategy
+workers do not save on SIGTERM (a save needs every worker at the same step); they resume
+from the last periodic checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections import deque
+from pathlib import Path
+
+STARTED = time.monotonic()
+# Quieter TensorFlow start-up; must be set before the import.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from tensorflow.core.framework import summary_pb2  # noqa: E402
+
+INPUTS = 28 * 28
+CLASSES = 10
+HIDDEN = 64
+HISTORY = 50
+PROGRESS_INTERVAL = 1.0  # seconds between progress-file writes on the chief
+PROGRESS_MARKER = "GPU_K8S_PROGRESS "  # prefix of the chief's progress lines in its log
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse the trainer's flags (directories default to the launcher's environment)."""
+    env = os.environ
+    p = argparse.ArgumentParser(description="The built-in example trainer of gpu-k8s.")
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=env.get("GPU_K8S_STEPS") or "1000",
+        help="train until this global step (default: GPU_K8S_STEPS or 1000)",
+    )
+    p.add_argument("--batch-size", type=int, default=64, help="global batch size")
+    p.add_argument("--checkpoint-every", type=int, default=100, help="steps between saves")
+    p.add_argument("--learning-rate", type=float, default=0.01)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--threads", type=int, default=0, help="TF intra/inter op threads (0=auto)")
+    p.add_argument("--checkpoint-dir", default=env.get("GPU_K8S_CHECKPOINT_DIR", "checkpoints"))
+    p.add_argument("--log-dir", default=env.get("GPU_K8S_LOG_DIR", "logs"))
+    p.add_argument("--progress-file", default=env.get("GPU_K8S_PROGRESS_FILE", "progress.json"))
+    p.add_argument("--data-dir", default=env.get("GPU_K8S_DATA_DIR", "/data"))
+    args = p.parse_args(argv)
+    for name in ("steps", "batch_size", "checkpoint_every"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.learning_rate <= 0:
+        p.error("--learning-rate must be positive")
+    return args
+
+
+# ---------------------------------------------------------------------------- model + data
+
+
+class Classifier(tf.Module):
+    """A 784-64-10 perceptron with SGD-with-momentum state, all plain tf.Variables."""
+
+    def __init__(self, seed: int):
+        super().__init__(name="classifier")
+
+        def init(shape, salt):
+            scale = (2.0 / shape[0]) ** 0.5
+            return tf.random.stateless_normal(shape, seed=(seed, salt), stddev=scale)
+
+        self.w1 = tf.Variable(init([INPUTS, HIDDEN], 1), name="w1")
+        self.b1 = tf.Variable(tf.zeros([HIDDEN]), name="b1")
+        self.w2 = tf.Variable(init([HIDDEN, CLASSES], 2), name="w2")
+        self.b2 = tf.Variable(tf.zeros([CLASSES]), name="b2")
+        self.params = [self.w1, self.b1, self.w2, self.b2]
+        self.velocity = [
+            tf.Variable(tf.zeros_like(v), trainable=False, name=f"m_{i}")
+            for i, v in enumerate(self.params)
+        ]
+
+    def __call__(self, x):
+        """Return the logits for a batch of flattened images."""
+        hidden = tf.nn.relu(tf.matmul(x, self.w1) + self.b1)
+        return tf.matmul(hidden, self.w2) + self.b2
+
+    def apply(self, grads, learning_rate: float, momentum: float = 0.9):
+        """One SGD-with-momentum update."""
+        for var, vel, grad in zip(self.params, self.velocity, grads, strict=True):
+            vel.assign(momentum * vel + grad)
+            var.assign_sub(learning_rate * vel)
+
+
+def load_mnist(data_dir: str):
+    """Return (x uint8 [n,784], y int [n]) from <data>/datasets/mnist.npz, or None."""
+    path = Path(data_dir) / "datasets" / "mnist.npz"
+    if not path.is_file():
+        print(f"data: synthetic MNIST-size batches ({path} not found)", flush=True)
+        return None
+    with np.load(path) as f:
+        x, y = f["x_train"], f["y_train"]
+    if len(x) != len(y) or x.size != len(x) * INPUTS:
+        raise ValueError(f"{path}: x_train must hold 28x28 images and match y_train in length")
+    print(f"data: {len(x)} examples from {path}", flush=True)
+    return x.reshape(len(x), INPUTS).astype(np.uint8), y.astype(np.int32)
+
+
+def make_dataset_fn(mnist, seed: int, global_batch: int, start_step: int):
+    """Return a `dataset_fn(input_context)` giving each input pipeline its own batches."""
+    means = tf.constant(
+        np.random.default_rng(seed).normal(0.0, 0.1, (CLASSES, INPUTS)), tf.float32
+    )
+
+    def dataset_fn(ctx: tf.distribute.InputContext | None = None):
+        pipelines = ctx.num_input_pipelines if ctx else 1
+        pipeline = ctx.input_pipeline_id if ctx else 0
+        batch = ctx.get_per_replica_batch_size(global_batch) if ctx else global_batch
+        if mnist is not None:
+            x, y = mnist
+            ds = tf.data.Dataset.from_tensor_slices((x, y)).shard(pipelines, pipeline)
+            ds = ds.shuffle(10_000, seed=seed + start_step).repeat().batch(batch)
+            ds = ds.map(lambda xb, yb: (tf.cast(xb, tf.float32) / 255.0, yb))
+        else:
+
+            def synthetic(i):
+                salt = i * pipelines + pipeline
+                seeds = tf.stack([tf.constant(seed, tf.int64), salt])
+                labels = tf.random.stateless_uniform(
+                    [batch], seed=seeds, maxval=CLASSES, dtype=tf.int32
+                )
+                noise = tf.random.stateless_normal([batch, INPUTS], seed=seeds + [1, 0])
+                return tf.gather(means, labels) + noise, labels
+
+            ds = tf.data.Dataset.range(start_step, 2**62).map(synthetic)
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = (
+            tf.data.experimental.AutoShardPolicy.OFF
+        )
+        return ds.with_options(options).prefetch(2)
+
+    return dataset_fn
+
+
+# ---------------------------------------------------------------------------- progress
+
+
+class Progress:
+    """Tracks throughput and writes the progress file + TensorBoard summaries (chief only)."""
+
+    def __init__(self, args, global_batch: int, resumed_from: int, enabled: bool):
+        self.path = Path(args.progress_file)
+        self.steps = args.steps
+        self.batch = global_batch
+        self.resumed_from = resumed_from
+        self.enabled = enabled
+        self.history: deque[float] = deque(maxlen=HISTORY)
+        self.history_step = -1
+        self.sample_every = max(1, args.steps // HISTORY)
+        self.first_loss: float | None = None
+        self.started = time.time()
+        self.last_time = time.monotonic()
+        self.last_step = resumed_from
+        self.first_time: float | None = None  # after the first (tracing) step
+        self.first_step = resumed_from
+        self.examples_per_sec = 0.0
+        self.writer = tf.summary.create_file_writer(args.log_dir) if enabled else None
+
+    def due(self) -> bool:
+        """Whether enough time has passed for the next report."""
+        return time.monotonic() - self.last_time >= PROGRESS_INTERVAL
+
+    def mark_first_step(self, step: int) -> None:
+        """Start the average-throughput clock once the step function is traced."""
+        if self.first_time is None:
+            self.first_time, self.first_step = time.monotonic(), step
+            self.last_time, self.last_step = self.first_time, step
+
+    def sample_due(self, step: int) -> bool:
+        """Whether the loss at `step` belongs in the loss history."""
+        return step % self.sample_every == 0
+
+    def record(self, step: int, loss: float) -> None:
+        """Add the loss at `step` to the loss history."""
+        if self.first_loss is None:
+            self.first_loss = loss
+        if step != self.history_step:
+            self.history.append(round(loss, 6))
+            self.history_step = step
+
+    def report(self, step: int, loss: float, state: str = "running") -> None:
+        """Write the progress file, the summaries and a stdout line for `step`."""
+        now = time.monotonic()
+        if step > self.last_step and now > self.last_time:
+            self.examples_per_sec = (step - self.last_step) * self.batch / (now - self.last_time)
+        self.last_time, self.last_step = now, step
+        if loss == loss:  # not NaN (NaN = nothing trained in this run)
+            self.record(step, loss)
+        if not self.enabled:
+            return
+        average = 0.0
+        if self.first_time is not None and step > self.first_step and now > self.first_time:
+            average = (step - self.first_step) * self.batch / (now - self.first_time)
+        data = {
+            "step": step,
+            "steps": self.steps,
+            "loss": loss if math.isfinite(loss) else None,
+            "first_loss": self.first_loss,
+            "examples_per_sec": round(self.examples_per_sec, 1),
+            "avg_examples_per_sec": round(average, 1),
+            "time": time.time(),
+            "elapsed": round(time.time() - self.started, 3),
+            "resumed_from": self.resumed_from,
+            "state": state,
+            "global_batch_size": self.batch,
+            "loss_history": list(self.history),
+        }
+        write_json_atomic(self.path, data)
+        # The charm reads progress from the chief's log (it cannot mount the volume).
+        print(PROGRESS_MARKER + json.dumps(data, separators=(",", ":")), flush=True)
+        if self.writer is None:
+            return
+        with self.writer.as_default(step=step):
+            write_scalar("loss", loss)
+            write_scalar("examples_per_sec", self.examples_per_sec)
+        self.writer.flush()
+        print(
+            f"step {step}/{self.steps} loss {loss:.4f} "
+            f"{self.examples_per_sec:.0f} examples/s [{state}]",
+            flush=True,
+        )
+
+
+def write_scalar(name: str, value: float) -> None:
+    """Write a TensorBoard scalar with core TF only (`tf.summary.scalar` needs tensorboard)."""
+    metadata = summary_pb2.SummaryMetadata()
+    metadata.plugin_data.plugin_name = "scalars"
+    metadata.data_class = summary_pb2.DATA_CLASS_SCALAR
+    tf.summary.write(name, tf.constant(value, tf.float32), metadata=metadata)
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    """Write JSON to `path` through a temporary file and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def read_progress(path: Path) -> dict | None:
+    """Return the progress file's contents, or None when absent or unreadable."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+# ---------------------------------------------------------------------------- checkpoints
+
+
+class Checkpoints:
+    """Saves and restores model + step; only the chief's saves persist."""
+
+    def __init__(self, checkpoint: tf.train.Checkpoint, directory: str, is_chief: bool):
+        self.checkpoint = checkpoint
+        self.is_chief = is_chief
+        self.directory = directory
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        self.manager = tf.train.CheckpointManager(checkpoint, directory, max_to_keep=3)
+
+    def restore(self) -> int:
+        """Restore the latest checkpoint if any; return the step it holds (0 if none)."""
+        latest = tf.train.latest_checkpoint(self.directory)
+        if latest is None:
+            return 0
+        self.checkpoint.restore(latest).assert_existing_objects_matched()
+        return int(self.checkpoint.step.numpy())
+
+    def save(self, step: int) -> None:
+        """Save at `step` (every worker must call this in MultiWorkerMirroredStrategy)."""
+        if self.is_chief:
+            self.manager.save(checkpoint_number=step)
+            return
+        scratch = tempfile.mkdtemp(prefix="tf-trainer-ckpt-")
+        try:
+            self.checkpoint.write(os.path.join(scratch, "ckpt"))
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------- strategies
+
+
+def _loss_fn(model, x, y, global_batch):
+    per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=model(x))
+    return tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+
+
+def restore_or_start(strategy, args, global_batch: int, is_chief: bool):
+    """Create the model under the strategy and restore the latest checkpoint.
+
+    Returns:
+        (model, step variable, Checkpoints, Progress, step to start from)
+    """
+    with strategy.scope():
+        model = Classifier(args.seed)
+        step_var = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="step")
+    ckpt = tf.train.Checkpoint(model=model, step=step_var)
+    checkpoints = Checkpoints(ckpt, args.checkpoint_dir, is_chief)
+    start = checkpoints.restore()
+    announce(start, args)
+    progress = Progress(args, global_batch, start, enabled=is_chief)
+    return model, step_var, checkpoints, progress, start
+
+
+def mirrored_step_fn(strategy, model, step_var, iterator, global_batch, learning_rate):
+    """One synchronous step: per-replica gradients, all-reduce, the same update everywhere."""
+
+    @tf.function
+    def train_step():
+        def replica_step(x, y):
+            with tf.GradientTape() as tape:
+                loss = _loss_fn(model, x, y, global_batch)
+            grads = tape.gradient(loss, model.params)
+            context = tf.distribute.get_replica_context()
+            return context.all_reduce("sum", [loss, *grads])
+
+        x, y = next(iterator)
+        reduced = strategy.run(replica_step, args=(x, y))
+        local = [strategy.experimental_local_results(t)[0] for t in reduced]
+        model.apply(local[1:], learning_rate)
+        step_var.assign_add(1)
+        return local[0]
+
+    return train_step
+
+
+def rounded_batch(batch: int, replicas: int) -> int:
+    """Round the global batch up to a multiple of the replicas so any worker count works."""
+    rounded = -(-batch // replicas) * replicas
+    if rounded != batch:
+        print(f"global batch {batch} -> {rounded} for {replicas} replicas", flush=True)
+    return rounded
+
+
+def train_mirrored(strategy, args, is_chief: bool) -> int:
+    """Synchronous training (MultiWorkerMirroredStrategy or the default strategy)."""
+    global_batch = rounded_batch(args.batch_size, strategy.num_replicas_in_sync)
+    model, step_var, checkpoints, progress, start = restore_or_start(
+        strategy, args, global_batch, is_chief
+    )
+    if start >= args.steps:
+        progress.report(start, float("nan"), "finished")
+        return 0
+    dataset = strategy.distribute_datasets_from_function(
+        make_dataset_fn(load_mnist(args.data_dir), args.seed, global_batch, start)
+    )
+    train_step = mirrored_step_fn(
+        strategy, model, step_var, iter(dataset), global_batch, args.learning_rate
+    )
+    step, loss = start, tf.constant(float("nan"))
+    while step < args.steps:
+        if terminated():
+            exit_terminated(progress, step, float(loss))
+        try:
+            loss = train_step()
+        except tf.errors.OpError:
+            if terminated():  # a peer stopped first and our all-reduce failed
+                exit_terminated(progress, step, float(loss))
+            raise
+        step += 1
+        if step % args.checkpoint_every == 0 or step == args.steps:
+            checkpoints.save(step)
+        if step == start + 1:
+            progress.mark_first_step(step)
+        if is_chief and (step == start + 1 or progress.sample_due(step)):
+            progress.record(step, float(loss))
+        if is_chief and step < args.steps and progress.due():
+            progress.report(step, float(loss), "running")
+    progress.report(step, float(loss), "finished")
+    return 0
+
+
+def train_coordinator(strategy, args) -> int:
+    """The chief of ParameterServerStrategy: schedule steps on workers, save, report."""
+    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+    global_batch = args.batch_size
+    model, step_var, checkpoints, progress, start = restore_or_start(
+        strategy, args, global_batch, is_chief=True
+    )
+    if start >= args.steps:
+        progress.report(start, float("nan"), "finished")
+        return 0
+    dataset_fn = make_dataset_fn(load_mnist(args.data_dir), args.seed, global_batch, start)
+    per_worker = coordinator.create_per_worker_dataset(lambda: dataset_fn(None))
+    per_worker_iter = iter(per_worker)
+
+    @tf.function
+    def worker_step(iterator):
+        def replica_step(x, y):
+            with tf.GradientTape() as tape:
+                loss = _loss_fn(model, x, y, global_batch)
+            model.apply(tape.gradient(loss, model.params), args.learning_rate)
+            step_var.assign_add(1)
+            return loss
+
+        x, y = next(iterator)
+        return strategy.run(replica_step, args=(x, y))
+
+    step, loss = start, float("nan")
+    chunk = max(1, min(args.checkpoint_every, 20))
+    while step < args.steps:
+        count = min(chunk, args.steps - step)
+        results = [
+            coordinator.schedule(worker_step, args=(per_worker_iter,)) for _ in range(count)
+        ]
+        coordinator.join()
+        previous, step = step, step + count
+        progress.mark_first_step(step)
+        loss = float(results[-1].fetch())
+        progress.record(step, loss)
+        if step // args.checkpoint_every > previous // args.checkpoint_every or step == args.steps:
+            checkpoints.save(step)
+        if terminated():
+            checkpoints.save(step)  # the coordinator alone holds the state: keep it
+            exit_terminated(progress, step, loss)
+        if step < args.steps and progress.due():
+            progress.report(step, loss, "running")
+    progress.report(step, loss, "finished")
+    return 0
+
+
+def serve(cluster_resolver, args) -> int:
+    """A `ps` or `worker` task of ParameterServerStrategy: serve until the chief is done."""
+    task_type, task_id = cluster_resolver.task_type, cluster_resolver.task_id
+    server = tf.distribute.Server(
+        cluster_resolver.cluster_spec(),
+        job_name=task_type,
+        task_index=task_id,
+        protocol=cluster_resolver.rpc_layer or "grpc",
+        start=True,
+    )
+    print(f"{task_type} {task_id} serving at {server.target}", flush=True)
+    path = Path(args.progress_file)
+    while True:
+        if terminated():
+            exit_terminated(None, 0, float("nan"))
+        done = read_progress(path)
+        if done and done.get("state") == "finished" and done.get("step", 0) >= args.steps:
+            print(f"{task_type} {task_id}: chief finished at step {done['step']}", flush=True)
+            # The gRPC server cannot be stopped cleanly in TF 2; leave without teardown.
+            sys.stdout.flush()
+            os._exit(0)
+        time.sleep(0.5)
+
+
+_TERMINATED: list[int] = []
+
+
+def handle_sigterm() -> None:
+    """Turn SIGTERM (pod deletion) into a prompt, clean stop.
+
+    MultiWorkerMirroredStrategy's coordination service installs a SIGTERM handler of its
+    own that swallows the signal (it expects `PreemptionCheckpointHandler`), which would
+    keep a deleted pod alive until Kubernetes kills it after the grace period. Install
+    ours after the strategy exists; the training loops check `terminated()` every step.
+    """
+    signal.signal(signal.SIGTERM, lambda signum, _frame: _TERMINATED.append(signum))
+
+
+def terminated() -> bool:
+    """Whether SIGTERM has arrived."""
+    return bool(_TERMINATED)
+
+
+def exit_terminated(progress: Progress | None, step: int, loss: float) -> None:
+    """Record the stop in the progress file (chief) and leave with status 143."""
+    print(f"SIGTERM received at step {step}: stopping", flush=True)
+    if progress is not None:
+        progress.report(step, loss, "stopped")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # No interpreter teardown: it can block on collectives with peers that are gone.
+    os._exit(143)
+
+
+def announce(start: int, args) -> None:
+    """Say where training starts."""
+    ready = f"ready {time.monotonic() - STARTED:.1f}s after start"
+    if start:
+        print(
+            f"resumed from checkpoint at step {start} (target {args.steps}); {ready}", flush=True
+        )
+    else:
+        print(f"starting from step 0 (target {args.steps}); {ready}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Pick the strategy from TF_CONFIG and train."""
+    args = parse_args(argv)
+    print(f"tensorflow {tf.__version__} imported in {time.monotonic() - STARTED:.1f}s", flush=True)
+    if args.threads:
+        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+        tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    tf_config = json.loads(os.environ.get("TF_CONFIG") or "{}")
+    cluster = tf_config.get("cluster", {})
+    task = tf_config.get("task", {})
+    if "ps" in cluster:
+        resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+        if task.get("type") in ("ps", "worker"):
+            handle_sigterm()
+            return serve(resolver, args)
+        strategy = tf.distribute.ParameterServerStrategy(resolver)
+        handle_sigterm()
+        return train_coordinator(strategy, args)
+    if cluster.get("worker"):
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        handle_sigterm()
+        is_chief = task.get("type") in ("worker", None) and task.get("index", 0) == 0
+        return train_mirrored(strategy, args, is_chief)
+    return train_mirrored(tf.distribute.get_strategy(), args, is_chief=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

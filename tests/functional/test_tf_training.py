@@ -1,0 +1,297 @@
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""Real multi-process TensorFlow training through the launcher the pods run.
+
+Every task is a separate process started as `python actions/tf_launcher.py -- <flags>`
+with the environment a pod would get, the stable hostnames replaced by 127.0.0.1 ports
+(`GPU_K8S_HOSTS`). The interpreter is the running one, or GPU_K8S_TF_PYTHON when set
+(a venv with tensorflow-cpu); without TensorFlow the module is skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LAUNCHER = ROOT / "actions" / "tf_launcher.py"
+sys.path.insert(0, str(ROOT / "actions"))
+from tf_demo import free_ports  # noqa: E402  (stdlib only)
+
+PYTHON = os.environ.get("GPU_K8S_TF_PYTHON") or sys.executable
+
+
+def _has_tensorflow(python: str) -> bool:
+    probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('tensorflow') is None)"
+    try:
+        return subprocess.run([python, "-c", probe], timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+pytestmark = pytest.mark.skipif(
+    not _has_tensorflow(PYTHON),
+    reason=f"tensorflow is not importable by {PYTHON}: run `tox -e functional` or set "
+    "GPU_K8S_TF_PYTHON to an interpreter with tensorflow-cpu installed",
+)
+
+FAST = ["--threads=1", "--batch-size=32"]
+
+
+class LocalJob:
+    """The tasks of one training job as local processes, each started through the launcher."""
+
+    def __init__(self, data_dir: Path, name: str, strategy: str, workers: int, ps: int = 0):
+        self.data_dir, self.name, self.strategy = data_dir, name, strategy
+        self.workers, self.ps = workers, ps
+        self.procs: dict[tuple[str, int], subprocess.Popen] = {}
+        self.logs: dict[tuple[str, int], Path] = {}
+        self.launches = 0
+
+    @property
+    def job_dir(self) -> Path:
+        return self.data_dir / "jobs" / self.name
+
+    @property
+    def tasks(self) -> list[tuple[str, int]]:
+        roles = (
+            {"worker": self.workers}
+            if self.strategy == "mwms"
+            else {"chief": 1, "ps": self.ps, "worker": self.workers}
+        )
+        return [(role, i) for role, count in roles.items() for i in range(count)]
+
+    def start(self, *trainer_args: str) -> None:
+        """Launch every task (fresh ports each time, like recreated pods)."""
+        self.launches += 1
+        tasks = self.tasks
+        ports = iter(free_ports(len(tasks)))
+        hosts: dict[str, list[str]] = {}
+        for role, _ in tasks:
+            hosts.setdefault(role, []).append(f"127.0.0.1:{next(ports)}")
+        for role, i in tasks:
+            env = dict(os.environ)
+            env.update(
+                GPU_K8S_JOB=self.name,
+                GPU_K8S_STRATEGY=self.strategy,
+                GPU_K8S_ROLE=role,
+                GPU_K8S_WORKERS=str(self.workers),
+                GPU_K8S_PS=str(self.ps),
+                JOB_COMPLETION_INDEX=str(i),
+                GPU_K8S_HOSTS=json.dumps(hosts),
+                GPU_K8S_DATA_DIR=str(self.data_dir),
+                TF_CPP_MIN_LOG_LEVEL="2",
+                PYTHONUNBUFFERED="1",
+            )
+            env.pop("GPU_K8S_INDEX", None)
+            log = self.data_dir / f"{self.name}-{self.launches}-{role}-{i}.log"
+            self.logs[(role, i)] = log
+            with log.open("wb") as out:
+                self.procs[(role, i)] = subprocess.Popen(
+                    [PYTHON, str(LAUNCHER), "--", *FAST, *trainer_args],
+                    env=env,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                )
+
+    def progress(self) -> dict | None:
+        try:
+            return json.loads((self.job_dir / "progress.json").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def checkpoint_steps(self) -> list[int]:
+        ckpts = (self.job_dir / "checkpoints").glob("ckpt-*.index")
+        return sorted(int(p.name[len("ckpt-") : -len(".index")]) for p in ckpts)
+
+    def latest_checkpoint(self) -> int:
+        """The step of the checkpoint TensorFlow would restore (0 if none)."""
+        try:
+            state = (self.job_dir / "checkpoints" / "checkpoint").read_text()
+        except OSError:
+            return 0
+        first = state.splitlines()[0]  # model_checkpoint_path: "ckpt-80"
+        return int(first.split('"')[1].removeprefix("ckpt-"))
+
+    def output(self) -> str:
+        return "\n".join(
+            f"--- {role} {i} ---\n" + "\n".join(log.read_text(errors="replace").splitlines()[-20:])
+            for (role, i), log in self.logs.items()
+        )
+
+    def wait(self, timeout: float = 120) -> dict[tuple[str, int], int]:
+        """Wait until every task exits; fail with the tasks' output on a timeout."""
+        deadline = time.monotonic() + timeout
+        codes = {}
+        for task, proc in self.procs.items():
+            try:
+                codes[task] = proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.stop()
+                pytest.fail(f"{task} still running after {timeout}s\n{self.output()}")
+        return codes
+
+    def wait_ok(self, timeout: float = 120) -> dict:
+        codes = self.wait(timeout)
+        assert all(c == 0 for c in codes.values()), f"exit codes {codes}\n{self.output()}"
+        progress = self.progress()
+        assert progress is not None, self.output()
+        return progress
+
+    def wait_for(self, predicate, timeout: float = 90, what: str = "condition") -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():
+                return
+            dead = {t: p.returncode for t, p in self.procs.items() if p.poll() is not None}
+            if dead:
+                pytest.fail(f"tasks exited {dead} while waiting for {what}\n{self.output()}")
+            time.sleep(0.05)
+        pytest.fail(f"no {what} after {timeout}s\n{self.output()}")
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+        for proc in self.procs.values():
+            proc.wait(timeout=30)
+
+
+@pytest.fixture
+def local_job(tmp_path):
+    jobs: list[LocalJob] = []
+
+    def make(name: str, strategy: str = "mwms", workers: int = 2, ps: int = 0) -> LocalJob:
+        job = LocalJob(tmp_path, name, strategy, workers, ps)
+        jobs.append(job)
+        return job
+
+    yield make
+    for job in jobs:
+        job.stop()
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def test_mwms_two_workers_train_and_loss_falls(local_job):
+    job = local_job("mnist")
+    job.start("--steps=240", "--checkpoint-every=80")
+
+    progress = job.wait_ok()
+
+    assert progress["state"] == "finished"
+    assert (progress["step"], progress["steps"], progress["resumed_from"]) == (240, 240, 0)
+    history = progress["loss_history"]
+    assert len(history) >= 20
+    assert _mean(history[-5:]) < 0.5 * progress["first_loss"], (progress["first_loss"], history)
+    assert _mean(history[-5:]) < _mean(history[:5]), history
+    assert progress["examples_per_sec"] > 0
+    assert job.checkpoint_steps() == [80, 160, 240]
+    assert list((job.job_dir / "logs").glob("events.out.tfevents.*"))
+    assert "worker 1 of job mnist" in job.logs[("worker", 1)].read_text()
+
+
+def test_mwms_killed_worker_relaunch_resumes_from_last_checkpoint(local_job):
+    job = local_job("kill")
+    args = ("--steps=400", "--checkpoint-every=10")
+    job.start(*args)
+    job.wait_for(lambda: job.latest_checkpoint() > 0, what="first checkpoint")
+
+    job.procs[("worker", 1)].send_signal(signal.SIGKILL)
+    saved = job.latest_checkpoint()
+    # The survivor's next all-reduce fails, so it exits non-zero by itself (in Kubernetes
+    # the Job then restarts the pod); the test relaunches both, as the charm would.
+    codes = job.wait(timeout=60)
+    assert codes[("worker", 1)] == -signal.SIGKILL
+    assert codes[("worker", 0)] != 0
+    killed_at = job.latest_checkpoint()
+    assert 0 < saved <= killed_at < 400
+
+    job.start(*args)
+    progress = job.wait_ok()
+
+    assert progress["resumed_from"] == killed_at
+    assert (progress["step"], progress["state"]) == (400, "finished")
+    assert job.latest_checkpoint() == 400
+    assert f"resumed from checkpoint at step {killed_at}" in job.logs[("worker", 1)].read_text()
+
+
+def test_mwms_scale_two_to_three_workers_resumes(local_job):
+    job = local_job("scale")
+    job.start("--steps=400", "--checkpoint-every=10")
+    job.wait_for(lambda: job.latest_checkpoint() > 0, what="first checkpoint")
+    # What `scale` does: delete the pods (SIGTERM), relaunch with the new worker count.
+    for proc in job.procs.values():
+        proc.send_signal(signal.SIGTERM)
+    codes = job.wait(timeout=30)
+    assert codes[("worker", 0)] == 143, job.output()
+    assert codes[("worker", 1)] in (143, 1), job.output()  # 1: its all-reduce lost the peer
+    stopped = job.progress()
+    assert stopped is not None and stopped["state"] == "stopped", stopped
+    saved = job.latest_checkpoint()
+    assert 0 < saved < 400
+
+    job.workers = 3
+    job.start("--steps=400", "--checkpoint-every=10")
+    progress = job.wait_ok()
+
+    assert (progress["resumed_from"], progress["step"], progress["state"]) == (
+        saved,
+        400,
+        "finished",
+    )
+    assert job.latest_checkpoint() == 400
+    assert "worker 2 of job scale" in job.logs[("worker", 2)].read_text()
+
+
+def test_ps_chief_one_ps_two_workers_runs_to_completion(local_job):
+    job = local_job("ps", strategy="ps", workers=2, ps=1)
+    job.start("--steps=100", "--checkpoint-every=50")
+
+    progress = job.wait_ok(timeout=150)
+
+    assert (progress["step"], progress["state"], progress["resumed_from"]) == (
+        100,
+        "finished",
+        0,
+    )
+    assert job.checkpoint_steps()[-1] == 100
+    assert progress["loss_history"]
+    for task in (("ps", 0), ("worker", 0), ("worker", 1)):
+        assert "chief finished at step 100" in job.logs[task].read_text()
+
+
+MAKE_NPZ = """
+import sys
+import numpy as np
+rng = np.random.default_rng(0)
+labels = rng.integers(0, 10, 2000)
+means = rng.integers(0, 256, (10, 28, 28))
+noise = rng.integers(-40, 41, (2000, 28, 28))
+images = np.clip(means[labels] + noise, 0, 255).astype(np.uint8)
+np.savez(sys.argv[1], x_train=images, y_train=labels)
+"""
+
+
+def test_single_worker_reads_mnist_npz_from_shared_volume(local_job, tmp_path):
+    npz = tmp_path / "datasets" / "mnist.npz"
+    npz.parent.mkdir()
+    subprocess.run([PYTHON, "-c", MAKE_NPZ, str(npz)], check=True, timeout=120)
+    job = local_job("npz", workers=1)
+    job.start("--steps=60", "--checkpoint-every=30")
+
+    progress = job.wait_ok()
+
+    assert (progress["step"], progress["state"]) == (60, "finished")
+    assert progress["loss"] < 0.5 * progress["first_loss"]
+    assert f"data: 2000 examples from {npz}" in job.logs[("worker", 0)].read_text()

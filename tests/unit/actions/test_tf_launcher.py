@@ -1,0 +1,286 @@
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""The pod launcher: TF_CONFIG for every role and index, environment, directories, exec."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import tf_launcher
+from tf_launcher import build_tf_config, main, parse_hosts, trainer_command
+
+
+def test_mwms_tf_config_for_every_worker_index():
+    for index in range(3):
+        config = build_tf_config("mnist", "mnist-svc", "mwms", "worker", index, 3, 0)
+        assert config == {
+            "cluster": {
+                "worker": [
+                    "mnist-worker-0.mnist-svc:2222",
+                    "mnist-worker-1.mnist-svc:2222",
+                    "mnist-worker-2.mnist-svc:2222",
+                ]
+            },
+            "task": {"type": "worker", "index": index},
+        }
+
+
+def test_mwms_single_worker_is_its_own_cluster():
+    config = build_tf_config("solo", "solo", "mwms", "worker", 0, 1, 0, port=3333)
+    assert config == {
+        "cluster": {"worker": ["solo-worker-0.solo:3333"]},
+        "task": {"type": "worker", "index": 0},
+    }
+
+
+PS_CLUSTER = {
+    "chief": ["big-chief-0.big:2222"],
+    "ps": ["big-ps-0.big:2222", "big-ps-1.big:2222"],
+    "worker": ["big-worker-0.big:2222", "big-worker-1.big:2222", "big-worker-2.big:2222"],
+}
+
+
+@pytest.mark.parametrize(
+    "role,index",
+    [("chief", 0), ("ps", 0), ("ps", 1), ("worker", 0), ("worker", 1), ("worker", 2)],
+)
+def test_ps_tf_config_for_every_role_and_index(role, index):
+    config = build_tf_config("big", "big", "ps", role, index, workers=3, ps=2)
+    assert config == {"cluster": PS_CLUSTER, "task": {"type": role, "index": index}}
+    assert "evaluator" not in config["cluster"]
+
+
+def test_hosts_override_replaces_every_address():
+    hosts = {("worker", 0): "127.0.0.1:4001", ("worker", 1): "127.0.0.1:4002"}
+    config = build_tf_config("demo", "demo", "mwms", "worker", 1, 2, 0, hosts=hosts)
+    assert config["cluster"] == {"worker": ["127.0.0.1:4001", "127.0.0.1:4002"]}
+    assert config["task"] == {"type": "worker", "index": 1}
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"strategy": "horovod"}, "unknown strategy 'horovod'"),
+        ({"index": 2}, "index 2 is out of range for role 'worker'"),
+        ({"index": -1}, "index must be an integer >= 0"),
+        ({"role": "ps"}, "role 'ps' is not part of a 'mwms' job: use one of worker"),
+        ({"role": "chief"}, "role 'chief' is not part of a 'mwms' job"),
+        ({"role": "evaluator", "strategy": "ps", "ps": 1}, "use one of chief, ps, worker"),
+        ({"role": "chief", "index": 1, "strategy": "ps", "ps": 1}, "must be 0..0"),
+        ({"role": "ps", "index": 1, "strategy": "ps", "ps": 1}, "index 1 is out of range"),
+        ({"strategy": "ps", "ps": 0}, "needs at least one parameter server"),
+        ({"strategy": "ps", "ps": 1, "workers": 0}, "workers must be an integer >= 1"),
+        ({"workers": 0}, "workers must be an integer >= 1"),
+        ({"ps": 1}, "strategy 'mwms' has no parameter servers"),
+        ({"job": "My_Job"}, "job 'My_Job' is not a valid DNS label"),
+        ({"service": "-svc"}, "service '-svc' is not a valid DNS label"),
+        ({"port": 70000}, "port must be at most 65535"),
+        ({"hosts": {("worker", 0): "127.0.0.1:1"}}, "no address for worker[1]"),
+    ],
+)
+def test_bad_input_raises_clear_error(kwargs, message):
+    args = {
+        "job": "mnist",
+        "service": "mnist",
+        "strategy": "mwms",
+        "role": "worker",
+        "index": 0,
+        "workers": 2,
+        "ps": 0,
+    }
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        build_tf_config(**args)
+
+
+def test_parse_hosts_maps_role_and_index():
+    hosts = parse_hosts('{"chief": ["a:1"], "worker": ["b:2", "c:3"]}')
+    assert hosts == {("chief", 0): "a:1", ("worker", 0): "b:2", ("worker", 1): "c:3"}
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("{", "not valid JSON"),
+        ('["a:1"]', "must be a JSON object"),
+        ('{"worker": "a:1"}', "must be a list"),
+        ('{"worker": ["nohost"]}', r"\['worker'\]\[0\] must be 'host:port'"),
+    ],
+)
+def test_parse_hosts_rejects_bad_text(text, message):
+    with pytest.raises(ValueError, match=message):
+        parse_hosts(text)
+
+
+def test_trainer_command_defaults_to_builtin_trainer():
+    trainer = str(Path(tf_launcher.__file__).resolve().parent / "tf_trainer.py")
+    assert trainer_command([], python="/py") == ["/py", trainer]
+    assert trainer_command(["--steps", "5"], python="/py") == ["/py", trainer, "--steps", "5"]
+    assert trainer_command(["python3", "train.py", "-v"]) == ["python3", "train.py", "-v"]
+
+
+# ----------------------------------------------------------------------------- main()
+
+
+class Exec:
+    """Records the exec call at the process boundary instead of replacing the process."""
+
+    def __init__(self, monkeypatch, error: OSError | None = None):
+        self.calls: list[tuple[str, list[str], dict[str, str]]] = []
+        self.error = error
+        monkeypatch.setattr(os, "execvpe", self)
+
+    def __call__(self, file, args, env):
+        self.calls.append((file, list(args), dict(env)))
+        if self.error:
+            raise self.error
+
+
+@pytest.fixture
+def pod_env(tmp_path):
+    return {
+        "GPU_K8S_JOB": "mnist",
+        "GPU_K8S_SERVICE": "mnist-tf",
+        "GPU_K8S_STRATEGY": "ps",
+        "GPU_K8S_ROLE": "worker",
+        "GPU_K8S_WORKERS": "2",
+        "GPU_K8S_PS": "1",
+        "JOB_COMPLETION_INDEX": "1",
+        "GPU_K8S_DATA_DIR": str(tmp_path),
+        "PATH": "/usr/bin",
+    }
+
+
+def test_main_sets_tf_config_creates_dirs_and_execs_trainer(monkeypatch, pod_env, tmp_path):
+    exec_ = Exec(monkeypatch)
+
+    main(["--", "--steps", "50"], pod_env)
+
+    job = tmp_path / "jobs" / "mnist"
+    assert (job / "checkpoints").is_dir() and (job / "logs").is_dir()
+    [(file, argv, env)] = exec_.calls
+    assert file == sys.executable
+    assert argv == [sys.executable, str(tf_launcher.TRAINER), "--steps", "50"]
+    assert json.loads(env["TF_CONFIG"]) == {
+        "cluster": {
+            "chief": ["mnist-chief-0.mnist-tf:2222"],
+            "ps": ["mnist-ps-0.mnist-tf:2222"],
+            "worker": ["mnist-worker-0.mnist-tf:2222", "mnist-worker-1.mnist-tf:2222"],
+        },
+        "task": {"type": "worker", "index": 1},
+    }
+    assert env["GPU_K8S_CHECKPOINT_DIR"] == str(job / "checkpoints")
+    assert env["GPU_K8S_LOG_DIR"] == str(job / "logs")
+    assert env["GPU_K8S_PROGRESS_FILE"] == str(job / "progress.json")
+    assert env["PATH"] == "/usr/bin"  # the rest of the pod's environment passes through
+
+
+def test_main_execs_user_command_with_same_environment(monkeypatch, pod_env):
+    exec_ = Exec(monkeypatch)
+
+    main(["--", "python3", "/app/train.py", "--epochs", "3"], pod_env)
+
+    [(file, argv, env)] = exec_.calls
+    assert (file, argv) == ("python3", ["python3", "/app/train.py", "--epochs", "3"])
+    assert json.loads(env["TF_CONFIG"])["task"] == {"type": "worker", "index": 1}
+
+
+def test_main_defaults_mwms_worker_service_and_port(monkeypatch, tmp_path):
+    exec_ = Exec(monkeypatch)
+    env = {
+        "GPU_K8S_JOB": "j",
+        "GPU_K8S_WORKERS": "2",
+        "JOB_COMPLETION_INDEX": "0",
+        "GPU_K8S_DATA_DIR": str(tmp_path),
+    }
+
+    main([], env)
+
+    [(_, _, exported)] = exec_.calls
+    assert json.loads(exported["TF_CONFIG"]) == {
+        "cluster": {"worker": ["j-worker-0.j:2222", "j-worker-1.j:2222"]},
+        "task": {"type": "worker", "index": 0},
+    }
+
+
+def test_gpu_k8s_index_wins_over_completion_index(monkeypatch, pod_env):
+    exec_ = Exec(monkeypatch)
+    pod_env.update(
+        GPU_K8S_INDEX="0",
+        GPU_K8S_HOSTS=json.dumps(
+            {
+                "chief": ["127.0.0.1:1"],
+                "ps": ["127.0.0.1:2"],
+                "worker": ["127.0.0.1:3", "127.0.0.1:4"],
+            }
+        ),
+    )
+
+    main([], pod_env)
+
+    config = json.loads(exec_.calls[0][2]["TF_CONFIG"])
+    assert config["task"] == {"type": "worker", "index": 0}
+    assert config["cluster"]["worker"] == ["127.0.0.1:3", "127.0.0.1:4"]
+
+
+def test_print_tf_config_creates_nothing(monkeypatch, pod_env, tmp_path, capsys):
+    exec_ = Exec(monkeypatch)
+
+    assert main(["--print-tf-config"], pod_env) == 0
+
+    assert json.loads(capsys.readouterr().out)["task"] == {"type": "worker", "index": 1}
+    assert exec_.calls == [] and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        ({"GPU_K8S_JOB": ""}, "GPU_K8S_JOB is not set"),
+        ({"GPU_K8S_WORKERS": None}, "GPU_K8S_WORKERS is not set"),
+        ({"GPU_K8S_WORKERS": "two"}, "GPU_K8S_WORKERS must be an integer, got 'two'"),
+        ({"JOB_COMPLETION_INDEX": None}, "JOB_COMPLETION_INDEX is not set"),
+        ({"JOB_COMPLETION_INDEX": "5"}, "index 5 is out of range for role 'worker'"),
+        ({"GPU_K8S_ROLE": "evaluator"}, "role 'evaluator' is not part of a 'ps' job"),
+        ({"GPU_K8S_STRATEGY": "mwms"}, "strategy 'mwms' has no parameter servers"),
+        ({"GPU_K8S_HOSTS": "{"}, "GPU_K8S_HOSTS is not valid JSON"),
+        ({"GPU_K8S_DATA_DIR": "/nonexistent/data"}, "mount the shared volume there"),
+    ],
+)
+def test_bad_environment_fails_before_creating_anything(
+    monkeypatch, pod_env, tmp_path, capsys, change, message
+):
+    exec_ = Exec(monkeypatch)
+    for key, value in change.items():
+        if value is None:
+            pod_env.pop(key)
+        else:
+            pod_env[key] = value
+
+    assert main([], pod_env) == 2
+
+    assert message in capsys.readouterr().err
+    assert exec_.calls == []
+    assert list(tmp_path.iterdir()) == []
+    assert "TF_CONFIG" not in pod_env
+
+
+def test_unknown_launcher_argument_is_rejected(monkeypatch, pod_env, capsys):
+    exec_ = Exec(monkeypatch)
+
+    assert main(["--steps", "5"], pod_env) == 2
+
+    assert "unknown arguments ['--steps', '5']" in capsys.readouterr().err
+    assert exec_.calls == []
+
+
+def test_missing_program_exits_127_with_message(monkeypatch, pod_env, capsys):
+    Exec(monkeypatch, error=FileNotFoundError(2, "No such file or directory"))
+
+    assert main(["--", "no-such-trainer"], pod_env) == 127
+
+    assert "cannot run 'no-such-trainer'" in capsys.readouterr().err
