@@ -1,0 +1,150 @@
+"""The bundle and every overlay agree with the charms in this repository.
+
+Each application maps to a charm under charms/, each option exists in that charm's
+config with a value of the right type, and each relation joins a `provides` endpoint to
+a `requires` endpoint of the same interface. Overlays are merged the way Juju merges
+them (an application listed with no body is removed).
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+BUNDLE = ROOT / "bundles" / "gpu-k8s.yaml"
+OVERLAYS = sorted((ROOT / "bundles" / "overlays").glob("*.yaml"))
+PYTHON_TYPES = {"string": (str,), "int": (int,), "float": (int, float), "boolean": (bool,)}
+
+
+def charm_metadata(name: str) -> dict:
+    return yaml.safe_load((ROOT / "charms" / name / "charmcraft.yaml").read_text())
+
+
+def merge(base: dict, overlay: dict) -> dict:
+    """Apply a Juju overlay: deep-merge mappings, drop applications given no body."""
+    merged = copy.deepcopy(base)
+    for key, value in overlay.items():
+        if key == "applications":
+            apps = merged.setdefault("applications", {})
+            for app, body in value.items():
+                if body is None:
+                    apps.pop(app, None)
+                    merged["relations"] = [
+                        r
+                        for r in merged.get("relations", [])
+                        if all(not e.startswith(f"{app}:") for e in r)
+                    ]
+                else:
+                    apps[app] = _deep_merge(apps.get(app, {}), body)
+        elif isinstance(value, dict):
+            merged[key] = _deep_merge(merged.get(key, {}), value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _deep_merge(base: dict, extra: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def variants() -> list[tuple[str, dict]]:
+    base = yaml.safe_load(BUNDLE.read_text())
+    out = [("gpu-k8s", base)]
+    out += [(o.stem, merge(base, yaml.safe_load(o.read_text()))) for o in OVERLAYS]
+    return out
+
+
+def charm_of(app: dict) -> str:
+    path = (BUNDLE.parent / app["charm"]).resolve()
+    assert path.parent == ROOT / "build", (
+        f"{app['charm']} is not a charm that `tox -e pack` writes"
+    )
+    return path.name.removesuffix(".charm")
+
+
+def endpoint(charm: str, name: str) -> tuple[str, str]:
+    meta = charm_metadata(charm)
+    for kind in ("provides", "requires"):
+        if name in (meta.get(kind) or {}):
+            return kind, meta[kind][name]["interface"]
+    raise AssertionError(f"{charm} has no endpoint {name}")
+
+
+@pytest.mark.parametrize(("variant", "bundle"), variants(), ids=[v for v, _ in variants()])
+def test_every_application_is_a_charm_of_this_repository(variant, bundle):
+    for app, body in bundle["applications"].items():
+        charm = charm_of(body)
+        assert (ROOT / "charms" / charm / "charmcraft.yaml").is_file(), f"{variant}: {app}"
+
+
+@pytest.mark.parametrize(("variant", "bundle"), variants(), ids=[v for v, _ in variants()])
+def test_every_option_exists_with_the_right_type(variant, bundle):
+    for app, body in bundle["applications"].items():
+        options = (charm_metadata(charm_of(body)).get("config") or {}).get("options") or {}
+        for name, value in (body.get("options") or {}).items():
+            assert name in options, f"{variant}: {app} has no option {name}"
+            expected = PYTHON_TYPES.get(options[name]["type"], (str,))
+            ok = isinstance(value, expected) and not (
+                isinstance(value, bool) and bool not in expected
+            )
+            assert ok, f"{variant}: {app} option {name}={value!r} is not {options[name]['type']}"
+
+
+@pytest.mark.parametrize(("variant", "bundle"), variants(), ids=[v for v, _ in variants()])
+def test_every_relation_joins_provider_and_requirer_of_one_interface(variant, bundle):
+    apps = bundle["applications"]
+    for left, right in bundle["relations"]:
+        sides = []
+        for end in (left, right):
+            app, name = end.split(":")
+            assert app in apps, f"{variant}: relation names unknown application {app}"
+            sides.append(endpoint(charm_of(apps[app]), name))
+        kinds = {sides[0][0], sides[1][0]}
+        assert kinds == {"provides", "requires"}, f"{variant}: {left} <-> {right}"
+        assert sides[0][1] == sides[1][1], f"{variant}: {left} <-> {right} interfaces differ"
+
+
+@pytest.mark.parametrize(("variant", "bundle"), variants(), ids=[v for v, _ in variants()])
+def test_required_endpoints_are_all_related(variant, bundle):
+    apps = bundle["applications"]
+    related = {end for relation in bundle["relations"] for end in relation}
+    for app, body in apps.items():
+        meta = charm_metadata(charm_of(body))
+        for name, spec in (meta.get("requires") or {}).items():
+            if spec.get("optional") is False:
+                assert f"{app}:{name}" in related, f"{variant}: {app}:{name} is not related"
+
+
+@pytest.mark.parametrize(("variant", "bundle"), variants(), ids=[v for v, _ in variants()])
+def test_placements_name_declared_machines(variant, bundle):
+    machines = set((bundle.get("machines") or {}).keys())
+    for app, body in bundle["applications"].items():
+        for target in body.get("to") or []:
+            machine = str(target).removeprefix("lxd:")
+            assert machine in machines, f"{variant}: {app} is placed on unknown machine {target}"
+
+
+def test_efs_storage_is_trusted_and_shares_the_control_plane_machine():
+    bundle = yaml.safe_load(BUNDLE.read_text())
+    apps = bundle["applications"]
+    assert apps["efs-storage"].get("trust") is True
+    control_plane_machine = apps["kubernetes-control-plane"]["to"][0]
+    for app in ("efs-storage", "tensorflow"):
+        assert apps[app]["to"] == [f"lxd:{control_plane_machine}"]
+
+
+def test_the_cpu_only_overlay_rents_no_gpu_instance():
+    cpu_only = dict(variants())["cpu-only"]
+    assert "kubernetes-worker-gpu" not in cpu_only["applications"]
+    for body in cpu_only["applications"].values():
+        assert "instance-type=g" not in (body.get("constraints") or "")
