@@ -28,9 +28,11 @@ from typing import Any
 import ops
 import pydantic
 
+from charms.gpu_k8s.v0.databag import Databag, explain
+
 LIBID = "26b1d42dbc2949cb8a83e29b11759d4f"
 LIBAPI = 0
-LIBPATCH = 1
+LIBPATCH = 2
 
 logger = logging.getLogger(__name__)
 
@@ -46,26 +48,7 @@ def secret_label(relation_id: int) -> str:
     return f"kube-api-{relation_id}"
 
 
-def _explain(error: pydantic.ValidationError) -> str:
-    first = error.errors()[0]
-    field = ".".join(str(p) for p in first["loc"]) or "databag"
-    if first["type"] == "missing":
-        return f"{field} is missing"
-    return f"{field} is invalid ({first['msg'].removeprefix('Value error, ')})"
-
-
-class _Bag(pydantic.BaseModel):
-    model_config = pydantic.ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
-
-    def dump(self) -> dict[str, str]:
-        """Return the databag form: dashed keys, string values, unset fields left out."""
-        out: dict[str, str] = {}
-        for key, value in self.model_dump(by_alias=True, exclude_none=True).items():
-            out[key] = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-        return out
-
-
-class Rule(_Bag):
+class Rule(Databag):
     """One RBAC policy rule."""
 
     api_groups: list[str] = pydantic.Field(alias="api-groups", min_length=1)
@@ -94,7 +77,7 @@ def _json_list(value: Any) -> Any:
     return value
 
 
-class RequirerAppData(_Bag):
+class RequirerAppData(Databag):
     """What a consumer asks for."""
 
     namespace: str
@@ -114,7 +97,7 @@ class RequirerAppData(_Bag):
         return _json_list(value)
 
 
-class ProviderAppData(_Bag):
+class ProviderAppData(Databag):
     """What the control plane answers: the grant, or the reason for a refusal."""
 
     endpoint: str | None = None
@@ -192,7 +175,7 @@ class KubeApiProvider(ops.Object):
             try:
                 request = RequirerAppData.model_validate(raw)
             except pydantic.ValidationError as e:
-                out.append(Request(relation, relation.app.name, None, _explain(e)))
+                out.append(Request(relation, relation.app.name, None, explain(e)))
                 continue
             out.append(Request(relation, relation.app.name, request, check_policy(request)))
         return out
@@ -275,7 +258,7 @@ class KubeApiRequirer(ops.Object):
                 }
             )
         except pydantic.ValidationError as e:
-            raise ValueError(f"invalid kube-api request: {_explain(e)}") from None
+            raise ValueError(f"invalid kube-api request: {explain(e)}") from None
         events = charm.on[relation_name]
         self.framework.observe(events.relation_created, self._publish)
         self.framework.observe(events.relation_changed, self._publish)
@@ -311,7 +294,7 @@ class KubeApiRequirer(ops.Object):
         try:
             answer = ProviderAppData.model_validate(raw)
         except pydantic.ValidationError as e:
-            return None, f"control plane databag: {_explain(e)}"
+            return None, f"control plane databag: {explain(e)}"
         if answer.error:
             return None, f"control plane refused access: {answer.error}"
         if not answer.kubeconfig_secret_id:

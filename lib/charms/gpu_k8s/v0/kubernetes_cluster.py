@@ -43,9 +43,11 @@ from typing import Any
 import ops
 import pydantic
 
+from charms.gpu_k8s.v0.databag import Databag, explain
+
 LIBID = "5f724584087c4f3caa6d95ea68f42ceb"
 LIBAPI = 0
-LIBPATCH = 1
+LIBPATCH = 2
 
 logger = logging.getLogger(__name__)
 
@@ -56,26 +58,7 @@ _VERSION = re.compile(r"^\d+\.\d+(\.\d+)?$")
 _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
-class _Bag(pydantic.BaseModel):
-    model_config = pydantic.ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
-
-    def dump(self) -> dict[str, str]:
-        """Return the databag form: dashed keys, string values, unset fields left out."""
-        out: dict[str, str] = {}
-        for key, value in self.model_dump(by_alias=True, exclude_none=True).items():
-            out[key] = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-        return out
-
-
-def _explain(error: pydantic.ValidationError) -> str:
-    first = error.errors()[0]
-    field = ".".join(str(p) for p in first["loc"]) or "databag"
-    if first["type"] == "missing":
-        return f"{field} is missing"
-    return f"{field} is invalid ({first['msg'].removeprefix('Value error, ')})"
-
-
-class GpuInfo(_Bag):
+class GpuInfo(Databag):
     """One kind of GPU on a worker node."""
 
     model: str = pydantic.Field(min_length=1)
@@ -86,7 +69,7 @@ class GpuInfo(_Bag):
     mig_capable: bool = pydantic.Field(default=False, alias="mig-capable")
 
 
-class ProviderAppData(_Bag):
+class ProviderAppData(Databag):
     """What the control plane publishes in its application databag."""
 
     endpoint: str
@@ -116,7 +99,7 @@ class ProviderAppData(_Bag):
         return value
 
 
-class RequirerUnitData(_Bag):
+class RequirerUnitData(Databag):
     """What each worker unit publishes in its unit databag."""
 
     node_name: str = pydantic.Field(alias="node-name", max_length=253)
@@ -225,7 +208,7 @@ class ClusterProvider(ops.Object):
                 }
             ).dump()
         except pydantic.ValidationError as e:
-            raise ValueError(_explain(e)) from None
+            raise ValueError(explain(e)) from None
         for relation in self.relations:
             data = relation.data[self.charm.app]
             if data.get("join-secret-id") != secret_id:
@@ -248,7 +231,7 @@ class ClusterProvider(ops.Object):
         try:
             bag = RequirerUnitData.model_validate(dict(raw))
         except pydantic.ValidationError as e:
-            return None, f"{unit.name}: {_explain(e)}"
+            return None, f"{unit.name}: {explain(e)}"
         return WorkerInfo(unit.name, bag.node_name, tuple(bag.gpu_inventory or ())), None
 
     def workers(self) -> list[WorkerInfo]:
@@ -306,7 +289,7 @@ class ClusterRequirer(ops.Object):
         try:
             bag = ProviderAppData.model_validate(raw)
         except pydantic.ValidationError as e:
-            return None, f"control plane databag: {_explain(e)}"
+            return None, f"control plane databag: {explain(e)}"
         try:
             content = self.model.get_secret(id=bag.join_secret_id).get_content(refresh=True)
         except ops.SecretNotFoundError:
@@ -349,7 +332,7 @@ class ClusterRequirer(ops.Object):
                 {"node-name": node_name, "gpu-inventory": gpu_inventory}
             ).dump()
         except pydantic.ValidationError as e:
-            raise ValueError(_explain(e)) from None
+            raise ValueError(explain(e)) from None
         data = relation.data[self.charm.unit]
         if "gpu-inventory" not in bag and "gpu-inventory" in data:
             del data["gpu-inventory"]

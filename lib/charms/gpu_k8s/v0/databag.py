@@ -1,0 +1,42 @@
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""The databag base every gpu-k8s relation library builds its models on.
+
+Juju databags hold strings only. A `Databag` model reads dashed keys (`ca-cert-hash`)
+into Python fields, and `dump()` writes them back as strings: text as it is, anything
+else as JSON (`true`, `4`, `["a"]`). `explain()` turns a validation error into the
+short phrase a status line can carry, naming the offending field.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pydantic
+
+LIBID = "390b8147c70f43f5802e1c4b60662ba7"
+LIBAPI = 0
+LIBPATCH = 1
+
+
+class Databag(pydantic.BaseModel):
+    """A frozen model of one application or unit databag; unknown keys are ignored."""
+
+    model_config = pydantic.ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+
+    def dump(self) -> dict[str, str]:
+        """Return the databag form: dashed keys, string values, unset fields left out."""
+        out: dict[str, str] = {}
+        for key, value in self.model_dump(by_alias=True, exclude_none=True).items():
+            out[key] = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+        return out
+
+
+def explain(error: pydantic.ValidationError) -> str:
+    """The first problem of a databag as `field is missing` or `field is invalid (why)`."""
+    first = error.errors()[0]
+    field = ".".join(str(p) for p in first["loc"]) or "databag"
+    if first["type"] == "missing":
+        return f"{field} is missing"
+    return f"{field} is invalid ({first['msg'].removeprefix('Value error, ')})"
