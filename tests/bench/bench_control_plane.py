@@ -65,7 +65,8 @@ def measure(api: FakeKubeApiServer, root: Path, n: int) -> tuple[float, int, int
         start = time.perf_counter()
         out = ctx.run(event, out)
         times.append((time.perf_counter() - start) * 1000)
-    assert out.unit_status.message.startswith(f"Ready: v1.33, 1 control-plane, {n} workers")
+    expected = f"Ready: v{charm.kubeadm.DEFAULT_MINOR}, 1 control-plane, {n} workers"
+    assert out.unit_status.message.startswith(expected), out.unit_status.message
     return statistics.median(times), len(api.requests) - requests, len(machine.calls) - calls
 
 
