@@ -525,7 +525,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
     def _sync_workers(self, bag: ops.RelationDataContent, event: ops.EventBase) -> None:
         """Keep the worker registry in the peer databag current; queue departed nodes.
 
-        The registry ({unit: [node, gpus, relation id]}) lets every other hook count
+        The registry ({unit: [node, gpus, relation id, {model: count}]}) lets every hook count
         workers without reading 1,000 databags: a hook about one worker unit reads that
         unit's databag only; all of them are read when there is no registry yet, when
         leadership moved, or after an upgrade.
@@ -536,7 +536,12 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         if raw is None or isinstance(event, (ops.LeaderElectedEvent, ops.UpgradeCharmEvent)):
             registry, problems = {}, {}
             for w in self._workers():
-                registry[w.unit] = [w.node_name, w.gpu_count, self._relation_of(w.unit)]
+                registry[w.unit] = [
+                    w.node_name,
+                    w.gpu_count,
+                    self._relation_of(w.unit),
+                    w.gpu_models,
+                ]
             for problem in self.workers.problems():
                 problems[problem.split(":", 1)[0]] = problem
         elif isinstance(event, ops.RelationEvent) and event.relation.name == WORKERS:
@@ -566,7 +571,12 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             return
         info, problem = self.workers.read_worker(event.relation, event.unit)
         if info is not None:
-            registry[info.unit] = [info.node_name, info.gpu_count, event.relation.id]
+            registry[info.unit] = [
+                info.node_name,
+                info.gpu_count,
+                event.relation.id,
+                info.gpu_models,
+            ]
         if problem is not None:
             problems[event.unit.name] = problem
 
@@ -736,7 +746,8 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         message = f"Ready: v{version}, {planes} control-plane, {len(registry)} workers"
         gpus = [v[1] for v in registry.values() if v[1]]
         if gpus:
-            message += f" ({len(gpus)} with {sum(gpus)} GPUs)"
+            models = cluster_info.gpu_totals([v[3] for v in registry.values() if len(v) > 3])
+            message += f" ({len(gpus)} with {sum(gpus)} GPUs{': ' + models if models else ''})"
         pending = json.loads(bag.get("pending-removal", "[]"))
         if pending:
             message += f"; {len(pending)} departed node(s) pending removal"
@@ -790,10 +801,12 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
                 self._kube.close()
                 self._kube = None
         ready = sum(1 for n in nodes if n.ready)
+        models = cluster_info.gpu_totals([{n.gpu_product: n.gpus} for n in nodes if n.gpu_product])
         event.set_results(
             {
                 "summary": f"{len(nodes)} nodes, {ready} ready, "
                 f"{sum(n.gpus for n in nodes)} GPUs allocatable",
+                "gpus-by-model": models or "none",
                 "nodes": json.dumps([n.as_dict() for n in nodes], sort_keys=True),
             }
         )

@@ -72,6 +72,16 @@ def summarize(node: dict) -> NodeInfo:
     )
 
 
+def gpu_totals(models: list[dict[str, int]]) -> str:
+    """`8x NVIDIA A10G, 4x NVIDIA H100`: GPUs per model over many nodes, most first."""
+    totals: dict[str, int] = {}
+    for per_node in models:
+        for model, count in per_node.items():
+            totals[model] = totals.get(model, 0) + count
+    ranked = sorted(totals.items(), key=lambda item: (-item[1], item[0]))
+    return ", ".join(f"{count}x {model}" for model, count in ranked if count)
+
+
 def summarize_all(nodes: list[dict]) -> list[NodeInfo]:
     """Summaries of `nodes`, sorted by name."""
     return sorted((summarize(n) for n in nodes), key=lambda n: n.name)

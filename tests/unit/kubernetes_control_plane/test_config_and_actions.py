@@ -121,6 +121,7 @@ def test_cluster_info_reports_nodes(ctx, machine, api):
     results = ctx.action_results
     nodes = {n["name"]: n for n in json.loads(results["nodes"])}
     assert results["summary"] == "3 nodes, 2 ready, 4 GPUs allocatable"
+    assert results["gpus-by-model"] == "4x NVIDIA-A10G"
     assert nodes["ip-10-0-1-17"]["roles"] == ["control-plane"]
     assert nodes["gpu-0"] == {
         "name": "gpu-0",

@@ -43,7 +43,9 @@ def test_deployed_on_gpu_nodes_only_once_a_worker_has_gpus(ctx, bootstrapped, ap
     config = yaml.safe_load(api.get_object(CM)["data"]["config.yaml"])
     assert config["flags"]["migStrategy"] == "none"
     assert "sharing" not in config
-    assert out.unit_status.message == ("Ready: v1.36, 1 control-plane, 2 workers (1 with 4 GPUs)")
+    assert out.unit_status.message == (
+        "Ready: v1.36, 1 control-plane, 2 workers (1 with 4 GPUs: 4x NVIDIA A10G)"
+    )
 
 
 def test_time_slicing_and_mig_config_roll_the_pods(ctx, bootstrapped, api):

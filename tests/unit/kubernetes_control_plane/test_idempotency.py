@@ -74,7 +74,9 @@ def settled(ctx, machine, api):
     ]
     out = dataclasses.replace(out, relations=rels)
     out = ctx.run(ctx.on.leader_elected(), out)  # reads every worker, grants kube-api
-    assert out.unit_status.message == "Ready: v1.36, 2 control-plane, 2 workers (1 with 4 GPUs)"
+    assert out.unit_status.message == (
+        "Ready: v1.36, 2 control-plane, 2 workers (1 with 4 GPUs: 4x NVIDIA A10G)"
+    )
     return out
 
 

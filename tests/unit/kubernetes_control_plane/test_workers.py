@@ -92,19 +92,27 @@ def test_status_counts_workers_and_gpus(ctx, bootstrapped):
             "mig-capable": False,
         }
     ]
+    h100 = [{"model": "NVIDIA H100 80GB HBM3", "count": 8}]
     rel = workers_relation(
-        {0: worker_bag("w0", gpus), 1: worker_bag("w1"), 2: worker_bag("w2", gpus)}
+        {
+            0: worker_bag("w0", gpus),
+            1: worker_bag("w1"),
+            2: worker_bag("w2", gpus),
+            3: worker_bag("w3", h100),
+        }
     )
     out = join_workers(ctx, bootstrapped, rel)
 
     assert out.unit_status == testing.ActiveStatus(
-        "Ready: v1.36, 1 control-plane, 3 workers (2 with 8 GPUs)"
+        "Ready: v1.36, 1 control-plane, 4 workers "
+        "(3 with 16 GPUs: 8x NVIDIA A10G, 8x NVIDIA H100 80GB HBM3)"
     )
     registry = json.loads(peer(out).local_app_data["workers"])
     assert registry == {
-        "kubernetes-worker/0": ["w0", 4, rel.id],
-        "kubernetes-worker/1": ["w1", 0, rel.id],
-        "kubernetes-worker/2": ["w2", 4, rel.id],
+        "kubernetes-worker/0": ["w0", 4, rel.id, {"NVIDIA A10G": 4}],
+        "kubernetes-worker/1": ["w1", 0, rel.id, {}],
+        "kubernetes-worker/2": ["w2", 4, rel.id, {"NVIDIA A10G": 4}],
+        "kubernetes-worker/3": ["w3", 8, rel.id, {"NVIDIA H100 80GB HBM3": 8}],
     }
 
 

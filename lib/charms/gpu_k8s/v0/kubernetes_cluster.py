@@ -147,6 +147,14 @@ class WorkerInfo:
         """Total number of GPUs on this worker."""
         return sum(g.count for g in self.gpus)
 
+    @property
+    def gpu_models(self) -> dict[str, int]:
+        """GPUs on this worker per model name."""
+        models: dict[str, int] = {}
+        for g in self.gpus:
+            models[g.model] = models.get(g.model, 0) + g.count
+        return models
+
 
 class ClusterProvider(ops.Object):
     """The control-plane side: publishes join material and reads the workers."""
