@@ -1,0 +1,426 @@
+#!/usr/bin/env python3
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""The efs-storage charm: an Amazon EFS file system shared through Kubernetes claims.
+
+One `_reconcile()` handles every event on the leader: validate config, get Kubernetes
+access (`kube-api`) and AWS credentials (`--trust` or a Juju secret), make one
+non-blocking pass over AWS (`efs.Efs.reconcile`), then make each `shared-storage`
+consumer's PersistentVolume + claim (`storage.Storage`) and answer on the relation.
+Nothing waits in a hook: progress is a Waiting status re-checked on the next event.
+
+Removal (the application's planned units drop to 0): every hook while dying runs one
+teardown step. First the claims are deleted (refused, with a status naming the pods,
+while pods mount them); then, only for a file system this application created and only
+with `delete-on-remove=true`, the mount targets, the file system and the security group,
+one step per hook in the order AWS requires. The `remove` hook raises while AWS deletion
+is still under way, so that Juju retries it: each retry is the next poll.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import efs
+import ops
+from charm_config import Config
+from literals import CLUSTER_RULES, KUBE_API, SHARED_STORAGE
+from storage import ClaimState, Owner, Storage, claim_spec
+
+from charms.gpu_k8s.v0.kube_api import KubeApiRequirer
+from charms.gpu_k8s.v0.shared_storage import SharedStorageProvider
+
+logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+
+class ReconcileError(Exception):
+    """Stops the reconcile with a status: Blocked (operator must act) or Waiting."""
+
+    def __init__(self, status: ops.StatusBase):
+        super().__init__(status.message)
+        self.status = status
+
+
+class TeardownPendingError(Exception):
+    """Raised by the `remove` hook while AWS deletion is still under way (Juju retries)."""
+
+
+class EfsStorageCharm(ops.CharmBase):
+    """Provides an EFS file system to Kubernetes consumers as ReadWriteMany claims."""
+
+    # Boundaries that tests point at local servers (moto, the fake API server).
+    aws_endpoint_url: str | None = None
+    aws_max_attempts: int = efs.DEFAULT_MAX_ATTEMPTS
+    kube_retries: int = 5
+    kube_backoff: float = 0.5
+
+    _stored = ops.StoredState()
+
+    def __init__(self, framework: ops.Framework):
+        super().__init__(framework)
+        self._stored.set_default(claims=[])
+        self.kube_api = KubeApiRequirer(
+            self, KUBE_API, namespace=self.app.name, rules=[], cluster_rules=CLUSTER_RULES
+        )
+        self.shared_storage = SharedStorageProvider(self, SHARED_STORAGE)
+        self._statuses: list[ops.StatusBase] = []
+        self._kube_client: Any = None
+        on = self.on
+        for event in (
+            on.install,
+            on.config_changed,
+            on.upgrade_charm,
+            on.update_status,
+            on.leader_elected,
+            on.stop,
+            on.secret_changed,
+            on[KUBE_API].relation_changed,
+            on[KUBE_API].relation_departed,
+            on[KUBE_API].relation_broken,
+            on[SHARED_STORAGE].relation_changed,
+            on[SHARED_STORAGE].relation_departed,
+            on[SHARED_STORAGE].relation_broken,
+        ):
+            framework.observe(event, self._on_event)
+        framework.observe(on.remove, self._on_remove)
+        framework.observe(on.collect_unit_status, self._on_collect_status)
+        framework.observe(on.show_filesystem_action, self._on_show_filesystem)
+
+    # -- events ---------------------------------------------------------------------------
+    def _on_event(self, _: ops.EventBase) -> None:
+        try:
+            self._reconcile()
+        except ReconcileError as p:
+            self._statuses.append(p.status)
+
+    def _on_remove(self, _: ops.RemoveEvent) -> None:
+        try:
+            done = self._reconcile()
+        except ReconcileError as p:
+            self._statuses.append(p.status)
+            if isinstance(p.status, ops.BlockedStatus) or self.app.planned_units() != 0:
+                return  # the operator must act: nothing more is deleted, the data stays
+            done = False
+        if not done:
+            message = self._statuses[-1].message if self._statuses else "teardown pending"
+            raise TeardownPendingError(f"{message}; Juju retries this hook to continue")
+
+    def _on_collect_status(self, event: ops.CollectStatusEvent) -> None:
+        for status in self._statuses:
+            event.add_status(status)
+
+    # -- reconcile ------------------------------------------------------------------------
+    def _reconcile(self) -> bool:
+        """One pass; returns False while a removal is still under way."""
+        config = self.load_config(Config, errors="blocked")
+        if not self.unit.is_leader():
+            self._statuses.append(ops.ActiveStatus("standby: the leader manages EFS"))
+            return True
+        if self.app.planned_units() == 0:
+            return self._teardown(config)
+        desired = self._desired(config)  # validates before anything talks to AWS
+        kube = self._kube()
+        credentials, region = self._aws_access(config)
+        nodes = self._kube_call(lambda: efs.nodes_from_kubernetes(kube.list("v1", "Node")))
+        desired = self._desired(config, nodes)
+        manager = efs.Efs.connect(
+            credentials, region, self.aws_endpoint_url, max_attempts=self.aws_max_attempts
+        )
+        observed = _aws(lambda: manager.reconcile(desired))
+        if observed.unresolved_nodes:
+            logger.warning("nodes not found in EC2: %s", ", ".join(observed.unresolved_nodes))
+        states = self._kube_call(lambda: self._serve(kube, config, observed))
+        self._report(observed, states)
+        return True
+
+    def _desired(self, config: Config, nodes: tuple[efs.Node, ...] = ()) -> efs.Desired:
+        desired = efs.Desired(
+            model_uuid=self.model.uuid,
+            app=self.app.name,
+            nodes=nodes,
+            file_system_id=config.file_system_id or None,
+            performance_mode=config.performance_mode,
+            throughput_mode=config.throughput_mode,
+            provisioned_throughput_mibps=config.provisioned_throughput or None,
+            kms_key_id=config.kms_key_id or None,
+        )
+        try:
+            desired.validate()
+        except efs.AwsConfigError as e:
+            raise ReconcileError(ops.BlockedStatus(str(e))) from None
+        return desired
+
+    def _serve(self, kube: Any, config: Config, observed: efs.Observed) -> list[ClaimState]:
+        """Make every consumer's claim, answer on the relation, delete claims not wanted."""
+        storage = Storage(kube, Owner(self.app.name, self.model.uuid))
+        states: list[ClaimState] = []
+        keep: set[str] = set()
+        for request in self.shared_storage.requests():
+            if request.namespace is None:
+                self.shared_storage.refuse(request.relation, request.error or "invalid request")
+                self._statuses.append(
+                    ops.BlockedStatus(f"{request.app_name}: {request.error}; fix that consumer")
+                )
+                continue
+            spec = claim_spec(
+                storage.owner,
+                consumer=request.app_name,
+                namespace=request.namespace,
+                capacity=config.capacity,
+                server=observed.dns_name or "",
+                path=config.path,
+                file_system_id=observed.file_system_id or "",
+            )
+            keep.update((spec.key, spec.volume_name))
+            state = storage.ensure(spec)
+            states.append(state)
+            if state.problem and not state.waiting:
+                self.shared_storage.refuse(request.relation, state.problem)
+                continue
+            self.shared_storage.answer(
+                request.relation,
+                claim_name=spec.claim_name,
+                capacity=spec.capacity,
+                file_system_id=spec.file_system_id,
+                namespace=spec.namespace,
+                ready=observed.ready and state.bound,
+            )
+        in_use = storage.release_all_except(keep)
+        for key, pods in sorted(in_use.items()):
+            self._statuses.append(
+                ops.BlockedStatus(
+                    f"claim {key} is no longer wanted but pods {', '.join(pods[:5])} use it; "
+                    "delete them to release it"
+                )
+            )
+        self._stored.claims = sorted({s.spec.key for s in states} | set(in_use))
+        return states
+
+    def _report(self, observed: efs.Observed, states: list[ClaimState]) -> None:
+        for state in states:
+            if state.problem:
+                status = ops.WaitingStatus if state.waiting else ops.BlockedStatus
+                self._statuses.append(status(state.problem))
+        if not observed.ready:
+            self._statuses.append(ops.WaitingStatus(observed.progress))
+            return
+        pending = [s.spec.key for s in states if not s.bound and not s.problem]
+        if pending:
+            self._statuses.append(
+                ops.WaitingStatus(f"{observed.progress}; waiting for claims {', '.join(pending)}")
+            )
+            return
+        bound = sum(1 for s in states if s.bound)
+        note = ""
+        if observed.unresolved_nodes:
+            note = f", {len(observed.unresolved_nodes)} nodes not found in EC2"
+        self._statuses.append(ops.ActiveStatus(f"{observed.progress}, {bound} claims bound{note}"))
+
+    # -- removal --------------------------------------------------------------------------
+    def _teardown(self, config: Config) -> bool:
+        """One removal step: claims first, then (if asked and owned) the AWS resources."""
+        kube = self._kube() if self.kube_api.relation is not None else None
+        if kube is not None:
+            storage = Storage(kube, Owner(self.app.name, self.model.uuid))
+            in_use = self._kube_call(lambda: storage.release_all_except(set()))
+            self._stored.claims = sorted(in_use)
+            if in_use:
+                key, pods = sorted(in_use.items())[0]
+                self._statuses.append(
+                    ops.BlockedStatus(
+                        f"removing: claim {key} is used by pods {', '.join(pods[:5])}; "
+                        "delete them to finish removal"
+                    )
+                )
+                return False
+        elif self._stored.claims:
+            logger.warning(
+                "kube-api is gone; left claims %s in the cluster", ", ".join(self._stored.claims)
+            )
+            self._statuses.append(
+                ops.MaintenanceStatus(
+                    f"removing: kept EFS and claims {', '.join(self._stored.claims)} "
+                    "(kube-api gone before they were released)"
+                )
+            )
+            return True
+        desired = self._desired(config)
+        if desired.adopt or not config.delete_on_remove:
+            progress = efs.TeardownProgress(True, _kept_message(config))
+        else:
+            credentials, region = self._aws_access(config)
+            manager = efs.Efs.connect(
+                credentials, region, self.aws_endpoint_url, max_attempts=self.aws_max_attempts
+            )
+            progress = _aws(lambda: manager.teardown(desired, True))
+        logger.info("removal: %s", progress.message)
+        self._statuses.append(ops.MaintenanceStatus(f"removing: {progress.message}"))
+        return progress.done
+
+    # -- access ---------------------------------------------------------------------------
+    def _kube(self) -> Any:
+        """A client for the cluster granted on kube-api (created once per hook)."""
+        if self._kube_client is not None:
+            return self._kube_client
+        problem = self.kube_api.problem()
+        if problem:
+            refused = problem.startswith("control plane refused")
+            if self.kube_api.relation is None or refused:
+                raise ReconcileError(ops.BlockedStatus(problem))
+            raise ReconcileError(ops.WaitingStatus(problem))
+        from charms.gpu_k8s.v0.kubeclient import Kube
+
+        try:
+            self._kube_client = Kube.from_kubeconfig(
+                self.kube_api.kubeconfig() or "",
+                retries=self.kube_retries,
+                backoff=self.kube_backoff,
+            )
+        except ValueError as e:
+            raise ReconcileError(ops.BlockedStatus(f"kube-api kubeconfig: {e}")) from None
+        return self._kube_client
+
+    def _kube_or_none(self) -> Any:
+        try:
+            return self._kube()
+        except ReconcileError:
+            return None
+
+    @staticmethod
+    def _kube_call(fn: Callable[[], _T]) -> _T:
+        from charms.gpu_k8s.v0.kubeclient import KubeError
+
+        try:
+            return fn()
+        except KubeError as e:
+            if e.status in (401, 403):
+                raise ReconcileError(
+                    ops.BlockedStatus(
+                        f"Kubernetes refused a request ({e.status} {e.reason}); check the "
+                        "kube-api grant on the control plane"
+                    )
+                ) from None
+            if e.status == 0 or e.status >= 429:
+                raise ReconcileError(
+                    ops.WaitingStatus(f"Kubernetes API unavailable ({e.reason}); retrying")
+                ) from None
+            raise
+
+    def _aws_access(self, config: Config) -> tuple[efs.Credentials, str]:
+        """The credentials and region to use, or a Blocked problem saying what to set."""
+        try:
+            spec: ops.CloudSpec | None = self.model.get_cloud_spec()
+        except ops.ModelError:
+            spec = None
+        try:
+            if config.credentials is not None:
+                credentials = efs.Credentials.from_secret(self._secret_content(config.credentials))
+            elif spec is None:
+                raise ReconcileError(
+                    ops.BlockedStatus(
+                        f"no AWS credentials: run `juju trust {self.app.name}` or set config "
+                        "credentials to a Juju secret"
+                    )
+                )
+            elif spec.type != "ec2" or spec.credential is None:
+                raise ReconcileError(
+                    ops.BlockedStatus(
+                        f"the model's cloud is {spec.type}, not AWS; set config credentials "
+                        "and region"
+                    )
+                )
+            else:
+                credentials = efs.Credentials.from_cloud_credential(
+                    dict(spec.credential.attributes)
+                )
+        except efs.AwsConfigError as e:
+            raise ReconcileError(ops.BlockedStatus(str(e))) from None
+        region = config.region or (spec.region if spec is not None else None) or ""
+        if not region:
+            raise ReconcileError(
+                ops.BlockedStatus("no AWS region: set config region (e.g. us-east-1)")
+            )
+        return credentials, region
+
+    def _secret_content(self, secret: ops.Secret) -> dict[str, str]:
+        try:
+            return secret.get_content(refresh=True)
+        except (ops.SecretNotFoundError, ops.ModelError):
+            raise ReconcileError(
+                ops.BlockedStatus(
+                    f"cannot read the secret in config credentials ({secret.id}); grant it: "
+                    f"juju grant-secret {secret.id} {self.app.name}"
+                )
+            ) from None
+
+    # -- actions --------------------------------------------------------------------------
+    def _on_show_filesystem(self, event: ops.ActionEvent) -> None:
+        try:
+            config = self.load_config(Config, errors="raise")
+        except ValueError as e:
+            event.fail(f"invalid config: {e}")
+            return
+        try:
+            desired = self._desired(config)
+            credentials, region = self._aws_access(config)
+            manager = efs.Efs.connect(
+                credentials, region, self.aws_endpoint_url, max_attempts=self.aws_max_attempts
+            )
+            observed = _aws(lambda: manager.describe(desired))
+        except ReconcileError as p:
+            event.fail(p.status.message)
+            return
+        result = observed.action_result()
+        if not result.get("mount-targets"):
+            result["mount-targets"] = "none"
+        result["claims"] = self._claims_result()
+        event.set_results(result)
+
+    def _claims_result(self) -> dict[str, str] | str:
+        kube = self._kube_or_none()
+        if kube is None:
+            return "unknown (no kube-api access)"
+        try:
+            storage = Storage(kube, Owner(self.app.name, self.model.uuid))
+            managed = self._kube_call(storage.managed)
+        except ReconcileError as p:
+            return f"unknown ({p.status.message})"
+        if not managed:
+            return "none"
+        result: dict[str, str] = {}
+        for item in managed:
+            name = item.consumer or "unlabelled"
+            key, n = name, 1
+            while key in result:
+                n += 1
+                key = f"{name}-{n}"
+            result[key] = f"{item.key} {item.phase}"
+        return result
+
+
+def _kept_message(config: Config) -> str:
+    if config.file_system_id:
+        return f"kept adopted EFS {config.file_system_id}"
+    return "kept the EFS file system (delete-on-remove is false)"
+
+
+def _aws(fn: Callable[[], _T]) -> _T:
+    """Run one AWS pass; errors the operator must fix become Blocked, transient ones Waiting."""
+    try:
+        return fn()
+    except (efs.AwsAuthError, efs.AwsConfigError) as e:
+        raise ReconcileError(ops.BlockedStatus(str(e))) from None
+    except efs.AwsTransientError as e:
+        raise ReconcileError(
+            ops.WaitingStatus(f"AWS unavailable, retrying on the next event: {e}")
+        ) from None
+    # Any other AwsApiError is unexpected and raises.
+
+
+if __name__ == "__main__":  # pragma: nocover
+    ops.main(EfsStorageCharm)

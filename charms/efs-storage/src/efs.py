@@ -1,0 +1,977 @@
+"""Amazon EFS for the efs-storage charm: file system, security group and mount targets.
+
+This module has no ops code: the charm hands it credentials and the desired state and gets
+plain data back. Every call to AWS is one non-blocking pass; nothing here sleeps. Long
+operations (a file system or mount target becoming ``available``, a deletion finishing)
+are reported as progress and checked again on the charm's next event.
+
+boto3 is imported lazily, inside :func:`make_clients`, so hooks that never talk to AWS do
+not pay for importing it. Every client retries transient errors (throttling, 5xx,
+connection resets) with botocore's ``standard`` retry mode; calls that create things are
+written so that a retry of a request whose response was lost finds its own first attempt
+(``FileSystemAlreadyExists``, ``MountTargetConflict``, ``InvalidGroup.Duplicate``,
+``InvalidPermission.Duplicate`` all mean "already done").
+
+No credential value is ever logged or put in an error message.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import hashlib
+import logging
+import re
+from collections.abc import Sequence
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+TAG_MODEL = "gpu-k8s:model"
+TAG_APP = "gpu-k8s:application"
+NFS_PORT = 2049
+PERFORMANCE_MODES = ("generalPurpose", "maxIO")
+THROUGHPUT_MODES = ("elastic", "bursting", "provisioned")
+DEFAULT_MAX_ATTEMPTS = 5
+MAX_PAGES = 100
+
+_KEY_REJECTED = {
+    "InvalidClientTokenId": "the access key id is not a valid AWS access key",
+    "UnrecognizedClientException": "the access key id is not a valid AWS access key",
+    "AuthFailure": "AWS could not validate the access key id and secret access key",
+    "SignatureDoesNotMatch": "the secret access key does not match the access key id",
+    "IncompleteSignature": "the request signature is incomplete (check the secret access key)",
+    "InvalidAccessKeyId": "the access key id is not a valid AWS access key",
+    "ExpiredToken": "the session token has expired",
+    "ExpiredTokenException": "the session token has expired",
+    "MissingAuthenticationToken": "no access key was sent",
+}
+_PERMISSION_DENIED = {"UnauthorizedOperation", "AccessDenied", "AccessDeniedException"}
+_TRANSIENT = {
+    "Throttling",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+    "TooManyRequestsException",
+    "InternalError",
+    "InternalServerError",
+    "ServiceUnavailable",
+    "Unavailable",
+    "RequestTimeout",
+    "RequestTimeoutException",
+}
+_IAM_PREFIX = {"ec2": "ec2", "efs": "elasticfilesystem"}
+_PROVIDER_ID_RE = re.compile(r"^aws://[^/]*/(?:([a-z0-9-]*)/)?(i-[0-9a-f]{8,17})$")
+_NODE_NAME_IP_RE = re.compile(r"^ip-(\d{1,3})-(\d{1,3})-(\d{1,3})-(\d{1,3})(?:\..*)?$")
+_FS_ID_RE = re.compile(r"^fs-[0-9a-f]{8,40}$")
+_GONE = ("deleting", "deleted")
+
+
+# -- errors -------------------------------------------------------------------------------
+class AwsError(Exception):
+    """Base class of every error this module raises."""
+
+
+class AwsAuthError(AwsError):
+    """AWS rejected the credentials or denied an action; the operator must fix the IAM side."""
+
+
+class AwsConfigError(AwsError):
+    """Something the operator must fix in the charm's configuration or the AWS account."""
+
+
+class AwsTransientError(AwsError):
+    """AWS stayed unreachable, throttled or failing after the client's retries."""
+
+
+class AwsApiError(AwsError):
+    """Any other error answer from AWS (callers inspect ``code``)."""
+
+    def __init__(self, operation: str, code: str, message: str):
+        super().__init__(f"{operation} failed: {code}: {message}")
+        self.operation = operation
+        self.code = code
+
+
+# -- credentials and clients --------------------------------------------------------------
+@dataclasses.dataclass(frozen=True, repr=False)
+class Credentials:
+    """An AWS access key (and optional session token). Its repr never shows the values."""
+
+    access_key_id: str
+    secret_access_key: str
+    session_token: str | None = None
+    source: str = "credentials"
+
+    def __repr__(self) -> str:
+        token = ", session_token=<hidden>" if self.session_token else ""
+        return (
+            f"Credentials(access_key_id=<hidden>, secret_access_key=<hidden>{token}, "
+            f"source={self.source!r})"
+        )
+
+    __str__ = __repr__
+
+    def secrets(self) -> tuple[str, ...]:
+        """The values to scrub from any text that leaves this module."""
+        values = (self.access_key_id, self.secret_access_key, self.session_token or "")
+        return tuple(v for v in values if v)
+
+    @classmethod
+    def from_cloud_credential(cls, attributes: dict[str, str]) -> Credentials:
+        """Build from Juju's cloud credential attributes (``access-key``, ``secret-key``).
+
+        Raises:
+            AwsConfigError: an attribute is missing (names the attribute, not its value).
+        """
+        return cls._build(
+            attributes,
+            ("access-key", "secret-key", "session-token"),
+            "the Juju cloud credential (--trust)",
+        )
+
+    @classmethod
+    def from_secret(cls, content: dict[str, str]) -> Credentials:
+        """Build from the content of the Juju secret named by config ``credentials``.
+
+        Keys: ``access-key-id``, ``secret-access-key`` and optionally ``session-token``
+        (``access-key``/``secret-key`` are accepted too, as in Juju cloud credentials).
+
+        Raises:
+            AwsConfigError: a key is missing (names the key, not any value).
+        """
+        aliased = dict(content)
+        aliased.setdefault("access-key-id", content.get("access-key", ""))
+        aliased.setdefault("secret-access-key", content.get("secret-key", ""))
+        return cls._build(
+            aliased,
+            ("access-key-id", "secret-access-key", "session-token"),
+            "the secret in config 'credentials'",
+        )
+
+    @classmethod
+    def _build(cls, data: dict[str, str], keys: tuple[str, str, str], source: str) -> Credentials:
+        key_id, secret, token = (str(data.get(k) or "").strip() for k in keys)
+        missing = [k for k, v in zip(keys[:2], (key_id, secret), strict=True) if not v]
+        if missing:
+            raise AwsConfigError(
+                f"{source} has no {' and no '.join(missing)}; add {', '.join(missing)} to {source}"
+            )
+        return cls(key_id, secret, token or None, source)
+
+
+@dataclasses.dataclass(frozen=True)
+class Clients:
+    """The two boto3 clients the manager uses."""
+
+    ec2: Any
+    efs: Any
+
+
+def make_clients(
+    credentials: Credentials,
+    region: str,
+    endpoint_url: str | None = None,
+    *,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    connect_timeout: float = 5.0,
+    read_timeout: float = 20.0,
+) -> Clients:
+    """Create EC2 and EFS clients with standard retries and bounded timeouts.
+
+    Args:
+        credentials: the access key to sign with.
+        region: AWS region, e.g. ``us-east-1``.
+        endpoint_url: override for both services (tests point it at a local server).
+        max_attempts: total attempts per call, first one included.
+        connect_timeout: seconds to wait for a connection.
+        read_timeout: seconds to wait for a response.
+    """
+    if not region:
+        raise AwsConfigError("no AWS region; set config 'region' or deploy with --trust")
+    import boto3.session
+    from botocore.config import Config
+
+    _quiet_botocore()
+    config = Config(
+        # total_max_attempts counts the first attempt; the legacy "max_attempts" key counts
+        # retries only (max_attempts=N makes N + 1 requests).
+        retries={"mode": "standard", "total_max_attempts": max_attempts},
+        connect_timeout=connect_timeout,
+        read_timeout=read_timeout,
+        user_agent_extra="gpu-k8s-efs-storage",
+    )
+    session = boto3.session.Session(
+        aws_access_key_id=credentials.access_key_id,
+        aws_secret_access_key=credentials.secret_access_key,
+        aws_session_token=credentials.session_token,
+        region_name=region,
+    )
+    return Clients(
+        ec2=session.client("ec2", endpoint_url=endpoint_url, config=config),
+        efs=session.client("efs", endpoint_url=endpoint_url, config=config),
+    )
+
+
+def _quiet_botocore() -> None:
+    """Botocore's DEBUG records carry signed headers (key id, session token): never emit them."""
+    for name in ("botocore", "boto3", "s3transfer"):
+        log = logging.getLogger(name)
+        if log.getEffectiveLevel() < logging.INFO:
+            log.setLevel(logging.INFO)
+
+
+# -- names --------------------------------------------------------------------------------
+def _digest(model_uuid: str, app: str) -> str:
+    if not model_uuid or not app:
+        raise AwsConfigError("model uuid and application name are both required")
+    return hashlib.sha256(f"{model_uuid}/{app}".encode()).hexdigest()
+
+
+def creation_token(model_uuid: str, app: str) -> str:
+    """The CreationToken of the file system owned by ``app`` in model ``model_uuid``.
+
+    Deterministic, unique per (model, application), at most 64 characters.
+    """
+    return f"gpu-k8s-{app[:20]}-{_digest(model_uuid, app)[:32]}"
+
+
+def security_group_name(model_uuid: str, app: str) -> str:
+    """Name of the security group guarding the mount targets of ``app``."""
+    return f"gpu-k8s-efs-{app[:30]}-{_digest(model_uuid, app)[:12]}"
+
+
+def dns_name(file_system_id: str, region: str) -> str:
+    """The file system's DNS name (resolves to the mount target in the client's zone)."""
+    suffix = "amazonaws.com.cn" if region.startswith("cn-") else "amazonaws.com"
+    return f"{file_system_id}.efs.{region}.{suffix}"
+
+
+def parse_provider_id(provider_id: str) -> tuple[str | None, str] | None:
+    """Split a Kubernetes Node ``spec.providerID`` such as ``aws:///us-east-1a/i-0abc``.
+
+    Returns:
+        (zone or None, instance id), or None when it is not an AWS EC2 provider id.
+    """
+    match = _PROVIDER_ID_RE.match(provider_id.strip())
+    if not match:
+        return None
+    return (match.group(1) or None, match.group(2))
+
+
+# -- desired and observed state -----------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Node:
+    """A cluster node as Kubernetes reports it.
+
+    Attributes:
+        name: ``metadata.name`` (on AWS often the private DNS name ``ip-10-0-1-5...``).
+        provider_id: ``spec.providerID`` (``aws:///us-east-1a/i-0abc``) when set.
+        addresses: the node's InternalIP addresses, used when there is no provider id.
+    """
+
+    name: str
+    provider_id: str | None = None
+    addresses: tuple[str, ...] = ()
+
+
+def nodes_from_kubernetes(items: Sequence[dict[str, Any]]) -> tuple[Node, ...]:
+    """Build :class:`Node` values from Kubernetes ``v1/Node`` objects (as the API lists them)."""
+    nodes = []
+    for item in items:
+        status = item.get("status") or {}
+        addresses = tuple(
+            a.get("address", "")
+            for a in status.get("addresses") or []
+            if a.get("type") == "InternalIP" and a.get("address")
+        )
+        nodes.append(
+            Node(
+                name=(item.get("metadata") or {}).get("name", ""),
+                provider_id=(item.get("spec") or {}).get("providerID") or None,
+                addresses=addresses,
+            )
+        )
+    return tuple(sorted(nodes, key=lambda n: n.name))
+
+
+@dataclasses.dataclass(frozen=True)
+class Desired:
+    """What the charm's configuration and the cluster ask for.
+
+    ``file_system_id`` set means adopt that file system; ``vpc_id`` (optional) restricts
+    the node lookup to one VPC when nodes are only known by private IP.
+    """
+
+    model_uuid: str
+    app: str
+    nodes: tuple[Node, ...] = ()
+    file_system_id: str | None = None
+    performance_mode: str = "generalPurpose"
+    throughput_mode: str = "elastic"
+    provisioned_throughput_mibps: float | None = None
+    kms_key_id: str | None = None
+    vpc_id: str | None = None
+
+    @property
+    def adopt(self) -> bool:
+        """True when an existing file system is adopted (never deleted)."""
+        return bool(self.file_system_id)
+
+    def validate(self) -> None:
+        """Check the combination before any AWS call.
+
+        Raises:
+            AwsConfigError: with the fix in the message.
+        """
+        _digest(self.model_uuid, self.app)
+        if self.file_system_id and not _FS_ID_RE.match(self.file_system_id):
+            raise AwsConfigError(
+                f"file-system-id {self.file_system_id!r} is not an EFS id; "
+                "use the form fs-0123456789abcdef0 or unset it"
+            )
+        if self.performance_mode not in PERFORMANCE_MODES:
+            raise AwsConfigError(f"performance-mode must be one of {', '.join(PERFORMANCE_MODES)}")
+        if self.throughput_mode not in THROUGHPUT_MODES:
+            raise AwsConfigError(f"throughput-mode must be one of {', '.join(THROUGHPUT_MODES)}")
+        if self.throughput_mode == "elastic" and self.performance_mode == "maxIO":
+            raise AwsConfigError(
+                "throughput-mode elastic needs performance-mode generalPurpose; change one of them"
+            )
+        if self.throughput_mode == "provisioned" and not self.provisioned_throughput_mibps:
+            raise AwsConfigError(
+                "throughput-mode provisioned needs a provisioned throughput in MiB/s; "
+                "set it or use throughput-mode elastic"
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class MountTarget:
+    """One mount target of the file system."""
+
+    zone: str
+    mount_target_id: str
+    subnet_id: str
+    state: str
+    ip_address: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Observed:
+    """The outcome of one pass: what exists in AWS now and whether it is ready."""
+
+    file_system_id: str | None
+    owned: bool
+    state: str
+    size_bytes: int
+    throughput_mode: str
+    region: str
+    mount_targets: tuple[MountTarget, ...]
+    zones: tuple[str, ...]
+    security_group_id: str | None
+    ready: bool
+    progress: str
+    unresolved_nodes: tuple[str, ...] = ()
+
+    @property
+    def dns_name(self) -> str | None:
+        """``<fs-id>.efs.<region>.amazonaws.com`` once the file system exists."""
+        return dns_name(self.file_system_id, self.region) if self.file_system_id else None
+
+    def mount_targets_by_zone(self) -> dict[str, MountTarget]:
+        """Mount targets keyed by availability zone."""
+        return {mt.zone: mt for mt in self.mount_targets}
+
+    def action_result(self) -> dict[str, Any]:
+        """The ``show-filesystem`` action result (strings and nested dicts only)."""
+        result: dict[str, Any] = {
+            "file-system-id": self.file_system_id or "none",
+            "ownership": "owned" if self.owned else "adopted",
+            "state": self.state,
+            "size-bytes": str(self.size_bytes),
+            "throughput-mode": self.throughput_mode,
+            "ready": str(self.ready).lower(),
+            "progress": self.progress,
+        }
+        if self.dns_name:
+            result["dns-name"] = self.dns_name
+        result["mount-targets"] = {
+            mt.zone: f"{mt.mount_target_id} {mt.subnet_id} {mt.state}" for mt in self.mount_targets
+        }
+        return result
+
+
+@dataclasses.dataclass(frozen=True)
+class TeardownProgress:
+    """Where a removal stands. Call :meth:`Efs.teardown` again until ``done``."""
+
+    done: bool
+    message: str
+    deleted: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Placement:
+    """Where the cluster's nodes run."""
+
+    vpc_id: str | None
+    subnets: dict[str, str]  # zone -> subnet chosen for its mount target
+    node_groups: tuple[str, ...]
+    unresolved: tuple[str, ...]
+
+
+# -- the manager --------------------------------------------------------------------------
+class Efs:
+    """Reconciles one application's EFS file system, security group and mount targets."""
+
+    def __init__(self, clients: Clients, region: str, *, redact: Sequence[str] = ()):
+        self._ec2 = clients.ec2
+        self._efs = clients.efs
+        self.region = region
+        self._redact_values = tuple(v for v in redact if v)
+
+    @classmethod
+    def connect(
+        cls, credentials: Credentials, region: str, endpoint_url: str | None = None, **kwargs: Any
+    ) -> Efs:
+        """Make clients for ``credentials`` and a manager that scrubs them from errors."""
+        clients = make_clients(credentials, region, endpoint_url, **kwargs)
+        return cls(clients, region, redact=credentials.secrets())
+
+    # -- public passes ----------------------------------------------------------------------
+    def reconcile(self, desired: Desired) -> Observed:
+        """One non-blocking pass towards ``desired``; returns what exists and its progress."""
+        desired.validate()
+        fs = self._ensure_file_system(desired)
+        fs_id, state = fs["FileSystemId"], fs["LifeCycleState"]
+        if state == "error":
+            raise AwsConfigError(f"EFS {fs_id} is in state error; check it in the AWS console")
+        if state in _GONE and desired.adopt:
+            raise AwsConfigError(
+                f"adopted EFS {fs_id} is being deleted; set file-system-id to another one"
+            )
+        placement = self._locate_nodes(desired)
+        sg_id = self._ensure_security_group(desired, placement) if placement.vpc_id else None
+        mts: list[dict[str, Any]] = []
+        if state == "available":
+            mts = self._mount_targets(fs_id)
+            if sg_id:
+                mts = self._ensure_mount_targets(fs_id, placement, sg_id, mts)
+        return self._observe(desired, fs, mts, placement, sg_id)
+
+    def describe(self, desired: Desired) -> Observed:
+        """Read-only view for ``show-filesystem`` (nothing is created).
+
+        Raises:
+            AwsConfigError: the adopted file system does not exist.
+        """
+        desired.validate()
+        fs = self._find_adopted(desired) if desired.adopt else self._find_own(desired)
+        if fs is None:
+            return Observed(
+                None, False, "absent", 0, desired.throughput_mode, self.region, (), (), None,
+                False, "no EFS file system yet",
+            )  # fmt: skip
+        mts = self._mount_targets(fs["FileSystemId"]) if fs["LifeCycleState"] not in _GONE else []
+        zones = tuple(sorted({mt["AvailabilityZoneName"] for mt in mts}))
+        placement = _Placement(None, dict.fromkeys(zones, ""), (), ())
+        return self._observe(desired, fs, mts, placement, None)
+
+    def teardown(self, desired: Desired, delete: bool) -> TeardownProgress:
+        """One step of removal; call again on later hooks until ``done``.
+
+        Only a file system this application created is deleted, and only with ``delete``:
+        first its mount targets, then (once they are gone) the file system, then (once it
+        is gone) the security group. An adopted file system is never touched.
+        """
+        if desired.adopt:
+            return TeardownProgress(True, f"kept adopted EFS {desired.file_system_id}")
+        if not delete:
+            return TeardownProgress(True, "kept the EFS file system (delete-on-remove is false)")
+        desired.validate()
+        fs = self._find_own(desired)
+        if fs is not None and not self._is_ours(fs, desired):
+            return TeardownProgress(
+                True, f"kept EFS {fs['FileSystemId']}: its tags do not name this application"
+            )
+        if fs is not None:
+            return self._teardown_file_system(fs)
+        return self._teardown_security_group(desired)
+
+    # -- file system ------------------------------------------------------------------------
+    def _ensure_file_system(self, desired: Desired) -> dict[str, Any]:
+        if desired.adopt:
+            fs = self._find_adopted(desired)
+            if fs is None:
+                raise AwsConfigError(
+                    f"file-system-id {desired.file_system_id} does not exist in {self.region}; "
+                    "set file-system-id to an existing EFS file system or unset it"
+                )
+            return fs
+        fs = self._find_own(desired)
+        if fs is None:
+            fs = self._create_file_system(desired)
+        return fs
+
+    def _find_adopted(self, desired: Desired) -> dict[str, Any] | None:
+        try:
+            found = self._call(
+                self._efs, "DescribeFileSystems", FileSystemId=desired.file_system_id
+            )
+        except AwsApiError as e:
+            if e.code == "FileSystemNotFound":
+                return None
+            raise
+        return found["FileSystems"][0] if found["FileSystems"] else None
+
+    def _find_own(self, desired: Desired) -> dict[str, Any] | None:
+        token = creation_token(desired.model_uuid, desired.app)
+        found = self._call(self._efs, "DescribeFileSystems", CreationToken=token)
+        return found["FileSystems"][0] if found["FileSystems"] else None
+
+    def _create_file_system(self, desired: Desired) -> dict[str, Any]:
+        token = creation_token(desired.model_uuid, desired.app)
+        kwargs: dict[str, Any] = {
+            "CreationToken": token,
+            "PerformanceMode": desired.performance_mode,
+            "ThroughputMode": desired.throughput_mode,
+            "Encrypted": True,
+            "Tags": [{"Key": "Name", "Value": f"gpu-k8s-{desired.app}"}, *_tags(desired)],
+        }
+        if desired.kms_key_id:
+            kwargs["KmsKeyId"] = desired.kms_key_id
+        if desired.throughput_mode == "provisioned":
+            kwargs["ProvisionedThroughputInMibps"] = desired.provisioned_throughput_mibps
+        logger.info("creating EFS file system with creation token %s", token)
+        try:
+            return self._call(self._efs, "CreateFileSystem", **kwargs)
+        except AwsApiError as e:
+            if e.code != "FileSystemAlreadyExists":
+                raise
+        # A retry whose first attempt succeeded, or a concurrent hook: it is ours.
+        fs = self._find_own(desired)
+        if fs is None:
+            raise AwsTransientError(f"EFS reported {token} exists but does not list it yet")
+        return fs
+
+    @staticmethod
+    def _is_ours(fs: dict[str, Any], desired: Desired) -> bool:
+        tags = {t["Key"]: t["Value"] for t in fs.get("Tags") or []}
+        return (
+            fs.get("CreationToken") == creation_token(desired.model_uuid, desired.app)
+            and tags.get(TAG_MODEL) == desired.model_uuid
+            and tags.get(TAG_APP) == desired.app
+        )
+
+    # -- nodes ------------------------------------------------------------------------------
+    def _locate_nodes(self, desired: Desired) -> _Placement:
+        """Find the EC2 instances behind the cluster's nodes.
+
+        Provider ids name the instance; other nodes are looked up by private IP (from their
+        InternalIP addresses or an ``ip-a-b-c-d`` name). Private IPs repeat across VPCs, so
+        IP matches count only in the cluster's VPC: ``desired.vpc_id`` when given, else the
+        VPC of the nodes found by instance id, else the VPC matching the most nodes.
+        """
+        by_id: dict[str, str] = {}
+        by_ip: dict[str, str] = {}
+        for node in desired.nodes:
+            parsed = parse_provider_id(node.provider_id or "")
+            if parsed:
+                by_id[parsed[1]] = node.name
+                continue
+            for ip in _node_ips(node):
+                by_ip[ip] = node.name
+        extra = [{"Name": "vpc-id", "Values": [desired.vpc_id]}] if desired.vpc_id else []
+        found = self._instances("instance-id", sorted(by_id), extra) if by_id else []
+        candidates: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
+        if by_ip:
+            for inst in self._instances("private-ip-address", sorted(by_ip), extra):
+                candidates[by_ip.get(inst.get("PrivateIpAddress", ""), "")].append(inst)
+        wanted = set(by_id.values()) | set(by_ip.values())
+        if wanted and not found and not candidates:
+            raise AwsConfigError(
+                f"none of the cluster nodes ({', '.join(sorted(wanted)[:5])}) is an EC2 "
+                f"instance in {self.region}; check the region and the AWS account"
+            )
+        vpc_id = desired.vpc_id or _cluster_vpc(found, candidates)
+        unique = {i["InstanceId"]: i for i in found}
+        for insts in candidates.values():
+            unique.update((i["InstanceId"], i) for i in insts if i.get("VpcId") == vpc_id)
+        names = {
+            by_id.get(i) or by_ip.get(inst.get("PrivateIpAddress", ""))
+            for i, inst in unique.items()
+        }
+        return _placement(list(unique.values()), tuple(sorted(wanted - names)))
+
+    def _instances(
+        self, filter_name: str, values: list[str], extra: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        filters = [
+            {"Name": filter_name, "Values": values},
+            {"Name": "instance-state-name", "Values": ["pending", "running"]},
+            *extra,
+        ]
+        out: list[dict[str, Any]] = []
+        token: str | None = None
+        for _ in range(MAX_PAGES):
+            page = self._call(
+                self._ec2, "DescribeInstances", Filters=filters, **_page("NextToken", token)
+            )
+            out.extend(i for r in page.get("Reservations", []) for i in r.get("Instances", []))
+            token = page.get("NextToken")
+            if not token:
+                break
+        return out
+
+    # -- security group ---------------------------------------------------------------------
+    def _find_group(self, filters: list[dict[str, Any]]) -> dict[str, Any] | None:
+        groups = self._call(self._ec2, "DescribeSecurityGroups", Filters=filters)
+        return groups["SecurityGroups"][0] if groups["SecurityGroups"] else None
+
+    def _ensure_security_group(self, desired: Desired, placement: _Placement) -> str:
+        name = security_group_name(desired.model_uuid, desired.app)
+        filters = [
+            {"Name": "group-name", "Values": [name]},
+            {"Name": "vpc-id", "Values": [placement.vpc_id]},
+        ]
+        group = self._find_group(filters)
+        if group is None:
+            group = self._create_group(desired, name, placement.vpc_id or "", filters)
+        allowed = {
+            pair.get("GroupId")
+            for perm in group.get("IpPermissions") or []
+            if perm.get("IpProtocol") == "tcp"
+            and perm.get("FromPort") == NFS_PORT
+            and perm.get("ToPort") == NFS_PORT
+            for pair in perm.get("UserIdGroupPairs") or []
+        }
+        for source in placement.node_groups:
+            if source not in allowed:
+                self._allow_nfs(group["GroupId"], source)
+        return group["GroupId"]
+
+    def _create_group(
+        self, desired: Desired, name: str, vpc_id: str, filters: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        logger.info("creating security group %s in %s", name, vpc_id)
+        try:
+            created = self._call(
+                self._ec2,
+                "CreateSecurityGroup",
+                GroupName=name,
+                Description=f"NFS to EFS of {desired.app} from the cluster nodes (gpu-k8s)",
+                VpcId=vpc_id,
+                TagSpecifications=[
+                    {"ResourceType": "security-group", "Tags": _tags(desired)},
+                ],
+            )
+            return {"GroupId": created["GroupId"], "IpPermissions": []}
+        except AwsApiError as e:
+            if e.code != "InvalidGroup.Duplicate":
+                raise
+        group = self._find_group(filters)
+        if group is None:
+            raise AwsTransientError(f"security group {name} exists but is not listed yet")
+        return group
+
+    def _allow_nfs(self, group_id: str, source_group: str) -> None:
+        logger.info("allowing TCP %d to %s from %s", NFS_PORT, group_id, source_group)
+        try:
+            self._call(
+                self._ec2,
+                "AuthorizeSecurityGroupIngress",
+                GroupId=group_id,
+                IpPermissions=[
+                    {
+                        "IpProtocol": "tcp",
+                        "FromPort": NFS_PORT,
+                        "ToPort": NFS_PORT,
+                        "UserIdGroupPairs": [
+                            {"GroupId": source_group, "Description": "cluster nodes (NFS)"}
+                        ],
+                    }
+                ],
+            )
+        except AwsApiError as e:
+            if e.code != "InvalidPermission.Duplicate":
+                raise
+
+    # -- mount targets ----------------------------------------------------------------------
+    def _mount_targets(self, fs_id: str) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        marker: str | None = None
+        for _ in range(MAX_PAGES):
+            page = self._call(
+                self._efs, "DescribeMountTargets", FileSystemId=fs_id, **_page("Marker", marker)
+            )
+            out.extend(page.get("MountTargets", []))
+            marker = page.get("NextMarker")
+            if not marker:
+                break
+        return out
+
+    def _ensure_mount_targets(
+        self, fs_id: str, placement: _Placement, sg_id: str, mts: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        zones = {mt.get("AvailabilityZoneName") for mt in mts}
+        missing = {z: s for z, s in sorted(placement.subnets.items()) if z not in zones}
+        if not missing:
+            return mts
+        other_vpcs = sorted({mt["VpcId"] for mt in mts if mt.get("VpcId") != placement.vpc_id})
+        if other_vpcs:
+            raise AwsConfigError(
+                f"EFS {fs_id} has mount targets in {', '.join(other_vpcs)} but the cluster "
+                f"nodes run in {placement.vpc_id}; use a file system in the cluster's VPC"
+            )
+        mts = list(mts)
+        for zone, subnet in missing.items():
+            logger.info("creating mount target of %s in %s (%s)", fs_id, zone, subnet)
+            try:
+                mts.append(
+                    self._call(
+                        self._efs,
+                        "CreateMountTarget",
+                        FileSystemId=fs_id,
+                        SubnetId=subnet,
+                        SecurityGroups=[sg_id],
+                    )
+                )
+            except AwsApiError as e:
+                if e.code != "MountTargetConflict":
+                    raise
+                mts = self._resolve_conflict(fs_id, zone, e)
+        return mts
+
+    def _resolve_conflict(self, fs_id: str, zone: str, error: AwsApiError) -> list[dict[str, Any]]:
+        """``MountTargetConflict``: fine if the zone has one now (a retried create)."""
+        mts = self._mount_targets(fs_id)
+        if any(mt.get("AvailabilityZoneName") == zone for mt in mts):
+            return mts
+        raise AwsConfigError(f"cannot add a mount target of {fs_id} in {zone}: {error}")
+
+    # -- teardown steps ---------------------------------------------------------------------
+    def _teardown_file_system(self, fs: dict[str, Any]) -> TeardownProgress:
+        fs_id = fs["FileSystemId"]
+        if fs["LifeCycleState"] in _GONE:
+            return TeardownProgress(False, f"waiting for EFS {fs_id} to be deleted")
+        mts = self._mount_targets(fs_id)
+        live = [mt for mt in mts if mt.get("LifeCycleState") not in _GONE]
+        for mt in live:
+            logger.info("deleting mount target %s of %s", mt["MountTargetId"], fs_id)
+            self._delete_ignoring(
+                self._efs, "DeleteMountTarget", "MountTargetNotFound",
+                MountTargetId=mt["MountTargetId"],
+            )  # fmt: skip
+        if live:
+            return TeardownProgress(
+                False,
+                f"deleting {len(live)} mount targets of EFS {fs_id}",
+                tuple(mt["MountTargetId"] for mt in live),
+            )
+        if mts:
+            return TeardownProgress(
+                False, f"waiting for {len(mts)} mount targets of EFS {fs_id} to be deleted"
+            )
+        logger.info("deleting EFS file system %s", fs_id)
+        try:
+            self._delete_ignoring(
+                self._efs, "DeleteFileSystem", "FileSystemNotFound", FileSystemId=fs_id
+            )
+        except AwsApiError as e:
+            if e.code != "FileSystemInUse":
+                raise
+            return TeardownProgress(False, f"waiting for EFS {fs_id} to be released")
+        return TeardownProgress(False, f"deleting EFS {fs_id}", (fs_id,))
+
+    def _teardown_security_group(self, desired: Desired) -> TeardownProgress:
+        name = security_group_name(desired.model_uuid, desired.app)
+        group = self._find_group(
+            [
+                {"Name": "group-name", "Values": [name]},
+                {"Name": f"tag:{TAG_MODEL}", "Values": [desired.model_uuid]},
+                {"Name": f"tag:{TAG_APP}", "Values": [desired.app]},
+            ]
+        )
+        if group is None:
+            return TeardownProgress(True, "EFS file system and security group deleted")
+        group_id = group["GroupId"]
+        logger.info("deleting security group %s", group_id)
+        try:
+            self._delete_ignoring(
+                self._ec2, "DeleteSecurityGroup", "InvalidGroup.NotFound", GroupId=group_id
+            )
+        except AwsApiError as e:
+            if e.code != "DependencyViolation":
+                raise
+            return TeardownProgress(False, f"waiting for AWS to release security group {group_id}")
+        return TeardownProgress(True, "EFS file system and security group deleted", (group_id,))
+
+    def _delete_ignoring(self, client: Any, operation: str, gone_code: str, **kwargs: Any) -> None:
+        try:
+            self._call(client, operation, **kwargs)
+        except AwsApiError as e:
+            if e.code != gone_code:
+                raise
+
+    # -- observation ------------------------------------------------------------------------
+    def _observe(
+        self,
+        desired: Desired,
+        fs: dict[str, Any],
+        mts: list[dict[str, Any]],
+        placement: _Placement,
+        sg_id: str | None,
+    ) -> Observed:
+        fs_id, state = fs["FileSystemId"], fs["LifeCycleState"]
+        targets = tuple(
+            sorted(
+                (
+                    MountTarget(
+                        zone=mt.get("AvailabilityZoneName", "?"),
+                        mount_target_id=mt["MountTargetId"],
+                        subnet_id=mt.get("SubnetId", ""),
+                        state=mt.get("LifeCycleState", "?"),
+                        ip_address=mt.get("IpAddress"),
+                    )
+                    for mt in mts
+                ),
+                key=lambda mt: (mt.zone, mt.state in _GONE),
+            )
+        )
+        zones = tuple(sorted(placement.subnets))
+        by_zone: dict[str, MountTarget] = {}
+        for mt in targets:
+            by_zone.setdefault(mt.zone, mt)
+        available = sum(1 for z in zones if z in by_zone and by_zone[z].state == "available")
+        ready = state == "available" and bool(zones) and available == len(zones)
+        if state != "available":
+            progress = f"EFS {fs_id}: file system {state}"
+        elif not zones:
+            progress = f"EFS {fs_id}: waiting for cluster nodes"
+        else:
+            progress = f"EFS {fs_id}: {available}/{len(zones)} mount targets available"
+        return Observed(
+            file_system_id=fs_id,
+            owned=not desired.adopt and self._is_ours(fs, desired),
+            state=state,
+            size_bytes=int((fs.get("SizeInBytes") or {}).get("Value") or 0),
+            throughput_mode=fs.get("ThroughputMode", ""),
+            region=self.region,
+            mount_targets=targets,
+            zones=zones,
+            security_group_id=sg_id,
+            ready=ready,
+            progress=progress,
+            unresolved_nodes=placement.unresolved,
+        )
+
+    # -- calls ------------------------------------------------------------------------------
+    def _call(self, client: Any, operation: str, **kwargs: Any) -> dict[str, Any]:
+        """Call one AWS operation; translate failures into this module's errors."""
+        from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+        method = getattr(client, _snake(operation))
+        iam_action = f"{_IAM_PREFIX.get(client.meta.service_model.service_name, '?')}:{operation}"
+        try:
+            return method(**kwargs)
+        except ClientError as e:
+            error = e.response.get("Error", {})
+            raise self._translate(
+                iam_action, str(error.get("Code", "")), str(error.get("Message", ""))
+            ) from None
+        except NoCredentialsError:
+            raise AwsAuthError(f"no AWS credentials to call {iam_action}") from None
+        except BotoCoreError as e:
+            raise AwsTransientError(
+                f"{iam_action} failed after retries: {self._redact(str(e))}"
+            ) from None
+
+    def _translate(self, iam_action: str, code: str, message: str) -> AwsError:
+        if code in _KEY_REJECTED:
+            return AwsAuthError(
+                f"AWS rejected the credentials calling {iam_action} ({code}): "
+                f"{_KEY_REJECTED[code]}; update the AWS credentials"
+            )
+        if code in _PERMISSION_DENIED:
+            return AwsAuthError(
+                f"AWS denied {iam_action} ({code}); allow {iam_action} in the IAM policy "
+                "of the credentials"
+            )
+        if code in _TRANSIENT:
+            return AwsTransientError(f"{iam_action} still failing after retries ({code})")
+        return AwsApiError(iam_action, code, self._redact(message))
+
+    def _redact(self, text: str) -> str:
+        for value in self._redact_values:
+            text = text.replace(value, "<hidden>")
+        return text
+
+
+# -- helpers ------------------------------------------------------------------------------
+def _tags(desired: Desired) -> list[dict[str, str]]:
+    return [
+        {"Key": TAG_MODEL, "Value": desired.model_uuid},
+        {"Key": TAG_APP, "Value": desired.app},
+    ]
+
+
+def _page(key: str, value: str | None) -> dict[str, str]:
+    return {key: value} if value else {}
+
+
+def _snake(operation: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", operation).lower()
+
+
+def _node_ips(node: Node) -> list[str]:
+    ips = [a for a in node.addresses if a]
+    match = _NODE_NAME_IP_RE.match(node.name)
+    if match:
+        ips.append(".".join(match.groups()))
+    return sorted(set(ips))
+
+
+def _cluster_vpc(
+    found: list[dict[str, Any]], candidates: dict[str, list[dict[str, Any]]]
+) -> str | None:
+    """The VPC of the nodes found by instance id, else the one most IP-matched nodes are in."""
+    by_id = sorted({i.get("VpcId", "") for i in found})
+    if len(by_id) > 1:
+        raise AwsConfigError(
+            f"cluster nodes run in several VPCs ({', '.join(by_id)}); "
+            "the mount targets of one EFS file system must all be in one VPC"
+        )
+    if by_id:
+        return by_id[0]
+    votes = collections.Counter(
+        vpc for insts in candidates.values() for vpc in {i.get("VpcId", "") for i in insts}
+    )
+    ranked = votes.most_common()
+    if len(ranked) > 1 and ranked[0][1] == ranked[1][1]:
+        tied = sorted(v for v, n in ranked if n == ranked[0][1])
+        raise AwsConfigError(
+            f"the cluster nodes' private IPs match instances in several VPCs "
+            f"({', '.join(tied)}); set the nodes' providerID or the charm's VPC"
+        )
+    return ranked[0][0] if ranked else None
+
+
+def _placement(instances: list[dict[str, Any]], unresolved: tuple[str, ...]) -> _Placement:
+    """Choose one subnet per zone (the one most nodes of that zone use) and the node groups."""
+    if not instances:
+        return _Placement(None, {}, (), unresolved)
+    vpcs = sorted({i.get("VpcId", "") for i in instances})
+    if len(vpcs) > 1:
+        raise AwsConfigError(
+            f"cluster nodes run in several VPCs ({', '.join(vpcs)}); "
+            "the mount targets of one EFS file system must all be in one VPC"
+        )
+    per_zone: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    for inst in instances:
+        per_zone[inst["Placement"]["AvailabilityZone"]][inst["SubnetId"]] += 1
+    subnets = {
+        zone: min(counts, key=lambda s, c=counts: (-c[s], s)) for zone, counts in per_zone.items()
+    }
+    group_sets = [{g["GroupId"] for g in i.get("SecurityGroups") or []} for i in instances]
+    common = set.intersection(*group_sets) if group_sets else set()
+    groups = common or set.union(*group_sets)
+    return _Placement(vpcs[0], subnets, tuple(sorted(groups)), unresolved)

@@ -1,0 +1,44 @@
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""Constants of the efs-storage charm."""
+
+from typing import Any
+
+KUBE_API = "kube-api"
+SHARED_STORAGE = "shared-storage"
+FIELD_MANAGER = "efs-storage"
+
+# Labels on the PersistentVolumes and PersistentVolumeClaims this charm creates.
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_APP = "gpu-k8s.io/efs-app"
+LABEL_MODEL = "gpu-k8s.io/efs-model"
+LABEL_CONSUMER = "gpu-k8s.io/consumer"
+ANNOTATION_FS = "gpu-k8s.io/efs-file-system-id"
+
+# AWS's recommended NFS client options for EFS.
+MOUNT_OPTIONS = (
+    "nfsvers=4.1",
+    "rsize=1048576",
+    "wsize=1048576",
+    "hard",
+    "timeo=600",
+    "retrans=2",
+    "noresvport",
+)
+
+# What this charm asks the control plane for on kube-api (see storage.py for why).
+CLUSTER_RULES: list[Any] = [
+    {"api-groups": [""], "resources": ["nodes"], "verbs": ["get", "list"]},
+    {
+        "api-groups": [""],
+        "resources": ["persistentvolumes"],
+        "verbs": ["get", "list", "create", "patch", "delete"],
+    },
+    {
+        "api-groups": [""],
+        "resources": ["persistentvolumeclaims"],
+        "verbs": ["get", "list", "create", "patch", "delete"],
+    },
+    {"api-groups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
+]

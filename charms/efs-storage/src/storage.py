@@ -1,0 +1,438 @@
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""The Kubernetes side of efs-storage: one PersistentVolume + claim per consumer.
+
+No ops code here: the charm passes a `Kube` client (lib/charms/gpu_k8s/v0/kubeclient.py)
+and plain data, and gets plain data back.
+
+Who creates the PersistentVolumeClaim, and why it is this charm
+----------------------------------------------------------------
+Each `shared-storage` consumer asks for the namespace its pods run in. The product asks
+for the claim to appear there, created by the storage charm. `kube-api` grants namespaced
+rules only in the requester's own namespace, so two designs were possible:
+
+1. efs-storage creates only the cluster-scoped PersistentVolume (pre-bound with
+   `claimRef`), and every consumer creates the claim in its own namespace;
+2. efs-storage asks `kube-api` for cluster-wide rights on PersistentVolumeClaims and
+   creates both objects itself.
+
+We chose 2. The extra privilege is limited to PersistentVolumeClaims (get, list, create,
+patch, delete) plus read-only pods (get, list), which the removal path needs anyway to
+refuse deleting a claim that pods still mount. In exchange the contract stays as the
+product describes it: consumers need no storage rights at all, the PV/PVC pair is made and
+removed by one owner (so it never ends half-created across two charms), and the claim is
+pre-bound both ways (`PV.spec.claimRef` and `PVC.spec.volumeName`) so no other claim can
+take the volume. Every object carries this application's labels; the charm only ever
+deletes objects with those labels.
+
+Names: the claim is `<efs-app>-<consumer-app>` (unique in a namespace for a pair of
+applications); the volume, cluster-scoped, adds the namespace and a digest of the model
+UUID so that two models sharing a cluster never collide.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+from typing import Any, Protocol
+
+from literals import (
+    ANNOTATION_FS,
+    FIELD_MANAGER,
+    LABEL_APP,
+    LABEL_CONSUMER,
+    LABEL_MANAGED_BY,
+    LABEL_MODEL,
+    MOUNT_OPTIONS,
+)
+
+logger = logging.getLogger(__name__)
+
+_MAX_NAME = 63
+_FINISHED_PHASES = ("Succeeded", "Failed")
+
+
+class KubeLike(Protocol):
+    """The part of `charms.gpu_k8s.v0.kubeclient.Kube` this module uses."""
+
+    def get(  # noqa: D102
+        self, api_version: str, kind: str, name: str, namespace: str | None = None
+    ) -> dict | None: ...
+
+    def list(  # noqa: D102
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> list[dict]: ...
+
+    def apply(self, manifest: dict, *, field_manager: str, force: bool = True) -> dict: ...  # noqa: D102
+
+    def patch(  # noqa: D102
+        self, api_version: str, kind: str, name: str, patch: dict, namespace: str | None = None
+    ) -> dict: ...
+
+    def delete(  # noqa: D102
+        self,
+        api_version: str,
+        kind: str,
+        name: str,
+        namespace: str | None = None,
+        *,
+        propagation: str = "Background",
+    ) -> bool: ...
+
+
+class ClaimConflictError(Exception):
+    """An object with our name exists but was not made by this application (operator fixes)."""
+
+
+def _fit(name: str, limit: int = _MAX_NAME) -> str:
+    """`name` if it fits a DNS label, else a truncated form ending in a digest of it."""
+    if len(name) <= limit:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{name[: limit - 9].rstrip('-')}-{digest}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Owner:
+    """The application that owns the objects (selects them by label)."""
+
+    app: str
+    model_uuid: str
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """Labels on every object this application creates."""
+        return {LABEL_MANAGED_BY: FIELD_MANAGER, LABEL_APP: self.app, LABEL_MODEL: self.model_uuid}
+
+    @property
+    def selector(self) -> str:
+        """Label selector of this application's objects."""
+        return f"{LABEL_APP}={self.app},{LABEL_MODEL}={self.model_uuid}"
+
+    def owns(self, obj: dict) -> bool:
+        """Whether `obj` carries this application's labels."""
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        return all(labels.get(k) == v for k, v in self.labels.items())
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimSpec:
+    """The PV/PVC pair serving one consumer."""
+
+    consumer: str
+    namespace: str
+    claim_name: str
+    volume_name: str
+    capacity: str
+    server: str
+    path: str
+    file_system_id: str
+
+    @property
+    def key(self) -> str:
+        """`namespace/claim` as shown to the operator."""
+        return f"{self.namespace}/{self.claim_name}"
+
+
+def claim_spec(
+    owner: Owner,
+    *,
+    consumer: str,
+    namespace: str,
+    capacity: str,
+    server: str,
+    path: str,
+    file_system_id: str,
+) -> ClaimSpec:
+    """The names and contents of the pair serving `consumer` in `namespace`."""
+    model_digest = hashlib.sha256(owner.model_uuid.encode()).hexdigest()[:6]
+    return ClaimSpec(
+        consumer=consumer,
+        namespace=namespace,
+        claim_name=_fit(f"{owner.app}-{consumer}"),
+        volume_name=_fit(f"{owner.app}-{namespace}-{consumer}-{model_digest}"),
+        capacity=capacity,
+        server=server,
+        path=path,
+        file_system_id=file_system_id,
+    )
+
+
+def volume_manifest(owner: Owner, spec: ClaimSpec) -> dict[str, Any]:
+    """The PersistentVolume: NFS v4.1 to EFS, Retain, pre-bound to the consumer's claim."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {
+            "name": spec.volume_name,
+            "labels": {**owner.labels, LABEL_CONSUMER: spec.consumer},
+            "annotations": {ANNOTATION_FS: spec.file_system_id},
+        },
+        "spec": {
+            "capacity": {"storage": spec.capacity},
+            "accessModes": ["ReadWriteMany"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "storageClassName": "",
+            "volumeMode": "Filesystem",
+            "mountOptions": list(MOUNT_OPTIONS),
+            "nfs": {"server": spec.server, "path": spec.path},
+            "claimRef": {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "namespace": spec.namespace,
+                "name": spec.claim_name,
+            },
+        },
+    }
+
+
+def claim_manifest(owner: Owner, spec: ClaimSpec) -> dict[str, Any]:
+    """The ReadWriteMany PersistentVolumeClaim bound to the volume by name."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": spec.claim_name,
+            "namespace": spec.namespace,
+            "labels": {**owner.labels, LABEL_CONSUMER: spec.consumer},
+            "annotations": {ANNOTATION_FS: spec.file_system_id},
+        },
+        "spec": {
+            "accessModes": ["ReadWriteMany"],
+            "storageClassName": "",
+            "volumeMode": "Filesystem",
+            "volumeName": spec.volume_name,
+            "resources": {"requests": {"storage": spec.capacity}},
+        },
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimState:
+    """Where one consumer's claim stands after `Storage.ensure`.
+
+    `problem` is set when the pair could not be made as asked: `waiting` tells whether it
+    clears by itself (the namespace is not there yet) or needs the operator.
+    """
+
+    spec: ClaimSpec
+    phase: str
+    problem: str | None = None
+    waiting: bool = False
+
+    @property
+    def bound(self) -> bool:
+        """Whether Kubernetes bound the claim to the volume."""
+        return self.phase == "Bound" and self.problem is None
+
+
+@dataclasses.dataclass(frozen=True)
+class Managed:
+    """A claim (and its volume) made by this application, found in the cluster."""
+
+    consumer: str
+    namespace: str
+    claim_name: str | None
+    volume_name: str | None
+    phase: str
+
+    @property
+    def key(self) -> str:
+        """`namespace/claim` (or the volume name when the claim is gone)."""
+        if self.claim_name:
+            return f"{self.namespace}/{self.claim_name}"
+        return f"volume {self.volume_name}"
+
+
+def _volume_matches(live: dict, spec: ClaimSpec, owner: Owner) -> bool:
+    want = volume_manifest(owner, spec)
+    lspec = live.get("spec") or {}
+    claim_ref = lspec.get("claimRef") or {}
+    labels = (live.get("metadata") or {}).get("labels") or {}
+    return (
+        lspec.get("nfs") == want["spec"]["nfs"]
+        and (lspec.get("capacity") or {}).get("storage") == spec.capacity
+        and lspec.get("mountOptions") == want["spec"]["mountOptions"]
+        and lspec.get("persistentVolumeReclaimPolicy") == "Retain"
+        and claim_ref.get("namespace") == spec.namespace
+        and claim_ref.get("name") == spec.claim_name
+        and all(labels.get(k) == v for k, v in want["metadata"]["labels"].items())
+    )
+
+
+class Storage:
+    """Creates, inspects and removes this application's PV/PVC pairs."""
+
+    def __init__(self, kube: KubeLike, owner: Owner):
+        self.kube = kube
+        self.owner = owner
+
+    # -- ensure ---------------------------------------------------------------------------
+    def ensure(self, spec: ClaimSpec) -> ClaimState:
+        """Make the pair exist as `spec` says (no request is sent when it already does).
+
+        A volume pointing at another file system or path (NFS source is immutable) is
+        replaced, but only when no pod uses its claim.
+        """
+        try:
+            live_volume = self._owned_or_absent("PersistentVolume", spec.volume_name, None)
+            live_claim = self._owned_or_absent(
+                "PersistentVolumeClaim", spec.claim_name, spec.namespace
+            )
+        except ClaimConflictError as e:
+            return ClaimState(spec, "", str(e))
+        if live_volume is not None and (live_volume.get("spec") or {}).get("nfs") != {
+            "server": spec.server,
+            "path": spec.path,
+        }:
+            users = self.pods_using(spec.namespace, spec.claim_name)
+            if users:
+                return ClaimState(
+                    spec,
+                    "",
+                    f"claim {spec.key} still points at the old file system and is used by "
+                    f"pods {', '.join(users[:5])}; stop them to move it to {spec.file_system_id}",
+                )
+            logger.info("moving claim %s to %s", spec.key, spec.file_system_id)
+            self._delete_pair(spec.namespace, spec.claim_name, spec.volume_name)
+            live_volume = live_claim = None
+        if live_volume is None or not _volume_matches(live_volume, spec, self.owner):
+            logger.info("applying PersistentVolume %s", spec.volume_name)
+            self.kube.apply(volume_manifest(self.owner, spec), field_manager=FIELD_MANAGER)
+        elif (live_volume.get("status") or {}).get("phase") == "Released" and live_claim is None:
+            # Its claim was deleted: forget the old claim's uid so a new claim can bind.
+            logger.info("making released PersistentVolume %s available", spec.volume_name)
+            self.kube.patch(
+                "v1",
+                "PersistentVolume",
+                spec.volume_name,
+                {"spec": {"claimRef": {"uid": None, "resourceVersion": None}}},
+            )
+        if live_claim is None:
+            live_claim = self._create_claim(spec)
+            if live_claim is None:
+                return ClaimState(
+                    spec, "", f"namespace {spec.namespace} does not exist yet", waiting=True
+                )
+        elif (live_claim.get("spec") or {}).get("volumeName") != spec.volume_name:
+            return ClaimState(
+                spec,
+                "",
+                f"claim {spec.key} is bound to another volume; delete it so that it can be "
+                "recreated",
+            )
+        phase = (live_claim.get("status") or {}).get("phase") or "Pending"
+        return ClaimState(spec, phase)
+
+    def _owned_or_absent(self, kind: str, name: str, namespace: str | None) -> dict | None:
+        live = self.kube.get("v1", kind, name, namespace)
+        if live is not None and not self.owner.owns(live):
+            where = f"{namespace}/{name}" if namespace else name
+            raise ClaimConflictError(
+                f"{kind} {where} exists but was not created by {self.owner.app}; "
+                "remove it or rename one of the applications"
+            )
+        return live
+
+    def _create_claim(self, spec: ClaimSpec) -> dict | None:
+        """Apply the claim; None when its namespace does not exist (yet)."""
+        from charms.gpu_k8s.v0.kubeclient import KubeError
+
+        logger.info("applying PersistentVolumeClaim %s", spec.key)
+        try:
+            return self.kube.apply(claim_manifest(self.owner, spec), field_manager=FIELD_MANAGER)
+        except KubeError as e:
+            if e.status == 404:
+                return None
+            raise
+
+    # -- inspect --------------------------------------------------------------------------
+    def pods_using(self, namespace: str, claim_name: str) -> list[str]:
+        """Names of the pods in `namespace` (not finished) that mount `claim_name`."""
+        users = []
+        for pod in self.kube.list("v1", "Pod", namespace):
+            if (pod.get("status") or {}).get("phase") in _FINISHED_PHASES:
+                continue
+            for volume in (pod.get("spec") or {}).get("volumes") or []:
+                if (volume.get("persistentVolumeClaim") or {}).get("claimName") == claim_name:
+                    users.append(pod["metadata"]["name"])
+                    break
+        return sorted(users)
+
+    def managed(self) -> list[Managed]:
+        """Every pair this application made, found by label (claims and orphan volumes)."""
+        claims = self.kube.list("v1", "PersistentVolumeClaim", None, self.owner.selector)
+        volumes = self.kube.list("v1", "PersistentVolume", None, self.owner.selector)
+        out: list[Managed] = []
+        claimed: set[str] = set()
+        for claim in claims:
+            meta = claim["metadata"]
+            volume = (claim.get("spec") or {}).get("volumeName")
+            claimed.add(volume or "")
+            out.append(
+                Managed(
+                    consumer=(meta.get("labels") or {}).get(LABEL_CONSUMER, ""),
+                    namespace=meta.get("namespace", ""),
+                    claim_name=meta["name"],
+                    volume_name=volume,
+                    phase=(claim.get("status") or {}).get("phase") or "Pending",
+                )
+            )
+        for volume in volumes:
+            meta = volume["metadata"]
+            if meta["name"] in claimed:
+                continue
+            ref = (volume.get("spec") or {}).get("claimRef") or {}
+            out.append(
+                Managed(
+                    consumer=(meta.get("labels") or {}).get(LABEL_CONSUMER, ""),
+                    namespace=ref.get("namespace", ""),
+                    claim_name=None,
+                    volume_name=meta["name"],
+                    phase=(volume.get("status") or {}).get("phase") or "Available",
+                )
+            )
+        return sorted(out, key=lambda m: (m.namespace, m.claim_name or "", m.volume_name or ""))
+
+    # -- remove ---------------------------------------------------------------------------
+    def release(self, item: Managed) -> list[str]:
+        """Delete the claim and its volume unless pods use the claim; returns those pods.
+
+        The volume's reclaim policy is Retain, so the data on EFS is never touched.
+        """
+        if item.claim_name:
+            users = self.pods_using(item.namespace, item.claim_name)
+            if users:
+                return users
+        self._delete_pair(item.namespace, item.claim_name, item.volume_name)
+        return []
+
+    def release_all_except(self, keep: set[str]) -> dict[str, list[str]]:
+        """Release every managed pair whose claim (`namespace/claim`) or volume is not in `keep`.
+
+        Returns:
+            `namespace/claim` -> pods still using it, for the pairs that had to stay.
+        """
+        blocked: dict[str, list[str]] = {}
+        for item in self.managed():
+            if item.key in keep or (item.claim_name is None and item.volume_name in keep):
+                continue
+            users = self.release(item)
+            if users:
+                blocked[item.key] = users
+        return blocked
+
+    def _delete_pair(self, namespace: str, claim: str | None, volume: str | None) -> None:
+        if claim:
+            logger.info("deleting PersistentVolumeClaim %s/%s", namespace, claim)
+            self.kube.delete("v1", "PersistentVolumeClaim", claim, namespace)
+        if volume:
+            logger.info("deleting PersistentVolume %s", volume)
+            self.kube.delete("v1", "PersistentVolume", volume)

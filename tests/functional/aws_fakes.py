@@ -1,0 +1,572 @@
+"""A local AWS for functional tests: moto's server behind a thin fault-injecting proxy.
+
+moto answers EC2 and EFS on one loopback port. In front of it, :class:`AwsProxy` (also on
+127.0.0.1) forwards every request and adds what moto does not model:
+
+- faults for the next N requests of one action: throttling with the body the real service
+  sends (EC2 ``RequestLimitExceeded``, EFS ``ThrottlingException``), HTTP 500, a connection
+  reset before the request reaches moto, a reset *after* moto handled it (the response is
+  lost, so a retried create meets its own first attempt), IAM denials, and "dependency"
+  (EC2 ``DependencyViolation`` / EFS ``FileSystemInUse``, as while ENIs are released);
+- life cycles: moto reports every file system and mount target ``available`` at once and
+  forgets deleted ones at once. The proxy rewrites the JSON so new ones report ``creating``
+  for their first N describes, and deleted ones keep appearing as ``deleting`` for N
+  describes (during which DeleteFileSystem answers ``FileSystemInUse`` and
+  DeleteSecurityGroup ``DependencyViolation``, like AWS while ENIs are released);
+- access keys: when ``valid_access_keys`` is set, a request signed with any other key gets
+  the error AWS returns for an unknown key (its message names the key id, as some AWS
+  error messages do, so callers that echo AWS messages are caught);
+- counters of every request by service and action, split into mutating and read calls.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import http.client
+import json
+import logging
+import os
+import re
+import socket
+import struct
+import threading
+import urllib.parse
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+REGION = "us-east-1"
+ZONES = ("us-east-1a", "us-east-1b", "us-east-1c")
+ACCESS_KEY_ID = "AKIAFUNCTESTKEY00001"
+IMAGE_ID = "ami-0123456789abcdef0"
+SECRET_ACCESS_KEY = "fUnCtIoNaL/TeSt+SeCrEt0123456789abcdefXY"
+
+_CREDENTIAL_RE = re.compile(r"Credential=([^/,\s]+)/\d{8}/([^/]+)/([^/]+)/aws4_request")
+_EFS_ROUTES = (
+    ("POST", r"/2015-02-01/file-systems", "CreateFileSystem"),
+    ("GET", r"/2015-02-01/file-systems", "DescribeFileSystems"),
+    ("DELETE", r"/2015-02-01/file-systems/[^/]+", "DeleteFileSystem"),
+    ("PUT", r"/2015-02-01/file-systems/[^/]+", "UpdateFileSystem"),
+    ("POST", r"/2015-02-01/mount-targets", "CreateMountTarget"),
+    ("GET", r"/2015-02-01/mount-targets", "DescribeMountTargets"),
+    ("DELETE", r"/2015-02-01/mount-targets/[^/]+", "DeleteMountTarget"),
+    ("GET", r"/2015-02-01/resource-tags/[^/]+", "ListTagsForResource"),
+    ("POST", r"/2015-02-01/resource-tags/[^/]+", "TagResource"),
+)
+FAULT_KINDS = ("throttle", "500", "reset", "reset-after", "deny", "dependency")
+
+
+@dataclasses.dataclass(frozen=True)
+class Call:
+    """One request the proxy received."""
+
+    service: str
+    action: str
+    mutating: bool
+    fault: str | None
+
+
+@dataclasses.dataclass
+class _Fault:
+    kind: str
+    times: int
+
+
+@dataclasses.dataclass
+class _Ghost:
+    """A deleted object that AWS would still list as ``deleting``."""
+
+    body: dict[str, Any]
+    remaining: int
+
+
+class _ResetError(Exception):
+    """Raised inside the handler after the connection was reset on purpose."""
+
+
+def _action_of(service: str, method: str, path: str, body: bytes) -> str:
+    if service == "ec2":
+        form = urllib.parse.parse_qs(body.decode("utf-8", "replace"))
+        return form.get("Action", ["?"])[0]
+    for route_method, pattern, action in _EFS_ROUTES:
+        if method == route_method and re.fullmatch(pattern, path):
+            return action
+    return f"{method} {path}"
+
+
+def _is_mutating(service: str, method: str, action: str) -> bool:
+    if service == "ec2":
+        return not action.startswith(("Describe", "Get", "List"))
+    return method != "GET"
+
+
+class AwsProxy:
+    """Fault-injecting, life-cycle-faking HTTP proxy in front of a moto server."""
+
+    def __init__(self, upstream: tuple[str, int]):
+        self._upstream = upstream
+        self._lock = threading.Lock()
+        self._faults: dict[str, list[_Fault]] = {}
+        self.calls: list[Call] = []
+        self.valid_access_keys: set[str] | None = None
+        self.creating_describes = {"file-system": 0, "mount-target": 0}
+        self.deleting_describes = {"file-system": 0, "mount-target": 0}
+        self._creating: dict[str, int] = {}
+        self._ghost_fs: dict[str, _Ghost] = {}
+        self._ghost_mt: dict[str, _Ghost] = {}
+        self._mt_cache: dict[str, dict[str, Any]] = {}
+        self._fs_cache: dict[str, dict[str, Any]] = {}
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    # -- lifecycle -------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        """The endpoint URL to give boto3."""
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> None:
+        """Serve in a background thread."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop serving."""
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    def reset(self) -> None:
+        """Forget faults, life cycles, keys and counters (between tests)."""
+        with self._lock:
+            self._faults.clear()
+            self.calls.clear()
+            self.valid_access_keys = None
+            self.creating_describes = {"file-system": 0, "mount-target": 0}
+            self.deleting_describes = {"file-system": 0, "mount-target": 0}
+            self._creating.clear()
+            self._ghost_fs.clear()
+            self._ghost_mt.clear()
+            self._mt_cache.clear()
+            self._fs_cache.clear()
+
+    # -- test controls ---------------------------------------------------------------------
+    def inject(self, action: str, kind: str, times: int = 1) -> None:
+        """Make the next ``times`` requests of ``action`` fail with ``kind``."""
+        if kind not in FAULT_KINDS:
+            raise ValueError(f"unknown fault {kind!r}; use one of {FAULT_KINDS}")
+        with self._lock:
+            self._faults.setdefault(action, []).append(_Fault(kind, times))
+
+    def clear_counts(self) -> None:
+        """Reset the request counters only."""
+        with self._lock:
+            self.calls.clear()
+
+    def counts(self, *, mutating: bool | None = None) -> Counter[str]:
+        """Requests per action (optionally only mutating or only read ones)."""
+        with self._lock:
+            return Counter(
+                c.action for c in self.calls if mutating is None or c.mutating == mutating
+            )
+
+    def count(self, action: str) -> int:
+        """Requests received for one action, faulted ones included."""
+        return self.counts()[action]
+
+    def pending_faults(self) -> int:
+        """Injected faults not consumed yet."""
+        with self._lock:
+            return sum(f.times for faults in self._faults.values() for f in faults)
+
+    # -- request path ----------------------------------------------------------------------
+    def _take_fault(self, action: str) -> str | None:
+        faults = self._faults.get(action)
+        if not faults:
+            return None
+        fault = faults[0]
+        fault.times -= 1
+        if fault.times <= 0:
+            faults.pop(0)
+        return fault.kind
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+                return
+
+            def do_GET(self) -> None:  # noqa: N802
+                self._handle()
+
+            do_POST = do_PUT = do_DELETE = do_HEAD = do_GET  # noqa: N815
+
+            def _handle(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                try:
+                    status, headers, payload = proxy._serve(self, body)
+                except _ResetError:
+                    self.close_connection = True
+                    return
+                self.send_response(status)
+                for key, value in headers:
+                    self.send_header(key, value)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def reset_connection(self) -> None:
+                self.connection.setsockopt(
+                    socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                )
+                self.connection.close()
+                self.wfile = _Sink()
+                raise _ResetError()
+
+        return Handler
+
+    def _serve(self, handler: Any, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
+        match = _CREDENTIAL_RE.search(handler.headers.get("Authorization", ""))
+        key_id, service = (match.group(1), match.group(3)) if match else ("", "unknown")
+        service = "efs" if service == "elasticfilesystem" else service
+        parsed = urllib.parse.urlsplit(handler.path)
+        action = _action_of(service, handler.command, parsed.path, body)
+        mutating = _is_mutating(service, handler.command, action)
+        with self._lock:
+            fault = self._take_fault(action)
+            if fault is None and self.valid_access_keys is not None:
+                fault = None if key_id in self.valid_access_keys else "bad-key"
+            self.calls.append(Call(service, action, mutating, fault))
+            conflict = self._lifecycle_conflict(action, parsed, body)
+        if fault == "reset":
+            handler.reset_connection()
+        if fault in ("throttle", "500", "deny", "bad-key", "dependency"):
+            return _error(service, fault, action, key_id)
+        if conflict is not None:
+            return conflict
+        status, headers, payload = self._forward(handler, body)
+        if service == "efs" and 200 <= status < 300:
+            payload = self._rewrite_efs(action, parsed, body, payload)
+        if fault == "reset-after":
+            handler.reset_connection()
+        return status, headers, payload
+
+    def _forward(self, handler: Any, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
+        conn = http.client.HTTPConnection(*self._upstream, timeout=30)
+        try:
+            headers = {k: v for k, v in handler.headers.items() if k.lower() != "connection"}
+            conn.request(handler.command, handler.path, body=body, headers=headers)
+            resp = conn.getresponse()
+            payload = resp.read()
+            skip = {"content-length", "transfer-encoding", "connection", "server", "date"}
+            out = [(k, v) for k, v in resp.getheaders() if k.lower() not in skip]
+            return resp.status, out, payload
+        finally:
+            conn.close()
+
+    # -- life cycles -----------------------------------------------------------------------
+    def _lifecycle_conflict(
+        self, action: str, parsed: urllib.parse.SplitResult, body: bytes
+    ) -> tuple[int, list[tuple[str, str]], bytes] | None:
+        """AWS refuses these while deleted mount targets are still being released."""
+        live = {mt_id: g for mt_id, g in self._ghost_mt.items() if g.remaining > 0}
+        if action == "DeleteFileSystem":
+            fs_id = parsed.path.rsplit("/", 1)[-1]
+            if any(g.body.get("FileSystemId") == fs_id for g in live.values()):
+                return _efs_error(409, "FileSystemInUse", f"File system '{fs_id}' is in use.")
+        if action == "DeleteSecurityGroup":
+            form = urllib.parse.parse_qs(body.decode())
+            group_id = form.get("GroupId", [""])[0]
+            if any(group_id in (g.body.get("SecurityGroups") or []) for g in live.values()):
+                return _ec2_error(
+                    400,
+                    "DependencyViolation",
+                    f"resource {group_id} has a dependent object",
+                )
+        return None
+
+    def _rewrite_efs(
+        self, action: str, parsed: urllib.parse.SplitResult, body: bytes, payload: bytes
+    ) -> bytes:
+        with self._lock:
+            if action == "CreateFileSystem":
+                doc = json.loads(payload)
+                return json.dumps(self._born(doc, "FileSystemId", "file-system")).encode()
+            if action == "CreateMountTarget":
+                doc = json.loads(payload)
+                doc.setdefault("SecurityGroups", json.loads(body).get("SecurityGroups"))
+                return json.dumps(self._born(doc, "MountTargetId", "mount-target")).encode()
+            if action == "DescribeFileSystems":
+                doc = json.loads(payload)
+                query = urllib.parse.parse_qs(parsed.query)
+                doc["FileSystems"] = self._describe(
+                    doc["FileSystems"], "FileSystemId", self._fs_cache, self._ghost_fs, query
+                )
+                return json.dumps(doc).encode()
+            if action == "DescribeMountTargets":
+                doc = json.loads(payload)
+                query = urllib.parse.parse_qs(parsed.query)
+                doc["MountTargets"] = self._describe(
+                    doc["MountTargets"], "MountTargetId", self._mt_cache, self._ghost_mt, query
+                )
+                return json.dumps(doc).encode()
+            if action == "DeleteMountTarget":
+                self._bury(parsed, self._mt_cache, self._ghost_mt, "mount-target")
+            elif action == "DeleteFileSystem":
+                self._bury(parsed, self._fs_cache, self._ghost_fs, "file-system")
+        return payload
+
+    def _born(self, doc: dict[str, Any], id_key: str, kind: str) -> dict[str, Any]:
+        cache = self._fs_cache if kind == "file-system" else self._mt_cache
+        cache[doc[id_key]] = dict(doc)
+        if self.creating_describes[kind] > 0:
+            self._creating[doc[id_key]] = self.creating_describes[kind]
+            doc["LifeCycleState"] = "creating"
+        return doc
+
+    def _describe(
+        self,
+        items: list[dict[str, Any]],
+        id_key: str,
+        cache: dict[str, dict[str, Any]],
+        ghosts: dict[str, _Ghost],
+        query: dict[str, list[str]],
+    ) -> list[dict[str, Any]]:
+        for item in items:
+            obj_id = item[id_key]
+            cache[obj_id] = {**cache.get(obj_id, {}), **item}
+            if self._creating.get(obj_id, 0) > 0:
+                self._creating[obj_id] -= 1
+                item["LifeCycleState"] = "creating"
+        for ghost_id, ghost in ghosts.items():
+            if ghost.remaining <= 0 or not _ghost_matches(ghost.body, query):
+                continue
+            ghost.remaining -= 1
+            items.append({**ghost.body, "LifeCycleState": "deleting"})
+        return items
+
+    def _bury(
+        self,
+        parsed: urllib.parse.SplitResult,
+        cache: dict[str, dict[str, Any]],
+        ghosts: dict[str, _Ghost],
+        kind: str,
+    ) -> None:
+        obj_id = parsed.path.rsplit("/", 1)[-1]
+        self._creating.pop(obj_id, None)
+        if self.deleting_describes[kind] > 0 and obj_id in cache:
+            ghosts[obj_id] = _Ghost(cache.pop(obj_id), self.deleting_describes[kind])
+
+
+def _ghost_matches(body: dict[str, Any], query: dict[str, list[str]]) -> bool:
+    for key in ("FileSystemId", "CreationToken", "MountTargetId"):
+        if key in query and body.get(key) != query[key][0]:
+            return False
+    return True
+
+
+class _Sink:
+    """Stands in for the socket file after a deliberate reset."""
+
+    closed = False
+
+    def write(self, data: bytes) -> int:
+        return len(data)
+
+    def flush(self) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+def _efs_error(status: int, code: str, message: str) -> tuple[int, list[tuple[str, str]], bytes]:
+    body = json.dumps({"ErrorCode": code, "Message": message}).encode()
+    return status, [("Content-Type", "application/json"), ("x-amzn-ErrorType", code)], body
+
+
+def _ec2_error(status: int, code: str, message: str) -> tuple[int, list[tuple[str, str]], bytes]:
+    body = (
+        '<?xml version="1.0" encoding="UTF-8"?>\n<Response><Errors><Error>'
+        f"<Code>{code}</Code><Message>{message}</Message></Error></Errors>"
+        "<RequestID>59dbff89-35bd-4eac-99ed-be587EXAMPLE</RequestID></Response>"
+    ).encode()
+    return status, [("Content-Type", "text/xml")], body
+
+
+def _error(
+    service: str, fault: str, action: str, key_id: str
+) -> tuple[int, list[tuple[str, str]], bytes]:
+    iam = f"{'ec2' if service == 'ec2' else 'elasticfilesystem'}:{action}"
+    denied = (
+        "User: arn:aws:iam::123456789012:user/ci is not authorized to perform: "
+        f"{iam} because no identity-based policy allows the {iam} action"
+    )
+    if service == "ec2":
+        return {
+            "throttle": lambda: _ec2_error(503, "RequestLimitExceeded", "Request limit exceeded."),
+            "500": lambda: _ec2_error(500, "InternalError", "An internal error has occurred"),
+            "deny": lambda: _ec2_error(403, "UnauthorizedOperation", denied),
+            "dependency": lambda: _ec2_error(
+                400, "DependencyViolation", "resource has a dependent object"
+            ),
+            "bad-key": lambda: _ec2_error(
+                401,
+                "AuthFailure",
+                f"AWS was not able to validate the provided access credentials ({key_id})",
+            ),
+        }[fault]()
+    return {
+        "throttle": lambda: _efs_error(429, "ThrottlingException", "Rate exceeded"),
+        "500": lambda: _efs_error(500, "InternalServerError", "Internal server error"),
+        "deny": lambda: _efs_error(403, "AccessDeniedException", denied),
+        "dependency": lambda: _efs_error(409, "FileSystemInUse", "File system is in use."),
+        "bad-key": lambda: _efs_error(
+            403,
+            "UnrecognizedClientException",
+            f"The security token included in the request is invalid: {key_id}",
+        ),
+    }[fault]()
+
+
+# -- moto server + fixtures ---------------------------------------------------------------
+class LocalAws:
+    """A moto server and the proxy in front of it, both on 127.0.0.1."""
+
+    def __init__(self) -> None:
+        from moto.server import ThreadedMotoServer
+
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)
+        # moto loads thousands of public AMIs into every region backend (seconds per test);
+        # instances only need an image id, which moto does not validate by default.
+        self._saved_amis_env = os.environ.get("MOTO_EC2_LOAD_DEFAULT_AMIS")
+        os.environ["MOTO_EC2_LOAD_DEFAULT_AMIS"] = "false"
+        self._moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        self._moto.start()
+        host, port = self._moto.get_host_and_port()
+        self.moto_url = f"http://{host}:{port}"
+        self.proxy = AwsProxy((host, port))
+        self.proxy.start()
+        self._clients: dict[str, Any] = {}
+
+    @property
+    def url(self) -> str:
+        """Endpoint for the code under test (through the proxy)."""
+        return self.proxy.url
+
+    def reset(self) -> None:
+        """Empty moto's state and the proxy's."""
+        req = urllib.request.Request(f"{self.moto_url}/moto-api/reset", method="POST")
+        with urllib.request.urlopen(req, timeout=10) as resp:  # noqa: S310 (loopback only)
+            resp.read()
+        self.proxy.reset()
+
+    def stop(self) -> None:
+        """Stop the proxy and moto."""
+        self.proxy.stop()
+        self._moto.stop()
+        if self._saved_amis_env is None:
+            os.environ.pop("MOTO_EC2_LOAD_DEFAULT_AMIS", None)
+        else:
+            os.environ["MOTO_EC2_LOAD_DEFAULT_AMIS"] = self._saved_amis_env
+
+    def client(self, service: str) -> Any:
+        """A boto3 client straight to moto (for fixtures; not counted by the proxy)."""
+        import boto3
+
+        if service not in self._clients:
+            self._clients[service] = boto3.client(
+                service,
+                region_name=REGION,
+                endpoint_url=self.moto_url,
+                aws_access_key_id=ACCESS_KEY_ID,
+                aws_secret_access_key=SECRET_ACCESS_KEY,
+            )
+        return self._clients[service]
+
+
+@contextmanager
+def local_aws() -> Iterator[LocalAws]:
+    """Start moto and the proxy; stop both afterwards."""
+    aws = LocalAws()
+    try:
+        yield aws
+    finally:
+        aws.stop()
+
+
+@dataclasses.dataclass(frozen=True)
+class Network:
+    """A VPC with subnets per zone and the security group the cluster nodes use."""
+
+    vpc_id: str
+    subnets: dict[str, tuple[str, ...]]
+    node_sg: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Instance:
+    """An EC2 instance standing in for a Kubernetes node."""
+
+    instance_id: str
+    zone: str
+    subnet_id: str
+    private_dns: str
+    private_ip: str
+
+    @property
+    def provider_id(self) -> str:
+        """What a Kubernetes Node on AWS reports in spec.providerID."""
+        return f"aws:///{self.zone}/{self.instance_id}"
+
+
+def build_network(ec2: Any, subnets_per_zone: int = 2, zones: tuple[str, ...] = ZONES) -> Network:
+    """Create a VPC with ``subnets_per_zone`` subnets in each zone and a node group."""
+    vpc_id = ec2.create_vpc(CidrBlock="10.20.0.0/16")["Vpc"]["VpcId"]
+    subnets: dict[str, tuple[str, ...]] = {}
+    index = 0
+    for zone in zones:
+        ids = []
+        for _ in range(subnets_per_zone):
+            sub = ec2.create_subnet(
+                VpcId=vpc_id, CidrBlock=f"10.20.{index}.0/24", AvailabilityZone=zone
+            )
+            ids.append(sub["Subnet"]["SubnetId"])
+            index += 1
+        subnets[zone] = tuple(ids)
+    node_sg = ec2.create_security_group(
+        GroupName="juju-cluster-nodes", Description="cluster nodes", VpcId=vpc_id
+    )["GroupId"]
+    return Network(vpc_id, subnets, node_sg)
+
+
+def run_nodes(
+    ec2: Any, subnet_id: str, security_groups: list[str], count: int = 1
+) -> list[Instance]:
+    """Start ``count`` instances in one subnet with the given security groups."""
+    resp = ec2.run_instances(
+        ImageId=IMAGE_ID,
+        MinCount=count,
+        MaxCount=count,
+        InstanceType="g5.xlarge",
+        SubnetId=subnet_id,
+        SecurityGroupIds=security_groups,
+    )
+    return [
+        Instance(
+            instance_id=i["InstanceId"],
+            zone=i["Placement"]["AvailabilityZone"],
+            subnet_id=i["SubnetId"],
+            private_dns=i["PrivateDnsName"],
+            private_ip=i["PrivateIpAddress"],
+        )
+        for i in resp["Instances"]
+    ]

@@ -1,0 +1,699 @@
+"""Functional tests of the efs-storage workload module: real boto3 against moto on loopback.
+
+One moto server and one proxy serve the whole module; every test gets its own VPC and its
+own model uuid, so tests never see each other's objects, and the proxy's faults and
+counters are reset before each test.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from aws_fakes import (
+    ACCESS_KEY_ID,
+    REGION,
+    SECRET_ACCESS_KEY,
+    ZONES,
+    Instance,
+    LocalAws,
+    Network,
+    build_network,
+    local_aws,
+    run_nodes,
+)
+from charm_modules import load
+
+efs = load("efs-storage", "efs")
+NFS_PORT = efs.NFS_PORT
+TAG_APP = efs.TAG_APP
+TAG_MODEL = efs.TAG_MODEL
+AwsAuthError = efs.AwsAuthError
+AwsConfigError = efs.AwsConfigError
+AwsTransientError = efs.AwsTransientError
+Credentials = efs.Credentials
+Desired = efs.Desired
+Efs = efs.Efs
+Node = efs.Node
+Observed = efs.Observed
+creation_token = efs.creation_token
+nodes_from_kubernetes = efs.nodes_from_kubernetes
+parse_provider_id = efs.parse_provider_id
+security_group_name = efs.security_group_name
+
+APP = "efs-storage"
+
+
+@pytest.fixture(scope="module")
+def aws() -> Iterator[LocalAws]:
+    with local_aws() as local:
+        yield local
+
+
+@pytest.fixture(scope="module")
+def managers() -> dict[Any, Efs]:
+    """boto3 clients are slow to build (service models); share them between tests."""
+    return {}
+
+
+@pytest.fixture()
+def world(aws: LocalAws, managers: dict[Any, Efs]) -> World:
+    aws.proxy.reset()
+    return World(aws, managers)
+
+
+class World:
+    """One test's VPC, nodes and charm identity, plus handles on moto and the proxy."""
+
+    def __init__(self, aws: LocalAws, managers: dict[Any, Efs]):
+        self.aws = aws
+        self._managers = managers
+        self.proxy = aws.proxy
+        self.ec2 = aws.client("ec2")
+        self.efs = aws.client("efs")
+        self.net: Network = build_network(self.ec2)
+        self.model_uuid = str(uuid.uuid4())
+        self.nodes: list[Instance] = []
+
+    def add_nodes(self, zone: str, subnet_index: int = 0, count: int = 1) -> list[Instance]:
+        added = run_nodes(
+            self.ec2, self.net.subnets[zone][subnet_index], [self.net.node_sg], count
+        )
+        self.nodes.extend(added)
+        return added
+
+    def manager(self, credentials: Credentials | None = None, max_attempts: int = 4) -> Efs:
+        creds = credentials or Credentials(ACCESS_KEY_ID, SECRET_ACCESS_KEY)
+        key = (creds.secrets(), max_attempts)
+        if key not in self._managers:
+            self._managers[key] = Efs.connect(
+                creds, REGION, endpoint_url=self.aws.url, max_attempts=max_attempts
+            )
+        return self._managers[key]
+
+    def desired(self, **kwargs: Any) -> Desired:
+        nodes = tuple(Node(i.private_dns, i.provider_id) for i in self.nodes)
+        return Desired(model_uuid=self.model_uuid, app=APP, nodes=nodes, **kwargs)
+
+    def file_systems(self) -> list[dict[str, Any]]:
+        token = creation_token(self.model_uuid, APP)
+        return self.efs.describe_file_systems(CreationToken=token)["FileSystems"]
+
+    def mount_targets(self, fs_id: str) -> list[dict[str, Any]]:
+        return self.efs.describe_mount_targets(FileSystemId=fs_id)["MountTargets"]
+
+    def our_groups(self) -> list[dict[str, Any]]:
+        name = security_group_name(self.model_uuid, APP)
+        return self.ec2.describe_security_groups(
+            Filters=[{"Name": "group-name", "Values": [name]}]
+        )["SecurityGroups"]
+
+    def until_ready(self, manager: Efs, desired: Desired, passes: int = 6) -> list[Observed]:
+        seen = []
+        for _ in range(passes):
+            seen.append(manager.reconcile(desired))
+            if seen[-1].ready:
+                return seen
+        raise AssertionError(f"not ready after {passes} passes: {seen[-1].progress}")
+
+
+def six_node_world(world: World) -> World:
+    """Two nodes per zone, one in each of the zone's two subnets."""
+    for zone in ZONES:
+        world.add_nodes(zone, 0)
+        world.add_nodes(zone, 1)
+    return world
+
+
+# -- pure helpers ---------------------------------------------------------------------------
+def test_creation_token_is_deterministic_short_and_unique_per_model_and_app():
+    model = "1b4e28ba-2fa1-11d2-883f-0016d3cca427"
+    token = creation_token(model, "efs-storage")
+    assert token == creation_token(model, "efs-storage")
+    assert len(token) <= 64
+    long_app = "a-very-long-application-name-that-goes-on-and-on-" * 2
+    assert len(creation_token(model, long_app)) <= 64
+    assert token != creation_token(model, "efs-storage-2")
+    assert token != creation_token("2b4e28ba-2fa1-11d2-883f-0016d3cca427", "efs-storage")
+    with pytest.raises(AwsConfigError):
+        creation_token("", "efs-storage")
+
+
+@pytest.mark.parametrize(
+    "provider_id,expected",
+    [
+        ("aws:///us-east-1a/i-0abc1234def567890", ("us-east-1a", "i-0abc1234def567890")),
+        ("aws:////i-0abc1234", (None, "i-0abc1234")),
+        ("gce://project/zone/name", None),
+        ("aws:///us-east-1a/not-an-instance", None),
+        ("", None),
+    ],
+)
+def test_parse_provider_id(provider_id, expected):
+    assert parse_provider_id(provider_id) == expected
+
+
+def test_nodes_from_kubernetes_node_objects():
+    items = [
+        {
+            "metadata": {"name": "ip-10-0-1-5.ec2.internal"},
+            "spec": {"providerID": "aws:///us-east-1a/i-0abc1234def567890"},
+            "status": {
+                "addresses": [
+                    {"type": "InternalIP", "address": "10.0.1.5"},
+                    {"type": "Hostname", "address": "ip-10-0-1-5"},
+                ]
+            },
+        },
+        {"metadata": {"name": "gpu-0"}, "spec": {}, "status": {}},
+    ]
+    assert nodes_from_kubernetes(items) == (
+        Node("gpu-0"),
+        Node(
+            "ip-10-0-1-5.ec2.internal",
+            "aws:///us-east-1a/i-0abc1234def567890",
+            ("10.0.1.5",),
+        ),
+    )
+
+
+def test_credentials_repr_hides_every_value():
+    creds = Credentials("AKIAREPRTEST", "s3cr3t/value", "session-token-value")
+    for text in (repr(creds), str(creds), f"{creds}", repr([creds])):
+        assert "AKIAREPRTEST" not in text
+        assert "s3cr3t" not in text
+        assert "session-token-value" not in text
+
+
+def test_credentials_from_secret_and_cloud_credential():
+    creds = Credentials.from_secret(
+        {"access-key-id": "AKIAX", "secret-access-key": "sek", "session-token": "tok"}
+    )
+    assert (creds.access_key_id, creds.secret_access_key, creds.session_token) == (
+        "AKIAX",
+        "sek",
+        "tok",
+    )
+    cloud = Credentials.from_cloud_credential({"access-key": "AKIAY", "secret-key": "sek2"})
+    assert (cloud.access_key_id, cloud.session_token) == ("AKIAY", None)
+
+
+def test_credentials_missing_key_names_the_key_not_the_values():
+    with pytest.raises(AwsConfigError, match="secret-access-key") as err:
+        Credentials.from_secret({"access-key-id": "AKIAVISIBLE"})
+    assert "AKIAVISIBLE" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"performance_mode": "maxIO"}, "elastic needs performance-mode generalPurpose"),
+        ({"throughput_mode": "fast"}, "throughput-mode must be one of"),
+        ({"throughput_mode": "provisioned"}, "provisioned throughput"),
+        ({"file_system_id": "my-efs"}, "not an EFS id"),
+    ],
+)
+def test_bad_desired_state_fails_before_any_aws_call(world, kwargs, match):
+    world.add_nodes("us-east-1a")
+    with pytest.raises(AwsConfigError, match=match):
+        world.manager().reconcile(world.desired(**kwargs))
+    assert world.proxy.calls == []
+
+
+# -- create path ----------------------------------------------------------------------------
+def test_two_subnets_in_each_of_three_zones_gives_exactly_three_mount_targets(world):
+    six_node_world(world)
+    observed = world.until_ready(world.manager(), world.desired())[-1]
+
+    [fs] = world.file_systems()
+    assert observed.file_system_id == fs["FileSystemId"]
+    assert observed.owned and observed.ready
+    assert observed.progress == f"EFS {fs['FileSystemId']}: 3/3 mount targets available"
+    assert observed.dns_name == f"{fs['FileSystemId']}.efs.{REGION}.amazonaws.com"
+    assert fs["Encrypted"] is True
+    assert fs["ThroughputMode"] == "elastic"
+    assert fs["PerformanceMode"] == "generalPurpose"
+    tags = {t["Key"]: t["Value"] for t in fs["Tags"]}
+    assert tags[TAG_MODEL] == world.model_uuid and tags[TAG_APP] == APP
+
+    mts = world.mount_targets(fs["FileSystemId"])
+    assert sorted(mt["AvailabilityZoneName"] for mt in mts) == list(ZONES)
+    node_subnets = {n.subnet_id for n in world.nodes}
+    assert {mt["SubnetId"] for mt in mts} <= node_subnets
+    [group] = world.our_groups()
+    assert group["VpcId"] == world.net.vpc_id
+    for mt in mts:
+        sgs = world.efs.describe_mount_target_security_groups(MountTargetId=mt["MountTargetId"])
+        assert sgs["SecurityGroups"] == [group["GroupId"]]
+
+
+def test_security_group_allows_nfs_only_from_the_nodes_common_group(world):
+    # Like Juju: every machine has the model's group plus one of its own.
+    own = [
+        world.ec2.create_security_group(
+            GroupName=f"machine-{i}", Description="machine", VpcId=world.net.vpc_id
+        )["GroupId"]
+        for i in range(2)
+    ]
+    for i, zone in enumerate(ZONES[:2]):
+        world.nodes += run_nodes(
+            world.ec2, world.net.subnets[zone][0], [world.net.node_sg, own[i]]
+        )
+    world.manager().reconcile(world.desired())
+
+    [group] = world.our_groups()
+    assert group["IpPermissions"] == [
+        {
+            "IpProtocol": "tcp",
+            "FromPort": NFS_PORT,
+            "ToPort": NFS_PORT,
+            "UserIdGroupPairs": [
+                {
+                    "Description": "cluster nodes (NFS)",
+                    "UserId": group["OwnerId"],
+                    "GroupId": world.net.node_sg,
+                }
+            ],
+            "IpRanges": [],
+            "Ipv6Ranges": [],
+            "PrefixListIds": [],
+        }
+    ]
+
+
+def test_nodes_found_by_private_dns_name_or_ip_without_provider_id(world):
+    a, b = world.add_nodes("us-east-1a")[0], world.add_nodes("us-east-1b")[0]
+    c = world.add_nodes("us-east-1c")[0]
+    nodes = (
+        Node(a.private_dns),  # ip-10-20-0-4.ec2.internal: the IP is in the name
+        Node(b.private_dns.split(".")[0]),  # short hostname ip-10-20-2-4
+        Node("worker-c", addresses=(c.private_ip,)),  # any name, InternalIP given
+        Node("not-on-aws", addresses=("192.0.2.10",)),
+    )
+    desired = Desired(model_uuid=world.model_uuid, app=APP, nodes=nodes, vpc_id=world.net.vpc_id)
+    observed = world.until_ready(world.manager(), desired)[-1]
+    assert observed.zones == ZONES
+    assert observed.unresolved_nodes == ("not-on-aws",)
+
+
+def test_ip_matches_in_other_vpcs_are_ignored_once_a_provider_id_anchors_the_vpc(world):
+    twin_world = build_network(world.ec2)  # same CIDRs: moto hands out the same IPs
+    a = world.add_nodes("us-east-1a")[0]
+    b = world.add_nodes("us-east-1b")[0]
+    twin = run_nodes(world.ec2, twin_world.subnets["us-east-1b"][0], [twin_world.node_sg])[0]
+    assert twin.private_ip == b.private_ip
+    nodes = (Node(a.private_dns, a.provider_id), Node("worker-b", addresses=(b.private_ip,)))
+    desired = Desired(model_uuid=world.model_uuid, app=APP, nodes=nodes)
+    observed = world.until_ready(world.manager(), desired)[-1]
+    assert observed.mount_targets_by_zone()["us-east-1b"].subnet_id == b.subnet_id
+
+    by_ip_only = Desired(
+        model_uuid=world.model_uuid, app=APP, nodes=(Node("worker-b", addresses=(b.private_ip,)),)
+    )
+    with pytest.raises(AwsConfigError, match="match instances in several VPCs"):
+        world.manager().reconcile(by_ip_only)
+
+
+def test_every_step_twice_creates_nothing_twice(world):
+    six_node_world(world)
+    manager, desired = world.manager(), world.desired()
+    first = manager.reconcile(desired)
+    created = world.proxy.counts(mutating=True)
+    assert created == {
+        "CreateFileSystem": 1,
+        "CreateSecurityGroup": 1,
+        "AuthorizeSecurityGroupIngress": 1,
+        "CreateMountTarget": 3,
+    }
+    world.proxy.clear_counts()
+
+    second = manager.reconcile(desired)
+    assert world.proxy.counts(mutating=True) == {}
+    assert second == first
+    assert len(world.file_systems()) == 1
+    assert len(world.our_groups()) == 1
+    assert len(world.mount_targets(first.file_system_id or "")) == 3
+
+
+def test_steady_state_reconcile_makes_no_mutating_call(world):
+    six_node_world(world)
+    manager, desired = world.manager(), world.desired()
+    world.until_ready(manager, desired)
+    world.proxy.clear_counts()
+
+    observed = manager.reconcile(desired)
+    assert observed.ready
+    assert world.proxy.counts(mutating=True) == {}
+    assert world.proxy.counts() == {
+        "DescribeFileSystems": 1,
+        "DescribeInstances": 1,
+        "DescribeSecurityGroups": 1,
+        "DescribeMountTargets": 1,
+    }
+
+
+def test_waiting_progress_while_file_system_and_mount_targets_are_creating(world):
+    six_node_world(world)
+    world.proxy.creating_describes.update({"file-system": 1, "mount-target": 1})
+    manager, desired = world.manager(), world.desired()
+
+    first = manager.reconcile(desired)
+    fs_id = first.file_system_id
+    assert first.state == "creating" and not first.ready
+    assert first.progress == f"EFS {fs_id}: file system creating"
+    assert world.proxy.count("CreateMountTarget") == 0  # AWS refuses them while creating
+
+    second = manager.reconcile(desired)  # the describe still says creating
+    assert second.progress == f"EFS {fs_id}: file system creating"
+
+    third = manager.reconcile(desired)
+    assert third.state == "available"
+    assert third.progress == f"EFS {fs_id}: 0/3 mount targets available"
+    assert {mt.state for mt in third.mount_targets} == {"creating"}
+
+    fourth = manager.reconcile(desired)  # first describe of the new targets: creating
+    assert fourth.progress == f"EFS {fs_id}: 0/3 mount targets available" and not fourth.ready
+    fifth = manager.reconcile(desired)
+    assert fifth.ready and fifth.progress == f"EFS {fs_id}: 3/3 mount targets available"
+    assert world.proxy.count("CreateMountTarget") == 3
+
+
+def test_worker_in_a_new_zone_adds_one_mount_target_and_reports_progress(world):
+    world.add_nodes("us-east-1a")
+    world.add_nodes("us-east-1b")
+    manager = world.manager()
+    before = world.until_ready(manager, world.desired())[-1]
+    assert before.zones == ("us-east-1a", "us-east-1b")
+
+    [new_node] = world.add_nodes("us-east-1c", subnet_index=1)
+    world.proxy.creating_describes["mount-target"] = 1
+    world.proxy.clear_counts()
+    during = manager.reconcile(world.desired())
+    assert world.proxy.counts(mutating=True) == {"CreateMountTarget": 1}
+    assert during.progress == f"EFS {before.file_system_id}: 2/3 mount targets available"
+    assert during.mount_targets_by_zone()["us-east-1c"].subnet_id == new_node.subnet_id
+
+    after = world.until_ready(manager, world.desired())[-1]
+    assert after.progress.endswith("3/3 mount targets available")
+    assert len(world.mount_targets(after.file_system_id or "")) == 3
+
+
+def test_nodes_in_two_vpcs_is_a_config_error(world):
+    world.add_nodes("us-east-1a")
+    other = build_network(world.ec2, subnets_per_zone=1, zones=("us-east-1b",))
+    world.nodes += run_nodes(world.ec2, other.subnets["us-east-1b"][0], [other.node_sg])
+    with pytest.raises(AwsConfigError, match="several VPCs"):
+        world.manager().reconcile(world.desired())
+
+
+def test_no_nodes_yet_waits_without_creating_network_objects(world):
+    observed = world.manager().reconcile(world.desired())
+    assert observed.progress == f"EFS {observed.file_system_id}: waiting for cluster nodes"
+    assert not observed.ready
+    assert world.proxy.counts(mutating=True) == {"CreateFileSystem": 1}
+
+
+def test_nodes_not_in_this_region_or_account_is_a_config_error(world):
+    desired = Desired(
+        model_uuid=world.model_uuid,
+        app=APP,
+        nodes=(Node("n1", "aws:///us-east-1a/i-0123456789abcdef0"),),
+    )
+    with pytest.raises(AwsConfigError, match="none of the cluster nodes .*n1"):
+        world.manager().reconcile(desired)
+
+
+# -- conflicts and retries ------------------------------------------------------------------
+def test_file_system_already_exists_after_a_lost_response_is_resolved_by_token(world):
+    world.add_nodes("us-east-1a")
+    # moto creates the file system, the response is lost, botocore retries the create.
+    world.proxy.inject("CreateFileSystem", "reset-after")
+    observed = world.manager().reconcile(world.desired())
+
+    assert world.proxy.count("CreateFileSystem") == 2
+    [fs] = world.file_systems()
+    assert observed.file_system_id == fs["FileSystemId"] and observed.owned
+    assert world.proxy.pending_faults() == 0
+
+
+def test_mount_target_conflict_after_a_lost_response_means_the_zone_is_done(world):
+    six_node_world(world)
+    world.proxy.inject("CreateMountTarget", "reset-after")
+    observed = world.manager().reconcile(world.desired())
+
+    assert world.proxy.count("CreateMountTarget") == 4  # one retry met MountTargetConflict
+    assert observed.ready
+    assert len(world.mount_targets(observed.file_system_id or "")) == 3
+
+
+def test_duplicate_security_group_and_rule_after_lost_responses_are_success(world):
+    world.add_nodes("us-east-1a")
+    world.proxy.inject("CreateSecurityGroup", "reset-after")
+    world.proxy.inject("AuthorizeSecurityGroupIngress", "reset-after")
+    observed = world.manager().reconcile(world.desired())
+
+    assert world.proxy.count("CreateSecurityGroup") == 2
+    assert world.proxy.count("AuthorizeSecurityGroupIngress") == 2
+    [group] = world.our_groups()
+    assert observed.security_group_id == group["GroupId"]
+    assert len(group["IpPermissions"]) == 1
+
+
+def test_adopted_file_system_with_mount_targets_in_another_vpc_is_a_config_error(world):
+    other = build_network(world.ec2, subnets_per_zone=1, zones=("us-east-1b",))
+    fs_id = world.efs.create_file_system(CreationToken=str(uuid.uuid4()))["FileSystemId"]
+    world.efs.create_mount_target(FileSystemId=fs_id, SubnetId=other.subnets["us-east-1b"][0])
+    world.add_nodes("us-east-1a")
+    with pytest.raises(AwsConfigError, match=f"mount targets in {other.vpc_id}"):
+        world.manager().reconcile(world.desired(file_system_id=fs_id))
+    assert world.proxy.count("CreateMountTarget") == 0
+
+
+def test_throttling_500_and_connection_reset_are_retried(world):
+    world.add_nodes("us-east-1a")
+    world.proxy.inject("DescribeFileSystems", "throttle")
+    world.proxy.inject("CreateFileSystem", "500")
+    world.proxy.inject("DescribeInstances", "reset")
+    world.proxy.inject("CreateMountTarget", "throttle")
+    world.proxy.inject("DescribeSecurityGroups", "throttle")
+    observed = world.manager().reconcile(world.desired())
+
+    assert observed.ready
+    assert world.proxy.pending_faults() == 0
+    counts = world.proxy.counts()
+    assert counts["DescribeFileSystems"] == 2
+    assert counts["CreateFileSystem"] == 2
+    assert counts["DescribeInstances"] == 2
+    assert counts["CreateMountTarget"] == 2
+    assert len(world.file_systems()) == 1
+    faulted = [c for c in world.proxy.calls if c.fault]
+    assert {c.fault for c in faulted} == {"throttle", "500", "reset"}
+
+
+def test_persistent_throttling_gives_a_transient_error(world):
+    world.proxy.inject("DescribeFileSystems", "throttle", times=5)
+    with pytest.raises(AwsTransientError, match="DescribeFileSystems") as err:
+        world.manager(max_attempts=2).reconcile(world.desired())
+    assert "ThrottlingException" in str(err.value)
+    assert world.proxy.count("DescribeFileSystems") == 2
+    assert world.proxy.counts(mutating=True) == {}
+
+
+# -- credentials ----------------------------------------------------------------------------
+def test_rejected_access_key_names_the_key_problem_never_the_values(world):
+    world.proxy.valid_access_keys = {"AKIASOMEONEELSE00000"}
+    secret, token = "wrong/Secret+Value0123456789", "FwoGZXIvYXdzEXAMPLETOKEN"
+    creds = Credentials("AKIAWRONGKEY00000000", secret, token)
+    with pytest.raises(AwsAuthError) as err:
+        world.manager(creds).reconcile(world.desired())
+    message = str(err.value)
+    assert "elasticfilesystem:DescribeFileSystems" in message
+    assert "access key id is not a valid AWS access key" in message
+    for value in (creds.access_key_id, secret, token):
+        assert value not in message
+        assert value not in repr(err.value)
+
+
+@pytest.mark.parametrize(
+    "action,iam",
+    [
+        ("CreateFileSystem", "elasticfilesystem:CreateFileSystem"),
+        ("DescribeInstances", "ec2:DescribeInstances"),
+        ("CreateSecurityGroup", "ec2:CreateSecurityGroup"),
+        ("CreateMountTarget", "elasticfilesystem:CreateMountTarget"),
+    ],
+)
+def test_denied_action_is_named_in_the_auth_error(world, action, iam):
+    world.add_nodes("us-east-1a")
+    world.proxy.inject(action, "deny")
+    with pytest.raises(AwsAuthError, match=f"AWS denied {iam}") as err:
+        world.manager().reconcile(world.desired())
+    assert SECRET_ACCESS_KEY not in str(err.value)
+    assert ACCESS_KEY_ID not in str(err.value)
+
+
+def test_no_credential_value_in_logs(world, caplog):
+    caplog.set_level(logging.DEBUG)
+    world.add_nodes("us-east-1a")
+    token = "IQoJb3JpZ2luX2VjEXAMPLESESSIONTOKEN"
+    creds = Credentials(ACCESS_KEY_ID, SECRET_ACCESS_KEY, token)
+    manager = world.manager(creds)
+    world.proxy.inject("DescribeInstances", "throttle")
+    manager.reconcile(world.desired())
+    world.proxy.inject("CreateMountTarget", "deny")
+    world.add_nodes("us-east-1b")
+    with pytest.raises(AwsAuthError):
+        manager.reconcile(world.desired())
+    manager.teardown(world.desired(), delete=True)
+
+    assert "creating EFS file system" in caplog.text  # the module does log
+    for value in (ACCESS_KEY_ID, SECRET_ACCESS_KEY, token):
+        assert value not in caplog.text
+
+
+# -- adopt mode -----------------------------------------------------------------------------
+def test_adopt_uses_the_given_file_system_and_never_deletes_it(world):
+    six_node_world(world)
+    fs_id = world.efs.create_file_system(CreationToken=f"team-{uuid.uuid4()}")["FileSystemId"]
+    manager, desired = world.manager(), world.desired(file_system_id=fs_id)
+
+    observed = world.until_ready(manager, desired)[-1]
+    assert observed.file_system_id == fs_id and not observed.owned
+    assert world.file_systems() == []  # no file system of our own was created
+    assert world.proxy.count("CreateFileSystem") == 0
+    assert len(world.mount_targets(fs_id)) == 3
+
+    world.proxy.clear_counts()
+    for _ in range(3):
+        progress = manager.teardown(desired, delete=True)
+        assert progress.done and progress.deleted == ()
+        assert fs_id in progress.message
+    assert world.proxy.counts(mutating=True) == {}
+    assert world.efs.describe_file_systems(FileSystemId=fs_id)["FileSystems"]
+    assert len(world.mount_targets(fs_id)) == 3
+
+
+def test_adopting_a_missing_file_system_is_a_config_error_and_creates_nothing(world):
+    world.add_nodes("us-east-1a")
+    with pytest.raises(AwsConfigError, match="fs-0123456789abcdef0 does not exist in us-east-1"):
+        world.manager().reconcile(world.desired(file_system_id="fs-0123456789abcdef0"))
+    assert world.proxy.counts(mutating=True) == {}
+
+
+# -- teardown -------------------------------------------------------------------------------
+def test_teardown_without_delete_on_remove_keeps_everything(world):
+    six_node_world(world)
+    manager, desired = world.manager(), world.desired()
+    observed = world.until_ready(manager, desired)[-1]
+    world.proxy.clear_counts()
+
+    progress = manager.teardown(desired, delete=False)
+    assert progress.done and progress.deleted == ()
+    assert world.proxy.calls == []
+    assert len(world.file_systems()) == 1
+    assert len(world.mount_targets(observed.file_system_id or "")) == 3
+    assert len(world.our_groups()) == 1
+
+
+def test_teardown_with_delete_on_remove_deletes_in_order_one_step_per_call(world):
+    six_node_world(world)
+    manager, desired = world.manager(), world.desired()
+    fs_id = world.until_ready(manager, desired)[-1].file_system_id
+    [group] = world.our_groups()
+    # AWS keeps deleted mount targets and file systems listed as "deleting" for a while.
+    world.proxy.deleting_describes.update({"mount-target": 2, "file-system": 1})
+    world.proxy.clear_counts()
+
+    steps = []
+    for _ in range(10):
+        steps.append(manager.teardown(desired, delete=True))
+        if steps[-1].done:
+            break
+    assert [s.message for s in steps] == [
+        f"deleting 3 mount targets of EFS {fs_id}",
+        f"waiting for 3 mount targets of EFS {fs_id} to be deleted",
+        f"waiting for 3 mount targets of EFS {fs_id} to be deleted",
+        f"deleting EFS {fs_id}",
+        f"waiting for EFS {fs_id} to be deleted",
+        "EFS file system and security group deleted",
+    ]
+    mutating = [c.action for c in world.proxy.calls if c.mutating]
+    assert mutating == ["DeleteMountTarget"] * 3 + ["DeleteFileSystem", "DeleteSecurityGroup"]
+    assert steps[-1].deleted == (group["GroupId"],)
+    assert world.file_systems() == [] and world.our_groups() == []
+
+    world.proxy.clear_counts()
+    again = manager.teardown(desired, delete=True)
+    assert again.done and world.proxy.counts(mutating=True) == {}
+
+
+def test_teardown_retries_a_lost_delete_response(world):
+    world.add_nodes("us-east-1a")
+    manager, desired = world.manager(), world.desired()
+    world.until_ready(manager, desired)
+    world.proxy.inject("DeleteMountTarget", "reset-after")
+    world.proxy.inject("DeleteFileSystem", "reset-after")
+    world.proxy.inject("DeleteSecurityGroup", "reset-after")
+
+    for _ in range(6):
+        if manager.teardown(desired, delete=True).done:
+            break
+    assert world.proxy.pending_faults() == 0
+    assert world.file_systems() == [] and world.our_groups() == []
+
+
+def test_teardown_waits_while_aws_still_holds_the_security_group_or_file_system(world):
+    world.add_nodes("us-east-1a")
+    manager, desired = world.manager(), world.desired()
+    fs_id = world.until_ready(manager, desired)[-1].file_system_id
+    [group] = world.our_groups()
+    assert manager.teardown(desired, delete=True).message.startswith("deleting 1 mount")
+    world.proxy.inject("DeleteFileSystem", "dependency")
+    assert (
+        manager.teardown(desired, delete=True).message == f"waiting for EFS {fs_id} to be released"
+    )
+    assert manager.teardown(desired, delete=True).message == f"deleting EFS {fs_id}"
+    world.proxy.inject("DeleteSecurityGroup", "dependency")
+    waiting = manager.teardown(desired, delete=True)
+    assert not waiting.done
+    assert waiting.message == f"waiting for AWS to release security group {group['GroupId']}"
+    assert len(world.our_groups()) == 1
+    assert manager.teardown(desired, delete=True).done
+    assert world.our_groups() == []
+
+
+def test_teardown_leaves_a_file_system_whose_tags_name_another_application(world):
+    token = creation_token(world.model_uuid, APP)
+    world.efs.create_file_system(
+        CreationToken=token, Tags=[{"Key": TAG_APP, "Value": "someone-else"}]
+    )
+    progress = world.manager().teardown(world.desired(), delete=True)
+    assert progress.done and "tags do not name this application" in progress.message
+    assert world.proxy.counts(mutating=True) == {}
+    assert len(world.file_systems()) == 1
+
+
+# -- show-filesystem ------------------------------------------------------------------------
+def test_describe_reports_ownership_state_and_mount_targets_per_zone(world):
+    six_node_world(world)
+    manager, desired = world.manager(), world.desired()
+    assert manager.describe(desired).action_result()["file-system-id"] == "none"
+    fs_id = world.until_ready(manager, desired)[-1].file_system_id
+    world.proxy.clear_counts()
+
+    result = manager.describe(desired).action_result()
+    assert world.proxy.counts(mutating=True) == {}
+    assert result["file-system-id"] == fs_id
+    assert result["ownership"] == "owned"
+    assert result["state"] == "available"
+    assert result["throughput-mode"] == "elastic"
+    assert result["size-bytes"] == "0"
+    assert result["dns-name"] == f"{fs_id}.efs.us-east-1.amazonaws.com"
+    assert sorted(result["mount-targets"]) == list(ZONES)
+    assert all(v.endswith(" available") for v in result["mount-targets"].values())
+
+    adopted = manager.describe(world.desired(file_system_id=fs_id)).action_result()
+    assert adopted["ownership"] == "adopted"

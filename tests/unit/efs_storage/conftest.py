@@ -1,0 +1,78 @@
+"""Fixtures for the efs-storage charm: moto (behind the fault proxy) and a fake API server.
+
+The charm reaches AWS and Kubernetes through real clients: boto3 points at the proxy in
+front of one moto server per module (`EfsStorageCharm.aws_endpoint_url`), and the
+kubeconfig handed over on `kube-api` points at a `FakeKubeApiServer` started per test.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+# The moto server and fault proxy live with the functional tests, the shared builders next
+# to this file; tools/unit.py (--import-mode=importlib) puts neither on the path.
+for _path in (Path(__file__).resolve().parent, Path(__file__).resolve().parents[2] / "functional"):
+    if str(_path) not in sys.path:
+        sys.path.append(str(_path))
+
+from aws_fakes import LocalAws, build_network, local_aws  # noqa: E402
+from efs_env import APP, KUBE_TOKEN, Env, Scan  # noqa: E402
+from ops import testing  # noqa: E402
+
+import charm  # noqa: E402
+from fakes.kube_apiserver import FakeKubeApiServer  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def local() -> Iterator[LocalAws]:
+    with local_aws() as aws:
+        yield aws
+
+
+@pytest.fixture
+def aws(local: LocalAws, monkeypatch: pytest.MonkeyPatch) -> LocalAws:
+    local.reset()
+    monkeypatch.setattr(charm.EfsStorageCharm, "aws_endpoint_url", local.url)
+    monkeypatch.setattr(charm.EfsStorageCharm, "aws_max_attempts", 2)
+    monkeypatch.setattr(charm.EfsStorageCharm, "kube_retries", 1)
+    monkeypatch.setattr(charm.EfsStorageCharm, "kube_backoff", 0.01)
+    return local
+
+
+@pytest.fixture
+def kube_api() -> Iterator[FakeKubeApiServer]:
+    with FakeKubeApiServer() as api:
+        api.require_token(KUBE_TOKEN)
+        yield api
+
+
+@pytest.fixture
+def ctx() -> testing.Context:
+    """A context for an application deployed with --trust."""
+    return testing.Context(charm.EfsStorageCharm, app_name=APP, app_trusted=True)
+
+
+@pytest.fixture
+def untrusted_ctx() -> testing.Context:
+    """A context for an application deployed without --trust."""
+    return testing.Context(charm.EfsStorageCharm, app_name=APP, app_trusted=False)
+
+
+@pytest.fixture
+def env(aws: LocalAws, kube_api: FakeKubeApiServer) -> Env:
+    ec2 = aws.client("ec2")
+    net = build_network(ec2, subnets_per_zone=1)
+    e = Env(aws, kube_api, net, ec2, aws.client("efs"))
+    e.add_namespace("training")
+    return e
+
+
+@pytest.fixture
+def scan(caplog: pytest.LogCaptureFixture) -> Scan:
+    caplog.set_level(logging.DEBUG)
+    return Scan(caplog)

@@ -1,0 +1,203 @@
+"""Shared builders for the efs-storage unit tests: the AWS + cluster world and State.
+
+Imported by the tests as `efs_env` (conftest.py puts this directory and tests/functional,
+home of the moto helpers in aws_fakes.py, on sys.path).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+from aws_fakes import (
+    ACCESS_KEY_ID,
+    REGION,
+    SECRET_ACCESS_KEY,
+    Instance,
+    LocalAws,
+    Network,
+    run_nodes,
+)
+from ops import testing
+
+from fakes.kube_apiserver import FakeKubeApiServer
+
+APP = "efs-storage"
+KUBE_TOKEN = "kube-token-efs-unit-0123456789abcdef"
+SECRET_KEY_ID = "AKIACONFIGSECRET0042"
+SECRET_SECRET = "cOnFiGsEcReT/value+0123456789abcdefghijk"
+SESSION_TOKEN = "sessiontoken-value-0123456789"
+ALL_SECRETS = (
+    ACCESS_KEY_ID,
+    SECRET_ACCESS_KEY,
+    SECRET_KEY_ID,
+    SECRET_SECRET,
+    SESSION_TOKEN,
+    KUBE_TOKEN,
+)
+
+
+@dataclasses.dataclass
+class Env:
+    """One test's AWS network and cluster, and a builder of the charm's State."""
+
+    aws: LocalAws
+    api: FakeKubeApiServer
+    net: Network
+    ec2: Any
+    efs: Any
+    model: testing.Model = dataclasses.field(
+        default_factory=lambda: testing.Model(
+            name="gpu", cloud_spec=cloud_spec(ACCESS_KEY_ID, SECRET_ACCESS_KEY)
+        )
+    )
+    instances: list[Instance] = dataclasses.field(default_factory=list)
+    kubeconfig_secret: testing.Secret = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.kubeconfig_secret = testing.Secret(
+            {"kubeconfig": self.api.kubeconfig(token=KUBE_TOKEN)}, owner=None
+        )
+
+    @property
+    def proxy(self) -> Any:
+        return self.aws.proxy
+
+    def add_node(self, zone: str, subnet_index: int = 0) -> Instance:
+        """Start an EC2 instance and register it as a Kubernetes Node."""
+        inst = run_nodes(self.ec2, self.net.subnets[zone][subnet_index], [self.net.node_sg])[0]
+        self.instances.append(inst)
+        self.api.put_object(
+            f"/api/v1/nodes/{inst.private_dns}",
+            {
+                "spec": {"providerID": inst.provider_id},
+                "status": {"addresses": [{"type": "InternalIP", "address": inst.private_ip}]},
+            },
+        )
+        return inst
+
+    def add_namespace(self, name: str) -> None:
+        self.api.put_object(f"/api/v1/namespaces/{name}", {"metadata": {"name": name}})
+
+    def kube_api_relation(self, **data: str) -> testing.Relation:
+        answer = {
+            "endpoint": self.api.url,
+            "namespace": APP,
+            "service-account": APP,
+            "kubeconfig-secret-id": self.kubeconfig_secret.id,
+        }
+        answer.update(data)
+        return testing.Relation(
+            "kube-api", remote_app_name="kubernetes-control-plane", remote_app_data=answer
+        )
+
+    def state(
+        self,
+        *,
+        config: dict[str, Any] | None = None,
+        consumers: dict[str, str] | None = None,
+        relations: list[Any] | None = None,
+        secrets: list[testing.Secret] = (),  # type: ignore[assignment]
+        leader: bool = True,
+        planned_units: int = 1,
+        model: testing.Model | None = None,
+    ) -> testing.State:
+        """A State with kube-api and one shared-storage relation per consumer app."""
+        if relations is None:
+            relations = [self.kube_api_relation()]
+            for app, namespace in (consumers if consumers is not None else {}).items():
+                relations.append(storage_relation(app, namespace))
+        return testing.State(
+            leader=leader,
+            config=config or {},
+            relations=relations,
+            secrets=[self.kubeconfig_secret, *secrets],
+            planned_units=planned_units,
+            model=model or self.model,
+        )
+
+    def mutating_aws_calls(self) -> list[str]:
+        return [c.action for c in self.proxy.calls if c.mutating]
+
+    def kube_writes(self) -> list[tuple[str, str]]:
+        return [(r.method, r.path) for r in self.api.requests if r.method != "GET"]
+
+    def file_systems(self) -> list[dict]:
+        return self.efs.describe_file_systems()["FileSystems"]
+
+    def mount_targets(self, fs_id: str) -> list[dict]:
+        return self.efs.describe_mount_targets(FileSystemId=fs_id)["MountTargets"]
+
+    def pv(self, name: str) -> dict | None:
+        return self.api.get_object(f"/api/v1/persistentvolumes/{name}")
+
+    def pvc(self, namespace: str, name: str) -> dict | None:
+        return self.api.get_object(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{name}")
+
+    def bind(self, namespace: str, name: str) -> None:
+        """Do what the PV controller does: mark the claim Bound."""
+        claim = self.pvc(namespace, name)
+        assert claim is not None, f"no claim {namespace}/{name}"
+        claim["status"] = {"phase": "Bound"}
+        self.api.put_object(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{name}", claim)
+
+    def add_pod(self, namespace: str, name: str, claim: str, phase: str = "Running") -> None:
+        self.api.put_object(
+            f"/api/v1/namespaces/{namespace}/pods/{name}",
+            {
+                "spec": {
+                    "containers": [{"name": "c", "image": "busybox"}],
+                    "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
+                },
+                "status": {"phase": phase},
+            },
+        )
+
+
+def cloud_spec(key_id: str, secret: str, *, region: str = REGION, kind: str = "ec2") -> Any:
+    return testing.CloudSpec(
+        type=kind,
+        name="aws",
+        region=region,
+        credential=testing.CloudCredential(
+            auth_type="access-key", attributes={"access-key": key_id, "secret-key": secret}
+        ),
+    )
+
+
+def storage_relation(app: str, namespace: str | None, **extra: str) -> testing.Relation:
+    data = {"namespace": namespace} if namespace is not None else {}
+    data.update(extra)
+    return testing.Relation("shared-storage", remote_app_name=app, remote_app_data=data)
+
+
+class Scan:
+    """Collects log records from `start()` on; `check(*outputs)` asserts no secret in any."""
+
+    def __init__(self, caplog: pytest.LogCaptureFixture):
+        self.caplog = caplog
+        self.lines = 0
+
+    def start(self) -> None:
+        """Forget the records so far (test setup signs its own boto3 calls at DEBUG)."""
+        self.caplog.clear()
+
+    def check(self, *outputs: Any) -> int:
+        texts = [r.getMessage() for r in self.caplog.records]
+        texts += [repr(o) for o in outputs]
+        for text in texts:
+            for value in ALL_SECRETS:
+                assert value not in text, f"secret value leaked into: {text[:300]}"
+        self.lines = len(texts)
+        return len(texts)
+
+
+def status_texts(ctx: testing.Context, state: testing.State) -> list[str]:
+    """Every status message and juju-log line of a run, with the databags."""
+    texts = [str(state.unit_status), str(state.app_status)]
+    texts += [log.message for log in ctx.juju_log]
+    for rel in state.relations:
+        texts.append(repr(dict(rel.local_app_data)))
+        texts.append(repr(dict(rel.local_unit_data)))
+    return texts
