@@ -1,0 +1,276 @@
+#!/usr/bin/env python3
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""The tensorflow charm: distributed TensorFlow training jobs on the related cluster.
+
+Thin ops layer: relations (`kube-api` for credentials in the charm's namespace,
+`shared-storage` for the claim), status, and actions that hand over to `training.py`
+(cluster operations) and `jobs.py` (validation, manifests, summaries).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import jobs
+import ops
+import pydantic
+import training
+from literals import CLUSTER_RULES, KUBE_API, NAMESPACED_RULES, SHARED_STORAGE
+
+from charms.gpu_k8s.v0.config import CharmConfig
+from charms.gpu_k8s.v0.kube_api import KubeApiRequirer, Rule
+from charms.gpu_k8s.v0.shared_storage import SharedStorageRequirer
+
+logger = logging.getLogger(__name__)
+
+
+class Config(CharmConfig):
+    """The charm's config options."""
+
+    default_image: str = "tensorflow/tensorflow:2.21.0"
+    tensorboard_image: str = "tensorflow/tensorflow:2.21.0"
+    job_ttl: int = 24
+
+    @pydantic.field_validator("default_image", "tensorboard_image")
+    @classmethod
+    def _image(cls, value: str) -> str:
+        if not value or any(c.isspace() for c in value):
+            raise ValueError("must be an image reference such as tensorflow/tensorflow:2.21.0")
+        return value
+
+    @pydantic.field_validator("job_ttl")
+    @classmethod
+    def _ttl(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError("must be at least 1 (hours a finished job is kept)")
+        return value
+
+
+class NotReadyError(Exception):
+    """The relations do not give access to the cluster yet; the message says why."""
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+class TensorflowCharm(ops.CharmBase):
+    """Runs distributed TensorFlow training as Kubernetes Jobs."""
+
+    # Boundaries that tests replace: wall clock (job-ttl), sleeping and polling interval.
+    clock: Callable[[], datetime.datetime] = staticmethod(_now)
+    sleep: Callable[[float], None] = staticmethod(time.sleep)
+    monotonic: Callable[[], float] = staticmethod(time.monotonic)
+
+    def __init__(self, framework: ops.Framework):
+        super().__init__(framework)
+        namespace = self.app.name
+        rules: list[Rule | dict[str, Any]] = [*NAMESPACED_RULES]
+        cluster_rules: list[Rule | dict[str, Any]] = [*CLUSTER_RULES]
+        self.kube_api = KubeApiRequirer(
+            self, KUBE_API, namespace=namespace, rules=rules, cluster_rules=cluster_rules
+        )
+        self.storage = SharedStorageRequirer(self, SHARED_STORAGE, namespace=namespace)
+        self._housekeeping_error: str | None = None
+        on = self.on
+        for event in (
+            on.config_changed,
+            on.update_status,
+            on.upgrade_charm,
+            on.secret_changed,
+            on[KUBE_API].relation_changed,
+            on[KUBE_API].relation_broken,
+            on[SHARED_STORAGE].relation_changed,
+            on[SHARED_STORAGE].relation_broken,
+        ):
+            framework.observe(event, self._reconcile)
+        framework.observe(on.collect_unit_status, self._on_collect_status)
+        framework.observe(on.train_action, self._on_train)
+        framework.observe(on.scale_action, self._on_scale)
+        framework.observe(on.job_status_action, self._on_job_status)
+        framework.observe(on.list_jobs_action, self._on_list_jobs)
+        framework.observe(on.logs_action, self._on_logs)
+        framework.observe(on.stop_action, self._on_stop)
+
+    # -- access to the cluster
+
+    def _problem(self) -> tuple[type[ops.StatusBase], str] | None:
+        """What keeps the charm from the cluster: (status class, message), or None."""
+        missing = [
+            name for name, lib in ((KUBE_API, self.kube_api), (SHARED_STORAGE, self.storage))
+            if lib.relation is None
+        ]  # fmt: skip
+        if missing:
+            fix = {KUBE_API: "kubernetes-control-plane", SHARED_STORAGE: "efs-storage"}
+            return ops.BlockedStatus, (
+                f"missing relation {' and '.join(missing)}: integrate with "
+                f"{' and '.join(fix[m] for m in missing)}"
+            )
+        for name, lib in ((KUBE_API, self.kube_api), (SHARED_STORAGE, self.storage)):
+            problem = lib.problem()
+            if problem:
+                return ops.WaitingStatus, f"{name}: {problem}"
+        return None
+
+    @contextmanager
+    def _cluster(self, config: Config) -> Iterator[tuple[Any, jobs.Context]]:
+        """A Kube client and the job context; NotReadyError while relations are not ready."""
+        problem = self._problem()
+        if problem is not None:
+            raise NotReadyError(problem[1])
+        from charms.gpu_k8s.v0.kubeclient import Kube
+
+        claim = self.storage.claim()
+        kubeconfig = self.kube_api.kubeconfig()
+        namespace = self.kube_api.namespace() or self.storage.namespace
+        if claim is None or kubeconfig is None:  # pragma: no cover - _problem covers it
+            raise NotReadyError("waiting for kube-api and shared-storage")
+        ctx = jobs.Context(
+            namespace=namespace,
+            app=self.app.name,
+            claim=claim.claim_name,
+            default_image=config.default_image,
+            tensorboard_image=config.tensorboard_image,
+        )
+        try:
+            kube = Kube.from_kubeconfig(kubeconfig)
+        except ValueError as e:
+            raise NotReadyError(f"{KUBE_API}: {e}") from None
+        with kube:
+            yield kube, ctx
+
+    # -- hooks
+
+    def _reconcile(self, _: ops.EventBase) -> None:
+        """Housekeeping: stop parameter servers of finished jobs, delete expired jobs."""
+        from charms.gpu_k8s.v0.kubeclient import KubeError
+
+        if not self.unit.is_leader():
+            return
+        try:
+            config = self.load_config(Config)
+        except ValueError:
+            return  # collect-status reports it
+        try:
+            with self._cluster(config) as (kube, ctx):
+                now = self.clock()
+                for line in training.housekeeping(kube, ctx, config.job_ttl, now):
+                    logger.info("housekeeping: %s", line)
+        except NotReadyError:
+            return
+        except KubeError as e:
+            self._housekeeping_error = f"Kubernetes API: {e.reason} ({e.status}); retrying"
+            logger.warning("housekeeping failed: %s", e)
+
+    def _on_collect_status(self, event: ops.CollectStatusEvent) -> None:
+        try:
+            config = self.load_config(Config)
+        except ValueError as e:
+            event.add_status(ops.BlockedStatus(f"{e}"))
+            return
+        problem = self._problem()
+        if problem is not None:
+            status_class, message = problem
+            event.add_status(status_class(message))
+            return
+        if self._housekeeping_error:
+            event.add_status(ops.WaitingStatus(self._housekeeping_error))
+        claim = self.storage.claim()
+        namespace = self.kube_api.namespace()
+        event.add_status(
+            ops.ActiveStatus(
+                f"Ready: namespace {namespace}, claim {claim.claim_name if claim else '?'}, "
+                f"image {config.default_image}"
+            )
+        )
+
+    # -- actions
+
+    def _run(self, event: ops.ActionEvent, operation: Callable[..., dict[str, Any]]) -> None:
+        """Run `operation(kube, ctx)` and set its results; failures become `event.fail`."""
+        from charms.gpu_k8s.v0.kubeclient import KubeError
+
+        try:
+            config = self.load_config(Config)
+        except ValueError as e:
+            event.fail(f"charm config is invalid: {e}")
+            return
+        try:
+            with self._cluster(config) as (kube, ctx):
+                results = operation(kube, ctx)
+        except NotReadyError as e:
+            event.fail(f"not ready: {e}")
+            return
+        except training.JobError as e:
+            event.fail(str(e))
+            return
+        except KubeError as e:
+            event.fail(f"Kubernetes API error: {e.message} ({e.status} {e.reason})")
+            return
+        event.set_results(results)
+
+    def _wait_args(self, event: ops.ActionEvent) -> dict[str, Any]:
+        """Progress logging and the (test-replaceable) sleep and clock for waiting actions."""
+
+        def log(message: str) -> None:
+            logger.info(message)
+            event.log(message)
+
+        return {"log": log, "sleep": self.sleep, "clock": self.monotonic}
+
+    def _on_train(self, event: ops.ActionEvent) -> None:
+        request = event.load_params(jobs.TrainRequest, errors="fail")
+        try:
+            code = training.read_code()
+        except OSError as e:
+            event.fail(f"the charm is missing its launcher: {e}")
+            return
+        waits = self._wait_args(event)
+        self._run(event, lambda kube, ctx: training.launch(kube, ctx, request, code, **waits))
+
+    def _on_scale(self, event: ops.ActionEvent) -> None:
+        p = event.load_params(jobs.ScaleParams, errors="fail")
+        waits = self._wait_args(event)
+        self._run(
+            event,
+            lambda kube, ctx: training.scale(kube, ctx, p.job, p.workers, p.timeout, **waits),
+        )
+
+    def _on_job_status(self, event: ops.ActionEvent) -> None:
+        params = event.load_params(jobs.JobParams, errors="fail")
+        self._run(event, lambda kube, ctx: training.status(kube, ctx, params.job))
+
+    def _on_list_jobs(self, event: ops.ActionEvent) -> None:
+        event.load_params(jobs.NoParams, errors="fail")
+
+        def list_jobs(kube: Any, ctx: jobs.Context) -> dict[str, Any]:
+            found = training.list_jobs(kube, ctx)
+            results: dict[str, Any] = {"count": str(len(found))}
+            if found:
+                results["jobs"] = found
+            return results
+
+        self._run(event, list_jobs)
+
+    def _on_logs(self, event: ops.ActionEvent) -> None:
+        params = event.load_params(jobs.LogsParams, errors="fail")
+        self._run(
+            event,
+            lambda kube, ctx: {"logs": training.logs(kube, ctx, params.job, params.lines)},
+        )
+
+    def _on_stop(self, event: ops.ActionEvent) -> None:
+        p = event.load_params(jobs.StopParams, errors="fail")
+        waits = self._wait_args(event)
+        self._run(event, lambda kube, ctx: training.stop(kube, ctx, p.job, p.purge, **waits))
+
+
+if __name__ == "__main__":  # pragma: nocover
+    ops.main(TensorflowCharm)

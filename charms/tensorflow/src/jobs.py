@@ -1,0 +1,878 @@
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""Training jobs as Kubernetes objects: request validation, manifests, admission, summaries.
+
+No ops and no I/O here: functions take data and return data (`training.py` talks to the
+API server).
+
+A job `<job>` is:
+
+- a headless Service `<job>` (selecting the job's training pods) that gives every pod the
+  stable name `<job>-<role>-<i>.<job>`: an Indexed Job's pod hostname is
+  `$(job-name)-$(index)` and with `subdomain: <job>` it resolves in the namespace, which is
+  exactly the address `tf_launcher.build_tf_config` writes into `TF_CONFIG`;
+- one Indexed Job `<job>-<role>` per role (`worker`; for `strategy=ps` also `chief` and
+  `ps`), completions = parallelism = replicas;
+- a ConfigMap `<job>-code` holding `tf_launcher.py` and `tf_trainer.py`, mounted at
+  /opt/gpu-k8s; the shared volume's claim is mounted at /data;
+- a TensorBoard Deployment + Service `<job>-tensorboard` over `/data/jobs/<job>/logs`.
+
+How progress is read: the charm runs on a machine, not in a pod, so it cannot open the
+progress file on the shared volume. The chief (worker 0 for `mwms`, `chief` for `ps`) also
+prints every progress report to its log as one line `GPU_K8S_PROGRESS {json}` (same
+fields as the file: step, steps, loss, examples_per_sec, global_batch_size, time,
+resumed_from, state, loss_history); `parse_progress` reads the last such line of the
+chief's log tail.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+import shlex
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
+
+import pydantic
+from literals import (
+    ANNOTATION_REQUEST,
+    BUILTIN_SCRIPTS,
+    CODE_MOUNT,
+    COMPONENT_PURGE,
+    COMPONENT_TENSORBOARD,
+    COMPONENT_TRAINING,
+    DATA_MOUNT,
+    GPU_RESOURCE,
+    GPU_RUNTIME_CLASS,
+    JOB_BACKOFF_LIMIT,
+    JOB_NAME_MAX,
+    LABEL_COMPLETION_INDEX,
+    LABEL_COMPONENT,
+    LABEL_JOB,
+    LABEL_MANAGED_BY,
+    LABEL_ROLE,
+    LAUNCHER,
+    MAX_WORKERS,
+    PROGRESS_MARKER,
+    PURGE_TTL_SECONDS,
+    TENSORBOARD_PORT,
+    TF_PORT,
+)
+
+from charms.gpu_k8s.v0.config import ActionParams
+
+_DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_RESERVED_ENV = ("GPU_K8S_", "TF_CONFIG", "JOB_COMPLETION_INDEX")
+_TF_IMAGE = re.compile(r"^(docker\.io/)?tensorflow/tensorflow:[^-]+$")
+SPARK = "▁▂▃▄▅▆▇█"
+
+
+def check_job_name(value: str) -> str:
+    """Return `value` when it is a valid job name; raise ValueError saying what to change."""
+    if not isinstance(value, str) or not _DNS_LABEL.match(value) or len(value) > JOB_NAME_MAX:
+        raise ValueError(
+            f"{value!r} is not a valid job name: use 1-{JOB_NAME_MAX} lowercase letters, "
+            "digits and '-', starting with a letter and ending with a letter or digit"
+        )
+    return value
+
+
+def _check_quantity(value: str, what: str, example: str) -> str:
+    if not _QUANTITY.match(value):
+        raise ValueError(f"{value!r} is not a Kubernetes quantity: give {what} like {example}")
+    return value
+
+
+def parse_env(text: str) -> dict[str, str]:
+    """Parse `KEY=VALUE KEY2='VALUE 2'` (shell quoting) into a dict.
+
+    Raises:
+        ValueError: a word is not KEY=VALUE, or a key is malformed or reserved.
+    """
+    env: dict[str, str] = {}
+    try:
+        words = shlex.split(text)
+    except ValueError as e:
+        raise ValueError(f"cannot parse env ({e}): use KEY=VALUE pairs") from None
+    for word in words:
+        key, sep, value = word.partition("=")
+        if not sep or not _ENV_NAME.match(key):
+            raise ValueError(f"{word!r} is not KEY=VALUE: use pairs such as BATCH=64 SEED=1")
+        if key.startswith(_RESERVED_ENV):
+            raise ValueError(f"{key} is set by the charm: remove it from env")
+        env[key] = value
+    return env
+
+
+def _split(text: str, what: str) -> list[str]:
+    try:
+        return shlex.split(text)
+    except ValueError as e:
+        raise ValueError(f"cannot parse {what} ({e}): check its quotes") from None
+
+
+class JobParams(ActionParams):
+    """Parameters naming one existing job."""
+
+    job: str
+
+    @pydantic.field_validator("job")
+    @classmethod
+    def _job(cls, value: str) -> str:
+        return check_job_name(value)
+
+
+class TrainRequest(ActionParams):
+    """The `train` action's parameters (also stored on the job for `scale`)."""
+
+    job: str = "mnist"
+    image: str = ""
+    script: str = ""
+    command: str = ""
+    args: str = ""
+    env: str = ""
+    strategy: Literal["mwms", "ps"] = "mwms"
+    workers: int = 2
+    ps: int = 0
+    gpus_per_worker: int = 0
+    cpu: str = "1"
+    memory: str = "4Gi"
+    steps: int = 1000
+    timeout: int = 300
+
+    @pydantic.field_validator("job")
+    @classmethod
+    def _job(cls, value: str) -> str:
+        return check_job_name(value)
+
+    @pydantic.field_validator("workers")
+    @classmethod
+    def _workers(cls, value: int) -> int:
+        if not 1 <= value <= MAX_WORKERS:
+            raise ValueError(f"must be between 1 and {MAX_WORKERS}, got {value}")
+        return value
+
+    @pydantic.field_validator("ps", "timeout")
+    @classmethod
+    def _not_negative(cls, value: int) -> int:
+        if value < 0:
+            raise ValueError(f"must be 0 or more, got {value}")
+        return value
+
+    @pydantic.field_validator("gpus_per_worker")
+    @classmethod
+    def _gpus(cls, value: int) -> int:
+        if not 0 <= value <= 16:
+            raise ValueError(f"must be between 0 and 16 GPUs, got {value}")
+        return value
+
+    @pydantic.field_validator("steps")
+    @classmethod
+    def _steps(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError(f"must be at least 1, got {value}")
+        return value
+
+    @pydantic.field_validator("cpu")
+    @classmethod
+    def _cpu(cls, value: str) -> str:
+        return _check_quantity(value, "cpu", "2 or 500m")
+
+    @pydantic.field_validator("memory")
+    @classmethod
+    def _memory(cls, value: str) -> str:
+        return _check_quantity(value, "memory", "8Gi")
+
+    @pydantic.field_validator("script")
+    @classmethod
+    def _script(cls, value: str) -> str:
+        if value and value not in BUILTIN_SCRIPTS:
+            raise ValueError(
+                f"unknown script {value!r}: use {', '.join(sorted(BUILTIN_SCRIPTS))}, "
+                "or run your own program with command=..."
+            )
+        return value
+
+    @pydantic.field_validator("env")
+    @classmethod
+    def _env(cls, value: str) -> str:
+        parse_env(value)
+        return value
+
+    @pydantic.field_validator("command", "args")
+    @classmethod
+    def _words(cls, value: str, info: pydantic.ValidationInfo) -> str:
+        _split(value, info.field_name or "value")
+        return value
+
+    @pydantic.field_validator("image")
+    @classmethod
+    def _image(cls, value: str) -> str:
+        if value and (any(c.isspace() for c in value) or value.startswith("-")):
+            raise ValueError(f"{value!r} is not an image reference such as repo/name:tag")
+        return value
+
+    @pydantic.model_validator(mode="after")
+    def _combination(self) -> TrainRequest:
+        if self.script and self.command:
+            raise ValueError("give either script or command, not both")
+        if self.strategy == "mwms" and self.ps:
+            raise ValueError(f"ps={self.ps} needs strategy=ps; set ps=0 for strategy mwms")
+        if self.strategy == "ps" and self.ps < 1:
+            raise ValueError("strategy=ps needs at least one parameter server: set ps >= 1")
+        return self
+
+    def replicas(self) -> dict[str, int]:
+        """Replicas of every role, in creation order."""
+        if self.strategy == "ps":
+            return {"chief": 1, "ps": self.ps, "worker": self.workers}
+        return {"worker": self.workers}
+
+    def gpus(self, role: str) -> int:
+        """GPUs per replica of `role` (only workers get GPUs)."""
+        return self.gpus_per_worker if role == "worker" else 0
+
+    def gpu_demands(self) -> list[int]:
+        """GPUs of every replica that needs some."""
+        return [g for role, n in self.replicas().items() for g in [self.gpus(role)] * n if g]
+
+    def chief(self) -> tuple[str, int]:
+        """The task that reports progress: `chief` 0 for ps, else `worker` 0."""
+        return ("chief", 0) if self.strategy == "ps" else ("worker", 0)
+
+    def to_json(self) -> str:
+        """The request as JSON, for the job's annotation."""
+        return self.model_dump_json()
+
+    @classmethod
+    def from_json(cls, text: str) -> TrainRequest:
+        """The request stored by `to_json` (raises ValueError when it does not validate)."""
+        try:
+            data = json.loads(text)
+        except (TypeError, ValueError):
+            raise ValueError("the job's stored request is not JSON") from None
+        if not isinstance(data, dict):
+            raise ValueError("the job's stored request is not a JSON object")
+        return cls(**data)
+
+
+class ScaleParams(JobParams):
+    """The `scale` action's parameters."""
+
+    workers: int
+    timeout: int = 300
+
+    @pydantic.field_validator("workers")
+    @classmethod
+    def _workers(cls, value: int) -> int:
+        if not 1 <= value <= MAX_WORKERS:
+            raise ValueError(f"must be between 1 and {MAX_WORKERS}, got {value}")
+        return value
+
+    @pydantic.field_validator("timeout")
+    @classmethod
+    def _timeout(cls, value: int) -> int:
+        if value < 0:
+            raise ValueError(f"must be 0 or more, got {value}")
+        return value
+
+
+class LogsParams(JobParams):
+    """The `logs` action's parameters."""
+
+    lines: int = 20
+
+    @pydantic.field_validator("lines")
+    @classmethod
+    def _lines(cls, value: int) -> int:
+        if not 1 <= value <= 1000:
+            raise ValueError(f"must be between 1 and 1000, got {value}")
+        return value
+
+
+class StopParams(JobParams):
+    """The `stop` action's parameters."""
+
+    purge: bool = False
+
+
+class NoParams(ActionParams):
+    """An action without parameters."""
+
+
+# ---------------------------------------------------------------- manifests
+
+
+@dataclasses.dataclass(frozen=True)
+class Context:
+    """Where and how the charm runs jobs."""
+
+    namespace: str
+    app: str
+    claim: str
+    default_image: str
+    tensorboard_image: str
+
+    def image_for(self, request: TrainRequest) -> str:
+        """The request's image, or the default (its `-gpu` variant when GPUs are used)."""
+        if request.image:
+            return request.image
+        if request.gpus_per_worker and _TF_IMAGE.match(self.default_image):
+            return f"{self.default_image}-gpu"
+        return self.default_image
+
+
+def labels(app: str, job: str, component: str | None = None, role: str | None = None) -> dict:
+    """The labels of one object of a job."""
+    out = {LABEL_MANAGED_BY: app, LABEL_JOB: job}
+    if component:
+        out[LABEL_COMPONENT] = component
+    if role:
+        out[LABEL_ROLE] = role
+    return out
+
+
+def selector(app: str, job: str | None = None, component: str | None = None) -> str:
+    """A label selector string for the app's objects (of one job, of one component)."""
+    terms = [f"{LABEL_MANAGED_BY}={app}"]
+    if job:
+        terms.append(f"{LABEL_JOB}={job}")
+    if component:
+        terms.append(f"{LABEL_COMPONENT}={component}")
+    return ",".join(terms)
+
+
+def _meta(name: str, ctx: Context, lbls: dict) -> dict:
+    return {"name": name, "namespace": ctx.namespace, "labels": dict(lbls)}
+
+
+def code_configmap(request: TrainRequest, ctx: Context, code: Mapping[str, str]) -> dict:
+    """The ConfigMap `<job>-code` with the launcher and trainer sources."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(f"{request.job}-code", ctx, labels(ctx.app, request.job)),
+        "data": dict(code),
+    }
+
+
+def headless_service(request: TrainRequest, ctx: Context) -> dict:
+    """The headless Service `<job>` that names the training pods; it keeps the request."""
+    meta = _meta(request.job, ctx, labels(ctx.app, request.job, COMPONENT_TRAINING))
+    meta["annotations"] = {ANNOTATION_REQUEST: request.to_json()}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": meta,
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": labels(ctx.app, request.job, COMPONENT_TRAINING),
+            "ports": [{"name": "grpc", "port": TF_PORT, "targetPort": TF_PORT}],
+        },
+    }
+
+
+def _command(request: TrainRequest) -> list[str]:
+    launcher = ["python3", f"{CODE_MOUNT}/{LAUNCHER}", "--"]
+    args = _split(request.args, "args")
+    if request.command:
+        return [*launcher, *_split(request.command, "command"), *args]
+    return [*launcher, "--steps", str(request.steps), *args]
+
+
+def _env(request: TrainRequest, role: str) -> list[dict]:
+    fixed = {
+        "GPU_K8S_JOB": request.job,
+        "GPU_K8S_SERVICE": request.job,
+        "GPU_K8S_STRATEGY": request.strategy,
+        "GPU_K8S_ROLE": role,
+        "GPU_K8S_WORKERS": str(request.workers),
+        "GPU_K8S_PS": str(request.ps),
+        "GPU_K8S_PORT": str(TF_PORT),
+        "GPU_K8S_DATA_DIR": DATA_MOUNT,
+        "GPU_K8S_STEPS": str(request.steps),
+        "PYTHONUNBUFFERED": "1",
+    }
+    merged = {**parse_env(request.env), **fixed}
+    return [{"name": k, "value": v} for k, v in merged.items()]
+
+
+def _volumes(request: TrainRequest, ctx: Context, read_only: bool = False) -> list[dict]:
+    volumes = [
+        {"name": "data", "persistentVolumeClaim": {"claimName": ctx.claim, "readOnly": read_only}}
+    ]
+    if not read_only:
+        volumes.append(
+            {"name": "code", "configMap": {"name": f"{request.job}-code", "defaultMode": 0o555}}
+        )
+    return volumes
+
+
+def role_job(request: TrainRequest, ctx: Context, role: str) -> dict:
+    """The Indexed Job `<job>-<role>`: one pod per replica, stable hostnames."""
+    replicas = request.replicas()[role]
+    gpus = request.gpus(role)
+    resources: dict[str, dict[str, str]] = {
+        "requests": {"cpu": request.cpu, "memory": request.memory},
+        "limits": {"cpu": request.cpu, "memory": request.memory},
+    }
+    pod_spec: dict[str, Any] = {
+        "subdomain": request.job,
+        "restartPolicy": "OnFailure",
+        "containers": [
+            {
+                "name": "tensorflow",
+                "image": ctx.image_for(request),
+                "command": _command(request),
+                "env": _env(request, role),
+                "ports": [{"name": "grpc", "containerPort": TF_PORT}],
+                "resources": resources,
+                "volumeMounts": [
+                    {"name": "data", "mountPath": DATA_MOUNT},
+                    {"name": "code", "mountPath": CODE_MOUNT, "readOnly": True},
+                ],
+            }
+        ],
+        "volumes": _volumes(request, ctx),
+    }
+    if gpus:
+        resources["limits"][GPU_RESOURCE] = str(gpus)
+        pod_spec["runtimeClassName"] = GPU_RUNTIME_CLASS
+        pod_spec["tolerations"] = [{"key": GPU_RESOURCE, "operator": "Exists"}]
+    pod_labels = labels(ctx.app, request.job, COMPONENT_TRAINING, role)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": _meta(f"{request.job}-{role}", ctx, pod_labels),
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": replicas,
+            "parallelism": replicas,
+            "backoffLimit": JOB_BACKOFF_LIMIT,
+            "template": {"metadata": {"labels": pod_labels}, "spec": pod_spec},
+        },
+    }
+
+
+def tensorboard(request: TrainRequest, ctx: Context) -> list[dict]:
+    """The TensorBoard Deployment and Service `<job>-tensorboard`."""
+    name = f"{request.job}-tensorboard"
+    lbls = labels(ctx.app, request.job, COMPONENT_TENSORBOARD)
+    logdir = f"{DATA_MOUNT}/jobs/{request.job}/logs"
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(name, ctx, lbls),
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": lbls},
+            "template": {
+                "metadata": {"labels": lbls},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "tensorboard",
+                            "image": ctx.tensorboard_image,
+                            "command": [
+                                "tensorboard",
+                                "--logdir",
+                                logdir,
+                                "--bind_all",
+                                "--port",
+                                str(TENSORBOARD_PORT),
+                            ],  # fmt: skip
+                            "ports": [{"name": "http", "containerPort": TENSORBOARD_PORT}],
+                            "resources": {"requests": {"cpu": "100m", "memory": "512Mi"}},
+                            "volumeMounts": [
+                                {"name": "data", "mountPath": DATA_MOUNT, "readOnly": True}
+                            ],
+                        }
+                    ],
+                    "volumes": _volumes(request, ctx, read_only=True),
+                },
+            },
+        },
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(name, ctx, lbls),
+        "spec": {
+            "selector": lbls,
+            "ports": [{"name": "http", "port": TENSORBOARD_PORT, "targetPort": TENSORBOARD_PORT}],
+        },
+    }
+    return [deployment, service]
+
+
+def manifests(request: TrainRequest, ctx: Context, code: Mapping[str, str]) -> list[dict]:
+    """Every object of a job, in creation order (code, Service, Jobs, TensorBoard)."""
+    jobs = [role_job(request, ctx, role) for role in request.replicas()]
+    return [
+        code_configmap(request, ctx, code),
+        headless_service(request, ctx),
+        *jobs,
+        *tensorboard(request, ctx),
+    ]
+
+
+def tensorboard_url(job: str, namespace: str) -> str:
+    """The in-cluster URL of a job's TensorBoard."""
+    return f"http://{job}-tensorboard.{namespace}.svc:{TENSORBOARD_PORT}"
+
+
+def purge_job(job: str, ctx: Context) -> dict:
+    """A short-lived Job that removes `/data/jobs/<job>` from the shared volume."""
+    check_job_name(job)  # the name goes into an rm -rf path
+    lbls = labels(ctx.app, job, COMPONENT_PURGE)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": _meta(f"{job}-purge", ctx, lbls),
+        "spec": {
+            "backoffLimit": 2,
+            "ttlSecondsAfterFinished": PURGE_TTL_SECONDS,
+            "template": {
+                "metadata": {"labels": lbls},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {
+                            "name": "purge",
+                            "image": ctx.default_image,
+                            "command": ["rm", "-rf", "--", f"{DATA_MOUNT}/jobs/{job}"],
+                            "volumeMounts": [{"name": "data", "mountPath": DATA_MOUNT}],
+                        }
+                    ],
+                    "volumes": [
+                        {"name": "data", "persistentVolumeClaim": {"claimName": ctx.claim}}
+                    ],
+                },
+            },
+        },
+    }
+
+
+# ---------------------------------------------------------------- admission
+
+
+def _quantity_int(value: Any) -> int:
+    try:
+        return int(str(value))
+    except (TypeError, ValueError):
+        return 0
+
+
+def _tolerated(node: dict) -> bool:
+    """Whether our GPU pods tolerate every NoSchedule/NoExecute taint of the node."""
+    for taint in (node.get("spec") or {}).get("taints") or []:
+        if taint.get("effect") in ("NoSchedule", "NoExecute") and taint.get("key") != GPU_RESOURCE:
+            return False
+    return True
+
+
+def _ready(node: dict) -> bool:
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return cond.get("status") == "True"
+    return False
+
+
+def pod_gpus(pod: dict) -> int:
+    """GPUs a pod holds (limits of its containers; init containers count at their max)."""
+    spec = pod.get("spec") or {}
+
+    def need(container: dict) -> int:
+        res = container.get("resources") or {}
+        return _quantity_int(
+            (res.get("limits") or {}).get(GPU_RESOURCE)
+            or (res.get("requests") or {}).get(GPU_RESOURCE)
+        )
+
+    regular = sum(need(c) for c in spec.get("containers") or [])
+    init = max((need(c) for c in spec.get("initContainers") or []), default=0)
+    return max(regular, init)
+
+
+def _active(pod: dict) -> bool:
+    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+
+
+def free_gpus(nodes: Iterable[dict], pods: Iterable[dict]) -> dict[str, int]:
+    """Free GPUs of every schedulable, Ready, tolerated node that has GPUs, by node name."""
+    free: dict[str, int] = {}
+    for node in nodes:
+        if (node.get("spec") or {}).get("unschedulable") or not _ready(node):
+            continue
+        if not _tolerated(node):
+            continue
+        allocatable = _quantity_int(
+            ((node.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE)
+        )
+        if allocatable > 0:
+            free[node["metadata"]["name"]] = allocatable
+    for pod in pods:
+        where = (pod.get("spec") or {}).get("nodeName")
+        if where in free and _active(pod):
+            free[where] = max(0, free[where] - pod_gpus(pod))
+    return dict(sorted(free.items()))
+
+
+def plan_admission(
+    nodes: Iterable[dict], pods: Iterable[dict], request: TrainRequest
+) -> tuple[bool, str]:
+    """All-or-nothing GPU fit: can every replica get its GPUs at once?
+
+    First-fit decreasing of the replicas' GPU demands onto the free GPUs of schedulable,
+    Ready nodes whose taints our pods tolerate.
+
+    Returns:
+        (True, placement summary) or (False, "needs 4x1 GPU, free: node-a 1, node-b 2 ...").
+    """
+    demands = sorted(request.gpu_demands(), reverse=True)
+    if not demands:
+        return True, "no GPUs requested"
+    free = free_gpus(nodes, pods)
+    left = dict(free)
+    placed: dict[str, int] = {}
+    fits = True
+    for demand in demands:
+        node = next((n for n, g in left.items() if g >= demand), None)
+        if node is None:
+            fits = False
+            break
+        left[node] -= demand
+        placed[node] = placed.get(node, 0) + 1
+    needs = f"needs {len(demands)}x{demands[0]} GPU"
+    if fits:
+        where = ", ".join(f"{n} {c}" for n, c in placed.items())
+        return True, f"{needs}, placed: {where}"
+    free_text = ", ".join(f"{n} {g}" for n, g in free.items()) or "none"
+    return False, (
+        f"{needs}, free: {free_text}; lower workers or gpus-per-worker, "
+        "wait for other jobs to finish, or add GPU nodes"
+    )
+
+
+# ---------------------------------------------------------------- progress and status
+
+
+def parse_progress(log: str) -> dict | None:
+    """The last `GPU_K8S_PROGRESS {json}` report in a log, or None."""
+    for line in reversed(log.splitlines()):
+        at = line.find(PROGRESS_MARKER)
+        if at < 0:
+            continue
+        try:
+            data = json.loads(line[at + len(PROGRESS_MARKER) :])
+        except ValueError:
+            continue
+        if isinstance(data, dict):
+            return data
+    return None
+
+
+_RESUMED = re.compile(r"resumed from checkpoint at step (\d+)")
+_FRESH = re.compile(r"starting from step 0\b")
+
+
+def resumed_step(log: str) -> int | None:
+    """The step the trainer (re)started from, from its log, or None when not known yet."""
+    progress = parse_progress(log)
+    if progress is not None and isinstance(progress.get("resumed_from"), int):
+        return progress["resumed_from"]
+    for line in reversed(log.splitlines()):
+        if m := _RESUMED.search(line):
+            return int(m.group(1))
+        if _FRESH.search(line):
+            return 0
+    return None
+
+
+def sparkline(values: Iterable[Any], width: int = 20) -> str:
+    """A text sparkline of the last `width` finite values (high = large)."""
+    finite = [float(v) for v in values if isinstance(v, int | float) and math.isfinite(v)]
+    if not finite:
+        return ""
+    if len(finite) > width:
+        step = len(finite) / width
+        finite = [finite[int(i * step)] for i in range(width - 1)] + [finite[-1]]
+    low, high = min(finite), max(finite)
+    span = high - low
+    if span <= 0:
+        return SPARK[0] * len(finite)
+    return "".join(SPARK[min(7, int((v - low) / span * 8))] for v in finite)
+
+
+def eta_seconds(progress: Mapping[str, Any]) -> float | None:
+    """Seconds left at the current throughput, or None when it cannot be estimated."""
+    try:
+        left = int(progress["steps"]) - int(progress["step"])
+        rate = float(progress["examples_per_sec"]) / float(progress["global_batch_size"])
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return None
+    if progress.get("state") == "finished" or left <= 0:
+        return 0.0
+    if rate <= 0 or not math.isfinite(rate):
+        return None
+    return left / rate
+
+
+def format_duration(seconds: float | None) -> str:
+    """`1h 02m`, `3m 05s`, `12s` or `unknown`."""
+    if seconds is None:
+        return "unknown"
+    total = int(round(seconds))
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h {minutes:02d}m"
+    if minutes:
+        return f"{minutes}m {secs:02d}s"
+    return f"{secs}s"
+
+
+def _condition(job: dict, kind: str) -> dict | None:
+    for cond in (job.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == kind and cond.get("status") == "True":
+            return cond
+    return None
+
+
+def job_finished(job: dict) -> str | None:
+    """`Succeeded` or `Failed` when a Kubernetes Job has finished, else None."""
+    if _condition(job, "Complete"):
+        return "Succeeded"
+    if _condition(job, "Failed"):
+        return "Failed"
+    return None
+
+
+def finished_at(job: dict) -> str | None:
+    """When a finished Job finished (RFC 3339), or None."""
+    status = job.get("status") or {}
+    cond = _condition(job, "Complete") or _condition(job, "Failed")
+    if cond is None:
+        return None
+    return status.get("completionTime") or cond.get("lastTransitionTime")
+
+
+def _pod_ready(pod: dict) -> bool:
+    status = pod.get("status") or {}
+    if status.get("phase") != "Running":
+        return False
+    conds = status.get("conditions")
+    if not conds:
+        return True
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+
+
+def running_counts(request: TrainRequest, pods: Iterable[dict]) -> dict[str, int]:
+    """Running (ready) training pods per role."""
+    counts = dict.fromkeys(request.replicas(), 0)
+    for pod in pods:
+        role = ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_ROLE)
+        if role in counts and _pod_ready(pod):
+            counts[role] += 1
+    return counts
+
+
+def pod_problem(pods: Iterable[dict]) -> str | None:
+    """A pod failure that will not clear by waiting (bad image, crash loop), or None."""
+    fatal = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CrashLoopBackOff",
+             "CreateContainerConfigError")  # fmt: skip
+    for pod in pods:
+        status = pod.get("status") or {}
+        for cs in status.get("containerStatuses") or []:
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") in fatal:
+                name = pod["metadata"]["name"]
+                return f"pod {name}: {waiting['reason']} {waiting.get('message', '')}".strip()
+    return None
+
+
+def pod_index(pod: dict) -> int:
+    """The completion index of an Indexed Job's pod (-1 when unknown)."""
+    meta = pod.get("metadata") or {}
+    raw = (meta.get("labels") or {}).get(LABEL_COMPLETION_INDEX)
+    if raw is None:
+        raw = (meta.get("annotations") or {}).get(LABEL_COMPLETION_INDEX)
+    if raw is None:
+        return -1
+    try:
+        return int(raw)
+    except (TypeError, ValueError):
+        return -1
+
+
+def find_pod(pods: Iterable[dict], role: str, index: int) -> dict | None:
+    """The newest active pod of `role` with completion index `index` (any when none active)."""
+    matching = [
+        p
+        for p in pods
+        if ((p.get("metadata") or {}).get("labels") or {}).get(LABEL_ROLE) == role
+        and pod_index(p) == index
+    ]
+    matching.sort(key=lambda p: (_active(p), p["metadata"].get("creationTimestamp", "")))
+    return matching[-1] if matching else None
+
+
+def phase(request: TrainRequest, jobs: Iterable[dict], pods: Iterable[dict]) -> str:
+    """Succeeded/Failed (the chief's Job), Running (a training pod runs) or Pending."""
+    role, _ = request.chief()
+    by_name = {j["metadata"]["name"]: j for j in jobs}
+    chief_job = by_name.get(f"{request.job}-{role}")
+    if chief_job is not None and (done := job_finished(chief_job)):
+        return done
+    if chief_job is None and request.strategy == "mwms":
+        return "Stopped"
+    if any(((p.get("status") or {}).get("phase") == "Running") for p in pods):
+        return "Running"
+    return "Pending"
+
+
+def summarise(
+    request: TrainRequest,
+    jobs: list[dict],
+    pods: list[dict],
+    progress: Mapping[str, Any] | None,
+    namespace: str,
+) -> dict[str, Any]:
+    """The status of one job as action results (dashed keys, printable values)."""
+    active = [p for p in pods if _active(p)]
+    counts = running_counts(request, pods)
+    out: dict[str, Any] = {
+        "job": request.job,
+        "phase": phase(request, jobs, pods),
+        "strategy": request.strategy,
+        "pods-ready": {r: f"{counts[r]}/{n}" for r, n in request.replicas().items()},
+        "gpus-held": str(sum(pod_gpus(p) for p in active)),
+        "tensorboard-url": tensorboard_url(request.job, namespace),
+    }
+    if progress:
+        loss = progress.get("loss")
+        out["step"] = f"{progress.get('step', '?')}/{progress.get('steps', request.steps)}"
+        out["loss"] = f"{loss:.4f}" if isinstance(loss, int | float) else "unknown"
+        out["examples-per-sec"] = str(progress.get("examples_per_sec", "unknown"))
+        out["eta"] = format_duration(eta_seconds(progress))
+        out["loss-trend"] = sparkline(progress.get("loss_history") or [])
+    else:
+        out["step"] = f"unknown/{request.steps}"
+        out["progress"] = "no progress report yet in the chief's log"
+    return out
+
+
+def one_line(summary: Mapping[str, Any]) -> str:
+    """A job's summary on one line, for `list-jobs`."""
+    ready = " ".join(f"{r} {c}" for r, c in summary["pods-ready"].items())
+    parts = [summary["phase"], ready, f"{summary['gpus-held']} GPU", f"step {summary['step']}"]
+    if "loss" in summary:
+        parts.append(f"loss {summary['loss']} {summary.get('loss-trend', '')}".rstrip())
+        parts.append(f"eta {summary['eta']}")
+    return ", ".join(parts)

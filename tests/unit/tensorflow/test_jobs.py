@@ -1,0 +1,242 @@
+"""The pure parts: admission, manifests, progress parsing, sparkline, ETA, code lookup."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import jobs
+import kubernetes_validate
+import pytest
+import training
+import yaml
+from conftest import gpu_pod, node
+
+CHARM_DIR = Path(__file__).resolve().parents[3] / "charms" / "tensorflow"
+CTX = jobs.Context(
+    namespace="tf",
+    app="tensorflow",
+    claim="claim",
+    default_image="tensorflow/tensorflow:2.21.0",
+    tensorboard_image="tensorflow/tensorflow:2.21.0",
+)
+CODE = {"tf_launcher.py": "# launcher\n", "tf_trainer.py": "# trainer\n"}
+
+
+def request(**kw) -> jobs.TrainRequest:
+    return jobs.TrainRequest(**kw)
+
+
+# -------------------------------------------------------------------- admission
+
+
+def test_admission_fits_across_nodes():
+    ok, message = jobs.plan_admission(
+        [node("node-a", 2), node("node-b", 2)], [], request(workers=4, gpus_per_worker=1)
+    )
+    assert ok
+    assert message == "needs 4x1 GPU, placed: node-a 2, node-b 2"
+
+
+def test_admission_is_all_or_nothing_per_replica():
+    # 4 GPUs free in total, but only one node can hold a 2-GPU worker.
+    ok, message = jobs.plan_admission(
+        [node("node-a", 3), node("node-b", 1)], [], request(workers=2, gpus_per_worker=2)
+    )
+    assert not ok
+    assert message.startswith("needs 2x2 GPU, free: node-a 3, node-b 1;")
+
+
+def test_admission_counts_gpus_held_by_active_pods_only():
+    pods = [gpu_pod("a", "node-a", 2), gpu_pod("done", "node-a", 2, phase="Succeeded")]
+    free = jobs.free_gpus([node("node-a", 4)], pods)
+    assert free == {"node-a": 2}
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        node("n", 8, unschedulable=True),
+        node("n", 8, ready=False),
+        node("n", 8, taints=[{"key": "dedicated", "value": "x", "effect": "NoSchedule"}]),
+    ],
+)
+def test_admission_skips_unusable_nodes(bad):
+    ok, message = jobs.plan_admission([bad], [], request(workers=1, gpus_per_worker=1))
+    assert not ok and "free: none" in message
+
+
+def test_gpu_taint_is_tolerated_and_prefer_no_schedule_ignored():
+    taints = [
+        {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
+        {"key": "spot", "effect": "PreferNoSchedule"},
+    ]
+    ok, _ = jobs.plan_admission(
+        [node("g", 1, taints=taints)], [], request(gpus_per_worker=1, workers=1)
+    )
+    assert ok
+
+
+def test_cpu_jobs_need_no_gpus():
+    assert jobs.plan_admission([], [], request(workers=64)) == (True, "no GPUs requested")
+
+
+def test_only_workers_need_gpus_in_ps_jobs():
+    r = request(strategy="ps", ps=3, workers=2, gpus_per_worker=1)
+    assert r.gpu_demands() == [1, 1]
+
+
+# -------------------------------------------------------------------- manifests
+
+
+@pytest.mark.parametrize(
+    "req",
+    [
+        request(workers=3, gpus_per_worker=2, env="A=1"),
+        request(job="p", strategy="ps", ps=2, workers=2, gpus_per_worker=1),
+        request(job="own", command="python3 /data/t.py", args="--x 1", image="me/tf:1"),
+    ],
+)
+def test_every_manifest_is_valid_kubernetes(req):
+    for manifest in [*jobs.manifests(req, CTX, CODE), jobs.purge_job(req.job, CTX)]:
+        kubernetes_validate.validate(manifest, "1.33", strict=True)
+
+
+def test_every_manifest_is_labelled():
+    req = request(job="p", strategy="ps", ps=1, workers=1)
+    for manifest in jobs.manifests(req, CTX, CODE):
+        labels = manifest["metadata"]["labels"]
+        assert labels["app.kubernetes.io/managed-by"] == "tensorflow"
+        assert labels["gpu-k8s.io/job"] == "p"
+        template = manifest.get("spec", {}).get("template")
+        if template:
+            assert template["metadata"]["labels"]["gpu-k8s.io/job"] == "p"
+
+
+def test_gpu_image_variant_only_for_tensorflow_images():
+    assert CTX.image_for(request(gpus_per_worker=1)) == "tensorflow/tensorflow:2.21.0-gpu"
+    assert CTX.image_for(request()) == "tensorflow/tensorflow:2.21.0"
+    other = jobs.Context("tf", "tensorflow", "c", "me/custom:1", "tb:1")
+    assert other.image_for(request(gpus_per_worker=1)) == "me/custom:1"
+
+
+def test_purge_refuses_a_path_like_name():
+    with pytest.raises(ValueError, match="not a valid job name"):
+        jobs.purge_job("../..", CTX)
+
+
+def test_request_round_trips_through_the_annotation():
+    req = request(job="x", workers=3, env="A='b c'", steps=7)
+    assert jobs.TrainRequest.from_json(req.to_json()) == req
+    with pytest.raises(ValueError, match="not JSON"):
+        jobs.TrainRequest.from_json("{")
+
+
+def test_param_models_match_charmcraft_defaults():
+    actions = yaml.safe_load((CHARM_DIR / "charmcraft.yaml").read_text())["actions"]
+    for action, model in [
+        ("train", jobs.TrainRequest),
+        ("scale", jobs.ScaleParams),
+        ("logs", jobs.LogsParams),
+        ("stop", jobs.StopParams),
+    ]:
+        spec = actions[action]
+        assert spec["additionalProperties"] is False
+        params = spec.get("params", {})
+        assert {p.replace("-", "_") for p in params} == set(model.model_fields), action
+        for name, p in params.items():
+            field = model.model_fields[name.replace("-", "_")]
+            if "default" in p:
+                assert field.default == p["default"], (action, name)
+            else:
+                assert field.is_required(), (action, name)
+
+
+# -------------------------------------------------------------------- progress
+
+
+def test_parse_progress_takes_the_last_valid_report():
+    log = "\n".join(
+        [
+            'GPU_K8S_PROGRESS {"step": 1}',
+            "step 2/10 loss 1.0",
+            'GPU_K8S_PROGRESS {"step": 3}',
+            "GPU_K8S_PROGRESS {truncated",
+            "done",
+        ]
+    )
+    assert jobs.parse_progress(log) == {"step": 3}
+    assert jobs.parse_progress("nothing here") is None
+
+
+def test_resumed_step_from_progress_or_announcement():
+    assert jobs.resumed_step('GPU_K8S_PROGRESS {"resumed_from": 40}') == 40
+    assert jobs.resumed_step("resumed from checkpoint at step 300 (target 1000)") == 300
+    assert jobs.resumed_step("starting from step 0 (target 10)") == 0
+    assert jobs.resumed_step("still importing tensorflow") is None
+
+
+def test_sparkline():
+    assert jobs.sparkline([3, 2, 1, 0]) == "█▆▃▁"
+    assert jobs.sparkline([1, 1]) == "▁▁"
+    assert jobs.sparkline([]) == ""
+    assert jobs.sparkline([float("nan"), 1.0, None]) == "▁"
+    long = jobs.sparkline(range(100), width=20)
+    assert len(long) == 20 and long[0] == "▁" and long[-1] == "█"
+
+
+def test_eta():
+    progress = {"step": 100, "steps": 1100, "examples_per_sec": 320.0, "global_batch_size": 64}
+    assert jobs.eta_seconds(progress) == pytest.approx(200)
+    assert jobs.format_duration(200) == "3m 20s"
+    assert jobs.format_duration(7300) == "2h 01m"
+    assert jobs.eta_seconds({**progress, "state": "finished"}) == 0
+    assert jobs.eta_seconds({**progress, "examples_per_sec": 0}) is None
+    assert jobs.eta_seconds({"step": 1}) is None
+    assert jobs.format_duration(None) == "unknown"
+
+
+# -------------------------------------------------------------------- code lookup
+
+
+def test_actions_dir_in_the_repository():
+    found = training.actions_dir(CHARM_DIR / "src" / "training.py")
+    assert found == CHARM_DIR.parents[1] / "actions"
+    assert set(training.read_code(found)) == {"tf_launcher.py", "tf_trainer.py"}
+
+
+def test_actions_dir_in_a_packed_charm(tmp_path):
+    src = tmp_path / "charm" / "src"
+    (src / "actions").mkdir(parents=True)
+    for name in ("tf_launcher.py", "tf_trainer.py"):
+        shutil.copy(CHARM_DIR.parents[1] / "actions" / name, src / "actions" / name)
+    assert training.actions_dir(src / "training.py") == src / "actions"
+
+
+def test_actions_dir_missing(tmp_path):
+    src = tmp_path / "a" / "b" / "src"
+    src.mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match="tf_launcher.py"):
+        training.actions_dir(src / "training.py")
+
+
+def test_assembled_charm_imports_alone_and_finds_its_actions(tmp_path):
+    import subprocess
+    import sys
+
+    sys.path.insert(0, str(CHARM_DIR.parents[1] / "tools"))
+    try:
+        import pack
+    finally:
+        sys.path.pop(0)
+    built = pack.assemble("tensorflow", tmp_path)
+    probe = (
+        "import sys; import charm, training; "
+        "assert 'kubernetes' not in sys.modules, 'kubernetes imported at charm import'; "
+        "print(training.actions_dir())"
+    )
+    env = {"PYTHONPATH": f"{built / 'src'}:{built / 'lib'}", "PATH": "/usr/bin:/bin"}
+    out = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == str(built / "src" / "actions")

@@ -1,0 +1,335 @@
+"""scale, job-status, list-jobs, logs, stop and the housekeeping on update-status."""
+
+from __future__ import annotations
+
+import datetime
+import json
+
+import kubernetes_validate
+import pytest
+from conftest import CLAIM, NOW, NS, add_nodes, job_objects, node, run_action
+from ops import testing
+
+JOBS = f"/apis/batch/v1/namespaces/{NS}/jobs/"
+PODS = f"/api/v1/namespaces/{NS}/pods/"
+
+
+def progress_line(
+    step: int,
+    steps: int = 1000,
+    *,
+    loss: float = 0.5,
+    eps: float = 640.0,
+    resumed_from: int = 0,
+    state: str = "running",
+    history: list[float] | None = None,
+) -> str:
+    data = {
+        "step": step,
+        "steps": steps,
+        "loss": loss,
+        "examples_per_sec": eps,
+        "global_batch_size": 64,
+        "time": 1.0,
+        "resumed_from": resumed_from,
+        "state": state,
+        "loss_history": history if history is not None else [2.3, 1.5, 1.0, 0.7, 0.5],
+    }
+    return f"GPU_K8S_PROGRESS {json.dumps(data)}"
+
+
+def chief_log(text: str):
+    """Logs for the controller: `text` for worker 0 (the mwms chief), a line for others."""
+
+    def logs(pod: dict) -> str:
+        labels = pod["metadata"]["labels"]
+        index = labels["batch.kubernetes.io/job-completion-index"]
+        if labels["gpu-k8s.io/role"] in ("chief",) or (
+            labels["gpu-k8s.io/role"] == "worker"
+            and index == "0"
+            and "ps" not in pod["metadata"]["name"]
+        ):
+            return text
+        return f"{labels['gpu-k8s.io/role']} {index} serving\nsecond line\n"
+
+    return logs
+
+
+def _finish(api, name: str, when: datetime.datetime, kind: str = "Complete") -> None:
+    job = api.get_object(JOBS + name)
+    stamp = when.strftime("%Y-%m-%dT%H:%M:%SZ")
+    job["status"] = {"conditions": [{"type": kind, "status": "True", "lastTransitionTime": stamp}]}
+    if kind == "Complete":
+        job["status"]["completionTime"] = stamp
+    api.put_object(JOBS + name, job)
+
+
+@pytest.fixture
+def running(ctx, state, api, controller):
+    """A running mwms job `mnist` with 2 workers of 1 GPU on a 4-GPU node."""
+    add_nodes(api, node("node-a", 4))
+    controller.logs = chief_log("starting from step 0 (target 1000)\n" + progress_line(500))
+    run_action(ctx, state, "train", job="mnist", workers=2, **{"gpus-per-worker": 1})
+    return state
+
+
+# -------------------------------------------------------------------- scale
+
+
+def test_scale_relaunches_with_new_tf_config_and_reports_resumed_step(
+    ctx, running, api, controller
+):
+    old_pods = {p["metadata"]["name"] for p in api.objects(PODS)}
+    controller.logs = chief_log(
+        "resumed from checkpoint at step 300 (target 1000)\n"
+        + progress_line(310, resumed_from=300)
+    )
+
+    results, logs = run_action(ctx, running, "scale", job="mnist", workers=4)
+
+    job = api.get_object(JOBS + "mnist-worker")
+    assert job["spec"]["completions"] == job["spec"]["parallelism"] == 4
+    env = {e["name"]: e["value"] for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["GPU_K8S_WORKERS"] == "4"
+    pods = {p["metadata"]["name"] for p in api.objects(PODS)}
+    assert len(pods) == 4 and not pods & old_pods
+    service = api.get_object(f"/api/v1/namespaces/{NS}/services/mnist")
+    assert json.loads(service["metadata"]["annotations"]["gpu-k8s.io/request"])["workers"] == 4
+    assert results["resumed-from-step"] == "300"
+    assert results["changed"] == "true"
+    assert "4/4 workers running" in logs
+
+
+def test_scale_to_the_same_size_changes_nothing(ctx, running, api):
+    before = api.objects(JOBS)
+    results, _ = run_action(ctx, running, "scale", job="mnist", workers=2)
+    assert results["changed"] == "false"
+    assert api.objects(JOBS) == before
+
+
+def test_scale_beyond_free_gpus_fails_and_keeps_the_job(ctx, running, api):
+    before = job_objects(api)
+    with pytest.raises(testing.ActionFailed, match="needs 5x1 GPU, free: node-a 4"):
+        run_action(ctx, running, "scale", job="mnist", workers=5)
+    assert job_objects(api) == before
+
+
+def test_scale_unknown_job_fails(ctx, state, api):
+    with pytest.raises(testing.ActionFailed, match="no job 'nope' in namespace tensorflow"):
+        run_action(ctx, state, "scale", job="nope", workers=3)
+
+
+def test_scale_finished_job_fails(ctx, running, api):
+    _finish(api, "mnist-worker", NOW)
+    with pytest.raises(testing.ActionFailed, match="has finished"):
+        run_action(ctx, running, "scale", job="mnist", workers=3)
+
+
+def test_scale_rejects_zero_workers(ctx, running, api):
+    with pytest.raises(testing.ActionFailed, match="workers: must be between 1"):
+        run_action(ctx, running, "scale", job="mnist", workers=0)
+
+
+# -------------------------------------------------------------------- status, list, logs
+
+
+def test_job_status_reads_progress_from_the_chief_log(ctx, running, api):
+    results, _ = run_action(ctx, running, "job-status", job="mnist")
+    assert results["phase"] == "Running"
+    assert results["pods-ready"] == {"worker": "2/2"}
+    assert results["gpus-held"] == "2"
+    assert results["step"] == "500/1000"
+    assert results["loss"] == "0.5000"
+    assert results["examples-per-sec"] == "640.0"
+    assert results["eta"] == "50s"  # 500 steps at 10 steps/s
+    assert results["loss-trend"] == "█▅▃▁▁"
+    assert results["tensorboard-url"].startswith("http://mnist-tensorboard.")
+
+
+def test_job_status_without_progress_yet(ctx, state, api, controller):
+    controller.logs = chief_log("starting from step 0 (target 1000)\n")
+    run_action(ctx, state, "train", job="fresh", workers=1)
+    results, _ = run_action(ctx, state, "job-status", job="fresh")
+    assert results["step"] == "unknown/1000"
+    assert "no progress report yet" in results["progress"]
+
+
+def test_job_status_succeeded(ctx, running, api):
+    _finish(api, "mnist-worker", NOW)
+    results, _ = run_action(ctx, running, "job-status", job="mnist")
+    assert results["phase"] == "Succeeded"
+
+
+def test_job_status_unknown_job_fails(ctx, state, api):
+    with pytest.raises(testing.ActionFailed, match="no job 'ghost'"):
+        run_action(ctx, state, "job-status", job="ghost")
+
+
+def test_list_jobs_one_line_each(ctx, running, api, controller):
+    controller.logs = None
+    run_action(ctx, running, "train", job="other", workers=1)
+    results, _ = run_action(ctx, running, "list-jobs")
+    assert results["count"] == "2"
+    assert results["jobs"]["mnist"].startswith("Running, worker 2/2, 2 GPU, step 500/1000")
+    assert "loss 0.5000 █▅▃▁▁" in results["jobs"]["mnist"]
+    assert results["jobs"]["other"] == "Running, worker 1/1, 0 GPU, step unknown/1000"
+
+
+def test_list_jobs_empty(ctx, state, api):
+    results, _ = run_action(ctx, state, "list-jobs")
+    assert results == {"count": "0"}
+
+
+def test_logs_prefix_every_line_with_role_and_index(ctx, running, api):
+    results, _ = run_action(ctx, running, "logs", job="mnist", lines=1)
+    lines = results["logs"].splitlines()
+    assert lines[0].startswith("[worker-0] GPU_K8S_PROGRESS ")
+    assert lines[1] == "[worker-1] second line"
+    assert len(lines) == 2
+
+
+def test_logs_of_ps_job_cover_every_role(ctx, state, api, controller):
+    controller.logs = chief_log("chief says hi\n")
+    run_action(ctx, state, "train", job="pst", strategy="ps", ps=1, workers=2)
+    results, _ = run_action(ctx, state, "logs", job="pst")
+    prefixes = [line.split()[0] for line in results["logs"].splitlines()]
+    assert prefixes == [
+        "[chief-0]",
+        "[ps-0]",
+        "[ps-0]",
+        "[worker-0]",
+        "[worker-0]",
+        "[worker-1]",
+        "[worker-1]",
+    ]
+
+
+def test_logs_say_when_a_replica_has_no_pod(ctx, running, api):
+    for pod in api.objects(PODS):
+        if pod["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] == "1":
+            api.delete_object(PODS + pod["metadata"]["name"])
+    results, _ = run_action(ctx, running, "logs", job="mnist")
+    assert "[worker-1] (no pod)" in results["logs"].splitlines()
+
+
+# -------------------------------------------------------------------- stop
+
+
+def test_stop_deletes_every_object_and_keeps_the_data(ctx, running, api):
+    results, _ = run_action(ctx, running, "stop", job="mnist")
+    assert job_objects(api) == []
+    assert results["deleted-objects"] == "5"
+    assert "kept on the shared volume in jobs/mnist" in results["data"]
+    assert api.get_object(f"/api/v1/namespaces/{NS}/persistentvolumeclaims/{CLAIM}")
+
+
+def test_stop_twice_is_harmless(ctx, running, api):
+    run_action(ctx, running, "stop", job="mnist")
+    results, _ = run_action(ctx, running, "stop", job="mnist")
+    assert results["deleted-objects"] == "0"
+    assert job_objects(api) == []
+
+
+def test_stop_with_purge_starts_a_cleanup_job(ctx, running, api):
+    results, _ = run_action(ctx, running, "stop", job="mnist", purge=True)
+    remaining = job_objects(api)
+    assert [o["metadata"]["name"] for o in remaining] == ["mnist-purge"]
+    purge = remaining[0]
+    container = purge["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["rm", "-rf", "--", "/data/jobs/mnist"]
+    assert purge["spec"]["template"]["spec"]["volumes"] == [
+        {"name": "data", "persistentVolumeClaim": {"claimName": CLAIM}}
+    ]
+    assert purge["spec"]["ttlSecondsAfterFinished"] > 0
+    assert purge["metadata"]["labels"]["gpu-k8s.io/job"] == "mnist"
+    manifest = {k: v for k, v in purge.items() if k != "status"}
+    manifest["metadata"] = {k: purge["metadata"][k] for k in ("name", "namespace", "labels")}
+    kubernetes_validate.validate(manifest, "1.33", strict=True)
+    assert results["data"] == "being removed by Job mnist-purge"
+
+
+def test_train_waits_for_a_running_purge(ctx, running, api):
+    run_action(ctx, running, "stop", job="mnist", purge=True)
+    with pytest.raises(testing.ActionFailed, match="still being purged"):
+        run_action(ctx, running, "train", job="mnist", workers=2)
+    assert [o["metadata"]["name"] for o in job_objects(api)] == ["mnist-purge"]
+
+
+def test_stop_rejects_a_bad_name(ctx, state, api):
+    with pytest.raises(testing.ActionFailed, match="not a valid job name"):
+        run_action(ctx, state, "stop", job="../etc", purge=True)
+    assert not [r for r in api.requests if r.method != "GET"]
+
+
+# -------------------------------------------------------------------- housekeeping
+
+
+def test_finished_job_deleted_after_ttl(ctx, running, api, clock):
+    _finish(api, "mnist-worker", NOW - datetime.timedelta(hours=25))
+    ctx.run(ctx.on.update_status(), running)
+    assert job_objects(api) == []
+
+
+def test_finished_job_kept_before_ttl(ctx, running, api, clock):
+    _finish(api, "mnist-worker", NOW - datetime.timedelta(hours=23))
+    before = job_objects(api)
+    ctx.run(ctx.on.update_status(), running)
+    assert job_objects(api) == before
+    clock.now = NOW + datetime.timedelta(hours=1, seconds=1)
+    ctx.run(ctx.on.update_status(), running)
+    assert job_objects(api) == []
+
+
+def test_job_ttl_config_is_honoured(ctx, running, api):
+    import dataclasses
+
+    _finish(api, "mnist-worker", NOW - datetime.timedelta(hours=2), kind="Failed")
+    state = dataclasses.replace(running, config={"job-ttl": 1})
+    ctx.run(ctx.on.update_status(), state)
+    assert job_objects(api) == []
+
+
+def test_running_job_never_deleted(ctx, running, api, clock):
+    clock.now = NOW + datetime.timedelta(days=30)
+    before = job_objects(api)
+    ctx.run(ctx.on.update_status(), running)
+    assert job_objects(api) == before
+
+
+def test_ps_and_workers_stopped_when_chief_finished(ctx, state, api, controller, clock):
+    run_action(ctx, state, "train", job="pst", strategy="ps", ps=2, workers=2)
+    _finish(api, "pst-chief", NOW)
+
+    ctx.run(ctx.on.update_status(), state)
+    ctx.run(ctx.on.update_status(), state)  # twice: same result
+
+    assert [j["metadata"]["name"] for j in api.objects(JOBS)] == ["pst-chief"]
+    assert [p["metadata"]["labels"]["gpu-k8s.io/role"] for p in api.objects(PODS)] == ["chief"]
+    results, _ = run_action(ctx, state, "job-status", job="pst")
+    assert results["phase"] == "Succeeded"
+
+
+def test_housekeeping_waits_quietly_on_api_errors(ctx, running, api):
+    api.inject(status=403, times=1, method="GET", path_prefix=JOBS.rstrip("/"))
+    out = ctx.run(ctx.on.update_status(), running)
+    assert isinstance(out.unit_status, testing.WaitingStatus)
+    assert "Kubernetes API" in out.unit_status.message
+
+
+def test_purge_waits_for_the_pods_to_go_first(ctx, running, api, fake_time):
+    lingering = api.objects(PODS)[0]
+    lingering["metadata"].pop("ownerReferences")
+    api.put_object(PODS + "lingering", lingering)  # a pod that takes its time to terminate
+    start = fake_time.now
+
+    _, logs = run_action(ctx, running, "stop", job="mnist", purge=True)
+
+    assert fake_time.now - start == pytest.approx(120)
+    assert "pods of mnist are still terminating; purging anyway" in logs
+    assert api.get_object(JOBS + "mnist-purge") is not None
+
+
+def test_purge_starts_at_once_when_pods_are_gone(ctx, running, api, fake_time):
+    start = fake_time.now
+    run_action(ctx, running, "stop", job="mnist", purge=True)
+    assert fake_time.now == start

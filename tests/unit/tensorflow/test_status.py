@@ -1,0 +1,119 @@
+"""Unit status from the two relations, the access the charm asks for, and its config."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import NS, kube_api_relation, kubeconfig_secret, storage_relation
+from ops import testing
+
+
+def test_blocked_without_any_relation_names_both(ctx):
+    out = ctx.run(ctx.on.update_status(), testing.State(leader=True))
+    assert out.unit_status == testing.BlockedStatus(
+        "missing relation kube-api and shared-storage: integrate with "
+        "kubernetes-control-plane and efs-storage"
+    )
+
+
+def test_blocked_names_the_missing_shared_storage(ctx, api):
+    secret = kubeconfig_secret(api)
+    state = testing.State(
+        leader=True, relations=[kube_api_relation(api, secret)], secrets=[secret]
+    )
+    out = ctx.run(ctx.on.update_status(), state)
+    assert out.unit_status == testing.BlockedStatus(
+        "missing relation shared-storage: integrate with efs-storage"
+    )
+
+
+def test_blocked_names_the_missing_kube_api(ctx):
+    out = ctx.run(
+        ctx.on.update_status(), testing.State(leader=True, relations=[storage_relation()])
+    )
+    assert out.unit_status == testing.BlockedStatus(
+        "missing relation kube-api: integrate with kubernetes-control-plane"
+    )
+
+
+def test_waiting_until_control_plane_grants_access(ctx, api):
+    state = testing.State(
+        leader=True, relations=[kube_api_relation(api, None), storage_relation()]
+    )
+    out = ctx.run(ctx.on.update_status(), state)
+    assert out.unit_status == testing.WaitingStatus(
+        "kube-api: waiting for the control plane to grant Kubernetes access"
+    )
+
+
+def test_waiting_until_claim_is_ready(ctx, api):
+    secret = kubeconfig_secret(api)
+    state = testing.State(
+        leader=True,
+        secrets=[secret],
+        relations=[kube_api_relation(api, secret), storage_relation(False)],
+    )
+    out = ctx.run(ctx.on.update_status(), state)
+    assert isinstance(out.unit_status, testing.WaitingStatus)
+    assert out.unit_status.message.startswith("shared-storage: waiting for claim")
+
+
+def test_active_when_both_ready(ctx, state):
+    out = ctx.run(ctx.on.update_status(), state)
+    assert out.unit_status == testing.ActiveStatus(
+        f"Ready: namespace {NS}, claim efs-storage-tensorflow, image tensorflow/tensorflow:2.21.0"
+    )
+
+
+def test_invalid_config_blocks_with_the_fix(ctx, state):
+    import dataclasses
+
+    out = ctx.run(ctx.on.config_changed(), dataclasses.replace(state, config={"job-ttl": 0}))
+    assert out.unit_status == testing.BlockedStatus(
+        "job-ttl: must be at least 1 (hours a finished job is kept)"
+    )
+
+
+def test_leader_asks_for_least_privilege_access_in_its_namespace(ctx, api):
+    relation = kube_api_relation(api, None)
+    out = ctx.run(
+        ctx.on.relation_created(relation), testing.State(leader=True, relations=[relation])
+    )
+    bag = out.get_relation(relation.id).local_app_data
+    assert bag["namespace"] == NS
+    rules = json.loads(bag["rules"])
+    granted = {
+        (g, r): set(rule["verbs"])
+        for rule in rules
+        for g in rule["api-groups"]
+        for r in rule["resources"]
+    }
+    assert granted[("batch", "jobs")] == {"get", "list", "create", "patch", "delete"}
+    assert granted[("", "pods/log")] == {"get"}
+    assert granted[("", "persistentvolumeclaims")] == {"get"}
+    assert ("", "secrets") not in granted
+    cluster = json.loads(bag["cluster-rules"])
+    assert {(r["resources"][0], tuple(r["verbs"])) for r in cluster} == {
+        ("nodes", ("get", "list")),
+        ("pods", ("list",)),
+    }
+    assert not any("*" in v for rule in rules + cluster for v in rule["verbs"])
+
+
+def test_storage_request_names_the_namespace(ctx):
+    relation = testing.Relation("shared-storage", remote_app_name="efs-storage")
+    out = ctx.run(
+        ctx.on.relation_created(relation), testing.State(leader=True, relations=[relation])
+    )
+    assert out.get_relation(relation.id).local_app_data == {"namespace": NS}
+
+
+@pytest.mark.parametrize("event", ["update_status", "config_changed", "upgrade_charm"])
+def test_hooks_twice_leave_the_same_state(ctx, state, api, event):
+    first = ctx.run(getattr(ctx.on, event)(), state)
+    objects = api.objects("/")
+    second = ctx.run(getattr(ctx.on, event)(), first)
+    assert api.objects("/") == objects
+    assert second.unit_status == first.unit_status
+    assert [r for r in api.requests if r.method != "GET"] == []
