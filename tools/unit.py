@@ -6,7 +6,7 @@
 
 Every charm's entry module is `src/charm.py`, so two charms cannot share a process.
 `tests/unit/<name>/` runs with `charms/<name with dashes>/src` on the path when such a
-charm exists; every directory gets `lib/`, `tests/` and `actions/`.
+charm exists; every directory gets `lib/`, `tests/`, `actions/` and `tools/`.
 
     python tools/unit.py                 # every directory
     python tools/unit.py kubernetes_worker -k drain   # one directory, extra pytest args
@@ -25,7 +25,7 @@ UNIT = ROOT / "tests" / "unit"
 
 def python_path(suite: Path) -> str:
     """The sys.path a unit-test directory runs with."""
-    paths = [ROOT / "lib", ROOT / "tests", ROOT / "actions"]
+    paths = [ROOT / "lib", ROOT / "tests", ROOT / "actions", ROOT / "tools"]
     charm_src = ROOT / "charms" / suite.name.replace("_", "-") / "src"
     if charm_src.is_dir():
         paths.insert(0, charm_src)

@@ -224,11 +224,8 @@ def test_assembled_charm_imports_alone_and_finds_its_actions(tmp_path):
     import subprocess
     import sys
 
-    sys.path.insert(0, str(CHARM_DIR.parents[1] / "tools"))
-    try:
-        import pack
-    finally:
-        sys.path.pop(0)
+    import pack
+
     built = pack.assemble("tensorflow", tmp_path)
     probe = (
         "import sys; import charm, training; "
