@@ -47,6 +47,7 @@ from literals import (
 from charms.gpu_k8s.v0 import containerd, kubeadm
 from charms.gpu_k8s.v0.apt import AptError
 from charms.gpu_k8s.v0.config import ActionParams, CharmConfig
+from charms.gpu_k8s.v0.databag import write
 from charms.gpu_k8s.v0.kube_api import KubeApiProvider
 from charms.gpu_k8s.v0.kubeclient import KubeError
 from charms.gpu_k8s.v0.kubernetes_cluster import SECRET_LABEL, ClusterProvider, WorkerInfo
@@ -676,11 +677,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
     # -- other units --------------------------------------------------------------------
 
     def _mark_member(self, peers: ops.Relation) -> None:
-        data = peers.data[self.unit]
-        want = {"joined": "true", "node-name": kubeadm.node_name(self.host)}
-        for key, value in want.items():
-            if data.get(key) != value:
-                data[key] = value
+        write(peers.data[self.unit], {"joined": "true", "node-name": kubeadm.node_name(self.host)})
 
     def _reconcile_member(self, peers: ops.Relation) -> None:
         if self._joined():

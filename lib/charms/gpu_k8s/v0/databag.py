@@ -6,18 +6,21 @@
 Juju databags hold strings only. A `Databag` model reads dashed keys (`ca-cert-hash`)
 into Python fields, and `dump()` writes them back as strings: text as it is, anything
 else as JSON (`true`, `4`, `["a"]`). `explain()` turns a validation error into the
-short phrase a status line can carry, naming the offending field.
+short phrase a status line can carry, naming the offending field. `write()` updates a
+databag touching only the keys that differ, so an unchanged answer fires no
+relation-changed event on the other side.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping, MutableMapping
 
 import pydantic
 
 LIBID = "390b8147c70f43f5802e1c4b60662ba7"
 LIBAPI = 0
-LIBPATCH = 1
+LIBPATCH = 2
 
 
 class Databag(pydantic.BaseModel):
@@ -40,3 +43,18 @@ def explain(error: pydantic.ValidationError) -> str:
     if first["type"] == "missing":
         return f"{field} is missing"
     return f"{field} is invalid ({first['msg'].removeprefix('Value error, ')})"
+
+
+def write(
+    data: MutableMapping[str, str], bag: Mapping[str, str], *, remove: Iterable[str] = ()
+) -> None:
+    """Set the keys of `bag` whose value differs in `data`; delete those in `remove` it lacks.
+
+    Pass `remove=list(data)` to make an application databag this side owns equal `bag`;
+    never do that to a unit databag, where Juju keeps keys of its own (ingress-address).
+    """
+    for key in [k for k in remove if k not in bag and k in data]:
+        del data[key]
+    for key, value in bag.items():
+        if data.get(key) != value:
+            data[key] = value

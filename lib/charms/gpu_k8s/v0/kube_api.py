@@ -28,11 +28,11 @@ from typing import Any
 import ops
 import pydantic
 
-from charms.gpu_k8s.v0.databag import Databag, explain
+from charms.gpu_k8s.v0.databag import Databag, explain, write
 
 LIBID = "26b1d42dbc2949cb8a83e29b11759d4f"
 LIBAPI = 0
-LIBPATCH = 2
+LIBPATCH = 3
 
 logger = logging.getLogger(__name__)
 
@@ -211,12 +211,13 @@ class KubeApiProvider(ops.Object):
         data = relation.data[self.charm.app]
         if data.get("kubeconfig-secret-id") != secret_id:
             secret.grant(relation)
-        self._write(data, bag)
+        write(data, bag, remove=list(data))
 
     def refuse(self, relation: ops.Relation, reason: str) -> None:
         """Refuse a request: `error` set, nothing else published, secret removed."""
         self.remove(relation.id)
-        self._write(relation.data[self.charm.app], ProviderAppData(error=reason).dump())
+        data = relation.data[self.charm.app]
+        write(data, ProviderAppData(error=reason).dump(), remove=list(data))
 
     def remove(self, relation_id: int) -> None:
         """Remove the kubeconfig secret of a relation, if there is one."""
@@ -224,14 +225,6 @@ class KubeApiProvider(ops.Object):
             self.model.get_secret(label=secret_label(relation_id)).remove_all_revisions()
         except ops.SecretNotFoundError:
             pass
-
-    @staticmethod
-    def _write(data: ops.RelationDataContent, bag: dict[str, str]) -> None:
-        for key in [k for k in data if k not in bag]:
-            del data[key]
-        for key, value in bag.items():
-            if data.get(key) != value:
-                data[key] = value
 
 
 class KubeApiRequirer(ops.Object):
@@ -279,10 +272,7 @@ class KubeApiRequirer(ops.Object):
         relation = self.relation
         if relation is None or not self.charm.unit.is_leader():
             return
-        data = relation.data[self.charm.app]
-        for key, value in self.request.dump().items():
-            if data.get(key) != value:
-                data[key] = value
+        write(relation.data[self.charm.app], self.request.dump())
 
     def _answer(self) -> tuple[ProviderAppData | None, str | None]:
         relation = self.relation

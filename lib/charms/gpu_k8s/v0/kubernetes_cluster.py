@@ -43,11 +43,11 @@ from typing import Any
 import ops
 import pydantic
 
-from charms.gpu_k8s.v0.databag import Databag, explain
+from charms.gpu_k8s.v0.databag import Databag, explain, write
 
 LIBID = "5f724584087c4f3caa6d95ea68f42ceb"
 LIBAPI = 0
-LIBPATCH = 2
+LIBPATCH = 3
 
 logger = logging.getLogger(__name__)
 
@@ -341,9 +341,4 @@ class ClusterRequirer(ops.Object):
             ).dump()
         except pydantic.ValidationError as e:
             raise ValueError(explain(e)) from None
-        data = relation.data[self.charm.unit]
-        if "gpu-inventory" not in bag and "gpu-inventory" in data:
-            del data["gpu-inventory"]
-        for key, value in bag.items():
-            if data.get(key) != value:
-                data[key] = value
+        write(relation.data[self.charm.unit], bag, remove=["gpu-inventory"])

@@ -51,11 +51,11 @@ import re
 import ops
 import pydantic
 
-from charms.gpu_k8s.v0.databag import Databag, explain
+from charms.gpu_k8s.v0.databag import Databag, explain, write
 
 LIBID = "f8e5b0b58e814d808649f0389b84f615"
 LIBAPI = 0
-LIBPATCH = 1
+LIBPATCH = 2
 
 logger = logging.getLogger(__name__)
 
@@ -176,15 +176,6 @@ class StorageRequest:
         return self.relation.id
 
 
-def _write(data: ops.RelationDataContent, bag: dict[str, str]) -> None:
-    """Make `data` equal `bag`, touching only keys that differ."""
-    for key in [k for k in data if k not in bag]:
-        del data[key]
-    for key, value in bag.items():
-        if data.get(key) != value:
-            data[key] = value
-
-
 class SharedStorageProvider(ops.Object):
     """The storage side: reads the consumers' namespaces and answers with their claims."""
 
@@ -250,11 +241,13 @@ class SharedStorageProvider(ops.Object):
             )
         except pydantic.ValidationError as e:
             raise ValueError(explain(e)) from None
-        _write(relation.data[self.charm.app], bag.dump())
+        data = relation.data[self.charm.app]
+        write(data, bag.dump(), remove=list(data))
 
     def refuse(self, relation: ops.Relation, reason: str) -> None:
         """Answer with `error` only (leader only): the consumer shows `reason`."""
-        _write(relation.data[self.charm.app], ProviderAppData(error=reason).dump())
+        data = relation.data[self.charm.app]
+        write(data, ProviderAppData(error=reason).dump(), remove=list(data))
 
 
 class SharedStorageRequirer(ops.Object):
@@ -292,10 +285,7 @@ class SharedStorageRequirer(ops.Object):
         relation = self.relation
         if relation is None or not self.charm.unit.is_leader():
             return
-        data = relation.data[self.charm.app]
-        for key, value in self.request.dump().items():
-            if data.get(key) != value:
-                data[key] = value
+        write(relation.data[self.charm.app], self.request.dump())
 
     def _answer(self) -> tuple[ProviderAppData | None, str | None]:
         relation = self.relation
