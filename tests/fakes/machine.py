@@ -81,6 +81,7 @@ class FakeMachine:
         self.dpkg: dict[str, str] = {}
         self.held: set[str] = set()
         self.services: dict[str, Service] = {}
+        self.unit_files: set[str] = set()  # services defined by files systemd has loaded
         self.sysctl: dict[str, str] = {}
         self.joins: list[dict] = []
         self.join_error: str | None = None
@@ -134,9 +135,10 @@ class FakeMachine:
 
     def add_repository(self, base: str) -> None:
         """Serve a pkgs.k8s.io-layout repository (every pinned minor) under `base`."""
-        for minor, version in kubeadm.RELEASES.items():
+        for minor, release in kubeadm.RELEASES.items():
             uri = f"{base.rstrip('/')}/core:/stable:/v{minor}/deb/"
-            self.remote[uri] = {pkg: {version} for pkg in ("kubeadm", "kubelet", "kubectl")}
+            pins = release.packages(with_kubectl=True)
+            self.remote[uri] = {pkg: {version} for pkg, version in pins.items()}
             self.urls[f"{uri}Release.key"] = ARMORED_KEY
 
     def enable_swap(self) -> None:
@@ -314,6 +316,7 @@ class FakeMachine:
         args = [a for a in argv[1:] if not a.startswith("-")]
         verb, units = args[0], args[1:]
         if verb == "daemon-reload":
+            self._load_unit_files()
             return ""
         for unit in units:
             name = unit.removesuffix(".service")
@@ -338,6 +341,16 @@ class FakeMachine:
             else:
                 raise _fail(argv, 1, f"fake systemctl does not handle {verb}")
         return ""
+
+    def _load_unit_files(self) -> None:
+        """Like systemd: units whose files appeared exist, units whose files went do not."""
+        directory = self.path("/etc/systemd/system")
+        files = {p.name.removesuffix(".service") for p in directory.glob("*.service")}
+        for name in files - self.unit_files:
+            self.services.setdefault(name, Service(enabled=False, active=False))
+        for name in self.unit_files - files:
+            self.services.pop(name, None)
+        self.unit_files = files
 
     def _modprobe(self, argv: list[str], _input: str | None) -> str:
         self.path(f"/sys/module/{argv[-1]}").mkdir(parents=True, exist_ok=True)
