@@ -219,14 +219,15 @@ def leader_member_state(**kw) -> testing.State:
         label=PEER_LABEL,
     )
     app = {
-        "endpoint": "10.0.0.5:6443",
+        "endpoint": "127.0.0.1:6444",
         "ca-cert-hash": "sha256:" + "a" * 64,
         "join-secret-id": join.id,
         "cluster-version": "1.36",
         "token-expires": (NOW.replace(hour=23)).isoformat(),
         "certs-uploaded-at": NOW.isoformat(),
     }
-    return testing.State(relations=[peers(app, {1: {"joined": "true"}})], secrets=[join], **kw)
+    member = {"joined": "true", "api-server": "10.0.0.5:6443"}
+    return testing.State(relations=[peers(app, {1: member})], secrets=[join], **kw)
 
 
 def join_workers(ctx, state: testing.State, rel: testing.Relation) -> testing.State:

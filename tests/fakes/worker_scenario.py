@@ -1,5 +1,7 @@
 """Builders of ops.testing states for the kubernetes-worker tests."""
 
+import json
+
 from ops import testing
 
 TOKEN = "abcdef.0123456789abcdef"
@@ -7,6 +9,7 @@ SA_TOKEN = "worker-sa-token-5c1d9e"
 CA_HASH = "sha256:" + "ab" * 32
 NODE = "ip-10-0-1-17"
 CP_APP = "kubernetes-control-plane"
+API_SERVERS = ["10.0.0.10:6443", "10.0.0.11:6443", "10.0.0.12:6443"]
 
 
 def join_secret(api, *, token=TOKEN, kubeconfig=None):
@@ -17,7 +20,8 @@ def join_secret(api, *, token=TOKEN, kubeconfig=None):
 
 def cluster_relation(secret, **overrides):
     data = {
-        "endpoint": "https://10.0.0.10:6443",
+        "endpoint": "https://127.0.0.1:6444",
+        "api-servers": json.dumps(API_SERVERS),
         "ca-cert-hash": CA_HASH,
         "join-secret-id": secret.id if secret else "secret:missing",
         "kubernetes-version": "1.33",

@@ -104,9 +104,13 @@ def render_init_config(spec: InitSpec, *, token: str, ttl_hours: int, certificat
         "controlPlaneEndpoint": spec.control_plane_endpoint,
         "networking": {"podSubnet": spec.pod_cidr, "serviceSubnet": spec.service_cidr},
         "apiServer": {
+            # The control-plane endpoint is each node's local API proxy; clients check
+            # the API server's certificate for that address (kubeadm adds the endpoint's
+            # host too, this states it).
+            "certSANs": [spec.control_plane_endpoint.rsplit(":", 1)[0]],
             "extraArgs": [
                 {"name": "enable-admission-plugins", "value": ",".join(ADMISSION_PLUGINS)}
-            ]
+            ],
         },
     }
     return yaml.safe_dump_all([init, cluster], sort_keys=False)
@@ -210,6 +214,18 @@ def read_ca(host: Host) -> str | None:
 def read_admin_kubeconfig(host: Host) -> str | None:
     """The admin kubeconfig kubeadm wrote, or None before bootstrap/join."""
     return host.read(ADMIN_CONF)
+
+
+def with_server(kubeconfig: str, server: str) -> str:
+    """`kubeconfig` with every cluster's server set to `server`.
+
+    kubeadm's kubeconfigs point at the control-plane endpoint, the node-local proxy;
+    a copy handed to someone off the node must name a reachable API server instead.
+    """
+    config = yaml.safe_load(kubeconfig)
+    for cluster in config.get("clusters") or []:
+        cluster["cluster"]["server"] = server
+    return yaml.safe_dump(config, sort_keys=False)
 
 
 def token_expiry(now: datetime.datetime, ttl_hours: int) -> datetime.datetime:

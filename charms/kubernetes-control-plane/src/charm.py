@@ -44,7 +44,7 @@ from literals import (
     WORKERS,
 )
 
-from charms.gpu_k8s.v0 import containerd, kubeadm
+from charms.gpu_k8s.v0 import api_proxy, containerd, kubeadm
 from charms.gpu_k8s.v0.apt import AptError
 from charms.gpu_k8s.v0.config import ActionParams, CharmConfig
 from charms.gpu_k8s.v0.databag import write
@@ -225,6 +225,39 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             raise StatusError(ops.WaitingStatus("waiting for a network address"))
         return str(address)
 
+    def _api_server(self) -> str:
+        """This unit's API server as host:port (what the node proxies and consumers reach)."""
+        return f"{bootstrap.endpoint_host(self._address())}:{API_PORT}"
+
+    def _api_servers(self, peers: ops.Relation) -> list[str]:
+        """API servers of the joined control-plane units; this unit's first once it serves one.
+
+        The leader about to bootstrap lists itself: its API server is what `kubeadm init`
+        starts behind the proxy.
+        """
+        others = [
+            peers.data[u].get("api-server", "")
+            for u in peers.units
+            if peers.data[u].get("joined") == "true"
+        ]
+        others = api_proxy.spread([s for s in others if s], self.unit.name)
+        bootstrapping = self.unit.is_leader() and not peers.data[self.app].get("cluster-version")
+        if self._joined() or bootstrapping:
+            return [self._api_server(), *[s for s in others if s != self._api_server()]]
+        return others
+
+    def _configure_api_proxy(self, peers: ops.Relation) -> None:
+        """Point this node's API proxy (the cluster's controlPlaneEndpoint) at the API servers."""
+        servers = self._api_servers(peers)
+        if not servers:
+            raise StatusError(
+                ops.WaitingStatus("waiting for a joined control-plane unit to publish its address")
+            )
+        try:
+            api_proxy.configure(self.host, servers)
+        except ValueError as e:
+            raise StatusError(ops.WaitingStatus(f"cannot configure the API proxy: {e}")) from None
+
     # -- event handling -----------------------------------------------------------------
 
     def _on_event(self, event: ops.EventBase) -> None:
@@ -306,6 +339,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
 
     def _reconcile_leader(self, config: Config, peers: ops.Relation, event: ops.EventBase) -> None:
         bag = peers.data[self.app]
+        self._configure_api_proxy(peers)
         if not self._joined():
             self._bootstrap(config, peers)
         elif not bag.get("join-secret-id"):
@@ -316,18 +350,17 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         token = self._rotate_token_if_due(config, bag, join, content)
         self._reupload_certs_if_needed(bag, content["certificate-key"], peers)
         self._apply_cni(config, bag)
-        self._publish_to_workers(config, bag, token)
+        self._publish_to_workers(config, peers, token)
         self._sync_workers(bag, event)
         self._apply_device_plugin(config, bag)
         self._serve_kube_api(bag)
 
     def _bootstrap(self, config: Config, peers: ops.Relation) -> None:
         address = self._address()
-        host_part = bootstrap.endpoint_host(address)
         spec = bootstrap.InitSpec(
             node_name=kubeadm.node_name(self.host),
             advertise_address=address,
-            control_plane_endpoint=f"{host_part}:{API_PORT}",
+            control_plane_endpoint=api_proxy.ENDPOINT,
             kubernetes_version="v" + kubeadm.RELEASES[config.kubernetes_version].split("-")[0],
             pod_cidr=config.pod_cidr,
             service_cidr=config.service_cidr,
@@ -360,10 +393,9 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         now = type(self).clock()
         secret = self._store_join_secret({"token": token, "certificate-key": key})
         ca = bootstrap.read_ca(self.host) or ""
-        host_part = bootstrap.endpoint_host(self._address())
         peers.data[self.app].update(
             {
-                "endpoint": f"{host_part}:{API_PORT}",
+                "endpoint": api_proxy.ENDPOINT,
                 "ca-cert-hash": kubeadm.ca_cert_hash(ca),
                 "join-secret-id": secret.id or secret.get_info().id,
                 "cluster-version": config.kubernetes_version,
@@ -474,11 +506,10 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         del bag["device-plugin"]
         logger.info("removed the NVIDIA device plugin: no worker reports GPUs any more")
 
-    def _publish_to_workers(
-        self, config: Config, bag: ops.RelationDataContent, token: str
-    ) -> None:
+    def _publish_to_workers(self, config: Config, peers: ops.Relation, token: str) -> None:
         if not self.workers.relations:
             return
+        bag = peers.data[self.app]
         expires = _parse_time(bag.get("token-expires"))
         expire = (
             expires - datetime.timedelta(hours=TOKEN_ROTATION_MARGIN_HOURS) if expires else None
@@ -487,6 +518,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         endpoint = f"https://{bag['endpoint']}"
         self.workers.publish(
             endpoint,
+            self._api_servers(peers),
             bag["ca-cert-hash"],
             config.kubernetes_version,
             token,
@@ -620,7 +652,9 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         granted: dict[str, dict] = json.loads(bag.get("kube-api", "{}"))
         before = json.dumps(granted, sort_keys=True)
         seen = set()
-        endpoint = f"https://{bag['endpoint']}"
+        # Consumers run outside the cluster's nodes, without the local proxy: they get the
+        # leader's API server, and a new address when leadership moves.
+        endpoint = f"https://{self._api_server()}"
         for request in self.kube_api.requests():
             key = str(request.relation_id)
             seen.add(key)
@@ -677,10 +711,16 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
     # -- other units --------------------------------------------------------------------
 
     def _mark_member(self, peers: ops.Relation) -> None:
-        write(peers.data[self.unit], {"joined": "true", "node-name": kubeadm.node_name(self.host)})
+        mine = {
+            "joined": "true",
+            "node-name": kubeadm.node_name(self.host),
+            "api-server": self._api_server(),
+        }
+        write(peers.data[self.unit], mine)
 
     def _reconcile_member(self, peers: ops.Relation) -> None:
         if self._joined():
+            self._configure_api_proxy(peers)
             self._mark_member(peers)
             return
         bag = peers.data[self.app]
@@ -706,7 +746,10 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             raise StatusError(ops.WaitingStatus("waiting for access to the join secret")) from None
         except ValueError as e:
             raise StatusError(ops.WaitingStatus(f"join material from the leader: {e}")) from None
-        logger.info("joining the control plane at %s", material.endpoint)
+        self._configure_api_proxy(peers)
+        logger.info(
+            "joining the control plane through the local API proxy at %s", material.endpoint
+        )
         try:
             kubeadm.join(
                 self.host,
@@ -761,6 +804,11 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         text = bootstrap.read_admin_kubeconfig(self.host)
         if text is None:
             event.fail("this unit has not joined the cluster yet; retry once it is Ready")
+            return
+        try:
+            text = bootstrap.with_server(text, f"https://{self._api_server()}")
+        except StatusError as e:
+            event.fail(f"cannot name this unit's API server: {e}")
             return
         try:
             secret = self.model.get_secret(label=ADMIN_SECRET_LABEL)

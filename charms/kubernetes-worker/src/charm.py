@@ -38,7 +38,7 @@ import ops
 import pydantic
 import worker
 
-from charms.gpu_k8s.v0 import apt, kubeadm
+from charms.gpu_k8s.v0 import api_proxy, apt, kubeadm
 from charms.gpu_k8s.v0.config import ActionParams
 from charms.gpu_k8s.v0.kubernetes_cluster import ClusterRequirer, GpuInfo, JoinInfo
 from charms.gpu_k8s.v0.system import Host, SubprocessRunner
@@ -142,7 +142,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
             self._status = ops.WaitingStatus(self.cluster.problem() or "waiting for join material")
             return
         node = kubeadm.node_name(host)
-        if not self._join(host, info, node, config.labels):
+        if not self._proxy(host, info, node) or not self._join(host, info, node, config.labels):
             return
         self.cluster.publish_node(node, [GpuInfo(**r) for r in state.records()] or None)
         if self._label(info, node, config, state):
@@ -268,6 +268,15 @@ class KubernetesWorkerCharm(ops.CharmBase):
         self._stored.reboot_cordoned = False
         return True
 
+    def _proxy(self, host: Host, info: JoinInfo, node: str) -> bool:
+        """Point this node's API proxy (the cluster's control-plane endpoint) at the servers."""
+        try:
+            api_proxy.configure(host, api_proxy.spread(info.api_servers, node))
+        except ValueError as e:
+            self._status = ops.WaitingStatus(f"control plane API servers are unusable: {e}")
+            return False
+        return True
+
     def _join(self, host: Host, info: JoinInfo, node: str, labels: dict[str, str]) -> bool:
         if kubeadm.is_joined(host):
             return True
@@ -391,6 +400,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
         if kubeadm.is_joined(host):
             message = self._drain(kubeadm.node_name(host))
         kubeadm.reset(host)
+        api_proxy.remove(host)
         self._stored.left_cluster = True
         logger.info("reset this machine: %s", message)
         self._status = ops.MaintenanceStatus(message)

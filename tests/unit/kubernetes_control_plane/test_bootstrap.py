@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
 
 from ops import testing
 
+from charms.gpu_k8s.v0 import api_proxy
 from fakes.control_plane import (
     ADMIN_TOKEN,
     CA_PEM,
@@ -15,6 +17,7 @@ from fakes.control_plane import (
     peer,
     peers,
     secret,
+    workers_relation,
 )
 
 
@@ -28,7 +31,12 @@ def test_leader_installs_pinned_packages_and_bootstraps(ctx, machine, api):
     init, cluster = machine.inits[0]
     assert cluster["kubernetesVersion"] == "v1.36.4"
     assert cluster["networking"] == {"podSubnet": "10.244.0.0/16", "serviceSubnet": "10.96.0.0/12"}
-    assert cluster["controlPlaneEndpoint"] == "192.0.2.0:6443"
+    # The endpoint is this node's API proxy, which forwards to the API server kubeadm starts.
+    assert cluster["controlPlaneEndpoint"] == "127.0.0.1:6444"
+    assert cluster["apiServer"]["certSANs"] == ["127.0.0.1"]
+    assert init["localAPIEndpoint"] == {"advertiseAddress": "192.0.2.0", "bindPort": 6443}
+    assert json.loads(machine.read(api_proxy.CONFIG)) == {"servers": ["192.0.2.0:6443"]}
+    assert machine.services[api_proxy.SERVICE].active
     args = {a["name"]: a["value"] for a in cluster["apiServer"]["extraArgs"]}
     assert "ExtendedResourceToleration" in args["enable-admission-plugins"].split(",")
     assert init["bootstrapTokens"][0]["ttl"] == "24h0m0s"
@@ -41,7 +49,8 @@ def test_leader_installs_pinned_packages_and_bootstraps(ctx, machine, api):
     assert '"Network": "10.244.0.0/16"' in cm["data"]["net-conf.json"]
     # join material for peers: databag has the public parts, secret has the rest
     bag = peer(out).local_app_data
-    assert bag["endpoint"] == "192.0.2.0:6443"
+    assert bag["endpoint"] == "127.0.0.1:6444"
+    assert peer(out).local_unit_data["api-server"] == "192.0.2.0:6443"
     assert bag["cluster-version"] == "1.36"
     from charms.gpu_k8s.v0.kubeadm import ca_cert_hash
 
@@ -104,10 +113,49 @@ def test_non_leader_joins_as_control_plane_with_secret(ctx, machine):
     join = machine.joins[0]
     assert join["controlPlane"]["certificateKey"] == "ab" * 32
     assert join["discovery"]["bootstrapToken"]["token"] == "abcdef.0123456789abcdef"
-    assert join["discovery"]["bootstrapToken"]["apiServerEndpoint"] == "10.0.0.5:6443"
+    # Discovery goes through this node's proxy, set up first with the joined peer's server;
+    # once joined, this unit's own API server comes first.
+    assert join["discovery"]["bootstrapToken"]["apiServerEndpoint"] == "127.0.0.1:6444"
     assert machine.inits == []
     assert peer(out).local_unit_data["joined"] == "true"
+    assert peer(out).local_unit_data["api-server"] == "192.0.2.0:6443"
+    servers = json.loads(machine.read(api_proxy.CONFIG))["servers"]
+    assert servers == ["10.0.0.5:6443"]
+    out = ctx.run(ctx.on.update_status(), out)
+    servers = json.loads(machine.read(api_proxy.CONFIG))["servers"]
+    assert servers == ["192.0.2.0:6443", "10.0.0.5:6443"]
     assert out.unit_status == testing.ActiveStatus("Ready: v1.36, 2 control-plane, 0 workers")
+
+
+def test_proxies_and_workers_follow_the_control_plane_units_that_come_and_go(ctx, machine, api):
+    out = ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
+    rel = workers_relation({0: {}})
+    members = {
+        1: {"joined": "true", "api-server": "10.0.0.6:6443"},
+        2: {"joined": "true", "api-server": "10.0.0.7:6443"},
+        3: {"joined": "false"},  # still joining: nothing to forward to yet
+    }
+    grown = dataclasses.replace(peer(out), peers_data=members)
+    out = dataclasses.replace(out, relations=[grown, rel])
+    out = ctx.run(ctx.on.relation_changed(grown, remote_unit=2), out)
+
+    servers = json.loads(machine.read(api_proxy.CONFIG))["servers"]
+    assert servers[0] == "192.0.2.0:6443"
+    assert sorted(servers[1:]) == ["10.0.0.6:6443", "10.0.0.7:6443"]
+    published = json.loads(out.get_relation(rel.id).local_app_data["api-servers"])
+    assert sorted(published) == sorted(servers)
+
+    shrunk = dataclasses.replace(peer(out), peers_data={1: members[1]})
+    out = dataclasses.replace(out, relations=[shrunk, out.get_relation(rel.id)])
+    out = ctx.run(ctx.on.relation_departed(shrunk, remote_unit=2, departing_unit=2), out)
+
+    assert json.loads(machine.read(api_proxy.CONFIG))["servers"] == [
+        "192.0.2.0:6443",
+        "10.0.0.6:6443",
+    ]
+    published = json.loads(out.get_relation(rel.id).local_app_data["api-servers"])
+    assert sorted(published) == ["10.0.0.6:6443", "192.0.2.0:6443"]
+    assert machine.services[api_proxy.SERVICE].restarts == 1  # re-read, never restarted
 
 
 def test_new_leader_not_yet_joined_joins_instead_of_init(ctx, machine):

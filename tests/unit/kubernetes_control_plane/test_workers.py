@@ -41,7 +41,8 @@ def test_workers_get_public_data_in_databag_and_token_in_granted_secret(ctx, boo
     bag = out.get_relation(rel.id).local_app_data
     join = secret(out, JOIN_LABEL)
     assert bag == {
-        "endpoint": "https://192.0.2.0:6443",
+        "endpoint": "https://127.0.0.1:6444",
+        "api-servers": '["192.0.2.0:6443"]',
         "ca-cert-hash": peer(out).local_app_data["ca-cert-hash"],
         "join-secret-id": join.id,
         "kubernetes-version": "1.36",
@@ -60,7 +61,8 @@ def test_workers_get_public_data_in_databag_and_token_in_granted_secret(ctx, boo
         config["users"][0]["user"]["token"]
         == base64.b64decode(sa_secret["data"]["token"]).decode()
     )
-    assert config["clusters"][0]["cluster"]["server"] == "https://192.0.2.0:6443"
+    # workers use it on their node, through their own API proxy
+    assert config["clusters"][0]["cluster"]["server"] == "https://127.0.0.1:6444"
     role = api.get_object("/apis/rbac.authorization.k8s.io/v1/clusterroles/gpu-k8s-worker")
     as_set = {(r["resources"][0], v) for r in role["rules"] for v in r["verbs"]}
     assert as_set == {

@@ -1,13 +1,15 @@
 """State-transition tests of the kubernetes-worker charm against a fake machine and API."""
 
 import dataclasses
+import json
 import logging
 
 import pytest
 from ops import testing
 
-from charms.gpu_k8s.v0 import containerd, kubeadm
+from charms.gpu_k8s.v0 import api_proxy, containerd, kubeadm
 from fakes.worker_scenario import (
+    API_SERVERS,
     CA_HASH,
     NODE,
     SA_TOKEN,
@@ -51,7 +53,9 @@ def test_join_material_brings_kubeadm_and_kubelet_at_the_control_planes_version(
 
     ctx.run(ctx.on.relation_changed(next(iter(state.relations))), state)
 
-    assert machine.dpkg["kubeadm"] == machine.dpkg["kubelet"] == kubeadm.RELEASES["1.33"]
+    assert (
+        machine.dpkg["kubeadm"] == machine.dpkg["kubelet"] == kubeadm.RELEASES["1.33"].kubernetes
+    )
     assert "kubectl" not in machine.dpkg
     assert {"containerd", "kubeadm", "kubelet"} <= machine.held
     assert len(machine.joins) == 1
@@ -78,14 +82,16 @@ def test_the_control_planes_minor_is_installed(ctx, machine, api, published):
 
     out = ctx.run(ctx.on.config_changed(), joined_state(api, **{"kubernetes-version": published}))
 
-    assert machine.dpkg["kubelet"] == machine.dpkg["kubeadm"] == kubeadm.RELEASES["1.34"]
+    assert (
+        machine.dpkg["kubelet"] == machine.dpkg["kubeadm"] == kubeadm.RELEASES["1.34"].kubernetes
+    )
     assert out.unit_status == testing.ActiveStatus(READY)
 
 
 def test_worker_follows_the_control_plane_to_a_new_minor(ctx, machine, api):
     register_node(api)
     out = ctx.run(ctx.on.config_changed(), joined_state(api))
-    assert machine.dpkg["kubelet"] == kubeadm.RELEASES["1.33"]
+    assert machine.dpkg["kubelet"] == kubeadm.RELEASES["1.33"].kubernetes
     relation = next(iter(out.relations))
     upgraded = dataclasses.replace(
         relation, remote_app_data={**relation.remote_app_data, "kubernetes-version": "1.34"}
@@ -95,7 +101,9 @@ def test_worker_follows_the_control_plane_to_a_new_minor(ctx, machine, api):
         ctx.on.relation_changed(upgraded), dataclasses.replace(out, relations={upgraded})
     )
 
-    assert machine.dpkg["kubelet"] == machine.dpkg["kubeadm"] == kubeadm.RELEASES["1.34"]
+    assert (
+        machine.dpkg["kubelet"] == machine.dpkg["kubeadm"] == kubeadm.RELEASES["1.34"].kubernetes
+    )
     assert "URIs: https://pkgs.k8s.io/core:/stable:/v1.34/deb/" in machine.read(
         "/etc/apt/sources.list.d/kubernetes.sources"
     )
@@ -219,8 +227,10 @@ def test_relation_changed_joins_labels_and_publishes_the_node(ctx, machine, api)
 
     assert out.unit_status == testing.ActiveStatus(READY)
     [config] = machine.joins
+    # kubeadm discovers the cluster through this node's API proxy, set up before the join
+    # with every control-plane API server, in an order of this node's own.
     assert config["discovery"]["bootstrapToken"] == {
-        "apiServerEndpoint": "10.0.0.10:6443",
+        "apiServerEndpoint": "127.0.0.1:6444",
         "token": TOKEN,
         "caCertHashes": [CA_HASH],
     }
@@ -229,11 +239,33 @@ def test_relation_changed_joins_labels_and_publishes_the_node(ctx, machine, api)
         {"name": "node-labels", "value": "example.com/pool=cpu"}
     ]
     assert "controlPlane" not in config
+    servers = json.loads(machine.read(api_proxy.CONFIG))["servers"]
+    assert servers == api_proxy.spread(API_SERVERS, NODE)
+    assert sorted(servers) == API_SERVERS
+    assert machine.services[api_proxy.SERVICE].active
     relation = out.get_relation(next(iter(state.relations)).id)
     assert relation.local_unit_data["node-name"] == NODE
     labels = node(api)["metadata"]["labels"]
     assert labels["example.com/pool"] == "cpu"
     assert labels["kubernetes.io/hostname"] == NODE
+
+
+def test_a_changed_control_plane_reaches_the_running_proxy_without_a_restart(ctx, machine, api):
+    register_node(api)
+    state = joined_state(api)
+    out = ctx.run(ctx.on.relation_changed(next(iter(state.relations))), state)
+    relation = out.get_relation(next(iter(state.relations)).id)
+    smaller = dict(relation.remote_app_data, **{"api-servers": json.dumps(API_SERVERS[:2])})
+    relation = dataclasses.replace(relation, remote_app_data=smaller)
+
+    out = ctx.run(
+        ctx.on.relation_changed(relation), dataclasses.replace(out, relations={relation})
+    )
+
+    assert sorted(json.loads(machine.read(api_proxy.CONFIG))["servers"]) == API_SERVERS[:2]
+    assert machine.services[api_proxy.SERVICE].restarts == 1
+    assert len(machine.joins) == 1
+    assert out.unit_status == testing.ActiveStatus(READY)
 
 
 @pytest.mark.parametrize(
@@ -468,6 +500,8 @@ def test_own_departure_drains_then_resets(ctx, machine, api, clock, own_departur
     assert api.get_object("/api/v1/namespaces/default/pods/web-1") is None
     assert api.get_object("/api/v1/namespaces/default/pods/fluentd") is not None
     assert not kubeadm.is_joined(machine.host())
+    assert api_proxy.SERVICE not in machine.services  # stopped and removed after the reset
+    assert machine.read(api_proxy.CONFIG) is None
     assert out.unit_status == testing.MaintenanceStatus(f"drained node {NODE} (1 pods evicted)")
     methods = [(m, p) for m, p in api.requests if m == "POST"]
     assert methods == [("POST", "/api/v1/namespaces/default/pods/web-1/eviction")]

@@ -17,6 +17,7 @@ from charms.gpu_k8s.v0.kubernetes_cluster import (
 
 TOKEN = "abcdef.0123456789abcdef"
 HASH = "sha256:" + "0" * 64
+SERVERS = ["10.0.0.5:6443", "10.0.0.6:6443"]
 GPU = {
     "model": "NVIDIA A10G",
     "count": 4,
@@ -49,7 +50,8 @@ def worker_ctx():
 
 def provider_bag(secret_id: str, **overrides) -> dict:
     bag = {
-        "endpoint": "https://10.0.0.5:6443",
+        "endpoint": "https://127.0.0.1:6444",
+        "api-servers": json.dumps(SERVERS),
         "ca-cert-hash": HASH,
         "join-secret-id": secret_id,
         "kubernetes-version": "1.33",
@@ -82,6 +84,9 @@ def test_requirer_waits_for_empty_databag():
     [
         ({"ca-cert-hash": "md5:abc"}, "control plane databag: ca-cert-hash is invalid"),
         ({"endpoint": "http://10.0.0.5:6443"}, "control plane databag: endpoint is invalid"),
+        ({"api-servers": "10.0.0.5:6443"}, "control plane databag: api-servers is invalid"),
+        ({"api-servers": "[]"}, "control plane databag: api-servers is invalid"),
+        ({"api-servers": '["10.0.0.5"]'}, "control plane databag: api-servers is invalid"),
         ({"kubernetes-version": "latest"}, "control plane databag: kubernetes-version is invalid"),
     ],
 )
@@ -94,9 +99,9 @@ def test_requirer_names_the_malformed_field(overrides, problem):
 
 
 def test_requirer_with_missing_field():
-    rel = testing.Relation("cluster", remote_app_data={"endpoint": "https://10.0.0.5:6443"})
+    rel = testing.Relation("cluster", remote_app_data={"endpoint": "https://127.0.0.1:6444"})
     assert requirer_view(testing.State(relations=[rel]))[1] == (
-        "control plane databag: ca-cert-hash is missing"
+        "control plane databag: api-servers is missing"
     )
 
 
@@ -112,7 +117,8 @@ def test_requirer_reads_join_material_from_secret():
     rel = testing.Relation("cluster", remote_app_data=provider_bag(sec.id))
     material, problem = requirer_view(testing.State(relations=[rel], secrets=[sec]))
     assert problem is None
-    assert material.token == TOKEN and material.endpoint == "https://10.0.0.5:6443"
+    assert material.token == TOKEN and material.endpoint == "https://127.0.0.1:6444"
+    assert material.api_servers == tuple(SERVERS)
     assert TOKEN not in repr(material)
 
 
@@ -148,14 +154,18 @@ def test_provider_publishes_and_grants_and_skips_bad_workers():
     with ctx(ctx.on.update_status(), testing.State(leader=True, relations=[rel])) as mgr:
         p = mgr.charm.workers
         with pytest.raises(ValueError, match="not a kubeadm bootstrap token"):
-            p.publish("https://10.0.0.5:6443", HASH, "1.33", "nope", "k")
-        p.publish("https://10.0.0.5:6443", HASH, "1.33", TOKEN, "kubeconfig-text")
+            p.publish("https://127.0.0.1:6444", SERVERS, HASH, "1.33", "nope", "k")
+        with pytest.raises(ValueError, match="api-servers is invalid"):
+            p.publish("https://127.0.0.1:6444", [], HASH, "1.33", TOKEN, "k")
+        p.publish("https://127.0.0.1:6444", SERVERS, HASH, "1.33", TOKEN, "kubeconfig-text")
         workers = p.workers()
         assert [(w.unit, w.node_name, w.gpu_count) for w in workers] == [("w/0", "n0", 4)]
         assert p.problems() == ["w/1: gpu-inventory.0.model is missing"]
         out = mgr.run()
     sec = next(s for s in out.secrets if s.label == SECRET_LABEL)
     assert sec.remote_grants == {rel.id: {"w"}}
+    assert len([s for s in out.secrets if s.label == SECRET_LABEL]) == 1  # none from the refusals
     bag = out.get_relation(rel.id).local_app_data
     assert bag["join-secret-id"] == sec.id
+    assert json.loads(bag["api-servers"]) == SERVERS
     assert TOKEN not in json.dumps(bag) and "kubeconfig-text" not in json.dumps(bag)

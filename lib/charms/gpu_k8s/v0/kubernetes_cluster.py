@@ -4,8 +4,11 @@
 """The `kubernetes-cluster` interface: how workers join a control plane.
 
 The control plane (`ClusterProvider`, endpoint `workers`) publishes in its application
-databag where the API server is, the hash of its CA certificate, the Kubernetes version
-and the ID of a Juju secret. The secret (owned by the control-plane application and
+databag the cluster's control-plane endpoint, the API servers behind it, the hash of its
+CA certificate, the Kubernetes version and the ID of a Juju secret. The endpoint is the
+node-local API proxy (`api_proxy.ENDPOINT`): a worker points its own proxy at
+`api-servers` before it joins, so it keeps reaching the cluster when any one
+control-plane machine is gone. The secret (owned by the control-plane application and
 granted to every `workers` relation) holds what must stay secret: the bootstrap `token`
 for `kubeadm join` and a `kubeconfig` for the `gpu-k8s-worker` ServiceAccount, which a
 worker uses to label, drain and validate its own node.
@@ -15,7 +18,8 @@ when it has NVIDIA GPUs, their inventory.
 
 Provider databag (application):
 
-    endpoint: https://10.0.0.1:6443
+    endpoint: https://127.0.0.1:6444
+    api-servers: '["10.0.0.1:6443", "10.0.0.2:6443", "10.0.0.3:6443"]'
     ca-cert-hash: sha256:<64 hex>
     join-secret-id: secret://<model>/<id>
     kubernetes-version: "1.33"
@@ -47,7 +51,7 @@ from charms.gpu_k8s.v0.databag import Databag, explain, write
 
 LIBID = "5f724584087c4f3caa6d95ea68f42ceb"
 LIBAPI = 0
-LIBPATCH = 3
+LIBPATCH = 4
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +59,7 @@ SECRET_LABEL = "kubernetes-cluster-join"
 TOKEN_PATTERN = re.compile(r"^[a-z0-9]{6}\.[a-z0-9]{16}$")
 _CA_HASH = re.compile(r"^sha256:[0-9a-f]{64}$")
 _VERSION = re.compile(r"^\d+\.\d+(\.\d+)?$")
+_API_SERVER = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):[0-9]{1,5}$")
 _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
@@ -73,6 +78,7 @@ class ProviderAppData(Databag):
     """What the control plane publishes in its application databag."""
 
     endpoint: str
+    api_servers: list[str] = pydantic.Field(alias="api-servers", min_length=1)
     ca_cert_hash: str = pydantic.Field(alias="ca-cert-hash")
     join_secret_id: str = pydantic.Field(alias="join-secret-id", min_length=1)
     kubernetes_version: str = pydantic.Field(alias="kubernetes-version")
@@ -82,6 +88,24 @@ class ProviderAppData(Databag):
     def _https(cls, value: str) -> str:
         if not re.match(r"^https://[A-Za-z0-9.\-\[\]:]+(:\d+)?/?$", value):
             raise ValueError("must be an https URL such as https://10.0.0.1:6443")
+        return value
+
+    @pydantic.field_validator("api_servers", mode="before")
+    @classmethod
+    def _servers_json(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                return json.loads(value)
+            except json.JSONDecodeError:
+                raise ValueError("must be a JSON list of host:port") from None
+        return value
+
+    @pydantic.field_validator("api_servers")
+    @classmethod
+    def _servers(cls, value: list[str]) -> list[str]:
+        for server in value:
+            if not _API_SERVER.match(server) or not 0 < int(server.rsplit(":", 1)[1]) < 65536:
+                raise ValueError(f"{server!r} is not host:port such as 10.0.0.1:6443")
         return value
 
     @pydantic.field_validator("ca_cert_hash")
@@ -128,6 +152,7 @@ class JoinInfo:
     """Everything a worker needs to join, read from the databag and the secret."""
 
     endpoint: str
+    api_servers: tuple[str, ...]
     ca_cert_hash: str
     kubernetes_version: str
     token: str = dataclasses.field(repr=False)
@@ -173,6 +198,7 @@ class ClusterProvider(ops.Object):
     def publish(
         self,
         endpoint: str,
+        api_servers: list[str],
         ca_cert_hash: str,
         version: str,
         token: str,
@@ -191,6 +217,17 @@ class ClusterProvider(ops.Object):
         """
         if not TOKEN_PATTERN.match(token):
             raise ValueError("token is not a kubeadm bootstrap token")
+        fields = {
+            "endpoint": endpoint,
+            "api-servers": api_servers,
+            "ca-cert-hash": ca_cert_hash,
+            "join-secret-id": "secret:pending",
+            "kubernetes-version": version,
+        }
+        try:
+            ProviderAppData.model_validate(fields)  # before anything is created
+        except pydantic.ValidationError as e:
+            raise ValueError(explain(e)) from None
         content = {"token": token, "kubeconfig": kubeconfig}
         try:
             secret = self.model.get_secret(label=SECRET_LABEL)
@@ -206,17 +243,7 @@ class ClusterProvider(ops.Object):
                 expire=expire,
             )
         secret_id = secret.id or secret.get_info().id
-        try:
-            bag = ProviderAppData.model_validate(
-                {
-                    "endpoint": endpoint,
-                    "ca-cert-hash": ca_cert_hash,
-                    "join-secret-id": secret_id,
-                    "kubernetes-version": version,
-                }
-            ).dump()
-        except pydantic.ValidationError as e:
-            raise ValueError(explain(e)) from None
+        bag = ProviderAppData.model_validate({**fields, "join-secret-id": secret_id}).dump()
         for relation in self.relations:
             data = relation.data[self.charm.app]
             if data.get("join-secret-id") != secret_id:
@@ -310,6 +337,7 @@ class ClusterRequirer(ops.Object):
         return (
             JoinInfo(
                 endpoint=bag.endpoint,
+                api_servers=tuple(bag.api_servers),
                 ca_cert_hash=bag.ca_cert_hash,
                 kubernetes_version=bag.kubernetes_version,
                 token=token,
