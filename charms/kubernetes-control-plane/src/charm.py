@@ -361,7 +361,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             node_name=kubeadm.node_name(self.host),
             advertise_address=address,
             control_plane_endpoint=api_proxy.ENDPOINT,
-            kubernetes_version="v" + kubeadm.RELEASES[config.kubernetes_version].split("-")[0],
+            kubernetes_version="v" + kubeadm.RELEASES[config.kubernetes_version].version,
             pod_cidr=config.pod_cidr,
             service_cidr=config.service_cidr,
         )

@@ -1,6 +1,7 @@
 import datetime
 import hashlib
 import os
+import re
 import subprocess
 
 import pytest
@@ -27,11 +28,46 @@ def installed(machine, minor="1.33"):
 # -- packages -------------------------------------------------------------------------
 
 
+DEB_VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)-\d+\.\d+$")
+
+
+def semver(deb_version):
+    match = DEB_VERSION.match(deb_version)
+    assert match, f"{deb_version!r} is not an X.Y.Z-R.B deb version"
+    return tuple(int(part) for part in match.groups())
+
+
 def test_release_table_pins_every_minor_to_a_pkgs_k8s_io_revision():
     assert kubeadm.DEFAULT_MINOR in kubeadm.RELEASES
-    for minor, version in kubeadm.RELEASES.items():
-        assert version.startswith(minor + ".")
-        assert version.endswith("-1.1")
+    for minor, release in kubeadm.RELEASES.items():
+        major_minor = tuple(int(part) for part in minor.split("."))
+        assert semver(release.kubernetes)[:2] == major_minor
+        assert release.version == release.kubernetes.split("-")[0]
+        # cri-tools is released once per Kubernetes minor, with the same major.minor.
+        assert semver(release.cri_tools)[:2] == major_minor
+        # The Depends of the pinned debs (kubelet: kubernetes-cni >= 1.2.0; kubeadm built
+        # before 2026-04-24: cri-tools >= 1.30.0): apt refuses a pin below them.
+        assert semver(release.cni) >= (1, 2, 0)
+        assert semver(release.cri_tools) >= (1, 30, 0)
+        for version in (release.kubernetes, release.cri_tools, release.cni):
+            assert version.endswith("-1.1")
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"kubernetes": "1.36.4"}, "kubernetes version '1.36.4' must look like 1.36.4-1.1"),
+        ({"cri_tools": "v1.36.0-1.1"}, "cri_tools version 'v1.36.0-1.1'"),
+        ({"cni": "1.9.1-1.1 "}, "cni version '1.9.1-1.1 '"),
+        ({"cni": ""}, "cni version ''"),
+        ({"cni": "1.9.1-1.1\n"}, "cni version '1.9.1-1.1\\n'"),
+    ],
+)
+def test_a_malformed_pin_is_refused(fields, message):
+    pins = {"kubernetes": "1.36.4-1.1", "cri_tools": "1.36.0-1.1", "cni": "1.9.1-1.1"}
+
+    with pytest.raises(ValueError, match=re.escape(message)):
+        kubeadm.Release(**{**pins, **fields})
 
 
 def test_package_source_upstream_and_mirror():
@@ -63,17 +99,88 @@ def test_install_pins_holds_and_enables_kubelet(machine):
 
     assert kubeadm.install(machine.host(), "1.33", mirror=None, with_kubectl=False)
 
-    assert machine.dpkg == {"kubeadm": "1.33.10-1.1", "kubelet": "1.33.10-1.1"}
-    assert machine.held == {"kubeadm", "kubelet"}
+    assert machine.dpkg == {
+        "kubeadm": "1.33.10-1.1",
+        "kubelet": "1.33.10-1.1",
+        "cri-tools": "1.33.0-1.1",
+        "kubernetes-cni": "1.6.0-1.1",
+    }
+    assert machine.held == {"kubeadm", "kubelet", "cri-tools", "kubernetes-cni"}
     assert machine.services["kubelet"].enabled
     assert kubeadm.installed_minor(machine.host()) == "1.33"
 
 
-def test_install_with_kubectl(machine):
-    kubeadm.install(machine.host(), "1.34", mirror=None, with_kubectl=True)
+def apt_installs(machine):
+    return [
+        line.split(" install ", 1)[1] for line in machine.lines("apt-get") if " install " in line
+    ]
 
-    assert machine.dpkg["kubectl"] == "1.34.9-1.1"
-    assert "kubectl" in machine.held
+
+def hold_lines(machine):
+    return [line.split(" hold ", 1)[1] for line in machine.lines("apt-mark") if " hold " in line]
+
+
+@pytest.mark.parametrize(
+    ("minor", "kubernetes", "cri_tools", "cni"),
+    [
+        ("1.34", "1.34.9-1.1", "1.34.0-1.1", "1.7.1-1.1"),
+        ("1.36", "1.36.4-1.1", "1.36.0-1.1", "1.9.1-1.1"),
+        ("1.37", "1.37.1-1.1", "1.37.0-1.1", "1.9.1-1.1"),
+    ],
+)
+def test_all_five_packages_go_in_one_pinned_install_and_are_held(
+    machine, minor, kubernetes, cri_tools, cni
+):
+    kubeadm.install(machine.host(), minor, mirror=None, with_kubectl=True)
+
+    assert apt_installs(machine) == [
+        "-y --allow-change-held-packages --no-install-recommends "
+        f"kubeadm={kubernetes} kubelet={kubernetes} kubectl={kubernetes} "
+        f"cri-tools={cri_tools} kubernetes-cni={cni}"
+    ]
+    assert hold_lines(machine) == ["cri-tools kubeadm kubectl kubelet kubernetes-cni"]
+    assert machine.dpkg == {
+        "kubeadm": kubernetes,
+        "kubelet": kubernetes,
+        "kubectl": kubernetes,
+        "cri-tools": cri_tools,
+        "kubernetes-cni": cni,
+    }
+    assert machine.held == set(machine.dpkg)
+
+
+def test_a_node_with_the_dependencies_unheld_only_gets_them_held(machine):
+    """A node set up before cri-tools and kubernetes-cni were pinned has them as plain deps."""
+    installed(machine, "1.33")
+    machine.held -= {"cri-tools", "kubernetes-cni"}
+    before = len(machine.mutations())
+
+    assert kubeadm.install(machine.host(), "1.33", mirror=None, with_kubectl=False)
+
+    assert machine.mutations()[before:] == ["apt-mark hold cri-tools kubernetes-cni"]
+    assert machine.dpkg["kubernetes-cni"] == "1.6.0-1.1"
+
+
+def test_a_dependency_at_another_version_is_moved_to_its_pin(machine):
+    installed(machine, "1.36")
+    machine.dpkg["kubernetes-cni"] = "1.9.0-1.1"
+
+    assert kubeadm.install(machine.host(), "1.36", mirror=None, with_kubectl=False)
+
+    assert apt_installs(machine)[-1].endswith(" kubernetes-cni=1.9.1-1.1")
+    assert machine.dpkg["kubernetes-cni"] == "1.9.1-1.1"
+
+
+def test_a_pin_missing_from_the_repository_installs_nothing(machine):
+    uri = "https://pkgs.k8s.io/core:/stable:/v1.35/deb/"
+    machine.remote[uri]["cri-tools"] = {"1.35.1-1.1"}
+
+    with pytest.raises(apt.AptError) as err:
+        kubeadm.install(machine.host(), "1.35", mirror=None, with_kubectl=False)
+
+    assert err.value.package == "cri-tools"
+    assert "1.35.0-1.1" in str(err.value)
+    assert machine.dpkg == {} and machine.held == set()
 
 
 def test_install_twice_runs_no_mutation_the_second_time(machine):
@@ -105,6 +212,9 @@ def test_changing_minor_moves_the_source_and_the_pins(machine):
     kubeadm.install(machine.host(), "1.34", mirror=None, with_kubectl=False)
 
     assert machine.dpkg["kubelet"] == "1.34.9-1.1"
+    assert machine.dpkg["cri-tools"] == "1.34.0-1.1"
+    assert machine.dpkg["kubernetes-cni"] == "1.7.1-1.1"
+    assert {"kubelet", "cri-tools", "kubernetes-cni"} <= machine.held
     assert kubeadm.installed_minor(machine.host()) == "1.34"
 
 

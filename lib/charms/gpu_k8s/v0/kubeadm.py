@@ -3,7 +3,8 @@
 
 """kubeadm, kubelet and kubectl from pkgs.k8s.io (or a mirror), and joining a node.
 
-Versions are pinned per Kubernetes minor in `RELEASES`. Join material holds a bootstrap
+Versions are pinned per Kubernetes minor in `RELEASES`, including those of cri-tools and
+kubernetes-cni, which come from the same repository. Join material holds a bootstrap
 token (and for control-plane peers a certificate key): it goes to kubeadm only inside a
 0600 config file under /run that is removed right after, never on a command line, and
 `JoinMaterial`'s repr and every error raised here leave it out.
@@ -23,19 +24,81 @@ from charms.gpu_k8s.v0.system import CommandError, Host
 
 LIBID = "f766a8bf76ef4d8f9f47cf1d41d1f95c"
 LIBAPI = 0
-LIBPATCH = 1
+LIBPATCH = 2
 
-# Latest patch of each minor on pkgs.k8s.io (deb revision -1.1), looked up 2026-11-21
-# from the kubernetes.io release pages. 1.32, 1.33 and 1.34 are past end of life
+_DEB_VERSION = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+-[0-9]+\.[0-9]+$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Release:
+    """The deb versions (with pkgs.k8s.io revision) pinned for one Kubernetes minor.
+
+    Attributes:
+        kubernetes: kubeadm, kubelet and kubectl, e.g. "1.36.4-1.1".
+        cri_tools: cri-tools (crictl).
+        cni: kubernetes-cni (the CNI plugins in /opt/cni/bin).
+
+    Raises:
+        ValueError: a version is not in pkgs.k8s.io's `X.Y.Z-R.B` form.
+    """
+
+    kubernetes: str
+    cri_tools: str
+    cni: str
+
+    def __post_init__(self):
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if not _DEB_VERSION.fullmatch(value):
+                raise ValueError(f"{field.name} version {value!r} must look like 1.36.4-1.1")
+
+    @property
+    def version(self) -> str:
+        """The upstream Kubernetes version without the deb revision ("1.36.4")."""
+        return self.kubernetes.split("-", 1)[0]
+
+    def packages(self, *, with_kubectl: bool) -> dict[str, str]:
+        """Return {package: pinned version} for every package `install` puts on a node."""
+        packages = {"kubeadm": self.kubernetes, "kubelet": self.kubernetes}
+        if with_kubectl:
+            packages["kubectl"] = self.kubernetes
+        packages["cri-tools"] = self.cri_tools
+        packages["kubernetes-cni"] = self.cni
+        return packages
+
+
+# kubernetes: latest patch of each minor on pkgs.k8s.io (deb revision -1.1), looked up
+# 2026-11-21 from the kubernetes.io release pages. 1.32, 1.33 and 1.34 are past end of life
 # (2026-02-28, 2026-06-28, 2026-10-27) and get no upstream fixes; they stay selectable
 # only for sites that must match an existing cluster. The default is a supported minor.
+#
+# cri_tools and cni: the cri-tools and kubernetes-cni debs published in the same minor's
+# repository, looked up 2026-11-21 in public apt logs and package listings of
+# https://pkgs.k8s.io/core:/stable:/v1.<minor>/deb/ (the version apt resolved next to
+# kubeadm/kubelet of that minor), and in the cri-tools release issues that announce each
+# OBS publication (kubernetes-sigs/cri-tools#1701 for v1.32.0, #1824 for v1.33.0):
+#   1.32: cri-tools 1.32.0-1.1, kubernetes-cni 1.6.0-1.1 (installs of 1.32.0/.2/.4/.8)
+#   1.33: cri-tools 1.33.0-1.1, kubernetes-cni 1.6.0-1.1 (installs of 1.33.1/.2)
+#   1.34: cri-tools 1.34.0-1.1 (an excerpt of the v1.34 Packages index; upstream v1.34.0,
+#         kubernetes-sigs/cri-tools#1877), kubernetes-cni 1.7.1-1.1 (install of 1.34.9)
+#   1.35: cri-tools 1.35.0-1.1, kubernetes-cni 1.8.0-1.1 (installs of 1.35.1/.3/.4 and a
+#         listing of the repository's latest versions)
+#   1.36: cri-tools 1.36.0-1.1 (installs of 1.36.0), kubernetes-cni 1.9.1-1.1 (installs
+#         of 1.36.0/.1/.3/.5)
+#   1.37: kubernetes-cni 1.9.1-1.1 (a 1.37.0 node). cri-tools 1.37.0-1.1 is NOT confirmed:
+#         it follows the <minor>.0-1.1 deb every earlier repository got and the upstream
+#         cri-tools v1.37.0 release (2026-09-01); kubeadm 1.37 debs declare no cri-tools
+#         dependency (kubernetes/release 0ffd6e1f), so no Depends bounds it.
+# Depends that the pins must satisfy (kubernetes/release cmd/krel/templates/latest/
+# metadata.yaml): kubelet >= 1.28 needs kubernetes-cni >= 1.2.0; kubeadm 1.30/1.31, and
+# 1.32+ debs built before 2026-04-24, need cri-tools >= 1.30.0.
 RELEASES = {
-    "1.32": "1.32.11-1.1",
-    "1.33": "1.33.10-1.1",
-    "1.34": "1.34.9-1.1",
-    "1.35": "1.35.9-1.1",
-    "1.36": "1.36.4-1.1",
-    "1.37": "1.37.1-1.1",
+    "1.32": Release(kubernetes="1.32.11-1.1", cri_tools="1.32.0-1.1", cni="1.6.0-1.1"),
+    "1.33": Release(kubernetes="1.33.10-1.1", cri_tools="1.33.0-1.1", cni="1.6.0-1.1"),
+    "1.34": Release(kubernetes="1.34.9-1.1", cri_tools="1.34.0-1.1", cni="1.7.1-1.1"),
+    "1.35": Release(kubernetes="1.35.9-1.1", cri_tools="1.35.0-1.1", cni="1.8.0-1.1"),
+    "1.36": Release(kubernetes="1.36.4-1.1", cri_tools="1.36.0-1.1", cni="1.9.1-1.1"),
+    "1.37": Release(kubernetes="1.37.1-1.1", cri_tools="1.37.0-1.1", cni="1.9.1-1.1"),
 }
 DEFAULT_MINOR = "1.36"
 UPSTREAM = "https://pkgs.k8s.io"
@@ -114,7 +177,9 @@ def package_source(minor: str, mirror: str | None = None) -> tuple[str, str]:
 
 
 def install(host: Host, minor: str, *, mirror: str | None = None, with_kubectl: bool) -> bool:
-    """Install kubeadm + kubelet (+ kubectl) pinned for `minor`, held, kubelet enabled.
+    """Install kubeadm + kubelet (+ kubectl), cri-tools and kubernetes-cni pinned for `minor`.
+
+    All of them go in one `apt-get install` and are held; kubelet is enabled.
 
     Returns True when anything changed.
 
@@ -126,10 +191,7 @@ def install(host: Host, minor: str, *, mirror: str | None = None, with_kubectl: 
     changed = apt.add_source(
         host, SOURCE_NAME, uri=uri, suite="/", components=[], key_url=key_url, key_path=KEYRING
     )
-    version = RELEASES[minor]
-    packages = {"kubeadm": version, "kubelet": version}
-    if with_kubectl:
-        packages["kubectl"] = version
+    packages = RELEASES[minor].packages(with_kubectl=with_kubectl)
     changed = apt.install(host, packages, hold=True) or changed
     return _enable_kubelet(host) or changed
 
