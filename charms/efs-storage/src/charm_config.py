@@ -27,7 +27,11 @@ class Config(CharmConfig):
     """The charm's configuration."""
 
     model_config = pydantic.ConfigDict(
-        frozen=True, extra="ignore", populate_by_name=True, arbitrary_types_allowed=True
+        frozen=True,
+        extra="ignore",
+        populate_by_name=True,
+        arbitrary_types_allowed=True,
+        defer_build=True,
     )
 
     credentials: ops.Secret | None = None

@@ -26,8 +26,6 @@ only the standard library at run time.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import json
 import logging
 import re
@@ -40,6 +38,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import asyncio
+
     from charms.gpu_k8s.v0.system import Host
 
 LIBID = "56d1a753a66d4124bddde98d7b960f09"
@@ -235,6 +235,8 @@ class ApiProxy:
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Serve one client connection until both directions are finished."""
+        import asyncio  # the program's imports stay out of the charms' hooks
+
         upstream = await self._connect()
         if upstream is None:
             writer.close()
@@ -251,6 +253,8 @@ class ApiProxy:
                 await _closed(side)
 
     async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+        import asyncio
+
         candidates = self.backends.order()
         for server in candidates:
             try:
@@ -289,6 +293,8 @@ async def _closed(writer: asyncio.StreamWriter) -> None:
 
 async def serve(config: Path, listen: Server, ready: Callable[[], None] | None = None) -> None:
     """Run the proxy until SIGTERM or SIGINT."""
+    import asyncio
+
     proxy = ApiProxy(Backends(config))
     server = await asyncio.start_server(proxy.handle, *listen, reuse_address=True, backlog=1024)
     stop = asyncio.Event()
@@ -306,6 +312,9 @@ async def serve(config: Path, listen: Server, ready: Callable[[], None] | None =
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the proxy program."""
+    import argparse
+    import asyncio
+
     parser = argparse.ArgumentParser(description="Local Kubernetes API proxy (gpu-k8s)")
     parser.add_argument("--config", type=Path, default=Path(CONFIG))
     parser.add_argument("--listen", default=ENDPOINT, help="host:port to listen on")

@@ -36,7 +36,9 @@ def describe(error: pydantic.ValidationError) -> str:
 class _Validated(pydantic.BaseModel):
     """A frozen model whose constructor raises a one-line `ValueError`."""
 
-    model_config = pydantic.ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+    model_config = pydantic.ConfigDict(
+        frozen=True, extra="ignore", populate_by_name=True, defer_build=True
+    )
 
     def __init__(self, **data: Any):
         try:
@@ -52,4 +54,6 @@ class CharmConfig(_Validated):
 class ActionParams(_Validated):
     """Base for an action's parameters (`event.load_params(Model, errors="fail")`)."""
 
-    model_config = pydantic.ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    model_config = pydantic.ConfigDict(
+        frozen=True, extra="forbid", populate_by_name=True, defer_build=True
+    )

@@ -26,7 +26,9 @@ LIBPATCH = 2
 class Databag(pydantic.BaseModel):
     """A frozen model of one application or unit databag; unknown keys are ignored."""
 
-    model_config = pydantic.ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+    model_config = pydantic.ConfigDict(
+        frozen=True, extra="ignore", populate_by_name=True, defer_build=True
+    )
 
     def dump(self) -> dict[str, str]:
         """Return the databag form: dashed keys, string values, unset fields left out."""
