@@ -17,6 +17,7 @@ import ipaddress
 import json
 import logging
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from literals import (
     API_PORT,
     CERTS_REUPLOAD_AFTER_SECONDS,
     CERTS_VALID_SECONDS,
+    DRAIN_TIMEOUT_SECONDS,
     FIELD_MANAGER,
     FLANNEL_VERSION,
     INSTALL_MARKER,
@@ -157,12 +159,16 @@ class StatusError(Exception):
 class KubernetesControlPlaneCharm(ops.CharmBase):
     """Runs a kubeadm control plane and serves workers and kube-api consumers."""
 
-    # Boundaries that tests replace: the machine, the API client factory and the clock.
+    # Boundaries that tests replace: the machine, the API client factory and the clocks.
     host_factory = staticmethod(_machine)
     clock = staticmethod(_now)
+    drain_clock = staticmethod(time.monotonic)
+    drain_sleep = staticmethod(time.sleep)
+    _stored = ops.StoredState()
 
     def __init__(self, framework: ops.Framework):
         super().__init__(framework)
+        self._stored.set_default(left_cluster=False)
         self.workers = ClusterProvider(self, WORKERS)
         self.kube_api = KubeApiProvider(self, KUBE_API)
         self._host: Host | None = None
@@ -179,7 +185,6 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             on.leader_elected,
             on[PEERS].relation_created,
             on[PEERS].relation_changed,
-            on[PEERS].relation_departed,
             on[WORKERS].relation_joined,
             on[WORKERS].relation_changed,
             on[WORKERS].relation_departed,
@@ -189,6 +194,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             on.secret_expired,
         ):
             framework.observe(event, self._on_event)
+        framework.observe(on[PEERS].relation_departed, self._on_peer_departed)
         framework.observe(on.secret_remove, self._on_secret_remove)
         framework.observe(on.collect_unit_status, self._on_collect_status)
         framework.observe(on.get_kubeconfig_action, self._on_get_kubeconfig)
@@ -261,6 +267,8 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
     # -- event handling -----------------------------------------------------------------
 
     def _on_event(self, event: ops.EventBase) -> None:
+        if self._stored.left_cluster:
+            return  # see _on_collect_status
         try:
             self._reconcile(event)
         except StatusError as p:
@@ -274,6 +282,49 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             if self._kube is not None:
                 self._kube.close()
                 self._kube = None
+
+    def _on_peer_departed(self, event: ops.RelationDepartedEvent) -> None:
+        if event.departing_unit == self.unit:
+            self._leave()
+        else:
+            self._on_event(event)
+
+    def _leave(self) -> None:
+        """Take this unit out of the control plane when `juju remove-unit` removes it.
+
+        Drain the node, `kubeadm reset` (which removes this etcd member, so the others keep
+        quorum), then delete the Node through the other API servers, reached through this
+        node's proxy, which goes last. Juju sends this only when another control-plane
+        unit exists; on application removal nothing is reset, so etcd's data stays.
+        An API error fails the hook, so Juju retries rather than leaving etcd half-shrunk.
+        """
+        if self._stored.left_cluster or not self._joined():
+            return
+        if self.app.planned_units() == 0:
+            logger.warning("the application is being removed: etcd data stays on this machine")
+            return
+        node = kubeadm.node_name(self.host)
+        kube = self._kube_client()
+        try:
+            registered = kube.get("v1", "Node", node) is not None
+            if registered:
+                result = kube.drain(
+                    node,
+                    timeout=DRAIN_TIMEOUT_SECONDS,
+                    clock=self.drain_clock,
+                    sleep=self.drain_sleep,
+                )
+                if result.remaining:
+                    logger.warning("pods left on %s stop with it: %s", node, result.remaining)
+            kubeadm.reset(self.host)
+            if registered:
+                kube.delete_node(node)
+        finally:
+            kube.close()
+            self._kube = None
+        api_proxy.remove(self.host)
+        self._stored.left_cluster = True
+        logger.info("left the control plane: node %s drained, reset and deleted", node)
 
     def _on_secret_remove(self, event: ops.SecretRemoveEvent) -> None:
         # Nobody tracks this old revision (rotated token, older kubeconfig) any more.
@@ -772,6 +823,9 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         return self._worker_cache
 
     def _on_collect_status(self, event: ops.CollectStatusEvent) -> None:
+        if self._stored.left_cluster:
+            event.add_status(ops.MaintenanceStatus("left the cluster; this unit is being removed"))
+            return
         if self._problem is not None:
             event.add_status(self._problem)
             return

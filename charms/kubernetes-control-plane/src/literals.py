@@ -38,3 +38,5 @@ TOKEN_ROTATION_MARGIN_HOURS = 1
 # kubeadm deletes uploaded certificates after two hours; re-upload well before that.
 CERTS_VALID_SECONDS = 2 * 3600
 CERTS_REUPLOAD_AFTER_SECONDS = 3600
+# How long a departing control-plane unit waits for its node's pods to be evicted.
+DRAIN_TIMEOUT_SECONDS = 300

@@ -8,6 +8,7 @@ import json
 
 from ops import testing
 
+import charm
 from charms.gpu_k8s.v0 import api_proxy
 from fakes.control_plane import (
     ADMIN_TOKEN,
@@ -216,3 +217,78 @@ def test_leader_recovers_when_init_ran_but_nothing_was_recorded(ctx, machine, ap
     assert machine.uploads == [content["certificate-key"]]
     assert peer(out).local_app_data["cluster-version"] == "1.36"
     assert out.unit_status.name == "active"
+
+
+NODE = "ip-10-0-1-17"  # the fake machine's hostname
+
+
+def three_units(machine, planned_units: int):
+    """A bootstrapped leader (unit 3) with two more joined units, and one pod on its node.
+
+    Unit 3 rather than 0: ops.testing reads `departing_unit=0` as "not given" and would
+    name the remote unit as the departing one.
+    """
+    ctx = testing.Context(charm.KubernetesControlPlaneCharm, unit_id=3)
+    out = ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
+    members = {
+        1: {"joined": "true", "api-server": "10.0.0.6:6443"},
+        2: {"joined": "true", "api-server": "10.0.0.7:6443"},
+    }
+    relation = dataclasses.replace(peer(out), peers_data=members)
+    state = dataclasses.replace(out, relations=[relation], planned_units=planned_units)
+    state = ctx.run(ctx.on.relation_changed(relation, remote_unit=1), state)
+    machine.api.put_object(
+        "/api/v1/namespaces/default/pods/web-1",
+        {"metadata": {}, "spec": {"nodeName": NODE}, "status": {"phase": "Running"}},
+    )
+    # Juju tells the departing unit about each peer; relation-list no longer has that one.
+    return ctx, state, dataclasses.replace(peer(state), peers_data={2: members[2]})
+
+
+def test_remove_unit_drains_resets_and_deletes_its_node_keeping_the_others(machine):
+    ctx, state, relation = three_units(machine, planned_units=2)
+    state = dataclasses.replace(state, relations=[relation])
+
+    out = ctx.run(ctx.on.relation_departed(relation, remote_unit=1, departing_unit=3), state)
+
+    api = machine.api
+    assert api.get_object("/api/v1/namespaces/default/pods/web-1") is None  # evicted
+    assert api.get_object(f"/api/v1/nodes/{NODE}") is None
+    resets = [c for c in machine.lines("kubeadm") if " reset " in c]
+    assert len(resets) == 1  # kubeadm reset removes this unit's etcd member
+    assert not machine.path("/etc/kubernetes/admin.conf").exists()
+    assert api_proxy.SERVICE not in machine.services
+    assert out.unit_status == testing.MaintenanceStatus(
+        "left the cluster; this unit is being removed"
+    )
+    before = len(machine.calls)
+    out = ctx.run(ctx.on.update_status(), out)
+    out = ctx.run(ctx.on.relation_departed(relation, remote_unit=2, departing_unit=3), out)
+    assert machine.calls[before:] == []
+    assert out.unit_status.name == "maintenance"
+
+
+def test_remove_application_keeps_etcd_and_the_node(machine, caplog):
+    ctx, state, relation = three_units(machine, planned_units=0)
+    state = dataclasses.replace(state, relations=[relation])
+
+    ctx.run(ctx.on.relation_departed(relation, remote_unit=1, departing_unit=3), state)
+
+    assert [c for c in machine.lines("kubeadm") if " reset " in c] == []
+    assert machine.api.get_object(f"/api/v1/nodes/{NODE}") is not None
+    assert machine.path("/etc/kubernetes/admin.conf").exists()
+    assert "etcd data stays on this machine" in caplog.text
+
+
+def test_another_unit_departing_does_not_reset_this_one(machine):
+    ctx, state, relation = three_units(machine, planned_units=2)
+    state = dataclasses.replace(state, relations=[relation])
+
+    ctx.run(ctx.on.relation_departed(relation, remote_unit=1, departing_unit=1), state)
+
+    assert [c for c in machine.lines("kubeadm") if " reset " in c] == []
+    assert machine.api.get_object(f"/api/v1/nodes/{NODE}") is not None
+    assert json.loads(machine.read(api_proxy.CONFIG))["servers"] == [
+        "192.0.2.0:6443",
+        "10.0.0.7:6443",
+    ]
