@@ -6,6 +6,7 @@ controller (default: the current one). Skipped when no controller is configured.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -54,3 +55,35 @@ async def test_add_unit_joins_and_remove_unit_drains(ops_test):
     await app.units[-1].destroy()
     await ops_test.model.wait_for_idle([CONTROL_PLANE, WORKER], status="active", timeout=1800)
     assert len(app.units) == 1
+
+
+async def _proxy_servers(ops_test, unit_name: str) -> list[str]:
+    code, out, err = await ops_test.juju("ssh", unit_name, "cat", "/etc/gpu-k8s/api-proxy.json")
+    assert code == 0, err
+    return json.loads(out)["servers"]
+
+
+async def test_ha_control_plane_survives_losing_a_unit(ops_test):
+    """Three control-plane units; every node's API proxy lists all three; one goes, all stays."""
+    planes = ops_test.model.applications[CONTROL_PLANE]
+    await planes.add_unit(count=2)
+    await ops_test.model.wait_for_idle([CONTROL_PLANE, WORKER], status="active", timeout=2400)
+    status = planes.units[0].workload_status_message
+    assert "3 control-plane" in status, status
+    worker = ops_test.model.applications[WORKER].units[0].name
+    assert len(await _proxy_servers(ops_test, worker)) == 3
+
+    leader = None
+    for unit in planes.units:
+        if await unit.is_leader_from_status():
+            leader = unit
+    assert leader is not None
+    await leader.destroy()
+    await ops_test.model.wait_for_idle([CONTROL_PLANE, WORKER], status="active", timeout=1800)
+    assert len(await _proxy_servers(ops_test, worker)) == 2
+    survivor = planes.units[0]
+    assert "2 control-plane" in survivor.workload_status_message
+    action = await (await survivor.run_action("cluster-info")).wait()
+    assert action.status == "completed"
+    nodes = json.loads(action.results["nodes"])
+    assert all(n["ready"] for n in nodes), nodes
