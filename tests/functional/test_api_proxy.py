@@ -13,6 +13,7 @@ import socketserver
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -129,6 +130,45 @@ def test_connections_go_to_the_first_server_and_carry_bytes_both_ways_intact(pro
             received += chunk
         sender.join()
     assert received == payload
+
+
+class _Flood(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        block = b"x" * (1 << 20)
+        for _ in range(FLOOD_MIB):
+            self.request.sendall(block)
+
+
+FLOOD_MIB = 128
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_a_slow_client_makes_the_proxy_wait_instead_of_buffering(proxy):
+    flood = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Flood)
+    flood.daemon_threads = True
+    threading.Thread(target=flood.serve_forever, args=(0.05,), daemon=True).start()
+    try:
+        proxy.set_servers(f"127.0.0.1:{flood.server_address[1]}")
+        before = _rss_kib(proxy.process.pid)
+        with proxy.connect() as conn:
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 16)
+            assert conn.recv(1)  # the relay is up; now read nothing for a while
+            time.sleep(1.0)
+            grown = _rss_kib(proxy.process.pid) - before
+            received = 1
+            while chunk := conn.recv(1 << 20):
+                received += len(chunk)
+        assert received == FLOOD_MIB << 20
+        assert grown < 16 * 1024, f"proxy grew by {grown} KiB while the client did not read"
+    finally:
+        flood.shutdown()
+        flood.server_close()
 
 
 def test_a_dead_server_is_skipped_and_reported_once(proxy, backends):

@@ -35,7 +35,7 @@ import time
 import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
     import asyncio
@@ -226,69 +226,133 @@ class Backends:
             logger.info("API server %s:%d is reachable again", *server)
 
 
+def _protocol(factory: Callable[[], _Side]) -> Callable[[], asyncio.Protocol]:
+    """`factory`, typed the way asyncio wants protocol factories.
+
+    asyncio takes any object with a protocol's methods; subclassing `asyncio.Protocol`
+    instead would import asyncio into every charm hook that imports this library.
+    """
+    return factory  # type: ignore[return-value]
+
+
+class _Side:
+    """One connection of a relayed pair (an asyncio protocol): what it reads, its peer writes.
+
+    Flow control goes across: when the peer's send buffer fills up, this side stops reading,
+    so a slow reader never makes the proxy buffer without bound. End of file is passed on
+    as a half-close; the pair is closed once both directions ended or either side failed.
+    """
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.peer: _Side | None = None
+        self.ended = False  # this side sent end of file
+        self.early: list[bytes] = []  # read before the pair was joined
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        if self.peer is None or self.peer.transport is None:
+            self.early.append(data)
+        else:
+            self.peer.transport.write(data)
+
+    def join(self, peer: _Side) -> None:
+        """Pair with `peer`, passing on what either side read before."""
+        self.peer, peer.peer = peer, self
+        for side in (self, peer):
+            assert side.peer is not None and side.peer.transport is not None
+            for data in side.early:
+                side.peer.transport.write(data)
+            side.early.clear()
+            if side.ended and side.peer.transport.can_write_eof():
+                side.peer.transport.write_eof()
+
+    def eof_received(self) -> bool:
+        self.ended = True
+        peer = self.peer.transport if self.peer else None
+        if peer is not None and peer.can_write_eof() and not peer.is_closing():
+            peer.write_eof()
+        if self.peer is not None and self.peer.ended:
+            self.close()
+        return True  # keep the other direction open
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.close()
+
+    def pause_writing(self) -> None:
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.resume_reading()
+
+    def close(self) -> None:
+        """Close both connections of the pair."""
+        for side in (self, self.peer):
+            if side is not None and side.transport is not None and not side.transport.is_closing():
+                side.transport.close()
+
+
+class _Client(_Side):
+    """A connection accepted from a local client; it reads nothing until upstream is there."""
+
+    def __init__(self, proxy: ApiProxy) -> None:
+        super().__init__()
+        self.proxy = proxy
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        transport.pause_reading()  # type: ignore[attr-defined]
+        self.proxy.start(self)
+
+
 class ApiProxy:
-    """Accepts connections and splices each to the first API server that takes it."""
+    """Accepts connections and relays each to the first API server that takes it."""
 
     def __init__(self, backends: Backends, connect_timeout: float = CONNECT_TIMEOUT):
         self.backends = backends
         self.connect_timeout = connect_timeout
+        self._tasks: set[asyncio.Task] = set()
 
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """Serve one client connection until both directions are finished."""
-        import asyncio  # the program's imports stay out of the charms' hooks
+    def accept(self) -> _Client:
+        """Protocol factory of the listening socket."""
+        return _Client(self)
 
-        upstream = await self._connect()
-        if upstream is None:
-            writer.close()
-            await _closed(writer)
-            return
-        server_reader, server_writer = upstream
-        try:
-            await asyncio.gather(
-                _pump(reader, server_writer), _pump(server_reader, writer), return_exceptions=True
-            )
-        finally:
-            for side in (writer, server_writer):
-                side.close()
-                await _closed(side)
-
-    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+    def start(self, client: _Client) -> None:
+        """Find an upstream for `client` in the background."""
         import asyncio
 
+        task = asyncio.get_running_loop().create_task(self._relay(client))
+        self._tasks.add(task)  # keep a reference until it is done
+        task.add_done_callback(self._tasks.discard)
+
+    async def _relay(self, client: _Client) -> None:
+        import asyncio
+
+        loop = asyncio.get_running_loop()
         candidates = self.backends.order()
         for server in candidates:
             try:
-                connection = await asyncio.wait_for(
-                    asyncio.open_connection(*server), self.connect_timeout
+                _, upstream = await asyncio.wait_for(
+                    loop.create_connection(_protocol(_Side), *server), self.connect_timeout
                 )
             except (OSError, asyncio.TimeoutError) as e:
                 self.backends.failed(server, str(e) or type(e).__name__)
                 continue
             self.backends.succeeded(server)
-            return connection
+            upstream = cast(_Side, upstream)
+            assert client.transport is not None
+            if client.transport.is_closing():  # the client gave up meanwhile
+                upstream.close()
+                return
+            client.join(upstream)
+            client.transport.resume_reading()
+            return
         logger.error("no API server accepted a connection (tried %d)", len(candidates))
-        return None
-
-
-async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """Copy one direction until end of file, then half-close; close both ends on an error."""
-    try:
-        while chunk := await reader.read(CHUNK):
-            writer.write(chunk)
-            await writer.drain()
-        if writer.can_write_eof():
-            writer.write_eof()
-    except OSError:
-        # A reset on either side: closing this transport ends the other direction too.
-        writer.close()
-        raise
-
-
-async def _closed(writer: asyncio.StreamWriter) -> None:
-    try:
-        await writer.wait_closed()
-    except OSError:
-        logger.debug("connection was already reset while closing")
+        client.close()
 
 
 async def serve(config: Path, listen: Server, ready: Callable[[], None] | None = None) -> None:
@@ -296,9 +360,11 @@ async def serve(config: Path, listen: Server, ready: Callable[[], None] | None =
     import asyncio
 
     proxy = ApiProxy(Backends(config))
-    server = await asyncio.start_server(proxy.handle, *listen, reuse_address=True, backlog=1024)
-    stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    server = await loop.create_server(
+        _protocol(proxy.accept), *listen, reuse_address=True, backlog=1024
+    )
+    stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     logger.info("listening on %s:%d", *listen)
