@@ -71,7 +71,7 @@ class FakeMachine:
         self.hostname = hostname
         self.archive: dict[str, set[str]] = {
             "containerd": {containerd.CONTAINERD_VERSION, "1.7.12-0ubuntu4"},
-            "runc": {"1.3.3-0ubuntu1~24.04.3"},
+            "runc": {containerd.RUNC_VERSION, "1.3.3-0ubuntu1~24.04.3", "1.1.12-0ubuntu3"},
             "curl": {"8.5.0-2ubuntu10.6"},
         }
         self.remote: dict[str, dict[str, set[str]]] = {}

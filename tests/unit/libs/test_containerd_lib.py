@@ -62,12 +62,21 @@ def test_runtime_binary_must_be_absolute():
         RuntimeHandler("nvidia-container-runtime")
 
 
-def test_install_pins_and_holds_containerd(machine):
+def test_install_pins_and_holds_containerd_and_runc(machine):
     assert containerd.install(machine.host())
 
     assert machine.dpkg["containerd"] == containerd.CONTAINERD_VERSION
-    assert "containerd" in machine.held
+    assert machine.dpkg["runc"] == containerd.RUNC_VERSION
+    assert {"containerd", "runc"} <= machine.held
     assert machine.services["containerd"].active
+    assert not containerd.install(machine.host())
+
+
+def test_install_moves_an_older_runc_to_its_pin(machine):
+    machine.dpkg["runc"] = "1.1.12-0ubuntu3"  # what the release pocket shipped
+
+    assert containerd.install(machine.host())
+    assert machine.dpkg["runc"] == containerd.RUNC_VERSION
 
 
 def test_configure_restarts_containerd_only_when_the_file_changes(machine):

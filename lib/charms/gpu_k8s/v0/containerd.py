@@ -26,11 +26,16 @@ from charms.gpu_k8s.v0.system import Host
 
 LIBID = "d05ade75775e4907ae5bd11555f9b6b6"
 LIBAPI = 0
-LIBPATCH = 1
+LIBPATCH = 2
 
 # Ubuntu 24.04 noble-updates/noble-security, looked up 2026-11-21 (packages.ubuntu.com).
 CONTAINERD_PACKAGE = "containerd"
 CONTAINERD_VERSION = "2.2.1-0ubuntu1~24.04.3"
+# The OCI runtime containerd runs every container with: the runc noble-updates installs
+# next to that containerd (apt logs of 2026-07/08; containerd's Depends on runc carries no
+# version, so without a pin a security-only machine would get 1.3.3-0ubuntu1~24.04.3).
+RUNC_PACKAGE = "runc"
+RUNC_VERSION = "1.3.4-0ubuntu1~24.04.1"
 # The pause image kubeadm 1.34+ expects; pinned so every node runs the same sandbox.
 SANDBOX_IMAGE = "registry.k8s.io/pause:3.10.1"
 CONFIG_PATH = "/etc/containerd/config.toml"
@@ -63,9 +68,10 @@ class RuntimeHandler:
             raise ValueError(f"runtime binary {self.binary_path!r} must be an absolute path")
 
 
-def install(host: Host, version: str = CONTAINERD_VERSION) -> bool:
-    """Install containerd pinned to `version` and hold it; return True when it changed."""
-    return apt.install(host, {CONTAINERD_PACKAGE: version}, hold=True)
+def install(host: Host) -> bool:
+    """Install containerd and runc at their pins and hold both; return True when it changed."""
+    packages = {CONTAINERD_PACKAGE: CONTAINERD_VERSION, RUNC_PACKAGE: RUNC_VERSION}
+    return apt.install(host, packages, hold=True)
 
 
 def _toml(value: str) -> str:
