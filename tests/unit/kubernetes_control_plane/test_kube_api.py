@@ -188,3 +188,21 @@ def test_consumer_without_request_yet_is_left_alone(ctx, bootstrapped, api):
     rel = testing.Relation("kube-api", remote_app_name="tensorflow")
     out = ctx.run(ctx.on.relation_changed(rel), with_relation(bootstrapped, rel))
     assert out.get_relation(rel.id).local_app_data == {}
+
+
+def test_consumers_follow_the_api_server_of_a_new_leader(ctx, bootstrapped, api):
+    rel = kube_api_relation("tensorflow", "training", JOBS)
+    out = ctx.run(ctx.on.relation_changed(rel), with_relation(bootstrapped, rel))
+    label = f"kube-api-{rel.id}"
+    first = next(s for s in out.secrets if s.label == label).latest_content["kubeconfig"]
+    assert yaml.safe_load(first)["clusters"][0]["cluster"]["server"] == "https://192.0.2.0:6443"
+
+    # Leadership moved to a unit on another machine (same peer data, another address).
+    moved = testing.Network("peers", ingress_addresses=["10.0.0.9"])
+    out = ctx.run(ctx.on.leader_elected(), dataclasses.replace(out, networks={moved}))
+
+    assert out.get_relation(rel.id).local_app_data["endpoint"] == "https://10.0.0.9:6443"
+    sec = next(s for s in out.secrets if s.label == label)
+    config = yaml.safe_load(sec.latest_content["kubeconfig"])
+    assert config["clusters"][0]["cluster"]["server"] == "https://10.0.0.9:6443"
+    assert config["users"][0]["user"]["token"] == sa_token(api, "training", "tensorflow")
