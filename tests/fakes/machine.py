@@ -84,11 +84,13 @@ class FakeMachine:
         self.unit_files: set[str] = set()  # services defined by files systemd has loaded
         self.sysctl: dict[str, str] = {}
         self.joins: list[dict] = []
+        self.upgrades: list[tuple[str, str]] = []  # (apply|node, kubeadm version it ran)
         self.join_error: str | None = None
         self.kubelet_enabled_on_install = True
         self._kubeadm: dict[str, Handler] = {
             "join": self._kubeadm_join,
             "reset": self._kubeadm_reset,
+            "upgrade": self._kubeadm_upgrade,
             "version": self._kubeadm_version,
         }
         self.write("/etc/hostname", f"{hostname}\n")
@@ -396,6 +398,27 @@ class FakeMachine:
         self.write("/etc/kubernetes/pki/ca.crt", "-----BEGIN CERTIFICATE-----\nfake\n")
         self.write(kubeadm.KUBELET_CONF, "apiVersion: v1\nkind: Config\n# kubelet client cert\n")
         return "This node has joined the cluster\n"
+
+    def _kubeadm_upgrade(self, argv: list[str], _input: str | None) -> str:
+        verb = argv[2] if len(argv) > 2 else ""
+        installed = self.dpkg.get("kubeadm", "").split("-")[0]
+        if not self.path(kubeadm.KUBELET_CONF).exists():
+            raise _fail(argv, 1, "couldn't create a Kubernetes client: this node has not joined")
+        if verb == "apply":
+            target = argv[3].lstrip("v") if len(argv) > 3 else ""
+            if "--yes" not in argv:
+                raise _fail(argv, 1, "fake kubeadm refuses to prompt: pass --yes")
+            if target != installed:
+                raise _fail(
+                    argv,
+                    1,
+                    f'[upgrade/version] FATAL: Specified version to upgrade to "v{target}" does '
+                    f'not match the kubeadm version "v{installed}". Upgrade kubeadm first',
+                )
+        elif verb != "node":
+            raise _fail(argv, 1, f"fake kubeadm upgrade does not handle {verb!r}")
+        self.upgrades.append((verb, installed))
+        return "[upgrade] SUCCESS! Your cluster was upgraded\n"
 
     def _kubeadm_reset(self, argv: list[str], _input: str | None) -> str:
         etc = self.path("/etc/kubernetes")

@@ -178,6 +178,18 @@ def create_token(host: Host, ttl_hours: int) -> str:
     return lines[-1]
 
 
+def upgrade_apply(host: Host, version: str) -> None:
+    """`kubeadm upgrade apply v<version>`: the cluster's configuration and this node.
+
+    Run on one control-plane node, with kubeadm of `version` installed; kubeadm checks
+    the cluster's health and the version skew itself and refuses what it cannot do.
+    """
+    try:
+        host.run(KUBEADM, "upgrade", "apply", f"v{version}", "--yes", timeout=1200)
+    except CommandError as e:
+        raise BootstrapError(f"kubeadm upgrade apply failed: {_last_line(e)}") from None
+
+
 def delete_token(host: Host, token: str) -> None:
     """Delete a bootstrap token by its public ID; an unknown token is not an error."""
     token_id = token.split(".", 1)[0]

@@ -27,6 +27,7 @@ import device_plugin
 import ops
 import pydantic
 import rbac
+import rolling
 from literals import (
     ADMIN_SECRET_LABEL,
     API_PORT,
@@ -306,16 +307,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         node = kubeadm.node_name(self.host)
         kube = self._kube_client()
         try:
-            registered = kube.get("v1", "Node", node) is not None
-            if registered:
-                result = kube.drain(
-                    node,
-                    timeout=DRAIN_TIMEOUT_SECONDS,
-                    clock=self.drain_clock,
-                    sleep=self.drain_sleep,
-                )
-                if result.remaining:
-                    logger.warning("pods left on %s stop with it: %s", node, result.remaining)
+            registered = self._drain(kube, node, "stop with it")
             kubeadm.reset(self.host)
             if registered:
                 kube.delete_node(node)
@@ -325,6 +317,20 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         api_proxy.remove(self.host)
         self._stored.left_cluster = True
         logger.info("left the control plane: node %s drained, reset and deleted", node)
+
+    def _drain(self, kube: Any, node: str, fate: str) -> bool:
+        """Cordon and drain this unit's node; False when it is not registered (nothing to do).
+
+        Pods still there after `DRAIN_TIMEOUT_SECONDS` are named in a warning: they `fate`.
+        """
+        if kube.get("v1", "Node", node) is None:
+            return False
+        result = kube.drain(
+            node, timeout=DRAIN_TIMEOUT_SECONDS, clock=self.drain_clock, sleep=self.drain_sleep
+        )
+        if result.remaining:
+            logger.warning("pods left on %s %s: %s", node, fate, " ".join(result.remaining))
+        return True
 
     def _on_secret_remove(self, event: ops.SecretRemoveEvent) -> None:
         # Nobody tracks this old revision (rotated token, older kubeconfig) any more.
@@ -341,8 +347,12 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             raise StatusError(ops.WaitingStatus("waiting for the peers relation"))
         bag = peers.data[self.app]
         cluster_version = bag.get("cluster-version")
+        if cluster_version:
+            try:
+                kubeadm.check_upgrade(cluster_version, config.kubernetes_version)
+            except ValueError as e:
+                raise StatusError(ops.BlockedStatus(str(e))) from None
         fixed = (
-            ("kubernetes-version", config.kubernetes_version, cluster_version),
             ("pod-cidr", config.pod_cidr, bag.get("pod-cidr")),
             ("service-cidr", config.service_cidr, bag.get("service-cidr")),
         )
@@ -354,34 +364,81 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
                         f"set it back to {running}"
                     )
                 )
-        self._install(config)
+        self._install(config, cluster_version)
         if self.unit.is_leader() and not (cluster_version and not self._joined()):
             self._reconcile_leader(config, peers, event)
         else:
-            self._reconcile_member(peers)
+            self._reconcile_member(config, peers)
 
-    def _install(self, config: Config) -> None:
-        """Install containerd and kubeadm/kubelet/kubectl once per version and mirror."""
-        want = json.dumps(
-            {"kubernetes": config.kubernetes_version, "mirror": config.package_mirror},
-            sort_keys=True,
-        )
+    def _installed(self) -> dict:
+        """What `_install` and upgrades recorded: {"kubernetes": minor, "mirror": url}."""
+        return json.loads(self.host.read(INSTALL_MARKER) or "{}")
+
+    def _node_minor(self, config: Config, cluster_version: str | None) -> str:
+        """The minor this node runs: a joined node keeps its own until it upgrades."""
+        installed = self._installed().get("kubernetes")
+        if installed and self._joined():
+            return installed
+        return cluster_version or config.kubernetes_version
+
+    def _install(self, config: Config, cluster_version: str | None) -> None:
+        """Install containerd and kubeadm/kubelet/kubectl once per version and mirror.
+
+        A node in the middle of an upgrade is left to `_upgrade_node`, which owns the
+        order in which its packages change.
+        """
+        if self._installed().get("upgrading"):
+            return
+        minor = self._node_minor(config, cluster_version)
+        want = json.dumps({"kubernetes": minor, "mirror": config.package_mirror}, sort_keys=True)
         if self.host.read(INSTALL_MARKER) == want:
             return
-        logger.info("installing containerd and Kubernetes %s", config.kubernetes_version)
+        logger.info("installing containerd and Kubernetes %s", minor)
         try:
             containerd.prepare_kernel(self.host)
             containerd.install(self.host)
             containerd.configure(self.host)
             kubeadm.install(
-                self.host,
-                config.kubernetes_version,
-                mirror=config.package_mirror or None,
-                with_kubectl=True,
+                self.host, minor, mirror=config.package_mirror or None, with_kubectl=True
             )
         except AptError as e:
             raise StatusError(ops.BlockedStatus(f"{e}; or fix package-mirror")) from None
         self.host.write(INSTALL_MARKER, want)
+
+    def _upgrade_node(self, config: Config, minor: str, *, first: bool) -> None:
+        """Upgrade this control-plane node to `minor` the way kubeadm documents it.
+
+        kubeadm first, then `kubeadm upgrade apply` (the first node: the cluster's
+        configuration and this node) or `kubeadm upgrade node` (the others), then drain,
+        kubelet and kubectl, restart kubelet, uncordon. Every step can run again, so a
+        failed hook resumes where it stopped: the marker says an upgrade is under way.
+        """
+        mirror = config.package_mirror or None
+        marker = self._installed()
+        self.host.write(INSTALL_MARKER, json.dumps({**marker, "upgrading": minor}, sort_keys=True))
+        node = kubeadm.node_name(self.host)
+        logger.info("upgrading node %s to Kubernetes %s", node, minor)
+        try:
+            kubeadm.install_kubeadm(self.host, minor, mirror=mirror)
+            if first:
+                bootstrap.upgrade_apply(self.host, kubeadm.RELEASES[minor].version)
+            else:
+                kubeadm.upgrade_node(self.host)
+            kube = self._kube_client()
+            registered = self._drain(kube, node, "restart with kubelet")
+            kubeadm.install(self.host, minor, mirror=mirror, with_kubectl=True)
+            kubeadm.restart_kubelet(self.host)
+            if registered:
+                kube.uncordon(node)
+        except (bootstrap.BootstrapError, kubeadm.KubeadmError) as e:
+            raise StatusError(
+                ops.WaitingStatus(f"upgrade to {minor}: {e}; retrying on the next event")
+            ) from None
+        except AptError as e:
+            raise StatusError(ops.BlockedStatus(f"upgrade to {minor}: {e}")) from None
+        want = {"kubernetes": minor, "mirror": config.package_mirror}
+        self.host.write(INSTALL_MARKER, json.dumps(want, sort_keys=True))
+        logger.info("node %s runs Kubernetes %s", node, minor)
 
     def _joined(self) -> bool:
         return bootstrap.is_bootstrapped(self.host)
@@ -401,8 +458,9 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         token = self._rotate_token_if_due(config, bag, join, content)
         self._reupload_certs_if_needed(bag, content["certificate-key"], peers)
         self._apply_cni(config, bag)
-        self._publish_to_workers(config, peers, token)
+        control_plane_done = self._upgrade_control_plane(config, peers)
         self._sync_workers(bag, event)
+        self._publish_to_workers(config, peers, token, control_plane_done)
         self._apply_device_plugin(config, bag)
         self._serve_kube_api(bag)
 
@@ -557,7 +615,55 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         del bag["device-plugin"]
         logger.info("removed the NVIDIA device plugin: no worker reports GPUs any more")
 
-    def _publish_to_workers(self, config: Config, peers: ops.Relation, token: str) -> None:
+    def _upgrade_control_plane(self, config: Config, peers: ops.Relation) -> bool:
+        """Move the control plane to `kubernetes-version`, one unit at a time.
+
+        The leader goes first (`kubeadm upgrade apply`) once every unit runs the cluster's
+        minor; then the turn passes through the others (`kubeadm upgrade node`), each
+        taking it when the peer data names it. Returns True when every control-plane
+        unit runs the cluster's minor, which is when workers may start.
+        """
+        bag = peers.data[self.app]
+        running = bag["cluster-version"]
+        wanted = config.kubernetes_version
+        versions = {
+            u.name: peers.data[u].get("kubernetes-version", "")
+            for u in peers.units
+            if peers.data[u].get("joined") == "true"
+        }
+        versions[self.unit.name] = self._node_minor(config, running)
+        if wanted != running:
+            behind = rolling.pending(versions, running)
+            if behind:
+                self._notes.append(f"upgrade to v{wanted} waits for {', '.join(behind)}")
+                return False
+            self._upgrade_node(config, wanted, first=True)
+            bag["cluster-version"] = running = versions[self.unit.name] = wanted
+            logger.info("the cluster runs Kubernetes %s; the other nodes follow in turn", wanted)
+        for _ in range(2):  # a second pass when this unit just took (and used) its turn
+            holder = rolling.turn(rolling.pending(versions, running), bag.get("upgrade-turn"))
+            write(bag, {"upgrade-turn": holder} if holder else {}, remove=["upgrade-turn"])
+            if holder != self.unit.name:
+                break
+            self._upgrade_node(config, running, first=False)
+            versions[self.unit.name] = running
+        self._mark_member(peers)
+        return holder is None
+
+    def _worker_turn(self, bag: ops.RelationDataContent, control_plane_done: bool) -> str | None:
+        """The worker unit that may upgrade now, once the control plane has finished."""
+        registry: dict[str, list] = json.loads(bag.get("workers", "{}"))
+        versions = {unit: entry[4] if len(entry) > 4 else None for unit, entry in registry.items()}
+        waiting = rolling.pending(versions, bag["cluster-version"]) if control_plane_done else []
+        holder = rolling.turn(waiting, bag.get("worker-upgrade-turn"))
+        write(
+            bag, {"worker-upgrade-turn": holder} if holder else {}, remove=["worker-upgrade-turn"]
+        )
+        return holder
+
+    def _publish_to_workers(
+        self, config: Config, peers: ops.Relation, token: str, control_plane_done: bool
+    ) -> None:
         if not self.workers.relations:
             return
         bag = peers.data[self.app]
@@ -571,10 +677,11 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             endpoint,
             self._api_servers(peers),
             bag["ca-cert-hash"],
-            config.kubernetes_version,
+            bag["cluster-version"],
             token,
             kubeconfig,
             expire=expire,
+            upgrade_turn=self._worker_turn(bag, control_plane_done),
         )
 
     def _worker_kubeconfig(self, bag: ops.RelationDataContent) -> str:
@@ -625,6 +732,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
                     w.gpu_count,
                     self._relation_of(w.unit),
                     w.gpu_models,
+                    w.version,
                 ]
             for problem in self.workers.problems():
                 problems[problem.split(":", 1)[0]] = problem
@@ -660,6 +768,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
                 info.gpu_count,
                 event.relation.id,
                 info.gpu_models,
+                info.version,
             ]
         if problem is not None:
             problems[event.unit.name] = problem
@@ -767,14 +876,21 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             "node-name": kubeadm.node_name(self.host),
             "api-server": self._api_server(),
         }
+        minor = self._installed().get("kubernetes")
+        if minor:
+            mine["kubernetes-version"] = minor
         write(peers.data[self.unit], mine)
 
-    def _reconcile_member(self, peers: ops.Relation) -> None:
+    def _reconcile_member(self, config: Config, peers: ops.Relation) -> None:
+        bag = peers.data[self.app]
         if self._joined():
             self._configure_api_proxy(peers)
+            running = bag.get("cluster-version")
+            mine = self._node_minor(config, running)
+            if running and mine != running and bag.get("upgrade-turn") == self.unit.name:
+                self._upgrade_node(config, running, first=False)
             self._mark_member(peers)
             return
-        bag = peers.data[self.app]
         if not bag.get("join-secret-id") or not bag.get("endpoint"):
             raise StatusError(ops.WaitingStatus("waiting for the leader to bootstrap the cluster"))
         uploaded = _parse_time(bag.get("certs-uploaded-at"))
@@ -822,6 +938,17 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             self._worker_cache = self.workers.workers()
         return self._worker_cache
 
+    def _nodes_behind(self, peers: ops.Relation, version: str, registry: dict[str, list]) -> int:
+        """Nodes (control plane and workers) that still run an older minor than `version`."""
+        planes = {
+            u.name: peers.data[u].get("kubernetes-version")
+            for u in peers.units
+            if peers.data[u].get("joined") == "true"
+        }
+        planes[self.unit.name] = self._installed().get("kubernetes")
+        workers = {unit: entry[4] if len(entry) > 4 else None for unit, entry in registry.items()}
+        return len(rolling.pending(planes, version)) + len(rolling.pending(workers, version))
+
     def _on_collect_status(self, event: ops.CollectStatusEvent) -> None:
         if self._stored.left_cluster:
             event.add_status(ops.MaintenanceStatus("left the cluster; this unit is being removed"))
@@ -842,6 +969,9 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         if gpus:
             models = cluster_info.gpu_totals([v[3] for v in registry.values() if len(v) > 3])
             message += f" ({len(gpus)} with {sum(gpus)} GPUs{': ' + models if models else ''})"
+        behind = self._nodes_behind(peers, version, registry)
+        if behind:
+            message += f"; upgrading to v{version}: {behind} node(s) to go"
         pending = json.loads(bag.get("pending-removal", "[]"))
         if pending:
             message += f"; {len(pending)} departed node(s) pending removal"

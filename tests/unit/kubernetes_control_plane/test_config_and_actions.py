@@ -44,22 +44,35 @@ def test_invalid_config_blocks_naming_the_fix_and_runs_nothing(ctx, machine, api
 
 
 @pytest.mark.parametrize(
-    ("option", "value", "running"),
+    ("option", "value", "message"),
     [
-        ("kubernetes-version", "1.34", "1.36"),
-        ("pod-cidr", "10.200.0.0/16", "10.244.0.0/16"),
-        ("service-cidr", "172.30.0.0/16", "10.96.0.0/12"),
+        (
+            "kubernetes-version",
+            "1.34",
+            "kubernetes-version 1.34 is older than the running cluster's 1.36: "
+            "downgrades are not supported; set it back to 1.36",
+        ),
+        (
+            "pod-cidr",
+            "10.200.0.0/16",
+            "pod-cidr 10.200.0.0/16 differs from the running cluster's 10.244.0.0/16; "
+            "set it back to 10.244.0.0/16",
+        ),
+        (
+            "service-cidr",
+            "172.30.0.0/16",
+            "service-cidr 172.30.0.0/16 differs from the running cluster's 10.96.0.0/12; "
+            "set it back to 10.96.0.0/12",
+        ),
     ],
 )
 def test_changing_fixed_option_of_running_cluster_blocks(
-    ctx, machine, api, option, value, running
+    ctx, machine, api, option, value, message
 ):
     out = ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
     before, requests = len(machine.calls), len(api.requests)
     out = ctx.run(ctx.on.config_changed(), dataclasses.replace(out, config={option: value}))
-    assert out.unit_status == testing.BlockedStatus(
-        f"{option} {value} differs from the running cluster's {running}; set it back to {running}"
-    )
+    assert out.unit_status == testing.BlockedStatus(message)
     assert len(machine.calls) == before
     assert len(api.requests) == requests
 

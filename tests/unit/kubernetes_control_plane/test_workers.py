@@ -111,10 +111,11 @@ def test_status_counts_workers_and_gpus(ctx, bootstrapped):
     )
     registry = json.loads(peer(out).local_app_data["workers"])
     assert registry == {
-        "kubernetes-worker/0": ["w0", 4, rel.id, {"NVIDIA A10G": 4}],
-        "kubernetes-worker/1": ["w1", 0, rel.id, {}],
-        "kubernetes-worker/2": ["w2", 4, rel.id, {"NVIDIA A10G": 4}],
-        "kubernetes-worker/3": ["w3", 8, rel.id, {"NVIDIA H100 80GB HBM3": 8}],
+        # node, GPUs, relation, GPUs per model, minor (None: the worker did not say)
+        "kubernetes-worker/0": ["w0", 4, rel.id, {"NVIDIA A10G": 4}, None],
+        "kubernetes-worker/1": ["w1", 0, rel.id, {}, None],
+        "kubernetes-worker/2": ["w2", 4, rel.id, {"NVIDIA A10G": 4}, None],
+        "kubernetes-worker/3": ["w3", 8, rel.id, {"NVIDIA H100 80GB HBM3": 8}, None],
     }
 
 

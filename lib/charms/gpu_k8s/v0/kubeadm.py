@@ -24,7 +24,7 @@ from charms.gpu_k8s.v0.system import CommandError, Host
 
 LIBID = "f766a8bf76ef4d8f9f47cf1d41d1f95c"
 LIBAPI = 0
-LIBPATCH = 2
+LIBPATCH = 3
 
 _DEB_VERSION = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+-[0-9]+\.[0-9]+$")
 
@@ -194,6 +194,76 @@ def install(host: Host, minor: str, *, mirror: str | None = None, with_kubectl: 
     packages = RELEASES[minor].packages(with_kubectl=with_kubectl)
     changed = apt.install(host, packages, hold=True) or changed
     return _enable_kubelet(host) or changed
+
+
+def install_kubeadm(host: Host, minor: str, *, mirror: str | None = None) -> bool:
+    """Switch the package source to `minor` and install only kubeadm at its pin, held.
+
+    The first step of upgrading a node: kubeadm must be the new version before
+    `kubeadm upgrade`, kubelet only after it (`install` then brings the rest).
+
+    Raises:
+        ValueError: unsupported minor or malformed mirror.
+        apt.AptError: the source or the package could not be installed.
+    """
+    uri, key_url = package_source(minor, mirror)
+    changed = apt.add_source(
+        host, SOURCE_NAME, uri=uri, suite="/", components=[], key_url=key_url, key_path=KEYRING
+    )
+    return apt.install(host, {"kubeadm": RELEASES[minor].kubernetes}, hold=True) or changed
+
+
+def upgrade_node(host: Host) -> None:
+    """Run `kubeadm upgrade node` to match the node to the installed kubeadm's version.
+
+    That is kubelet's configuration, and on a control-plane node its static pods too.
+
+    Raises:
+        KubeadmError: kubeadm failed; the message carries its last error line.
+    """
+    try:
+        host.run(KUBEADM, "upgrade", "node", timeout=900)
+    except CommandError as e:
+        lines = [line for line in e.stderr.splitlines() if line.strip()]
+        detail = lines[-1].strip() if lines else f"exit status {e.returncode}"
+        raise KubeadmError(f"kubeadm upgrade node failed: {detail}") from None
+
+
+def restart_kubelet(host: Host) -> None:
+    """Restart kubelet so that a new package and configuration take effect."""
+    host.run(SYSTEMCTL, "daemon-reload")
+    host.run(SYSTEMCTL, "restart", "kubelet")
+
+
+def next_minor(minor: str) -> str:
+    """The minor after `minor` ("1.36" gives "1.37")."""
+    major, number = minor.split(".")
+    return f"{major}.{int(number) + 1}"
+
+
+def check_upgrade(running: str, wanted: str) -> None:
+    """Accept `wanted` for a cluster running `running`: the same minor or the next one.
+
+    Raises:
+        ValueError: a downgrade or a skipped minor; the message says what to set instead.
+    """
+    if wanted == running:
+        return
+    if _minor_key(wanted) < _minor_key(running):
+        raise ValueError(
+            f"kubernetes-version {wanted} is older than the running cluster's {running}: "
+            f"downgrades are not supported; set it back to {running}"
+        )
+    if wanted != next_minor(running):
+        raise ValueError(
+            f"kubernetes-version {wanted} skips a minor: clusters upgrade one minor at a time; "
+            f"set {next_minor(running)} first"
+        )
+
+
+def _minor_key(minor: str) -> tuple[int, int]:
+    major, number = minor.split(".")
+    return int(major), int(number)
 
 
 def _enable_kubelet(host: Host) -> bool:

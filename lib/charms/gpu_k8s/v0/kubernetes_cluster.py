@@ -13,8 +13,13 @@ granted to every `workers` relation) holds what must stay secret: the bootstrap 
 for `kubeadm join` and a `kubeconfig` for the `gpu-k8s-worker` ServiceAccount, which a
 worker uses to label, drain and validate its own node.
 
-Each worker unit (`ClusterRequirer`, endpoint `cluster`) publishes its node name and,
-when it has NVIDIA GPUs, their inventory.
+Each worker unit (`ClusterRequirer`, endpoint `cluster`) publishes its node name, the
+Kubernetes minor it runs and, when it has NVIDIA GPUs, their inventory.
+
+Upgrades: `kubernetes-version` is the minor the control plane runs. A joined worker on
+an older minor upgrades (drain, `kubeadm upgrade node`, kubelet, uncordon) only while
+`upgrade-turn` names its unit, so that workers upgrade one at a time; a worker that has
+not joined yet simply installs `kubernetes-version`.
 
 Provider databag (application):
 
@@ -23,10 +28,12 @@ Provider databag (application):
     ca-cert-hash: sha256:<64 hex>
     join-secret-id: secret://<model>/<id>
     kubernetes-version: "1.33"
+    upgrade-turn: kubernetes-worker/3     # only while workers upgrade, one at a time
 
 Requirer databag (unit):
 
     node-name: ip-10-0-0-7
+    kubernetes-version: "1.33"            # the minor this node's kubelet runs
     gpu-inventory: '[{"model": "NVIDIA A10G", "count": 4, "memory-mib": 23028,
                       "driver": "580.65", "cuda": "13.0", "mig-capable": false}]'
 
@@ -51,7 +58,7 @@ from charms.gpu_k8s.v0.databag import Databag, explain, write
 
 LIBID = "5f724584087c4f3caa6d95ea68f42ceb"
 LIBAPI = 0
-LIBPATCH = 4
+LIBPATCH = 5
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +89,7 @@ class ProviderAppData(Databag):
     ca_cert_hash: str = pydantic.Field(alias="ca-cert-hash")
     join_secret_id: str = pydantic.Field(alias="join-secret-id", min_length=1)
     kubernetes_version: str = pydantic.Field(alias="kubernetes-version")
+    upgrade_turn: str | None = pydantic.Field(default=None, alias="upgrade-turn")
 
     @pydantic.field_validator("endpoint")
     @classmethod
@@ -127,6 +135,7 @@ class RequirerUnitData(Databag):
     """What each worker unit publishes in its unit databag."""
 
     node_name: str = pydantic.Field(alias="node-name", max_length=253)
+    kubernetes_version: str | None = pydantic.Field(default=None, alias="kubernetes-version")
     gpu_inventory: list[GpuInfo] | None = pydantic.Field(default=None, alias="gpu-inventory")
 
     @pydantic.field_validator("node_name")
@@ -134,6 +143,13 @@ class RequirerUnitData(Databag):
     def _node(cls, value: str) -> str:
         if not _NODE_NAME.match(value):
             raise ValueError("must be a lowercase DNS-1123 name")
+        return value
+
+    @pydantic.field_validator("kubernetes_version")
+    @classmethod
+    def _minor(cls, value: str | None) -> str | None:
+        if value is not None and not _VERSION.match(value):
+            raise ValueError("must be a version such as 1.33")
         return value
 
     @pydantic.field_validator("gpu_inventory", mode="before")
@@ -157,6 +173,7 @@ class JoinInfo:
     kubernetes_version: str
     token: str = dataclasses.field(repr=False)
     kubeconfig: str = dataclasses.field(repr=False)
+    upgrade_turn: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,6 +183,7 @@ class WorkerInfo:
     unit: str
     node_name: str
     gpus: tuple[GpuInfo, ...] = ()
+    version: str | None = None
 
     @property
     def gpu_count(self) -> int:
@@ -205,6 +223,7 @@ class ClusterProvider(ops.Object):
         kubeconfig: str,
         *,
         expire: datetime.datetime | None = None,
+        upgrade_turn: str | None = None,
     ) -> ops.Secret:
         """Publish join material to every related worker application (leader only).
 
@@ -223,6 +242,7 @@ class ClusterProvider(ops.Object):
             "ca-cert-hash": ca_cert_hash,
             "join-secret-id": "secret:pending",
             "kubernetes-version": version,
+            "upgrade-turn": upgrade_turn,
         }
         try:
             ProviderAppData.model_validate(fields)  # before anything is created
@@ -248,8 +268,7 @@ class ClusterProvider(ops.Object):
             data = relation.data[self.charm.app]
             if data.get("join-secret-id") != secret_id:
                 secret.grant(relation)
-            if dict(data) != bag:
-                data.update(bag)
+            write(data, bag, remove=list(data))
         return secret
 
     def read_worker(
@@ -267,7 +286,8 @@ class ClusterProvider(ops.Object):
             bag = RequirerUnitData.model_validate(dict(raw))
         except pydantic.ValidationError as e:
             return None, f"{unit.name}: {explain(e)}"
-        return WorkerInfo(unit.name, bag.node_name, tuple(bag.gpu_inventory or ())), None
+        gpus = tuple(bag.gpu_inventory or ())
+        return WorkerInfo(unit.name, bag.node_name, gpus, bag.kubernetes_version), None
 
     def workers(self) -> list[WorkerInfo]:
         """Every worker unit that published a valid node name; see `problems()`.
@@ -342,6 +362,7 @@ class ClusterRequirer(ops.Object):
                 kubernetes_version=bag.kubernetes_version,
                 token=token,
                 kubeconfig=content["kubeconfig"],
+                upgrade_turn=bag.upgrade_turn,
             ),
             None,
         )
@@ -354,8 +375,13 @@ class ClusterRequirer(ops.Object):
         """Why join material is not available, or None when it is."""
         return self._read()[1]
 
-    def publish_node(self, node_name: str, gpu_inventory: list[GpuInfo] | None = None) -> None:
-        """Publish this unit's node name and GPU inventory (written only when changed).
+    def publish_node(
+        self,
+        node_name: str,
+        gpu_inventory: list[GpuInfo] | None = None,
+        kubernetes_version: str | None = None,
+    ) -> None:
+        """Publish this unit's node name, GPU inventory and minor (written only when changed).
 
         Raises:
             ValueError: the node name or inventory does not fit the interface.
@@ -365,8 +391,12 @@ class ClusterRequirer(ops.Object):
             return
         try:
             bag = RequirerUnitData.model_validate(
-                {"node-name": node_name, "gpu-inventory": gpu_inventory}
+                {
+                    "node-name": node_name,
+                    "gpu-inventory": gpu_inventory,
+                    "kubernetes-version": kubernetes_version,
+                }
             ).dump()
         except pydantic.ValidationError as e:
             raise ValueError(explain(e)) from None
-        write(relation.data[self.charm.unit], bag, remove=["gpu-inventory"])
+        write(relation.data[self.charm.unit], bag, remove=["gpu-inventory", "kubernetes-version"])

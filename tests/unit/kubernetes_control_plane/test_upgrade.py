@@ -1,0 +1,215 @@
+"""Minor-version upgrades: the leader, then one control-plane unit at a time, then workers."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from ops import testing
+
+from charms.gpu_k8s.v0 import kubeadm
+from fakes.control_plane import (
+    join_workers,
+    peer,
+    peers,
+    secret,
+    worker_bag,
+    workers_relation,
+)
+
+NODE = "ip-10-0-1-17"  # the fake machine's hostname
+NEW = kubeadm.RELEASES["1.37"]
+
+
+def bootstrapped(ctx, members: dict[int, dict] | None = None) -> testing.State:
+    out = ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
+    if members:
+        relation = dataclasses.replace(peer(out), peers_data=members)
+        out = dataclasses.replace(out, relations=[relation])
+    return out
+
+
+def upgrade_to(state: testing.State, minor: str) -> testing.State:
+    return dataclasses.replace(state, config={"kubernetes-version": minor})
+
+
+def add_pod(api, name: str) -> None:
+    api.put_object(
+        f"/api/v1/namespaces/default/pods/{name}",
+        {"metadata": {}, "spec": {"nodeName": NODE}, "status": {"phase": "Running"}},
+    )
+
+
+def test_the_leader_upgrades_first_in_kubeadm_order(ctx, machine, api):
+    out = bootstrapped(ctx)
+    add_pod(api, "web-1")
+
+    out = ctx.run(ctx.on.config_changed(), upgrade_to(out, "1.37"))
+
+    assert machine.upgrades == [("apply", NEW.version)]
+    assert {p: machine.dpkg[p] for p in ("kubeadm", "kubelet", "kubectl")} == {
+        "kubeadm": NEW.kubernetes,
+        "kubelet": NEW.kubernetes,
+        "kubectl": NEW.kubernetes,
+    }
+    assert machine.dpkg["kubernetes-cni"] == NEW.cni
+    lines = machine.lines()
+    step = {
+        "kubeadm package": next(
+            i for i, c in enumerate(lines) if f"kubeadm={NEW.kubernetes}" in c
+        ),
+        "upgrade apply": lines.index(f"/usr/bin/kubeadm upgrade apply v{NEW.version} --yes"),
+        "kubelet package": next(
+            i for i, c in enumerate(lines) if f"kubelet={NEW.kubernetes}" in c
+        ),
+        "kubelet restart": lines.index("/usr/bin/systemctl restart kubelet"),
+    }
+    assert list(step.values()) == sorted(step.values()), step
+    # drained for the kubelet restart, schedulable again after it
+    assert api.get_object("/api/v1/namespaces/default/pods/web-1") is None
+    assert not api.get_object(f"/api/v1/nodes/{NODE}")["spec"].get("unschedulable")
+    assert peer(out).local_app_data["cluster-version"] == "1.37"
+    assert peer(out).local_unit_data["kubernetes-version"] == "1.37"
+    assert out.unit_status == testing.ActiveStatus("Ready: v1.37, 1 control-plane, 0 workers")
+
+    before = len(machine.calls)
+    ctx.run(ctx.on.update_status(), out)
+    assert machine.calls[before:] == []
+
+
+def test_a_failed_upgrade_resumes_without_going_back(ctx, machine, api):
+    out = bootstrapped(ctx)
+    machine.fail("/usr/bin/kubeadm upgrade apply", stderr="[ERROR CoreDNSUnsupportedPlugins]: x")
+
+    out = ctx.run(ctx.on.config_changed(), upgrade_to(out, "1.37"))
+
+    assert out.unit_status == testing.WaitingStatus(
+        "upgrade to 1.37: kubeadm upgrade apply failed: [ERROR CoreDNSUnsupportedPlugins]: x; "
+        "retrying on the next event"
+    )
+    assert peer(out).local_app_data["cluster-version"] == "1.36"
+    assert machine.dpkg["kubeadm"] == NEW.kubernetes  # not put back to 1.36
+    assert machine.dpkg["kubelet"] == kubeadm.RELEASES["1.36"].kubernetes
+
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert machine.upgrades == [("apply", NEW.version)]
+    assert machine.dpkg["kubelet"] == NEW.kubernetes
+    assert peer(out).local_app_data["cluster-version"] == "1.37"
+    assert out.unit_status.name == "active"
+
+
+def test_skipping_a_minor_or_going_back_is_refused(ctx, machine, api):
+    out = ctx.run(
+        ctx.on.install(),
+        testing.State(leader=True, relations=[peers()], config={"kubernetes-version": "1.34"}),
+    )
+    before = len(machine.calls)
+
+    skipped = ctx.run(ctx.on.config_changed(), upgrade_to(out, "1.36"))
+    older = ctx.run(ctx.on.config_changed(), upgrade_to(out, "1.33"))
+
+    assert skipped.unit_status == testing.BlockedStatus(
+        "kubernetes-version 1.36 skips a minor: clusters upgrade one minor at a time; "
+        "set 1.35 first"
+    )
+    assert older.unit_status.message.endswith("downgrades are not supported; set it back to 1.34")
+    assert machine.calls[before:] == []
+
+
+def test_members_then_workers_get_the_turn_one_at_a_time(ctx, machine, api):
+    members = {
+        1: {"joined": "true", "api-server": "10.0.0.6:6443", "kubernetes-version": "1.36"},
+        2: {"joined": "true", "api-server": "10.0.0.7:6443", "kubernetes-version": "1.36"},
+    }
+    out = bootstrapped(ctx, members)
+    rel = workers_relation(
+        {
+            0: {**worker_bag("w0"), "kubernetes-version": "1.36"},
+            1: {**worker_bag("w1"), "kubernetes-version": "1.36"},
+            2: worker_bag("w2"),  # has not said: not joined yet, installs what is published
+        }
+    )
+    out = join_workers(ctx, out, rel)
+    out = ctx.run(ctx.on.config_changed(), upgrade_to(out, "1.37"))
+
+    bag = peer(out).local_app_data
+    assert bag["cluster-version"] == "1.37"
+    assert bag["upgrade-turn"] == "kubernetes-control-plane/1"
+    published = out.get_relation(rel.id).local_app_data
+    assert published["kubernetes-version"] == "1.37"
+    assert "upgrade-turn" not in published  # workers wait for the whole control plane
+    assert out.unit_status == testing.ActiveStatus(
+        "Ready: v1.37, 3 control-plane, 3 workers; upgrading to v1.37: 4 node(s) to go"
+    )
+
+    def member_reports(state, unit: int) -> testing.State:
+        data = dict(peer(state).peers_data)
+        data[unit] = {**data[unit], "kubernetes-version": "1.37"}
+        relation = dataclasses.replace(peer(state), peers_data=data)
+        others = [r for r in state.relations if r.endpoint != "peers"]
+        state = dataclasses.replace(state, relations=[relation, *others])
+        return ctx.run(ctx.on.relation_changed(relation, remote_unit=unit), state)
+
+    out = member_reports(out, 1)
+    assert peer(out).local_app_data["upgrade-turn"] == "kubernetes-control-plane/2"
+    assert "upgrade-turn" not in out.get_relation(rel.id).local_app_data
+
+    out = member_reports(out, 2)
+    assert "upgrade-turn" not in peer(out).local_app_data
+    assert out.get_relation(rel.id).local_app_data["upgrade-turn"] == "kubernetes-worker/0"
+
+    workers = out.get_relation(rel.id)
+    done = dict(workers.remote_units_data)
+    done[0] = {**done[0], "kubernetes-version": "1.37"}
+    workers = dataclasses.replace(workers, remote_units_data=done)
+    state = dataclasses.replace(
+        out, relations=[r for r in out.relations if r.endpoint != "workers"] + [workers]
+    )
+    out = ctx.run(ctx.on.relation_changed(workers, remote_unit=0), state)
+    assert out.get_relation(rel.id).local_app_data["upgrade-turn"] == "kubernetes-worker/1"
+    assert machine.upgrades == [("apply", NEW.version)]  # the others ran on their machines
+
+
+def test_a_member_upgrades_only_on_its_turn(ctx, machine, api):
+    join = testing.Secret(
+        {"token": "abcdef.0123456789abcdef", "certificate-key": "ab" * 32},
+        owner="app",
+        label="control-plane-join",
+    )
+    app = {
+        "endpoint": "127.0.0.1:6444",
+        "ca-cert-hash": "sha256:" + "a" * 64,
+        "join-secret-id": join.id,
+        "cluster-version": "1.36",
+        "certs-uploaded-at": "2026-11-21T10:00:00+00:00",
+        "token-expires": "2026-11-22T10:00:00+00:00",
+    }
+    leader = {"joined": "true", "api-server": "10.0.0.5:6443", "kubernetes-version": "1.36"}
+    state = testing.State(relations=[peers(app, {1: leader})], secrets=[join])
+    out = ctx.run(ctx.on.update_status(), state)  # joins at 1.36
+    assert peer(out).local_unit_data["kubernetes-version"] == "1.36"
+
+    def leader_says(state, **changes) -> testing.State:
+        relation = dataclasses.replace(
+            peer(state), local_app_data={**peer(state).local_app_data, **changes}
+        )
+        state = upgrade_to(dataclasses.replace(state, relations=[relation]), "1.37")
+        return ctx.run(ctx.on.relation_changed(relation, remote_unit=1), state)
+
+    out = leader_says(
+        out, **{"cluster-version": "1.37", "upgrade-turn": "kubernetes-control-plane/4"}
+    )
+    assert machine.upgrades == []
+    assert machine.dpkg["kubelet"] == kubeadm.RELEASES["1.36"].kubernetes
+    assert out.unit_status == testing.ActiveStatus(
+        "Ready: v1.37, 2 control-plane, 0 workers; upgrading to v1.37: 2 node(s) to go"
+    )
+
+    out = leader_says(out, **{"upgrade-turn": "kubernetes-control-plane/0"})
+    assert machine.upgrades == [("node", NEW.version)]
+    assert machine.dpkg["kubelet"] == NEW.kubernetes
+    assert peer(out).local_unit_data["kubernetes-version"] == "1.37"
+    assert secret(out, "control-plane-join").latest_content["token"] not in json.dumps(
+        peer(out).local_unit_data
+    )
