@@ -480,3 +480,41 @@ def test_ca_cert_hash_matches_openssl():
 def test_ca_cert_hash_of_garbage_raises():
     with pytest.raises(ValueError):
         kubeadm.ca_cert_hash("not a certificate")
+
+
+# -- upgrades -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("running", "wanted", "message"),
+    [
+        ("1.36", "1.36", None),
+        ("1.36", "1.37", None),
+        ("1.36", "1.35", "downgrades are not supported; set it back to 1.36"),
+        ("1.34", "1.36", "skips a minor: clusters upgrade one minor at a time; set 1.35 first"),
+    ],
+)
+def test_check_upgrade_allows_the_same_or_the_next_minor(running, wanted, message):
+    if message is None:
+        kubeadm.check_upgrade(running, wanted)
+    else:
+        with pytest.raises(ValueError, match=message):
+            kubeadm.check_upgrade(running, wanted)
+
+
+def test_install_kubeadm_moves_only_kubeadm_to_the_new_minor(machine):
+    installed(machine, "1.36")
+
+    assert kubeadm.install_kubeadm(machine.host(), "1.37")
+
+    assert machine.dpkg["kubeadm"] == kubeadm.RELEASES["1.37"].kubernetes
+    assert machine.dpkg["kubelet"] == kubeadm.RELEASES["1.36"].kubernetes
+    assert "kubeadm" in machine.held
+    assert "v1.37/deb/" in machine.read("/etc/apt/sources.list.d/kubernetes.sources")
+    assert not kubeadm.install_kubeadm(machine.host(), "1.37")
+
+
+def test_upgrade_node_reports_kubeadms_last_error_line(machine):
+    installed(machine, "1.36")
+    with pytest.raises(kubeadm.KubeadmError, match="not joined"):
+        kubeadm.upgrade_node(machine.host())

@@ -1,0 +1,15 @@
+"""Whose turn it is to upgrade."""
+
+import rolling
+
+
+def test_pending_lists_units_behind_in_unit_number_order_and_skips_unknown():
+    versions = {"w/10": "1.36", "w/2": "1.36", "w/3": "1.37", "w/4": None, "w/5": ""}
+    assert rolling.pending(versions, "1.37") == ["w/2", "w/5", "w/10"]
+
+
+def test_the_turn_stays_with_its_holder_until_it_is_done_or_gone():
+    assert rolling.turn(["w/2", "w/10"], None) == "w/2"
+    assert rolling.turn(["w/2", "w/10"], "w/10") == "w/10"
+    assert rolling.turn(["w/10"], "w/2") == "w/10"
+    assert rolling.turn([], "w/2") is None
