@@ -87,3 +87,20 @@ async def test_ha_control_plane_survives_losing_a_unit(ops_test):
     assert action.status == "completed"
     nodes = json.loads(action.results["nodes"])
     assert all(n["ready"] for n in nodes), nodes
+
+
+async def test_upgrade_to_the_next_minor_reaches_every_node(ops_test):
+    """One minor up: the control plane first, then every worker, all Ready again."""
+    planes = ops_test.model.applications[CONTROL_PLANE]
+    before = planes.units[0].workload_status_message.split(",")[0]  # "Ready: v1.36"
+    current = before.removeprefix("Ready: v")
+    major, minor = current.split(".")
+    target = f"{major}.{int(minor) + 1}"
+    await planes.set_config({"kubernetes-version": target})
+    await ops_test.model.wait_for_idle([CONTROL_PLANE, WORKER], status="active", timeout=3600)
+    status = planes.units[0].workload_status_message
+    assert status.startswith(f"Ready: v{target}"), status
+    assert "to go" not in status, status
+    action = await (await planes.units[0].run_action("cluster-info")).wait()
+    nodes = json.loads(action.results["nodes"])
+    assert {n["version"].lstrip("v").rsplit(".", 1)[0] for n in nodes} == {target}, nodes
