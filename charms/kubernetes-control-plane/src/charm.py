@@ -640,15 +640,22 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             self._upgrade_node(config, wanted, first=True)
             bag["cluster-version"] = running = versions[self.unit.name] = wanted
             logger.info("the cluster runs Kubernetes %s; the other nodes follow in turn", wanted)
-        for _ in range(2):  # a second pass when this unit just took (and used) its turn
-            holder = rolling.turn(rolling.pending(versions, running), bag.get("upgrade-turn"))
-            write(bag, {"upgrade-turn": holder} if holder else {}, remove=["upgrade-turn"])
-            if holder != self.unit.name:
-                break
+        holder = self._pass_turn(bag, versions, running)
+        if holder == self.unit.name:  # the leader changed in the middle of an upgrade
             self._upgrade_node(config, running, first=False)
             versions[self.unit.name] = running
+            holder = self._pass_turn(bag, versions, running)
         self._mark_member(peers)
         return holder is None
+
+    @staticmethod
+    def _pass_turn(
+        bag: ops.RelationDataContent, versions: dict[str, str], running: str
+    ) -> str | None:
+        """Record which control-plane unit may upgrade now (None: all run `running`)."""
+        holder = rolling.turn(rolling.pending(versions, running), bag.get("upgrade-turn"))
+        write(bag, {"upgrade-turn": holder} if holder else {}, remove=["upgrade-turn"])
+        return holder
 
     def _worker_turn(self, bag: ops.RelationDataContent, control_plane_done: bool) -> str | None:
         """The worker unit that may upgrade now, once the control plane has finished."""

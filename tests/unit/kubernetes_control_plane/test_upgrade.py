@@ -213,3 +213,19 @@ def test_a_member_upgrades_only_on_its_turn(ctx, machine, api):
     assert secret(out, "control-plane-join").latest_content["token"] not in json.dumps(
         peer(out).local_unit_data
     )
+
+
+def test_a_new_leader_behind_the_cluster_upgrades_with_upgrade_node(ctx, machine, api):
+    out = bootstrapped(ctx)  # this unit runs 1.36 ...
+    relation = peer(out)
+    done = {1: {"joined": "true", "api-server": "10.0.0.6:6443", "kubernetes-version": "1.37"}}
+    app = {**relation.local_app_data, "cluster-version": "1.37"}  # ... another led the upgrade
+    relation = dataclasses.replace(relation, local_app_data=app, peers_data=done)
+    state = upgrade_to(dataclasses.replace(out, relations=[relation]), "1.37")
+
+    out = ctx.run(ctx.on.leader_elected(), state)
+
+    assert machine.upgrades == [("node", NEW.version)]
+    assert machine.dpkg["kubelet"] == NEW.kubernetes
+    assert "upgrade-turn" not in peer(out).local_app_data
+    assert out.unit_status == testing.ActiveStatus("Ready: v1.37, 2 control-plane, 0 workers")
