@@ -18,6 +18,14 @@ A driver that needs a reboot blocks the unit with the commands to run, or with
 and asks Juju to reboot; on a later boot, once the driver works, it uncordons the node.
 A reboot that did not fix the driver blocks instead of rebooting again.
 
+Kubernetes minor upgrades: a node that has not joined installs the control plane's
+minor. A joined node on an older minor keeps its packages until `upgrade-turn` names
+this unit, then follows the kubeadm procedure one minor at a time: kubeadm at the new
+minor, `kubeadm upgrade node`, cordon + drain, kubelet, kubelet restart, uncordon, and
+publishes its new minor (the control plane then hands the turn on). Progress is kept
+on the machine, so a failed step is retried on the next event from where it stopped,
+and a cordoned node is never forgotten. A node newer than the control plane blocks.
+
 A drain that times out does not block removal forever (Juju would wait on the hook
 indefinitely): the pods still on the node are named in a warning in the log and in the
 unit's status before the node is reset, so no work disappears silently; their
@@ -41,7 +49,7 @@ import worker
 from charms.gpu_k8s.v0 import api_proxy, apt, kubeadm
 from charms.gpu_k8s.v0.config import ActionParams
 from charms.gpu_k8s.v0.kubernetes_cluster import ClusterRequirer, GpuInfo, JoinInfo
-from charms.gpu_k8s.v0.system import Host, SubprocessRunner
+from charms.gpu_k8s.v0.system import CommandError, Host, SubprocessRunner
 
 if TYPE_CHECKING:
     from charms.gpu_k8s.v0.kubeclient import Kube
@@ -86,7 +94,8 @@ class KubernetesWorkerCharm(ops.CharmBase):
         self._stored.set_default(left_cluster=False, reboot_boot=None, reboot_cordoned=False)
         self.cluster = ClusterRequirer(self, CLUSTER)
         self._status: ops.StatusBase | None = None
-        self._blocked: str | None = None  # a GPU problem reported over any other status
+        # A GPU problem, or a node newer than its control plane, reported over any other status
+        self._blocked: str | None = None
         on = self.on
         for event in (
             on.install,
@@ -135,26 +144,37 @@ class KubernetesWorkerCharm(ops.CharmBase):
         config = self.load_config(worker.WorkerConfig, errors="blocked")
         host = self.host_factory()
         info = self.cluster.join_material()
-        state = self._install(host, config, info)
-        if state is None or not self._reboot_step(host, config, info, state):
+        installed = self._install(host, config, info)
+        if installed is None or not self._reboot_step(host, config, info, installed[0]):
             return
-        if info is None:
+        state, plan = installed
+        if info is None or plan is None:
             self._status = ops.WaitingStatus(self.cluster.problem() or "waiting for join material")
             return
         node = kubeadm.node_name(host)
         if not self._proxy(host, info, node) or not self._join(host, info, node, config.labels):
             return
-        self.cluster.publish_node(node, [GpuInfo(**r) for r in state.records()] or None)
+        version = self._kubernetes(host, config, info, node, plan)
+        if version is None:
+            return
+        running, note = version
+        gpus = [GpuInfo(**r) for r in state.records()] or None
+        self.cluster.publish_node(node, gpus, kubernetes_version=running)
         if self._label(info, node, config, state):
-            self._status = ops.ActiveStatus(state.ready_message())
+            self._status = ops.ActiveStatus(state.ready_message() + note)
         self._blocked = self._blocked or state.driver_problem(self.unit.name, config.driver)
 
     # -- steps -------------------------------------------------------------------------
 
     def _install(
         self, host: Host, config: worker.WorkerConfig, info: JoinInfo | None
-    ) -> gpu_node.GpuState | None:
-        """containerd, the GPU step, then kubeadm + kubelet at the control plane's version."""
+    ) -> tuple[gpu_node.GpuState, worker.VersionPlan | None] | None:
+        """containerd, the GPU step, then kubeadm + kubelet at the control plane's version.
+
+        Kubernetes packages are only installed here on a node that has not joined or
+        already runs the control plane's minor; a joined node on another minor keeps
+        them until its upgrade (`_kubernetes`). The plan is None without join material.
+        """
         minor = None
         if info is not None:
             try:
@@ -162,18 +182,37 @@ class KubernetesWorkerCharm(ops.CharmBase):
             except ValueError as e:
                 self._status = ops.BlockedStatus(str(e))
                 return None
+        plan = None
         try:
             worker.prepare(host)
             state = gpu_node.setup(host, config)
             if minor is not None:
-                worker.install_kubernetes(host, minor, config.mirror)
+                plan = self._packages(host, config, minor)
         except gpu_node.GpuSetupError as e:
             self._status = ops.BlockedStatus(str(e))
             return None
         except apt.AptError as e:
             self._status = ops.BlockedStatus(str(e))
             return None
-        return state
+        except ValueError as e:  # an unreachable next minor or a corrupt upgrade record
+            self._status = ops.BlockedStatus(str(e))
+            return None
+        return state, plan
+
+    def _packages(self, host: Host, config: worker.WorkerConfig, minor: str) -> worker.VersionPlan:
+        """Plan this node's Kubernetes minor; install `minor` when the plan says so."""
+        joined = kubeadm.is_joined(host)
+        if not joined:
+            worker.clear_upgrade(host)  # a record left by a node that was reset since
+        plan = worker.plan_version(
+            minor,
+            joined=joined,
+            installed=kubeadm.installed_minor(host),
+            upgrade=worker.load_upgrade(host) if joined else None,
+        )
+        if plan.action is worker.VersionAction.INSTALL:
+            worker.install_kubernetes(host, minor, config.mirror)
+        return plan
 
     def _reboot_step(
         self,
@@ -266,6 +305,86 @@ class KubernetesWorkerCharm(ops.CharmBase):
             logger.info("driver works after the reboot; uncordoned node %s", node)
         self._stored.reboot_boot = None
         self._stored.reboot_cordoned = False
+        return True
+
+    def _kubernetes(
+        self,
+        host: Host,
+        config: worker.WorkerConfig,
+        info: JoinInfo,
+        node: str,
+        plan: worker.VersionPlan,
+    ) -> tuple[str, str] | None:
+        """The minor this node runs and a note for its status; None when the reconcile stops.
+
+        A joined node on an older minor upgrades only in its turn (`upgrade-turn` names
+        this unit), or when it has an upgrade to finish; a newer one blocks.
+        """
+        if plan.action is worker.VersionAction.NEWER:
+            self._blocked = worker.newer_message(plan.running, plan.target)
+            return plan.running, ""
+        if plan.action is worker.VersionAction.INSTALL:
+            return plan.running, ""
+        upgrade = plan.upgrade
+        if upgrade is None:
+            if info.upgrade_turn != self.unit.name:
+                return plan.running, f"; upgrade to {plan.target} waits for its turn"
+            upgrade = worker.Upgrade(plan.running, plan.target)
+        if not self._upgrade(host, config, info, node, upgrade):
+            return None
+        published = worker.minor_of(info.kubernetes_version)
+        if upgrade.target != published:  # one minor at a time
+            return upgrade.target, f"; upgrade to {published} continues on the next update-status"
+        return upgrade.target, ""
+
+    def _upgrade(
+        self,
+        host: Host,
+        config: worker.WorkerConfig,
+        info: JoinInfo,
+        node: str,
+        upgrade: worker.Upgrade,
+    ) -> bool:
+        """Upgrade this node to `upgrade.target`, resuming a partial upgrade; True when done.
+
+        kubeadm, package and kubelet failures wait (retried on the next event, from the
+        step that failed); an API error during the drain or the uncordon fails the hook,
+        as on the reboot path, and the next hook resumes from the same step.
+        """
+        kube = self._kube(info, f"upgrading node {node} to Kubernetes {upgrade.target}")
+        if kube is None:
+            return False
+        logger.info(
+            "upgrading node %s from Kubernetes %s to %s (steps done: %s)",
+            node,
+            upgrade.source,
+            upgrade.target,
+            ", ".join(upgrade.done) or "none",
+        )
+        try:
+            with kube:
+                result = worker.upgrade_node(
+                    host,
+                    kube,
+                    node,
+                    upgrade,
+                    mirror=config.mirror,
+                    drain_timeout=config.drain_timeout,
+                    clock=self.drain_clock,
+                    sleep=self.drain_sleep,
+                )
+        except (kubeadm.KubeadmError, apt.AptError, CommandError) as e:
+            cordoned = f"node {node} stays cordoned; " if upgrade.cordoned else ""
+            logger.error("upgrade of node %s to Kubernetes %s: %s", node, upgrade.target, e)
+            self._status = ops.WaitingStatus(
+                f"upgrade to Kubernetes {upgrade.target} failed: {e}; {cordoned}"
+                "retrying on the next update-status"
+            )
+            return False
+        if result is not None and result.remaining:
+            summary = worker.drain_summary(node, result, config.drain_timeout)
+            logger.warning("%s; upgraded anyway: %s", summary, " ".join(result.remaining))
+        logger.info("node %s now runs Kubernetes %s", node, upgrade.target)
         return True
 
     def _proxy(self, host: Host, info: JoinInfo, node: str) -> bool:

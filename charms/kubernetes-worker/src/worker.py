@@ -11,6 +11,9 @@ this module only sequences them for a worker node.
 
 from __future__ import annotations
 
+import dataclasses
+import enum
+import json
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -258,6 +261,171 @@ def install_kubernetes(host: Host, minor: str, mirror: str | None = None) -> boo
         apt.AptError: a package or the package source failed.
     """
     return kubeadm.install(host, minor, mirror=mirror, with_kubectl=False)
+
+
+# -- Kubernetes minor upgrades -----------------------------------------------------------
+
+# Progress of an upgrade of this node, kept on the machine: a hook that fails half-way
+# (an API error during the drain) loses the charm's stored state, not what it did to the
+# machine, so the record of what was done must live next to it.
+UPGRADE_STATE = "/var/lib/gpu-k8s/kubernetes-upgrade.json"
+_STEPS = ("node", "drain", "restart")
+
+
+def _minor_key(minor: str) -> tuple[int, int]:
+    major, number = minor.split(".")
+    return int(major), int(number)
+
+
+class VersionAction(enum.Enum):
+    """What a reconcile does with this node's Kubernetes packages."""
+
+    INSTALL = "install"  # not joined, or already at the control plane's minor
+    UPGRADE = "upgrade"  # joined on an older minor: upgrade one minor, in turn
+    NEWER = "newer"  # joined on a newer minor than the control plane: the operator decides
+
+
+@dataclasses.dataclass(frozen=True)
+class VersionPlan:
+    """The minor this node runs and the one it installs or upgrades to."""
+
+    action: VersionAction
+    running: str  # what the node's kubelet runs (the published minor for INSTALL)
+    target: str  # the minor to install or the next step of the upgrade
+    upgrade: Upgrade | None = None  # the upgrade in progress that this plan finishes
+
+
+@dataclasses.dataclass
+class Upgrade:
+    """An upgrade of this node from `source` to the next minor `target`, step by step."""
+
+    source: str
+    target: str
+    done: list[str] = dataclasses.field(default_factory=list)  # steps of _STEPS finished
+    cordoned: bool = False  # the drain cordoned the node (it was registered)
+
+
+def load_upgrade(host: Host) -> Upgrade | None:
+    """The upgrade in progress on this machine, or None.
+
+    Raises:
+        ValueError: the record is unreadable (the message names the file to check).
+    """
+    text = host.read(UPGRADE_STATE)
+    if text is None:
+        return None
+    try:
+        data = json.loads(text)
+        upgrade = Upgrade(
+            source=str(data["source"]),
+            target=str(data["target"]),
+            done=[str(step) for step in data["done"] if step in _STEPS],
+            cordoned=bool(data["cordoned"]),
+        )
+        for minor in (upgrade.source, upgrade.target):
+            _minor_key(minor)
+    except (ValueError, KeyError, TypeError):
+        raise ValueError(
+            f"the record of this node's Kubernetes upgrade ({UPGRADE_STATE}) is corrupt: "
+            "finish the upgrade by hand (kubeadm upgrade node, kubelet, uncordon) and delete it"
+        ) from None
+    return upgrade
+
+
+def save_upgrade(host: Host, upgrade: Upgrade) -> None:
+    """Record the progress of `upgrade` on the machine."""
+    host.write(UPGRADE_STATE, json.dumps(dataclasses.asdict(upgrade), sort_keys=True) + "\n")
+
+
+def clear_upgrade(host: Host) -> None:
+    """Forget the upgrade record once the upgrade is complete."""
+    host.path(UPGRADE_STATE).unlink(missing_ok=True)
+
+
+def plan_version(
+    published: str, *, joined: bool, installed: str | None, upgrade: Upgrade | None
+) -> VersionPlan:
+    """Decide what this node does with the control plane's minor `published`.
+
+    A node that has not joined installs `published`. A joined node with an upgrade in
+    progress finishes it whatever is published (its kubeadm already moved on). Otherwise
+    a joined node upgrades one minor at a time towards `published`, never downgrades.
+
+    Raises:
+        ValueError: the next minor of an old node is one this charm cannot install.
+    """
+    if not joined or installed is None:
+        return VersionPlan(VersionAction.INSTALL, published, published)
+    if upgrade is not None:
+        return VersionPlan(VersionAction.UPGRADE, upgrade.source, upgrade.target, upgrade)
+    if installed == published:
+        return VersionPlan(VersionAction.INSTALL, published, published)
+    if _minor_key(installed) > _minor_key(published):
+        return VersionPlan(VersionAction.NEWER, installed, published)
+    target = kubeadm.next_minor(installed)
+    if target not in kubeadm.RELEASES:
+        raise ValueError(
+            f"this node runs Kubernetes {installed} and upgrades one minor at a time, but this "
+            f"charm cannot install {target}: remove this unit and add a new one"
+        )
+    return VersionPlan(VersionAction.UPGRADE, installed, target)
+
+
+def newer_message(running: str, published: str) -> str:
+    """The Blocked message of a node newer than its control plane."""
+    return (
+        f"this node runs Kubernetes {running} but the control plane runs {published}: "
+        "upgrade the control plane (juju config kubernetes-control-plane "
+        f"kubernetes-version={running})"
+    )
+
+
+def upgrade_node(
+    host: Host,
+    kube: Kube,
+    node: str,
+    upgrade: Upgrade,
+    *,
+    mirror: str | None,
+    drain_timeout: float,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> DrainResult | None:
+    """Upgrade this joined node to `upgrade.target`, resuming after the last finished step.
+
+    The kubeadm procedure for nodes: kubeadm at the new version, `kubeadm upgrade node`,
+    cordon + drain, kubelet (and cri-tools, CNI plugins) at the new version, kubelet
+    restart, uncordon. Progress is recorded on the machine after each step that must
+    not be repeated, and cleared at the end. A drain that times out carries on; its
+    result (pods left) is returned when this call drained, None otherwise.
+
+    Raises:
+        kubeadm.KubeadmError: `kubeadm upgrade node` failed.
+        apt.AptError: a package could not be installed.
+        CommandError: kubelet could not be restarted.
+        KubeError: the Kubernetes API refused the drain or the uncordon.
+    """
+    save_upgrade(host, upgrade)
+    kubeadm.install_kubeadm(host, upgrade.target, mirror=mirror)
+    if "node" not in upgrade.done:
+        kubeadm.upgrade_node(host)
+        upgrade.done.append("node")
+        save_upgrade(host, upgrade)
+    result = None
+    if "drain" not in upgrade.done:
+        result = drain(kube, node, timeout=drain_timeout, clock=clock, sleep=sleep)
+        upgrade.cordoned = result is not None
+        upgrade.done.append("drain")
+        save_upgrade(host, upgrade)
+    kubeadm.install(host, upgrade.target, mirror=mirror, with_kubectl=False)
+    if "restart" not in upgrade.done:
+        kubeadm.restart_kubelet(host)
+        upgrade.done.append("restart")
+        save_upgrade(host, upgrade)
+    if upgrade.cordoned:
+        kube.uncordon(node)
+    clear_upgrade(host)
+    return result
 
 
 def label_patch(node: Mapping[str, Any], labels: Mapping[str, str]) -> dict | None:

@@ -86,28 +86,10 @@ def test_the_control_planes_minor_is_installed(ctx, machine, api, published):
         machine.dpkg["kubelet"] == machine.dpkg["kubeadm"] == kubeadm.RELEASES["1.34"].kubernetes
     )
     assert out.unit_status == testing.ActiveStatus(READY)
-
-
-def test_worker_follows_the_control_plane_to_a_new_minor(ctx, machine, api):
-    register_node(api)
-    out = ctx.run(ctx.on.config_changed(), joined_state(api))
-    assert machine.dpkg["kubelet"] == kubeadm.RELEASES["1.33"].kubernetes
-    relation = next(iter(out.relations))
-    upgraded = dataclasses.replace(
-        relation, remote_app_data={**relation.remote_app_data, "kubernetes-version": "1.34"}
-    )
-
-    out = ctx.run(
-        ctx.on.relation_changed(upgraded), dataclasses.replace(out, relations={upgraded})
-    )
-
-    assert (
-        machine.dpkg["kubelet"] == machine.dpkg["kubeadm"] == kubeadm.RELEASES["1.34"].kubernetes
-    )
-    assert "URIs: https://pkgs.k8s.io/core:/stable:/v1.34/deb/" in machine.read(
-        "/etc/apt/sources.list.d/kubernetes.sources"
-    )
+    # a node that has not joined installs the control plane's minor and joins with it
     assert len(machine.joins) == 1
+    assert machine.upgrades == []
+    assert next(iter(out.relations)).local_unit_data["kubernetes-version"] == "1.34"
 
 
 def test_package_mirror_is_used_for_kubernetes_packages(ctx, machine, api):
@@ -268,6 +250,7 @@ def test_a_changed_control_plane_reaches_the_running_proxy_without_a_restart(ctx
     assert out.unit_status == testing.ActiveStatus(READY)
 
 
+@pytest.mark.parametrize("turn", [None, "kubernetes-worker/0"])
 @pytest.mark.parametrize(
     "event_name",
     [
@@ -281,9 +264,11 @@ def test_a_changed_control_plane_reaches_the_running_proxy_without_a_restart(ctx
         "start",
     ],
 )
-def test_each_event_on_a_joined_unit_twice_mutates_nothing(ctx, machine, api, event_name):
+def test_each_event_on_a_joined_unit_twice_mutates_nothing(ctx, machine, api, event_name, turn):
     register_node(api)
-    state = joined_state(api, config={"node-labels": "example.com/pool=cpu"})
+    state = joined_state(
+        api, config={"node-labels": "example.com/pool=cpu"}, **{"upgrade-turn": turn}
+    )
 
     def event(current):
         relation = next(iter(current.relations))
