@@ -187,10 +187,7 @@ def install(host: Host, minor: str, *, mirror: str | None = None, with_kubectl: 
         ValueError: unsupported minor or malformed mirror.
         apt.AptError: the source or a package could not be installed.
     """
-    uri, key_url = package_source(minor, mirror)
-    changed = apt.add_source(
-        host, SOURCE_NAME, uri=uri, suite="/", components=[], key_url=key_url, key_path=KEYRING
-    )
+    changed = _use_source(host, minor, mirror)
     packages = RELEASES[minor].packages(with_kubectl=with_kubectl)
     changed = apt.install(host, packages, hold=True) or changed
     return _enable_kubelet(host) or changed
@@ -206,11 +203,16 @@ def install_kubeadm(host: Host, minor: str, *, mirror: str | None = None) -> boo
         ValueError: unsupported minor or malformed mirror.
         apt.AptError: the source or the package could not be installed.
     """
+    changed = _use_source(host, minor, mirror)
+    return apt.install(host, {"kubeadm": RELEASES[minor].kubernetes}, hold=True) or changed
+
+
+def _use_source(host: Host, minor: str, mirror: str | None) -> bool:
+    """Point apt at `minor`'s repository (upstream or `mirror`); True when it changed."""
     uri, key_url = package_source(minor, mirror)
-    changed = apt.add_source(
+    return apt.add_source(
         host, SOURCE_NAME, uri=uri, suite="/", components=[], key_url=key_url, key_path=KEYRING
     )
-    return apt.install(host, {"kubeadm": RELEASES[minor].kubernetes}, hold=True) or changed
 
 
 def upgrade_node(host: Host) -> None:
