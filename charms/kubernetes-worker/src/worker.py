@@ -272,11 +272,6 @@ UPGRADE_STATE = "/var/lib/gpu-k8s/kubernetes-upgrade.json"
 _STEPS = ("node", "drain", "restart")
 
 
-def _minor_key(minor: str) -> tuple[int, int]:
-    major, number = minor.split(".")
-    return int(major), int(number)
-
-
 class VersionAction(enum.Enum):
     """What a reconcile does with this node's Kubernetes packages."""
 
@@ -323,7 +318,7 @@ def load_upgrade(host: Host) -> Upgrade | None:
             cordoned=bool(data["cordoned"]),
         )
         for minor in (upgrade.source, upgrade.target):
-            _minor_key(minor)
+            kubeadm.minor_key(minor)
     except (ValueError, KeyError, TypeError):
         raise ValueError(
             f"the record of this node's Kubernetes upgrade ({UPGRADE_STATE}) is corrupt: "
@@ -360,7 +355,7 @@ def plan_version(
         return VersionPlan(VersionAction.UPGRADE, upgrade.source, upgrade.target, upgrade)
     if installed == published:
         return VersionPlan(VersionAction.INSTALL, published, published)
-    if _minor_key(installed) > _minor_key(published):
+    if kubeadm.minor_key(installed) > kubeadm.minor_key(published):
         return VersionPlan(VersionAction.NEWER, installed, published)
     target = kubeadm.next_minor(installed)
     if target not in kubeadm.RELEASES:

@@ -251,7 +251,7 @@ def check_upgrade(running: str, wanted: str) -> None:
     """
     if wanted == running:
         return
-    if _minor_key(wanted) < _minor_key(running):
+    if minor_key(wanted) < minor_key(running):
         raise ValueError(
             f"kubernetes-version {wanted} is older than the running cluster's {running}: "
             f"downgrades are not supported; set it back to {running}"
@@ -263,7 +263,8 @@ def check_upgrade(running: str, wanted: str) -> None:
         )
 
 
-def _minor_key(minor: str) -> tuple[int, int]:
+def minor_key(minor: str) -> tuple[int, int]:
+    """`minor` ("1.36") as a tuple that sorts by version; ValueError when malformed."""
     major, number = minor.split(".")
     return int(major), int(number)
 
