@@ -726,29 +726,32 @@ def run_validation(
     Raises:
         KubeError: the API server refused to create or read the pod.
     """
+    from charms.gpu_k8s.v0.kubeclient import poll_until
+
     kube.create(validation_pod(node, namespace, image, name))
+    last = ""
+
+    def outcome() -> ValidationOutcome | None:
+        nonlocal last
+        pod = kube.get("v1", "Pod", name, namespace)
+        if pod is None:
+            return ValidationOutcome(False, "validation pod was deleted", "Unknown", "")
+        phase = (pod.get("status") or {}).get("phase", "Pending")
+        if phase in ("Succeeded", "Failed"):
+            logs = kube.pod_logs(name, namespace, tail_lines=50)
+            passed, summary = parse_validation_result(phase, logs)
+            return ValidationOutcome(passed, summary, phase, logs)
+        line, stuck = validation_progress(pod)
+        if line != last:
+            progress(line)
+            last = line
+        if stuck:
+            return ValidationOutcome(False, f"CUDA check failed: {stuck}", phase, "")
+        return None
+
     try:
-        deadline = clock() + timeout
-        last = ""
-        for _ in range(int(timeout / max(poll, 0.001)) + 2):  # bounded even if clock stalls
-            pod = kube.get("v1", "Pod", name, namespace)
-            if pod is None:
-                return ValidationOutcome(False, "validation pod was deleted", "Unknown", "")
-            phase = (pod.get("status") or {}).get("phase", "Pending")
-            if phase in ("Succeeded", "Failed"):
-                logs = kube.pod_logs(name, namespace, tail_lines=50)
-                passed, summary = parse_validation_result(phase, logs)
-                return ValidationOutcome(passed, summary, phase, logs)
-            line, stuck = validation_progress(pod)
-            if line != last:
-                progress(line)
-                last = line
-            if stuck:
-                return ValidationOutcome(False, f"CUDA check failed: {stuck}", phase, "")
-            if clock() >= deadline:
-                break
-            sleep(poll)
-        return ValidationOutcome(
+        done = poll_until(outcome, timeout, poll=poll, clock=clock, sleep=sleep)
+        return done or ValidationOutcome(
             False, f"CUDA check timed out after {timeout:.0f}s: {last}", "Pending", ""
         )
     finally:

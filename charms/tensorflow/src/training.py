@@ -202,11 +202,14 @@ def wait_for_pods(
     Raises:
         JobError: a pod cannot start (bad image, crash loop).
     """
+    from charms.gpu_k8s.v0.kubeclient import poll_until
+
     replicas = request.replicas()
-    deadline = clock() + timeout
-    last = ""
     pods: list[dict] = []
-    for _ in range(int(timeout / max(poll, 1e-3)) + 2):
+    last = ""
+
+    def all_running() -> bool | None:
+        nonlocal pods, last
         pods = _training_pods(kube, ctx, request.job)
         counts = jobs.running_counts(request, pods)
         text = ", ".join(f"{counts[r]}/{n} {r}s running" for r, n in replicas.items())
@@ -214,14 +217,13 @@ def wait_for_pods(
             log(text)
             last = text
         if counts == replicas:
-            return pods, True
+            return True
         if problem := jobs.pod_problem(pods):
             raise JobError(f"{problem}: fix the image or command, then stop and train again")
-        left = deadline - clock()
-        if left <= 0:
-            break
-        sleep(min(poll, left))
-    return pods, False
+        return None
+
+    ready = poll_until(all_running, timeout, poll=poll, clock=clock, sleep=sleep)
+    return pods, bool(ready)
 
 
 def launch(
@@ -389,15 +391,12 @@ def _wait_gone(
     clock: Callable[[], float],
     poll: float = POLL_SECONDS,
 ) -> bool:
-    deadline = clock() + timeout
-    for _ in range(int(timeout / max(poll, 1e-3)) + 2):
-        if not _training_pods(kube, ctx, job):
-            return True
-        left = deadline - clock()
-        if left <= 0:
-            break
-        sleep(min(poll, left))
-    return False
+    from charms.gpu_k8s.v0.kubeclient import poll_until
+
+    def gone() -> bool | None:
+        return True if not _training_pods(kube, ctx, job) else None
+
+    return bool(poll_until(gone, timeout, poll=poll, clock=clock, sleep=sleep))
 
 
 def scale(
@@ -465,16 +464,12 @@ def _wait_resumed(
     clock: Callable[[], float],
     poll: float = POLL_SECONDS,
 ) -> int | None:
-    deadline = clock() + timeout
-    for _ in range(int(timeout / max(poll, 1e-3)) + 2):
-        step = jobs.resumed_step(_chief_log(kube, ctx, request, pods))
-        if step is not None:
-            return step
-        left = deadline - clock()
-        if left <= 0:
-            break
-        sleep(min(poll, left))
-    return None
+    from charms.gpu_k8s.v0.kubeclient import poll_until
+
+    def resumed() -> int | None:
+        return jobs.resumed_step(_chief_log(kube, ctx, request, pods))
+
+    return poll_until(resumed, timeout, poll=poll, clock=clock, sleep=sleep)
 
 
 def _parse_time(text: str | None) -> datetime.datetime | None:

@@ -39,7 +39,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -47,9 +47,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 LIBID = "1c1c281a9eb64d9594fd86aa76205351"
 LIBAPI = 0
-LIBPATCH = 1
+LIBPATCH = 2
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 # (apiVersion, kind) -> (plural resource name, namespaced)
 KINDS: dict[tuple[str, str], tuple[str, bool]] = {
@@ -88,6 +90,32 @@ class KubeError(Exception):
         self.reason = reason
         self.message = message
         super().__init__(f"{status} {reason}: {message}")
+
+
+def poll_until(
+    check: Callable[[], T | None],
+    timeout: float,
+    *,
+    poll: float = 2.0,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T | None:
+    """Call `check` until it returns something other than None, or `timeout` passes.
+
+    Returns that result, or None on timeout. `check` runs at least once; the loop is also
+    bounded by the number of polls `timeout` allows, so a clock that stands still (as in
+    tests) cannot make it spin forever.
+    """
+    deadline = clock() + timeout
+    for _ in range(int(timeout / max(poll, 1e-3)) + 2):
+        result = check()
+        if result is not None:
+            return result
+        left = deadline - clock()
+        if left <= 0:
+            break
+        sleep(min(poll, left))
+    return None
 
 
 @dataclasses.dataclass
@@ -544,11 +572,12 @@ class Kube:
         Bounded by the clock and by the number of polls `timeout` allows.
         """
         self.cordon(node)
-        deadline = clock() + timeout
         pending = self._evictable_pods(node)
         evicted: list[str] = []
         terminating: dict[str, str] = {}
-        for _ in range(int(timeout / max(poll, 1e-3)) + 2):
+
+        def drained() -> bool | None:
+            nonlocal terminating
             for pod in sorted(pending):
                 if self._evict(pod):
                     evicted.append(pod)
@@ -556,11 +585,8 @@ class Kube:
             if terminating:
                 present = self._evictable_pods(node)
                 terminating = {p: u for p, u in terminating.items() if present.get(p) == u}
-            if not pending and not terminating:
-                return DrainResult(evicted, [], False)
-            left = deadline - clock()
-            if left <= 0:
-                break
-            sleep(min(poll, left))
-        remaining = sorted({*pending, *terminating})
-        return DrainResult(evicted, remaining, True)
+            return True if not pending and not terminating else None
+
+        if poll_until(drained, timeout, poll=poll, clock=clock, sleep=sleep):
+            return DrainResult(evicted, [], False)
+        return DrainResult(evicted, sorted({*pending, *terminating}), True)
