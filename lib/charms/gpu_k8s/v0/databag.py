@@ -8,7 +8,8 @@ into Python fields, and `dump()` writes them back as strings: text as it is, any
 else as JSON (`true`, `4`, `["a"]`). `explain()` turns a validation error into the
 short phrase a status line can carry, naming the offending field. `write()` updates a
 databag touching only the keys that differ, so an unchanged answer fires no
-relation-changed event on the other side.
+relation-changed event on the other side. `Endpoint` is the base of every provider and
+requirer class: the charm, the endpoint's name and its relations.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, MutableMapping
 
+import ops
 import pydantic
 
 LIBID = "390b8147c70f43f5802e1c4b60662ba7"
 LIBAPI = 0
-LIBPATCH = 2
+LIBPATCH = 3
 
 
 class Databag(pydantic.BaseModel):
@@ -36,6 +38,26 @@ class Databag(pydantic.BaseModel):
         for key, value in self.model_dump(by_alias=True, exclude_none=True).items():
             out[key] = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
         return out
+
+
+class Endpoint(ops.Object):
+    """One side of a relation interface, bound to one endpoint of the charm."""
+
+    def __init__(self, charm: ops.CharmBase, relation_name: str):
+        super().__init__(charm, relation_name)
+        self.charm = charm
+        self.relation_name = relation_name
+
+    @property
+    def relations(self) -> list[ops.Relation]:
+        """The active relations of this endpoint."""
+        return list(self.model.relations.get(self.relation_name, ()))
+
+    @property
+    def relation(self) -> ops.Relation | None:
+        """The first relation of this endpoint (for endpoints with `limit: 1`), if any."""
+        relations = self.relations
+        return relations[0] if relations else None
 
 
 def explain(error: pydantic.ValidationError) -> str:

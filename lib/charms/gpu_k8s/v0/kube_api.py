@@ -28,11 +28,11 @@ from typing import Any
 import ops
 import pydantic
 
-from charms.gpu_k8s.v0.databag import Databag, explain, write
+from charms.gpu_k8s.v0.databag import Databag, Endpoint, explain, write
 
 LIBID = "26b1d42dbc2949cb8a83e29b11759d4f"
 LIBAPI = 0
-LIBPATCH = 3
+LIBPATCH = 4
 
 logger = logging.getLogger(__name__)
 
@@ -147,18 +147,11 @@ class Request:
         return self.relation.id
 
 
-class KubeApiProvider(ops.Object):
+class KubeApiProvider(Endpoint):
     """The control-plane side: validates requests and hands over kubeconfigs."""
 
     def __init__(self, charm: ops.CharmBase, relation_name: str = "kube-api"):
         super().__init__(charm, relation_name)
-        self.charm = charm
-        self.relation_name = relation_name
-
-    @property
-    def relations(self) -> list[ops.Relation]:
-        """The active relations of this endpoint."""
-        return list(self.model.relations.get(self.relation_name, ()))
 
     def requests(self) -> list[Request]:
         """Every related application's request; those not made yet are left out.
@@ -227,7 +220,7 @@ class KubeApiProvider(ops.Object):
             pass
 
 
-class KubeApiRequirer(ops.Object):
+class KubeApiRequirer(Endpoint):
     """The consumer side: asks for access and reads the kubeconfig."""
 
     def __init__(
@@ -240,8 +233,6 @@ class KubeApiRequirer(ops.Object):
         cluster_rules: list[Rule | dict[str, Any]] | None = None,
     ):
         super().__init__(charm, relation_name)
-        self.charm = charm
-        self.relation_name = relation_name
         try:
             self.request = RequirerAppData.model_validate(
                 {
@@ -257,12 +248,6 @@ class KubeApiRequirer(ops.Object):
         self.framework.observe(events.relation_changed, self._publish)
         self.framework.observe(charm.on.leader_elected, self._publish)
         self.framework.observe(charm.on.upgrade_charm, self._publish)
-
-    @property
-    def relation(self) -> ops.Relation | None:
-        """The relation to the control plane, if any."""
-        relations = self.model.relations.get(self.relation_name, ())
-        return relations[0] if relations else None
 
     def _publish(self, _: ops.EventBase) -> None:
         self.publish()

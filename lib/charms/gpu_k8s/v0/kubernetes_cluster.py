@@ -54,11 +54,11 @@ from typing import Any
 import ops
 import pydantic
 
-from charms.gpu_k8s.v0.databag import Databag, explain, write
+from charms.gpu_k8s.v0.databag import Databag, Endpoint, explain, write
 
 LIBID = "5f724584087c4f3caa6d95ea68f42ceb"
 LIBAPI = 0
-LIBPATCH = 5
+LIBPATCH = 6
 
 logger = logging.getLogger(__name__)
 
@@ -199,19 +199,12 @@ class WorkerInfo:
         return models
 
 
-class ClusterProvider(ops.Object):
+class ClusterProvider(Endpoint):
     """The control-plane side: publishes join material and reads the workers."""
 
     def __init__(self, charm: ops.CharmBase, relation_name: str = "workers"):
         super().__init__(charm, relation_name)
-        self.charm = charm
-        self.relation_name = relation_name
         self._problems: list[str] = []
-
-    @property
-    def relations(self) -> list[ops.Relation]:
-        """The active relations of this endpoint."""
-        return list(self.model.relations.get(self.relation_name, ()))
 
     def publish(
         self,
@@ -318,19 +311,11 @@ class ClusterProvider(ops.Object):
             pass
 
 
-class ClusterRequirer(ops.Object):
+class ClusterRequirer(Endpoint):
     """The worker side: reads join material and publishes the node."""
 
     def __init__(self, charm: ops.CharmBase, relation_name: str = "cluster"):
         super().__init__(charm, relation_name)
-        self.charm = charm
-        self.relation_name = relation_name
-
-    @property
-    def relation(self) -> ops.Relation | None:
-        """The relation to the control plane, if any."""
-        relations = self.model.relations.get(self.relation_name, ())
-        return relations[0] if relations else None
 
     def _read(self) -> tuple[JoinInfo | None, str | None]:
         relation = self.relation

@@ -51,11 +51,11 @@ import re
 import ops
 import pydantic
 
-from charms.gpu_k8s.v0.databag import Databag, explain, write
+from charms.gpu_k8s.v0.databag import Databag, Endpoint, explain, write
 
 LIBID = "f8e5b0b58e814d808649f0389b84f615"
 LIBAPI = 0
-LIBPATCH = 2
+LIBPATCH = 3
 
 logger = logging.getLogger(__name__)
 
@@ -176,18 +176,11 @@ class StorageRequest:
         return self.relation.id
 
 
-class SharedStorageProvider(ops.Object):
+class SharedStorageProvider(Endpoint):
     """The storage side: reads the consumers' namespaces and answers with their claims."""
 
     def __init__(self, charm: ops.CharmBase, relation_name: str = "shared-storage"):
         super().__init__(charm, relation_name)
-        self.charm = charm
-        self.relation_name = relation_name
-
-    @property
-    def relations(self) -> list[ops.Relation]:
-        """The active relations of this endpoint."""
-        return list(self.model.relations.get(self.relation_name, ()))
 
     def requests(self) -> list[StorageRequest]:
         """Every related application's request; relations with nothing asked yet are left out.
@@ -250,15 +243,13 @@ class SharedStorageProvider(ops.Object):
         write(data, ProviderAppData(error=reason).dump(), remove=list(data))
 
 
-class SharedStorageRequirer(ops.Object):
+class SharedStorageRequirer(Endpoint):
     """The consumer side: asks for a claim in its namespace and reads the answer."""
 
     def __init__(
         self, charm: ops.CharmBase, relation_name: str = "shared-storage", *, namespace: str
     ):
         super().__init__(charm, relation_name)
-        self.charm = charm
-        self.relation_name = relation_name
         self.request = RequirerAppData(namespace=namespace)
         events = charm.on[relation_name]
         self.framework.observe(events.relation_created, self._publish)
@@ -270,12 +261,6 @@ class SharedStorageRequirer(ops.Object):
     def namespace(self) -> str:
         """The namespace asked for."""
         return self.request.namespace
-
-    @property
-    def relation(self) -> ops.Relation | None:
-        """The relation to the storage charm, if any."""
-        relations = self.model.relations.get(self.relation_name, ())
-        return relations[0] if relations else None
 
     def _publish(self, _: ops.EventBase) -> None:
         self.publish()
