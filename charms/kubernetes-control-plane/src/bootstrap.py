@@ -116,11 +116,6 @@ def render_init_config(spec: InitSpec, *, token: str, ttl_hours: int, certificat
     return yaml.safe_dump_all([init, cluster], sort_keys=False)
 
 
-def _last_line(error: CommandError) -> str:
-    lines = [line for line in error.stderr.splitlines() if line.strip()]
-    return lines[-1].strip() if lines else f"exit status {error.returncode}"
-
-
 def is_bootstrapped(host: Host) -> bool:
     """Whether this machine already runs a control plane (kubeadm wrote admin.conf)."""
     return host.path(ADMIN_CONF).exists()
@@ -151,7 +146,7 @@ def init(host: Host, config: str) -> None:
             host.run(KUBEADM, "reset", "--force")
         except CommandError:
             logger.warning("kubeadm reset after a failed init failed too")
-        raise BootstrapError(f"kubeadm init failed: {_last_line(e)}") from None
+        raise BootstrapError(f"kubeadm init failed: {e.last_line}") from None
     finally:
         host.path(INIT_CONFIG).unlink(missing_ok=True)
 
@@ -171,7 +166,7 @@ def create_token(host: Host, ttl_hours: int) -> str:
             ADMIN_CONF,
         )
     except CommandError as e:
-        raise BootstrapError(f"kubeadm token create failed: {_last_line(e)}") from None
+        raise BootstrapError(f"kubeadm token create failed: {e.last_line}") from None
     lines = [line.strip() for line in out.splitlines() if line.strip()]
     if not lines or not TOKEN_RE.match(lines[-1]):
         raise BootstrapError("kubeadm token create printed no token")
@@ -187,7 +182,7 @@ def upgrade_apply(host: Host, version: str) -> None:
     try:
         host.run(KUBEADM, "upgrade", "apply", f"v{version}", "--yes", timeout=1200)
     except CommandError as e:
-        raise BootstrapError(f"kubeadm upgrade apply failed: {_last_line(e)}") from None
+        raise BootstrapError(f"kubeadm upgrade apply failed: {e.last_line}") from None
 
 
 def delete_token(host: Host, token: str) -> None:
@@ -197,7 +192,7 @@ def delete_token(host: Host, token: str) -> None:
         host.run(KUBEADM, "token", "delete", token_id, "--kubeconfig", ADMIN_CONF)
     except CommandError as e:
         if "not found" not in e.stderr:
-            raise BootstrapError(f"kubeadm token delete failed: {_last_line(e)}") from None
+            raise BootstrapError(f"kubeadm token delete failed: {e.last_line}") from None
 
 
 def upload_certs(host: Host, certificate_key: str) -> None:
@@ -215,7 +210,7 @@ def upload_certs(host: Host, certificate_key: str) -> None:
             ADMIN_CONF,
         )
     except CommandError as e:
-        raise BootstrapError(f"kubeadm upload-certs failed: {_last_line(e)}") from None
+        raise BootstrapError(f"kubeadm upload-certs failed: {e.last_line}") from None
 
 
 def read_ca(host: Host) -> str | None:

@@ -75,3 +75,11 @@ def test_fake_runner_dispatches_records_and_injects_failures(tmp_path):
     with pytest.raises(CommandError) as unknown:
         host.run("/usr/bin/unknown")
     assert unknown.value.returncode == 127
+
+
+def test_command_error_last_line_is_the_last_error_line_or_the_exit_status():
+
+    stderr = "[preflight] x\n\nerror: port in use\n\n"
+    error = CommandError(["/usr/bin/kubeadm", "join"], 1, stderr)
+    assert error.last_line == "error: port in use"
+    assert CommandError(["/usr/bin/true"], 3, "  \n").last_line == "exit status 3"

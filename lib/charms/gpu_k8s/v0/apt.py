@@ -26,7 +26,7 @@ from charms.gpu_k8s.v0.system import CommandError, Host
 
 LIBID = "0aba5560c24f4e9cb2f07b0c5cfeba01"
 LIBAPI = 0
-LIBPATCH = 1
+LIBPATCH = 2
 
 APT_GET = "/usr/bin/apt-get"
 APT_MARK = "/usr/bin/apt-mark"
@@ -67,11 +67,6 @@ class AptError(Exception):
                 f"{package} exists at the requested version"
             )
         super().__init__(f"{what}: {detail}; {hint}")
-
-
-def _last_line(error: CommandError) -> str:
-    lines = [line for line in error.stderr.splitlines() if line.strip()]
-    return lines[-1].strip() if lines else f"exit status {error.returncode}"
 
 
 def render_source(*, uri: str, suite: str, components: Sequence[str], key_path: str) -> str:
@@ -132,7 +127,7 @@ def _fetch_key(host: Host, name: str, key_url: str, key_path: str) -> None:
             GPG, "--batch", "--yes", "--dearmor", "-o", str(host.path(key_path)), input=armored
         )
     except CommandError as e:
-        raise AptError(name, _last_line(e), source=True) from None
+        raise AptError(name, e.last_line, source=True) from None
 
 
 def update(host: Host, source: str = "package lists") -> None:
@@ -140,7 +135,7 @@ def update(host: Host, source: str = "package lists") -> None:
     try:
         host.runner.run([APT_GET, *LOCK_TIMEOUT, "update"], env=APT_ENV)
     except CommandError as e:
-        raise AptError(source, _last_line(e), source=True) from None
+        raise AptError(source, e.last_line, source=True) from None
 
 
 def installed_version(host: Host, package: str) -> str | None:
@@ -189,7 +184,7 @@ def install(host: Host, packages: Mapping[str, str | None], *, hold: bool) -> bo
         try:
             host.runner.run(argv, env=APT_ENV)
         except CommandError as e:
-            raise AptError(_failing_package(e, wanted), _last_line(e)) from None
+            raise AptError(_failing_package(e, wanted), e.last_line) from None
     changed = bool(wanted)
     if hold:
         to_hold = sorted(set(packages) - held(host))

@@ -24,7 +24,7 @@ from charms.gpu_k8s.v0.system import CommandError, Host
 
 LIBID = "f766a8bf76ef4d8f9f47cf1d41d1f95c"
 LIBAPI = 0
-LIBPATCH = 3
+LIBPATCH = 4
 
 _DEB_VERSION = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+-[0-9]+\.[0-9]+$")
 
@@ -226,9 +226,7 @@ def upgrade_node(host: Host) -> None:
     try:
         host.run(KUBEADM, "upgrade", "node", timeout=900)
     except CommandError as e:
-        lines = [line for line in e.stderr.splitlines() if line.strip()]
-        detail = lines[-1].strip() if lines else f"exit status {e.returncode}"
-        raise KubeadmError(f"kubeadm upgrade node failed: {detail}") from None
+        raise KubeadmError(f"kubeadm upgrade node failed: {e.last_line}") from None
 
 
 def restart_kubelet(host: Host) -> None:
@@ -399,8 +397,7 @@ def reset(host: Host) -> bool:
         try:
             host.run(KUBEADM, "reset", "--force", "--cri-socket", CRI_SOCKET, timeout=300)
         except CommandError as e:
-            detail = e.stderr.splitlines()[-1] if e.stderr else f"exit status {e.returncode}"
-            raise KubeadmError(f"kubeadm reset failed: {detail}") from None
+            raise KubeadmError(f"kubeadm reset failed: {e.last_line}") from None
     for entry in cni_files:
         if entry.is_file() or entry.is_symlink():
             entry.unlink()

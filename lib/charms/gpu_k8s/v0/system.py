@@ -19,7 +19,7 @@ from typing import Protocol
 
 LIBID = "3dec0f436d2c448586bd6ef84b7629c5"
 LIBAPI = 0
-LIBPATCH = 1
+LIBPATCH = 2
 
 
 class CommandError(Exception):
@@ -31,6 +31,13 @@ class CommandError(Exception):
         self.stderr = stderr.strip()
         detail = self.stderr.splitlines()[-1] if self.stderr else "no error output"
         super().__init__(f"{' '.join(self.argv[:3])} exited {returncode}: {detail}")
+
+    @property
+    def last_line(self) -> str:
+        """The program's last non-empty error line, or its exit status when it printed none."""
+        if not self.stderr:
+            return f"exit status {self.returncode}"
+        return self.stderr.splitlines()[-1].strip()
 
 
 class Runner(Protocol):
