@@ -626,12 +626,8 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         bag = peers.data[self.app]
         running = bag["cluster-version"]
         wanted = config.kubernetes_version
-        versions = {
-            u.name: peers.data[u].get("kubernetes-version", "")
-            for u in peers.units
-            if peers.data[u].get("joined") == "true"
-        }
-        versions[self.unit.name] = self._node_minor(config, running)
+        # A joined unit that does not say its minor is taken as behind: it gets a turn.
+        versions = self._control_plane_versions(peers, self._node_minor(config, running), "")
         if wanted != running:
             behind = rolling.pending(versions, running)
             if behind:
@@ -648,9 +644,29 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         self._mark_member(peers)
         return holder is None
 
+    def _control_plane_versions(
+        self, peers: ops.Relation, mine: str | None, unknown: str | None
+    ) -> dict[str, str | None]:
+        """The minor of each joined control-plane unit, this one's being `mine`.
+
+        `unknown` stands for a unit that did not publish its minor.
+        """
+        versions = {
+            u.name: peers.data[u].get("kubernetes-version", unknown)
+            for u in peers.units
+            if peers.data[u].get("joined") == "true"
+        }
+        versions[self.unit.name] = mine
+        return versions
+
+    @staticmethod
+    def _worker_versions(registry: dict[str, list]) -> dict[str, str | None]:
+        """The minor each registered worker published (None when it did not say)."""
+        return {unit: entry[4] if len(entry) > 4 else None for unit, entry in registry.items()}
+
     @staticmethod
     def _pass_turn(
-        bag: ops.RelationDataContent, versions: dict[str, str], running: str
+        bag: ops.RelationDataContent, versions: dict[str, str | None], running: str
     ) -> str | None:
         """Record which control-plane unit may upgrade now (None: all run `running`)."""
         holder = rolling.turn(rolling.pending(versions, running), bag.get("upgrade-turn"))
@@ -659,8 +675,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
 
     def _worker_turn(self, bag: ops.RelationDataContent, control_plane_done: bool) -> str | None:
         """The worker unit that may upgrade now, once the control plane has finished."""
-        registry: dict[str, list] = json.loads(bag.get("workers", "{}"))
-        versions = {unit: entry[4] if len(entry) > 4 else None for unit, entry in registry.items()}
+        versions = self._worker_versions(json.loads(bag.get("workers", "{}")))
         waiting = rolling.pending(versions, bag["cluster-version"]) if control_plane_done else []
         holder = rolling.turn(waiting, bag.get("worker-upgrade-turn"))
         write(
@@ -947,13 +962,8 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
 
     def _nodes_behind(self, peers: ops.Relation, version: str, registry: dict[str, list]) -> int:
         """Nodes (control plane and workers) that still run an older minor than `version`."""
-        planes = {
-            u.name: peers.data[u].get("kubernetes-version")
-            for u in peers.units
-            if peers.data[u].get("joined") == "true"
-        }
-        planes[self.unit.name] = self._installed().get("kubernetes")
-        workers = {unit: entry[4] if len(entry) > 4 else None for unit, entry in registry.items()}
+        planes = self._control_plane_versions(peers, self._installed().get("kubernetes"), None)
+        workers = self._worker_versions(registry)
         return len(rolling.pending(planes, version)) + len(rolling.pending(workers, version))
 
     def _on_collect_status(self, event: ops.CollectStatusEvent) -> None:
