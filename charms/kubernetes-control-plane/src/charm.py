@@ -250,7 +250,8 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         others = api_proxy.spread([s for s in others if s], self.unit.name)
         bootstrapping = self.unit.is_leader() and not peers.data[self.app].get("cluster-version")
         if self._joined() or bootstrapping:
-            return [self._api_server(), *[s for s in others if s != self._api_server()]]
+            own = self._api_server()
+            return [own, *[s for s in others if s != own]]
         return others
 
     def _configure_api_proxy(self, peers: ops.Relation) -> None:
