@@ -13,7 +13,6 @@ import dataclasses
 import datetime
 import ipaddress
 import logging
-import re
 import secrets
 import string
 
@@ -27,11 +26,11 @@ from literals import (
     KUBEADM,
 )
 
+from charms.gpu_k8s.v0 import kubeadm
 from charms.gpu_k8s.v0.system import CommandError, Host
 
 logger = logging.getLogger(__name__)
 
-TOKEN_RE = re.compile(r"^[a-z0-9]{6}\.[a-z0-9]{16}$")
 _ALPHABET = string.ascii_lowercase + string.digits
 CRI_SOCKET = "unix:///run/containerd/containerd.sock"
 
@@ -168,7 +167,7 @@ def create_token(host: Host, ttl_hours: int) -> str:
     except CommandError as e:
         raise BootstrapError(f"kubeadm token create failed: {e.last_line}") from None
     lines = [line.strip() for line in out.splitlines() if line.strip()]
-    if not lines or not TOKEN_RE.match(lines[-1]):
+    if not lines or not kubeadm.TOKEN_PATTERN.match(lines[-1]):
         raise BootstrapError("kubeadm token create printed no token")
     return lines[-1]
 

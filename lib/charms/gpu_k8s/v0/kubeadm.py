@@ -24,7 +24,7 @@ from charms.gpu_k8s.v0.system import CommandError, Host
 
 LIBID = "f766a8bf76ef4d8f9f47cf1d41d1f95c"
 LIBAPI = 0
-LIBPATCH = 4
+LIBPATCH = 5
 
 _DEB_VERSION = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+-[0-9]+\.[0-9]+$")
 
@@ -118,7 +118,8 @@ _PARTIAL_JOIN = (
     KUBELET_CONF,
 )
 
-_TOKEN = re.compile(r"^[a-z0-9]{6}\.[a-z0-9]{16}$")
+# The shape of a kubeadm bootstrap token.
+TOKEN_PATTERN = re.compile(r"^[a-z0-9]{6}\.[a-z0-9]{16}$")
 _CA_HASH = re.compile(r"^sha256:[0-9a-f]{64}$")
 _CERT_KEY = re.compile(r"^[0-9a-f]{64}$")
 _ENDPOINT = re.compile(r"^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):[0-9]{1,5}$")
@@ -148,7 +149,7 @@ class JoinMaterial:
             raise ValueError(f"join endpoint {self.endpoint!r} has an invalid port")
         if not _CA_HASH.match(self.ca_cert_hash):
             raise ValueError("CA cert hash must be sha256: followed by 64 hex digits")
-        if not _TOKEN.match(self.token):
+        if not TOKEN_PATTERN.match(self.token):
             raise ValueError("bootstrap token is malformed (expected [a-z0-9]{6}.[a-z0-9]{16})")
         if self.certificate_key is not None and not _CERT_KEY.match(self.certificate_key):
             raise ValueError("certificate key is malformed (expected 64 hex digits)")

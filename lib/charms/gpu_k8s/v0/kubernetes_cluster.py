@@ -54,11 +54,12 @@ from typing import Any
 import ops
 import pydantic
 
+from charms.gpu_k8s.v0 import api_proxy
 from charms.gpu_k8s.v0.databag import Databag, Endpoint, explain, write
 
 LIBID = "5f724584087c4f3caa6d95ea68f42ceb"
 LIBAPI = 0
-LIBPATCH = 6
+LIBPATCH = 7
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +67,6 @@ SECRET_LABEL = "kubernetes-cluster-join"
 TOKEN_PATTERN = re.compile(r"^[a-z0-9]{6}\.[a-z0-9]{16}$")
 _CA_HASH = re.compile(r"^sha256:[0-9a-f]{64}$")
 _VERSION = re.compile(r"^\d+\.\d+(\.\d+)?$")
-_API_SERVER = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):[0-9]{1,5}$")
 _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
@@ -112,8 +112,10 @@ class ProviderAppData(Databag):
     @classmethod
     def _servers(cls, value: list[str]) -> list[str]:
         for server in value:
-            if not _API_SERVER.match(server) or not 0 < int(server.rsplit(":", 1)[1]) < 65536:
-                raise ValueError(f"{server!r} is not host:port such as 10.0.0.1:6443")
+            try:
+                api_proxy.parse_server(server)  # what the workers' proxies will be given
+            except ValueError:
+                raise ValueError(f"{server!r} is not host:port such as 10.0.0.1:6443") from None
         return value
 
     @pydantic.field_validator("ca_cert_hash")
