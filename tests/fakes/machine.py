@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -56,6 +57,11 @@ class Service:
     enabled: bool = True
     active: bool = True
     restarts: int = 0
+
+
+def _key(version: str) -> tuple[int, ...]:
+    """Order Debian versions by their numbers (enough for the versions tests use)."""
+    return tuple(int(n) for n in re.findall(r"\d+", version))
 
 
 def _fail(argv: list[str], code: int, stderr: str) -> CommandError:
@@ -274,6 +280,13 @@ class FakeMachine:
                 100,
                 "E: Held packages were changed and -y was used without "
                 "--allow-change-held-packages.",
+            )
+        older = [n for n, v in chosen.items() if n in self.dpkg and _key(v) < _key(self.dpkg[n])]
+        if older and "--allow-downgrades" not in argv:
+            raise _fail(
+                argv,
+                100,
+                "E: Packages were downgraded and -y was used without --allow-downgrades.",
             )
         for name, version in chosen.items():
             self.dpkg[name] = version

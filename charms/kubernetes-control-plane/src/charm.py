@@ -54,7 +54,7 @@ from charms.gpu_k8s.v0.databag import write
 from charms.gpu_k8s.v0.kube_api import KubeApiProvider
 from charms.gpu_k8s.v0.kubeclient import KubeError
 from charms.gpu_k8s.v0.kubernetes_cluster import SECRET_LABEL, ClusterProvider, WorkerInfo
-from charms.gpu_k8s.v0.system import Host, SubprocessRunner
+from charms.gpu_k8s.v0.system import CommandError, Host, SubprocessRunner
 
 logger = logging.getLogger(__name__)
 
@@ -365,6 +365,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
                         f"set it back to {running}"
                     )
                 )
+        self._settle_abandoned_upgrade(config, cluster_version)
         self._install(config, cluster_version)
         if self.unit.is_leader() and not (cluster_version and not self._joined()):
             self._reconcile_leader(config, peers, event)
@@ -372,8 +373,43 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             self._reconcile_member(config, peers)
 
     def _installed(self) -> dict:
-        """What `_install` and upgrades recorded: {"kubernetes": minor, "mirror": url}."""
+        """What `_install` and upgrades recorded on this machine.
+
+        {"kubernetes": minor, "mirror": url}, plus during an upgrade "upgrading": the new
+        minor, and "applied": the same once `kubeadm upgrade` ran (no way back from there).
+        """
         return json.loads(self.host.read(INSTALL_MARKER) or "{}")
+
+    def _settle_abandoned_upgrade(self, config: Config, cluster_version: str | None) -> None:
+        """Undo an upgrade of this node that `kubernetes-version` no longer asks for.
+
+        The operator may set the version back while the first node's upgrade is stuck
+        (say the mirror lacks the new packages, or kubeadm's preflight fails). Until
+        `kubeadm upgrade` has run, only the kubeadm package and its source changed: both go
+        back to this node's minor. After it, the control plane runs the new minor and
+        kubeadm cannot go back, so the operator is asked to finish the upgrade instead.
+        """
+        marker = self._installed()
+        started = marker.get("upgrading")
+        if not started or started in (cluster_version, config.kubernetes_version):
+            return
+        if marker.get("applied") == started:
+            raise StatusError(
+                ops.BlockedStatus(
+                    f"this node's control plane already runs {started} (kubeadm upgrade "
+                    f"cannot be undone); set kubernetes-version to {started} to finish"
+                )
+            )
+        minor = marker["kubernetes"]
+        logger.info("upgrade to %s abandoned; putting kubeadm %s back", started, minor)
+        try:
+            kubeadm.install_kubeadm(self.host, minor, mirror=config.package_mirror or None)
+        except AptError as e:
+            raise StatusError(
+                ops.BlockedStatus(f"putting kubeadm {minor} back: {e}; or fix package-mirror")
+            ) from None
+        del marker["upgrading"]
+        self.host.write(INSTALL_MARKER, json.dumps(marker, sort_keys=True))
 
     def _node_minor(self, config: Config, cluster_version: str | None) -> str:
         """The minor this node runs: a joined node keeps its own until it upgrades."""
@@ -415,28 +451,35 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         failed hook resumes where it stopped: the marker says an upgrade is under way.
         """
         mirror = config.package_mirror or None
-        marker = self._installed()
-        self.host.write(INSTALL_MARKER, json.dumps({**marker, "upgrading": minor}, sort_keys=True))
+        marker = {**self._installed(), "upgrading": minor}
+        self.host.write(INSTALL_MARKER, json.dumps(marker, sort_keys=True))
         node = kubeadm.node_name(self.host)
         logger.info("upgrading node %s to Kubernetes %s", node, minor)
         try:
             kubeadm.install_kubeadm(self.host, minor, mirror=mirror)
-            if first:
-                bootstrap.upgrade_apply(self.host, kubeadm.RELEASES[minor].version)
-            else:
-                kubeadm.upgrade_node(self.host)
+            if marker.get("applied") != minor:
+                if first:
+                    bootstrap.upgrade_apply(self.host, kubeadm.RELEASES[minor].version)
+                else:
+                    kubeadm.upgrade_node(self.host)
+                # From here on the node's control plane runs `minor`: no way back.
+                marker["applied"] = minor
+                self.host.write(INSTALL_MARKER, json.dumps(marker, sort_keys=True))
             kube = self._kube_client()
             registered = self._drain(kube, node, "restart with kubelet")
             kubeadm.install(self.host, minor, mirror=mirror, with_kubectl=True)
             kubeadm.restart_kubelet(self.host)
             if registered:
                 kube.uncordon(node)
-        except (bootstrap.BootstrapError, kubeadm.KubeadmError) as e:
+        except (bootstrap.BootstrapError, kubeadm.KubeadmError, CommandError) as e:
             raise StatusError(
                 ops.WaitingStatus(f"upgrade to {minor}: {e}; retrying on the next event")
             ) from None
         except AptError as e:
-            raise StatusError(ops.BlockedStatus(f"upgrade to {minor}: {e}")) from None
+            back = f" or set kubernetes-version back to {marker['kubernetes']}" if first else ""
+            raise StatusError(
+                ops.BlockedStatus(f"upgrade to {minor}: {e}; fix package-mirror{back}")
+            ) from None
         want = {"kubernetes": minor, "mirror": config.package_mirror}
         self.host.write(INSTALL_MARKER, json.dumps(want, sort_keys=True))
         logger.info("node %s runs Kubernetes %s", node, minor)

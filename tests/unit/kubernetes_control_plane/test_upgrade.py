@@ -99,6 +99,93 @@ def test_a_failed_upgrade_resumes_without_going_back(ctx, machine, api):
     assert out.unit_status.name == "active"
 
 
+def test_an_upgrade_set_back_before_kubeadm_ran_puts_kubeadm_back(ctx, machine, api):
+    out = bootstrapped(ctx)
+    old = kubeadm.RELEASES["1.36"]
+    machine.fail("/usr/bin/kubeadm upgrade apply", stderr="[ERROR CoreDNSUnsupportedPlugins]: x")
+    out = ctx.run(ctx.on.config_changed(), upgrade_to(out, "1.37"))
+    assert machine.dpkg["kubeadm"] == NEW.kubernetes
+
+    out = ctx.run(ctx.on.config_changed(), upgrade_to(out, "1.36"))
+
+    assert machine.dpkg["kubeadm"] == old.kubernetes
+    assert "kubeadm" in machine.held
+    assert "/core:/stable:/v1.36/" in machine.read("/etc/apt/sources.list.d/kubernetes.sources")
+    assert machine.upgrades == []
+    assert peer(out).local_app_data["cluster-version"] == "1.36"
+    assert out.unit_status == testing.ActiveStatus("Ready: v1.36, 1 control-plane, 0 workers")
+    before = len(machine.calls)
+    out = ctx.run(ctx.on.update_status(), out)
+    assert machine.calls[before:] == []
+
+    out = ctx.run(ctx.on.config_changed(), upgrade_to(out, "1.37"))  # and later, for real
+
+    assert machine.upgrades == [("apply", NEW.version)]
+    assert peer(out).local_app_data["cluster-version"] == "1.37"
+
+
+def test_a_mirror_without_the_new_minor_blocks_and_setting_back_undoes(ctx, machine, api):
+    mirror = "https://mirror.example.com/k8s"
+    machine.add_repository(mirror)
+    del machine.remote[f"{mirror}/core:/stable:/v1.37/deb/"]
+    out = ctx.run(
+        ctx.on.install(),
+        testing.State(leader=True, relations=[peers()], config={"package-mirror": mirror}),
+    )
+
+    out = ctx.run(
+        ctx.on.config_changed(),
+        dataclasses.replace(out, config={"package-mirror": mirror, "kubernetes-version": "1.37"}),
+    )
+
+    assert out.unit_status.name == "blocked"
+    assert out.unit_status.message.startswith("upgrade to 1.37: cannot use package source")
+    assert out.unit_status.message.endswith(
+        "; fix package-mirror or set kubernetes-version back to 1.36"
+    )
+    assert "v1.37" in machine.read("/etc/apt/sources.list.d/kubernetes.sources")
+
+    out = ctx.run(
+        ctx.on.config_changed(),
+        dataclasses.replace(out, config={"package-mirror": mirror, "kubernetes-version": "1.36"}),
+    )
+
+    assert out.unit_status == testing.ActiveStatus("Ready: v1.36, 1 control-plane, 0 workers")
+    assert f"{mirror}/core:/stable:/v1.36/deb/" in machine.read(
+        "/etc/apt/sources.list.d/kubernetes.sources"
+    )
+    assert machine.dpkg["kubeadm"] == kubeadm.RELEASES["1.36"].kubernetes
+    assert machine.upgrades == []
+
+
+def test_an_upgrade_set_back_after_kubeadm_applied_it_asks_to_finish(ctx, machine, api):
+    out = bootstrapped(ctx)
+    machine.fail("/usr/bin/systemctl restart kubelet", stderr="Job for kubelet.service failed")
+    out = ctx.run(ctx.on.config_changed(), upgrade_to(out, "1.37"))
+    assert out.unit_status == testing.WaitingStatus(
+        "upgrade to 1.37: /usr/bin/systemctl restart kubelet exited 1: "
+        "Job for kubelet.service failed; retrying on the next event"
+    )
+    assert machine.upgrades == [("apply", NEW.version)]
+    before = len(machine.mutations())
+
+    out = ctx.run(ctx.on.config_changed(), upgrade_to(out, "1.36"))
+
+    assert out.unit_status == testing.BlockedStatus(
+        "this node's control plane already runs 1.37 (kubeadm upgrade cannot be undone); "
+        "set kubernetes-version to 1.37 to finish"
+    )
+    assert machine.mutations()[before:] == []
+    assert machine.dpkg["kubeadm"] == NEW.kubernetes
+
+    out = ctx.run(ctx.on.config_changed(), upgrade_to(out, "1.37"))
+
+    assert machine.upgrades == [("apply", NEW.version)]  # not applied a second time
+    assert machine.dpkg["kubelet"] == NEW.kubernetes
+    assert peer(out).local_app_data["cluster-version"] == "1.37"
+    assert out.unit_status.name == "active"
+
+
 def test_skipping_a_minor_or_going_back_is_refused(ctx, machine, api):
     out = ctx.run(
         ctx.on.install(),

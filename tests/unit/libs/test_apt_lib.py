@@ -26,7 +26,7 @@ def test_install_pins_exact_version_and_holds(machine):
     assert machine.held == {"containerd"}
     [install] = [line for line in machine.lines("apt-get") if " install " in line]
     assert install.endswith(
-        "install -y --allow-change-held-packages --no-install-recommends"
+        "install -y --allow-change-held-packages --allow-downgrades --no-install-recommends"
         " containerd=1.7.12-0ubuntu4"
     )
 
@@ -51,6 +51,16 @@ def test_install_moves_a_held_package_to_the_new_pin(machine):
     assert machine.dpkg["containerd"] == "2.2.1-0ubuntu1~24.04.3"
     assert machine.held == {"containerd"}
     assert len(machine.lines("apt-mark")) == 3  # showhold, hold, showhold: no second hold
+
+
+def test_install_goes_back_to_an_older_pin(machine):
+    apt.install(machine.host(), {"containerd": "2.2.1-0ubuntu1~24.04.3"}, hold=True)
+
+    changed = apt.install(machine.host(), {"containerd": "1.7.12-0ubuntu4"}, hold=True)
+
+    assert changed
+    assert machine.dpkg["containerd"] == "1.7.12-0ubuntu4"
+    assert machine.held == {"containerd"}
 
 
 def test_install_without_hold_leaves_packages_unheld(machine):

@@ -134,7 +134,7 @@ def test_all_five_packages_go_in_one_pinned_install_and_are_held(
     kubeadm.install(machine.host(), minor, mirror=None, with_kubectl=True)
 
     assert apt_installs(machine) == [
-        "-y --allow-change-held-packages --no-install-recommends "
+        "-y --allow-change-held-packages --allow-downgrades --no-install-recommends "
         f"kubeadm={kubernetes} kubelet={kubernetes} kubectl={kubernetes} "
         f"cri-tools={cri_tools} kubernetes-cni={cni}"
     ]

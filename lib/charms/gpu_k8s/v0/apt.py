@@ -26,7 +26,7 @@ from charms.gpu_k8s.v0.system import CommandError, Host
 
 LIBID = "0aba5560c24f4e9cb2f07b0c5cfeba01"
 LIBAPI = 0
-LIBPATCH = 2
+LIBPATCH = 3
 
 APT_GET = "/usr/bin/apt-get"
 APT_MARK = "/usr/bin/apt-mark"
@@ -160,8 +160,9 @@ def install(host: Host, packages: Mapping[str, str | None], *, hold: bool) -> bo
     """Install `packages` ({name: version or None for any}); return True when it changed.
 
     Only packages missing or at another version than pinned are passed to one
-    `apt-get install`; with `hold`, every listed package is put on hold afterwards
-    (those already held are left alone).
+    `apt-get install`, which moves them to exactly that version, older or newer (a
+    cancelled upgrade puts the previous pin back); with `hold`, every listed package is
+    put on hold afterwards (those already held are left alone).
 
     Raises:
         AptError: apt failed; `package` names the failing package when apt says which.
@@ -178,6 +179,7 @@ def install(host: Host, packages: Mapping[str, str | None], *, hold: bool) -> bo
             "install",
             "-y",
             "--allow-change-held-packages",
+            "--allow-downgrades",
             "--no-install-recommends",
             *wanted,
         ]
