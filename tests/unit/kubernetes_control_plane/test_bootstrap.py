@@ -25,12 +25,12 @@ from fakes.control_plane import (
 def test_leader_installs_pinned_packages_and_bootstraps(ctx, machine, api):
     out = ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
 
-    assert machine.dpkg["kubeadm"] == "1.36.4-1.1"
-    assert machine.dpkg["kubectl"] == "1.36.4-1.1"
+    assert machine.dpkg["kubeadm"] == "1.36.5-1.1"
+    assert machine.dpkg["kubectl"] == "1.36.5-1.1"
     assert {"kubeadm", "kubelet", "kubectl", "containerd"} <= machine.held
     assert len(machine.inits) == 1
     init, cluster = machine.inits[0]
-    assert cluster["kubernetesVersion"] == "v1.36.4"
+    assert cluster["kubernetesVersion"] == "v1.36.5"
     assert cluster["networking"] == {"podSubnet": "10.244.0.0/16", "serviceSubnet": "10.96.0.0/12"}
     # The endpoint is this node's API proxy, which forwards to the API server kubeadm starts.
     assert cluster["controlPlaneEndpoint"] == "127.0.0.1:6444"

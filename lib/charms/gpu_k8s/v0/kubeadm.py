@@ -24,7 +24,7 @@ from charms.gpu_k8s.v0.system import CommandError, Host
 
 LIBID = "f766a8bf76ef4d8f9f47cf1d41d1f95c"
 LIBAPI = 0
-LIBPATCH = 5
+LIBPATCH = 6
 
 _DEB_VERSION = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+-[0-9]+\.[0-9]+$")
 
@@ -68,7 +68,8 @@ class Release:
 
 
 # kubernetes: latest patch of each minor on pkgs.k8s.io (deb revision -1.1), looked up
-# 2026-11-21 from the kubernetes.io release pages. 1.32, 1.33 and 1.34 are past end of life
+# 2026-11-21 from the kubernetes.io release pages; 1.36.5 (the default minor) from
+# public install logs and a v1.36 patch survey that name 1.36.5-1.1 as the newest deb. 1.32, 1.33 and 1.34 are past end of life
 # (2026-02-28, 2026-06-28, 2026-10-27) and get no upstream fixes; they stay selectable
 # only for sites that must match an existing cluster. The default is a supported minor.
 #
@@ -97,7 +98,7 @@ RELEASES = {
     "1.33": Release(kubernetes="1.33.10-1.1", cri_tools="1.33.0-1.1", cni="1.6.0-1.1"),
     "1.34": Release(kubernetes="1.34.9-1.1", cri_tools="1.34.0-1.1", cni="1.7.1-1.1"),
     "1.35": Release(kubernetes="1.35.9-1.1", cri_tools="1.35.0-1.1", cni="1.8.0-1.1"),
-    "1.36": Release(kubernetes="1.36.4-1.1", cri_tools="1.36.0-1.1", cni="1.9.1-1.1"),
+    "1.36": Release(kubernetes="1.36.5-1.1", cri_tools="1.36.0-1.1", cni="1.9.1-1.1"),
     "1.37": Release(kubernetes="1.37.1-1.1", cri_tools="1.37.0-1.1", cni="1.9.1-1.1"),
 }
 DEFAULT_MINOR = "1.36"
