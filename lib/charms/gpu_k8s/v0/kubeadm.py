@@ -69,9 +69,10 @@ class Release:
 
 # kubernetes: latest patch of each minor on pkgs.k8s.io (deb revision -1.1), looked up
 # 2026-11-21 from the kubernetes.io release pages; 1.36.5 (the default minor) from
-# public install logs and a v1.36 patch survey that name 1.36.5-1.1 as the newest deb. 1.32, 1.33 and 1.34 are past end of life
-# (2026-02-28, 2026-06-28, 2026-10-27) and get no upstream fixes; they stay selectable
-# only for sites that must match an existing cluster. The default is a supported minor.
+# public install logs and a v1.36 patch survey that name 1.36.5-1.1 as the newest deb.
+# 1.32, 1.33 and 1.34 are past end of life (2026-02-28, 2026-06-28, 2026-10-27) and get
+# no upstream fixes; they stay selectable only for sites that must match an existing
+# cluster. The default is a supported minor.
 #
 # cri_tools and cni: the cri-tools and kubernetes-cni debs published in the same minor's
 # repository, looked up 2026-11-21 in public apt logs and package listings of
