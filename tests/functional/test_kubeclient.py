@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from charms.gpu_k8s.v0.kubeclient import Kube, KubeError, load_kubeconfig
+from charms.gpu_k8s.v0.kubeclient import CORDON_ANNOTATION, Kube, KubeError, load_kubeconfig
 from fakes.kube_apiserver import FakeKubeApiServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -656,10 +656,46 @@ def test_cordon_uncordon_and_delete_node(kube: Kube, kube_api: FakeKubeApiServer
         "podCIDR": "10.0.0.0/24",
         "unschedulable": True,
     }
-    kube.uncordon("n1")
-    assert present(kube_api.get_object("/api/v1/nodes/n1"))["spec"] == {"podCIDR": "10.0.0.0/24"}
+    assert present(kube_api.get_object("/api/v1/nodes/n1"))["metadata"]["annotations"] == {
+        CORDON_ANNOTATION: "true"
+    }
+    assert kube.uncordon("n1") is True
+    node = present(kube_api.get_object("/api/v1/nodes/n1"))
+    assert node["spec"] == {"podCIDR": "10.0.0.0/24"}
+    assert CORDON_ANNOTATION not in (node["metadata"].get("annotations") or {})
     assert kube.delete_node("n1") is True
     assert kube.delete_node("n1") is False
+    assert kube.uncordon("n1") is False
+    assert kube.drain("n1", timeout=10) is None
     with pytest.raises(KubeError) as info:
         kube.cordon("n1")
     assert info.value.status == 404
+
+
+def test_a_cordon_set_by_someone_else_outlives_drain_and_uncordon(
+    kube: Kube, kube_api: FakeKubeApiServer
+):
+    kube_api.put_object("/api/v1/nodes/n1", {"spec": {"unschedulable": True}})  # kubectl cordon
+    namespace(kube, "work")
+    kube.create(pod_manifest("web-1"))
+    clock = FakeClock()
+
+    result = kube.drain("n1", timeout=10, clock=clock, sleep=clock.sleep)
+
+    assert result.evicted == ["work/web-1"]
+    assert kube.uncordon("n1") is False
+    node = present(kube_api.get_object("/api/v1/nodes/n1"))
+    assert node["spec"]["unschedulable"] is True
+    assert CORDON_ANNOTATION not in (node["metadata"].get("annotations") or {})
+
+
+def test_a_drain_retried_after_our_own_cordon_still_lifts_it(
+    kube: Kube, kube_api: FakeKubeApiServer
+):
+    kube_api.put_object("/api/v1/nodes/n1", {"spec": {}})
+    kube.cordon("n1")  # a first drain that failed after cordoning, in an earlier hook
+
+    clock = FakeClock()
+    assert kube.drain("n1", timeout=10, clock=clock, sleep=clock.sleep) is not None
+    assert kube.uncordon("n1") is True
+    assert not present(kube_api.get_object("/api/v1/nodes/n1"))["spec"].get("unschedulable")

@@ -324,11 +324,11 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
 
         Pods still there after `DRAIN_TIMEOUT_SECONDS` are named in a warning: they `fate`.
         """
-        if kube.get("v1", "Node", node) is None:
-            return False
         result = kube.drain(
             node, timeout=DRAIN_TIMEOUT_SECONDS, clock=self.drain_clock, sleep=self.drain_sleep
         )
+        if result is None:
+            return False
         if result.remaining:
             logger.warning("pods left on %s %s: %s", node, fate, " ".join(result.remaining))
         return True

@@ -276,8 +276,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
             if kube is None:
                 return False
             with kube:
-                result = worker.drain(
-                    kube,
+                result = kube.drain(
                     node,
                     timeout=config.drain_timeout,
                     clock=self.drain_clock,
@@ -301,8 +300,8 @@ class KubernetesWorkerCharm(ops.CharmBase):
             if kube is None:
                 return False
             with kube:
-                kube.uncordon(node)
-            logger.info("driver works after the reboot; uncordoned node %s", node)
+                if kube.uncordon(node):
+                    logger.info("driver works after the reboot; uncordoned node %s", node)
         self._stored.reboot_boot = None
         self._stored.reboot_cordoned = False
         return True
@@ -544,8 +543,8 @@ class KubernetesWorkerCharm(ops.CharmBase):
             )
             return f"reset node {node} without draining it: no access to the Kubernetes API"
         with kube:
-            result = worker.drain(
-                kube, node, timeout=timeout, clock=self.drain_clock, sleep=self.drain_sleep
+            result = kube.drain(
+                node, timeout=timeout, clock=self.drain_clock, sleep=self.drain_sleep
             )
         summary = worker.drain_summary(node, result, timeout)
         if result is not None and result.remaining:

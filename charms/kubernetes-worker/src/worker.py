@@ -408,7 +408,7 @@ def upgrade_node(
         save_upgrade(host, upgrade)
     result = None
     if "drain" not in upgrade.done:
-        result = drain(kube, node, timeout=drain_timeout, clock=clock, sleep=sleep)
+        result = kube.drain(node, timeout=drain_timeout, clock=clock, sleep=sleep)
         upgrade.cordoned = result is not None
         upgrade.done.append("drain")
         save_upgrade(host, upgrade)
@@ -458,20 +458,6 @@ def apply_labels(kube: Kube, node: str, labels: Mapping[str, str]) -> bool | Non
         return False
     kube.patch("v1", "Node", node, patch)
     return True
-
-
-def drain(
-    kube: Kube,
-    node: str,
-    *,
-    timeout: float,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
-) -> DrainResult | None:
-    """Cordon and drain `node`, honouring PodDisruptionBudgets; None when it is not registered."""
-    if kube.get("v1", "Node", node) is None:
-        return None
-    return kube.drain(node, timeout=timeout, clock=clock, sleep=sleep)
 
 
 def drain_summary(node: str, result: DrainResult | None, timeout: float, limit: int = 5) -> str:

@@ -215,6 +215,20 @@ def test_api_error_during_the_drain_fails_the_hook_and_a_retry_resumes(ctx, mach
     assert published_minor(out) == "1.34"
 
 
+def test_a_node_the_operator_cordoned_stays_cordoned_after_its_upgrade(ctx, machine, api, clock):
+    out = joined_on(ctx, api)
+    add_pod(api, "web-1")
+    api.put_object(f"/api/v1/nodes/{NODE}", {**node(api), "spec": {"unschedulable": True}})
+    relation, state = republish(out, **{"kubernetes-version": "1.34", "upgrade-turn": UNIT})
+
+    out = ctx.run(ctx.on.relation_changed(relation), state)
+
+    assert out.unit_status == testing.ActiveStatus(READY)
+    assert machine.dpkg["kubelet"] == pins("1.34")
+    assert pod(api, "web-1") is None  # drained all the same
+    assert cordoned(api)
+
+
 def test_drain_timeout_upgrades_anyway_and_logs_the_pods_left(ctx, machine, api, clock, caplog):
     out = joined_on(ctx, api, config={"drain-timeout": 30})
     add_pod(api, "db-0", labels={"app": "db"})

@@ -47,7 +47,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 LIBID = "1c1c281a9eb64d9594fd86aa76205351"
 LIBAPI = 0
-LIBPATCH = 2
+LIBPATCH = 3
 
 logger = logging.getLogger(__name__)
 
@@ -116,6 +116,12 @@ def poll_until(
             break
         sleep(min(poll, left))
     return None
+
+
+# Set on a Node together with `spec.unschedulable` by `Kube.cordon`: the cordon is ours,
+# so `Kube.uncordon` may lift it. A cordon without it (an operator's `kubectl cordon`)
+# is left alone. Kept on the Node itself, it survives a hook that fails mid-drain.
+CORDON_ANNOTATION = "gpu-k8s/cordoned"
 
 
 @dataclasses.dataclass
@@ -512,12 +518,41 @@ class Kube:
     # -- nodes
 
     def cordon(self, node: str) -> None:
-        """Mark the node unschedulable."""
-        self.patch("v1", "Node", node, {"spec": {"unschedulable": True}})
+        """Mark the node unschedulable, noting on it that the cordon is ours."""
+        self.patch(
+            "v1",
+            "Node",
+            node,
+            {
+                "metadata": {"annotations": {CORDON_ANNOTATION: "true"}},
+                "spec": {"unschedulable": True},
+            },
+        )
 
-    def uncordon(self, node: str) -> None:
-        """Make the node schedulable again."""
-        self.patch("v1", "Node", node, {"spec": {"unschedulable": None}})
+    def uncordon(self, node: str) -> bool:
+        """Lift a cordon that `cordon` set; True when the node is schedulable again.
+
+        A cordon someone else set (no `CORDON_ANNOTATION`) stays, and so does a node
+        that is gone: False.
+        """
+        current = self.get("v1", "Node", node)
+        if current is None:
+            return False
+        if CORDON_ANNOTATION not in (current.get("metadata", {}).get("annotations") or {}):
+            if current.get("spec", {}).get("unschedulable"):
+                logger.info("node %s stays cordoned: it was cordoned by someone else", node)
+                return False
+            return True
+        self.patch(
+            "v1",
+            "Node",
+            node,
+            {
+                "metadata": {"annotations": {CORDON_ANNOTATION: None}},
+                "spec": {"unschedulable": None},
+            },
+        )
+        return True
 
     def delete_node(self, node: str) -> bool:
         """Delete the Node object; False when it was already gone."""
@@ -564,14 +599,21 @@ class Kube:
         poll: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
-    ) -> DrainResult:
+    ) -> DrainResult | None:
         """Cordon the node and evict its pods (not DaemonSet or mirror pods), waiting for them.
 
+        Returns None when the node is not registered. A node someone else cordoned keeps
+        that cordon (no annotation is added), so `uncordon` leaves it cordoned.
         Evictions refused with 429 (a PodDisruptionBudget) are retried every `poll` seconds
         until `timeout`; evicted pods are then awaited until they are gone from the node.
         Bounded by the clock and by the number of polls `timeout` allows.
         """
-        self.cordon(node)
+        current = self.get("v1", "Node", node)
+        if current is None:
+            return None
+        ours = CORDON_ANNOTATION in (current.get("metadata", {}).get("annotations") or {})
+        if ours or not current.get("spec", {}).get("unschedulable"):
+            self.cordon(node)
         pending = self._evictable_pods(node)
         evicted: list[str] = []
         terminating: dict[str, str] = {}
