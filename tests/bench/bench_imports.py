@@ -5,7 +5,8 @@
 """Import time and peak memory of each charm, as ratios to a bare `import ops`.
 
 Each sample is a fresh interpreter that imports either `ops` alone or the assembled
-charm's `charm` module (which imports ops too); the ratio of medians is printed.
+charm's `charm` module (which imports ops too), in interleaved rounds; the ratio of
+medians is printed.
 Target (DESIGN.md): at most 1.3x for both, which means `kubernetes` and `boto3` are
 imported only where they are used.
 
@@ -46,25 +47,43 @@ class Floor(pydantic.BaseModel):
 """
 
 
-def sample(code: str, paths: list[str]) -> tuple[float, float]:
-    """Median seconds that `code` takes and median peak RSS (KiB) over fresh interpreters."""
-    times, peaks = [], []
+def probe(code: str, paths: list[str]) -> tuple[float, float]:
+    """Seconds that `code` takes and peak RSS (KiB) in one fresh interpreter."""
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE.format(paths=paths, code=code.strip())],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    return float(out[0]), float(out[1])
+
+
+def medians(probes: dict[str, tuple[str, list[str]]]) -> dict[str, tuple[float, float]]:
+    """Median seconds and peak RSS of each probe, run in interleaved rounds.
+
+    Every round runs each probe once, so a change in the machine's load during the run
+    falls on all of them alike instead of on whichever ran last.
+    """
+    samples: dict[str, list[tuple[float, float]]] = {name: [] for name in probes}
     for _ in range(SAMPLES):
-        out = subprocess.run(
-            [sys.executable, "-c", PROBE.format(paths=paths, code=code.strip())],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.split()
-        times.append(float(out[0]))
-        peaks.append(float(out[1]))
-    return statistics.median(times), statistics.median(peaks)
+        for name, (code, paths) in probes.items():
+            samples[name].append(probe(code, paths))
+    return {
+        name: (statistics.median(t for t, _ in got), statistics.median(p for _, p in got))
+        for name, got in samples.items()
+    }
 
 
 def main() -> None:
     """Print one line per charm: import time and peak memory relative to ops."""
-    base_time, base_peak = sample("import ops", [])
-    floor_time, floor_peak = sample(FLOOR, [])
+    with tempfile.TemporaryDirectory() as build:
+        probes = {"ops": ("import ops", []), "floor": (FLOOR, [])}
+        for charm in pack.charm_names():
+            directory = pack.assemble(charm, Path(build))
+            probes[charm] = ("import charm", [str(directory / "src"), str(directory / "lib")])
+        result = medians(probes)
+    base_time, base_peak = result.pop("ops")
+    floor_time, floor_peak = result.pop("floor")
     print(f"baseline `import ops`: {base_time * 1000:.1f} ms, peak RSS {base_peak / 1024:.1f} MiB")
     print(
         f"floor `import ops` + one pydantic model: {floor_time / base_time:.2f}x time, "
@@ -74,15 +93,11 @@ def main() -> None:
         f"{'charm':28} {'time ratio':>10} {'memory ratio':>12} {'time vs floor':>14}"
         f" {'memory vs floor':>16}  (target <= 1.3x)"
     )
-    with tempfile.TemporaryDirectory() as build:
-        for charm in pack.charm_names():
-            directory = pack.assemble(charm, Path(build))
-            paths = [str(directory / "src"), str(directory / "lib")]
-            t, peak = sample("import charm", paths)
-            print(
-                f"{charm:28} {t / base_time:>9.2f}x {peak / base_peak:>11.2f}x"
-                f" {t / floor_time:>13.2f}x {peak / floor_peak:>15.2f}x"
-            )
+    for charm, (t, peak) in result.items():
+        print(
+            f"{charm:28} {t / base_time:>9.2f}x {peak / base_peak:>11.2f}x"
+            f" {t / floor_time:>13.2f}x {peak / floor_peak:>15.2f}x"
+        )
 
 
 if __name__ == "__main__":
