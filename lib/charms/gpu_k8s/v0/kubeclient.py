@@ -124,6 +124,10 @@ def poll_until(
 CORDON_ANNOTATION = "gpu-k8s/cordoned"
 
 
+def _cordoned_by_us(node: dict) -> bool:
+    return CORDON_ANNOTATION in (node.get("metadata", {}).get("annotations") or {})
+
+
 @dataclasses.dataclass
 class DrainResult:
     """What `Kube.drain` did: pods (as "namespace/name") evicted and still remaining."""
@@ -538,7 +542,7 @@ class Kube:
         current = self.get("v1", "Node", node)
         if current is None:
             return False
-        if CORDON_ANNOTATION not in (current.get("metadata", {}).get("annotations") or {}):
+        if not _cordoned_by_us(current):
             if current.get("spec", {}).get("unschedulable"):
                 logger.info("node %s stays cordoned: it was cordoned by someone else", node)
                 return False
@@ -611,8 +615,7 @@ class Kube:
         current = self.get("v1", "Node", node)
         if current is None:
             return None
-        ours = CORDON_ANNOTATION in (current.get("metadata", {}).get("annotations") or {})
-        if ours or not current.get("spec", {}).get("unschedulable"):
+        if _cordoned_by_us(current) or not current.get("spec", {}).get("unschedulable"):
             self.cordon(node)
         pending = self._evictable_pods(node)
         evicted: list[str] = []
