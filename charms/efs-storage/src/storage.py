@@ -36,7 +36,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from literals import (
     ANNOTATION_FS,
@@ -48,43 +48,13 @@ from literals import (
     MOUNT_OPTIONS,
 )
 
+if TYPE_CHECKING:
+    from charms.gpu_k8s.v0.kubeclient import Kube
+
 logger = logging.getLogger(__name__)
 
 _MAX_NAME = 63
 _FINISHED_PHASES = ("Succeeded", "Failed")
-
-
-class KubeLike(Protocol):
-    """The part of `charms.gpu_k8s.v0.kubeclient.Kube` this module uses."""
-
-    def get(  # noqa: D102
-        self, api_version: str, kind: str, name: str, namespace: str | None = None
-    ) -> dict | None: ...
-
-    def list(  # noqa: D102
-        self,
-        api_version: str,
-        kind: str,
-        namespace: str | None = None,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-    ) -> list[dict]: ...
-
-    def apply(self, manifest: dict, *, field_manager: str, force: bool = True) -> dict: ...  # noqa: D102
-
-    def patch(  # noqa: D102
-        self, api_version: str, kind: str, name: str, patch: dict, namespace: str | None = None
-    ) -> dict: ...
-
-    def delete(  # noqa: D102
-        self,
-        api_version: str,
-        kind: str,
-        name: str,
-        namespace: str | None = None,
-        *,
-        propagation: str = "Background",
-    ) -> bool: ...
 
 
 class ClaimConflictError(Exception):
@@ -270,7 +240,7 @@ def _volume_matches(live: dict, spec: ClaimSpec, owner: Owner) -> bool:
 class Storage:
     """Creates, inspects and removes this application's PV/PVC pairs."""
 
-    def __init__(self, kube: KubeLike, owner: Owner):
+    def __init__(self, kube: Kube, owner: Owner):
         self.kube = kube
         self.owner = owner
 

@@ -17,7 +17,7 @@ import base64
 import dataclasses
 import logging
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from literals import (
@@ -28,6 +28,9 @@ from literals import (
     WORKER_NAMESPACE,
     WORKER_SERVICE_ACCOUNT,
 )
+
+if TYPE_CHECKING:
+    from charms.gpu_k8s.v0.kubeclient import Kube
 
 logger = logging.getLogger(__name__)
 
@@ -44,24 +47,6 @@ WORKER_CLUSTER_RULES: list[RuleDict] = [
 WORKER_RULES: list[RuleDict] = [
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete"]},
 ]
-
-
-class KubeLike(Protocol):
-    """The subset of `charms.gpu_k8s.v0.kubeclient.Kube` used here."""
-
-    def apply(self, manifest: dict, *, field_manager: str, force: bool = True) -> dict:
-        """Server-side apply `manifest`."""
-        ...
-
-    def get(
-        self, api_version: str, kind: str, name: str, namespace: str | None = None
-    ) -> dict | None:
-        """Return one object, or None."""
-        ...
-
-    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> bool:
-        """Delete one object; False when it was absent."""
-        ...
 
 
 class TokenNotReadyError(Exception):
@@ -193,7 +178,7 @@ def manifests(grant: Grant) -> list[dict]:
     return objs
 
 
-def apply(kube: KubeLike, grant: Grant) -> str:
+def apply(kube: Kube, grant: Grant) -> str:
     """Create or update everything for `grant`; return the ServiceAccount's token.
 
     Bindings a consumer no longer asks for are deleted.
@@ -218,7 +203,7 @@ def apply(kube: KubeLike, grant: Grant) -> str:
     return base64.b64decode(encoded).decode()
 
 
-def remove(kube: KubeLike, grant: Grant) -> list[str]:
+def remove(kube: Kube, grant: Grant) -> list[str]:
     """Delete the credentials and bindings of `grant`; keep its namespace(s).
 
     Returns `Kind/name` of what was deleted.
