@@ -882,12 +882,12 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         # leader's API server, and a new address when leadership moves.
         endpoint = f"https://{self._api_server()}"
         for request in self.kube_api.requests():
-            key = str(request.relation_id)
+            key = str(request.relation.id)
             seen.add(key)
             previous = granted.get(key)
             if request.error or request.request is None:
                 if previous:
-                    self._revoke(previous, request.relation_id)
+                    self._revoke(previous, request.relation.id)
                     del granted[key]
                 self.kube_api.refuse(request.relation, request.error or "invalid request")
                 self._notes.append(f"refused kube-api request of {request.app_name}")

@@ -32,7 +32,7 @@ from charms.gpu_k8s.v0.databag import Databag, Endpoint, explain, write
 
 LIBID = "26b1d42dbc2949cb8a83e29b11759d4f"
 LIBAPI = 0
-LIBPATCH = 4
+LIBPATCH = 5
 
 logger = logging.getLogger(__name__)
 
@@ -140,11 +140,6 @@ class Request:
     app_name: str
     request: RequirerAppData | None
     error: str | None
-
-    @property
-    def relation_id(self) -> int:
-        """The relation's ID."""
-        return self.relation.id
 
 
 class KubeApiProvider(Endpoint):

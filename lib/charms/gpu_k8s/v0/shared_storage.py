@@ -55,7 +55,7 @@ from charms.gpu_k8s.v0.databag import Databag, Endpoint, explain, write
 
 LIBID = "f8e5b0b58e814d808649f0389b84f615"
 LIBAPI = 0
-LIBPATCH = 3
+LIBPATCH = 4
 
 logger = logging.getLogger(__name__)
 
@@ -169,11 +169,6 @@ class StorageRequest:
     app_name: str
     namespace: str | None
     error: str | None
-
-    @property
-    def relation_id(self) -> int:
-        """The relation's ID."""
-        return self.relation.id
 
 
 class SharedStorageProvider(Endpoint):
