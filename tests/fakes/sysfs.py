@@ -80,6 +80,33 @@ def machine(name: str, driver: str | None = "nvidia") -> list[Function]:
     raise KeyError(name)
 
 
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "gpu"
+
+
+def recorded(name: str) -> list[Function]:
+    """The PCI functions of a recorded machine (`tests/fixtures/gpu/<name>/pci-functions.txt`).
+
+    Each line is what `tools/capture_gpu_fixtures.sh` printed: address, vendor, device,
+    class, subsystem vendor, subsystem device and the bound driver (may be missing).
+    """
+    functions = []
+    text = (FIXTURES / name / "pci-functions.txt").read_text()
+    for line in text.splitlines():
+        address, vendor, device, pci_class, sub_vendor, sub_device, *driver = line.split()
+        subsystem = (int(sub_vendor, 16), int(sub_device, 16))
+        functions.append(
+            Function(
+                address,
+                int(vendor, 16),
+                int(device, 16),
+                int(pci_class, 16),
+                subsystem if any(subsystem) else None,
+                driver[0] if driver else None,
+            )
+        )
+    return functions
+
+
 MACHINES = ("g4dn-t4", "p3-v100", "g5-a10g", "p4d-a100", "p5-h100", "desktop-rtx3080", "m5-cpu")
 
 
