@@ -125,13 +125,43 @@ def test_required_endpoints_are_all_related(variant, bundle):
                 assert f"{app}:{name}" in related, f"{variant}: {app}:{name} is not related"
 
 
-@pytest.mark.parametrize(("variant", "bundle"), variants(), ids=[v for v, _ in variants()])
-def test_placements_name_declared_machines(variant, bundle):
+# Juju puts `lxd:` containers on the fan overlay on AWS (it sets the model's
+# container-networking-method to fan there), and fan does not work on Ubuntu 24.04 hosts
+# (juju/juju#20344, LP#2063298: the fan kernel patches were dropped in noble), so a
+# container on a noble machine is never provisioned. Every placement names a machine.
+LXD_REFUSED = (
+    "is placed in an LXD container ({target}): on AWS, Juju gives containers fan "
+    "networking, which Ubuntu 24.04 hosts do not support (juju/juju#20344), so the unit "
+    "would never start; place it on a machine (`to: [\"0\"]`) instead"
+)
+
+
+def placement_problems(bundle: dict) -> list[str]:
+    """What is wrong with the bundle's `to:` placements, one sentence per application."""
     machines = set((bundle.get("machines") or {}).keys())
+    problems = []
     for app, body in bundle["applications"].items():
         for target in body.get("to") or []:
-            machine = str(target).removeprefix("lxd:")
-            assert machine in machines, f"{variant}: {app} is placed on unknown machine {target}"
+            if ":" in str(target):
+                problems.append(f"{app} " + LXD_REFUSED.format(target=target))
+            elif str(target) not in machines:
+                problems.append(f"{app} is placed on unknown machine {target}")
+    return problems
+
+
+@pytest.mark.parametrize(("variant", "bundle"), variants(), ids=[v for v, _ in variants()])
+def test_placements_name_declared_machines_never_containers(variant, bundle):
+    assert placement_problems(bundle) == [], variant
+
+
+def test_a_container_placement_is_refused_with_the_reason():
+    bundle = yaml.safe_load(BUNDLE.read_text())
+    bundle["applications"]["tensorflow"]["to"] = ["lxd:0"]
+    bundle["applications"]["efs-storage"]["to"] = ["7"]
+    assert placement_problems(bundle) == [
+        "efs-storage is placed on unknown machine 7",
+        "tensorflow " + LXD_REFUSED.format(target="lxd:0"),
+    ]
 
 
 def test_efs_storage_is_trusted_and_shares_the_control_plane_machine():
@@ -140,7 +170,7 @@ def test_efs_storage_is_trusted_and_shares_the_control_plane_machine():
     assert apps["efs-storage"].get("trust") is True
     control_plane_machine = apps["kubernetes-control-plane"]["to"][0]
     for app in ("efs-storage", "tensorflow"):
-        assert apps[app]["to"] == [f"lxd:{control_plane_machine}"]
+        assert apps[app]["to"] == [control_plane_machine]
 
 
 def test_the_cpu_only_overlay_rents_no_gpu_instance():
