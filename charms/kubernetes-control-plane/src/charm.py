@@ -27,6 +27,7 @@ import device_plugin
 import ops
 import pydantic
 import rbac
+import registry
 import rolling
 from literals import (
     ADMIN_SECRET_LABEL,
@@ -53,7 +54,7 @@ from charms.gpu_k8s.v0.config import ActionParams, CharmConfig
 from charms.gpu_k8s.v0.databag import write
 from charms.gpu_k8s.v0.kube_api import KubeApiProvider
 from charms.gpu_k8s.v0.kubeclient import KubeError
-from charms.gpu_k8s.v0.kubernetes_cluster import SECRET_LABEL, ClusterProvider, WorkerInfo
+from charms.gpu_k8s.v0.kubernetes_cluster import SECRET_LABEL, ClusterProvider
 from charms.gpu_k8s.v0.system import CommandError, Host, SubprocessRunner
 
 logger = logging.getLogger(__name__)
@@ -176,7 +177,6 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         self._kube: Any = None
         self._problem: ops.StatusBase | None = None
         self._notes: list[str] = []
-        self._worker_cache: list[WorkerInfo] | None = None
         on = self.on
         for event in (
             on.install,
@@ -634,8 +634,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
 
     def _apply_device_plugin(self, config: Config, bag: ops.RelationDataContent) -> None:
         """Run the NVIDIA device plugin while any worker reports GPUs; remove it after."""
-        registry = json.loads(bag.get("workers", "{}"))
-        gpus = any(v[1] for v in registry.values())
+        gpus = bool(registry.Registry.load(bag).gpu_workers)
         want = (
             f"{device_plugin.VERSION} {config.mig_strategy} {config.gpu_time_slicing_replicas}"
             if gpus
@@ -671,7 +670,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         running = bag["cluster-version"]
         wanted = config.kubernetes_version
         # A joined unit that does not say its minor is taken as behind: it gets a turn.
-        versions = self._control_plane_versions(peers, self._node_minor(config, running), "")
+        versions = self._member_versions(peers, self._node_minor(config, running), "")
         if wanted != running:
             behind = rolling.pending(versions, running)
             if behind:
@@ -680,52 +679,27 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             self._upgrade_node(config, wanted, first=True)
             bag["cluster-version"] = running = versions[self.unit.name] = wanted
             logger.info("the cluster runs Kubernetes %s; the other nodes follow in turn", wanted)
-        holder = self._pass_turn(bag, versions, running)
+        holder = rolling.pass_turn(bag, "upgrade-turn", rolling.pending(versions, running))
         if holder == self.unit.name:  # the leader changed in the middle of an upgrade
             self._upgrade_node(config, running, first=False)
             versions[self.unit.name] = running
-            holder = self._pass_turn(bag, versions, running)
+            holder = rolling.pass_turn(bag, "upgrade-turn", rolling.pending(versions, running))
         self._mark_member(peers)
         return holder is None
 
-    def _control_plane_versions(
+    def _member_versions(
         self, peers: ops.Relation, mine: str | None, unknown: str | None
     ) -> dict[str, str | None]:
-        """The minor of each joined control-plane unit, this one's being `mine`.
-
-        `unknown` stands for a unit that did not publish its minor.
-        """
-        versions = {
-            u.name: peers.data[u].get("kubernetes-version", unknown)
-            for u in peers.units
-            if peers.data[u].get("joined") == "true"
-        }
-        versions[self.unit.name] = mine
-        return versions
+        """The minor of each joined control-plane unit, this one's being `mine`."""
+        members = {u.name: peers.data[u] for u in peers.units}
+        return rolling.member_versions(members, self.unit.name, mine, unknown)
 
     @staticmethod
-    def _worker_versions(registry: dict[str, list]) -> dict[str, str | None]:
-        """The minor each registered worker published (None when it did not say)."""
-        return {unit: entry[4] if len(entry) > 4 else None for unit, entry in registry.items()}
-
-    @staticmethod
-    def _pass_turn(
-        bag: ops.RelationDataContent, versions: dict[str, str | None], running: str
-    ) -> str | None:
-        """Record which control-plane unit may upgrade now (None: all run `running`)."""
-        holder = rolling.turn(rolling.pending(versions, running), bag.get("upgrade-turn"))
-        write(bag, {"upgrade-turn": holder} if holder else {}, remove=["upgrade-turn"])
-        return holder
-
-    def _worker_turn(self, bag: ops.RelationDataContent, control_plane_done: bool) -> str | None:
+    def _worker_turn(bag: ops.RelationDataContent, control_plane_done: bool) -> str | None:
         """The worker unit that may upgrade now, once the control plane has finished."""
-        versions = self._worker_versions(json.loads(bag.get("workers", "{}")))
+        versions = registry.Registry.load(bag).versions()
         waiting = rolling.pending(versions, bag["cluster-version"]) if control_plane_done else []
-        holder = rolling.turn(waiting, bag.get("worker-upgrade-turn"))
-        write(
-            bag, {"worker-upgrade-turn": holder} if holder else {}, remove=["worker-upgrade-turn"]
-        )
-        return holder
+        return rolling.pass_turn(bag, "worker-upgrade-turn", waiting)
 
     def _publish_to_workers(
         self, config: Config, peers: ops.Relation, token: str, control_plane_done: bool
@@ -780,82 +754,44 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             ) from None
 
     def _sync_workers(self, bag: ops.RelationDataContent, event: ops.EventBase) -> None:
-        """Keep the worker registry in the peer databag current; queue departed nodes.
+        """Keep the worker registry in the peer databag current; remove departed nodes.
 
-        The registry ({unit: [node, gpus, relation id, {model: count}]}) lets every hook count
-        workers without reading 1,000 databags: a hook about one worker unit reads that
-        unit's databag only; all of them are read when there is no registry yet, when
-        leadership moved, or after an upgrade.
+        A hook about one worker unit reads that unit's databag only; all of them are read
+        when there is no registry yet, when leadership moved, or after an upgrade.
         """
-        raw = bag.get("workers")
-        registry: dict[str, list] = json.loads(raw) if raw else {}
-        problems: dict[str, str] = json.loads(bag.get("worker-problems", "{}"))
-        if raw is None or isinstance(event, (ops.LeaderElectedEvent, ops.UpgradeCharmEvent)):
-            registry, problems = {}, {}
-            for w in self._workers():
-                registry[w.unit] = [
-                    w.node_name,
-                    w.gpu_count,
-                    self._relation_of(w.unit),
-                    w.gpu_models,
-                    w.version,
-                ]
-            for problem in self.workers.problems():
-                problems[problem.split(":", 1)[0]] = problem
-        elif isinstance(event, ops.RelationEvent) and event.relation.name == WORKERS:
-            self._update_registry(event, registry, problems)
-        self._queue_departed(bag, raw, registry)
-        for key, value in (("workers", registry), ("worker-problems", problems)):
-            text = json.dumps(value, sort_keys=True)
-            if bag.get(key) != text:
-                bag[key] = text
+        before = registry.Registry.load(bag) if registry.WORKERS_KEY in bag else None
+        if before is None or isinstance(event, (ops.LeaderElectedEvent, ops.UpgradeCharmEvent)):
+            workers = self.workers.workers()
+            now = registry.Registry.rebuild(workers, self.workers.problems(), self._relation_of)
+        else:
+            now = registry.Registry.load(bag)
+            if isinstance(event, ops.RelationEvent) and event.relation.name == WORKERS:
+                self._update_registry(event, now)
+        pending, left = registry.departed_nodes(bag, before, now)
+        if left:
+            left = self._remove_drained_nodes(left)
+        registry.save_pending(bag, pending, left)
+        now.save(bag)
 
-    def _update_registry(
-        self, event: ops.RelationEvent, registry: dict[str, list], problems: dict[str, str]
-    ) -> None:
+    def _update_registry(self, event: ops.RelationEvent, known: registry.Registry) -> None:
         """Apply one workers relation event to the registry, reading one databag at most."""
         if isinstance(event, ops.RelationBrokenEvent):
-            gone = [u for u, v in registry.items() if v[2] == event.relation.id]
-        elif isinstance(event, ops.RelationDepartedEvent):
-            gone = [event.departing_unit.name] if event.departing_unit else []
-        else:
-            gone = [event.unit.name] if event.unit else []
-        for unit in gone:
-            registry.pop(unit, None)
-            problems.pop(unit, None)
-        if isinstance(event, (ops.RelationBrokenEvent, ops.RelationDepartedEvent)):
+            known.forget(known.units_of_relation(event.relation.id))
+            return
+        if isinstance(event, ops.RelationDepartedEvent):
+            known.forget([event.departing_unit.name] if event.departing_unit else [])
             return
         if event.unit is None:
             return
+        known.forget([event.unit.name])
         info, problem = self.workers.read_worker(event.relation, event.unit)
-        if info is not None:
-            registry[info.unit] = [
-                info.node_name,
-                info.gpu_count,
-                event.relation.id,
-                info.gpu_models,
-                info.version,
-            ]
-        if problem is not None:
-            problems[event.unit.name] = problem
+        known.record(event.unit.name, info, problem, event.relation.id)
 
     def _relation_of(self, unit_name: str) -> int:
         for relation in self.workers.relations:
             if any(u.name == unit_name for u in relation.units):
                 return relation.id
         return -1
-
-    def _queue_departed(
-        self, bag: ops.RelationDataContent, before: str | None, registry: dict[str, list]
-    ) -> None:
-        known = {v[0] for v in json.loads(before).values()} if before else set()
-        current = {v[0] for v in registry.values()}
-        pending = set(json.loads(bag.get("pending-removal", "[]")))
-        new_pending = (pending | (known - current)) - current
-        if new_pending:
-            new_pending = self._remove_drained_nodes(new_pending)
-        if new_pending != pending:
-            bag["pending-removal"] = json.dumps(sorted(new_pending))
 
     def _remove_drained_nodes(self, pending: set[str]) -> set[str]:
         kube = self._kube_client()
@@ -999,16 +935,12 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
 
     # -- status -------------------------------------------------------------------------
 
-    def _workers(self) -> list[WorkerInfo]:
-        if self._worker_cache is None:
-            self._worker_cache = self.workers.workers()
-        return self._worker_cache
-
-    def _nodes_behind(self, peers: ops.Relation, version: str, registry: dict[str, list]) -> int:
+    def _nodes_behind(self, peers: ops.Relation, version: str, known: registry.Registry) -> int:
         """Nodes (control plane and workers) that still run an older minor than `version`."""
-        planes = self._control_plane_versions(peers, self._installed().get("kubernetes"), None)
-        workers = self._worker_versions(registry)
-        return len(rolling.pending(planes, version)) + len(rolling.pending(workers, version))
+        planes = self._member_versions(peers, self._installed().get("kubernetes"), None)
+        return len(rolling.pending(planes, version)) + len(
+            rolling.pending(known.versions(), version)
+        )
 
     def _on_collect_status(self, event: ops.CollectStatusEvent) -> None:
         if self._stored.left_cluster:
@@ -1024,19 +956,20 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         bag = peers.data[self.app]
         version = bag.get("cluster-version", "?")
         planes = 1 + sum(1 for u in peers.units if peers.data[u].get("joined") == "true")
-        registry: dict[str, list] = json.loads(bag.get("workers", "{}"))
-        message = f"Ready: v{version}, {planes} control-plane, {len(registry)} workers"
-        gpus = [v[1] for v in registry.values() if v[1]]
-        if gpus:
-            models = cluster_info.gpu_totals([v[3] for v in registry.values() if len(v) > 3])
-            message += f" ({len(gpus)} with {sum(gpus)} GPUs{': ' + models if models else ''})"
-        behind = self._nodes_behind(peers, version, registry)
+        known = registry.Registry.load(bag)
+        message = f"Ready: v{version}, {planes} control-plane, {len(known.workers)} workers"
+        gpu_workers = known.gpu_workers
+        if gpu_workers:
+            models = cluster_info.gpu_totals([w.models for w in gpu_workers])
+            total = sum(w.gpus for w in gpu_workers)
+            message += f" ({len(gpu_workers)} with {total} GPUs{': ' + models if models else ''})"
+        behind = self._nodes_behind(peers, version, known)
         if behind:
             message += f"; upgrading to v{version}: {behind} node(s) to go"
-        pending = json.loads(bag.get("pending-removal", "[]"))
+        pending = registry.pending_count(bag)
         if pending:
-            message += f"; {len(pending)} departed node(s) pending removal"
-        skipped = sorted(json.loads(bag.get("worker-problems", "{}")).values())
+            message += f"; {pending} departed node(s) pending removal"
+        skipped = sorted(known.problems.values())
         if skipped:
             message += f"; ignoring {len(skipped)} worker(s) with invalid data: {skipped[0]}"
         message += "".join(f"; {note}" for note in self._notes)

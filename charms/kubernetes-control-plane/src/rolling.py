@@ -10,7 +10,7 @@ reports the new minor or leaves, then passes to the next unit in unit-number ord
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 
 
 def _unit_key(name: str) -> tuple[str, int]:
@@ -33,3 +33,30 @@ def turn(waiting: Sequence[str], current: str | None) -> str | None:
     if current in waiting:
         return current
     return waiting[0] if waiting else None
+
+
+def pass_turn(bag: MutableMapping[str, str], key: str, waiting: Sequence[str]) -> str | None:
+    """Record under `key` who may upgrade now (see `turn`); remove the key when nobody."""
+    holder = turn(waiting, bag.get(key))
+    if holder is None:
+        bag.pop(key, None)
+    elif bag.get(key) != holder:
+        bag[key] = holder
+    return holder
+
+
+def member_versions(
+    members: Mapping[str, Mapping[str, str]], me: str, mine: str | None, unknown: str | None
+) -> dict[str, str | None]:
+    """The minor of each joined control-plane unit, from their peer unit databags.
+
+    `members` maps the other units' names to their databags; this unit (`me`) runs
+    `mine`; a joined unit that did not publish its minor counts as `unknown`.
+    """
+    versions = {
+        name: bag.get("kubernetes-version", unknown)
+        for name, bag in members.items()
+        if bag.get("joined") == "true"
+    }
+    versions[me] = mine
+    return versions

@@ -1,0 +1,157 @@
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""The worker registry: every worker unit's node, GPUs and minor, in one databag key.
+
+No ops imports. The leader keeps the registry in the peer application databag so that a
+hook can count workers, GPUs and upgrade progress without reading 1,000 worker databags:
+a hook about one worker unit changes that unit's entry only, and the whole registry is
+rebuilt from the workers relations when there is none yet, when leadership moved, or
+after a charm upgrade.
+
+Databag keys (all JSON):
+
+    workers:          {"kubernetes-worker/0": ["ip-10-0-1-5", 4, 7, {"NVIDIA A10G": 4}, "1.36"]}
+                      node name, GPU count, relation id, GPUs per model, minor (or null)
+    worker-problems:  {"kubernetes-worker/3": "kubernetes-worker/3: node-name is invalid"}
+    pending-removal:  ["ip-10-0-1-9"]   Nodes of departed workers not yet deleted
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from charms.gpu_k8s.v0.kubernetes_cluster import WorkerInfo
+
+WORKERS_KEY = "workers"
+PROBLEMS_KEY = "worker-problems"
+PENDING_KEY = "pending-removal"
+
+
+@dataclasses.dataclass(frozen=True)
+class Worker:
+    """One worker unit's entry."""
+
+    node: str
+    gpus: int
+    relation_id: int
+    models: dict[str, int] = dataclasses.field(default_factory=dict)
+    version: str | None = None
+
+    @classmethod
+    def from_info(cls, info: WorkerInfo, relation_id: int) -> Worker:
+        """The entry for what a worker unit published on relation `relation_id`."""
+        return cls(info.node_name, info.gpu_count, relation_id, info.gpu_models, info.version)
+
+    @classmethod
+    def from_json(cls, entry: list) -> Worker:
+        """Read one stored entry (older charms stored fewer fields)."""
+        node, gpus, relation_id, *rest = entry
+        models = rest[0] if rest else {}
+        version = rest[1] if len(rest) > 1 else None
+        return cls(node, gpus, relation_id, models or {}, version)
+
+    def to_json(self) -> list:
+        """The stored form of this entry."""
+        return [self.node, self.gpus, self.relation_id, self.models, self.version]
+
+
+@dataclasses.dataclass
+class Registry:
+    """The workers of the cluster as the leader knows them."""
+
+    workers: dict[str, Worker] = dataclasses.field(default_factory=dict)
+    problems: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def load(cls, bag: Mapping[str, str]) -> Registry:
+        """The registry stored in `bag` (empty when there is none)."""
+        workers = json.loads(bag.get(WORKERS_KEY, "{}"))
+        return cls(
+            {unit: Worker.from_json(entry) for unit, entry in workers.items()},
+            json.loads(bag.get(PROBLEMS_KEY, "{}")),
+        )
+
+    def save(self, bag: MutableMapping[str, str]) -> None:
+        """Store the registry in `bag`, writing only keys whose JSON changed."""
+        values = {
+            WORKERS_KEY: {unit: w.to_json() for unit, w in self.workers.items()},
+            PROBLEMS_KEY: self.problems,
+        }
+        for key, value in values.items():
+            text = json.dumps(value, sort_keys=True)
+            if bag.get(key) != text:
+                bag[key] = text
+
+    @classmethod
+    def rebuild(
+        cls,
+        workers: Iterable[WorkerInfo],
+        problems: Iterable[str],
+        relation_of: Callable[[str], int],
+    ) -> Registry:
+        """A registry from every worker unit's databag (`problems` as `unit: why`)."""
+        return cls(
+            {w.unit: Worker.from_info(w, relation_of(w.unit)) for w in workers},
+            {problem.split(":", 1)[0]: problem for problem in problems},
+        )
+
+    def record(self, unit: str, info: WorkerInfo | None, problem: str | None, rel: int) -> None:
+        """Take in what one worker unit published on relation `rel` (see `read_worker`)."""
+        if info is not None:
+            self.workers[unit] = Worker.from_info(info, rel)
+        if problem is not None:
+            self.problems[unit] = problem
+
+    def forget(self, units: Iterable[str]) -> None:
+        """Drop departed units."""
+        for unit in units:
+            self.workers.pop(unit, None)
+            self.problems.pop(unit, None)
+
+    def units_of_relation(self, relation_id: int) -> list[str]:
+        """The units registered through one relation (all of them go when it breaks)."""
+        return [u for u, w in self.workers.items() if w.relation_id == relation_id]
+
+    @property
+    def nodes(self) -> set[str]:
+        """Node names of the registered workers."""
+        return {w.node for w in self.workers.values()}
+
+    @property
+    def gpu_workers(self) -> list[Worker]:
+        """Workers that reported GPUs."""
+        return [w for w in self.workers.values() if w.gpus]
+
+    def versions(self) -> dict[str, str | None]:
+        """The minor each registered worker published (None when it did not say)."""
+        return {unit: w.version for unit, w in self.workers.items()}
+
+
+def departed_nodes(
+    bag: Mapping[str, str], before: Registry | None, after: Registry
+) -> tuple[set[str], set[str]]:
+    """(pending before, pending now): Nodes of departed workers still to be deleted.
+
+    A node leaves the registry when its unit departs; it stays pending until the caller
+    has deleted its Node, and stops being pending if a unit registers it again.
+    """
+    pending = set(json.loads(bag.get(PENDING_KEY, "[]")))
+    known = before.nodes if before is not None else set()
+    current = after.nodes
+    return pending, (pending | (known - current)) - current
+
+
+def save_pending(bag: MutableMapping[str, str], before: set[str], now: set[str]) -> None:
+    """Store the Nodes still pending removal when that set changed."""
+    if now != before:
+        bag[PENDING_KEY] = json.dumps(sorted(now))
+
+
+def pending_count(bag: Mapping[str, str]) -> int:
+    """How many departed workers' Nodes are still to be deleted."""
+    return len(json.loads(bag.get(PENDING_KEY, "[]")))
