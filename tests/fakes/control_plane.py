@@ -203,6 +203,17 @@ def kube_api_relation(
     return testing.Relation("kube-api", remote_app_name=app, remote_app_data=data)
 
 
+def member(api: FakeKubeApiServer | None, index: int, **extra: str) -> dict:
+    """The peer unit databag of joined control-plane unit `index` (its Node registered Ready).
+
+    What `_mark_member` publishes: joined, node name and API server, plus `extra`.
+    """
+    name = f"cp-{index}"
+    if api is not None:
+        api.put_object(f"/api/v1/nodes/{name}", node(name, control_plane=True))
+    return {"joined": "true", "node-name": name, "api-server": f"10.0.0.{5 + index}:6443", **extra}
+
+
 def peer(state: testing.State) -> testing.PeerRelation:
     return next(r for r in state.relations if r.endpoint == "peers")
 
@@ -225,14 +236,29 @@ def leader_member_state(**kw) -> testing.State:
         "cluster-version": "1.36",
         "token-expires": (NOW.replace(hour=23)).isoformat(),
         "certs-uploaded-at": NOW.isoformat(),
+        # the leader found every node it expects Ready at its last look
+        "node-health": json.dumps({"missing": [], "not-ready": []}),
     }
-    member = {"joined": "true", "api-server": "10.0.0.5:6443"}
+    member = {"joined": "true", "api-server": "10.0.0.5:6443", "node-name": "ip-10-0-0-5"}
     return testing.State(relations=[peers(app, {1: member})], secrets=[join], **kw)
 
 
-def join_workers(ctx, state: testing.State, rel: testing.Relation) -> testing.State:
-    """Add `rel` and run relation-changed once per remote unit, as Juju would."""
+def join_workers(
+    ctx, state: testing.State, rel: testing.Relation, api: FakeKubeApiServer | None = None
+) -> testing.State:
+    """Add `rel` and run relation-changed once per remote unit, as Juju would.
+
+    With `api`, each unit's node is registered Ready first, as `kubeadm join` does before a
+    worker publishes its node name.
+    """
     out = dataclasses.replace(state, relations=[*state.relations, rel])
+    for bag in rel.remote_units_data.values() if api else ():
+        try:  # a worker whose databag is broken is left to the test
+            name = bag["node-name"]
+            gpus = sum(g["count"] for g in json.loads(bag.get("gpu-inventory", "[]")))
+        except (KeyError, TypeError, ValueError):
+            continue
+        api.put_object(f"/api/v1/nodes/{name}", node(name, gpus=gpus))
     for unit in sorted(rel.remote_units_data):
         out = ctx.run(ctx.on.relation_changed(out.get_relation(rel.id), remote_unit=unit), out)
     return out

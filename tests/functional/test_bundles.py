@@ -132,7 +132,7 @@ def test_required_endpoints_are_all_related(variant, bundle):
 LXD_REFUSED = (
     "is placed in an LXD container ({target}): on AWS, Juju gives containers fan "
     "networking, which Ubuntu 24.04 hosts do not support (juju/juju#20344), so the unit "
-    "would never start; place it on a machine (`to: [\"0\"]`) instead"
+    'would never start; place it on a machine (`to: ["0"]`) instead'
 )
 
 

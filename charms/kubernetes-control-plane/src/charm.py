@@ -170,7 +170,8 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
 
     def __init__(self, framework: ops.Framework):
         super().__init__(framework)
-        self._stored.set_default(left_cluster=False)
+        # status: [name, message] as the last reconcile found it (see _on_collect_status)
+        self._stored.set_default(left_cluster=False, status=None)
         self.workers = ClusterProvider(self, WORKERS)
         self.kube_api = KubeApiProvider(self, KUBE_API)
         self._host: Host | None = None
@@ -192,9 +193,9 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             on[WORKERS].relation_broken,
             on[KUBE_API].relation_changed,
             on[KUBE_API].relation_broken,
-            on.secret_expired,
         ):
             framework.observe(event, self._on_event)
+        framework.observe(on.secret_expired, self._on_secret_expired)
         framework.observe(on[PEERS].relation_departed, self._on_peer_departed)
         framework.observe(on.secret_remove, self._on_secret_remove)
         framework.observe(on.collect_unit_status, self._on_collect_status)
@@ -284,6 +285,25 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             if self._kube is not None:
                 self._kube.close()
                 self._kube = None
+        status = self._problem or self._ready_status()
+        self._stored.status = [status.name, status.message]
+
+    def _on_secret_expired(self, event: ops.SecretExpiredEvent) -> None:
+        """Rotate what expired; remove the expired revision once a newer one replaced it.
+
+        Juju fires secret-expired until the owner removes the revision. The hook that
+        rotates the token writes a new revision, which Juju commits when the hook ends;
+        the next firing finds the expired revision replaced, moves this unit's own
+        tracking to the latest one (owners track revisions since Juju 3.3.1,
+        LP#2037120) and removes it. A revision nothing replaced yet (rotation not due or
+        failed) stays, so the event comes back and rotation is retried.
+        """
+        replaced = event.secret.get_info().revision > event.revision
+        self._on_event(event)
+        if replaced:
+            event.secret.get_content(refresh=True)
+            event.remove_revision()
+            logger.info("removed the expired revision %d of %s", event.revision, event.secret.id)
 
     def _on_peer_departed(self, event: ops.RelationDepartedEvent) -> None:
         if event.departing_unit == self.unit:
@@ -342,7 +362,10 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
 
         `event` only narrows which worker databags need reading (see `_sync_workers`).
         """
-        config = self.load_config(Config, errors="blocked")
+        try:
+            config = self.load_config(Config, errors="raise")
+        except ValueError as e:  # as errors="blocked" words it, but kept past this hook
+            raise StatusError(ops.BlockedStatus(f"Invalid config: {e}")) from None
         peers = self._peers
         if peers is None:
             raise StatusError(ops.WaitingStatus("waiting for the peers relation"))
@@ -503,7 +526,8 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         self._reupload_certs_if_needed(bag, content["certificate-key"], peers)
         self._apply_cni(config, bag)
         control_plane_done = self._upgrade_control_plane(config, peers)
-        self._sync_workers(bag, event)
+        added = self._sync_workers(bag, event)
+        self._observe_nodes(peers, event, added)
         self._publish_to_workers(config, peers, token, control_plane_done)
         self._apply_device_plugin(config, bag)
         self._serve_kube_api(bag)
@@ -753,11 +777,12 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
                 ops.WaitingStatus(f"waiting for the token of {grant.service_account}")
             ) from None
 
-    def _sync_workers(self, bag: ops.RelationDataContent, event: ops.EventBase) -> None:
+    def _sync_workers(self, bag: ops.RelationDataContent, event: ops.EventBase) -> set[str]:
         """Keep the worker registry in the peer databag current; remove departed nodes.
 
         A hook about one worker unit reads that unit's databag only; all of them are read
         when there is no registry yet, when leadership moved, or after an upgrade.
+        Returns the node names that are new to the registry.
         """
         before = registry.Registry.load(bag) if registry.WORKERS_KEY in bag else None
         if before is None or isinstance(event, (ops.LeaderElectedEvent, ops.UpgradeCharmEvent)):
@@ -772,6 +797,42 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             left = self._remove_drained_nodes(left)
         registry.save_pending(bag, pending, left)
         now.save(bag)
+        return now.nodes - (before.nodes if before is not None else set())
+
+    def _observe_nodes(self, peers: ops.Relation, event: ops.EventBase, added: set[str]) -> None:
+        """Record which expected Nodes the API reports not Ready or does not have.
+
+        One list of every Node on the events that come rarely (update-status, a new
+        leader, a charm upgrade, the first time); otherwise one GET per node name that is
+        new (`added` workers; the control-plane nodes when a peer changed), so a hook
+        about one worker costs at most one request however large the cluster.
+        """
+        bag = peers.data[self.app]
+        planes = self._control_plane_nodes(peers)
+        expected = planes | registry.Registry.load(bag).nodes
+        health = cluster_info.NodeHealth.load(bag)
+        kube = self._kube_client()
+        if health is None or isinstance(event, _FULL_NODE_CHECK):
+            health = cluster_info.NodeHealth.from_nodes(expected, kube.list("v1", "Node"))
+        else:
+            names = set(added)
+            if isinstance(event, ops.RelationEvent) and event.relation.name == PEERS:
+                names |= planes
+            for name in sorted(names & expected):
+                health.observe(name, kube.get("v1", "Node", name))
+            health.keep_only(expected)
+        health.save(bag)
+
+    def _control_plane_nodes(self, peers: ops.Relation) -> set[str]:
+        """Node names of the joined control-plane units, this one's included once joined."""
+        names = {
+            peers.data[u]["node-name"]
+            for u in peers.units
+            if peers.data[u].get("joined") == "true" and peers.data[u].get("node-name")
+        }
+        if self._joined():
+            names.add(kubeadm.node_name(self.host))
+        return names
 
     def _update_registry(self, event: ops.RelationEvent, known: registry.Registry) -> None:
         """Apply one workers relation event to the registry, reading one databag at most."""
@@ -942,27 +1003,30 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             rolling.pending(known.versions(), version)
         )
 
-    def _on_collect_status(self, event: ops.CollectStatusEvent) -> None:
-        if self._stored.left_cluster:
-            event.add_status(ops.MaintenanceStatus("left the cluster; this unit is being removed"))
-            return
-        if self._problem is not None:
-            event.add_status(self._problem)
-            return
+    def _ready_status(self) -> ops.StatusBase:
+        """`Ready: v1.36, 3 control-plane, 5 workers (2 with 8 GPUs: ...)`, from what the API said.
+
+        Nodes count once the API reported them Ready (see `_observe_nodes`); GPUs count on
+        Ready workers; not Ready and unregistered nodes are named after the counts.
+        """
         peers = self._peers
         if peers is None or not self._joined():
-            event.add_status(ops.WaitingStatus("waiting to join the cluster"))
-            return
+            return ops.WaitingStatus("waiting to join the cluster")
         bag = peers.data[self.app]
         version = bag.get("cluster-version", "?")
-        planes = 1 + sum(1 for u in peers.units if peers.data[u].get("joined") == "true")
+        health = cluster_info.NodeHealth.load(bag)
+        if health is None:
+            return ops.ActiveStatus(f"Ready: v{version}; node readiness not checked yet")
         known = registry.Registry.load(bag)
-        message = f"Ready: v{version}, {planes} control-plane, {len(known.workers)} workers"
-        gpu_workers = known.gpu_workers
+        planes = len(health.ready(self._control_plane_nodes(peers)))
+        workers = [w for w in known.workers.values() if health.ready([w.node])]
+        message = f"Ready: v{version}, {planes} control-plane, {len(workers)} workers"
+        gpu_workers = [w for w in workers if w.gpus]
         if gpu_workers:
             models = cluster_info.gpu_totals([w.models for w in gpu_workers])
             total = sum(w.gpus for w in gpu_workers)
             message += f" ({len(gpu_workers)} with {total} GPUs{': ' + models if models else ''})"
+        message += health.problems()
         behind = self._nodes_behind(peers, version, known)
         if behind:
             message += f"; upgrading to v{version}: {behind} node(s) to go"
@@ -973,7 +1037,21 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         if skipped:
             message += f"; ignoring {len(skipped)} worker(s) with invalid data: {skipped[0]}"
         message += "".join(f"; {note}" for note in self._notes)
-        event.add_status(ops.ActiveStatus(message))
+        return ops.ActiveStatus(message)
+
+    def _on_collect_status(self, event: ops.CollectStatusEvent) -> None:
+        """Report what the last reconcile found, in every hook (actions included).
+
+        Hooks that do not reconcile (actions, secret-remove) must not replace a Blocked
+        status with a fresh Ready one, so the status is computed at the end of each
+        reconcile and kept in StoredState.
+        """
+        if self._stored.left_cluster:
+            event.add_status(ops.MaintenanceStatus("left the cluster; this unit is being removed"))
+        elif self._stored.status:
+            event.add_status(ops.StatusBase.from_name(*self._stored.status))
+        else:
+            event.add_status(ops.WaitingStatus("waiting to join the cluster"))
 
     # -- actions ------------------------------------------------------------------------
 
@@ -1033,6 +1111,16 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
                 "nodes": json.dumps([n.as_dict() for n in nodes], sort_keys=True),
             }
         )
+
+
+# Events after which the leader lists every Node to see which are Ready.
+_FULL_NODE_CHECK = (
+    ops.UpdateStatusEvent,
+    ops.LeaderElectedEvent,
+    ops.UpgradeCharmEvent,
+    ops.InstallEvent,
+    ops.ConfigChangedEvent,
+)
 
 
 def _fingerprint(data: Any, *extra: str) -> str:

@@ -6,7 +6,9 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+import json
+from collections.abc import Iterable, Mapping, MutableMapping
+from typing import Any, ClassVar
 
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -112,3 +114,74 @@ def removable(node: dict, pods: list[dict]) -> tuple[bool, str]:
     if busy:
         return False, f"{len(busy)} pods still running"
     return True, "node is drained"
+
+
+@dataclasses.dataclass
+class NodeHealth:
+    """Which of the Nodes the charms expect the API reports not Ready, or does not have.
+
+    Kept in the peer application databag (`node-health`) by the leader: refreshed from one
+    list of every Node on update-status (and when leadership moves or the charm is
+    upgraded), and for a single Node when a worker or control-plane unit publishes a new
+    node name. Every unit reads it for its status line, so actions and other hooks that
+    reconcile nothing still show what the API said last.
+    """
+
+    not_ready: set[str] = dataclasses.field(default_factory=set)
+    missing: set[str] = dataclasses.field(default_factory=set)
+
+    KEY: ClassVar[str] = "node-health"
+
+    @classmethod
+    def load(cls, bag: Mapping[str, str]) -> NodeHealth | None:
+        """The health stored in `bag`, or None when the API was never asked."""
+        raw = bag.get(cls.KEY)
+        if raw is None:
+            return None
+        data = json.loads(raw)
+        return cls(set(data.get("not-ready", [])), set(data.get("missing", [])))
+
+    def save(self, bag: MutableMapping[str, str]) -> None:
+        """Store in `bag` when it changed."""
+        text = json.dumps(
+            {"missing": sorted(self.missing), "not-ready": sorted(self.not_ready)}, sort_keys=True
+        )
+        if bag.get(self.KEY) != text:
+            bag[self.KEY] = text
+
+    @classmethod
+    def from_nodes(cls, expected: Iterable[str], nodes: Iterable[dict]) -> NodeHealth:
+        """Health of the `expected` node names from a list of every Node."""
+        by_name = {(n.get("metadata") or {}).get("name"): n for n in nodes}
+        health = cls()
+        for name in expected:
+            health.observe(name, by_name.get(name))
+        return health
+
+    def observe(self, name: str, node: dict | None) -> None:
+        """Record what the API returned for one Node (None: it has no such Node)."""
+        self.not_ready.discard(name)
+        self.missing.discard(name)
+        if node is None:
+            self.missing.add(name)
+        elif not is_ready(node):
+            self.not_ready.add(name)
+
+    def keep_only(self, expected: set[str]) -> None:
+        """Forget nodes the charms no longer expect (departed units)."""
+        self.not_ready &= expected
+        self.missing &= expected
+
+    def ready(self, names: Iterable[str]) -> list[str]:
+        """Those of `names` the API reported Ready."""
+        return [n for n in names if n not in self.not_ready and n not in self.missing]
+
+    def problems(self, limit: int = 3) -> str:
+        """`; not Ready: a, b; not registered: c` for the status line (empty when healthy)."""
+        out = ""
+        for label, names in (("not Ready", self.not_ready), ("not registered", self.missing)):
+            if names:
+                shown = sorted(names)[:limit]
+                more = f" and {len(names) - limit} more" if len(names) > limit else ""
+                out += f"; {label}: {', '.join(shown)}{more}"
+        return out

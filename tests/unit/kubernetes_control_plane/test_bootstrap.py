@@ -15,6 +15,7 @@ from fakes.control_plane import (
     CA_PEM,
     PEER_LABEL,
     leader_member_state,
+    member,
     peer,
     peers,
     secret,
@@ -177,7 +178,7 @@ def test_non_leader_waits_when_uploaded_certs_are_stale(ctx, machine, clock):
     assert peer(out).local_unit_data["joined"] == "false"
 
 
-def test_leader_reuploads_certs_for_a_joining_unit_after_an_hour(ctx, machine, clock):
+def test_leader_reuploads_certs_for_a_joining_unit_after_an_hour(ctx, machine, clock, api):
     out = ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
     key = secret(out, PEER_LABEL).latest_content["certificate-key"]
     rel = dataclasses.replace(peer(out), peers_data={1: {"joined": "false"}})
@@ -193,7 +194,7 @@ def test_leader_reuploads_certs_for_a_joining_unit_after_an_hour(ctx, machine, c
     assert uploaded == clock.now
 
     # once every unit has joined, no more uploads
-    rel = dataclasses.replace(peer(out), peers_data={1: {"joined": "true"}})
+    rel = dataclasses.replace(peer(out), peers_data={1: member(api, 1)})
     clock.advance(hours=3)
     out = ctx.run(ctx.on.update_status(), dataclasses.replace(out, relations=[rel]))
     assert machine.uploads == [key]

@@ -163,3 +163,59 @@ def test_cluster_info_fails_cleanly_on_api_errors(ctx, machine, api):
 def test_cluster_info_fails_before_joining(ctx, machine):
     with pytest.raises(testing.ActionFailed, match="has not joined"):
         ctx.run(ctx.on.action("cluster-info"), testing.State(relations=[peers()]))
+
+
+@pytest.mark.parametrize(
+    "hook",
+    [
+        lambda ctx, out: ctx.on.action("cluster-info"),
+        lambda ctx, out: ctx.on.action("get-kubeconfig"),
+        lambda ctx, out: ctx.on.secret_remove(
+            next(s for s in out.secrets if s.label == "control-plane-join"), revision=1
+        ),
+    ],
+    ids=["cluster-info", "get-kubeconfig", "secret-remove"],
+)
+def test_a_blocked_status_stays_blocked_through_actions_and_secret_hooks(
+    ctx, machine, clock, hook
+):
+    out = ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
+    clock.advance(hours=24)
+    out = ctx.run(ctx.on.update_status(), out)  # token rotated: revision 1 is old now
+    out = ctx.run(ctx.on.update_status(), out)  # and no longer tracked
+    out = ctx.run(
+        ctx.on.config_changed(), dataclasses.replace(out, config={"pod-cidr": "10.1.0.0/16"})
+    )
+    blocked = out.unit_status
+    assert blocked.name == "blocked"
+
+    out = ctx.run(hook(ctx, out), out)
+    assert out.unit_status == blocked
+
+
+def test_an_invalid_config_stays_blocked_through_an_action(ctx, machine):
+    out = ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
+    out = ctx.run(ctx.on.config_changed(), dataclasses.replace(out, config={"join-token-ttl": 1}))
+    out = ctx.run(ctx.on.action("cluster-info"), out)
+    assert out.unit_status == testing.BlockedStatus(
+        "Invalid config: join-token-ttl: must be at least 2 (hours)"
+    )
+
+
+def test_status_counts_the_nodes_the_api_reports_ready(ctx, machine, api):
+    out = ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
+    api.put_object(
+        "/api/v1/nodes/ip-10-0-1-17", node("ip-10-0-1-17", control_plane=True, ready=False)
+    )
+    out = ctx.run(ctx.on.update_status(), out)
+    assert out.unit_status == testing.ActiveStatus(
+        "Ready: v1.36, 0 control-plane, 0 workers; not Ready: ip-10-0-1-17"
+    )
+    # an action in between shows the same status, without asking the API again
+    requests = len(api.requests)
+    out = ctx.run(ctx.on.action("get-kubeconfig"), out)
+    assert out.unit_status.message.endswith("not Ready: ip-10-0-1-17")
+    assert len(api.requests) == requests
+    api.put_object("/api/v1/nodes/ip-10-0-1-17", node("ip-10-0-1-17", control_plane=True))
+    out = ctx.run(ctx.on.update_status(), out)
+    assert out.unit_status == testing.ActiveStatus("Ready: v1.36, 1 control-plane, 0 workers")

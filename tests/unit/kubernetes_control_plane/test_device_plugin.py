@@ -23,14 +23,14 @@ def bootstrapped(ctx, machine):
 
 
 def test_not_deployed_without_gpus(ctx, bootstrapped, api):
-    out = join_workers(ctx, bootstrapped, workers_relation({0: worker_bag("cpu-0")}))
+    out = join_workers(ctx, bootstrapped, workers_relation({0: worker_bag("cpu-0")}), api)
     assert api.get_object(DS) is None
     assert "device-plugin" not in peer(out).local_app_data
 
 
 def test_deployed_on_gpu_nodes_only_once_a_worker_has_gpus(ctx, bootstrapped, api):
     rel = workers_relation({0: worker_bag("cpu-0"), 1: worker_bag("gpu-0", GPUS)})
-    out = join_workers(ctx, bootstrapped, rel)
+    out = join_workers(ctx, bootstrapped, rel, api)
 
     ds = api.get_object(DS)
     spec = ds["spec"]["template"]["spec"]
@@ -49,7 +49,7 @@ def test_deployed_on_gpu_nodes_only_once_a_worker_has_gpus(ctx, bootstrapped, ap
 
 
 def test_time_slicing_and_mig_config_roll_the_pods(ctx, bootstrapped, api):
-    out = join_workers(ctx, bootstrapped, workers_relation({0: worker_bag("gpu-0", GPUS)}))
+    out = join_workers(ctx, bootstrapped, workers_relation({0: worker_bag("gpu-0", GPUS)}), api)
     before = api.get_object(DS)["spec"]["template"]["metadata"]["annotations"]
 
     config = {"gpu-time-slicing-replicas": 4, "mig-strategy": "single"}
@@ -88,7 +88,7 @@ RC = "/apis/node.k8s.io/v1/runtimeclasses/nvidia"
 
 
 def test_runtime_class_comes_with_the_device_plugin(ctx, bootstrapped, api):
-    join_workers(ctx, bootstrapped, workers_relation({0: worker_bag("gpu-0", GPUS)}))
+    join_workers(ctx, bootstrapped, workers_relation({0: worker_bag("gpu-0", GPUS)}), api)
     runtime_class = api.get_object(RC)
     assert runtime_class["handler"] == "nvidia"
     assert runtime_class["scheduling"]["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
@@ -99,6 +99,7 @@ def test_removed_when_the_last_gpu_worker_is_gone(ctx, bootstrapped, api):
         ctx,
         bootstrapped,
         workers_relation({0: worker_bag("cpu-0"), 1: worker_bag("gpu-0", GPUS)}),
+        api,
     )
     assert api.get_object(DS) is not None
     relation = next(r for r in out.relations if r.endpoint == "workers")

@@ -11,6 +11,7 @@ from fakes.control_plane import (
     JOIN_LABEL,
     kube_api_relation,
     leader_member_state,
+    node,
     peer,
     peers,
     worker_bag,
@@ -67,8 +68,10 @@ def snapshot(out: testing.State, api, machine):
 def settled(ctx, machine, api):
     """A bootstrapped leader with a joined peer, workers and a kube-api consumer."""
     out = ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
+    for name in ("cp-1", "w0", "w1"):
+        api.put_object(f"/api/v1/nodes/{name}", node(name, control_plane=name == "cp-1"))
     rels = [
-        dataclasses.replace(peer(out), peers_data={1: {"joined": "true"}}),
+        dataclasses.replace(peer(out), peers_data={1: {"joined": "true", "node-name": "cp-1"}}),
         workers_relation({0: worker_bag("w0"), 1: worker_bag("w1", GPUS)}),
         kube_api_relation("tensorflow", "training", JOBS),
     ]
@@ -89,7 +92,14 @@ def test_leader_event_twice_is_idempotent(ctx, machine, api, settled, name):
     out2 = ctx.run(event_for(ctx, name, out1), out1)
 
     assert snapshot(out2, api, machine) == first
-    assert api.requests[requests:] == []
+    # nothing is written again; the only read is the one list of Nodes that the rare
+    # events make to see which nodes are Ready (update-status, a new leader, ...)
+    again = api.requests[requests:]
+    assert [r for r in again if r[0] != "GET" or not r[1].startswith("/api/v1/nodes")] == []
+    if name == "peers_changed":  # the control-plane Nodes, one GET each
+        assert sorted(r[1] for r in again) == ["/api/v1/nodes/cp-1", "/api/v1/nodes/ip-10-0-1-17"]
+    else:
+        assert again in ([], [("GET", "/api/v1/nodes")])
     assert out2.unit_status.name == "active"
     # no duplicate objects: one ServiceAccount per consumer, one Role each
     sas = [

@@ -10,6 +10,7 @@ from ops import testing
 from charms.gpu_k8s.v0 import kubeadm
 from fakes.control_plane import (
     join_workers,
+    member,
     peer,
     peers,
     secret,
@@ -206,8 +207,8 @@ def test_skipping_a_minor_or_going_back_is_refused(ctx, machine, api):
 
 def test_members_then_workers_get_the_turn_one_at_a_time(ctx, machine, api):
     members = {
-        1: {"joined": "true", "api-server": "10.0.0.6:6443", "kubernetes-version": "1.36"},
-        2: {"joined": "true", "api-server": "10.0.0.7:6443", "kubernetes-version": "1.36"},
+        1: member(api, 1, **{"kubernetes-version": "1.36"}),
+        2: member(api, 2, **{"kubernetes-version": "1.36"}),
     }
     out = bootstrapped(ctx, members)
     rel = workers_relation(
@@ -217,7 +218,7 @@ def test_members_then_workers_get_the_turn_one_at_a_time(ctx, machine, api):
             2: worker_bag("w2"),  # has not said: not joined yet, installs what is published
         }
     )
-    out = join_workers(ctx, out, rel)
+    out = join_workers(ctx, out, rel, api)
     out = ctx.run(ctx.on.config_changed(), upgrade_to(out, "1.37"))
 
     bag = peer(out).local_app_data
@@ -271,8 +272,9 @@ def test_a_member_upgrades_only_on_its_turn(ctx, machine, api):
         "cluster-version": "1.36",
         "certs-uploaded-at": "2026-11-21T10:00:00+00:00",
         "token-expires": "2026-11-22T10:00:00+00:00",
+        "node-health": json.dumps({"missing": [], "not-ready": []}),
     }
-    leader = {"joined": "true", "api-server": "10.0.0.5:6443", "kubernetes-version": "1.36"}
+    leader = member(api, 0, **{"kubernetes-version": "1.36"})
     state = testing.State(relations=[peers(app, {1: leader})], secrets=[join])
     out = ctx.run(ctx.on.update_status(), state)  # joins at 1.36
     assert peer(out).local_unit_data["kubernetes-version"] == "1.36"
@@ -305,7 +307,7 @@ def test_a_member_upgrades_only_on_its_turn(ctx, machine, api):
 def test_a_new_leader_behind_the_cluster_upgrades_with_upgrade_node(ctx, machine, api):
     out = bootstrapped(ctx)  # this unit runs 1.36 ...
     relation = peer(out)
-    done = {1: {"joined": "true", "api-server": "10.0.0.6:6443", "kubernetes-version": "1.37"}}
+    done = {1: member(api, 1, **{"kubernetes-version": "1.37"})}
     app = {**relation.local_app_data, "cluster-version": "1.37"}  # ... another led the upgrade
     relation = dataclasses.replace(relation, local_app_data=app, peers_data=done)
     state = upgrade_to(dataclasses.replace(out, relations=[relation]), "1.37")

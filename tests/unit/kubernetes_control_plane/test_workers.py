@@ -83,7 +83,7 @@ def test_workers_get_public_data_in_databag_and_token_in_granted_secret(ctx, boo
     assert "secrets" not in json.dumps(role["rules"])
 
 
-def test_status_counts_workers_and_gpus(ctx, bootstrapped):
+def test_status_counts_workers_and_gpus(ctx, bootstrapped, api):
     gpus = [
         {
             "model": "NVIDIA A10G",
@@ -95,6 +95,8 @@ def test_status_counts_workers_and_gpus(ctx, bootstrapped):
         }
     ]
     h100 = [{"model": "NVIDIA H100 80GB HBM3", "count": 8}]
+    for name in ("w0", "w1", "w2", "w3"):
+        api.put_object(f"/api/v1/nodes/{name}", node(name))
     rel = workers_relation(
         {
             0: worker_bag("w0", gpus),
@@ -103,7 +105,7 @@ def test_status_counts_workers_and_gpus(ctx, bootstrapped):
             3: worker_bag("w3", h100),
         }
     )
-    out = join_workers(ctx, bootstrapped, rel)
+    out = join_workers(ctx, bootstrapped, rel, api)
 
     assert out.unit_status == testing.ActiveStatus(
         "Ready: v1.36, 1 control-plane, 4 workers "
@@ -119,7 +121,27 @@ def test_status_counts_workers_and_gpus(ctx, bootstrapped):
     }
 
 
-def test_malformed_worker_databag_is_reported_not_raised(ctx, bootstrapped):
+def test_workers_whose_nodes_are_not_ready_or_not_registered_are_not_counted(
+    ctx, bootstrapped, api
+):
+    api.put_object("/api/v1/nodes/w0", node("w0"))
+    api.put_object("/api/v1/nodes/w1", node("w1", ready=False))
+    rel = workers_relation({0: worker_bag("w0"), 1: worker_bag("w1"), 2: worker_bag("w2")})
+    out = join_workers(ctx, bootstrapped, rel)
+
+    assert out.unit_status == testing.ActiveStatus(
+        "Ready: v1.36, 1 control-plane, 1 workers; not Ready: w1; not registered: w2"
+    )
+    # each worker's own relation-changed looked at its Node only: one GET each
+    gets = [r for r in api.requests if r[0] == "GET" and r[1].startswith("/api/v1/nodes/w")]
+    assert len(gets) == 3
+    api.put_object("/api/v1/nodes/w1", node("w1"))
+    api.put_object("/api/v1/nodes/w2", node("w2"))
+    out = ctx.run(ctx.on.update_status(), out)
+    assert out.unit_status == testing.ActiveStatus("Ready: v1.36, 1 control-plane, 3 workers")
+
+
+def test_malformed_worker_databag_is_reported_not_raised(ctx, bootstrapped, api):
     rel = workers_relation(
         {
             0: worker_bag("w0"),
@@ -127,7 +149,7 @@ def test_malformed_worker_databag_is_reported_not_raised(ctx, bootstrapped):
             2: {"node-name": "w2", "gpu-inventory": "not json"},
         }
     )
-    out = join_workers(ctx, bootstrapped, rel)
+    out = join_workers(ctx, bootstrapped, rel, api)
 
     msg = out.unit_status.message
     assert out.unit_status.name == "active"
@@ -208,7 +230,7 @@ def test_departed_worker_node_deleted_only_after_it_drained(ctx, bootstrapped, a
         },
     )
     rel = workers_relation({0: worker_bag("w0"), 1: worker_bag("w1")})
-    out = join_workers(ctx, bootstrapped, rel)
+    out = join_workers(ctx, bootstrapped, rel, api)
 
     gone = dataclasses.replace(out.get_relation(rel.id), remote_units_data={0: worker_bag("w0")})
     state = dataclasses.replace(out, relations=[peer(out), gone])
@@ -263,7 +285,9 @@ def test_non_leader_does_not_publish(ctx, machine):
     assert out.unit_status == testing.ActiveStatus("Ready: v1.36, 2 control-plane, 1 workers")
 
 
-def test_registry_is_rebuilt_from_all_databags_when_leadership_moves(ctx, bootstrapped):
+def test_registry_is_rebuilt_from_all_databags_when_leadership_moves(ctx, bootstrapped, api):
+    api.put_object("/api/v1/nodes/w0", node("w0"))
+    api.put_object("/api/v1/nodes/w1", node("w1"))
     rel = workers_relation({0: worker_bag("w0"), 1: worker_bag("w1")})
     out = ctx.run(ctx.on.update_status(), with_relation(bootstrapped, rel))
     assert out.unit_status.message == "Ready: v1.36, 1 control-plane, 0 workers"  # no event yet
@@ -271,7 +295,8 @@ def test_registry_is_rebuilt_from_all_databags_when_leadership_moves(ctx, bootst
     assert out.unit_status.message == "Ready: v1.36, 1 control-plane, 2 workers"
 
 
-def test_worker_fixing_its_databag_is_counted(ctx, bootstrapped):
+def test_worker_fixing_its_databag_is_counted(ctx, bootstrapped, api):
+    api.put_object("/api/v1/nodes/w0", node("w0"))
     rel = workers_relation({0: {"node-name": "Bad!"}})
     out = join_workers(ctx, bootstrapped, rel)
     assert "ignoring 1 worker(s)" in out.unit_status.message
@@ -286,7 +311,30 @@ def test_worker_fixing_its_databag_is_counted(ctx, bootstrapped):
 def test_workers_relation_broken_queues_all_its_nodes(ctx, bootstrapped, api):
     api.put_object("/api/v1/nodes/w0", node("w0"))
     rel = workers_relation({0: worker_bag("w0")})
-    out = join_workers(ctx, bootstrapped, rel)
+    out = join_workers(ctx, bootstrapped, rel, api)
     out = ctx.run(ctx.on.relation_broken(out.get_relation(rel.id)), out)
     assert json.loads(peer(out).local_app_data["pending-removal"]) == ["w0"]
     assert json.loads(peer(out).local_app_data["workers"]) == {}
+
+
+def test_secret_expired_removes_the_revision_it_replaced(ctx, bootstrapped, machine, clock):
+    rel = workers_relation({0: worker_bag("w0")})
+    out = ctx.run(ctx.on.relation_changed(rel, remote_unit=0), with_relation(bootstrapped, rel))
+    clock.advance(hours=23, minutes=1)
+    out = ctx.run(ctx.on.secret_expired(secret(out, JOIN_LABEL), revision=1), out)
+    # the hook that rotated wrote revision 2; Juju commits it when the hook ends
+    assert ctx.removed_secret_revisions == []
+    assert secret(out, JOIN_LABEL).latest_content["token"] in machine.live_tokens
+    # Juju fires secret-expired again for revision 1, which is replaced now: it goes
+    tokens = len(machine.tokens)
+    out = ctx.run(ctx.on.secret_expired(secret(out, JOIN_LABEL), revision=1), out)
+    assert ctx.removed_secret_revisions == [1]
+    assert len(machine.tokens) == tokens  # and nothing rotated twice
+
+
+def test_secret_expired_before_the_token_is_due_keeps_the_revision(ctx, bootstrapped):
+    rel = workers_relation({0: worker_bag("w0")})
+    out = ctx.run(ctx.on.relation_changed(rel, remote_unit=0), with_relation(bootstrapped, rel))
+    ctx.run(ctx.on.secret_expired(secret(out, JOIN_LABEL), revision=1), out)
+    # nothing replaced revision 1 (the clock says the token is not due): Juju fires again
+    assert ctx.removed_secret_revisions == []
