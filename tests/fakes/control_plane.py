@@ -76,24 +76,18 @@ class ControlPlaneMachine:
         self.uploads: list[str] = []
         self.machine.on_kubeadm("init", self._init)
         self.machine.on_kubeadm("token", self._token)
-        base_join = self.machine._kubeadm["join"]
-
-        def join(argv: list[str], input: str | None) -> str:
-            config = yaml.safe_load(
-                self.machine.path(argv[argv.index("--config") + 1]).read_text()
-            )
-            out = base_join(argv, input)
-            if "controlPlane" in config:
-                self.machine.write(
-                    "/etc/kubernetes/admin.conf", api.kubeconfig(ADMIN_TOKEN), 0o600
-                )
-                self.machine.write("/etc/kubernetes/pki/ca.crt", CA_PEM)
-            return out
-
-        self.machine.on_kubeadm("join", join)
+        self.machine.admin_conf = api.kubeconfig(ADMIN_TOKEN)
+        self.machine.ca_pem = CA_PEM
 
     def __getattr__(self, name: str):
         return getattr(self.machine, name)
+
+    def __setattr__(self, name: str, value) -> None:
+        inner = self.__dict__.get("machine")
+        if inner is not None and name in vars(inner):  # join_error, ...: the machine's
+            setattr(inner, name, value)
+        else:
+            object.__setattr__(self, name, value)
 
     def _init(self, argv: list[str], _input: str | None) -> str:
         if argv[2:3] == ["phase"]:

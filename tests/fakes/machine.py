@@ -39,6 +39,9 @@ ARMORED_KEY = (
 )
 # Programs that only exist once their package is installed.
 PROGRAM_PACKAGES = {"kubeadm": "kubeadm", "kubectl": "kubectl", "kubelet": "kubelet"}
+# The phases of `kubeadm join` in their order (kubernetes/kubernetes cmd/kubeadm/app/cmd/
+# join.go NewJoinCmd: AddPhase calls); control-plane-* run only for --control-plane joins.
+JOIN_PHASES = ("preflight", "control-plane-prepare", "kubelet-start", "control-plane-join")
 # Commands that only read state (everything else counts as a mutation).
 READ_ONLY = (
     "dpkg-query",
@@ -91,7 +94,13 @@ class FakeMachine:
         self.sysctl: dict[str, str] = {}
         self.joins: list[dict] = []
         self.upgrades: list[tuple[str, str]] = []  # (apply|node, kubeadm version it ran)
+        # `kubeadm join` fails with this message in phase `join_fails_in`, after the
+        # phases before it wrote their files (see `_kubeadm_join`).
         self.join_error: str | None = None
+        self.join_fails_in = "preflight"
+        self.ca_pem = "-----BEGIN CERTIFICATE-----\nfake\n"
+        self.admin_conf = "apiVersion: v1\nkind: Config\n# cluster-admin\n"
+        self.on_etcd_join: Handler | None = None  # a control plane's etcd member add
         self.kubelet_enabled_on_install = True
         self._kubeadm: dict[str, Handler] = {
             "join": self._kubeadm_join,
@@ -396,6 +405,15 @@ class FakeMachine:
         return f"v{self.dpkg['kubeadm'].split('-')[0]}\n"
 
     def _kubeadm_join(self, argv: list[str], _input: str | None) -> str:
+        """`kubeadm join --config FILE`, phase by phase, each writing what the real one does.
+
+        kubeadm (cmd/kubeadm/app/cmd/join.go) runs preflight, control-plane-prepare
+        (control planes: certificates, then admin.conf and the other kubeconfigs, then the
+        static pod manifests), kubelet-start (bootstrap-kubelet.conf, kubelet.conf after
+        the TLS bootstrap) and control-plane-join (control planes: the etcd member and its
+        manifest). A failure in one phase leaves the files of the phases before it, which
+        is what the charms must clean up before they try again.
+        """
         config_path = Path(argv[argv.index("--config") + 1])
         real = self.path(str(config_path))
         if not real.exists():
@@ -406,11 +424,30 @@ class FakeMachine:
         if config.get("kind") != "JoinConfiguration":
             raise _fail(argv, 1, "no JoinConfiguration kind was found in the YAML file")
         self.joins.append(config)
-        if self.join_error:
-            raise _fail(argv, 1, f"error execution phase preflight: {self.join_error}")
-        self.write("/etc/kubernetes/pki/ca.crt", "-----BEGIN CERTIFICATE-----\nfake\n")
-        self.write(kubeadm.KUBELET_CONF, "apiVersion: v1\nkind: Config\n# kubelet client cert\n")
+        control_plane = "controlPlane" in config
+        for phase in JOIN_PHASES:
+            if phase.startswith("control-plane") and not control_plane:
+                continue
+            if self.join_error and phase == self.join_fails_in:
+                raise _fail(argv, 1, f"error execution phase {phase}: {self.join_error}")
+            self._join_phase(phase, argv, config)
         return "This node has joined the cluster\n"
+
+    def _join_phase(self, phase: str, argv: list[str], config: dict) -> None:
+        if phase == "control-plane-prepare":
+            self.write("/etc/kubernetes/pki/ca.crt", self.ca_pem)
+            self.write("/etc/kubernetes/pki/apiserver.crt", "-----BEGIN CERTIFICATE-----\n")
+            for name in ("admin.conf", "controller-manager.conf", "scheduler.conf"):
+                self.write(f"/etc/kubernetes/{name}", self.admin_conf, 0o600)
+            for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler"):
+                self.write(f"/etc/kubernetes/manifests/{name}.yaml", f"# {name}\n")
+        elif phase == "kubelet-start":
+            self.write("/etc/kubernetes/pki/ca.crt", self.ca_pem)
+            self.write(kubeadm.KUBELET_CONF, "apiVersion: v1\nkind: Config\n# kubelet client\n")
+        elif phase == "control-plane-join":
+            if self.on_etcd_join is not None:
+                self.on_etcd_join(argv, yaml.safe_dump(config))
+            self.write("/etc/kubernetes/manifests/etcd.yaml", "# etcd\n")
 
     def _kubeadm_upgrade(self, argv: list[str], _input: str | None) -> str:
         verb = argv[2] if len(argv) > 2 else ""

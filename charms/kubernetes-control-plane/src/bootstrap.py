@@ -22,7 +22,9 @@ from literals import (
     ADMISSION_PLUGINS,
     API_PORT,
     CA_CERT,
+    ETCD_MANIFEST,
     INIT_CONFIG,
+    JOINED_MARKER,
     KUBEADM,
 )
 
@@ -116,8 +118,29 @@ def render_init_config(spec: InitSpec, *, token: str, ttl_hours: int, certificat
 
 
 def is_bootstrapped(host: Host) -> bool:
-    """Whether this machine already runs a control plane (kubeadm wrote admin.conf)."""
-    return host.path(ADMIN_CONF).exists()
+    """Whether this machine is a control-plane member: `kubeadm init` or `join` exited 0.
+
+    A unit set up by a charm revision without the marker counts when kubeadm got as far
+    as the etcd member (its static pod manifest is written in the last join phase); the
+    marker is written for it then.
+    """
+    if host.path(JOINED_MARKER).exists():
+        return True
+    if host.path(ADMIN_CONF).exists() and host.path(ETCD_MANIFEST).exists():
+        logger.info("a control plane set up by an earlier charm revision: marking it joined")
+        mark_joined(host, "found")
+        return True
+    return False
+
+
+def mark_joined(host: Host, how: str) -> None:
+    """Record that kubeadm made this machine a control-plane member (`how`: init, join)."""
+    host.write(JOINED_MARKER, f"{how}\n")
+
+
+def forget_joined(host: Host) -> None:
+    """This machine left the control plane (after `kubeadm reset`)."""
+    host.path(JOINED_MARKER).unlink(missing_ok=True)
 
 
 def init(host: Host, config: str) -> None:
@@ -148,6 +171,7 @@ def init(host: Host, config: str) -> None:
         raise BootstrapError(f"kubeadm init failed: {e.last_line}") from None
     finally:
         host.path(INIT_CONFIG).unlink(missing_ok=True)
+    mark_joined(host, "init")
 
 
 def create_token(host: Host, ttl_hours: int) -> str:

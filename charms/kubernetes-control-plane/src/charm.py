@@ -330,6 +330,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         try:
             registered = self._drain(kube, node, "stop with it")
             kubeadm.reset(self.host)
+            bootstrap.forget_joined(self.host)
             if registered:
                 kube.delete_node(node)
         finally:
@@ -991,6 +992,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             )
         except kubeadm.KubeadmError as e:
             raise StatusError(ops.WaitingStatus(f"{e}; retrying on the next event")) from None
+        bootstrap.mark_joined(self.host, "join")
         self._mark_member(peers)
         logger.info("joined the control plane")
 

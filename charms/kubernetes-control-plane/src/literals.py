@@ -3,6 +3,8 @@
 
 """Constants of the kubernetes-control-plane charm: paths, names, pinned versions."""
 
+from charms.gpu_k8s.v0.kubeadm import ADMIN_CONF  # noqa: F401  (one name for one path)
+
 APP_NAME = "kubernetes-control-plane"
 FIELD_MANAGER = "kubernetes-control-plane"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
@@ -14,10 +16,13 @@ KUBE_API = "kube-api"
 
 API_PORT = 6443
 KUBEADM = "/usr/bin/kubeadm"
-ADMIN_CONF = "/etc/kubernetes/admin.conf"
 CA_CERT = "/etc/kubernetes/pki/ca.crt"
 INIT_CONFIG = "/etc/kubernetes/gpu-k8s/kubeadm-init.yaml"
 INSTALL_MARKER = "/var/lib/kubernetes-control-plane/installed.json"
+# Written once `kubeadm init` or `kubeadm join --control-plane` exited 0: this node is a
+# control-plane member (admin.conf alone says nothing: kubeadm join writes it first).
+JOINED_MARKER = "/var/lib/kubernetes-control-plane/joined"
+ETCD_MANIFEST = "/etc/kubernetes/manifests/etcd.yaml"
 
 # Pinned CNI: flannel release shipped in files/kube-flannel.yml.
 FLANNEL_VERSION = "v0.27.4"

@@ -293,3 +293,38 @@ def test_another_unit_departing_does_not_reset_this_one(machine):
         "192.0.2.0:6443",
         "10.0.0.7:6443",
     ]
+
+
+def test_a_join_that_fails_after_writing_admin_conf_is_reset_and_retried(ctx, machine):
+    # kubeadm writes admin.conf in control-plane-prepare, long before the etcd member join
+    machine.join_error = "etcdserver: can only promote a learner member which is in sync"
+    machine.join_fails_in = "control-plane-join"
+    state = leader_member_state(leader=False)
+    out = ctx.run(ctx.on.relation_changed(peer(state), remote_unit=1), state)
+
+    assert out.unit_status == testing.WaitingStatus(
+        "kubeadm join failed: error execution phase control-plane-join: etcdserver: can only "
+        "promote a learner member which is in sync; retrying on the next event"
+    )
+    assert peer(out).local_unit_data.get("joined") != "true"
+    assert "api-server" not in peer(out).local_unit_data
+    # the half-joined node is reset at once, so nothing of it looks joined
+    assert machine.lines("kubeadm")[-1].startswith("/usr/bin/kubeadm reset --force")
+    assert not machine.path("/etc/kubernetes/admin.conf").exists()
+
+    machine.join_error = None
+    out = ctx.run(ctx.on.update_status(), out)
+    assert len(machine.joins) == 2
+    assert peer(out).local_unit_data["joined"] == "true"
+    assert out.unit_status.name == "active"
+
+
+def test_a_unit_of_an_older_charm_with_a_complete_join_counts_as_joined(ctx, machine):
+    """Units joined before the join marker existed: admin.conf plus etcd's manifest."""
+    machine.write("/etc/kubernetes/admin.conf", machine.admin_conf, 0o600)
+    machine.write("/etc/kubernetes/manifests/etcd.yaml", "# etcd\n")
+    machine.write("/etc/kubernetes/kubelet.conf", "apiVersion: v1\nkind: Config\n")
+    state = leader_member_state(leader=False)
+    out = ctx.run(ctx.on.upgrade_charm(), state)
+    assert machine.joins == []
+    assert peer(out).local_unit_data["joined"] == "true"

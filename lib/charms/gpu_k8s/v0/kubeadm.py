@@ -24,7 +24,7 @@ from charms.gpu_k8s.v0.system import CommandError, Host
 
 LIBID = "f766a8bf76ef4d8f9f47cf1d41d1f95c"
 LIBAPI = 0
-LIBPATCH = 6
+LIBPATCH = 7
 
 _DEB_VERSION = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+-[0-9]+\.[0-9]+$")
 
@@ -113,10 +113,14 @@ KUBELET_CONF = "/etc/kubernetes/kubelet.conf"
 JOIN_CONFIG = "/run/gpu-k8s/kubeadm-join.yaml"
 CNI_CONFIG_DIR = "/etc/cni/net.d"
 CRI_SOCKET = "unix:///run/containerd/containerd.sock"
-# Files a failed `kubeadm join` may leave behind; their presence blocks a retry.
+ADMIN_CONF = "/etc/kubernetes/admin.conf"
+# Files a failed `kubeadm join` may leave behind; their presence blocks a retry. A
+# control-plane join writes pki/ and admin.conf in its control-plane-prepare phase, before
+# kubelet-start and the etcd member join (cmd/kubeadm/app/cmd/join.go).
 _PARTIAL_JOIN = (
     "/etc/kubernetes/bootstrap-kubelet.conf",
     "/etc/kubernetes/pki/ca.crt",
+    ADMIN_CONF,
     KUBELET_CONF,
 )
 
@@ -349,8 +353,10 @@ def join(
 ) -> bool:
     """Join the cluster unless already joined; return True when it joined now.
 
-    Leftovers of an earlier failed join are reset first. The config file holding the
-    token is removed whether kubeadm succeeds or not.
+    Leftovers of an earlier failed join are reset first. A control-plane join that fails
+    is reset at once: it may have failed after writing admin.conf and the static pod
+    manifests, or after adding its etcd member, and none of that may look joined. The
+    config file holding the token is removed whether kubeadm succeeds or not.
 
     Raises:
         KubeadmError: kubeadm failed (message without any secret).
@@ -370,6 +376,12 @@ def join(
     try:
         host.run(KUBEADM, "join", "--config", JOIN_CONFIG, timeout=600)
     except CommandError as e:
+        host.path(JOIN_CONFIG).unlink(missing_ok=True)
+        if control_plane:
+            try:
+                reset(host)
+            except KubeadmError:  # the next attempt resets first (see _PARTIAL_JOIN)
+                pass
         raise KubeadmError(f"kubeadm join failed: {_scrub(e.stderr, material)}") from None
     finally:
         host.path(JOIN_CONFIG).unlink(missing_ok=True)
