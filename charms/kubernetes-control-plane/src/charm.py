@@ -738,11 +738,15 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         )
         kubeconfig = self._worker_kubeconfig(bag)
         endpoint = f"https://{bag['endpoint']}"
+        version = bag["cluster-version"]
+        if not control_plane_done:  # mid-upgrade: no kubelet newer than any API server
+            mine = self._installed().get("kubernetes")
+            version = rolling.lowest(self._member_versions(peers, mine, None), version)
         self.workers.publish(
             endpoint,
             self._api_servers(peers),
             bag["ca-cert-hash"],
-            bag["cluster-version"],
+            version,
             token,
             kubeconfig,
             expire=expire,

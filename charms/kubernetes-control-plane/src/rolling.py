@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping, Sequence
 
+from charms.gpu_k8s.v0.kubeadm import minor_key
+
 
 def _unit_key(name: str) -> tuple[str, int]:
     app, _, number = name.rpartition("/")
@@ -60,3 +62,14 @@ def member_versions(
     }
     versions[me] = mine
     return versions
+
+
+def lowest(versions: Mapping[str, str | None], fallback: str) -> str:
+    """The lowest known minor among `versions` ("1.36" below "1.37"), or `fallback`.
+
+    What workers may install while control-plane units run different minors: kubelet
+    must not be newer than any kube-apiserver it may reach (Kubernetes version skew
+    policy), and a worker's API proxy reaches all of them.
+    """
+    known = [v for v in versions.values() if v]
+    return min(known, key=minor_key) if known else fallback

@@ -13,3 +13,9 @@ def test_the_turn_stays_with_its_holder_until_it_is_done_or_gone():
     assert rolling.turn(["w/2", "w/10"], "w/10") == "w/10"
     assert rolling.turn(["w/10"], "w/2") == "w/10"
     assert rolling.turn([], "w/2") is None
+
+
+def test_workers_get_the_lowest_control_plane_minor_while_they_differ():
+    assert rolling.lowest({"cp/0": "1.37", "cp/1": "1.36", "cp/2": None}, "1.37") == "1.36"
+    assert rolling.lowest({"cp/0": "1.10", "cp/1": "1.9"}, "1.10") == "1.9"
+    assert rolling.lowest({"cp/0": None}, "1.37") == "1.37"

@@ -225,7 +225,9 @@ def test_members_then_workers_get_the_turn_one_at_a_time(ctx, machine, api):
     assert bag["cluster-version"] == "1.37"
     assert bag["upgrade-turn"] == "kubernetes-control-plane/1"
     published = out.get_relation(rel.id).local_app_data
-    assert published["kubernetes-version"] == "1.37"
+    # kubelet must not be newer than any API server it may reach (version skew policy):
+    # until every control plane runs 1.37, a worker joining now installs 1.36
+    assert published["kubernetes-version"] == "1.36"
     assert "upgrade-turn" not in published  # workers wait for the whole control plane
     assert out.unit_status == testing.ActiveStatus(
         "Ready: v1.37, 3 control-plane, 3 workers; upgrading to v1.37: 4 node(s) to go"
@@ -242,10 +244,12 @@ def test_members_then_workers_get_the_turn_one_at_a_time(ctx, machine, api):
     out = member_reports(out, 1)
     assert peer(out).local_app_data["upgrade-turn"] == "kubernetes-control-plane/2"
     assert "upgrade-turn" not in out.get_relation(rel.id).local_app_data
+    assert out.get_relation(rel.id).local_app_data["kubernetes-version"] == "1.36"
 
     out = member_reports(out, 2)
     assert "upgrade-turn" not in peer(out).local_app_data
     assert out.get_relation(rel.id).local_app_data["upgrade-turn"] == "kubernetes-worker/0"
+    assert out.get_relation(rel.id).local_app_data["kubernetes-version"] == "1.37"
 
     workers = out.get_relation(rel.id)
     done = dict(workers.remote_units_data)
