@@ -39,6 +39,9 @@ from literals import (
     FLANNEL_VERSION,
     INSTALL_MARKER,
     KUBE_API,
+    MEMBER_REUPLOAD_AFTER_SECONDS,
+    MEMBER_TOKEN_LABEL,
+    MEMBER_TOKEN_MARGIN_MINUTES,
     PEER_SECRET_LABEL,
     PEERS,
     POD_CIDR_PLACEHOLDER,
@@ -958,23 +961,26 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             if running and mine != running and bag.get("upgrade-turn") == self.unit.name:
                 self._upgrade_node(config, running, first=False)
             self._mark_member(peers)
+            self._help_joining_units(config, peers)
             return
         if not bag.get("join-secret-id") or not bag.get("endpoint"):
             raise StatusError(ops.WaitingStatus("waiting for the leader to bootstrap the cluster"))
-        uploaded = _parse_time(bag.get("certs-uploaded-at"))
+        uploaded = self._newest(peers, "certs-uploaded-at")
         fresh = datetime.timedelta(seconds=CERTS_VALID_SECONDS - 600)
-        if uploaded is None or type(self).clock() - uploaded > fresh:
+        if uploaded is None or type(self).clock() - uploaded[0] > fresh:
             if peers.data[self.unit].get("joined") != "false":
-                peers.data[self.unit]["joined"] = "false"  # tells the leader to re-upload
+                peers.data[self.unit]["joined"] = "false"  # asks for a re-upload
             raise StatusError(
-                ops.WaitingStatus("waiting for the leader to re-upload control-plane certificates")
+                ops.WaitingStatus(
+                    "waiting for a joined unit to re-upload control-plane certificates"
+                )
             )
         try:
             content = self.model.get_secret(id=bag["join-secret-id"]).get_content(refresh=True)
             material = kubeadm.JoinMaterial(
                 endpoint=bag["endpoint"],
                 ca_cert_hash=bag.get("ca-cert-hash", ""),
-                token=content.get("token", ""),
+                token=self._join_token(peers, content.get("token", "")),
                 certificate_key=content.get("certificate-key", ""),
             )
         except (ops.SecretNotFoundError, ops.ModelError):
@@ -999,6 +1005,79 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         bootstrap.mark_joined(self.host, "join")
         self._mark_member(peers)
         logger.info("joined the control plane")
+
+    def _newest(
+        self, peers: ops.Relation, key: str
+    ) -> tuple[datetime.datetime, ops.Unit | None] | None:
+        """The latest time under `key` in the app databag (unit None) or a unit's databag."""
+        found = [(_parse_time(peers.data[self.app].get(key)), None)]
+        found += [(_parse_time(peers.data[u].get(key)), u) for u in {self.unit, *peers.units}]
+        known = [(when, unit) for when, unit in found if when is not None]
+        return max(known, key=lambda item: item[0]) if known else None
+
+    def _join_token(self, peers: ops.Relation, leader_token: str) -> str:
+        """The leader's bootstrap token while it is valid, else the newest a member minted."""
+        newest = self._newest(peers, "token-expires")
+        if newest is None or newest[1] is None:
+            return leader_token
+        secret_id = peers.data[newest[1]].get("join-token-secret-id", "")
+        return self.model.get_secret(id=secret_id).get_content(refresh=True).get("token", "")
+
+    def _help_joining_units(self, config: Config, peers: ops.Relation) -> None:
+        """Re-upload certificates and mint a token for joining units the leader lets down.
+
+        Only the leader uploads certificates and rotates the token, and only once it has
+        joined itself. A leader that has not (leadership moved to a unit still joining)
+        would wait for itself for ever, so the joined unit with the lowest number steps in
+        when units wait and the leader let the upload or the token lapse. What it does
+        goes to its own unit databag: the upload time, and the ID of a unit secret holding
+        the token, granted to the peers.
+        """
+        waiting = [u for u in peers.units if peers.data[u].get("joined") != "true"]
+        number = int(self.unit.name.rsplit("/", 1)[1])
+        lower = [
+            u
+            for u in peers.units
+            if peers.data[u].get("joined") == "true" and int(u.name.rsplit("/", 1)[1]) < number
+        ]
+        if not waiting or lower:
+            return
+        now = type(self).clock()
+        mine = peers.data[self.unit]
+        uploaded = self._newest(peers, "certs-uploaded-at")
+        try:
+            if (
+                uploaded is None
+                or (now - uploaded[0]).total_seconds() >= MEMBER_REUPLOAD_AFTER_SECONDS
+            ):
+                key = self._join_secret().get_content(refresh=True)["certificate-key"]
+                bootstrap.upload_certs(self.host, key)
+                mine["certs-uploaded-at"] = now.isoformat()
+                logger.info("re-uploaded control-plane certificates in the leader's stead")
+            expires = self._newest(peers, "token-expires")
+            margin = datetime.timedelta(minutes=MEMBER_TOKEN_MARGIN_MINUTES)
+            if expires is None or now >= expires[0] - margin:
+                token = bootstrap.create_token(self.host, config.join_token_ttl)
+                secret = self._store_member_token(token, peers)
+                mine["join-token-secret-id"] = secret.id or secret.get_info().id
+                mine["token-expires"] = bootstrap.token_expiry(
+                    now, config.join_token_ttl
+                ).isoformat()
+                logger.info("minted a bootstrap token for joining units in the leader's stead")
+        except bootstrap.BootstrapError as e:
+            raise StatusError(ops.WaitingStatus(f"{e}; retrying on the next event")) from None
+
+    def _store_member_token(self, token: str, peers: ops.Relation) -> ops.Secret:
+        content = {"token": token}
+        try:
+            secret = self.model.get_secret(label=MEMBER_TOKEN_LABEL)
+            secret.set_content(content)
+        except ops.SecretNotFoundError:
+            secret = self.unit.add_secret(
+                content, label=MEMBER_TOKEN_LABEL, description="bootstrap token for joining peers"
+            )
+        secret.grant(peers)
+        return secret
 
     # -- status -------------------------------------------------------------------------
 

@@ -38,10 +38,16 @@ GPU_VALIDATION_NAMESPACE = "gpu-k8s-system"
 
 # Secrets (labels) and peer databag keys.
 PEER_SECRET_LABEL = "control-plane-join"
+# A bootstrap token a joined member minted for joining peers while the leader cannot.
+MEMBER_TOKEN_LABEL = "control-plane-join-token"
 ADMIN_SECRET_LABEL = "admin-kubeconfig"
 TOKEN_ROTATION_MARGIN_HOURS = 1
 # kubeadm deletes uploaded certificates after two hours; re-upload well before that.
 CERTS_VALID_SECONDS = 2 * 3600
 CERTS_REUPLOAD_AFTER_SECONDS = 3600
+# A joined member steps in for the leader only when the leader let them go this long
+# (the leader itself re-uploads after an hour and rotates tokens an hour before expiry).
+MEMBER_REUPLOAD_AFTER_SECONDS = 90 * 60
+MEMBER_TOKEN_MARGIN_MINUTES = 30
 # How long a departing control-plane unit waits for its node's pods to be evicted.
 DRAIN_TIMEOUT_SECONDS = 300

@@ -328,3 +328,66 @@ def test_a_unit_of_an_older_charm_with_a_complete_join_counts_as_joined(ctx, mac
     out = ctx.run(ctx.on.upgrade_charm(), state)
     assert machine.joins == []
     assert peer(out).local_unit_data["joined"] == "true"
+
+
+def test_a_joined_member_re_uploads_certs_and_mints_a_token_when_the_leader_cannot(
+    ctx, machine, clock
+):
+    """The leader has not joined (a new leader, say): it cannot upload or mint itself."""
+    state = leader_member_state(leader=False)
+    out = ctx.run(ctx.on.update_status(), state)  # this unit joins while all is fresh
+    assert peer(out).local_unit_data["joined"] == "true"
+    tokens = len(machine.tokens)
+
+    clock.advance(hours=30)  # uploaded certificates (2 h) and the token (24 h) are gone
+    waiting = dataclasses.replace(peer(out), peers_data={1: {"joined": "false"}})
+    out = ctx.run(
+        ctx.on.relation_changed(waiting, remote_unit=1),
+        dataclasses.replace(out, relations=[waiting]),
+    )
+
+    assert machine.uploads == ["ab" * 32]  # the cluster's certificate key, from the secret
+    mine = peer(out).local_unit_data
+    assert mine["certs-uploaded-at"] == clock.now.isoformat()
+    assert len(machine.tokens) == tokens + 1
+    minted = next(s for s in out.secrets if s.label == "control-plane-join-token")
+    assert minted.owner == "unit"
+    assert minted.latest_content == {"token": machine.tokens[-1]}
+    assert minted.remote_grants == {waiting.id: {"kubernetes-control-plane"}}
+    assert mine["join-token-secret-id"] == minted.id
+    assert machine.tokens[-1] not in json.dumps(mine)
+    assert datetime.datetime.fromisoformat(
+        mine["token-expires"]
+    ) == clock.now + datetime.timedelta(hours=24)
+
+    # done once: the next hook finds both fresh
+    out = ctx.run(ctx.on.update_status(), out)
+    assert machine.uploads == ["ab" * 32] and len(machine.tokens) == tokens + 1
+
+
+def test_a_leader_that_has_not_joined_joins_with_what_a_member_made(ctx, machine, clock):
+    state = leader_member_state(leader=True)
+    relation = peer(state)
+    stale = {
+        **relation.local_app_data,
+        "certs-uploaded-at": (clock.now - datetime.timedelta(hours=3)).isoformat(),
+        "token-expires": (clock.now - datetime.timedelta(hours=1)).isoformat(),
+    }
+    helper_token = testing.Secret({"token": "zyxwvu.0123456789zyxwvu"}, owner=None)
+    member = {
+        **relation.peers_data[1],
+        "certs-uploaded-at": clock.now.isoformat(),
+        "join-token-secret-id": helper_token.id,
+        "token-expires": (clock.now + datetime.timedelta(hours=24)).isoformat(),
+    }
+    relation = dataclasses.replace(relation, local_app_data=stale, peers_data={1: member})
+    state = dataclasses.replace(
+        state, relations=[relation], secrets=[*state.secrets, helper_token]
+    )
+
+    out = ctx.run(ctx.on.leader_elected(), state)
+
+    assert len(machine.joins) == 1
+    assert machine.joins[0]["discovery"]["bootstrapToken"]["token"] == "zyxwvu.0123456789zyxwvu"
+    assert machine.joins[0]["controlPlane"]["certificateKey"] == "ab" * 32
+    assert peer(out).local_unit_data["joined"] == "true"
