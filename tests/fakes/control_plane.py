@@ -93,7 +93,18 @@ class ControlPlaneMachine:
         if argv[2:3] == ["phase"]:
             if argv[3] != "upload-certs" or "--upload-certs" not in argv:
                 raise CommandError(argv, 1, "fake kubeadm init phase: unsupported")
-            self.uploads.append(argv[argv.index("--certificate-key") + 1])
+            # The phase takes the key from --certificate-key or from the --config file's
+            # InitConfiguration.certificateKey (cmd/kubeadm/app/cmd/phases/init/uploadcerts.go)
+            if "--config" in argv:
+                path = self.machine.path(argv[argv.index("--config") + 1])
+                if path.stat().st_mode & 0o077:
+                    raise CommandError(argv, 1, "fake: config must not be readable by others")
+                docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+                init = next(d for d in docs if d.get("kind") == "InitConfiguration")
+                key = init.get("certificateKey", "")
+            else:
+                key = argv[argv.index("--certificate-key") + 1]
+            self.uploads.append(key)
             return "[upload-certs] Storing the certificates in Secret kubeadm-certs\n"
         path = self.machine.path(argv[argv.index("--config") + 1])
         if path.stat().st_mode & 0o077:

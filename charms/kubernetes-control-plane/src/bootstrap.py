@@ -34,7 +34,7 @@ from charms.gpu_k8s.v0.system import CommandError, Host
 logger = logging.getLogger(__name__)
 
 _ALPHABET = string.ascii_lowercase + string.digits
-CRI_SOCKET = "unix:///run/containerd/containerd.sock"
+UPLOAD_CONFIG = "/run/gpu-k8s/kubeadm-upload-certs.yaml"
 
 
 class BootstrapError(Exception):
@@ -96,7 +96,7 @@ def render_init_config(spec: InitSpec, *, token: str, ttl_hours: int, certificat
         ],
         "certificateKey": certificate_key,
         "localAPIEndpoint": {"advertiseAddress": spec.advertise_address, "bindPort": API_PORT},
-        "nodeRegistration": {"name": spec.node_name, "criSocket": CRI_SOCKET},
+        "nodeRegistration": {"name": spec.node_name, "criSocket": kubeadm.CRI_SOCKET},
     }
     cluster = {
         "apiVersion": "kubeadm.k8s.io/v1beta4",
@@ -219,7 +219,19 @@ def delete_token(host: Host, token: str) -> None:
 
 
 def upload_certs(host: Host, certificate_key: str) -> None:
-    """(Re-)upload the control-plane certificates encrypted with `certificate_key`."""
+    """(Re-)upload the control-plane certificates encrypted with `certificate_key`.
+
+    The key goes to kubeadm in a 0600 InitConfiguration (`certificateKey`), never on the
+    command line, where any local user could read it in /proc while kubeadm runs; the
+    phase takes it from `--config` as well as from `--certificate-key`.
+    """
+    config = {
+        "apiVersion": "kubeadm.k8s.io/v1beta4",
+        "kind": "InitConfiguration",
+        "certificateKey": certificate_key,
+        "nodeRegistration": {"criSocket": kubeadm.CRI_SOCKET},
+    }
+    host.write(UPLOAD_CONFIG, yaml.safe_dump(config, sort_keys=False), mode=0o600)
     try:
         host.run(
             KUBEADM,
@@ -227,13 +239,15 @@ def upload_certs(host: Host, certificate_key: str) -> None:
             "phase",
             "upload-certs",
             "--upload-certs",
-            "--certificate-key",
-            certificate_key,
+            "--config",
+            UPLOAD_CONFIG,
             "--kubeconfig",
             ADMIN_CONF,
         )
     except CommandError as e:
         raise BootstrapError(f"kubeadm upload-certs failed: {e.last_line}") from None
+    finally:
+        host.path(UPLOAD_CONFIG).unlink(missing_ok=True)
 
 
 def read_ca(host: Host) -> str | None:

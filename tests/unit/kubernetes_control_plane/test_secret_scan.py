@@ -84,5 +84,9 @@ def test_no_secret_value_in_logs_statuses_results_or_databags(ctx, machine, api,
     text = "\n".join(seen)
     for value in values:
         assert value not in text
+    # nor on a command line, where any local user reads them in /proc/<pid>/cmdline
+    command_lines = "\n".join(" ".join(call.argv) for call in machine.calls)
+    for value in values:
+        assert value not in command_lines
     # and the values are where they belong
     assert secret(out, JOIN_LABEL).latest_content["token"] == machine.tokens[-1]
