@@ -1,10 +1,20 @@
 """A fake Ubuntu machine: apt, dpkg, systemd, kernel knobs and kubeadm, on a temp root.
 
 `FakeMachine` registers handlers on a `FakeRunner` that behave like the real programs
-as far as the host libraries can tell: `apt-get install` resolves `pkg=version` against
-the Ubuntu archive plus the repositories `apt-get update` indexed from the `.sources`
-files on the fake root, and records what it installed in an in-memory dpkg database;
-`dpkg-query`, `apt-mark`, `systemctl` and `kubeadm` read and change that state.
+as far as the host libraries can tell, and records what it installed in an in-memory
+dpkg database; `dpkg-query`, `apt-mark`, `systemctl` and `kubeadm` read and change that
+state. apt behaves like the real one where the charms have been caught out before:
+
+- The Ubuntu archive holds ONE version of a package per pocket (release, -security,
+  -updates; packages.ubuntu.com lists one per suite): an update replaces the version in
+  its pocket and the old .deb is gone (`publish()`). Upstream repositories such as
+  pkgs.k8s.io keep every version they ever published.
+- apt knows only what the last `apt-get update` indexed (`lists`; a new machine's lists
+  are as fresh as its first boot). Installing a version the lists name but the archive no
+  longer has fails to fetch, as on a machine whose lists went stale.
+- `pkg=version` accepts apt's version globs (`2.2.*`, `1.36.5-*`; the highest match
+  wins), and `/etc/apt/preferences.d` pins (`Pin: version 2.2.*`) restrict the candidate
+  of `apt-get install pkg` the way apt_preferences(5) describes.
 
 Other tests extend it without subclassing:
 
@@ -21,6 +31,7 @@ token from the config file, which the handler parses into `machine.joins`.
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import hashlib
 import os
 import re
@@ -29,7 +40,7 @@ from pathlib import Path
 
 import yaml
 
-from charms.gpu_k8s.v0 import containerd, kubeadm
+from charms.gpu_k8s.v0 import kubeadm
 from charms.gpu_k8s.v0.system import CommandError, Host
 from fakes.host import FakeRunner, Handler
 
@@ -39,6 +50,18 @@ ARMORED_KEY = (
 )
 # Programs that only exist once their package is installed.
 PROGRAM_PACKAGES = {"kubeadm": "kubeadm", "kubectl": "kubectl", "kubelet": "kubelet"}
+# The Ubuntu 24.04 archive as the fake starts it: one version per pocket. These are
+# versions noble has published (packages.ubuntu.com, launchpad publishing history); the
+# charms pin series (containerd 2.2.*), so an update in a pocket must not break them.
+UBUNTU_ARCHIVE: dict[str, dict[str, str]] = {
+    "containerd": {"release": "1.7.12-0ubuntu4", "updates": "2.2.1-0ubuntu1~24.04.3"},
+    "runc": {
+        "release": "1.1.12-0ubuntu3",
+        "security": "1.3.3-0ubuntu1~24.04.3",
+        "updates": "1.3.4-0ubuntu1~24.04.1",
+    },
+    "curl": {"release": "8.5.0-2ubuntu10", "updates": "8.5.0-2ubuntu10.6"},
+}
 # The phases of `kubeadm join` in their order (kubernetes/kubernetes cmd/kubeadm/app/cmd/
 # join.go NewJoinCmd: AddPhase calls); control-plane-* run only for --control-plane joins.
 JOIN_PHASES = ("preflight", "control-plane-prepare", "kubelet-start", "control-plane-join")
@@ -78,15 +101,16 @@ class FakeMachine:
         self.root = root
         self.runner = FakeRunner(root)
         self.hostname = hostname
-        self.archive: dict[str, set[str]] = {
-            "containerd": {containerd.CONTAINERD_VERSION, "1.7.12-0ubuntu4"},
-            "runc": {containerd.RUNC_VERSION, "1.3.3-0ubuntu1~24.04.3", "1.1.12-0ubuntu3"},
-            "curl": {"8.5.0-2ubuntu10.6"},
+        # {package: {pocket: version}}: what the Ubuntu archive serves now
+        self.archive: dict[str, dict[str, str]] = {
+            name: dict(pockets) for name, pockets in UBUNTU_ARCHIVE.items()
         }
         self.remote: dict[str, dict[str, set[str]]] = {}
         self.urls: dict[str, str] = {}
         self.add_repository(kubeadm.UPSTREAM)
         self.indexed: set[str] = set()
+        # {package: versions} apt knows: the archive as of the first boot's update
+        self.lists: dict[str, set[str]] = self._archive_versions()
         self.dpkg: dict[str, str] = {}
         self.held: set[str] = set()
         self.services: dict[str, Service] = {}
@@ -157,6 +181,15 @@ class FakeMachine:
             pins = release.packages(with_kubectl=True)
             self.remote[uri] = {pkg: {version} for pkg, version in pins.items()}
             self.urls[f"{uri}Release.key"] = ARMORED_KEY
+
+    def publish(self, package: str, version: str, pocket: str = "updates") -> None:
+        """The archive publishes `version` in `pocket`, replacing what the pocket held."""
+        self.archive.setdefault(package, {})[pocket] = version
+
+    def withdraw(self, package: str) -> None:
+        """The archive has no such package (and never had: the lists do not name it)."""
+        self.archive.pop(package, None)
+        self.lists.pop(package, None)
 
     def enable_swap(self) -> None:
         """Give the machine an active swap file listed in /etc/fstab."""
@@ -253,6 +286,9 @@ class FakeMachine:
             out.append((fields.get("URIs", ""), fields.get("Signed-By", "")))
         return out
 
+    def _archive_versions(self) -> dict[str, set[str]]:
+        return {name: set(pockets.values()) for name, pockets in self.archive.items()}
+
     def _apt_update(self, argv: list[str]) -> str:
         indexed = set()
         for uri, key in self._sources():
@@ -262,26 +298,58 @@ class FakeMachine:
                 raise _fail(argv, 100, f"E: The repository '{uri} InRelease' is not signed.")
             indexed.add(uri)
         self.indexed = indexed
+        lists = self._archive_versions()
+        for uri in indexed:
+            for name, versions in self.remote[uri].items():
+                lists.setdefault(name, set()).update(versions)
+        self.lists = lists
         return "Reading package lists... Done\n"
 
     def available(self) -> dict[str, set[str]]:
-        """Package versions apt can install now."""
-        out = {name: set(versions) for name, versions in self.archive.items()}
-        for uri in self.indexed:
-            for name, versions in self.remote[uri].items():
-                out.setdefault(name, set()).update(versions)
-        return out
+        """Package versions apt can install now: those its lists name."""
+        return {name: set(versions) for name, versions in self.lists.items()}
+
+    def _fetchable(self, name: str, version: str) -> bool:
+        if version in self.archive.get(name, {}).values():
+            return True
+        return any(version in repo.get(name, ()) for repo in self.remote.values())
+
+    def preferences(self) -> dict[str, tuple[str, int]]:
+        """{package: (version glob, priority)} from /etc/apt/preferences.d (apt_preferences(5))."""
+        pins: dict[str, tuple[str, int]] = {}
+        directory = self.path("/etc/apt/preferences.d")
+        for f in sorted(directory.iterdir()) if directory.is_dir() else []:
+            for stanza in f.read_text().split("\n\n"):
+                fields = dict(line.split(": ", 1) for line in stanza.splitlines() if ": " in line)
+                pin = fields.get("Pin", "")
+                if not pin.startswith("version ") or "Pin-Priority" not in fields:
+                    continue
+                for package in fields.get("Package", "").split():
+                    pins[package] = (pin.removeprefix("version "), int(fields["Pin-Priority"]))
+        return pins
+
+    def _candidate(self, argv: list[str], name: str, wanted: str, available: set[str]) -> str:
+        """The version `apt-get install name[=wanted]` picks, or the error apt prints."""
+        if wanted:
+            matching = {v for v in available if fnmatch.fnmatchcase(v, wanted)}
+            if not matching:
+                raise _fail(argv, 100, f"E: Version '{wanted}' for '{name}' was not found")
+            return max(matching, key=_key)
+        pin = self.preferences().get(name)
+        if pin and pin[1] > 0:
+            pinned = {v for v in available if fnmatch.fnmatchcase(v, pin[0])}
+            if pinned:  # a pin matching no version does not apply (apt_preferences(5))
+                return max(pinned, key=_key)
+        return max(available, key=_key)
 
     def _apt_install(self, argv: list[str], specs: list[str]) -> str:
         available = self.available()
         chosen = {}
         for spec in specs:
             name, _, version = spec.partition("=")
-            if name not in available:
+            if not available.get(name):
                 raise _fail(argv, 100, f"E: Unable to locate package {name}")
-            if version and version not in available[name]:
-                raise _fail(argv, 100, f"E: Version '{version}' for '{name}' was not found")
-            chosen[name] = version or max(available[name])
+            chosen[name] = self._candidate(argv, name, version, available[name])
         changes_held = [n for n, v in chosen.items() if n in self.held and self.dpkg.get(n) != v]
         if changes_held and "--allow-change-held-packages" not in argv:
             raise _fail(
@@ -297,9 +365,24 @@ class FakeMachine:
                 100,
                 "E: Packages were downgraded and -y was used without --allow-downgrades.",
             )
+        gone = [
+            (n, v)
+            for n, v in chosen.items()
+            if self.dpkg.get(n) != v and not self._fetchable(n, v)
+        ]
+        if gone:
+            name, version = gone[0]
+            raise _fail(
+                argv,
+                100,
+                f"E: Failed to fetch http://archive.ubuntu.com/ubuntu/pool/main/{name[0]}/{name}/"
+                f"{name}_{version}_amd64.deb  404  Not Found [IP: 185.125.190.83 80]\n"
+                "E: Unable to fetch some archives, maybe run apt-get update or try with "
+                "--fix-missing?",
+            )
         for name, version in chosen.items():
             self.dpkg[name] = version
-            if name in ("containerd", "kubelet"):
+            if name in ("containerd", "kubelet", "haproxy"):
                 enabled = name != "kubelet" or self.kubelet_enabled_on_install
                 self.services.setdefault(name, Service(enabled=enabled, active=enabled))
         return "".join(f"Setting up {n} ({v}) ...\n" for n, v in chosen.items())

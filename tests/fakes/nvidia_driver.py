@@ -64,7 +64,8 @@ class FakeDriver:
         for branch in BRANCHES:
             version = f"{branch}.95.05-0ubuntu0.24.04.1"
             for name in nvidia.driver_packages(branch, "aws"):
-                machine.archive[name] = {version}
+                machine.publish(name, version)
+                machine.lists.setdefault(name, set()).add(version)
         machine.write("/proc/sys/kernel/random/boot_id", "b0b1d000-0000-4000-8000-000000000001\n")
         self._apt_get = machine.runner.handlers["apt-get"]
         self._dpkg_query = machine.runner.handlers["dpkg-query"]

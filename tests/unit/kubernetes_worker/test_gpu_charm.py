@@ -209,7 +209,7 @@ def test_bad_nvidia_driver_blocks_and_runs_nothing_on_a_gpu_node(ctx, machine, a
 
 
 def test_apt_failure_blocks_naming_the_package_and_does_not_join(ctx, machine, api, driver):
-    del machine.archive["linux-modules-nvidia-580-server-aws"]
+    machine.withdraw("linux-modules-nvidia-580-server-aws")
 
     out = run_joined(ctx, api)
 

@@ -105,7 +105,7 @@ def test_unknown_package_raises_apt_error_naming_it(machine):
 
 def test_unexplained_failure_names_every_package_tried(machine):
     machine.fail(
-        "/usr/bin/apt-get",
+        "/usr/bin/apt-get -o DPkg::Lock::Timeout=300 install",
         returncode=100,
         stderr="E: Sub-process /usr/bin/dpkg returned an error code (1)",
     )
@@ -217,3 +217,34 @@ def test_bad_source_name_is_refused(machine):
             key_url=None,
             key_path=KEY,
         )
+
+
+def test_a_version_glob_installs_the_highest_match_and_is_satisfied_by_it(machine):
+    assert apt.install(machine.host(), {"runc": "1.3.*"}, hold=True)
+    assert machine.dpkg["runc"] == "1.3.4-0ubuntu1~24.04.1"
+    before = len(machine.mutations())
+
+    assert not apt.install(machine.host(), {"runc": "1.3.*"}, hold=True)
+    assert machine.mutations()[before:] == []  # satisfied: not even a lists refresh
+
+
+def test_the_lists_are_refreshed_before_installing_unless_the_caller_just_did(machine):
+    apt.install(machine.host(), {"curl": None}, hold=False)
+    apt.install(machine.host(), {"runc": None}, hold=False, refresh=False)
+    assert [line.split()[-2:] for line in machine.lines("apt-get")] == [
+        ["DPkg::Lock::Timeout=300", "update"],
+        ["--no-install-recommends", "curl"],
+        ["--no-install-recommends", "runc"],
+    ]
+
+
+def test_preferences_pin_a_series_for_plain_installs(machine):
+    assert apt.pin(machine.host(), "runtime", {"runc": "1.1.*", "containerd": "2.2.*"})
+    assert machine.read("/etc/apt/preferences.d/gpu-k8s-runtime.pref") == (
+        "Package: containerd\nPin: version 2.2.*\nPin-Priority: 1001\n\n"
+        "Package: runc\nPin: version 1.1.*\nPin-Priority: 1001\n"
+    )
+    assert not apt.pin(machine.host(), "runtime", {"runc": "1.1.*", "containerd": "2.2.*"})
+
+    apt.install(machine.host(), {"runc": None}, hold=False)
+    assert machine.dpkg["runc"] == "1.1.12-0ubuntu3"  # the pinned series, not the newest

@@ -2,7 +2,7 @@ import tomllib
 
 import pytest
 
-from charms.gpu_k8s.v0 import containerd
+from charms.gpu_k8s.v0 import apt, containerd
 from charms.gpu_k8s.v0.containerd import RuntimeHandler
 
 CRI = "io.containerd.cri.v1.runtime"
@@ -62,21 +62,51 @@ def test_runtime_binary_must_be_absolute():
         RuntimeHandler("nvidia-container-runtime")
 
 
-def test_install_pins_and_holds_containerd_and_runc(machine):
+def test_install_takes_the_newest_of_the_pinned_series_and_holds_it(machine):
     assert containerd.install(machine.host())
 
-    assert machine.dpkg["containerd"] == containerd.CONTAINERD_VERSION
-    assert machine.dpkg["runc"] == containerd.RUNC_VERSION
+    assert machine.dpkg["containerd"] == "2.2.1-0ubuntu1~24.04.3"  # noble-updates
+    assert machine.dpkg["runc"] == "1.3.4-0ubuntu1~24.04.1"  # not -security's 1.3.3
     assert {"containerd", "runc"} <= machine.held
     assert machine.services["containerd"].active
+    assert machine.preferences() == {
+        "containerd": (containerd.CONTAINERD_SERIES, 1001),
+        "runc": (containerd.RUNC_SERIES, 1001),
+    }
     assert not containerd.install(machine.host())
 
 
-def test_install_moves_an_older_runc_to_its_pin(machine):
+def test_an_ubuntu_update_that_replaces_the_tested_version_still_installs(machine):
+    """The archive keeps one version per pocket: an SRU removes the one tested before."""
+    machine.publish("containerd", "2.2.1-0ubuntu1~24.04.4")
+    machine.publish("runc", "1.3.4-0ubuntu1~24.04.2")
+
+    assert containerd.install(machine.host())
+
+    assert machine.dpkg["containerd"] == "2.2.1-0ubuntu1~24.04.4"
+    assert machine.dpkg["runc"] == "1.3.4-0ubuntu1~24.04.2"
+    # the lists from the machine's first boot named the old versions: refreshed first
+    updates = [i for i, line in enumerate(machine.lines("apt-get")) if line.endswith(" update")]
+    installs = [i for i, line in enumerate(machine.lines("apt-get")) if " install " in line]
+    assert updates and installs and updates[0] < installs[0]
+
+
+def test_a_series_the_archive_no_longer_has_is_refused_by_name(machine):
+    machine.publish("containerd", "2.3.0-0ubuntu1~24.04.1")
+
+    with pytest.raises(apt.AptError) as err:
+        containerd.install(machine.host())
+
+    assert err.value.package == "containerd"
+    assert "Version '2.2.*' for 'containerd' was not found" in str(err.value)
+    assert "containerd" not in machine.dpkg
+
+
+def test_install_moves_an_older_runc_into_its_series(machine):
     machine.dpkg["runc"] = "1.1.12-0ubuntu3"  # what the release pocket shipped
 
     assert containerd.install(machine.host())
-    assert machine.dpkg["runc"] == containerd.RUNC_VERSION
+    assert machine.dpkg["runc"] == "1.3.4-0ubuntu1~24.04.1"
 
 
 def test_configure_restarts_containerd_only_when_the_file_changes(machine):

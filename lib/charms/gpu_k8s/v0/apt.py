@@ -4,21 +4,37 @@
 """Pinned Debian packages and signed package sources, through a `Host`.
 
 Every change is conditional: a source file is written (and `apt-get update` run) only
-when its content differs; a package is installed only when it is missing or at another
-version; a hold is set only when not already set. Running the same call twice therefore
-runs no mutating command the second time.
+when its content differs; a package is installed only when it is missing or at a version
+its pin does not match; a hold is set only when not already set. Running the same call
+twice therefore runs no mutating command the second time.
+
+Pins are apt version globs, so that they survive the archives they come from:
+- the Ubuntu archive keeps one version of a package per pocket and replaces it at every
+  update, so Ubuntu packages are pinned by series (`containerd: 2.2.*`), with an apt
+  preferences file (`pin()`) and the same glob at install time;
+- pkgs.k8s.io keeps every version but may publish a patch under another package revision
+  (1.36.2 exists only as 1.36.2-2.1, kubernetes/release#4156), so Kubernetes packages
+  are pinned by upstream version (`kubeadm: 1.36.5-*`).
+apt-get takes `pkg=<glob>` and installs the highest matching version (the kubeadm
+upgrade docs install `kubeadm='1.xx.x-*'`). The package lists are refreshed before any
+install, since a lists file older than the archive names versions that are gone.
 
 ```python
-apt.add_source(host, "kubernetes", uri="https://pkgs.k8s.io/core:/stable:/v1.33/deb/",
+apt.add_source(host, "kubernetes", uri="https://pkgs.k8s.io/core:/stable:/v1.36/deb/",
                suite="/", components=[], key_url=".../Release.key",
                key_path="/etc/apt/keyrings/kubernetes.gpg")
-apt.install(host, {"kubeadm": "1.33.10-1.1", "kubelet": "1.33.10-1.1"}, hold=True)
+apt.install(host, {"kubeadm": "1.36.5-*", "kubelet": "1.36.5-*"}, hold=True)
 ```
 No ops imports here: libraries never set status; callers turn `AptError` into one.
+
+Why not charmlibs-apt: it runs apt through `subprocess` itself (no `Host`, so the charms'
+fake machine cannot stand in for it), imports keys into trusted.gpg.d rather than a
+`Signed-By` keyring, and has no version globs, apt preferences or holds.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from collections.abc import Mapping, Sequence
 
@@ -26,7 +42,7 @@ from charms.gpu_k8s.v0.system import CommandError, Host
 
 LIBID = "0aba5560c24f4e9cb2f07b0c5cfeba01"
 LIBAPI = 0
-LIBPATCH = 3
+LIBPATCH = 4
 
 APT_GET = "/usr/bin/apt-get"
 APT_MARK = "/usr/bin/apt-mark"
@@ -34,6 +50,10 @@ DPKG_QUERY = "/usr/bin/dpkg-query"
 CURL = "/usr/bin/curl"
 GPG = "/usr/bin/gpg"
 SOURCES_DIR = "/etc/apt/sources.list.d"
+PREFERENCES_DIR = "/etc/apt/preferences.d"
+# apt_preferences(5): above 1000 a pinned version is installed even when that is a
+# downgrade, so the series wins over anything newer the archive may offer.
+PIN_PRIORITY = 1001
 KEYRINGS_DIR = "/etc/apt/keyrings"
 # Wait for a dpkg lock held by unattended-upgrades instead of failing at once.
 LOCK_TIMEOUT = ("-o", "DPkg::Lock::Timeout=300")
@@ -138,6 +158,34 @@ def update(host: Host, source: str = "package lists") -> None:
         raise AptError(source, e.last_line, source=True) from None
 
 
+def render_preferences(pins: Mapping[str, str]) -> str:
+    """An apt preferences file pinning each package to a version glob ({package: glob})."""
+    stanzas = [
+        f"Package: {package}\nPin: version {glob}\nPin-Priority: {PIN_PRIORITY}\n"
+        for package, glob in sorted(pins.items())
+    ]
+    return "\n".join(stanzas)
+
+
+def pin(host: Host, name: str, pins: Mapping[str, str]) -> bool:
+    """Pin packages to version series in `/etc/apt/preferences.d/gpu-k8s-<name>.pref`.
+
+    Without it, `apt-get upgrade` (or unattended-upgrades once a hold is lifted) would
+    move a package to any newer series the archive offers. True when the file changed.
+
+    Raises:
+        ValueError: the name is not a valid file name stem.
+    """
+    if not _SOURCE_NAME.match(name):
+        raise ValueError(f"preferences name {name!r} must be lowercase letters, digits, .-")
+    return host.write(f"{PREFERENCES_DIR}/gpu-k8s-{name}.pref", render_preferences(pins))
+
+
+def matches(version: str, wanted: str | None) -> bool:
+    """Whether `version` satisfies a pin: an exact version, an apt glob, or None (any)."""
+    return wanted is None or fnmatch.fnmatchcase(version, wanted)
+
+
 def installed_version(host: Host, package: str) -> str | None:
     """Return the installed version of `package`, or None when it is not installed."""
     try:
@@ -156,13 +204,16 @@ def held(host: Host) -> set[str]:
     return set(host.run(APT_MARK, "showhold").split())
 
 
-def install(host: Host, packages: Mapping[str, str | None], *, hold: bool) -> bool:
-    """Install `packages` ({name: version or None for any}); return True when it changed.
+def install(
+    host: Host, packages: Mapping[str, str | None], *, hold: bool, refresh: bool = True
+) -> bool:
+    """Install `packages` ({name: version, glob or None for any}); True when it changed.
 
-    Only packages missing or at another version than pinned are passed to one
-    `apt-get install`, which moves them to exactly that version, older or newer (a
-    cancelled upgrade puts the previous pin back); with `hold`, every listed package is
-    put on hold afterwards (those already held are left alone).
+    Only packages missing or at a version their pin does not match are passed to one
+    `apt-get install`, which moves them to the highest version matching, older or newer
+    (a cancelled upgrade puts the previous pin back); with `hold`, every listed package
+    is put on hold afterwards (those already held are left alone). The package lists are
+    refreshed first unless `refresh` is False (the caller just did).
 
     Raises:
         AptError: apt failed; `package` names the failing package when apt says which.
@@ -170,9 +221,11 @@ def install(host: Host, packages: Mapping[str, str | None], *, hold: bool) -> bo
     wanted = []
     for name, version in packages.items():
         current = installed_version(host, name)
-        if current is None or (version is not None and current != version):
+        if current is None or not matches(current, version):
             wanted.append(f"{name}={version}" if version else name)
     if wanted:
+        if refresh:
+            update(host)
         argv = [
             APT_GET,
             *LOCK_TIMEOUT,

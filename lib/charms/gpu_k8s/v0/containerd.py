@@ -26,16 +26,19 @@ from charms.gpu_k8s.v0.system import Host
 
 LIBID = "d05ade75775e4907ae5bd11555f9b6b6"
 LIBAPI = 0
-LIBPATCH = 2
+LIBPATCH = 3
 
-# Ubuntu 24.04 noble-updates/noble-security, looked up 2026-11-21 (packages.ubuntu.com).
+# Ubuntu 24.04 (noble) series, pinned with apt preferences and held (see apt.py: the
+# archive keeps one version per pocket, so an exact pin breaks at the next update).
+# 2026-11-22: noble-updates has containerd 2.2.1-0ubuntu1~24.04.3 (source containerd-app)
+# and runc 1.3.4-0ubuntu1~24.04.1; noble-security runc 1.3.3-0ubuntu1~24.04.3; the
+# release pocket containerd 1.7.12 and runc 1.1.12 (packages.ubuntu.com, public EC2 apt
+# logs). containerd 2.x is what Kubernetes 1.36 needs (1.35 was the last minor to support
+# containerd 1.x); containerd's Depends on runc carries no version, so runc gets its own.
 CONTAINERD_PACKAGE = "containerd"
-CONTAINERD_VERSION = "2.2.1-0ubuntu1~24.04.3"
-# The OCI runtime containerd runs every container with: the runc noble-updates installs
-# next to that containerd (apt logs of 2026-07/08; containerd's Depends on runc carries no
-# version, so without a pin a security-only machine would get 1.3.3-0ubuntu1~24.04.3).
+CONTAINERD_SERIES = "2.2.*"
 RUNC_PACKAGE = "runc"
-RUNC_VERSION = "1.3.4-0ubuntu1~24.04.1"
+RUNC_SERIES = "1.3.*"
 # The pause image kubeadm 1.34+ expects; pinned so every node runs the same sandbox.
 SANDBOX_IMAGE = "registry.k8s.io/pause:3.10.1"
 CONFIG_PATH = "/etc/containerd/config.toml"
@@ -69,9 +72,10 @@ class RuntimeHandler:
 
 
 def install(host: Host) -> bool:
-    """Install containerd and runc at their pins and hold both; return True when it changed."""
-    packages = {CONTAINERD_PACKAGE: CONTAINERD_VERSION, RUNC_PACKAGE: RUNC_VERSION}
-    return apt.install(host, packages, hold=True)
+    """Install containerd and runc from their pinned series and hold both; True when changed."""
+    packages = {CONTAINERD_PACKAGE: CONTAINERD_SERIES, RUNC_PACKAGE: RUNC_SERIES}
+    changed = apt.pin(host, "containerd", packages)
+    return apt.install(host, packages, hold=True) or changed
 
 
 def _toml(value: str) -> str:

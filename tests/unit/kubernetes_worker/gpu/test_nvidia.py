@@ -237,7 +237,7 @@ def test_cpu_only_worker_runs_no_driver_commands(machine, driver, cpu_only):
 
 
 def test_apt_failure_names_the_failing_package(machine, driver, a10g):
-    del machine.archive["linux-modules-nvidia-580-server-aws"]
+    machine.withdraw("linux-modules-nvidia-580-server-aws")
 
     with pytest.raises(apt.AptError) as caught:
         nvidia.ensure_driver(machine.host(), nvidia.DriverChoice.parse("580"), a10g)
