@@ -28,6 +28,12 @@ Differences from a real API server (on purpose, to stay small and deterministic)
   the non-terminal matching pods present, or when `maxUnavailable` is 0 (no controller
   computing `disruptionsAllowed`); evicted pods go like deleted ones;
 - ServiceAccount token Secrets are filled synchronously on create.
+
+`FakeKubeApiServer(tls=True)` serves HTTPS with a certificate for 127.0.0.1 signed by a
+fresh CA (its kubeconfig carries the CA), as kube-apiserver does. Like the real one, it
+answers `/readyz`, `/livez` and `/healthz` with `ok` to anyone, token or not (the
+system:public-info-viewer ClusterRole binds them to system:unauthenticated), which is what
+load balancers in front of API servers health-check.
 """
 
 from __future__ import annotations
@@ -48,6 +54,8 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import yaml
+
+from fakes.tls import ServerCert, make_server_cert
 
 # (group/version, plural) -> (kind, namespaced). Core group is "v1".
 RESOURCES: dict[tuple[str, str], tuple[str, bool]] = {
@@ -299,7 +307,15 @@ def _b64(text: str) -> str:
 class FakeKubeApiServer:
     """The fake API server: start with `with FakeKubeApiServer() as api:` (or start/stop)."""
 
-    def __init__(self) -> None:
+    HEALTH_PATHS = ("/readyz", "/livez", "/healthz")
+
+    def __init__(self, *, tls: bool | ServerCert = False) -> None:
+        """`tls`: True for a fresh certificate, or one to share (API servers of one cluster)."""
+        self.tls: ServerCert | None = None
+        if isinstance(tls, ServerCert):
+            self.tls = tls
+        elif tls:
+            self.tls = make_server_cert()
         self._lock = threading.RLock()
         self._store: dict[str, dict] = {}
         self._logs: dict[tuple[str, str, str], str] = {}
@@ -319,6 +335,10 @@ class FakeKubeApiServer:
     def start(self) -> FakeKubeApiServer:
         """Listen on 127.0.0.1:<free port> in a daemon thread."""
         self._httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        if self.tls is not None:
+            self._httpd.socket = self.tls.server_context().wrap_socket(
+                self._httpd.socket, server_side=True, do_handshake_on_connect=False
+            )
         self._httpd.daemon_threads = True
         self._httpd.api = self  # type: ignore[attr-defined]
         self._thread = threading.Thread(
@@ -351,9 +371,15 @@ class FakeKubeApiServer:
 
     @property
     def url(self) -> str:
-        """Base URL, e.g. http://127.0.0.1:41234."""
+        """Base URL, e.g. http://127.0.0.1:41234 (https:// with TLS)."""
         assert self._httpd is not None, "server not started"
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        scheme = "https" if self.tls is not None else "http"
+        return f"{scheme}://127.0.0.1:{self._httpd.server_address[1]}"
+
+    @property
+    def address(self) -> str:
+        """host:port, as a proxy's server list names it."""
+        return self.url.split("://", 1)[1]
 
     def kubeconfig(self, token: str = "admin-token", namespace: str | None = None) -> str:
         """A kubeconfig (YAML text) for this server authenticating with a bearer token."""
@@ -364,12 +390,18 @@ class FakeKubeApiServer:
             {
                 "apiVersion": "v1",
                 "kind": "Config",
-                "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+                "clusters": [{"name": "fake", "cluster": self._cluster()}],
                 "users": [{"name": "fake-user", "user": {"token": token}}],
                 "contexts": [{"name": "fake", "context": context}],
                 "current-context": "fake",
             }
         )
+
+    def _cluster(self) -> dict[str, str]:
+        cluster = {"server": self.url}
+        if self.tls is not None:
+            cluster["certificate-authority-data"] = _b64(self.tls.ca_pem)
+        return cluster
 
     # -- test helpers
 
@@ -450,6 +482,8 @@ class FakeKubeApiServer:
             fault = self._take_fault(method, url.path)
             if fault == "reset":
                 return ("reset",)
+            if method == "GET" and url.path in self.HEALTH_PATHS and fault is None:
+                return 200, "text/plain", b"ok", {}
             try:
                 if fault is not None:
                     raise self._fault_error(int(fault))

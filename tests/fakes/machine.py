@@ -40,7 +40,7 @@ from pathlib import Path
 
 import yaml
 
-from charms.gpu_k8s.v0 import kubeadm
+from charms.gpu_k8s.v0 import api_proxy, kubeadm
 from charms.gpu_k8s.v0.system import CommandError, Host
 from fakes.host import FakeRunner, Handler
 
@@ -61,6 +61,7 @@ UBUNTU_ARCHIVE: dict[str, dict[str, str]] = {
         "updates": "1.3.4-0ubuntu1~24.04.1",
     },
     "curl": {"release": "8.5.0-2ubuntu10", "updates": "8.5.0-2ubuntu10.6"},
+    "haproxy": {"release": "2.8.5-1ubuntu3", "updates": "2.8.16-0ubuntu0.24.04.3"},
 }
 # The phases of `kubeadm join` in their order (kubernetes/kubernetes cmd/kubeadm/app/cmd/
 # join.go NewJoinCmd: AddPhase calls); control-plane-* run only for --control-plane joins.
@@ -83,6 +84,7 @@ class Service:
     enabled: bool = True
     active: bool = True
     restarts: int = 0
+    reloads: int = 0
 
 
 def _key(version: str) -> tuple[int, ...]:
@@ -218,6 +220,13 @@ class FakeMachine:
             if not line.startswith(READ_ONLY):
                 out.append(line)
         return out
+
+    def proxy_servers(self) -> list[str]:
+        """The API servers the node-local HAProxy forwards to (its `server` lines)."""
+        text = self.read(api_proxy.CONFIG) or ""
+        return [
+            line.split()[2] for line in text.splitlines() if line.strip().startswith("server ")
+        ]
 
     def path(self, absolute: str) -> Path:
         """`absolute` under the machine's root."""
@@ -432,22 +441,30 @@ class FakeMachine:
                 raise _fail(
                     argv, 5 if verb != "is-enabled" else 1, f"Unit {name}.service not found."
                 )
-            if verb in ("is-enabled", "is-active"):
-                ok = service.enabled if verb == "is-enabled" else service.active
-                if not ok:
-                    raise _fail(argv, 1, "disabled" if verb == "is-enabled" else "inactive")
-            elif verb in ("restart", "start"):
-                service.active = True
-                service.restarts += verb == "restart"
-            elif verb == "stop":
-                service.active = False
-            elif verb in ("enable", "disable"):
-                service.enabled = verb == "enable"
-                if "--now" in argv:
-                    service.active = service.enabled
-            else:
-                raise _fail(argv, 1, f"fake systemctl does not handle {verb}")
+            self._service_verb(argv, verb, name, service)
         return ""
+
+    @staticmethod
+    def _service_verb(argv: list[str], verb: str, name: str, service: Service) -> None:
+        if verb in ("is-enabled", "is-active"):
+            ok = service.enabled if verb == "is-enabled" else service.active
+            if not ok:
+                raise _fail(argv, 1, "disabled" if verb == "is-enabled" else "inactive")
+        elif verb in ("restart", "start"):
+            service.active = True
+            service.restarts += verb == "restart"
+        elif verb == "reload":
+            if not service.active:
+                raise _fail(argv, 1, f"Job for {name}.service failed: unit is not active.")
+            service.reloads += 1
+        elif verb == "stop":
+            service.active = False
+        elif verb in ("enable", "disable"):
+            service.enabled = verb == "enable"
+            if "--now" in argv:
+                service.active = service.enabled
+        else:
+            raise _fail(argv, 1, f"fake systemctl does not handle {verb}")
 
     def _load_unit_files(self) -> None:
         """Like systemd: units whose files appeared exist, units whose files went do not."""

@@ -241,22 +241,20 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         return f"{bootstrap.endpoint_host(self._address())}:{API_PORT}"
 
     def _api_servers(self, peers: ops.Relation) -> list[str]:
-        """API servers of the joined control-plane units; this unit's first once it serves one.
+        """API servers of the joined control-plane units, this unit's once it serves one.
 
         The leader about to bootstrap lists itself: its API server is what `kubeadm init`
         starts behind the proxy.
         """
-        others = [
+        servers = {
             peers.data[u].get("api-server", "")
             for u in peers.units
             if peers.data[u].get("joined") == "true"
-        ]
-        others = api_proxy.spread([s for s in others if s], self.unit.name)
+        }
         bootstrapping = self.unit.is_leader() and not peers.data[self.app].get("cluster-version")
         if self._joined() or bootstrapping:
-            own = self._api_server()
-            return [own, *[s for s in others if s != own]]
-        return others
+            servers.add(self._api_server())
+        return sorted(s for s in servers if s)
 
     def _configure_api_proxy(self, peers: ops.Relation) -> None:
         """Point this node's API proxy (the cluster's controlPlaneEndpoint) at the API servers."""
@@ -269,6 +267,14 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             api_proxy.configure(self.host, servers)
         except ValueError as e:
             raise StatusError(ops.WaitingStatus(f"cannot configure the API proxy: {e}")) from None
+        except AptError as e:
+            raise StatusError(
+                ops.BlockedStatus(f"{e}; check the machine's Ubuntu archive")
+            ) from None
+        except CommandError as e:
+            raise StatusError(
+                ops.WaitingStatus(f"starting HAProxy: {e.last_line}; retrying on the next event")
+            ) from None
 
     # -- event handling -----------------------------------------------------------------
 
@@ -1003,6 +1009,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         except kubeadm.KubeadmError as e:
             raise StatusError(ops.WaitingStatus(f"{e}; retrying on the next event")) from None
         bootstrap.mark_joined(self.host, "join")
+        self._configure_api_proxy(peers)  # this node's own API server now answers too
         self._mark_member(peers)
         logger.info("joined the control plane")
 

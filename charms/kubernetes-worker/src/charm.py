@@ -389,9 +389,17 @@ class KubernetesWorkerCharm(ops.CharmBase):
     def _proxy(self, host: Host, info: JoinInfo, node: str) -> bool:
         """Point this node's API proxy (the cluster's control-plane endpoint) at the servers."""
         try:
-            api_proxy.configure(host, api_proxy.spread(info.api_servers, node))
+            api_proxy.configure(host, info.api_servers)
         except ValueError as e:
             self._status = ops.WaitingStatus(f"control plane API servers are unusable: {e}")
+            return False
+        except apt.AptError as e:
+            self._status = ops.BlockedStatus(f"{e}; check the machine's Ubuntu archive")
+            return False
+        except CommandError as e:
+            self._status = ops.WaitingStatus(
+                f"starting HAProxy: {e.last_line}; retrying on the next event"
+            )
             return False
         return True
 

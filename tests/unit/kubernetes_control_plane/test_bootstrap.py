@@ -37,7 +37,7 @@ def test_leader_installs_pinned_packages_and_bootstraps(ctx, machine, api):
     assert cluster["controlPlaneEndpoint"] == "127.0.0.1:6444"
     assert cluster["apiServer"]["certSANs"] == ["127.0.0.1"]
     assert init["localAPIEndpoint"] == {"advertiseAddress": "192.0.2.0", "bindPort": 6443}
-    assert json.loads(machine.read(api_proxy.CONFIG)) == {"servers": ["192.0.2.0:6443"]}
+    assert machine.proxy_servers() == ["192.0.2.0:6443"]
     assert machine.services[api_proxy.SERVICE].active
     args = {a["name"]: a["value"] for a in cluster["apiServer"]["extraArgs"]}
     assert "ExtendedResourceToleration" in args["enable-admission-plugins"].split(",")
@@ -116,16 +116,13 @@ def test_non_leader_joins_as_control_plane_with_secret(ctx, machine):
     assert join["controlPlane"]["certificateKey"] == "ab" * 32
     assert join["discovery"]["bootstrapToken"]["token"] == "abcdef.0123456789abcdef"
     # Discovery goes through this node's proxy, set up first with the joined peer's server;
-    # once joined, this unit's own API server comes first.
+    # once joined, this unit's own API server is added.
     assert join["discovery"]["bootstrapToken"]["apiServerEndpoint"] == "127.0.0.1:6444"
     assert machine.inits == []
     assert peer(out).local_unit_data["joined"] == "true"
     assert peer(out).local_unit_data["api-server"] == "192.0.2.0:6443"
-    servers = json.loads(machine.read(api_proxy.CONFIG))["servers"]
-    assert servers == ["10.0.0.5:6443"]
+    assert machine.proxy_servers() == ["10.0.0.5:6443", "192.0.2.0:6443"]
     out = ctx.run(ctx.on.update_status(), out)
-    servers = json.loads(machine.read(api_proxy.CONFIG))["servers"]
-    assert servers == ["192.0.2.0:6443", "10.0.0.5:6443"]
     assert out.unit_status == testing.ActiveStatus("Ready: v1.36, 2 control-plane, 0 workers")
 
 
@@ -141,23 +138,20 @@ def test_proxies_and_workers_follow_the_control_plane_units_that_come_and_go(ctx
     out = dataclasses.replace(out, relations=[grown, rel])
     out = ctx.run(ctx.on.relation_changed(grown, remote_unit=2), out)
 
-    servers = json.loads(machine.read(api_proxy.CONFIG))["servers"]
-    assert servers[0] == "192.0.2.0:6443"
-    assert sorted(servers[1:]) == ["10.0.0.6:6443", "10.0.0.7:6443"]
+    servers = machine.proxy_servers()
+    assert servers == ["10.0.0.6:6443", "10.0.0.7:6443", "192.0.2.0:6443"]
     published = json.loads(out.get_relation(rel.id).local_app_data["api-servers"])
-    assert sorted(published) == sorted(servers)
+    assert published == servers
 
     shrunk = dataclasses.replace(peer(out), peers_data={1: members[1]})
     out = dataclasses.replace(out, relations=[shrunk, out.get_relation(rel.id)])
     out = ctx.run(ctx.on.relation_departed(shrunk, remote_unit=2, departing_unit=2), out)
 
-    assert json.loads(machine.read(api_proxy.CONFIG))["servers"] == [
-        "192.0.2.0:6443",
-        "10.0.0.6:6443",
-    ]
+    assert machine.proxy_servers() == ["10.0.0.6:6443", "192.0.2.0:6443"]
     published = json.loads(out.get_relation(rel.id).local_app_data["api-servers"])
-    assert sorted(published) == ["10.0.0.6:6443", "192.0.2.0:6443"]
-    assert machine.services[api_proxy.SERVICE].restarts == 1  # re-read, never restarted
+    assert published == ["10.0.0.6:6443", "192.0.2.0:6443"]
+    service = machine.services[api_proxy.SERVICE]
+    assert service.restarts == 1 and service.reloads == 2  # reloaded, never restarted
 
 
 def test_new_leader_not_yet_joined_joins_instead_of_init(ctx, machine):
@@ -258,7 +252,8 @@ def test_remove_unit_drains_resets_and_deletes_its_node_keeping_the_others(machi
     resets = [c for c in machine.lines("kubeadm") if " reset " in c]
     assert len(resets) == 1  # kubeadm reset removes this unit's etcd member
     assert not machine.path("/etc/kubernetes/admin.conf").exists()
-    assert api_proxy.SERVICE not in machine.services
+    assert not machine.services[api_proxy.SERVICE].active
+    assert machine.read(api_proxy.CONFIG) is None
     assert out.unit_status == testing.MaintenanceStatus(
         "left the cluster; this unit is being removed"
     )
@@ -289,10 +284,7 @@ def test_another_unit_departing_does_not_reset_this_one(machine):
 
     assert [c for c in machine.lines("kubeadm") if " reset " in c] == []
     assert machine.api.get_object(f"/api/v1/nodes/{NODE}") is not None
-    assert json.loads(machine.read(api_proxy.CONFIG))["servers"] == [
-        "192.0.2.0:6443",
-        "10.0.0.7:6443",
-    ]
+    assert machine.proxy_servers() == ["10.0.0.7:6443", "192.0.2.0:6443"]
 
 
 def test_a_join_that_fails_after_writing_admin_conf_is_reset_and_retried(ctx, machine):

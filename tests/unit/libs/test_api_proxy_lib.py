@@ -1,111 +1,136 @@
-"""The local API proxy as the charms manage it: files, systemd unit, restarts, ordering.
+"""Setting up HAProxy as the node-local API endpoint, on a fake machine.
 
-The proxy program itself runs for real in tests/functional/test_api_proxy.py.
+HAProxy itself runs for real, with this configuration, in tests/functional/test_api_proxy.py.
 """
 
-import json
-from collections import Counter
-from pathlib import Path
+from __future__ import annotations
 
 import pytest
 
-from charms.gpu_k8s.v0 import api_proxy
+from charms.gpu_k8s.v0 import api_proxy, apt
 
-SERVERS = ["10.0.0.5:6443", "10.0.0.6:6443"]
+SERVERS = ["10.0.0.1:6443", "10.0.0.2:6443"]
 
 
-def test_configure_installs_program_config_and_an_enabled_running_service(machine):
+def test_configure_installs_haproxy_points_its_unit_at_the_config_and_starts_it(machine):
     assert api_proxy.configure(machine.host(), SERVERS) is True
 
-    program = machine.read(api_proxy.PROGRAM)
-    assert program == Path(api_proxy.__file__).read_text()
-    assert json.loads(machine.read(api_proxy.CONFIG)) == {"servers": SERVERS}
-    unit = machine.read(api_proxy.UNIT_FILE)
-    assert f"ExecStart=/usr/bin/python3 -I {api_proxy.PROGRAM} --config {api_proxy.CONFIG}" in unit
-    assert "DynamicUser=yes" in unit and "Restart=always" in unit
+    assert apt.matches(machine.dpkg["haproxy"], api_proxy.SERIES)
+    assert "haproxy" not in machine.held  # security updates within the series still land
+    assert machine.preferences()["haproxy"] == ("2.8.*", 1001)
+    assert machine.read(api_proxy.DROP_IN) == (
+        "# Managed by the gpu-k8s charms: the node-local Kubernetes API endpoint.\n"
+        "[Service]\n"
+        'Environment="CONFIG=/etc/haproxy/gpu-k8s.cfg"\n'
+    )
+    assert machine.proxy_servers() == SERVERS
     service = machine.services[api_proxy.SERVICE]
     assert service.enabled and service.active
-    assert machine.lines("systemctl") == [
+    assert machine.lines("systemctl")[-4:] == [
         "/usr/bin/systemctl daemon-reload",
-        f"/usr/bin/systemctl enable {api_proxy.SERVICE}",
-        f"/usr/bin/systemctl restart {api_proxy.SERVICE}",
+        "/usr/bin/systemctl is-active --quiet haproxy",
+        "/usr/bin/systemctl enable haproxy",
+        "/usr/bin/systemctl restart haproxy",  # the package started it on the default config
     ]
+
+
+def test_the_config_listens_on_the_endpoint_in_tcp_mode_with_tls_health_checks():
+    text = api_proxy.render_config(["10.0.0.1:6443", "[fd00::7]:6443"])
+
+    assert "    bind 127.0.0.1:6444\n" in text
+    assert "    mode tcp\n" in text
+    assert "    option httpchk GET /readyz\n" in text
+    assert "    http-check expect status 200\n" in text
+    assert "check check-ssl verify none inter 2s fall 3 rise 2" in text
+    assert "    retries 3\n    option redispatch\n" in text
+    assert text.endswith("    server api-0 10.0.0.1:6443\n    server api-1 [fd00::7]:6443\n")
+    assert "    user haproxy\n" in text and "    chroot /var/lib/haproxy\n" in text
+    bare = api_proxy.render_config(["10.0.0.1:6443"], port=16444, service=False)
+    assert "user haproxy" not in bare and "    bind 127.0.0.1:16444\n" in bare
 
 
 def test_configure_again_changes_nothing(machine):
     api_proxy.configure(machine.host(), SERVERS)
-    before = len(machine.calls)
+    before = len(machine.mutations())
 
-    assert api_proxy.configure(machine.host(), SERVERS) is False
-    assert machine.calls[before:] == []
+    assert api_proxy.configure(machine.host(), list(reversed(SERVERS))) is False
+    assert machine.mutations()[before:] == []
 
 
-def test_a_new_server_list_reaches_the_running_proxy_without_a_restart(machine):
+def test_a_new_server_list_is_a_reload_that_keeps_open_connections(machine):
     api_proxy.configure(machine.host(), SERVERS)
-    before = len(machine.calls)
+    service = machine.services[api_proxy.SERVICE]
+    restarts = service.restarts
 
-    assert api_proxy.configure(machine.host(), [*SERVERS, "[fd00::7]:6443"]) is True
-    assert json.loads(machine.read(api_proxy.CONFIG))["servers"][-1] == "[fd00::7]:6443"
-    assert machine.calls[before:] == []
-    assert machine.services[api_proxy.SERVICE].restarts == 1
+    assert api_proxy.configure(machine.host(), [*SERVERS, "10.0.0.3:6443"]) is True
+
+    assert machine.proxy_servers() == [*SERVERS, "10.0.0.3:6443"]
+    assert service.reloads == 1 and service.restarts == restarts
+    assert machine.lines("systemctl")[-1] == "/usr/bin/systemctl reload haproxy"
 
 
-def test_a_changed_program_restarts_the_service(machine):
-    api_proxy.configure(machine.host(), SERVERS)
-    machine.write(api_proxy.PROGRAM, "# an older revision of the proxy\n")
+def test_a_failed_install_writes_nothing_so_the_next_call_tries_again(machine):
+    machine.withdraw("haproxy")
 
+    with pytest.raises(apt.AptError, match="haproxy"):
+        api_proxy.configure(machine.host(), SERVERS)
+    assert not machine.path(api_proxy.CONFIG).exists()
+
+    machine.publish("haproxy", "2.8.16-0ubuntu0.24.04.3")
     assert api_proxy.configure(machine.host(), SERVERS) is True
-    assert machine.services[api_proxy.SERVICE].restarts == 2
-    assert machine.read(api_proxy.PROGRAM) == Path(api_proxy.__file__).read_text()
+    assert machine.services[api_proxy.SERVICE].active
+
+
+def test_a_stopped_haproxy_is_started_with_the_next_change(machine):
+    api_proxy.configure(machine.host(), SERVERS)
+    machine.services[api_proxy.SERVICE].active = False
+
+    assert api_proxy.configure(machine.host(), [*SERVERS, "10.0.0.3:6443"]) is True
+    assert machine.services[api_proxy.SERVICE].active
+
+
+def test_the_python_proxy_of_earlier_revisions_is_removed_before_haproxy_binds(machine):
+    for path in api_proxy.LEGACY_FILES:
+        machine.write(path, "# earlier revision\n")
+    machine.runner.run(["/usr/bin/systemctl", "daemon-reload"])
+    machine.runner.run(["/usr/bin/systemctl", "enable", "--now", api_proxy.LEGACY_SERVICE])
+
+    api_proxy.configure(machine.host(), SERVERS)
+
+    assert api_proxy.LEGACY_SERVICE not in machine.services
+    assert not any(machine.path(p).exists() for p in api_proxy.LEGACY_FILES)
+    lines = machine.lines("systemctl")
+    assert lines.index(f"/usr/bin/systemctl disable --now {api_proxy.LEGACY_SERVICE}") < (
+        lines.index("/usr/bin/systemctl restart haproxy")
+    )
 
 
 @pytest.mark.parametrize(
     ("servers", "message"),
     [
         ([], "at least one API server"),
-        (["10.0.0.5"], "must be host:port"),
-        (["10.0.0.5:0"], "must be host:port"),
-        (["10.0.0.5:70000"], "must be host:port"),
+        (["10.0.0.1"], "must be host:port"),
+        (["10.0.0.1:0"], "must be host:port"),
+        (["10.0.0.1:70000"], "must be host:port"),
         (["fd00::1:6443"], "must be host:port"),
-        (["10.0.0.5:6443", "https://10.0.0.6:6443"], "must be host:port"),
+        (["10.0.0.1:6443 extra"], "must be host:port"),
     ],
 )
 def test_bad_server_lists_are_refused_and_nothing_is_written(machine, servers, message):
     with pytest.raises(ValueError, match=message):
         api_proxy.configure(machine.host(), servers)
-    assert machine.read(api_proxy.CONFIG) is None
-    assert machine.read(api_proxy.PROGRAM) is None
+
+    assert not machine.path(api_proxy.CONFIG).exists()
     assert machine.calls == []
 
 
-def test_parse_server_accepts_names_ipv4_and_bracketed_ipv6():
-    assert api_proxy.parse_server("10.0.0.5:6443") == ("10.0.0.5", 6443)
-    assert api_proxy.parse_server("[fd00::5]:6443") == ("fd00::5", 6443)
-    assert api_proxy.parse_server("ip-10-0-0-5.ec2.internal:6443") == (
-        "ip-10-0-0-5.ec2.internal",
-        6443,
-    )
-
-
-def test_remove_stops_the_service_and_deletes_its_files(machine):
+def test_remove_stops_haproxy_and_deletes_its_files_keeping_the_package(machine):
     api_proxy.configure(machine.host(), SERVERS)
 
     assert api_proxy.remove(machine.host()) is True
-    for path in (api_proxy.UNIT_FILE, api_proxy.CONFIG, api_proxy.PROGRAM):
-        assert machine.read(path) is None
-    assert api_proxy.SERVICE not in machine.services
+
+    assert not machine.path(api_proxy.CONFIG).exists()
+    assert not machine.path(api_proxy.DROP_IN).exists()
+    assert not machine.services[api_proxy.SERVICE].active
+    assert "haproxy" in machine.dpkg
     assert api_proxy.remove(machine.host()) is False
-
-
-def test_spread_is_stable_per_node_and_shares_nodes_across_servers():
-    servers = ["10.0.0.7:6443", "10.0.0.5:6443", "10.0.0.6:6443"]
-    first = Counter()
-    for i in range(300):
-        node = f"ip-10-0-1-{i}"
-        order = api_proxy.spread(servers, node)
-        assert sorted(order) == sorted(servers)
-        assert order == api_proxy.spread(list(reversed(servers)), node)
-        first[order[0]] += 1
-    assert set(first) == set(servers)
-    assert min(first.values()) > 50
-    assert api_proxy.spread([], "node") == []
