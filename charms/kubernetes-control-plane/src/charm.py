@@ -11,6 +11,7 @@ databag that an event with nothing new does no command and no API request.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
 import ipaddress
@@ -18,12 +19,14 @@ import json
 import logging
 import re
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import bootstrap
 import cluster_info
 import device_plugin
+import node
 import ops
 import pydantic
 import rbac
@@ -37,7 +40,6 @@ from literals import (
     DRAIN_TIMEOUT_SECONDS,
     FIELD_MANAGER,
     FLANNEL_VERSION,
-    INSTALL_MARKER,
     KUBE_API,
     MEMBER_REUPLOAD_AFTER_SECONDS,
     MEMBER_TOKEN_LABEL,
@@ -51,7 +53,7 @@ from literals import (
     WORKERS,
 )
 
-from charms.gpu_k8s.v0 import api_proxy, containerd, kubeadm
+from charms.gpu_k8s.v0 import api_proxy, kubeadm
 from charms.gpu_k8s.v0.apt import AptError
 from charms.gpu_k8s.v0.config import ActionParams, CharmConfig
 from charms.gpu_k8s.v0.databag import write
@@ -159,6 +161,16 @@ class StatusError(Exception):
     def __init__(self, status: ops.StatusBase):
         super().__init__(status.message)
         self.status = status
+
+
+@contextlib.contextmanager
+def _status_of(*errors: type[Exception]) -> Iterator[None]:
+    """Turn a workload module's error (with `.blocked`) into Blocked or Waiting."""
+    try:
+        yield
+    except errors as e:
+        status = ops.BlockedStatus if getattr(e, "blocked", False) else ops.WaitingStatus
+        raise StatusError(status(str(e))) from None
 
 
 class KubernetesControlPlaneCharm(ops.CharmBase):
@@ -398,124 +410,39 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
                         f"set it back to {running}"
                     )
                 )
-        self._settle_abandoned_upgrade(config, cluster_version)
-        self._install(config, cluster_version)
+        with _status_of(node.NodeError):
+            self._node.settle_abandoned_upgrade(
+                config.kubernetes_version, cluster_version, config.package_mirror
+            )
+            self._node.install(self._node_minor(config, cluster_version), config.package_mirror)
         if self.unit.is_leader() and not (cluster_version and not self._joined()):
             self._reconcile_leader(config, peers, event)
         else:
             self._reconcile_member(config, peers)
 
+    @property
+    def _node(self) -> node.Node:
+        return node.Node(self.host)
+
     def _installed(self) -> dict:
-        """What `_install` and upgrades recorded on this machine.
-
-        {"kubernetes": minor, "mirror": url}, plus during an upgrade "upgrading": the new
-        minor, and "applied": the same once `kubeadm upgrade` ran (no way back from there).
-        """
-        return json.loads(self.host.read(INSTALL_MARKER) or "{}")
-
-    def _settle_abandoned_upgrade(self, config: Config, cluster_version: str | None) -> None:
-        """Undo an upgrade of this node that `kubernetes-version` no longer asks for.
-
-        The operator may set the version back while the first node's upgrade is stuck
-        (say the mirror lacks the new packages, or kubeadm's preflight fails). Until
-        `kubeadm upgrade` has run, only the kubeadm package and its source changed: both go
-        back to this node's minor. After it, the control plane runs the new minor and
-        kubeadm cannot go back, so the operator is asked to finish the upgrade instead.
-        """
-        marker = self._installed()
-        started = marker.get("upgrading")
-        if not started or started in (cluster_version, config.kubernetes_version):
-            return
-        if marker.get("applied") == started:
-            raise StatusError(
-                ops.BlockedStatus(
-                    f"this node's control plane already runs {started} (kubeadm upgrade "
-                    f"cannot be undone); set kubernetes-version to {started} to finish"
-                )
-            )
-        minor = marker["kubernetes"]
-        logger.info("upgrade to %s abandoned; putting kubeadm %s back", started, minor)
-        try:
-            kubeadm.install_kubeadm(self.host, minor, mirror=config.package_mirror or None)
-        except AptError as e:
-            raise StatusError(
-                ops.BlockedStatus(f"putting kubeadm {minor} back: {e}; or fix package-mirror")
-            ) from None
-        del marker["upgrading"]
-        self.host.write(INSTALL_MARKER, json.dumps(marker, sort_keys=True))
+        """What was installed on this machine (see `node.Node.installed`)."""
+        return self._node.installed()
 
     def _node_minor(self, config: Config, cluster_version: str | None) -> str:
         """The minor this node runs: a joined node keeps its own until it upgrades."""
-        installed = self._installed().get("kubernetes")
-        if installed and self._joined():
-            return installed
-        return cluster_version or config.kubernetes_version
-
-    def _install(self, config: Config, cluster_version: str | None) -> None:
-        """Install containerd and kubeadm/kubelet/kubectl once per version and mirror.
-
-        A node in the middle of an upgrade is left to `_upgrade_node`, which owns the
-        order in which its packages change.
-        """
-        if self._installed().get("upgrading"):
-            return
-        minor = self._node_minor(config, cluster_version)
-        want = json.dumps({"kubernetes": minor, "mirror": config.package_mirror}, sort_keys=True)
-        if self.host.read(INSTALL_MARKER) == want:
-            return
-        logger.info("installing containerd and Kubernetes %s", minor)
-        try:
-            containerd.prepare_kernel(self.host)
-            containerd.install(self.host)
-            containerd.configure(self.host)
-            kubeadm.install(
-                self.host, minor, mirror=config.package_mirror or None, with_kubectl=True
-            )
-        except AptError as e:
-            raise StatusError(ops.BlockedStatus(f"{e}; or fix package-mirror")) from None
-        self.host.write(INSTALL_MARKER, want)
+        return self._node.minor(self._joined(), cluster_version or config.kubernetes_version)
 
     def _upgrade_node(self, config: Config, minor: str, *, first: bool) -> None:
-        """Upgrade this control-plane node to `minor` the way kubeadm documents it.
-
-        kubeadm first, then `kubeadm upgrade apply` (the first node: the cluster's
-        configuration and this node) or `kubeadm upgrade node` (the others), then drain,
-        kubelet and kubectl, restart kubelet, uncordon. Every step can run again, so a
-        failed hook resumes where it stopped: the marker says an upgrade is under way.
-        """
-        mirror = config.package_mirror or None
-        marker = {**self._installed(), "upgrading": minor}
-        self.host.write(INSTALL_MARKER, json.dumps(marker, sort_keys=True))
-        node = kubeadm.node_name(self.host)
-        logger.info("upgrading node %s to Kubernetes %s", node, minor)
-        try:
-            kubeadm.install_kubeadm(self.host, minor, mirror=mirror)
-            if marker.get("applied") != minor:
-                if first:
-                    bootstrap.upgrade_apply(self.host, kubeadm.RELEASES[minor].version)
-                else:
-                    kubeadm.upgrade_node(self.host)
-                # From here on the node's control plane runs `minor`: no way back.
-                marker["applied"] = minor
-                self.host.write(INSTALL_MARKER, json.dumps(marker, sort_keys=True))
-            kube = self._kube_client()
-            registered = self._drain(kube, node, "restart with kubelet")
-            kubeadm.install(self.host, minor, mirror=mirror, with_kubectl=True)
-            kubeadm.restart_kubelet(self.host)
-            if registered:
-                kube.uncordon(node)
-        except (bootstrap.BootstrapError, kubeadm.KubeadmError, CommandError) as e:
-            raise StatusError(
-                ops.WaitingStatus(f"upgrade to {minor}: {e}; retrying on the next event")
-            ) from None
-        except AptError as e:
-            back = f" or set kubernetes-version back to {marker['kubernetes']}" if first else ""
-            raise StatusError(
-                ops.BlockedStatus(f"upgrade to {minor}: {e}; fix package-mirror{back}")
-            ) from None
-        want = {"kubernetes": minor, "mirror": config.package_mirror}
-        self.host.write(INSTALL_MARKER, json.dumps(want, sort_keys=True))
-        logger.info("node %s runs Kubernetes %s", node, minor)
+        """Upgrade this node to `minor` (see `node.Node.upgrade`), draining it for kubelet."""
+        name = kubeadm.node_name(self.host)
+        with _status_of(node.NodeError):
+            self._node.upgrade(
+                minor,
+                config.package_mirror,
+                first=first,
+                drain=lambda: self._drain(self._kube_client(), name, "restart with kubelet"),
+                uncordon=lambda: self._kube_client().uncordon(name),
+            )
 
     def _joined(self) -> bool:
         return bootstrap.is_bootstrapped(self.host)
