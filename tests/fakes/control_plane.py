@@ -2,9 +2,13 @@
 
 `FakeMachine` (shared) emulates apt, dpkg, systemctl and `kubeadm join/reset`; here it
 learns what only a control plane runs: `kubeadm init` (writes admin.conf pointing at the
-fake API server, a real CA certificate and registers the Node), `kubeadm token
-create/delete`, `kubeadm init phase upload-certs`, and a control-plane `kubeadm join`
-that also writes admin.conf.
+fake API server, a real CA certificate and API server certificate, registers the Node and
+stores the `kubeadm-config` ConfigMap, as its upload-config phase does), `kubeadm token
+create/delete`, `kubeadm init phase upload-certs`, `kubeadm init phase certs apiserver`
+(which, like the real one, keeps an existing certificate and key: "If both files already
+exist, kubeadm skips the generate step"), `crictl` for restarting the API server
+container, and a control-plane `kubeadm join` whose API server certificate carries the
+certSANs of the cluster's `kubeadm-config` ConfigMap, as the real join reads them there.
 """
 
 from __future__ import annotations
@@ -29,6 +33,44 @@ from fakes.machine import FakeMachine
 
 ADMIN_TOKEN = "admintokenvalue0123456789"
 NOW = datetime.datetime(2026, 11, 21, 9, 0, tzinfo=datetime.timezone.utc)
+
+
+# kubeadm's SANs for every API server certificate (cmd/kubeadm/app/util/pkiutil
+# GetAPIServerAltNames): the node name, the kubernetes Service names and first Service IP,
+# the advertise address, the controlPlaneEndpoint host, then ClusterConfiguration certSANs.
+SERVICE_NAMES = (
+    "kubernetes",
+    "kubernetes.default",
+    "kubernetes.default.svc",
+    "kubernetes.default.svc.cluster.local",
+)
+
+
+def apiserver_cert_pem(sans: list[str]) -> str:
+    """A real certificate whose subjectAltName lists `sans` (IPs as IP addresses)."""
+    import ipaddress
+
+    from cryptography.hazmat.primitives import serialization
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    names: list[x509.GeneralName] = []
+    for san in dict.fromkeys(sans):
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(san)))
+        except ValueError:
+            names.append(x509.DNSName(san))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
+        .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kubernetes")]))
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(NOW - datetime.timedelta(days=1))
+        .not_valid_after(NOW + datetime.timedelta(days=365))
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return cert.public_bytes(serialization.Encoding.PEM).decode()
 
 
 def _ca_pem() -> str:
@@ -78,6 +120,23 @@ class ControlPlaneMachine:
         self.machine.on_kubeadm("token", self._token)
         self.machine.admin_conf = api.kubeconfig(ADMIN_TOKEN)
         self.machine.ca_pem = CA_PEM
+        self.apiserver_restarts = 0
+        self.machine.on("crictl", self._crictl)
+        base_join_phase = self.machine._join_phase
+
+        def join_phase(phase: str, argv: list[str], config: dict) -> None:
+            base_join_phase(phase, argv, config)
+            if phase == "control-plane-prepare":  # the cluster's certSANs, from the ConfigMap
+                if not self.cluster_configuration():
+                    raise CommandError(argv, 1, "unable to fetch the kubeadm-config ConfigMap")
+                plane = config.get("controlPlane", {}).get("localAPIEndpoint", {})
+                self._write_apiserver_cert(
+                    config["nodeRegistration"]["name"],
+                    plane.get("advertiseAddress", "192.0.2.0"),
+                    self.cluster_configuration(),
+                )
+
+        self.machine._join_phase = join_phase
 
     def __getattr__(self, name: str):
         return getattr(self.machine, name)
@@ -89,7 +148,58 @@ class ControlPlaneMachine:
         else:
             object.__setattr__(self, name, value)
 
+    def cluster_configuration(self) -> dict:
+        """The ClusterConfiguration stored in the kubeadm-config ConfigMap ({} if none)."""
+        cm = self.api.get_object("/api/v1/namespaces/kube-system/configmaps/kubeadm-config")
+        return yaml.safe_load(cm["data"]["ClusterConfiguration"]) if cm else {}
+
+    def apiserver_sans(self) -> list[str]:
+        """The subjectAltNames of this machine's API server certificate."""
+        pem = self.machine.read("/etc/kubernetes/pki/apiserver.crt")
+        cert = x509.load_pem_x509_certificate(pem.encode())
+        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        return [str(n.value) for n in names]
+
+    def _write_apiserver_cert(self, name: str, address: str, cluster: dict) -> None:
+        import ipaddress
+
+        endpoint = (cluster.get("controlPlaneEndpoint") or "").rsplit(":", 1)[0]
+        services = (cluster.get("networking") or {}).get("serviceSubnet") or "10.96.0.0/12"
+        first = str(next(ipaddress.ip_network(services).hosts()))  # the kubernetes Service
+        sans = [name, *SERVICE_NAMES, first, address, endpoint]
+        sans += (cluster.get("apiServer") or {}).get("certSANs") or []
+        self.machine.write("/etc/kubernetes/pki/apiserver.crt", apiserver_cert_pem(sans))
+        self.machine.write("/etc/kubernetes/pki/apiserver.key", "fake key\n", 0o600)
+
+    def _certs_phase(self, argv: list[str]) -> str:
+        if argv[4:5] != ["apiserver"] or "--config" not in argv:
+            raise CommandError(argv, 1, "fake kubeadm init phase certs: unsupported")
+        if self.machine.path("/etc/kubernetes/pki/apiserver.crt").exists() and (
+            self.machine.path("/etc/kubernetes/pki/apiserver.key").exists()
+        ):
+            return "[certs] Using existing apiserver certificate and key on disk\n"
+        docs = list(yaml.safe_load_all(self.machine.read(argv[argv.index("--config") + 1])))
+        init = next(d for d in docs if d["kind"] == "InitConfiguration")
+        cluster = next(d for d in docs if d["kind"] == "ClusterConfiguration")
+        self._write_apiserver_cert(
+            init["nodeRegistration"]["name"],
+            init["localAPIEndpoint"]["advertiseAddress"],
+            cluster,
+        )
+        return '[certs] Generating "apiserver" certificate and key\n'
+
+    def _crictl(self, argv: list[str], _input: str | None) -> str:
+        args = [a for a in argv[1:] if not a.startswith("--runtime-endpoint")]
+        if args[:1] == ["ps"] and "kube-apiserver" in args:
+            return "3f1c0ffee0ddba11\n"
+        if args == ["stop", "3f1c0ffee0ddba11"]:
+            self.apiserver_restarts += 1  # kubelet starts the static pod's container again
+            return "3f1c0ffee0ddba11\n"
+        raise CommandError(argv, 1, f"fake crictl does not handle {args}")
+
     def _init(self, argv: list[str], _input: str | None) -> str:
+        if argv[2:4] == ["phase", "certs"]:
+            return self._certs_phase(argv)
         if argv[2:3] == ["phase"]:
             if argv[3] != "upload-certs" or "--upload-certs" not in argv:
                 raise CommandError(argv, 1, "fake kubeadm init phase: unsupported")
@@ -121,6 +231,12 @@ class ControlPlaneMachine:
         self.machine.write("/etc/kubernetes/pki/ca.crt", CA_PEM)
         self.machine.write("/etc/kubernetes/kubelet.conf", "apiVersion: v1\nkind: Config\n")
         name = init["nodeRegistration"]["name"]
+        cluster = next(d for d in docs if d["kind"] == "ClusterConfiguration")
+        self._write_apiserver_cert(name, init["localAPIEndpoint"]["advertiseAddress"], cluster)
+        self.api.put_object(
+            "/api/v1/namespaces/kube-system/configmaps/kubeadm-config",
+            {"data": {"ClusterConfiguration": yaml.safe_dump(cluster)}},
+        )
         self.api.put_object(f"/api/v1/nodes/{name}", node(name, control_plane=True))
         return "Your Kubernetes control-plane has initialized successfully!\n"
 
@@ -142,6 +258,21 @@ class ControlPlaneMachine:
             self.live_tokens.discard(ids[argv[3]])
             return f"bootstrap token {argv[3]!r} deleted\n"
         raise CommandError(argv, 1, "fake kubeadm token: unsupported")
+
+
+def existing_cluster(api: FakeKubeApiServer, service_subnet: str = "10.96.0.0/12") -> None:
+    """The kubeadm-config ConfigMap of a cluster another control-plane unit bootstrapped."""
+    cluster = {
+        "apiVersion": "kubeadm.k8s.io/v1beta4",
+        "kind": "ClusterConfiguration",
+        "controlPlaneEndpoint": "127.0.0.1:6444",
+        "networking": {"podSubnet": "10.244.0.0/16", "serviceSubnet": service_subnet},
+        "apiServer": {"certSANs": ["127.0.0.1"]},
+    }
+    api.put_object(
+        "/api/v1/namespaces/kube-system/configmaps/kubeadm-config",
+        {"data": {"ClusterConfiguration": yaml.safe_dump(cluster)}},
+    )
 
 
 def node(

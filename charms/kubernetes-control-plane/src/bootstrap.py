@@ -15,13 +15,18 @@ import ipaddress
 import logging
 import secrets
 import string
+from collections.abc import Sequence
 
 import yaml
 from literals import (
     ADMIN_CONF,
     ADMISSION_PLUGINS,
     API_PORT,
+    APISERVER_CERT,
+    APISERVER_KEY,
+    APISERVER_RESTART_PENDING,
     CA_CERT,
+    CRICTL,
     ETCD_MANIFEST,
     INIT_CONFIG,
     JOINED_MARKER,
@@ -35,6 +40,7 @@ logger = logging.getLogger(__name__)
 
 _ALPHABET = string.ascii_lowercase + string.digits
 UPLOAD_CONFIG = "/run/gpu-k8s/kubeadm-upload-certs.yaml"
+CERTS_CONFIG = "/run/gpu-k8s/kubeadm-certs.yaml"
 
 
 class BootstrapError(Exception):
@@ -51,6 +57,7 @@ class InitSpec:
     kubernetes_version: str
     pod_cidr: str
     service_cidr: str
+    cert_sans: tuple[str, ...] = ()
 
 
 def generate_token() -> str:
@@ -108,13 +115,110 @@ def render_init_config(spec: InitSpec, *, token: str, ttl_hours: int, certificat
             # The control-plane endpoint is each node's local API proxy; clients check
             # the API server's certificate for that address (kubeadm adds the endpoint's
             # host too, this states it).
-            "certSANs": [spec.control_plane_endpoint.rsplit(":", 1)[0]],
+            "certSANs": cluster_cert_sans(spec.control_plane_endpoint, spec.cert_sans),
             "extraArgs": [
                 {"name": "enable-admission-plugins", "value": ",".join(ADMISSION_PLUGINS)}
             ],
         },
     }
     return yaml.safe_dump_all([init, cluster], sort_keys=False)
+
+
+def cluster_cert_sans(control_plane_endpoint: str, extra: Sequence[str]) -> list[str]:
+    """The ClusterConfiguration's certSANs: the node-local endpoint, then the extra names."""
+    return [control_plane_endpoint.rsplit(":", 1)[0], *sorted(set(extra))]
+
+
+def apiserver_sans(host: Host) -> set[str]:
+    """The names and addresses this node's API server certificate is valid for."""
+    from cryptography import x509
+
+    pem = host.read(APISERVER_CERT)
+    if pem is None:
+        return set()
+    cert = x509.load_pem_x509_certificate(pem.encode())
+    try:
+        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return set()
+    return {str(name.value) for name in names}
+
+
+def renew_apiserver_cert(
+    host: Host, cluster: dict, *, node_name: str, advertise_address: str, extra: Sequence[str]
+) -> None:
+    """Issue this node a new API server certificate that also names `extra`.
+
+    `cluster` is the cluster's ClusterConfiguration (the kubeadm-config ConfigMap), so the
+    certificate keeps what kubeadm puts in it (the first Service IP of the real service
+    network, the control-plane endpoint, the cluster's certSANs). `kubeadm init phase
+    certs apiserver` keeps an existing certificate, so the old pair is moved aside first
+    and put back if kubeadm fails. The API server reads its certificate at start: a
+    marker asks `restart_apiserver_if_pending` to restart it (kubeadm's documented way
+    to add SANs to a running cluster).
+
+    Raises:
+        BootstrapError: kubeadm failed (the old certificate is back in place).
+    """
+    config = {
+        **cluster,
+        "apiVersion": "kubeadm.k8s.io/v1beta4",
+        "kind": "ClusterConfiguration",
+        "apiServer": {
+            **(cluster.get("apiServer") or {}),
+            "certSANs": sorted(
+                {*((cluster.get("apiServer") or {}).get("certSANs") or []), *extra}
+            ),
+        },
+    }
+    init = {
+        "apiVersion": "kubeadm.k8s.io/v1beta4",
+        "kind": "InitConfiguration",
+        "localAPIEndpoint": {"advertiseAddress": advertise_address, "bindPort": API_PORT},
+        "nodeRegistration": {"name": node_name, "criSocket": kubeadm.CRI_SOCKET},
+    }
+    host.write(CERTS_CONFIG, yaml.safe_dump_all([init, config], sort_keys=False), mode=0o600)
+    moved = []
+    try:
+        for path in (APISERVER_CERT, APISERVER_KEY):
+            if host.path(path).exists():
+                host.path(path).replace(host.path(path + ".old"))
+                moved.append(path)
+        host.run(KUBEADM, "init", "phase", "certs", "apiserver", "--config", CERTS_CONFIG)
+    except CommandError as e:
+        for path in moved:
+            host.path(path + ".old").replace(host.path(path))
+        raise BootstrapError(f"renewing the API server certificate: {e.last_line}") from None
+    finally:
+        host.path(CERTS_CONFIG).unlink(missing_ok=True)
+    host.write(APISERVER_RESTART_PENDING, "certificate renewed\n")
+    for path in moved:
+        host.path(path + ".old").unlink(missing_ok=True)
+    logger.info("renewed the API server certificate for %s", ", ".join(sorted(extra)))
+
+
+def restart_apiserver_if_pending(host: Host) -> bool:
+    """Restart the kube-apiserver container after a renewal; True when it did.
+
+    kubelet starts a static pod's container again when it stops, with the new
+    certificate; through the node-local endpoint, clients use the other API servers
+    meanwhile.
+
+    Raises:
+        BootstrapError: crictl failed (the marker stays: the next call tries again).
+    """
+    if not host.path(APISERVER_RESTART_PENDING).exists():
+        return False
+    endpoint = f"--runtime-endpoint={kubeadm.CRI_SOCKET}"
+    try:
+        ids = host.run(CRICTL, endpoint, "ps", "-q", "--name", "kube-apiserver").split()
+        for container in ids:
+            host.run(CRICTL, endpoint, "stop", container)
+    except CommandError as e:
+        raise BootstrapError(f"restarting the API server: {e.last_line}") from None
+    host.path(APISERVER_RESTART_PENDING).unlink()
+    logger.info("restarted the API server to serve its new certificate")
+    return True
 
 
 def is_bootstrapped(host: Host) -> bool:

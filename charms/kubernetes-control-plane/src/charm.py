@@ -32,6 +32,7 @@ import pydantic
 import rbac
 import registry
 import rolling
+import yaml
 from literals import (
     ADMIN_SECRET_LABEL,
     API_PORT,
@@ -66,6 +67,26 @@ logger = logging.getLogger(__name__)
 
 FLANNEL_MANIFEST = Path(__file__).parent.parent / "files" / "kube-flannel.yml"
 _MIRROR = re.compile(r"^https?://[^\s/]+(/\S*)?$")
+# A DNS name a certificate may carry: RFC 1123 labels, a wildcard first label allowed
+# (kubeadm validates certSANs the same way: IsDNS1123Subdomain or its wildcard form).
+_DNS_NAME = re.compile(
+    r"^(\*\.)?[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$"
+)
+
+
+def _split_names(text: str) -> list[str]:
+    return [name for name in re.split(r"[\s,]+", text.strip()) if name]
+
+
+def _san(name: str) -> str:
+    """`name` if it is an IP address or a DNS name a certificate may list, else ValueError."""
+    try:
+        return str(ipaddress.ip_address(name))
+    except ValueError:
+        pass
+    if len(name) > 253 or not _DNS_NAME.match(name):
+        raise ValueError(f"{name!r} is not a DNS name or IP address")
+    return name
 
 
 class Config(CharmConfig):
@@ -76,6 +97,7 @@ class Config(CharmConfig):
     pod_cidr: str = "10.244.0.0/16"
     service_cidr: str = "10.96.0.0/12"
     join_token_ttl: int = pydantic.Field(default=24)
+    api_extra_sans: str = ""
     mig_strategy: str = "none"
     gpu_time_slicing_replicas: int = 1
 
@@ -103,6 +125,18 @@ class Config(CharmConfig):
         except ValueError:
             raise ValueError(f"{value!r} is not a network such as 10.244.0.0/16") from None
         return value
+
+    @pydantic.field_validator("api_extra_sans")
+    @classmethod
+    def _sans(cls, value: str) -> str:
+        for name in _split_names(value):
+            _san(name.lower())
+        return value
+
+    @property
+    def extra_sans(self) -> list[str]:
+        """The names and addresses of `api-extra-sans`, normalised and sorted."""
+        return sorted({_san(name.lower()) for name in _split_names(self.api_extra_sans)})
 
     @pydantic.field_validator("mig_strategy")
     @classmethod
@@ -140,12 +174,51 @@ class NoParams(ActionParams):
     """Actions without parameters."""
 
 
+class KubeconfigParams(ActionParams):
+    """get-kubeconfig: the API server the kubeconfig names (default: the public address)."""
+
+    server: str = ""
+
+    @pydantic.field_validator("server")
+    @classmethod
+    def _server(cls, value: str) -> str:
+        if not value:
+            return value
+        match = re.fullmatch(
+            r"(?:https://)?(\[[0-9a-fA-F:.]+\]|[^\s/:\[\]]+)(?::(\d{1,5}))?/?", value
+        )
+        if match is None or not 0 < int(match[2] or API_PORT) < 65536:
+            raise ValueError(f"{value!r} must be https://host:port or a host name or address")
+        return f"https://{match[1]}:{match[2] or API_PORT}"
+
+
 def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.timezone.utc)
 
 
 def _machine() -> Host:
     return Host(SubprocessRunner())
+
+
+def _juju_public_address() -> str | None:
+    """This unit's public address as Juju knows it (`unit-get public-address`), or None.
+
+    ops has no call for it (network-get gives the bound addresses, which on AWS are the
+    VPC's); canonical/k8s-operator asks the same hook tool for its external kubeconfig.
+    """
+    import shutil
+    import subprocess
+
+    tool = shutil.which("unit-get")
+    if tool is None:
+        return None
+    try:
+        done = subprocess.run(
+            [tool, "public-address"], capture_output=True, text=True, check=True, timeout=60
+        )
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() or None
 
 
 def _parse_time(text: str | None) -> datetime.datetime | None:
@@ -178,6 +251,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
 
     # Boundaries that tests replace: the machine, the API client factory and the clocks.
     host_factory = staticmethod(_machine)
+    public_address = staticmethod(_juju_public_address)
     clock = staticmethod(_now)
     drain_clock = staticmethod(time.monotonic)
     drain_sleep = staticmethod(time.sleep)
@@ -468,6 +542,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         self._publish_to_workers(config, peers, token, control_plane_done)
         self._apply_device_plugin(config, bag)
         self._serve_kube_api(bag)
+        self._reach(config, peers, leader=True)
 
     def _bootstrap(self, config: Config, peers: ops.Relation) -> None:
         address = self._address()
@@ -478,6 +553,8 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             kubernetes_version="v" + kubeadm.RELEASES[config.kubernetes_version].version,
             pod_cidr=config.pod_cidr,
             service_cidr=config.service_cidr,
+            # this node's public address too: its first certificate needs no renewal
+            cert_sans=tuple(sorted({*config.extra_sans, *filter(None, [self.public_address()])})),
         )
         token = bootstrap.generate_token()
         key = bootstrap.generate_certificate_key()
@@ -583,8 +660,6 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         want = f"flannel {FLANNEL_VERSION} {config.pod_cidr}"
         if bag.get("cni") == want:
             return
-        import yaml
-
         text = FLANNEL_MANIFEST.read_text().replace(POD_CIDR_PLACEHOLDER, config.pod_cidr)
         kube = self._kube_client()
         for manifest in yaml.safe_load_all(text):
@@ -872,6 +947,53 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         if relation_id is not None:
             self.kube_api.remove(relation_id)
 
+    # -- reaching the API from outside -------------------------------------------------
+
+    def _reach(self, config: Config, peers: ops.Relation, *, leader: bool) -> None:
+        """Open the API port for `juju expose`; keep the certificate valid for outside names.
+
+        The leader keeps the cluster's certSANs (kubeadm-config, which joining nodes read)
+        equal to `api-extra-sans` (`cert-sans` in the peer data says what it last wrote);
+        each node renews its own certificate when it lacks one of those names or its own
+        public address, then restarts its API server. Nothing is asked of the API server
+        when nothing changed.
+        """
+        self.unit.set_ports(API_PORT)
+        bag = peers.data[self.app]
+        sans = bootstrap.cluster_cert_sans(api_proxy.ENDPOINT, config.extra_sans)
+        if leader and bag.get("cert-sans") != json.dumps(sans):
+            kube = self._kube_client()
+            cluster = self._cluster_configuration(kube)
+            if (cluster.get("apiServer") or {}).get("certSANs") != sans:
+                server = {**(cluster.get("apiServer") or {}), "certSANs": sans}
+                text = yaml.safe_dump({**cluster, "apiServer": server})
+                patch = {"data": {"ClusterConfiguration": text}}
+                kube.patch("v1", "ConfigMap", "kubeadm-config", patch, namespace="kube-system")
+                logger.info("the cluster's API server certificates name %s", ", ".join(sans))
+            bag["cert-sans"] = json.dumps(sans)
+        public = self.public_address()
+        wanted = {*config.extra_sans, *([public] if public else [])}
+        try:
+            if not wanted <= bootstrap.apiserver_sans(self.host):
+                bootstrap.renew_apiserver_cert(
+                    self.host,
+                    self._cluster_configuration(self._kube_client()),
+                    node_name=kubeadm.node_name(self.host),
+                    advertise_address=self._address(),
+                    extra=sorted(wanted),
+                )
+            bootstrap.restart_apiserver_if_pending(self.host)
+        except bootstrap.BootstrapError as e:
+            raise StatusError(ops.WaitingStatus(f"{e}; retrying on the next event")) from None
+
+    @staticmethod
+    def _cluster_configuration(kube: Any) -> dict:
+        """The cluster's ClusterConfiguration, as kubeadm stored it in kubeadm-config."""
+        cm = kube.get("v1", "ConfigMap", "kubeadm-config", namespace="kube-system")
+        if cm is None:
+            raise StatusError(ops.WaitingStatus("waiting for kubeadm's kubeadm-config ConfigMap"))
+        return yaml.safe_load((cm.get("data") or {}).get("ClusterConfiguration") or "{}") or {}
+
     # -- other units --------------------------------------------------------------------
 
     def _mark_member(self, peers: ops.Relation) -> None:
@@ -895,6 +1017,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
                 self._upgrade_node(config, running, first=False)
             self._mark_member(peers)
             self._help_joining_units(config, peers)
+            self._reach(config, peers, leader=False)
             return
         if not bag.get("join-secret-id") or not bag.get("endpoint"):
             raise StatusError(ops.WaitingStatus("waiting for the leader to bootstrap the cluster"))
@@ -939,6 +1062,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         self._configure_api_proxy(peers)  # this node's own API server now answers too
         self._mark_member(peers)
         logger.info("joined the control plane")
+        self._reach(config, peers, leader=False)  # its public address is not in the cert yet
 
     def _newest(
         self, peers: ops.Relation, key: str
@@ -1075,16 +1199,19 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
     # -- actions ------------------------------------------------------------------------
 
     def _on_get_kubeconfig(self, event: ops.ActionEvent) -> None:
-        event.load_params(NoParams, errors="fail")
+        params = event.load_params(KubeconfigParams, errors="fail")
         text = bootstrap.read_admin_kubeconfig(self.host)
-        if text is None:
+        if text is None or not self._joined():
             event.fail("this unit has not joined the cluster yet; retry once it is Ready")
             return
+        public = self.public_address()
         try:
-            text = bootstrap.with_server(text, f"https://{self._api_server()}")
+            default = f"https://{bootstrap.endpoint_host(public or self._address())}:{API_PORT}"
         except StatusError as e:
             event.fail(f"cannot name this unit's API server: {e}")
             return
+        server = params.server or default
+        text = bootstrap.with_server(text, server)
         try:
             secret = self.model.get_secret(label=ADMIN_SECRET_LABEL)
             if secret.peek_content().get("kubeconfig") != text:
@@ -1099,9 +1226,15 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         event.set_results(
             {
                 "secret-id": secret_id,
+                "server": server,
                 "command": (
                     f"juju show-secret --reveal {secret_id} --format json"
                     " | jq -r '.[].content.Data.kubeconfig' > kubeconfig"
+                ),
+                "note": (
+                    f"from outside the VPC, run `juju expose {self.app.name}` once: it opens "
+                    f"port {API_PORT} of the control-plane machines to the internet (or to "
+                    "the CIDRs given with --to-cidrs)"
                 ),
             }
         )

@@ -6,7 +6,7 @@ import pytest
 from ops import testing
 
 import charm
-from fakes.control_plane import Clock, ControlPlaneMachine
+from fakes.control_plane import Clock, ControlPlaneMachine, existing_cluster
 from fakes.kube_apiserver import FakeKubeApiServer
 
 
@@ -23,8 +23,22 @@ def clock(monkeypatch):
     return c
 
 
+PUBLIC_ADDRESS = "203.0.113.7"  # what `unit-get public-address` answers on AWS (TEST-NET-3)
+
+
+@pytest.fixture(autouse=True)
+def public_address(monkeypatch):
+    """The unit's public address as Juju gives it (the charm asks `unit-get`)."""
+    address = {"value": PUBLIC_ADDRESS}
+    monkeypatch.setattr(
+        charm.KubernetesControlPlaneCharm, "public_address", staticmethod(lambda: address["value"])
+    )
+    return address
+
+
 @pytest.fixture
 def machine(tmp_path, api, monkeypatch, clock):
+    existing_cluster(api)  # what units joining a running cluster find (init replaces it)
     m = ControlPlaneMachine(tmp_path / "root", api)
     monkeypatch.setattr(
         charm.KubernetesControlPlaneCharm, "host_factory", staticmethod(lambda: m.machine.host())

@@ -35,7 +35,8 @@ def test_leader_installs_pinned_packages_and_bootstraps(ctx, machine, api):
     assert cluster["networking"] == {"podSubnet": "10.244.0.0/16", "serviceSubnet": "10.96.0.0/12"}
     # The endpoint is this node's API proxy, which forwards to the API server kubeadm starts.
     assert cluster["controlPlaneEndpoint"] == "127.0.0.1:6444"
-    assert cluster["apiServer"]["certSANs"] == ["127.0.0.1"]
+    # the node-local endpoint, and this unit's public address for `juju expose`
+    assert cluster["apiServer"]["certSANs"] == ["127.0.0.1", "203.0.113.7"]
     assert init["localAPIEndpoint"] == {"advertiseAddress": "192.0.2.0", "bindPort": 6443}
     assert machine.proxy_servers() == ["192.0.2.0:6443"]
     assert machine.services[api_proxy.SERVICE].active

@@ -109,10 +109,10 @@ def test_get_kubeconfig_stores_admin_config_in_unit_secret(ctx, machine):
     results = ctx.action_results
     sec = next(s for s in out.secrets if s.label == "admin-kubeconfig")
     assert sec.owner == "unit"
-    # admin.conf names the node-local proxy; the operator's copy names this unit's API server.
+    # admin.conf names the node-local proxy; the operator's copy this unit's public address.
     admin = yaml.safe_load(machine.read("/etc/kubernetes/admin.conf"))
     given = yaml.safe_load(sec.latest_content["kubeconfig"])
-    assert given["clusters"][0]["cluster"]["server"] == "https://192.0.2.0:6443"
+    assert given["clusters"][0]["cluster"]["server"] == "https://203.0.113.7:6443"
     assert given["users"] == admin["users"]
     assert results["secret-id"] == sec.id
     assert results["command"] == (
