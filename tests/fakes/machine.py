@@ -77,6 +77,11 @@ READ_ONLY = (
 )
 
 
+def deb(version: str) -> str:
+    """The package version the fake pkgs.k8s.io serves for an upstream version (X.Y.Z-1.1)."""
+    return f"{version}-1.1"
+
+
 @dataclasses.dataclass
 class Service:
     """A systemd unit's state."""
@@ -177,11 +182,20 @@ class FakeMachine:
         self.runner.fail(prefix, returncode=returncode, stderr=stderr, times=times)
 
     def add_repository(self, base: str) -> None:
-        """Serve a pkgs.k8s.io-layout repository (every pinned minor) under `base`."""
+        """Serve a pkgs.k8s.io-layout repository (every pinned minor) under `base`.
+
+        Each minor's repository has the pinned versions as revision -1.1 and, for
+        kubeadm/kubelet/kubectl, the patch before too (upstream keeps every version).
+        """
         for minor, release in kubeadm.RELEASES.items():
             uri = f"{base.rstrip('/')}/core:/stable:/v{minor}/deb/"
             pins = release.packages(with_kubectl=True)
-            self.remote[uri] = {pkg: {version} for pkg, version in pins.items()}
+            served = {pkg: {glob.replace("*", "1.1")} for pkg, glob in pins.items()}
+            major_minor, patch = release.kubernetes.rsplit(".", 1)
+            if int(patch) > 0:
+                for pkg in ("kubeadm", "kubelet", "kubectl"):
+                    served[pkg].add(f"{major_minor}.{int(patch) - 1}-1.1")
+            self.remote[uri] = served
             self.urls[f"{uri}Release.key"] = ARMORED_KEY
 
     def publish(self, package: str, version: str, pocket: str = "updates") -> None:

@@ -24,7 +24,7 @@ def cluster_relation(secret, **overrides):
         "api-servers": json.dumps(API_SERVERS),
         "ca-cert-hash": CA_HASH,
         "join-secret-id": secret.id if secret else "secret:missing",
-        "kubernetes-version": "1.33",
+        "kubernetes-version": "1.35",
     }
     data.update(overrides)
     data = {k: v for k, v in data.items() if v is not None}

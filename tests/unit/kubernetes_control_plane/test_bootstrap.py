@@ -70,18 +70,18 @@ def test_custom_cidrs_and_mirror_are_used(ctx, machine, api):
         "pod-cidr": "172.20.0.0/16",
         "service-cidr": "172.21.0.0/16",
         "package-mirror": "https://mirror.example.com/k8s",
-        "kubernetes-version": "1.34",
+        "kubernetes-version": "1.35",
     }
     ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()], config=config))
 
     source = machine.read("/etc/apt/sources.list.d/kubernetes.sources")
-    assert "URIs: https://mirror.example.com/k8s/core:/stable:/v1.34/deb/" in source
+    assert "URIs: https://mirror.example.com/k8s/core:/stable:/v1.35/deb/" in source
     cluster = machine.inits[0][1]
     assert cluster["networking"] == {
         "podSubnet": "172.20.0.0/16",
         "serviceSubnet": "172.21.0.0/16",
     }
-    assert cluster["kubernetesVersion"] == "v1.34.9"
+    assert cluster["kubernetesVersion"] == "v1.35.9"
     cm = api.get_object("/api/v1/namespaces/kube-flannel/configmaps/kube-flannel-cfg")
     assert '"Network": "172.20.0.0/16"' in cm["data"]["net-conf.json"]
 

@@ -17,7 +17,7 @@ from fakes.control_plane import ADMIN_TOKEN, node, peers
     [
         (
             {"kubernetes-version": "1.2"},
-            "Invalid config: kubernetes-version: must be a supported minor version, one of 1.32",
+            "Invalid config: kubernetes-version: must be a supported minor version, one of 1.35",
         ),
         (
             {"pod-cidr": "10.244.0.0/33"},
@@ -48,8 +48,8 @@ def test_invalid_config_blocks_naming_the_fix_and_runs_nothing(ctx, machine, api
     [
         (
             "kubernetes-version",
-            "1.34",
-            "kubernetes-version 1.34 is older than the running cluster's 1.36: "
+            "1.35",
+            "kubernetes-version 1.35 is older than the running cluster's 1.36: "
             "downgrades are not supported; set it back to 1.36",
         ),
         (

@@ -17,6 +17,7 @@ from fakes.control_plane import (
     worker_bag,
     workers_relation,
 )
+from fakes.machine import deb
 
 NODE = "ip-10-0-1-17"  # the fake machine's hostname
 NEW = kubeadm.RELEASES["1.37"]
@@ -49,19 +50,19 @@ def test_the_leader_upgrades_first_in_kubeadm_order(ctx, machine, api):
 
     assert machine.upgrades == [("apply", NEW.version)]
     assert {p: machine.dpkg[p] for p in ("kubeadm", "kubelet", "kubectl")} == {
-        "kubeadm": NEW.kubernetes,
-        "kubelet": NEW.kubernetes,
-        "kubectl": NEW.kubernetes,
+        "kubeadm": deb(NEW.kubernetes),
+        "kubelet": deb(NEW.kubernetes),
+        "kubectl": deb(NEW.kubernetes),
     }
-    assert machine.dpkg["kubernetes-cni"] == NEW.cni
+    assert machine.dpkg["kubernetes-cni"] == deb(NEW.cni)
     lines = machine.lines()
     step = {
         "kubeadm package": next(
-            i for i, c in enumerate(lines) if f"kubeadm={NEW.kubernetes}" in c
+            i for i, c in enumerate(lines) if f"kubeadm={NEW.kubernetes}-*" in c
         ),
         "upgrade apply": lines.index(f"/usr/bin/kubeadm upgrade apply v{NEW.version} --yes"),
         "kubelet package": next(
-            i for i, c in enumerate(lines) if f"kubelet={NEW.kubernetes}" in c
+            i for i, c in enumerate(lines) if f"kubelet={NEW.kubernetes}-*" in c
         ),
         "kubelet restart": lines.index("/usr/bin/systemctl restart kubelet"),
     }
@@ -89,13 +90,13 @@ def test_a_failed_upgrade_resumes_without_going_back(ctx, machine, api):
         "retrying on the next event"
     )
     assert peer(out).local_app_data["cluster-version"] == "1.36"
-    assert machine.dpkg["kubeadm"] == NEW.kubernetes  # not put back to 1.36
-    assert machine.dpkg["kubelet"] == kubeadm.RELEASES["1.36"].kubernetes
+    assert machine.dpkg["kubeadm"] == deb(NEW.kubernetes)  # not put back to 1.36
+    assert machine.dpkg["kubelet"] == deb(kubeadm.RELEASES["1.36"].kubernetes)
 
     out = ctx.run(ctx.on.update_status(), out)
 
     assert machine.upgrades == [("apply", NEW.version)]
-    assert machine.dpkg["kubelet"] == NEW.kubernetes
+    assert machine.dpkg["kubelet"] == deb(NEW.kubernetes)
     assert peer(out).local_app_data["cluster-version"] == "1.37"
     assert out.unit_status.name == "active"
 
@@ -105,11 +106,11 @@ def test_an_upgrade_set_back_before_kubeadm_ran_puts_kubeadm_back(ctx, machine, 
     old = kubeadm.RELEASES["1.36"]
     machine.fail("/usr/bin/kubeadm upgrade apply", stderr="[ERROR CoreDNSUnsupportedPlugins]: x")
     out = ctx.run(ctx.on.config_changed(), upgrade_to(out, "1.37"))
-    assert machine.dpkg["kubeadm"] == NEW.kubernetes
+    assert machine.dpkg["kubeadm"] == deb(NEW.kubernetes)
 
     out = ctx.run(ctx.on.config_changed(), upgrade_to(out, "1.36"))
 
-    assert machine.dpkg["kubeadm"] == old.kubernetes
+    assert machine.dpkg["kubeadm"] == deb(old.kubernetes)
     assert "kubeadm" in machine.held
     assert "/core:/stable:/v1.36/" in machine.read("/etc/apt/sources.list.d/kubernetes.sources")
     assert machine.upgrades == []
@@ -155,7 +156,7 @@ def test_a_mirror_without_the_new_minor_blocks_and_setting_back_undoes(ctx, mach
     assert f"{mirror}/core:/stable:/v1.36/deb/" in machine.read(
         "/etc/apt/sources.list.d/kubernetes.sources"
     )
-    assert machine.dpkg["kubeadm"] == kubeadm.RELEASES["1.36"].kubernetes
+    assert machine.dpkg["kubeadm"] == deb(kubeadm.RELEASES["1.36"].kubernetes)
     assert machine.upgrades == []
 
 
@@ -177,12 +178,12 @@ def test_an_upgrade_set_back_after_kubeadm_applied_it_asks_to_finish(ctx, machin
         "set kubernetes-version to 1.37 to finish"
     )
     assert machine.mutations()[before:] == []
-    assert machine.dpkg["kubeadm"] == NEW.kubernetes
+    assert machine.dpkg["kubeadm"] == deb(NEW.kubernetes)
 
     out = ctx.run(ctx.on.config_changed(), upgrade_to(out, "1.37"))
 
     assert machine.upgrades == [("apply", NEW.version)]  # not applied a second time
-    assert machine.dpkg["kubelet"] == NEW.kubernetes
+    assert machine.dpkg["kubelet"] == deb(NEW.kubernetes)
     assert peer(out).local_app_data["cluster-version"] == "1.37"
     assert out.unit_status.name == "active"
 
@@ -190,18 +191,22 @@ def test_an_upgrade_set_back_after_kubeadm_applied_it_asks_to_finish(ctx, machin
 def test_skipping_a_minor_or_going_back_is_refused(ctx, machine, api):
     out = ctx.run(
         ctx.on.install(),
-        testing.State(leader=True, relations=[peers()], config={"kubernetes-version": "1.34"}),
+        testing.State(leader=True, relations=[peers()], config={"kubernetes-version": "1.36"}),
     )
     before = len(machine.calls)
-
-    skipped = ctx.run(ctx.on.config_changed(), upgrade_to(out, "1.36"))
-    older = ctx.run(ctx.on.config_changed(), upgrade_to(out, "1.33"))
+    running = dataclasses.replace(out, config={"kubernetes-version": "1.35"})
+    older = ctx.run(ctx.on.config_changed(), running)
+    bag = {**peer(out).local_app_data, "cluster-version": "1.35"}
+    behind = dataclasses.replace(
+        out, relations=[dataclasses.replace(peer(out), local_app_data=bag)]
+    )
+    skipped = ctx.run(ctx.on.config_changed(), upgrade_to(behind, "1.37"))
 
     assert skipped.unit_status == testing.BlockedStatus(
-        "kubernetes-version 1.36 skips a minor: clusters upgrade one minor at a time; "
-        "set 1.35 first"
+        "kubernetes-version 1.37 skips a minor: clusters upgrade one minor at a time; "
+        "set 1.36 first"
     )
-    assert older.unit_status.message.endswith("downgrades are not supported; set it back to 1.34")
+    assert older.unit_status.message.endswith("downgrades are not supported; set it back to 1.36")
     assert machine.calls[before:] == []
 
 
@@ -294,14 +299,14 @@ def test_a_member_upgrades_only_on_its_turn(ctx, machine, api):
         out, **{"cluster-version": "1.37", "upgrade-turn": "kubernetes-control-plane/4"}
     )
     assert machine.upgrades == []
-    assert machine.dpkg["kubelet"] == kubeadm.RELEASES["1.36"].kubernetes
+    assert machine.dpkg["kubelet"] == deb(kubeadm.RELEASES["1.36"].kubernetes)
     assert out.unit_status == testing.ActiveStatus(
         "Ready: v1.37, 2 control-plane, 0 workers; upgrading to v1.37: 2 node(s) to go"
     )
 
     out = leader_says(out, **{"upgrade-turn": "kubernetes-control-plane/0"})
     assert machine.upgrades == [("node", NEW.version)]
-    assert machine.dpkg["kubelet"] == NEW.kubernetes
+    assert machine.dpkg["kubelet"] == deb(NEW.kubernetes)
     assert peer(out).local_unit_data["kubernetes-version"] == "1.37"
     assert secret(out, "control-plane-join").latest_content["token"] not in json.dumps(
         peer(out).local_unit_data
@@ -319,6 +324,6 @@ def test_a_new_leader_behind_the_cluster_upgrades_with_upgrade_node(ctx, machine
     out = ctx.run(ctx.on.leader_elected(), state)
 
     assert machine.upgrades == [("node", NEW.version)]
-    assert machine.dpkg["kubelet"] == NEW.kubernetes
+    assert machine.dpkg["kubelet"] == deb(NEW.kubernetes)
     assert "upgrade-turn" not in peer(out).local_app_data
     assert out.unit_status == testing.ActiveStatus("Ready: v1.37, 2 control-plane, 0 workers")

@@ -8,6 +8,7 @@ import pytest
 from ops import testing
 
 from charms.gpu_k8s.v0 import api_proxy, apt, containerd, kubeadm
+from fakes.machine import deb
 from fakes.worker_scenario import (
     API_SERVERS,
     CA_HASH,
@@ -54,7 +55,9 @@ def test_join_material_brings_kubeadm_and_kubelet_at_the_control_planes_version(
     ctx.run(ctx.on.relation_changed(next(iter(state.relations))), state)
 
     assert (
-        machine.dpkg["kubeadm"] == machine.dpkg["kubelet"] == kubeadm.RELEASES["1.33"].kubernetes
+        machine.dpkg["kubeadm"]
+        == machine.dpkg["kubelet"]
+        == deb(kubeadm.RELEASES["1.35"].kubernetes)
     )
     assert "kubectl" not in machine.dpkg
     assert {"containerd", "kubeadm", "kubelet"} <= machine.held
@@ -76,20 +79,22 @@ def test_each_lifecycle_event_twice_mutates_nothing_the_second_time(ctx, machine
     assert again.unit_status == out.unit_status
 
 
-@pytest.mark.parametrize("published", ["1.34", "1.34.9"])
+@pytest.mark.parametrize("published", ["1.36", "1.36.5"])
 def test_the_control_planes_minor_is_installed(ctx, machine, api, published):
     register_node(api)
 
     out = ctx.run(ctx.on.config_changed(), joined_state(api, **{"kubernetes-version": published}))
 
     assert (
-        machine.dpkg["kubelet"] == machine.dpkg["kubeadm"] == kubeadm.RELEASES["1.34"].kubernetes
+        machine.dpkg["kubelet"]
+        == machine.dpkg["kubeadm"]
+        == deb(kubeadm.RELEASES["1.36"].kubernetes)
     )
     assert out.unit_status == testing.ActiveStatus(READY)
     # a node that has not joined installs the control plane's minor and joins with it
     assert len(machine.joins) == 1
     assert machine.upgrades == []
-    assert next(iter(out.relations)).local_unit_data["kubernetes-version"] == "1.34"
+    assert next(iter(out.relations)).local_unit_data["kubernetes-version"] == "1.36"
 
 
 def test_package_mirror_is_used_for_kubernetes_packages(ctx, machine, api):
@@ -100,7 +105,7 @@ def test_package_mirror_is_used_for_kubernetes_packages(ctx, machine, api):
         joined_state(api, config={"package-mirror": "https://mirror.internal/k8s"}),
     )
 
-    assert "URIs: https://mirror.internal/k8s/core:/stable:/v1.33/deb/" in machine.read(
+    assert "URIs: https://mirror.internal/k8s/core:/stable:/v1.35/deb/" in machine.read(
         "/etc/apt/sources.list.d/kubernetes.sources"
     )
 
@@ -331,7 +336,7 @@ def test_control_plane_version_this_charm_cannot_install_blocks_before_installin
 
     assert out.unit_status == testing.BlockedStatus(
         "the control plane runs Kubernetes 1.99, which this charm cannot install (it has "
-        "1.32, 1.33, 1.34, 1.35, 1.36, 1.37): refresh kubernetes-worker to a revision that "
+        "1.35, 1.36, 1.37): refresh kubernetes-worker to a revision that "
         "supports it"
     )
     assert machine.calls == []

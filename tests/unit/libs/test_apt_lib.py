@@ -2,7 +2,7 @@ import pytest
 
 from charms.gpu_k8s.v0 import apt
 
-UPSTREAM = "https://pkgs.k8s.io/core:/stable:/v1.33/deb/"
+UPSTREAM = "https://pkgs.k8s.io/core:/stable:/v1.36/deb/"
 KEY = "/etc/apt/keyrings/kubernetes-apt-keyring.gpg"
 
 
@@ -97,7 +97,7 @@ def test_missing_version_raises_apt_error_naming_the_package(machine):
 
 def test_unknown_package_raises_apt_error_naming_it(machine):
     with pytest.raises(apt.AptError) as err:
-        apt.install(machine.host(), {"kubeadm": "1.33.10-1.1"}, hold=True)
+        apt.install(machine.host(), {"kubeadm": "1.36.5-1.1"}, hold=True)
 
     assert err.value.package == "kubeadm"
     assert "Unable to locate package kubeadm" in err.value.detail
@@ -132,13 +132,13 @@ def test_add_source_writes_deb822_fetches_key_and_updates(machine):
     assert machine.path(KEY).exists()
     assert machine.lines("curl") == [f"/usr/bin/curl -fsSL {UPSTREAM}Release.key"]
     assert UPSTREAM in machine.indexed
-    apt.install(machine.host(), {"kubeadm": "1.33.10-1.1"}, hold=True)
-    assert machine.dpkg["kubeadm"] == "1.33.10-1.1"
+    apt.install(machine.host(), {"kubeadm": "1.36.5-1.1"}, hold=True)
+    assert machine.dpkg["kubeadm"] == "1.36.5-1.1"
 
 
 def test_add_source_with_components(machine):
     machine.add_repository("https://mirror.example")
-    uri = "https://mirror.example/core:/stable:/v1.34/deb/"
+    uri = "https://mirror.example/core:/stable:/v1.37/deb/"
     apt.add_source(
         machine.host(),
         "extra",
@@ -165,7 +165,7 @@ def test_add_source_twice_is_a_no_op(machine):
 def test_changing_the_source_fetches_its_key_and_updates_again(machine):
     machine.add_repository("https://mirror.example/k8s")
     add_k8s_source(machine)
-    mirror = "https://mirror.example/k8s/core:/stable:/v1.33/deb/"
+    mirror = "https://mirror.example/k8s/core:/stable:/v1.36/deb/"
 
     assert add_k8s_source(machine, uri=mirror, key_url=mirror + "Release.key")
 

@@ -20,7 +20,7 @@ def material(**overrides):
     return JoinMaterial(**fields)
 
 
-def installed(machine, minor="1.33"):
+def installed(machine, minor="1.36"):
     kubeadm.install(machine.host(), minor, mirror=None, with_kubectl=False)
     return machine
 
@@ -28,65 +28,82 @@ def installed(machine, minor="1.33"):
 # -- packages -------------------------------------------------------------------------
 
 
-DEB_VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)-\d+\.\d+$")
+VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)$")
 
 
-def semver(deb_version):
-    match = DEB_VERSION.match(deb_version)
-    assert match, f"{deb_version!r} is not an X.Y.Z-R.B deb version"
+def semver(version):
+    match = VERSION.match(version)
+    assert match, f"{version!r} is not an X.Y.Z upstream version"
     return tuple(int(part) for part in match.groups())
 
 
-def test_release_table_pins_every_minor_to_a_pkgs_k8s_io_revision():
+def test_release_table_pins_every_supported_minor_by_upstream_version():
     assert kubeadm.DEFAULT_MINOR in kubeadm.RELEASES
+    assert list(kubeadm.RELEASES) == ["1.35", "1.36", "1.37"]  # 1.32-1.34 are end of life
     for minor, release in kubeadm.RELEASES.items():
         major_minor = tuple(int(part) for part in minor.split("."))
         assert semver(release.kubernetes)[:2] == major_minor
-        assert release.version == release.kubernetes.split("-")[0]
+        assert release.version == release.kubernetes
         # cri-tools is released once per Kubernetes minor, with the same major.minor.
         assert semver(release.cri_tools)[:2] == major_minor
         # The Depends of the pinned debs (kubelet: kubernetes-cni >= 1.2.0; kubeadm built
         # before 2026-04-24: cri-tools >= 1.30.0): apt refuses a pin below them.
         assert semver(release.cni) >= (1, 2, 0)
         assert semver(release.cri_tools) >= (1, 30, 0)
-        for version in (release.kubernetes, release.cri_tools, release.cni):
-            assert version.endswith("-1.1")
+        # any package revision of the pinned version: pkgs.k8s.io republishes as -2.1
+        assert set(release.packages(with_kubectl=True).values()) == {
+            f"{release.kubernetes}-*",
+            f"{release.cri_tools}-*",
+            f"{release.cni}-*",
+        }
 
 
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({"kubernetes": "1.36.4"}, "kubernetes version '1.36.4' must look like 1.36.4-1.1"),
-        ({"cri_tools": "v1.36.0-1.1"}, "cri_tools version 'v1.36.0-1.1'"),
-        ({"cni": "1.9.1-1.1 "}, "cni version '1.9.1-1.1 '"),
+        ({"kubernetes": "1.36.4-1.1"}, "kubernetes version '1.36.4-1.1' must look like 1.36.5"),
+        ({"cri_tools": "v1.36.0"}, "cri_tools version 'v1.36.0'"),
+        ({"cni": "1.9.1 "}, "cni version '1.9.1 '"),
         ({"cni": ""}, "cni version ''"),
-        ({"cni": "1.9.1-1.1\n"}, "cni version '1.9.1-1.1\\n'"),
+        ({"cni": "1.9.1\n"}, "cni version '1.9.1\\n'"),
     ],
 )
 def test_a_malformed_pin_is_refused(fields, message):
-    pins = {"kubernetes": "1.36.4-1.1", "cri_tools": "1.36.0-1.1", "cni": "1.9.1-1.1"}
+    pins = {"kubernetes": "1.36.4", "cri_tools": "1.36.0", "cni": "1.9.1"}
 
     with pytest.raises(ValueError, match=re.escape(message)):
         kubeadm.Release(**{**pins, **fields})
 
 
+def test_a_patch_republished_under_another_revision_installs(machine):
+    """pkgs.k8s.io published 1.36.2 only as 1.36.2-2.1 (kubernetes/release#4156)."""
+    uri = f"{kubeadm.UPSTREAM}/core:/stable:/v1.36/deb/"
+    machine.remote[uri]["kubeadm"] = {"1.36.4-1.1", "1.36.5-2.1"}
+    machine.remote[uri]["kubelet"] = {"1.36.4-1.1", "1.36.5-2.1"}
+
+    kubeadm.install(machine.host(), "1.36", mirror=None, with_kubectl=False)
+
+    assert machine.dpkg["kubeadm"] == machine.dpkg["kubelet"] == "1.36.5-2.1"
+
+
 def test_package_source_upstream_and_mirror():
-    assert kubeadm.package_source("1.33", None) == (
-        "https://pkgs.k8s.io/core:/stable:/v1.33/deb/",
-        "https://pkgs.k8s.io/core:/stable:/v1.33/deb/Release.key",
+    assert kubeadm.package_source("1.36", None) == (
+        "https://pkgs.k8s.io/core:/stable:/v1.36/deb/",
+        "https://pkgs.k8s.io/core:/stable:/v1.36/deb/Release.key",
     )
-    uri, key = kubeadm.package_source("1.34", "http://mirror.internal/k8s/")
-    assert uri == "http://mirror.internal/k8s/core:/stable:/v1.34/deb/"
+    uri, key = kubeadm.package_source("1.37", "http://mirror.internal/k8s/")
+    assert uri == "http://mirror.internal/k8s/core:/stable:/v1.37/deb/"
     assert key == uri + "Release.key"
 
 
 @pytest.mark.parametrize(
     ("minor", "mirror", "message"),
     [
-        ("1.20", None, "not supported; use one of 1.32, 1.33"),
-        ("v1.33", None, "not supported"),
-        ("1.33", "ftp://mirror", "must be an http:// or https:// URL"),
-        ("1.33", "mirror.example", "must be an http:// or https:// URL"),
+        ("1.20", None, "not supported; use one of 1.35, 1.36, 1.37"),
+        ("1.34", None, "not supported"),  # end of life
+        ("v1.36", None, "not supported"),
+        ("1.36", "ftp://mirror", "must be an http:// or https:// URL"),
+        ("1.36", "mirror.example", "must be an http:// or https:// URL"),
     ],
 )
 def test_bad_version_or_mirror_is_refused(minor, mirror, message):
@@ -97,17 +114,17 @@ def test_bad_version_or_mirror_is_refused(minor, mirror, message):
 def test_install_pins_holds_and_enables_kubelet(machine):
     machine.kubelet_enabled_on_install = False
 
-    assert kubeadm.install(machine.host(), "1.33", mirror=None, with_kubectl=False)
+    assert kubeadm.install(machine.host(), "1.36", mirror=None, with_kubectl=False)
 
     assert machine.dpkg == {
-        "kubeadm": "1.33.10-1.1",
-        "kubelet": "1.33.10-1.1",
-        "cri-tools": "1.33.0-1.1",
-        "kubernetes-cni": "1.6.0-1.1",
+        "kubeadm": "1.36.5-1.1",
+        "kubelet": "1.36.5-1.1",
+        "cri-tools": "1.36.0-1.1",
+        "kubernetes-cni": "1.9.1-1.1",
     }
     assert machine.held == {"kubeadm", "kubelet", "cri-tools", "kubernetes-cni"}
     assert machine.services["kubelet"].enabled
-    assert kubeadm.installed_minor(machine.host()) == "1.33"
+    assert kubeadm.installed_minor(machine.host()) == "1.36"
 
 
 def apt_installs(machine):
@@ -123,9 +140,9 @@ def hold_lines(machine):
 @pytest.mark.parametrize(
     ("minor", "kubernetes", "cri_tools", "cni"),
     [
-        ("1.34", "1.34.9-1.1", "1.34.0-1.1", "1.7.1-1.1"),
-        ("1.36", "1.36.5-1.1", "1.36.0-1.1", "1.9.1-1.1"),
-        ("1.37", "1.37.1-1.1", "1.37.0-1.1", "1.9.1-1.1"),
+        ("1.35", "1.35.9", "1.35.0", "1.8.0"),
+        ("1.36", "1.36.5", "1.36.0", "1.9.1"),
+        ("1.37", "1.37.1", "1.37.0", "1.9.1"),
     ],
 )
 def test_all_five_packages_go_in_one_pinned_install_and_are_held(
@@ -135,30 +152,30 @@ def test_all_five_packages_go_in_one_pinned_install_and_are_held(
 
     assert apt_installs(machine) == [
         "-y --allow-change-held-packages --allow-downgrades --no-install-recommends "
-        f"kubeadm={kubernetes} kubelet={kubernetes} kubectl={kubernetes} "
-        f"cri-tools={cri_tools} kubernetes-cni={cni}"
+        f"kubeadm={kubernetes}-* kubelet={kubernetes}-* kubectl={kubernetes}-* "
+        f"cri-tools={cri_tools}-* kubernetes-cni={cni}-*"
     ]
     assert hold_lines(machine) == ["cri-tools kubeadm kubectl kubelet kubernetes-cni"]
     assert machine.dpkg == {
-        "kubeadm": kubernetes,
-        "kubelet": kubernetes,
-        "kubectl": kubernetes,
-        "cri-tools": cri_tools,
-        "kubernetes-cni": cni,
+        "kubeadm": f"{kubernetes}-1.1",  # not the patch before it, which the repo has too
+        "kubelet": f"{kubernetes}-1.1",
+        "kubectl": f"{kubernetes}-1.1",
+        "cri-tools": f"{cri_tools}-1.1",
+        "kubernetes-cni": f"{cni}-1.1",
     }
     assert machine.held == set(machine.dpkg)
 
 
 def test_a_node_with_the_dependencies_unheld_only_gets_them_held(machine):
     """A node set up before cri-tools and kubernetes-cni were pinned has them as plain deps."""
-    installed(machine, "1.33")
+    installed(machine, "1.36")
     machine.held -= {"cri-tools", "kubernetes-cni"}
     before = len(machine.mutations())
 
-    assert kubeadm.install(machine.host(), "1.33", mirror=None, with_kubectl=False)
+    assert kubeadm.install(machine.host(), "1.36", mirror=None, with_kubectl=False)
 
     assert machine.mutations()[before:] == ["apt-mark hold cri-tools kubernetes-cni"]
-    assert machine.dpkg["kubernetes-cni"] == "1.6.0-1.1"
+    assert machine.dpkg["kubernetes-cni"] == "1.9.1-1.1"
 
 
 def test_a_dependency_at_another_version_is_moved_to_its_pin(machine):
@@ -167,7 +184,7 @@ def test_a_dependency_at_another_version_is_moved_to_its_pin(machine):
 
     assert kubeadm.install(machine.host(), "1.36", mirror=None, with_kubectl=False)
 
-    assert apt_installs(machine)[-1].endswith(" kubernetes-cni=1.9.1-1.1")
+    assert apt_installs(machine)[-1].endswith(" kubernetes-cni=1.9.1-*")
     assert machine.dpkg["kubernetes-cni"] == "1.9.1-1.1"
 
 
@@ -179,7 +196,7 @@ def test_a_pin_missing_from_the_repository_installs_nothing(machine):
         kubeadm.install(machine.host(), "1.35", mirror=None, with_kubectl=False)
 
     assert err.value.package == "cri-tools"
-    assert "1.35.0-1.1" in str(err.value)
+    assert "Version '1.35.0-*' for 'cri-tools' was not found" in str(err.value)
     assert machine.dpkg == {} and machine.held == set()
 
 
@@ -187,7 +204,7 @@ def test_install_twice_runs_no_mutation_the_second_time(machine):
     installed(machine)
     before = len(machine.mutations())
 
-    assert not kubeadm.install(machine.host(), "1.33", mirror=None, with_kubectl=False)
+    assert not kubeadm.install(machine.host(), "1.36", mirror=None, with_kubectl=False)
     assert machine.mutations()[before:] == []
 
 
@@ -195,32 +212,32 @@ def test_install_from_a_mirror(machine):
     machine.add_repository("https://mirror.internal/k8s")
 
     kubeadm.install(
-        machine.host(), "1.33", mirror="https://mirror.internal/k8s", with_kubectl=False
+        machine.host(), "1.36", mirror="https://mirror.internal/k8s", with_kubectl=False
     )
 
     source = machine.read("/etc/apt/sources.list.d/kubernetes.sources")
-    assert "URIs: https://mirror.internal/k8s/core:/stable:/v1.33/deb/" in source
+    assert "URIs: https://mirror.internal/k8s/core:/stable:/v1.36/deb/" in source
     assert machine.lines("curl") == [
-        "/usr/bin/curl -fsSL https://mirror.internal/k8s/core:/stable:/v1.33/deb/Release.key"
+        "/usr/bin/curl -fsSL https://mirror.internal/k8s/core:/stable:/v1.36/deb/Release.key"
     ]
-    assert machine.dpkg["kubeadm"] == "1.33.10-1.1"
+    assert machine.dpkg["kubeadm"] == "1.36.5-1.1"
 
 
 def test_changing_minor_moves_the_source_and_the_pins(machine):
-    installed(machine, "1.33")
+    installed(machine, "1.36")
 
-    kubeadm.install(machine.host(), "1.34", mirror=None, with_kubectl=False)
+    kubeadm.install(machine.host(), "1.37", mirror=None, with_kubectl=False)
 
-    assert machine.dpkg["kubelet"] == "1.34.9-1.1"
-    assert machine.dpkg["cri-tools"] == "1.34.0-1.1"
-    assert machine.dpkg["kubernetes-cni"] == "1.7.1-1.1"
+    assert machine.dpkg["kubelet"] == "1.37.1-1.1"
+    assert machine.dpkg["cri-tools"] == "1.37.0-1.1"
+    assert machine.dpkg["kubernetes-cni"] == "1.9.1-1.1"
     assert {"kubelet", "cri-tools", "kubernetes-cni"} <= machine.held
-    assert kubeadm.installed_minor(machine.host()) == "1.34"
+    assert kubeadm.installed_minor(machine.host()) == "1.37"
 
 
 def test_unreachable_mirror_raises_apt_error(machine):
     with pytest.raises(apt.AptError) as err:
-        kubeadm.install(machine.host(), "1.33", mirror="https://down.example", with_kubectl=False)
+        kubeadm.install(machine.host(), "1.36", mirror="https://down.example", with_kubectl=False)
 
     assert err.value.package == "kubernetes"
     assert "kubeadm" not in machine.dpkg
@@ -491,7 +508,7 @@ def test_ca_cert_hash_of_garbage_raises():
         ("1.36", "1.36", None),
         ("1.36", "1.37", None),
         ("1.36", "1.35", "downgrades are not supported; set it back to 1.36"),
-        ("1.34", "1.36", "skips a minor: clusters upgrade one minor at a time; set 1.35 first"),
+        ("1.35", "1.37", "skips a minor: clusters upgrade one minor at a time; set 1.36 first"),
     ],
 )
 def test_check_upgrade_allows_the_same_or_the_next_minor(running, wanted, message):
@@ -507,8 +524,8 @@ def test_install_kubeadm_moves_only_kubeadm_to_the_new_minor(machine):
 
     assert kubeadm.install_kubeadm(machine.host(), "1.37")
 
-    assert machine.dpkg["kubeadm"] == kubeadm.RELEASES["1.37"].kubernetes
-    assert machine.dpkg["kubelet"] == kubeadm.RELEASES["1.36"].kubernetes
+    assert machine.dpkg["kubeadm"] == "1.37.1-1.1"
+    assert machine.dpkg["kubelet"] == "1.36.5-1.1"
     assert "kubeadm" in machine.held
     assert "v1.37/deb/" in machine.read("/etc/apt/sources.list.d/kubernetes.sources")
     assert not kubeadm.install_kubeadm(machine.host(), "1.37")

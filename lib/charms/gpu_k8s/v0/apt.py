@@ -193,7 +193,7 @@ def installed_version(host: Host, package: str) -> str | None:
     except CommandError:
         return None
     parts = out.split()
-    # "install ok installed 1.33.10-1.1"; "deinstall ok config-files 1.2" is not installed.
+    # "install ok installed 1.36.5-1.1"; "deinstall ok config-files 1.2" is not installed.
     if len(parts) >= 4 and parts[2] == "installed":
         return parts[3]
     return None

@@ -24,22 +24,26 @@ from charms.gpu_k8s.v0.system import CommandError, Host
 
 LIBID = "f766a8bf76ef4d8f9f47cf1d41d1f95c"
 LIBAPI = 0
-LIBPATCH = 7
+LIBPATCH = 8
 
-_DEB_VERSION = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+-[0-9]+\.[0-9]+$")
+_VERSION = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+$")
 
 
 @dataclasses.dataclass(frozen=True)
 class Release:
-    """The deb versions (with pkgs.k8s.io revision) pinned for one Kubernetes minor.
+    """The upstream versions pinned for one Kubernetes minor, installed as `X.Y.Z-*`.
+
+    pkgs.k8s.io keeps every version it published but may publish a patch under another
+    package revision than -1.1 (1.36.2 exists only as 1.36.2-2.1, kubernetes/release#4156),
+    so the pin is the upstream version and apt takes the newest revision of it.
 
     Attributes:
-        kubernetes: kubeadm, kubelet and kubectl, e.g. "1.36.4-1.1".
+        kubernetes: kubeadm, kubelet and kubectl, e.g. "1.36.5".
         cri_tools: cri-tools (crictl).
         cni: kubernetes-cni (the CNI plugins in /opt/cni/bin).
 
     Raises:
-        ValueError: a version is not in pkgs.k8s.io's `X.Y.Z-R.B` form.
+        ValueError: a version is not `X.Y.Z`.
     """
 
     kubernetes: str
@@ -49,58 +53,47 @@ class Release:
     def __post_init__(self):
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
-            if not _DEB_VERSION.fullmatch(value):
-                raise ValueError(f"{field.name} version {value!r} must look like 1.36.4-1.1")
+            if not _VERSION.fullmatch(value):
+                raise ValueError(f"{field.name} version {value!r} must look like 1.36.5")
 
     @property
     def version(self) -> str:
-        """The upstream Kubernetes version without the deb revision ("1.36.4")."""
-        return self.kubernetes.split("-", 1)[0]
+        """The upstream Kubernetes version ("1.36.5")."""
+        return self.kubernetes
 
     def packages(self, *, with_kubectl: bool) -> dict[str, str]:
-        """Return {package: pinned version} for every package `install` puts on a node."""
+        """Return {package: apt version glob} for every package `install` puts on a node."""
         packages = {"kubeadm": self.kubernetes, "kubelet": self.kubernetes}
         if with_kubectl:
             packages["kubectl"] = self.kubernetes
         packages["cri-tools"] = self.cri_tools
         packages["kubernetes-cni"] = self.cni
-        return packages
+        return {name: f"{version}-*" for name, version in packages.items()}
 
 
-# kubernetes: latest patch of each minor on pkgs.k8s.io (deb revision -1.1), looked up
-# 2026-11-21 from the kubernetes.io release pages; 1.36.5 (the default minor) from
-# public install logs and a v1.36 patch survey that name 1.36.5-1.1 as the newest deb.
-# 1.32, 1.33 and 1.34 are past end of life (2026-02-28, 2026-06-28, 2026-10-27) and get
-# no upstream fixes; they stay selectable only for sites that must match an existing
-# cluster. The default is a supported minor.
+# Supported minors only (kubernetes.io/releases: each minor gets patches for about 14
+# months). 1.32, 1.33 and 1.34 reached end of life on 2026-02-28, 2026-06-28 and
+# 2026-10-27 and were removed on 2026-11-22; a cluster running one of them upgrades with
+# an earlier charm revision first. 1.35's end of life is 2027-02-28.
 #
-# cri_tools and cni: the cri-tools and kubernetes-cni debs published in the same minor's
-# repository, looked up 2026-11-21 in public apt logs and package listings of
-# https://pkgs.k8s.io/core:/stable:/v1.<minor>/deb/ (the version apt resolved next to
-# kubeadm/kubelet of that minor), and in the cri-tools release issues that announce each
-# OBS publication (kubernetes-sigs/cri-tools#1701 for v1.32.0, #1824 for v1.33.0):
-#   1.32: cri-tools 1.32.0-1.1, kubernetes-cni 1.6.0-1.1 (installs of 1.32.0/.2/.4/.8)
-#   1.33: cri-tools 1.33.0-1.1, kubernetes-cni 1.6.0-1.1 (installs of 1.33.1/.2)
-#   1.34: cri-tools 1.34.0-1.1 (an excerpt of the v1.34 Packages index; upstream v1.34.0,
-#         kubernetes-sigs/cri-tools#1877), kubernetes-cni 1.7.1-1.1 (install of 1.34.9)
-#   1.35: cri-tools 1.35.0-1.1, kubernetes-cni 1.8.0-1.1 (installs of 1.35.1/.3/.4 and a
-#         listing of the repository's latest versions)
-#   1.36: cri-tools 1.36.0-1.1 (installs of 1.36.0), kubernetes-cni 1.9.1-1.1 (installs
-#         of 1.36.0/.1/.3/.5)
-#   1.37: kubernetes-cni 1.9.1-1.1 (a 1.37.0 node). cri-tools 1.37.0-1.1 is NOT confirmed:
-#         it follows the <minor>.0-1.1 deb every earlier repository got and the upstream
-#         cri-tools v1.37.0 release (2026-09-01); kubeadm 1.37 debs declare no cri-tools
-#         dependency (kubernetes/release 0ffd6e1f), so no Depends bounds it.
-# Depends that the pins must satisfy (kubernetes/release cmd/krel/templates/latest/
-# metadata.yaml): kubelet >= 1.28 needs kubernetes-cni >= 1.2.0; kubeadm 1.30/1.31, and
-# 1.32+ debs built before 2026-04-24, need cri-tools >= 1.30.0.
+# kubernetes: the newest patch of each minor found on 2026-11-21/22: 1.36.5 (kubernetes.io
+# /releases/1.36 lists it for 2026-09-15; public installs of 1.36.5-1.1), 1.37.1 (2026-09-15),
+# 1.35.9. Whether newer patches were published since mid-September was not verified; a
+# new patch needs a new charm revision (this table), a re-published revision does not.
+#
+# cri_tools and cni: what each minor's repository on pkgs.k8s.io serves next to kubeadm
+# (public apt logs and package listings, 2026-11-21; cri-tools release issues announce each
+# publication): 1.35: cri-tools 1.35.0, kubernetes-cni 1.8.0; 1.36: cri-tools 1.36.0,
+# kubernetes-cni 1.9.1; 1.37: kubernetes-cni 1.9.1 (a 1.37.0 node), cri-tools 1.37.0 NOT
+# confirmed: it follows the <minor>.0 every earlier repository got and the upstream
+# cri-tools v1.37.0 release (2026-09-01).
+# Depends the pins must satisfy (kubernetes/release cmd/krel/templates/latest/metadata.yaml):
+# kubelet >= 1.28 needs kubernetes-cni >= 1.2.0; kubeadm debs built before 2026-04-24 need
+# cri-tools >= 1.30.0.
 RELEASES = {
-    "1.32": Release(kubernetes="1.32.11-1.1", cri_tools="1.32.0-1.1", cni="1.6.0-1.1"),
-    "1.33": Release(kubernetes="1.33.10-1.1", cri_tools="1.33.0-1.1", cni="1.6.0-1.1"),
-    "1.34": Release(kubernetes="1.34.9-1.1", cri_tools="1.34.0-1.1", cni="1.7.1-1.1"),
-    "1.35": Release(kubernetes="1.35.9-1.1", cri_tools="1.35.0-1.1", cni="1.8.0-1.1"),
-    "1.36": Release(kubernetes="1.36.5-1.1", cri_tools="1.36.0-1.1", cni="1.9.1-1.1"),
-    "1.37": Release(kubernetes="1.37.1-1.1", cri_tools="1.37.0-1.1", cni="1.9.1-1.1"),
+    "1.35": Release(kubernetes="1.35.9", cri_tools="1.35.0", cni="1.8.0"),
+    "1.36": Release(kubernetes="1.36.5", cri_tools="1.36.0", cni="1.9.1"),
+    "1.37": Release(kubernetes="1.37.1", cri_tools="1.37.0", cni="1.9.1"),
 }
 DEFAULT_MINOR = "1.36"
 UPSTREAM = "https://pkgs.k8s.io"
@@ -173,7 +166,7 @@ def package_source(minor: str, mirror: str | None = None) -> tuple[str, str]:
     """Return (repository URI, signing key URL) for `minor`.
 
     `mirror` replaces `https://pkgs.k8s.io` and must serve the same layout
-    (`<mirror>/core:/stable:/v1.33/deb/` with its `Release.key`).
+    (`<mirror>/core:/stable:/v1.36/deb/` with its `Release.key`).
     """
     check_minor(minor)
     base = (mirror or UPSTREAM).rstrip("/")
@@ -196,7 +189,7 @@ def install(host: Host, minor: str, *, mirror: str | None = None, with_kubectl: 
     """
     changed = _use_source(host, minor, mirror)
     packages = RELEASES[minor].packages(with_kubectl=with_kubectl)
-    changed = apt.install(host, packages, hold=True) or changed
+    changed = apt.install(host, packages, hold=True, refresh=not changed) or changed
     return _enable_kubelet(host) or changed
 
 
@@ -211,7 +204,8 @@ def install_kubeadm(host: Host, minor: str, *, mirror: str | None = None) -> boo
         apt.AptError: the source or the package could not be installed.
     """
     changed = _use_source(host, minor, mirror)
-    return apt.install(host, {"kubeadm": RELEASES[minor].kubernetes}, hold=True) or changed
+    pin = RELEASES[minor].packages(with_kubectl=False)["kubeadm"]
+    return apt.install(host, {"kubeadm": pin}, hold=True, refresh=not changed) or changed
 
 
 def _use_source(host: Host, minor: str, mirror: str | None) -> bool:
@@ -284,7 +278,7 @@ def _enable_kubelet(host: Host) -> bool:
 
 
 def installed_minor(host: Host) -> str | None:
-    """Return the minor version of the installed kubeadm ("1.33"), or None."""
+    """Return the minor version of the installed kubeadm ("1.36"), or None."""
     version = apt.installed_version(host, "kubeadm")
     if version is None:
         return None

@@ -27,13 +27,13 @@ Provider databag (application):
     api-servers: '["10.0.0.1:6443", "10.0.0.2:6443", "10.0.0.3:6443"]'
     ca-cert-hash: sha256:<64 hex>
     join-secret-id: secret://<model>/<id>
-    kubernetes-version: "1.33"
+    kubernetes-version: "1.36"
     upgrade-turn: kubernetes-worker/3     # only while workers upgrade, one at a time
 
 Requirer databag (unit):
 
     node-name: ip-10-0-0-7
-    kubernetes-version: "1.33"            # the minor this node's kubelet runs
+    kubernetes-version: "1.36"            # the minor this node's kubelet runs
     gpu-inventory: '[{"model": "NVIDIA A10G", "count": 4, "memory-mib": 23028,
                       "driver": "580.65", "cuda": "13.0", "mig-capable": false}]'
 
