@@ -1,4 +1,10 @@
-"""The README's path on a real AWS controller: deploy the bundle, validate GPUs, train.
+"""The README's path on a real AWS controller, from deploy to an empty AWS account.
+
+Deploy the bundle, reach the API from this machine after `juju expose`, validate GPUs,
+train, scale, add and remove a GPU worker, then tear down with `delete-on-remove=true`
+and check by the charms' tags that nothing they created is left in AWS (the test reads
+AWS credentials from the environment, as boto3 does: AWS_PROFILE or AWS_ACCESS_KEY_ID/
+AWS_SECRET_ACCESS_KEY, and AWS_REGION for the controller's region).
 
 Needs `tox -e pack` first and a Juju controller on AWS with GPU quota; run with
 `tox -e integration -- -k bundle`. Skipped with the reason when no controller is there.
@@ -8,9 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLE = ROOT / "bundles" / "gpu-k8s.yaml"
@@ -43,6 +52,24 @@ async def test_bundle_deploys_and_converges(ops_test):
     rc, _, err = await ops_test.juju("deploy", str(BUNDLE), "--trust")
     assert rc == 0, err
     await ops_test.model.wait_for_idle(list(APPS), status="active", timeout=5400, idle_period=60)
+
+
+async def test_the_api_answers_this_machine_once_exposed(ops_test):
+    """README: `juju expose`, get-kubeconfig, then kubectl from the operator's machine."""
+    rc, _, err = await ops_test.juju("expose", "kubernetes-control-plane")
+    assert rc == 0, err
+    results = await run(ops_test, "kubernetes-control-plane/0", "get-kubeconfig")
+    assert results["server"].startswith("https://") and results["server"].endswith(":6443")
+    rc, out, err = await ops_test.juju(
+        "show-secret", "--reveal", results["secret-id"], "--format", "json"
+    )
+    assert rc == 0, err
+    kubeconfig = next(iter(json.loads(out).values()))["content"]["Data"]["kubeconfig"]
+    from kubernetes import client, config
+
+    api = config.new_client_from_config_dict(yaml.safe_load(kubeconfig))
+    nodes = client.CoreV1Api(api).list_node().items  # TLS checked against the cluster CA
+    assert len(nodes) == 3, [n.metadata.name for n in nodes]
 
 
 async def test_gpu_worker_validates(ops_test):
@@ -96,3 +123,35 @@ async def test_removed_gpu_worker_is_drained_and_deleted(ops_test):
     info = await run(ops_test, "kubernetes-control-plane/0", "cluster-info")
     nodes = json.loads(info["nodes"])
     assert sum(1 for n in nodes if n.get("gpus", 0) > 0) == 1, nodes
+
+
+async def test_teardown_leaves_nothing_the_charms_created_in_aws(ops_test):
+    """README: stop jobs, delete-on-remove=true, remove efs-storage; AWS keeps nothing."""
+    import boto3
+
+    await run(ops_test, "tensorflow/0", "stop", job=JOB, purge="true")
+    efs = ops_test.model.applications["efs-storage"]
+    await efs.set_config({"delete-on-remove": "true"})
+    await ops_test.model.wait_for_idle(["efs-storage"], status="active", timeout=600)
+    await ops_test.model.remove_application("efs-storage", block_until_done=True)
+
+    model_uuid = ops_test.model.info.uuid
+    region = os.environ.get("AWS_REGION") or _controller_region()
+    tagged = [{"Name": "tag:gpu-k8s:model", "Values": [model_uuid]}]
+    ec2 = boto3.client("ec2", region_name=region)
+    groups = ec2.describe_security_groups(Filters=tagged)["SecurityGroups"]
+    assert groups == [], [g["GroupId"] for g in groups]
+    file_systems = [
+        fs
+        for fs in boto3.client("efs", region_name=region).describe_file_systems()["FileSystems"]
+        if {"Key": "gpu-k8s:model", "Value": model_uuid} in fs.get("Tags", [])
+    ]
+    assert file_systems == [], [fs["FileSystemId"] for fs in file_systems]
+
+
+def _controller_region() -> str:
+    done = subprocess.run(
+        ["juju", "show-controller", "--format", "json"], capture_output=True, text=True, check=True
+    )
+    details = next(iter(json.loads(done.stdout).values()))["details"]
+    return details["region"]
