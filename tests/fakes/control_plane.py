@@ -28,6 +28,7 @@ from cryptography.x509.oid import NameOID
 from ops import testing
 
 from charms.gpu_k8s.v0.system import CommandError
+from fakes.etcd import FakeEtcd
 from fakes.kube_apiserver import FakeKubeApiServer
 from fakes.machine import FakeMachine
 
@@ -109,9 +110,16 @@ class Clock:
 class ControlPlaneMachine:
     """A FakeMachine extended with the control-plane side of kubeadm."""
 
-    def __init__(self, root: Path, api: FakeKubeApiServer, hostname: str = "ip-10-0-1-17"):
+    def __init__(
+        self,
+        root: Path,
+        api: FakeKubeApiServer,
+        hostname: str = "ip-10-0-1-17",
+        etcd: FakeEtcd | None = None,
+    ):
         self.machine = FakeMachine(root, hostname=hostname)
         self.api = api
+        self.etcd = etcd
         self.inits: list[list[dict]] = []
         self.tokens: list[str] = []  # every token ever issued (for secret scans)
         self.live_tokens: set[str] = set()
@@ -126,9 +134,13 @@ class ControlPlaneMachine:
 
         def join_phase(phase: str, argv: list[str], config: dict) -> None:
             base_join_phase(phase, argv, config)
+            if phase == "control-plane-join" and self.etcd is not None:
+                self.etcd.add(config["nodeRegistration"]["name"])  # a learner, then promoted
             if phase == "control-plane-prepare":  # the cluster's certSANs, from the ConfigMap
                 if not self.cluster_configuration():
                     raise CommandError(argv, 1, "unable to fetch the kubeadm-config ConfigMap")
+                if self.etcd is not None:
+                    self.etcd.pki.install(self.machine.write)
                 plane = config.get("controlPlane", {}).get("localAPIEndpoint", {})
                 self._write_apiserver_cert(
                     config["nodeRegistration"]["name"],
@@ -137,6 +149,26 @@ class ControlPlaneMachine:
                 )
 
         self.machine._join_phase = join_phase
+        base_reset = self.machine._kubeadm["reset"]
+
+        def reset(argv: list[str], input: str | None) -> str:
+            out = base_reset(argv, input)
+            return self._reset_etcd_member() + out
+
+        self.machine.on_kubeadm("reset", reset)
+
+    def _reset_etcd_member(self) -> str:
+        """kubeadm reset's remove-etcd-member phase: a warning and exit 0 when it cannot."""
+        if self.etcd is None:
+            return ""
+        name = self.machine.hostname
+        if not self.etcd.reachable:
+            return (
+                "[reset] Failed to remove etcd member: etcdserver: request timed out, "
+                "please manually remove this etcd member using etcdctl\n"
+            )
+        self.etcd.members = [m for m in self.etcd.members if m.name != name]
+        return "[reset] Removing etcd member\n"
 
     def __getattr__(self, name: str):
         return getattr(self.machine, name)
@@ -233,6 +265,9 @@ class ControlPlaneMachine:
         name = init["nodeRegistration"]["name"]
         cluster = next(d for d in docs if d["kind"] == "ClusterConfiguration")
         self._write_apiserver_cert(name, init["localAPIEndpoint"]["advertiseAddress"], cluster)
+        if self.etcd is not None:
+            self.etcd.pki.install(self.machine.write)
+            self.etcd.add(name)
         self.api.put_object(
             "/api/v1/namespaces/kube-system/configmaps/kubeadm-config",
             {"data": {"ClusterConfiguration": yaml.safe_dump(cluster)}},

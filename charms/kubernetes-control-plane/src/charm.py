@@ -26,6 +26,7 @@ from typing import Any
 import bootstrap
 import cluster_info
 import device_plugin
+import etcd
 import node
 import ops
 import pydantic
@@ -252,6 +253,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
     # Boundaries that tests replace: the machine, the API client factory and the clocks.
     host_factory = staticmethod(_machine)
     public_address = staticmethod(_juju_public_address)
+    etcd_url = etcd.URL
     clock = staticmethod(_now)
     drain_clock = staticmethod(time.monotonic)
     drain_sleep = staticmethod(time.sleep)
@@ -537,6 +539,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         self._reupload_certs_if_needed(bag, content["certificate-key"], peers)
         self._apply_cni(config, bag)
         control_plane_done = self._upgrade_control_plane(config, peers)
+        self._prune_etcd(peers, event)
         added = self._sync_workers(bag, event)
         self._observe_nodes(peers, event, added)
         self._publish_to_workers(config, peers, token, control_plane_done)
@@ -947,6 +950,59 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         if relation_id is not None:
             self.kube_api.remove(relation_id)
 
+    # -- etcd membership ------------------------------------------------------------------
+
+    def _prune_etcd(self, peers: ops.Relation, event: ops.EventBase) -> None:
+        """Remove the etcd members that departed control-plane units left behind.
+
+        `kubeadm reset` on a leaving unit removes its member, or only warns when it cannot.
+        The leader remembers the joined control-plane nodes (`control-plane-nodes`); one
+        that is no longer among them departed, and a member by its name is removed here.
+        Members of no unit at all are reported, never removed: a unit joining right now
+        has its member before its databag says so. What could not be done is kept in
+        `etcd-problems` for every unit's status and retried on later events.
+        """
+        bag = peers.data[self.app]
+        current = self._control_plane_nodes(peers)
+        known = set(json.loads(bag.get("control-plane-nodes", "[]")))
+        problems: dict[str, str] = json.loads(bag.get("etcd-problems", "{}"))
+        gone = (known - current) | {n for n in problems if n not in current}
+        if gone or isinstance(event, ops.UpdateStatusEvent):
+            problems = self._check_etcd(current, gone)
+        write(
+            bag,
+            {
+                "control-plane-nodes": json.dumps(sorted(current)),
+                **({"etcd-problems": json.dumps(problems, sort_keys=True)} if problems else {}),
+            },
+            remove=["etcd-problems"],
+        )
+
+    def _check_etcd(self, current: set[str], gone: set[str]) -> dict[str, str]:
+        """{node name: problem} after removing the members of `gone` nodes."""
+        client = etcd.Etcd(self.host, type(self).etcd_url)
+        try:
+            members = client.members()
+        except etcd.EtcdError as e:
+            return {name: f"etcd members of departed units not checked: {e}" for name in gone}
+        problems = {}
+        for member in members:
+            if member.name in gone:
+                try:
+                    client.remove(member)
+                    logger.info("removed etcd member %s of a departed unit", member.name)
+                except etcd.EtcdError as e:
+                    problems[member.name] = (
+                        f"etcd member {member.name} of a departed unit is still there: {e}; "
+                        "retrying"
+                    )
+            elif member.name not in current and not member.learner:
+                problems[member.name] = (
+                    f"etcd member {member.name} belongs to no unit: if its machine is gone, "
+                    f"remove it with `etcdctl member remove {int(member.id):x}`"
+                )
+        return problems
+
     # -- reaching the API from outside -------------------------------------------------
 
     def _reach(self, config: Config, peers: ops.Relation, *, leader: bool) -> None:
@@ -1176,6 +1232,8 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         pending = registry.pending_count(bag)
         if pending:
             message += f"; {pending} departed node(s) pending removal"
+        etcd_problems = json.loads(bag.get("etcd-problems", "{}"))
+        message += "".join(f"; {p}" for p in sorted(set(etcd_problems.values())))
         skipped = sorted(known.problems.values())
         if skipped:
             message += f"; ignoring {len(skipped)} worker(s) with invalid data: {skipped[0]}"

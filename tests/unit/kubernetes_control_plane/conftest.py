@@ -7,6 +7,7 @@ from ops import testing
 
 import charm
 from fakes.control_plane import Clock, ControlPlaneMachine, existing_cluster
+from fakes.etcd import EtcdPki, FakeEtcd
 from fakes.kube_apiserver import FakeKubeApiServer
 
 
@@ -36,10 +37,22 @@ def public_address(monkeypatch):
     return address
 
 
+@pytest.fixture(scope="session")
+def etcd_pki():
+    return EtcdPki()
+
+
 @pytest.fixture
-def machine(tmp_path, api, monkeypatch, clock):
+def etcd(etcd_pki, monkeypatch):
+    with FakeEtcd(etcd_pki) as server:
+        monkeypatch.setattr(charm.KubernetesControlPlaneCharm, "etcd_url", server.url)
+        yield server
+
+
+@pytest.fixture
+def machine(tmp_path, api, monkeypatch, clock, etcd):
     existing_cluster(api)  # what units joining a running cluster find (init replaces it)
-    m = ControlPlaneMachine(tmp_path / "root", api)
+    m = ControlPlaneMachine(tmp_path / "root", api, etcd=etcd)
     monkeypatch.setattr(
         charm.KubernetesControlPlaneCharm, "host_factory", staticmethod(lambda: m.machine.host())
     )

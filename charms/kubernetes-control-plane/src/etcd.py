@@ -1,0 +1,104 @@
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""The cluster's etcd members, read and pruned through this node's etcd (no ops).
+
+kubeadm runs etcd as a static pod on every control-plane node ("stacked" etcd), each
+member named after its node. `kubeadm reset` on a leaving node removes its member, but
+when it cannot (etcd unreachable, the cluster's configuration unreadable) it only logs a
+warning and exits 0 (cmd/kubeadm/app/cmd/phases/reset/removeetcdmember.go), which leaves
+a dead voter behind: one more lost node and etcd has no quorum. The surviving control
+plane therefore checks the membership itself and removes what departed units left.
+
+etcd serves its v3 API as JSON through the gRPC gateway on its client port (etcd-io/etcd
+api/etcdserverpb/rpc.proto: `POST /v3/cluster/member/list`, `/v3/cluster/member/remove`;
+uint64 IDs are JSON strings). kubeadm's etcd requires a client certificate signed by the
+etcd CA; the API server's (`apiserver-etcd-client`) is the one used here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import http.client
+import json
+import ssl
+from urllib.parse import urlsplit
+
+from charms.gpu_k8s.v0.system import Host
+
+URL = "https://127.0.0.1:2379"
+CA_CERT = "/etc/kubernetes/pki/etcd/ca.crt"
+CLIENT_CERT = "/etc/kubernetes/pki/apiserver-etcd-client.crt"
+CLIENT_KEY = "/etc/kubernetes/pki/apiserver-etcd-client.key"
+TIMEOUT = 10.0
+
+
+class EtcdError(Exception):
+    """etcd refused or could not be reached; the message says what it answered."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Member:
+    """One etcd member: its ID (decimal string), name (the node name) and role."""
+
+    id: str
+    name: str
+    learner: bool = False
+
+
+class Etcd:
+    """This node's etcd, spoken to over mutual TLS with kubeadm's certificates."""
+
+    def __init__(self, host: Host, url: str = URL):
+        self.host = host
+        self.url = url
+
+    def _context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(self.host.path(CA_CERT)))
+        context.load_cert_chain(self.host.path(CLIENT_CERT), self.host.path(CLIENT_KEY))
+        return context
+
+    def _post(self, path: str, body: dict) -> dict:
+        parts = urlsplit(self.url)
+        try:
+            conn = http.client.HTTPSConnection(
+                parts.hostname or "127.0.0.1",
+                parts.port or 2379,
+                context=self._context(),
+                timeout=TIMEOUT,
+            )
+            try:
+                conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+                response = conn.getresponse()
+                data = response.read()
+            finally:
+                conn.close()
+        except (OSError, ssl.SSLError) as e:
+            raise EtcdError(f"cannot reach etcd at {self.url}: {e}") from None
+        try:
+            answer = json.loads(data or b"{}")
+        except ValueError:
+            raise EtcdError(f"etcd answered {response.status} with no JSON") from None
+        if response.status != 200:
+            raise EtcdError(answer.get("message") or answer.get("error") or str(response.status))
+        return answer
+
+    def members(self) -> list[Member]:
+        """Every member of the cluster, as this node's etcd sees it.
+
+        Raises:
+            EtcdError: etcd could not be reached or refused.
+        """
+        answer = self._post("/v3/cluster/member/list", {})
+        return [
+            Member(str(m["ID"]), m.get("name", ""), bool(m.get("isLearner", False)))
+            for m in answer.get("members", [])
+        ]
+
+    def remove(self, member: Member) -> None:
+        """Remove `member` from the cluster.
+
+        Raises:
+            EtcdError: etcd refused (for example when that would cost its quorum).
+        """
+        self._post("/v3/cluster/member/remove", {"ID": member.id})

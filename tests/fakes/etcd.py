@@ -1,0 +1,220 @@
+"""A fake etcd cluster API on 127.0.0.1 over mutual TLS, as kubeadm's stacked etcd serves it.
+
+etcd serves its v3 API as JSON through the gRPC gateway on the client port (2379):
+`POST /v3/cluster/member/list` and `POST /v3/cluster/member/remove` (etcd-io/etcd
+api/etcdserverpb/rpc.proto, `google.api.http` options). uint64 fields such as member IDs
+travel as JSON strings (the proto3 JSON mapping). kubeadm's etcd requires a client
+certificate signed by the etcd CA (`--client-cert-auth=true`), which this fake checks too.
+
+Errors are what etcd answers: an unknown member ID is gRPC NotFound
+("etcdserver: member not found"), and with `--strict-reconfig-check` (on by default) a
+removal that would leave fewer started members than a quorum is refused with
+FailedPrecondition ("etcdserver: re-configuration failed due to not enough started
+members"). The gateway maps gRPC codes to HTTP statuses (NotFound 404,
+FailedPrecondition 400) and puts `{"error", "code", "message"}` in the body.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import http.server
+import json
+import ssl
+import tempfile
+import threading
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+
+@dataclasses.dataclass
+class Member:
+    """One etcd member."""
+
+    id: int
+    name: str
+    peer_url: str
+    learner: bool = False
+    started: bool = True
+
+    def json(self) -> dict:
+        out = {"ID": str(self.id), "name": self.name, "peerURLs": [self.peer_url]}
+        if self.learner:
+            out["isLearner"] = True
+        return out
+
+
+def _pem(obj) -> bytes:
+    return obj.public_bytes(serialization.Encoding.PEM)
+
+
+def _key_pem(key) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+class EtcdPki:
+    """The etcd CA, the server certificate for 127.0.0.1 and a client certificate (PEM)."""
+
+    def __init__(self) -> None:
+        now = datetime.datetime.now(datetime.timezone.utc)
+        self._ca_key = ec.generate_private_key(ec.SECP256R1())
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "etcd-ca")])
+        self.ca = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(name)
+            .public_key(self._ca_key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=30))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(self._ca_key, hashes.SHA256())
+        )
+        self.server_cert, self.server_key = self._issue("etcd-server", server=True)
+        self.client_cert, self.client_key = self._issue("kube-apiserver-etcd-client")
+
+    def _issue(self, common_name: str, *, server: bool = False):
+        import ipaddress
+
+        now = datetime.datetime.now(datetime.timezone.utc)
+        key = ec.generate_private_key(ec.SECP256R1())
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+            .issuer_name(self.ca.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=30))
+        )
+        if server:
+            sans = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        return _pem(builder.sign(self._ca_key, hashes.SHA256())), _key_pem(key)
+
+    def install(self, write) -> None:
+        """Write what kubeadm leaves on a control-plane node: `write(path, text, mode)`."""
+        write("/etc/kubernetes/pki/etcd/ca.crt", _pem(self.ca).decode(), 0o644)
+        write("/etc/kubernetes/pki/apiserver-etcd-client.crt", self.client_cert.decode(), 0o644)
+        write("/etc/kubernetes/pki/apiserver-etcd-client.key", self.client_key.decode(), 0o600)
+
+
+class FakeEtcd:
+    """Start with `with FakeEtcd(pki) as etcd:`; `etcd.url` is its client URL."""
+
+    def __init__(self, pki: EtcdPki):
+        self.pki = pki
+        self.members: list[Member] = []
+        self.requests: list[tuple[str, dict]] = []
+        self.reachable = True
+        self._next_id = 0x8E9E05C52164694D
+        self._lock = threading.Lock()
+        self._httpd: http.server.ThreadingHTTPServer | None = None
+
+    def add(self, name: str, *, learner: bool = False, started: bool = True) -> Member:
+        """A member named like kubeadm names it (the node name)."""
+        with self._lock:
+            self._next_id += 0x1111
+            member = Member(self._next_id, name, f"https://{name}:2380", learner, started)
+            self.members.append(member)
+            return member
+
+    def names(self) -> list[str]:
+        return [m.name for m in self.members]
+
+    # -- the API
+
+    def handle(self, path: str, body: dict) -> tuple[int, dict]:
+        with self._lock:
+            self.requests.append((path, body))
+            if path == "/v3/cluster/member/list":
+                return 200, {"header": {}, "members": [m.json() for m in self.members]}
+            if path == "/v3/cluster/member/remove":
+                return self._remove(int(str(body.get("ID", "0"))))
+        return 404, {"error": "Not Found", "code": 5, "message": "Not Found"}
+
+    def _remove(self, member_id: int) -> tuple[int, dict]:
+        member = next((m for m in self.members if m.id == member_id), None)
+        if member is None:
+            return 404, _error(5, "etcdserver: member not found")
+        voters = [m for m in self.members if not m.learner]
+        started = [m for m in voters if m.started and m is not member]
+        if not member.learner and len(started) < (len(voters) - 1) // 2 + 1:
+            return 400, _error(
+                9, "etcdserver: re-configuration failed due to not enough started members"
+            )
+        self.members.remove(member)
+        return 200, {"header": {}, "members": [m.json() for m in self.members]}
+
+    # -- lifecycle
+
+    def start(self) -> FakeEtcd:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.verify_mode = ssl.CERT_REQUIRED  # --client-cert-auth=true
+        with tempfile.TemporaryDirectory() as tmp:
+            paths = {
+                "ca": (Path(tmp) / "ca.crt", _pem(self.pki.ca)),
+                "cert": (Path(tmp) / "server.crt", self.pki.server_cert),
+                "key": (Path(tmp) / "server.key", self.pki.server_key),
+            }
+            for path, data in paths.values():
+                path.write_bytes(data)
+            context.load_verify_locations(paths["ca"][0])
+            context.load_cert_chain(paths["cert"][0], paths["key"][0])
+        self._httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self._httpd.socket = context.wrap_socket(self._httpd.socket, server_side=True)
+        self._httpd.daemon_threads = True
+        self._httpd.etcd = self  # type: ignore[attr-defined]
+        threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True).start()
+        return self
+
+    @property
+    def url(self) -> str:
+        assert self._httpd is not None
+        return f"https://127.0.0.1:{self._httpd.server_address[1]}"
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+    def __enter__(self) -> FakeEtcd:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _error(code: int, message: str) -> dict:
+    return {"error": message, "code": code, "message": message}
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args) -> None:  # noqa: A002
+        """Quiet."""
+
+    def do_POST(self) -> None:  # noqa: N802
+        etcd: FakeEtcd = self.server.etcd  # type: ignore[attr-defined]
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length) or b"{}")
+        if not etcd.reachable:
+            code, answer = 503, _error(14, "etcdserver: request timed out")
+        else:
+            code, answer = etcd.handle(self.path, body)
+        payload = json.dumps(answer).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
