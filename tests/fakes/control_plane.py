@@ -134,7 +134,7 @@ class ControlPlaneMachine:
 
         def join_phase(phase: str, argv: list[str], config: dict) -> None:
             base_join_phase(phase, argv, config)
-            if phase == "control-plane-join" and self.etcd is not None:
+            if phase == "etcd-join" and self.etcd is not None:
                 self.etcd.add(config["nodeRegistration"]["name"])  # a learner, then promoted
             if phase == "control-plane-prepare":  # the cluster's certSANs, from the ConfigMap
                 if not self.cluster_configuration():
@@ -158,7 +158,7 @@ class ControlPlaneMachine:
         self.machine.on_kubeadm("reset", reset)
 
     def _reset_etcd_member(self) -> str:
-        """kubeadm reset's remove-etcd-member phase: a warning and exit 0 when it cannot."""
+        """Kubeadm reset's remove-etcd-member phase: a warning and exit 0 when it cannot."""
         if self.etcd is None:
             return ""
         name = self.machine.hostname
@@ -206,13 +206,16 @@ class ControlPlaneMachine:
     def _certs_phase(self, argv: list[str]) -> str:
         if argv[4:5] != ["apiserver"] or "--config" not in argv:
             raise CommandError(argv, 1, "fake kubeadm init phase certs: unsupported")
-        if self.machine.path("/etc/kubernetes/pki/apiserver.crt").exists() and (
-            self.machine.path("/etc/kubernetes/pki/apiserver.key").exists()
-        ):
-            return "[certs] Using existing apiserver certificate and key on disk\n"
         docs = list(yaml.safe_load_all(self.machine.read(argv[argv.index("--config") + 1])))
         init = next(d for d in docs if d["kind"] == "InitConfiguration")
         cluster = next(d for d in docs if d["kind"] == "ClusterConfiguration")
+        if self.machine.path("/etc/kubernetes/pki/apiserver.crt").exists() and (
+            self.machine.path("/etc/kubernetes/pki/apiserver.key").exists()
+        ):  # phases/certs/certs.go validateCertificateWithConfig: reused only if it fits
+            wanted = set((cluster.get("apiServer") or {}).get("certSANs") or [])
+            if not wanted <= set(self.apiserver_sans()):
+                raise CommandError(argv, 1, "error: certificate apiserver is invalid")
+            return "[certs] Using existing apiserver certificate and key on disk\n"
         self._write_apiserver_cert(
             init["nodeRegistration"]["name"],
             init["localAPIEndpoint"]["advertiseAddress"],
@@ -229,25 +232,30 @@ class ControlPlaneMachine:
             return "3f1c0ffee0ddba11\n"
         raise CommandError(argv, 1, f"fake crictl does not handle {args}")
 
+    def _upload_certs_phase(self, argv: list[str]) -> str:
+        if argv[3] != "upload-certs" or "--upload-certs" not in argv:
+            raise CommandError(argv, 1, "fake kubeadm init phase: unsupported")
+        # The phase takes the key from --certificate-key or from the --config file's
+        # InitConfiguration.certificateKey (cmd/kubeadm/app/cmd/phases/init/uploadcerts.go)
+        if "--config" in argv and "--certificate-key" in argv:  # ValidateMixedArguments
+            raise CommandError(argv, 1, "can not mix '--config' with arguments [certificate-key]")
+        if "--config" in argv:
+            path = self.machine.path(argv[argv.index("--config") + 1])
+            if path.stat().st_mode & 0o077:
+                raise CommandError(argv, 1, "fake: config must not be readable by others")
+            docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+            init = next(d for d in docs if d.get("kind") == "InitConfiguration")
+            key = init.get("certificateKey", "")
+        else:
+            key = argv[argv.index("--certificate-key") + 1]
+        self.uploads.append(key)
+        return "[upload-certs] Storing the certificates in Secret kubeadm-certs\n"
+
     def _init(self, argv: list[str], _input: str | None) -> str:
         if argv[2:4] == ["phase", "certs"]:
             return self._certs_phase(argv)
         if argv[2:3] == ["phase"]:
-            if argv[3] != "upload-certs" or "--upload-certs" not in argv:
-                raise CommandError(argv, 1, "fake kubeadm init phase: unsupported")
-            # The phase takes the key from --certificate-key or from the --config file's
-            # InitConfiguration.certificateKey (cmd/kubeadm/app/cmd/phases/init/uploadcerts.go)
-            if "--config" in argv:
-                path = self.machine.path(argv[argv.index("--config") + 1])
-                if path.stat().st_mode & 0o077:
-                    raise CommandError(argv, 1, "fake: config must not be readable by others")
-                docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
-                init = next(d for d in docs if d.get("kind") == "InitConfiguration")
-                key = init.get("certificateKey", "")
-            else:
-                key = argv[argv.index("--certificate-key") + 1]
-            self.uploads.append(key)
-            return "[upload-certs] Storing the certificates in Secret kubeadm-certs\n"
+            return self._upload_certs_phase(argv)
         path = self.machine.path(argv[argv.index("--config") + 1])
         if path.stat().st_mode & 0o077:
             raise CommandError(argv, 1, "fake: init config must not be readable by others")

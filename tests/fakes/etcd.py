@@ -42,7 +42,11 @@ class Member:
     started: bool = True
 
     def json(self) -> dict:
-        out = {"ID": str(self.id), "name": self.name, "peerURLs": [self.peer_url]}
+        # proto3 JSON as the gateway writes it: zero values (an empty name: a member added
+        # but not started yet; isLearner false) are left out
+        out = {"ID": str(self.id), "peerURLs": [self.peer_url]}
+        if self.name:
+            out["name"] = self.name
         if self.learner:
             out["isLearner"] = True
         return out
@@ -79,7 +83,7 @@ class EtcdPki:
             .sign(self._ca_key, hashes.SHA256())
         )
         self.server_cert, self.server_key = self._issue("etcd-server", server=True)
-        self.client_cert, self.client_key = self._issue("kube-apiserver-etcd-client")
+        self.client_cert, self.client_key = self._issue("kube-etcd-healthcheck-client")
 
     def _issue(self, common_name: str, *, server: bool = False):
         import ipaddress
@@ -103,8 +107,8 @@ class EtcdPki:
     def install(self, write) -> None:
         """Write what kubeadm leaves on a control-plane node: `write(path, text, mode)`."""
         write("/etc/kubernetes/pki/etcd/ca.crt", _pem(self.ca).decode(), 0o644)
-        write("/etc/kubernetes/pki/apiserver-etcd-client.crt", self.client_cert.decode(), 0o644)
-        write("/etc/kubernetes/pki/apiserver-etcd-client.key", self.client_key.decode(), 0o600)
+        write("/etc/kubernetes/pki/etcd/healthcheck-client.crt", self.client_cert.decode(), 0o644)
+        write("/etc/kubernetes/pki/etcd/healthcheck-client.key", self.client_key.decode(), 0o600)
 
 
 class FakeEtcd:

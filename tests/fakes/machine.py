@@ -63,9 +63,21 @@ UBUNTU_ARCHIVE: dict[str, dict[str, str]] = {
     "curl": {"release": "8.5.0-2ubuntu10", "updates": "8.5.0-2ubuntu10.6"},
     "haproxy": {"release": "2.8.5-1ubuntu3", "updates": "2.8.16-0ubuntu0.24.04.3"},
 }
-# The phases of `kubeadm join` in their order (kubernetes/kubernetes cmd/kubeadm/app/cmd/
-# join.go NewJoinCmd: AddPhase calls); control-plane-* run only for --control-plane joins.
-JOIN_PHASES = ("preflight", "control-plane-prepare", "kubelet-start", "control-plane-join")
+# The phases of `kubeadm join` in their order since 1.35 (kubernetes/kubernetes
+# cmd/kubeadm/app/cmd/join.go NewJoinCmd: AddPhase calls; ControlPlaneKubeletLocalMode
+# moved the etcd member join before the control-plane phase); the control-plane and etcd
+# phases run only for --control-plane joins.
+JOIN_PHASES = (
+    "preflight",
+    "control-plane-prepare",
+    "check-etcd",
+    "kubelet-start",
+    "etcd-join",
+    "kubelet-wait-bootstrap",
+    "control-plane-join",
+    "wait-control-plane",
+)
+CONTROL_PLANE_PHASES = ("control-plane-prepare", "check-etcd", "etcd-join", "control-plane-join")
 # Commands that only read state (everything else counts as a mutation).
 READ_ONLY = (
     "dpkg-query",
@@ -540,7 +552,7 @@ class FakeMachine:
         self.joins.append(config)
         control_plane = "controlPlane" in config
         for phase in JOIN_PHASES:
-            if phase.startswith("control-plane") and not control_plane:
+            if phase in CONTROL_PLANE_PHASES and not control_plane:
                 continue
             if self.join_error and phase == self.join_fails_in:
                 raise _fail(argv, 1, f"error execution phase {phase}: {self.join_error}")
@@ -558,7 +570,7 @@ class FakeMachine:
         elif phase == "kubelet-start":
             self.write("/etc/kubernetes/pki/ca.crt", self.ca_pem)
             self.write(kubeadm.KUBELET_CONF, "apiVersion: v1\nkind: Config\n# kubelet client\n")
-        elif phase == "control-plane-join":
+        elif phase == "etcd-join":
             if self.on_etcd_join is not None:
                 self.on_etcd_join(argv, yaml.safe_dump(config))
             self.write("/etc/kubernetes/manifests/etcd.yaml", "# etcd\n")

@@ -984,7 +984,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         try:
             members = client.members()
         except etcd.EtcdError as e:
-            return {name: f"etcd members of departed units not checked: {e}" for name in gone}
+            return dict.fromkeys(gone, f"etcd members of departed units not checked: {e}")
         problems = {}
         for member in members:
             if member.name in gone:
@@ -996,7 +996,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
                         f"etcd member {member.name} of a departed unit is still there: {e}; "
                         "retrying"
                     )
-            elif member.name not in current and not member.learner:
+            elif member.name and member.name not in current and not member.learner:
                 problems[member.name] = (
                     f"etcd member {member.name} belongs to no unit: if its machine is gone, "
                     f"remove it with `etcdctl member remove {int(member.id):x}`"

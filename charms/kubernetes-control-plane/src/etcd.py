@@ -12,8 +12,10 @@ plane therefore checks the membership itself and removes what departed units lef
 
 etcd serves its v3 API as JSON through the gRPC gateway on its client port (etcd-io/etcd
 api/etcdserverpb/rpc.proto: `POST /v3/cluster/member/list`, `/v3/cluster/member/remove`;
-uint64 IDs are JSON strings). kubeadm's etcd requires a client certificate signed by the
-etcd CA; the API server's (`apiserver-etcd-client`) is the one used here.
+uint64 IDs are JSON strings, zero values are left out). kubeadm's etcd requires a client
+certificate signed by the etcd CA; the one kubeadm itself uses to add and remove members
+is used here (cmd/kubeadm/app/util/etcd/etcd.go NewFromCluster: etcd/healthcheck-client).
+A member that was added but has not started yet has no name.
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ from charms.gpu_k8s.v0.system import Host
 
 URL = "https://127.0.0.1:2379"
 CA_CERT = "/etc/kubernetes/pki/etcd/ca.crt"
-CLIENT_CERT = "/etc/kubernetes/pki/apiserver-etcd-client.crt"
-CLIENT_KEY = "/etc/kubernetes/pki/apiserver-etcd-client.key"
+CLIENT_CERT = "/etc/kubernetes/pki/etcd/healthcheck-client.crt"
+CLIENT_KEY = "/etc/kubernetes/pki/etcd/healthcheck-client.key"
 TIMEOUT = 10.0
 
 

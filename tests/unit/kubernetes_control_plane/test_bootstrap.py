@@ -291,12 +291,12 @@ def test_another_unit_departing_does_not_reset_this_one(machine):
 def test_a_join_that_fails_after_writing_admin_conf_is_reset_and_retried(ctx, machine):
     # kubeadm writes admin.conf in control-plane-prepare, long before the etcd member join
     machine.join_error = "etcdserver: can only promote a learner member which is in sync"
-    machine.join_fails_in = "control-plane-join"
+    machine.join_fails_in = "etcd-join"
     state = leader_member_state(leader=False)
     out = ctx.run(ctx.on.relation_changed(peer(state), remote_unit=1), state)
 
     assert out.unit_status == testing.WaitingStatus(
-        "kubeadm join failed: error execution phase control-plane-join: etcdserver: can only "
+        "kubeadm join failed: error execution phase etcd-join: etcdserver: can only "
         "promote a learner member which is in sync; retrying on the next event"
     )
     assert peer(out).local_unit_data.get("joined") != "true"
