@@ -8,7 +8,10 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Iterable, Mapping, MutableMapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from registry import Registry
 
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -185,3 +188,38 @@ class NodeHealth:
                 more = f" and {len(names) - limit} more" if len(names) > limit else ""
                 out += f"; {label}: {', '.join(shown)}{more}"
         return out
+
+
+def status_line(
+    version: str,
+    health: NodeHealth,
+    *,
+    planes: Iterable[str],
+    workers: Registry,
+    behind: int,
+    pending_removal: int,
+    notes: Iterable[str],
+) -> str:
+    """`Ready: v1.36, 3 control-plane, 5 workers (2 with 8 GPUs: 8x NVIDIA A10G)` and notes.
+
+    Nodes count once the API reported them Ready; GPUs count on Ready workers; nodes not
+    Ready or not registered, an upgrade in progress, departed nodes still to delete,
+    `notes` and workers whose data is invalid follow, each after a `; `.
+    """
+    ready = [w for w in workers.workers.values() if health.ready([w.node])]
+    line = f"Ready: v{version}, {len(health.ready(planes))} control-plane, {len(ready)} workers"
+    gpu_workers = [w for w in ready if w.gpus]
+    if gpu_workers:
+        models = gpu_totals([w.models for w in gpu_workers])
+        total = sum(w.gpus for w in gpu_workers)
+        line += f" ({len(gpu_workers)} with {total} GPUs{': ' + models if models else ''})"
+    line += health.problems()
+    if behind:
+        line += f"; upgrading to v{version}: {behind} node(s) to go"
+    if pending_removal:
+        line += f"; {pending_removal} departed node(s) pending removal"
+    line += "".join(f"; {note}" for note in notes)
+    skipped = sorted(workers.problems.values())
+    if skipped:
+        line += f"; ignoring {len(skipped)} worker(s) with invalid data: {skipped[0]}"
+    return line

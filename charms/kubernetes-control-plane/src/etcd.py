@@ -23,10 +23,13 @@ from __future__ import annotations
 import dataclasses
 import http.client
 import json
+import logging
 import ssl
 from urllib.parse import urlsplit
 
 from charms.gpu_k8s.v0.system import Host
+
+logger = logging.getLogger(__name__)
 
 URL = "https://127.0.0.1:2379"
 CA_CERT = "/etc/kubernetes/pki/etcd/ca.crt"
@@ -104,3 +107,31 @@ class Etcd:
             EtcdError: etcd refused (for example when that would cost its quorum).
         """
         self._post("/v3/cluster/member/remove", {"ID": member.id})
+
+
+def prune(client: Etcd, current: set[str], gone: set[str]) -> dict[str, str]:
+    """Remove the members of departed nodes (`gone`); {node name: problem} for the rest.
+
+    `current` are the node names of the joined control-plane units. A started voting
+    member of no unit is reported, never removed: it may be a unit joining right now.
+    """
+    try:
+        members = client.members()
+    except EtcdError as e:
+        return dict.fromkeys(gone, f"etcd members of departed units not checked: {e}")
+    problems = {}
+    for member in members:
+        if member.name in gone:
+            try:
+                client.remove(member)
+                logger.info("removed etcd member %s of a departed unit", member.name)
+            except EtcdError as e:
+                problems[member.name] = (
+                    f"etcd member {member.name} of a departed unit is still there: {e}; retrying"
+                )
+        elif member.name and member.name not in current and not member.learner:
+            problems[member.name] = (
+                f"etcd member {member.name} belongs to no unit: if its machine is gone, "
+                f"remove it with `etcdctl member remove {int(member.id):x}`"
+            )
+    return problems

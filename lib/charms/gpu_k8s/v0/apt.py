@@ -27,9 +27,11 @@ apt.install(host, {"kubeadm": "1.36.5-*", "kubelet": "1.36.5-*"}, hold=True)
 ```
 No ops imports here: libraries never set status; callers turn `AptError` into one.
 
-Why not charmlibs-apt: it runs apt through `subprocess` itself (no `Host`, so the charms'
-fake machine cannot stand in for it), imports keys into trusted.gpg.d rather than a
-`Signed-By` keyring, and has no version globs, apt preferences or holds.
+Why not charmlibs-apt (1.0.0, read 2026-11-22): it has no holds, apt preferences or
+version globs, takes one version for every package of a call, its `import_key` puts keys
+in /etc/apt/trusted.gpg.d (trusted for every source, where `Signed-By` trusts a key for
+one), and it runs apt through `subprocess` itself, so the fake machine the tests use
+cannot stand in for it.
 """
 
 from __future__ import annotations

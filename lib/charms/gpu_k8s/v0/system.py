@@ -7,6 +7,14 @@ Every workload module runs programs through a `Runner` and reaches files through
 `Host` root, so tests swap the real machine for a fake one at exactly this boundary
 (a fake runner that emulates `apt-get`, `kubeadm`, `systemctl`, ... and a temporary
 directory as the file system root). No ops imports here: libraries never set status.
+
+Why not charmlibs-systemd and charmlibs-sysctl (1.0.0, read 2026-11-22): both run
+`systemctl`/`sysctl` through `subprocess` and write under /etc themselves, so they cannot
+run against this boundary and tests would have to mock subprocess, which this project does
+not do; what the charms need of them is one command each (`systemctl enable|restart|
+reload`, `sysctl --system` after writing a drop-in). charmlibs-sysctl's merging of several
+charms' settings on one machine is not needed: of the charms sharing machine 0, only the
+control plane sets sysctls.
 """
 
 from __future__ import annotations

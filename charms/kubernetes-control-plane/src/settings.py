@@ -1,0 +1,145 @@
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""The charm's configuration and action parameters, validated (no ops).
+
+Each model raises a one-line error naming the option as the operator types it, which
+becomes the Blocked status or the action's failure message.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+import device_plugin
+import pydantic
+from literals import API_PORT
+
+from charms.gpu_k8s.v0 import kubeadm
+from charms.gpu_k8s.v0.config import ActionParams, CharmConfig
+
+_MIRROR = re.compile(r"^https?://[^\s/]+(/\S*)?$")
+# A DNS name a certificate may carry: RFC 1123 labels, a wildcard first label allowed
+# (kubeadm validates certSANs the same way: IsDNS1123Subdomain or its wildcard form).
+_DNS_NAME = re.compile(
+    r"^(\*\.)?[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$"
+)
+
+
+def _split_names(text: str) -> list[str]:
+    return [name for name in re.split(r"[\s,]+", text.strip()) if name]
+
+
+def _san(name: str) -> str:
+    """`name` if it is an IP address or a DNS name a certificate may list, else ValueError."""
+    try:
+        return str(ipaddress.ip_address(name))
+    except ValueError:
+        pass
+    if len(name) > 253 or not _DNS_NAME.match(name):
+        raise ValueError(f"{name!r} is not a DNS name or IP address")
+    return name
+
+
+class Config(CharmConfig):
+    """The charm's configuration."""
+
+    kubernetes_version: str = kubeadm.DEFAULT_MINOR
+    package_mirror: str = ""
+    pod_cidr: str = "10.244.0.0/16"
+    service_cidr: str = "10.96.0.0/12"
+    join_token_ttl: int = pydantic.Field(default=24)
+    api_extra_sans: str = ""
+    mig_strategy: str = "none"
+    gpu_time_slicing_replicas: int = 1
+
+    @pydantic.field_validator("kubernetes_version")
+    @classmethod
+    def _version(cls, value: str) -> str:
+        if value not in kubeadm.RELEASES:
+            raise ValueError(
+                f"must be a supported minor version, one of {', '.join(kubeadm.RELEASES)}"
+            )
+        return value
+
+    @pydantic.field_validator("package_mirror")
+    @classmethod
+    def _mirror(cls, value: str) -> str:
+        if value and not _MIRROR.match(value):
+            raise ValueError("must be empty or an http(s) URL serving pkgs.k8s.io's layout")
+        return value
+
+    @pydantic.field_validator("pod_cidr", "service_cidr")
+    @classmethod
+    def _cidr(cls, value: str) -> str:
+        try:
+            ipaddress.ip_network(value, strict=True)
+        except ValueError:
+            raise ValueError(f"{value!r} is not a network such as 10.244.0.0/16") from None
+        return value
+
+    @pydantic.field_validator("api_extra_sans")
+    @classmethod
+    def _sans(cls, value: str) -> str:
+        for name in _split_names(value):
+            _san(name.lower())
+        return value
+
+    @property
+    def extra_sans(self) -> list[str]:
+        """The names and addresses of `api-extra-sans`, normalised and sorted."""
+        return sorted({_san(name.lower()) for name in _split_names(self.api_extra_sans)})
+
+    @pydantic.field_validator("mig_strategy")
+    @classmethod
+    def _mig(cls, value: str) -> str:
+        if value not in device_plugin.MIG_STRATEGIES:
+            raise ValueError("must be none, single or mixed")
+        return value
+
+    @pydantic.field_validator("gpu_time_slicing_replicas")
+    @classmethod
+    def _replicas(cls, value: int) -> int:
+        if not 1 <= value <= 64:
+            raise ValueError("must be between 1 (no sharing) and 64")
+        return value
+
+    @pydantic.field_validator("join_token_ttl")
+    @classmethod
+    def _ttl(cls, value: int) -> int:
+        if value < 2:
+            raise ValueError("must be at least 2 (hours)")
+        return value
+
+    @pydantic.field_validator("service_cidr")
+    @classmethod
+    def _disjoint(cls, value: str, info: pydantic.ValidationInfo) -> str:
+        pod_cidr = info.data.get("pod_cidr")
+        if pod_cidr:
+            pods, services = ipaddress.ip_network(pod_cidr), ipaddress.ip_network(value)
+            if pods.version == services.version and pods.overlaps(services):  # type: ignore[arg-type]
+                raise ValueError(f"overlaps pod-cidr {pod_cidr}; choose disjoint networks")
+        return value
+
+
+class NoParams(ActionParams):
+    """Actions without parameters."""
+
+
+class KubeconfigParams(ActionParams):
+    """get-kubeconfig: the API server the kubeconfig names (default: the public address)."""
+
+    server: str = ""
+
+    @pydantic.field_validator("server")
+    @classmethod
+    def _server(cls, value: str) -> str:
+        if not value:
+            return value
+        match = re.fullmatch(
+            r"(?:https://)?(\[[0-9a-fA-F:.]+\]|[^\s/:\[\]]+)(?::(\d{1,5}))?/?", value
+        )
+        if match is None or not 0 < int(match[2] or API_PORT) < 65536:
+            raise ValueError(f"{value!r} must be https://host:port or a host name or address")
+        return f"https://{match[1]}:{match[2] or API_PORT}"
