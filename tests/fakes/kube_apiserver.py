@@ -484,6 +484,8 @@ class FakeKubeApiServer:
                 return ("reset",)
             if method == "GET" and url.path in self.HEALTH_PATHS and fault is None:
                 return 200, "text/plain", b"ok", {}
+            if "as=Table" in (headers.get("Accept") or "") and fault is None:
+                return self._table(url.path, query)
             try:
                 if fault is not None:
                     raise self._fault_error(int(fault))
@@ -496,6 +498,53 @@ class FakeKubeApiServer:
         if isinstance(payload, str):
             return code, "text/plain", payload.encode(), {}
         return code, "application/json", json.dumps(payload).encode(), {}
+
+    def _table(self, path: str, query: dict) -> tuple:
+        """A list printed as a meta.k8s.io/v1 Table, the way kube-apiserver prints Nodes.
+
+        Only Nodes are printed (pkg/printers/internalversion/printers.go printNode: Status
+        is Ready, NotReady or Unknown, with SchedulingDisabled when cordoned); the fake
+        answers 406 for other kinds rather than printing them wrong.
+        """
+        target = parse_path(path)
+        if target.kind != "Node" or target.name is not None:
+            return 406, "application/json", json.dumps({"kind": "Status"}).encode(), {}
+        _, listed = self._list(target, query, "application/json", b"")
+        columns = ["Name", "Status", "Roles", "Age", "Version"]
+        rows = []
+        for item in listed["items"]:
+            ready = [
+                c
+                for c in (item.get("status") or {}).get("conditions") or []
+                if c.get("type") == "Ready"
+            ]
+            status = (
+                ["Unknown"]
+                if not ready
+                else ["Ready" if ready[0].get("status") == "True" else "NotReady"]
+            )
+            if (item.get("spec") or {}).get("unschedulable"):
+                status.append("SchedulingDisabled")
+            labels = (item.get("metadata") or {}).get("labels") or {}
+            roles = ",".join(
+                sorted(
+                    k.split("/", 1)[1] for k in labels if k.startswith("node-role.kubernetes.io/")
+                )
+            )
+            version = ((item.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion", "")
+            cells = [item["metadata"]["name"], ",".join(status), roles or "<none>", "1d", version]
+            row: dict = {"cells": cells}
+            if query.get("includeObject") != "None":
+                row["object"] = {"kind": "PartialObjectMetadata", "metadata": item["metadata"]}
+            rows.append(row)
+        table = {
+            "kind": "Table",
+            "apiVersion": "meta.k8s.io/v1",
+            "metadata": {"resourceVersion": str(self._rv)},
+            "columnDefinitions": [{"name": c, "type": "string"} for c in columns],
+            "rows": rows,
+        }
+        return 200, "application/json", json.dumps(table).encode(), {}
 
     def _take_fault(self, method: str, path: str) -> int | str | None:
         for fault in self._faults:

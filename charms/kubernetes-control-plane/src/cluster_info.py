@@ -123,11 +123,11 @@ def removable(node: dict, pods: list[dict]) -> tuple[bool, str]:
 class NodeHealth:
     """Which of the Nodes the charms expect the API reports not Ready, or does not have.
 
-    Kept in the peer application databag (`node-health`) by the leader: refreshed from one
-    list of every Node on update-status (and when leadership moves or the charm is
-    upgraded), and for a single Node when a worker or control-plane unit publishes a new
-    node name. Every unit reads it for its status line, so actions and other hooks that
-    reconcile nothing still show what the API said last.
+    Kept in the peer application databag (`node-health`) by the leader: refreshed from the
+    Node Table (a few columns per node, not whole objects) on update-status (and when
+    leadership moves or the charm is upgraded), and for a single Node when a worker or
+    control-plane unit publishes a new node name. Every unit reads it for its status
+    line, so actions and other hooks that reconcile nothing still show what the API said.
     """
 
     not_ready: set[str] = dataclasses.field(default_factory=set)
@@ -153,12 +153,21 @@ class NodeHealth:
             bag[self.KEY] = text
 
     @classmethod
-    def from_nodes(cls, expected: Iterable[str], nodes: Iterable[dict]) -> NodeHealth:
-        """Health of the `expected` node names from a list of every Node."""
-        by_name = {(n.get("metadata") or {}).get("name"): n for n in nodes}
+    def from_table(cls, expected: Iterable[str], rows: Iterable[dict]) -> NodeHealth:
+        """Health of the `expected` node names from the Node Table (`kubectl get nodes`).
+
+        The Status column is `Ready`, `NotReady` or `Unknown`, followed by
+        `,SchedulingDisabled` for a cordoned node (kube-apiserver's printNode).
+        """
+        status = {row.get("Name"): str(row.get("Status") or "") for row in rows}
         health = cls()
         for name in expected:
-            health.observe(name, by_name.get(name))
+            health.not_ready.discard(name)
+            health.missing.discard(name)
+            if name not in status:
+                health.missing.add(name)
+            elif status[name].split(",")[0] != "Ready":
+                health.not_ready.add(name)
         return health
 
     def observe(self, name: str, node: dict | None) -> None:

@@ -122,7 +122,7 @@ class Fleet:
         health = cluster_info.NodeHealth.load(bag)
         kube = self.charm._kube_client()
         if health is None or isinstance(event, FULL_NODE_CHECK):
-            health = cluster_info.NodeHealth.from_nodes(expected, kube.list("v1", "Node"))
+            health = cluster_info.NodeHealth.from_table(expected, kube.table("v1", "Node"))
         else:
             names = set(added)
             if isinstance(event, ops.RelationEvent) and event.relation.name == PEERS:

@@ -20,6 +20,7 @@ Databag keys (all JSON):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from typing import TYPE_CHECKING
@@ -69,10 +70,14 @@ class Registry:
 
     @classmethod
     def load(cls, bag: Mapping[str, str]) -> Registry:
-        """The registry stored in `bag` (empty when there is none)."""
-        workers = json.loads(bag.get(WORKERS_KEY, "{}"))
+        """The registry stored in `bag` (empty when there is none).
+
+        Several steps of one hook read it; the entries of the text last read are kept
+        (they are frozen), so 1,000 workers are parsed once, and each caller gets its own
+        dict to change.
+        """
         return cls(
-            {unit: Worker.from_json(entry) for unit, entry in workers.items()},
+            dict(_parse_workers(bag.get(WORKERS_KEY, "{}"))),
             json.loads(bag.get(PROBLEMS_KEY, "{}")),
         )
 
@@ -130,6 +135,11 @@ class Registry:
     def versions(self) -> dict[str, str | None]:
         """The minor each registered worker published (None when it did not say)."""
         return {unit: w.version for unit, w in self.workers.items()}
+
+
+@functools.lru_cache(maxsize=1)
+def _parse_workers(text: str) -> dict[str, Worker]:
+    return {unit: Worker.from_json(entry) for unit, entry in json.loads(text).items()}
 
 
 def departed_nodes(

@@ -219,3 +219,11 @@ def test_status_counts_the_nodes_the_api_reports_ready(ctx, machine, api):
     api.put_object("/api/v1/nodes/ip-10-0-1-17", node("ip-10-0-1-17", control_plane=True))
     out = ctx.run(ctx.on.update_status(), out)
     assert out.unit_status == testing.ActiveStatus("Ready: v1.36, 1 control-plane, 0 workers")
+
+
+def test_readiness_comes_from_the_node_table_not_whole_node_objects(ctx, machine, api):
+    out = ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
+    before = len(api.requests)
+    ctx.run(ctx.on.update_status(), out)
+    lists = [r for r in api.requests[before:] if r == ("GET", "/api/v1/nodes")]
+    assert [r.query.get("includeObject") for r in lists] == ["None"]

@@ -47,9 +47,12 @@ if TYPE_CHECKING:  # pragma: no cover
 
 LIBID = "1c1c281a9eb64d9594fd86aa76205351"
 LIBAPI = 0
-LIBPATCH = 3
+LIBPATCH = 4
 
 logger = logging.getLogger(__name__)
+
+# What `kubectl get` sends to have the API server print objects as a Table.
+TABLE_ACCEPT = "application/json;as=Table;v=v1;g=meta.k8s.io, application/json"
 
 T = TypeVar("T")
 
@@ -353,6 +356,7 @@ class Kube:
         query: dict[str, Any] | None = None,
         body: Any = None,
         content_type: str = "application/json",
+        accept: str = "application/json, */*",
     ) -> Any:
         """Send one API request (with retries); JSON answers are decoded, others returned as text.
 
@@ -367,7 +371,7 @@ class Kube:
             for k, v in (query or {}).items()
             if v is not None
         ]
-        headers = {"Content-Type": content_type, "Accept": "application/json, */*"}
+        headers = {"Content-Type": content_type, "Accept": accept}
         serialized = self._api.param_serialize(
             method,
             path,
@@ -415,6 +419,29 @@ class Kube:
             if e.status == 404:
                 return None
             raise
+
+    def table(
+        self, api_version: str, kind: str, namespace: str | None = None, **query: Any
+    ) -> list[dict[str, Any]]:
+        """The rows `kubectl get` shows ({column name: cell}) for every object of a kind.
+
+        The API server prints them itself when asked for a `meta.k8s.io/v1` Table, so a
+        caller that needs a node's readiness reads a few columns instead of whole
+        objects (a Node is several KB of images and conditions).
+
+        Raises:
+            KubeError: the request failed, or the server did not answer with a Table.
+        """
+        answer = self.request(
+            "GET",
+            self.path(api_version, kind, namespace),
+            query={**query, "includeObject": "None"},
+            accept=TABLE_ACCEPT,
+        )
+        if not isinstance(answer, dict) or answer.get("kind") != "Table":
+            raise KubeError(0, "NotATable", f"the API server did not print {kind} as a Table")
+        columns = [c.get("name", "") for c in answer.get("columnDefinitions") or []]
+        return [dict(zip(columns, row.get("cells") or [])) for row in answer.get("rows") or []]
 
     def list(
         self,
