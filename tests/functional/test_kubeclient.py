@@ -699,3 +699,34 @@ def test_a_drain_retried_after_our_own_cordon_still_lifts_it(
     assert kube.drain("n1", timeout=10, clock=clock, sleep=clock.sleep) is not None
     assert kube.uncordon("n1") is True
     assert not present(kube_api.get_object("/api/v1/nodes/n1"))["spec"].get("unschedulable")
+
+
+def test_nodes_as_a_table_carry_the_status_kubectl_prints(kube: Kube, kube_api: FakeKubeApiServer):
+    def node(name: str, ready: str | None, unschedulable: bool = False) -> dict:
+        conditions = [{"type": "Ready", "status": ready}] if ready else []
+        return {
+            "metadata": {"labels": {"node-role.kubernetes.io/control-plane": ""}},
+            "spec": {"unschedulable": unschedulable},
+            "status": {"conditions": conditions, "nodeInfo": {"kubeletVersion": "v1.36.5"}},
+        }
+
+    kube_api.put_object("/api/v1/nodes/a", node("a", "True"))
+    kube_api.put_object("/api/v1/nodes/b", node("b", "False"))
+    kube_api.put_object("/api/v1/nodes/c", node("c", None))
+    kube_api.put_object("/api/v1/nodes/d", node("d", "True", unschedulable=True))
+
+    rows = kube.table("v1", "Node")
+
+    assert [(r["Name"], r["Status"], r["Roles"]) for r in rows] == [
+        ("a", "Ready", "control-plane"),
+        ("b", "NotReady", "control-plane"),
+        ("c", "Unknown", "control-plane"),
+        ("d", "Ready,SchedulingDisabled", "control-plane"),
+    ]
+    listed = [r for r in kube_api.requests if r == ("GET", "/api/v1/nodes")]
+    assert listed[-1].query["includeObject"] == "None"
+
+
+def test_a_kind_the_server_does_not_print_is_a_clear_error(kube: Kube):
+    with pytest.raises(KubeError, match="406"):
+        kube.table("v1", "Pod", "default")
