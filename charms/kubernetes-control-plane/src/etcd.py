@@ -21,11 +21,12 @@ A member that was added but has not started yet has no name.
 from __future__ import annotations
 
 import dataclasses
-import http.client
 import json
 import logging
-import ssl
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import ssl
 
 from charms.gpu_k8s.v0.system import Host
 
@@ -59,11 +60,17 @@ class Etcd:
         self.url = url
 
     def _context(self) -> ssl.SSLContext:
+        import ssl  # only the leader talks to etcd, rarely: no import cost for other hooks
+
         context = ssl.create_default_context(cafile=str(self.host.path(CA_CERT)))
         context.load_cert_chain(self.host.path(CLIENT_CERT), self.host.path(CLIENT_KEY))
         return context
 
     def _post(self, path: str, body: dict) -> dict:
+        import http.client
+        import ssl
+        from urllib.parse import urlsplit
+
         parts = urlsplit(self.url)
         try:
             conn = http.client.HTTPSConnection(
