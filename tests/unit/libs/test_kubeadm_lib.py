@@ -549,3 +549,16 @@ def test_a_control_plane_join_that_fails_late_is_reset_at_once(machine):
     assert [line.split()[1] for line in machine.lines("kubeadm")] == ["join", "reset"]
     assert not machine.path("/etc/kubernetes/admin.conf").exists()
     assert not kubeadm.is_joined(machine.host())
+
+
+def test_reset_keeps_the_files_packages_own_in_the_cni_directory(machine):
+    """kubernetes-cni ships /etc/cni/net.d/.kubernetes-cni-keep (kubernetes/release specs)."""
+    installed(machine)
+    kubeadm.join(machine.host(), material(), node_name="n", labels={}, control_plane=False)
+    machine.write("/etc/cni/net.d/.kubernetes-cni-keep", "")
+    machine.write("/etc/cni/net.d/10-flannel.conflist", "{}")
+
+    assert kubeadm.reset(machine.host())
+
+    assert [p.name for p in machine.path("/etc/cni/net.d").iterdir()] == [".kubernetes-cni-keep"]
+    assert not kubeadm.reset(machine.host())  # the kept file is no reason to reset again

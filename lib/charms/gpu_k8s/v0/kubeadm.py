@@ -24,7 +24,7 @@ from charms.gpu_k8s.v0.system import CommandError, Host
 
 LIBID = "f766a8bf76ef4d8f9f47cf1d41d1f95c"
 LIBAPI = 0
-LIBPATCH = 8
+LIBPATCH = 9
 
 _VERSION = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+$")
 
@@ -398,7 +398,11 @@ def reset(host: Host) -> bool:
     Does nothing when there is nothing to reset, so it is safe to call on every removal.
     """
     cni = host.path(CNI_CONFIG_DIR)
-    cni_files = sorted(cni.iterdir()) if cni.is_dir() else []
+    # CNI configs that networks wrote; dotfiles belong to packages (kubernetes-cni ships
+    # .kubernetes-cni-keep there) and stay.
+    cni_files = (
+        sorted(p for p in cni.iterdir() if not p.name.startswith(".")) if cni.is_dir() else []
+    )
     leftovers = any(host.path(p).exists() for p in _PARTIAL_JOIN)
     if not leftovers and not cni_files:
         return False
