@@ -25,6 +25,7 @@ import training
 from literals import CLUSTER_RULES, KUBE_API, NAMESPACED_RULES, SHARED_STORAGE
 
 from charms.gpu_k8s.v0.config import CharmConfig
+from charms.gpu_k8s.v0.images import validate_registry
 from charms.gpu_k8s.v0.kube_api import KubeApiRequirer, Rule
 from charms.gpu_k8s.v0.shared_storage import SharedStorageRequirer
 
@@ -37,6 +38,7 @@ class Config(CharmConfig):
     default_image: str = "tensorflow/tensorflow:2.21.0"
     tensorboard_image: str = "tensorflow/tensorflow:2.21.0"
     job_ttl: int = 24
+    image_registry: str = ""
 
     @pydantic.field_validator("default_image", "tensorboard_image")
     @classmethod
@@ -51,6 +53,11 @@ class Config(CharmConfig):
         if value < 1:
             raise ValueError("must be at least 1 (hours a finished job is kept)")
         return value
+
+    @pydantic.field_validator("image_registry")
+    @classmethod
+    def _registry(cls, value: str) -> str:
+        return validate_registry(value)
 
 
 class NotReadyError(Exception):
@@ -138,6 +145,7 @@ class TensorflowCharm(ops.CharmBase):
             claim=claim.claim_name,
             default_image=config.default_image,
             tensorboard_image=config.tensorboard_image,
+            registry=config.image_registry,
         )
         try:
             kube = Kube.from_kubeconfig(kubeconfig)
@@ -187,7 +195,7 @@ class TensorflowCharm(ops.CharmBase):
         event.add_status(
             ops.ActiveStatus(
                 f"Ready: namespace {namespace}, claim {claim.claim_name if claim else '?'}, "
-                f"image {config.default_image}"
+                f"image {jobs.from_registry(config.default_image, config.image_registry)}"
             )
         )
 

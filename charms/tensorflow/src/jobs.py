@@ -63,6 +63,7 @@ from literals import (
 )
 
 from charms.gpu_k8s.v0.config import ActionParams
+from charms.gpu_k8s.v0.images import mirrored
 
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
@@ -308,23 +309,48 @@ class NoParams(ActionParams):
 # ---------------------------------------------------------------- manifests
 
 
+def from_registry(image: str, registry: str) -> str:
+    """A configured image as pods pull it: moved to the `image-registry` mirror.
+
+    Empty `registry` keeps `image`; so does an image already under `registry` (an operator
+    may configure the mirrored name itself: it is not moved a second time).
+    """
+    if registry and image.startswith(f"{registry}/"):
+        return image
+    return mirrored(image, registry)
+
+
 @dataclasses.dataclass(frozen=True)
 class Context:
-    """Where and how the charm runs jobs."""
+    """Where and how the charm runs jobs.
+
+    `default_image` and `tensorboard_image` are the config values; pods pull them from
+    `registry` (the `image-registry` option) when it is set. An image given to `train`
+    is used as given.
+    """
 
     namespace: str
     app: str
     claim: str
     default_image: str
     tensorboard_image: str
+    registry: str = ""
+
+    def pulled(self, image: str) -> str:
+        """A configured image as pods pull it (see `from_registry`)."""
+        return from_registry(image, self.registry)
 
     def image_for(self, request: TrainRequest) -> str:
         """The request's image, or the default (its `-gpu` variant when GPUs are used)."""
         if request.image:
             return request.image
-        if request.gpus_per_worker and _TF_IMAGE.match(self.default_image):
-            return f"{self.default_image}-gpu"
-        return self.default_image
+        image = self.pulled(self.default_image)
+        upstream = self.default_image
+        if self.registry:
+            upstream = upstream.removeprefix(f"{self.registry}/")
+        if request.gpus_per_worker and _TF_IMAGE.match(upstream):
+            return f"{image}-gpu"
+        return image
 
 
 def labels(app: str, job: str, component: str | None = None, role: str | None = None) -> dict:
@@ -478,7 +504,7 @@ def tensorboard(request: TrainRequest, ctx: Context) -> list[dict]:
                     "containers": [
                         {
                             "name": "tensorboard",
-                            "image": ctx.tensorboard_image,
+                            "image": ctx.pulled(ctx.tensorboard_image),
                             "command": [
                                 "tensorboard",
                                 "--logdir",
@@ -545,7 +571,7 @@ def purge_job(job: str, ctx: Context) -> dict:
                     "containers": [
                         {
                             "name": "purge",
-                            "image": ctx.default_image,
+                            "image": ctx.pulled(ctx.default_image),
                             "command": ["rm", "-rf", "--", f"{DATA_MOUNT}/jobs/{job}"],
                             "volumeMounts": [{"name": "data", "mountPath": DATA_MOUNT}],
                         }
