@@ -315,8 +315,6 @@ def from_registry(image: str, registry: str) -> str:
     Empty `registry` keeps `image`; so does an image already under `registry` (an operator
     may configure the mirrored name itself: it is not moved a second time).
     """
-    if registry and image.startswith(f"{registry}/"):
-        return image
     return mirrored(image, registry)
 
 

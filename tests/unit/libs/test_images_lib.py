@@ -34,6 +34,12 @@ def test_mirror_keeps_the_path_below_the_host():
     assert mirrored("ubuntu:24.04", "reg.example.com") == "reg.example.com/library/ubuntu:24.04"
 
 
+def test_an_image_already_under_the_mirror_is_not_moved_twice():
+    image = "reg.example.com/mirror/nvidia/cuda:13.0"
+    assert mirrored(image, "reg.example.com/mirror") == image
+    assert mirrored(image, "reg.example.com/mirror/") == image
+
+
 @pytest.mark.parametrize("value", ["reg.example.com", "10.0.0.5:5000/a/b", " reg:1/x/ ", ""])
 def test_valid_registries(value):
     assert validate_registry(value) == value.strip().rstrip("/")

@@ -72,9 +72,12 @@ def split(image: str) -> tuple[str, str]:
 def mirrored(image: str, registry: str) -> str:
     """`image` pulled from `registry` instead of where upstream publishes it.
 
-    With an empty `registry` the image is returned unchanged.
+    With an empty `registry` the image is returned unchanged, and so is an image already
+    under `registry` (an operator may configure the mirrored name itself: it is not moved
+    a second time).
     """
-    if not registry:
+    registry = registry.rstrip("/")
+    if not registry or image.startswith(f"{registry}/"):
         return image
     _, path = split(image)
-    return f"{registry.rstrip('/')}/{path}"
+    return f"{registry}/{path}"
