@@ -169,3 +169,63 @@ def test_provider_publishes_and_grants_and_skips_bad_workers():
     assert bag["join-secret-id"] == sec.id
     assert json.loads(bag["api-servers"]) == SERVERS
     assert TOKEN not in json.dumps(bag) and "kubeconfig-text" not in json.dumps(bag)
+
+
+def test_provider_publishes_the_image_registry_only_when_one_is_set():
+    rel = testing.Relation("workers", remote_app_name="w")
+    ctx = testing.Context(ControlPlane, meta=CP_META)
+    args = ("https://127.0.0.1:6444", SERVERS, HASH, "1.36", TOKEN, "k")
+    with ctx(ctx.on.update_status(), testing.State(leader=True, relations=[rel])) as mgr:
+        mgr.charm.workers.publish(*args, image_registry="registry.example.com:5000/mirror/")
+        out = mgr.run()
+    bag = out.get_relation(rel.id).local_app_data
+    assert bag["image-registry"] == "registry.example.com:5000/mirror"
+    with ctx(ctx.on.update_status(), out) as mgr:
+        mgr.charm.workers.publish(*args)
+        out = mgr.run()
+    assert "image-registry" not in out.get_relation(rel.id).local_app_data
+
+
+def test_provider_refuses_a_malformed_image_registry():
+    rel = testing.Relation("workers", remote_app_name="w")
+    ctx = testing.Context(ControlPlane, meta=CP_META)
+    with ctx(ctx.on.update_status(), testing.State(leader=True, relations=[rel])) as mgr:
+        with pytest.raises(ValueError, match="image-registry is invalid .* is a URL"):
+            mgr.charm.workers.publish(
+                "https://127.0.0.1:6444",
+                SERVERS,
+                HASH,
+                "1.36",
+                TOKEN,
+                "k",
+                image_registry="https://registry.example.com",
+            )
+        out = mgr.run()
+    assert out.get_relation(rel.id).local_app_data == {}
+
+
+@pytest.mark.parametrize(
+    ("bag", "registry"),
+    [
+        ({}, ""),
+        (
+            {"image-registry": "registry.example.com:5000/mirror"},
+            "registry.example.com:5000/mirror",
+        ),
+    ],
+)
+def test_requirer_reads_the_image_registry(bag, registry):
+    sec = testing.Secret({"token": TOKEN, "kubeconfig": "k"})
+    rel = testing.Relation("cluster", remote_app_data=provider_bag(sec.id, **bag))
+    material, problem = requirer_view(testing.State(relations=[rel], secrets=[sec]))
+    assert problem is None
+    assert material.image_registry == registry
+
+
+def test_requirer_names_a_malformed_image_registry():
+    sec = testing.Secret({"token": TOKEN, "kubeconfig": "k"})
+    bag = provider_bag(sec.id, **{"image-registry": "Registry Example"})
+    rel = testing.Relation("cluster", remote_app_data=bag)
+    material, problem = requirer_view(testing.State(relations=[rel], secrets=[sec]))
+    assert material is None
+    assert problem.startswith("control plane databag: image-registry is invalid")

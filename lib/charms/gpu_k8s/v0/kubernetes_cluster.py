@@ -29,6 +29,11 @@ Provider databag (application):
     join-secret-id: secret://<model>/<id>
     kubernetes-version: "1.36"
     upgrade-turn: kubernetes-worker/3     # only while workers upgrade, one at a time
+    image-registry: registry.example.com:5000/mirror   # only when the operator set one
+
+`image-registry` is the control plane's `image-registry` option: the mirror every image
+of the cluster is pulled from (see `images.py`). A worker moves its own images there,
+such as containerd's sandbox image: `join_material().image_registry` ("" = upstream).
 
 Requirer databag (unit):
 
@@ -54,12 +59,12 @@ from typing import Any
 import ops
 import pydantic
 
-from charms.gpu_k8s.v0 import api_proxy
+from charms.gpu_k8s.v0 import api_proxy, images
 from charms.gpu_k8s.v0.databag import Databag, Endpoint, explain, write
 
 LIBID = "5f724584087c4f3caa6d95ea68f42ceb"
 LIBAPI = 0
-LIBPATCH = 7
+LIBPATCH = 8
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +95,7 @@ class ProviderAppData(Databag):
     join_secret_id: str = pydantic.Field(alias="join-secret-id", min_length=1)
     kubernetes_version: str = pydantic.Field(alias="kubernetes-version")
     upgrade_turn: str | None = pydantic.Field(default=None, alias="upgrade-turn")
+    image_registry: str | None = pydantic.Field(default=None, alias="image-registry")
 
     @pydantic.field_validator("endpoint")
     @classmethod
@@ -131,6 +137,13 @@ class ProviderAppData(Databag):
         if not _VERSION.match(value):
             raise ValueError("must be a version such as 1.33")
         return value
+
+    @pydantic.field_validator("image_registry")
+    @classmethod
+    def _registry(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        return images.validate_registry(value) or None  # "" is the same as unset
 
 
 class RequirerUnitData(Databag):
@@ -176,6 +189,7 @@ class JoinInfo:
     token: str = dataclasses.field(repr=False)
     kubeconfig: str = dataclasses.field(repr=False)
     upgrade_turn: str | None = None
+    image_registry: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,6 +233,7 @@ class ClusterProvider(Endpoint):
         *,
         expire: datetime.datetime | None = None,
         upgrade_turn: str | None = None,
+        image_registry: str = "",
     ) -> ops.Secret:
         """Publish join material to every related worker application (leader only).
 
@@ -238,6 +253,7 @@ class ClusterProvider(Endpoint):
             "join-secret-id": "secret:pending",
             "kubernetes-version": version,
             "upgrade-turn": upgrade_turn,
+            "image-registry": image_registry or None,
         }
         try:
             ProviderAppData.model_validate(fields)  # before anything is created
@@ -350,6 +366,7 @@ class ClusterRequirer(Endpoint):
                 token=token,
                 kubeconfig=content["kubeconfig"],
                 upgrade_turn=bag.upgrade_turn,
+                image_registry=bag.image_registry or "",
             ),
             None,
         )
