@@ -17,6 +17,7 @@ import secrets
 import string
 from collections.abc import Sequence
 
+import image_registry
 import yaml
 from literals import (
     ADMIN_CONF,
@@ -58,6 +59,8 @@ class InitSpec:
     pod_cidr: str
     service_cidr: str
     cert_sans: tuple[str, ...] = ()
+    # `image-registry`: kubeadm pulls every image it runs from there ("" = upstream).
+    image_registry: str = ""
 
 
 def generate_token() -> str:
@@ -120,6 +123,7 @@ def render_init_config(spec: InitSpec, *, token: str, ttl_hours: int, certificat
                 {"name": "enable-admission-plugins", "value": ",".join(ADMISSION_PLUGINS)}
             ],
         },
+        **image_registry.cluster_fields(spec.image_registry),
     }
     return yaml.safe_dump_all([init, cluster], sort_keys=False)
 

@@ -15,8 +15,9 @@ The reconcile reads top to bottom here; its parts live next to it:
   standing in for it) and etcd membership after a unit leaves;
 - `fleet.py`: the workers (registry, node readiness, departed nodes, what they are told);
 - `access.py`: kube-api consumers, the workers' credentials, the operator's way in;
-- `bootstrap.py`, `etcd.py`, `rbac.py`, `device_plugin.py`, `cluster_info.py`,
-  `registry.py`, `rolling.py`: what they run or decide, without ops.
+- `bootstrap.py`, `etcd.py`, `rbac.py`, `device_plugin.py`, `flannel.py`,
+  `image_registry.py`, `cluster_info.py`, `registry.py`, `rolling.py`: what they run or
+  decide, without ops.
 """
 
 from __future__ import annotations
@@ -25,18 +26,18 @@ import datetime
 import json
 import logging
 import time
-from pathlib import Path
 from typing import Any
 
 import bootstrap
 import cluster_info
 import device_plugin
 import etcd
+import flannel
+import image_registry
 import node
 import ops
 import registry
 import rolling
-import yaml
 from access import Access
 from errors import StatusError, status_of
 from fleet import Fleet
@@ -45,10 +46,8 @@ from literals import (
     API_PORT,
     DRAIN_TIMEOUT_SECONDS,
     FIELD_MANAGER,
-    FLANNEL_VERSION,
     KUBE_API,
     PEERS,
-    POD_CIDR_PLACEHOLDER,
     WORKERS,
 )
 from membership import Membership
@@ -63,8 +62,6 @@ from charms.gpu_k8s.v0.kubernetes_cluster import ClusterProvider
 from charms.gpu_k8s.v0.system import CommandError, Host, SubprocessRunner
 
 logger = logging.getLogger(__name__)
-
-FLANNEL_MANIFEST = Path(__file__).parent.parent / "files" / "kube-flannel.yml"
 
 
 def _now() -> datetime.datetime:
@@ -342,7 +339,12 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             self._node.settle_abandoned_upgrade(
                 config.kubernetes_version, cluster_version, config.package_mirror
             )
-            self._node.install(self._node_minor(config, cluster_version), config.package_mirror)
+            self._node.install(
+                self._node_minor(config, cluster_version),
+                config.package_mirror,
+                registry=config.image_registry,
+            )
+            self._node.configure_containerd(config.image_registry)
         if self.unit.is_leader() and not (cluster_version and not self._joined()):
             self._reconcile_leader(config, peers, event)
         else:
@@ -389,6 +391,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         content = join.get_content(refresh=True)
         token = self.membership.rotate_token_if_due(config, bag, join, content)
         self.membership.reupload_certs_if_needed(bag, content["certificate-key"], peers)
+        self._keep_image_registry(config, bag)
         self._apply_cni(config, bag)
         control_plane_done = self._upgrade_control_plane(config, peers)
         self.membership.prune_etcd(peers, event)
@@ -399,35 +402,44 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         self.access.serve_kube_api(bag)
         self.access.reach(config, peers, leader=True)
 
+    def _keep_image_registry(self, config: Config, bag: ops.RelationDataContent) -> None:
+        """Keep kubeadm-config's image repositories on `image-registry` for joins and upgrades."""
+        want = json.dumps(config.image_registry)
+        if bag.get("image-registry") == want:
+            return
+        patched = image_registry.sync_kubeadm_config(self._kube_client(), config.image_registry)
+        if patched is None:
+            raise StatusError(ops.WaitingStatus("waiting for kubeadm's kubeadm-config ConfigMap"))
+        if patched:
+            where = config.image_registry or "the upstream registries"
+            logger.info("kubeadm-config: joins and upgrades pull from %s", where)
+        bag["image-registry"] = want
+
     def _apply_cni(self, config: Config, bag: ops.RelationDataContent) -> None:
-        want = f"flannel {FLANNEL_VERSION} {config.pod_cidr}"
+        want = flannel.fingerprint(config.pod_cidr, config.image_registry)
         if bag.get("cni") == want:
             return
-        text = FLANNEL_MANIFEST.read_text().replace(POD_CIDR_PLACEHOLDER, config.pod_cidr)
         kube = self._kube_client()
-        for manifest in yaml.safe_load_all(text):
-            if manifest:
-                kube.apply(manifest, field_manager=FIELD_MANAGER)
+        for manifest in flannel.manifests(config.pod_cidr, config.image_registry):
+            kube.apply(manifest, field_manager=FIELD_MANAGER)
         bag["cni"] = want
-        logger.info("applied flannel %s for pod network %s", FLANNEL_VERSION, config.pod_cidr)
+        logger.info("applied %s", want)
 
     def _apply_device_plugin(self, config: Config, bag: ops.RelationDataContent) -> None:
         """Run the NVIDIA device plugin while any worker reports GPUs; remove it after."""
         gpus = bool(registry.Registry.load(bag).gpu_workers)
-        want = (
-            f"{device_plugin.VERSION} {config.mig_strategy} {config.gpu_time_slicing_replicas}"
-            if gpus
-            else ""
+        objects = device_plugin.manifests(
+            config.mig_strategy, config.gpu_time_slicing_replicas, config.image_registry
         )
+        want = device_plugin.fingerprint(objects) if gpus else ""
         if bag.get("device-plugin", "") == want:
             return
         kube = self._kube_client()
-        objects = device_plugin.manifests(config.mig_strategy, config.gpu_time_slicing_replicas)
         if want:
             for manifest in objects:
                 kube.apply(manifest, field_manager=FIELD_MANAGER)
             bag["device-plugin"] = want
-            logger.info("applied the NVIDIA device plugin %s (%s)", device_plugin.VERSION, want)
+            logger.info("applied the NVIDIA device plugin %s", want)
             return
         for manifest in reversed(objects):
             meta = manifest["metadata"]

@@ -7,16 +7,40 @@ It advertises `nvidia.com/gpu` on nodes the worker charm labelled
 `nvidia.com/gpu.present=true`, tolerates the `nvidia.com/gpu` taint, runs through the
 `nvidia` RuntimeClass, and reads its MIG strategy and time-slicing replicas from a
 ConfigMap. A hash of that config on the pod template rolls the pods when it changes.
+
+GPUs reach the pods that request them through CDI (the `cdi-cri` device list strategy):
+the plugin writes a CDI spec for the node's GPUs into `/var/run/cdi` and answers each
+allocation with the CDI device names, which kubelet passes to containerd in the CRI
+request (`CDIDevices`). containerd 2.x has CDI on by default and injects the devices, so
+a pod gets its GPUs under runc, without `runtimeClassName: nvidia`. The spec sets
+`NVIDIA_VISIBLE_DEVICES=void`, so a pod that does use the `nvidia` class (whose image
+may say `NVIDIA_VISIBLE_DEVICES=all`) still sees only the GPUs it was allocated.
+
+Upstream sources (NVIDIA/k8s-device-plugin at tag v0.20.0, tagged 2026-08-19, checked
+2026-11-23): `docs/cdi.md` (the plugin runs with `runtimeClassName=nvidia` and
+`nvidiaDriverRoot=/` so that it can generate the spec); `deployments/helm/
+nvidia-device-plugin/templates/daemonset-device-plugin.yml` (host `/var/run/cdi` as
+`cdi-root`, type DirectoryOrCreate; the driver root read-only at `/driver-root`;
+`NVIDIA_MIG_MONITOR_DEVICES=all` when a MIG strategy is set) and `_helpers.tpl`
+(`requiresCapSysAdmin`: SYS_ADMIN added when any MIG strategy is not `none`, otherwise
+`allowPrivilegeEscalation: false` and all capabilities dropped); `api/config/v1/flags.go`
+(the config file keys used below) and `cmd/nvidia-device-plugin/main.go` (their defaults).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 
 import yaml
 from literals import FIELD_MANAGER, MANAGED_BY_LABEL
 
-VERSION = "v0.18.2"
+from charms.gpu_k8s.v0 import images
+
+# The newest release tag of NVIDIA/k8s-device-plugin on 2026-11-23 (v0.20.0, tagged
+# 2026-08-19; its deployments/static/nvidia-device-plugin.yml and the Helm chart's
+# image.repository + appVersion name this image).
+VERSION = "v0.20.0"
 IMAGE = f"nvcr.io/nvidia/k8s-device-plugin:{VERSION}"
 NAMESPACE = "kube-system"
 NAME = "nvidia-device-plugin"
@@ -24,16 +48,49 @@ GPU_NODE_LABEL = "nvidia.com/gpu.present"
 RUNTIME_CLASS = "nvidia"
 MIG_STRATEGIES = ("none", "single", "mixed")
 
+# `flags.plugin.deviceListStrategy` (env DEVICE_LIST_STRATEGY, default `envvar`): the
+# CRI's CDIDevices field; kubelet forwards it since the DevicePluginCDIDevices feature
+# (GA and locked on in Kubernetes 1.31, pkg/features/kube_features.go).
+DEVICE_LIST_STRATEGY = "cdi-cri"
+# `flags.plugin.deviceIDStrategy`: CDI device names carry the GPU UUID (the default).
+DEVICE_ID_STRATEGY = "uuid"
+# Where containerd reads CDI specs (its Linux default cdi_spec_dirs: /etc/cdi,
+# /var/run/cdi) and where the plugin writes its spec (internal/cdi/cdi.go `cdiRoot`).
+CDI_ROOT = "/var/run/cdi"
+# `flags.nvidiaDriverRoot`: the driver's root on the host, which the paths in the spec
+# are made relative to; the worker charm installs the driver from Ubuntu's packages at /.
+HOST_DRIVER_ROOT = "/"
+# `flags.plugin.containerDriverRoot` (default /driver-root): where the plugin finds the
+# host's driver files to list in the spec; the Helm chart mounts the host root there.
+CONTAINER_DRIVER_ROOT = "/driver-root"
+# `flags.plugin.nvidiaCTKPath` (env NVIDIA_CDI_HOOK_PATH): the hook binary the spec's
+# hooks run on the host. nvidia-container-toolkit-base installs /usr/bin/nvidia-cdi-hook
+# (packaging/debian/nvidia-container-toolkit-base.install, v1.18.1), the default of the
+# toolkit's own spec generator (internal/discover/hooks.go defaultNvidiaCDIHookPath).
+CDI_HOOK_PATH = "/usr/bin/nvidia-cdi-hook"
+# Set on the plugin when a MIG strategy is in use, as the Helm chart does.
+MIG_MONITOR_ENV = {"name": "NVIDIA_MIG_MONITOR_DEVICES", "value": "all"}
+
 
 def config_text(mig_strategy: str, replicas: int) -> str:
-    """The plugin's config file: MIG strategy and, above one replica, time-slicing."""
+    """The plugin's config file: MIG strategy, CDI, and above one replica time-slicing."""
     if mig_strategy not in MIG_STRATEGIES:
         raise ValueError(f"MIG strategy must be one of {', '.join(MIG_STRATEGIES)}")
     if replicas < 1:
         raise ValueError("time-slicing replicas must be at least 1")
     config: dict = {
         "version": "v1",
-        "flags": {"migStrategy": mig_strategy, "failOnInitError": True},
+        "flags": {
+            "migStrategy": mig_strategy,
+            "failOnInitError": True,
+            "nvidiaDriverRoot": HOST_DRIVER_ROOT,
+            "plugin": {
+                "deviceListStrategy": DEVICE_LIST_STRATEGY,
+                "deviceIDStrategy": DEVICE_ID_STRATEGY,
+                "containerDriverRoot": CONTAINER_DRIVER_ROOT,
+                "nvidiaCTKPath": CDI_HOOK_PATH,
+            },
+        },
     }
     if replicas > 1:
         config["sharing"] = {
@@ -45,8 +102,9 @@ def config_text(mig_strategy: str, replicas: int) -> str:
 def runtime_class() -> dict:
     """The cluster-wide RuntimeClass that selects containerd's `nvidia` handler.
 
-    Worker charms register that handler on GPU nodes only; the device plugin and every
-    GPU pod (validation pods, training jobs) run through it.
+    Worker charms register that handler on GPU nodes only. The device plugin runs
+    through it (it needs the driver and every GPU to list them); pods that request GPUs
+    get them through CDI and may, but need not, use it.
     """
     return {
         "apiVersion": "node.k8s.io/v1",
@@ -57,8 +115,35 @@ def runtime_class() -> dict:
     }
 
 
-def manifests(mig_strategy: str, replicas: int) -> list[dict]:
-    """The RuntimeClass, ConfigMap and DaemonSet, in the order they are applied."""
+def _container(mig_strategy: str, image_registry: str) -> dict:
+    """The plugin container: upstream's security context and mounts for CDI and MIG."""
+    container: dict = {
+        "name": NAME,
+        "image": images.mirrored(IMAGE, image_registry),
+        "args": ["--config-file=/config/config.yaml"],
+    }
+    if mig_strategy != "none":
+        container["env"] = [MIG_MONITOR_ENV]
+        container["securityContext"] = {"capabilities": {"add": ["SYS_ADMIN"]}}
+    else:
+        container["securityContext"] = {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+        }
+    container["volumeMounts"] = [
+        {"name": "device-plugins", "mountPath": "/var/lib/kubelet/device-plugins"},
+        {"name": "config", "mountPath": "/config", "readOnly": True},
+        {"name": "cdi-root", "mountPath": CDI_ROOT},
+        {"name": "driver-root", "mountPath": CONTAINER_DRIVER_ROOT, "readOnly": True},
+    ]
+    return container
+
+
+def manifests(mig_strategy: str, replicas: int, image_registry: str = "") -> list[dict]:
+    """The RuntimeClass, ConfigMap and DaemonSet, in the order they are applied.
+
+    `image_registry` (the charm's `image-registry`, validated) moves the image there.
+    """
     text = config_text(mig_strategy, replicas)
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     labels = {"app.kubernetes.io/name": NAME, MANAGED_BY_LABEL: FIELD_MANAGER}
@@ -76,24 +161,12 @@ def manifests(mig_strategy: str, replicas: int) -> list[dict]:
             {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
             {"key": "CriticalAddonsOnly", "operator": "Exists"},
         ],
-        "containers": [
-            {
-                "name": NAME,
-                "image": IMAGE,
-                "args": ["--config-file=/config/config.yaml"],
-                "securityContext": {
-                    "allowPrivilegeEscalation": False,
-                    "capabilities": {"drop": ["ALL"]},
-                },
-                "volumeMounts": [
-                    {"name": "device-plugins", "mountPath": "/var/lib/kubelet/device-plugins"},
-                    {"name": "config", "mountPath": "/config", "readOnly": True},
-                ],
-            }
-        ],
+        "containers": [_container(mig_strategy, image_registry)],
         "volumes": [
             {"name": "device-plugins", "hostPath": {"path": "/var/lib/kubelet/device-plugins"}},
             {"name": "config", "configMap": {"name": f"{NAME}-config"}},
+            {"name": "cdi-root", "hostPath": {"path": CDI_ROOT, "type": "DirectoryOrCreate"}},
+            {"name": "driver-root", "hostPath": {"path": HOST_DRIVER_ROOT, "type": "Directory"}},
         ],
     }
     daemon_set = {
@@ -113,3 +186,13 @@ def manifests(mig_strategy: str, replicas: int) -> list[dict]:
         },
     }
     return [runtime_class(), config_map, daemon_set]
+
+
+def fingerprint(objects: list[dict]) -> str:
+    """What was applied, for the peer data: the version and a digest of the manifests.
+
+    Any change of the manifests (a new pin, the MIG strategy, the registry) changes it,
+    so the charm applies them again.
+    """
+    text = json.dumps(objects, sort_keys=True)
+    return f"{VERSION} {hashlib.sha256(text.encode()).hexdigest()[:16]}"

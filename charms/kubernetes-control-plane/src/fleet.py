@@ -82,6 +82,7 @@ class Fleet:
             kubeconfig,
             expire=expire,
             upgrade_turn=self._worker_turn(bag, control_plane_done),
+            image_registry=config.image_registry,
         )
 
     def sync(self, bag: ops.RelationDataContent, event: ops.EventBase) -> set[str]:

@@ -72,6 +72,7 @@ class Membership:
             service_cidr=config.service_cidr,
             # this node's public address too: its first certificate needs no renewal
             cert_sans=tuple(sorted({*config.extra_sans, *filter(None, [public])})),
+            image_registry=config.image_registry,
         )
         token = bootstrap.generate_token()
         key = bootstrap.generate_certificate_key()

@@ -19,6 +19,7 @@ import logging
 from collections.abc import Callable
 
 import bootstrap
+import image_registry
 from literals import INSTALL_MARKER
 
 from charms.gpu_k8s.v0 import containerd, kubeadm
@@ -54,11 +55,13 @@ class Node:
         installed = self.installed().get("kubernetes")
         return installed if installed and joined else fallback
 
-    def install(self, minor: str, mirror: str) -> None:
+    def install(self, minor: str, mirror: str, *, registry: str = "") -> None:
         """Install containerd and kubeadm/kubelet/kubectl once per minor and mirror.
 
-        A node in the middle of an upgrade is left to `upgrade`, which owns the order in
-        which its packages change.
+        containerd's sandbox image comes from `registry` (the `image-registry` option)
+        when one is set; `configure_containerd` keeps it current afterwards. A node in the
+        middle of an upgrade is left to `upgrade`, which owns the order in which its
+        packages change.
 
         Raises:
             NodeError: a package could not be installed (blocked: the mirror or archive).
@@ -73,11 +76,25 @@ class Node:
         try:
             containerd.prepare_kernel(self.host)
             containerd.install(self.host)
-            containerd.configure(self.host)
+            containerd.configure(self.host, sandbox_image=image_registry.sandbox_image(registry))
             kubeadm.install(self.host, minor, mirror=mirror or None, with_kubectl=True)
         except AptError as e:
             raise NodeError(f"{e}; or fix package-mirror", blocked=True) from None
         self._record(want)
+
+    def configure_containerd(self, registry: str) -> bool:
+        """Render containerd's config for `registry`; True when it changed (and restarted).
+
+        Nothing before `install` put containerd on the machine. containerd restarts only
+        when the file changed: running containers carry on under their shims.
+        """
+        if not self.installed().get("kubernetes"):
+            return False
+        sandbox = image_registry.sandbox_image(registry)
+        if not containerd.configure(self.host, sandbox_image=sandbox):
+            return False
+        logger.info("containerd pulls its sandbox image %s", sandbox)
+        return True
 
     def settle_abandoned_upgrade(self, wanted: str, running: str | None, mirror: str) -> None:
         """Undo an upgrade of this node that `kubernetes-version` no longer asks for.

@@ -16,7 +16,7 @@ import device_plugin
 import pydantic
 from literals import API_PORT
 
-from charms.gpu_k8s.v0 import kubeadm
+from charms.gpu_k8s.v0 import images, kubeadm
 from charms.gpu_k8s.v0.config import ActionParams, CharmConfig
 
 _MIRROR = re.compile(r"^https?://[^\s/]+(/\S*)?$")
@@ -53,6 +53,7 @@ class Config(CharmConfig):
     api_extra_sans: str = ""
     mig_strategy: str = "none"
     gpu_time_slicing_replicas: int = 1
+    image_registry: str = ""
 
     @pydantic.field_validator("kubernetes_version")
     @classmethod
@@ -104,6 +105,11 @@ class Config(CharmConfig):
         if not 1 <= value <= 64:
             raise ValueError("must be between 1 (no sharing) and 64")
         return value
+
+    @pydantic.field_validator("image_registry")
+    @classmethod
+    def _registry(cls, value: str) -> str:
+        return images.validate_registry(value)
 
     @pydantic.field_validator("join_token_ttl")
     @classmethod

@@ -34,7 +34,8 @@ def test_deployed_on_gpu_nodes_only_once_a_worker_has_gpus(ctx, bootstrapped, ap
 
     ds = api.get_object(DS)
     spec = ds["spec"]["template"]["spec"]
-    assert spec["containers"][0]["image"] == "nvcr.io/nvidia/k8s-device-plugin:v0.18.2"
+    # the image upstream's v0.20.0 static manifest names
+    assert spec["containers"][0]["image"] == "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
     assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec[
         "tolerations"
@@ -64,6 +65,89 @@ def test_time_slicing_and_mig_config_roll_the_pods(ctx, bootstrapped, api):
     assert after != before
 
 
+def test_pods_get_gpus_through_cdi_without_the_nvidia_runtime_class(ctx, bootstrapped, api):
+    join_workers(ctx, bootstrapped, workers_relation({0: worker_bag("gpu-0", GPUS)}), api)
+
+    flags = yaml.safe_load(api.get_object(CM)["data"]["config.yaml"])["flags"]
+    # api/config/v1/flags.go keys; the plugin lists the host's driver (nvidiaDriverRoot /,
+    # seen at /driver-root) in a CDI spec whose hooks run the host's nvidia-cdi-hook
+    assert flags["plugin"] == {
+        "deviceListStrategy": "cdi-cri",
+        "deviceIDStrategy": "uuid",
+        "containerDriverRoot": "/driver-root",
+        "nvidiaCTKPath": "/usr/bin/nvidia-cdi-hook",
+    }
+    assert flags["nvidiaDriverRoot"] == "/"
+    spec = api.get_object(DS)["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    mounts = {m["name"]: m for m in spec["containers"][0]["volumeMounts"]}
+    # the spec lands in the host's /var/run/cdi, where containerd reads CDI specs
+    assert volumes["cdi-root"]["hostPath"] == {"path": "/var/run/cdi", "type": "DirectoryOrCreate"}
+    assert mounts["cdi-root"]["mountPath"] == "/var/run/cdi"
+    assert not mounts["cdi-root"].get("readOnly")
+    assert volumes["driver-root"]["hostPath"] == {"path": "/", "type": "Directory"}
+    assert mounts["driver-root"] == {
+        "name": "driver-root",
+        "mountPath": "/driver-root",
+        "readOnly": True,
+    }
+    # the plugin itself still runs through the nvidia class, which stays in the cluster
+    assert spec["runtimeClassName"] == "nvidia"
+    assert api.get_object(RC)["handler"] == "nvidia"
+
+
+def test_without_mig_the_plugin_drops_every_capability(ctx, bootstrapped, api):
+    join_workers(ctx, bootstrapped, workers_relation({0: worker_bag("gpu-0", GPUS)}), api)
+
+    container = api.get_object(DS)["spec"]["template"]["spec"]["containers"][0]
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert "NVIDIA_MIG_MONITOR_DEVICES" not in {e["name"] for e in container.get("env", [])}
+
+
+@pytest.mark.parametrize("strategy", ["single", "mixed"])
+def test_with_mig_the_plugin_gets_sys_admin_and_monitors_mig_devices(
+    ctx, bootstrapped, api, strategy
+):
+    out = join_workers(ctx, bootstrapped, workers_relation({0: worker_bag("gpu-0", GPUS)}), api)
+
+    out = ctx.run(
+        ctx.on.config_changed(), dataclasses.replace(out, config={"mig-strategy": strategy})
+    )
+
+    container = api.get_object(DS)["spec"]["template"]["spec"]["containers"][0]
+    # _helpers.tpl requiresCapSysAdmin and daemonset-device-plugin.yml addMigMonitorDevices
+    assert container["securityContext"] == {"capabilities": {"add": ["SYS_ADMIN"]}}
+    assert {"name": "NVIDIA_MIG_MONITOR_DEVICES", "value": "all"} in container["env"]
+
+    ctx.run(ctx.on.config_changed(), dataclasses.replace(out, config={"mig-strategy": "none"}))
+    container = api.get_object(DS)["spec"]["template"]["spec"]["containers"][0]
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert "env" not in container
+
+
+def test_a_new_pin_is_applied_to_a_running_cluster(ctx, bootstrapped, api):
+    out = join_workers(ctx, bootstrapped, workers_relation({0: worker_bag("gpu-0", GPUS)}), api)
+    # what a charm revision pinning v0.18.2 recorded
+    relation = dataclasses.replace(
+        peer(out), local_app_data={**peer(out).local_app_data, "device-plugin": "v0.18.2 none 1"}
+    )
+    api.delete_object(DS)
+
+    out = ctx.run(
+        ctx.on.upgrade_charm(),
+        dataclasses.replace(
+            out, relations=[relation, *(r for r in out.relations if r.endpoint != "peers")]
+        ),
+    )
+
+    image = api.get_object(DS)["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert image == "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
+    assert peer(out).local_app_data["device-plugin"].startswith("v0.20.0 ")
+
+
 @pytest.mark.parametrize(
     ("config", "message"),
     [
@@ -78,10 +162,11 @@ def test_invalid_gpu_config_blocks(ctx, machine, config, message):
     assert machine.calls == []
 
 
+@pytest.mark.parametrize("mig", ["none", "mixed"])
 @pytest.mark.parametrize("replicas", [1, 8])
-def test_manifests_are_valid_kubernetes_objects(replicas):
-    for obj in device_plugin.manifests("mixed", replicas):
-        kubernetes_validate.validate(obj, "1.33.0", strict=True)
+def test_manifests_are_valid_kubernetes_objects(replicas, mig):
+    for obj in device_plugin.manifests(mig, replicas, "registry.example.com/mirror"):
+        kubernetes_validate.validate(obj, "1.35.0", strict=True)
 
 
 RC = "/apis/node.k8s.io/v1/runtimeclasses/nvidia"

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import device_plugin
+import flannel
 import kubernetes_validate
 import pytest
 import rbac
 import yaml
 from literals import FLANNEL_CNI_PLUGIN_VERSION, FLANNEL_VERSION
 
-import charm
 from charms.gpu_k8s.v0 import kubeadm
 from charms.gpu_k8s.v0.kube_api import Rule
 
@@ -17,9 +17,8 @@ from charms.gpu_k8s.v0.kube_api import Rule
 MINORS = sorted({kubeadm.DEFAULT_MINOR, *(m for m in kubeadm.RELEASES if m >= "1.35")})
 
 
-def flannel_objects(pod_cidr: str = "10.244.0.0/16") -> list[dict]:
-    text = charm.FLANNEL_MANIFEST.read_text().replace("__POD_CIDR__", pod_cidr)
-    return [d for d in yaml.safe_load_all(text) if d]
+def flannel_objects(pod_cidr: str = "10.244.0.0/16", registry: str = "") -> list[dict]:
+    return flannel.manifests(pod_cidr, registry)
 
 
 def consumer_objects() -> list[dict]:
@@ -33,7 +32,9 @@ def consumer_objects() -> list[dict]:
     flannel_objects()
     + rbac.manifests(rbac.worker_grant())
     + consumer_objects()
-    + device_plugin.manifests("mixed", 4),
+    + flannel_objects(registry="registry.example.com:5000/mirror")
+    + device_plugin.manifests("mixed", 4)
+    + device_plugin.manifests("none", 1, "registry.example.com:5000/mirror"),
     ids=lambda o: f"{o['kind']}/{o['metadata']['name']}",
 )
 def test_manifest_is_valid_for_every_deployable_minor(obj, minor):
@@ -52,3 +53,25 @@ def test_flannel_is_pinned_and_gets_the_pod_cidr():
     cm = next(o for o in objs if o["kind"] == "ConfigMap")
     assert '"Network": "172.20.0.0/16"' in cm["data"]["net-conf.json"]
     assert "__POD_CIDR__" not in yaml.safe_dump_all(objs)
+
+
+def containers(obj: dict) -> list[dict]:
+    spec = obj["spec"]["template"]["spec"]
+    return spec.get("initContainers", []) + spec["containers"]
+
+
+def test_flannel_images_move_to_the_mirror_keeping_their_paths():
+    objs = flannel_objects(registry="registry.example.com:5000/mirror")
+    ds = next(o for o in objs if o["kind"] == "DaemonSet")
+    assert {c["image"] for c in containers(ds)} == {
+        f"registry.example.com:5000/mirror/flannel-io/flannel:{FLANNEL_VERSION}",
+        "registry.example.com:5000/mirror/flannel-io/flannel-cni-plugin:"
+        f"{FLANNEL_CNI_PLUGIN_VERSION}",
+    }
+    # only what is applied changes, never the upstream file; and only the images
+    assert "registry.example.com" not in flannel.MANIFEST.read_text()
+    upstream = flannel_objects()
+    for daemon_set in (ds, next(o for o in upstream if o["kind"] == "DaemonSet")):
+        for container in containers(daemon_set):
+            del container["image"]
+    assert objs == upstream
