@@ -1,41 +1,63 @@
-"""The NVIDIA driver side of a `FakeMachine`: nvidia-smi, modprobe, ubuntu-drivers, uname.
+"""The NVIDIA driver side of a `FakeMachine`: kernels, driver packages, modprobe, nvidia-smi.
 
 `FakeDriver(machine)` makes the machine behave like an EC2 g5 instance running Ubuntu
-24.04 as far as `nvidia.py` can tell; `serve_toolkit()` adds NVIDIA's container toolkit
+24.04 as far as the charm can tell; `serve_toolkit()` adds NVIDIA's container toolkit
 repository. Shared by the GPU module tests and the kubernetes-worker charm tests.
+
+What it models, and where each rule comes from:
+
+- Kernels. A kernel is an ABI (`6.8.0-1015-aws`) with its `linux-image-<abi>` package
+  and `/boot/vmlinuz-<abi>`; the metapackage `linux-image-aws` depends on the newest
+  one. The machine boots the highest installed version (grub-mkconfig's 10_linux sorts
+  kernels with version_sort, newest first, and Ubuntu's GRUB_DEFAULT is 0); `uname -r`
+  names the running one.
+- Prebuilt modules (linux-restricted-modules). `linux-modules-nvidia-<b>-<variant>-<abi>`
+  holds nvidia.ko for ONE kernel ABI and depends on its `linux-image-<abi>` and tightly
+  on one driver version's userspace core (kernel-team list 2021-03, "Make the nvidia abi
+  packages depend on nvidia-kernel-common"; ubuntu-drivers-common's test archive:
+  `linux-modules-nvidia-440-server-5.4.0-25-generic` Depends `linux-image-5.4.0-25-generic`).
+  The flavour metapackage `linux-modules-nvidia-<b>-<variant>-aws` depends on the ABI
+  package of the archive's current kernel. apt refuses any install that would leave an
+  ABI package, or fabric manager, at another driver version than the userspace, with
+  apt's "unmet dependencies ... held broken packages" error.
+- The archive keeps one version per pocket: a kernel update (`kernel_update`) or a driver
+  SRU (`driver_sru`) replaces what the pockets serve, and unattended-upgrades then moves
+  whatever is not held and whose dependencies it can satisfy, as on an EC2 cloud image
+  (wiki.ubuntu.com/UsingCloudGuestImages: images update themselves, kernels included).
+- modprobe loads nvidia.ko only from the ABI package of the RUNNING kernel; a GPU bound
+  to nouveau makes it fail with "No such device" until nouveau is blacklisted, the
+  initramfs rebuilt and the machine rebooted (Ubuntu server docs, "No devices were
+  found"). nvidia-smi reports a mismatch when the loaded module's driver version differs
+  from the userspace's (Ubuntu server docs, "Driver/library version mismatch").
+- NVSwitch machines (`nvswitch=True`): CUDA needs nvidia-fabricmanager running; the
+  service exists once `nvidia-fabricmanager-<b>` is installed and starts only with the
+  nvidia module loaded.
+- ubuntu-drivers prints what ubuntu-drivers-common's `list --gpgpu [--recommended]`
+  prints (canonical/ubuntu-drivers-common `ubuntu-drivers` list(), `detect.py`
+  `_cmp_gfx_alternatives_gpgpu`): every driver package that fits, best first (`-server`
+  and `-server-open` before desktop ones; `-open` first from branch 560 on, where open
+  modules are preferred), with the kernel modules metapackage for the installed kernel
+  flavour.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import os
+import re
 
 import gpu
 import nvidia
 
 from charms.gpu_k8s.v0.system import CommandError
-from fakes.machine import ARMORED_KEY, FakeMachine
+from fakes.machine import ARMORED_KEY, FakeMachine, Service
 
 KERNEL = "6.8.0-1015-aws"
-UBUNTU_DRIVERS_DEVICES = """\
-== /sys/devices/pci0000:00/0000:00:1e.0 ==
-modalias : pci:v000010DEd00002237sv000010DEsd0000152Fbc03sc02i00
-vendor   : NVIDIA Corporation
-model    : GA102GL [A10G]
-driver   : nvidia-driver-535-server - distro non-free
-driver   : nvidia-driver-570-server - distro non-free
-driver   : nvidia-driver-580-server-open - distro non-free
-driver   : nvidia-driver-580 - distro non-free recommended
-driver   : nvidia-driver-580-server - distro non-free
-driver   : nvidia-driver-570 - distro non-free
-driver   : nvidia-driver-535 - distro non-free
-driver   : xserver-xorg-video-nouveau - distro free builtin
-"""
-UBUNTU_DRIVERS_GPGPU = "".join(
-    f"nvidia-headless-no-dkms-{b}, (kernel modules provided by linux-modules-nvidia-{b}-aws)\n"
-    for b in ("535-server", "570-server", "580-server-open")
-)
+FLAVOUR = "aws"
 BRANCHES = ("535", "570", "580")
+VARIANTS = ("server", "server-open")
+# Branches from 560 on prefer open kernel modules (ubuntu-drivers' _is_open_prefered).
+OPEN_PREFERRED_FROM = 560
 MISMATCH = "Failed to initialize NVML: Driver/library version mismatch\nNVML library version: %s\n"
 NOT_LOADED = (
     "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
@@ -43,79 +65,292 @@ NOT_LOADED = (
 )
 NVIDIA_REPO = "https://nvidia.github.io/libnvidia-container/stable/deb/amd64"
 TOOLKIT = {p: {nvidia.TOOLKIT_VERSION, "1.17.8-1"} for p in nvidia.TOOLKIT_PACKAGES}
+FABRIC_SERVICE = "nvidia-fabricmanager"
+UBUNTU_DRIVERS_COMMON = "ubuntu-drivers-common"
+_ABI = re.compile(r"^(?P<base>\d+\.\d+\.\d+)-(?P<num>\d+)-(?P<flavour>[a-z0-9-]+)$")
+
+
+def userspace_version(driver: str) -> str:
+    """The Ubuntu version of the driver userspace (and fabric manager) for a driver version."""
+    return f"{driver}-0ubuntu0.24.04.1"
+
+
+def image_version(abi: str) -> str:
+    """`6.8.0-1015-aws` -> `6.8.0-1015.15` (the kernel's package version)."""
+    match = _ABI.match(abi)
+    assert match, abi
+    return f"{match['base']}-{match['num']}.{int(match['num']) % 100}"
+
+
+def abi_key(abi: str) -> tuple[int, ...]:
+    """Order kernel ABIs as version_sort does."""
+    return tuple(int(n) for n in re.findall(r"\d+", abi))
 
 
 class FakeDriver:
-    """The NVIDIA driver side of a FakeMachine.
+    """The NVIDIA driver side of a FakeMachine (see the module docstring for the rules)."""
 
-    Userspace comes from `nvidia-utils-<branch>-server` in the fake dpkg database; the
-    kernel module loads (`modprobe nvidia`) only when the matching
-    `linux-modules-nvidia-<branch>-server-aws` is installed and built for the running
-    kernel (`modules_for_running_kernel`); nvidia-smi reports a mismatch when the
-    loaded module and the userspace differ, as the real one does.
-    """
-
-    def __init__(self, machine: FakeMachine, gpus: int = 4):
+    def __init__(
+        self,
+        machine: FakeMachine,
+        gpus: int = 4,
+        *,
+        nvswitch: bool = False,
+        open_modules: bool = True,
+        nouveau: bool = False,
+    ):
         self.machine = machine
         self.gpus = gpus
-        self.loaded_branch: str | None = None
-        self.modules_for_running_kernel = True
-        self.ubuntu_drivers_devices = UBUNTU_DRIVERS_DEVICES
+        self.nvswitch = nvswitch
+        self.open_modules = open_modules  # the GPUs are Turing or newer
+        self.nouveau = nouveau  # the GPUs are bound to nouveau at boot
+        self.nouveau_bound = nouveau
+        self.initramfs_blacklists_nouveau = False
+        self.loaded: tuple[str, str] | None = None  # (branch, driver version) of nvidia.ko
+        self.running = KERNEL
+        self.archive_kernel = KERNEL
+        self.drivers = {b: f"{b}.95.05" for b in BRANCHES}  # driver version per branch
+        self.fabric_starts = True
+        # {(package, version): driver version} of ABI module packages the archive built;
+        # {(package, version): abi} of the flavour metapackages
+        self.module_driver: dict[tuple[str, str], str] = {}
+        self.meta_abi: dict[tuple[str, str], str] = {}
+        self.respin = 0
+        self._publish_kernel(KERNEL)
+        # Version not checked against the archive: nothing depends on it.
+        machine.publish(UBUNTU_DRIVERS_COMMON, "1:0.9.7.6ubuntu3", "release")
         for branch in BRANCHES:
-            version = f"{branch}.95.05-0ubuntu0.24.04.1"
-            for name in nvidia.driver_packages(branch, "aws"):
-                machine.publish(name, version)
-                machine.lists.setdefault(name, set()).add(version)
+            self._publish_driver(branch)
+        self._refresh_lists()  # the first boot's apt-get update saw all of it
+        # The cloud image: its kernel and the image metapackage are installed.
+        self._install_kernel(KERNEL)
+        machine.dpkg["linux-image-aws"] = self._pocket("linux-image-aws")
         machine.write("/proc/sys/kernel/random/boot_id", "b0b1d000-0000-4000-8000-000000000001\n")
         self._apt_get = machine.runner.handlers["apt-get"]
         self._dpkg_query = machine.runner.handlers["dpkg-query"]
+        self._systemctl = machine.runner.handlers["systemctl"]
         machine.on("apt-get", self.apt_get)
         machine.on("dpkg-query", self.dpkg_query)
         machine.on("modprobe", self.modprobe)
         machine.on("nvidia-smi", self.nvidia_smi)
         machine.on("ubuntu-drivers", self.ubuntu_drivers)
-        machine.on("uname", lambda argv, _: f"{KERNEL}\n")
+        machine.on("uname", lambda argv, _: f"{self.running}\n")
         machine.on("dpkg", lambda argv, _: "amd64\n")
         machine.on("sh", self.sh)
+        machine.on("systemctl", self.systemctl)
+        machine.on("update-initramfs", self.update_initramfs)
+        machine.on("rmmod", self.rmmod)
+
+    # -- the archive ------------------------------------------------------------------
+
+    def _pocket(self, name: str) -> str:
+        """The version the archive serves (updates over security over release)."""
+        pockets = self.machine.archive[name]
+        return pockets.get("updates") or pockets.get("security") or pockets["release"]
+
+    def _publish_kernel(self, abi: str) -> None:
+        self.machine.publish(f"linux-image-{abi}", image_version(abi))
+        self.machine.publish("linux-image-aws", image_version(abi).replace("-", "."))
+        self.archive_kernel = abi
+
+    def _publish_driver(self, branch: str) -> None:
+        """Userspace, fabric manager and modules of `branch` for the archive's kernel."""
+        driver = self.drivers[branch]
+        version = userspace_version(driver)
+        for variant in VARIANTS:
+            self.machine.publish(f"nvidia-headless-no-dkms-{branch}-{variant}", version)
+        self.machine.publish(f"nvidia-utils-{branch}-server", version)
+        self.machine.publish(f"nvidia-fabricmanager-{branch}", version)
+        self.machine.publish(f"libnvidia-nscq-{branch}", version)
+        self._publish_modules(branch, self.archive_kernel)
+
+    def _publish_modules(self, branch: str, abi: str) -> None:
+        self.respin += 1
+        version = f"{image_version(abi)}+{self.respin}"
+        for variant in VARIANTS:
+            package = f"linux-modules-nvidia-{branch}-{variant}-{abi}"
+            self.machine.publish(package, version)
+            self.module_driver[(package, version)] = self.drivers[branch]
+            meta = f"linux-modules-nvidia-{branch}-{variant}-{FLAVOUR}"
+            self.machine.publish(meta, version)
+            self.meta_abi[(meta, version)] = abi
+
+    def _refresh_lists(self) -> None:
+        for name, pockets in self.machine.archive.items():
+            self.machine.lists.setdefault(name, set()).update(pockets.values())
 
     # -- state helpers ----------------------------------------------------------------
 
-    def userspace_branch(self) -> str | None:
-        for name in self.machine.dpkg:
-            if name.startswith("nvidia-utils-"):
-                return name.split("-")[2]
+    def userspace(self) -> tuple[str, str] | None:
+        """(branch, driver version) of the installed userspace, or None."""
+        for name, version in self.machine.dpkg.items():
+            match = re.fullmatch(r"nvidia-utils-(\d{3})-server", name)
+            if match:
+                return match.group(1), version.split("-", 1)[0]
         return None
 
-    def preinstall(self, branch: str, *, loaded: bool = True) -> None:
-        """A host whose image already has a driver (installed outside the charm)."""
-        for name in nvidia.driver_packages(branch, "aws"):
-            self.machine.dpkg[name] = f"{branch}.95.05-0ubuntu0.24.04.1"
+    def userspace_branch(self) -> str | None:
+        found = self.userspace()
+        return found[0] if found else None
+
+    def kernels(self) -> list[str]:
+        """Installed kernel ABIs, oldest first."""
+        names = [n.removeprefix("linux-image-") for n in self.machine.dpkg]
+        return sorted((n for n in names if _ABI.match(n)), key=abi_key)
+
+    def next_boot(self) -> str:
+        return self.kernels()[-1]
+
+    def modules_for(self, abi: str) -> tuple[str, str] | None:
+        """(package, driver version) of the installed nvidia modules for kernel `abi`."""
+        for name, version in self.machine.dpkg.items():
+            if name.startswith("linux-modules-nvidia-") and name.endswith(f"-{abi}"):
+                return name, self.module_driver.get((name, version), "")
+        return None
+
+    def preinstall(self, branch: str, *, loaded: bool = True, variant: str = "server") -> None:
+        """A host whose image already has a driver installed (outside the charm)."""
+        version = userspace_version(self.drivers[branch])
+        dpkg = self.machine.dpkg
+        dpkg[f"nvidia-headless-no-dkms-{branch}-{variant}"] = version
+        dpkg[f"nvidia-utils-{branch}-server"] = version
+        meta = f"linux-modules-nvidia-{branch}-{variant}-{FLAVOUR}"
+        dpkg[meta] = self._pocket(meta)
+        abi_package = f"linux-modules-nvidia-{branch}-{variant}-{self.running}"
+        dpkg[abi_package] = self._pocket(abi_package)
         self._sync_files()
         if loaded:
-            self._load(branch)
+            self._load()
 
     def _sync_files(self) -> None:
+        if UBUNTU_DRIVERS_COMMON in self.machine.dpkg:
+            self.machine.write("/usr/bin/ubuntu-drivers", "#!fake ubuntu-drivers\n", 0o755)
         if self.userspace_branch():
             self.machine.write(nvidia.NVIDIA_SMI, "#!fake nvidia-smi\n", 0o755)
+        else:
+            self.machine.path(nvidia.NVIDIA_SMI).unlink(missing_ok=True)
+        for abi in self.kernels():
+            self.machine.write(f"/boot/vmlinuz-{abi}", "kernel\n")
+        if any(n.startswith("nvidia-fabricmanager-") for n in self.machine.dpkg):
+            # The package ships the unit, disabled and stopped until enabled.
+            self.machine.services.setdefault(FABRIC_SERVICE, Service(enabled=False, active=False))
 
-    def _load(self, branch: str) -> None:
-        self.loaded_branch = branch
+    def _load(self) -> None:
+        modules = self.modules_for(self.running)
+        assert modules is not None
+        branch = modules[0].split("-")[3]
+        self.loaded = (branch, modules[1])
         self.machine.path("/sys/module/nvidia").mkdir(parents=True, exist_ok=True)
 
-    # -- programs ---------------------------------------------------------------------
+    def _install_kernel(self, abi: str) -> None:
+        self.machine.dpkg[f"linux-image-{abi}"] = self._pocket(f"linux-image-{abi}")
+        self.machine.write(f"/boot/vmlinuz-{abi}", "kernel\n")
+
+    # -- apt --------------------------------------------------------------------------
 
     def apt_get(self, argv, input):
+        dpkg, held = dict(self.machine.dpkg), set(self.machine.held)
         before = self.userspace_branch()
         out = self._apt_get(argv, input)
-        # Branches conflict with each other: installing one removes the others (held
-        # ones too, as apt-get does with --allow-change-held-packages).
-        new = [n for n in self.machine.dpkg if n.startswith("nvidia-utils-")]
-        if before and len(new) > 1:
-            for name in nvidia.driver_packages(before, "aws"):
-                self.machine.dpkg.pop(name, None)
-                self.machine.held.discard(name)
+        if "install" not in argv:
+            return out
+        try:
+            self._dependencies()
+            self._conflicts(before, dpkg)
+            self._check_versions(argv)
+        except CommandError:
+            self.machine.dpkg, self.machine.held = dpkg, held
+            raise
         self._sync_files()
         return out
+
+    def _dependencies(self) -> None:
+        """Install what the installed metapackages and module packages depend on."""
+        dpkg = self.machine.dpkg
+        for name, version in list(dpkg.items()):
+            abi = self.meta_abi.get((name, version))
+            if abi is not None:
+                variant_branch = name.removesuffix(f"-{FLAVOUR}")
+                dependency = f"{variant_branch}-{abi}"
+                dpkg.setdefault(dependency, self._pocket(dependency))
+        for name in list(dpkg):
+            match = re.search(r"-(\d+\.\d+\.\d+-\d+-[a-z0-9-]+)$", name)
+            if name.startswith("linux-modules-nvidia-") and match:
+                image = f"linux-image-{match.group(1)}"
+                dpkg.setdefault(image, self._pocket(image))
+
+    def _conflicts(self, before: str | None, previous: dict[str, str]) -> None:
+        """Installing one branch or variant removes the other (held ones too, with the flag).
+
+        Both variants of a branch ship nvidia.ko for the same kernel, so they conflict.
+        """
+        for branch in BRANCHES:
+            headless = [f"nvidia-headless-no-dkms-{branch}-{v}" for v in VARIANTS]
+            if all(h in self.machine.dpkg for h in headless):
+                old = next(
+                    v for v in VARIANTS if f"nvidia-headless-no-dkms-{branch}-{v}" in previous
+                )
+                for name in list(self.machine.dpkg):
+                    if name.startswith(f"linux-modules-nvidia-{branch}-{old}-") or name == (
+                        f"nvidia-headless-no-dkms-{branch}-{old}"
+                    ):
+                        if old == "server" and "-server-open-" in name:
+                            continue
+                        self.machine.dpkg.pop(name)
+                        self.machine.held.discard(name)
+        branches = {
+            m.group(1)
+            for n in self.machine.dpkg
+            if (m := re.fullmatch(r"nvidia-utils-(\d{3})-server", n))
+        }
+        if before and len(branches) > 1:
+            for name in list(self.machine.dpkg):
+                if re.search(rf"nvidia[a-z-]*-{before}(-|$)", name):
+                    self.machine.dpkg.pop(name)
+                    self.machine.held.discard(name)
+
+    def _check_versions(self, argv) -> None:
+        """Every module and fabric package at the userspace's driver version, or apt's error.
+
+        As apt's resolver does, an installed module package nobody asked for moves to the
+        archive's version when that one fits the new userspace, and is removed when none
+        does ("The following packages will be REMOVED"); one that was asked for, or a held
+        fabric manager, makes apt give up.
+        """
+        found = self.userspace()
+        if found is None:
+            return
+        branch, driver = found
+        requested = {a.split("=", 1)[0] for a in self.machine._apt_args(argv)[1:]}
+        for name, version in list(self.machine.dpkg.items()):
+            if (name, version) in self.module_driver:
+                needs = self.module_driver[(name, version)]
+            elif name.startswith(("nvidia-fabricmanager-", "libnvidia-nscq-")):
+                needs = version.split("-", 1)[0]
+            else:
+                continue
+            if needs == driver:
+                continue
+            if name not in requested and name not in self.machine.held:
+                candidate = self._pocket(name) if name in self.machine.archive else None
+                if (name, candidate) in self.module_driver:
+                    if self.module_driver[(name, candidate)] == driver:
+                        self.machine.dpkg[name] = candidate
+                    else:
+                        self.machine.dpkg.pop(name)
+                    continue
+            raise CommandError(
+                argv,
+                100,
+                "Some packages could not be installed. This may mean that you have\n"
+                "requested an impossible situation or if you are using the unstable\n"
+                "distribution that some required packages have not yet been created\n"
+                "or been moved out of Incoming.\n"
+                "The following packages have unmet dependencies:\n"
+                f" {name} : Depends: nvidia-kernel-common-{branch}-server (= {needs}...) "
+                f"but {userspace_version(driver)} is to be installed\n"
+                "E: Unable to correct problems, you have held broken packages.",
+            )
 
     def dpkg_query(self, argv, input):
         pattern = argv[-1]
@@ -126,40 +361,162 @@ class FakeDriver:
             raise CommandError(argv, 1, f"dpkg-query: no packages found matching {pattern}")
         fmt = argv[argv.index("-f") + 1]
         return "".join(
-            fmt.replace("${Package}", n).replace("${db:Status-Abbrev}", "ii ") for n in names
+            fmt.replace("${Package}", n)
+            .replace("${db:Status-Abbrev}", "ii ")
+            .replace("${Version}", self.machine.dpkg[n])
+            for n in names
         )
+
+    # -- the kernel -------------------------------------------------------------------
 
     def modprobe(self, argv, _input):
         if argv[-1] != "nvidia":
             self.machine.path(f"/sys/module/{argv[-1]}").mkdir(parents=True, exist_ok=True)
             return ""
-        branch = self.userspace_branch()
-        modules = f"linux-modules-nvidia-{branch}-server-aws"
-        if (
-            branch is None
-            or modules not in self.machine.dpkg
-            or not self.modules_for_running_kernel
-        ):
+        if self.modules_for(self.running) is None:
             raise CommandError(
                 argv,
                 1,
-                f"modprobe: FATAL: Module nvidia not found in directory /lib/modules/{KERNEL}",
+                f"modprobe: FATAL: Module nvidia not found in directory /lib/modules/"
+                f"{self.running}",
             )
-        self._load(branch)
+        if self.nouveau_bound:
+            raise CommandError(
+                argv, 1, "modprobe: ERROR: could not insert 'nvidia': No such device"
+            )
+        self._load()
         return ""
 
+    def rmmod(self, argv, _input):
+        if argv[-1] == "nouveau" and self.nouveau_bound:
+            raise CommandError(argv, 1, "rmmod: ERROR: Module nouveau is in use")
+        return ""
+
+    def update_initramfs(self, argv, _input):
+        text = ""
+        directory = self.machine.path("/etc/modprobe.d")
+        for f in sorted(directory.glob("*.conf")) if directory.is_dir() else []:
+            text += f.read_text()
+        self.initramfs_blacklists_nouveau = bool(
+            re.search(r"^\s*blacklist\s+nouveau\s*$", text, re.MULTILINE)
+        )
+        return f"update-initramfs: Generating /boot/initrd.img-{self.running}\n"
+
+    def reboot(self, boot: str = "b0b1d000-0000-4000-8000-000000000002") -> None:
+        """Boot again: the newest installed kernel, and nvidia.ko if it has its modules."""
+        self.machine.write("/proc/sys/kernel/random/boot_id", f"{boot}\n")
+        self.machine.path(gpu.REBOOT_REQUIRED_FILE).unlink(missing_ok=True)
+        self.machine.path(gpu.REBOOT_REQUIRED_FILE + ".pkgs").unlink(missing_ok=True)
+        self.running = self.next_boot()
+        self.loaded = None
+        self.nouveau_bound = self.nouveau and not self.initramfs_blacklists_nouveau
+        module = self.machine.path("/sys/module/nvidia")
+        if module.is_dir():
+            module.rmdir()
+        fabric = self.machine.services.get(FABRIC_SERVICE)
+        if fabric is not None:
+            fabric.active = False
+        if self.userspace() and self.modules_for(self.running) and not self.nouveau_bound:
+            self._load()
+            if fabric is not None and fabric.enabled and self.fabric_starts:
+                fabric.active = True
+
+    # -- what the archive and unattended-upgrades do -----------------------------------
+
+    def kernel_update(self, abi: str = "6.8.0-1016-aws") -> None:
+        """A new kernel reaches -security and unattended-upgrades installs it.
+
+        The kernel team publishes the nvidia modules for the new ABI with it, built
+        against each branch's current driver; the modules metapackage follows when it is
+        not held and its new ABI package fits the installed userspace.
+        """
+        self._publish_kernel(abi)
+        for branch in BRANCHES:
+            self._publish_modules(branch, abi)
+        self._refresh_lists()
+        self._unattended_upgrade()
+        pkgs = f"linux-image-{abi}\nlinux-base\n"
+        self.machine.write(gpu.REBOOT_REQUIRED_FILE, "*** System restart required ***\n")
+        self.machine.write(gpu.REBOOT_REQUIRED_FILE + ".pkgs", pkgs)
+
+    def stale_kernel(self, abi: str = "6.8.0-1016-aws") -> None:
+        """The machine still runs its image's kernel, with no nvidia modules left for it.
+
+        Juju upgraded the machine at provisioning, so a newer kernel is installed but not
+        booted, and the archive carries the nvidia modules only for the newer one.
+        """
+        old = self.running
+        self.kernel_update(abi)
+        for branch in BRANCHES:
+            for variant in VARIANTS:
+                self.machine.withdraw(f"linux-modules-nvidia-{branch}-{variant}-{old}")
+
+    def driver_sru(self, branch: str, driver: str) -> None:
+        """A new driver version of `branch` reaches the archive, modules rebuilt with it."""
+        self.drivers[branch] = driver
+        self._publish_driver(branch)
+        self._refresh_lists()
+        self._unattended_upgrade()
+
+    def _unattended_upgrade(self) -> None:
+        dpkg = self.machine.dpkg
+        dpkg["linux-image-aws"] = self._pocket("linux-image-aws")
+        self._install_kernel(self.archive_kernel)
+        found = self.userspace()
+        for name in list(dpkg):
+            if name in self.machine.held or name not in self.machine.archive:
+                continue
+            new = self._pocket(name)
+            abi = self.meta_abi.get((name, new))
+            if abi is None:
+                continue
+            dependency = f"{name.removesuffix(f'-{FLAVOUR}')}-{abi}"
+            dep_version = self._pocket(dependency)
+            if found and self.module_driver.get((dependency, dep_version)) == found[1]:
+                dpkg[name] = new
+                dpkg[dependency] = dep_version
+
+    # -- programs ---------------------------------------------------------------------
+
+    def systemctl(self, argv, input):
+        args = [a for a in argv[1:] if not a.startswith("-")]
+        if args[1:] == [FABRIC_SERVICE] and args[0] in ("start", "restart", "enable"):
+            service = self.machine.services.get(FABRIC_SERVICE)
+            starting = args[0] != "enable" or "--now" in argv
+            if (
+                service is not None
+                and starting
+                and (self.loaded is None or not self.fabric_starts)
+            ):
+                service.enabled = service.enabled or args[0] == "enable"
+                service.active = False
+                raise CommandError(
+                    argv,
+                    1,
+                    f"Job for {FABRIC_SERVICE}.service failed because the control process "
+                    "exited with error code.",
+                )
+        return self._systemctl(argv, input)
+
+    def fabric_active(self) -> bool:
+        service = self.machine.services.get(FABRIC_SERVICE)
+        return bool(service and service.active)
+
     def nvidia_smi(self, argv, _input):
-        branch = self.userspace_branch()
-        if branch is None:
+        found = self.userspace()
+        if found is None:
             raise CommandError(argv, 127, "nvidia-smi: not found")
-        if self.loaded_branch is None:
+        branch, driver = found
+        if self.nouveau_bound:
+            raise CommandError(argv, 6, "No devices were found")
+        if self.loaded is None:
             raise CommandError(argv, 9, NOT_LOADED)
-        if self.loaded_branch != branch:
-            raise CommandError(argv, 18, MISMATCH % f"{branch}.95")
-        driver = f"{branch}.95.05"
+        if self.loaded[1] != driver:
+            raise CommandError(argv, 18, MISMATCH % driver.rsplit(".", 1)[0])
         if "--version" in argv:
             return (
-                f"NVIDIA-SMI version  : {driver}\nNVML version        : {branch}.95\n"
+                f"NVIDIA-SMI version  : {driver}\n"
+                f"NVML version        : {driver.rsplit('.', 1)[0]}\n"
                 f"DRIVER version      : {driver}\nCUDA Version        : 13.0\n"
             )
         return "".join(
@@ -167,11 +524,40 @@ class FakeDriver:
             for i in range(self.gpus)
         )
 
+    def gpgpu_drivers(self) -> list[tuple[str, str]]:
+        """(driver package, modules metapackage) that fit, best first, as ubuntu-drivers sorts.
+
+        Fit level first (server-open 3 > server 2 > open 1 > desktop 0 where a branch
+        prefers open modules; server 3 > desktop 2 > server-open 1 > open 0 otherwise),
+        then the branch, newest first.
+        """
+        rows = []
+        for branch in BRANCHES:
+            open_first = int(branch) >= OPEN_PREFERRED_FROM
+            for suffix, fits in (
+                ("-server-open", (3, 1)),
+                ("-server", (2, 3)),
+                ("-open", (1, 0)),
+                ("", (0, 2)),
+            ):
+                if "open" in suffix and not self.open_modules:
+                    continue
+                fit = fits[0] if open_first else fits[1]
+                modules = f"linux-modules-nvidia-{branch}{suffix}-{FLAVOUR}"
+                rows.append((fit, int(branch), f"nvidia-driver-{branch}{suffix}", modules))
+        rows.sort(reverse=True)
+        return [(package, modules) for _, _, package, modules in rows]
+
     def ubuntu_drivers(self, argv, _input):
-        if argv[1:] == ["devices"]:
-            return self.ubuntu_drivers_devices
+        drivers = self.gpgpu_drivers()
+        if argv[1:] == ["list", "--gpgpu", "--recommended"]:
+            package, modules = drivers[0]
+            return f"{package} {modules}\n"
         if argv[1:] == ["list", "--gpgpu"]:
-            return UBUNTU_DRIVERS_GPGPU
+            return "".join(
+                f"{package}, (kernel modules provided by {modules})\n"
+                for package, modules in drivers
+            )
         raise CommandError(argv, 2, f"fake ubuntu-drivers does not handle {argv[1:]}")
 
     def sh(self, argv, _input):
@@ -193,16 +579,3 @@ class FakeDriver:
         """Serve NVIDIA's container toolkit repository and its signing key."""
         self.machine.remote[NVIDIA_REPO] = {p: set(v) for p, v in TOOLKIT.items()}
         self.machine.urls[nvidia.TOOLKIT_KEY_URL] = ARMORED_KEY
-
-    def reboot(self, boot: str = "b0b1d000-0000-4000-8000-000000000002") -> None:
-        """Boot again: a new boot id, and the installed driver's module loads if it can."""
-        self.machine.write("/proc/sys/kernel/random/boot_id", f"{boot}\n")
-        self.machine.path(gpu.REBOOT_REQUIRED_FILE).unlink(missing_ok=True)
-        self.modules_for_running_kernel = True
-        self.loaded_branch = None
-        module = self.machine.path("/sys/module/nvidia")
-        if module.is_dir():
-            module.rmdir()
-        branch = self.userspace_branch()
-        if branch and f"linux-modules-nvidia-{branch}-server-aws" in self.machine.dpkg:
-            self._load(branch)

@@ -39,6 +39,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+import driver
 import gpu
 import gpu_node
 import nvidia
@@ -161,7 +162,12 @@ class KubernetesWorkerCharm(ops.CharmBase):
         gpus = [GpuInfo(**r) for r in state.records()] or None
         self.cluster.publish_node(node, gpus, kubernetes_version=running)
         if self._label(info, node, config, state):
-            self._status = ops.ActiveStatus(state.ready_message() + note)
+            waiting = state.waiting()
+            self._status = (
+                ops.WaitingStatus(waiting)
+                if waiting
+                else ops.ActiveStatus(state.ready_message() + note)
+            )
         self._blocked = self._blocked or state.driver_problem(self.unit.name, config.driver)
 
     # -- steps -------------------------------------------------------------------------
@@ -237,12 +243,16 @@ class KubernetesWorkerCharm(ops.CharmBase):
             return False
         if action is nvidia.RebootAction.BLOCK:
             self._blocked = nvidia.reboot_blocked_message(
-                state.reboot or "", self.unit.name, node, rebooted=started is not None
+                state.reboot or "",
+                self.unit.name,
+                node,
+                rebooted=started is not None,
+                install=state.update,
             )
             return True
         if action is nvidia.RebootAction.UNCORDON:
             return self._after_reboot(info, node)
-        return self._drain_and_reboot(host, config, info, node, state.reboot or "")
+        return self._drain_and_reboot(host, config, info, node, state)
 
     def _kube(self, info: JoinInfo | None, waiting_for: str) -> Kube | None:
         """A client for the cluster, or None with a Waiting status saying what waits."""
@@ -263,13 +273,16 @@ class KubernetesWorkerCharm(ops.CharmBase):
         config: worker.WorkerConfig,
         info: JoinInfo | None,
         node: str,
-        reason: str,
+        state: gpu_node.GpuState,
     ) -> bool:
-        """Cordon + drain the node (when joined), then ask Juju to reboot after this hook.
+        """Cordon + drain the node (when joined), update the driver, reboot after this hook.
 
         An API error during the drain fails the hook, so Juju retries it rather than
         rebooting an undrained node; a drain timeout reboots anyway (as removal does).
+        A driver update (the driver moving with a new kernel) is installed only once the
+        node is drained; if apt fails, the node stays cordoned and the unit Blocked.
         """
+        reason = state.reboot or ""
         cordoned = False
         if kubeadm.is_joined(host):
             kube = self._kube(info, f"reboot needed ({reason}); cannot drain node {node} yet")
@@ -286,6 +299,12 @@ class KubernetesWorkerCharm(ops.CharmBase):
             if result is not None and result.remaining:
                 logger.warning("%s; they stop with the reboot", summary)
             cordoned = result is not None
+        try:
+            driver.apply_update(host, state.update)
+        except apt.AptError as e:
+            held = f"node {node} stays cordoned; " if cordoned else ""
+            self._status = ops.BlockedStatus(f"{held}{nvidia.apt_blocked_message(e)}")
+            return False
         self._stored.reboot_boot = nvidia.boot_id(host)
         self._stored.reboot_cordoned = cordoned
         logger.info("rebooting for the NVIDIA driver: %s", reason)
@@ -469,7 +488,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
             event.fail(f"not joined to a cluster yet: {self.cluster.problem() or 'not joined'}")
             return
         try:
-            image = params.image or self.load_config(worker.WorkerConfig).gpu_validation_image
+            image = params.image or self.load_config(worker.WorkerConfig).validation_image
         except ValueError as e:
             event.fail(f"invalid config: {e}")
             return

@@ -5,8 +5,8 @@
 
 Everything here is a pure function of its inputs: `detect()` reads a sysfs tree (the
 real `/sys`, or a fixture tree in tests) and a PCI id database; the `parse_*` functions
-take nvidia-smi's text output; `reboot_reason()` decides from three observations. No ops
-imports and no subprocesses: `nvidia.py` runs the programs and hands their output here.
+take nvidia-smi's text output. No ops imports and no subprocesses: `nvidia.py` and
+`driver.py` run the programs and hand their output here.
 """
 
 from __future__ import annotations
@@ -26,6 +26,11 @@ NVIDIA_VENDOR = 0x10DE
 # PCI base class 0x03 (display), subclass 0x00 (VGA compatible) or 0x02 (3D controller).
 # Audio functions (0x0403), NVSwitch bridges (0x0680) and the rest are not GPUs.
 GPU_CLASSES = frozenset({0x0300, 0x0302})
+# NVSwitch: an NVIDIA function of class 0x0680 ("other bridge"), as on p4d and p5 (HGX
+# boards). Where they exist, CUDA needs NVIDIA Fabric Manager (Ubuntu Server guide,
+# install-nvidia-drivers.md); one GPU of such a board passed to a VM shows none
+# (tests/fixtures/gpu/h100-sxm5-vm: fabric state N/A).
+NVSWITCH_CLASS = 0x0680
 DEFAULT_PCI_IDS = Path("/usr/share/misc/pci.ids")
 
 # Models worth naming when no PCI id database is installed (ids checked against
@@ -102,6 +107,7 @@ class GpuInventory:
 
     devices: tuple[GpuDevice, ...] = ()
     module_loaded: bool = False
+    nvswitches: int = 0
 
     @property
     def count(self) -> int:
@@ -209,11 +215,14 @@ def detect(
     """
     devices_dir = sysfs_root / "bus" / "pci" / "devices"
     found: list[tuple[Path, int, int | None, int | None]] = []
+    nvswitches = 0
     if devices_dir.is_dir():
         for function in sorted(devices_dir.iterdir(), key=lambda p: p.name):
             if _read_hex(function / "vendor") != NVIDIA_VENDOR:
                 continue
             pci_class = _read_hex(function / "class")
+            if pci_class is not None and (pci_class >> 8) == NVSWITCH_CLASS:
+                nvswitches += 1
             if pci_class is None or (pci_class >> 8) not in GPU_CLASSES:
                 continue
             device = _read_hex(function / "device")
@@ -243,7 +252,11 @@ def detect(
         )
         for function, device, sub_vendor, sub_device in found
     )
-    return GpuInventory(devices=gpus, module_loaded=(sysfs_root / "module" / "nvidia").is_dir())
+    return GpuInventory(
+        devices=gpus,
+        module_loaded=(sysfs_root / "module" / "nvidia").is_dir(),
+        nvswitches=nvswitches if gpus else 0,
+    )
 
 
 # ------------------------------------------------------------------------- nvidia-smi
@@ -430,25 +443,6 @@ def with_smi(inventory: GpuInventory, report: SmiReport) -> GpuInventory:
 
 
 # --------------------------------------------------------------------------- decisions
-
-
-def reboot_reason(module_loaded: bool, reboot_required: bool, smi_state: SmiState) -> str | None:
-    """Why this machine must reboot before its GPUs work, or None when it need not.
-
-    Call it only where a driver is installed (by us, or found on the host).
-
-    Args:
-        module_loaded: the `nvidia` kernel module is loaded (`/sys/module/nvidia`).
-        reboot_required: `/var/run/reboot-required` exists (a new kernel or modules).
-        smi_state: what nvidia-smi reported.
-    """
-    if smi_state is SmiState.MISMATCH:
-        return "the loaded NVIDIA kernel module does not match the installed driver"
-    if not module_loaded:
-        return "the nvidia kernel module is not loaded"
-    if reboot_required:
-        return "the package manager asks for a reboot (/var/run/reboot-required)"
-    return None
 
 
 def status_message(inventory: GpuInventory, report: SmiReport) -> str:

@@ -17,6 +17,7 @@ import dataclasses
 import uuid
 from typing import TYPE_CHECKING, Any
 
+import driver
 import gpu
 import nvidia
 
@@ -39,11 +40,26 @@ class GpuSetupError(Exception):
 
 @dataclasses.dataclass(frozen=True)
 class GpuState:
-    """What the GPU step found: the GPUs, what nvidia-smi says, and a pending reboot."""
+    """What the GPU step found: the GPUs, what nvidia-smi says, and a pending reboot.
+
+    `update` names the packages to install after draining and before that reboot (the
+    driver moving with a new kernel); `fabric` says why Fabric Manager is not running
+    on an NVSwitch machine; `problem` is what the operator must fix; `note` goes after
+    the Ready message.
+    """
 
     inventory: gpu.GpuInventory
     report: gpu.SmiReport = NO_GPU
     reboot: str | None = None
+    update: tuple[str, ...] = ()
+    fabric: str | None = None
+    problem: str | None = None
+    note: str = ""
+
+    @property
+    def ready(self) -> bool:
+        """The GPUs can run CUDA: the driver works and, with NVSwitches, Fabric Manager."""
+        return self.report.ok and self.fabric is None
 
     @property
     def has_gpu(self) -> bool:
@@ -57,11 +73,12 @@ class GpuState:
     def labels(self) -> dict[str, str | None]:
         """The node's GPU labels; None removes one.
 
-        Only a working driver gets labels: the device plugin selects
+        Only GPUs that can run CUDA get labels: the device plugin selects
         `nvidia.com/gpu.present=true`, and on a node whose driver waits for a reboot (or
-        is broken) it would only crash. Without GPUs, every GPU label is removed.
+        is broken), or whose Fabric Manager is not running, it would advertise GPUs that
+        fail every CUDA call. Without GPUs, every GPU label is removed.
         """
-        if not self.report.ok:
+        if not self.ready:
             return nvidia.node_labels(gpu.GpuInventory(), None, None)
         return nvidia.node_labels(
             self.inventory, self.report.driver_version, self.report.cuda_version
@@ -73,10 +90,18 @@ class GpuState:
 
     def ready_message(self) -> str:
         """`Ready: 4x NVIDIA A10G, driver 580, CUDA 13.0` or `Ready (no GPU)`."""
-        return gpu.status_message(self.inventory, self.report)
+        return gpu.status_message(self.inventory, self.report) + self.note
 
-    def driver_problem(self, unit: str, choice: nvidia.DriverChoice) -> str | None:
+    def waiting(self) -> str | None:
+        """Why the GPUs are not ready yet although nothing is wrong (a Waiting status)."""
+        if self.has_gpu and self.report.ok and self.fabric is not None:
+            return f"waiting for NVIDIA Fabric Manager: {self.fabric}"
+        return None
+
+    def driver_problem(self, unit: str, choice: driver.DriverChoice) -> str | None:
         """Blocked message for GPUs without a working driver that no reboot will fix."""
+        if self.problem:
+            return self.problem
         if not self.has_gpu or self.report.ok or self.reboot:
             return None
         fix = (
@@ -105,15 +130,15 @@ def toolkit_blocked_message(error: apt.AptError) -> str:
 
 def _ensure_driver(host: Host, config: WorkerConfig, inventory: gpu.GpuInventory):
     try:
-        return nvidia.ensure_driver(host, config.driver, inventory)
-    except nvidia.DriverPlanError as e:
+        return driver.ensure(host, config.driver, inventory)
+    except driver.DriverPlanError as e:
         raise GpuSetupError(str(e)) from None
     except apt.AptError as e:
         raise GpuSetupError(nvidia.apt_blocked_message(e)) from None
     except CommandError as e:
         raise GpuSetupError(
-            f"cannot choose an NVIDIA driver: {e}; set nvidia-driver to a branch number "
-            "such as 580, or to none"
+            f"NVIDIA driver setup failed: {e.last_line}; check `juju debug-log` and set "
+            "nvidia-driver to a branch such as 580, or to none"
         ) from None
 
 
@@ -137,7 +162,15 @@ def setup(host: Host, config: WorkerConfig) -> GpuState:
     containerd.configure(
         host, *nvidia.containerd_runtimes(True, default_nvidia=config.nvidia_default_runtime)
     )
-    return GpuState(gpu.with_smi(inventory, result.report), result.report, result.reboot)
+    return GpuState(
+        gpu.with_smi(inventory, result.report),
+        result.report,
+        result.reboot,
+        result.update,
+        result.fabric,
+        result.problem,
+        result.note,
+    )
 
 
 def apply_node_state(kube: Any, node: str, state: GpuState, gpu_taint: bool) -> bool:

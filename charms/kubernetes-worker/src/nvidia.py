@@ -1,9 +1,10 @@
 # Copyright 2026 gpu-k8s contributors
 # See LICENSE file for licensing details.
 
-"""NVIDIA driver, container toolkit and Kubernetes objects for a GPU worker.
+"""NVIDIA container toolkit, reboots, node labels and the validation pod of a GPU worker.
 
-Decisions are pure functions (`plan_driver`, `node_labels`, `validation_pod`, ...);
+The driver itself is `driver.py`. Decisions are pure functions (`reboot_action`,
+`node_labels`, `validation_pod`, ...);
 the few functions that act take a `Host` and run every program through it. Packages go
 through `charms.gpu_k8s.v0.apt` (pinned, held) and the containerd runtime handler through
 `charms.gpu_k8s.v0.containerd`. No ops imports: the charm turns errors into statuses.
@@ -22,18 +23,11 @@ import gpu
 
 from charms.gpu_k8s.v0 import apt
 from charms.gpu_k8s.v0.containerd import RuntimeHandler
-from charms.gpu_k8s.v0.system import CommandError, Host
+from charms.gpu_k8s.v0.system import Host
 
 NVIDIA_SMI = "/usr/bin/nvidia-smi"
-UBUNTU_DRIVERS = "/usr/bin/ubuntu-drivers"
-UNAME = "/usr/bin/uname"
 DPKG = "/usr/bin/dpkg"
-DPKG_QUERY = "/usr/bin/dpkg-query"
-MODPROBE = "/usr/sbin/modprobe"
 SH = "/bin/sh"
-
-DRIVER_CHOICES = "auto, none or a branch number such as 580"
-_BRANCH = re.compile(r"^\d{3}$")
 
 # NVIDIA's container toolkit repository (a flat repository per architecture).
 TOOLKIT_SOURCE_NAME = "nvidia-container-toolkit"
@@ -76,7 +70,7 @@ GPU_RESOURCE = "nvidia.com/gpu"
 # CUDA vectorAdd sample from NGC; prints "Test PASSED" and exits 0 on success.
 VALIDATION_IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubuntu22.04"
 VALIDATION_COMMAND = ("/cuda-samples/vectorAdd",)
-VALIDATION_TIMEOUT_S = 600
+VALIDATION_TIMEOUT_S = 300
 _STUCK_REASONS = frozenset(
     {
         "ErrImagePull",
@@ -88,237 +82,6 @@ _STUCK_REASONS = frozenset(
         "CrashLoopBackOff",
     }
 )
-
-
-class DriverPlanError(ValueError):
-    """No driver can be chosen; the message says what the operator should do."""
-
-
-# ------------------------------------------------------------------------ driver choice
-
-
-@dataclasses.dataclass(frozen=True)
-class DriverChoice:
-    """The `nvidia-driver` option: `auto`, `none`, or a branch number such as `580`."""
-
-    mode: str  # "auto" | "none" | "branch"
-    branch: str | None = None
-
-    @classmethod
-    def parse(cls, value: str) -> DriverChoice:
-        """Parse the option value.
-
-        Raises:
-            ValueError: the value is none of the allowed forms; the message lists them.
-        """
-        text = str(value).strip().lower()
-        if text in ("auto", "none"):
-            return cls(mode=text)
-        if _BRANCH.match(text):
-            return cls(mode="branch", branch=text)
-        raise ValueError(f"nvidia-driver must be {DRIVER_CHOICES}, not {value!r}")
-
-
-def kernel_flavour(release: str) -> str:
-    """Kernel flavour from `uname -r`: `6.8.0-1015-aws` -> `aws`, `...-generic-64k` too.
-
-    Raises:
-        ValueError: the release is not an Ubuntu kernel release string.
-    """
-    match = re.fullmatch(r"\d+\.\d+\.\d+-\d+-([a-z0-9][a-z0-9-]*)", release.strip())
-    if not match:
-        raise ValueError(f"cannot tell the kernel flavour of {release.strip()!r}")
-    return match.group(1)
-
-
-def driver_packages(branch: str, flavour: str) -> list[str]:
-    """Packages of one `-server` branch: headless userspace, nvidia-smi, prebuilt modules.
-
-    `linux-modules-nvidia-<branch>-server-<flavour>` holds modules built and signed by
-    Canonical for that kernel flavour, so nothing is compiled (no DKMS) and Secure Boot
-    keeps working.
-    """
-    return [
-        f"nvidia-headless-no-dkms-{branch}-server",
-        f"nvidia-utils-{branch}-server",
-        f"linux-modules-nvidia-{branch}-server-{flavour}",
-    ]
-
-
-def plan_driver(
-    choice: DriverChoice,
-    inventory: gpu.GpuInventory,
-    smi_ok: bool,
-    recommended_branch: str | None,
-    kernel_flavour: str,
-    *,
-    installed_branch: str | None = None,
-) -> list[str]:
-    """Return the packages to install (empty: leave the host's driver alone).
-
-    - no GPU, or `none`: nothing (the operator manages drivers);
-    - `auto`: nothing when a driver already works; else keep the branch already installed
-      (it only needs its modules or a reboot), else the recommended `-server` branch;
-    - a branch: that branch, unless it is the one already working.
-
-    Raises:
-        DriverPlanError: `auto` found no branch to install.
-    """
-    if not inventory.count or choice.mode == "none":
-        return []
-    if choice.mode == "auto":
-        if smi_ok:
-            return []
-        branch = installed_branch or recommended_branch
-        if branch is None:
-            raise DriverPlanError(
-                f"ubuntu-drivers recommends no server driver for {inventory.describe()}; "
-                "set nvidia-driver to a branch number such as 580"
-            )
-    else:
-        branch = choice.branch
-        if smi_ok and installed_branch == branch:
-            return []
-    assert branch is not None
-    return driver_packages(branch, kernel_flavour)
-
-
-_UD_DRIVER = re.compile(
-    r"nvidia-(?:driver|headless-no-dkms)-(?P<branch>\d{3})(?P<server>-server)?(?P<open>-open)?"
-    r"(?=[\s,]|$)"
-)
-
-
-def parse_ubuntu_drivers(text: str) -> tuple[str | None, list[str]]:
-    """Parse `ubuntu-drivers devices` or `ubuntu-drivers list --gpgpu` output.
-
-    Returns:
-        (branch marked `recommended` or None, closed `-server` branches, highest first).
-    """
-    recommended = None
-    server: set[str] = set()
-    for line in text.splitlines():
-        match = _UD_DRIVER.search(line)
-        if not match:
-            continue
-        if match.group("server") and not match.group("open"):
-            server.add(match.group("branch"))
-        if re.search(r"\brecommended\b", line):
-            recommended = match.group("branch")
-    return recommended, sorted(server, key=int, reverse=True)
-
-
-def choose_branch(recommended: str | None, server_branches: Sequence[str]) -> str | None:
-    """The recommended branch when it has a `-server` variant, else the newest one."""
-    if recommended in server_branches:
-        return recommended
-    return server_branches[0] if server_branches else None
-
-
-def recommended_branch(host: Host) -> str | None:
-    """Ask ubuntu-drivers which `-server` branch fits this machine's GPUs.
-
-    Raises:
-        CommandError: ubuntu-drivers failed.
-    """
-    recommended, server = parse_ubuntu_drivers(host.run(UBUNTU_DRIVERS, "devices"))
-    if not server:
-        _, server = parse_ubuntu_drivers(host.run(UBUNTU_DRIVERS, "list", "--gpgpu"))
-    return choose_branch(recommended, server)
-
-
-def running_kernel(host: Host) -> str:
-    """`uname -r` of the machine."""
-    return host.run(UNAME, "-r").strip()
-
-
-def parse_installed_branch(dpkg_output: str) -> str | None:
-    """Branch of the installed `nvidia-utils-<branch>[-server]` package, from dpkg-query."""
-    for line in dpkg_output.splitlines():
-        fields = line.split()
-        if len(fields) >= 2 and fields[1].startswith("ii"):
-            match = re.fullmatch(r"nvidia-utils-(\d{3})(?:-server)?", fields[0])
-            if match:
-                return match.group(1)
-    return None
-
-
-def installed_branch(host: Host) -> str | None:
-    """The driver branch installed from packages, or None."""
-    try:
-        out = host.run(
-            DPKG_QUERY, "-W", "-f", "${Package} ${db:Status-Abbrev}\n", "nvidia-utils-*"
-        )
-    except CommandError:
-        return None  # dpkg-query exits 1 when no package matches
-    return parse_installed_branch(out)
-
-
-def install_driver(host: Host, packages: Sequence[str]) -> bool:
-    """Install and hold the planned driver packages; return True when anything changed.
-
-    Raises:
-        apt.AptError: apt failed; `.package` names the failing package.
-    """
-    if not packages:
-        return False
-    return apt.install(host, dict.fromkeys(packages), hold=True)
-
-
-def load_module(host: Host) -> bool:
-    """Try `modprobe nvidia` (works when modules for the running kernel are installed)."""
-    if host.path("/sys/module/nvidia").is_dir():
-        return True
-    try:
-        host.run(MODPROBE, "nvidia")
-    except CommandError:
-        return False
-    return True
-
-
-@dataclasses.dataclass(frozen=True)
-class DriverResult:
-    """What `ensure_driver` did and found."""
-
-    installed: tuple[str, ...]  # packages planned (installed or already there)
-    changed: bool  # apt installed or held something
-    report: gpu.SmiReport  # nvidia-smi after the change
-    reboot: str | None  # why a reboot is needed, or None
-
-
-def ensure_driver(host: Host, choice: DriverChoice, inventory: gpu.GpuInventory) -> DriverResult:
-    """Make the configured driver present: plan, install and hold, load, re-check.
-
-    A host whose driver already works is left alone under `auto`; `none` never installs
-    and never asks for a reboot.
-
-    Raises:
-        DriverPlanError: `auto` found no branch to install.
-        apt.AptError: apt failed; `.package` names the failing package.
-        CommandError: ubuntu-drivers or uname failed.
-    """
-    report = read_smi(host)
-    if not inventory.count or choice.mode == "none":
-        return DriverResult((), False, report, None)
-    have = installed_branch(host)
-    needs_recommendation = choice.mode == "auto" and not report.ok and have is None
-    recommended = recommended_branch(host) if needs_recommendation else None
-    flavour = ""
-    if not report.ok or choice.branch:
-        try:
-            flavour = kernel_flavour(running_kernel(host))
-        except ValueError as e:
-            raise DriverPlanError(
-                f"{e}: no prebuilt NVIDIA modules; install a driver and set nvidia-driver=none"
-            ) from None
-    packages = plan_driver(
-        choice, inventory, report.ok, recommended, flavour, installed_branch=have
-    )
-    changed = install_driver(host, packages)
-    if packages and (changed or not report.ok):
-        load_module(host)  # modules for the running kernel load without a reboot
-        report = read_smi(host)
-    return DriverResult(tuple(packages), changed, report, reboot_reason(host, report))
 
 
 # ---------------------------------------------------------------------------- nvidia-smi
@@ -342,31 +105,6 @@ def read_smi(host: Host) -> gpu.SmiReport:
     query = _run_combined(host, NVIDIA_SMI, *gpu.SMI_QUERY_ARGS)
     version = _run_combined(host, NVIDIA_SMI, "--version") if query[0] == 0 else None
     return gpu.smi_report(query, version)
-
-
-def reboot_required(host: Host) -> bool:
-    """True when `/var/run/reboot-required` asks for a reboot for a kernel or driver package.
-
-    `reboot-required.pkgs` names the packages that asked; a reboot wanted only by other
-    packages (say, libc) is not a reason to drain a GPU node. Without the list, any
-    request counts.
-    """
-    if not host.path(gpu.REBOOT_REQUIRED_FILE).exists():
-        return False
-    pkgs = host.read(gpu.REBOOT_REQUIRED_FILE + ".pkgs")
-    if pkgs is None:
-        return True
-    names = [line.strip() for line in pkgs.splitlines() if line.strip()]
-    return not names or any(n.startswith(("linux-", "nvidia-", "libnvidia-")) for n in names)
-
-
-def reboot_reason(host: Host, report: gpu.SmiReport) -> str | None:
-    """Why the machine must reboot for its driver to work (see `gpu.reboot_reason`)."""
-    return gpu.reboot_reason(
-        module_loaded=host.path("/sys/module/nvidia").is_dir(),
-        reboot_required=reboot_required(host),
-        smi_state=report.state,
-    )
 
 
 def boot_id(host: Host) -> str:
@@ -404,16 +142,32 @@ def reboot_action(
     return RebootAction.DRAIN_AND_REBOOT if auto_reboot else RebootAction.BLOCK
 
 
-def reboot_blocked_message(reason: str, unit: str, node: str, *, rebooted: bool = False) -> str:
-    """Blocked status for a reboot the charm will not do: the reason and what to run."""
+def reboot_blocked_message(
+    reason: str,
+    unit: str,
+    node: str,
+    *,
+    rebooted: bool = False,
+    install: Sequence[str] = (),
+) -> str:
+    """Blocked status for a reboot the charm will not do: the reason and what to run.
+
+    `install` names packages to install after the drain and before the reboot.
+    """
     if rebooted:
         return (
             f"driver still not working after reboot: {reason}; check `journalctl -k | grep "
             f"-i nvidia` on {unit}, then `kubectl uncordon {node}`"
         )
+    apt_step = (
+        f"`juju ssh {unit} -- sudo apt-get install -y --allow-change-held-packages "
+        f"{' '.join(install)}`, "
+        if install
+        else ""
+    )
     return (
         f"reboot needed: {reason}; run `kubectl drain {node} --ignore-daemonsets "
-        f"--delete-emptydir-data`, `juju ssh {unit} -- sudo reboot`, then "
+        f"--delete-emptydir-data`, {apt_step}`juju ssh {unit} -- sudo reboot`, then "
         f"`kubectl uncordon {node}` (or set auto-reboot=true)"
     )
 
@@ -600,8 +354,12 @@ def validation_pod(
     image: str = VALIDATION_IMAGE,
     name: str = "gpu-validation",
     command: Sequence[str] | None = VALIDATION_COMMAND,
+    deadline: int = VALIDATION_TIMEOUT_S,
 ) -> dict:
     """A pod pinned to `node_name` that asks for one GPU and runs a CUDA check.
+
+    `deadline` (the action's timeout) becomes `activeDeadlineSeconds`, so the kubelet
+    stops a check that runs longer, the same as the action stops waiting for it.
 
     Pinning goes through the scheduler (node affinity on `metadata.name`) rather than
     `spec.nodeName`, so a node whose GPUs are all taken leaves the pod Pending with a
@@ -632,7 +390,7 @@ def validation_pod(
         "spec": {
             "restartPolicy": "Never",
             "runtimeClassName": RUNTIME_NAME,
-            "activeDeadlineSeconds": VALIDATION_TIMEOUT_S,
+            "activeDeadlineSeconds": deadline,
             "affinity": {
                 "nodeAffinity": {
                     "requiredDuringSchedulingIgnoredDuringExecution": {
@@ -728,7 +486,7 @@ def run_validation(
     """
     from charms.gpu_k8s.v0.kubeclient import poll_until
 
-    kube.create(validation_pod(node, namespace, image, name))
+    kube.create(validation_pod(node, namespace, image, name, deadline=max(1, round(timeout))))
     last = ""
 
     def outcome() -> ValidationOutcome | None:

@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 import nvidia
 import pydantic
+from driver import DRIVER_CHOICES, DriverChoice
 
-from charms.gpu_k8s.v0 import containerd, kubeadm
+from charms.gpu_k8s.v0 import containerd, images, kubeadm
 from charms.gpu_k8s.v0.config import CharmConfig
 from charms.gpu_k8s.v0.system import Host
 
@@ -119,17 +120,21 @@ class WorkerConfig(CharmConfig):
     auto_reboot: bool = False
     nvidia_default_runtime: bool = False
     gpu_validation_image: str = nvidia.VALIDATION_IMAGE
+    image_registry: str = ""
 
     @pydantic.field_validator("nvidia_driver")
     @classmethod
     def _driver(cls, value: str) -> str:
         try:
-            nvidia.DriverChoice.parse(value)
+            DriverChoice.parse(value)
         except ValueError:
-            raise ValueError(
-                f"must be {nvidia.DRIVER_CHOICES}, not {value.strip()[:40]!r}"
-            ) from None
+            raise ValueError(f"must be {DRIVER_CHOICES}, not {value.strip()[:40]!r}") from None
         return value
+
+    @pydantic.field_validator("image_registry")
+    @classmethod
+    def _registry(cls, value: str) -> str:
+        return images.validate_registry(value)
 
     @pydantic.field_validator("nvidia_apt_source")
     @classmethod
@@ -183,9 +188,14 @@ class WorkerConfig(CharmConfig):
         return self.package_mirror or None
 
     @property
-    def driver(self) -> nvidia.DriverChoice:
+    def driver(self) -> DriverChoice:
         """The `nvidia-driver` choice."""
-        return nvidia.DriverChoice.parse(self.nvidia_driver)
+        return DriverChoice.parse(self.nvidia_driver)
+
+    @property
+    def validation_image(self) -> str:
+        """The image validate-gpu runs by default, from `image-registry` when set."""
+        return images.mirrored(self.gpu_validation_image, self.image_registry)
 
     @property
     def toolkit_source(self) -> nvidia.ToolkitSource:

@@ -115,13 +115,13 @@ def test_package_mirror_is_used_for_kubernetes_packages(ctx, machine, api):
     [
         (
             {"nvidia-driver": "abc"},
-            "Invalid config: nvidia-driver: must be auto, none or a branch number such as 580,"
-            " not 'abc'",
+            "Invalid config: nvidia-driver: must be auto, none, or a branch such as 580, "
+            "580-server or 580-server-open, not 'abc'",
         ),
         (
-            {"nvidia-driver": "580-server"},
-            "Invalid config: nvidia-driver: must be auto, none or a branch number such as 580,"
-            " not '580-server'",
+            {"nvidia-driver": "580-open"},
+            "Invalid config: nvidia-driver: must be auto, none, or a branch such as 580, "
+            "580-server or 580-server-open, not '580-open'",
         ),
         (
             {"nvidia-apt-source": "mirror.internal/nvidia"},

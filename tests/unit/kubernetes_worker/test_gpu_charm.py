@@ -9,12 +9,13 @@ import dataclasses
 import json
 import logging
 
+import driver as nvidia_driver
 import nvidia
 import pytest
 from ops import testing
 
 from charms.gpu_k8s.v0 import containerd
-from fakes.nvidia_driver import FakeDriver
+from fakes.nvidia_driver import KERNEL, FakeDriver
 from fakes.sysfs import PCI_IDS, build_machine
 from fakes.worker_scenario import NODE, SA_TOKEN, TOKEN, joined_state, node, register_node
 
@@ -28,6 +29,14 @@ PODS = f"/api/v1/namespaces/{VALIDATION_NS}/pods/"
 UNIT = "kubernetes-worker/0"
 NOT_LOADED = "the nvidia kernel module is not loaded"
 MISMATCH = "the loaded NVIDIA kernel module does not match the installed driver"
+# What `auto` installs on an A10G: ubuntu-drivers ranks 580-server-open first (branches
+# from 560 prefer open modules), for the aws kernel flavour.
+SERIES = nvidia_driver.Series("580", "server-open", "aws")
+NEW_KERNEL = "6.8.0-1016-aws"
+BOOT_NEW_KERNEL = (
+    f"kernel {NEW_KERNEL} has the NVIDIA 580-server-open modules, the running {KERNEL} not"
+)
+SWITCH_TO_580 = "switching to NVIDIA driver 580-server-open"
 
 
 @pytest.fixture
@@ -102,8 +111,11 @@ def test_a10g_without_driver_installs_planned_packages_and_holds_them(ctx, machi
     out = run_joined(ctx, api)
 
     assert out.unit_status == testing.ActiveStatus(READY_580)
-    planned = nvidia.driver_packages("580", "aws")
-    assert set(planned) <= set(machine.dpkg) and set(planned) <= machine.held
+    planned = {*SERIES.userspace, SERIES.modules_meta, SERIES.modules(KERNEL)}
+    assert planned <= set(machine.dpkg)
+    # the driver is held; its modules never are (each ABI package is for one kernel)
+    assert set(SERIES.userspace) <= machine.held
+    assert not [p for p in machine.held if p.startswith("linux-")]
     assert {p: machine.dpkg[p] for p in nvidia.TOOLKIT_PACKAGES} == dict.fromkeys(
         nvidia.TOOLKIT_PACKAGES, nvidia.TOOLKIT_VERSION
     )
@@ -187,38 +199,43 @@ def test_nvidia_driver_none_without_a_driver_blocks_with_what_to_do(ctx, machine
     assert len(machine.joins) == 1  # the node still joins
 
 
-def test_pinned_branch_replaces_another_branch_then_needs_a_reboot(ctx, machine, api, driver):
+def test_pinned_branch_replaces_a_working_branch_only_under_a_drain(ctx, machine, api, driver):
     driver.preinstall("570")
 
     out = run_joined(ctx, api, config={"nvidia-driver": "580"})
 
-    assert driver.userspace_branch() == "580"
-    assert out.unit_status.name == "blocked"
-    assert out.unit_status.message.startswith(f"reboot needed: {MISMATCH}")
+    assert driver.userspace_branch() == "570"  # nothing changed under the running pods
+    packages = " ".join((*SERIES.userspace, SERIES.modules_meta, SERIES.modules(KERNEL)))
+    assert out.unit_status == testing.BlockedStatus(
+        f"reboot needed: {SWITCH_TO_580}; run `kubectl drain {NODE} --ignore-daemonsets "
+        f"--delete-emptydir-data`, `juju ssh {UNIT} -- sudo apt-get install -y "
+        f"--allow-change-held-packages {packages}`, `juju ssh {UNIT} -- sudo reboot`, then "
+        f"`kubectl uncordon {NODE}` (or set auto-reboot=true)"
+    )
 
 
 def test_bad_nvidia_driver_blocks_and_runs_nothing_on_a_gpu_node(ctx, machine, api, driver):
     out = ctx.run(ctx.on.config_changed(), joined_state(api, config={"nvidia-driver": "abc"}))
 
     assert out.unit_status == testing.BlockedStatus(
-        "Invalid config: nvidia-driver: must be auto, none or a branch number such as 580, "
-        "not 'abc'"
+        "Invalid config: nvidia-driver: must be auto, none, or a branch such as 580, "
+        "580-server or 580-server-open, not 'abc'"
     )
     assert machine.calls == []
     assert writes(api) == []
 
 
 def test_apt_failure_blocks_naming_the_package_and_does_not_join(ctx, machine, api, driver):
-    machine.withdraw("linux-modules-nvidia-580-server-aws")
+    machine.withdraw(SERIES.modules_meta)
 
     out = run_joined(ctx, api)
 
     assert out.unit_status == testing.BlockedStatus(
-        "failed to install linux-modules-nvidia-580-server-aws: E: Unable to locate package "
-        "linux-modules-nvidia-580-server-aws; check the package source and that the "
+        f"failed to install {SERIES.modules_meta}: E: Unable to locate package "
+        f"{SERIES.modules_meta}; check the package source and that the "
         "nvidia-driver branch exists for this kernel, or set nvidia-driver=none"
     )
-    assert not [p for p in nvidia.driver_packages("580", "aws") if p in machine.held]
+    assert not [p for p in machine.dpkg if "nvidia" in p and p != "ubuntu-drivers-common"]
     assert machine.joins == []
 
 
@@ -261,9 +278,8 @@ def test_nvidia_default_runtime_option(ctx, machine, api, driver):
 
 
 def needs_reboot(driver):
-    """The driver's modules are not for the running kernel (a newer one was pulled in)."""
-    driver.modules_for_running_kernel = False
-    driver.machine.write("/var/run/reboot-required", "*** System restart required ***\n")
+    """A newer kernel is installed, and only it has nvidia modules in the archive."""
+    driver.stale_kernel(NEW_KERNEL)
 
 
 def test_reboot_needed_without_auto_reboot_blocks_with_the_exact_commands(
@@ -274,7 +290,7 @@ def test_reboot_needed_without_auto_reboot_blocks_with_the_exact_commands(
     out = run_joined(ctx, api)
 
     assert out.unit_status == testing.BlockedStatus(
-        f"reboot needed: {NOT_LOADED}; run `kubectl drain {NODE} --ignore-daemonsets "
+        f"reboot needed: {BOOT_NEW_KERNEL}; run `kubectl drain {NODE} --ignore-daemonsets "
         f"--delete-emptydir-data`, `juju ssh {UNIT} -- sudo reboot`, then `kubectl uncordon "
         f"{NODE}` (or set auto-reboot=true)"
     )
@@ -301,13 +317,15 @@ def test_auto_reboot_drains_reboots_then_uncordons_on_the_new_boot(
     assert out.unit_status == testing.ActiveStatus("Ready: 4x NVIDIA A10G, driver 570, CUDA 13.0")
     add_pod(api, "train-0")
 
-    # the operator pins 580: the 570 module stays loaded until a reboot
+    # the operator pins 580: drained first, then 580 replaces 570, then the reboot
     out = ctx.run(ctx.on.config_changed(), with_config(out, **{"nvidia-driver": "580"}))
 
-    assert out.unit_status == testing.MaintenanceStatus(f"rebooting: {MISMATCH}")
+    assert out.unit_status == testing.MaintenanceStatus(f"rebooting: {SWITCH_TO_580}")
     assert reboots == [False]  # after the hook, so that Juju records it
     assert node(api)["spec"]["unschedulable"] is True
     assert api.get_object("/api/v1/namespaces/default/pods/train-0") is None
+    assert driver.userspace_branch() == "580"
+    assert set(SERIES.userspace) <= machine.held
 
     # another hook before Juju reboots: nothing more happens
     before_machine, before_api = len(machine.mutations()), len(writes(api))
@@ -338,7 +356,7 @@ def test_auto_reboot_before_joining_reboots_without_touching_the_api(
     out = ctx.run(ctx.on.install(), testing.State(config={"auto-reboot": True}))
 
     assert reboots == [False]
-    assert out.unit_status == testing.MaintenanceStatus(f"rebooting: {NOT_LOADED}")
+    assert out.unit_status == testing.MaintenanceStatus(f"rebooting: {BOOT_NEW_KERNEL}")
     assert api.requests == []
 
     driver.reboot()
@@ -359,9 +377,10 @@ def test_driver_still_broken_after_the_reboot_blocks_without_rebooting_again(
     assert reboots == [False]
 
     driver.reboot()
-    driver.modules_for_running_kernel = False
-    driver.loaded_branch = None
+    driver.loaded = None  # the module would not load on the new boot either
     machine.path("/sys/module/nvidia").rmdir()
+    stderr = "modprobe: ERROR: could not insert 'nvidia': Unknown symbol in module"
+    machine.fail("/usr/sbin/modprobe nvidia", stderr=stderr, times=2)
     out = ctx.run(ctx.on.start(), out)
 
     assert reboots == [False]
@@ -369,6 +388,100 @@ def test_driver_still_broken_after_the_reboot_blocks_without_rebooting_again(
         f"driver still not working after reboot: {NOT_LOADED}; check `journalctl -k | grep "
         f"-i nvidia` on {UNIT}, then `kubectl uncordon {NODE}`"
     )
+
+
+def test_kernel_update_needing_a_newer_driver_drains_updates_reboots_and_uncordons(
+    ctx, machine, api, driver, clock, reboots
+):
+    out = run_joined(ctx, api, config={"auto-reboot": True})
+    assert out.unit_status == testing.ActiveStatus(READY_580)
+    add_pod(api, "train-0")
+    driver.driver_sru("580", "580.105.08")  # held: the node keeps 580.95.05
+    driver.kernel_update(NEW_KERNEL)  # modules built against 580.105.08 only
+
+    out = ctx.run(ctx.on.update_status(), out)
+
+    reason = (
+        f"kernel {NEW_KERNEL} needs a newer NVIDIA 580-server-open driver than the running "
+        "580.95.05"
+    )
+    assert out.unit_status == testing.MaintenanceStatus(f"rebooting: {reason}")
+    assert node(api)["spec"]["unschedulable"] is True  # drained before anything moved
+    assert api.get_object("/api/v1/namespaces/default/pods/train-0") is None
+    assert machine.dpkg[SERIES.userspace[1]].startswith("580.105.08-")
+    assert SERIES.modules(NEW_KERNEL) in machine.dpkg
+    assert reboots == [False]
+
+    driver.reboot()
+    out = ctx.run(ctx.on.start(), out)
+
+    assert driver.running == NEW_KERNEL
+    assert out.unit_status == testing.ActiveStatus(READY_580)
+    assert gpu_labels(api)["nvidia.com/gpu.present"] == "true"
+    assert not node(api)["spec"].get("unschedulable")
+
+
+def test_kernel_update_needing_a_newer_driver_without_auto_reboot_says_what_to_run(
+    ctx, machine, api, driver, reboots
+):
+    out = run_joined(ctx, api)
+    driver.driver_sru("580", "580.105.08")
+    driver.kernel_update(NEW_KERNEL)
+
+    out = ctx.run(ctx.on.update_status(), out)
+
+    packages = " ".join((*SERIES.userspace, SERIES.modules(NEW_KERNEL)))
+    assert out.unit_status.name == "blocked"
+    assert f"sudo apt-get install -y --allow-change-held-packages {packages}`" in (
+        out.unit_status.message
+    )
+    assert machine.dpkg[SERIES.userspace[1]].startswith("580.95.05-")  # nothing moved
+    assert reboots == []
+
+
+def test_kernel_update_with_its_modules_in_place_keeps_the_node_ready(
+    ctx, machine, api, driver, reboots
+):
+    out = run_joined(ctx, api, config={"auto-reboot": True})
+    driver.kernel_update(NEW_KERNEL)
+
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert out.unit_status == testing.ActiveStatus(
+        f"{READY_580}; kernel {NEW_KERNEL} waits for a reboot"
+    )
+    assert reboots == []
+    assert not node(api)["spec"].get("unschedulable")
+
+
+@pytest.fixture
+def p5(machine):
+    """A p5.48xlarge: 8x H100 SXM5 on an NVSwitch board."""
+    fake = FakeDriver(machine, gpus=8, nvswitch=True)
+    fake.serve_toolkit()
+    build_machine(machine.path("/sys"), "p5-h100", module_loaded=False)
+    machine.write("/usr/share/misc/pci.ids", PCI_IDS)
+    return fake
+
+
+def test_nvswitch_node_waits_for_fabric_manager_before_labels_and_ready(ctx, machine, api, p5):
+    p5.fabric_starts = False
+
+    out = run_joined(ctx, api)
+
+    assert out.unit_status.name == "waiting"
+    assert out.unit_status.message.startswith(
+        "waiting for NVIDIA Fabric Manager: nvidia-fabricmanager did not start ("
+    )
+    assert gpu_labels(api) == {}  # the device plugin stays away: CUDA would fail (802)
+    assert taints(api) == [TAINT]
+    assert {"nvidia-fabricmanager-580", "libnvidia-nscq-580"} <= machine.held
+
+    p5.fabric_starts = True
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert out.unit_status.name == "active"
+    assert gpu_labels(api)["nvidia.com/gpu.count"] == "8"
 
 
 # -- node state -----------------------------------------------------------------------
@@ -460,7 +573,8 @@ def test_gpu_info_on_a_cpu_node_fails_with_what_nvidia_smi_said(ctx, machine):
 
 def test_gpu_info_with_a_broken_driver_fails_with_nvidia_smis_words(ctx, machine, driver):
     driver.preinstall("570")
-    machine.dpkg["nvidia-utils-580-server"] = machine.dpkg.pop("nvidia-utils-570-server")
+    driver.driver_sru("570", "570.211.01")  # someone upgraded the held driver by hand
+    machine.dpkg["nvidia-utils-570-server"] = "570.211.01-0ubuntu0.24.04.1"
 
     with pytest.raises(testing.ActionFailed) as failed:
         ctx.run(ctx.on.action("gpu-info"), testing.State())
@@ -541,6 +655,41 @@ def test_validate_gpu_passes_logs_progress_and_deletes_the_pod(ctx, api, driver,
     ]
     assert terms["nodeSelectorTerms"][0]["matchFields"][0]["values"] == [NODE]
     assert api.objects(PODS) == []
+
+
+@pytest.mark.parametrize("timeout", [60, 1800, 3600])
+def test_validate_gpu_pod_deadline_is_the_actions_timeout(ctx, api, driver, kubelet, timeout):
+    state = joined_gpu_node(ctx, api, driver)
+    k = kubelet(["Succeeded"], VECTORADD_OK)
+
+    ctx.run(ctx.on.action("validate-gpu", params={"timeout": timeout}), state)
+
+    assert k.pods[0]["spec"]["activeDeadlineSeconds"] == timeout
+
+
+def test_validate_gpu_image_from_the_mirror_registry(ctx, api, driver, kubelet):
+    state = joined_gpu_node(ctx, api, driver)
+    mirror = with_config(state, **{"image-registry": "registry.local:5000/mirror"})
+
+    k = kubelet(["Succeeded"], VECTORADD_OK)
+    ctx.run(ctx.on.action("validate-gpu"), mirror)
+    assert k.pods[0]["spec"]["containers"][0]["image"] == (
+        "registry.local:5000/mirror/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubuntu22.04"
+    )
+
+    k = kubelet(["Succeeded"], VECTORADD_OK)  # an image given to the action is used as given
+    ctx.run(ctx.on.action("validate-gpu", params={"image": "other.local/cuda:1"}), mirror)
+    assert k.pods[0]["spec"]["containers"][0]["image"] == "other.local/cuda:1"
+
+
+def test_bad_image_registry_blocks_and_changes_nothing(ctx, machine, api, driver):
+    out = ctx.run(
+        ctx.on.config_changed(), joined_state(api, config={"image-registry": "https://reg"})
+    )
+
+    assert out.unit_status.name == "blocked"
+    assert out.unit_status.message.startswith("Invalid config: image-registry: 'https://reg'")
+    assert machine.calls == [] and writes(api) == []
 
 
 def test_validate_gpu_image_from_param_or_config(ctx, api, driver, kubelet):
@@ -668,6 +817,6 @@ def test_auto_reboot_of_a_joined_node_without_api_access_waits_instead_of_reboot
 
     assert reboots == []
     assert out.unit_status == testing.WaitingStatus(
-        f"reboot needed ({MISMATCH}); cannot drain node {NODE} yet: waiting for access to "
+        f"reboot needed ({SWITCH_TO_580}); cannot drain node {NODE} yet: waiting for access to "
         "the control plane's join secret"
     )

@@ -44,7 +44,7 @@ from charms.gpu_k8s.v0.system import CommandError, Host
 
 LIBID = "0aba5560c24f4e9cb2f07b0c5cfeba01"
 LIBAPI = 0
-LIBPATCH = 4
+LIBPATCH = 5
 
 APT_GET = "/usr/bin/apt-get"
 APT_MARK = "/usr/bin/apt-mark"
@@ -207,22 +207,29 @@ def held(host: Host) -> set[str]:
 
 
 def install(
-    host: Host, packages: Mapping[str, str | None], *, hold: bool, refresh: bool = True
+    host: Host,
+    packages: Mapping[str, str | None],
+    *,
+    hold: bool,
+    refresh: bool = True,
+    upgrade: bool = False,
 ) -> bool:
     """Install `packages` ({name: version, glob or None for any}); True when it changed.
 
     Only packages missing or at a version their pin does not match are passed to one
     `apt-get install`, which moves them to the highest version matching, older or newer
-    (a cancelled upgrade puts the previous pin back); with `hold`, every listed package
-    is put on hold afterwards (those already held are left alone). The package lists are
-    refreshed first unless `refresh` is False (the caller just did).
+    (a cancelled upgrade puts the previous pin back); with `upgrade`, every package is
+    passed, so installed ones move to their candidate too (held ones included). With
+    `hold`, every listed package is put on hold afterwards (those already held are left
+    alone). The package lists are refreshed first unless `refresh` is False (the caller
+    just did).
 
     Raises:
         AptError: apt failed; `package` names the failing package when apt says which.
     """
     wanted = []
     for name, version in packages.items():
-        current = installed_version(host, name)
+        current = None if upgrade else installed_version(host, name)
         if current is None or not matches(current, version):
             wanted.append(f"{name}={version}" if version else name)
     if wanted:

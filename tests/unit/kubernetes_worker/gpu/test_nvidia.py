@@ -1,4 +1,4 @@
-"""Driver choice and install, container toolkit, containerd, labels, taints, validation pod.
+"""Reboot decisions, container toolkit, containerd, labels, taints, validation pod.
 
 The machine is `FakeMachine` (apt, dpkg, systemd on a temporary root) extended with a fake
 NVIDIA driver: `nvidia-smi`, `modprobe nvidia`, `ubuntu-drivers`, `uname` and `dpkg`
@@ -14,12 +14,7 @@ import pytest
 
 from charms.gpu_k8s.v0 import apt, containerd
 from fakes.machine import ARMORED_KEY, FakeMachine, Service
-from fakes.nvidia_driver import (
-    NVIDIA_REPO,
-    TOOLKIT,
-    UBUNTU_DRIVERS_DEVICES,
-    FakeDriver,
-)
+from fakes.nvidia_driver import NVIDIA_REPO, TOOLKIT, FakeDriver
 from fakes.sysfs import build_machine, write_pci_ids
 
 
@@ -56,226 +51,7 @@ def changes(machine, since: int = 0) -> list[str]:
     return [line for line in machine.mutations()[since:] if not line.startswith(QUERIES)]
 
 
-# --------------------------------------------------------------------- nvidia-driver
-
-
-@pytest.mark.parametrize(
-    "value, mode, branch",
-    [
-        ("auto", "auto", None),
-        ("none", "none", None),
-        ("580", "branch", "580"),
-        (" AUTO ", "auto", None),
-        ("535", "branch", "535"),
-    ],
-)
-def test_driver_choice_accepts_auto_none_and_branches(value, mode, branch):
-    assert nvidia.DriverChoice.parse(value) == nvidia.DriverChoice(mode, branch)
-
-
-@pytest.mark.parametrize("value", ["", "latest", "58", "5800", "580-server", "580.95", "nvidia"])
-def test_driver_choice_rejects_anything_else_naming_the_allowed_values(value):
-    with pytest.raises(ValueError, match="nvidia-driver must be auto, none or a branch number"):
-        nvidia.DriverChoice.parse(value)
-
-
-@pytest.mark.parametrize(
-    "release, flavour",
-    [
-        ("6.8.0-1015-aws", "aws"),
-        ("6.8.0-45-generic", "generic"),
-        ("6.8.0-1012-aws-64k", "aws-64k"),
-        ("5.15.0-1071-gcp\n", "gcp"),
-    ],
-)
-def test_kernel_flavour_from_uname(release, flavour):
-    assert nvidia.kernel_flavour(release) == flavour
-
-
-def test_kernel_flavour_of_a_non_ubuntu_kernel_is_an_error():
-    with pytest.raises(ValueError, match="cannot tell the kernel flavour"):
-        nvidia.kernel_flavour("6.11.5")
-
-
-def test_plan_uses_prebuilt_signed_modules_and_headless_server_userspace(a10g):
-    packages = nvidia.plan_driver(nvidia.DriverChoice.parse("auto"), a10g, False, "580", "aws")
-
-    assert packages == [
-        "nvidia-headless-no-dkms-580-server",
-        "nvidia-utils-580-server",
-        "linux-modules-nvidia-580-server-aws",
-    ]
-    assert not any("dkms" in p and "no-dkms" not in p for p in packages)
-
-
-@pytest.mark.parametrize(
-    "value, smi_ok, installed, expected_branch",
-    [
-        ("auto", True, "570", None),  # a working driver on the host is kept
-        ("auto", False, None, "580"),  # nothing there: the recommended branch
-        ("auto", False, "570", "570"),  # installed but not loaded: keep its branch
-        ("none", False, None, None),  # the operator manages drivers
-        ("535", False, None, "535"),
-        ("580", True, "580", None),  # that branch already works
-        ("535", True, "580", "535"),  # another branch works: switch to the pinned one
-    ],
-)
-def test_plan_for_each_nvidia_driver_value(a10g, value, smi_ok, installed, expected_branch):
-    choice = nvidia.DriverChoice.parse(value)
-
-    packages = nvidia.plan_driver(choice, a10g, smi_ok, "580", "aws", installed_branch=installed)
-
-    if expected_branch is None:
-        assert packages == []
-    else:
-        assert packages == nvidia.driver_packages(expected_branch, "aws")
-
-
-def test_plan_installs_nothing_without_gpus(cpu_only):
-    for value in ("auto", "580"):
-        assert (
-            nvidia.plan_driver(nvidia.DriverChoice.parse(value), cpu_only, False, "580", "aws")
-            == []
-        )
-
-
-def test_plan_auto_without_a_recommendation_says_what_to_set(a10g):
-    with pytest.raises(nvidia.DriverPlanError, match="set nvidia-driver to a branch number"):
-        nvidia.plan_driver(nvidia.DriverChoice.parse("auto"), a10g, False, None, "aws")
-
-
-def test_ubuntu_drivers_devices_recommended_branch_with_server_variant():
-    recommended, server = nvidia.parse_ubuntu_drivers(UBUNTU_DRIVERS_DEVICES)
-
-    assert recommended == "580"
-    assert server == ["580", "570", "535"]  # -server-open is not a closed -server branch
-    assert nvidia.choose_branch(recommended, server) == "580"
-
-
-def test_recommended_desktop_branch_without_server_variant_falls_back_to_newest_server():
-    text = UBUNTU_DRIVERS_DEVICES.replace(
-        "nvidia-driver-580 - distro non-free recommended",
-        "nvidia-driver-590-open - distro non-free recommended",
-    ).replace("driver   : nvidia-driver-580-server - distro non-free\n", "")
-
-    recommended, server = nvidia.parse_ubuntu_drivers(text)
-
-    assert recommended == "590"
-    assert nvidia.choose_branch(recommended, server) == "570"
-
-
-def test_gpgpu_list_is_used_when_devices_names_no_server_branch(machine, driver):
-    driver.ubuntu_drivers_devices = "== /sys/devices/pci0000:00/0000:00:1e.0 ==\n"
-
-    assert nvidia.recommended_branch(machine.host()) == "570"
-    assert machine.lines("ubuntu-drivers")[-1] == "/usr/bin/ubuntu-drivers list --gpgpu"
-
-
-def test_host_with_a_working_driver_installs_nothing(machine, driver, a10g):
-    driver.preinstall("570")
-    before = dict(machine.dpkg)
-
-    result = nvidia.ensure_driver(machine.host(), nvidia.DriverChoice.parse("auto"), a10g)
-
-    assert result.installed == ()
-    assert result.report.ok and result.report.driver_branch == "570"
-    assert result.reboot is None
-    assert apt_installs(machine) == []
-    assert machine.lines("ubuntu-drivers") == []  # not even asked
-    assert machine.dpkg == before and machine.held == set()
-
-
-def test_auto_installs_and_holds_the_recommended_branch_and_loads_it(machine, driver, a10g):
-    result = nvidia.ensure_driver(machine.host(), nvidia.DriverChoice.parse("auto"), a10g)
-
-    assert result.installed == tuple(nvidia.driver_packages("580", "aws"))
-    assert result.changed
-    assert machine.held == set(nvidia.driver_packages("580", "aws"))
-    assert result.report.ok and result.report.driver_version == "580.95.05"
-    assert result.report.cuda_version == "13.0"
-    assert result.reboot is None  # modules for the running kernel loaded without a reboot
-
-
-def test_ensure_driver_twice_changes_nothing_the_second_time(machine, driver, a10g):
-    host, choice = machine.host(), nvidia.DriverChoice.parse("580")
-    nvidia.ensure_driver(host, choice, a10g)
-    before = len(machine.mutations())
-
-    again = nvidia.ensure_driver(host, choice, a10g)
-
-    assert not again.changed
-    assert changes(machine, before) == []
-
-
-def test_pinned_branch_replaces_a_working_other_branch_and_then_needs_a_reboot(
-    machine, driver, a10g
-):
-    driver.preinstall("570")
-
-    result = nvidia.ensure_driver(machine.host(), nvidia.DriverChoice.parse("580"), a10g)
-
-    assert result.installed == tuple(nvidia.driver_packages("580", "aws"))
-    assert result.report.state is gpu.SmiState.MISMATCH
-    assert "does not match" in result.reboot
-
-
-def test_none_never_installs_nor_asks_for_a_reboot(machine, driver, a10g):
-    machine.write(gpu.REBOOT_REQUIRED_FILE, "*** System restart required ***\n")
-
-    result = nvidia.ensure_driver(machine.host(), nvidia.DriverChoice.parse("none"), a10g)
-
-    assert result == nvidia.DriverResult((), False, result.report, None)
-    assert result.report.state is gpu.SmiState.ABSENT
-    assert apt_installs(machine) == []
-
-
-def test_cpu_only_worker_runs_no_driver_commands(machine, driver, cpu_only):
-    result = nvidia.ensure_driver(machine.host(), nvidia.DriverChoice.parse("auto"), cpu_only)
-
-    assert result.installed == () and result.reboot is None
-    assert apt_installs(machine) == [] and machine.lines("ubuntu-drivers") == []
-
-
-def test_apt_failure_names_the_failing_package(machine, driver, a10g):
-    machine.withdraw("linux-modules-nvidia-580-server-aws")
-
-    with pytest.raises(apt.AptError) as caught:
-        nvidia.ensure_driver(machine.host(), nvidia.DriverChoice.parse("580"), a10g)
-
-    assert caught.value.package == "linux-modules-nvidia-580-server-aws"
-    message = nvidia.apt_blocked_message(caught.value)
-    assert message.startswith("failed to install linux-modules-nvidia-580-server-aws: E: Unable")
-    assert "check the package source" in message
-    assert machine.held == set()  # nothing half-held
-
-
 # ---------------------------------------------------------------------------- reboots
-
-
-def test_module_that_cannot_load_needs_a_reboot(machine, driver, a10g):
-    driver.modules_for_running_kernel = False  # the meta package pulled a newer kernel
-    machine.write(gpu.REBOOT_REQUIRED_FILE, "*** System restart required ***\n")
-    machine.write(gpu.REBOOT_REQUIRED_FILE + ".pkgs", "linux-image-6.8.0-1016-aws\n")
-
-    result = nvidia.ensure_driver(machine.host(), nvidia.DriverChoice.parse("auto"), a10g)
-
-    assert result.report.state is gpu.SmiState.NO_DRIVER
-    assert result.reboot == "the nvidia kernel module is not loaded"
-
-
-def test_reboot_required_only_by_unrelated_packages_is_ignored(machine, driver, a10g):
-    driver.preinstall("580")
-    machine.write(gpu.REBOOT_REQUIRED_FILE, "*** System restart required ***\n")
-    machine.write(gpu.REBOOT_REQUIRED_FILE + ".pkgs", "libc6\ndbus\n")
-
-    assert (
-        nvidia.ensure_driver(machine.host(), nvidia.DriverChoice.parse("auto"), a10g).reboot
-        is None
-    )
-
-    machine.write(gpu.REBOOT_REQUIRED_FILE + ".pkgs", "libc6\nlinux-image-6.8.0-1016-aws\n")
-    result = nvidia.ensure_driver(machine.host(), nvidia.DriverChoice.parse("auto"), a10g)
-    assert "reboot-required" in result.reboot
 
 
 def test_auto_reboot_path_drains_reboots_then_uncordons():
@@ -325,7 +101,7 @@ def test_smi_missing_binary_is_absent_without_running_it(machine, driver):
 
 def test_smi_mismatch_is_read_through_the_combined_output(machine, driver):
     driver.preinstall("570")
-    machine.dpkg["nvidia-utils-580-server"] = machine.dpkg.pop("nvidia-utils-570-server")
+    machine.dpkg["nvidia-utils-570-server"] = "570.211.01-0ubuntu0.24.04.1"  # by hand, held
 
     report = nvidia.read_smi(machine.host())
 
@@ -630,22 +406,6 @@ def test_validation_progress_reports_waiting_and_stuck_pods():
     line, stuck = nvidia.validation_progress(bad_image)
     assert stuck == line == 'Pending: ImagePullBackOff: Back-off pulling image "nvcr.io/x"'
     assert nvidia.validation_progress({"status": {"phase": "Running"}}) == ("Running", None)
-
-
-def test_kernel_without_prebuilt_modules_blocks_with_a_way_out(machine, driver, a10g):
-    machine.on("uname", lambda argv, _: "6.11.5-custom\n")
-
-    with pytest.raises(nvidia.DriverPlanError, match="set nvidia-driver=none"):
-        nvidia.ensure_driver(machine.host(), nvidia.DriverChoice.parse("auto"), a10g)
-
-    assert apt_installs(machine) == []
-
-
-def test_installed_branch_ignores_removed_packages():
-    out = "nvidia-utils-535-server rc \nnvidia-utils-580-server ii \n"
-
-    assert nvidia.parse_installed_branch(out) == "580"
-    assert nvidia.parse_installed_branch("nvidia-utils-535-server rc \n") is None
 
 
 # ------------------------------------------------- the node and the validation pod, over HTTP

@@ -39,6 +39,8 @@ def test_one_h100_among_virtio_devices_is_found_and_named(tmp_path):
     ] == [("0000:00:06.0", "2330", "10de:16c1", "nvidia")]
     assert inventory.model == "NVIDIA H100 SXM5 80GB"
     assert inventory.mig_capable and inventory.module_loaded
+    # one GPU of an HGX board, without its NVSwitches: no fabric manager needed
+    assert inventory.nvswitches == 0
 
 
 def test_recorded_nvidia_smi_of_a_working_h100_driver(h100_report):

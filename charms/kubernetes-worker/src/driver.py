@@ -1,0 +1,540 @@
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""The NVIDIA driver from Ubuntu's archive, kept in step with the kernel (no ops imports).
+
+Ubuntu packages a driver series (`580-server`, `580-server-open`) as a userspace
+(`nvidia-headless-no-dkms-<series>`, `nvidia-utils-<branch>-server`) and, for each kernel
+ABI, prebuilt modules signed by Canonical (`linux-modules-nvidia-<series>-<abi>`, pulled
+by the flavour metapackage `linux-modules-nvidia-<series>-<flavour>`). Each ABI package
+depends tightly on one driver version's userspace and on its kernel image (Ubuntu
+kernel-team list, 2021-03, "Make the nvidia abi packages depend on nvidia-kernel-common";
+ubuntu-drivers-common's test archive). So kernel, modules and userspace are one unit:
+
+- The userspace (and fabric manager) is held, so the driver never changes under running
+  pods; the module packages are never held, so no held package points at an old kernel.
+- On every reconcile the modules for the running kernel and for the kernel the machine
+  boots next (the highest installed, as grub-mkconfig orders them) are installed. When
+  the next kernel's modules need a newer driver than the held one (a kernel update
+  after a driver update), the driver, its modules and fabric manager move together in
+  one `update`, which the charm applies only after draining the node, then reboots.
+- The series, and the kernel flavour its modules follow (`aws`, `aws-lts-24.04`,
+  `generic-hwe-24.04`), come from `ubuntu-drivers list --gpgpu`, as the Ubuntu Server
+  guide recommends (canonical/ubuntu-server-documentation, install-nvidia-drivers.md;
+  ubuntu-drivers-common `get_linux_modules_metapackage` reads the flavour from the
+  installed linux-image metapackage). `-server-open` is used where ubuntu-drivers ranks
+  it first (branches from 560 prefer open modules; `_is_open_prefered`).
+- NVSwitch machines (p4d, p5) need NVIDIA Fabric Manager before CUDA initialises (error
+  802 otherwise): `nvidia-fabricmanager-<branch>` and `libnvidia-nscq-<branch>`, which
+  match the `-server` driver's version (the same guide), held, their service enabled.
+- A GPU bound to nouveau is released by blacklisting nouveau, rebuilding the initramfs
+  and rebooting (the same guide, "No devices were found").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterable, Sequence
+
+import gpu
+import nvidia
+
+from charms.gpu_k8s.v0 import apt
+from charms.gpu_k8s.v0.system import CommandError, Host
+
+UBUNTU_DRIVERS = "/usr/bin/ubuntu-drivers"
+UBUNTU_DRIVERS_PACKAGE = "ubuntu-drivers-common"
+UNAME = "/usr/bin/uname"
+DPKG_QUERY = "/usr/bin/dpkg-query"
+MODPROBE = "/usr/sbin/modprobe"
+SYSTEMCTL = "/usr/bin/systemctl"
+APT_MARK = "/usr/bin/apt-mark"
+UPDATE_INITRAMFS = "/usr/sbin/update-initramfs"
+FABRIC_SERVICE = "nvidia-fabricmanager"
+DPKG_FORMAT = "${db:Status-Abbrev} ${Package} ${Version}\n"
+NOUVEAU_BLACKLIST = "/etc/modprobe.d/gpu-k8s-blacklist-nouveau.conf"
+# The guide's two lines: no nouveau, and no nouveau modesetting should something load it.
+NOUVEAU_BLACKLIST_TEXT = (
+    "# Written by the kubernetes-worker charm: the NVIDIA driver needs the GPUs.\n"
+    "blacklist nouveau\noptions nouveau modeset=0\n"
+)
+VARIANTS = ("server", "server-open")
+DRIVER_CHOICES = "auto, none, or a branch such as 580, 580-server or 580-server-open"
+_CHOICE = re.compile(r"^(?P<branch>\d{3})(?:-(?P<variant>server|server-open))?$")
+# An Ubuntu kernel ABI as `uname -r` prints it: 6.8.0-1015-aws, 6.14.0-1012-aws, ...
+_ABI = re.compile(r"^\d+\.\d+\.\d+-\d+-[a-z0-9][a-z0-9-]*$")
+# One line of `ubuntu-drivers list --gpgpu [--recommended]`.
+_LISTED = re.compile(
+    r"^nvidia-(?:driver|headless-no-dkms)-(?P<branch>\d{3})-(?P<variant>server(?:-open)?)"
+    r"(?:,\s*\(kernel modules provided by |\s+)"
+    r"linux-modules-nvidia-(?P=branch)-(?P=variant)-(?P<flavour>[a-z0-9][a-z0-9.-]*)\)?\s*$"
+)
+
+
+class DriverPlanError(ValueError):
+    """No driver can be chosen; the message says what the operator should do."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DriverChoice:
+    """The `nvidia-driver` option: auto, none, or a branch with an optional variant."""
+
+    mode: str  # "auto" | "none" | "branch"
+    branch: str | None = None
+    variant: str | None = None  # None: the variant ubuntu-drivers ranks first
+
+    @classmethod
+    def parse(cls, value: str) -> DriverChoice:
+        """Parse the option value.
+
+        Raises:
+            ValueError: the value is none of the allowed forms; the message lists them.
+        """
+        text = str(value).strip().lower()
+        if text in ("auto", "none"):
+            return cls(mode=text)
+        match = _CHOICE.match(text)
+        if match:
+            return cls(mode="branch", branch=match["branch"], variant=match["variant"])
+        raise ValueError(f"nvidia-driver must be {DRIVER_CHOICES}, not {value!r}")
+
+    def accepts(self, series: Series) -> bool:
+        """Whether an installed series is what this choice asks for."""
+        if self.mode != "branch":
+            return True
+        return series.branch == self.branch and self.variant in (None, series.variant)
+
+
+@dataclasses.dataclass(frozen=True)
+class Series:
+    """One driver series as Ubuntu packages it, and the kernel flavour its modules follow."""
+
+    branch: str  # "580"
+    variant: str  # "server" or "server-open"
+    flavour: str  # "aws": the kernel metapackage's flavour
+
+    @property
+    def name(self) -> str:
+        """`580-server-open`."""
+        return f"{self.branch}-{self.variant}"
+
+    @property
+    def userspace(self) -> tuple[str, str]:
+        """The headless userspace (CUDA libraries, no X) and nvidia-smi."""
+        return (f"nvidia-headless-no-dkms-{self.name}", f"nvidia-utils-{self.branch}-server")
+
+    @property
+    def modules_meta(self) -> str:
+        """The metapackage that follows the flavour's newest kernel."""
+        return f"linux-modules-nvidia-{self.name}-{self.flavour}"
+
+    def modules(self, abi: str) -> str:
+        """The prebuilt modules for one kernel ABI."""
+        return f"linux-modules-nvidia-{self.name}-{abi}"
+
+    @property
+    def fabric(self) -> tuple[str, str]:
+        """Fabric Manager and NSCQ, for NVSwitch machines."""
+        return (f"nvidia-fabricmanager-{self.branch}", f"libnvidia-nscq-{self.branch}")
+
+
+def parse_gpgpu_list(text: str) -> list[Series]:
+    """The server series `ubuntu-drivers list --gpgpu [--recommended]` printed, best first.
+
+    Desktop drivers and lines without prebuilt modules (DKMS only) are left out.
+    """
+    found = []
+    for line in text.splitlines():
+        match = _LISTED.match(line.strip())
+        if match:
+            found.append(Series(match["branch"], match["variant"], match["flavour"]))
+    return found
+
+
+def pick(choice: DriverChoice, listed: Sequence[Series]) -> Series | None:
+    """The first listed series the choice accepts (ubuntu-drivers' order), or None."""
+    return next((s for s in listed if choice.accepts(s)), None)
+
+
+# ------------------------------------------------------------------------ what is there
+
+
+@dataclasses.dataclass(frozen=True)
+class Installed:
+    """NVIDIA packages dpkg has installed: {name: version}."""
+
+    packages: dict[str, str]
+
+    @property
+    def series(self) -> Series | None:
+        """The installed series (flavour empty when no modules metapackage is installed)."""
+        branch = next(
+            (
+                m.group(1)
+                for name in self.packages
+                if (m := re.fullmatch(r"nvidia-utils-(\d{3})-server", name))
+            ),
+            None,
+        )
+        if branch is None:
+            return None
+        variant = (
+            "server-open"
+            if f"nvidia-headless-no-dkms-{branch}-server-open" in self.packages
+            else "server"
+        )
+        prefix = f"linux-modules-nvidia-{branch}-{variant}-"
+        flavours = [
+            name.removeprefix(prefix)
+            for name in self.packages
+            if name.startswith(prefix) and not _ABI.match(name.removeprefix(prefix))
+        ]
+        return Series(branch, variant, flavours[0] if flavours else "")
+
+    @property
+    def driver_version(self) -> str | None:
+        """Upstream version of the installed userspace: `580.95.05`."""
+        series = self.series
+        if series is None:
+            return None
+        version = self.packages.get(series.userspace[1], "")
+        return version.split("-", 1)[0] or None
+
+
+def parse_installed(text: str) -> Installed:
+    """Parse `dpkg-query -W -f '${db:Status-Abbrev} ${Package} ${Version}'` lines."""
+    packages = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) == 3 and fields[0] == "ii":
+            packages[fields[1]] = fields[2]
+    return Installed(packages)
+
+
+def installed(host: Host) -> Installed:
+    """The NVIDIA packages installed (one dpkg-query)."""
+    try:
+        out = host.run(DPKG_QUERY, "-W", "-f", DPKG_FORMAT, "*nvidia*")
+    except CommandError:
+        return Installed({})  # dpkg-query exits 1 when no package matches
+    return parse_installed(out)
+
+
+def _abi_key(abi: str) -> tuple[int, ...]:
+    return tuple(int(n) for n in re.findall(r"\d+", abi))
+
+
+def kernels(host: Host) -> tuple[str, str]:
+    """(running kernel, kernel the next boot runs).
+
+    The next boot runs the highest installed `/boot/vmlinuz-<abi>`: grub-mkconfig's
+    10_linux lists kernels newest first (version_sort) and Ubuntu boots entry 0.
+    """
+    running = host.run(UNAME, "-r").strip()
+    boot = host.path("/boot")
+    installed_abis = [
+        p.name.removeprefix("vmlinuz-")
+        for p in (boot.glob("vmlinuz-*") if boot.is_dir() else ())
+        if _ABI.match(p.name.removeprefix("vmlinuz-"))
+    ]
+    upcoming = max([*installed_abis, running], key=_abi_key)
+    return running, upcoming
+
+
+def listed_series(host: Host, *, recommended: bool) -> list[Series]:
+    """Ask ubuntu-drivers (installing ubuntu-drivers-common when missing).
+
+    Raises:
+        apt.AptError: ubuntu-drivers-common could not be installed.
+        CommandError: ubuntu-drivers failed.
+    """
+    if not host.path(UBUNTU_DRIVERS).exists():
+        apt.install(host, {UBUNTU_DRIVERS_PACKAGE: None}, hold=False)
+    args = ["list", "--gpgpu"] + (["--recommended"] if recommended else [])
+    return parse_gpgpu_list(host.run(UBUNTU_DRIVERS, *args))
+
+
+# ------------------------------------------------------------------------------ the plan
+
+
+@dataclasses.dataclass(frozen=True)
+class DriverResult:
+    """What `ensure` did and found.
+
+    Attributes:
+        series: the driver series the charm manages (None: none, or the host's own).
+        changed: apt installed or held something.
+        report: nvidia-smi after the changes.
+        reboot: why the GPUs need a reboot now (the next kernel's modules are in place).
+        update: packages to install after draining and before that reboot (the driver
+            moving with the kernel), empty when the reboot needs none.
+        note: something worth saying in the status (a kernel waiting for a reboot).
+        problem: what the operator must fix (a Blocked status), or None.
+        fabric: why Fabric Manager is not running yet on an NVSwitch machine, or None.
+    """
+
+    series: Series | None
+    changed: bool
+    report: gpu.SmiReport
+    reboot: str | None = None
+    update: tuple[str, ...] = ()
+    note: str = ""
+    problem: str | None = None
+    fabric: str | None = None
+
+
+def _try_install(host: Host, packages: Iterable[str]) -> apt.AptError | None:
+    try:
+        apt.install(host, dict.fromkeys(packages), hold=False)
+    except apt.AptError as e:
+        return e
+    return None
+
+
+def _missing(detail: str) -> bool:
+    return "Unable to locate package" in detail or "has no installation candidate" in detail
+
+
+def _choose(host: Host, choice: DriverChoice, inventory: gpu.GpuInventory) -> Series:
+    """The series to install, from ubuntu-drivers.
+
+    Raises:
+        DriverPlanError: nothing fits the choice.
+    """
+    try:
+        listed = listed_series(host, recommended=choice.mode == "auto")
+        if choice.mode == "auto" and not listed:  # the recommended one is a desktop driver
+            listed = listed_series(host, recommended=False)
+    except CommandError as e:
+        raise DriverPlanError(
+            f"cannot choose an NVIDIA driver: {e.last_line}; set nvidia-driver to a branch "
+            "such as 580, or to none"
+        ) from None
+    series = pick(choice, listed)
+    if series is None:
+        wanted = "a server driver" if choice.mode == "auto" else f"driver {choice.branch}"
+        raise DriverPlanError(
+            f"ubuntu-drivers lists no {wanted} with prebuilt modules for "
+            f"{inventory.describe()} on this kernel; set nvidia-driver to one of "
+            f"{', '.join(s.name for s in listed) or 'the branches ubuntu-drivers lists'}, "
+            "or install a driver and set nvidia-driver=none"
+        )
+    return series
+
+
+def _install_fresh(
+    host: Host, series: Series, running: str, upcoming: str, nvswitch: bool
+) -> tuple[bool, str | None]:
+    """Install a series where no driver works; (changed, problem)."""
+    packages = [*series.userspace, series.modules_meta, series.modules(upcoming)]
+    apt.install(host, dict.fromkeys(packages), hold=False)
+    apt.install(host, dict.fromkeys(series.userspace), hold=True, refresh=False)
+    if running != upcoming:
+        _try_install(host, [series.modules(running)])  # may not fit the new driver
+    if nvswitch:
+        _ensure_fabric_packages(host, series)
+    return True, None
+
+
+def _ensure_fabric_packages(host: Host, series: Series) -> bool:
+    version = installed(host).driver_version
+    pins = dict.fromkeys(series.fabric, f"{version}-*" if version else None)
+    return apt.install(host, pins, hold=True, refresh=False)
+
+
+def _release_module_holds(host: Host) -> bool:
+    """Unhold module packages (earlier revisions held the metapackage, pinning one ABI)."""
+    stale = sorted(p for p in apt.held(host) if p.startswith("linux-modules-nvidia-"))
+    if stale:
+        host.run(APT_MARK, "unhold", *stale)
+    return bool(stale)
+
+
+def _keep_in_step(
+    host: Host, series: Series, have: Installed, running: str, upcoming: str
+) -> tuple[bool, tuple[str, ...], str | None]:
+    """Modules for the running and the next kernel; (changed, update, problem)."""
+    changed = _release_module_holds(host)
+    wanted = [series.modules(upcoming)]
+    if series.flavour:
+        wanted.append(series.modules_meta)
+    missing = [p for p in wanted if p not in have.packages]
+    if missing:
+        error = _try_install(host, missing)
+        if error is None:
+            changed = True
+        elif _missing(error.detail):
+            return (
+                False,
+                (),
+                (
+                    f"kernel {upcoming} is installed but Ubuntu has no {series.name} modules for "
+                    f"it yet ({error.detail}); a reboot would start it without GPUs: wait for "
+                    f"{series.modules(upcoming)}, or remove linux-image-{upcoming}"
+                ),
+            )
+        else:  # the next kernel's modules need a newer driver: move them together
+            extra = list(series.fabric) if any(p in have.packages for p in series.fabric) else []
+            return False, (*series.userspace, *extra, *missing), None
+    if running != upcoming and series.modules(running) not in have.packages:
+        changed = _try_install(host, [series.modules(running)]) is None or changed
+    return changed, (), None
+
+
+def release_from_nouveau(host: Host) -> bool:
+    """Blacklist nouveau and rebuild the initramfs; True when it was not done before."""
+    if host.read(NOUVEAU_BLACKLIST) == NOUVEAU_BLACKLIST_TEXT:
+        return False
+    host.write(NOUVEAU_BLACKLIST, NOUVEAU_BLACKLIST_TEXT)
+    host.run(UPDATE_INITRAMFS, "-u")
+    return True
+
+
+def load_module(host: Host) -> str | None:
+    """`modprobe nvidia`; None when loaded, else modprobe's last line."""
+    if host.path("/sys/module/nvidia").is_dir():
+        return None
+    try:
+        host.run(MODPROBE, "nvidia")
+    except CommandError as e:
+        return e.last_line or "modprobe nvidia failed"
+    return None
+
+
+def fabric_state(host: Host) -> str | None:
+    """Enable and start Fabric Manager; None once active, else why not.
+
+    It starts only with the nvidia module loaded, so a failed start is retried on the
+    next reconcile.
+    """
+    try:
+        host.run(SYSTEMCTL, "is-active", "--quiet", FABRIC_SERVICE)
+        return None
+    except CommandError:
+        pass
+    try:
+        host.run(SYSTEMCTL, "enable", "--now", FABRIC_SERVICE)
+    except CommandError as e:
+        return (
+            f"{FABRIC_SERVICE} did not start ({e.last_line}); check "
+            f"`journalctl -u {FABRIC_SERVICE}`"
+        )
+    return None
+
+
+def _reboot_reason(
+    report: gpu.SmiReport,
+    series: Series,
+    have: Installed,
+    running: str,
+    upcoming: str,
+    nouveau: bool,
+) -> str | None:
+    """Why the GPUs need a reboot, only when the kernel booted next has their modules."""
+    if report.ok:
+        return None
+    if series.modules(upcoming) not in have.packages:
+        return None  # a reboot would not help
+    if nouveau:
+        return "nouveau holds the GPUs (now blacklisted; a reboot releases them)"
+    if report.state is gpu.SmiState.MISMATCH:
+        return "the loaded NVIDIA kernel module does not match the installed driver"
+    if running != upcoming:
+        return f"kernel {upcoming} has the NVIDIA {series.name} modules, the running {running} not"
+    if report.state is gpu.SmiState.NO_DRIVER:  # one reboot may help; never a second
+        return "the nvidia kernel module is not loaded"
+    return None
+
+
+def ensure(host: Host, choice: DriverChoice, inventory: gpu.GpuInventory) -> DriverResult:
+    """Make the configured driver present and in step with the kernels.
+
+    `none`, and `auto` on a host whose working driver is not from Ubuntu's packages,
+    leave the driver alone (Fabric Manager is still required on NVSwitch machines).
+
+    Raises:
+        DriverPlanError: nothing can be installed; the message says what to set.
+        apt.AptError: apt failed; `.package` names the failing package.
+    """
+    report = nvidia.read_smi(host)
+    if not inventory.count:
+        return DriverResult(None, False, report)
+    nvswitch = inventory.nvswitches > 0
+    have = installed(host)
+    series = have.series
+    if choice.mode == "none" or (choice.mode == "auto" and report.ok and series is None):
+        fabric = fabric_state(host) if nvswitch and report.ok else None
+        return DriverResult(None, False, report, fabric=fabric)
+    running, upcoming = kernels(host)
+    if series is not None and not series.flavour:
+        series = dataclasses.replace(series, flavour=_flavour_of(host, series))
+    if series is None or not choice.accepts(series):
+        target = _choose(host, choice, inventory)
+        if report.ok and series is not None:  # switching a working driver: under a drain
+            packages = (*target.userspace, target.modules_meta, target.modules(upcoming))
+            return DriverResult(
+                series, False, report, f"switching to NVIDIA driver {target.name}", packages
+            )
+        changed, problem = _install_fresh(host, target, running, upcoming, nvswitch)
+        series, update = target, ()
+    else:
+        changed, update, problem = _keep_in_step(host, series, have, running, upcoming)
+        if nvswitch:
+            changed = _ensure_fabric_packages(host, series) or changed
+    return _settle(host, inventory, series, report, changed, update, problem, running, upcoming)
+
+
+def _settle(
+    host: Host,
+    inventory: gpu.GpuInventory,
+    series: Series,
+    report: gpu.SmiReport,
+    changed: bool,
+    update: tuple[str, ...],
+    problem: str | None,
+    running: str,
+    upcoming: str,
+) -> DriverResult:
+    """After the packages: release the GPUs from nouveau, load the module, decide."""
+    nouveau = any(d.kernel_driver == "nouveau" for d in inventory.devices)
+    if nouveau:
+        changed = release_from_nouveau(host) or changed
+    if not report.ok:
+        load_module(host)
+        report = nvidia.read_smi(host)
+    have = installed(host)
+    reason = _reboot_reason(report, series, have, running, upcoming, nouveau)
+    if update:
+        reason = (
+            f"kernel {upcoming} needs a newer NVIDIA {series.name} driver than the running "
+            f"{have.driver_version}"
+        )
+    note = ""
+    if report.ok and running != upcoming and not update and not problem:
+        note = f"; kernel {upcoming} waits for a reboot"
+    fabric = fabric_state(host) if inventory.nvswitches and report.ok else None
+    return DriverResult(series, changed, report, reason, update, note, problem, fabric)
+
+
+def _flavour_of(host: Host, series: Series) -> str:
+    """The modules flavour for an installed series without its metapackage (a host's own)."""
+    try:
+        listed = listed_series(host, recommended=False)
+    except (CommandError, apt.AptError):
+        return ""
+    same = [s for s in listed if (s.branch, s.variant) == (series.branch, series.variant)]
+    return same[0].flavour if same else ""
+
+
+def apply_update(host: Host, packages: Sequence[str]) -> None:
+    """Install the driver update `ensure` planned (after the drain), holding the userspace.
+
+    Raises:
+        apt.AptError: apt failed; `.package` names the failing package.
+    """
+    if not packages:
+        return
+    apt.install(host, dict.fromkeys(packages), hold=False, upgrade=True)
+    held = [p for p in packages if p.startswith(("nvidia-", "libnvidia-"))]
+    apt.install(host, dict.fromkeys(held), hold=True, refresh=False)

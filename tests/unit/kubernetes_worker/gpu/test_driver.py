@@ -1,0 +1,363 @@
+"""The NVIDIA driver kept in step with the kernel: series, modules per ABI, fabric manager.
+
+The machine is `FakeMachine` with `FakeDriver`: kernels are ABIs with their packages, each
+ABI's nvidia modules depend on one driver version, the archive keeps one version per
+pocket and unattended-upgrades moves what is not held (see `fakes.nvidia_driver`).
+"""
+
+from __future__ import annotations
+
+import driver
+import gpu
+import pytest
+
+from charms.gpu_k8s.v0 import apt
+from fakes.machine import FakeMachine
+from fakes.nvidia_driver import FABRIC_SERVICE, KERNEL, FakeDriver
+from fakes.sysfs import build, build_machine, write_pci_ids
+from fakes.sysfs import machine as pci_machine
+
+NEW = "6.8.0-1016-aws"
+OPEN_580 = driver.Series("580", "server-open", "aws")
+AUTO, NONE = driver.DriverChoice.parse("auto"), driver.DriverChoice.parse("none")
+
+
+@pytest.fixture
+def machine(tmp_path):
+    return FakeMachine(tmp_path / "root")
+
+
+@pytest.fixture
+def fake(machine):
+    return FakeDriver(machine)
+
+
+def inventory(tmp_path, name, gpu_driver=None):
+    root = build(tmp_path / f"sys-{name}", pci_machine(name, gpu_driver), module_loaded=False)
+    return gpu.detect(root, write_pci_ids(tmp_path / "pci.ids"))
+
+
+@pytest.fixture
+def a10g(tmp_path):
+    return inventory(tmp_path, "g5-a10g")
+
+
+@pytest.fixture
+def h100x8(tmp_path):
+    return inventory(tmp_path, "p5-h100")
+
+
+def installs(machine) -> list[str]:
+    return [line for line in machine.lines("apt-get") if " install " in line]
+
+
+QUERIES = ("sh -c", "uname -r", "ubuntu-drivers")
+
+
+def changes(machine, since: int = 0) -> list[str]:
+    """Commands after the `since`-th mutation that changed the machine."""
+    return [line for line in machine.mutations()[since:] if not line.startswith(QUERIES)]
+
+
+# ------------------------------------------------------------------------ the choice
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("auto", driver.DriverChoice("auto")),
+        (" NONE ", driver.DriverChoice("none")),
+        ("580", driver.DriverChoice("branch", "580")),
+        ("580-server", driver.DriverChoice("branch", "580", "server")),
+        ("580-server-open", driver.DriverChoice("branch", "580", "server-open")),
+    ],
+)
+def test_driver_choice_forms(value, expected):
+    assert driver.DriverChoice.parse(value) == expected
+
+
+@pytest.mark.parametrize("value", ["", "latest", "58", "580-open", "580.95", "nvidia"])
+def test_driver_choice_refuses_anything_else_naming_the_forms(value):
+    with pytest.raises(ValueError, match="auto, none, or a branch such as 580, 580-server"):
+        driver.DriverChoice.parse(value)
+
+
+def test_gpgpu_list_in_both_of_ubuntu_drivers_formats_keeps_server_series_in_order():
+    listed = (
+        "nvidia-driver-580-server-open, (kernel modules provided by "
+        "linux-modules-nvidia-580-server-open-generic-hwe-24.04)\n"
+        "nvidia-driver-580-server, (kernel modules provided by "
+        "linux-modules-nvidia-580-server-aws-lts-24.04)\n"
+        "nvidia-driver-580, (kernel modules provided by linux-modules-nvidia-580-aws)\n"
+        "nvidia-driver-570-server\n"  # DKMS only: no prebuilt modules
+    )
+    recommended = "nvidia-driver-535-server linux-modules-nvidia-535-server-aws\n"
+
+    assert driver.parse_gpgpu_list(listed) == [
+        driver.Series("580", "server-open", "generic-hwe-24.04"),
+        driver.Series("580", "server", "aws-lts-24.04"),
+    ]
+    assert driver.parse_gpgpu_list(recommended) == [driver.Series("535", "server", "aws")]
+
+
+# -------------------------------------------------------------------- a first install
+
+
+def test_auto_installs_what_ubuntu_drivers_recommends_and_loads_it_without_a_reboot(
+    machine, fake, a10g
+):
+    result = driver.ensure(machine.host(), AUTO, a10g)
+
+    assert result.series == OPEN_580
+    assert result.report.ok and result.report.driver_version == "580.95.05"
+    assert result.reboot is None and result.update == () and result.problem is None
+    assert {*OPEN_580.userspace, OPEN_580.modules_meta, OPEN_580.modules(KERNEL)} <= set(
+        machine.dpkg
+    )
+    assert machine.held == set(OPEN_580.userspace)  # module packages are never held
+    # ubuntu-drivers-common was not on the machine: installed first, then asked
+    assert installs(machine)[0].endswith(" ubuntu-drivers-common")
+    assert machine.lines("ubuntu-drivers") == [
+        "/usr/bin/ubuntu-drivers list --gpgpu --recommended"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("value", "open_modules", "series"),
+    [
+        ("580-server", True, driver.Series("580", "server", "aws")),
+        ("580", True, OPEN_580),
+        ("535", True, driver.Series("535", "server", "aws")),  # before 560: closed first
+        # A V100 has no open modules; ubuntu-drivers then ranks 535-server (fit 3: before
+        # 560, closed modules are preferred) above 580-server (fit 2): followed as it is.
+        ("auto", False, driver.Series("535", "server", "aws")),
+    ],
+)
+def test_the_series_follows_ubuntu_drivers_ranking(machine, a10g, value, open_modules, series):
+    FakeDriver(machine, open_modules=open_modules)
+
+    result = driver.ensure(machine.host(), driver.DriverChoice.parse(value), a10g)
+
+    assert result.series == series and result.report.ok
+
+
+def test_a_working_driver_from_the_image_is_left_alone_under_auto(machine, fake, a10g):
+    fake.preinstall("570")
+    before = dict(machine.dpkg)
+
+    result = driver.ensure(machine.host(), AUTO, a10g)
+
+    assert result.report.ok and result.reboot is None
+    assert machine.dpkg == before and installs(machine) == []
+
+
+def test_none_never_installs_nor_reboots(machine, fake, a10g):
+    fake.kernel_update(NEW)
+
+    result = driver.ensure(machine.host(), NONE, a10g)
+
+    assert result == driver.DriverResult(None, False, result.report)
+    assert installs(machine) == []
+
+
+def test_cpu_machine_runs_no_driver_program(machine, fake, tmp_path):
+    cpu = inventory(tmp_path, "m5-cpu")
+
+    result = driver.ensure(machine.host(), AUTO, cpu)
+
+    assert result.series is None and installs(machine) == []
+    assert machine.lines("ubuntu-drivers") == [] and machine.lines("uname") == []
+
+
+def test_ensure_twice_changes_nothing_the_second_time(machine, fake, a10g):
+    driver.ensure(machine.host(), AUTO, a10g)
+    before = len(machine.mutations())
+
+    again = driver.ensure(machine.host(), AUTO, a10g)
+
+    assert not again.changed
+    assert changes(machine, before) == []
+
+
+def test_unknown_series_says_what_to_set(machine, fake, a10g):
+    with pytest.raises(driver.DriverPlanError, match="lists no driver 590 .* set nvidia-driver"):
+        driver.ensure(machine.host(), driver.DriverChoice.parse("590"), a10g)
+
+    assert [line for line in installs(machine) if "nvidia" in line] == []
+
+
+def test_apt_failure_names_the_package_and_holds_nothing(machine, fake, a10g):
+    machine.withdraw(OPEN_580.modules(KERNEL))
+
+    with pytest.raises(apt.AptError) as caught:
+        driver.ensure(machine.host(), AUTO, a10g)
+
+    assert caught.value.package == OPEN_580.modules(KERNEL)
+    assert machine.held == set()
+
+
+# ------------------------------------------------------------------------ kernel updates
+
+
+def test_a_kernel_update_is_not_a_driver_reboot_when_its_modules_are_in_place(machine, fake, a10g):
+    driver.ensure(machine.host(), AUTO, a10g)
+    fake.kernel_update(NEW)  # unattended-upgrades: kernel and modules metapackage move
+
+    result = driver.ensure(machine.host(), AUTO, a10g)
+
+    assert result.report.ok
+    assert result.reboot is None and result.update == ()
+    assert result.note == f"; kernel {NEW} waits for a reboot"
+    assert OPEN_580.modules(NEW) in machine.dpkg
+    fake.reboot()  # whoever reboots it, the GPUs come back on the new kernel
+    assert fake.running == NEW and driver.ensure(machine.host(), AUTO, a10g).report.ok
+
+
+def test_a_held_modules_metapackage_from_an_earlier_revision_is_released(machine, fake, a10g):
+    driver.ensure(machine.host(), AUTO, a10g)
+    machine.held.add(OPEN_580.modules_meta)  # what the charm used to do
+    fake.kernel_update(NEW)  # so unattended-upgrades left the modules behind
+    assert OPEN_580.modules(NEW) not in machine.dpkg
+
+    result = driver.ensure(machine.host(), AUTO, a10g)
+
+    assert OPEN_580.modules(NEW) in machine.dpkg
+    assert OPEN_580.modules_meta not in machine.held
+    assert result.reboot is None and result.report.ok
+
+
+def test_a_kernel_that_needs_a_newer_driver_moves_them_together_under_a_drain(machine, fake, a10g):
+    host = machine.host()
+    driver.ensure(host, AUTO, a10g)
+    fake.driver_sru("580", "580.105.08")  # the driver is held: nothing moves
+    fake.kernel_update(NEW)  # its modules are built against 580.105.08 only
+    assert OPEN_580.modules(NEW) not in machine.dpkg
+
+    result = driver.ensure(host, AUTO, a10g)
+
+    assert result.report.ok  # nothing changed under the running pods
+    assert machine.dpkg[OPEN_580.userspace[1]].startswith("580.95.05-")
+    assert result.update == (*OPEN_580.userspace, OPEN_580.modules(NEW))
+    assert result.reboot == (
+        f"kernel {NEW} needs a newer NVIDIA 580-server-open driver than the running 580.95.05"
+    )
+
+    driver.apply_update(host, result.update)  # what the charm does once drained
+    fake.reboot()
+
+    after = driver.ensure(host, AUTO, a10g)
+    assert after.report.ok and after.report.driver_version == "580.105.08"
+    assert after.reboot is None and after.update == ()
+    assert set(OPEN_580.userspace) <= machine.held
+
+
+def test_a_kernel_without_modules_in_the_archive_blocks_instead_of_rebooting(machine, fake, a10g):
+    driver.ensure(machine.host(), AUTO, a10g)
+    fake.kernel_update(NEW)
+    machine.dpkg.pop(OPEN_580.modules(NEW))
+    machine.withdraw(OPEN_580.modules(NEW))
+
+    result = driver.ensure(machine.host(), AUTO, a10g)
+
+    assert result.reboot is None and result.report.ok
+    assert result.problem.startswith(
+        f"kernel {NEW} is installed but Ubuntu has no 580-server-open modules for it yet"
+    )
+    assert "a reboot would start it without GPUs" in result.problem
+
+
+def test_a_stale_image_kernel_reboots_into_the_kernel_with_modules(machine, fake, a10g):
+    fake.stale_kernel(NEW)
+
+    result = driver.ensure(machine.host(), AUTO, a10g)
+
+    assert not result.report.ok
+    assert result.reboot == (
+        f"kernel {NEW} has the NVIDIA 580-server-open modules, the running {KERNEL} not"
+    )
+    fake.reboot()
+    assert driver.ensure(machine.host(), AUTO, a10g).report.ok
+
+
+def test_reboot_required_by_a_package_does_not_reboot_a_working_gpu_node(machine, fake, a10g):
+    driver.ensure(machine.host(), AUTO, a10g)
+    machine.write(gpu.REBOOT_REQUIRED_FILE, "*** System restart required ***\n")
+    machine.write(gpu.REBOOT_REQUIRED_FILE + ".pkgs", "linux-image-6.8.0-1016-aws\nlibc6\n")
+
+    assert driver.ensure(machine.host(), AUTO, a10g).reboot is None
+
+
+# ----------------------------------------------------------------------- NVSwitch machines
+
+
+def test_nvswitch_machine_gets_fabric_manager_at_the_driver_version(machine, h100x8):
+    FakeDriver(machine, gpus=8, nvswitch=True)
+
+    result = driver.ensure(machine.host(), AUTO, h100x8)
+
+    assert h100x8.nvswitches == 4
+    assert result.report.ok and result.fabric is None
+    for package in OPEN_580.fabric:
+        assert machine.dpkg[package].startswith("580.95.05-")
+        assert package in machine.held
+    assert machine.services[FABRIC_SERVICE].enabled and machine.services[FABRIC_SERVICE].active
+
+
+def test_fabric_manager_that_does_not_start_is_reported_and_retried(machine, h100x8):
+    fake = FakeDriver(machine, gpus=8, nvswitch=True)
+    fake.fabric_starts = False
+
+    result = driver.ensure(machine.host(), AUTO, h100x8)
+
+    assert result.report.ok
+    assert result.fabric.startswith(f"{FABRIC_SERVICE} did not start (")
+    assert f"journalctl -u {FABRIC_SERVICE}" in result.fabric
+
+    fake.fabric_starts = True
+    assert driver.ensure(machine.host(), AUTO, h100x8).fabric is None
+
+
+def test_machines_without_nvswitch_get_no_fabric_manager(machine, fake, a10g):
+    result = driver.ensure(machine.host(), AUTO, a10g)
+
+    assert a10g.nvswitches == 0 and result.fabric is None
+    assert not [p for p in machine.dpkg if "fabricmanager" in p or "nscq" in p]
+
+
+def test_fabric_manager_moves_with_the_driver(machine, h100x8):
+    fake = FakeDriver(machine, gpus=8, nvswitch=True)
+    host = machine.host()
+    driver.ensure(host, AUTO, h100x8)
+    fake.driver_sru("580", "580.105.08")
+    fake.kernel_update(NEW)
+
+    result = driver.ensure(host, AUTO, h100x8)
+    driver.apply_update(host, result.update)
+    fake.reboot()
+
+    assert set(OPEN_580.fabric) <= set(result.update)
+    assert driver.ensure(host, AUTO, h100x8).fabric is None
+    for package in OPEN_580.fabric:
+        assert machine.dpkg[package].startswith("580.105.08-")
+
+
+# ----------------------------------------------------------------------------- nouveau
+
+
+def test_gpus_bound_to_nouveau_are_released_through_a_reboot(machine, tmp_path):
+    fake = FakeDriver(machine, nouveau=True)
+    gpus = inventory(tmp_path, "g5-a10g", gpu_driver="nouveau")
+
+    result = driver.ensure(machine.host(), AUTO, gpus)
+
+    assert not result.report.ok
+    assert result.reboot == "nouveau holds the GPUs (now blacklisted; a reboot releases them)"
+    assert "blacklist nouveau" in machine.read(driver.NOUVEAU_BLACKLIST)
+    assert machine.lines("update-initramfs") == ["/usr/sbin/update-initramfs -u"]
+    fake.reboot()
+    assert driver.ensure(machine.host(), AUTO, build_inventory_bound(tmp_path)).report.ok
+
+
+def build_inventory_bound(tmp_path):
+    root = build_machine(tmp_path / "sys-after", "g5-a10g", module_loaded=True)
+    return gpu.detect(root, write_pci_ids(tmp_path / "pci.ids"))
