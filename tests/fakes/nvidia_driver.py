@@ -32,6 +32,13 @@ What it models, and where each rule comes from:
 - NVSwitch machines (`nvswitch=True`): CUDA needs nvidia-fabricmanager running; the
   service exists once `nvidia-fabricmanager-<b>` is installed and starts only with the
   nvidia module loaded.
+- The container toolkit (NVIDIA/nvidia-container-toolkit v1.20.0 packaging): installing
+  nvidia-container-toolkit-base writes the default `/etc/nvidia-container-runtime/
+  config.toml` (its postinst runs `nvidia-ctk config --in-place`; the default accepts
+  NVIDIA_VISIBLE_DEVICES from unprivileged containers, api/config/v1 `GetDefault`), and
+  starts `nvidia-cdi-refresh.service` (dh_installsystemd), which writes the CDI spec
+  `/var/run/cdi/nvidia.yaml` when nvidia-smi works; the service is wanted by
+  multi-user.target, so it runs again at each boot (`/var/run` is a tmpfs).
 - ubuntu-drivers prints what ubuntu-drivers-common's `list --gpgpu [--recommended]`
   prints (canonical/ubuntu-drivers-common `ubuntu-drivers` list(), `detect.py`
   `_cmp_gfx_alternatives_gpgpu`): every driver package that fits, best first (`-server`
@@ -67,6 +74,19 @@ NVIDIA_REPO = "https://nvidia.github.io/libnvidia-container/stable/deb/amd64"
 TOOLKIT = {p: {nvidia.TOOLKIT_VERSION, "1.17.8-1"} for p in nvidia.TOOLKIT_PACKAGES}
 FABRIC_SERVICE = "nvidia-fabricmanager"
 UBUNTU_DRIVERS_COMMON = "ubuntu-drivers-common"
+TOOLKIT_CONFIG = "/etc/nvidia-container-runtime/config.toml"
+CDI_SPEC = "/var/run/cdi/nvidia.yaml"
+CDI_REFRESH = "nvidia-cdi-refresh"
+# The keys of the default config.toml this fake writes (the real one has more).
+DEFAULT_TOOLKIT_CONFIG = """\
+accept-nvidia-visible-devices-as-volume-mounts = false
+accept-nvidia-visible-devices-envvar-when-unprivileged = true
+disable-require = false
+
+[nvidia-container-runtime]
+mode = "auto"
+runtimes = ["runc", "crun"]
+"""
 _ABI = re.compile(r"^(?P<base>\d+\.\d+\.\d+)-(?P<num>\d+)-(?P<flavour>[a-z0-9-]+)$")
 
 
@@ -140,6 +160,7 @@ class FakeDriver:
         machine.on("systemctl", self.systemctl)
         machine.on("update-initramfs", self.update_initramfs)
         machine.on("rmmod", self.rmmod)
+        machine.on("nvidia-ctk", self.nvidia_ctk)
 
     # -- the archive ------------------------------------------------------------------
 
@@ -262,7 +283,43 @@ class FakeDriver:
             self.machine.dpkg, self.machine.held = dpkg, held
             raise
         self._sync_files()
+        if (
+            "nvidia-container-toolkit-base" in self.machine.dpkg
+            and "nvidia-container-toolkit-base" not in dpkg
+        ):
+            if self.machine.read(TOOLKIT_CONFIG) is None:
+                self.machine.write(TOOLKIT_CONFIG, DEFAULT_TOOLKIT_CONFIG)
+            self._refresh_cdi()
         return out
+
+    def _smi_works(self) -> bool:
+        found = self.userspace()
+        return bool(
+            found and self.loaded and self.loaded[1] == found[1] and not self.nouveau_bound
+        )
+
+    def _refresh_cdi(self) -> bool:
+        """What nvidia-cdi-refresh.service does: `nvidia-ctk cdi generate` once NVML works."""
+        if not self._smi_works():
+            return False
+        self.machine.write(
+            CDI_SPEC, f"cdiVersion: 0.5.0\nkind: nvidia.com/gpu\n# {self.gpus} GPUs\n"
+        )
+        return True
+
+    def nvidia_ctk(self, argv, _input):
+        """`nvidia-ctk config --in-place --set key=value ...` on config.toml."""
+        if argv[1:3] != ["config", "--in-place"] or "--set" not in argv:
+            raise CommandError(argv, 1, f"fake nvidia-ctk does not handle {argv[1:]}")
+        text = self.machine.read(TOOLKIT_CONFIG) or DEFAULT_TOOLKIT_CONFIG
+        for i, arg in enumerate(argv):
+            if arg == "--set":
+                key, _, value = argv[i + 1].partition("=")
+                line = f"{key} = {value or 'true'}"
+                pattern = re.compile(rf"^{re.escape(key)} = .*$", re.MULTILINE)
+                text = pattern.sub(line, text) if pattern.search(text) else f"{line}\n{text}"
+        self.machine.write(TOOLKIT_CONFIG, text)
+        return ""
 
     def _dependencies(self) -> None:
         """Install what the installed metapackages and module packages depend on."""
@@ -420,6 +477,9 @@ class FakeDriver:
             self._load()
             if fabric is not None and fabric.enabled and self.fabric_starts:
                 fabric.active = True
+        self.machine.path(CDI_SPEC).unlink(missing_ok=True)  # /var/run is a tmpfs
+        if "nvidia-container-toolkit-base" in self.machine.dpkg:
+            self._refresh_cdi()
 
     # -- what the archive and unattended-upgrades do -----------------------------------
 
@@ -480,6 +540,19 @@ class FakeDriver:
 
     def systemctl(self, argv, input):
         args = [a for a in argv[1:] if not a.startswith("-")]
+        if args == ["start", f"{CDI_REFRESH}.service"]:
+            if "nvidia-container-toolkit-base" not in self.machine.dpkg:
+                raise CommandError(
+                    argv, 5, f"Failed to start {CDI_REFRESH}.service: Unit not found."
+                )
+            if not self._refresh_cdi():
+                raise CommandError(
+                    argv,
+                    1,
+                    f"Job for {CDI_REFRESH}.service failed because the control process "
+                    "exited with error code.",
+                )
+            return ""
         if args[1:] == [FABRIC_SERVICE] and args[0] in ("start", "restart", "enable"):
             service = self.machine.services.get(FABRIC_SERVICE)
             starting = args[0] != "enable" or "--now" in argv

@@ -191,7 +191,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
         plan = None
         try:
             worker.prepare(host)
-            state = gpu_node.setup(host, config)
+            state = gpu_node.setup(host, config, worker.sandbox_image(config, info))
             if minor is not None:
                 plan = self._packages(host, config, minor)
         except gpu_node.GpuSetupError as e:

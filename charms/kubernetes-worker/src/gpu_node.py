@@ -43,23 +43,23 @@ class GpuState:
     """What the GPU step found: the GPUs, what nvidia-smi says, and a pending reboot.
 
     `update` names the packages to install after draining and before that reboot (the
-    driver moving with a new kernel); `fabric` says why Fabric Manager is not running
-    on an NVSwitch machine; `problem` is what the operator must fix; `note` goes after
-    the Ready message.
+    driver moving with a new kernel); `pending` says what pods still wait for although
+    the driver works (Fabric Manager on an NVSwitch machine, the CDI spec); `problem` is
+    what the operator must fix; `note` goes after the Ready message.
     """
 
     inventory: gpu.GpuInventory
     report: gpu.SmiReport = NO_GPU
     reboot: str | None = None
     update: tuple[str, ...] = ()
-    fabric: str | None = None
+    pending: str | None = None
     problem: str | None = None
     note: str = ""
 
     @property
     def ready(self) -> bool:
-        """The GPUs can run CUDA: the driver works and, with NVSwitches, Fabric Manager."""
-        return self.report.ok and self.fabric is None
+        """Pods can get the GPUs: the driver works, and nothing they need is pending."""
+        return self.report.ok and self.pending is None
 
     @property
     def has_gpu(self) -> bool:
@@ -73,10 +73,10 @@ class GpuState:
     def labels(self) -> dict[str, str | None]:
         """The node's GPU labels; None removes one.
 
-        Only GPUs that can run CUDA get labels: the device plugin selects
+        Only GPUs pods can use get labels: the device plugin selects
         `nvidia.com/gpu.present=true`, and on a node whose driver waits for a reboot (or
-        is broken), or whose Fabric Manager is not running, it would advertise GPUs that
-        fail every CUDA call. Without GPUs, every GPU label is removed.
+        is broken), whose Fabric Manager is not running or that has no CDI spec, it would
+        advertise GPUs that fail. Without GPUs, every GPU label is removed.
         """
         if not self.ready:
             return nvidia.node_labels(gpu.GpuInventory(), None, None)
@@ -94,8 +94,8 @@ class GpuState:
 
     def waiting(self) -> str | None:
         """Why the GPUs are not ready yet although nothing is wrong (a Waiting status)."""
-        if self.has_gpu and self.report.ok and self.fabric is not None:
-            return f"waiting for NVIDIA Fabric Manager: {self.fabric}"
+        if self.has_gpu and self.report.ok and self.pending is not None:
+            return f"waiting for {self.pending}"
         return None
 
     def driver_problem(self, unit: str, choice: driver.DriverChoice) -> str | None:
@@ -142,32 +142,41 @@ def _ensure_driver(host: Host, config: WorkerConfig, inventory: gpu.GpuInventory
         ) from None
 
 
-def setup(host: Host, config: WorkerConfig) -> GpuState:
+def setup(
+    host: Host, config: WorkerConfig, sandbox_image: str = containerd.SANDBOX_IMAGE
+) -> GpuState:
     """Detect GPUs; on a GPU machine make driver, toolkit and the `nvidia` runtime present.
 
-    containerd is restarted only when its config changed.
+    containerd is restarted only when its config changed (`sandbox_image` is its pause
+    image, from the image registry when one is set).
 
     Raises:
         GpuSetupError: the operator must act (the message says how).
     """
     inventory = detect(host)
     if not inventory.count:
-        containerd.configure(host, *nvidia.containerd_runtimes(has_gpu=False))
+        runtimes = nvidia.containerd_runtimes(has_gpu=False)
+        containerd.configure(host, *runtimes, sandbox_image=sandbox_image)
         return GpuState(inventory)
     result = _ensure_driver(host, config, inventory)
     try:
         nvidia.install_toolkit(host, config.toolkit_source)
     except apt.AptError as e:
         raise GpuSetupError(toolkit_blocked_message(e)) from None
-    containerd.configure(
-        host, *nvidia.containerd_runtimes(True, default_nvidia=config.nvidia_default_runtime)
-    )
+    runtimes = nvidia.containerd_runtimes(True, default_nvidia=config.nvidia_default_runtime)
+    containerd.configure(host, *runtimes, sandbox_image=sandbox_image)
+    pending = None
+    if result.fabric:
+        pending = f"NVIDIA Fabric Manager: {result.fabric}"
+    elif result.report.ok:
+        cdi = nvidia.ensure_cdi_spec(host)
+        pending = f"the CDI spec: {cdi}" if cdi else None
     return GpuState(
         gpu.with_smi(inventory, result.report),
         result.report,
         result.reboot,
         result.update,
-        result.fabric,
+        pending,
         result.problem,
         result.note,
     )

@@ -44,6 +44,20 @@ TOOLKIT_PACKAGES = (
 )
 RUNTIME_NAME = "nvidia"
 RUNTIME_BINARY = "/usr/bin/nvidia-container-runtime"
+NVIDIA_CTK = "/usr/bin/nvidia-ctk"
+SYSTEMCTL = "/usr/bin/systemctl"
+# The toolkit's config (api/config/v1 RelativeFilePath under /etc). Its default accepts
+# NVIDIA_VISIBLE_DEVICES from unprivileged containers (`GetDefault`:
+# AcceptEnvvarUnprivileged true), so any pod run by the nvidia runtime could claim every
+# GPU without asking the scheduler; the charm turns that off with upstream's own
+# `nvidia-ctk config --in-place --set`. GPUs then come only from the device plugin (CDI).
+TOOLKIT_CONFIG = "/etc/nvidia-container-runtime/config.toml"
+ENVVAR_UNPRIVILEGED = "accept-nvidia-visible-devices-envvar-when-unprivileged"
+# nvidia-cdi-refresh.service (toolkit >= 1.18) writes the CDI spec the device plugin's
+# cdi-cri strategy names devices from; wanted by multi-user.target and started by the
+# package, it is started again here when the spec is missing while the driver works.
+CDI_SPEC = "/var/run/cdi/nvidia.yaml"
+CDI_REFRESH_SERVICE = "nvidia-cdi-refresh.service"
 
 # Node labels (names as NVIDIA's GPU feature discovery uses them) and the taint.
 LABEL_PRESENT = "nvidia.com/gpu.present"
@@ -251,7 +265,31 @@ def install_toolkit(host: Host, source: ToolkitSource, version: str = TOOLKIT_VE
         )
     except ValueError as e:  # no key URL and no keyring on the machine
         raise apt.AptError(TOOLKIT_SOURCE_NAME, str(e), source=True) from None
-    return apt.install(host, dict.fromkeys(TOOLKIT_PACKAGES, version), hold=True) or changed
+    changed = apt.install(host, dict.fromkeys(TOOLKIT_PACKAGES, version), hold=True) or changed
+    return configure_toolkit(host) or changed
+
+
+def configure_toolkit(host: Host) -> bool:
+    """Refuse NVIDIA_VISIBLE_DEVICES from unprivileged containers; True when changed."""
+    text = host.read(TOOLKIT_CONFIG) or ""
+    if re.search(rf"^\s*{ENVVAR_UNPRIVILEGED}\s*=\s*false\s*$", text, re.MULTILINE):
+        return False
+    host.run(NVIDIA_CTK, "config", "--in-place", "--set", f"{ENVVAR_UNPRIVILEGED}=false")
+    return True
+
+
+def ensure_cdi_spec(host: Host) -> str | None:
+    """None when the CDI spec is there (generated now if missing), else why it is not."""
+    if host.path(CDI_SPEC).exists():
+        return None
+    try:
+        host.run(SYSTEMCTL, "start", CDI_REFRESH_SERVICE)
+    except CommandError as e:
+        return (
+            f"{CDI_SPEC} was not generated ({e.last_line}); check "
+            f"`journalctl -u {CDI_REFRESH_SERVICE}`"
+        )
+    return None
 
 
 def containerd_runtimes(

@@ -29,6 +29,7 @@ from charms.gpu_k8s.v0.system import Host
 
 if TYPE_CHECKING:
     from charms.gpu_k8s.v0.kubeclient import DrainResult, Kube
+    from charms.gpu_k8s.v0.kubernetes_cluster import JoinInfo
 
 DEFAULT_API_PORT = 6443
 MAX_DRAIN_TIMEOUT = 3600
@@ -204,6 +205,16 @@ class WorkerConfig(CharmConfig):
 
 
 _IMAGE = re.compile(r"^[a-z0-9]+([._/:@-][A-Za-z0-9_]+)*$")
+
+
+def sandbox_image(config: WorkerConfig, info: JoinInfo | None) -> str:
+    """containerd's pause image: from this unit's image-registry, else the control plane's.
+
+    kubeadm names it `<imageRepository>/pause:<tag>` under a custom imageRepository, which
+    is what moving `registry.k8s.io/pause:<tag>` below a registry gives.
+    """
+    registry = config.image_registry or (info.image_registry if info else "")
+    return images.mirrored(containerd.SANDBOX_IMAGE, registry)
 
 
 def check_image(value: str) -> str:

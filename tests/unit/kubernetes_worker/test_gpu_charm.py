@@ -682,6 +682,25 @@ def test_validate_gpu_image_from_the_mirror_registry(ctx, api, driver, kubelet):
     assert k.pods[0]["spec"]["containers"][0]["image"] == "other.local/cuda:1"
 
 
+@pytest.mark.parametrize(
+    ("own", "control_plane", "sandbox"),
+    [
+        ("", None, "registry.k8s.io/pause:3.10.1"),
+        ("", "cp.local/m", "cp.local/m/pause:3.10.1"),  # what the control plane publishes
+        ("reg.local/w", "cp.local/m", "reg.local/w/pause:3.10.1"),  # this unit's option wins
+    ],
+)
+def test_containerd_sandbox_image_follows_the_image_registry(
+    ctx, machine, api, driver, own, control_plane, sandbox
+):
+    register_node(api)
+    state = joined_state(api, config={"image-registry": own}, **{"image-registry": control_plane})
+
+    ctx.run(ctx.on.config_changed(), state)
+
+    assert f'  sandbox = "{sandbox}"\n' in machine.read(containerd.CONFIG_PATH)
+
+
 def test_bad_image_registry_blocks_and_changes_nothing(ctx, machine, api, driver):
     out = ctx.run(
         ctx.on.config_changed(), joined_state(api, config={"image-registry": "https://reg"})

@@ -129,6 +129,38 @@ def test_toolkit_from_nvidia_repository_pinned_and_held(machine, driver):
     assert changes(machine, before) == []
 
 
+def test_toolkit_refuses_gpus_asked_for_by_environment_in_unprivileged_pods(machine, driver):
+    driver.serve_toolkit()
+    nvidia.install_toolkit(machine.host(), nvidia.ToolkitSource.parse(""))
+
+    config = machine.read(nvidia.TOOLKIT_CONFIG)
+    assert "accept-nvidia-visible-devices-envvar-when-unprivileged = false\n" in config
+    assert "= true" not in config.split("[")[0]  # the package default is gone
+    assert machine.lines("nvidia-ctk") == [
+        "/usr/bin/nvidia-ctk config --in-place --set "
+        "accept-nvidia-visible-devices-envvar-when-unprivileged=false"
+    ]
+    nvidia.install_toolkit(machine.host(), nvidia.ToolkitSource.parse(""))
+    assert len(machine.lines("nvidia-ctk")) == 1  # set once
+
+
+def test_cdi_spec_missing_while_the_driver_works_is_generated_by_upstreams_service(
+    machine, driver
+):
+    driver.preinstall("580")
+    driver.serve_toolkit()
+    nvidia.install_toolkit(machine.host(), nvidia.ToolkitSource.parse(""))
+    machine.path(nvidia.CDI_SPEC).unlink()
+
+    assert nvidia.ensure_cdi_spec(machine.host()) is None
+
+    assert machine.path(nvidia.CDI_SPEC).exists()
+    assert machine.lines("systemctl")[-1] == "/usr/bin/systemctl start nvidia-cdi-refresh.service"
+    calls = len(machine.lines("systemctl"))
+    assert nvidia.ensure_cdi_spec(machine.host()) is None
+    assert len(machine.lines("systemctl")) == calls  # there: nothing to do
+
+
 def test_toolkit_from_a_mirror_configured_by_option(machine, driver):
     mirror = "http://mirror.internal/nvidia/deb/amd64"
     machine.remote[mirror] = TOOLKIT
