@@ -23,7 +23,7 @@ import gpu
 
 from charms.gpu_k8s.v0 import apt
 from charms.gpu_k8s.v0.containerd import RuntimeHandler
-from charms.gpu_k8s.v0.system import Host
+from charms.gpu_k8s.v0.system import CommandError, Host
 
 NVIDIA_SMI = "/usr/bin/nvidia-smi"
 DPKG = "/usr/bin/dpkg"

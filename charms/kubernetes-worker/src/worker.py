@@ -208,7 +208,7 @@ _IMAGE = re.compile(r"^[a-z0-9]+([._/:@-][A-Za-z0-9_]+)*$")
 
 
 def sandbox_image(config: WorkerConfig, info: JoinInfo | None) -> str:
-    """containerd's pause image: from this unit's image-registry, else the control plane's.
+    """The pause image for containerd: this unit's image-registry, else the control plane's.
 
     kubeadm names it `<imageRepository>/pause:<tag>` under a custom imageRepository, which
     is what moving `registry.k8s.io/pause:<tag>` below a registry gives.
