@@ -161,6 +161,18 @@ def test_cdi_spec_missing_while_the_driver_works_is_generated_by_upstreams_servi
     assert len(machine.lines("systemctl")) == calls  # there: nothing to do
 
 
+def test_cdi_spec_that_cannot_be_generated_says_where_to_look(machine, driver):
+    driver.preinstall("580")  # no toolkit: no nvidia-cdi-refresh service
+
+    reason = nvidia.ensure_cdi_spec(machine.host())
+
+    assert reason == (
+        "/var/run/cdi/nvidia.yaml was not generated (Failed to start "
+        "nvidia-cdi-refresh.service: Unit not found.); check "
+        "`journalctl -u nvidia-cdi-refresh.service`"
+    )
+
+
 def test_toolkit_from_a_mirror_configured_by_option(machine, driver):
     mirror = "http://mirror.internal/nvidia/deb/amd64"
     machine.remote[mirror] = TOOLKIT
