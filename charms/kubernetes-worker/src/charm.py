@@ -46,6 +46,7 @@ import nvidia
 import ops
 import pydantic
 import worker
+from reboot_turns import RebootTurns
 
 from charms.gpu_k8s.v0 import api_proxy, apt, kubeadm
 from charms.gpu_k8s.v0.config import ActionParams
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 CLUSTER = "cluster"
+REBOOTS = "reboots"
 MAX_VALIDATION_TIMEOUT = 3600
 
 
@@ -94,7 +96,10 @@ class KubernetesWorkerCharm(ops.CharmBase):
         # reboot_cordoned: whether it cordoned its node for that reboot.
         self._stored.set_default(left_cluster=False, reboot_boot=None, reboot_cordoned=False)
         self.cluster = ClusterRequirer(self, CLUSTER)
+        self.turns = RebootTurns(self, REBOOTS)
         self._status: ops.StatusBase | None = None
+        # Waiting for a turn to reboot: reported over Active, under any other status
+        self._turn_wait: str | None = None
         # A GPU problem, or a node newer than its control plane, reported over any other status
         self._blocked: str | None = None
         on = self.on
@@ -109,6 +114,9 @@ class KubernetesWorkerCharm(ops.CharmBase):
             on[CLUSTER].relation_joined,
             on[CLUSTER].relation_changed,
             on[CLUSTER].relation_broken,
+            on[REBOOTS].relation_changed,
+            on[REBOOTS].relation_departed,
+            on.leader_elected,
         ):
             framework.observe(event, self._reconcile)
         framework.observe(on[CLUSTER].relation_departed, self._on_cluster_departed)
@@ -128,6 +136,8 @@ class KubernetesWorkerCharm(ops.CharmBase):
             event.add_status(self._status)
         if self._blocked is not None:
             event.add_status(ops.BlockedStatus(self._blocked))
+        if self._turn_wait is not None:
+            event.add_status(ops.WaitingStatus(self._turn_wait))
 
     def _on_cluster_departed(self, event: ops.RelationDepartedEvent) -> None:
         if event.departing_unit == self.unit:
@@ -143,6 +153,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
             self._status = ops.MaintenanceStatus("left the cluster; this unit is being removed")
             return
         config = self.load_config(worker.WorkerConfig, errors="blocked")
+        self.turns.update_grants(config.max_parallel_reboots)
         host = self.host_factory()
         info = self.cluster.join_material()
         installed = self._install(host, config, info)
@@ -230,6 +241,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
         """Handle a reboot the driver needs; False when the reconcile stops here."""
         started = self._stored.reboot_boot
         if started is None and state.reboot is None:
+            self.turns.done(config.max_parallel_reboots)  # no longer needed, if it asked
             return True
         node = kubeadm.node_name(host)
         action = nvidia.reboot_action(
@@ -251,7 +263,11 @@ class KubernetesWorkerCharm(ops.CharmBase):
             )
             return True
         if action is nvidia.RebootAction.UNCORDON:
-            return self._after_reboot(info, node)
+            return self._after_reboot(info, node, config.max_parallel_reboots)
+        reason, limit = state.reboot or "", config.max_parallel_reboots
+        if not self.turns.request(reason, limit):
+            self._turn_wait = self.turns.waiting_message(reason, limit)
+            return True
         return self._drain_and_reboot(host, config, info, node, state)
 
     def _kube(self, info: JoinInfo | None, waiting_for: str) -> Kube | None:
@@ -312,8 +328,8 @@ class KubernetesWorkerCharm(ops.CharmBase):
         self._status = ops.MaintenanceStatus(f"rebooting: {reason}")
         return False
 
-    def _after_reboot(self, info: JoinInfo | None, node: str) -> bool:
-        """Back on a new boot with a working driver: uncordon the node if we cordoned it."""
+    def _after_reboot(self, info: JoinInfo | None, node: str, limit: int) -> bool:
+        """Back on a new boot with a working driver: uncordon (if we cordoned), end the turn."""
         if self._stored.reboot_cordoned:
             kube = self._kube(info, f"rebooted; cannot uncordon node {node} yet")
             if kube is None:
@@ -323,6 +339,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
                     logger.info("driver works after the reboot; uncordoned node %s", node)
         self._stored.reboot_boot = None
         self._stored.reboot_cordoned = False
+        self.turns.done(limit)
         return True
 
     def _kubernetes(

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from charms.gpu_k8s.v0.kubernetes_cluster import JoinInfo
 
 DEFAULT_API_PORT = 6443
+MAX_PARALLEL_REBOOTS = 100
 MAX_DRAIN_TIMEOUT = 3600
 # Annotation recording which labels came from `node-labels`, so that a label removed
 # from the config is removed from the node and labels set by others are left alone.
@@ -119,6 +120,7 @@ class WorkerConfig(CharmConfig):
     nvidia_apt_source: str = ""
     gpu_taint: bool = True
     auto_reboot: bool = False
+    max_parallel_reboots: int = 1
     nvidia_default_runtime: bool = False
     gpu_validation_image: str = nvidia.VALIDATION_IMAGE
     image_registry: str = ""
@@ -169,6 +171,13 @@ class WorkerConfig(CharmConfig):
     @classmethod
     def _labels(cls, value: str) -> str:
         parse_labels(value)
+        return value
+
+    @pydantic.field_validator("max_parallel_reboots")
+    @classmethod
+    def _parallel(cls, value: int) -> int:
+        if not 1 <= value <= MAX_PARALLEL_REBOOTS:
+            raise ValueError(f"must be a number of nodes from 1 to {MAX_PARALLEL_REBOOTS}")
         return value
 
     @pydantic.field_validator("drain_timeout")

@@ -839,3 +839,105 @@ def test_auto_reboot_of_a_joined_node_without_api_access_waits_instead_of_reboot
         f"reboot needed ({SWITCH_TO_580}); cannot drain node {NODE} yet: waiting for access to "
         "the control plane's join secret"
     )
+
+
+# -- turns to reboot ------------------------------------------------------------------
+
+
+def peers(turns=None, mine=None, others=None):
+    """The `reboots` peer relation: the leader's turns, this unit's and others' requests."""
+    return testing.PeerRelation(
+        "reboots",
+        local_app_data={"reboot-turns": json.dumps(turns)} if turns is not None else {},
+        local_unit_data=mine or {},
+        peers_data=others or {},
+    )
+
+
+def asked(since, reason="kernel"):
+    return {"reboot-request": json.dumps({"since": since, "reason": reason})}
+
+
+def with_peers(state, relation, leader=False):
+    return dataclasses.replace(state, relations={*state.relations, relation}, leader=leader)
+
+
+def test_a_unit_waits_for_its_turn_while_another_reboots(ctx, machine, api, driver, reboots):
+    needs_reboot(driver)
+    register_node(api)
+    state = with_peers(
+        joined_state(api, config={"auto-reboot": True}),
+        peers(turns=["kubernetes-worker/1"], others={1: asked(100.0)}),
+    )
+
+    out = ctx.run(ctx.on.update_status(), state)
+
+    assert out.unit_status == testing.WaitingStatus(
+        f"reboot needed ({BOOT_NEW_KERNEL}); waiting for a turn (max-parallel-reboots: 1 node "
+        "at once); rebooting now: kubernetes-worker/1"
+    )
+    assert reboots == []
+    assert not node(api).get("spec", {}).get("unschedulable")  # not drained
+    mine = out.get_relation(next(r.id for r in out.relations if r.endpoint == "reboots"))
+    assert json.loads(mine.local_unit_data["reboot-request"])["reason"] == BOOT_NEW_KERNEL
+
+
+def test_a_unit_with_its_turn_drains_and_reboots(ctx, machine, api, driver, clock, reboots):
+    needs_reboot(driver)
+    register_node(api)
+    state = with_peers(
+        joined_state(api, config={"auto-reboot": True}),
+        peers(turns=[UNIT], mine=asked(50.0)),
+    )
+
+    out = ctx.run(ctx.on.update_status(), state)  # the leader granted this unit a turn
+
+    assert out.unit_status == testing.MaintenanceStatus(f"rebooting: {BOOT_NEW_KERNEL}")
+    assert reboots == [False]
+    relation = next(r for r in out.relations if r.endpoint == "reboots")
+    assert "reboot-request" in relation.local_unit_data  # the turn outlives the reboot
+
+
+def test_the_leader_grants_the_oldest_request_first_and_the_turn_ends_after_the_reboot(
+    ctx, machine, api, driver, clock, reboots
+):
+    needs_reboot(driver)
+    register_node(api)
+    state = with_peers(
+        joined_state(api, config={"auto-reboot": True}),
+        peers(turns=[], others={1: asked(10.0), 2: asked(20.0)}),
+        leader=True,
+    )
+
+    out = ctx.run(ctx.on.update_status(), state)
+
+    relation = next(r for r in out.relations if r.endpoint == "reboots")
+    assert json.loads(relation.local_app_data["reboot-turns"]) == ["kubernetes-worker/1"]
+    assert reboots == [] and out.unit_status.name == "waiting"
+
+    # two at a time: the next oldest (unit 2) gets the second turn, this unit still waits
+    out = ctx.run(ctx.on.config_changed(), with_config(out, **{"max-parallel-reboots": 2}))
+    relation = next(r for r in out.relations if r.endpoint == "reboots")
+    assert json.loads(relation.local_app_data["reboot-turns"]) == [
+        "kubernetes-worker/1",
+        "kubernetes-worker/2",
+    ]
+
+    # unit 1 is back: its request is gone, and this unit gets the free turn and reboots
+    relation = dataclasses.replace(relation, peers_data={1: {}, 2: asked(20.0)})
+    others = {r for r in out.relations if r.endpoint != "reboots"}
+    out = ctx.run(
+        ctx.on.relation_changed(relation, remote_unit=1),
+        dataclasses.replace(out, relations={*others, relation}),
+    )
+    relation = next(r for r in out.relations if r.endpoint == "reboots")
+    assert json.loads(relation.local_app_data["reboot-turns"]) == ["kubernetes-worker/2", UNIT]
+    assert reboots == [False]
+
+    driver.reboot()
+    out = ctx.run(ctx.on.start(), out)
+
+    relation = next(r for r in out.relations if r.endpoint == "reboots")
+    assert "reboot-request" not in relation.local_unit_data  # the turn is given back
+    assert json.loads(relation.local_app_data["reboot-turns"]) == ["kubernetes-worker/2"]
+    assert out.unit_status.name == "active"

@@ -361,3 +361,20 @@ def test_gpus_bound_to_nouveau_are_released_through_a_reboot(machine, tmp_path):
 def build_inventory_bound(tmp_path):
     root = build_machine(tmp_path / "sys-after", "g5-a10g", module_loaded=True)
     return gpu.detect(root, write_pci_ids(tmp_path / "pci.ids"))
+
+
+# --------------------------------------------------------------------- turns to reboot
+
+
+def test_turns_go_to_the_oldest_requests_up_to_the_limit():
+    from reboot_turns import grant
+
+    asks = {"w/3": 30.0, "w/1": 10.0, "w/2": 10.0}
+
+    assert grant(asks, [], 1) == ["w/1"]  # same time: lower unit number first
+    assert grant(asks, [], 2) == ["w/1", "w/2"]
+    assert grant(asks, ["w/3"], 2) == ["w/3", "w/1"]  # a holder keeps its turn
+    assert grant(asks, ["w/3", "w/2"], 1) == ["w/3", "w/2"]  # never taken away
+    assert grant({"w/2": 5.0}, ["w/1"], 1) == ["w/2"]  # w/1 is done (or gone)
+    assert grant({}, ["w/1"], 1) == []
+    assert grant(asks, [], 0) == ["w/1"]  # at least one
