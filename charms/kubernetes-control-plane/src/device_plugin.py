@@ -65,7 +65,8 @@ HOST_DRIVER_ROOT = "/"
 CONTAINER_DRIVER_ROOT = "/driver-root"
 # `flags.plugin.nvidiaCTKPath` (env NVIDIA_CDI_HOOK_PATH): the hook binary the spec's
 # hooks run on the host. nvidia-container-toolkit-base installs /usr/bin/nvidia-cdi-hook
-# (packaging/debian/nvidia-container-toolkit-base.install, v1.18.1), the default of the
+# (packaging/debian/nvidia-container-toolkit-base.install, v1.18.1 and v1.20.0, the
+# worker's pin), the default of the
 # toolkit's own spec generator (internal/discover/hooks.go defaultNvidiaCDIHookPath).
 CDI_HOOK_PATH = "/usr/bin/nvidia-cdi-hook"
 # Set on the plugin when a MIG strategy is in use, as the Helm chart does.

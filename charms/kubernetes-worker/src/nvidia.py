@@ -35,7 +35,11 @@ TOOLKIT_URI = "https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH)"
 TOOLKIT_KEY_URL = "https://nvidia.github.io/libnvidia-container/gpgkey"
 TOOLKIT_KEY_PATH = "/etc/apt/keyrings/nvidia-container-toolkit.gpg"
 # Pinned release; the four packages are released together at the same version.
-TOOLKIT_VERSION = "1.18.1-1"
+# 2026-11-23: v1.20.0 (tagged 2026-08-12) is the newest release tag in
+# NVIDIA/nvidia-container-toolkit; its CHANGELOG adds the `update-application-profile`
+# CDI hook that the device plugin v0.20.0 (the control plane's pin, built on the same
+# toolkit code) writes into CDI specs. Debian packages are versioned `<tag>-1`.
+TOOLKIT_VERSION = "1.20.0-1"
 TOOLKIT_PACKAGES = (
     "nvidia-container-toolkit",
     "nvidia-container-toolkit-base",
