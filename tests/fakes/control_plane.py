@@ -5,9 +5,10 @@ learns what only a control plane runs: `kubeadm init` (writes admin.conf pointin
 fake API server, a real CA certificate and API server certificate, registers the Node and
 stores the `kubeadm-config` ConfigMap, as its upload-config phase does), `kubeadm token
 create/delete`, `kubeadm init phase upload-certs`, `kubeadm init phase certs apiserver`
-(which, like the real one, keeps an existing certificate and key: "If both files already
-exist, kubeadm skips the generate step"), `crictl` for restarting the API server
-container, and a control-plane `kubeadm join` whose API server certificate carries the
+(which, like the real one, reuses an existing certificate and key only when they carry
+every wanted name, and refuses them otherwise: "certificate apiserver is invalid"; no
+`crictl`: kube-apiserver reloads its serving certificate from disk, so nothing restarts
+it), and a control-plane `kubeadm join` whose API server certificate carries the
 certSANs of the cluster's `kubeadm-config` ConfigMap, as the real join reads them there.
 """
 
@@ -128,8 +129,6 @@ class ControlPlaneMachine:
         self.machine.on_kubeadm("token", self._token)
         self.machine.admin_conf = api.kubeconfig(ADMIN_TOKEN)
         self.machine.ca_pem = CA_PEM
-        self.apiserver_restarts = 0
-        self.machine.on("crictl", self._crictl)
         base_join_phase = self.machine._join_phase
 
         def join_phase(phase: str, argv: list[str], config: dict) -> None:
@@ -222,15 +221,6 @@ class ControlPlaneMachine:
             cluster,
         )
         return '[certs] Generating "apiserver" certificate and key\n'
-
-    def _crictl(self, argv: list[str], _input: str | None) -> str:
-        args = [a for a in argv[1:] if not a.startswith("--runtime-endpoint")]
-        if args[:1] == ["ps"] and "kube-apiserver" in args:
-            return "3f1c0ffee0ddba11\n"
-        if args == ["stop", "3f1c0ffee0ddba11"]:
-            self.apiserver_restarts += 1  # kubelet starts the static pod's container again
-            return "3f1c0ffee0ddba11\n"
-        raise CommandError(argv, 1, f"fake crictl does not handle {args}")
 
     def _upload_certs_phase(self, argv: list[str]) -> str:
         if argv[3] != "upload-certs" or "--upload-certs" not in argv:

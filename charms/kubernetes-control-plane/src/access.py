@@ -169,7 +169,6 @@ class Access:
                     advertise_address=self.charm._address(),
                     extra=sorted(wanted),
                 )
-            bootstrap.restart_apiserver_if_pending(self.charm.host)
         except bootstrap.BootstrapError as e:
             raise StatusError(ops.WaitingStatus(f"{e}; retrying on the next event")) from None
 

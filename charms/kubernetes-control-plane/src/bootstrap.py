@@ -25,9 +25,7 @@ from literals import (
     API_PORT,
     APISERVER_CERT,
     APISERVER_KEY,
-    APISERVER_RESTART_PENDING,
     CA_CERT,
-    CRICTL,
     ETCD_MANIFEST,
     INIT_CONFIG,
     JOINED_MARKER,
@@ -156,10 +154,14 @@ def renew_apiserver_cert(
     `cluster` is the cluster's ClusterConfiguration (the kubeadm-config ConfigMap), so the
     certificate keeps what kubeadm puts in it (the first Service IP of the real service
     network, the control-plane endpoint, the cluster's certSANs). `kubeadm init phase
-    certs apiserver` keeps an existing certificate, so the old pair is moved aside first
-    and put back if kubeadm fails. The API server reads its certificate at start: a
-    marker asks `restart_apiserver_if_pending` to restart it (kubeadm's documented way
-    to add SANs to a running cluster).
+    certs apiserver` refuses an existing certificate that lacks a wanted name (phases/
+    certs `validateCertificateWithConfig`: "certificate apiserver is invalid"), so the old
+    pair is moved aside first and put back if kubeadm fails (kubernetes/website
+    kubeadm-reconfigure.md renews it this way). No restart follows: kube-apiserver watches
+    its serving certificate files and serves a new pair as soon as it is written
+    (k8s.io/apiserver `SecureServingOptions.ApplyTo` ->
+    `dynamiccertificates.NewDynamicServingContentFromFiles`), so no API server stops,
+    and units renewing at the same time take nothing down.
 
     Raises:
         BootstrapError: kubeadm failed (the old certificate is back in place).
@@ -195,34 +197,9 @@ def renew_apiserver_cert(
         raise BootstrapError(f"renewing the API server certificate: {e.last_line}") from None
     finally:
         host.path(CERTS_CONFIG).unlink(missing_ok=True)
-    host.write(APISERVER_RESTART_PENDING, "certificate renewed\n")
     for path in moved:
         host.path(path + ".old").unlink(missing_ok=True)
     logger.info("renewed the API server certificate for %s", ", ".join(sorted(extra)))
-
-
-def restart_apiserver_if_pending(host: Host) -> bool:
-    """Restart the kube-apiserver container after a renewal; True when it did.
-
-    kubelet starts a static pod's container again when it stops, with the new
-    certificate; through the node-local endpoint, clients use the other API servers
-    meanwhile.
-
-    Raises:
-        BootstrapError: crictl failed (the marker stays: the next call tries again).
-    """
-    if not host.path(APISERVER_RESTART_PENDING).exists():
-        return False
-    endpoint = f"--runtime-endpoint={kubeadm.CRI_SOCKET}"
-    try:
-        ids = host.run(CRICTL, endpoint, "ps", "-q", "--name", "kube-apiserver").split()
-        for container in ids:
-            host.run(CRICTL, endpoint, "stop", container)
-    except CommandError as e:
-        raise BootstrapError(f"restarting the API server: {e.last_line}") from None
-    host.path(APISERVER_RESTART_PENDING).unlink()
-    logger.info("restarted the API server to serve its new certificate")
-    return True
 
 
 def is_bootstrapped(host: Host) -> bool:

@@ -20,8 +20,6 @@ CA_CERT = "/etc/kubernetes/pki/ca.crt"
 APISERVER_CERT = "/etc/kubernetes/pki/apiserver.crt"
 APISERVER_KEY = "/etc/kubernetes/pki/apiserver.key"
 # Left by a certificate renewal until the API server restarted with the new certificate.
-APISERVER_RESTART_PENDING = "/var/lib/kubernetes-control-plane/apiserver-restart-pending"
-CRICTL = "/usr/bin/crictl"
 INIT_CONFIG = "/etc/kubernetes/gpu-k8s/kubeadm-init.yaml"
 INSTALL_MARKER = "/var/lib/kubernetes-control-plane/installed.json"
 # Written once `kubeadm init` or `kubeadm join --control-plane` exited 0: this node is a
