@@ -52,7 +52,7 @@ ARMORED_KEY = (
 PROGRAM_PACKAGES = {"kubeadm": "kubeadm", "kubectl": "kubectl", "kubelet": "kubelet"}
 # The Ubuntu 24.04 archive as the fake starts it: one version per pocket. These are
 # versions noble has published (packages.ubuntu.com, launchpad publishing history); the
-# charms pin series (containerd 2.2.*), so an update in a pocket must not break them.
+# charms pin series (containerd 2.*), so an update in a pocket must not break them.
 UBUNTU_ARCHIVE: dict[str, dict[str, str]] = {
     "containerd": {"release": "1.7.12-0ubuntu4", "updates": "2.2.1-0ubuntu1~24.04.3"},
     "runc": {

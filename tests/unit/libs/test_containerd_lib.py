@@ -91,22 +91,33 @@ def test_an_ubuntu_update_that_replaces_the_tested_version_still_installs(machin
     assert updates and installs and updates[0] < installs[0]
 
 
-def test_a_series_the_archive_no_longer_has_is_refused_by_name(machine):
-    machine.publish("containerd", "2.3.0-0ubuntu1~24.04.1")
+def test_a_new_minor_in_the_archive_is_taken_by_new_units(machine):
+    machine.publish("containerd", "2.3.0-0ubuntu1~24.04.1")  # the SRU exception allows it
+
+    assert containerd.install(machine.host())
+
+    assert machine.dpkg["containerd"] == "2.3.0-0ubuntu1~24.04.1"
+
+
+def test_a_major_the_archive_no_longer_has_is_refused_by_name(machine):
+    machine.publish("containerd", "3.0.0-0ubuntu1~24.04.1")
 
     with pytest.raises(apt.AptError) as err:
         containerd.install(machine.host())
 
     assert err.value.package == "containerd"
-    assert "Version '2.2.*' for 'containerd' was not found" in str(err.value)
+    assert "Version '2.*' for 'containerd' was not found" in str(err.value)
     assert "containerd" not in machine.dpkg
 
 
-def test_install_moves_an_older_runc_into_its_series(machine):
+def test_the_first_install_moves_an_older_runc_to_the_newest_of_its_series(machine):
     machine.dpkg["runc"] = "1.1.12-0ubuntu3"  # what the release pocket shipped
 
     assert containerd.install(machine.host())
     assert machine.dpkg["runc"] == "1.3.4-0ubuntu1~24.04.1"
+    before = len(machine.mutations())
+    assert not containerd.install(machine.host())  # in its series: nothing runs again
+    assert machine.mutations()[before:] == []
 
 
 def test_configure_restarts_containerd_only_when_the_file_changes(machine):

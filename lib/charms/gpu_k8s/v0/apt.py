@@ -10,7 +10,7 @@ twice therefore runs no mutating command the second time.
 
 Pins are apt version globs, so that they survive the archives they come from:
 - the Ubuntu archive keeps one version of a package per pocket and replaces it at every
-  update, so Ubuntu packages are pinned by series (`containerd: 2.2.*`), with an apt
+  update, so Ubuntu packages are pinned by series (`containerd: 2.*`), with an apt
   preferences file (`pin()`) and the same glob at install time;
 - pkgs.k8s.io keeps every version but may publish a patch under another package revision
   (1.36.2 exists only as 1.36.2-2.1, kubernetes/release#4156), so Kubernetes packages

@@ -26,7 +26,7 @@ from charms.gpu_k8s.v0.system import Host
 
 LIBID = "d05ade75775e4907ae5bd11555f9b6b6"
 LIBAPI = 0
-LIBPATCH = 3
+LIBPATCH = 4
 
 # Ubuntu 24.04 (noble) series, pinned with apt preferences and held (see apt.py: the
 # archive keeps one version per pocket, so an exact pin breaks at the next update).
@@ -35,10 +35,14 @@ LIBPATCH = 3
 # release pocket containerd 1.7.12 and runc 1.1.12 (packages.ubuntu.com, public EC2 apt
 # logs). containerd 2.x is what Kubernetes 1.36 needs (1.35 was the last minor to support
 # containerd 1.x); containerd's Depends on runc carries no version, so runc gets its own.
+# The series is the MAJOR version: Ubuntu's SRU exception for containerd-app and runc-app
+# brings new upstream minors (".0 releases are eligible") to stable releases
+# (documentation.ubuntu.com/project/SRU/reference/exception-Docker-Updates), so a minor
+# pin (2.2.*) would fail on new units once 2.3 replaces 2.2 in noble-updates.
 CONTAINERD_PACKAGE = "containerd"
-CONTAINERD_SERIES = "2.2.*"
+CONTAINERD_SERIES = "2.*"
 RUNC_PACKAGE = "runc"
-RUNC_SERIES = "1.3.*"
+RUNC_SERIES = "1.*"
 # The pause image kubeadm 1.34+ expects; pinned so every node runs the same sandbox.
 SANDBOX_IMAGE = "registry.k8s.io/pause:3.10.1"
 CONFIG_PATH = "/etc/containerd/config.toml"
@@ -72,10 +76,16 @@ class RuntimeHandler:
 
 
 def install(host: Host) -> bool:
-    """Install containerd and runc from their pinned series and hold both; True when changed."""
+    """Install containerd and runc from their pinned series and hold both; True when changed.
+
+    The first install takes the newest of each series the archive has (a runc the image
+    already had, from the release pocket, moves up too); later calls change nothing
+    while the installed versions are in their series.
+    """
     packages = {CONTAINERD_PACKAGE: CONTAINERD_SERIES, RUNC_PACKAGE: RUNC_SERIES}
     changed = apt.pin(host, "containerd", packages)
-    return apt.install(host, packages, hold=True) or changed
+    first = apt.installed_version(host, CONTAINERD_PACKAGE) is None
+    return apt.install(host, packages, hold=True, upgrade=first) or changed
 
 
 def _toml(value: str) -> str:
