@@ -7,8 +7,9 @@ A hook about one worker unit reads that unit's databag and at most one Node; the
 registry (`registry.py`) lets every hook count workers and GPUs without reading the rest.
 Nodes of departed workers are deleted once drained or NotReady. Workers are told the
 control-plane endpoint, the API servers behind it, the CA pin, the minor to run (the
-lowest control-plane minor while an upgrade is under way) and, during an upgrade, whose
-turn it is; the token and their kubeconfig travel in a secret.
+lowest control-plane minor while an upgrade is under way), during an upgrade whose turn it
+is, the image registry, and the device plugin's MIG strategy and time-slicing replicas
+(which their GPU node labels describe); the token and their kubeconfig travel in a secret.
 
 Ops code (the workers relation and the peer databag); the decisions are in
 `registry.py`, `rolling.py` and `cluster_info.py`.
@@ -83,6 +84,8 @@ class Fleet:
             expire=expire,
             upgrade_turn=self._worker_turn(bag, control_plane_done),
             image_registry=config.image_registry,
+            mig_strategy=config.mig_strategy,
+            gpu_time_slicing_replicas=config.gpu_time_slicing_replicas,
         )
 
     def sync(self, bag: ops.RelationDataContent, event: ops.EventBase) -> set[str]:

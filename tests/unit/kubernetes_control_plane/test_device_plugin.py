@@ -65,6 +65,24 @@ def test_time_slicing_and_mig_config_roll_the_pods(ctx, bootstrapped, api):
     assert after != before
 
 
+def test_workers_are_told_the_sharing_and_mig_strategy_their_gpu_labels_describe(
+    ctx, bootstrapped, api
+):
+    def told(state):
+        bag = next(r for r in state.relations if r.endpoint == "workers").local_app_data
+        return bag.get("mig-strategy"), bag.get("gpu-time-slicing-replicas")
+
+    out = join_workers(ctx, bootstrapped, workers_relation({0: worker_bag("gpu-0", GPUS)}), api)
+    assert told(out) == (None, None)  # the defaults (none, 1) go unsaid
+
+    config = {"gpu-time-slicing-replicas": 4, "mig-strategy": "mixed"}
+    out = ctx.run(ctx.on.config_changed(), dataclasses.replace(out, config=config))
+    assert told(out) == ("mixed", "4")
+
+    out = ctx.run(ctx.on.config_changed(), dataclasses.replace(out, config={}))
+    assert told(out) == (None, None)
+
+
 def test_pods_get_gpus_through_cdi_without_the_nvidia_runtime_class(ctx, bootstrapped, api):
     join_workers(ctx, bootstrapped, workers_relation({0: worker_bag("gpu-0", GPUS)}), api)
 

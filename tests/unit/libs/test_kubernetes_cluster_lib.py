@@ -229,3 +229,67 @@ def test_requirer_names_a_malformed_image_registry():
     material, problem = requirer_view(testing.State(relations=[rel], secrets=[sec]))
     assert material is None
     assert problem.startswith("control plane databag: image-registry is invalid")
+
+
+def test_provider_publishes_the_device_plugin_sharing_only_when_not_the_default():
+    rel = testing.Relation("workers", remote_app_name="w")
+    ctx = testing.Context(ControlPlane, meta=CP_META)
+    args = ("https://127.0.0.1:6444", SERVERS, HASH, "1.36", TOKEN, "k")
+    with ctx(ctx.on.update_status(), testing.State(leader=True, relations=[rel])) as mgr:
+        mgr.charm.workers.publish(*args, mig_strategy="single", gpu_time_slicing_replicas=4)
+        out = mgr.run()
+    bag = out.get_relation(rel.id).local_app_data
+    assert (bag["mig-strategy"], bag["gpu-time-slicing-replicas"]) == ("single", "4")
+    with ctx(ctx.on.update_status(), out) as mgr:
+        mgr.charm.workers.publish(*args, mig_strategy="none", gpu_time_slicing_replicas=1)
+        out = mgr.run()
+    bag = out.get_relation(rel.id).local_app_data
+    assert "mig-strategy" not in bag and "gpu-time-slicing-replicas" not in bag
+
+
+@pytest.mark.parametrize(
+    ("sharing", "error"),
+    [
+        ({"mig_strategy": "double"}, "mig-strategy is invalid"),
+        ({"gpu_time_slicing_replicas": 0}, "gpu-time-slicing-replicas is invalid"),
+    ],
+)
+def test_provider_refuses_a_malformed_device_plugin_sharing(sharing, error):
+    rel = testing.Relation("workers", remote_app_name="w")
+    ctx = testing.Context(ControlPlane, meta=CP_META)
+    args = ("https://127.0.0.1:6444", SERVERS, HASH, "1.36", TOKEN, "k")
+    with ctx(ctx.on.update_status(), testing.State(leader=True, relations=[rel])) as mgr:
+        with pytest.raises(ValueError, match=error):
+            mgr.charm.workers.publish(*args, **sharing)
+        out = mgr.run()
+    assert out.get_relation(rel.id).local_app_data == {}
+
+
+@pytest.mark.parametrize(
+    ("bag", "strategy", "replicas"),
+    [
+        ({}, "none", 1),
+        ({"mig-strategy": "mixed", "gpu-time-slicing-replicas": "4"}, "mixed", 4),
+    ],
+)
+def test_requirer_reads_the_device_plugin_sharing(bag, strategy, replicas):
+    sec = testing.Secret({"token": TOKEN, "kubeconfig": "k"})
+    rel = testing.Relation("cluster", remote_app_data=provider_bag(sec.id, **bag))
+    material, problem = requirer_view(testing.State(relations=[rel], secrets=[sec]))
+    assert problem is None
+    assert (material.mig_strategy, material.gpu_time_slicing_replicas) == (strategy, replicas)
+
+
+@pytest.mark.parametrize(
+    ("bag", "field"),
+    [
+        ({"mig-strategy": "auto"}, "mig-strategy"),
+        ({"gpu-time-slicing-replicas": "many"}, "gpu-time-slicing-replicas"),
+    ],
+)
+def test_requirer_names_a_malformed_device_plugin_sharing(bag, field):
+    sec = testing.Secret({"token": TOKEN, "kubeconfig": "k"})
+    rel = testing.Relation("cluster", remote_app_data=provider_bag(sec.id, **bag))
+    material, problem = requirer_view(testing.State(relations=[rel], secrets=[sec]))
+    assert material is None
+    assert problem.startswith(f"control plane databag: {field} is invalid")

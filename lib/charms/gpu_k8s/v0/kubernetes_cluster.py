@@ -30,10 +30,18 @@ Provider databag (application):
     kubernetes-version: "1.36"
     upgrade-turn: kubernetes-worker/3     # only while workers upgrade, one at a time
     image-registry: registry.example.com:5000/mirror   # only when the operator set one
+    mig-strategy: single                  # only when not none
+    gpu-time-slicing-replicas: "4"        # only when GPUs are shared (above 1)
 
 `image-registry` is the control plane's `image-registry` option: the mirror every image
 of the cluster is pulled from (see `images.py`). A worker moves its own images there,
 such as containerd's sandbox image: `join_material().image_registry` ("" = upstream).
+
+`mig-strategy` and `gpu-time-slicing-replicas` are how the control plane runs the NVIDIA
+device plugin (its options of the same names). A worker describes them in the GPU labels
+of its node, as GPU Feature Discovery does (`nvidia.com/mig.strategy`, `gpu.replicas`,
+`gpu.sharing-strategy`): `join_material().mig_strategy` ("none" when absent) and
+`.gpu_time_slicing_replicas` (1 when absent).
 
 Requirer databag (unit):
 
@@ -54,7 +62,7 @@ import datetime
 import json
 import logging
 import re
-from typing import Any
+from typing import Any, Literal
 
 import ops
 import pydantic
@@ -64,7 +72,7 @@ from charms.gpu_k8s.v0.databag import Databag, Endpoint, explain, write
 
 LIBID = "5f724584087c4f3caa6d95ea68f42ceb"
 LIBAPI = 0
-LIBPATCH = 8
+LIBPATCH = 9
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +104,12 @@ class ProviderAppData(Databag):
     kubernetes_version: str = pydantic.Field(alias="kubernetes-version")
     upgrade_turn: str | None = pydantic.Field(default=None, alias="upgrade-turn")
     image_registry: str | None = pydantic.Field(default=None, alias="image-registry")
+    mig_strategy: Literal["none", "single", "mixed"] | None = pydantic.Field(
+        default=None, alias="mig-strategy"
+    )
+    gpu_time_slicing_replicas: int | None = pydantic.Field(
+        default=None, alias="gpu-time-slicing-replicas", ge=1
+    )
 
     @pydantic.field_validator("endpoint")
     @classmethod
@@ -190,6 +204,8 @@ class JoinInfo:
     kubeconfig: str = dataclasses.field(repr=False)
     upgrade_turn: str | None = None
     image_registry: str = ""
+    mig_strategy: str = "none"
+    gpu_time_slicing_replicas: int = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -234,6 +250,8 @@ class ClusterProvider(Endpoint):
         expire: datetime.datetime | None = None,
         upgrade_turn: str | None = None,
         image_registry: str = "",
+        mig_strategy: str = "none",
+        gpu_time_slicing_replicas: int = 1,
     ) -> ops.Secret:
         """Publish join material to every related worker application (leader only).
 
@@ -254,6 +272,10 @@ class ClusterProvider(Endpoint):
             "kubernetes-version": version,
             "upgrade-turn": upgrade_turn,
             "image-registry": image_registry or None,
+            "mig-strategy": None if mig_strategy == "none" else mig_strategy,
+            "gpu-time-slicing-replicas": (
+                None if gpu_time_slicing_replicas == 1 else gpu_time_slicing_replicas
+            ),
         }
         try:
             ProviderAppData.model_validate(fields)  # before anything is created
@@ -367,6 +389,8 @@ class ClusterRequirer(Endpoint):
                 kubeconfig=content["kubeconfig"],
                 upgrade_turn=bag.upgrade_turn,
                 image_registry=bag.image_registry or "",
+                mig_strategy=bag.mig_strategy or "none",
+                gpu_time_slicing_replicas=bag.gpu_time_slicing_replicas or 1,
             ),
             None,
         )
