@@ -593,7 +593,8 @@ class FakeDriver:
                 f"DRIVER version      : {driver}\nCUDA Version        : 13.0\n"
             )
         return "".join(
-            f"{i}, NVIDIA A10G, 23028, 0, 0, 30, [N/A], {driver}, 00000000:00:{0x1B + i:02X}.0\n"
+            f"{i}, NVIDIA A10G, 23028, 0, 0, 30, [N/A], {driver}, "
+            f"00000000:00:{0x1B + i:02X}.0, 8.6\n"
             for i in range(self.gpus)
         )
 

@@ -462,11 +462,12 @@ class KubernetesWorkerCharm(ops.CharmBase):
         """`node-labels`, GPU labels and the GPU taint on the Node; False while it cannot."""
         from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
 
+        plugin = nvidia.PluginConfig(info.mig_strategy, info.gpu_time_slicing_replicas)
         try:
             with Kube.from_kubeconfig(info.kubeconfig) as kube:
                 done = worker.apply_labels(kube, node, config.labels)
                 if done is not None:
-                    gpu_node.apply_node_state(kube, node, state, config.gpu_taint)
+                    gpu_node.apply_node_state(kube, node, state, config.gpu_taint, plugin)
         except ValueError as e:
             self._status = ops.WaitingStatus(f"control plane kubeconfig is unusable: {e}")
             return False

@@ -61,6 +61,18 @@ KNOWN_MODELS: Mapping[int, str] = {
 MIG_CAPABLE = frozenset(
     {0x20B0, 0x20B2, 0x20B5, 0x20B7, 0x20F1, 0x2321, 0x2330, 0x2331, 0x2335, 0x233B}
 )
+# CUDA compute capability of the models above, for drivers whose nvidia-smi cannot report
+# it (`compute_cap` below). Values from NVIDIA's "CUDA GPU Compute Capability" table
+# (developer.nvidia.com/cuda-gpus): V100 7.0; T4 and T4G 7.5; A100 and A30 8.0; A10,
+# A10G 8.6; L4, L40, L40S 8.9; H100, H200 9.0.
+KNOWN_COMPUTE: Mapping[int, str] = {
+    **dict.fromkeys((0x1DB1, 0x1DB4, 0x1DB5), "7.0"),
+    **dict.fromkeys((0x1EB4, 0x1EB8), "7.5"),
+    **dict.fromkeys((0x20B0, 0x20B2, 0x20B5, 0x20B7, 0x20F1), "8.0"),
+    **dict.fromkeys((0x2236, 0x2237), "8.6"),
+    **dict.fromkeys((0x26B5, 0x26B9, 0x27B8), "8.9"),
+    **dict.fromkeys((0x2321, 0x2330, 0x2331, 0x2335, 0x233B), "9.0"),
+}
 
 SMI_FIELDS = (
     "index",
@@ -72,8 +84,20 @@ SMI_FIELDS = (
     "mig.mode.current",
     "driver_version",
     "pci.bus_id",
+    "compute_cap",
 )
 SMI_QUERY_ARGS = (f"--query-gpu={','.join(SMI_FIELDS)}", "--format=csv,noheader,nounits")
+# `compute_cap` ("8.6"; NVIDIA's CUDA Programming Guide, "Obtain the GPU Compute
+# Capability": `nvidia-smi --query-gpu=name,compute_cap`) is last so that output of the
+# fields before it still parses. Drivers without it (470 does not know it: huggingface/
+# candle#733, NVIDIA/TensorRT-LLM#735; 570 does: canonical/inference-snaps#128) refuse
+# the whole query with `Field "compute_cap" is not a valid field to query.`; the query
+# is then asked again without it.
+SMI_QUERY_ARGS_WITHOUT_COMPUTE_CAP = (
+    f"--query-gpu={','.join(SMI_FIELDS[:-1])}",
+    "--format=csv,noheader,nounits",
+)
+UNKNOWN_FIELD_TEXT = "is not a valid field to query"
 MISMATCH_TEXT = "driver/library version mismatch"
 REBOOT_REQUIRED_FILE = "/var/run/reboot-required"
 
@@ -90,6 +114,9 @@ class GpuDevice:
         kernel_driver: the driver bound to the function (`nvidia`, `nouveau`, `vfio-pci`).
         mig_capable: whether the model supports Multi-Instance GPU.
         memory_mib: total memory, known only once nvidia-smi reports it.
+        compute_capability: CUDA compute capability, `8.6` (nvidia-smi's, else the
+            built-in table's), or None when unknown.
+        pci_class: PCI base class and subclass, 0x0302 (3D controller) or 0x0300 (VGA).
     """
 
     pci_address: str
@@ -99,6 +126,8 @@ class GpuDevice:
     kernel_driver: str | None = None
     mig_capable: bool = False
     memory_mib: int | None = None
+    compute_capability: str | None = None
+    pci_class: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,6 +164,17 @@ class GpuInventory:
         """Memory of one GPU of the most common model (None until nvidia-smi reported it)."""
         known = [d.memory_mib for d in self.devices if d.model == self.model and d.memory_mib]
         return max(known) if known else None
+
+    @property
+    def compute_capability(self) -> str | None:
+        """CUDA compute capability of the most common model, `8.6`, or None when unknown."""
+        known = [d.compute_capability for d in self.devices if d.model == self.model]
+        return next((c for c in known if c), None)
+
+    @property
+    def pci_classes(self) -> frozenset[int]:
+        """The PCI classes (0x0300, 0x0302) of the GPUs whose class is known."""
+        return frozenset(d.pci_class for d in self.devices if d.pci_class is not None)
 
     def describe(self) -> str:
         """Human summary: `4x NVIDIA A10G`, or `2x NVIDIA A10G + 1x NVIDIA Tesla T4`."""
@@ -214,7 +254,7 @@ def detect(
     Functions whose files cannot be read are skipped. Memory stays unknown here.
     """
     devices_dir = sysfs_root / "bus" / "pci" / "devices"
-    found: list[tuple[Path, int, int | None, int | None]] = []
+    found: list[tuple[Path, int, int, int | None, int | None]] = []
     nvswitches = 0
     if devices_dir.is_dir():
         for function in sorted(devices_dir.iterdir(), key=lambda p: p.name):
@@ -232,6 +272,7 @@ def detect(
                 (
                     function,
                     device,
+                    pci_class >> 8,
                     _read_hex(function / "subsystem_vendor"),
                     _read_hex(function / "subsystem_device"),
                 )
@@ -249,8 +290,10 @@ def detect(
             model=model_name(device, names),
             kernel_driver=_bound_driver(function),
             mig_capable=device in MIG_CAPABLE,
+            compute_capability=KNOWN_COMPUTE.get(device),
+            pci_class=pci_class,
         )
-        for function, device, sub_vendor, sub_device in found
+        for function, device, pci_class, sub_vendor, sub_device in found
     )
     return GpuInventory(
         devices=gpus,
@@ -285,6 +328,7 @@ class SmiGpu:
     mig_mode: str | None
     driver_version: str
     pci_bus_id: str | None = None
+    compute_cap: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -326,8 +370,15 @@ def _optional_text(value: str) -> str | None:
     return None if not value or value.strip("[]") in ("N/A", "Not Supported") else value
 
 
+def _compute_cap(fields: list[str]) -> str | None:
+    value = fields[9] if len(fields) > 9 else ""
+    return value if re.fullmatch(r"\d+\.\d+", value) else None  # "[N/A]" and the like
+
+
 def parse_smi_csv(text: str) -> tuple[SmiGpu, ...]:
     """Parse `nvidia-smi --query-gpu=<SMI_FIELDS> --format=csv,noheader,nounits`.
+
+    Output without the last fields (`pci.bus_id`, `compute_cap`) parses too.
 
     Raises:
         ValueError: a line does not have the queried fields (nvidia-smi printed an error).
@@ -348,6 +399,7 @@ def parse_smi_csv(text: str) -> tuple[SmiGpu, ...]:
                 mig_mode=_optional_text(fields[6]),
                 driver_version=fields[7],
                 pci_bus_id=_optional_text(fields[8]) if len(fields) > 8 else None,
+                compute_cap=_compute_cap(fields),
             )
         )
     return tuple(gpus)
@@ -415,7 +467,7 @@ def _bus_key(address: str) -> tuple[int, int, int, int] | None:
 
 
 def with_smi(inventory: GpuInventory, report: SmiReport) -> GpuInventory:
-    """Fill model names, memory and MIG capability from a working nvidia-smi.
+    """Fill model names, memory, MIG and compute capability from a working nvidia-smi.
 
     GPUs are matched by PCI bus id (by position when nvidia-smi gave none).
     """
@@ -437,6 +489,7 @@ def with_smi(inventory: GpuInventory, report: SmiReport) -> GpuInventory:
                 model=smi.name or device.model,
                 memory_mib=smi.memory_total_mib,
                 mig_capable=device.mig_capable or smi.mig_mode in ("Enabled", "Disabled"),
+                compute_capability=smi.compute_cap or device.compute_capability,
             )
         )
     return dataclasses.replace(inventory, devices=tuple(devices))

@@ -45,7 +45,8 @@ class GpuState:
     `update` names the packages to install after draining and before that reboot (the
     driver moving with a new kernel); `pending` says what pods still wait for although
     the driver works (Fabric Manager on an NVSwitch machine, the CDI spec); `problem` is
-    what the operator must fix; `note` goes after the Ready message.
+    what the operator must fix; `note` goes after the Ready message; `machine` is the DMI
+    product name (the `nvidia.com/gpu.machine` label; None when unreadable).
     """
 
     inventory: gpu.GpuInventory
@@ -55,6 +56,7 @@ class GpuState:
     pending: str | None = None
     problem: str | None = None
     note: str = ""
+    machine: str | None = None
 
     @property
     def ready(self) -> bool:
@@ -70,8 +72,8 @@ class GpuState:
         """The inventory to publish to the control plane (empty without GPUs)."""
         return gpu.inventory_records(self.inventory, self.report)
 
-    def labels(self) -> dict[str, str | None]:
-        """The node's GPU labels; None removes one.
+    def labels(self, plugin: nvidia.PluginConfig | None = None) -> dict[str, str | None]:
+        """The node's GPU labels (`plugin`: how the device plugin runs); None removes one.
 
         Only GPUs pods can use get labels: the device plugin selects
         `nvidia.com/gpu.present=true`, and on a node whose driver waits for a reboot (or
@@ -81,7 +83,11 @@ class GpuState:
         if not self.ready:
             return nvidia.node_labels(gpu.GpuInventory(), None, None)
         return nvidia.node_labels(
-            self.inventory, self.report.driver_version, self.report.cuda_version
+            self.inventory,
+            self.report.driver_version,
+            self.report.cuda_version,
+            machine=self.machine,
+            plugin=plugin or nvidia.PluginConfig(),
         )
 
     def taints(self, gpu_taint: bool) -> list[dict]:
@@ -179,17 +185,28 @@ def setup(
         pending,
         result.problem,
         result.note,
+        nvidia.machine_type(host),
     )
 
 
-def apply_node_state(kube: Any, node: str, state: GpuState, gpu_taint: bool) -> bool:
+def apply_node_state(
+    kube: Any,
+    node: str,
+    state: GpuState,
+    gpu_taint: bool,
+    plugin: nvidia.PluginConfig | None = None,
+) -> bool:
     """Bring the Node's GPU labels and taint in line with `state`; True when patched.
+
+    `plugin` is how the control plane runs the device plugin (MIG strategy, time-slicing
+    replicas), which the sharing labels describe.
 
     Raises:
         LookupError: the Node is not registered yet.
         KubeError: the API server refused.
     """
-    return nvidia.apply_node_gpu_state(kube, node, state.labels(), state.taints(gpu_taint))
+    labels = state.labels(plugin)
+    return nvidia.apply_node_gpu_state(kube, node, labels, state.taints(gpu_taint))
 
 
 def validation_pod_name() -> str:

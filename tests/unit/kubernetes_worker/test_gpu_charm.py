@@ -46,6 +46,7 @@ def driver(machine):
     d.serve_toolkit()
     build_machine(machine.path("/sys"), "g5-a10g", module_loaded=False)
     machine.write("/usr/share/misc/pci.ids", PCI_IDS)
+    machine.write("/sys/class/dmi/id/product_name", "g5.12xlarge\n")  # EC2's DMI name
     return d
 
 
@@ -75,9 +76,9 @@ def with_config(state, **config):
     return dataclasses.replace(state, config={**state.config, **config})
 
 
-def run_joined(ctx, api, config=None):
+def run_joined(ctx, api, config=None, **provider):
     register_node(api)
-    state = joined_state(api, config=config)
+    state = joined_state(api, config=config, **provider)
     return ctx.run(ctx.on.relation_changed(next(iter(state.relations))), state)
 
 
@@ -134,10 +135,28 @@ def test_gpu_node_is_labelled_tainted_and_publishes_its_inventory(ctx, machine, 
         "nvidia.com/gpu.present": "true",
         "nvidia.com/gpu.product": "NVIDIA-A10G",
         "nvidia.com/gpu.count": "4",
+        "nvidia.com/gpu.replicas": "1",
+        "nvidia.com/gpu.sharing-strategy": "none",
         "nvidia.com/gpu.memory": "23028",
+        "nvidia.com/gpu.family": "ampere",
+        "nvidia.com/gpu.compute.major": "8",
+        "nvidia.com/gpu.compute.minor": "6",
+        "nvidia.com/gpu.machine": "g5.12xlarge",
+        "nvidia.com/gpu.mode": "compute",
+        "nvidia.com/cuda.driver-version.major": "580",
+        "nvidia.com/cuda.driver-version.minor": "95",
+        "nvidia.com/cuda.driver-version.revision": "05",
+        "nvidia.com/cuda.driver-version.full": "580.95.05",
+        "nvidia.com/cuda.runtime-version.major": "13",
+        "nvidia.com/cuda.runtime-version.minor": "0",
+        "nvidia.com/cuda.runtime-version.full": "13.0",
         "nvidia.com/cuda.driver.major": "580",
+        "nvidia.com/cuda.driver.minor": "95",
+        "nvidia.com/cuda.driver.rev": "05",
         "nvidia.com/cuda.runtime.major": "13",
+        "nvidia.com/cuda.runtime.minor": "0",
         "nvidia.com/mig.capable": "false",
+        "nvidia.com/mps.capable": "false",
     }
     assert taints(api) == [TAINT]
     data = unit_data(out)
@@ -152,6 +171,32 @@ def test_gpu_node_is_labelled_tainted_and_publishes_its_inventory(ctx, machine, 
             "model": "NVIDIA A10G",
         }
     ]
+
+
+def test_gpu_labels_describe_the_control_planes_device_plugin_sharing(ctx, machine, api, driver):
+    provider = {"mig-strategy": "single", "gpu-time-slicing-replicas": "4"}
+    out = run_joined(ctx, api, **provider)
+
+    labels = gpu_labels(api)
+    assert labels["nvidia.com/gpu.replicas"] == "4"
+    assert labels["nvidia.com/gpu.sharing-strategy"] == "time-slicing"
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-A10G-SHARED"
+    assert labels["nvidia.com/mig.strategy"] == "single"
+
+    # the control plane stops sharing: back to GFD's values for a plain GPU
+    relation = next(iter(out.relations))
+    data = {k: v for k, v in relation.remote_app_data.items() if k not in provider}
+    relation = dataclasses.replace(relation, remote_app_data=data)
+    out = ctx.run(
+        ctx.on.relation_changed(relation), dataclasses.replace(out, relations={relation})
+    )
+
+    labels = gpu_labels(api)
+    assert labels["nvidia.com/gpu.replicas"] == "1"
+    assert labels["nvidia.com/gpu.sharing-strategy"] == "none"
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-A10G"
+    assert "nvidia.com/mig.strategy" not in labels
+    assert out.unit_status == testing.ActiveStatus(READY_580)
 
 
 def test_host_with_a_working_driver_installs_no_driver(ctx, machine, api, driver):

@@ -201,6 +201,19 @@ def test_smi_na_values_become_none_and_mig_mode_is_kept():
     assert h100.memory_total_mib == 81559
 
 
+@pytest.mark.parametrize(
+    ("tail", "compute"),
+    [(", 8.6", "8.6"), (", 12.0", "12.0"), (", [N/A]", None), (", ", None), ("", None)],
+)
+def test_smi_compute_capability_is_read_when_reported(tail, compute):
+    line = f"0, NVIDIA A10G, 23028, 0, 0, 30, [N/A], 580.95.05, 00000000:00:1B.0{tail}\n"
+
+    (a10g,) = gpu.parse_smi_csv(line)
+
+    assert a10g.compute_cap == compute
+    assert a10g.pci_bus_id == "00000000:00:1B.0"
+
+
 def test_smi_output_that_is_not_csv_is_rejected():
     with pytest.raises(ValueError, match="unexpected nvidia-smi output"):
         gpu.parse_smi_csv("No devices were found\n")
@@ -280,6 +293,33 @@ def test_smi_fills_model_memory_and_mig_into_the_inventory(tmp_path, pci_ids):
     assert merged.describe() == "4x NVIDIA A10G"
     assert merged.devices[3].pci_address == "0000:00:1e.0"
     assert gpu.with_smi(inventory, gpu.smi_report((18, MISMATCH))) == inventory
+
+
+@pytest.mark.parametrize(
+    ("name", "capability"),
+    [
+        ("g4dn-t4", "7.5"),
+        ("p3-v100", "7.0"),
+        ("g5-a10g", "8.6"),
+        ("p4d-a100", "8.0"),
+        ("p5-h100", "9.0"),
+        ("desktop-rtx3080", None),
+    ],
+)
+def test_compute_capability_of_known_models_before_smi_says(tmp_path, name, capability):
+    inventory = detect_machine(tmp_path, name)
+
+    assert inventory.compute_capability == capability
+    assert inventory.pci_classes == ({0x0302} if capability else {0x0300})
+
+
+def test_smi_compute_capability_overrides_the_built_in_one(tmp_path):
+    inventory = detect_machine(tmp_path, "desktop-rtx3080")
+    line = "0, NVIDIA GeForce RTX 3080, 10240, 0, 0, 40, [N/A], 580.95.05, 00000000:01:00.0, 8.6\n"
+
+    merged = gpu.with_smi(inventory, gpu.smi_report((0, line), (0, VERSION_595)))
+
+    assert merged.compute_capability == "8.6"
 
 
 def test_smi_mig_mode_marks_a_gpu_mig_capable(tmp_path):

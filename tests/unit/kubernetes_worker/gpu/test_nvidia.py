@@ -7,12 +7,16 @@ behave as on an EC2 g5 instance running Ubuntu 24.04.
 
 from __future__ import annotations
 
+import dataclasses
+import re
+
 import gpu
 import kubernetes_validate
 import nvidia
 import pytest
 
 from charms.gpu_k8s.v0 import apt, containerd
+from charms.gpu_k8s.v0.system import CommandError
 from fakes.machine import ARMORED_KEY, FakeMachine, Service
 from fakes.nvidia_driver import NVIDIA_REPO, TOOLKIT, FakeDriver
 from fakes.sysfs import build_machine, write_pci_ids
@@ -107,6 +111,39 @@ def test_smi_mismatch_is_read_through_the_combined_output(machine, driver):
 
     assert report.state is gpu.SmiState.MISMATCH
     assert report.detail == "Failed to initialize NVML: Driver/library version mismatch"
+
+
+def test_smi_reports_the_compute_capability(machine, driver):
+    driver.preinstall("580")
+
+    report = nvidia.read_smi(machine.host())
+
+    assert report.ok
+    assert [g.compute_cap for g in report.gpus] == ["8.6"] * 4
+
+
+def test_smi_that_does_not_know_compute_cap_is_asked_again_without_it(machine, driver):
+    driver.preinstall("580")
+    current = machine.runner.handlers["nvidia-smi"]
+    queries = []
+
+    def older_smi(argv, input):
+        if "--version" in argv:
+            return current(argv, input)
+        queries.append(argv[1])
+        if "compute_cap" in argv[1]:
+            raise CommandError(argv, 2, 'Field "compute_cap" is not a valid field to query.\n')
+        return "".join(
+            line.rsplit(", ", 1)[0] + "\n" for line in current(argv, input).splitlines()
+        )
+
+    machine.on("nvidia-smi", older_smi)
+
+    report = nvidia.read_smi(machine.host())
+
+    assert report.ok and len(report.gpus) == 4
+    assert [g.compute_cap for g in report.gpus] == [None] * 4
+    assert queries == [gpu.SMI_QUERY_ARGS[0], gpu.SMI_QUERY_ARGS_WITHOUT_COMPUTE_CAP[0]]
 
 
 # ------------------------------------------------------------------ container toolkit
@@ -274,37 +311,165 @@ def test_worker_that_lost_its_gpus_drops_the_runtime(machine):
 # --------------------------------------------------------------- labels and taints
 
 
-def test_labels_of_a_gpu_node(a10g):
-    report = gpu.smi_report(
-        (0, "0, NVIDIA A10G, 23028, 0, 0, 30, [N/A], 580.95.05, 00000000:00:1B.0\n"),
-        (0, "CUDA Version        : 13.0\n"),
-    )
-    inventory = gpu.with_smi(a10g, report)
+A10G_SMI = "0, NVIDIA A10G, 23028, 0, 0, 30, [N/A], 580.95.05, 00000000:00:1B.0, 8.6\n"
+# Kubernetes' label value syntax (apimachinery IsValidLabelValue), written out again here.
+LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+SINGLE_SHARED = {"mig_strategy": "single", "replicas": 4}  # nvidia.PluginConfig fields
 
-    labels = nvidia.node_labels(inventory, report.driver_version, report.cuda_version)
+
+@pytest.fixture
+def a10g_smi(a10g):
+    report = gpu.smi_report((0, A10G_SMI), (0, "CUDA Version        : 13.0\n"))
+    return gpu.with_smi(a10g, report), report
+
+
+def test_labels_of_a_gpu_node_are_gfds_keys_and_values(a10g_smi):
+    inventory, report = a10g_smi
+
+    labels = nvidia.node_labels(
+        inventory, report.driver_version, report.cuda_version, machine="g5.12xlarge\n"
+    )
 
     assert labels == {
         "nvidia.com/gpu.present": "true",
         "nvidia.com/gpu.product": "NVIDIA-A10G",
         "nvidia.com/gpu.count": "4",
+        "nvidia.com/gpu.replicas": "1",
+        "nvidia.com/gpu.sharing-strategy": "none",
         "nvidia.com/gpu.memory": "23028",
+        "nvidia.com/gpu.family": "ampere",
+        "nvidia.com/gpu.compute.major": "8",
+        "nvidia.com/gpu.compute.minor": "6",
+        "nvidia.com/gpu.machine": "g5.12xlarge",
+        "nvidia.com/gpu.mode": "compute",
+        "nvidia.com/cuda.driver-version.major": "580",
+        "nvidia.com/cuda.driver-version.minor": "95",
+        "nvidia.com/cuda.driver-version.revision": "05",
+        "nvidia.com/cuda.driver-version.full": "580.95.05",
+        "nvidia.com/cuda.runtime-version.major": "13",
+        "nvidia.com/cuda.runtime-version.minor": "0",
+        "nvidia.com/cuda.runtime-version.full": "13.0",
         "nvidia.com/cuda.driver.major": "580",
+        "nvidia.com/cuda.driver.minor": "95",
+        "nvidia.com/cuda.driver.rev": "05",
         "nvidia.com/cuda.runtime.major": "13",
+        "nvidia.com/cuda.runtime.minor": "0",
         "nvidia.com/mig.capable": "false",
+        "nvidia.com/mig.strategy": None,  # strategy none: GFD writes no such label
+        "nvidia.com/mps.capable": "false",
     }
 
 
-def test_label_values_are_valid_kubernetes_label_values(tmp_path):
-    odd = gpu.GpuInventory(
-        devices=(
-            gpu.GpuDevice("0000:00:1e.0", "20b0", None, "NVIDIA A100-SXM4 (40GB) [rev. a1]!"),
-        )
+def test_time_slicing_replicas_label_the_sharing_and_mark_the_product_shared(a10g_smi):
+    inventory, report = a10g_smi
+    plugin = nvidia.PluginConfig(replicas=4)
+
+    labels = nvidia.node_labels(inventory, report.driver_version, None, plugin=plugin)
+
+    assert labels["nvidia.com/gpu.replicas"] == "4"
+    assert labels["nvidia.com/gpu.sharing-strategy"] == "time-slicing"
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-A10G-SHARED"
+    assert labels["nvidia.com/gpu.count"] == "4"  # physical GPUs, as GFD counts them
+
+
+@pytest.mark.parametrize(
+    ("strategy", "label"), [("none", None), ("single", "single"), ("mixed", "mixed")]
+)
+def test_mig_strategy_is_labelled_when_the_plugin_uses_one(a10g_smi, strategy, label):
+    inventory, _ = a10g_smi
+    plugin = nvidia.PluginConfig(mig_strategy=strategy)
+
+    labels = nvidia.node_labels(inventory, None, None, plugin=plugin)
+
+    assert labels["nvidia.com/mig.strategy"] == label
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-A10G"
+
+
+@pytest.mark.parametrize(
+    ("capability", "family"),
+    [
+        ("3.7", "kepler"),
+        ("6.0", "pascal"),
+        ("7.0", "volta"),
+        ("7.5", "turing"),
+        ("8.0", "ampere"),
+        ("8.6", "ampere"),
+        ("8.9", "ada-lovelace"),
+        ("9.0", "hopper"),
+        ("10.0", "blackwell"),
+        ("11.0", "undefined"),
+        ("12.0", "blackwell"),
+        ("13.0", "rubin"),
+    ],
+)
+def test_family_and_compute_labels_follow_the_compute_capability(a10g, capability, family):
+    major, minor = capability.split(".")
+    devices = tuple(dataclasses.replace(d, compute_capability=capability) for d in a10g.devices)
+
+    labels = nvidia.node_labels(dataclasses.replace(a10g, devices=devices), None, None)
+
+    assert labels["nvidia.com/gpu.family"] == family
+    assert (labels["nvidia.com/gpu.compute.major"], labels["nvidia.com/gpu.compute.minor"]) == (
+        major,
+        minor,
     )
 
-    value = nvidia.node_labels(odd, None, None)["nvidia.com/gpu.product"]
 
-    assert value == "NVIDIA-A100-SXM4-40GB-rev.-a1"
-    assert len(value) <= 63
+def test_unknown_compute_capability_leaves_family_and_compute_out(a10g):
+    devices = tuple(dataclasses.replace(d, compute_capability=None) for d in a10g.devices)
+
+    labels = nvidia.node_labels(dataclasses.replace(a10g, devices=devices), None, None)
+
+    assert labels["nvidia.com/gpu.family"] is None
+    assert labels["nvidia.com/gpu.compute.major"] is None
+
+
+def test_two_part_driver_version_has_an_empty_revision(a10g):
+    labels = nvidia.node_labels(a10g, "580.95", "12.10")
+
+    assert labels["nvidia.com/cuda.driver-version.revision"] == ""
+    assert labels["nvidia.com/cuda.driver.rev"] == ""
+    assert labels["nvidia.com/cuda.driver-version.full"] == "580.95"
+    assert labels["nvidia.com/cuda.runtime-version.minor"] == "10"
+    assert labels["nvidia.com/cuda.runtime-version.full"] == "12.10"
+
+
+def test_machine_is_unknown_when_the_dmi_product_name_cannot_be_read(machine, a10g):
+    assert nvidia.machine_type(machine.host()) is None
+    assert nvidia.node_labels(a10g, None, None)["nvidia.com/gpu.machine"] == "unknown"
+
+    machine.write(nvidia.MACHINE_TYPE_FILE, "p5.48xlarge\n")
+    name = nvidia.machine_type(machine.host())
+
+    assert nvidia.node_labels(a10g, None, None, machine=name)["nvidia.com/gpu.machine"] == (
+        "p5.48xlarge"
+    )
+
+
+@pytest.mark.parametrize(
+    ("model", "machine", "product"),
+    [
+        ("NVIDIA A100-SXM4 (40GB) [rev. a1]!", "g5.12xlarge", "NVIDIA-A100-SXM4-40GB-rev.-a1"),
+        ("NVIDIA GeForce RTX 3080/Ti", "To Be Filled By O.E.M.", "NVIDIA-GeForce-RTX-3080Ti"),
+        ("  NVIDIA H100  80GB HBM3 ", "NVIDIA DGX H100", "NVIDIA-H100-80GB-HBM3"),
+        ("-" + "Very Long Name " * 6 + ".", "x" * 80, None),
+        ("(((", "", None),
+    ],
+)
+@pytest.mark.parametrize("sharing", [{}, SINGLE_SHARED])
+def test_every_label_value_is_a_valid_kubernetes_label_value(model, machine, product, sharing):
+    plugin = nvidia.PluginConfig(**sharing)
+    odd = gpu.GpuInventory(
+        devices=(gpu.GpuDevice("0000:00:1e.0", "20b0", None, model, compute_capability="8.0"),)
+    )
+
+    labels = nvidia.node_labels(odd, "580.95.05", "13.0", machine=machine, plugin=plugin)
+
+    for key, value in labels.items():
+        assert value is None or (len(value) <= 63 and LABEL_VALUE.fullmatch(value)), key
+    if product is not None:  # GFD's sanitise: odd characters dropped, words joined by "-"
+        shared = "-SHARED" if plugin.replicas > 1 else ""
+        assert labels["nvidia.com/gpu.product"] == product + shared
 
 
 def test_labels_without_a_working_driver_leave_versions_out(a10g):
@@ -313,12 +478,21 @@ def test_labels_without_a_working_driver_leave_versions_out(a10g):
     assert labels["nvidia.com/gpu.count"] == "4"
     assert labels["nvidia.com/cuda.driver.major"] is None
     assert labels["nvidia.com/cuda.runtime.major"] is None
+    assert labels["nvidia.com/cuda.driver-version.full"] is None
+    assert labels["nvidia.com/cuda.runtime-version.full"] is None
 
 
-def test_worker_that_lost_its_gpus_removes_every_gpu_label_and_the_taint(cpu_only):
-    labels = nvidia.node_labels(cpu_only, "580.95.05", "13.0")
+def test_worker_that_lost_its_gpus_removes_every_gpu_label_and_the_taint(a10g_smi, cpu_only):
+    inventory, report = a10g_smi
+    plugin = nvidia.PluginConfig(**SINGLE_SHARED)
+    every = nvidia.node_labels(
+        inventory, "580.95.05", "13.0", machine="g5.12xlarge", plugin=plugin
+    )
+
+    labels = nvidia.node_labels(cpu_only, "580.95.05", "13.0", plugin=plugin)
 
     assert labels == dict.fromkeys(nvidia.GPU_LABELS)  # None = delete in a merge patch
+    assert set(labels) == set(every) and None not in every.values()
     assert nvidia.node_taints(gpu_taint=True, has_gpu=False) == []
 
 
@@ -485,11 +659,14 @@ def test_node_labels_and_taint_follow_config_and_gpus(api, kube, a10g, cpu_only)
         NODE_PATH,
         {"metadata": {"labels": {"kubernetes.io/hostname": NODE}}, "spec": {"taints": others}},
     )
-    labels = nvidia.node_labels(a10g, "580.95.05", "13.0")
+    plugin = nvidia.PluginConfig(**SINGLE_SHARED)
+    labels = nvidia.node_labels(a10g, "580.95.05", "13.0", machine="g5.12xlarge", plugin=plugin)
 
     assert nvidia.apply_node_gpu_state(kube, NODE, labels, nvidia.node_taints(True))
     node = api.get_object(NODE_PATH)
     assert gpu_labels(node)["nvidia.com/gpu.count"] == "4"
+    assert gpu_labels(node)["nvidia.com/mig.strategy"] == "single"
+    assert gpu_labels(node)["nvidia.com/gpu.product"] == "NVIDIA-A10G-SHARED"
     assert node["metadata"]["labels"]["kubernetes.io/hostname"] == NODE
     assert node["spec"]["taints"] == [
         *others,

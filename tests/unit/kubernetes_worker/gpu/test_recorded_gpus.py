@@ -7,6 +7,7 @@ The fixtures under `tests/fixtures/gpu/` were captured by `tools/capture_gpu_fix
 import xml.etree.ElementTree as ET
 
 import gpu
+import nvidia
 import pytest
 
 from fakes import sysfs
@@ -86,3 +87,40 @@ def test_the_xml_report_agrees_with_the_csv_query(h100_report):
     (xml_gpu,) = root.findall("gpu")
     assert xml_gpu.get("id") == h100_report.gpus[0].pci_bus_id
     assert xml_gpu.findtext("mig_mode/current_mig") == h100_report.gpus[0].mig_mode
+
+
+def test_recorded_h100_gets_the_labels_gfd_writes_for_a_hopper(tmp_path, h100_report):
+    root = sysfs.build(tmp_path / "vm", sysfs.recorded("h100-sxm5-vm"))
+    inventory = gpu.with_smi(gpu.detect(root, None), h100_report)
+    report = h100_report
+
+    labels = nvidia.node_labels(inventory, report.driver_version, report.cuda_version)
+
+    # captured before the query asked for compute_cap: the capability is the built-in 9.0
+    assert {k: v for k, v in labels.items() if v is not None} == {
+        "nvidia.com/gpu.present": "true",
+        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+        "nvidia.com/gpu.count": "1",
+        "nvidia.com/gpu.replicas": "1",
+        "nvidia.com/gpu.sharing-strategy": "none",
+        "nvidia.com/gpu.memory": "81559",
+        "nvidia.com/gpu.family": "hopper",
+        "nvidia.com/gpu.compute.major": "9",
+        "nvidia.com/gpu.compute.minor": "0",
+        "nvidia.com/gpu.machine": "unknown",
+        "nvidia.com/gpu.mode": "compute",
+        "nvidia.com/cuda.driver-version.major": "580",
+        "nvidia.com/cuda.driver-version.minor": "159",
+        "nvidia.com/cuda.driver-version.revision": "04",
+        "nvidia.com/cuda.driver-version.full": "580.159.04",
+        "nvidia.com/cuda.runtime-version.major": "13",
+        "nvidia.com/cuda.runtime-version.minor": "0",
+        "nvidia.com/cuda.runtime-version.full": "13.0",
+        "nvidia.com/cuda.driver.major": "580",
+        "nvidia.com/cuda.driver.minor": "159",
+        "nvidia.com/cuda.driver.rev": "04",
+        "nvidia.com/cuda.runtime.major": "13",
+        "nvidia.com/cuda.runtime.minor": "0",
+        "nvidia.com/mig.capable": "true",
+        "nvidia.com/mps.capable": "false",
+    }
