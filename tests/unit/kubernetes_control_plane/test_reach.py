@@ -48,9 +48,7 @@ def test_the_public_address_and_extra_names_are_in_the_api_server_certificate(ct
     assert renewals_run(machine) == []  # init made it right at once
 
 
-def test_extra_names_reach_a_running_cluster_without_stopping_the_api_server(
-    ctx, machine, api
-):
+def test_extra_names_reach_a_running_cluster_without_stopping_the_api_server(ctx, machine, api):
     out = bootstrapped(ctx, **{"service-cidr": "10.100.0.0/16"})
     before = set(machine.apiserver_sans())
 
