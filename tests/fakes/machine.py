@@ -286,7 +286,11 @@ class FakeMachine:
             raise _fail(argv, 1, f"dpkg-query: no packages found matching {package}")
         fmt = argv[argv.index("-f") + 1] if "-f" in argv else "${Package}\t${Version}\n"
         return (
-            fmt.replace("${Status}", "install ok installed")
+            # `${Status}` starts with the desired action: `hold` for a held package.
+            fmt.replace(
+                "${Status}",
+                "hold ok installed" if package in self.held else "install ok installed",
+            )
             .replace("${Version}", self.dpkg[package])
             .replace("${Package}", package)
         )

@@ -419,7 +419,9 @@ class FakeDriver:
         fmt = argv[argv.index("-f") + 1]
         return "".join(
             fmt.replace("${Package}", n)
-            .replace("${db:Status-Abbrev}", "ii ")
+            # dpkg's abbreviated status: desired action (`h` hold, `i` install), then
+            # the state (`i` installed); a held package prints `hi `, not `ii `.
+            .replace("${db:Status-Abbrev}", "hi " if n in self.machine.held else "ii ")
             .replace("${Version}", self.machine.dpkg[n])
             for n in names
         )

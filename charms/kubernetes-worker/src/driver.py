@@ -207,7 +207,9 @@ def parse_installed(text: str) -> Installed:
     packages = {}
     for line in text.splitlines():
         fields = line.split()
-        if len(fields) == 3 and fields[0] == "ii":
+        # The abbreviated status is the desired action then the state: `ii` installed,
+        # `hi` installed and held (the charm holds the driver), `rc` removed.
+        if len(fields) == 3 and fields[0][1:2] == "i":
             packages[fields[1]] = fields[2]
     return Installed(packages)
 

@@ -100,6 +100,23 @@ def test_gpgpu_list_in_both_of_ubuntu_drivers_formats_keeps_server_series_in_ord
     assert driver.parse_gpgpu_list(recommended) == [driver.Series("535", "server", "aws")]
 
 
+def test_installed_packages_include_held_ones_and_not_removed_ones():
+    out = (
+        "hi  nvidia-utils-580-server 580.95.05-0ubuntu0.24.04.1\n"  # held by the charm
+        "ii  linux-modules-nvidia-580-server-aws 6.8.0-1015.15+3\n"
+        "rc  nvidia-utils-570-server 570.95.05-0ubuntu0.24.04.1\n"  # removed, config left
+    )
+
+    installed = driver.parse_installed(out)
+
+    assert set(installed.packages) == {
+        "nvidia-utils-580-server",
+        "linux-modules-nvidia-580-server-aws",
+    }
+    assert installed.series == driver.Series("580", "server", "aws")
+    assert installed.driver_version == "580.95.05"
+
+
 # -------------------------------------------------------------------- a first install
 
 
