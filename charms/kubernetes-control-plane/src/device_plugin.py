@@ -127,9 +127,16 @@ def _container(mig_strategy: str, image_registry: str) -> dict:
         container["env"] = [MIG_MONITOR_ENV]
         container["securityContext"] = {"capabilities": {"add": ["SYS_ADMIN"]}}
     else:
+        # The plugin finds the GPUs through NVIDIA_VISIBLE_DEVICES=all (set in its image)
+        # and the nvidia runtime. GPU workers tell the toolkit to ignore that variable in
+        # unprivileged containers, and the toolkit counts a container as privileged when
+        # CAP_SYS_ADMIN is in its bounding set (nvidia-container-toolkit v1.20.0
+        # internal/config/image/privileged.go, cuda_image.go VisibleDevices), so the
+        # plugin keeps SYS_ADMIN and nothing else; without it NVML finds no device and
+        # the plugin crash-loops (failOnInitError).
         container["securityContext"] = {
             "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]},
+            "capabilities": {"drop": ["ALL"], "add": ["SYS_ADMIN"]},
         }
     container["volumeMounts"] = [
         {"name": "device-plugins", "mountPath": "/var/lib/kubelet/device-plugins"},

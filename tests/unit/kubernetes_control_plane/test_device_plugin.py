@@ -114,14 +114,31 @@ def test_pods_get_gpus_through_cdi_without_the_nvidia_runtime_class(ctx, bootstr
     assert api.get_object(RC)["handler"] == "nvidia"
 
 
-def test_without_mig_the_plugin_drops_every_capability(ctx, bootstrapped, api):
+def toolkit_gives_it_the_gpus(container: dict) -> bool:
+    """Whether the nvidia runtime honours the plugin image's NVIDIA_VISIBLE_DEVICES=all.
+
+    GPU workers set accept-nvidia-visible-devices-envvar-when-unprivileged=false, and the
+    toolkit counts a container as privileged only when it is, or when CAP_SYS_ADMIN is in
+    its bounding set (nvidia-container-toolkit v1.20.0 internal/config/image/
+    privileged.go). containerd's default capabilities leave SYS_ADMIN out, and
+    Kubernetes applies `capabilities.add` after `drop`.
+    """
+    context = container.get("securityContext") or {}
+    caps = context.get("capabilities") or {}
+    return bool(context.get("privileged")) or "SYS_ADMIN" in caps.get("add", [])
+
+
+def test_without_mig_the_plugin_keeps_only_sys_admin_so_the_toolkit_gives_it_the_gpus(
+    ctx, bootstrapped, api
+):
     join_workers(ctx, bootstrapped, workers_relation({0: worker_bag("gpu-0", GPUS)}), api)
 
     container = api.get_object(DS)["spec"]["template"]["spec"]["containers"][0]
     assert container["securityContext"] == {
         "allowPrivilegeEscalation": False,
-        "capabilities": {"drop": ["ALL"]},
+        "capabilities": {"drop": ["ALL"], "add": ["SYS_ADMIN"]},
     }
+    assert toolkit_gives_it_the_gpus(container)
     assert "NVIDIA_MIG_MONITOR_DEVICES" not in {e["name"] for e in container.get("env", [])}
 
 
@@ -140,9 +157,11 @@ def test_with_mig_the_plugin_gets_sys_admin_and_monitors_mig_devices(
     assert container["securityContext"] == {"capabilities": {"add": ["SYS_ADMIN"]}}
     assert {"name": "NVIDIA_MIG_MONITOR_DEVICES", "value": "all"} in container["env"]
 
+    assert toolkit_gives_it_the_gpus(container)
+
     ctx.run(ctx.on.config_changed(), dataclasses.replace(out, config={"mig-strategy": "none"}))
     container = api.get_object(DS)["spec"]["template"]["spec"]["containers"][0]
-    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["SYS_ADMIN"]}
     assert "env" not in container
 
 
