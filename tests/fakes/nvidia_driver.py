@@ -35,10 +35,7 @@ What it models, and where each rule comes from:
 - The container toolkit (NVIDIA/nvidia-container-toolkit v1.20.0 packaging): installing
   nvidia-container-toolkit-base writes the default `/etc/nvidia-container-runtime/
   config.toml` (its postinst runs `nvidia-ctk config --in-place`; the default accepts
-  NVIDIA_VISIBLE_DEVICES from unprivileged containers, api/config/v1 `GetDefault`), and
-  starts `nvidia-cdi-refresh.service` (dh_installsystemd), which writes the CDI spec
-  `/var/run/cdi/nvidia.yaml` when nvidia-smi works; the service is wanted by
-  multi-user.target, so it runs again at each boot (`/var/run` is a tmpfs).
+  NVIDIA_VISIBLE_DEVICES from unprivileged containers, api/config/v1 `GetDefault`).
 - ubuntu-drivers prints what ubuntu-drivers-common's `list --gpgpu [--recommended]`
   prints (canonical/ubuntu-drivers-common `ubuntu-drivers` list(), `detect.py`
   `_cmp_gfx_alternatives_gpgpu`): every driver package that fits, best first (`-server`
@@ -75,8 +72,6 @@ TOOLKIT = {p: {nvidia.TOOLKIT_VERSION, "1.17.8-1"} for p in nvidia.TOOLKIT_PACKA
 FABRIC_SERVICE = "nvidia-fabricmanager"
 UBUNTU_DRIVERS_COMMON = "ubuntu-drivers-common"
 TOOLKIT_CONFIG = "/etc/nvidia-container-runtime/config.toml"
-CDI_SPEC = "/var/run/cdi/nvidia.yaml"
-CDI_REFRESH = "nvidia-cdi-refresh"
 # The keys of the default config.toml this fake writes (the real one has more).
 DEFAULT_TOOLKIT_CONFIG = """\
 accept-nvidia-visible-devices-as-volume-mounts = false
@@ -289,23 +284,7 @@ class FakeDriver:
         ):
             if self.machine.read(TOOLKIT_CONFIG) is None:
                 self.machine.write(TOOLKIT_CONFIG, DEFAULT_TOOLKIT_CONFIG)
-            self._refresh_cdi()
         return out
-
-    def _smi_works(self) -> bool:
-        found = self.userspace()
-        return bool(
-            found and self.loaded and self.loaded[1] == found[1] and not self.nouveau_bound
-        )
-
-    def _refresh_cdi(self) -> bool:
-        """What nvidia-cdi-refresh.service does: `nvidia-ctk cdi generate` once NVML works."""
-        if not self._smi_works():
-            return False
-        self.machine.write(
-            CDI_SPEC, f"cdiVersion: 0.5.0\nkind: nvidia.com/gpu\n# {self.gpus} GPUs\n"
-        )
-        return True
 
     def nvidia_ctk(self, argv, _input):
         """`nvidia-ctk config --in-place --set key=value ...` on config.toml."""
@@ -479,9 +458,6 @@ class FakeDriver:
             self._load()
             if fabric is not None and fabric.enabled and self.fabric_starts:
                 fabric.active = True
-        self.machine.path(CDI_SPEC).unlink(missing_ok=True)  # /var/run is a tmpfs
-        if "nvidia-container-toolkit-base" in self.machine.dpkg:
-            self._refresh_cdi()
 
     # -- what the archive and unattended-upgrades do -----------------------------------
 
@@ -542,19 +518,6 @@ class FakeDriver:
 
     def systemctl(self, argv, input):
         args = [a for a in argv[1:] if not a.startswith("-")]
-        if args == ["start", f"{CDI_REFRESH}.service"]:
-            if "nvidia-container-toolkit-base" not in self.machine.dpkg:
-                raise CommandError(
-                    argv, 5, f"Failed to start {CDI_REFRESH}.service: Unit not found."
-                )
-            if not self._refresh_cdi():
-                raise CommandError(
-                    argv,
-                    1,
-                    f"Job for {CDI_REFRESH}.service failed because the control process "
-                    "exited with error code.",
-                )
-            return ""
         if args[1:] == [FABRIC_SERVICE] and args[0] in ("start", "restart", "enable"):
             service = self.machine.services.get(FABRIC_SERVICE)
             starting = args[0] != "enable" or "--now" in argv

@@ -44,7 +44,7 @@ class GpuState:
 
     `update` names the packages to install after draining and before that reboot (the
     driver moving with a new kernel); `pending` says what pods still wait for although
-    the driver works (Fabric Manager on an NVSwitch machine, the CDI spec); `problem` is
+    the driver works (Fabric Manager on an NVSwitch machine); `problem` is
     what the operator must fix; `note` goes after the Ready message; `machine` is the DMI
     product name (the `nvidia.com/gpu.machine` label; None when unreadable).
     """
@@ -77,8 +77,8 @@ class GpuState:
 
         Only GPUs pods can use get labels: the device plugin selects
         `nvidia.com/gpu.present=true`, and on a node whose driver waits for a reboot (or
-        is broken), whose Fabric Manager is not running or that has no CDI spec, it would
-        advertise GPUs that fail. Without GPUs, every GPU label is removed.
+        is broken) or whose Fabric Manager is not running, it would advertise GPUs that
+        fail. Without GPUs, every GPU label is removed.
         """
         if not self.ready:
             return nvidia.node_labels(gpu.GpuInventory(), None, None)
@@ -171,12 +171,7 @@ def setup(
         raise GpuSetupError(toolkit_blocked_message(e)) from None
     runtimes = nvidia.containerd_runtimes(True, default_nvidia=config.nvidia_default_runtime)
     containerd.configure(host, *runtimes, sandbox_image=sandbox_image)
-    pending = None
-    if result.fabric:
-        pending = f"NVIDIA Fabric Manager: {result.fabric}"
-    elif result.report.ok:
-        cdi = nvidia.ensure_cdi_spec(host)
-        pending = f"the CDI spec: {cdi}" if cdi else None
+    pending = f"NVIDIA Fabric Manager: {result.fabric}" if result.fabric else None
     return GpuState(
         gpu.with_smi(inventory, result.report),
         result.report,

@@ -23,7 +23,7 @@ import gpu
 
 from charms.gpu_k8s.v0 import apt
 from charms.gpu_k8s.v0.containerd import RuntimeHandler
-from charms.gpu_k8s.v0.system import CommandError, Host
+from charms.gpu_k8s.v0.system import Host
 
 NVIDIA_SMI = "/usr/bin/nvidia-smi"
 DPKG = "/usr/bin/dpkg"
@@ -49,7 +49,6 @@ TOOLKIT_PACKAGES = (
 RUNTIME_NAME = "nvidia"
 RUNTIME_BINARY = "/usr/bin/nvidia-container-runtime"
 NVIDIA_CTK = "/usr/bin/nvidia-ctk"
-SYSTEMCTL = "/usr/bin/systemctl"
 # The toolkit's config (api/config/v1 RelativeFilePath under /etc). Its default accepts
 # NVIDIA_VISIBLE_DEVICES from unprivileged containers (`GetDefault`:
 # AcceptEnvvarUnprivileged true), so any pod run by the nvidia runtime could claim every
@@ -57,11 +56,6 @@ SYSTEMCTL = "/usr/bin/systemctl"
 # `nvidia-ctk config --in-place --set`. GPUs then come only from the device plugin (CDI).
 TOOLKIT_CONFIG = "/etc/nvidia-container-runtime/config.toml"
 ENVVAR_UNPRIVILEGED = "accept-nvidia-visible-devices-envvar-when-unprivileged"
-# nvidia-cdi-refresh.service (toolkit >= 1.18) writes the CDI spec the device plugin's
-# cdi-cri strategy names devices from; wanted by multi-user.target and started by the
-# package, it is started again here when the spec is missing while the driver works.
-CDI_SPEC = "/var/run/cdi/nvidia.yaml"
-CDI_REFRESH_SERVICE = "nvidia-cdi-refresh.service"
 
 # Node labels: the keys and value formats of NVIDIA's GPU Feature Discovery (GFD) in
 # NVIDIA/k8s-device-plugin at tag v0.20.0 (the release the control plane's device plugin
@@ -369,20 +363,6 @@ def configure_toolkit(host: Host) -> bool:
         return False
     host.run(NVIDIA_CTK, "config", "--in-place", "--set", f"{ENVVAR_UNPRIVILEGED}=false")
     return True
-
-
-def ensure_cdi_spec(host: Host) -> str | None:
-    """None when the CDI spec is there (generated now if missing), else why it is not."""
-    if host.path(CDI_SPEC).exists():
-        return None
-    try:
-        host.run(SYSTEMCTL, "start", CDI_REFRESH_SERVICE)
-    except CommandError as e:
-        return (
-            f"{CDI_SPEC} was not generated ({e.last_line}); check "
-            f"`journalctl -u {CDI_REFRESH_SERVICE}`"
-        )
-    return None
 
 
 def containerd_runtimes(

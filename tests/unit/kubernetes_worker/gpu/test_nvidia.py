@@ -181,35 +181,6 @@ def test_toolkit_refuses_gpus_asked_for_by_environment_in_unprivileged_pods(mach
     assert len(machine.lines("nvidia-ctk")) == 1  # set once
 
 
-def test_cdi_spec_missing_while_the_driver_works_is_generated_by_upstreams_service(
-    machine, driver
-):
-    driver.preinstall("580")
-    driver.serve_toolkit()
-    nvidia.install_toolkit(machine.host(), nvidia.ToolkitSource.parse(""))
-    machine.path(nvidia.CDI_SPEC).unlink()
-
-    assert nvidia.ensure_cdi_spec(machine.host()) is None
-
-    assert machine.path(nvidia.CDI_SPEC).exists()
-    assert machine.lines("systemctl")[-1] == "/usr/bin/systemctl start nvidia-cdi-refresh.service"
-    calls = len(machine.lines("systemctl"))
-    assert nvidia.ensure_cdi_spec(machine.host()) is None
-    assert len(machine.lines("systemctl")) == calls  # there: nothing to do
-
-
-def test_cdi_spec_that_cannot_be_generated_says_where_to_look(machine, driver):
-    driver.preinstall("580")  # no toolkit: no nvidia-cdi-refresh service
-
-    reason = nvidia.ensure_cdi_spec(machine.host())
-
-    assert reason == (
-        "/var/run/cdi/nvidia.yaml was not generated (Failed to start "
-        "nvidia-cdi-refresh.service: Unit not found.); check "
-        "`journalctl -u nvidia-cdi-refresh.service`"
-    )
-
-
 def test_toolkit_from_a_mirror_configured_by_option(machine, driver):
     mirror = "http://mirror.internal/nvidia/deb/amd64"
     machine.remote[mirror] = TOOLKIT
