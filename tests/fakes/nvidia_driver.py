@@ -271,7 +271,7 @@ class FakeDriver:
         if "install" not in argv:
             return out
         try:
-            self._dependencies()
+            self._dependencies(argv)
             self._conflicts(before, dpkg)
             self._check_versions(argv)
         except CommandError:
@@ -300,7 +300,7 @@ class FakeDriver:
         self.machine.write(TOOLKIT_CONFIG, text)
         return ""
 
-    def _dependencies(self) -> None:
+    def _dependencies(self, argv) -> None:
         """Install what the installed metapackages and module packages depend on."""
         dpkg = self.machine.dpkg
         for name, version in list(dpkg.items()):
@@ -308,6 +308,14 @@ class FakeDriver:
             if abi is not None:
                 variant_branch = name.removesuffix(f"-{FLAVOUR}")
                 dependency = f"{variant_branch}-{abi}"
+                if dependency not in self.machine.archive and dependency not in dpkg:
+                    raise CommandError(
+                        argv,
+                        100,
+                        "The following packages have unmet dependencies:\n"
+                        f" {name} : Depends: {dependency} but it is not installable\n"
+                        "E: Unable to correct problems, you have held broken packages.",
+                    )
                 dpkg.setdefault(dependency, self._pocket(dependency))
         for name in list(dpkg):
             match = re.search(r"-(\d+\.\d+\.\d+-\d+-[a-z0-9-]+)$", name)
@@ -477,17 +485,23 @@ class FakeDriver:
         self.machine.write(gpu.REBOOT_REQUIRED_FILE, "*** System restart required ***\n")
         self.machine.write(gpu.REBOOT_REQUIRED_FILE + ".pkgs", pkgs)
 
-    def stale_kernel(self, abi: str = "6.8.0-1016-aws") -> None:
-        """The machine still runs its image's kernel, with no nvidia modules left for it.
+    def stale_kernel(self, abi: str = "6.8.0-1016-aws", *, os_upgrade: bool = True) -> None:
+        """The machine runs its image's kernel while the archive has moved on.
 
-        Juju upgraded the machine at provisioning, so a newer kernel is installed but not
-        booted, and the archive carries the nvidia modules only for the newer one.
+        The archive has a newer kernel, and since then a driver update rebuilt every
+        branch's modules for that kernel; the image's kernel keeps the modules it had,
+        built for the older driver. With `os_upgrade` (Juju's default
+        enable-os-upgrade) the newer kernel is installed, not yet booted.
         """
-        old = self.running
-        self.kernel_update(abi)
+        self._publish_kernel(abi)
         for branch in BRANCHES:
-            for variant in VARIANTS:
-                self.machine.withdraw(f"linux-modules-nvidia-{branch}-{variant}-{old}")
+            self._publish_modules(branch, abi)
+            major, minor, rev = self.drivers[branch].split(".")
+            self.drivers[branch] = f"{major}.{int(minor) + 10}.{rev}"
+            self._publish_driver(branch)
+        self._refresh_lists()
+        if os_upgrade:
+            self._unattended_upgrade()
 
     def driver_sru(self, branch: str, driver: str) -> None:
         """A new driver version of `branch` reaches the archive, modules rebuilt with it."""

@@ -241,6 +241,10 @@ class KubernetesWorkerCharm(ops.CharmBase):
         """Handle a reboot the driver needs; False when the reconcile stops here."""
         started = self._stored.reboot_boot
         if started is None and state.reboot is None:
+            if self._stored.reboot_cordoned:  # drained for an update that is not needed now
+                return self._after_reboot(
+                    info, kubeadm.node_name(host), config.max_parallel_reboots
+                )
             self.turns.done(config.max_parallel_reboots)  # no longer needed, if it asked
             return True
         node = kubeadm.node_name(host)
@@ -315,6 +319,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
             if result is not None and result.remaining:
                 logger.warning("%s; they stop with the reboot", summary)
             cordoned = result is not None
+        self._stored.reboot_cordoned = cordoned or self._stored.reboot_cordoned
         try:
             driver.apply_update(host, state.update)
         except apt.AptError as e:
@@ -322,7 +327,6 @@ class KubernetesWorkerCharm(ops.CharmBase):
             self._status = ops.BlockedStatus(f"{held}{nvidia.apt_blocked_message(e)}")
             return False
         self._stored.reboot_boot = nvidia.boot_id(host)
-        self._stored.reboot_cordoned = cordoned
         logger.info("rebooting for the NVIDIA driver: %s", reason)
         self.unit.reboot()
         self._status = ops.MaintenanceStatus(f"rebooting: {reason}")

@@ -325,18 +325,24 @@ def _choose(host: Host, choice: DriverChoice, inventory: gpu.GpuInventory) -> Se
     return series
 
 
-def _install_fresh(
-    host: Host, series: Series, running: str, upcoming: str, nvswitch: bool
-) -> tuple[bool, str | None]:
-    """Install a series where no driver works; (changed, problem)."""
-    packages = [*series.userspace, series.modules_meta, series.modules(upcoming)]
-    apt.install(host, dict.fromkeys(packages), hold=False)
+def _install_fresh(host: Host, series: Series, nvswitch: bool) -> tuple[str, str]:
+    """Install a series where no driver works; the kernels (running, next boot) after it.
+
+    The userspace and the flavour metapackage go first, in one transaction: the
+    metapackage pulls the modules of the archive's newest kernel, and that kernel with
+    them. Then the modules of the running kernel and of the next boot's are tried one
+    by one: the archive may still carry them built for an older driver, which apt
+    refuses, and then the next boot is what brings the GPUs up.
+    """
+    apt.install(host, dict.fromkeys((*series.userspace, series.modules_meta)), hold=False)
     apt.install(host, dict.fromkeys(series.userspace), hold=True, refresh=False)
-    if running != upcoming:
-        _try_install(host, [series.modules(running)])  # may not fit the new driver
+    running, upcoming = kernels(host)
+    for abi in dict.fromkeys((upcoming, running)):
+        if series.modules(abi) not in installed(host).packages:
+            _try_install(host, [series.modules(abi)])
     if nvswitch:
         _ensure_fabric_packages(host, series)
-    return True, None
+    return running, upcoming
 
 
 def _ensure_fabric_packages(host: Host, series: Series) -> bool:
@@ -478,8 +484,8 @@ def ensure(host: Host, choice: DriverChoice, inventory: gpu.GpuInventory) -> Dri
             return DriverResult(
                 series, False, report, f"switching to NVIDIA driver {target.name}", packages
             )
-        changed, problem = _install_fresh(host, target, running, upcoming, nvswitch)
-        series, update = target, ()
+        running, upcoming = _install_fresh(host, target, nvswitch)
+        series, changed, update, problem = target, True, (), None
     else:
         changed, update, problem = _keep_in_step(host, series, have, running, upcoming)
         if nvswitch:

@@ -255,10 +255,11 @@ def reboot_blocked_message(
 
     `install` names packages to install after the drain and before the reboot.
     """
-    if rebooted:
+    if rebooted:  # it keeps its turn: other nodes do not reboot into the same fault
         return (
             f"driver still not working after reboot: {reason}; check `journalctl -k | grep "
-            f"-i nvidia` on {unit}, then `kubectl uncordon {node}`"
+            f"-i nvidia` on {unit}, then `kubectl uncordon {node}`; other GPU nodes of this "
+            "application reboot only once this one works or is removed"
         )
     apt_step = (
         f"`juju ssh {unit} -- sudo apt-get install -y --allow-change-held-packages "

@@ -431,7 +431,8 @@ def test_driver_still_broken_after_the_reboot_blocks_without_rebooting_again(
     assert reboots == [False]
     assert out.unit_status == testing.BlockedStatus(
         f"driver still not working after reboot: {NOT_LOADED}; check `journalctl -k | grep "
-        f"-i nvidia` on {UNIT}, then `kubectl uncordon {NODE}`"
+        f"-i nvidia` on {UNIT}, then `kubectl uncordon {NODE}`; other GPU nodes of this "
+        "application reboot only once this one works or is removed"
     )
 
 
@@ -986,3 +987,52 @@ def test_the_leader_grants_the_oldest_request_first_and_the_turn_ends_after_the_
     assert "reboot-request" not in relation.local_unit_data  # the turn is given back
     assert json.loads(relation.local_app_data["reboot-turns"]) == ["kubernetes-worker/2"]
     assert out.unit_status.name == "active"
+
+
+def test_an_update_apt_cannot_fetch_after_the_drain_keeps_the_node_cordoned_until_done(
+    ctx, machine, api, driver, clock, reboots
+):
+    out = run_joined(ctx, api, config={"auto-reboot": True})
+    driver.driver_sru("580", "580.105.08")
+    driver.kernel_update(NEW_KERNEL)
+    utils = SERIES.userspace[1]
+    published = machine.archive[utils]["updates"]
+    machine.archive[utils]["updates"] = "580.95.05-0ubuntu0.24.04.1"  # a mirror half-synced
+
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert out.unit_status.name == "blocked"
+    assert out.unit_status.message.startswith(f"node {NODE} stays cordoned; failed to install")
+    assert node(api)["spec"]["unschedulable"] is True
+    assert reboots == []
+
+    machine.archive[utils]["updates"] = published  # the mirror caught up
+    out = ctx.run(ctx.on.update_status(), out)
+    assert reboots == [False]
+    driver.reboot()
+    out = ctx.run(ctx.on.start(), out)
+
+    assert out.unit_status == testing.ActiveStatus(READY_580)
+    assert not node(api)["spec"].get("unschedulable")  # the charm remembered its cordon
+
+
+def test_a_node_drained_for_an_update_no_longer_needed_is_uncordoned(
+    ctx, machine, api, driver, clock, reboots
+):
+    out = run_joined(ctx, api, config={"auto-reboot": True})
+    driver.driver_sru("580", "580.105.08")
+    driver.kernel_update(NEW_KERNEL)
+    utils = SERIES.userspace[1]
+    machine.archive[utils]["updates"] = "580.95.05-0ubuntu0.24.04.1"  # cannot fetch
+    out = ctx.run(ctx.on.update_status(), out)
+    assert node(api)["spec"]["unschedulable"] is True
+
+    # the operator removes the new kernel instead: nothing needs the update any more
+    machine.dpkg.pop(f"linux-image-{NEW_KERNEL}")
+    machine.dpkg.pop(SERIES.modules(NEW_KERNEL), None)
+    machine.path(f"/boot/vmlinuz-{NEW_KERNEL}").unlink()
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert out.unit_status == testing.ActiveStatus(READY_580)
+    assert not node(api)["spec"].get("unschedulable")
+    assert reboots == []

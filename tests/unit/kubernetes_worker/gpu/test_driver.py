@@ -204,13 +204,41 @@ def test_unknown_series_says_what_to_set(machine, fake, a10g):
 
 
 def test_apt_failure_names_the_package_and_holds_nothing(machine, fake, a10g):
-    machine.withdraw(OPEN_580.modules(KERNEL))
+    machine.withdraw(OPEN_580.modules_meta)
 
     with pytest.raises(apt.AptError) as caught:
         driver.ensure(machine.host(), AUTO, a10g)
 
-    assert caught.value.package == OPEN_580.modules(KERNEL)
+    assert caught.value.package == OPEN_580.modules_meta
     assert machine.held == set()
+
+
+def test_modules_the_archive_lost_fail_the_install_and_hold_nothing(machine, fake, a10g):
+    machine.withdraw(OPEN_580.modules(KERNEL))  # the metapackage still depends on it
+
+    with pytest.raises(apt.AptError) as caught:
+        driver.ensure(machine.host(), AUTO, a10g)
+
+    assert "held broken packages" in caught.value.detail
+    assert machine.held == set() and OPEN_580.userspace[1] not in machine.dpkg
+
+
+def test_first_install_on_an_image_the_archive_moved_past_boots_the_new_kernel(
+    machine, fake, a10g
+):
+    # enable-os-upgrade=false: only the image's kernel is installed; its modules in the
+    # archive are built for an older driver than the userspace apt installs now
+    fake.stale_kernel(NEW, os_upgrade=False)
+
+    result = driver.ensure(machine.host(), AUTO, a10g)
+
+    assert f"linux-image-{NEW}" in machine.dpkg  # pulled by the modules metapackage
+    assert OPEN_580.modules(NEW) in machine.dpkg
+    assert result.reboot == (
+        f"kernel {NEW} has the NVIDIA 580-server-open modules, the running {KERNEL} not"
+    )
+    fake.reboot()
+    assert driver.ensure(machine.host(), AUTO, a10g).report.ok
 
 
 # ------------------------------------------------------------------------ kernel updates
