@@ -44,12 +44,10 @@ import gpu
 import gpu_node
 import nvidia
 import ops
-import pydantic
 import worker
 from reboot_turns import RebootTurns
 
 from charms.gpu_k8s.v0 import api_proxy, apt, kubeadm
-from charms.gpu_k8s.v0.config import ActionParams
 from charms.gpu_k8s.v0.kubernetes_cluster import ClusterRequirer, GpuInfo, JoinInfo
 from charms.gpu_k8s.v0.system import CommandError, Host, SubprocessRunner
 
@@ -60,26 +58,6 @@ logger = logging.getLogger(__name__)
 
 CLUSTER = "cluster"
 REBOOTS = "reboots"
-MAX_VALIDATION_TIMEOUT = 3600
-
-
-class ValidateGpuParams(ActionParams):
-    """Parameters of `validate-gpu`."""
-
-    timeout: int = 300
-    image: str | None = None
-
-    @pydantic.field_validator("timeout")
-    @classmethod
-    def _timeout(cls, value: int) -> int:
-        if not 10 <= value <= MAX_VALIDATION_TIMEOUT:
-            raise ValueError(f"must be a number of seconds from 10 to {MAX_VALIDATION_TIMEOUT}")
-        return value
-
-    @pydantic.field_validator("image")
-    @classmethod
-    def _image(cls, value: str | None) -> str | None:
-        return None if value is None else worker.check_image(value)
 
 
 class KubernetesWorkerCharm(ops.CharmBase):
@@ -499,7 +477,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
     def _on_validate_gpu(self, event: ops.ActionEvent) -> None:
         from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
 
-        params = event.load_params(ValidateGpuParams, errors="fail")
+        params = event.load_params(gpu_node.ValidateGpuParams, errors="fail")
         host = self.host_factory()
         inventory = gpu_node.detect(host)
         if not inventory.count:

@@ -20,8 +20,11 @@ from typing import TYPE_CHECKING, Any
 import driver
 import gpu
 import nvidia
+import pydantic
+from worker import check_image
 
 from charms.gpu_k8s.v0 import apt, containerd
+from charms.gpu_k8s.v0.config import ActionParams
 from charms.gpu_k8s.v0.system import CommandError, Host
 
 if TYPE_CHECKING:
@@ -32,6 +35,28 @@ if TYPE_CHECKING:
 VALIDATION_NAMESPACE = "gpu-k8s-system"
 VALIDATION_POLL_S = 2.0
 NO_GPU = gpu.SmiReport(state=gpu.SmiState.ABSENT, detail="this machine has no NVIDIA GPU")
+
+
+MAX_VALIDATION_TIMEOUT = 3600
+
+
+class ValidateGpuParams(ActionParams):
+    """Parameters of `validate-gpu`."""
+
+    timeout: int = 300
+    image: str | None = None
+
+    @pydantic.field_validator("timeout")
+    @classmethod
+    def _timeout(cls, value: int) -> int:
+        if not 10 <= value <= MAX_VALIDATION_TIMEOUT:
+            raise ValueError(f"must be a number of seconds from 10 to {MAX_VALIDATION_TIMEOUT}")
+        return value
+
+    @pydantic.field_validator("image")
+    @classmethod
+    def _image(cls, value: str | None) -> str | None:
+        return None if value is None else check_image(value)
 
 
 class GpuSetupError(Exception):
