@@ -62,6 +62,8 @@ UBUNTU_ARCHIVE: dict[str, dict[str, str]] = {
     },
     "curl": {"release": "8.5.0-2ubuntu10", "updates": "8.5.0-2ubuntu10.6"},
     "haproxy": {"release": "2.8.5-1ubuntu3", "updates": "2.8.16-0ubuntu0.24.04.3"},
+    # Not checked against the archive: the charms ask nfs-common for no version.
+    "nfs-common": {"release": "1:2.6.4-3ubuntu5"},
 }
 # The phases of `kubeadm join` in their order since 1.35 (kubernetes/kubernetes
 # cmd/kubeadm/app/cmd/join.go NewJoinCmd: AddPhase calls; ControlPlaneKubeletLocalMode

@@ -23,7 +23,7 @@ import nvidia
 import pydantic
 from driver import DRIVER_CHOICES, DriverChoice
 
-from charms.gpu_k8s.v0 import containerd, images, kubeadm
+from charms.gpu_k8s.v0 import apt, containerd, images, kubeadm
 from charms.gpu_k8s.v0.config import CharmConfig
 from charms.gpu_k8s.v0.system import Host
 
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from charms.gpu_k8s.v0.kubernetes_cluster import JoinInfo
 
 DEFAULT_API_PORT = 6443
+NFS_CLIENT = "nfs-common"
 MAX_PARALLEL_REBOOTS = 100
 MAX_DRAIN_TIMEOUT = 3600
 # Annotation recording which labels came from `node-labels`, so that a label removed
@@ -259,13 +260,20 @@ def join_material(endpoint_url: str, ca_cert_hash: str, token: str) -> kubeadm.J
 
 
 def prepare(host: Host) -> bool:
-    """Prepare the kernel and install containerd; return True when anything changed.
+    """Prepare the kernel, install containerd and the NFS client; True when anything changed.
 
     Raises:
-        apt.AptError: containerd could not be installed.
+        apt.AptError: containerd or nfs-common could not be installed.
     """
     changed = containerd.prepare_kernel(host)
-    return containerd.install(host) or changed
+    changed = containerd.install(host) or changed
+    # kubelet mounts NFS volumes (the shared EFS claim) with mount(8), which needs
+    # /sbin/mount.nfs from nfs-common; without it every such pod stays ContainerCreating
+    # with "mount failed: exit status 32 ... you might need a /sbin/mount.<type> helper"
+    # (kubernetes/kubernetes#30310). Charmed Kubernetes' worker installs it the same way
+    # (charm-kubernetes-worker layer.yaml). Not pinned and not held: unattended-upgrades
+    # keeps it current.
+    return apt.install(host, {NFS_CLIENT: None}, hold=False) or changed
 
 
 def supported_minor(version: str) -> str:

@@ -1036,3 +1036,21 @@ def test_a_node_drained_for_an_update_no_longer_needed_is_uncordoned(
     assert out.unit_status == testing.ActiveStatus(READY_580)
     assert not node(api)["spec"].get("unschedulable")
     assert reboots == []
+
+
+# -- shared storage -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("gpu_node", [False, True])
+def test_every_worker_installs_the_nfs_client_unpinned_and_unheld(
+    ctx, machine, api, gpu_node, request
+):
+    if gpu_node:
+        request.getfixturevalue("driver")
+
+    run_joined(ctx, api)
+
+    # kubelet mounts the EFS claim with mount.nfs from nfs-common
+    assert machine.dpkg["nfs-common"] == "1:2.6.4-3ubuntu5"
+    assert "nfs-common" not in machine.held  # unattended-upgrades keeps it current
+    assert not [line for line in machine.lines("apt-get") if "nfs-common=" in line]
