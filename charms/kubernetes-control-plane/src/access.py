@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import bootstrap
 import ops
 import rbac
+import registry
 import yaml
 from errors import StatusError
 from literals import API_PORT, WORKER_NAMESPACE, WORKER_SERVICE_ACCOUNT
@@ -83,6 +84,7 @@ class Access:
         # Consumers run outside the cluster's nodes, without the local proxy: they get the
         # leader's API server, and a new address when leadership moves.
         endpoint = f"https://{self.charm._api_server()}"
+        node_set = _node_set(registry.Registry.load(bag).nodes)
         for request in self.charm.kube_api.requests():
             key = str(request.relation.id)
             seen.add(key)
@@ -98,6 +100,7 @@ class Access:
             fingerprint = _fingerprint(ask.dump(), endpoint)
             answered = request.relation.data[self.charm.app].get("kubeconfig-secret-id")
             if previous and previous["fingerprint"] == fingerprint and answered:
+                self.charm.kube_api.announce_nodes(request.relation, node_set)
                 continue
             if previous and previous["namespace"] != ask.namespace:
                 self._revoke(previous, None)
@@ -113,7 +116,7 @@ class Access:
                 user=grant.service_account,
             )
             self.charm.kube_api.grant(
-                request.relation, endpoint, ask.namespace, grant.service_account, text
+                request.relation, endpoint, ask.namespace, grant.service_account, text, node_set
             )
             granted[key] = {
                 "app": request.app_name,
@@ -179,6 +182,11 @@ class Access:
         if cm is None:
             raise StatusError(ops.WaitingStatus("waiting for kubeadm's kubeadm-config ConfigMap"))
         return yaml.safe_load((cm.get("data") or {}).get("ClusterConfiguration") or "{}") or {}
+
+
+def _node_set(nodes: set[str]) -> str:
+    """A digest of the worker nodes, for kube-api consumers that follow them."""
+    return hashlib.sha256(json.dumps(sorted(nodes)).encode()).hexdigest()[:16]
 
 
 def _fingerprint(data: Any, *extra: str) -> str:

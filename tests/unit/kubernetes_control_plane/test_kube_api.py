@@ -64,6 +64,7 @@ def test_grant_creates_scoped_rbac_and_hands_kubeconfig_in_relation_secret(ctx, 
         "namespace": "training",
         "service-account": "tensorflow",
         "kubeconfig-secret-id": sec.id,
+        "node-set": bag["node-set"],  # the digest of no worker node yet
     }
     assert sec.remote_grants == {rel.id: {"tensorflow"}}
     config = yaml.safe_load(sec.latest_content["kubeconfig"])
@@ -206,3 +207,30 @@ def test_consumers_follow_the_api_server_of_a_new_leader(ctx, bootstrapped, api)
     config = yaml.safe_load(sec.latest_content["kubeconfig"])
     assert config["clusters"][0]["cluster"]["server"] == "https://10.0.0.9:6443"
     assert config["users"][0]["user"]["token"] == sa_token(api, "training", "tensorflow")
+
+
+def test_consumers_hear_at_once_when_a_worker_node_joins_or_leaves(ctx, bootstrapped, api):
+    from fakes.control_plane import join_workers, worker_bag, workers_relation
+
+    rel = kube_api_relation("efs-storage", "storage", cluster_rules=NODES)
+    out = ctx.run(ctx.on.relation_changed(rel), with_relation(bootstrapped, rel))
+    empty = out.get_relation(rel.id).local_app_data["node-set"]
+
+    workers = workers_relation({0: worker_bag("juju-1a2b3c-3")})
+    out = join_workers(ctx, out, workers, api)
+    one = out.get_relation(rel.id).local_app_data["node-set"]
+    assert one != empty  # a relation-changed for efs-storage: a node in a new zone
+
+    again = ctx.run(ctx.on.update_status(), out)
+    assert again.get_relation(rel.id).local_app_data["node-set"] == one  # nothing new
+
+    bigger = dataclasses.replace(
+        workers, remote_units_data={0: worker_bag("juju-1a2b3c-3"), 1: worker_bag("juju-1a2b3c-4")}
+    )
+    out = join_workers(
+        ctx,
+        dataclasses.replace(again, relations=[r for r in again.relations if r.id != workers.id]),
+        bigger,
+        api,
+    )
+    assert out.get_relation(rel.id).local_app_data["node-set"] not in (empty, one)

@@ -15,6 +15,9 @@ policy (`check_policy`), creates the namespace, a ServiceAccount and the binding
 answers in its application databag with the endpoint, namespace, service account name
 and the ID of a Juju secret holding the kubeconfig (granted to that relation only), or
 with `error` when it refuses the request. The kubeconfig never travels in a databag.
+It also publishes `node-set`, a digest of the cluster's worker nodes: it changes when a
+node joins or leaves, so a consumer that follows the nodes (efs-storage's mount target
+per zone) gets `relation-changed` at once instead of waiting for update-status.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from charms.gpu_k8s.v0.databag import Databag, Endpoint, explain, write
 
 LIBID = "26b1d42dbc2949cb8a83e29b11759d4f"
 LIBAPI = 0
-LIBPATCH = 5
+LIBPATCH = 6
 
 logger = logging.getLogger(__name__)
 
@@ -104,6 +107,7 @@ class ProviderAppData(Databag):
     namespace: str | None = None
     service_account: str | None = pydantic.Field(default=None, alias="service-account")
     kubeconfig_secret_id: str | None = pydantic.Field(default=None, alias="kubeconfig-secret-id")
+    node_set: str | None = pydantic.Field(default=None, alias="node-set")
     error: str | None = None
 
 
@@ -175,6 +179,7 @@ class KubeApiProvider(Endpoint):
         namespace: str,
         service_account: str,
         kubeconfig: str,
+        node_set: str | None = None,
     ) -> None:
         """Hand `kubeconfig` to one relation in a secret granted to it only (leader only)."""
         content = {"kubeconfig": kubeconfig}
@@ -194,12 +199,19 @@ class KubeApiProvider(Endpoint):
                 "namespace": namespace,
                 "service-account": service_account,
                 "kubeconfig-secret-id": secret_id,
+                "node-set": node_set,
             }
         ).dump()
         data = relation.data[self.charm.app]
         if data.get("kubeconfig-secret-id") != secret_id:
             secret.grant(relation)
         write(data, bag, remove=list(data))
+
+    def announce_nodes(self, relation: ops.Relation, node_set: str) -> None:
+        """Tell a granted consumer the node set changed (written only when it did)."""
+        data = relation.data[self.charm.app]
+        if data.get("node-set") != node_set:
+            data["node-set"] = node_set
 
     def refuse(self, relation: ops.Relation, reason: str) -> None:
         """Refuse a request: `error` set, nothing else published, secret removed."""
