@@ -360,9 +360,9 @@ def _release_module_holds(host: Host) -> bool:
 
 
 def _keep_in_step(
-    host: Host, series: Series, have: Installed, running: str, upcoming: str
+    host: Host, series: Series, have: Installed, upcoming: str
 ) -> tuple[bool, tuple[str, ...], str | None]:
-    """Modules for the running and the next kernel; (changed, update, problem)."""
+    """Modules for the kernel the next boot runs; (changed, update, problem)."""
     changed = _release_module_holds(host)
     wanted = [series.modules(upcoming)]
     if series.flavour:
@@ -385,8 +385,8 @@ def _keep_in_step(
         else:  # the next kernel's modules need a newer driver: move them together
             extra = list(series.fabric) if any(p in have.packages for p in series.fabric) else []
             return False, (*series.userspace, *extra, *missing), None
-    if running != upcoming and series.modules(running) not in have.packages:
-        changed = _try_install(host, [series.modules(running)]) is None or changed
+    # The running kernel needs nothing more: its module is loaded (or, on a first
+    # install, `_install_fresh` tried its package), and the next boot runs `upcoming`.
     return changed, (), None
 
 
@@ -487,7 +487,7 @@ def ensure(host: Host, choice: DriverChoice, inventory: gpu.GpuInventory) -> Dri
         running, upcoming = _install_fresh(host, target, nvswitch)
         series, changed, update, problem = target, True, (), None
     else:
-        changed, update, problem = _keep_in_step(host, series, have, running, upcoming)
+        changed, update, problem = _keep_in_step(host, series, have, upcoming)
         if nvswitch:
             changed = _ensure_fabric_packages(host, series) or changed
     return _settle(host, inventory, series, report, changed, update, problem, running, upcoming)
