@@ -570,3 +570,31 @@ def run_nodes(
         )
         for i in resp["Instances"]
     ]
+
+
+def juju_hostname(model_uuid: str, machine: int) -> str:
+    """The hostname Juju gives a machine: ``juju-`` + the model uuid's last 6 hex + ``-<id>``."""
+    return f"juju-{model_uuid.replace('-', '')[-6:]}-{machine}"
+
+
+def node_object(
+    inst: Instance, machine: int, model_uuid: str, provider_id: bool = False
+) -> tuple[str, dict[str, Any]]:
+    """A Kubernetes ``v1/Node`` for ``inst`` as the API server lists it: (name, object).
+
+    kubeadm-shaped by default, as every node of this bundle is: kubelet runs without a
+    cloud provider, so ``spec.providerID`` stays empty, the name is the machine's hostname
+    (charms.gpu_k8s.v0.kubeadm.node_name) and ``status.addresses`` holds the InternalIP
+    and Hostname kubelet found. ``provider_id=True`` is the shape under the AWS cloud
+    provider: the private DNS name and ``aws:///<zone>/<instance id>``.
+    """
+    if provider_id:
+        name = inst.private_dns
+        spec: dict[str, Any] = {"providerID": inst.provider_id}
+    else:
+        name, spec = juju_hostname(model_uuid, machine), {}
+    addresses = [
+        {"type": "InternalIP", "address": inst.private_ip},
+        {"type": "Hostname", "address": name},
+    ]
+    return name, {"spec": spec, "status": {"addresses": addresses}}

@@ -23,6 +23,7 @@ from aws_fakes import (
     Network,
     build_network,
     local_aws,
+    node_object,
     run_nodes,
 )
 from charm_modules import load
@@ -61,7 +62,9 @@ def managers() -> dict[Any, Efs]:
 
 @pytest.fixture()
 def world(aws: LocalAws, managers: dict[Any, Efs]) -> World:
-    aws.proxy.reset()
+    # A full reset: every test's VPC has the same CIDRs, so moto hands out the same private
+    # IPs, and kubeadm-shaped nodes (found by IP) would match an earlier test's instances.
+    aws.reset()
     return World(aws, managers)
 
 
@@ -77,6 +80,9 @@ class World:
         self.net: Network = build_network(self.ec2)
         self.model_uuid = str(uuid.uuid4())
         self.nodes: list[Instance] = []
+        # How the cluster registers its Nodes: kubeadm as in this bundle (Juju hostname,
+        # no providerID, an InternalIP), or with the AWS cloud provider (providerID).
+        self.provider_ids = False
 
     def add_nodes(self, zone: str, subnet_index: int = 0, count: int = 1) -> list[Instance]:
         added = run_nodes(
@@ -94,8 +100,16 @@ class World:
             )
         return self._managers[key]
 
+    def node_objects(self) -> list[dict[str, Any]]:
+        """The nodes as the Kubernetes API lists them (``v1/Node`` items)."""
+        items = []
+        for machine, inst in enumerate(self.nodes):
+            name, obj = node_object(inst, machine, self.model_uuid, self.provider_ids)
+            items.append({"metadata": {"name": name}, **obj})
+        return items
+
     def desired(self, **kwargs: Any) -> Desired:
-        nodes = tuple(Node(i.private_dns, i.provider_id) for i in self.nodes)
+        nodes = nodes_from_kubernetes(self.node_objects())
         return Desired(model_uuid=self.model_uuid, app=APP, nodes=nodes, **kwargs)
 
     def file_systems(self) -> list[dict[str, Any]]:
@@ -223,9 +237,32 @@ def test_bad_desired_state_fails_before_any_aws_call(world, kwargs, match):
     assert world.proxy.calls == []
 
 
+def test_nodes_from_kubernetes_kubeadm_shaped_node():
+    # kubelet without a cloud provider: Juju hostname, no providerID, InternalIP + Hostname.
+    item = {
+        "metadata": {"name": "juju-1a2b3c-3"},
+        "spec": {"podCIDR": "10.244.3.0/24"},
+        "status": {
+            "addresses": [
+                {"type": "InternalIP", "address": "172.31.20.7"},
+                {"type": "Hostname", "address": "juju-1a2b3c-3"},
+            ]
+        },
+    }
+    assert nodes_from_kubernetes([item]) == (Node("juju-1a2b3c-3", None, ("172.31.20.7",)),)
+
+
+SHAPES = pytest.mark.parametrize("provider_ids", [False, True], ids=["kubeadm", "provider-id"])
+
+
 # -- create path ----------------------------------------------------------------------------
-def test_two_subnets_in_each_of_three_zones_gives_exactly_three_mount_targets(world):
+@SHAPES
+def test_two_subnets_in_each_of_three_zones_gives_exactly_three_mount_targets(world, provider_ids):
+    world.provider_ids = provider_ids
     six_node_world(world)
+    nodes = world.desired().nodes
+    assert all(bool(n.provider_id) == provider_ids for n in nodes)
+    assert all(n.name.startswith("ip-" if provider_ids else "juju-") for n in nodes)
     observed = world.until_ready(world.manager(), world.desired())[-1]
 
     [fs] = world.file_systems()
@@ -338,7 +375,9 @@ def test_every_step_twice_creates_nothing_twice(world):
     assert len(world.mount_targets(first.file_system_id or "")) == 3
 
 
-def test_steady_state_reconcile_makes_no_mutating_call(world):
+@SHAPES
+def test_steady_state_reconcile_makes_no_mutating_call(world, provider_ids):
+    world.provider_ids = provider_ids
     six_node_world(world)
     manager, desired = world.manager(), world.desired()
     world.until_ready(manager, desired)

@@ -17,6 +17,7 @@ from aws_fakes import (
     Instance,
     LocalAws,
     Network,
+    node_object,
     run_nodes,
 )
 from ops import testing
@@ -64,17 +65,19 @@ class Env:
     def proxy(self) -> Any:
         return self.aws.proxy
 
-    def add_node(self, zone: str, subnet_index: int = 0) -> Instance:
-        """Start an EC2 instance and register it as a Kubernetes Node."""
+    def add_node(self, zone: str, subnet_index: int = 0, *, provider_id: bool = False) -> Instance:
+        """Start an EC2 instance and register it as a Kubernetes Node.
+
+        By default the Node looks as kubeadm registers it in this bundle: named after the
+        Juju machine's hostname (``juju-<model uuid tail>-<machine>``, kubeadm.node_name),
+        no ``spec.providerID`` (no cloud provider runs) and the InternalIP and Hostname
+        addresses kubelet reports. ``provider_id=True`` gives the shape of a cluster with
+        the AWS cloud provider: an ``ip-...`` name and ``aws:///zone/i-...``.
+        """
         inst = run_nodes(self.ec2, self.net.subnets[zone][subnet_index], [self.net.node_sg])[0]
         self.instances.append(inst)
-        self.api.put_object(
-            f"/api/v1/nodes/{inst.private_dns}",
-            {
-                "spec": {"providerID": inst.provider_id},
-                "status": {"addresses": [{"type": "InternalIP", "address": inst.private_ip}]},
-            },
-        )
+        name, node = node_object(inst, len(self.instances) - 1, self.model.uuid, provider_id)
+        self.api.put_object(f"/api/v1/nodes/{name}", node)
         return inst
 
     def add_namespace(self, name: str) -> None:

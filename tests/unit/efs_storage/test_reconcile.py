@@ -118,6 +118,21 @@ def test_first_pass_creates_everything_and_waits_for_the_claim(ctx, env, scan):
     scan.check(*status_texts(ctx, out))
 
 
+@pytest.mark.parametrize("provider_id", [False, True], ids=["kubeadm", "provider-id"])
+def test_nodes_are_placed_whether_kubeadm_or_cloud_provider_registered_them(ctx, env, provider_id):
+    a = env.add_node("us-east-1a", provider_id=provider_id)
+    b = env.add_node("us-east-1b", provider_id=provider_id)
+    names = [n["metadata"]["name"] for n in env.api.objects("/api/v1/nodes/")]
+    assert all(n.startswith("ip-" if provider_id else "juju-") for n in names)
+    out = ctx.run(ctx.on.install(), env.state())
+    fs_id = env.file_systems()[0]["FileSystemId"]
+    assert out.unit_status == testing.ActiveStatus(
+        f"EFS {fs_id}: 2/2 mount targets available, 0 claims bound"
+    )
+    subnets = {m["AvailabilityZoneName"]: m["SubnetId"] for m in env.mount_targets(fs_id)}
+    assert subnets == {a.zone: a.subnet_id, b.zone: b.subnet_id}
+
+
 def test_active_only_when_mount_targets_available_and_claims_bound(ctx, env):
     env.add_node("us-east-1a")
     env.add_node("us-east-1b")
