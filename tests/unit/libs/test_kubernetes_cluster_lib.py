@@ -293,3 +293,26 @@ def test_requirer_names_a_malformed_device_plugin_sharing(bag, field):
     material, problem = requirer_view(testing.State(relations=[rel], secrets=[sec]))
     assert material is None
     assert problem.startswith(f"control plane databag: {field} is invalid")
+
+
+def test_gpu_inventory_carries_the_pci_device_and_mig_capacities_for_mig_parted():
+    h100 = {
+        "model": "NVIDIA H100 80GB HBM3",
+        "count": 8,
+        "mig-capable": True,
+        "pci-device-id": "2330",
+        "mig-profiles": {"1g.10gb": 7, "2g.20gb": 3, "7g.80gb": 1},
+    }
+
+    rel = testing.Relation("cluster")
+    ctx = worker_ctx()
+    with ctx(ctx.on.update_status(), testing.State(relations=[rel])) as mgr:
+        mgr.charm.cluster.publish_node("ip-10-0-0-7", [GpuInfo.model_validate(h100)])
+        out = mgr.run()
+
+    published = json.loads(out.get_relation(rel.id).local_unit_data["gpu-inventory"])
+    assert published == [h100]
+    info = GpuInfo.model_validate(published[0])
+    assert (info.pci_device_id, info.mig_profiles) == ("2330", h100["mig-profiles"])
+    with pytest.raises(ValueError):
+        GpuInfo.model_validate({**h100, "pci-device-id": "0x2330"})

@@ -72,7 +72,7 @@ from charms.gpu_k8s.v0.databag import Databag, Endpoint, explain, write
 
 LIBID = "5f724584087c4f3caa6d95ea68f42ceb"
 LIBAPI = 0
-LIBPATCH = 9
+LIBPATCH = 10
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +92,13 @@ class GpuInfo(Databag):
     driver: str | None = None
     cuda: str | None = None
     mig_capable: bool = pydantic.Field(default=False, alias="mig-capable")
+    # The PCI device id (`2330` for an H100 SXM5) and, for MIG-capable GPUs, how many GPU
+    # instances of each MIG profile one GPU holds (`nvidia-smi mig -lgip`, "Instances
+    # Total"): what the control plane needs to write mig-parted configs per model.
+    pci_device_id: str | None = pydantic.Field(
+        default=None, alias="pci-device-id", pattern=r"^[0-9a-f]{4}$"
+    )
+    mig_profiles: dict[str, int] | None = pydantic.Field(default=None, alias="mig-profiles")
 
 
 class ProviderAppData(Databag):
