@@ -73,6 +73,10 @@ class Call:
 class _Fault:
     kind: str
     times: int
+    code: str = ""
+    message: str = ""
+    status: int = 400
+    when: str = ""  # only requests whose path or body contain this text
 
 
 @dataclasses.dataclass
@@ -162,6 +166,29 @@ class AwsProxy:
         with self._lock:
             self._faults.setdefault(action, []).append(_Fault(kind, times))
 
+    def fail(
+        self,
+        action: str,
+        code: str,
+        message: str,
+        *,
+        status: int = 400,
+        times: int = 1,
+        when: str = "",
+    ) -> None:
+        """Answer the next ``times`` requests of ``action`` with AWS error ``code``.
+
+        The error has the service's wire format (EC2 XML, EFS JSON with x-amzn-ErrorType)
+        and the HTTP status AWS documents for the code (botocore's service model gives it
+        for EFS errors, e.g. ``UnsupportedAvailabilityZone`` 400,
+        ``NoFreeAddressesInSubnet`` 409, ``DependencyTimeout`` 504). With ``when``, only
+        requests whose path or body contain that text fail (e.g. one subnet id), so one
+        zone can fail while the others work.
+        """
+        with self._lock:
+            fault = _Fault("error", times, code, message, status, when)
+            self._faults.setdefault(action, []).append(fault)
+
     def clear_counts(self) -> None:
         """Reset the request counters only."""
         with self._lock:
@@ -184,15 +211,15 @@ class AwsProxy:
             return sum(f.times for faults in self._faults.values() for f in faults)
 
     # -- request path ----------------------------------------------------------------------
-    def _take_fault(self, action: str) -> str | None:
+    def _take_fault(self, action: str, text: str = "") -> _Fault | None:
         faults = self._faults.get(action)
-        if not faults:
+        fault = next((f for f in faults or [] if not f.when or f.when in text), None)
+        if fault is None or faults is None:
             return None
-        fault = faults[0]
         fault.times -= 1
         if fault.times <= 0:
-            faults.pop(0)
-        return fault.kind
+            faults.remove(fault)
+        return fault
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         proxy = self
@@ -241,13 +268,17 @@ class AwsProxy:
         action = _action_of(service, handler.command, parsed.path, body)
         mutating = _is_mutating(service, handler.command, action)
         with self._lock:
-            fault = self._take_fault(action)
+            taken = self._take_fault(action, handler.path + body.decode("utf-8", "replace"))
+            fault = taken.kind if taken else None
             if fault is None and self.valid_access_keys is not None:
                 fault = None if key_id in self.valid_access_keys else "bad-key"
             self.calls.append(Call(service, action, mutating, fault))
             conflict = self._lifecycle_conflict(action, parsed, body)
         if fault == "reset":
             handler.reset_connection()
+        if taken is not None and fault == "error":
+            make = _ec2_error if service == "ec2" else _efs_error
+            return make(taken.status, taken.code, taken.message)
         if fault in ("throttle", "500", "deny", "bad-key", "dependency"):
             return _error(service, fault, action, key_id)
         if conflict is not None:

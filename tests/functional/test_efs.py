@@ -532,6 +532,57 @@ def test_throttling_500_and_connection_reset_are_retried(world):
     assert {c.fault for c in faulted} == {"throttle", "500", "reset"}
 
 
+# The codes and HTTP statuses below are CreateMountTarget's errors in botocore's EFS model
+# (efs/2015-02-01/service-2.json: UnsupportedAvailabilityZone 400, NoFreeAddressesInSubnet
+# 409, DependencyTimeout 504 "the client should try the call again").
+ZONE_ERRORS = [
+    (
+        "UnsupportedAvailabilityZone",
+        400,
+        "The requested Availability Zone us-east-1c is not supported for EFS.",
+        False,
+    ),
+    ("NoFreeAddressesInSubnet", 409, "No free addresses available in subnet.", False),
+    ("DependencyTimeout", 504, "The service timed out, try again.", True),
+]
+
+
+@pytest.mark.parametrize("code,status,message,retry", ZONE_ERRORS, ids=[e[0] for e in ZONE_ERRORS])
+def test_a_zone_aws_refuses_is_reported_and_the_other_zones_are_served(
+    world, code, status, message, retry
+):
+    for zone in ZONES:
+        world.add_nodes(zone)
+    bad_subnet = world.net.subnets["us-east-1c"][0]
+    world.proxy.fail("CreateMountTarget", code, message, status=status, times=20, when=bad_subnet)
+    manager, desired = world.manager(), world.desired()
+
+    observed = manager.reconcile(desired)
+    assert sorted(observed.mount_targets_by_zone()) == ["us-east-1a", "us-east-1b"]
+    (problem,) = observed.zone_problems
+    assert (problem.zone, problem.subnet_id, problem.code) == ("us-east-1c", bad_subnet, code)
+    assert problem.message == message and problem.retry_later is retry
+    assert not observed.ready
+    assert observed.progress == f"EFS {observed.file_system_id}: 2/3 mount targets available"
+
+    world.proxy.clear_counts()
+    again = manager.reconcile(desired)  # the healthy zones are done; only the bad one is tried
+    attempts = 4 if status >= 500 else 1  # botocore's standard mode retries 5xx answers
+    assert world.proxy.counts(mutating=True) == {"CreateMountTarget": attempts}
+    assert again.zone_problems == observed.zone_problems
+
+
+def test_an_unknown_aws_error_outside_the_zones_is_an_api_error_with_code_and_message(world):
+    world.add_nodes("us-east-1a")
+    message = "You have reached the maximum number of file systems."
+    world.proxy.fail("CreateFileSystem", "FileSystemLimitExceeded", message, status=403)
+    with pytest.raises(efs.AwsApiError) as err:
+        world.manager().reconcile(world.desired())
+    assert err.value.code == "FileSystemLimitExceeded"
+    assert err.value.message == message
+    assert err.value.retry_later is False
+
+
 def test_persistent_throttling_gives_a_transient_error(world):
     world.proxy.inject("DescribeFileSystems", "throttle", times=5)
     with pytest.raises(AwsTransientError, match="DescribeFileSystems") as err:

@@ -206,6 +206,9 @@ class EfsStorageCharm(ops.CharmBase):
             if state.problem:
                 status = ops.WaitingStatus if state.waiting else ops.BlockedStatus
                 self._statuses.append(status(state.problem))
+        if observed.zone_problems:
+            self._statuses.append(_zone_status(observed))
+            return
         if not observed.ready:
             self._statuses.append(ops.WaitingStatus(observed.progress))
             return
@@ -409,8 +412,25 @@ def _kept_message(config: Config) -> str:
     return "kept the EFS file system (delete-on-remove is false)"
 
 
+def _zone_status(observed: efs.Observed) -> ops.StatusBase:
+    """Zones without a mount target: Waiting if AWS says to retry, else Blocked."""
+    problems = "; ".join(str(p) for p in observed.zone_problems)
+    if all(p.retry_later for p in observed.zone_problems):
+        return ops.WaitingStatus(f"{observed.progress}; {problems}; retrying on the next event")
+    zones = ", ".join(p.zone for p in observed.zone_problems if not p.retry_later)
+    return ops.BlockedStatus(
+        f"{observed.progress}; {problems}; fix it in AWS or move the nodes of {zones}, "
+        "the charm retries on every event"
+    )
+
+
 def _aws(fn: Callable[[], _T]) -> _T:
-    """Run one AWS pass; errors the operator must fix become Blocked, transient ones Waiting."""
+    """Run one AWS pass; every AWS error becomes a status, never a hook error.
+
+    Credentials, permissions and configuration the operator must fix are Blocked; what AWS
+    says clears by itself (throttling, 5xx after retries, codes AWS documents as "try again")
+    is Waiting; any other AWS error code is Blocked with AWS's code and message.
+    """
     try:
         return fn()
     except (efs.AwsAuthError, efs.AwsConfigError) as e:
@@ -419,7 +439,12 @@ def _aws(fn: Callable[[], _T]) -> _T:
         raise ReconcileError(
             ops.WaitingStatus(f"AWS unavailable, retrying on the next event: {e}")
         ) from None
-    # Any other AwsApiError is unexpected and raises.
+    except efs.AwsApiError as e:
+        if e.retry_later:
+            raise ReconcileError(ops.WaitingStatus(f"{e}; retrying on the next event")) from None
+        raise ReconcileError(
+            ops.BlockedStatus(f"{e}; fix it in AWS, the charm retries on every event")
+        ) from None
 
 
 if __name__ == "__main__":  # pragma: nocover

@@ -59,6 +59,21 @@ _TRANSIENT = {
     "RequestTimeout",
     "RequestTimeoutException",
 }
+# Codes after which AWS itself says to try again: botocore's EFS model documents
+# DependencyTimeout as "the client should try the call again" and
+# InsufficientThroughputCapacity as "Try again later"; Incorrect*State means the object is
+# between two states, which clears by itself. SecurityGroupNotFound (EFS) and
+# InvalidGroup.NotFound (EC2) can only concern the group this very pass found or created,
+# so they are EC2's eventual consistency: a new group may not be visible to every API at
+# once (see the README's troubleshooting; not reproduced on AWS).
+_RETRY_LATER = {
+    "DependencyTimeout",
+    "InsufficientThroughputCapacity",
+    "IncorrectFileSystemLifeCycleState",
+    "IncorrectMountTargetState",
+    "SecurityGroupNotFound",
+    "InvalidGroup.NotFound",
+}
 _IAM_PREFIX = {"ec2": "ec2", "efs": "elasticfilesystem"}
 _PROVIDER_ID_RE = re.compile(r"^aws://[^/]*/(?:([a-z0-9-]*)/)?(i-[0-9a-f]{8,17})$")
 _NODE_NAME_IP_RE = re.compile(r"^ip-(\d{1,3})-(\d{1,3})-(\d{1,3})-(\d{1,3})(?:\..*)?$")
@@ -84,12 +99,18 @@ class AwsTransientError(AwsError):
 
 
 class AwsApiError(AwsError):
-    """Any other error answer from AWS (callers inspect ``code``)."""
+    """Any other error answer from AWS (callers inspect ``code``; ``message`` is redacted)."""
 
     def __init__(self, operation: str, code: str, message: str):
         super().__init__(f"{operation} failed: {code}: {message}")
         self.operation = operation
         self.code = code
+        self.message = message
+
+    @property
+    def retry_later(self) -> bool:
+        """True when AWS says the same call may work later without anyone acting."""
+        return self.code in _RETRY_LATER
 
 
 # -- credentials and clients --------------------------------------------------------------
@@ -356,6 +377,20 @@ class MountTarget:
 
 
 @dataclasses.dataclass(frozen=True)
+class ZoneProblem:
+    """A zone with nodes where AWS refused to create the mount target."""
+
+    zone: str
+    subnet_id: str
+    code: str
+    message: str
+    retry_later: bool
+
+    def __str__(self) -> str:
+        return f"no mount target in {self.zone} ({self.subnet_id}): {self.code}: {self.message}"
+
+
+@dataclasses.dataclass(frozen=True)
 class Observed:
     """The outcome of one pass: what exists in AWS now and whether it is ready."""
 
@@ -371,6 +406,7 @@ class Observed:
     ready: bool
     progress: str
     unresolved_nodes: tuple[str, ...] = ()
+    zone_problems: tuple[ZoneProblem, ...] = ()
 
     @property
     def dns_name(self) -> str | None:
@@ -452,11 +488,12 @@ class Efs:
         placement = self._locate_nodes(desired)
         sg_id = self._ensure_security_group(desired, placement) if placement.vpc_id else None
         mts: list[dict[str, Any]] = []
+        problems: tuple[ZoneProblem, ...] = ()
         if state == "available":
             mts = self._mount_targets(fs_id)
             if sg_id:
-                mts = self._ensure_mount_targets(fs_id, placement, sg_id, mts)
-        return self._observe(desired, fs, mts, placement, sg_id)
+                mts, problems = self._ensure_mount_targets(fs_id, placement, sg_id, mts)
+        return self._observe(desired, fs, mts, placement, sg_id, problems)
 
     def describe(self, desired: Desired) -> Observed:
         """Read-only view for ``show-filesystem`` (nothing is created).
@@ -711,11 +748,12 @@ class Efs:
 
     def _ensure_mount_targets(
         self, fs_id: str, placement: _Placement, sg_id: str, mts: list[dict[str, Any]]
-    ) -> list[dict[str, Any]]:
+    ) -> tuple[list[dict[str, Any]], tuple[ZoneProblem, ...]]:
+        """Create the missing mount targets; a zone AWS refuses does not stop the others."""
         zones = {mt.get("AvailabilityZoneName") for mt in mts}
         missing = {z: s for z, s in sorted(placement.subnets.items()) if z not in zones}
         if not missing:
-            return mts
+            return mts, ()
         other_vpcs = sorted({mt["VpcId"] for mt in mts if mt.get("VpcId") != placement.vpc_id})
         if other_vpcs:
             raise AwsConfigError(
@@ -723,6 +761,7 @@ class Efs:
                 f"nodes run in {placement.vpc_id}; use a file system in the cluster's VPC"
             )
         mts = list(mts)
+        problems: list[ZoneProblem] = []
         for zone, subnet in missing.items():
             logger.info("creating mount target of %s in %s (%s)", fs_id, zone, subnet)
             try:
@@ -736,10 +775,12 @@ class Efs:
                     )
                 )
             except AwsApiError as e:
-                if e.code != "MountTargetConflict":
-                    raise
-                mts = self._resolve_conflict(fs_id, zone, e)
-        return mts
+                if e.code == "MountTargetConflict":
+                    mts = self._resolve_conflict(fs_id, zone, e)
+                    continue
+                logger.warning("no mount target of %s in %s (%s): %s", fs_id, zone, subnet, e)
+                problems.append(ZoneProblem(zone, subnet, e.code, e.message, e.retry_later))
+        return mts, tuple(problems)
 
     def _resolve_conflict(self, fs_id: str, zone: str, error: AwsApiError) -> list[dict[str, Any]]:
         """``MountTargetConflict``: fine if the zone has one now (a retried create)."""
@@ -820,6 +861,7 @@ class Efs:
         mts: list[dict[str, Any]],
         placement: _Placement,
         sg_id: str | None,
+        problems: tuple[ZoneProblem, ...] = (),
     ) -> Observed:
         fs_id, state = fs["FileSystemId"], fs["LifeCycleState"]
         targets = tuple(
@@ -862,6 +904,7 @@ class Efs:
             ready=ready,
             progress=progress,
             unresolved_nodes=placement.unresolved,
+            zone_problems=problems,
         )
 
     # -- calls ------------------------------------------------------------------------------

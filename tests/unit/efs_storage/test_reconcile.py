@@ -346,6 +346,58 @@ def test_aws_failing_after_retries_waits(ctx, env):
     assert "AWS unavailable" in out.unit_status.message
 
 
+def test_a_zone_aws_refuses_blocks_with_code_and_message_and_the_others_are_served(ctx, env):
+    for zone in ("us-east-1a", "us-east-1b", "us-east-1c"):
+        env.add_node(zone)
+    bad = env.net.subnets["us-east-1c"][0]
+    message = "The requested Availability Zone us-east-1c is not supported for EFS."
+    env.proxy.fail("CreateMountTarget", "UnsupportedAvailabilityZone", message, times=10, when=bad)
+    out = ctx.run(ctx.on.install(), env.state(consumers={"tensorflow": "training"}))
+    fs_id = env.file_systems()[0]["FileSystemId"]
+    assert out.unit_status == testing.BlockedStatus(
+        f"EFS {fs_id}: 2/3 mount targets available; no mount target in us-east-1c ({bad}): "
+        f"UnsupportedAvailabilityZone: {message}; fix it in AWS or move the nodes of "
+        "us-east-1c, the charm retries on every event"
+    )
+    zones = sorted(m["AvailabilityZoneName"] for m in env.mount_targets(fs_id))
+    assert zones == ["us-east-1a", "us-east-1b"]
+    assert env.pvc("training", "efs-storage-tensorflow") is not None  # the claim is served
+    assert answer(out, "tensorflow")["ready"] == "false"  # nodes in us-east-1c cannot mount
+
+
+def test_a_zone_aws_says_to_retry_waits(ctx, env):
+    env.add_node("us-east-1a")
+    env.add_node("us-east-1b")
+    bad = env.net.subnets["us-east-1b"][0]
+    env.proxy.fail("CreateMountTarget", "DependencyTimeout", "timed out", status=504, times=2)
+    out = ctx.run(ctx.on.install(), env.state())
+    assert out.unit_status.name == "waiting", out.unit_status.message
+    assert f"us-east-1a ({env.net.subnets['us-east-1a'][0]}): DependencyTimeout" in (
+        out.unit_status.message
+    )
+    assert bad not in out.unit_status.message
+    out = ctx.run(ctx.on.update_status(), out)
+    assert out.unit_status.name == "active", out.unit_status.message
+
+
+@pytest.mark.parametrize(
+    "action,code,status,retry",
+    [
+        ("CreateFileSystem", "FileSystemLimitExceeded", 403, False),
+        ("CreateFileSystem", "InsufficientThroughputCapacity", 503, True),
+        ("CreateSecurityGroup", "SecurityGroupLimitExceeded", 400, False),
+    ],
+)
+def test_any_other_aws_error_gives_a_status_naming_it_never_a_hook_error(
+    ctx, env, action, code, status, retry
+):
+    env.add_node("us-east-1a")
+    env.proxy.fail(action, code, f"AWS says {code}", status=status, times=10)
+    out = ctx.run(ctx.on.install(), env.state())
+    assert out.unit_status.name == ("waiting" if retry else "blocked")
+    assert f"{action} failed: {code}: AWS says {code}" in out.unit_status.message
+
+
 def test_kubernetes_failing_after_retries_waits(ctx, env):
     env.add_node("us-east-1a")
     env.api.inject(status=503, times=10)
