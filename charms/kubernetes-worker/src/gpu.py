@@ -545,16 +545,43 @@ def gpu_info(report: SmiReport) -> dict:
     }
 
 
-def inventory_records(inventory: GpuInventory, report: SmiReport) -> list[dict]:
+# One GPU instance profile row of `nvidia-smi mig -lgip` (the MIG user guide's "List GPU
+# Instance Profiles"; recorded on an H100 in tests/fixtures/gpu/h100-sxm5-vm):
+# "|   0  MIG 1g.10gb         19     7/7        9.75       No     16     1     0   |"
+_LGIP_ROW = re.compile(r"^\|\s+(\d+)\s+MIG\s+(\S+)\s+\d+\s+\d+/(\d+)\s")
+
+
+def parse_mig_profiles(text: str) -> dict[int, dict[str, int]]:
+    """{GPU index: {profile: GPU instances one GPU holds}} from `nvidia-smi mig -lgip`."""
+    found: dict[int, dict[str, int]] = {}
+    for line in text.splitlines():
+        match = _LGIP_ROW.match(line)
+        if match:
+            found.setdefault(int(match.group(1)), {})[match.group(2)] = int(match.group(3))
+    return found
+
+
+def inventory_records(
+    inventory: GpuInventory,
+    report: SmiReport,
+    mig_profiles: Mapping[int, Mapping[str, int]] | None = None,
+) -> list[dict]:
     """The inventory this worker publishes: one record per model, most common first.
 
     Keys match `kubernetes_cluster.GpuInfo` (`GpuInfo(**record)`): model, count,
-    memory_mib, driver, cuda, mig_capable. Empty without GPUs.
+    memory_mib, driver, cuda, mig_capable, pci_device_id, and mig_profiles (from the
+    first nvidia-smi GPU index of that model) when `mig_profiles` has them. Empty without
+    GPUs.
     """
+    by_bus = {_bus_key(g.pci_bus_id): g.index for g in report.gpus if g.pci_bus_id}
     records = []
     for model, count in inventory.models.items():
         same = [d for d in inventory.devices if d.model == model]
         memory = [d.memory_mib for d in same if d.memory_mib]
+        indexes = [by_bus.get(_bus_key(d.pci_address)) for d in same]
+        profiles = next(
+            (dict(mig_profiles[i]) for i in indexes if mig_profiles and i in mig_profiles), None
+        )
         records.append(
             {
                 "model": model,
@@ -563,6 +590,8 @@ def inventory_records(inventory: GpuInventory, report: SmiReport) -> list[dict]:
                 "driver": report.driver_version if report.ok else None,
                 "cuda": report.cuda_version if report.ok else None,
                 "mig_capable": any(d.mig_capable for d in same),
+                "pci_device_id": same[0].device_id,
+                "mig_profiles": profiles,
             }
         )
     return records

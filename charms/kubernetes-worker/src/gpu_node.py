@@ -81,6 +81,7 @@ class GpuState:
     pending: str | None = None
     problem: str | None = None
     note: str = ""
+    mig_profiles: dict[int, dict[str, int]] = dataclasses.field(default_factory=dict)
     machine: str | None = None
 
     @property
@@ -95,7 +96,7 @@ class GpuState:
 
     def records(self) -> list[dict]:
         """The inventory to publish to the control plane (empty without GPUs)."""
-        return gpu.inventory_records(self.inventory, self.report)
+        return gpu.inventory_records(self.inventory, self.report, self.mig_profiles)
 
     def labels(self, plugin: nvidia.PluginConfig | None = None) -> dict[str, str | None]:
         """The node's GPU labels (`plugin`: how the device plugin runs); None removes one.
@@ -197,15 +198,17 @@ def setup(
     runtimes = nvidia.containerd_runtimes(True, default_nvidia=config.nvidia_default_runtime)
     containerd.configure(host, *runtimes, sandbox_image=sandbox_image)
     pending = f"NVIDIA Fabric Manager: {result.fabric}" if result.fabric else None
+    mig = nvidia.read_mig_profiles(host) if result.report.ok and inventory.mig_capable else {}
     return GpuState(
         gpu.with_smi(inventory, result.report),
         result.report,
-        result.reboot,
-        result.update,
-        pending,
-        result.problem,
-        result.note,
-        nvidia.machine_type(host),
+        reboot=result.reboot,
+        update=result.update,
+        pending=pending,
+        problem=result.problem,
+        note=result.note,
+        mig_profiles=mig,
+        machine=nvidia.machine_type(host),
     )
 
 

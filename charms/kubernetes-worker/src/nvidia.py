@@ -208,6 +208,12 @@ def read_smi(host: Host) -> gpu.SmiReport:
     return gpu.smi_report(query, version)
 
 
+def read_mig_profiles(host: Host) -> dict[int, dict[str, int]]:
+    """{GPU index: {MIG profile: instances}} from `nvidia-smi mig -lgip`; {} when it fails."""
+    code, out = _run_combined(host, NVIDIA_SMI, "mig", "-lgip")
+    return gpu.parse_mig_profiles(out) if code == 0 else {}
+
+
 def boot_id(host: Host) -> str:
     """This boot's id (changes on every reboot)."""
     return (host.read("/proc/sys/kernel/random/boot_id") or "").strip()

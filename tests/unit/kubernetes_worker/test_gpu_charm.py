@@ -169,6 +169,7 @@ def test_gpu_node_is_labelled_tainted_and_publishes_its_inventory(ctx, machine, 
             "memory-mib": 23028,
             "mig-capable": False,
             "model": "NVIDIA A10G",
+            "pci-device-id": "2237",
         }
     ]
 

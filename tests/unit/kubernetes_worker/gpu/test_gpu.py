@@ -396,6 +396,8 @@ def test_published_inventory_has_one_record_per_model(tmp_path, pci_ids):
             "driver": "590.48.01",
             "cuda": "13.2",
             "mig_capable": True,
+            "pci_device_id": "2330",
+            "mig_profiles": None,  # not asked (see the recorded H100 test)
         }
     ]
 
@@ -421,6 +423,8 @@ def test_published_inventory_without_a_working_driver_or_gpus(tmp_path, pci_ids)
             "driver": None,
             "cuda": None,
             "mig_capable": True,
+            "pci_device_id": "20b0",
+            "mig_profiles": None,
         },
         {
             "model": "NVIDIA Tesla T4",
@@ -429,6 +433,8 @@ def test_published_inventory_without_a_working_driver_or_gpus(tmp_path, pci_ids)
             "driver": None,
             "cuda": None,
             "mig_capable": False,
+            "pci_device_id": "1eb8",
+            "mig_profiles": None,
         },
     ]
     assert gpu.inventory_records(detect_machine(tmp_path, "m5-cpu", pci_ids), broken) == []

@@ -63,7 +63,8 @@ def test_recorded_smi_matches_the_sysfs_gpu_by_bus_id_and_names_it(tmp_path, h10
     assert gpu.status_message(inventory, h100_report) == (
         "Ready: 1x NVIDIA H100 80GB HBM3, driver 580, CUDA 13.0"
     )
-    assert gpu.inventory_records(inventory, h100_report) == [
+    profiles = gpu.parse_mig_profiles((H100 / "nvidia-smi-mig-lgip.txt").read_text())
+    assert gpu.inventory_records(inventory, h100_report, profiles) == [
         {
             "model": "NVIDIA H100 80GB HBM3",
             "count": 1,
@@ -71,6 +72,16 @@ def test_recorded_smi_matches_the_sysfs_gpu_by_bus_id_and_names_it(tmp_path, h10
             "driver": "580.159.04",
             "cuda": "13.0",
             "mig_capable": True,
+            "pci_device_id": "2330",
+            "mig_profiles": {
+                "1g.10gb": 7,
+                "1g.10gb+me": 1,
+                "1g.20gb": 4,
+                "2g.20gb": 3,
+                "3g.40gb": 2,
+                "4g.40gb": 1,
+                "7g.80gb": 1,
+            },
         }
     ]
 
