@@ -189,6 +189,29 @@ class AwsProxy:
             fault = _Fault("error", times, code, message, status, when)
             self._faults.setdefault(action, []).append(fault)
 
+    def deny(self, action: str, style: str = "named", denied: str = "", times: int = 1) -> None:
+        """Refuse the next ``times`` requests of ``action`` as IAM does, in one of its styles.
+
+        - ``named``: the message names the action IAM refused, ``denied`` (default: the
+          called one), as in "User: arn:... is not authorized to perform: <action> on
+          resource: ... because no identity-based policy allows the <action> action".
+          EFS refuses CreateFileSystem with tags for elasticfilesystem:TagResource this
+          way (botocore efs CreateFileSystem doc: IAM "performs additional authorization on
+          the elasticfilesystem:TagResource action").
+        - ``opaque``: no action named. EC2 answers "You are not authorized to perform this
+          operation." (aws/aws-cli#5628, rebuy-de/aws-nuke#517); EFS answers "User is not
+          authorized to perform that action on the specified resource"
+          (aws-samples/eks-workshop-v2#1106, CreateMountTarget).
+        - ``encoded``: EC2's "You are not authorized to perform this operation. Encoded
+          authorization failure message: <blob>", which only ``aws sts
+          decode-authorization-message`` reads (AWS knowledge center ec2-not-auth-launch).
+        """
+        if style not in ("named", "opaque", "encoded"):
+            raise ValueError(f"unknown deny style {style!r}")
+        with self._lock:
+            fault = _Fault("deny", times, code=style, message=denied)
+            self._faults.setdefault(action, []).append(fault)
+
     def clear_counts(self) -> None:
         """Reset the request counters only."""
         with self._lock:
@@ -279,6 +302,8 @@ class AwsProxy:
         if taken is not None and fault == "error":
             make = _ec2_error if service == "ec2" else _efs_error
             return make(taken.status, taken.code, taken.message)
+        if fault == "deny" and taken is not None and taken.code:
+            return _denied(service, action, taken.code, taken.message)
         if fault in ("throttle", "500", "deny", "bad-key", "dependency"):
             return _error(service, fault, action, key_id)
         if conflict is not None:
@@ -431,6 +456,34 @@ def _ec2_error(status: int, code: str, message: str) -> tuple[int, list[tuple[st
         "<RequestID>59dbff89-35bd-4eac-99ed-be587EXAMPLE</RequestID></Response>"
     ).encode()
     return status, [("Content-Type", "text/xml")], body
+
+
+ENCODED_BLOB = "Ab3dEnCoDeDaUtHoRiZaTiOnFaIlUrE-0123456789_xyz"
+
+
+def _denied(
+    service: str, action: str, style: str, denied: str
+) -> tuple[int, list[tuple[str, str]], bytes]:
+    iam = denied or f"{'ec2' if service == 'ec2' else 'elasticfilesystem'}:{action}"
+    named = (
+        "User: arn:aws:iam::123456789012:user/ci is not authorized to perform: "
+        f"{iam} on resource: arn:aws:{iam.split(':')[0]}:us-east-1:123456789012:* "
+        f"because no identity-based policy allows the {iam} action"
+    )
+    if service == "ec2":
+        message = {
+            "named": f"You are not authorized to perform this operation. {named}",
+            "opaque": "You are not authorized to perform this operation.",
+            "encoded": "You are not authorized to perform this operation. Encoded "
+            f"authorization failure message: {ENCODED_BLOB}",
+        }[style]
+        return _ec2_error(403, "UnauthorizedOperation", message)
+    message = {
+        "named": named,
+        "opaque": "User is not authorized to perform that action on the specified resource",
+        "encoded": named,
+    }[style]
+    return _efs_error(403, "AccessDeniedException", message)
 
 
 def _error(

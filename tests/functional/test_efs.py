@@ -619,10 +619,58 @@ def test_rejected_access_key_names_the_key_problem_never_the_values(world):
 def test_denied_action_is_named_in_the_auth_error(world, action, iam):
     world.add_nodes("us-east-1a")
     world.proxy.inject(action, "deny")
-    with pytest.raises(AwsAuthError, match=f"AWS denied {iam}") as err:
+    with pytest.raises(AwsAuthError, match=f"AWS denied {iam} ") as err:
         world.manager().reconcile(world.desired())
+    assert "README" in str(err.value)
     assert SECRET_ACCESS_KEY not in str(err.value)
     assert ACCESS_KEY_ID not in str(err.value)
+
+
+def test_the_action_iam_denied_inside_another_call_is_named_from_awss_message(world):
+    world.add_nodes("us-east-1a")
+    world.proxy.deny("CreateFileSystem", denied="elasticfilesystem:TagResource")
+    with pytest.raises(AwsAuthError) as err:
+        world.manager().reconcile(world.desired())
+    assert str(err.value).startswith(
+        "AWS denied elasticfilesystem:TagResource (calling elasticfilesystem:CreateFileSystem)"
+    )
+    assert "IAM policy" in str(err.value) and "README" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "action,needs",
+    [
+        (
+            "CreateMountTarget",
+            "elasticfilesystem:CreateMountTarget, ec2:DescribeSubnets, "
+            "ec2:DescribeNetworkInterfaces, ec2:CreateNetworkInterface",
+        ),
+        ("DescribeInstances", "ec2:DescribeInstances"),
+        ("CreateSecurityGroup", "ec2:CreateSecurityGroup, ec2:CreateTags"),
+    ],
+)
+def test_a_denial_that_names_no_action_lists_what_the_call_needs(world, action, needs):
+    world.add_nodes("us-east-1a")
+    world.proxy.deny(action, "opaque")
+    with pytest.raises(AwsAuthError) as err:
+        world.manager().reconcile(world.desired())
+    assert f"allow {needs} in the IAM policy" in str(err.value)
+    assert "README" in str(err.value)
+
+
+def test_an_encoded_ec2_denial_is_logged_for_decoding_and_kept_out_of_the_status(world, caplog):
+    from aws_fakes import ENCODED_BLOB
+
+    caplog.set_level(logging.WARNING)
+    world.add_nodes("us-east-1a")
+    world.proxy.deny("AuthorizeSecurityGroupIngress", "encoded")
+    with pytest.raises(AwsAuthError) as err:
+        world.manager().reconcile(world.desired())
+    message = str(err.value)
+    assert ENCODED_BLOB not in message
+    assert "ec2:AuthorizeSecurityGroupIngress" in message
+    assert "aws sts decode-authorization-message" in message
+    assert ENCODED_BLOB in caplog.text
 
 
 def test_no_credential_value_in_logs(world, caplog):

@@ -75,6 +75,36 @@ _RETRY_LATER = {
     "InvalidGroup.NotFound",
 }
 _IAM_PREFIX = {"ec2": "ec2", "efs": "elasticfilesystem"}
+# The other IAM actions AWS checks inside a call, as botocore's service models document
+# them: efs CreateFileSystem ("additional authorization on the
+# elasticfilesystem:TagResource action" when tags are given), CreateMountTarget,
+# DeleteMountTarget, ModifyMountTargetSecurityGroups and DescribeMountTargetSecurityGroups
+# ("also requires permissions for the following Amazon EC2 actions"); EC2 tags given on
+# creation (TagSpecifications) are authorized as ec2:CreateTags (EC2 User Guide, "Grant
+# permission to tag Amazon EC2 resources during creation").
+_ALSO_NEEDS = {
+    "elasticfilesystem:CreateFileSystem": ("elasticfilesystem:TagResource",),
+    "elasticfilesystem:CreateMountTarget": (
+        "ec2:DescribeSubnets",
+        "ec2:DescribeNetworkInterfaces",
+        "ec2:CreateNetworkInterface",
+    ),
+    "elasticfilesystem:DeleteMountTarget": ("ec2:DeleteNetworkInterface",),
+    "elasticfilesystem:ModifyMountTargetSecurityGroups": ("ec2:ModifyNetworkInterfaceAttribute",),
+    "elasticfilesystem:DescribeMountTargetSecurityGroups": (
+        "ec2:DescribeNetworkInterfaceAttribute",
+    ),
+    "ec2:CreateSecurityGroup": ("ec2:CreateTags",),
+}
+# IAM's denial text: "User: arn:... is not authorized to perform: ec2:CreateTags on
+# resource: ... because no identity-based policy allows the ec2:CreateTags action" (also
+# with the action in parentheses, as STS writes it).
+_DENIED_ACTION_RE = re.compile(r"not authorized to perform:?\s*\(?([A-Za-z0-9-]+:[A-Za-z0-9*]+)")
+# EC2 may hide the details: "... Encoded authorization failure message: <blob>", readable
+# only through `aws sts decode-authorization-message` (AWS knowledge center,
+# ec2-not-auth-launch).
+_ENCODED_RE = re.compile(r"Encoded authorization failure message:\s*(\S+)")
+_POLICY_HINT = "in the IAM policy of the credentials (README: IAM policy)"
 _PROVIDER_ID_RE = re.compile(r"^aws://[^/]*/(?:([a-z0-9-]*)/)?(i-[0-9a-f]{8,17})$")
 _NODE_NAME_IP_RE = re.compile(r"^ip-(\d{1,3})-(\d{1,3})-(\d{1,3})-(\d{1,3})(?:\..*)?$")
 _FS_ID_RE = re.compile(r"^fs-[0-9a-f]{8,40}$")
@@ -935,13 +965,38 @@ class Efs:
                 f"{_KEY_REJECTED[code]}; update the AWS credentials"
             )
         if code in _PERMISSION_DENIED:
-            return AwsAuthError(
-                f"AWS denied {iam_action} ({code}); allow {iam_action} in the IAM policy "
-                "of the credentials"
-            )
+            return self._denied(iam_action, code, self._redact(message))
         if code in _TRANSIENT:
             return AwsTransientError(f"{iam_action} still failing after retries ({code})")
         return AwsApiError(iam_action, code, self._redact(message))
+
+    @staticmethod
+    def _denied(iam_action: str, code: str, message: str) -> AwsAuthError:
+        """Name the action IAM refused when AWS's message says it, else what the call needs."""
+        needs = ", ".join((iam_action, *_ALSO_NEEDS.get(iam_action, ())))
+        encoded = _ENCODED_RE.search(message)
+        if encoded:
+            logger.warning(
+                "AWS denied %s; decode the reason with: aws sts decode-authorization-message "
+                "--encoded-message %s",
+                iam_action,
+                encoded.group(1),
+            )
+            return AwsAuthError(
+                f"AWS denied {iam_action} or an action it needs ({code}); allow {needs} "
+                f"{_POLICY_HINT}; to see which, decode the message in juju debug-log with "
+                "aws sts decode-authorization-message"
+            )
+        named = _DENIED_ACTION_RE.search(message)
+        if named and named.group(1) != iam_action:
+            return AwsAuthError(
+                f"AWS denied {named.group(1)} (calling {iam_action}); allow it {_POLICY_HINT}"
+            )
+        if named:
+            return AwsAuthError(f"AWS denied {iam_action} ({code}); allow it {_POLICY_HINT}")
+        return AwsAuthError(
+            f"AWS denied {iam_action} ({code}: {message}); allow {needs} {_POLICY_HINT}"
+        )
 
     def _redact(self, text: str) -> str:
         for value in self._redact_values:

@@ -398,6 +398,17 @@ def test_any_other_aws_error_gives_a_status_naming_it_never_a_hook_error(
     assert f"{action} failed: {code}: AWS says {code}" in out.unit_status.message
 
 
+def test_a_denied_action_blocks_naming_it_and_the_readme_policy(ctx, env):
+    env.add_node("us-east-1a")
+    env.proxy.deny("CreateFileSystem", denied="elasticfilesystem:TagResource")
+    out = ctx.run(ctx.on.install(), env.state())
+    assert out.unit_status == testing.BlockedStatus(
+        "AWS denied elasticfilesystem:TagResource (calling elasticfilesystem:CreateFileSystem); "
+        "allow it in the IAM policy of the credentials (README: IAM policy)"
+    )
+    assert env.file_systems() == []
+
+
 def test_kubernetes_failing_after_retries_waits(ctx, env):
     env.add_node("us-east-1a")
     env.api.inject(status=503, times=10)
