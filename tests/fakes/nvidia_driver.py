@@ -113,9 +113,17 @@ class FakeDriver:
         nvswitch: bool = False,
         open_modules: bool = True,
         nouveau: bool = False,
+        model: tuple[str, int, str] = ("NVIDIA A10G", 23028, "8.6"),
+        mig_profiles: dict[str, int] | None = None,
     ):
         self.machine = machine
         self.gpus = gpus
+        # (name, memory MiB, compute capability) as nvidia-smi reports them; MIG-capable
+        # models list their GPU instance profiles (`nvidia-smi mig -lgip`), and
+        # `mig_devices` is what `nvidia-smi -L` lists once a layout is applied.
+        self.model = model
+        self.mig_profiles = mig_profiles
+        self.mig_devices: dict[int, list[str]] = {}
         self.nvswitch = nvswitch
         self.open_modules = open_modules  # the GPUs are Turing or newer
         self.nouveau = nouveau  # the GPUs are bound to nouveau at boot
@@ -571,11 +579,69 @@ class FakeDriver:
                 f"NVML version        : {driver.rsplit('.', 1)[0]}\n"
                 f"DRIVER version      : {driver}\nCUDA Version        : 13.0\n"
             )
+        if argv[1:] == ["mig", "-lgip"]:
+            return self._lgip(argv)
+        if argv[1:] == ["-L"]:
+            return self._list()
+        name, memory, compute = self.model
+        mode = (
+            "[N/A]"
+            if self.mig_profiles is None
+            else ("Enabled" if self.mig_devices else "Disabled")
+        )
+        buses = self._bus_ids()
         return "".join(
-            f"{i}, NVIDIA A10G, 23028, 0, 0, 30, [N/A], {driver}, "
-            f"00000000:00:{0x1B + i:02X}.0, 8.6\n"
+            f"{i}, {name}, {memory}, 0, 0, 30, {mode}, {driver}, {buses[i]}, {compute}\n"
             for i in range(self.gpus)
         )
+
+    def _bus_ids(self) -> list[str]:
+        """The GPUs' PCI addresses as nvidia-smi prints them, from the machine's sysfs.
+
+        nvidia-smi numbers GPUs in PCI bus order and prints an 8-digit domain
+        (`00000000:53:00.0` for sysfs `0000:53:00.0`; the recorded H100 output).
+        Without a sysfs tree, A10G-like addresses.
+        """
+        devices = self.machine.path("/sys/bus/pci/devices")
+        found = []
+        for function in sorted(devices.iterdir()) if devices.is_dir() else []:
+            klass = (
+                (function / "class").read_text().strip() if (function / "class").exists() else ""
+            )
+            vendor = (
+                (function / "vendor").read_text().strip() if (function / "vendor").exists() else ""
+            )
+            if vendor == "0x10de" and klass[:6] in ("0x0300", "0x0302"):
+                domain, rest = function.name.split(":", 1)
+                found.append(f"{int(domain, 16):08X}:{rest.upper()}")
+        found += [f"00000000:00:{0x1B + i:02X}.0" for i in range(len(found), self.gpus)]
+        return found
+
+    def _lgip(self, argv) -> str:
+        """The GPU instance profile table, in the layout of the recorded H100 output."""
+        if self.mig_profiles is None:
+            raise CommandError(argv, 6, "No MIG-supported devices found.")
+        rows = ["+" + "-" * 79 + "+", "| GPU instance profiles:" + " " * 56 + "|"]
+        for i in range(self.gpus):
+            for pid, (profile, total) in enumerate(self.mig_profiles.items()):
+                rows.append(
+                    f"|  {i:2d}  MIG {profile:<14} {pid:3d}     {total}/{total}        9.75       "
+                    "No     16     1     0   |"
+                )
+                rows.append("+" + "-" * 79 + "+")
+        return "\n".join(rows) + "\n"
+
+    def _list(self) -> str:
+        """`nvidia-smi -L`: GPUs, each followed by its MIG devices (MIG user guide layout)."""
+        lines = []
+        for i in range(self.gpus):
+            lines.append(
+                f"GPU {i}: {self.model[0]} (UUID: GPU-0000000{i}-aaaa-bbbb-cccc-dddddddddddd)"
+            )
+            for n, profile in enumerate(self.mig_devices.get(i, [])):
+                uuid = f"MIG-{i}{n}000000-1111-2222-3333-444444444444"
+                lines.append(f"  MIG {profile:<12} Device {n:2d}: (UUID: {uuid})")
+        return "\n".join(lines) + "\n"
 
     def gpgpu_drivers(self) -> list[tuple[str, str]]:
         """(driver package, modules metapackage) that fit, best first, as ubuntu-drivers sorts.

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING
 import driver
 import gpu
 import gpu_node
+import mig
 import nvidia
 import ops
 import worker
@@ -72,7 +73,10 @@ class KubernetesWorkerCharm(ops.CharmBase):
         super().__init__(framework)
         # reboot_boot: boot id when this unit asked Juju for a reboot the driver needed;
         # reboot_cordoned: whether it cordoned its node for that reboot.
-        self._stored.set_default(left_cluster=False, reboot_boot=None, reboot_cordoned=False)
+        # mig_cordoned: whether it cordoned its node to apply a MIG layout.
+        self._stored.set_default(
+            left_cluster=False, reboot_boot=None, reboot_cordoned=False, mig_cordoned=False
+        )
         self.cluster = ClusterRequirer(self, CLUSTER)
         self.turns = RebootTurns(self, REBOOTS)
         self._status: ops.StatusBase | None = None
@@ -157,6 +161,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
                 if waiting
                 else ops.ActiveStatus(state.ready_message() + note)
             )
+            self._mig(info, node, config, state)
         self._blocked = self._blocked or state.driver_problem(self.unit.name, config.driver)
 
     # -- steps -------------------------------------------------------------------------
@@ -449,7 +454,9 @@ class KubernetesWorkerCharm(ops.CharmBase):
             with Kube.from_kubeconfig(info.kubeconfig) as kube:
                 done = worker.apply_labels(kube, node, config.labels)
                 if done is not None:
-                    gpu_node.apply_node_state(kube, node, state, config.gpu_taint, plugin)
+                    gpu_node.apply_node_state(
+                        kube, node, state, config.gpu_taint, plugin, config.mig_profile
+                    )
         except ValueError as e:
             self._status = ops.WaitingStatus(f"control plane kubeconfig is unusable: {e}")
             return False
@@ -463,12 +470,58 @@ class KubernetesWorkerCharm(ops.CharmBase):
             return False
         return True
 
+    def _mig(
+        self, info: JoinInfo, node: str, config: worker.WorkerConfig, state: gpu_node.GpuState
+    ) -> None:
+        """Bring the node to its `mig-profile` layout through NVIDIA's mig-manager (mig.py)."""
+        from charms.gpu_k8s.v0.kubeclient import Kube
+
+        ready = state.ready and state.inventory.mig_capable
+        layout, limit = (config.mig_profile if ready else ""), config.max_parallel_reboots
+        problem = mig.unavailable(layout, state.mig_profiles) if layout else None
+        if problem or (not layout and not self._stored.mig_cordoned):
+            self._blocked = self._blocked or problem
+            return
+        with Kube.from_kubeconfig(info.kubeconfig) as kube:
+            labels = ((kube.get("v1", "Node", node) or {}).get("metadata") or {}).get("labels")
+            step = mig.step(layout, labels or {})
+            if step is mig.Step.START:
+                if not self.turns.request(f"MIG layout {layout}", limit):
+                    self._turn_wait = self.turns.waiting_message(f"MIG layout {layout}", limit)
+                    return
+                result = kube.drain(
+                    node,
+                    timeout=config.drain_timeout,
+                    clock=self.drain_clock,
+                    sleep=self.drain_sleep,
+                )
+                self._stored.mig_cordoned = self._stored.mig_cordoned or result is not None
+                # A state left by an earlier layout must not read as this one's success.
+                patch = {
+                    mig.LABEL_DEPLOY_MIG_MANAGER: "true",
+                    mig.LABEL_CONFIG: layout,
+                    mig.LABEL_STATE: None,
+                }
+                kube.patch("v1", "Node", node, {"metadata": {"labels": patch}})
+                labels = {**(labels or {}), mig.LABEL_CONFIG: layout, mig.LABEL_STATE: ""}
+                step = mig.Step.WAIT
+            if step is mig.Step.WAIT:
+                self._status = ops.WaitingStatus(mig.waiting_message(layout, labels or {}))
+            elif step is mig.Step.FAILED:
+                self._blocked = mig.failed_message(layout, node, self.unit.name)
+            elif self._stored.mig_cordoned:  # applied (or no longer wanted): uncordon
+                kube.uncordon(node)
+                self._stored.mig_cordoned = False
+                self.turns.done(limit)
+
     # -- actions -----------------------------------------------------------------------
 
     def _on_gpu_info(self, event: ops.ActionEvent) -> None:
-        report = nvidia.read_smi(self.host_factory())
+        host = self.host_factory()
+        report = nvidia.read_smi(host)
+        enabled = any(g.mig_mode == "Enabled" for g in report.gpus)
         try:
-            results = gpu.gpu_info(report)
+            results = gpu.gpu_info(report, nvidia.read_mig_devices(host) if enabled else None)
         except ValueError as e:
             event.fail(str(e))
             return

@@ -17,7 +17,7 @@ import dataclasses
 import enum
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -510,7 +510,9 @@ def status_message(inventory: GpuInventory, report: SmiReport) -> str:
     return "Ready: " + ", ".join(parts)
 
 
-def gpu_info(report: SmiReport) -> dict:
+def gpu_info(
+    report: SmiReport, mig_devices: Mapping[int, Sequence[Mapping[str, str]]] | None = None
+) -> dict:
     """Action results for `gpu-info`: one entry per GPU, keys valid for Juju.
 
     Raises:
@@ -537,6 +539,11 @@ def gpu_info(report: SmiReport) -> dict:
         }
         for g in report.gpus
     }
+    for index, devices in (mig_devices or {}).items():
+        if str(index) in gpus:  # {"0": {"profile": "1g.10gb", "uuid": "MIG-..."}, ...}
+            gpus[str(index)]["mig-devices"] = {
+                d["device"]: {"profile": d["profile"], "uuid": d["uuid"]} for d in devices
+            }
     return {
         "count": str(len(report.gpus)),
         "driver": report.driver_version or "unknown",

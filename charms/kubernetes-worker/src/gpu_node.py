@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import driver
 import gpu
+import mig
 import nvidia
 import pydantic
 from worker import check_image
@@ -98,23 +99,30 @@ class GpuState:
         """The inventory to publish to the control plane (empty without GPUs)."""
         return gpu.inventory_records(self.inventory, self.report, self.mig_profiles)
 
-    def labels(self, plugin: nvidia.PluginConfig | None = None) -> dict[str, str | None]:
+    def labels(
+        self, plugin: nvidia.PluginConfig | None = None, mig_layout: str = ""
+    ) -> dict[str, str | None]:
         """The node's GPU labels (`plugin`: how the device plugin runs); None removes one.
+
+        With them, the deploy labels the device plugin and NVIDIA's mig-manager select
+        (`mig_layout`: the `mig-profile` option).
 
         Only GPUs pods can use get labels: the device plugin selects
         `nvidia.com/gpu.present=true`, and on a node whose driver waits for a reboot (or
         is broken) or whose Fabric Manager is not running, it would advertise GPUs that
         fail. Without GPUs, every GPU label is removed.
         """
+        deploy = mig.deploy_labels(self.ready, self.inventory.mig_capable, mig_layout)
         if not self.ready:
-            return nvidia.node_labels(gpu.GpuInventory(), None, None)
-        return nvidia.node_labels(
+            return nvidia.node_labels(gpu.GpuInventory(), None, None) | deploy
+        labels = nvidia.node_labels(
             self.inventory,
             self.report.driver_version,
             self.report.cuda_version,
             machine=self.machine,
             plugin=plugin or nvidia.PluginConfig(),
         )
+        return labels | deploy
 
     def taints(self, gpu_taint: bool) -> list[dict]:
         """The GPU taint the node should carry (none without GPUs or with gpu-taint off)."""
@@ -218,18 +226,21 @@ def apply_node_state(
     state: GpuState,
     gpu_taint: bool,
     plugin: nvidia.PluginConfig | None = None,
+    mig_layout: str = "",
 ) -> bool:
     """Bring the Node's GPU labels and taint in line with `state`; True when patched.
 
     `plugin` is how the control plane runs the device plugin (MIG strategy, time-slicing
-    replicas), which the sharing labels describe.
+    replicas), which the sharing labels describe; `mig_layout` the `mig-profile` option.
+    The device plugin's deploy label is left alone while mig-manager has it paused.
 
     Raises:
         LookupError: the Node is not registered yet.
         KubeError: the API server refused.
     """
-    labels = state.labels(plugin)
-    return nvidia.apply_node_gpu_state(kube, node, labels, state.taints(gpu_taint))
+    labels = state.labels(plugin, mig_layout)
+    keep = {mig.LABEL_DEPLOY_PLUGIN: mig.PAUSED}
+    return nvidia.apply_node_gpu_state(kube, node, labels, state.taints(gpu_taint), keep)
 
 
 def validation_pod_name() -> str:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import gpu
+import mig
 
 from charms.gpu_k8s.v0 import apt
 from charms.gpu_k8s.v0.containerd import RuntimeHandler
@@ -212,6 +213,12 @@ def read_mig_profiles(host: Host) -> dict[int, dict[str, int]]:
     """{GPU index: {MIG profile: instances}} from `nvidia-smi mig -lgip`; {} when it fails."""
     code, out = _run_combined(host, NVIDIA_SMI, "mig", "-lgip")
     return gpu.parse_mig_profiles(out) if code == 0 else {}
+
+
+def read_mig_devices(host: Host) -> dict[int, list[dict[str, str]]]:
+    """The MIG devices per GPU index from `nvidia-smi -L`; {} when it fails."""
+    code, out = _run_combined(host, NVIDIA_SMI, "-L")
+    return mig.parse_devices(out) if code == 0 else {}
 
 
 def boot_id(host: Host) -> str:
@@ -547,12 +554,18 @@ def merge_taints(existing: Sequence[Mapping], wanted: Sequence[Mapping]) -> list
 
 
 def apply_node_gpu_state(
-    kube: Any, node: str, labels: Mapping[str, str | None], taints: Sequence[Mapping]
+    kube: Any,
+    node: str,
+    labels: Mapping[str, str | None],
+    taints: Sequence[Mapping],
+    keep: Mapping[str, str] | None = None,
 ) -> bool:
     """Bring the Node's GPU labels and taint to `labels`/`taints`; True when it changed.
 
     `kube` is a `charms.gpu_k8s.v0.kubeclient.Kube`. Labels set to None are removed;
-    taints of other owners are kept. One merge patch, only when something differs.
+    taints of other owners are kept; a label whose current value is the one `keep` names
+    for it is left as it is (another controller holds it). One merge patch, only when
+    something differs.
 
     Raises:
         LookupError: the Node is not registered (yet).
@@ -562,10 +575,13 @@ def apply_node_gpu_state(
     if obj is None:
         raise LookupError(f"node {node} is not registered")
     current = (obj.get("metadata") or {}).get("labels") or {}
+    held = {k for k, v in (keep or {}).items() if current.get(k) == v}
     label_patch = {
         key: value
         for key, value in labels.items()
-        if current.get(key) != value and not (value is None and key not in current)
+        if current.get(key) != value
+        and not (value is None and key not in current)
+        and key not in held
     }
     existing = (obj.get("spec") or {}).get("taints") or []
     merged = merge_taints(existing, taints)

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+import mig
 import nvidia
 import pydantic
 from driver import DRIVER_CHOICES, DriverChoice
@@ -125,6 +126,7 @@ class WorkerConfig(CharmConfig):
     nvidia_default_runtime: bool = False
     gpu_validation_image: str = nvidia.VALIDATION_IMAGE
     image_registry: str = ""
+    mig_profile: str = ""
 
     @pydantic.field_validator("nvidia_driver")
     @classmethod
@@ -134,6 +136,11 @@ class WorkerConfig(CharmConfig):
         except ValueError:
             raise ValueError(f"must be {DRIVER_CHOICES}, not {value.strip()[:40]!r}") from None
         return value
+
+    @pydantic.field_validator("mig_profile")
+    @classmethod
+    def _mig(cls, value: str) -> str:
+        return mig.validate(value)
 
     @pydantic.field_validator("image_registry")
     @classmethod

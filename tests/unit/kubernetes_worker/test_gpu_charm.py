@@ -157,6 +157,8 @@ def test_gpu_node_is_labelled_tainted_and_publishes_its_inventory(ctx, machine, 
         "nvidia.com/cuda.runtime.minor": "0",
         "nvidia.com/mig.capable": "false",
         "nvidia.com/mps.capable": "false",
+        # the device plugin runs where this is true (NVIDIA's mig-manager pauses it)
+        "nvidia.com/gpu.deploy.device-plugin": "true",
     }
     assert taints(api) == [TAINT]
     data = unit_data(out)
@@ -1055,3 +1057,141 @@ def test_every_worker_installs_the_nfs_client_unpinned_and_unheld(
     assert machine.dpkg["nfs-common"] == "1:2.6.4-3ubuntu5"
     assert "nfs-common" not in machine.held  # unattended-upgrades keeps it current
     assert not [line for line in machine.lines("apt-get") if "nfs-common=" in line]
+
+
+# -- MIG layouts ----------------------------------------------------------------------
+
+H100_PROFILES = {"1g.10gb": 7, "1g.20gb": 4, "2g.20gb": 3, "3g.40gb": 2, "7g.80gb": 1}
+MIG_CONFIG = "nvidia.com/mig.config"
+MIG_STATE = "nvidia.com/mig.config.state"
+
+
+@pytest.fixture
+def h100(machine):
+    """A p5.48xlarge: 8x H100 SXM5 80GB (MIG-capable) on an NVSwitch board."""
+    fake = FakeDriver(
+        machine,
+        gpus=8,
+        nvswitch=True,
+        model=("NVIDIA H100 80GB HBM3", 81559, "9.0"),
+        mig_profiles=H100_PROFILES,
+    )
+    fake.serve_toolkit()
+    build_machine(machine.path("/sys"), "p5-h100", module_loaded=False)
+    machine.write("/usr/share/misc/pci.ids", PCI_IDS)
+    return fake
+
+
+def node_labels(api):
+    return node(api)["metadata"].get("labels") or {}
+
+
+def mig_manager_reports(api, state, layout=None):
+    """What NVIDIA's mig-manager writes on the Node when it is done with a layout."""
+    obj = node(api)
+    labels = obj["metadata"]["labels"]
+    labels[MIG_STATE] = state
+    if layout:
+        labels[MIG_CONFIG] = layout
+    api.put_object(f"/api/v1/nodes/{NODE}", obj)
+
+
+def test_h100_node_publishes_its_mig_profiles_for_the_control_plane(ctx, machine, api, h100):
+    out = run_joined(ctx, api)
+
+    (record,) = json.loads(unit_data(out)["gpu-inventory"])
+    assert record["pci-device-id"] == "2330"
+    assert record["mig-profiles"] == H100_PROFILES
+    assert node_labels(api)["nvidia.com/mig.capable"] == "true"
+    assert "nvidia.com/gpu.deploy.mig-manager" not in node_labels(api)  # no layout asked
+
+
+def test_a_mig_layout_is_applied_by_mig_manager_under_a_drain_in_a_turn(
+    ctx, machine, api, h100, clock, reboots
+):
+    out = run_joined(ctx, api)
+    add_pod(api, "train-0")
+
+    out = ctx.run(ctx.on.config_changed(), with_config(out, **{"mig-profile": "all-1g.10gb"}))
+
+    labels = node_labels(api)
+    assert labels[MIG_CONFIG] == "all-1g.10gb"
+    assert labels["nvidia.com/gpu.deploy.mig-manager"] == "true"
+    assert node(api)["spec"]["unschedulable"] is True  # drained first
+    assert api.get_object("/api/v1/namespaces/default/pods/train-0") is None
+    assert out.unit_status == testing.WaitingStatus(
+        "applying MIG layout all-1g.10gb: NVIDIA mig-manager reports not started"
+    )
+
+    mig_manager_reports(api, "pending")
+    out = ctx.run(ctx.on.update_status(), out)
+    assert out.unit_status == testing.WaitingStatus(
+        "applying MIG layout all-1g.10gb: NVIDIA mig-manager reports pending"
+    )
+    assert node(api)["spec"]["unschedulable"] is True
+
+    mig_manager_reports(api, "success")
+    h100.mig_devices = {i: ["1g.10gb"] * 7 for i in range(8)}
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert out.unit_status.name == "active"
+    assert not node(api)["spec"].get("unschedulable")
+    assert reboots == []
+    before = len(writes(api))
+    ctx.run(ctx.on.update_status(), out)
+    assert len(writes(api)) == before  # applied: nothing more to do
+
+
+def test_a_failed_mig_layout_blocks_and_keeps_the_node_cordoned(ctx, machine, api, h100, clock):
+    out = run_joined(ctx, api, config={"mig-profile": "all-2g.20gb"})
+    mig_manager_reports(api, "failed")
+
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert out.unit_status.name == "blocked"
+    assert out.unit_status.message.startswith(f"MIG layout all-2g.20gb failed on node {NODE}:")
+    assert node(api)["spec"]["unschedulable"] is True
+
+
+def test_a_layout_the_gpus_do_not_offer_blocks_without_draining(ctx, machine, api, h100):
+    out = run_joined(ctx, api, config={"mig-profile": "all-1g.5gb"})  # an A100-40GB profile
+
+    assert out.unit_status == testing.BlockedStatus(
+        "mig-profile all-1g.5gb: GPU 0 offers no 1g.5gb instances; this node's GPUs offer "
+        "1g.10gb, 1g.20gb, 2g.20gb, 3g.40gb, 7g.80gb"
+    )
+    assert MIG_CONFIG not in node_labels(api)
+    assert not node(api).get("spec", {}).get("unschedulable")
+
+
+def test_the_device_plugin_label_mig_manager_paused_is_left_alone(ctx, machine, api, h100, clock):
+    out = run_joined(ctx, api, config={"mig-profile": "all-1g.10gb"})
+    obj = node(api)
+    obj["metadata"]["labels"]["nvidia.com/gpu.deploy.device-plugin"] = "paused-for-mig-change"
+    api.put_object(f"/api/v1/nodes/{NODE}", obj)
+
+    ctx.run(ctx.on.update_status(), out)
+
+    assert node_labels(api)["nvidia.com/gpu.deploy.device-plugin"] == "paused-for-mig-change"
+
+
+def test_gpu_info_lists_the_mig_devices(ctx, machine, h100):
+    h100.preinstall("580")
+    h100.mig_devices = {0: ["3g.40gb", "3g.40gb"]}
+
+    ctx.run(ctx.on.action("gpu-info"), testing.State())
+
+    gpu0 = ctx.action_results["gpus"]["0"]
+    assert gpu0["mig-mode"] == "Enabled"
+    assert gpu0["mig-devices"] == {
+        "0": {"profile": "3g.40gb", "uuid": "MIG-00000000-1111-2222-3333-444444444444"},
+        "1": {"profile": "3g.40gb", "uuid": "MIG-01000000-1111-2222-3333-444444444444"},
+    }
+
+
+@pytest.mark.parametrize("value", ["1g.10gb", "all-mixed", "all-1g"])
+def test_a_bad_mig_profile_blocks_naming_the_forms(ctx, machine, api, value):
+    out = ctx.run(ctx.on.config_changed(), joined_state(api, config={"mig-profile": value}))
+
+    assert out.unit_status.name == "blocked"
+    assert out.unit_status.message.startswith("Invalid config: mig-profile: must be empty")
