@@ -612,9 +612,22 @@ class Instance:
         return f"aws:///{self.zone}/{self.instance_id}"
 
 
-def build_network(ec2: Any, subnets_per_zone: int = 2, zones: tuple[str, ...] = ZONES) -> Network:
-    """Create a VPC with ``subnets_per_zone`` subnets in each zone and a node group."""
+def build_network(
+    ec2: Any,
+    subnets_per_zone: int = 2,
+    zones: tuple[str, ...] = ZONES,
+    *,
+    dns_hostnames: bool = True,
+) -> Network:
+    """Create a VPC with ``subnets_per_zone`` subnets in each zone and a node group.
+
+    A VPC made through the API has DNS resolution on and DNS hostnames off, in AWS as in
+    moto; the default VPC Juju deploys into has both on (Amazon VPC User Guide, "DNS
+    attributes for your VPC"). ``dns_hostnames`` (default on) gives the Juju case.
+    """
     vpc_id = ec2.create_vpc(CidrBlock="10.20.0.0/16")["Vpc"]["VpcId"]
+    if dns_hostnames:
+        ec2.modify_vpc_attribute(VpcId=vpc_id, EnableDnsHostnames={"Value": True})
     subnets: dict[str, tuple[str, ...]] = {}
     index = 0
     for zone in zones:

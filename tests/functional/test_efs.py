@@ -389,9 +389,44 @@ def test_steady_state_reconcile_makes_no_mutating_call(world, provider_ids):
     assert world.proxy.counts() == {
         "DescribeFileSystems": 1,
         "DescribeInstances": 1,
+        "DescribeVpcAttribute": 2,
         "DescribeSecurityGroups": 1,
         "DescribeMountTargets": 1,
     }
+
+
+@pytest.mark.parametrize(
+    "attributes,flags",
+    [
+        (("EnableDnsHostnames",), ["--enable-dns-hostnames"]),
+        (
+            ("EnableDnsHostnames", "EnableDnsSupport"),
+            ["--enable-dns-support", "--enable-dns-hostnames"],
+        ),
+    ],
+)
+def test_vpc_dns_off_is_a_problem_with_the_exact_fix_and_never_ready(world, attributes, flags):
+    world.add_nodes("us-east-1a")
+    for attribute in attributes:
+        world.ec2.modify_vpc_attribute(VpcId=world.net.vpc_id, **{attribute: {"Value": False}})
+    manager, desired = world.manager(), world.desired()
+    observed = manager.reconcile(desired)
+    observed = manager.reconcile(desired)  # the mount target is made all the same
+    assert not observed.ready
+    vpc = world.net.vpc_id
+    fixes = " && ".join(
+        f"aws ec2 modify-vpc-attribute --region {REGION} --vpc-id {vpc} {flag} "
+        "'{\"Value\":true}'"
+        for flag in flags
+    )
+    assert observed.dns_problem.endswith(f"; run: {fixes}")
+    assert observed.dns_name in observed.dns_problem
+    assert len(world.mount_targets(observed.file_system_id or "")) == 1
+
+    for attribute in ("EnableDnsSupport", "EnableDnsHostnames"):
+        world.ec2.modify_vpc_attribute(VpcId=vpc, **{attribute: {"Value": True}})
+    fixed = manager.reconcile(desired)
+    assert fixed.ready and fixed.dns_problem == ""
 
 
 def test_waiting_progress_while_file_system_and_mount_targets_are_creating(world):

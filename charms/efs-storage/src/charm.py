@@ -209,6 +209,9 @@ class EfsStorageCharm(ops.CharmBase):
         if observed.zone_problems:
             self._statuses.append(_zone_status(observed))
             return
+        if observed.dns_problem:
+            self._statuses.append(ops.BlockedStatus(observed.dns_problem))
+            return
         if not observed.ready:
             self._statuses.append(ops.WaitingStatus(observed.progress))
             return

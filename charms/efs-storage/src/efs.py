@@ -437,6 +437,7 @@ class Observed:
     progress: str
     unresolved_nodes: tuple[str, ...] = ()
     zone_problems: tuple[ZoneProblem, ...] = ()
+    dns_problem: str = ""
 
     @property
     def dns_name(self) -> str | None:
@@ -516,6 +517,7 @@ class Efs:
                 f"adopted EFS {fs_id} is being deleted; set file-system-id to another one"
             )
         placement = self._locate_nodes(desired)
+        dns_off = self._vpc_dns_off(placement.vpc_id) if placement.vpc_id else ()
         sg_id = self._ensure_security_group(desired, placement) if placement.vpc_id else None
         mts: list[dict[str, Any]] = []
         problems: tuple[ZoneProblem, ...] = ()
@@ -523,7 +525,11 @@ class Efs:
             mts = self._mount_targets(fs_id)
             if sg_id:
                 mts, problems = self._ensure_mount_targets(fs_id, placement, sg_id, mts)
-        return self._observe(desired, fs, mts, placement, sg_id, problems)
+        observed = self._observe(desired, fs, mts, placement, sg_id, problems)
+        if dns_off:
+            problem = _dns_problem(placement.vpc_id or "", dns_off, observed.dns_name, self.region)
+            observed = dataclasses.replace(observed, ready=False, dns_problem=problem)
+        return observed
 
     def describe(self, desired: Desired) -> Observed:
         """Read-only view for ``show-filesystem`` (nothing is created).
@@ -688,6 +694,25 @@ class Efs:
             if not token:
                 break
         return out
+
+    # -- the VPC's DNS -----------------------------------------------------------------------
+    def _vpc_dns_off(self, vpc_id: str) -> tuple[str, ...]:
+        """The VPC DNS attributes that are off (the PV mounts by the file system's DNS name).
+
+        EFS's DNS name resolves only through the VPC's Amazon DNS server; AWS's EFS guide
+        offers mounting by IP address for "VPCs with DNS hostnames disabled" (Mounting by
+        IP address). DescribeVpcAttribute takes one attribute per call (botocore ec2
+        model: "You can specify only one attribute at a time"; VpcAttributeName enum).
+        """
+        off = []
+        for attribute in ("enableDnsSupport", "enableDnsHostnames"):
+            answer = self._call(
+                self._ec2, "DescribeVpcAttribute", VpcId=vpc_id, Attribute=attribute
+            )
+            key = attribute[0].upper() + attribute[1:]
+            if not (answer.get(key) or {}).get("Value", False):
+                off.append(attribute)
+        return tuple(off)
 
     # -- security group ---------------------------------------------------------------------
     def _find_group(self, filters: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -1005,6 +1030,27 @@ class Efs:
 
 
 # -- helpers ------------------------------------------------------------------------------
+_DNS_ATTRIBUTES = {
+    "enableDnsSupport": ("DNS resolution", "--enable-dns-support"),
+    "enableDnsHostnames": ("DNS hostnames", "--enable-dns-hostnames"),
+}
+
+
+def _dns_problem(vpc_id: str, off: tuple[str, ...], name: str | None, region: str) -> str:
+    """What is off and the commands that turn it on (support first: hostnames need it).
+
+    ModifyVpcAttribute changes one attribute per call; the AWS CLI takes the value as
+    ``'{"Value":true}'`` (aws ec2 modify-vpc-attribute reference, examples).
+    """
+    what = " and ".join(_DNS_ATTRIBUTES[a][0] for a in off)
+    fixes = " && ".join(
+        f"aws ec2 modify-vpc-attribute --region {region} --vpc-id {vpc_id} "
+        f"{_DNS_ATTRIBUTES[a][1]} '{{\"Value\":true}}'"
+        for a in off
+    )
+    return f"VPC {vpc_id} has {what} off, so nodes cannot resolve {name}; run: {fixes}"
+
+
 def _tags(desired: Desired) -> list[dict[str, str]]:
     return [
         {"Key": TAG_MODEL, "Value": desired.model_uuid},

@@ -409,6 +409,24 @@ def test_a_denied_action_blocks_naming_it_and_the_readme_policy(ctx, env):
     assert env.file_systems() == []
 
 
+def test_vpc_without_dns_hostnames_blocks_with_the_command_that_fixes_it(ctx, env):
+    env.add_node("us-east-1a")
+    vpc = env.net.vpc_id
+    env.ec2.modify_vpc_attribute(VpcId=vpc, EnableDnsHostnames={"Value": False})
+    out = ctx.run(ctx.on.install(), env.state(consumers={"tensorflow": "training"}))
+    fs_id = env.file_systems()[0]["FileSystemId"]
+    assert out.unit_status == testing.BlockedStatus(
+        f"VPC {vpc} has DNS hostnames off, so nodes cannot resolve "
+        f"{fs_id}.efs.{REGION}.amazonaws.com; run: aws ec2 modify-vpc-attribute --region "
+        f"{REGION} --vpc-id {vpc} --enable-dns-hostnames '{{\"Value\":true}}'"
+    )
+    assert answer(out, "tensorflow")["ready"] == "false"
+    env.ec2.modify_vpc_attribute(VpcId=vpc, EnableDnsHostnames={"Value": True})
+    out = ctx.run(ctx.on.update_status(), out)
+    assert out.unit_status.name == "waiting"  # now only the claim binding is awaited
+    assert "waiting for claims" in out.unit_status.message
+
+
 def test_kubernetes_failing_after_retries_waits(ctx, env):
     env.add_node("us-east-1a")
     env.api.inject(status=503, times=10)
