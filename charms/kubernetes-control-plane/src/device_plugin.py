@@ -4,9 +4,11 @@
 """The NVIDIA device plugin: a pinned DaemonSet on GPU nodes only (no ops imports).
 
 It advertises `nvidia.com/gpu` on nodes the worker charm labelled
-`nvidia.com/gpu.present=true`, tolerates the `nvidia.com/gpu` taint, runs through the
-`nvidia` RuntimeClass, and reads its MIG strategy and time-slicing replicas from a
-ConfigMap. A hash of that config on the pod template rolls the pods when it changes.
+`nvidia.com/gpu.present=true` and `nvidia.com/gpu.deploy.device-plugin=true` (the MIG
+manager pauses the latter while it repartitions the GPUs), tolerates the
+`nvidia.com/gpu` taint, runs through the `nvidia` RuntimeClass, and reads its MIG
+strategy and time-slicing replicas from a ConfigMap. A hash of that config on the pod
+template rolls the pods when it changes.
 
 GPUs reach the pods that request them through CDI (the `cdi-cri` device list strategy):
 the plugin writes a CDI spec for the node's GPUs into `/var/run/cdi` and answers each
@@ -45,6 +47,16 @@ IMAGE = f"nvcr.io/nvidia/k8s-device-plugin:{VERSION}"
 NAMESPACE = "kube-system"
 NAME = "nvidia-device-plugin"
 GPU_NODE_LABEL = "nvidia.com/gpu.present"
+# The plugin steps aside while NVIDIA's MIG manager repartitions a node (mig_manager.py):
+# it runs only where this label is "true", which the worker charm sets on GPU nodes and
+# the MIG manager turns to `paused-for-mig-change` and back (NVIDIA/mig-parted v0.15.0
+# pkg/mig/reconfigure/reconfigure.go devicePluginDeployLabel, maybeSetPaused), as the GPU
+# Operator's device plugin DaemonSet selects on it.
+DEPLOY_LABEL = "nvidia.com/gpu.deploy.device-plugin"
+# The pod label the MIG manager waits to see gone from the node, in its
+# DEFAULT_GPU_CLIENTS_NAMESPACE, before it changes the GPUs (reconfigure.go
+# waitForPodsToBeDeleted). On the pods only: a DaemonSet's spec.selector cannot change.
+MIG_CLIENT_POD_LABEL = {"app": "nvidia-device-plugin-daemonset"}
 RUNTIME_CLASS = "nvidia"
 MIG_STRATEGIES = ("none", "single", "mixed")
 
@@ -164,7 +176,7 @@ def manifests(mig_strategy: str, replicas: int, image_registry: str = "") -> lis
     pod_spec = {
         "runtimeClassName": RUNTIME_CLASS,
         "priorityClassName": "system-node-critical",
-        "nodeSelector": {GPU_NODE_LABEL: "true"},
+        "nodeSelector": {GPU_NODE_LABEL: "true", DEPLOY_LABEL: "true"},
         "tolerations": [
             {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
             {"key": "CriticalAddonsOnly", "operator": "Exists"},
@@ -186,7 +198,7 @@ def manifests(mig_strategy: str, replicas: int, image_registry: str = "") -> lis
             "updateStrategy": {"type": "RollingUpdate"},
             "template": {
                 "metadata": {
-                    "labels": {"app.kubernetes.io/name": NAME},
+                    "labels": {"app.kubernetes.io/name": NAME, **MIG_CLIENT_POD_LABEL},
                     "annotations": {"gpu-k8s.io/config-hash": digest},
                 },
                 "spec": pod_spec,

@@ -15,6 +15,7 @@ from fakes.control_plane import join_workers, peer, peers, worker_bag, workers_r
 DS = "/apis/apps/v1/namespaces/kube-system/daemonsets/nvidia-device-plugin"
 CM = "/api/v1/namespaces/kube-system/configmaps/nvidia-device-plugin-config"
 GPUS = [{"model": "NVIDIA A10G", "count": 4}]
+NAME = "nvidia-device-plugin"
 
 
 @pytest.fixture
@@ -36,7 +37,10 @@ def test_deployed_on_gpu_nodes_only_once_a_worker_has_gpus(ctx, bootstrapped, ap
     spec = ds["spec"]["template"]["spec"]
     # the image upstream's v0.20.0 static manifest names
     assert spec["containers"][0]["image"] == "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
-    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert spec["nodeSelector"] == {
+        "nvidia.com/gpu.present": "true",
+        "nvidia.com/gpu.deploy.device-plugin": "true",
+    }
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec[
         "tolerations"
     ]
@@ -47,6 +51,24 @@ def test_deployed_on_gpu_nodes_only_once_a_worker_has_gpus(ctx, bootstrapped, ap
     assert out.unit_status.message == (
         "Ready: v1.36, 1 control-plane, 2 workers (1 with 4 GPUs: 4x NVIDIA A10G)"
     )
+
+
+def test_steps_aside_while_the_mig_manager_changes_a_node(ctx, bootstrapped, api):
+    join_workers(ctx, bootstrapped, workers_relation({0: worker_bag("gpu-0", GPUS)}), api)
+
+    ds = api.get_object(DS)
+    # reconfigure.go sets this label to paused-for-mig-change, then waits until no pod
+    # labelled app=nvidia-device-plugin-daemonset is left on the node in kube-system
+    assert (
+        ds["spec"]["template"]["spec"]["nodeSelector"]["nvidia.com/gpu.deploy.device-plugin"]
+        == "true"
+    )
+    assert ds["spec"]["template"]["metadata"]["labels"] == {
+        "app.kubernetes.io/name": "nvidia-device-plugin",
+        "app": "nvidia-device-plugin-daemonset",
+    }
+    # a DaemonSet's selector is immutable: running clusters keep theirs
+    assert ds["spec"]["selector"] == {"matchLabels": {"app.kubernetes.io/name": NAME}}
 
 
 def test_time_slicing_and_mig_config_roll_the_pods(ctx, bootstrapped, api):
