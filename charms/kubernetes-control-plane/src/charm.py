@@ -15,9 +15,9 @@ The reconcile reads top to bottom here; its parts live next to it:
   standing in for it) and etcd membership after a unit leaves;
 - `fleet.py`: the workers (registry, node readiness, departed nodes, what they are told);
 - `access.py`: kube-api consumers, the workers' credentials, the operator's way in;
-- `bootstrap.py`, `etcd.py`, `rbac.py`, `device_plugin.py`, `flannel.py`,
-  `image_registry.py`, `cluster_info.py`, `registry.py`, `rolling.py`: what they run or
-  decide, without ops.
+- `bootstrap.py`, `etcd.py`, `rbac.py`, `device_plugin.py`, `mig_manager.py`,
+  `flannel.py`, `image_registry.py`, `cluster_info.py`, `registry.py`, `rolling.py`: what
+  they run or decide, without ops.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import device_plugin
 import etcd
 import flannel
 import image_registry
+import mig_manager
 import node
 import ops
 import registry
@@ -399,6 +400,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         self.fleet.observe_nodes(peers, event, added)
         self.fleet.publish(config, peers, token, control_plane_done)
         self._apply_device_plugin(config, bag)
+        self._apply_mig_manager(config, bag)
         self.access.serve_kube_api(bag)
         self.access.reach(config, peers, leader=True)
 
@@ -448,6 +450,25 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             )
         del bag["device-plugin"]
         logger.info("removed the NVIDIA device plugin: no worker reports GPUs any more")
+
+    def _apply_mig_manager(self, config: Config, bag: ops.RelationDataContent) -> None:
+        """Run NVIDIA's MIG manager once a worker reports MIG-capable GPUs; keep it after.
+
+        Applied again when the config generated from the workers' models changes (or the
+        pin, or `image-registry`); nothing is removed when those workers go.
+        """
+        gpus = [mig_manager.MigGpu(*g) for g in registry.Registry.load(bag).mig_gpus()]
+        if not gpus:
+            return
+        objects = mig_manager.manifests(gpus, config.image_registry)
+        want = mig_manager.fingerprint(objects)
+        if bag.get("mig-manager") == want:
+            return
+        kube = self._kube_client()
+        for manifest in objects:
+            kube.apply(manifest, field_manager=FIELD_MANAGER)
+        bag["mig-manager"] = want
+        logger.info("applied the NVIDIA MIG manager %s for %d GPU models", want, len(gpus))
 
     def _upgrade_control_plane(self, config: Config, peers: ops.Relation) -> bool:
         """Move the control plane to `kubernetes-version`, one unit at a time.

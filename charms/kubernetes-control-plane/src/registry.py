@@ -12,7 +12,10 @@ after a charm upgrade.
 Databag keys (all JSON):
 
     workers:          {"kubernetes-worker/0": ["ip-10-0-1-5", 4, 7, {"NVIDIA A10G": 4}, "1.36"]}
-                      node name, GPU count, relation id, GPUs per model, minor (or null)
+                      node name, GPU count, relation id, GPUs per model, minor (or null),
+                      and for workers with MIG-capable GPUs a sixth field, per such model
+                      its PCI device id (or null) and MIG profiles (instances per GPU):
+                      {"NVIDIA H100 80GB HBM3": ["2330", {"1g.10gb": 7, "7g.80gb": 1}]}
     worker-problems:  {"kubernetes-worker/3": "kubernetes-worker/3: node-name is invalid"}
     pending-removal:  ["ip-10-0-1-9"]   Nodes of departed workers not yet deleted
 """
@@ -42,11 +45,18 @@ class Worker:
     relation_id: int
     models: dict[str, int] = dataclasses.field(default_factory=dict)
     version: str | None = None
+    # MIG-capable models: model -> [PCI device id or None, {profile: instances per GPU}]
+    mig: dict[str, list] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def from_info(cls, info: WorkerInfo, relation_id: int) -> Worker:
         """The entry for what a worker unit published on relation `relation_id`."""
-        return cls(info.node_name, info.gpu_count, relation_id, info.gpu_models, info.version)
+        mig = {
+            g.model: [g.pci_device_id, dict(g.mig_profiles or {})]
+            for g in info.gpus
+            if g.mig_capable
+        }
+        return cls(info.node_name, info.gpu_count, relation_id, info.gpu_models, info.version, mig)
 
     @classmethod
     def from_json(cls, entry: list) -> Worker:
@@ -54,11 +64,13 @@ class Worker:
         node, gpus, relation_id, *rest = entry
         models = rest[0] if rest else {}
         version = rest[1] if len(rest) > 1 else None
-        return cls(node, gpus, relation_id, models or {}, version)
+        mig = rest[2] if len(rest) > 2 else {}
+        return cls(node, gpus, relation_id, models or {}, version, mig)
 
     def to_json(self) -> list:
-        """The stored form of this entry."""
-        return [self.node, self.gpus, self.relation_id, self.models, self.version]
+        """The stored form of this entry (the MIG field only when there is one)."""
+        entry = [self.node, self.gpus, self.relation_id, self.models, self.version]
+        return [*entry, self.mig] if self.mig else entry
 
 
 @dataclasses.dataclass
@@ -131,6 +143,15 @@ class Registry:
     def gpu_workers(self) -> list[Worker]:
         """Workers that reported GPUs."""
         return [w for w in self.workers.values() if w.gpus]
+
+    def mig_gpus(self) -> list[tuple[str, str | None, dict[str, int]]]:
+        """Each MIG-capable model the workers report, as (model, PCI id, profiles), once."""
+        seen: dict[str, tuple[str, str | None, dict[str, int]]] = {}
+        for worker in self.workers.values():
+            for model, (pci_device_id, profiles) in worker.mig.items():
+                key = json.dumps([model, pci_device_id, profiles], sort_keys=True)
+                seen.setdefault(key, (model, pci_device_id, profiles))
+        return [seen[key] for key in sorted(seen)]
 
     def versions(self) -> dict[str, str | None]:
         """The minor each registered worker published (None when it did not say)."""

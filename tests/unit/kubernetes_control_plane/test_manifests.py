@@ -5,6 +5,7 @@ from __future__ import annotations
 import device_plugin
 import flannel
 import kubernetes_validate
+import mig_manager
 import pytest
 import rbac
 import yaml
@@ -34,7 +35,11 @@ def consumer_objects() -> list[dict]:
     + consumer_objects()
     + flannel_objects(registry="registry.example.com:5000/mirror")
     + device_plugin.manifests("mixed", 4)
-    + device_plugin.manifests("none", 1, "registry.example.com:5000/mirror"),
+    + device_plugin.manifests("none", 1, "registry.example.com:5000/mirror")
+    + mig_manager.manifests(
+        [mig_manager.MigGpu("NVIDIA H100 80GB HBM3", "2330", {"1g.10gb": 7})],
+        "registry.example.com:5000/mirror",
+    ),
     ids=lambda o: f"{o['kind']}/{o['metadata']['name']}",
 )
 def test_manifest_is_valid_for_every_deployable_minor(obj, minor):

@@ -1,0 +1,368 @@
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""NVIDIA's MIG manager: repartitions a node's GPUs when its MIG label changes (no ops).
+
+The worker charm asks for a MIG layout by labelling its drained node
+`nvidia.com/mig.config=all-1g.10gb`; NVIDIA's `k8s-mig-manager`, a DaemonSet on nodes
+labelled `nvidia.com/gpu.deploy.mig-manager=true`, sees the label change and runs
+NVIDIA's own sequence (NVIDIA/mig-parted v0.15.0 `pkg/mig/reconfigure/reconfigure.go`):
+`nvidia.com/mig.config.state=pending`; `nvidia.com/gpu.deploy.device-plugin` set to
+`paused-for-mig-change`, which takes the device plugin off the node (its nodeSelector
+wants `true`, see `device_plugin.py`), waiting until no pod labelled
+`app=nvidia-device-plugin-daemonset` is left on it in kube-system; `nvidia-mig-parted
+apply` of the named config; with CDI, `nvidia-smi` and a management CDI spec; the label
+back to `true`; then `nvidia.com/mig.config.state=success` (or `failed`), which the
+worker waits for. This module writes no MIG logic of its own.
+
+The named configs come from what the workers report (`gpu-inventory`: per MIG-capable
+model its PCI device id and, per GPU-instance profile, how many instances one GPU holds):
+`all-<profile>` fills every GPU of each model with that profile, as the configs NVIDIA
+ships and the ones `nvidia-mig-manager` generates from the hardware are named
+(`pkg/mig/builder/builder.go`: `+` becomes `.`, so `1g.10gb+me` is `all-1g.10gb.me`),
+plus `all-disabled` and `all-enabled` (`deployments/systemd/config-default.yaml`). One
+config file serves the whole cluster, so every entry names its models' PCI ids in a
+`device-filter`; a GPU that no entry of the chosen config names is left as it is
+(`cmd/nvidia-mig-parted/assert/assert.go` `WalkSelectedMigConfigForEachGPU`).
+
+Upstream sources, checked 2026-11-23: NVIDIA/mig-parted at tag v0.15.0 (2026-08-19,
+commit e2d5ad1f): `cmd/nvidia-mig-manager/main.go` (flags and their environment
+variables), `pkg/mig/reconfigure/reconfigure.go` (the API calls, hence the RBAC below),
+`api/spec/v1/spec.go` and `pkg/types/device.go` (the config format, device ids as
+`0x<device><vendor>`), `deployments/container/nvidia-mig-manager-example.yaml` and
+`Dockerfile`; NVIDIA/gpu-operator at tag v26.7.0 (2026-08-20), which runs v0.15.0:
+`assets/state-mig-manager/` (RBAC, DaemonSet), `controllers/object_controls.go`
+`TransformMIGManager`, and `cmd/nvidia-validator/driver.go` `getDriverInfo` (the driver
+and device roots for a driver installed on the host, as the worker charm installs it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Mapping
+from typing import NamedTuple
+
+import device_plugin
+import yaml
+from literals import FIELD_MANAGER, MANAGED_BY_LABEL
+
+from charms.gpu_k8s.v0 import images
+
+# The newest release tag of NVIDIA/mig-parted on 2026-11-23 (v0.15.0, tagged 2026-08-19);
+# its deployments/container/Makefile (REGISTRY nvcr.io/nvidia/cloud-native, IMAGE_NAME
+# k8s-mig-manager) and nvidia-mig-manager-example.yaml name this image, and GPU Operator
+# v26.7.0's values.yaml `migManager` pins the same version.
+VERSION = "v0.15.0"
+IMAGE = f"nvcr.io/nvidia/cloud-native/k8s-mig-manager:{VERSION}"
+NAME = "nvidia-mig-manager"
+NAMESPACE = "kube-system"
+CONFIG_MAP = f"{NAME}-config"
+CLIENTS_CONFIG_MAP = f"{NAME}-gpu-clients"
+RBAC = "rbac.authorization.k8s.io/v1"
+
+# Node labels (reconfigure.go; main.go MigConfigLabel). The worker charm sets the first
+# two and reads the third; the MIG manager runs where DEPLOY_LABEL is "true" (the
+# example manifest's and the GPU Operator's nodeSelector).
+DEPLOY_LABEL = "nvidia.com/gpu.deploy.mig-manager"
+CONFIG_LABEL = "nvidia.com/mig.config"
+STATE_LABEL = "nvidia.com/mig.config.state"
+
+# NVIDIA's PCI vendor id: device filters are `0x<device><vendor>` in hex, upper case as
+# mig-parted prints them (pkg/types/device.go DeviceID.String, `0x%04X%04X`).
+NVIDIA_VENDOR = "10DE"
+# A GPU-instance profile as go-nvlib parses one (vendored pkg/nvlib/device/mig_profile.go
+# parseMigProfile): `[<c>c.]<g>g.<gb>gb`, then optionally `+` or `-` and a comma-separated
+# list of attributes (letters, digits and dots, not starting with a digit or a dot, not
+# ending with a dot).
+_ATTRIBUTE = r"[A-Za-z](?:[A-Za-z0-9.]*[A-Za-z0-9])?"
+_PROFILE = re.compile(
+    rf"^(?:(?P<c>\d+)c\.)?(?P<g>\d+)g\.\d+gb(?:[+-]{_ATTRIBUTE}(?:,{_ATTRIBUTE})*)?$"
+)
+# A config name is what the worker writes as a label value (apimachinery validation).
+_LABEL_VALUE = re.compile(r"^(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$")
+
+# Where the ConfigMaps are mounted and the environment that names them (main.go flags
+# --config-file/CONFIG_FILE, --gpu-clients-file/GPU_CLIENTS_FILE; paths as upstream's
+# example manifest mounts them).
+CONFIG_DIR = "/mig-parted-config"
+CLIENTS_DIR = "/gpu-clients"
+# --host-root-mount/HOST_ROOT_MOUNT (default /host): the host's / in the container;
+# reconfigure.New reaches the host's systemd over D-Bus through
+# <mount>/run/dbus/system_bus_socket, and with CDI `chroot`s there to run nvidia-smi.
+HOST_ROOT_MOUNT = "/host"
+
+
+class MigGpu(NamedTuple):
+    """One MIG-capable GPU model as a worker reported it."""
+
+    model: str
+    pci_device_id: str | None  # 4 hex digits, `2330`; None from workers that do not say
+    profiles: Mapping[str, int]  # GPU-instance profile -> instances one GPU holds
+
+
+def config_name(profile: str) -> str | None:
+    """The named config that fills every GPU with `profile`, or None when there is none.
+
+    `all-<profile>` with `+` as `.` (builder.go normalizeProfileName), for GPU-instance
+    profiles only: compute-instance profiles (`1c.3g.20gb`, fewer compute slices than
+    the instance has) are skipped as `nvidia-mig-manager` skips them
+    (pkg/mig/discovery/discovery.go isCIProfile). None as well for a name that could not
+    be a label value, since no worker could ask for it.
+    """
+    match = _PROFILE.match(profile)
+    if match is None:
+        return None
+    if match["c"] is not None and int(match["c"]) < int(match["g"]):
+        return None
+    name = "all-" + profile.replace("+", ".")
+    return name if _LABEL_VALUE.match(name) else None
+
+
+def device_filter(pci_device_id: str) -> str:
+    """mig-parted's id for an NVIDIA GPU model: `2330` -> `0x233010DE`."""
+    return f"0x{pci_device_id.upper()}{NVIDIA_VENDOR}"
+
+
+def _profile_counts(gpus: Iterable[MigGpu]) -> dict[tuple[str, str], dict[str, int]]:
+    """Per (config name, profile), per device filter: the instances one GPU holds.
+
+    Two workers may report one model with different counts (different drivers): the
+    smaller count is kept, which applies on both (a config asking for more instances
+    than a GPU holds fails to apply).
+    """
+    counts: dict[tuple[str, str], dict[str, int]] = {}
+    for gpu in gpus:
+        if not gpu.pci_device_id:
+            continue
+        device = device_filter(gpu.pci_device_id)
+        for profile, count in gpu.profiles.items():
+            name = config_name(profile)
+            if count < 1 or name is None:
+                continue
+            per_device = counts.setdefault((name, profile), {})
+            per_device[device] = min(count, per_device.get(device, count))
+    return counts
+
+
+def mig_parted_config(gpus: Iterable[MigGpu]) -> dict:
+    """The mig-parted config (version v1) for every MIG-capable model the workers report.
+
+    As builder.go buildMigConfigSpec does for one node's GPUs, for the cluster's: per
+    profile one entry per instance count, naming the models that hold that many.
+    """
+    configs: dict[str, list[dict]] = {
+        # config-default.yaml's first two configs, verbatim in meaning
+        "all-disabled": [{"devices": "all", "mig-enabled": False}],
+        "all-enabled": [{"devices": "all", "mig-enabled": True, "mig-devices": {}}],
+    }
+    for (name, profile), per_device in sorted(_profile_counts(gpus).items()):
+        by_count: dict[int, list[str]] = {}
+        for device, count in per_device.items():
+            by_count.setdefault(count, []).append(device)
+        configs[name] = [
+            {
+                "device-filter": sorted(devices),
+                "devices": "all",
+                "mig-enabled": True,
+                "mig-devices": {profile: count},
+            }
+            for count, devices in sorted(by_count.items())
+        ]
+    return {"version": "v1", "mig-configs": configs}
+
+
+def config_text(gpus: Iterable[MigGpu]) -> str:
+    """The config file; PyYAML quotes `0x...` filters, which YAML would read as numbers."""
+    return yaml.safe_dump(mig_parted_config(gpus), sort_keys=False)
+
+
+# Host services the MIG manager would stop around a change (main.go GPUClients, the
+# `systemd-services` list). None: WITH_SHUTDOWN_HOST_GPU_CLIENTS is false (see _env), so
+# the list is never read; an empty one parses (main.go parseGPUCLientsFile).
+CLIENTS_TEXT = yaml.safe_dump({"version": "v1", "systemd-services": []}, sort_keys=False)
+
+# What reconfigure.go and main.go ask the API for, and nothing more:
+# - nodes: get (getCurrentNodeLabels), list and watch (the informer on its own Node,
+#   ContinuouslySyncMigConfigChanges), patch (setNodeLabels, a merge patch of labels);
+# - pods, every namespace: list (waitForPodsWithNodeSelector lists the node's pods in
+#   all namespaces; waitForPodDeletion and deletePod list in DEFAULT_GPU_CLIENTS_NAMESPACE).
+# No ConfigMap access: with CONFIG_FILE set, main.go setupMigConfig neither generates a
+# config nor writes the per-node ConfigMap (createNodeConfigMap). The GPU Operator's
+# asset grants more (nodes update, configmaps, pods get/watch) for that path.
+CLUSTER_RULES = [
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+]
+# - pods in DEFAULT_GPU_CLIENTS_NAMESPACE: delete (deletePod, for the GPU Operator's
+#   validator pods, which this cluster does not run: the lists come back empty).
+NAMESPACE_RULES = [
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"]},
+]
+
+
+def _env() -> list[dict]:
+    """The container's environment, each variable a main.go flag (source in the comment)."""
+    value = {
+        "CONFIG_FILE": f"{CONFIG_DIR}/config.yaml",
+        "GPU_CLIENTS_FILE": f"{CLIENTS_DIR}/clients.yaml",
+        "HOST_ROOT_MOUNT": HOST_ROOT_MOUNT,
+        # Where the GPU clients it stops run: the device plugin (device_plugin.NAMESPACE).
+        "DEFAULT_GPU_CLIENTS_NAMESPACE": device_plugin.NAMESPACE,
+        # A failed MIG mode change reports `failed` instead of rebooting the node: reboots
+        # are the worker charm's, in turns (upstream's example manifest sets false too).
+        "WITH_REBOOT": "false",
+        # The GPU Operator sets this to true for a host driver (0420_configmap.yaml,
+        # IS_HOST_DRIVER), to stop the host services in gpu-clients (NVSM, DCGM, none of
+        # which the worker installs) and, when the MIG mode changes, kubelet. The worker
+        # drains the node first, and kubelet stays up, so pods keep being accounted for.
+        "WITH_SHUTDOWN_HOST_GPU_CLIENTS": "false",
+        # CDI (TransformMIGManager with CDI enabled): the device plugin hands GPUs out as
+        # CDI devices, so after a change the manager creates the control device nodes and
+        # nvidia-cap* nodes (nvidia-smi) and writes the management CDI spec.
+        "CDI_ENABLED": "true",
+        # A driver installed on the host (nvidia-validator driver.go getDriverInfo,
+        # isHostDriver): driver and device nodes at the host's /, seen at /host.
+        "NVIDIA_DRIVER_ROOT": device_plugin.HOST_DRIVER_ROOT,
+        "DRIVER_ROOT_CTR_PATH": HOST_ROOT_MOUNT,
+        "NVIDIA_DEV_ROOT": device_plugin.HOST_DRIVER_ROOT,
+        "DEV_ROOT_CTR_PATH": HOST_ROOT_MOUNT,
+        # The host's hook for the management spec (default /usr/local/nvidia/toolkit/...,
+        # where the GPU Operator's toolkit installs it); the worker's toolkit package puts
+        # it where the device plugin's spec names it.
+        "NVIDIA_CDI_HOOK_PATH": device_plugin.CDI_HOOK_PATH,
+    }
+    node = {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+    return [node, *({"name": k, "value": v} for k, v in value.items())]
+
+
+def _pod_spec(image_registry: str) -> dict:
+    """The pod: the GPU Operator's 0600_daemonset.yaml, less its operator-only parts.
+
+    Left out: the init container waiting for the operator's toolkit validation, the
+    entrypoint that reads the validator's driver-ready file (its variables are set in
+    `_env` instead), and the /run/nvidia/driver mount (the driver is at /host).
+    """
+    config_volume = {"name": "config", "configMap": {"name": CONFIG_MAP}}
+    clients_volume = {"name": "gpu-clients", "configMap": {"name": CLIENTS_CONFIG_MAP}}
+    return {
+        "serviceAccountName": NAME,
+        "nodeSelector": {DEPLOY_LABEL: "true"},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "priorityClassName": "system-node-critical",
+        # The nvidia runtime gives the container the driver's NVML and every GPU
+        # (the image sets NVIDIA_VISIBLE_DEVICES=all, NVIDIA_MIG_CONFIG_DEVICES=all;
+        # the container is privileged, so the worker's toolkit honours them);
+        # TransformMIGManager setRuntimeClassName.
+        "runtimeClassName": device_plugin.RUNTIME_CLASS,
+        "hostPID": True,
+        "hostIPC": True,
+        "containers": [
+            {
+                "name": NAME,
+                "image": images.mirrored(IMAGE, image_registry),
+                "imagePullPolicy": "IfNotPresent",
+                "env": _env(),
+                "securityContext": {"privileged": True},
+                "volumeMounts": [
+                    {
+                        "name": "host-root",
+                        "mountPath": HOST_ROOT_MOUNT,
+                        "mountPropagation": "HostToContainer",
+                    },
+                    {"name": "host-sys", "mountPath": "/sys"},
+                    {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+                    {"name": "gpu-clients", "mountPath": CLIENTS_DIR, "readOnly": True},
+                    # where reconfigure.go createCDISpec writes management.nvidia.com-gpu.yaml
+                    {"name": "cdi-root", "mountPath": device_plugin.CDI_ROOT},
+                ],
+            }
+        ],
+        "volumes": [
+            {"name": "host-root", "hostPath": {"path": "/", "type": "Directory"}},
+            {"name": "host-sys", "hostPath": {"path": "/sys", "type": "Directory"}},
+            config_volume,
+            clients_volume,
+            {
+                "name": "cdi-root",
+                "hostPath": {"path": device_plugin.CDI_ROOT, "type": "DirectoryOrCreate"},
+            },
+        ],
+    }
+
+
+def _rbac(labels: dict) -> list[dict]:
+    """ServiceAccount, ClusterRole and Role with their bindings (rules above)."""
+    meta = {"name": NAME, "labels": labels}
+    namespaced = {**meta, "namespace": NAMESPACE}
+    role_ref = {"apiGroup": "rbac.authorization.k8s.io", "name": NAME}
+    subjects = [{"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}]
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": namespaced},
+        {"apiVersion": RBAC, "kind": "ClusterRole", "metadata": meta, "rules": CLUSTER_RULES},
+        {
+            "apiVersion": RBAC,
+            "kind": "ClusterRoleBinding",
+            "metadata": meta,
+            "roleRef": {**role_ref, "kind": "ClusterRole"},
+            "subjects": subjects,
+        },
+        {"apiVersion": RBAC, "kind": "Role", "metadata": namespaced, "rules": NAMESPACE_RULES},
+        {
+            "apiVersion": RBAC,
+            "kind": "RoleBinding",
+            "metadata": namespaced,
+            "roleRef": {**role_ref, "kind": "Role"},
+            "subjects": subjects,
+        },
+    ]
+
+
+def manifests(gpus: Iterable[MigGpu], image_registry: str = "") -> list[dict]:
+    """Every object, in the order they are applied.
+
+    A digest of the config on the pod template replaces the pods when a model or a
+    profile is added, so that a node's MIG manager never checks a requested config
+    against a file kubelet has not refreshed yet.
+    """
+    text = config_text(gpus)
+    digest = hashlib.sha256(f"{text}{CLIENTS_TEXT}".encode()).hexdigest()[:16]
+    labels = {"app.kubernetes.io/name": NAME, MANAGED_BY_LABEL: FIELD_MANAGER}
+
+    def config_map(name: str, key: str, data: str) -> dict:
+        meta = {"name": name, "namespace": NAMESPACE, "labels": labels}
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {key: data}}
+
+    daemon_set = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": labels},
+        "spec": {
+            "selector": {"matchLabels": {"app.kubernetes.io/name": NAME}},
+            "updateStrategy": {"type": "RollingUpdate"},
+            "template": {
+                "metadata": {
+                    # `app` as upstream labels the pods, for `kubectl logs -l app=...`
+                    "labels": {"app.kubernetes.io/name": NAME, "app": NAME},
+                    "annotations": {"gpu-k8s.io/config-hash": digest},
+                },
+                "spec": _pod_spec(image_registry),
+            },
+        },
+    }
+    return [
+        *_rbac(labels),
+        config_map(CONFIG_MAP, "config.yaml", text),
+        config_map(CLIENTS_CONFIG_MAP, "clients.yaml", CLIENTS_TEXT),
+        daemon_set,
+    ]
+
+
+def fingerprint(objects: list[dict]) -> str:
+    """What was applied, for the peer data: the version and a digest of the manifests.
+
+    A new pin, registry or generated config changes it, so the charm applies again.
+    """
+    text = json.dumps(objects, sort_keys=True)
+    return f"{VERSION} {hashlib.sha256(text.encode()).hexdigest()[:16]}"
