@@ -19,6 +19,7 @@ import logging
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -527,7 +528,7 @@ def gpu_info(
     def opt(value: object, unit: str = "") -> str:
         return "n/a" if value is None else f"{value}{unit}"
 
-    gpus = {
+    gpus: dict[str, dict[str, Any]] = {
         str(g.index): {
             "name": g.name,
             "memory": f"{gib(g.memory_used_mib)} / {gib(g.memory_total_mib)}",
@@ -586,9 +587,8 @@ def inventory_records(
         same = [d for d in inventory.devices if d.model == model]
         memory = [d.memory_mib for d in same if d.memory_mib]
         indexes = [by_bus.get(_bus_key(d.pci_address)) for d in same]
-        profiles = next(
-            (dict(mig_profiles[i]) for i in indexes if mig_profiles and i in mig_profiles), None
-        )
+        known = mig_profiles or {}
+        profiles = next((dict(known[i]) for i in indexes if i is not None and i in known), None)
         records.append(
             {
                 "model": model,

@@ -30,8 +30,10 @@ LABEL_DEPLOY_PLUGIN = "nvidia.com/gpu.deploy.device-plugin"
 # (reconfigure.go maybeSetPaused); the worker leaves that value alone.
 PAUSED = "paused-for-mig-change"
 # Layout names as mig-parted's own configs name them (deployments/systemd/
-# config-default.yaml): all-disabled, all-enabled, all-<profile> such as all-1g.10gb.
-_LAYOUT = re.compile(r"^all-(disabled|enabled|\d+g\.\d+gb(\+me)?)$")
+# config-default.yaml): all-disabled, all-enabled, all-<profile> such as all-1g.10gb;
+# a profile's `+me` is written `.me` (pkg/mig/builder/builder.go normalizeProfileName),
+# a label value cannot hold `+`.
+_LAYOUT = re.compile(r"^all-(disabled|enabled|\d+g\.\d+gb(\.me)?)$")
 CHOICES = "empty (leave MIG alone), all-disabled, all-enabled or all-<profile> such as all-1g.10gb"
 
 
@@ -47,7 +49,7 @@ def unavailable(layout: str, profiles: Mapping[int, Mapping[str, int]]) -> str |
     """Why this node's GPUs cannot take `layout`, or None when every MIG GPU offers it."""
     if layout in ("all-disabled", "all-enabled"):
         return None
-    profile = layout.removeprefix("all-")
+    profile = layout.removeprefix("all-").replace(".me", "+me")
     if not profiles:
         return f"mig-profile {layout}: nvidia-smi lists no MIG profile on this node's GPUs"
     lacking = sorted(i for i, offered in profiles.items() if profile not in offered)

@@ -423,3 +423,18 @@ def test_turns_go_to_the_oldest_requests_up_to_the_limit():
     assert grant({"w/2": 5.0}, ["w/1"], 1) == ["w/2"]  # w/1 is done (or gone)
     assert grant({}, ["w/1"], 1) == []
     assert grant(asks, [], 0) == ["w/1"]  # at least one
+
+
+# ------------------------------------------------------------------------- MIG layouts
+
+
+def test_mig_layouts_are_named_as_mig_parted_names_them():
+    import mig
+
+    assert mig.validate(" all-1g.10gb ") == "all-1g.10gb"
+    assert mig.validate("all-1g.10gb.me") == "all-1g.10gb.me"  # `+me` in a label value
+    with pytest.raises(ValueError, match="all-<profile>"):
+        mig.validate("all-1g.10gb+me")  # a label value cannot hold `+`
+    offered = {0: {"1g.10gb": 7, "1g.10gb+me": 1}}
+    assert mig.unavailable("all-1g.10gb.me", offered) is None
+    assert mig.unavailable("all-2g.20gb", offered).startswith("mig-profile all-2g.20gb: GPU 0")
