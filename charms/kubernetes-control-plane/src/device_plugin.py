@@ -4,8 +4,9 @@
 """The NVIDIA device plugin: a pinned DaemonSet on GPU nodes only (no ops imports).
 
 It advertises `nvidia.com/gpu` on nodes the worker charm labelled
-`nvidia.com/gpu.present=true` and `nvidia.com/gpu.deploy.device-plugin=true` (the MIG
-manager pauses the latter while it repartitions the GPUs), tolerates the
+`nvidia.com/gpu.present=true`, except where `nvidia.com/gpu.deploy.device-plugin` says
+`paused-for-mig-change` or `false` (the MIG manager pauses it while it repartitions the
+GPUs), tolerates the
 `nvidia.com/gpu` taint, runs through the `nvidia` RuntimeClass, and reads its MIG
 strategy and time-slicing replicas from a ConfigMap. A hash of that config on the pod
 template rolls the pods when it changes.
@@ -48,11 +49,15 @@ NAMESPACE = "kube-system"
 NAME = "nvidia-device-plugin"
 GPU_NODE_LABEL = "nvidia.com/gpu.present"
 # The plugin steps aside while NVIDIA's MIG manager repartitions a node (mig_manager.py):
-# it runs only where this label is "true", which the worker charm sets on GPU nodes and
-# the MIG manager turns to `paused-for-mig-change` and back (NVIDIA/mig-parted v0.15.0
-# pkg/mig/reconfigure/reconfigure.go devicePluginDeployLabel, maybeSetPaused), as the GPU
-# Operator's device plugin DaemonSet selects on it.
+# the manager turns this label from "true" (which the worker charm sets on GPU nodes) to
+# `paused-for-mig-change` and back (NVIDIA/mig-parted v0.15.0 pkg/mig/reconfigure/
+# reconfigure.go devicePluginDeployLabel, maybeSetPaused). The GPU Operator selects on
+# "true"; a node affinity `NotIn` those values does the same, and also runs the plugin on
+# GPU nodes whose worker has not set the label yet (a control plane refreshed before its
+# workers): `NotIn` matches a node without the label, and the DaemonSet controller removes
+# its pod from a node that stops matching (daemon_controller NodeShouldRunDaemonPod).
 DEPLOY_LABEL = "nvidia.com/gpu.deploy.device-plugin"
+STEPPED_ASIDE = ("false", "paused-for-mig-change")
 # The pod label the MIG manager waits to see gone from the node, in its
 # DEFAULT_GPU_CLIENTS_NAMESPACE, before it changes the GPUs (reconfigure.go
 # waitForPodsToBeDeleted). On the pods only: a DaemonSet's spec.selector cannot change.
@@ -176,7 +181,24 @@ def manifests(mig_strategy: str, replicas: int, image_registry: str = "") -> lis
     pod_spec = {
         "runtimeClassName": RUNTIME_CLASS,
         "priorityClassName": "system-node-critical",
-        "nodeSelector": {GPU_NODE_LABEL: "true", DEPLOY_LABEL: "true"},
+        "nodeSelector": {GPU_NODE_LABEL: "true"},
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {
+                                    "key": DEPLOY_LABEL,
+                                    "operator": "NotIn",
+                                    "values": list(STEPPED_ASIDE),
+                                }
+                            ]
+                        }
+                    ]
+                }
+            }
+        },
         "tolerations": [
             {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
             {"key": "CriticalAddonsOnly", "operator": "Exists"},

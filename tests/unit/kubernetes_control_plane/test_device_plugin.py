@@ -37,10 +37,7 @@ def test_deployed_on_gpu_nodes_only_once_a_worker_has_gpus(ctx, bootstrapped, ap
     spec = ds["spec"]["template"]["spec"]
     # the image upstream's v0.20.0 static manifest names
     assert spec["containers"][0]["image"] == "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
-    assert spec["nodeSelector"] == {
-        "nvidia.com/gpu.present": "true",
-        "nvidia.com/gpu.deploy.device-plugin": "true",
-    }
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec[
         "tolerations"
     ]
@@ -59,10 +56,22 @@ def test_steps_aside_while_the_mig_manager_changes_a_node(ctx, bootstrapped, api
     ds = api.get_object(DS)
     # reconfigure.go sets this label to paused-for-mig-change, then waits until no pod
     # labelled app=nvidia-device-plugin-daemonset is left on the node in kube-system
-    assert (
-        ds["spec"]["template"]["spec"]["nodeSelector"]["nvidia.com/gpu.deploy.device-plugin"]
-        == "true"
-    )
+    terms = ds["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    # NotIn: runs where the label is "true" or absent (a worker not refreshed yet), not
+    # where the manager paused it
+    assert terms == [
+        {
+            "matchExpressions": [
+                {
+                    "key": "nvidia.com/gpu.deploy.device-plugin",
+                    "operator": "NotIn",
+                    "values": ["false", "paused-for-mig-change"],
+                }
+            ]
+        }
+    ]
     assert ds["spec"]["template"]["metadata"]["labels"] == {
         "app.kubernetes.io/name": "nvidia-device-plugin",
         "app": "nvidia-device-plugin-daemonset",
