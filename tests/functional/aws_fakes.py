@@ -32,6 +32,7 @@ import struct
 import threading
 import urllib.parse
 import urllib.request
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -308,6 +309,8 @@ class AwsProxy:
             return _error(service, fault, action, key_id)
         if conflict is not None:
             return conflict
+        if action == "RevokeSecurityGroupIngress":
+            body = self._with_rule_descriptions(body)
         status, headers, payload = self._forward(handler, body)
         if service == "efs" and 200 <= status < 300:
             payload = self._rewrite_efs(action, parsed, body, payload)
@@ -318,7 +321,8 @@ class AwsProxy:
     def _forward(self, handler: Any, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
         conn = http.client.HTTPConnection(*self._upstream, timeout=30)
         try:
-            headers = {k: v for k, v in handler.headers.items() if k.lower() != "connection"}
+            skip_headers = ("connection", "content-length")  # the body may be rewritten
+            headers = {k: v for k, v in handler.headers.items() if k.lower() not in skip_headers}
             conn.request(handler.command, handler.path, body=body, headers=headers)
             resp = conn.getresponse()
             payload = resp.read()
@@ -327,6 +331,55 @@ class AwsProxy:
             return resp.status, out, payload
         finally:
             conn.close()
+
+    def _moto_ec2(self) -> Any:
+        import boto3
+
+        return boto3.client(
+            "ec2",
+            region_name=REGION,
+            endpoint_url=f"http://{self._upstream[0]}:{self._upstream[1]}",
+            aws_access_key_id=ACCESS_KEY_ID,
+            aws_secret_access_key=SECRET_ACCESS_KEY,
+        )
+
+    def _with_rule_descriptions(self, body: bytes) -> bytes:
+        """Add each revoked rule's description, which AWS does not need but moto matches on.
+
+        AWS: "If the security group rule has a description, you do not need to specify the
+        description to revoke the rule" (botocore ec2 RevokeSecurityGroupIngress doc).
+        moto 5 compares the whole source-group entry, description included, and answers
+        InvalidPermission.NotFound without it.
+        """
+        form = urllib.parse.parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
+        group_id = form.get("GroupId", [""])[0]
+        try:
+            groups = self._moto_ec2().describe_security_groups(GroupIds=[group_id])
+        except Exception:  # noqa: BLE001 (an unknown group: moto answers the revoke itself)
+            return body
+        descriptions = {
+            (perm.get("IpProtocol"), perm.get("FromPort"), pair.get("GroupId")): pair[
+                "Description"
+            ]
+            for group in groups["SecurityGroups"]
+            for perm in group.get("IpPermissions") or []
+            for pair in perm.get("UserIdGroupPairs") or []
+            if pair.get("Description")
+        }
+        for key in list(form):
+            match = re.fullmatch(r"(IpPermissions\.\d+)\.Groups\.(\d+)\.GroupId", key)
+            if not match:
+                continue
+            perm, pair = match.group(1), f"{match.group(1)}.Groups.{match.group(2)}"
+            from_port = form.get(f"{perm}.FromPort", [""])[0]
+            rule = (
+                form.get(f"{perm}.IpProtocol", [""])[0],
+                int(from_port) if from_port.lstrip("-").isdigit() else None,
+                form[key][0],
+            )
+            if f"{pair}.Description" not in form and rule in descriptions:
+                form[f"{pair}.Description"] = [descriptions[rule]]
+        return urllib.parse.urlencode(form, doseq=True).encode()
 
     # -- life cycles -----------------------------------------------------------------------
     def _lifecycle_conflict(
@@ -589,11 +642,36 @@ def local_aws() -> Iterator[LocalAws]:
 
 @dataclasses.dataclass(frozen=True)
 class Network:
-    """A VPC with subnets per zone and the security group the cluster nodes use."""
+    """A VPC with subnets per zone and the security group the cluster nodes use.
+
+    ``node_sg`` is named as Juju names its model group, ``juju-<model uuid>``; every machine
+    is in it, plus a group of its own, ``juju-<model uuid>-<machine id>`` (juju/juju
+    provider/ec2/environ.go: jujuGroupName, machineGroupName, setUpGroups).
+    """
 
     vpc_id: str
     subnets: dict[str, tuple[str, ...]]
     node_sg: str
+    node_sg_name: str = ""
+
+    def machine_group(self, ec2: Any, machine: int) -> str:
+        """The group Juju makes for one machine (created on first use)."""
+        name = f"{self.node_sg_name}-{machine}"
+        found = ec2.describe_security_groups(
+            Filters=[
+                {"Name": "group-name", "Values": [name]},
+                {"Name": "vpc-id", "Values": [self.vpc_id]},
+            ]
+        )["SecurityGroups"]
+        if found:
+            return found[0]["GroupId"]
+        return ec2.create_security_group(
+            GroupName=name, Description=f"juju machine {machine}", VpcId=self.vpc_id
+        )["GroupId"]
+
+    def run_machine(self, ec2: Any, subnet_id: str, machine: int) -> Instance:
+        """Start one instance as Juju does: in the model group and its own machine group."""
+        return run_nodes(ec2, subnet_id, [self.node_sg, self.machine_group(ec2, machine)])[0]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -618,6 +696,7 @@ def build_network(
     zones: tuple[str, ...] = ZONES,
     *,
     dns_hostnames: bool = True,
+    model_uuid: str | None = None,
 ) -> Network:
     """Create a VPC with ``subnets_per_zone`` subnets in each zone and a node group.
 
@@ -639,10 +718,11 @@ def build_network(
             ids.append(sub["Subnet"]["SubnetId"])
             index += 1
         subnets[zone] = tuple(ids)
-    node_sg = ec2.create_security_group(
-        GroupName="juju-cluster-nodes", Description="cluster nodes", VpcId=vpc_id
-    )["GroupId"]
-    return Network(vpc_id, subnets, node_sg)
+    name = f"juju-{model_uuid or uuid.uuid4()}"
+    node_sg = ec2.create_security_group(GroupName=name, Description="juju group", VpcId=vpc_id)[
+        "GroupId"
+    ]
+    return Network(vpc_id, subnets, node_sg, name)
 
 
 def run_nodes(

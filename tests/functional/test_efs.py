@@ -77,18 +77,19 @@ class World:
         self.proxy = aws.proxy
         self.ec2 = aws.client("ec2")
         self.efs = aws.client("efs")
-        self.net: Network = build_network(self.ec2)
         self.model_uuid = str(uuid.uuid4())
+        self.net: Network = build_network(self.ec2, model_uuid=self.model_uuid)
         self.nodes: list[Instance] = []
         # How the cluster registers its Nodes: kubeadm as in this bundle (Juju hostname,
         # no providerID, an InternalIP), or with the AWS cloud provider (providerID).
         self.provider_ids = False
 
     def add_nodes(self, zone: str, subnet_index: int = 0, count: int = 1) -> list[Instance]:
-        added = run_nodes(
-            self.ec2, self.net.subnets[zone][subnet_index], [self.net.node_sg], count
-        )
-        self.nodes.extend(added)
+        added = []
+        for _ in range(count):
+            subnet = self.net.subnets[zone][subnet_index]
+            added.append(self.net.run_machine(self.ec2, subnet, len(self.nodes)))
+            self.nodes.append(added[-1])
         return added
 
     def manager(self, credentials: Credentials | None = None, max_attempts: int = 4) -> Efs:
@@ -319,6 +320,60 @@ def test_security_group_allows_nfs_only_from_the_nodes_common_group(world):
             "PrefixListIds": [],
         }
     ]
+
+
+def _nfs_sources(group: dict[str, Any]) -> list[str]:
+    return sorted(
+        pair["GroupId"]
+        for perm in group["IpPermissions"]
+        if (perm.get("FromPort"), perm.get("ToPort")) == (NFS_PORT, NFS_PORT)
+        for pair in perm["UserIdGroupPairs"]
+    )
+
+
+def test_a_single_node_gets_only_the_model_group_not_its_machine_group(world):
+    # The control plane registers first: with one node every group of it is "shared".
+    world.add_nodes("us-east-1a")
+    manager = world.manager()
+    manager.reconcile(world.desired())
+    [group] = world.our_groups()
+    assert _nfs_sources(group) == [world.net.node_sg]
+    world.add_nodes("us-east-1b")
+    world.proxy.clear_counts()
+    manager.reconcile(world.desired())
+    assert "AuthorizeSecurityGroupIngress" not in world.proxy.counts()
+    assert _nfs_sources(world.our_groups()[0]) == [world.net.node_sg]
+
+
+def test_rules_the_charm_no_longer_wants_are_revoked_and_other_rules_kept(world):
+    world.add_nodes("us-east-1a")
+    world.add_nodes("us-east-1b")
+    manager, desired = world.manager(), world.desired()
+    manager.reconcile(desired)
+    [group] = world.our_groups()
+    machine_0 = world.net.machine_group(world.ec2, 0)
+    bastion = world.ec2.create_security_group(
+        GroupName="bastion", Description="bastion", VpcId=world.net.vpc_id
+    )["GroupId"]
+    for source, description in ((machine_0, "cluster nodes (NFS)"), (bastion, "bastion")):
+        world.ec2.authorize_security_group_ingress(
+            GroupId=group["GroupId"],
+            IpPermissions=[
+                {
+                    "IpProtocol": "tcp",
+                    "FromPort": NFS_PORT,
+                    "ToPort": NFS_PORT,
+                    "UserIdGroupPairs": [{"GroupId": source, "Description": description}],
+                }
+            ],
+        )
+    world.proxy.clear_counts()
+    manager.reconcile(desired)  # the earlier charm's machine-group rule goes, a person's stays
+    assert world.proxy.counts(mutating=True) == {"RevokeSecurityGroupIngress": 1}
+    assert _nfs_sources(world.our_groups()[0]) == sorted([world.net.node_sg, bastion])
+    world.proxy.clear_counts()
+    manager.reconcile(desired)
+    assert world.proxy.counts(mutating=True) == {}
 
 
 def test_nodes_found_by_private_dns_name_or_ip_without_provider_id(world):

@@ -108,6 +108,14 @@ _POLICY_HINT = "in the IAM policy of the credentials (README: IAM policy)"
 _PROVIDER_ID_RE = re.compile(r"^aws://[^/]*/(?:([a-z0-9-]*)/)?(i-[0-9a-f]{8,17})$")
 _NODE_NAME_IP_RE = re.compile(r"^ip-(\d{1,3})-(\d{1,3})-(\d{1,3})-(\d{1,3})(?:\..*)?$")
 _FS_ID_RE = re.compile(r"^fs-[0-9a-f]{8,40}$")
+# Juju's model security group is "juju-" + the model uuid, which every machine of the model
+# is in; each machine also has "juju-<uuid>-<machine id>" (or "-global"), juju/juju
+# provider/ec2/environ.go: jujuGroupName, machineGroupName, globalGroupName, setUpGroups.
+_JUJU_MODEL_GROUP_RE = re.compile(
+    r"^juju-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+)
+# The description of the ingress rules this charm adds; only rules with it are revoked.
+RULE_DESCRIPTION = "cluster nodes (NFS)"
 _GONE = ("deleting", "deleted")
 
 
@@ -728,18 +736,35 @@ class Efs:
         group = self._find_group(filters)
         if group is None:
             group = self._create_group(desired, name, placement.vpc_id or "", filters)
-        allowed = {
-            pair.get("GroupId")
-            for perm in group.get("IpPermissions") or []
-            if perm.get("IpProtocol") == "tcp"
-            and perm.get("FromPort") == NFS_PORT
-            and perm.get("ToPort") == NFS_PORT
-            for pair in perm.get("UserIdGroupPairs") or []
-        }
+        pairs = _nfs_pairs(group)
+        allowed = {pair.get("GroupId") for pair in pairs}
         for source in placement.node_groups:
             if source not in allowed:
                 self._allow_nfs(group["GroupId"], source)
+        ours = {p.get("GroupId", "") for p in pairs if p.get("Description") == RULE_DESCRIPTION}
+        for source in sorted(ours - set(placement.node_groups)):
+            self._revoke_nfs(group["GroupId"], source)
         return group["GroupId"]
+
+    def _revoke_nfs(self, group_id: str, source_group: str) -> None:
+        """Revoke the NFS rule from ``source_group`` (gone already counts as done).
+
+        botocore ec2 RevokeSecurityGroupIngress: rule properties must match exactly, the
+        description need not be given; InvalidPermission.NotFound when nothing matches.
+        """
+        logger.info("revoking TCP %d to %s from %s", NFS_PORT, group_id, source_group)
+        self._delete_ignoring(
+            self._ec2, "RevokeSecurityGroupIngress", "InvalidPermission.NotFound",
+            GroupId=group_id,
+            IpPermissions=[
+                {
+                    "IpProtocol": "tcp",
+                    "FromPort": NFS_PORT,
+                    "ToPort": NFS_PORT,
+                    "UserIdGroupPairs": [{"GroupId": source_group}],
+                }
+            ],
+        )  # fmt: skip
 
     def _create_group(
         self, desired: Desired, name: str, vpc_id: str, filters: list[dict[str, Any]]
@@ -778,7 +803,7 @@ class Efs:
                         "FromPort": NFS_PORT,
                         "ToPort": NFS_PORT,
                         "UserIdGroupPairs": [
-                            {"GroupId": source_group, "Description": "cluster nodes (NFS)"}
+                            {"GroupId": source_group, "Description": RULE_DESCRIPTION}
                         ],
                     }
                 ],
@@ -1115,7 +1140,33 @@ def _placement(instances: list[dict[str, Any]], unresolved: tuple[str, ...]) -> 
     subnets = {
         zone: min(counts, key=lambda s, c=counts: (-c[s], s)) for zone, counts in per_zone.items()
     }
-    group_sets = [{g["GroupId"] for g in i.get("SecurityGroups") or []} for i in instances]
-    common = set.intersection(*group_sets) if group_sets else set()
-    groups = common or set.union(*group_sets)
-    return _Placement(vpcs[0], subnets, tuple(sorted(groups)), unresolved)
+    return _Placement(vpcs[0], subnets, _node_groups(instances), unresolved)
+
+
+def _node_groups(instances: list[dict[str, Any]]) -> tuple[str, ...]:
+    """The groups NFS is allowed from: the one group all nodes share.
+
+    On Juju that is the model group (``juju-<model uuid>``), never a machine's own group,
+    which a single node would otherwise "share" with itself. Without a Juju model group,
+    the groups all nodes share; with none shared, every node's groups.
+    """
+    group_sets = [
+        {(g["GroupId"], g.get("GroupName", "")) for g in i.get("SecurityGroups") or []}
+        for i in instances
+    ]
+    common = set.intersection(*group_sets)
+    model = {gid for gid, name in common if _JUJU_MODEL_GROUP_RE.match(name)}
+    groups = model or {gid for gid, _ in common} or {gid for s in group_sets for gid, _ in s}
+    return tuple(sorted(groups))
+
+
+def _nfs_pairs(group: dict[str, Any]) -> list[dict[str, Any]]:
+    """The source groups of ``group``'s TCP 2049 ingress rules."""
+    return [
+        pair
+        for perm in group.get("IpPermissions") or []
+        if perm.get("IpProtocol") == "tcp"
+        and perm.get("FromPort") == NFS_PORT
+        and perm.get("ToPort") == NFS_PORT
+        for pair in perm.get("UserIdGroupPairs") or []
+    ]

@@ -20,8 +20,8 @@ for _path in (Path(__file__).resolve().parent, Path(__file__).resolve().parents[
     if str(_path) not in sys.path:
         sys.path.append(str(_path))
 
-from aws_fakes import LocalAws, build_network, local_aws  # noqa: E402
-from efs_env import APP, KUBE_TOKEN, Env, Scan  # noqa: E402
+from aws_fakes import ACCESS_KEY_ID, SECRET_ACCESS_KEY, LocalAws, build_network, local_aws  # noqa: E402
+from efs_env import APP, KUBE_TOKEN, Env, Scan, cloud_spec  # noqa: E402
 from ops import testing  # noqa: E402
 
 import charm  # noqa: E402
@@ -66,8 +66,9 @@ def untrusted_ctx() -> testing.Context:
 @pytest.fixture
 def env(aws: LocalAws, kube_api: FakeKubeApiServer) -> Env:
     ec2 = aws.client("ec2")
-    net = build_network(ec2, subnets_per_zone=1)
-    e = Env(aws, kube_api, net, ec2, aws.client("efs"))
+    model = testing.Model(name="gpu", cloud_spec=cloud_spec(ACCESS_KEY_ID, SECRET_ACCESS_KEY))
+    net = build_network(ec2, subnets_per_zone=1, model_uuid=model.uuid)
+    e = Env(aws, kube_api, net, ec2, aws.client("efs"), model=model)
     e.add_namespace("training")
     return e
 

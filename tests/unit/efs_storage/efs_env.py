@@ -18,7 +18,6 @@ from aws_fakes import (
     LocalAws,
     Network,
     node_object,
-    run_nodes,
 )
 from ops import testing
 
@@ -74,7 +73,8 @@ class Env:
         addresses kubelet reports. ``provider_id=True`` gives the shape of a cluster with
         the AWS cloud provider: an ``ip-...`` name and ``aws:///zone/i-...``.
         """
-        inst = run_nodes(self.ec2, self.net.subnets[zone][subnet_index], [self.net.node_sg])[0]
+        machine = len(self.instances)
+        inst = self.net.run_machine(self.ec2, self.net.subnets[zone][subnet_index], machine)
         self.instances.append(inst)
         name, node = node_object(inst, len(self.instances) - 1, self.model.uuid, provider_id)
         self.api.put_object(f"/api/v1/nodes/{name}", node)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import efs
 import pytest
 from aws_fakes import REGION
 from efs import NFS_PORT, TAG_APP, TAG_MODEL, creation_token
@@ -131,6 +132,17 @@ def test_nodes_are_placed_whether_kubeadm_or_cloud_provider_registered_them(ctx,
     )
     subnets = {m["AvailabilityZoneName"]: m["SubnetId"] for m in env.mount_targets(fs_id)}
     assert subnets == {a.zone: a.subnet_id, b.zone: b.subnet_id}
+
+
+def test_nfs_is_allowed_from_the_model_group_only_even_with_one_node(ctx, env):
+    env.add_node("us-east-1a")  # Juju puts it in juju-<uuid> and juju-<uuid>-0
+    ctx.run(ctx.on.install(), env.state())
+    name = efs.security_group_name(env.model.uuid, APP)
+    (group,) = env.ec2.describe_security_groups(
+        Filters=[{"Name": "group-name", "Values": [name]}]
+    )["SecurityGroups"]
+    (perm,) = group["IpPermissions"]
+    assert [p["GroupId"] for p in perm["UserIdGroupPairs"]] == [env.net.node_sg]
 
 
 def test_active_only_when_mount_targets_available_and_claims_bound(ctx, env):
