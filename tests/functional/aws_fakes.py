@@ -300,15 +300,11 @@ class AwsProxy:
             conflict = self._lifecycle_conflict(action, parsed, body)
         if fault == "reset":
             handler.reset_connection()
-        if taken is not None and fault == "error":
-            make = _ec2_error if service == "ec2" else _efs_error
-            return make(taken.status, taken.code, taken.message)
-        if fault == "deny" and taken is not None and taken.code:
-            return _denied(service, action, taken.code, taken.message)
-        if fault in ("throttle", "500", "deny", "bad-key", "dependency"):
-            return _error(service, fault, action, key_id)
-        if conflict is not None:
-            return conflict
+        refusal = _fault_answer(service, action, key_id, fault, taken) or conflict
+        if refusal is None and action == "DeleteSecurityGroup":
+            refusal = self._group_in_use(body)
+        if refusal is not None:
+            return refusal
         if action == "RevokeSecurityGroupIngress":
             body = self._with_rule_descriptions(body)
         status, headers, payload = self._forward(handler, body)
@@ -380,6 +376,51 @@ class AwsProxy:
             if f"{pair}.Description" not in form and rule in descriptions:
                 form[f"{pair}.Description"] = [descriptions[rule]]
         return urllib.parse.urlencode(form, doseq=True).encode()
+
+    def _group_in_use(self, body: bytes) -> tuple[int, list[tuple[str, str]], bytes] | None:
+        """DependencyViolation while another group's rule or a network interface uses it.
+
+        AWS: deleting a group "associated with an instance or network interface, [or]
+        referenced by another security group in the same VPC ... fails with
+        DependencyViolation" (botocore ec2 DeleteSecurityGroup doc). moto 5 deletes it
+        anyway. A terminated instance's primary interface goes with it in AWS (it is
+        deleted on termination) but stays listed in moto, so it does not count here.
+        """
+        form = urllib.parse.parse_qs(body.decode("utf-8", "replace"))
+        group_id = form.get("GroupId", [""])[0]
+        if not group_id:
+            return None
+        ec2 = self._moto_ec2()
+        referencing = [
+            g["GroupId"]
+            for g in ec2.describe_security_groups(
+                Filters=[{"Name": "ip-permission.group-id", "Values": [group_id]}]
+            )["SecurityGroups"]
+            if g["GroupId"] != group_id
+        ]
+        enis = ec2.describe_network_interfaces(
+            Filters=[{"Name": "group-id", "Values": [group_id]}]
+        )["NetworkInterfaces"]
+        attached = {
+            e["Attachment"]["InstanceId"]
+            for e in enis
+            if e.get("Attachment", {}).get("InstanceId")
+        }
+        gone = set()
+        if attached:
+            reservations = ec2.describe_instances(InstanceIds=sorted(attached))["Reservations"]
+            gone = {
+                i["InstanceId"]
+                for r in reservations
+                for i in r["Instances"]
+                if i["State"]["Name"] in ("shutting-down", "terminated")
+            }
+        live = [e for e in enis if e.get("Attachment", {}).get("InstanceId") not in gone]
+        if not referencing and not live:
+            return None
+        return _ec2_error(
+            400, "DependencyViolation", f"resource {group_id} has a dependent object"
+        )
 
     # -- life cycles -----------------------------------------------------------------------
     def _lifecycle_conflict(
@@ -511,6 +552,20 @@ def _ec2_error(status: int, code: str, message: str) -> tuple[int, list[tuple[st
     return status, [("Content-Type", "text/xml")], body
 
 
+def _fault_answer(
+    service: str, action: str, key_id: str, fault: str | None, taken: _Fault | None
+) -> tuple[int, list[tuple[str, str]], bytes] | None:
+    """The error answer of an injected fault, or None (no fault, or one after forwarding)."""
+    if taken is not None and fault == "error":
+        make = _ec2_error if service == "ec2" else _efs_error
+        return make(taken.status, taken.code, taken.message)
+    if fault == "deny" and taken is not None and taken.code:
+        return _denied(service, action, taken.code, taken.message)
+    if fault in ("throttle", "500", "deny", "bad-key", "dependency"):
+        return _error(service, fault, action, key_id)
+    return None
+
+
 ENCODED_BLOB = "Ab3dEnCoDeDaUtHoRiZaTiOnFaIlUrE-0123456789_xyz"
 
 
@@ -615,19 +670,24 @@ class LocalAws:
         else:
             os.environ["MOTO_EC2_LOAD_DEFAULT_AMIS"] = self._saved_amis_env
 
-    def client(self, service: str) -> Any:
-        """A boto3 client straight to moto (for fixtures; not counted by the proxy)."""
+    def client(self, service: str, *, through_proxy: bool = False) -> Any:
+        """A boto3 client straight to moto (for fixtures; not counted by the proxy).
+
+        ``through_proxy``: through the proxy instead, to meet AWS's refusals that moto
+        lacks (e.g. Juju deleting its groups at destroy-model).
+        """
         import boto3
 
-        if service not in self._clients:
-            self._clients[service] = boto3.client(
+        key = f"{service}+proxy" if through_proxy else service
+        if key not in self._clients:
+            self._clients[key] = boto3.client(
                 service,
                 region_name=REGION,
-                endpoint_url=self.moto_url,
+                endpoint_url=self.proxy.url if through_proxy else self.moto_url,
                 aws_access_key_id=ACCESS_KEY_ID,
                 aws_secret_access_key=SECRET_ACCESS_KEY,
             )
-        return self._clients[service]
+        return self._clients[key]
 
 
 @contextmanager

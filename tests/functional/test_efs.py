@@ -799,7 +799,7 @@ def test_adopt_uses_the_given_file_system_and_never_deletes_it(world):
         progress = manager.teardown(desired, delete=True)
         assert progress.done and progress.deleted == ()
         assert fs_id in progress.message
-    assert world.proxy.counts(mutating=True) == {}
+    assert world.proxy.counts(mutating=True) == {"RevokeSecurityGroupIngress": 1}
     assert world.efs.describe_file_systems(FileSystemId=fs_id)["FileSystems"]
     assert len(world.mount_targets(fs_id)) == 3
 
@@ -812,18 +812,81 @@ def test_adopting_a_missing_file_system_is_a_config_error_and_creates_nothing(wo
 
 
 # -- teardown -------------------------------------------------------------------------------
-def test_teardown_without_delete_on_remove_keeps_everything(world):
+def juju_destroys_the_model(world: World) -> None:
+    """What `juju destroy-model` does on AWS: terminate the machines, delete Juju's groups.
+
+    Through the proxy, which refuses to delete a group that another group's rule or a
+    network interface still uses (DependencyViolation), as AWS does; Juju then gives up
+    with "cannot delete security group ... consider deleting it manually" (juju/juju
+    provider/ec2/environ.go, deleteSecurityGroupInsistently).
+    """
+    ec2 = world.aws.client("ec2", through_proxy=True)
+    ec2.terminate_instances(InstanceIds=[i.instance_id for i in world.nodes])
+    machine_groups = [world.net.machine_group(world.ec2, n) for n in range(len(world.nodes))]
+    for group_id in (*machine_groups, world.net.node_sg):
+        ec2.delete_security_group(GroupId=group_id)
+
+
+def test_the_fake_refuses_to_delete_a_group_a_rule_or_interface_uses_as_aws_does(world):
+    from botocore.exceptions import ClientError
+
+    world.add_nodes("us-east-1a")
+    world.until_ready(world.manager(), world.desired())
+    ec2 = world.aws.client("ec2", through_proxy=True)
+    [group] = world.our_groups()
+    for group_id in (world.net.node_sg, group["GroupId"]):  # a rule uses one, an ENI the other
+        with pytest.raises(ClientError, match="DependencyViolation"):
+            ec2.delete_security_group(GroupId=group_id)
+
+
+def test_teardown_without_delete_on_remove_keeps_the_data_and_lets_juju_delete_its_groups(world):
     six_node_world(world)
     manager, desired = world.manager(), world.desired()
     observed = world.until_ready(manager, desired)[-1]
+    [group] = world.our_groups()
     world.proxy.clear_counts()
 
     progress = manager.teardown(desired, delete=False)
     assert progress.done and progress.deleted == ()
-    assert world.proxy.calls == []
+    assert progress.message == (
+        f"kept the EFS file system (delete-on-remove is false), and security group "
+        f"{group['GroupId']} for its 3 mount targets (its NFS rules from Juju's groups revoked)"
+    )
+    assert world.proxy.counts(mutating=True) == {"RevokeSecurityGroupIngress": 1}
     assert len(world.file_systems()) == 1
     assert len(world.mount_targets(observed.file_system_id or "")) == 3
-    assert len(world.our_groups()) == 1
+    [kept] = world.our_groups()
+    assert kept["IpPermissions"] == []
+    juju_destroys_the_model(world)  # no DependencyViolation
+
+    world.proxy.clear_counts()
+    again = manager.teardown(desired, delete=False)
+    assert again.done and world.proxy.counts(mutating=True) == {}
+
+
+def test_teardown_of_an_adopted_file_system_lets_juju_delete_its_groups(world):
+    world.add_nodes("us-east-1a")
+    fs_id = world.efs.create_file_system(CreationToken=f"team-{uuid.uuid4()}")["FileSystemId"]
+    manager, desired = world.manager(), world.desired(file_system_id=fs_id)
+    world.until_ready(manager, desired)
+    progress = manager.teardown(desired, delete=True)
+    assert progress.done and progress.message.startswith(f"kept adopted EFS {fs_id}, ")
+    assert len(world.mount_targets(fs_id)) == 1
+    juju_destroys_the_model(world)
+
+
+def test_teardown_deletes_the_charms_own_group_when_nothing_uses_it(world):
+    world.add_nodes("us-east-1a")
+    manager, desired = world.manager(), world.desired()
+    fs_id = world.until_ready(manager, desired)[-1].file_system_id or ""
+    [group] = world.our_groups()
+    for mt in world.mount_targets(fs_id):  # someone deleted the mount targets by hand
+        world.efs.delete_mount_target(MountTargetId=mt["MountTargetId"])
+    progress = manager.teardown(desired, delete=False)
+    assert progress.deleted == (group["GroupId"],)
+    assert "deleted unused security group" in progress.message
+    assert world.our_groups() == [] and len(world.file_systems()) == 1
+    juju_destroys_the_model(world)
 
 
 def test_teardown_with_delete_on_remove_deletes_in_order_one_step_per_call(world):
@@ -849,7 +912,11 @@ def test_teardown_with_delete_on_remove_deletes_in_order_one_step_per_call(world
         "EFS file system and security group deleted",
     ]
     mutating = [c.action for c in world.proxy.calls if c.mutating]
-    assert mutating == ["DeleteMountTarget"] * 3 + ["DeleteFileSystem", "DeleteSecurityGroup"]
+    assert mutating == ["RevokeSecurityGroupIngress"] + ["DeleteMountTarget"] * 3 + [
+        "DeleteFileSystem",
+        "DeleteSecurityGroup",
+    ]
+    juju_destroys_the_model(world)
     assert steps[-1].deleted == (group["GroupId"],)
     assert world.file_systems() == [] and world.our_groups() == []
 

@@ -244,26 +244,26 @@ class EfsStorageCharm(ops.CharmBase):
                     )
                 )
                 return False
-        elif self._stored.claims:
+        desired = self._desired(config)
+        credentials, region = self._aws_access(config)
+        manager = efs.Efs.connect(
+            credentials, region, self.aws_endpoint_url, max_attempts=self.aws_max_attempts
+        )
+        if kube is None and self._stored.claims:
+            # The claims may still be in use: keep the file system, but still revoke the
+            # rules that reference Juju's groups, or Juju cannot delete them.
             logger.warning(
                 "kube-api is gone; left claims %s in the cluster", ", ".join(self._stored.claims)
             )
+            progress = _aws(lambda: manager.teardown(desired, False))
             self._statuses.append(
                 ops.MaintenanceStatus(
                     f"removing: kept EFS and claims {', '.join(self._stored.claims)} "
-                    "(kube-api gone before they were released)"
+                    f"(kube-api gone before they were released); {progress.message}"
                 )
             )
             return True
-        desired = self._desired(config)
-        if desired.adopt or not config.delete_on_remove:
-            progress = efs.TeardownProgress(True, _kept_message(config))
-        else:
-            credentials, region = self._aws_access(config)
-            manager = efs.Efs.connect(
-                credentials, region, self.aws_endpoint_url, max_attempts=self.aws_max_attempts
-            )
-            progress = _aws(lambda: manager.teardown(desired, True))
+        progress = _aws(lambda: manager.teardown(desired, config.delete_on_remove))
         logger.info("removal: %s", progress.message)
         self._statuses.append(ops.MaintenanceStatus(f"removing: {progress.message}"))
         return progress.done
@@ -407,12 +407,6 @@ class EfsStorageCharm(ops.CharmBase):
                 key = f"{name}-{n}"
             result[key] = f"{item.key} {item.phase}"
         return result
-
-
-def _kept_message(config: Config) -> str:
-    if config.file_system_id:
-        return f"kept adopted EFS {config.file_system_id}"
-    return "kept the EFS file system (delete-on-remove is false)"
 
 
 def _zone_status(observed: efs.Observed) -> ops.StatusBase:

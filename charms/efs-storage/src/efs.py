@@ -116,6 +116,7 @@ _JUJU_MODEL_GROUP_RE = re.compile(
 )
 # The description of the ingress rules this charm adds; only rules with it are revoked.
 RULE_DESCRIPTION = "cluster nodes (NFS)"
+_RELEASED = "its NFS rules from Juju's groups revoked"
 _GONE = ("deleting", "deleted")
 
 
@@ -560,15 +561,22 @@ class Efs:
     def teardown(self, desired: Desired, delete: bool) -> TeardownProgress:
         """One step of removal; call again on later hooks until ``done``.
 
-        Only a file system this application created is deleted, and only with ``delete``:
-        first its mount targets, then (once they are gone) the file system, then (once it
-        is gone) the security group. An adopted file system is never touched.
+        Whatever ``delete`` says, the ingress rules this charm added to its security group
+        are revoked first: they reference Juju's groups, and AWS refuses to delete a group
+        another group's rule references (DependencyViolation), which would make Juju's
+        destroy-model fail. Only a file system this application created is deleted, and
+        only with ``delete``: first its mount targets, then (once they are gone) the file
+        system, then (once it is gone) the security group. An adopted or kept file system
+        keeps its mount targets, and the security group stays while they use it.
         """
-        if desired.adopt:
-            return TeardownProgress(True, f"kept adopted EFS {desired.file_system_id}")
-        if not delete:
-            return TeardownProgress(True, "kept the EFS file system (delete-on-remove is false)")
         desired.validate()
+        group = self._own_group(desired)
+        if group is not None:
+            self._release(group)
+        if desired.adopt:
+            return self._keep(f"kept adopted EFS {desired.file_system_id}", group)
+        if not delete:
+            return self._keep("kept the EFS file system (delete-on-remove is false)", group)
         fs = self._find_own(desired)
         if fs is not None and not self._is_ours(fs, desired):
             return TeardownProgress(
@@ -903,15 +911,68 @@ class Efs:
             return TeardownProgress(False, f"waiting for EFS {fs_id} to be released")
         return TeardownProgress(False, f"deleting EFS {fs_id}", (fs_id,))
 
-    def _teardown_security_group(self, desired: Desired) -> TeardownProgress:
+    def _own_group(self, desired: Desired) -> dict[str, Any] | None:
+        """This application's security group, by name and both tags (in any VPC)."""
         name = security_group_name(desired.model_uuid, desired.app)
-        group = self._find_group(
+        return self._find_group(
             [
                 {"Name": "group-name", "Values": [name]},
                 {"Name": f"tag:{TAG_MODEL}", "Values": [desired.model_uuid]},
                 {"Name": f"tag:{TAG_APP}", "Values": [desired.app]},
             ]
         )
+
+    def _release(self, group: dict[str, Any]) -> None:
+        """Revoke the NFS rules this charm added (they reference Juju's groups)."""
+        sources = sorted(
+            {
+                p.get("GroupId", "")
+                for p in _nfs_pairs(group)
+                if p.get("Description") == RULE_DESCRIPTION
+            }
+        )
+        for source in sources:
+            self._revoke_nfs(group["GroupId"], source)
+
+    def _keep(self, kept: str, group: dict[str, Any] | None) -> TeardownProgress:
+        """The file system stays; its security group goes unless a network interface uses it.
+
+        EFS mount targets are network interfaces in the group (botocore efs
+        CreateMountTarget: "Amazon EFS also creates a new network interface"); AWS refuses
+        to delete a group a network interface is associated with (botocore ec2
+        DeleteSecurityGroup: DependencyViolation).
+        """
+        if group is None:
+            return TeardownProgress(True, kept)
+        group_id = group["GroupId"]
+        users = self._call(
+            self._ec2,
+            "DescribeNetworkInterfaces",
+            Filters=[{"Name": "group-id", "Values": [group_id]}],
+        ).get("NetworkInterfaces", [])
+        if users:
+            return TeardownProgress(
+                True,
+                f"{kept}, and security group {group_id} for its {len(users)} mount targets "
+                f"({_RELEASED})",
+            )
+        logger.info("deleting security group %s (nothing uses it)", group_id)
+        try:
+            self._delete_ignoring(
+                self._ec2, "DeleteSecurityGroup", "InvalidGroup.NotFound", GroupId=group_id
+            )
+        except AwsApiError as e:
+            if e.code != "DependencyViolation":
+                raise
+            return TeardownProgress(
+                True, f"{kept}, and security group {group_id} (in use; {_RELEASED})"
+            )
+        return TeardownProgress(
+            True, f"{kept}; deleted unused security group {group_id}", (group_id,)
+        )
+
+    def _teardown_security_group(self, desired: Desired) -> TeardownProgress:
+        group = self._own_group(desired)
         if group is None:
             return TeardownProgress(True, "EFS file system and security group deleted")
         group_id = group["GroupId"]

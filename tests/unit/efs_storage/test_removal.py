@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import efs
 import pytest
 from efs_env import Env, status_texts
 from ops import testing
@@ -34,21 +35,45 @@ def _deletes(env: Env) -> list[str]:
     return [a for a in env.mutating_aws_calls() if a.startswith("Delete")]
 
 
+def _our_group(env: Env) -> dict:
+    name = efs.security_group_name(env.model.uuid, "efs-storage")
+    (group,) = env.ec2.describe_security_groups(
+        Filters=[{"Name": "group-name", "Values": [name]}]
+    )["SecurityGroups"]
+    return group
+
+
+def _juju_destroys_the_model(env: Env) -> None:
+    """Terminate the machines and delete Juju's groups, through the proxy (AWS's refusals)."""
+    ec2 = env.aws.client("ec2", through_proxy=True)
+    ec2.terminate_instances(InstanceIds=[i.instance_id for i in env.instances])
+    for machine in range(len(env.instances)):
+        ec2.delete_security_group(GroupId=env.net.machine_group(env.ec2, machine))
+    ec2.delete_security_group(GroupId=env.net.node_sg)  # DependencyViolation if referenced
+
+
 def test_removal_deletes_claims_and_keeps_the_file_system_by_default(ctx, env, scan):
     out = _installed(ctx, env)
     pv_name = env.pvc("training", "efs-storage-tensorflow")["spec"]["volumeName"]
+    group_id = _our_group(env)["GroupId"]
+    kept = (
+        "removing: kept the EFS file system (delete-on-remove is false), and security group "
+        f"{group_id} for its 2 mount targets (its NFS rules from Juju's groups revoked)"
+    )
     scan.start()
     out = ctx.run(ctx.on.relation_broken(_relation(out, "shared-storage")), _dying(out))
     assert env.pvc("training", "efs-storage-tensorflow") is None
     assert env.pv(pv_name) is None
-    assert out.unit_status == testing.MaintenanceStatus(
-        "removing: kept the EFS file system (delete-on-remove is false)"
-    )
+    assert out.unit_status == testing.MaintenanceStatus(kept)
     out = ctx.run(ctx.on.remove(), _dying(out, drop="shared-storage"))
+    assert out.unit_status == testing.MaintenanceStatus(kept)
     assert _deletes(env) == []
+    assert env.mutating_aws_calls().count("RevokeSecurityGroupIngress") == 1
     (fs,) = env.file_systems()
     assert fs["LifeCycleState"] == "available"
     assert len(env.mount_targets(fs["FileSystemId"])) == 2
+    assert _our_group(env)["IpPermissions"] == []
+    _juju_destroys_the_model(env)
     scan.check(*status_texts(ctx, out))
 
 
@@ -96,8 +121,12 @@ def test_adopted_file_system_is_never_deleted(ctx, env):
     out = _installed(ctx, env, {"file-system-id": fs_id, "delete-on-remove": True})
     out = ctx.run(ctx.on.relation_broken(_relation(out, "shared-storage")), _dying(out))
     out = ctx.run(ctx.on.remove(), _dying(out, drop="shared-storage"))
-    assert out.unit_status == testing.MaintenanceStatus(f"removing: kept adopted EFS {fs_id}")
+    assert out.unit_status == testing.MaintenanceStatus(
+        f"removing: kept adopted EFS {fs_id}, and security group {_our_group(env)['GroupId']} "
+        "for its 2 mount targets (its NFS rules from Juju's groups revoked)"
+    )
     assert _deletes(env) == []
+    _juju_destroys_the_model(env)
     assert len(env.mount_targets(fs_id)) == 2
     assert env.pvc("training", "efs-storage-tensorflow") is None  # our claim still goes
 
@@ -118,7 +147,9 @@ def test_claims_in_use_stop_the_removal_and_the_file_system_stays(ctx, env):
     out = ctx.run(ctx.on.remove(), _dying(out, drop="kube-api"))
     assert out.unit_status.name == "maintenance"
     assert "kept EFS and claims training/efs-storage-tensorflow" in out.unit_status.message
+    assert "its NFS rules from Juju's groups revoked" in out.unit_status.message
     assert _deletes(env) == []
+    _juju_destroys_the_model(env)
     assert env.file_systems()[0]["LifeCycleState"] == "available"
 
 
