@@ -54,6 +54,12 @@ _EFS_ROUTES = (
     ("POST", r"/2015-02-01/mount-targets", "CreateMountTarget"),
     ("GET", r"/2015-02-01/mount-targets", "DescribeMountTargets"),
     ("DELETE", r"/2015-02-01/mount-targets/[^/]+", "DeleteMountTarget"),
+    (
+        "GET",
+        r"/2015-02-01/mount-targets/[^/]+/security-groups",
+        "DescribeMountTargetSecurityGroups",
+    ),
+    ("PUT", r"/2015-02-01/mount-targets/[^/]+/security-groups", "ModifyMountTargetSecurityGroups"),
     ("GET", r"/2015-02-01/resource-tags/[^/]+", "ListTagsForResource"),
     ("POST", r"/2015-02-01/resource-tags/[^/]+", "TagResource"),
 )
@@ -303,6 +309,8 @@ class AwsProxy:
         refusal = _fault_answer(service, action, key_id, fault, taken) or conflict
         if refusal is None and action == "DeleteSecurityGroup":
             refusal = self._group_in_use(body)
+        if refusal is None and action == "ModifyMountTargetSecurityGroups":
+            refusal = _over_group_quota(body)
         if refusal is not None:
             return refusal
         if action == "RevokeSecurityGroupIngress":
@@ -461,6 +469,8 @@ class AwsProxy:
                     doc["FileSystems"], "FileSystemId", self._fs_cache, self._ghost_fs, query
                 )
                 return json.dumps(doc).encode()
+            if action == "DescribeMountTargetSecurityGroups":
+                return self._default_group_if_none(parsed, payload)
             if action == "DescribeMountTargets":
                 doc = json.loads(payload)
                 query = urllib.parse.parse_qs(parsed.query)
@@ -473,6 +483,29 @@ class AwsProxy:
             elif action == "DeleteFileSystem":
                 self._bury(parsed, self._fs_cache, self._ghost_fs, "file-system")
         return payload
+
+    def _default_group_if_none(self, parsed: urllib.parse.SplitResult, payload: bytes) -> bytes:
+        """A mount target made without SecurityGroups is in its VPC's default group.
+
+        botocore efs CreateMountTarget: "If the request provides SecurityGroups, this
+        network interface is associated with those security groups. Otherwise, it belongs
+        to the default security group for the subnet's VPC." moto 5 lists no group.
+        """
+        doc = json.loads(payload or b"{}")
+        if doc.get("SecurityGroups"):
+            return payload
+        mt_id = parsed.path.split("/")[-2]
+        vpc_id = (self._mt_cache.get(mt_id) or {}).get("VpcId")
+        if not vpc_id:
+            return payload
+        groups = self._moto_ec2().describe_security_groups(
+            Filters=[
+                {"Name": "vpc-id", "Values": [vpc_id]},
+                {"Name": "group-name", "Values": ["default"]},
+            ]
+        )["SecurityGroups"]
+        doc["SecurityGroups"] = [g["GroupId"] for g in groups]
+        return json.dumps(doc).encode()
 
     def _born(self, doc: dict[str, Any], id_key: str, kind: str) -> dict[str, Any]:
         cache = self._fs_cache if kind == "file-system" else self._mt_cache
@@ -550,6 +583,23 @@ def _ec2_error(status: int, code: str, message: str) -> tuple[int, list[tuple[st
         "<RequestID>59dbff89-35bd-4eac-99ed-be587EXAMPLE</RequestID></Response>"
     ).encode()
     return status, [("Content-Type", "text/xml")], body
+
+
+# Security groups per network interface: 5 by default, adjustable up to 16 (Amazon VPC
+# quotas, "Security groups per network interface"); EFS answers SecurityGroupLimitExceeded
+# (botocore efs ModifyMountTargetSecurityGroups errors). moto does not check.
+GROUPS_PER_INTERFACE = 5
+
+
+def _over_group_quota(body: bytes) -> tuple[int, list[tuple[str, str]], bytes] | None:
+    groups = json.loads(body or b"{}").get("SecurityGroups") or []
+    if len(groups) <= GROUPS_PER_INTERFACE:
+        return None
+    return _efs_error(
+        400,
+        "SecurityGroupLimitExceeded",
+        f"The number of security groups exceeds the limit of {GROUPS_PER_INTERFACE}.",
+    )
 
 
 def _fault_answer(

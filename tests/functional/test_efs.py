@@ -804,6 +804,79 @@ def test_adopt_uses_the_given_file_system_and_never_deletes_it(world):
     assert len(world.mount_targets(fs_id)) == 3
 
 
+def _adopted_with_a_mount_target(world: World, zone: str, groups: list[str]) -> tuple[str, str]:
+    """A file system made by someone else, with a mount target already in ``zone``."""
+    fs_id = world.efs.create_file_system(CreationToken=f"team-{uuid.uuid4()}")["FileSystemId"]
+    kwargs: dict[str, Any] = {"SecurityGroups": groups} if groups else {}
+    mt = world.efs.create_mount_target(
+        FileSystemId=fs_id, SubnetId=world.net.subnets[zone][0], **kwargs
+    )
+    return fs_id, mt["MountTargetId"]
+
+
+def _team_groups(world: World, count: int) -> list[str]:
+    return [
+        world.ec2.create_security_group(
+            GroupName=f"team-efs-{n}", Description="team", VpcId=world.net.vpc_id
+        )["GroupId"]
+        for n in range(count)
+    ]
+
+
+@pytest.mark.parametrize("team_group", [True, False], ids=["its-own-group", "vpc-default"])
+def test_adopted_mount_targets_get_the_charms_group_added_and_keep_theirs(world, team_group):
+    world.add_nodes("us-east-1a")
+    world.add_nodes("us-east-1b")
+    theirs = _team_groups(world, 1) if team_group else []
+    fs_id, mt_id = _adopted_with_a_mount_target(world, "us-east-1a", theirs)
+    if not theirs:  # AWS puts it in the VPC's default group
+        theirs = [
+            world.ec2.describe_security_groups(
+                Filters=[
+                    {"Name": "vpc-id", "Values": [world.net.vpc_id]},
+                    {"Name": "group-name", "Values": ["default"]},
+                ]
+            )["SecurityGroups"][0]["GroupId"]
+        ]
+    manager, desired = world.manager(), world.desired(file_system_id=fs_id)
+
+    first = manager.reconcile(desired)
+    [group] = world.our_groups()
+    efs_api = world.aws.client("efs", through_proxy=True)  # moto lists no default group
+    groups = efs_api.describe_mount_target_security_groups(MountTargetId=mt_id)
+    assert groups["SecurityGroups"] == [*theirs, group["GroupId"]]
+    assert world.proxy.count("ModifyMountTargetSecurityGroups") == 1
+    assert first.ready and first.zone_problems == ()
+    world.proxy.clear_counts()
+    manager.reconcile(desired)
+    assert world.proxy.counts(mutating=True) == {}
+
+
+def test_an_adopted_mount_target_without_room_for_the_charms_group_is_never_ready(world):
+    world.add_nodes("us-east-1a")
+    theirs = _team_groups(world, 5)  # the default quota of groups per network interface
+    fs_id, mt_id = _adopted_with_a_mount_target(world, "us-east-1a", theirs)
+    manager, desired = world.manager(), world.desired(file_system_id=fs_id)
+    for _ in range(2):
+        observed = manager.reconcile(desired)
+        assert not observed.ready
+    [group] = world.our_groups()
+    (problem,) = observed.zone_problems
+    assert (problem.zone, problem.code, problem.retry_later) == (
+        "us-east-1a",
+        "SecurityGroupLimitExceeded",
+        False,
+    )
+    assert str(problem).endswith(
+        f"aws efs modify-mount-target-security-groups --region {REGION} --mount-target-id "
+        f"{mt_id} --security-groups {' '.join([*theirs[:4], group['GroupId']])}"
+    )
+    assert (
+        world.efs.describe_mount_target_security_groups(MountTargetId=mt_id)["SecurityGroups"]
+        == theirs
+    )
+
+
 def test_adopting_a_missing_file_system_is_a_config_error_and_creates_nothing(world):
     world.add_nodes("us-east-1a")
     with pytest.raises(AwsConfigError, match="fs-0123456789abcdef0 does not exist in us-east-1"):

@@ -424,8 +424,11 @@ class ZoneProblem:
     code: str
     message: str
     retry_later: bool
+    summary: str = ""
 
     def __str__(self) -> str:
+        if self.summary:
+            return self.summary
         return f"no mount target in {self.zone} ({self.subnet_id}): {self.code}: {self.message}"
 
 
@@ -534,6 +537,8 @@ class Efs:
             mts = self._mount_targets(fs_id)
             if sg_id:
                 mts, problems = self._ensure_mount_targets(fs_id, placement, sg_id, mts)
+                if desired.adopt:
+                    problems += self._admit_nodes(mts, placement, sg_id)
         observed = self._observe(desired, fs, mts, placement, sg_id, problems)
         if dns_off:
             problem = _dns_problem(placement.vpc_id or "", dns_off, observed.dns_name, self.region)
@@ -870,6 +875,38 @@ class Efs:
                 problems.append(ZoneProblem(zone, subnet, e.code, e.message, e.retry_later))
         return mts, tuple(problems)
 
+    def _admit_nodes(
+        self, mts: list[dict[str, Any]], placement: _Placement, sg_id: str
+    ) -> tuple[ZoneProblem, ...]:
+        """Add the charm's group to an adopted file system's mount targets, keeping theirs.
+
+        Mount targets made before the charm keep their own groups, which need not admit the
+        nodes. ModifyMountTargetSecurityGroups replaces the whole list, and needs a mount
+        target whose network interface exists (botocore efs model); the number of groups
+        per interface is an account quota (SecurityGroupLimitExceeded beyond it).
+        """
+        problems = []
+        for mt in mts:
+            zone, mt_id = mt.get("AvailabilityZoneName", ""), mt["MountTargetId"]
+            if zone not in placement.subnets or mt.get("LifeCycleState") != "available":
+                continue
+            groups = self._call(
+                self._efs, "DescribeMountTargetSecurityGroups", MountTargetId=mt_id
+            ).get("SecurityGroups", [])
+            if sg_id in groups:
+                continue
+            logger.info("adding security group %s to mount target %s", sg_id, mt_id)
+            try:
+                self._call(
+                    self._efs,
+                    "ModifyMountTargetSecurityGroups",
+                    MountTargetId=mt_id,
+                    SecurityGroups=[*groups, sg_id],
+                )
+            except AwsApiError as e:
+                problems.append(_admit_problem(mt, groups, sg_id, e, self.region))
+        return tuple(problems)
+
     def _resolve_conflict(self, fs_id: str, zone: str, error: AwsApiError) -> list[dict[str, Any]]:
         """``MountTargetConflict``: fine if the zone has one now (a retried create)."""
         mts = self._mount_targets(fs_id)
@@ -1024,7 +1061,12 @@ class Efs:
         by_zone: dict[str, MountTarget] = {}
         for mt in targets:
             by_zone.setdefault(mt.zone, mt)
-        available = sum(1 for z in zones if z in by_zone and by_zone[z].state == "available")
+        failing = {p.zone for p in problems}
+        available = sum(
+            1
+            for z in zones
+            if z in by_zone and by_zone[z].state == "available" and z not in failing
+        )
         ready = state == "available" and bool(zones) and available == len(zones)
         if state != "available":
             progress = f"EFS {fs_id}: file system {state}"
@@ -1116,6 +1158,28 @@ class Efs:
 
 
 # -- helpers ------------------------------------------------------------------------------
+def _admit_problem(
+    mt: dict[str, Any], groups: list[str], sg_id: str, error: AwsApiError, region: str
+) -> ZoneProblem:
+    """An adopted mount target that would not take the charm's group, with the fix."""
+    zone, subnet, mt_id = (
+        mt.get("AvailabilityZoneName", ""),
+        mt.get("SubnetId", ""),
+        mt["MountTargetId"],
+    )
+    text = (
+        f"mount target {mt_id} in {zone} ({subnet}) cannot take security group {sg_id} "
+        f"({error.code}: {error.message}), so nodes there cannot reach NFS"
+    )
+    if error.code == "SecurityGroupLimitExceeded":
+        keep = " ".join([*groups[:-1], sg_id])
+        text += (
+            "; replace one of its groups with it: aws efs modify-mount-target-security-groups "
+            f"--region {region} --mount-target-id {mt_id} --security-groups {keep}"
+        )
+    return ZoneProblem(zone, subnet, error.code, error.message, error.retry_later, text)
+
+
 _DNS_ATTRIBUTES = {
     "enableDnsSupport": ("DNS resolution", "--enable-dns-support"),
     "enableDnsHostnames": ("DNS hostnames", "--enable-dns-hostnames"),

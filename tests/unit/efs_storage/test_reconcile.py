@@ -212,6 +212,63 @@ def test_adopted_file_system_is_used_and_not_created(ctx, env):
     assert answer(out, "tensorflow")["file-system-id"] == fs_id
 
 
+def test_an_adopted_mount_target_gets_the_charms_group_before_ready(ctx, env):
+    env.add_node("us-east-1a")
+    env.add_node("us-east-1b")
+    team = env.ec2.create_security_group(
+        GroupName="team-efs", Description="team", VpcId=env.net.vpc_id
+    )["GroupId"]
+    fs_id = env.efs.create_file_system(CreationToken="team")["FileSystemId"]
+    mt_id = env.efs.create_mount_target(
+        FileSystemId=fs_id, SubnetId=env.net.subnets["us-east-1a"][0], SecurityGroups=[team]
+    )["MountTargetId"]
+    out = ctx.run(ctx.on.install(), env.state(config={"file-system-id": fs_id}))
+    ours = _group_id(env)
+    groups = env.efs.describe_mount_target_security_groups(MountTargetId=mt_id)
+    assert groups["SecurityGroups"] == [team, ours]
+    assert out.unit_status == testing.ActiveStatus(
+        f"EFS {fs_id}: 2/2 mount targets available, 0 claims bound"
+    )
+
+
+def test_an_adopted_mount_target_with_no_room_blocks_with_the_command_to_run(ctx, env):
+    env.add_node("us-east-1a")
+    team = [
+        env.ec2.create_security_group(
+            GroupName=f"team-{n}", Description="team", VpcId=env.net.vpc_id
+        )["GroupId"]
+        for n in range(5)
+    ]
+    fs_id = env.efs.create_file_system(CreationToken="team")["FileSystemId"]
+    subnet = env.net.subnets["us-east-1a"][0]
+    mt_id = env.efs.create_mount_target(FileSystemId=fs_id, SubnetId=subnet, SecurityGroups=team)[
+        "MountTargetId"
+    ]
+    out = ctx.run(
+        ctx.on.install(),
+        env.state(config={"file-system-id": fs_id}, consumers={"tensorflow": "training"}),
+    )
+    ours = _group_id(env)
+    assert out.unit_status == testing.BlockedStatus(
+        f"EFS {fs_id}: 0/1 mount targets available; mount target {mt_id} in us-east-1a "
+        f"({subnet}) cannot take security group {ours} (SecurityGroupLimitExceeded: The number "
+        "of security groups exceeds the limit of 5.), so nodes there cannot reach NFS; "
+        "replace one of its groups with it: aws efs modify-mount-target-security-groups "
+        f"--region {REGION} --mount-target-id {mt_id} --security-groups "
+        f"{' '.join([*team[:4], ours])}; fix it in AWS or move the nodes of us-east-1a, "
+        "the charm retries on every event"
+    )
+    assert answer(out, "tensorflow")["ready"] == "false"
+
+
+def _group_id(env: Env) -> str:
+    name = efs.security_group_name(env.model.uuid, APP)
+    (group,) = env.ec2.describe_security_groups(
+        Filters=[{"Name": "group-name", "Values": [name]}]
+    )["SecurityGroups"]
+    return group["GroupId"]
+
+
 def test_adopting_a_missing_file_system_blocks_and_creates_nothing(ctx, env):
     env.add_node("us-east-1a")
     out = ctx.run(
