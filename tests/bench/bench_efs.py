@@ -2,8 +2,10 @@
 
 Runs the real boto3 against moto on 127.0.0.1 through the counting proxy of
 ``tests/functional/aws_fakes.py``: a VPC with two subnets in each of three zones and two
-nodes per zone. New file systems and mount targets report ``creating`` for one describe and
-deleted ones ``deleting`` for one describe, as AWS does for a while.
+nodes per zone, each a Juju machine (model group + machine group) registered as kubeadm
+does here (Juju hostname, no providerID, an InternalIP), so nodes are found by IP. New
+file systems and mount targets report ``creating`` for one describe and deleted ones
+``deleting`` for one describe, as AWS does for a while.
 
 Run: ``.venv/bin/python tests/bench/bench_efs.py`` from the repository root. Prints numbers
 only; the target (a reconcile with nothing to do makes no mutating call) is asserted by
@@ -29,9 +31,9 @@ from aws_fakes import (  # noqa: E402
     ZONES,
     build_network,
     local_aws,
-    run_nodes,
+    node_object,
 )
-from efs import Credentials, Desired, Efs, Node  # noqa: E402
+from efs import Credentials, Desired, Efs, nodes_from_kubernetes  # noqa: E402
 
 
 def report(title: str, passes: int, seconds: float, total: Counter, mutating: Counter) -> None:
@@ -50,15 +52,18 @@ def main() -> None:
     """Measure and print."""
     with local_aws() as aws:
         ec2 = aws.client("ec2")
-        net = build_network(ec2)
+        model_uuid = str(uuid.uuid4())
+        net = build_network(ec2, model_uuid=model_uuid)
         instances = []
         for zone in ZONES:
             for subnet in net.subnets[zone]:
-                instances += run_nodes(ec2, subnet, [net.node_sg])
+                instances.append(net.run_machine(ec2, subnet, len(instances)))
+        items = []
+        for machine, inst in enumerate(instances):
+            name, obj = node_object(inst, machine, model_uuid)
+            items.append({"metadata": {"name": name}, **obj})
         desired = Desired(
-            model_uuid=str(uuid.uuid4()),
-            app="efs-storage",
-            nodes=tuple(Node(i.private_dns, i.provider_id) for i in instances),
+            model_uuid=model_uuid, app="efs-storage", nodes=nodes_from_kubernetes(items)
         )
         manager = Efs.connect(
             Credentials(ACCESS_KEY_ID, SECRET_ACCESS_KEY), REGION, endpoint_url=aws.url
