@@ -8,8 +8,8 @@ The worker charm asks for a MIG layout by labelling its drained node
 labelled `nvidia.com/gpu.deploy.mig-manager=true`, sees the label change and runs
 NVIDIA's own sequence (NVIDIA/mig-parted v0.15.0 `pkg/mig/reconfigure/reconfigure.go`):
 `nvidia.com/mig.config.state=pending`; `nvidia.com/gpu.deploy.device-plugin` set to
-`paused-for-mig-change`, which takes the device plugin off the node (its nodeSelector
-wants `true`, see `device_plugin.py`), waiting until no pod labelled
+`paused-for-mig-change`, which takes the device plugin off the node (its node affinity
+excludes that value, see `device_plugin.py`), waiting until no pod labelled
 `app=nvidia-device-plugin-daemonset` is left on it in kube-system; `nvidia-mig-parted
 apply` of the named config; with CDI, `nvidia-smi` and a management CDI spec; the label
 back to `true`; then `nvidia.com/mig.config.state=success` (or `failed`), which the

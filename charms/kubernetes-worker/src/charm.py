@@ -73,9 +73,14 @@ class KubernetesWorkerCharm(ops.CharmBase):
         super().__init__(framework)
         # reboot_boot: boot id when this unit asked Juju for a reboot the driver needed;
         # reboot_cordoned: whether it cordoned its node for that reboot.
-        # mig_cordoned: whether it cordoned its node to apply a MIG layout.
+        # mig_cordoned: whether it cordoned its node to apply a MIG layout; mig_since:
+        # when it handed the layout to mig-manager (time.time()).
         self._stored.set_default(
-            left_cluster=False, reboot_boot=None, reboot_cordoned=False, mig_cordoned=False
+            left_cluster=False,
+            reboot_boot=None,
+            reboot_cordoned=False,
+            mig_cordoned=False,
+            mig_since=None,
         )
         self.cluster = ClusterRequirer(self, CLUSTER)
         self.turns = RebootTurns(self, REBOOTS)
@@ -454,9 +459,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
             with Kube.from_kubeconfig(info.kubeconfig) as kube:
                 done = worker.apply_labels(kube, node, config.labels)
                 if done is not None:
-                    gpu_node.apply_node_state(
-                        kube, node, state, config.gpu_taint, plugin, config.mig_profile
-                    )
+                    gpu_node.apply_node_state(kube, node, state, config.gpu_taint, plugin)
         except ValueError as e:
             self._status = ops.WaitingStatus(f"control plane kubeconfig is unusable: {e}")
             return False
@@ -476,18 +479,39 @@ class KubernetesWorkerCharm(ops.CharmBase):
         """Bring the node to its `mig-profile` layout through NVIDIA's mig-manager (mig.py)."""
         from charms.gpu_k8s.v0.kubeclient import Kube
 
-        ready = state.ready and state.inventory.mig_capable
-        layout, limit = (config.mig_profile if ready else ""), config.max_parallel_reboots
-        problem = mig.unavailable(layout, state.mig_profiles) if layout else None
-        if problem or (not layout and not self._stored.mig_cordoned):
-            self._blocked = self._blocked or problem
+        if not state.inventory.mig_capable and not self._stored.mig_cordoned:
             return
+        layout, limit = config.mig_profile, config.max_parallel_reboots
+        since = self._stored.mig_since
         with Kube.from_kubeconfig(info.kubeconfig) as kube:
             labels = ((kube.get("v1", "Node", node) or {}).get("metadata") or {}).get("labels")
-            step = mig.step(layout, labels or {})
-            if step is mig.Step.START:
-                if not self.turns.request(f"MIG layout {layout}", limit):
-                    self._turn_wait = self.turns.waiting_message(f"MIG layout {layout}", limit)
+            decision = mig.decide(
+                layout,
+                labels or {},
+                ready=state.ready,
+                cordoned=self._stored.mig_cordoned,
+                mig_strategy=info.mig_strategy,
+                profiles=state.mig_profiles,
+                elapsed=None if since is None else time.time() - since,
+            )
+            act, reason = decision.act, f"MIG layout {layout}"
+            if act is mig.Act.VERIFY:
+                devices = nvidia.read_mig_devices(self.host_factory())
+                modes = [g.mig_mode for g in state.report.gpus]
+                if mig.applied(layout, modes, devices, state.mig_profiles):
+                    act = mig.Act.UNCORDON
+                else:
+                    act, decision = (
+                        mig.Act.WAIT,
+                        mig.Decision(
+                            mig.Act.WAIT, f"{reason}: reported applied, not on the GPUs yet"
+                        ),
+                    )
+            if self._stored.mig_cordoned and act is not mig.Act.UNCORDON:
+                self.turns.request(reason, limit)  # keep the turn while it is in flight
+            if act is mig.Act.START:
+                if not self.turns.request(reason, limit):
+                    self._turn_wait = self.turns.waiting_message(reason, limit)
                     return
                 result = kube.drain(
                     node,
@@ -496,22 +520,23 @@ class KubernetesWorkerCharm(ops.CharmBase):
                     sleep=self.drain_sleep,
                 )
                 self._stored.mig_cordoned = self._stored.mig_cordoned or result is not None
-                # A state left by an earlier layout must not read as this one's success.
-                patch = {
-                    mig.LABEL_DEPLOY_MIG_MANAGER: "true",
-                    mig.LABEL_CONFIG: layout,
-                    mig.LABEL_STATE: None,
-                }
-                kube.patch("v1", "Node", node, {"metadata": {"labels": patch}})
-                labels = {**(labels or {}), mig.LABEL_CONFIG: layout, mig.LABEL_STATE: ""}
-                step = mig.Step.WAIT
-            if step is mig.Step.WAIT:
-                self._status = ops.WaitingStatus(mig.waiting_message(layout, labels or {}))
-            elif step is mig.Step.FAILED:
-                self._blocked = mig.failed_message(layout, node, self.unit.name)
-            elif self._stored.mig_cordoned:  # applied (or no longer wanted): uncordon
+                self._stored.mig_since = time.time()
+                # mig-manager runs here from now on; a state left by an earlier layout
+                # must not read as this one's success.
+                patch = {mig.LABEL_DEPLOY_MIG_MANAGER: "true", mig.LABEL_CONFIG: layout}
+                kube.patch(
+                    "v1", "Node", node, {"metadata": {"labels": {**patch, mig.LABEL_STATE: None}}}
+                )
+                decision = mig.Decision(mig.Act.WAIT, mig.waiting_message(layout, {}))
+                act = mig.Act.WAIT
+            if act is mig.Act.WAIT:
+                self._status = ops.WaitingStatus(decision.message)
+            elif act in (mig.Act.BLOCK, mig.Act.FAILED):
+                failed = mig.failed_message(layout, node, self.unit.name)
+                self._blocked = decision.message or failed
+            elif act is mig.Act.UNCORDON:
                 kube.uncordon(node)
-                self._stored.mig_cordoned = False
+                self._stored.mig_cordoned, self._stored.mig_since = False, None
                 self.turns.done(limit)
 
     # -- actions -----------------------------------------------------------------------
@@ -520,8 +545,13 @@ class KubernetesWorkerCharm(ops.CharmBase):
         host = self.host_factory()
         report = nvidia.read_smi(host)
         enabled = any(g.mig_mode == "Enabled" for g in report.gpus)
+        capable = any(g.mig_mode in ("Enabled", "Disabled") for g in report.gpus)
         try:
-            results = gpu.gpu_info(report, nvidia.read_mig_devices(host) if enabled else None)
+            results = gpu.gpu_info(
+                report,
+                nvidia.read_mig_devices(host) if enabled else None,
+                nvidia.read_mig_profiles(host) if capable else None,
+            )
         except ValueError as e:
             event.fail(str(e))
             return

@@ -512,7 +512,9 @@ def status_message(inventory: GpuInventory, report: SmiReport) -> str:
 
 
 def gpu_info(
-    report: SmiReport, mig_devices: Mapping[int, Sequence[Mapping[str, str]]] | None = None
+    report: SmiReport,
+    mig_devices: Mapping[int, Sequence[Mapping[str, str]]] | None = None,
+    mig_profiles: Mapping[int, Mapping[str, int]] | None = None,
 ) -> dict:
     """Action results for `gpu-info`: one entry per GPU, keys valid for Juju.
 
@@ -540,6 +542,9 @@ def gpu_info(
         }
         for g in report.gpus
     }
+    for index, offered in (mig_profiles or {}).items():
+        if str(index) in gpus:  # "1g.10gb x7, 2g.20gb x3, ...": what mig-profile can ask
+            gpus[str(index)]["mig-profiles"] = ", ".join(f"{p} x{n}" for p, n in offered.items())
     for index, devices in (mig_devices or {}).items():
         if str(index) in gpus:  # {"0": {"profile": "1g.10gb", "uuid": "MIG-..."}, ...}
             gpus[str(index)]["mig-devices"] = {

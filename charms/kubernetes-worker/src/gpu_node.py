@@ -99,20 +99,18 @@ class GpuState:
         """The inventory to publish to the control plane (empty without GPUs)."""
         return gpu.inventory_records(self.inventory, self.report, self.mig_profiles)
 
-    def labels(
-        self, plugin: nvidia.PluginConfig | None = None, mig_layout: str = ""
-    ) -> dict[str, str | None]:
+    def labels(self, plugin: nvidia.PluginConfig | None = None) -> dict[str, str | None]:
         """The node's GPU labels (`plugin`: how the device plugin runs); None removes one.
 
-        With them, the deploy labels the device plugin and NVIDIA's mig-manager select
-        (`mig_layout`: the `mig-profile` option).
+        With them, `nvidia.com/gpu.deploy.device-plugin=true` where the device plugin may
+        run (NVIDIA's mig-manager pauses it there during a MIG change).
 
         Only GPUs pods can use get labels: the device plugin selects
         `nvidia.com/gpu.present=true`, and on a node whose driver waits for a reboot (or
         is broken) or whose Fabric Manager is not running, it would advertise GPUs that
         fail. Without GPUs, every GPU label is removed.
         """
-        deploy = mig.deploy_labels(self.ready, self.inventory.mig_capable, mig_layout)
+        deploy: dict[str, str | None] = {mig.LABEL_DEPLOY_PLUGIN: "true" if self.ready else None}
         if not self.ready:
             return nvidia.node_labels(gpu.GpuInventory(), None, None) | deploy
         labels = nvidia.node_labels(
@@ -226,20 +224,19 @@ def apply_node_state(
     state: GpuState,
     gpu_taint: bool,
     plugin: nvidia.PluginConfig | None = None,
-    mig_layout: str = "",
 ) -> bool:
     """Bring the Node's GPU labels and taint in line with `state`; True when patched.
 
     `plugin` is how the control plane runs the device plugin (MIG strategy, time-slicing
-    replicas), which the sharing labels describe; `mig_layout` the `mig-profile` option.
-    The device plugin's deploy label is left alone while mig-manager has it paused.
+    replicas), which the sharing labels describe. The device plugin's deploy label is left
+    alone while mig-manager has it paused, and when the operator set it to `false`.
 
     Raises:
         LookupError: the Node is not registered yet.
         KubeError: the API server refused.
     """
-    labels = state.labels(plugin, mig_layout)
-    keep = {mig.LABEL_DEPLOY_PLUGIN: mig.PAUSED}
+    labels = state.labels(plugin)
+    keep = {mig.LABEL_DEPLOY_PLUGIN: (mig.PAUSED, "false")}
     return nvidia.apply_node_gpu_state(kube, node, labels, state.taints(gpu_taint), keep)
 
 

@@ -13,14 +13,22 @@ layout with nvidia-mig-parted, brings the plugin back and reports in
 `nvidia.com/mig.config.state`: `pending`, `rebooting`, `success` or `failed`
 (pkg/mig/reconfigure/reconfigure.go). On `success` the worker uncordons the node and
 gives its turn back. mig-manager applies the labelled layout again when it starts, so it
-survives reboots (GPU instances do not persist by themselves).
+survives reboots (GPU instances do not persist by themselves); an empty `mig-profile`
+therefore leaves the last layout in place, and `all-disabled` turns MIG off.
+
+The worker labels the node for mig-manager only after draining it, keeps it cordoned
+(and keeps its turn) while a change is in flight whatever else happens, starts no new
+layout while mig-manager still works on another, and uncordons only once nvidia-smi shows
+the layout: mig-manager reports `success` for a layout with no entry for this GPU model
+(mig-parted's assert walks only the entries whose device filter matches).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 LABEL_CONFIG = "nvidia.com/mig.config"
 LABEL_STATE = "nvidia.com/mig.config.state"
@@ -50,8 +58,11 @@ def unavailable(layout: str, profiles: Mapping[int, Mapping[str, int]]) -> str |
     if layout in ("all-disabled", "all-enabled"):
         return None
     profile = layout.removeprefix("all-").replace(".me", "+me")
-    if not profiles:
-        return f"mig-profile {layout}: nvidia-smi lists no MIG profile on this node's GPUs"
+    if not profiles:  # drivers up to 535 list profiles only with MIG mode on
+        return (
+            f"mig-profile {layout}: nvidia-smi lists no MIG profile on this node's GPUs; "
+            "set mig-profile=all-enabled first, then the layout"
+        )
     lacking = sorted(i for i, offered in profiles.items() if profile not in offered)
     if lacking:
         offered = sorted(set().union(*(p.keys() for p in profiles.values())))
@@ -62,40 +73,111 @@ def unavailable(layout: str, profiles: Mapping[int, Mapping[str, int]]) -> str |
     return None
 
 
-def deploy_labels(ready: bool, mig_capable: bool, layout: str) -> dict[str, str | None]:
-    """The deploy labels the worker wants; None removes one.
+class Act(enum.Enum):
+    """What the worker does about its node's MIG layout now."""
 
-    The device plugin runs where its label is `true` (mig-manager pauses it there);
-    mig-manager runs on MIG-capable nodes whose `mig-profile` names a layout.
+    NOTHING = "nothing"
+    START = "start"  # take a turn, drain, label the node for mig-manager
+    WAIT = "wait"  # mig-manager is at work (or has to finish another layout first)
+    VERIFY = "verify"  # mig-manager says success: check nvidia-smi, then uncordon
+    UNCORDON = "uncordon"  # done (or no longer wanted): uncordon, give the turn back
+    BLOCK = "block"  # the operator must act; the node stays as it is
+    FAILED = "failed"  # mig-manager failed: Blocked with `failed_message`
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """An `Act` and the status message that goes with it."""
+
+    act: Act
+    message: str = ""
+
+
+# How long mig-manager may leave a change unanswered before the unit says so: it leaves
+# the state `pending` when the device plugin does not go away, and sets none when it
+# cannot reach systemd (reconfigure.go Run, reconfigure.New).
+TIMEOUT_S = 30 * 60
+
+
+def decide(
+    layout: str,
+    labels: Mapping[str, str],
+    *,
+    ready: bool,
+    cordoned: bool,
+    mig_strategy: str,
+    profiles: Mapping[int, Mapping[str, int]],
+    elapsed: float | None,
+) -> Decision:
+    """The next step towards `layout` (the `mig-profile` option) on a MIG-capable node.
+
+    Args:
+        layout: the wanted layout, empty when none is.
+        labels: the Node's labels now.
+        ready: the driver works (a change is only started then).
+        cordoned: this unit cordoned the node for a MIG change.
+        mig_strategy: the control plane's device plugin strategy.
+        profiles: `nvidia-smi mig -lgip` per GPU index.
+        elapsed: seconds since this unit handed the change to mig-manager, if it did.
     """
-    return {
-        LABEL_DEPLOY_PLUGIN: "true" if ready else None,
-        LABEL_DEPLOY_MIG_MANAGER: "true" if ready and mig_capable and layout else None,
-    }
-
-
-class Step(enum.Enum):
-    """Where a node is on the way to its MIG layout."""
-
-    NONE = "none"  # no layout wanted
-    START = "start"  # take a turn, drain, label the node
-    WAIT = "wait"  # mig-manager is at work
-    DONE = "done"  # applied: uncordon, give the turn back
-    FAILED = "failed"  # mig-manager could not apply it
-
-
-def step(layout: str, labels: Mapping[str, str]) -> Step:
-    """The next step for `layout`, from the node's labels."""
+    current, state = labels.get(LABEL_CONFIG), labels.get(LABEL_STATE)
+    in_flight = current is not None and state not in ("success", "failed")
     if not layout:
-        return Step.NONE
-    if labels.get(LABEL_CONFIG) != layout:
-        return Step.START
-    state = labels.get(LABEL_STATE)
-    if state == "success":
-        return Step.DONE
+        if cordoned and in_flight:
+            return Decision(Act.WAIT, waiting_message(current or "", labels))
+        return Decision(Act.UNCORDON if cordoned else Act.NOTHING)
+    if layout != "all-disabled" and mig_strategy == "none":
+        return Decision(
+            Act.BLOCK,
+            f"mig-profile {layout} needs the control plane's mig-strategy set to single or "
+            "mixed: with none the device plugin offers MIG GPUs as whole GPUs",
+        )
+    if in_flight and current != layout:
+        return Decision(
+            Act.WAIT, f"MIG layout {layout} waits for NVIDIA mig-manager to finish {current}"
+        )
+    if current != layout:
+        problem = unavailable(layout, profiles)
+        if problem:
+            return Decision(Act.BLOCK, problem)
+        return Decision(Act.START if ready else Act.NOTHING)
     if state == "failed":
-        return Step.FAILED
-    return Step.WAIT
+        return Decision(Act.FAILED)
+    if state == "success":
+        return Decision(Act.VERIFY if cordoned else Act.NOTHING)
+    if elapsed is not None and elapsed > TIMEOUT_S:
+        return Decision(
+            Act.BLOCK,
+            f"MIG layout {layout}: NVIDIA mig-manager has not answered for "
+            f"{int(elapsed // 60)} minutes (state: {state or 'not started'}); check its pod "
+            "in kube-system",
+        )
+    return Decision(Act.WAIT, waiting_message(layout, labels))
+
+
+def applied(
+    layout: str,
+    modes: Sequence[str | None],
+    devices: Mapping[int, Sequence[Mapping[str, str]]],
+    profiles: Mapping[int, Mapping[str, int]],
+) -> bool:
+    """Whether nvidia-smi shows `layout` on every MIG-capable GPU.
+
+    `modes` are the GPUs' `mig.mode.current` by index (None for GPUs without MIG).
+    """
+    capable = [i for i, mode in enumerate(modes) if mode in ("Enabled", "Disabled")]
+    if layout == "all-disabled":
+        return all(modes[i] == "Disabled" for i in capable)
+    if not all(modes[i] == "Enabled" for i in capable):
+        return False
+    if layout == "all-enabled":
+        return True
+    profile = layout.removeprefix("all-").replace(".me", "+me")
+    return all(
+        sum(d["profile"] == profile for d in devices.get(i, ()))
+        == profiles.get(i, {}).get(profile, -1)
+        for i in capable
+    )
 
 
 def waiting_message(layout: str, labels: Mapping[str, str]) -> str:
@@ -107,10 +189,11 @@ def waiting_message(layout: str, labels: Mapping[str, str]) -> str:
 def failed_message(layout: str, node: str, unit: str) -> str:
     """Blocked status when mig-manager failed: where to look and how to retry."""
     return (
-        f"MIG layout {layout} failed on node {node}: see `kubectl -n kube-system logs -l "
-        f"app=nvidia-mig-manager --field-selector spec.nodeName={node}`; a MIG mode "
-        f"change may need a reboot (`juju ssh {unit} -- sudo reboot`: the layout is "
-        "applied again at boot); the node stays cordoned and keeps its turn"
+        f"MIG layout {layout} failed on node {node}: see `kubectl -n kube-system logs $(kubectl "
+        "-n kube-system get pod -l app=nvidia-mig-manager --field-selector "
+        f"spec.nodeName={node} -o name)`; a MIG mode change may need a reboot (`juju ssh "
+        f"{unit} -- sudo reboot`: the layout is applied again at boot); the node stays "
+        "cordoned and keeps its turn"
     )
 
 

@@ -66,7 +66,7 @@ ENVVAR_UNPRIVILEGED = "accept-nvidia-visible-devices-envvar-when-unprivileged"
 # optional upstream: it would patch the Node on every hook), `gpu.clique` (IMEX fabric
 # ids), `vgpu.*` (vGPU guests) and the MIG device labels of mig-strategy single/mixed
 # (`gpu.multiprocessors`, `gpu.slices.*`, `gpu.engines.*`, `mig-<profile>.*`, product
-# `<model>-MIG-<profile>`): nothing on the worker sets MIG devices up.
+# `<model>-MIG-<profile>`): MIG GPUs keep the labels of their whole GPU.
 LABEL_PRESENT = "nvidia.com/gpu.present"  # the device plugin's node selector (ours)
 # resource.go baseLabeler: <sanitised model>, with "-SHARED" appended when the GPU is
 # replicated (time-slicing replicas > 1; the plugin's config never renames the resource).
@@ -558,13 +558,13 @@ def apply_node_gpu_state(
     node: str,
     labels: Mapping[str, str | None],
     taints: Sequence[Mapping],
-    keep: Mapping[str, str] | None = None,
+    keep: Mapping[str, Sequence[str]] | None = None,
 ) -> bool:
     """Bring the Node's GPU labels and taint to `labels`/`taints`; True when it changed.
 
     `kube` is a `charms.gpu_k8s.v0.kubeclient.Kube`. Labels set to None are removed;
-    taints of other owners are kept; a label whose current value is the one `keep` names
-    for it is left as it is (another controller holds it). One merge patch, only when
+    taints of other owners are kept; a label whose current value is one `keep` names for
+    it is left as it is (another controller, or the operator, holds it). One merge patch, only when
     something differs.
 
     Raises:
@@ -575,7 +575,7 @@ def apply_node_gpu_state(
     if obj is None:
         raise LookupError(f"node {node} is not registered")
     current = (obj.get("metadata") or {}).get("labels") or {}
-    held = {k for k, v in (keep or {}).items() if current.get(k) == v}
+    held = {k for k, values in (keep or {}).items() if current.get(k) in values}
     label_patch = {
         key: value
         for key, value in labels.items()

@@ -1064,6 +1064,8 @@ def test_every_worker_installs_the_nfs_client_unpinned_and_unheld(
 H100_PROFILES = {"1g.10gb": 7, "1g.20gb": 4, "2g.20gb": 3, "3g.40gb": 2, "7g.80gb": 1}
 MIG_CONFIG = "nvidia.com/mig.config"
 MIG_STATE = "nvidia.com/mig.config.state"
+MIG_MANAGER = "nvidia.com/gpu.deploy.mig-manager"
+PLUGIN_DEPLOY = "nvidia.com/gpu.deploy.device-plugin"
 
 
 @pytest.fixture
@@ -1086,14 +1088,34 @@ def node_labels(api):
     return node(api)["metadata"].get("labels") or {}
 
 
-def mig_manager_reports(api, state, layout=None):
-    """What NVIDIA's mig-manager writes on the Node when it is done with a layout."""
+def set_labels(api, **labels):
+    """What NVIDIA's mig-manager (or an operator) writes on the Node."""
     obj = node(api)
-    labels = obj["metadata"]["labels"]
-    labels[MIG_STATE] = state
-    if layout:
-        labels[MIG_CONFIG] = layout
+    for key, value in labels.items():
+        if value is None:
+            obj["metadata"]["labels"].pop(key, None)
+        else:
+            obj["metadata"]["labels"][key] = value
     api.put_object(f"/api/v1/nodes/{NODE}", obj)
+
+
+def mig_manager_applies(api, fake, layout_devices, state="success"):
+    """mig-manager applied a layout: the GPUs show it, the state label says so."""
+    fake.mig_devices = layout_devices
+    set_labels(api, **{MIG_STATE: state})
+
+
+def run_mig(ctx, api, strategy="mixed", **config):
+    register_node(api)
+    state = joined_state(api, config=config, **{"mig-strategy": strategy})
+    return ctx.run(ctx.on.relation_changed(next(iter(state.relations))), state)
+
+
+def reboots_relation(out):
+    return next((r for r in out.relations if r.endpoint == "reboots"), None)
+
+
+ALL_1G = {i: ["1g.10gb"] * 7 for i in range(8)}
 
 
 def test_h100_node_publishes_its_mig_profiles_for_the_control_plane(ctx, machine, api, h100):
@@ -1103,76 +1125,167 @@ def test_h100_node_publishes_its_mig_profiles_for_the_control_plane(ctx, machine
     assert record["pci-device-id"] == "2330"
     assert record["mig-profiles"] == H100_PROFILES
     assert node_labels(api)["nvidia.com/mig.capable"] == "true"
-    assert "nvidia.com/gpu.deploy.mig-manager" not in node_labels(api)  # no layout asked
+    assert node_labels(api)[PLUGIN_DEPLOY] == "true"
+    assert MIG_MANAGER not in node_labels(api)  # no layout asked: mig-manager stays away
 
 
 def test_a_mig_layout_is_applied_by_mig_manager_under_a_drain_in_a_turn(
     ctx, machine, api, h100, clock, reboots
 ):
-    out = run_joined(ctx, api)
+    out = run_mig(ctx, api)
     add_pod(api, "train-0")
+    mine = dataclasses.replace(out, relations={*out.relations, peers(turns=[UNIT])})
 
-    out = ctx.run(ctx.on.config_changed(), with_config(out, **{"mig-profile": "all-1g.10gb"}))
+    out = ctx.run(ctx.on.config_changed(), with_config(mine, **{"mig-profile": "all-1g.10gb"}))
 
     labels = node_labels(api)
-    assert labels[MIG_CONFIG] == "all-1g.10gb"
-    assert labels["nvidia.com/gpu.deploy.mig-manager"] == "true"
+    assert labels[MIG_CONFIG] == "all-1g.10gb" and labels[MIG_MANAGER] == "true"
     assert node(api)["spec"]["unschedulable"] is True  # drained first
     assert api.get_object("/api/v1/namespaces/default/pods/train-0") is None
     assert out.unit_status == testing.WaitingStatus(
         "applying MIG layout all-1g.10gb: NVIDIA mig-manager reports not started"
     )
 
-    mig_manager_reports(api, "pending")
+    set_labels(api, **{MIG_STATE: "pending", PLUGIN_DEPLOY: "paused-for-mig-change"})
     out = ctx.run(ctx.on.update_status(), out)
     assert out.unit_status == testing.WaitingStatus(
         "applying MIG layout all-1g.10gb: NVIDIA mig-manager reports pending"
     )
-    assert node(api)["spec"]["unschedulable"] is True
+    assert node_labels(api)[PLUGIN_DEPLOY] == "paused-for-mig-change"  # left to mig-manager
+    assert "reboot-request" in reboots_relation(out).local_unit_data  # the turn is kept
 
-    mig_manager_reports(api, "success")
-    h100.mig_devices = {i: ["1g.10gb"] * 7 for i in range(8)}
+    set_labels(api, **{PLUGIN_DEPLOY: "true"})
+    mig_manager_applies(api, h100, ALL_1G)
     out = ctx.run(ctx.on.update_status(), out)
 
     assert out.unit_status.name == "active"
     assert not node(api)["spec"].get("unschedulable")
+    assert "reboot-request" not in reboots_relation(out).local_unit_data
     assert reboots == []
     before = len(writes(api))
     ctx.run(ctx.on.update_status(), out)
     assert len(writes(api)) == before  # applied: nothing more to do
 
 
+def test_success_the_gpus_do_not_show_keeps_the_node_cordoned(ctx, machine, api, h100, clock):
+    out = run_mig(ctx, api, **{"mig-profile": "all-1g.10gb"})
+    # mig-manager's config had no entry for this model yet: it asserts nothing, succeeds
+    mig_manager_applies(api, h100, {})
+
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert out.unit_status == testing.WaitingStatus(
+        "MIG layout all-1g.10gb: reported applied, not on the GPUs yet"
+    )
+    assert node(api)["spec"]["unschedulable"] is True
+
+
+def test_a_node_not_ready_mid_change_stays_cordoned_and_keeps_mig_manager(
+    ctx, machine, api, h100, clock
+):
+    out = run_mig(ctx, api, **{"mig-profile": "all-1g.10gb"})
+    set_labels(api, **{MIG_STATE: "pending"})
+    h100.fabric_starts = False  # the GPUs reset under mig-manager: Fabric Manager restarts
+    machine.services["nvidia-fabricmanager"].active = False
+
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert node(api)["spec"]["unschedulable"] is True
+    assert node_labels(api)[MIG_MANAGER] == "true"
+    assert out.unit_status.name == "waiting"
+
+
+def test_clearing_mig_profile_mid_change_waits_for_mig_manager_then_uncordons(
+    ctx, machine, api, h100, clock
+):
+    out = run_mig(ctx, api, **{"mig-profile": "all-1g.10gb"})
+    set_labels(api, **{MIG_STATE: "pending", PLUGIN_DEPLOY: "paused-for-mig-change"})
+
+    out = ctx.run(ctx.on.config_changed(), with_config(out, **{"mig-profile": ""}))
+
+    assert node(api)["spec"]["unschedulable"] is True
+    assert node_labels(api)[MIG_MANAGER] == "true"  # never pulled from under a change
+    assert out.unit_status == testing.WaitingStatus(
+        "applying MIG layout all-1g.10gb: NVIDIA mig-manager reports pending"
+    )
+
+    set_labels(api, **{PLUGIN_DEPLOY: "true"})
+    mig_manager_applies(api, h100, ALL_1G)
+    out = ctx.run(ctx.on.update_status(), out)
+    assert not node(api)["spec"].get("unschedulable")
+    assert node_labels(api)[MIG_CONFIG] == "all-1g.10gb"  # the layout stays, as documented
+
+
+def test_a_new_layout_waits_until_mig_manager_finishes_the_last(ctx, machine, api, h100, clock):
+    out = run_mig(ctx, api, **{"mig-profile": "all-1g.10gb"})
+    set_labels(api, **{MIG_STATE: "pending"})
+
+    out = ctx.run(ctx.on.config_changed(), with_config(out, **{"mig-profile": "all-2g.20gb"}))
+
+    assert node_labels(api)[MIG_CONFIG] == "all-1g.10gb"
+    assert out.unit_status == testing.WaitingStatus(
+        "MIG layout all-2g.20gb waits for NVIDIA mig-manager to finish all-1g.10gb"
+    )
+
+
 def test_a_failed_mig_layout_blocks_and_keeps_the_node_cordoned(ctx, machine, api, h100, clock):
-    out = run_joined(ctx, api, config={"mig-profile": "all-2g.20gb"})
-    mig_manager_reports(api, "failed")
+    out = run_mig(ctx, api, **{"mig-profile": "all-2g.20gb"})
+    set_labels(api, **{MIG_STATE: "failed"})
 
     out = ctx.run(ctx.on.update_status(), out)
 
     assert out.unit_status.name == "blocked"
-    assert out.unit_status.message.startswith(f"MIG layout all-2g.20gb failed on node {NODE}:")
+    assert out.unit_status.message.startswith(
+        f"MIG layout all-2g.20gb failed on node {NODE}: see `kubectl -n kube-system logs "
+        "$(kubectl -n kube-system get pod -l app=nvidia-mig-manager --field-selector "
+        f"spec.nodeName={NODE} -o name)`"
+    )
     assert node(api)["spec"]["unschedulable"] is True
 
 
+def test_mig_manager_that_never_answers_is_reported(ctx, machine, api, h100, monkeypatch):
+    import time
+
+    out = run_mig(ctx, api, **{"mig-profile": "all-1g.10gb"})
+    started = time.time()
+    monkeypatch.setattr(time, "time", lambda: started + 31 * 60)
+
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert out.unit_status == testing.BlockedStatus(
+        "MIG layout all-1g.10gb: NVIDIA mig-manager has not answered for 31 minutes "
+        "(state: not started); check its pod in kube-system"
+    )
+
+
 def test_a_layout_the_gpus_do_not_offer_blocks_without_draining(ctx, machine, api, h100):
-    out = run_joined(ctx, api, config={"mig-profile": "all-1g.5gb"})  # an A100-40GB profile
+    out = run_mig(ctx, api, **{"mig-profile": "all-1g.5gb"})  # an A100-40GB profile
 
     assert out.unit_status == testing.BlockedStatus(
         "mig-profile all-1g.5gb: GPU 0 offers no 1g.5gb instances; this node's GPUs offer "
         "1g.10gb, 1g.20gb, 2g.20gb, 3g.40gb, 7g.80gb"
     )
-    assert MIG_CONFIG not in node_labels(api)
+    assert MIG_CONFIG not in node_labels(api) and MIG_MANAGER not in node_labels(api)
     assert not node(api).get("spec", {}).get("unschedulable")
 
 
-def test_the_device_plugin_label_mig_manager_paused_is_left_alone(ctx, machine, api, h100, clock):
-    out = run_joined(ctx, api, config={"mig-profile": "all-1g.10gb"})
-    obj = node(api)
-    obj["metadata"]["labels"]["nvidia.com/gpu.deploy.device-plugin"] = "paused-for-mig-change"
-    api.put_object(f"/api/v1/nodes/{NODE}", obj)
+def test_a_layout_without_a_mig_strategy_blocks(ctx, machine, api, h100):
+    out = run_mig(ctx, api, strategy=None, **{"mig-profile": "all-1g.10gb"})
+
+    assert out.unit_status == testing.BlockedStatus(
+        "mig-profile all-1g.10gb needs the control plane's mig-strategy set to single or "
+        "mixed: with none the device plugin offers MIG GPUs as whole GPUs"
+    )
+    assert MIG_CONFIG not in node_labels(api)
+
+
+def test_an_operators_device_plugin_false_is_kept(ctx, machine, api, h100):
+    out = run_mig(ctx, api)
+    set_labels(api, **{PLUGIN_DEPLOY: "false"})
 
     ctx.run(ctx.on.update_status(), out)
 
-    assert node_labels(api)["nvidia.com/gpu.deploy.device-plugin"] == "paused-for-mig-change"
+    assert node_labels(api)[PLUGIN_DEPLOY] == "false"
 
 
 def test_gpu_info_lists_the_mig_devices(ctx, machine, h100):
@@ -1183,13 +1296,14 @@ def test_gpu_info_lists_the_mig_devices(ctx, machine, h100):
 
     gpu0 = ctx.action_results["gpus"]["0"]
     assert gpu0["mig-mode"] == "Enabled"
+    assert gpu0["mig-profiles"] == "1g.10gb x7, 1g.20gb x4, 2g.20gb x3, 3g.40gb x2, 7g.80gb x1"
     assert gpu0["mig-devices"] == {
         "0": {"profile": "3g.40gb", "uuid": "MIG-00000000-1111-2222-3333-444444444444"},
         "1": {"profile": "3g.40gb", "uuid": "MIG-01000000-1111-2222-3333-444444444444"},
     }
 
 
-@pytest.mark.parametrize("value", ["1g.10gb", "all-mixed", "all-1g"])
+@pytest.mark.parametrize("value", ["1g.10gb", "all-mixed", "all-1g", "all-1g.10gb+me"])
 def test_a_bad_mig_profile_blocks_naming_the_forms(ctx, machine, api, value):
     out = ctx.run(ctx.on.config_changed(), joined_state(api, config={"mig-profile": value}))
 
