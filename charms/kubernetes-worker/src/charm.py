@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 import driver
 import gpu
 import gpu_node
-import mig
+import mig_layout
 import nvidia
 import ops
 import worker
@@ -476,68 +476,25 @@ class KubernetesWorkerCharm(ops.CharmBase):
     def _mig(
         self, info: JoinInfo, node: str, config: worker.WorkerConfig, state: gpu_node.GpuState
     ) -> None:
-        """Bring the node to its `mig-profile` layout through NVIDIA's mig-manager (mig.py)."""
-        from charms.gpu_k8s.v0.kubeclient import Kube
-
-        if not state.inventory.mig_capable and not self._stored.mig_cordoned:
-            return
-        layout, limit = config.mig_profile, config.max_parallel_reboots
-        since = self._stored.mig_since
-        with Kube.from_kubeconfig(info.kubeconfig) as kube:
-            labels = ((kube.get("v1", "Node", node) or {}).get("metadata") or {}).get("labels")
-            decision = mig.decide(
-                layout,
-                labels or {},
-                ready=state.ready,
-                cordoned=self._stored.mig_cordoned,
+        """Bring the node to its `mig-profile` layout through NVIDIA's mig-manager."""
+        outcome = mig_layout.advance(
+            mig_layout.Context(
+                kubeconfig=info.kubeconfig,
+                node=node,
+                unit=self.unit.name,
                 mig_strategy=info.mig_strategy,
-                profiles=state.mig_profiles,
-                elapsed=None if since is None else time.time() - since,
-            )
-            act, reason = decision.act, f"MIG layout {layout}"
-            if act is mig.Act.VERIFY:
-                devices = nvidia.read_mig_devices(self.host_factory())
-                modes = [g.mig_mode for g in state.report.gpus]
-                if mig.applied(layout, modes, devices, state.mig_profiles):
-                    act = mig.Act.UNCORDON
-                else:
-                    act, decision = (
-                        mig.Act.WAIT,
-                        mig.Decision(
-                            mig.Act.WAIT, f"{reason}: reported applied, not on the GPUs yet"
-                        ),
-                    )
-            if self._stored.mig_cordoned and act is not mig.Act.UNCORDON:
-                self.turns.request(reason, limit)  # keep the turn while it is in flight
-            if act is mig.Act.START:
-                if not self.turns.request(reason, limit):
-                    self._turn_wait = self.turns.waiting_message(reason, limit)
-                    return
-                result = kube.drain(
-                    node,
-                    timeout=config.drain_timeout,
-                    clock=self.drain_clock,
-                    sleep=self.drain_sleep,
-                )
-                self._stored.mig_cordoned = self._stored.mig_cordoned or result is not None
-                self._stored.mig_since = time.time()
-                # mig-manager runs here from now on; a state left by an earlier layout
-                # must not read as this one's success.
-                patch = {mig.LABEL_DEPLOY_MIG_MANAGER: "true", mig.LABEL_CONFIG: layout}
-                kube.patch(
-                    "v1", "Node", node, {"metadata": {"labels": {**patch, mig.LABEL_STATE: None}}}
-                )
-                decision = mig.Decision(mig.Act.WAIT, mig.waiting_message(layout, {}))
-                act = mig.Act.WAIT
-            if act is mig.Act.WAIT:
-                self._status = ops.WaitingStatus(decision.message)
-            elif act in (mig.Act.BLOCK, mig.Act.FAILED):
-                failed = mig.failed_message(layout, node, self.unit.name)
-                self._blocked = decision.message or failed
-            elif act is mig.Act.UNCORDON:
-                kube.uncordon(node)
-                self._stored.mig_cordoned, self._stored.mig_since = False, None
-                self.turns.done(limit)
+                stored=self._stored,
+                turns=self.turns,
+                host=self.host_factory,
+                clock=self.drain_clock,
+                sleep=self.drain_sleep,
+            ),
+            config,
+            state,
+        )
+        self._status = outcome.status or self._status
+        self._blocked = self._blocked or outcome.blocked
+        self._turn_wait = self._turn_wait or outcome.turn_wait
 
     # -- actions -----------------------------------------------------------------------
 
