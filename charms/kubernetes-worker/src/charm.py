@@ -233,7 +233,8 @@ class KubernetesWorkerCharm(ops.CharmBase):
                 return self._after_reboot(
                     info, kubeadm.node_name(host), config.max_parallel_reboots
                 )
-            self.turns.done(config.max_parallel_reboots)  # no longer needed, if it asked
+            if not self._stored.mig_cordoned:  # a MIG change in flight keeps its turn
+                self.turns.done(config.max_parallel_reboots)  # no longer needed, if it asked
             return True
         node = kubeadm.node_name(host)
         action = nvidia.reboot_action(

@@ -1309,3 +1309,25 @@ def test_a_bad_mig_profile_blocks_naming_the_forms(ctx, machine, api, value):
 
     assert out.unit_status.name == "blocked"
     assert out.unit_status.message.startswith("Invalid config: mig-profile: must be empty")
+
+
+def test_the_leader_keeps_its_mig_turn_while_another_unit_waits(ctx, machine, api, h100, clock):
+    register_node(api)
+    base = joined_state(api, config={"mig-profile": "all-1g.10gb"}, **{"mig-strategy": "mixed"})
+    state = with_peers(base, peers(turns=[], others={1: asked(10.0)}), leader=True)
+    # unit 1 asked first: it gets the turn, this unit waits
+    out = ctx.run(ctx.on.update_status(), state)
+    assert MIG_CONFIG not in node_labels(api)
+
+    # unit 1 is done: this unit gets the turn, drains and hands the layout over
+    relation = dataclasses.replace(reboots_relation(out), peers_data={1: {}})
+    others = {r for r in out.relations if r.endpoint != "reboots"}
+    out = ctx.run(ctx.on.update_status(), dataclasses.replace(out, relations={*others, relation}))
+    assert node_labels(api)[MIG_CONFIG] == "all-1g.10gb"
+
+    # unit 1 asks again while mig-manager works here: the turn stays with this unit
+    relation = dataclasses.replace(reboots_relation(out), peers_data={1: asked(99.0)})
+    others = {r for r in out.relations if r.endpoint != "reboots"}
+    out = ctx.run(ctx.on.update_status(), dataclasses.replace(out, relations={*others, relation}))
+    assert json.loads(reboots_relation(out).local_app_data["reboot-turns"]) == [UNIT]
+    assert node(api)["spec"]["unschedulable"] is True
