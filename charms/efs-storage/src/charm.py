@@ -46,6 +46,9 @@ class ReconcileError(Exception):
         self.status = status
 
 
+CLAIMS_IN_USE = "removing: claim "
+
+
 class TeardownPendingError(Exception):
     """Raised by the `remove` hook while AWS deletion is still under way (Juju retries)."""
 
@@ -99,16 +102,61 @@ class EfsStorageCharm(ops.CharmBase):
             self._statuses.append(p.status)
 
     def _on_remove(self, _: ops.RemoveEvent) -> None:
+        tearing_down = self.app.planned_units() == 0 and self.unit.is_leader()
         try:
+            if tearing_down:
+                try:
+                    self.load_config(Config)
+                except ValueError as e:  # nothing more is deleted with a config in doubt
+                    raise ReconcileError(ops.BlockedStatus(f"invalid config: {e}")) from None
             done = self._reconcile()
         except ReconcileError as p:
             self._statuses.append(p.status)
-            if isinstance(p.status, ops.BlockedStatus) or self.app.planned_units() != 0:
-                return  # the operator must act: nothing more is deleted, the data stays
-            done = False
+            if not tearing_down:
+                return  # this unit goes, the application stays: nothing to tear down
+            blocked = isinstance(p.status, ops.BlockedStatus)
+            if blocked and not p.status.message.startswith(CLAIMS_IN_USE):
+                self._release_or_fail(p.status.message)
+                return
+            done = False  # claims in use or AWS busy: Juju retries, the rules stay meanwhile
         if not done:
             message = self._statuses[-1].message if self._statuses else "teardown pending"
             raise TeardownPendingError(f"{message}; Juju retries this hook to continue")
+
+    def _release_or_fail(self, problem: str) -> None:
+        """Revoke the NFS rules of a removal the operator must unblock, or fail the hook.
+
+        Nothing more is deleted, but the rules that reference Juju's groups go now, or
+        `juju destroy-model` stalls on them: the hook fails (Juju retries it) until they
+        are revoked.
+        """
+        why = self._release_rules()
+        if why is not None:
+            raise TeardownPendingError(
+                f"{problem}; the NFS rules that reference Juju's security groups could not "
+                f"be revoked ({why}), which would stop `juju destroy-model`: fix this and "
+                "Juju retries this hook"
+            )
+
+    def _release_rules(self) -> str | None:
+        """Revoke this application's NFS rules, whatever else failed; None once done.
+
+        Needs only the credentials: with an invalid config, the model's own credential
+        (`juju trust`) is tried.
+        """
+        try:
+            config = self.load_config(Config)
+        except ValueError:
+            config = Config()
+        try:
+            credentials, region = self._aws_access(config)
+            manager = efs.Efs.connect(
+                credentials, region, self.aws_endpoint_url, max_attempts=self.aws_max_attempts
+            )
+            _aws(lambda: manager.release_rules(self.model.uuid, self.app.name))
+        except ReconcileError as e:
+            return e.status.message
+        return None
 
     def _on_collect_status(self, event: ops.CollectStatusEvent) -> None:
         for status in self._statuses:
@@ -239,7 +287,7 @@ class EfsStorageCharm(ops.CharmBase):
                 key, pods = sorted(in_use.items())[0]
                 self._statuses.append(
                     ops.BlockedStatus(
-                        f"removing: claim {key} is used by pods {', '.join(pods[:5])}; "
+                        f"{CLAIMS_IN_USE}{key} is used by pods {', '.join(pods[:5])}; "
                         "delete them to finish removal"
                     )
                 )

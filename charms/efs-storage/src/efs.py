@@ -563,6 +563,14 @@ class Efs:
         placement = _Placement(None, dict.fromkeys(zones, ""), (), ())
         return self._observe(desired, fs, mts, placement, None)
 
+    def release_rules(self, model_uuid: str, app: str) -> bool:
+        """Revoke the NFS rules this application added; False when it has no group."""
+        group = self._own_group(Desired(model_uuid=model_uuid, app=app))
+        if group is None:
+            return False
+        self._release(group)
+        return True
+
     def teardown(self, desired: Desired, delete: bool) -> TeardownProgress:
         """One step of removal; call again on later hooks until ``done``.
 

@@ -171,10 +171,39 @@ def test_removing_one_unit_of_a_remaining_application_deletes_nothing(ctx, env):
     assert env.pvc("training", "efs-storage-tensorflow") is not None
 
 
-def test_bad_config_during_removal_deletes_nothing(ctx, env):
+def test_bad_config_during_removal_deletes_nothing_but_frees_jujus_groups(ctx, env):
     out = _installed(ctx, env, {"delete-on-remove": True})
     bad = dataclasses.replace(_dying(out), config={"delete-on-remove": True, "path": "x"})
     out = ctx.run(ctx.on.remove(), bad)
     assert out.unit_status.name == "blocked"
     assert _deletes(env) == []
     assert env.pvc("training", "efs-storage-tensorflow") is not None
+    _juju_destroys_the_model(env)  # the rules that referenced Juju's groups are gone
+
+
+def test_a_blocked_removal_that_cannot_revoke_the_rules_fails_until_it_can(ctx, env):
+    out = _installed(ctx, env, {"delete-on-remove": True})
+    bad = dataclasses.replace(_dying(out), config={"delete-on-remove": True, "path": "x"})
+    env.proxy.deny("RevokeSecurityGroupIngress")
+
+    with pytest.raises(testing.errors.UncaughtCharmError) as info:
+        ctx.run(ctx.on.remove(), bad)
+
+    error = info.value.__cause__
+    assert isinstance(error, charm.TeardownPendingError)
+    assert "the NFS rules that reference Juju's security groups could not be revoked" in str(error)
+    assert "RevokeSecurityGroupIngress" in str(error)
+    ctx.run(ctx.on.remove(), bad)  # Juju retries the hook; the denial is gone
+    _juju_destroys_the_model(env)
+
+
+def test_claims_in_use_at_removal_keep_the_rules_and_retry(ctx, env):
+    out = _installed(ctx, env, {"delete-on-remove": True})
+    env.add_pod("training", "mnist-worker-1", "efs-storage-tensorflow")
+
+    with pytest.raises(testing.errors.UncaughtCharmError) as info:
+        ctx.run(ctx.on.remove(), _dying(out))
+
+    assert "is used by pods mnist-worker-1" in str(info.value.__cause__)
+    group = _our_group(env)
+    assert [p for p in group["IpPermissions"] if p.get("FromPort") == 2049]  # NFS still up
