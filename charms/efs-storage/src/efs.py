@@ -735,9 +735,13 @@ class Efs:
         """
         off = []
         for attribute in ("enableDnsSupport", "enableDnsHostnames"):
-            answer = self._call(
-                self._ec2, "DescribeVpcAttribute", VpcId=vpc_id, Attribute=attribute
-            )
+            try:
+                answer = self._call(
+                    self._ec2, "DescribeVpcAttribute", VpcId=vpc_id, Attribute=attribute
+                )
+            except AwsAuthError as e:  # a diagnostic read: a policy without it still serves
+                logger.warning("cannot check VPC %s DNS attributes: %s", vpc_id, e)
+                return ()
             key = attribute[0].upper() + attribute[1:]
             if not (answer.get(key) or {}).get("Value", False):
                 off.append(attribute)

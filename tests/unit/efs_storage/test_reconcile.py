@@ -496,6 +496,17 @@ def test_vpc_without_dns_hostnames_blocks_with_the_command_that_fixes_it(ctx, en
     assert "waiting for claims" in out.unit_status.message
 
 
+def test_a_policy_without_describe_vpc_attribute_still_serves_the_claims(ctx, env, caplog):
+    env.add_node("us-east-1a")
+    env.proxy.deny("DescribeVpcAttribute", times=100)  # written before this check existed
+
+    out = ctx.run(ctx.on.install(), env.state(consumers={"tensorflow": "training"}))
+
+    assert out.unit_status.name != "blocked"
+    assert env.pvc("training", "efs-storage-tensorflow") is not None
+    assert "cannot check VPC" in caplog.text
+
+
 def test_kubernetes_failing_after_retries_waits(ctx, env):
     env.add_node("us-east-1a")
     env.api.inject(status=503, times=10)
