@@ -601,6 +601,21 @@ def test_adopted_file_system_with_mount_targets_in_another_vpc_is_a_config_error
     assert world.proxy.count("CreateMountTarget") == 0
 
 
+def test_adopted_mount_targets_in_another_vpc_covering_every_node_zone_are_a_config_error(
+    world,
+):
+    # every node zone has a mount target, but in another VPC: the nodes reach none of them
+    other = build_network(world.ec2, subnets_per_zone=1, zones=("us-east-1a",))
+    fs_id = world.efs.create_file_system(CreationToken=str(uuid.uuid4()))["FileSystemId"]
+    world.efs.create_mount_target(FileSystemId=fs_id, SubnetId=other.subnets["us-east-1a"][0])
+    world.add_nodes("us-east-1a")
+
+    with pytest.raises(AwsConfigError, match=f"mount targets in {other.vpc_id}"):
+        world.manager().reconcile(world.desired(file_system_id=fs_id))
+
+    assert world.proxy.count("ModifyMountTargetSecurityGroups") == 0
+
+
 def test_throttling_500_and_connection_reset_are_retried(world):
     world.add_nodes("us-east-1a")
     world.proxy.inject("DescribeFileSystems", "throttle")

@@ -855,16 +855,20 @@ class Efs:
         self, fs_id: str, placement: _Placement, sg_id: str, mts: list[dict[str, Any]]
     ) -> tuple[list[dict[str, Any]], tuple[ZoneProblem, ...]]:
         """Create the missing mount targets; a zone AWS refuses does not stop the others."""
-        zones = {mt.get("AvailabilityZoneName") for mt in mts}
-        missing = {z: s for z, s in sorted(placement.subnets.items()) if z not in zones}
-        if not missing:
-            return mts, ()
+        # A file system's mount targets all live in one VPC (botocore efs CreateMountTarget:
+        # another must "belong to the same VPC as the subnets of the existing mount
+        # targets"): one in another VPC than the nodes' means the nodes reach none of them,
+        # even when every node zone has one.
         other_vpcs = sorted({mt["VpcId"] for mt in mts if mt.get("VpcId") != placement.vpc_id})
-        if other_vpcs:
+        if other_vpcs and placement.vpc_id:
             raise AwsConfigError(
                 f"EFS {fs_id} has mount targets in {', '.join(other_vpcs)} but the cluster "
                 f"nodes run in {placement.vpc_id}; use a file system in the cluster's VPC"
             )
+        zones = {mt.get("AvailabilityZoneName") for mt in mts}
+        missing = {z: s for z, s in sorted(placement.subnets.items()) if z not in zones}
+        if not missing:
+            return mts, ()
         mts = list(mts)
         problems: list[ZoneProblem] = []
         for zone, subnet in missing.items():
