@@ -1013,6 +1013,41 @@ def test_teardown_with_delete_on_remove_deletes_in_order_one_step_per_call(world
     assert again.done and world.proxy.counts(mutating=True) == {}
 
 
+def test_teardown_keeps_a_group_someone_elses_rule_references_and_finishes(world):
+    world.add_nodes("us-east-1a")
+    manager, desired = world.manager(), world.desired()
+    world.until_ready(manager, desired)
+    [group] = world.our_groups()
+    # someone lets our group reach their database: a reference nothing here will remove
+    theirs = world.ec2.create_security_group(
+        GroupName="their-db", Description="db", VpcId=world.net.vpc_id
+    )["GroupId"]
+    world.ec2.authorize_security_group_ingress(
+        GroupId=theirs,
+        IpPermissions=[
+            {
+                "IpProtocol": "tcp",
+                "FromPort": 5432,
+                "ToPort": 5432,
+                "UserIdGroupPairs": [{"GroupId": group["GroupId"]}],
+            }
+        ],
+    )
+
+    steps = []
+    for _ in range(10):
+        steps.append(manager.teardown(desired, delete=True))
+        if steps[-1].done:
+            break
+
+    assert steps[-1].done
+    assert steps[-1].message == (
+        f"EFS file system deleted; kept security group {group['GroupId']}: another security "
+        "group's rule references it"
+    )
+    assert world.file_systems() == [] and len(world.our_groups()) == 1
+
+
 def test_teardown_retries_a_lost_delete_response(world):
     world.add_nodes("us-east-1a")
     manager, desired = world.manager(), world.desired()
@@ -1039,11 +1074,17 @@ def test_teardown_waits_while_aws_still_holds_the_security_group_or_file_system(
         manager.teardown(desired, delete=True).message == f"waiting for EFS {fs_id} to be released"
     )
     assert manager.teardown(desired, delete=True).message == f"deleting EFS {fs_id}"
-    world.proxy.inject("DeleteSecurityGroup", "dependency")
+    # AWS keeps a deleted mount target's network interface for a while (moto drops it at
+    # once): the group stays in use, and DeleteSecurityGroup says DependencyViolation
+    subnet = world.net.subnets["us-east-1a"][0]
+    eni = world.ec2.create_network_interface(SubnetId=subnet, Groups=[group["GroupId"]])
     waiting = manager.teardown(desired, delete=True)
     assert not waiting.done
     assert waiting.message == f"waiting for AWS to release security group {group['GroupId']}"
     assert len(world.our_groups()) == 1
+    world.ec2.delete_network_interface(
+        NetworkInterfaceId=eni["NetworkInterface"]["NetworkInterfaceId"]
+    )
     assert manager.teardown(desired, delete=True).done
     assert world.our_groups() == []
 

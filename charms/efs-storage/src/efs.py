@@ -1037,7 +1037,22 @@ class Efs:
         except AwsApiError as e:
             if e.code != "DependencyViolation":
                 raise
-            return TeardownProgress(False, f"waiting for AWS to release security group {group_id}")
+            users = self._call(
+                self._ec2,
+                "DescribeNetworkInterfaces",
+                Filters=[{"Name": "group-id", "Values": [group_id]}],
+            ).get("NetworkInterfaces", [])
+            if users:  # the deleted mount targets' interfaces are still going away
+                return TeardownProgress(
+                    False, f"waiting for AWS to release security group {group_id}"
+                )
+            # Only a reference from another group is left (botocore ec2 DeleteSecurityGroup:
+            # DependencyViolation), which nothing here will remove: keep it, say so, finish.
+            return TeardownProgress(
+                True,
+                f"EFS file system deleted; kept security group {group_id}: another security "
+                "group's rule references it",
+            )
         return TeardownProgress(True, "EFS file system and security group deleted", (group_id,))
 
     def _delete_ignoring(self, client: Any, operation: str, gone_code: str, **kwargs: Any) -> None:
