@@ -998,11 +998,7 @@ class Efs:
         if group is None:
             return TeardownProgress(True, kept)
         group_id = group["GroupId"]
-        users = self._call(
-            self._ec2,
-            "DescribeNetworkInterfaces",
-            Filters=[{"Name": "group-id", "Values": [group_id]}],
-        ).get("NetworkInterfaces", [])
+        users = self._group_users(group_id)
         if users:
             return TeardownProgress(
                 True,
@@ -1037,11 +1033,7 @@ class Efs:
         except AwsApiError as e:
             if e.code != "DependencyViolation":
                 raise
-            users = self._call(
-                self._ec2,
-                "DescribeNetworkInterfaces",
-                Filters=[{"Name": "group-id", "Values": [group_id]}],
-            ).get("NetworkInterfaces", [])
+            users = self._group_users(group_id)
             if users:  # the deleted mount targets' interfaces are still going away
                 return TeardownProgress(
                     False, f"waiting for AWS to release security group {group_id}"
@@ -1054,6 +1046,14 @@ class Efs:
                 "group's rule references it",
             )
         return TeardownProgress(True, "EFS file system and security group deleted", (group_id,))
+
+    def _group_users(self, group_id: str) -> list[dict[str, Any]]:
+        """The network interfaces in a security group (a mount target is one)."""
+        return self._call(
+            self._ec2,
+            "DescribeNetworkInterfaces",
+            Filters=[{"Name": "group-id", "Values": [group_id]}],
+        ).get("NetworkInterfaces", [])
 
     def _delete_ignoring(self, client: Any, operation: str, gone_code: str, **kwargs: Any) -> None:
         try:
