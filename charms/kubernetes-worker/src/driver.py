@@ -34,6 +34,7 @@ ubuntu-drivers-common's test archive). So kernel, modules and userspace are one 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 from collections.abc import Iterable, Sequence
 
@@ -42,6 +43,8 @@ import nvidia
 
 from charms.gpu_k8s.v0 import apt
 from charms.gpu_k8s.v0.system import CommandError, Host
+
+logger = logging.getLogger(__name__)
 
 UBUNTU_DRIVERS = "/usr/bin/ubuntu-drivers"
 UBUNTU_DRIVERS_PACKAGE = "ubuntu-drivers-common"
@@ -399,15 +402,14 @@ def release_from_nouveau(host: Host) -> bool:
     return True
 
 
-def load_module(host: Host) -> str | None:
-    """`modprobe nvidia`; None when loaded, else modprobe's last line."""
+def load_module(host: Host) -> None:
+    """`modprobe nvidia` unless loaded; a failure is logged (nvidia-smi tells the rest)."""
     if host.path("/sys/module/nvidia").is_dir():
-        return None
+        return
     try:
         host.run(MODPROBE, "nvidia")
     except CommandError as e:
-        return e.last_line or "modprobe nvidia failed"
-    return None
+        logger.info("modprobe nvidia: %s", e.last_line)
 
 
 def fabric_state(host: Host) -> str | None:
