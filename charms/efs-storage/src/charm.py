@@ -21,15 +21,18 @@ is still under way, so that Juju retries it: each retry is the next poll.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import efs
 import ops
 from charm_config import Config
-from literals import CLUSTER_RULES, KUBE_API, SHARED_STORAGE
+from directories import HELPER_IMAGE, Directories
+from literals import CLUSTER_RULES, KUBE_API, NAMESPACED_RULES, SHARED_STORAGE
 from storage import ClaimState, Owner, Storage, claim_spec
 
+from charms.gpu_k8s.v0.images import mirrored
 from charms.gpu_k8s.v0.kube_api import KubeApiRequirer
 from charms.gpu_k8s.v0.shared_storage import SharedStorageProvider
 
@@ -61,6 +64,11 @@ class EfsStorageCharm(ops.CharmBase):
     aws_max_attempts: int = efs.DEFAULT_MAX_ATTEMPTS
     kube_retries: int = 5
     kube_backoff: float = 0.5
+    # How long one hook waits for the Job that makes a consumer's directory (directories.py);
+    # a Job still running then is looked at again on the next event.
+    directory_wait: float = 60.0
+    sleep: Callable[[float], None] = staticmethod(time.sleep)
+    monotonic: Callable[[], float] = staticmethod(time.monotonic)
 
     _stored = ops.StoredState()
 
@@ -68,7 +76,11 @@ class EfsStorageCharm(ops.CharmBase):
         super().__init__(framework)
         self._stored.set_default(claims=[])
         self.kube_api = KubeApiRequirer(
-            self, KUBE_API, namespace=self.app.name, rules=[], cluster_rules=CLUSTER_RULES
+            self,
+            KUBE_API,
+            namespace=self.app.name,
+            rules=NAMESPACED_RULES,
+            cluster_rules=CLUSTER_RULES,
         )
         self.shared_storage = SharedStorageProvider(self, SHARED_STORAGE)
         self._statuses: list[ops.StatusBase] = []
@@ -205,7 +217,17 @@ class EfsStorageCharm(ops.CharmBase):
 
     def _serve(self, kube: Any, config: Config, observed: efs.Observed) -> list[ClaimState]:
         """Make every consumer's claim, answer on the relation, delete claims not wanted."""
-        storage = Storage(kube, Owner(self.app.name, self.model.uuid))
+        owner = Owner(self.app.name, self.model.uuid)
+        directories = Directories(
+            kube,
+            owner,
+            namespace=self.kube_api.namespace() or self.app.name,
+            image=mirrored(HELPER_IMAGE, config.image_registry),
+            wait=self.directory_wait,
+            sleep=self.sleep,
+            monotonic=self.monotonic,
+        )
+        storage = Storage(kube, owner, directories)
         states: list[ClaimState] = []
         keep: set[str] = set()
         for request in self.shared_storage.requests():
@@ -223,6 +245,8 @@ class EfsStorageCharm(ops.CharmBase):
                 server=observed.dns_name or "",
                 path=config.path,
                 file_system_id=observed.file_system_id or "",
+                directory=request.directory,
+                directory_owner=request.owner,
             )
             keep.update((spec.key, spec.volume_name))
             state = storage.ensure(spec)
@@ -237,6 +261,7 @@ class EfsStorageCharm(ops.CharmBase):
                 file_system_id=spec.file_system_id,
                 namespace=spec.namespace,
                 ready=observed.ready and state.bound,
+                request=request,
             )
         in_use = storage.release_all_except(keep)
         for key, pods in sorted(in_use.items()):

@@ -12,6 +12,7 @@ import ops
 import pydantic
 
 from charms.gpu_k8s.v0.config import CharmConfig
+from charms.gpu_k8s.v0.images import validate_registry
 
 _REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d$")
 _FS_ID = re.compile(r"^fs-[0-9a-f]{8,40}$")
@@ -44,6 +45,7 @@ class Config(CharmConfig):
     path: str = "/"
     capacity: str = "1Ti"
     delete_on_remove: bool = False
+    image_registry: str = ""
 
     @pydantic.field_validator("region")
     @classmethod
@@ -95,6 +97,11 @@ class Config(CharmConfig):
         if not _QUANTITY.match(value):
             raise ValueError("must be a Kubernetes quantity such as 1Ti or 500Gi")
         return value
+
+    @pydantic.field_validator("image_registry")
+    @classmethod
+    def _registry(cls, value: str) -> str:
+        return validate_registry(value)
 
     @pydantic.model_validator(mode="after")
     def _combination(self) -> Config:

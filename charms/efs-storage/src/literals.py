@@ -27,7 +27,17 @@ MOUNT_OPTIONS = (
     "noresvport",
 )
 
-# What this charm asks the control plane for on kube-api (see storage.py for why).
+# What this charm asks the control plane for on kube-api (see storage.py for why). In its
+# own namespace: the Jobs that make consumers' directories (directories.py) and their pods,
+# read for a failed Job's reason.
+NAMESPACED_RULES: list[Any] = [
+    {
+        "api-groups": ["batch"],
+        "resources": ["jobs"],
+        "verbs": ["get", "create", "patch", "delete"],
+    },
+    {"api-groups": [""], "resources": ["pods"], "verbs": ["list"]},
+]
 CLUSTER_RULES: list[Any] = [
     {"api-groups": [""], "resources": ["nodes"], "verbs": ["get", "list"]},
     {

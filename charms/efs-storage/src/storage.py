@@ -26,6 +26,9 @@ pre-bound both ways (`PV.spec.claimRef` and `PVC.spec.volumeName`) so no other c
 take the volume. Every object carries this application's labels; the charm only ever
 deletes objects with those labels.
 
+A consumer's own directory (`directory`, `uid`, `gid` on the relation) is made by a Job
+first (directories.py); the volume then exports that directory instead of `path`.
+
 Names: the claim is `<efs-app>-<consumer-app>` (unique in a namespace for a pair of
 applications); the volume, cluster-scoped, adds the namespace and a digest of the model
 UUID so that two models sharing a cluster never collide.
@@ -38,6 +41,7 @@ import hashlib
 import logging
 from typing import TYPE_CHECKING, Any
 
+from directories import ANNOTATION_OWNER, efs_path, owner_text
 from literals import (
     ANNOTATION_FS,
     FIELD_MANAGER,
@@ -49,6 +53,8 @@ from literals import (
 )
 
 if TYPE_CHECKING:
+    from directories import Directories
+
     from charms.gpu_k8s.v0.kubeclient import Kube
 
 logger = logging.getLogger(__name__)
@@ -61,7 +67,7 @@ class ClaimConflictError(Exception):
     """An object with our name exists but was not made by this application (operator fixes)."""
 
 
-def _fit(name: str, limit: int = _MAX_NAME) -> str:
+def fit_name(name: str, limit: int = _MAX_NAME) -> str:
     """`name` if it fits a DNS label, else a truncated form ending in a digest of it."""
     if len(name) <= limit:
         return name
@@ -104,6 +110,8 @@ class ClaimSpec:
     server: str
     path: str
     file_system_id: str
+    directory: str | None = None
+    directory_owner: tuple[int, int] = (0, 0)
 
     @property
     def key(self) -> str:
@@ -120,19 +128,34 @@ def claim_spec(
     server: str,
     path: str,
     file_system_id: str,
+    directory: str | None = None,
+    directory_owner: tuple[int, int] = (0, 0),
 ) -> ClaimSpec:
-    """The names and contents of the pair serving `consumer` in `namespace`."""
+    """The names and contents of the pair serving `consumer` in `namespace`.
+
+    `path` is the configured root; with a `directory` the volume exports that directory
+    below it, owned by `directory_owner` (uid, gid).
+    """
     model_digest = hashlib.sha256(owner.model_uuid.encode()).hexdigest()[:6]
     return ClaimSpec(
         consumer=consumer,
         namespace=namespace,
-        claim_name=_fit(f"{owner.app}-{consumer}"),
-        volume_name=_fit(f"{owner.app}-{namespace}-{consumer}-{model_digest}"),
+        claim_name=fit_name(f"{owner.app}-{consumer}"),
+        volume_name=fit_name(f"{owner.app}-{namespace}-{consumer}-{model_digest}"),
         capacity=capacity,
         server=server,
-        path=path,
+        path=efs_path(path, directory),
         file_system_id=file_system_id,
+        directory=directory,
+        directory_owner=directory_owner,
     )
+
+
+def _annotations(spec: ClaimSpec) -> dict[str, str]:
+    annotations = {ANNOTATION_FS: spec.file_system_id}
+    if spec.directory:
+        annotations[ANNOTATION_OWNER] = owner_text(spec.directory_owner)
+    return annotations
 
 
 def volume_manifest(owner: Owner, spec: ClaimSpec) -> dict[str, Any]:
@@ -143,7 +166,7 @@ def volume_manifest(owner: Owner, spec: ClaimSpec) -> dict[str, Any]:
         "metadata": {
             "name": spec.volume_name,
             "labels": {**owner.labels, LABEL_CONSUMER: spec.consumer},
-            "annotations": {ANNOTATION_FS: spec.file_system_id},
+            "annotations": _annotations(spec),
         },
         "spec": {
             "capacity": {"storage": spec.capacity},
@@ -172,7 +195,7 @@ def claim_manifest(owner: Owner, spec: ClaimSpec) -> dict[str, Any]:
             "name": spec.claim_name,
             "namespace": spec.namespace,
             "labels": {**owner.labels, LABEL_CONSUMER: spec.consumer},
-            "annotations": {ANNOTATION_FS: spec.file_system_id},
+            "annotations": _annotations(spec),
         },
         "spec": {
             "accessModes": ["ReadWriteMany"],
@@ -226,8 +249,10 @@ def _volume_matches(live: dict, spec: ClaimSpec, owner: Owner) -> bool:
     lspec = live.get("spec") or {}
     claim_ref = lspec.get("claimRef") or {}
     labels = (live.get("metadata") or {}).get("labels") or {}
+    annotations = (live.get("metadata") or {}).get("annotations") or {}
     return (
-        lspec.get("nfs") == want["spec"]["nfs"]
+        annotations.get(ANNOTATION_OWNER) == want["metadata"]["annotations"].get(ANNOTATION_OWNER)
+        and lspec.get("nfs") == want["spec"]["nfs"]
         and (lspec.get("capacity") or {}).get("storage") == spec.capacity
         and lspec.get("mountOptions") == want["spec"]["mountOptions"]
         and lspec.get("persistentVolumeReclaimPolicy") == "Retain"
@@ -240,16 +265,18 @@ def _volume_matches(live: dict, spec: ClaimSpec, owner: Owner) -> bool:
 class Storage:
     """Creates, inspects and removes this application's PV/PVC pairs."""
 
-    def __init__(self, kube: Kube, owner: Owner):
+    def __init__(self, kube: Kube, owner: Owner, directories: Directories | None = None):
         self.kube = kube
         self.owner = owner
+        self.directories = directories
 
     # -- ensure ---------------------------------------------------------------------------
     def ensure(self, spec: ClaimSpec) -> ClaimState:
         """Make the pair exist as `spec` says (no request is sent when it already does).
 
         A volume pointing at another file system or path (NFS source is immutable) is
-        replaced, but only when no pod uses its claim.
+        replaced, but only when no pod uses its claim. A consumer's own directory is made
+        (and given to its owner) before its volume is applied.
         """
         try:
             live_volume = self._owned_or_absent("PersistentVolume", spec.volume_name, None)
@@ -258,24 +285,40 @@ class Storage:
             )
         except ClaimConflictError as e:
             return ClaimState(spec, "", str(e))
-        if live_volume is not None and (live_volume.get("spec") or {}).get("nfs") != {
+        moving = live_volume is not None and (live_volume.get("spec") or {}).get("nfs") != {
             "server": spec.server,
             "path": spec.path,
-        }:
+        }
+        if moving:
             users = self.pods_using(spec.namespace, spec.claim_name)
             if users:
                 return ClaimState(
                     spec,
                     "",
-                    f"claim {spec.key} still points at the old file system and is used by "
-                    f"pods {', '.join(users[:5])}; stop them to move it to {spec.file_system_id}",
+                    f"claim {spec.key} still points at the old file system or directory and is "
+                    f"used by pods {', '.join(users[:5])}; stop them to move it to "
+                    f"{spec.file_system_id}:{spec.path}",
                 )
-            logger.info("moving claim %s to %s", spec.key, spec.file_system_id)
+        stale = live_volume is None or not _volume_matches(live_volume, spec, self.owner)
+        if stale and spec.directory:
+            preparing = self._prepare(spec)
+            if preparing is not None:
+                return preparing
+        return self._apply_pair(spec, live_volume, live_claim, moving)
+
+    def _apply_pair(
+        self, spec: ClaimSpec, live_volume: dict | None, live_claim: dict | None, moving: bool
+    ) -> ClaimState:
+        """Replace (when `moving`), create or repair the pair, once nothing stands in the way."""
+        if moving:
+            logger.info("moving claim %s to %s:%s", spec.key, spec.file_system_id, spec.path)
             self._delete_pair(spec.namespace, spec.claim_name, spec.volume_name)
             live_volume = live_claim = None
         if live_volume is None or not _volume_matches(live_volume, spec, self.owner):
             logger.info("applying PersistentVolume %s", spec.volume_name)
             self.kube.apply(volume_manifest(self.owner, spec), field_manager=FIELD_MANAGER)
+            if spec.directory and self.directories is not None:
+                self.directories.forget(spec)
         elif (live_volume.get("status") or {}).get("phase") == "Released" and live_claim is None:
             # Its claim was deleted: forget the old claim's uid so a new claim can bind.
             logger.info("making released PersistentVolume %s available", spec.volume_name)
@@ -300,6 +343,15 @@ class Storage:
             )
         phase = (live_claim.get("status") or {}).get("phase") or "Pending"
         return ClaimState(spec, phase)
+
+    def _prepare(self, spec: ClaimSpec) -> ClaimState | None:
+        """None once `spec`'s directory exists with its owner; else the state to report."""
+        if self.directories is None:
+            return ClaimState(spec, "", f"cannot prepare {spec.path}: no namespace for Jobs")
+        done = self.directories.prepare(spec)
+        if done.done:
+            return None
+        return ClaimState(spec, "", done.problem, waiting=not done.failed)
 
     def _owned_or_absent(self, kind: str, name: str, namespace: str | None) -> dict | None:
         live = self.kube.get("v1", kind, name, namespace)

@@ -22,7 +22,7 @@ import jobs
 import ops
 import pydantic
 import training
-from literals import CLUSTER_RULES, KUBE_API, NAMESPACED_RULES, SHARED_STORAGE
+from literals import CLUSTER_RULES, DEFAULT_USER, KUBE_API, NAMESPACED_RULES, SHARED_STORAGE
 
 from charms.gpu_k8s.v0.config import CharmConfig
 from charms.gpu_k8s.v0.images import validate_registry
@@ -39,6 +39,7 @@ class Config(CharmConfig):
     tensorboard_image: str = "tensorflow/tensorflow:2.21.0"
     job_ttl: int = 24
     image_registry: str = ""
+    run_as: str = DEFAULT_USER
 
     @pydantic.field_validator("default_image", "tensorboard_image")
     @classmethod
@@ -58,6 +59,17 @@ class Config(CharmConfig):
     @classmethod
     def _registry(cls, value: str) -> str:
         return validate_registry(value)
+
+    @pydantic.field_validator("run_as")
+    @classmethod
+    def _run_as(cls, value: str) -> str:
+        jobs.parse_user(value)
+        return value
+
+    @property
+    def user(self) -> tuple[int, int]:
+        """`run-as` as (uid, gid)."""
+        return jobs.parse_user(self.run_as)
 
 
 class NotReadyError(Exception):
@@ -84,7 +96,15 @@ class TensorflowCharm(ops.CharmBase):
         self.kube_api = KubeApiRequirer(
             self, KUBE_API, namespace=namespace, rules=rules, cluster_rules=cluster_rules
         )
-        self.storage = SharedStorageRequirer(self, SHARED_STORAGE, namespace=namespace)
+        # The application's own directory on the shared volume, owned by the user its pods
+        # run as (an invalid `run-as` asks for the default meanwhile; the status says why).
+        try:
+            uid, gid = jobs.parse_user(str(self.config.get("run-as", DEFAULT_USER)))
+        except ValueError:
+            uid, gid = jobs.parse_user(DEFAULT_USER)
+        self.storage = SharedStorageRequirer(
+            self, SHARED_STORAGE, namespace=namespace, directory=self.app.name, uid=uid, gid=gid
+        )
         self._housekeeping_error: str | None = None
         on = self.on
         for event in (
@@ -146,6 +166,7 @@ class TensorflowCharm(ops.CharmBase):
             default_image=config.default_image,
             tensorboard_image=config.tensorboard_image,
             registry=config.image_registry,
+            user=config.user,
         )
         try:
             kube = Kube.from_kubeconfig(kubeconfig)
@@ -162,6 +183,7 @@ class TensorflowCharm(ops.CharmBase):
 
         if not self.unit.is_leader():
             return
+        self.storage.publish()  # `run-as` may have changed what the directory request says
         try:
             config = self.load_config(Config)
         except ValueError:

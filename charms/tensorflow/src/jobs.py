@@ -110,6 +110,19 @@ def parse_env(text: str) -> dict[str, str]:
     return env
 
 
+_ID_MAX = 2**32 - 2
+
+
+def parse_user(text: str) -> tuple[int, int]:
+    """`uid:gid` as two numbers; ValueError saying what is wrong."""
+    uid, sep, gid = text.partition(":")
+    if not sep or not uid.isdigit() or not gid.isdigit():
+        raise ValueError(f"{text!r} is not uid:gid, such as 1000:1000 (0:0 runs pods as root)")
+    if int(uid) > _ID_MAX or int(gid) > _ID_MAX:
+        raise ValueError(f"uid and gid must be at most {_ID_MAX}")
+    return int(uid), int(gid)
+
+
 def _split(text: str, what: str) -> list[str]:
     try:
         return shlex.split(text)
@@ -333,6 +346,16 @@ class Context:
     default_image: str
     tensorboard_image: str
     registry: str = ""
+    user: tuple[int, int] = (1000, 1000)
+
+    @property
+    def pod_security(self) -> dict[str, Any]:
+        """The pod securityContext: the `run-as` user and group, never a privilege gain."""
+        uid, gid = self.user
+        security: dict[str, Any] = {"runAsUser": uid, "runAsGroup": gid}
+        if uid != 0:
+            security["runAsNonRoot"] = True
+        return security
 
     def pulled(self, image: str) -> str:
         """A configured image as pods pull it (see `from_registry`)."""
@@ -410,7 +433,7 @@ def _command(request: TrainRequest) -> list[str]:
     return [*launcher, "--steps", str(request.steps), *args]
 
 
-def _env(request: TrainRequest, role: str) -> list[dict]:
+def _env(request: TrainRequest, role: str, ctx: Context) -> list[dict]:
     fixed = {
         "GPU_K8S_JOB": request.job,
         "GPU_K8S_SERVICE": request.job,
@@ -423,7 +446,10 @@ def _env(request: TrainRequest, role: str) -> list[dict]:
         "GPU_K8S_STEPS": str(request.steps),
         "PYTHONUNBUFFERED": "1",
     }
-    merged = {**parse_env(request.env), **fixed}
+    # A user without a home directory in the image: programs that write under ~ (Keras'
+    # cache, pip --user) get a writable one unless the job's env names another.
+    home = {"HOME": "/tmp"} if ctx.user[0] != 0 else {}
+    merged = {**home, **parse_env(request.env), **fixed}
     return [{"name": k, "value": v} for k, v in merged.items()]
 
 
@@ -449,12 +475,13 @@ def role_job(request: TrainRequest, ctx: Context, role: str) -> dict:
     pod_spec: dict[str, Any] = {
         "subdomain": request.job,
         "restartPolicy": "OnFailure",
+        "securityContext": ctx.pod_security,
         "containers": [
             {
                 "name": "tensorflow",
                 "image": ctx.image_for(request),
                 "command": _command(request),
-                "env": _env(request, role),
+                "env": _env(request, role, ctx),
                 "ports": [{"name": "grpc", "containerPort": TF_PORT}],
                 "resources": resources,
                 "volumeMounts": [
@@ -499,6 +526,7 @@ def tensorboard(request: TrainRequest, ctx: Context) -> list[dict]:
             "template": {
                 "metadata": {"labels": lbls},
                 "spec": {
+                    "securityContext": ctx.pod_security,
                     "containers": [
                         {
                             "name": "tensorboard",
@@ -566,6 +594,7 @@ def purge_job(job: str, ctx: Context) -> dict:
                 "metadata": {"labels": lbls},
                 "spec": {
                     "restartPolicy": "Never",
+                    "securityContext": ctx.pod_security,
                     "containers": [
                         {
                             "name": "purge",

@@ -27,6 +27,10 @@ COMPONENT_PURGE = "purge"
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_RUNTIME_CLASS = "nvidia"
 
+# The user (uid:gid) pods run as by default (`run-as`): not root, so that a job cannot
+# act as root on the node's view of the shared volume; it owns the application's directory.
+DEFAULT_USER = "1000:1000"
+
 # Pod layout.
 CODE_MOUNT = "/opt/gpu-k8s"
 DATA_MOUNT = "/data"

@@ -70,6 +70,7 @@ def env(aws: LocalAws, kube_api: FakeKubeApiServer) -> Env:
     net = build_network(ec2, subnets_per_zone=1, model_uuid=model.uuid)
     e = Env(aws, kube_api, net, ec2, aws.client("efs"), model=model)
     e.add_namespace("training")
+    e.add_namespace(APP)  # the control plane makes it for the kube-api grant
     return e
 
 

@@ -671,12 +671,12 @@ def test_volume_left_behind_by_a_deleted_namespace_is_cleaned_up(ctx, env):
 
 
 def test_the_rights_asked_for_pass_the_control_planes_least_privilege_policy():
-    from literals import CLUSTER_RULES
+    from literals import CLUSTER_RULES, NAMESPACED_RULES
 
     from charms.gpu_k8s.v0.kube_api import RequirerAppData, check_policy
 
     request = RequirerAppData.model_validate(
-        {"namespace": APP, "rules": [], "cluster-rules": CLUSTER_RULES}
+        {"namespace": APP, "rules": NAMESPACED_RULES, "cluster-rules": CLUSTER_RULES}
     )
     assert check_policy(request) is None
     rules = request.cluster_rules

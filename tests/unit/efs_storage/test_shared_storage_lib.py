@@ -55,6 +55,7 @@ class Storage(ops.CharmBase):
                     file_system_id=FS,
                     namespace=request.namespace,
                     ready=False,
+                    request=request,
                 )
 
 
@@ -174,3 +175,88 @@ def test_provider_answer_rejects_malformed_fields(provider):
             mgr.charm.storage.answer(
                 relation, claim_name="c", capacity="1Ti", file_system_id="nope", ready=True
             )
+
+
+class OwnDirectoryConsumer(ops.CharmBase):
+    def __init__(self, framework: ops.Framework):
+        super().__init__(framework)
+        self.storage = SharedStorageRequirer(
+            self, "shared-storage", namespace="training", directory="teams/tf", uid=1000, gid=100
+        )
+
+
+OWN = {"directory": "teams/tf", "uid": "1000", "gid": "100"}
+
+
+def test_requirer_asks_for_its_own_directory_and_owner():
+    ctx = testing.Context(OwnDirectoryConsumer, meta=CONSUMER_META)
+    rel = testing.Relation("shared-storage", remote_app_name="efs")
+    out = ctx.run(ctx.on.relation_created(rel), testing.State(leader=True, relations=[rel]))
+    assert dict(out.get_relation(rel.id).local_app_data) == {"namespace": "training", **OWN}
+
+
+@pytest.mark.parametrize(
+    "answer,ready",
+    [
+        ({**READY, **OWN}, True),
+        (READY, False),  # an answer to the older request (the root) is not this one's
+        ({**READY, **OWN, "uid": "0"}, False),
+    ],
+)
+def test_requirer_accepts_only_an_answer_that_serves_its_directory(answer, ready):
+    ctx = testing.Context(OwnDirectoryConsumer, meta=CONSUMER_META)
+    rel = _rel("efs", answer)
+    with ctx(ctx.on.update_status(), testing.State(relations=[rel])) as mgr:
+        assert (mgr.charm.storage.claim() is not None) is ready
+        if not ready:
+            assert "waiting for the storage charm to serve teams/tf" in mgr.charm.storage.problem()
+
+
+@pytest.mark.parametrize(
+    "kwargs,error",
+    [
+        ({"directory": "../etc"}, "directory is invalid"),
+        ({"directory": "/abs"}, "directory is invalid"),
+        ({"directory": "a b"}, "directory is invalid"),
+        ({"directory": "a/./b"}, "directory is invalid"),
+        ({"directory": "-rf"}, "directory is invalid"),
+        ({"directory": "d", "uid": 1000}, "uid and gid go together"),
+        ({"uid": 1000, "gid": 1000}, "need a directory"),
+        ({"directory": "d", "uid": -1, "gid": 0}, "uid is invalid"),
+        ({"directory": "d", "uid": 0, "gid": 2**32}, "gid is invalid"),
+    ],
+)
+def test_requirer_refuses_a_malformed_directory_request(kwargs, error):
+    class Bad(ops.CharmBase):
+        def __init__(self, framework: ops.Framework):
+            super().__init__(framework)
+            SharedStorageRequirer(self, "shared-storage", namespace="training", **kwargs)
+
+    ctx = testing.Context(Bad, meta=CONSUMER_META)
+    with pytest.raises(testing.errors.UncaughtCharmError, match=error):
+        ctx.run(ctx.on.update_status(), testing.State())
+
+
+def test_provider_reads_the_directory_and_echoes_it(provider):
+    own = _rel("tf", {"namespace": "training", **OWN})
+    rootless = _rel("nb", {"namespace": "notebooks", "directory": "nb"})
+    bad = _rel("evil", {"namespace": "evil", "directory": "x;rm -rf /", "uid": "1", "gid": "1"})
+    text = _rel("txt", {"namespace": "txt", "directory": "d", "uid": "1e3", "gid": "0"})
+    state = testing.State(leader=True, relations=[own, rootless, bad, text])
+    with provider(provider.on.relation_changed(own), state) as mgr:
+        requests = {r.app_name: r for r in mgr.charm.storage.requests()}
+        assert requests["tf"].directory == "teams/tf" and requests["tf"].owner == (1000, 100)
+        assert requests["nb"].directory == "nb" and requests["nb"].owner == (0, 0)
+        assert "directory is invalid" in (requests["evil"].error or "")
+        assert "uid is invalid" in (requests["txt"].error or "")
+        out = mgr.run()
+    assert dict(out.get_relation(own.id).local_app_data) == {
+        "claim-name": "efs-tf",
+        "capacity": "1Ti",
+        "file-system-id": FS,
+        "namespace": "training",
+        "ready": "false",
+        **OWN,
+    }
+    assert out.get_relation(rootless.id).local_app_data["directory"] == "nb"
+    assert "uid" not in out.get_relation(rootless.id).local_app_data

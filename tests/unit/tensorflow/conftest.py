@@ -249,6 +249,10 @@ def storage_relation(ready: bool = True) -> testing.Relation:
         "file-system-id": "fs-0123456789abcdef0",
         "namespace": NS,
         "ready": "true" if ready else "false",
+        # The answer to the charm's request for its own directory (run-as default 1000:1000).
+        "directory": "tensorflow",
+        "uid": "1000",
+        "gid": "1000",
     }
     return testing.Relation("shared-storage", remote_app_name="efs-storage", remote_app_data=data)
 

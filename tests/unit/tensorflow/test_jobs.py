@@ -113,6 +113,37 @@ def test_every_manifest_is_labelled():
             assert template["metadata"]["labels"]["gpu-k8s.io/job"] == "p"
 
 
+def test_every_pod_runs_as_the_run_as_user_with_a_writable_home():
+    req = request(job="p", strategy="ps", ps=1, workers=1, env="HOME=/data/home")
+    pods = [
+        m["spec"]["template"]["spec"]
+        for m in [*jobs.manifests(req, CTX, CODE), jobs.purge_job("p", CTX)]
+        if "template" in m.get("spec", {})
+    ]
+    assert len(pods) == len(req.replicas()) + 2  # each role, tensorboard, purge
+    for pod in pods:
+        assert pod["securityContext"] == {
+            "runAsUser": 1000,
+            "runAsGroup": 1000,
+            "runAsNonRoot": True,
+        }
+    worker = jobs.role_job(request(job="w"), CTX, "worker")["spec"]["template"]["spec"]
+    env = {e["name"]: e["value"] for e in worker["containers"][0]["env"]}
+    assert env["HOME"] == "/tmp"
+    own_home = {e["name"]: e["value"] for e in pods[0]["containers"][0]["env"]}
+    assert own_home["HOME"] == "/data/home"  # the job's env wins
+    root = jobs.Context("tf", "tensorflow", "c", "tf:1", "tb:1", user=(0, 0))
+    pod = jobs.role_job(request(job="r"), root, "worker")["spec"]["template"]["spec"]
+    assert pod["securityContext"] == {"runAsUser": 0, "runAsGroup": 0}
+    assert "HOME" not in {e["name"] for e in pod["containers"][0]["env"]}
+
+
+@pytest.mark.parametrize("text", ["1000", "a:b", "-1:0", ":5", f"{2**32}:1"])
+def test_parse_user_refuses_what_is_not_uid_gid(text):
+    with pytest.raises(ValueError):
+        jobs.parse_user(text)
+
+
 def test_gpu_image_variant_only_for_tensorflow_images():
     assert CTX.image_for(request(gpus_per_worker=1)) == "tensorflow/tensorflow:2.21.0-gpu"
     assert CTX.image_for(request()) == "tensorflow/tensorflow:2.21.0"

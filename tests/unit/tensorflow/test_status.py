@@ -101,12 +101,30 @@ def test_leader_asks_for_least_privilege_access_in_its_namespace(ctx, api):
     assert not any("*" in v for rule in rules + cluster for v in rule["verbs"])
 
 
-def test_storage_request_names_the_namespace(ctx):
+def test_storage_request_names_the_namespace_and_its_own_directory_and_user(ctx):
     relation = testing.Relation("shared-storage", remote_app_name="efs-storage")
     out = ctx.run(
         ctx.on.relation_created(relation), testing.State(leader=True, relations=[relation])
     )
-    assert out.get_relation(relation.id).local_app_data == {"namespace": NS}
+    assert out.get_relation(relation.id).local_app_data == {
+        "namespace": NS,
+        "directory": "tensorflow",
+        "uid": "1000",
+        "gid": "1000",
+    }
+    state = testing.State(leader=True, relations=[relation], config={"run-as": "0:0"})
+    out = ctx.run(ctx.on.config_changed(), state)
+    assert out.get_relation(relation.id).local_app_data["uid"] == "0"
+
+
+@pytest.mark.parametrize("run_as", ["1000", "a:b", "-1:0", "1000:", f"{2**32}:0"])
+def test_a_malformed_run_as_blocks_and_asks_for_the_default_meanwhile(ctx, run_as):
+    relation = testing.Relation("shared-storage", remote_app_name="efs-storage")
+    state = testing.State(leader=True, relations=[relation], config={"run-as": run_as})
+    out = ctx.run(ctx.on.config_changed(), state)
+    assert out.unit_status.name == "blocked"
+    assert "run-as" in out.unit_status.message
+    assert out.get_relation(relation.id).local_app_data["uid"] == "1000"
 
 
 @pytest.mark.parametrize("event", ["update_status", "config_changed", "upgrade_charm"])

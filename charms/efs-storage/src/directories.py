@@ -1,0 +1,255 @@
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""A consumer's own directory on EFS, owned by the user its pods run as.
+
+Why not EFS access points
+-------------------------
+An access point would create the directory and force the owner, but a client only goes
+through one when it mounts with the EFS mount helper over TLS (`mount -t efs -o
+tls,accesspoint=fsap-...`; AWS EFS user guide, "Mounting with EFS access points"), which
+needs `amazon-efs-utils` on every node or the EFS CSI driver. The PersistentVolumes here
+are plain NFS v4.1 mounts by kubelet (`nfs-common` on the workers), so this charm makes the
+directory itself and points the volume's `nfs.path` at it.
+
+How
+---
+A one-off Job in this application's namespace mounts the file system's root over NFS
+(as root: EFS's default file system policy lets any client that reaches a mount target
+act as root, "no_root_squash"; EFS user guide, "Using IAM to control access to file
+systems", "Default EFS file system policy") and runs `mkdir -p`, `chown uid:gid` and
+`chmod 2775` on the directory alone, never on what is already inside it. Once the Job
+succeeded the volume is applied with the directory and owner recorded on it
+(`ANNOTATION_OWNER`), and the Job is deleted; a volume that already records them needs no
+Job, so a steady-state reconcile sends no request for it.
+
+Job semantics relied on (kubernetes.io/docs/concepts/workloads/controllers/job/): a Job
+is finished when a condition `Complete` or `Failed` has status "True"; its pods carry the
+label `batch.kubernetes.io/job-name` (Kubernetes 1.27+); `terminationMessagePolicy:
+FallbackToLogsOnError` puts the tail of a failed container's log in
+`state.terminated.message` (kubernetes.io/docs/tasks/debug/debug-application/
+determine-reason-pod-failure/).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import posixpath
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from literals import FIELD_MANAGER, LABEL_CONSUMER
+
+if TYPE_CHECKING:
+    from storage import ClaimSpec, Owner
+
+    from charms.gpu_k8s.v0.kubeclient import Kube
+
+logger = logging.getLogger(__name__)
+
+# Docker Hub's official busybox image (hub.docker.com/_/busybox), 1.37.0 released
+# 2024-09-26; Docker keeps version tags of official images. Pinned 2026-11-23. Pulled from
+# `image-registry` when that is set.
+HELPER_IMAGE = "busybox:1.37.0"
+ANNOTATION_OWNER = "gpu-k8s.io/efs-directory-owner"
+LABEL_JOB_NAME = "batch.kubernetes.io/job-name"
+MOUNT = "/efs"
+JOB_DEADLINE_SECONDS = 300
+JOB_TTL_SECONDS = 86400  # Kubernetes removes a Job this charm could not delete itself
+POLL_SECONDS = 2.0
+
+# $1: where the file system's root is mounted, $2: the directory below it, $3: uid:gid.
+# Only the directory itself is chowned; chmod after chown keeps the setgid bit (FSETID).
+SCRIPT = 'set -eu; d="$1/$2"; mkdir -p "$d"; chown "$3" "$d"; chmod 2775 "$d"; ls -ldn "$d"'
+
+# What the GPU workers are tainted with (kubernetes-worker nvidia.TAINT_KEY): a cluster of
+# GPU nodes only can still run the Job.
+_GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def efs_path(root: str, directory: str | None) -> str:
+    """The path on the file system that a volume exports: `root`, or `directory` below it."""
+    if not directory:
+        return root
+    return posixpath.normpath(posixpath.join(root, directory))
+
+
+def owner_text(owner: tuple[int, int]) -> str:
+    """`uid:gid` as chown takes it and the volume records it."""
+    return f"{owner[0]}:{owner[1]}"
+
+
+def job_name(app: str, spec: ClaimSpec) -> str:
+    """A name per (consumer, file system, path, owner): a changed request is a new Job."""
+    from storage import fit_name
+
+    key = f"{spec.namespace}/{spec.consumer}:{spec.server}:{spec.path}:{spec.directory_owner}"
+    digest = hashlib.sha256(key.encode()).hexdigest()[:8]
+    return fit_name(f"{app}-dir-{spec.consumer}", 63 - 9) + f"-{digest}"
+
+
+def job_manifest(owner: Owner, spec: ClaimSpec, *, namespace: str, image: str) -> dict[str, Any]:
+    """The Job that makes `spec.path` on the file system and gives it to its owner."""
+    labels = {**owner.labels, LABEL_CONSUMER: spec.consumer}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": job_name(owner.app, spec),
+            "namespace": namespace,
+            "labels": labels,
+        },
+        "spec": {
+            "backoffLimit": 2,
+            "activeDeadlineSeconds": JOB_DEADLINE_SECONDS,
+            "ttlSecondsAfterFinished": JOB_TTL_SECONDS,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "automountServiceAccountToken": False,
+                    "tolerations": [_GPU_TOLERATION],
+                    "securityContext": {"runAsUser": 0, "runAsGroup": 0},
+                    "containers": [
+                        {
+                            "name": "prepare",
+                            "image": image,
+                            "command": ["sh", "-c", SCRIPT, "prepare-directory"],
+                            "args": [
+                                MOUNT,
+                                spec.path.lstrip("/"),
+                                owner_text(spec.directory_owner),
+                            ],
+                            "terminationMessagePolicy": "FallbackToLogsOnError",
+                            "securityContext": {
+                                "allowPrivilegeEscalation": False,
+                                "capabilities": {
+                                    "drop": ["ALL"],
+                                    "add": ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID"],
+                                },
+                            },
+                            "resources": {
+                                "requests": {"cpu": "10m", "memory": "16Mi"},
+                                "limits": {"memory": "64Mi"},
+                            },
+                            "volumeMounts": [{"name": "efs", "mountPath": MOUNT}],
+                        }
+                    ],
+                    "volumes": [{"name": "efs", "nfs": {"server": spec.server, "path": "/"}}],
+                },
+            },
+        },
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class Preparation:
+    """Where making one directory stands: done, still running, or failed with why."""
+
+    done: bool
+    problem: str | None = None
+    failed: bool = False
+
+
+def _condition(job: dict, kind: str) -> dict | None:
+    for condition in (job.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == kind and condition.get("status") == "True":
+            return condition
+    return None
+
+
+class Directories:
+    """Runs the Jobs that make consumers' directories, waiting a bounded time for each."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        owner: Owner,
+        *,
+        namespace: str,
+        image: str,
+        wait: float,
+        sleep: Callable[[float], None],
+        monotonic: Callable[[], float],
+    ):
+        self.kube = kube
+        self.owner = owner
+        self.namespace = namespace
+        self.image = image
+        self.wait = wait
+        self.sleep = sleep
+        self.monotonic = monotonic
+
+    def prepare(self, spec: ClaimSpec) -> Preparation:
+        """Start (or look at) the Job for `spec` and wait up to `wait` seconds for it.
+
+        A failed Job is deleted after its reason is read, so that the next event tries
+        again (the operator fixes the cause: a file system policy that squashes root, a
+        node that cannot reach the mount target).
+        """
+        manifest = job_manifest(self.owner, spec, namespace=self.namespace, image=self.image)
+        name = manifest["metadata"]["name"]
+        job = self.kube.get("batch/v1", "Job", name, self.namespace)
+        if job is None:
+            from charms.gpu_k8s.v0.kubeclient import KubeError
+
+            logger.info("creating Job %s/%s to prepare %s", self.namespace, name, spec.path)
+            try:
+                job = self.kube.apply(manifest, field_manager=FIELD_MANAGER)
+            except KubeError as e:
+                if e.status != 404:
+                    raise
+                missing = f"namespace {self.namespace} for the directory Jobs does not exist yet"
+                return Preparation(done=False, problem=missing)
+        deadline = self.monotonic() + self.wait
+        while True:
+            if _condition(job, "Complete"):
+                logger.info(
+                    "directory %s ready, owned by %s", spec.path, owner_text(spec.directory_owner)
+                )
+                return Preparation(done=True)
+            failed = _condition(job, "Failed")
+            if failed:
+                why = self._failure(name) or failed.get("message") or failed.get("reason") or ""
+                self.forget(spec)
+                return Preparation(
+                    done=False,
+                    failed=True,
+                    problem=(
+                        f"could not prepare {spec.path} on {spec.file_system_id} for "
+                        f"{spec.consumer} (Job {self.namespace}/{name}: {why.strip()}); "
+                        "retried at the next event"
+                    ),
+                )
+            if self.monotonic() >= deadline:
+                return Preparation(
+                    done=False,
+                    problem=(
+                        f"preparing {spec.path} for {spec.consumer} "
+                        f"(Job {self.namespace}/{name} not finished)"
+                    ),
+                )
+            self.sleep(POLL_SECONDS)
+            job = self.kube.get("batch/v1", "Job", name, self.namespace) or manifest
+
+    def forget(self, spec: ClaimSpec) -> None:
+        """Delete the Job for `spec` and its pods (nothing when it is gone already)."""
+        name = job_name(self.owner.app, spec)
+        self.kube.delete("batch/v1", "Job", name, self.namespace, propagation="Background")
+
+    def _failure(self, name: str) -> str | None:
+        """The last words of the Job's failed container (its log tail), if any."""
+        pods = self.kube.list("v1", "Pod", self.namespace, f"{LABEL_JOB_NAME}={name}")
+        newest_first = sorted(
+            pods, key=lambda p: p["metadata"].get("creationTimestamp") or "", reverse=True
+        )
+        for pod in newest_first:
+            for status in (pod.get("status") or {}).get("containerStatuses") or []:
+                terminated = (status.get("state") or {}).get("terminated") or {}
+                if terminated.get("exitCode"):
+                    message = (terminated.get("message") or "").strip().splitlines()
+                    tail = message[-1] if message else ""
+                    return f"exit code {terminated['exitCode']}: {tail}".rstrip(": ")
+        return None

@@ -1,0 +1,311 @@
+"""A consumer's own directory: made by a Job, owned by its user, served alone by its claim."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from collections.abc import Callable
+
+import directories
+import pytest
+from efs_env import APP, Env, storage_relation
+from ops import testing
+
+import charm
+
+OWN = {"directory": "tensorflow", "uid": "1000", "gid": "1000"}
+JOBS = f"/apis/batch/v1/namespaces/{APP}/jobs/"
+
+
+class JobController:
+    """What Kubernetes' Job controller and kubelet do to the charm's Job, on demand.
+
+    Rules (kubernetes.io/docs/concepts/workloads/controllers/job/): a finished Job gets a
+    condition `Complete` or `Failed` with status "True"; its pods carry the label
+    `batch.kubernetes.io/job-name`; a container that failed with
+    `terminationMessagePolicy: FallbackToLogsOnError` reports the tail of its log as
+    `state.terminated.message`. `finish_on_sleep` makes the Job finish while the charm
+    waits for it (its `sleep` boundary), as a quick Job does on a real cluster.
+    """
+
+    def __init__(self, env: Env):
+        self.env = env
+        self.outcome: str | None = None  # "Complete" or "Failed" when the charm sleeps
+        self.log = ""
+        self.slept = 0
+
+    def jobs(self) -> list[dict]:
+        return self.env.api.objects(JOBS)
+
+    def finish(self, outcome: str = "Complete", log: str = "") -> None:
+        for job in self.jobs():
+            name = job["metadata"]["name"]
+            job["status"] = {"conditions": [{"type": outcome, "status": "True"}]}
+            if outcome == "Complete":
+                job["status"]["succeeded"] = 1
+            self.env.api.put_object(f"{JOBS}{name}", job)
+            exit_code = 0 if outcome == "Complete" else 1
+            self.env.api.put_object(
+                f"/api/v1/namespaces/{APP}/pods/{name}-x1",
+                {
+                    "metadata": {
+                        "labels": {"batch.kubernetes.io/job-name": name},
+                        "creationTimestamp": "2026-11-23T10:00:00Z",
+                    },
+                    "spec": {"containers": [{"name": "prepare", "image": "busybox"}]},
+                    "status": {
+                        "phase": "Succeeded" if exit_code == 0 else "Failed",
+                        "containerStatuses": [
+                            {
+                                "name": "prepare",
+                                "state": {"terminated": {"exitCode": exit_code, "message": log}},
+                            }
+                        ],
+                    },
+                },
+            )
+
+    def sleep(self, _: float) -> None:
+        self.slept += 1
+        if self.outcome:
+            self.finish(self.outcome, self.log)
+
+
+@pytest.fixture
+def jobs(env: Env, monkeypatch: pytest.MonkeyPatch) -> JobController:
+    controller = JobController(env)
+    clock = iter(range(0, 10_000, 2))
+    monkeypatch.setattr(charm.EfsStorageCharm, "sleep", staticmethod(controller.sleep))
+    monkeypatch.setattr(charm.EfsStorageCharm, "monotonic", staticmethod(lambda: next(clock)))
+    monkeypatch.setattr(charm.EfsStorageCharm, "directory_wait", 0.0)
+    return controller
+
+
+def _state(env: Env, request: dict[str, str] | None = None, **kwargs) -> testing.State:
+    relations = [
+        env.kube_api_relation(),
+        storage_relation("tensorflow", "training", **(OWN if request is None else request)),
+    ]
+    return env.state(relations=relations, **kwargs)
+
+
+def _answer(state: testing.State) -> dict[str, str]:
+    rel = next(r for r in state.relations if r.endpoint == "shared-storage")
+    return dict(rel.local_app_data)
+
+
+def _volume(env: Env) -> dict | None:
+    claim = env.pvc("training", "efs-storage-tensorflow")
+    return env.pv(claim["spec"]["volumeName"]) if claim else None
+
+
+def test_the_directory_is_made_by_a_job_before_the_claim_serves_it(ctx, env, jobs):
+    env.add_node("us-east-1a")
+    out = ctx.run(ctx.on.install(), _state(env))
+    (job,) = jobs.jobs()
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    fs_id = env.file_systems()[0]["FileSystemId"]
+    assert job["metadata"]["namespace"] == APP
+    assert container["image"] == "busybox:1.37.0"
+    assert container["args"] == ["/efs", "tensorflow", "1000:1000"]
+    assert pod["volumes"] == [
+        {"name": "efs", "nfs": {"server": f"{fs_id}.efs.us-east-1.amazonaws.com", "path": "/"}}
+    ]
+    assert pod["securityContext"] == {"runAsUser": 0, "runAsGroup": 0}
+    assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
+        "tolerations"
+    ]
+    # No volume before the directory exists: a pod would mount a missing path.
+    assert env.pvc("training", "efs-storage-tensorflow") is None
+    assert out.unit_status == testing.WaitingStatus(
+        f"preparing /tensorflow for tensorflow (Job {APP}/{job['metadata']['name']} not finished)"
+    )
+    assert _answer(out)["ready"] == "false"
+    jobs.finish()
+    out = ctx.run(ctx.on.update_status(), out)
+    volume = _volume(env)
+    assert volume is not None
+    assert volume["spec"]["nfs"]["path"] == "/tensorflow"
+    assert volume["metadata"]["annotations"]["gpu-k8s.io/efs-directory-owner"] == "1000:1000"
+    assert jobs.jobs() == []  # deleted once it did its work
+    env.bind("training", "efs-storage-tensorflow")
+    out = ctx.run(ctx.on.update_status(), out)
+    assert out.unit_status.name == "active", out.unit_status.message
+    assert _answer(out) == {
+        "claim-name": "efs-storage-tensorflow",
+        "capacity": "1Ti",
+        "file-system-id": fs_id,
+        "namespace": "training",
+        "ready": "true",
+        **OWN,
+    }
+
+
+def test_a_quick_job_is_waited_for_within_the_hook(ctx, env, jobs, monkeypatch):
+    monkeypatch.setattr(charm.EfsStorageCharm, "directory_wait", 30.0)
+    jobs.outcome = "Complete"
+    env.add_node("us-east-1a")
+    ctx.run(ctx.on.install(), _state(env))
+    assert jobs.slept == 1
+    assert _volume(env) is not None and jobs.jobs() == []
+
+
+def test_a_served_directory_costs_no_request_in_the_steady_state(ctx, env, jobs):
+    env.add_node("us-east-1a")
+    jobs.outcome = "Complete"
+    out = ctx.run(ctx.on.install(), _state(env))
+    jobs.finish()
+    out = ctx.run(ctx.on.update_status(), out)
+    env.bind("training", "efs-storage-tensorflow")
+    out = ctx.run(ctx.on.update_status(), out)
+    before = len(env.api.requests)
+    writes = env.kube_writes()
+    out = ctx.run(ctx.on.update_status(), out)
+    assert env.kube_writes() == writes
+    job_requests = [r for r in env.api.requests[before:] if "/jobs" in r.path]
+    assert job_requests == []
+    assert out.unit_status.name == "active"
+
+
+def test_a_failed_job_blocks_with_its_last_words_and_is_retried(ctx, env, jobs):
+    env.add_node("us-east-1a")
+    out = ctx.run(ctx.on.install(), _state(env))
+    jobs.finish("Failed", "mkdir: can't create directory '/efs/tensorflow': Permission denied")
+    out = ctx.run(ctx.on.update_status(), out)
+    assert out.unit_status.name == "blocked"
+    assert "could not prepare /tensorflow on fs-" in out.unit_status.message
+    assert "exit code 1: mkdir: can't create directory" in out.unit_status.message
+    assert "Permission denied" in _answer(out)["error"]
+    assert jobs.jobs() == [] and _volume(env) is None
+    out = ctx.run(ctx.on.update_status(), out)  # the next event tries again
+    assert len(jobs.jobs()) == 1
+    assert out.unit_status.name == "waiting"
+
+
+def test_a_new_owner_reruns_the_job_and_keeps_the_claim(ctx, env, jobs, monkeypatch):
+    env.add_node("us-east-1a")
+    jobs.outcome = "Complete"
+    monkeypatch.setattr(charm.EfsStorageCharm, "directory_wait", 10.0)
+    out = ctx.run(ctx.on.install(), _state(env))
+    env.bind("training", "efs-storage-tensorflow")
+    env.add_pod("training", "trainer-0", "efs-storage-tensorflow")
+    claim_uid = env.pvc("training", "efs-storage-tensorflow")["metadata"]["uid"]
+    out = ctx.run(ctx.on.update_status(), _state(env, {**OWN, "uid": "2000", "gid": "2000"}))
+    volume = _volume(env)
+    assert volume["metadata"]["annotations"]["gpu-k8s.io/efs-directory-owner"] == "2000:2000"
+    assert env.pvc("training", "efs-storage-tensorflow")["metadata"]["uid"] == claim_uid
+    assert _answer(out)["uid"] == "2000"
+    assert out.unit_status.name == "active", out.unit_status.message
+
+
+def test_a_new_directory_while_pods_use_the_claim_blocks_and_starts_nothing(
+    ctx, env, jobs, monkeypatch
+):
+    env.add_node("us-east-1a")
+    jobs.outcome = "Complete"
+    monkeypatch.setattr(charm.EfsStorageCharm, "directory_wait", 10.0)
+    ctx.run(ctx.on.install(), _state(env))
+    env.bind("training", "efs-storage-tensorflow")
+    env.add_pod("training", "trainer-0", "efs-storage-tensorflow")
+    out = ctx.run(ctx.on.update_status(), _state(env, {**OWN, "directory": "tf2"}))
+    assert out.unit_status.name == "blocked"
+    assert "used by pods trainer-0" in out.unit_status.message
+    assert jobs.jobs() == []
+    assert _volume(env)["spec"]["nfs"]["path"] == "/tensorflow"
+
+
+def test_the_directory_lies_below_the_configured_path_and_the_image_is_mirrored(ctx, env, jobs):
+    env.add_node("us-east-1a")
+    config = {"path": "/shared", "image-registry": "registry.example.com:5000/mirror"}
+    ctx.run(ctx.on.install(), _state(env, {"directory": "teams/tf"}, config=config))
+    (job,) = jobs.jobs()
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "registry.example.com:5000/mirror/library/busybox:1.37.0"
+    assert container["args"] == ["/efs", "shared/teams/tf", "0:0"]
+
+
+def test_a_consumer_without_a_directory_is_served_the_root_as_before(ctx, env, jobs):
+    env.add_node("us-east-1a")
+    ctx.run(ctx.on.install(), _state(env, {}))
+    assert jobs.jobs() == []
+    volume = _volume(env)
+    assert volume["spec"]["nfs"]["path"] == "/"
+    assert "gpu-k8s.io/efs-directory-owner" not in volume["metadata"]["annotations"]
+
+
+def _run_script(root: str, directory: str, owner: str) -> subprocess.CompletedProcess:
+    argv = ["sh", "-c", directories.SCRIPT, "prepare-directory", root, directory, owner]
+    return subprocess.run(argv, capture_output=True, text=True, check=False)
+
+
+@pytest.fixture
+def me() -> Callable[[], str]:
+    """An owner this process may give files to: any as root, else its own ids."""
+    return lambda: "1000:1000" if os.getuid() == 0 else f"{os.getuid()}:{os.getgid()}"
+
+
+def test_the_jobs_script_makes_the_directory_group_writable_and_leaves_its_content(tmp_path, me):
+    owner = me()
+    uid, gid = (int(x) for x in owner.split(":"))
+    (tmp_path / "teams").mkdir()
+    done = _run_script(str(tmp_path), "teams/tf/run", owner)
+    assert done.returncode == 0, done.stderr
+    made = tmp_path / "teams" / "tf" / "run"
+    info = made.stat()
+    assert (info.st_uid, info.st_gid) == (uid, gid)
+    assert stat.S_IMODE(info.st_mode) == 0o2775
+    assert owner.replace(":", " ") in " ".join(done.stdout.split())  # ls -ldn shows it
+    inside = made / "model.ckpt"
+    inside.write_text("weights")
+    os.chmod(inside, 0o600)
+    before = inside.stat()
+    assert _run_script(str(tmp_path), "teams/tf/run", owner).returncode == 0
+    after = inside.stat()
+    assert (after.st_uid, after.st_gid, after.st_mode) == (
+        before.st_uid,
+        before.st_gid,
+        before.st_mode,
+    )
+    assert inside.read_text() == "weights"
+
+
+def test_the_jobs_script_fails_loudly_when_it_cannot_chown(tmp_path):
+    if os.getuid() == 0:
+        pytest.skip("root may chown to anyone; the failure is shown by non-root runs")
+    done = _run_script(str(tmp_path), "tf", "0:0")
+    assert done.returncode != 0
+    assert "chown" in done.stderr
+
+
+def test_its_own_namespace_missing_waits_and_creates_nothing(ctx, env, jobs):
+    env.add_node("us-east-1a")
+    env.api.delete_object(f"/api/v1/namespaces/{APP}")
+    out = ctx.run(ctx.on.install(), _state(env))
+    assert out.unit_status == testing.WaitingStatus(
+        f"namespace {APP} for the directory Jobs does not exist yet"
+    )
+    assert jobs.jobs() == [] and _volume(env) is None
+
+
+def test_the_job_manifest_is_valid_kubernetes():
+    import kubernetes_validate
+    from storage import Owner, claim_spec
+
+    owner = Owner(APP, "0b9a4e1c-5f0a-4c5e-8a5f-2d7f1f3b7c11")
+    spec = claim_spec(
+        owner,
+        consumer="tensorflow",
+        namespace="training",
+        capacity="1Ti",
+        server="fs-0123456789abcdef0.efs.us-east-1.amazonaws.com",
+        path="/",
+        file_system_id="fs-0123456789abcdef0",
+        directory="tensorflow",
+        directory_owner=(1000, 1000),
+    )
+    job = directories.job_manifest(owner, spec, namespace=APP, image="busybox:1.37.0")
+    kubernetes_validate.validate(job, "1.33", strict=True)
+    assert len(job["metadata"]["name"]) <= 63
