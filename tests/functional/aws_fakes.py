@@ -780,8 +780,15 @@ class Network:
         )["GroupId"]
 
     def run_machine(self, ec2: Any, subnet_id: str, machine: int) -> Instance:
-        """Start one instance as Juju does: in the model group and its own machine group."""
-        return run_nodes(ec2, subnet_id, [self.node_sg, self.machine_group(ec2, machine)])[0]
+        """Start one instance as Juju does: in the model group and its own machine group.
+
+        Tagged as Juju tags instances (juju/juju provider/ec2 tests: `Name`,
+        `juju-model-uuid`, `juju-controller-uuid` on every instance).
+        """
+        model_uuid = self.node_sg_name.removeprefix("juju-")
+        tags = {"Name": f"juju-model-machine-{machine}", "juju-model-uuid": model_uuid}
+        groups = [self.node_sg, self.machine_group(ec2, machine)]
+        return run_nodes(ec2, subnet_id, groups, tags=tags)[0]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -836,9 +843,19 @@ def build_network(
 
 
 def run_nodes(
-    ec2: Any, subnet_id: str, security_groups: list[str], count: int = 1
+    ec2: Any,
+    subnet_id: str,
+    security_groups: list[str],
+    count: int = 1,
+    *,
+    tags: dict[str, str] | None = None,
 ) -> list[Instance]:
-    """Start ``count`` instances in one subnet with the given security groups."""
+    """Start ``count`` instances in one subnet with the given security groups and tags."""
+    extra: dict[str, Any] = {}
+    if tags:
+        extra["TagSpecifications"] = [
+            {"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}
+        ]
     resp = ec2.run_instances(
         ImageId=IMAGE_ID,
         MinCount=count,
@@ -846,6 +863,7 @@ def run_nodes(
         InstanceType="g5.xlarge",
         SubnetId=subnet_id,
         SecurityGroupIds=security_groups,
+        **extra,
     )
     return [
         Instance(

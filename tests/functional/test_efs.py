@@ -405,8 +405,36 @@ def test_ip_matches_in_other_vpcs_are_ignored_once_a_provider_id_anchors_the_vpc
     by_ip_only = Desired(
         model_uuid=world.model_uuid, app=APP, nodes=(Node("worker-b", addresses=(b.private_ip,)),)
     )
-    with pytest.raises(AwsConfigError, match="match instances in several VPCs"):
+    observed = world.manager().reconcile(by_ip_only)  # Juju's model tag picks b, not the twin
+    assert observed.mount_targets_by_zone()["us-east-1b"].subnet_id == b.subnet_id
+
+
+def test_an_ip_in_two_vpcs_without_juju_tags_is_a_config_error_saying_what_to_do(world):
+    twin_world = build_network(world.ec2)
+    b = run_nodes(world.ec2, world.net.subnets["us-east-1b"][0], [world.net.node_sg])[0]
+    twin = run_nodes(world.ec2, twin_world.subnets["us-east-1b"][0], [twin_world.node_sg])[0]
+    assert twin.private_ip == b.private_ip
+    by_ip_only = Desired(
+        model_uuid=world.model_uuid, app=APP, nodes=(Node("worker-b", addresses=(b.private_ip,)),)
+    )
+    with pytest.raises(AwsConfigError, match="none is tagged juju-model-uuid with this model"):
         world.manager().reconcile(by_ip_only)
+
+
+def test_an_ip_in_two_vpcs_resolves_to_the_instance_juju_tagged_with_this_model(world):
+    twin_world = build_network(world.ec2)
+    # Juju tags the model's instances (juju-model-uuid); the twin is someone else's.
+    b = world.net.run_machine(world.ec2, world.net.subnets["us-east-1b"][0], 0)
+    twin = run_nodes(world.ec2, twin_world.subnets["us-east-1b"][0], [twin_world.node_sg])[0]
+    assert twin.private_ip == b.private_ip
+    desired = Desired(
+        model_uuid=world.model_uuid,
+        app=APP,
+        nodes=(Node("juju-abc123-0", addresses=(b.private_ip,)),),
+    )
+    observed = world.until_ready(world.manager(), desired)[-1]
+    assert observed.mount_targets_by_zone()["us-east-1b"].subnet_id == b.subnet_id
+    assert observed.unresolved_nodes == ()
 
 
 def test_every_step_twice_creates_nothing_twice(world):
@@ -531,6 +559,7 @@ def test_worker_in_a_new_zone_adds_one_mount_target_and_reports_progress(world):
 
 
 def test_nodes_in_two_vpcs_is_a_config_error(world):
+    world.provider_ids = True  # each node names its instance: no IP ambiguity
     world.add_nodes("us-east-1a")
     other = build_network(world.ec2, subnets_per_zone=1, zones=("us-east-1b",))
     world.nodes += run_nodes(world.ec2, other.subnets["us-east-1b"][0], [other.node_sg])

@@ -413,6 +413,16 @@ class EfsStorageCharm(ops.CharmBase):
                         "and region"
                     )
                 )
+            elif spec.credential.auth_type == "instance-role":
+                # Juju's EC2 `instance-role` credential carries only `instance-profile-name`:
+                # the controller's machines assume that role; this charm gets no keys.
+                raise ReconcileError(
+                    ops.BlockedStatus(
+                        "the model's AWS credential is an instance role, which gives charms "
+                        "no keys; set config credentials to a Juju secret with access-key-id "
+                        "and secret-access-key"
+                    )
+                )
             else:
                 credentials = efs.Credentials.from_cloud_credential(
                     dict(spec.credential.attributes)

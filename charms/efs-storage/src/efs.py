@@ -28,6 +28,9 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 TAG_MODEL = "gpu-k8s:model"
+# The tag Juju puts on every instance it starts (juju/juju provider/ec2: instances carry
+# `juju-model-uuid` and `juju-controller-uuid`).
+JUJU_MODEL_TAG = "juju-model-uuid"
 TAG_APP = "gpu-k8s:application"
 NFS_PORT = 2049
 PERFORMANCE_MODES = ("generalPurpose", "maxIO")
@@ -671,7 +674,9 @@ class Efs:
         Provider ids name the instance; other nodes are looked up by private IP (from their
         InternalIP addresses or an ``ip-a-b-c-d`` name). Private IPs repeat across VPCs, so
         IP matches count only in the cluster's VPC: ``desired.vpc_id`` when given, else the
-        VPC of the nodes found by instance id, else the VPC matching the most nodes.
+        VPC of the nodes found by instance id, else the VPC matching the most nodes. An IP
+        that matches instances in several VPCs counts only for those Juju tagged with this
+        model (`juju-model-uuid`, on every instance Juju starts), when any is.
         """
         by_id: dict[str, str] = {}
         by_ip: dict[str, str] = {}
@@ -688,6 +693,9 @@ class Efs:
         if by_ip:
             for inst in self._instances("private-ip-address", sorted(by_ip), extra):
                 candidates[by_ip.get(inst.get("PrivateIpAddress", ""), "")].append(inst)
+            candidates = {
+                name: _ours(insts, desired.model_uuid) for name, insts in candidates.items()
+            }
         wanted = set(by_id.values()) | set(by_ip.values())
         if wanted and not found and not candidates:
             raise AwsConfigError(
@@ -1255,6 +1263,19 @@ def _node_ips(node: Node) -> list[str]:
     return sorted(set(ips))
 
 
+def _ours(instances: list[dict[str, Any]], model_uuid: str) -> list[dict[str, Any]]:
+    """The instances Juju tagged with this model, or all of them when none is."""
+    tagged = [
+        i
+        for i in instances
+        if any(
+            t.get("Key") == JUJU_MODEL_TAG and t.get("Value") == model_uuid
+            for t in i.get("Tags") or []
+        )
+    ]
+    return tagged or instances
+
+
 def _cluster_vpc(
     found: list[dict[str, Any]], candidates: dict[str, list[dict[str, Any]]]
 ) -> str | None:
@@ -1275,7 +1296,9 @@ def _cluster_vpc(
         tied = sorted(v for v, n in ranked if n == ranked[0][1])
         raise AwsConfigError(
             f"the cluster nodes' private IPs match instances in several VPCs "
-            f"({', '.join(tied)}); set the nodes' providerID or the charm's VPC"
+            f"({', '.join(tied)}) and none is tagged {JUJU_MODEL_TAG} with this model's "
+            "uuid; tag the cluster's instances so, or register the nodes with their "
+            "providerID (aws:///<zone>/<instance id>)"
         )
     return ranked[0][0] if ranked else None
 

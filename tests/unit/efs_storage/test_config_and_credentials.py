@@ -198,3 +198,21 @@ def test_a_cloud_that_is_not_aws_blocks(ctx, env):
     assert out.unit_status.name == "blocked"
     assert "not AWS" in out.unit_status.message
     assert env.proxy.calls == []
+
+
+def test_an_instance_role_credential_blocks_asking_for_a_key_secret(ctx, env):
+    # Juju's EC2 `instance-role` auth type carries `instance-profile-name`, never keys.
+    spec = testing.CloudSpec(
+        type="ec2",
+        name="aws",
+        region="us-east-1",
+        credential=testing.CloudCredential(
+            auth_type="instance-role", attributes={"instance-profile-name": "juju-controller"}
+        ),
+    )
+    out = ctx.run(ctx.on.install(), env.state(model=testing.Model(name="gpu", cloud_spec=spec)))
+    assert out.unit_status == testing.BlockedStatus(
+        "the model's AWS credential is an instance role, which gives charms no keys; set "
+        "config credentials to a Juju secret with access-key-id and secret-access-key"
+    )
+    assert env.proxy.calls == []
