@@ -29,6 +29,12 @@ Differences from a real API server (on purpose, to stay small and deterministic)
   computing `disruptionsAllowed`); evicted pods go like deleted ones;
 - ServiceAccount token Secrets are filled synchronously on create.
 
+Custom resources are served as the real server serves them: only once a
+CustomResourceDefinition (apiextensions.k8s.io/v1) names them, for each version it marks
+`served`, cluster-scoped or namespaced as its `scope` says; until then (and after the CRD
+is deleted) their URLs answer 404 like any unknown resource. The CRD's schema is not
+enforced, and it is Established at once (`status.conditions`).
+
 `FakeKubeApiServer(tls=True)` serves HTTPS with a certificate for 127.0.0.1 signed by a
 fresh CA (its kubeconfig carries the CA), as kube-apiserver does. Like the real one, it
 answers `/readyz`, `/livez` and `/healthz` with `ok` to anyone, token or not (the
@@ -86,7 +92,18 @@ RESOURCES: dict[tuple[str, str], tuple[str, bool]] = {
     ("scheduling.k8s.io/v1", "priorityclasses"): ("PriorityClass", False),
     ("coordination.k8s.io/v1", "leases"): ("Lease", True),
     ("networking.k8s.io/v1", "networkpolicies"): ("NetworkPolicy", True),
+    ("apiextensions.k8s.io/v1", "customresourcedefinitions"): ("CustomResourceDefinition", False),
+    ("admissionregistration.k8s.io/v1", "mutatingwebhookconfigurations"): (
+        "MutatingWebhookConfiguration",
+        False,
+    ),
+    ("admissionregistration.k8s.io/v1", "validatingwebhookconfigurations"): (
+        "ValidatingWebhookConfiguration",
+        False,
+    ),
+    ("apiregistration.k8s.io/v1", "apiservices"): ("APIService", False),
 }
+CRD_GV, CRD_PLURAL = "apiextensions.k8s.io/v1", "customresourcedefinitions"
 # Kinds with a `status` subresource: client writes to the main resource keep the stored status.
 STATUS_KINDS = set(
     "Namespace Node PersistentVolume Pod Service PersistentVolumeClaim Deployment DaemonSet "
@@ -151,7 +168,15 @@ class Recorded(tuple):
 class Target:
     """A parsed resource URL."""
 
-    def __init__(self, gv: str, plural: str, namespace: str | None, name: str | None, sub: str):
+    def __init__(
+        self,
+        gv: str,
+        plural: str,
+        namespace: str | None,
+        name: str | None,
+        sub: str,
+        resources: dict[tuple[str, str], tuple[str, bool]] | None = None,
+    ):
         self.gv, self.plural, self.namespace, self.name, self.sub = (
             gv,
             plural,
@@ -159,7 +184,7 @@ class Target:
             name,
             sub,
         )
-        self.kind, self.namespaced = RESOURCES[(gv, plural)]
+        self.kind, self.namespaced = (resources or RESOURCES)[(gv, plural)]
 
     @property
     def prefix(self) -> str:
@@ -172,8 +197,14 @@ class Target:
         return f"{self.prefix}{ns}/{self.plural}/{name or self.name}"
 
 
-def parse_path(path: str) -> Target:
-    """Split a resource URL; unknown resources raise the real server's 404."""
+def parse_path(
+    path: str, resources: dict[tuple[str, str], tuple[str, bool]] | None = None
+) -> Target:
+    """Split a resource URL; unknown resources raise the real server's 404.
+
+    `resources` is what the server serves (built-in kinds plus its CRDs' kinds).
+    """
+    known = resources or RESOURCES
     parts = [p for p in path.split("/") if p]
     unknown = ApiError(404, "NotFound", "the server could not find the requested resource")
     if len(parts) >= 2 and parts[0] == "api":
@@ -183,11 +214,11 @@ def parse_path(path: str) -> Target:
     else:
         raise unknown
     namespace = None
-    if len(rest) >= 3 and rest[0] == "namespaces" and RESOURCES.get((gv, rest[2]), ("", 0))[1]:
+    if len(rest) >= 3 and rest[0] == "namespaces" and known.get((gv, rest[2]), ("", 0))[1]:
         namespace, rest = rest[1], rest[2:]
-    if not rest or len(rest) > 3 or (gv, rest[0]) not in RESOURCES:
+    if not rest or len(rest) > 3 or (gv, rest[0]) not in known:
         raise unknown
-    target = Target(gv, rest[0], namespace, rest[1] if len(rest) > 1 else None, "")
+    target = Target(gv, rest[0], namespace, rest[1] if len(rest) > 1 else None, "", known)
     if len(rest) == 3:
         target.sub = rest[2]
     if target.namespaced and namespace is None and target.name is not None:
@@ -327,6 +358,8 @@ class FakeKubeApiServer:
         self.tokens: list[str] = []
         self._httpd: http.server.ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self.resources: dict[tuple[str, str], tuple[str, bool]] = dict(RESOURCES)
+        self.status_kinds: set[str] = set(STATUS_KINDS)
         for ns in BUILTIN_NAMESPACES:
             self.put_object(f"/api/v1/namespaces/{ns}", {"metadata": {"name": ns}})
 
@@ -439,7 +472,7 @@ class FakeKubeApiServer:
 
     def put_object(self, path: str, obj: dict) -> dict:
         """Store `obj` at `path` as is (status included), filling apiVersion/kind/metadata."""
-        target = parse_path(path)
+        target = parse_path(path, self.resources)
         with self._lock:
             obj = copy.deepcopy(obj)
             obj.setdefault("apiVersion", target.gv)
@@ -456,17 +489,53 @@ class FakeKubeApiServer:
             if target.kind in DEFAULT_STATUS:
                 obj.setdefault("status", dict(DEFAULT_STATUS[target.kind]))
             self._store[path] = obj
+            if target.kind == "CustomResourceDefinition":
+                self._crds_changed()
             return copy.deepcopy(obj)
 
     def delete_object(self, path: str) -> bool:
         """Remove the object at `path` directly (no cascade); False if absent."""
         with self._lock:
-            return self._store.pop(path, None) is not None
+            gone = self._store.pop(path, None)
+            if gone is not None and gone.get("kind") == "CustomResourceDefinition":
+                self._crds_changed()
+            return gone is not None
 
     def set_pod_log(self, namespace: str, name: str, text: str, container: str = "") -> None:
         """The text `pods/<name>/log` answers (for one container, or any when empty)."""
         with self._lock:
             self._logs[(namespace, name, container)] = text
+
+    def _served_by(self, crd: dict) -> dict[tuple[str, str], tuple[str, bool]]:
+        """What one CustomResourceDefinition makes the server serve."""
+        spec = crd.get("spec") or {}
+        names = spec.get("names") or {}
+        group, plural, kind = spec.get("group"), names.get("plural"), names.get("kind")
+        if not (group and plural and kind):
+            return {}
+        namespaced = spec.get("scope") == "Namespaced"
+        return {
+            (f"{group}/{v['name']}", plural): (kind, namespaced)
+            for v in spec.get("versions") or []
+            if v.get("served", True) and v.get("name")
+        }
+
+    def _crds_changed(self) -> None:
+        """Serve exactly the kinds the stored CRDs define (called after a CRD write)."""
+        served = dict(RESOURCES)
+        status_kinds = set(STATUS_KINDS)
+        for key, obj in self._store.items():
+            if key.startswith(f"/apis/{CRD_GV}/{CRD_PLURAL}/"):
+                served.update(self._served_by(obj))
+                versions = (obj.get("spec") or {}).get("versions") or []
+                if any("status" in (v.get("subresources") or {}) for v in versions):
+                    status_kinds.add(((obj.get("spec") or {}).get("names") or {}).get("kind", ""))
+                obj.setdefault("status", {})["conditions"] = [
+                    {"type": "NamesAccepted", "status": "True"},
+                    {"type": "Established", "status": "True"},
+                ]
+        self.resources = served
+        self.status_kinds = status_kinds
 
     # -- request entry point (called by the handler thread)
 
@@ -506,7 +575,7 @@ class FakeKubeApiServer:
         is Ready, NotReady or Unknown, with SchedulingDisabled when cordoned); the fake
         answers 406 for other kinds rather than printing them wrong.
         """
-        target = parse_path(path)
+        target = parse_path(path, self.resources)
         if target.kind != "Node" or target.name is not None:
             return 406, "application/json", json.dumps({"kind": "Status"}).encode(), {}
         _, listed = self._list(target, query, "application/json", b"")
@@ -565,7 +634,7 @@ class FakeKubeApiServer:
         return ApiError(code, reason, f"injected fault: {reason}", {"retryAfterSeconds": 0})
 
     def _dispatch(self, method: str, path: str, query: dict, headers: Any, body: bytes) -> tuple:
-        target = parse_path(path)
+        target = parse_path(path, self.resources)
         if query.get("watch") in ("true", "1"):
             raise ApiError(400, "BadRequest", "watch is not supported by the fake API server")
         handler = {
@@ -653,7 +722,7 @@ class FakeKubeApiServer:
         if target.namespaced:
             meta["namespace"] = target.namespace
         meta["resourceVersion"] = self._next_rv()
-        if target.kind in STATUS_KINDS:
+        if target.kind in self.status_kinds:
             obj["status"] = dict(DEFAULT_STATUS.get(target.kind, {}))
         if target.kind == "Secret" and obj.get("type") == SA_TOKEN_TYPE:
             data = obj.setdefault("data", {})
@@ -661,6 +730,8 @@ class FakeKubeApiServer:
             data["ca.crt"] = _b64(FAKE_CA)
             data["namespace"] = _b64(target.namespace or "")
         self._store[target.key(name)] = obj
+        if target.kind == "CustomResourceDefinition":
+            self._crds_changed()
         return obj
 
     def _store_update(self, target: Target, old: dict, new: dict) -> dict:
@@ -668,7 +739,7 @@ class FakeKubeApiServer:
         new = copy.deepcopy(new)
         if target.sub == "status":
             new = {**copy.deepcopy(old), "status": new.get("status", old.get("status"))}
-        elif target.kind in STATUS_KINDS:
+        elif target.kind in self.status_kinds:
             new["status"] = copy.deepcopy(old.get("status", {}))
         new["apiVersion"], new["kind"] = target.gv, target.kind
         meta = new.setdefault("metadata", {})
@@ -691,6 +762,8 @@ class FakeKubeApiServer:
         meta["generation"] = old["metadata"].get("generation", 1) + int(spec_changed)
         meta["resourceVersion"] = self._next_rv()
         self._store[target.key()] = new
+        if target.kind == "CustomResourceDefinition":
+            self._crds_changed()
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
             self._remove(target.key())  # the last finalizer went: deletion completes
         return new
@@ -704,6 +777,11 @@ class FakeKubeApiServer:
             return obj
         del self._store[key]
         uid = obj["metadata"]["uid"]
+        if obj["kind"] == "CustomResourceDefinition":  # its custom resources go with it
+            kinds = {(gv, kind) for (gv, _), (kind, _) in self._served_by(obj).items()}
+            for k in [k for k, o in self._store.items() if (o["apiVersion"], o["kind"]) in kinds]:
+                self._store.pop(k, None)
+            self._crds_changed()
         if obj["kind"] == "Namespace":
             name = obj["metadata"]["name"]
             for k in [k for k, o in self._store.items() if o["metadata"].get("namespace") == name]:

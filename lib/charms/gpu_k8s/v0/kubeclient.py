@@ -47,7 +47,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 LIBID = "1c1c281a9eb64d9594fd86aa76205351"
 LIBAPI = 0
-LIBPATCH = 4
+LIBPATCH = 5
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +79,17 @@ KINDS: dict[tuple[str, str], tuple[str, bool]] = {
     ("node.k8s.io/v1", "RuntimeClass"): ("runtimeclasses", False),
     ("policy/v1", "PodDisruptionBudget"): ("poddisruptionbudgets", True),
     ("storage.k8s.io/v1", "StorageClass"): ("storageclasses", False),
+    ("scheduling.k8s.io/v1", "PriorityClass"): ("priorityclasses", False),
+    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): ("customresourcedefinitions", False),
+    ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"): (
+        "mutatingwebhookconfigurations",
+        False,
+    ),
+    ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"): (
+        "validatingwebhookconfigurations",
+        False,
+    ),
+    ("apiregistration.k8s.io/v1", "APIService"): ("apiservices", False),
 }
 
 RETRY_STATUSES = (429, 500, 502, 503, 504)
