@@ -29,6 +29,10 @@ Differences from a real API server (on purpose, to stay small and deterministic)
   computing `disruptionsAllowed`); evicted pods go like deleted ones;
 - ServiceAccount token Secrets are filled synchronously on create.
 
+`available_deployments = True` stands in for the Deployment controller and kubelet of a
+healthy cluster: every Deployment written is at once fully available for its generation
+(`status.availableReplicas` = `spec.replicas`, `observedGeneration` = generation).
+
 Custom resources are served as the real server serves them: only once a
 CustomResourceDefinition (apiextensions.k8s.io/v1) names them, for each version it marks
 `served`, cluster-scoped or namespaced as its `scope` says; until then (and after the CRD
@@ -324,6 +328,27 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return result
 
 
+# The volume source fields of a PersistentVolumeSpec (an inline union in core/v1).
+_VOLUME_SOURCES = ("nfs", "csi", "hostPath", "local", "awsElasticBlockStore", "iscsi")
+
+
+def _check_volume_source(old: dict, new: dict) -> None:
+    """A PersistentVolume's source is immutable, as ValidatePersistentVolumeUpdate says.
+
+    kubernetes/kubernetes pkg/apis/core/validation: "spec.persistentvolumesource: Forbidden:
+    spec.persistentvolumesource is immutable after creation" (terminating ones included).
+    """
+    before = {k: (old.get("spec") or {}).get(k) for k in _VOLUME_SOURCES}
+    after = {k: (new.get("spec") or {}).get(k) for k in _VOLUME_SOURCES}
+    if before != after:
+        name = old["metadata"]["name"]
+        message = (
+            f'PersistentVolume "{name}" is invalid: spec.persistentvolumesource: Forbidden: '
+            "spec.persistentvolumesource is immutable after creation"
+        )
+        raise ApiError(422, "Invalid", message, {"name": name, "kind": "PersistentVolume"})
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -360,6 +385,7 @@ class FakeKubeApiServer:
         self._thread: threading.Thread | None = None
         self.resources: dict[tuple[str, str], tuple[str, bool]] = dict(RESOURCES)
         self.status_kinds: set[str] = set(STATUS_KINDS)
+        self.available_deployments = False
         for ns in BUILTIN_NAMESPACES:
             self.put_object(f"/api/v1/namespaces/{ns}", {"metadata": {"name": ns}})
 
@@ -505,6 +531,19 @@ class FakeKubeApiServer:
         """The text `pods/<name>/log` answers (for one container, or any when empty)."""
         with self._lock:
             self._logs[(namespace, name, container)] = text
+
+    def _roll_out(self, obj: dict) -> None:
+        """With `available_deployments`, a Deployment is available at once (see above)."""
+        if not self.available_deployments or obj.get("kind") != "Deployment":
+            return
+        replicas = (obj.get("spec") or {}).get("replicas", 1)
+        obj["status"] = {
+            "observedGeneration": obj["metadata"].get("generation", 1),
+            "replicas": replicas,
+            "readyReplicas": replicas,
+            "availableReplicas": replicas,
+            "updatedReplicas": replicas,
+        }
 
     def _served_by(self, crd: dict) -> dict[tuple[str, str], tuple[str, bool]]:
         """What one CustomResourceDefinition makes the server serve."""
@@ -732,11 +771,14 @@ class FakeKubeApiServer:
         self._store[target.key(name)] = obj
         if target.kind == "CustomResourceDefinition":
             self._crds_changed()
+        self._roll_out(obj)
         return obj
 
     def _store_update(self, target: Target, old: dict, new: dict) -> dict:
         """Replace `old` by `new`, keeping identity and (per subresource) status or the rest."""
         new = copy.deepcopy(new)
+        if target.kind == "PersistentVolume" and target.sub != "status":
+            _check_volume_source(old, new)
         if target.sub == "status":
             new = {**copy.deepcopy(old), "status": new.get("status", old.get("status"))}
         elif target.kind in self.status_kinds:
@@ -764,6 +806,7 @@ class FakeKubeApiServer:
         self._store[target.key()] = new
         if target.kind == "CustomResourceDefinition":
             self._crds_changed()
+        self._roll_out(new)
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
             self._remove(target.key())  # the last finalizer went: deletion completes
         return new

@@ -20,6 +20,7 @@ is still under way, so that Juju retries it: each retry is the next poll.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -28,7 +29,7 @@ from typing import Any, TypeVar
 import efs
 import ops
 from charm_config import Config
-from directories import HELPER_IMAGE, Directories
+from directories import HELPER_IMAGE, Directories, overlaps
 from literals import CLUSTER_RULES, KUBE_API, NAMESPACED_RULES, SHARED_STORAGE
 from storage import ClaimState, Owner, Storage, claim_spec
 
@@ -226,11 +227,18 @@ class EfsStorageCharm(ops.CharmBase):
             wait=self.directory_wait,
             sleep=self.sleep,
             monotonic=self.monotonic,
+            efs_ready=observed.ready and not observed.dns_problem,
         )
         storage = Storage(kube, owner, directories)
         states: list[ClaimState] = []
         keep: set[str] = set()
-        for request in self.shared_storage.requests():
+        requests = self.shared_storage.requests()
+        overlapping = overlaps({r.app_name: r.directory for r in requests if r.directory})
+        for request in requests:
+            if request.app_name in overlapping:
+                other = overlapping[request.app_name]
+                error = f"directory {request.directory} overlaps {other}'s; ask for another"
+                request = dataclasses.replace(request, namespace=None, error=error)
             if request.namespace is None:
                 self.shared_storage.refuse(request.relation, request.error or "invalid request")
                 self._statuses.append(

@@ -60,13 +60,40 @@ JOB_DEADLINE_SECONDS = 300
 JOB_TTL_SECONDS = 86400  # Kubernetes removes a Job this charm could not delete itself
 POLL_SECONDS = 2.0
 
-# $1: where the file system's root is mounted, $2: the directory below it, $3: uid:gid.
-# Only the directory itself is chowned; chmod after chown keeps the setgid bit (FSETID).
-SCRIPT = 'set -eu; d="$1/$2"; mkdir -p "$d"; chown "$3" "$d"; chmod 2775 "$d"; ls -ldn "$d"'
+# $1: where the file system's root is mounted, $2: the directory below it (components of
+# [A-Za-z0-9._-] only, shared_storage.check_directory), $3: uid:gid. A path that crosses a
+# symbolic link is refused: a consumer owning a parent could otherwise point another's
+# directory anywhere, root included. Only the directory itself is chowned (-h: never a
+# link's target); chmod after chown keeps the setgid bit (FSETID).
+SCRIPT = (
+    'set -eu; p="$1"; for c in $(echo "$2" | tr / \' \'); do p="$p/$c"; '
+    'if [ -L "$p" ]; then echo "refusing: $p is a symbolic link" >&2; exit 1; fi; done; '
+    'd="$1/$2"; mkdir -p "$d"; chown -h "$3" "$d"; chmod 2775 "$d"; ls -ldn "$d"'
+)
 
 # What the GPU workers are tainted with (kubernetes-worker nvidia.TAINT_KEY): a cluster of
 # GPU nodes only can still run the Job.
 _GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def overlaps(directories: dict[str, str]) -> dict[str, str]:
+    """Consumers whose directory is, contains or lies in another's: consumer -> the other.
+
+    The first consumer by name keeps its directory; the others are refused (one owner per
+    tree, or one could chown what another's pods write).
+    """
+    refused: dict[str, str] = {}
+    kept: dict[str, str] = {}
+    for consumer in sorted(directories):
+        path = directories[consumer].strip("/") + "/"
+        other = next(
+            (c for c, p in kept.items() if path.startswith(p) or p.startswith(path)), None
+        )
+        if other is None:
+            kept[consumer] = path
+        else:
+            refused[consumer] = other
+    return refused
 
 
 def efs_path(root: str, directory: str | None) -> str:
@@ -161,7 +188,11 @@ def _condition(job: dict, kind: str) -> dict | None:
 
 
 class Directories:
-    """Runs the Jobs that make consumers' directories, waiting a bounded time for each."""
+    """Runs the Jobs that make consumers' directories, waiting a bounded time for each.
+
+    Nothing runs until `efs_ready` (every mount target available, the VPC's DNS on): the
+    Job's pod mounts the file system by its DNS name like any consumer.
+    """
 
     def __init__(
         self,
@@ -173,7 +204,9 @@ class Directories:
         wait: float,
         sleep: Callable[[float], None],
         monotonic: Callable[[], float],
+        efs_ready: bool = True,
     ):
+        self.efs_ready = efs_ready
         self.kube = kube
         self.owner = owner
         self.namespace = namespace
@@ -189,6 +222,10 @@ class Directories:
         again (the operator fixes the cause: a file system policy that squashes root, a
         node that cannot reach the mount target).
         """
+        if not self.efs_ready:  # its pod could not mount the file system yet
+            return Preparation(
+                done=False, problem=f"{spec.path} for {spec.consumer} is made once EFS is ready"
+            )
         manifest = job_manifest(self.owner, spec, namespace=self.namespace, image=self.image)
         name = manifest["metadata"]["name"]
         job = self.kube.get("batch/v1", "Job", name, self.namespace)

@@ -29,7 +29,8 @@ logger = logging.getLogger(__name__)
 
 TAG_MODEL = "gpu-k8s:model"
 # The tag Juju puts on every instance it starts (juju/juju provider/ec2: instances carry
-# `juju-model-uuid` and `juju-controller-uuid`).
+# `juju-model-uuid` and `juju-controller-uuid`). Only read: Juju's `destroy-model` picks the
+# instances it terminates by this tag, so nobody should be told to set it by hand.
 JUJU_MODEL_TAG = "juju-model-uuid"
 TAG_APP = "gpu-k8s:application"
 NFS_PORT = 2049
@@ -1296,9 +1297,9 @@ def _cluster_vpc(
         tied = sorted(v for v, n in ranked if n == ranked[0][1])
         raise AwsConfigError(
             f"the cluster nodes' private IPs match instances in several VPCs "
-            f"({', '.join(tied)}) and none is tagged {JUJU_MODEL_TAG} with this model's "
-            "uuid; tag the cluster's instances so, or register the nodes with their "
-            "providerID (aws:///<zone>/<instance id>)"
+            f"({', '.join(tied)}) and none is a Juju machine of this model (tag "
+            f"{JUJU_MODEL_TAG}); register the nodes with their providerID "
+            "(aws:///<zone>/<instance id>)"
         )
     return ranked[0][0] if ranked else None
 

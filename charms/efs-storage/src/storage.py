@@ -311,8 +311,19 @@ class Storage:
     ) -> ClaimState:
         """Replace (when `moving`), create or repair the pair, once nothing stands in the way."""
         if moving:
-            logger.info("moving claim %s to %s:%s", spec.key, spec.file_system_id, spec.path)
-            self._delete_pair(spec.namespace, spec.claim_name, spec.volume_name)
+            # A volume's source is immutable and a deleted one lingers (pv-protection) until
+            # its claim is gone: the new pair is made on a later event, once it went.
+            if not (live_volume or {}).get("metadata", {}).get("deletionTimestamp"):
+                logger.info("moving claim %s to %s:%s", spec.key, spec.file_system_id, spec.path)
+                self._delete_pair(spec.namespace, spec.claim_name, spec.volume_name)
+            if self.kube.get("v1", "PersistentVolume", spec.volume_name) is not None:
+                return ClaimState(
+                    spec,
+                    "",
+                    f"moving claim {spec.key} to {spec.file_system_id}:{spec.path}: "
+                    "waiting for the old volume to go",
+                    waiting=True,
+                )
             live_volume = live_claim = None
         if live_volume is None or not _volume_matches(live_volume, spec, self.owner):
             logger.info("applying PersistentVolume %s", spec.volume_name)

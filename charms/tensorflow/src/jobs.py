@@ -349,6 +349,22 @@ class Context:
     user: tuple[int, int] = (1000, 1000)
 
     @property
+    def identity_env(self) -> dict[str, str]:
+        """Environment for a user the image has no passwd entry for (empty for root).
+
+        Programs that write under ~ (Keras' cache, pip --user) get a writable HOME, and
+        `getpass.getuser()` (which reads LOGNAME and USER first) a name; a job's own env
+        wins.
+        """
+        if self.user[0] == 0:
+            return {}
+        return {"HOME": "/tmp", "USER": self.app, "LOGNAME": self.app}
+
+    def identity_env_list(self) -> list[dict[str, str]]:
+        """`identity_env` as a container's `env`."""
+        return [{"name": k, "value": v} for k, v in self.identity_env.items()]
+
+    @property
     def pod_security(self) -> dict[str, Any]:
         """The pod securityContext: the `run-as` user and group, never a privilege gain."""
         uid, gid = self.user
@@ -446,10 +462,7 @@ def _env(request: TrainRequest, role: str, ctx: Context) -> list[dict]:
         "GPU_K8S_STEPS": str(request.steps),
         "PYTHONUNBUFFERED": "1",
     }
-    # A user without a home directory in the image: programs that write under ~ (Keras'
-    # cache, pip --user) get a writable one unless the job's env names another.
-    home = {"HOME": "/tmp"} if ctx.user[0] != 0 else {}
-    merged = {**home, **parse_env(request.env), **fixed}
+    merged = {**ctx.identity_env, **parse_env(request.env), **fixed}
     return [{"name": k, "value": v} for k, v in merged.items()]
 
 
@@ -531,6 +544,7 @@ def tensorboard(request: TrainRequest, ctx: Context) -> list[dict]:
                         {
                             "name": "tensorboard",
                             "image": ctx.pulled(ctx.tensorboard_image),
+                            "env": ctx.identity_env_list(),
                             "command": [
                                 "tensorboard",
                                 "--logdir",
@@ -599,6 +613,7 @@ def purge_job(job: str, ctx: Context) -> dict:
                         {
                             "name": "purge",
                             "image": ctx.pulled(ctx.default_image),
+                            "env": ctx.identity_env_list(),
                             "command": ["rm", "-rf", "--", f"{DATA_MOUNT}/jobs/{job}"],
                             "volumeMounts": [{"name": "data", "mountPath": DATA_MOUNT}],
                         }

@@ -309,3 +309,77 @@ def test_the_job_manifest_is_valid_kubernetes():
     job = directories.job_manifest(owner, spec, namespace=APP, image="busybox:1.37.0")
     kubernetes_validate.validate(job, "1.33", strict=True)
     assert len(job["metadata"]["name"]) <= 63
+
+
+def test_a_new_directory_waits_for_the_old_volume_to_go_before_making_the_new_one(
+    ctx, env, jobs, monkeypatch
+):
+    env.add_node("us-east-1a")
+    jobs.outcome = "Complete"
+    monkeypatch.setattr(charm.EfsStorageCharm, "directory_wait", 10.0)
+    ctx.run(ctx.on.install(), _state(env))
+    env.bind("training", "efs-storage-tensorflow")
+    old = _volume(env)
+    # The StorageObjectInUseProtection admission plugin gives every PV this finalizer; the
+    # pv-protection controller lifts it only once no claim is bound to the volume.
+    path = f"/api/v1/persistentvolumes/{old['metadata']['name']}"
+    env.api.put_object(path, {**old, "metadata": {**old["metadata"], "finalizers": [PV_GUARD]}})
+    out = ctx.run(ctx.on.update_status(), _state(env, {**OWN, "directory": "tf2"}))
+    assert out.unit_status.name == "waiting", out.unit_status.message
+    assert "waiting for the old volume" in out.unit_status.message
+    lingering = env.pv(old["metadata"]["name"])
+    assert lingering["metadata"].get("deletionTimestamp")  # terminating, source unchanged
+    assert lingering["spec"]["nfs"]["path"] == "/tensorflow"
+    out = ctx.run(ctx.on.update_status(), out)  # still there: nothing is sent again
+    assert out.unit_status.name == "waiting"
+    gone = {**lingering, "metadata": {**lingering["metadata"], "finalizers": []}}
+    env.api.put_object(path, gone)
+    env.api.delete_object(path)  # what the controller's finalizer removal completes
+    out = ctx.run(ctx.on.update_status(), out)
+    assert _volume(env)["spec"]["nfs"]["path"] == "/tf2"
+
+
+PV_GUARD = "kubernetes.io/pv-protection"
+
+
+def test_no_job_runs_before_the_mount_targets_are_available(ctx, env, jobs):
+    env.add_node("us-east-1a")
+    env.proxy.creating_describes = {"file-system": 0, "mount-target": 1}
+    out = ctx.run(ctx.on.install(), _state(env))
+    assert jobs.jobs() == []
+    assert out.unit_status.name == "waiting"
+    out = ctx.run(ctx.on.update_status(), out)
+    assert jobs.jobs() == [] and "once EFS is ready" in out.unit_status.message
+    ctx.run(ctx.on.update_status(), out)  # the mount targets are available now
+    assert len(jobs.jobs()) == 1
+
+
+def test_the_jobs_script_refuses_a_path_through_a_symbolic_link(tmp_path, me):
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "teams").symlink_to(tmp_path / "elsewhere")
+    done = _run_script(str(tmp_path), "teams/tf", me())
+    assert done.returncode == 1
+    assert "refusing: " in done.stderr and "teams is a symbolic link" in done.stderr
+    assert not (tmp_path / "elsewhere" / "tf").exists()
+
+
+def test_consumers_asking_for_overlapping_directories_are_refused_but_the_first(ctx, env, jobs):
+    env.add_node("us-east-1a")
+    env.add_namespace("research")
+    relations = [
+        env.kube_api_relation(),
+        storage_relation("tensorflow", "training", directory="teams"),
+        storage_relation("notebook", "research", directory="teams/nb"),
+    ]
+    out = ctx.run(ctx.on.install(), env.state(relations=relations))
+    answers = {
+        r.remote_app_name: dict(r.local_app_data)
+        for r in out.relations
+        if r.endpoint == "shared-storage"
+    }
+    assert "error" not in answers["notebook"]  # first by name keeps it
+    assert answers["tensorflow"]["error"] == "directory teams overlaps notebook's; ask for another"
+    assert [j["spec"]["template"]["spec"]["containers"][0]["args"][1] for j in jobs.jobs()] == [
+        "teams/nb"
+    ]
+    assert directories.overlaps({"a": "x", "b": "xy", "c": "x/y", "d": "z"}) == {"c": "a"}

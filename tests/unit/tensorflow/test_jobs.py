@@ -129,7 +129,9 @@ def test_every_pod_runs_as_the_run_as_user_with_a_writable_home():
         }
     worker = jobs.role_job(request(job="w"), CTX, "worker")["spec"]["template"]["spec"]
     env = {e["name"]: e["value"] for e in worker["containers"][0]["env"]}
-    assert env["HOME"] == "/tmp"
+    assert (env["HOME"], env["USER"], env["LOGNAME"]) == ("/tmp", "tensorflow", "tensorflow")
+    for pod in pods[-2:]:  # tensorboard and purge too
+        assert {"name": "HOME", "value": "/tmp"} in pod["containers"][0]["env"]
     own_home = {e["name"]: e["value"] for e in pods[0]["containers"][0]["env"]}
     assert own_home["HOME"] == "/data/home"  # the job's env wins
     root = jobs.Context("tf", "tensorflow", "c", "tf:1", "tb:1", user=(0, 0))
