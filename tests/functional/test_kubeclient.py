@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from charms.gpu_k8s.v0.kubeclient import CORDON_ANNOTATION, Kube, KubeError, load_kubeconfig
+from fakes.addons import crd
 from fakes.kube_apiserver import FakeKubeApiServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -732,29 +733,6 @@ def test_a_kind_the_server_does_not_print_is_a_clear_error(kube: Kube):
         kube.table("v1", "Pod", "default")
 
 
-def _crd(group: str, kind: str, plural: str, scope: str, versions: list[str]) -> dict:
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.{group}"},
-        "spec": {
-            "group": group,
-            "scope": scope,
-            "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
-            "versions": [
-                {
-                    "name": v,
-                    "served": True,
-                    "storage": i == 0,
-                    "schema": {"openAPIV3Schema": {"type": "object"}},
-                    "subresources": {"status": {}},
-                }
-                for i, v in enumerate(versions)
-            ],
-        },
-    }
-
-
 def test_custom_resources_are_served_only_while_their_crd_exists(
     kube: Kube, kube_api: FakeKubeApiServer
 ):
@@ -769,10 +747,10 @@ def test_custom_resources_are_served_only_while_their_crd_exists(
     with pytest.raises(KubeError) as missing:
         kube.apply(widget, field_manager="t")
     assert missing.value.status == 404  # as a real server before the CRD exists
-    crd = kube.apply(
-        _crd("example.io", "Widget", "widgets", "Namespaced", ["v1"]), field_manager="t"
+    defined = kube.apply(
+        crd("example.io", "Widget", "widgets", "Namespaced", ["v1"]), field_manager="t"
     )
-    assert {c["type"] for c in crd["status"]["conditions"]} >= {"Established"}
+    assert {c["type"] for c in defined["status"]["conditions"]} >= {"Established"}
     kube.apply(widget, field_manager="t")
     kube.patch("example.io/v1", "Widget", "w", {"status": {"ok": True}}, "work")
     assert present(kube.get("example.io/v1", "Widget", "w", "work"))["spec"] == {"size": 1}
@@ -780,5 +758,5 @@ def test_custom_resources_are_served_only_while_their_crd_exists(
     with pytest.raises(KubeError) as gone:
         kube.list("example.io/v1", "Widget", "work")
     assert gone.value.status == 404
-    kube.apply(_crd("example.io", "Widget", "widgets", "Namespaced", ["v1"]), field_manager="t")
+    kube.apply(crd("example.io", "Widget", "widgets", "Namespaced", ["v1"]), field_manager="t")
     assert kube.get("example.io/v1", "Widget", "w", "work") is None  # deleted with its CRD

@@ -47,6 +47,27 @@ async def test_cluster_info_lists_every_node(ops_test):
     assert "nodes" in action.results
 
 
+async def test_batch_engines_run_and_kueue_knows_the_cohort(ops_test):
+    """JobSet and Kueue from their release manifests: controllers up, cluster objects made."""
+    unit = ops_test.model.applications[CONTROL_PLANE].units[0].name
+    kubectl = ["sudo", "kubectl", "--kubeconfig", "/etc/kubernetes/admin.conf"]
+    for namespace, deployment in (
+        ("jobset-system", "jobset-controller-manager"),
+        ("kueue-system", "kueue-controller-manager"),
+    ):
+        code, out, err = await ops_test.juju(
+            "ssh", unit, *kubectl, "-n", namespace, "rollout", "status",
+            f"deployment/{deployment}", "--timeout=300s",
+        )  # fmt: skip
+        assert code == 0, err or out
+    code, out, err = await ops_test.juju(
+        "ssh", unit, *kubectl, "get", "cohorts.kueue.x-k8s.io,resourceflavors.kueue.x-k8s.io",
+        "-o", "name",
+    )  # fmt: skip
+    assert code == 0, err
+    assert "cohort.kueue.x-k8s.io/gpu-k8s" in out and "resourceflavor.kueue.x-k8s.io/cpu" in out
+
+
 async def test_add_unit_joins_and_remove_unit_drains(ops_test):
     app = ops_test.model.applications[WORKER]
     await app.add_unit(count=1)

@@ -15,9 +15,10 @@ The reconcile reads top to bottom here; its parts live next to it:
   standing in for it) and etcd membership after a unit leaves;
 - `fleet.py`: the workers (registry, node readiness, departed nodes, what they are told);
 - `access.py`: kube-api consumers, the workers' credentials, the operator's way in;
+- `addons.py`: what the leader runs in the cluster (CNI, NVIDIA add-ons, JobSet, Kueue);
 - `bootstrap.py`, `etcd.py`, `rbac.py`, `device_plugin.py`, `mig_manager.py`,
-  `flannel.py`, `image_registry.py`, `cluster_info.py`, `registry.py`, `rolling.py`: what
-  they run or decide, without ops.
+  `flannel.py`, `batch_engines.py`, `kueue.py`, `image_registry.py`, `cluster_info.py`,
+  `registry.py`, `rolling.py`: what they run or decide, without ops.
 """
 
 from __future__ import annotations
@@ -26,27 +27,25 @@ import datetime
 import json
 import logging
 import time
+import urllib.request
 from typing import Any
 
 import bootstrap
 import cluster_info
-import device_plugin
 import etcd
-import flannel
 import image_registry
-import mig_manager
 import node
 import ops
 import registry
 import rolling
 from access import Access
+from addons import Addons
 from errors import StatusError, status_of
 from fleet import Fleet
 from literals import (
     ADMIN_SECRET_LABEL,
     API_PORT,
     DRAIN_TIMEOUT_SECONDS,
-    FIELD_MANAGER,
     KUBE_API,
     PEERS,
     WORKERS,
@@ -104,6 +103,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
     clock = staticmethod(_now)
     drain_clock = staticmethod(time.monotonic)
     drain_sleep = staticmethod(time.sleep)
+    url_opener = staticmethod(urllib.request.urlopen)
     _stored = ops.StoredState()
 
     def __init__(self, framework: ops.Framework):
@@ -115,6 +115,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         self.membership = Membership(self)
         self.access = Access(self)
         self.fleet = Fleet(self)
+        self.addons = Addons(self)
         self._host: Host | None = None
         self._kube: Any = None
         self._problem: ops.StatusBase | None = None
@@ -393,16 +394,19 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         token = self.membership.rotate_token_if_due(config, bag, join, content)
         self.membership.reupload_certs_if_needed(bag, content["certificate-key"], peers)
         self._keep_image_registry(config, bag)
-        self._apply_cni(config, bag)
+        self.addons.apply_cni(config, bag)
         control_plane_done = self._upgrade_control_plane(config, peers)
         self.membership.prune_etcd(peers, event)
         added = self.fleet.sync(bag, event)
         self.fleet.observe_nodes(peers, event, added)
         self.fleet.publish(config, peers, token, control_plane_done)
-        self._apply_device_plugin(config, bag)
-        self._apply_mig_manager(config, bag)
+        self.addons.apply_device_plugin(config, bag)
+        self.addons.apply_mig_manager(config, bag)
         self.access.serve_kube_api(bag)
         self.access.reach(config, peers, leader=True)
+        pending = self.addons.apply_batch_engines(config, bag)  # last: may block
+        if pending:
+            self._notes.append(f"waiting for {', '.join(pending)}")
 
     def _keep_image_registry(self, config: Config, bag: ops.RelationDataContent) -> None:
         """Keep kubeadm-config's image repositories on `image-registry` for joins and upgrades."""
@@ -416,59 +420,6 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             where = config.image_registry or "the upstream registries"
             logger.info("kubeadm-config: joins and upgrades pull from %s", where)
         bag["image-registry"] = want
-
-    def _apply_cni(self, config: Config, bag: ops.RelationDataContent) -> None:
-        want = flannel.fingerprint(config.pod_cidr, config.image_registry)
-        if bag.get("cni") == want:
-            return
-        kube = self._kube_client()
-        for manifest in flannel.manifests(config.pod_cidr, config.image_registry):
-            kube.apply(manifest, field_manager=FIELD_MANAGER)
-        bag["cni"] = want
-        logger.info("applied %s", want)
-
-    def _apply_device_plugin(self, config: Config, bag: ops.RelationDataContent) -> None:
-        """Run the NVIDIA device plugin while any worker reports GPUs; remove it after."""
-        gpus = bool(registry.Registry.load(bag).gpu_workers)
-        objects = device_plugin.manifests(
-            config.mig_strategy, config.gpu_time_slicing_replicas, config.image_registry
-        )
-        want = device_plugin.fingerprint(objects) if gpus else ""
-        if bag.get("device-plugin", "") == want:
-            return
-        kube = self._kube_client()
-        if want:
-            for manifest in objects:
-                kube.apply(manifest, field_manager=FIELD_MANAGER)
-            bag["device-plugin"] = want
-            logger.info("applied the NVIDIA device plugin %s", want)
-            return
-        for manifest in reversed(objects):
-            meta = manifest["metadata"]
-            kube.delete(
-                manifest["apiVersion"], manifest["kind"], meta["name"], meta.get("namespace")
-            )
-        del bag["device-plugin"]
-        logger.info("removed the NVIDIA device plugin: no worker reports GPUs any more")
-
-    def _apply_mig_manager(self, config: Config, bag: ops.RelationDataContent) -> None:
-        """Run NVIDIA's MIG manager once a worker reports MIG-capable GPUs; keep it after.
-
-        Applied again when the config generated from the workers' models changes (or the
-        pin, or `image-registry`); nothing is removed when those workers go.
-        """
-        gpus = [mig_manager.MigGpu(*g) for g in registry.Registry.load(bag).mig_gpus()]
-        if not gpus:
-            return
-        objects = mig_manager.manifests(gpus, config.image_registry)
-        want = mig_manager.fingerprint(objects)
-        if bag.get("mig-manager") == want:
-            return
-        kube = self._kube_client()
-        for manifest in objects:
-            kube.apply(manifest, field_manager=FIELD_MANAGER)
-        bag["mig-manager"] = want
-        logger.info("applied the NVIDIA MIG manager %s for %d GPU models", want, len(gpus))
 
     def _upgrade_control_plane(self, config: Config, peers: ops.Relation) -> bool:
         """Move the control plane to `kubernetes-version`, one unit at a time.

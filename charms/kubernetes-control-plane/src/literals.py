@@ -3,6 +3,8 @@
 
 """Constants of the kubernetes-control-plane charm: paths, names, pinned versions."""
 
+from batch_engines import Release
+
 from charms.gpu_k8s.v0.kubeadm import ADMIN_CONF  # noqa: F401  (one name for one path)
 
 APP_NAME = "kubernetes-control-plane"
@@ -31,6 +33,33 @@ ETCD_MANIFEST = "/etc/kubernetes/manifests/etcd.yaml"
 FLANNEL_VERSION = "v0.27.4"
 FLANNEL_CNI_PLUGIN_VERSION = "v1.8.0-flannel1"
 POD_CIDR_PLACEHOLDER = "__POD_CIDR__"
+
+# Batch engines, pinned 2026-11-23 to the newest releases in the upstream snapshots read
+# (JobSet's of 2026-08-18, Kueue's of 2026-08-20). Both READMEs install with `kubectl apply
+# --server-side -f https://github.com/kubernetes-sigs/<project>/releases/download/<tag>/
+# manifests.yaml`; names from their config/default kustomizations at the tags. Kueue
+# v0.19.2 is built against JobSet v0.12.0 (its go.mod) and tests with it on Kubernetes
+# 1.34-1.36 (hack/make/test.mk); 1.37 is not in either project's test matrix yet.
+JOBSET = Release(
+    name="jobset",
+    version="v0.12.0",  # tagged 2026-05-08; image registry.k8s.io/jobset/jobset:v0.12.0
+    upstream_url=(
+        "https://github.com/kubernetes-sigs/jobset/releases/download/v0.12.0/manifests.yaml"
+    ),
+    namespace="jobset-system",
+    deployment="jobset-controller-manager",
+)
+KUEUE = Release(
+    name="kueue",
+    version="v0.19.2",  # tagged 2026-08-20; image registry.k8s.io/kueue/kueue:v0.19.2
+    upstream_url=(
+        "https://github.com/kubernetes-sigs/kueue/releases/download/v0.19.2/manifests.yaml"
+    ),
+    namespace="kueue-system",
+    deployment="kueue-controller-manager",
+    config_map="kueue-manager-config",
+    config_key="controller_manager_config.yaml",
+)
 
 ADMISSION_PLUGINS = ("NodeRestriction", "ExtendedResourceToleration")
 

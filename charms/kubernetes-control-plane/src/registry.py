@@ -144,6 +144,10 @@ class Registry:
         """Workers that reported GPUs."""
         return [w for w in self.workers.values() if w.gpus]
 
+    def gpu_models(self) -> list[str]:
+        """Every GPU model the workers report, once, sorted."""
+        return sorted({m for w in self.workers.values() for m, n in w.models.items() if n})
+
     def mig_gpus(self) -> list[tuple[str, str | None, dict[str, int]]]:
         """Each MIG-capable model the workers report, as (model, PCI id, profiles), once."""
         seen: dict[str, tuple[str, str | None, dict[str, int]]] = {}

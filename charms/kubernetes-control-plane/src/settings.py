@@ -20,6 +20,7 @@ from charms.gpu_k8s.v0 import images, kubeadm
 from charms.gpu_k8s.v0.config import ActionParams, CharmConfig
 
 _MIRROR = re.compile(r"^https?://[^\s/]+(/\S*)?$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 # A DNS name a certificate may carry: RFC 1123 labels, a wildcard first label allowed
 # (kubeadm validates certSANs the same way: IsDNS1123Subdomain or its wildcard form).
 _DNS_NAME = re.compile(
@@ -54,6 +55,11 @@ class Config(CharmConfig):
     mig_strategy: str = "none"
     gpu_time_slicing_replicas: int = 1
     image_registry: str = ""
+    batch_engines: bool = True
+    addons_mirror: str = ""
+    jobset_sha256: str = ""
+    kueue_sha256: str = ""
+    pods_ready_timeout: int = 10
 
     @pydantic.field_validator("kubernetes_version")
     @classmethod
@@ -110,6 +116,27 @@ class Config(CharmConfig):
     @classmethod
     def _registry(cls, value: str) -> str:
         return images.validate_registry(value)
+
+    @pydantic.field_validator("addons_mirror")
+    @classmethod
+    def _addons_mirror(cls, value: str) -> str:
+        if value and not _MIRROR.match(value):
+            raise ValueError("must be empty or an http(s) URL prefix such as https://host/addons")
+        return value.rstrip("/")
+
+    @pydantic.field_validator("jobset_sha256", "kueue_sha256")
+    @classmethod
+    def _sha256(cls, value: str) -> str:
+        if value and not _SHA256.match(value.lower()):
+            raise ValueError("must be empty or 64 hexadecimal digits (a sha256)")
+        return value.lower()
+
+    @pydantic.field_validator("pods_ready_timeout")
+    @classmethod
+    def _pods_ready(cls, value: int) -> int:
+        if not 1 <= value <= 1440:
+            raise ValueError("must be between 1 and 1440 (minutes)")
+        return value
 
     @pydantic.field_validator("join_token_ttl")
     @classmethod

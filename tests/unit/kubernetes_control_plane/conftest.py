@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+import addons
 import pytest
 from ops import testing
 
 import charm
+from fakes.addons import ManifestServer
 from fakes.control_plane import Clock, ControlPlaneMachine, existing_cluster
 from fakes.etcd import EtcdPki, FakeEtcd
 from fakes.kube_apiserver import FakeKubeApiServer
@@ -14,7 +18,25 @@ from fakes.kube_apiserver import FakeKubeApiServer
 @pytest.fixture
 def api():
     with FakeKubeApiServer() as server:
+        server.available_deployments = True  # a healthy cluster's controllers roll them out
         yield server
+
+
+@pytest.fixture(scope="session")
+def release_server():
+    with ManifestServer() as server:
+        yield server
+
+
+@pytest.fixture(autouse=True)
+def releases(release_server, monkeypatch):
+    """The batch engines' release assets, served from 127.0.0.1 instead of GitHub."""
+    release_server.requests.clear()
+    for name in ("JOBSET", "KUEUE"):
+        release = getattr(addons, name)
+        local = f"{release_server.url}{release_server.path(release.name)}"
+        monkeypatch.setattr(addons, name, dataclasses.replace(release, upstream_url=local))
+    return release_server
 
 
 @pytest.fixture

@@ -1,0 +1,188 @@
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""What the leader runs in the cluster beyond kubeadm: CNI, NVIDIA add-ons, batch engines.
+
+Each add-on is applied when what decides it (pin, config, the workers' GPUs) differs from
+what the peer application databag says was applied last, so an event with nothing new
+sends no request. The manifests and decisions live in `flannel.py`, `device_plugin.py`,
+`mig_manager.py` and `batch_engines.py`; this module is their ops side.
+
+Batch engines (JobSet, Kueue) come last in the leader's reconcile: a download that fails or
+a manifest whose sha256 is not the pinned one makes the unit Blocked naming the add-on, and
+everything before (workers, kube-api consumers) is already served.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import batch_engines
+import device_plugin
+import flannel
+import kueue
+import mig_manager
+import ops
+import registry
+from errors import StatusError
+from literals import FIELD_MANAGER, JOBSET, KUEUE
+from settings import Config
+
+if TYPE_CHECKING:
+    from charm import KubernetesControlPlaneCharm
+
+logger = logging.getLogger(__name__)
+
+
+class Addons:
+    """Applies the cluster's add-ons from the leader."""
+
+    def __init__(self, charm: KubernetesControlPlaneCharm):
+        self.charm = charm
+
+    def _kube(self) -> Any:
+        return self.charm._kube_client()
+
+    def apply_cni(self, config: Config, bag: ops.RelationDataContent) -> None:
+        """flannel, with this cluster's pod network and registry."""
+        want = flannel.fingerprint(config.pod_cidr, config.image_registry)
+        if bag.get("cni") == want:
+            return
+        kube = self._kube()
+        for manifest in flannel.manifests(config.pod_cidr, config.image_registry):
+            kube.apply(manifest, field_manager=FIELD_MANAGER)
+        bag["cni"] = want
+        logger.info("applied %s", want)
+
+    def apply_device_plugin(self, config: Config, bag: ops.RelationDataContent) -> None:
+        """Run the NVIDIA device plugin while any worker reports GPUs; remove it after."""
+        gpus = bool(registry.Registry.load(bag).gpu_workers)
+        objects = device_plugin.manifests(
+            config.mig_strategy, config.gpu_time_slicing_replicas, config.image_registry
+        )
+        want = device_plugin.fingerprint(objects) if gpus else ""
+        if bag.get("device-plugin", "") == want:
+            return
+        kube = self._kube()
+        if want:
+            for manifest in objects:
+                kube.apply(manifest, field_manager=FIELD_MANAGER)
+            bag["device-plugin"] = want
+            logger.info("applied the NVIDIA device plugin %s", want)
+            return
+        for manifest in reversed(objects):
+            meta = manifest["metadata"]
+            kube.delete(
+                manifest["apiVersion"], manifest["kind"], meta["name"], meta.get("namespace")
+            )
+        del bag["device-plugin"]
+        logger.info("removed the NVIDIA device plugin: no worker reports GPUs any more")
+
+    def apply_mig_manager(self, config: Config, bag: ops.RelationDataContent) -> None:
+        """Run NVIDIA's MIG manager once a worker reports MIG-capable GPUs; keep it after.
+
+        Applied again when the config generated from the workers' models changes (or the
+        pin, or `image-registry`); nothing is removed when those workers go.
+        """
+        gpus = [mig_manager.MigGpu(*g) for g in registry.Registry.load(bag).mig_gpus()]
+        if not gpus:
+            return
+        objects = mig_manager.manifests(gpus, config.image_registry)
+        want = mig_manager.fingerprint(objects)
+        if bag.get("mig-manager") == want:
+            return
+        kube = self._kube()
+        for manifest in objects:
+            kube.apply(manifest, field_manager=FIELD_MANAGER)
+        bag["mig-manager"] = want
+        logger.info("applied the NVIDIA MIG manager %s for %d GPU models", want, len(gpus))
+
+    # -- batch engines --------------------------------------------------------------------
+
+    def apply_batch_engines(self, config: Config, bag: ops.RelationDataContent) -> list[str]:
+        """JobSet, Kueue and the cluster-wide Kueue objects; returns what is not ready yet.
+
+        Raises:
+            StatusError: Blocked when a release cannot be downloaded or is not the pinned
+                one (nothing of it is applied).
+        """
+        if not config.batch_engines:
+            return []
+        settings = batch_engines.Settings(
+            registry=config.image_registry,
+            pods_ready_timeout_minutes=config.pods_ready_timeout,
+        )
+        pending = []
+        releases = (
+            (JOBSET, config.jobset_sha256, None),
+            (KUEUE, config.kueue_sha256, kueue.configure),
+        )
+        for release, sha256, configure in releases:
+            problem = self._apply_release(release, config, sha256, settings, configure, bag)
+            if problem:
+                pending.append(f"{release.name} ({problem})")
+        if not pending:
+            self._apply_kueue_objects(config, bag)
+        return pending
+
+    def _apply_release(
+        self,
+        release: batch_engines.Release,
+        config: Config,
+        sha256: str,
+        settings: batch_engines.Settings,
+        configure: Callable[[str, batch_engines.Settings], str] | None,
+        bag: ops.RelationDataContent,
+    ) -> str | None:
+        """Apply `release` when what decides it changed; None once its controller is ready."""
+        key = batch_engines.want_key(release, config.addons_mirror, sha256, settings)
+        field = f"addon-{release.name}"
+        if bag.get(field) != key:
+            url = release.url(config.addons_mirror)
+            try:
+                data = batch_engines.download(url, opener=self.charm.url_opener)
+                digest = batch_engines.verify(release, data, sha256)
+                objects = batch_engines.customise(
+                    release, batch_engines.parse(release, data), settings, configure
+                )
+            except batch_engines.AddonError as e:
+                raise StatusError(ops.BlockedStatus(f"{release.name}: {e}")) from None
+            kube = self._kube()
+            for obj in objects:
+                kube.apply(obj, field_manager=FIELD_MANAGER)
+            bag[field] = key
+            bag.pop(f"{field}-ready", None)
+            logger.info(
+                "applied %s %s from %s (sha256 %s, %d objects)",
+                release.name,
+                release.version,
+                url,
+                digest,
+                len(objects),
+            )
+        if bag.get(f"{field}-ready") == key:
+            return None
+        deployment = self._kube().get(
+            "apps/v1", "Deployment", release.deployment, release.namespace
+        )
+        problem = batch_engines.readiness(deployment)
+        if problem is None:
+            bag[f"{field}-ready"] = key
+            logger.info("%s %s is ready", release.name, release.version)
+        return problem
+
+    def _apply_kueue_objects(self, config: Config, bag: ops.RelationDataContent) -> None:
+        """The cohort, priorities and ResourceFlavors (one per GPU model, one for CPUs)."""
+        models = registry.Registry.load(bag).gpu_models()
+        objects = kueue.cluster_objects(models, shared=config.gpu_time_slicing_replicas > 1)
+        want = kueue.fingerprint(objects)
+        if bag.get("kueue-objects") == want:
+            return
+        kube = self._kube()
+        kueue.add_kinds(kube)
+        for obj in objects:
+            kube.apply(obj, field_manager=FIELD_MANAGER)
+        bag["kueue-objects"] = want
+        logger.info("applied Kueue's ResourceFlavors for %s", ", ".join(models) or "CPUs only")

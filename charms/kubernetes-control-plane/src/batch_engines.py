@@ -1,0 +1,231 @@
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""The cluster's batch engines, JobSet and Kueue, from their upstream release manifests.
+
+No ops here. The leader downloads each pinned release's `manifests.yaml` (from GitHub, or
+`addons-mirror` on air-gapped sites), logs its sha256 and, when config pins one, refuses
+anything else; then it makes the objects this cluster's and applies them with server-side
+apply, as both projects' install guides do (`kubectl apply --server-side -f
+.../manifests.yaml`; their CRDs are too large for client-side apply's annotation).
+
+What is changed in the upstream objects, and nothing else:
+- container images move below `image-registry` (images.mirrored);
+- the controllers tolerate the control-plane taint, so they run before any worker joins
+  and never compete with training pods for a GPU node;
+- Kueue's manager configuration gets `waitForPodsReady` (a job whose pods do not all run
+  within the timeout is evicted and requeued, releasing its quota) and the JobSet
+  integration; its Deployment's pod template carries a digest of that configuration, so a
+  change rolls the controller (Kueue reads its configuration only when it starts).
+
+Nothing is downloaded or applied while the pinned version, the source, the expected
+sha256, the registry and the settings stay what was applied last (`Applied.key`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+import yaml
+
+from charms.gpu_k8s.v0.images import mirrored
+
+logger = logging.getLogger(__name__)
+
+MAX_MANIFEST_BYTES = 32 * 1024 * 1024
+DOWNLOAD_TIMEOUT_SECONDS = 60
+CONFIG_DIGEST_ANNOTATION = "gpu-k8s.io/config-sha256"
+CONTROL_PLANE_TOLERATION = {
+    "key": "node-role.kubernetes.io/control-plane",
+    "operator": "Exists",
+    "effect": "NoSchedule",
+}
+# Applied first so that what follows finds its namespace and its kinds; webhooks last, so
+# that nothing else is refused while their service is not up yet.
+_FIRST = ("Namespace", "CustomResourceDefinition")
+_LAST = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "APIService")
+
+
+@dataclasses.dataclass(frozen=True)
+class Release:
+    """One pinned upstream release and where its controller runs."""
+
+    name: str
+    version: str
+    upstream_url: str
+    namespace: str
+    deployment: str
+    config_map: str | None = None
+    config_key: str | None = None
+
+    def url(self, mirror: str) -> str:
+        """The manifest's URL: upstream, or `<mirror>/<name>/<version>/manifests.yaml`."""
+        if not mirror:
+            return self.upstream_url
+        return f"{mirror.rstrip('/')}/{self.name}/{self.version}/manifests.yaml"
+
+
+class AddonError(Exception):
+    """The release cannot be applied as asked (the operator fixes it); nothing was applied."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """What this cluster asks of the engines beyond their defaults."""
+
+    registry: str = ""
+    pods_ready_timeout_minutes: int = 10
+
+
+def want_key(release: Release, mirror: str, sha256: str, settings: Settings) -> str:
+    """What decides whether `release` must be (re)applied; stored once it was."""
+    return json.dumps(
+        [release.version, release.url(mirror), sha256, dataclasses.asdict(settings)],
+        sort_keys=True,
+    )
+
+
+def download(
+    url: str,
+    *,
+    opener: Callable[..., Any] = urllib.request.urlopen,
+    timeout: float = DOWNLOAD_TIMEOUT_SECONDS,
+) -> bytes:
+    """The bytes at `url` (at most MAX_MANIFEST_BYTES); AddonError saying why not."""
+    try:
+        with opener(url, timeout=timeout) as answer:
+            data = answer.read(MAX_MANIFEST_BYTES + 1)
+    except urllib.error.HTTPError as e:
+        raise AddonError(f"cannot download {url}: HTTP {e.code} {e.reason}") from None
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        reason = getattr(e, "reason", None) or e
+        raise AddonError(f"cannot download {url}: {reason}") from None
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise AddonError(f"{url} is larger than {MAX_MANIFEST_BYTES // (1024 * 1024)} MiB")
+    return data
+
+
+def verify(release: Release, data: bytes, expected: str) -> str:
+    """The sha256 of `data`; AddonError when config pins another one."""
+    digest = hashlib.sha256(data).hexdigest()
+    if expected and digest != expected.lower():
+        raise AddonError(
+            f"{release.name} {release.version} manifest has sha256 {digest}, not the "
+            f"{release.name}-sha256 {expected}; nothing applied"
+        )
+    return digest
+
+
+def parse(release: Release, data: bytes) -> list[dict[str, Any]]:
+    """The objects of a multi-document manifest; AddonError when it is not one."""
+    try:
+        docs = [d for d in yaml.safe_load_all(data.decode()) if d is not None]
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise AddonError(f"{release.name} manifest is not YAML: {e}") from None
+    for doc in docs:
+        meta = doc.get("metadata") if isinstance(doc, dict) else None
+        if not (isinstance(meta, dict) and doc.get("apiVersion") and doc.get("kind")):
+            raise AddonError(
+                f"{release.name} manifest holds something that is not a Kubernetes object"
+            )
+        if not meta.get("name"):
+            raise AddonError(f"{release.name} manifest has a {doc['kind']} without a name")
+    if not any(
+        d["kind"] == "Deployment" and d["metadata"]["name"] == release.deployment for d in docs
+    ):
+        raise AddonError(
+            f"{release.name} manifest has no Deployment {release.deployment}: "
+            "is it the release's manifests.yaml?"
+        )
+    return docs
+
+
+def _containers(pod_spec: dict[str, Any]) -> list[dict[str, Any]]:
+    return [*(pod_spec.get("initContainers") or []), *(pod_spec.get("containers") or [])]
+
+
+def customise(
+    release: Release,
+    objects: list[dict[str, Any]],
+    settings: Settings,
+    configure: Callable[[str, Settings], str] | None = None,
+) -> list[dict[str, Any]]:
+    """The objects made this cluster's (see the module docstring), in the order to apply.
+
+    `configure` rewrites the text of the release's manager configuration (Kueue's).
+    """
+    out = []
+    config_digest = ""
+    for obj in objects:
+        obj = json.loads(json.dumps(obj))  # a copy: the parsed list stays as downloaded
+        if (
+            configure is not None
+            and obj["kind"] == "ConfigMap"
+            and obj["metadata"]["name"] == release.config_map
+        ):
+            data = obj.setdefault("data", {})
+            if release.config_key not in data:
+                raise AddonError(
+                    f"{release.name} ConfigMap {release.config_map} has no {release.config_key}"
+                )
+            data[release.config_key] = configure(data[release.config_key], settings)
+            config_digest = hashlib.sha256(data[release.config_key].encode()).hexdigest()
+        out.append(obj)
+    for obj in out:
+        if obj["kind"] != "Deployment":
+            continue
+        template = obj["spec"]["template"]
+        pod = template["spec"]
+        for container in _containers(pod):
+            container["image"] = mirrored(container["image"], settings.registry)
+        if obj["metadata"]["name"] == release.deployment:
+            tolerations = pod.setdefault("tolerations", [])
+            if CONTROL_PLANE_TOLERATION not in tolerations:
+                tolerations.append(dict(CONTROL_PLANE_TOLERATION))
+            if config_digest:
+                annotations = template.setdefault("metadata", {}).setdefault("annotations", {})
+                annotations[CONFIG_DIGEST_ANNOTATION] = config_digest
+    return ordered(out)
+
+
+def ordered(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Namespaces and CRDs first, webhook configurations and APIServices last."""
+
+    def rank(obj: dict[str, Any]) -> int:
+        if obj["kind"] in _FIRST:
+            return _FIRST.index(obj["kind"])
+        if obj["kind"] in _LAST:
+            return len(_FIRST) + 1
+        return len(_FIRST)
+
+    return sorted(objects, key=rank)
+
+
+def images(objects: list[dict[str, Any]]) -> list[str]:
+    """Every container image the objects run (what an air-gapped mirror must hold)."""
+    found = []
+    for obj in objects:
+        if obj["kind"] in ("Deployment", "DaemonSet", "StatefulSet"):
+            found += [c["image"] for c in _containers(obj["spec"]["template"]["spec"])]
+    return sorted(set(found))
+
+
+def readiness(deployment: dict[str, Any] | None) -> str | None:
+    """None when the controller Deployment has every replica available; else what it lacks."""
+    if deployment is None:
+        return "its Deployment is missing"
+    want = (deployment.get("spec") or {}).get("replicas", 1)
+    status = deployment.get("status") or {}
+    available = status.get("availableReplicas") or 0
+    generation = (deployment.get("metadata") or {}).get("generation")
+    observed = status.get("observedGeneration")
+    if available >= want and (observed is None or generation is None or observed >= generation):
+        return None
+    return f"{available}/{want} controller pods available"

@@ -1,0 +1,286 @@
+"""Release manifests of JobSet and Kueue, served from 127.0.0.1 as GitHub serves the assets.
+
+`release_manifest(name, version)` builds a multi-document manifest with the shape of the
+release asset (`kustomize build config/default` at the tag, kubernetes-sigs/jobset v0.12.0
+and kubernetes-sigs/kueue v0.19.2): the namespace, the CRDs (JobSet's `jobsets` served at
+v1alpha2; Kueue's kinds served at v1beta1 and v1beta2, v1beta2 stored), the controller's
+ServiceAccount and RBAC, its manager ConfigMap, webhook Service and Secret, the Deployment
+`<name>-controller-manager` running `registry.k8s.io/<name>/<name>:<version>`, the
+mutating and validating webhook configurations, and for Kueue the visibility APIService.
+Kueue's manager configuration is the shipped one in substance (Configuration
+`config.kueue.x-k8s.io/v1beta2`, `waitForPodsReady` absent, the JobSet integration listed).
+It is far smaller than the real asset (no schemas, fewer RBAC rules): the charm treats the
+objects generically, so their kinds, names and nesting are what matters.
+
+`ManifestServer` serves `/<name>/<version>/manifests.yaml` (the `addons-mirror` layout) and
+records the paths asked for; `tamper` changes what it serves, `missing` answers 404.
+"""
+
+from __future__ import annotations
+
+import http.server
+import threading
+from typing import Any
+
+import yaml
+
+JOBSET_VERSION = "v0.12.0"
+KUEUE_VERSION = "v0.19.2"
+_KUEUE_KINDS = (
+    ("ResourceFlavor", "resourceflavors", "Cluster"),
+    ("Cohort", "cohorts", "Cluster"),
+    ("WorkloadPriorityClass", "workloadpriorityclasses", "Cluster"),
+    ("ClusterQueue", "clusterqueues", "Cluster"),
+    ("LocalQueue", "localqueues", "Namespaced"),
+    ("Workload", "workloads", "Namespaced"),
+)
+
+KUEUE_CONFIG = """\
+apiVersion: config.kueue.x-k8s.io/v1beta2
+kind: Configuration
+health:
+  healthProbeBindAddress: :8081
+webhook:
+  port: 9443
+leaderElection:
+  leaderElect: true
+#waitForPodsReady:
+#  timeout: 5m
+integrations:
+  frameworks:
+  - "batch/job"
+  - "jobset.x-k8s.io/jobset"
+  - "pod"
+"""
+
+
+def crd(group: str, kind: str, plural: str, scope: str, versions: list[str]) -> dict:
+    """A CustomResourceDefinition serving `versions` (the last one stored), schema-less."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}"},
+        "spec": {
+            "group": group,
+            "names": {"kind": kind, "listKind": f"{kind}List", "plural": plural},
+            "scope": scope,
+            "versions": [
+                {
+                    "name": v,
+                    "served": True,
+                    "storage": v == versions[-1],
+                    "schema": {"openAPIV3Schema": {"type": "object"}},
+                    "subresources": {"status": {}},
+                }
+                for v in versions
+            ],
+        },
+    }
+
+
+def _deployment(name: str, version: str, namespace: str) -> dict:
+    labels = {"control-plane": "controller-manager", "app.kubernetes.io/name": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": f"{name}-controller-manager",
+            "namespace": namespace,
+            "labels": labels,
+        },
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "serviceAccountName": f"{name}-controller-manager",
+                    "containers": [
+                        {
+                            "name": "manager",
+                            "image": f"registry.k8s.io/{name}/{name}:{version}",
+                            "args": ["--config=/controller_manager_config.yaml"],
+                            "volumeMounts": [
+                                {
+                                    "name": "manager-config",
+                                    "mountPath": "/controller_manager_config.yaml",
+                                    "subPath": "controller_manager_config.yaml",
+                                }
+                            ],
+                        }
+                    ],
+                    "volumes": [
+                        {"name": "manager-config", "configMap": {"name": f"{name}-manager-config"}}
+                    ],
+                },
+            },
+        },
+    }
+
+
+def _webhooks(name: str, namespace: str, group: str) -> list[dict]:
+    client = {"service": {"name": f"{name}-webhook-service", "namespace": namespace}}
+    hook = {
+        "admissionReviewVersions": ["v1"],
+        "clientConfig": client,
+        "failurePolicy": "Fail",
+        "sideEffects": "None",
+        "rules": [{"apiGroups": [group], "apiVersions": ["*"], "operations": ["CREATE"]}],
+    }
+    return [
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": kind,
+            "metadata": {"name": f"{name}-{short}-webhook-configuration"},
+            "webhooks": [{**hook, "name": f"{short[0]}{name}.kb.io"}],
+        }
+        for kind, short in (
+            ("MutatingWebhookConfiguration", "mutating"),
+            ("ValidatingWebhookConfiguration", "validating"),
+        )
+    ]
+
+
+def release_objects(name: str, version: str) -> list[dict[str, Any]]:
+    """The objects of one release manifest (see the module docstring)."""
+    namespace = f"{name}-system"
+    sa = f"{name}-controller-manager"
+    if name == "jobset":
+        crds = [crd("jobset.x-k8s.io", "JobSet", "jobsets", "Namespaced", ["v1alpha2"])]
+        config = "apiVersion: config.jobset.x-k8s.io/v1alpha1\nkind: Configuration\n"
+        group = "jobset.x-k8s.io"
+    else:
+        crds = [
+            crd("kueue.x-k8s.io", kind, plural, scope, ["v1beta1", "v1beta2"])
+            for kind, plural, scope in _KUEUE_KINDS
+        ]
+        config = KUEUE_CONFIG
+        group = "kueue.x-k8s.io"
+    objects: list[dict[str, Any]] = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+        *crds,
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": sa, "namespace": namespace},
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": f"{name}-manager-role"},
+            "rules": [{"apiGroups": [group], "resources": ["*"], "verbs": ["*"]}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": f"{name}-manager-rolebinding"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": f"{name}-manager-role",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": namespace}],
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": f"{name}-manager-config", "namespace": namespace},
+            "data": {"controller_manager_config.yaml": config},
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": f"{name}-webhook-server-cert", "namespace": namespace},
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": f"{name}-webhook-service", "namespace": namespace},
+            "spec": {
+                "ports": [{"port": 443, "targetPort": 9443}],
+                "selector": {"control-plane": "controller-manager"},
+            },
+        },
+        _deployment(name, version, namespace),
+        *_webhooks(name, namespace, group),
+    ]
+    if name == "kueue":
+        objects.append(
+            {
+                "apiVersion": "apiregistration.k8s.io/v1",
+                "kind": "APIService",
+                "metadata": {"name": "v1beta1.visibility.kueue.x-k8s.io"},
+                "spec": {
+                    "group": "visibility.kueue.x-k8s.io",
+                    "version": "v1beta1",
+                    "groupPriorityMinimum": 100,
+                    "versionPriority": 100,
+                    "service": {"name": "kueue-visibility-server", "namespace": namespace},
+                },
+            }
+        )
+    return objects
+
+
+def release_manifest(name: str, version: str) -> bytes:
+    """The release asset's bytes: the objects as `---`-separated YAML documents."""
+    return yaml.safe_dump_all(release_objects(name, version), sort_keys=False).encode()
+
+
+class ManifestServer:
+    """Serves `/<name>/<version>/manifests.yaml` on 127.0.0.1 (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, bytes] = {
+            f"/jobset/{JOBSET_VERSION}/manifests.yaml": release_manifest("jobset", JOBSET_VERSION),
+            f"/kueue/{KUEUE_VERSION}/manifests.yaml": release_manifest("kueue", KUEUE_VERSION),
+        }
+        self.requests: list[str] = []
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                server.requests.append(self.path)
+                body = server.files.get(self.path)
+                if body is None:
+                    self.send_error(404, "Not Found")
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "application/octet-stream")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+                return
+
+        self._httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        """The mirror prefix: `http://127.0.0.1:<port>`."""
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+
+    def path(self, name: str) -> str:
+        """The path of a release's manifest."""
+        version = JOBSET_VERSION if name == "jobset" else KUEUE_VERSION
+        return f"/{name}/{version}/manifests.yaml"
+
+    def tamper(self, name: str) -> None:
+        """Serve something else than the release for `name` (a changed asset)."""
+        self.files[self.path(name)] += (
+            b"---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: x, namespace: default}\n"
+        )
+
+    def missing(self, name: str) -> None:
+        """Answer 404 for `name`'s manifest."""
+        self.files.pop(self.path(name), None)
+
+    def __enter__(self) -> ManifestServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()

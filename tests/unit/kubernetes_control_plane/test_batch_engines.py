@@ -1,0 +1,218 @@
+"""JobSet and Kueue from their release manifests, and Kueue's cluster-wide objects.
+
+The release assets come from `fakes.addons.ManifestServer` on 127.0.0.1 (the conftest
+points the pinned upstream URLs at it); the fake API server serves the custom resources
+once the manifests' CRDs are applied, as a real one does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+
+import kueue
+import pytest
+import yaml
+from ops import testing
+
+from fakes.addons import JOBSET_VERSION, KUEUE_VERSION, release_manifest
+from fakes.control_plane import join_workers, peer, peers, worker_bag, workers_relation
+
+JOBSET_DEPLOY = "/apis/apps/v1/namespaces/jobset-system/deployments/jobset-controller-manager"
+KUEUE_DEPLOY = "/apis/apps/v1/namespaces/kueue-system/deployments/kueue-controller-manager"
+KUEUE_CONFIG = "/api/v1/namespaces/kueue-system/configmaps/kueue-manager-config"
+JOBSET_CRD = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/jobsets.jobset.x-k8s.io"
+FLAVORS = "/apis/kueue.x-k8s.io/v1beta2/resourceflavors/"
+READY = "Ready: v1.36, 1 control-plane, 0 workers"
+
+
+def _sha(name: str) -> str:
+    version = JOBSET_VERSION if name == "jobset" else KUEUE_VERSION
+    return hashlib.sha256(release_manifest(name, version)).hexdigest()
+
+
+def _install(ctx, config: dict | None = None) -> testing.State:
+    return ctx.run(
+        ctx.on.install(), testing.State(leader=True, relations=[peers()], config=config or {})
+    )
+
+
+def test_the_leader_applies_both_releases_made_this_clusters(ctx, machine, api, releases, caplog):
+    caplog.set_level(logging.INFO)
+    out = _install(ctx)
+    assert out.unit_status == testing.ActiveStatus(READY)
+    assert api.get_object(JOBSET_CRD) is not None
+    jobset = api.get_object(JOBSET_DEPLOY)["spec"]["template"]["spec"]
+    assert jobset["containers"][0]["image"] == "registry.k8s.io/jobset/jobset:v0.12.0"
+    control_plane = {
+        "key": "node-role.kubernetes.io/control-plane",
+        "operator": "Exists",
+        "effect": "NoSchedule",
+    }
+    assert control_plane in jobset["tolerations"]
+    config = yaml.safe_load(api.get_object(KUEUE_CONFIG)["data"]["controller_manager_config.yaml"])
+    assert config["apiVersion"] == "config.kueue.x-k8s.io/v1beta2"
+    assert config["waitForPodsReady"]["timeout"] == "10m"
+    assert config["waitForPodsReady"]["requeuingStrategy"]["timestamp"] == "Eviction"
+    assert "jobset.x-k8s.io/jobset" in config["integrations"]["frameworks"]
+    assert "batch/job" in config["integrations"]["frameworks"]  # upstream's list is kept
+    template = api.get_object(KUEUE_DEPLOY)["spec"]["template"]
+    digest = template["metadata"]["annotations"]["gpu-k8s.io/config-sha256"]
+    assert digest == hashlib.sha256(yaml.safe_dump(config, sort_keys=False).encode()).hexdigest()
+    logged = " ".join(r.getMessage() for r in caplog.records)
+    assert f"applied jobset v0.12.0 from {releases.url}" in logged
+    assert _sha("jobset") in logged and _sha("kueue") in logged
+    # Kueue's cluster-wide objects once it is ready: cohort, priorities, the CPU flavor.
+    cohort = api.get_object("/apis/kueue.x-k8s.io/v1beta2/cohorts/gpu-k8s")
+    assert cohort is not None
+    assert [f["metadata"]["name"] for f in api.objects(FLAVORS)] == ["cpu"]
+    priorities = api.objects("/apis/kueue.x-k8s.io/v1beta2/workloadpriorityclasses/")
+    assert {p["metadata"]["name"]: p["value"] for p in priorities} == kueue.PRIORITIES
+
+
+def test_nothing_is_downloaded_or_sent_again_while_nothing_changed(ctx, machine, api, releases):
+    out = _install(ctx)
+    asked = list(releases.requests)
+    writes = [r for r in api.requests if r.method != "GET"]
+    requests = len(api.requests)
+    out = ctx.run(ctx.on.update_status(), out)
+    assert releases.requests == asked
+    assert [r for r in api.requests if r.method != "GET"] == writes
+    batch = [r.path for r in api.requests[requests:] if "jobset" in r.path or "kueue" in r.path]
+    assert batch == []
+    assert out.unit_status == testing.ActiveStatus(READY)
+
+
+def test_an_unreachable_release_blocks_naming_it_and_applies_nothing_of_it(
+    ctx, machine, api, releases
+):
+    releases.missing("kueue")
+    try:
+        out = _install(ctx)
+    finally:
+        releases.files[releases.path("kueue")] = release_manifest("kueue", KUEUE_VERSION)
+    assert out.unit_status.name == "blocked"
+    assert out.unit_status.message.startswith("kueue: cannot download http://127.0.0.1:")
+    assert "HTTP 404" in out.unit_status.message
+    assert api.get_object(KUEUE_DEPLOY) is None and api.get_object(KUEUE_CONFIG) is None
+    assert api.get_object(JOBSET_DEPLOY) is not None  # the other one is served
+    assert peer(out).local_app_data["cluster-version"] == "1.36"  # the cluster still is
+    out = ctx.run(ctx.on.update_status(), out)  # back: applied on the next event
+    assert api.get_object(KUEUE_DEPLOY) is not None
+    assert out.unit_status == testing.ActiveStatus(READY)
+
+
+def test_a_manifest_that_is_not_the_pinned_sha256_is_refused(ctx, machine, api, releases):
+    releases.tamper("jobset")
+    try:
+        out = _install(ctx, {"jobset-sha256": _sha("jobset")})
+    finally:
+        releases.files[releases.path("jobset")] = release_manifest("jobset", JOBSET_VERSION)
+    assert out.unit_status.name == "blocked"
+    assert f"not the jobset-sha256 {_sha('jobset')}; nothing applied" in out.unit_status.message
+    assert api.get_object(JOBSET_CRD) is None
+    assert api.get_object("/api/v1/namespaces/default/configmaps/x") is None
+    out = ctx.run(ctx.on.update_status(), out)  # the real asset again: applied
+    assert api.get_object(JOBSET_CRD) is not None
+    assert out.unit_status == testing.ActiveStatus(READY)
+
+
+def test_the_mirror_and_the_image_registry_are_used(ctx, machine, api, releases):
+    config = {
+        "addons-mirror": f"{releases.url}/",
+        "image-registry": "registry.example.com:5000/mirror",
+    }
+    _install(ctx, config)
+    assert f"/jobset/{JOBSET_VERSION}/manifests.yaml" in releases.requests
+    assert f"/kueue/{KUEUE_VERSION}/manifests.yaml" in releases.requests
+    kueue_pod = api.get_object(KUEUE_DEPLOY)["spec"]["template"]["spec"]
+    assert (
+        kueue_pod["containers"][0]["image"]
+        == "registry.example.com:5000/mirror/kueue/kueue:v0.19.2"
+    )
+
+
+def test_a_controller_not_available_yet_is_named_and_kueue_objects_wait_for_it(
+    ctx, machine, api, releases
+):
+    api.available_deployments = False
+    out = _install(ctx)
+    assert out.unit_status.name == "active"
+    assert out.unit_status.message == (
+        f"{READY}; waiting for jobset (0/1 controller pods available), "
+        "kueue (0/1 controller pods available)"
+    )
+    assert api.objects(FLAVORS) == []  # its webhook would refuse them meanwhile
+    for path in (JOBSET_DEPLOY, KUEUE_DEPLOY):
+        deployment = api.get_object(path)
+        deployment["status"] = {"availableReplicas": 1, "observedGeneration": 1}
+        api.put_object(path, deployment)
+    out = ctx.run(ctx.on.update_status(), out)
+    assert out.unit_status == testing.ActiveStatus(READY)
+    assert [f["metadata"]["name"] for f in api.objects(FLAVORS)] == ["cpu"]
+    requests = len(api.requests)
+    ctx.run(ctx.on.update_status(), out)  # ready is remembered: no more reads
+    assert not [r for r in api.requests[requests:] if "controller-manager" in r.path]
+
+
+def test_a_flavor_per_gpu_model_the_workers_report(ctx, machine, api, releases):
+    out = _install(ctx)
+    gpus = [{"model": "NVIDIA A10G", "count": 1}]
+    rel = workers_relation(
+        {
+            0: worker_bag("gpu-0", gpus),
+            1: worker_bag("gpu-1", [{"model": "NVIDIA H100 80GB HBM3", "count": 8}]),
+        }
+    )
+    join_workers(ctx, out, rel, api)
+    flavors = {f["metadata"]["name"]: f["spec"] for f in api.objects(FLAVORS)}
+    assert set(flavors) == {"cpu", "gpu-nvidia-a10g", "gpu-nvidia-h100-80gb-hbm3"}
+    assert flavors["gpu-nvidia-a10g"]["nodeLabels"] == {"nvidia.com/gpu.product": "NVIDIA-A10G"}
+    assert flavors["gpu-nvidia-h100-80gb-hbm3"]["nodeLabels"] == {
+        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"
+    }
+    assert flavors["gpu-nvidia-a10g"]["nodeTaints"] == [
+        {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    ]
+
+
+def test_time_slicing_names_the_shared_product_label(ctx, machine, api, releases):
+    out = _install(ctx, {"gpu-time-slicing-replicas": 4})
+    rel = workers_relation({0: worker_bag("gpu-0", [{"model": "NVIDIA A10G", "count": 1}])})
+    join_workers(ctx, out, rel, api)
+    flavor = api.get_object(f"{FLAVORS}gpu-nvidia-a10g")
+    assert flavor["spec"]["nodeLabels"] == {"nvidia.com/gpu.product": "NVIDIA-A10G-SHARED"}
+
+
+def test_a_new_pods_ready_timeout_rolls_kueue(ctx, machine, api, releases):
+    out = _install(ctx)
+    before = api.get_object(KUEUE_DEPLOY)["spec"]["template"]["metadata"]["annotations"]
+    state = dataclasses.replace(out, config={"pods-ready-timeout": 30})
+    ctx.run(ctx.on.config_changed(), state)
+    config = yaml.safe_load(api.get_object(KUEUE_CONFIG)["data"]["controller_manager_config.yaml"])
+    assert config["waitForPodsReady"]["timeout"] == "30m"
+    after = api.get_object(KUEUE_DEPLOY)["spec"]["template"]["metadata"]["annotations"]
+    assert after != before  # Kueue reads its configuration only when it starts
+
+
+def test_batch_engines_off_downloads_nothing(ctx, machine, api, releases):
+    out = _install(ctx, {"batch-engines": False})
+    assert releases.requests == []
+    assert api.get_object(JOBSET_CRD) is None
+    assert out.unit_status == testing.ActiveStatus(READY)
+
+
+@pytest.mark.parametrize(
+    "config,fragment",
+    [
+        ({"jobset-sha256": "abc"}, "jobset-sha256"),
+        ({"addons-mirror": "ftp://x"}, "addons-mirror"),
+        ({"pods-ready-timeout": 0}, "pods-ready-timeout"),
+    ],
+)
+def test_bad_batch_engine_config_blocks(ctx, machine, api, releases, config, fragment):
+    out = _install(ctx, config)
+    assert out.unit_status.name == "blocked"
+    assert fragment in out.unit_status.message
+    assert releases.requests == []
