@@ -127,12 +127,25 @@ def _webhooks(name: str, namespace: str, group: str) -> list[dict]:
         "sideEffects": "None",
         "rules": [{"apiGroups": [group], "apiVersions": ["*"], "operations": ["CREATE"]}],
     }
+    hooks = [hook]
+    if name == "kueue":  # its job and pod webhooks: every namespace but two (kueue#5244)
+        everywhere = {
+            "matchExpressions": [
+                {
+                    "key": "kubernetes.io/metadata.name",
+                    "operator": "NotIn",
+                    "values": ["kube-system", namespace],
+                }
+            ]
+        }
+        pods = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"]}
+        hooks.append({**hook, "rules": [{**pods}], "namespaceSelector": everywhere})
     return [
         {
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": kind,
             "metadata": {"name": f"{name}-{short}-webhook-configuration"},
-            "webhooks": [{**hook, "name": f"{short[0]}{name}.kb.io"}],
+            "webhooks": [{**h, "name": f"{short[0]}{name}{i}.kb.io"} for i, h in enumerate(hooks)],
         }
         for kind, short in (
             ("MutatingWebhookConfiguration", "mutating"),

@@ -116,11 +116,13 @@ class Addons:
         )
         pending = []
         releases = (
-            (JOBSET, config.jobset_sha256, None),
-            (KUEUE, config.kueue_sha256, kueue.configure),
+            (JOBSET, config.jobset_sha256, None, None),
+            (KUEUE, config.kueue_sha256, kueue.configure, kueue.narrow_webhooks),
         )
-        for release, sha256, configure in releases:
-            problem = self._apply_release(release, config, sha256, settings, configure, bag)
+        for release, sha256, configure, transform in releases:
+            problem = self._apply_release(
+                release, config, sha256, settings, configure, transform, bag
+            )
             if problem:
                 pending.append(f"{release.name} ({problem})")
         if not pending:
@@ -134,6 +136,7 @@ class Addons:
         sha256: str,
         settings: batch_engines.Settings,
         configure: Callable[[str, batch_engines.Settings], str] | None,
+        transform: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None,
         bag: ops.RelationDataContent,
     ) -> str | None:
         """Apply `release` when what decides it changed; None once its controller is ready."""
@@ -145,7 +148,7 @@ class Addons:
                 data = batch_engines.download(url, opener=self.charm.url_opener)
                 digest = batch_engines.verify(release, data, sha256)
                 objects = batch_engines.customise(
-                    release, batch_engines.parse(release, data), settings, configure
+                    release, batch_engines.parse(release, data), settings, configure, transform
                 )
             except batch_engines.AddonError as e:
                 raise StatusError(ops.BlockedStatus(f"{release.name}: {e}")) from None

@@ -14,9 +14,11 @@ What is changed in the upstream objects, and nothing else:
 - the controllers tolerate the control-plane taint, so they run before any worker joins
   and never compete with training pods for a GPU node;
 - Kueue's manager configuration gets `waitForPodsReady` (a job whose pods do not all run
-  within the timeout is evicted and requeued, releasing its quota) and the JobSet
-  integration; its Deployment's pod template carries a digest of that configuration, so a
-  change rolls the controller (Kueue reads its configuration only when it starts).
+  within the timeout is evicted and requeued, releasing its quota), the JobSet
+  integration, and manages only the namespaces labelled for it, whose job and pod webhooks
+  are scoped the same way (kueue.narrow_webhooks); its Deployment's pod template carries a
+  digest of that configuration, so a change rolls the controller (Kueue reads its
+  configuration only when it starts).
 
 Nothing is downloaded or applied while the pinned version, the source, the expected
 sha256, the registry and the settings stay what was applied last (`Applied.key`).
@@ -156,43 +158,58 @@ def customise(
     objects: list[dict[str, Any]],
     settings: Settings,
     configure: Callable[[str, Settings], str] | None = None,
+    transform: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
 ) -> list[dict[str, Any]]:
     """The objects made this cluster's (see the module docstring), in the order to apply.
 
-    `configure` rewrites the text of the release's manager configuration (Kueue's).
+    `configure` rewrites the text of the release's manager configuration (Kueue's);
+    `transform` changes the objects further (Kueue's webhook scope).
     """
-    out = []
+    out = json.loads(json.dumps(objects))  # a copy: the parsed list stays as downloaded
     config_digest = ""
+    if configure is not None:
+        config_digest = _configure(release, out, settings, configure)
+    for obj in out:
+        if obj["kind"] == "Deployment":
+            _place(release, obj, settings, config_digest)
+    if transform is not None:
+        out = transform(out)
+    return ordered(out)
+
+
+def _configure(
+    release: Release,
+    objects: list[dict[str, Any]],
+    settings: Settings,
+    configure: Callable[[str, Settings], str],
+) -> str:
+    """Rewrite the manager configuration in place; returns the digest of the new text."""
     for obj in objects:
-        obj = json.loads(json.dumps(obj))  # a copy: the parsed list stays as downloaded
-        if (
-            configure is not None
-            and obj["kind"] == "ConfigMap"
-            and obj["metadata"]["name"] == release.config_map
-        ):
+        if obj["kind"] == "ConfigMap" and obj["metadata"]["name"] == release.config_map:
             data = obj.setdefault("data", {})
             if release.config_key not in data:
                 raise AddonError(
                     f"{release.name} ConfigMap {release.config_map} has no {release.config_key}"
                 )
             data[release.config_key] = configure(data[release.config_key], settings)
-            config_digest = hashlib.sha256(data[release.config_key].encode()).hexdigest()
-        out.append(obj)
-    for obj in out:
-        if obj["kind"] != "Deployment":
-            continue
-        template = obj["spec"]["template"]
-        pod = template["spec"]
-        for container in _containers(pod):
-            container["image"] = mirrored(container["image"], settings.registry)
-        if obj["metadata"]["name"] == release.deployment:
-            tolerations = pod.setdefault("tolerations", [])
-            if CONTROL_PLANE_TOLERATION not in tolerations:
-                tolerations.append(dict(CONTROL_PLANE_TOLERATION))
-            if config_digest:
-                annotations = template.setdefault("metadata", {}).setdefault("annotations", {})
-                annotations[CONFIG_DIGEST_ANNOTATION] = config_digest
-    return ordered(out)
+            return hashlib.sha256(data[release.config_key].encode()).hexdigest()
+    raise AddonError(f"{release.name} manifest has no ConfigMap {release.config_map}")
+
+
+def _place(release: Release, deployment: dict[str, Any], settings: Settings, digest: str) -> None:
+    """Images from the registry; the controller on control-plane nodes, rolled by `digest`."""
+    template = deployment["spec"]["template"]
+    pod = template["spec"]
+    for container in _containers(pod):
+        container["image"] = mirrored(container["image"], settings.registry)
+    if deployment["metadata"]["name"] != release.deployment:
+        return
+    tolerations = pod.setdefault("tolerations", [])
+    if CONTROL_PLANE_TOLERATION not in tolerations:
+        tolerations.append(dict(CONTROL_PLANE_TOLERATION))
+    if digest:
+        annotations = template.setdefault("metadata", {}).setdefault("annotations", {})
+        annotations[CONFIG_DIGEST_ANNOTATION] = digest
 
 
 def ordered(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:

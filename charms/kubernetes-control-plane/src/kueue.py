@@ -35,6 +35,7 @@ from typing import Any
 
 import batch_engines
 import yaml
+from literals import KUEUE_NAMESPACE_LABEL, KUEUE_NAMESPACE_VALUE
 
 API = "kueue.x-k8s.io/v1beta2"
 JOBSET_FRAMEWORK = "jobset.x-k8s.io/jobset"
@@ -73,11 +74,41 @@ def configure(text: str, settings: batch_engines.Settings) -> str:
             "backoffMaxSeconds": 3600,
         },
     }
+    config["managedJobsNamespaceSelector"] = {
+        "matchLabels": {KUEUE_NAMESPACE_LABEL: KUEUE_NAMESPACE_VALUE}
+    }
     integrations = config.setdefault("integrations", {})
     frameworks = integrations.setdefault("frameworks", [])
     if JOBSET_FRAMEWORK not in frameworks:
         frameworks.append(JOBSET_FRAMEWORK)
     return yaml.safe_dump(config, sort_keys=False)
+
+
+def _upstream_scope(selector: Any) -> bool:
+    """Whether a webhook's namespaceSelector is upstream's "all but kube-system, kueue-system"."""
+    for expression in (selector or {}).get("matchExpressions") or []:
+        if expression.get("key") == "kubernetes.io/metadata.name" and (
+            expression.get("operator") == "NotIn"
+        ):
+            return True
+    return False
+
+
+def narrow_webhooks(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Scope Kueue's job and pod webhooks to the namespaces it manages (see literals.py).
+
+    Only webhooks upstream scopes to "every namespace but kube-system and kueue-system"
+    change; those of Kueue's own objects are left as they are.
+    """
+    for obj in objects:
+        if obj["kind"] not in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+            continue
+        for hook in obj.get("webhooks") or []:
+            if _upstream_scope(hook.get("namespaceSelector")):
+                hook["namespaceSelector"] = {
+                    "matchLabels": {KUEUE_NAMESPACE_LABEL: KUEUE_NAMESPACE_VALUE}
+                }
+    return objects
 
 
 def product_label(model: str, shared: bool) -> str:

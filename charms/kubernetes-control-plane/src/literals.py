@@ -61,6 +61,13 @@ KUEUE = Release(
     config_key="controller_manager_config.yaml",
 )
 
+# Namespaces whose Jobs, JobSets and pods Kueue manages: those of kube-api consumers that
+# ask for LocalQueues. Kueue's job and pod webhooks fail closed and upstream scopes them to
+# every namespace but kube-system and kueue-system (kubernetes-sigs/kueue#5244), so while
+# its controller is down nothing could start anywhere; here they are scoped to this label.
+KUEUE_NAMESPACE_LABEL = "gpu-k8s.io/kueue"
+KUEUE_NAMESPACE_VALUE = "managed"
+
 ADMISSION_PLUGINS = ("NodeRestriction", "ExtendedResourceToleration")
 
 # Worker credentials: a ServiceAccount each worker uses to label, drain and validate itself.

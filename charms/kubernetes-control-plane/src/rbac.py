@@ -24,6 +24,8 @@ from literals import (
     CONSUMER_LABEL,
     FIELD_MANAGER,
     GPU_VALIDATION_NAMESPACE,
+    KUEUE_NAMESPACE_LABEL,
+    KUEUE_NAMESPACE_VALUE,
     MANAGED_BY_LABEL,
     WORKER_NAMESPACE,
     WORKER_SERVICE_ACCOUNT,
@@ -49,6 +51,9 @@ WORKER_RULES: list[RuleDict] = [
 ]
 
 
+KUEUE_GROUP = "kueue.x-k8s.io"
+
+
 class TokenNotReadyError(Exception):
     """The token controller has not filled the ServiceAccount token yet (retry later)."""
 
@@ -63,6 +68,14 @@ class Grant:
     rules: Sequence[RuleDict] = ()
     cluster_rules: Sequence[RuleDict] = ()
     extra_namespaces: dict[str, Sequence[RuleDict]] = dataclasses.field(default_factory=dict)
+
+    @property
+    def uses_kueue(self) -> bool:
+        """Whether the consumer queues work through Kueue (it asks for LocalQueues)."""
+        return any(
+            KUEUE_GROUP in rule.get("apiGroups", ()) and "localqueues" in rule.get("resources", ())
+            for rule in self.rules
+        )
 
     @property
     def role_name(self) -> str:
@@ -119,7 +132,10 @@ def manifests(grant: Grant) -> list[dict]:
     objs: list[dict] = []
     for name in [ns, *grant.extra_namespaces]:
         if name != "kube-system":
-            objs.append({"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(name, grant)})
+            meta = _meta(name, grant)
+            if name == ns and grant.uses_kueue:
+                meta["labels"][KUEUE_NAMESPACE_LABEL] = KUEUE_NAMESPACE_VALUE
+            objs.append({"apiVersion": "v1", "kind": "Namespace", "metadata": meta})
     objs.append(
         {
             "apiVersion": "v1",

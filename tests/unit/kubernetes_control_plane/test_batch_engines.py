@@ -11,6 +11,7 @@ import dataclasses
 import hashlib
 import logging
 
+import batch_engines
 import kueue
 import pytest
 import yaml
@@ -57,6 +58,14 @@ def test_the_leader_applies_both_releases_made_this_clusters(ctx, machine, api, 
     assert config["waitForPodsReady"]["requeuingStrategy"]["timestamp"] == "Eviction"
     assert "jobset.x-k8s.io/jobset" in config["integrations"]["frameworks"]
     assert "batch/job" in config["integrations"]["frameworks"]  # upstream's list is kept
+    managed = {"matchLabels": {"gpu-k8s.io/kueue": "managed"}}
+    assert config["managedJobsNamespaceSelector"] == managed
+    hooks = api.get_object(
+        "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/"
+        "kueue-mutating-webhook-configuration"
+    )["webhooks"]
+    # the pod webhook no longer covers every namespace; Kueue's own objects' is untouched
+    assert [h.get("namespaceSelector") for h in hooks] == [None, managed]
     template = api.get_object(KUEUE_DEPLOY)["spec"]["template"]
     digest = template["metadata"]["annotations"]["gpu-k8s.io/config-sha256"]
     assert digest == hashlib.sha256(yaml.safe_dump(config, sort_keys=False).encode()).hexdigest()
@@ -216,3 +225,38 @@ def test_bad_batch_engine_config_blocks(ctx, machine, api, releases, config, fra
     assert out.unit_status.name == "blocked"
     assert fragment in out.unit_status.message
     assert releases.requests == []
+
+
+@pytest.mark.parametrize(
+    "data,error",
+    [
+        (b"a: [unclosed", "kueue manifest is not YAML"),
+        (b"- just\n- a list\n", "not a Kubernetes object"),
+        (b"apiVersion: v1\nkind: ConfigMap\nmetadata: {namespace: x}\n", "without a name"),
+        (b"apiVersion: v1\nkind: Namespace\nmetadata: {name: x}\n", "no Deployment"),
+    ],
+)
+def test_what_is_not_a_release_manifest_is_refused(data, error):
+    from literals import KUEUE
+
+    with pytest.raises(batch_engines.AddonError, match=error):
+        batch_engines.parse(KUEUE, data)
+
+
+def test_a_kueue_manifest_without_its_configuration_is_refused():
+    from literals import KUEUE
+
+    objects = [
+        o
+        for o in yaml.safe_load_all(release_manifest("kueue", KUEUE_VERSION))
+        if o["kind"] != "ConfigMap"
+    ]
+    with pytest.raises(batch_engines.AddonError, match="no ConfigMap kueue-manager-config"):
+        batch_engines.customise(KUEUE, objects, batch_engines.Settings(), kueue.configure)
+
+
+def test_images_lists_what_a_mirror_must_hold():
+    from literals import JOBSET
+
+    objects = batch_engines.parse(JOBSET, release_manifest("jobset", JOBSET_VERSION))
+    assert batch_engines.images(objects) == ["registry.k8s.io/jobset/jobset:v0.12.0"]
