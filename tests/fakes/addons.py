@@ -297,3 +297,31 @@ class ManifestServer:
     def __exit__(self, *exc: object) -> None:
         self._httpd.shutdown()
         self._httpd.server_close()
+
+
+def install_kueue(api: Any, gpu_products: dict[str, str] | None = None) -> None:
+    """Put into a fake API server what the control plane leaves once Kueue runs.
+
+    Kueue's CRDs (from `release_objects`), and the cluster-wide objects the control plane
+    applies (kubernetes-control-plane kueue.cluster_objects): the cohort `gpu-k8s`, the
+    `cpu` flavor and one flavor per GPU model, `gpu_products` mapping flavor name to the
+    `nvidia.com/gpu.product` value it selects.
+    """
+    kueue_api = "/apis/kueue.x-k8s.io/v1beta2"
+    owner = {"app.kubernetes.io/managed-by": "kubernetes-control-plane"}
+    for obj in release_objects("kueue", KUEUE_VERSION):
+        if obj["kind"] == "CustomResourceDefinition":
+            api.put_object(
+                f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{obj['metadata']['name']}",
+                obj,
+            )
+    api.put_object(f"{kueue_api}/cohorts/gpu-k8s", {"metadata": {"labels": owner}, "spec": {}})
+    api.put_object(f"{kueue_api}/resourceflavors/cpu", {"metadata": {"labels": owner}, "spec": {}})
+    for name, product in (gpu_products or {}).items():
+        spec = {
+            "nodeLabels": {"nvidia.com/gpu.product": product},
+            "nodeTaints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
+        }
+        api.put_object(
+            f"{kueue_api}/resourceflavors/{name}", {"metadata": {"labels": owner}, "spec": spec}
+        )

@@ -21,6 +21,7 @@ from typing import Any
 import jobs
 import ops
 import pydantic
+import queues
 import training
 from literals import CLUSTER_RULES, DEFAULT_USER, KUBE_API, NAMESPACED_RULES, SHARED_STORAGE
 
@@ -40,6 +41,9 @@ class Config(CharmConfig):
     job_ttl: int = 24
     image_registry: str = ""
     run_as: str = DEFAULT_USER
+    gpu_quota: str = ""
+    cpu_quota: str = ""
+    memory_quota: str = ""
 
     @pydantic.field_validator("default_image", "tensorboard_image")
     @classmethod
@@ -66,6 +70,26 @@ class Config(CharmConfig):
         jobs.parse_user(value)
         return value
 
+    @pydantic.field_validator("gpu_quota")
+    @classmethod
+    def _gpus(cls, value: str) -> str:
+        if value.strip() and not value.strip().isdigit():
+            raise ValueError("must be empty (every GPU the nodes have) or a number >= 0")
+        return value.strip()
+
+    @pydantic.field_validator("cpu_quota", "memory_quota")
+    @classmethod
+    def _quantity(cls, value: str) -> str:
+        if value.strip():
+            queues.quantity(value)  # raises with the reason
+        return value.strip()
+
+    @property
+    def quotas(self) -> queues.Quotas:
+        """The team's nominal quota in Kueue."""
+        gpus = int(self.gpu_quota) if self.gpu_quota else -1
+        return queues.Quotas(gpus=gpus, cpu=self.cpu_quota, memory=self.memory_quota)
+
     @property
     def user(self) -> tuple[int, int]:
         """`run-as` as (uid, gid)."""
@@ -82,6 +106,8 @@ def _now() -> datetime.datetime:
 
 class TensorflowCharm(ops.CharmBase):
     """Runs distributed TensorFlow training as Kubernetes Jobs."""
+
+    _stored = ops.StoredState()
 
     # Boundaries that tests replace: wall clock (job-ttl), sleeping and polling interval.
     clock: Callable[[], datetime.datetime] = staticmethod(_now)
@@ -106,6 +132,8 @@ class TensorflowCharm(ops.CharmBase):
             self, SHARED_STORAGE, namespace=namespace, directory=self.app.name, uid=uid, gid=gid
         )
         self._housekeeping_error: str | None = None
+        self._queue_problem: str | None = None
+        self._stored.set_default(queues="")
         on = self.on
         for event in (
             on.config_changed,
@@ -190,6 +218,7 @@ class TensorflowCharm(ops.CharmBase):
             return  # collect-status reports it
         try:
             with self._cluster(config) as (kube, ctx):
+                self._apply_queues(kube, ctx, config)
                 now = self.clock()
                 for line in training.housekeeping(kube, ctx, config.job_ttl, now):
                     logger.info("housekeeping: %s", line)
@@ -198,6 +227,32 @@ class TensorflowCharm(ops.CharmBase):
         except KubeError as e:
             self._housekeeping_error = f"Kubernetes API: {e.reason} ({e.status}); retrying"
             logger.warning("housekeeping failed: %s", e)
+
+    def _apply_queues(self, kube: Any, ctx: jobs.Context, config: Config) -> None:
+        """This team's ClusterQueue and LocalQueue, applied when they changed."""
+        from charms.gpu_k8s.v0.kubeclient import KubeError
+
+        queues.add_kinds(kube)
+        try:
+            flavors = kube.list(queues.API, "ResourceFlavor")
+        except KubeError as e:
+            if e.status != 404:
+                raise
+            self._queue_problem = (
+                "Kueue is not installed in the cluster: set batch-engines=true on "
+                "kubernetes-control-plane"
+            )
+            return
+        objects = queues.team_objects(
+            self.app.name, ctx.namespace, flavors, kube.list("v1", "Node"), config.quotas
+        )
+        digest = queues.fingerprint(objects)
+        if self._stored.queues == digest:
+            return
+        for obj in objects:
+            kube.apply(obj, field_manager=self.app.name)
+        self._stored.queues = digest
+        logger.info("applied ClusterQueue %s", objects[0]["metadata"]["name"])
 
     def _on_collect_status(self, event: ops.CollectStatusEvent) -> None:
         try:
@@ -212,6 +267,8 @@ class TensorflowCharm(ops.CharmBase):
             return
         if self._housekeeping_error:
             event.add_status(ops.WaitingStatus(self._housekeeping_error))
+        if self._queue_problem:
+            event.add_status(ops.WaitingStatus(self._queue_problem))
         claim = self.storage.claim()
         namespace = self.kube_api.namespace()
         event.add_status(

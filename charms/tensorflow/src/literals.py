@@ -63,8 +63,15 @@ NAMESPACED_RULES: list[dict[str, Any]] = [
     {"api-groups": ["apps"], "resources": ["deployments"],
      "verbs": ["get", "list", "create", "patch", "delete"]},
     {"api-groups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get"]},
+    {"api-groups": ["kueue.x-k8s.io"], "resources": ["localqueues"],
+     "verbs": ["get", "list", "create", "patch", "delete"]},
+    {"api-groups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["get", "list"]},
 ]  # fmt: skip
 CLUSTER_RULES: list[dict[str, Any]] = [
     {"api-groups": [""], "resources": ["nodes"], "verbs": ["get", "list"]},
     {"api-groups": [""], "resources": ["pods"], "verbs": ["list"]},
-]
+    # the team's ClusterQueue (queues.py) and the flavors it draws on
+    {"api-groups": ["kueue.x-k8s.io"], "resources": ["clusterqueues"],
+     "verbs": ["get", "list", "create", "patch", "delete"]},
+    {"api-groups": ["kueue.x-k8s.io"], "resources": ["resourceflavors"], "verbs": ["get", "list"]},
+]  # fmt: skip

@@ -20,6 +20,7 @@ import pytest
 from ops import testing
 
 import charm
+from fakes.addons import install_kueue
 from fakes.kube_apiserver import FakeKubeApiServer
 
 NS = "tensorflow"
@@ -42,20 +43,23 @@ def node(
     ready: bool = True,
     unschedulable: bool = False,
     taints: list[dict] | None = None,
+    product: str = "NVIDIA-A10G",
 ) -> dict:
     status: dict = {
         "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
         "allocatable": {"cpu": "8", "memory": "64Gi"},
     }
+    labels = {"kubernetes.io/hostname": name}
     if gpus:
         status["allocatable"]["nvidia.com/gpu"] = str(gpus)
+        labels["nvidia.com/gpu.product"] = product
     spec: dict = {}
     if unschedulable:
         spec["unschedulable"] = True
     if taints:
         spec["taints"] = taints
     return {
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "metadata": {"name": name, "labels": labels},
         "spec": spec,
         "status": status,
     }
@@ -185,6 +189,7 @@ def api():
                 "status": {"phase": "Bound"},
             },
         )
+        install_kueue(server, {"gpu-nvidia-a10g": "NVIDIA-A10G"})
         yield server
 
 

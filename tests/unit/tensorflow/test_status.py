@@ -97,6 +97,8 @@ def test_leader_asks_for_least_privilege_access_in_its_namespace(ctx, api):
     assert {(r["resources"][0], tuple(r["verbs"])) for r in cluster} == {
         ("nodes", ("get", "list")),
         ("pods", ("list",)),
+        ("clusterqueues", ("get", "list", "create", "patch", "delete")),
+        ("resourceflavors", ("get", "list")),
     }
     assert not any("*" in v for rule in rules + cluster for v in rule["verbs"])
 
@@ -131,7 +133,10 @@ def test_a_malformed_run_as_blocks_and_asks_for_the_default_meanwhile(ctx, run_a
 def test_hooks_twice_leave_the_same_state(ctx, state, api, event):
     first = ctx.run(getattr(ctx.on, event)(), state)
     objects = api.objects("/")
+    writes = [(r.method, r.path) for r in api.requests if r.method != "GET"]
+    # the first hook makes the team's queues, and nothing else
+    assert {p.rsplit("/", 2)[-2] for _, p in writes} <= {"clusterqueues", "localqueues"}
     second = ctx.run(getattr(ctx.on, event)(), first)
     assert api.objects("/") == objects
     assert second.unit_status == first.unit_status
-    assert [r for r in api.requests if r.method != "GET"] == []
+    assert [(r.method, r.path) for r in api.requests if r.method != "GET"] == writes

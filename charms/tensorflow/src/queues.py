@@ -1,0 +1,213 @@
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""This application as a Kueue team: its ClusterQueue in the shared cohort, its LocalQueue.
+
+No ops here. The control plane installs Kueue and keeps the cluster-wide objects (the
+cohort `gpu-k8s`, a ResourceFlavor `cpu` and one per GPU model, labelled
+`app.kubernetes.io/managed-by: kubernetes-control-plane`); this charm adds its team:
+
+- ClusterQueue `team-<namespace>` in cohort `gpu-k8s`, admitting from this namespace only,
+  with two resource groups (cpu/memory on flavor `cpu`; `nvidia.com/gpu` on each GPU
+  flavor). Its nominal quota is `cpu-quota`, `memory-quota` and, per GPU model,
+  `gpu-quota`; left at their defaults they are what the schedulable nodes have (the whole
+  cluster: fine for one team; teams sharing a cluster set theirs). Unused quota is lent to
+  the other teams of the cohort and reclaimed by preemption (`reclaimWithinCohort: Any`);
+  within the team a higher priority preempts a lower one.
+- LocalQueue `default` in the namespace, pointing at it: the queue every job names
+  (`kueue.x-k8s.io/queue-name`).
+
+Kueue API (kubernetes-sigs/kueue v0.19.2, apis/kueue/v1beta2/clusterqueue_types.go and
+localqueue_types.go): ClusterQueue {cohortName, namespaceSelector, queueingStrategy,
+preemption {reclaimWithinCohort, borrowWithinCohort {policy}, withinClusterQueue},
+resourceGroups [{coveredResources, flavors [{name, resources [{name, nominalQuota}]}]}]};
+LocalQueue {clusterQueue}. A null namespaceSelector admits from no namespace.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from literals import GPU_RESOURCE
+
+API = "kueue.x-k8s.io/v1beta2"
+COHORT = "gpu-k8s"
+CPU_FLAVOR = "cpu"
+LOCAL_QUEUE = "default"
+LABEL_QUEUE = "kueue.x-k8s.io/queue-name"
+LABEL_PRIORITY = "kueue.x-k8s.io/priority-class"
+LABEL_PRODUCT = "nvidia.com/gpu.product"
+FLAVOR_OWNER = ("app.kubernetes.io/managed-by", "kubernetes-control-plane")
+KINDS = {
+    (API, "ClusterQueue"): ("clusterqueues", False),
+    (API, "LocalQueue"): ("localqueues", True),
+    (API, "ResourceFlavor"): ("resourceflavors", False),
+    (API, "Workload"): ("workloads", True),
+}
+_SUFFIXES = {
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+    "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+    "m": 10**-3, "": 1,
+}  # fmt: skip
+_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?$")
+
+
+def quantity(text: str) -> float:
+    """A Kubernetes quantity as a number (`500m` 0.5, `64Gi` 68719476736); ValueError."""
+    match = _QUANTITY.match(str(text).strip())
+    if not match:
+        raise ValueError(f"{text!r} is not a Kubernetes quantity such as 16, 500m or 64Gi")
+    return float(match.group(1)) * _SUFFIXES[match.group(2) or ""]
+
+
+@dataclasses.dataclass(frozen=True)
+class Quotas:
+    """The team's nominal quota; None (or -1 GPUs) means what the cluster has."""
+
+    gpus: int = -1
+    cpu: str = ""
+    memory: str = ""
+
+
+def cluster_queue_name(namespace: str) -> str:
+    """The team's ClusterQueue."""
+    return f"team-{namespace}"
+
+
+def _schedulable(node: dict[str, Any]) -> bool:
+    """Ready, not cordoned, and no NoSchedule/NoExecute taint but the GPU one."""
+    spec = node.get("spec") or {}
+    if spec.get("unschedulable"):
+        return False
+    for taint in spec.get("taints") or []:
+        if taint.get("effect") in ("NoSchedule", "NoExecute") and taint.get("key") != GPU_RESOURCE:
+            return False
+    conditions = (node.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+@dataclasses.dataclass(frozen=True)
+class Capacity:
+    """What the schedulable nodes offer: CPUs, memory bytes, GPUs per product label."""
+
+    cpu: float
+    memory: float
+    gpus: dict[str, int]
+
+
+def capacity(nodes: Iterable[dict[str, Any]]) -> Capacity:
+    """The allocatable resources of the nodes pods can land on."""
+    cpu = memory = 0.0
+    gpus: dict[str, int] = {}
+    for node in nodes:
+        if not _schedulable(node):
+            continue
+        allocatable = (node.get("status") or {}).get("allocatable") or {}
+        cpu += quantity(allocatable.get("cpu", "0"))
+        memory += quantity(allocatable.get("memory", "0"))
+        count = int(quantity(allocatable.get(GPU_RESOURCE, "0")))
+        product = ((node.get("metadata") or {}).get("labels") or {}).get(LABEL_PRODUCT)
+        if count and product:
+            gpus[product] = gpus.get(product, 0) + count
+    return Capacity(cpu, memory, gpus)
+
+
+def gpu_flavors(flavors: Iterable[dict[str, Any]]) -> dict[str, str]:
+    """The control plane's GPU ResourceFlavors: name -> the product label they select."""
+    out = {}
+    for flavor in flavors:
+        labels = (flavor.get("metadata") or {}).get("labels") or {}
+        if labels.get(FLAVOR_OWNER[0]) != FLAVOR_OWNER[1]:
+            continue
+        product = ((flavor.get("spec") or {}).get("nodeLabels") or {}).get(LABEL_PRODUCT)
+        if product:
+            out[flavor["metadata"]["name"]] = product
+    return out
+
+
+def _cpu_text(value: float) -> str:
+    return str(int(value)) if value == int(value) else f"{int(value * 1000)}m"
+
+
+def team_objects(
+    app: str,
+    namespace: str,
+    flavors: Iterable[dict[str, Any]],
+    nodes: Iterable[dict[str, Any]],
+    quotas: Quotas,
+) -> list[dict[str, Any]]:
+    """The ClusterQueue and LocalQueue of this team (see the module docstring)."""
+    have = capacity(nodes)
+    cpu = quotas.cpu or _cpu_text(have.cpu)
+    memory = quotas.memory or str(int(have.memory))
+    groups: list[dict[str, Any]] = [
+        {
+            "coveredResources": ["cpu", "memory"],
+            "flavors": [
+                {
+                    "name": CPU_FLAVOR,
+                    "resources": [
+                        {"name": "cpu", "nominalQuota": cpu},
+                        {"name": "memory", "nominalQuota": memory},
+                    ],
+                }
+            ],
+        }
+    ]
+    gpu = [
+        {
+            "name": name,
+            "resources": [
+                {
+                    "name": GPU_RESOURCE,
+                    "nominalQuota": str(
+                        have.gpus.get(product, 0) if quotas.gpus < 0 else quotas.gpus
+                    ),
+                }
+            ],
+        }
+        for name, product in sorted(gpu_flavors(flavors).items())
+    ]
+    if gpu:
+        groups.append({"coveredResources": [GPU_RESOURCE], "flavors": gpu})
+    labels = {"app.kubernetes.io/managed-by": app}
+    name = cluster_queue_name(namespace)
+    return [
+        {
+            "apiVersion": API,
+            "kind": "ClusterQueue",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {
+                "cohortName": COHORT,
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+                "queueingStrategy": "BestEffortFIFO",
+                "preemption": {
+                    "reclaimWithinCohort": "Any",
+                    "borrowWithinCohort": {"policy": "LowerPriority"},
+                    "withinClusterQueue": "LowerPriority",
+                },
+                "resourceGroups": groups,
+            },
+        },
+        {
+            "apiVersion": API,
+            "kind": "LocalQueue",
+            "metadata": {"name": LOCAL_QUEUE, "namespace": namespace, "labels": labels},
+            "spec": {"clusterQueue": name},
+        },
+    ]
+
+
+def fingerprint(objects: list[dict[str, Any]]) -> str:
+    """A digest of the objects, remembered once they are applied."""
+    return hashlib.sha256(json.dumps(objects, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def add_kinds(kube: Any) -> None:
+    """Teach a `Kube` client the Kueue kinds this charm uses."""
+    kube.kinds.update(KINDS)
