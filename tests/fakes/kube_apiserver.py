@@ -375,6 +375,7 @@ class FakeKubeApiServer:
         self._lock = threading.RLock()
         self._store: dict[str, dict] = {}
         self._logs: dict[tuple[str, str, str], str] = {}
+        self._previous_logs: dict[tuple[str, str, str], str] = {}
         self._faults: list[dict] = []
         self._rv = 0
         self._required_token: str | None = None
@@ -527,10 +528,18 @@ class FakeKubeApiServer:
                 self._crds_changed()
             return gone is not None
 
-    def set_pod_log(self, namespace: str, name: str, text: str, container: str = "") -> None:
-        """The text `pods/<name>/log` answers (for one container, or any when empty)."""
+    def set_pod_log(
+        self, namespace: str, name: str, text: str, container: str = "", *, previous: bool = False
+    ) -> None:
+        """The text `pods/<name>/log` answers (for one container, or any when empty).
+
+        `previous`: the log of the container's previous instance (`?previous=true`), which
+        exists once the container restarted; asked for when there is none, the server
+        answers 400 `previous terminated container "<c>" in pod "<p>" not found`
+        (kubelet's GetContainerLogs).
+        """
         with self._lock:
-            self._logs[(namespace, name, container)] = text
+            (self._previous_logs if previous else self._logs)[(namespace, name, container)] = text
 
     def _roll_out(self, obj: dict) -> None:
         """With `available_deployments`, a Deployment is available at once (see above)."""
@@ -877,9 +886,18 @@ class FakeKubeApiServer:
                 f"a container name must be specified for pod {target.name}, "
                 f"choose one of: [{' '.join(names)}]",
             )
-        text = self._logs.get((target.namespace or "", target.name or "", container))
+        logs = self._previous_logs if query.get("previous") in ("true", "1") else self._logs
+        text = logs.get((target.namespace or "", target.name or "", container))
         if text is None:
-            text = self._logs.get((target.namespace or "", target.name or "", ""), "")
+            text = logs.get((target.namespace or "", target.name or "", ""))
+        if text is None and logs is self._previous_logs:
+            name = container or (names[0] if names else "")
+            raise ApiError(
+                400,
+                "BadRequest",
+                f'previous terminated container "{name}" in pod "{target.name}" not found',
+            )
+        text = text or ""
         if "tailLines" in query:
             lines = text.splitlines(keepends=True)
             tail = int(query["tailLines"])

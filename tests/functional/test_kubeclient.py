@@ -475,6 +475,19 @@ def test_pod_logs_tail_and_container(kube: Kube, kube_api: FakeKubeApiServer):
     assert missing.value.status == 404
 
 
+def test_pod_logs_of_the_previous_container(kube: Kube, kube_api: FakeKubeApiServer):
+    namespace(kube, "work")
+    kube.create(pod_manifest("p"))
+    with pytest.raises(KubeError) as never:
+        kube.pod_logs("p", "work", previous=True)
+    assert never.value.status == 400
+    assert 'previous terminated container "main" in pod "p" not found' in never.value.message
+    kube_api.set_pod_log("work", "p", "now\n")
+    kube_api.set_pod_log("work", "p", "before the crash\n", previous=True)
+    assert kube.pod_logs("p", "work", previous=True) == "before the crash\n"
+    assert kube.pod_logs("p", "work") == "now\n"
+
+
 # ---------------------------------------------------------------- retries
 
 

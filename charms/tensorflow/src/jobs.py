@@ -879,6 +879,41 @@ def pod_index(pod: dict) -> int:
         return -1
 
 
+def _termination(state: Mapping[str, Any]) -> str:
+    terminated = state.get("terminated") or {}
+    if not terminated:
+        return ""
+    reason = terminated.get("reason") or ""
+    text = f"exit code {terminated.get('exitCode', '?')}"
+    if reason and reason not in ("Error", "Completed"):
+        text += f" ({reason})"  # OOMKilled, ContainerCannotRun, DeadlineExceeded, ...
+    return text
+
+
+def container_history(pod: Mapping[str, Any]) -> tuple[str | None, bool]:
+    """What happened to the pod's container: (a line for `logs`, whether it restarted).
+
+    From `status.containerStatuses[0]`: `restartCount`, `lastState.terminated` (the
+    previous instance's exit) and `state.terminated` (the current one's, for a container
+    that will not restart). None when it simply runs.
+    """
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    if not statuses:
+        return None, False
+    status = statuses[0]
+    restarts = int(status.get("restartCount") or 0)
+    parts = []
+    if restarts:
+        last = _termination(status.get("lastState") or {})
+        parts.append(f"restarted {restarts} time{'s' if restarts != 1 else ''}")
+        if last:
+            parts.append(f"previous container ended with {last}")
+    current = _termination(status.get("state") or {})
+    if current:
+        parts.append(f"container ended with {current}")
+    return ("; ".join(parts) or None), restarts > 0
+
+
 def find_pod(pods: Iterable[dict], role: str, index: int) -> dict | None:
     """The newest active pod of `role` with completion index `index` (any when none active)."""
     matching = [

@@ -317,9 +317,11 @@ def list_jobs(kube: Any, ctx: Context) -> dict[str, str]:
 
 
 def logs(kube: Any, ctx: Context, job: str, lines: int) -> str:
-    """The last `lines` lines of every replica, each prefixed with `[role-index]`."""
-    from charms.gpu_k8s.v0.kubeclient import KubeError
+    """The last `lines` lines of every replica, each prefixed with `[role-index]`.
 
+    A container that restarted also shows the end of its previous instance's log (where a
+    crash's traceback is), and how each instance ended (exit code, OOMKilled).
+    """
     request = load_request(kube, ctx, job)
     pods = _training_pods(kube, ctx, job)
     out: list[str] = []
@@ -330,12 +332,25 @@ def logs(kube: Any, ctx: Context, job: str, lines: int) -> str:
             if pod is None:
                 out.append(f"{prefix} (no pod)")
                 continue
-            try:
-                text = kube.pod_logs(pod["metadata"]["name"], ctx.namespace, tail_lines=lines)
-            except KubeError as e:
-                text = f"(no log yet: {e.message})"
+            history, restarted = jobs.container_history(pod)
+            if history:
+                out.append(f"{prefix} ({history})")
+            if restarted:
+                text = _pod_log(kube, ctx, pod, lines, previous=True)
+                out.extend(f"{prefix} previous: {line}" for line in text.splitlines())
+            text = _pod_log(kube, ctx, pod, lines)
             out.extend(f"{prefix} {line}" for line in text.splitlines() or ["(empty log)"])
     return "\n".join(out)
+
+
+def _pod_log(kube: Any, ctx: Context, pod: dict, lines: int, *, previous: bool = False) -> str:
+    from charms.gpu_k8s.v0.kubeclient import KubeError
+
+    name = pod["metadata"]["name"]
+    try:
+        return kube.pod_logs(name, ctx.namespace, tail_lines=lines, previous=previous)
+    except KubeError as e:
+        return f"(no {'previous ' if previous else ''}log: {e.message})"
 
 
 def delete_job(kube: Any, ctx: Context, job: str, *, components: tuple[str, ...] = ()) -> int:

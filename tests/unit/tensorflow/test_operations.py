@@ -212,6 +212,46 @@ def test_logs_say_when_a_replica_has_no_pod(ctx, running, api):
     assert "[worker-1] (no pod)" in results["logs"].splitlines()
 
 
+def test_logs_show_a_crashed_containers_last_words_and_how_each_instance_ended(ctx, running, api):
+    pod = next(
+        p
+        for p in api.objects(PODS)
+        if p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] == "1"
+    )
+    name = pod["metadata"]["name"]
+    pod["status"]["containerStatuses"] = [
+        {
+            "name": "tensorflow",
+            "restartCount": 2,
+            "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}},
+            "state": {"running": {}},
+        }
+    ]
+    api.put_object(PODS + name, pod)
+    api.set_pod_log(NS, name, "Traceback (most recent call last):\nMemoryError\n", previous=True)
+    results, _ = run_action(ctx, running, "logs", job="mnist", lines=5)
+    lines = results["logs"].splitlines()
+    assert (
+        "[worker-1] (restarted 2 times; previous container ended with exit code 137 (OOMKilled))"
+        in lines
+    )
+    assert "[worker-1] previous: MemoryError" in lines
+    assert "[worker-1] second line" in lines  # the current instance's log follows
+    assert not any(line.startswith("[worker-0] (") for line in lines)  # it simply runs
+
+
+def test_logs_of_a_container_that_never_restarted_ask_for_no_previous_log(ctx, running, api):
+    pod = next(p for p in api.objects(PODS))
+    pod["status"]["containerStatuses"] = [
+        {"name": "tensorflow", "restartCount": 0, "state": {"terminated": {"exitCode": 1}}}
+    ]
+    api.put_object(PODS + pod["metadata"]["name"], pod)
+    before = len(api.requests)
+    results, _ = run_action(ctx, running, "logs", job="mnist")
+    assert "(container ended with exit code 1)" in results["logs"]
+    assert not [r for r in api.requests[before:] if r.query.get("previous")]
+
+
 # -------------------------------------------------------------------- stop
 
 

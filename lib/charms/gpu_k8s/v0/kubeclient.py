@@ -47,7 +47,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 LIBID = "1c1c281a9eb64d9594fd86aa76205351"
 LIBAPI = 0
-LIBPATCH = 5
+LIBPATCH = 6
 
 logger = logging.getLogger(__name__)
 
@@ -550,11 +550,24 @@ class Kube:
         return len(answer.get("items") or []) if isinstance(answer, dict) else 0
 
     def pod_logs(
-        self, name: str, namespace: str, *, tail_lines: int = 100, container: str | None = None
+        self,
+        name: str,
+        namespace: str,
+        *,
+        tail_lines: int = 100,
+        container: str | None = None,
+        previous: bool = False,
     ) -> str:
-        """The last `tail_lines` lines of a pod's (container's) log."""
+        """The last `tail_lines` lines of a pod's (container's) log.
+
+        `previous`: of the container's previous instance, the one that exited before its
+        restart (400 when it never restarted).
+        """
         path = self.path("v1", "Pod", namespace, name, "log")
-        answer = self.request("GET", path, query={"tailLines": tail_lines, "container": container})
+        query: dict[str, Any] = {"tailLines": tail_lines, "container": container}
+        if previous:
+            query["previous"] = "true"
+        answer = self.request("GET", path, query=query)
         return answer if isinstance(answer, str) else json.dumps(answer)
 
     # -- nodes
