@@ -28,6 +28,9 @@ Environment (set by the pod spec; the same names are used by `tf_demo.py`):
     GPU_K8S_HOSTS         optional JSON `{"worker": ["127.0.0.1:40001", ...], ...}` that
                           replaces the stable hostnames (local runs on one machine)
     GPU_K8S_DATA_DIR      mount point of the shared volume (default /data); must exist
+    GPU_K8S_GPUS          GPUs this task asked for (default 0); when > 0 the launcher
+                          checks that TensorFlow sees a GPU and fails fast (exit 3) when
+                          it sees none, rather than train on CPU while holding GPUs
 
 Exported to the trainer:
 
@@ -267,6 +270,50 @@ def trainer_command(args: Sequence[str], python: str = sys.executable) -> list[s
     return list(args)
 
 
+# Prints how many GPUs TensorFlow sees, in the interpreter that will train.
+_COUNT_GPUS = "import tensorflow as tf; print(len(tf.config.list_physical_devices('GPU')))"
+NO_GPU_EXIT = 3
+
+
+def visible_gpus(python: str = sys.executable, timeout: float = 600) -> int | None:
+    """How many GPUs TensorFlow sees; None when TensorFlow cannot be imported to tell."""
+    import subprocess
+
+    try:
+        done = subprocess.run(
+            [python, "-c", _COUNT_GPUS],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    last = (done.stdout.strip().splitlines() or [""])[-1]
+    return int(last) if done.returncode == 0 and last.isdigit() else None
+
+
+def check_gpus(env: Mapping[str, str], python: str = sys.executable) -> str | None:
+    """Why this task must not start: it asked for GPUs and TensorFlow sees none."""
+    wanted = _env_int(env, "GPU_K8S_GPUS", 0)
+    if wanted <= 0:
+        return None
+    seen = visible_gpus(python)
+    if seen is None:
+        print(
+            "tf_launcher: cannot import tensorflow to check the GPUs; starting anyway",
+            file=sys.stderr,
+        )
+        return None
+    if seen:
+        return None
+    return (
+        f"this task asked for {wanted} GPU(s) but TensorFlow sees none: the image's "
+        "CUDA/cuDNN may not match it (use a tensorflow/tensorflow:<version>-gpu image), or "
+        "the pod did not get the GPU (runtime class nvidia; run the worker's validate-gpu)"
+    )
+
+
 def main(argv: Sequence[str] | None = None, environ: dict[str, str] | None = None) -> int:
     """Set up the task and exec its trainer; return an exit status only on error."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -291,6 +338,14 @@ def main(argv: Sequence[str] | None = None, environ: dict[str, str] | None = Non
     if print_only:
         print(json.dumps(tf_config, indent=2))
         return 0
+    try:
+        problem = check_gpus(env)
+    except ValueError as e:
+        print(f"tf_launcher: {e}", file=sys.stderr)
+        return 2
+    if problem:
+        print(f"tf_launcher: {problem}", file=sys.stderr, flush=True)
+        return NO_GPU_EXIT
     for key in ("GPU_K8S_CHECKPOINT_DIR", "GPU_K8S_LOG_DIR"):
         Path(exports[key]).mkdir(parents=True, exist_ok=True)
     env.update(exports)

@@ -295,3 +295,28 @@ def test_single_worker_reads_mnist_npz_from_shared_volume(local_job, tmp_path):
     assert (progress["step"], progress["state"]) == (60, "finished")
     assert progress["loss"] < 0.5 * progress["first_loss"]
     assert f"data: 2000 examples from {npz}" in job.logs[("worker", 0)].read_text()
+
+
+def test_a_task_that_asked_for_a_gpu_stops_at_once_when_tensorflow_sees_none(tmp_path):
+    """Real tensorflow-cpu sees no GPU: the launcher refuses to train on CPU while holding one."""
+    env = dict(os.environ)
+    env.update(
+        GPU_K8S_JOB="gpujob",
+        GPU_K8S_WORKERS="1",
+        GPU_K8S_GPUS="1",
+        JOB_COMPLETION_INDEX="0",
+        GPU_K8S_DATA_DIR=str(tmp_path),
+        TF_CPP_MIN_LOG_LEVEL="3",
+    )
+    env.pop("GPU_K8S_INDEX", None)
+    done = subprocess.run(
+        [PYTHON, str(LAUNCHER), "--", "--steps", "1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert "asked for 1 GPU(s) but TensorFlow sees none" in done.stderr
+    assert not (tmp_path / "jobs" / "gpujob" / "progress.json").exists()  # nothing trained

@@ -377,15 +377,19 @@ class Context:
         """A configured image as pods pull it (see `from_registry`)."""
         return from_registry(image, self.registry)
 
-    def image_for(self, request: TrainRequest) -> str:
-        """The request's image, or the default (its `-gpu` variant when GPUs are used)."""
+    def image_for(self, request: TrainRequest, role: str = "worker") -> str:
+        """The request's image, or the default: its `-gpu` variant for a role with GPUs.
+
+        A chief or parameter server without GPUs gets the CPU image (about a tenth of the
+        `-gpu` one's size) on whatever node it lands.
+        """
         if request.image:
             return request.image
         image = self.pulled(self.default_image)
         upstream = self.default_image
         if self.registry:
             upstream = upstream.removeprefix(f"{self.registry}/")
-        if request.gpus_per_worker and _TF_IMAGE.match(upstream):
+        if request.gpus(role) and _TF_IMAGE.match(upstream):
             return f"{image}-gpu"
         return image
 
@@ -460,8 +464,13 @@ def _env(request: TrainRequest, role: str, ctx: Context) -> list[dict]:
         "GPU_K8S_PORT": str(TF_PORT),
         "GPU_K8S_DATA_DIR": DATA_MOUNT,
         "GPU_K8S_STEPS": str(request.steps),
+        "GPU_K8S_GPUS": str(request.gpus(role)),
         "PYTHONUNBUFFERED": "1",
     }
+    if request.strategy == "ps":
+        # TensorFlow's parameter-server tutorial sets it on every task, so that worker and
+        # ps failures reach the coordinator instead of hanging its RPCs.
+        fixed["GRPC_FAIL_FAST"] = "use_caller"
     merged = {**ctx.identity_env, **parse_env(request.env), **fixed}
     return [{"name": k, "value": v} for k, v in merged.items()]
 
@@ -492,7 +501,7 @@ def role_job(request: TrainRequest, ctx: Context, role: str) -> dict:
         "containers": [
             {
                 "name": "tensorflow",
-                "image": ctx.image_for(request),
+                "image": ctx.image_for(request, role),
                 "command": _command(request),
                 "env": _env(request, role, ctx),
                 "ports": [{"name": "grpc", "containerPort": TF_PORT}],
@@ -509,6 +518,12 @@ def role_job(request: TrainRequest, ctx: Context, role: str) -> dict:
         resources["limits"][GPU_RESOURCE] = str(gpus)
         pod_spec["runtimeClassName"] = GPU_RUNTIME_CLASS
         pod_spec["tolerations"] = [{"key": GPU_RESOURCE, "operator": "Exists"}]
+    if gpus > 1:
+        # NCCL between the GPUs of one pod passes data through /dev/shm, which a container
+        # gets at 64 MiB by default; a memory-backed emptyDir lifts that (it counts against
+        # the pod's memory limit).
+        pod_spec["volumes"].append({"name": "dshm", "emptyDir": {"medium": "Memory"}})
+        pod_spec["containers"][0]["volumeMounts"].append({"name": "dshm", "mountPath": "/dev/shm"})
     pod_labels = labels(ctx.app, request.job, COMPONENT_TRAINING, role)
     return {
         "apiVersion": "batch/v1",

@@ -284,3 +284,37 @@ def test_missing_program_exits_127_with_message(monkeypatch, pod_env, capsys):
     assert main(["--", "no-such-trainer"], pod_env) == 127
 
     assert "cannot run 'no-such-trainer'" in capsys.readouterr().err
+
+
+def _fake_python(tmp_path: Path, prints: str, code: int = 0) -> str:
+    script = tmp_path / "python"
+    script.write_text(f"#!/bin/sh\necho '{prints}'\nexit {code}\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_check_gpus_only_when_gpus_were_asked_for(tmp_path):
+    none = _fake_python(tmp_path, "0")
+    assert tf_launcher.check_gpus({"GPU_K8S_GPUS": "0"}, none) is None
+    assert tf_launcher.check_gpus({}, none) is None
+    problem = tf_launcher.check_gpus({"GPU_K8S_GPUS": "2"}, none)
+    assert problem is not None and "asked for 2 GPU(s) but TensorFlow sees none" in problem
+    assert tf_launcher.check_gpus({"GPU_K8S_GPUS": "2"}, _fake_python(tmp_path, "2")) is None
+
+
+def test_check_gpus_starts_anyway_when_tensorflow_cannot_tell(tmp_path, capsys):
+    broken = _fake_python(tmp_path, "ModuleNotFoundError: tensorflow", code=1)
+    assert tf_launcher.check_gpus({"GPU_K8S_GPUS": "1"}, broken) is None
+    assert "cannot import tensorflow" in capsys.readouterr().err
+
+
+def test_main_refuses_a_malformed_gpu_count(tmp_path, capsys):
+    env = {
+        "GPU_K8S_JOB": "j",
+        "GPU_K8S_WORKERS": "1",
+        "JOB_COMPLETION_INDEX": "0",
+        "GPU_K8S_DATA_DIR": str(tmp_path),
+        "GPU_K8S_GPUS": "many",
+    }
+    assert main([], env) == 2
+    assert "GPU_K8S_GPUS must be an integer" in capsys.readouterr().err

@@ -146,6 +146,39 @@ def test_parse_user_refuses_what_is_not_uid_gid(text):
         jobs.parse_user(text)
 
 
+def test_only_roles_with_gpus_get_the_gpu_image_and_shared_memory():
+    req = request(job="p", strategy="ps", ps=1, workers=2, gpus_per_worker=2)
+    specs = {r: jobs.role_job(req, CTX, r)["spec"]["template"]["spec"] for r in req.replicas()}
+    images = {r: s["containers"][0]["image"] for r, s in specs.items()}
+    assert images == {
+        "chief": "tensorflow/tensorflow:2.21.0",
+        "ps": "tensorflow/tensorflow:2.21.0",
+        "worker": "tensorflow/tensorflow:2.21.0-gpu",
+    }
+    shm = {"name": "dshm", "emptyDir": {"medium": "Memory"}}
+    assert shm in specs["worker"]["volumes"] and shm not in specs["chief"]["volumes"]
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in specs["worker"]["containers"][0][
+        "volumeMounts"
+    ]
+    one = jobs.role_job(request(gpus_per_worker=1), CTX, "worker")["spec"]["template"]["spec"]
+    assert "dshm" not in {v["name"] for v in one["volumes"]}  # one GPU: no NCCL peers
+
+
+def test_the_environment_says_gpus_per_role_and_ps_jobs_fail_fast():
+    req = request(job="p", strategy="ps", ps=1, workers=1, gpus_per_worker=1)
+    env = {
+        r: {
+            e["name"]: e["value"]
+            for e in jobs.role_job(req, CTX, r)["spec"]["template"]["spec"]["containers"][0]["env"]
+        }
+        for r in req.replicas()
+    }
+    assert (env["worker"]["GPU_K8S_GPUS"], env["chief"]["GPU_K8S_GPUS"]) == ("1", "0")
+    assert {e["GRPC_FAIL_FAST"] for e in env.values()} == {"use_caller"}
+    mwms = jobs.role_job(request(), CTX, "worker")["spec"]["template"]["spec"]["containers"][0]
+    assert "GRPC_FAIL_FAST" not in {e["name"] for e in mwms["env"]}
+
+
 def test_gpu_image_variant_only_for_tensorflow_images():
     assert CTX.image_for(request(gpus_per_worker=1)) == "tensorflow/tensorflow:2.21.0-gpu"
     assert CTX.image_for(request()) == "tensorflow/tensorflow:2.21.0"
