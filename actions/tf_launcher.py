@@ -4,9 +4,12 @@
 
 """Entrypoint of every distributed TensorFlow pod: build `TF_CONFIG`, then exec the trainer.
 
-The tensorflow charm runs one Indexed Job per role (`worker`, and for parameter-server
-training `chief` and `ps`) behind a headless Service, so replica `i` of role `r` of job `j`
-has the stable name `<j>-<r>-<i>.<service>`. This launcher turns the pod's role and
+The tensorflow charm runs a job as one JobSet with a replicated Job per role (`worker`, and
+for parameter-server training `chief` and `ps`), each a single Indexed Job, under a
+subdomain (JobSet's headless Service), so replica `i` of role `r` of job `j` has the
+stable name `<j>-<r>-0-<i>.<service>` (JobSet v0.12.0 names the Job
+`<jobset>-<replicatedJob>-<jobIndex>`; the Job controller its Indexed pods
+`<job>-<index>`). This launcher turns the pod's role and
 completion index into `TF_CONFIG`, prepares the job's directories on the shared volume and
 then replaces itself (`os.execvp`) with the trainer, so signals and the exit status pass
 straight through and nothing sits between the trainer and the container runtime.
@@ -124,7 +127,7 @@ def build_tf_config(
     """Build the `TF_CONFIG` of one task of a job.
 
     Args:
-        job: job name; the Job of role `r` is `<job>-<r>` and its pods `<job>-<r>-<i>`.
+        job: job name; the Job of role `r` is `<job>-<r>-0` and its pods `<job>-<r>-0-<i>`.
         service: the headless Service that gives the pods their DNS names.
         strategy: `mwms` (workers only, worker 0 is the chief) or `ps` (one `chief`
             coordinator, `ps` and `worker` tasks; no evaluator in the cluster spec).
@@ -161,7 +164,7 @@ def build_tf_config(
     cluster: dict[str, list[str]] = {}
     for name, count in sizes.items():
         if hosts is None:
-            cluster[name] = [f"{job}-{name}-{i}.{service}:{port}" for i in range(count)]
+            cluster[name] = [f"{job}-{name}-0-{i}.{service}:{port}" for i in range(count)]
             continue
         missing = [f"{name}[{i}]" for i in range(count) if (name, i) not in hosts]
         if missing:

@@ -2,19 +2,20 @@
 # Copyright 2026 gpu-k8s contributors
 # See LICENSE file for licensing details.
 
-"""API requests the tensorflow charm sends to launch jobs of 2, 16 and 64 workers.
+"""API requests the tensorflow charm sends for `train` and `job-status` at 2, 16, 64 workers.
 
 The launch code (`training.launch`, what the `train` action runs) talks through the real
-`kubernetes` client to the fake API server on loopback; a stand-in Job controller creates
-every pod on the first poll, so waiting costs the same for every size. Requests are
-counted at the server (and by the client's own counter, which must agree).
+`kubernetes` client to the fake API server on loopback, with JobSet and Kueue installed as
+the control plane leaves them and the team's queue made as the charm makes it; the batch
+controllers' stand-ins (tests/fakes/batch.py) admit the job and create every pod on the
+first polls, so waiting costs the same for every size. Requests are counted at the server
+(and by the client's own counter, which must agree).
 
-Target (DESIGN.md): a constant number of requests per role, not per pod.
+Target (DESIGN.md, issue 14): constant, whatever the number of workers.
 """
 
 from __future__ import annotations
 
-import copy
 import sys
 from pathlib import Path
 
@@ -26,9 +27,12 @@ sys.path[:0] = [
 ]
 
 import jobs  # noqa: E402
+import queues  # noqa: E402
 import training  # noqa: E402
 
 from charms.gpu_k8s.v0.kubeclient import Kube  # noqa: E402
+from fakes.addons import install_kueue  # noqa: E402
+from fakes.batch import BatchControllers  # noqa: E402
 from fakes.kube_apiserver import FakeKubeApiServer  # noqa: E402
 
 NS = "tensorflow"
@@ -41,41 +45,20 @@ CTX = jobs.Context(
 )
 
 
-def _run_pods(api: FakeKubeApiServer) -> None:
-    """Create and run every pod of every Job (a whole Job controller tick)."""
-    for job in api.objects(f"/apis/batch/v1/namespaces/{NS}/jobs/"):
-        template = job["spec"]["template"]
-        for index in range(job["spec"]["completions"]):
-            name = f"{job['metadata']['name']}-{index}-x"
-            labels = {
-                **template["metadata"]["labels"],
-                "batch.kubernetes.io/job-completion-index": str(index),
-            }
-            api.put_object(
-                f"/api/v1/namespaces/{NS}/pods/{name}",
-                {
-                    "metadata": {"labels": labels},
-                    "spec": copy.deepcopy(template["spec"]),
-                    "status": {
-                        "phase": "Running",
-                        "conditions": [{"type": "Ready", "status": "True"}],
-                    },
-                },
-            )
-
-
-def measure(workers: int, strategy: str) -> tuple[int, int]:
-    """(requests seen by the server, requests counted by the client) for one launch."""
+def measure(workers: int, strategy: str) -> tuple[int, int, int]:
+    """(train requests at the server, at the client, job-status requests) for one job."""
     with FakeKubeApiServer() as api:
         api.put_object(f"/api/v1/namespaces/{NS}", {"metadata": {"name": NS}})
         api.put_object(f"/api/v1/namespaces/{NS}/persistentvolumeclaims/claim", {})
+        install_kueue(api, {"gpu-nvidia-a10g": "NVIDIA-A10G"})
         for n in range(workers // 8 + 1):
             api.put_object(
                 f"/api/v1/nodes/gpu-{n}",
                 {
+                    "metadata": {"labels": {"nvidia.com/gpu.product": "NVIDIA-A10G"}},
                     "spec": {},
                     "status": {
-                        "allocatable": {"nvidia.com/gpu": "8"},
+                        "allocatable": {"nvidia.com/gpu": "8", "cpu": "32", "memory": "256Gi"},
                         "conditions": [{"type": "Ready", "status": "True"}],
                     },
                 },
@@ -88,32 +71,41 @@ def measure(workers: int, strategy: str) -> tuple[int, int]:
             ps=2 if strategy == "ps" else 0,
         )
         code = training.read_code()
+        controllers = BatchControllers(api, NS)
         kube = Kube.from_kubeconfig(api.kubeconfig())
+        queues.add_kinds(kube)
         with kube:
+            nodes, flavors = kube.list("v1", "Node"), kube.list(queues.API, "ResourceFlavor")
+            for obj in queues.team_objects("tensorflow", NS, flavors, nodes, queues.Quotas()):
+                kube.apply(obj, field_manager="bench")
             before = len(api.requests)
+            counted = kube.requests
             training.launch(
                 kube,
                 CTX,
                 request,
                 code,
                 log=lambda _: None,
-                sleep=lambda _: _run_pods(api),
+                sleep=lambda _: controllers.tick(),
                 clock=lambda: 0.0,
             )
-            return len(api.requests) - before, kube.requests
+            train = len(api.requests) - before, kube.requests - counted
+            before = len(api.requests)
+            training.status(kube, CTX, "bench")
+            return train[0], train[1], len(api.requests) - before
 
 
 def main() -> None:
     """Print the table."""
-    print(f"{'strategy':<9}{'roles':>6}{'workers':>9}{'requests':>10}{'client':>8}")
+    print(f"{'strategy':<9}{'roles':>6}{'workers':>9}{'train':>7}{'client':>8}{'status':>8}")
     for strategy, roles in (("mwms", 1), ("ps", 3)):
         counts = []
         for workers in (2, 16, 64):
-            server, client = measure(workers, strategy)
-            counts.append(server)
-            print(f"{strategy:<9}{roles:>6}{workers:>9}{server:>10}{client:>8}")
+            server, client, status = measure(workers, strategy)
+            counts.append((server, status))
+            print(f"{strategy:<9}{roles:>6}{workers:>9}{server:>7}{client:>8}{status:>8}")
         verdict = "constant" if len(set(counts)) == 1 else "GROWS with workers"
-        print(f"{strategy}: {verdict} ({counts[0]} requests, {roles} role(s))")
+        print(f"{strategy}: {verdict} (train {counts[0][0]}, job-status {counts[0][1]} requests)")
 
 
 if __name__ == "__main__":

@@ -300,22 +300,28 @@ class ManifestServer:
 
 
 def install_kueue(api: Any, gpu_products: dict[str, str] | None = None) -> None:
-    """Put into a fake API server what the control plane leaves once Kueue runs.
+    """Put into a fake API server what the control plane leaves once JobSet and Kueue run.
 
-    Kueue's CRDs (from `release_objects`), and the cluster-wide objects the control plane
+    Their CRDs (from `release_objects`), and the cluster-wide objects the control plane
     applies (kubernetes-control-plane kueue.cluster_objects): the cohort `gpu-k8s`, the
-    `cpu` flavor and one flavor per GPU model, `gpu_products` mapping flavor name to the
-    `nvidia.com/gpu.product` value it selects.
+    priorities, the `cpu` flavor and one flavor per GPU model, `gpu_products` mapping
+    flavor name to the `nvidia.com/gpu.product` value it selects.
     """
     kueue_api = "/apis/kueue.x-k8s.io/v1beta2"
     owner = {"app.kubernetes.io/managed-by": "kubernetes-control-plane"}
-    for obj in release_objects("kueue", KUEUE_VERSION):
+    objects = release_objects("kueue", KUEUE_VERSION) + release_objects("jobset", JOBSET_VERSION)
+    for obj in objects:
         if obj["kind"] == "CustomResourceDefinition":
             api.put_object(
                 f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{obj['metadata']['name']}",
                 obj,
             )
     api.put_object(f"{kueue_api}/cohorts/gpu-k8s", {"metadata": {"labels": owner}, "spec": {}})
+    for name, value in (("low", 100), ("normal", 1000), ("high", 10000)):
+        api.put_object(
+            f"{kueue_api}/workloadpriorityclasses/{name}",
+            {"metadata": {"labels": owner}, "value": value},
+        )
     api.put_object(f"{kueue_api}/resourceflavors/cpu", {"metadata": {"labels": owner}, "spec": {}})
     for name, product in (gpu_products or {}).items():
         spec = {

@@ -11,7 +11,6 @@ Thin ops layer: relations (`kube-api` for credentials in the charm's namespace,
 
 from __future__ import annotations
 
-import datetime
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -23,7 +22,14 @@ import ops
 import pydantic
 import queues
 import training
-from literals import CLUSTER_RULES, DEFAULT_USER, KUBE_API, NAMESPACED_RULES, SHARED_STORAGE
+from literals import (
+    CLUSTER_RULES,
+    DEFAULT_MAX_RESTARTS,
+    DEFAULT_USER,
+    KUBE_API,
+    NAMESPACED_RULES,
+    SHARED_STORAGE,
+)
 
 from charms.gpu_k8s.v0.config import CharmConfig
 from charms.gpu_k8s.v0.images import validate_registry
@@ -39,6 +45,7 @@ class Config(CharmConfig):
     default_image: str = "tensorflow/tensorflow:2.21.0"
     tensorboard_image: str = "tensorflow/tensorflow:2.21.0"
     job_ttl: int = 24
+    max_restarts: int = DEFAULT_MAX_RESTARTS
     image_registry: str = ""
     run_as: str = DEFAULT_USER
     gpu_quota: str = ""
@@ -57,6 +64,13 @@ class Config(CharmConfig):
     def _ttl(cls, value: int) -> int:
         if value < 1:
             raise ValueError("must be at least 1 (hours a finished job is kept)")
+        return value
+
+    @pydantic.field_validator("max_restarts")
+    @classmethod
+    def _restarts(cls, value: int) -> int:
+        if not 0 <= value <= 100:
+            raise ValueError("must be between 0 and 100 (gang restarts before a job fails)")
         return value
 
     @pydantic.field_validator("image_registry")
@@ -100,17 +114,12 @@ class NotReadyError(Exception):
     """The relations do not give access to the cluster yet; the message says why."""
 
 
-def _now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.timezone.utc)
-
-
 class TensorflowCharm(ops.CharmBase):
     """Runs distributed TensorFlow training as Kubernetes Jobs."""
 
     _stored = ops.StoredState()
 
-    # Boundaries that tests replace: wall clock (job-ttl), sleeping and polling interval.
-    clock: Callable[[], datetime.datetime] = staticmethod(_now)
+    # Boundaries that tests replace: sleeping and the clock of polling.
     sleep: Callable[[float], None] = staticmethod(time.sleep)
     monotonic: Callable[[], float] = staticmethod(time.monotonic)
 
@@ -131,7 +140,7 @@ class TensorflowCharm(ops.CharmBase):
         self.storage = SharedStorageRequirer(
             self, SHARED_STORAGE, namespace=namespace, directory=self.app.name, uid=uid, gid=gid
         )
-        self._housekeeping_error: str | None = None
+        self._api_error: str | None = None
         self._queue_problem: str | None = None
         self._stored.set_default(queues="")
         on = self.on
@@ -195,18 +204,21 @@ class TensorflowCharm(ops.CharmBase):
             tensorboard_image=config.tensorboard_image,
             registry=config.image_registry,
             user=config.user,
+            max_restarts=config.max_restarts,
+            ttl_seconds=config.job_ttl * 3600,
         )
         try:
             kube = Kube.from_kubeconfig(kubeconfig)
         except ValueError as e:
             raise NotReadyError(f"{KUBE_API}: {e}") from None
+        queues.add_kinds(kube)
         with kube:
             yield kube, ctx
 
     # -- hooks
 
     def _reconcile(self, _: ops.EventBase) -> None:
-        """Housekeeping: stop parameter servers of finished jobs, delete expired jobs."""
+        """Keep the directory request and the team's queues (JobSet ends and deletes jobs)."""
         from charms.gpu_k8s.v0.kubeclient import KubeError
 
         if not self.unit.is_leader():
@@ -219,20 +231,16 @@ class TensorflowCharm(ops.CharmBase):
         try:
             with self._cluster(config) as (kube, ctx):
                 self._apply_queues(kube, ctx, config)
-                now = self.clock()
-                for line in training.housekeeping(kube, ctx, config.job_ttl, now):
-                    logger.info("housekeeping: %s", line)
         except NotReadyError:
             return
         except KubeError as e:
-            self._housekeeping_error = f"Kubernetes API: {e.reason} ({e.status}); retrying"
-            logger.warning("housekeeping failed: %s", e)
+            self._api_error = f"Kubernetes API: {e.reason} ({e.status}); retrying"
+            logger.warning("reconcile failed: %s", e)
 
     def _apply_queues(self, kube: Any, ctx: jobs.Context, config: Config) -> None:
         """This team's ClusterQueue and LocalQueue, applied when they changed."""
         from charms.gpu_k8s.v0.kubeclient import KubeError
 
-        queues.add_kinds(kube)
         try:
             flavors = kube.list(queues.API, "ResourceFlavor")
         except KubeError as e:
@@ -265,8 +273,8 @@ class TensorflowCharm(ops.CharmBase):
             status_class, message = problem
             event.add_status(status_class(message))
             return
-        if self._housekeeping_error:
-            event.add_status(ops.WaitingStatus(self._housekeeping_error))
+        if self._api_error:
+            event.add_status(ops.WaitingStatus(self._api_error))
         if self._queue_problem:
             event.add_status(ops.WaitingStatus(self._queue_problem))
         claim = self.storage.claim()

@@ -1,22 +1,27 @@
 # Copyright 2026 gpu-k8s contributors
 # See LICENSE file for licensing details.
 
-"""Training jobs as Kubernetes objects: request validation, manifests, admission, summaries.
+"""Training jobs as Kubernetes objects: request validation, manifests, summaries.
 
 No ops and no I/O here: functions take data and return data (`training.py` talks to the
 API server).
 
 A job `<job>` is:
 
-- a headless Service `<job>` (selecting the job's training pods) that gives every pod the
-  stable name `<job>-<role>-<i>.<job>`: an Indexed Job's pod hostname is
-  `$(job-name)-$(index)` and with `subdomain: <job>` it resolves in the namespace, which is
-  exactly the address `tf_launcher.build_tf_config` writes into `TF_CONFIG`;
-- one Indexed Job `<job>-<role>` per role (`worker`; for `strategy=ps` also `chief` and
-  `ps`), completions = parallelism = replicas;
+- one JobSet `<job>` (jobset.x-k8s.io/v1alpha2, see `jobset`), labelled with the
+  application's Kueue LocalQueue and a priority, holding one replicated Job per role
+  (`worker`; for `strategy=ps` also `chief` and `ps`), each a single Indexed Job with
+  completions = parallelism = replicas. JobSet gives every pod the hostname
+  `<job>-<role>-0-<i>` under the subdomain `<job>` (its headless Service), exactly the
+  address `tf_launcher.build_tf_config` writes into `TF_CONFIG`; it restarts the gang on a
+  failure, ends the job when the chief succeeds and deletes it `job-ttl` after;
 - a ConfigMap `<job>-code` holding `tf_launcher.py` and `tf_trainer.py`, mounted at
   /opt/gpu-k8s; the shared volume's claim is mounted at /data;
 - a TensorBoard Deployment + Service `<job>-tensorboard` over `/data/jobs/<job>/logs`.
+
+Kueue admits the JobSet when the whole gang fits (its Workload's conditions say where it
+stands: `queue_state`); the charm itself only refuses a job that could never run on the
+cluster (`never_fits`).
 
 How progress is read: the charm runs on a machine, not in a pod, so it cannot open the
 progress file on the shared volume. The chief (worker 0 for `mwms`, `chief` for `ps`) also
@@ -47,12 +52,14 @@ from literals import (
     DATA_MOUNT,
     GPU_RESOURCE,
     GPU_RUNTIME_CLASS,
-    JOB_BACKOFF_LIMIT,
     JOB_NAME_MAX,
+    JOBSET_API,
     LABEL_COMPLETION_INDEX,
     LABEL_COMPONENT,
     LABEL_JOB,
     LABEL_MANAGED_BY,
+    LABEL_PRIORITY,
+    LABEL_QUEUE,
     LABEL_ROLE,
     LAUNCHER,
     MAX_WORKERS,
@@ -158,6 +165,8 @@ class TrainRequest(ActionParams):
     memory: str = "4Gi"
     steps: int = 1000
     timeout: int = 300
+    priority: Literal["low", "normal", "high"] = "normal"
+    wait: bool = False
 
     @pydantic.field_validator("job")
     @classmethod
@@ -347,6 +356,9 @@ class Context:
     tensorboard_image: str
     registry: str = ""
     user: tuple[int, int] = (1000, 1000)
+    max_restarts: int = 3
+    ttl_seconds: int = 24 * 3600
+    queue: str = "default"
 
     @property
     def identity_env(self) -> dict[str, str]:
@@ -428,23 +440,6 @@ def code_configmap(request: TrainRequest, ctx: Context, code: Mapping[str, str])
     }
 
 
-def headless_service(request: TrainRequest, ctx: Context) -> dict:
-    """The headless Service `<job>` that names the training pods; it keeps the request."""
-    meta = _meta(request.job, ctx, labels(ctx.app, request.job, COMPONENT_TRAINING))
-    meta["annotations"] = {ANNOTATION_REQUEST: request.to_json()}
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": meta,
-        "spec": {
-            "clusterIP": "None",
-            "publishNotReadyAddresses": True,
-            "selector": labels(ctx.app, request.job, COMPONENT_TRAINING),
-            "ports": [{"name": "grpc", "port": TF_PORT, "targetPort": TF_PORT}],
-        },
-    }
-
-
 def _command(request: TrainRequest) -> list[str]:
     launcher = ["python3", f"{CODE_MOUNT}/{LAUNCHER}", "--"]
     args = _split(request.args, "args")
@@ -486,8 +481,16 @@ def _volumes(request: TrainRequest, ctx: Context, read_only: bool = False) -> li
     return volumes
 
 
-def role_job(request: TrainRequest, ctx: Context, role: str) -> dict:
-    """The Indexed Job `<job>-<role>`: one pod per replica, stable hostnames."""
+def replicated_job(request: TrainRequest, ctx: Context, role: str) -> dict:
+    """One role of the JobSet: a single Indexed Job of `replicas` pods that never restart.
+
+    A pod that fails fails its Job at once (`backoffLimit: 0`, `restartPolicy: Never`), and
+    the JobSet's failure policy restarts the whole gang: under MWMS every survivor would
+    exit anyway once a peer dies. A pod evicted by a drain or preempted (condition
+    `DisruptionTarget`) is replaced without counting as a failure (`podFailurePolicy`
+    Ignore; kubernetes.io Job docs, "Pod failure policy"). Under MWMS the worker Job
+    succeeds as soon as worker 0, the chief, does (Job `successPolicy`, GA in 1.33).
+    """
     replicas = request.replicas()[role]
     gpus = request.gpus(role)
     resources: dict[str, dict[str, str]] = {
@@ -495,8 +498,7 @@ def role_job(request: TrainRequest, ctx: Context, role: str) -> dict:
         "limits": {"cpu": request.cpu, "memory": request.memory},
     }
     pod_spec: dict[str, Any] = {
-        "subdomain": request.job,
-        "restartPolicy": "OnFailure",
+        "restartPolicy": "Never",
         "securityContext": ctx.pod_security,
         "containers": [
             {
@@ -525,16 +527,60 @@ def role_job(request: TrainRequest, ctx: Context, role: str) -> dict:
         pod_spec["volumes"].append({"name": "dshm", "emptyDir": {"medium": "Memory"}})
         pod_spec["containers"][0]["volumeMounts"].append({"name": "dshm", "mountPath": "/dev/shm"})
     pod_labels = labels(ctx.app, request.job, COMPONENT_TRAINING, role)
+    job_spec: dict[str, Any] = {
+        "completionMode": "Indexed",
+        "completions": replicas,
+        "parallelism": replicas,
+        "backoffLimit": 0,
+        "podFailurePolicy": {
+            "rules": [
+                {
+                    "action": "Ignore",
+                    "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+                }
+            ]
+        },
+        "template": {"metadata": {"labels": pod_labels}, "spec": pod_spec},
+    }
+    if request.strategy == "mwms" and role == "worker":
+        job_spec["successPolicy"] = {"rules": [{"succeededIndexes": "0"}]}
     return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": _meta(f"{request.job}-{role}", ctx, pod_labels),
+        "name": role,
+        "replicas": 1,
+        "template": {"metadata": {"labels": pod_labels}, "spec": job_spec},
+    }
+
+
+def jobset(request: TrainRequest, ctx: Context) -> dict:
+    """The JobSet `<job>`: every role, queued in Kueue, restarted and ended as one gang.
+
+    JobSet API v1alpha2 (kubernetes-sigs/jobset v0.12.0): `network` gives each pod the
+    hostname `<job>-<role>-0-<i>` under the subdomain `<job>` (the launcher's TF_CONFIG);
+    `successPolicy` Any on the chief's role ends the job when the chief succeeds and
+    JobSet deletes the Jobs still running (parameter servers); `failurePolicy` recreates
+    every Job on any failure, `max-restarts` times; `ttlSecondsAfterFinished` has JobSet
+    delete a finished job (its data stays on the shared volume). `suspend` is left to
+    Kueue, whose webhook suspends a JobSet with a queue label until it is admitted.
+    """
+    chief_role, _ = request.chief()
+    meta = _meta(request.job, ctx, labels(ctx.app, request.job, COMPONENT_TRAINING))
+    meta["labels"][LABEL_QUEUE] = ctx.queue
+    meta["labels"][LABEL_PRIORITY] = request.priority
+    meta["annotations"] = {ANNOTATION_REQUEST: request.to_json()}
+    return {
+        "apiVersion": JOBSET_API,
+        "kind": "JobSet",
+        "metadata": meta,
         "spec": {
-            "completionMode": "Indexed",
-            "completions": replicas,
-            "parallelism": replicas,
-            "backoffLimit": JOB_BACKOFF_LIMIT,
-            "template": {"metadata": {"labels": pod_labels}, "spec": pod_spec},
+            "network": {
+                "enableDNSHostnames": True,
+                "subdomain": request.job,
+                "publishNotReadyAddresses": True,
+            },
+            "successPolicy": {"operator": "Any", "targetReplicatedJobs": [chief_role]},
+            "failurePolicy": {"maxRestarts": ctx.max_restarts, "restartStrategy": "Recreate"},
+            "ttlSecondsAfterFinished": ctx.ttl_seconds,
+            "replicatedJobs": [replicated_job(request, ctx, r) for r in request.replicas()],
         },
     }
 
@@ -593,14 +639,8 @@ def tensorboard(request: TrainRequest, ctx: Context) -> list[dict]:
 
 
 def manifests(request: TrainRequest, ctx: Context, code: Mapping[str, str]) -> list[dict]:
-    """Every object of a job, in creation order (code, Service, Jobs, TensorBoard)."""
-    jobs = [role_job(request, ctx, role) for role in request.replicas()]
-    return [
-        code_configmap(request, ctx, code),
-        headless_service(request, ctx),
-        *jobs,
-        *tensorboard(request, ctx),
-    ]
+    """Every object of a job, in creation order (code, JobSet, TensorBoard)."""
+    return [code_configmap(request, ctx, code), jobset(request, ctx), *tensorboard(request, ctx)]
 
 
 def tensorboard_url(job: str, namespace: str) -> str:
@@ -687,60 +727,39 @@ def _active(pod: dict) -> bool:
     return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
 
 
-def free_gpus(nodes: Iterable[dict], pods: Iterable[dict]) -> dict[str, int]:
-    """Free GPUs of every schedulable, Ready, tolerated node that has GPUs, by node name."""
-    free: dict[str, int] = {}
-    for node in nodes:
-        if (node.get("spec") or {}).get("unschedulable") or not _ready(node):
-            continue
-        if not _tolerated(node):
-            continue
-        allocatable = _quantity_int(
-            ((node.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE)
-        )
-        if allocatable > 0:
-            free[node["metadata"]["name"]] = allocatable
-    for pod in pods:
-        where = (pod.get("spec") or {}).get("nodeName")
-        if where in free and _active(pod):
-            free[where] = max(0, free[where] - pod_gpus(pod))
-    return dict(sorted(free.items()))
+def _schedulable(node: dict) -> bool:
+    spec = node.get("spec") or {}
+    return not spec.get("unschedulable") and _ready(node) and _tolerated(node)
 
 
-def plan_admission(
-    nodes: Iterable[dict], pods: Iterable[dict], request: TrainRequest
-) -> tuple[bool, str]:
-    """All-or-nothing GPU fit: can every replica get its GPUs at once?
+def never_fits(request: TrainRequest, nodes: Iterable[dict]) -> str | None:
+    """Why the job could never run on this cluster (no queue would help), or None.
 
-    First-fit decreasing of the replicas' GPU demands onto the free GPUs of schedulable,
-    Ready nodes whose taints our pods tolerate.
-
-    Returns:
-        (True, placement summary) or (False, "needs 4x1 GPU, free: node-a 1, node-b 2 ...").
+    More GPUs per pod than any schedulable node has, or more GPUs in all than the
+    schedulable nodes have together. Whether they are free now is Kueue's business: a job
+    that fits the cluster but not its free GPUs or quota waits in the queue.
     """
-    demands = sorted(request.gpu_demands(), reverse=True)
-    if not demands:
-        return True, "no GPUs requested"
-    free = free_gpus(nodes, pods)
-    left = dict(free)
-    placed: dict[str, int] = {}
-    fits = True
-    for demand in demands:
-        node = next((n for n, g in left.items() if g >= demand), None)
-        if node is None:
-            fits = False
-            break
-        left[node] -= demand
-        placed[node] = placed.get(node, 0) + 1
-    needs = f"needs {len(demands)}x{demands[0]} GPU"
-    if fits:
-        where = ", ".join(f"{n} {c}" for n, c in placed.items())
-        return True, f"{needs}, placed: {where}"
-    free_text = ", ".join(f"{n} {g}" for n, g in free.items()) or "none"
-    return False, (
-        f"{needs}, free: {free_text}; lower workers or gpus-per-worker, "
-        "wait for other jobs to finish, or add GPU nodes"
-    )
+    per_pod = request.gpus_per_worker
+    if not per_pod:
+        return None
+    sizes = [
+        _quantity_int(((n.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE))
+        for n in nodes
+        if _schedulable(n)
+    ]
+    largest = max(sizes, default=0)
+    if per_pod > largest:
+        return (
+            f"each worker needs {per_pod} GPUs but the largest schedulable node has {largest}: "
+            "lower gpus-per-worker or add larger GPU nodes"
+        )
+    total = sum(request.gpu_demands())
+    if total > sum(sizes):
+        return (
+            f"the job needs {total} GPUs but the cluster's schedulable nodes have "
+            f"{sum(sizes)}: lower workers or gpus-per-worker, or add GPU nodes"
+        )
+    return None
 
 
 # ---------------------------------------------------------------- progress and status
@@ -835,15 +854,6 @@ def job_finished(job: dict) -> str | None:
     if _condition(job, "Failed"):
         return "Failed"
     return None
-
-
-def finished_at(job: dict) -> str | None:
-    """When a finished Job finished (RFC 3339), or None."""
-    status = job.get("status") or {}
-    cond = _condition(job, "Complete") or _condition(job, "Failed")
-    if cond is None:
-        return None
-    return status.get("completionTime") or cond.get("lastTransitionTime")
 
 
 def _pod_ready(pod: dict) -> bool:
@@ -941,38 +951,110 @@ def find_pod(pods: Iterable[dict], role: str, index: int) -> dict | None:
     return matching[-1] if matching else None
 
 
-def phase(request: TrainRequest, jobs: Iterable[dict], pods: Iterable[dict]) -> str:
-    """Succeeded/Failed (the chief's Job), Running (a training pod runs) or Pending."""
-    role, _ = request.chief()
-    by_name = {j["metadata"]["name"]: j for j in jobs}
-    chief_job = by_name.get(f"{request.job}-{role}")
-    if chief_job is not None and (done := job_finished(chief_job)):
-        return done
-    if chief_job is None and request.strategy == "mwms":
+def queue_state(workload: Mapping[str, Any] | None) -> tuple[str, str]:
+    """(state, why) of a job's Kueue Workload (kueue v1beta2 workload_types.go conditions).
+
+    `Queued` while no quota is reserved (why: Kueue's message), `Preempted` when it was
+    evicted and waits again, `Admitted` once admitted, `Unknown` before Kueue made it.
+    """
+    if workload is None:
+        return "Unknown", "Kueue has not picked the job up yet"
+    conditions = {c.get("type"): c for c in (workload.get("status") or {}).get("conditions") or []}
+
+    def true(kind: str) -> bool:
+        return (conditions.get(kind) or {}).get("status") == "True"
+
+    if true("Admitted"):
+        return "Admitted", ""
+    reserved = conditions.get("QuotaReserved") or {}
+    why = reserved.get("message") or "waiting for quota"
+    evicted = conditions.get("Evicted") or {}
+    if true("Evicted") or (evicted and evicted.get("reason") == "Preempted"):
+        return "Preempted", f"{evicted.get('reason', 'Evicted')}: {evicted.get('message', '')}"
+    return "Queued", why
+
+
+def queue_position(workload: Mapping[str, Any], workloads: Iterable[Mapping[str, Any]]) -> int:
+    """1 + the pending workloads of the same queue Kueue would admit first.
+
+    BestEffortFIFO orders a queue by priority (higher first), then age (kueue
+    pkg/cache/queue ordering); this charm's LocalQueue feeds one ClusterQueue.
+    """
+
+    def key(w: Mapping[str, Any]) -> tuple[int, str]:
+        priority = int((w.get("spec") or {}).get("priority") or 0)
+        return (-priority, (w.get("metadata") or {}).get("creationTimestamp", ""))
+
+    mine = key(workload)
+    ahead = [
+        w
+        for w in workloads
+        if queue_state(w)[0] in ("Queued", "Preempted")
+        and w["metadata"]["name"] != workload["metadata"]["name"]
+        and key(w) < mine
+    ]
+    return len(ahead) + 1
+
+
+def _true(obj: Mapping[str, Any] | None, kind: str) -> dict | None:
+    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if cond.get("type") == kind and cond.get("status") == "True":
+            return cond
+    return None
+
+
+def phase(
+    js: Mapping[str, Any] | None, workload: Mapping[str, Any] | None, pods: Iterable[dict]
+) -> str:
+    """Succeeded, Failed, Queued, Preempted, Restarting, Running, Admitted or Stopped."""
+    if js is None:
         return "Stopped"
+    if _true(js, "Completed"):
+        return "Succeeded"
+    if _true(js, "Failed"):
+        return "Failed"
+    state, _ = queue_state(workload)
+    if state in ("Queued", "Preempted"):
+        return state
+    if (js.get("spec") or {}).get("suspend"):
+        return "Queued"
+    if _true(js, "RestartingJobSet"):
+        return "Restarting"
     if any(((p.get("status") or {}).get("phase") == "Running") for p in pods):
         return "Running"
-    return "Pending"
+    return "Admitted"
 
 
 def summarise(
     request: TrainRequest,
-    jobs: list[dict],
+    js: Mapping[str, Any] | None,
+    workload: Mapping[str, Any] | None,
     pods: list[dict],
     progress: Mapping[str, Any] | None,
     namespace: str,
+    *,
+    position: int | None = None,
 ) -> dict[str, Any]:
     """The status of one job as action results (dashed keys, printable values)."""
     active = [p for p in pods if _active(p)]
     counts = running_counts(request, pods)
+    status = (js or {}).get("status") or {}
+    spec = (js or {}).get("spec") or {}
+    maximum = (spec.get("failurePolicy") or {}).get("maxRestarts", 0)
+    current = phase(js, workload, pods)
     out: dict[str, Any] = {
         "job": request.job,
-        "phase": phase(request, jobs, pods),
+        "phase": current,
         "strategy": request.strategy,
+        "priority": request.priority,
+        "restarts": f"{status.get('restartsCountTowardsMax', 0)} of {maximum}",
         "pods-ready": {r: f"{counts[r]}/{n}" for r, n in request.replicas().items()},
         "gpus-held": str(sum(pod_gpus(p) for p in active)),
         "tensorboard-url": tensorboard_url(request.job, namespace),
     }
+    if current in ("Queued", "Preempted"):
+        _, why = queue_state(workload)
+        out["queue"] = f"position {position}: {why}" if position else why
     if progress:
         loss = progress.get("loss")
         out["step"] = f"{progress.get('step', '?')}/{progress.get('steps', request.steps)}"
@@ -990,6 +1072,8 @@ def one_line(summary: Mapping[str, Any]) -> str:
     """A job's summary on one line, for `list-jobs`."""
     ready = " ".join(f"{r} {c}" for r, c in summary["pods-ready"].items())
     parts = [summary["phase"], ready, f"{summary['gpus-held']} GPU", f"step {summary['step']}"]
+    if "queue" in summary:
+        parts.insert(1, summary["queue"])
     if "loss" in summary:
         parts.append(f"loss {summary['loss']} {summary.get('loss-trend', '')}".rstrip())
         parts.append(f"eta {summary['eta']}")

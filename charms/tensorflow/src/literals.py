@@ -17,8 +17,23 @@ LABEL_COMPONENT = "gpu-k8s.io/component"  # training | tensorboard | purge
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 # Set by Kubernetes on the pods of an Indexed Job.
 LABEL_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
-# The validated train request (JSON) is kept on the job's headless Service, for scale.
+# The validated train request (JSON) is kept on the job's JobSet, for scale and status.
 ANNOTATION_REQUEST = "gpu-k8s.io/request"
+
+# JobSet (kubernetes-sigs/jobset v0.12.0, api/jobset/v1alpha2/jobset_types.go): the API, and
+# labels its controller puts on child Jobs and pods (jobset_controller.go
+# labelAndAnnotateObject). Pod hostnames are `<jobset>-<replicatedJob>-<jobIndex>-<podIndex>`
+# under the subdomain (the Job controller names Indexed pods `<job>-<index>`).
+JOBSET_API = "jobset.x-k8s.io/v1alpha2"
+LABEL_JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+LABEL_REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
+LABEL_RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
+# Kueue (kubernetes-sigs/kueue v0.19.2, pkg/controller/constants): the queue and priority a
+# job names; Kueue suspends a JobSet carrying the queue label until it admits it.
+KUEUE_API = "kueue.x-k8s.io/v1beta2"
+LABEL_QUEUE = "kueue.x-k8s.io/queue-name"
+LABEL_PRIORITY = "kueue.x-k8s.io/priority-class"
+PRIORITIES = ("low", "normal", "high")  # WorkloadPriorityClasses the control plane makes
 
 COMPONENT_TRAINING = "training"
 COMPONENT_TENSORBOARD = "tensorboard"
@@ -49,11 +64,22 @@ PROGRESS_LOG_LINES = 300
 
 JOB_NAME_MAX = 40  # leaves room for `-tensorboard` and `-worker-<index>` within 63
 MAX_WORKERS = 1000
-JOB_BACKOFF_LIMIT = 6
+DEFAULT_MAX_RESTARTS = 3
 PURGE_TTL_SECONDS = 600
+
+# Kinds the charm's Kube client is taught beyond the built-in ones.
+KINDS: dict[tuple[str, str], tuple[str, bool]] = {
+    (JOBSET_API, "JobSet"): ("jobsets", True),
+    (KUEUE_API, "Workload"): ("workloads", True),
+    (KUEUE_API, "LocalQueue"): ("localqueues", True),
+    (KUEUE_API, "ClusterQueue"): ("clusterqueues", False),
+    (KUEUE_API, "ResourceFlavor"): ("resourceflavors", False),
+}
 
 # RBAC asked from the control plane: exactly what the actions use.
 NAMESPACED_RULES: list[dict[str, Any]] = [
+    {"api-groups": ["jobset.x-k8s.io"], "resources": ["jobsets"],
+     "verbs": ["get", "list", "create", "patch", "delete"]},
     {"api-groups": ["batch"], "resources": ["jobs"],
      "verbs": ["get", "list", "create", "patch", "delete"]},
     {"api-groups": [""], "resources": ["pods"], "verbs": ["get", "list", "delete"]},

@@ -33,22 +33,14 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from literals import GPU_RESOURCE
+from literals import GPU_RESOURCE, KINDS, KUEUE_API
 
-API = "kueue.x-k8s.io/v1beta2"
+API = KUEUE_API
 COHORT = "gpu-k8s"
 CPU_FLAVOR = "cpu"
 LOCAL_QUEUE = "default"
-LABEL_QUEUE = "kueue.x-k8s.io/queue-name"
-LABEL_PRIORITY = "kueue.x-k8s.io/priority-class"
 LABEL_PRODUCT = "nvidia.com/gpu.product"
 FLAVOR_OWNER = ("app.kubernetes.io/managed-by", "kubernetes-control-plane")
-KINDS = {
-    (API, "ClusterQueue"): ("clusterqueues", False),
-    (API, "LocalQueue"): ("localqueues", True),
-    (API, "ResourceFlavor"): ("resourceflavors", False),
-    (API, "Workload"): ("workloads", True),
-}
 _SUFFIXES = {
     "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
     "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
@@ -209,5 +201,5 @@ def fingerprint(objects: list[dict[str, Any]]) -> str:
 
 
 def add_kinds(kube: Any) -> None:
-    """Teach a `Kube` client the Kueue kinds this charm uses."""
+    """Teach a `Kube` client the JobSet and Kueue kinds this charm uses."""
     kube.kinds.update(KINDS)

@@ -7,14 +7,18 @@ Every operation takes a `kubeclient.Kube`, a `jobs.Context` and, where it waits,
 callback plus `sleep`/`clock` so that tests drive time. Failures the operator can fix raise
 `JobError` with a message that says what to change; nothing is left half-created.
 
-Launch cost: a constant number of API requests per role, whatever the number of workers
-(existence checks, one node list and one cluster-wide pod list for admission, one apply per
-object, then one pod list per poll while waiting).
+A job is one JobSet (jobs.jobset) queued in the application's LocalQueue: Kueue admits it
+when the whole gang fits the team's quota and the cluster, JobSet restarts it as a gang and
+ends it when the chief succeeds, and deletes it `job-ttl` hours after it finished. The charm
+only refuses what could never run (jobs.never_fits) and reports what Kueue says.
+
+Launch cost: a constant number of API requests, whatever the number of workers (existence
+checks, one node list, one apply per object, one Workload list per poll for the queue
+state, then one pod list per poll while waiting).
 """
 
 from __future__ import annotations
 
-import datetime
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -28,6 +32,8 @@ from literals import (
     ANNOTATION_REQUEST,
     COMPONENT_PURGE,
     COMPONENT_TRAINING,
+    JOBSET_API,
+    KUEUE_API,
     LABEL_COMPONENT,
     PROGRESS_LOG_LINES,
 )
@@ -36,8 +42,12 @@ logger = logging.getLogger(__name__)
 
 Log = Callable[[str], None]
 POLL_SECONDS = 2.0
-# Kinds a job is made of, deleted by `stop` (Jobs first so that no new pods start).
+# How long `train` looks for Kueue's first answer (the Workload it makes for the JobSet).
+QUEUE_SETTLE_SECONDS = 10.0
+# Kinds a job is made of, deleted by `stop` (the JobSet first: its Jobs and pods go with
+# it; batch Jobs are the purge Job).
 JOB_KINDS = (
+    (JOBSET_API, "JobSet"),
     ("batch/v1", "Job"),
     ("apps/v1", "Deployment"),
     ("v1", "Service"),
@@ -86,37 +96,47 @@ def load_request(kube: Any, ctx: Context, job: str) -> TrainRequest:
     Raises:
         JobError: there is no such job (or it is not this application's).
     """
-    service = kube.get("v1", "Service", job, ctx.namespace)
-    labels = ((service or {}).get("metadata") or {}).get("labels") or {}
-    annotations = ((service or {}).get("metadata") or {}).get("annotations") or {}
-    if service is None or labels.get(jobs.LABEL_MANAGED_BY) != ctx.app:
+    return _request_of(_jobset(kube, ctx, job), job, ctx)
+
+
+def _jobset(kube: Any, ctx: Context, job: str) -> dict | None:
+    found = kube.get(JOBSET_API, "JobSet", job, ctx.namespace)
+    labels = ((found or {}).get("metadata") or {}).get("labels") or {}
+    return found if labels.get(jobs.LABEL_MANAGED_BY) == ctx.app else None
+
+
+def _request_of(js: dict | None, job: str, ctx: Context) -> TrainRequest:
+    if js is None:
         raise JobError(f"no job {job!r} in namespace {ctx.namespace}: list-jobs shows the jobs")
+    annotations = (js.get("metadata") or {}).get("annotations") or {}
     try:
         return TrainRequest.from_json(annotations.get(ANNOTATION_REQUEST, ""))
     except ValueError as e:
         raise JobError(f"job {job!r} has an unreadable request annotation ({e})") from None
 
 
-def _check_admission(
-    kube: Any, ctx: Context, request: TrainRequest, replacing: bool = False
-) -> str:
-    """Raise JobError unless every replica's GPUs fit now (`replacing`: the job's pods go)."""
-    if not request.gpus_per_worker:
-        return "no GPUs requested"
-    nodes = kube.list("v1", "Node")
-    pods = kube.list("v1", "Pod", field_selector="status.phase!=Succeeded,status.phase!=Failed")
-    if replacing:
-        ours = jobs.labels(ctx.app, request.job)
-        pods = [p for p in pods if not _has_labels(p, ours)]
-    ok, message = jobs.plan_admission(nodes, pods, request)
-    if not ok:
-        raise JobError(f"not enough free GPUs: {message}")
-    return message
+def _workloads(kube: Any, ctx: Context) -> list[dict]:
+    """Kueue's Workloads in the namespace (one per queued or admitted JobSet)."""
+    return kube.list(KUEUE_API, "Workload", ctx.namespace)
 
 
-def _has_labels(obj: dict, wanted: Mapping[str, str]) -> bool:
-    labels = (obj.get("metadata") or {}).get("labels") or {}
-    return all(labels.get(k) == v for k, v in wanted.items())
+def _workload_of(js: dict | None, workloads: list[dict]) -> dict | None:
+    """The Workload Kueue made for `js` (it owns it through an ownerReference)."""
+    if js is None:
+        return None
+    uid = js["metadata"].get("uid")
+    for workload in workloads:
+        for ref in workload["metadata"].get("ownerReferences") or []:
+            if ref.get("kind") == "JobSet" and ref.get("uid") == uid:
+                return workload
+    return None
+
+
+def _check_fits(kube: Any, request: TrainRequest) -> None:
+    """Refuse a job that could never run on this cluster, before anything is created."""
+    why = jobs.never_fits(request, kube.list("v1", "Node"))
+    if why:
+        raise JobError(f"job {request.job!r} can never run on this cluster: {why}")
 
 
 def _check_new(kube: Any, ctx: Context, request: TrainRequest) -> bool:
@@ -134,15 +154,10 @@ def _check_new(kube: Any, ctx: Context, request: TrainRequest) -> bool:
             raise JobError(
                 f"job {request.job!r} is still being purged: run train again in a minute"
             )
-    service = kube.get("v1", "Service", request.job, ctx.namespace)
-    if service is None:
-        if any(
-            j["metadata"].get("labels", {}).get(LABEL_COMPONENT) == COMPONENT_TRAINING
-            for j in existing
-        ):
-            raise JobError(f"job {request.job!r} is half-stopped: run stop job={request.job}")
+    js = _jobset(kube, ctx, request.job)
+    if js is None:
         return True
-    stored = ((service.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_REQUEST)
+    stored = ((js.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_REQUEST)
     if stored == request.to_json():
         return False
     raise JobError(
@@ -226,6 +241,38 @@ def wait_for_pods(
     return pods, bool(ready)
 
 
+def queue_answer(
+    kube: Any,
+    ctx: Context,
+    job: str,
+    *,
+    sleep: Callable[[float], None],
+    clock: Callable[[], float],
+    settle: float = QUEUE_SETTLE_SECONDS,
+) -> tuple[str, str]:
+    """(state, why) once Kueue answered for the job, or after `settle` seconds.
+
+    `why` for a queued job: its position in the team's queue and Kueue's message.
+    """
+    from charms.gpu_k8s.v0.kubeclient import poll_until
+
+    answer: tuple[str, str] = ("Unknown", "Kueue has not picked the job up yet")
+
+    def answered() -> bool | None:
+        nonlocal answer
+        js = _jobset(kube, ctx, job)
+        workloads = _workloads(kube, ctx)
+        workload = _workload_of(js, workloads)
+        state, why = jobs.queue_state(workload)
+        if workload is not None and state in ("Queued", "Preempted"):
+            why = f"position {jobs.queue_position(workload, workloads)}: {why}"
+        answer = (state, why)
+        return True if state != "Unknown" else None
+
+    poll_until(answered, settle, poll=POLL_SECONDS, clock=clock, sleep=sleep)
+    return answer
+
+
 def launch(
     kube: Any,
     ctx: Context,
@@ -236,31 +283,41 @@ def launch(
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> dict[str, Any]:
-    """Check, create and start a job; returns the action results.
+    """Check and create a job, report Kueue's answer and wait for its pods.
+
+    A job Kueue cannot admit yet stays queued: `train` returns at once saying why, unless
+    `wait=true`, which waits (up to `timeout`) for every pod to run.
 
     Raises:
-        JobError: the job cannot run as asked; nothing was created.
+        JobError: the job cannot run as asked (or could never run here); nothing was created.
     """
     new = _check_new(kube, ctx, request)
     if new:
         _check_claim(kube, ctx)
-        placement = _check_admission(kube, ctx, request)
-        log(f"admitted: {placement}")
+        _check_fits(kube, request)
         _apply_all(kube, ctx, jobs.manifests(request, ctx, code))
         roles = ", ".join(f"{n} {r}" for r, n in request.replicas().items())
-        log(f"created job {request.job}: {roles}")
+        log(f"created job {request.job}: {roles}; queue {ctx.queue}, priority {request.priority}")
     else:
         log(f"job {request.job} already exists with these parameters")
-    pods, ready = wait_for_pods(
-        kube, ctx, request, request.timeout, log=log, sleep=sleep, clock=clock
-    )
+    state, why = queue_answer(kube, ctx, request.job, sleep=sleep, clock=clock)
     results: dict[str, Any] = {
         "job": request.job,
         "created": str(new).lower(),
-        "pods": " ".join(sorted(p["metadata"]["name"] for p in pods)),
-        "pods-running": "all" if ready else "not yet: see job-status",
         "tensorboard-url": jobs.tensorboard_url(request.job, ctx.namespace),
     }
+    if state in ("Queued", "Preempted", "Unknown"):
+        log(f"{state.lower()}: {why}")
+        results["state"] = f"{state.lower()}: {why}"
+        if not request.wait:
+            results["pods-running"] = "not yet: queued (job-status shows when it is admitted)"
+            return results
+    pods, ready = wait_for_pods(
+        kube, ctx, request, request.timeout, log=log, sleep=sleep, clock=clock
+    )
+    results["state"] = "running" if ready else results.get("state", "admitted")
+    results["pods"] = " ".join(sorted(p["metadata"]["name"] for p in pods))
+    results["pods-running"] = "all" if ready else "not yet: see job-status"
     return results
 
 
@@ -278,41 +335,46 @@ def _chief_log(kube: Any, ctx: Context, request: TrainRequest, pods: list[dict])
         raise
 
 
+def _summary(
+    kube: Any,
+    ctx: Context,
+    request: TrainRequest,
+    js: dict | None,
+    workloads: list[dict],
+    pods: list[dict],
+) -> dict[str, Any]:
+    workload = _workload_of(js, workloads)
+    progress = jobs.parse_progress(_chief_log(kube, ctx, request, pods))
+    position = None
+    if workload is not None and jobs.queue_state(workload)[0] in ("Queued", "Preempted"):
+        position = jobs.queue_position(workload, workloads)
+    return jobs.summarise(request, js, workload, pods, progress, ctx.namespace, position=position)
+
+
 def status(kube: Any, ctx: Context, job: str) -> dict[str, Any]:
     """`job-status` results for one job."""
-    request = load_request(kube, ctx, job)
-    role_jobs = kube.list(
-        "batch/v1",
-        "Job",
-        ctx.namespace,
-        label_selector=jobs.selector(ctx.app, job, COMPONENT_TRAINING),
-    )
+    js = _jobset(kube, ctx, job)
+    request = _request_of(js, job, ctx)
     pods = _training_pods(kube, ctx, job)
-    progress = jobs.parse_progress(_chief_log(kube, ctx, request, pods))
-    return jobs.summarise(request, role_jobs, pods, progress, ctx.namespace)
+    return _summary(kube, ctx, request, js, _workloads(kube, ctx), pods)
 
 
 def list_jobs(kube: Any, ctx: Context) -> dict[str, str]:
     """One line per job of this application."""
     training = jobs.selector(ctx.app, component=COMPONENT_TRAINING)
-    services = kube.list("v1", "Service", ctx.namespace, label_selector=training)
-    all_jobs = kube.list("batch/v1", "Job", ctx.namespace, label_selector=training)
+    all_jobsets = kube.list(JOBSET_API, "JobSet", ctx.namespace, label_selector=training)
+    workloads = _workloads(kube, ctx)
     all_pods = kube.list("v1", "Pod", ctx.namespace, label_selector=training)
     out: dict[str, str] = {}
-    for service in services:
-        meta = service["metadata"]
-        name = meta["name"]
+    for js in all_jobsets:
+        name = js["metadata"]["name"]
         try:
-            request = TrainRequest.from_json(
-                (meta.get("annotations") or {}).get(ANNOTATION_REQUEST, "")
-            )
-        except ValueError:
+            request = _request_of(js, name, ctx)
+        except JobError:
             out[name] = "unreadable request annotation"
             continue
-        mine = [j for j in all_jobs if j["metadata"]["labels"].get(jobs.LABEL_JOB) == name]
         pods = [p for p in all_pods if p["metadata"]["labels"].get(jobs.LABEL_JOB) == name]
-        progress = jobs.parse_progress(_chief_log(kube, ctx, request, pods))
-        out[name] = jobs.one_line(jobs.summarise(request, mine, pods, progress, ctx.namespace))
+        out[name] = jobs.one_line(_summary(kube, ctx, request, js, workloads, pods))
     return out
 
 
@@ -425,36 +487,41 @@ def scale(
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> dict[str, Any]:
-    """Relaunch a job's role Jobs with `workers` workers; they resume from the checkpoint.
+    """Relaunch a job with `workers` workers; it resumes from the last checkpoint.
 
-    The pod template (and TF_CONFIG with it) of a Job is immutable, so every role Job is
-    deleted, its pods awaited until gone, and created again with the new worker count.
+    A JobSet's replicated Jobs are immutable (JobSet v0.12.0 webhook ValidateUpdate), so
+    the JobSet is deleted, its pods awaited until gone, and a new one queued with the new
+    size: Kueue admits it when it fits, like any job.
 
     Raises:
-        JobError: no such job, it already finished, or the GPUs do not fit.
+        JobError: no such job, it already finished, or the new size could never run here.
     """
-    request = load_request(kube, ctx, job)
-    role_jobs = kube.list(
-        "batch/v1",
-        "Job",
-        ctx.namespace,
-        label_selector=jobs.selector(ctx.app, job, COMPONENT_TRAINING),
-    )
-    if jobs.phase(request, role_jobs, []) in ("Succeeded", "Failed"):
+    js = _jobset(kube, ctx, job)
+    request = _request_of(js, job, ctx)
+    pods = _training_pods(kube, ctx, job)
+    if jobs.phase(js, _workload_of(js, _workloads(kube, ctx)), pods) in ("Succeeded", "Failed"):
         raise JobError(f"job {job!r} has finished: train a new job instead of scaling it")
     if workers == request.workers:
         return {"job": job, "workers": str(workers), "changed": "false"}
     scaled = TrainRequest(**{**request.model_dump(), "workers": workers})
-    _check_admission(kube, ctx, scaled, replacing=True)
+    _check_fits(kube, scaled)
     log(f"stopping {request.workers} workers of {job} (they resume from the last checkpoint)")
-    for role_job in role_jobs:
-        kube.delete("batch/v1", "Job", role_job["metadata"]["name"], ctx.namespace)
+    kube.delete(JOBSET_API, "JobSet", job, ctx.namespace)
     if not _wait_gone(kube, ctx, job, max(timeout, 60), sleep=sleep, clock=clock):
         raise JobError(f"old pods of {job} are still terminating: run scale again shortly")
-    manifests = [jobs.headless_service(scaled, ctx)]
-    manifests += [jobs.role_job(scaled, ctx, role) for role in scaled.replicas()]
-    _apply_all(kube, ctx, manifests)
+    _apply_all(kube, ctx, [jobs.jobset(scaled, ctx)])
     log(f"relaunched {job} with {workers} workers")
+    state, why = queue_answer(kube, ctx, job, sleep=sleep, clock=clock)
+    if state in ("Queued", "Preempted", "Unknown"):
+        log(f"{state.lower()}: {why}")
+        return {
+            "job": job,
+            "workers": str(workers),
+            "changed": "true",
+            "state": f"{state.lower()}: {why}",
+            "resumed-from-step": "not yet: queued",
+            "pods-running": "not yet: queued (job-status shows when it is admitted)",
+        }
     pods, ready = wait_for_pods(kube, ctx, scaled, timeout, log=log, sleep=sleep, clock=clock)
     resumed = _wait_resumed(
         kube, ctx, scaled, pods, timeout if ready else 0, sleep=sleep, clock=clock
@@ -463,6 +530,7 @@ def scale(
         "job": job,
         "workers": str(workers),
         "changed": "true",
+        "state": "running" if ready else "admitted",
         "resumed-from-step": "unknown (not reported yet)" if resumed is None else str(resumed),
         "pods-running": "all" if ready else "not yet: see job-status",
     }
@@ -485,42 +553,3 @@ def _wait_resumed(
         return jobs.resumed_step(_chief_log(kube, ctx, request, pods))
 
     return poll_until(resumed, timeout, poll=poll, clock=clock, sleep=sleep)
-
-
-def _parse_time(text: str | None) -> datetime.datetime | None:
-    if not text:
-        return None
-    try:
-        return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
-def housekeeping(kube: Any, ctx: Context, ttl_hours: float, now: datetime.datetime) -> list[str]:
-    """Stop ps/workers of finished ps jobs and delete jobs finished more than `ttl_hours` ago.
-
-    Returns:
-        What was done, one line per action.
-    """
-    done: list[str] = []
-    training = jobs.selector(ctx.app, component=COMPONENT_TRAINING)
-    by_job: dict[str, list[dict]] = {}
-    for job in kube.list("batch/v1", "Job", ctx.namespace, label_selector=training):
-        by_job.setdefault(job["metadata"]["labels"].get(jobs.LABEL_JOB, ""), []).append(job)
-    for name, role_jobs in sorted(by_job.items()):
-        names = {j["metadata"]["name"]: j for j in role_jobs}
-        chief = names.get(f"{name}-chief")
-        if chief is None and f"{name}-ps" not in names:
-            chief = names.get(f"{name}-worker")
-        if chief is None or jobs.job_finished(chief) is None:
-            continue
-        finished = _parse_time(jobs.finished_at(chief))
-        if finished is not None and now - finished >= datetime.timedelta(hours=ttl_hours):
-            count = delete_job(kube, ctx, name)
-            done.append(f"deleted job {name} ({count} objects), finished {finished.isoformat()}")
-            continue
-        for role in ("ps", "worker"):
-            if f"{name}-chief" in names and f"{name}-{role}" in names:
-                kube.delete("batch/v1", "Job", f"{name}-{role}", ctx.namespace)
-                done.append(f"stopped {role} of {name}: the chief has finished")
-    return done

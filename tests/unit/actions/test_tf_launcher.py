@@ -21,9 +21,9 @@ def test_mwms_tf_config_for_every_worker_index():
         assert config == {
             "cluster": {
                 "worker": [
-                    "mnist-worker-0.mnist-svc:2222",
-                    "mnist-worker-1.mnist-svc:2222",
-                    "mnist-worker-2.mnist-svc:2222",
+                    "mnist-worker-0-0.mnist-svc:2222",
+                    "mnist-worker-0-1.mnist-svc:2222",
+                    "mnist-worker-0-2.mnist-svc:2222",
                 ]
             },
             "task": {"type": "worker", "index": index},
@@ -33,15 +33,15 @@ def test_mwms_tf_config_for_every_worker_index():
 def test_mwms_single_worker_is_its_own_cluster():
     config = build_tf_config("solo", "solo", "mwms", "worker", 0, 1, 0, port=3333)
     assert config == {
-        "cluster": {"worker": ["solo-worker-0.solo:3333"]},
+        "cluster": {"worker": ["solo-worker-0-0.solo:3333"]},
         "task": {"type": "worker", "index": 0},
     }
 
 
 PS_CLUSTER = {
-    "chief": ["big-chief-0.big:2222"],
-    "ps": ["big-ps-0.big:2222", "big-ps-1.big:2222"],
-    "worker": ["big-worker-0.big:2222", "big-worker-1.big:2222", "big-worker-2.big:2222"],
+    "chief": ["big-chief-0-0.big:2222"],
+    "ps": ["big-ps-0-0.big:2222", "big-ps-0-1.big:2222"],
+    "worker": ["big-worker-0-0.big:2222", "big-worker-0-1.big:2222", "big-worker-0-2.big:2222"],
 }
 
 
@@ -168,9 +168,9 @@ def test_main_sets_tf_config_creates_dirs_and_execs_trainer(monkeypatch, pod_env
     assert argv == [sys.executable, str(tf_launcher.TRAINER), "--steps", "50"]
     assert json.loads(env["TF_CONFIG"]) == {
         "cluster": {
-            "chief": ["mnist-chief-0.mnist-tf:2222"],
-            "ps": ["mnist-ps-0.mnist-tf:2222"],
-            "worker": ["mnist-worker-0.mnist-tf:2222", "mnist-worker-1.mnist-tf:2222"],
+            "chief": ["mnist-chief-0-0.mnist-tf:2222"],
+            "ps": ["mnist-ps-0-0.mnist-tf:2222"],
+            "worker": ["mnist-worker-0-0.mnist-tf:2222", "mnist-worker-0-1.mnist-tf:2222"],
         },
         "task": {"type": "worker", "index": 1},
     }
@@ -203,7 +203,7 @@ def test_main_defaults_mwms_worker_service_and_port(monkeypatch, tmp_path):
 
     [(_, _, exported)] = exec_.calls
     assert json.loads(exported["TF_CONFIG"]) == {
-        "cluster": {"worker": ["j-worker-0.j:2222", "j-worker-1.j:2222"]},
+        "cluster": {"worker": ["j-worker-0-0.j:2222", "j-worker-0-1.j:2222"]},
         "task": {"type": "worker", "index": 0},
     }
 

@@ -1,33 +1,31 @@
-"""Fixtures for the tensorflow charm: the fake API server, a fake Job controller, relations.
+"""Fixtures for the tensorflow charm: the fake API server, the batch controllers, relations.
 
-The fake API server stores objects but runs no controllers, so `JobController` plays the
-Job controller and the scheduler: on every `sleep` of the charm it creates the pods that
-Indexed Jobs ask for (`per_tick` at a time, owner references set, bound to a node with
-enough free GPUs) and marks them Running and Ready. Time is fake: `sleep` advances a
-monotonic clock instead of waiting.
+The fake API server stores objects but runs no controllers, so `fakes.batch.BatchControllers`
+plays Kueue, JobSet, the Job controller and kubelet (each rule cited there): on every
+`sleep` of the charm it admits, starts, restarts or ends jobs one step. JobSet and Kueue
+are installed as the control plane leaves them (`fakes.addons.install_kueue`). Time is
+fake: `sleep` advances a monotonic clock instead of waiting.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import datetime
-import secrets
-from collections.abc import Callable
 
-import jobs
 import pytest
 from ops import testing
 
 import charm
 from fakes.addons import install_kueue
+from fakes.batch import BatchControllers
 from fakes.kube_apiserver import FakeKubeApiServer
 
 NS = "tensorflow"
 CLAIM = "efs-storage-tensorflow"
 NOW = datetime.datetime(2026, 11, 21, 9, 0, tzinfo=datetime.timezone.utc)
-PREFIX = f"/apis/batch/v1/namespaces/{NS}/jobs/"
+JOBSETS = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{NS}/jobsets/"
 JOB_OBJECT_PREFIXES = (
+    f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{NS}/jobsets",
     f"/apis/batch/v1/namespaces/{NS}/jobs",
     f"/apis/apps/v1/namespaces/{NS}/deployments",
     f"/api/v1/namespaces/{NS}/services",
@@ -88,92 +86,6 @@ class FakeTime:
         return self.now
 
 
-class JobController:
-    """Creates and runs the pods of the namespace's Jobs, a few per tick."""
-
-    def __init__(self, api: FakeKubeApiServer):
-        self.api = api
-        self.per_tick = 1000
-        self.enabled = True
-        self.logs: Callable[[dict], str] | None = None
-        self.waiting_reason: str | None = None
-
-    def _free(self) -> dict[str, int]:
-        nodes = list(self.api.objects("/api/v1/nodes/"))
-        pods = [o for o in self.api.objects("/api/v1/") if o["kind"] == "Pod"]
-        return jobs.free_gpus(nodes, pods)
-
-    def tick(self) -> int:
-        """Create up to `per_tick` missing pods; returns how many."""
-        if not self.enabled:
-            return 0
-        created = 0
-        for job in self.api.objects(PREFIX):
-            if job["spec"].get("completionMode") != "Indexed" or jobs.job_finished(job):
-                continue
-            pods = [
-                p
-                for p in self.api.objects(f"/api/v1/namespaces/{NS}/pods/")
-                if any(
-                    r["uid"] == job["metadata"]["uid"]
-                    for r in p["metadata"].get("ownerReferences", [])
-                )
-            ]
-            have = {jobs.pod_index(p) for p in pods}
-            for index in range(job["spec"]["completions"]):
-                if index in have or created >= self.per_tick:
-                    continue
-                self._create_pod(job, index)
-                created += 1
-        return created
-
-    def _create_pod(self, job: dict, index: int) -> None:
-        template = copy.deepcopy(job["spec"]["template"])
-        name = f"{job['metadata']['name']}-{index}-{secrets.token_hex(3)[:5]}"
-        labels = dict(template["metadata"]["labels"])
-        labels["batch.kubernetes.io/job-completion-index"] = str(index)
-        labels["job-name"] = job["metadata"]["name"]
-        spec = template["spec"]
-        spec["hostname"] = f"{job['metadata']['name']}-{index}"
-        gpus = jobs.pod_gpus({"spec": spec})
-        free = self._free()
-        spec["nodeName"] = next((n for n, g in free.items() if g >= gpus), "cpu-node")
-        status: dict = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
-        if self.waiting_reason:
-            status = {
-                "phase": "Pending",
-                "containerStatuses": [
-                    {
-                        "name": "tensorflow",
-                        "state": {
-                            "waiting": {"reason": self.waiting_reason, "message": "pull failed"}
-                        },
-                    }
-                ],
-            }
-        pod = {
-            "metadata": {
-                "name": name,
-                "namespace": NS,
-                "labels": labels,
-                "ownerReferences": [
-                    {
-                        "apiVersion": "batch/v1",
-                        "kind": "Job",
-                        "name": job["metadata"]["name"],
-                        "uid": job["metadata"]["uid"],
-                        "controller": True,
-                    }
-                ],
-            },
-            "spec": spec,
-            "status": status,
-        }
-        stored = self.api.put_object(f"/api/v1/namespaces/{NS}/pods/{name}", pod)
-        if self.logs is not None:
-            self.api.set_pod_log(NS, name, self.logs(stored))
-
-
 @pytest.fixture
 def api():
     with FakeKubeApiServer() as server:
@@ -195,7 +107,7 @@ def api():
 
 @pytest.fixture
 def controller(api):
-    return JobController(api)
+    return BatchControllers(api, NS)
 
 
 @pytest.fixture
@@ -213,23 +125,8 @@ def fake_time(monkeypatch, controller):
     return t
 
 
-@dataclasses.dataclass
-class Clock:
-    now: datetime.datetime = NOW
-
-    def __call__(self) -> datetime.datetime:
-        return self.now
-
-
 @pytest.fixture
-def clock(monkeypatch):
-    c = Clock()
-    monkeypatch.setattr(charm.TensorflowCharm, "clock", staticmethod(c))
-    return c
-
-
-@pytest.fixture
-def ctx(fake_time, clock):
+def ctx(fake_time):
     return testing.Context(charm.TensorflowCharm)
 
 
@@ -291,6 +188,23 @@ def job_objects(api: FakeKubeApiServer) -> list[dict]:
 
 
 def run_action(ctx: testing.Context, state: testing.State, name: str, **params):
-    """Run an action; returns (results, logs)."""
-    ctx.run(ctx.on.action(name, params=params), state)
+    """Run an action on a unit that has reconciled (its team's queues exist); (results, logs).
+
+    As on a deployed unit, update-status ran before the operator's action: it made the
+    application's ClusterQueue and LocalQueue from the nodes present then.
+    """
+    reconciled = ctx.run(ctx.on.update_status(), state)
+    ctx.run(ctx.on.action(name, params=params), reconciled)
     return ctx.action_results, list(ctx.action_logs)
+
+
+def jobset(api: FakeKubeApiServer, name: str) -> dict:
+    """The stored JobSet `name` (asserting it exists)."""
+    found = api.get_object(f"{JOBSETS}{name}")
+    assert found is not None, f"no JobSet {name}"
+    return found
+
+
+def role_spec(js: dict, role: str) -> dict:
+    """The batch Job spec of one role of a JobSet."""
+    return next(r for r in js["spec"]["replicatedJobs"] if r["name"] == role)["template"]["spec"]

@@ -9,6 +9,7 @@ from conftest import NS, add_nodes, job_objects, node, run_action
 from ops import testing
 
 MIRROR = "registry.example.com:5000/mirror"
+JOBSETS = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{NS}/jobsets/"
 JOBS = f"/apis/batch/v1/namespaces/{NS}/jobs/"
 DEPLOYMENTS = f"/apis/apps/v1/namespaces/{NS}/deployments/"
 
@@ -22,7 +23,8 @@ def _image(obj: dict) -> str:
 
 
 def _worker_image(api, job: str) -> str:
-    return _image(api.get_object(f"{JOBS}{job}-worker"))
+    worker = api.get_object(f"{JOBSETS}{job}")["spec"]["replicatedJobs"][0]["template"]
+    return _image(worker)
 
 
 def _tensorboard_image(api, job: str) -> str:

@@ -10,7 +10,9 @@ import kubernetes_validate
 import pytest
 import training
 import yaml
-from conftest import gpu_pod, node
+from conftest import node
+
+from fakes.jobset_schema import validate_jobset
 
 CHARM_DIR = Path(__file__).resolve().parents[3] / "charms" / "tensorflow"
 CTX = jobs.Context(
@@ -27,30 +29,30 @@ def request(**kw) -> jobs.TrainRequest:
     return jobs.TrainRequest(**kw)
 
 
-# -------------------------------------------------------------------- admission
+def pod_of(req: jobs.TrainRequest, ctx: jobs.Context, role: str) -> dict:
+    """The pod spec of one role of the job's JobSet."""
+    return jobs.replicated_job(req, ctx, role)["template"]["spec"]["template"]["spec"]
 
 
-def test_admission_fits_across_nodes():
-    ok, message = jobs.plan_admission(
-        [node("node-a", 2), node("node-b", 2)], [], request(workers=4, gpus_per_worker=1)
+# -------------------------------------------------------------------- never fits
+
+
+def test_a_job_that_fits_the_cluster_is_left_to_the_queue():
+    # 4 GPUs on two nodes: busy or not, Kueue decides when it runs.
+    assert (
+        jobs.never_fits(request(workers=4, gpus_per_worker=1), [node("a", 2), node("b", 2)])
+        is None
     )
-    assert ok
-    assert message == "needs 4x1 GPU, placed: node-a 2, node-b 2"
 
 
-def test_admission_is_all_or_nothing_per_replica():
-    # 4 GPUs free in total, but only one node can hold a 2-GPU worker.
-    ok, message = jobs.plan_admission(
-        [node("node-a", 3), node("node-b", 1)], [], request(workers=2, gpus_per_worker=2)
-    )
-    assert not ok
-    assert message.startswith("needs 2x2 GPU, free: node-a 3, node-b 1;")
+def test_more_gpus_per_pod_than_any_node_never_fits():
+    why = jobs.never_fits(request(workers=1, gpus_per_worker=3), [node("a", 2), node("b", 2)])
+    assert why is not None and "largest schedulable node has 2" in why
 
 
-def test_admission_counts_gpus_held_by_active_pods_only():
-    pods = [gpu_pod("a", "node-a", 2), gpu_pod("done", "node-a", 2, phase="Succeeded")]
-    free = jobs.free_gpus([node("node-a", 4)], pods)
-    assert free == {"node-a": 2}
+def test_more_gpus_than_the_cluster_never_fits():
+    why = jobs.never_fits(request(workers=5, gpus_per_worker=1), [node("a", 2), node("b", 2)])
+    assert why is not None and "needs 5 GPUs but the cluster's schedulable nodes have 4" in why
 
 
 @pytest.mark.parametrize(
@@ -61,9 +63,8 @@ def test_admission_counts_gpus_held_by_active_pods_only():
         node("n", 8, taints=[{"key": "dedicated", "value": "x", "effect": "NoSchedule"}]),
     ],
 )
-def test_admission_skips_unusable_nodes(bad):
-    ok, message = jobs.plan_admission([bad], [], request(workers=1, gpus_per_worker=1))
-    assert not ok and "free: none" in message
+def test_unusable_nodes_do_not_count(bad):
+    assert jobs.never_fits(request(workers=1, gpus_per_worker=1), [bad]) is not None
 
 
 def test_gpu_taint_is_tolerated_and_prefer_no_schedule_ignored():
@@ -71,14 +72,14 @@ def test_gpu_taint_is_tolerated_and_prefer_no_schedule_ignored():
         {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
         {"key": "spot", "effect": "PreferNoSchedule"},
     ]
-    ok, _ = jobs.plan_admission(
-        [node("g", 1, taints=taints)], [], request(gpus_per_worker=1, workers=1)
+    assert (
+        jobs.never_fits(request(gpus_per_worker=1, workers=1), [node("g", 1, taints=taints)])
+        is None
     )
-    assert ok
 
 
 def test_cpu_jobs_need_no_gpus():
-    assert jobs.plan_admission([], [], request(workers=64)) == (True, "no GPUs requested")
+    assert jobs.never_fits(request(workers=64), []) is None
 
 
 def test_only_workers_need_gpus_in_ps_jobs():
@@ -99,7 +100,22 @@ def test_only_workers_need_gpus_in_ps_jobs():
 )
 def test_every_manifest_is_valid_kubernetes(req):
     for manifest in [*jobs.manifests(req, CTX, CODE), jobs.purge_job(req.job, CTX)]:
-        kubernetes_validate.validate(manifest, "1.33", strict=True)
+        if manifest["kind"] == "JobSet":
+            validate_jobset(manifest)  # JobSet v1alpha2 subset + each Job as batch/v1
+        else:
+            kubernetes_validate.validate(manifest, "1.33", strict=True)
+
+
+def test_the_longest_job_name_makes_valid_jobset_names():
+    req = request(job="j" * 40, strategy="ps", ps=9, workers=999)
+    validate_jobset(jobs.jobset(req, CTX))
+
+
+def test_the_jobset_schema_check_is_strict():
+    js = jobs.jobset(request(), CTX)
+    js["spec"]["successPolicy"] = {"operator": "Some"}
+    with pytest.raises(Exception, match="Some"):
+        validate_jobset(js)
 
 
 def test_every_manifest_is_labelled():
@@ -116,6 +132,9 @@ def test_every_manifest_is_labelled():
 def test_every_pod_runs_as_the_run_as_user_with_a_writable_home():
     req = request(job="p", strategy="ps", ps=1, workers=1, env="HOME=/data/home")
     pods = [
+        r["template"]["spec"]["template"]["spec"]
+        for r in jobs.jobset(req, CTX)["spec"]["replicatedJobs"]
+    ] + [
         m["spec"]["template"]["spec"]
         for m in [*jobs.manifests(req, CTX, CODE), jobs.purge_job("p", CTX)]
         if "template" in m.get("spec", {})
@@ -127,7 +146,7 @@ def test_every_pod_runs_as_the_run_as_user_with_a_writable_home():
             "runAsGroup": 1000,
             "runAsNonRoot": True,
         }
-    worker = jobs.role_job(request(job="w"), CTX, "worker")["spec"]["template"]["spec"]
+    worker = pod_of(request(job="w"), CTX, "worker")
     env = {e["name"]: e["value"] for e in worker["containers"][0]["env"]}
     assert (env["HOME"], env["USER"], env["LOGNAME"]) == ("/tmp", "tensorflow", "tensorflow")
     for pod in pods[-2:]:  # tensorboard and purge too
@@ -135,7 +154,7 @@ def test_every_pod_runs_as_the_run_as_user_with_a_writable_home():
     own_home = {e["name"]: e["value"] for e in pods[0]["containers"][0]["env"]}
     assert own_home["HOME"] == "/data/home"  # the job's env wins
     root = jobs.Context("tf", "tensorflow", "c", "tf:1", "tb:1", user=(0, 0))
-    pod = jobs.role_job(request(job="r"), root, "worker")["spec"]["template"]["spec"]
+    pod = pod_of(request(job="r"), root, "worker")
     assert pod["securityContext"] == {"runAsUser": 0, "runAsGroup": 0}
     assert "HOME" not in {e["name"] for e in pod["containers"][0]["env"]}
 
@@ -148,7 +167,7 @@ def test_parse_user_refuses_what_is_not_uid_gid(text):
 
 def test_only_roles_with_gpus_get_the_gpu_image_and_shared_memory():
     req = request(job="p", strategy="ps", ps=1, workers=2, gpus_per_worker=2)
-    specs = {r: jobs.role_job(req, CTX, r)["spec"]["template"]["spec"] for r in req.replicas()}
+    specs = {r: pod_of(req, CTX, r) for r in req.replicas()}
     images = {r: s["containers"][0]["image"] for r, s in specs.items()}
     assert images == {
         "chief": "tensorflow/tensorflow:2.21.0",
@@ -160,22 +179,19 @@ def test_only_roles_with_gpus_get_the_gpu_image_and_shared_memory():
     assert {"name": "dshm", "mountPath": "/dev/shm"} in specs["worker"]["containers"][0][
         "volumeMounts"
     ]
-    one = jobs.role_job(request(gpus_per_worker=1), CTX, "worker")["spec"]["template"]["spec"]
+    one = pod_of(request(gpus_per_worker=1), CTX, "worker")
     assert "dshm" not in {v["name"] for v in one["volumes"]}  # one GPU: no NCCL peers
 
 
 def test_the_environment_says_gpus_per_role_and_ps_jobs_fail_fast():
     req = request(job="p", strategy="ps", ps=1, workers=1, gpus_per_worker=1)
     env = {
-        r: {
-            e["name"]: e["value"]
-            for e in jobs.role_job(req, CTX, r)["spec"]["template"]["spec"]["containers"][0]["env"]
-        }
+        r: {e["name"]: e["value"] for e in pod_of(req, CTX, r)["containers"][0]["env"]}
         for r in req.replicas()
     }
     assert (env["worker"]["GPU_K8S_GPUS"], env["chief"]["GPU_K8S_GPUS"]) == ("1", "0")
     assert {e["GRPC_FAIL_FAST"] for e in env.values()} == {"use_caller"}
-    mwms = jobs.role_job(request(), CTX, "worker")["spec"]["template"]["spec"]["containers"][0]
+    mwms = pod_of(request(), CTX, "worker")["containers"][0]
     assert "GRPC_FAIL_FAST" not in {e["name"] for e in mwms["env"]}
 
 

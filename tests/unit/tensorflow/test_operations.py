@@ -1,13 +1,13 @@
-"""scale, job-status, list-jobs, logs, stop and the housekeeping on update-status."""
+"""scale, job-status, list-jobs, logs, stop; gang restarts, success, preemption and queueing."""
 
 from __future__ import annotations
 
-import datetime
+import dataclasses
 import json
 
 import kubernetes_validate
 import pytest
-from conftest import CLAIM, NOW, NS, add_nodes, job_objects, node, run_action
+from conftest import CLAIM, NS, add_nodes, job_objects, jobset, node, role_spec, run_action
 from ops import testing
 
 JOBS = f"/apis/batch/v1/namespaces/{NS}/jobs/"
@@ -55,13 +55,10 @@ def chief_log(text: str):
     return logs
 
 
-def _finish(api, name: str, when: datetime.datetime, kind: str = "Complete") -> None:
-    job = api.get_object(JOBS + name)
-    stamp = when.strftime("%Y-%m-%dT%H:%M:%SZ")
-    job["status"] = {"conditions": [{"type": kind, "status": "True", "lastTransitionTime": stamp}]}
-    if kind == "Complete":
-        job["status"]["completionTime"] = stamp
-    api.put_object(JOBS + name, job)
+def _chief_succeeds(controller, job: str = "mnist", role: str = "worker") -> None:
+    """The chief's container exits 0; the controllers react (Job complete, JobSet done)."""
+    controller.end_pod(job, role, 0, "Succeeded")
+    controller.tick()
 
 
 @pytest.fixture
@@ -87,31 +84,39 @@ def test_scale_relaunches_with_new_tf_config_and_reports_resumed_step(
 
     results, logs = run_action(ctx, running, "scale", job="mnist", workers=4)
 
-    job = api.get_object(JOBS + "mnist-worker")
-    assert job["spec"]["completions"] == job["spec"]["parallelism"] == 4
-    env = {e["name"]: e["value"] for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    spec = role_spec(jobset(api, "mnist"), "worker")
+    assert spec["completions"] == spec["parallelism"] == 4
+    env = {e["name"]: e["value"] for e in spec["template"]["spec"]["containers"][0]["env"]}
     assert env["GPU_K8S_WORKERS"] == "4"
     pods = {p["metadata"]["name"] for p in api.objects(PODS)}
     assert len(pods) == 4 and not pods & old_pods
-    service = api.get_object(f"/api/v1/namespaces/{NS}/services/mnist")
-    assert json.loads(service["metadata"]["annotations"]["gpu-k8s.io/request"])["workers"] == 4
+    annotations = jobset(api, "mnist")["metadata"]["annotations"]
+    assert json.loads(annotations["gpu-k8s.io/request"])["workers"] == 4
     assert results["resumed-from-step"] == "300"
     assert results["changed"] == "true"
     assert "4/4 workers running" in logs
 
 
 def test_scale_to_the_same_size_changes_nothing(ctx, running, api):
-    before = api.objects(JOBS)
+    before = job_objects(api)
     results, _ = run_action(ctx, running, "scale", job="mnist", workers=2)
     assert results["changed"] == "false"
-    assert api.objects(JOBS) == before
+    assert job_objects(api) == before
 
 
-def test_scale_beyond_free_gpus_fails_and_keeps_the_job(ctx, running, api):
+def test_scale_beyond_the_cluster_fails_and_keeps_the_job(ctx, running, api):
     before = job_objects(api)
-    with pytest.raises(testing.ActionFailed, match="needs 5x1 GPU, free: node-a 4"):
+    with pytest.raises(testing.ActionFailed, match="needs 5 GPUs but the cluster's schedulable"):
         run_action(ctx, running, "scale", job="mnist", workers=5)
     assert job_objects(api) == before
+
+
+def test_scale_beyond_the_free_quota_queues_the_new_size(ctx, running, api, controller):
+    controller.logs = None
+    run_action(ctx, running, "train", job="other", workers=2, **{"gpus-per-worker": 1})
+    results, _ = run_action(ctx, running, "scale", job="mnist", workers=3)
+    assert results["state"].startswith("queued: position 1: couldn't assign flavors")
+    assert jobset(api, "mnist")["spec"]["suspend"] is True
 
 
 def test_scale_unknown_job_fails(ctx, state, api):
@@ -119,8 +124,8 @@ def test_scale_unknown_job_fails(ctx, state, api):
         run_action(ctx, state, "scale", job="nope", workers=3)
 
 
-def test_scale_finished_job_fails(ctx, running, api):
-    _finish(api, "mnist-worker", NOW)
+def test_scale_finished_job_fails(ctx, running, api, controller):
+    _chief_succeeds(controller)
     with pytest.raises(testing.ActionFailed, match="has finished"):
         run_action(ctx, running, "scale", job="mnist", workers=3)
 
@@ -154,10 +159,11 @@ def test_job_status_without_progress_yet(ctx, state, api, controller):
     assert "no progress report yet" in results["progress"]
 
 
-def test_job_status_succeeded(ctx, running, api):
-    _finish(api, "mnist-worker", NOW)
+def test_job_status_succeeded(ctx, running, api, controller):
+    _chief_succeeds(controller)
     results, _ = run_action(ctx, running, "job-status", job="mnist")
     assert results["phase"] == "Succeeded"
+    assert results["restarts"] == "0 of 3"
 
 
 def test_job_status_unknown_job_fails(ctx, state, api):
@@ -173,6 +179,17 @@ def test_list_jobs_one_line_each(ctx, running, api, controller):
     assert results["jobs"]["mnist"].startswith("Running, worker 2/2, 2 GPU, step 500/1000")
     assert "loss 0.5000 █▅▃▁▁" in results["jobs"]["mnist"]
     assert results["jobs"]["other"] == "Running, worker 1/1, 0 GPU, step unknown/1000"
+
+
+def test_a_queued_job_says_why_and_where_in_status_and_list(ctx, running, api, controller):
+    controller.logs = None
+    run_action(ctx, running, "train", job="big", workers=3, **{"gpus-per-worker": 1})
+    results, _ = run_action(ctx, running, "job-status", job="big")
+    assert results["phase"] == "Queued"
+    assert results["queue"].startswith("position 1: couldn't assign flavors to pod set")
+    assert results["gpus-held"] == "0"
+    listed, _ = run_action(ctx, running, "list-jobs")
+    assert listed["jobs"]["big"].startswith("Queued, position 1: couldn't assign flavors")
 
 
 def test_list_jobs_empty(ctx, state, api):
@@ -258,7 +275,9 @@ def test_logs_of_a_container_that_never_restarted_ask_for_no_previous_log(ctx, r
 def test_stop_deletes_every_object_and_keeps_the_data(ctx, running, api):
     results, _ = run_action(ctx, running, "stop", job="mnist")
     assert job_objects(api) == []
-    assert results["deleted-objects"] == "5"
+    assert (
+        results["deleted-objects"] == "4"
+    )  # JobSet (its Jobs and pods with it), TensorBoard, code
     assert "kept on the shared volume in jobs/mnist" in results["data"]
     assert api.get_object(f"/api/v1/namespaces/{NS}/persistentvolumeclaims/{CLAIM}")
 
@@ -298,59 +317,91 @@ def test_train_waits_for_a_running_purge(ctx, running, api):
 def test_stop_rejects_a_bad_name(ctx, state, api):
     with pytest.raises(testing.ActionFailed, match="not a valid job name"):
         run_action(ctx, state, "stop", job="../etc", purge=True)
-    assert not [r for r in api.requests if r.method != "GET"]
+    assert not [r for r in api.requests if r.method != "GET" and "queues" not in r.path]
 
 
-# -------------------------------------------------------------------- housekeeping
+# -------------------------------------------------------------------- gang semantics
 
 
-def test_finished_job_deleted_after_ttl(ctx, running, api, clock):
-    _finish(api, "mnist-worker", NOW - datetime.timedelta(hours=25))
-    ctx.run(ctx.on.update_status(), running)
-    assert job_objects(api) == []
+def test_one_dead_worker_of_six_restarts_the_gang_which_then_finishes(ctx, state, api, controller):
+    """Today's Indexed Jobs failed such a job at its first fault (tf.md #1); JobSet restarts it."""
+    add_nodes(api, node("node-a", 8))
+    controller.logs = None
+    run_action(ctx, state, "train", job="six", workers=6, **{"gpus-per-worker": 1})
+    first = {p["metadata"]["name"] for p in api.objects(PODS)}
+    controller.end_pod("six", "worker", 3, "Failed")
+    controller.tick()  # the Job fails; JobSet deletes every Job and makes them again
+    results, _ = run_action(ctx, state, "job-status", job="six")
+    assert (results["phase"], results["restarts"]) == ("Restarting", "1 of 3")
+    controller.tick()  # the pods come back
+    results, _ = run_action(ctx, state, "job-status", job="six")
+    assert results["phase"] == "Running"
+    assert results["restarts"] == "1 of 3"
+    assert results["pods-ready"] == {"worker": "6/6"}
+    pods = api.objects(PODS)
+    assert not {p["metadata"]["name"] for p in pods} & first  # every pod was recreated
+    assert {p["metadata"]["labels"]["jobset.sigs.k8s.io/restart-attempt"] for p in pods} == {"1"}
+    _chief_succeeds(controller, "six")
+    results, _ = run_action(ctx, state, "job-status", job="six")
+    assert results["phase"] == "Succeeded"
+    assert [p for p in api.objects(PODS) if p["status"]["phase"] == "Running"] == []
 
 
-def test_finished_job_kept_before_ttl(ctx, running, api, clock):
-    _finish(api, "mnist-worker", NOW - datetime.timedelta(hours=23))
-    before = job_objects(api)
-    ctx.run(ctx.on.update_status(), running)
-    assert job_objects(api) == before
-    clock.now = NOW + datetime.timedelta(hours=1, seconds=1)
-    ctx.run(ctx.on.update_status(), running)
-    assert job_objects(api) == []
+def test_a_gang_that_keeps_failing_fails_after_max_restarts(ctx, state, api, controller):
+    controller.logs = None
+    state = dataclasses.replace(state, config={"max-restarts": 1})
+    run_action(ctx, state, "train", job="flaky", workers=2)
+    assert jobset(api, "flaky")["spec"]["failurePolicy"]["maxRestarts"] == 1
+    for _ in range(2):
+        controller.end_pod("flaky", "worker", 1, "Failed")
+        controller.tick()
+        controller.tick()
+    results, _ = run_action(ctx, state, "job-status", job="flaky")
+    assert results["phase"] == "Failed"
+    assert results["restarts"] == "1 of 1"
 
 
-def test_job_ttl_config_is_honoured(ctx, running, api):
-    import dataclasses
-
-    _finish(api, "mnist-worker", NOW - datetime.timedelta(hours=2), kind="Failed")
-    state = dataclasses.replace(running, config={"job-ttl": 1})
-    ctx.run(ctx.on.update_status(), state)
-    assert job_objects(api) == []
+def test_a_drained_pod_is_replaced_without_restarting_the_gang(ctx, running, api, controller):
+    controller.end_pod("mnist", "worker", 1, "Failed", disrupted=True)
+    controller.tick()
+    results, _ = run_action(ctx, running, "job-status", job="mnist")
+    assert results["phase"] == "Running" and results["restarts"] == "0 of 3"
 
 
-def test_running_job_never_deleted(ctx, running, api, clock):
-    clock.now = NOW + datetime.timedelta(days=30)
-    before = job_objects(api)
-    ctx.run(ctx.on.update_status(), running)
-    assert job_objects(api) == before
-
-
-def test_ps_and_workers_stopped_when_chief_finished(ctx, state, api, controller, clock):
+def test_ps_and_workers_stop_when_the_chief_finishes(ctx, state, api, controller):
+    controller.logs = None
     run_action(ctx, state, "train", job="pst", strategy="ps", ps=2, workers=2)
-    _finish(api, "pst-chief", NOW)
-
-    ctx.run(ctx.on.update_status(), state)
-    ctx.run(ctx.on.update_status(), state)  # twice: same result
-
-    assert [j["metadata"]["name"] for j in api.objects(JOBS)] == ["pst-chief"]
-    assert [p["metadata"]["labels"]["gpu-k8s.io/role"] for p in api.objects(PODS)] == ["chief"]
+    _chief_succeeds(controller, "pst", "chief")
+    assert [j["metadata"]["name"] for j in api.objects(JOBS)] == ["pst-chief-0"]
+    running = [p for p in api.objects(PODS) if p["status"]["phase"] == "Running"]
+    assert running == []
     results, _ = run_action(ctx, state, "job-status", job="pst")
     assert results["phase"] == "Succeeded"
 
 
-def test_housekeeping_waits_quietly_on_api_errors(ctx, running, api):
-    api.inject(status=403, times=1, method="GET", path_prefix=JOBS.rstrip("/"))
+def test_a_preempted_job_is_requeued_and_resumes_when_admitted_again(
+    ctx, running, api, controller
+):
+    controller.enabled = False  # Kueue preempts it; no quota frees until it is re-admitted
+    controller.preempt("mnist")
+    controller.enabled = True
+    controller._jobset()  # JobSet suspends its Jobs
+    controller._job_controller()  # which lose their pods
+    results, _ = run_action(ctx, running, "job-status", job="mnist")
+    assert results["phase"] in ("Preempted", "Running")  # requeued and re-admitted by now
+    controller.tick()
+    results, _ = run_action(ctx, running, "job-status", job="mnist")
+    assert results["phase"] == "Running"
+    assert results["restarts"] == "0 of 3"  # a preemption is not a failure
+
+
+def test_finished_jobs_are_deleted_by_jobset_after_job_ttl(ctx, state, api):
+    run_action(ctx, dataclasses.replace(state, config={"job-ttl": 2}), "train", workers=1)
+    assert jobset(api, "mnist")["spec"]["ttlSecondsAfterFinished"] == 7200
+
+
+def test_reconcile_waits_quietly_on_api_errors(ctx, running, api):
+    api.inject(status=403, times=1, method="GET", path_prefix="/apis/kueue.x-k8s.io")
     out = ctx.run(ctx.on.update_status(), running)
     assert isinstance(out.unit_status, testing.WaitingStatus)
     assert "Kubernetes API" in out.unit_status.message

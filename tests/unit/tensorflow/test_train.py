@@ -13,7 +13,9 @@ from conftest import (
     add_nodes,
     gpu_pod,
     job_objects,
+    jobset,
     node,
+    role_spec,
     run_action,
 )
 from ops import testing
@@ -23,7 +25,9 @@ JOB_LABEL = "gpu-k8s.io/job"
 
 
 def _kinds(objs: list[dict]) -> list[tuple[str, str]]:
-    return sorted((o["kind"], o["metadata"]["name"]) for o in objs if o["kind"] != "Pod")
+    return sorted(
+        (o["kind"], o["metadata"]["name"]) for o in objs if o["kind"] not in ("Pod", "Job")
+    )
 
 
 def _strip(obj: dict) -> dict:
@@ -49,18 +53,24 @@ def test_train_creates_every_object_labelled_and_valid(ctx, state, api, controll
     assert _kinds(objs) == [
         ("ConfigMap", "mnist-code"),
         ("Deployment", "mnist-tensorboard"),
-        ("Job", "mnist-worker"),
-        ("Service", "mnist"),
+        ("JobSet", "mnist"),
         ("Service", "mnist-tensorboard"),
     ]
     for obj in objs:
         assert obj["metadata"]["labels"][MANAGED] == "tensorflow"
         assert obj["metadata"]["labels"][JOB_LABEL] == "mnist"
-        if obj["kind"] != "Pod":
+        if obj["kind"] in ("ConfigMap", "Deployment", "Service"):
             kubernetes_validate.validate(_strip(obj), "1.33", strict=True)
-    # progress while pods start, one more per poll
-    assert [m for m in logs if "running" in m] == [f"{i}/4 workers running" for i in range(5)]
+    js = jobset(api, "mnist")
+    assert js["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "default"
+    assert js["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "normal"
+    assert "suspend" not in _strip(js)["spec"] or js["spec"]["suspend"] is False  # Kueue's
+    # admitted by Kueue at once (it fits), then progress while pods start, one more per poll
+    running = [m for m in logs if "workers running" in m]
+    assert running == [f"{i}/4 workers running" for i in range(5 - len(running), 5)]
+    assert len(running) >= 4
     assert results["job"] == "mnist"
+    assert results["state"] == "running"
     assert len(results["pods"].split()) == 4
     assert results["pods-running"] == "all"
     assert results["tensorboard-url"] == f"http://mnist-tensorboard.{NS}.svc:6006"
@@ -70,12 +80,19 @@ def test_worker_job_is_indexed_with_gpus_and_stable_hostnames(ctx, state, api):
     add_nodes(api, node("node-a", 4))
     run_action(ctx, state, "train", job="mnist", workers=4, **{"gpus-per-worker": 1})
 
-    job = api.get_object(f"/apis/batch/v1/namespaces/{NS}/jobs/mnist-worker")
-    spec = job["spec"]
+    js = jobset(api, "mnist")
+    assert js["spec"]["network"] == {
+        "enableDNSHostnames": True,
+        "subdomain": "mnist",
+        "publishNotReadyAddresses": True,
+    }
+    spec = role_spec(js, "worker")
     assert spec["completionMode"] == "Indexed"
     assert spec["completions"] == spec["parallelism"] == 4
+    assert spec["backoffLimit"] == 0  # a failed pod fails the Job: JobSet restarts the gang
+    assert spec["successPolicy"] == {"rules": [{"succeededIndexes": "0"}]}  # the chief
     pod = spec["template"]["spec"]
-    assert pod["subdomain"] == "mnist"
+    assert pod["restartPolicy"] == "Never"
     assert pod["runtimeClassName"] == "nvidia"
     assert {"key": "nvidia.com/gpu", "operator": "Exists"} in pod["tolerations"]
     container = pod["containers"][0]
@@ -86,12 +103,10 @@ def test_worker_job_is_indexed_with_gpus_and_stable_hostnames(ctx, state, api):
     assert {"name": "data", "persistentVolumeClaim": {"claimName": CLAIM, "readOnly": False}} in (
         pod["volumes"]
     )
-    service = api.get_object(f"/api/v1/namespaces/{NS}/services/mnist")
-    assert service["spec"]["clusterIP"] == "None"
-    assert service["spec"]["selector"] == pod_labels_subset(job)
 
     # The launcher, given this pod's environment, names exactly the pods' DNS names:
-    # Indexed Job hostname `<job-name>-<index>` + subdomain = the headless Service.
+    # JobSet's Job `<jobset>-<role>-0`, whose Indexed pods are `<job>-<index>`, under the
+    # JobSet's subdomain.
     env = {e["name"]: e["value"] for e in container["env"]}
     tf_config = tf_launcher.build_tf_config(
         job=env["GPU_K8S_JOB"],
@@ -103,15 +118,10 @@ def test_worker_job_is_indexed_with_gpus_and_stable_hostnames(ctx, state, api):
         ps=int(env["GPU_K8S_PS"]),
         port=int(env["GPU_K8S_PORT"]),
     )
-    hostnames = [f"{job['metadata']['name']}-{i}.{pod['subdomain']}:2222" for i in range(4)]
-    assert tf_config["cluster"] == {"worker": hostnames}
     pods = api.objects(f"/api/v1/namespaces/{NS}/pods/")
-    assert sorted(p["spec"]["hostname"] for p in pods) == [h.split(".")[0] for h in hostnames]
-
-
-def pod_labels_subset(job: dict) -> dict:
-    labels = job["spec"]["template"]["metadata"]["labels"]
-    return {k: v for k, v in labels.items() if k != "gpu-k8s.io/role"}
+    hostnames = [f"{p['spec']['hostname']}.{p['spec']['subdomain']}:2222" for p in pods]
+    assert sorted(tf_config["cluster"]["worker"]) == sorted(hostnames)
+    assert sorted(p["spec"]["hostname"] for p in pods) == [f"mnist-worker-0-{i}" for i in range(4)]
 
 
 def test_configmap_holds_launcher_and_trainer(ctx, state, api):
@@ -123,7 +133,7 @@ def test_configmap_holds_launcher_and_trainer(ctx, state, api):
 
 def test_cpu_job_has_no_gpu_runtime_and_uses_default_image(ctx, state, api):
     run_action(ctx, state, "train", job="cpu", workers=2, steps=50, args="--batch-size 32")
-    pod = api.get_object(f"/apis/batch/v1/namespaces/{NS}/jobs/cpu-worker")["spec"]["template"]
+    pod = role_spec(jobset(api, "cpu"), "worker")["template"]
     container = pod["spec"]["containers"][0]
     assert "runtimeClassName" not in pod["spec"]
     assert "nvidia.com/gpu" not in container["resources"]["limits"]
@@ -143,9 +153,7 @@ def test_user_command_and_env(ctx, state, api):
         env="SEED=7 NAME='a b'",
         image="example/tf:1",
     )
-    container = api.get_object(f"/apis/batch/v1/namespaces/{NS}/jobs/own-worker")["spec"][
-        "template"
-    ]["spec"]["containers"][0]
+    container = role_spec(jobset(api, "own"), "worker")["template"]["spec"]["containers"][0]
     assert container["command"][3:] == ["python3", "/data/train.py", "--epochs", "3"]
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env["SEED"] == "7" and env["NAME"] == "a b"
@@ -157,17 +165,33 @@ def test_ps_strategy_creates_chief_ps_and_workers(ctx, state, api):
     results, _ = run_action(
         ctx, state, "train", job="ps-job", strategy="ps", ps=2, workers=2, **{"gpus-per-worker": 1}
     )
-    jobs_ = {
-        j["metadata"]["name"]: j for j in api.objects(f"/apis/batch/v1/namespaces/{NS}/jobs/")
-    }
-    assert set(jobs_) == {"ps-job-chief", "ps-job-ps", "ps-job-worker"}
-    assert jobs_["ps-job-ps"]["spec"]["completions"] == 2
-    assert jobs_["ps-job-chief"]["spec"]["completions"] == 1
-    chief = jobs_["ps-job-chief"]["spec"]["template"]["spec"]
+    js = jobset(api, "ps-job")
+    assert [r["name"] for r in js["spec"]["replicatedJobs"]] == ["chief", "ps", "worker"]
+    # the job ends when the chief succeeds; JobSet then deletes the ps and workers
+    assert js["spec"]["successPolicy"] == {"operator": "Any", "targetReplicatedJobs": ["chief"]}
+    assert role_spec(js, "ps")["completions"] == 2
+    assert role_spec(js, "chief")["completions"] == 1
+    assert "successPolicy" not in role_spec(js, "worker")  # under ps the chief is its own
+    chief = role_spec(js, "chief")["template"]["spec"]
     assert "runtimeClassName" not in chief
-    worker = jobs_["ps-job-worker"]["spec"]["template"]["spec"]
+    worker = role_spec(js, "worker")["template"]["spec"]
     assert worker["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert len(results["pods"].split()) == 5
+
+
+def test_gang_restarts_and_finishes_are_jobsets(ctx, state, api):
+    run_action(ctx, state, "train", job="mnist", workers=2)
+    spec = jobset(api, "mnist")["spec"]
+    assert spec["failurePolicy"] == {"maxRestarts": 3, "restartStrategy": "Recreate"}
+    assert spec["ttlSecondsAfterFinished"] == 24 * 3600
+    assert role_spec(jobset(api, "mnist"), "worker")["podFailurePolicy"] == {
+        "rules": [
+            {
+                "action": "Ignore",
+                "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+            }
+        ]
+    }
 
 
 def test_train_twice_with_same_parameters_is_idempotent(ctx, state, api):
@@ -194,17 +218,16 @@ def test_train_same_name_other_parameters_fails_and_changes_nothing(ctx, state, 
 
 
 def test_train_without_waiting(ctx, state, api, controller, fake_time):
-    controller.enabled = False
+    controller.per_tick = 0
     results, _ = run_action(ctx, state, "train", job="mnist", workers=2, timeout=0)
     assert results["pods-running"] == "not yet: see job-status"
-    assert fake_time.sleeps == 0
+    assert results["state"] == "admitted"
 
 
 def test_train_gives_up_waiting_after_timeout(ctx, state, api, controller, fake_time):
-    controller.enabled = False
+    controller.per_tick = 0
     results, logs = run_action(ctx, state, "train", job="mnist", workers=2, timeout=10)
     assert results["pods-running"] == "not yet: see job-status"
-    assert fake_time.now - 1000.0 == pytest.approx(10)
     assert logs.count("0/2 workers running") == 1
 
 
@@ -230,6 +253,7 @@ def test_train_fails_when_image_cannot_be_pulled(ctx, state, api, controller):
         ({"env": "novalue"}, "is not KEY=VALUE"),
         ({"args": "'unclosed"}, "cannot parse args"),
         ({"steps": 0}, "steps: must be at least 1"),
+        ({"priority": "urgent"}, "priority"),
     ],
 )
 def test_invalid_train_creates_nothing(ctx, state, api, params, message):
@@ -237,28 +261,53 @@ def test_invalid_train_creates_nothing(ctx, state, api, params, message):
     with pytest.raises(testing.ActionFailed, match=message):
         run_action(ctx, state, "train", **params)
     assert job_objects(api) == []
-    assert not [r for r in api.requests if r.method in ("POST", "PATCH", "PUT", "DELETE")]
+    assert not [
+        r
+        for r in api.requests
+        if r.method in ("POST", "PATCH", "PUT", "DELETE") and "queues" not in r.path
+    ]
 
 
-def test_not_enough_gpus_fails_with_the_numbers(ctx, state, api):
+def test_a_job_beyond_the_free_gpus_is_queued_not_refused(ctx, state, api):
     add_nodes(api, node("node-a", 2), node("node-b", 2), node("cpu-0"))
-    api.put_object("/api/v1/namespaces/other/pods/busy", gpu_pod("busy", "node-a", 1))
+    run_action(ctx, state, "train", job="first", workers=3, **{"gpus-per-worker": 1})
+    results, logs = run_action(
+        ctx, state, "train", job="mnist", workers=4, **{"gpus-per-worker": 1}
+    )
+    assert results["state"].startswith("queued: position 1: couldn't assign flavors")
+    assert "insufficient unused quota for nvidia.com/gpu" in results["state"]
+    assert results["pods-running"].startswith("not yet: queued")
+    assert jobset(api, "mnist")["spec"]["suspend"] is True
+    assert not [
+        p
+        for p in api.objects(f"/api/v1/namespaces/{NS}/pods/")
+        if "mnist" in p["metadata"]["name"]
+    ]
+    assert any(m.startswith("queued: ") for m in logs)
+
+
+def test_more_gpus_per_worker_than_any_node_has_is_refused(ctx, state, api):
+    add_nodes(api, node("node-a", 2), node("node-b", 2))
     with pytest.raises(testing.ActionFailed) as failed:
-        run_action(ctx, state, "train", job="mnist", workers=4, **{"gpus-per-worker": 1})
-    assert "needs 4x1 GPU, free: node-a 1, node-b 2" in failed.value.message
+        run_action(ctx, state, "train", job="big", workers=1, **{"gpus-per-worker": 4})
+    assert (
+        "can never run on this cluster: each worker needs 4 GPUs but the largest "
+        "schedulable node has 2"
+    ) in failed.value.message
     assert job_objects(api) == []
 
 
-def test_more_gpus_per_worker_than_any_node_has(ctx, state, api):
+def test_more_gpus_than_the_cluster_has_is_refused(ctx, state, api):
     add_nodes(api, node("node-a", 2), node("node-b", 2))
-    with pytest.raises(testing.ActionFailed, match="needs 1x4 GPU, free: node-a 2, node-b 2"):
-        run_action(ctx, state, "train", job="big", workers=1, **{"gpus-per-worker": 4})
+    api.put_object("/api/v1/namespaces/other/pods/busy", gpu_pod("busy", "node-a", 1))
+    with pytest.raises(testing.ActionFailed, match="needs 6 GPUs but the cluster's schedulable"):
+        run_action(ctx, state, "train", job="big", workers=6, **{"gpus-per-worker": 1})
     assert job_objects(api) == []
 
 
 def test_no_gpu_nodes_at_all(ctx, state, api):
     add_nodes(api, node("cpu-0"))
-    with pytest.raises(testing.ActionFailed, match="needs 2x1 GPU, free: none"):
+    with pytest.raises(testing.ActionFailed, match="the largest schedulable node has 0"):
         run_action(ctx, state, "train", workers=2, **{"gpus-per-worker": 1})
 
 
@@ -280,10 +329,11 @@ def test_train_refused_while_relations_not_ready(ctx, api):
 
 
 def test_stored_request_is_the_validated_parameters(ctx, state, api):
-    run_action(ctx, state, "train", job="mnist", workers=3, steps=10)
-    service = api.get_object(f"/api/v1/namespaces/{NS}/services/mnist")
-    stored = json.loads(service["metadata"]["annotations"]["gpu-k8s.io/request"])
+    run_action(ctx, state, "train", job="mnist", workers=3, steps=10, priority="high")
+    stored = json.loads(jobset(api, "mnist")["metadata"]["annotations"]["gpu-k8s.io/request"])
     assert stored["workers"] == 3 and stored["steps"] == 10 and stored["job"] == "mnist"
+    assert stored["priority"] == "high"
+    assert jobset(api, "mnist")["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "high"
 
 
 def test_launch_requests_do_not_grow_with_workers(ctx, state, api):

@@ -1,0 +1,522 @@
+"""Kueue, JobSet, the Job controller and kubelet, as far as the tensorflow charm relies on them.
+
+The fake API server stores objects and runs no controller. `BatchControllers.tick()` does,
+over its objects, what these controllers do, each rule from the upstream documentation or
+source named next to it. Tests call `tick()` through the charm's `sleep` (fake time), so a
+job moves one step per poll as it would on a cluster.
+
+Kueue (kubernetes-sigs/kueue v0.19.2):
+- K1 A JobSet labelled `kueue.x-k8s.io/queue-name` is suspended by Kueue's webhook on
+  create (jobframework ApplyDefaultForSuspend) and gets a Workload in its namespace, owned
+  by it, named `jobset-<name>-<hash>` (workload_names.go), with the WorkloadPriorityClass
+  value of its `kueue.x-k8s.io/priority-class` label as `spec.priority`.
+- K2 A pending Workload is admitted when its pods' GPUs fit the unused nominal quota of
+  the ClusterQueue behind its LocalQueue (all or nothing): conditions QuotaReserved and
+  Admitted True, and the JobSet is unsuspended (RunWithPodSetsInfo). Otherwise it stays
+  QuotaReserved False, reason Pending, with Kueue's "couldn't assign flavors" message.
+  Higher priority, then older, is admitted first (BestEffortFIFO).
+- K3 `preempt(job)`: the Workload gets Evicted and Preempted (reason InClusterQueue),
+  loses its quota reservation and the JobSet is suspended again (stopJob); it is requeued
+  and admitted again when its quota is free.
+- K4 A Workload whose JobSet finished gets Finished and frees its quota.
+
+JobSet (kubernetes-sigs/jobset v0.12.0, pkg/controllers/jobset_controller.go):
+- J1 An unsuspended JobSet has one child Job `<jobset>-<replicatedJob>-0` per replicated
+  Job (replicas 1), owned by it, labelled jobset-name, replicatedjob-name and
+  restart-attempt = `status.restarts`, its pods' subdomain the JobSet's `network.subdomain`.
+- J2 A suspended JobSet suspends its active child Jobs (whose pods the Job controller then
+  deletes; the Jobs stay).
+- J3 A child Job that failed restarts the gang (failurePolicy, RestartJobSet by default):
+  `restarts` and `restartsCountTowardsMax` + 1, condition RestartingJobSet (until every
+  Job is ready again, reason JobsReady), every child Job deleted with its pods and created
+  again; once `restartsCountTowardsMax` reached `maxRestarts`, the JobSet is Failed
+  (ReachedMaxRestarts) instead.
+- J4 successPolicy Any over the target replicated Jobs: once one of their Jobs completes,
+  the JobSet is Completed and its other active Jobs are deleted with their pods.
+
+Job controller and kubelet (kubernetes.io/docs/concepts/workloads/controllers/job/):
+- B1 An Indexed, unsuspended, unfinished Job gets one pod per missing index (`per_tick` at
+  a time), hostname `<job>-<index>`, the completion-index label, bound to a node with
+  enough free GPUs, Running and Ready (or Pending with `waiting_reason`).
+- B2 A suspended Job's active pods are deleted.
+- B3 With `backoffLimit: 0`, a Failed pod fails the Job, except one whose condition
+  DisruptionTarget is True (podFailurePolicy Ignore): it is replaced.
+- B4 A Job completes when its successPolicy's indexes succeeded (`succeededIndexes`), or
+  every index did.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+JOBSET = "/apis/jobset.x-k8s.io/v1alpha2"
+KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
+JOB_INDEX = "batch.kubernetes.io/job-completion-index"
+GPU = "nvidia.com/gpu"
+
+
+def _true(obj: dict, kind: str) -> bool:
+    return any(
+        c.get("type") == kind and c.get("status") == "True"
+        for c in (obj.get("status") or {}).get("conditions") or []
+    )
+
+
+def _set(obj: dict, kind: str, status: str, reason: str = "", message: str = "") -> None:
+    conditions = [
+        c for c in (obj.setdefault("status", {}).get("conditions") or []) if c["type"] != kind
+    ]
+    conditions.append({"type": kind, "status": status, "reason": reason, "message": message})
+    obj["status"]["conditions"] = conditions
+
+
+def _gpus(pod_spec: dict) -> int:
+    total = 0
+    for c in pod_spec.get("containers") or []:
+        total += int(((c.get("resources") or {}).get("limits") or {}).get(GPU, 0))
+    return total
+
+
+class BatchControllers:
+    """Kueue, JobSet, the Job controller and kubelet over one namespace (see above)."""
+
+    def __init__(self, api: Any, namespace: str):
+        self.api = api
+        self.ns = namespace
+        self.per_tick = 1000
+        self.enabled = True
+        self.logs: Callable[[dict], str] | None = None
+        self.waiting_reason: str | None = None
+
+    # -- paths
+    def _jobsets(self) -> list[dict]:
+        return self.api.objects(f"{JOBSET}/namespaces/{self.ns}/jobsets/")
+
+    def _jobs(self) -> list[dict]:
+        return self.api.objects(f"/apis/batch/v1/namespaces/{self.ns}/jobs/")
+
+    def _pods(self) -> list[dict]:
+        return self.api.objects(f"/api/v1/namespaces/{self.ns}/pods/")
+
+    def _workloads(self) -> list[dict]:
+        return self.api.objects(f"{KUEUE}/namespaces/{self.ns}/workloads/")
+
+    def _put(self, obj: dict) -> dict:
+        kind = obj["kind"]
+        name = obj["metadata"]["name"]
+        path = {
+            "JobSet": f"{JOBSET}/namespaces/{self.ns}/jobsets/{name}",
+            "Workload": f"{KUEUE}/namespaces/{self.ns}/workloads/{name}",
+            "Job": f"/apis/batch/v1/namespaces/{self.ns}/jobs/{name}",
+            "Pod": f"/api/v1/namespaces/{self.ns}/pods/{name}",
+        }[kind]
+        return self.api.put_object(path, obj)
+
+    def _delete(self, obj: dict) -> None:
+        """Delete with its dependents (the API server's garbage collector)."""
+        uid = obj["metadata"]["uid"]
+        for pod in self._pods():
+            if any(r.get("uid") == uid for r in pod["metadata"].get("ownerReferences") or []):
+                self.api.delete_object(
+                    f"/api/v1/namespaces/{self.ns}/pods/{pod['metadata']['name']}"
+                )
+        kind = obj["kind"]
+        base = "/apis/batch/v1" if kind == "Job" else JOBSET
+        plural = "jobs" if kind == "Job" else "jobsets"
+        self.api.delete_object(f"{base}/namespaces/{self.ns}/{plural}/{obj['metadata']['name']}")
+
+    def _owned(self, owner: dict, items: list[dict]) -> list[dict]:
+        uid = owner["metadata"]["uid"]
+        return [
+            i
+            for i in items
+            if any(r.get("uid") == uid for r in i["metadata"].get("ownerReferences") or [])
+        ]
+
+    @staticmethod
+    def _owner(obj: dict) -> dict:
+        return {
+            "apiVersion": obj["apiVersion"],
+            "kind": obj["kind"],
+            "name": obj["metadata"]["name"],
+            "uid": obj["metadata"]["uid"],
+            "controller": True,
+        }
+
+    # -- Kueue
+    def workload(self, jobset: str) -> dict | None:
+        js = next((j for j in self._jobsets() if j["metadata"]["name"] == jobset), None)
+        if js is None:
+            return None
+        return next(iter(self._owned(js, self._workloads())), None)
+
+    def _quota(self) -> int:
+        cq = self.api.objects(f"{KUEUE}/clusterqueues/")
+        total = 0
+        for queue in cq:
+            for group in queue["spec"].get("resourceGroups") or []:
+                for flavor in group.get("flavors") or []:
+                    for r in flavor.get("resources") or []:
+                        if r["name"] == GPU:
+                            total += int(r["nominalQuota"])
+        return total
+
+    @staticmethod
+    def _demand(js: dict) -> int:
+        total = 0
+        for rj in js["spec"]["replicatedJobs"]:
+            job = rj["template"]["spec"]
+            total += rj.get("replicas", 1) * job["completions"] * _gpus(job["template"]["spec"])
+        return total
+
+    def _priority(self, js: dict) -> int:
+        name = (js["metadata"].get("labels") or {}).get("kueue.x-k8s.io/priority-class")
+        cls = self.api.get_object(f"{KUEUE}/workloadpriorityclasses/{name}") if name else None
+        return int((cls or {}).get("value", 0))
+
+    def _new_workloads(self, jobsets: dict[str, dict]) -> None:
+        """K1: suspend each queued JobSet and give it a Workload."""
+        for js in jobsets.values():
+            if "kueue.x-k8s.io/queue-name" not in (js["metadata"].get("labels") or {}):
+                continue
+            if self._owned(js, self._workloads()):
+                continue
+            if js["spec"].get("suspend") is None:
+                js["spec"]["suspend"] = True
+                js = self._put(js)
+            digest = hashlib.sha256(js["metadata"]["uid"].encode()).hexdigest()[:5]
+            workload = {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "Workload",
+                "metadata": {
+                    "name": f"jobset-{js['metadata']['name']}-{digest}",
+                    "namespace": self.ns,
+                    "ownerReferences": [self._owner(js)],
+                    "labels": {"kueue.x-k8s.io/job-uid": js["metadata"]["uid"]},
+                },
+                "spec": {
+                    "queueName": js["metadata"]["labels"]["kueue.x-k8s.io/queue-name"],
+                    "priority": self._priority(js),
+                },
+                "status": {},
+            }
+            _set(workload, "QuotaReserved", "False", "Pending", "")
+            self._put(workload)
+
+    def _usage(self, jobsets: dict[str, dict]) -> tuple[int, list[tuple[dict, dict]]]:
+        """K4 for finished jobs; (GPUs admitted workloads hold, the pending ones)."""
+        used = 0
+        pending = []
+        for workload in self._workloads():
+            js = jobsets.get(workload["metadata"]["ownerReferences"][0]["uid"])
+            if js is None or _true(workload, "Finished"):
+                continue
+            if _true(js, "Completed") or _true(js, "Failed"):
+                _set(workload, "Finished", "True", "Succeeded")
+                _set(workload, "QuotaReserved", "False", "Finished")
+                _set(workload, "Admitted", "False", "NoReservation")
+                self._put(workload)
+            elif _true(workload, "Admitted"):
+                used += self._demand(js)
+            else:
+                pending.append((workload, js))
+        return used, pending
+
+    def _kueue(self) -> None:
+        jobsets = {j["metadata"]["uid"]: j for j in self._jobsets()}
+        self._new_workloads(jobsets)
+        used, pending = self._usage(jobsets)
+        quota = self._quota()
+        pending.sort(
+            key=lambda p: (-p[0]["spec"]["priority"], p[0]["metadata"]["creationTimestamp"])
+        )
+        for workload, js in pending:  # K2
+            need = self._demand(js)
+            if used + need <= quota:
+                used += need
+                _set(workload, "QuotaReserved", "True", "QuotaReserved", "Quota reserved")
+                _set(workload, "Admitted", "True", "Admitted", "The workload is admitted")
+                _set(workload, "Evicted", "False", "QuotaReserved")
+                self._put(workload)
+                js["spec"]["suspend"] = False
+                self._put(js)
+                continue
+            message = (
+                f"couldn't assign flavors to pod set worker: insufficient unused quota for "
+                f"{GPU} in flavor gpu-nvidia-a10g, {need - (quota - used)} more needed"
+            )
+            reserved = next(
+                c for c in workload["status"]["conditions"] if c["type"] == "QuotaReserved"
+            )
+            if reserved.get("message") != message:
+                _set(workload, "QuotaReserved", "False", "Pending", message)
+                self._put(workload)
+
+    def preempt(self, jobset: str) -> None:
+        """K3: Kueue preempts the job (a higher-priority one needs its quota)."""
+        workload = self.workload(jobset)
+        assert workload is not None, f"no workload for {jobset}"
+        message = "Preempted to accommodate a workload with higher priority"
+        _set(workload, "Evicted", "True", "Preempted", message)
+        _set(workload, "Preempted", "True", "InClusterQueue", message)
+        _set(workload, "QuotaReserved", "False", "Pending", "waiting for quota")
+        _set(workload, "Admitted", "False", "NoReservation")
+        self._put(workload)
+        js = next(j for j in self._jobsets() if j["metadata"]["name"] == jobset)
+        js["spec"]["suspend"] = True
+        self._put(js)
+
+    # -- JobSet
+    def _restart_or_fail(self, js: dict, children: list[dict]) -> None:
+        """J3: a child Job failed."""
+        status = js.setdefault("status", {})
+        maximum = js["spec"].get("failurePolicy", {}).get("maxRestarts", 0)
+        counted = int(status.get("restartsCountTowardsMax", 0))
+        if counted >= maximum:
+            _set(js, "Failed", "True", "ReachedMaxRestarts")
+        else:
+            status["restarts"] = int(status.get("restarts", 0)) + 1
+            status["restartsCountTowardsMax"] = counted + 1
+            _set(js, "RestartingJobSet", "True", "DefaultFailurePolicy")
+        self._put(js)
+        for child in children:
+            self._delete(child)
+
+    def _succeeded(self, js: dict, children: list[dict]) -> bool:
+        """J4: True (and the JobSet Completed) once a target replicated Job completed."""
+        targets = set(js["spec"].get("successPolicy", {}).get("targetReplicatedJobs") or [])
+        role = "jobset.sigs.k8s.io/replicatedjob-name"
+        if not any(
+            _true(j, "Complete") and j["metadata"]["labels"][role] in targets for j in children
+        ):
+            return False
+        _set(js, "Completed", "True", "AllJobsCompleted")
+        self._put(js)
+        for child in children:
+            if not _true(child, "Complete"):
+                self._delete(child)
+        return True
+
+    def _child_job(self, js: dict, rj: dict) -> dict:
+        """J1: the Job of one replicated Job, as JobSet constructs it."""
+        template = copy.deepcopy(rj["template"])
+        labels = {
+            **(template.get("metadata") or {}).get("labels", {}),
+            "jobset.sigs.k8s.io/jobset-name": js["metadata"]["name"],
+            "jobset.sigs.k8s.io/replicatedjob-name": rj["name"],
+            "jobset.sigs.k8s.io/restart-attempt": str(js.get("status", {}).get("restarts", 0)),
+        }
+        spec = template["spec"]
+        pod_meta = spec["template"]["metadata"]
+        pod_meta["labels"] = {**pod_meta.get("labels", {}), **labels}
+        spec["template"]["spec"]["subdomain"] = js["spec"]["network"]["subdomain"]
+        return {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {
+                "name": f"{js['metadata']['name']}-{rj['name']}-0",
+                "namespace": self.ns,
+                "labels": labels,
+                "ownerReferences": [self._owner(js)],
+            },
+            "spec": spec,
+            "status": {},
+        }
+
+    def _jobset(self) -> None:
+        for js in self._jobsets():
+            if _true(js, "Completed") or _true(js, "Failed"):
+                continue
+            children = self._owned(js, self._jobs())
+            if any(_true(j, "Failed") for j in children):
+                self._restart_or_fail(js, children)
+                continue
+            if self._succeeded(js, children):
+                continue
+            if not self._suspend_or_resume(js, children):
+                self._run(js)
+
+    def _suspend_or_resume(self, js: dict, children: list[dict]) -> bool:
+        """J2: child Jobs follow the JobSet's `suspend`; True while it is suspended."""
+        suspend = bool(js["spec"].get("suspend"))
+        for child in children:
+            if bool(child["spec"].get("suspend")) != suspend:
+                child["spec"]["suspend"] = suspend
+                self._put(child)
+        return suspend
+
+    def _run(self, js: dict) -> None:
+        """J1 and J3's end: every child Job exists; RestartingJobSet clears once all run."""
+        jobs_path = f"/apis/batch/v1/namespaces/{self.ns}/jobs/"
+        for rj in js["spec"]["replicatedJobs"]:
+            job = self._child_job(js, rj)
+            if self.api.get_object(jobs_path + job["metadata"]["name"]) is None:
+                self._put(job)
+        if _true(js, "RestartingJobSet") and self._all_running(js):
+            _set(js, "RestartingJobSet", "False", "JobsReady")
+            self._put(js)
+
+    def _all_running(self, js: dict) -> bool:
+        """Every pod of every replicated Job runs (JobSet's "JobsReady")."""
+        want = sum(rj["template"]["spec"]["completions"] for rj in js["spec"]["replicatedJobs"])
+        pods = [
+            p
+            for job in self._owned(js, self._jobs())
+            for p in self._owned(job, self._pods())
+            if (p.get("status") or {}).get("phase") == "Running"
+        ]
+        return len(pods) >= want
+
+    # -- Job controller and kubelet
+    def _free(self) -> dict[str, int]:
+        nodes = self.api.objects("/api/v1/nodes/")
+        free = {
+            n["metadata"]["name"]: int((n.get("status") or {}).get("allocatable", {}).get(GPU, 0))
+            for n in nodes
+        }
+        for pod in [o for o in self.api.objects("/api/v1/") if o["kind"] == "Pod"]:
+            where = (pod.get("spec") or {}).get("nodeName")
+            if where in free and (pod.get("status") or {}).get("phase") not in (
+                "Succeeded",
+                "Failed",
+            ):
+                free[where] -= _gpus(pod["spec"])
+        return free
+
+    def _job_controller(self) -> int:
+        created = 0
+        for job in self._jobs():
+            if job["spec"].get("completionMode") != "Indexed":
+                continue
+            if _true(job, "Complete") or _true(job, "Failed"):
+                continue
+            pods = self._owned(job, self._pods())
+            if job["spec"].get("suspend"):  # B2
+                for pod in pods:
+                    self.api.delete_object(
+                        f"/api/v1/namespaces/{self.ns}/pods/{pod['metadata']['name']}"
+                    )
+                continue
+            if self._finish(job, pods):
+                continue
+            have = {
+                int(p["metadata"]["labels"][JOB_INDEX])
+                for p in pods
+                if (p.get("status") or {}).get("phase") != "Failed"
+            }
+            for index in range(job["spec"]["completions"]):  # B1
+                if index in have or created >= self.per_tick:
+                    continue
+                self._create_pod(job, index)
+                created += 1
+        return created
+
+    def _finish(self, job: dict, pods: list[dict]) -> bool:
+        """B3, B4: mark the Job Failed or Complete; True when it finished."""
+        for pod in pods:
+            status = pod.get("status") or {}
+            if status.get("phase") == "Failed" and not _true(pod, "DisruptionTarget"):
+                _set(job, "Failed", "True", "BackoffLimitExceeded")
+                self._put(job)
+                return True
+        succeeded = {
+            int(p["metadata"]["labels"][JOB_INDEX])
+            for p in pods
+            if (p.get("status") or {}).get("phase") == "Succeeded"
+        }
+        rules = (job["spec"].get("successPolicy") or {}).get("rules") or []
+        wanted = [
+            {int(i) for i in r["succeededIndexes"].split(",")}
+            for r in rules
+            if "succeededIndexes" in r
+        ]
+        done = any(w <= succeeded for w in wanted) or succeeded >= set(
+            range(job["spec"]["completions"])
+        )
+        if done:
+            _set(job, "Complete", "True", "SuccessPolicy" if wanted else "")
+            self._put(job)
+            for pod in pods:
+                if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                    self.api.delete_object(
+                        f"/api/v1/namespaces/{self.ns}/pods/{pod['metadata']['name']}"
+                    )
+        return done
+
+    def _create_pod(self, job: dict, index: int) -> None:
+        template = copy.deepcopy(job["spec"]["template"])
+        name = f"{job['metadata']['name']}-{index}-{secrets.token_hex(3)[:5]}"
+        labels = dict(template["metadata"]["labels"])
+        labels[JOB_INDEX] = str(index)
+        labels["job-name"] = job["metadata"]["name"]
+        spec = template["spec"]
+        spec["hostname"] = f"{job['metadata']['name']}-{index}"
+        gpus = _gpus(spec)
+        free = self._free()
+        spec["nodeName"] = next(
+            (n for n, g in sorted(free.items()) if g >= gpus and (g or not gpus)), "cpu-node"
+        )
+        status: dict = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+        if self.waiting_reason:
+            status = {
+                "phase": "Pending",
+                "containerStatuses": [
+                    {
+                        "name": "tensorflow",
+                        "state": {
+                            "waiting": {"reason": self.waiting_reason, "message": "pull failed"}
+                        },
+                    }
+                ],
+            }
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": self.ns,
+                "labels": labels,
+                "ownerReferences": [self._owner(job)],
+            },
+            "spec": spec,
+            "status": status,
+        }
+        stored = self._put(pod)
+        if self.logs is not None:
+            self.api.set_pod_log(self.ns, name, self.logs(stored))
+
+    # -- pods by tests
+    def pod(self, job: str, role: str, index: int) -> dict:
+        for pod in self._pods():
+            labels = pod["metadata"]["labels"]
+            if (
+                labels.get("jobset.sigs.k8s.io/jobset-name") == job
+                and labels.get("jobset.sigs.k8s.io/replicatedjob-name") == role
+                and labels.get(JOB_INDEX) == str(index)
+            ):
+                return pod
+        raise AssertionError(f"no pod {job} {role} {index}")
+
+    def end_pod(
+        self, job: str, role: str, index: int, phase: str, *, disrupted: bool = False
+    ) -> None:
+        """The pod's container exits (Succeeded/Failed); `disrupted`: evicted or preempted."""
+        pod = self.pod(job, role, index)
+        pod["status"] = {"phase": phase, "conditions": []}
+        if disrupted:
+            pod["status"]["conditions"].append({"type": "DisruptionTarget", "status": "True"})
+        self._put(pod)
+
+    def tick(self) -> int:
+        """One round of every controller; returns how many pods were created."""
+        if not self.enabled:
+            return 0
+        self._kueue()
+        self._jobset()
+        created = self._job_controller()
+        self._jobset()  # a Job that just finished ends or restarts its JobSet at once
+        return created
