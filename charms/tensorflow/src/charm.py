@@ -332,10 +332,17 @@ class TensorflowCharm(ops.CharmBase):
 
     def _on_scale(self, event: ops.ActionEvent) -> None:
         p = event.load_params(jobs.ScaleParams, errors="fail")
+        try:
+            code = training.read_code()
+        except OSError as e:
+            event.fail(f"the charm is missing its launcher: {e}")
+            return
         waits = self._wait_args(event)
         self._run(
             event,
-            lambda kube, ctx: training.scale(kube, ctx, p.job, p.workers, p.timeout, **waits),
+            lambda kube, ctx: training.scale(
+                kube, ctx, p.job, p.workers, p.timeout, code, **waits
+            ),
         )
 
     def _on_job_status(self, event: ops.ActionEvent) -> None:

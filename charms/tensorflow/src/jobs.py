@@ -639,8 +639,11 @@ def tensorboard(request: TrainRequest, ctx: Context) -> list[dict]:
 
 
 def manifests(request: TrainRequest, ctx: Context, code: Mapping[str, str]) -> list[dict]:
-    """Every object of a job, in creation order (code, JobSet, TensorBoard)."""
-    return [code_configmap(request, ctx, code), jobset(request, ctx), *tensorboard(request, ctx)]
+    """Every object of a job, in creation order (JobSet, code, TensorBoard).
+
+    The JobSet comes first: the others are created owned by it (training._apply_all).
+    """
+    return [jobset(request, ctx), code_configmap(request, ctx, code), *tensorboard(request, ctx)]
 
 
 def tensorboard_url(job: str, namespace: str) -> str:

@@ -175,14 +175,32 @@ def _check_claim(kube: Any, ctx: Context) -> None:
 
 
 def _apply_all(kube: Any, ctx: Context, manifests: list[dict]) -> None:
-    """Apply objects in order; on an error delete the ones created here and raise."""
+    """Apply objects in order; on an error delete the ones created here and raise.
+
+    The JobSet goes first; the others name it as their owner, so that the garbage
+    collector deletes them with it (JobSet's `ttlSecondsAfterFinished`, `stop`, `scale`).
+    """
     from charms.gpu_k8s.v0.kubeclient import KubeError
 
     created: list[dict] = []
+    manifests = sorted(manifests, key=lambda m: m["kind"] != "JobSet")
     try:
+        owner: dict[str, Any] | None = None
         for manifest in manifests:
-            kube.apply(manifest, field_manager=ctx.app)
+            if owner is not None:
+                manifest = {
+                    **manifest,
+                    "metadata": {**manifest["metadata"], "ownerReferences": [owner]},
+                }
+            applied = kube.apply(manifest, field_manager=ctx.app)
             created.append(manifest)
+            if manifest["kind"] == "JobSet":
+                owner = {
+                    "apiVersion": manifest["apiVersion"],
+                    "kind": "JobSet",
+                    "name": manifest["metadata"]["name"],
+                    "uid": applied["metadata"]["uid"],
+                }
     except KubeError as e:
         for manifest in reversed(created):
             try:
@@ -482,6 +500,7 @@ def scale(
     job: str,
     workers: int,
     timeout: float,
+    code: Mapping[str, str],
     *,
     log: Log,
     sleep: Callable[[float], None] = time.sleep,
@@ -490,8 +509,9 @@ def scale(
     """Relaunch a job with `workers` workers; it resumes from the last checkpoint.
 
     A JobSet's replicated Jobs are immutable (JobSet v0.12.0 webhook ValidateUpdate), so
-    the JobSet is deleted, its pods awaited until gone, and a new one queued with the new
-    size: Kueue admits it when it fits, like any job.
+    the JobSet is deleted (its code ConfigMap and TensorBoard with it), its pods awaited
+    until gone, and the job made again with the new size: Kueue admits it when it fits,
+    like any job.
 
     Raises:
         JobError: no such job, it already finished, or the new size could never run here.
@@ -509,7 +529,7 @@ def scale(
     kube.delete(JOBSET_API, "JobSet", job, ctx.namespace)
     if not _wait_gone(kube, ctx, job, max(timeout, 60), sleep=sleep, clock=clock):
         raise JobError(f"old pods of {job} are still terminating: run scale again shortly")
-    _apply_all(kube, ctx, [jobs.jobset(scaled, ctx)])
+    _apply_all(kube, ctx, jobs.manifests(scaled, ctx, code))
     log(f"relaunched {job} with {workers} workers")
     state, why = queue_answer(kube, ctx, job, sleep=sleep, clock=clock)
     if state in ("Queued", "Preempted", "Unknown"):

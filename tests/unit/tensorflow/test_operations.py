@@ -275,9 +275,8 @@ def test_logs_of_a_container_that_never_restarted_ask_for_no_previous_log(ctx, r
 def test_stop_deletes_every_object_and_keeps_the_data(ctx, running, api):
     results, _ = run_action(ctx, running, "stop", job="mnist")
     assert job_objects(api) == []
-    assert (
-        results["deleted-objects"] == "4"
-    )  # JobSet (its Jobs and pods with it), TensorBoard, code
+    # the JobSet; its Jobs and pods, the code ConfigMap and TensorBoard go with it
+    assert results["deleted-objects"] == "1"
     assert "kept on the shared volume in jobs/mnist" in results["data"]
     assert api.get_object(f"/api/v1/namespaces/{NS}/persistentvolumeclaims/{CLAIM}")
 
@@ -424,3 +423,25 @@ def test_purge_starts_at_once_when_pods_are_gone(ctx, running, api, fake_time):
     start = fake_time.now
     run_action(ctx, running, "stop", job="mnist", purge=True)
     assert fake_time.now == start
+
+
+def test_the_code_and_tensorboard_go_with_the_jobset(ctx, running, api):
+    """JobSet's TTL deletes the JobSet; the garbage collector takes what it owns."""
+    js = jobset(api, "mnist")
+    owned = [o for o in job_objects(api) if o["kind"] in ("ConfigMap", "Deployment", "Service")]
+    assert len(owned) == 3
+    for obj in owned:
+        assert obj["metadata"]["ownerReferences"] == [
+            {
+                "apiVersion": js["apiVersion"],
+                "kind": "JobSet",
+                "name": "mnist",
+                "uid": js["metadata"]["uid"],
+            }
+        ]
+    from charms.gpu_k8s.v0.kubeclient import Kube
+
+    with Kube.from_kubeconfig(api.kubeconfig()) as kube:
+        kube.kinds[(js["apiVersion"], "JobSet")] = ("jobsets", True)
+        kube.delete(js["apiVersion"], "JobSet", "mnist", NS)  # as JobSet's TTL controller
+    assert job_objects(api) == []  # the garbage collector took every dependent
