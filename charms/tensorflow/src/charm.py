@@ -142,7 +142,7 @@ class TensorflowCharm(ops.CharmBase):
         )
         self._api_error: str | None = None
         self._queue_problem: str | None = None
-        self._stored.set_default(queues="")
+        self._stored.set_default(queues="", glance="")
         on = self.on
         for event in (
             on.config_changed,
@@ -231,6 +231,8 @@ class TensorflowCharm(ops.CharmBase):
         try:
             with self._cluster(config) as (kube, ctx):
                 self._apply_queues(kube, ctx, config)
+                if self._queue_problem is None:  # JobSets exist only where Kueue runs
+                    self._stored.glance = training.at_a_glance(kube, ctx)
         except NotReadyError:
             return
         except KubeError as e:
@@ -277,6 +279,8 @@ class TensorflowCharm(ops.CharmBase):
             event.add_status(ops.WaitingStatus(self._api_error))
         if self._queue_problem:
             event.add_status(ops.WaitingStatus(self._queue_problem))
+        if self._stored.glance:  # the jobs at a glance, as the last reconcile saw them
+            event.add_status(ops.ActiveStatus(f"Ready: {self._stored.glance}"))
         claim = self.storage.claim()
         namespace = self.kube_api.namespace()
         event.add_status(

@@ -1071,6 +1071,17 @@ def summarise(
     return out
 
 
+def progress_phrase(job: str, progress: Mapping[str, Any] | None) -> str:
+    """`mnist 45% ETA 12m 03s` (or the name alone before the first progress report)."""
+    if not progress:
+        return job
+    try:
+        percent = int(100 * int(progress["step"]) / max(1, int(progress["steps"])))
+    except (KeyError, TypeError, ValueError):
+        return job
+    return f"{job} {percent}% ETA {format_duration(eta_seconds(progress))}"
+
+
 def one_line(summary: Mapping[str, Any]) -> str:
     """A job's summary on one line, for `list-jobs`."""
     ready = " ".join(f"{r} {c}" for r, c in summary["pods-ready"].items())

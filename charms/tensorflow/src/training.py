@@ -396,6 +396,50 @@ def list_jobs(kube: Any, ctx: Context) -> dict[str, str]:
     return out
 
 
+GLANCE_DETAILS = 3  # running jobs named in the status line (one log read each)
+_GLANCE_ORDER = ("Running", "Restarting", "Queued", "Preempted", "Admitted", "Failed")
+
+
+def at_a_glance(kube: Any, ctx: Context) -> str:
+    """The jobs on one line for `juju status`: `2 running (mnist 45% ETA 12m), 1 queued`.
+
+    Succeeded jobs are left out (JobSet deletes them after `job-ttl`); the first running
+    jobs carry their progress from the chief's log.
+    """
+    training = jobs.selector(ctx.app, component=COMPONENT_TRAINING)
+    all_jobsets = kube.list(JOBSET_API, "JobSet", ctx.namespace, label_selector=training)
+    if not all_jobsets:
+        return ""
+    workloads = _workloads(kube, ctx)
+    all_pods = kube.list("v1", "Pod", ctx.namespace, label_selector=training)
+    by_phase: dict[str, list[str]] = {}
+    for js in sorted(all_jobsets, key=lambda j: j["metadata"]["name"]):
+        name = js["metadata"]["name"]
+        pods = [p for p in all_pods if p["metadata"]["labels"].get(jobs.LABEL_JOB) == name]
+        phase = jobs.phase(js, _workload_of(js, workloads), pods)
+        detail = name
+        if phase == "Running" and len(by_phase.get("Running", [])) < GLANCE_DETAILS:
+            try:
+                request = _request_of(js, name, ctx)
+            except JobError:
+                request = None
+            progress = (
+                jobs.parse_progress(_chief_log(kube, ctx, request, pods)) if request else None
+            )
+            detail = jobs.progress_phrase(name, progress)
+        by_phase.setdefault(phase, []).append(detail)
+    parts = []
+    for phase in _GLANCE_ORDER:
+        names = by_phase.get(phase) or []
+        if not names:
+            continue
+        text = f"{len(names)} {phase.lower()}"
+        if phase == "Running":
+            text += f" ({', '.join(names[:GLANCE_DETAILS])})"
+        parts.append(text)
+    return ", ".join(parts)
+
+
 def logs(kube: Any, ctx: Context, job: str, lines: int) -> str:
     """The last `lines` lines of every replica, each prefixed with `[role-index]`.
 

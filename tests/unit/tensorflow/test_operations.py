@@ -445,3 +445,18 @@ def test_the_code_and_tensorboard_go_with_the_jobset(ctx, running, api):
         kube.kinds[(js["apiVersion"], "JobSet")] = ("jobsets", True)
         kube.delete(js["apiVersion"], "JobSet", "mnist", NS)  # as JobSet's TTL controller
     assert job_objects(api) == []  # the garbage collector took every dependent
+
+
+def test_the_status_line_shows_the_jobs_at_a_glance(ctx, running, api, controller):
+    out = ctx.run(ctx.on.update_status(), running)
+    assert out.unit_status == testing.ActiveStatus("Ready: 1 running (mnist 50% ETA 50s)")
+    controller.logs = None
+    run_action(ctx, running, "train", job="big", workers=3, **{"gpus-per-worker": 1})
+    out = ctx.run(ctx.on.update_status(), out)
+    assert out.unit_status == testing.ActiveStatus(
+        "Ready: 1 running (mnist 50% ETA 50s), 1 queued"
+    )
+    run_action(ctx, running, "stop", job="mnist")
+    run_action(ctx, running, "stop", job="big")
+    out = ctx.run(ctx.on.update_status(), out)
+    assert out.unit_status.message.startswith("Ready: namespace tensorflow")  # no jobs

@@ -339,9 +339,11 @@ def test_stored_request_is_the_validated_parameters(ctx, state, api):
 def test_launch_requests_do_not_grow_with_workers(ctx, state, api):
     for i in range(3):
         add_nodes(api, node(f"gpu-{i}", 8))
+    reconciled = ctx.run(ctx.on.update_status(), state)  # the team's queue exists
     counts = []
     for name, workers in (("small", 2), ("large", 16)):
         before = len(api.requests)
-        run_action(ctx, state, "train", job=name, workers=workers, **{"gpus-per-worker": 1})
+        params = {"job": name, "workers": workers, "gpus-per-worker": 1}
+        ctx.run(ctx.on.action("train", params=params), reconciled)
         counts.append(len(api.requests) - before)
     assert counts[0] == counts[1]
