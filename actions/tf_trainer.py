@@ -32,10 +32,13 @@ Outputs (directories from the launcher's environment, or flags):
   {"step", "steps", "loss", "examples_per_sec", "time", "resumed_from", "state",
    "loss_history", ...}, state being "running", "finished" or "stopped" (SIGTERM).
 
-SIGTERM (a deleted pod) stops a task within a step with exit status 143; the
-ParameterServerStrategy chief saves a checkpoint first. MultiWorkerMirroredStrategy
-workers do not save on SIGTERM (a save needs every worker at the same step); they resume
-from the last periodic checkpoint.
+SIGTERM (a deleted, preempted or drained pod) stops a task within a step with exit status
+143, after a checkpoint: the ParameterServerStrategy chief saves alone; under
+MultiWorkerMirroredStrategy the stop is agreed in the step itself (each worker adds "I was
+told to stop" to the step's all-reduce), so every worker sees it after the same step and
+they save that step together, as a collective save needs (what TensorFlow's
+PreemptionCheckpointHandler does through its coordination service). A job stopped so
+(`scale`, `stop`, Kueue preemption, JobSet's gang restart) loses no step.
 """
 
 from __future__ import annotations
@@ -360,23 +363,29 @@ def restore_or_start(strategy, args, global_batch: int, is_chief: bool):
 
 
 def mirrored_step_fn(strategy, model, step_var, iterator, global_batch, learning_rate):
-    """One synchronous step: per-replica gradients, all-reduce, the same update everywhere."""
+    """One synchronous step: per-replica gradients, all-reduce, the same update everywhere.
+
+    `stopping` (1.0 on a worker that got SIGTERM, else 0.0) is all-reduced with the loss:
+    the step returns (loss, how many replicas are stopping), the same on every worker.
+    """
 
     @tf.function
-    def train_step():
-        def replica_step(x, y):
+    def train_step(stopping):
+        def replica_step(x, y, stopping):
             with tf.GradientTape() as tape:
                 loss = _loss_fn(model, x, y, global_batch)
             grads = tape.gradient(loss, model.params)
             context = tf.distribute.get_replica_context()
-            return context.all_reduce("sum", [loss, *grads])
+            # computed on the replica (a tensor from outside has no device to reduce from)
+            stop = tf.zeros_like(loss) + stopping
+            return context.all_reduce("sum", [loss, stop, *grads])
 
         x, y = next(iterator)
-        reduced = strategy.run(replica_step, args=(x, y))
+        reduced = strategy.run(replica_step, args=(x, y, stopping))
         local = [strategy.experimental_local_results(t)[0] for t in reduced]
-        model.apply(local[1:], learning_rate)
+        model.apply(local[2:], learning_rate)
         step_var.assign_add(1)
-        return local[0]
+        return local[0], local[1]
 
     return train_step
 
@@ -406,15 +415,16 @@ def train_mirrored(strategy, args, is_chief: bool) -> int:
     )
     step, loss = start, tf.constant(float("nan"))
     while step < args.steps:
-        if terminated():
-            exit_terminated(progress, step, float(loss))
         try:
-            loss = train_step()
+            loss, stopping = train_step(tf.constant(1.0 if terminated() else 0.0))
         except tf.errors.OpError:
-            if terminated():  # a peer stopped first and our all-reduce failed
+            if terminated():  # a peer went before agreeing to stop: our all-reduce failed
                 exit_terminated(progress, step, float(loss))
             raise
         step += 1
+        if float(stopping) > 0:  # every worker sees this after the same step: save it
+            checkpoints.save(step)
+            exit_terminated(progress, step, float(loss))
         if step % args.checkpoint_every == 0 or step == args.steps:
             checkpoints.save(step)
         if step == start + 1:

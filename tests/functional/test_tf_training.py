@@ -226,23 +226,25 @@ def test_mwms_killed_worker_relaunch_resumes_from_last_checkpoint(local_job):
     assert f"resumed from checkpoint at step {killed_at}" in job.logs[("worker", 1)].read_text()
 
 
-def test_mwms_scale_two_to_three_workers_resumes(local_job):
+def test_mwms_scale_two_to_three_workers_resumes_from_the_step_it_stopped_at(local_job):
     job = local_job("scale")
-    job.start("--steps=400", "--checkpoint-every=10")
-    job.wait_for(lambda: job.latest_checkpoint() > 0, what="first checkpoint")
-    # What `scale` does: delete the pods (SIGTERM), relaunch with the new worker count.
+    # No periodic checkpoint before the stop: what is kept is the save on SIGTERM.
+    job.start("--steps=400", "--checkpoint-every=1000")
+    job.wait_for(
+        lambda: (job.progress() or {}).get("step", 0) >= 20, what="twenty steps of progress"
+    )
+    # What `scale`, `stop` and a Kueue preemption do: delete every pod (SIGTERM to each).
     for proc in job.procs.values():
         proc.send_signal(signal.SIGTERM)
-    codes = job.wait(timeout=30)
-    assert codes[("worker", 0)] == 143, job.output()
-    assert codes[("worker", 1)] in (143, 1), job.output()  # 1: its all-reduce lost the peer
+    codes = job.wait(timeout=60)
+    assert codes == {("worker", 0): 143, ("worker", 1): 143}, job.output()
     stopped = job.progress()
     assert stopped is not None and stopped["state"] == "stopped", stopped
     saved = job.latest_checkpoint()
-    assert 0 < saved < 400
+    assert saved == stopped["step"] >= 20, (saved, stopped)  # no step lost
 
     job.workers = 3
-    job.start("--steps=400", "--checkpoint-every=10")
+    job.start("--steps=400", "--checkpoint-every=1000")
     progress = job.wait_ok()
 
     assert (progress["resumed_from"], progress["step"], progress["state"]) == (
@@ -252,6 +254,15 @@ def test_mwms_scale_two_to_three_workers_resumes(local_job):
     )
     assert job.latest_checkpoint() == 400
     assert "worker 2 of job scale" in job.logs[("worker", 2)].read_text()
+
+
+def test_a_lone_worker_stopped_by_sigterm_saves_where_it_was(local_job):
+    job = local_job("solo", workers=1)
+    job.start("--steps=100000", "--checkpoint-every=100000")
+    job.wait_for(lambda: (job.progress() or {}).get("step", 0) >= 5, what="progress")
+    job.procs[("worker", 0)].send_signal(signal.SIGTERM)
+    assert job.wait(timeout=60) == {("worker", 0): 143}, job.output()
+    assert job.latest_checkpoint() == job.progress()["step"] > 0
 
 
 def test_ps_chief_one_ps_two_workers_runs_to_completion(local_job):
