@@ -30,7 +30,8 @@ JobSet (kubernetes-sigs/jobset v0.12.0, pkg/controllers/jobset_controller.go):
   `restarts` and `restartsCountTowardsMax` + 1, condition RestartingJobSet (until every
   Job is ready again, reason JobsReady), every child Job deleted with its pods and created
   again; once `restartsCountTowardsMax` reached `maxRestarts`, the JobSet is Failed
-  (ReachedMaxRestarts) instead.
+  (ReachedMaxRestarts) instead, and at once when a failurePolicy rule with action
+  FailJobSet names the Job's failure reason (first matching rule wins).
 - J4 successPolicy Any over the target replicated Jobs: once one of their Jobs completes,
   the JobSet is Completed and its other active Jobs are deleted with their pods.
 
@@ -39,8 +40,9 @@ Job controller and kubelet (kubernetes.io/docs/concepts/workloads/controllers/jo
   a time), hostname `<job>-<index>`, the completion-index label, bound to a node with
   enough free GPUs, Running and Ready (or Pending with `waiting_reason`).
 - B2 A suspended Job's active pods are deleted.
-- B3 With `backoffLimit: 0`, a Failed pod fails the Job, except one whose condition
-  DisruptionTarget is True (podFailurePolicy Ignore): it is replaced.
+- B3 With `backoffLimit: 0`, a Failed pod fails the Job (reason BackoffLimitExceeded),
+  unless a podFailurePolicy rule matches it first (onPodConditions, onExitCodes): Ignore
+  replaces the pod, FailJob fails the Job with reason PodFailurePolicy.
 - B4 A Job completes when its successPolicy's indexes succeeded (`succeededIndexes`), or
   every index did.
 """
@@ -272,11 +274,24 @@ class BatchControllers:
 
     # -- JobSet
     def _restart_or_fail(self, js: dict, children: list[dict]) -> None:
-        """J3: a child Job failed."""
+        """J3: a child Job failed (rules first: FailJobSet on the Job's failure reason)."""
         status = js.setdefault("status", {})
-        maximum = js["spec"].get("failurePolicy", {}).get("maxRestarts", 0)
+        policy = js["spec"].get("failurePolicy", {})
+        maximum = policy.get("maxRestarts", 0)
         counted = int(status.get("restartsCountTowardsMax", 0))
-        if counted >= maximum:
+        reasons = {
+            c.get("reason")
+            for j in children
+            for c in j.get("status", {}).get("conditions") or []
+            if c["type"] == "Failed"
+        }
+        fail_now = any(
+            r["action"] == "FailJobSet" and reasons & set(r.get("onJobFailureReasons") or [])
+            for r in policy.get("rules") or []
+        )
+        if fail_now:
+            _set(js, "Failed", "True", "FailJobSetFailurePolicyAction")
+        elif counted >= maximum:
             _set(js, "Failed", "True", "ReachedMaxRestarts")
         else:
             status["restarts"] = int(status.get("restarts", 0)) + 1
@@ -415,14 +430,34 @@ class BatchControllers:
                 created += 1
         return created
 
+    @staticmethod
+    def _policy_action(job: dict, pod: dict) -> str:
+        """B3: what the Job's podFailurePolicy does with a failed pod (Count by default)."""
+        codes = {
+            ((c.get("state") or {}).get("terminated") or {}).get("exitCode")
+            for c in (pod.get("status") or {}).get("containerStatuses") or []
+        }
+        for rule in (job["spec"].get("podFailurePolicy") or {}).get("rules") or []:
+            for cond in rule.get("onPodConditions") or []:
+                if _true(pod, cond["type"]):
+                    return rule["action"]
+            exits = rule.get("onExitCodes")
+            if exits and codes & set(exits["values"]):
+                return rule["action"]
+        return "Count"
+
     def _finish(self, job: dict, pods: list[dict]) -> bool:
         """B3, B4: mark the Job Failed or Complete; True when it finished."""
         for pod in pods:
-            status = pod.get("status") or {}
-            if status.get("phase") == "Failed" and not _true(pod, "DisruptionTarget"):
-                _set(job, "Failed", "True", "BackoffLimitExceeded")
-                self._put(job)
-                return True
+            if (pod.get("status") or {}).get("phase") != "Failed":
+                continue
+            action = self._policy_action(job, pod)
+            if action == "Ignore":
+                continue
+            reason = "PodFailurePolicy" if action == "FailJob" else "BackoffLimitExceeded"
+            _set(job, "Failed", "True", reason)
+            self._put(job)
+            return True
         succeeded = {
             int(p["metadata"]["labels"][JOB_INDEX])
             for p in pods
@@ -502,11 +537,25 @@ class BatchControllers:
         raise AssertionError(f"no pod {job} {role} {index}")
 
     def end_pod(
-        self, job: str, role: str, index: int, phase: str, *, disrupted: bool = False
+        self,
+        job: str,
+        role: str,
+        index: int,
+        phase: str,
+        *,
+        disrupted: bool = False,
+        exit_code: int | None = None,
     ) -> None:
         """The pod's container exits (Succeeded/Failed); `disrupted`: evicted or preempted."""
         pod = self.pod(job, role, index)
-        pod["status"] = {"phase": phase, "conditions": []}
+        code = exit_code if exit_code is not None else (0 if phase == "Succeeded" else 1)
+        pod["status"] = {
+            "phase": phase,
+            "conditions": [],
+            "containerStatuses": [
+                {"name": "tensorflow", "state": {"terminated": {"exitCode": code}}}
+            ],
+        }
         if disrupted:
             pod["status"]["conditions"].append({"type": "DisruptionTarget", "status": "True"})
         self._put(pod)

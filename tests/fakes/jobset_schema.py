@@ -81,7 +81,44 @@ SCHEMA: dict[str, Any] = {
                     "properties": {
                         "maxRestarts": {"type": "integer", "minimum": 0},
                         "restartStrategy": {"enum": ["Recreate", "BlockingRecreate"]},
-                        "rules": {"type": "array"},
+                        "rules": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "required": ["action"],
+                                "additionalProperties": False,
+                                "properties": {
+                                    # FailurePolicyRule; the webhook's reason list and the
+                                    # name pattern (RestartJob* need a feature gate: left out)
+                                    "name": {
+                                        "type": "string",
+                                        "pattern": "^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$",
+                                        "maxLength": 128,
+                                    },
+                                    "action": {
+                                        "enum": [
+                                            "FailJobSet",
+                                            "RestartJobSet",
+                                            "RestartJobSetAndIgnoreMaxRestarts",
+                                        ]
+                                    },
+                                    "onJobFailureReasons": {
+                                        "type": "array",
+                                        "items": {
+                                            "enum": [
+                                                "BackoffLimitExceeded",
+                                                "DeadlineExceeded",
+                                                "FailedIndexes",
+                                                "MaxFailedIndexesExceeded",
+                                                "PodFailurePolicy",
+                                            ]
+                                        },
+                                    },
+                                    "onJobFailureMessagePatterns": {"type": "array"},
+                                    "targetReplicatedJobs": {"type": "array"},
+                                },
+                            },
+                        },
                     },
                 },
                 "startupPolicy": {"type": "object"},

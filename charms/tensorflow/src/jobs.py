@@ -53,6 +53,8 @@ from literals import (
     GPU_RESOURCE,
     GPU_RUNTIME_CLASS,
     JOB_NAME_MAX,
+    EXIT_NO_GPU,
+    EXIT_STOPPED,
     JOBSET_API,
     LABEL_COMPLETION_INDEX,
     LABEL_COMPONENT,
@@ -486,9 +488,12 @@ def replicated_job(request: TrainRequest, ctx: Context, role: str) -> dict:
 
     A pod that fails fails its Job at once (`backoffLimit: 0`, `restartPolicy: Never`), and
     the JobSet's failure policy restarts the whole gang: under MWMS every survivor would
-    exit anyway once a peer dies. A pod evicted by a drain or preempted (condition
-    `DisruptionTarget`) is replaced without counting as a failure (`podFailurePolicy`
-    Ignore; kubernetes.io Job docs, "Pod failure policy"). Under MWMS the worker Job
+    exit anyway once a peer dies. `podFailurePolicy` (kubernetes.io Job docs, "Pod failure
+    policy") replaces without counting a pod evicted by a drain or preempted (condition
+    `DisruptionTarget`) and one that exited 143 after the gang agreed to stop and saved
+    (tf_trainer's SIGTERM path: the pods come back and resume from that step); and fails
+    the Job for good when the launcher found no GPU (exit 3), which the JobSet's
+    failure policy turns into a failed job instead of futile restarts. Under MWMS the worker Job
     succeeds as soon as worker 0, the chief, does (Job `successPolicy`, GA in 1.33).
     """
     replicas = request.replicas()[role]
@@ -537,7 +542,23 @@ def replicated_job(request: TrainRequest, ctx: Context, role: str) -> dict:
                 {
                     "action": "Ignore",
                     "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
-                }
+                },
+                {  # the gang agreed to stop and saved (tf_trainer): replaced, not counted
+                    "action": "Ignore",
+                    "onExitCodes": {
+                        "containerName": "tensorflow",
+                        "operator": "In",
+                        "values": [EXIT_STOPPED],
+                    },
+                },
+                {  # TensorFlow sees no GPU (tf_launcher): a restart cannot help
+                    "action": "FailJob",
+                    "onExitCodes": {
+                        "containerName": "tensorflow",
+                        "operator": "In",
+                        "values": [EXIT_NO_GPU],
+                    },
+                },
             ]
         },
         "template": {"metadata": {"labels": pod_labels}, "spec": pod_spec},
@@ -578,7 +599,18 @@ def jobset(request: TrainRequest, ctx: Context) -> dict:
                 "publishNotReadyAddresses": True,
             },
             "successPolicy": {"operator": "Any", "targetReplicatedJobs": [chief_role]},
-            "failurePolicy": {"maxRestarts": ctx.max_restarts, "restartStrategy": "Recreate"},
+            "failurePolicy": {
+                "maxRestarts": ctx.max_restarts,
+                "restartStrategy": "Recreate",
+                # a Job failed by its podFailurePolicy (FailJob: no GPU) ends the job
+                "rules": [
+                    {
+                        "name": "noRestartWithoutGPU",
+                        "action": "FailJobSet",
+                        "onJobFailureReasons": ["PodFailurePolicy"],
+                    }
+                ],
+            },
             "ttlSecondsAfterFinished": ctx.ttl_seconds,
             "replicatedJobs": [replicated_job(request, ctx, r) for r in request.replicas()],
         },

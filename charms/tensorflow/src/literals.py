@@ -65,6 +65,10 @@ PROGRESS_LOG_LINES = 300
 JOB_NAME_MAX = 40  # leaves room for `-tensorboard` and `-worker-<index>` within 63
 MAX_WORKERS = 1000
 DEFAULT_MAX_RESTARTS = 3
+# Exit codes of the training container: tf_trainer after a SIGTERM it saved for (128 + 15),
+# tf_launcher when TensorFlow sees none of the GPUs the task asked for.
+EXIT_STOPPED = 143
+EXIT_NO_GPU = 3
 PURGE_TTL_SECONDS = 600
 
 # Kinds the charm's Kube client is taught beyond the built-in ones.

@@ -319,3 +319,12 @@ def test_assembled_charm_imports_alone_and_finds_its_actions(tmp_path):
         [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == str(built / "src" / "actions")
+
+
+def test_the_exit_codes_the_pod_failure_policy_names_are_the_programs_own():
+    import tf_launcher
+    from literals import EXIT_NO_GPU, EXIT_STOPPED
+
+    assert tf_launcher.NO_GPU_EXIT == EXIT_NO_GPU
+    trainer = (Path(__file__).resolve().parents[3] / "actions" / "tf_trainer.py").read_text()
+    assert f"os._exit({EXIT_STOPPED})" in trainer

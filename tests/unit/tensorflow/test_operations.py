@@ -460,3 +460,26 @@ def test_the_status_line_shows_the_jobs_at_a_glance(ctx, running, api, controlle
     run_action(ctx, running, "stop", job="big")
     out = ctx.run(ctx.on.update_status(), out)
     assert out.unit_status.message.startswith("Ready: namespace tensorflow")  # no jobs
+
+
+def test_a_gang_that_stopped_together_after_saving_comes_back_uncounted(
+    ctx, running, api, controller
+):
+    """A drain SIGTERMs one worker; the trainer stops the whole gang at one saved step (143)."""
+    first = {p["metadata"]["name"] for p in api.objects(PODS)}
+    for index in (0, 1):
+        controller.end_pod("mnist", "worker", index, "Failed", exit_code=143)
+    controller.tick()
+    results, _ = run_action(ctx, running, "job-status", job="mnist")
+    assert (results["phase"], results["restarts"]) == ("Running", "0 of 3")
+    running_pods = [p for p in api.objects(PODS) if p["status"]["phase"] == "Running"]
+    assert len(running_pods) == 2 and not {p["metadata"]["name"] for p in running_pods} & first
+
+
+def test_no_gpu_in_tensorflow_fails_the_job_at_once_without_restarts(
+    ctx, running, api, controller
+):
+    controller.end_pod("mnist", "worker", 1, "Failed", exit_code=3)
+    controller.tick()
+    results, _ = run_action(ctx, running, "job-status", job="mnist")
+    assert (results["phase"], results["restarts"]) == ("Failed", "0 of 3")

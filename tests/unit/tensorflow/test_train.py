@@ -182,16 +182,24 @@ def test_ps_strategy_creates_chief_ps_and_workers(ctx, state, api):
 def test_gang_restarts_and_finishes_are_jobsets(ctx, state, api):
     run_action(ctx, state, "train", job="mnist", workers=2)
     spec = jobset(api, "mnist")["spec"]
-    assert spec["failurePolicy"] == {"maxRestarts": 3, "restartStrategy": "Recreate"}
-    assert spec["ttlSecondsAfterFinished"] == 24 * 3600
-    assert role_spec(jobset(api, "mnist"), "worker")["podFailurePolicy"] == {
+    assert spec["failurePolicy"] == {
+        "maxRestarts": 3,
+        "restartStrategy": "Recreate",
         "rules": [
             {
-                "action": "Ignore",
-                "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+                "name": "noRestartWithoutGPU",
+                "action": "FailJobSet",
+                "onJobFailureReasons": ["PodFailurePolicy"],
             }
-        ]
+        ],
     }
+    assert spec["ttlSecondsAfterFinished"] == 24 * 3600
+    rules = role_spec(jobset(api, "mnist"), "worker")["podFailurePolicy"]["rules"]
+    assert [(r["action"], r.get("onExitCodes", {}).get("values")) for r in rules] == [
+        ("Ignore", None),  # DisruptionTarget: drained or preempted
+        ("Ignore", [143]),  # the gang agreed to stop and saved
+        ("FailJob", [3]),  # TensorFlow sees no GPU
+    ]
 
 
 def test_train_twice_with_same_parameters_is_idempotent(ctx, state, api):
