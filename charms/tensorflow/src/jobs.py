@@ -1009,6 +1009,14 @@ def queue_state(workload: Mapping[str, Any] | None) -> tuple[str, str]:
     return "Queued", why
 
 
+def queue_reason(workload: Mapping[str, Any] | None) -> str:
+    """Kueue's message on a Workload it could not admit yet ("" before it evaluated it)."""
+    for cond in ((workload or {}).get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "QuotaReserved" and cond.get("status") == "False":
+            return cond.get("message") or ""
+    return ""
+
+
 def queue_position(workload: Mapping[str, Any], workloads: Iterable[Mapping[str, Any]]) -> int:
     """1 + the pending workloads of the same queue Kueue would admit first.
 

@@ -268,7 +268,7 @@ def queue_answer(
     clock: Callable[[], float],
     settle: float = QUEUE_SETTLE_SECONDS,
 ) -> tuple[str, str]:
-    """(state, why) once Kueue answered for the job, or after `settle` seconds.
+    """(state, why) once Kueue admitted the job or said why not, or after `settle` seconds.
 
     `why` for a queued job: its position in the team's queue and Kueue's message.
     """
@@ -285,7 +285,9 @@ def queue_answer(
         if workload is not None and state in ("Queued", "Preempted"):
             why = f"position {jobs.queue_position(workload, workloads)}: {why}"
         answer = (state, why)
-        return True if state != "Unknown" else None
+        # Kueue has decided once it admitted the job or said why not (a fresh Workload
+        # has no reason yet: its admission may be a moment away).
+        return True if state == "Admitted" or jobs.queue_reason(workload) else None
 
     poll_until(answered, settle, poll=POLL_SECONDS, clock=clock, sleep=sleep)
     return answer

@@ -328,3 +328,35 @@ def test_the_exit_codes_the_pod_failure_policy_names_are_the_programs_own():
     assert tf_launcher.NO_GPU_EXIT == EXIT_NO_GPU
     trainer = (Path(__file__).resolve().parents[3] / "actions" / "tf_trainer.py").read_text()
     assert f"os._exit({EXIT_STOPPED})" in trainer
+
+
+def test_queue_state_and_reason_from_the_workload_conditions():
+    fresh = {
+        "status": {
+            "conditions": [
+                {"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": ""}
+            ]
+        }
+    }
+    assert jobs.queue_state(fresh) == ("Queued", "waiting for quota")
+    assert jobs.queue_reason(fresh) == ""  # not evaluated yet: train keeps looking
+    pending = {
+        "status": {
+            "conditions": [
+                {"type": "QuotaReserved", "status": "False", "message": "insufficient quota"}
+            ]
+        }
+    }
+    assert jobs.queue_reason(pending) == "insufficient quota"
+    admitted = {"status": {"conditions": [{"type": "Admitted", "status": "True"}]}}
+    assert jobs.queue_state(admitted) == ("Admitted", "")
+    preempted = {
+        "status": {
+            "conditions": [
+                {"type": "Evicted", "status": "True", "reason": "Preempted", "message": "by high"},
+                {"type": "QuotaReserved", "status": "False", "message": "waiting"},
+            ]
+        }
+    }
+    assert jobs.queue_state(preempted) == ("Preempted", "Preempted: by high")
+    assert jobs.queue_state(None)[0] == "Unknown"
