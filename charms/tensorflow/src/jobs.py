@@ -762,7 +762,8 @@ def _active(pod: dict) -> bool:
     return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
 
 
-def _schedulable(node: dict) -> bool:
+def schedulable(node: dict) -> bool:
+    """Ready, not cordoned, and no NoSchedule/NoExecute taint but the GPU one."""
     spec = node.get("spec") or {}
     return not spec.get("unschedulable") and _ready(node) and _tolerated(node)
 
@@ -780,7 +781,7 @@ def never_fits(request: TrainRequest, nodes: Iterable[dict]) -> str | None:
     sizes = [
         _quantity_int(((n.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE))
         for n in nodes
-        if _schedulable(n)
+        if schedulable(n)
     ]
     largest = max(sizes, default=0)
     if per_pod > largest:

@@ -33,6 +33,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+import jobs
 from literals import GPU_RESOURCE, KINDS, KUEUE_API
 
 API = KUEUE_API
@@ -71,18 +72,6 @@ def cluster_queue_name(namespace: str) -> str:
     return f"team-{namespace}"
 
 
-def _schedulable(node: dict[str, Any]) -> bool:
-    """Ready, not cordoned, and no NoSchedule/NoExecute taint but the GPU one."""
-    spec = node.get("spec") or {}
-    if spec.get("unschedulable"):
-        return False
-    for taint in spec.get("taints") or []:
-        if taint.get("effect") in ("NoSchedule", "NoExecute") and taint.get("key") != GPU_RESOURCE:
-            return False
-    conditions = (node.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-
-
 @dataclasses.dataclass(frozen=True)
 class Capacity:
     """What the schedulable nodes offer: CPUs, memory bytes, GPUs per product label."""
@@ -97,7 +86,7 @@ def capacity(nodes: Iterable[dict[str, Any]]) -> Capacity:
     cpu = memory = 0.0
     gpus: dict[str, int] = {}
     for node in nodes:
-        if not _schedulable(node):
+        if not jobs.schedulable(node):
             continue
         allocatable = (node.get("status") or {}).get("allocatable") or {}
         cpu += quantity(allocatable.get("cpu", "0"))

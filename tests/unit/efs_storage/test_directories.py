@@ -95,6 +95,15 @@ def _answer(state: testing.State) -> dict[str, str]:
     return dict(rel.local_app_data)
 
 
+def _serve_tensorflow(ctx, env: Env, jobs: JobController, monkeypatch) -> None:
+    """Serve tensorflow its directory (the Job ends while the hook waits); bind the claim."""
+    env.add_node("us-east-1a")
+    jobs.outcome = "Complete"
+    monkeypatch.setattr(charm.EfsStorageCharm, "directory_wait", 10.0)
+    ctx.run(ctx.on.install(), _state(env))
+    env.bind("training", "efs-storage-tensorflow")
+
+
 def _volume(env: Env) -> dict | None:
     claim = env.pvc("training", "efs-storage-tensorflow")
     return env.pv(claim["spec"]["volumeName"]) if claim else None
@@ -204,11 +213,7 @@ def test_a_new_owner_reruns_the_job_and_keeps_the_claim(ctx, env, jobs, monkeypa
 def test_a_new_directory_while_pods_use_the_claim_blocks_and_starts_nothing(
     ctx, env, jobs, monkeypatch
 ):
-    env.add_node("us-east-1a")
-    jobs.outcome = "Complete"
-    monkeypatch.setattr(charm.EfsStorageCharm, "directory_wait", 10.0)
-    ctx.run(ctx.on.install(), _state(env))
-    env.bind("training", "efs-storage-tensorflow")
+    _serve_tensorflow(ctx, env, jobs, monkeypatch)
     env.add_pod("training", "trainer-0", "efs-storage-tensorflow")
     out = ctx.run(ctx.on.update_status(), _state(env, {**OWN, "directory": "tf2"}))
     assert out.unit_status.name == "blocked"
@@ -314,11 +319,7 @@ def test_the_job_manifest_is_valid_kubernetes():
 def test_a_new_directory_waits_for_the_old_volume_to_go_before_making_the_new_one(
     ctx, env, jobs, monkeypatch
 ):
-    env.add_node("us-east-1a")
-    jobs.outcome = "Complete"
-    monkeypatch.setattr(charm.EfsStorageCharm, "directory_wait", 10.0)
-    ctx.run(ctx.on.install(), _state(env))
-    env.bind("training", "efs-storage-tensorflow")
+    _serve_tensorflow(ctx, env, jobs, monkeypatch)
     old = _volume(env)
     # The StorageObjectInUseProtection admission plugin gives every PV this finalizer; the
     # pv-protection controller lifts it only once no claim is bound to the volume.

@@ -10,7 +10,6 @@ fake: `sleep` advances a monotonic clock instead of waiting.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 
 import pytest
 from ops import testing
@@ -22,7 +21,6 @@ from fakes.kube_apiserver import FakeKubeApiServer
 
 NS = "tensorflow"
 CLAIM = "efs-storage-tensorflow"
-NOW = datetime.datetime(2026, 11, 21, 9, 0, tzinfo=datetime.timezone.utc)
 JOBSETS = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{NS}/jobsets/"
 JOB_OBJECT_PREFIXES = (
     f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{NS}/jobsets",
