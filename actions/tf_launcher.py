@@ -11,8 +11,18 @@ stable name `<j>-<r>-0-<i>.<service>` (JobSet v0.12.0 names the Job
 `<jobset>-<replicatedJob>-<jobIndex>`; the Job controller its Indexed pods
 `<job>-<index>`). This launcher turns the pod's role and
 completion index into `TF_CONFIG`, prepares the job's directories on the shared volume and
-then replaces itself (`os.execvp`) with the trainer, so signals and the exit status pass
-straight through and nothing sits between the trainer and the container runtime.
+then runs the trainer as its only child: it copies the trainer's output (stdout and
+stderr, merged) both to the container's stdout and to the replica's file on the shared
+volume, `<data>/jobs/<job>/pod-logs/<role>-<index>.log`, so a replica's log outlives its
+pod (the Job controller and JobSet delete pods, and with them their logs, when a gang
+restarts or the job's TTL passes). The launcher is the container's PID 1: it forwards
+SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to the trainer, exits with the trainer's
+status (128+N when a signal N ended it), and a trainer whose launcher dies is killed
+(PR_SET_PDEATHSIG), as a container's processes are when its PID 1 ends. Each start
+appends a header line to the file; a file past LOG_FILE_LIMIT bytes is moved to
+`<name>.1` at the next start, and copying to the file stops (with a note) when the
+current start alone writes that much; the pod's own log keeps everything. When the file
+cannot be opened the launcher execs the trainer directly, as before.
 
 It is standard-library only: the charm imports `build_tf_config` for its own checks and the
 local demo runs it without TensorFlow installed in the launching interpreter.
@@ -41,6 +51,8 @@ Exported to the trainer:
     GPU_K8S_CHECKPOINT_DIR   <data>/jobs/<job>/checkpoints (created)
     GPU_K8S_LOG_DIR          <data>/jobs/<job>/logs (created; TensorBoard reads it)
     GPU_K8S_PROGRESS_FILE    <data>/jobs/<job>/progress.json (the chief writes it)
+    GPU_K8S_POD_LOG          <data>/jobs/<job>/pod-logs/<role>-<index>.log (this replica's
+                             output, copied there by the launcher)
     GPU_K8S_DATA_DIR         as given (datasets are looked up under <data>/datasets)
 
 Everything else in the environment (GPU_K8S_STEPS, the user's own variables) passes
@@ -59,7 +71,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
+import signal
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -256,6 +271,9 @@ def config_from_env(env: Mapping[str, str]) -> tuple[dict, dict[str, str]]:
         "GPU_K8S_CHECKPOINT_DIR": str(job_dir / "checkpoints"),
         "GPU_K8S_LOG_DIR": str(job_dir / "logs"),
         "GPU_K8S_PROGRESS_FILE": str(job_dir / "progress.json"),
+        "GPU_K8S_POD_LOG": str(
+            job_dir / "pod-logs" / f"{tf_config['task']['type']}-{tf_config['task']['index']}.log"
+        ),
     }
     return tf_config, exports
 
@@ -356,16 +374,170 @@ def main(argv: Sequence[str] | None = None, environ: dict[str, str] | None = Non
     task = tf_config["task"]
     print(
         f"tf_launcher: {task['type']} {task['index']} of job {env['GPU_K8S_JOB']}; "
-        f"cluster {json.dumps(tf_config['cluster'])}; exec {' '.join(command)}",
+        f"cluster {json.dumps(tf_config['cluster'])}; run {' '.join(command)}",
         file=sys.stderr,
         flush=True,
     )
+    log_file = open_pod_log(Path(exports["GPU_K8S_POD_LOG"]), env.get("HOSTNAME", ""))
+    if log_file is None:
+        return _exec(command, env)
+    with log_file:
+        return run_copying_output(command, env, log_file)
+
+
+def _exec(command: list[str], env: Mapping[str, str]) -> int:
     try:
         os.execvpe(command[0], command, env)
     except OSError as e:
         print(f"tf_launcher: cannot run {command[0]!r}: {e}", file=sys.stderr)
         return 127
     return 127  # only reached when execvpe is replaced (tests)
+
+
+# A replica's file on the shared volume: what one start may copy there, and the size past
+# which the file is moved aside (to `<name>.1`, replacing an older one) at the next start.
+LOG_FILE_LIMIT = 64 * 1024 * 1024
+FORWARDED_SIGNALS = (
+    signal.SIGTERM,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+)
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def open_pod_log(path: Path, pod: str, limit: int | None = None):
+    """Open the replica's log file for appending, after a header line; None if it cannot be.
+
+    A file already past `limit` bytes is first moved to `<name>.1`.
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.is_file() and path.stat().st_size > (limit or LOG_FILE_LIMIT):
+            path.replace(path.with_name(path.name + ".1"))
+        out = path.open("ab", buffering=0)
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        out.write(f"===== {stamp} start of {pod or 'a task'} =====\n".encode())
+        return out
+    except OSError as e:
+        print(
+            f"tf_launcher: cannot write the replica's log to {path} ({e}); "
+            "the pod's log is the only copy",
+            file=sys.stderr,
+            flush=True,
+        )
+        return None
+
+
+def _die_with_parent(parent: int) -> None:
+    """In the child: get SIGKILL when the launcher dies (a container's PID 1 semantics)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # the launcher died before prctl took effect
+        os._exit(1)
+
+
+class _LogCopy:
+    """Copies output to the replica's file until `limit` bytes or a write error."""
+
+    def __init__(self, log_file, limit: int):
+        self.file, self.limit, self.copied, self.on = log_file, limit, 0, True
+
+    def write(self, data: bytes) -> None:
+        if not self.on:
+            return
+        try:
+            if self.copied + len(data) > self.limit:
+                note = (
+                    f"\n===== {self.limit} bytes copied; the rest is only in the pod's log =====\n"
+                )
+                self.file.write(note.encode())
+                self.on = False
+                return
+            self.file.write(data)
+            self.copied += len(data)
+        except OSError as e:
+            print(
+                f"tf_launcher: stopped copying the log to the shared volume: {e}",
+                file=sys.stderr,
+                flush=True,
+            )
+            self.on = False
+
+
+def _start_child(command: list[str], env: Mapping[str, str], write_end: int) -> int:
+    parent = os.getpid()
+    pid = os.fork()
+    if pid:
+        return pid
+    try:  # the child: output into the pipe, default signals, then the trainer
+        os.dup2(write_end, 1)
+        os.dup2(write_end, 2)
+        for number in FORWARDED_SIGNALS:
+            signal.signal(number, signal.SIG_DFL)
+        _die_with_parent(parent)
+        os.execvpe(command[0], command, env)
+    except OSError as e:
+        os.write(2, f"tf_launcher: cannot run {command[0]!r}: {e}\n".encode())
+    os._exit(127)
+
+
+def run_copying_output(
+    command: list[str], env: Mapping[str, str], log_file, limit: int | None = None
+) -> int:
+    """Run `command` as a child, copy its output to stdout and `log_file`; return its status.
+
+    Signals in FORWARDED_SIGNALS that reach the launcher are passed to the child. The
+    copy to the file stops, with a note in it, after `limit` bytes, or when writing it
+    fails (the shared volume went away); the child is never slowed or stopped by it.
+    """
+    read_end, write_end = os.pipe()
+    pid = _start_child(command, env, write_end)
+    os.close(write_end)
+
+    def forward(number: int, _frame: object) -> None:
+        try:
+            os.kill(pid, number)
+        except ProcessLookupError:
+            pass
+
+    for number in FORWARDED_SIGNALS:
+        signal.signal(number, forward)
+    copy = _LogCopy(log_file, limit or LOG_FILE_LIMIT)
+    status: int | None = None
+    give_up = float("inf")
+    while time.monotonic() < give_up:
+        readable, _, _ = select.select([read_end], [], [], 0.5)
+        data = os.read(read_end, 65536) if readable else b""
+        if readable and not data:
+            break  # every writer closed the pipe
+        _write_all(1, data)
+        copy.write(data)
+        if status is None:
+            done, raw = os.waitpid(pid, os.WNOHANG)
+            if done:
+                # A program the trainer started may still hold the pipe: read on a moment.
+                status, give_up = raw, time.monotonic() + 1.0
+    os.close(read_end)
+    if status is None:
+        _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    return code if code >= 0 else 128 - code
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view) :]
+        except BrokenPipeError:
+            return
 
 
 if __name__ == "__main__":

@@ -55,6 +55,8 @@ class LocalJob:
         self.procs: dict[tuple[str, int], subprocess.Popen] = {}
         self.logs: dict[tuple[str, int], Path] = {}
         self.launches = 0
+        self.program: list[str] = []  # a user's own program instead of the built-in trainer
+        self.env: dict[str, str] = {}
 
     @property
     def job_dir(self) -> Path:
@@ -91,12 +93,14 @@ class LocalJob:
                 TF_CPP_MIN_LOG_LEVEL="2",
                 PYTHONUNBUFFERED="1",
             )
+            env.update(self.env)
             env.pop("GPU_K8S_INDEX", None)
             log = self.data_dir / f"{self.name}-{self.launches}-{role}-{i}.log"
             self.logs[(role, i)] = log
             with log.open("wb") as out:
+                command = self.program or [*FAST, *trainer_args]
                 self.procs[(role, i)] = subprocess.Popen(
-                    [PYTHON, str(LAUNCHER), "--", *FAST, *trainer_args],
+                    [PYTHON, str(LAUNCHER), "--", *command],
                     env=env,
                     stdout=out,
                     stderr=subprocess.STDOUT,
@@ -224,6 +228,13 @@ def test_mwms_killed_worker_relaunch_resumes_from_last_checkpoint(local_job):
     assert (progress["step"], progress["state"]) == (400, "finished")
     assert job.latest_checkpoint() == 400
     assert f"resumed from checkpoint at step {killed_at}" in job.logs[("worker", 1)].read_text()
+    # Both lives of each replica are kept on the shared volume, as the pods' logs are not:
+    # the survivor's failed all-reduce, then the resumed run to the end.
+    for index in (0, 1):
+        kept = (job.job_dir / "pod-logs" / f"worker-{index}.log").read_text()
+        assert kept.count("===== ") == 2, kept[-2000:]
+        assert f"resumed from checkpoint at step {killed_at}" in kept
+    assert "GPU_K8S_PROGRESS" in (job.job_dir / "pod-logs" / "worker-0.log").read_text()
 
 
 def test_mwms_scale_two_to_three_workers_resumes_from_the_step_it_stopped_at(local_job):
@@ -331,3 +342,71 @@ def test_a_task_that_asked_for_a_gpu_stops_at_once_when_tensorflow_sees_none(tmp
     assert done.returncode == 3, done.stderr[-2000:]
     assert "asked for 1 GPU(s) but TensorFlow sees none" in done.stderr
     assert not (tmp_path / "jobs" / "gpujob" / "progress.json").exists()  # nothing trained
+
+
+# A program as TensorFlow's multi-worker Keras tutorial writes it: the strategy first, the
+# model built and compiled in its scope, then `model.fit` (our own code, same shape).
+KERAS_TUTORIAL = """
+import json, os
+import numpy as np
+import tensorflow as tf
+
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+rng = np.random.default_rng(0)
+x = rng.random((512, 8)).astype("float32")
+y = (x.sum(axis=1) > 4).astype("int64")
+dataset = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(512).repeat().batch(64)
+with strategy.scope():
+    model = tf.keras.Sequential([
+        tf.keras.layers.Input((8,)),
+        tf.keras.layers.Dense(32, activation="relu"),
+        tf.keras.layers.Dense(2),
+    ])
+    model.compile(
+        optimizer=tf.keras.optimizers.Adam(0.05),
+        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
+history = model.fit(dataset, epochs=3, steps_per_epoch=10, verbose=0)
+task = json.loads(os.environ["TF_CONFIG"])["task"]
+print("KERAS_RESULT", json.dumps({"task": task["index"], "loss": history.history["loss"]}))
+"""
+
+
+def _has_tf_keras(python: str) -> bool:
+    probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('tf_keras') is None)"
+    return subprocess.run([python, "-c", probe], timeout=60).returncode == 0
+
+
+@pytest.mark.skipif(
+    not _has_tf_keras(PYTHON), reason="tf-keras is not installed (tox -e functional has it)"
+)
+def test_a_keras_tutorial_program_runs_under_mwms_with_legacy_keras(local_job, tmp_path):
+    """The README's answer to Keras 3 under MultiWorkerMirroredStrategy: legacy Keras.
+
+    Keras 3's model.fit fails there (keras-team/keras#20585; seen on this machine with
+    TF 2.21.0 and Keras 3.15.1: it cannot convert a PerReplica batch to a Tensor). With
+    tf-keras in the image and TF_USE_LEGACY_KERAS=1, tf.keras is the Keras 2 that supports
+    MWMS: two workers through the launcher train one model and agree on it.
+    """
+    program = tmp_path / "keras_tutorial.py"
+    program.write_text(KERAS_TUTORIAL)
+    job = local_job("keras")
+    job.program = [PYTHON, str(program)]
+    job.env = {"TF_USE_LEGACY_KERAS": "1"}
+    job.start()
+
+    codes = job.wait(timeout=300)
+
+    assert codes == {("worker", 0): 0, ("worker", 1): 0}, job.output()
+    results = []
+    for index in (0, 1):
+        line = next(
+            line
+            for line in job.logs[("worker", index)].read_text().splitlines()
+            if line.startswith("KERAS_RESULT ")
+        )
+        results.append(json.loads(line.removeprefix("KERAS_RESULT ")))
+    assert [r["task"] for r in results] == [0, 1]
+    assert results[0]["loss"] == results[1]["loss"]  # one model, kept in sync
+    assert results[0]["loss"][-1] < results[0]["loss"][0]

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -128,7 +131,11 @@ def test_trainer_command_defaults_to_builtin_trainer():
 
 
 class Exec:
-    """Records the exec call at the process boundary instead of replacing the process."""
+    """Records the exec call at the process boundary instead of replacing the process.
+
+    Only the launcher's fallback (no writable replica log) execs in its own process; the
+    normal path forks a real child, which the `Recorder` below observes instead.
+    """
 
     def __init__(self, monkeypatch, error: OSError | None = None):
         self.calls: list[tuple[str, list[str], dict[str, str]]] = []
@@ -139,6 +146,29 @@ class Exec:
         self.calls.append((file, list(args), dict(env)))
         if self.error:
             raise self.error
+
+
+class Recorder:
+    """A real program standing in for the trainer: it records its argv and environment."""
+
+    def __init__(self, tmp_path: Path, monkeypatch, *, prints: str = "", code: int = 0):
+        self.record = tmp_path / "record.json"
+        self.script = tmp_path / "trainer.py"
+        self.script.write_text(
+            "import json, os, sys\n"
+            f"open({str(self.record)!r}, 'w').write("
+            "json.dumps({'argv': sys.argv, 'env': dict(os.environ)}))\n"
+            f"sys.stdout.write({prints!r}); sys.stdout.flush()\n"
+            f"sys.exit({code})\n"
+        )
+        monkeypatch.setattr(tf_launcher, "TRAINER", self.script)
+
+    @property
+    def calls(self) -> list[tuple[list[str], dict[str, str]]]:
+        if not self.record.exists():
+            return []
+        data = json.loads(self.record.read_text())
+        return [(data["argv"], data["env"])]
 
 
 @pytest.fixture
@@ -156,16 +186,15 @@ def pod_env(tmp_path):
     }
 
 
-def test_main_sets_tf_config_creates_dirs_and_execs_trainer(monkeypatch, pod_env, tmp_path):
-    exec_ = Exec(monkeypatch)
+def test_main_sets_tf_config_creates_dirs_and_runs_trainer(monkeypatch, pod_env, tmp_path):
+    trainer = Recorder(tmp_path, monkeypatch)
 
-    main(["--", "--steps", "50"], pod_env)
+    assert main(["--", "--steps", "50"], pod_env) == 0
 
     job = tmp_path / "jobs" / "mnist"
     assert (job / "checkpoints").is_dir() and (job / "logs").is_dir()
-    [(file, argv, env)] = exec_.calls
-    assert file == sys.executable
-    assert argv == [sys.executable, str(tf_launcher.TRAINER), "--steps", "50"]
+    [(argv, env)] = trainer.calls
+    assert argv == [str(trainer.script), "--steps", "50"]
     assert json.loads(env["TF_CONFIG"]) == {
         "cluster": {
             "chief": ["mnist-chief-0-0.mnist-tf:2222"],
@@ -177,21 +206,22 @@ def test_main_sets_tf_config_creates_dirs_and_execs_trainer(monkeypatch, pod_env
     assert env["GPU_K8S_CHECKPOINT_DIR"] == str(job / "checkpoints")
     assert env["GPU_K8S_LOG_DIR"] == str(job / "logs")
     assert env["GPU_K8S_PROGRESS_FILE"] == str(job / "progress.json")
+    assert env["GPU_K8S_POD_LOG"] == str(job / "pod-logs" / "worker-1.log")
     assert env["PATH"] == "/usr/bin"  # the rest of the pod's environment passes through
 
 
-def test_main_execs_user_command_with_same_environment(monkeypatch, pod_env):
-    exec_ = Exec(monkeypatch)
+def test_main_runs_user_command_with_same_environment(monkeypatch, pod_env, tmp_path):
+    trainer = Recorder(tmp_path, monkeypatch)
 
-    main(["--", "python3", "/app/train.py", "--epochs", "3"], pod_env)
+    main(["--", sys.executable, str(trainer.script), "--epochs", "3"], pod_env)
 
-    [(file, argv, env)] = exec_.calls
-    assert (file, argv) == ("python3", ["python3", "/app/train.py", "--epochs", "3"])
+    [(argv, env)] = trainer.calls
+    assert argv == [str(trainer.script), "--epochs", "3"]
     assert json.loads(env["TF_CONFIG"])["task"] == {"type": "worker", "index": 1}
 
 
 def test_main_defaults_mwms_worker_service_and_port(monkeypatch, tmp_path):
-    exec_ = Exec(monkeypatch)
+    trainer = Recorder(tmp_path, monkeypatch)
     env = {
         "GPU_K8S_JOB": "j",
         "GPU_K8S_WORKERS": "2",
@@ -201,15 +231,15 @@ def test_main_defaults_mwms_worker_service_and_port(monkeypatch, tmp_path):
 
     main([], env)
 
-    [(_, _, exported)] = exec_.calls
+    [(_, exported)] = trainer.calls
     assert json.loads(exported["TF_CONFIG"]) == {
         "cluster": {"worker": ["j-worker-0-0.j:2222", "j-worker-0-1.j:2222"]},
         "task": {"type": "worker", "index": 0},
     }
 
 
-def test_gpu_k8s_index_wins_over_completion_index(monkeypatch, pod_env):
-    exec_ = Exec(monkeypatch)
+def test_gpu_k8s_index_wins_over_completion_index(monkeypatch, pod_env, tmp_path):
+    trainer = Recorder(tmp_path, monkeypatch)
     pod_env.update(
         GPU_K8S_INDEX="0",
         GPU_K8S_HOSTS=json.dumps(
@@ -223,7 +253,7 @@ def test_gpu_k8s_index_wins_over_completion_index(monkeypatch, pod_env):
 
     main([], pod_env)
 
-    config = json.loads(exec_.calls[0][2]["TF_CONFIG"])
+    config = json.loads(trainer.calls[0][1]["TF_CONFIG"])
     assert config["task"] == {"type": "worker", "index": 0}
     assert config["cluster"]["worker"] == ["127.0.0.1:3", "127.0.0.1:4"]
 
@@ -278,12 +308,125 @@ def test_unknown_launcher_argument_is_rejected(monkeypatch, pod_env, capsys):
     assert exec_.calls == []
 
 
-def test_missing_program_exits_127_with_message(monkeypatch, pod_env, capsys):
+def test_missing_program_exits_127_with_message(pod_env, tmp_path):
+    assert main(["--", "no-such-trainer"], pod_env) == 127
+
+    log = (tmp_path / "jobs" / "mnist" / "pod-logs" / "worker-1.log").read_text()
+    assert "cannot run 'no-such-trainer'" in log
+
+
+def test_missing_program_without_a_replica_log_exits_127(monkeypatch, pod_env, tmp_path, capsys):
+    (tmp_path / "jobs" / "mnist").mkdir(parents=True)
+    (tmp_path / "jobs" / "mnist" / "pod-logs").write_text("not a directory")
     Exec(monkeypatch, error=FileNotFoundError(2, "No such file or directory"))
 
     assert main(["--", "no-such-trainer"], pod_env) == 127
 
-    assert "cannot run 'no-such-trainer'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "the pod's log is the only copy" in err
+    assert "cannot run 'no-such-trainer'" in err
+
+
+# ------------------------------------------------- the replica's log on the shared volume
+
+
+def test_output_goes_to_stdout_and_the_replica_file_and_the_status_passes_through(
+    monkeypatch, pod_env, tmp_path, capfd
+):
+    Recorder(tmp_path, monkeypatch, prints="step 10 loss 0.5\n", code=7)
+    pod_env["HOSTNAME"] = "mnist-worker-0-1"
+
+    assert main([], pod_env) == 7
+
+    assert "step 10 loss 0.5" in capfd.readouterr().out
+    log = (tmp_path / "jobs" / "mnist" / "pod-logs" / "worker-1.log").read_text()
+    assert "start of mnist-worker-0-1 =====" in log.splitlines()[0]
+    assert log.endswith("step 10 loss 0.5\n")
+
+
+def test_every_start_appends_and_a_full_file_is_moved_aside(monkeypatch, pod_env, tmp_path):
+    Recorder(tmp_path, monkeypatch, prints="first\n")
+    main([], pod_env)
+    Recorder(tmp_path, monkeypatch, prints="second\n")
+    main([], pod_env)
+    log = tmp_path / "jobs" / "mnist" / "pod-logs" / "worker-1.log"
+    assert [line for line in log.read_text().splitlines() if "=====" not in line] == [
+        "first",
+        "second",
+    ]
+
+    monkeypatch.setattr(tf_launcher, "LOG_FILE_LIMIT", 10)
+    Recorder(tmp_path, monkeypatch, prints="third\n")
+    main([], pod_env)
+
+    assert "second" in log.with_name("worker-1.log.1").read_text()
+    assert "third" in log.read_text() and "first" not in log.read_text()
+
+
+def test_copying_to_the_file_stops_at_the_limit_and_says_so(tmp_path, capfd):
+    with (tmp_path / "r.log").open("ab", buffering=0) as out:
+        code = tf_launcher.run_copying_output(
+            [sys.executable, "-c", "print('x' * 100)"], dict(os.environ), out, limit=50
+        )
+    assert code == 0
+    assert "x" * 100 in capfd.readouterr().out  # the pod's log keeps everything
+    text = (tmp_path / "r.log").read_text()
+    assert "x" not in text and "50 bytes copied; the rest is only in the pod's log" in text
+
+
+def test_sigterm_is_forwarded_and_the_trainer_status_is_the_launcher_status(tmp_path):
+    """The launcher as PID 1: kubelet's SIGTERM reaches the trainer.
+
+    The trainer's exit code (143 after an agreed stop) is the container's, which the Job's
+    podFailurePolicy reads.
+    """
+    program = (
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *_: (print('saving', flush=True), sys.exit(143)))\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    env = {
+        **os.environ,
+        "GPU_K8S_JOB": "j",
+        "GPU_K8S_WORKERS": "1",
+        "JOB_COMPLETION_INDEX": "0",
+        "GPU_K8S_DATA_DIR": str(tmp_path),
+    }
+
+    def start() -> subprocess.Popen:
+        launcher = subprocess.Popen(
+            [sys.executable, tf_launcher.__file__, "--", sys.executable, "-c", program],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        assert launcher.stdout is not None
+        assert launcher.stdout.readline() == b"ready\n"
+        return launcher
+
+    launcher = start()
+    launcher.send_signal(signal.SIGTERM)
+    assert launcher.wait(timeout=30) == 143
+    launcher.stdout.close()  # type: ignore[union-attr]
+    log = (tmp_path / "jobs" / "j" / "pod-logs" / "worker-0.log").read_text()
+    assert log.endswith("ready\nsaving\n")
+
+    # A trainer whose launcher is killed dies with it, as in a container.
+    launcher = start()
+    children = Path(f"/proc/{launcher.pid}/task/{launcher.pid}/children").read_text().split()
+    launcher.kill()
+    launcher.wait(timeout=30)
+    launcher.stdout.close()  # type: ignore[union-attr]
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{c}").exists() for c in children) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [
+        c
+        for c in children
+        if Path(f"/proc/{c}/status").exists()
+        and "State:\tZ" not in Path(f"/proc/{c}/status").read_text()
+    ]
 
 
 def _fake_python(tmp_path: Path, prints: str, code: int = 0) -> str:
