@@ -45,6 +45,19 @@ Job controller and kubelet (kubernetes.io/docs/concepts/workloads/controllers/jo
   replaces the pod, FailJob fails the Job with reason PodFailurePolicy.
 - B4 A Job completes when its successPolicy's indexes succeeded (`succeededIndexes`), or
   every index did.
+
+Deployment controller and kubelet (kubernetes.io/docs/concepts/workloads/controllers/
+deployment/, /docs/concepts/workloads/pods/pod-lifecycle/):
+- D1 A Deployment has `spec.replicas` (default 1) pods from its template, labelled as the
+  template says. (The pods are owned by the Deployment here; the real chain is Deployment
+  -> ReplicaSet -> Pod, which the charm never looks at: it selects pods by label.)
+- D2 `images` maps an image to the programs on its PATH, for the images a test knows. A
+  container whose command[0] is not there cannot start: containerd reports runc's error
+  (`exec: "<cmd>": executable file not found in $PATH`) as the container's last
+  termination, reason StartError, exit code 128, and kubelet backs off: the container
+  waits with reason CrashLoopBackOff and the pod stays Running and not Ready
+  (pod-lifecycle "Container restart policy"; the message as kubectl describe shows it
+  for a busybox pod in a public troubleshooting thread).
 """
 
 from __future__ import annotations
@@ -59,6 +72,21 @@ JOBSET = "/apis/jobset.x-k8s.io/v1alpha2"
 KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
 JOB_INDEX = "batch.kubernetes.io/job-completion-index"
 GPU = "nvidia.com/gpu"
+
+# Programs on the PATH of the tensorflow/tensorflow images the charm uses (D2), as far as
+# the tests care: the OS's python3, sh and rm, and the console scripts of the TensorFlow
+# wheel each image installs (entry_points.txt of the tensorflow 2.20.0 and 2.21.0 cp312
+# manylinux wheels on PyPI, read 2026-11-24). 2.20.0's wheel declares `tensorboard` and
+# requires tensorboard~=2.20.0; 2.21.0's does neither (TF 2.21 dropped TensorBoard).
+_OS = {"python3", "python", "sh", "rm"}
+_TF_221 = _OS | {"saved_model_cli", "tf_upgrade_v2", "tflite_convert", "toco"}
+_TF_220 = _TF_221 | {"tensorboard", "import_pb_to_tensorboard"}
+TF_IMAGES: dict[str, set[str]] = {
+    "tensorflow/tensorflow:2.21.0": _TF_221,
+    "tensorflow/tensorflow:2.21.0-gpu": _TF_221,
+    "tensorflow/tensorflow:2.20.0": _TF_220,
+    "tensorflow/tensorflow:2.20.0-gpu": _TF_220,
+}
 
 
 def _true(obj: dict, kind: str) -> bool:
@@ -93,6 +121,7 @@ class BatchControllers:
         self.enabled = True
         self.logs: Callable[[dict], str] | None = None
         self.waiting_reason: str | None = None
+        self.images: dict[str, set[str]] = dict(TF_IMAGES)
 
     # -- paths
     def _jobsets(self) -> list[dict]:
@@ -508,21 +537,23 @@ class BatchControllers:
                     }
                 ],
             }
-        pod = {
+        stored = self._put(self._pod(name, labels, job, spec, status))
+        if self.logs is not None:
+            self.api.set_pod_log(self.ns, name, self.logs(stored))
+
+    def _pod(self, name: str, labels: dict, owner: dict, spec: dict, status: dict) -> dict:
+        return {
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {
                 "name": name,
                 "namespace": self.ns,
                 "labels": labels,
-                "ownerReferences": [self._owner(job)],
+                "ownerReferences": [self._owner(owner)],
             },
             "spec": spec,
             "status": status,
         }
-        stored = self._put(pod)
-        if self.logs is not None:
-            self.api.set_pod_log(self.ns, name, self.logs(stored))
 
     # -- pods by tests
     def pod(self, job: str, role: str, index: int) -> dict:
@@ -560,6 +591,51 @@ class BatchControllers:
             pod["status"]["conditions"].append({"type": "DisruptionTarget", "status": "True"})
         self._put(pod)
 
+    # -- Deployments (D1) and kubelet's start of their containers (D2)
+    def _deployments(self) -> None:
+        pods = self._pods()
+        for deployment in self.api.objects(f"/apis/apps/v1/namespaces/{self.ns}/deployments/"):
+            owned = self._owned(deployment, pods)
+            for _ in range(int(deployment["spec"].get("replicas", 1)) - len(owned)):
+                template = copy.deepcopy(deployment["spec"]["template"])
+                name = f"{deployment['metadata']['name']}-{secrets.token_hex(5)[:10]}"
+                labels = dict(template["metadata"].get("labels") or {})
+                spec = template["spec"]
+                self._put(self._pod(name, labels, deployment, spec, self._started(spec)))
+
+    def _started(self, spec: dict) -> dict:
+        """The status kubelet gives a pod whose containers it started (or could not)."""
+        for container in spec["containers"]:
+            programs = self.images.get(container["image"])
+            command = (container.get("command") or [""])[0]
+            if programs is None or command in programs:
+                continue
+            error = (
+                "failed to create containerd task: failed to create shim task: OCI runtime "
+                "create failed: runc create failed: unable to start container process: "
+                f'exec: "{command}": executable file not found in $PATH: unknown'
+            )
+            status = {
+                "name": container["name"],
+                "ready": False,
+                "restartCount": 1,
+                "state": {
+                    "waiting": {
+                        "reason": "CrashLoopBackOff",
+                        "message": f"back-off 10s restarting failed container={container['name']}",
+                    }
+                },
+                "lastState": {
+                    "terminated": {"exitCode": 128, "reason": "StartError", "message": error}
+                },
+            }
+            return {
+                "phase": "Running",
+                "conditions": [{"type": "Ready", "status": "False"}],
+                "containerStatuses": [status],
+            }
+        return {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+
     def tick(self) -> int:
         """One round of every controller; returns how many pods were created."""
         if not self.enabled:
@@ -568,4 +644,5 @@ class BatchControllers:
         self._jobset()
         created = self._job_controller()
         self._jobset()  # a Job that just finished ends or restarts its JobSet at once
+        self._deployments()
         return created

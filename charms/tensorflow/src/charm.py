@@ -43,7 +43,13 @@ class Config(CharmConfig):
     """The charm's config options."""
 
     default_image: str = "tensorflow/tensorflow:2.21.0"
-    tensorboard_image: str = "tensorflow/tensorflow:2.21.0"
+    # TF 2.21 dropped its `tensorboard` dependency (TF 2.21.0 release notes; the 2.21.0
+    # wheel's METADATA has no Requires-Dist on it), and the tensorflow/tensorflow images
+    # install only the wheel and what it requires (tensorflow/tools/dockerfiles/partials/
+    # tensorflow.partial.Dockerfile), so 2.21.0 has no `tensorboard` command. The 2.20.0
+    # wheel requires tensorboard~=2.20.0 (its METADATA, read from PyPI 2026-11-24);
+    # TensorBoard 2.20 reads the event files TF 2.21 writes (same format).
+    tensorboard_image: str = "tensorflow/tensorflow:2.20.0"
     job_ttl: int = 24
     max_restarts: int = DEFAULT_MAX_RESTARTS
     image_registry: str = ""

@@ -165,6 +165,12 @@ class TrainRequest(ActionParams):
     gpus_per_worker: int = 0
     cpu: str = "1"
     memory: str = "4Gi"
+    # Per role (strategy=ps): empty means as the workers.
+    chief_cpu: str = ""
+    chief_memory: str = ""
+    ps_cpu: str = ""
+    ps_memory: str = ""
+    ps_image: str = ""
     steps: int = 1000
     timeout: int = 300
     priority: Literal["low", "normal", "high"] = "normal"
@@ -203,14 +209,18 @@ class TrainRequest(ActionParams):
             raise ValueError(f"must be at least 1, got {value}")
         return value
 
-    @pydantic.field_validator("cpu")
+    @pydantic.field_validator("cpu", "chief_cpu", "ps_cpu")
     @classmethod
-    def _cpu(cls, value: str) -> str:
+    def _cpu(cls, value: str, info: pydantic.ValidationInfo) -> str:
+        if not value and info.field_name != "cpu":
+            return value
         return _check_quantity(value, "cpu", "2 or 500m")
 
-    @pydantic.field_validator("memory")
+    @pydantic.field_validator("memory", "chief_memory", "ps_memory")
     @classmethod
-    def _memory(cls, value: str) -> str:
+    def _memory(cls, value: str, info: pydantic.ValidationInfo) -> str:
+        if not value and info.field_name != "memory":
+            return value
         return _check_quantity(value, "memory", "8Gi")
 
     @pydantic.field_validator("script")
@@ -235,7 +245,7 @@ class TrainRequest(ActionParams):
         _split(value, info.field_name or "value")
         return value
 
-    @pydantic.field_validator("image")
+    @pydantic.field_validator("image", "ps_image")
     @classmethod
     def _image(cls, value: str) -> str:
         if value and (any(c.isspace() for c in value) or value.startswith("-")):
@@ -250,7 +260,20 @@ class TrainRequest(ActionParams):
             raise ValueError(f"ps={self.ps} needs strategy=ps; set ps=0 for strategy mwms")
         if self.strategy == "ps" and self.ps < 1:
             raise ValueError("strategy=ps needs at least one parameter server: set ps >= 1")
+        per_role = ("chief_cpu", "chief_memory", "ps_cpu", "ps_memory", "ps_image")
+        given = [name.replace("_", "-") for name in per_role if getattr(self, name)]
+        if given and self.strategy != "ps":
+            raise ValueError(
+                f"{', '.join(given)} apply to strategy=ps only (under mwms every task is a "
+                "worker: use cpu, memory and image)"
+            )
         return self
+
+    def resources(self, role: str) -> tuple[str, str]:
+        """(cpu, memory) each replica of `role` requests."""
+        cpu = {"chief": self.chief_cpu, "ps": self.ps_cpu}.get(role) or self.cpu
+        memory = {"chief": self.chief_memory, "ps": self.ps_memory}.get(role) or self.memory
+        return cpu, memory
 
     def replicas(self) -> dict[str, int]:
         """Replicas of every role, in creation order."""
@@ -395,8 +418,11 @@ class Context:
         """The request's image, or the default: its `-gpu` variant for a role with GPUs.
 
         A chief or parameter server without GPUs gets the CPU image (about a tenth of the
-        `-gpu` one's size) on whatever node it lands.
+        `-gpu` one's size) on whatever node it lands; parameter servers get `ps_image`
+        when the request names one.
         """
+        if role == "ps" and request.ps_image:
+            return request.ps_image
         if request.image:
             return request.image
         image = self.pulled(self.default_image)
@@ -498,9 +524,15 @@ def replicated_job(request: TrainRequest, ctx: Context, role: str) -> dict:
     """
     replicas = request.replicas()[role]
     gpus = request.gpus(role)
+    cpu, memory = request.resources(role)
+    # No CPU limit: TensorFlow sizes its thread pools by the host's cores, not the CFS
+    # quota, so a limit throttles it (tf.md #12); the request is what Kueue counts against
+    # the team's cpu quota and what the scheduler reserves. Memory is limited at the
+    # request, so a replica that outgrows it is OOMKilled (and `logs` says so) rather than
+    # starving its node.
     resources: dict[str, dict[str, str]] = {
-        "requests": {"cpu": request.cpu, "memory": request.memory},
-        "limits": {"cpu": request.cpu, "memory": request.memory},
+        "requests": {"cpu": cpu, "memory": memory},
+        "limits": {"memory": memory},
     }
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
@@ -912,10 +944,13 @@ def running_counts(request: TrainRequest, pods: Iterable[dict]) -> dict[str, int
     return counts
 
 
+_FATAL_WAITING = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CrashLoopBackOff",
+                  "CreateContainerConfigError", "RunContainerError")  # fmt: skip
+
+
 def pod_problem(pods: Iterable[dict]) -> str | None:
     """A pod failure that will not clear by waiting (bad image, crash loop), or None."""
-    fatal = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CrashLoopBackOff",
-             "CreateContainerConfigError")  # fmt: skip
+    fatal = _FATAL_WAITING
     for pod in pods:
         status = pod.get("status") or {}
         for cs in status.get("containerStatuses") or []:
@@ -924,6 +959,35 @@ def pod_problem(pods: Iterable[dict]) -> str | None:
                 name = pod["metadata"]["name"]
                 return f"pod {name}: {waiting['reason']} {waiting.get('message', '')}".strip()
     return None
+
+
+def tensorboard_state(pods: Iterable[dict]) -> str:
+    """How a job's TensorBoard pod is doing: `running`, `starting (...)` or `failed: ...`.
+
+    A container that cannot start (the image has no `tensorboard`: containerd reports the
+    runc exec error as the last termination, reason StartError, and kubelet then backs
+    off with CrashLoopBackOff) or whose image cannot be pulled is `failed`, with
+    kubelet's reason and message.
+    """
+    pods = [p for p in pods if _active(p)]
+    if not pods:
+        return "starting (no pod yet)"
+    pod = max(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""))
+    if _pod_ready(pod) and (pod.get("status") or {}).get("phase") == "Running":
+        return "running"
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        last = (cs.get("lastState") or {}).get("terminated") or {}
+        if waiting.get("reason") in _FATAL_WAITING:
+            detail = last.get("message") or waiting.get("message") or ""
+            reason = waiting["reason"] + (f" after {last['reason']}" if last.get("reason") else "")
+            return (
+                f"failed: {reason}: {detail}".rstrip(": ")
+                + "; check the tensorboard-image config (the image must provide `tensorboard`)"
+            )
+        if waiting.get("reason"):
+            return f"starting ({waiting['reason']})"
+    return f"starting ({(pod.get('status') or {}).get('phase', 'Pending')})"
 
 
 def pod_index(pod: dict) -> int:

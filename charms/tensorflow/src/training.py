@@ -31,6 +31,7 @@ from literals import (
     ACTION_FILES,
     ANNOTATION_REQUEST,
     COMPONENT_PURGE,
+    COMPONENT_TENSORBOARD,
     COMPONENT_TRAINING,
     JOBSET_API,
     KUEUE_API,
@@ -88,6 +89,17 @@ def _training_pods(kube: Any, ctx: Context, job: str) -> list[dict]:
     return kube.list(
         "v1", "Pod", ctx.namespace, label_selector=jobs.selector(ctx.app, job, COMPONENT_TRAINING)
     )
+
+
+def tensorboard_state(kube: Any, ctx: Context, job: str) -> str:
+    """The state of the job's TensorBoard pod (jobs.tensorboard_state)."""
+    pods = kube.list(
+        "v1",
+        "Pod",
+        ctx.namespace,
+        label_selector=jobs.selector(ctx.app, job, COMPONENT_TENSORBOARD),
+    )
+    return jobs.tensorboard_state(pods)
 
 
 def load_request(kube: Any, ctx: Context, job: str) -> TrainRequest:
@@ -331,6 +343,7 @@ def launch(
         results["state"] = f"{state.lower()}: {why}"
         if not request.wait:
             results["pods-running"] = "not yet: queued (job-status shows when it is admitted)"
+            results["tensorboard"] = tensorboard_state(kube, ctx, request.job)
             return results
     pods, ready = wait_for_pods(
         kube, ctx, request, request.timeout, log=log, sleep=sleep, clock=clock
@@ -338,6 +351,7 @@ def launch(
     results["state"] = "running" if ready else results.get("state", "admitted")
     results["pods"] = " ".join(sorted(p["metadata"]["name"] for p in pods))
     results["pods-running"] = "all" if ready else "not yet: see job-status"
+    results["tensorboard"] = tensorboard_state(kube, ctx, request.job)
     return results
 
 
@@ -376,7 +390,9 @@ def status(kube: Any, ctx: Context, job: str) -> dict[str, Any]:
     js = _jobset(kube, ctx, job)
     request = _request_of(js, job, ctx)
     pods = _training_pods(kube, ctx, job)
-    return _summary(kube, ctx, request, js, _workloads(kube, ctx), pods)
+    summary = _summary(kube, ctx, request, js, _workloads(kube, ctx), pods)
+    summary["tensorboard"] = tensorboard_state(kube, ctx, job)
+    return summary
 
 
 def list_jobs(kube: Any, ctx: Context) -> dict[str, str]:
@@ -446,7 +462,9 @@ def logs(kube: Any, ctx: Context, job: str, lines: int) -> str:
     """The last `lines` lines of every replica, each prefixed with `[role-index]`.
 
     A container that restarted also shows the end of its previous instance's log (where a
-    crash's traceback is), and how each instance ended (exit code, OOMKilled).
+    crash's traceback is), and how each instance ended (exit code, OOMKilled). A replica
+    whose pod is gone points at its copy on the shared volume (the launcher writes every
+    replica's output to `jobs/<job>/pod-logs/<role>-<index>.log`).
     """
     request = load_request(kube, ctx, job)
     pods = _training_pods(kube, ctx, job)
@@ -456,7 +474,8 @@ def logs(kube: Any, ctx: Context, job: str, lines: int) -> str:
             prefix = f"[{role}-{index}]"
             pod = jobs.find_pod(pods, role, index)
             if pod is None:
-                out.append(f"{prefix} (no pod)")
+                kept = f"jobs/{job}/pod-logs/{role}-{index}.log"
+                out.append(f"{prefix} (no pod; its output is kept on the shared volume in {kept})")
                 continue
             history, restarted = jobs.container_history(pod)
             if history:
@@ -512,7 +531,10 @@ def stop(
     """
     deleted = delete_job(kube, ctx, job)
     if not purge:
-        data = f"kept on the shared volume in jobs/{job} (purge=true removes it)"
+        data = (
+            f"kept on the shared volume in jobs/{job}: checkpoints, TensorBoard logs, every "
+            "replica's output in pod-logs/ (purge=true removes it)"
+        )
         return {"job": job, "deleted-objects": str(deleted), "data": data}
     if not _wait_gone(kube, ctx, job, timeout, sleep=sleep, clock=clock):
         log(f"pods of {job} are still terminating; purging anyway")

@@ -196,6 +196,15 @@ def run_action(ctx: testing.Context, state: testing.State, name: str, **params):
     return ctx.action_results, list(ctx.action_logs)
 
 
+def training_pods(api: FakeKubeApiServer) -> list[dict]:
+    """The namespace's training pods (not TensorBoard's)."""
+    return [
+        p
+        for p in api.objects(f"/api/v1/namespaces/{NS}/pods/")
+        if p["metadata"]["labels"].get("gpu-k8s.io/component") == "training"
+    ]
+
+
 def jobset(api: FakeKubeApiServer, name: str) -> dict:
     """The stored JobSet `name` (asserting it exists)."""
     found = api.get_object(f"{JOBSETS}{name}")

@@ -44,7 +44,7 @@ def test_registry_moves_the_training_and_tensorboard_images(ctx, state, api, gpu
         ctx, _with(state, image_registry=MIRROR), "train", workers=2, **{"gpus-per-worker": gpus}
     )
     assert _worker_image(api, "mnist") == training
-    assert _tensorboard_image(api, "mnist") == f"{MIRROR}/tensorflow/tensorflow:2.21.0"
+    assert _tensorboard_image(api, "mnist") == f"{MIRROR}/tensorflow/tensorflow:2.20.0"
 
 
 def test_registry_moves_the_purge_job_image(ctx, state, api):
@@ -70,7 +70,7 @@ def test_explicit_train_image_is_used_as_given(ctx, state, api):
     )
     assert _worker_image(api, "own") == "example/tf:1"
     # the charm's own TensorBoard still comes from the mirror
-    assert _tensorboard_image(api, "own") == f"{MIRROR}/tensorflow/tensorflow:2.21.0"
+    assert _tensorboard_image(api, "own") == f"{MIRROR}/tensorflow/tensorflow:2.20.0"
 
     # scale relaunches the stored request: the explicit image stays as given
     run_action(ctx, mirrored, "scale", job="own", workers=2)
@@ -109,7 +109,7 @@ def test_empty_registry_keeps_upstream_images(ctx, state, api):
     add_nodes(api, node("node-a", 2))
     run_action(ctx, _with(state, image_registry=""), "train", workers=2, **{"gpus-per-worker": 1})
     assert _worker_image(api, "mnist") == "tensorflow/tensorflow:2.21.0-gpu"
-    assert _tensorboard_image(api, "mnist") == "tensorflow/tensorflow:2.21.0"
+    assert _tensorboard_image(api, "mnist") == "tensorflow/tensorflow:2.20.0"
 
 
 def test_status_names_the_image_pulled_from_the_mirror(ctx, state):

@@ -7,7 +7,17 @@ import json
 
 import kubernetes_validate
 import pytest
-from conftest import CLAIM, NS, add_nodes, job_objects, jobset, node, role_spec, run_action
+from conftest import (
+    CLAIM,
+    NS,
+    add_nodes,
+    job_objects,
+    jobset,
+    node,
+    role_spec,
+    run_action,
+    training_pods,
+)
 from ops import testing
 
 JOBS = f"/apis/batch/v1/namespaces/{NS}/jobs/"
@@ -76,7 +86,7 @@ def running(ctx, state, api, controller):
 def test_scale_relaunches_with_new_tf_config_and_reports_resumed_step(
     ctx, running, api, controller
 ):
-    old_pods = {p["metadata"]["name"] for p in api.objects(PODS)}
+    old_pods = {p["metadata"]["name"] for p in training_pods(api)}
     controller.logs = chief_log(
         "resumed from checkpoint at step 300 (target 1000)\n"
         + progress_line(310, resumed_from=300)
@@ -88,7 +98,7 @@ def test_scale_relaunches_with_new_tf_config_and_reports_resumed_step(
     assert spec["completions"] == spec["parallelism"] == 4
     env = {e["name"]: e["value"] for e in spec["template"]["spec"]["containers"][0]["env"]}
     assert env["GPU_K8S_WORKERS"] == "4"
-    pods = {p["metadata"]["name"] for p in api.objects(PODS)}
+    pods = {p["metadata"]["name"] for p in training_pods(api)}
     assert len(pods) == 4 and not pods & old_pods
     annotations = jobset(api, "mnist")["metadata"]["annotations"]
     assert json.loads(annotations["gpu-k8s.io/request"])["workers"] == 4
@@ -222,17 +232,20 @@ def test_logs_of_ps_job_cover_every_role(ctx, state, api, controller):
 
 
 def test_logs_say_when_a_replica_has_no_pod(ctx, running, api):
-    for pod in api.objects(PODS):
+    for pod in training_pods(api):
         if pod["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] == "1":
             api.delete_object(PODS + pod["metadata"]["name"])
     results, _ = run_action(ctx, running, "logs", job="mnist")
-    assert "[worker-1] (no pod)" in results["logs"].splitlines()
+    assert (
+        "[worker-1] (no pod; its output is kept on the shared volume in "
+        "jobs/mnist/pod-logs/worker-1.log)" in results["logs"].splitlines()
+    )
 
 
 def test_logs_show_a_crashed_containers_last_words_and_how_each_instance_ended(ctx, running, api):
     pod = next(
         p
-        for p in api.objects(PODS)
+        for p in training_pods(api)
         if p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] == "1"
     )
     name = pod["metadata"]["name"]
@@ -258,7 +271,7 @@ def test_logs_show_a_crashed_containers_last_words_and_how_each_instance_ended(c
 
 
 def test_logs_of_a_container_that_never_restarted_ask_for_no_previous_log(ctx, running, api):
-    pod = next(p for p in api.objects(PODS))
+    pod = next(p for p in training_pods(api))
     pod["status"]["containerStatuses"] = [
         {"name": "tensorflow", "restartCount": 0, "state": {"terminated": {"exitCode": 1}}}
     ]
@@ -327,7 +340,7 @@ def test_one_dead_worker_of_six_restarts_the_gang_which_then_finishes(ctx, state
     add_nodes(api, node("node-a", 8))
     controller.logs = None
     run_action(ctx, state, "train", job="six", workers=6, **{"gpus-per-worker": 1})
-    first = {p["metadata"]["name"] for p in api.objects(PODS)}
+    first = {p["metadata"]["name"] for p in training_pods(api)}
     controller.end_pod("six", "worker", 3, "Failed")
     controller.tick()  # the Job fails; JobSet deletes every Job and makes them again
     results, _ = run_action(ctx, state, "job-status", job="six")
@@ -337,13 +350,13 @@ def test_one_dead_worker_of_six_restarts_the_gang_which_then_finishes(ctx, state
     assert results["phase"] == "Running"
     assert results["restarts"] == "1 of 3"
     assert results["pods-ready"] == {"worker": "6/6"}
-    pods = api.objects(PODS)
+    pods = training_pods(api)
     assert not {p["metadata"]["name"] for p in pods} & first  # every pod was recreated
     assert {p["metadata"]["labels"]["jobset.sigs.k8s.io/restart-attempt"] for p in pods} == {"1"}
     _chief_succeeds(controller, "six")
     results, _ = run_action(ctx, state, "job-status", job="six")
     assert results["phase"] == "Succeeded"
-    assert [p for p in api.objects(PODS) if p["status"]["phase"] == "Running"] == []
+    assert [p for p in training_pods(api) if p["status"]["phase"] == "Running"] == []
 
 
 def test_a_gang_that_keeps_failing_fails_after_max_restarts(ctx, state, api, controller):
@@ -372,7 +385,7 @@ def test_ps_and_workers_stop_when_the_chief_finishes(ctx, state, api, controller
     run_action(ctx, state, "train", job="pst", strategy="ps", ps=2, workers=2)
     _chief_succeeds(controller, "pst", "chief")
     assert [j["metadata"]["name"] for j in api.objects(JOBS)] == ["pst-chief-0"]
-    running = [p for p in api.objects(PODS) if p["status"]["phase"] == "Running"]
+    running = [p for p in training_pods(api) if p["status"]["phase"] == "Running"]
     assert running == []
     results, _ = run_action(ctx, state, "job-status", job="pst")
     assert results["phase"] == "Succeeded"
@@ -407,7 +420,7 @@ def test_reconcile_waits_quietly_on_api_errors(ctx, running, api):
 
 
 def test_purge_waits_for_the_pods_to_go_first(ctx, running, api, fake_time):
-    lingering = api.objects(PODS)[0]
+    lingering = training_pods(api)[0]
     lingering["metadata"].pop("ownerReferences")
     api.put_object(PODS + "lingering", lingering)  # a pod that takes its time to terminate
     start = fake_time.now
@@ -466,13 +479,13 @@ def test_a_gang_that_stopped_together_after_saving_comes_back_uncounted(
     ctx, running, api, controller
 ):
     """A drain SIGTERMs one worker; the trainer stops the whole gang at one saved step (143)."""
-    first = {p["metadata"]["name"] for p in api.objects(PODS)}
+    first = {p["metadata"]["name"] for p in training_pods(api)}
     for index in (0, 1):
         controller.end_pod("mnist", "worker", index, "Failed", exit_code=143)
     controller.tick()
     results, _ = run_action(ctx, running, "job-status", job="mnist")
     assert (results["phase"], results["restarts"]) == ("Running", "0 of 3")
-    running_pods = [p for p in api.objects(PODS) if p["status"]["phase"] == "Running"]
+    running_pods = [p for p in training_pods(api) if p["status"]["phase"] == "Running"]
     assert len(running_pods) == 2 and not {p["metadata"]["name"] for p in running_pods} & first
 
 

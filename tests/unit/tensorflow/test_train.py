@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import kubernetes_validate
@@ -17,6 +18,7 @@ from conftest import (
     node,
     role_spec,
     run_action,
+    training_pods,
 )
 from ops import testing
 
@@ -74,6 +76,30 @@ def test_train_creates_every_object_labelled_and_valid(ctx, state, api, controll
     assert len(results["pods"].split()) == 4
     assert results["pods-running"] == "all"
     assert results["tensorboard-url"] == f"http://mnist-tensorboard.{NS}.svc:6006"
+    assert results["tensorboard"] == "running"
+
+
+def test_a_tensorboard_image_without_tensorboard_is_reported_not_hidden(ctx, state, api):
+    """tf.md #4: tensorflow/tensorflow:2.21.0 has no `tensorboard` (TF 2.21 dropped it).
+
+    kubelet cannot start the container, and train and job-status say so.
+    """
+    add_nodes(api, node("node-a", 2))
+    state = dataclasses.replace(
+        state, config={"tensorboard-image": "tensorflow/tensorflow:2.21.0"}
+    )
+
+    results, _ = run_action(ctx, state, "train", job="mnist", workers=1)
+
+    assert results["state"] == "running"  # training itself is not held up
+    board = results["tensorboard"]
+    assert board.startswith("failed: CrashLoopBackOff after StartError: ")
+    assert 'exec: "tensorboard": executable file not found in $PATH' in board
+    assert board.endswith(
+        "check the tensorboard-image config (the image must provide `tensorboard`)"
+    )
+    status, _ = run_action(ctx, state, "job-status", job="mnist")
+    assert status["tensorboard"] == board
 
 
 def test_worker_job_is_indexed_with_gpus_and_stable_hostnames(ctx, state, api):
@@ -118,7 +144,7 @@ def test_worker_job_is_indexed_with_gpus_and_stable_hostnames(ctx, state, api):
         ps=int(env["GPU_K8S_PS"]),
         port=int(env["GPU_K8S_PORT"]),
     )
-    pods = api.objects(f"/api/v1/namespaces/{NS}/pods/")
+    pods = training_pods(api)
     hostnames = [f"{p['spec']['hostname']}.{p['spec']['subdomain']}:2222" for p in pods]
     assert sorted(tf_config["cluster"]["worker"]) == sorted(hostnames)
     assert sorted(p["spec"]["hostname"] for p in pods) == [f"mnist-worker-0-{i}" for i in range(4)]
@@ -177,6 +203,42 @@ def test_ps_strategy_creates_chief_ps_and_workers(ctx, state, api):
     worker = role_spec(js, "worker")["template"]["spec"]
     assert worker["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert len(results["pods"].split()) == 5
+
+
+def test_each_role_gets_its_own_resources_and_the_ps_their_image(ctx, state, api):
+    add_nodes(api, node("node-a", 2))
+    params = {
+        "gpus-per-worker": 1,
+        "cpu": "4",
+        "memory": "16Gi",
+        "chief-cpu": "2",
+        "ps-memory": "32Gi",
+        "ps-image": "registry.example.com/tf-ps:1",
+    }
+    run_action(ctx, state, "train", job="roles", strategy="ps", ps=1, workers=2, **params)
+
+    js = jobset(api, "roles")
+    containers = {
+        role: role_spec(js, role)["template"]["spec"]["containers"][0]
+        for role in ("chief", "ps", "worker")
+    }
+    # CPU is requested, never limited (TensorFlow sizes its threads by the node's cores);
+    # memory is requested and limited.
+    assert {r: c["resources"]["requests"] for r, c in containers.items()} == {
+        "chief": {"cpu": "2", "memory": "16Gi"},
+        "ps": {"cpu": "4", "memory": "32Gi"},
+        "worker": {"cpu": "4", "memory": "16Gi"},
+    }
+    assert {r: c["resources"]["limits"] for r, c in containers.items()} == {
+        "chief": {"memory": "16Gi"},
+        "ps": {"memory": "32Gi"},
+        "worker": {"memory": "16Gi", "nvidia.com/gpu": "1"},
+    }
+    assert {r: c["image"] for r, c in containers.items()} == {
+        "chief": "tensorflow/tensorflow:2.21.0",
+        "ps": "registry.example.com/tf-ps:1",
+        "worker": "tensorflow/tensorflow:2.21.0-gpu",
+    }
 
 
 def test_gang_restarts_and_finishes_are_jobsets(ctx, state, api):
@@ -262,6 +324,9 @@ def test_train_fails_when_image_cannot_be_pulled(ctx, state, api, controller):
         ({"args": "'unclosed"}, "cannot parse args"),
         ({"steps": 0}, "steps: must be at least 1"),
         ({"priority": "urgent"}, "priority"),
+        ({"ps-cpu": "2"}, "ps-cpu apply to strategy=ps only"),
+        ({"strategy": "ps", "ps": 1, "ps-memory": "-1Gi"}, "memory: '-1Gi' is not a Kubernetes"),
+        ({"strategy": "ps", "ps": 1, "ps-image": "bad image"}, "is not an image reference"),
     ],
 )
 def test_invalid_train_creates_nothing(ctx, state, api, params, message):
@@ -286,11 +351,7 @@ def test_a_job_beyond_the_free_gpus_is_queued_not_refused(ctx, state, api):
     assert "insufficient unused quota for nvidia.com/gpu" in results["state"]
     assert results["pods-running"].startswith("not yet: queued")
     assert jobset(api, "mnist")["spec"]["suspend"] is True
-    assert not [
-        p
-        for p in api.objects(f"/api/v1/namespaces/{NS}/pods/")
-        if "mnist" in p["metadata"]["name"]
-    ]
+    assert not [p for p in training_pods(api) if "mnist" in p["metadata"]["name"]]
     assert any(m.startswith("queued: ") for m in logs)
 
 
