@@ -349,6 +349,38 @@ def _check_volume_source(old: dict, new: dict) -> None:
         raise ApiError(422, "Invalid", message, {"name": name, "kind": "PersistentVolume"})
 
 
+DOCKER_CONFIG_JSON = "kubernetes.io/dockerconfigjson"
+
+
+def _check_secret(obj: dict, name: str) -> None:
+    """What ValidateSecret checks of the Secrets the charms write (kubernetes/kubernetes
+    pkg/apis/core/validation/validation.go).
+
+    `data` values are []byte, base64 on the wire (a bad one fails decoding: 400); a
+    `kubernetes.io/dockerconfigjson` Secret needs the key `.dockerconfigjson` holding JSON
+    ("data[.dockerconfigjson]: Required value" / "Invalid value: ...").
+    """
+    decoded: dict[str, bytes] = {}
+    for key, value in (obj.get("data") or {}).items():
+        try:
+            decoded[key] = base64.b64decode(str(value), validate=True)
+        except ValueError:
+            raise ApiError(
+                400, "BadRequest", f"error decoding request body: illegal base64 data in {key}"
+            ) from None
+    if obj.get("type") != DOCKER_CONFIG_JSON:
+        return
+    key = ".dockerconfigjson"
+    prefix = f'Secret "{name}" is invalid: data[{key}]: '
+    if key not in decoded:
+        raise ApiError(422, "Invalid", prefix + "Required value", {"name": name, "kind": "Secret"})
+    try:
+        json.loads(decoded[key])
+    except ValueError as e:
+        message = prefix + f"Invalid value: \"<secret contents redacted>\": {e}"
+        raise ApiError(422, "Invalid", message, {"name": name, "kind": "Secret"}) from None
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -761,6 +793,8 @@ class FakeKubeApiServer:
                 "the namespace of the provided object does not match the "
                 "namespace sent on the request",
             )
+        if target.kind == "Secret":
+            _check_secret(obj, name)
 
     def _store_new(self, target: Target, obj: dict, name: str) -> dict:
         obj = copy.deepcopy(obj)

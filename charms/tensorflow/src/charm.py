@@ -21,6 +21,7 @@ import jobs
 import ops
 import pydantic
 import queues
+import registry_auth
 import training
 from literals import (
     CLUSTER_RULES,
@@ -42,6 +43,14 @@ logger = logging.getLogger(__name__)
 class Config(CharmConfig):
     """The charm's config options."""
 
+    model_config = pydantic.ConfigDict(
+        frozen=True,
+        extra="ignore",
+        populate_by_name=True,
+        arbitrary_types_allowed=True,
+        defer_build=True,
+    )
+
     default_image: str = "tensorflow/tensorflow:2.21.0"
     # TF 2.21 dropped its `tensorboard` dependency (TF 2.21.0 release notes; the 2.21.0
     # wheel's METADATA has no Requires-Dist on it), and the tensorflow/tensorflow images
@@ -57,6 +66,7 @@ class Config(CharmConfig):
     gpu_quota: str = ""
     cpu_quota: str = ""
     memory_quota: str = ""
+    image_pull_secret: ops.Secret | None = None
 
     @pydantic.field_validator("default_image", "tensorboard_image")
     @classmethod
@@ -120,6 +130,10 @@ class NotReadyError(Exception):
     """The relations do not give access to the cluster yet; the message says why."""
 
 
+class PullSecretError(Exception):
+    """The image-pull-secret cannot be used; the message says why (never its content)."""
+
+
 class TensorflowCharm(ops.CharmBase):
     """Runs distributed TensorFlow training as Kubernetes Jobs."""
 
@@ -148,7 +162,8 @@ class TensorflowCharm(ops.CharmBase):
         )
         self._api_error: str | None = None
         self._queue_problem: str | None = None
-        self._stored.set_default(queues="", glance="")
+        self._pull_problem: str | None = None
+        self._stored.set_default(queues="", glance="", pull_secret=False)
         on = self.on
         for event in (
             on.config_changed,
@@ -212,6 +227,9 @@ class TensorflowCharm(ops.CharmBase):
             user=config.user,
             max_restarts=config.max_restarts,
             ttl_seconds=config.job_ttl * 3600,
+            pull_secret=registry_auth.secret_name(self.app.name)
+            if config.image_pull_secret
+            else "",
         )
         try:
             kube = Kube.from_kubeconfig(kubeconfig)
@@ -236,6 +254,10 @@ class TensorflowCharm(ops.CharmBase):
             return  # collect-status reports it
         try:
             with self._cluster(config) as (kube, ctx):
+                try:
+                    self._sync_pull_secret(kube, ctx, config)
+                except PullSecretError as e:
+                    self._pull_problem = str(e)
                 self._apply_queues(kube, ctx, config)
                 if self._queue_problem is None:  # JobSets exist only where Kueue runs
                     self._stored.glance = training.at_a_glance(kube, ctx)
@@ -244,6 +266,33 @@ class TensorflowCharm(ops.CharmBase):
         except KubeError as e:
             self._api_error = f"Kubernetes API: {e.reason} ({e.status}); retrying"
             logger.warning("reconcile failed: %s", e)
+
+    def _sync_pull_secret(self, kube: Any, ctx: jobs.Context, config: Config) -> None:
+        """Write the image pull Secret from config image-pull-secret, or delete it when unset.
+
+        Raises:
+            PullSecretError: the Juju secret cannot be read or lacks a key.
+        """
+        name = registry_auth.secret_name(self.app.name)
+        if config.image_pull_secret is None:
+            if self._stored.pull_secret:
+                kube.delete("v1", "Secret", name, ctx.namespace)
+                self._stored.pull_secret = False
+            return
+        secret = config.image_pull_secret
+        try:
+            content = secret.get_content(refresh=True)
+        except (ops.SecretNotFoundError, ops.ModelError):
+            raise PullSecretError(
+                f"cannot read the secret in config image-pull-secret ({secret.id}); grant it: "
+                f"juju grant-secret {secret.id} {self.app.name}"
+            ) from None
+        try:
+            manifest = registry_auth.manifest(self.app.name, ctx.namespace, content)
+        except ValueError as e:
+            raise PullSecretError(str(e)) from None
+        kube.apply(manifest, field_manager=self.app.name)
+        self._stored.pull_secret = True
 
     def _apply_queues(self, kube: Any, ctx: jobs.Context, config: Config) -> None:
         """This team's ClusterQueue and LocalQueue, applied when they changed."""
@@ -281,6 +330,8 @@ class TensorflowCharm(ops.CharmBase):
             status_class, message = problem
             event.add_status(status_class(message))
             return
+        if self._pull_problem:
+            event.add_status(ops.BlockedStatus(self._pull_problem))
         if self._api_error:
             event.add_status(ops.WaitingStatus(self._api_error))
         if self._queue_problem:
@@ -298,8 +349,18 @@ class TensorflowCharm(ops.CharmBase):
 
     # -- actions
 
-    def _run(self, event: ops.ActionEvent, operation: Callable[..., dict[str, Any]]) -> None:
-        """Run `operation(kube, ctx)` and set its results; failures become `event.fail`."""
+    def _run(
+        self,
+        event: ops.ActionEvent,
+        operation: Callable[..., dict[str, Any]],
+        *,
+        pull_secret: bool = False,
+    ) -> None:
+        """Run `operation(kube, ctx)` and set its results; failures become `event.fail`.
+
+        `pull_secret`: the operation makes pods, so the image pull Secret is written first
+        (an action can run before any hook after the operator changed the secret).
+        """
         from charms.gpu_k8s.v0.kubeclient import KubeError
 
         try:
@@ -309,7 +370,12 @@ class TensorflowCharm(ops.CharmBase):
             return
         try:
             with self._cluster(config) as (kube, ctx):
+                if pull_secret:
+                    self._sync_pull_secret(kube, ctx, config)
                 results = operation(kube, ctx)
+        except PullSecretError as e:
+            event.fail(str(e))
+            return
         except NotReadyError as e:
             event.fail(f"not ready: {e}")
             return
@@ -338,7 +404,11 @@ class TensorflowCharm(ops.CharmBase):
             event.fail(f"the charm is missing its launcher: {e}")
             return
         waits = self._wait_args(event)
-        self._run(event, lambda kube, ctx: training.launch(kube, ctx, request, code, **waits))
+        self._run(
+            event,
+            lambda kube, ctx: training.launch(kube, ctx, request, code, **waits),
+            pull_secret=True,
+        )
 
     def _on_scale(self, event: ops.ActionEvent) -> None:
         p = event.load_params(jobs.ScaleParams, errors="fail")
@@ -353,6 +423,7 @@ class TensorflowCharm(ops.CharmBase):
             lambda kube, ctx: training.scale(
                 kube, ctx, p.job, p.workers, p.timeout, code, **waits
             ),
+            pull_secret=True,
         )
 
     def _on_job_status(self, event: ops.ActionEvent) -> None:

@@ -384,6 +384,7 @@ class Context:
     max_restarts: int = 3
     ttl_seconds: int = 24 * 3600
     queue: str = "default"
+    pull_secret: str = ""  # the image pull Secret every pod names (registry_auth), if any
 
     @property
     def identity_env(self) -> dict[str, str]:
@@ -409,6 +410,13 @@ class Context:
         if uid != 0:
             security["runAsNonRoot"] = True
         return security
+
+    def pod_basics(self) -> dict[str, Any]:
+        """What every pod of the charm has: its user, and the image pull Secret if any."""
+        basics: dict[str, Any] = {"securityContext": self.pod_security}
+        if self.pull_secret:
+            basics["imagePullSecrets"] = [{"name": self.pull_secret}]
+        return basics
 
     def pulled(self, image: str) -> str:
         """A configured image as pods pull it (see `from_registry`)."""
@@ -536,7 +544,7 @@ def replicated_job(request: TrainRequest, ctx: Context, role: str) -> dict:
     }
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
-        "securityContext": ctx.pod_security,
+        **ctx.pod_basics(),
         "containers": [
             {
                 "name": "tensorflow",
@@ -664,7 +672,7 @@ def tensorboard(request: TrainRequest, ctx: Context) -> list[dict]:
             "template": {
                 "metadata": {"labels": lbls},
                 "spec": {
-                    "securityContext": ctx.pod_security,
+                    **ctx.pod_basics(),
                     "containers": [
                         {
                             "name": "tensorboard",
@@ -730,7 +738,7 @@ def purge_job(job: str, ctx: Context) -> dict:
                 "metadata": {"labels": lbls},
                 "spec": {
                     "restartPolicy": "Never",
-                    "securityContext": ctx.pod_security,
+                    **ctx.pod_basics(),
                     "containers": [
                         {
                             "name": "purge",

@@ -93,6 +93,8 @@ NAMESPACED_RULES: list[dict[str, Any]] = [
     {"api-groups": ["apps"], "resources": ["deployments"],
      "verbs": ["get", "list", "create", "patch", "delete"]},
     {"api-groups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get"]},
+    # the image pull Secret from config image-pull-secret (registry_auth.py)
+    {"api-groups": [""], "resources": ["secrets"], "verbs": ["get", "create", "patch", "delete"]},
     {"api-groups": ["kueue.x-k8s.io"], "resources": ["localqueues"],
      "verbs": ["get", "list", "create", "patch", "delete"]},
     {"api-groups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["get", "list"]},
