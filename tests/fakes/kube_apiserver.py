@@ -353,8 +353,9 @@ DOCKER_CONFIG_JSON = "kubernetes.io/dockerconfigjson"
 
 
 def _check_secret(obj: dict, name: str) -> None:
-    """What ValidateSecret checks of the Secrets the charms write (kubernetes/kubernetes
-    pkg/apis/core/validation/validation.go).
+    """What ValidateSecret checks of the Secrets the charms write.
+
+    Source: kubernetes/kubernetes pkg/apis/core/validation/validation.go.
 
     `data` values are []byte, base64 on the wire (a bad one fails decoding: 400); a
     `kubernetes.io/dockerconfigjson` Secret needs the key `.dockerconfigjson` holding JSON
@@ -377,7 +378,7 @@ def _check_secret(obj: dict, name: str) -> None:
     try:
         json.loads(decoded[key])
     except ValueError as e:
-        message = prefix + f"Invalid value: \"<secret contents redacted>\": {e}"
+        message = prefix + f'Invalid value: "<secret contents redacted>": {e}'
         raise ApiError(422, "Invalid", message, {"name": name, "kind": "Secret"}) from None
 
 
