@@ -45,6 +45,9 @@ Job controller and kubelet (kubernetes.io/docs/concepts/workloads/controllers/jo
   replaces the pod, FailJob fails the Job with reason PodFailurePolicy.
 - B4 A Job completes when its successPolicy's indexes succeeded (`succeededIndexes`), or
   every index did.
+- B5 With a `kubelet` (tests/functional: real processes), a pod's container runs from its
+  creation; it ends the pod (Succeeded on exit 0, else Failed with the exit code) when it
+  exits, and a deleted pod's container is stopped first (see `_delete_pod`).
 
 Deployment controller and kubelet (kubernetes.io/docs/concepts/workloads/controllers/
 deployment/, /docs/concepts/workloads/pods/pod-lifecycle/):
@@ -122,6 +125,9 @@ class BatchControllers:
         self.logs: Callable[[dict], str] | None = None
         self.waiting_reason: str | None = None
         self.images: dict[str, set[str]] = dict(TF_IMAGES)
+        # Runs the containers of the Job controller's pods (start/stop/reap); None: pods
+        # only change when a test says so (end_pod).
+        self.kubelet: Any | None = None
 
     # -- paths
     def _jobsets(self) -> list[dict]:
@@ -152,13 +158,23 @@ class BatchControllers:
         uid = obj["metadata"]["uid"]
         for pod in self._pods():
             if any(r.get("uid") == uid for r in pod["metadata"].get("ownerReferences") or []):
-                self.api.delete_object(
-                    f"/api/v1/namespaces/{self.ns}/pods/{pod['metadata']['name']}"
-                )
+                self._delete_pod(pod)
         kind = obj["kind"]
         base = "/apis/batch/v1" if kind == "Job" else JOBSET
         plural = "jobs" if kind == "Job" else "jobsets"
         self.api.delete_object(f"{base}/namespaces/{self.ns}/{plural}/{obj['metadata']['name']}")
+
+    def _delete_pod(self, pod: dict) -> None:
+        """B5: a deleted pod's containers get SIGTERM, then SIGKILL after the grace period.
+
+        With a `kubelet` (real processes), the pod object goes once they have exited: the
+        Job's replacement waits for that (podReplacementPolicy Failed, the default with a
+        podFailurePolicy), and JobSet recreates a restarted gang's Jobs only once the old
+        ones are gone (foreground deletion, jobset_controller.go deleteJobs).
+        """
+        if self.kubelet is not None:
+            self.kubelet.stop(pod)
+        self.api.delete_object(f"/api/v1/namespaces/{self.ns}/pods/{pod['metadata']['name']}")
 
     def _owned(self, owner: dict, items: list[dict]) -> list[dict]:
         uid = owner["metadata"]["uid"]
@@ -300,6 +316,12 @@ class BatchControllers:
         js = next(j for j in self._jobsets() if j["metadata"]["name"] == jobset)
         js["spec"]["suspend"] = True
         self._put(js)
+        # Kueue gives the quota back only once the stopped job has no active pods
+        # (jobframework reconciler: the reservation is cleared when the job is no longer
+        # active), so JobSet (J2) and the Job controller (B2) act before it can be
+        # admitted again.
+        self._jobset()
+        self._job_controller()
 
     # -- JobSet
     def _restart_or_fail(self, js: dict, children: list[dict]) -> None:
@@ -441,9 +463,7 @@ class BatchControllers:
             pods = self._owned(job, self._pods())
             if job["spec"].get("suspend"):  # B2
                 for pod in pods:
-                    self.api.delete_object(
-                        f"/api/v1/namespaces/{self.ns}/pods/{pod['metadata']['name']}"
-                    )
+                    self._delete_pod(pod)
                 continue
             if self._finish(job, pods):
                 continue
@@ -506,9 +526,7 @@ class BatchControllers:
             self._put(job)
             for pod in pods:
                 if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
-                    self.api.delete_object(
-                        f"/api/v1/namespaces/{self.ns}/pods/{pod['metadata']['name']}"
-                    )
+                    self._delete_pod(pod)
         return done
 
     def _create_pod(self, job: dict, index: int) -> None:
@@ -540,6 +558,8 @@ class BatchControllers:
         stored = self._put(self._pod(name, labels, job, spec, status))
         if self.logs is not None:
             self.api.set_pod_log(self.ns, name, self.logs(stored))
+        if self.kubelet is not None:
+            self.kubelet.start(stored)
 
     def _pod(self, name: str, labels: dict, owner: dict, spec: dict, status: dict) -> dict:
         return {
@@ -578,8 +598,10 @@ class BatchControllers:
         exit_code: int | None = None,
     ) -> None:
         """The pod's container exits (Succeeded/Failed); `disrupted`: evicted or preempted."""
-        pod = self.pod(job, role, index)
         code = exit_code if exit_code is not None else (0 if phase == "Succeeded" else 1)
+        self._end(self.pod(job, role, index), phase, code, disrupted=disrupted)
+
+    def _end(self, pod: dict, phase: str, code: int, *, disrupted: bool = False) -> None:
         pod["status"] = {
             "phase": phase,
             "conditions": [],
@@ -640,6 +662,11 @@ class BatchControllers:
         """One round of every controller; returns how many pods were created."""
         if not self.enabled:
             return 0
+        if self.kubelet is not None:  # containers that exited end their pods
+            for pod in self._pods():
+                code = self.kubelet.exit_code(pod)
+                if code is not None and pod["status"].get("phase") == "Running":
+                    self._end(pod, "Succeeded" if code == 0 else "Failed", code)
         self._kueue()
         self._jobset()
         created = self._job_controller()

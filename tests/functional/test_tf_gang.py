@@ -1,0 +1,316 @@
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""The charm's training path end to end, with real TensorFlow in every pod.
+
+`training.launch` (what the train action runs) creates the job through the real Kubernetes
+client in the fake API server; tests/fakes/batch.py plays Kueue, JobSet and the Job
+controller over it, and `ProcessKubelet` runs each pod's container as a local process:
+the pod's own command (the launcher from the job's ConfigMap, here from actions/) with the
+pod's environment, its shared volume a temporary directory, and the stable hostnames
+replaced by 127.0.0.1 ports (GPU_K8S_HOSTS). A process that exits ends its pod with its
+exit code (128+N for a signal, as a container runtime reports it); a deleted pod's
+process gets SIGTERM, then SIGKILL after the grace period.
+
+So the gang restart after a worker dies, the preemption of an admitted job and its
+readmission are JobSet's and Kueue's documented behaviour driving real trainers, which
+must come back from their checkpoints at the right step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from charm_modules import load
+
+from fakes.addons import install_kueue
+from fakes.batch import BatchControllers
+from fakes.kube_apiserver import FakeKubeApiServer
+
+ROOT = Path(__file__).resolve().parents[2]
+ACTIONS = ROOT / "actions"
+sys.path.insert(0, str(ACTIONS))
+from tf_demo import free_ports  # noqa: E402  (stdlib only)
+from tf_launcher import cluster_sizes  # noqa: E402
+
+from charms.gpu_k8s.v0.kubeclient import Kube  # noqa: E402
+
+training = load("tensorflow", "training")
+jobs = training.jobs  # the module training itself uses (TrainRequest, Context)
+queues = load("tensorflow", "queues")
+
+PYTHON = os.environ.get("GPU_K8S_TF_PYTHON") or sys.executable
+NS = "tensorflow"
+CLAIM = "efs-storage-tensorflow"
+GRACE_SECONDS = 30  # terminationGracePeriodSeconds' default
+FAST = "--threads=1 --batch-size=32 --checkpoint-every=20"
+
+
+def _has_tensorflow() -> bool:
+    probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('tensorflow') is None)"
+    try:
+        return subprocess.run([PYTHON, "-c", probe], timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+pytestmark = pytest.mark.skipif(
+    not _has_tensorflow(),
+    reason=f"tensorflow is not importable by {PYTHON}: run tox -e functional",
+)
+
+
+class ProcessKubelet:
+    """Runs the containers of the Job controller's pods as local processes (batch.py B5)."""
+
+    def __init__(self, api: FakeKubeApiServer, data: Path):
+        self.api, self.data = api, data
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.outputs: dict[str, Path] = {}
+        self.ports: dict[tuple[str, str], dict[str, list[str]]] = {}
+
+    def _hosts(self, pod: dict, env: dict[str, str]) -> str:
+        """One address per task of this gang (JobSet restart attempt), shared by its pods."""
+        labels = pod["metadata"]["labels"]
+        key = (
+            labels["jobset.sigs.k8s.io/jobset-name"],
+            labels["jobset.sigs.k8s.io/restart-attempt"],
+        )
+        if key not in self.ports:
+            sizes = cluster_sizes(
+                env["GPU_K8S_STRATEGY"], int(env["GPU_K8S_WORKERS"]), int(env["GPU_K8S_PS"])
+            )
+            ports = iter(free_ports(sum(sizes.values())))
+            self.ports[key] = {
+                role: [f"127.0.0.1:{next(ports)}" for _ in range(n)] for role, n in sizes.items()
+            }
+        return json.dumps(self.ports[key])
+
+    def start(self, pod: dict) -> None:
+        container = pod["spec"]["containers"][0]
+        env = {e["name"]: e["value"] for e in container.get("env") or [] if "value" in e}
+        env.update(
+            JOB_COMPLETION_INDEX=pod["metadata"]["labels"][
+                "batch.kubernetes.io/job-completion-index"
+            ],
+            HOSTNAME=pod["spec"]["hostname"],
+            GPU_K8S_DATA_DIR=str(self.data),
+            GPU_K8S_HOSTS=self._hosts(pod, env),
+            TF_CPP_MIN_LOG_LEVEL="2",
+            PATH=os.environ["PATH"],
+        )
+        env.pop("HOME", None)
+        command = [
+            PYTHON if word == "python3" else word.replace(f"{jobs.CODE_MOUNT}/", f"{ACTIONS}/")
+            for word in container["command"]
+        ]
+        name = pod["metadata"]["name"]
+        self.outputs[name] = self.data.parent / f"{name}.out"
+        with self.outputs[name].open("wb") as out:
+            self.procs[name] = subprocess.Popen(
+                command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def _log(self, name: str) -> None:
+        text = self.outputs[name].read_text(errors="replace")
+        self.api.set_pod_log(NS, name, text)
+
+    def exit_code(self, pod: dict) -> int | None:
+        """The container's exit code once it ended (and its log, as kubelet keeps it)."""
+        name = pod["metadata"]["name"]
+        proc = self.procs.get(name)
+        if proc is None:
+            return None
+        self._log(name)
+        code = proc.poll()
+        if code is None:
+            return None
+        return code if code >= 0 else 128 - code
+
+    def stop(self, pod: dict) -> None:
+        name = pod["metadata"]["name"]
+        proc = self.procs.get(name)
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=GRACE_SECONDS)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)
+        self._log(name)
+
+    def kill(self, pod: dict) -> None:
+        """The container dies at once (OOM killer, a node lost)."""
+        self.procs[pod["metadata"]["name"]].kill()
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
+
+    def output(self) -> str:
+        return "\n".join(
+            f"--- {name} ---\n" + "\n".join(path.read_text(errors="replace").splitlines()[-15:])
+            for name, path in self.outputs.items()
+        )
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    with FakeKubeApiServer() as api:
+        api.put_object(f"/api/v1/namespaces/{NS}", {"metadata": {"name": NS}})
+        api.put_object(
+            f"/api/v1/namespaces/{NS}/persistentvolumeclaims/{CLAIM}",
+            {"spec": {"accessModes": ["ReadWriteMany"]}, "status": {"phase": "Bound"}},
+        )
+        api.put_object(
+            "/api/v1/nodes/cpu-0",
+            {
+                "metadata": {"name": "cpu-0"},
+                "status": {
+                    "allocatable": {"cpu": "16", "memory": "64Gi", "pods": "110"},
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                },
+            },
+        )
+        install_kueue(api)
+        data = tmp_path / "data"
+        data.mkdir()
+        controllers = BatchControllers(api, NS)
+        kubelet = ProcessKubelet(api, data)
+        controllers.kubelet = kubelet
+        kube = Kube.from_kubeconfig(api.kubeconfig("tf-token"))
+        queues.add_kinds(kube)
+        ctx = jobs.Context(
+            namespace=NS,
+            app="tensorflow",
+            claim=CLAIM,
+            default_image="tensorflow/tensorflow:2.21.0",
+            tensorboard_image="tensorflow/tensorflow:2.20.0",
+        )
+        with kube:
+            flavors = kube.list(queues.API, "ResourceFlavor")
+            nodes = kube.list("v1", "Node")
+            for obj in queues.team_objects(ctx.app, NS, flavors, nodes, queues.Quotas(-1, "", "")):
+                kube.apply(obj, field_manager=ctx.app)
+            try:
+                yield Cluster(api, kube, ctx, controllers, kubelet, data)
+            finally:
+                kubelet.stop_all()
+
+
+class Cluster:
+    """The pieces of one test's cluster, and time that moves the controllers."""
+
+    def __init__(self, api, kube, ctx, controllers, kubelet, data: Path):
+        self.api, self.kube, self.ctx = api, kube, ctx
+        self.controllers, self.kubelet, self.data = controllers, kubelet, data
+        self.log: list[str] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.controllers.tick()
+        time.sleep(min(seconds, 0.2))
+
+    def train(self, job: str, **params) -> dict:
+        request = jobs.TrainRequest(job=job, args=FAST, timeout=120, **params)
+        return training.launch(
+            self.kube,
+            self.ctx,
+            request,
+            training.read_code(),
+            log=self.log.append,
+            sleep=self.sleep,
+            clock=time.monotonic,
+        )
+
+    def status(self, job: str) -> dict:
+        return training.status(self.kube, self.ctx, job)
+
+    def until(self, job: str, predicate, what: str, timeout: float = 240) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.controllers.tick()
+            status = self.status(job)
+            if predicate(status):
+                return status
+            time.sleep(0.2)
+        pytest.fail(f"no {what} after {timeout}s: {self.status(job)}\n{self.kubelet.output()}")
+
+    def progress(self, job: str) -> dict:
+        try:
+            return json.loads((self.data / "jobs" / job / "progress.json").read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def checkpoint(self, job: str) -> int:
+        """The step of the checkpoint TensorFlow would restore (0 if none)."""
+        try:
+            state = (self.data / "jobs" / job / "checkpoints" / "checkpoint").read_text()
+        except OSError:
+            return 0
+        return int(state.splitlines()[0].split('"')[1].removeprefix("ckpt-"))
+
+
+def _step(status: dict) -> int:
+    done = status["step"].split("/")[0]
+    return int(done) if done.isdigit() else -1
+
+
+def test_a_dead_worker_of_six_restarts_the_gang_which_resumes_and_finishes(cluster):
+    """The fault that failed a job of 6 or more workers before JobSet (reviews/tf.md #1)."""
+    results = cluster.train("gang", workers=6, steps=400)
+    assert results["state"] == "running", (results, cluster.kubelet.output())
+    cluster.until("gang", lambda _: cluster.checkpoint("gang") > 0, "first checkpoint")
+
+    victim = cluster.controllers.pod("gang", "worker", 4)
+    cluster.kubelet.kill(victim)
+    restarting = cluster.until(
+        "gang", lambda s: s["restarts"] == "1 of 3", "gang restart", timeout=120
+    )
+    saved = cluster.checkpoint("gang")
+    assert 0 < saved < 400
+
+    done = cluster.until("gang", lambda s: s["phase"] == "Succeeded", "success")
+
+    assert restarting["phase"] in ("Restarting", "Running")
+    assert done["restarts"] == "1 of 3"
+    progress = cluster.progress("gang")
+    assert (progress["step"], progress["state"]) == (400, "finished")
+    assert progress["resumed_from"] >= saved  # the new gang came back from a checkpoint
+    # the dead worker's first life and its second are both on the shared volume
+    kept = (cluster.data / "jobs" / "gang" / "pod-logs" / "worker-4.log").read_text()
+    assert kept.count("===== ") == 2
+    assert f"resumed from checkpoint at step {progress['resumed_from']}" in kept
+
+
+def test_a_preempted_job_saves_where_it_stopped_and_resumes_there_when_readmitted(cluster):
+    cluster.train("pre", workers=2, steps=2000)
+    cluster.until("pre", lambda _: cluster.checkpoint("pre") > 0, "first checkpoint")
+
+    # Kueue evicts it: JobSet suspends its Jobs, whose pods get SIGTERM and go
+    cluster.controllers.preempt("pre")
+    stopped = cluster.progress("pre")
+    stopped_at = cluster.checkpoint("pre")
+    # the workers agreed on a step, saved it together and stopped there (exit 143)
+    assert (stopped["state"], stopped["step"]) == ("stopped", stopped_at)
+    assert not [
+        pod
+        for pod in cluster.controllers._pods()
+        if pod["metadata"]["labels"].get("gpu-k8s.io/component") == "training"
+    ]  # TensorBoard's Deployment is not Kueue's to suspend
+
+    done = cluster.until("pre", lambda s: s["phase"] == "Succeeded", "success after readmission")
+
+    progress = cluster.progress("pre")
+    assert progress["resumed_from"] == stopped_at  # no step lost to the preemption
+    assert (progress["step"], progress["state"]) == (2000, "finished")
+    assert done["restarts"] == "0 of 3"  # a preemption is not a failure
