@@ -4,12 +4,15 @@
 
 """Training throughput through the launcher vs. the same trainer started by hand.
 
-Each repetition trains the built-in trainer with 2 MultiWorkerMirroredStrategy workers on
-127.0.0.1 twice: once as the pods do (`tf_launcher.py -- <flags>`, TF_CONFIG built from
-the environment) and once by hand (`python tf_trainer.py <flags>` with a hand-written
-TF_CONFIG and directories). The order alternates between repetitions. Throughput is the
-chief's `avg_examples_per_sec` from the progress file (steady state: the first, tracing
-step is excluded). Target: launcher / by hand >= 0.97.
+Each repetition trains the built-in trainer with 2 MultiWorkerMirroredStrategy workers
+(BENCH_WORKERS) on 127.0.0.1 twice: once as the pods do (`tf_launcher.py -- <flags>`,
+TF_CONFIG built from the environment, the output copied to the replica's file) and once
+by hand (`python tf_trainer.py <flags>` with a hand-written TF_CONFIG and directories).
+Like for like: the same interpreter, flags (`--threads` sets both TF thread pools), and
+environment but for the variables the launcher reads; every task's output goes to a file.
+The order alternates between repetitions. Throughput is the chief's
+`avg_examples_per_sec` from the progress file (steady state: the first, tracing step is
+excluded). Target: launcher / by hand 0.97-1.03.
 
     python tests/bench/bench_launcher.py [--reps 5] [--steps 600]
 """
@@ -32,7 +35,7 @@ sys.path.insert(0, str(ACTIONS))
 from tf_demo import free_ports  # noqa: E402  (stdlib only)
 
 PYTHON = os.environ.get("GPU_K8S_TF_PYTHON") or sys.executable
-WORKERS = 2
+WORKERS = int(os.environ.get("BENCH_WORKERS", "2"))
 
 
 def _base_env() -> dict[str, str]:
@@ -95,14 +98,19 @@ def run_once(kind: str, flags: list[str]) -> tuple[float, float]:
         data = Path(tmp)
         ports = free_ports(WORKERS)
         make = launcher_commands if kind == "launcher" else by_hand_commands
-        procs = [
-            subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            for argv, env in make(data, ports, flags)
-        ]
-        errors = [p.communicate(timeout=600)[1] for p in procs]
-        for p, err in zip(procs, errors, strict=True):
-            if p.returncode != 0:
-                raise RuntimeError(f"{kind} worker exited {p.returncode}: {err.decode()[-2000:]}")
+        # Each task's output goes to a file of its own, as a pod's goes to its log: a pipe
+        # read only after the task ended would block a task that writes more than the
+        # pipe holds, and slow its peers in the all-reduce (the old 1.155 "ratio").
+        procs, outputs = [], []
+        for i, (argv, env) in enumerate(make(data, ports, flags)):
+            output = Path(tmp) / f"task-{i}.out"
+            with output.open("wb") as out:
+                procs.append(subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT))
+            outputs.append(output)
+        for proc, output in zip(procs, outputs, strict=True):
+            if proc.wait(timeout=600) != 0:
+                tail = output.read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"{kind} worker exited {proc.returncode}: {tail}")
         progress = json.loads((data / "jobs" / "bench" / "progress.json").read_text())
         return float(progress["avg_examples_per_sec"]), _cpu_seconds() - cpu_before
 
