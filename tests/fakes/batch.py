@@ -6,6 +6,14 @@ source named next to it. Tests call `tick()` through the charm's `sleep` (fake t
 job moves one step per poll as it would on a cluster.
 
 Kueue (kubernetes-sigs/kueue v0.19.2):
+- K0 In a namespace Kueue manages (`managed`: its managedJobsNamespaceSelector matches; the
+  control plane labels the tensorflow namespace so), a LocalQueue named `default` is the
+  namespace's default queue (pkg/controller/constants DefaultLocalQueueName): Kueue's
+  webhooks give every batch Job and Deployment created without a
+  `kueue.x-k8s.io/queue-name` label that label, `default` (jobframework/defaults.go,
+  job_webhook.go, deployment_webhook.go), a Job is suspended until admitted and a
+  Deployment's pods wait behind the scheduling gate `kueue.x-k8s.io/admission`
+  (pod_webhook.go). The emulator admits none of them: they stay suspended or Pending.
 - K1 A JobSet labelled `kueue.x-k8s.io/queue-name` is suspended by Kueue's webhook on
   create (jobframework ApplyDefaultForSuspend) and gets a Workload in its namespace, owned
   by it, named `jobset-<name>-<hash>` (workload_names.go), with the WorkloadPriorityClass
@@ -15,10 +23,15 @@ Kueue (kubernetes-sigs/kueue v0.19.2):
   Admitted True, and the JobSet is unsuspended (RunWithPodSetsInfo). Otherwise it stays
   QuotaReserved False, reason Pending, with Kueue's "couldn't assign flavors" message.
   Higher priority, then older, is admitted first (BestEffortFIFO).
-- K3 `preempt(job)`: the Workload gets Evicted and Preempted (reason InClusterQueue),
-  loses its quota reservation and the JobSet is suspended again (stopJob); it is requeued
-  and admitted again when its quota is free.
-- K4 A Workload whose JobSet finished gets Finished and frees its quota.
+- K3 `preempt(job)`: the Workload gets Evicted and Preempted (reason InClusterQueue) while
+  still admitted, the JobSet is suspended again (stopJob), and once its pods are gone it
+  loses its quota reservation; it is requeued and admitted again when its quota is free,
+  which sets Evicted and Preempted False (only if they were True, workload.go).
+- K4 A Workload whose JobSet finished gets Finished (reason Succeeded or Failed) and frees
+  its quota; QuotaReserved and Admitted stay True (workload/finish/finish.go).
+- K5 `time_out(job)`: the job's pods were not all ready within waitForPodsReady.timeout
+  (core/workload_controller.go reconcileNotReadyTimeout): evicted like K3 with reason
+  PodsReadyTimeout, "Exceeded the PodsReady timeout <ns>/<workload>", and requeued.
 
 JobSet (kubernetes-sigs/jobset v0.12.0, pkg/controllers/jobset_controller.go):
 - J1 An unsuspended JobSet has one child Job `<jobset>-<replicatedJob>-0` per replicated
@@ -37,8 +50,10 @@ JobSet (kubernetes-sigs/jobset v0.12.0, pkg/controllers/jobset_controller.go):
 
 Job controller and kubelet (kubernetes.io/docs/concepts/workloads/controllers/job/):
 - B1 An Indexed, unsuspended, unfinished Job gets one pod per missing index (`per_tick` at
-  a time), hostname `<job>-<index>`, the completion-index label, bound to a node with
-  enough free GPUs, Running and Ready (or Pending with `waiting_reason`).
+  a time), hostname `<job>-<index>`, the completion-index label, bound to a node the pod
+  may use (`_schedule`: ready, tolerated taints, enough free GPUs, preferred affinity),
+  Running and Ready (or Pending with `waiting_reason`); with no such node it stays
+  Pending, PodScheduled False, reason Unschedulable, until a later tick finds it a node.
 - B2 A suspended Job's active pods are deleted.
 - B3 With `backoffLimit: 0`, a Failed pod fails the Job (reason BackoffLimitExceeded),
   unless a podFailurePolicy rule matches it first (onPodConditions, onExitCodes): Ignore
@@ -74,6 +89,9 @@ from typing import Any
 JOBSET = "/apis/jobset.x-k8s.io/v1alpha2"
 KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
 JOB_INDEX = "batch.kubernetes.io/job-completion-index"
+QUEUE = "kueue.x-k8s.io/queue-name"
+DEFAULT_QUEUE = "default"  # kueue pkg/controller/constants/constants.go DefaultLocalQueueName
+ADMISSION_GATE = "kueue.x-k8s.io/admission"  # kueue pod_webhook.go SchedulingGate
 GPU = "nvidia.com/gpu"
 
 # Programs on the PATH of the tensorflow/tensorflow images the charm uses (D2), as far as
@@ -107,6 +125,47 @@ def _set(obj: dict, kind: str, status: str, reason: str = "", message: str = "")
     obj["status"]["conditions"] = conditions
 
 
+def _unschedulable(pod: dict) -> bool:
+    return any(
+        c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
+
+
+def _tolerates(tolerations: list[dict], taint: dict) -> bool:
+    for t in tolerations:
+        if t.get("effect") and t["effect"] != taint.get("effect"):
+            continue
+        if t.get("operator") == "Exists" and (not t.get("key") or t["key"] == taint["key"]):
+            return True
+        if t.get("key") == taint["key"] and t.get("value", "") == taint.get("value", ""):
+            return True
+    return False
+
+
+def _preference(pod_spec: dict, node: dict) -> int:
+    """The summed weight of the pod's preferred node-affinity terms this node matches."""
+    labels = node["metadata"].get("labels") or {}
+    terms = ((pod_spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ) or []
+    total = 0
+    for term in terms:
+        ok = True
+        for e in term["preference"].get("matchExpressions") or []:
+            op, key = e["operator"], e["key"]
+            if op == "Exists":
+                ok &= key in labels
+            elif op == "DoesNotExist":
+                ok &= key not in labels
+            elif op == "In":
+                ok &= labels.get(key) in e["values"]
+            else:
+                raise NotImplementedError(f"node affinity operator {op}")
+        total += term["weight"] if ok else 0
+    return total
+
+
 def _gpus(pod_spec: dict) -> int:
     total = 0
     for c in pod_spec.get("containers") or []:
@@ -125,6 +184,7 @@ class BatchControllers:
         self.logs: Callable[[dict], str] | None = None
         self.waiting_reason: str | None = None
         self.images: dict[str, set[str]] = dict(TF_IMAGES)
+        self.managed = True  # K0: Kueue manages this namespace
         # Runs the containers of the Job controller's pods (start/stop/reap); None: pods
         # only change when a test says so (end_pod).
         self.kubelet: Any | None = None
@@ -150,6 +210,7 @@ class BatchControllers:
             "Workload": f"{KUEUE}/namespaces/{self.ns}/workloads/{name}",
             "Job": f"/apis/batch/v1/namespaces/{self.ns}/jobs/{name}",
             "Pod": f"/api/v1/namespaces/{self.ns}/pods/{name}",
+            "Deployment": f"/apis/apps/v1/namespaces/{self.ns}/deployments/{name}",
         }[kind]
         return self.api.put_object(path, obj)
 
@@ -225,10 +286,28 @@ class BatchControllers:
         cls = self.api.get_object(f"{KUEUE}/workloadpriorityclasses/{name}") if name else None
         return int((cls or {}).get("value", 0))
 
+    def _default_queue(self) -> None:
+        """K0: the webhooks put the namespace's `default` LocalQueue on unlabelled objects."""
+        path = f"{KUEUE}/namespaces/{self.ns}/localqueues/{DEFAULT_QUEUE}"
+        if not self.managed or self.api.get_object(path) is None:
+            return
+        deployments = self.api.objects(f"/apis/apps/v1/namespaces/{self.ns}/deployments/")
+        for obj in [*self._jobs(), *deployments]:
+            labels = obj["metadata"].setdefault("labels", {})
+            if QUEUE in labels or "jobset.sigs.k8s.io/jobset-name" in labels:
+                continue  # named a queue, or a Kueue-managed JobSet's child
+            labels[QUEUE] = DEFAULT_QUEUE
+            if obj["kind"] == "Job":
+                obj["spec"]["suspend"] = True
+            else:
+                template = obj["spec"]["template"].setdefault("metadata", {})
+                template.setdefault("labels", {})[QUEUE] = DEFAULT_QUEUE
+            self._put(obj)
+
     def _new_workloads(self, jobsets: dict[str, dict]) -> None:
         """K1: suspend each queued JobSet and give it a Workload."""
         for js in jobsets.values():
-            if "kueue.x-k8s.io/queue-name" not in (js["metadata"].get("labels") or {}):
+            if QUEUE not in (js["metadata"].get("labels") or {}):
                 continue
             if self._owned(js, self._workloads()):
                 continue
@@ -246,7 +325,7 @@ class BatchControllers:
                     "labels": {"kueue.x-k8s.io/job-uid": js["metadata"]["uid"]},
                 },
                 "spec": {
-                    "queueName": js["metadata"]["labels"]["kueue.x-k8s.io/queue-name"],
+                    "queueName": js["metadata"]["labels"][QUEUE],
                     "priority": self._priority(js),
                 },
                 "status": {},
@@ -263,9 +342,8 @@ class BatchControllers:
             if js is None or _true(workload, "Finished"):
                 continue
             if _true(js, "Completed") or _true(js, "Failed"):
-                _set(workload, "Finished", "True", "Succeeded")
-                _set(workload, "QuotaReserved", "False", "Finished")
-                _set(workload, "Admitted", "False", "NoReservation")
+                reason = "Succeeded" if _true(js, "Completed") else "Failed"
+                _set(workload, "Finished", "True", reason)  # K4: reservation kept
                 self._put(workload)
             elif _true(workload, "Admitted"):
                 used += self._demand(js)
@@ -287,7 +365,10 @@ class BatchControllers:
                 used += need
                 _set(workload, "QuotaReserved", "True", "QuotaReserved", "Quota reserved")
                 _set(workload, "Admitted", "True", "Admitted", "The workload is admitted")
-                _set(workload, "Evicted", "False", "QuotaReserved")
+                for kind in ("Evicted", "Preempted"):  # reset only if set (workload.go)
+                    if _true(workload, kind):
+                        _set(workload, kind, "False", "QuotaReserved")
+                workload["status"].pop("requeueState", None)
                 self._put(workload)
                 js["spec"]["suspend"] = False
                 self._put(js)
@@ -305,23 +386,46 @@ class BatchControllers:
 
     def preempt(self, jobset: str) -> None:
         """K3: Kueue preempts the job (a higher-priority one needs its quota)."""
+        message = "Preempted to accommodate a workload with higher priority"
+        self._evict(jobset, "Preempted", message, preempted=True)
+
+    def time_out(self, jobset: str) -> None:
+        """K5: the job's pods did not all become ready within waitForPodsReady.timeout."""
         workload = self.workload(jobset)
         assert workload is not None, f"no workload for {jobset}"
-        message = "Preempted to accommodate a workload with higher priority"
-        _set(workload, "Evicted", "True", "Preempted", message)
-        _set(workload, "Preempted", "True", "InClusterQueue", message)
-        _set(workload, "QuotaReserved", "False", "Pending", "waiting for quota")
-        _set(workload, "Admitted", "False", "NoReservation")
+        message = f"Exceeded the PodsReady timeout {self.ns}/{workload['metadata']['name']}"
+        self._evict(jobset, "PodsReadyTimeout", message)
+
+    def _evict(self, jobset: str, reason: str, message: str, *, preempted: bool = False) -> None:
+        """K3/K5: the job is evicted, stopped, then loses its quota reservation.
+
+        Evicted (and Preempted) while still admitted; the JobSet is suspended; the
+        reservation goes once the job stopped (workloadevict.Evict, then jobframework
+        reconciler: QuotaReserved and Admitted are cleared when the job is no longer
+        active), so JobSet (J2) and the Job controller (B2) act before it can be admitted
+        again. A PodsReadyTimeout eviction also sets `requeueState` (count + 1, requeueAt;
+        UpdateRequeueState), here a moment in the past: the backoff is not emulated.
+        """
+        workload = self.workload(jobset)
+        assert workload is not None, f"no workload for {jobset}"
+        _set(workload, "Evicted", "True", reason, message)
+        if preempted:
+            _set(workload, "Preempted", "True", "InClusterQueue", message)
+        if reason == "PodsReadyTimeout":
+            state = workload["status"].setdefault("requeueState", {})
+            state["count"] = int(state.get("count", 0)) + 1
+            state["requeueAt"] = "2000-01-01T00:00:00Z"
         self._put(workload)
         js = next(j for j in self._jobsets() if j["metadata"]["name"] == jobset)
         js["spec"]["suspend"] = True
         self._put(js)
-        # Kueue gives the quota back only once the stopped job has no active pods
-        # (jobframework reconciler: the reservation is cleared when the job is no longer
-        # active), so JobSet (J2) and the Job controller (B2) act before it can be
-        # admitted again.
         self._jobset()
         self._job_controller()
+        workload = self.workload(jobset)
+        assert workload is not None
+        _set(workload, "QuotaReserved", "False", "Pending", "waiting for quota")
+        _set(workload, "Admitted", "False", "NoReservation")
+        self._put(workload)
 
     # -- JobSet
     def _restart_or_fail(self, js: dict, children: list[dict]) -> None:
@@ -453,6 +557,42 @@ class BatchControllers:
                 free[where] -= _gpus(pod["spec"])
         return free
 
+    def _schedule(self, spec: dict) -> str | None:
+        """B1's scheduler: the node for a pod, or None (it stays Pending).
+
+        A Ready, uncordoned node whose NoSchedule and NoExecute taints the pod tolerates
+        and that has the GPUs it asks for free; of those the one its preferred node
+        affinity weighs most, then by name.
+
+        Sources: kubernetes.io/docs/concepts/scheduling-eviction/taint-and-toleration/
+        (an Exists toleration with a key and no effect tolerates every taint of that key)
+        and assign-pod-node/ (preferredDuringSchedulingIgnoredDuringExecution weights).
+        """
+        gpus = _gpus(spec)
+        free = self._free()
+        candidates = []
+        for node in self.api.objects("/api/v1/nodes/"):
+            name = node["metadata"]["name"]
+            node_spec = node.get("spec") or {}
+            ready = any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in (node.get("status") or {}).get("conditions") or []
+            )
+            taints = [
+                t
+                for t in node_spec.get("taints") or []
+                if t.get("effect") in ("NoSchedule", "NoExecute")
+            ]
+            if (
+                not ready
+                or node_spec.get("unschedulable")
+                or free.get(name, 0) < gpus
+                or not all(_tolerates(spec.get("tolerations") or [], t) for t in taints)
+            ):
+                continue
+            candidates.append((-_preference(spec, node), name))
+        return min(candidates)[1] if candidates else None
+
     def _job_controller(self) -> int:
         created = 0
         for job in self._jobs():
@@ -467,6 +607,7 @@ class BatchControllers:
                 continue
             if self._finish(job, pods):
                 continue
+            self._retry(pods)
             have = {
                 int(p["metadata"]["labels"][JOB_INDEX])
                 for p in pods
@@ -478,6 +619,17 @@ class BatchControllers:
                 self._create_pod(job, index)
                 created += 1
         return created
+
+    def _retry(self, pods: list[dict]) -> None:
+        """The scheduler binds a Pending pod once a node can take it."""
+        for pod in pods:
+            if _unschedulable(pod) and (node := self._schedule(pod["spec"])) is not None:
+                pod["spec"]["nodeName"] = node
+                pod["status"] = {
+                    "phase": "Running",
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                }
+                self._start(self._put(pod))
 
     @staticmethod
     def _policy_action(job: dict, pod: dict) -> str:
@@ -537,13 +689,24 @@ class BatchControllers:
         labels["job-name"] = job["metadata"]["name"]
         spec = template["spec"]
         spec["hostname"] = f"{job['metadata']['name']}-{index}"
-        gpus = _gpus(spec)
-        free = self._free()
-        spec["nodeName"] = next(
-            (n for n, g in sorted(free.items()) if g >= gpus and (g or not gpus)), "cpu-node"
-        )
+        node = self._schedule(spec)
         status: dict = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
-        if self.waiting_reason:
+        if node is None:
+            status = {
+                "phase": "Pending",
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": f"0/{len(self.api.objects('/api/v1/nodes/'))} nodes are "
+                        "available",
+                    }
+                ],
+            }
+        else:
+            spec["nodeName"] = node
+        if node is not None and self.waiting_reason:
             status = {
                 "phase": "Pending",
                 "containerStatuses": [
@@ -556,10 +719,15 @@ class BatchControllers:
                 ],
             }
         stored = self._put(self._pod(name, labels, job, spec, status))
+        if node is not None:
+            self._start(stored)
+
+    def _start(self, pod: dict) -> None:
+        """Kubelet runs a bound pod's container (its log, or a real process: B5)."""
         if self.logs is not None:
-            self.api.set_pod_log(self.ns, name, self.logs(stored))
+            self.api.set_pod_log(self.ns, pod["metadata"]["name"], self.logs(pod))
         if self.kubelet is not None:
-            self.kubelet.start(stored)
+            self.kubelet.start(pod)
 
     def _pod(self, name: str, labels: dict, owner: dict, spec: dict, status: dict) -> dict:
         return {
@@ -623,7 +791,20 @@ class BatchControllers:
                 name = f"{deployment['metadata']['name']}-{secrets.token_hex(5)[:10]}"
                 labels = dict(template["metadata"].get("labels") or {})
                 spec = template["spec"]
-                self._put(self._pod(name, labels, deployment, spec, self._started(spec)))
+                status = self._started(spec)
+                if QUEUE in labels and self.managed:  # K0: gated until Kueue admits it
+                    spec["schedulingGates"] = [{"name": ADMISSION_GATE}]
+                    status = {
+                        "phase": "Pending",
+                        "conditions": [
+                            {
+                                "type": "PodScheduled",
+                                "status": "False",
+                                "reason": "SchedulingGated",
+                            }
+                        ],
+                    }
+                self._put(self._pod(name, labels, deployment, spec, status))
 
     def _started(self, spec: dict) -> dict:
         """The status kubelet gives a pod whose containers it started (or could not)."""
@@ -667,6 +848,7 @@ class BatchControllers:
                 code = self.kubelet.exit_code(pod)
                 if code is not None and pod["status"].get("phase") == "Running":
                     self._end(pod, "Succeeded" if code == 0 else "Failed", code)
+        self._default_queue()
         self._kueue()
         self._jobset()
         created = self._job_controller()

@@ -316,6 +316,11 @@ class TensorflowCharm(ops.CharmBase):
             return
         for obj in objects:
             kube.apply(obj, field_manager=self.app.name)
+        for name in queues.retired(
+            kube.list(queues.API, "LocalQueue", ctx.namespace), self.app.name
+        ):
+            kube.delete(queues.API, "LocalQueue", name, ctx.namespace)
+            logger.info("deleted LocalQueue %s of an earlier revision", name)
         self._stored.queues = digest
         logger.info("applied ClusterQueue %s", objects[0]["metadata"]["name"])
 

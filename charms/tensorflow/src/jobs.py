@@ -34,6 +34,7 @@ chief's log tail.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import math
 import re
@@ -58,12 +59,14 @@ from literals import (
     JOBSET_API,
     LABEL_COMPLETION_INDEX,
     LABEL_COMPONENT,
+    LABEL_GPU_PRODUCT,
     LABEL_JOB,
     LABEL_MANAGED_BY,
     LABEL_PRIORITY,
     LABEL_QUEUE,
     LABEL_ROLE,
     LAUNCHER,
+    LOCAL_QUEUE,
     MAX_WORKERS,
     PROGRESS_MARKER,
     PURGE_TTL_SECONDS,
@@ -383,7 +386,7 @@ class Context:
     user: tuple[int, int] = (1000, 1000)
     max_restarts: int = 3
     ttl_seconds: int = 24 * 3600
-    queue: str = "default"
+    queue: str = LOCAL_QUEUE
     pull_secret: str = ""  # the image pull Secret every pod names (registry_auth), if any
 
     @property
@@ -560,11 +563,31 @@ def replicated_job(request: TrainRequest, ctx: Context, role: str) -> dict:
             }
         ],
         "volumes": _volumes(request, ctx),
+        # Every role tolerates the GPU nodes' taint: the team's cpu and memory quota counts
+        # their CPUs and memory (queues.capacity), so a chief, parameter server or CPU-only
+        # worker Kueue admitted must be able to land there, or its gang would wait for a
+        # node until waitForPodsReady evicts it, again and again. A pod with no GPU still
+        # prefers a node without one, leaving the GPU nodes' CPUs to their GPU pods.
+        "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists"}],
     }
     if gpus:
         resources["limits"][GPU_RESOURCE] = str(gpus)
         pod_spec["runtimeClassName"] = GPU_RUNTIME_CLASS
-        pod_spec["tolerations"] = [{"key": GPU_RESOURCE, "operator": "Exists"}]
+    else:
+        pod_spec["affinity"] = {
+            "nodeAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "weight": 100,
+                        "preference": {
+                            "matchExpressions": [
+                                {"key": LABEL_GPU_PRODUCT, "operator": "DoesNotExist"}
+                            ]
+                        },
+                    }
+                ]
+            }
+        }
     if gpus > 1:
         # NCCL between the GPUs of one pod passes data through /dev/shm, which a container
         # gets at 64 MiB by default; a memory-backed emptyDir lifts that (it counts against
@@ -1059,27 +1082,49 @@ def find_pod(pods: Iterable[dict], role: str, index: int) -> dict | None:
     return matching[-1] if matching else None
 
 
-def queue_state(workload: Mapping[str, Any] | None) -> tuple[str, str]:
-    """(state, why) of a job's Kueue Workload (kueue v1beta2 workload_types.go conditions).
+# The states in which a job's Workload waits for Kueue to admit it (again).
+WAITING = ("Queued", "Preempted", "Requeued", "Evicted")
 
-    `Queued` while no quota is reserved (why: Kueue's message), `Preempted` when it was
-    evicted and waits again, `Admitted` once admitted, `Unknown` before Kueue made it.
+
+def queue_state(workload: Mapping[str, Any] | None) -> tuple[str, str]:
+    """(state, why) of a job's Kueue Workload, from its conditions.
+
+    Kueue v0.19.2 (apis/kueue/v1beta2/workload_types.go; pkg/workload/workload.go,
+    finish/finish.go; jobframework/reconciler.go) sets them in this order:
+    - `Finished` True once the job ended; QuotaReserved and Admitted stay True: `Finished`.
+    - `Evicted` True while Admitted is still True (Kueue clears the reservation only once
+      the job stopped), and it stays True while the Workload waits again, until a new
+      admission sets it False. By its reason: `Preempted` (another workload needed the
+      quota), `Requeued` (PodsReadyTimeout: its pods did not all run within
+      pods-ready-timeout), `Evicted` (any other: Deactivated, ClusterQueueStopped, ...).
+    - `Admitted` True: admitted.
+    - Otherwise `Queued`, why being Kueue's QuotaReserved message.
+    `Unknown` before Kueue made the Workload.
     """
     if workload is None:
         return "Unknown", "Kueue has not picked the job up yet"
     conditions = {c.get("type"): c for c in (workload.get("status") or {}).get("conditions") or []}
 
-    def true(kind: str) -> bool:
-        return (conditions.get(kind) or {}).get("status") == "True"
+    def true(kind: str) -> dict | None:
+        cond = conditions.get(kind) or {}
+        return cond if cond.get("status") == "True" else None
 
+    if finished := true("Finished"):
+        return "Finished", finished.get("reason", "")
+    if evicted := true("Evicted"):
+        reason, message = evicted.get("reason", ""), evicted.get("message", "")
+        if reason == "Preempted":
+            return "Preempted", f"{reason}: {message}"
+        if reason == "PodsReadyTimeout":
+            return "Requeued", (
+                "its pods did not all run within pods-ready-timeout, so Kueue released its "
+                f"quota and requeued it ({message})"
+            )
+        return "Evicted", f"{reason}: {message}"
     if true("Admitted"):
         return "Admitted", ""
     reserved = conditions.get("QuotaReserved") or {}
-    why = reserved.get("message") or "waiting for quota"
-    evicted = conditions.get("Evicted") or {}
-    if true("Evicted") or (evicted and evicted.get("reason") == "Preempted"):
-        return "Preempted", f"{evicted.get('reason', 'Evicted')}: {evicted.get('message', '')}"
-    return "Queued", why
+    return "Queued", reserved.get("message") or "waiting for quota"
 
 
 def queue_reason(workload: Mapping[str, Any] | None) -> str:
@@ -1090,22 +1135,42 @@ def queue_reason(workload: Mapping[str, Any] | None) -> str:
     return ""
 
 
-def queue_position(workload: Mapping[str, Any], workloads: Iterable[Mapping[str, Any]]) -> int:
-    """1 + the pending workloads of the same queue Kueue would admit first.
+def queue_position(
+    workload: Mapping[str, Any], workloads: Iterable[Mapping[str, Any]], now: str = ""
+) -> int:
+    """1 + the waiting workloads of the same queue Kueue would admit first.
 
-    BestEffortFIFO orders a queue by priority (higher first), then age (kueue
-    pkg/cache/queue ordering); this charm's LocalQueue feeds one ClusterQueue.
+    BestEffortFIFO orders a queue by priority (higher first), then by its queue-order
+    timestamp, which is the creation time except for a workload evicted by
+    PodsReadyTimeout: with `requeuingStrategy.timestamp: Eviction` (kubernetes-control-
+    plane's Kueue configuration) that one queues from its eviction (kueue v0.19.2
+    pkg/workload/workload.go GetQueueOrderTimestamp). A workload waiting out its requeue
+    backoff (`status.requeueState.requeueAt` after `now`, RFC 3339) is not a candidate
+    yet. This charm's LocalQueue feeds one ClusterQueue.
     """
+    now = now or datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
     def key(w: Mapping[str, Any]) -> tuple[int, str]:
         priority = int((w.get("spec") or {}).get("priority") or 0)
-        return (-priority, (w.get("metadata") or {}).get("creationTimestamp", ""))
+        stamp = (w.get("metadata") or {}).get("creationTimestamp", "")
+        for cond in (w.get("status") or {}).get("conditions") or []:
+            if (cond.get("type"), cond.get("status"), cond.get("reason")) == (
+                "Evicted",
+                "True",
+                "PodsReadyTimeout",
+            ):
+                stamp = cond.get("lastTransitionTime") or stamp
+        return (-priority, stamp)
+
+    def backing_off(w: Mapping[str, Any]) -> bool:
+        return ((w.get("status") or {}).get("requeueState") or {}).get("requeueAt", "") > now
 
     mine = key(workload)
     ahead = [
         w
         for w in workloads
-        if queue_state(w)[0] in ("Queued", "Preempted")
+        if queue_state(w)[0] in WAITING
+        and not backing_off(w)
         and w["metadata"]["name"] != workload["metadata"]["name"]
         and key(w) < mine
     ]
@@ -1130,7 +1195,7 @@ def phase(
     if _true(js, "Failed"):
         return "Failed"
     state, _ = queue_state(workload)
-    if state in ("Queued", "Preempted"):
+    if state in WAITING:
         return state
     if (js.get("spec") or {}).get("suspend"):
         return "Queued"
@@ -1168,7 +1233,7 @@ def summarise(
         "gpus-held": str(sum(pod_gpus(p) for p in active)),
         "tensorboard-url": tensorboard_url(request.job, namespace),
     }
-    if current in ("Queued", "Preempted"):
+    if current in WAITING:
         _, why = queue_state(workload)
         out["queue"] = f"position {position}: {why}" if position else why
     if progress:

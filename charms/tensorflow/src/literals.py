@@ -31,6 +31,17 @@ LABEL_RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
 # Kueue (kubernetes-sigs/kueue v0.19.2, pkg/controller/constants): the queue and priority a
 # job names; Kueue suspends a JobSet carrying the queue label until it admits it.
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
+# The team's LocalQueue, which every job names. Not `default`: Kueue makes a LocalQueue of
+# that name the namespace's default queue (kueue v0.19.2 pkg/controller/constants
+# DefaultLocalQueueName), and its webhooks then put every unlabelled Job, Deployment and
+# Pod of the namespace in it (jobframework/defaults.go): TensorBoard and the purge Job
+# would wait for quota and could be preempted.
+LOCAL_QUEUE = "training"
+# The label kubernetes-worker puts on its GPU nodes (nvidia.py LABEL_PRODUCT), which the
+# control plane's GPU ResourceFlavors select.
+LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
+# Earlier revisions named it `default`; the charm deletes that one when it is its own.
+RETIRED_LOCAL_QUEUES = ("default",)
 LABEL_QUEUE = "kueue.x-k8s.io/queue-name"
 LABEL_PRIORITY = "kueue.x-k8s.io/priority-class"
 PRIORITIES = ("low", "normal", "high")  # WorkloadPriorityClasses the control plane makes

@@ -14,8 +14,9 @@ cohort `gpu-k8s`, a ResourceFlavor `cpu` and one per GPU model, labelled
   cluster: fine for one team; teams sharing a cluster set theirs). Unused quota is lent to
   the other teams of the cohort and reclaimed by preemption (`reclaimWithinCohort: Any`);
   within the team a higher priority preempts a lower one.
-- LocalQueue `default` in the namespace, pointing at it: the queue every job names
-  (`kueue.x-k8s.io/queue-name`).
+- LocalQueue `training` in the namespace, pointing at it: the queue every job names
+  (`kueue.x-k8s.io/queue-name`). Never `default`, which Kueue would make the namespace's
+  default queue for TensorBoard's Deployment and the purge Job too (literals.LOCAL_QUEUE).
 
 Kueue API (kubernetes-sigs/kueue v0.19.2, apis/kueue/v1beta2/clusterqueue_types.go and
 localqueue_types.go): ClusterQueue {cohortName, namespaceSelector, queueingStrategy,
@@ -34,13 +35,18 @@ from collections.abc import Iterable
 from typing import Any
 
 import jobs
-from literals import GPU_RESOURCE, KINDS, KUEUE_API
+from literals import (
+    GPU_RESOURCE,
+    KINDS,
+    KUEUE_API,
+    LABEL_GPU_PRODUCT,
+    LOCAL_QUEUE,
+    RETIRED_LOCAL_QUEUES,
+)
 
 API = KUEUE_API
 COHORT = "gpu-k8s"
 CPU_FLAVOR = "cpu"
-LOCAL_QUEUE = "default"
-LABEL_PRODUCT = "nvidia.com/gpu.product"
 FLAVOR_OWNER = ("app.kubernetes.io/managed-by", "kubernetes-control-plane")
 _SUFFIXES = {
     "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
@@ -92,7 +98,7 @@ def capacity(nodes: Iterable[dict[str, Any]]) -> Capacity:
         cpu += quantity(allocatable.get("cpu", "0"))
         memory += quantity(allocatable.get("memory", "0"))
         count = int(quantity(allocatable.get(GPU_RESOURCE, "0")))
-        product = ((node.get("metadata") or {}).get("labels") or {}).get(LABEL_PRODUCT)
+        product = ((node.get("metadata") or {}).get("labels") or {}).get(LABEL_GPU_PRODUCT)
         if count and product:
             gpus[product] = gpus.get(product, 0) + count
     return Capacity(cpu, memory, gpus)
@@ -105,7 +111,7 @@ def gpu_flavors(flavors: Iterable[dict[str, Any]]) -> dict[str, str]:
         labels = (flavor.get("metadata") or {}).get("labels") or {}
         if labels.get(FLAVOR_OWNER[0]) != FLAVOR_OWNER[1]:
             continue
-        product = ((flavor.get("spec") or {}).get("nodeLabels") or {}).get(LABEL_PRODUCT)
+        product = ((flavor.get("spec") or {}).get("nodeLabels") or {}).get(LABEL_GPU_PRODUCT)
         if product:
             out[flavor["metadata"]["name"]] = product
     return out
@@ -181,6 +187,16 @@ def team_objects(
             "metadata": {"name": LOCAL_QUEUE, "namespace": namespace, "labels": labels},
             "spec": {"clusterQueue": name},
         },
+    ]
+
+
+def retired(local_queues: Iterable[dict[str, Any]], app: str) -> list[str]:
+    """This application's LocalQueues of earlier revisions, which it should delete."""
+    return [
+        q["metadata"]["name"]
+        for q in local_queues
+        if q["metadata"]["name"] in RETIRED_LOCAL_QUEUES
+        and ((q["metadata"].get("labels") or {}).get("app.kubernetes.io/managed-by") == app)
     ]
 
 

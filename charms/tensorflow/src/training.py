@@ -294,7 +294,7 @@ def queue_answer(
         workloads = _workloads(kube, ctx)
         workload = _workload_of(js, workloads)
         state, why = jobs.queue_state(workload)
-        if workload is not None and state in ("Queued", "Preempted"):
+        if workload is not None and state in jobs.WAITING:
             why = f"position {jobs.queue_position(workload, workloads)}: {why}"
         answer = (state, why)
         # Kueue has decided once it admitted the job or said why not (a fresh Workload
@@ -338,7 +338,7 @@ def launch(
         "created": str(new).lower(),
         "tensorboard-url": jobs.tensorboard_url(request.job, ctx.namespace),
     }
-    if state in ("Queued", "Preempted", "Unknown"):
+    if state in (*jobs.WAITING, "Unknown"):
         log(f"{state.lower()}: {why}")
         results["state"] = f"{state.lower()}: {why}"
         if not request.wait:
@@ -380,7 +380,7 @@ def _summary(
     workload = _workload_of(js, workloads)
     progress = jobs.parse_progress(_chief_log(kube, ctx, request, pods))
     position = None
-    if workload is not None and jobs.queue_state(workload)[0] in ("Queued", "Preempted"):
+    if workload is not None and jobs.queue_state(workload)[0] in jobs.WAITING:
         position = jobs.queue_position(workload, workloads)
     return jobs.summarise(request, js, workload, pods, progress, ctx.namespace, position=position)
 
@@ -415,7 +415,7 @@ def list_jobs(kube: Any, ctx: Context) -> dict[str, str]:
 
 
 GLANCE_DETAILS = 3  # running jobs named in the status line (one log read each)
-_GLANCE_ORDER = ("Running", "Restarting", "Queued", "Preempted", "Admitted", "Failed")
+_GLANCE_ORDER = ("Running", "Restarting", *jobs.WAITING, "Admitted", "Failed")
 
 
 def at_a_glance(kube: Any, ctx: Context) -> str:
@@ -600,7 +600,7 @@ def scale(
     _apply_all(kube, ctx, jobs.manifests(scaled, ctx, code))
     log(f"relaunched {job} with {workers} workers")
     state, why = queue_answer(kube, ctx, job, sleep=sleep, clock=clock)
-    if state in ("Queued", "Preempted", "Unknown"):
+    if state in (*jobs.WAITING, "Unknown"):
         log(f"{state.lower()}: {why}")
         return {
             "job": job,

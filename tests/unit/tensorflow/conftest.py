@@ -52,6 +52,8 @@ def node(
     spec: dict = {}
     if unschedulable:
         spec["unschedulable"] = True
+    if taints is None and gpus:  # what kubernetes-worker puts on a GPU node (nvidia.py)
+        taints = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
     if taints:
         spec["taints"] = taints
     return {

@@ -360,3 +360,98 @@ def test_queue_state_and_reason_from_the_workload_conditions():
     }
     assert jobs.queue_state(preempted) == ("Preempted", "Preempted: by high")
     assert jobs.queue_state(None)[0] == "Unknown"
+
+
+def _workload(name: str, *conditions: tuple, priority: int = 0, created: str = "", **status):
+    return {
+        "metadata": {"name": name, "creationTimestamp": created or "2026-11-24T06:00:00Z"},
+        "spec": {"priority": priority},
+        "status": {
+            "conditions": [
+                {
+                    "type": c[0],
+                    "status": c[1],
+                    "reason": c[2],
+                    "message": c[3],
+                    **(c[4:] or [{}])[0],
+                }
+                for c in conditions
+            ],
+            **status,
+        },
+    }
+
+
+def test_queue_state_follows_kueues_condition_sequences():
+    # Kueue marks Evicted while the reservation still stands and clears it only once the
+    # job stopped (jobframework reconciler): the job is being preempted, not admitted
+    stopping = _workload(
+        "w",
+        ("QuotaReserved", "True", "QuotaReserved", ""),
+        ("Admitted", "True", "Admitted", ""),
+        ("Evicted", "True", "Preempted", "for a higher priority"),
+    )
+    assert jobs.queue_state(stopping) == ("Preempted", "Preempted: for a higher priority")
+    # pods not all ready in time: requeued, not preempted
+    timed_out = _workload(
+        "w",
+        ("QuotaReserved", "False", "Pending", ""),
+        ("Evicted", "True", "PodsReadyTimeout", "Exceeded the PodsReady timeout ns/w"),
+    )
+    state, why = jobs.queue_state(timed_out)
+    assert state == "Requeued"
+    assert "pods-ready-timeout" in why and "Exceeded the PodsReady timeout ns/w" in why
+    stopped = _workload(
+        "w", ("Evicted", "True", "ClusterQueueStopped", "The ClusterQueue is stopped")
+    )
+    assert jobs.queue_state(stopped) == (
+        "Evicted",
+        "ClusterQueueStopped: The ClusterQueue is stopped",
+    )
+    # readmitted: Kueue turns Evicted False
+    again = _workload(
+        "w",
+        ("Admitted", "True", "Admitted", ""),
+        ("Evicted", "False", "QuotaReserved", ""),
+    )
+    assert jobs.queue_state(again) == ("Admitted", "")
+    # Finished keeps QuotaReserved and Admitted True (workload/finish/finish.go)
+    done = _workload(
+        "w", ("Admitted", "True", "Admitted", ""), ("Finished", "True", "Succeeded", "")
+    )
+    assert jobs.queue_state(done) == ("Finished", "Succeeded")
+
+
+def test_queue_position_orders_as_kueue_does():
+    pending = ("QuotaReserved", "False", "Pending", "insufficient quota")
+    mine = _workload("mine", pending, created="2026-11-24T06:05:00Z")
+    older = _workload("older", pending, created="2026-11-24T06:01:00Z")
+    urgent = _workload("urgent", pending, priority=10000, created="2026-11-24T06:09:00Z")
+    done = _workload(
+        "done", ("Admitted", "True", "Admitted", ""), ("Finished", "True", "Succeeded", "")
+    )
+    # requeued after a PodsReadyTimeout: queues from its eviction (timestamp: Eviction)
+    evicted_late = _workload(
+        "late",
+        pending,
+        (
+            "Evicted",
+            "True",
+            "PodsReadyTimeout",
+            "",
+            {"lastTransitionTime": "2026-11-24T06:07:00Z"},
+        ),
+        created="2026-11-24T05:00:00Z",
+    )
+    # waiting out its requeue backoff: not a candidate yet
+    backing_off = _workload(
+        "backoff",
+        pending,
+        created="2026-11-24T05:00:00Z",
+        requeueState={"count": 2, "requeueAt": "2026-11-24T06:30:00Z"},
+    )
+    everyone = [mine, older, urgent, done, evicted_late, backing_off]
+    now = "2026-11-24T06:10:00Z"
+    assert jobs.queue_position(mine, everyone, now) == 3  # behind urgent and older
+    assert jobs.queue_position(evicted_late, everyone, now) == 4
+    assert jobs.queue_position(mine, everyone, "2026-11-24T07:00:00Z") == 4  # backoff over

@@ -216,6 +216,7 @@ def test_logs_prefix_every_line_with_role_and_index(ctx, running, api):
 
 
 def test_logs_of_ps_job_cover_every_role(ctx, state, api, controller):
+    add_nodes(api, node("cpu-0"))
     controller.logs = chief_log("chief says hi\n")
     run_action(ctx, state, "train", job="pst", strategy="ps", ps=1, workers=2)
     results, _ = run_action(ctx, state, "logs", job="pst")
@@ -301,8 +302,9 @@ def test_stop_twice_is_harmless(ctx, running, api):
     assert job_objects(api) == []
 
 
-def test_stop_with_purge_starts_a_cleanup_job(ctx, running, api):
+def test_stop_with_purge_starts_a_cleanup_job(ctx, running, api, controller):
     results, _ = run_action(ctx, running, "stop", job="mnist", purge=True)
+    controller.tick()
     remaining = job_objects(api)
     assert [o["metadata"]["name"] for o in remaining] == ["mnist-purge"]
     purge = remaining[0]
@@ -313,6 +315,9 @@ def test_stop_with_purge_starts_a_cleanup_job(ctx, running, api):
     ]
     assert purge["spec"]["ttlSecondsAfterFinished"] > 0
     assert purge["metadata"]["labels"]["gpu-k8s.io/job"] == "mnist"
+    # it runs at once: Kueue's webhooks queued no Job of the namespace (fakes/batch.py K0)
+    assert "kueue.x-k8s.io/queue-name" not in purge["metadata"]["labels"]
+    assert not purge["spec"].get("suspend")
     manifest = {k: v for k, v in purge.items() if k != "status"}
     manifest["metadata"] = {k: purge["metadata"][k] for k in ("name", "namespace", "labels")}
     kubernetes_validate.validate(manifest, "1.33", strict=True)
@@ -405,6 +410,24 @@ def test_a_preempted_job_is_requeued_and_resumes_when_admitted_again(
     results, _ = run_action(ctx, running, "job-status", job="mnist")
     assert results["phase"] == "Running"
     assert results["restarts"] == "0 of 3"  # a preemption is not a failure
+
+
+def test_a_job_whose_pods_were_not_ready_in_time_is_requeued_not_preempted(
+    ctx, running, api, controller
+):
+    controller.enabled = False  # nothing readmits it while we look
+    controller.time_out("mnist")
+    results, _ = run_action(ctx, running, "job-status", job="mnist")
+    assert results["phase"] == "Requeued"
+    assert results["queue"].startswith("position 1: its pods did not all run within")
+    assert "Exceeded the PodsReady timeout" in results["queue"]
+    assert results["gpus-held"] == "0"
+    listed, _ = run_action(ctx, running, "list-jobs")
+    assert listed["jobs"]["mnist"].startswith("Requeued")
+    controller.enabled = True
+    controller.tick()
+    results, _ = run_action(ctx, running, "job-status", job="mnist")
+    assert results["phase"] == "Running"
 
 
 def test_finished_jobs_are_deleted_by_jobset_after_job_ttl(ctx, state, api):

@@ -11,7 +11,8 @@ from conftest import NS, add_nodes, node
 from ops import testing
 
 CQ = "/apis/kueue.x-k8s.io/v1beta2/clusterqueues/team-tensorflow"
-LQ = f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{NS}/localqueues/default"
+LQS = f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{NS}/localqueues/"
+LQ = LQS + "training"
 CONTROL_PLANE_TAINT = [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]
 
 
@@ -45,6 +46,21 @@ def test_the_team_gets_a_queue_in_the_cohort_sized_by_the_schedulable_nodes(ctx,
         ("gpu-nvidia-a10g", "nvidia.com/gpu"): "5",
     }
     assert api.get_object(LQ)["spec"] == {"clusterQueue": "team-tensorflow"}
+    # never `default`, which Kueue would make the namespace's queue for everything
+    assert [q["metadata"]["name"] for q in api.objects(LQS)] == ["training"]
+
+
+def test_the_default_queue_of_an_earlier_revision_goes_and_nobody_elses(ctx, state, api):
+    add_nodes(api, node("gpu-0", 1))
+    ours = {"app.kubernetes.io/managed-by": "tensorflow"}
+    api.put_object(LQS + "default", {"metadata": {"labels": ours}, "spec": {"clusterQueue": "x"}})
+    api.put_object(LQS + "theirs", {"metadata": {}, "spec": {"clusterQueue": "y"}})
+    ctx.run(ctx.on.upgrade_charm(), state)
+    assert [q["metadata"]["name"] for q in api.objects(LQS)] == ["theirs", "training"]
+
+    api.put_object(LQS + "default", {"metadata": {}, "spec": {"clusterQueue": "z"}})  # a user's
+    ctx.run(ctx.on.config_changed(), dataclasses.replace(state, config={"gpu-quota": "1"}))
+    assert api.get_object(LQS + "default") is not None
 
 
 def test_configured_quotas_are_the_nominal_quota(ctx, state, api):

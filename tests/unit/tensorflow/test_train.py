@@ -64,7 +64,7 @@ def test_train_creates_every_object_labelled_and_valid(ctx, state, api, controll
         if obj["kind"] in ("ConfigMap", "Deployment", "Service"):
             kubernetes_validate.validate(_strip(obj), "1.33", strict=True)
     js = jobset(api, "mnist")
-    assert js["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "default"
+    assert js["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "training"
     assert js["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "normal"
     assert "suspend" not in _strip(js)["spec"] or js["spec"]["suspend"] is False  # Kueue's
     # admitted by Kueue at once (it fits), then progress while pods start, one more per poll
@@ -77,6 +77,9 @@ def test_train_creates_every_object_labelled_and_valid(ctx, state, api, controll
     assert results["pods-running"] == "all"
     assert results["tensorboard-url"] == f"http://mnist-tensorboard.{NS}.svc:6006"
     assert results["tensorboard"] == "running"
+    # TensorBoard is nobody's quota: Kueue's webhooks left it alone (fakes/batch.py K0)
+    tensorboard = api.get_object(f"/apis/apps/v1/namespaces/{NS}/deployments/mnist-tensorboard")
+    assert "kueue.x-k8s.io/queue-name" not in tensorboard["metadata"]["labels"]
 
 
 def test_a_tensorboard_image_without_tensorboard_is_reported_not_hidden(ctx, state, api):
@@ -302,6 +305,7 @@ def test_train_gives_up_waiting_after_timeout(ctx, state, api, controller, fake_
 
 
 def test_train_fails_when_image_cannot_be_pulled(ctx, state, api, controller):
+    add_nodes(api, node("cpu-0"))
     controller.waiting_reason = "ErrImagePull"
     with pytest.raises(testing.ActionFailed, match="ErrImagePull.*fix the image"):
         run_action(ctx, state, "train", job="mnist", workers=2, image="nope/nope:0")
@@ -416,3 +420,35 @@ def test_launch_requests_do_not_grow_with_workers(ctx, state, api):
         ctx.run(ctx.on.action("train", params=params), reconciled)
         counts.append(len(api.requests) - before)
     assert counts[0] == counts[1]
+
+
+def _placement(api) -> dict[str, str]:
+    return {
+        "{}-{}".format(
+            p["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"],
+            p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"],
+        ): p["spec"].get("nodeName", "")
+        for p in training_pods(api)
+    }
+
+
+def test_roles_without_gpus_run_on_tainted_gpu_nodes_whose_cpus_the_quota_counts(ctx, state, api):
+    # only GPU nodes (tainted nvidia.com/gpu, as kubernetes-worker does): the team's cpu
+    # quota is theirs, so the chief and the parameter server must be able to land there
+    add_nodes(api, node("gpu-0", 2), node("gpu-1", 2))
+    params = {"strategy": "ps", "ps": 1, "workers": 2, "gpus-per-worker": 1}
+    results, _ = run_action(ctx, state, "train", job="ps", **params)
+    assert results["state"] == "running"
+    assert all(_placement(api).values()), _placement(api)
+
+
+def test_roles_without_gpus_prefer_nodes_without_gpus(ctx, state, api):
+    add_nodes(api, node("gpu-0", 4), node("cpu-0"))
+    params = {"strategy": "ps", "ps": 1, "workers": 2, "gpus-per-worker": 1}
+    run_action(ctx, state, "train", job="ps", **params)
+    assert _placement(api) == {
+        "chief-0": "cpu-0",
+        "ps-0": "cpu-0",
+        "worker-0": "gpu-0",
+        "worker-1": "gpu-0",
+    }
