@@ -451,7 +451,11 @@ class TensorflowCharm(ops.CharmBase):
         params = event.load_params(jobs.LogsParams, errors="fail")
         self._run(
             event,
-            lambda kube, ctx: {"logs": training.logs(kube, ctx, params.job, params.lines)},
+            lambda kube, ctx: {
+                "logs": training.logs(
+                    kube, ctx, params.job, params.lines, params.role, params.index
+                )
+            },
         )
 
     def _on_stop(self, event: ops.ActionEvent) -> None:

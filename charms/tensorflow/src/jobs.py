@@ -334,9 +334,17 @@ class ScaleParams(JobParams):
 
 
 class LogsParams(JobParams):
-    """The `logs` action's parameters."""
+    """The `logs` action's parameters: every replica, or one role, or one replica."""
 
     lines: int = 20
+    role: Literal["all", "chief", "ps", "worker"] = "all"
+    index: int = -1  # -1: every index
+
+    @pydantic.model_validator(mode="after")
+    def _index_needs_role(self) -> LogsParams:
+        if self.index >= 0 and self.role == "all":
+            raise ValueError("index needs role (for example role=worker index=3)")
+        return self
 
     @pydantic.field_validator("lines")
     @classmethod

@@ -458,8 +458,11 @@ def at_a_glance(kube: Any, ctx: Context) -> str:
     return ", ".join(parts)
 
 
-def logs(kube: Any, ctx: Context, job: str, lines: int) -> str:
+def logs(kube: Any, ctx: Context, job: str, lines: int, role: str = "all", index: int = -1) -> str:
     """The last `lines` lines of every replica, each prefixed with `[role-index]`.
+
+    `role` (and `index`) pick one role (or replica), as `arena logs -i` does: a 64-worker
+    job is otherwise 64 log reads into one result.
 
     A container that restarted also shows the end of its previous instance's log (where a
     crash's traceback is), and how each instance ended (exit code, OOMKilled). A replica
@@ -467,24 +470,36 @@ def logs(kube: Any, ctx: Context, job: str, lines: int) -> str:
     replica's output to `jobs/<job>/pod-logs/<role>-<index>.log`).
     """
     request = load_request(kube, ctx, job)
+    replicas = request.replicas()
+    if role != "all" and role not in replicas:
+        raise JobError(f"job {job!r} has no {role}: its roles are {', '.join(replicas)}")
+    if role != "all" and index >= replicas[role]:
+        raise JobError(
+            f"job {job!r} has {replicas[role]} {role} replicas (index 0 to {replicas[role] - 1})"
+        )
+    wanted = [
+        (r, i)
+        for r, count in replicas.items()
+        for i in range(count)
+        if role in ("all", r) and (index < 0 or i == index)
+    ]
     pods = _training_pods(kube, ctx, job)
     out: list[str] = []
-    for role, count in request.replicas().items():
-        for index in range(count):
-            prefix = f"[{role}-{index}]"
-            pod = jobs.find_pod(pods, role, index)
-            if pod is None:
-                kept = f"jobs/{job}/pod-logs/{role}-{index}.log"
-                out.append(f"{prefix} (no pod; its output is kept on the shared volume in {kept})")
-                continue
-            history, restarted = jobs.container_history(pod)
-            if history:
-                out.append(f"{prefix} ({history})")
-            if restarted:
-                text = _pod_log(kube, ctx, pod, lines, previous=True)
-                out.extend(f"{prefix} previous: {line}" for line in text.splitlines())
-            text = _pod_log(kube, ctx, pod, lines)
-            out.extend(f"{prefix} {line}" for line in text.splitlines() or ["(empty log)"])
+    for r, i in wanted:
+        prefix = f"[{r}-{i}]"
+        pod = jobs.find_pod(pods, r, i)
+        if pod is None:
+            kept = f"jobs/{job}/pod-logs/{r}-{i}.log"
+            out.append(f"{prefix} (no pod; its output is kept on the shared volume in {kept})")
+            continue
+        history, restarted = jobs.container_history(pod)
+        if history:
+            out.append(f"{prefix} ({history})")
+        if restarted:
+            text = _pod_log(kube, ctx, pod, lines, previous=True)
+            out.extend(f"{prefix} previous: {line}" for line in text.splitlines())
+        text = _pod_log(kube, ctx, pod, lines)
+        out.extend(f"{prefix} {line}" for line in text.splitlines() or ["(empty log)"])
     return "\n".join(out)
 
 

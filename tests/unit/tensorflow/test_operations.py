@@ -232,6 +232,29 @@ def test_logs_of_ps_job_cover_every_role(ctx, state, api, controller):
     ]
 
 
+def test_logs_of_one_role_or_one_replica(ctx, state, api, controller):
+    add_nodes(api, node("cpu-0"))
+    controller.logs = chief_log("hi\n")
+    run_action(ctx, state, "train", job="pst", strategy="ps", ps=1, workers=3)
+
+    def prefixes(**params) -> set[str]:
+        results, _ = run_action(ctx, state, "logs", job="pst", **params)
+        return {line.split()[0] for line in results["logs"].splitlines()}
+
+    assert prefixes(role="worker") == {"[worker-0]", "[worker-1]", "[worker-2]"}
+    assert prefixes(role="worker", index=2) == {"[worker-2]"}
+    assert prefixes(role="ps") == {"[ps-0]"}
+    with pytest.raises(testing.ActionFailed, match=r"has 3 worker replicas \(index 0 to 2\)"):
+        run_action(ctx, state, "logs", job="pst", role="worker", index=3)
+    with pytest.raises(testing.ActionFailed, match="index needs role"):
+        run_action(ctx, state, "logs", job="pst", index=1)
+
+
+def test_logs_of_a_role_the_job_lacks_fail_clearly(ctx, running):
+    with pytest.raises(testing.ActionFailed, match="job 'mnist' has no ps: its roles are worker"):
+        run_action(ctx, running, "logs", job="mnist", role="ps")
+
+
 def test_logs_say_when_a_replica_has_no_pod(ctx, running, api):
     for pod in training_pods(api):
         if pod["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] == "1":
