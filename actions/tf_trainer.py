@@ -18,7 +18,9 @@ It runs under whatever `TF_CONFIG` the launcher (`tf_launcher.py`) exported:
   file of an earlier, shorter run does not stop them). The charm may also just stop them.
 - no `TF_CONFIG`: the default (single process) strategy.
 
-Data: `<data>/datasets/mnist.npz` (Keras layout: x_train, y_train) when present, otherwise
+Data: the .npz of the dataset named by `train dataset=<name>` (GPU_K8S_DATASET_DIR:
+`mnist.npz` or its only `.npz`), else `<data>/datasets/mnist.npz` (Keras layout: x_train,
+y_train) when present, otherwise
 synthetic MNIST-size data (28x28 inputs, 10 classes) generated from `--seed`: each class
 has its own mean image plus Gaussian noise, so the loss really falls.
 
@@ -91,6 +93,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--log-dir", default=env.get("GPU_K8S_LOG_DIR", "logs"))
     p.add_argument("--progress-file", default=env.get("GPU_K8S_PROGRESS_FILE", "progress.json"))
     p.add_argument("--data-dir", default=env.get("GPU_K8S_DATA_DIR", "/data"))
+    p.add_argument(
+        "--dataset-dir",
+        default=env.get("GPU_K8S_DATASET_DIR", ""),
+        help="an imported dataset's directory (train dataset=<name>); its .npz is read",
+    )
     args = p.parse_args(argv)
     for name in ("steps", "batch_size", "checkpoint_every"):
         if getattr(args, name) < 1:
@@ -135,12 +142,35 @@ class Classifier(tf.Module):
             var.assign_sub(learning_rate * vel)
 
 
-def load_mnist(data_dir: str):
-    """Return (x uint8 [n,784], y int [n]) from <data>/datasets/mnist.npz, or None."""
-    path = Path(data_dir) / "datasets" / "mnist.npz"
-    if not path.is_file():
-        print(f"data: synthetic MNIST-size batches ({path} not found)", flush=True)
-        return None
+def _dataset_file(dataset_dir: str) -> Path:
+    """The .npz of an imported dataset: mnist.npz, or its only .npz file."""
+    directory = Path(dataset_dir)
+    preferred = directory / "mnist.npz"
+    if preferred.is_file():
+        return preferred
+    found = sorted(directory.rglob("*.npz"))
+    if len(found) != 1:
+        raise ValueError(
+            f"dataset {directory} has {len(found)} .npz files; the built-in trainer reads "
+            "mnist.npz or a single .npz (x_train, y_train): name it so, or read the "
+            "directory (GPU_K8S_DATASET_DIR) from your own command"
+        )
+    return found[0]
+
+
+def load_mnist(data_dir: str, dataset_dir: str = ""):
+    """Return (x uint8 [n,784], y int [n]) from the dataset's .npz, or None (synthetic).
+
+    With `dataset_dir` (train dataset=<name>) its .npz must be readable; without it,
+    <data>/datasets/mnist.npz is used when present.
+    """
+    if dataset_dir:
+        path = _dataset_file(dataset_dir)
+    else:
+        path = Path(data_dir) / "datasets" / "mnist.npz"
+        if not path.is_file():
+            print(f"data: synthetic MNIST-size batches ({path} not found)", flush=True)
+            return None
     with np.load(path) as f:
         x, y = f["x_train"], f["y_train"]
     if len(x) != len(y) or x.size != len(x) * INPUTS:
@@ -408,7 +438,9 @@ def train_mirrored(strategy, args, is_chief: bool) -> int:
         progress.report(start, float("nan"), "finished")
         return 0
     dataset = strategy.distribute_datasets_from_function(
-        make_dataset_fn(load_mnist(args.data_dir), args.seed, global_batch, start)
+        make_dataset_fn(
+            load_mnist(args.data_dir, args.dataset_dir), args.seed, global_batch, start
+        )
     )
     train_step = mirrored_step_fn(
         strategy, model, step_var, iter(dataset), global_batch, args.learning_rate
@@ -447,7 +479,9 @@ def train_coordinator(strategy, args) -> int:
     if start >= args.steps:
         progress.report(start, float("nan"), "finished")
         return 0
-    dataset_fn = make_dataset_fn(load_mnist(args.data_dir), args.seed, global_batch, start)
+    dataset_fn = make_dataset_fn(
+        load_mnist(args.data_dir, args.dataset_dir), args.seed, global_batch, start
+    )
     per_worker = coordinator.create_per_worker_dataset(lambda: dataset_fn(None))
     per_worker_iter = iter(per_worker)
 

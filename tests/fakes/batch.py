@@ -60,6 +60,9 @@ Job controller and kubelet (kubernetes.io/docs/concepts/workloads/controllers/jo
   replaces the pod, FailJob fails the Job with reason PodFailurePolicy.
 - B4 A Job completes when its successPolicy's indexes succeeded (`succeededIndexes`), or
   every index did.
+- B6 A NonIndexed Job (one completion, the purge and import Jobs) gets a pod whenever it
+  has none running; it completes when one succeeded and fails (BackoffLimitExceeded)
+  once more than `backoffLimit` (default 6) failed.
 - B5 With a `kubelet` (tests/functional: real processes), a pod's container runs from its
   creation; it ends the pod (Succeeded on exit 0, else Failed with the exit code) when it
   exits, and a deleted pod's container is stopped first (see `_delete_pod`).
@@ -89,6 +92,7 @@ from typing import Any
 JOBSET = "/apis/jobset.x-k8s.io/v1alpha2"
 KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
 JOB_INDEX = "batch.kubernetes.io/job-completion-index"
+JOB_NAME = "batch.kubernetes.io/job-name"  # and the legacy `job-name`, on every Job's pod
 QUEUE = "kueue.x-k8s.io/queue-name"
 DEFAULT_QUEUE = "default"  # kueue pkg/controller/constants/constants.go DefaultLocalQueueName
 ADMISSION_GATE = "kueue.x-k8s.io/admission"  # kueue pod_webhook.go SchedulingGate
@@ -596,14 +600,15 @@ class BatchControllers:
     def _job_controller(self) -> int:
         created = 0
         for job in self._jobs():
-            if job["spec"].get("completionMode") != "Indexed":
-                continue
             if _true(job, "Complete") or _true(job, "Failed"):
                 continue
             pods = self._owned(job, self._pods())
             if job["spec"].get("suspend"):  # B2
                 for pod in pods:
                     self._delete_pod(pod)
+                continue
+            if job["spec"].get("completionMode", "NonIndexed") != "Indexed":
+                created += self._non_indexed(job, pods)
                 continue
             if self._finish(job, pods):
                 continue
@@ -619,6 +624,25 @@ class BatchControllers:
                 self._create_pod(job, index)
                 created += 1
         return created
+
+    def _non_indexed(self, job: dict, pods: list[dict]) -> int:
+        """B6: a NonIndexed Job of one completion; returns the pods it created (0 or 1)."""
+        phases = [(p.get("status") or {}).get("phase") for p in pods]
+        if "Succeeded" in phases:
+            _set(job, "Complete", "True", "CompletionsReached")
+            self._put(job)
+            return 0
+        if phases.count("Failed") > int(job["spec"].get("backoffLimit", 6)):
+            _set(
+                job, "Failed", "True", "BackoffLimitExceeded", "Job has reached the backoff limit"
+            )
+            self._put(job)
+            return 0
+        self._retry(pods)
+        if any(p not in ("Succeeded", "Failed") for p in phases):
+            return 0
+        self._create_pod(job, None)
+        return 1
 
     def _retry(self, pods: list[dict]) -> None:
         """The scheduler binds a Pending pod once a node can take it."""
@@ -681,14 +705,16 @@ class BatchControllers:
                     self._delete_pod(pod)
         return done
 
-    def _create_pod(self, job: dict, index: int) -> None:
+    def _create_pod(self, job: dict, index: int | None) -> None:
         template = copy.deepcopy(job["spec"]["template"])
-        name = f"{job['metadata']['name']}-{index}-{secrets.token_hex(3)[:5]}"
+        infix = "" if index is None else f"-{index}"
+        name = f"{job['metadata']['name']}{infix}-{secrets.token_hex(3)[:5]}"
         labels = dict(template["metadata"]["labels"])
-        labels[JOB_INDEX] = str(index)
-        labels["job-name"] = job["metadata"]["name"]
+        labels["job-name"] = labels[JOB_NAME] = job["metadata"]["name"]
         spec = template["spec"]
-        spec["hostname"] = f"{job['metadata']['name']}-{index}"
+        if index is not None:
+            labels[JOB_INDEX] = str(index)
+            spec["hostname"] = f"{job['metadata']['name']}-{index}"
         node = self._schedule(spec)
         status: dict = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
         if node is None:

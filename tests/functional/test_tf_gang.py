@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -33,6 +32,7 @@ from charm_modules import load
 from fakes.addons import install_kueue
 from fakes.batch import BatchControllers
 from fakes.kube_apiserver import FakeKubeApiServer
+from fakes.kubelet import ProcessKubelet
 
 ROOT = Path(__file__).resolve().parents[2]
 ACTIONS = ROOT / "actions"
@@ -49,7 +49,6 @@ queues = load("tensorflow", "queues")
 PYTHON = os.environ.get("GPU_K8S_TF_PYTHON") or sys.executable
 NS = "tensorflow"
 CLAIM = "efs-storage-tensorflow"
-GRACE_SECONDS = 30  # terminationGracePeriodSeconds' default
 FAST = "--threads=1 --batch-size=32 --checkpoint-every=20"
 
 
@@ -67,13 +66,13 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-class ProcessKubelet:
-    """Runs the containers of the Job controller's pods as local processes (batch.py B5)."""
+class GangKubelet(ProcessKubelet):
+    """fakes.kubelet with what a cluster's DNS and the Job controller give a gang's pods."""
 
     def __init__(self, api: FakeKubeApiServer, data: Path):
-        self.api, self.data = api, data
-        self.procs: dict[str, subprocess.Popen] = {}
-        self.outputs: dict[str, Path] = {}
+        super().__init__(
+            api, NS, {jobs.CODE_MOUNT: ACTIONS, jobs.DATA_MOUNT: data}, data.parent, PYTHON
+        )
         self.ports: dict[tuple[str, str], dict[str, list[str]]] = {}
 
     def _hosts(self, pod: dict, env: dict[str, str]) -> str:
@@ -93,75 +92,17 @@ class ProcessKubelet:
             }
         return json.dumps(self.ports[key])
 
-    def start(self, pod: dict) -> None:
-        container = pod["spec"]["containers"][0]
-        env = {e["name"]: e["value"] for e in container.get("env") or [] if "value" in e}
+    def environment(self, pod: dict) -> dict[str, str]:
+        env = super().environment(pod)
         env.update(
             JOB_COMPLETION_INDEX=pod["metadata"]["labels"][
                 "batch.kubernetes.io/job-completion-index"
             ],
-            HOSTNAME=pod["spec"]["hostname"],
-            GPU_K8S_DATA_DIR=str(self.data),
             GPU_K8S_HOSTS=self._hosts(pod, env),
             TF_CPP_MIN_LOG_LEVEL="2",
-            PATH=os.environ["PATH"],
         )
         env.pop("HOME", None)
-        command = [
-            PYTHON if word == "python3" else word.replace(f"{jobs.CODE_MOUNT}/", f"{ACTIONS}/")
-            for word in container["command"]
-        ]
-        name = pod["metadata"]["name"]
-        self.outputs[name] = self.data.parent / f"{name}.out"
-        with self.outputs[name].open("wb") as out:
-            self.procs[name] = subprocess.Popen(
-                command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-            )
-
-    def _log(self, name: str) -> None:
-        text = self.outputs[name].read_text(errors="replace")
-        self.api.set_pod_log(NS, name, text)
-
-    def exit_code(self, pod: dict) -> int | None:
-        """The container's exit code once it ended (and its log, as kubelet keeps it)."""
-        name = pod["metadata"]["name"]
-        proc = self.procs.get(name)
-        if proc is None:
-            return None
-        self._log(name)
-        code = proc.poll()
-        if code is None:
-            return None
-        return code if code >= 0 else 128 - code
-
-    def stop(self, pod: dict) -> None:
-        name = pod["metadata"]["name"]
-        proc = self.procs.get(name)
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=GRACE_SECONDS)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
-        self._log(name)
-
-    def kill(self, pod: dict) -> None:
-        """The container dies at once (OOM killer, a node lost)."""
-        self.procs[pod["metadata"]["name"]].kill()
-
-    def stop_all(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=30)
-
-    def output(self) -> str:
-        return "\n".join(
-            f"--- {name} ---\n" + "\n".join(path.read_text(errors="replace").splitlines()[-15:])
-            for name, path in self.outputs.items()
-        )
+        return env
 
 
 @pytest.fixture
@@ -186,7 +127,7 @@ def cluster(tmp_path):
         data = tmp_path / "data"
         data.mkdir()
         controllers = BatchControllers(api, NS)
-        kubelet = ProcessKubelet(api, data)
+        kubelet = GangKubelet(api, data)
         controllers.kubelet = kubelet
         kube = Kube.from_kubeconfig(api.kubeconfig("tf-token"))
         queues.add_kinds(kube)

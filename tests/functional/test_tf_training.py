@@ -319,6 +319,21 @@ def test_single_worker_reads_mnist_npz_from_shared_volume(local_job, tmp_path):
     assert f"data: 2000 examples from {npz}" in job.logs[("worker", 0)].read_text()
 
 
+def test_the_trainer_reads_the_dataset_train_named(local_job, tmp_path):
+    """`train dataset=<name>`: the imported directory's only .npz, whatever its name."""
+    npz = tmp_path / "datasets" / "scans" / "part" / "train-28x28.npz"
+    npz.parent.mkdir(parents=True)
+    subprocess.run([PYTHON, "-c", MAKE_NPZ, str(npz)], check=True, timeout=120)
+    job = local_job("ds", workers=1)
+    job.env["GPU_K8S_DATASET_DIR"] = str(tmp_path / "datasets" / "scans")
+    job.start("--steps=30", "--checkpoint-every=30")
+
+    progress = job.wait_ok()
+
+    assert (progress["step"], progress["state"]) == (30, "finished")
+    assert f"data: 2000 examples from {npz}" in job.logs[("worker", 0)].read_text()
+
+
 def test_a_task_that_asked_for_a_gpu_stops_at_once_when_tensorflow_sees_none(tmp_path):
     """Real tensorflow-cpu sees no GPU: the launcher refuses to train on CPU while holding one."""
     env = dict(os.environ)

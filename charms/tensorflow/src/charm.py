@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import datasets
 import jobs
 import ops
 import pydantic
@@ -27,6 +28,7 @@ from literals import (
     CLUSTER_RULES,
     DEFAULT_MAX_RESTARTS,
     DEFAULT_USER,
+    IMPORTER,
     KUBE_API,
     NAMESPACED_RULES,
     SHARED_STORAGE,
@@ -67,6 +69,7 @@ class Config(CharmConfig):
     cpu_quota: str = ""
     memory_quota: str = ""
     image_pull_secret: ops.Secret | None = None
+    dataset_credentials: ops.Secret | None = None
 
     @pydantic.field_validator("default_image", "tensorboard_image")
     @classmethod
@@ -130,8 +133,8 @@ class NotReadyError(Exception):
     """The relations do not give access to the cluster yet; the message says why."""
 
 
-class PullSecretError(Exception):
-    """The image-pull-secret cannot be used; the message says why (never its content)."""
+class SecretConfigError(Exception):
+    """A secret config option cannot be used; the message says why (never its content)."""
 
 
 class TensorflowCharm(ops.CharmBase):
@@ -162,8 +165,13 @@ class TensorflowCharm(ops.CharmBase):
         )
         self._api_error: str | None = None
         self._queue_problem: str | None = None
-        self._pull_problem: str | None = None
-        self._stored.set_default(queues="", glance="", pull_secret=False)
+        self._secret_problem: str | None = None
+        self._stored.set_default(queues="", glance="", pull_secret=False, secrets=[])
+        if self._stored.pull_secret:  # written by a revision that tracked only this one
+            self._stored.secrets = sorted(
+                {*self._stored.secrets, registry_auth.secret_name(namespace)}
+            )
+            self._stored.pull_secret = False
         on = self.on
         for event in (
             on.config_changed,
@@ -183,6 +191,8 @@ class TensorflowCharm(ops.CharmBase):
         framework.observe(on.list_jobs_action, self._on_list_jobs)
         framework.observe(on.logs_action, self._on_logs)
         framework.observe(on.stop_action, self._on_stop)
+        framework.observe(on.import_dataset_action, self._on_import_dataset)
+        framework.observe(on.list_datasets_action, self._on_list_datasets)
 
     # -- access to the cluster
 
@@ -254,10 +264,11 @@ class TensorflowCharm(ops.CharmBase):
             return  # collect-status reports it
         try:
             with self._cluster(config) as (kube, ctx):
-                try:
-                    self._sync_pull_secret(kube, ctx, config)
-                except PullSecretError as e:
-                    self._pull_problem = str(e)
+                for sync in (self._sync_pull_secret, self._sync_dataset_secret):
+                    try:
+                        sync(kube, ctx, config)
+                    except SecretConfigError as e:
+                        self._secret_problem = str(e)
                 self._apply_queues(kube, ctx, config)
                 if self._queue_problem is None:  # JobSets exist only where Kueue runs
                     self._stored.glance = training.at_a_glance(kube, ctx)
@@ -268,31 +279,61 @@ class TensorflowCharm(ops.CharmBase):
             logger.warning("reconcile failed: %s", e)
 
     def _sync_pull_secret(self, kube: Any, ctx: jobs.Context, config: Config) -> None:
-        """Write the image pull Secret from config image-pull-secret, or delete it when unset.
+        """The image pull Secret from config image-pull-secret (registry_auth)."""
+        self._sync_secret(
+            kube,
+            ctx,
+            "image-pull-secret",
+            config.image_pull_secret,
+            registry_auth.secret_name(self.app.name),
+            lambda content: registry_auth.manifest(self.app.name, ctx.namespace, content),
+        )
+
+    def _sync_dataset_secret(self, kube: Any, ctx: jobs.Context, config: Config) -> None:
+        """The S3 credentials Secret from config dataset-credentials (datasets)."""
+        self._sync_secret(
+            kube,
+            ctx,
+            "dataset-credentials",
+            config.dataset_credentials,
+            datasets.credentials_name(self.app.name),
+            lambda content: datasets.credentials_manifest(self.app.name, ctx.namespace, content),
+        )
+
+    def _sync_secret(
+        self,
+        kube: Any,
+        ctx: jobs.Context,
+        option: str,
+        secret: ops.Secret | None,
+        name: str,
+        build: Callable[[dict[str, str]], dict[str, Any]],
+    ) -> None:
+        """Write a Kubernetes Secret from a Juju secret config option; delete it once unset.
 
         Raises:
-            PullSecretError: the Juju secret cannot be read or lacks a key.
+            SecretConfigError: the Juju secret cannot be read or lacks a key (the message
+                names the option and the key, never a value).
         """
-        name = registry_auth.secret_name(self.app.name)
-        if config.image_pull_secret is None:
-            if self._stored.pull_secret:
+        written = set(self._stored.secrets)
+        if secret is None:
+            if name in written:
                 kube.delete("v1", "Secret", name, ctx.namespace)
-                self._stored.pull_secret = False
+                self._stored.secrets = sorted(written - {name})
             return
-        secret = config.image_pull_secret
         try:
             content = secret.get_content(refresh=True)
         except (ops.SecretNotFoundError, ops.ModelError):
-            raise PullSecretError(
-                f"cannot read the secret in config image-pull-secret ({secret.id}); grant it: "
+            raise SecretConfigError(
+                f"cannot read the secret in config {option} ({secret.id}); grant it: "
                 f"juju grant-secret {secret.id} {self.app.name}"
             ) from None
         try:
-            manifest = registry_auth.manifest(self.app.name, ctx.namespace, content)
+            manifest = build(content)
         except ValueError as e:
-            raise PullSecretError(str(e)) from None
+            raise SecretConfigError(str(e)) from None
         kube.apply(manifest, field_manager=self.app.name)
-        self._stored.pull_secret = True
+        self._stored.secrets = sorted(written | {name})
 
     def _apply_queues(self, kube: Any, ctx: jobs.Context, config: Config) -> None:
         """This team's ClusterQueue and LocalQueue, applied when they changed."""
@@ -335,8 +376,8 @@ class TensorflowCharm(ops.CharmBase):
             status_class, message = problem
             event.add_status(status_class(message))
             return
-        if self._pull_problem:
-            event.add_status(ops.BlockedStatus(self._pull_problem))
+        if self._secret_problem:
+            event.add_status(ops.BlockedStatus(self._secret_problem))
         if self._api_error:
             event.add_status(ops.WaitingStatus(self._api_error))
         if self._queue_problem:
@@ -378,13 +419,13 @@ class TensorflowCharm(ops.CharmBase):
                 if pull_secret:
                     self._sync_pull_secret(kube, ctx, config)
                 results = operation(kube, ctx)
-        except PullSecretError as e:
+        except SecretConfigError as e:
             event.fail(str(e))
             return
         except NotReadyError as e:
             event.fail(f"not ready: {e}")
             return
-        except training.JobError as e:
+        except (training.JobError, datasets.DatasetError) as e:
             event.fail(str(e))
             return
         except KubeError as e:
@@ -462,6 +503,42 @@ class TensorflowCharm(ops.CharmBase):
         p = event.load_params(jobs.StopParams, errors="fail")
         waits = self._wait_args(event)
         self._run(event, lambda kube, ctx: training.stop(kube, ctx, p.job, p.purge, **waits))
+
+    def _on_import_dataset(self, event: ops.ActionEvent) -> None:
+        params = event.load_params(datasets.ImportParams, errors="fail")
+        try:
+            program = training.read_program(IMPORTER)
+        except OSError as e:
+            event.fail(f"the charm is missing its import program: {e}")
+            return
+        waits = self._wait_args(event)
+
+        def run(kube: Any, ctx: jobs.Context) -> dict[str, Any]:
+            config = self.load_config(Config)
+            self._sync_dataset_secret(kube, ctx, config)
+            credentials = config.dataset_credentials is not None
+            return datasets.import_dataset(
+                kube, ctx, params, program, credentials=credentials, **waits
+            )
+
+        self._run(event, run, pull_secret=True)
+
+    def _on_list_datasets(self, event: ops.ActionEvent) -> None:
+        event.load_params(jobs.NoParams, errors="fail")
+
+        def listing(kube: Any, ctx: jobs.Context) -> dict[str, Any]:
+            unfinished = datasets.settle(kube, ctx)
+            found = {
+                name: datasets.describe(entry)
+                for name, entry in datasets.registry(kube, ctx.app, ctx.namespace).items()
+            }
+            found.update(unfinished)
+            results: dict[str, Any] = {"count": str(len(found))}
+            if found:
+                results["datasets"] = found
+            return results
+
+        self._run(event, listing)
 
 
 if __name__ == "__main__":  # pragma: nocover

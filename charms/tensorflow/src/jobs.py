@@ -42,6 +42,7 @@ import shlex
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
+import datasets
 import pydantic
 from literals import (
     ANNOTATION_REQUEST,
@@ -178,6 +179,12 @@ class TrainRequest(ActionParams):
     timeout: int = 300
     priority: Literal["low", "normal", "high"] = "normal"
     wait: bool = False
+    dataset: str = ""  # an imported dataset (datasets.py), at GPU_K8S_DATASET_DIR
+
+    @pydantic.field_validator("dataset")
+    @classmethod
+    def _dataset(cls, value: str) -> str:
+        return datasets.check_name(value) if value else value
 
     @pydantic.field_validator("job")
     @classmethod
@@ -509,6 +516,8 @@ def _env(request: TrainRequest, role: str, ctx: Context) -> list[dict]:
         "GPU_K8S_GPUS": str(request.gpus(role)),
         "PYTHONUNBUFFERED": "1",
     }
+    if request.dataset:
+        fixed["GPU_K8S_DATASET_DIR"] = datasets.dataset_dir(request.dataset)
     if request.strategy == "ps":
         # TensorFlow's parameter-server tutorial sets it on every task, so that worker and
         # ps failures reach the coordinator instead of hanging its RPCs.

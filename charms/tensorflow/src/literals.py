@@ -63,6 +63,7 @@ DATA_MOUNT = "/data"
 LAUNCHER = "tf_launcher.py"
 TRAINER = "tf_trainer.py"
 ACTION_FILES = (LAUNCHER, TRAINER)
+IMPORTER = "dataset_import.py"  # the import-dataset Job's program (datasets.py)
 TF_PORT = 2222
 TENSORBOARD_PORT = 6006
 

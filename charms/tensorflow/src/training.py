@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import datasets
 import jobs
 from jobs import Context, TrainRequest
 from literals import (
@@ -77,6 +78,11 @@ def actions_dir(here: Path | None = None) -> Path:
     raise FileNotFoundError(
         f"{', '.join(ACTION_FILES)} not found in {' or '.join(map(str, candidates))}"
     )
+
+
+def read_program(name: str, directory: Path | None = None) -> str:
+    """One program of actions/ (dataset_import.py for the import Job)."""
+    return ((directory or actions_dir()) / name).read_text()
 
 
 def read_code(directory: Path | None = None) -> dict[str, str]:
@@ -176,6 +182,20 @@ def _check_new(kube: Any, ctx: Context, request: TrainRequest) -> bool:
         f"job {request.job!r} already exists with other parameters: "
         f"stop it first (stop job={request.job}) or choose another job name"
     )
+
+
+def _check_dataset(kube: Any, ctx: Context, name: str) -> None:
+    """The dataset a job names was imported (imports that finished meanwhile count)."""
+    if not name:
+        return
+    datasets.settle(kube, ctx)
+    found = datasets.registry(kube, ctx.app, ctx.namespace)
+    if name not in found:
+        have = ", ".join(sorted(found)) or "none yet"
+        raise JobError(
+            f"dataset {name!r} has not been imported (import-dataset name={name} "
+            f"source=https://... or s3://...); imported: {have}"
+        )
 
 
 def _check_claim(kube: Any, ctx: Context) -> None:
@@ -326,6 +346,7 @@ def launch(
     new = _check_new(kube, ctx, request)
     if new:
         _check_claim(kube, ctx)
+        _check_dataset(kube, ctx, request.dataset)
         _check_fits(kube, request)
         _apply_all(kube, ctx, jobs.manifests(request, ctx, code))
         roles = ", ".join(f"{n} {r}" for r, n in request.replicas().items())

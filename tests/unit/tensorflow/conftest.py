@@ -187,14 +187,14 @@ def job_objects(api: FakeKubeApiServer) -> list[dict]:
     return out
 
 
-def run_action(ctx: testing.Context, state: testing.State, name: str, **params):
+def run_action(ctx: testing.Context, state: testing.State, action: str, /, **params):
     """Run an action on a unit that has reconciled (its team's queues exist); (results, logs).
 
     As on a deployed unit, update-status ran before the operator's action: it made the
     application's ClusterQueue and LocalQueue from the nodes present then.
     """
     reconciled = ctx.run(ctx.on.update_status(), state)
-    ctx.run(ctx.on.action(name, params=params), reconciled)
+    ctx.run(ctx.on.action(action, params=params), reconciled)
     return ctx.action_results, list(ctx.action_logs)
 
 

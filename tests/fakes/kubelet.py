@@ -1,0 +1,130 @@
+"""Kubelet for tests: a pod's container runs as a local process (fakes/batch.py B5).
+
+`BatchControllers.kubelet = ProcessKubelet(...)` makes the Job controller's pods real:
+each pod's first container's command runs with the pod's environment, as kubelet would
+give it (kubernetes.io/docs/tasks/inject-data-application/: `env` values, and `envFrom`
+a Secret's keys, base64-decoded; a missing Secret fails the container, here the start),
+the directories the pod mounts mapped to local ones (`mounts`: mount path -> local
+directory, replaced in the command's words and the environment's values), `python3` the
+test's interpreter. A process that exits ends its pod with its exit code (128+N for a
+signal N, as container runtimes report it); a deleted pod's process gets SIGTERM, then
+SIGKILL after the grace period (pod-lifecycle "Termination of Pods").
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+GRACE_SECONDS = 30  # terminationGracePeriodSeconds' default
+
+
+class ProcessKubelet:
+    """Runs the containers of the emulated controllers' pods as local processes."""
+
+    def __init__(
+        self,
+        api: Any,
+        namespace: str,
+        mounts: dict[str, Path],
+        outputs: Path,
+        python: str = sys.executable,
+    ):
+        self.api, self.ns, self.mounts, self.python = api, namespace, mounts, python
+        self.outputs_dir = outputs
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.outputs: dict[str, Path] = {}
+
+    def _local(self, text: str) -> str:
+        for mount, local in self.mounts.items():
+            text = re.sub(rf"(?<![\w.-]){re.escape(mount)}(?=/|$|[\s\"'])", str(local), text)
+        return text
+
+    def environment(self, pod: dict) -> dict[str, str]:
+        """The container's environment (subclasses add what a test's cluster would)."""
+        container = pod["spec"]["containers"][0]
+        env: dict[str, str] = {}
+        for source in container.get("envFrom") or []:
+            ref = source.get("secretRef")
+            if ref:
+                path = f"/api/v1/namespaces/{self.ns}/secrets/{ref['name']}"
+                secret = self.api.get_object(path)
+                if secret is None:
+                    raise RuntimeError(f"CreateContainerConfigError: secret {ref['name']!r}")
+                for key, value in (secret.get("data") or {}).items():
+                    env[key] = base64.b64decode(value).decode()
+        for item in container.get("env") or []:
+            if "value" in item:
+                env[item["name"]] = self._local(item["value"])
+        env["HOSTNAME"] = pod["spec"].get("hostname") or pod["metadata"]["name"]
+        env["PATH"] = os.environ["PATH"]
+        return env
+
+    def start(self, pod: dict) -> None:
+        """Run the pod's container (called when the pod is bound)."""
+        container = pod["spec"]["containers"][0]
+        command = [
+            self.python if word == "python3" else self._local(word)
+            for word in container["command"]
+        ]
+        name = pod["metadata"]["name"]
+        self.outputs[name] = self.outputs_dir / f"{name}.out"
+        env = self.environment(pod)
+        with self.outputs[name].open("wb") as out:
+            self.procs[name] = subprocess.Popen(
+                command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def _log(self, name: str) -> None:
+        text = self.outputs[name].read_text(errors="replace")
+        self.api.set_pod_log(self.ns, name, text)
+
+    def exit_code(self, pod: dict) -> int | None:
+        """The container's exit code once it ended (and its log, as kubelet keeps it)."""
+        name = pod["metadata"]["name"]
+        proc = self.procs.get(name)
+        if proc is None:
+            return None
+        self._log(name)
+        code = proc.poll()
+        if code is None:
+            return None
+        return code if code >= 0 else 128 - code
+
+    def stop(self, pod: dict) -> None:
+        """SIGTERM, then SIGKILL after the grace period (a deleted pod)."""
+        name = pod["metadata"]["name"]
+        proc = self.procs.get(name)
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=GRACE_SECONDS)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)
+        self._log(name)
+
+    def kill(self, pod: dict) -> None:
+        """The container dies at once (OOM killer, a node lost)."""
+        self.procs[pod["metadata"]["name"]].kill()
+
+    def stop_all(self) -> None:
+        """Kill whatever still runs (end of a test)."""
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
+
+    def output(self) -> str:
+        """The last lines of every container, for a failing test's message."""
+        return "\n".join(
+            f"--- {name} ---\n" + "\n".join(path.read_text(errors="replace").splitlines()[-15:])
+            for name, path in self.outputs.items()
+        )

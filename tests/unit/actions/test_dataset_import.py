@@ -1,0 +1,292 @@
+"""The import-dataset Job's program against a local HTTP server and a moto S3 server.
+
+moto runs as its own server process with request signing enforced
+(INITIAL_NO_AUTH_ACTION_COUNT: after the first requests, which create an IAM user and its
+key, every request's Signature Version 4 is recomputed with botocore and compared), so a
+signing mistake fails as it would on AWS.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import boto3
+import botocore.auth
+import dataset_import
+import pytest
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+
+from fakes.web import FileServer
+
+PROGRAM = Path(dataset_import.__file__)
+DATA = os.urandom(3 * dataset_import.CHUNK + 12345)
+SHA = hashlib.sha256(DATA).hexdigest()
+
+
+@pytest.fixture
+def web():
+    with FileServer() as server:
+        yield server
+
+
+@pytest.fixture(autouse=True)
+def no_waits(monkeypatch):
+    monkeypatch.setattr(dataset_import.time, "sleep", lambda _: None)
+
+
+def _run(root: Path, *args: str, env: dict | None = None) -> tuple[int, str, str]:
+    result = subprocess.run(
+        [sys.executable, str(PROGRAM), "--root", str(root), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
+    return result.returncode, result.stdout, result.stderr
+
+
+def _result(stdout: str) -> dict:
+    line = [x for x in stdout.splitlines() if x.startswith(dataset_import.RESULT_MARKER)][-1]
+    return json.loads(line.split(" ", 1)[1])
+
+
+def test_an_https_file_lands_once_complete_with_its_manifest(web, tmp_path):
+    web.files["/pub/mnist.npz"] = DATA
+    source = f"{web.url}/pub/mnist.npz"
+    code, out, err = _run(tmp_path, "--name", "mnist", "--source", source, "--sha256", SHA)
+
+    assert code == 0, err
+    assert (tmp_path / "mnist" / "mnist.npz").read_bytes() == DATA
+    manifest = json.loads((tmp_path / "mnist" / "dataset.json").read_text())
+    assert manifest["source"] == source and manifest["size"] == len(DATA)
+    assert manifest["files"] == [{"path": "mnist.npz", "size": len(DATA), "sha256": SHA}]
+    assert _result(out) | {"imported": ""} == {
+        "name": "mnist",
+        "source": source,
+        "size": len(DATA),
+        "files": 1,
+        "sha256": SHA,
+        "imported": "",
+    }
+    progress = [json.loads(x.split(" ", 1)[1]) for x in out.splitlines() if "GPU_K8S_IMPORT" in x]
+    assert progress[-1] == {"file": "mnist.npz", "bytes": len(DATA), "total": len(DATA)}
+    assert not list((tmp_path / ".incoming").iterdir())
+
+    # once: a second import of the same source copies nothing
+    gets = web.gets
+    code, out, _ = _run(tmp_path, "--name", "mnist", "--source", source)
+    assert code == 0 and "already imported" in out and web.gets == gets
+    # the name is taken by another source: refused
+    code, _, err = _run(tmp_path, "--name", "mnist", "--source", f"{web.url}/other.npz")
+    assert code == 1
+    assert f"dataset 'mnist' already exists from {source}: choose another name" in err
+
+
+def test_a_wrong_sha256_leaves_nothing(web, tmp_path):
+    web.files["/d.npz"] = DATA
+    code, _, err = _run(
+        tmp_path, "--name", "d", "--source", f"{web.url}/d.npz", "--sha256", "0" * 64
+    )
+    assert code == 1
+    assert f"d.npz: sha256 is {SHA}, not the expected {'0' * 64}" in err
+    assert not (tmp_path / "d").exists()
+    assert not list((tmp_path / ".incoming").iterdir())
+
+
+def test_a_connection_cut_short_is_retried_and_never_looks_complete(web, tmp_path):
+    web.files["/d.npz"] = DATA
+    web.cut = len(DATA) // 2  # every answer ends half way
+    with pytest.raises(dataset_import.DatasetError, match="after 3 attempts"):
+        dataset_import.run("d", f"{web.url}/d.npz", tmp_path, "", {})
+    assert web.gets == dataset_import.ATTEMPTS
+    assert not (tmp_path / "d").exists()
+    assert not list((tmp_path / ".incoming").iterdir())
+
+    web.cut, web.fail = None, 1  # one server error, then the whole file
+    manifest = dataset_import.run("d", f"{web.url}/d.npz", tmp_path, SHA, {})
+    assert manifest["size"] == len(DATA)
+    assert (tmp_path / "d" / "d.npz").read_bytes() == DATA
+
+
+def test_a_killed_copy_leaves_no_dataset_and_the_next_attempt_cleans_up(web, tmp_path):
+    web.files["/d.npz"] = DATA
+    web.slow = 0.02
+    proc = subprocess.Popen(
+        [sys.executable, str(PROGRAM), "--root", str(tmp_path), "--name", "d"]
+        + ["--source", f"{web.url}/d.npz"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:  # wait until bytes are on disk
+        if line.startswith("GPU_K8S_IMPORT") and json.loads(line.split(" ", 1)[1])["bytes"]:
+            break
+    proc.send_signal(signal.SIGKILL)  # the node went away
+    proc.wait(timeout=30)
+    proc.stdout.close()
+    assert not (tmp_path / "d").exists()
+    assert [p.name.split(".")[0] for p in (tmp_path / ".incoming").iterdir()] == ["d"]
+
+    web.slow = 0.0
+    code, _, err = _run(tmp_path, "--name", "d", "--source", f"{web.url}/d.npz", "--sha256", SHA)
+    assert code == 0, err
+    assert (tmp_path / "d" / "d.npz").read_bytes() == DATA
+    assert not list((tmp_path / ".incoming").iterdir())
+
+
+@pytest.mark.parametrize(
+    ("name", "source", "message"),
+    [
+        ("Bad_Name", "https://x/y.npz", "is not a dataset name"),
+        ("ok", "ftp://x/y.npz", "must be an https:// or s3:// URL"),
+        ("ok", "https://x/dir/", "the URL must name a file"),
+        ("ok", "s3:///prefix", "no bucket"),
+        ("ok", "s3://bucket/prefix", "s3 sources need credentials"),
+    ],
+)
+def test_bad_requests_fail_clearly_and_create_nothing(tmp_path, name, source, message):
+    with pytest.raises(dataset_import.DatasetError, match=message):
+        dataset_import.run(name, source, tmp_path, "", {})
+    assert not (tmp_path / name).exists()
+
+
+# ------------------------------------------------------------------------------- S3
+
+
+def test_the_signature_is_what_botocore_computes(monkeypatch):
+    """Same request, same instant: our Authorization header equals botocore's."""
+    when = datetime.datetime(2026, 11, 24, 6, 30, 0, tzinfo=datetime.UTC)
+    monkeypatch.setattr(botocore.auth, "get_current_datetime", lambda: when)
+    for url, token in [
+        ("https://b.s3.eu-west-1.amazonaws.com/data/a%20b/x.npz", ""),
+        ("https://b.s3.eu-west-1.amazonaws.com/?list-type=2&prefix=data%2F", "tok/en+="),
+        ("http://127.0.0.1:5000/b/?continuation-token=1%2Fab%3D%3D&list-type=2&prefix=", ""),
+    ]:
+        ours = dataset_import.sigv4_headers(
+            "GET",
+            url,
+            region="eu-west-1",
+            access_key="AKIDEXAMPLE",
+            secret_key="wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+            session_token=token,
+            now=when,
+        )
+        request = AWSRequest(method="GET", url=url)
+        auth = botocore.auth.S3SigV4Auth(
+            Credentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", token or None),
+            "s3",
+            "eu-west-1",
+        )
+        request.headers["X-Amz-Content-SHA256"] = dataset_import.EMPTY_SHA256
+        auth.add_auth(request)
+        assert ours["authorization"] == request.headers["Authorization"], url
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """A moto server enforcing signatures, a user with an S3 key, a bucket of files."""
+    port = _free_port()
+    env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "3"}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.2)
+    boot = {"aws_access_key_id": "boot", "aws_secret_access_key": "boot"}
+    iam = boto3.client("iam", endpoint_url=endpoint, region_name="us-east-1", **boot)
+    iam.create_user(UserName="importer")  # the three requests moto lets through unsigned
+    key = iam.create_access_key(UserName="importer")["AccessKey"]
+    policy = {
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}],
+    }
+    iam.put_user_policy(UserName="importer", PolicyName="s3", PolicyDocument=json.dumps(policy))
+    creds = {
+        "AWS_ACCESS_KEY_ID": key["AccessKeyId"],
+        "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"],
+        "AWS_REGION": "eu-west-1",
+        "GPU_K8S_S3_ENDPOINT": endpoint,
+    }
+    client = boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name="eu-west-1",
+        aws_access_key_id=key["AccessKeyId"],
+        aws_secret_access_key=key["SecretAccessKey"],
+    )
+    client.create_bucket(
+        Bucket="datasets", CreateBucketConfiguration={"LocationConstraint": "eu-west-1"}
+    )
+    client.put_object(Bucket="datasets", Key="digits/train.npz", Body=DATA)
+    client.put_object(Bucket="datasets", Key="digits/sub dir/labels.txt", Body=b"0\n1\n")
+    for i in range(3):
+        client.put_object(Bucket="datasets", Key=f"many/part-{i:04d}", Body=b"x" * i)
+    try:
+        yield client, creds
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_an_s3_prefix_lands_with_every_object_at_its_relative_path(s3, tmp_path):
+    _, creds = s3
+    manifest = dataset_import.run("digits", "s3://datasets/digits/", tmp_path, "", creds)
+    assert (tmp_path / "digits" / "train.npz").read_bytes() == DATA
+    assert (tmp_path / "digits" / "sub dir" / "labels.txt").read_bytes() == b"0\n1\n"
+    assert sorted(f["path"] for f in manifest["files"]) == ["sub dir/labels.txt", "train.npz"]
+    assert manifest["size"] == len(DATA) + 4
+
+
+def test_listing_follows_every_page(s3, tmp_path, monkeypatch):
+    _, creds = s3
+    pages = []
+    real = dataset_import.S3Source._url
+
+    def small_pages(self, key, query=None):
+        if query is not None:
+            query = {**query, "max-keys": "1"}
+            pages.append(query.get("continuation-token", ""))
+        return real(self, key, query)
+
+    monkeypatch.setattr(dataset_import.S3Source, "_url", small_pages)
+    manifest = dataset_import.run("many", "s3://datasets/many", tmp_path, "", creds)
+    assert len(pages) == 3 and pages[0] == "" and all(pages[1:])  # continuation tokens
+    assert sorted(f["path"] for f in manifest["files"]) == [f"part-{i:04d}" for i in range(3)]
+
+
+def test_s3_refusals_are_said_and_leave_nothing(s3, tmp_path):
+    _, creds = s3
+    wrong = {**creds, "AWS_SECRET_ACCESS_KEY": "not-the-secret"}
+    with pytest.raises(dataset_import.DatasetError, match="403 SignatureDoesNotMatch"):
+        dataset_import.run("digits", "s3://datasets/digits", tmp_path, "", wrong)
+    with pytest.raises(dataset_import.DatasetError, match="holds no objects"):
+        dataset_import.run("none", "s3://datasets/nothing-here/", tmp_path, "", creds)
+    with pytest.raises(dataset_import.DatasetError, match="sha256 checks a one-file dataset"):
+        dataset_import.run("digits", "s3://datasets/digits", tmp_path, SHA, creds)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".incoming"]
+    assert not list((tmp_path / ".incoming").iterdir())
