@@ -51,6 +51,7 @@ Exported to the trainer:
     GPU_K8S_CHECKPOINT_DIR   <data>/jobs/<job>/checkpoints (created)
     GPU_K8S_LOG_DIR          <data>/jobs/<job>/logs (created; TensorBoard reads it)
     GPU_K8S_PROGRESS_FILE    <data>/jobs/<job>/progress.json (the chief writes it)
+    GPU_K8S_EXPORT_DIR       <data>/jobs/<job>/export: SavedModel versions (<dir>/<n>/)
     GPU_K8S_POD_LOG          <data>/jobs/<job>/pod-logs/<role>-<index>.log (this replica's
                              output, copied there by the launcher)
     GPU_K8S_DATA_DIR         as given (datasets are looked up under <data>/datasets)
@@ -271,6 +272,7 @@ def config_from_env(env: Mapping[str, str]) -> tuple[dict, dict[str, str]]:
         "GPU_K8S_CHECKPOINT_DIR": str(job_dir / "checkpoints"),
         "GPU_K8S_LOG_DIR": str(job_dir / "logs"),
         "GPU_K8S_PROGRESS_FILE": str(job_dir / "progress.json"),
+        "GPU_K8S_EXPORT_DIR": str(job_dir / "export"),
         "GPU_K8S_POD_LOG": str(
             job_dir / "pod-logs" / f"{tf_config['task']['type']}-{tf_config['task']['index']}.log"
         ),

@@ -70,6 +70,10 @@ INPUTS = 28 * 28
 CLASSES = 10
 HIDDEN = 64
 HISTORY = 50
+EVAL_FRACTION = 0.1  # held out of a .npz without x_test/y_test
+EVAL_MAX = 10_000  # evaluation examples at most
+EVAL_SYNTHETIC = 2_000
+MODEL_SPEC = "model.json"  # next to the checkpoints: inputs, classes, scale
 PROGRESS_INTERVAL = 1.0  # seconds between progress-file writes on the chief
 PROGRESS_MARKER = "GPU_K8S_PROGRESS "  # prefix of the chief's progress lines in its log
 
@@ -94,6 +98,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--progress-file", default=env.get("GPU_K8S_PROGRESS_FILE", "progress.json"))
     p.add_argument("--data-dir", default=env.get("GPU_K8S_DATA_DIR", "/data"))
     p.add_argument(
+        "--export-dir",
+        default=env.get("GPU_K8S_EXPORT_DIR", ""),
+        help="where the chief writes the SavedModel at the end (versions by step)",
+    )
+    p.add_argument(
+        "--export-only",
+        action="store_true",
+        help="export the latest checkpoint of --checkpoint-dir to --export-dir, and stop",
+    )
+    p.add_argument(
         "--dataset-dir",
         default=env.get("GPU_K8S_DATASET_DIR", ""),
         help="an imported dataset's directory (train dataset=<name>); its .npz is read",
@@ -111,19 +125,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 class Classifier(tf.Module):
-    """A 784-64-10 perceptron with SGD-with-momentum state, all plain tf.Variables."""
+    """An inputs-64-classes perceptron with SGD-with-momentum state, plain tf.Variables."""
 
-    def __init__(self, seed: int):
+    def __init__(self, seed: int, inputs: int = INPUTS, classes: int = CLASSES):
         super().__init__(name="classifier")
 
         def init(shape, salt):
             scale = (2.0 / shape[0]) ** 0.5
             return tf.random.stateless_normal(shape, seed=(seed, salt), stddev=scale)
 
-        self.w1 = tf.Variable(init([INPUTS, HIDDEN], 1), name="w1")
+        self.w1 = tf.Variable(init([inputs, HIDDEN], 1), name="w1")
         self.b1 = tf.Variable(tf.zeros([HIDDEN]), name="b1")
-        self.w2 = tf.Variable(init([HIDDEN, CLASSES], 2), name="w2")
-        self.b2 = tf.Variable(tf.zeros([CLASSES]), name="b2")
+        self.w2 = tf.Variable(init([HIDDEN, classes], 2), name="w2")
+        self.b2 = tf.Variable(tf.zeros([classes]), name="b2")
         self.params = [self.w1, self.b1, self.w2, self.b2]
         self.velocity = [
             tf.Variable(tf.zeros_like(v), trainable=False, name=f"m_{i}")
@@ -131,7 +145,7 @@ class Classifier(tf.Module):
         ]
 
     def __call__(self, x):
-        """Return the logits for a batch of flattened images."""
+        """Return the logits for a batch of flattened, scaled inputs."""
         hidden = tf.nn.relu(tf.matmul(x, self.w1) + self.b1)
         return tf.matmul(hidden, self.w2) + self.b2
 
@@ -140,6 +154,32 @@ class Classifier(tf.Module):
         for var, vel, grad in zip(self.params, self.velocity, grads, strict=True):
             vel.assign(momentum * vel + grad)
             var.assign_sub(learning_rate * vel)
+
+
+class Exported(tf.Module):
+    """What `export` saves: the trained weights and one serving function.
+
+    `serve(x)` takes raw inputs (float32 [batch, inputs], pixel values as in the data)
+    and returns {"probabilities": [batch, classes], "class": [batch]}; it scales the
+    inputs as training did. Saved as the SavedModel's `serving_default` signature, which
+    TensorFlow Serving answers at /v1/models/<name>:predict.
+    """
+
+    def __init__(self, params, scale: float):
+        super().__init__(name="exported")
+        self.w1, self.b1, self.w2, self.b2 = (tf.Variable(p, trainable=False) for p in params)
+        self.scale = tf.Variable(tf.constant(scale, tf.float32), trainable=False)
+        inputs = int(np.shape(params[0])[0])
+        spec = tf.TensorSpec([None, inputs], tf.float32, name="x")
+        self.serve = tf.function(self._serve, input_signature=[spec])
+
+    def _serve(self, x):
+        hidden = tf.nn.relu(tf.matmul(x / self.scale, self.w1) + self.b1)
+        logits = tf.matmul(hidden, self.w2) + self.b2
+        return {
+            "probabilities": tf.nn.softmax(logits),
+            "class": tf.argmax(logits, axis=1, output_type=tf.int32),
+        }
 
 
 def _dataset_file(dataset_dir: str) -> Path:
@@ -158,61 +198,138 @@ def _dataset_file(dataset_dir: str) -> Path:
     return found[0]
 
 
-def load_mnist(data_dir: str, dataset_dir: str = ""):
-    """Return (x uint8 [n,784], y int [n]) from the dataset's .npz, or None (synthetic).
+class Data:
+    """Training and held-out evaluation examples: from a .npz, or synthetic.
 
-    With `dataset_dir` (train dataset=<name>) its .npz must be readable; without it,
-    <data>/datasets/mnist.npz is used when present.
+    A .npz in Keras' layout: `x_train` (any shape per example, flattened here) and
+    `y_train` (class ids), and `x_test`/`y_test` when it has them (Keras' mnist.npz does);
+    without them the last EVAL_FRACTION of a seeded shuffle is held out. Inputs are scaled
+    by the training set's largest value (255 for 8-bit images, 16 for scikit-learn's
+    digits). Synthetic data: MNIST-size, each class its own mean image plus Gaussian
+    noise, so the loss really falls; its evaluation set is drawn apart from training's.
     """
-    if dataset_dir:
-        path = _dataset_file(dataset_dir)
-    else:
-        path = Path(data_dir) / "datasets" / "mnist.npz"
-        if not path.is_file():
-            print(f"data: synthetic MNIST-size batches ({path} not found)", flush=True)
-            return None
-    with np.load(path) as f:
-        x, y = f["x_train"], f["y_train"]
-    if len(x) != len(y) or x.size != len(x) * INPUTS:
-        raise ValueError(f"{path}: x_train must hold 28x28 images and match y_train in length")
-    print(f"data: {len(x)} examples from {path}", flush=True)
-    return x.reshape(len(x), INPUTS).astype(np.uint8), y.astype(np.int32)
 
-
-def make_dataset_fn(mnist, seed: int, global_batch: int, start_step: int):
-    """Return a `dataset_fn(input_context)` giving each input pipeline its own batches."""
-    means = tf.constant(
-        np.random.default_rng(seed).normal(0.0, 0.1, (CLASSES, INPUTS)), tf.float32
-    )
-
-    def dataset_fn(ctx: tf.distribute.InputContext | None = None):
-        pipelines = ctx.num_input_pipelines if ctx else 1
-        pipeline = ctx.input_pipeline_id if ctx else 0
-        batch = ctx.get_per_replica_batch_size(global_batch) if ctx else global_batch
-        if mnist is not None:
-            x, y = mnist
-            ds = tf.data.Dataset.from_tensor_slices((x, y)).shard(pipelines, pipeline)
-            ds = ds.shuffle(10_000, seed=seed + start_step).repeat().batch(batch)
-            ds = ds.map(lambda xb, yb: (tf.cast(xb, tf.float32) / 255.0, yb))
-        else:
-
-            def synthetic(i):
-                salt = i * pipelines + pipeline
-                seeds = tf.stack([tf.constant(seed, tf.int64), salt])
-                labels = tf.random.stateless_uniform(
-                    [batch], seed=seeds, maxval=CLASSES, dtype=tf.int32
-                )
-                noise = tf.random.stateless_normal([batch, INPUTS], seed=seeds + [1, 0])
-                return tf.gather(means, labels) + noise, labels
-
-            ds = tf.data.Dataset.range(start_step, 2**62).map(synthetic)
-        options = tf.data.Options()
-        options.experimental_distribute.auto_shard_policy = (
-            tf.data.experimental.AutoShardPolicy.OFF
+    def __init__(self, seed: int, path: Path | None = None):
+        self.path = path
+        rng = np.random.default_rng(seed)
+        if path is None:
+            self.inputs, self.classes, self.scale = INPUTS, CLASSES, 1.0
+            self.means = rng.normal(0.0, 0.1, (CLASSES, INPUTS)).astype(np.float32)
+            held = np.random.default_rng(seed + 7919)
+            self.y_eval = held.integers(0, CLASSES, EVAL_SYNTHETIC).astype(np.int32)
+            noise = held.normal(0.0, 1.0, (EVAL_SYNTHETIC, INPUTS)).astype(np.float32)
+            self.x_eval = self.means[self.y_eval] + noise
+            self.x = self.y = None
+            return
+        with np.load(path) as f:
+            x, y = f["x_train"], f["y_train"]
+            test = (f["x_test"], f["y_test"]) if "x_test" in f and "y_test" in f else None
+        if len(x) != len(y) or len(x) < 10:
+            raise ValueError(f"{path}: x_train and y_train must match in length (>= 10)")
+        x = x.reshape(len(x), -1)
+        if test is None:
+            order = rng.permutation(len(x))
+            held = max(1, int(len(x) * EVAL_FRACTION))
+            test = (x[order[-held:]], y[order[-held:]])
+            x, y = x[order[:-held]], y[order[:-held]]
+        self.x, self.y = x.astype(np.float32), y.astype(np.int32)
+        self.x_eval = test[0].reshape(len(test[0]), -1).astype(np.float32)[:EVAL_MAX]
+        self.y_eval = test[1].astype(np.int32)[:EVAL_MAX]
+        self.inputs = self.x.shape[1]
+        self.classes = int(max(self.y.max(), self.y_eval.max())) + 1
+        self.scale = float(max(self.x.max(), 1.0))
+        print(
+            f"data: {len(self.x)} examples from {path} ({len(self.y_eval)} held out, "
+            f"{self.inputs} inputs, {self.classes} classes)",
+            flush=True,
         )
-        return ds.with_options(options).prefetch(2)
 
-    return dataset_fn
+    @classmethod
+    def load(cls, seed: int, data_dir: str, dataset_dir: str = "") -> Data:
+        """The dataset `train dataset=` named, else <data>/datasets/mnist.npz, else synthetic."""
+        if dataset_dir:
+            return cls(seed, _dataset_file(dataset_dir))
+        path = Path(data_dir) / "datasets" / "mnist.npz"
+        if path.is_file():
+            return cls(seed, path)
+        print(f"data: synthetic MNIST-size batches ({path} not found)", flush=True)
+        return cls(seed)
+
+    def spec(self) -> dict:
+        """What a model for this data is (kept next to the checkpoints, for `export`)."""
+        return {"inputs": self.inputs, "classes": self.classes, "scale": self.scale}
+
+    def evaluate(self, model) -> tuple[float, float]:
+        """(loss, accuracy) of the model on the held-out examples."""
+        logits = model(tf.constant(self.x_eval / self.scale))
+        labels = tf.constant(self.y_eval)
+        loss = tf.reduce_mean(
+            tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+        )
+        right = tf.equal(tf.argmax(logits, axis=1, output_type=tf.int32), labels)
+        return float(loss), float(tf.reduce_mean(tf.cast(right, tf.float32)))
+
+    def dataset_fn(self, seed: int, global_batch: int, start_step: int):
+        """A `dataset_fn(input_context)` giving each input pipeline its own batches."""
+        means = tf.constant(self.means) if self.x is None else None
+        scale, classes, inputs = self.scale, self.classes, self.inputs
+
+        def dataset_fn(ctx: tf.distribute.InputContext | None = None):
+            pipelines = ctx.num_input_pipelines if ctx else 1
+            pipeline = ctx.input_pipeline_id if ctx else 0
+            batch = ctx.get_per_replica_batch_size(global_batch) if ctx else global_batch
+            if means is None:
+                assert self.x is not None and self.y is not None  # read from a .npz
+                ds = tf.data.Dataset.from_tensor_slices((self.x, self.y))
+                ds = ds.shard(pipelines, pipeline)
+                ds = ds.shuffle(10_000, seed=seed + start_step).repeat().batch(batch)
+                ds = ds.map(lambda xb, yb: (xb / scale, yb))
+            else:
+
+                def synthetic(i):
+                    salt = i * pipelines + pipeline
+                    seeds = tf.stack([tf.constant(seed, tf.int64), salt])
+                    labels = tf.random.stateless_uniform(
+                        [batch], seed=seeds, maxval=classes, dtype=tf.int32
+                    )
+                    noise = tf.random.stateless_normal([batch, inputs], seed=seeds + [1, 0])
+                    return tf.gather(means, labels) + noise, labels
+
+                ds = tf.data.Dataset.range(start_step, 2**62).map(synthetic)
+            options = tf.data.Options()
+            options.experimental_distribute.auto_shard_policy = (
+                tf.data.experimental.AutoShardPolicy.OFF
+            )
+            return ds.with_options(options).prefetch(2)
+
+        return dataset_fn
+
+
+def export(params, spec: dict, export_dir: str, step: int) -> Path:
+    """Write the model as SavedModel version `step` under `export_dir`; return its path.
+
+    Versions are numbered directories, as TensorFlow Serving's file system source expects
+    (it serves the highest). A version appears whole: it is written beside and renamed.
+    """
+    target = Path(export_dir) / str(step)
+    if target.is_dir():
+        return target
+    values = [p.numpy() for p in params]  # a plain copy: no strategy in the saved graph
+    module = Exported(values, spec["scale"])
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{step}.", dir=target.parent))
+    try:
+        tf.saved_model.save(
+            module,
+            str(staging),
+            signatures={"serving_default": module.serve.get_concrete_function()},
+        )
+        os.rename(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    print(f"exported SavedModel version {step} to {target}", flush=True)
+    return target
 
 
 # ---------------------------------------------------------------------------- progress
@@ -237,7 +354,20 @@ class Progress:
         self.first_time: float | None = None  # after the first (tracing) step
         self.first_step = resumed_from
         self.examples_per_sec = 0.0
+        self.evaluation: dict = {}  # the last held-out evaluation: step, loss, accuracy
+        self.exported = ""  # the SavedModel written at the end
         self.writer = tf.summary.create_file_writer(args.log_dir) if enabled else None
+
+    def evaluated(self, step: int, loss: float, accuracy: float) -> None:
+        """Record an evaluation on the held-out data (progress file and TensorBoard)."""
+        self.evaluation = {"eval_step": step, "eval_loss": round(loss, 6)}
+        self.evaluation["eval_accuracy"] = round(accuracy, 6)
+        print(f"eval at step {step}: loss {loss:.4f} accuracy {accuracy:.4f}", flush=True)
+        if self.writer is not None:
+            with self.writer.as_default(step=step):
+                write_scalar("eval_loss", loss)
+                write_scalar("eval_accuracy", accuracy)
+            self.writer.flush()
 
     def due(self) -> bool:
         """Whether enough time has passed for the next report."""
@@ -287,7 +417,10 @@ class Progress:
             "state": state,
             "global_batch_size": self.batch,
             "loss_history": list(self.history),
+            **self.evaluation,
         }
+        if self.exported:
+            data["export"] = self.exported
         write_json_atomic(self.path, data)
         # The charm reads progress from the chief's log (it cannot mount the volume).
         print(PROGRESS_MARKER + json.dumps(data, separators=(",", ":")), flush=True)
@@ -375,21 +508,35 @@ def _loss_fn(model, x, y, global_batch):
     return tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
 
 
-def restore_or_start(strategy, args, global_batch: int, is_chief: bool):
+def restore_or_start(strategy, args, data: Data, global_batch: int, is_chief: bool):
     """Create the model under the strategy and restore the latest checkpoint.
+
+    The chief keeps the model's shape (Data.spec) next to the checkpoints, for `export`.
 
     Returns:
         (model, step variable, Checkpoints, Progress, step to start from)
     """
     with strategy.scope():
-        model = Classifier(args.seed)
+        model = Classifier(args.seed, data.inputs, data.classes)
         step_var = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="step")
     ckpt = tf.train.Checkpoint(model=model, step=step_var)
     checkpoints = Checkpoints(ckpt, args.checkpoint_dir, is_chief)
+    if is_chief:
+        write_json_atomic(Path(args.checkpoint_dir) / MODEL_SPEC, data.spec())
     start = checkpoints.restore()
     announce(start, args)
     progress = Progress(args, global_batch, start, enabled=is_chief)
     return model, step_var, checkpoints, progress, start
+
+
+def checkpointed(model, data: Data, progress: Progress, args, step: int, final: bool) -> None:
+    """After a save, on the chief: evaluate on the held-out data; at the end, export."""
+    if not progress.enabled:
+        return
+    loss, accuracy = data.evaluate(model)
+    progress.evaluated(step, loss, accuracy)
+    if final and args.export_dir:
+        progress.exported = str(export(model.params, data.spec(), args.export_dir, step))
 
 
 def mirrored_step_fn(strategy, model, step_var, iterator, global_batch, learning_rate):
@@ -431,16 +578,15 @@ def rounded_batch(batch: int, replicas: int) -> int:
 def train_mirrored(strategy, args, is_chief: bool) -> int:
     """Synchronous training (MultiWorkerMirroredStrategy or the default strategy)."""
     global_batch = rounded_batch(args.batch_size, strategy.num_replicas_in_sync)
+    data = Data.load(args.seed, args.data_dir, args.dataset_dir)
     model, step_var, checkpoints, progress, start = restore_or_start(
-        strategy, args, global_batch, is_chief
+        strategy, args, data, global_batch, is_chief
     )
     if start >= args.steps:
         progress.report(start, float("nan"), "finished")
         return 0
     dataset = strategy.distribute_datasets_from_function(
-        make_dataset_fn(
-            load_mnist(args.data_dir, args.dataset_dir), args.seed, global_batch, start
-        )
+        data.dataset_fn(args.seed, global_batch, start)
     )
     train_step = mirrored_step_fn(
         strategy, model, step_var, iter(dataset), global_batch, args.learning_rate
@@ -459,6 +605,7 @@ def train_mirrored(strategy, args, is_chief: bool) -> int:
             exit_terminated(progress, step, float(loss))
         if step % args.checkpoint_every == 0 or step == args.steps:
             checkpoints.save(step)
+            checkpointed(model, data, progress, args, step, final=step == args.steps)
         if step == start + 1:
             progress.mark_first_step(step)
         if is_chief and (step == start + 1 or progress.sample_due(step)):
@@ -473,15 +620,14 @@ def train_coordinator(strategy, args) -> int:
     """The chief of ParameterServerStrategy: schedule steps on workers, save, report."""
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
     global_batch = args.batch_size
+    data = Data.load(args.seed, args.data_dir, args.dataset_dir)
     model, step_var, checkpoints, progress, start = restore_or_start(
-        strategy, args, global_batch, is_chief=True
+        strategy, args, data, global_batch, is_chief=True
     )
     if start >= args.steps:
         progress.report(start, float("nan"), "finished")
         return 0
-    dataset_fn = make_dataset_fn(
-        load_mnist(args.data_dir, args.dataset_dir), args.seed, global_batch, start
-    )
+    dataset_fn = data.dataset_fn(args.seed, global_batch, start)
     per_worker = coordinator.create_per_worker_dataset(lambda: dataset_fn(None))
     per_worker_iter = iter(per_worker)
 
@@ -511,6 +657,7 @@ def train_coordinator(strategy, args) -> int:
         progress.record(step, loss)
         if step // args.checkpoint_every > previous // args.checkpoint_every or step == args.steps:
             checkpoints.save(step)
+            checkpointed(model, data, progress, args, step, final=step == args.steps)
         if terminated():
             checkpoints.save(step)  # the coordinator alone holds the state: keep it
             exit_terminated(progress, step, loss)
@@ -585,6 +732,30 @@ def announce(start: int, args) -> None:
         print(f"starting from step 0 (target {args.steps}); {ready}", flush=True)
 
 
+def export_latest(args) -> int:
+    """`--export-only`: the latest checkpoint as a SavedModel version (the export action)."""
+    try:
+        spec = json.loads((Path(args.checkpoint_dir) / MODEL_SPEC).read_text())
+    except (OSError, ValueError):
+        print(
+            f"export failed: no {MODEL_SPEC} in {args.checkpoint_dir}: export works for jobs "
+            "of the built-in trainer that saved a checkpoint; your own code writes its "
+            "SavedModel to GPU_K8S_EXPORT_DIR",
+            flush=True,
+        )
+        return 1
+    latest = tf.train.latest_checkpoint(args.checkpoint_dir)
+    if latest is None or not args.export_dir:
+        print(f"export failed: no checkpoint in {args.checkpoint_dir}", flush=True)
+        return 1
+    model = Classifier(args.seed, spec["inputs"], spec["classes"])
+    step = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="step")
+    tf.train.Checkpoint(model=model, step=step).restore(latest).assert_existing_objects_matched()
+    target = export(model.params, spec, args.export_dir, int(step.numpy()))
+    print(f"GPU_K8S_EXPORT {json.dumps({'step': int(step.numpy()), 'path': str(target)})}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Pick the strategy from TF_CONFIG and train."""
     args = parse_args(argv)
@@ -592,6 +763,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)
         tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    if args.export_only:
+        return export_latest(args)
     tf_config = json.loads(os.environ.get("TF_CONFIG") or "{}")
     cluster = tf_config.get("cluster", {})
     task = tf_config.get("task", {})

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -43,6 +44,7 @@ from tf_launcher import cluster_sizes  # noqa: E402
 from charms.gpu_k8s.v0.kubeclient import Kube  # noqa: E402
 
 training = load("tensorflow", "training")
+exports = load("tensorflow", "exports")
 jobs = training.jobs  # the module training itself uses (TrainRequest, Context)
 queues = load("tensorflow", "queues")
 
@@ -94,14 +96,12 @@ class GangKubelet(ProcessKubelet):
 
     def environment(self, pod: dict) -> dict[str, str]:
         env = super().environment(pod)
-        env.update(
-            JOB_COMPLETION_INDEX=pod["metadata"]["labels"][
-                "batch.kubernetes.io/job-completion-index"
-            ],
-            GPU_K8S_HOSTS=self._hosts(pod, env),
-            TF_CPP_MIN_LOG_LEVEL="2",
-        )
+        env["TF_CPP_MIN_LOG_LEVEL"] = "2"
         env.pop("HOME", None)
+        labels = pod["metadata"]["labels"]
+        if "jobset.sigs.k8s.io/jobset-name" in labels:  # a training pod, not a one-shot Job's
+            env["JOB_COMPLETION_INDEX"] = labels["batch.kubernetes.io/job-completion-index"]
+            env["GPU_K8S_HOSTS"] = self._hosts(pod, env)
         return env
 
 
@@ -255,3 +255,35 @@ def test_a_preempted_job_saves_where_it_stopped_and_resumes_there_when_readmitte
     assert progress["resumed_from"] == stopped_at  # no step lost to the preemption
     assert (progress["step"], progress["state"]) == (2000, "finished")
     assert done["restarts"] == "0 of 3"  # a preemption is not a failure
+
+
+def test_a_finished_job_exported_itself_and_export_writes_the_latest_checkpoint_again(cluster):
+    cluster.train("exp", workers=2, steps=60)
+    done = cluster.until("exp", lambda s: s["phase"] == "Succeeded", "success")
+    version = cluster.data / "jobs" / "exp" / "export" / "60"
+    assert done["export"] == str(version)  # /data/jobs/exp/export/60 in the pods
+    assert done["eval"].endswith("(held out, step 60)")
+    assert (version / "saved_model.pb").is_file()
+
+    shutil.rmtree(version.parent)
+    results = _export(cluster, "exp")
+    assert (results["version"], results["path"]) == ("60", str(version))
+    assert (version / "saved_model.pb").is_file()
+
+    with pytest.raises(exports.ExportError, match="export of never failed: no model.json"):
+        _export(cluster, "never")
+    assert cluster.kube.get("batch/v1", "Job", "export-never", NS) is None
+
+
+def _export(cluster, job: str) -> dict:
+    """What the export action does."""
+    return exports.run(
+        cluster.kube,
+        cluster.ctx,
+        exports.ExportParams(job=job, timeout=240),
+        training.read_program("tf_trainer.py"),
+        training.image_of(cluster.kube, cluster.ctx, job),
+        log=cluster.log.append,
+        sleep=cluster.sleep,
+        clock=time.monotonic,
+    )

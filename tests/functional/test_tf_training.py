@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,6 +24,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCHER = ROOT / "actions" / "tf_launcher.py"
+TRAINER = ROOT / "actions" / "tf_trainer.py"
 sys.path.insert(0, str(ROOT / "actions"))
 from tf_demo import free_ports  # noqa: E402  (stdlib only)
 
@@ -316,7 +318,10 @@ def test_single_worker_reads_mnist_npz_from_shared_volume(local_job, tmp_path):
 
     assert (progress["step"], progress["state"]) == (60, "finished")
     assert progress["loss"] < 0.5 * progress["first_loss"]
-    assert f"data: 2000 examples from {npz}" in job.logs[("worker", 0)].read_text()
+    assert (
+        f"data: 1800 examples from {npz} (200 held out, 784 inputs"
+        in job.logs[("worker", 0)].read_text()
+    )
 
 
 def test_the_trainer_reads_the_dataset_train_named(local_job, tmp_path):
@@ -331,7 +336,93 @@ def test_the_trainer_reads_the_dataset_train_named(local_job, tmp_path):
     progress = job.wait_ok()
 
     assert (progress["step"], progress["state"]) == (30, "finished")
-    assert f"data: 2000 examples from {npz}" in job.logs[("worker", 0)].read_text()
+    assert (
+        f"data: 1800 examples from {npz} (200 held out, 784 inputs"
+        in job.logs[("worker", 0)].read_text()
+    )
+
+
+MAKE_DIGITS = """
+import sys
+import numpy as np
+from sklearn.datasets import load_digits
+from sklearn.model_selection import train_test_split
+digits = load_digits()  # 1797 real 8x8 scans, values 0..16, bundled with scikit-learn
+x_train, x_test, y_train, y_test = train_test_split(
+    digits.images, digits.target, test_size=0.2, random_state=0, stratify=digits.target
+)
+np.savez(sys.argv[1], x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
+"""
+
+SERVE = """
+import json, sys
+import numpy as np
+import tensorflow as tf
+model = tf.saved_model.load(sys.argv[1])
+serve = model.signatures["serving_default"]
+with np.load(sys.argv[2]) as f:
+    x, y = f["x_test"].reshape(len(f["x_test"]), -1).astype(np.float32), f["y_test"]
+out = serve(x=tf.constant(x))
+print(json.dumps({
+    "inputs": {k: v.shape.as_list() for k, v in serve.structured_input_signature[1].items()},
+    "outputs": sorted(out),
+    "accuracy": float(np.mean(out["class"].numpy() == y)),
+    "rows": float(np.abs(out["probabilities"].numpy().sum(axis=1) - 1).max()),
+}))
+"""
+
+
+def test_real_digits_are_evaluated_held_out_and_the_export_answers_as_serving_would(
+    local_job, tmp_path
+):
+    """MWMS on scikit-learn's digits: eval at each checkpoint, a SavedModel at the end."""
+    npz = tmp_path / "datasets" / "digits" / "digits.npz"
+    npz.parent.mkdir(parents=True)
+    subprocess.run([PYTHON, "-c", MAKE_DIGITS, str(npz)], check=True, timeout=120)
+    job = local_job("digits", workers=2)
+    job.env["GPU_K8S_DATASET_DIR"] = str(npz.parent)
+    job.start("--steps=300", "--checkpoint-every=100", "--learning-rate=0.05")
+
+    progress = job.wait_ok()
+
+    assert (progress["step"], progress["state"]) == (300, "finished")
+    assert progress["eval_step"] == 300
+    assert progress["eval_accuracy"] > 0.85, progress  # 360 held-out scans
+    assert progress["eval_loss"] < progress["first_loss"]
+    chief = job.logs[("worker", 0)].read_text()
+    assert "(360 held out, 64 inputs, 10 classes)" in chief
+    assert "eval at step 100:" in chief and "eval at step 200:" in chief
+    export = job.job_dir / "export" / "300"
+    assert progress["export"] == str(export)
+    assert (export / "saved_model.pb").is_file()
+    assert [p.name for p in export.parent.iterdir()] == ["300"]  # no half-written version
+
+    served = subprocess.run(
+        [PYTHON, "-c", SERVE, str(export), str(npz)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    answer = json.loads(served.stdout.splitlines()[-1])
+    assert answer["inputs"] == {"x": [None, 64]}  # raw pixel values, scaled inside
+    assert answer["outputs"] == ["class", "probabilities"]
+    assert answer["accuracy"] == pytest.approx(progress["eval_accuracy"], abs=1e-6)
+    assert answer["rows"] < 1e-5
+
+    # the export action's path: the latest checkpoint, exported again by itself
+    shutil.rmtree(job.job_dir / "export")
+    again = subprocess.run(
+        [PYTHON, str(TRAINER), "--export-only", f"--checkpoint-dir={job.job_dir / 'checkpoints'}"]
+        + [f"--export-dir={job.job_dir / 'export'}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert (job.job_dir / "export" / "300" / "saved_model.pb").is_file()
+    assert 'GPU_K8S_EXPORT {"step": 300' in again.stdout
 
 
 def test_a_task_that_asked_for_a_gpu_stops_at_once_when_tensorflow_sees_none(tmp_path):

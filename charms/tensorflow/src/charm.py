@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import datasets
+import exports
 import jobs
 import ops
 import pydantic
@@ -32,6 +33,7 @@ from literals import (
     KUBE_API,
     NAMESPACED_RULES,
     SHARED_STORAGE,
+    TRAINER,
 )
 
 from charms.gpu_k8s.v0.config import CharmConfig
@@ -193,6 +195,7 @@ class TensorflowCharm(ops.CharmBase):
         framework.observe(on.stop_action, self._on_stop)
         framework.observe(on.import_dataset_action, self._on_import_dataset)
         framework.observe(on.list_datasets_action, self._on_list_datasets)
+        framework.observe(on.export_action, self._on_export)
 
     # -- access to the cluster
 
@@ -425,7 +428,7 @@ class TensorflowCharm(ops.CharmBase):
         except NotReadyError as e:
             event.fail(f"not ready: {e}")
             return
-        except (training.JobError, datasets.DatasetError) as e:
+        except (training.JobError, datasets.DatasetError, exports.ExportError) as e:
             event.fail(str(e))
             return
         except KubeError as e:
@@ -504,12 +507,18 @@ class TensorflowCharm(ops.CharmBase):
         waits = self._wait_args(event)
         self._run(event, lambda kube, ctx: training.stop(kube, ctx, p.job, p.purge, **waits))
 
+    def _program(self, event: ops.ActionEvent, name: str) -> str | None:
+        """The source of one of the charm's programs for a pod (None: the action failed)."""
+        try:
+            return training.read_program(name)
+        except OSError as e:
+            event.fail(f"the charm is missing its program {name}: {e}")
+            return None
+
     def _on_import_dataset(self, event: ops.ActionEvent) -> None:
         params = event.load_params(datasets.ImportParams, errors="fail")
-        try:
-            program = training.read_program(IMPORTER)
-        except OSError as e:
-            event.fail(f"the charm is missing its import program: {e}")
+        program = self._program(event, IMPORTER)
+        if program is None:
             return
         waits = self._wait_args(event)
 
@@ -525,20 +534,20 @@ class TensorflowCharm(ops.CharmBase):
 
     def _on_list_datasets(self, event: ops.ActionEvent) -> None:
         event.load_params(jobs.NoParams, errors="fail")
+        self._run(event, datasets.listing)
 
-        def listing(kube: Any, ctx: jobs.Context) -> dict[str, Any]:
-            unfinished = datasets.settle(kube, ctx)
-            found = {
-                name: datasets.describe(entry)
-                for name, entry in datasets.registry(kube, ctx.app, ctx.namespace).items()
-            }
-            found.update(unfinished)
-            results: dict[str, Any] = {"count": str(len(found))}
-            if found:
-                results["datasets"] = found
-            return results
+    def _on_export(self, event: ops.ActionEvent) -> None:
+        params = event.load_params(exports.ExportParams, errors="fail")
+        trainer = self._program(event, TRAINER)
+        if trainer is None:
+            return
+        waits = self._wait_args(event)
 
-        self._run(event, listing)
+        def run(kube: Any, ctx: jobs.Context) -> dict[str, Any]:
+            image = training.image_of(kube, ctx, params.job)
+            return exports.run(kube, ctx, params, trainer, image, **waits)
+
+        self._run(event, run, pull_secret=True)
 
 
 if __name__ == "__main__":  # pragma: nocover

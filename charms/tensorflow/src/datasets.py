@@ -26,6 +26,7 @@ import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
+import oneshot
 import pydantic
 from literals import (
     CODE_MOUNT,
@@ -39,9 +40,6 @@ from literals import (
 from charms.gpu_k8s.v0.config import ActionParams
 
 COMPONENT_IMPORT = "import"
-# Set by the Job controller on a Job's pods (kubernetes.io/docs/reference/labels-
-# annotations-taints/#batchkubernetesiojob-name), next to the legacy `job-name`.
-LABEL_JOB_NAME = "batch.kubernetes.io/job-name"
 LABEL_DATASET = "gpu-k8s.io/dataset"
 DATASETS_DIR = f"{DATA_MOUNT}/datasets"
 PROGRESS_MARKER = "GPU_K8S_IMPORT"  # dataset_import.py's progress lines
@@ -197,9 +195,7 @@ def selector(app: str, name: str | None = None) -> str:
     return ",".join(terms)
 
 
-def import_job(
-    params: ImportParams, ctx: Any, *, credentials: bool, uid_owner: dict | None = None
-) -> dict:
+def import_job(params: ImportParams, ctx: Any, *, credentials: bool) -> dict:
     """The Job that copies the dataset (`ctx`: jobs.Context, for image and pod basics).
 
     `credentials`: the pod reads the S3 keys from the credentials Secret. The source goes
@@ -225,10 +221,7 @@ def import_job(
             DATASETS_DIR,
         ],
         "env": env,
-        "volumeMounts": [
-            {"name": "data", "mountPath": DATA_MOUNT},
-            {"name": "code", "mountPath": CODE_MOUNT, "readOnly": True},
-        ],
+        "volumeMounts": [{"name": "data", "mountPath": DATA_MOUNT}, oneshot.code_mount()],
         "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}},
     }
     if credentials:
@@ -248,29 +241,11 @@ def import_job(
                     "containers": [container],
                     "volumes": [
                         {"name": "data", "persistentVolumeClaim": {"claimName": ctx.claim}},
-                        {
-                            "name": "code",
-                            "configMap": {"name": job_name(params.name), "defaultMode": 0o555},
-                        },
+                        oneshot.code_volume(job_name(params.name)),
                     ],
                 },
             },
         },
-    }
-
-
-def code_configmap(params: ImportParams, ctx: Any, program: str, owner: dict) -> dict:
-    """The ConfigMap with dataset_import.py, owned by the import Job (it goes with it)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": job_name(params.name),
-            "namespace": ctx.namespace,
-            "labels": _labels(ctx.app, params.name),
-            "ownerReferences": [owner],
-        },
-        "data": {IMPORTER: program},
     }
 
 
@@ -301,30 +276,14 @@ def read_registry(configmap: Mapping[str, Any] | None) -> dict[str, dict]:
     return out
 
 
-def _marked(log: str, marker: str) -> dict | None:
-    for line in reversed(log.splitlines()):
-        if line.startswith(marker + " "):
-            try:
-                value = json.loads(line[len(marker) + 1 :])
-            except ValueError:
-                continue
-            if isinstance(value, dict):
-                return value
-    return None
-
-
 def result(log: str) -> dict | None:
     """The manifest an import Job printed last, or None."""
-    return _marked(log, RESULT_MARKER)
+    return oneshot.marked(log, RESULT_MARKER)
 
 
 def failure(log: str) -> str:
     """Why the import failed, from the program's last words."""
-    for line in reversed(log.splitlines()):
-        if line.startswith("import failed: "):
-            return line.removeprefix("import failed: ")
-    tail = [line for line in log.splitlines() if line.strip()][-3:]
-    return " / ".join(tail) or "no output (see kubectl describe job)"
+    return oneshot.last_words(log, "import failed: ")
 
 
 def human_size(size: float) -> str:
@@ -338,7 +297,7 @@ def human_size(size: float) -> str:
 
 def progress(log: str) -> str:
     """`<file>: 45% of 1.2 GB` from the last progress line ("" before the first)."""
-    last = _marked(log, PROGRESS_MARKER)
+    last = oneshot.marked(log, PROGRESS_MARKER)
     if not last:
         return ""
     done, total = int(last.get("bytes") or 0), last.get("total")
@@ -376,7 +335,6 @@ def summary_results(name: str, entry: Mapping[str, Any]) -> dict[str, str]:
 # ------------------------------------------------------------------ against the cluster
 
 POLL_SECONDS = 5.0
-LOG_LINES = 50
 
 
 def registry(kube: Any, app: str, namespace: str) -> dict[str, dict]:
@@ -389,29 +347,6 @@ def _record(kube: Any, app: str, namespace: str, name: str, entry: Mapping) -> N
     kube.apply(patch, field_manager=f"{app}-dataset-{name}")  # one field owner per key
 
 
-def _job_log(kube: Any, ctx: Any, job: dict) -> str:
-    from charms.gpu_k8s.v0.kubeclient import KubeError
-
-    pods = kube.list(
-        "v1", "Pod", ctx.namespace, label_selector=f"{LABEL_JOB_NAME}={job['metadata']['name']}"
-    )
-    pods.sort(key=lambda p: p["metadata"].get("creationTimestamp", ""))
-    for pod in reversed(pods):  # the last attempt's pod says the most
-        try:
-            return kube.pod_logs(pod["metadata"]["name"], ctx.namespace, tail_lines=LOG_LINES)
-        except KubeError as e:
-            if e.status not in (400, 404):
-                raise
-    return ""
-
-
-def _finished(job: Mapping[str, Any]) -> str | None:
-    for cond in (job.get("status") or {}).get("conditions") or []:
-        if cond.get("status") == "True" and cond.get("type") in ("Complete", "Failed"):
-            return "Succeeded" if cond["type"] == "Complete" else "Failed"
-    return None
-
-
 def settle(kube: Any, ctx: Any) -> dict[str, str]:
     """Record what finished import Jobs copied; return the unfinished or failed ones' state."""
     recorded = registry(kube, ctx.app, ctx.namespace)
@@ -420,8 +355,8 @@ def settle(kube: Any, ctx: Any) -> dict[str, str]:
         name = (job["metadata"].get("labels") or {}).get(LABEL_DATASET, "")
         if not name or name in recorded:
             continue
-        finished = _finished(job)
-        log = _job_log(kube, ctx, job)
+        finished = oneshot.finished(job)
+        log = oneshot.log(kube, ctx.namespace, job["metadata"]["name"])
         if finished == "Succeeded" and (entry := result(log)) is not None:
             _record(kube, ctx.app, ctx.namespace, name, entry)
             recorded[name] = entry
@@ -461,21 +396,27 @@ def _refuse(kube: Any, ctx: Any, params: ImportParams, credentials: bool) -> dic
 def _start(kube: Any, ctx: Any, params: ImportParams, program: str, credentials: bool) -> bool:
     """Create the import Job (after a failed one of an earlier attempt); False if it runs."""
     job = kube.get("batch/v1", "Job", job_name(params.name), ctx.namespace)
-    if job is not None and _finished(job) == "Failed":
+    if job is not None and oneshot.finished(job) == "Failed":
         kube.delete("batch/v1", "Job", job_name(params.name), ctx.namespace)
         job = None  # an earlier attempt failed: this is a new one
     if job is not None:
         return False
     manifest = import_job(params, ctx, credentials=credentials)
-    applied = kube.apply(manifest, field_manager=ctx.app)
-    owner = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "name": job_name(params.name),
-        "uid": applied["metadata"]["uid"],
-    }
-    kube.apply(code_configmap(params, ctx, program, owner), field_manager=ctx.app)
+    oneshot.start(kube, manifest, {IMPORTER: program}, ctx.app)
     return True
+
+
+def listing(kube: Any, ctx: Any) -> dict[str, Any]:
+    """`list-datasets` results: every dataset in one line, and imports not done."""
+    unfinished = settle(kube, ctx)
+    found = {
+        name: describe(entry) for name, entry in registry(kube, ctx.app, ctx.namespace).items()
+    }
+    found.update(unfinished)
+    results: dict[str, Any] = {"count": str(len(found))}
+    if found:
+        results["datasets"] = found
+    return results
 
 
 def import_dataset(
@@ -509,12 +450,12 @@ def import_dataset(
         job = kube.get("batch/v1", "Job", job_name(params.name), ctx.namespace)
         if job is None:
             raise DatasetError(f"the import Job of {params.name} disappeared: run it again")
-        text = _job_log(kube, ctx, job)
+        text = oneshot.log(kube, ctx.namespace, job["metadata"]["name"])
         now = progress(text)
         if now and now != shown[""]:
             shown[""] = now
             log(now)
-        finished = _finished(job)
+        finished = oneshot.finished(job)
         if finished == "Failed":
             raise DatasetError(f"import of {params.name} failed: {failure(text)}")
         if finished != "Succeeded":

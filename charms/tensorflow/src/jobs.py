@@ -43,6 +43,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 import datasets
+import oneshot
 import pydantic
 from literals import (
     ANNOTATION_REQUEST,
@@ -956,20 +957,9 @@ def format_duration(seconds: float | None) -> str:
     return f"{secs}s"
 
 
-def _condition(job: dict, kind: str) -> dict | None:
-    for cond in (job.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == kind and cond.get("status") == "True":
-            return cond
-    return None
-
-
 def job_finished(job: dict) -> str | None:
     """`Succeeded` or `Failed` when a Kubernetes Job has finished, else None."""
-    if _condition(job, "Complete"):
-        return "Succeeded"
-    if _condition(job, "Failed"):
-        return "Failed"
-    return None
+    return oneshot.finished(job)
 
 
 def _pod_ready(pod: dict) -> bool:
@@ -1260,10 +1250,26 @@ def summarise(
         out["examples-per-sec"] = str(progress.get("examples_per_sec", "unknown"))
         out["eta"] = format_duration(eta_seconds(progress))
         out["loss-trend"] = sparkline(progress.get("loss_history") or [])
+        evaluation = evaluation_phrase(progress)
+        if evaluation:
+            out["eval"] = evaluation
+        if progress.get("export"):
+            out["export"] = str(progress["export"])
     else:
         out["step"] = f"unknown/{request.steps}"
         out["progress"] = "no progress report yet in the chief's log"
     return out
+
+
+def evaluation_phrase(progress: Mapping[str, Any]) -> str:
+    """`loss 0.3120, accuracy 91.4% (held out, step 500)`, or "" before the first one."""
+    loss, accuracy = progress.get("eval_loss"), progress.get("eval_accuracy")
+    if not isinstance(loss, int | float) or not isinstance(accuracy, int | float):
+        return ""
+    return (
+        f"loss {loss:.4f}, accuracy {100 * accuracy:.1f}% "
+        f"(held out, step {progress.get('eval_step', '?')})"
+    )
 
 
 def progress_phrase(job: str, progress: Mapping[str, Any] | None) -> str:

@@ -80,6 +80,15 @@ def actions_dir(here: Path | None = None) -> Path:
     )
 
 
+def image_of(kube: Any, ctx: Context, job: str) -> str:
+    """The CPU image a job's own programs run in (its `image`, else the default one)."""
+    js = _jobset(kube, ctx, job)
+    request = _request_of(js, job, ctx) if js is not None else None
+    if request is not None and request.image:
+        return request.image
+    return ctx.pulled(ctx.default_image)
+
+
 def read_program(name: str, directory: Path | None = None) -> str:
     """One program of actions/ (dataset_import.py for the import Job)."""
     return ((directory or actions_dir()) / name).read_text()

@@ -206,6 +206,7 @@ def test_main_sets_tf_config_creates_dirs_and_runs_trainer(monkeypatch, pod_env,
     assert env["GPU_K8S_CHECKPOINT_DIR"] == str(job / "checkpoints")
     assert env["GPU_K8S_LOG_DIR"] == str(job / "logs")
     assert env["GPU_K8S_PROGRESS_FILE"] == str(job / "progress.json")
+    assert env["GPU_K8S_EXPORT_DIR"] == str(job / "export")
     assert env["GPU_K8S_POD_LOG"] == str(job / "pod-logs" / "worker-1.log")
     assert env["PATH"] == "/usr/bin"  # the rest of the pod's environment passes through
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import datasets
+import exports
 import jobs
 import kubernetes_validate
 import pytest
@@ -221,6 +223,8 @@ def test_param_models_match_charmcraft_defaults():
         ("scale", jobs.ScaleParams),
         ("logs", jobs.LogsParams),
         ("stop", jobs.StopParams),
+        ("import-dataset", datasets.ImportParams),
+        ("export", exports.ExportParams),
     ]:
         spec = actions[action]
         assert spec["additionalProperties"] is False

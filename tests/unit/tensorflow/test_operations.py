@@ -33,6 +33,7 @@ def progress_line(
     resumed_from: int = 0,
     state: str = "running",
     history: list[float] | None = None,
+    **extra,
 ) -> str:
     data = {
         "step": step,
@@ -44,6 +45,7 @@ def progress_line(
         "resumed_from": resumed_from,
         "state": state,
         "loss_history": history if history is not None else [2.3, 1.5, 1.0, 0.7, 0.5],
+        **extra,
     }
     return f"GPU_K8S_PROGRESS {json.dumps(data)}"
 
@@ -159,6 +161,18 @@ def test_job_status_reads_progress_from_the_chief_log(ctx, running, api):
     assert results["eta"] == "50s"  # 500 steps at 10 steps/s
     assert results["loss-trend"] == "█▅▃▁▁"
     assert results["tensorboard-url"].startswith("http://mnist-tensorboard.")
+
+
+def test_job_status_shows_the_held_out_evaluation_and_the_export(ctx, state, api, controller):
+    add_nodes(api, node("cpu-0"))
+    export = "/data/jobs/mnist/export/1000"
+    line = progress_line(1000, state="finished", eval_step=1000, eval_loss=0.3125)
+    line = line[:-1] + f', "eval_accuracy": 0.9137, "export": "{export}"}}'
+    controller.logs = chief_log(f"eval at step 1000: loss 0.3125 accuracy 0.9137\n{line}\n")
+    run_action(ctx, state, "train", job="mnist", workers=1)
+    results, _ = run_action(ctx, state, "job-status", job="mnist")
+    assert results["eval"] == "loss 0.3125, accuracy 91.4% (held out, step 1000)"
+    assert results["export"] == export
 
 
 def test_job_status_without_progress_yet(ctx, state, api, controller):

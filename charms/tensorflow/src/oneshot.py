@@ -1,0 +1,103 @@
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""Short-lived Jobs the charm runs for an action: import a dataset, export a model (no ops).
+
+Each is a NonIndexed batch Job of one pod whose program comes from a ConfigMap of the same
+name that the Job owns (so the garbage collector deletes it with the Job, after
+`ttlSecondsAfterFinished` or when the charm deletes the Job). The charm follows it through
+the Job's conditions (`Complete` / `Failed`, kubernetes.io/docs/concepts/workloads/
+controllers/job/#terminal-job-conditions) and reads what the program printed from the log
+of its newest pod, found by the label the Job controller puts on its pods
+(`batch.kubernetes.io/job-name`, kubernetes.io/docs/reference/labels-annotations-taints/).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from literals import CODE_MOUNT
+
+LABEL_JOB_NAME = "batch.kubernetes.io/job-name"
+LOG_LINES = 50
+
+
+def finished(job: Mapping[str, Any]) -> str | None:
+    """`Succeeded` or `Failed` once a Job has finished, else None."""
+    for cond in (job.get("status") or {}).get("conditions") or []:
+        if cond.get("status") == "True" and cond.get("type") in ("Complete", "Failed"):
+            return "Succeeded" if cond["type"] == "Complete" else "Failed"
+    return None
+
+
+def log(kube: Any, namespace: str, job: str, lines: int = LOG_LINES) -> str:
+    """The end of the Job's newest pod's log ("" before a pod started)."""
+    from charms.gpu_k8s.v0.kubeclient import KubeError
+
+    pods = kube.list("v1", "Pod", namespace, label_selector=f"{LABEL_JOB_NAME}={job}")
+    pods.sort(key=lambda p: p["metadata"].get("creationTimestamp", ""))
+    for pod in reversed(pods):  # the last attempt's pod says the most
+        try:
+            return kube.pod_logs(pod["metadata"]["name"], namespace, tail_lines=lines)
+        except KubeError as e:
+            if e.status not in (400, 404):
+                raise
+    return ""
+
+
+def marked(text: str, marker: str) -> dict | None:
+    """The JSON object of the last `<marker> {...}` line, or None."""
+    for line in reversed(text.splitlines()):
+        if line.startswith(marker + " "):
+            try:
+                value = json.loads(line[len(marker) + 1 :])
+            except ValueError:
+                continue
+            if isinstance(value, dict):
+                return value
+    return None
+
+
+def last_words(text: str, prefix: str) -> str:
+    """Why a program failed: its `<prefix>...` line, else its last lines."""
+    for line in reversed(text.splitlines()):
+        if line.startswith(prefix):
+            return line.removeprefix(prefix)
+    tail = [line for line in text.splitlines() if line.strip()][-3:]
+    return " / ".join(tail) or "no output (see kubectl describe job)"
+
+
+def code_mount() -> dict[str, Any]:
+    """The container's mount of the program ConfigMap."""
+    return {"name": "code", "mountPath": CODE_MOUNT, "readOnly": True}
+
+
+def code_volume(name: str) -> dict[str, Any]:
+    """The pod's volume of the program ConfigMap `name` (executable files)."""
+    return {"name": "code", "configMap": {"name": name, "defaultMode": 0o555}}
+
+
+def start(kube: Any, job: dict[str, Any], files: Mapping[str, str], manager: str) -> None:
+    """Create the Job, then its program ConfigMap (same name) owned by it."""
+    applied = kube.apply(job, field_manager=manager)
+    meta = job["metadata"]
+    owner = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "name": meta["name"],
+        "uid": applied["metadata"]["uid"],
+    }
+    configmap = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "labels": dict(meta.get("labels") or {}),
+            "ownerReferences": [owner],
+        },
+        "data": dict(files),
+    }
+    kube.apply(configmap, field_manager=manager)

@@ -1,0 +1,100 @@
+"""The export action: a short-lived Job over the job's checkpoints, its answer reported.
+
+The export pod's container is played by `ScriptedKubelet` (the trainer's --export-only
+run is exercised with real TensorFlow in tests/functional): it exits with a given status
+after printing what tf_trainer.py prints in that case.
+"""
+
+from __future__ import annotations
+
+import json
+
+import kubernetes_validate
+import pytest
+from conftest import NS, add_nodes, node, run_action
+from ops import testing
+
+JOBS = f"/apis/batch/v1/namespaces/{NS}/jobs/"
+CONFIGMAPS = f"/api/v1/namespaces/{NS}/configmaps/"
+
+
+class ScriptedKubelet:
+    """Every pod's container prints `output` and exits with `code` at once."""
+
+    def __init__(self, api, code: int, output: str):
+        self.api, self.code, self.output = api, code, output
+        self.commands: list[list[str]] = []
+
+    def start(self, pod: dict) -> None:
+        self.commands.append(pod["spec"]["containers"][0]["command"])
+        self.api.set_pod_log(NS, pod["metadata"]["name"], self.output)
+
+    def exit_code(self, pod: dict) -> int | None:
+        return self.code
+
+    def stop(self, pod: dict) -> None:
+        pass
+
+
+@pytest.fixture
+def cluster(api):
+    add_nodes(api, node("cpu-0"))
+    return api
+
+
+def test_export_runs_the_trainer_over_the_checkpoints_and_reports_the_version(
+    ctx, state, cluster, controller
+):
+    answer = {"step": 1500, "path": "/data/jobs/mnist/export/1500"}
+    kubelet = ScriptedKubelet(cluster, 0, f"exported ...\nGPU_K8S_EXPORT {json.dumps(answer)}\n")
+    controller.kubelet = kubelet
+
+    results, logs = run_action(ctx, state, "export", job="mnist")
+
+    assert results["version"] == "1500"
+    assert results["path"] == "/data/jobs/mnist/export/1500"
+    assert results["signature"].startswith("serving_default: x (float32 [batch, inputs])")
+    assert logs == ["exporting the latest checkpoint of mnist (Job export-mnist)"]
+    assert kubelet.commands == [
+        [
+            "python3",
+            "/opt/gpu-k8s/tf_trainer.py",
+            "--export-only",
+            "--checkpoint-dir=/data/jobs/mnist/checkpoints",
+            "--export-dir=/data/jobs/mnist/export",
+        ]
+    ]
+    job = cluster.get_object(JOBS + "export-mnist")
+    code = cluster.get_object(CONFIGMAPS + "export-mnist")
+    assert code["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]
+    assert "def export_latest" in code["data"]["tf_trainer.py"]
+    for manifest in (job, code):
+        sent = {k: v for k, v in manifest.items() if k != "status"}
+        sent["metadata"] = {
+            k: v for k, v in manifest["metadata"].items() if k in ("name", "namespace", "labels")
+        }
+        kubernetes_validate.validate(sent, "1.33", strict=True)
+
+    # again later: the finished Job makes way for a new one
+    run_action(ctx, state, "export", job="mnist")
+    assert len(kubelet.commands) == 2
+
+
+def test_an_export_without_a_checkpoint_fails_clearly_and_leaves_nothing(
+    ctx, state, cluster, controller
+):
+    why = "no model.json in /data/jobs/nope/checkpoints: export works for jobs of the built-in"
+    controller.kubelet = ScriptedKubelet(cluster, 1, f"export failed: {why} trainer\n")
+    with pytest.raises(testing.ActionFailed, match=f"export of nope failed: {why}"):
+        run_action(ctx, state, "export", job="nope")
+    assert cluster.get_object(JOBS + "export-nope") is None
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [({"job": "Bad_Name"}, "not a valid job name"), ({"job": "x", "timeout": 0}, "timeout")],
+)
+def test_bad_export_requests_fail_and_create_nothing(ctx, state, cluster, params, message):
+    with pytest.raises(testing.ActionFailed, match=message):
+        run_action(ctx, state, "export", **params)
+    assert cluster.objects(JOBS) == []
