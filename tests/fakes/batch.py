@@ -106,11 +106,16 @@ GPU = "nvidia.com/gpu"
 _OS = {"python3", "python", "sh", "rm"}
 _TF_221 = _OS | {"saved_model_cli", "tf_upgrade_v2", "tflite_convert", "toco"}
 _TF_220 = _TF_221 | {"tensorboard", "import_pb_to_tensorboard"}
+# tensorflow/serving images: Ubuntu with the model server copied to
+# /usr/bin/tensorflow_model_server (tensorflow_serving/tools/docker/Dockerfile, tag 2.20.0).
+_SERVING = {"sh", "bash", "tensorflow_model_server"}
 TF_IMAGES: dict[str, set[str]] = {
     "tensorflow/tensorflow:2.21.0": _TF_221,
     "tensorflow/tensorflow:2.21.0-gpu": _TF_221,
     "tensorflow/tensorflow:2.20.0": _TF_220,
     "tensorflow/tensorflow:2.20.0-gpu": _TF_220,
+    "tensorflow/serving:2.20.0": _SERVING,
+    "tensorflow/serving:2.20.0-gpu": _SERVING,
 }
 
 

@@ -57,6 +57,8 @@ import secrets
 import socket
 import struct
 import threading
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -420,6 +422,9 @@ class FakeKubeApiServer:
         self.resources: dict[tuple[str, str], tuple[str, bool]] = dict(RESOURCES)
         self.status_kinds: set[str] = set(STATUS_KINDS)
         self.available_deployments = False
+        # Service proxy backends: (namespace, "service:port") -> base URL of a ready
+        # endpoint (what the Endpoints controller would find). See _proxy.
+        self.service_backends: dict[tuple[str, str], str] = {}
         for ns in BUILTIN_NAMESPACES:
             self.put_object(f"/api/v1/namespaces/{ns}", {"metadata": {"name": ns}})
 
@@ -623,6 +628,11 @@ class FakeKubeApiServer:
     def handle(self, method: str, raw_path: str, headers: Any, body: bytes) -> tuple:
         """Answer one request: (status, content_type, payload bytes, extra headers) or "reset"."""
         url = urlsplit(raw_path)
+        proxied = _PROXY.match(url.path)
+        if proxied:
+            with self._lock:
+                self.requests.append(Recorded(method, url.path, {}))
+            return self._proxy(method, proxied, url.query, headers, body)
         query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
         auth = headers.get("Authorization") or ""
         with self._lock:
@@ -648,6 +658,44 @@ class FakeKubeApiServer:
         if isinstance(payload, str):
             return code, "text/plain", payload.encode(), {}
         return code, "application/json", json.dumps(payload).encode(), {}
+
+    def _proxy(self, method: str, match: re.Match, query: str, headers: Any, body: bytes) -> tuple:
+        """The service proxy subresource: the request goes to one of the service's endpoints.
+
+        kube-apiserver (pkg/registry/core/service/proxy.go, rest.go ResourceLocation):
+        `services/<name>[:<port>]/proxy/<path>`; an unknown service answers 404 NotFound;
+        one with no ready endpoint 503 ServiceUnavailable `no endpoints available for
+        service "<name>"`; otherwise the endpoint's answer passes through, status, body and
+        content type as they are.
+        """
+        namespace, name, port, path = (
+            match.group(1),
+            match.group(2),
+            match.group(3),
+            match.group(4),
+        )
+        if f"/api/v1/namespaces/{namespace}/services/{name}" not in self._store:
+            error = _not_found("services", name)
+            return error.code, "application/json", json.dumps(error.status()).encode(), {}
+        backend = self.service_backends.get((namespace, f"{name}:{port or ''}"))
+        if backend is None:
+            error = ApiError(
+                503, "ServiceUnavailable", f'no endpoints available for service "{name}"'
+            )
+            return error.code, "application/json", json.dumps(error.status()).encode(), {}
+        url = backend + (path or "/") + (f"?{query}" if query else "")
+        request = urllib.request.Request(url, data=body or None, method=method)
+        request.add_header("Content-Type", headers.get("Content-Type") or "application/json")
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                ctype = response.headers.get("Content-Type") or "application/octet-stream"
+                return response.status, ctype, response.read(), {}
+        except urllib.error.HTTPError as e:
+            ctype = e.headers.get("Content-Type") or "application/octet-stream"
+            return e.code, ctype, e.read(), {}
+        except OSError as e:
+            error = ApiError(503, "ServiceUnavailable", f"error trying to reach service: {e}")
+            return error.code, "application/json", json.dumps(error.status()).encode(), {}
 
     def _table(self, path: str, query: dict) -> tuple:
         """A list printed as a meta.k8s.io/v1 Table, the way kube-apiserver prints Nodes.
@@ -1096,6 +1144,9 @@ class FakeKubeApiServer:
                 wanted = -(-int(wanted[:-1]) * len(present) // 100)
             return len(present) - 1 < int(wanted)
         return str(spec.get("maxUnavailable", "1")) in ("0", "0%")
+
+
+_PROXY = re.compile(r"^/api/v1/namespaces/([^/]+)/services/([^/:]+)(?::([^/]+))?/proxy(/.*)?$")
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):

@@ -526,6 +526,22 @@ def test_persistent_500_raises_after_the_retries(kube_api: FakeKubeApiServer):
         assert kube.get("v1", "Namespace", "default") is not None
 
 
+def test_a_service_proxy_without_endpoints_answers_once_for_its_caller_to_poll(
+    kube_api: FakeKubeApiServer,
+):
+    kube_api.put_object("/api/v1/namespaces/default/services/s", {"spec": {}})
+    path = "/api/v1/namespaces/default/services/s:8501/proxy/v1/models/m"
+    with Kube.from_kubeconfig(kube_api.kubeconfig(), retries=3, backoff=0.01) as kube:
+        with pytest.raises(KubeError) as info:
+            kube.request("GET", path)
+        assert (info.value.status, info.value.reason) == (503, "ServiceUnavailable")
+        assert info.value.message == 'no endpoints available for service "s"'
+        assert kube.requests == 1  # not retried: serving.serve polls on its own clock
+        with pytest.raises(KubeError) as info:
+            kube.request("GET", path.replace("/s:", "/missing:"))
+        assert (info.value.status, info.value.reason) == (404, "NotFound")
+
+
 def test_unreachable_server_is_a_connection_kube_error(kube_api: FakeKubeApiServer):
     text = kube_api.kubeconfig()
     kube_api.stop()

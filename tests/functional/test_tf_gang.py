@@ -34,6 +34,7 @@ from fakes.addons import install_kueue
 from fakes.batch import BatchControllers
 from fakes.kube_apiserver import FakeKubeApiServer
 from fakes.kubelet import ProcessKubelet
+from fakes.tf_serving import FakeTfServing
 
 ROOT = Path(__file__).resolve().parents[2]
 ACTIONS = ROOT / "actions"
@@ -45,6 +46,7 @@ from charms.gpu_k8s.v0.kubeclient import Kube  # noqa: E402
 
 training = load("tensorflow", "training")
 exports = load("tensorflow", "exports")
+serving = load("tensorflow", "serving")
 jobs = training.jobs  # the module training itself uses (TrainRequest, Context)
 queues = load("tensorflow", "queues")
 
@@ -273,6 +275,23 @@ def test_a_finished_job_exported_itself_and_export_writes_the_latest_checkpoint_
     with pytest.raises(exports.ExportError, match="export of never failed: no model.json"):
         _export(cluster, "never")
     assert cluster.kube.get("batch/v1", "Job", "export-never", NS) is None
+
+    # serve it: TF Serving's REST API over the export, the real SavedModel answering
+    with FakeTfServing("exp", version.parent) as server:
+        cluster.api.service_backends[(NS, "exp-serving:8501")] = server.url
+        served = serving.serve(
+            cluster.kube,
+            cluster.ctx,
+            serving.ServeParams(job="exp"),
+            "tensorflow/serving:2.20.0",
+            log=cluster.log.append,
+            sleep=cluster.sleep,
+            clock=time.monotonic,
+        )
+    assert served["version"] == "60" and served["sample-request"] == "784 zeros"
+    answer = json.loads(served["sample-answer"])
+    assert 0 <= answer["class"] < 10
+    assert sum(answer["probabilities"]) == pytest.approx(1.0, abs=1e-5)
 
 
 def _export(cluster, job: str) -> dict:

@@ -24,6 +24,7 @@ import ops
 import pydantic
 import queues
 import registry_auth
+import serving
 import training
 from literals import (
     CLUSTER_RULES,
@@ -63,6 +64,10 @@ class Config(CharmConfig):
     # wheel requires tensorboard~=2.20.0 (its METADATA, read from PyPI 2026-11-24);
     # TensorBoard 2.20 reads the event files TF 2.21 writes (same format).
     tensorboard_image: str = "tensorflow/tensorflow:2.20.0"
+    # TensorFlow Serving 2.20.0, its latest release (tag 2.20.0 of tensorflow/serving,
+    # 2026-04-23, read 2026-11-24); `-gpu` for serve gpus > 0. It loads SavedModels of
+    # later TensorFlow versions as long as their ops exist (the built-in trainer's do).
+    serving_image: str = "tensorflow/serving:2.20.0"
     job_ttl: int = 24
     max_restarts: int = DEFAULT_MAX_RESTARTS
     image_registry: str = ""
@@ -73,7 +78,7 @@ class Config(CharmConfig):
     image_pull_secret: ops.Secret | None = None
     dataset_credentials: ops.Secret | None = None
 
-    @pydantic.field_validator("default_image", "tensorboard_image")
+    @pydantic.field_validator("default_image", "tensorboard_image", "serving_image")
     @classmethod
     def _image(cls, value: str) -> str:
         if not value or any(c.isspace() for c in value):
@@ -196,6 +201,8 @@ class TensorflowCharm(ops.CharmBase):
         framework.observe(on.import_dataset_action, self._on_import_dataset)
         framework.observe(on.list_datasets_action, self._on_list_datasets)
         framework.observe(on.export_action, self._on_export)
+        framework.observe(on.serve_action, self._on_serve)
+        framework.observe(on.unserve_action, self._on_unserve)
 
     # -- access to the cluster
 
@@ -428,7 +435,12 @@ class TensorflowCharm(ops.CharmBase):
         except NotReadyError as e:
             event.fail(f"not ready: {e}")
             return
-        except (training.JobError, datasets.DatasetError, exports.ExportError) as e:
+        except (
+            training.JobError,
+            datasets.DatasetError,
+            exports.ExportError,
+            serving.ServingError,
+        ) as e:
             event.fail(str(e))
             return
         except KubeError as e:
@@ -548,6 +560,20 @@ class TensorflowCharm(ops.CharmBase):
             return exports.run(kube, ctx, params, trainer, image, **waits)
 
         self._run(event, run, pull_secret=True)
+
+    def _on_serve(self, event: ops.ActionEvent) -> None:
+        params = event.load_params(serving.ServeParams, errors="fail")
+        waits = self._wait_args(event)
+
+        def run(kube: Any, ctx: jobs.Context) -> dict[str, Any]:
+            image = self.load_config(Config).serving_image
+            return serving.serve(kube, ctx, params, image, **waits)
+
+        self._run(event, run, pull_secret=True)
+
+    def _on_unserve(self, event: ops.ActionEvent) -> None:
+        params = event.load_params(jobs.JobParams, errors="fail")
+        self._run(event, lambda kube, ctx: serving.unserve(kube, ctx, params.job))
 
 
 if __name__ == "__main__":  # pragma: nocover

@@ -37,7 +37,7 @@ from literals import (
     PURGE_TTL_SECONDS,
 )
 
-from charms.gpu_k8s.v0.config import ActionParams
+from charms.gpu_k8s.v0.config import ActionParams, between
 
 COMPONENT_IMPORT = "import"
 LABEL_DATASET = "gpu-k8s.io/dataset"
@@ -93,7 +93,7 @@ class ImportParams(ActionParams):
     name: str
     source: str
     sha256: str = ""
-    timeout: int = 600
+    timeout: between(0, 86400, "seconds") = 600  # type: ignore[valid-type]
 
     @pydantic.field_validator("name")
     @classmethod
@@ -111,13 +111,6 @@ class ImportParams(ActionParams):
         value = value.strip().lower()
         if value and not _SHA256.match(value):
             raise ValueError("must be 64 hexadecimal digits (sha256sum's output)")
-        return value
-
-    @pydantic.field_validator("timeout")
-    @classmethod
-    def _timeout(cls, value: int) -> int:
-        if not 0 <= value <= 86400:
-            raise ValueError(f"must be between 0 and 86400 seconds, got {value}")
         return value
 
     @property

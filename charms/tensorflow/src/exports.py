@@ -17,8 +17,9 @@ from typing import Any
 
 import jobs
 import oneshot
-import pydantic
 from literals import CODE_MOUNT, DATA_MOUNT, LABEL_COMPONENT, LABEL_JOB, LABEL_MANAGED_BY, TRAINER
+
+from charms.gpu_k8s.v0.config import between
 
 COMPONENT_EXPORT = "export"
 RESULT_MARKER = "GPU_K8S_EXPORT"  # tf_trainer.py's line once exported
@@ -33,14 +34,7 @@ class ExportError(Exception):
 class ExportParams(jobs.JobParams):
     """The `export` action's parameters."""
 
-    timeout: int = 600
-
-    @pydantic.field_validator("timeout")
-    @classmethod
-    def _timeout(cls, value: int) -> int:
-        if not 1 <= value <= 7200:
-            raise ValueError(f"must be between 1 and 7200 seconds, got {value}")
-        return value
+    timeout: between(1, 7200, "seconds") = 600  # type: ignore[valid-type]
 
 
 def job_name(job: str) -> str:

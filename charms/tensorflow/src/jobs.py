@@ -1000,12 +1000,17 @@ def pod_problem(pods: Iterable[dict]) -> str | None:
 
 
 def tensorboard_state(pods: Iterable[dict]) -> str:
-    """How a job's TensorBoard pod is doing: `running`, `starting (...)` or `failed: ...`.
+    """How a job's TensorBoard pod is doing (server_state)."""
+    return server_state(pods, "tensorboard-image", "tensorboard")
 
-    A container that cannot start (the image has no `tensorboard`: containerd reports the
+
+def server_state(pods: Iterable[dict], option: str, command: str) -> str:
+    """How a Deployment's newest pod is doing: `running`, `starting (...)` or `failed: ...`.
+
+    A container that cannot start (the image has no `command`: containerd reports the
     runc exec error as the last termination, reason StartError, and kubelet then backs
     off with CrashLoopBackOff) or whose image cannot be pulled is `failed`, with
-    kubelet's reason and message.
+    kubelet's reason and message and the config `option` that names the image.
     """
     pods = [p for p in pods if _active(p)]
     if not pods:
@@ -1021,7 +1026,7 @@ def tensorboard_state(pods: Iterable[dict]) -> str:
             reason = waiting["reason"] + (f" after {last['reason']}" if last.get("reason") else "")
             return (
                 f"failed: {reason}: {detail}".rstrip(": ")
-                + "; check the tensorboard-image config (the image must provide `tensorboard`)"
+                + f"; check the {option} config (the image must provide `{command}`)"
             )
         if waiting.get("reason"):
             return f"starting ({waiting['reason']})"

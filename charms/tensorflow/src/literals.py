@@ -102,6 +102,9 @@ NAMESPACED_RULES: list[dict[str, Any]] = [
     {"api-groups": [""], "resources": ["pods/log"], "verbs": ["get"]},
     {"api-groups": [""], "resources": ["services", "configmaps"],
      "verbs": ["get", "list", "create", "patch", "delete"]},
+    # serve: the model server's REST API through the API server (serving.py); GET is
+    # `get` on services/proxy, POST is `create`
+    {"api-groups": [""], "resources": ["services/proxy"], "verbs": ["get", "create"]},
     {"api-groups": ["apps"], "resources": ["deployments"],
      "verbs": ["get", "list", "create", "patch", "delete"]},
     {"api-groups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get"]},

@@ -56,3 +56,18 @@ def test_action_rejects_unknown_parameters_and_bad_values():
         Params(job="mnist", workers=0)
     with pytest.raises(ValueError, match="^typo is not a known parameter$"):
         Params(job="mnist", typo=1)
+
+
+def test_between_bounds_an_int_with_a_message_that_names_the_range():
+    from charms.gpu_k8s.v0.config import ActionParams, between
+
+    class Params(ActionParams):
+        timeout: between(1, 7200, "seconds") = 600  # type: ignore[valid-type]
+        replicas: between(0, 8) = 1  # type: ignore[valid-type]
+
+    assert Params().timeout == 600
+    assert Params(timeout=7200, replicas=0).replicas == 0
+    with pytest.raises(ValueError, match=r"^timeout: must be between 1 and 7200 seconds, got 0$"):
+        Params(timeout=0)
+    with pytest.raises(ValueError, match=r"^replicas: must be between 0 and 8, got 9$"):
+        Params(replicas=9)

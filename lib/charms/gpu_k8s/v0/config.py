@@ -12,13 +12,13 @@ which should say how to fix it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import pydantic
 
 LIBID = "cf822d1c0c224ad4b0ae4c8e3ace221a"
 LIBAPI = 0
-LIBPATCH = 1
+LIBPATCH = 2
 
 
 def describe(error: pydantic.ValidationError) -> str:
@@ -57,3 +57,19 @@ class ActionParams(_Validated):
     model_config = pydantic.ConfigDict(
         frozen=True, extra="forbid", populate_by_name=True, defer_build=True
     )
+
+
+def between(low: int, high: int, unit: str = "") -> Any:
+    """An int type bounded to [low, high], for action parameters and config.
+
+    Used as `timeout: between(1, 7200, "seconds") = 600`; a bad value reads
+    `timeout: must be between 1 and 7200 seconds, got 0`.
+    """
+
+    def check(value: int) -> int:
+        if not low <= value <= high:
+            units = f" {unit}" if unit else ""
+            raise ValueError(f"must be between {low} and {high}{units}, got {value}")
+        return value
+
+    return Annotated[int, pydantic.AfterValidator(check)]

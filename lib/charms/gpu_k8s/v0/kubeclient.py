@@ -47,7 +47,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 LIBID = "1c1c281a9eb64d9594fd86aa76205351"
 LIBAPI = 0
-LIBPATCH = 6
+LIBPATCH = 7
 
 logger = logging.getLogger(__name__)
 
@@ -244,12 +244,16 @@ def _retry(retries: int, backoff: float) -> Any:
             _pool: Any = None,
             _stacktrace: Any = None,
         ) -> Retry:
-            """Count one retry; 429 on an eviction is final (urllib3 then returns it as is).
+            """Count one retry; some answers are final (urllib3 then returns them as is).
 
-            A PodDisruptionBudget refusal must reach `Kube.drain`, which polls on its own
-            clock, instead of being retried here with the server's Retry-After.
+            A PodDisruptionBudget refusal (429 on an eviction) must reach `Kube.drain`,
+            which polls on its own clock, instead of being retried here with the server's
+            Retry-After; so must a service proxy's 502/503 (no ready endpoint yet, or the
+            backend is down), which its caller polls for.
             """
             if response is not None and response.status == 429 and "/eviction" in (url or ""):
+                raise MaxRetryError(_pool, url or "", None)
+            if response is not None and response.status in (502, 503) and "/proxy/" in (url or ""):
                 raise MaxRetryError(_pool, url or "", None)
             return super().increment(method, url, response, error, _pool, _stacktrace)
 

@@ -1,0 +1,163 @@
+"""TensorFlow Serving's REST API over a model base path, for tests (no C++ server here).
+
+What the charm uses of tensorflow/serving 2.20.0 (tensorflow_serving/g3doc/api_rest.md):
+- `GET /v1/models/<name>`: GetModelStatusResponse as JSON, `model_version_status` with
+  `version` (a string), `state` (AVAILABLE once loaded) and `status`; before any version
+  exists under the base path, 404 with `{"error": "Could not find any versions of model
+  <name>"}` (model_servers/get_model_status_impl.cc).
+- `GET /v1/models/<name>/metadata`: GetModelMetadataResponse, the signature map under
+  `metadata.signature_def.signature_def`, each input's `tensor_shape.dim[].size` a string
+  (proto3 JSON of int64).
+- `POST /v1/models/<name>:predict` with `{"instances": [...]}` (row format): `predictions`,
+  one object per instance when the signature has several named outputs; an unknown model
+  answers 404 `{"error": "Servable not found for request: Latest(<name>)"}`
+  (core/basic_manager.cc).
+Versions are the numbered directories holding a `saved_model.pb`; the highest is served.
+
+The model is real when TensorFlow is importable (tf.saved_model.load, the version's
+`serving_default` signature); otherwise `predict` and `width` describe it (unit tests).
+`loading_polls` answers LOADING that many times first, as a server still loading does.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+class FakeTfServing:
+    """`with FakeTfServing(name, base_path) as server:` serves at `server.url`."""
+
+    def __init__(
+        self,
+        name: str,
+        base_path: Path,
+        *,
+        predict: Callable[[list], list] | None = None,
+        width: int = 0,
+        loading_polls: int = 0,
+    ):
+        self.name, self.base_path = name, base_path
+        self.predict, self.width, self.loading = predict, width, loading_polls
+        self._models: dict[str, Any] = {}
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _answer(self, code: int, body: dict) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):  # noqa: N802 (http.server's name)
+                code, body = server.get(self.path)
+                self._answer(code, body)
+
+            def do_POST(self):  # noqa: N802
+                length = int(self.headers.get("Content-Length") or 0)
+                code, body = server.post(self.path, json.loads(self.rfile.read(length) or b"{}"))
+                self._answer(code, body)
+
+            def log_message(self, *args):
+                pass
+
+        self._httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+
+    def __enter__(self) -> FakeTfServing:
+        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def latest(self) -> str | None:
+        """The highest numbered version directory with a SavedModel."""
+        versions = [
+            int(p.name)
+            for p in (self.base_path.iterdir() if self.base_path.is_dir() else [])
+            if p.name.isdigit() and (p / "saved_model.pb").is_file()
+        ]
+        return str(max(versions)) if versions else None
+
+    def _signature(self, version: str):
+        if version not in self._models:
+            import tensorflow as tf
+
+            model = tf.saved_model.load(str(self.base_path / version))
+            self._models[version] = model.signatures["serving_default"]
+        return self._models[version]
+
+    def _real(self) -> bool:
+        try:
+            import tensorflow  # noqa: F401
+        except ImportError:
+            return False
+        return self.predict is None
+
+    def get(self, path: str) -> tuple[int, dict]:
+        """Model status and metadata."""
+        version = self.latest()
+        base = f"/v1/models/{self.name}"
+        if path not in (base, base + "/metadata"):
+            return 404, {"error": "Malformed request: GET " + path}
+        if version is None:
+            return 404, {"error": f"Could not find any versions of model {self.name}"}
+        if path == base:
+            state = "AVAILABLE"
+            if self.loading > 0:
+                self.loading -= 1
+                state = "LOADING"
+            status = {"error_code": "OK", "error_message": ""}
+            return 200, {
+                "model_version_status": [{"version": version, "state": state, "status": status}]
+            }
+        width = self.width
+        if self._real():
+            spec = self._signature(version).structured_input_signature[1]["x"]
+            width = int(spec.shape[1])
+        dims = [{"size": "-1", "name": ""}, {"size": str(width), "name": ""}]
+        signature = {
+            "inputs": {
+                "x": {
+                    "dtype": "DT_FLOAT",
+                    "tensor_shape": {"dim": dims, "unknown_rank": False},
+                    "name": "serving_default_x:0",
+                }
+            },
+            "method_name": "tensorflow/serving/predict",
+        }
+        return 200, {
+            "model_spec": {"name": self.name, "signature_name": "", "version": version},
+            "metadata": {
+                "signature_def": {
+                    "@type": "type.googleapis.com/tensorflow.serving.SignatureDefMap",
+                    "signature_def": {"serving_default": signature},
+                }
+            },
+        }
+
+    def post(self, path: str, body: dict) -> tuple[int, dict]:
+        """Predict (row format)."""
+        version = self.latest()
+        if path != f"/v1/models/{self.name}:predict" or version is None:
+            return 404, {"error": f"Servable not found for request: Latest({self.name})"}
+        instances = body.get("instances")
+        if not isinstance(instances, list):
+            return 400, {"error": "Missing 'inputs' or 'instances' key"}
+        if not self._real():
+            assert self.predict is not None
+            return 200, {"predictions": self.predict(instances)}
+        import tensorflow as tf
+
+        out = self._signature(version)(x=tf.constant(instances, tf.float32))
+        names = sorted(out)
+        rows = [{n: out[n].numpy()[i].tolist() for n in names} for i in range(len(instances))]
+        return 200, {"predictions": rows}

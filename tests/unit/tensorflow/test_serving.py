@@ -1,0 +1,148 @@
+"""serve and unserve: TensorFlow Serving over a job's export, reached through the API server.
+
+The model server is tests/fakes/tf_serving.py (TF Serving's documented REST API over the
+export directory), registered as the Service's endpoint in the fake API server's service
+proxy; the Deployment's pods are the emulator's (D1, D2: an image without
+`tensorflow_model_server` cannot start).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import kubernetes_validate
+import pytest
+from conftest import NS, add_nodes, node, run_action
+from ops import testing
+
+from fakes.tf_serving import FakeTfServing
+
+DEPLOYMENTS = f"/apis/apps/v1/namespaces/{NS}/deployments/"
+SERVICES = f"/api/v1/namespaces/{NS}/services/"
+
+
+def _predict(instances: list) -> list:
+    return [{"class": 0, "probabilities": [1.0] + [0.0] * 9} for _ in instances]
+
+
+@pytest.fixture
+def export(tmp_path):
+    version = tmp_path / "export" / "7"
+    version.mkdir(parents=True)
+    (version / "saved_model.pb").write_bytes(b"\x08\x01")  # read by the real server only
+    return version.parent
+
+
+@pytest.fixture
+def model_server(api, export):
+    add_nodes(api, node("cpu-0"), node("gpu-0", 1))
+    with FakeTfServing("mnist", export, predict=_predict, width=64, loading_polls=2) as server:
+        api.service_backends[(NS, "mnist-serving:8501")] = server.url
+        yield server
+
+
+def _sent(manifest: dict) -> dict:
+    sent = {k: v for k, v in manifest.items() if k != "status"}
+    sent["metadata"] = {
+        k: v for k, v in manifest["metadata"].items() if k in ("name", "namespace", "labels")
+    }
+    return sent
+
+
+def test_serve_waits_for_the_model_sends_a_sample_and_says_how_to_reach_it(
+    ctx, state, api, model_server
+):
+    results, logs = run_action(ctx, state, "serve", job="mnist")
+
+    assert results["version"] == "7"
+    assert results["rest-url"] == f"http://mnist-serving.{NS}.svc:8501/v1/models/mnist:predict"
+    assert results["grpc-url"] == f"mnist-serving.{NS}.svc:8500"
+    assert results["sample-request"] == "64 zeros"
+    assert json.loads(results["sample-answer"]) == _predict([0])[0]
+    assert results["from-your-machine"].startswith(
+        f"kubectl -n {NS} port-forward svc/mnist-serving 8501; curl -d"
+    )
+    assert logs == ["serving mnist from /data/jobs/mnist/export"]
+    deployment = api.get_object(DEPLOYMENTS + "mnist-serving")
+    service = api.get_object(SERVICES + "mnist-serving")
+    for manifest in (deployment, service):
+        kubernetes_validate.validate(_sent(manifest), "1.33", strict=True)
+        # not a job's object: stop and JobSet's TTL leave it alone
+        assert "gpu-k8s.io/job" not in manifest["metadata"]["labels"]
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "tensorflow/serving:2.20.0"
+    assert container["command"] == [
+        "tensorflow_model_server",
+        "--port=8500",
+        "--rest_api_port=8501",
+        "--model_name=mnist",
+        "--model_base_path=/data/jobs/mnist/export",
+    ]
+    assert deployment["spec"]["template"]["spec"]["volumes"][0]["persistentVolumeClaim"][
+        "readOnly"
+    ]
+    # the model server was asked what the docs say, through the service proxy
+    proxied = [r.path for r in api.requests if "/proxy/" in r.path]
+    base = f"/api/v1/namespaces/{NS}/services/mnist-serving:8501/proxy/v1/models/mnist"
+    assert proxied[-3:] == [base, base + "/metadata", base + ":predict"]
+
+
+def test_serving_outlives_stop_and_goes_with_unserve(ctx, state, api, model_server):
+    run_action(ctx, state, "train", job="mnist", workers=1)
+    run_action(ctx, state, "serve", job="mnist")
+    run_action(ctx, state, "stop", job="mnist")
+    assert api.get_object(DEPLOYMENTS + "mnist-serving") is not None
+    assert api.get_object(SERVICES + "mnist-serving") is not None
+
+    results, _ = run_action(ctx, state, "unserve", job="mnist")
+    assert results["deleted"] == "Deployment and Service mnist-serving"
+    assert api.get_object(DEPLOYMENTS + "mnist-serving") is None
+    with pytest.raises(testing.ActionFailed, match="mnist is not being served"):
+        run_action(ctx, state, "unserve", job="mnist")
+
+
+def test_serve_on_gpus_uses_the_gpu_image_and_asks_for_them(ctx, state, api, model_server):
+    run_action(ctx, state, "serve", job="mnist", gpus=1, replicas=2)
+    spec = api.get_object(DEPLOYMENTS + "mnist-serving")["spec"]
+    pod = spec["template"]["spec"]
+    assert spec["replicas"] == 2
+    assert pod["containers"][0]["image"] == "tensorflow/serving:2.20.0-gpu"
+    assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    assert pod["runtimeClassName"] == "nvidia"
+    assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists"}]
+
+
+def test_a_job_without_an_export_is_not_served_and_says_why(ctx, state, api, tmp_path):
+    add_nodes(api, node("cpu-0"))
+    with FakeTfServing("none", tmp_path / "nothing", predict=_predict, width=64) as server:
+        api.service_backends[(NS, "none-serving:8501")] = server.url
+        with pytest.raises(testing.ActionFailed) as failed:
+            run_action(ctx, state, "serve", job="none", timeout=10)
+    message = str(failed.value.message)
+    assert message.startswith("none was not available within 10s: serving pod running")
+    assert "is there an export under /data/jobs/none/export (export job=none)?" in message
+
+
+def test_an_image_without_the_model_server_is_reported(ctx, state, api, export):
+    add_nodes(api, node("cpu-0"))
+    wrong = dataclasses.replace(state, config={"serving-image": "tensorflow/tensorflow:2.21.0"})
+    with pytest.raises(testing.ActionFailed) as failed:
+        run_action(ctx, wrong, "serve", job="mnist", timeout=10)
+    message = str(failed.value.message)
+    assert "serving pod failed: CrashLoopBackOff after StartError" in message
+    assert "check the serving-image config" in message
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"job": "Bad_Name"}, "not a valid job name"),
+        ({"job": "m", "replicas": 0}, "replicas"),
+        ({"job": "m", "gpus": 9}, "gpus"),
+    ],
+)
+def test_bad_serve_requests_fail_and_create_nothing(ctx, state, api, params, message):
+    with pytest.raises(testing.ActionFailed, match=message):
+        run_action(ctx, state, "serve", **params)
+    assert api.objects(DEPLOYMENTS) == []
