@@ -4,13 +4,18 @@
 
 """Train locally with the same launcher the cluster pods run (`tox -e demo`).
 
-Starts two worker processes on 127.0.0.1 through `tf_launcher.py` (MultiWorkerMirrored-
-Strategy; the launcher's `GPU_K8S_HOSTS` override replaces the pods' stable hostnames with
-free local ports), shows the chief's progress file while they train, then prints the final
-step and loss. Checkpoints, TensorBoard logs and the progress file land under
-`build/demo/jobs/demo/`. Each run starts over unless `--resume` is given: then training
-continues from the last checkpoint up to `--steps` (e.g. `tox -e demo -- --resume --steps
-800`). Exits non-zero when a worker fails; Ctrl-C stops every worker.
+Writes scikit-learn's bundled digits (1797 real 8x8 scans of handwritten digits; 20% held
+out, stratified) as a dataset under `build/demo/datasets/digits/`, the layout
+`import-dataset` gives, then starts two worker processes on 127.0.0.1 through
+`tf_launcher.py` with `GPU_K8S_DATASET_DIR` pointing there, as `train dataset=digits`
+would (MultiWorkerMirroredStrategy; the launcher's `GPU_K8S_HOSTS` override replaces the
+pods' stable hostnames with free local ports). It shows the chief's progress (percent and
+time left) while they train, then the held-out accuracy and where the SavedModel, the
+checkpoints and the TensorBoard logs are (under `build/demo/jobs/demo/`). `--data
+synthetic` trains on generated MNIST-size data instead. Each run starts over unless
+`--resume` is given: then training continues from the last checkpoint up to `--steps`
+(e.g. `tox -e demo -- --resume --steps 800`). Exits non-zero when a worker fails; Ctrl-C
+stops every worker.
 """
 
 from __future__ import annotations
@@ -46,7 +51,24 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
-def task_env(data_dir: Path, workers: int, ports: list[int], index: int) -> dict[str, str]:
+def write_digits(path: Path) -> int:
+    """scikit-learn's digits as a .npz in Keras' layout (x_test/y_test held out); the count."""
+    import numpy as np
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    digits = load_digits()
+    x_train, x_test, y_train, y_test = train_test_split(
+        digits.images, digits.target, test_size=0.2, random_state=0, stratify=digits.target
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(path, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
+    return len(digits.images)
+
+
+def task_env(
+    data_dir: Path, workers: int, ports: list[int], index: int, dataset: Path | None = None
+) -> dict[str, str]:
     """The environment a worker pod would get, with local addresses."""
     env = dict(os.environ)
     env.update(
@@ -62,6 +84,8 @@ def task_env(data_dir: Path, workers: int, ports: list[int], index: int) -> dict
             "PYTHONUNBUFFERED": "1",
         }
     )
+    if dataset is not None:
+        env["GPU_K8S_DATASET_DIR"] = str(dataset)
     return env
 
 
@@ -76,6 +100,21 @@ def read_progress(path: Path) -> dict | None:
 def _loss(progress: dict) -> str:
     loss = progress.get("loss")
     return "n/a" if loss is None else f"{loss:.4f}"
+
+
+def _progress_line(data: dict) -> str:
+    """`[#####.....]  50%  step 200/400  loss 0.4123  ~12s left  (running)`."""
+    step, steps = int(data["step"]), max(1, int(data["steps"]))
+    done = min(1.0, step / steps)
+    bar = "#" * int(done * 20) + "." * (20 - int(done * 20))
+    rate = float(data.get("examples_per_sec") or 0) / max(
+        1, int(data.get("global_batch_size") or 1)
+    )
+    left = f"~{(steps - step) / rate:.0f}s left" if rate > 0 and step < steps else ""
+    parts = [f"[{bar}] {100 * done:3.0f}%", f"step {step}/{steps}", f"loss {_loss(data)}"]
+    return "  ".join(
+        [*parts, left, f"({data['state']})"] if left else [*parts, f"({data['state']})"]
+    )
 
 
 def stop(procs: list[subprocess.Popen]) -> None:
@@ -104,11 +143,7 @@ def watch(procs: list[subprocess.Popen], progress_file: Path, timeout: float) ->
             data = None  # left over from an earlier run
         if data and (data["step"], data["state"]) != shown:
             shown = (data["step"], data["state"])
-            print(
-                f"[demo] step {data['step']}/{data['steps']}  loss {_loss(data)}  "
-                f"{data['examples_per_sec']:.0f} examples/s  ({data['state']})",
-                flush=True,
-            )
+            print(f"[demo] {_progress_line(data)}", flush=True)
         codes = [p.poll() for p in procs]
         failed = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
         if failed:
@@ -135,6 +170,12 @@ def main(argv: list[str] | None = None) -> int:
         "--resume", action="store_true", help="continue from the last checkpoint of a run"
     )
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument(
+        "--data",
+        choices=("digits", "synthetic"),
+        default="digits",
+        help="scikit-learn's real digits (default) or generated MNIST-size data",
+    )
     args = parser.parse_args(argv)
     if args.workers < 1:
         parser.error("--workers must be at least 1")
@@ -144,6 +185,11 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(job_dir)
     args.dir.mkdir(parents=True, exist_ok=True)
     progress_file = job_dir / "progress.json"
+    dataset = None
+    if args.data == "digits":
+        dataset = args.dir / "datasets" / "digits"
+        count = write_digits(dataset / "digits.npz")
+        print(f"[demo] dataset: {count} scans of handwritten digits in {dataset}", flush=True)
     ports = free_ports(args.workers)
     trainer_args = [
         f"--steps={args.steps}",
@@ -160,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
             procs.append(
                 subprocess.Popen(
                     [sys.executable, str(LAUNCHER), "--", *trainer_args],
-                    env=task_env(args.dir, args.workers, ports, i),
+                    env=task_env(args.dir, args.workers, ports, i, dataset),
                     stdout=out,
                     stderr=subprocess.STDOUT,
                 )
@@ -179,13 +225,34 @@ def main(argv: list[str] | None = None) -> int:
             tail = log.read_text(errors="replace").splitlines()[-15:]
             print(f"[demo] last lines of {log}:", *tail, sep="\n  ", file=sys.stderr)
     elif data:
+        _report(data, job_dir)
+    return code
+
+
+def _report(data: dict, job_dir: Path) -> None:
+    """What the run gave: accuracy, the SavedModel, checkpoints, how to look at it."""
+    print(
+        f"[demo] finished: step {data['step']}, loss {_loss(data)} "
+        f"(resumed from step {data['resumed_from']})",
+        flush=True,
+    )
+    if isinstance(data.get("eval_accuracy"), int | float):
         print(
-            f"[demo] finished: step {data['step']}, loss {_loss(data)} "
-            f"(resumed from step {data['resumed_from']}); checkpoints in "
-            f"{job_dir / 'checkpoints'}, TensorBoard logs in {job_dir / 'logs'}",
+            f"[demo] held-out accuracy {100 * data['eval_accuracy']:.1f}% "
+            f"(loss {data['eval_loss']:.4f}, at step {data['eval_step']})",
             flush=True,
         )
-    return code
+    if data.get("export"):
+        print(
+            f"[demo] SavedModel: {data['export']} (signature serving_default: x -> class, "
+            "probabilities; what `serve` would serve)",
+            flush=True,
+        )
+    print(
+        f"[demo] checkpoints in {job_dir / 'checkpoints'}; TensorBoard: "
+        f"`pip install tensorboard && tensorboard --logdir {job_dir / 'logs'}`",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

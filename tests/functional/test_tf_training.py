@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 LAUNCHER = ROOT / "actions" / "tf_launcher.py"
 TRAINER = ROOT / "actions" / "tf_trainer.py"
 sys.path.insert(0, str(ROOT / "actions"))
-from tf_demo import free_ports  # noqa: E402  (stdlib only)
+from tf_demo import free_ports, write_digits  # noqa: E402  (stdlib; sklearn when called)
 
 PYTHON = os.environ.get("GPU_K8S_TF_PYTHON") or sys.executable
 
@@ -342,18 +342,6 @@ def test_the_trainer_reads_the_dataset_train_named(local_job, tmp_path):
     )
 
 
-MAKE_DIGITS = """
-import sys
-import numpy as np
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
-digits = load_digits()  # 1797 real 8x8 scans, values 0..16, bundled with scikit-learn
-x_train, x_test, y_train, y_test = train_test_split(
-    digits.images, digits.target, test_size=0.2, random_state=0, stratify=digits.target
-)
-np.savez(sys.argv[1], x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
-"""
-
 SERVE = """
 import json, sys
 import numpy as np
@@ -378,7 +366,7 @@ def test_real_digits_are_evaluated_held_out_and_the_export_answers_as_serving_wo
     """MWMS on scikit-learn's digits: eval at each checkpoint, a SavedModel at the end."""
     npz = tmp_path / "datasets" / "digits" / "digits.npz"
     npz.parent.mkdir(parents=True)
-    subprocess.run([PYTHON, "-c", MAKE_DIGITS, str(npz)], check=True, timeout=120)
+    write_digits(npz)
     job = local_job("digits", workers=2)
     job.env["GPU_K8S_DATASET_DIR"] = str(npz.parent)
     job.start("--steps=300", "--checkpoint-every=100", "--learning-rate=0.05")
@@ -516,3 +504,26 @@ def test_a_keras_tutorial_program_runs_under_mwms_with_legacy_keras(local_job, t
     assert [r["task"] for r in results] == [0, 1]
     assert results[0]["loss"] == results[1]["loss"]  # one model, kept in sync
     assert results[0]["loss"][-1] < results[0]["loss"][0]
+
+
+def test_the_demo_trains_on_real_digits_reports_accuracy_and_resumes(tmp_path):
+    """`tox -e demo`, then `tox -e demo -- --resume --steps 300`, as the README says."""
+    demo = [PYTHON, str(ROOT / "actions" / "tf_demo.py"), "--dir", str(tmp_path)]
+    first = subprocess.run([*demo, "--steps=200"], capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stdout + first.stderr
+    out = first.stdout
+    assert f"[demo] dataset: 1797 scans of handwritten digits in {tmp_path}/datasets/digits" in out
+    assert "] 100%  step 200/200" in out
+    accuracy = float(out.split("held-out accuracy ")[1].split("%")[0])
+    assert accuracy > 80.0, out
+    export = tmp_path / "jobs" / "demo" / "export" / "200"
+    assert f"[demo] SavedModel: {export} " in out and (export / "saved_model.pb").is_file()
+    assert f"tensorboard --logdir {tmp_path / 'jobs' / 'demo' / 'logs'}" in out
+
+    again = subprocess.run(
+        [*demo, "--resume", "--steps=300"], capture_output=True, text=True, timeout=600
+    )
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "[demo] finished: step 300, loss " in again.stdout
+    assert "(resumed from step 200)" in again.stdout
+    assert (tmp_path / "jobs" / "demo" / "export" / "300" / "saved_model.pb").is_file()
