@@ -54,8 +54,10 @@ def free_ports(count: int) -> list[int]:
 def write_digits(path: Path) -> int:
     """scikit-learn's digits as a .npz in Keras' layout (x_test/y_test held out); the count."""
     import numpy as np
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
+
+    # scikit-learn is in the demo's environment (requirements/tensorflow.txt), not lint's
+    from sklearn.datasets import load_digits  # pyright: ignore[reportMissingImports]
+    from sklearn.model_selection import train_test_split  # pyright: ignore[reportMissingImports]
 
     digits = load_digits()
     x_train, x_test, y_train, y_test = train_test_split(
