@@ -203,6 +203,7 @@ class TensorflowCharm(ops.CharmBase):
         framework.observe(on.export_action, self._on_export)
         framework.observe(on.serve_action, self._on_serve)
         framework.observe(on.unserve_action, self._on_unserve)
+        framework.observe(on.fetch_model_action, self._on_fetch_model)
 
     # -- access to the cluster
 
@@ -574,6 +575,15 @@ class TensorflowCharm(ops.CharmBase):
     def _on_unserve(self, event: ops.ActionEvent) -> None:
         params = event.load_params(jobs.JobParams, errors="fail")
         self._run(event, lambda kube, ctx: serving.unserve(kube, ctx, params.job))
+
+    def _on_fetch_model(self, event: ops.ActionEvent) -> None:
+        params = event.load_params(exports.FetchParams, errors="fail")
+        waits = self._wait_args(event)
+
+        def run(kube: Any, ctx: jobs.Context) -> dict[str, Any]:
+            return exports.fetch(kube, ctx, params, ctx.pulled(ctx.default_image), **waits)
+
+        self._run(event, run, pull_secret=True)
 
 
 if __name__ == "__main__":  # pragma: nocover

@@ -219,27 +219,15 @@ def import_job(params: ImportParams, ctx: Any, *, credentials: bool) -> dict:
     }
     if credentials:
         container["envFrom"] = [{"secretRef": {"name": credentials_name(ctx.app)}}]
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": job_name(params.name), "namespace": ctx.namespace, "labels": lbls},
-        "spec": {
-            "backoffLimit": IMPORT_BACKOFF_LIMIT,
-            "ttlSecondsAfterFinished": PURGE_TTL_SECONDS,
-            "template": {
-                "metadata": {"labels": lbls},
-                "spec": {
-                    "restartPolicy": "Never",
-                    **ctx.pod_basics(),
-                    "containers": [container],
-                    "volumes": [
-                        {"name": "data", "persistentVolumeClaim": {"claimName": ctx.claim}},
-                        oneshot.code_volume(job_name(params.name)),
-                    ],
-                },
-            },
-        },
-    }
+    return oneshot.manifest(
+        job_name(params.name),
+        ctx,
+        lbls,
+        container,
+        [oneshot.claim_volume(ctx.claim), oneshot.code_volume(job_name(params.name))],
+        backoff_limit=IMPORT_BACKOFF_LIMIT,
+        ttl_seconds=PURGE_TTL_SECONDS,
+    )
 
 
 def registry_manifest(app: str, namespace: str, entries: Mapping[str, Mapping]) -> dict:

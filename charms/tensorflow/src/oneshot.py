@@ -79,6 +79,49 @@ def code_volume(name: str) -> dict[str, Any]:
     return {"name": "code", "configMap": {"name": name, "defaultMode": 0o555}}
 
 
+def manifest(
+    name: str,
+    ctx: Any,
+    labels: Mapping[str, str],
+    container: dict[str, Any],
+    volumes: list[dict[str, Any]],
+    *,
+    backoff_limit: int,
+    ttl_seconds: int,
+    deadline_seconds: int | None = None,
+) -> dict[str, Any]:
+    """A one-pod Job (`ctx`: jobs.Context, for the namespace and the pods' basics)."""
+    spec: dict[str, Any] = {
+        "backoffLimit": backoff_limit,
+        "ttlSecondsAfterFinished": ttl_seconds,
+        "template": {
+            "metadata": {"labels": dict(labels)},
+            "spec": {
+                "restartPolicy": "Never",
+                **ctx.pod_basics(),
+                "containers": [container],
+                "volumes": volumes,
+            },
+        },
+    }
+    if deadline_seconds is not None:
+        spec["activeDeadlineSeconds"] = deadline_seconds
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": ctx.namespace, "labels": dict(labels)},
+        "spec": spec,
+    }
+
+
+def claim_volume(claim: str, read_only: bool = False) -> dict[str, Any]:
+    """The pod's volume of the shared claim."""
+    source: dict[str, Any] = {"claimName": claim}
+    if read_only:
+        source["readOnly"] = True
+    return {"name": "data", "persistentVolumeClaim": source}
+
+
 def start(kube: Any, job: dict[str, Any], files: Mapping[str, str], manager: str) -> None:
     """Create the Job, then its program ConfigMap (same name) owned by it."""
     applied = kube.apply(job, field_manager=manager)

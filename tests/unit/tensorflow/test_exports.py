@@ -98,3 +98,65 @@ def test_bad_export_requests_fail_and_create_nothing(ctx, state, cluster, params
     with pytest.raises(testing.ActionFailed, match=message):
         run_action(ctx, state, "export", **params)
     assert cluster.objects(JOBS) == []
+
+
+# ------------------------------------------------------------------------- fetch-model
+
+
+@pytest.fixture
+def volume(api, controller, tmp_path):
+    """The pods' shell commands run for real over a directory standing for the volume."""
+    from pathlib import Path
+
+    from fakes.kubelet import ProcessKubelet
+
+    data = tmp_path / "data"
+    actions = Path(__file__).resolve().parents[3] / "actions"
+    kubelet = ProcessKubelet(api, NS, {"/data": data, "/opt/gpu-k8s": actions}, tmp_path)
+    controller.kubelet = kubelet
+    yield data
+    kubelet.stop_all()
+
+
+def test_fetch_model_says_how_to_copy_the_highest_version_out(ctx, state, cluster, volume):
+    for version in ("200", "1000", "40"):
+        (volume / "jobs" / "mnist" / "export" / version).mkdir(parents=True)
+    (volume / "jobs" / "mnist" / "export" / ".1200.tmp").mkdir()  # being written
+
+    results, _ = run_action(ctx, state, "fetch-model", job="mnist")
+
+    pod = results["pod"]
+    assert pod.startswith("fetch-mnist-")
+    assert (results["version"], results["versions"]) == ("1000", "40 200 1000")
+    assert results["copy"] == (
+        f"kubectl -n {NS} cp {pod}:/data/jobs/mnist/export/1000 ./mnist-1000"
+    )
+    job = cluster.get_object(JOBS + "fetch-mnist")
+    spec = job["spec"]["template"]["spec"]
+    assert spec["volumes"][0]["persistentVolumeClaim"]["readOnly"] is True
+    assert job["spec"]["activeDeadlineSeconds"] > 3600
+    kubernetes_validate.validate(
+        {
+            **{k: v for k, v in job.items() if k != "status"},
+            "metadata": {k: job["metadata"][k] for k in ("name", "namespace", "labels")},
+        },
+        "1.33",
+        strict=True,
+    )
+
+    results, _ = run_action(ctx, state, "fetch-model", job="mnist", version=200)
+    assert results["copy"].endswith(":/data/jobs/mnist/export/200 ./mnist-200")
+    with pytest.raises(
+        testing.ActionFailed, match=r"no export version 7 \(versions: 40, 200, 1000\)"
+    ):
+        run_action(ctx, state, "fetch-model", job="mnist", version=7)
+    assert cluster.get_object(JOBS + "fetch-mnist") is None
+
+
+def test_fetch_model_of_a_job_without_export_fails_and_leaves_nothing(ctx, state, cluster, volume):
+    with pytest.raises(
+        testing.ActionFailed,
+        match=r"no export in \S*/data/jobs/none/export \(export job=none first\)",
+    ):
+        run_action(ctx, state, "fetch-model", job="none")
+    assert cluster.get_object(JOBS + "fetch-none") is None

@@ -10,6 +10,7 @@ import exports
 import jobs
 import kubernetes_validate
 import pytest
+import serving
 import training
 import yaml
 from conftest import node
@@ -225,6 +226,8 @@ def test_param_models_match_charmcraft_defaults():
         ("stop", jobs.StopParams),
         ("import-dataset", datasets.ImportParams),
         ("export", exports.ExportParams),
+        ("fetch-model", exports.FetchParams),
+        ("serve", serving.ServeParams),
     ]:
         spec = actions[action]
         assert spec["additionalProperties"] is False
