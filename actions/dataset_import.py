@@ -42,15 +42,18 @@ import argparse
 import datetime
 import hashlib
 import hmac
+import http.client
 import json
 import os
 import re
 import shutil
+import signal
 import sys
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import uuid
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -116,7 +119,7 @@ def sigv4_headers(
     now: datetime.datetime | None = None,
 ) -> dict[str, str]:
     """The headers that sign an S3 request with no body (Signature Version 4)."""
-    now = now or datetime.datetime.now(datetime.UTC)
+    now = now or datetime.datetime.now(datetime.timezone.utc)
     stamp = now.strftime("%Y%m%dT%H%M%SZ")
     day = stamp[:8]
     parts = urllib.parse.urlsplit(url)
@@ -165,6 +168,10 @@ class S3Source(Source):
     def __init__(self, url: str, env: dict[str, str]):
         parts = urllib.parse.urlparse(url)
         self.bucket, self.prefix = parts.netloc, parts.path.lstrip("/")
+        if self.prefix and not self.prefix.endswith("/"):
+            # s3://b/data is the "folder" data/, not every key starting with "data" (as
+            # `aws s3 cp --recursive` reads it: awscli customizations/s3/fileformat.py)
+            self.prefix += "/"
         if not self.bucket:
             raise DatasetError(f"{url}: no bucket (s3://<bucket>/<prefix>)")
         self.access_key = env.get("AWS_ACCESS_KEY_ID", "")
@@ -177,10 +184,17 @@ class S3Source(Source):
         self.token = env.get("AWS_SESSION_TOKEN", "")
         self.region = env.get("AWS_REGION") or "us-east-1"
         endpoint = env.get("GPU_K8S_S3_ENDPOINT", "").rstrip("/")
+        # AWS's partitions (botocore data/partitions.json): China regions are under
+        # amazonaws.com.cn. A bucket name with dots does not match the endpoint's wildcard
+        # certificate in virtual-hosted style, so it is addressed path-style, as botocore
+        # does (endpoint-rule-set-1.json isVirtualHostableS3Bucket; utils.py).
+        domain = "amazonaws.com.cn" if self.region.startswith("cn-") else "amazonaws.com"
         if endpoint:
             self.base = f"{endpoint}/{self.bucket}"
+        elif "." in self.bucket:
+            self.base = f"https://s3.{self.region}.{domain}/{self.bucket}"
         else:
-            self.base = f"https://{self.bucket}.s3.{self.region}.amazonaws.com"
+            self.base = f"https://{self.bucket}.s3.{self.region}.{domain}"
 
     def _request(self, url: str) -> urllib.request.Request:
         headers = sigv4_headers(
@@ -207,16 +221,21 @@ class S3Source(Source):
         out: list[tuple[str, int | None, str]] = []
         token = ""
         while True:
-            query = {"list-type": "2", "prefix": self.prefix}
+            # encoding-type=url: keys come URL-encoded, so that any key survives XML 1.0
+            # (what botocore asks for and decodes: handlers.py decode_list_object_v2)
+            query = {"list-type": "2", "prefix": self.prefix, "encoding-type": "url"}
             if token:
                 query["continuation-token"] = token
+            where = f"listing s3://{self.bucket}/{self.prefix}"
             try:
                 with urllib.request.urlopen(self._request(self._url("", query)), timeout=60) as r:
                     root = ET.fromstring(r.read())
             except urllib.error.HTTPError as e:
-                raise DatasetError(f"listing s3://{self.bucket}/{self.prefix}: {_s3_error(e)}")
+                raise DatasetError(f"{where}: {_s3_error(e)}") from None
+            except (urllib.error.URLError, OSError, ET.ParseError) as e:
+                raise DatasetError(f"{where}: {e}") from None
             for item in root.iter(f"{S3_NS}Contents"):
-                key = item.findtext(f"{S3_NS}Key") or ""
+                key = urllib.parse.unquote_plus(item.findtext(f"{S3_NS}Key") or "")
                 size = int(item.findtext(f"{S3_NS}Size") or 0)
                 relative = key[len(self.prefix) :].lstrip("/") if self.prefix else key
                 if not relative or key.endswith("/"):
@@ -225,6 +244,8 @@ class S3Source(Source):
             if root.findtext(f"{S3_NS}IsTruncated") != "true":
                 break
             token = root.findtext(f"{S3_NS}NextContinuationToken") or ""
+            if not token:
+                raise DatasetError(f"{where}: a truncated listing without a continuation token")
         if not out:
             raise DatasetError(f"s3://{self.bucket}/{self.prefix} holds no objects")
         return out
@@ -267,7 +288,7 @@ def copy_file(source: Source, url: str, target: Path, expected: int | None) -> d
     for attempt in range(1, ATTEMPTS + 1):
         try:
             return _copy_once(source, url, target, expected)
-        except (urllib.error.URLError, OSError, _ShortReadError) as e:
+        except (urllib.error.URLError, OSError, http.client.HTTPException, _ShortReadError) as e:
             if isinstance(e, urllib.error.HTTPError) and e.code < 500:
                 raise DatasetError(f"{_shown(url)}: {e.code} {e.reason}") from None
             if attempt == ATTEMPTS:
@@ -333,14 +354,19 @@ def run(name: str, url: str, root: Path, sha256: str, env: dict[str, str]) -> di
     incoming = root / INCOMING
     for stale in incoming.glob(f"{name}.*"):  # an earlier, interrupted attempt
         shutil.rmtree(stale, ignore_errors=True)
-    staging = incoming / f"{name}.{os.getpid()}"
+    # A name of its own (PID 1 in every container): the Job replaces a pod only once the
+    # last one is gone (podReplacementPolicy Failed), so the cleanup above races nobody.
+    staging = incoming / f"{name}.{uuid.uuid4().hex}"
     staging.mkdir(parents=True)
     try:
         manifest = _copy_all(name, url, staging, sha256, env)
+        os.rename(staging, final)
+    except OSError as e:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise DatasetError(f"cannot put the dataset in place: {e}") from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    os.rename(staging, final)
     return manifest
 
 
@@ -350,6 +376,8 @@ def _copy_all(name: str, url: str, staging: Path, sha256: str, env: dict[str, st
     if sha256 and len(listed) != 1:
         raise DatasetError(f"sha256 checks a one-file dataset; {url} has {len(listed)} files")
     files = []
+    if any(relative == MANIFEST for relative, _, _ in listed):
+        raise DatasetError(f"the source has a file named {MANIFEST}, which the import writes")
     for relative, size, file_url in listed:
         copied = copy_file(source, file_url, staging / _safe(relative), size)
         if sha256 and copied["sha256"] != sha256:
@@ -362,7 +390,7 @@ def _copy_all(name: str, url: str, staging: Path, sha256: str, env: dict[str, st
         "source": _shown(url),
         "size": sum(f["size"] for f in files),
         "files": files,
-        "imported": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "imported": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
     _write_json(staging / MANIFEST, manifest)
     return manifest
@@ -391,6 +419,11 @@ def summary(manifest: dict) -> dict:
     return out
 
 
+def _terminated(signum: int, _frame) -> None:
+    """SIGTERM (the pod deleted): stop now; the staging directory is removed on the way."""
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None, env: dict[str, str] | None = None) -> int:
     """Import as the arguments say; exit status 0 or 1 (see the module docstring)."""
     parser = argparse.ArgumentParser(description="Copy a dataset onto the shared volume once.")
@@ -411,4 +444,6 @@ def main(argv: list[str] | None = None, env: dict[str, str] | None = None) -> in
 
 
 if __name__ == "__main__":
+    # As PID 1 in its container the program gets no default SIGTERM action (pid_namespaces(7))
+    signal.signal(signal.SIGTERM, _terminated)
     sys.exit(main())

@@ -62,7 +62,8 @@ Job controller and kubelet (kubernetes.io/docs/concepts/workloads/controllers/jo
   every index did.
 - B6 A NonIndexed Job (one completion, the purge and import Jobs) gets a pod whenever it
   has none running; it completes when one succeeded and fails (BackoffLimitExceeded)
-  once more than `backoffLimit` (default 6) failed.
+  once more than `backoffLimit` (default 6) failed, or at once when a podFailurePolicy
+  rule says FailJob (Ignore: not counted).
 - B5 With a `kubelet` (tests/functional: real processes), a pod's container runs from its
   creation; it ends the pod (Succeeded on exit 0, else Failed with the exit code) when it
   exits, and a deleted pod's container is stopped first (see `_delete_pod`).
@@ -132,6 +133,10 @@ def _set(obj: dict, kind: str, status: str, reason: str = "", message: str = "")
     ]
     conditions.append({"type": kind, "status": status, "reason": reason, "message": message})
     obj["status"]["conditions"] = conditions
+
+
+def _phase(pod: dict) -> str:
+    return (pod.get("status") or {}).get("phase", "")
 
 
 def _unschedulable(pod: dict) -> bool:
@@ -637,7 +642,12 @@ class BatchControllers:
             _set(job, "Complete", "True", "CompletionsReached")
             self._put(job)
             return 0
-        if phases.count("Failed") > int(job["spec"].get("backoffLimit", 6)):
+        actions = [self._policy_action(job, p) for p in pods if _phase(p) == "Failed"]
+        if "FailJob" in actions:
+            _set(job, "Failed", "True", "PodFailurePolicy", "Container failed with a rule")
+            self._put(job)
+            return 0
+        if actions.count("Count") > int(job["spec"].get("backoffLimit", 6)):
             _set(
                 job, "Failed", "True", "BackoffLimitExceeded", "Job has reached the backoff limit"
             )
@@ -754,7 +764,33 @@ class BatchControllers:
             self._start(stored)
 
     def _start(self, pod: dict) -> None:
-        """Kubelet runs a bound pod's container (its log, or a real process: B5)."""
+        """Kubelet runs a bound pod's container (its log, or a real process: B5).
+
+        B7: a container whose `envFrom` names a Secret that does not exist cannot start:
+        it waits with reason CreateContainerConfigError, `secret "<name>" not found`, and
+        the pod stays Pending (kubernetes.io/docs/tasks/configure-pod-container/
+        configure-pod-configmap/#restrictions; kubelet kuberuntime_container.go).
+        """
+        for source in pod["spec"]["containers"][0].get("envFrom") or []:
+            ref = source.get("secretRef") or {}
+            path = f"/api/v1/namespaces/{self.ns}/secrets/{ref.get('name')}"
+            if ref and not ref.get("optional") and self.api.get_object(path) is None:
+                pod["status"] = {
+                    "phase": "Pending",
+                    "containerStatuses": [
+                        {
+                            "name": pod["spec"]["containers"][0]["name"],
+                            "state": {
+                                "waiting": {
+                                    "reason": "CreateContainerConfigError",
+                                    "message": f'secret "{ref["name"]}" not found',
+                                }
+                            },
+                        }
+                    ],
+                }
+                self._put(pod)
+                return
         if self.logs is not None:
             self.api.set_pod_log(self.ns, pod["metadata"]["name"], self.logs(pod))
         if self.kubelet is not None:

@@ -244,7 +244,10 @@ def test_a_preempted_job_saves_where_it_stopped_and_resumes_there_when_readmitte
     stopped = cluster.progress("pre")
     stopped_at = cluster.checkpoint("pre")
     # the workers agreed on a step, saved it together and stopped there (exit 143)
-    assert (stopped["state"], stopped["step"]) == ("stopped", stopped_at)
+    assert (stopped.get("state"), stopped.get("step")) == ("stopped", stopped_at), (
+        stopped,
+        cluster.kubelet.output(),
+    )
     assert not [
         pod
         for pod in cluster.controllers._pods()

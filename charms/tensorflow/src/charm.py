@@ -280,6 +280,7 @@ class TensorflowCharm(ops.CharmBase):
                         sync(kube, ctx, config)
                     except SecretConfigError as e:
                         self._secret_problem = str(e)
+                datasets.settle(kube, ctx)  # record imports that ended with nobody waiting
                 self._apply_queues(kube, ctx, config)
                 if self._queue_problem is None:  # JobSets exist only where Kueue runs
                     self._stored.glance = training.at_a_glance(kube, ctx)

@@ -34,7 +34,6 @@ from literals import (
     IMPORTER,
     LABEL_COMPONENT,
     LABEL_MANAGED_BY,
-    PURGE_TTL_SECONDS,
 )
 
 from charms.gpu_k8s.v0.config import ActionParams, between
@@ -73,17 +72,24 @@ def check_name(name: str) -> str:
 
 
 def check_source(source: str) -> str:
-    """An https:// URL of one file or an s3://bucket/prefix; no credentials in it."""
+    """An https:// URL of one file or an s3://bucket/prefix; no credentials in it.
+
+    No user, password or query: those are credentials (a presigned URL's signature), and
+    the source is kept in the Job and the registry in the clear. Messages never repeat
+    the URL beyond its scheme, host and path.
+    """
     parts = urllib.parse.urlsplit(source)
+    shown = f"{parts.scheme}://{parts.hostname or ''}{parts.path}"
     if parts.scheme not in ("https", "s3"):
-        raise ValueError(f"{source!r}: the source must be an https:// or s3:// URL")
-    if not parts.netloc or parts.username or parts.password:
+        raise ValueError(f"{shown!r}: the source must be an https:// or s3:// URL")
+    if not parts.hostname or parts.username or parts.password or parts.query:
         raise ValueError(
-            "the source must name a host (https) or bucket (s3) and hold no user or "
-            "password: put S3 keys in the dataset-credentials secret"
+            "the source must name a host (https) or bucket (s3) and hold no user, password "
+            "or query (a presigned URL is a credential): for S3, use s3://bucket/prefix "
+            "with the dataset-credentials secret"
         )
     if parts.scheme == "https" and (not parts.path or parts.path.endswith("/")):
-        raise ValueError(f"{source!r}: an https source must name a file")
+        raise ValueError(f"{shown!r}: an https source must name a file")
     return source
 
 
@@ -217,7 +223,7 @@ def import_job(params: ImportParams, ctx: Any, *, credentials: bool) -> dict:
         "volumeMounts": [{"name": "data", "mountPath": DATA_MOUNT}, oneshot.code_mount()],
         "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}},
     }
-    if credentials:
+    if credentials and params.scheme == "s3":  # an https import gets no keys
         container["envFrom"] = [{"secretRef": {"name": credentials_name(ctx.app)}}]
     return oneshot.manifest(
         job_name(params.name),
@@ -226,7 +232,22 @@ def import_job(params: ImportParams, ctx: Any, *, credentials: bool) -> dict:
         container,
         [oneshot.claim_volume(ctx.claim), oneshot.code_volume(job_name(params.name))],
         backoff_limit=IMPORT_BACKOFF_LIMIT,
-        ttl_seconds=PURGE_TTL_SECONDS,
+        # kept as long as finished training jobs (job-ttl), so that reconcile records
+        # what it copied even when no action waited for it to end
+        ttl_seconds=ctx.ttl_seconds,
+        failure_policy=[
+            # the program gave up (its own retries done, or a refusal): a new pod would
+            # only do it all again
+            {
+                "action": "FailJob",
+                "onExitCodes": {"containerName": "import", "operator": "In", "values": [1]},
+            },
+            # a drained or preempted node: try again elsewhere, not counted
+            {
+                "action": "Ignore",
+                "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+            },
+        ],
     )
 
 
@@ -343,6 +364,8 @@ def settle(kube: Any, ctx: Any) -> dict[str, str]:
             recorded[name] = entry
         elif finished == "Failed":
             states[name] = f"failed: {failure(log)}"
+        elif why := oneshot.stuck(kube, ctx.namespace, job["metadata"]["name"]):
+            states[name] = f"cannot start: {why}"
         else:
             states[name] = f"importing {progress(log) or '(starting)'}"
     return states
@@ -400,6 +423,39 @@ def listing(kube: Any, ctx: Any) -> dict[str, Any]:
     return results
 
 
+class _Watch:
+    """One look at an import Job per poll: progress logged, the end recorded or raised."""
+
+    def __init__(self, kube: Any, ctx: Any, name: str, log: Any):
+        self.kube, self.ctx, self.name, self.log = kube, ctx, name, log
+        self.shown = ""
+
+    def done(self) -> str | None:
+        """`Succeeded` once recorded, None while copying; DatasetError when it cannot end."""
+        kube, ns, job = self.kube, self.ctx.namespace, job_name(self.name)
+        current = kube.get("batch/v1", "Job", job, ns)
+        if current is None:
+            raise DatasetError(f"the import Job of {self.name} disappeared: run it again")
+        text = oneshot.log(kube, ns, job)
+        now = progress(text)
+        if now and now != self.shown:
+            self.shown = now
+            self.log(now)
+        finished = oneshot.finished(current)
+        if finished == "Failed":
+            raise DatasetError(f"import of {self.name} failed: {failure(text)}")
+        if finished is None:
+            if why := oneshot.stuck(kube, ns, job):
+                kube.delete("batch/v1", "Job", job, ns)
+                raise DatasetError(f"the import pod of {self.name} cannot start: {why}")
+            return None
+        entry = result(text)
+        if entry is None:
+            raise DatasetError(f"import of {self.name} ended without its manifest")
+        _record(kube, self.ctx.app, ns, self.name, entry)
+        return "Succeeded"
+
+
 def import_dataset(
     kube: Any,
     ctx: Any,
@@ -425,34 +481,13 @@ def import_dataset(
     created = _start(kube, ctx, params, program, credentials)
     if created:
         log(f"importing {params.name} from {params.shown_source()} (Job {job_name(params.name)})")
-    shown = {"": ""}
-
-    def done() -> str | None:
-        job = kube.get("batch/v1", "Job", job_name(params.name), ctx.namespace)
-        if job is None:
-            raise DatasetError(f"the import Job of {params.name} disappeared: run it again")
-        text = oneshot.log(kube, ctx.namespace, job["metadata"]["name"])
-        now = progress(text)
-        if now and now != shown[""]:
-            shown[""] = now
-            log(now)
-        finished = oneshot.finished(job)
-        if finished == "Failed":
-            raise DatasetError(f"import of {params.name} failed: {failure(text)}")
-        if finished != "Succeeded":
-            return None
-        entry = result(text)
-        if entry is None:
-            raise DatasetError(f"import of {params.name} ended without its manifest")
-        _record(kube, ctx.app, ctx.namespace, params.name, entry)
-        return "Succeeded"
-
-    if poll_until(done, params.timeout, poll=POLL_SECONDS, clock=clock, sleep=sleep):
+    watch = _Watch(kube, ctx, params.name, log)
+    if poll_until(watch.done, params.timeout, poll=POLL_SECONDS, clock=clock, sleep=sleep):
         entry = registry(kube, ctx.app, ctx.namespace)[params.name]
         return {**summary_results(params.name, entry), "created": str(created).lower()}
     return {
         "dataset": params.name,
-        "state": f"importing {shown[''] or '(starting)'}",
+        "state": f"importing {watch.shown or '(starting)'}",
         "created": str(created).lower(),
         "next": "list-datasets shows it once the copy is complete",
     }

@@ -118,6 +118,9 @@ def run(
             raise ExportError(f"the export Job of {params.job} disappeared: run it again")
         state = oneshot.finished(job)
         if state is None:
+            if why := oneshot.stuck(kube, ctx.namespace, name):
+                kube.delete("batch/v1", "Job", name, ctx.namespace)
+                raise ExportError(f"the export pod of {params.job} cannot start: {why}")
             return None
         text = oneshot.log(kube, ctx.namespace, name)
         if state == "Failed" or (answer := oneshot.marked(text, RESULT_MARKER)) is None:
@@ -207,6 +210,9 @@ def fetch(
         if job is not None and oneshot.finished(job) == "Failed":
             kube.delete("batch/v1", "Job", name, ctx.namespace)
             raise ExportError(oneshot.last_words(text, "fetch failed: "))
+        if why := oneshot.stuck(kube, ctx.namespace, name):
+            kube.delete("batch/v1", "Job", name, ctx.namespace)
+            raise ExportError(f"the fetch pod of {params.job} cannot start: {why}")
         for line in reversed(text.splitlines()):
             if line.startswith(FETCH_MARKER):
                 versions = sorted(int(v) for v in line.split()[1:] if v.isdigit())

@@ -982,8 +982,7 @@ def running_counts(request: TrainRequest, pods: Iterable[dict]) -> dict[str, int
     return counts
 
 
-_FATAL_WAITING = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CrashLoopBackOff",
-                  "CreateContainerConfigError", "RunContainerError")  # fmt: skip
+_FATAL_WAITING = oneshot.STUCK
 
 
 def pod_problem(pods: Iterable[dict]) -> str | None:

@@ -47,6 +47,28 @@ def log(kube: Any, namespace: str, job: str, lines: int = LOG_LINES) -> str:
     return ""
 
 
+# Waiting reasons that will not clear by waiting (kubelet's, as `kubectl describe` shows).
+STUCK = (
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "CrashLoopBackOff",
+    "CreateContainerConfigError",
+    "RunContainerError",
+)
+
+
+def stuck(kube: Any, namespace: str, job: str) -> str | None:
+    """Why the Job's pod cannot start (bad image, missing Secret), or None."""
+    pods = kube.list("v1", "Pod", namespace, label_selector=f"{LABEL_JOB_NAME}={job}")
+    for pod in pods:
+        for status in (pod.get("status") or {}).get("containerStatuses") or []:
+            waiting = (status.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") in STUCK:
+                return f"{waiting['reason']}: {waiting.get('message', '')}".rstrip(": ")
+    return None
+
+
 def marked(text: str, marker: str) -> dict | None:
     """The JSON object of the last `<marker> {...}` line, or None."""
     for line in reversed(text.splitlines()):
@@ -89,8 +111,15 @@ def manifest(
     backoff_limit: int,
     ttl_seconds: int,
     deadline_seconds: int | None = None,
+    failure_policy: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """A one-pod Job (`ctx`: jobs.Context, for the namespace and the pods' basics)."""
+    """A one-pod Job (`ctx`: jobs.Context, for the namespace and the pods' basics).
+
+    With `failure_policy` (podFailurePolicy rules) the Job replaces a pod only once the
+    old one is gone (podReplacementPolicy Failed, required with a podFailurePolicy), so
+    two attempts never overlap (kubernetes.io/docs/concepts/workloads/controllers/job/
+    #pod-replacement-policy).
+    """
     spec: dict[str, Any] = {
         "backoffLimit": backoff_limit,
         "ttlSecondsAfterFinished": ttl_seconds,
@@ -106,6 +135,9 @@ def manifest(
     }
     if deadline_seconds is not None:
         spec["activeDeadlineSeconds"] = deadline_seconds
+    if failure_policy:
+        spec["podFailurePolicy"] = {"rules": failure_policy}
+        spec["podReplacementPolicy"] = "Failed"
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

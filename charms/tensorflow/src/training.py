@@ -203,7 +203,8 @@ def _check_dataset(kube: Any, ctx: Context, name: str) -> None:
         have = ", ".join(sorted(found)) or "none yet"
         raise JobError(
             f"dataset {name!r} has not been imported (import-dataset name={name} "
-            f"source=https://... or s3://...); imported: {have}"
+            f"source=https://... or s3://...; run it again with the same source if the "
+            f"copy is there but unlisted); imported: {have}"
         )
 
 

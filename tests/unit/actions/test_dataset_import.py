@@ -244,8 +244,12 @@ def s3():
     )
     client.put_object(Bucket="datasets", Key="digits/train.npz", Body=DATA)
     client.put_object(Bucket="datasets", Key="digits/sub dir/labels.txt", Body=b"0\n1\n")
+    client.put_object(Bucket="datasets", Key="digits/a+b & c.txt", Body=b"odd name")
     for i in range(3):
         client.put_object(Bucket="datasets", Key=f"many/part-{i:04d}", Body=b"x" * i)
+    # siblings of the prefix `many`, which s3://datasets/many must not take in
+    client.put_object(Bucket="datasets", Key="many-old/part-0000", Body=b"old")
+    client.put_object(Bucket="datasets", Key="manyfile", Body=b"other")
     try:
         yield client, creds
     finally:
@@ -258,8 +262,13 @@ def test_an_s3_prefix_lands_with_every_object_at_its_relative_path(s3, tmp_path)
     manifest = dataset_import.run("digits", "s3://datasets/digits/", tmp_path, "", creds)
     assert (tmp_path / "digits" / "train.npz").read_bytes() == DATA
     assert (tmp_path / "digits" / "sub dir" / "labels.txt").read_bytes() == b"0\n1\n"
-    assert sorted(f["path"] for f in manifest["files"]) == ["sub dir/labels.txt", "train.npz"]
-    assert manifest["size"] == len(DATA) + 4
+    assert (tmp_path / "digits" / "a+b & c.txt").read_bytes() == b"odd name"
+    assert sorted(f["path"] for f in manifest["files"]) == [
+        "a+b & c.txt",
+        "sub dir/labels.txt",
+        "train.npz",
+    ]
+    assert manifest["size"] == len(DATA) + 4 + 8
 
 
 def test_listing_follows_every_page(s3, tmp_path, monkeypatch):
@@ -290,3 +299,20 @@ def test_s3_refusals_are_said_and_leave_nothing(s3, tmp_path):
         dataset_import.run("digits", "s3://datasets/digits", tmp_path, SHA, creds)
     assert sorted(p.name for p in tmp_path.iterdir()) == [".incoming"]
     assert not list((tmp_path / ".incoming").iterdir())
+
+
+@pytest.mark.parametrize(
+    ("bucket", "region", "base"),
+    [
+        ("data", "us-east-1", "https://data.s3.us-east-1.amazonaws.com"),
+        ("data", "eu-west-1", "https://data.s3.eu-west-1.amazonaws.com"),
+        # dots break the *.s3 wildcard certificate: path style, as botocore does
+        ("my.data", "eu-west-1", "https://s3.eu-west-1.amazonaws.com/my.data"),
+        ("data", "cn-north-1", "https://data.s3.cn-north-1.amazonaws.com.cn"),
+    ],
+)
+def test_aws_endpoints_follow_the_bucket_and_the_partition(bucket, region, base):
+    env = {"AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "s", "AWS_REGION": region}
+    source = dataset_import.S3Source(f"s3://{bucket}/p", env)
+    assert source.base == base
+    assert source.prefix == "p/"

@@ -103,6 +103,7 @@ def test_a_failed_import_says_why_leaves_nothing_and_can_be_retried(ctx, state, 
     with pytest.raises(testing.ActionFailed, match=r"import of late failed: .*late.npz: 404"):
         run_action(ctx, state, "import-dataset", name="late", source=source)
     assert not (volume / "datasets" / "late").exists()
+    assert web.gets == 1  # a refusal is final: the Job's podFailurePolicy fails it at once
     listed, _ = run_action(ctx, state, "list-datasets")
     assert listed["datasets"]["late"].startswith("failed: ")
 
@@ -139,7 +140,8 @@ def test_an_import_still_copying_is_reported_and_listed_when_done(
         ({"name": "ok", "source": "http://h/f.npz"}, "must be an https:// or s3:// URL"),
         ({"name": "ok", "source": "ftp://h/f.npz"}, "must be an https:// or s3:// URL"),
         ({"name": "ok", "source": "https://h/dir/"}, "an https source must name a file"),
-        ({"name": "ok", "source": "https://u:p@h/f.npz"}, "hold no user or password"),
+        ({"name": "ok", "source": "https://u:p@h/f.npz"}, "hold no user, password or query"),
+        ({"name": "ok", "source": "https://h/f.npz?X-Amz-Signature=abc"}, "a presigned URL"),
         ({"name": "ok", "source": "https://h/f", "sha256": "abc"}, "64 hexadecimal digits"),
         ({"name": "ok", "source": "s3://bucket/prefix"}, "an s3 source needs credentials"),
     ],
@@ -211,3 +213,24 @@ def test_train_reads_an_imported_dataset_and_refuses_an_unknown_one(
     run_action(ctx, state, "train", job="j", workers=1, dataset="mnist", timeout=0)
     env = role_spec(jobset(api, "j"), "worker")["template"]["spec"]["containers"][0]["env"]
     assert {"name": "GPU_K8S_DATASET_DIR", "value": "/data/datasets/mnist"} in env
+
+
+def test_an_import_pod_that_cannot_start_is_said_and_removed(ctx, state, api, controller):
+    add_nodes(api, node("cpu-0"))
+    content = {"access-key-id": "AKIAEXAMPLE", "secret-access-key": "very-secret-value"}
+    secret = testing.Secret(content, owner=None)
+    with_creds = dataclasses.replace(
+        state, secrets=[*state.secrets, secret], config={"dataset-credentials": secret.id}
+    )
+    run_action(ctx, with_creds, "import-dataset", name="imgs", source="s3://b/imgs", timeout=0)
+    api.delete_object(SECRET)  # gone before the pod starts (an operator unset it meanwhile)
+    controller.tick()
+
+    listed, _ = run_action(ctx, state, "list-datasets")
+    assert listed["datasets"]["imgs"] == (
+        'cannot start: CreateContainerConfigError: secret "tensorflow-dataset-credentials" '
+        "not found"
+    )
+    with pytest.raises(testing.ActionFailed, match="the import pod of imgs cannot start"):
+        run_action(ctx, with_creds, "import-dataset", name="imgs", source="s3://b/imgs")
+    assert api.get_object(JOBS + "import-imgs") is None
