@@ -237,7 +237,11 @@ def test_a_dead_worker_of_six_restarts_the_gang_which_resumes_and_finishes(clust
 
 def test_a_preempted_job_saves_where_it_stopped_and_resumes_there_when_readmitted(cluster):
     cluster.train("pre", workers=2, steps=2000)
-    cluster.until("pre", lambda _: cluster.checkpoint("pre") > 0, "first checkpoint")
+    cluster.until(
+        "pre",
+        lambda _: cluster.checkpoint("pre") > 0 and cluster.progress("pre").get("state"),
+        "first checkpoint and progress report",
+    )
 
     # Kueue evicts it: JobSet suspends its Jobs, whose pods get SIGTERM and go
     cluster.controllers.preempt("pre")

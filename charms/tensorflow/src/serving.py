@@ -188,13 +188,24 @@ def serve(
     """Serve the job's export, wait until the model is available, send one request.
 
     Raises:
-        ServingError: the model did not become available in time (its pods' state is said).
+        ServingError: the model did not become available in time (its pods' state is said);
+            a first serve of the job then removes what it created.
     """
-    from charms.gpu_k8s.v0.kubeclient import poll_until
-
+    existed = kube.get("apps/v1", "Deployment", name_of(params.job), ctx.namespace) is not None
     for manifest in manifests(params, ctx, image):
         kube.apply(manifest, field_manager=ctx.app)
     log(f"serving {params.job} from {DATA_MOUNT}/jobs/{params.job}/export")
+    try:
+        return _wait_and_try(kube, ctx, params, sleep=sleep, clock=clock)
+    except ServingError:
+        if not existed:  # a first serve that failed leaves nothing behind
+            unserve(kube, ctx, params.job)
+        raise
+
+
+def _wait_and_try(kube: Any, ctx: Any, params: ServeParams, *, sleep: Any, clock: Any) -> dict:
+    """Wait for the model to be AVAILABLE, then send one request of zeros."""
+    from charms.gpu_k8s.v0.kubeclient import poll_until
 
     def ready() -> str | None:
         status = _proxied(kube, ctx.namespace, params.job, f"/v1/models/{params.job}")

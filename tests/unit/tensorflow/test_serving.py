@@ -122,6 +122,7 @@ def test_a_job_without_an_export_is_not_served_and_says_why(ctx, state, api, tmp
     message = str(failed.value.message)
     assert message.startswith("none was not available within 10s: serving pod running")
     assert "is there an export under /data/jobs/none/export (export job=none)?" in message
+    assert api.objects(DEPLOYMENTS) == [] and api.get_object(SERVICES + "none-serving") is None
 
 
 def test_an_image_without_the_model_server_is_reported(ctx, state, api, export):
