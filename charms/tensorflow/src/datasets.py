@@ -197,27 +197,21 @@ def selector(app: str, name: str | None = None) -> str:
 def import_job(params: ImportParams, ctx: Any, *, credentials: bool) -> dict:
     """The Job that copies the dataset (`ctx`: jobs.Context, for image and pod basics).
 
-    `credentials`: the pod reads the S3 keys from the credentials Secret. The source goes
-    in an environment variable, not the command line, since a presigned https URL's query
-    is a credential of its own.
+    `credentials`: an s3 import's pod reads the S3 keys from the credentials Secret. The
+    source is on the command line: check_source refused anything secret in it.
     """
     lbls = _labels(ctx.app, params.name)
-    env = [
-        *ctx.identity_env_list(),
-        {"name": "GPU_K8S_DATASET_SOURCE", "value": params.source},
-    ]
+    env = ctx.identity_env_list()
     container: dict[str, Any] = {
         "name": "import",
         "image": ctx.pulled(ctx.default_image),
         "command": [
-            "sh",
-            "-c",
-            f'exec python3 {CODE_MOUNT}/{IMPORTER} --name "$1" --source '
-            '"$GPU_K8S_DATASET_SOURCE" --sha256 "$2" --root "$3"',
-            "import",
-            params.name,
-            params.sha256,
-            DATASETS_DIR,
+            "python3",
+            f"{CODE_MOUNT}/{IMPORTER}",
+            f"--name={params.name}",
+            f"--source={params.source}",
+            f"--sha256={params.sha256}",
+            f"--root={DATASETS_DIR}",
         ],
         "env": env,
         "volumeMounts": [{"name": "data", "mountPath": DATA_MOUNT}, oneshot.code_mount()],
