@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 
 import pytest
@@ -22,3 +23,12 @@ def kube(kube_api: FakeKubeApiServer) -> Iterator[Kube]:
     """A real `Kube` client for `kube_api`, with tiny retry backoff so tests stay fast."""
     with Kube.from_kubeconfig(kube_api.kubeconfig(token="admin-token"), backoff=0.01) as client:
         yield client
+
+
+def has_tensorflow(python: str) -> bool:
+    """Whether `python` can import tensorflow (the tests that train skip without it)."""
+    probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('tensorflow') is None)"
+    try:
+        return subprocess.run([python, "-c", probe], timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False

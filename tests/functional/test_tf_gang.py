@@ -22,13 +22,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 from charm_modules import load
+from conftest import has_tensorflow
 
 from fakes.addons import install_kueue
 from fakes.batch import BatchControllers
@@ -56,16 +56,8 @@ CLAIM = "efs-storage-tensorflow"
 FAST = "--threads=1 --batch-size=32 --checkpoint-every=20"
 
 
-def _has_tensorflow() -> bool:
-    probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('tensorflow') is None)"
-    try:
-        return subprocess.run([PYTHON, "-c", probe], timeout=60).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
-
 pytestmark = pytest.mark.skipif(
-    not _has_tensorflow(),
+    not has_tensorflow(PYTHON),
     reason=f"tensorflow is not importable by {PYTHON}: run tox -e functional",
 )
 

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import has_tensorflow
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCHER = ROOT / "actions" / "tf_launcher.py"
@@ -31,16 +32,8 @@ from tf_demo import free_ports, write_digits  # noqa: E402  (stdlib; sklearn whe
 PYTHON = os.environ.get("GPU_K8S_TF_PYTHON") or sys.executable
 
 
-def _has_tensorflow(python: str) -> bool:
-    probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('tensorflow') is None)"
-    try:
-        return subprocess.run([python, "-c", probe], timeout=60).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
-
 pytestmark = pytest.mark.skipif(
-    not _has_tensorflow(PYTHON),
+    not has_tensorflow(PYTHON),
     reason=f"tensorflow is not importable by {PYTHON}: run `tox -e functional` or set "
     "GPU_K8S_TF_PYTHON to an interpreter with tensorflow-cpu installed",
 )

@@ -343,8 +343,12 @@ def _record(kube: Any, app: str, namespace: str, name: str, entry: Mapping) -> N
     kube.apply(patch, field_manager=f"{app}-dataset-{name}")  # one field owner per key
 
 
-def settle(kube: Any, ctx: Any) -> dict[str, str]:
-    """Record what finished import Jobs copied; return the unfinished or failed ones' state."""
+def settle(kube: Any, ctx: Any) -> tuple[dict[str, dict], dict[str, str]]:
+    """Record what finished import Jobs copied.
+
+    Returns:
+        (the registry, now complete; the state of imports unfinished or failed)
+    """
     recorded = registry(kube, ctx.app, ctx.namespace)
     states: dict[str, str] = {}
     for job in kube.list("batch/v1", "Job", ctx.namespace, label_selector=selector(ctx.app)):
@@ -362,7 +366,7 @@ def settle(kube: Any, ctx: Any) -> dict[str, str]:
             states[name] = f"cannot start: {why}"
         else:
             states[name] = f"importing {progress(log) or '(starting)'}"
-    return states
+    return recorded, states
 
 
 def _refuse(kube: Any, ctx: Any, params: ImportParams, credentials: bool) -> dict | None:
@@ -406,10 +410,8 @@ def _start(kube: Any, ctx: Any, params: ImportParams, program: str, credentials:
 
 def listing(kube: Any, ctx: Any) -> dict[str, Any]:
     """`list-datasets` results: every dataset in one line, and imports not done."""
-    unfinished = settle(kube, ctx)
-    found = {
-        name: describe(entry) for name, entry in registry(kube, ctx.app, ctx.namespace).items()
-    }
+    recorded, unfinished = settle(kube, ctx)
+    found = {name: describe(entry) for name, entry in recorded.items()}
     found.update(unfinished)
     results: dict[str, Any] = {"count": str(len(found))}
     if found:
@@ -423,6 +425,7 @@ class _Watch:
     def __init__(self, kube: Any, ctx: Any, name: str, log: Any):
         self.kube, self.ctx, self.name, self.log = kube, ctx, name, log
         self.shown = ""
+        self.entry: dict = {}  # the manifest, once recorded
 
     def done(self) -> str | None:
         """`Succeeded` once recorded, None while copying; DatasetError when it cannot end."""
@@ -447,6 +450,7 @@ class _Watch:
         if entry is None:
             raise DatasetError(f"import of {self.name} ended without its manifest")
         _record(kube, self.ctx.app, ns, self.name, entry)
+        self.entry = entry
         return "Succeeded"
 
 
@@ -477,8 +481,7 @@ def import_dataset(
         log(f"importing {params.name} from {params.shown_source()} (Job {job_name(params.name)})")
     watch = _Watch(kube, ctx, params.name, log)
     if poll_until(watch.done, params.timeout, poll=POLL_SECONDS, clock=clock, sleep=sleep):
-        entry = registry(kube, ctx.app, ctx.namespace)[params.name]
-        return {**summary_results(params.name, entry), "created": str(created).lower()}
+        return {**summary_results(params.name, watch.entry), "created": str(created).lower()}
     return {
         "dataset": params.name,
         "state": f"importing {watch.shown or '(starting)'}",

@@ -957,11 +957,6 @@ def format_duration(seconds: float | None) -> str:
     return f"{secs}s"
 
 
-def job_finished(job: dict) -> str | None:
-    """`Succeeded` or `Failed` when a Kubernetes Job has finished, else None."""
-    return oneshot.finished(job)
-
-
 def _pod_ready(pod: dict) -> bool:
     status = pod.get("status") or {}
     if status.get("phase") != "Running":
@@ -982,20 +977,13 @@ def running_counts(request: TrainRequest, pods: Iterable[dict]) -> dict[str, int
     return counts
 
 
-_FATAL_WAITING = oneshot.STUCK
-
-
 def pod_problem(pods: Iterable[dict]) -> str | None:
     """A pod failure that will not clear by waiting (bad image, crash loop), or None."""
-    fatal = _FATAL_WAITING
-    for pod in pods:
-        status = pod.get("status") or {}
-        for cs in status.get("containerStatuses") or []:
-            waiting = (cs.get("state") or {}).get("waiting") or {}
-            if waiting.get("reason") in fatal:
-                name = pod["metadata"]["name"]
-                return f"pod {name}: {waiting['reason']} {waiting.get('message', '')}".strip()
-    return None
+    found = oneshot.stuck_pod(pods)
+    if found is None:
+        return None
+    name, reason, message = found
+    return f"pod {name}: {reason} {message}".strip()
 
 
 def tensorboard_state(pods: Iterable[dict]) -> str:
@@ -1020,7 +1008,7 @@ def server_state(pods: Iterable[dict], option: str, command: str) -> str:
     for cs in (pod.get("status") or {}).get("containerStatuses") or []:
         waiting = (cs.get("state") or {}).get("waiting") or {}
         last = (cs.get("lastState") or {}).get("terminated") or {}
-        if waiting.get("reason") in _FATAL_WAITING:
+        if waiting.get("reason") in oneshot.STUCK:
             detail = last.get("message") or waiting.get("message") or ""
             reason = waiting["reason"] + (f" after {last['reason']}" if last.get("reason") else "")
             return (

@@ -15,7 +15,7 @@ of its newest pod, found by the label the Job controller puts on its pods
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from literals import CODE_MOUNT
@@ -58,15 +58,21 @@ STUCK = (
 )
 
 
-def stuck(kube: Any, namespace: str, job: str) -> str | None:
-    """Why the Job's pod cannot start (bad image, missing Secret), or None."""
-    pods = kube.list("v1", "Pod", namespace, label_selector=f"{LABEL_JOB_NAME}={job}")
+def stuck_pod(pods: Iterable[dict]) -> tuple[str, str, str] | None:
+    """(pod, reason, message) of the first container waiting for a STUCK reason, or None."""
     for pod in pods:
         for status in (pod.get("status") or {}).get("containerStatuses") or []:
             waiting = (status.get("state") or {}).get("waiting") or {}
             if waiting.get("reason") in STUCK:
-                return f"{waiting['reason']}: {waiting.get('message', '')}".rstrip(": ")
+                return pod["metadata"]["name"], waiting["reason"], waiting.get("message", "")
     return None
+
+
+def stuck(kube: Any, namespace: str, job: str) -> str | None:
+    """Why the Job's pod cannot start (bad image, missing Secret), or None."""
+    pods = kube.list("v1", "Pod", namespace, label_selector=f"{LABEL_JOB_NAME}={job}")
+    found = stuck_pod(pods)
+    return f"{found[1]}: {found[2]}".rstrip(": ") if found else None
 
 
 def marked(text: str, marker: str) -> dict | None:

@@ -27,6 +27,7 @@ from typing import Any
 
 import datasets
 import jobs
+import oneshot
 from jobs import Context, TrainRequest
 from literals import (
     ACTION_FILES,
@@ -177,7 +178,7 @@ def _check_new(kube: Any, ctx: Context, request: TrainRequest) -> bool:
     )
     for job in existing:
         component = job["metadata"].get("labels", {}).get(LABEL_COMPONENT)
-        if component == COMPONENT_PURGE and jobs.job_finished(job) is None:
+        if component == COMPONENT_PURGE and oneshot.finished(job) is None:
             raise JobError(
                 f"job {request.job!r} is still being purged: run train again in a minute"
             )
@@ -197,8 +198,7 @@ def _check_dataset(kube: Any, ctx: Context, name: str) -> None:
     """The dataset a job names was imported (imports that finished meanwhile count)."""
     if not name:
         return
-    datasets.settle(kube, ctx)
-    found = datasets.registry(kube, ctx.app, ctx.namespace)
+    found, _ = datasets.settle(kube, ctx)
     if name not in found:
         have = ", ".join(sorted(found)) or "none yet"
         raise JobError(
