@@ -56,6 +56,7 @@ import urllib.request
 import uuid
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 CHUNK = 1 << 20
 PROGRESS_EVERY = 2.0  # seconds
@@ -116,16 +117,21 @@ def sigv4_headers(
     access_key: str,
     secret_key: str,
     session_token: str = "",
+    payload_sha256: str = EMPTY_SHA256,
     now: datetime.datetime | None = None,
 ) -> dict[str, str]:
-    """The headers that sign an S3 request with no body (Signature Version 4)."""
+    """The headers that sign an S3 request (Signature Version 4).
+
+    `payload_sha256`: the hex SHA-256 of the body (S3 refuses a body that does not match
+    it: XAmzContentSHA256Mismatch); the empty body's by default.
+    """
     now = now or datetime.datetime.now(datetime.timezone.utc)
     stamp = now.strftime("%Y%m%dT%H%M%SZ")
     day = stamp[:8]
     parts = urllib.parse.urlsplit(url)
     headers = {
         "host": parts.netloc,
-        "x-amz-content-sha256": EMPTY_SHA256,
+        "x-amz-content-sha256": payload_sha256,
         "x-amz-date": stamp,
     }
     if session_token:
@@ -143,7 +149,7 @@ def sigv4_headers(
             canonical_query,
             "".join(f"{k}:{headers[k].strip()}\n" for k in sorted(headers)),
             signed,
-            EMPTY_SHA256,
+            payload_sha256,
         ]
     )
     scope = f"{day}/{region}/s3/aws4_request"
@@ -162,10 +168,23 @@ def sigv4_headers(
     return headers
 
 
-class S3Source(Source):
-    """Every object under an S3 prefix, requests signed with the environment's keys."""
+class S3Error(Exception):
+    """S3 answered with an error: `status` (HTTP) and `code` (S3's, e.g. AccessDenied)."""
 
-    def __init__(self, url: str, env: dict[str, str]):
+    def __init__(self, status: int, code: str, message: str):
+        super().__init__(f"{status} {code}: {message}" if code else f"{status} {message}")
+        self.status, self.code = status, code
+
+
+class S3:
+    """A bucket and key prefix (`s3://bucket/prefix`), addressed and signed as AWS does.
+
+    Credentials from the environment: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+    AWS_SESSION_TOKEN (if set), AWS_REGION (default us-east-1), GPU_K8S_S3_ENDPOINT (an
+    S3-compatible store, addressed path-style).
+    """
+
+    def __init__(self, url: str, env: dict[str, str], *, what: str = "s3 sources"):
         parts = urllib.parse.urlparse(url)
         self.bucket, self.prefix = parts.netloc, parts.path.lstrip("/")
         if self.prefix and not self.prefix.endswith("/"):
@@ -178,7 +197,7 @@ class S3Source(Source):
         self.secret_key = env.get("AWS_SECRET_ACCESS_KEY", "")
         if not (self.access_key and self.secret_key):
             raise DatasetError(
-                "s3 sources need credentials: set dataset-credentials on the tensorflow "
+                f"{what} need credentials: set dataset-credentials on the tensorflow "
                 "application (a Juju secret with access-key-id and secret-access-key)"
             )
         self.token = env.get("AWS_SESSION_TOKEN", "")
@@ -196,71 +215,138 @@ class S3Source(Source):
         else:
             self.base = f"https://{self.bucket}.s3.{self.region}.{domain}"
 
-    def _request(self, url: str) -> urllib.request.Request:
-        headers = sigv4_headers(
-            "GET",
+    def url(self, key: str, query: dict[str, str | None] | None = None) -> str:
+        """The URL of a key, with a query sorted and encoded as SigV4 canonicalises it.
+
+        A query value None is a bare name (`?uploads`, as botocore sends it).
+        """
+        url = f"{self.base}/{urllib.parse.quote(key, safe='/-_.~')}"
+        if query:
+            url += "?" + "&".join(
+                urllib.parse.quote(k, safe="-_.~")
+                + ("" if v is None else "=" + urllib.parse.quote(v, safe="-_.~"))
+                for k, v in sorted(query.items())
+            )
+        return url
+
+    def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        data: Any = None,
+        payload_sha256: str = EMPTY_SHA256,
+        headers: dict[str, str] | None = None,
+    ) -> urllib.request.Request:
+        """A signed request (`data`: bytes or a file, with its Content-Length in `headers`).
+
+        A body goes as application/octet-stream unless `headers` say otherwise (urllib's
+        own default, a form, is what S3 would then keep as the object's Content-Type).
+        """
+        if data is not None:
+            headers = {"Content-Type": "application/octet-stream", **(headers or {})}
+        signed = sigv4_headers(
+            method,
             url,
             region=self.region,
             access_key=self.access_key,
             secret_key=self.secret_key,
             session_token=self.token,
+            payload_sha256=payload_sha256,
         )
-        return urllib.request.Request(url, headers=headers)
+        return urllib.request.Request(
+            url, data=data, method=method, headers={**signed, **(headers or {})}
+        )
 
-    def _url(self, key: str, query: dict[str, str] | None = None) -> str:
-        path = urllib.parse.quote(key, safe="/-_.~")
-        url = f"{self.base}/{path}"
-        if query:
-            url += "?" + urllib.parse.urlencode(
-                sorted(query.items()), quote_via=urllib.parse.quote
-            )
-        return url
+    def call(self, method: str, url: str, **kwargs: Any) -> tuple[bytes, Any]:
+        """Send a signed request; (body, headers).
+
+        Raises:
+            S3Error: S3's error answer, also one inside a 200 (CompleteMultipartUpload
+                can fail after its 200 has been sent: docs.aws.amazon.com/AmazonS3/latest/
+                API/API_CompleteMultipartUpload.html).
+            OSError: the network (urllib.error.URLError is one).
+        """
+        try:
+            with urllib.request.urlopen(self.request(method, url, **kwargs), timeout=60) as r:
+                body, headers = r.read(), r.headers
+        except urllib.error.HTTPError as e:
+            raise _s3_error(e) from None
+        if body.strip().startswith(b"<"):
+            try:
+                root = ET.fromstring(body.strip())
+            except ET.ParseError:
+                return body, headers
+            if root.tag == "Error":
+                raise S3Error(200, root.findtext("Code") or "", root.findtext("Message") or "")
+        return body, headers
+
+    def keys(self, prefix: str, *, max_keys: int = 1000) -> list[tuple[str, int]]:
+        """(key, size) of every object under `prefix` (every page of ListObjectsV2).
+
+        Raises:
+            DatasetError: S3 refused, or the network failed.
+        """
+        out: list[tuple[str, int]] = []
+        token = ""
+        where = f"listing s3://{self.bucket}/{prefix}"
+        while True:
+            # encoding-type=url: keys come URL-encoded, so that any key survives XML 1.0
+            # (what botocore asks for and decodes: handlers.py decode_list_object_v2)
+            query: dict[str, str | None] = {
+                "list-type": "2",
+                "prefix": prefix,
+                "encoding-type": "url",
+            }
+            if max_keys != 1000:
+                query["max-keys"] = str(max_keys)
+            if token:
+                query["continuation-token"] = token
+            try:
+                body, _ = self.call("GET", self.url("", query))
+                root = ET.fromstring(body)
+            except S3Error as e:
+                raise DatasetError(f"{where}: {e}") from None
+            except (OSError, ET.ParseError) as e:
+                raise DatasetError(f"{where}: {e}") from None
+            for item in root.iter(f"{S3_NS}Contents"):
+                key = urllib.parse.unquote_plus(item.findtext(f"{S3_NS}Key") or "")
+                out.append((key, int(item.findtext(f"{S3_NS}Size") or 0)))
+            if root.findtext(f"{S3_NS}IsTruncated") != "true":
+                return out
+            token = root.findtext(f"{S3_NS}NextContinuationToken") or ""
+            if not token:
+                raise DatasetError(f"{where}: a truncated listing without a continuation token")
+
+
+class S3Source(S3, Source):
+    """Every object under an S3 prefix, requests signed with the environment's keys."""
+
+    PAGE = 1000  # ListObjectsV2's largest page
 
     def files(self) -> list[tuple[str, int | None, str]]:
         """The objects under the prefix (every page of ListObjectsV2), sizes as listed."""
         out: list[tuple[str, int | None, str]] = []
-        token = ""
-        while True:
-            # encoding-type=url: keys come URL-encoded, so that any key survives XML 1.0
-            # (what botocore asks for and decodes: handlers.py decode_list_object_v2)
-            query = {"list-type": "2", "prefix": self.prefix, "encoding-type": "url"}
-            if token:
-                query["continuation-token"] = token
-            where = f"listing s3://{self.bucket}/{self.prefix}"
-            try:
-                with urllib.request.urlopen(self._request(self._url("", query)), timeout=60) as r:
-                    root = ET.fromstring(r.read())
-            except urllib.error.HTTPError as e:
-                raise DatasetError(f"{where}: {_s3_error(e)}") from None
-            except (urllib.error.URLError, OSError, ET.ParseError) as e:
-                raise DatasetError(f"{where}: {e}") from None
-            for item in root.iter(f"{S3_NS}Contents"):
-                key = urllib.parse.unquote_plus(item.findtext(f"{S3_NS}Key") or "")
-                size = int(item.findtext(f"{S3_NS}Size") or 0)
-                relative = key[len(self.prefix) :].lstrip("/") if self.prefix else key
-                if not relative or key.endswith("/"):
-                    continue  # the prefix itself, or a "folder" marker
-                out.append((relative, size, self._url(key)))
-            if root.findtext(f"{S3_NS}IsTruncated") != "true":
-                break
-            token = root.findtext(f"{S3_NS}NextContinuationToken") or ""
-            if not token:
-                raise DatasetError(f"{where}: a truncated listing without a continuation token")
+        for key, size in self.keys(self.prefix, max_keys=self.PAGE):
+            relative = key[len(self.prefix) :].lstrip("/") if self.prefix else key
+            if not relative or key.endswith("/"):
+                continue  # the prefix itself, or a "folder" marker
+            out.append((relative, size, self.url(key)))
         if not out:
             raise DatasetError(f"s3://{self.bucket}/{self.prefix} holds no objects")
         return out
 
     def open(self, url: str):
         """GetObject, signed."""
-        return urllib.request.urlopen(self._request(url), timeout=60)
+        return urllib.request.urlopen(self.request("GET", url), timeout=60)
 
 
-def _s3_error(e: urllib.error.HTTPError) -> str:
+def _s3_error(e: urllib.error.HTTPError) -> S3Error:
     try:
         root = ET.fromstring(e.read())
-        return f"{e.code} {root.findtext('Code')}: {root.findtext('Message')}"
-    except ET.ParseError:
-        return f"{e.code} {e.reason}"
+        return S3Error(e.code, root.findtext("Code") or "", root.findtext("Message") or "")
+    except (ET.ParseError, OSError):
+        return S3Error(e.code, "", str(e.reason))
 
 
 def source_for(url: str, env: dict[str, str]) -> Source:

@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 LAUNCHER = ROOT / "actions" / "tf_launcher.py"
 TRAINER = ROOT / "actions" / "tf_trainer.py"
 sys.path.insert(0, str(ROOT / "actions"))
+from signed_s3 import signed_s3  # noqa: E402
 from tf_demo import free_ports, write_digits  # noqa: E402  (stdlib; sklearn when called)
 
 PYTHON = os.environ.get("GPU_K8S_TF_PYTHON") or sys.executable
@@ -404,6 +405,33 @@ def test_real_digits_are_evaluated_held_out_and_the_export_answers_as_serving_wo
     assert again.returncode == 0, again.stdout + again.stderr
     assert (job.job_dir / "export" / "300" / "saved_model.pb").is_file()
     assert 'GPU_K8S_EXPORT {"step": 300' in again.stdout
+
+    # fetch-model destination=s3://...: the real SavedModel to S3 (signatures checked) and
+    # back, where it answers exactly as before
+    fetched = tmp_path / "fetched" / "300"
+    with signed_s3() as s3:
+        s3.bucket("models")
+        up = subprocess.run(
+            [PYTHON, str(ROOT / "actions" / "model_upload.py")]
+            + [f"--export-dir={job.job_dir / 'export'}", "--destination=s3://models/digits"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, **s3.env},
+        )
+        assert up.returncode == 0, up.stdout + up.stderr
+        for key in s3.keys("models", "digits/300/"):
+            target = fetched / key.removeprefix("digits/300/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            s3.client.download_file("models", key, str(target))
+    served = subprocess.run(
+        [PYTHON, "-c", SERVE, str(fetched), str(npz)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    assert json.loads(served.stdout.splitlines()[-1]) == answer
 
 
 def test_a_task_that_asked_for_a_gpu_stops_at_once_when_tensorflow_sees_none(tmp_path):

@@ -35,6 +35,7 @@ from literals import (
     NAMESPACED_RULES,
     SHARED_STORAGE,
     TRAINER,
+    UPLOADER,
 )
 
 from charms.gpu_k8s.v0.config import CharmConfig
@@ -580,9 +581,23 @@ class TensorflowCharm(ops.CharmBase):
     def _on_fetch_model(self, event: ops.ActionEvent) -> None:
         params = event.load_params(exports.FetchParams, errors="fail")
         waits = self._wait_args(event)
+        programs = {}
+        if params.destination:
+            for name in (UPLOADER, IMPORTER):  # the uploader signs with the importer's code
+                if (program := self._program(event, name)) is None:
+                    return
+                programs[name] = program
 
         def run(kube: Any, ctx: jobs.Context) -> dict[str, Any]:
-            return exports.fetch(kube, ctx, params, ctx.pulled(ctx.default_image), **waits)
+            image = ctx.pulled(ctx.default_image)
+            if not params.destination:
+                return exports.fetch(kube, ctx, params, image, **waits)
+            config = self.load_config(Config)
+            self._sync_dataset_secret(kube, ctx, config)
+            credentials = config.dataset_credentials is not None
+            return exports.upload(
+                kube, ctx, params, programs, image, credentials=credentials, **waits
+            )
 
         self._run(event, run, pull_secret=True)
 

@@ -140,7 +140,7 @@ def registry_name(app: str) -> str:
 
 
 def credentials_name(app: str) -> str:
-    """The Secret with the S3 credentials import Jobs read."""
+    """The Secret with the S3 credentials that import and upload Jobs read."""
     return f"{app}-dataset-credentials"
 
 
@@ -291,9 +291,9 @@ def human_size(size: float) -> str:
     raise AssertionError("unreachable")
 
 
-def progress(log: str) -> str:
+def progress(log: str, marker: str = PROGRESS_MARKER) -> str:
     """`<file>: 45% of 1.2 GB` from the last progress line ("" before the first)."""
-    last = oneshot.marked(log, PROGRESS_MARKER)
+    last = oneshot.marked(log, marker)
     if not last:
         return ""
     done, total = int(last.get("bytes") or 0), last.get("total")

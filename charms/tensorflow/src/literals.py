@@ -64,6 +64,7 @@ LAUNCHER = "tf_launcher.py"
 TRAINER = "tf_trainer.py"
 ACTION_FILES = (LAUNCHER, TRAINER)
 IMPORTER = "dataset_import.py"  # the import-dataset Job's program (datasets.py)
+UPLOADER = "model_upload.py"  # fetch-model destination=s3:..., beside IMPORTER (exports.py)
 TF_PORT = 2222
 TENSORBOARD_PORT = 6006
 

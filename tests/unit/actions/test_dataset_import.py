@@ -1,9 +1,7 @@
 """The import-dataset Job's program against a local HTTP server and a moto S3 server.
 
-moto runs as its own server process with request signing enforced
-(INITIAL_NO_AUTH_ACTION_COUNT: after the first requests, which create an IAM user and its
-key, every request's Signature Version 4 is recomputed with botocore and compared), so a
-signing mistake fails as it would on AWS.
+moto runs as its own server process with request signing enforced (tests/signed_s3.py),
+so a signing mistake fails as it would on AWS.
 """
 
 from __future__ import annotations
@@ -13,18 +11,16 @@ import hashlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import boto3
 import botocore.auth
 import dataset_import
 import pytest
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
+from signed_s3 import signed_s3
 
 from fakes.web import FileServer
 
@@ -167,94 +163,68 @@ def test_the_signature_is_what_botocore_computes(monkeypatch):
     """Same request, same instant: our Authorization header equals botocore's."""
     when = datetime.datetime(2026, 11, 24, 6, 30, 0, tzinfo=datetime.UTC)
     monkeypatch.setattr(botocore.auth, "get_current_datetime", lambda: when)
-    for url, token in [
-        ("https://b.s3.eu-west-1.amazonaws.com/data/a%20b/x.npz", ""),
-        ("https://b.s3.eu-west-1.amazonaws.com/?list-type=2&prefix=data%2F", "tok/en+="),
-        ("http://127.0.0.1:5000/b/?continuation-token=1%2Fab%3D%3D&list-type=2&prefix=", ""),
-    ]:
-        ours = dataset_import.sigv4_headers(
+    body = hashlib.sha256(b"model bytes").hexdigest()
+    for method, url, token, payload in [
+        ("GET", "https://b.s3.eu-west-1.amazonaws.com/data/a%20b/x.npz", "", ""),
+        (
             "GET",
+            "https://b.s3.eu-west-1.amazonaws.com/?list-type=2&prefix=data%2F",
+            "tok/en+=",
+            "",
+        ),
+        (
+            "GET",
+            "http://127.0.0.1:5000/b/?continuation-token=1%2Fab%3D%3D&list-type=2&prefix=",
+            "",
+            "",
+        ),
+        # model_upload.py's writes: a body signed by its hash, a bare `?uploads`
+        ("PUT", "https://b.s3.eu-west-1.amazonaws.com/m/1/saved_model.pb", "", body),
+        ("POST", "https://b.s3.eu-west-1.amazonaws.com/m/1/v.data?uploads", "", ""),
+        (
+            "PUT",
+            "https://b.s3.eu-west-1.amazonaws.com/m/1/v.data?partNumber=2&uploadId=x.y",
+            "",
+            body,
+        ),
+    ]:
+        data = b"model bytes" if payload else b""
+        payload = payload or dataset_import.EMPTY_SHA256
+        ours = dataset_import.sigv4_headers(
+            method,
             url,
             region="eu-west-1",
             access_key="AKIDEXAMPLE",
             secret_key="wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
             session_token=token,
+            payload_sha256=payload,
             now=when,
         )
-        request = AWSRequest(method="GET", url=url)
+        request = AWSRequest(method=method, url=url, data=data)
         auth = botocore.auth.S3SigV4Auth(
             Credentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", token or None),
             "s3",
             "eu-west-1",
         )
-        request.headers["X-Amz-Content-SHA256"] = dataset_import.EMPTY_SHA256
         auth.add_auth(request)
         assert ours["authorization"] == request.headers["Authorization"], url
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def s3():
-    """A moto server enforcing signatures, a user with an S3 key, a bucket of files."""
-    port = _free_port()
-    env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "3"}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            time.sleep(0.2)
-    boot = {"aws_access_key_id": "boot", "aws_secret_access_key": "boot"}
-    iam = boto3.client("iam", endpoint_url=endpoint, region_name="us-east-1", **boot)
-    iam.create_user(UserName="importer")  # the three requests moto lets through unsigned
-    key = iam.create_access_key(UserName="importer")["AccessKey"]
-    policy = {
-        "Version": "2012-10-17",
-        "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}],
-    }
-    iam.put_user_policy(UserName="importer", PolicyName="s3", PolicyDocument=json.dumps(policy))
-    creds = {
-        "AWS_ACCESS_KEY_ID": key["AccessKeyId"],
-        "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"],
-        "AWS_REGION": "eu-west-1",
-        "GPU_K8S_S3_ENDPOINT": endpoint,
-    }
-    client = boto3.client(
-        "s3",
-        endpoint_url=endpoint,
-        region_name="eu-west-1",
-        aws_access_key_id=key["AccessKeyId"],
-        aws_secret_access_key=key["SecretAccessKey"],
-    )
-    client.create_bucket(
-        Bucket="datasets", CreateBucketConfiguration={"LocationConstraint": "eu-west-1"}
-    )
-    client.put_object(Bucket="datasets", Key="digits/train.npz", Body=DATA)
-    client.put_object(Bucket="datasets", Key="digits/sub dir/labels.txt", Body=b"0\n1\n")
-    client.put_object(Bucket="datasets", Key="digits/a+b & c.txt", Body=b"odd name")
-    for i in range(3):
-        client.put_object(Bucket="datasets", Key=f"many/part-{i:04d}", Body=b"x" * i)
-    # siblings of the prefix `many`, which s3://datasets/many must not take in
-    client.put_object(Bucket="datasets", Key="many-old/part-0000", Body=b"old")
-    client.put_object(Bucket="datasets", Key="manyfile", Body=b"other")
-    try:
-        yield client, creds
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+    """The signature-checking moto server, a user with an S3 key, a bucket of files."""
+    with signed_s3() as server:
+        client = server.client
+        server.bucket("datasets")
+        client.put_object(Bucket="datasets", Key="digits/train.npz", Body=DATA)
+        client.put_object(Bucket="datasets", Key="digits/sub dir/labels.txt", Body=b"0\n1\n")
+        client.put_object(Bucket="datasets", Key="digits/a+b & c.txt", Body=b"odd name")
+        for i in range(3):
+            client.put_object(Bucket="datasets", Key=f"many/part-{i:04d}", Body=b"x" * i)
+        # siblings of the prefix `many`, which s3://datasets/many must not take in
+        client.put_object(Bucket="datasets", Key="many-old/part-0000", Body=b"old")
+        client.put_object(Bucket="datasets", Key="manyfile", Body=b"other")
+        yield client, server.env
 
 
 def test_an_s3_prefix_lands_with_every_object_at_its_relative_path(s3, tmp_path):
@@ -274,15 +244,15 @@ def test_an_s3_prefix_lands_with_every_object_at_its_relative_path(s3, tmp_path)
 def test_listing_follows_every_page(s3, tmp_path, monkeypatch):
     _, creds = s3
     pages = []
-    real = dataset_import.S3Source._url
+    real = dataset_import.S3.url
 
-    def small_pages(self, key, query=None):
+    def recorded(self, key, query=None):
         if query is not None:
-            query = {**query, "max-keys": "1"}
             pages.append(query.get("continuation-token", ""))
         return real(self, key, query)
 
-    monkeypatch.setattr(dataset_import.S3Source, "_url", small_pages)
+    monkeypatch.setattr(dataset_import.S3Source, "PAGE", 1)
+    monkeypatch.setattr(dataset_import.S3, "url", recorded)
     manifest = dataset_import.run("many", "s3://datasets/many", tmp_path, "", creds)
     assert len(pages) == 3 and pages[0] == "" and all(pages[1:])  # continuation tokens
     assert sorted(f["path"] for f in manifest["files"]) == [f"part-{i:04d}" for i in range(3)]

@@ -7,6 +7,7 @@ after printing what tf_trainer.py prints in that case.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import kubernetes_validate
@@ -160,3 +161,129 @@ def test_fetch_model_of_a_job_without_export_fails_and_leaves_nothing(ctx, state
     ):
         run_action(ctx, state, "fetch-model", job="none")
     assert cluster.get_object(JOBS + "fetch-none") is None
+
+
+# ------------------------------------------------------------- fetch-model to S3
+
+
+@pytest.fixture(scope="module")
+def s3():
+    from signed_s3 import signed_s3
+
+    with signed_s3() as server:
+        server.bucket("models")
+        yield server
+
+
+def _with_credentials(state, s3):
+    content = {
+        "access-key-id": s3.env["AWS_ACCESS_KEY_ID"],
+        "secret-access-key": s3.env["AWS_SECRET_ACCESS_KEY"],
+        "region": s3.env["AWS_REGION"],
+        "endpoint": s3.env["GPU_K8S_S3_ENDPOINT"],
+    }
+    secret = testing.Secret(content, owner=None)
+    config = {"dataset-credentials": secret.id}
+    return dataclasses.replace(state, secrets=[*state.secrets, secret], config=config)
+
+
+def _saved_model(volume, job: str, version: str) -> None:
+    model = volume / "jobs" / job / "export" / version
+    (model / "variables").mkdir(parents=True)
+    (model / "variables" / "variables.index").write_bytes(b"index " + version.encode())
+    (model / "saved_model.pb").write_bytes(b"graph " + version.encode())
+
+
+def test_fetch_model_uploads_the_version_to_s3_with_the_secret_keys_only_in_the_pod(
+    ctx, state, cluster, volume, s3
+):
+    _saved_model(volume, "mnist", "200")
+    _saved_model(volume, "mnist", "1000")
+    with_creds = _with_credentials(state, s3)
+
+    results, logs = run_action(
+        ctx, with_creds, "fetch-model", job="mnist", destination="s3://models/digits"
+    )
+
+    assert results == {
+        "job": "mnist",
+        "version": "1000",
+        "destination": "s3://models/digits/1000/",
+        "files": "2",
+        "size": "20 B",
+        "list": "aws s3 ls --recursive s3://models/digits/1000/",
+    }
+    assert logs[0] == ("uploading the export of mnist to s3://models/digits (Job upload-mnist)")
+    assert sorted(s3.keys("models")) == [
+        "digits/1000/saved_model.pb",
+        "digits/1000/variables/variables.index",
+    ]
+    body = s3.client.get_object(Bucket="models", Key="digits/1000/saved_model.pb")["Body"]
+    assert body.read() == b"graph 1000"
+
+    job = cluster.get_object(JOBS + "upload-mnist")
+    code = cluster.get_object(CONFIGMAPS + "upload-mnist")
+    assert sorted(code["data"]) == ["dataset_import.py", "model_upload.py"]
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["envFrom"] == [{"secretRef": {"name": "tensorflow-dataset-credentials"}}]
+    assert container["volumeMounts"][0]["readOnly"] is True
+    everything = json.dumps([results, logs, job, code])
+    assert s3.env["AWS_SECRET_ACCESS_KEY"] not in everything
+    assert s3.env["AWS_ACCESS_KEY_ID"] not in everything
+    for manifest in (job, code):
+        sent = {k: v for k, v in manifest.items() if k != "status"}
+        sent["metadata"] = {
+            k: v for k, v in manifest["metadata"].items() if k in ("name", "namespace", "labels")
+        }
+        kubernetes_validate.validate(sent, "1.33", strict=True)
+
+    # again: the objects are there, nothing is overwritten, the failed Job goes
+    with pytest.raises(
+        testing.ActionFailed,
+        match=r"upload of mnist failed: s3://models/digits/1000/ already holds objects",
+    ):
+        run_action(ctx, with_creds, "fetch-model", job="mnist", destination="s3://models/digits")
+    assert cluster.get_object(JOBS + "upload-mnist") is None
+    # an older version to another prefix
+    results, _ = run_action(
+        ctx, with_creds, "fetch-model", job="mnist", version=200, destination="s3://models/old"
+    )
+    assert results["destination"] == "s3://models/old/200/"
+
+
+@pytest.mark.parametrize(
+    ("destination", "message"),
+    [
+        ("https://bucket/x", r"destination must be s3://<bucket>\[/<prefix>\]"),
+        ("s3:///x", r"destination must be s3://<bucket>\[/<prefix>\]"),
+        ("s3://bucket/x?X-Amz-Signature=abc", "no user, password, query or fragment"),
+    ],
+)
+def test_a_bad_destination_fails_and_creates_nothing(ctx, state, cluster, destination, message):
+    with pytest.raises(testing.ActionFailed, match=message):
+        run_action(ctx, state, "fetch-model", job="mnist", destination=destination)
+    assert cluster.objects(JOBS) == []
+
+
+def test_an_upload_without_credentials_or_version_fails_and_leaves_nothing(
+    ctx, state, cluster, volume, s3
+):
+    with pytest.raises(testing.ActionFailed, match="an s3 destination needs credentials"):
+        run_action(ctx, state, "fetch-model", job="mnist", destination="s3://models/x")
+    assert cluster.objects(JOBS) == []
+
+    _saved_model(volume, "mnist", "40")
+    with pytest.raises(
+        testing.ActionFailed,
+        match=r"upload of mnist failed: no export version 7 in \S+ \(versions: 40\)",
+    ):
+        run_action(
+            ctx,
+            _with_credentials(state, s3),
+            "fetch-model",
+            job="mnist",
+            version=7,
+            destination="s3://models/x",
+        )
+    assert cluster.objects(JOBS) == []
+    assert s3.keys("models", "x/") == []
