@@ -118,18 +118,22 @@ def sigv4_headers(
     secret_key: str,
     session_token: str = "",
     payload_sha256: str = EMPTY_SHA256,
+    signed: dict[str, str] | None = None,
     now: datetime.datetime | None = None,
 ) -> dict[str, str]:
     """The headers that sign an S3 request (Signature Version 4).
 
     `payload_sha256`: the hex SHA-256 of the body (S3 refuses a body that does not match
-    it: XAmzContentSHA256Mismatch); the empty body's by default.
+    it: XAmzContentSHA256Mismatch); the empty body's by default. `signed`: more headers
+    sent and signed (Content-Type and every x-amz-* header must be, when present:
+    docs.aws.amazon.com/AmazonS3/latest/API/sig-v4-header-based-auth.html).
     """
     now = now or datetime.datetime.now(datetime.timezone.utc)
     stamp = now.strftime("%Y%m%dT%H%M%SZ")
     day = stamp[:8]
     parts = urllib.parse.urlsplit(url)
-    headers = {
+    headers = {k.lower(): v for k, v in (signed or {}).items()}
+    headers |= {
         "host": parts.netloc,
         "x-amz-content-sha256": payload_sha256,
         "x-amz-date": stamp,
@@ -242,9 +246,18 @@ class S3:
 
         A body goes as application/octet-stream unless `headers` say otherwise (urllib's
         own default, a form, is what S3 would then keep as the object's Content-Type).
+        Content-Type and x-amz-* headers are signed; the others (Content-Length,
+        If-None-Match) are sent as they are.
         """
+        headers = dict(headers or {})
         if data is not None:
-            headers = {"Content-Type": "application/octet-stream", **(headers or {})}
+            headers.setdefault("Content-Type", "application/octet-stream")
+        to_sign = {
+            k: v
+            for k, v in headers.items()
+            if k.lower() == "content-type" or k.lower().startswith("x-amz-")
+        }
+        plain = {k: v for k, v in headers.items() if k not in to_sign}
         signed = sigv4_headers(
             method,
             url,
@@ -253,10 +266,9 @@ class S3:
             secret_key=self.secret_key,
             session_token=self.token,
             payload_sha256=payload_sha256,
+            signed=to_sign,
         )
-        return urllib.request.Request(
-            url, data=data, method=method, headers={**signed, **(headers or {})}
-        )
+        return urllib.request.Request(url, data=data, method=method, headers={**signed, **plain})
 
     def call(self, method: str, url: str, **kwargs: Any) -> tuple[bytes, Any]:
         """Send a signed request; (body, headers).
@@ -272,6 +284,8 @@ class S3:
                 body, headers = r.read(), r.headers
         except urllib.error.HTTPError as e:
             raise _s3_error(e) from None
+        except http.client.HTTPException as e:  # a connection that broke mid-answer
+            raise ConnectionError(f"{type(e).__name__}: {e}") from None
         if body.strip().startswith(b"<"):
             try:
                 root = ET.fromstring(body.strip())

@@ -25,7 +25,9 @@ SavedModel, tensorflow.org/guide/saved_model) goes last; when the upload fails, 
 objects it wrote are deleted and an unfinished multipart upload is aborted.
 
 Integrity: every request body is signed with its SHA-256 (x-amz-content-sha256), which
-S3 checks (XAmzContentSHA256Mismatch). Files up to MULTIPART_THRESHOLD go in one
+S3 checks (XAmzContentSHA256Mismatch). Each object carries the upload's random mark
+(x-amz-meta-gpu-k8s-upload), so that a write whose answer was lost, sent again and
+refused with 412, is known for ours. Files up to MULTIPART_THRESHOLD go in one
 PutObject, larger ones in parts (docs.aws.amazon.com/AmazonS3/latest/userguide/
 qfacts.html: parts of 5 MiB to 5 GiB, at most 10,000; one PutObject up to 5 GiB).
 A part or object is sent again after a network error or a 5xx, ATTEMPTS times at most.
@@ -45,6 +47,7 @@ import signal
 import sys
 import time
 import urllib.parse
+import uuid
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -94,13 +97,21 @@ def _sha256(path: Path, start: int = 0, size: int | None = None) -> str:
     return digest.hexdigest()
 
 
+# S3 errors worth sending again (besides 5xx): an error inside a 200 (which botocore
+# turns into a 500 to retry: handlers.py _handle_200_error), a body S3 waited too long
+# for, and a conditional write that raced another (docs.aws.amazon.com/AmazonS3/latest/
+# userguide/conditional-writes.html: 409 ConditionalRequestConflict, "retry").
+RETRIED_CODES = ("RequestTimeout", "ConditionalRequestConflict")
+
+
 def _retried(what: str, send):
     """send() once, again after a network error or a 5xx; S3Error or OSError at the end."""
     for attempt in range(1, ATTEMPTS + 1):
         try:
             return send()
         except S3Error as e:
-            if e.status < 500 or attempt == ATTEMPTS:
+            again = e.status >= 500 or e.status == 200 or e.code in RETRIED_CODES
+            if not again or attempt == ATTEMPTS:
                 raise
             print(f"{what}: {e}; trying again", flush=True)
         except OSError as e:
@@ -116,11 +127,20 @@ def _progress(name: str, done: int, total: int) -> None:
     print(f"{PROGRESS_MARKER} {line}", flush=True)
 
 
+MARK = "x-amz-meta-gpu-k8s-upload"  # user metadata: which upload wrote the object
+
+
 class Upload:
-    """One version's upload: what it wrote, so that a failure can take it back."""
+    """One version's upload: what it wrote, so that a failure can take it back.
+
+    Every object carries this upload's random mark in its user metadata, so that a
+    conditional write sent again after its answer was lost (S3 stored it; the second
+    attempt gets 412) is recognised as ours rather than another writer's.
+    """
 
     def __init__(self, s3: S3):
         self.s3 = s3
+        self.mark = uuid.uuid4().hex
         self.written: list[str] = []  # keys of whole objects
         self.pending: tuple[str, str] | None = None  # (key, upload id) of a multipart
 
@@ -134,22 +154,47 @@ class Upload:
         self.written.append(key)
         _progress(path.name, size, size)
 
+    def _conditional(self, key: str, send) -> None:
+        """A write with If-None-Match: *, sent again as needed; a 412 after a first try
+        that may have landed is checked against our mark (HeadObject)."""
+        tries = 0
+
+        def once():
+            nonlocal tries
+            tries += 1
+            try:
+                return send()
+            except S3Error as e:
+                if e.status == 412 and tries > 1 and self._ours(key):
+                    return None
+                raise
+
+        _retried(key, once)
+
+    def _ours(self, key: str) -> bool:
+        try:
+            _, headers = self.s3.call("HEAD", self.s3.url(key))
+        except (S3Error, OSError):
+            return False
+        return headers.get(MARK) == self.mark
+
     def _put_whole(self, path: Path, key: str, size: int) -> None:
         checksum = _sha256(path)
 
         def send():
             with path.open("rb") as body:
-                headers = {"Content-Length": str(size), "If-None-Match": "*"}
+                headers = {"Content-Length": str(size), "If-None-Match": "*", MARK: self.mark}
                 url = self.s3.url(key)
                 return self.s3.call(
                     "PUT", url, data=body, payload_sha256=checksum, headers=headers
                 )
 
-        _retried(key, send)
+        self._conditional(key, send)
 
     def _put_parts(self, path: Path, key: str, size: int) -> None:
         part_size = max(PART_SIZE, -(-size // MAX_PARTS))
-        body, _ = _retried(key, lambda: self.s3.call("POST", self.s3.url(key, {"uploads": None})))
+        create = self.s3.url(key, {"uploads": None})
+        body, _ = _retried(key, lambda: self.s3.call("POST", create, headers={MARK: self.mark}))
         upload_id = ET.fromstring(body).findtext(f"{S3_NS}UploadId") or ""
         if not upload_id:
             raise UploadError(f"{key}: S3 gave no UploadId")
@@ -188,7 +233,7 @@ class Upload:
             "If-None-Match": "*",
         }
         checksum = hashlib.sha256(document).hexdigest()
-        _retried(
+        self._conditional(
             key,
             lambda: self.s3.call(
                 "POST", url, data=document, payload_sha256=checksum, headers=headers
@@ -196,19 +241,27 @@ class Upload:
         )
         self.pending = None
 
-    def take_back(self) -> None:
-        """Abort an unfinished multipart upload and delete the objects written (best effort)."""
+    def take_back(self) -> list[str]:
+        """Abort an unfinished multipart upload and delete the objects written.
+
+        Returns:
+            The keys that could not be deleted (or aborted), for the operator.
+        """
+        left = []
         if self.pending:
             key, upload_id = self.pending
             try:
                 self.s3.call("DELETE", self.s3.url(key, {"uploadId": upload_id}))
             except (S3Error, OSError) as e:
                 print(f"could not abort the upload of {key}: {e}", file=sys.stderr, flush=True)
+                left.append(f"{key} (unfinished multipart upload {upload_id})")
         for key in reversed(self.written):
             try:
                 self.s3.call("DELETE", self.s3.url(key))
             except (S3Error, OSError) as e:
                 print(f"could not delete {key}: {e}", file=sys.stderr, flush=True)
+                left.append(key)
+        return left
 
 
 def _xml(text: str) -> str:
@@ -240,9 +293,10 @@ def run(export_dir: Path, version: int, destination: str, env: dict[str, str]) -
     try:
         for path in files:
             upload.put(path, prefix + path.relative_to(source).as_posix())
-    except (S3Error, OSError, UploadError) as e:
-        upload.take_back()
-        raise UploadError(f"{where}: {e}") from None
+    except (S3Error, OSError, UploadError, ET.ParseError) as e:
+        left = upload.take_back()
+        kept = f"; left behind, delete by hand: {', '.join(left)}" if left else ""
+        raise UploadError(f"{where}: {e}{kept}") from None
     except BaseException:
         upload.take_back()
         raise

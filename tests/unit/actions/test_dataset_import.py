@@ -209,6 +209,29 @@ def test_the_signature_is_what_botocore_computes(monkeypatch):
         auth.add_auth(request)
         assert ours["authorization"] == request.headers["Authorization"], url
 
+    # a PUT with headers S3 wants signed: Content-Type and user metadata
+    extra = {"Content-Type": "application/octet-stream", "x-amz-meta-gpu-k8s-upload": "ab12"}
+    url = "https://b.s3.eu-west-1.amazonaws.com/m/1/saved_model.pb"
+    ours = dataset_import.sigv4_headers(
+        "PUT",
+        url,
+        region="eu-west-1",
+        access_key="AKIDEXAMPLE",
+        secret_key="wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+        payload_sha256=body,
+        signed=extra,
+        now=when,
+    )
+    request = AWSRequest(method="PUT", url=url, data=b"model bytes", headers=dict(extra))
+    botocore.auth.S3SigV4Auth(
+        Credentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"), "s3", "eu-west-1"
+    ).add_auth(request)
+    assert (
+        "content-type;host;x-amz-content-sha256;x-amz-date;x-amz-meta-gpu-k8s-upload"
+        in (ours["authorization"])
+    )
+    assert ours["authorization"] == request.headers["Authorization"]
+
 
 @pytest.fixture(scope="module")
 def s3():

@@ -169,6 +169,29 @@ def test_a_network_failure_in_a_part_aborts_the_multipart_upload(s3, export, mon
     assert not s3.client.list_multipart_uploads(Bucket=BUCKET).get("Uploads")
 
 
+def test_a_write_whose_answer_was_lost_is_known_for_ours(s3, export, monkeypatch):
+    """S3 stored the PUT, the answer never came: the retry's 412 is our own object."""
+    real = urllib.request.urlopen
+    lost = []
+
+    def answer_lost(request, *args, **kwargs):
+        response = real(request, *args, **kwargs)
+        if request.get_method() == "PUT" and request.full_url.endswith("/saved_model.pb"):
+            if not lost:
+                lost.append(request.full_url)
+                response.close()
+                raise urllib.error.URLError(ConnectionResetError(104, "Connection reset"))
+        return response
+
+    monkeypatch.setattr(urllib.request, "urlopen", answer_lost)
+    answer = model_upload.run(export, 1000, f"s3://{BUCKET}/lost", s3.env)
+
+    assert lost and answer["files"] == 4
+    assert len(s3.keys(BUCKET, "lost/")) == 4
+    head = s3.client.head_object(Bucket=BUCKET, Key="lost/1000/saved_model.pb")
+    assert head["Metadata"]["gpu-k8s-upload"]  # the upload's mark, signed with the PUT
+
+
 def test_a_wrong_secret_is_said_and_writes_nothing(s3, export):
     wrong = {**s3.env, "AWS_SECRET_ACCESS_KEY": "not-the-secret"}
     with pytest.raises(model_upload.UploadError, match="403 SignatureDoesNotMatch"):
