@@ -155,8 +155,11 @@ class Upload:
         _progress(path.name, size, size)
 
     def _conditional(self, key: str, send) -> None:
-        """A write with If-None-Match: *, sent again as needed; a 412 after a first try
-        that may have landed is checked against our mark (HeadObject)."""
+        """A write with If-None-Match: *, sent again as needed.
+
+        A 412 after a first try that may have landed is checked against our mark
+        (HeadObject): our own object counts as written.
+        """
         tries = 0
 
         def once():
