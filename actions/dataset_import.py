@@ -145,14 +145,14 @@ def sigv4_headers(
         f"{urllib.parse.quote(k, safe='-_.~')}={urllib.parse.quote(v, safe='-_.~')}"
         for k, v in query
     )
-    signed = ";".join(sorted(headers))
+    names = ";".join(sorted(headers))
     canonical = "\n".join(
         [
             method,
             urllib.parse.quote(urllib.parse.unquote(parts.path) or "/", safe="/-_.~"),
             canonical_query,
             "".join(f"{k}:{headers[k].strip()}\n" for k in sorted(headers)),
-            signed,
+            names,
             payload_sha256,
         ]
     )
@@ -166,7 +166,7 @@ def sigv4_headers(
     signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
     headers["authorization"] = (
         f"AWS4-HMAC-SHA256 Credential={access_key}/{scope}, "
-        f"SignedHeaders={signed}, Signature={signature}"
+        f"SignedHeaders={names}, Signature={signature}"
     )
     del headers["host"]  # urllib sends it; it was signed as sent
     return headers
