@@ -33,6 +33,7 @@ from directories import HELPER_IMAGE, Directories, overlaps
 from literals import CLUSTER_RULES, KUBE_API, NAMESPACED_RULES, SHARED_STORAGE
 from storage import ClaimState, Owner, Storage, claim_spec
 
+from charms.gpu_k8s.v0.cos_agent import CosAgentProvider
 from charms.gpu_k8s.v0.images import mirrored
 from charms.gpu_k8s.v0.kube_api import KubeApiRequirer
 from charms.gpu_k8s.v0.shared_storage import SharedStorageProvider
@@ -84,6 +85,7 @@ class EfsStorageCharm(ops.CharmBase):
             cluster_rules=CLUSTER_RULES,
         )
         self.shared_storage = SharedStorageProvider(self, SHARED_STORAGE)
+        self.cos = CosAgentProvider(self, "cos-agent")
         self._statuses: list[ops.StatusBase] = []
         self._kube_client: Any = None
         on = self.on
@@ -105,6 +107,9 @@ class EfsStorageCharm(ops.CharmBase):
             framework.observe(event, self._on_event)
         framework.observe(on.remove, self._on_remove)
         framework.observe(on.collect_unit_status, self._on_collect_status)
+        for event in (on["cos-agent"].relation_joined, on["cos-agent"].relation_changed):
+            framework.observe(event, self._on_cos_agent)
+        framework.observe(on.upgrade_charm, self._on_cos_agent)  # new rules or dashboards
         framework.observe(on.show_filesystem_action, self._on_show_filesystem)
 
     # -- events ---------------------------------------------------------------------------
@@ -170,6 +175,10 @@ class EfsStorageCharm(ops.CharmBase):
         except ReconcileError as e:
             return e.status.message
         return None
+
+    def _on_cos_agent(self, _: ops.EventBase) -> None:
+        # no scrape job: the agent collects this machine's own metrics and logs
+        self.cos.update([])
 
     def _on_collect_status(self, event: ops.CollectStatusEvent) -> None:
         for status in self._statuses:

@@ -6,7 +6,7 @@
 Each add-on is applied when what decides it (pin, config, the workers' GPUs) differs from
 what the peer application databag says was applied last, so an event with nothing new
 sends no request. The manifests and decisions live in `flannel.py`, `device_plugin.py`,
-`mig_manager.py` and `batch_engines.py`; this module is their ops side.
+`dcgm_exporter.py`, `mig_manager.py` and `batch_engines.py`; this module is their ops side.
 
 Batch engines (JobSet, Kueue) come last in the leader's reconcile: a download that fails or
 a manifest whose sha256 is not the pinned one makes the unit Blocked naming the add-on, and
@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import batch_engines
+import dcgm_exporter
 import device_plugin
 import flannel
 import kueue
@@ -58,27 +59,47 @@ class Addons:
 
     def apply_device_plugin(self, config: Config, bag: ops.RelationDataContent) -> None:
         """Run the NVIDIA device plugin while any worker reports GPUs; remove it after."""
-        gpus = bool(registry.Registry.load(bag).gpu_workers)
         objects = device_plugin.manifests(
             config.mig_strategy, config.gpu_time_slicing_replicas, config.image_registry
         )
-        want = device_plugin.fingerprint(objects) if gpus else ""
-        if bag.get("device-plugin", "") == want:
+        want = device_plugin.fingerprint(objects)
+        self._apply_gpu_addon("device-plugin", "the NVIDIA device plugin", objects, want, bag)
+
+    def apply_dcgm_exporter(self, config: Config, bag: ops.RelationDataContent) -> None:
+        """Run NVIDIA's DCGM exporter while any worker reports GPUs; remove it after."""
+        objects = dcgm_exporter.manifests(config.image_registry)
+        want = dcgm_exporter.fingerprint(objects)
+        self._apply_gpu_addon("dcgm-exporter", "NVIDIA's DCGM exporter", objects, want, bag)
+
+    def _apply_gpu_addon(
+        self,
+        key: str,
+        what: str,
+        objects: list[dict[str, Any]],
+        fingerprint: str,
+        bag: ops.RelationDataContent,
+    ) -> None:
+        """Apply `objects` while a worker reports GPUs (once per `fingerprint`), else delete them.
+
+        `key`: where the peer application data keeps what was applied.
+        """
+        want = fingerprint if registry.Registry.load(bag).gpu_workers else ""
+        if bag.get(key, "") == want:
             return
         kube = self._kube()
         if want:
             for manifest in objects:
                 kube.apply(manifest, field_manager=FIELD_MANAGER)
-            bag["device-plugin"] = want
-            logger.info("applied the NVIDIA device plugin %s", want)
+            bag[key] = want
+            logger.info("applied %s %s", what, want)
             return
         for manifest in reversed(objects):
             meta = manifest["metadata"]
             kube.delete(
                 manifest["apiVersion"], manifest["kind"], meta["name"], meta.get("namespace")
             )
-        del bag["device-plugin"]
-        logger.info("removed the NVIDIA device plugin: no worker reports GPUs any more")
+        del bag[key]
+        logger.info("removed %s: no worker reports GPUs any more", what)
 
     def apply_mig_manager(self, config: Config, bag: ops.RelationDataContent) -> None:
         """Run NVIDIA's MIG manager once a worker reports MIG-capable GPUs; keep it after.

@@ -45,6 +45,7 @@ from fleet import Fleet
 from literals import (
     ADMIN_SECRET_LABEL,
     API_PORT,
+    COS_AGENT,
     DRAIN_TIMEOUT_SECONDS,
     KUBE_API,
     PEERS,
@@ -55,6 +56,7 @@ from settings import Config, KubeconfigParams, NoParams
 
 from charms.gpu_k8s.v0 import api_proxy, kubeadm
 from charms.gpu_k8s.v0.apt import AptError
+from charms.gpu_k8s.v0.cos_agent import CosAgentProvider, scrape_job
 from charms.gpu_k8s.v0.databag import write
 from charms.gpu_k8s.v0.kube_api import KubeApiProvider
 from charms.gpu_k8s.v0.kubeclient import KubeError
@@ -116,6 +118,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         self.access = Access(self)
         self.fleet = Fleet(self)
         self.addons = Addons(self)
+        self.cos = CosAgentProvider(self, COS_AGENT)
         self._host: Host | None = None
         self._kube: Any = None
         self._problem: ops.StatusBase | None = None
@@ -135,6 +138,8 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             on[WORKERS].relation_broken,
             on[KUBE_API].relation_changed,
             on[KUBE_API].relation_broken,
+            on[COS_AGENT].relation_joined,
+            on[COS_AGENT].relation_changed,
         ):
             framework.observe(event, self._on_event)
         framework.observe(on.secret_expired, self._on_secret_expired)
@@ -233,6 +238,8 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             if self._kube is not None:
                 self._kube.close()
                 self._kube = None
+        # this node's etcd member, once there is one (also after a reconcile that stopped)
+        self.cos.update([scrape_job("etcd", etcd.METRICS_PORT)] if self._joined() else [])
         status = self._problem or self._ready_status()
         self._stored.status = [status.name, status.message]
 
@@ -401,6 +408,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         self.fleet.observe_nodes(peers, event, added)
         self.fleet.publish(config, peers, token, control_plane_done)
         self.addons.apply_device_plugin(config, bag)
+        self.addons.apply_dcgm_exporter(config, bag)
         self.addons.apply_mig_manager(config, bag)
         self.access.serve_kube_api(bag)
         self.access.reach(config, peers, leader=True)
@@ -619,27 +627,20 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
     def _on_cluster_info(self, event: ops.ActionEvent) -> None:
         event.load_params(NoParams, errors="fail")
         try:
-            nodes = cluster_info.summarize_all(self._kube_client().list("v1", "Node"))
+            kube = self._kube_client()
+            nodes = cluster_info.summarize_all(kube.list("v1", "Node"))
+            pods = kube.list("v1", "Pod", field_selector=cluster_info.HOLDING_PODS)
         except StatusError:
             event.fail("this unit has not joined the cluster yet; retry once it is Ready")
             return
         except KubeError as e:
-            event.fail(f"cannot list nodes: {e}")
+            event.fail(f"cannot list nodes and pods: {e}")
             return
         finally:
             if self._kube is not None:
                 self._kube.close()
                 self._kube = None
-        ready = sum(1 for n in nodes if n.ready)
-        models = cluster_info.gpu_totals([{n.gpu_product: n.gpus} for n in nodes if n.gpu_product])
-        event.set_results(
-            {
-                "summary": f"{len(nodes)} nodes, {ready} ready, "
-                f"{sum(n.gpus for n in nodes)} GPUs allocatable",
-                "gpus-by-model": models or "none",
-                "nodes": json.dumps([n.as_dict() for n in nodes], sort_keys=True),
-            }
-        )
+        event.set_results(cluster_info.report(nodes, pods))
 
 
 if __name__ == "__main__":  # pragma: nocover

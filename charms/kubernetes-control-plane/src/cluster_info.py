@@ -92,6 +92,116 @@ def summarize_all(nodes: list[dict]) -> list[NodeInfo]:
     return sorted((summarize(n) for n in nodes), key=lambda n: n.name)
 
 
+# -- GPUs held by pods (`arena top node`) ----------------------------------------------
+
+# Pods that hold what they were given: bound to a node and not finished (kubelet frees a
+# finished pod's devices). A field selector the API server supports for pods
+# (pkg/registry/core/pod/strategy.go PodToSelectableFields: status.phase, spec.nodeName).
+HOLDING_PODS = "status.phase!=Succeeded,status.phase!=Failed"
+
+
+def _gpus(container: dict) -> int:
+    """A container's GPUs (an extended resource: its requests equal its limits).
+
+    kubernetes.io/docs/tasks/configure-pod-container/extended-resource/
+    """
+    resources = container.get("resources") or {}
+    for part in ("limits", "requests"):
+        if GPU_RESOURCE in (resources.get(part) or {}):
+            return _int(resources[part][GPU_RESOURCE])
+    return 0
+
+
+def pod_gpus(pod: dict) -> int:
+    """The GPUs the scheduler set aside for a pod.
+
+    Its effective request: the larger of its app containers plus sidecars (init
+    containers with restartPolicy Always) and of each init container plus the sidecars
+    started before it (kubernetes.io/docs/concepts/workloads/pods/init-containers/
+    #resource-sharing-within-containers; sidecar-containers/#resource-sharing).
+    """
+    spec = pod.get("spec") or {}
+    sidecars = 0
+    peak_init = 0
+    for init in spec.get("initContainers") or []:
+        if init.get("restartPolicy") == "Always":
+            sidecars += _gpus(init)
+        else:
+            peak_init = max(peak_init, sidecars + _gpus(init))
+    running = sidecars + sum(_gpus(c) for c in spec.get("containers") or [])
+    return max(running, peak_init)
+
+
+def gpu_holders(pods: Iterable[dict]) -> dict[str, list[tuple[str, int]]]:
+    """Node name -> the pods holding GPUs there, as (`namespace/name`, GPUs)."""
+    out: dict[str, list[tuple[str, int]]] = {}
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        phase = (pod.get("status") or {}).get("phase")
+        count = pod_gpus(pod)
+        if not node or not count or phase in ("Succeeded", "Failed"):
+            continue
+        meta = pod.get("metadata") or {}
+        out.setdefault(node, []).append((f"{meta.get('namespace')}/{meta.get('name')}", count))
+    for holders in out.values():
+        holders.sort()
+    return out
+
+
+def gpu_table(nodes: list[NodeInfo], holders: Mapping[str, list[tuple[str, int]]]) -> str:
+    """Allocated/total GPUs per GPU node with the pods holding them (`arena top node`)."""
+    rows = [("NODE", "MODEL", "ALLOCATED", "PODS")]
+    for node in nodes:
+        held = holders.get(node.name, [])
+        if not node.gpus and not held:
+            continue
+        pods = ", ".join(f"{name} ({count})" for name, count in held) or "-"
+        allocated = sum(count for _, count in held)
+        rows.append((node.name, node.gpu_product or "-", f"{allocated}/{node.gpus}", pods))
+    if len(rows) == 1:
+        return "no GPU nodes"
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    return "\n".join(
+        "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:3])) + "  " + row[3]
+        for row in rows
+    )
+
+
+def report(nodes: list[NodeInfo], pods: Iterable[dict]) -> dict[str, str]:
+    """The `cluster-info` results: every node, and who holds the GPUs."""
+    holders = gpu_holders(pods)
+    ready = sum(1 for n in nodes if n.ready)
+    total = sum(n.gpus for n in nodes)
+    allocated = sum(count for held in holders.values() for _, count in held)
+    listed = []
+    for n in nodes:
+        entry = n.as_dict()
+        if n.gpus or n.name in holders:
+            held = holders.get(n.name, [])
+            entry["gpus-allocated"] = sum(count for _, count in held)
+            entry["gpu-pods"] = dict(held)
+        listed.append(entry)
+    return {
+        "summary": f"{len(nodes)} nodes, {ready} ready, {allocated} of {total} GPUs allocated",
+        "gpus-by-model": allocated_by_model(nodes, holders) or "none",
+        "gpu-nodes": gpu_table(nodes, holders),
+        "nodes": json.dumps(listed, sort_keys=True),
+    }
+
+
+def allocated_by_model(nodes: list[NodeInfo], holders: Mapping[str, list[tuple[str, int]]]) -> str:
+    """`3/4 NVIDIA-A10G, 0/8 NVIDIA-H100`: allocated/total GPUs per model, most first."""
+    total: dict[str, int] = {}
+    used: dict[str, int] = {}
+    for node in nodes:
+        if node.gpu_product:
+            total[node.gpu_product] = total.get(node.gpu_product, 0) + node.gpus
+            held = sum(count for _, count in holders.get(node.name, []))
+            used[node.gpu_product] = used.get(node.gpu_product, 0) + held
+    ranked = sorted(total.items(), key=lambda item: (-item[1], item[0]))
+    return ", ".join(f"{used[model]}/{count} {model}" for model, count in ranked if count)
+
+
 def _is_daemon_or_mirror(pod: dict) -> bool:
     meta = pod.get("metadata") or {}
     if "kubernetes.io/config.mirror" in (meta.get("annotations") or {}):

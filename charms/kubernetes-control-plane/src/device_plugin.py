@@ -164,6 +164,42 @@ def _container(mig_strategy: str, image_registry: str) -> dict:
     return container
 
 
+def stepping_aside(deploy_label: str) -> dict:
+    """Node affinity: on GPU nodes unless `deploy_label` says STEPPED_ASIDE (MIG changes)."""
+    expression = {"key": deploy_label, "operator": "NotIn", "values": list(STEPPED_ASIDE)}
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [expression]}]
+            }
+        }
+    }
+
+
+def daemon_set(name: str, pod_labels: dict, digest: str, pod_spec: dict) -> dict:
+    """A kube-system DaemonSet of the charm's, its pods rolled when `digest` changes."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {
+            "name": name,
+            "namespace": NAMESPACE,
+            "labels": {"app.kubernetes.io/name": name, MANAGED_BY_LABEL: FIELD_MANAGER},
+        },
+        "spec": {
+            "selector": {"matchLabels": {"app.kubernetes.io/name": name}},
+            "updateStrategy": {"type": "RollingUpdate"},
+            "template": {
+                "metadata": {
+                    "labels": {"app.kubernetes.io/name": name, **pod_labels},
+                    "annotations": {"gpu-k8s.io/config-hash": digest},
+                },
+                "spec": pod_spec,
+            },
+        },
+    }
+
+
 def manifests(mig_strategy: str, replicas: int, image_registry: str = "") -> list[dict]:
     """The RuntimeClass, ConfigMap and DaemonSet, in the order they are applied.
 
@@ -182,23 +218,7 @@ def manifests(mig_strategy: str, replicas: int, image_registry: str = "") -> lis
         "runtimeClassName": RUNTIME_CLASS,
         "priorityClassName": "system-node-critical",
         "nodeSelector": {GPU_NODE_LABEL: "true"},
-        "affinity": {
-            "nodeAffinity": {
-                "requiredDuringSchedulingIgnoredDuringExecution": {
-                    "nodeSelectorTerms": [
-                        {
-                            "matchExpressions": [
-                                {
-                                    "key": DEPLOY_LABEL,
-                                    "operator": "NotIn",
-                                    "values": list(STEPPED_ASIDE),
-                                }
-                            ]
-                        }
-                    ]
-                }
-            }
-        },
+        "affinity": stepping_aside(DEPLOY_LABEL),
         "tolerations": [
             {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
             {"key": "CriticalAddonsOnly", "operator": "Exists"},
@@ -211,23 +231,7 @@ def manifests(mig_strategy: str, replicas: int, image_registry: str = "") -> lis
             {"name": "driver-root", "hostPath": {"path": HOST_DRIVER_ROOT, "type": "Directory"}},
         ],
     }
-    daemon_set = {
-        "apiVersion": "apps/v1",
-        "kind": "DaemonSet",
-        "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": labels},
-        "spec": {
-            "selector": {"matchLabels": {"app.kubernetes.io/name": NAME}},
-            "updateStrategy": {"type": "RollingUpdate"},
-            "template": {
-                "metadata": {
-                    "labels": {"app.kubernetes.io/name": NAME, **MIG_CLIENT_POD_LABEL},
-                    "annotations": {"gpu-k8s.io/config-hash": digest},
-                },
-                "spec": pod_spec,
-            },
-        },
-    }
-    return [runtime_class(), config_map, daemon_set]
+    return [runtime_class(), config_map, daemon_set(NAME, MIG_CLIENT_POD_LABEL, digest, pod_spec)]
 
 
 def fingerprint(objects: list[dict]) -> str:

@@ -33,6 +33,10 @@ from charms.gpu_k8s.v0.system import Host
 logger = logging.getLogger(__name__)
 
 URL = "https://127.0.0.1:2379"
+# kubeadm runs the stacked etcd with --listen-metrics-urls=http://127.0.0.1:2381: plain
+# HTTP on loopback, no client certificate (kubernetes cmd/kubeadm/app/constants
+# EtcdMetricsPort, phases/etcd/local.go), which the machine's COS agent scrapes.
+METRICS_PORT = 2381
 CA_CERT = "/etc/kubernetes/pki/etcd/ca.crt"
 CLIENT_CERT = "/etc/kubernetes/pki/etcd/healthcheck-client.crt"
 CLIENT_KEY = "/etc/kubernetes/pki/etcd/healthcheck-client.key"

@@ -15,6 +15,7 @@ CONSUMER_LABEL = "gpu-k8s.io/consumer"
 PEERS = "peers"
 WORKERS = "workers"
 KUBE_API = "kube-api"
+COS_AGENT = "cos-agent"
 
 API_PORT = 6443
 KUBEADM = "/usr/bin/kubeadm"

@@ -334,23 +334,8 @@ def manifests(gpus: Iterable[MigGpu], image_registry: str = "") -> list[dict]:
         meta = {"name": name, "namespace": NAMESPACE, "labels": labels}
         return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {key: data}}
 
-    daemon_set = {
-        "apiVersion": "apps/v1",
-        "kind": "DaemonSet",
-        "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": labels},
-        "spec": {
-            "selector": {"matchLabels": {"app.kubernetes.io/name": NAME}},
-            "updateStrategy": {"type": "RollingUpdate"},
-            "template": {
-                "metadata": {
-                    # `app` as upstream labels the pods, for `kubectl logs -l app=...`
-                    "labels": {"app.kubernetes.io/name": NAME, "app": NAME},
-                    "annotations": {"gpu-k8s.io/config-hash": digest},
-                },
-                "spec": _pod_spec(image_registry),
-            },
-        },
-    }
+    # `app` as upstream labels the pods, for `kubectl logs -l app=...`
+    daemon_set = device_plugin.daemon_set(NAME, {"app": NAME}, digest, _pod_spec(image_registry))
     return [
         *_rbac(labels),
         config_map(CONFIG_MAP, "config.yaml", text),

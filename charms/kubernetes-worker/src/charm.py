@@ -49,6 +49,7 @@ import worker
 from reboot_turns import RebootTurns
 
 from charms.gpu_k8s.v0 import api_proxy, apt, kubeadm
+from charms.gpu_k8s.v0.cos_agent import DCGM_EXPORTER_PORT, CosAgentProvider, scrape_job
 from charms.gpu_k8s.v0.kubernetes_cluster import ClusterRequirer, GpuInfo, JoinInfo
 from charms.gpu_k8s.v0.system import CommandError, Host, SubprocessRunner
 
@@ -59,6 +60,7 @@ logger = logging.getLogger(__name__)
 
 CLUSTER = "cluster"
 REBOOTS = "reboots"
+COS_AGENT = "cos-agent"
 
 
 class KubernetesWorkerCharm(ops.CharmBase):
@@ -84,6 +86,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
         )
         self.cluster = ClusterRequirer(self, CLUSTER)
         self.turns = RebootTurns(self, REBOOTS)
+        self.cos = CosAgentProvider(self, COS_AGENT)
         self._status: ops.StatusBase | None = None
         # Waiting for a turn to reboot: reported over Active, under any other status
         self._turn_wait: str | None = None
@@ -103,6 +106,8 @@ class KubernetesWorkerCharm(ops.CharmBase):
             on[CLUSTER].relation_broken,
             on[REBOOTS].relation_changed,
             on[REBOOTS].relation_departed,
+            on[COS_AGENT].relation_joined,
+            on[COS_AGENT].relation_changed,
             on.leader_elected,
         ):
             framework.observe(event, self._reconcile)
@@ -147,6 +152,8 @@ class KubernetesWorkerCharm(ops.CharmBase):
         if installed is None or not self._reboot_step(host, config, info, installed[0]):
             return
         state, plan = installed
+        # a GPU node runs the control plane's DCGM exporter on the host network
+        self.cos.update([scrape_job("dcgm-exporter", DCGM_EXPORTER_PORT)] if state.has_gpu else [])
         if info is None or plan is None:
             self._status = ops.WaitingStatus(self.cluster.problem() or "waiting for join material")
             return

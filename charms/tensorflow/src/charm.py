@@ -39,6 +39,7 @@ from literals import (
 )
 
 from charms.gpu_k8s.v0.config import CharmConfig
+from charms.gpu_k8s.v0.cos_agent import CosAgentProvider
 from charms.gpu_k8s.v0.images import validate_registry
 from charms.gpu_k8s.v0.kube_api import KubeApiRequirer, Rule
 from charms.gpu_k8s.v0.shared_storage import SharedStorageRequirer
@@ -172,6 +173,7 @@ class TensorflowCharm(ops.CharmBase):
             self, SHARED_STORAGE, namespace=namespace, directory=self.app.name, uid=uid, gid=gid
         )
         self._api_error: str | None = None
+        self.cos = CosAgentProvider(self, "cos-agent")
         self._queue_problem: str | None = None
         self._secret_problem: str | None = None
         self._stored.set_default(queues="", glance="", pull_secret=False, secrets=[])
@@ -193,6 +195,9 @@ class TensorflowCharm(ops.CharmBase):
         ):
             framework.observe(event, self._reconcile)
         framework.observe(on.collect_unit_status, self._on_collect_status)
+        for event in (on["cos-agent"].relation_joined, on["cos-agent"].relation_changed):
+            framework.observe(event, self._on_cos_agent)
+        framework.observe(on.upgrade_charm, self._on_cos_agent)  # new rules or dashboards
         framework.observe(on.train_action, self._on_train)
         framework.observe(on.scale_action, self._on_scale)
         framework.observe(on.job_status_action, self._on_job_status)
@@ -377,6 +382,10 @@ class TensorflowCharm(ops.CharmBase):
             logger.info("deleted LocalQueue %s of an earlier revision", name)
         self._stored.queues = digest
         logger.info("applied ClusterQueue %s", objects[0]["metadata"]["name"])
+
+    def _on_cos_agent(self, _: ops.EventBase) -> None:
+        # no scrape job: the agent collects this machine's own metrics and logs
+        self.cos.update([])
 
     def _on_collect_status(self, event: ops.CollectStatusEvent) -> None:
         try:

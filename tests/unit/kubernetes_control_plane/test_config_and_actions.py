@@ -138,8 +138,8 @@ def test_cluster_info_reports_nodes(ctx, machine, api):
 
     results = ctx.action_results
     nodes = {n["name"]: n for n in json.loads(results["nodes"])}
-    assert results["summary"] == "3 nodes, 2 ready, 4 GPUs allocatable"
-    assert results["gpus-by-model"] == "4x NVIDIA-A10G"
+    assert results["summary"] == "3 nodes, 2 ready, 0 of 4 GPUs allocated"
+    assert results["gpus-by-model"] == "0/4 NVIDIA-A10G"
     assert nodes["ip-10-0-1-17"]["roles"] == ["control-plane"]
     assert nodes["gpu-0"] == {
         "name": "gpu-0",
@@ -149,14 +149,73 @@ def test_cluster_info_reports_nodes(ctx, machine, api):
         "schedulable": True,
         "gpus": 4,
         "gpu-product": "NVIDIA-A10G",
+        "gpus-allocated": 0,
+        "gpu-pods": {},
     }
     assert nodes["cpu-0"]["ready"] is False and nodes["cpu-0"]["gpus"] == 0
+    assert "gpus-allocated" not in nodes["cpu-0"]
+
+
+def _pod(name, node=None, phase="Running", gpus=0, init_gpus=0, sidecar_gpus=0, ns="tensorflow"):
+    def container(n, count, **extra):
+        limits = {"nvidia.com/gpu": str(count)} if count else {}
+        return {"name": n, "image": "x", "resources": {"limits": limits}, **extra}
+
+    spec = {"containers": [container("main", gpus)]}
+    if node:
+        spec["nodeName"] = node
+    inits = []
+    if sidecar_gpus:
+        inits.append(container("sidecar", sidecar_gpus, restartPolicy="Always"))
+    if init_gpus:
+        inits.append(container("warmup", init_gpus))
+    if inits:
+        spec["initContainers"] = inits
+    return {
+        "metadata": {"name": name, "namespace": ns},
+        "spec": spec,
+        "status": {"phase": phase},
+    }
+
+
+def test_cluster_info_shows_which_pods_hold_the_gpus_of_each_node(ctx, machine, api):
+    """`arena top node`: allocated/total per node and model, and the pods holding them."""
+    out = ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
+    api.put_object("/api/v1/nodes/gpu-0", node("gpu-0", gpus=4))
+    api.put_object("/api/v1/nodes/gpu-1", node("gpu-1", gpus=4))
+    pods = [
+        _pod("mnist-worker-0", "gpu-0", gpus=2),
+        _pod("mnist-worker-1", "gpu-1", gpus=1),
+        _pod("bench", "gpu-1", gpus=1, sidecar_gpus=1, ns="team-b"),  # 2 with its sidecar
+        _pod("warm", "gpu-0", gpus=0, init_gpus=1, phase="Pending", ns="team-b"),  # 1 at start
+        _pod("done", "gpu-0", gpus=1, phase="Succeeded"),  # finished: freed
+        _pod("queued", None, gpus=4, phase="Pending"),  # not bound: holds nothing
+        _pod("web", "gpu-1", gpus=0, ns="default"),
+    ]
+    for pod in pods:
+        meta = pod["metadata"]
+        api.put_object(f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}", pod)
+
+    ctx.run(ctx.on.action("cluster-info"), out)
+
+    results = ctx.action_results
+    assert results["summary"] == "3 nodes, 3 ready, 6 of 8 GPUs allocated"
+    assert results["gpus-by-model"] == "6/8 NVIDIA-A10G"
+    nodes = {n["name"]: n for n in json.loads(results["nodes"])}
+    assert nodes["gpu-0"]["gpus-allocated"] == 3
+    assert nodes["gpu-0"]["gpu-pods"] == {"team-b/warm": 1, "tensorflow/mnist-worker-0": 2}
+    assert nodes["gpu-1"]["gpu-pods"] == {"team-b/bench": 2, "tensorflow/mnist-worker-1": 1}
+    assert results["gpu-nodes"].splitlines() == [
+        "NODE   MODEL        ALLOCATED  PODS",
+        "gpu-0  NVIDIA-A10G  3/4        team-b/warm (1), tensorflow/mnist-worker-0 (2)",
+        "gpu-1  NVIDIA-A10G  3/4        team-b/bench (2), tensorflow/mnist-worker-1 (1)",
+    ]
 
 
 def test_cluster_info_fails_cleanly_on_api_errors(ctx, machine, api):
     out = ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
     api.inject(status=403, times=1)
-    with pytest.raises(testing.ActionFailed, match="cannot list nodes: 403"):
+    with pytest.raises(testing.ActionFailed, match="cannot list nodes and pods: 403"):
         ctx.run(ctx.on.action("cluster-info"), out)
 
 

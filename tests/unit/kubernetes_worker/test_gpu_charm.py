@@ -1331,3 +1331,60 @@ def test_the_leader_keeps_its_mig_turn_while_another_unit_waits(ctx, machine, ap
     out = ctx.run(ctx.on.update_status(), dataclasses.replace(out, relations={*others, relation}))
     assert json.loads(reboots_relation(out).local_app_data["reboot-turns"]) == [UNIT]
     assert node(api)["spec"]["unschedulable"] is True
+
+
+# -- telemetry ------------------------------------------------------------------------
+
+
+def _cos_config(api, tmp_path) -> dict:
+    """What the unit publishes to a related COS agent (the cos_agent `config` key).
+
+    The charm's root holds its shipped rules and dashboards, as the packed charm does.
+    """
+    import shutil
+    from pathlib import Path
+
+    import charm
+
+    src = Path(charm.__file__).parent
+    for part in ("prometheus_alert_rules", "grafana_dashboards"):
+        shutil.copytree(src / part, tmp_path / "charm" / "src" / part)
+    ctx = testing.Context(charm.KubernetesWorkerCharm, charm_root=tmp_path / "charm")
+    register_node(api)
+    state = joined_state(api)
+    agent = testing.Relation("cos-agent", remote_app_name="opentelemetry-collector")
+    state = dataclasses.replace(state, relations={*state.relations, agent})
+    out = ctx.run(ctx.on.relation_joined(agent), state)
+    return json.loads(out.get_relation(agent.id).local_unit_data["config"])
+
+
+def test_a_gpu_node_has_its_dcgm_exporter_scraped_with_the_gpu_rules_and_dashboards(
+    machine, api, driver, tmp_path
+):
+    from cosl import LZMABase64
+
+    config = _cos_config(api, tmp_path)
+
+    assert config["metrics_scrape_jobs"] == [
+        {
+            "job_name": "kubernetes-worker_0_dcgm-exporter",
+            "metrics_path": "/metrics",
+            "static_configs": [{"targets": ["localhost:9400"]}],
+        }
+    ]
+    alerts = {
+        rule["alert"]: rule
+        for group in config["metrics_alert_rules"]["groups"]
+        for rule in group["rules"]
+    }
+    assert {"GpuXidError", "GpuUncorrectableEccErrors", "GpuAllocatedButIdle"} <= set(alerts)
+    assert alerts["GpuXidError"]["labels"]["juju_application"] == "kubernetes-worker"
+    titles = sorted(json.loads(LZMABase64.decompress(d))["title"] for d in config["dashboards"])
+    assert titles == ["gpu-k8s / GPU nodes", "gpu-k8s / training jobs"]
+
+
+def test_a_cpu_node_offers_no_gpu_scrape_job(machine, api, tmp_path):
+    FakeDriver(machine).serve_toolkit()
+    config = _cos_config(api, tmp_path)
+    assert config["metrics_scrape_jobs"] == []
+    assert config["dashboards"]  # the same rules and dashboards: the app may hold both

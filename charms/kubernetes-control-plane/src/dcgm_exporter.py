@@ -1,0 +1,156 @@
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""NVIDIA's DCGM exporter: GPU metrics from every GPU node, for COS (no ops imports).
+
+A DaemonSet on the nodes the worker charm labelled `nvidia.com/gpu.present=true`,
+tolerating the GPU taint, runs the exporter with the host's network and listening on
+127.0.0.1:9400 only, where the COS agent of that machine (related to the worker's
+`cos-agent` endpoint) scrapes it; nothing off the node can reach it. It gets the GPUs
+and the driver's libraries through the `nvidia` RuntimeClass (the image sets
+NVIDIA_VISIBLE_DEVICES=all), as NVIDIA's GPU Operator runs it, and maps each GPU to the
+pod it is allocated to through kubelet's pod-resources socket, which adds `pod`,
+`namespace` and `container` labels to that GPU's metrics. It steps aside while NVIDIA's
+MIG manager repartitions the node: that manager sets `nvidia.com/gpu.deploy.dcgm-exporter`
+to `paused-for-mig-change` and waits until no pod labelled `app=nvidia-dcgm-exporter` is
+left in kube-system (NVIDIA/mig-parted v0.15.0 pkg/mig/reconfigure/reconfigure.go
+dcgmExporterDeployLabel, waitForPodDeletion), as for the device plugin.
+
+The metrics are ours to choose (COUNTERS, mounted over the image's own list): the
+exporter's defaults that the dashboards and alert rules use, plus the ECC and
+throttling counters its default list leaves commented out.
+
+Upstream sources (NVIDIA/dcgm-exporter, checked 2026-11-24): the Helm chart
+`deployment/templates/daemonset.yaml` and `values.yaml` at 4.5.3-4.8.2 and release
+commit 7ad58324 (4.6.0-4.8.3): environment DCGM_EXPORTER_KUBERNETES, DCGM_EXPORTER_LISTEN,
+NODE_NAME (the `hostname` label); root with the SYS_ADMIN capability (profiling
+metrics), all others dropped, no privilege escalation; kubelet's pod-resources
+directory read-only; `/health` probes after 45 s; requests 100m / 128Mi, limit 512Mi.
+`pkg/cmd/app.go` for DCGM_EXPORTER_COLLECTORS (`-f`). Issue #612: without the NVIDIA
+runtime the exporter cannot load NVML. Issue #703: `-distroless` is the only image
+published from 4.5.3 on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import device_plugin
+from literals import FIELD_MANAGER, MANAGED_BY_LABEL
+
+from charms.gpu_k8s.v0 import images
+from charms.gpu_k8s.v0.cos_agent import DCGM_EXPORTER_PORT
+
+# The newest release of NVIDIA/dcgm-exporter confirmed in its repository on 2026-11-24:
+# DCGM 4.6.1, exporter 4.8.4 (hack/versions.env; deployment/examples/dcgm-exporter.yaml
+# names this image). 4.9.0 renames metrics and labels and changes units: moving to it
+# means changing COUNTERS, the alert rules and the dashboards with it.
+VERSION = "4.6.1-4.8.4"
+IMAGE = f"nvcr.io/nvidia/k8s/dcgm-exporter:{VERSION}-distroless"
+NAMESPACE = device_plugin.NAMESPACE
+NAME = "dcgm-exporter"
+DEPLOY_LABEL = "nvidia.com/gpu.deploy.dcgm-exporter"
+MIG_CLIENT_POD_LABEL = {"app": "nvidia-dcgm-exporter"}
+POD_RESOURCES = "/var/lib/kubelet/pod-resources"
+COUNTERS_DIR = "/etc/gpu-k8s"
+COUNTERS_FILE = "counters.csv"
+
+# DCGM field, Prometheus type, help: the exporter's collectors file format
+# (etc/default-counters.csv). Names and units: DCGM's dcgmlib/dcgm_fields.h.
+COUNTERS = (
+    ("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz)."),
+    ("DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz)."),
+    ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C)."),
+    ("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C)."),
+    ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W)."),
+    ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %)."),
+    ("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %)."),
+    ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB)."),
+    ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB)."),
+    ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered."),
+    ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "counter", "Single-bit volatile ECC errors."),
+    ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter", "Double-bit volatile ECC errors."),
+    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed."),
+    ("DCGM_FI_DEV_POWER_VIOLATION", "counter", "Throttling duration due to power limits."),
+    ("DCGM_FI_DEV_THERMAL_VIOLATION", "counter", "Throttling duration due to heat."),
+    ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "Total number of PCIe retries."),
+)
+
+
+def counters_text() -> str:
+    """The collectors file (COUNTERS), as the exporter reads it."""
+    lines = ["# DCGM field, Prometheus type, help (written by gpu-k8s)"]
+    lines += [f"{field}, {kind}, {text}" for field, kind, text in COUNTERS]
+    return "\n".join(lines) + "\n"
+
+
+def manifests(image_registry: str = "") -> list[dict]:
+    """The ConfigMap and the DaemonSet, in the order they are applied.
+
+    `image_registry` (the charm's `image-registry`, validated) moves the image there.
+    """
+    text = counters_text()
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    labels = {"app.kubernetes.io/name": NAME, MANAGED_BY_LABEL: FIELD_MANAGER}
+    config_map = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": f"{NAME}-counters", "namespace": NAMESPACE, "labels": labels},
+        "data": {COUNTERS_FILE: text},
+    }
+    listen = f"127.0.0.1:{DCGM_EXPORTER_PORT}"
+    probe = {
+        # the exporter answers on loopback only; kubelet probes a host-network pod there
+        "httpGet": {"host": "127.0.0.1", "path": "/health", "port": DCGM_EXPORTER_PORT},
+        "initialDelaySeconds": 45,
+        "periodSeconds": 10,
+    }
+    container = {
+        "name": NAME,
+        "image": images.mirrored(IMAGE, image_registry),
+        "env": [
+            {"name": "DCGM_EXPORTER_LISTEN", "value": listen},
+            {"name": "DCGM_EXPORTER_KUBERNETES", "value": "true"},
+            {"name": "DCGM_EXPORTER_COLLECTORS", "value": f"{COUNTERS_DIR}/{COUNTERS_FILE}"},
+            {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        ],
+        "securityContext": {
+            "runAsNonRoot": False,
+            "runAsUser": 0,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"add": ["SYS_ADMIN"], "drop": ["ALL"]},
+        },
+        "livenessProbe": probe,
+        "readinessProbe": probe,
+        "resources": {
+            "requests": {"cpu": "100m", "memory": "128Mi"},
+            "limits": {"memory": "512Mi"},
+        },
+        "volumeMounts": [
+            {"name": "pod-resources", "mountPath": POD_RESOURCES, "readOnly": True},
+            {"name": "counters", "mountPath": COUNTERS_DIR, "readOnly": True},
+        ],
+    }
+    pod_spec = {
+        "runtimeClassName": device_plugin.RUNTIME_CLASS,
+        "priorityClassName": "system-node-critical",
+        "hostNetwork": True,
+        "dnsPolicy": "ClusterFirstWithHostNet",
+        "automountServiceAccountToken": False,
+        "nodeSelector": {device_plugin.GPU_NODE_LABEL: "true"},
+        "affinity": device_plugin.stepping_aside(DEPLOY_LABEL),
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "containers": [container],
+        "volumes": [
+            {"name": "pod-resources", "hostPath": {"path": POD_RESOURCES, "type": "Directory"}},
+            {"name": "counters", "configMap": {"name": f"{NAME}-counters"}},
+        ],
+    }
+    return [config_map, device_plugin.daemon_set(NAME, MIG_CLIENT_POD_LABEL, digest, pod_spec)]
+
+
+def fingerprint(objects: list[dict]) -> str:
+    """What was applied, for the peer data: the version and a digest of the manifests."""
+    text = json.dumps(objects, sort_keys=True)
+    return f"{VERSION} {hashlib.sha256(text.encode()).hexdigest()[:16]}"

@@ -1,0 +1,125 @@
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""The provider side of the `cos_agent` interface: telemetry for the COS agent on the machine.
+
+The Canonical Observability Stack reaches machine charms through a subordinate agent
+(opentelemetry-collector, formerly grafana-agent) related on an endpoint of interface
+`cos_agent`. The principal tells it, in one key of its **unit** databag (a subordinate
+relation carries only unit data), what to collect on that machine and what to forward to
+COS. The key is `config`, its value one JSON object (canonical/charm-relation-interfaces
+interfaces/cos_agent/v0/schema.py; the reference provider, charms.grafana_agent.v0.cos_agent
+LIBPATCH 12, CosAgentProviderUnitData):
+
+    metrics_scrape_jobs   Prometheus scrape_configs the agent runs against this machine
+                          (targets `localhost:<port>`); each job_name is made
+                          `<app>_<index>_<name>`, as the reference provider does
+    metrics_alert_rules   {"groups": [...]}: Prometheus rule groups, Juju topology labels
+                          added to each rule (cosl.AlertRules), forwarded to Prometheus
+    log_alert_rules       the same for Loki ({} here)
+    dashboards            Grafana dashboards, each JSON LZMA-compressed and base64-encoded
+                          (cosl.LZMABase64), forwarded to Grafana
+    log_slots             snap slots whose logs the agent reads ([] here: no snaps)
+
+Rules and dashboards are files the charm ships (`src/prometheus_alert_rules/*.rules`,
+`src/grafana_dashboards/*.json`); scrape jobs are given at each update, since what runs
+on a machine (a GPU exporter or not) is known only at run time. Nothing secret may go in:
+the databag is plain relation data, so endpoints that need a bearer token (kube-apiserver,
+kubelet) are not offered here.
+
+The charm observes the endpoint's events into its own reconcile and calls `update` there:
+
+    self.cos = CosAgentProvider(self)
+    ...  # in the reconcile
+    self.cos.update([scrape_job("dcgm", 9400)])
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import ops
+from cosl import AlertRules, JujuTopology, LZMABase64
+
+LIBID = "1cb866710020485e9918fd12ba134c6b"
+LIBAPI = 0
+LIBPATCH = 1
+
+RELATION = "cos-agent"
+KEY = "config"
+# NVIDIA's DCGM exporter, which the control plane runs on every GPU node with the host's
+# network (dcgm_exporter.py there), serves on this port of the node: the worker's agent
+# scrapes it as localhost (dcgm-exporter's default --address ":9400").
+DCGM_EXPORTER_PORT = 9400
+RULES_DIR = "src/prometheus_alert_rules"
+DASHBOARDS_DIR = "src/grafana_dashboards"
+
+
+def scrape_job(name: str, port: int, path: str = "/metrics", **extra: Any) -> dict[str, Any]:
+    """One scrape config for a port of this machine (`extra`: scheme, labels...)."""
+    job: dict[str, Any] = {
+        "job_name": name,
+        "metrics_path": path,
+        "static_configs": [{"targets": [f"localhost:{port}"]}],
+    }
+    job.update(extra)
+    return job
+
+
+def dashboards(directory: Path) -> list[str]:
+    """The directory's dashboards (*.json, in name order), compressed for the databag.
+
+    Raises:
+        ValueError: a file is not a JSON object (a broken dashboard is a packaging bug).
+    """
+    out = []
+    for path in sorted(directory.glob("*.json")):
+        text = path.read_text()
+        if not isinstance(json.loads(text), dict):
+            raise ValueError(f"{path.name} is not a Grafana dashboard (a JSON object)")
+        out.append(LZMABase64.compress(text))
+    return out
+
+
+class CosAgentProvider:
+    """Writes this unit's telemetry to every `cos-agent` relation (see the module docstring)."""
+
+    def __init__(
+        self,
+        charm: ops.CharmBase,
+        relation_name: str = RELATION,
+        charm_dir: Path | None = None,
+    ):
+        self.charm = charm
+        self.relation_name = relation_name
+        self._dir = charm_dir or charm.charm_dir
+
+    def data(self, scrape_jobs: list[dict[str, Any]]) -> dict[str, Any]:
+        """What this unit publishes, before it is dumped into `config`."""
+        topology = JujuTopology.from_charm(self.charm)
+        rules = AlertRules(query_type="promql", topology=topology)
+        rules.add_path(self._dir / RULES_DIR, recursive=False)
+        jobs = []
+        for index, job in enumerate(scrape_jobs):
+            named = dict(job)
+            named["job_name"] = f"{self.charm.app.name}_{index}_{job.get('job_name', 'default')}"
+            jobs.append(named)
+        return {
+            "metrics_alert_rules": rules.as_dict(),
+            "log_alert_rules": {},
+            "dashboards": dashboards(self._dir / DASHBOARDS_DIR),
+            "metrics_scrape_jobs": jobs,
+            "log_slots": [],
+        }
+
+    def update(self, scrape_jobs: list[dict[str, Any]]) -> None:
+        """Publish to every relation of the endpoint (nothing without one)."""
+        relations = self.charm.model.relations[self.relation_name]
+        if not relations:
+            return
+        text = json.dumps(self.data(scrape_jobs), sort_keys=True)
+        for relation in relations:
+            if relation.data[self.charm.unit].get(KEY) != text:
+                relation.data[self.charm.unit][KEY] = text

@@ -1,0 +1,144 @@
+"""NVIDIA's DCGM exporter follows the GPU inventory workers publish, like the device plugin."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+from pathlib import Path
+
+import dcgm_exporter
+import kubernetes_validate
+import pytest
+from ops import testing
+
+from fakes.control_plane import join_workers, peer, peers, worker_bag, workers_relation
+
+DS = "/apis/apps/v1/namespaces/kube-system/daemonsets/dcgm-exporter"
+CM = "/api/v1/namespaces/kube-system/configmaps/dcgm-exporter-counters"
+GPUS = [{"model": "NVIDIA A10G", "count": 4}]
+# Every field name NVIDIA's exporter documents in its collectors files (recorded from
+# NVIDIA/dcgm-exporter, see the fixture's header).
+DOCUMENTED = Path(__file__).parents[2] / "fixtures" / "dcgm" / "documented-fields.txt"
+
+
+def documented_fields() -> set[str]:
+    return {
+        line.strip()
+        for line in DOCUMENTED.read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+
+
+@pytest.fixture
+def bootstrapped(ctx, machine):
+    return ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
+
+
+def test_not_deployed_without_gpus(ctx, bootstrapped, api):
+    out = join_workers(ctx, bootstrapped, workers_relation({0: worker_bag("cpu-0")}), api)
+    assert api.get_object(DS) is None
+    assert "dcgm-exporter" not in peer(out).local_app_data
+
+
+def test_runs_on_gpu_nodes_for_the_local_agent_only(ctx, bootstrapped, api):
+    rel = workers_relation({0: worker_bag("cpu-0"), 1: worker_bag("gpu-0", GPUS)})
+    out = join_workers(ctx, bootstrapped, rel, api)
+
+    ds = api.get_object(DS)
+    spec = ds["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    assert container["image"] == "nvcr.io/nvidia/k8s/dcgm-exporter:4.6.1-4.8.4-distroless"
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec[
+        "tolerations"
+    ]
+    assert spec["runtimeClassName"] == "nvidia"  # NVML and the GPUs come from the runtime
+    # on the node's network, on loopback: the worker's COS agent scrapes localhost:9400
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert spec["hostNetwork"] is True
+    assert env["DCGM_EXPORTER_LISTEN"] == "127.0.0.1:9400"
+    assert container["readinessProbe"]["httpGet"]["host"] == "127.0.0.1"
+    # GPUs mapped to the pods that hold them
+    assert env["DCGM_EXPORTER_KUBERNETES"] == "true"
+    assert {"name": "pod-resources", "mountPath": "/var/lib/kubelet/pod-resources"}.items() <= (
+        container["volumeMounts"][0].items()
+    )
+    assert container["securityContext"]["capabilities"] == {
+        "add": ["SYS_ADMIN"],
+        "drop": ["ALL"],
+    }
+    assert peer(out).local_app_data["dcgm-exporter"].startswith("4.6.1-4.8.4 ")
+
+
+def test_steps_aside_while_the_mig_manager_changes_a_node(ctx, bootstrapped, api):
+    join_workers(ctx, bootstrapped, workers_relation({0: worker_bag("gpu-0", GPUS)}), api)
+
+    template = api.get_object(DS)["spec"]["template"]
+    # reconfigure.go sets nvidia.com/gpu.deploy.dcgm-exporter to paused-for-mig-change,
+    # then waits until no pod labelled app=nvidia-dcgm-exporter is left in kube-system
+    assert template["metadata"]["labels"]["app"] == "nvidia-dcgm-exporter"
+    terms = template["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    assert terms == [
+        {
+            "matchExpressions": [
+                {
+                    "key": "nvidia.com/gpu.deploy.dcgm-exporter",
+                    "operator": "NotIn",
+                    "values": ["false", "paused-for-mig-change"],
+                }
+            ]
+        }
+    ]
+
+
+def test_the_counters_are_documented_dcgm_fields_and_cover_the_alert_rules(ctx, bootstrapped, api):
+    join_workers(ctx, bootstrapped, workers_relation({0: worker_bag("gpu-0", GPUS)}), api)
+    text = api.get_object(CM)["data"]["counters.csv"]
+    env = api.get_object(DS)["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "DCGM_EXPORTER_COLLECTORS", "value": "/etc/gpu-k8s/counters.csv"} in env
+
+    rows = [r for r in csv.reader(io.StringIO(text)) if r and not r[0].startswith("#")]
+    assert all(len(r) == 3 and r[1].strip() in ("gauge", "counter") for r in rows)
+    fields = {r[0].strip() for r in rows}
+    assert fields <= documented_fields()
+    # what the worker's alert rules and dashboards ask for is collected
+    for needed in (
+        "DCGM_FI_DEV_XID_ERRORS",
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+        "DCGM_FI_DEV_THERMAL_VIOLATION",
+        "DCGM_FI_DEV_POWER_VIOLATION",
+        "DCGM_FI_DEV_GPU_UTIL",
+        "DCGM_FI_DEV_FB_USED",
+    ):
+        assert needed in fields
+
+
+def test_manifests_are_valid_kubernetes_objects():
+    for obj in dcgm_exporter.manifests("registry.example.com/mirror"):
+        kubernetes_validate.validate(obj, "1.35.0", strict=True)
+    (_, ds) = dcgm_exporter.manifests("registry.example.com/mirror")
+    image = ds["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert image == "registry.example.com/mirror/nvidia/k8s/dcgm-exporter:4.6.1-4.8.4-distroless"
+
+
+def test_removed_when_the_last_gpu_worker_is_gone(ctx, bootstrapped, api):
+    out = join_workers(
+        ctx,
+        bootstrapped,
+        workers_relation({0: worker_bag("cpu-0"), 1: worker_bag("gpu-0", GPUS)}),
+        api,
+    )
+    assert api.get_object(DS) is not None
+    relation = next(r for r in out.relations if r.endpoint == "workers")
+    departed = dataclasses.replace(relation, remote_units_data={0: relation.remote_units_data[0]})
+    state = dataclasses.replace(
+        out, relations=[*(r for r in out.relations if r is not relation), departed]
+    )
+    out = ctx.run(ctx.on.relation_departed(departed, remote_unit=1, departing_unit=1), state)
+
+    assert api.get_object(DS) is None
+    assert api.get_object(CM) is None
+    assert "dcgm-exporter" not in peer(out).local_app_data
