@@ -1,9 +1,11 @@
 """The bundle and every overlay agree with the charms in this repository.
 
-Each application maps to a charm under charms/, each option exists in that charm's
-config with a value of the right type, and each relation joins a `provides` endpoint to
-a `requires` endpoint of the same interface. Overlays are merged the way Juju merges
-them (an application listed with no body is removed).
+Each application maps to a charm under charms/ (or to a Charmhub charm whose endpoints
+are recorded under tests/fixtures/charmhub/, with their source), each option exists in
+that charm's config with a value of the right type, and each relation joins a `provides`
+endpoint to a `requires` endpoint of the same interface; a relation to a `saas:` entry
+(a cross-model offer) uses the offer's endpoint as recorded. Overlays are merged the way
+Juju merges them: an application listed with no body is removed, relations are added.
 """
 
 from __future__ import annotations
@@ -16,11 +18,15 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLE = ROOT / "bundles" / "gpu-k8s.yaml"
+CHARMHUB = ROOT / "tests" / "fixtures" / "charmhub"
+OFFERS = yaml.safe_load((CHARMHUB / "cos-lite-offers.yaml").read_text())
 OVERLAYS = sorted((ROOT / "bundles" / "overlays").glob("*.yaml"))
 PYTHON_TYPES = {"string": (str,), "int": (int,), "float": (int, float), "boolean": (bool,)}
 
 
 def charm_metadata(name: str) -> dict:
+    if name.startswith("charmhub:"):
+        return yaml.safe_load((CHARMHUB / f"{name.removeprefix('charmhub:')}.yaml").read_text())
     return yaml.safe_load((ROOT / "charms" / name / "charmcraft.yaml").read_text())
 
 
@@ -40,6 +46,8 @@ def merge(base: dict, overlay: dict) -> dict:
                     ]
                 else:
                     apps[app] = _deep_merge(apps.get(app, {}), body)
+        elif key == "relations":  # added to the bundle's
+            merged[key] = merged.get(key, []) + [r for r in value if r not in merged.get(key, [])]
         elif isinstance(value, dict):
             merged[key] = _deep_merge(merged.get(key, {}), value)
         else:
@@ -65,11 +73,25 @@ def variants() -> list[tuple[str, dict]]:
 
 
 def charm_of(app: dict) -> str:
+    if not app["charm"].startswith(("./", "../", "/")):  # from Charmhub, on a channel
+        assert app.get("channel"), f"{app['charm']}: a Charmhub charm needs a channel"
+        recorded = CHARMHUB / f"{app['charm']}.yaml"
+        assert recorded.is_file(), f"{app['charm']}: record its endpoints in {recorded}"
+        return f"charmhub:{app['charm']}"
     path = (BUNDLE.parent / app["charm"]).resolve()
     assert path.parent == ROOT / "build", (
         f"{app['charm']} is not a charm that `tox -e pack` writes"
     )
     return path.name.removesuffix(".charm")
+
+
+def offered_endpoint(bundle: dict, name: str) -> tuple[str, str]:
+    """(kind, interface) of a `saas:` entry's offered endpoint."""
+    url = (bundle.get("saas") or {}).get(name, {}).get("url", "")
+    assert url, f"{name} is neither an application nor a saas entry with a url"
+    offer = url.rsplit(".", 1)[-1]
+    assert offer in OFFERS, f"{name}: {url} is not a recorded COS offer"
+    return OFFERS[offer]["kind"], OFFERS[offer]["interface"]
 
 
 def endpoint(charm: str, name: str) -> tuple[str, str]:
@@ -84,7 +106,8 @@ def endpoint(charm: str, name: str) -> tuple[str, str]:
 def test_every_application_is_a_charm_of_this_repository(variant, bundle):
     for app, body in bundle["applications"].items():
         charm = charm_of(body)
-        assert (ROOT / "charms" / charm / "charmcraft.yaml").is_file(), f"{variant}: {app}"
+        if not charm.startswith("charmhub:"):
+            assert (ROOT / "charms" / charm / "charmcraft.yaml").is_file(), f"{variant}: {app}"
 
 
 @pytest.mark.parametrize(("variant", "bundle"), variants(), ids=[v for v, _ in variants()])
@@ -106,6 +129,9 @@ def test_every_relation_joins_provider_and_requirer_of_one_interface(variant, bu
     for left, right in bundle["relations"]:
         sides = []
         for end in (left, right):
+            if ":" not in end:  # a cross-model offer: its one endpoint
+                sides.append(offered_endpoint(bundle, end))
+                continue
             app, name = end.split(":")
             assert app in apps, f"{variant}: relation names unknown application {app}"
             sides.append(endpoint(charm_of(apps[app]), name))
@@ -178,3 +204,15 @@ def test_the_cpu_only_overlay_rents_no_gpu_instance():
     assert "kubernetes-worker-gpu" not in cpu_only["applications"]
     for body in cpu_only["applications"].values():
         assert "instance-type=g" not in (body.get("constraints") or "")
+
+
+def test_the_cos_overlay_relates_each_machine_once_and_every_cos_endpoint():
+    cos = dict(variants())["cos"]
+    agent = [r for r in cos["relations"] if "otelcol:cos-agent" in r]
+    principals = sorted(end.split(":")[0] for r in agent for end in r if "otelcol" not in end)
+    # one agent per machine: machine 0's other applications are not related again
+    assert principals == ["kubernetes-control-plane", "kubernetes-worker", "kubernetes-worker-gpu"]
+    sent = {end for r in cos["relations"] for end in r if ":" not in end}
+    assert sent == set(cos["saas"]) == set(OFFERS)
+    # the collector blocks unless something takes what it collects
+    assert charm_of(cos["applications"]["otelcol"]) == "charmhub:opentelemetry-collector"
