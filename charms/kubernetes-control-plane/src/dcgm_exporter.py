@@ -4,9 +4,11 @@
 """NVIDIA's DCGM exporter: GPU metrics from every GPU node, for COS (no ops imports).
 
 A DaemonSet on the nodes the worker charm labelled `nvidia.com/gpu.present=true`,
-tolerating the GPU taint, runs the exporter with the host's network and listening on
-127.0.0.1:9400 only, where the COS agent of that machine (related to the worker's
-`cos-agent` endpoint) scrapes it; nothing off the node can reach it. It gets the GPUs
+tolerating the GPU taint, runs the exporter with the host's network on port 9400, where
+the COS agent of that machine (related to the worker's `cos-agent` endpoint) scrapes it
+as localhost and the tensorflow charm reads the GPU use of its pods (`job-status`) at
+the node's address: GPU metrics and pod names, nothing secret, readable by the
+machines of the model (Juju's model security group), not from outside. It gets the GPUs
 and the driver's libraries through the `nvidia` RuntimeClass (the image sets
 NVIDIA_VISIBLE_DEVICES=all), as NVIDIA's GPU Operator runs it, and maps each GPU to the
 pod it is allocated to through kubelet's pod-resources socket, which adds `pod`,
@@ -99,10 +101,9 @@ def manifests(image_registry: str = "") -> list[dict]:
         "metadata": {"name": f"{NAME}-counters", "namespace": NAMESPACE, "labels": labels},
         "data": {COUNTERS_FILE: text},
     }
-    listen = f"127.0.0.1:{DCGM_EXPORTER_PORT}"
+    listen = f":{DCGM_EXPORTER_PORT}"
     probe = {
-        # the exporter answers on loopback only; kubelet probes a host-network pod there
-        "httpGet": {"host": "127.0.0.1", "path": "/health", "port": DCGM_EXPORTER_PORT},
+        "httpGet": {"path": "/health", "port": DCGM_EXPORTER_PORT},
         "initialDelaySeconds": 45,
         "periodSeconds": 10,
     }

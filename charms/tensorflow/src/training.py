@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import datasets
+import gpu_metrics
 import jobs
 import oneshot
 from jobs import Context, TrainRequest
@@ -423,6 +424,9 @@ def status(kube: Any, ctx: Context, job: str) -> dict[str, Any]:
     pods = _training_pods(kube, ctx, job)
     summary = _summary(kube, ctx, request, js, _workloads(kube, ctx), pods)
     summary["tensorboard"] = tensorboard_state(kube, ctx, job)
+    use = gpu_metrics.gpu_use(kube, ctx.namespace, pods)
+    if use is not None:
+        summary["gpu-use"] = use
     return summary
 
 

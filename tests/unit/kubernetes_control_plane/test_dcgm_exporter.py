@@ -41,7 +41,7 @@ def test_not_deployed_without_gpus(ctx, bootstrapped, api):
     assert "dcgm-exporter" not in peer(out).local_app_data
 
 
-def test_runs_on_gpu_nodes_for_the_local_agent_only(ctx, bootstrapped, api):
+def test_runs_on_gpu_nodes_on_the_nodes_network(ctx, bootstrapped, api):
     rel = workers_relation({0: worker_bag("cpu-0"), 1: worker_bag("gpu-0", GPUS)})
     out = join_workers(ctx, bootstrapped, rel, api)
 
@@ -54,11 +54,12 @@ def test_runs_on_gpu_nodes_for_the_local_agent_only(ctx, bootstrapped, api):
         "tolerations"
     ]
     assert spec["runtimeClassName"] == "nvidia"  # NVML and the GPUs come from the runtime
-    # on the node's network, on loopback: the worker's COS agent scrapes localhost:9400
+    # on the node's network: the worker's COS agent scrapes localhost:9400, the
+    # tensorflow charm reads <node InternalIP>:9400
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert spec["hostNetwork"] is True
-    assert env["DCGM_EXPORTER_LISTEN"] == "127.0.0.1:9400"
-    assert container["readinessProbe"]["httpGet"]["host"] == "127.0.0.1"
+    assert env["DCGM_EXPORTER_LISTEN"] == ":9400"
+    assert container["readinessProbe"]["httpGet"] == {"path": "/health", "port": 9400}
     # GPUs mapped to the pods that hold them
     assert env["DCGM_EXPORTER_KUBERNETES"] == "true"
     assert {"name": "pod-resources", "mountPath": "/var/lib/kubelet/pod-resources"}.items() <= (

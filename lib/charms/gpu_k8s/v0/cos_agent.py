@@ -50,8 +50,9 @@ LIBPATCH = 1
 RELATION = "cos-agent"
 KEY = "config"
 # NVIDIA's DCGM exporter, which the control plane runs on every GPU node with the host's
-# network (dcgm_exporter.py there), serves on this port of the node: the worker's agent
-# scrapes it as localhost (dcgm-exporter's default --address ":9400").
+# network (dcgm_exporter.py there), serves on this port of the node (dcgm-exporter's
+# default --address ":9400"): the worker's agent scrapes it as localhost, the tensorflow
+# charm reads it at the node's address.
 DCGM_EXPORTER_PORT = 9400
 RULES_DIR = "src/prometheus_alert_rules"
 DASHBOARDS_DIR = "src/grafana_dashboards"

@@ -1,0 +1,94 @@
+"""job-status's GPU use per pod, read from the DCGM exporters of the job's nodes.
+
+The exporter's page is tests/fixtures/dcgm/metrics-a10g-4.8.txt (its README says how it
+was made), served over HTTP on 127.0.0.1 by fakes/web.py standing for the node's port 9400.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gpu_metrics
+import pytest
+from conftest import NS, add_nodes, gpu_pod, node, run_action
+
+from fakes.web import FileServer
+
+PAGE = (Path(__file__).parents[2] / "fixtures" / "dcgm" / "metrics-a10g-4.8.txt").read_text()
+
+
+def test_a_page_is_read_per_pod_and_a_free_gpu_belongs_to_nobody():
+    rows = gpu_metrics.per_pod(
+        PAGE, "tensorflow", ["mnist-worker-0-0-abcde", "mnist-worker-1-0-fghij", "other"]
+    )
+    assert rows == {
+        "mnist-worker-0-0-abcde": {"gpus": 2, "util": 91.0, "used": 30040.0, "total": 45136.0},
+        "mnist-worker-1-0-fghij": {"gpus": 1, "util": 0.0, "used": 32.0, "total": 22568.0},
+    }
+    assert (
+        gpu_metrics.describe(rows["mnist-worker-0-0-abcde"])
+        == "2 GPUs, 91% busy, 29.3 of 44.1 GiB"
+    )
+    assert gpu_metrics.per_pod(PAGE, "other-namespace", ["mnist-worker-0-0-abcde"]) == {}
+
+
+@pytest.fixture
+def exporter(monkeypatch):
+    """The node's DCGM exporter, at the address its Node object gives."""
+    with FileServer() as web:
+        monkeypatch.setattr(gpu_metrics, "DCGM_EXPORTER_PORT", int(web.url.rsplit(":", 1)[1]))
+        yield web
+
+
+def _gpu_node(api, name: str) -> None:
+    gpu = node(name, 4)
+    gpu["status"]["addresses"] = [{"type": "InternalIP", "address": "127.0.0.1"}]
+    add_nodes(api, gpu)
+
+
+def _pods(api) -> list[str]:
+    return sorted(p["metadata"]["name"] for p in api.objects(f"/api/v1/namespaces/{NS}/pods/"))
+
+
+def test_job_status_shows_each_pods_gpus_from_the_exporter(ctx, state, api, exporter):
+    _gpu_node(api, "gpu-0")
+    run_action(ctx, state, "train", job="mnist", workers=2, **{"gpus-per-worker": 1})
+    first, second = (p for p in _pods(api) if "tensorboard" not in p)
+    page = PAGE.replace("mnist-worker-0-0-abcde", first).replace("mnist-worker-1-0-fghij", second)
+    exporter.files["/metrics"] = page.replace(
+        'namespace="tensorflow"', f'namespace="{NS}"'
+    ).encode()
+
+    status, _ = run_action(ctx, state, "job-status", job="mnist")
+
+    assert status["gpu-use"] == {
+        first: "2 GPUs, 91% busy, 29.3 of 44.1 GiB",
+        second: "1 GPU, 0% busy, 0.0 of 22.0 GiB",
+    }
+    assert exporter.gets == 1  # one page per node, whatever the number of pods on it
+
+
+def test_job_status_says_when_no_exporter_answers(ctx, state, api, exporter):
+    _gpu_node(api, "gpu-0")
+    run_action(ctx, state, "train", job="mnist", workers=1, **{"gpus-per-worker": 1})
+    # no page: the exporter is not there (404), as before the control plane ran it
+    status, _ = run_action(ctx, state, "job-status", job="mnist")
+    port = gpu_metrics.DCGM_EXPORTER_PORT
+    assert status["gpu-use"] == (
+        f"no DCGM metrics: the exporter did not answer on gpu-0 (127.0.0.1:{port}): Not Found"
+    )
+
+
+def test_a_cpu_job_has_no_gpu_use_and_a_queued_one_says_so(ctx, state, api, exporter):
+    add_nodes(api, node("cpu-0"))
+    run_action(ctx, state, "train", job="cpu", workers=1)
+    status, _ = run_action(ctx, state, "job-status", job="cpu")
+    assert "gpu-use" not in status
+
+    # GPUs asked for, all held by another workload: the pod waits, unbound
+    _gpu_node(api, "gpu-0")
+    api.put_object("/api/v1/namespaces/other/pods/hog", gpu_pod("hog", "gpu-0", 4))
+    run_action(ctx, state, "train", job="big", workers=1, timeout=0, **{"gpus-per-worker": 1})
+    status, _ = run_action(ctx, state, "job-status", job="big")
+    assert status["gpu-use"] == "no pod of this job runs on its GPUs yet"
+    assert exporter.gets == 0
