@@ -116,6 +116,10 @@ def manifests(image_registry: str = "") -> list[dict]:
             {"name": "DCGM_EXPORTER_COLLECTORS", "value": f"{COUNTERS_DIR}/{COUNTERS_FILE}"},
             {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
         ],
+        # SYS_ADMIN: for the profiling fields upstream, and here also what makes the
+        # toolkit count the container privileged and honour the image's
+        # NVIDIA_VISIBLE_DEVICES=all, which GPU workers ignore in unprivileged containers
+        # (see device_plugin._container): without it the exporter sees no GPU.
         "securityContext": {
             "runAsNonRoot": False,
             "runAsUser": 0,
