@@ -239,7 +239,11 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
                 self._kube.close()
                 self._kube = None
         # this node's etcd member, once there is one (also after a reconcile that stopped)
-        self.cos.update([scrape_job("etcd", etcd.METRICS_PORT)] if self._joined() else [])
+        if self._joined():
+            node_name = kubeadm.node_name(self.host)
+            self.cos.update([scrape_job("etcd", etcd.METRICS_PORT, instance=node_name)])
+        else:
+            self.cos.update([])
         status = self._problem or self._ready_status()
         self._stored.status = [status.name, status.message]
 

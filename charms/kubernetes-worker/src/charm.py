@@ -153,7 +153,8 @@ class KubernetesWorkerCharm(ops.CharmBase):
             return
         state, plan = installed
         # a GPU node runs the control plane's DCGM exporter on the host network
-        self.cos.update([scrape_job("dcgm-exporter", DCGM_EXPORTER_PORT)] if state.has_gpu else [])
+        dcgm = scrape_job("dcgm-exporter", DCGM_EXPORTER_PORT, instance=kubeadm.node_name(host))
+        self.cos.update([dcgm] if state.has_gpu else [])
         if info is None or plan is None:
             self._status = ops.WaitingStatus(self.cluster.problem() or "waiting for join material")
             return

@@ -29,7 +29,9 @@ def test_a_bootstrapped_unit_has_its_etcd_scraped_with_the_etcd_rules(machine, a
         {
             "job_name": "kubernetes-control-plane_0_etcd",
             "metrics_path": "/metrics",
-            "static_configs": [{"targets": ["localhost:2381"]}],
+            "static_configs": [
+                {"targets": ["localhost:2381"], "labels": {"instance": "ip-10-0-1-17"}}
+            ],
         }
     ]
     alerts = {r["alert"] for g in config["metrics_alert_rules"]["groups"] for r in g["rules"]}

@@ -1369,7 +1369,7 @@ def test_a_gpu_node_has_its_dcgm_exporter_scraped_with_the_gpu_rules_and_dashboa
         {
             "job_name": "kubernetes-worker_0_dcgm-exporter",
             "metrics_path": "/metrics",
-            "static_configs": [{"targets": ["localhost:9400"]}],
+            "static_configs": [{"targets": ["localhost:9400"], "labels": {"instance": NODE}}],
         }
     ]
     alerts = {

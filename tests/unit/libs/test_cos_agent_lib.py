@@ -82,7 +82,7 @@ def _published(charm_root, jobs, event="joined"):
 
 
 def test_the_unit_databag_holds_the_documented_config(charm_root):
-    bag = _published(charm_root, [scrape_job("dcgm-exporter", 9400)])
+    bag = _published(charm_root, [scrape_job("dcgm-exporter", 9400, instance="gpu-0")])
 
     assert set(bag) - {"egress-subnets", "ingress-address", "private-address"} == {"config"}
     config = ProviderConfig.model_validate_json(bag["config"])
@@ -90,7 +90,8 @@ def test_the_unit_databag_holds_the_documented_config(charm_root):
         {
             "job_name": "gpu-host_0_dcgm-exporter",
             "metrics_path": "/metrics",
-            "static_configs": [{"targets": ["localhost:9400"]}],
+            # every target is localhost: the machine is told by its instance label
+            "static_configs": [{"targets": ["localhost:9400"], "labels": {"instance": "gpu-0"}}],
         }
     ]
     (group,) = config.metrics_alert_rules["groups"]

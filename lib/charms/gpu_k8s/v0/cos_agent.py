@@ -31,7 +31,7 @@ The charm observes the endpoint's events into its own reconcile and calls `updat
 
     self.cos = CosAgentProvider(self)
     ...  # in the reconcile
-    self.cos.update([scrape_job("dcgm", 9400)])
+    self.cos.update([scrape_job("dcgm", 9400, instance=node_name)])
 """
 
 from __future__ import annotations
@@ -58,12 +58,20 @@ RULES_DIR = "src/prometheus_alert_rules"
 DASHBOARDS_DIR = "src/grafana_dashboards"
 
 
-def scrape_job(name: str, port: int, path: str = "/metrics", **extra: Any) -> dict[str, Any]:
-    """One scrape config for a port of this machine (`extra`: scheme, labels...)."""
+def scrape_job(
+    name: str, port: int, *, instance: str, path: str = "/metrics", **extra: Any
+) -> dict[str, Any]:
+    """One scrape config for a port of this machine (`extra`: scheme, ...).
+
+    `instance` names the machine (its node name): every target is `localhost:<port>`, so
+    without it the `instance` label of every machine's series would be the same. The
+    agent keeps the labels of a static config and adds the Juju topology to them
+    (opentelemetry-collector track/2, cos_agent requirer).
+    """
     job: dict[str, Any] = {
         "job_name": name,
         "metrics_path": path,
-        "static_configs": [{"targets": [f"localhost:{port}"]}],
+        "static_configs": [{"targets": [f"localhost:{port}"], "labels": {"instance": instance}}],
     }
     job.update(extra)
     return job
