@@ -57,7 +57,8 @@ AWS = (
 )
 KUBERNETES = (
     "kube-system: flannel, NVIDIA device plugin,",
-    "  DCGM exporter, MIG manager (GPU nodes)",
+    "  DCGM exporter, MIG manager (GPU nodes),",
+    "  kube-state-metrics (leader's machine)",
     "jobset-system, kueue-system: JobSet, Kueue",
     "ClusterQueue team-<app>, cohort gpu-k8s",
     "namespace <app>: ServiceAccount + RBAC,",

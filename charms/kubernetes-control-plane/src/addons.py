@@ -6,7 +6,8 @@
 Each add-on is applied when what decides it (pin, config, the workers' GPUs) differs from
 what the peer application databag says was applied last, so an event with nothing new
 sends no request. The manifests and decisions live in `flannel.py`, `device_plugin.py`,
-`dcgm_exporter.py`, `mig_manager.py` and `batch_engines.py`; this module is their ops side.
+`dcgm_exporter.py`, `mig_manager.py`, `kube_state_metrics.py` and `batch_engines.py`;
+this module is their ops side.
 
 Batch engines (JobSet, Kueue) come last in the leader's reconcile: a download that fails or
 a manifest whose sha256 is not the pinned one makes the unit Blocked naming the add-on, and
@@ -23,6 +24,7 @@ import batch_engines
 import dcgm_exporter
 import device_plugin
 import flannel
+import kube_state_metrics
 import kueue
 import mig_manager
 import ops
@@ -70,6 +72,21 @@ class Addons:
         objects = dcgm_exporter.manifests(config.image_registry)
         want = dcgm_exporter.fingerprint(objects)
         self._apply_gpu_addon("dcgm-exporter", "NVIDIA's DCGM exporter", objects, want, bag)
+
+    def apply_kube_state_metrics(
+        self, config: Config, bag: ops.RelationDataContent, node: str
+    ) -> None:
+        """Run kube-state-metrics on `node` (the leader's), where its COS agent scrapes it."""
+        objects = kube_state_metrics.manifests(node, config.image_registry)
+        want = kube_state_metrics.fingerprint(objects)
+        if bag.get("kube-state-metrics") == want:  # the manifests name the node
+            return
+        kube = self._kube()
+        for manifest in objects:
+            kube.apply(manifest, field_manager=FIELD_MANAGER)
+        bag["kube-state-metrics"] = want
+        bag["kube-state-metrics-node"] = node
+        logger.info("applied kube-state-metrics %s on %s", want, node)
 
     def _apply_gpu_addon(
         self,

@@ -34,6 +34,7 @@ import bootstrap
 import cluster_info
 import etcd
 import image_registry
+import kube_state_metrics
 import node
 import ops
 import registry
@@ -238,14 +239,29 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             if self._kube is not None:
                 self._kube.close()
                 self._kube = None
-        # this node's etcd member, once there is one (also after a reconcile that stopped)
-        if self._joined():
-            node_name = kubeadm.node_name(self.host)
-            self.cos.update([scrape_job("etcd", etcd.METRICS_PORT, instance=node_name)])
-        else:
-            self.cos.update([])
+        self.cos.update(self._scrape_jobs())
         status = self._problem or self._ready_status()
         self._stored.status = [status.name, status.message]
+
+    def _scrape_jobs(self) -> list[dict]:
+        """What this machine's COS agent scrapes (also after a reconcile that stopped).
+
+        Its etcd member once it joined, and kube-state-metrics where the leader runs it.
+        """
+        if not self._joined():
+            return []
+        name = kubeadm.node_name(self.host)
+        jobs = [scrape_job("etcd", etcd.METRICS_PORT, instance=name)]
+        peers = self._peers
+        if (
+            self.unit.is_leader()
+            and peers is not None
+            and peers.data[self.app].get("kube-state-metrics-node") == name
+        ):
+            jobs.append(
+                scrape_job(kube_state_metrics.NAME, kube_state_metrics.PORT, instance=name)
+            )
+        return jobs
 
     def _on_secret_expired(self, event: ops.SecretExpiredEvent) -> None:
         """Rotate what expired; remove the expired revision once a newer one replaced it.
@@ -414,6 +430,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         self.addons.apply_device_plugin(config, bag)
         self.addons.apply_dcgm_exporter(config, bag)
         self.addons.apply_mig_manager(config, bag)
+        self.addons.apply_kube_state_metrics(config, bag, kubeadm.node_name(self.host))
         self.access.serve_kube_api(bag)
         self.access.reach(config, peers, leader=True)
         pending = self.addons.apply_batch_engines(config, bag)  # last: may block

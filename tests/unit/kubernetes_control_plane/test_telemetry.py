@@ -1,42 +1,157 @@
-"""What a control-plane unit gives the COS agent: its etcd member, etcd rules, a dashboard."""
+"""What a control-plane unit gives the COS agent: etcd, kube-state-metrics, rules.
+
+Each unit's etcd member, and on the leader's machine kube-state-metrics, with the etcd
+and cluster alert rules and dashboards.
+
+kube-state-metrics runs where the leader is: applied to the fake API server by the
+leader's reconcile, its objects schema-checked, and scraped by the leader's agent only.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
 
+import kube_state_metrics
+import kubernetes_validate
+import pytest
+import yaml
 from ops import testing
 
 import charm
-from fakes.control_plane import peers
+from fakes.control_plane import peer, peers
+
+DEPLOYMENT = "/apis/apps/v1/namespaces/kube-system/deployments/kube-state-metrics"
+ROLE = "/apis/rbac.authorization.k8s.io/v1/clusterroles/kube-state-metrics"
+RESOURCES = "/api/v1/namespaces/kube-system/configmaps/kube-state-metrics-resources"
+NODE = "ip-10-0-1-17"  # the machine fixture's hostname
 
 
-def test_a_bootstrapped_unit_has_its_etcd_scraped_with_the_etcd_rules(machine, api, tmp_path):
+def _job(index: int, name: str, port: int) -> dict:
+    return {
+        "job_name": f"kubernetes-control-plane_{index}_{name}",
+        "metrics_path": "/metrics",
+        "static_configs": [{"targets": [f"localhost:{port}"], "labels": {"instance": NODE}}],
+    }
+
+
+@pytest.fixture
+def charm_ctx(tmp_path):
+    """A Context whose charm root has the charm's rules and dashboards, as packed."""
     src = Path(charm.__file__).parent
     for part in ("prometheus_alert_rules", "grafana_dashboards"):
         shutil.copytree(src / part, tmp_path / "charm" / "src" / part)
-    ctx = testing.Context(charm.KubernetesControlPlaneCharm, charm_root=tmp_path / "charm")
+    return testing.Context(charm.KubernetesControlPlaneCharm, charm_root=tmp_path / "charm")
+
+
+def _agent_config(out: testing.State, agent: testing.Relation) -> dict:
+    return json.loads(out.get_relation(agent.id).local_unit_data["config"])
+
+
+def test_the_leader_has_its_etcd_and_kube_state_metrics_scraped_with_the_rules(
+    machine, api, charm_ctx
+):
     agent = testing.Relation("cos-agent", remote_app_name="opentelemetry-collector")
 
-    out = ctx.run(
-        ctx.on.relation_joined(agent), testing.State(leader=True, relations=[peers(), agent])
+    out = charm_ctx.run(
+        charm_ctx.on.relation_joined(agent), testing.State(leader=True, relations=[peers(), agent])
     )
 
     assert len(machine.inits) == 1  # the same event bootstrapped the cluster
-    config = json.loads(out.get_relation(agent.id).local_unit_data["config"])
+    config = _agent_config(out, agent)
     assert config["metrics_scrape_jobs"] == [
-        {
-            "job_name": "kubernetes-control-plane_0_etcd",
-            "metrics_path": "/metrics",
-            "static_configs": [
-                {"targets": ["localhost:2381"], "labels": {"instance": "ip-10-0-1-17"}}
-            ],
-        }
+        _job(0, "etcd", 2381),
+        _job(1, "kube-state-metrics", 8080),
     ]
     alerts = {r["alert"] for g in config["metrics_alert_rules"]["groups"] for r in g["rules"]}
-    assert alerts == {"EtcdNoLeader", "EtcdFrequentLeaderChanges", "EtcdDatabaseNearQuota"}
-    assert len(config["dashboards"]) == 1
+    assert alerts == {
+        "EtcdNoLeader",
+        "EtcdFrequentLeaderChanges",
+        "EtcdDatabaseNearQuota",
+        "GpuNodeNotReady",
+        "TrainingJobRestartingRepeatedly",
+        "TrainingJobQueuedTooLong",
+    }
+    assert len(config["dashboards"]) == 2  # etcd, cluster
+    assert peer(out).local_app_data["kube-state-metrics-node"] == NODE
+
+
+def test_kube_state_metrics_runs_on_the_leaders_node_listening_on_loopback_only(machine, api, ctx):
+    ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
+
+    deployment = api.get_object(DEPLOYMENT)
+    spec = deployment["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    assert container["image"] == "registry.k8s.io/kube-state-metrics/kube-state-metrics:v2.20.0"
+    assert spec["nodeSelector"] == {"kubernetes.io/hostname": NODE}
+    assert spec["hostNetwork"] is True
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    # both listeners on loopback (each defaults to "::"); the probes go there too,
+    # since without a host they would go to the pod IP, the node's address
+    args = container["args"]
+    assert {"--host=127.0.0.1", "--telemetry-host=127.0.0.1", "--port=8080"} <= set(args)
+    assert container["livenessProbe"]["httpGet"] == {
+        "host": "127.0.0.1",
+        "path": "/livez",
+        "port": 8080,
+    }
+    assert container["readinessProbe"]["httpGet"]["port"] == 8081
+    # node metrics, plus the JobSet and Workload metrics of our configuration (not
+    # --custom-resource-state-only, which would drop the node metrics)
+    assert "--resources=nodes" in args
+    assert not any(a.startswith("--custom-resource-state-only") for a in args)
+    config = api.get_object(RESOURCES)["data"]["kube-state-metrics-resources.yaml"]
+    kinds = {r["groupVersionKind"]["kind"] for r in yaml.safe_load(config)["spec"]["resources"]}
+    assert kinds == {"JobSet", "Workload"}
+    # it reads, never writes; and finds the kinds through their CRDs
+    rules = api.get_object(ROLE)["rules"]
+    assert {v for r in rules for v in r["verbs"]} == {"list", "watch"}
+    assert {r for rule in rules for r in rule["resources"]} == {
+        "nodes",
+        "customresourcedefinitions",
+        "jobsets",
+        "workloads",
+    }
+
+
+def test_a_new_leader_moves_kube_state_metrics_to_its_node(machine, api, ctx, charm_ctx):
+    # the old leader ran it on ip-10-0-1-99; this unit becomes the leader
+    old = {"kube-state-metrics": "v2.20.0 0123456789abcdef", "kube-state-metrics-node": "x"}
+    state = ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
+    bag = {**peer(state).local_app_data, **old, "kube-state-metrics-node": "ip-10-0-1-99"}
+    agent = testing.Relation("cos-agent", remote_app_name="opentelemetry-collector")
+    moved = dataclasses.replace(
+        state, relations=[dataclasses.replace(peer(state), local_app_data=bag), agent]
+    )
+
+    out = charm_ctx.run(charm_ctx.on.leader_elected(), moved)
+
+    selector = api.get_object(DEPLOYMENT)["spec"]["template"]["spec"]["nodeSelector"]
+    assert selector == {"kubernetes.io/hostname": NODE}
+    assert peer(out).local_app_data["kube-state-metrics-node"] == NODE
+    assert _job(1, "kube-state-metrics", 8080) in _agent_config(out, agent)["metrics_scrape_jobs"]
+
+
+def test_a_unit_that_is_not_the_leader_leaves_kube_state_metrics_to_it(machine, api, ctx):
+    state = ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
+    assert peer(state).local_app_data["kube-state-metrics-node"] == NODE
+    agent = testing.Relation("cos-agent", remote_app_name="opentelemetry-collector")
+    follower = dataclasses.replace(state, leader=False, relations=[*state.relations, agent])
+
+    out = ctx.run(ctx.on.relation_joined(agent), follower)
+
+    # (leadership moved away: the new leader's agent scrapes it where it moves it)
+    assert _agent_config(out, agent)["metrics_scrape_jobs"] == [_job(0, "etcd", 2381)]
+
+
+def test_kube_state_metrics_objects_are_valid_kubernetes_objects():
+    for obj in kube_state_metrics.manifests(NODE, "registry.example.com/mirror"):
+        kubernetes_validate.validate(obj, "1.35.0", strict=True)
+    deployment = kube_state_metrics.manifests(NODE, "registry.example.com/mirror")[-1]
+    image = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert image == "registry.example.com/mirror/kube-state-metrics/kube-state-metrics:v2.20.0"
 
 
 def test_a_unit_that_has_not_joined_offers_no_etcd(machine, tmp_path):

@@ -2,9 +2,12 @@
 
 A query can name a metric nobody exports and still be valid PromQL, so each metric name
 in a rule or a dashboard must be one the exporters document: DCGM's fields as NVIDIA's
-dcgm-exporter lists them, etcd's as etcd defines them (tests/fixtures/*/, each with its
-source). promtool (Debian's `prometheus`) checks the rules as Prometheus loads them and
-runs the etcd rules' unit tests here; the GPU rules' are in tests/unit/kubernetes_worker.
+dcgm-exporter lists them, etcd's as etcd defines them, kube-state-metrics' node metrics
+as it documents them (tests/fixtures/*/, each with its source) and the JobSet and
+Workload metrics our kube-state-metrics configuration names. promtool (Debian's
+`prometheus`) checks the rules and every dashboard query as Prometheus parses them and
+runs the etcd and cluster rules' unit tests here; the GPU rules' are in
+tests/unit/kubernetes_worker.
 """
 
 from __future__ import annotations
@@ -34,8 +37,10 @@ needs_promtool = pytest.mark.skipif(
 PROMQL = {
     "rate", "increase", "irate", "avg_over_time", "max_over_time", "min_over_time",
     "histogram_quantile", "avg", "sum", "count", "max", "min", "by", "without", "and",
-    "or", "unless", "on", "ignoring", "bool", "offset",
+    "or", "unless", "on", "ignoring", "bool", "offset", "changes", "time", "vector",
 }  # fmt: skip
+# kube-state-metrics' metrics about JobSets and Workloads are named by our configuration
+KSM_RESOURCES = ROOT / "charms/kubernetes-control-plane/src/kube-state-metrics-resources.yaml"
 
 
 def _documented() -> set[str]:
@@ -43,10 +48,13 @@ def _documented() -> set[str]:
     for path in (
         FIXTURES / "dcgm" / "documented-fields.txt",
         FIXTURES / "etcd" / "documented-metrics.txt",
+        FIXTURES / "kube-state-metrics" / "documented-metrics.txt",
     ):
         for line in path.read_text().splitlines():
             if line.strip() and not line.startswith("#"):
                 names.add(line.strip())
+    for resource in yaml.safe_load(KSM_RESOURCES.read_text())["spec"]["resources"]:
+        names |= {f"{resource['metricNamePrefix']}_{m['name']}" for m in resource["metrics"]}
     # a histogram exposes its series under these suffixes
     return names | {f"{n}{s}" for n in names for s in ("_bucket", "_sum", "_count")}
 
@@ -111,6 +119,27 @@ def test_dashboards_are_grafana_json_over_documented_metrics(path):
         for target in panel["targets"]:
             unknown = metric_names(target["expr"]) - documented
             assert not unknown, f"{path.name} {panel['title']}: undocumented {unknown}"
+
+
+@needs_promtool
+def test_prometheus_parses_every_dashboard_query(tmp_path):
+    """Each panel's query as a recording rule: promtool refuses what PromQL cannot parse."""
+    rules = [
+        {
+            "record": f"dashboard:{path.stem.replace('-', '_')}:{panel['id']}",
+            "expr": target["expr"],
+        }
+        for path in DASHBOARDS
+        for panel in json.loads(path.read_text())["panels"]
+        for target in panel["targets"]
+    ]
+    path = tmp_path / "dashboards.rules"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboards", "rules": rules}]}))
+    assert PROMTOOL, "promtool is missing (CI installs Debian's prometheus package)"
+    done = subprocess.run(
+        [PROMTOOL, "check", "rules", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_dashboard_uids_are_unique():
@@ -188,3 +217,117 @@ def _annotations(rules: Path, alert: str) -> dict[str, str]:
                     for k, v in rule["annotations"].items()
                 }
     raise AssertionError(alert)
+
+
+def _render(rules: Path, alert: str, labels: dict[str, str], value: str) -> dict[str, str]:
+    """The rule's annotations as Prometheus fills them in for `labels` and `value`."""
+    (rule,) = [
+        r
+        for g in yaml.safe_load(rules.read_text())["groups"]
+        for r in g["rules"]
+        if r["alert"] == alert
+    ]
+    out = {}
+    for key, text in rule["annotations"].items():
+        text = re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels[m.group(1)], text)
+        out[key] = text.replace("{{ $value }}", value)
+    return out
+
+
+def _promtool_test(tmp_path: Path, rules: Path, tests: list[dict]) -> None:
+    path = tmp_path / "rules_test.yml"
+    body = {"rule_files": [str(rules)], "evaluation_interval": "1m", "tests": tests}
+    path.write_text(yaml.safe_dump(body, sort_keys=False))
+    assert PROMTOOL, "promtool is missing (CI installs Debian's prometheus package)"
+    done = subprocess.run(
+        [PROMTOOL, "test", "rules", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@needs_promtool
+def test_the_cluster_alerts_fire_when_they_should(tmp_path):
+    """Series as kube-state-metrics serves them, the leader's scrape labels added."""
+    rules = ROOT / "charms/kubernetes-control-plane/src/prometheus_alert_rules/cluster.rules"
+    scrape = 'instance="cp-0",job="kube-state-metrics"'
+    ready = 'kube_node_status_condition{%s,node="%s",condition="Ready",status="true"}'
+    gpus = 'kube_node_status_capacity{%s,node="%s",resource="nvidia_com_gpu",unit="integer"}'
+    jobset = 'jobset_status_restarts{%s,namespace="tensorflow",jobset="%s"}'
+    created = 'kueue_workload_created_timestamp_seconds{%s,namespace="tensorflow",workload="%s",local_queue="training"}'  # noqa: E501
+    condition = 'kueue_workload_condition{%s,namespace="tensorflow",workload="%s",local_queue="training",condition="%s",reason="%s"}'  # noqa: E501
+    gpu_down = {**_labels(scrape), "node": "gpu-0", "condition": "Ready", "status": "true"}
+    flapping = {**_labels(scrape), "namespace": "tensorflow", "jobset": "flaky"}
+    waiting = {**_labels(scrape), "namespace": "tensorflow", "workload": "jobset-big-1a2b3"}
+    waiting["local_queue"] = "training"
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": [
+                # gpu-0 goes NotReady at minute 2; cpu-0 (no GPUs) is down all along
+                {"series": ready % (scrape, "gpu-0"), "values": "1 1 0x20"},
+                {"series": gpus % (scrape, "gpu-0"), "values": "4x22"},
+                {"series": ready % (scrape, "cpu-0"), "values": "0x22"},
+                # flaky restarts twice within minutes; steady once; reused was stopped
+                # after 3 restarts and trained again under its name (its count starts over)
+                {"series": jobset % (scrape, "flaky"), "values": "0 0 1 1 2 2 2"},
+                {"series": jobset % (scrape, "steady"), "values": "0 1 1 1 1 1 1"},
+                {"series": jobset % (scrape, "reused"), "values": "3 3 0 0 0 0 0"},
+                # big waits from minute 0; small was admitted at once; done finished
+                {"series": created % (scrape, "jobset-big-1a2b3"), "values": "0x70"},
+                {"series": created % (scrape, "jobset-small-4c5d6"), "values": "0x70"},
+                {
+                    "series": condition
+                    % (scrape, "jobset-small-4c5d6", "QuotaReserved", "QuotaReserved"),
+                    "values": "1x70",
+                },
+                {
+                    "series": condition % (scrape, "jobset-big-1a2b3", "QuotaReserved", "Pending"),
+                    "values": "0x70",
+                },
+            ],
+            "alert_rule_test": [
+                {"eval_time": "6m", "alertname": "GpuNodeNotReady", "exp_alerts": []},
+                {
+                    "eval_time": "8m",
+                    "alertname": "GpuNodeNotReady",
+                    "exp_alerts": [
+                        {
+                            "exp_labels": {**gpu_down, "severity": "critical"},
+                            "exp_annotations": _render(rules, "GpuNodeNotReady", gpu_down, ""),
+                        }
+                    ],
+                },
+                {
+                    "eval_time": "3m",
+                    "alertname": "TrainingJobRestartingRepeatedly",
+                    "exp_alerts": [],
+                },
+                {
+                    "eval_time": "5m",
+                    "alertname": "TrainingJobRestartingRepeatedly",
+                    "exp_alerts": [
+                        {
+                            "exp_labels": {**flapping, "severity": "warning"},
+                            "exp_annotations": _render(
+                                rules, "TrainingJobRestartingRepeatedly", flapping, "2"
+                            ),
+                        }
+                    ],
+                },
+                {"eval_time": "59m", "alertname": "TrainingJobQueuedTooLong", "exp_alerts": []},
+                {
+                    "eval_time": "61m",
+                    "alertname": "TrainingJobQueuedTooLong",
+                    "exp_alerts": [
+                        {
+                            "exp_labels": {**waiting, "severity": "warning"},
+                            "exp_annotations": _render(
+                                rules, "TrainingJobQueuedTooLong", waiting, "3660"
+                            ),
+                        }
+                    ],
+                },
+            ],
+        }
+    ]
+    _promtool_test(tmp_path, rules, tests)

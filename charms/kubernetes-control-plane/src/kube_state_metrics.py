@@ -1,0 +1,185 @@
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""kube-state-metrics: the cluster's state as metrics, for COS's alerts (no ops imports).
+
+The alerts a GPU cluster needs beyond the GPUs' own (a GPU node NotReady, a job that
+keeps restarting its gang, a job waiting long for admission) are about objects in the
+API: Nodes, JobSets, Kueue Workloads. kube-apiserver, Kueue and JobSet serve metrics
+only to a bearer token, which the `cos_agent` databag cannot carry (plain relation
+data), so the leader runs kube-state-metrics, which reads those objects with its own
+ServiceAccount and serves plain HTTP: one replica, with the host's network, on the
+leader's node, listening on 127.0.0.1 only, where the leader's COS agent scrapes it as
+localhost. Nothing outside the machine reaches it. When leadership moves, the new
+leader moves it to its own node.
+
+It serves node metrics (`--resources=nodes`: kube_node_status_condition,
+kube_node_status_capacity) and, through its Custom Resource State configuration
+(`kube-state-metrics-resources.yaml` next to this module), JobSet restarts and
+conditions and Kueue Workload creation times and conditions. It finds those kinds
+through their CRDs, so it starts before JobSet and Kueue are installed (or without
+them) and picks them up when they come.
+
+Upstream sources (kubernetes/kube-state-metrics v2.20.0, checked 2026-11-24):
+pkg/options/options.go (flags: --host and --telemetry-host default to "::", ports 8080
+and 8081), pkg/app/server.go (/livez on the metrics port asks the API server, /readyz
+on the telemetry port; CRS resources are added to --resources, while
+--custom-resource-state-only would drop the node metrics), internal/discovery (CRS
+watches customresourcedefinitions: list/watch on them is needed), Dockerfile (distroless,
+user nobody), examples/standard (probes, security context). A probe goes to the pod IP
+unless it names a host, and with the host's network that is the node's address, where
+nothing listens: the probes name 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from batch_engines import CONTROL_PLANE_TOLERATION
+from literals import FIELD_MANAGER, MANAGED_BY_LABEL
+
+from charms.gpu_k8s.v0 import images
+
+# The newest release on 2026-11-24 (tagged 2026-08-17), the one whose compatibility
+# matrix names Kubernetes 1.36 (README.md at v2.20.0; built with client-go v0.36.3).
+VERSION = "v2.20.0"
+IMAGE = f"registry.k8s.io/kube-state-metrics/kube-state-metrics:{VERSION}"
+NAMESPACE = "kube-system"
+NAME = "kube-state-metrics"
+PORT = 8080  # /metrics, /livez
+TELEMETRY_PORT = 8081  # its own metrics, /readyz
+LISTEN_HOST = "127.0.0.1"
+RESOURCES_FILE = Path(__file__).with_name("kube-state-metrics-resources.yaml")
+CONFIG_DIR = "/etc/kube-state-metrics"
+HOSTNAME_LABEL = "kubernetes.io/hostname"  # kubelet's, the node name on kubeadm nodes
+
+# Read-only, and only what it reads: nodes, the two kinds, and the CRDs it finds them by.
+RULES = [
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},
+    {
+        "apiGroups": ["apiextensions.k8s.io"],
+        "resources": ["customresourcedefinitions"],
+        "verbs": ["list", "watch"],
+    },
+    {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["list", "watch"]},
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["list", "watch"]},
+]
+
+
+def _meta(name: str, namespaced: bool = True) -> dict:
+    meta = {
+        "name": name,
+        "labels": {"app.kubernetes.io/name": NAME, MANAGED_BY_LABEL: FIELD_MANAGER},
+    }
+    if namespaced:
+        meta["namespace"] = NAMESPACE
+    return meta
+
+
+def _container(image_registry: str) -> dict:
+    def probe(path: str, port: int) -> dict:
+        return {
+            "httpGet": {"host": LISTEN_HOST, "path": path, "port": port},
+            "initialDelaySeconds": 5,
+            "timeoutSeconds": 5,
+        }
+
+    return {
+        "name": NAME,
+        "image": images.mirrored(IMAGE, image_registry),
+        "args": [
+            f"--host={LISTEN_HOST}",
+            f"--port={PORT}",
+            f"--telemetry-host={LISTEN_HOST}",
+            f"--telemetry-port={TELEMETRY_PORT}",
+            "--resources=nodes",
+            f"--custom-resource-state-config-file={CONFIG_DIR}/{RESOURCES_FILE.name}",
+        ],
+        "livenessProbe": probe("/livez", PORT),
+        "readinessProbe": probe("/readyz", TELEMETRY_PORT),
+        "resources": {
+            "requests": {"cpu": "50m", "memory": "64Mi"},
+            "limits": {"memory": "256Mi"},
+        },
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": 65534,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}],
+    }
+
+
+def manifests(node: str, image_registry: str = "") -> list[dict]:
+    """Everything it needs, in the order applied; it runs on `node` (the leader's).
+
+    `image_registry` (the charm's `image-registry`, validated) moves the image there.
+    """
+    text = RESOURCES_FILE.read_text()
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    rbac = "rbac.authorization.k8s.io/v1"
+    subject = {"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}
+    role_ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NAME}
+    pod_spec = {
+        "serviceAccountName": NAME,
+        "hostNetwork": True,
+        "dnsPolicy": "ClusterFirstWithHostNet",
+        "priorityClassName": "system-cluster-critical",
+        "nodeSelector": {HOSTNAME_LABEL: node},
+        "tolerations": [CONTROL_PLANE_TOLERATION],
+        "containers": [_container(image_registry)],
+        "volumes": [{"name": "config", "configMap": {"name": f"{NAME}-resources"}}],
+    }
+    pod_labels = {"app.kubernetes.io/name": NAME}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(NAME),
+        "spec": {
+            "replicas": 1,
+            # the old pod must free 127.0.0.1:8080 before a new one on the same node binds
+            "strategy": {"type": "Recreate"},
+            "selector": {"matchLabels": pod_labels},
+            "template": {
+                "metadata": {
+                    "labels": pod_labels,
+                    "annotations": {"gpu-k8s.io/config-hash": digest},
+                },
+                "spec": pod_spec,
+            },
+        },
+    }
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(NAME)},
+        {
+            "apiVersion": rbac,
+            "kind": "ClusterRole",
+            "metadata": _meta(NAME, namespaced=False),
+            "rules": RULES,
+        },
+        {
+            "apiVersion": rbac,
+            "kind": "ClusterRoleBinding",
+            "metadata": _meta(NAME, namespaced=False),
+            "roleRef": role_ref,
+            "subjects": [subject],
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": _meta(f"{NAME}-resources"),
+            "data": {RESOURCES_FILE.name: text},
+        },
+        deployment,
+    ]
+
+
+def fingerprint(objects: list[dict]) -> str:
+    """What was applied, for the peer data: the version and a digest of the manifests."""
+    text = json.dumps(objects, sort_keys=True)
+    return f"{VERSION} {hashlib.sha256(text.encode()).hexdigest()[:16]}"
