@@ -42,8 +42,9 @@ def free_port() -> int:
 class HAProxy:
     """`haproxy -W -db -f <config>` on a free loopback port, forwarding to `servers`."""
 
-    def __init__(self, servers: Sequence[str]):
+    def __init__(self, servers: Sequence[str], metrics: api_proxy.MetricsAccess | None = None):
         self.port = free_port()
+        self.metrics = metrics
         self._dir = tempfile.TemporaryDirectory(prefix="haproxy-")
         self.config = Path(self._dir.name) / "haproxy.cfg"
         self.write(servers)
@@ -63,7 +64,9 @@ class HAProxy:
 
     def write(self, servers: Sequence[str]) -> None:
         """Write the charms' configuration for `servers` (not applied until `reload`)."""
-        text = api_proxy.render_config(servers, port=self.port, service=False)
+        text = api_proxy.render_config(
+            servers, port=self.port, service=False, metrics=self.metrics
+        )
         self.config.write_text(text)
         check = subprocess.run(
             [BINARY, "-c", "-q", "-f", str(self.config)], capture_output=True, text=True

@@ -260,6 +260,7 @@ class ControlPlaneMachine:
         self.machine.write("/etc/kubernetes/admin.conf", self.api.kubeconfig(ADMIN_TOKEN), 0o600)
         self.machine.write("/etc/kubernetes/pki/ca.crt", CA_PEM)
         self.machine.write("/etc/kubernetes/kubelet.conf", "apiVersion: v1\nkind: Config\n")
+        self.machine.kubelet_client_cert()
         name = init["nodeRegistration"]["name"]
         cluster = next(d for d in docs if d["kind"] == "ClusterConfiguration")
         self._write_apiserver_cert(name, init["localAPIEndpoint"]["advertiseAddress"], cluster)

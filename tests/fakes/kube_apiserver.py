@@ -63,7 +63,7 @@ import uuid
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import yaml
 
@@ -211,7 +211,8 @@ def parse_path(
     `resources` is what the server serves (built-in kinds plus its CRDs' kinds).
     """
     known = resources or RESOURCES
-    parts = [p for p in path.split("/") if p]
+    # Go's net/http hands the server the decoded path: `system%3Anodes` is `system:nodes`
+    parts = [unquote(p) for p in path.split("/") if p]
     unknown = ApiError(404, "NotFound", "the server could not find the requested resource")
     if len(parts) >= 2 and parts[0] == "api":
         gv, rest = parts[1], parts[2:]

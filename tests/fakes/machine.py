@@ -250,10 +250,10 @@ class FakeMachine:
         return out
 
     def proxy_servers(self) -> list[str]:
-        """The API servers the node-local HAProxy forwards to (its `server` lines)."""
+        """The API servers the node-local HAProxy forwards to (its `server api-N` lines)."""
         text = self.read(api_proxy.CONFIG) or ""
         return [
-            line.split()[2] for line in text.splitlines() if line.strip().startswith("server ")
+            line.split()[2] for line in text.splitlines() if line.strip().startswith("server api-")
         ]
 
     def path(self, absolute: str) -> Path:
@@ -271,6 +271,21 @@ class FakeMachine:
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text)
         p.chmod(mode)
+
+    def kubelet_client_cert(self, issued: str = "2026-11-24-10-00-00") -> str:
+        """Kubelet's client certificate after its TLS bootstrap (or a rotation).
+
+        As client-go's certificate store does (util/certificate/certificate_store.go):
+        certificate and key in one dated PEM, 0600, and `kubelet-client-current.pem`
+        an absolute link to it, replaced at each rotation. Returns the dated path.
+        """
+        pki = "/var/lib/kubelet/pki"
+        dated = f"{pki}/kubelet-client-{issued}.pem"
+        self.write(dated, "-----BEGIN CERTIFICATE-----\n-----BEGIN EC PRIVATE KEY-----\n", 0o600)
+        link = self.path(f"{pki}/kubelet-client-current.pem")
+        link.unlink(missing_ok=True)
+        link.symlink_to(dated)  # absolute, a path on the machine
+        return dated
 
     # -- programs ---------------------------------------------------------------------
 
@@ -576,6 +591,7 @@ class FakeMachine:
         elif phase == "kubelet-start":
             self.write("/etc/kubernetes/pki/ca.crt", self.ca_pem)
             self.write(kubeadm.KUBELET_CONF, "apiVersion: v1\nkind: Config\n# kubelet client\n")
+            self.kubelet_client_cert()
         elif phase == "etcd-join":
             if self.on_etcd_join is not None:
                 self.on_etcd_join(argv, yaml.safe_dump(config))

@@ -9,14 +9,17 @@ end to end. HAProxy is the Debian/Ubuntu package's binary (`.ci/run` installs it
 from __future__ import annotations
 
 import http.client
+import http.server
 import json
 import os
+import threading
 import time
 from collections.abc import Iterator
 
 import pytest
-from haproxy_runner import MISSING, HAProxy, available
+from haproxy_runner import MISSING, HAProxy, available, free_port
 
+from charms.gpu_k8s.v0 import api_proxy
 from charms.gpu_k8s.v0.kubeclient import Kube
 from fakes.kube_apiserver import FakeKubeApiServer
 from fakes.tls import ServerCert, make_server_cert
@@ -120,3 +123,133 @@ def test_a_reload_keeps_open_connections_and_sends_new_ones_to_the_new_list(serv
         assert _whoami(kept) == "a"  # the old worker still serves what it had
         assert {served_by(proxy, cert) for _ in range(5)} == {"b"}
         kept.close()
+
+
+# -- the node's metrics for the COS agent ------------------------------------------------
+
+
+class _MetricsServer:
+    """kubelet's or an API server's HTTPS port, answering who asked.
+
+    Only a client certificate from the cluster CA gets in, as kubeadm configures both.
+    """
+
+    def __init__(self, serving: ServerCert, cluster: ServerCert):
+        self.requests: list[tuple[str, str]] = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _answer(self) -> None:
+                outer.requests.append((self.command, self.path))
+                subject = dict(x[0] for x in self.connection.getpeercert()["subject"])
+                body = f"# asked by {subject['commonName']}\nup 1\n".encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = _answer  # noqa: N815 (http.server's names)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.socket = cluster.mutual_server_context(serving).wrap_socket(
+            self.server.socket, server_side=True
+        )
+        self.address = f"127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _access(
+    cert: ServerCert, tmp_path, api_server: str, kubelet: str = api_proxy.KUBELET
+) -> api_proxy.MetricsAccess:
+    """Metrics frontends on free ports; the node's client PEM and the CA from `cert`."""
+    client = tmp_path / "kubelet-client-2026-11-24-10-00-00.pem"
+    client.write_text(cert.client_pem("system:node:ip-10-0-1-17", "system:nodes"))
+    ca_file = tmp_path / "ca.crt"
+    ca_file.write_text(cert.ca_pem)
+    return api_proxy.MetricsAccess(
+        client_cert=str(client),
+        api_server=api_server,
+        kubelet=kubelet,
+        ca_file=str(ca_file),
+        kubelet_port=free_port(),
+        api_server_port=free_port(),
+    )
+
+
+@pytest.fixture
+def node_metrics(cert, servers, tmp_path) -> Iterator[tuple[HAProxy, _MetricsServer, ...]]:
+    """HAProxy with the metrics frontends in front of a kubelet and an API server.
+
+    kubelet serves a self-signed certificate of its own, the API server one from the
+    cluster CA; the node's client PEM is from that CA.
+    """
+    kubelet = _MetricsServer(make_server_cert("ip-10-0-1-17@1700000000"), cert)
+    api_server = _MetricsServer(cert, cert)
+    metrics = _access(cert, tmp_path, api_server.address, kubelet=kubelet.address)
+    with HAProxy([servers["a"].address], metrics=metrics) as proxy:
+        yield proxy, kubelet, api_server
+    kubelet.stop()
+    api_server.stop()
+
+
+def _get(port: int, path: str, method: str = "GET") -> tuple[int, str]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.request(method, path)
+        response = conn.getresponse()
+        return response.status, response.read().decode()
+    finally:
+        conn.close()
+
+
+def test_the_agent_reads_kubelet_and_api_server_metrics_as_the_node(node_metrics):
+    proxy, kubelet, api_server = node_metrics
+    ports = proxy.metrics
+
+    for port, path in (
+        (ports.kubelet_port, "/metrics"),
+        (ports.kubelet_port, "/metrics/cadvisor"),
+        (ports.api_server_port, "/metrics"),
+    ):
+        status, body = _get(port, path)
+        assert status == 200, body
+        assert "# asked by system:node:ip-10-0-1-17" in body  # the kubelet's own identity
+
+    assert kubelet.requests == [("GET", "/metrics"), ("GET", "/metrics/cadvisor")]
+    assert api_server.requests == [("GET", "/metrics")]
+
+
+def test_nothing_but_reading_metrics_gets_through(node_metrics):
+    proxy, kubelet, api_server = node_metrics
+    ports = proxy.metrics
+
+    # the kubelet's certificate could read pods, logs or exec: HAProxy lets none of it by
+    for port, path, method in (
+        (ports.kubelet_port, "/pods", "GET"),
+        (ports.kubelet_port, "/metricsx", "GET"),
+        (ports.kubelet_port, "/run/default/pod/container", "POST"),
+        (ports.kubelet_port, "/metrics", "POST"),
+        (ports.api_server_port, "/api/v1/secrets", "GET"),
+    ):
+        assert _get(port, path, method)[0] == 403, (port, path, method)
+
+    assert kubelet.requests == [] and api_server.requests == []
+
+
+def test_an_api_server_the_cluster_ca_did_not_sign_gets_no_request(cert, tmp_path):
+    impostor = _MetricsServer(make_server_cert("kube-apiserver"), cert)
+    metrics = _access(cert, tmp_path, impostor.address)
+    try:
+        with HAProxy([impostor.address], metrics=metrics) as proxy:
+            status, _ = _get(proxy.metrics.api_server_port, "/metrics")
+    finally:
+        impostor.stop()
+    assert status == 503  # the TLS check failed: no server to send it to
+    assert impostor.requests == []

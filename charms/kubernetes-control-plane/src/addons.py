@@ -16,6 +16,8 @@ everything before (workers, kube-api consumers) is already served.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -28,6 +30,7 @@ import kube_state_metrics
 import kueue
 import mig_manager
 import ops
+import rbac
 import registry
 from errors import StatusError
 from literals import FIELD_MANAGER, JOBSET, KUEUE
@@ -79,14 +82,28 @@ class Addons:
         """Run kube-state-metrics on `node` (the leader's), where its COS agent scrapes it."""
         objects = kube_state_metrics.manifests(node, config.image_registry)
         want = kube_state_metrics.fingerprint(objects)
-        if bag.get("kube-state-metrics") == want:  # the manifests name the node
-            return
+        if self._apply_once("kube-state-metrics", objects, want, bag):  # they name the node
+            bag["kube-state-metrics-node"] = node
+            logger.info("applied kube-state-metrics %s on %s", want, node)
+
+    def apply_node_metrics_access(self, bag: ops.RelationDataContent) -> None:
+        """Let every node read its kubelet's and API server's metrics as itself."""
+        objects = rbac.node_metrics_manifests()
+        want = hashlib.sha256(json.dumps(objects, sort_keys=True).encode()).hexdigest()[:16]
+        if self._apply_once("node-metrics-rbac", objects, want, bag):
+            logger.info("nodes may read their metrics (%s)", rbac.NODE_METRICS)
+
+    def _apply_once(
+        self, key: str, objects: list[dict[str, Any]], want: str, bag: ops.RelationDataContent
+    ) -> bool:
+        """Apply `objects` unless `bag[key]` says `want` was applied; True when it applied."""
+        if bag.get(key) == want:
+            return False
         kube = self._kube()
         for manifest in objects:
             kube.apply(manifest, field_manager=FIELD_MANAGER)
-        bag["kube-state-metrics"] = want
-        bag["kube-state-metrics-node"] = node
-        logger.info("applied kube-state-metrics %s on %s", want, node)
+        bag[key] = want
+        return True
 
     def _apply_gpu_addon(
         self,
@@ -129,13 +146,8 @@ class Addons:
             return
         objects = mig_manager.manifests(gpus, config.image_registry)
         want = mig_manager.fingerprint(objects)
-        if bag.get("mig-manager") == want:
-            return
-        kube = self._kube()
-        for manifest in objects:
-            kube.apply(manifest, field_manager=FIELD_MANAGER)
-        bag["mig-manager"] = want
-        logger.info("applied the NVIDIA MIG manager %s for %d GPU models", want, len(gpus))
+        if self._apply_once("mig-manager", objects, want, bag):
+            logger.info("applied the NVIDIA MIG manager %s for %d GPU models", want, len(gpus))
 
     # -- batch engines --------------------------------------------------------------------
 

@@ -57,7 +57,7 @@ from settings import Config, KubeconfigParams, NoParams
 
 from charms.gpu_k8s.v0 import api_proxy, kubeadm
 from charms.gpu_k8s.v0.apt import AptError
-from charms.gpu_k8s.v0.cos_agent import CosAgentProvider, scrape_job
+from charms.gpu_k8s.v0.cos_agent import CosAgentProvider, node_jobs, scrape_job
 from charms.gpu_k8s.v0.databag import write
 from charms.gpu_k8s.v0.kube_api import KubeApiProvider
 from charms.gpu_k8s.v0.kubeclient import KubeError
@@ -209,7 +209,8 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
                 ops.WaitingStatus("waiting for a joined control-plane unit to publish its address")
             )
         try:
-            api_proxy.configure(self.host, servers)
+            metrics = api_proxy.metrics_access(self.host, api_server=f"127.0.0.1:{API_PORT}")
+            api_proxy.configure(self.host, servers, metrics)
         except ValueError as e:
             raise StatusError(ops.WaitingStatus(f"cannot configure the API proxy: {e}")) from None
         except AptError as e:
@@ -246,12 +247,15 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
     def _scrape_jobs(self) -> list[dict]:
         """What this machine's COS agent scrapes (also after a reconcile that stopped).
 
-        Its etcd member once it joined, and kube-state-metrics where the leader runs it.
+        Its etcd member once it joined, its kubelet and API server (through HAProxy, as
+        the node), and kube-state-metrics where the leader runs it.
         """
         if not self._joined():
             return []
         name = kubeadm.node_name(self.host)
         jobs = [scrape_job("etcd", etcd.METRICS_PORT, instance=name)]
+        if api_proxy.metrics_access(self.host):
+            jobs += node_jobs(name, api_server=True)
         peers = self._peers
         if (
             self.unit.is_leader()
@@ -413,6 +417,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         self._configure_api_proxy(peers)
         if not self._joined():
             self.membership.bootstrap(config, peers)
+            self._configure_api_proxy(peers)  # the new kubelet's certificate serves metrics
         elif not bag.get("join-secret-id"):
             self.membership.recover(config, peers)
         self._mark_member(peers)
@@ -431,6 +436,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         self.addons.apply_dcgm_exporter(config, bag)
         self.addons.apply_mig_manager(config, bag)
         self.addons.apply_kube_state_metrics(config, bag, kubeadm.node_name(self.host))
+        self.addons.apply_node_metrics_access(bag)
         self.access.serve_kube_api(bag)
         self.access.reach(config, peers, leader=True)
         pending = self.addons.apply_batch_engines(config, bag)  # last: may block

@@ -53,6 +53,33 @@ WORKER_RULES: list[RuleDict] = [
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 
+# Every node may read its own metrics with its kubelet's client certificate (group
+# system:nodes): the API server's /metrics, and kubelet's /metrics/* (the nodes/metrics
+# subresource, kubernetes pkg/kubelet/server/auth.go). The node's HAProxy forwards the
+# COS agent's scrapes with it (api_proxy.MetricsAccess).
+NODE_METRICS = "gpu-k8s:node-metrics"
+NODE_METRICS_RULES: list[RuleDict] = [
+    {"nonResourceURLs": ["/metrics"], "verbs": ["get"]},
+    {"apiGroups": [""], "resources": ["nodes/metrics"], "verbs": ["get"]},
+]
+
+
+def node_metrics_manifests() -> list[dict]:
+    """The ClusterRole NODE_METRICS and its binding to the group system:nodes."""
+    labels = {MANAGED_BY_LABEL: FIELD_MANAGER}
+    meta = {"name": NODE_METRICS, "labels": labels}
+    group = RBAC.split("/")[0]
+    return [
+        {"apiVersion": RBAC, "kind": "ClusterRole", "metadata": meta, "rules": NODE_METRICS_RULES},
+        {
+            "apiVersion": RBAC,
+            "kind": "ClusterRoleBinding",
+            "metadata": meta,
+            "roleRef": {"apiGroup": group, "kind": "ClusterRole", "name": NODE_METRICS},
+            "subjects": [{"apiGroup": group, "kind": "Group", "name": "system:nodes"}],
+        },
+    ]
+
 
 class TokenNotReadyError(Exception):
     """The token controller has not filled the ServiceAccount token yet (retry later)."""

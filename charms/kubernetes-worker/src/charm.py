@@ -49,7 +49,12 @@ import worker
 from reboot_turns import RebootTurns
 
 from charms.gpu_k8s.v0 import api_proxy, apt, kubeadm
-from charms.gpu_k8s.v0.cos_agent import DCGM_EXPORTER_PORT, CosAgentProvider, scrape_job
+from charms.gpu_k8s.v0.cos_agent import (
+    DCGM_EXPORTER_PORT,
+    CosAgentProvider,
+    node_jobs,
+    scrape_job,
+)
 from charms.gpu_k8s.v0.kubernetes_cluster import ClusterRequirer, GpuInfo, JoinInfo
 from charms.gpu_k8s.v0.system import CommandError, Host, SubprocessRunner
 
@@ -152,15 +157,17 @@ class KubernetesWorkerCharm(ops.CharmBase):
         if installed is None or not self._reboot_step(host, config, info, installed[0]):
             return
         state, plan = installed
-        # a GPU node runs the control plane's DCGM exporter on the host network
-        dcgm = scrape_job("dcgm-exporter", DCGM_EXPORTER_PORT, instance=kubeadm.node_name(host))
-        self.cos.update([dcgm] if state.has_gpu else [])
+        self._telemetry(host, state)
         if info is None or plan is None:
             self._status = ops.WaitingStatus(self.cluster.problem() or "waiting for join material")
             return
         node = kubeadm.node_name(host)
         if not self._proxy(host, info, node) or not self._join(host, info, node, config.labels):
             return
+        # joined now: the kubelet's certificate lets HAProxy serve its metrics (no-op after)
+        if not self._proxy(host, info, node):
+            return
+        self._telemetry(host, state)
         version = self._kubernetes(host, config, info, node, plan)
         if version is None:
             return
@@ -178,6 +185,18 @@ class KubernetesWorkerCharm(ops.CharmBase):
         self._blocked = self._blocked or state.driver_problem(self.unit.name, config.driver)
 
     # -- steps -------------------------------------------------------------------------
+
+    def _telemetry(self, host: Host, state: gpu_node.GpuState) -> None:
+        """What this machine's COS agent scrapes.
+
+        kubelet through the node's HAProxy once it has its certificate; on a GPU node the
+        control plane's DCGM exporter on the host network.
+        """
+        name = kubeadm.node_name(host)
+        jobs = node_jobs(name) if api_proxy.metrics_access(host) else []
+        if state.has_gpu:
+            jobs.append(scrape_job("dcgm-exporter", DCGM_EXPORTER_PORT, instance=name))
+        self.cos.update(jobs)
 
     def _install(
         self, host: Host, config: worker.WorkerConfig, info: JoinInfo | None
@@ -426,7 +445,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
     def _proxy(self, host: Host, info: JoinInfo, node: str) -> bool:
         """Point this node's API proxy (the cluster's control-plane endpoint) at the servers."""
         try:
-            api_proxy.configure(host, info.api_servers)
+            api_proxy.configure(host, info.api_servers, api_proxy.metrics_access(host))
         except ValueError as e:
             self._status = ops.WaitingStatus(f"control plane API servers are unusable: {e}")
             return False

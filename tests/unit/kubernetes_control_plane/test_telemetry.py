@@ -21,6 +21,7 @@ import yaml
 from ops import testing
 
 import charm
+from charms.gpu_k8s.v0 import api_proxy
 from fakes.control_plane import peer, peers
 
 DEPLOYMENT = "/apis/apps/v1/namespaces/kube-system/deployments/kube-state-metrics"
@@ -29,12 +30,23 @@ RESOURCES = "/api/v1/namespaces/kube-system/configmaps/kube-state-metrics-resour
 NODE = "ip-10-0-1-17"  # the machine fixture's hostname
 
 
-def _job(index: int, name: str, port: int) -> dict:
+def _job(index: int, name: str, port: int, path: str = "/metrics") -> dict:
     return {
         "job_name": f"kubernetes-control-plane_{index}_{name}",
-        "metrics_path": "/metrics",
+        "metrics_path": path,
         "static_configs": [{"targets": [f"localhost:{port}"], "labels": {"instance": NODE}}],
     }
+
+
+# every joined control-plane unit: etcd, then kubelet, cAdvisor and its API server through
+# the node's HAProxy (api_proxy.MetricsAccess)
+MEMBER_JOBS = [
+    _job(0, "etcd", 2381),
+    _job(1, "kubelet", 6446),
+    _job(2, "kubelet-cadvisor", 6446, "/metrics/cadvisor"),
+    _job(3, "kube-apiserver", 6445),
+]
+KSM_JOB = _job(4, "kube-state-metrics", 8080)
 
 
 @pytest.fixture
@@ -61,10 +73,7 @@ def test_the_leader_has_its_etcd_and_kube_state_metrics_scraped_with_the_rules(
 
     assert len(machine.inits) == 1  # the same event bootstrapped the cluster
     config = _agent_config(out, agent)
-    assert config["metrics_scrape_jobs"] == [
-        _job(0, "etcd", 2381),
-        _job(1, "kube-state-metrics", 8080),
-    ]
+    assert config["metrics_scrape_jobs"] == [*MEMBER_JOBS, KSM_JOB]
     alerts = {r["alert"] for g in config["metrics_alert_rules"]["groups"] for r in g["rules"]}
     assert alerts == {
         "EtcdNoLeader",
@@ -131,7 +140,7 @@ def test_a_new_leader_moves_kube_state_metrics_to_its_node(machine, api, ctx, ch
     selector = api.get_object(DEPLOYMENT)["spec"]["template"]["spec"]["nodeSelector"]
     assert selector == {"kubernetes.io/hostname": NODE}
     assert peer(out).local_app_data["kube-state-metrics-node"] == NODE
-    assert _job(1, "kube-state-metrics", 8080) in _agent_config(out, agent)["metrics_scrape_jobs"]
+    assert KSM_JOB in _agent_config(out, agent)["metrics_scrape_jobs"]
 
 
 def test_a_unit_that_is_not_the_leader_leaves_kube_state_metrics_to_it(machine, api, ctx):
@@ -143,7 +152,7 @@ def test_a_unit_that_is_not_the_leader_leaves_kube_state_metrics_to_it(machine, 
     out = ctx.run(ctx.on.relation_joined(agent), follower)
 
     # (leadership moved away: the new leader's agent scrapes it where it moves it)
-    assert _agent_config(out, agent)["metrics_scrape_jobs"] == [_job(0, "etcd", 2381)]
+    assert _agent_config(out, agent)["metrics_scrape_jobs"] == MEMBER_JOBS
 
 
 def test_kube_state_metrics_objects_are_valid_kubernetes_objects():
@@ -162,3 +171,40 @@ def test_a_unit_that_has_not_joined_offers_no_etcd(machine, tmp_path):
     config = json.loads(out.get_relation(agent.id).local_unit_data["config"])
     assert config["metrics_scrape_jobs"] == []
     assert out.unit_status.name == "waiting"
+
+
+def test_haproxy_serves_the_nodes_metrics_with_the_kubelets_own_certificate(machine, api, ctx):
+    ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
+
+    config = machine.machine.read(api_proxy.CONFIG)
+    # the dated file the link names, so that a rotation changes the config and reloads
+    dated = "/var/lib/kubelet/pki/kubelet-client-2026-11-24-10-00-00.pem"
+    assert f"server kubelet 127.0.0.1:10250 ssl verify none crt {dated}" in config
+    assert (
+        "server kube-apiserver 127.0.0.1:6443 ssl verify required "
+        f"ca-file /etc/kubernetes/pki/ca.crt crt {dated}"
+    ) in config
+    assert "bind 127.0.0.1:6446" in config and "bind 127.0.0.1:6445" in config
+    # ... which the cluster lets every node use for metrics, and for nothing else
+    role = api.get_object("/apis/rbac.authorization.k8s.io/v1/clusterroles/gpu-k8s:node-metrics")
+    assert role["rules"] == [
+        {"nonResourceURLs": ["/metrics"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["nodes/metrics"], "verbs": ["get"]},
+    ]
+    binding = api.get_object(
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/gpu-k8s:node-metrics"
+    )
+    assert binding["subjects"] == [
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:nodes"}
+    ]
+
+
+def test_a_rotated_kubelet_certificate_reaches_haproxy(machine, api, ctx):
+    state = ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
+    reloads = machine.machine.services[api_proxy.SERVICE].reloads
+    rotated = machine.machine.kubelet_client_cert(issued="2027-10-01-00-00-00")
+
+    ctx.run(ctx.on.update_status(), state)
+
+    assert f"crt {rotated}" in machine.machine.read(api_proxy.CONFIG)
+    assert machine.machine.services[api_proxy.SERVICE].reloads == reloads + 1

@@ -134,3 +134,27 @@ def test_remove_stops_haproxy_and_deletes_its_files_keeping_the_package(machine)
     assert not machine.services[api_proxy.SERVICE].active
     assert "haproxy" in machine.dpkg
     assert api_proxy.remove(machine.host()) is False
+
+
+def test_no_metrics_before_kubelet_has_its_certificate(machine):
+    assert api_proxy.metrics_access(machine.host()) is None
+
+
+def test_metrics_go_with_the_file_kubelets_link_names(machine):
+    first = machine.kubelet_client_cert(issued="2026-11-24-10-00-00")
+    access = api_proxy.metrics_access(machine.host(), api_server="127.0.0.1:6443")
+    assert access == api_proxy.MetricsAccess(client_cert=first, api_server="127.0.0.1:6443")
+    assert api_proxy.configure(machine.host(), SERVERS, access) is True
+    assert f"crt {first}" in machine.read(api_proxy.CONFIG)
+
+    rotated = machine.kubelet_client_cert(issued="2027-10-01-00-00-00")
+    again = api_proxy.metrics_access(machine.host(), api_server="127.0.0.1:6443")
+
+    assert again is not None and again.client_cert == rotated
+    assert api_proxy.configure(machine.host(), SERVERS, again) is True  # a reload
+    assert f"crt {first}" not in machine.read(api_proxy.CONFIG)
+
+
+def test_a_link_to_a_missing_file_is_no_certificate(machine):
+    machine.path(machine.kubelet_client_cert()).unlink()
+    assert api_proxy.metrics_access(machine.host()) is None

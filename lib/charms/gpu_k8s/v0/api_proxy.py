@@ -23,6 +23,26 @@ connections it has until they close, so nothing open is dropped (master-worker m
 `-Ws`, as Ubuntu's haproxy.service runs it; `systemctl reload` checks the file first and
 keeps the running configuration when it is invalid).
 
+The same HAProxy gives the machine's COS agent the metrics of this node's kubelet and,
+on control-plane machines, of its API server (`MetricsAccess`). Both serve `/metrics`
+only to an authorised client, and a bearer token cannot travel in the `cos_agent`
+databag (plain relation data). The node already holds a credential both accept: the
+kubelet's own client certificate (`KUBELET_CLIENT_CERT`, user `system:node:<name>` in
+group `system:nodes`, signed by the cluster CA, its key in the same PEM), which the
+control plane allows `get` on `/metrics` and `nodes/metrics` and nothing more. HAProxy
+listens for plain HTTP on loopback (`KUBELET_METRICS_PORT`, `API_SERVER_METRICS_PORT`),
+answers GET requests for `/metrics` and the paths below it (403 for anything else), and
+forwards them over TLS with that certificate. kubelet's serving certificate is
+self-signed (kubeadm leaves serverTLSBootstrap off), so that hop is not verified; it
+never leaves the machine. The API server's is checked against the cluster CA. kubelet
+rotates its certificate into a new dated file behind the `-current` link; the config
+names the file the link points at, so a rotation changes the config and HAProxy
+reloads (it reads certificates only when it starts or reloads). Upstream:
+kubernetes/kubernetes pkg/kubelet/server/auth.go (every path under /metrics is the
+`nodes/metrics` subresource), kubeadm's KubeletConfiguration defaults (x509 client CA,
+webhook authorisation, rotateCertificates), HAProxy 2.6-2.8 doc/configuration.txt
+(`crt`, `verify`, `ca-file` on a server line; `path`, `path_beg`, `METH_GET`).
+
 The package's own unit is used with a drop-in that points it at `CONFIG`; the package's
 `/etc/haproxy/haproxy.cfg` (a conffile) stays untouched, so package updates never ask
 about it. Units set up by earlier charm revisions ran a small Python proxy
@@ -31,16 +51,19 @@ about it. Units set up by earlier charm revisions ran a small Python proxy
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import os
 import re
 from collections.abc import Sequence
+from pathlib import PurePosixPath
 
 from charms.gpu_k8s.v0 import apt
 from charms.gpu_k8s.v0.system import CommandError, Host
 
 LIBID = "56d1a753a66d4124bddde98d7b960f09"
 LIBAPI = 0
-LIBPATCH = 2
+LIBPATCH = 3
 
 LISTEN_HOST = "127.0.0.1"
 PORT = 6444
@@ -67,6 +90,12 @@ IDLE_TIMEOUT = "1h"
 # through the kubernetes Service, not this). HAProxy needs two descriptors per connection
 # and refuses to start when it cannot raise its open-files limit that far.
 MAX_CONNECTIONS = 4000
+# Metrics for the COS agent (see the module docstring).
+API_SERVER_METRICS_PORT = 6445
+KUBELET_METRICS_PORT = 6446
+KUBELET = "127.0.0.1:10250"  # kubelet's authenticated API (KubeletConfiguration port)
+KUBELET_CLIENT_CERT = "/var/lib/kubelet/pki/kubelet-client-current.pem"
+CLUSTER_CA = "/etc/kubernetes/pki/ca.crt"
 # The proxy of earlier charm revisions (a Python program behind its own unit).
 LEGACY_SERVICE = "gpu-k8s-api-proxy"
 LEGACY_FILES = (
@@ -97,12 +126,71 @@ def parse_server(text: str) -> Server:
     return match["v6"] or match["host"], port
 
 
-def render_config(servers: Sequence[str], *, port: int = PORT, service: bool = True) -> str:
+@dataclasses.dataclass(frozen=True)
+class MetricsAccess:
+    """What the metrics frontends forward to, and with which credential."""
+
+    client_cert: str  # a PEM file with the certificate and its key (not a link)
+    api_server: str | None = None  # this machine's API server (control plane), host:port
+    kubelet: str = KUBELET
+    ca_file: str = CLUSTER_CA
+    kubelet_port: int = KUBELET_METRICS_PORT
+    api_server_port: int = API_SERVER_METRICS_PORT
+
+
+def metrics_access(host: Host, *, api_server: str | None = None) -> MetricsAccess | None:
+    """The kubelet's current client certificate as MetricsAccess; None before it has one.
+
+    kubelet keeps `KUBELET_CLIENT_CERT` as an absolute link to the dated file it wrote
+    last (client-go util/certificate/certificate_store.go); the config names that file.
+    """
+    link = host.path(KUBELET_CLIENT_CERT)
+    current = KUBELET_CLIENT_CERT
+    if link.is_symlink():
+        current = str(PurePosixPath(KUBELET_CLIENT_CERT).parent / os.readlink(link))
+    if not host.path(current).is_file():
+        return None
+    return MetricsAccess(client_cert=current, api_server=api_server)
+
+
+def _metrics_sections(metrics: MetricsAccess) -> list[str]:
+    targets = [("kubelet", metrics.kubelet_port, metrics.kubelet, "verify none")]
+    if metrics.api_server:
+        check = f"verify required ca-file {metrics.ca_file}"
+        targets.append(("kube-apiserver", metrics.api_server_port, metrics.api_server, check))
+    lines = []
+    for name, port, address, verify in targets:
+        lines += [
+            "",
+            f"frontend {name}-metrics",
+            "    mode http",
+            "    option httplog",
+            f"    bind {LISTEN_HOST}:{port}",
+            "    acl metrics path /metrics",
+            "    acl metrics path_beg /metrics/",
+            "    http-request deny unless METH_GET metrics",
+            f"    default_backend {name}-metrics",
+            "",
+            f"backend {name}-metrics",
+            "    mode http",
+            f"    server {name} {address} ssl {verify} crt {metrics.client_cert}",
+        ]
+    return lines
+
+
+def render_config(
+    servers: Sequence[str],
+    *,
+    port: int = PORT,
+    service: bool = True,
+    metrics: MetricsAccess | None = None,
+) -> str:
     """The HAProxy configuration forwarding `LISTEN_HOST:port` to `servers`.
 
     `service` adds what the systemd service needs around it (syslog, chroot and the
     unprivileged user the Ubuntu package creates); tests that run HAProxy as a plain
-    process leave it out and get the same frontend and backend.
+    process leave it out and get the same frontend and backend. `metrics` adds the
+    metrics frontends (see the module docstring).
 
     Raises:
         ValueError: the list is empty or an entry is not host:port.
@@ -148,6 +236,8 @@ def render_config(servers: Sequence[str], *, port: int = PORT, service: bool = T
     for i, (host, server_port) in enumerate(parsed):
         address = f"[{host}]" if ":" in host else host
         lines.append(f"    server api-{i} {address}:{server_port}")
+    if metrics is not None:
+        lines += _metrics_sections(metrics)
     return "\n".join(lines) + "\n"
 
 
@@ -163,8 +253,10 @@ def render_drop_in() -> str:
     )
 
 
-def configure(host: Host, servers: Sequence[str]) -> bool:
+def configure(host: Host, servers: Sequence[str], metrics: MetricsAccess | None = None) -> bool:
     """Install HAProxy and make it forward `ENDPOINT` to `servers`; True when anything changed.
+
+    With `metrics`, it also serves the node's metrics (see the module docstring).
 
     Nothing runs when the files are already what they should be. Otherwise the package is
     installed first (a failure leaves the files as they were, so the next call tries
@@ -176,7 +268,7 @@ def configure(host: Host, servers: Sequence[str]) -> bool:
         AptError: the package could not be installed.
         CommandError: systemctl failed.
     """
-    config = render_config(sorted(set(servers)))
+    config = render_config(sorted(set(servers)), metrics=metrics)
     drop_in = render_drop_in()
     changed = _remove_legacy(host)
     changed = apt.pin(host, PACKAGE, {PACKAGE: SERIES}) or changed

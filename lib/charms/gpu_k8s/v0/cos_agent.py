@@ -24,8 +24,10 @@ LIBPATCH 12, CosAgentProviderUnitData):
 Rules and dashboards are files the charm ships (`src/prometheus_alert_rules/*.rules`,
 `src/grafana_dashboards/*.json`); scrape jobs are given at each update, since what runs
 on a machine (a GPU exporter or not) is known only at run time. Nothing secret may go in:
-the databag is plain relation data, so endpoints that need a bearer token (kube-apiserver,
-kubelet) are not offered here.
+the databag is plain relation data, so kube-apiserver and kubelet, which serve metrics
+only to an authorised client, are scraped through the node's HAProxy, which forwards
+GET /metrics with the kubelet's own client certificate (api_proxy.MetricsAccess;
+`node_jobs`).
 
 The charm observes the endpoint's events into its own reconcile and calls `update` there:
 
@@ -43,9 +45,11 @@ from typing import Any
 import ops
 from cosl import AlertRules, JujuTopology, LZMABase64
 
+from charms.gpu_k8s.v0 import api_proxy
+
 LIBID = "1cb866710020485e9918fd12ba134c6b"
 LIBAPI = 0
-LIBPATCH = 1
+LIBPATCH = 2
 
 RELATION = "cos-agent"
 KEY = "config"
@@ -75,6 +79,27 @@ def scrape_job(
     }
     job.update(extra)
     return job
+
+
+def node_jobs(instance: str, *, api_server: bool = False) -> list[dict[str, Any]]:
+    """Scrape jobs for this node's kubelet, cAdvisor and (control plane) API server.
+
+    They go to HAProxy's metrics frontends of this node (api_proxy.MetricsAccess).
+    """
+    jobs = [
+        scrape_job("kubelet", api_proxy.KUBELET_METRICS_PORT, instance=instance),
+        scrape_job(
+            "kubelet-cadvisor",
+            api_proxy.KUBELET_METRICS_PORT,
+            instance=instance,
+            path="/metrics/cadvisor",
+        ),
+    ]
+    if api_server:
+        jobs.append(
+            scrape_job("kube-apiserver", api_proxy.API_SERVER_METRICS_PORT, instance=instance)
+        )
+    return jobs
 
 
 def dashboards(directory: Path) -> list[str]:
