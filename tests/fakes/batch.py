@@ -86,9 +86,10 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import secrets
 from collections.abc import Callable
 from typing import Any
+
+from fakes.kube_apiserver import generated_suffix
 
 JOBSET = "/apis/jobset.x-k8s.io/v1alpha2"
 KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
@@ -723,7 +724,7 @@ class BatchControllers:
     def _create_pod(self, job: dict, index: int | None) -> None:
         template = copy.deepcopy(job["spec"]["template"])
         infix = "" if index is None else f"-{index}"
-        name = f"{job['metadata']['name']}{infix}-{secrets.token_hex(3)[:5]}"
+        name = f"{job['metadata']['name']}{infix}-{generated_suffix()}"
         labels = dict(template["metadata"]["labels"])
         labels["job-name"] = labels[JOB_NAME] = job["metadata"]["name"]
         spec = template["spec"]
@@ -855,7 +856,7 @@ class BatchControllers:
             owned = self._owned(deployment, pods)
             for _ in range(int(deployment["spec"].get("replicas", 1)) - len(owned)):
                 template = copy.deepcopy(deployment["spec"]["template"])
-                name = f"{deployment['metadata']['name']}-{secrets.token_hex(5)[:10]}"
+                name = f"{deployment['metadata']['name']}-{generated_suffix(10)}"
                 labels = dict(template["metadata"].get("labels") or {})
                 spec = template["spec"]
                 status = self._started(spec)

@@ -52,6 +52,7 @@ import base64
 import copy
 import http.server
 import json
+import random
 import re
 import secrets
 import socket
@@ -201,6 +202,24 @@ class Target:
         """Storage path of the object `name` (default: the URL's name and namespace)."""
         ns = f"/namespaces/{namespace or self.namespace}" if self.namespaced else ""
         return f"{self.prefix}{ns}/{self.plural}/{name or self.name}"
+
+
+# Generated names end as Kubernetes' do: 5 characters of apimachinery's util/rand alphabet
+# (no vowels, no 0, 1 or 3). Tests whose output the README shows call `seed_names` so
+# that the names, and the examples, come out the same every run.
+NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+_names: random.Random = random.SystemRandom()
+
+
+def generated_suffix(length: int = 5) -> str:
+    """A suffix like the API server's for generateName (and controllers' pod names)."""
+    return "".join(_names.choice(NAME_ALPHABET) for _ in range(length))
+
+
+def seed_names(seed: int | None) -> None:
+    """Make generated names repeatable (None: random again)."""
+    global _names
+    _names = random.SystemRandom() if seed is None else random.Random(seed)
 
 
 def parse_path(
@@ -993,7 +1012,7 @@ class FakeKubeApiServer:
         meta = obj.setdefault("metadata", {})
         name = meta.get("name")
         if not name and meta.get("generateName"):
-            name = meta["generateName"] + secrets.token_hex(3)[:5]
+            name = meta["generateName"] + generated_suffix()
         self._validate(target, obj, name)
         self._check_namespace(target)
         if target.key(name) in self._store:

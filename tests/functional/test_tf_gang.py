@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 import pytest
+import readme_examples
 from charm_modules import load
 from conftest import has_tensorflow
 
@@ -259,15 +260,20 @@ def test_a_preempted_job_saves_where_it_stopped_and_resumes_there_when_readmitte
 
 
 def test_a_finished_job_exported_itself_and_export_writes_the_latest_checkpoint_again(cluster):
-    cluster.train("exp", workers=2, steps=60)
-    done = cluster.until("exp", lambda s: s["phase"] == "Succeeded", "success")
-    version = cluster.data / "jobs" / "exp" / "export" / "60"
+    with readme_examples.repeatable():  # the README shows what train and job-status said
+        trained = cluster.train("mnist", workers=2, steps=60)
+        done = cluster.until("mnist", lambda s: s["phase"] == "Succeeded", "success")
+    readme_examples.show("train", readme_examples.juju_results(trained))
+    # the fake's volume is a local directory; in the pods (and job-status) it is /data
+    status = readme_examples.juju_results(done).replace(str(cluster.data), "/data")
+    readme_examples.show("job-status", status, volatile=(r"\d+\.\d+", r"loss-trend: .*"))
+    version = cluster.data / "jobs" / "mnist" / "export" / "60"
     assert done["export"] == str(version)  # /data/jobs/exp/export/60 in the pods
     assert done["eval"].endswith("(held out, step 60)")
     assert (version / "saved_model.pb").is_file()
 
     shutil.rmtree(version.parent)
-    results = _export(cluster, "exp")
+    results = _export(cluster, "mnist")
     assert (results["version"], results["path"]) == ("60", str(version))
     assert (version / "saved_model.pb").is_file()
 
@@ -276,18 +282,23 @@ def test_a_finished_job_exported_itself_and_export_writes_the_latest_checkpoint_
     assert cluster.kube.get("batch/v1", "Job", "export-never", NS) is None
 
     # serve it: TF Serving's REST API over the export, the real SavedModel answering
-    with FakeTfServing("exp", version.parent) as server:
-        cluster.api.service_backends[(NS, "exp-serving:8501")] = server.url
+    with FakeTfServing("mnist", version.parent) as server:
+        cluster.api.service_backends[(NS, "mnist-serving:8501")] = server.url
         served = serving.serve(
             cluster.kube,
             cluster.ctx,
-            serving.ServeParams(job="exp"),
+            serving.ServeParams(job="mnist"),
             "tensorflow/serving:2.20.0",
             log=cluster.log.append,
             sleep=cluster.sleep,
             clock=time.monotonic,
         )
     assert served["version"] == "60" and served["sample-request"] == "784 zeros"
+    readme_examples.show(
+        "serve",
+        readme_examples.juju_results(served),
+        volatile=(r"\d+\.\d+(e-\d+)?", r'"class": \d', r"localhost:\d+"),
+    )
     answer = json.loads(served["sample-answer"])
     assert 0 <= answer["class"] < 10
     assert sum(answer["probabilities"]) == pytest.approx(1.0, abs=1e-5)

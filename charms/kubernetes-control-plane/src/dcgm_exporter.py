@@ -71,6 +71,11 @@ COUNTERS = (
     ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB)."),
     ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB)."),
     ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered."),
+    # the exporter's own: each XID, and each clock event reason, in its last 5 minutes
+    ("DCGM_EXP_XID_ERRORS_COUNT", "counter", "Reported XIDs during the last window."),
+    ("DCGM_EXP_CLOCK_EVENTS_COUNT", "counter", "Reported clock events."),
+    # per MIG instance, where DCGM has no GPU_UTIL (needs the SYS_ADMIN the pod has)
+    ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", "Ratio of time the graphics engine is active."),
     ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "counter", "Single-bit volatile ECC errors."),
     ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter", "Double-bit volatile ECC errors."),
     ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed."),

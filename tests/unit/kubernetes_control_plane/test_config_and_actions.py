@@ -6,6 +6,7 @@ import dataclasses
 import json
 
 import pytest
+import readme_examples
 import yaml
 from ops import testing
 
@@ -210,6 +211,10 @@ def test_cluster_info_shows_which_pods_hold_the_gpus_of_each_node(ctx, machine, 
         "gpu-0  NVIDIA-A10G  3/4        team-b/warm (1), tensorflow/mnist-worker-0 (2)",
         "gpu-1  NVIDIA-A10G  3/4        team-b/bench (2), tensorflow/mnist-worker-1 (1)",
     ]
+    readme_examples.show(
+        "cluster-info",
+        readme_examples.juju_results(results, keys=("gpu-nodes", "gpus-by-model", "summary")),
+    )
 
 
 def test_cluster_info_fails_cleanly_on_api_errors(ctx, machine, api):

@@ -30,9 +30,9 @@ RESOURCES = "/api/v1/namespaces/kube-system/configmaps/kube-state-metrics-resour
 NODE = "ip-10-0-1-17"  # the machine fixture's hostname
 
 
-def _job(index: int, name: str, port: int, path: str = "/metrics") -> dict:
+def _job(name: str, port: int, path: str = "/metrics") -> dict:
     return {
-        "job_name": f"kubernetes-control-plane_{index}_{name}",
+        "job_name": f"kubernetes-control-plane_{name}",
         "metrics_path": path,
         "static_configs": [{"targets": [f"localhost:{port}"], "labels": {"instance": NODE}}],
     }
@@ -41,12 +41,12 @@ def _job(index: int, name: str, port: int, path: str = "/metrics") -> dict:
 # every joined control-plane unit: etcd, then kubelet, cAdvisor and its API server through
 # the node's HAProxy (api_proxy.MetricsAccess)
 MEMBER_JOBS = [
-    _job(0, "etcd", 2381),
-    _job(1, "kubelet", 6446),
-    _job(2, "kubelet-cadvisor", 6446, "/metrics/cadvisor"),
-    _job(3, "kube-apiserver", 6445),
+    _job("etcd", 2381),
+    _job("kubelet", 6446),
+    _job("kubelet-cadvisor", 6446, "/metrics/cadvisor"),
+    _job("kube-apiserver", 6445),
 ]
-KSM_JOB = _job(4, "kube-state-metrics", 8080)
+KSM_JOB = _job("kube-state-metrics", 8080)
 
 
 @pytest.fixture
@@ -82,6 +82,7 @@ def test_the_leader_has_its_etcd_and_kube_state_metrics_scraped_with_the_rules(
         "GpuNodeNotReady",
         "TrainingJobRestartingRepeatedly",
         "TrainingJobQueuedTooLong",
+        "ScrapeTargetDown",  # every charm's (cos_agent.TARGETS_RULES)
     }
     assert len(config["dashboards"]) == 2  # etcd, cluster
     assert peer(out).local_app_data["kube-state-metrics-node"] == NODE

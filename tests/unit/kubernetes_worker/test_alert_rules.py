@@ -34,6 +34,9 @@ pytestmark = pytest.mark.skipif(
 )
 
 GPU = 'gpu="0",UUID="GPU-5f1b",modelName="NVIDIA A10G",hostname="gpu-0"'
+GPU1 = 'gpu="1",UUID="GPU-77aa",modelName="NVIDIA A10G",hostname="gpu-0"'
+# a MIG instance: the exporter adds GPU_I_PROFILE and GPU_I_ID (render_metrics.go)
+MIG = 'gpu="3",UUID="GPU-a100",modelName="NVIDIA A100-SXM4-40GB",hostname="gpu-0",GPU_I_PROFILE="1g.5gb"'  # noqa: E501
 
 
 def _promtool(*args: str) -> subprocess.CompletedProcess:
@@ -64,11 +67,17 @@ def _alert(name: str, at: str, labels: dict | None = None, summary: str = "") ->
 
 
 DESCRIPTIONS = {
-    "GpuXidError": (
-        "The NVIDIA driver reported XID 79 for GPU 0 (NVIDIA A10G, GPU-5f1b). Look it up in "
-        "NVIDIA's XID catalogue; 48, 63, 64, 74, 79, 94 and 95 usually mean the GPU must be "
-        "reset or the node drained and rebooted."
+    "GpuHardwareXid": (
+        "The NVIDIA driver reported XID 79 for GPU 0 (NVIDIA A10G, GPU-5f1b) in the last 5 "
+        "minutes: a hardware fault. Drain the node; the GPU usually needs a reset or the "
+        "machine a reboot, and a repeat means replacing it."
     ),
+    "GpuXidError": (
+        "The NVIDIA driver reported XID 13 for GPU 1 in the last 5 minutes; these are mostly "
+        "caused by the program on the GPU (a memory fault, a killed job). Look at the logs of "
+        "the job that held it."
+    ),
+    "GpuPowerBrakeSlowdown": _annotations()["GpuPowerBrakeSlowdown"]["description"],
     "GpuUncorrectableEccErrors": (
         "Uncorrectable (double-bit) ECC errors on GPU 0 in the last 10 minutes: a job on it "
         "may have computed with corrupt memory."
@@ -80,6 +89,22 @@ DESCRIPTIONS = {
         "than 5% for 30 minutes (3.0% lately): a finished or stuck job may be holding it."
     ),
 }
+
+
+STUCK = {"pod": "stuck-worker-0", "namespace": "tensorflow", "container": "tensorflow"}
+MIG_LABELS = {
+    "gpu": "3",
+    "UUID": "GPU-a100",
+    "modelName": "NVIDIA A100-SXM4-40GB",
+    "GPU_I_PROFILE": "1g.5gb",
+    "GPU_I_ID": "1",
+    "namespace": "tensorflow",
+    "container": "tensorflow",
+}
+
+
+def _gpu1_labels(severity: str, **extra: str) -> dict:
+    return {**_gpu_labels(severity, **extra), "gpu": "1", "UUID": "GPU-77aa"}
 
 
 def _gpu_labels(severity: str, **extra: str) -> dict:
@@ -96,7 +121,7 @@ def _gpu_labels(severity: str, **extra: str) -> dict:
 def test_the_rules_load_in_prometheus():
     done = _promtool("check", "rules", str(RULES))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 7 rules found" in done.stdout
+    assert "SUCCESS: 8 rules found" in done.stdout
 
 
 def test_each_alert_fires_when_it_should_and_not_otherwise(tmp_path):
@@ -107,15 +132,73 @@ def test_each_alert_fires_when_it_should_and_not_otherwise(tmp_path):
             {
                 "interval": "1m",
                 "input_series": [
-                    # XID 79 (fallen off the bus) from minute 2 on
-                    {"series": f"DCGM_FI_DEV_XID_ERRORS{{{GPU}}}", "values": "0 0 79 79 79"},
+                    # XID 79 (fallen off the bus) counted from minute 2 to 6 (the exporter's
+                    # 5-minute window), then gone; GPU 1: XID 13 (a program's fault)
+                    {
+                        "series": f'DCGM_EXP_XID_ERRORS_COUNT{{{GPU},xid="79"}}',
+                        # the page no longer has it: Prometheus marks the series stale
+                        "values": "_ _ 1 1 1 1 1 stale",
+                    },
+                    {
+                        "series": f'DCGM_EXP_XID_ERRORS_COUNT{{{GPU1},xid="13"}}',
+                        "values": "_ _ _ 1 1 stale",
+                    },
                     # one double-bit ECC error at minute 3
                     {"series": f"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{{{GPU}}}", "values": "0 0 0 1 1"},
                     {"series": f"DCGM_FI_DEV_ROW_REMAP_FAILURE{{{GPU}}}", "values": "0x5"},
                     {"series": f"DCGM_FI_DEV_GPU_TEMP{{{GPU}}}", "values": "90x20"},
-                    # throttled for heat all along; never for power
-                    {"series": f"DCGM_FI_DEV_THERMAL_VIOLATION{{{GPU}}}", "values": "0+5000x20"},
-                    {"series": f"DCGM_FI_DEV_POWER_VIOLATION{{{GPU}}}", "values": "7x20"},
+                    # throttled for heat half the time (30 s a minute, in ns) all along;
+                    # GPU 1 only 3 s a minute: not worth an alert
+                    {
+                        "series": f"DCGM_FI_DEV_THERMAL_VIOLATION{{{GPU}}}",
+                        "values": "0+30000000000x20",
+                    },
+                    {
+                        "series": f"DCGM_FI_DEV_THERMAL_VIOLATION{{{GPU1}}}",
+                        "values": "0+3000000000x20",
+                    },
+                    # GPU 0 at its power cap all along (a busy GPU: no alert); GPU 1's
+                    # power brake engaged from minute 1
+                    {
+                        "series": f'DCGM_EXP_CLOCK_EVENTS_COUNT{{{GPU},clock_event="power_cap"}}',
+                        "values": "3x20",
+                    },
+                    {
+                        "series": (
+                            f'DCGM_EXP_CLOCK_EVENTS_COUNT{{{GPU1},clock_event="hw_power_brake"}}'
+                        ),
+                        "values": "_ 2x20",
+                    },
+                    # a MIG instance held by an idle pod: no GPU_UTIL there (0), the
+                    # graphics engine's active ratio says it is idle; another one is busy
+                    {
+                        "series": (
+                            f'DCGM_FI_DEV_GPU_UTIL{{{MIG},GPU_I_ID="1",pod="mig-idle",'
+                            'namespace="tensorflow",container="tensorflow"}'
+                        ),
+                        "values": "0x40",
+                    },
+                    {
+                        "series": (
+                            f'DCGM_FI_PROF_GR_ENGINE_ACTIVE{{{MIG},GPU_I_ID="1",pod="mig-idle",'
+                            'namespace="tensorflow",container="tensorflow"}'
+                        ),
+                        "values": "0.01x40",
+                    },
+                    {
+                        "series": (
+                            f'DCGM_FI_DEV_GPU_UTIL{{{MIG},GPU_I_ID="2",pod="mig-busy",'
+                            'namespace="tensorflow",container="tensorflow"}'
+                        ),
+                        "values": "0x40",
+                    },
+                    {
+                        "series": (
+                            f'DCGM_FI_PROF_GR_ENGINE_ACTIVE{{{MIG},GPU_I_ID="2",pod="mig-busy",'
+                            'namespace="tensorflow",container="tensorflow"}'
+                        ),
+                        "values": "0.8x40",
+                    },
                     # GPU 0 is held by a pod that does nothing; GPU 1 by one that works;
                     # GPU 2 is free and idle (no pod labels: nobody holds it)
                     {
@@ -142,12 +225,19 @@ def test_each_alert_fires_when_it_should_and_not_otherwise(tmp_path):
                     },
                 ],
                 "alert_rule_test": [
-                    _alert("GpuXidError", "1m", None),
+                    _alert("GpuHardwareXid", "1m", None),
+                    _alert(
+                        "GpuHardwareXid",
+                        "3m",
+                        _gpu_labels("critical", xid="79"),
+                        "GPU 0 on gpu-0 reported XID 79",
+                    ),
+                    _alert("GpuHardwareXid", "8m", None),  # out of the window: it clears
                     _alert(
                         "GpuXidError",
-                        "3m",
-                        _gpu_labels("critical"),
-                        "GPU 0 on gpu-0 reported XID 79",
+                        "4m",
+                        _gpu1_labels("warning", xid="13"),
+                        "GPU 1 on gpu-0 reported XID 13",
                     ),
                     _alert("GpuUncorrectableEccErrors", "2m", None),
                     _alert(
@@ -171,19 +261,40 @@ def test_each_alert_fires_when_it_should_and_not_otherwise(tmp_path):
                         _gpu_labels("warning"),
                         "GPU 0 on gpu-0 is throttled for heat",
                     ),
-                    _alert("GpuPowerThrottling", "16m", None),
-                    _alert("GpuAllocatedButIdle", "20m", None),  # not yet 30 minutes
+                    _alert("GpuPowerBrakeSlowdown", "4m", None),  # not yet 5 minutes
                     _alert(
-                        "GpuAllocatedButIdle",
-                        "31m",
-                        _gpu_labels(
-                            "warning",
-                            pod="stuck-worker-0",
-                            namespace="tensorflow",
-                            container="tensorflow",
-                        ),
-                        "Pod tensorflow/stuck-worker-0 holds an idle GPU",
+                        "GpuPowerBrakeSlowdown",
+                        "7m",
+                        _gpu1_labels("warning", clock_event="hw_power_brake"),
+                        "GPU 1 on gpu-0 is slowed by its power brake",
                     ),
+                    _alert("GpuAllocatedButIdle", "20m", None),  # not yet 30 minutes
+                    {
+                        "eval_time": "31m",
+                        "alertname": "GpuAllocatedButIdle",
+                        "exp_alerts": [
+                            *_alert(
+                                "GpuAllocatedButIdle",
+                                "31m",
+                                _gpu_labels("warning", **STUCK),
+                                "Pod tensorflow/stuck-worker-0 holds an idle GPU",
+                            )["exp_alerts"],
+                            {
+                                "exp_labels": {
+                                    **_gpu_labels("warning", pod="mig-idle"),
+                                    **MIG_LABELS,
+                                },
+                                "exp_annotations": {
+                                    "summary": "Pod tensorflow/mig-idle holds an idle GPU",
+                                    "description": (
+                                        "GPU 3 on gpu-0 is allocated to tensorflow/mig-idle "
+                                        "but has been used less than 5% for 30 minutes (1.0% "
+                                        "lately): a finished or stuck job may be holding it."
+                                    ),
+                                },
+                            },
+                        ],
+                    },
                 ],
             }
         ],

@@ -1365,18 +1365,18 @@ def test_a_gpu_node_has_its_dcgm_exporter_scraped_with_the_gpu_rules_and_dashboa
 
     config = _cos_config(api, tmp_path)
 
-    def job(index: int, name: str, port: int, path: str = "/metrics") -> dict:
+    def job(name: str, port: int, path: str = "/metrics") -> dict:
         return {
-            "job_name": f"kubernetes-worker_{index}_{name}",
+            "job_name": f"kubernetes-worker_{name}",
             "metrics_path": path,
             "static_configs": [{"targets": [f"localhost:{port}"], "labels": {"instance": NODE}}],
         }
 
     # the event joined the node: its kubelet through HAProxy (as the node), and DCGM
     assert config["metrics_scrape_jobs"] == [
-        job(0, "kubelet", 6446),
-        job(1, "kubelet-cadvisor", 6446, "/metrics/cadvisor"),
-        job(2, "dcgm-exporter", 9400),
+        job("kubelet", 6446),
+        job("kubelet-cadvisor", 6446, "/metrics/cadvisor"),
+        job("dcgm-exporter", 9400),
     ]
     alerts = {
         rule["alert"]: rule
@@ -1393,5 +1393,5 @@ def test_a_cpu_node_offers_no_gpu_scrape_job(machine, api, tmp_path):
     FakeDriver(machine).serve_toolkit()
     config = _cos_config(api, tmp_path)
     names = [j["job_name"] for j in config["metrics_scrape_jobs"]]
-    assert names == ["kubernetes-worker_0_kubelet", "kubernetes-worker_1_kubelet-cadvisor"]
+    assert names == ["kubernetes-worker_kubelet", "kubernetes-worker_kubelet-cadvisor"]
     assert config["dashboards"]  # the same rules and dashboards: the app may hold both

@@ -13,7 +13,7 @@ from pathlib import Path
 import ops
 import pydantic
 import pytest
-from cosl import LZMABase64
+from cosl import DashboardPath40UID, LZMABase64
 from ops import testing
 
 from charms.gpu_k8s.v0.cos_agent import CosAgentProvider, scrape_job
@@ -88,22 +88,36 @@ def test_the_unit_databag_holds_the_documented_config(charm_root):
     config = ProviderConfig.model_validate_json(bag["config"])
     assert config.metrics_scrape_jobs == [
         {
-            "job_name": "gpu-host_0_dcgm-exporter",
+            "job_name": "gpu-host_dcgm-exporter",
             "metrics_path": "/metrics",
             # every target is localhost: the machine is told by its instance label
             "static_configs": [{"targets": ["localhost:9400"], "labels": {"instance": "gpu-0"}}],
         }
     ]
-    (group,) = config.metrics_alert_rules["groups"]
-    (rule,) = group["rules"]
+    groups = {g["name"]: g for g in config.metrics_alert_rules["groups"]}
+    # the charm's file, and the rule every charm gets for targets that stop answering
+    assert set(groups) == {
+        "gpu_9b1e3c5a_gpu_host_gpu_rules",
+        "gpu_9b1e3c5a_gpu_host_targets_rules",
+    }
+    (down,) = groups["gpu_9b1e3c5a_gpu_host_targets_rules"]["rules"]
+    assert (down["alert"], down["for"]) == ("ScrapeTargetDown", "15m")
+    assert down["labels"]["juju_application"] == "gpu-host"
+    (rule,) = groups["gpu_9b1e3c5a_gpu_host_gpu_rules"]["rules"]
     assert rule["alert"] == "GpuTooHot" and rule["for"] == "5m"
     # Juju topology, so that COS tells this application's alerts from others'
     assert rule["labels"]["juju_application"] == "gpu-host"
     assert rule["labels"]["juju_model"] == "gpu"
     assert rule["labels"]["severity"] == "warning"
-    assert [json.loads(LZMABase64.decompress(d))["title"] for d in config.dashboards] == [
-        "GPU nodes"
-    ]
+    (board,) = [json.loads(LZMABase64.decompress(d)) for d in config.dashboards]
+    assert board["title"] == "GPU nodes"
+    # the uid the collector keeps (40 hex characters from the charm's name and the path),
+    # the same for every application of the charm, so Grafana shows the dashboard once
+    assert board["uid"] == DashboardPath40UID.generate(
+        "gpu-host", "src/grafana_dashboards/gpu.json"
+    )
+    assert DashboardPath40UID.is_valid(board["uid"])
+    assert "charm: gpu-host" in board["tags"]
     assert config.log_alert_rules == {} and config.log_slots == []
 
 
@@ -121,3 +135,21 @@ def test_a_broken_dashboard_is_refused(charm_root):
     (charm_root / "src" / "grafana_dashboards" / "bad.json").write_text("[1, 2]")
     with pytest.raises(testing.errors.UncaughtCharmError, match="is not a Grafana dashboard"):
         _published(charm_root, [])
+
+
+def test_a_job_name_stays_when_other_jobs_come_and_two_jobs_cannot_share_one(charm_root):
+    alone = _published(charm_root, [scrape_job("dcgm-exporter", 9400, instance="gpu-0")])
+    more = _published(
+        charm_root,
+        [
+            scrape_job("kubelet", 6446, instance="gpu-0"),
+            scrape_job("dcgm-exporter", 9400, instance="gpu-0"),
+        ],
+    )
+    # the `job` label of the exporter's series is the same before and after
+    assert json.loads(alone["config"])["metrics_scrape_jobs"][0]["job_name"] in [
+        j["job_name"] for j in json.loads(more["config"])["metrics_scrape_jobs"]
+    ]
+    twice = [scrape_job("kubelet", 6446, instance="a"), scrape_job("kubelet", 1, instance="a")]
+    with pytest.raises(testing.errors.UncaughtCharmError, match="must be unique"):
+        _published(charm_root, twice)

@@ -44,7 +44,7 @@ KSM_RESOURCES = ROOT / "charms/kubernetes-control-plane/src/kube-state-metrics-r
 
 
 def _documented() -> set[str]:
-    names = set()
+    names = {"up"}  # Prometheus' own, one per scrape target
     for path in (
         FIXTURES / "dcgm" / "documented-fields.txt",
         FIXTURES / "etcd" / "documented-metrics.txt",
@@ -327,6 +327,39 @@ def test_the_cluster_alerts_fire_when_they_should(tmp_path):
                         }
                     ],
                 },
+            ],
+        }
+    ]
+    _promtool_test(tmp_path, rules, tests)
+
+
+@needs_promtool
+def test_a_target_that_stops_answering_is_an_alert_after_15_minutes(tmp_path):
+    """The rule cos_agent adds for every charm (`up` is Prometheus' own, per target)."""
+    from charms.gpu_k8s.v0.cos_agent import TARGETS_RULES
+
+    rules = tmp_path / "targets.rules"
+    rules.write_text(yaml.safe_dump(TARGETS_RULES))
+    target = 'instance="gpu-0",job="kubernetes-worker-gpu_dcgm-exporter",juju_unit="w/0"'
+    labels = {**_labels(target), "severity": "warning"}
+    job = "kubernetes-worker-gpu_dcgm-exporter"
+    fired = {
+        "exp_labels": labels,
+        "exp_annotations": {
+            "summary": f"{job} on gpu-0 has not answered for 15 minutes",
+            "description": TARGETS_RULES["groups"][0]["rules"][0]["annotations"]["description"]
+            .replace("{{ $labels.juju_unit }}", "w/0")
+            .replace("{{ $labels.job }}", job),
+        },
+    }
+    tests = [
+        {
+            "interval": "1m",
+            # down from minute 2 (a MIG change pauses the exporter for a while)
+            "input_series": [{"series": f"up{{{target}}}", "values": "1 1 0x30"}],
+            "alert_rule_test": [
+                {"eval_time": "12m", "alertname": "ScrapeTargetDown", "exp_alerts": []},
+                {"eval_time": "18m", "alertname": "ScrapeTargetDown", "exp_alerts": [fired]},
             ],
         }
     ]

@@ -9,16 +9,24 @@ The Canonical Observability Stack reaches machine charms through a subordinate a
 relation carries only unit data), what to collect on that machine and what to forward to
 COS. The key is `config`, its value one JSON object (canonical/charm-relation-interfaces
 interfaces/cos_agent/v0/schema.py; the reference provider, charms.grafana_agent.v0.cos_agent
-LIBPATCH 12, CosAgentProviderUnitData):
+LIBPATCH 26, CosAgentProviderUnitData):
 
     metrics_scrape_jobs   Prometheus scrape_configs the agent runs against this machine
                           (targets `localhost:<port>`); each job_name is made
-                          `<app>_<index>_<name>`, as the reference provider does
+                          `<app>_<name>`: the `job` label of a target must not change
+                          when other jobs come or go (the reference adds a hash of the
+                          config instead), or rules' windows and `for:` timers restart
     metrics_alert_rules   {"groups": [...]}: Prometheus rule groups, Juju topology labels
                           added to each rule (cosl.AlertRules), forwarded to Prometheus
     log_alert_rules       the same for Loki ({} here)
     dashboards            Grafana dashboards, each JSON LZMA-compressed and base64-encoded
-                          (cosl.LZMABase64), forwarded to Grafana
+                          (cosl.LZMABase64), forwarded to Grafana; each gets the uid the
+                          reference gives it (cosl.DashboardPath40UID of the charm's name
+                          and the file's path) and a `charm: <name>` tag. The collector
+                          keeps only such uids and makes others from its own file path,
+                          which names the application and relation: two applications of
+                          one charm would show each dashboard twice, under uids that
+                          change with the relation
     log_slots             snap slots whose logs the agent reads ([] here: no snaps)
 
 Rules and dashboards are files the charm ships (`src/prometheus_alert_rules/*.rules`,
@@ -38,18 +46,19 @@ The charm observes the endpoint's events into its own reconcile and calls `updat
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any
 
 import ops
-from cosl import AlertRules, JujuTopology, LZMABase64
+from cosl import AlertRules, DashboardPath40UID, JujuTopology, LZMABase64
 
 from charms.gpu_k8s.v0 import api_proxy
 
 LIBID = "1cb866710020485e9918fd12ba134c6b"
 LIBAPI = 0
-LIBPATCH = 2
+LIBPATCH = 3
 
 RELATION = "cos-agent"
 KEY = "config"
@@ -59,6 +68,37 @@ KEY = "config"
 # charm reads it at the node's address.
 DCGM_EXPORTER_PORT = 9400
 RULES_DIR = "src/prometheus_alert_rules"
+# Every charm's scrape targets: an exporter that stopped answering silences the alerts
+# that read it. The reference provider adds cosl's generic HostDown (`up < 1` for 5
+# minutes, critical); 15 minutes here, since the DCGM exporter is down on purpose while
+# NVIDIA's MIG manager repartitions a node.
+TARGETS_RULES: dict[str, Any] = {
+    "groups": [
+        {
+            "name": "targets",
+            "rules": [
+                {
+                    "alert": "ScrapeTargetDown",
+                    "expr": "up < 1",
+                    "for": "15m",
+                    "labels": {"severity": "warning"},
+                    "annotations": {
+                        "summary": (
+                            "{{ $labels.job }} on {{ $labels.instance }} has not answered "
+                            "for 15 minutes"
+                        ),
+                        "description": (
+                            "The COS agent of {{ $labels.juju_unit }} cannot scrape "
+                            "{{ $labels.job }}: its metrics are missing, and the alerts "
+                            "that read them cannot fire. Check that it runs on the machine "
+                            "(kubectl -n kube-system get pods -o wide, or the unit's status)."
+                        ),
+                    },
+                }
+            ],
+        }
+    ]
+}
 DASHBOARDS_DIR = "src/grafana_dashboards"
 
 
@@ -102,18 +142,22 @@ def node_jobs(instance: str, *, api_server: bool = False) -> list[dict[str, Any]
     return jobs
 
 
-def dashboards(directory: Path) -> list[str]:
+def dashboards(directory: Path, charm_name: str) -> list[str]:
     """The directory's dashboards (*.json, in name order), compressed for the databag.
+
+    Each gets the uid and tag the reference provider gives it (see the module docstring).
 
     Raises:
         ValueError: a file is not a JSON object (a broken dashboard is a packaging bug).
     """
     out = []
     for path in sorted(directory.glob("*.json")):
-        text = path.read_text()
-        if not isinstance(json.loads(text), dict):
+        board = json.loads(path.read_text())
+        if not isinstance(board, dict):
             raise ValueError(f"{path.name} is not a Grafana dashboard (a JSON object)")
-        out.append(LZMABase64.compress(text))
+        board["uid"] = DashboardPath40UID.generate(charm_name, f"{DASHBOARDS_DIR}/{path.name}")
+        board["tags"] = [*board.get("tags", []), f"charm: {charm_name}"]
+        out.append(LZMABase64.compress(json.dumps(board)))
     return out
 
 
@@ -135,15 +179,19 @@ class CosAgentProvider:
         topology = JujuTopology.from_charm(self.charm)
         rules = AlertRules(query_type="promql", topology=topology)
         rules.add_path(self._dir / RULES_DIR, recursive=False)
+        rules.add(copy.deepcopy(TARGETS_RULES), group_name_prefix=topology.identifier)
+        names = [job["job_name"] for job in scrape_jobs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"scrape job names must be unique: {names}")
         jobs = []
-        for index, job in enumerate(scrape_jobs):
+        for job in scrape_jobs:
             named = dict(job)
-            named["job_name"] = f"{self.charm.app.name}_{index}_{job.get('job_name', 'default')}"
+            named["job_name"] = f"{self.charm.app.name}_{job['job_name']}"
             jobs.append(named)
         return {
             "metrics_alert_rules": rules.as_dict(),
             "log_alert_rules": {},
-            "dashboards": dashboards(self._dir / DASHBOARDS_DIR),
+            "dashboards": dashboards(self._dir / DASHBOARDS_DIR, self.charm.meta.name),
             "metrics_scrape_jobs": jobs,
             "log_slots": [],
         }

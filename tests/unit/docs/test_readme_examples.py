@@ -1,0 +1,73 @@
+"""Every example output in the README is produced by a test that runs the code.
+
+The tests that run a command call `readme_examples.show(<name>, <what it printed>)`,
+which compares the README's block after `<!-- example: <name> -->` (see
+tests/readme_examples.py). Here: each such block has a test that shows it, and the
+formatting is `juju run`'s.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import readme_examples
+
+ROOT = Path(__file__).resolve().parents[3]
+TESTS = [p for p in (ROOT / "tests").rglob("test_*.py") if p.resolve() != Path(__file__)]
+
+
+def _shown() -> set[str]:
+    """The example names some test shows."""
+    found = set()
+    for path in TESTS:
+        found |= set(re.findall(r'\bshow\(\s*"([a-z0-9-]+)"', path.read_text()))
+    return found
+
+
+def test_every_example_in_the_readme_is_produced_by_a_test():
+    names = readme_examples.names()
+    assert len(names) == len(set(names)), "an example name is used twice"
+    assert {"cluster-info", "train", "job-status", "serve"} <= set(names)
+    assert set(names) - _shown() == set(), "README examples no test produces"
+
+
+def test_a_block_no_test_produces_is_caught():
+    readme = "<!-- example: typed-by-hand -->\n```\nall good\n```\n"
+    assert set(readme_examples.names(readme)) - _shown() == {"typed-by-hand"}
+
+
+def test_results_print_as_juju_run_prints_them():
+    text = readme_examples.juju_results(
+        {
+            "state": "running",
+            "gpus": 2,
+            "created": "true",
+            "pods": {"worker": "2/2"},
+            "note": "a\nb",
+        }
+    )
+    # every value a string; one that reads as another type quoted; keys sorted; blocks
+    assert text == (
+        'created: "true"\ngpus: "2"\nnote: |-\n  a\n  b\npods:\n  worker: 2/2\nstate: running\n'
+    )
+
+
+def test_an_example_the_code_no_longer_prints_fails(monkeypatch):
+    import pytest
+
+    monkeypatch.setattr(readme_examples, "UPDATE", False)
+    with pytest.raises(AssertionError, match="is not what the code prints"):
+        readme_examples.show("cluster-info", "summary: 0 nodes\n")
+    # what varies from run to run may differ, nothing else
+    block = re.search(r"<!-- example: job-status -->\n```\n(.*?)```", README_TEXT, re.S)
+    assert block
+    volatile = (r"\d+\.\d+", r"loss-trend: .*")
+    other_run = re.sub(r'loss: "\d+\.\d+"', 'loss: "0.5"', block.group(1))
+    assert other_run != block.group(1)
+    readme_examples.show("job-status", other_run, volatile=volatile)
+    with pytest.raises(AssertionError):
+        readme_examples.show("job-status", other_run.replace("mwms", "ps"), volatile=volatile)
+
+
+README_TEXT = readme_examples.README.read_text()
