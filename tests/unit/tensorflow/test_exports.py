@@ -12,6 +12,7 @@ import json
 
 import kubernetes_validate
 import pytest
+import readme_examples
 from conftest import NS, add_nodes, node, run_action
 from ops import testing
 
@@ -124,7 +125,9 @@ def test_fetch_model_says_how_to_copy_the_highest_version_out(ctx, state, cluste
         (volume / "jobs" / "mnist" / "export" / version).mkdir(parents=True)
     (volume / "jobs" / "mnist" / "export" / ".1200.tmp").mkdir()  # being written
 
-    results, _ = run_action(ctx, state, "fetch-model", job="mnist")
+    with readme_examples.repeatable():
+        results, _ = run_action(ctx, state, "fetch-model", job="mnist")
+    readme_examples.show("fetch-model", readme_examples.juju_results(results))
 
     pod = results["pod"]
     assert pod.startswith("fetch-mnist-")

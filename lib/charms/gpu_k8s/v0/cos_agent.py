@@ -179,7 +179,8 @@ class CosAgentProvider:
         topology = JujuTopology.from_charm(self.charm)
         rules = AlertRules(query_type="promql", topology=topology)
         rules.add_path(self._dir / RULES_DIR, recursive=False)
-        rules.add(copy.deepcopy(TARGETS_RULES), group_name_prefix=topology.identifier)
+        if scrape_jobs:  # (a charm without targets has no `up` of its own)
+            rules.add(copy.deepcopy(TARGETS_RULES), group_name_prefix=topology.identifier)
         names = [job["job_name"] for job in scrape_jobs]
         if len(set(names)) != len(names):
             raise ValueError(f"scrape job names must be unique: {names}")
