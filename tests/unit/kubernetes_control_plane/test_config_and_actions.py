@@ -121,6 +121,9 @@ def test_get_kubeconfig_stores_admin_config_in_unit_secret(ctx, machine):
         " | jq -r '.[].content.Data.kubeconfig' > kubeconfig"
     )
     assert ADMIN_TOKEN not in json.dumps(results)
+    readme_examples.show(
+        "get-kubeconfig", readme_examples.juju_results(results), volatile=(r"secret:\w+",)
+    )
     # running it again reuses the secret
     out = ctx.run(ctx.on.action("get-kubeconfig"), out)
     assert [s.id for s in out.secrets if s.label == "admin-kubeconfig"] == [sec.id]

@@ -12,6 +12,7 @@ import logging
 import driver as nvidia_driver
 import nvidia
 import pytest
+import readme_examples
 from ops import testing
 
 from charms.gpu_k8s.v0 import containerd
@@ -611,6 +612,7 @@ def test_gpu_info_reports_each_gpu(ctx, machine, driver):
     assert results["driver"] == "580.95.05" and results["cuda"] == "13.0"
     assert results["gpus"]["0"]["name"] == "NVIDIA A10G"
     assert results["gpus"]["3"]["memory"] == "0.0 GiB / 22.5 GiB"
+    readme_examples.show("gpu-info", readme_examples.juju_results(results))
 
 
 def test_gpu_info_on_a_cpu_node_fails_with_what_nvidia_smi_said(ctx, machine):

@@ -7,6 +7,7 @@ import json
 
 import kubernetes_validate
 import pytest
+import readme_examples
 from conftest import (
     CLAIM,
     NS,
@@ -207,13 +208,17 @@ def test_list_jobs_one_line_each(ctx, running, api, controller):
 
 def test_a_queued_job_says_why_and_where_in_status_and_list(ctx, running, api, controller):
     controller.logs = None
-    run_action(ctx, running, "train", job="big", workers=3, **{"gpus-per-worker": 1})
+    queued = dict(
+        run_action(ctx, running, "train", job="big", workers=3, **{"gpus-per-worker": 1})[0]
+    )
     results, _ = run_action(ctx, running, "job-status", job="big")
     assert results["phase"] == "Queued"
     assert results["queue"].startswith("position 1: couldn't assign flavors to pod set")
     assert results["gpus-held"] == "0"
     listed, _ = run_action(ctx, running, "list-jobs")
     assert listed["jobs"]["big"].startswith("Queued, position 1: couldn't assign flavors")
+    readme_examples.show("train-queued", readme_examples.juju_results(queued))
+    readme_examples.show("list-jobs", readme_examples.juju_results(listed))
 
 
 def test_list_jobs_empty(ctx, state, api):
