@@ -79,7 +79,8 @@ def running(ctx, state, api, controller):
     """A running mwms job `mnist` with 2 workers of 1 GPU on a 4-GPU node."""
     add_nodes(api, node("node-a", 4))
     controller.logs = chief_log("starting from step 0 (target 1000)\n" + progress_line(500))
-    run_action(ctx, state, "train", job="mnist", workers=2, **{"gpus-per-worker": 1})
+    with readme_examples.repeatable():  # its pods' names are in examples the README shows
+        run_action(ctx, state, "train", job="mnist", workers=2, **{"gpus-per-worker": 1})
     return state
 
 
@@ -95,7 +96,9 @@ def test_scale_relaunches_with_new_tf_config_and_reports_resumed_step(
         + progress_line(310, resumed_from=300)
     )
 
-    results, logs = run_action(ctx, running, "scale", job="mnist", workers=4)
+    with readme_examples.repeatable(18):
+        results, logs = run_action(ctx, running, "scale", job="mnist", workers=4)
+    readme_examples.show("scale", readme_examples.juju_results(results))
 
     spec = role_spec(jobset(api, "mnist"), "worker")
     assert spec["completions"] == spec["parallelism"] == 4
@@ -303,6 +306,7 @@ def test_logs_show_a_crashed_containers_last_words_and_how_each_instance_ended(c
     api.put_object(PODS + name, pod)
     api.set_pod_log(NS, name, "Traceback (most recent call last):\nMemoryError\n", previous=True)
     results, _ = run_action(ctx, running, "logs", job="mnist", lines=5)
+    readme_examples.show("logs", readme_examples.juju_results(results))
     lines = results["logs"].splitlines()
     assert (
         "[worker-1] (restarted 2 times; previous container ended with exit code 137 (OOMKilled))"
@@ -330,6 +334,7 @@ def test_logs_of_a_container_that_never_restarted_ask_for_no_previous_log(ctx, r
 
 def test_stop_deletes_every_object_and_keeps_the_data(ctx, running, api):
     results, _ = run_action(ctx, running, "stop", job="mnist")
+    readme_examples.show("stop", readme_examples.juju_results(results))
     assert job_objects(api) == []
     # the JobSet; its Jobs and pods, the code ConfigMap and TensorBoard go with it
     assert results["deleted-objects"] == "1"
