@@ -9,6 +9,7 @@ fake: `sleep` advances a monotonic clock instead of waiting.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import pytest
@@ -195,7 +196,8 @@ def run_action(ctx: testing.Context, state: testing.State, action: str, /, **par
     """
     reconciled = ctx.run(ctx.on.update_status(), state)
     ctx.run(ctx.on.action(action, params=params), reconciled)
-    return ctx.action_results, list(ctx.action_logs)
+    # a copy: the context clears its results for the next run
+    return copy.deepcopy(ctx.action_results), list(ctx.action_logs)
 
 
 def training_pods(api: FakeKubeApiServer) -> list[dict]:

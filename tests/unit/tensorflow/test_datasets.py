@@ -16,6 +16,7 @@ from pathlib import Path
 
 import kubernetes_validate
 import pytest
+import readme_examples
 from conftest import NS, add_nodes, jobset, node, role_spec, run_action
 from ops import testing
 
@@ -88,6 +89,10 @@ def test_an_https_file_is_imported_once_and_listed(ctx, state, api, web, volume)
     assert _registry(api)["mnist"]["size"] == 200000
 
     listed, _ = run_action(ctx, state, "list-datasets")
+    # the test's server and data change every run: its port, the file's sha256, the time
+    volatile = (r"127\.0\.0\.1:\d+", r"[0-9a-f]{64}", r"\d{4}-\d\d-\d\dT[\d:]+Z")
+    readme_examples.show("import-dataset", readme_examples.juju_results(results), volatile)
+    readme_examples.show("list-datasets", readme_examples.juju_results(listed), volatile)
     assert listed["count"] == "1"
     assert listed["datasets"]["mnist"].startswith(f"200.0 kB, 1 file, from {source}, imported ")
 

@@ -211,9 +211,7 @@ def test_list_jobs_one_line_each(ctx, running, api, controller):
 
 def test_a_queued_job_says_why_and_where_in_status_and_list(ctx, running, api, controller):
     controller.logs = None
-    queued = dict(
-        run_action(ctx, running, "train", job="big", workers=3, **{"gpus-per-worker": 1})[0]
-    )
+    queued, _ = run_action(ctx, running, "train", job="big", workers=3, **{"gpus-per-worker": 1})
     results, _ = run_action(ctx, running, "job-status", job="big")
     assert results["phase"] == "Queued"
     assert results["queue"].startswith("position 1: couldn't assign flavors to pod set")
