@@ -696,6 +696,7 @@ def test_validate_gpu_passes_logs_progress_and_deletes_the_pod(ctx, api, driver,
         "summary": "CUDA check passed (pod Succeeded): Done",
         "output": VECTORADD_OK,
     }
+    readme_examples.show("validate-gpu", readme_examples.juju_results(ctx.action_results))
     assert ctx.action_logs[0].startswith(f"running {nvidia.VALIDATION_IMAGE} on node {NODE}")
     assert ctx.action_logs[1:] == ["Pending", "Running"]
     pod = k.pods[0]

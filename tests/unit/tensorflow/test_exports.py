@@ -53,6 +53,7 @@ def test_export_runs_the_trainer_over_the_checkpoints_and_reports_the_version(
 
     results, logs = run_action(ctx, state, "export", job="mnist")
 
+    readme_examples.show("export", readme_examples.juju_results(results))
     assert results["version"] == "1500"
     assert results["path"] == "/data/jobs/mnist/export/1500"
     assert results["signature"].startswith("serving_default: x (float32 [batch, inputs])")

@@ -13,6 +13,7 @@ import json
 
 import kubernetes_validate
 import pytest
+import readme_examples
 from conftest import NS, add_nodes, node, run_action
 from ops import testing
 
@@ -96,6 +97,7 @@ def test_serving_outlives_stop_and_goes_with_unserve(ctx, state, api, model_serv
     assert api.get_object(SERVICES + "mnist-serving") is not None
 
     results, _ = run_action(ctx, state, "unserve", job="mnist")
+    readme_examples.show("unserve", readme_examples.juju_results(results))
     assert results["deleted"] == "Deployment and Service mnist-serving"
     assert api.get_object(DEPLOYMENTS + "mnist-serving") is None
     with pytest.raises(testing.ActionFailed, match="mnist is not being served"):
