@@ -10,7 +10,9 @@ series with the `pod` and `namespace` the GPU is allocated to (NVIDIA/dcgm-expor
 internal/pkg/transformation/kubernetes.go; a GPU nobody holds has no pod label).
 `job-status` reads one page per node that runs a pod of the job: GPUs, utilisation
 (DCGM_FI_DEV_GPU_UTIL, %) and framebuffer memory (DCGM_FI_DEV_FB_USED and _FREE, MiB)
-per pod. Where no exporter answers (no GPU pods yet, a CPU-only job, the exporter not
+per pod. A MIG instance (series with GPU_I_PROFILE and GPU_I_ID, render_metrics.go)
+counts as one GPU, busy as its graphics engine (DCGM_FI_PROF_GR_ENGINE_ACTIVE, a ratio):
+DCGM reports no GPU_UTIL for MIG instances (dcgm-exporter issue #216). Where no exporter answers (no GPU pods yet, a CPU-only job, the exporter not
 running) it says so rather than guessing.
 """
 
@@ -26,6 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from charms.gpu_k8s.v0.cos_agent import DCGM_EXPORTER_PORT
 
 UTIL = "DCGM_FI_DEV_GPU_UTIL"
+ENGINE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 FB_USED = "DCGM_FI_DEV_FB_USED"
 FB_FREE = "DCGM_FI_DEV_FB_FREE"
 TIMEOUT = 3.0  # seconds per node: job-status must stay quick when a node is gone
@@ -48,21 +51,23 @@ def node_ip(node: dict) -> str | None:
 def per_pod(text: str, namespace: str, pods: Iterable[str]) -> dict[str, dict[str, float]]:
     """Pod -> {"gpus", "util" (mean %), "used", "total" (MiB)} for the named pods."""
     wanted = set(pods)
-    gpus: dict[tuple[str, str], dict[str, float]] = {}  # (pod, GPU uuid) -> its samples
+    # (pod, GPU uuid, MIG instance) -> its samples
+    gpus: dict[tuple[str, str, str], dict[str, float]] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name not in (UTIL, FB_USED, FB_FREE):
+            if sample.name not in (UTIL, ENGINE, FB_USED, FB_FREE):
                 continue
             labels = sample.labels
             if labels.get("namespace") != namespace or labels.get("pod") not in wanted:
                 continue
-            gpu = gpus.setdefault((labels["pod"], labels.get("UUID", labels.get("gpu", ""))), {})
+            uuid = labels.get("UUID", labels.get("gpu", ""))
+            gpu = gpus.setdefault((labels["pod"], uuid, labels.get("GPU_I_ID", "")), {})
             gpu[sample.name] = float(sample.value)
     out: dict[str, dict[str, float]] = {}
-    for (pod, _), sample in gpus.items():
+    for (pod, _, instance), sample in gpus.items():
         row = out.setdefault(pod, {"gpus": 0, "util": 0.0, "used": 0.0, "total": 0.0})
         row["gpus"] += 1
-        row["util"] += sample.get(UTIL, 0.0)
+        row["util"] += 100 * sample.get(ENGINE, 0.0) if instance else sample.get(UTIL, 0.0)
         row["used"] += sample.get(FB_USED, 0.0)
         row["total"] += sample.get(FB_USED, 0.0) + sample.get(FB_FREE, 0.0)
     for row in out.values():

@@ -32,6 +32,25 @@ def test_a_page_is_read_per_pod_and_a_free_gpu_belongs_to_nobody():
     assert gpu_metrics.per_pod(PAGE, "other-namespace", ["mnist-worker-0-0-abcde"]) == {}
 
 
+def test_a_mig_instance_is_one_gpu_busy_as_its_graphics_engine():
+    # two 3g.40gb instances of one H100, as the exporter labels them (render_metrics.go):
+    # GPU_UTIL is 0 there (DCGM has none for MIG), the engine's active ratio is not
+    mig = 'gpu="0",UUID="GPU-h100",modelName="NVIDIA H100 80GB HBM3",GPU_I_PROFILE="3g.40gb"'
+    pod = 'pod="mig-worker-0",namespace="tensorflow",container="tensorflow"'
+    page = "".join(
+        f'{name}{{{mig},GPU_I_ID="{i}",{pod}}} {value}\n'
+        for i in ("1", "2")
+        for name, value in (
+            ("DCGM_FI_DEV_GPU_UTIL", 0),
+            ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 0.5 if i == "1" else 0.9),
+            ("DCGM_FI_DEV_FB_USED", 10240),
+            ("DCGM_FI_DEV_FB_FREE", 30720),
+        )
+    )
+    (row,) = gpu_metrics.per_pod(page, "tensorflow", ["mig-worker-0"]).values()
+    assert row == {"gpus": 2, "util": 70.0, "used": 20480.0, "total": 81920.0}
+
+
 @pytest.fixture
 def exporter(monkeypatch):
     """The node's DCGM exporter, at the address its Node object gives."""
