@@ -12,8 +12,9 @@ internal/pkg/transformation/kubernetes.go; a GPU nobody holds has no pod label).
 (DCGM_FI_DEV_GPU_UTIL, %) and framebuffer memory (DCGM_FI_DEV_FB_USED and _FREE, MiB)
 per pod. A MIG instance (series with GPU_I_PROFILE and GPU_I_ID, render_metrics.go)
 counts as one GPU, busy as its graphics engine (DCGM_FI_PROF_GR_ENGINE_ACTIVE, a ratio):
-DCGM reports no GPU_UTIL for MIG instances (dcgm-exporter issue #216). Where no exporter answers (no GPU pods yet, a CPU-only job, the exporter not
-running) it says so rather than guessing.
+DCGM reports no GPU_UTIL for MIG instances (dcgm-exporter issue #216). Where no
+exporter answers (no GPU pods yet, a CPU-only job, the exporter not running) it says so
+rather than guessing.
 """
 
 from __future__ import annotations
