@@ -106,6 +106,9 @@ def show(name: str, text: str, volatile: Iterable[str] = ()) -> None:
             t = pattern.sub("<varies>", t)
         return t
 
+    if UPDATE and match.group(2) != text:  # what this run printed, volatile parts too
+        README.write_text(readme[: match.start(2)] + text + readme[match.end(2) :])
+        return
     if stable(match.group(2)) == stable(text):
         return
     if UPDATE:

@@ -142,8 +142,13 @@ def manifests(node: str, image_registry: str = "") -> list[dict]:
         "metadata": _meta(NAME),
         "spec": {
             "replicas": 1,
-            # the old pod must free 127.0.0.1:8080 before a new one on the same node binds
-            "strategy": {"type": "Recreate"},
+            # the old pod goes first (it holds 127.0.0.1:8080 on its node), but unlike
+            # Recreate a rollout does not wait for a pod on a dead node (a new leader's
+            # usual reason to move it) to be confirmed gone (deployment recreate.go)
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
+            },
             "selector": {"matchLabels": pod_labels},
             "template": {
                 "metadata": {

@@ -97,7 +97,10 @@ def test_kube_state_metrics_runs_on_the_leaders_node_listening_on_loopback_only(
     assert container["image"] == "registry.k8s.io/kube-state-metrics/kube-state-metrics:v2.20.0"
     assert spec["nodeSelector"] == {"kubernetes.io/hostname": NODE}
     assert spec["hostNetwork"] is True
-    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
+    }
     # both listeners on loopback (each defaults to "::"); the probes go there too,
     # since without a host they would go to the pod IP, the node's address
     args = container["args"]

@@ -267,6 +267,13 @@ def test_the_cluster_alerts_fire_when_they_should(tmp_path):
                 {"series": ready % (scrape, "gpu-0"), "values": "1 1 0x20"},
                 {"series": gpus % (scrape, "gpu-0"), "values": "4x22"},
                 {"series": ready % (scrape, "cpu-0"), "values": "0x22"},
+                # mig-0: MIG under mig-strategy=mixed offers nvidia.com/mig-* only
+                {"series": ready % (scrape, "mig-0"), "values": "1 1 0x20"},
+                {
+                    "series": 'kube_node_status_capacity{%s,node="mig-0",resource="nvidia_com_mig_1g_10gb",unit="integer"}'  # noqa: E501
+                    % scrape,
+                    "values": "7x22",
+                },
                 # flaky restarts twice within minutes; steady once; reused was stopped
                 # after 3 restarts and trained again under its name (its count starts over)
                 {"series": jobset % (scrape, "flaky"), "values": "0 0 1 1 2 2 2"},
@@ -292,9 +299,10 @@ def test_the_cluster_alerts_fire_when_they_should(tmp_path):
                     "alertname": "GpuNodeNotReady",
                     "exp_alerts": [
                         {
-                            "exp_labels": {**gpu_down, "severity": "critical"},
-                            "exp_annotations": _render(rules, "GpuNodeNotReady", gpu_down, ""),
+                            "exp_labels": {**down, "severity": "critical"},
+                            "exp_annotations": _render(rules, "GpuNodeNotReady", down, ""),
                         }
+                        for down in (gpu_down, {**gpu_down, "node": "mig-0"})
                     ],
                 },
                 {
