@@ -16,7 +16,8 @@ leader moves it to its own node.
 It serves node metrics (`--resources=nodes`: kube_node_status_condition,
 kube_node_status_capacity) and, through its Custom Resource State configuration
 (`kube-state-metrics-resources.yaml` next to this module), JobSet restarts and
-conditions and Kueue Workload creation times and conditions. It finds those kinds
+conditions and Kueue Workloads' creation times, conditions (with when each last
+changed) and whether they are active. It finds those kinds
 through their CRDs, so it starts before JobSet and Kueue are installed (or without
 them) and picks them up when they come.
 

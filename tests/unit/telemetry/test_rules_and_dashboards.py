@@ -342,6 +342,140 @@ def test_the_cluster_alerts_fire_when_they_should(tmp_path):
 
 
 @needs_promtool
+def test_a_job_waits_from_when_it_last_lacked_quota_and_a_deactivated_one_never(tmp_path):
+    """TrainingJobQueuedTooLong over a day, its series as kube-state-metrics serves them.
+
+    Kueue v0.19.2 (pkg/workload/workload.go, pkg/controller/jobframework/reconciler.go,
+    pkg/controller/core/workload_controller.go): a preempted Workload's QuotaReserved
+    turns False and Requeued True, both with that moment as lastTransitionTime; a
+    deactivated one has spec.active false until reactivated, when Requeued turns True
+    (reason Reactivated). A condition whose labels change (reason, status) is a new series
+    in kube-state-metrics: the old one ends (stale). Minute 1440 is 86400 s.
+    """
+    rules = ROOT / "charms/kubernetes-control-plane/src/prometheus_alert_rules/cluster.rules"
+    scrape = 'instance="cp-0",job="kube-state-metrics"'
+    workload = 'namespace="tensorflow",workload="%s",local_queue="training"'
+
+    def series(name: str, wl: str, values: str, **labels: str) -> dict[str, str]:
+        extra = "".join(f',{k}="{v}"' for k, v in labels.items())
+        return {"series": f"{name}{{{scrape},{workload % wl}{extra}}}", "values": values}
+
+    def created(wl: str) -> dict[str, str]:
+        return series("kueue_workload_created_timestamp_seconds", wl, "0x1510")
+
+    def cond(wl: str, values: str, condition: str, reason: str) -> dict[str, str]:
+        return series("kueue_workload_condition", wl, values, condition=condition, reason=reason)
+
+    def since(wl: str, values: str, condition: str, status: str) -> dict[str, str]:
+        name = "kueue_workload_condition_last_transition_timestamp_seconds"
+        return series(name, wl, values, condition=condition, status=status)
+
+    def active(wl: str, values: str) -> dict[str, str]:
+        return series("kueue_workload_spec_active", wl, values)
+
+    def alerts(*workloads: str) -> list[dict]:
+        out = []
+        for wl in workloads:
+            labels = {**_labels(scrape), **_labels(workload % wl)}
+            out.append(
+                {
+                    "exp_labels": {**labels, "severity": "warning"},
+                    "exp_annotations": _render(rules, "TrainingJobQueuedTooLong", labels, ""),
+                }
+            )
+        return out
+
+    def waited(*samples: tuple[str, float]) -> list[dict]:
+        return [{"labels": f"{{{scrape},{workload % wl}}}", "value": v} for wl, v in samples]
+
+    (expr,) = [
+        r["expr"]
+        for g in yaml.safe_load(rules.read_text())["groups"]
+        for r in g["rules"]
+        if r["alert"] == "TrainingJobQueuedTooLong"
+    ]
+    preempted, reactivated, inactive = "preempted-1", "reactivated-2", "inactive-3"
+    pending, behind = "pending-4", "behind-5"
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": [
+                # ran for a day, preempted at minute 1440
+                created(preempted),
+                active(preempted, "1x1510"),
+                cond(preempted, "1x1439 stale", "QuotaReserved", "QuotaReserved"),
+                since(preempted, "0x1439 stale", "QuotaReserved", "True"),
+                cond(preempted, "_x1440 0x70", "QuotaReserved", "PendingEvaluation"),
+                since(preempted, "_x1440 86400x70", "QuotaReserved", "False"),
+                cond(preempted, "_x1440 1x70", "Evicted", "Preempted"),
+                cond(preempted, "_x1440 1x70", "Requeued", "Preempted"),
+                since(preempted, "_x1440 86400x70", "Requeued", "True"),
+                # ran an hour, deactivated by its owner at minute 60, reactivated at 1440
+                created(reactivated),
+                active(reactivated, "1x59 0x1379 1x70"),
+                cond(reactivated, "1x59 stale", "QuotaReserved", "QuotaReserved"),
+                since(reactivated, "0x59 stale", "QuotaReserved", "True"),
+                cond(reactivated, "_x60 0x1450", "QuotaReserved", "PendingEvaluation"),
+                since(reactivated, "_x60 3600x1450", "QuotaReserved", "False"),
+                cond(reactivated, "_x60 0x1379 stale", "Requeued", "Deactivated"),
+                since(reactivated, "_x60 3600x1379 stale", "Requeued", "False"),
+                cond(reactivated, "_x1440 1x70", "Requeued", "Reactivated"),
+                since(reactivated, "_x1440 86400x70", "Requeued", "True"),
+                # deactivated before it was ever admitted (requeuing limit): never waits
+                created(inactive),
+                active(inactive, "0x1510"),
+                cond(inactive, "0x1510", "QuotaReserved", "Pending"),
+                since(inactive, "0x1510", "QuotaReserved", "False"),
+                cond(inactive, "1x1510", "Evicted", "Deactivated"),
+                # never admitted, found inadmissible 30 s after its creation
+                created(pending),
+                active(pending, "1x1510"),
+                cond(pending, "0x1510", "QuotaReserved", "Pending"),
+                since(pending, "30x1510", "QuotaReserved", "False"),
+                # behind the head of a StrictFIFO queue: no conditions yet; and no
+                # spec.active series, which counts as active (Kueue's default)
+                created(behind),
+            ],
+            "alert_rule_test": [
+                {"eval_time": "60m", "alertname": "TrainingJobQueuedTooLong", "exp_alerts": []},
+                {
+                    "eval_time": "61m",
+                    "alertname": "TrainingJobQueuedTooLong",
+                    "exp_alerts": alerts(pending, behind),
+                },
+                # preempted and reactivated have waited 30 minutes, not a day
+                {
+                    "eval_time": "1470m",
+                    "alertname": "TrainingJobQueuedTooLong",
+                    "exp_alerts": alerts(pending, behind),
+                },
+                {
+                    "eval_time": "1501m",
+                    "alertname": "TrainingJobQueuedTooLong",
+                    "exp_alerts": alerts(preempted, reactivated, pending, behind),
+                },
+            ],
+            # the alert's value: the seconds it has waited since it last lacked quota
+            "promql_expr_test": [
+                {
+                    "expr": expr,
+                    "eval_time": "61m",
+                    "exp_samples": waited((pending, 3630), (behind, 3660)),
+                },
+                {
+                    "expr": expr,
+                    "eval_time": "1501m",
+                    "exp_samples": waited(
+                        (preempted, 3660), (reactivated, 3660), (pending, 90030), (behind, 90060)
+                    ),
+                },
+            ],
+        }
+    ]
+    _promtool_test(tmp_path, rules, tests)
+
+
+@needs_promtool
 def test_a_target_that_stops_answering_is_an_alert_after_15_minutes(tmp_path):
     """The rule cos_agent adds for every charm (`up` is Prometheus' own, per target)."""
     from charms.gpu_k8s.v0.cos_agent import TARGETS_RULES
