@@ -37,6 +37,8 @@ from charms.gpu_k8s.v0.cos_agent import CosAgentProvider
 from charms.gpu_k8s.v0.images import mirrored
 from charms.gpu_k8s.v0.kube_api import KubeApiRequirer
 from charms.gpu_k8s.v0.shared_storage import SharedStorageProvider
+from charms.gpu_k8s.v0.system import Host, SubprocessRunner
+from charms.gpu_k8s.v0.unit_state import Gauge
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +60,11 @@ class TeardownPendingError(Exception):
     """Raised by the `remove` hook while AWS deletion is still under way (Juju retries)."""
 
 
+def _machine() -> Host:
+    """This unit's machine (see `host_factory`)."""
+    return Host(SubprocessRunner())
+
+
 class EfsStorageCharm(ops.CharmBase):
     """Provides an EFS file system to Kubernetes consumers as ReadWriteMany claims."""
 
@@ -71,6 +78,8 @@ class EfsStorageCharm(ops.CharmBase):
     directory_wait: float = 60.0
     sleep: Callable[[float], None] = staticmethod(time.sleep)
     monotonic: Callable[[], float] = staticmethod(time.monotonic)
+    # The machine (where the unit-state server for the COS agent runs: unit_state).
+    host_factory = staticmethod(_machine)
 
     _stored = ops.StoredState()
 
@@ -85,7 +94,7 @@ class EfsStorageCharm(ops.CharmBase):
             cluster_rules=CLUSTER_RULES,
         )
         self.shared_storage = SharedStorageProvider(self, SHARED_STORAGE)
-        self.cos = CosAgentProvider(self, "cos-agent")
+        self.cos = CosAgentProvider(self, "cos-agent", host=lambda: type(self).host_factory())
         self._statuses: list[ops.StatusBase] = []
         self._kube_client: Any = None
         on = self.on
@@ -177,7 +186,7 @@ class EfsStorageCharm(ops.CharmBase):
         return None
 
     def _on_cos_agent(self, _: ops.EventBase) -> None:
-        # no scrape job: the agent collects this machine's own metrics and logs
+        # no scrape job but the unit's own state: the agent collects the machine's metrics
         self.cos.update([])
 
     def _on_collect_status(self, event: ops.CollectStatusEvent) -> None:
@@ -190,6 +199,7 @@ class EfsStorageCharm(ops.CharmBase):
         config = self.load_config(Config, errors="blocked")
         if not self.unit.is_leader():
             self._statuses.append(ops.ActiveStatus("standby: the leader manages EFS"))
+            self.cos.set_gauges([])  # the leader reports the file system
             return True
         if self.app.planned_units() == 0:
             return self._teardown(config)
@@ -206,6 +216,7 @@ class EfsStorageCharm(ops.CharmBase):
             logger.warning("nodes not found in EC2: %s", ", ".join(observed.unresolved_nodes))
         states = self._kube_call(lambda: self._serve(kube, config, observed))
         self._report(observed, states)
+        self.cos.set_gauges(_gauges(observed, states))
         return True
 
     def _desired(self, config: Config, nodes: tuple[efs.Node, ...] = ()) -> efs.Desired:
@@ -507,6 +518,37 @@ class EfsStorageCharm(ops.CharmBase):
                 key = f"{name}-{n}"
             result[key] = f"{item.key} {item.phase}"
         return result
+
+
+def _gauges(observed: efs.Observed, states: list[ClaimState]) -> list[Gauge]:
+    """The file system as this pass saw it, for the unit-state scrape job."""
+    fs = {"file_system_id": observed.file_system_id or ""}
+    return [
+        Gauge(
+            "gpu_k8s_efs_size_bytes",
+            "Metered size of the EFS file system (what AWS bills), as EFS last reported it.",
+            observed.size_bytes,
+            fs,
+        ),
+        Gauge(
+            "gpu_k8s_efs_mount_targets",
+            "Mount targets of the file system.",
+            len(observed.mount_targets),
+            fs,
+        ),
+        Gauge(
+            "gpu_k8s_efs_zones_unserved",
+            "Availability zones with cluster nodes where AWS refused a mount target.",
+            len(observed.zone_problems),
+            fs,
+        ),
+        Gauge(
+            "gpu_k8s_efs_claims_bound",
+            "Consumers' PersistentVolumeClaims bound to the file system.",
+            sum(1 for s in states if s.bound),
+            fs,
+        ),
+    ]
 
 
 def _zone_status(observed: efs.Observed) -> ops.StatusBase:

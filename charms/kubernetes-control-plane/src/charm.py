@@ -63,6 +63,7 @@ from charms.gpu_k8s.v0.kube_api import KubeApiProvider
 from charms.gpu_k8s.v0.kubeclient import KubeError
 from charms.gpu_k8s.v0.kubernetes_cluster import ClusterProvider
 from charms.gpu_k8s.v0.system import CommandError, Host, SubprocessRunner
+from charms.gpu_k8s.v0.unit_state import Gauge
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +120,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         self.access = Access(self)
         self.fleet = Fleet(self)
         self.addons = Addons(self)
-        self.cos = CosAgentProvider(self, COS_AGENT)
+        self.cos = CosAgentProvider(self, COS_AGENT, host=lambda: self.host)
         self._host: Host | None = None
         self._kube: Any = None
         self._problem: ops.StatusBase | None = None
@@ -240,7 +241,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             if self._kube is not None:
                 self._kube.close()
                 self._kube = None
-        self.cos.update(self._scrape_jobs())
+        self.cos.update(self._scrape_jobs(), gauges=self._gauges())
         status = self._problem or self._ready_status()
         self._stored.status = [status.name, status.message]
 
@@ -266,6 +267,20 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
                 scrape_job(kube_state_metrics.NAME, kube_state_metrics.PORT, instance=name)
             )
         return jobs
+
+    def _gauges(self) -> list[Gauge]:
+        """The cluster as the charms know it, from the leader (one copy per cluster)."""
+        peers = self._peers
+        if not self.unit.is_leader() or peers is None or not self._joined():
+            return []
+        bag = peers.data[self.app]
+        version = bag.get("cluster-version")
+        known = registry.Registry.load(bag)
+        return cluster_info.gauges(
+            cluster_info.NodeHealth.load(bag) or cluster_info.NodeHealth(),
+            behind=self._nodes_behind(peers, version, known) if version else 0,
+            pending_removal=registry.pending_count(bag),
+        )
 
     def _on_secret_expired(self, event: ops.SecretExpiredEvent) -> None:
         """Rotate what expired; remove the expired revision once a newer one replaced it.

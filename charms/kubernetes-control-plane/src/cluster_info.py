@@ -10,6 +10,8 @@ import json
 from collections.abc import Iterable, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from charms.gpu_k8s.v0.unit_state import Gauge
+
 if TYPE_CHECKING:
     from registry import Registry
 
@@ -342,3 +344,28 @@ def status_line(
     if skipped:
         line += f"; ignoring {len(skipped)} worker(s) with invalid data: {skipped[0]}"
     return line
+
+
+def gauges(health: NodeHealth, *, behind: int, pending_removal: int) -> list[Gauge]:
+    """What the charms know of the cluster and kube-state-metrics cannot see (unit_state).
+
+    Nodes of related units that the API does not have, and nodes the charms still have
+    to upgrade or delete.
+    """
+    return [
+        Gauge(
+            "gpu_k8s_cluster_nodes_missing",
+            "Nodes of related units that the Kubernetes API does not have.",
+            len(health.missing),
+        ),
+        Gauge(
+            "gpu_k8s_cluster_nodes_behind",
+            "Nodes not yet on the cluster's Kubernetes version (an upgrade under way).",
+            behind,
+        ),
+        Gauge(
+            "gpu_k8s_cluster_nodes_pending_removal",
+            "Nodes of departed workers still to be deleted from the cluster.",
+            pending_removal,
+        ),
+    ]

@@ -91,7 +91,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
         )
         self.cluster = ClusterRequirer(self, CLUSTER)
         self.turns = RebootTurns(self, REBOOTS)
-        self.cos = CosAgentProvider(self, COS_AGENT)
+        self.cos = CosAgentProvider(self, COS_AGENT, host=self.host_factory)
         self._status: ops.StatusBase | None = None
         # Waiting for a turn to reboot: reported over Active, under any other status
         self._turn_wait: str | None = None
@@ -154,6 +154,8 @@ class KubernetesWorkerCharm(ops.CharmBase):
         host = self.host_factory()
         info = self.cluster.join_material()
         installed = self._install(host, config, info)
+        if installed is not None:  # served to a COS agent (unit_state), a pending reboot too
+            self.cos.set_gauges(installed[0].gauges())
         if installed is None or not self._reboot_step(host, config, info, installed[0]):
             return
         state, plan = installed

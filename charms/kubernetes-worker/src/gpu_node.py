@@ -27,6 +27,7 @@ from worker import check_image
 from charms.gpu_k8s.v0 import apt, containerd
 from charms.gpu_k8s.v0.config import ActionParams
 from charms.gpu_k8s.v0.system import CommandError, Host
+from charms.gpu_k8s.v0.unit_state import Gauge
 
 if TYPE_CHECKING:
     from worker import WorkerConfig
@@ -121,6 +122,23 @@ class GpuState:
             plugin=plugin or nvidia.PluginConfig(),
         )
         return labels | deploy
+
+    def gauges(self) -> list[Gauge]:
+        """The GPU step's outcome for the unit-state scrape job (zeros without GPUs)."""
+        count = self.inventory.count
+        return [
+            Gauge("gpu_k8s_node_gpus", "NVIDIA GPUs on the machine (PCI).", count),
+            Gauge(
+                "gpu_k8s_node_gpus_usable",
+                "GPUs pods can use: the driver answers and nothing they need is pending.",
+                count if self.ready else 0,
+            ),
+            Gauge(
+                "gpu_k8s_node_reboot_required",
+                "1 while the GPU driver waits for a reboot into the kernel it was built for.",
+                int(self.reboot is not None),
+            ),
+        ]
 
     def taints(self, gpu_taint: bool) -> list[dict]:
         """The GPU taint the node should carry (none without GPUs or with gpu-taint off)."""

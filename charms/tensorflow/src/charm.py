@@ -43,6 +43,7 @@ from charms.gpu_k8s.v0.cos_agent import CosAgentProvider
 from charms.gpu_k8s.v0.images import validate_registry
 from charms.gpu_k8s.v0.kube_api import KubeApiRequirer, Rule
 from charms.gpu_k8s.v0.shared_storage import SharedStorageRequirer
+from charms.gpu_k8s.v0.system import Host, SubprocessRunner
 
 logger = logging.getLogger(__name__)
 
@@ -146,6 +147,11 @@ class SecretConfigError(Exception):
     """A secret config option cannot be used; the message says why (never its content)."""
 
 
+def _machine() -> Host:
+    """This unit's machine (see `host_factory`)."""
+    return Host(SubprocessRunner())
+
+
 class TensorflowCharm(ops.CharmBase):
     """Runs distributed TensorFlow training as Kubernetes Jobs."""
 
@@ -154,6 +160,8 @@ class TensorflowCharm(ops.CharmBase):
     # Boundaries that tests replace: sleeping and the clock of polling.
     sleep: Callable[[float], None] = staticmethod(time.sleep)
     monotonic: Callable[[], float] = staticmethod(time.monotonic)
+    # The machine (where the unit-state server for the COS agent runs: unit_state).
+    host_factory = staticmethod(_machine)
 
     def __init__(self, framework: ops.Framework):
         super().__init__(framework)
@@ -173,7 +181,7 @@ class TensorflowCharm(ops.CharmBase):
             self, SHARED_STORAGE, namespace=namespace, directory=self.app.name, uid=uid, gid=gid
         )
         self._api_error: str | None = None
-        self.cos = CosAgentProvider(self, "cos-agent")
+        self.cos = CosAgentProvider(self, "cos-agent", host=lambda: type(self).host_factory())
         self._queue_problem: str | None = None
         self._secret_problem: str | None = None
         self._stored.set_default(queues="", glance="", pull_secret=False, secrets=[])
@@ -273,6 +281,7 @@ class TensorflowCharm(ops.CharmBase):
         from charms.gpu_k8s.v0.kubeclient import KubeError
 
         if not self.unit.is_leader():
+            self.cos.set_gauges([])  # the leader counts the jobs
             return
         self.storage.publish()  # `run-as` may have changed what the directory request says
         try:
@@ -289,7 +298,9 @@ class TensorflowCharm(ops.CharmBase):
                 datasets.settle(kube, ctx)  # record imports that ended with nobody waiting
                 self._apply_queues(kube, ctx, config)
                 if self._queue_problem is None:  # JobSets exist only where Kueue runs
-                    self._stored.glance = training.at_a_glance(kube, ctx)
+                    glance = training.at_a_glance(kube, ctx)
+                    self._stored.glance = glance.line
+                    self.cos.set_gauges(glance.gauges())
         except NotReadyError:
             return
         except KubeError as e:

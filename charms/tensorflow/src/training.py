@@ -19,6 +19,7 @@ state, then one pod list per poll while waiting).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -41,6 +42,8 @@ from literals import (
     LABEL_COMPONENT,
     PROGRESS_LOG_LINES,
 )
+
+from charms.gpu_k8s.v0.unit_state import Gauge
 
 logger = logging.getLogger(__name__)
 
@@ -453,16 +456,40 @@ GLANCE_DETAILS = 3  # running jobs named in the status line (one log read each)
 _GLANCE_ORDER = ("Running", "Restarting", *jobs.WAITING, "Admitted", "Failed")
 
 
-def at_a_glance(kube: Any, ctx: Context) -> str:
+# Every phase jobs.phase gives a JobSet that exists, for the `gpu_k8s_training_jobs` gauge
+PHASES = (*_GLANCE_ORDER, "Succeeded")
+
+
+@dataclasses.dataclass(frozen=True)
+class Glance:
+    """The jobs as one reconcile saw them: the status line and how many are in each phase."""
+
+    line: str
+    phases: Mapping[str, int]
+
+    def gauges(self) -> list[Gauge]:
+        """One `gpu_k8s_training_jobs{phase=...}` sample per phase (0 included)."""
+        return [
+            Gauge(
+                "gpu_k8s_training_jobs",
+                "Training jobs (JobSets) of this application, by phase.",
+                self.phases.get(name, 0),
+                {"phase": name.lower()},
+            )
+            for name in PHASES
+        ]
+
+
+def at_a_glance(kube: Any, ctx: Context) -> Glance:
     """The jobs on one line for `juju status`: `2 running (mnist 45% ETA 12m), 1 queued`.
 
-    Succeeded jobs are left out (JobSet deletes them after `job-ttl`); the first running
-    jobs carry their progress from the chief's log.
+    Succeeded jobs are left out of the line (JobSet deletes them after `job-ttl`) but
+    counted; the first running jobs carry their progress from the chief's log.
     """
     training = jobs.selector(ctx.app, component=COMPONENT_TRAINING)
     all_jobsets = kube.list(JOBSET_API, "JobSet", ctx.namespace, label_selector=training)
     if not all_jobsets:
-        return ""
+        return Glance("", {})
     workloads = _workloads(kube, ctx)
     all_pods = kube.list("v1", "Pod", ctx.namespace, label_selector=training)
     by_phase: dict[str, list[str]] = {}
@@ -490,7 +517,7 @@ def at_a_glance(kube: Any, ctx: Context) -> str:
         if phase == "Running":
             text += f" ({', '.join(names[:GLANCE_DETAILS])})"
         parts.append(text)
-    return ", ".join(parts)
+    return Glance(", ".join(parts), {phase: len(names) for phase, names in by_phase.items()})
 
 
 def logs(kube: Any, ctx: Context, job: str, lines: int, role: str = "all", index: int = -1) -> str:

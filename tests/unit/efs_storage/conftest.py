@@ -26,6 +26,7 @@ from ops import testing  # noqa: E402
 
 import charm  # noqa: E402
 from fakes.kube_apiserver import FakeKubeApiServer  # noqa: E402
+from fakes.machine import FakeMachine  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -78,3 +79,11 @@ def env(aws: LocalAws, kube_api: FakeKubeApiServer) -> Env:
 def scan(caplog: pytest.LogCaptureFixture) -> Scan:
     caplog.set_level(logging.DEBUG)
     return Scan(caplog)
+
+
+@pytest.fixture(autouse=True)
+def unit_machine(tmp_path, monkeypatch) -> FakeMachine:
+    """The unit's machine: where its state is served to a related COS agent (unit_state)."""
+    machine = FakeMachine(tmp_path / "machine")
+    monkeypatch.setattr(charm.EfsStorageCharm, "host_factory", staticmethod(machine.host))
+    return machine

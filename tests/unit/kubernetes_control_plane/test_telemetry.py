@@ -22,7 +22,7 @@ from ops import testing
 
 import charm
 from charms.gpu_k8s.v0 import api_proxy
-from fakes.control_plane import peer, peers
+from fakes.control_plane import join_workers, node, peer, peers, worker_bag, workers_relation
 
 DEPLOYMENT = "/apis/apps/v1/namespaces/kube-system/deployments/kube-state-metrics"
 ROLE = "/apis/rbac.authorization.k8s.io/v1/clusterroles/kube-state-metrics"
@@ -47,6 +47,8 @@ MEMBER_JOBS = [
     _job("kube-apiserver", 6445),
 ]
 KSM_JOB = _job("kube-state-metrics", 8080)
+# every unit, joined or not: its own state (unit_state), served on the machine
+STATE_JOB = _job("unit-state", 6447, "/metrics/kubernetes-control-plane-0")
 
 
 @pytest.fixture
@@ -73,7 +75,7 @@ def test_the_leader_has_its_etcd_and_kube_state_metrics_scraped_with_the_rules(
 
     assert len(machine.inits) == 1  # the same event bootstrapped the cluster
     config = _agent_config(out, agent)
-    assert config["metrics_scrape_jobs"] == [*MEMBER_JOBS, KSM_JOB]
+    assert config["metrics_scrape_jobs"] == [*MEMBER_JOBS, KSM_JOB, STATE_JOB]
     alerts = {r["alert"] for g in config["metrics_alert_rules"]["groups"] for r in g["rules"]}
     assert alerts == {
         "EtcdNoLeader",
@@ -82,7 +84,11 @@ def test_the_leader_has_its_etcd_and_kube_state_metrics_scraped_with_the_rules(
         "GpuNodeNotReady",
         "TrainingJobRestartingRepeatedly",
         "TrainingJobQueuedTooLong",
+        "GpuK8sNodeMissing",
+        "GpuK8sUpgradeStalled",
         "ScrapeTargetDown",  # every charm's (cos_agent.TARGETS_RULES)
+        "GpuK8sUnitBlocked",  # and with its own state (unit_state.RULES)
+        "GpuK8sUnitStateStale",
     }
     assert len(config["dashboards"]) == 2  # etcd, cluster
     assert peer(out).local_app_data["kube-state-metrics-node"] == NODE
@@ -156,7 +162,10 @@ def test_a_unit_that_is_not_the_leader_leaves_kube_state_metrics_to_it(machine, 
     out = ctx.run(ctx.on.relation_joined(agent), follower)
 
     # (leadership moved away: the new leader's agent scrapes it where it moves it)
-    assert _agent_config(out, agent)["metrics_scrape_jobs"] == MEMBER_JOBS
+    assert _agent_config(out, agent)["metrics_scrape_jobs"] == [*MEMBER_JOBS, STATE_JOB]
+    # ... and the cluster's figures: one copy, from the leader
+    served = machine.machine.read("/var/lib/gpu-k8s/unit-state/kubernetes-control-plane-0.prom")
+    assert "gpu_k8s_cluster_" not in served
 
 
 def test_kube_state_metrics_objects_are_valid_kubernetes_objects():
@@ -173,8 +182,28 @@ def test_a_unit_that_has_not_joined_offers_no_etcd(machine, tmp_path):
     # not the leader, and nobody bootstrapped: it waits, and has no etcd member yet
     out = ctx.run(ctx.on.relation_joined(agent), testing.State(relations=[peers(), agent]))
     config = json.loads(out.get_relation(agent.id).local_unit_data["config"])
-    assert config["metrics_scrape_jobs"] == []
+    assert config["metrics_scrape_jobs"] == [STATE_JOB]  # its state says it waits
     assert out.unit_status.name == "waiting"
+    served = machine.machine.read("/var/lib/gpu-k8s/unit-state/kubernetes-control-plane-0.prom")
+    assert 'gpu_k8s_unit_status{status="waiting"} 1' in served.splitlines()
+
+
+def test_the_leader_serves_what_the_charms_know_of_the_cluster(machine, api, ctx):
+    """A worker whose Node the API lacks counts as missing (_gauges; KSM cannot see it)."""
+    agent = testing.Relation("cos-agent", remote_app_name="opentelemetry-collector")
+    state = ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers(), agent]))
+    api.put_object("/api/v1/nodes/w0", node("w0"))
+    rel = workers_relation({0: worker_bag("w0"), 1: worker_bag("w1")})  # w1 never registered
+
+    join_workers(ctx, dataclasses.replace(state, relations=[*state.relations, rel]), rel)
+
+    served = machine.machine.read("/var/lib/gpu-k8s/unit-state/kubernetes-control-plane-0.prom")
+    assert {
+        'gpu_k8s_unit_status{status="active"} 1',
+        "gpu_k8s_cluster_nodes_missing 1",
+        "gpu_k8s_cluster_nodes_behind 0",
+        "gpu_k8s_cluster_nodes_pending_removal 0",
+    } <= set(served.splitlines())
 
 
 def test_haproxy_serves_the_nodes_metrics_with_the_kubelets_own_certificate(machine, api, ctx):

@@ -335,8 +335,12 @@ def test_reboot_needed_without_auto_reboot_blocks_with_the_exact_commands(
     ctx, machine, api, driver, reboots
 ):
     needs_reboot(driver)
+    register_node(api)
+    state = joined_state(api)
+    agent = testing.Relation("cos-agent", remote_app_name="opentelemetry-collector")
+    state = dataclasses.replace(state, relations={*state.relations, agent})
 
-    out = run_joined(ctx, api)
+    out = ctx.run(ctx.on.config_changed(), state)
 
     assert out.unit_status == testing.BlockedStatus(
         f"reboot needed: {BOOT_NEW_KERNEL}; run `kubectl drain {NODE} --ignore-daemonsets "
@@ -349,6 +353,13 @@ def test_reboot_needed_without_auto_reboot_blocks_with_the_exact_commands(
     assert taints(api) == [TAINT]
     assert gpu_labels(api) == {}
     assert len(machine.joins) == 1
+    # a related COS agent sees it too (unit_state): blocked, GPUs unusable until the reboot
+    served = machine.host().read("/var/lib/gpu-k8s/unit-state/kubernetes-worker-0.prom")
+    assert {
+        'gpu_k8s_unit_status{status="blocked"} 1',
+        "gpu_k8s_node_reboot_required 1",
+        "gpu_k8s_node_gpus_usable 0",
+    } <= set(served.splitlines())
 
 
 def add_pod(api, name):
@@ -1375,12 +1386,19 @@ def test_a_gpu_node_has_its_dcgm_exporter_scraped_with_the_gpu_rules_and_dashboa
             "static_configs": [{"targets": [f"localhost:{port}"], "labels": {"instance": NODE}}],
         }
 
-    # the event joined the node: its kubelet through HAProxy (as the node), and DCGM
+    # the event joined the node: its kubelet through HAProxy (as the node), DCGM, and the
+    # unit's own state (unit_state)
     assert config["metrics_scrape_jobs"] == [
         job("kubelet", 6446),
         job("kubelet-cadvisor", 6446, "/metrics/cadvisor"),
         job("dcgm-exporter", 9400),
+        job("unit-state", 6447, "/metrics/kubernetes-worker-0"),
     ]
+    state = machine.host().read("/var/lib/gpu-k8s/unit-state/kubernetes-worker-0.prom")
+    lines = state.splitlines()
+    assert 'gpu_k8s_unit_status{status="active"} 1' in lines
+    assert {"gpu_k8s_node_gpus 4", "gpu_k8s_node_gpus_usable 4"} <= set(lines)
+    assert "gpu_k8s_node_reboot_required 0" in lines
     alerts = {
         rule["alert"]: rule
         for group in config["metrics_alert_rules"]["groups"]
@@ -1396,5 +1414,9 @@ def test_a_cpu_node_offers_no_gpu_scrape_job(machine, api, tmp_path):
     FakeDriver(machine).serve_toolkit()
     config = _cos_config(api, tmp_path)
     names = [j["job_name"] for j in config["metrics_scrape_jobs"]]
-    assert names == ["kubernetes-worker_kubelet", "kubernetes-worker_kubelet-cadvisor"]
+    assert names == [
+        "kubernetes-worker_kubelet",
+        "kubernetes-worker_kubelet-cadvisor",
+        "kubernetes-worker_unit-state",
+    ]
     assert config["dashboards"]  # the same rules and dashboards: the app may hold both

@@ -55,8 +55,29 @@ def _documented() -> set[str]:
                 names.add(line.strip())
     for resource in yaml.safe_load(KSM_RESOURCES.read_text())["spec"]["resources"]:
         names |= {f"{resource['metricNamePrefix']}_{m['name']}" for m in resource["metrics"]}
+    names |= _charm_gauges()
     # a histogram exposes its series under these suffixes
     return names | {f"{n}{s}" for n in names for s in ("_bucket", "_sum", "_count")}
+
+
+def _charm_gauges() -> set[str]:
+    """The charms' own metrics (unit_state): each named where its Gauge is made."""
+    sources = [*ROOT.glob("charms/*/src/*.py"), ROOT / "lib/charms/gpu_k8s/v0/unit_state.py"]
+    found = set()
+    for path in sources:
+        found |= set(re.findall(r'Gauge\(\s*"(gpu_k8s_\w+)"', path.read_text()))
+    return found
+
+
+def test_the_charms_own_metrics_are_found_where_they_are_made():
+    assert {
+        "gpu_k8s_unit_status",
+        "gpu_k8s_unit_state_updated_timestamp_seconds",
+        "gpu_k8s_cluster_nodes_missing",
+        "gpu_k8s_node_reboot_required",
+        "gpu_k8s_efs_size_bytes",
+        "gpu_k8s_training_jobs",
+    } <= _charm_gauges()
 
 
 def metric_names(expr: str) -> set[str]:
@@ -502,6 +523,115 @@ def test_a_target_that_stops_answering_is_an_alert_after_15_minutes(tmp_path):
             "alert_rule_test": [
                 {"eval_time": "12m", "alertname": "ScrapeTargetDown", "exp_alerts": []},
                 {"eval_time": "18m", "alertname": "ScrapeTargetDown", "exp_alerts": [fired]},
+            ],
+        }
+    ]
+    _promtool_test(tmp_path, rules, tests)
+
+
+@needs_promtool
+def test_a_unit_blocked_or_silent_is_an_alert(tmp_path):
+    """The rules cos_agent adds with each unit's own state (unit_state.RULES)."""
+    from charms.gpu_k8s.v0.unit_state import RULES
+
+    rules = tmp_path / "unit-state.rules"
+    rules.write_text(yaml.safe_dump(RULES))
+    unit = 'instance="ip-10-0-1-17",juju_application="efs-storage",juju_unit="efs-storage/0"'
+    scrape = f'{unit},job="efs-storage_unit-state"'
+    labels = {**_labels(scrape), "severity": "warning"}
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": [
+                # blocked from minute 2; a hook ended every 5 minutes until minute 20
+                {
+                    "series": f'gpu_k8s_unit_status{{{scrape},status="blocked"}}',
+                    "values": "0 0 1x40",
+                },
+                {
+                    "series": f'gpu_k8s_unit_status{{{scrape},status="active"}}',
+                    "values": "1 1 0x40",
+                },
+                {
+                    "series": f"gpu_k8s_unit_state_updated_timestamp_seconds{{{scrape}}}",
+                    "values": " ".join(str(60 * 5 * (m // 5)) for m in range(21)) + " 1200x80",
+                },
+            ],
+            "alert_rule_test": [
+                {"eval_time": "16m", "alertname": "GpuK8sUnitBlocked", "exp_alerts": []},
+                {
+                    "eval_time": "18m",
+                    "alertname": "GpuK8sUnitBlocked",
+                    "exp_alerts": [
+                        {
+                            "exp_labels": {**labels, "status": "blocked"},
+                            "exp_annotations": _render(
+                                rules, "GpuK8sUnitBlocked", _labels(unit), ""
+                            ),
+                        }
+                    ],
+                },
+                {"eval_time": "79m", "alertname": "GpuK8sUnitStateStale", "exp_alerts": []},
+                {
+                    "eval_time": "81m",
+                    "alertname": "GpuK8sUnitStateStale",
+                    "exp_alerts": [
+                        {
+                            "exp_labels": labels,
+                            "exp_annotations": _render(
+                                rules, "GpuK8sUnitStateStale", _labels(unit), ""
+                            ),
+                        }
+                    ],
+                },
+            ],
+        }
+    ]
+    _promtool_test(tmp_path, rules, tests)
+
+
+@needs_promtool
+def test_a_missing_node_or_a_stalled_upgrade_is_an_alert(tmp_path):
+    """From the control-plane leader's unit-state job (charm.py _gauges)."""
+    rules = ROOT / "charms/kubernetes-control-plane/src/prometheus_alert_rules/charm-state.rules"
+    unit = 'juju_application="kubernetes-control-plane",juju_unit="kubernetes-control-plane/0"'
+    scrape = f'{unit},instance="cp-0",job="kubernetes-control-plane_unit-state"'
+    labels = {**_labels(scrape), "severity": "warning"}
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": [
+                # a node goes missing at minute 5; the upgrade never finishes one node
+                {"series": f"gpu_k8s_cluster_nodes_missing{{{scrape}}}", "values": "0x4 1x60"},
+                {"series": f"gpu_k8s_cluster_nodes_behind{{{scrape}}}", "values": "2x30 1x100"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "33m", "alertname": "GpuK8sNodeMissing", "exp_alerts": []},
+                {
+                    "eval_time": "36m",
+                    "alertname": "GpuK8sNodeMissing",
+                    "exp_alerts": [
+                        {
+                            "exp_labels": labels,
+                            "exp_annotations": _render(
+                                rules, "GpuK8sNodeMissing", _labels(unit), "1"
+                            ),
+                        }
+                    ],
+                },
+                {"eval_time": "119m", "alertname": "GpuK8sUpgradeStalled", "exp_alerts": []},
+                {
+                    "eval_time": "121m",
+                    "alertname": "GpuK8sUpgradeStalled",
+                    "exp_alerts": [
+                        {
+                            "exp_labels": labels,
+                            "exp_annotations": _render(
+                                rules, "GpuK8sUpgradeStalled", _labels(unit), "1"
+                            ),
+                        }
+                    ],
+                },
             ],
         }
     ]

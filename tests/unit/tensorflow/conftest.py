@@ -19,6 +19,7 @@ import charm
 from fakes.addons import install_kueue
 from fakes.batch import BatchControllers
 from fakes.kube_apiserver import FakeKubeApiServer
+from fakes.machine import FakeMachine
 
 NS = "tensorflow"
 CLAIM = "efs-storage-tensorflow"
@@ -219,3 +220,11 @@ def jobset(api: FakeKubeApiServer, name: str) -> dict:
 def role_spec(js: dict, role: str) -> dict:
     """The batch Job spec of one role of a JobSet."""
     return next(r for r in js["spec"]["replicatedJobs"] if r["name"] == role)["template"]["spec"]
+
+
+@pytest.fixture(autouse=True)
+def unit_machine(tmp_path, monkeypatch) -> FakeMachine:
+    """The unit's machine: where its state is served to a related COS agent (unit_state)."""
+    machine = FakeMachine(tmp_path / "machine")
+    monkeypatch.setattr(charm.TensorflowCharm, "host_factory", staticmethod(machine.host))
+    return machine

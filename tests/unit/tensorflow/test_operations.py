@@ -528,7 +528,9 @@ def test_the_code_and_tensorboard_go_with_the_jobset(ctx, running, api):
     assert job_objects(api) == []  # the garbage collector took every dependent
 
 
-def test_the_status_line_shows_the_jobs_at_a_glance(ctx, running, api, controller):
+def test_the_status_line_shows_the_jobs_at_a_glance(ctx, running, api, controller, unit_machine):
+    agent = testing.Relation("cos-agent", remote_app_name="opentelemetry-collector")
+    running = dataclasses.replace(running, relations={*running.relations, agent})
     out = ctx.run(ctx.on.update_status(), running)
     assert out.unit_status == testing.ActiveStatus("Ready: 1 running (mnist 50% ETA 50s)")
     controller.logs = None
@@ -537,6 +539,15 @@ def test_the_status_line_shows_the_jobs_at_a_glance(ctx, running, api, controlle
     assert out.unit_status == testing.ActiveStatus(
         "Ready: 1 running (mnist 50% ETA 50s), 1 queued"
     )
+    # the same count is served to a related COS agent (unit_state), every phase named
+    served = unit_machine.host().read("/var/lib/gpu-k8s/unit-state/tensorflow-0.prom")
+    lines = served.splitlines()
+    assert {
+        'gpu_k8s_training_jobs{phase="running"} 1',
+        'gpu_k8s_training_jobs{phase="queued"} 1',
+        'gpu_k8s_training_jobs{phase="failed"} 0',
+        'gpu_k8s_training_jobs{phase="succeeded"} 0',
+    } <= set(lines)
     run_action(ctx, running, "stop", job="mnist")
     run_action(ctx, running, "stop", job="big")
     out = ctx.run(ctx.on.update_status(), out)

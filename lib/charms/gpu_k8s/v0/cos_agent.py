@@ -39,26 +39,35 @@ GET /metrics with the kubelet's own client certificate (api_proxy.MetricsAccess;
 
 The charm observes the endpoint's events into its own reconcile and calls `update` there:
 
-    self.cos = CosAgentProvider(self)
+    self.cos = CosAgentProvider(self, host=lambda: self.host)
     ...  # in the reconcile
-    self.cos.update([scrape_job("dcgm", 9400, instance=node_name)])
+    self.cos.update([scrape_job("dcgm", 9400, instance=node_name)], gauges=[...])
+
+With `host`, the unit's own state (its status, when its last hook ended, and the gauges
+the charm gives) is served on the machine and scraped too (unit_state).
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import logging
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import ops
 from cosl import AlertRules, DashboardPath40UID, JujuTopology, LZMABase64
 
-from charms.gpu_k8s.v0 import api_proxy
+from charms.gpu_k8s.v0 import api_proxy, unit_state
+from charms.gpu_k8s.v0.system import CommandError, Host
 
 LIBID = "1cb866710020485e9918fd12ba134c6b"
 LIBAPI = 0
-LIBPATCH = 3
+LIBPATCH = 4
+
+logger = logging.getLogger(__name__)
 
 RELATION = "cos-agent"
 KEY = "config"
@@ -161,24 +170,56 @@ def dashboards(directory: Path, charm_name: str) -> list[str]:
     return out
 
 
-class CosAgentProvider:
-    """Writes this unit's telemetry to every `cos-agent` relation (see the module docstring)."""
+class CosAgentProvider(ops.Object):
+    """Writes this unit's telemetry to every `cos-agent` relation (see the module docstring).
+
+    With `host` (the machine's boundary), the unit's own state is served too
+    (unit_state): a `unit-state` scrape job is added, and when each hook ends the unit's
+    file is written while the endpoint has a relation, and removed once it has none.
+    """
+
+    _stored = ops.StoredState()
+    clock = staticmethod(time.time)
 
     def __init__(
         self,
         charm: ops.CharmBase,
         relation_name: str = RELATION,
         charm_dir: Path | None = None,
+        *,
+        host: Callable[[], Host] | None = None,
     ):
+        super().__init__(charm, f"{relation_name}-provider")
         self.charm = charm
         self.relation_name = relation_name
         self._dir = charm_dir or charm.charm_dir
+        self._host = host
+        self._stored.set_default(gauges="[]")
+        if host is not None:
+            self.framework.observe(self.framework.on.commit, self._on_commit)
 
-    def data(self, scrape_jobs: list[dict[str, Any]]) -> dict[str, Any]:
-        """What this unit publishes, before it is dumped into `config`."""
+    def data(
+        self, scrape_jobs: list[dict[str, Any]], instance: str | None = None
+    ) -> dict[str, Any]:
+        """What this unit publishes, before it is dumped into `config`.
+
+        `instance`: the machine's name for the unit-state job (read from the host if None).
+        """
         topology = JujuTopology.from_charm(self.charm)
         rules = AlertRules(query_type="promql", topology=topology)
         rules.add_path(self._dir / RULES_DIR, recursive=False)
+        scrape_jobs = list(scrape_jobs)
+        if self._host is not None:
+            name = instance or machine_name(self._host())
+            scrape_jobs.append(
+                scrape_job(
+                    "unit-state",
+                    unit_state.PORT,
+                    instance=name,
+                    path=unit_state.metrics_path(self.charm.unit.name),
+                )
+            )
+            rules.add(copy.deepcopy(unit_state.RULES), group_name_prefix=topology.identifier)
         if scrape_jobs:  # (a charm without targets has no `up` of its own)
             rules.add(copy.deepcopy(TARGETS_RULES), group_name_prefix=topology.identifier)
         names = [job["job_name"] for job in scrape_jobs]
@@ -197,8 +238,17 @@ class CosAgentProvider:
             "log_slots": [],
         }
 
-    def update(self, scrape_jobs: list[dict[str, Any]]) -> None:
-        """Publish to every relation of the endpoint (nothing without one)."""
+    def update(
+        self,
+        scrape_jobs: list[dict[str, Any]],
+        gauges: Iterable[unit_state.Gauge] | None = None,
+    ) -> None:
+        """Publish to every relation of the endpoint (nothing without one).
+
+        `gauges`: see `set_gauges` (None keeps the last ones).
+        """
+        if gauges is not None:
+            self.set_gauges(gauges)
         relations = self.charm.model.relations[self.relation_name]
         if not relations:
             return
@@ -206,3 +256,33 @@ class CosAgentProvider:
         for relation in relations:
             if relation.data[self.charm.unit].get(KEY) != text:
                 relation.data[self.charm.unit][KEY] = text
+
+    def set_gauges(self, gauges: Iterable[unit_state.Gauge]) -> None:
+        """The charm's own state as of this hook, served from now on.
+
+        Kept until the next call: a hook that does not compute them (an action, a
+        relation event) does not make them vanish.
+        """
+        self._stored.gauges = json.dumps([g.as_dict() for g in gauges], sort_keys=True)
+
+    def _on_commit(self, _: ops.EventBase) -> None:
+        """The hook has ended and its status is decided: serve it, or stop serving."""
+        assert self._host is not None
+        host = self._host()
+        unit = self.charm.unit.name
+        if not self.charm.model.relations[self.relation_name]:
+            if unit_state.retire(host, unit):
+                logger.info("no COS agent related: stopped serving this unit's state")
+            return
+        gauges = [unit_state.Gauge(**g) for g in json.loads(self._stored.gauges)]
+        text = unit_state.render(self.charm.unit.status.name, self.clock(), gauges)
+        try:
+            unit_state.publish(host, unit, text)
+        except CommandError as e:  # the next hook tries again; the status stands
+            logger.warning("cannot start the unit-state server: %s", e)
+
+
+def machine_name(host: Host) -> str:
+    """The machine's hostname (the node name of a Kubernetes node on it)."""
+    text = (host.read("/etc/hostname") or "").strip()
+    return text.lower() or "localhost"
