@@ -67,13 +67,13 @@ class Addons:
         objects = device_plugin.manifests(
             config.mig_strategy, config.gpu_time_slicing_replicas, config.image_registry
         )
-        want = device_plugin.fingerprint(objects)
+        want = fingerprint(objects, device_plugin.VERSION)
         self._apply_gpu_addon("device-plugin", "the NVIDIA device plugin", objects, want, bag)
 
     def apply_dcgm_exporter(self, config: Config, bag: ops.RelationDataContent) -> None:
         """Run NVIDIA's DCGM exporter while any worker reports GPUs; remove it after."""
         objects = dcgm_exporter.manifests(config.image_registry)
-        want = dcgm_exporter.fingerprint(objects)
+        want = fingerprint(objects, dcgm_exporter.VERSION)
         self._apply_gpu_addon("dcgm-exporter", "NVIDIA's DCGM exporter", objects, want, bag)
 
     def apply_kube_state_metrics(
@@ -81,7 +81,7 @@ class Addons:
     ) -> None:
         """Run kube-state-metrics on `node` (the leader's), where its COS agent scrapes it."""
         objects = kube_state_metrics.manifests(node, config.image_registry)
-        want = kube_state_metrics.fingerprint(objects)
+        want = fingerprint(objects, kube_state_metrics.VERSION)
         if self._apply_once("kube-state-metrics", objects, want, bag):  # they name the node
             bag["kube-state-metrics-node"] = node
             logger.info("applied kube-state-metrics %s on %s", want, node)
@@ -89,7 +89,7 @@ class Addons:
     def apply_node_metrics_access(self, bag: ops.RelationDataContent) -> None:
         """Let every node read its kubelet's and API server's metrics as itself."""
         objects = rbac.node_metrics_manifests()
-        want = hashlib.sha256(json.dumps(objects, sort_keys=True).encode()).hexdigest()[:16]
+        want = fingerprint(objects)
         if self._apply_once("node-metrics-rbac", objects, want, bag):
             logger.info("nodes may read their metrics (%s)", rbac.NODE_METRICS)
 
@@ -145,7 +145,7 @@ class Addons:
         if not gpus:
             return
         objects = mig_manager.manifests(gpus, config.image_registry)
-        want = mig_manager.fingerprint(objects)
+        want = fingerprint(objects, mig_manager.VERSION)
         if self._apply_once("mig-manager", objects, want, bag):
             logger.info("applied the NVIDIA MIG manager %s for %d GPU models", want, len(gpus))
 
@@ -239,3 +239,13 @@ class Addons:
             kube.apply(obj, field_manager=FIELD_MANAGER)
         bag["kueue-objects"] = want
         logger.info("applied Kueue's ResourceFlavors for %s", ", ".join(models) or "CPUs only")
+
+
+def fingerprint(objects: list[dict[str, Any]], version: str = "") -> str:
+    """What was applied, for the peer data: the version and a digest of the manifests.
+
+    Any change of the manifests (a new pin, the MIG strategy, the registry, a generated
+    config) changes it, so the charm applies them again.
+    """
+    digest = hashlib.sha256(json.dumps(objects, sort_keys=True).encode()).hexdigest()[:16]
+    return f"{version} {digest}" if version else digest

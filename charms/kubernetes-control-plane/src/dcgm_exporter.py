@@ -36,7 +36,6 @@ published from 4.5.3 on.
 from __future__ import annotations
 
 import hashlib
-import json
 
 import device_plugin
 from literals import FIELD_MANAGER, MANAGED_BY_LABEL
@@ -158,9 +157,3 @@ def manifests(image_registry: str = "") -> list[dict]:
         ],
     }
     return [config_map, device_plugin.daemon_set(NAME, MIG_CLIENT_POD_LABEL, digest, pod_spec)]
-
-
-def fingerprint(objects: list[dict]) -> str:
-    """What was applied, for the peer data: the version and a digest of the manifests."""
-    text = json.dumps(objects, sort_keys=True)
-    return f"{VERSION} {hashlib.sha256(text.encode()).hexdigest()[:16]}"

@@ -33,7 +33,6 @@ nvidia-device-plugin/templates/daemonset-device-plugin.yml` (host `/var/run/cdi`
 from __future__ import annotations
 
 import hashlib
-import json
 
 import yaml
 from literals import FIELD_MANAGER, MANAGED_BY_LABEL
@@ -232,13 +231,3 @@ def manifests(mig_strategy: str, replicas: int, image_registry: str = "") -> lis
         ],
     }
     return [runtime_class(), config_map, daemon_set(NAME, MIG_CLIENT_POD_LABEL, digest, pod_spec)]
-
-
-def fingerprint(objects: list[dict]) -> str:
-    """What was applied, for the peer data: the version and a digest of the manifests.
-
-    Any change of the manifests (a new pin, the MIG strategy, the registry) changes it,
-    so the charm applies them again.
-    """
-    text = json.dumps(objects, sort_keys=True)
-    return f"{VERSION} {hashlib.sha256(text.encode()).hexdigest()[:16]}"

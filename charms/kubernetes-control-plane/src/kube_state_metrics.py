@@ -35,7 +35,6 @@ nothing listens: the probes name 127.0.0.1.
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
 from batch_engines import CONTROL_PLANE_TOLERATION
@@ -183,9 +182,3 @@ def manifests(node: str, image_registry: str = "") -> list[dict]:
         },
         deployment,
     ]
-
-
-def fingerprint(objects: list[dict]) -> str:
-    """What was applied, for the peer data: the version and a digest of the manifests."""
-    text = json.dumps(objects, sort_keys=True)
-    return f"{VERSION} {hashlib.sha256(text.encode()).hexdigest()[:16]}"

@@ -39,7 +39,6 @@ and device roots for a driver installed on the host, as the worker charm install
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
@@ -342,12 +341,3 @@ def manifests(gpus: Iterable[MigGpu], image_registry: str = "") -> list[dict]:
         config_map(CLIENTS_CONFIG_MAP, "clients.yaml", CLIENTS_TEXT),
         daemon_set,
     ]
-
-
-def fingerprint(objects: list[dict]) -> str:
-    """What was applied, for the peer data: the version and a digest of the manifests.
-
-    A new pin, registry or generated config changes it, so the charm applies again.
-    """
-    text = json.dumps(objects, sort_keys=True)
-    return f"{VERSION} {hashlib.sha256(text.encode()).hexdigest()[:16]}"
