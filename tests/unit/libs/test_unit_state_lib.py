@@ -8,6 +8,7 @@ files on daemon-reload, `systemctl` fails on a unit it does not know).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -22,6 +23,7 @@ from ops import testing
 
 from charms.gpu_k8s.v0 import unit_state
 from charms.gpu_k8s.v0.cos_agent import CosAgentProvider
+from charms.gpu_k8s.v0.system import CommandError
 from charms.gpu_k8s.v0.unit_state import Gauge
 from fakes.machine import FakeMachine
 
@@ -67,6 +69,10 @@ def test_label_values_are_escaped_and_bad_names_refused():
         Gauge("gpu-k8s", "dashes are not allowed", 1)
     with pytest.raises(ValueError, match="not a Prometheus metric"):
         Gauge("ok", "", 1, {"a-b": "x"})
+    with pytest.raises(TypeError, match="must be a number"):
+        Gauge("ok", "", None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="must be a number"):
+        Gauge("ok", "", 1, {"n": 3})  # type: ignore[dict-item]
 
 
 @pytest.fixture
@@ -77,14 +83,16 @@ def server(tmp_path):
         stdout=subprocess.PIPE,
         text=True,
     )
+    stdout = proc.stdout
+    assert stdout is not None
     try:
-        line = proc.stdout.readline()  # "serving <dir> on 127.0.0.1:<port>"
+        line = stdout.readline()  # "serving <dir> on 127.0.0.1:<port>"
         assert line.startswith("serving"), line
         yield tmp_path, f"http://{line.rsplit(' ', 1)[1].strip()}"
     finally:
         proc.terminate()
         proc.wait(timeout=10)
-        proc.stdout.close()
+        stdout.close()
 
 
 def _get(url: str) -> tuple[int, str, str]:
@@ -163,8 +171,15 @@ def test_the_newest_library_serves_whoever_installed_it(machine):
         .replace(f"LIBPATCH = {unit_state.LIBPATCH}\n", f"LIBPATCH = {unit_state.LIBPATCH + 1}\n")
     )
     host.write(unit_state.PROGRAM, newer)
+    newer_unit = unit_state.UNIT_TEXT.replace("RestartSec=5", "RestartSec=7")
+    host.write(unit_state.SERVICE_FILE, newer_unit)
     unit_state.publish(host, "tensorflow/0", "a 1\n")
-    assert host.read(unit_state.PROGRAM) == newer  # an older charm does not downgrade it
+    # an older charm downgrades neither, so the two never take turns restarting it
+    assert host.read(unit_state.PROGRAM) == newer
+    assert host.read(unit_state.SERVICE_FILE) == newer_unit
+    restarts = machine.services[unit_state.SERVICE].restarts
+    unit_state.publish(host, "tensorflow/0", "a 2\n")
+    assert machine.services[unit_state.SERVICE].restarts == restarts
 
     older = newer.replace(f"LIBPATCH = {unit_state.LIBPATCH + 1}\n", "LIBPATCH = 0\n")
     host.write(unit_state.PROGRAM, older)
@@ -174,6 +189,18 @@ def test_the_newest_library_serves_whoever_installed_it(machine):
 
 
 # -- the provider, through ops.testing ----------------------------------------------------
+
+
+def test_the_last_unit_keeps_its_file_until_the_server_is_gone(machine):
+    host = machine.host()
+    unit_state.publish(host, "tensorflow/0", "a 1\n")
+    machine.fail(f"{unit_state.SYSTEMCTL} disable", stderr="Failed to connect to bus")
+    with pytest.raises(CommandError):
+        unit_state.retire(host, "tensorflow/0")
+    assert machine.services[unit_state.SERVICE].active  # still there: try again later
+    assert unit_state.retire(host, "tensorflow/0")
+    assert unit_state.SERVICE not in machine.services
+    assert not any(host.path(unit_state.DIRECTORY).iterdir())
 
 
 class StatefulCharm(ops.CharmBase):
@@ -186,15 +213,20 @@ class StatefulCharm(ops.CharmBase):
         framework.observe(self.on.config_changed, self._reconcile)
         framework.observe(self.on["cos-agent"].relation_joined, self._reconcile)
         framework.observe(self.on.collect_unit_status, self._status)
+        framework.observe(self.on.show_action, self._show)
 
     def _reconcile(self, _):
         self.cos.update([], gauges=type(self).gauges)
+
+    def _show(self, event):
+        event.set_results({"a": "b"})
 
     def _status(self, event):
         event.add_status(ops.BlockedStatus("set credentials"))
 
 
 META = {"name": "stateful", "provides": {"cos-agent": {"interface": "cos_agent"}}}
+ACTIONS = {"show": {}}
 
 
 @pytest.fixture
@@ -208,7 +240,7 @@ def charm_root(tmp_path) -> Path:
 def _context(machine, charm_root, gauges=None) -> testing.Context:
     StatefulCharm.machine = machine
     StatefulCharm.gauges = gauges
-    return testing.Context(StatefulCharm, meta=META, charm_root=charm_root)
+    return testing.Context(StatefulCharm, meta=META, actions=ACTIONS, charm_root=charm_root)
 
 
 def test_a_related_unit_serves_its_status_and_gauges_after_each_hook(machine, charm_root):
@@ -233,11 +265,12 @@ def test_a_related_unit_serves_its_status_and_gauges_after_each_hook(machine, ch
     alerts = [r["alert"] for g in config["metrics_alert_rules"]["groups"] for r in g["rules"]]
     assert {"GpuK8sUnitBlocked", "GpuK8sUnitStateStale", "ScrapeTargetDown"} <= set(alerts)
 
-    # an action computes no gauges: the last ones stay
+    # an action computes no gauges: the last ones stay, with the status it ended with
     StatefulCharm.gauges = None
-    ctx.run(ctx.on.config_changed(), state)
+    ctx.run(ctx.on.action("show"), state)
     text = machine.host().read(f"{unit_state.DIRECTORY}/stateful-0.prom")
     assert 'gpu_k8s_training_jobs{phase="queued"} 1' in text
+    assert 'gpu_k8s_unit_status{status="blocked"} 1' in text
 
 
 def test_without_a_cos_agent_nothing_runs_and_a_broken_relation_stops_it(machine, charm_root):
@@ -252,6 +285,17 @@ def test_without_a_cos_agent_nothing_runs_and_a_broken_relation_stops_it(machine
     ctx.run(ctx.on.relation_broken(state.get_relation(rel.id)), state)
     assert unit_state.SERVICE not in machine.services
     assert machine.host().read(f"{unit_state.DIRECTORY}/stateful-0.prom") is None
+
+
+def test_a_server_that_cannot_stop_is_retried_and_the_hook_succeeds(machine, charm_root):
+    ctx = _context(machine, charm_root, [])
+    rel = testing.Relation("cos-agent", remote_app_name="otelcol")
+    state = ctx.run(ctx.on.relation_joined(rel), testing.State(relations=[rel]))
+    machine.fail(f"{unit_state.SYSTEMCTL} disable", stderr="Failed to connect to bus")
+    out = ctx.run(ctx.on.relation_broken(state.get_relation(rel.id)), state)
+    assert machine.services[unit_state.SERVICE].active
+    ctx.run(ctx.on.update_status(), dataclasses.replace(out, relations=[]))
+    assert unit_state.SERVICE not in machine.services
 
 
 def test_a_failing_systemctl_leaves_the_hook_and_its_status_alone(machine, charm_root):

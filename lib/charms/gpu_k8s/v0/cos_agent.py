@@ -270,16 +270,18 @@ class CosAgentProvider(ops.Object):
         assert self._host is not None
         host = self._host()
         unit = self.charm.unit.name
-        if not self.charm.model.relations[self.relation_name]:
-            if unit_state.retire(host, unit):
-                logger.info("no COS agent related: stopped serving this unit's state")
-            return
-        gauges = [unit_state.Gauge(**g) for g in json.loads(self._stored.gauges)]
-        text = unit_state.render(self.charm.unit.status.name, self.clock(), gauges)
+        # A failure here must not fail the hook (the commit would be lost with it: ops
+        # saves StoredState after this event); the next hook tries again.
         try:
+            if not self.charm.model.relations[self.relation_name]:
+                if unit_state.retire(host, unit):
+                    logger.info("no COS agent related: stopped serving this unit's state")
+                return
+            gauges = [unit_state.Gauge(**g) for g in json.loads(self._stored.gauges)]
+            text = unit_state.render(self.charm.unit.status.name, self.clock(), gauges)
             unit_state.publish(host, unit, text)
-        except CommandError as e:  # the next hook tries again; the status stands
-            logger.warning("cannot start the unit-state server: %s", e)
+        except (CommandError, OSError) as e:
+            logger.warning("cannot serve this unit's state on the machine: %s", e)
 
 
 def machine_name(host: Host) -> str:

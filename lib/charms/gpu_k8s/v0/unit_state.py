@@ -133,6 +133,10 @@ class Gauge:
     def __post_init__(self):
         if not _NAME.fullmatch(self.name) or not all(map(_LABEL.fullmatch, self.labels)):
             raise ValueError(f"not a Prometheus metric or label name: {self.name} {self.labels}")
+        if not isinstance(self.value, (int, float)) or not all(
+            isinstance(v, str) for v in self.labels.values()
+        ):
+            raise TypeError(f"{self.name}: the value must be a number, labels strings")
 
     def as_dict(self) -> dict[str, Any]:
         """The gauge as JSON (a charm keeps its last gauges for hooks that compute none)."""
@@ -209,12 +213,11 @@ def publish(host: Host, unit_name: str, text: str) -> None:
     of this library: the newer LIBPATCH wins, so two charms never take turns.
     """
     host.write(f"{DIRECTORY}/{stem(unit_name)}.prom", text)
-    program = Path(__file__).read_text()
     installed = host.read(PROGRAM)
     changed = False
-    if installed is None or _patch(installed) < LIBPATCH:
-        changed = host.write(PROGRAM, program) or changed
-    changed = host.write(SERVICE_FILE, UNIT_TEXT) or changed
+    if installed is None or _patch(installed) <= LIBPATCH:  # an older copy leaves both
+        changed = host.write(PROGRAM, Path(__file__).read_text()) or changed
+        changed = host.write(SERVICE_FILE, UNIT_TEXT) or changed
     if changed or not _active(host):  # (also after a hook whose systemctl failed)
         host.run(SYSTEMCTL, "daemon-reload")
         host.run(SYSTEMCTL, "enable", f"{SERVICE}.service")
@@ -232,21 +235,22 @@ def _active(host: Host) -> bool:
 
 
 def retire(host: Host, unit_name: str) -> bool:
-    """Remove the unit's file; the last unit on the machine removes the server too.
+    """Remove the unit's file; the last unit on the machine removes the server first.
 
-    Returns True when the unit had a file (False: nothing to do).
+    Returns True when the unit had a file (False: nothing to do). The file goes last, so
+    a `systemctl` that fails leaves it for the next hook to try again.
     """
     own = host.path(f"{DIRECTORY}/{stem(unit_name)}.prom")
     if not own.exists():
         return False
+    others = [p for p in host.path(DIRECTORY).glob("*.prom") if p.name != own.name]
+    if not others:
+        if host.path(SERVICE_FILE).exists():
+            host.run(SYSTEMCTL, "disable", "--now", f"{SERVICE}.service")
+            host.path(SERVICE_FILE).unlink()
+            host.run(SYSTEMCTL, "daemon-reload")
+        host.path(PROGRAM).unlink(missing_ok=True)
     own.unlink()
-    if any(host.path(DIRECTORY).glob("*.prom")):
-        return True
-    if host.path(SERVICE_FILE).exists():
-        host.run(SYSTEMCTL, "disable", "--now", f"{SERVICE}.service")
-        host.path(SERVICE_FILE).unlink()
-        host.run(SYSTEMCTL, "daemon-reload")
-    host.path(PROGRAM).unlink(missing_ok=True)
     return True
 
 
