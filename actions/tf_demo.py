@@ -191,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.data == "digits":
         dataset = args.dir / "datasets" / "digits"
         count = write_digits(dataset / "digits.npz")
-        print(f"[demo] dataset: {count} scans of handwritten digits in {dataset}", flush=True)
+        shown = _shown(dataset)
+        print(f"[demo] dataset: {count} scans of handwritten digits in {shown}", flush=True)
     ports = free_ports(args.workers)
     trainer_args = [
         f"--steps={args.steps}",
@@ -199,7 +200,9 @@ def main(argv: list[str] | None = None) -> int:
         f"--checkpoint-every={args.checkpoint_every}",
         f"--threads={args.threads}",
     ]
-    print(f"[demo] {args.workers} workers on ports {ports}; output in {job_dir}", flush=True)
+    print(
+        f"[demo] {args.workers} workers on ports {ports}; output in {_shown(job_dir)}", flush=True
+    )
     job_dir.mkdir(parents=True, exist_ok=True)
     logs = [job_dir / f"worker-{i}.log" for i in range(args.workers)]
     procs = []
@@ -213,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
                     stderr=subprocess.STDOUT,
                 )
             )
-    print(f"[demo] worker output: {', '.join(str(p) for p in logs)}", flush=True)
+    print(f"[demo] worker output: {', '.join(_shown(p) for p in logs)}", flush=True)
     try:
         code = watch(procs, progress_file, args.timeout)
     except KeyboardInterrupt:
@@ -225,10 +228,18 @@ def main(argv: list[str] | None = None) -> int:
     if code != 0:
         for log in logs:
             tail = log.read_text(errors="replace").splitlines()[-15:]
-            print(f"[demo] last lines of {log}:", *tail, sep="\n  ", file=sys.stderr)
+            print(f"[demo] last lines of {_shown(log)}:", *tail, sep="\n  ", file=sys.stderr)
     elif data:
         _report(data, job_dir)
     return code
+
+
+def _shown(path: Path) -> str:
+    """`path` as the user would type it: relative to where they ran the demo, if under it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def _report(data: dict, job_dir: Path) -> None:
@@ -246,13 +257,13 @@ def _report(data: dict, job_dir: Path) -> None:
         )
     if data.get("export"):
         print(
-            f"[demo] SavedModel: {data['export']} (signature serving_default: x -> class, "
-            "probabilities; what `serve` would serve)",
+            f"[demo] SavedModel: {_shown(Path(data['export']))} (signature serving_default: "
+            "x -> class, probabilities; what `serve` would serve)",
             flush=True,
         )
     print(
-        f"[demo] checkpoints in {job_dir / 'checkpoints'}; TensorBoard: "
-        f"`pip install tensorboard && tensorboard --logdir {job_dir / 'logs'}`",
+        f"[demo] checkpoints in {_shown(job_dir / 'checkpoints')}; TensorBoard: "
+        f"`pip install tensorboard && tensorboard --logdir {_shown(job_dir / 'logs')}`",
         flush=True,
     )
 

@@ -11,6 +11,7 @@ with the environment a pod would get, the stable hostnames replaced by 127.0.0.1
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -27,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 LAUNCHER = ROOT / "actions" / "tf_launcher.py"
 TRAINER = ROOT / "actions" / "tf_trainer.py"
 sys.path.insert(0, str(ROOT / "actions"))
+import readme_examples  # noqa: E402
 from signed_s3 import signed_s3  # noqa: E402
 from tf_demo import free_ports, write_digits  # noqa: E402  (stdlib; sklearn when called)
 
@@ -528,23 +530,29 @@ def test_a_keras_tutorial_program_runs_under_mwms_with_legacy_keras(local_job, t
 
 
 def test_the_demo_trains_on_real_digits_reports_accuracy_and_resumes(tmp_path):
-    """`tox -e demo`, then `tox -e demo -- --resume --steps 300`, as the README says."""
-    demo = [PYTHON, str(ROOT / "actions" / "tf_demo.py"), "--dir", str(tmp_path)]
-    first = subprocess.run([*demo, "--steps=200"], capture_output=True, text=True, timeout=600)
+    """`tox -e demo`, then `tox -e demo -- --resume --steps 500`, as the README says.
+
+    Run where tox runs it (the checkout: here a temporary one), so that what it prints is
+    the README's example of how it ends.
+    """
+    demo = [PYTHON, str(ROOT / "actions" / "tf_demo.py"), "--dir", "build/demo"]
+    run = functools.partial(subprocess.run, capture_output=True, text=True, timeout=600)
+    first = run(demo, cwd=tmp_path)
     assert first.returncode == 0, first.stdout + first.stderr
     out = first.stdout
-    assert f"[demo] dataset: 1797 scans of handwritten digits in {tmp_path}/datasets/digits" in out
-    assert "] 100%  step 200/200" in out
+    assert "[demo] dataset: 1797 scans of handwritten digits in build/demo/datasets/digits" in out
+    assert "] 100%  step 400/400" in out
     accuracy = float(out.split("held-out accuracy ")[1].split("%")[0])
     assert accuracy > 80.0, out
-    export = tmp_path / "jobs" / "demo" / "export" / "200"
-    assert f"[demo] SavedModel: {export} " in out and (export / "saved_model.pb").is_file()
-    assert f"tensorboard --logdir {tmp_path / 'jobs' / 'demo' / 'logs'}" in out
+    export = tmp_path / "build" / "demo" / "jobs" / "demo" / "export" / "400"
+    assert "[demo] SavedModel: build/demo/jobs/demo/export/400 " in out
+    assert (export / "saved_model.pb").is_file()
+    assert "tensorboard --logdir build/demo/jobs/demo/logs" in out
+    end = "\n".join(out.splitlines()[-4:]) + "\n"
+    readme_examples.show("demo-end", end, volatile=[r"loss \d+\.\d+", r"accuracy \d+\.\d+%"])
 
-    again = subprocess.run(
-        [*demo, "--resume", "--steps=300"], capture_output=True, text=True, timeout=600
-    )
+    again = run([*demo, "--resume", "--steps=500"], cwd=tmp_path)
     assert again.returncode == 0, again.stdout + again.stderr
-    assert "[demo] finished: step 300, loss " in again.stdout
-    assert "(resumed from step 200)" in again.stdout
-    assert (tmp_path / "jobs" / "demo" / "export" / "300" / "saved_model.pb").is_file()
+    assert "[demo] finished: step 500, loss " in again.stdout
+    assert "(resumed from step 400)" in again.stdout
+    assert (export.parent / "500" / "saved_model.pb").is_file()

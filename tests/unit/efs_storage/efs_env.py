@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import efs
 import pytest
 from aws_fakes import (
     ACCESS_KEY_ID,
@@ -120,6 +121,25 @@ class Env:
             model=model or self.model,
         )
 
+    def our_group(self) -> dict:
+        """The charm's security group (the one it names for this model and application)."""
+        name = efs.security_group_name(self.model.uuid, APP)
+        (group,) = self.ec2.describe_security_groups(
+            Filters=[{"Name": "group-name", "Values": [name]}]
+        )["SecurityGroups"]
+        return group
+
+    def juju_destroys_the_model(self) -> None:
+        """Terminate the machines and delete Juju's groups, through the proxy.
+
+        AWS refuses to delete a group another group's rule references (DependencyViolation).
+        """
+        ec2 = self.aws.client("ec2", through_proxy=True)
+        ec2.terminate_instances(InstanceIds=[i.instance_id for i in self.instances])
+        for machine in range(len(self.instances)):
+            ec2.delete_security_group(GroupId=self.net.machine_group(self.ec2, machine))
+        ec2.delete_security_group(GroupId=self.net.node_sg)
+
     def mutating_aws_calls(self) -> list[str]:
         return [c.action for c in self.proxy.calls if c.mutating]
 
@@ -204,3 +224,25 @@ def status_texts(ctx: testing.Context, state: testing.State) -> list[str]:
         texts.append(repr(dict(rel.local_app_data)))
         texts.append(repr(dict(rel.local_unit_data)))
     return texts
+
+
+def installed(ctx: testing.Context, env: Env, config: dict | None = None) -> testing.State:
+    """A leader serving one consumer's bound claim from a file system in two zones."""
+    env.add_node("us-east-1a")
+    env.add_node("us-east-1b")
+    out = ctx.run(ctx.on.install(), env.state(config=config, consumers={"tensorflow": "training"}))
+    env.bind("training", "efs-storage-tensorflow")
+    out = ctx.run(ctx.on.update_status(), out)
+    assert out.unit_status.name == "active", out.unit_status.message
+    return out
+
+
+def dying(state: testing.State, *, drop: str | None = None) -> testing.State:
+    """The application being removed (planned units 0), without the `drop` endpoint."""
+    relations = [r for r in state.relations if r.endpoint != drop]
+    return dataclasses.replace(state, planned_units=0, relations=relations)
+
+
+def relation_of(state: testing.State, endpoint: str) -> testing.Relation:
+    """The state's relation on `endpoint`."""
+    return next(r for r in state.relations if r.endpoint == endpoint)

@@ -209,6 +209,7 @@ def test_fetch_model_uploads_the_version_to_s3_with_the_secret_keys_only_in_the_
         ctx, with_creds, "fetch-model", job="mnist", destination="s3://models/digits"
     )
 
+    readme_examples.show("fetch-model-s3", readme_examples.juju_results(results))
     assert results == {
         "job": "mnist",
         "version": "1000",
