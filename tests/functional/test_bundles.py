@@ -206,12 +206,14 @@ def test_the_cpu_only_overlay_rents_no_gpu_instance():
         assert "instance-type=g" not in (body.get("constraints") or "")
 
 
-def test_the_cos_overlay_relates_each_machine_once_and_every_cos_endpoint():
+def test_the_cos_overlay_relates_every_application_and_every_cos_endpoint():
     cos = dict(variants())["cos"]
     agent = [r for r in cos["relations"] if "otelcol:cos-agent" in r]
     principals = sorted(end.split(":")[0] for r in agent for end in r if "otelcol" not in end)
-    # one agent per machine: machine 0's other applications are not related again
-    assert principals == ["kubernetes-control-plane", "kubernetes-worker", "kubernetes-worker-gpu"]
+    # each names its own state (unit_state); the collector units machine 0 then has share
+    # one snap (canonical/opentelemetry-collector-operator src/singleton_snap.py)
+    assert principals == sorted(app for app in cos["applications"] if app != "otelcol")
+    assert len(principals) == 5
     sent = {end for r in cos["relations"] for end in r if ":" not in end}
     assert sent == set(cos["saas"]) == set(OFFERS)
     # the collector blocks unless something takes what it collects
