@@ -198,24 +198,18 @@ class CosAgentProvider(ops.Object):
         if host is not None:
             self.framework.observe(self.framework.on.commit, self._on_commit)
 
-    def data(
-        self, scrape_jobs: list[dict[str, Any]], instance: str | None = None
-    ) -> dict[str, Any]:
-        """What this unit publishes, before it is dumped into `config`.
-
-        `instance`: the machine's name for the unit-state job (read from the host if None).
-        """
+    def data(self, scrape_jobs: list[dict[str, Any]]) -> dict[str, Any]:
+        """What this unit publishes, before it is dumped into `config`."""
         topology = JujuTopology.from_charm(self.charm)
         rules = AlertRules(query_type="promql", topology=topology)
         rules.add_path(self._dir / RULES_DIR, recursive=False)
         scrape_jobs = list(scrape_jobs)
         if self._host is not None:
-            name = instance or machine_name(self._host())
             scrape_jobs.append(
                 scrape_job(
                     "unit-state",
                     unit_state.PORT,
-                    instance=name,
+                    instance=machine_name(self._host()),
                     path=unit_state.metrics_path(self.charm.unit.name),
                 )
             )
