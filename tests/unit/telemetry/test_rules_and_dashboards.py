@@ -529,6 +529,20 @@ def test_a_target_that_stops_answering_is_an_alert_after_15_minutes(tmp_path):
     _promtool_test(tmp_path, rules, tests)
 
 
+def _quiet_then_fires(
+    rules: Path, alert: str, quiet_at: str, fires_at: str, labels: dict, shown: dict, value=""
+) -> list[dict]:
+    """Two promtool cases: `alert` silent at `quiet_at`, then firing once at `fires_at`.
+
+    It fires with `labels`, its annotations filled in with `shown` and `value`.
+    """
+    fired = {"exp_labels": labels, "exp_annotations": _render(rules, alert, shown, value)}
+    return [
+        {"eval_time": quiet_at, "alertname": alert, "exp_alerts": []},
+        {"eval_time": fires_at, "alertname": alert, "exp_alerts": [fired]},
+    ]
+
+
 @needs_promtool
 def test_a_unit_blocked_or_silent_is_an_alert(tmp_path):
     """The rules cos_agent adds with each unit's own state (unit_state.RULES)."""
@@ -558,32 +572,17 @@ def test_a_unit_blocked_or_silent_is_an_alert(tmp_path):
                 },
             ],
             "alert_rule_test": [
-                {"eval_time": "16m", "alertname": "GpuK8sUnitBlocked", "exp_alerts": []},
-                {
-                    "eval_time": "18m",
-                    "alertname": "GpuK8sUnitBlocked",
-                    "exp_alerts": [
-                        {
-                            "exp_labels": {**labels, "status": "blocked"},
-                            "exp_annotations": _render(
-                                rules, "GpuK8sUnitBlocked", _labels(unit), ""
-                            ),
-                        }
-                    ],
-                },
-                {"eval_time": "79m", "alertname": "GpuK8sUnitStateStale", "exp_alerts": []},
-                {
-                    "eval_time": "81m",
-                    "alertname": "GpuK8sUnitStateStale",
-                    "exp_alerts": [
-                        {
-                            "exp_labels": labels,
-                            "exp_annotations": _render(
-                                rules, "GpuK8sUnitStateStale", _labels(unit), ""
-                            ),
-                        }
-                    ],
-                },
+                *_quiet_then_fires(
+                    rules,
+                    "GpuK8sUnitBlocked",
+                    "16m",
+                    "18m",
+                    {**labels, "status": "blocked"},
+                    _labels(unit),
+                ),
+                *_quiet_then_fires(
+                    rules, "GpuK8sUnitStateStale", "79m", "81m", labels, _labels(unit)
+                ),
             ],
         }
     ]
@@ -606,32 +605,12 @@ def test_a_missing_node_or_a_stalled_upgrade_is_an_alert(tmp_path):
                 {"series": f"gpu_k8s_cluster_nodes_behind{{{scrape}}}", "values": "2x30 1x100"},
             ],
             "alert_rule_test": [
-                {"eval_time": "33m", "alertname": "GpuK8sNodeMissing", "exp_alerts": []},
-                {
-                    "eval_time": "36m",
-                    "alertname": "GpuK8sNodeMissing",
-                    "exp_alerts": [
-                        {
-                            "exp_labels": labels,
-                            "exp_annotations": _render(
-                                rules, "GpuK8sNodeMissing", _labels(unit), "1"
-                            ),
-                        }
-                    ],
-                },
-                {"eval_time": "119m", "alertname": "GpuK8sUpgradeStalled", "exp_alerts": []},
-                {
-                    "eval_time": "121m",
-                    "alertname": "GpuK8sUpgradeStalled",
-                    "exp_alerts": [
-                        {
-                            "exp_labels": labels,
-                            "exp_annotations": _render(
-                                rules, "GpuK8sUpgradeStalled", _labels(unit), "1"
-                            ),
-                        }
-                    ],
-                },
+                *_quiet_then_fires(
+                    rules, "GpuK8sNodeMissing", "33m", "36m", labels, _labels(unit), "1"
+                ),
+                *_quiet_then_fires(
+                    rules, "GpuK8sUpgradeStalled", "119m", "121m", labels, _labels(unit), "1"
+                ),
             ],
         }
     ]
