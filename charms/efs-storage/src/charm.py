@@ -94,7 +94,7 @@ class EfsStorageCharm(ops.CharmBase):
             cluster_rules=CLUSTER_RULES,
         )
         self.shared_storage = SharedStorageProvider(self, SHARED_STORAGE)
-        self.cos = CosAgentProvider(self, "cos-agent", host=lambda: type(self).host_factory())
+        self.cos = CosAgentProvider(self, "cos-agent", host=self.host_factory)
         self._statuses: list[ops.StatusBase] = []
         self._kube_client: Any = None
         on = self.on

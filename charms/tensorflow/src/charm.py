@@ -181,7 +181,7 @@ class TensorflowCharm(ops.CharmBase):
             self, SHARED_STORAGE, namespace=namespace, directory=self.app.name, uid=uid, gid=gid
         )
         self._api_error: str | None = None
-        self.cos = CosAgentProvider(self, "cos-agent", host=lambda: type(self).host_factory())
+        self.cos = CosAgentProvider(self, "cos-agent", host=self.host_factory)
         self._queue_problem: str | None = None
         self._secret_problem: str | None = None
         self._stored.set_default(queues="", glance="", pull_secret=False, secrets=[])

@@ -19,9 +19,11 @@ standard library only) answers `GET /metrics/<app>-<n>` on 127.0.0.1:6447 with t
 One server for every unit on the machine (the bundle puts three charms on machine 0):
 the first unit that needs it installs it, each unit's scrape job reads only its own
 file, and the last unit to leave removes it. Juju runs one hook at a time per machine
-(the machine lock), so units never write these files concurrently. A server is kept
-rather than HAProxy's `http-request return ... file`, which reads the file once at
-start and would need a reload per hook, and which efs-storage and tensorflow do not run.
+(the machine lock: juju/juju worker/uniter/operation/executor.go holds it through each
+operation's prepare, execute and commit), so units never write these files
+concurrently. A server is kept rather than HAProxy's `http-request return ... file`,
+which reads the file once at start and would need a reload per hook, and which
+efs-storage and tensorflow do not run.
 
 The file is written when a hook ends (after the status is decided), so a unit whose
 hooks fail or whose agent is down leaves a timestamp that stops moving: the
