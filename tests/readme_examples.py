@@ -481,6 +481,13 @@ def _block(name: str) -> re.Pattern[str]:
     return re.compile(rf"(<!-- example: {re.escape(name)} -->\n```[a-z]*\n)(.*?)(```\n)", re.S)
 
 
+def block(name: str) -> str:
+    """The README's example block `name`, as it is now."""
+    match = _block(name).search(README.read_text())
+    assert match, f"the README has no block after `<!-- example: {name} -->`"
+    return match.group(2)
+
+
 def show(name: str, text: str, volatile: Iterable[str] = ()) -> None:
     """The README's example `name` is `text` (written there with GPU_K8S_UPDATE_EXAMPLES=1).
 

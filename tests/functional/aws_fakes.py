@@ -39,6 +39,8 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from aws_service_quotas import ServiceQuotas
+
 REGION = "us-east-1"
 ZONES = ("us-east-1a", "us-east-1b", "us-east-1c")
 ACCESS_KEY_ID = "AKIAFUNCTESTKEY00001"
@@ -63,6 +65,10 @@ _EFS_ROUTES = (
     ("GET", r"/2015-02-01/resource-tags/[^/]+", "ListTagsForResource"),
     ("POST", r"/2015-02-01/resource-tags/[^/]+", "TagResource"),
 )
+# moto's text when a file system still has mount targets (moto/efs/models.py
+# delete_file_system); botocore documents the code only ("Returned if a file system has
+# mount targets.")
+FS_IN_USE = "Must delete all mount targets before deleting file system."
 FAULT_KINDS = ("throttle", "500", "reset", "reset-after", "deny", "dependency")
 
 
@@ -98,7 +104,9 @@ class _ResetError(Exception):
     """Raised inside the handler after the connection was reset on purpose."""
 
 
-def _action_of(service: str, method: str, path: str, body: bytes) -> str:
+def _action_of(service: str, method: str, path: str, body: bytes, target: str = "") -> str:
+    if target:  # JSON 1.1 protocol (Service Quotas): X-Amz-Target is <prefix>.<action>
+        return target.rpartition(".")[2]
     if service == "ec2":
         form = urllib.parse.parse_qs(body.decode("utf-8", "replace"))
         return form.get("Action", ["?"])[0]
@@ -109,7 +117,7 @@ def _action_of(service: str, method: str, path: str, body: bytes) -> str:
 
 
 def _is_mutating(service: str, method: str, action: str) -> bool:
-    if service == "ec2":
+    if service in ("ec2", "servicequotas"):
         return not action.startswith(("Describe", "Get", "List"))
     return method != "GET"
 
@@ -130,6 +138,7 @@ class AwsProxy:
         self._ghost_mt: dict[str, _Ghost] = {}
         self._mt_cache: dict[str, dict[str, Any]] = {}
         self._fs_cache: dict[str, dict[str, Any]] = {}
+        self.quotas = ServiceQuotas(REGION)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -164,6 +173,7 @@ class AwsProxy:
             self._ghost_mt.clear()
             self._mt_cache.clear()
             self._fs_cache.clear()
+            self.quotas = ServiceQuotas(REGION)
 
     # -- test controls ---------------------------------------------------------------------
     def inject(self, action: str, kind: str, times: int = 1) -> None:
@@ -295,7 +305,8 @@ class AwsProxy:
         key_id, service = (match.group(1), match.group(3)) if match else ("", "unknown")
         service = "efs" if service == "elasticfilesystem" else service
         parsed = urllib.parse.urlsplit(handler.path)
-        action = _action_of(service, handler.command, parsed.path, body)
+        target = handler.headers.get("X-Amz-Target", "")
+        action = _action_of(service, handler.command, parsed.path, body, target)
         mutating = _is_mutating(service, handler.command, action)
         with self._lock:
             taken = self._take_fault(action, handler.path + body.decode("utf-8", "replace"))
@@ -313,6 +324,9 @@ class AwsProxy:
             refusal = _over_group_quota(body)
         if refusal is not None:
             return refusal
+        if service == "servicequotas" and self.quotas.handles(action, body):
+            with self._lock:
+                return self.quotas.answer(action, body)
         if action == "RevokeSecurityGroupIngress":
             body = self._with_rule_descriptions(body)
         status, headers, payload = self._forward(handler, body)
@@ -439,7 +453,7 @@ class AwsProxy:
         if action == "DeleteFileSystem":
             fs_id = parsed.path.rsplit("/", 1)[-1]
             if any(g.body.get("FileSystemId") == fs_id for g in live.values()):
-                return _efs_error(409, "FileSystemInUse", f"File system '{fs_id}' is in use.")
+                return _efs_error(409, "FileSystemInUse", FS_IN_USE)
         if action == "DeleteSecurityGroup":
             form = urllib.parse.parse_qs(body.decode())
             group_id = form.get("GroupId", [""])[0]
@@ -670,7 +684,7 @@ def _error(
         "throttle": lambda: _efs_error(429, "ThrottlingException", "Rate exceeded"),
         "500": lambda: _efs_error(500, "InternalServerError", "Internal server error"),
         "deny": lambda: _efs_error(403, "AccessDeniedException", denied),
-        "dependency": lambda: _efs_error(409, "FileSystemInUse", "File system is in use."),
+        "dependency": lambda: _efs_error(409, "FileSystemInUse", FS_IN_USE),
         "bad-key": lambda: _efs_error(
             403,
             "UnrecognizedClientException",

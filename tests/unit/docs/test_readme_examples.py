@@ -2,8 +2,9 @@
 
 The tests that run a command call `readme_examples.show(<name>, <what it printed>)`,
 which compares the README's block after `<!-- example: <name> -->` (see
-tests/readme_examples.py). Here: each such block has a test that shows it, and the
-formatting is `juju run`'s.
+tests/readme_examples.py), or `aws_cli.transcript(<name>, ...)` for a block of `$ `
+commands and their output (tests/aws_cli.py). Here: each such block has a test that
+shows it, and the formatting is `juju run`'s.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ def _shown() -> set[str]:
     """The example names some test shows."""
     found = set()
     for path in TESTS:
-        found |= set(re.findall(r'\bshow\(\s*"([a-z0-9-]+)"', path.read_text()))
+        found |= set(re.findall(r'\b(?:show|transcript)\(\s*"([a-z0-9-]+)"', path.read_text()))
     return found
 
 

@@ -1,83 +1,107 @@
-"""What the README's leftover listing prints after efs-storage is removed, against moto.
+r"""The README's teardown commands in AWS, run as written by the AWS CLI against moto.
 
-README "Tear down, and what is kept" has the operator run
+README "Tear down, and what is kept" has the operator list what carries the model's tags,
 
     aws resourcegroupstaggingapi get-resources --region us-east-1 \
         --tag-filters Key=gpu-k8s:model,Values=$uuid \
         --query 'ResourceTagMappingList[].ResourceARN'
 
-Here the charm is deployed and removed as in test_removal.py (`delete-on-remove` false,
-then true), Juju destroys the model, and the same GetResources call goes to the moto
-server the charm talked to. moto (5.2.5) answers it from every backend that mixes in
+and delete a kept file system by hand (mount targets, then the file system, then the
+charm's security group). Here the charm is deployed and removed as in test_removal.py
+(`delete-on-remove` false, then true), Juju destroys the model, and the README's own
+command lines run in bash with Debian's AWS CLI v2 against the proxy and moto server the
+charm talked to (tests/aws_cli.py).
+
+moto (5.2.5) answers GetResources from every backend that mixes in
 `moto.core.resource_tagging.TaggableResourcesMixin`
 (moto/resourcegroupstaggingapi/models.py `_get_resources_generator` walks
-`iter_taggable_backends`): EC2's lists security groups as `ec2:security-group`
-(moto/ec2/models/__init__.py `iter_tagged_resources`, with instances, volumes, subnets,
-VPCs...) and EFS's lists file systems (`elasticfilesystem:file-system`) and access points
+`iter_taggable_backends`): EC2's lists instances (terminated ones too, as EC2 does for
+about an hour) and security groups (moto/ec2/models/__init__.py `iter_tagged_resources`),
+EFS's lists file systems (`elasticfilesystem:file-system`) and access points
 (moto/efs/models.py). Mount targets carry no tags, in AWS as in moto. A resource without
 tags is left out, and a deleted one is gone at once (AWS documents GetResources as
 listing "tagged or previously tagged" resources, so it may show a deleted one for a
-while).
-
-The listing is rendered as the AWS CLI prints it: the paginated result in full, the
-JMESPath `--query`, then awscli/formatter.py `JSONFormatter` (`json.dump(response,
-indent=4, ensure_ascii=False)` and a newline; only `{}` prints nothing, so `[]` prints).
+while). A deleted mount target reads `deleting` for one more describe, and meanwhile
+DeleteFileSystem answers FileSystemInUse (the proxy's life cycle, aws_fakes.AwsProxy).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from pathlib import Path
 
+import aws_cli
 import efs
-import jmespath
-import readme_examples
-from aws_fakes import REGION
 from efs_env import Env, dying, installed, relation_of
 from ops import testing
 
-QUERY = "ResourceTagMappingList[].ResourceARN"
+pytestmark = aws_cli.needs_aws_cli
+
 # what differs from run to run: the ids moto draws
-IDS = (r"fs-[0-9a-f]+", r"sg-[0-9a-f]+")
+IDS = (r"fs-[0-9a-f]+", r"fsmt-[0-9a-f]+", r"sg-[0-9a-f]+", r"i-[0-9a-f]+")
 
 
-def _get_resources(env: Env, key: str) -> Any:
-    """What `get-resources --tag-filters Key=<key>,Values=<uuid> --query ...` finds.
-
-    Every page first, as the CLI's paginated call (build_full_result), then the query.
-    """
-    tagging = env.aws.client("resourcegroupstaggingapi")
-    pages = tagging.get_paginator("get_resources").paginate(
-        TagFilters=[{"Key": key, "Values": [env.model.uuid]}]
-    )
-    return jmespath.search(QUERY, pages.build_full_result())
+def _shell(env: Env, tmp_path: Path) -> aws_cli.Shell:
+    """A bash as the operator's, with `$uuid` saved before `juju destroy-model`."""
+    return aws_cli.Shell(tmp_path, env.aws.url, {"uuid": env.model.uuid})
 
 
-def _cli_json(value: Any) -> str:
-    """awscli/formatter.py JSONFormatter with the default `--output json`."""
-    return json.dumps(value, indent=4, ensure_ascii=False) + "\n"
-
-
-def test_a_kept_file_system_and_its_security_group_are_listed_by_the_model_tag(ctx, env):
+def _kept(ctx, env: Env) -> None:
+    """efs-storage removed with `delete-on-remove` false, then the model destroyed."""
     out = installed(ctx, env)
-    (fs,) = env.file_systems()
-    group = env.our_group()
     out = ctx.run(ctx.on.relation_broken(relation_of(out, "shared-storage")), dying(out))
     out = ctx.run(ctx.on.remove(), dying(out, drop="shared-storage"))
     assert "kept the EFS file system" in out.unit_status.message
     env.juju_destroys_the_model()
 
-    listed = _get_resources(env, efs.TAG_MODEL)
 
-    group_arn = f"arn:aws:ec2:{REGION}:{group['OwnerId']}:security-group/{group['GroupId']}"
-    assert sorted(listed) == sorted([fs["FileSystemArn"], group_arn])
-    assert fs["FileSystemArn"].endswith(f":file-system/{fs['FileSystemId']}")
-    readme_examples.show("leftovers-kept", _cli_json(listed), volatile=IDS)
+def test_the_instances_juju_terminated_and_the_kept_file_system_and_group_are_listed(
+    ctx, env, tmp_path
+):
+    _kept(ctx, env)
+    (fs,) = env.file_systems()
+    group = env.our_group()
+
+    by_juju, by_charm = aws_cli.transcript("leftovers-kept", _shell(env, tmp_path), volatile=IDS)
+
+    group_arn = f"arn:aws:ec2:us-east-1:{group['OwnerId']}:security-group/{group['GroupId']}"
+    assert sorted(json.loads(by_charm)) == sorted([fs["FileSystemArn"], group_arn])
+    instances = [
+        f"arn:aws:ec2:us-east-1:{group['OwnerId']}:instance/{i.instance_id}" for i in env.instances
+    ]
+    assert len(instances) == 2
+    assert sorted(json.loads(by_juju)) == sorted(instances)
 
 
-def test_nothing_is_listed_once_delete_on_remove_deleted_everything(ctx, env):
+def test_the_kept_file_system_is_deleted_by_hand_in_the_readme_order(ctx, env, tmp_path):
+    _kept(ctx, env)
+    (fs,) = env.file_systems()
+    mount_targets = [mt["MountTargetId"] for mt in env.mount_targets(fs["FileSystemId"])]
+    assert len(mount_targets) == 2
+    env.proxy.deleting_describes["mount-target"] = 1
+    shell = _shell(env, tmp_path)
+    ids = {
+        "fs-...": fs["FileSystemId"],
+        "fsmt-...": mount_targets,
+        "sg-...": env.our_group()["GroupId"],
+    }
+
+    outputs = aws_cli.transcript(
+        "delete-kept", shell, ids, volatile=IDS, expect_failure=["too soon"]
+    )
+
+    listed, deleted, refused, deleting, none, *_ = outputs
+    assert sorted(listed.split()) == sorted([*mount_targets, "available", "available"])
+    assert deleted == ""
+    assert "An error occurred (FileSystemInUse) when calling the DeleteFileSystem" in refused
+    assert sorted(deleting.split()) == sorted([*mount_targets, "deleting", "deleting"])
+    assert none == ""
+    assert env.file_systems() == []
+    aws_cli.transcript("leftovers-none", shell)
+
+
+def test_nothing_is_listed_once_delete_on_remove_deleted_everything(ctx, env, tmp_path):
     out = installed(ctx, env, {"delete-on-remove": True})
-    assert len(_get_resources(env, efs.TAG_MODEL)) == 2  # while deployed: the group and EFS
     out = ctx.run(ctx.on.relation_broken(relation_of(out, "shared-storage")), dying(out))
     out = dying(out, drop="shared-storage")
     out = ctx.run(ctx.on.relation_broken(relation_of(out, "kube-api")), out)
@@ -88,7 +112,7 @@ def test_nothing_is_listed_once_delete_on_remove_deleted_everything(ctx, env):
     )
     env.juju_destroys_the_model()
 
-    listed = _get_resources(env, efs.TAG_MODEL)
+    (listed,) = aws_cli.transcript("leftovers-none", _shell(env, tmp_path))
 
-    assert listed == []
-    readme_examples.show("leftovers-none", _cli_json(listed))
+    assert listed == "[]\n"
+    assert efs.TAG_MODEL in aws_cli.commands("leftovers-none")[0]

@@ -1,0 +1,142 @@
+r"""The README's `aws` commands, run as written by bash and the real AWS CLI against moto.
+
+An example block whose lines start with `$ ` is a transcript: each command (with its `\`
+continuation lines) and what it printed. `transcript(name, shell)` reads the commands
+from the README, runs each in bash with `aws` on the PATH being the AWS CLI v2 (Debian's
+`awscli` package, 2.9.19 in bookworm; .ci/run installs it) with `--endpoint-url` set to
+the local moto server's proxy, and shows the result as the README's example `name` (see
+readme_examples.show). So the command text a newcomer copies is the one that ran: its
+quoting, `$uuid`, `--query` and `--output`. What a command names as a placeholder
+(`fs-...`) is replaced by the test's real id first; a command with a list of ids runs
+once per id, as "each" in the README says.
+
+Output is the CLI's own: stdout and stderr as one stream, as a terminal shows them (the
+CLI's error is a blank line then `An error occurred (<Code>) when calling the <Action>
+operation: <Message>`, exit status 254; awscli/clidriver.py). The AWS CLI v1 on PyPI
+formats `--output text` differently in places, so only a v2 CLI is used.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import pytest
+import readme_examples
+
+ACCESS_KEY_ID = "AKIAREADMEEXAMPLE001"
+SECRET_ACCESS_KEY = "readme/example+secret0123456789abcdefXYZ"
+REGION = "us-east-1"  # the region a newcomer's AWS CLI profile names (aws configure)
+_COMMAND = re.compile(r"^\$ ((?:.*\\\n)*.*)$", re.M)
+
+
+@functools.cache
+def binary() -> str | None:
+    """An AWS CLI v2: Debian's /usr/bin/aws first (a PATH may hold PyPI's v1 first)."""
+    for candidate in ("/usr/bin/aws", shutil.which("aws")):
+        if not candidate or not os.access(candidate, os.X_OK):
+            continue
+        try:
+            version = subprocess.run(
+                [candidate, "--version"], capture_output=True, text=True, timeout=60
+            ).stdout
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if version.startswith("aws-cli/2."):
+            return candidate
+    return None
+
+
+needs_aws_cli = pytest.mark.skipif(
+    binary() is None and not os.environ.get("CI"),
+    reason="the AWS CLI v2 is not installed: `sudo apt-get install awscli` (.ci/run does)",
+)
+
+
+class Shell:
+    """A bash with `aws` pointing at one local endpoint, in a scratch HOME."""
+
+    def __init__(self, home: Path, endpoint_url: str, variables: Mapping[str, str] = ()) -> None:
+        cli = binary()
+        assert cli, "no AWS CLI v2 (CI installs Debian's awscli)"
+        bin_dir = home / "bin"
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        wrapper = bin_dir / "aws"
+        wrapper.write_text(f'#!/bin/sh\nexec {cli} --endpoint-url {endpoint_url} "$@"\n')
+        wrapper.chmod(0o755)
+        self.env = {
+            "PATH": f"{bin_dir}:/usr/bin:/bin",
+            "HOME": str(home),
+            "LANG": "C.UTF-8",
+            "AWS_ACCESS_KEY_ID": ACCESS_KEY_ID,
+            "AWS_SECRET_ACCESS_KEY": SECRET_ACCESS_KEY,
+            "AWS_DEFAULT_REGION": REGION,
+            "AWS_CONFIG_FILE": str(home / "no-config"),
+            "AWS_SHARED_CREDENTIALS_FILE": str(home / "no-credentials"),
+            "AWS_PAGER": "",
+            **dict(variables),
+        }
+
+    def run(self, command: str) -> tuple[int, str]:
+        """Exit status and output (stdout and stderr as one stream) of one command."""
+        done = subprocess.run(
+            ["bash", "-c", command],
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=120,
+        )
+        return done.returncode, done.stdout
+
+
+def commands(name: str) -> list[str]:
+    """The commands of the README's transcript `name`, continuation lines included."""
+    return _COMMAND.findall(readme_examples.block(name))
+
+
+def transcript(
+    name: str,
+    shell: Shell,
+    placeholders: Mapping[str, str | Sequence[str]] = (),
+    *,
+    volatile: Sequence[str] = (),
+    expect_failure: Sequence[str] = (),
+) -> list[str]:
+    """Run the README's transcript `name` and check (or write) what it printed.
+
+    `placeholders`: text in a command -> the id to use; a list runs the command once for
+    each. `expect_failure`: text of the commands allowed to fail (the README shows their
+    error); any other failure fails the test. Returns each command's output, in order.
+    """
+    placeholders = dict(placeholders)
+    ran = commands(name)
+    assert ran, f"the README's example {name!r} has no `$ ` command"
+    outputs = []
+    for command in ran:
+        output = ""
+        allowed = any(text in command for text in expect_failure)
+        for concrete in _expand(command, placeholders):
+            status, printed = shell.run(concrete)
+            assert status == 0 or allowed, f"`{concrete}` failed ({status}):\n{printed}"
+            assert status != 0 or not allowed, f"`{concrete}` was expected to fail"
+            output += printed
+        outputs.append(output)
+    text = "".join(f"$ {command}\n{output}" for command, output in zip(ran, outputs))
+    readme_examples.show(name, text, volatile=volatile)
+    return outputs
+
+
+def _expand(command: str, placeholders: Mapping[str, str | Sequence[str]]) -> list[str]:
+    concrete = [command]
+    for text, value in placeholders.items():
+        if text not in command:
+            continue
+        values = [value] if isinstance(value, str) else list(value)
+        concrete = [c.replace(text, v) for c in concrete for v in values]
+    return concrete
