@@ -188,6 +188,37 @@ def test_the_newest_library_serves_whoever_installed_it(machine):
     assert machine.services[unit_state.SERVICE].restarts >= 1
 
 
+def test_two_copies_with_the_same_libpatch_do_not_take_turns(machine):
+    """Charms built from two commits of one LIBPATCH: the installed copy stays.
+
+    Each charm embeds its own copy of the library; only LIBPATCH orders them (charmcraft
+    publish-lib refuses a changed library without a new LIBPATCH).
+    """
+    host = machine.host()
+    same_patch = Path(unit_state.__file__).read_text() + "# built from another commit\n"
+    other_unit = unit_state.UNIT_TEXT.replace("RestartSec=5", "RestartSec=6")
+    unit_state.publish(host, "kubernetes-control-plane/0", "a 1\n")
+    host.write(unit_state.PROGRAM, same_patch)
+    host.write(unit_state.SERVICE_FILE, other_unit)
+    restarts = machine.services[unit_state.SERVICE].restarts
+
+    unit_state.publish(host, "tensorflow/0", "b 1\n")
+
+    assert host.read(unit_state.PROGRAM) == same_patch
+    assert host.read(unit_state.SERVICE_FILE) == other_unit
+    assert machine.services[unit_state.SERVICE].restarts == restarts
+
+
+def test_a_missing_unit_file_is_written_back_by_a_copy_of_the_same_libpatch(machine):
+    host = machine.host()
+    unit_state.publish(host, "tensorflow/0", "a 1\n")
+    host.path(unit_state.SERVICE_FILE).unlink()  # a hook failed between the two writes
+
+    unit_state.publish(host, "tensorflow/0", "a 2\n")
+
+    assert host.read(unit_state.SERVICE_FILE) == unit_state.UNIT_TEXT
+
+
 # -- the provider, through ops.testing ----------------------------------------------------
 
 

@@ -45,7 +45,7 @@ if TYPE_CHECKING:  # the server runs without the charm's packages
 
 LIBID = "b1f6c0f2a8e94c3e9a4d5c7e2f1b0a93"
 LIBAPI = 0
-LIBPATCH = 1
+LIBPATCH = 2
 
 PORT = 6447  # next to HAProxy's loopback metrics frontends (api_proxy: 6444-6446)
 DIRECTORY = "/var/lib/gpu-k8s/unit-state"
@@ -212,14 +212,18 @@ def publish(host: Host, unit_name: str, text: str) -> None:
     """Write the unit's file and make sure the machine's server runs the newest program.
 
     A unit of another charm may have installed the server from an older or newer copy
-    of this library: the newer LIBPATCH wins, so two charms never take turns.
+    of this library: a newer LIBPATCH replaces the program and its unit file, an older or
+    equal one leaves them (so charms built from two commits of one LIBPATCH never take
+    turns; bump LIBPATCH with every change), writing the unit file only if it is missing.
     """
     host.write(f"{DIRECTORY}/{stem(unit_name)}.prom", text)
     installed = host.read(PROGRAM)
     changed = False
-    if installed is None or _patch(installed) <= LIBPATCH:  # an older copy leaves both
+    if installed is None or _patch(installed) < LIBPATCH:
         changed = host.write(PROGRAM, Path(__file__).read_text()) or changed
         changed = host.write(SERVICE_FILE, UNIT_TEXT) or changed
+    elif host.read(SERVICE_FILE) is None:  # a hook that failed between the two writes
+        changed = host.write(SERVICE_FILE, UNIT_TEXT)
     if changed or not _active(host):  # (also after a hook whose systemctl failed)
         host.run(SYSTEMCTL, "daemon-reload")
         host.run(SYSTEMCTL, "enable", f"{SERVICE}.service")
