@@ -58,14 +58,13 @@ from pathlib import Path
 from typing import Any
 
 import ops
-from cosl import AlertRules, DashboardPath40UID, JujuTopology, LZMABase64
 
 from charms.gpu_k8s.v0 import api_proxy, unit_state
 from charms.gpu_k8s.v0.system import CommandError, Host
 
 LIBID = "1cb866710020485e9918fd12ba134c6b"
 LIBAPI = 0
-LIBPATCH = 4
+LIBPATCH = 5
 
 logger = logging.getLogger(__name__)
 
@@ -159,6 +158,8 @@ def dashboards(directory: Path, charm_name: str) -> list[str]:
     Raises:
         ValueError: a file is not a JSON object (a broken dashboard is a packaging bug).
     """
+    from cosl import DashboardPath40UID, LZMABase64  # (only with a relation: see `data`)
+
     out = []
     for path in sorted(directory.glob("*.json")):
         board = json.loads(path.read_text())
@@ -200,6 +201,10 @@ class CosAgentProvider(ops.Object):
 
     def data(self, scrape_jobs: list[dict[str, Any]]) -> dict[str, Any]:
         """What this unit publishes, before it is dumped into `config`."""
+        # cosl costs a hook about as much as a tenth of `import ops`: only a unit that
+        # has a cos-agent relation to write to pays it
+        from cosl import AlertRules, JujuTopology
+
         topology = JujuTopology.from_charm(self.charm)
         rules = AlertRules(query_type="promql", topology=topology)
         rules.add_path(self._dir / RULES_DIR, recursive=False)
