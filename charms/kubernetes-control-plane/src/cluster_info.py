@@ -333,7 +333,8 @@ def status_line(
     if gpu_workers:
         models = gpu_totals([w.models for w in gpu_workers])
         total = sum(w.gpus for w in gpu_workers)
-        line += f" ({len(gpu_workers)} with {total} GPUs{': ' + models if models else ''})"
+        noun = "GPU" if total == 1 else "GPUs"
+        line += f" ({len(gpu_workers)} with {total} {noun}{': ' + models if models else ''})"
     line += health.problems()
     if behind:
         line += f"; upgrading to v{version}: {behind} node(s) to go"

@@ -121,6 +121,20 @@ def test_status_counts_workers_and_gpus(ctx, bootstrapped, api):
     }
 
 
+def test_one_gpu_is_counted_in_the_singular(ctx, bootstrapped, api):
+    """The default bundle's status line (README "Deploy on AWS"): one g5.xlarge."""
+    a10g = [{"model": "NVIDIA A10G", "count": 1}]
+    for name in ("w0", "w1"):
+        api.put_object(f"/api/v1/nodes/{name}", node(name))
+    rel = workers_relation({0: worker_bag("w0"), 1: worker_bag("w1", a10g)})
+
+    out = join_workers(ctx, bootstrapped, rel, api)
+
+    assert out.unit_status == testing.ActiveStatus(
+        "Ready: v1.36, 1 control-plane, 2 workers (1 with 1 GPU: 1x NVIDIA A10G)"
+    )
+
+
 def test_workers_whose_nodes_are_not_ready_or_not_registered_are_not_counted(
     ctx, bootstrapped, api
 ):
