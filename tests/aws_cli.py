@@ -59,25 +59,38 @@ needs_aws_cli = pytest.mark.skipif(
 
 
 class Shell:
-    """A bash with `aws` pointing at one local endpoint, in a scratch HOME."""
+    """A bash with `aws` pointing at one local endpoint, in a scratch HOME.
 
-    def __init__(self, home: Path, endpoint_url: str, variables: Mapping[str, str] = ()) -> None:
+    `endpoint_url` None: the real AWS, with the caller's own profile and credentials
+    (HOME and every AWS_* variable passed on), for the integration tests.
+    """
+
+    def __init__(
+        self, home: Path, endpoint_url: str | None, variables: Mapping[str, str] = ()
+    ) -> None:
         cli = binary()
         assert cli, "no AWS CLI v2 (CI installs Debian's awscli)"
         bin_dir = home / "bin"
         bin_dir.mkdir(parents=True, exist_ok=True)
         wrapper = bin_dir / "aws"
-        wrapper.write_text(f'#!/bin/sh\nexec {cli} --endpoint-url {endpoint_url} "$@"\n')
+        endpoint = f" --endpoint-url {endpoint_url}" if endpoint_url else ""
+        wrapper.write_text(f'#!/bin/sh\nexec {cli}{endpoint} "$@"\n')
         wrapper.chmod(0o755)
+        if endpoint_url is None:
+            own = {k: v for k, v in os.environ.items() if k.startswith("AWS_") or k == "HOME"}
+        else:
+            own = {
+                "HOME": str(home),
+                "AWS_ACCESS_KEY_ID": ACCESS_KEY_ID,
+                "AWS_SECRET_ACCESS_KEY": SECRET_ACCESS_KEY,
+                "AWS_DEFAULT_REGION": REGION,
+                "AWS_CONFIG_FILE": str(home / "no-config"),
+                "AWS_SHARED_CREDENTIALS_FILE": str(home / "no-credentials"),
+            }
         self.env = {
             "PATH": f"{bin_dir}:/usr/bin:/bin",
-            "HOME": str(home),
             "LANG": "C.UTF-8",
-            "AWS_ACCESS_KEY_ID": ACCESS_KEY_ID,
-            "AWS_SECRET_ACCESS_KEY": SECRET_ACCESS_KEY,
-            "AWS_DEFAULT_REGION": REGION,
-            "AWS_CONFIG_FILE": str(home / "no-config"),
-            "AWS_SHARED_CREDENTIALS_FILE": str(home / "no-credentials"),
+            **own,
             "AWS_PAGER": "",
             **dict(variables),
         }

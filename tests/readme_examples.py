@@ -39,8 +39,6 @@ from typing import Any
 
 import yaml
 
-from fakes.kube_apiserver import seed_names
-
 README = Path(__file__).resolve().parents[1] / "README.md"
 UPDATE = os.environ.get("GPU_K8S_UPDATE_EXAMPLES") == "1"
 
@@ -470,6 +468,8 @@ def _flat(value: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, str
 @contextlib.contextmanager
 def repeatable(seed: int = 17) -> Iterator[None]:
     """Generated names come out the same every run inside this block."""
+    from fakes.kube_apiserver import seed_names  # (the integration tests read blocks only)
+
     seed_names(seed)
     try:
         yield

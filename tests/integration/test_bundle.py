@@ -8,6 +8,12 @@ AWS_SECRET_ACCESS_KEY, and AWS_REGION for the controller's region).
 
 Needs `tox -e pack` first and a Juju controller on AWS with GPU quota; run with
 `tox -e integration -- -k bundle`. Skipped with the reason when no controller is there.
+
+What the README cannot say without a real run is measured here and written to
+`build/integration-timings.json` (and printed): seconds from `juju deploy` to every
+application active and idle (less the 60 s idle period), from `juju add-unit` of a GPU
+worker to active, and from the removal of efs-storage until the README's leftover
+listing, run as written with the AWS CLI (tests/aws_cli.py), prints `[]`.
 """
 
 from __future__ import annotations
@@ -16,8 +22,10 @@ import asyncio
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
+import aws_cli
 import pytest
 import yaml
 
@@ -32,6 +40,17 @@ APPS = (
     "tensorflow",
 )
 JOB = "it-mnist"
+IDLE_PERIOD = 60
+TIMINGS = ROOT / "build" / "integration-timings.json"
+
+
+def record(name: str, seconds: float) -> None:
+    """Keep one measured duration (the README's numbers come from these)."""
+    TIMINGS.parent.mkdir(exist_ok=True)
+    timings = json.loads(TIMINGS.read_text()) if TIMINGS.exists() else {}
+    timings[name] = round(seconds)
+    TIMINGS.write_text(json.dumps(timings, indent=2, sort_keys=True) + "\n")
+    print(f"{name}: {round(seconds)} s")
 
 
 async def run(ops_test, unit_name: str, action: str, **params) -> dict:
@@ -49,9 +68,13 @@ async def test_bundle_deploys_and_converges(ops_test):
     missing = [c for c in CHARMS if not (ROOT / "build" / f"{c}.charm").exists()]
     if missing:
         pytest.skip(f"run `tox -e pack` first; missing: {', '.join(missing)}")
+    started = time.monotonic()
     rc, _, err = await ops_test.juju("deploy", str(BUNDLE), "--trust")
     assert rc == 0, err
-    await ops_test.model.wait_for_idle(list(APPS), status="active", timeout=5400, idle_period=60)
+    await ops_test.model.wait_for_idle(
+        list(APPS), status="active", timeout=5400, idle_period=IDLE_PERIOD
+    )
+    record("deploy-to-active", time.monotonic() - started - IDLE_PERIOD)
 
 
 async def test_the_api_answers_this_machine_once_exposed(ops_test):
@@ -109,8 +132,12 @@ async def test_scale_and_stop_keep_the_checkpoints(ops_test):
 
 async def test_added_gpu_worker_advertises_its_gpus(ops_test):
     app = ops_test.model.applications["kubernetes-worker-gpu"]
+    started = time.monotonic()
     await app.add_unit(count=1)
-    await ops_test.model.wait_for_idle(list(APPS), status="active", timeout=3600)
+    await ops_test.model.wait_for_idle(
+        list(APPS), status="active", timeout=3600, idle_period=IDLE_PERIOD
+    )
+    record("add-gpu-unit-to-active", time.monotonic() - started - IDLE_PERIOD)
     info = await run(ops_test, "kubernetes-control-plane/0", "cluster-info")
     nodes = json.loads(info["nodes"])
     assert sum(1 for n in nodes if n.get("gpus", 0) > 0) == 2, nodes
@@ -147,6 +174,20 @@ async def test_teardown_leaves_nothing_the_charms_created_in_aws(ops_test):
         if {"Key": "gpu-k8s:model", "Value": model_uuid} in fs.get("Tags", [])
     ]
     assert file_systems == [], [fs["FileSystemId"] for fs in file_systems]
+
+    # the README's own listing, as written (AWS may list a deleted resource a while)
+    (listing,) = aws_cli.commands("leftovers-none")
+    home = ROOT / "build" / "integration-aws"
+    shell = aws_cli.Shell(home, None, {"uuid": model_uuid, "AWS_DEFAULT_REGION": region})
+    removed = time.monotonic()
+    while True:
+        status, printed = shell.run(listing.replace("--region us-east-1", f"--region {region}"))
+        assert status == 0, printed
+        if printed == "[]\n" or time.monotonic() - removed > 1800:
+            break
+        await asyncio.sleep(30)
+    assert printed == "[]\n", printed
+    record("leftovers-listed-empty-after-removal", time.monotonic() - removed)
 
 
 def _controller_region() -> str:
