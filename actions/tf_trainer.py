@@ -309,7 +309,9 @@ def export(params, spec: dict, export_dir: str, step: int) -> Path:
     """Write the model as SavedModel version `step` under `export_dir`; return its path.
 
     Versions are numbered directories, as TensorFlow Serving's file system source expects
-    (it serves the highest). A version appears whole: it is written beside and renamed.
+    (it serves the highest). A version appears whole: it is written beside and renamed,
+    readable by every user (mkdtemp makes it 0700; serving, fetch and upload pods may run
+    as another uid after a `run-as` change).
     """
     target = Path(export_dir) / str(step)
     if target.is_dir():
@@ -324,6 +326,7 @@ def export(params, spec: dict, export_dir: str, step: int) -> Path:
             str(staging),
             signatures={"serving_default": module.serve.get_concrete_function()},
         )
+        staging.chmod(0o755)
         os.rename(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

@@ -380,6 +380,7 @@ def test_real_digits_are_evaluated_held_out_and_the_export_answers_as_serving_wo
     assert progress["export"] == str(export)
     assert (export / "saved_model.pb").is_file()
     assert [p.name for p in export.parent.iterdir()] == ["300"]  # no half-written version
+    assert export.stat().st_mode & 0o777 == 0o755  # other uids (serving, fetch) read it
 
     served = subprocess.run(
         [PYTHON, "-c", SERVE, str(export), str(npz)],
