@@ -17,6 +17,8 @@ Versions are the numbered directories holding a `saved_model.pb`; the highest is
 The model is real when TensorFlow is importable (tf.saved_model.load, the version's
 `serving_default` signature); otherwise `predict` and `width` describe it (unit tests).
 `loading_polls` answers LOADING that many times first, as a server still loading does.
+`shape` is the input's shape the metadata reports (default `[-1, width]`), e.g. an image
+model's `(-1, 28, 28, 1)`.
 """
 
 from __future__ import annotations
@@ -40,8 +42,9 @@ class FakeTfServing:
         predict: Callable[[list], list] | None = None,
         width: int = 0,
         loading_polls: int = 0,
+        shape: tuple[int, ...] | None = None,
     ):
-        self.name, self.base_path = name, base_path
+        self.name, self.base_path, self.shape = name, base_path, shape
         self.predict, self.width, self.loading = predict, width, loading_polls
         self._models: dict[str, Any] = {}
         server = self
@@ -123,7 +126,7 @@ class FakeTfServing:
         if self._real():
             spec = self._signature(version).structured_input_signature[1]["x"]
             width = int(spec.shape[1])
-        dims = [{"size": "-1", "name": ""}, {"size": str(width), "name": ""}]
+        dims = [{"size": str(d), "name": ""} for d in self.shape or (-1, width)]
         signature = {
             "inputs": {
                 "x": {

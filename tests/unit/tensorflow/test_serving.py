@@ -113,6 +113,34 @@ def test_serve_on_gpus_uses_the_gpu_image_and_asks_for_them(ctx, state, api, mod
     assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
     assert pod["runtimeClassName"] == "nvidia"
     assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists"}]
+    # a change replaces one pod at a time: a surge pod would need a GPU nobody has free
+    assert spec["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
+    }
+
+
+def test_a_cpu_server_rolls_out_as_deployments_do_by_default(ctx, state, api, model_server):
+    run_action(ctx, state, "serve", job="mnist")
+    spec = api.get_object(DEPLOYMENTS + "mnist-serving")["spec"]
+    assert spec["strategy"] == {"type": "RollingUpdate"}  # surge 25% up, as upstream
+
+
+def test_a_model_of_another_shape_is_served_without_a_sample(ctx, state, api, export):
+    """An image model (4-D input): TF Serving serves it; only the zeros sample is skipped."""
+    add_nodes(api, node("cpu-0"))
+    image_model = FakeTfServing("mnist", export, predict=_predict, shape=(-1, 28, 28, 1))
+    with image_model as server:
+        api.service_backends[(NS, "mnist-serving:8501")] = server.url
+        results, _ = run_action(ctx, state, "serve", job="mnist")
+
+    assert results["version"] == "7"
+    assert results["sample-request"].startswith(
+        "none: the serving_default input is not [batch, width]"
+    )
+    assert "sample-answer" not in results
+    assert results["from-your-machine"].endswith("/v1/models/mnist/metadata")
+    assert api.get_object(DEPLOYMENTS + "mnist-serving") is not None  # still serving
 
 
 def test_a_job_without_an_export_is_not_served_and_says_why(ctx, state, api, tmp_path):
@@ -142,7 +170,7 @@ def test_an_image_without_the_model_server_is_reported(ctx, state, api, export):
     [
         ({"job": "Bad_Name"}, "not a valid job name"),
         ({"job": "m", "replicas": 0}, "replicas"),
-        ({"job": "m", "gpus": 9}, "gpus"),
+        ({"job": "m", "gpus": 2}, "gpus"),
     ],
 )
 def test_bad_serve_requests_fail_and_create_nothing(ctx, state, api, params, message):
