@@ -852,9 +852,13 @@ def schedulable(node: dict) -> bool:
 def never_fits(request: TrainRequest, nodes: Iterable[dict]) -> str | None:
     """Why the job could never run on this cluster (no queue would help), or None.
 
-    More GPUs per pod than any schedulable node has, or more GPUs in all than the
-    schedulable nodes have together. Whether they are free now is Kueue's business: a job
-    that fits the cluster but not its free GPUs or quota waits in the queue.
+    More GPUs per pod than any schedulable node has, more GPUs in all than the schedulable
+    nodes have together, or a role whose GPUs no single GPU model has: Kueue gives each
+    pod set (one role's pods) one flavor per resource (Kueue docs, concepts/cluster_queue:
+    it "assigns to the Workload pod sets a flavor for each resource the pod set
+    requests"), and each GPU flavor is one product (queues.py), so 2 A10G and 2 T4 never
+    hold 4 workers of one GPU. Whether they are free now is Kueue's business: a job that
+    fits the cluster but not its free GPUs or quota waits in the queue.
     """
     per_pod = request.gpus_per_worker
     if not per_pod:
@@ -875,6 +879,30 @@ def never_fits(request: TrainRequest, nodes: Iterable[dict]) -> str | None:
         return (
             f"the job needs {total} GPUs but the cluster's schedulable nodes have "
             f"{sum(sizes)}: lower workers or gpus-per-worker, or add GPU nodes"
+        )
+    return _no_model_holds_a_role(request, nodes)
+
+
+def _no_model_holds_a_role(request: TrainRequest, nodes: Iterable[dict]) -> str | None:
+    """Why one role's GPUs fit no single GPU model's schedulable nodes (see never_fits)."""
+    models: dict[str, list[int]] = {}
+    for n in nodes:
+        count = _quantity_int(((n.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE))
+        product = ((n.get("metadata") or {}).get("labels") or {}).get(LABEL_GPU_PRODUCT)
+        if count and product and schedulable(n):
+            models.setdefault(product, []).append(count)
+    for role, pods in request.replicas().items():
+        per_pod = request.gpus(role)
+        if not per_pod:
+            continue
+        need = pods * per_pod
+        if any(max(sizes) >= per_pod and sum(sizes) >= need for sizes in models.values()):
+            continue
+        have = ", ".join(f"{sum(v)} {k}" for k, v in sorted(models.items())) or "none"
+        return (
+            f"the {pods} {role} pods need {need} GPUs of one model (Kueue gives a role one "
+            f"GPU flavor) but no model has that many on schedulable nodes ({have}): lower "
+            "workers or gpus-per-worker, or add nodes of one GPU model"
         )
     return None
 

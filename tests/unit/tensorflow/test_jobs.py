@@ -58,6 +58,24 @@ def test_more_gpus_than_the_cluster_never_fits():
     assert why is not None and "needs 5 GPUs but the cluster's schedulable nodes have 4" in why
 
 
+def test_a_role_must_fit_one_gpu_model():
+    """Kueue gives a pod set one GPU flavor (one product): 2 A10G + 2 T4 hold no 4 workers."""
+    mixed = [node("a", 2), node("t", 2, product="Tesla-T4")]
+    why = jobs.never_fits(request(workers=4, gpus_per_worker=1), mixed)
+    assert why is not None
+    assert "the 4 worker pods need 4 GPUs of one model" in why
+    assert "(2 NVIDIA-A10G, 2 Tesla-T4)" in why
+    assert jobs.never_fits(request(workers=2, gpus_per_worker=1), mixed) is None
+
+
+def test_gpus_without_a_product_label_hold_no_role():
+    """No ResourceFlavor selects a GPU node the worker charm has not labelled (yet)."""
+    unlabelled = node("u", 4)
+    del unlabelled["metadata"]["labels"]["nvidia.com/gpu.product"]
+    why = jobs.never_fits(request(workers=1, gpus_per_worker=1), [unlabelled])
+    assert why is not None and "(none)" in why
+
+
 @pytest.mark.parametrize(
     "bad",
     [
