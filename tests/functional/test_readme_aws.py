@@ -32,7 +32,7 @@ def shell(local: LocalAws, tmp_path: Path) -> aws_cli.Shell:
 
 
 def test_the_gpu_quota_commands_read_a_new_account_and_ask_for_more(local, shell):
-    get, request = aws_cli.transcript("gpu-quota", shell)
+    get, request = aws_cli.transcript("g-instances-quota", shell)
 
     assert get == "Running On-Demand G and VT instances\t0.0\n"
     assert request == "PENDING\t8.0\n"
@@ -41,7 +41,7 @@ def test_the_gpu_quota_commands_read_a_new_account_and_ask_for_more(local, shell
 
 
 def test_the_applied_value_changes_only_when_aws_grants_the_request(local, shell):
-    get, request = aws_cli.commands("gpu-quota")
+    get, request = aws_cli.commands("g-instances-quota")
     assert shell.run(request)[0] == 0
     assert shell.run(get) == (0, "Running On-Demand G and VT instances\t0.0\n")
 
@@ -51,7 +51,7 @@ def test_the_applied_value_changes_only_when_aws_grants_the_request(local, shell
 
 
 def test_a_second_request_while_one_is_open_is_refused(shell):
-    _, request = aws_cli.commands("gpu-quota")
+    _, request = aws_cli.commands("g-instances-quota")
     assert shell.run(request)[0] == 0
 
     status, output = shell.run(request)
