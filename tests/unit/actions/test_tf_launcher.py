@@ -400,7 +400,7 @@ def test_sigterm_is_forwarded_and_the_trainer_status_is_the_launcher_status(tmp_
             [sys.executable, tf_launcher.__file__, "--", sys.executable, "-c", program],
             env=env,
             stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
         )
         assert launcher.stdout is not None
         assert launcher.stdout.readline() == b"ready\n"
@@ -408,9 +408,12 @@ def test_sigterm_is_forwarded_and_the_trainer_status_is_the_launcher_status(tmp_
 
     launcher = start()
     launcher.send_signal(signal.SIGTERM)
-    assert launcher.wait(timeout=30) == 143
-    launcher.stdout.close()  # type: ignore[union-attr]
+    status = launcher.wait(timeout=30)
     log = (tmp_path / "jobs" / "j" / "pod-logs" / "worker-0.log").read_text()
+    # (seen once in CI under load: status 1; the launcher's stderr says why next time)
+    assert status == 143, (launcher.stderr.read(), log)  # type: ignore[union-attr]
+    launcher.stdout.close()  # type: ignore[union-attr]
+    launcher.stderr.close()  # type: ignore[union-attr]
     assert log.endswith("ready\nsaving\n")
 
     # A trainer whose launcher is killed dies with it, as in a container.
@@ -419,6 +422,7 @@ def test_sigterm_is_forwarded_and_the_trainer_status_is_the_launcher_status(tmp_
     launcher.kill()
     launcher.wait(timeout=30)
     launcher.stdout.close()  # type: ignore[union-attr]
+    launcher.stderr.close()  # type: ignore[union-attr]
     deadline = time.monotonic() + 10
     while any(Path(f"/proc/{c}").exists() for c in children) and time.monotonic() < deadline:
         time.sleep(0.05)
