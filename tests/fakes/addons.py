@@ -8,7 +8,8 @@ ServiceAccount and RBAC, its manager ConfigMap, webhook Service and Secret, the 
 `<name>-controller-manager` running `registry.k8s.io/<name>/<name>:<version>`, the
 mutating and validating webhook configurations, and for Kueue the visibility APIService.
 Kueue's manager configuration is the shipped one in substance (Configuration
-`config.kueue.x-k8s.io/v1beta2`, `waitForPodsReady` absent, the JobSet integration listed).
+`config.kueue.x-k8s.io/v1beta2`, `waitForPodsReady` absent, which v0.19 defaults to on
+with a 30m timeout, the JobSet integration listed).
 It is far smaller than the real asset (no schemas, fewer RBAC rules): the charm treats the
 objects generically, so their kinds, names and nesting are what matters.
 

@@ -10,7 +10,10 @@ Sources, kubernetes-sigs/kueue at tag v0.19.2:
 - `apis/config/v1beta2/configuration_types.go` `WaitForPodsReady`: `timeout` (required),
   `blockAdmission`, `requeuingStrategy` {`timestamp`, `backoffLimitCount` (null: requeue
   forever), `backoffBaseSeconds`, `backoffMaxSeconds`}, `recoveryTimeout` (defaults to
-  `timeout`); present means enabled (v1beta2 has no `enable`);
+  `timeout`); v1beta2 has no `enable`, and since v0.19 an absent block means enabled
+  with a 30m timeout (`apis/config/v1beta2/defaults.go`, kueue#11855; only the alpha gate
+  DisableWaitForPodsReady turns it off): the charm always writes it, with
+  pods-ready-timeout;
 - `apis/kueue/v1beta2/*_types.go` and `config/components/crd/bases/*.yaml`: the storage
   version v1beta2 of ResourceFlavor {nodeLabels, nodeTaints, tolerations}, Cohort,
   WorkloadPriorityClass {value, description}, ClusterQueue {cohortName, ...} and
