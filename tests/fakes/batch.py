@@ -14,15 +14,24 @@ Kueue (kubernetes-sigs/kueue v0.19.2):
   job_webhook.go, deployment_webhook.go), a Job is suspended until admitted and a
   Deployment's pods wait behind the scheduling gate `kueue.x-k8s.io/admission`
   (pod_webhook.go). The emulator admits none of them: they stay suspended or Pending.
-- K1 A JobSet labelled `kueue.x-k8s.io/queue-name` is suspended by Kueue's webhook on
-  create (jobframework ApplyDefaultForSuspend) and gets a Workload in its namespace, owned
-  by it, named `jobset-<name>-<hash>` (workload_names.go), with the WorkloadPriorityClass
-  value of its `kueue.x-k8s.io/priority-class` label as `spec.priority`.
+- K1 In a managed namespace only (the feature gate ManagedJobsNamespaceSelectorAlways-
+  Respected is GA and locked on in 0.19, jobframework/reconciler.go returns early for
+  other namespaces, and the control plane scopes Kueue's webhooks to the same label: a
+  JobSet elsewhere is neither suspended nor queued, it just runs), a JobSet labelled
+  `kueue.x-k8s.io/queue-name` is suspended by Kueue's webhook on create (jobframework
+  ApplyDefaultForSuspend) and gets a Workload in its namespace, owned by it, named
+  `jobset-<name>-<hash>` (workload_names.go), with the WorkloadPriorityClass value of its
+  `kueue.x-k8s.io/priority-class` label as `spec.priority`; while that class does not
+  exist, no Workload (util/priority GetPriorityFromWorkloadPriorityClass errs).
 - K2 A pending Workload is admitted when its pods' GPUs fit the unused nominal quota of
   the ClusterQueue behind its LocalQueue (all or nothing): conditions QuotaReserved and
   Admitted True, and the JobSet is unsuspended (RunWithPodSetsInfo). Otherwise it stays
   QuotaReserved False, reason Pending, with Kueue's "couldn't assign flavors" message.
-  Higher priority, then older, is admitted first (BestEffortFIFO).
+  Higher priority, then older, is admitted first (BestEffortFIFO). Before that, the queue
+  must be usable (core/workload_controller.go getQueueBlocker): "LocalQueue <q> doesn't
+  exist" or "ClusterQueue <cq> doesn't exist" (reason Misconfigured), "ClusterQueue <cq>
+  is inactive" (reason Suspended) while a ResourceFlavor it names is missing
+  (clusterqueue_types.go FlavorQuotas.Name).
 - K3 `preempt(job)`: the Workload gets Evicted and Preempted (reason InClusterQueue) while
   still admitted, the JobSet is suspended again (stopJob), and once its pods are gone it
   loses its quota reservation; it is requeued and admitted again when its quota is free,
@@ -200,6 +209,7 @@ class BatchControllers:
         self.waiting_reason: str | None = None
         self.images: dict[str, set[str]] = dict(TF_IMAGES)
         self.managed = True  # K0: Kueue manages this namespace
+        api.mutators.append(self._suspend_on_create)
         # Runs the containers of the Job controller's pods (start/stop/reap); None: pods
         # only change when a test says so (end_pod).
         self.kubelet: Any | None = None
@@ -277,10 +287,26 @@ class BatchControllers:
             return None
         return next(iter(self._owned(js, self._workloads())), None)
 
-    def _quota(self) -> int:
-        cq = self.api.objects(f"{KUEUE}/clusterqueues/")
+    def _cluster_queue(self, workload: dict) -> tuple[dict | None, tuple[str, str] | None]:
+        """K2: the ClusterQueue behind the Workload's LocalQueue, or why it cannot admit."""
+        queue = workload["spec"]["queueName"]
+        local = self.api.get_object(f"{KUEUE}/namespaces/{self.ns}/localqueues/{queue}")
+        if local is None:
+            return None, ("Misconfigured", f"LocalQueue {queue} doesn't exist")
+        name = local["spec"]["clusterQueue"]
+        cq = self.api.get_object(f"{KUEUE}/clusterqueues/{name}")
+        if cq is None:
+            return None, ("Misconfigured", f"ClusterQueue {name} doesn't exist")
+        for group in cq["spec"].get("resourceGroups") or []:
+            for flavor in group.get("flavors") or []:
+                if self.api.get_object(f"{KUEUE}/resourceflavors/{flavor['name']}") is None:
+                    return None, ("Suspended", f"ClusterQueue {name} is inactive")
+        return cq, None
+
+    @staticmethod
+    def _quota(cq: dict) -> int:
         total = 0
-        for queue in cq:
+        for queue in [cq]:
             for group in queue["spec"].get("resourceGroups") or []:
                 for flavor in group.get("flavors") or []:
                     for r in flavor.get("resources") or []:
@@ -319,12 +345,24 @@ class BatchControllers:
                 template.setdefault("labels", {})[QUEUE] = DEFAULT_QUEUE
             self._put(obj)
 
+    def _suspend_on_create(self, obj: dict) -> None:
+        """K1: Kueue's JobSet webhook suspends a queued JobSet as it is created."""
+        meta = obj.get("metadata") or {}
+        if obj.get("kind") != "JobSet" or meta.get("namespace") != self.ns:
+            return
+        if self.managed and self.enabled and QUEUE in (meta.get("labels") or {}):
+            obj.setdefault("spec", {})["suspend"] = True
+
     def _new_workloads(self, jobsets: dict[str, dict]) -> None:
         """K1: suspend each queued JobSet and give it a Workload."""
         for js in jobsets.values():
-            if QUEUE not in (js["metadata"].get("labels") or {}):
+            labels = js["metadata"].get("labels") or {}
+            if QUEUE not in labels or not self.managed:
                 continue
             if self._owned(js, self._workloads()):
+                continue
+            wpc = labels.get("kueue.x-k8s.io/priority-class")
+            if wpc and self.api.get_object(f"{KUEUE}/workloadpriorityclasses/{wpc}") is None:
                 continue
             if js["spec"].get("suspend") is None:
                 js["spec"]["suspend"] = True
@@ -370,11 +408,21 @@ class BatchControllers:
         jobsets = {j["metadata"]["uid"]: j for j in self._jobsets()}
         self._new_workloads(jobsets)
         used, pending = self._usage(jobsets)
-        quota = self._quota()
         pending.sort(
             key=lambda p: (-p[0]["spec"]["priority"], p[0]["metadata"]["creationTimestamp"])
         )
         for workload, js in pending:  # K2
+            cq, blocker = self._cluster_queue(workload)
+            if cq is None:
+                assert blocker is not None
+                reserved = next(
+                    c for c in workload["status"]["conditions"] if c["type"] == "QuotaReserved"
+                )
+                if (reserved.get("reason"), reserved.get("message")) != blocker:
+                    _set(workload, "QuotaReserved", "False", *blocker)
+                    self._put(workload)
+                continue
+            quota = self._quota(cq)
             need = self._demand(js)
             if used + need <= quota:
                 used += need

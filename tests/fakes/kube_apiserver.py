@@ -21,7 +21,9 @@ Differences from a real API server (on purpose, to stay small and deterministic)
 - server-side apply deep-merges maps and replaces lists; it never reports field-manager
   conflicts and does not remove fields a manager stopped applying; strategic merge patch is
   JSON merge patch (lists replaced); JSON patch answers 415;
-- field selectors work on any dotted field path; no watch, no pagination, no admission;
+- field selectors work on any dotted field path; no watch, no pagination; admission only
+  as `mutators` (functions a test or an emulated controller adds, each changing a new
+  object before it is stored, as a mutating webhook does on create);
 - for kinds with a status subresource, writes to the main resource keep the stored status
   (like the real server); use `put_object` or the `/status` subresource to set it;
 - a PodDisruptionBudget blocks an eviction when `minAvailable` would be broken counting
@@ -442,6 +444,7 @@ class FakeKubeApiServer:
         self.resources: dict[tuple[str, str], tuple[str, bool]] = dict(RESOURCES)
         self.status_kinds: set[str] = set(STATUS_KINDS)
         self.available_deployments = False
+        self.mutators: list[Callable[[dict], None]] = []
         # Service proxy backends: (namespace, "service:port") -> base URL of a ready
         # endpoint (what the Endpoints controller would find). See _proxy.
         self.service_backends: dict[tuple[str, str], str] = {}
@@ -875,6 +878,8 @@ class FakeKubeApiServer:
         meta["resourceVersion"] = self._next_rv()
         if target.kind in self.status_kinds:
             obj["status"] = dict(DEFAULT_STATUS.get(target.kind, {}))
+        for mutate in self.mutators:
+            mutate(obj)
         if target.kind == "Secret" and obj.get("type") == SA_TOKEN_TYPE:
             data = obj.setdefault("data", {})
             data["token"] = _b64(secrets.token_urlsafe(32))

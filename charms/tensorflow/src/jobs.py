@@ -1111,6 +1111,20 @@ def find_pod(pods: Iterable[dict], role: str, index: int) -> dict | None:
 
 # The states in which a job's Workload waits for Kueue to admit it (again).
 WAITING = ("Queued", "Preempted", "Requeued", "Evicted")
+# Kueue (v0.19: ManagedJobsNamespaceSelectorAlwaysRespected, GA and locked) neither
+# suspends nor queues a JobSet in a namespace outside its managedJobsNamespaceSelector,
+# which the control plane sets to its label gpu-k8s.io/kueue=managed: such a job runs at
+# once, outside the team's queue and quota.
+UNQUEUED = (
+    "Kueue does not manage this namespace, so the job runs outside the team's queue and "
+    "quota: the control plane labels it gpu-k8s.io/kueue=managed for a kube-api relation "
+    "that asks for queues"
+)
+
+
+def unqueued(js: Mapping[str, Any] | None, workload: Mapping[str, Any] | None) -> bool:
+    """Whether Kueue left the job alone (no Workload, not suspended): see UNQUEUED."""
+    return js is not None and workload is None and not (js.get("spec") or {}).get("suspend")
 
 
 def queue_state(workload: Mapping[str, Any] | None) -> tuple[str, str]:
@@ -1263,6 +1277,8 @@ def summarise(
     if current in WAITING:
         _, why = queue_state(workload)
         out["queue"] = f"position {position}: {why}" if position else why
+    elif unqueued(js, workload):
+        out["queue"] = f"none: {UNQUEUED}"
     if progress:
         loss = progress.get("loss")
         out["step"] = f"{progress.get('step', '?')}/{progress.get('steps', request.steps)}"

@@ -327,6 +327,9 @@ def queue_answer(
         js = _jobset(kube, ctx, job)
         workloads = _workloads(kube, ctx)
         workload = _workload_of(js, workloads)
+        if jobs.unqueued(js, workload):
+            answer = ("Unqueued", jobs.UNQUEUED)
+            return True
         state, why = jobs.queue_state(workload)
         if workload is not None and state in jobs.WAITING:
             why = f"position {jobs.queue_position(workload, workloads)}: {why}"
@@ -373,6 +376,9 @@ def launch(
         "created": str(new).lower(),
         "tensorboard-url": jobs.tensorboard_url(request.job, ctx.namespace),
     }
+    if state == "Unqueued":
+        log(f"warning: {why}")
+        results["warning"] = why
     if state in (*jobs.WAITING, "Unknown"):
         log(f"{state.lower()}: {why}")
         results["state"] = f"{state.lower()}: {why}"

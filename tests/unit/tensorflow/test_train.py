@@ -452,3 +452,41 @@ def test_roles_without_gpus_prefer_nodes_without_gpus(ctx, state, api):
         "worker-0": "gpu-0",
         "worker-1": "gpu-0",
     }
+
+
+def test_a_job_kueue_does_not_manage_runs_with_a_warning(ctx, state, api, controller):
+    """Kueue 0.19 leaves a JobSet alone outside its managed namespaces: no queue, no quota."""
+    add_nodes(api, node("node-a", 2), node("cpu-0"))
+    controller.managed = False  # the namespace lacks the control plane's label
+
+    results, logs = run_action(ctx, state, "train", job="mnist", **{"gpus-per-worker": 1})
+
+    assert results["warning"].startswith("Kueue does not manage this namespace")
+    assert results["state"] == "running"
+    assert any(m.startswith("warning: Kueue does not manage") for m in logs)
+    assert jobset(api, "mnist")["spec"].get("suspend") is None
+    status, _ = run_action(ctx, state, "job-status", job="mnist")
+    assert status["phase"] == "Running"
+    assert status["queue"].startswith("none: Kueue does not manage this namespace")
+
+
+def test_a_cluster_queue_without_its_flavors_holds_the_job_saying_so(ctx, state, api):
+    """Kueue marks a ClusterQueue inactive while a ResourceFlavor it names is missing."""
+    add_nodes(api, node("node-a", 2), node("cpu-0"))
+    api.delete_object("/apis/kueue.x-k8s.io/v1beta2/resourceflavors/cpu")
+
+    results, _ = run_action(ctx, state, "train", job="mnist", **{"gpus-per-worker": 1})
+
+    assert results["state"] == "queued: position 1: ClusterQueue team-tensorflow is inactive"
+    assert jobset(api, "mnist")["spec"]["suspend"] is True
+
+
+def test_a_missing_priority_class_leaves_the_job_unpicked(ctx, state, api):
+    """No Workload until the WorkloadPriorityClass exists (the control plane makes them)."""
+    add_nodes(api, node("node-a", 2), node("cpu-0"))
+    api.delete_object("/apis/kueue.x-k8s.io/v1beta2/workloadpriorityclasses/normal")
+
+    results, _ = run_action(ctx, state, "train", job="mnist", **{"gpus-per-worker": 1})
+
+    assert results["state"] == "unknown: Kueue has not picked the job up yet"
+    assert jobset(api, "mnist")["spec"]["suspend"] is True
