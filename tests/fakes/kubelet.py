@@ -81,6 +81,20 @@ class ProcessKubelet:
                 command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
             )
 
+    def settle(self, seconds: float) -> None:
+        """Give the running processes up to `seconds` of real time to end.
+
+        Tests run on fake time, which passes in no time at all: without this, a poll of
+        300 fake seconds may be over before a real process started, on a loaded machine.
+        """
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                try:
+                    proc.wait(timeout=seconds)
+                except subprocess.TimeoutExpired:
+                    pass
+                return
+
     def _log(self, name: str) -> None:
         text = self.outputs[name].read_text(errors="replace")
         self.api.set_pod_log(self.ns, name, text)

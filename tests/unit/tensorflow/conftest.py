@@ -120,6 +120,9 @@ def fake_time(monkeypatch, controller):
         assert 0 <= seconds <= 60, seconds
         t.now += seconds
         t.sleeps += 1
+        settle = getattr(controller.kubelet, "settle", None)
+        if settle is not None:  # real processes: a tick lets them run a moment
+            settle(min(seconds, 1.0))
         controller.tick()
 
     monkeypatch.setattr(charm.TensorflowCharm, "sleep", staticmethod(sleep))
