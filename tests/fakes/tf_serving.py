@@ -2,9 +2,10 @@
 
 What the charm uses of tensorflow/serving 2.20.0 (tensorflow_serving/g3doc/api_rest.md):
 - `GET /v1/models/<name>`: GetModelStatusResponse as JSON, `model_version_status` with
-  `version` (a string), `state` (AVAILABLE once loaded) and `status`; before any version
-  exists under the base path, 404 with `{"error": "Could not find any versions of model
-  <name>"}` (model_servers/get_model_status_impl.cc).
+  `version` (a string), `state` (AVAILABLE once loaded) and `status`.
+- Until a first version loaded, no answer at all: the server creates its HTTP listener
+  only after its models are available (model_servers/server.cc BuildAndStart), so the
+  API server's service proxy answers 503; the fake answers 503 itself.
 - `GET /v1/models/<name>/metadata`: GetModelMetadataResponse, the signature map under
   `metadata.signature_def.signature_def`, each input's `tensor_shape.dim[].size` a string
   (proto3 JSON of int64).
@@ -12,7 +13,11 @@ What the charm uses of tensorflow/serving 2.20.0 (tensorflow_serving/g3doc/api_r
   one object per instance when the signature has several named outputs; an unknown model
   answers 404 `{"error": "Servable not found for request: Latest(<name>)"}`
   (core/basic_manager.cc).
-Versions are the numbered directories holding a `saved_model.pb`; the highest is served.
+The served version is the highest numbered directory, whatever it holds: the file system
+source aspires it without looking inside (sources/storage_path/
+file_system_storage_path_source.cc AspireLatestVersions), so a half-written one (no
+`saved_model.pb` yet) fails to load: at start the server never comes up, later the
+version it loaded before keeps serving.
 
 The model is real when TensorFlow is importable (tf.saved_model.load, the version's
 `serving_default` signature); otherwise `predict` and `width` describe it (unit tests).
@@ -47,6 +52,7 @@ class FakeTfServing:
         self.name, self.base_path, self.shape = name, base_path, shape
         self.predict, self.width, self.loading = predict, width, loading_polls
         self._models: dict[str, Any] = {}
+        self.loaded: str | None = None
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -82,13 +88,17 @@ class FakeTfServing:
         self._httpd.server_close()
 
     def latest(self) -> str | None:
-        """The highest numbered version directory with a SavedModel."""
-        versions = [
+        """The version being served: the highest numbered one, once it loaded (see above)."""
+        numbered = [
             int(p.name)
             for p in (self.base_path.iterdir() if self.base_path.is_dir() else [])
-            if p.name.isdigit() and (p / "saved_model.pb").is_file()
+            if p.name.isdigit()
         ]
-        return str(max(versions)) if versions else None
+        if numbered:
+            top = str(max(numbered))
+            if (self.base_path / top / "saved_model.pb").is_file():
+                self.loaded = top
+        return self.loaded
 
     def _signature(self, version: str):
         if version not in self._models:
@@ -112,7 +122,7 @@ class FakeTfServing:
         if path not in (base, base + "/metadata"):
             return 404, {"error": "Malformed request: GET " + path}
         if version is None:
-            return 404, {"error": f"Could not find any versions of model {self.name}"}
+            return 503, {"error": "no listener yet: no version of the model loaded"}
         if path == base:
             state = "AVAILABLE"
             if self.loading > 0:

@@ -155,6 +155,20 @@ def test_a_job_without_an_export_is_not_served_and_says_why(ctx, state, api, tmp
     assert api.objects(DEPLOYMENTS) == [] and api.get_object(SERVICES + "none-serving") is None
 
 
+def test_a_half_written_highest_version_is_never_served(ctx, state, api, export):
+    """TF Serving loads the highest numbered directory, whole or not.
+
+    At start it then never comes up: a first serve times out and leaves nothing.
+    """
+    (export / "9" / "variables").mkdir(parents=True)  # no saved_model.pb yet
+    add_nodes(api, node("cpu-0"))
+    with FakeTfServing("mnist", export, predict=_predict, width=64) as server:
+        api.service_backends[(NS, "mnist-serving:8501")] = server.url
+        with pytest.raises(testing.ActionFailed, match="mnist was not available within 10s"):
+            run_action(ctx, state, "serve", job="mnist", timeout=10)
+    assert api.objects(DEPLOYMENTS) == []
+
+
 def test_an_image_without_the_model_server_is_reported(ctx, state, api, export):
     add_nodes(api, node("cpu-0"))
     wrong = dataclasses.replace(state, config={"serving-image": "tensorflow/tensorflow:2.21.0"})
