@@ -32,10 +32,18 @@ Kueue (kubernetes-sigs/kueue v0.19.2):
   exist" or "ClusterQueue <cq> doesn't exist" (reason Misconfigured), "ClusterQueue <cq>
   is inactive" (reason Suspended) while a ResourceFlavor it names is missing
   (clusterqueue_types.go FlavorQuotas.Name).
-- K3 `preempt(job)`: the Workload gets Evicted and Preempted (reason InClusterQueue) while
-  still admitted, the JobSet is suspended again (stopJob), and once its pods are gone it
-  loses its quota reservation; it is requeued and admitted again when its quota is free,
-  which sets Evicted and Preempted False (only if they were True, workload.go).
+- K3 Preemption within the ClusterQueue (the team queue's `withinClusterQueue:
+  LowerPriority`): a pending Workload that does not fit evicts admitted ones of lower
+  priority, lowest and newest first, until it would fit (scheduler/preemption); or a test
+  calls `preempt(job, by=)`. The Workload gets Evicted (reason Preempted) and Preempted
+  (reason InClusterQueue) while still admitted, with Kueue's message "Preempted to
+  accommodate a workload (UID: <preemptor Workload uid>, JobUID: <its job's uid>) due to
+  prioritization in the ClusterQueue; preemptor path: /<cohort>/<cq>; preemptee path:
+  /<cohort>/<cq>" (preemption.go preemptionMessage, buildCQPath); the JobSet is suspended
+  again (stopJob), and once its pods are gone it loses its quota reservation: QuotaReserved
+  False, reason Pending, the eviction's message, and Requeued True, reason Preempted
+  (jobframework reconciler, "handle eviction"); it is admitted again when its quota is
+  free, which sets Evicted and Preempted False (only if they were True, workload.go).
 - K4 A Workload whose JobSet finished gets Finished (reason Succeeded or Failed) and frees
   its quota; QuotaReserved and Admitted stay True (workload/finish/finish.go).
 - K5 `time_out(job)`: the job's pods were not all ready within waitForPodsReady.timeout
@@ -424,6 +432,8 @@ class BatchControllers:
                 continue
             quota = self._quota(cq)
             need = self._demand(js)
+            if used + need > quota and self._preempt_for(workload, cq, need - (quota - used)):
+                continue  # admitted on a later tick, once the preempted jobs stopped
             if used + need <= quota:
                 used += need
                 _set(workload, "QuotaReserved", "True", "QuotaReserved", "Quota reserved")
@@ -447,10 +457,55 @@ class BatchControllers:
                 _set(workload, "QuotaReserved", "False", "Pending", message)
                 self._put(workload)
 
-    def preempt(self, jobset: str) -> None:
-        """K3: Kueue preempts the job (a higher-priority one needs its quota)."""
-        message = "Preempted to accommodate a workload with higher priority"
-        self._evict(jobset, "Preempted", message, preempted=True)
+    def _preempt_for(self, preemptor: dict, cq: dict, missing: int) -> bool:
+        """K3: evict lower-priority admitted Workloads that free `missing` GPUs, or none."""
+        jobsets = {j["metadata"]["uid"]: j for j in self._jobsets()}
+        victims, freed = [], 0
+        admitted = [
+            (w, jobsets[w["metadata"]["ownerReferences"][0]["uid"]])
+            for w in self._workloads()
+            if _true(w, "Admitted")
+            and not _true(w, "Finished")
+            and not _true(w, "Evicted")
+            and w["metadata"]["ownerReferences"][0]["uid"] in jobsets
+        ]
+        # lowest priority first, the newest of one priority first (preemption.go
+        # candidatesOrdering)
+        admitted.sort(key=lambda p: p[0]["metadata"]["creationTimestamp"], reverse=True)
+        admitted.sort(key=lambda p: p[0]["spec"]["priority"])
+        for workload, js in admitted:
+            if freed >= missing:
+                break
+            if workload["spec"]["priority"] >= preemptor["spec"]["priority"]:
+                continue
+            victims.append(js["metadata"]["name"])
+            freed += self._demand(js)
+        if freed < missing:
+            return False
+        for name in victims:
+            self._evict(name, "Preempted", self._preemption_message(preemptor, cq), preempted=True)
+        return True
+
+    def _preemption_message(self, preemptor: dict | None, cq: dict) -> str:
+        path = f"/{cq['spec'].get('cohortName', '')}/{cq['metadata']['name']}".replace("//", "/")
+        uid = (preemptor or {}).get("metadata", {}).get("uid") or "UNKNOWN"
+        job_uid = ((preemptor or {}).get("metadata", {}).get("labels") or {}).get(
+            "kueue.x-k8s.io/job-uid", "UNKNOWN"
+        )
+        return (
+            f"Preempted to accommodate a workload (UID: {uid}, JobUID: {job_uid}) due to "
+            f"prioritization in the ClusterQueue; preemptor path: {path}; preemptee path: {path}"
+        )
+
+    def preempt(self, jobset: str, by: str | None = None) -> None:
+        """K3: Kueue preempts the job for `by` (a higher-priority job needing its quota)."""
+        workload = self.workload(jobset)
+        assert workload is not None, f"no workload for {jobset}"
+        queue = workload["spec"]["queueName"]
+        local = self.api.get_object(f"{KUEUE}/namespaces/{self.ns}/localqueues/{queue}")
+        cq = self.api.get_object(f"{KUEUE}/clusterqueues/{local['spec']['clusterQueue']}")
+        preemptor = self.workload(by) if by else None
+        self._evict(jobset, "Preempted", self._preemption_message(preemptor, cq), preempted=True)
 
     def time_out(self, jobset: str) -> None:
         """K5: the job's pods did not all become ready within waitForPodsReady.timeout."""
@@ -486,8 +541,9 @@ class BatchControllers:
         self._job_controller()
         workload = self.workload(jobset)
         assert workload is not None
-        _set(workload, "QuotaReserved", "False", "Pending", "waiting for quota")
+        _set(workload, "QuotaReserved", "False", "Pending", message)
         _set(workload, "Admitted", "False", "NoReservation")
+        _set(workload, "Requeued", "True" if preempted else "False", reason, message)
         self._put(workload)
 
     # -- JobSet

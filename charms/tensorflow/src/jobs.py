@@ -1127,8 +1127,44 @@ def unqueued(js: Mapping[str, Any] | None, workload: Mapping[str, Any] | None) -
     return js is not None and workload is None and not (js.get("spec") or {}).get("suspend")
 
 
-def queue_state(workload: Mapping[str, Any] | None) -> tuple[str, str]:
+# Kueue v0.19.2 pkg/scheduler/preemption/preemption.go preemptionMessage: "Preempted to
+# accommodate a workload (UID: <uid>, JobUID: <uid>) due to <reason>; preemptor path:
+# <path>; preemptee path: <path>" (the JobUID is the preemptor's JobSet's uid).
+_PREEMPTION = re.compile(
+    r"Preempted to accommodate a workload \(UID: [^,]*, JobUID: ([^)]*)\) due to ([^;]*)"
+)
+
+
+def preemption_phrase(message: str, workloads: Iterable[Mapping[str, Any]] = ()) -> str:
+    """Kueue's preemption message in words: which job took the quota, and why.
+
+    The preemptor is named when its Workload is among `workloads` (this team's), else it
+    is another team's job; a message of another form is kept as it is.
+    """
+    found = _PREEMPTION.search(message)
+    if not found:
+        return f"Preempted: {message}"
+    job_uid, why = found.groups()
+    by = next(
+        (
+            owners[0].get("name")
+            for w in workloads
+            if ((w.get("metadata") or {}).get("labels") or {}).get("kueue.x-k8s.io/job-uid")
+            == job_uid
+            and (owners := (w.get("metadata") or {}).get("ownerReferences") or [])
+        ),
+        None,
+    )
+    who = f"job {by}" if by else "a job of another team"
+    return f"preempted by {who} ({why}); it waits for quota and resumes from its checkpoint"
+
+
+def queue_state(
+    workload: Mapping[str, Any] | None, workloads: Iterable[Mapping[str, Any]] = ()
+) -> tuple[str, str]:
     """(state, why) of a job's Kueue Workload, from its conditions.
+
+    `workloads`: the team's Workloads, to name the job that preempted this one.
 
     Kueue v0.19.2 (apis/kueue/v1beta2/workload_types.go; pkg/workload/workload.go,
     finish/finish.go; jobframework/reconciler.go) sets them in this order:
@@ -1155,7 +1191,7 @@ def queue_state(workload: Mapping[str, Any] | None) -> tuple[str, str]:
     if evicted := true("Evicted"):
         reason, message = evicted.get("reason", ""), evicted.get("message", "")
         if reason == "Preempted":
-            return "Preempted", f"{reason}: {message}"
+            return "Preempted", preemption_phrase(message, workloads)
         if reason == "PodsReadyTimeout":
             return "Requeued", (
                 "its pods did not all run within pods-ready-timeout, so Kueue released its "
@@ -1256,6 +1292,7 @@ def summarise(
     namespace: str,
     *,
     position: int | None = None,
+    workloads: Iterable[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """The status of one job as action results (dashed keys, printable values)."""
     active = [p for p in pods if _active(p)]
@@ -1275,7 +1312,7 @@ def summarise(
         "tensorboard-url": tensorboard_url(request.job, namespace),
     }
     if current in WAITING:
-        _, why = queue_state(workload)
+        _, why = queue_state(workload, workloads)
         out["queue"] = f"position {position}: {why}" if position else why
     elif unqueued(js, workload):
         out["queue"] = f"none: {UNQUEUED}"

@@ -330,7 +330,7 @@ def queue_answer(
         if jobs.unqueued(js, workload):
             answer = ("Unqueued", jobs.UNQUEUED)
             return True
-        state, why = jobs.queue_state(workload)
+        state, why = jobs.queue_state(workload, workloads)
         if workload is not None and state in jobs.WAITING:
             why = f"position {jobs.queue_position(workload, workloads)}: {why}"
         answer = (state, why)
@@ -423,7 +423,16 @@ def _summary(
     position = None
     if workload is not None and jobs.queue_state(workload)[0] in jobs.WAITING:
         position = jobs.queue_position(workload, workloads)
-    return jobs.summarise(request, js, workload, pods, progress, ctx.namespace, position=position)
+    return jobs.summarise(
+        request,
+        js,
+        workload,
+        pods,
+        progress,
+        ctx.namespace,
+        position=position,
+        workloads=workloads,
+    )
 
 
 def status(kube: Any, ctx: Context, job: str) -> dict[str, Any]:

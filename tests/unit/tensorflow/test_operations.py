@@ -457,6 +457,48 @@ def test_a_preempted_job_is_requeued_and_resumes_when_admitted_again(
     assert results["restarts"] == "0 of 3"  # a preemption is not a failure
 
 
+def test_a_high_priority_job_preempts_a_normal_one_which_resumes_after_it(
+    ctx, state, api, controller
+):
+    """README "Train": `train job=urgent ... priority=high  # preempts mnist`."""
+    add_nodes(api, node("node-a", 2))
+    run_action(ctx, state, "train", job="mnist", workers=2, **{"gpus-per-worker": 1})
+
+    results, _ = run_action(
+        ctx, state, "train", job="urgent", workers=1, priority="high", **{"gpus-per-worker": 1}
+    )
+
+    assert results["pods-running"] == "all"  # Kueue evicted mnist for it
+    status, _ = run_action(ctx, state, "job-status", job="mnist")
+    assert status["phase"] == "Preempted"
+    assert status["queue"] == (
+        "position 1: preempted by job urgent (prioritization in the ClusterQueue); it waits "
+        "for quota and resumes from its checkpoint"
+    )
+    assert status["gpus-held"] == "0" and status["restarts"] == "0 of 3"
+    workload = controller.workload("mnist")
+    assert workload is not None
+    requeued = [c for c in workload["status"]["conditions"] if c["type"] == "Requeued"]
+    assert requeued[0]["status"] == "True" and requeued[0]["reason"] == "Preempted"
+
+    controller.end_pod("urgent", "worker", 0, "Succeeded")
+    controller.tick()
+    controller.tick()
+    status, _ = run_action(ctx, state, "job-status", job="mnist")
+    assert status["phase"] == "Running"
+
+
+def test_a_job_of_equal_priority_waits_instead_of_preempting(ctx, state, api, controller):
+    add_nodes(api, node("node-a", 2))
+    run_action(ctx, state, "train", job="mnist", workers=2, **{"gpus-per-worker": 1})
+
+    results, _ = run_action(ctx, state, "train", job="later", workers=1, **{"gpus-per-worker": 1})
+
+    assert results["state"].startswith("queued: position 1: couldn't assign flavors")
+    status, _ = run_action(ctx, state, "job-status", job="mnist")
+    assert status["phase"] == "Running"
+
+
 def test_a_job_whose_pods_were_not_ready_in_time_is_requeued_not_preempted(
     ctx, running, api, controller
 ):
