@@ -88,8 +88,10 @@ Job controller and kubelet (kubernetes.io/docs/concepts/workloads/controllers/jo
 Deployment controller and kubelet (kubernetes.io/docs/concepts/workloads/controllers/
 deployment/, /docs/concepts/workloads/pods/pod-lifecycle/):
 - D1 A Deployment has `spec.replicas` (default 1) pods from its template, labelled as the
-  template says. (The pods are owned by the Deployment here; the real chain is Deployment
-  -> ReplicaSet -> Pod, which the charm never looks at: it selects pods by label.)
+  template says, bound to a node by B1's scheduler (one asking for more GPUs than any
+  node has free stays Pending, Unschedulable). (The pods are owned by the Deployment
+  here; the real chain is Deployment -> ReplicaSet -> Pod, which the charm never looks
+  at: it selects pods by label.)
 - D2 `images` maps an image to the programs on its PATH, for the images a test knows. A
   container whose command[0] is not there cannot start: containerd reports runc's error
   (`exec: "<cmd>": executable file not found in $PATH`) as the container's last
@@ -964,6 +966,16 @@ class BatchControllers:
                 labels = dict(template["metadata"].get("labels") or {})
                 spec = template["spec"]
                 status = self._started(spec)
+                node = self._schedule(spec)
+                if node is None:
+                    status = {
+                        "phase": "Pending",
+                        "conditions": [
+                            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+                        ],
+                    }
+                else:
+                    spec["nodeName"] = node
                 if QUEUE in labels and self.managed:  # K0: gated until Kueue admits it
                     spec["schedulingGates"] = [{"name": ADMISSION_GATE}]
                     status = {

@@ -682,6 +682,23 @@ class FakeKubeApiServer:
             return code, "text/plain", payload.encode(), {}
         return code, "application/json", json.dumps(payload).encode(), {}
 
+    def _ready_pod_for(self, namespace: str, service: dict) -> bool:
+        selector = (service.get("spec") or {}).get("selector")
+        if not selector:  # endpoints kept by hand: service_backends says
+            return True
+        for path, obj in self._store.items():
+            if not path.startswith(f"/api/v1/namespaces/{namespace}/pods/"):
+                continue
+            labels = (obj.get("metadata") or {}).get("labels") or {}
+            status = obj.get("status") or {}
+            ready = any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in status.get("conditions") or []
+            )
+            if ready and status.get("phase") == "Running" and selector.items() <= labels.items():
+                return True
+        return False
+
     def _proxy(self, method: str, match: re.Match, query: str, headers: Any, body: bytes) -> tuple:
         """The service proxy subresource: the request goes to one of the service's endpoints.
 
@@ -689,7 +706,9 @@ class FakeKubeApiServer:
         `services/<name>[:<port>]/proxy/<path>`; an unknown service answers 404 NotFound;
         one with no ready endpoint 503 ServiceUnavailable `no endpoints available for
         service "<name>"`; otherwise the endpoint's answer passes through, status, body and
-        content type as they are.
+        content type as they are. A Service with a selector has a ready endpoint only while
+        a Running, Ready pod of its namespace matches it (the EndpointSlice controller
+        lists ready pods only); `service_backends` says where that endpoint answers.
         """
         namespace, name, port, path = (
             match.group(1),
@@ -701,7 +720,8 @@ class FakeKubeApiServer:
             error = _not_found("services", name)
             return error.code, "application/json", json.dumps(error.status()).encode(), {}
         backend = self.service_backends.get((namespace, f"{name}:{port or ''}"))
-        if backend is None:
+        service = self._store[f"/api/v1/namespaces/{namespace}/services/{name}"]
+        if backend is None or not self._ready_pod_for(namespace, service):
             error = ApiError(
                 503, "ServiceUnavailable", f'no endpoints available for service "{name}"'
             )

@@ -366,33 +366,12 @@ class TensorflowCharm(ops.CharmBase):
 
     def _apply_queues(self, kube: Any, ctx: jobs.Context, config: Config) -> None:
         """This team's ClusterQueue and LocalQueue, applied when they changed."""
-        from charms.gpu_k8s.v0.kubeclient import KubeError
-
         try:
-            flavors = kube.list(queues.API, "ResourceFlavor")
-        except KubeError as e:
-            if e.status != 404:
-                raise
-            self._queue_problem = (
-                "Kueue is not installed in the cluster: set batch-engines=true on "
-                "kubernetes-control-plane"
+            self._stored.queues = queues.reconcile(
+                kube, self.app.name, ctx.namespace, config.quotas, self._stored.queues
             )
-            return
-        objects = queues.team_objects(
-            self.app.name, ctx.namespace, flavors, kube.list("v1", "Node"), config.quotas
-        )
-        digest = queues.fingerprint(objects)
-        if self._stored.queues == digest:
-            return
-        for obj in objects:
-            kube.apply(obj, field_manager=self.app.name)
-        for name in queues.retired(
-            kube.list(queues.API, "LocalQueue", ctx.namespace), self.app.name
-        ):
-            kube.delete(queues.API, "LocalQueue", name, ctx.namespace)
-            logger.info("deleted LocalQueue %s of an earlier revision", name)
-        self._stored.queues = digest
-        logger.info("applied ClusterQueue %s", objects[0]["metadata"]["name"])
+        except queues.NotInstalledError as e:
+            self._queue_problem = str(e)
 
     def _on_cos_agent(self, _: ops.EventBase) -> None:
         # no scrape job: the agent collects this machine's own metrics and logs
@@ -589,14 +568,24 @@ class TensorflowCharm(ops.CharmBase):
         waits = self._wait_args(event)
 
         def run(kube: Any, ctx: jobs.Context) -> dict[str, Any]:
-            image = self.load_config(Config).serving_image
-            return serving.serve(kube, ctx, params, image, **waits)
+            config = self.load_config(Config)
+            try:
+                return serving.serve(kube, ctx, params, config.serving_image, **waits)
+            finally:  # the servers' GPUs leave (or rejoin) the team's default quota
+                self._apply_queues(kube, ctx, config)
 
         self._run(event, run, pull_secret=True)
 
     def _on_unserve(self, event: ops.ActionEvent) -> None:
         params = event.load_params(jobs.JobParams, errors="fail")
-        self._run(event, lambda kube, ctx: serving.unserve(kube, ctx, params.job))
+
+        def run(kube: Any, ctx: jobs.Context) -> dict[str, Any]:
+            try:
+                return serving.unserve(kube, ctx, params.job)
+            finally:
+                self._apply_queues(kube, ctx, self.load_config(Config))
+
+        self._run(event, run)
 
     def _on_fetch_model(self, event: ops.ActionEvent) -> None:
         params = event.load_params(exports.FetchParams, errors="fail")

@@ -11,7 +11,11 @@ cohort `gpu-k8s`, a ResourceFlavor `cpu` and one per GPU model, labelled
   with two resource groups (cpu/memory on flavor `cpu`; `nvidia.com/gpu` on each GPU
   flavor). Its nominal quota is `cpu-quota`, `memory-quota` and, per GPU model,
   `gpu-quota`; left at their defaults they are what the schedulable nodes have (the whole
-  cluster: fine for one team; teams sharing a cluster set theirs). Unused quota is lent to
+  cluster: fine for one team; teams sharing a cluster set theirs), less the GPUs this
+  team's model servers hold: Kueue counts only what it admits, and a quota should be
+  "the resources in the cluster available for running jobs (after discounting resources
+  consumed by ... pods not managed by kueue)" (clusterqueue_types.go NominalQuota), or
+  Kueue admits a job whose pods then cannot be scheduled. Unused quota is lent to
   the other teams of the cohort and reclaimed by preemption (`reclaimWithinCohort: Any`);
   within the team a higher priority preempts a lower one.
 - LocalQueue `training` in the namespace, pointing at it: the queue every job names
@@ -30,11 +34,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import re
 from collections.abc import Iterable
 from typing import Any
 
 import jobs
+import serving
 from literals import (
     GPU_RESOURCE,
     KINDS,
@@ -43,6 +49,8 @@ from literals import (
     LOCAL_QUEUE,
     RETIRED_LOCAL_QUEUES,
 )
+
+logger = logging.getLogger(__name__)
 
 API = KUEUE_API
 COHORT = "gpu-k8s"
@@ -104,6 +112,30 @@ def capacity(nodes: Iterable[dict[str, Any]]) -> Capacity:
     return Capacity(cpu, memory, gpus)
 
 
+def held_outside_kueue(
+    pods: Iterable[dict[str, Any]], nodes: Iterable[dict[str, Any]]
+) -> dict[str, int]:
+    """GPUs per product label that `pods` (not Kueue's: model servers) hold on their nodes.
+
+    Pods bound to a node and not being deleted count; a pending one holds nothing yet.
+    """
+    products = {
+        (n.get("metadata") or {}).get("name"): ((n.get("metadata") or {}).get("labels") or {}).get(
+            LABEL_GPU_PRODUCT
+        )
+        for n in nodes
+    }
+    held: dict[str, int] = {}
+    for pod in pods:
+        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        product = products.get(spec.get("nodeName"))
+        phase = (pod.get("status") or {}).get("phase")
+        if not product or meta.get("deletionTimestamp") or phase in ("Succeeded", "Failed"):
+            continue
+        held[product] = held.get(product, 0) + jobs.pod_gpus(pod)
+    return held
+
+
 def gpu_flavors(flavors: Iterable[dict[str, Any]]) -> dict[str, str]:
     """The control plane's GPU ResourceFlavors: name -> the product label they select."""
     out = {}
@@ -127,9 +159,15 @@ def team_objects(
     flavors: Iterable[dict[str, Any]],
     nodes: Iterable[dict[str, Any]],
     quotas: Quotas,
+    held: dict[str, int] | None = None,
 ) -> list[dict[str, Any]]:
-    """The ClusterQueue and LocalQueue of this team (see the module docstring)."""
+    """The ClusterQueue and LocalQueue of this team (see the module docstring).
+
+    `held`: GPUs per product that the team's model servers hold (`held_outside_kueue`),
+    taken off the default GPU quota.
+    """
     have = capacity(nodes)
+    held = held or {}
     cpu = quotas.cpu or _cpu_text(have.cpu)
     memory = quotas.memory or str(int(have.memory))
     groups: list[dict[str, Any]] = [
@@ -153,7 +191,9 @@ def team_objects(
                 {
                     "name": GPU_RESOURCE,
                     "nominalQuota": str(
-                        have.gpus.get(product, 0) if quotas.gpus < 0 else quotas.gpus
+                        max(0, have.gpus.get(product, 0) - held.get(product, 0))
+                        if quotas.gpus < 0
+                        else quotas.gpus
                     ),
                 }
             ],
@@ -198,6 +238,46 @@ def retired(local_queues: Iterable[dict[str, Any]], app: str) -> list[str]:
         if q["metadata"]["name"] in RETIRED_LOCAL_QUEUES
         and ((q["metadata"].get("labels") or {}).get("app.kubernetes.io/managed-by") == app)
     ]
+
+
+class NotInstalledError(Exception):
+    """Kueue's API is not in the cluster (the message says what to do)."""
+
+
+def reconcile(kube: Any, app: str, namespace: str, quotas: Quotas, applied: str | None) -> str:
+    """Apply this team's ClusterQueue and LocalQueue when they differ from `applied`.
+
+    Returns their fingerprint (what to pass as `applied` next time).
+
+    Raises:
+        NotInstalledError: the cluster serves no Kueue API.
+    """
+    from charms.gpu_k8s.v0.kubeclient import KubeError
+
+    try:
+        flavors = kube.list(API, "ResourceFlavor")
+    except KubeError as e:
+        if e.status != 404:
+            raise
+        raise NotInstalledError(
+            "Kueue is not installed in the cluster: set batch-engines=true on "
+            "kubernetes-control-plane"
+        ) from None
+    nodes = kube.list("v1", "Node")
+    servers = kube.list("v1", "Pod", namespace, label_selector=serving.LABEL_SERVING)
+    objects = team_objects(
+        app, namespace, flavors, nodes, quotas, held_outside_kueue(servers, nodes)
+    )
+    digest = fingerprint(objects)
+    if digest == applied:
+        return digest
+    for obj in objects:
+        kube.apply(obj, field_manager=app)
+    for name in retired(kube.list(API, "LocalQueue", namespace), app):
+        kube.delete(API, "LocalQueue", name, namespace)
+        logger.info("deleted LocalQueue %s of an earlier revision", name)
+    logger.info("applied ClusterQueue %s", objects[0]["metadata"]["name"])
+    return digest
 
 
 def fingerprint(objects: list[dict[str, Any]]) -> str:

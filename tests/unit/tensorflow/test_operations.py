@@ -56,6 +56,8 @@ def chief_log(text: str):
 
     def logs(pod: dict) -> str:
         labels = pod["metadata"]["labels"]
+        if "gpu-k8s.io/role" not in labels:  # not a training pod (the purge Job's, ...)
+            return ""
         index = labels["batch.kubernetes.io/job-completion-index"]
         if labels["gpu-k8s.io/role"] in ("chief",) or (
             labels["gpu-k8s.io/role"] == "worker"
@@ -76,8 +78,11 @@ def _chief_succeeds(controller, job: str = "mnist", role: str = "worker") -> Non
 
 @pytest.fixture
 def running(ctx, state, api, controller):
-    """A running mwms job `mnist` with 2 workers of 1 GPU on a 4-GPU node."""
-    add_nodes(api, node("node-a", 4))
+    """A running mwms job `mnist` with 2 workers of 1 GPU on a 4-GPU node.
+
+    And a CPU node, where TensorBoard runs: it does not tolerate the GPU taint.
+    """
+    add_nodes(api, node("node-a", 4), node("cpu-0"))
     controller.logs = chief_log("starting from step 0 (target 1000)\n" + progress_line(500))
     with readme_examples.repeatable():  # its pods' names are in examples the README shows
         run_action(ctx, state, "train", job="mnist", workers=2, **{"gpus-per-worker": 1})

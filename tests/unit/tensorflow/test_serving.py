@@ -120,6 +120,28 @@ def test_serve_on_gpus_uses_the_gpu_image_and_asks_for_them(ctx, state, api, mod
     }
 
 
+def _gpu_quota(api) -> str:
+    cq = api.get_object("/apis/kueue.x-k8s.io/v1beta2/clusterqueues/team-tensorflow")
+    groups = cq["spec"]["resourceGroups"]
+    (gpus,) = [g for g in groups if "nvidia.com/gpu" in g["coveredResources"]]
+    return gpus["flavors"][0]["resources"][0]["nominalQuota"]
+
+
+def test_gpus_of_model_servers_leave_the_default_quota_until_unserve(ctx, state, api, export):
+    """Kueue does not count the servers' GPUs.
+
+    Left in the quota, it would admit a job whose pods cannot be scheduled
+    (clusterqueue_types.go NominalQuota).
+    """
+    add_nodes(api, node("gpu-0", 1))
+    with FakeTfServing("mnist", export, predict=_predict, width=64) as server:
+        api.service_backends[(NS, "mnist-serving:8501")] = server.url
+        run_action(ctx, state, "serve", job="mnist", gpus=1)
+        assert _gpu_quota(api) == "0"
+        run_action(ctx, state, "unserve", job="mnist")
+    assert _gpu_quota(api) == "1"
+
+
 def test_a_cpu_server_rolls_out_as_deployments_do_by_default(ctx, state, api, model_server):
     run_action(ctx, state, "serve", job="mnist")
     spec = api.get_object(DEPLOYMENTS + "mnist-serving")["spec"]

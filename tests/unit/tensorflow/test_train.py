@@ -87,7 +87,7 @@ def test_a_tensorboard_image_without_tensorboard_is_reported_not_hidden(ctx, sta
 
     kubelet cannot start the container, and train and job-status say so.
     """
-    add_nodes(api, node("node-a", 2))
+    add_nodes(api, node("node-a", 2), node("cpu-0"))
     state = dataclasses.replace(
         state, config={"tensorboard-image": "tensorflow/tensorflow:2.21.0"}
     )
