@@ -172,5 +172,33 @@ class FakeTfServing:
 
         out = self._signature(version)(x=tf.constant(instances, tf.float32))
         names = sorted(out)
-        rows = [{n: out[n].numpy()[i].tolist() for n in names} for i in range(len(instances))]
+        rows = [
+            {n: _as_written(out[n].numpy()[i], out[n].dtype == tf.float32) for n in names}
+            for i in range(len(instances))
+        ]
         return 200, {"predictions": rows}
+
+
+def _as_written(value: Any, float32: bool) -> Any:
+    """A tensor's values as TF Serving writes them in JSON (util/json_tensor.cc WriteDecimal).
+
+    A float32 is written with six significant digits (absl::StrCat, printf `%g`), or with
+    max_digits10 (9) when those do not read back as the same float32; the charm reads the
+    JSON, so the Python float of that text is what it sees.
+    """
+    import numpy as np
+
+    items = value.tolist()
+    if not float32:
+        return items
+
+    def written(x: float) -> float:
+        text = f"{x:g}"
+        if np.float32(float(text)) != np.float32(x):
+            text = f"{x:.9g}"
+        return float(text)
+
+    def walk(item: Any) -> Any:
+        return [walk(x) for x in item] if isinstance(item, list) else written(item)
+
+    return walk(items)
