@@ -241,9 +241,20 @@ def _wait_and_try(kube: Any, ctx: Any, params: ServeParams, *, sleep: Any, clock
         "rest-url": f"http://{host}:{REST_PORT}/v1/models/{params.job}:predict",
         "grpc-url": f"{host}:{GRPC_PORT}",
     }
-    metadata = _proxied(kube, ctx.namespace, params.job, f"/v1/models/{params.job}/metadata")
+    metadata = poll_until(
+        lambda: _proxied(kube, ctx.namespace, params.job, f"/v1/models/{params.job}/metadata"),
+        params.timeout,
+        poll=POLL_SECONDS,
+        clock=clock,
+        sleep=sleep,
+    )
+    if metadata is None:  # e.g. its one pod being replaced (rollout): no endpoint a while
+        raise ServingError(
+            f"{params.job} answered its status but not its metadata within {params.timeout}s: "
+            f"{_pods_state(kube, ctx, params.job)}"
+        )
     try:
-        width = input_width(metadata or {})
+        width = input_width(metadata)
     except ServingError as e:  # served all the same: TF Serving takes any signature
         return {
             **results,
