@@ -29,13 +29,16 @@ Kueue (kubernetes-sigs/kueue v0.19.2):
   QuotaReserved False, reason Pending, with Kueue's "couldn't assign flavors" message.
   Higher priority, then older, is admitted first (BestEffortFIFO). Before that, the queue
   must be usable (core/workload_controller.go getQueueBlocker): "LocalQueue <q> doesn't
-  exist" or "ClusterQueue <cq> doesn't exist" (reason Misconfigured), "ClusterQueue <cq>
-  is inactive" (reason Suspended) while a ResourceFlavor it names is missing
-  (clusterqueue_types.go FlavorQuotas.Name).
+  exist", "ClusterQueue <cq> doesn't exist", or "ClusterQueue <cq> is inactive" while a
+  ResourceFlavor it names is missing (clusterqueue_types.go FlavorQuotas.Name); reason
+  Inadmissible (the legacy path: the finer reasons need the UnadmittedWorkloads-
+  Observability gate, off by default in 0.19, kube_features.go).
 - K3 Preemption within the ClusterQueue (the team queue's `withinClusterQueue:
   LowerPriority`): a pending Workload that does not fit evicts admitted ones of lower
-  priority, lowest and newest first, until it would fit (scheduler/preemption); or a test
-  calls `preempt(job, by=)`. The Workload gets Evicted (reason Preempted) and Preempted
+  priority, lowest priority and most recently admitted first, until it would fit, then
+  gives back those it turns out not to need, last taken first (preemption/common/
+  ordering.go CandidatesOrdering; preemption.go fillBackWorkloads); or a test calls
+  `preempt(job, by=)`. The Workload gets Evicted (reason Preempted) and Preempted
   (reason InClusterQueue) while still admitted, with Kueue's message "Preempted to
   accommodate a workload (UID: <preemptor Workload uid>, JobUID: <its job's uid>) due to
   prioritization in the ClusterQueue; preemptor path: /<cohort>/<cq>; preemptee path:
@@ -219,6 +222,8 @@ class BatchControllers:
         self.waiting_reason: str | None = None
         self.images: dict[str, set[str]] = dict(TF_IMAGES)
         self.managed = True  # K0: Kueue manages this namespace
+        self._admissions = 0
+        self._admitted_at: dict[str, int] = {}
         api.mutators.append(self._suspend_on_create)
         # Runs the containers of the Job controller's pods (start/stop/reap); None: pods
         # only change when a test says so (end_pod).
@@ -302,15 +307,15 @@ class BatchControllers:
         queue = workload["spec"]["queueName"]
         local = self.api.get_object(f"{KUEUE}/namespaces/{self.ns}/localqueues/{queue}")
         if local is None:
-            return None, ("Misconfigured", f"LocalQueue {queue} doesn't exist")
+            return None, ("Inadmissible", f"LocalQueue {queue} doesn't exist")
         name = local["spec"]["clusterQueue"]
         cq = self.api.get_object(f"{KUEUE}/clusterqueues/{name}")
         if cq is None:
-            return None, ("Misconfigured", f"ClusterQueue {name} doesn't exist")
+            return None, ("Inadmissible", f"ClusterQueue {name} doesn't exist")
         for group in cq["spec"].get("resourceGroups") or []:
             for flavor in group.get("flavors") or []:
                 if self.api.get_object(f"{KUEUE}/resourceflavors/{flavor['name']}") is None:
-                    return None, ("Suspended", f"ClusterQueue {name} is inactive")
+                    return None, ("Inadmissible", f"ClusterQueue {name} is inactive")
         return cq, None
 
     @staticmethod
@@ -439,6 +444,8 @@ class BatchControllers:
             if used + need <= quota:
                 used += need
                 _set(workload, "QuotaReserved", "True", "QuotaReserved", "Quota reserved")
+                self._admissions += 1  # stands for QuotaReserved's lastTransitionTime
+                self._admitted_at[workload["metadata"]["uid"]] = self._admissions
                 _set(workload, "Admitted", "True", "Admitted", "The workload is admitted")
                 for kind in ("Evicted", "Preempted"):  # reset only if set (workload.go)
                     if _true(workload, kind):
@@ -471,20 +478,25 @@ class BatchControllers:
             and not _true(w, "Evicted")
             and w["metadata"]["ownerReferences"][0]["uid"] in jobsets
         ]
-        # lowest priority first, the newest of one priority first (preemption.go
-        # candidatesOrdering)
-        admitted.sort(key=lambda p: p[0]["metadata"]["creationTimestamp"], reverse=True)
+        # lowest priority first, of one priority the most recently admitted first
+        admitted.sort(
+            key=lambda p: self._admitted_at.get(p[0]["metadata"]["uid"], 0), reverse=True
+        )
         admitted.sort(key=lambda p: p[0]["spec"]["priority"])
         for workload, js in admitted:
             if freed >= missing:
                 break
             if workload["spec"]["priority"] >= preemptor["spec"]["priority"]:
                 continue
-            victims.append(js["metadata"]["name"])
-            freed += self._demand(js)
+            victims.append((js["metadata"]["name"], self._demand(js)))
+            freed += victims[-1][1]
         if freed < missing:
             return False
-        for name in victims:
+        for kept in reversed(victims[:-1]):  # fill back what is not needed
+            if freed - kept[1] >= missing:
+                victims.remove(kept)
+                freed -= kept[1]
+        for name, _ in victims:
             self._evict(name, "Preempted", self._preemption_message(preemptor, cq), preempted=True)
         return True
 
@@ -958,7 +970,14 @@ class BatchControllers:
     # -- Deployments (D1) and kubelet's start of their containers (D2)
     def _deployments(self) -> None:
         pods = self._pods()
-        for deployment in self.api.objects(f"/apis/apps/v1/namespaces/{self.ns}/deployments/"):
+        deployments = self.api.objects(f"/apis/apps/v1/namespaces/{self.ns}/deployments/")
+        for deployment in deployments:  # B1's scheduler retries what waited for a node
+            for pod in self._owned(deployment, pods):
+                if _unschedulable(pod) and (node := self._schedule(pod["spec"])) is not None:
+                    pod["spec"]["nodeName"] = node
+                    pod["status"] = self._started(pod["spec"])
+                    self._put(pod)
+        for deployment in deployments:
             owned = self._owned(deployment, pods)
             for _ in range(int(deployment["spec"].get("replicas", 1)) - len(owned)):
                 template = copy.deepcopy(deployment["spec"]["template"])
@@ -966,7 +985,8 @@ class BatchControllers:
                 labels = dict(template["metadata"].get("labels") or {})
                 spec = template["spec"]
                 status = self._started(spec)
-                node = self._schedule(spec)
+                gated = QUEUE in labels and self.managed
+                node = None if gated else self._schedule(spec)  # a gated pod is never bound
                 if node is None:
                     status = {
                         "phase": "Pending",
@@ -976,7 +996,7 @@ class BatchControllers:
                     }
                 else:
                     spec["nodeName"] = node
-                if QUEUE in labels and self.managed:  # K0: gated until Kueue admits it
+                if gated:  # K0: gated until Kueue admits it
                     spec["schedulingGates"] = [{"name": ADMISSION_GATE}]
                     status = {
                         "phase": "Pending",

@@ -493,6 +493,24 @@ def test_a_high_priority_job_preempts_a_normal_one_which_resumes_after_it(
     assert status["phase"] == "Running"
 
 
+def test_preemption_takes_only_the_jobs_it_needs(ctx, state, api, controller):
+    """Kueue gives back candidates it did not need (preemption.go fillBackWorkloads)."""
+    add_nodes(api, node("node-a", 3), node("cpu-0"))
+    gpu = {"gpus-per-worker": 1}
+    run_action(ctx, state, "train", job="d", workers=2, priority="low", **gpu)
+    run_action(ctx, state, "train", job="c", workers=1, priority="low", **gpu)
+
+    results, _ = run_action(ctx, state, "train", job="urgent", workers=2, priority="high", **gpu)
+
+    assert results["pods-running"] == "all"
+    phases = {job: run_action(ctx, state, "job-status", job=job)[0]["phase"] for job in "cd"}
+    # c, admitted last, was the first candidate; d alone frees enough, so c was kept
+    assert phases == {"c": "Running", "d": "Preempted"}
+    kept = controller.workload("c")
+    assert kept is not None
+    assert "Preempted" not in {c["type"] for c in kept["status"]["conditions"]}
+
+
 def test_a_job_of_equal_priority_waits_instead_of_preempting(ctx, state, api, controller):
     add_nodes(api, node("node-a", 2))
     run_action(ctx, state, "train", job="mnist", workers=2, **{"gpus-per-worker": 1})
