@@ -860,6 +860,7 @@ def never_fits(request: TrainRequest, nodes: Iterable[dict]) -> str | None:
     hold 4 workers of one GPU. Whether they are free now is Kueue's business: a job that
     fits the cluster but not its free GPUs or quota waits in the queue.
     """
+    nodes = list(nodes)  # read twice
     per_pod = request.gpus_per_worker
     if not per_pod:
         return None
@@ -1111,10 +1112,12 @@ def find_pod(pods: Iterable[dict], role: str, index: int) -> dict | None:
 
 # The states in which a job's Workload waits for Kueue to admit it (again).
 WAITING = ("Queued", "Preempted", "Requeued", "Evicted")
-# Kueue (v0.19: ManagedJobsNamespaceSelectorAlwaysRespected, GA and locked) neither
-# suspends nor queues a JobSet in a namespace outside its managedJobsNamespaceSelector,
-# which the control plane sets to its label gpu-k8s.io/kueue=managed: such a job runs at
-# once, outside the team's queue and quota.
+# Outside the namespaces labelled gpu-k8s.io/kueue=managed a JobSet is neither suspended
+# nor queued: the control plane scopes Kueue's webhooks to that label (its
+# kueue.narrow_webhooks), and Kueue's reconciler ignores namespaces outside its
+# managedJobsNamespaceSelector (v0.19: ManagedJobsNamespaceSelectorAlwaysRespected, GA
+# and locked; jobframework/reconciler.go). Such a job runs at once, outside the team's
+# queue and quota.
 UNQUEUED = (
     "Kueue does not manage this namespace, so the job runs outside the team's queue and "
     "quota: the control plane labels it gpu-k8s.io/kueue=managed for a kube-api relation "

@@ -117,13 +117,16 @@ def held_outside_kueue(
 ) -> dict[str, int]:
     """GPUs per product label that `pods` (not Kueue's: model servers) hold on their nodes.
 
-    Pods bound to a node and not being deleted count; a pending one holds nothing yet.
+    Pods bound to a schedulable node (the ones `capacity` counts) and not being deleted
+    count; a pending one holds nothing yet. Only GPUs: a server's CPU and memory requests
+    (500m, 1Gi) are small beside a node's, and left in the cpu quota.
     """
     products = {
         (n.get("metadata") or {}).get("name"): ((n.get("metadata") or {}).get("labels") or {}).get(
             LABEL_GPU_PRODUCT
         )
         for n in nodes
+        if jobs.schedulable(n)
     }
     held: dict[str, int] = {}
     for pod in pods:
