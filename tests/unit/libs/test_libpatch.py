@@ -1,11 +1,14 @@
 """Every change to a library under lib/ comes with a new LIBPATCH.
 
 Charms built from different commits embed their own copies of a library, and only
-LIBPATCH orders them: charmcraft publish-lib refuses a library whose content changed
-without a higher LIBPATCH, and unit_state.publish lets the higher LIBPATCH's server
-program win on a shared machine. `libpatches.json` records each library's LIBPATCH and
-the sha256 of its text; a change without a bump fails here. After bumping, record it
-with `GPU_K8S_UPDATE_LIBPATCHES=1 tox -e unit -- libs -k libpatch`.
+LIBPATCH orders them: unit_state.publish lets the higher LIBPATCH's server program win on
+a shared machine, and charmcraft publish-lib refuses a library whose content changed
+without a new LIBPATCH (it hashes the text without its LIBAPI, LIBPATCH and LIBID lines,
+charmcraft/utils/charmlibs.py, and wants the patch one above Charmhub's: bump once per
+publish there). `libpatches.json` records each library's LIBPATCH and the sha256 of its
+text without those lines, as charmcraft hashes it; a change without a bump fails here.
+After bumping, record it with `GPU_K8S_UPDATE_LIBPATCHES=1 tox -e unit -- libs -k
+libpatch`.
 """
 
 from __future__ import annotations
@@ -22,13 +25,18 @@ ROOT = Path(__file__).resolve().parents[3]
 LIBS = sorted((ROOT / "lib" / "charms").glob("*/v[0-9]*/*.py"))
 RECORD = Path(__file__).with_name("libpatches.json")
 UPDATE = os.environ.get("GPU_K8S_UPDATE_LIBPATCHES") == "1"
+METADATA = ("LIBAPI", "LIBPATCH", "LIBID")  # not hashed, as charmcraft does
 
 
 def _current(path: Path) -> dict[str, object]:
     text = path.read_text()
     found = re.search(r"^LIBPATCH = (\d+)$", text, re.M)
     assert found, f"{path.relative_to(ROOT)} has no LIBPATCH"
-    return {"libpatch": int(found.group(1)), "sha256": hashlib.sha256(text.encode()).hexdigest()}
+    content = "".join(
+        line for line in text.splitlines(keepends=True) if not line.startswith(METADATA)
+    )
+    digest = hashlib.sha256(content.encode()).hexdigest()
+    return {"libpatch": int(found.group(1)), "sha256": digest}
 
 
 def _verdict(name: str, current: dict, recorded: dict | None) -> str | None:

@@ -45,7 +45,7 @@ if TYPE_CHECKING:  # the server runs without the charm's packages
 
 LIBID = "b1f6c0f2a8e94c3e9a4d5c7e2f1b0a93"
 LIBAPI = 0
-LIBPATCH = 2
+LIBPATCH = 3
 
 PORT = 6447  # next to HAProxy's loopback metrics frontends (api_proxy: 6444-6446)
 DIRECTORY = "/var/lib/gpu-k8s/unit-state"
@@ -220,8 +220,10 @@ def publish(host: Host, unit_name: str, text: str) -> None:
     installed = host.read(PROGRAM)
     changed = False
     if installed is None or _patch(installed) < LIBPATCH:
-        changed = host.write(PROGRAM, Path(__file__).read_text()) or changed
+        # the unit file first: the program's LIBPATCH marks the install done, so a hook
+        # that fails between the two writes leaves the older program, and the next redoes both
         changed = host.write(SERVICE_FILE, UNIT_TEXT) or changed
+        changed = host.write(PROGRAM, Path(__file__).read_text()) or changed
     elif host.read(SERVICE_FILE) is None:  # a hook that failed between the two writes
         changed = host.write(SERVICE_FILE, UNIT_TEXT)
     if changed or not _active(host):  # (also after a hook whose systemctl failed)
