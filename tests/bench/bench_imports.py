@@ -7,8 +7,9 @@
 Each sample is a fresh interpreter that imports either `ops` alone or the assembled
 charm's `charm` module (which imports ops too), in interleaved rounds; the ratio of
 medians is printed.
-Target (DESIGN.md): at most 1.1x the floor below, which means `kubernetes`, `boto3` and
-`cosl` are imported only where they are used.
+Target (the project's design document, "Performance and reliability targets"): at most
+1.1x the floor below, which means `kubernetes`, `boto3` and `cosl` are imported only
+where they are used.
 
 The "vs floor" columns compare with `ops` plus one trivial pydantic model, the floor
 that the design itself sets: every hook loads config through a pydantic model and reads
