@@ -142,6 +142,23 @@ def test_gpus_of_model_servers_leave_the_default_quota_until_unserve(ctx, state,
     assert _gpu_quota(api) == "1"
 
 
+def test_a_server_that_stops_answering_after_its_status_fails_serve(ctx, state, api, export):
+    """Its status said AVAILABLE, then no endpoint (its one pod being replaced).
+
+    Not a model of another shape, and not a success.
+    """
+    add_nodes(api, node("cpu-0"))
+    with FakeTfServing("mnist", export, predict=_predict, width=64) as server:
+        status_only = server.get
+        server.get = lambda path: (  # type: ignore[method-assign]
+            (503, {"error": "no endpoints"}) if path.endswith("/metadata") else status_only(path)
+        )
+        api.service_backends[(NS, "mnist-serving:8501")] = server.url
+        with pytest.raises(testing.ActionFailed, match="answered its status but not its metadata"):
+            run_action(ctx, state, "serve", job="mnist", timeout=10)
+    assert api.objects(DEPLOYMENTS) == []  # a first serve leaves nothing
+
+
 def test_a_cpu_server_rolls_out_as_deployments_do_by_default(ctx, state, api, model_server):
     run_action(ctx, state, "serve", job="mnist")
     spec = api.get_object(DEPLOYMENTS + "mnist-serving")["spec"]
