@@ -80,7 +80,22 @@ from charms.gpu_k8s.v0.config import ActionParams
 from charms.gpu_k8s.v0.images import mirrored
 
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?$")
+_SUFFIXES = {
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+    "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+    "m": 10**-3, "": 1,
+}  # fmt: skip
+
+
+def quantity(text: str) -> float:
+    """A Kubernetes quantity as a number (`500m` 0.5, `64Gi` 68719476736); ValueError."""
+    match = _QUANTITY.match(str(text).strip())
+    if not match:
+        raise ValueError(f"{text!r} is not a Kubernetes quantity such as 16, 500m or 64Gi")
+    return float(match.group(1)) * _SUFFIXES[match.group(2) or ""]
+
+
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _RESERVED_ENV = ("GPU_K8S_", "TF_CONFIG", "JOB_COMPLETION_INDEX")
 _TF_IMAGE = re.compile(r"^(docker\.io/)?tensorflow/tensorflow:[^-]+$")
@@ -857,10 +872,15 @@ def never_fits(request: TrainRequest, nodes: Iterable[dict]) -> str | None:
     pod set (one role's pods) one flavor per resource (Kueue docs, concepts/cluster_queue:
     it "assigns to the Workload pod sets a flavor for each resource the pod set
     requests"), and each GPU flavor is one product (queues.py), so 2 A10G and 2 T4 never
-    hold 4 workers of one GPU. Whether they are free now is Kueue's business: a job that
-    fits the cluster but not its free GPUs or quota waits in the queue.
+    hold 4 workers of one GPU. And cpu or memory requests larger than any node, or than
+    all of them (`_no_room_for_requests`). Whether they are free now is Kueue's business:
+    a job that fits the cluster but not its free GPUs or quota waits in the queue.
     """
-    nodes = list(nodes)  # read twice
+    nodes = list(nodes)  # read more than once
+    return _no_room_for_gpus(request, nodes) or _no_room_for_requests(request, nodes)
+
+
+def _no_room_for_gpus(request: TrainRequest, nodes: list[dict]) -> str | None:
     per_pod = request.gpus_per_worker
     if not per_pod:
         return None
@@ -882,6 +902,60 @@ def never_fits(request: TrainRequest, nodes: Iterable[dict]) -> str | None:
             f"{sum(sizes)}: lower workers or gpus-per-worker, or add GPU nodes"
         )
     return _no_model_holds_a_role(request, nodes)
+
+
+def _no_room_for_requests(request: TrainRequest, nodes: Iterable[dict]) -> str | None:
+    """Why the pods' cpu or memory requests fit no schedulable node, or not all of them.
+
+    A pod is placed only on a node whose allocatable holds its requests (kube-scheduler's
+    NodeResourcesFit), so no queue helps a pod larger than every node, or a job larger
+    than all of them together.
+    """
+    usable = [
+        (n.get("status") or {}).get("allocatable") or {}
+        for n in nodes
+        if schedulable(n) and not _unknown_quantity(n)
+    ]
+    if not usable:  # nodes still joining: nothing to measure against (GPUs checked above)
+        return None
+    for index, (what, option) in enumerate((("cpu", "cpu"), ("memory", "memory"))):
+        have = [quantity(a.get(what, "0")) for a in usable]
+        need = {role: quantity(request.resources(role)[index]) for role in request.replicas()}
+        for role, each in need.items():
+            if each > max(have, default=0):
+                return (
+                    f"each {role} requests {request.resources(role)[index]} of {what} but "
+                    f"the largest schedulable node has {_amount(max(have, default=0), what)}: "
+                    f"lower {_option(role, option)}"
+                )
+        total = sum(need[r] * n for r, n in request.replicas().items())
+        if total > sum(have):
+            return (
+                f"the job requests {_amount(total, what)} of {what} but the schedulable "
+                f"nodes have {_amount(sum(have), what)}: lower workers or {option}"
+            )
+    return None
+
+
+def _unknown_quantity(node: dict) -> bool:
+    """A node whose allocatable cpu or memory does not parse is left out."""
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    try:
+        quantity(allocatable.get("cpu", "0"))
+        quantity(allocatable.get("memory", "0"))
+    except ValueError:
+        return True
+    return False
+
+
+def _option(role: str, option: str) -> str:
+    return option if role == "worker" else f"{role}-{option}"
+
+
+def _amount(value: float, what: str) -> str:
+    if what == "memory":
+        return f"{value / 2**30:.1f}Gi"
+    return f"{value:g}"
 
 
 def _no_model_holds_a_role(request: TrainRequest, nodes: Iterable[dict]) -> str | None:

@@ -35,7 +35,6 @@ import dataclasses
 import hashlib
 import json
 import logging
-import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -56,20 +55,7 @@ API = KUEUE_API
 COHORT = "gpu-k8s"
 CPU_FLAVOR = "cpu"
 FLAVOR_OWNER = ("app.kubernetes.io/managed-by", "kubernetes-control-plane")
-_SUFFIXES = {
-    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-    "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
-    "m": 10**-3, "": 1,
-}  # fmt: skip
-_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?$")
-
-
-def quantity(text: str) -> float:
-    """A Kubernetes quantity as a number (`500m` 0.5, `64Gi` 68719476736); ValueError."""
-    match = _QUANTITY.match(str(text).strip())
-    if not match:
-        raise ValueError(f"{text!r} is not a Kubernetes quantity such as 16, 500m or 64Gi")
-    return float(match.group(1)) * _SUFFIXES[match.group(2) or ""]
+quantity = jobs.quantity
 
 
 @dataclasses.dataclass(frozen=True)

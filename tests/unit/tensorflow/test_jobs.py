@@ -68,6 +68,26 @@ def test_a_role_must_fit_one_gpu_model():
     assert jobs.never_fits(request(workers=2, gpus_per_worker=1), mixed) is None
 
 
+def test_a_pod_larger_than_every_node_never_fits():
+    """kube-scheduler places a pod only where its requests fit (8 CPUs, 64Gi per node)."""
+    why = jobs.never_fits(request(workers=1, cpu="12"), [node("a", 2), node("b")])
+    assert why == (
+        "each worker requests 12 of cpu but the largest schedulable node has 8: lower cpu"
+    )
+    ps = request(workers=1, strategy="ps", ps=1, ps_memory="100Gi")
+    assert "each ps requests 100Gi of memory" in (jobs.never_fits(ps, [node("a", 2)]) or "")
+    assert "lower ps-memory" in (jobs.never_fits(ps, [node("a", 2)]) or "")
+
+
+def test_a_job_larger_than_all_nodes_together_never_fits():
+    assert jobs.never_fits(request(workers=3, memory="40Gi"), [node("a", 2), node("b")]) is None
+    why = jobs.never_fits(request(workers=4, memory="40Gi"), [node("a", 2), node("b")])
+    assert why == (
+        "the job requests 160.0Gi of memory but the schedulable nodes have 128.0Gi: "
+        "lower workers or memory"
+    )
+
+
 def test_gpus_without_a_product_label_hold_no_role():
     """No ResourceFlavor selects a GPU node the worker charm has not labelled (yet)."""
     unlabelled = node("u", 4)

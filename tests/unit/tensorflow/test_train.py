@@ -209,7 +209,7 @@ def test_ps_strategy_creates_chief_ps_and_workers(ctx, state, api):
 
 
 def test_each_role_gets_its_own_resources_and_the_ps_their_image(ctx, state, api):
-    add_nodes(api, node("node-a", 2))
+    add_nodes(api, node("node-a", 2), node("cpu-0"))  # 14 CPUs asked, 8 on each node
     params = {
         "gpus-per-worker": 1,
         "cpu": "4",
