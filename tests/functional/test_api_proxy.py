@@ -128,6 +128,11 @@ def test_a_reload_keeps_open_connections_and_sends_new_ones_to_the_new_list(serv
 # -- the node's metrics for the COS agent ------------------------------------------------
 
 
+class _QuietServer(http.server.ThreadingHTTPServer):
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client that failed its TLS handshake (a health check): nothing to report."""
+
+
 class _MetricsServer:
     """kubelet's or an API server's HTTPS port, answering who asked.
 
@@ -139,6 +144,14 @@ class _MetricsServer:
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
+            def setup(self) -> None:
+                # The TLS handshake here, not in accept(): a health check that drops the
+                # handshake then fails this request, whose socket the server closes,
+                # instead of leaving accept()'s half-made SSLSocket to the garbage
+                # collector (a ResourceWarning in whichever test runs then).
+                self.request.do_handshake()
+                super().setup()
+
             def _answer(self) -> None:
                 outer.requests.append((self.command, self.path))
                 subject = dict(x[0] for x in self.connection.getpeercert()["subject"])
@@ -153,9 +166,9 @@ class _MetricsServer:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = _QuietServer(("127.0.0.1", 0), Handler)
         self.server.socket = cluster.mutual_server_context(serving).wrap_socket(
-            self.server.socket, server_side=True
+            self.server.socket, server_side=True, do_handshake_on_connect=False
         )
         self.address = f"127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
