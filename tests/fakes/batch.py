@@ -321,12 +321,11 @@ class BatchControllers:
     @staticmethod
     def _quota(cq: dict) -> int:
         total = 0
-        for queue in [cq]:
-            for group in queue["spec"].get("resourceGroups") or []:
-                for flavor in group.get("flavors") or []:
-                    for r in flavor.get("resources") or []:
-                        if r["name"] == GPU:
-                            total += int(r["nominalQuota"])
+        for group in cq["spec"].get("resourceGroups") or []:
+            for flavor in group.get("flavors") or []:
+                for r in flavor.get("resources") or []:
+                    if r["name"] == GPU:
+                        total += int(r["nominalQuota"])
         return total
 
     @staticmethod
@@ -515,9 +514,8 @@ class BatchControllers:
         """K3: Kueue preempts the job for `by` (a higher-priority job needing its quota)."""
         workload = self.workload(jobset)
         assert workload is not None, f"no workload for {jobset}"
-        queue = workload["spec"]["queueName"]
-        local = self.api.get_object(f"{KUEUE}/namespaces/{self.ns}/localqueues/{queue}")
-        cq = self.api.get_object(f"{KUEUE}/clusterqueues/{local['spec']['clusterQueue']}")
+        cq, blocker = self._cluster_queue(workload)
+        assert cq is not None, blocker
         preemptor = self.workload(by) if by else None
         self._evict(jobset, "Preempted", self._preemption_message(preemptor, cq), preempted=True)
 

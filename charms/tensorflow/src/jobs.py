@@ -918,7 +918,7 @@ def _no_room_for_requests(request: TrainRequest, nodes: Iterable[dict]) -> str |
     ]
     if not usable:  # nodes still joining: nothing to measure against (GPUs checked above)
         return None
-    for index, (what, option) in enumerate((("cpu", "cpu"), ("memory", "memory"))):
+    for index, what in enumerate(("cpu", "memory")):
         have = [quantity(a.get(what, "0")) for a in usable]
         need = {role: quantity(request.resources(role)[index]) for role in request.replicas()}
         for role, each in need.items():
@@ -926,13 +926,13 @@ def _no_room_for_requests(request: TrainRequest, nodes: Iterable[dict]) -> str |
                 return (
                     f"each {role} requests {request.resources(role)[index]} of {what} but "
                     f"the largest schedulable node has {_amount(max(have, default=0), what)}: "
-                    f"lower {_option(role, option)}"
+                    f"lower {_option(role, what)}"
                 )
         total = sum(need[r] * n for r, n in request.replicas().items())
         if total > sum(have):
             return (
                 f"the job requests {_amount(total, what)} of {what} but the schedulable "
-                f"nodes have {_amount(sum(have), what)}: lower workers or {option}"
+                f"nodes have {_amount(sum(have), what)}: lower workers or {what}"
             )
     return None
 
