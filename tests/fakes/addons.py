@@ -253,6 +253,8 @@ class ManifestServer:
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
+            disable_nagle_algorithm = True  # no 40 ms Nagle stall: tests/fakes/__init__.py
+
             def do_GET(self) -> None:  # noqa: N802 (http.server's name)
                 server.requests.append(self.path)
                 body = server.files.get(self.path)
@@ -269,7 +271,9 @@ class ManifestServer:
                 return
 
         self._httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, args=(0.05,), daemon=True
+        )
 
     @property
     def url(self) -> str:

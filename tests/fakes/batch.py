@@ -106,12 +106,11 @@ deployment/, /docs/concepts/workloads/pods/pod-lifecycle/):
 
 from __future__ import annotations
 
-import copy
 import hashlib
 from collections.abc import Callable
 from typing import Any
 
-from fakes.kube_apiserver import generated_suffix
+from fakes.kube_apiserver import generated_suffix, json_copy
 
 JOBSET = "/apis/jobset.x-k8s.io/v1alpha2"
 KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
@@ -604,7 +603,7 @@ class BatchControllers:
 
     def _child_job(self, js: dict, rj: dict) -> dict:
         """J1: the Job of one replicated Job, as JobSet constructs it."""
-        template = copy.deepcopy(rj["template"])
+        template = json_copy(rj["template"])
         labels = {
             **(template.get("metadata") or {}).get("labels", {}),
             "jobset.sigs.k8s.io/jobset-name": js["metadata"]["name"],
@@ -679,7 +678,7 @@ class BatchControllers:
             n["metadata"]["name"]: int((n.get("status") or {}).get("allocatable", {}).get(GPU, 0))
             for n in nodes
         }
-        for pod in [o for o in self.api.objects("/api/v1/") if o["kind"] == "Pod"]:
+        for pod in self.api.objects("/api/v1/", kind="Pod"):
             where = (pod.get("spec") or {}).get("nodeName")
             if where in free and (pod.get("status") or {}).get("phase") not in (
                 "Succeeded",
@@ -838,7 +837,7 @@ class BatchControllers:
         return done
 
     def _create_pod(self, job: dict, index: int | None) -> None:
-        template = copy.deepcopy(job["spec"]["template"])
+        template = json_copy(job["spec"]["template"])
         infix = "" if index is None else f"-{index}"
         name = f"{job['metadata']['name']}{infix}-{generated_suffix()}"
         labels = dict(template["metadata"]["labels"])
@@ -978,7 +977,7 @@ class BatchControllers:
         for deployment in deployments:
             owned = self._owned(deployment, pods)
             for _ in range(int(deployment["spec"].get("replicas", 1)) - len(owned)):
-                template = copy.deepcopy(deployment["spec"]["template"])
+                template = json_copy(deployment["spec"]["template"])
                 name = f"{deployment['metadata']['name']}-{generated_suffix(10)}"
                 labels = dict(template["metadata"].get("labels") or {})
                 spec = template["spec"]

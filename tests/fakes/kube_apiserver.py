@@ -51,7 +51,6 @@ load balancers in front of API servers health-check.
 from __future__ import annotations
 
 import base64
-import copy
 import http.server
 import json
 import random
@@ -213,6 +212,18 @@ NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _names: random.Random = random.SystemRandom()
 
 
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def json_copy(value: Any) -> Any:
+    """A deep copy of JSON-shaped data, what the server stores (4x faster than deepcopy)."""
+    if isinstance(value, dict):
+        return {k: json_copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_copy(v) for v in value]
+    return value  # str, int, float, bool, None
+
+
 def generated_suffix(length: int = 5) -> str:
     """A suffix like the API server's for generateName (and controllers' pod names)."""
     return "".join(_names.choice(NAME_ALPHABET) for _ in range(length))
@@ -342,7 +353,7 @@ def selector_matches(selector: dict | None, labels: dict) -> bool:
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386 JSON merge patch: maps merge recursively, None deletes, the rest replaces."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
+        return json_copy(patch)
     result = dict(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if value is None:
@@ -543,26 +554,30 @@ class FakeKubeApiServer:
                 {"status": status, "times": times, "method": method, "prefix": path_prefix}
             )
 
-    def objects(self, path_prefix: str = "/") -> list[dict]:
-        """Copies of stored objects whose storage path starts with `path_prefix`, by path."""
+    def objects(self, path_prefix: str = "/", kind: str | None = None) -> list[dict]:
+        """Copies of stored objects whose storage path starts with `path_prefix`, by path.
+
+        `kind`: only objects of that kind (of any namespace, when the prefix names none).
+        """
         with self._lock:
+            paths = sorted(k for k in self._store if k.startswith(path_prefix))
             return [
-                copy.deepcopy(o)
-                for k, o in sorted(self._store.items())
-                if k.startswith(path_prefix)
+                json_copy(self._store[k])
+                for k in paths
+                if kind is None or self._store[k].get("kind") == kind
             ]
 
     def get_object(self, path: str) -> dict | None:
         """A copy of the object stored at `path`, or None."""
         with self._lock:
             obj = self._store.get(path)
-            return copy.deepcopy(obj) if obj is not None else None
+            return json_copy(obj) if obj is not None else None
 
     def put_object(self, path: str, obj: dict) -> dict:
         """Store `obj` at `path` as is (status included), filling apiVersion/kind/metadata."""
         target = parse_path(path, self.resources)
         with self._lock:
-            obj = copy.deepcopy(obj)
+            obj = json_copy(obj)
             obj.setdefault("apiVersion", target.gv)
             obj.setdefault("kind", target.kind)
             meta = obj.setdefault("metadata", {})
@@ -579,7 +594,7 @@ class FakeKubeApiServer:
             self._store[path] = obj
             if target.kind == "CustomResourceDefinition":
                 self._crds_changed()
-            return copy.deepcopy(obj)
+            return json_copy(obj)
 
     def delete_object(self, path: str) -> bool:
         """Remove the object at `path` directly (no cascade); False if absent."""
@@ -847,7 +862,13 @@ class FakeKubeApiServer:
     @staticmethod
     def _decode(body: bytes, content_type: str) -> dict:
         try:
-            obj = yaml.safe_load(body) if "yaml" in content_type else json.loads(body or b"{}")
+            # kube-apiserver reads an apply body as YAML (JSON is YAML); libyaml's parser
+            # reads what the client sends (JSON) ~10x faster than PyYAML's own
+            obj = (
+                yaml.load(body, Loader=_YAML_LOADER)
+                if "yaml" in content_type
+                else json.loads(body or b"{}")
+            )
         except (ValueError, yaml.YAMLError) as e:
             raise ApiError(400, "BadRequest", f"error decoding request body: {e}") from None
         if not isinstance(obj, dict):
@@ -889,7 +910,7 @@ class FakeKubeApiServer:
             _check_secret(obj, name)
 
     def _store_new(self, target: Target, obj: dict, name: str) -> dict:
-        obj = copy.deepcopy(obj)
+        obj = json_copy(obj)
         obj["apiVersion"], obj["kind"] = target.gv, target.kind
         meta = obj.setdefault("metadata", {})
         meta.update(name=name, uid=str(uuid.uuid4()), creationTimestamp=_now(), generation=1)
@@ -913,13 +934,13 @@ class FakeKubeApiServer:
 
     def _store_update(self, target: Target, old: dict, new: dict) -> dict:
         """Replace `old` by `new`, keeping identity and (per subresource) status or the rest."""
-        new = copy.deepcopy(new)
+        new = json_copy(new)
         if target.kind == "PersistentVolume" and target.sub != "status":
             _check_volume_source(old, new)
         if target.sub == "status":
-            new = {**copy.deepcopy(old), "status": new.get("status", old.get("status"))}
+            new = {**json_copy(old), "status": new.get("status", old.get("status"))}
         elif target.kind in self.status_kinds:
-            new["status"] = copy.deepcopy(old.get("status", {}))
+            new["status"] = json_copy(old.get("status", {}))
         new["apiVersion"], new["kind"] = target.gv, target.kind
         meta = new.setdefault("metadata", {})
         for key in (
@@ -989,7 +1010,7 @@ class FakeKubeApiServer:
             if target.namespace and obj["metadata"].get("namespace") != target.namespace:
                 continue
             if labels(obj) and fields(obj):
-                item = copy.deepcopy(obj)
+                item = json_copy(obj)
                 del item["apiVersion"], item["kind"]
                 items.append(item)
         meta = {"resourceVersion": str(self._rv)}
@@ -1001,7 +1022,7 @@ class FakeKubeApiServer:
         }
 
     def _get(self, target: Target, _q: dict, _ct: str, _body: bytes) -> tuple:
-        return 200, copy.deepcopy(self._existing(target))
+        return 200, json_copy(self._existing(target))
 
     def _log(self, target: Target, query: dict, _ct: str, _body: bytes) -> tuple:
         pod = self._existing(target)
@@ -1047,7 +1068,7 @@ class FakeKubeApiServer:
                 f'{target.plural} "{name}" already exists',
                 {"name": name, "kind": target.plural},
             )
-        return 201, copy.deepcopy(self._store_new(target, obj, name))
+        return 201, json_copy(self._store_new(target, obj, name))
 
     def _update(self, target: Target, _q: dict, content_type: str, body: bytes) -> tuple:
         old = self._existing(target)
@@ -1064,7 +1085,7 @@ class FakeKubeApiServer:
                 "has been modified; please apply your changes to the latest version and try again",
                 {"name": target.name, "kind": target.plural},
             )
-        return 200, copy.deepcopy(self._store_update(target, old, obj))
+        return 200, json_copy(self._store_update(target, old, obj))
 
     def _patch(self, target: Target, query: dict, content_type: str, body: bytes) -> tuple:
         if content_type == APPLY_PATCH_TYPE:
@@ -1078,7 +1099,7 @@ class FakeKubeApiServer:
             )
         old = self._existing(target)
         patch = self._decode(body, content_type)
-        return 200, copy.deepcopy(self._store_update(target, old, merge_patch(old, patch)))
+        return 200, json_copy(self._store_update(target, old, merge_patch(old, patch)))
 
     def _apply(self, target: Target, query: dict, body: bytes) -> tuple:
         manager = query.get("fieldManager")
@@ -1099,7 +1120,7 @@ class FakeKubeApiServer:
             obj["metadata"]["managedFields"] = [{**entry, "time": _now()}]
             if target.sub == "status":
                 raise _not_found(target.plural, target.name or "")
-            return 201, copy.deepcopy(self._store_new(target, obj, target.name or ""))
+            return 201, json_copy(self._store_new(target, obj, target.name or ""))
         merged = merge_patch(old, obj)
         managed = [
             m for m in old["metadata"].get("managedFields") or [] if m.get("manager") != manager
@@ -1108,7 +1129,7 @@ class FakeKubeApiServer:
             m for m in old["metadata"].get("managedFields") or [] if m.get("manager") == manager
         ]
         merged["metadata"]["managedFields"] = managed + (previous or [{**entry, "time": _now()}])
-        return 200, copy.deepcopy(self._store_update(target, old, merged))
+        return 200, json_copy(self._store_update(target, old, merged))
 
     def _delete(self, target: Target, query: dict, content_type: str, body: bytes) -> tuple:
         obj = self._existing(target)
@@ -1116,7 +1137,7 @@ class FakeKubeApiServer:
         policy = query.get("propagationPolicy") or options.get("propagationPolicy")
         removed = self._remove(target.key(), orphan=policy == "Orphan")
         if target.kind == "Pod":
-            return 200, copy.deepcopy(removed)
+            return 200, json_copy(removed)
         details = {"name": target.name, "kind": target.plural, "uid": obj["metadata"]["uid"]}
         return 200, {
             "kind": "Status",

@@ -56,6 +56,8 @@ class FakeTfServing:
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
+            disable_nagle_algorithm = True  # no 40 ms Nagle stall: tests/fakes/__init__.py
+
             def _answer(self, code: int, body: dict) -> None:
                 data = json.dumps(body).encode()
                 self.send_response(code)
@@ -80,7 +82,7 @@ class FakeTfServing:
         self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
 
     def __enter__(self) -> FakeTfServing:
-        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True).start()
         return self
 
     def __exit__(self, *exc) -> None:

@@ -31,6 +31,8 @@ class FileServer:
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
+            disable_nagle_algorithm = True  # no 40 ms Nagle stall: tests/fakes/__init__.py
+
             def do_GET(self):  # noqa: N802 (http.server's name)
                 server.gets += 1
                 body = server.files.get(self.path)
@@ -66,7 +68,7 @@ class FileServer:
         self.url = f"{scheme}://127.0.0.1:{self._httpd.server_address[1]}"
 
     def __enter__(self) -> FileServer:
-        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True).start()
         return self
 
     def __exit__(self, *exc) -> None:

@@ -141,7 +141,9 @@ class AwsProxy:
         self.quotas = ServiceQuotas(REGION)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.05,), daemon=True
+        )
 
     # -- lifecycle -------------------------------------------------------------------------
     @property
@@ -265,6 +267,7 @@ class AwsProxy:
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
+            disable_nagle_algorithm = True  # no 40 ms Nagle stall: tests/fakes/__init__.py
             protocol_version = "HTTP/1.1"
 
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002

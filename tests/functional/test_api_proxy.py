@@ -144,6 +144,8 @@ class _MetricsServer:
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
+            disable_nagle_algorithm = True  # no 40 ms Nagle stall: tests/fakes/__init__.py
+
             def setup(self) -> None:
                 # The TLS handshake here, not in accept(): a health check that drops the
                 # handshake then fails this request, whose socket the server closes,
@@ -171,7 +173,7 @@ class _MetricsServer:
             self.server.socket, server_side=True, do_handshake_on_connect=False
         )
         self.address = f"127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
 
     def stop(self) -> None:
         self.server.shutdown()
