@@ -265,6 +265,7 @@ def make_clients(
         user_agent_extra="gpu-k8s-efs-storage",
     )
     session = boto3.session.Session(
+        botocore_session=_botocore_session(),
         aws_access_key_id=credentials.access_key_id,
         aws_secret_access_key=credentials.secret_access_key,
         aws_session_token=credentials.session_token,
@@ -274,6 +275,28 @@ def make_clients(
         ec2=session.client("ec2", endpoint_url=endpoint_url, config=config),
         efs=session.client("efs", endpoint_url=endpoint_url, config=config),
     )
+
+
+_LOADER: Any = None  # botocore's model loader, once this process made one
+
+
+def _botocore_session() -> Any:
+    """A new botocore session that shares this process's model loader.
+
+    Each botocore session parses the JSON models it needs (EC2's service model, the
+    endpoints) in its own loader, which caches them: about 0.5 s for the two clients. A
+    hook is a process of its own, so this changes nothing there; the tests run hundreds of
+    hooks in one process. Credentials stay per session: only parsed models are shared.
+    """
+    import botocore.session
+
+    global _LOADER
+    session = botocore.session.get_session()
+    if _LOADER is None:
+        _LOADER = session.get_component("data_loader")
+    else:
+        session.register_component("data_loader", _LOADER)
+    return session
 
 
 def _quiet_botocore() -> None:

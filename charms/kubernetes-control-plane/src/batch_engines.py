@@ -128,7 +128,9 @@ def verify(release: Release, data: bytes, expected: str) -> str:
 def parse(release: Release, data: bytes) -> list[dict[str, Any]]:
     """The objects of a multi-document manifest; AddonError when it is not one."""
     try:
-        docs = [d for d in yaml.safe_load_all(data.decode()) if d is not None]
+        # libyaml's parser (in PyYAML's wheels): the same objects, ~7x faster than PyYAML's own
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        docs = [d for d in yaml.load_all(data.decode(), Loader=loader) if d is not None]
     except (yaml.YAMLError, UnicodeDecodeError) as e:
         raise AddonError(f"{release.name} manifest is not YAML: {e}") from None
     for doc in docs:

@@ -26,7 +26,8 @@ _POD_KINDS = ("DaemonSet", "Deployment", "StatefulSet", "Job")
 def manifests(pod_cidr: str, image_registry: str = "") -> list[dict]:
     """The flannel objects for `pod_cidr`, pulling from `image_registry` when one is set."""
     text = MANIFEST.read_text().replace(POD_CIDR_PLACEHOLDER, pod_cidr)
-    objects = [doc for doc in yaml.safe_load_all(text) if doc]
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, in PyYAML's wheels
+    objects = [doc for doc in yaml.load_all(text, Loader=loader) if doc]
     if image_registry:
         for obj in objects:
             if obj.get("kind") in _POD_KINDS:
