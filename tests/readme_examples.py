@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import fcntl
 import functools
 import math
 import os
@@ -494,6 +495,33 @@ def show(name: str, text: str, volatile: Iterable[str] = ()) -> None:
     `volatile`: patterns of what differs from run to run (a loss, an accuracy, seconds
     left): the README keeps the values of the run that wrote it, and the rest must match.
     """
+    with _writing() if UPDATE else contextlib.nullcontext():
+        _show(name, text, volatile)
+
+
+@contextlib.contextmanager
+def _writing() -> Iterator[None]:
+    """One writer of the README at a time: suites and xdist workers run in parallel.
+
+    The lock is on the README's directory, which stays the same file when `_write`
+    replaces the README.
+    """
+    fd = os.open(README.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _write(text: str) -> None:
+    """Replace the README whole, so that a test reading it meanwhile never sees half."""
+    partial = README.with_name(f".{README.name}.{os.getpid()}")
+    partial.write_text(text)
+    partial.replace(README)
+
+
+def _show(name: str, text: str, volatile: Iterable[str]) -> None:
     readme = README.read_text()
     match = _block(name).search(readme)
     assert match, f"the README has no block after `<!-- example: {name} -->`"
@@ -507,12 +535,12 @@ def show(name: str, text: str, volatile: Iterable[str] = ()) -> None:
         return t
 
     if UPDATE and match.group(2) != text:  # what this run printed, volatile parts too
-        README.write_text(readme[: match.start(2)] + text + readme[match.end(2) :])
+        _write(readme[: match.start(2)] + text + readme[match.end(2) :])
         return
     if stable(match.group(2)) == stable(text):
         return
     if UPDATE:
-        README.write_text(readme[: match.start(2)] + text + readme[match.end(2) :])
+        _write(readme[: match.start(2)] + text + readme[match.end(2) :])
         return
     diff = "\n".join(
         difflib.unified_diff(
