@@ -73,7 +73,6 @@ def measure(workers: int, strategy: str) -> tuple[int, int, int]:
         code = training.read_code()
         controllers = BatchControllers(api, NS)
         kube = Kube.from_kubeconfig(api.kubeconfig())
-        queues.add_kinds(kube)
         with kube:
             nodes, flavors = kube.list("v1", "Node"), kube.list(queues.API, "ResourceFlavor")
             for obj in queues.team_objects("tensorflow", NS, flavors, nodes, queues.Quotas()):

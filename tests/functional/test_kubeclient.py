@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from charms.gpu_k8s.v0.kubeclient import CORDON_ANNOTATION, Kube, KubeError, load_kubeconfig
+from charms.gpu_k8s.v0 import drain
+from charms.gpu_k8s.v0.drain import CORDON_ANNOTATION
+from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
+from charms.gpu_k8s.v0.kubeconfig import load_kubeconfig
 from fakes.addons import crd
 from fakes.kube_apiserver import FakeKubeApiServer
 
@@ -587,7 +590,7 @@ def pod_names(kube: Kube) -> list[str]:
 def test_drain_blocked_by_pdb_times_out_without_sleeping(kube: Kube, kube_api: FakeKubeApiServer):
     drain_fixture(kube, kube_api)
     clock = FakeClock()
-    result = kube.drain("n1", timeout=30, poll=5, clock=clock, sleep=clock.sleep)
+    result = drain.drain(kube, "n1", timeout=30, poll=5, clock=clock, sleep=clock.sleep)
 
     assert result.timed_out is True
     assert result.evicted == ["work/web-1"]
@@ -615,7 +618,7 @@ def test_drain_retries_blocked_eviction_until_budget_allows(
         if len(clock.sleeps) == 2:  # the db gets a second replica elsewhere
             kube.create(pod_manifest("db-1", node="n2", labels={"app": "db"}))
 
-    result = kube.drain("n1", timeout=60, poll=2, clock=clock, sleep=sleep)
+    result = drain.drain(kube, "n1", timeout=60, poll=2, clock=clock, sleep=sleep)
     assert result.timed_out is False
     assert sorted(result.evicted) == ["work/db-0", "work/web-1"]
     assert result.remaining == []
@@ -634,7 +637,7 @@ def test_drain_waits_for_evicted_pods_to_terminate(kube: Kube, kube_api: FakeKub
         if len(clock.sleeps) == 3:  # the pod finishes terminating
             kube.patch("v1", "Pod", "slow", {"metadata": {"finalizers": None}}, "work")
 
-    result = kube.drain("n1", timeout=60, poll=1, clock=clock, sleep=sleep)
+    result = drain.drain(kube, "n1", timeout=60, poll=1, clock=clock, sleep=sleep)
     assert (result.evicted, result.remaining, result.timed_out) == (["work/slow"], [], False)
     assert clock.sleeps == [1.0] * 3
     assert kube.get("v1", "Pod", "slow", "work") is None
@@ -647,7 +650,7 @@ def test_drain_reports_pods_still_terminating_at_the_timeout(
     namespace(kube, "work")
     kube.create(pod_manifest("stuck", finalizers=["example.com/never"]))
     clock = FakeClock()
-    result = kube.drain("n1", timeout=3, poll=1, clock=clock, sleep=clock.sleep)
+    result = drain.drain(kube, "n1", timeout=3, poll=1, clock=clock, sleep=clock.sleep)
     assert (result.evicted, result.remaining, result.timed_out) == (
         ["work/stuck"],
         ["work/stuck"],
@@ -674,14 +677,14 @@ def test_eviction_refusal_is_a_429_naming_the_budget(kube: Kube, kube_api: FakeK
 def test_drain_of_an_empty_node_finishes_at_once(kube: Kube, kube_api: FakeKubeApiServer):
     kube_api.put_object("/api/v1/nodes/n3", {"spec": {}})
     clock = FakeClock()
-    result = kube.drain("n3", timeout=10, clock=clock, sleep=clock.sleep)
+    result = drain.drain(kube, "n3", timeout=10, clock=clock, sleep=clock.sleep)
     assert (result.evicted, result.remaining, result.timed_out) == ([], [], False)
     assert clock.sleeps == []
 
 
 def test_cordon_uncordon_and_delete_node(kube: Kube, kube_api: FakeKubeApiServer):
     kube_api.put_object("/api/v1/nodes/n1", {"spec": {"podCIDR": "10.0.0.0/24"}})
-    kube.cordon("n1")
+    drain.cordon(kube, "n1")
     assert present(kube_api.get_object("/api/v1/nodes/n1"))["spec"] == {
         "podCIDR": "10.0.0.0/24",
         "unschedulable": True,
@@ -689,16 +692,16 @@ def test_cordon_uncordon_and_delete_node(kube: Kube, kube_api: FakeKubeApiServer
     assert present(kube_api.get_object("/api/v1/nodes/n1"))["metadata"]["annotations"] == {
         CORDON_ANNOTATION: "true"
     }
-    assert kube.uncordon("n1") is True
+    assert drain.uncordon(kube, "n1") is True
     node = present(kube_api.get_object("/api/v1/nodes/n1"))
     assert node["spec"] == {"podCIDR": "10.0.0.0/24"}
     assert CORDON_ANNOTATION not in (node["metadata"].get("annotations") or {})
-    assert kube.delete_node("n1") is True
-    assert kube.delete_node("n1") is False
-    assert kube.uncordon("n1") is False
-    assert kube.drain("n1", timeout=10) is None
+    assert kube.delete("v1", "Node", "n1") is True
+    assert kube.delete("v1", "Node", "n1") is False
+    assert drain.uncordon(kube, "n1") is False
+    assert drain.drain(kube, "n1", timeout=10) is None
     with pytest.raises(KubeError) as info:
-        kube.cordon("n1")
+        drain.cordon(kube, "n1")
     assert info.value.status == 404
 
 
@@ -710,10 +713,10 @@ def test_a_cordon_set_by_someone_else_outlives_drain_and_uncordon(
     kube.create(pod_manifest("web-1"))
     clock = FakeClock()
 
-    result = kube.drain("n1", timeout=10, clock=clock, sleep=clock.sleep)
+    result = drain.drain(kube, "n1", timeout=10, clock=clock, sleep=clock.sleep)
 
     assert result.evicted == ["work/web-1"]
-    assert kube.uncordon("n1") is False
+    assert drain.uncordon(kube, "n1") is False
     node = present(kube_api.get_object("/api/v1/nodes/n1"))
     assert node["spec"]["unschedulable"] is True
     assert CORDON_ANNOTATION not in (node["metadata"].get("annotations") or {})
@@ -723,11 +726,11 @@ def test_a_drain_retried_after_our_own_cordon_still_lifts_it(
     kube: Kube, kube_api: FakeKubeApiServer
 ):
     kube_api.put_object("/api/v1/nodes/n1", {"spec": {}})
-    kube.cordon("n1")  # a first drain that failed after cordoning, in an earlier hook
+    drain.cordon(kube, "n1")  # a first drain that failed after cordoning, in an earlier hook
 
     clock = FakeClock()
-    assert kube.drain("n1", timeout=10, clock=clock, sleep=clock.sleep) is not None
-    assert kube.uncordon("n1") is True
+    assert drain.drain(kube, "n1", timeout=10, clock=clock, sleep=clock.sleep) is not None
+    assert drain.uncordon(kube, "n1") is True
     assert not present(kube_api.get_object("/api/v1/nodes/n1"))["spec"].get("unschedulable")
 
 

@@ -125,7 +125,6 @@ def cluster(tmp_path):
         kubelet = GangKubelet(api, data)
         controllers.kubelet = kubelet
         kube = Kube.from_kubeconfig(api.kubeconfig("tf-token"))
-        queues.add_kinds(kube)
         ctx = jobs.Context(
             namespace=NS,
             app="tensorflow",

@@ -37,7 +37,7 @@ from charms.gpu_k8s.v0.cos_agent import CosAgentProvider
 from charms.gpu_k8s.v0.images import mirrored
 from charms.gpu_k8s.v0.kube_api import KubeApiRequirer
 from charms.gpu_k8s.v0.shared_storage import SharedStorageProvider
-from charms.gpu_k8s.v0.system import Host, SubprocessRunner
+from charms.gpu_k8s.v0.system import machine
 from charms.gpu_k8s.v0.unit_state import Gauge
 
 logger = logging.getLogger(__name__)
@@ -60,11 +60,6 @@ class TeardownPendingError(Exception):
     """Raised by the `remove` hook while AWS deletion is still under way (Juju retries)."""
 
 
-def _machine() -> Host:
-    """This unit's machine (see `host_factory`)."""
-    return Host(SubprocessRunner())
-
-
 class EfsStorageCharm(ops.CharmBase):
     """Provides an EFS file system to Kubernetes consumers as ReadWriteMany claims."""
 
@@ -79,7 +74,7 @@ class EfsStorageCharm(ops.CharmBase):
     sleep: Callable[[float], None] = staticmethod(time.sleep)
     monotonic: Callable[[], float] = staticmethod(time.monotonic)
     # The machine (where the unit-state server for the COS agent runs: unit_state).
-    host_factory = staticmethod(_machine)
+    host_factory = staticmethod(machine)
 
     _stored = ops.StoredState()
 

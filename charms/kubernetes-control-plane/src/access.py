@@ -30,7 +30,7 @@ from errors import StatusError
 from literals import API_PORT, WORKER_NAMESPACE, WORKER_SERVICE_ACCOUNT
 from settings import Config
 
-from charms.gpu_k8s.v0 import api_proxy, kubeadm
+from charms.gpu_k8s.v0 import api_proxy, kube_objects, kubeadm
 from charms.gpu_k8s.v0.kubernetes_cluster import SECRET_LABEL
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ class Access:
     def worker_kubeconfig(self, bag: ops.RelationDataContent) -> str:
         """The workers' kubeconfig (one ServiceAccount for all), granted again when changed."""
         grant = rbac.worker_grant()
-        fingerprint = _fingerprint(rbac.manifests(grant), bag["endpoint"])
+        fingerprint = kube_objects.fingerprint(rbac.manifests(grant), bag["endpoint"])
         if bag.get("worker-grant") == fingerprint:
             try:
                 current = self.charm.model.get_secret(label=SECRET_LABEL).peek_content()
@@ -97,7 +97,7 @@ class Access:
                 self.charm._notes.append(f"refused kube-api request of {request.app_name}")
                 continue
             ask = request.request
-            fingerprint = _fingerprint(ask.dump(), endpoint)
+            fingerprint = kube_objects.fingerprint(ask.dump(), endpoint)
             answered = request.relation.data[self.charm.app].get("kubeconfig-secret-id")
             if previous and previous["fingerprint"] == fingerprint and answered:
                 self.charm.kube_api.announce_nodes(request.relation, node_set)
@@ -187,9 +187,3 @@ class Access:
 def _node_set(nodes: set[str]) -> str:
     """A digest of the worker nodes, for kube-api consumers that follow them."""
     return hashlib.sha256(json.dumps(sorted(nodes)).encode()).hexdigest()[:16]
-
-
-def _fingerprint(data: Any, *extra: str) -> str:
-    """A short digest of what was granted, to tell when a grant must be applied again."""
-    text = json.dumps(data, sort_keys=True) + "".join(extra)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -16,8 +16,6 @@ everything before (workers, kube-api consumers) is already served.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -35,6 +33,8 @@ import registry
 from errors import StatusError
 from literals import FIELD_MANAGER, JOBSET, KUEUE
 from settings import Config
+
+from charms.gpu_k8s.v0 import kube_objects
 
 if TYPE_CHECKING:
     from charm import KubernetesControlPlaneCharm
@@ -230,11 +230,10 @@ class Addons:
         """The cohort, priorities and ResourceFlavors (one per GPU model, one for CPUs)."""
         models = registry.Registry.load(bag).gpu_models()
         objects = kueue.cluster_objects(models, shared=config.gpu_time_slicing_replicas > 1)
-        want = kueue.fingerprint(objects)
+        want = kube_objects.fingerprint(objects)
         if bag.get("kueue-objects") == want:
             return
         kube = self._kube()
-        kueue.add_kinds(kube)
         for obj in objects:
             kube.apply(obj, field_manager=FIELD_MANAGER)
         bag["kueue-objects"] = want
@@ -247,5 +246,5 @@ def fingerprint(objects: list[dict[str, Any]], version: str = "") -> str:
     Any change of the manifests (a new pin, the MIG strategy, the registry, a generated
     config) changes it, so the charm applies them again.
     """
-    digest = hashlib.sha256(json.dumps(objects, sort_keys=True).encode()).hexdigest()[:16]
+    digest = kube_objects.fingerprint(objects)
     return f"{version} {digest}" if version else digest

@@ -55,14 +55,14 @@ from literals import (
 from membership import Membership
 from settings import Config, KubeconfigParams, NoParams
 
-from charms.gpu_k8s.v0 import api_proxy, kubeadm
+from charms.gpu_k8s.v0 import api_proxy, drain, kubeadm
 from charms.gpu_k8s.v0.apt import AptError
 from charms.gpu_k8s.v0.cos_agent import CosAgentProvider, node_jobs, scrape_job
 from charms.gpu_k8s.v0.databag import write
 from charms.gpu_k8s.v0.kube_api import KubeApiProvider
 from charms.gpu_k8s.v0.kubeclient import KubeError
 from charms.gpu_k8s.v0.kubernetes_cluster import ClusterProvider
-from charms.gpu_k8s.v0.system import CommandError, Host, SubprocessRunner
+from charms.gpu_k8s.v0.system import CommandError, Host, machine
 from charms.gpu_k8s.v0.unit_state import Gauge
 
 logger = logging.getLogger(__name__)
@@ -70,10 +70,6 @@ logger = logging.getLogger(__name__)
 
 def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.timezone.utc)
-
-
-def _machine() -> Host:
-    return Host(SubprocessRunner())
 
 
 def _juju_public_address() -> str | None:
@@ -101,7 +97,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
     """Runs a kubeadm control plane and serves workers and kube-api consumers."""
 
     # Boundaries that tests replace: the machine, the API client factory and the clocks.
-    host_factory = staticmethod(_machine)
+    host_factory = staticmethod(machine)
     public_address = staticmethod(_juju_public_address)
     etcd_url = etcd.URL
     clock = staticmethod(_now)
@@ -326,7 +322,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             kubeadm.reset(self.host)
             bootstrap.forget_joined(self.host)
             if registered:
-                kube.delete_node(node)
+                kube.delete("v1", "Node", node)
         finally:
             kube.close()
             self._kube = None
@@ -339,8 +335,12 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
 
         Pods still there after `DRAIN_TIMEOUT_SECONDS` are named in a warning: they `fate`.
         """
-        result = kube.drain(
-            node, timeout=DRAIN_TIMEOUT_SECONDS, clock=self.drain_clock, sleep=self.drain_sleep
+        result = drain.drain(
+            kube,
+            node,
+            timeout=DRAIN_TIMEOUT_SECONDS,
+            clock=self.drain_clock,
+            sleep=self.drain_sleep,
         )
         if result is None:
             return False
@@ -419,7 +419,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
                 config.package_mirror,
                 first=first,
                 drain=lambda: self._drain(self._kube_client(), name, "restart with kubelet"),
-                uncordon=lambda: self._kube_client().uncordon(name),
+                uncordon=lambda: drain.uncordon(self._kube_client(), name),
             )
 
     def _joined(self) -> bool:

@@ -10,12 +10,12 @@ import json
 from collections.abc import Iterable, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from charms.gpu_k8s.v0.kube_objects import GPU_RESOURCE, node_ready, pod_gpus
 from charms.gpu_k8s.v0.unit_state import Gauge
 
 if TYPE_CHECKING:
     from registry import Registry
 
-GPU_RESOURCE = "nvidia.com/gpu"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 ROLE_PREFIX = "node-role.kubernetes.io/"
 
@@ -47,14 +47,6 @@ class NodeInfo:
         return out
 
 
-def is_ready(node: dict) -> bool:
-    """Whether the node's Ready condition is True."""
-    for condition in (node.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "Ready":
-            return condition.get("status") == "True"
-    return False
-
-
 def _int(value: Any) -> int:
     try:
         return int(str(value))
@@ -72,7 +64,7 @@ def summarize(node: dict) -> NodeInfo:
         name=meta.get("name", ""),
         roles=roles,
         version=(status.get("nodeInfo") or {}).get("kubeletVersion", "unknown"),
-        ready=is_ready(node),
+        ready=node_ready(node),
         schedulable=not (node.get("spec") or {}).get("unschedulable", False),
         gpus=_int((status.get("allocatable") or {}).get(GPU_RESOURCE)),
         gpu_product=labels.get(GPU_PRODUCT_LABEL),
@@ -100,38 +92,6 @@ def summarize_all(nodes: list[dict]) -> list[NodeInfo]:
 # finished pod's devices). A field selector the API server supports for pods
 # (pkg/registry/core/pod/strategy.go PodToSelectableFields: status.phase, spec.nodeName).
 HOLDING_PODS = "status.phase!=Succeeded,status.phase!=Failed"
-
-
-def _gpus(container: dict) -> int:
-    """A container's GPUs (an extended resource: its requests equal its limits).
-
-    kubernetes.io/docs/tasks/configure-pod-container/extended-resource/
-    """
-    resources = container.get("resources") or {}
-    for part in ("limits", "requests"):
-        if GPU_RESOURCE in (resources.get(part) or {}):
-            return _int(resources[part][GPU_RESOURCE])
-    return 0
-
-
-def pod_gpus(pod: dict) -> int:
-    """The GPUs the scheduler set aside for a pod.
-
-    Its effective request: the larger of its app containers plus sidecars (init
-    containers with restartPolicy Always) and of each init container plus the sidecars
-    started before it (kubernetes.io/docs/concepts/workloads/pods/init-containers/
-    #resource-sharing-within-containers; sidecar-containers/#resource-sharing).
-    """
-    spec = pod.get("spec") or {}
-    sidecars = 0
-    peak_init = 0
-    for init in spec.get("initContainers") or []:
-        if init.get("restartPolicy") == "Always":
-            sidecars += _gpus(init)
-        else:
-            peak_init = max(peak_init, sidecars + _gpus(init))
-    running = sidecars + sum(_gpus(c) for c in spec.get("containers") or [])
-    return max(running, peak_init)
 
 
 def gpu_holders(pods: Iterable[dict]) -> dict[str, list[tuple[str, int]]]:
@@ -221,7 +181,7 @@ def removable(node: dict, pods: list[dict]) -> tuple[bool, str]:
     It can once it is NotReady (the machine is gone), or once it is cordoned and runs
     nothing but DaemonSet, mirror or finished pods (it drained itself).
     """
-    if not is_ready(node):
+    if not node_ready(node):
         return True, "node is NotReady"
     if not (node.get("spec") or {}).get("unschedulable", False):
         return False, "node is not cordoned yet"
@@ -288,7 +248,7 @@ class NodeHealth:
         self.missing.discard(name)
         if node is None:
             self.missing.add(name)
-        elif not is_ready(node):
+        elif not node_ready(node):
             self.not_ready.add(name)
 
     def keep_only(self, expected: set[str]) -> None:

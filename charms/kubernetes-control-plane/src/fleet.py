@@ -166,7 +166,7 @@ class Fleet:
             pods = kube.list("v1", "Pod", field_selector=f"spec.nodeName={name}")
             ok, why = cluster_info.removable(node, pods)
             if ok:
-                kube.delete_node(name)
+                kube.delete("v1", "Node", name)
                 logger.info("deleted Node %s of a departed worker (%s)", name, why)
             else:
                 logger.info("keeping Node %s of a departed worker for now: %s", name, why)

@@ -32,7 +32,6 @@ lend unused quota to each other; and the priorities `low`, `normal` and `high` t
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from typing import Any
 
@@ -50,14 +49,6 @@ GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"
 PRIORITIES = {"low": 100, "normal": 1000, "high": 10000}
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "kubernetes-control-plane"
-KINDS = {
-    (API, "ResourceFlavor"): ("resourceflavors", False),
-    (API, "Cohort"): ("cohorts", False),
-    (API, "WorkloadPriorityClass"): ("workloadpriorityclasses", False),
-    (API, "ClusterQueue"): ("clusterqueues", False),
-    (API, "LocalQueue"): ("localqueues", True),
-    (API, "Workload"): ("workloads", True),
-}
 
 
 def configure(text: str, settings: batch_engines.Settings) -> str:
@@ -169,14 +160,3 @@ def cluster_objects(models: list[str], *, shared: bool = False) -> list[dict[str
             }
         )
     return objects
-
-
-def fingerprint(objects: list[dict[str, Any]]) -> str:
-    """A digest of the objects, stored once they are applied."""
-    text = json.dumps(objects, sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def add_kinds(kube: Any) -> None:
-    """Teach a `Kube` client Kueue's kinds."""
-    kube.kinds.update(KINDS)

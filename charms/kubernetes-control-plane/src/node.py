@@ -136,7 +136,7 @@ class Node:
         *,
         first: bool,
         drain: Callable[[], bool],
-        uncordon: Callable[[], None],
+        uncordon: Callable[[], object],
     ) -> None:
         """Upgrade this node to `minor` the way kubeadm documents it.
 

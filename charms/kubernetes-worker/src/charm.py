@@ -48,7 +48,7 @@ import ops
 import worker
 from reboot_turns import RebootTurns
 
-from charms.gpu_k8s.v0 import api_proxy, apt, kubeadm
+from charms.gpu_k8s.v0 import api_proxy, apt, drain, kubeadm
 from charms.gpu_k8s.v0.cos_agent import (
     DCGM_EXPORTER_PORT,
     CosAgentProvider,
@@ -56,7 +56,7 @@ from charms.gpu_k8s.v0.cos_agent import (
     scrape_job,
 )
 from charms.gpu_k8s.v0.kubernetes_cluster import ClusterRequirer, GpuInfo, JoinInfo
-from charms.gpu_k8s.v0.system import CommandError, Host, SubprocessRunner
+from charms.gpu_k8s.v0.system import CommandError, Host, machine
 
 if TYPE_CHECKING:
     from charms.gpu_k8s.v0.kubeclient import Kube
@@ -124,7 +124,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
 
     def host_factory(self) -> Host:
         """The machine this unit manages (tests return a fake one)."""
-        return Host(SubprocessRunner())
+        return machine()
 
     # -- events ------------------------------------------------------------------------
 
@@ -327,7 +327,8 @@ class KubernetesWorkerCharm(ops.CharmBase):
             if kube is None:
                 return False
             with kube:
-                result = kube.drain(
+                result = drain.drain(
+                    kube,
                     node,
                     timeout=config.drain_timeout,
                     clock=self.drain_clock,
@@ -357,7 +358,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
             if kube is None:
                 return False
             with kube:
-                if kube.uncordon(node):
+                if drain.uncordon(kube, node):
                     logger.info("driver works after the reboot; uncordoned node %s", node)
         self._stored.reboot_boot = None
         self._stored.reboot_cordoned = False
@@ -640,8 +641,8 @@ class KubernetesWorkerCharm(ops.CharmBase):
             )
             return f"reset node {node} without draining it: no access to the Kubernetes API"
         with kube:
-            result = kube.drain(
-                node, timeout=timeout, clock=self.drain_clock, sleep=self.drain_sleep
+            result = drain.drain(
+                kube, node, timeout=timeout, clock=self.drain_clock, sleep=self.drain_sleep
             )
         summary = worker.drain_summary(node, result, timeout)
         if result is not None and result.remaining:

@@ -19,6 +19,8 @@ import mig
 import nvidia
 import ops
 
+from charms.gpu_k8s.v0 import drain
+
 if TYPE_CHECKING:
     from gpu_node import GpuState
     from reboot_turns import RebootTurns
@@ -101,8 +103,8 @@ def advance(ctx: Context, config: WorkerConfig, state: GpuState) -> Outcome:
             if not ctx.turns.request(reason, limit):
                 outcome.turn_wait = ctx.turns.waiting_message(reason, limit)
                 return outcome
-            result = kube.drain(
-                ctx.node, timeout=config.drain_timeout, clock=ctx.clock, sleep=ctx.sleep
+            result = drain.drain(
+                kube, ctx.node, timeout=config.drain_timeout, clock=ctx.clock, sleep=ctx.sleep
             )
             stored.mig_cordoned = stored.mig_cordoned or result is not None
             stored.mig_since = time.time()
@@ -122,7 +124,7 @@ def advance(ctx: Context, config: WorkerConfig, state: GpuState) -> Outcome:
         elif decision.act is mig.Act.FAILED:
             outcome.blocked = mig.failed_message(layout, ctx.node, ctx.unit)
         elif decision.act is mig.Act.UNCORDON:
-            kube.uncordon(ctx.node)
+            drain.uncordon(kube, ctx.node)
             stored.mig_cordoned, stored.mig_since = False, None
             ctx.turns.done(limit)
     return outcome

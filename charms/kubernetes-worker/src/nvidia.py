@@ -734,7 +734,7 @@ def run_validation(
     Raises:
         KubeError: the API server refused to create or read the pod.
     """
-    from charms.gpu_k8s.v0.kubeclient import poll_until
+    from charms.gpu_k8s.v0.system import poll_until
 
     kube.create(validation_pod(node, namespace, image, name, deadline=max(1, round(timeout))))
     last = ""

@@ -24,12 +24,13 @@ import nvidia
 import pydantic
 from driver import DRIVER_CHOICES, DriverChoice
 
-from charms.gpu_k8s.v0 import apt, containerd, images, kubeadm
+from charms.gpu_k8s.v0 import apt, containerd, drain, images, kubeadm
 from charms.gpu_k8s.v0.config import CharmConfig
 from charms.gpu_k8s.v0.system import Host
 
 if TYPE_CHECKING:
-    from charms.gpu_k8s.v0.kubeclient import DrainResult, Kube
+    from charms.gpu_k8s.v0.drain import DrainResult
+    from charms.gpu_k8s.v0.kubeclient import Kube
     from charms.gpu_k8s.v0.kubernetes_cluster import JoinInfo
 
 DEFAULT_API_PORT = 6443
@@ -453,7 +454,7 @@ def upgrade_node(
         save_upgrade(host, upgrade)
     result = None
     if "drain" not in upgrade.done:
-        result = kube.drain(node, timeout=drain_timeout, clock=clock, sleep=sleep)
+        result = drain.drain(kube, node, timeout=drain_timeout, clock=clock, sleep=sleep)
         upgrade.cordoned = result is not None
         upgrade.done.append("drain")
         save_upgrade(host, upgrade)
@@ -463,7 +464,7 @@ def upgrade_node(
         upgrade.done.append("restart")
         save_upgrade(host, upgrade)
     if upgrade.cordoned:
-        kube.uncordon(node)
+        drain.uncordon(kube, node)
     clear_upgrade(host)
     return result
 

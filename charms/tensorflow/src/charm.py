@@ -43,7 +43,7 @@ from charms.gpu_k8s.v0.cos_agent import CosAgentProvider
 from charms.gpu_k8s.v0.images import validate_registry
 from charms.gpu_k8s.v0.kube_api import KubeApiRequirer, Rule
 from charms.gpu_k8s.v0.shared_storage import SharedStorageRequirer
-from charms.gpu_k8s.v0.system import Host, SubprocessRunner
+from charms.gpu_k8s.v0.system import machine
 
 logger = logging.getLogger(__name__)
 
@@ -147,11 +147,6 @@ class SecretConfigError(Exception):
     """A secret config option cannot be used; the message says why (never its content)."""
 
 
-def _machine() -> Host:
-    """This unit's machine (see `host_factory`)."""
-    return Host(SubprocessRunner())
-
-
 class TensorflowCharm(ops.CharmBase):
     """Runs distributed TensorFlow training as Kubernetes Jobs."""
 
@@ -161,7 +156,7 @@ class TensorflowCharm(ops.CharmBase):
     sleep: Callable[[float], None] = staticmethod(time.sleep)
     monotonic: Callable[[], float] = staticmethod(time.monotonic)
     # The machine (where the unit-state server for the COS agent runs: unit_state).
-    host_factory = staticmethod(_machine)
+    host_factory = staticmethod(machine)
 
     def __init__(self, framework: ops.Framework):
         super().__init__(framework)
@@ -270,7 +265,6 @@ class TensorflowCharm(ops.CharmBase):
             kube = Kube.from_kubeconfig(kubeconfig)
         except ValueError as e:
             raise NotReadyError(f"{KUBE_API}: {e}") from None
-        queues.add_kinds(kube)
         with kube:
             yield kube, ctx
 

@@ -471,7 +471,7 @@ def import_dataset(
         DatasetError: the name is taken by another source, S3 without credentials, the
             claim is missing, or the copy failed (with the program's reason).
     """
-    from charms.gpu_k8s.v0.kubeclient import poll_until
+    from charms.gpu_k8s.v0.system import poll_until
 
     existing = _refuse(kube, ctx, params, credentials)
     if existing is not None:

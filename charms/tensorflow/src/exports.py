@@ -148,7 +148,7 @@ class _Follow:
 
 
 def _wait(follow: _Follow, timeout: float, *, sleep: Any, clock: Any) -> dict | None:
-    from charms.gpu_k8s.v0.kubeclient import poll_until
+    from charms.gpu_k8s.v0.system import poll_until
 
     return poll_until(follow, timeout, poll=POLL_SECONDS, clock=clock, sleep=sleep)
 
@@ -276,7 +276,7 @@ def fetch(
     Raises:
         ExportError: the job has no export (or not the asked version); nothing is left.
     """
-    from charms.gpu_k8s.v0.kubeclient import poll_until
+    from charms.gpu_k8s.v0.system import poll_until
 
     name = fetch_name(params.job)
     kube.delete("batch/v1", "Job", name, ctx.namespace)  # an earlier one: start afresh

@@ -78,6 +78,7 @@ from literals import (
 
 from charms.gpu_k8s.v0.config import ActionParams
 from charms.gpu_k8s.v0.images import mirrored
+from charms.gpu_k8s.v0.kube_objects import node_ready, pod_gpus
 
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?$")
@@ -831,29 +832,6 @@ def _tolerated(node: dict) -> bool:
     return True
 
 
-def _ready(node: dict) -> bool:
-    for cond in (node.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "Ready":
-            return cond.get("status") == "True"
-    return False
-
-
-def pod_gpus(pod: dict) -> int:
-    """GPUs a pod holds (limits of its containers; init containers count at their max)."""
-    spec = pod.get("spec") or {}
-
-    def need(container: dict) -> int:
-        res = container.get("resources") or {}
-        return _quantity_int(
-            (res.get("limits") or {}).get(GPU_RESOURCE)
-            or (res.get("requests") or {}).get(GPU_RESOURCE)
-        )
-
-    regular = sum(need(c) for c in spec.get("containers") or [])
-    init = max((need(c) for c in spec.get("initContainers") or []), default=0)
-    return max(regular, init)
-
-
 def _active(pod: dict) -> bool:
     return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
 
@@ -861,7 +839,7 @@ def _active(pod: dict) -> bool:
 def schedulable(node: dict) -> bool:
     """Ready, not cordoned, and no NoSchedule/NoExecute taint but the GPU one."""
     spec = node.get("spec") or {}
-    return not spec.get("unschedulable") and _ready(node) and _tolerated(node)
+    return not spec.get("unschedulable") and node_ready(node) and _tolerated(node)
 
 
 def never_fits(request: TrainRequest, nodes: Iterable[dict]) -> str | None:

@@ -84,15 +84,6 @@ EXIT_STOPPED = 143
 EXIT_NO_GPU = 3
 PURGE_TTL_SECONDS = 600
 
-# Kinds the charm's Kube client is taught beyond the built-in ones.
-KINDS: dict[tuple[str, str], tuple[str, bool]] = {
-    (JOBSET_API, "JobSet"): ("jobsets", True),
-    (KUEUE_API, "Workload"): ("workloads", True),
-    (KUEUE_API, "LocalQueue"): ("localqueues", True),
-    (KUEUE_API, "ClusterQueue"): ("clusterqueues", False),
-    (KUEUE_API, "ResourceFlavor"): ("resourceflavors", False),
-}
-
 # RBAC asked from the control plane: exactly what the actions use.
 NAMESPACED_RULES: list[dict[str, Any]] = [
     {"api-groups": ["jobset.x-k8s.io"], "resources": ["jobsets"],

@@ -32,8 +32,6 @@ LocalQueue {clusterQueue}. A null namespaceSelector admits from no namespace.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import logging
 from collections.abc import Iterable
 from typing import Any
@@ -42,12 +40,13 @@ import jobs
 import serving
 from literals import (
     GPU_RESOURCE,
-    KINDS,
     KUEUE_API,
     LABEL_GPU_PRODUCT,
     LOCAL_QUEUE,
     RETIRED_LOCAL_QUEUES,
 )
+
+from charms.gpu_k8s.v0 import kube_objects
 
 logger = logging.getLogger(__name__)
 
@@ -257,7 +256,7 @@ def reconcile(kube: Any, app: str, namespace: str, quotas: Quotas, applied: str 
     objects = team_objects(
         app, namespace, flavors, nodes, quotas, held_outside_kueue(servers, nodes)
     )
-    digest = fingerprint(objects)
+    digest = kube_objects.fingerprint(objects)
     if digest == applied:
         return digest
     for obj in objects:
@@ -267,13 +266,3 @@ def reconcile(kube: Any, app: str, namespace: str, quotas: Quotas, applied: str 
         logger.info("deleted LocalQueue %s of an earlier revision", name)
     logger.info("applied ClusterQueue %s", objects[0]["metadata"]["name"])
     return digest
-
-
-def fingerprint(objects: list[dict[str, Any]]) -> str:
-    """A digest of the objects, remembered once they are applied."""
-    return hashlib.sha256(json.dumps(objects, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def add_kinds(kube: Any) -> None:
-    """Teach a `Kube` client the JobSet and Kueue kinds this charm uses."""
-    kube.kinds.update(KINDS)

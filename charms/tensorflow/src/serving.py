@@ -221,7 +221,7 @@ def serve(
 
 def _wait_and_try(kube: Any, ctx: Any, params: ServeParams, *, sleep: Any, clock: Any) -> dict:
     """Wait for the model to be AVAILABLE, then send one request of zeros."""
-    from charms.gpu_k8s.v0.kubeclient import poll_until
+    from charms.gpu_k8s.v0.system import poll_until
 
     def ready() -> str | None:
         status = _proxied(kube, ctx.namespace, params.job, f"/v1/models/{params.job}")

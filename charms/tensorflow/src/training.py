@@ -281,7 +281,7 @@ def wait_for_pods(
     Raises:
         JobError: a pod cannot start (bad image, crash loop).
     """
-    from charms.gpu_k8s.v0.kubeclient import poll_until
+    from charms.gpu_k8s.v0.system import poll_until
 
     replicas = request.replicas()
     pods: list[dict] = []
@@ -318,7 +318,7 @@ def queue_answer(
 
     `why` for a queued job: its position in the team's queue and Kueue's message.
     """
-    from charms.gpu_k8s.v0.kubeclient import poll_until
+    from charms.gpu_k8s.v0.system import poll_until
 
     answer: tuple[str, str] = ("Unknown", "Kueue has not picked the job up yet")
 
@@ -646,7 +646,7 @@ def _wait_gone(
     clock: Callable[[], float],
     poll: float = POLL_SECONDS,
 ) -> bool:
-    from charms.gpu_k8s.v0.kubeclient import poll_until
+    from charms.gpu_k8s.v0.system import poll_until
 
     def gone() -> bool | None:
         return True if not _training_pods(kube, ctx, job) else None
@@ -727,7 +727,7 @@ def _wait_resumed(
     clock: Callable[[], float],
     poll: float = POLL_SECONDS,
 ) -> int | None:
-    from charms.gpu_k8s.v0.kubeclient import poll_until
+    from charms.gpu_k8s.v0.system import poll_until
 
     def resumed() -> int | None:
         return jobs.resumed_step(_chief_log(kube, ctx, request, pods))

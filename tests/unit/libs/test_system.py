@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
-from charms.gpu_k8s.v0.system import CommandError, Host, SubprocessRunner
+from charms.gpu_k8s.v0.system import CommandError, Host, SubprocessRunner, machine, poll_until
 from fakes.host import FakeRunner
 
 
@@ -83,3 +84,51 @@ def test_command_error_last_line_is_the_last_error_line_or_the_exit_status():
     error = CommandError(["/usr/bin/kubeadm", "join"], 1, stderr)
     assert error.last_line == "error: port in use"
     assert CommandError(["/usr/bin/true"], 3, "  \n").last_line == "exit status 3"
+
+
+class _Clock:
+    """A clock that moves only when slept on."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def test_poll_until_returns_the_first_answer_and_sleeps_between_checks():
+    clock = _Clock()
+    answers = iter([None, None, "ready"])
+
+    assert poll_until(lambda: next(answers), 10, poll=2, clock=clock, sleep=clock.sleep) == "ready"
+    assert clock.slept == [2, 2]
+
+
+def test_poll_until_gives_up_at_the_timeout_with_a_last_shorter_sleep():
+    clock = _Clock()
+    checks = []
+
+    assert poll_until(lambda: checks.append(1), 5, poll=2, clock=clock, sleep=clock.sleep) is None
+    assert clock.slept == [2, 2, 1]
+    assert len(checks) == 4  # at 0, 2, 4 and 5
+
+
+def test_poll_until_is_bounded_by_its_polls_when_the_clock_stands_still():
+    checks = []
+
+    assert (
+        poll_until(lambda: checks.append(1), 4, poll=1, clock=lambda: 0.0, sleep=lambda s: None)
+        is None
+    )
+    assert len(checks) == 6  # timeout / poll + 2
+
+
+def test_machine_is_the_real_runner_on_the_root():
+    host = machine()
+    assert isinstance(host.runner, SubprocessRunner)
+    assert host.path("/etc/hostname") == Path("/etc/hostname")

@@ -59,11 +59,11 @@ from collections.abc import Sequence
 from pathlib import PurePosixPath
 
 from charms.gpu_k8s.v0 import apt
-from charms.gpu_k8s.v0.system import CommandError, Host
+from charms.gpu_k8s.v0.system import SYSTEMCTL, CommandError, Host
 
 LIBID = "56d1a753a66d4124bddde98d7b960f09"
 LIBAPI = 0
-LIBPATCH = 3
+LIBPATCH = 4
 
 LISTEN_HOST = "127.0.0.1"
 PORT = 6444
@@ -77,7 +77,6 @@ PACKAGE = "haproxy"
 SERIES = "2.8.*"
 CONFIG = "/etc/haproxy/gpu-k8s.cfg"
 DROP_IN = f"/etc/systemd/system/{SERVICE}.service.d/gpu-k8s.conf"
-SYSTEMCTL = "/usr/bin/systemctl"
 # What the health check asks each API server, and how often: a server is taken out after
 # 3 failed checks 2 s apart and back after 2 good ones.
 HEALTH_PATH = "/readyz"

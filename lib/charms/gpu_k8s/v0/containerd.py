@@ -22,11 +22,11 @@ import re
 from collections.abc import Mapping
 
 from charms.gpu_k8s.v0 import apt
-from charms.gpu_k8s.v0.system import Host
+from charms.gpu_k8s.v0.system import SYSTEMCTL, Host
 
 LIBID = "d05ade75775e4907ae5bd11555f9b6b6"
 LIBAPI = 0
-LIBPATCH = 4
+LIBPATCH = 5
 
 # Ubuntu 24.04 (noble) series, pinned with apt preferences and held (see apt.py: the
 # archive keeps one version per pocket, so an exact pin breaks at the next update).
@@ -54,7 +54,6 @@ SYSCTLS = {
     "net.bridge.bridge-nf-call-iptables": "1",
     "net.bridge.bridge-nf-call-ip6tables": "1",
 }
-SYSTEMCTL = "/usr/bin/systemctl"
 MODPROBE = "/usr/sbin/modprobe"
 SYSCTL = "/usr/sbin/sysctl"
 SWAPOFF = "/usr/sbin/swapoff"

@@ -20,11 +20,11 @@ from collections.abc import Mapping
 import yaml
 
 from charms.gpu_k8s.v0 import apt
-from charms.gpu_k8s.v0.system import CommandError, Host
+from charms.gpu_k8s.v0.system import SYSTEMCTL, CommandError, Host
 
 LIBID = "f766a8bf76ef4d8f9f47cf1d41d1f95c"
 LIBAPI = 0
-LIBPATCH = 9
+LIBPATCH = 10
 
 _VERSION = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+$")
 
@@ -100,7 +100,6 @@ UPSTREAM = "https://pkgs.k8s.io"
 SOURCE_NAME = "kubernetes"
 KEYRING = "/etc/apt/keyrings/kubernetes-apt-keyring.gpg"
 KUBEADM = "/usr/bin/kubeadm"
-SYSTEMCTL = "/usr/bin/systemctl"
 HOSTNAME = "/usr/bin/hostname"
 KUBELET_CONF = "/etc/kubernetes/kubelet.conf"
 JOIN_CONFIG = "/run/gpu-k8s/kubeadm-join.yaml"

@@ -5,8 +5,9 @@
 
 `Kube` talks to the API server through the official `kubernetes` Python client, using raw
 resource paths for generic CRUD (so one code path serves every kind in `KINDS`), and adds
-what charms need on top: server-side apply, cordon/drain through the Eviction API, and
-errors as `KubeError(status, reason, message)` carrying the server's `Status` message.
+what charms need on top: server-side apply, Table and log reads, and errors as
+`KubeError(status, reason, message)` carrying the server's `Status` message. Cordon and
+drain are in `drain.py`, the kubeconfig checks in `kubeconfig.py`.
 
 The `kubernetes` package is heavy, so it is imported only when a client is built: importing
 this module costs almost nothing (hooks that do not touch the cluster do not pay for it).
@@ -33,28 +34,25 @@ Example::
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import threading
-import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
+
+from charms.gpu_k8s.v0.kubeconfig import load_kubeconfig
 
 if TYPE_CHECKING:  # pragma: no cover
     from kubernetes.client import ApiClient
 
 LIBID = "1c1c281a9eb64d9594fd86aa76205351"
 LIBAPI = 0
-LIBPATCH = 7
+LIBPATCH = 8
 
 logger = logging.getLogger(__name__)
 
 # What `kubectl get` sends to have the API server print objects as a Table.
 TABLE_ACCEPT = "application/json;as=Table;v=v1;g=meta.k8s.io, application/json"
-
-T = TypeVar("T")
 
 # (apiVersion, kind) -> (plural resource name, namespaced)
 KINDS: dict[tuple[str, str], tuple[str, bool]] = {
@@ -90,10 +88,17 @@ KINDS: dict[tuple[str, str], tuple[str, bool]] = {
         False,
     ),
     ("apiregistration.k8s.io/v1", "APIService"): ("apiservices", False),
+    # JobSet v0.12 and Kueue v0.19 (their CRDs' group, version, plural and scope)
+    ("jobset.x-k8s.io/v1alpha2", "JobSet"): ("jobsets", True),
+    ("kueue.x-k8s.io/v1beta2", "ResourceFlavor"): ("resourceflavors", False),
+    ("kueue.x-k8s.io/v1beta2", "Cohort"): ("cohorts", False),
+    ("kueue.x-k8s.io/v1beta2", "WorkloadPriorityClass"): ("workloadpriorityclasses", False),
+    ("kueue.x-k8s.io/v1beta2", "ClusterQueue"): ("clusterqueues", False),
+    ("kueue.x-k8s.io/v1beta2", "LocalQueue"): ("localqueues", True),
+    ("kueue.x-k8s.io/v1beta2", "Workload"): ("workloads", True),
 }
 
 RETRY_STATUSES = (429, 500, 502, 503, 504)
-MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
 
 class KubeError(Exception):
@@ -104,103 +109,6 @@ class KubeError(Exception):
         self.reason = reason
         self.message = message
         super().__init__(f"{status} {reason}: {message}")
-
-
-def poll_until(
-    check: Callable[[], T | None],
-    timeout: float,
-    *,
-    poll: float = 2.0,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
-) -> T | None:
-    """Call `check` until it returns something other than None, or `timeout` passes.
-
-    Returns that result, or None on timeout. `check` runs at least once; the loop is also
-    bounded by the number of polls `timeout` allows, so a clock that stands still (as in
-    tests) cannot make it spin forever.
-    """
-    deadline = clock() + timeout
-    for _ in range(int(timeout / max(poll, 1e-3)) + 2):
-        result = check()
-        if result is not None:
-            return result
-        left = deadline - clock()
-        if left <= 0:
-            break
-        sleep(min(poll, left))
-    return None
-
-
-# Set on a Node together with `spec.unschedulable` by `Kube.cordon`: the cordon is ours,
-# so `Kube.uncordon` may lift it. A cordon without it (an operator's `kubectl cordon`)
-# is left alone. Kept on the Node itself, it survives a hook that fails mid-drain.
-CORDON_ANNOTATION = "gpu-k8s/cordoned"
-
-
-def _cordoned_by_us(node: dict) -> bool:
-    return CORDON_ANNOTATION in (node.get("metadata", {}).get("annotations") or {})
-
-
-@dataclasses.dataclass
-class DrainResult:
-    """What `Kube.drain` did: pods (as "namespace/name") evicted and still remaining."""
-
-    evicted: list[str]
-    remaining: list[str]
-    timed_out: bool
-
-
-def _check_named_entries(config: dict, section: str, inner: str) -> dict[str, dict]:
-    entries = config.get(section)
-    if not isinstance(entries, list) or not entries:
-        raise ValueError(f"kubeconfig has no {section}")
-    named = {}
-    for entry in entries:
-        if not isinstance(entry, dict) or not entry.get("name"):
-            raise ValueError(f"kubeconfig {section} entry without a name")
-        if not isinstance(entry.get(inner), dict):
-            raise ValueError(f"kubeconfig {section} entry {entry['name']!r} has no {inner}")
-        named[entry["name"]] = entry[inner]
-    return named
-
-
-def load_kubeconfig(text: str) -> dict:
-    """Parse kubeconfig YAML and check that its current context is usable.
-
-    Raises:
-        ValueError: the text is not YAML, or it lacks a cluster server, a user or a context
-            that the current context needs. The message never echoes the text (it holds
-            credentials).
-    """
-    import yaml
-
-    try:
-        config = yaml.safe_load(text) if text else None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ValueError(f"kubeconfig is not valid YAML{where}") from None
-    if not isinstance(config, dict):
-        raise ValueError("kubeconfig must be a YAML mapping with clusters, users and contexts")
-    clusters = _check_named_entries(config, "clusters", "cluster")
-    users = _check_named_entries(config, "users", "user")
-    contexts = _check_named_entries(config, "contexts", "context")
-    current = config.get("current-context")
-    if not current and len(contexts) == 1:
-        current = config["current-context"] = next(iter(contexts))
-    if current not in contexts:
-        raise ValueError(f"kubeconfig current-context {current!r} is not among its contexts")
-    context = contexts[current]
-    cluster = clusters.get(context.get("cluster", ""))
-    if cluster is None:
-        raise ValueError(f"kubeconfig context {current!r} names an unknown cluster")
-    server = cluster.get("server")
-    if not isinstance(server, str) or not server.startswith(("https://", "http://")):
-        raise ValueError(f"kubeconfig cluster {context['cluster']!r} needs an http(s) server URL")
-    if context.get("user") not in users:
-        raise ValueError(f"kubeconfig context {current!r} names an unknown user")
-    return config
 
 
 class _Counter:
@@ -573,120 +481,3 @@ class Kube:
             query["previous"] = "true"
         answer = self.request("GET", path, query=query)
         return answer if isinstance(answer, str) else json.dumps(answer)
-
-    # -- nodes
-
-    def cordon(self, node: str) -> None:
-        """Mark the node unschedulable, noting on it that the cordon is ours."""
-        self.patch(
-            "v1",
-            "Node",
-            node,
-            {
-                "metadata": {"annotations": {CORDON_ANNOTATION: "true"}},
-                "spec": {"unschedulable": True},
-            },
-        )
-
-    def uncordon(self, node: str) -> bool:
-        """Lift a cordon that `cordon` set; True when the node is schedulable again.
-
-        A cordon someone else set (no `CORDON_ANNOTATION`) stays, and so does a node
-        that is gone: False.
-        """
-        current = self.get("v1", "Node", node)
-        if current is None:
-            return False
-        if not _cordoned_by_us(current):
-            if current.get("spec", {}).get("unschedulable"):
-                logger.info("node %s stays cordoned: it was cordoned by someone else", node)
-                return False
-            return True
-        self.patch(
-            "v1",
-            "Node",
-            node,
-            {
-                "metadata": {"annotations": {CORDON_ANNOTATION: None}},
-                "spec": {"unschedulable": None},
-            },
-        )
-        return True
-
-    def delete_node(self, node: str) -> bool:
-        """Delete the Node object; False when it was already gone."""
-        return self.delete("v1", "Node", node)
-
-    def _evictable_pods(self, node: str) -> dict[str, str]:
-        """Pods on the node that a drain evicts, as {"ns/name": uid}."""
-        pods = {}
-        for pod in self.list("v1", "Pod", field_selector=f"spec.nodeName={node}"):
-            meta = pod["metadata"]
-            if MIRROR_ANNOTATION in (meta.get("annotations") or {}):
-                continue
-            if any(o.get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or []):
-                continue
-            pods[f"{meta['namespace']}/{meta['name']}"] = meta.get("uid", "")
-        return pods
-
-    def _evict(self, pod: str) -> bool:
-        """Ask the Eviction API to evict "ns/name": True if evicted or gone, False if blocked."""
-        namespace, name = pod.split("/", 1)
-        eviction = {
-            "apiVersion": "policy/v1",
-            "kind": "Eviction",
-            "metadata": {"name": name, "namespace": namespace},
-        }
-        try:
-            self.request(
-                "POST", self.path("v1", "Pod", namespace, name, "eviction"), body=eviction
-            )
-        except KubeError as e:
-            if e.status == 404:
-                return True
-            if e.status == 429:
-                logger.info("eviction of %s blocked: %s", pod, e.message)
-                return False
-            raise
-        return True
-
-    def drain(
-        self,
-        node: str,
-        *,
-        timeout: float,
-        poll: float = 2.0,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> DrainResult | None:
-        """Cordon the node and evict its pods (not DaemonSet or mirror pods), waiting for them.
-
-        Returns None when the node is not registered. A node someone else cordoned keeps
-        that cordon (no annotation is added), so `uncordon` leaves it cordoned.
-        Evictions refused with 429 (a PodDisruptionBudget) are retried every `poll` seconds
-        until `timeout`; evicted pods are then awaited until they are gone from the node.
-        Bounded by the clock and by the number of polls `timeout` allows.
-        """
-        current = self.get("v1", "Node", node)
-        if current is None:
-            return None
-        if _cordoned_by_us(current) or not current.get("spec", {}).get("unschedulable"):
-            self.cordon(node)
-        pending = self._evictable_pods(node)
-        evicted: list[str] = []
-        terminating: dict[str, str] = {}
-
-        def drained() -> bool | None:
-            nonlocal terminating
-            for pod in sorted(pending):
-                if self._evict(pod):
-                    evicted.append(pod)
-                    terminating[pod] = pending.pop(pod)
-            if terminating:
-                present = self._evictable_pods(node)
-                terminating = {p: u for p, u in terminating.items() if present.get(p) == u}
-            return True if not pending and not terminating else None
-
-        if poll_until(drained, timeout, poll=poll, clock=clock, sleep=sleep):
-            return DrainResult(evicted, [], False)
-        return DrainResult(evicted, sorted({*pending, *terminating}), True)

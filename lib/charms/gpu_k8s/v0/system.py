@@ -15,6 +15,10 @@ not do; what the charms need of them is one command each (`systemctl enable|rest
 reload`, `sysctl --system` after writing a drop-in). charmlibs-sysctl's merging of several
 charms' settings on one machine is not needed: of the charms sharing machine 0, only the
 control plane sets sysctls.
+
+Also here, because every charm needs them and they are about the machine and its clock:
+`machine()` (this unit's machine, what the charms' `host_factory` returns outside tests),
+`SYSTEMCTL` and `poll_until` (wait for a condition on an injectable clock).
 """
 
 from __future__ import annotations
@@ -22,12 +26,18 @@ from __future__ import annotations
 import dataclasses
 import os
 import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 LIBID = "3dec0f436d2c448586bd6ef84b7629c5"
 LIBAPI = 0
-LIBPATCH = 2
+LIBPATCH = 3
+
+SYSTEMCTL = "/usr/bin/systemctl"
+
+T = TypeVar("T")
 
 
 class CommandError(Exception):
@@ -132,3 +142,34 @@ class Host:
         """Return a file's text, or None when it does not exist."""
         target = self.path(absolute)
         return target.read_text() if target.exists() else None
+
+
+def machine() -> Host:
+    """The machine this unit runs on: the real runner and `/`."""
+    return Host(SubprocessRunner())
+
+
+def poll_until(
+    check: Callable[[], T | None],
+    timeout: float,
+    *,
+    poll: float = 2.0,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T | None:
+    """Call `check` until it returns something other than None, or `timeout` passes.
+
+    Returns that result, or None on timeout. `check` runs at least once; the loop is also
+    bounded by the number of polls `timeout` allows, so a clock that stands still (as in
+    tests) cannot make it spin forever.
+    """
+    deadline = clock() + timeout
+    for _ in range(int(timeout / max(poll, 1e-3)) + 2):
+        result = check()
+        if result is not None:
+            return result
+        left = deadline - clock()
+        if left <= 0:
+            break
+        sleep(min(poll, left))
+    return None

@@ -1,0 +1,82 @@
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""What the charms read off Kubernetes objects, in one place.
+
+The GPUs a pod holds, whether a node is Ready, and the digest that says whether a set of
+objects must be applied again.
+
+Plain functions of the objects as the API returns them (dicts); no client, no ops.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+LIBID = "58b81ae64c724083a9b79279b6369a0e"
+LIBAPI = 0
+LIBPATCH = 1
+
+# The extended resource NVIDIA's device plugin advertises (k8s-device-plugin README).
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def _count(value: Any) -> int:
+    try:
+        return int(str(value))
+    except (TypeError, ValueError):
+        return 0
+
+
+def container_gpus(container: dict, resource: str = GPU_RESOURCE) -> int:
+    """A container's GPUs: an extended resource, whose request equals its limit.
+
+    kubernetes.io/docs/tasks/configure-pod-container/extended-resource/: a container may
+    give the limit alone (the request defaults to it) or both, equal.
+    """
+    resources = container.get("resources") or {}
+    for part in ("limits", "requests"):
+        if resource in (resources.get(part) or {}):
+            return _count(resources[part][resource])
+    return 0
+
+
+def pod_gpus(pod: dict, resource: str = GPU_RESOURCE) -> int:
+    """The GPUs the scheduler sets aside for a pod: its effective request.
+
+    The larger of its app containers plus its sidecars (init containers with
+    `restartPolicy: Always`, which keep running) and of each other init container plus
+    the sidecars started before it (kubernetes.io/docs/concepts/workloads/pods/
+    init-containers/#resource-sharing-within-containers; sidecar-containers/
+    #resource-sharing-within-containers).
+    """
+    spec = pod.get("spec") or {}
+    sidecars = 0
+    peak_init = 0
+    for init in spec.get("initContainers") or []:
+        if init.get("restartPolicy") == "Always":
+            sidecars += container_gpus(init, resource)
+        else:
+            peak_init = max(peak_init, sidecars + container_gpus(init, resource))
+    running = sidecars + sum(container_gpus(c, resource) for c in spec.get("containers") or [])
+    return max(running, peak_init)
+
+
+def node_ready(node: dict) -> bool:
+    """Whether the node's `Ready` condition is `True` (absent or Unknown: not ready)."""
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return condition.get("status") == "True"
+    return False
+
+
+def fingerprint(data: Any, *extra: str) -> str:
+    """A short digest of JSON-shaped `data` (and `extra` text), kept once it is applied.
+
+    When the digest a charm recorded differs from the one of what it would apply now (a
+    new pin, config, registry, grant), it applies again; the same digest sends nothing.
+    """
+    text = json.dumps(data, sort_keys=True) + "".join(extra)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

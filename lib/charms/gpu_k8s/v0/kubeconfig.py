@@ -1,0 +1,68 @@
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""Reading a kubeconfig that a charm was handed, before anything connects with it.
+
+`load_kubeconfig` checks what the current context needs (a cluster with an http(s)
+server, a user, the context itself) and says which part is missing in a message that
+never echoes the text, which holds credentials. `kubeclient.Kube.from_kubeconfig` builds
+its client from the result.
+"""
+
+from __future__ import annotations
+
+LIBID = "d3d41f4964454e159b01b74e5e2f65c3"
+LIBAPI = 0
+LIBPATCH = 1
+
+
+def _check_named_entries(config: dict, section: str, inner: str) -> dict[str, dict]:
+    entries = config.get(section)
+    if not isinstance(entries, list) or not entries:
+        raise ValueError(f"kubeconfig has no {section}")
+    named = {}
+    for entry in entries:
+        if not isinstance(entry, dict) or not entry.get("name"):
+            raise ValueError(f"kubeconfig {section} entry without a name")
+        if not isinstance(entry.get(inner), dict):
+            raise ValueError(f"kubeconfig {section} entry {entry['name']!r} has no {inner}")
+        named[entry["name"]] = entry[inner]
+    return named
+
+
+def load_kubeconfig(text: str) -> dict:
+    """Parse kubeconfig YAML and check that its current context is usable.
+
+    Raises:
+        ValueError: the text is not YAML, or it lacks a cluster server, a user or a context
+            that the current context needs. The message never echoes the text (it holds
+            credentials).
+    """
+    import yaml
+
+    try:
+        config = yaml.safe_load(text) if text else None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ValueError(f"kubeconfig is not valid YAML{where}") from None
+    if not isinstance(config, dict):
+        raise ValueError("kubeconfig must be a YAML mapping with clusters, users and contexts")
+    clusters = _check_named_entries(config, "clusters", "cluster")
+    users = _check_named_entries(config, "users", "user")
+    contexts = _check_named_entries(config, "contexts", "context")
+    current = config.get("current-context")
+    if not current and len(contexts) == 1:
+        current = config["current-context"] = next(iter(contexts))
+    if current not in contexts:
+        raise ValueError(f"kubeconfig current-context {current!r} is not among its contexts")
+    context = contexts[current]
+    cluster = clusters.get(context.get("cluster", ""))
+    if cluster is None:
+        raise ValueError(f"kubeconfig context {current!r} names an unknown cluster")
+    server = cluster.get("server")
+    if not isinstance(server, str) or not server.startswith(("https://", "http://")):
+        raise ValueError(f"kubeconfig cluster {context['cluster']!r} needs an http(s) server URL")
+    if context.get("user") not in users:
+        raise ValueError(f"kubeconfig context {current!r} names an unknown user")
+    return config
