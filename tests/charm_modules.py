@@ -3,7 +3,10 @@
 Every charm keeps its modules in its own `src/` (`literals`, `charm`, ...), so two
 charms' modules cannot share plain names in one process. `load("efs-storage", "efs")`
 imports `charms/efs-storage/src/efs.py` with that `src/` on the path for the import
-only, then forgets the plain names it brought in, keeping the module itself.
+only, then forgets the plain names it brought in, keeping the modules themselves: a
+later `load("efs-storage", "aws")` returns the very module `efs` imported (one class per
+error, so `pytest.raises` matches), and the modules of one charm loaded earlier take part
+in the imports of the next.
 """
 
 from __future__ import annotations
@@ -24,20 +27,17 @@ def load(charm: str, name: str) -> ModuleType:
     src = ROOT / "charms" / charm / "src"
     if not (src / f"{name}.py").is_file():
         raise ModuleNotFoundError(f"charms/{charm}/src has no module {name}")
-    before = set(sys.modules)
     shadowed = {n: sys.modules.pop(n) for n in list(sys.modules) if _is_plain(n, src)}
+    sys.modules.update({m: module for (c, m), module in _LOADED.items() if c == charm})
     sys.path.insert(0, str(src))
     try:
         module = importlib.import_module(name)
     finally:
         sys.path.remove(str(src))
-        for loaded in set(sys.modules) - before:
-            path = getattr(sys.modules[loaded], "__file__", None) or ""
-            if path and Path(path).is_relative_to(src):
-                del sys.modules[loaded]
+        for loaded in [n for n in sys.modules if _is_plain(n, src)]:
+            _LOADED.setdefault((charm, loaded), sys.modules.pop(loaded))
         sys.modules.update(shadowed)
-    _LOADED[(charm, name)] = module
-    return module
+    return _LOADED.setdefault((charm, name), module)
 
 
 def _is_plain(module_name: str, src: Path) -> bool:
