@@ -6,10 +6,11 @@ import dataclasses
 
 import efs
 import pytest
-from aws_fakes import REGION
 from efs import NFS_PORT, TAG_APP, TAG_MODEL, creation_token
 from efs_env import APP, Env, status_texts, storage_relation
 from ops import testing
+
+from fakes.aws import REGION
 
 MOUNT_OPTIONS = [
     "nfsvers=4.1",

@@ -22,7 +22,7 @@ EFS's lists file systems (`elasticfilesystem:file-system`) and access points
 tags is left out, and a deleted one is gone at once (AWS documents GetResources as
 listing "tagged or previously tagged" resources, so it may show a deleted one for a
 while). A deleted mount target reads `deleting` for one more describe, and meanwhile
-DeleteFileSystem answers FileSystemInUse (the proxy's life cycle, aws_fakes.AwsProxy).
+DeleteFileSystem answers FileSystemInUse (the proxy's life cycle, fakes.aws.AwsProxy).
 """
 
 from __future__ import annotations
