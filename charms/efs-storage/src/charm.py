@@ -29,9 +29,10 @@ from typing import Any, TypeVar
 import efs
 import ops
 from charm_config import Config
+from claims import Owner
 from directories import HELPER_IMAGE, Directories, overlaps
 from literals import CLUSTER_RULES, KUBE_API, NAMESPACED_RULES, SHARED_STORAGE
-from storage import ClaimState, Owner, Storage, claim_spec
+from storage import ClaimState, Storage, claim_spec
 
 from charms.gpu_k8s.v0.cos_agent import CosAgentProvider
 from charms.gpu_k8s.v0.images import mirrored
