@@ -24,7 +24,9 @@ ROOT = Path(__file__).resolve().parents[2]
 for extra in ("charms/efs-storage/src", "lib", "tests"):
     sys.path.insert(0, str(ROOT / extra))
 
-from efs import Credentials, Desired, Efs, nodes_from_kubernetes  # noqa: E402
+from aws import Credentials  # noqa: E402
+from efs import Efs  # noqa: E402
+from efs_model import Desired, nodes_from_kubernetes  # noqa: E402
 
 from fakes.aws import (  # noqa: E402
     ACCESS_KEY_ID,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import efs
+import efs_model
 import pytest
 from ops import testing
 
@@ -123,7 +123,7 @@ class Env:
 
     def our_group(self) -> dict:
         """The charm's security group (the one it names for this model and application)."""
-        name = efs.security_group_name(self.model.uuid, APP)
+        name = efs_model.security_group_name(self.model.uuid, APP)
         (group,) = self.ec2.describe_security_groups(
             Filters=[{"Name": "group-name", "Values": [name]}]
         )["SecurityGroups"]

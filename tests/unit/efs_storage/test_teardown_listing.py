@@ -31,7 +31,7 @@ import json
 from pathlib import Path
 
 import aws_cli
-import efs
+import efs_model
 from efs_env import Env, dying, installed, relation_of
 from ops import testing
 
@@ -115,4 +115,4 @@ def test_nothing_is_listed_once_delete_on_remove_deleted_everything(ctx, env, tm
     (listed,) = aws_cli.transcript("leftovers-none", _shell(env, tmp_path))
 
     assert listed == "[]\n"
-    assert efs.TAG_MODEL in aws_cli.commands("leftovers-none")[0]
+    assert efs_model.TAG_MODEL in aws_cli.commands("leftovers-none")[0]
