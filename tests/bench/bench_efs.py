@@ -1,7 +1,7 @@
 """AWS calls made by the efs-storage workload module (create path, steady state, teardown).
 
 Runs the real boto3 against moto on 127.0.0.1 through the counting proxy of
-``tests/functional/aws_fakes.py``: a VPC with two subnets in each of three zones and two
+``tests/fakes/aws.py``: a VPC with two subnets in each of three zones and two
 nodes per zone, each a Juju machine (model group + machine group) registered as kubeadm
 does here (Juju hostname, no providerID, an InternalIP), so nodes are found by IP. New
 file systems and mount targets report ``creating`` for one describe and deleted ones
@@ -21,10 +21,14 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-for extra in ("charms/efs-storage/src", "lib", "tests", "tests/functional"):
+for extra in ("charms/efs-storage/src", "lib", "tests"):
     sys.path.insert(0, str(ROOT / extra))
 
-from aws_fakes import (  # noqa: E402
+from aws import Credentials  # noqa: E402
+from efs import Efs  # noqa: E402
+from efs_model import Desired, nodes_from_kubernetes  # noqa: E402
+
+from fakes.aws import (  # noqa: E402
     ACCESS_KEY_ID,
     REGION,
     SECRET_ACCESS_KEY,
@@ -33,7 +37,6 @@ from aws_fakes import (  # noqa: E402
     local_aws,
     node_object,
 )
-from efs import Credentials, Desired, Efs, nodes_from_kubernetes  # noqa: E402
 
 
 def report(title: str, passes: int, seconds: float, total: Counter, mutating: Counter) -> None:

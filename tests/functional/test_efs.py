@@ -13,7 +13,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from aws_fakes import (
+from charm_modules import load
+
+from fakes.aws import (
     ACCESS_KEY_ID,
     REGION,
     SECRET_ACCESS_KEY,
@@ -26,7 +28,6 @@ from aws_fakes import (
     node_object,
     run_nodes,
 )
-from charm_modules import load
 
 efs = load("efs-storage", "efs")
 NFS_PORT = efs.NFS_PORT
@@ -793,7 +794,7 @@ def test_a_denial_that_names_no_action_lists_what_the_call_needs(world, action, 
 
 
 def test_an_encoded_ec2_denial_is_logged_for_decoding_and_kept_out_of_the_status(world, caplog):
-    from aws_fakes import ENCODED_BLOB
+    from fakes.aws import ENCODED_BLOB
 
     caplog.set_level(logging.WARNING)
     world.add_nodes("us-east-1a")

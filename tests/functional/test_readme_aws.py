@@ -1,7 +1,7 @@
 """The README's Service Quotas commands, run as written by the AWS CLI (Debian's awscli).
 
-The CLI talks to the proxy of aws_fakes, which answers EC2 quotas as Service Quotas does
-(aws_service_quotas; moto has the VPC quotas only). The printed text is the CLI's: the
+The CLI talks to the proxy of fakes.aws, which answers EC2 quotas as Service Quotas does
+(fakes.aws_service_quotas; moto has the VPC quotas only). The printed text is the CLI's: the
 `--query` and `--output text` in the README are the ones that ran.
 """
 
@@ -12,7 +12,8 @@ from pathlib import Path
 
 import aws_cli
 import pytest
-from aws_fakes import LocalAws, local_aws
+
+from fakes.aws import LocalAws, local_aws
 
 pytestmark = aws_cli.needs_aws_cli
 

@@ -10,6 +10,10 @@ non-blocking pass over AWS (`efs.Efs.reconcile`), then make each `shared-storage
 consumer's PersistentVolume + claim (`storage.Storage`) and answer on the relation.
 Nothing waits in a hook: progress is a Waiting status re-checked on the next event.
 
+Statuses: a step that cannot go on raises `StatusError` (charms.gpu_k8s.v0.status), which
+`Statuses.step()` keeps for collect-unit-status, as it keeps a Kubernetes API error read
+by `kube_status`; an AWS error (aws.py) becomes its status in `_aws`.
+
 Removal (the application's planned units drop to 0): every hook while dying runs one
 teardown step. First the claims are deleted (refused, with a status naming the pods,
 while pods mount them); then, only for a file system this application created and only
@@ -24,34 +28,30 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
-import efs
+import aws
 import ops
 from charm_config import Config
+from claims import Owner
 from directories import HELPER_IMAGE, Directories, overlaps
+from efs import Efs
+from efs_model import Desired, Node, Observed, nodes_from_kubernetes
 from literals import CLUSTER_RULES, KUBE_API, NAMESPACED_RULES, SHARED_STORAGE
-from storage import ClaimState, Owner, Storage, claim_spec
+from storage import ClaimState, Storage, claim_spec
 
 from charms.gpu_k8s.v0.cos_agent import CosAgentProvider
 from charms.gpu_k8s.v0.images import mirrored
 from charms.gpu_k8s.v0.kube_api import KubeApiRequirer
+from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
 from charms.gpu_k8s.v0.shared_storage import SharedStorageProvider
+from charms.gpu_k8s.v0.status import StatusError, Statuses, kube_status
 from charms.gpu_k8s.v0.system import machine
 from charms.gpu_k8s.v0.unit_state import Gauge
 
 logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
-
-
-class ReconcileError(Exception):
-    """Stops the reconcile with a status: Blocked (operator must act) or Waiting."""
-
-    def __init__(self, status: ops.StatusBase):
-        super().__init__(status.message)
-        self.status = status
-
 
 CLAIMS_IN_USE = "removing: claim "
 
@@ -65,7 +65,7 @@ class EfsStorageCharm(ops.CharmBase):
 
     # Boundaries that tests point at local servers (moto, the fake API server).
     aws_endpoint_url: str | None = None
-    aws_max_attempts: int = efs.DEFAULT_MAX_ATTEMPTS
+    aws_max_attempts: int = aws.DEFAULT_MAX_ATTEMPTS
     kube_retries: int = 5
     kube_backoff: float = 0.5
     # How long one hook waits for the Job that makes a consumer's directory (directories.py);
@@ -90,8 +90,10 @@ class EfsStorageCharm(ops.CharmBase):
         )
         self.shared_storage = SharedStorageProvider(self, SHARED_STORAGE)
         self.cos = CosAgentProvider(self, "cos-agent", host=self.host_factory)
-        self._statuses: list[ops.StatusBase] = []
-        self._kube_client: Any = None
+        # What this hook found, for collect-unit-status. Refused Kubernetes credentials read
+        # as the lib's Blocked "...; check the kube-api grant on the control plane".
+        self._statuses = Statuses()
+        self._kube_client: Kube | None = None
         on = self.on
         for event in (
             on.install,
@@ -118,31 +120,31 @@ class EfsStorageCharm(ops.CharmBase):
 
     # -- events ---------------------------------------------------------------------------
     def _on_event(self, _: ops.EventBase) -> None:
-        try:
+        with self._statuses.step():
             self._reconcile()
-        except ReconcileError as p:
-            self._statuses.append(p.status)
 
     def _on_remove(self, _: ops.RemoveEvent) -> None:
         tearing_down = self.app.planned_units() == 0 and self.unit.is_leader()
-        try:
+        done: bool | None = None  # stays None when a step stops with a status
+        with self._statuses.step():
             if tearing_down:
                 try:
                     self.load_config(Config)
                 except ValueError as e:  # nothing more is deleted with a config in doubt
-                    raise ReconcileError(ops.BlockedStatus(f"invalid config: {e}")) from None
+                    raise StatusError.blocked(f"invalid config: {e}") from None
             done = self._reconcile()
-        except ReconcileError as p:
-            self._statuses.append(p.status)
+        if done is None:
             if not tearing_down:
                 return  # this unit goes, the application stays: nothing to tear down
-            blocked = isinstance(p.status, ops.BlockedStatus)
-            if blocked and not p.status.message.startswith(CLAIMS_IN_USE):
-                self._release_or_fail(p.status.message)
+            stopped = self._statuses.found[-1]
+            blocked = isinstance(stopped, ops.BlockedStatus)
+            if blocked and not stopped.message.startswith(CLAIMS_IN_USE):
+                self._release_or_fail(stopped.message)
                 return
             done = False  # claims in use or AWS busy: Juju retries, the rules stay meanwhile
         if not done:
-            message = self._statuses[-1].message if self._statuses else "teardown pending"
+            found = self._statuses.found
+            message = found[-1].message if found else "teardown pending"
             raise TeardownPendingError(f"{message}; Juju retries this hook to continue")
 
     def _release_or_fail(self, problem: str) -> None:
@@ -171,12 +173,9 @@ class EfsStorageCharm(ops.CharmBase):
         except ValueError:
             config = Config()
         try:
-            credentials, region = self._aws_access(config)
-            manager = efs.Efs.connect(
-                credentials, region, self.aws_endpoint_url, max_attempts=self.aws_max_attempts
-            )
+            manager = self._efs(config)
             _aws(lambda: manager.release_rules(self.model.uuid, self.app.name))
-        except ReconcileError as e:
+        except StatusError as e:
             return e.status.message
         return None
 
@@ -185,15 +184,14 @@ class EfsStorageCharm(ops.CharmBase):
         self.cos.update([])
 
     def _on_collect_status(self, event: ops.CollectStatusEvent) -> None:
-        for status in self._statuses:
-            event.add_status(status)
+        self._statuses.report(event)
 
     # -- reconcile ------------------------------------------------------------------------
     def _reconcile(self) -> bool:
         """One pass; returns False while a removal is still under way."""
         config = self.load_config(Config, errors="blocked")
         if not self.unit.is_leader():
-            self._statuses.append(ops.ActiveStatus("standby: the leader manages EFS"))
+            self._statuses.add(ops.ActiveStatus("standby: the leader manages EFS"))
             self.cos.set_gauges([])  # the leader reports the file system
             return True
         if self.app.planned_units() == 0:
@@ -201,21 +199,19 @@ class EfsStorageCharm(ops.CharmBase):
         desired = self._desired(config)  # validates before anything talks to AWS
         kube = self._kube()
         credentials, region = self._aws_access(config)
-        nodes = self._kube_call(lambda: efs.nodes_from_kubernetes(kube.list("v1", "Node")))
+        nodes = nodes_from_kubernetes(kube.list("v1", "Node"))
         desired = self._desired(config, nodes)
-        manager = efs.Efs.connect(
-            credentials, region, self.aws_endpoint_url, max_attempts=self.aws_max_attempts
-        )
+        manager = self._connect(credentials, region)
         observed = _aws(lambda: manager.reconcile(desired))
         if observed.unresolved_nodes:
             logger.warning("nodes not found in EC2: %s", ", ".join(observed.unresolved_nodes))
-        states = self._kube_call(lambda: self._serve(kube, config, observed))
+        states = self._serve(kube, config, observed)
         self._report(observed, states)
         self.cos.set_gauges(_gauges(observed, states))
         return True
 
-    def _desired(self, config: Config, nodes: tuple[efs.Node, ...] = ()) -> efs.Desired:
-        desired = efs.Desired(
+    def _desired(self, config: Config, nodes: tuple[Node, ...] = ()) -> Desired:
+        desired = Desired(
             model_uuid=self.model.uuid,
             app=self.app.name,
             nodes=nodes,
@@ -227,11 +223,11 @@ class EfsStorageCharm(ops.CharmBase):
         )
         try:
             desired.validate()
-        except efs.AwsConfigError as e:
-            raise ReconcileError(ops.BlockedStatus(str(e))) from None
+        except aws.AwsConfigError as e:
+            raise StatusError.blocked(str(e)) from None
         return desired
 
-    def _serve(self, kube: Any, config: Config, observed: efs.Observed) -> list[ClaimState]:
+    def _serve(self, kube: Kube, config: Config, observed: Observed) -> list[ClaimState]:
         """Make every consumer's claim, answer on the relation, delete claims not wanted."""
         owner = Owner(self.app.name, self.model.uuid)
         directories = Directories(
@@ -256,7 +252,7 @@ class EfsStorageCharm(ops.CharmBase):
                 request = dataclasses.replace(request, namespace=None, error=error)
             if request.namespace is None:
                 self.shared_storage.refuse(request.relation, request.error or "invalid request")
-                self._statuses.append(
+                self._statuses.add(
                     ops.BlockedStatus(f"{request.app_name}: {request.error}; fix that consumer")
                 )
                 continue
@@ -288,7 +284,7 @@ class EfsStorageCharm(ops.CharmBase):
             )
         in_use = storage.release_all_except(keep)
         for key, pods in sorted(in_use.items()):
-            self._statuses.append(
+            self._statuses.add(
                 ops.BlockedStatus(
                     f"claim {key} is no longer wanted but pods {', '.join(pods[:5])} use it; "
                     "delete them to release it"
@@ -297,23 +293,23 @@ class EfsStorageCharm(ops.CharmBase):
         self._stored.claims = sorted({s.spec.key for s in states} | set(in_use))
         return states
 
-    def _report(self, observed: efs.Observed, states: list[ClaimState]) -> None:
+    def _report(self, observed: Observed, states: list[ClaimState]) -> None:
         for state in states:
             if state.problem:
                 status = ops.WaitingStatus if state.waiting else ops.BlockedStatus
-                self._statuses.append(status(state.problem))
+                self._statuses.add(status(state.problem))
         if observed.zone_problems:
-            self._statuses.append(_zone_status(observed))
+            self._statuses.add(_zone_status(observed))
             return
         if observed.dns_problem:
-            self._statuses.append(ops.BlockedStatus(observed.dns_problem))
+            self._statuses.add(ops.BlockedStatus(observed.dns_problem))
             return
         if not observed.ready:
-            self._statuses.append(ops.WaitingStatus(observed.progress))
+            self._statuses.add(ops.WaitingStatus(observed.progress))
             return
         pending = [s.spec.key for s in states if not s.bound and not s.problem]
         if pending:
-            self._statuses.append(
+            self._statuses.add(
                 ops.WaitingStatus(f"{observed.progress}; waiting for claims {', '.join(pending)}")
             )
             return
@@ -321,7 +317,7 @@ class EfsStorageCharm(ops.CharmBase):
         note = ""
         if observed.unresolved_nodes:
             note = f", {len(observed.unresolved_nodes)} nodes not found in EC2"
-        self._statuses.append(ops.ActiveStatus(f"{observed.progress}, {bound} claims bound{note}"))
+        self._statuses.add(ops.ActiveStatus(f"{observed.progress}, {bound} claims bound{note}"))
 
     # -- removal --------------------------------------------------------------------------
     def _teardown(self, config: Config) -> bool:
@@ -329,11 +325,11 @@ class EfsStorageCharm(ops.CharmBase):
         kube = self._kube() if self.kube_api.relation is not None else None
         if kube is not None:
             storage = Storage(kube, Owner(self.app.name, self.model.uuid))
-            in_use = self._kube_call(lambda: storage.release_all_except(set()))
+            in_use = storage.release_all_except(set())
             self._stored.claims = sorted(in_use)
             if in_use:
                 key, pods = sorted(in_use.items())[0]
-                self._statuses.append(
+                self._statuses.add(
                     ops.BlockedStatus(
                         f"{CLAIMS_IN_USE}{key} is used by pods {', '.join(pods[:5])}; "
                         "delete them to finish removal"
@@ -341,10 +337,7 @@ class EfsStorageCharm(ops.CharmBase):
                 )
                 return False
         desired = self._desired(config)
-        credentials, region = self._aws_access(config)
-        manager = efs.Efs.connect(
-            credentials, region, self.aws_endpoint_url, max_attempts=self.aws_max_attempts
-        )
+        manager = self._efs(config)
         if kube is None and self._stored.claims:
             # The claims may still be in use: keep the file system, but still revoke the
             # rules that reference Juju's groups, or Juju cannot delete them.
@@ -352,7 +345,7 @@ class EfsStorageCharm(ops.CharmBase):
                 "kube-api is gone; left claims %s in the cluster", ", ".join(self._stored.claims)
             )
             progress = _aws(lambda: manager.teardown(desired, False))
-            self._statuses.append(
+            self._statuses.add(
                 ops.MaintenanceStatus(
                     f"removing: kept EFS and claims {', '.join(self._stored.claims)} "
                     f"(kube-api gone before they were released); {progress.message}"
@@ -361,11 +354,11 @@ class EfsStorageCharm(ops.CharmBase):
             return True
         progress = _aws(lambda: manager.teardown(desired, config.delete_on_remove))
         logger.info("removal: %s", progress.message)
-        self._statuses.append(ops.MaintenanceStatus(f"removing: {progress.message}"))
+        self._statuses.add(ops.MaintenanceStatus(f"removing: {progress.message}"))
         return progress.done
 
     # -- access ---------------------------------------------------------------------------
-    def _kube(self) -> Any:
+    def _kube(self) -> Kube:
         """A client for the cluster granted on kube-api (created once per hook)."""
         if self._kube_client is not None:
             return self._kube_client
@@ -373,10 +366,8 @@ class EfsStorageCharm(ops.CharmBase):
         if problem:
             refused = problem.startswith("control plane refused")
             if self.kube_api.relation is None or refused:
-                raise ReconcileError(ops.BlockedStatus(problem))
-            raise ReconcileError(ops.WaitingStatus(problem))
-        from charms.gpu_k8s.v0.kubeclient import Kube
-
+                raise StatusError.blocked(problem)
+            raise StatusError.waiting(problem)
         try:
             self._kube_client = Kube.from_kubeconfig(
                 self.kube_api.kubeconfig() or "",
@@ -384,36 +375,25 @@ class EfsStorageCharm(ops.CharmBase):
                 backoff=self.kube_backoff,
             )
         except ValueError as e:
-            raise ReconcileError(ops.BlockedStatus(f"kube-api kubeconfig: {e}")) from None
+            raise StatusError.blocked(f"kube-api kubeconfig: {e}") from None
         return self._kube_client
 
-    def _kube_or_none(self) -> Any:
+    def _kube_or_none(self) -> Kube | None:
         try:
             return self._kube()
-        except ReconcileError:
+        except StatusError:
             return None
 
-    @staticmethod
-    def _kube_call(fn: Callable[[], _T]) -> _T:
-        from charms.gpu_k8s.v0.kubeclient import KubeError
+    def _efs(self, config: Config) -> Efs:
+        """The AWS side, with the credentials and region `config` and the model give."""
+        return self._connect(*self._aws_access(config))
 
-        try:
-            return fn()
-        except KubeError as e:
-            if e.status in (401, 403):
-                raise ReconcileError(
-                    ops.BlockedStatus(
-                        f"Kubernetes refused a request ({e.status} {e.reason}); check the "
-                        "kube-api grant on the control plane"
-                    )
-                ) from None
-            if e.status == 0 or e.status >= 429:
-                raise ReconcileError(
-                    ops.WaitingStatus(f"Kubernetes API unavailable ({e.reason}); retrying")
-                ) from None
-            raise
+    def _connect(self, credentials: aws.Credentials, region: str) -> Efs:
+        return Efs.connect(
+            credentials, region, self.aws_endpoint_url, max_attempts=self.aws_max_attempts
+        )
 
-    def _aws_access(self, config: Config) -> tuple[efs.Credentials, str]:
+    def _aws_access(self, config: Config) -> tuple[aws.Credentials, str]:
         """The credentials and region to use, or a Blocked problem saying what to set."""
         try:
             spec: ops.CloudSpec | None = self.model.get_cloud_spec()
@@ -421,53 +401,42 @@ class EfsStorageCharm(ops.CharmBase):
             spec = None
         try:
             if config.credentials is not None:
-                credentials = efs.Credentials.from_secret(self._secret_content(config.credentials))
+                credentials = aws.Credentials.from_secret(self._secret_content(config.credentials))
             elif spec is None:
-                raise ReconcileError(
-                    ops.BlockedStatus(
-                        f"no AWS credentials: run `juju trust {self.app.name}` or set config "
-                        "credentials to a Juju secret"
-                    )
+                raise StatusError.blocked(
+                    f"no AWS credentials: run `juju trust {self.app.name}` or set config "
+                    "credentials to a Juju secret"
                 )
             elif spec.type != "ec2" or spec.credential is None:
-                raise ReconcileError(
-                    ops.BlockedStatus(
-                        f"the model's cloud is {spec.type}, not AWS; set config credentials "
-                        "and region"
-                    )
+                raise StatusError.blocked(
+                    f"the model's cloud is {spec.type}, not AWS; set config credentials and region"
                 )
             elif spec.credential.auth_type == "instance-role":
                 # Juju's EC2 `instance-role` credential carries only `instance-profile-name`:
                 # the controller's machines assume that role; this charm gets no keys.
-                raise ReconcileError(
-                    ops.BlockedStatus(
-                        "the model's AWS credential is an instance role, which gives charms "
-                        "no keys; set config credentials to a Juju secret with access-key-id "
-                        "and secret-access-key"
-                    )
+                raise StatusError.blocked(
+                    "the model's AWS credential is an instance role, which gives charms "
+                    "no keys; set config credentials to a Juju secret with access-key-id "
+                    "and secret-access-key"
                 )
             else:
-                credentials = efs.Credentials.from_cloud_credential(
+                credentials = aws.Credentials.from_cloud_credential(
                     dict(spec.credential.attributes)
                 )
-        except efs.AwsConfigError as e:
-            raise ReconcileError(ops.BlockedStatus(str(e))) from None
+        except aws.AwsConfigError as e:
+            raise StatusError.blocked(str(e)) from None
         region = config.region or (spec.region if spec is not None else None) or ""
         if not region:
-            raise ReconcileError(
-                ops.BlockedStatus("no AWS region: set config region (e.g. us-east-1)")
-            )
+            raise StatusError.blocked("no AWS region: set config region (e.g. us-east-1)")
         return credentials, region
 
     def _secret_content(self, secret: ops.Secret) -> dict[str, str]:
         try:
             return secret.get_content(refresh=True)
         except (ops.SecretNotFoundError, ops.ModelError):
-            raise ReconcileError(
-                ops.BlockedStatus(
-                    f"cannot read the secret in config credentials ({secret.id}); grant it: "
-                    f"juju grant-secret {secret.id} {self.app.name}"
-                )
+            raise StatusError.blocked(
+                f"cannot read the secret in config credentials ({secret.id}); grant it: "
+                f"juju grant-secret {secret.id} {self.app.name}"
             ) from None
 
     # -- actions --------------------------------------------------------------------------
@@ -479,13 +448,10 @@ class EfsStorageCharm(ops.CharmBase):
             return
         try:
             desired = self._desired(config)
-            credentials, region = self._aws_access(config)
-            manager = efs.Efs.connect(
-                credentials, region, self.aws_endpoint_url, max_attempts=self.aws_max_attempts
-            )
+            manager = self._efs(config)
             observed = _aws(lambda: manager.describe(desired))
-        except ReconcileError as p:
-            event.fail(p.status.message)
+        except StatusError as e:
+            event.fail(e.status.message)
             return
         result = observed.action_result()
         if not result.get("mount-targets"):
@@ -498,10 +464,12 @@ class EfsStorageCharm(ops.CharmBase):
         if kube is None:
             return "unknown (no kube-api access)"
         try:
-            storage = Storage(kube, Owner(self.app.name, self.model.uuid))
-            managed = self._kube_call(storage.managed)
-        except ReconcileError as p:
-            return f"unknown ({p.status.message})"
+            managed = Storage(kube, Owner(self.app.name, self.model.uuid)).managed()
+        except KubeError as e:
+            status = kube_status(e)
+            if status is None:
+                raise
+            return f"unknown ({status.message})"
         if not managed:
             return "none"
         result: dict[str, str] = {}
@@ -515,7 +483,7 @@ class EfsStorageCharm(ops.CharmBase):
         return result
 
 
-def _gauges(observed: efs.Observed, states: list[ClaimState]) -> list[Gauge]:
+def _gauges(observed: Observed, states: list[ClaimState]) -> list[Gauge]:
     """The file system as this pass saw it, for the unit-state scrape job."""
     fs = {"file_system_id": observed.file_system_id or ""}
     return [
@@ -546,7 +514,7 @@ def _gauges(observed: efs.Observed, states: list[ClaimState]) -> list[Gauge]:
     ]
 
 
-def _zone_status(observed: efs.Observed) -> ops.StatusBase:
+def _zone_status(observed: Observed) -> ops.StatusBase:
     """Zones without a mount target: Waiting if AWS says to retry, else Blocked."""
     problems = "; ".join(str(p) for p in observed.zone_problems)
     if all(p.retry_later for p in observed.zone_problems):
@@ -567,17 +535,15 @@ def _aws(fn: Callable[[], _T]) -> _T:
     """
     try:
         return fn()
-    except (efs.AwsAuthError, efs.AwsConfigError) as e:
-        raise ReconcileError(ops.BlockedStatus(str(e))) from None
-    except efs.AwsTransientError as e:
-        raise ReconcileError(
-            ops.WaitingStatus(f"AWS unavailable, retrying on the next event: {e}")
-        ) from None
-    except efs.AwsApiError as e:
+    except (aws.AwsAuthError, aws.AwsConfigError) as e:
+        raise StatusError.blocked(str(e)) from None
+    except aws.AwsTransientError as e:
+        raise StatusError.waiting(f"AWS unavailable, retrying on the next event: {e}") from None
+    except aws.AwsApiError as e:
         if e.retry_later:
-            raise ReconcileError(ops.WaitingStatus(f"{e}; retrying on the next event")) from None
-        raise ReconcileError(
-            ops.BlockedStatus(f"{e}; fix it in AWS, the charm retries on every event")
+            raise StatusError.waiting(f"{e}; retrying on the next event") from None
+        raise StatusError.blocked(
+            f"{e}; fix it in AWS, the charm retries on every event"
         ) from None
 
 

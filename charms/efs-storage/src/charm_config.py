@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import re
 
-import efs
 import ops
 import pydantic
+from efs_model import PERFORMANCE_MODES, THROUGHPUT_MODES
 
 from charms.gpu_k8s.v0.config import CharmConfig
 from charms.gpu_k8s.v0.images import validate_registry
@@ -66,15 +66,15 @@ class Config(CharmConfig):
     @pydantic.field_validator("performance_mode")
     @classmethod
     def _performance(cls, value: str) -> str:
-        if value not in efs.PERFORMANCE_MODES:
-            raise ValueError(f"must be {' or '.join(efs.PERFORMANCE_MODES)}")
+        if value not in PERFORMANCE_MODES:
+            raise ValueError(f"must be {' or '.join(PERFORMANCE_MODES)}")
         return value
 
     @pydantic.field_validator("throughput_mode")
     @classmethod
     def _throughput(cls, value: str) -> str:
-        if value not in efs.THROUGHPUT_MODES:
-            raise ValueError(f"must be {', '.join(efs.THROUGHPUT_MODES)}; {value!r} is unknown")
+        if value not in THROUGHPUT_MODES:
+            raise ValueError(f"must be {', '.join(THROUGHPUT_MODES)}; {value!r} is unknown")
         return value
 
     @pydantic.field_validator("kms_key_id")

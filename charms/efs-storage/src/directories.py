@@ -20,7 +20,7 @@ act as root, "no_root_squash"; EFS user guide, "Using IAM to control access to f
 systems", "Default EFS file system policy") and runs `mkdir -p`, `chown uid:gid` and
 `chmod 2775` on the directory alone, never on what is already inside it. Once the Job
 succeeded the volume is applied with the directory and owner recorded on it
-(`ANNOTATION_OWNER`), and the Job is deleted; a volume that already records them needs no
+(`claims.ANNOTATION_OWNER`), and the Job is deleted; a volume that already records them needs no
 Job, so a steady-state reconcile sends no request for it.
 
 Job semantics relied on (kubernetes.io/docs/concepts/workloads/controllers/job/): a Job
@@ -33,19 +33,16 @@ determine-reason-pod-failure/).
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import logging
-import posixpath
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from literals import FIELD_MANAGER, LABEL_CONSUMER
+from claims import LABEL_CONSUMER, ClaimSpec, Owner, Preparation, fit_name, owner_text
+from literals import FIELD_MANAGER
 
-if TYPE_CHECKING:
-    from storage import ClaimSpec, Owner
-
-    from charms.gpu_k8s.v0.kubeclient import Kube
+from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
+from charms.gpu_k8s.v0.system import poll_until
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +50,6 @@ logger = logging.getLogger(__name__)
 # 2024-09-26; Docker keeps version tags of official images. Pinned 2026-11-23. Pulled from
 # `image-registry` when that is set.
 HELPER_IMAGE = "busybox:1.37.0"
-ANNOTATION_OWNER = "gpu-k8s.io/efs-directory-owner"
 LABEL_JOB_NAME = "batch.kubernetes.io/job-name"
 MOUNT = "/efs"
 JOB_DEADLINE_SECONDS = 300
@@ -96,22 +92,8 @@ def overlaps(directories: dict[str, str]) -> dict[str, str]:
     return refused
 
 
-def efs_path(root: str, directory: str | None) -> str:
-    """The path on the file system that a volume exports: `root`, or `directory` below it."""
-    if not directory:
-        return root
-    return posixpath.normpath(posixpath.join(root, directory))
-
-
-def owner_text(owner: tuple[int, int]) -> str:
-    """`uid:gid` as chown takes it and the volume records it."""
-    return f"{owner[0]}:{owner[1]}"
-
-
 def job_name(app: str, spec: ClaimSpec) -> str:
     """A name per (consumer, file system, path, owner): a changed request is a new Job."""
-    from storage import fit_name
-
     key = f"{spec.namespace}/{spec.consumer}:{spec.server}:{spec.path}:{spec.directory_owner}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:8]
     return fit_name(f"{app}-dir-{spec.consumer}", 63 - 9) + f"-{digest}"
@@ -171,15 +153,6 @@ def job_manifest(owner: Owner, spec: ClaimSpec, *, namespace: str, image: str) -
     }
 
 
-@dataclasses.dataclass(frozen=True)
-class Preparation:
-    """Where making one directory stands: done, still running, or failed with why."""
-
-    done: bool
-    problem: str | None = None
-    failed: bool = False
-
-
 def _condition(job: dict, kind: str) -> dict | None:
     for condition in (job.get("status") or {}).get("conditions") or []:
         if condition.get("type") == kind and condition.get("status") == "True":
@@ -230,8 +203,6 @@ class Directories:
         name = manifest["metadata"]["name"]
         job = self.kube.get("batch/v1", "Job", name, self.namespace)
         if job is None:
-            from charms.gpu_k8s.v0.kubeclient import KubeError
-
             logger.info("creating Job %s/%s to prepare %s", self.namespace, name, spec.path)
             try:
                 job = self.kube.apply(manifest, field_manager=FIELD_MANAGER)
@@ -240,36 +211,46 @@ class Directories:
                     raise
                 missing = f"namespace {self.namespace} for the directory Jobs does not exist yet"
                 return Preparation(done=False, problem=missing)
-        deadline = self.monotonic() + self.wait
-        while True:
-            if _condition(job, "Complete"):
-                logger.info(
-                    "directory %s ready, owned by %s", spec.path, owner_text(spec.directory_owner)
-                )
-                return Preparation(done=True)
-            failed = _condition(job, "Failed")
-            if failed:
-                why = self._failure(name) or failed.get("message") or failed.get("reason") or ""
-                self.forget(spec)
-                return Preparation(
-                    done=False,
-                    failed=True,
-                    problem=(
-                        f"could not prepare {spec.path} on {spec.file_system_id} for "
-                        f"{spec.consumer} (Job {self.namespace}/{name}: {why.strip()}); "
-                        "retried at the next event"
-                    ),
-                )
-            if self.monotonic() >= deadline:
-                return Preparation(
-                    done=False,
-                    problem=(
-                        f"preparing {spec.path} for {spec.consumer} "
-                        f"(Job {self.namespace}/{name} not finished)"
-                    ),
-                )
-            self.sleep(POLL_SECONDS)
-            job = self.kube.get("batch/v1", "Job", name, self.namespace) or manifest
+        seen = [job]  # the first look is the Job just read or made; each later one reads it
+
+        def finished() -> Preparation | None:
+            job = seen.pop() if seen else self.kube.get("batch/v1", "Job", name, self.namespace)
+            return self._outcome(spec, name, job or manifest)
+
+        outcome = poll_until(
+            finished, self.wait, poll=POLL_SECONDS, clock=self.monotonic, sleep=self.sleep
+        )
+        if outcome is not None:
+            return outcome
+        return Preparation(
+            done=False,
+            problem=(
+                f"preparing {spec.path} for {spec.consumer} "
+                f"(Job {self.namespace}/{name} not finished)"
+            ),
+        )
+
+    def _outcome(self, spec: ClaimSpec, name: str, job: dict) -> Preparation | None:
+        """What a finished Job did (a failed one is deleted); None while it runs."""
+        if _condition(job, "Complete"):
+            logger.info(
+                "directory %s ready, owned by %s", spec.path, owner_text(spec.directory_owner)
+            )
+            return Preparation(done=True)
+        failed = _condition(job, "Failed")
+        if not failed:
+            return None
+        why = self._failure(name) or failed.get("message") or failed.get("reason") or ""
+        self.forget(spec)
+        return Preparation(
+            done=False,
+            failed=True,
+            problem=(
+                f"could not prepare {spec.path} on {spec.file_system_id} for "
+                f"{spec.consumer} (Job {self.namespace}/{name}: {why.strip()}); "
+                "retried at the next event"
+            ),
+        )
 
     def forget(self, spec: ClaimSpec) -> None:
         """Delete the Job for `spec` and its pods (nothing when it is gone already)."""

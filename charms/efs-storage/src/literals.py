@@ -7,14 +7,7 @@ from typing import Any
 
 KUBE_API = "kube-api"
 SHARED_STORAGE = "shared-storage"
-FIELD_MANAGER = "efs-storage"
-
-# Labels on the PersistentVolumes and PersistentVolumeClaims this charm creates.
-LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
-LABEL_APP = "gpu-k8s.io/efs-app"
-LABEL_MODEL = "gpu-k8s.io/efs-model"
-LABEL_CONSUMER = "gpu-k8s.io/consumer"
-ANNOTATION_FS = "gpu-k8s.io/efs-file-system-id"
+FIELD_MANAGER = "efs-storage"  # also the value of the managed-by label (claims.py)
 
 # AWS's recommended NFS client options for EFS.
 MOUNT_OPTIONS = (

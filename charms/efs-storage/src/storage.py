@@ -27,7 +27,9 @@ take the volume. Every object carries this application's labels; the charm only 
 deletes objects with those labels.
 
 A consumer's own directory (`directory`, `uid`, `gid` on the relation) is made by a Job
-first (directories.py); the volume then exports that directory instead of `path`.
+first (directories.py); the volume then exports that directory instead of `path`. `Storage`
+asks for it through a `Preparer` (what `directories.Directories` is) and never imports
+that module: the two share only the words in claims.py.
 
 Names: the claim is `<efs-app>-<consumer-app>` (unique in a namespace for a pair of
 applications); the volume, cluster-scoped, adds the namespace and a digest of the model
@@ -39,27 +41,25 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from directories import ANNOTATION_OWNER, efs_path, owner_text
-from literals import (
+from claims import (
     ANNOTATION_FS,
-    FIELD_MANAGER,
-    LABEL_APP,
+    ANNOTATION_OWNER,
     LABEL_CONSUMER,
-    LABEL_MANAGED_BY,
-    LABEL_MODEL,
-    MOUNT_OPTIONS,
+    ClaimSpec,
+    Owner,
+    Preparation,
+    efs_path,
+    fit_name,
+    owner_text,
 )
+from literals import FIELD_MANAGER, MOUNT_OPTIONS
 
-if TYPE_CHECKING:
-    from directories import Directories
-
-    from charms.gpu_k8s.v0.kubeclient import Kube
+from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
 
 logger = logging.getLogger(__name__)
 
-_MAX_NAME = 63
 _FINISHED_PHASES = ("Succeeded", "Failed")
 
 
@@ -67,56 +67,16 @@ class ClaimConflictError(Exception):
     """An object with our name exists but was not made by this application (operator fixes)."""
 
 
-def fit_name(name: str, limit: int = _MAX_NAME) -> str:
-    """`name` if it fits a DNS label, else a truncated form ending in a digest of it."""
-    if len(name) <= limit:
-        return name
-    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
-    return f"{name[: limit - 9].rstrip('-')}-{digest}"
+class Preparer(Protocol):
+    """What `Storage` needs to give a consumer its own directory (`directories.Directories`)."""
 
+    def prepare(self, spec: ClaimSpec) -> Preparation:
+        """Make `spec.directory` with its owner, or say where that stands."""
+        ...
 
-@dataclasses.dataclass(frozen=True)
-class Owner:
-    """The application that owns the objects (selects them by label)."""
-
-    app: str
-    model_uuid: str
-
-    @property
-    def labels(self) -> dict[str, str]:
-        """Labels on every object this application creates."""
-        return {LABEL_MANAGED_BY: FIELD_MANAGER, LABEL_APP: self.app, LABEL_MODEL: self.model_uuid}
-
-    @property
-    def selector(self) -> str:
-        """Label selector of this application's objects."""
-        return f"{LABEL_APP}={self.app},{LABEL_MODEL}={self.model_uuid}"
-
-    def owns(self, obj: dict) -> bool:
-        """Whether `obj` carries this application's labels."""
-        labels = (obj.get("metadata") or {}).get("labels") or {}
-        return all(labels.get(k) == v for k, v in self.labels.items())
-
-
-@dataclasses.dataclass(frozen=True)
-class ClaimSpec:
-    """The PV/PVC pair serving one consumer."""
-
-    consumer: str
-    namespace: str
-    claim_name: str
-    volume_name: str
-    capacity: str
-    server: str
-    path: str
-    file_system_id: str
-    directory: str | None = None
-    directory_owner: tuple[int, int] = (0, 0)
-
-    @property
-    def key(self) -> str:
-        """`namespace/claim` as shown to the operator."""
-        return f"{self.namespace}/{self.claim_name}"
+    def forget(self, spec: ClaimSpec) -> None:
+        """Drop what was kept to make `spec.directory` (once its volume is applied)."""
+        ...
 
 
 def claim_spec(
@@ -265,7 +225,7 @@ def _volume_matches(live: dict, spec: ClaimSpec, owner: Owner) -> bool:
 class Storage:
     """Creates, inspects and removes this application's PV/PVC pairs."""
 
-    def __init__(self, kube: Kube, owner: Owner, directories: Directories | None = None):
+    def __init__(self, kube: Kube, owner: Owner, directories: Preparer | None = None):
         self.kube = kube
         self.owner = owner
         self.directories = directories
@@ -376,8 +336,6 @@ class Storage:
 
     def _create_claim(self, spec: ClaimSpec) -> dict | None:
         """Apply the claim; None when its namespace does not exist (yet)."""
-        from charms.gpu_k8s.v0.kubeclient import KubeError
-
         logger.info("applying PersistentVolumeClaim %s", spec.key)
         try:
             return self.kube.apply(claim_manifest(self.owner, spec), field_manager=FIELD_MANAGER)

@@ -1,32 +1,23 @@
 """Fixtures for the efs-storage charm: moto (behind the fault proxy) and a fake API server.
 
 The charm reaches AWS and Kubernetes through real clients: boto3 points at the proxy in
-front of one moto server per module (`EfsStorageCharm.aws_endpoint_url`), and the
-kubeconfig handed over on `kube-api` points at a `FakeKubeApiServer` started per test.
+front of one moto server per module (`fakes.aws`; `EfsStorageCharm.aws_endpoint_url`), and
+the kubeconfig handed over on `kube-api` points at a `FakeKubeApiServer` started per test.
 """
 
 from __future__ import annotations
 
 import logging
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
+from efs_env import APP, KUBE_TOKEN, Env, Scan, cloud_spec
+from ops import testing
 
-# The moto server and fault proxy live with the functional tests, the shared builders next
-# to this file; tools/unit.py (--import-mode=importlib) puts neither on the path.
-for _path in (Path(__file__).resolve().parent, Path(__file__).resolve().parents[2] / "functional"):
-    if str(_path) not in sys.path:
-        sys.path.append(str(_path))
-
-from aws_fakes import ACCESS_KEY_ID, SECRET_ACCESS_KEY, LocalAws, build_network, local_aws  # noqa: E402
-from efs_env import APP, KUBE_TOKEN, Env, Scan, cloud_spec  # noqa: E402
-from ops import testing  # noqa: E402
-
-import charm  # noqa: E402
-from fakes.kube_apiserver import FakeKubeApiServer  # noqa: E402
-from fakes.machine import FakeMachine  # noqa: E402
+import charm
+from fakes.aws import ACCESS_KEY_ID, SECRET_ACCESS_KEY, LocalAws, build_network, local_aws
+from fakes.kube_apiserver import FakeKubeApiServer
+from fakes.machine import FakeMachine
 
 
 @pytest.fixture(scope="module")

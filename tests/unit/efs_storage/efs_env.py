@@ -1,7 +1,7 @@
 """Shared builders for the efs-storage unit tests: the AWS + cluster world and State.
 
-Imported by the tests as `efs_env` (conftest.py puts this directory and tests/functional,
-home of the moto helpers in aws_fakes.py, on sys.path).
+Imported by the tests as `efs_env` (pytest puts this directory on sys.path: it has no
+`__init__.py`); the moto server and its fault proxy are `fakes.aws` (tests/fakes/aws.py).
 """
 
 from __future__ import annotations
@@ -9,9 +9,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import efs
+import efs_model
 import pytest
-from aws_fakes import (
+from ops import testing
+
+from fakes.aws import (
     ACCESS_KEY_ID,
     REGION,
     SECRET_ACCESS_KEY,
@@ -20,8 +22,6 @@ from aws_fakes import (
     Network,
     node_object,
 )
-from ops import testing
-
 from fakes.kube_apiserver import FakeKubeApiServer
 
 APP = "efs-storage"
@@ -123,7 +123,7 @@ class Env:
 
     def our_group(self) -> dict:
         """The charm's security group (the one it names for this model and application)."""
-        name = efs.security_group_name(self.model.uuid, APP)
+        name = efs_model.security_group_name(self.model.uuid, APP)
         (group,) = self.ec2.describe_security_groups(
             Filters=[{"Name": "group-name", "Values": [name]}]
         )["SecurityGroups"]

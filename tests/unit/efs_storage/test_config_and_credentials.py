@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from aws_fakes import ACCESS_KEY_ID, REGION
 from efs_env import (
     SECRET_KEY_ID,
     SECRET_SECRET,
@@ -12,6 +11,8 @@ from efs_env import (
     status_texts,
 )
 from ops import testing
+
+from fakes.aws import ACCESS_KEY_ID, REGION
 
 
 @pytest.mark.parametrize(

@@ -297,7 +297,8 @@ def test_its_own_namespace_missing_waits_and_creates_nothing(ctx, env, jobs):
 
 def test_the_job_manifest_is_valid_kubernetes():
     import kubernetes_validate
-    from storage import Owner, claim_spec
+    from claims import Owner
+    from storage import claim_spec
 
     owner = Owner(APP, "0b9a4e1c-5f0a-4c5e-8a5f-2d7f1f3b7c11")
     spec = claim_spec(

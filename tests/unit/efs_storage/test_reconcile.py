@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 
-import efs
+import efs_model
 import pytest
-from aws_fakes import REGION
-from efs import NFS_PORT, TAG_APP, TAG_MODEL, creation_token
 from efs_env import APP, Env, status_texts, storage_relation
+from efs_model import TAG_APP, TAG_MODEL, creation_token
+from network import NFS_PORT
 from ops import testing
+
+from fakes.aws import REGION
 
 MOUNT_OPTIONS = [
     "nfsvers=4.1",
@@ -137,7 +139,7 @@ def test_nodes_are_placed_whether_kubeadm_or_cloud_provider_registered_them(ctx,
 def test_nfs_is_allowed_from_the_model_group_only_even_with_one_node(ctx, env):
     env.add_node("us-east-1a")  # Juju puts it in juju-<uuid> and juju-<uuid>-0
     ctx.run(ctx.on.install(), env.state())
-    name = efs.security_group_name(env.model.uuid, APP)
+    name = efs_model.security_group_name(env.model.uuid, APP)
     (group,) = env.ec2.describe_security_groups(
         Filters=[{"Name": "group-name", "Values": [name]}]
     )["SecurityGroups"]
@@ -262,7 +264,7 @@ def test_an_adopted_mount_target_with_no_room_blocks_with_the_command_to_run(ctx
 
 
 def _group_id(env: Env) -> str:
-    name = efs.security_group_name(env.model.uuid, APP)
+    name = efs_model.security_group_name(env.model.uuid, APP)
     (group,) = env.ec2.describe_security_groups(
         Filters=[{"Name": "group-name", "Values": [name]}]
     )["SecurityGroups"]

@@ -22,7 +22,7 @@ EFS's lists file systems (`elasticfilesystem:file-system`) and access points
 tags is left out, and a deleted one is gone at once (AWS documents GetResources as
 listing "tagged or previously tagged" resources, so it may show a deleted one for a
 while). A deleted mount target reads `deleting` for one more describe, and meanwhile
-DeleteFileSystem answers FileSystemInUse (the proxy's life cycle, aws_fakes.AwsProxy).
+DeleteFileSystem answers FileSystemInUse (the proxy's life cycle, fakes.aws.AwsProxy).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import json
 from pathlib import Path
 
 import aws_cli
-import efs
+import efs_model
 from efs_env import Env, dying, installed, relation_of
 from ops import testing
 
@@ -115,4 +115,4 @@ def test_nothing_is_listed_once_delete_on_remove_deleted_everything(ctx, env, tm
     (listed,) = aws_cli.transcript("leftovers-none", _shell(env, tmp_path))
 
     assert listed == "[]\n"
-    assert efs.TAG_MODEL in aws_cli.commands("leftovers-none")[0]
+    assert efs_model.TAG_MODEL in aws_cli.commands("leftovers-none")[0]

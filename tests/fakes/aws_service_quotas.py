@@ -1,4 +1,4 @@
-"""Service Quotas' EC2 instance quotas, which moto lacks, for the proxy in aws_fakes.
+"""Service Quotas' EC2 instance quotas, which moto lacks, for the proxy in fakes.aws.
 
 moto 5.2.5 (moto/servicequotas/models.py) knows the `vpc` quotas only and answers
 NoSuchResourceException for `ec2`. The README asks a newcomer to read and raise the quota

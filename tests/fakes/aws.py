@@ -1,4 +1,4 @@
-"""A local AWS for functional tests: moto's server behind a thin fault-injecting proxy.
+"""A local AWS for the tests: moto's server behind a thin fault-injecting proxy.
 
 moto answers EC2 and EFS on one loopback port. In front of it, :class:`AwsProxy` (also on
 127.0.0.1) forwards every request and adds what moto does not model:
@@ -39,7 +39,7 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from aws_service_quotas import ServiceQuotas
+from fakes.aws_service_quotas import ServiceQuotas
 
 REGION = "us-east-1"
 ZONES = ("us-east-1a", "us-east-1b", "us-east-1c")
