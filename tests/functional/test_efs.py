@@ -29,22 +29,25 @@ from fakes.aws import (
     run_nodes,
 )
 
+aws_api = load("efs-storage", "aws")  # its module name is taken by a fixture here
+efs_model = load("efs-storage", "efs_model")
+network = load("efs-storage", "network")
 efs = load("efs-storage", "efs")
-NFS_PORT = efs.NFS_PORT
-TAG_APP = efs.TAG_APP
-TAG_MODEL = efs.TAG_MODEL
-AwsAuthError = efs.AwsAuthError
-AwsConfigError = efs.AwsConfigError
-AwsTransientError = efs.AwsTransientError
-Credentials = efs.Credentials
-Desired = efs.Desired
+NFS_PORT = network.NFS_PORT
+TAG_APP = efs_model.TAG_APP
+TAG_MODEL = efs_model.TAG_MODEL
+AwsAuthError = aws_api.AwsAuthError
+AwsConfigError = aws_api.AwsConfigError
+AwsTransientError = aws_api.AwsTransientError
+Credentials = aws_api.Credentials
+Desired = efs_model.Desired
 Efs = efs.Efs
-Node = efs.Node
-Observed = efs.Observed
-creation_token = efs.creation_token
-nodes_from_kubernetes = efs.nodes_from_kubernetes
-parse_provider_id = efs.parse_provider_id
-security_group_name = efs.security_group_name
+Node = efs_model.Node
+Observed = efs_model.Observed
+creation_token = efs_model.creation_token
+nodes_from_kubernetes = efs_model.nodes_from_kubernetes
+parse_provider_id = efs_model.parse_provider_id
+security_group_name = efs_model.security_group_name
 
 APP = "efs-storage"
 
@@ -711,7 +714,7 @@ def test_an_unknown_aws_error_outside_the_zones_is_an_api_error_with_code_and_me
     world.add_nodes("us-east-1a")
     message = "You have reached the maximum number of file systems."
     world.proxy.fail("CreateFileSystem", "FileSystemLimitExceeded", message, status=403)
-    with pytest.raises(efs.AwsApiError) as err:
+    with pytest.raises(aws_api.AwsApiError) as err:
         world.manager().reconcile(world.desired())
     assert err.value.code == "FileSystemLimitExceeded"
     assert err.value.message == message

@@ -31,12 +31,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from aws import (
-    DEFAULT_MAX_ATTEMPTS,
     Api,
     AwsApiError,
-    AwsAuthError,
     AwsConfigError,
-    AwsError,
     AwsTransientError,
     Clients,
     Credentials,
@@ -47,46 +44,14 @@ from efs_model import (
     TAG_MODEL,
     Desired,
     MountTarget,
-    Node,
     Observed,
     Placement,
     TeardownProgress,
     ZoneProblem,
     creation_token,
-    nodes_from_kubernetes,
     owner_tags,
-    parse_provider_id,
-    security_group_name,
 )
-from network import NFS_PORT, Network, dns_problem
-
-# The facade's vocabulary: what `Efs` takes, returns and raises, and the names and tags of
-# what it makes, so that a caller needs this module alone (tests/charm_modules.py loads one
-# module of a charm with the siblings it imports, and an error class must be the very one
-# that is raised).
-__all__ = [
-    "DEFAULT_MAX_ATTEMPTS",
-    "NFS_PORT",
-    "TAG_APP",
-    "TAG_MODEL",
-    "AwsApiError",
-    "AwsAuthError",
-    "AwsConfigError",
-    "AwsError",
-    "AwsTransientError",
-    "Credentials",
-    "Desired",
-    "Efs",
-    "MountTarget",
-    "Node",
-    "Observed",
-    "TeardownProgress",
-    "ZoneProblem",
-    "creation_token",
-    "nodes_from_kubernetes",
-    "parse_provider_id",
-    "security_group_name",
-]
+from network import Network, dns_problem
 
 logger = logging.getLogger(__name__)
 
