@@ -124,7 +124,7 @@ class Config(CharmConfig):
     @classmethod
     def _quantity(cls, value: str) -> str:
         if value.strip():
-            queues.quantity(value)  # raises with the reason
+            jobs.quantity(value)  # raises with the reason
         return value.strip()
 
     @property

@@ -37,6 +37,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import jobs
+import placement
 import serving
 from literals import (
     GPU_RESOURCE,
@@ -54,7 +55,6 @@ API = KUEUE_API
 COHORT = "gpu-k8s"
 CPU_FLAVOR = "cpu"
 FLAVOR_OWNER = ("app.kubernetes.io/managed-by", "kubernetes-control-plane")
-quantity = jobs.quantity
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,12 +85,12 @@ def capacity(nodes: Iterable[dict[str, Any]]) -> Capacity:
     cpu = memory = 0.0
     gpus: dict[str, int] = {}
     for node in nodes:
-        if not jobs.schedulable(node):
+        if not placement.schedulable(node):
             continue
         allocatable = (node.get("status") or {}).get("allocatable") or {}
-        cpu += quantity(allocatable.get("cpu", "0"))
-        memory += quantity(allocatable.get("memory", "0"))
-        count = int(quantity(allocatable.get(GPU_RESOURCE, "0")))
+        cpu += jobs.quantity(allocatable.get("cpu", "0"))
+        memory += jobs.quantity(allocatable.get("memory", "0"))
+        count = int(jobs.quantity(allocatable.get(GPU_RESOURCE, "0")))
         product = ((node.get("metadata") or {}).get("labels") or {}).get(LABEL_GPU_PRODUCT)
         if count and product:
             gpus[product] = gpus.get(product, 0) + count
@@ -111,7 +111,7 @@ def held_outside_kueue(
             LABEL_GPU_PRODUCT
         )
         for n in nodes
-        if jobs.schedulable(n)
+        if placement.schedulable(n)
     }
     held: dict[str, int] = {}
     for pod in pods:
@@ -120,7 +120,7 @@ def held_outside_kueue(
         phase = (pod.get("status") or {}).get("phase")
         if not product or meta.get("deletionTimestamp") or phase in ("Succeeded", "Failed"):
             continue
-        held[product] = held.get(product, 0) + jobs.pod_gpus(pod)
+        held[product] = held.get(product, 0) + kube_objects.pod_gpus(pod)
     return held
 
 

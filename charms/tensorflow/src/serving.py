@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import jobs
+from job_state import server_state
 from literals import DATA_MOUNT, GPU_RESOURCE, GPU_RUNTIME_CLASS, LABEL_MANAGED_BY
 
 from charms.gpu_k8s.v0.config import between
@@ -285,7 +286,7 @@ def _pods_state(kube: Any, ctx: Any, job: str) -> str:
     pods = kube.list("v1", "Pod", ctx.namespace, label_selector=selector)
     if not pods:
         return "no serving pod yet"
-    return "serving pod " + jobs.server_state(pods, "serving-image", "tensorflow_model_server")
+    return "serving pod " + server_state(pods, "serving-image", "tensorflow_model_server")
 
 
 def unserve(kube: Any, ctx: Any, job: str) -> dict[str, str]:

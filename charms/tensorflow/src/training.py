@@ -10,7 +10,7 @@ callback plus `sleep`/`clock` so that tests drive time. Failures the operator ca
 A job is one JobSet (jobs.jobset) queued in the application's LocalQueue: Kueue admits it
 when the whole gang fits the team's quota and the cluster, JobSet restarts it as a gang and
 ends it when the chief succeeds, and deletes it `job-ttl` hours after it finished. The charm
-only refuses what could never run (jobs.never_fits) and reports what Kueue says.
+only refuses what could never run (placement.never_fits) and reports what Kueue says.
 
 Launch cost: a constant number of API requests, whatever the number of workers (existence
 checks, one node list, one apply per object, one Workload list per poll for the queue
@@ -28,8 +28,10 @@ from typing import Any
 
 import datasets
 import gpu_metrics
+import job_state
 import jobs
 import oneshot
+import placement
 from jobs import Context, TrainRequest
 from literals import (
     ACTION_FILES,
@@ -40,8 +42,11 @@ from literals import (
     JOBSET_API,
     KUEUE_API,
     LABEL_COMPONENT,
+    LABEL_JOB,
+    LABEL_MANAGED_BY,
     PROGRESS_LOG_LINES,
 )
+from progress import parse_progress, progress_phrase, resumed_step
 
 from charms.gpu_k8s.v0.unit_state import Gauge
 
@@ -112,14 +117,14 @@ def _training_pods(kube: Any, ctx: Context, job: str) -> list[dict]:
 
 
 def tensorboard_state(kube: Any, ctx: Context, job: str) -> str:
-    """The state of the job's TensorBoard pod (jobs.tensorboard_state)."""
+    """The state of the job's TensorBoard pod (job_state.tensorboard_state)."""
     pods = kube.list(
         "v1",
         "Pod",
         ctx.namespace,
         label_selector=jobs.selector(ctx.app, job, COMPONENT_TENSORBOARD),
     )
-    return jobs.tensorboard_state(pods)
+    return job_state.tensorboard_state(pods)
 
 
 def load_request(kube: Any, ctx: Context, job: str) -> TrainRequest:
@@ -134,7 +139,7 @@ def load_request(kube: Any, ctx: Context, job: str) -> TrainRequest:
 def _jobset(kube: Any, ctx: Context, job: str) -> dict | None:
     found = kube.get(JOBSET_API, "JobSet", job, ctx.namespace)
     labels = ((found or {}).get("metadata") or {}).get("labels") or {}
-    return found if labels.get(jobs.LABEL_MANAGED_BY) == ctx.app else None
+    return found if labels.get(LABEL_MANAGED_BY) == ctx.app else None
 
 
 def _request_of(js: dict | None, job: str, ctx: Context) -> TrainRequest:
@@ -166,7 +171,7 @@ def _workload_of(js: dict | None, workloads: list[dict]) -> dict | None:
 
 def _check_fits(kube: Any, request: TrainRequest) -> None:
     """Refuse a job that could never run on this cluster, before anything is created."""
-    why = jobs.never_fits(request, kube.list("v1", "Node"))
+    why = placement.never_fits(request, kube.list("v1", "Node"))
     if why:
         raise JobError(f"job {request.job!r} can never run on this cluster: {why}")
 
@@ -290,14 +295,14 @@ def wait_for_pods(
     def all_running() -> bool | None:
         nonlocal pods, last
         pods = _training_pods(kube, ctx, request.job)
-        counts = jobs.running_counts(request, pods)
+        counts = job_state.running_counts(request, pods)
         text = ", ".join(f"{counts[r]}/{n} {r}s running" for r, n in replicas.items())
         if text != last:
             log(text)
             last = text
         if counts == replicas:
             return True
-        if problem := jobs.pod_problem(pods):
+        if problem := job_state.pod_problem(pods):
             raise JobError(f"{problem}: fix the image or command, then stop and train again")
         return None
 
@@ -327,16 +332,16 @@ def queue_answer(
         js = _jobset(kube, ctx, job)
         workloads = _workloads(kube, ctx)
         workload = _workload_of(js, workloads)
-        if jobs.unqueued(js, workload):
-            answer = ("Unqueued", jobs.UNQUEUED)
+        if job_state.unqueued(js, workload):
+            answer = ("Unqueued", job_state.UNQUEUED)
             return True
-        state, why = jobs.queue_state(workload, workloads)
-        if workload is not None and state in jobs.WAITING:
-            why = f"position {jobs.queue_position(workload, workloads)}: {why}"
+        state, why = job_state.queue_state(workload, workloads)
+        if workload is not None and state in job_state.WAITING:
+            why = f"position {job_state.queue_position(workload, workloads)}: {why}"
         answer = (state, why)
         # Kueue has decided once it admitted the job or said why not (a fresh Workload
         # has no reason yet: its admission may be a moment away).
-        return True if state == "Admitted" or jobs.queue_reason(workload) else None
+        return True if state == "Admitted" or job_state.queue_reason(workload) else None
 
     poll_until(answered, settle, poll=POLL_SECONDS, clock=clock, sleep=sleep)
     return answer
@@ -379,7 +384,7 @@ def launch(
     if state == "Unqueued":
         log(f"warning: {why}")
         results["warning"] = why
-    if state in (*jobs.WAITING, "Unknown"):
+    if state in (*job_state.WAITING, "Unknown"):
         log(f"{state.lower()}: {why}")
         results["state"] = f"{state.lower()}: {why}"
         if not request.wait:
@@ -399,7 +404,7 @@ def launch(
 def _chief_log(kube: Any, ctx: Context, request: TrainRequest, pods: list[dict]) -> str:
     from charms.gpu_k8s.v0.kubeclient import KubeError
 
-    pod = jobs.find_pod(pods, *request.chief())
+    pod = job_state.find_pod(pods, *request.chief())
     if pod is None:
         return ""
     try:
@@ -419,11 +424,11 @@ def _summary(
     pods: list[dict],
 ) -> dict[str, Any]:
     workload = _workload_of(js, workloads)
-    progress = jobs.parse_progress(_chief_log(kube, ctx, request, pods))
+    progress = parse_progress(_chief_log(kube, ctx, request, pods))
     position = None
-    if workload is not None and jobs.queue_state(workload)[0] in jobs.WAITING:
-        position = jobs.queue_position(workload, workloads)
-    return jobs.summarise(
+    if workload is not None and job_state.queue_state(workload)[0] in job_state.WAITING:
+        position = job_state.queue_position(workload, workloads)
+    return job_state.summarise(
         request,
         js,
         workload,
@@ -462,16 +467,16 @@ def list_jobs(kube: Any, ctx: Context) -> dict[str, str]:
         except JobError:
             out[name] = "unreadable request annotation"
             continue
-        pods = [p for p in all_pods if p["metadata"]["labels"].get(jobs.LABEL_JOB) == name]
-        out[name] = jobs.one_line(_summary(kube, ctx, request, js, workloads, pods))
+        pods = [p for p in all_pods if p["metadata"]["labels"].get(LABEL_JOB) == name]
+        out[name] = job_state.one_line(_summary(kube, ctx, request, js, workloads, pods))
     return out
 
 
 GLANCE_DETAILS = 3  # running jobs named in the status line (one log read each)
-_GLANCE_ORDER = ("Running", "Restarting", *jobs.WAITING, "Admitted", "Failed")
+_GLANCE_ORDER = ("Running", "Restarting", *job_state.WAITING, "Admitted", "Failed")
 
 
-# Every phase jobs.phase gives a JobSet that exists, for the `gpu_k8s_training_jobs` gauge
+# Every phase job_state.phase gives a JobSet that exists, for the `gpu_k8s_training_jobs` gauge
 PHASES = (*_GLANCE_ORDER, "Succeeded")
 
 
@@ -510,18 +515,16 @@ def at_a_glance(kube: Any, ctx: Context) -> Glance:
     by_phase: dict[str, list[str]] = {}
     for js in sorted(all_jobsets, key=lambda j: j["metadata"]["name"]):
         name = js["metadata"]["name"]
-        pods = [p for p in all_pods if p["metadata"]["labels"].get(jobs.LABEL_JOB) == name]
-        phase = jobs.phase(js, _workload_of(js, workloads), pods)
+        pods = [p for p in all_pods if p["metadata"]["labels"].get(LABEL_JOB) == name]
+        phase = job_state.phase(js, _workload_of(js, workloads), pods)
         detail = name
         if phase == "Running" and len(by_phase.get("Running", [])) < GLANCE_DETAILS:
             try:
                 request = _request_of(js, name, ctx)
             except JobError:
                 request = None
-            progress = (
-                jobs.parse_progress(_chief_log(kube, ctx, request, pods)) if request else None
-            )
-            detail = jobs.progress_phrase(name, progress)
+            progress = parse_progress(_chief_log(kube, ctx, request, pods)) if request else None
+            detail = progress_phrase(name, progress)
         by_phase.setdefault(phase, []).append(detail)
     parts = []
     for phase in _GLANCE_ORDER:
@@ -564,12 +567,12 @@ def logs(kube: Any, ctx: Context, job: str, lines: int, role: str = "all", index
     out: list[str] = []
     for r, i in wanted:
         prefix = f"[{r}-{i}]"
-        pod = jobs.find_pod(pods, r, i)
+        pod = job_state.find_pod(pods, r, i)
         if pod is None:
             kept = f"jobs/{job}/pod-logs/{r}-{i}.log"
             out.append(f"{prefix} (no pod; its output is kept on the shared volume in {kept})")
             continue
-        history, restarted = jobs.container_history(pod)
+        history, restarted = job_state.container_history(pod)
         if history:
             out.append(f"{prefix} ({history})")
         if restarted:
@@ -679,7 +682,8 @@ def scale(
     js = _jobset(kube, ctx, job)
     request = _request_of(js, job, ctx)
     pods = _training_pods(kube, ctx, job)
-    if jobs.phase(js, _workload_of(js, _workloads(kube, ctx)), pods) in ("Succeeded", "Failed"):
+    workload = _workload_of(js, _workloads(kube, ctx))
+    if job_state.phase(js, workload, pods) in ("Succeeded", "Failed"):
         raise JobError(f"job {job!r} has finished: train a new job instead of scaling it")
     if workers == request.workers:
         return {"job": job, "workers": str(workers), "changed": "false"}
@@ -692,7 +696,7 @@ def scale(
     _apply_all(kube, ctx, jobs.manifests(scaled, ctx, code))
     log(f"relaunched {job} with {workers} workers")
     state, why = queue_answer(kube, ctx, job, sleep=sleep, clock=clock)
-    if state in (*jobs.WAITING, "Unknown"):
+    if state in (*job_state.WAITING, "Unknown"):
         log(f"{state.lower()}: {why}")
         return {
             "job": job,
@@ -730,6 +734,6 @@ def _wait_resumed(
     from charms.gpu_k8s.v0.system import poll_until
 
     def resumed() -> int | None:
-        return jobs.resumed_step(_chief_log(kube, ctx, request, pods))
+        return resumed_step(_chief_log(kube, ctx, request, pods))
 
     return poll_until(resumed, timeout, poll=poll, clock=clock, sleep=sleep)

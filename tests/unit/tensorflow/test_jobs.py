@@ -14,6 +14,9 @@ import serving
 import training
 import yaml
 from conftest import node
+from job_state import queue_position, queue_reason, queue_state
+from placement import never_fits
+from progress import eta_seconds, format_duration, parse_progress, resumed_step, sparkline
 
 from fakes.jobset_schema import validate_jobset
 
@@ -42,46 +45,43 @@ def pod_of(req: jobs.TrainRequest, ctx: jobs.Context, role: str) -> dict:
 
 def test_a_job_that_fits_the_cluster_is_left_to_the_queue():
     # 4 GPUs on two nodes: busy or not, Kueue decides when it runs.
-    assert (
-        jobs.never_fits(request(workers=4, gpus_per_worker=1), [node("a", 2), node("b", 2)])
-        is None
-    )
+    assert never_fits(request(workers=4, gpus_per_worker=1), [node("a", 2), node("b", 2)]) is None
 
 
 def test_more_gpus_per_pod_than_any_node_never_fits():
-    why = jobs.never_fits(request(workers=1, gpus_per_worker=3), [node("a", 2), node("b", 2)])
+    why = never_fits(request(workers=1, gpus_per_worker=3), [node("a", 2), node("b", 2)])
     assert why is not None and "largest schedulable node has 2" in why
 
 
 def test_more_gpus_than_the_cluster_never_fits():
-    why = jobs.never_fits(request(workers=5, gpus_per_worker=1), [node("a", 2), node("b", 2)])
+    why = never_fits(request(workers=5, gpus_per_worker=1), [node("a", 2), node("b", 2)])
     assert why is not None and "needs 5 GPUs but the cluster's schedulable nodes have 4" in why
 
 
 def test_a_role_must_fit_one_gpu_model():
     """Kueue gives a pod set one GPU flavor (one product): 2 A10G + 2 T4 hold no 4 workers."""
     mixed = [node("a", 2), node("t", 2, product="Tesla-T4")]
-    why = jobs.never_fits(request(workers=4, gpus_per_worker=1), mixed)
+    why = never_fits(request(workers=4, gpus_per_worker=1), mixed)
     assert why is not None
     assert "the 4 worker pods need 4 GPUs of one model" in why
     assert "(2 NVIDIA-A10G, 2 Tesla-T4)" in why
-    assert jobs.never_fits(request(workers=2, gpus_per_worker=1), mixed) is None
+    assert never_fits(request(workers=2, gpus_per_worker=1), mixed) is None
 
 
 def test_a_pod_larger_than_every_node_never_fits():
     """kube-scheduler places a pod only where its requests fit (8 CPUs, 64Gi per node)."""
-    why = jobs.never_fits(request(workers=1, cpu="12"), [node("a", 2), node("b")])
+    why = never_fits(request(workers=1, cpu="12"), [node("a", 2), node("b")])
     assert why == (
         "each worker requests 12 of cpu but the largest schedulable node has 8: lower cpu"
     )
     ps = request(workers=1, strategy="ps", ps=1, ps_memory="100Gi")
-    assert "each ps requests 100Gi of memory" in (jobs.never_fits(ps, [node("a", 2)]) or "")
-    assert "lower ps-memory" in (jobs.never_fits(ps, [node("a", 2)]) or "")
+    assert "each ps requests 100Gi of memory" in (never_fits(ps, [node("a", 2)]) or "")
+    assert "lower ps-memory" in (never_fits(ps, [node("a", 2)]) or "")
 
 
 def test_a_job_larger_than_all_nodes_together_never_fits():
-    assert jobs.never_fits(request(workers=3, memory="40Gi"), [node("a", 2), node("b")]) is None
-    why = jobs.never_fits(request(workers=4, memory="40Gi"), [node("a", 2), node("b")])
+    assert never_fits(request(workers=3, memory="40Gi"), [node("a", 2), node("b")]) is None
+    why = never_fits(request(workers=4, memory="40Gi"), [node("a", 2), node("b")])
     assert why == (
         "the job requests 160.0Gi of memory but the schedulable nodes have 128.0Gi: "
         "lower workers or memory"
@@ -92,7 +92,7 @@ def test_gpus_without_a_product_label_hold_no_role():
     """No ResourceFlavor selects a GPU node the worker charm has not labelled (yet)."""
     unlabelled = node("u", 4)
     del unlabelled["metadata"]["labels"]["nvidia.com/gpu.product"]
-    why = jobs.never_fits(request(workers=1, gpus_per_worker=1), [unlabelled])
+    why = never_fits(request(workers=1, gpus_per_worker=1), [unlabelled])
     assert why is not None and "(none)" in why
 
 
@@ -105,7 +105,7 @@ def test_gpus_without_a_product_label_hold_no_role():
     ],
 )
 def test_unusable_nodes_do_not_count(bad):
-    assert jobs.never_fits(request(workers=1, gpus_per_worker=1), [bad]) is not None
+    assert never_fits(request(workers=1, gpus_per_worker=1), [bad]) is not None
 
 
 def test_gpu_taint_is_tolerated_and_prefer_no_schedule_ignored():
@@ -113,14 +113,11 @@ def test_gpu_taint_is_tolerated_and_prefer_no_schedule_ignored():
         {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
         {"key": "spot", "effect": "PreferNoSchedule"},
     ]
-    assert (
-        jobs.never_fits(request(gpus_per_worker=1, workers=1), [node("g", 1, taints=taints)])
-        is None
-    )
+    assert never_fits(request(gpus_per_worker=1, workers=1), [node("g", 1, taints=taints)]) is None
 
 
 def test_cpu_jobs_need_no_gpus():
-    assert jobs.never_fits(request(workers=64), []) is None
+    assert never_fits(request(workers=64), []) is None
 
 
 def test_only_workers_need_gpus_in_ps_jobs():
@@ -292,35 +289,35 @@ def test_parse_progress_takes_the_last_valid_report():
             "done",
         ]
     )
-    assert jobs.parse_progress(log) == {"step": 3}
-    assert jobs.parse_progress("nothing here") is None
+    assert parse_progress(log) == {"step": 3}
+    assert parse_progress("nothing here") is None
 
 
 def test_resumed_step_from_progress_or_announcement():
-    assert jobs.resumed_step('GPU_K8S_PROGRESS {"resumed_from": 40}') == 40
-    assert jobs.resumed_step("resumed from checkpoint at step 300 (target 1000)") == 300
-    assert jobs.resumed_step("starting from step 0 (target 10)") == 0
-    assert jobs.resumed_step("still importing tensorflow") is None
+    assert resumed_step('GPU_K8S_PROGRESS {"resumed_from": 40}') == 40
+    assert resumed_step("resumed from checkpoint at step 300 (target 1000)") == 300
+    assert resumed_step("starting from step 0 (target 10)") == 0
+    assert resumed_step("still importing tensorflow") is None
 
 
 def test_sparkline():
-    assert jobs.sparkline([3, 2, 1, 0]) == "█▆▃▁"
-    assert jobs.sparkline([1, 1]) == "▁▁"
-    assert jobs.sparkline([]) == ""
-    assert jobs.sparkline([float("nan"), 1.0, None]) == "▁"
-    long = jobs.sparkline(range(100), width=20)
+    assert sparkline([3, 2, 1, 0]) == "█▆▃▁"
+    assert sparkline([1, 1]) == "▁▁"
+    assert sparkline([]) == ""
+    assert sparkline([float("nan"), 1.0, None]) == "▁"
+    long = sparkline(range(100), width=20)
     assert len(long) == 20 and long[0] == "▁" and long[-1] == "█"
 
 
 def test_eta():
     progress = {"step": 100, "steps": 1100, "examples_per_sec": 320.0, "global_batch_size": 64}
-    assert jobs.eta_seconds(progress) == pytest.approx(200)
-    assert jobs.format_duration(200) == "3m 20s"
-    assert jobs.format_duration(7300) == "2h 01m"
-    assert jobs.eta_seconds({**progress, "state": "finished"}) == 0
-    assert jobs.eta_seconds({**progress, "examples_per_sec": 0}) is None
-    assert jobs.eta_seconds({"step": 1}) is None
-    assert jobs.format_duration(None) == "unknown"
+    assert eta_seconds(progress) == pytest.approx(200)
+    assert format_duration(200) == "3m 20s"
+    assert format_duration(7300) == "2h 01m"
+    assert eta_seconds({**progress, "state": "finished"}) == 0
+    assert eta_seconds({**progress, "examples_per_sec": 0}) is None
+    assert eta_seconds({"step": 1}) is None
+    assert format_duration(None) == "unknown"
 
 
 # -------------------------------------------------------------------- code lookup
@@ -383,8 +380,8 @@ def test_queue_state_and_reason_from_the_workload_conditions():
             ]
         }
     }
-    assert jobs.queue_state(fresh) == ("Queued", "waiting for quota")
-    assert jobs.queue_reason(fresh) == ""  # not evaluated yet: train keeps looking
+    assert queue_state(fresh) == ("Queued", "waiting for quota")
+    assert queue_reason(fresh) == ""  # not evaluated yet: train keeps looking
     pending = {
         "status": {
             "conditions": [
@@ -392,9 +389,9 @@ def test_queue_state_and_reason_from_the_workload_conditions():
             ]
         }
     }
-    assert jobs.queue_reason(pending) == "insufficient quota"
+    assert queue_reason(pending) == "insufficient quota"
     admitted = {"status": {"conditions": [{"type": "Admitted", "status": "True"}]}}
-    assert jobs.queue_state(admitted) == ("Admitted", "")
+    assert queue_state(admitted) == ("Admitted", "")
     preempted = {
         "status": {
             "conditions": [
@@ -403,8 +400,8 @@ def test_queue_state_and_reason_from_the_workload_conditions():
             ]
         }
     }
-    assert jobs.queue_state(preempted) == ("Preempted", "Preempted: by high")
-    assert jobs.queue_state(None)[0] == "Unknown"
+    assert queue_state(preempted) == ("Preempted", "Preempted: by high")
+    assert queue_state(None)[0] == "Unknown"
 
 
 def _workload(name: str, *conditions: tuple, priority: int = 0, created: str = "", **status):
@@ -436,20 +433,20 @@ def test_queue_state_follows_kueues_condition_sequences():
         ("Admitted", "True", "Admitted", ""),
         ("Evicted", "True", "Preempted", "for a higher priority"),
     )
-    assert jobs.queue_state(stopping) == ("Preempted", "Preempted: for a higher priority")
+    assert queue_state(stopping) == ("Preempted", "Preempted: for a higher priority")
     # pods not all ready in time: requeued, not preempted
     timed_out = _workload(
         "w",
         ("QuotaReserved", "False", "Pending", ""),
         ("Evicted", "True", "PodsReadyTimeout", "Exceeded the PodsReady timeout ns/w"),
     )
-    state, why = jobs.queue_state(timed_out)
+    state, why = queue_state(timed_out)
     assert state == "Requeued"
     assert "pods-ready-timeout" in why and "Exceeded the PodsReady timeout ns/w" in why
     stopped = _workload(
         "w", ("Evicted", "True", "ClusterQueueStopped", "The ClusterQueue is stopped")
     )
-    assert jobs.queue_state(stopped) == (
+    assert queue_state(stopped) == (
         "Evicted",
         "ClusterQueueStopped: The ClusterQueue is stopped",
     )
@@ -459,12 +456,12 @@ def test_queue_state_follows_kueues_condition_sequences():
         ("Admitted", "True", "Admitted", ""),
         ("Evicted", "False", "QuotaReserved", ""),
     )
-    assert jobs.queue_state(again) == ("Admitted", "")
+    assert queue_state(again) == ("Admitted", "")
     # Finished keeps QuotaReserved and Admitted True (workload/finish/finish.go)
     done = _workload(
         "w", ("Admitted", "True", "Admitted", ""), ("Finished", "True", "Succeeded", "")
     )
-    assert jobs.queue_state(done) == ("Finished", "Succeeded")
+    assert queue_state(done) == ("Finished", "Succeeded")
 
 
 def test_queue_position_orders_as_kueue_does():
@@ -497,6 +494,6 @@ def test_queue_position_orders_as_kueue_does():
     )
     everyone = [mine, older, urgent, done, evicted_late, backing_off]
     now = "2026-11-24T06:10:00Z"
-    assert jobs.queue_position(mine, everyone, now) == 3  # behind urgent and older
-    assert jobs.queue_position(evicted_late, everyone, now) == 4
-    assert jobs.queue_position(mine, everyone, "2026-11-24T07:00:00Z") == 4  # backoff over
+    assert queue_position(mine, everyone, now) == 3  # behind urgent and older
+    assert queue_position(evicted_late, everyone, now) == 4
+    assert queue_position(mine, everyone, "2026-11-24T07:00:00Z") == 4  # backoff over
