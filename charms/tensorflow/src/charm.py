@@ -6,7 +6,7 @@
 
 Thin ops layer: relations (`kube-api` for credentials in the charm's namespace,
 `shared-storage` for the claim), status, and actions that hand over to `training.py`
-(cluster operations) and `jobs.py` (validation, manifests, summaries).
+(cluster operations), `params.py` (action parameters) and `manifests.py` (`Context`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from typing import Any
 
 import datasets
 import exports
-import jobs
 import ops
 import pydantic
 import queues
@@ -37,10 +36,21 @@ from literals import (
     TRAINER,
     UPLOADER,
 )
+from manifests import Context
+from params import (
+    JobParams,
+    LogsParams,
+    NoParams,
+    ScaleParams,
+    StopParams,
+    TrainRequest,
+    parse_user,
+    quantity,
+)
 
 from charms.gpu_k8s.v0.config import CharmConfig
 from charms.gpu_k8s.v0.cos_agent import CosAgentProvider
-from charms.gpu_k8s.v0.images import validate_registry
+from charms.gpu_k8s.v0.images import mirrored, validate_registry
 from charms.gpu_k8s.v0.kube_api import KubeApiRequirer, Rule
 from charms.gpu_k8s.v0.shared_storage import SharedStorageRequirer
 from charms.gpu_k8s.v0.system import machine
@@ -110,7 +120,7 @@ class Config(CharmConfig):
     @pydantic.field_validator("run_as")
     @classmethod
     def _run_as(cls, value: str) -> str:
-        jobs.parse_user(value)
+        parse_user(value)
         return value
 
     @pydantic.field_validator("gpu_quota")
@@ -124,7 +134,7 @@ class Config(CharmConfig):
     @classmethod
     def _quantity(cls, value: str) -> str:
         if value.strip():
-            jobs.quantity(value)  # raises with the reason
+            quantity(value)  # raises with the reason
         return value.strip()
 
     @property
@@ -136,7 +146,7 @@ class Config(CharmConfig):
     @property
     def user(self) -> tuple[int, int]:
         """`run-as` as (uid, gid)."""
-        return jobs.parse_user(self.run_as)
+        return parse_user(self.run_as)
 
 
 class NotReadyError(Exception):
@@ -169,9 +179,9 @@ class TensorflowCharm(ops.CharmBase):
         # The application's own directory on the shared volume, owned by the user its pods
         # run as (an invalid `run-as` asks for the default meanwhile; the status says why).
         try:
-            uid, gid = jobs.parse_user(str(self.config.get("run-as", DEFAULT_USER)))
+            uid, gid = parse_user(str(self.config.get("run-as", DEFAULT_USER)))
         except ValueError:
-            uid, gid = jobs.parse_user(DEFAULT_USER)
+            uid, gid = parse_user(DEFAULT_USER)
         self.storage = SharedStorageRequirer(
             self, SHARED_STORAGE, namespace=namespace, directory=self.app.name, uid=uid, gid=gid
         )
@@ -235,7 +245,7 @@ class TensorflowCharm(ops.CharmBase):
         return None
 
     @contextmanager
-    def _cluster(self, config: Config) -> Iterator[tuple[Any, jobs.Context]]:
+    def _cluster(self, config: Config) -> Iterator[tuple[Any, Context]]:
         """A Kube client and the job context; NotReadyError while relations are not ready."""
         problem = self._problem()
         if problem is not None:
@@ -247,7 +257,7 @@ class TensorflowCharm(ops.CharmBase):
         namespace = self.kube_api.namespace() or self.storage.namespace
         if claim is None or kubeconfig is None:  # pragma: no cover - _problem covers it
             raise NotReadyError("waiting for kube-api and shared-storage")
-        ctx = jobs.Context(
+        ctx = Context(
             namespace=namespace,
             app=self.app.name,
             claim=claim.claim_name,
@@ -301,7 +311,7 @@ class TensorflowCharm(ops.CharmBase):
             self._api_error = f"Kubernetes API: {e.reason} ({e.status}); retrying"
             logger.warning("reconcile failed: %s", e)
 
-    def _sync_pull_secret(self, kube: Any, ctx: jobs.Context, config: Config) -> None:
+    def _sync_pull_secret(self, kube: Any, ctx: Context, config: Config) -> None:
         """The image pull Secret from config image-pull-secret (registry_auth)."""
         self._sync_secret(
             kube,
@@ -312,7 +322,7 @@ class TensorflowCharm(ops.CharmBase):
             lambda content: registry_auth.manifest(self.app.name, ctx.namespace, content),
         )
 
-    def _sync_dataset_secret(self, kube: Any, ctx: jobs.Context, config: Config) -> None:
+    def _sync_dataset_secret(self, kube: Any, ctx: Context, config: Config) -> None:
         """The S3 credentials Secret from config dataset-credentials (datasets)."""
         self._sync_secret(
             kube,
@@ -326,7 +336,7 @@ class TensorflowCharm(ops.CharmBase):
     def _sync_secret(
         self,
         kube: Any,
-        ctx: jobs.Context,
+        ctx: Context,
         option: str,
         secret: ops.Secret | None,
         name: str,
@@ -358,7 +368,7 @@ class TensorflowCharm(ops.CharmBase):
         kube.apply(manifest, field_manager=self.app.name)
         self._stored.secrets = sorted(written | {name})
 
-    def _apply_queues(self, kube: Any, ctx: jobs.Context, config: Config) -> None:
+    def _apply_queues(self, kube: Any, ctx: Context, config: Config) -> None:
         """This team's ClusterQueue and LocalQueue, applied when they changed."""
         try:
             self._stored.queues = queues.reconcile(
@@ -395,7 +405,7 @@ class TensorflowCharm(ops.CharmBase):
         event.add_status(
             ops.ActiveStatus(
                 f"Ready: namespace {namespace}, claim {claim.claim_name if claim else '?'}, "
-                f"image {jobs.from_registry(config.default_image, config.image_registry)}"
+                f"image {mirrored(config.default_image, config.image_registry)}"
             )
         )
 
@@ -454,7 +464,7 @@ class TensorflowCharm(ops.CharmBase):
         return {"log": log, "sleep": self.sleep, "clock": self.monotonic}
 
     def _on_train(self, event: ops.ActionEvent) -> None:
-        request = event.load_params(jobs.TrainRequest, errors="fail")
+        request = event.load_params(TrainRequest, errors="fail")
         try:
             code = training.read_code()
         except OSError as e:
@@ -468,7 +478,7 @@ class TensorflowCharm(ops.CharmBase):
         )
 
     def _on_scale(self, event: ops.ActionEvent) -> None:
-        p = event.load_params(jobs.ScaleParams, errors="fail")
+        p = event.load_params(ScaleParams, errors="fail")
         try:
             code = training.read_code()
         except OSError as e:
@@ -484,13 +494,13 @@ class TensorflowCharm(ops.CharmBase):
         )
 
     def _on_job_status(self, event: ops.ActionEvent) -> None:
-        params = event.load_params(jobs.JobParams, errors="fail")
+        params = event.load_params(JobParams, errors="fail")
         self._run(event, lambda kube, ctx: training.status(kube, ctx, params.job))
 
     def _on_list_jobs(self, event: ops.ActionEvent) -> None:
-        event.load_params(jobs.NoParams, errors="fail")
+        event.load_params(NoParams, errors="fail")
 
-        def list_jobs(kube: Any, ctx: jobs.Context) -> dict[str, Any]:
+        def list_jobs(kube: Any, ctx: Context) -> dict[str, Any]:
             found = training.list_jobs(kube, ctx)
             results: dict[str, Any] = {"count": str(len(found))}
             if found:
@@ -500,7 +510,7 @@ class TensorflowCharm(ops.CharmBase):
         self._run(event, list_jobs)
 
     def _on_logs(self, event: ops.ActionEvent) -> None:
-        params = event.load_params(jobs.LogsParams, errors="fail")
+        params = event.load_params(LogsParams, errors="fail")
         self._run(
             event,
             lambda kube, ctx: {
@@ -511,7 +521,7 @@ class TensorflowCharm(ops.CharmBase):
         )
 
     def _on_stop(self, event: ops.ActionEvent) -> None:
-        p = event.load_params(jobs.StopParams, errors="fail")
+        p = event.load_params(StopParams, errors="fail")
         waits = self._wait_args(event)
         self._run(event, lambda kube, ctx: training.stop(kube, ctx, p.job, p.purge, **waits))
 
@@ -530,7 +540,7 @@ class TensorflowCharm(ops.CharmBase):
             return
         waits = self._wait_args(event)
 
-        def run(kube: Any, ctx: jobs.Context) -> dict[str, Any]:
+        def run(kube: Any, ctx: Context) -> dict[str, Any]:
             config = self.load_config(Config)
             self._sync_dataset_secret(kube, ctx, config)
             credentials = config.dataset_credentials is not None
@@ -541,7 +551,7 @@ class TensorflowCharm(ops.CharmBase):
         self._run(event, run, pull_secret=True)
 
     def _on_list_datasets(self, event: ops.ActionEvent) -> None:
-        event.load_params(jobs.NoParams, errors="fail")
+        event.load_params(NoParams, errors="fail")
         self._run(event, datasets.listing)
 
     def _on_export(self, event: ops.ActionEvent) -> None:
@@ -551,7 +561,7 @@ class TensorflowCharm(ops.CharmBase):
             return
         waits = self._wait_args(event)
 
-        def run(kube: Any, ctx: jobs.Context) -> dict[str, Any]:
+        def run(kube: Any, ctx: Context) -> dict[str, Any]:
             image = training.image_of(kube, ctx, params.job)
             return exports.run(kube, ctx, params, trainer, image, **waits)
 
@@ -561,7 +571,7 @@ class TensorflowCharm(ops.CharmBase):
         params = event.load_params(serving.ServeParams, errors="fail")
         waits = self._wait_args(event)
 
-        def run(kube: Any, ctx: jobs.Context) -> dict[str, Any]:
+        def run(kube: Any, ctx: Context) -> dict[str, Any]:
             config = self.load_config(Config)
             try:
                 return serving.serve(kube, ctx, params, config.serving_image, **waits)
@@ -571,9 +581,9 @@ class TensorflowCharm(ops.CharmBase):
         self._run(event, run, pull_secret=True)
 
     def _on_unserve(self, event: ops.ActionEvent) -> None:
-        params = event.load_params(jobs.JobParams, errors="fail")
+        params = event.load_params(JobParams, errors="fail")
 
-        def run(kube: Any, ctx: jobs.Context) -> dict[str, Any]:
+        def run(kube: Any, ctx: Context) -> dict[str, Any]:
             try:
                 return serving.unserve(kube, ctx, params.job)
             finally:
@@ -591,7 +601,7 @@ class TensorflowCharm(ops.CharmBase):
                     return
                 programs[name] = program
 
-        def run(kube: Any, ctx: jobs.Context) -> dict[str, Any]:
+        def run(kube: Any, ctx: Context) -> dict[str, Any]:
             image = ctx.pulled(ctx.default_image)
             if not params.destination:
                 return exports.fetch(kube, ctx, params, image, **waits)

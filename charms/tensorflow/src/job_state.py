@@ -19,8 +19,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import oneshot
-from jobs import TrainRequest, tensorboard_url
 from literals import LABEL_COMPLETION_INDEX, LABEL_ROLE
+from manifests import tensorboard_url
+from params import TrainRequest
 from progress import eta_seconds, evaluation_phrase, format_duration, sparkline
 
 from charms.gpu_k8s.v0.kube_objects import pod_gpus

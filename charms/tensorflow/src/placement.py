@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from jobs import TrainRequest, quantity
 from literals import LABEL_GPU_PRODUCT
+from params import TrainRequest, quantity
 
 from charms.gpu_k8s.v0.kube_objects import GPU_RESOURCE, node_ready
 

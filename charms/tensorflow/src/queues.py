@@ -36,7 +36,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-import jobs
+import params
 import placement
 import serving
 from literals import (
@@ -88,9 +88,9 @@ def capacity(nodes: Iterable[dict[str, Any]]) -> Capacity:
         if not placement.schedulable(node):
             continue
         allocatable = (node.get("status") or {}).get("allocatable") or {}
-        cpu += jobs.quantity(allocatable.get("cpu", "0"))
-        memory += jobs.quantity(allocatable.get("memory", "0"))
-        count = int(jobs.quantity(allocatable.get(GPU_RESOURCE, "0")))
+        cpu += params.quantity(allocatable.get("cpu", "0"))
+        memory += params.quantity(allocatable.get("memory", "0"))
+        count = int(params.quantity(allocatable.get(GPU_RESOURCE, "0")))
         product = ((node.get("metadata") or {}).get("labels") or {}).get(LABEL_GPU_PRODUCT)
         if count and product:
             gpus[product] = gpus.get(product, 0) + count

@@ -23,9 +23,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-import jobs
 from job_state import server_state
 from literals import DATA_MOUNT, GPU_RESOURCE, GPU_RUNTIME_CLASS, LABEL_MANAGED_BY
+from params import JobParams
 
 from charms.gpu_k8s.v0.config import between
 
@@ -39,7 +39,7 @@ class ServingError(Exception):
     """The model cannot be served as asked (the message says why)."""
 
 
-class ServeParams(jobs.JobParams):
+class ServeParams(JobParams):
     """The `serve` action's parameters."""
 
     replicas: between(1, 20) = 1  # type: ignore[valid-type]
@@ -68,7 +68,7 @@ def gpu_variant(image: str) -> str:
 
 
 def manifests(params: ServeParams, ctx: Any, image: str) -> list[dict[str, Any]]:
-    """The Deployment and Service (`ctx`: jobs.Context, `image`: the serving image)."""
+    """The Deployment and Service (`ctx`: manifests.Context, `image`: the serving image)."""
     lbls = labels(ctx.app, params.job)
     name = name_of(params.job)
     container: dict[str, Any] = {

@@ -3,11 +3,11 @@
 
 """What the tensorflow charm's actions do on the cluster (no ops: a `Kube` client in, data out).
 
-Every operation takes a `kubeclient.Kube`, a `jobs.Context` and, where it waits, a `log`
+Every operation takes a `kubeclient.Kube`, a `manifests.Context` and, where it waits, a `log`
 callback plus `sleep`/`clock` so that tests drive time. Failures the operator can fix raise
 `JobError` with a message that says what to change; nothing is left half-created.
 
-A job is one JobSet (jobs.jobset) queued in the application's LocalQueue: Kueue admits it
+A job is one JobSet (manifests.jobset) queued in the application's LocalQueue: Kueue admits it
 when the whole gang fits the team's quota and the cluster, JobSet restarts it as a gang and
 ends it when the chief succeeds, and deletes it `job-ttl` hours after it finished. The charm
 only refuses what could never run (placement.never_fits) and reports what Kueue says.
@@ -29,10 +29,9 @@ from typing import Any
 import datasets
 import gpu_metrics
 import job_state
-import jobs
+import manifests
 import oneshot
 import placement
-from jobs import Context, TrainRequest
 from literals import (
     ACTION_FILES,
     ANNOTATION_REQUEST,
@@ -46,6 +45,8 @@ from literals import (
     LABEL_MANAGED_BY,
     PROGRESS_LOG_LINES,
 )
+from manifests import Context
+from params import TrainRequest
 from progress import parse_progress, progress_phrase, resumed_step
 
 from charms.gpu_k8s.v0.unit_state import Gauge
@@ -111,9 +112,8 @@ def read_code(directory: Path | None = None) -> dict[str, str]:
 
 
 def _training_pods(kube: Any, ctx: Context, job: str) -> list[dict]:
-    return kube.list(
-        "v1", "Pod", ctx.namespace, label_selector=jobs.selector(ctx.app, job, COMPONENT_TRAINING)
-    )
+    selector = manifests.selector(ctx.app, job, COMPONENT_TRAINING)
+    return kube.list("v1", "Pod", ctx.namespace, label_selector=selector)
 
 
 def tensorboard_state(kube: Any, ctx: Context, job: str) -> str:
@@ -122,7 +122,7 @@ def tensorboard_state(kube: Any, ctx: Context, job: str) -> str:
         "v1",
         "Pod",
         ctx.namespace,
-        label_selector=jobs.selector(ctx.app, job, COMPONENT_TENSORBOARD),
+        label_selector=manifests.selector(ctx.app, job, COMPONENT_TENSORBOARD),
     )
     return job_state.tensorboard_state(pods)
 
@@ -183,7 +183,7 @@ def _check_new(kube: Any, ctx: Context, request: TrainRequest) -> bool:
         JobError: a different job of that name exists, or its data is being purged.
     """
     existing = kube.list(
-        "batch/v1", "Job", ctx.namespace, label_selector=jobs.selector(ctx.app, request.job)
+        "batch/v1", "Job", ctx.namespace, label_selector=manifests.selector(ctx.app, request.job)
     )
     for job in existing:
         component = job["metadata"].get("labels", {}).get(LABEL_COMPONENT)
@@ -225,7 +225,7 @@ def _check_claim(kube: Any, ctx: Context) -> None:
         )
 
 
-def _apply_all(kube: Any, ctx: Context, manifests: list[dict]) -> None:
+def _apply_all(kube: Any, ctx: Context, objects: list[dict]) -> None:
     """Apply objects in order; on an error delete the ones created here and raise.
 
     The JobSet goes first; the others name it as their owner, so that the garbage
@@ -234,10 +234,10 @@ def _apply_all(kube: Any, ctx: Context, manifests: list[dict]) -> None:
     from charms.gpu_k8s.v0.kubeclient import KubeError
 
     created: list[dict] = []
-    manifests = sorted(manifests, key=lambda m: m["kind"] != "JobSet")
+    objects = sorted(objects, key=lambda m: m["kind"] != "JobSet")
     try:
         owner: dict[str, Any] | None = None
-        for manifest in manifests:
+        for manifest in objects:
             if owner is not None:
                 manifest = {
                     **manifest,
@@ -263,7 +263,7 @@ def _apply_all(kube: Any, ctx: Context, manifests: list[dict]) -> None:
                 )
             except KubeError:
                 logger.exception("could not roll back %s", manifest["metadata"]["name"])
-        what = f"{manifests[len(created)]['kind']} {manifests[len(created)]['metadata']['name']}"
+        what = f"{objects[len(created)]['kind']} {objects[len(created)]['metadata']['name']}"
         raise JobError(f"the API server refused {what}: {e.message}; nothing was kept") from None
 
 
@@ -370,7 +370,7 @@ def launch(
         _check_claim(kube, ctx)
         _check_dataset(kube, ctx, request.dataset)
         _check_fits(kube, request)
-        _apply_all(kube, ctx, jobs.manifests(request, ctx, code))
+        _apply_all(kube, ctx, manifests.manifests(request, ctx, code))
         roles = ", ".join(f"{n} {r}" for r, n in request.replicas().items())
         log(f"created job {request.job}: {roles}; queue {ctx.queue}, priority {request.priority}")
     else:
@@ -379,7 +379,7 @@ def launch(
     results: dict[str, Any] = {
         "job": request.job,
         "created": str(new).lower(),
-        "tensorboard-url": jobs.tensorboard_url(request.job, ctx.namespace),
+        "tensorboard-url": manifests.tensorboard_url(request.job, ctx.namespace),
     }
     if state == "Unqueued":
         log(f"warning: {why}")
@@ -455,7 +455,7 @@ def status(kube: Any, ctx: Context, job: str) -> dict[str, Any]:
 
 def list_jobs(kube: Any, ctx: Context) -> dict[str, str]:
     """One line per job of this application."""
-    training = jobs.selector(ctx.app, component=COMPONENT_TRAINING)
+    training = manifests.selector(ctx.app, component=COMPONENT_TRAINING)
     all_jobsets = kube.list(JOBSET_API, "JobSet", ctx.namespace, label_selector=training)
     workloads = _workloads(kube, ctx)
     all_pods = kube.list("v1", "Pod", ctx.namespace, label_selector=training)
@@ -506,7 +506,7 @@ def at_a_glance(kube: Any, ctx: Context) -> Glance:
     Succeeded jobs are left out of the line (JobSet deletes them after `job-ttl`) but
     counted; the first running jobs carry their progress from the chief's log.
     """
-    training = jobs.selector(ctx.app, component=COMPONENT_TRAINING)
+    training = manifests.selector(ctx.app, component=COMPONENT_TRAINING)
     all_jobsets = kube.list(JOBSET_API, "JobSet", ctx.namespace, label_selector=training)
     if not all_jobsets:
         return Glance("", {})
@@ -598,7 +598,7 @@ def delete_job(kube: Any, ctx: Context, job: str, *, components: tuple[str, ...]
     deleted = 0
     for api_version, kind in JOB_KINDS:
         for obj in kube.list(
-            api_version, kind, ctx.namespace, label_selector=jobs.selector(ctx.app, job)
+            api_version, kind, ctx.namespace, label_selector=manifests.selector(ctx.app, job)
         ):
             component = obj["metadata"].get("labels", {}).get(LABEL_COMPONENT)
             if components and component not in components:
@@ -633,7 +633,7 @@ def stop(
         return {"job": job, "deleted-objects": str(deleted), "data": data}
     if not _wait_gone(kube, ctx, job, timeout, sleep=sleep, clock=clock):
         log(f"pods of {job} are still terminating; purging anyway")
-    kube.apply(jobs.purge_job(job, ctx), field_manager=ctx.app)
+    kube.apply(manifests.purge_job(job, ctx), field_manager=ctx.app)
     log(f"started Job {job}-purge to remove jobs/{job} from the shared volume")
     data = f"being removed by Job {job}-purge"
     return {"job": job, "deleted-objects": str(deleted), "data": data}
@@ -693,7 +693,7 @@ def scale(
     kube.delete(JOBSET_API, "JobSet", job, ctx.namespace)
     if not _wait_gone(kube, ctx, job, max(timeout, 60), sleep=sleep, clock=clock):
         raise JobError(f"old pods of {job} are still terminating: run scale again shortly")
-    _apply_all(kube, ctx, jobs.manifests(scaled, ctx, code))
+    _apply_all(kube, ctx, manifests.manifests(scaled, ctx, code))
     log(f"relaunched {job} with {workers} workers")
     state, why = queue_answer(kube, ctx, job, sleep=sleep, clock=clock)
     if state in (*job_state.WAITING, "Unknown"):

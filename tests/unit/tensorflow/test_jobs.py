@@ -7,21 +7,22 @@ from pathlib import Path
 
 import datasets
 import exports
-import jobs
 import kubernetes_validate
+import manifests
 import pytest
 import serving
 import training
 import yaml
 from conftest import node
 from job_state import queue_position, queue_reason, queue_state
+from params import LogsParams, ScaleParams, StopParams, TrainRequest, parse_user
 from placement import never_fits
 from progress import eta_seconds, format_duration, parse_progress, resumed_step, sparkline
 
 from fakes.jobset_schema import validate_jobset
 
 CHARM_DIR = Path(__file__).resolve().parents[3] / "charms" / "tensorflow"
-CTX = jobs.Context(
+CTX = manifests.Context(
     namespace="tf",
     app="tensorflow",
     claim="claim",
@@ -31,13 +32,13 @@ CTX = jobs.Context(
 CODE = {"tf_launcher.py": "# launcher\n", "tf_trainer.py": "# trainer\n"}
 
 
-def request(**kw) -> jobs.TrainRequest:
-    return jobs.TrainRequest(**kw)
+def request(**kw) -> TrainRequest:
+    return TrainRequest(**kw)
 
 
-def pod_of(req: jobs.TrainRequest, ctx: jobs.Context, role: str) -> dict:
+def pod_of(req: TrainRequest, ctx: manifests.Context, role: str) -> dict:
     """The pod spec of one role of the job's JobSet."""
-    return jobs.replicated_job(req, ctx, role)["template"]["spec"]["template"]["spec"]
+    return manifests.replicated_job(req, ctx, role)["template"]["spec"]["template"]["spec"]
 
 
 # -------------------------------------------------------------------- never fits
@@ -137,7 +138,7 @@ def test_only_workers_need_gpus_in_ps_jobs():
     ],
 )
 def test_every_manifest_is_valid_kubernetes(req):
-    for manifest in [*jobs.manifests(req, CTX, CODE), jobs.purge_job(req.job, CTX)]:
+    for manifest in [*manifests.manifests(req, CTX, CODE), manifests.purge_job(req.job, CTX)]:
         if manifest["kind"] == "JobSet":
             validate_jobset(manifest)  # JobSet v1alpha2 subset + each Job as batch/v1
         else:
@@ -146,11 +147,11 @@ def test_every_manifest_is_valid_kubernetes(req):
 
 def test_the_longest_job_name_makes_valid_jobset_names():
     req = request(job="j" * 40, strategy="ps", ps=9, workers=999)
-    validate_jobset(jobs.jobset(req, CTX))
+    validate_jobset(manifests.jobset(req, CTX))
 
 
 def test_the_jobset_schema_check_is_strict():
-    js = jobs.jobset(request(), CTX)
+    js = manifests.jobset(request(), CTX)
     js["spec"]["successPolicy"] = {"operator": "Some"}
     with pytest.raises(Exception, match="Some"):
         validate_jobset(js)
@@ -158,7 +159,7 @@ def test_the_jobset_schema_check_is_strict():
 
 def test_every_manifest_is_labelled():
     req = request(job="p", strategy="ps", ps=1, workers=1)
-    for manifest in jobs.manifests(req, CTX, CODE):
+    for manifest in manifests.manifests(req, CTX, CODE):
         labels = manifest["metadata"]["labels"]
         assert labels["app.kubernetes.io/managed-by"] == "tensorflow"
         assert labels["gpu-k8s.io/job"] == "p"
@@ -171,10 +172,10 @@ def test_every_pod_runs_as_the_run_as_user_with_a_writable_home():
     req = request(job="p", strategy="ps", ps=1, workers=1, env="HOME=/data/home")
     pods = [
         r["template"]["spec"]["template"]["spec"]
-        for r in jobs.jobset(req, CTX)["spec"]["replicatedJobs"]
+        for r in manifests.jobset(req, CTX)["spec"]["replicatedJobs"]
     ] + [
         m["spec"]["template"]["spec"]
-        for m in [*jobs.manifests(req, CTX, CODE), jobs.purge_job("p", CTX)]
+        for m in [*manifests.manifests(req, CTX, CODE), manifests.purge_job("p", CTX)]
         if "template" in m.get("spec", {})
     ]
     assert len(pods) == len(req.replicas()) + 2  # each role, tensorboard, purge
@@ -191,7 +192,7 @@ def test_every_pod_runs_as_the_run_as_user_with_a_writable_home():
         assert {"name": "HOME", "value": "/tmp"} in pod["containers"][0]["env"]
     own_home = {e["name"]: e["value"] for e in pods[0]["containers"][0]["env"]}
     assert own_home["HOME"] == "/data/home"  # the job's env wins
-    root = jobs.Context("tf", "tensorflow", "c", "tf:1", "tb:1", user=(0, 0))
+    root = manifests.Context("tf", "tensorflow", "c", "tf:1", "tb:1", user=(0, 0))
     pod = pod_of(request(job="r"), root, "worker")
     assert pod["securityContext"] == {"runAsUser": 0, "runAsGroup": 0}
     assert "HOME" not in {e["name"] for e in pod["containers"][0]["env"]}
@@ -200,7 +201,7 @@ def test_every_pod_runs_as_the_run_as_user_with_a_writable_home():
 @pytest.mark.parametrize("text", ["1000", "a:b", "-1:0", ":5", f"{2**32}:1"])
 def test_parse_user_refuses_what_is_not_uid_gid(text):
     with pytest.raises(ValueError):
-        jobs.parse_user(text)
+        parse_user(text)
 
 
 def test_only_roles_with_gpus_get_the_gpu_image_and_shared_memory():
@@ -236,29 +237,29 @@ def test_the_environment_says_gpus_per_role_and_ps_jobs_fail_fast():
 def test_gpu_image_variant_only_for_tensorflow_images():
     assert CTX.image_for(request(gpus_per_worker=1)) == "tensorflow/tensorflow:2.21.0-gpu"
     assert CTX.image_for(request()) == "tensorflow/tensorflow:2.21.0"
-    other = jobs.Context("tf", "tensorflow", "c", "me/custom:1", "tb:1")
+    other = manifests.Context("tf", "tensorflow", "c", "me/custom:1", "tb:1")
     assert other.image_for(request(gpus_per_worker=1)) == "me/custom:1"
 
 
 def test_purge_refuses_a_path_like_name():
     with pytest.raises(ValueError, match="not a valid job name"):
-        jobs.purge_job("../..", CTX)
+        manifests.purge_job("../..", CTX)
 
 
 def test_request_round_trips_through_the_annotation():
     req = request(job="x", workers=3, env="A='b c'", steps=7)
-    assert jobs.TrainRequest.from_json(req.to_json()) == req
+    assert TrainRequest.from_json(req.to_json()) == req
     with pytest.raises(ValueError, match="not JSON"):
-        jobs.TrainRequest.from_json("{")
+        TrainRequest.from_json("{")
 
 
 def test_param_models_match_charmcraft_defaults():
     actions = yaml.safe_load((CHARM_DIR / "charmcraft.yaml").read_text())["actions"]
     for action, model in [
-        ("train", jobs.TrainRequest),
-        ("scale", jobs.ScaleParams),
-        ("logs", jobs.LogsParams),
-        ("stop", jobs.StopParams),
+        ("train", TrainRequest),
+        ("scale", ScaleParams),
+        ("logs", LogsParams),
+        ("stop", StopParams),
         ("import-dataset", datasets.ImportParams),
         ("export", exports.ExportParams),
         ("fetch-model", exports.FetchParams),
