@@ -40,14 +40,13 @@ import params
 import placement
 import serving
 from literals import (
-    GPU_RESOURCE,
     KUEUE_API,
     LABEL_GPU_PRODUCT,
     LOCAL_QUEUE,
     RETIRED_LOCAL_QUEUES,
 )
 
-from charms.gpu_k8s.v0 import kube_objects
+from charms.gpu_k8s.v0.kube_objects import GPU_RESOURCE, fingerprint, pod_gpus
 
 logger = logging.getLogger(__name__)
 
@@ -120,7 +119,7 @@ def held_outside_kueue(
         phase = (pod.get("status") or {}).get("phase")
         if not product or meta.get("deletionTimestamp") or phase in ("Succeeded", "Failed"):
             continue
-        held[product] = held.get(product, 0) + kube_objects.pod_gpus(pod)
+        held[product] = held.get(product, 0) + pod_gpus(pod)
     return held
 
 
@@ -256,7 +255,7 @@ def reconcile(kube: Any, app: str, namespace: str, quotas: Quotas, applied: str 
     objects = team_objects(
         app, namespace, flavors, nodes, quotas, held_outside_kueue(servers, nodes)
     )
-    digest = kube_objects.fingerprint(objects)
+    digest = fingerprint(objects)
     if digest == applied:
         return digest
     for obj in objects:

@@ -24,10 +24,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from job_state import server_state
-from literals import DATA_MOUNT, GPU_RESOURCE, GPU_RUNTIME_CLASS, LABEL_MANAGED_BY
+from literals import DATA_MOUNT, GPU_RUNTIME_CLASS, LABEL_MANAGED_BY
 from params import JobParams
 
 from charms.gpu_k8s.v0.config import between
+from charms.gpu_k8s.v0.kube_objects import GPU_RESOURCE
 
 LABEL_SERVING = "gpu-k8s.io/serving"
 GRPC_PORT = 8500
