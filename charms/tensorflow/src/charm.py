@@ -20,14 +20,13 @@ from typing import Any
 import datasets
 import exports
 import ops
-import pydantic
 import queues
 import registry_auth
 import serving
 import training
+from charm_config import Config
 from literals import (
     CLUSTER_RULES,
-    DEFAULT_MAX_RESTARTS,
     DEFAULT_USER,
     IMPORTER,
     KUBE_API,
@@ -45,108 +44,15 @@ from params import (
     StopParams,
     TrainRequest,
     parse_user,
-    quantity,
 )
 
-from charms.gpu_k8s.v0.config import CharmConfig
 from charms.gpu_k8s.v0.cos_agent import CosAgentProvider
-from charms.gpu_k8s.v0.images import mirrored, validate_registry
+from charms.gpu_k8s.v0.images import mirrored
 from charms.gpu_k8s.v0.kube_api import KubeApiRequirer, Rule
 from charms.gpu_k8s.v0.shared_storage import SharedStorageRequirer
 from charms.gpu_k8s.v0.system import machine
 
 logger = logging.getLogger(__name__)
-
-
-class Config(CharmConfig):
-    """The charm's config options."""
-
-    model_config = pydantic.ConfigDict(
-        frozen=True,
-        extra="ignore",
-        populate_by_name=True,
-        arbitrary_types_allowed=True,
-        defer_build=True,
-    )
-
-    default_image: str = "tensorflow/tensorflow:2.21.0"
-    # TF 2.21 dropped its `tensorboard` dependency (TF 2.21.0 release notes; the 2.21.0
-    # wheel's METADATA has no Requires-Dist on it), and the tensorflow/tensorflow images
-    # install only the wheel and what it requires (tensorflow/tools/dockerfiles/partials/
-    # tensorflow.partial.Dockerfile), so 2.21.0 has no `tensorboard` command. The 2.20.0
-    # wheel requires tensorboard~=2.20.0 (its METADATA, read from PyPI 2026-11-24);
-    # TensorBoard 2.20 reads the event files TF 2.21 writes (same format).
-    tensorboard_image: str = "tensorflow/tensorflow:2.20.0"
-    # TensorFlow Serving 2.20.0, its latest release (tag 2.20.0 of tensorflow/serving,
-    # 2026-04-23, read 2026-11-24); `-gpu` for serve gpus > 0. It loads SavedModels of
-    # later TensorFlow versions as long as their ops exist (the built-in trainer's do).
-    serving_image: str = "tensorflow/serving:2.20.0"
-    job_ttl: int = 24
-    max_restarts: int = DEFAULT_MAX_RESTARTS
-    image_registry: str = ""
-    run_as: str = DEFAULT_USER
-    gpu_quota: str = ""
-    cpu_quota: str = ""
-    memory_quota: str = ""
-    image_pull_secret: ops.Secret | None = None
-    dataset_credentials: ops.Secret | None = None
-
-    @pydantic.field_validator("default_image", "tensorboard_image", "serving_image")
-    @classmethod
-    def _image(cls, value: str) -> str:
-        if not value or any(c.isspace() for c in value):
-            raise ValueError("must be an image reference such as tensorflow/tensorflow:2.21.0")
-        return value
-
-    @pydantic.field_validator("job_ttl")
-    @classmethod
-    def _ttl(cls, value: int) -> int:
-        if value < 1:
-            raise ValueError("must be at least 1 (hours a finished job is kept)")
-        return value
-
-    @pydantic.field_validator("max_restarts")
-    @classmethod
-    def _restarts(cls, value: int) -> int:
-        if not 0 <= value <= 100:
-            raise ValueError("must be between 0 and 100 (gang restarts before a job fails)")
-        return value
-
-    @pydantic.field_validator("image_registry")
-    @classmethod
-    def _registry(cls, value: str) -> str:
-        return validate_registry(value)
-
-    @pydantic.field_validator("run_as")
-    @classmethod
-    def _run_as(cls, value: str) -> str:
-        parse_user(value)
-        return value
-
-    @pydantic.field_validator("gpu_quota")
-    @classmethod
-    def _gpus(cls, value: str) -> str:
-        if value.strip() and not value.strip().isdigit():
-            raise ValueError("must be empty (every GPU the nodes have) or a number >= 0")
-        return value.strip()
-
-    @pydantic.field_validator("cpu_quota", "memory_quota")
-    @classmethod
-    def _quantity(cls, value: str) -> str:
-        if value.strip():
-            quantity(value)  # raises with the reason
-        return value.strip()
-
-    @property
-    def quotas(self) -> queues.Quotas:
-        """The team's nominal quota in Kueue."""
-        gpus = int(self.gpu_quota) if self.gpu_quota else -1
-        return queues.Quotas(gpus=gpus, cpu=self.cpu_quota, memory=self.memory_quota)
-
-    @property
-    def user(self) -> tuple[int, int]:
-        """`run-as` as (uid, gid)."""
-        return parse_user(self.run_as)
 
 
 class NotReadyError(Exception):
@@ -257,20 +163,7 @@ class TensorflowCharm(ops.CharmBase):
         namespace = self.kube_api.namespace() or self.storage.namespace
         if claim is None or kubeconfig is None:  # pragma: no cover - _problem covers it
             raise NotReadyError("waiting for kube-api and shared-storage")
-        ctx = Context(
-            namespace=namespace,
-            app=self.app.name,
-            claim=claim.claim_name,
-            default_image=config.default_image,
-            tensorboard_image=config.tensorboard_image,
-            registry=config.image_registry,
-            user=config.user,
-            max_restarts=config.max_restarts,
-            ttl_seconds=config.job_ttl * 3600,
-            pull_secret=registry_auth.secret_name(self.app.name)
-            if config.image_pull_secret
-            else "",
-        )
+        ctx = config.job_context(self.app.name, namespace, claim.claim_name)
         try:
             kube = Kube.from_kubeconfig(kubeconfig)
         except ValueError as e:
