@@ -9,8 +9,8 @@ where it stands); the charm itself only refuses a job that could never run on th
 cluster (`never_fits`), before anything is created. `queues.py` sizes the team's default
 quota from the same schedulable nodes.
 
-Whether a node is Ready and the GPUs a pod holds come from
-`charms.gpu_k8s.v0.kube_objects`, as the scheduler counts them.
+Whether a node is Ready comes from `charms.gpu_k8s.v0.kube_objects` (so do the GPUs a
+pod holds, as the scheduler counts them, for `queues.py` and `job_state.py`).
 """
 
 from __future__ import annotations
