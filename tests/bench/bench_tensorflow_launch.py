@@ -26,7 +26,8 @@ sys.path[:0] = [
     str(ROOT / "tests"),
 ]
 
-import jobs  # noqa: E402
+import manifests  # noqa: E402
+import params  # noqa: E402
 import queues  # noqa: E402
 import training  # noqa: E402
 
@@ -36,7 +37,7 @@ from fakes.batch import BatchControllers  # noqa: E402
 from fakes.kube_apiserver import FakeKubeApiServer  # noqa: E402
 
 NS = "tensorflow"
-CTX = jobs.Context(
+CTX = manifests.Context(
     namespace=NS,
     app="tensorflow",
     claim="claim",
@@ -63,7 +64,7 @@ def measure(workers: int, strategy: str) -> tuple[int, int, int]:
                     },
                 },
             )
-        request = jobs.TrainRequest(
+        request = params.TrainRequest(
             job="bench",
             workers=workers,
             gpus_per_worker=1,

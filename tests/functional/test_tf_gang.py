@@ -48,7 +48,9 @@ from charms.gpu_k8s.v0.kubeclient import Kube  # noqa: E402
 training = load("tensorflow", "training")
 exports = load("tensorflow", "exports")
 serving = load("tensorflow", "serving")
-jobs = training.jobs  # the module training itself uses (TrainRequest, Context)
+literals = load("tensorflow", "literals")
+Context = load("tensorflow", "manifests").Context
+TrainRequest = load("tensorflow", "params").TrainRequest
 queues = load("tensorflow", "queues")
 
 PYTHON = os.environ.get("GPU_K8S_TF_PYTHON") or sys.executable
@@ -68,7 +70,7 @@ class GangKubelet(ProcessKubelet):
 
     def __init__(self, api: FakeKubeApiServer, data: Path):
         super().__init__(
-            api, NS, {jobs.CODE_MOUNT: ACTIONS, jobs.DATA_MOUNT: data}, data.parent, PYTHON
+            api, NS, {literals.CODE_MOUNT: ACTIONS, literals.DATA_MOUNT: data}, data.parent, PYTHON
         )
         self.ports: dict[tuple[str, str], dict[str, list[str]]] = {}
 
@@ -125,7 +127,7 @@ def cluster(tmp_path):
         kubelet = GangKubelet(api, data)
         controllers.kubelet = kubelet
         kube = Kube.from_kubeconfig(api.kubeconfig("tf-token"))
-        ctx = jobs.Context(
+        ctx = Context(
             namespace=NS,
             app="tensorflow",
             claim=CLAIM,
@@ -156,7 +158,7 @@ class Cluster:
         time.sleep(min(seconds, 0.2))
 
     def train(self, job: str, **params) -> dict:
-        request = jobs.TrainRequest(job=job, args=FAST, timeout=120, **params)
+        request = TrainRequest(job=job, args=FAST, timeout=120, **params)
         return training.launch(
             self.kube,
             self.ctx,

@@ -5,30 +5,36 @@
 """The tensorflow charm: distributed TensorFlow training jobs on the related cluster.
 
 Thin ops layer: relations (`kube-api` for credentials in the charm's namespace,
-`shared-storage` for the claim), status, and actions that hand over to `training.py`
-(cluster operations) and `jobs.py` (validation, manifests, summaries).
+`shared-storage` for the claim), status, and actions that hand over to the workload
+modules: `training.py` (jobs on the cluster), `datasets.py`, `exports.py`, `serving.py`
+and `queues.py` (the team's Kueue queues), with `params.py` (action parameters),
+`charm_config.py` (the config) and `manifests.Context` (where jobs run).
+
+Status goes through `charms.gpu_k8s.v0.status`, one `Statuses` per hook: collect-status
+checks the config and both relations in every hook (Blocked or Waiting, saying what to
+do); the leader's reconcile adds what it met on the cluster: a secret config option it
+cannot use (Blocked), Kueue missing (Waiting), the Kubernetes API refusing the grant
+(Blocked) or not answering (Waiting); and the jobs at a glance, as the Ready line.
+Actions answer with `event.fail` as CONTRIBUTING's "Adding an action" says.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import datasets
 import exports
-import jobs
 import ops
-import pydantic
 import queues
 import registry_auth
 import serving
 import training
+from charm_config import Config
 from literals import (
     CLUSTER_RULES,
-    DEFAULT_MAX_RESTARTS,
     DEFAULT_USER,
     IMPORTER,
     KUBE_API,
@@ -37,114 +43,30 @@ from literals import (
     TRAINER,
     UPLOADER,
 )
+from manifests import Context
+from params import (
+    JobParams,
+    LogsParams,
+    NoParams,
+    ScaleParams,
+    StopParams,
+    TrainRequest,
+    parse_user,
+)
 
-from charms.gpu_k8s.v0.config import CharmConfig
 from charms.gpu_k8s.v0.cos_agent import CosAgentProvider
-from charms.gpu_k8s.v0.images import validate_registry
+from charms.gpu_k8s.v0.images import mirrored
 from charms.gpu_k8s.v0.kube_api import KubeApiRequirer, Rule
+from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
 from charms.gpu_k8s.v0.shared_storage import SharedStorageRequirer
+from charms.gpu_k8s.v0.status import StatusError, Statuses, on_error
 from charms.gpu_k8s.v0.system import machine
 
 logger = logging.getLogger(__name__)
 
 
-class Config(CharmConfig):
-    """The charm's config options."""
-
-    model_config = pydantic.ConfigDict(
-        frozen=True,
-        extra="ignore",
-        populate_by_name=True,
-        arbitrary_types_allowed=True,
-        defer_build=True,
-    )
-
-    default_image: str = "tensorflow/tensorflow:2.21.0"
-    # TF 2.21 dropped its `tensorboard` dependency (TF 2.21.0 release notes; the 2.21.0
-    # wheel's METADATA has no Requires-Dist on it), and the tensorflow/tensorflow images
-    # install only the wheel and what it requires (tensorflow/tools/dockerfiles/partials/
-    # tensorflow.partial.Dockerfile), so 2.21.0 has no `tensorboard` command. The 2.20.0
-    # wheel requires tensorboard~=2.20.0 (its METADATA, read from PyPI 2026-11-24);
-    # TensorBoard 2.20 reads the event files TF 2.21 writes (same format).
-    tensorboard_image: str = "tensorflow/tensorflow:2.20.0"
-    # TensorFlow Serving 2.20.0, its latest release (tag 2.20.0 of tensorflow/serving,
-    # 2026-04-23, read 2026-11-24); `-gpu` for serve gpus > 0. It loads SavedModels of
-    # later TensorFlow versions as long as their ops exist (the built-in trainer's do).
-    serving_image: str = "tensorflow/serving:2.20.0"
-    job_ttl: int = 24
-    max_restarts: int = DEFAULT_MAX_RESTARTS
-    image_registry: str = ""
-    run_as: str = DEFAULT_USER
-    gpu_quota: str = ""
-    cpu_quota: str = ""
-    memory_quota: str = ""
-    image_pull_secret: ops.Secret | None = None
-    dataset_credentials: ops.Secret | None = None
-
-    @pydantic.field_validator("default_image", "tensorboard_image", "serving_image")
-    @classmethod
-    def _image(cls, value: str) -> str:
-        if not value or any(c.isspace() for c in value):
-            raise ValueError("must be an image reference such as tensorflow/tensorflow:2.21.0")
-        return value
-
-    @pydantic.field_validator("job_ttl")
-    @classmethod
-    def _ttl(cls, value: int) -> int:
-        if value < 1:
-            raise ValueError("must be at least 1 (hours a finished job is kept)")
-        return value
-
-    @pydantic.field_validator("max_restarts")
-    @classmethod
-    def _restarts(cls, value: int) -> int:
-        if not 0 <= value <= 100:
-            raise ValueError("must be between 0 and 100 (gang restarts before a job fails)")
-        return value
-
-    @pydantic.field_validator("image_registry")
-    @classmethod
-    def _registry(cls, value: str) -> str:
-        return validate_registry(value)
-
-    @pydantic.field_validator("run_as")
-    @classmethod
-    def _run_as(cls, value: str) -> str:
-        jobs.parse_user(value)
-        return value
-
-    @pydantic.field_validator("gpu_quota")
-    @classmethod
-    def _gpus(cls, value: str) -> str:
-        if value.strip() and not value.strip().isdigit():
-            raise ValueError("must be empty (every GPU the nodes have) or a number >= 0")
-        return value.strip()
-
-    @pydantic.field_validator("cpu_quota", "memory_quota")
-    @classmethod
-    def _quantity(cls, value: str) -> str:
-        if value.strip():
-            queues.quantity(value)  # raises with the reason
-        return value.strip()
-
-    @property
-    def quotas(self) -> queues.Quotas:
-        """The team's nominal quota in Kueue."""
-        gpus = int(self.gpu_quota) if self.gpu_quota else -1
-        return queues.Quotas(gpus=gpus, cpu=self.cpu_quota, memory=self.memory_quota)
-
-    @property
-    def user(self) -> tuple[int, int]:
-        """`run-as` as (uid, gid)."""
-        return jobs.parse_user(self.run_as)
-
-
-class NotReadyError(Exception):
-    """The relations do not give access to the cluster yet; the message says why."""
-
-
-class SecretConfigError(Exception):
-    """A secret config option cannot be used; the message says why (never its content)."""
+# Who provides each relation, for the Blocked message that asks for it.
+PROVIDERS = {KUBE_API: "kubernetes-control-plane", SHARED_STORAGE: "efs-storage"}
 
 
 class TensorflowCharm(ops.CharmBase):
@@ -157,6 +79,8 @@ class TensorflowCharm(ops.CharmBase):
     monotonic: Callable[[], float] = staticmethod(time.monotonic)
     # The machine (where the unit-state server for the COS agent runs: unit_state).
     host_factory = staticmethod(machine)
+    # Seconds before the Kubernetes client's first retry of a 429/5xx answer (kubeclient).
+    kube_backoff: float = 0.5
 
     def __init__(self, framework: ops.Framework):
         super().__init__(framework)
@@ -169,16 +93,14 @@ class TensorflowCharm(ops.CharmBase):
         # The application's own directory on the shared volume, owned by the user its pods
         # run as (an invalid `run-as` asks for the default meanwhile; the status says why).
         try:
-            uid, gid = jobs.parse_user(str(self.config.get("run-as", DEFAULT_USER)))
+            uid, gid = parse_user(str(self.config.get("run-as", DEFAULT_USER)))
         except ValueError:
-            uid, gid = jobs.parse_user(DEFAULT_USER)
+            uid, gid = parse_user(DEFAULT_USER)
         self.storage = SharedStorageRequirer(
             self, SHARED_STORAGE, namespace=namespace, directory=self.app.name, uid=uid, gid=gid
         )
-        self._api_error: str | None = None
         self.cos = CosAgentProvider(self, "cos-agent", host=self.host_factory)
-        self._queue_problem: str | None = None
-        self._secret_problem: str | None = None
+        self._statuses = Statuses()  # what this hook found, for collect-status
         self._stored.set_default(queues="", glance="", pull_secret=False, secrets=[])
         if self._stored.pull_secret:  # written by a revision that tracked only this one
             self._stored.secrets = sorted(
@@ -214,94 +136,78 @@ class TensorflowCharm(ops.CharmBase):
         framework.observe(on.unserve_action, self._on_unserve)
         framework.observe(on.fetch_model_action, self._on_fetch_model)
 
-    # -- access to the cluster
+    # -- what every hook needs
 
-    def _problem(self) -> tuple[type[ops.StatusBase], str] | None:
-        """What keeps the charm from the cluster: (status class, message), or None."""
-        missing = [
-            name for name, lib in ((KUBE_API, self.kube_api), (SHARED_STORAGE, self.storage))
-            if lib.relation is None
-        ]  # fmt: skip
+    def _config(self) -> Config:
+        """The config; StatusError (Blocked, naming the option) when it is invalid."""
+        try:
+            return self.load_config(Config)
+        except ValueError as e:
+            raise StatusError.blocked(str(e)) from None
+
+    def _check_relations(self) -> None:
+        """StatusError while a relation is not ready to use.
+
+        Blocked when one is missing (integrate with its provider); Waiting while the
+        control plane or the storage charm has not answered yet.
+        """
+        libs = {KUBE_API: self.kube_api, SHARED_STORAGE: self.storage}
+        missing = [name for name, lib in libs.items() if lib.relation is None]
         if missing:
-            fix = {KUBE_API: "kubernetes-control-plane", SHARED_STORAGE: "efs-storage"}
-            return ops.BlockedStatus, (
+            raise StatusError.blocked(
                 f"missing relation {' and '.join(missing)}: integrate with "
-                f"{' and '.join(fix[m] for m in missing)}"
+                f"{' and '.join(PROVIDERS[m] for m in missing)}"
             )
-        for name, lib in ((KUBE_API, self.kube_api), (SHARED_STORAGE, self.storage)):
-            problem = lib.problem()
-            if problem:
-                return ops.WaitingStatus, f"{name}: {problem}"
-        return None
+        for name, lib in libs.items():
+            if problem := lib.problem():
+                raise StatusError.waiting(f"{name}: {problem}")
 
-    @contextmanager
-    def _cluster(self, config: Config) -> Iterator[tuple[Any, jobs.Context]]:
-        """A Kube client and the job context; NotReadyError while relations are not ready."""
-        problem = self._problem()
-        if problem is not None:
-            raise NotReadyError(problem[1])
-        from charms.gpu_k8s.v0.kubeclient import Kube
-
+    def _access(self, config: Config) -> tuple[str, Context]:
+        """The kubeconfig and where jobs run; StatusError while a relation is not ready."""
+        self._check_relations()
         claim = self.storage.claim()
         kubeconfig = self.kube_api.kubeconfig()
         namespace = self.kube_api.namespace() or self.storage.namespace
-        if claim is None or kubeconfig is None:  # pragma: no cover - _problem covers it
-            raise NotReadyError("waiting for kube-api and shared-storage")
-        ctx = jobs.Context(
-            namespace=namespace,
-            app=self.app.name,
-            claim=claim.claim_name,
-            default_image=config.default_image,
-            tensorboard_image=config.tensorboard_image,
-            registry=config.image_registry,
-            user=config.user,
-            max_restarts=config.max_restarts,
-            ttl_seconds=config.job_ttl * 3600,
-            pull_secret=registry_auth.secret_name(self.app.name)
-            if config.image_pull_secret
-            else "",
-        )
+        if claim is None or kubeconfig is None:  # pragma: no cover - problem() covers it
+            raise StatusError.waiting("waiting for kube-api and shared-storage")
+        return kubeconfig, config.job_context(self.app.name, namespace, claim.claim_name)
+
+    def _kube(self, kubeconfig: str) -> Kube:
+        """A client from the granted kubeconfig; StatusError (Waiting) when it is unusable."""
         try:
-            kube = Kube.from_kubeconfig(kubeconfig)
+            return Kube.from_kubeconfig(kubeconfig, backoff=self.kube_backoff)
         except ValueError as e:
-            raise NotReadyError(f"{KUBE_API}: {e}") from None
-        with kube:
-            yield kube, ctx
+            raise StatusError.waiting(f"{KUBE_API}: {e}") from None
 
     # -- hooks
 
     def _reconcile(self, _: ops.EventBase) -> None:
-        """Keep the directory request and the team's queues (JobSet ends and deletes jobs)."""
-        from charms.gpu_k8s.v0.kubeclient import KubeError
+        """Keep the directory request, the Secrets and the team's queues; glance at the jobs.
 
+        JobSet ends and deletes the jobs themselves.
+        """
         if not self.unit.is_leader():
             self.cos.set_gauges([])  # the leader counts the jobs
             return
         self.storage.publish()  # `run-as` may have changed what the directory request says
         try:
-            config = self.load_config(Config)
-        except ValueError:
-            return  # collect-status reports it
-        try:
-            with self._cluster(config) as (kube, ctx):
-                for sync in (self._sync_pull_secret, self._sync_dataset_secret):
-                    try:
-                        sync(kube, ctx, config)
-                    except SecretConfigError as e:
-                        self._secret_problem = str(e)
-                datasets.settle(kube, ctx)  # record imports that ended with nobody waiting
-                self._apply_queues(kube, ctx, config)
-                if self._queue_problem is None:  # JobSets exist only where Kueue runs
-                    glance = training.at_a_glance(kube, ctx)
-                    self._stored.glance = glance.line
-                    self.cos.set_gauges(glance.gauges())
-        except NotReadyError:
-            return
-        except KubeError as e:
-            self._api_error = f"Kubernetes API: {e.reason} ({e.status}); retrying"
-            logger.warning("reconcile failed: %s", e)
+            config = self._config()
+            kubeconfig, ctx = self._access(config)
+        except StatusError:
+            return  # collect-status checks the config and the relations in every hook
+        with self._statuses.step(), self._kube(kubeconfig) as kube:
+            for sync in (self._sync_pull_secret, self._sync_dataset_secret):
+                try:
+                    sync(kube, ctx, config)
+                except StatusError as e:  # Blocked on that option; the rest goes on
+                    self._statuses.add(e.status)
+            datasets.settle(kube, ctx)  # record imports that ended with nobody waiting
+            self._apply_queues(kube, ctx, config)  # JobSets exist only where Kueue runs
+            glance = training.at_a_glance(kube, ctx)
+            self._stored.glance = glance.line
+            self.cos.set_gauges(glance.gauges())
 
-    def _sync_pull_secret(self, kube: Any, ctx: jobs.Context, config: Config) -> None:
+    def _sync_pull_secret(self, kube: Kube, ctx: Context, config: Config) -> None:
         """The image pull Secret from config image-pull-secret (registry_auth)."""
         self._sync_secret(
             kube,
@@ -312,7 +218,7 @@ class TensorflowCharm(ops.CharmBase):
             lambda content: registry_auth.manifest(self.app.name, ctx.namespace, content),
         )
 
-    def _sync_dataset_secret(self, kube: Any, ctx: jobs.Context, config: Config) -> None:
+    def _sync_dataset_secret(self, kube: Kube, ctx: Context, config: Config) -> None:
         """The S3 credentials Secret from config dataset-credentials (datasets)."""
         self._sync_secret(
             kube,
@@ -325,8 +231,8 @@ class TensorflowCharm(ops.CharmBase):
 
     def _sync_secret(
         self,
-        kube: Any,
-        ctx: jobs.Context,
+        kube: Kube,
+        ctx: Context,
         option: str,
         secret: ops.Secret | None,
         name: str,
@@ -335,8 +241,8 @@ class TensorflowCharm(ops.CharmBase):
         """Write a Kubernetes Secret from a Juju secret config option; delete it once unset.
 
         Raises:
-            SecretConfigError: the Juju secret cannot be read or lacks a key (the message
-                names the option and the key, never a value).
+            StatusError: Blocked: the Juju secret cannot be read or lacks a key (the message
+                names the option and the key, never a value, and says what to do).
         """
         written = set(self._stored.secrets)
         if secret is None:
@@ -347,64 +253,59 @@ class TensorflowCharm(ops.CharmBase):
         try:
             content = secret.get_content(refresh=True)
         except (ops.SecretNotFoundError, ops.ModelError):
-            raise SecretConfigError(
+            raise StatusError.blocked(
                 f"cannot read the secret in config {option} ({secret.id}); grant it: "
                 f"juju grant-secret {secret.id} {self.app.name}"
             ) from None
-        try:
+        with on_error(ops.BlockedStatus, ValueError):  # a key missing or malformed
             manifest = build(content)
-        except ValueError as e:
-            raise SecretConfigError(str(e)) from None
         kube.apply(manifest, field_manager=self.app.name)
         self._stored.secrets = sorted(written | {name})
 
-    def _apply_queues(self, kube: Any, ctx: jobs.Context, config: Config) -> None:
-        """This team's ClusterQueue and LocalQueue, applied when they changed."""
-        try:
+    def _apply_queues(self, kube: Kube, ctx: Context, config: Config) -> None:
+        """This team's ClusterQueue and LocalQueue, applied when they changed.
+
+        Raises:
+            StatusError: Waiting: the cluster has no Kueue (the message says what to set).
+        """
+        with on_error(ops.WaitingStatus, queues.NotInstalledError):
             self._stored.queues = queues.reconcile(
                 kube, self.app.name, ctx.namespace, config.quotas, self._stored.queues
             )
-        except queues.NotInstalledError as e:
-            self._queue_problem = str(e)
+
+    def _requeue(self, kube: Kube, ctx: Context) -> None:
+        """`_apply_queues` after an action changed what the team holds outside Kueue."""
+        try:
+            self._apply_queues(kube, ctx, self._config())
+        except StatusError as e:  # the action's own answer stands; the status says it
+            self._statuses.add(e.status)
 
     def _on_cos_agent(self, _: ops.EventBase) -> None:
         # no scrape job: the agent collects this machine's own metrics and logs
         self.cos.update([])
 
     def _on_collect_status(self, event: ops.CollectStatusEvent) -> None:
-        try:
-            config = self.load_config(Config)
-        except ValueError as e:
-            event.add_status(ops.BlockedStatus(f"{e}"))
-            return
-        problem = self._problem()
-        if problem is not None:
-            status_class, message = problem
-            event.add_status(status_class(message))
-            return
-        if self._secret_problem:
-            event.add_status(ops.BlockedStatus(self._secret_problem))
-        if self._api_error:
-            event.add_status(ops.WaitingStatus(self._api_error))
-        if self._queue_problem:
-            event.add_status(ops.WaitingStatus(self._queue_problem))
-        if self._stored.glance:  # the jobs at a glance, as the last reconcile saw them
-            event.add_status(ops.ActiveStatus(f"Ready: {self._stored.glance}"))
-        claim = self.storage.claim()
-        namespace = self.kube_api.namespace()
-        event.add_status(
-            ops.ActiveStatus(
-                f"Ready: namespace {namespace}, claim {claim.claim_name if claim else '?'}, "
-                f"image {jobs.from_registry(config.default_image, config.image_registry)}"
+        with self._statuses.step():
+            config = self._config()
+            self._check_relations()
+            if self._stored.glance:  # the jobs at a glance, as the last reconcile saw them
+                self._statuses.add(ops.ActiveStatus(f"Ready: {self._stored.glance}"))
+            claim = self.storage.claim()
+            self._statuses.add(
+                ops.ActiveStatus(
+                    f"Ready: namespace {self.kube_api.namespace()}, "
+                    f"claim {claim.claim_name if claim else '?'}, "
+                    f"image {mirrored(config.default_image, config.image_registry)}"
+                )
             )
-        )
+        self._statuses.report(event)
 
     # -- actions
 
     def _run(
         self,
         event: ops.ActionEvent,
-        operation: Callable[..., dict[str, Any]],
+        operation: Callable[[Kube, Context], dict[str, Any]],
         *,
         pull_secret: bool = False,
     ) -> None:
@@ -413,23 +314,24 @@ class TensorflowCharm(ops.CharmBase):
         `pull_secret`: the operation makes pods, so the image pull Secret is written first
         (an action can run before any hook after the operator changed the secret).
         """
-        from charms.gpu_k8s.v0.kubeclient import KubeError
-
         try:
-            config = self.load_config(Config)
-        except ValueError as e:
+            config = self._config()
+        except StatusError as e:
             event.fail(f"charm config is invalid: {e}")
             return
         try:
-            with self._cluster(config) as (kube, ctx):
+            kubeconfig, ctx = self._access(config)
+            kube = self._kube(kubeconfig)
+        except StatusError as e:
+            event.fail(f"not ready: {e}")
+            return
+        try:
+            with kube:
                 if pull_secret:
                     self._sync_pull_secret(kube, ctx, config)
                 results = operation(kube, ctx)
-        except SecretConfigError as e:
+        except StatusError as e:  # a secret config option it cannot use: the message says why
             event.fail(str(e))
-            return
-        except NotReadyError as e:
-            event.fail(f"not ready: {e}")
             return
         except (
             training.JobError,
@@ -454,7 +356,7 @@ class TensorflowCharm(ops.CharmBase):
         return {"log": log, "sleep": self.sleep, "clock": self.monotonic}
 
     def _on_train(self, event: ops.ActionEvent) -> None:
-        request = event.load_params(jobs.TrainRequest, errors="fail")
+        request = event.load_params(TrainRequest, errors="fail")
         try:
             code = training.read_code()
         except OSError as e:
@@ -468,7 +370,7 @@ class TensorflowCharm(ops.CharmBase):
         )
 
     def _on_scale(self, event: ops.ActionEvent) -> None:
-        p = event.load_params(jobs.ScaleParams, errors="fail")
+        p = event.load_params(ScaleParams, errors="fail")
         try:
             code = training.read_code()
         except OSError as e:
@@ -484,13 +386,13 @@ class TensorflowCharm(ops.CharmBase):
         )
 
     def _on_job_status(self, event: ops.ActionEvent) -> None:
-        params = event.load_params(jobs.JobParams, errors="fail")
+        params = event.load_params(JobParams, errors="fail")
         self._run(event, lambda kube, ctx: training.status(kube, ctx, params.job))
 
     def _on_list_jobs(self, event: ops.ActionEvent) -> None:
-        event.load_params(jobs.NoParams, errors="fail")
+        event.load_params(NoParams, errors="fail")
 
-        def list_jobs(kube: Any, ctx: jobs.Context) -> dict[str, Any]:
+        def list_jobs(kube: Kube, ctx: Context) -> dict[str, Any]:
             found = training.list_jobs(kube, ctx)
             results: dict[str, Any] = {"count": str(len(found))}
             if found:
@@ -500,7 +402,7 @@ class TensorflowCharm(ops.CharmBase):
         self._run(event, list_jobs)
 
     def _on_logs(self, event: ops.ActionEvent) -> None:
-        params = event.load_params(jobs.LogsParams, errors="fail")
+        params = event.load_params(LogsParams, errors="fail")
         self._run(
             event,
             lambda kube, ctx: {
@@ -511,7 +413,7 @@ class TensorflowCharm(ops.CharmBase):
         )
 
     def _on_stop(self, event: ops.ActionEvent) -> None:
-        p = event.load_params(jobs.StopParams, errors="fail")
+        p = event.load_params(StopParams, errors="fail")
         waits = self._wait_args(event)
         self._run(event, lambda kube, ctx: training.stop(kube, ctx, p.job, p.purge, **waits))
 
@@ -530,8 +432,8 @@ class TensorflowCharm(ops.CharmBase):
             return
         waits = self._wait_args(event)
 
-        def run(kube: Any, ctx: jobs.Context) -> dict[str, Any]:
-            config = self.load_config(Config)
+        def run(kube: Kube, ctx: Context) -> dict[str, Any]:
+            config = self._config()
             self._sync_dataset_secret(kube, ctx, config)
             credentials = config.dataset_credentials is not None
             return datasets.import_dataset(
@@ -541,7 +443,7 @@ class TensorflowCharm(ops.CharmBase):
         self._run(event, run, pull_secret=True)
 
     def _on_list_datasets(self, event: ops.ActionEvent) -> None:
-        event.load_params(jobs.NoParams, errors="fail")
+        event.load_params(NoParams, errors="fail")
         self._run(event, datasets.listing)
 
     def _on_export(self, event: ops.ActionEvent) -> None:
@@ -551,7 +453,7 @@ class TensorflowCharm(ops.CharmBase):
             return
         waits = self._wait_args(event)
 
-        def run(kube: Any, ctx: jobs.Context) -> dict[str, Any]:
+        def run(kube: Kube, ctx: Context) -> dict[str, Any]:
             image = training.image_of(kube, ctx, params.job)
             return exports.run(kube, ctx, params, trainer, image, **waits)
 
@@ -561,23 +463,22 @@ class TensorflowCharm(ops.CharmBase):
         params = event.load_params(serving.ServeParams, errors="fail")
         waits = self._wait_args(event)
 
-        def run(kube: Any, ctx: jobs.Context) -> dict[str, Any]:
-            config = self.load_config(Config)
+        def run(kube: Kube, ctx: Context) -> dict[str, Any]:
             try:
-                return serving.serve(kube, ctx, params, config.serving_image, **waits)
+                return serving.serve(kube, ctx, params, self._config().serving_image, **waits)
             finally:  # the servers' GPUs leave (or rejoin) the team's default quota
-                self._apply_queues(kube, ctx, config)
+                self._requeue(kube, ctx)
 
         self._run(event, run, pull_secret=True)
 
     def _on_unserve(self, event: ops.ActionEvent) -> None:
-        params = event.load_params(jobs.JobParams, errors="fail")
+        params = event.load_params(JobParams, errors="fail")
 
-        def run(kube: Any, ctx: jobs.Context) -> dict[str, Any]:
+        def run(kube: Kube, ctx: Context) -> dict[str, Any]:
             try:
                 return serving.unserve(kube, ctx, params.job)
             finally:
-                self._apply_queues(kube, ctx, self.load_config(Config))
+                self._requeue(kube, ctx)
 
         self._run(event, run)
 
@@ -591,11 +492,11 @@ class TensorflowCharm(ops.CharmBase):
                     return
                 programs[name] = program
 
-        def run(kube: Any, ctx: jobs.Context) -> dict[str, Any]:
+        def run(kube: Kube, ctx: Context) -> dict[str, Any]:
             image = ctx.pulled(ctx.default_image)
             if not params.destination:
                 return exports.fetch(kube, ctx, params, image, **waits)
-            config = self.load_config(Config)
+            config = self._config()
             self._sync_dataset_secret(kube, ctx, config)
             credentials = config.dataset_credentials is not None
             return exports.upload(

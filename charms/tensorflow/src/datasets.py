@@ -195,7 +195,7 @@ def selector(app: str, name: str | None = None) -> str:
 
 
 def import_job(params: ImportParams, ctx: Any, *, credentials: bool) -> dict:
-    """The Job that copies the dataset (`ctx`: jobs.Context, for image and pod basics).
+    """The Job that copies the dataset (`ctx`: manifests.Context, for image and pod basics).
 
     `credentials`: an s3 import's pod reads the S3 keys from the credentials Secret. The
     source is on the command line: check_source refused anything secret in it.

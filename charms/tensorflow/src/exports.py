@@ -29,7 +29,6 @@ import urllib.parse
 from typing import Any
 
 import datasets
-import jobs
 import oneshot
 import pydantic
 from literals import (
@@ -41,6 +40,7 @@ from literals import (
     TRAINER,
     UPLOADER,
 )
+from params import JobParams
 
 from charms.gpu_k8s.v0.config import between
 
@@ -54,7 +54,7 @@ class ExportError(Exception):
     """The export cannot be made (the message says why)."""
 
 
-class ExportParams(jobs.JobParams):
+class ExportParams(JobParams):
     """The `export` action's parameters."""
 
     timeout: between(1, 7200, "seconds") = 600  # type: ignore[valid-type]
@@ -71,7 +71,7 @@ def export_dir(job: str) -> str:
 
 
 def export_job(job: str, ctx: Any, image: str) -> dict[str, Any]:
-    """The Job that exports the job's latest checkpoint (`ctx`: jobs.Context)."""
+    """The Job that exports the job's latest checkpoint (`ctx`: manifests.Context)."""
     labels = {LABEL_MANAGED_BY: ctx.app, LABEL_COMPONENT: COMPONENT_EXPORT, LABEL_JOB: job}
     jobs_dir = f"{DATA_MOUNT}/jobs/{job}"
     container = {
@@ -221,7 +221,7 @@ def check_destination(destination: str) -> str:
     return destination
 
 
-class FetchParams(jobs.JobParams):
+class FetchParams(JobParams):
     """The `fetch-model` action's parameters."""
 
     version: between(0, 2**62) = 0  # type: ignore[valid-type]  # 0: the highest
@@ -240,7 +240,7 @@ def fetch_name(job: str) -> str:
 
 
 def fetch_job(job: str, ctx: Any, image: str) -> dict[str, Any]:
-    """The Job whose pod holds the export for `kubectl cp` (`ctx`: jobs.Context)."""
+    """The Job whose pod holds the export for `kubectl cp` (`ctx`: manifests.Context)."""
     labels = {LABEL_MANAGED_BY: ctx.app, LABEL_COMPONENT: "fetch", LABEL_JOB: job}
     script = (
         f'cd "{export_dir(job)}" 2>/dev/null || {{ echo "fetch failed: no export in '
@@ -337,7 +337,7 @@ def upload_name(job: str) -> str:
 
 
 def upload_job(params: FetchParams, ctx: Any, image: str) -> dict[str, Any]:
-    """The Job that uploads a version to S3 (`ctx`: jobs.Context).
+    """The Job that uploads a version to S3 (`ctx`: manifests.Context).
 
     No retries (backoffLimit 0): the program retries each request itself, and a second
     pod after a lost node would find the first one's objects and refuse to overwrite them.

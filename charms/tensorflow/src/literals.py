@@ -50,7 +50,6 @@ COMPONENT_TRAINING = "training"
 COMPONENT_TENSORBOARD = "tensorboard"
 COMPONENT_PURGE = "purge"
 
-GPU_RESOURCE = "nvidia.com/gpu"
 GPU_RUNTIME_CLASS = "nvidia"
 
 # The user (uid:gid) pods run as by default (`run-as`): not root, so that a job cannot

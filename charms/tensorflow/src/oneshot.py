@@ -119,7 +119,7 @@ def manifest(
     deadline_seconds: int | None = None,
     failure_policy: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """A one-pod Job (`ctx`: jobs.Context, for the namespace and the pods' basics).
+    """A one-pod Job (`ctx`: manifests.Context, for the namespace and the pods' basics).
 
     With `failure_policy` (podFailurePolicy rules) the Job replaces a pod only once the
     old one is gone (podReplacementPolicy Failed, required with a podFailurePolicy), so

@@ -36,17 +36,17 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-import jobs
+import params
+import placement
 import serving
 from literals import (
-    GPU_RESOURCE,
     KUEUE_API,
     LABEL_GPU_PRODUCT,
     LOCAL_QUEUE,
     RETIRED_LOCAL_QUEUES,
 )
 
-from charms.gpu_k8s.v0 import kube_objects
+from charms.gpu_k8s.v0.kube_objects import GPU_RESOURCE, fingerprint, pod_gpus
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +54,6 @@ API = KUEUE_API
 COHORT = "gpu-k8s"
 CPU_FLAVOR = "cpu"
 FLAVOR_OWNER = ("app.kubernetes.io/managed-by", "kubernetes-control-plane")
-quantity = jobs.quantity
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,12 +84,12 @@ def capacity(nodes: Iterable[dict[str, Any]]) -> Capacity:
     cpu = memory = 0.0
     gpus: dict[str, int] = {}
     for node in nodes:
-        if not jobs.schedulable(node):
+        if not placement.schedulable(node):
             continue
         allocatable = (node.get("status") or {}).get("allocatable") or {}
-        cpu += quantity(allocatable.get("cpu", "0"))
-        memory += quantity(allocatable.get("memory", "0"))
-        count = int(quantity(allocatable.get(GPU_RESOURCE, "0")))
+        cpu += params.quantity(allocatable.get("cpu", "0"))
+        memory += params.quantity(allocatable.get("memory", "0"))
+        count = int(params.quantity(allocatable.get(GPU_RESOURCE, "0")))
         product = ((node.get("metadata") or {}).get("labels") or {}).get(LABEL_GPU_PRODUCT)
         if count and product:
             gpus[product] = gpus.get(product, 0) + count
@@ -111,7 +110,7 @@ def held_outside_kueue(
             LABEL_GPU_PRODUCT
         )
         for n in nodes
-        if jobs.schedulable(n)
+        if placement.schedulable(n)
     }
     held: dict[str, int] = {}
     for pod in pods:
@@ -120,7 +119,7 @@ def held_outside_kueue(
         phase = (pod.get("status") or {}).get("phase")
         if not product or meta.get("deletionTimestamp") or phase in ("Succeeded", "Failed"):
             continue
-        held[product] = held.get(product, 0) + jobs.pod_gpus(pod)
+        held[product] = held.get(product, 0) + pod_gpus(pod)
     return held
 
 
@@ -256,7 +255,7 @@ def reconcile(kube: Any, app: str, namespace: str, quotas: Quotas, applied: str 
     objects = team_objects(
         app, namespace, flavors, nodes, quotas, held_outside_kueue(servers, nodes)
     )
-    digest = kube_objects.fingerprint(objects)
+    digest = fingerprint(objects)
     if digest == applied:
         return digest
     for obj in objects:

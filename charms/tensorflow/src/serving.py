@@ -23,10 +23,12 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-import jobs
-from literals import DATA_MOUNT, GPU_RESOURCE, GPU_RUNTIME_CLASS, LABEL_MANAGED_BY
+from job_state import server_state
+from literals import DATA_MOUNT, GPU_RUNTIME_CLASS, LABEL_MANAGED_BY
+from params import JobParams
 
 from charms.gpu_k8s.v0.config import between
+from charms.gpu_k8s.v0.kube_objects import GPU_RESOURCE
 
 LABEL_SERVING = "gpu-k8s.io/serving"
 GRPC_PORT = 8500
@@ -38,7 +40,7 @@ class ServingError(Exception):
     """The model cannot be served as asked (the message says why)."""
 
 
-class ServeParams(jobs.JobParams):
+class ServeParams(JobParams):
     """The `serve` action's parameters."""
 
     replicas: between(1, 20) = 1  # type: ignore[valid-type]
@@ -67,7 +69,7 @@ def gpu_variant(image: str) -> str:
 
 
 def manifests(params: ServeParams, ctx: Any, image: str) -> list[dict[str, Any]]:
-    """The Deployment and Service (`ctx`: jobs.Context, `image`: the serving image)."""
+    """The Deployment and Service (`ctx`: manifests.Context, `image`: the serving image)."""
     lbls = labels(ctx.app, params.job)
     name = name_of(params.job)
     container: dict[str, Any] = {
@@ -285,7 +287,7 @@ def _pods_state(kube: Any, ctx: Any, job: str) -> str:
     pods = kube.list("v1", "Pod", ctx.namespace, label_selector=selector)
     if not pods:
         return "no serving pod yet"
-    return "serving pod " + jobs.server_state(pods, "serving-image", "tensorflow_model_server")
+    return "serving pod " + server_state(pods, "serving-image", "tensorflow_model_server")
 
 
 def unserve(kube: Any, ctx: Any, job: str) -> dict[str, str]:

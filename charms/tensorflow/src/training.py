@@ -3,14 +3,14 @@
 
 """What the tensorflow charm's actions do on the cluster (no ops: a `Kube` client in, data out).
 
-Every operation takes a `kubeclient.Kube`, a `jobs.Context` and, where it waits, a `log`
+Every operation takes a `kubeclient.Kube`, a `manifests.Context` and, where it waits, a `log`
 callback plus `sleep`/`clock` so that tests drive time. Failures the operator can fix raise
 `JobError` with a message that says what to change; nothing is left half-created.
 
-A job is one JobSet (jobs.jobset) queued in the application's LocalQueue: Kueue admits it
+A job is one JobSet (manifests.jobset) queued in the application's LocalQueue: Kueue admits it
 when the whole gang fits the team's quota and the cluster, JobSet restarts it as a gang and
 ends it when the chief succeeds, and deletes it `job-ttl` hours after it finished. The charm
-only refuses what could never run (jobs.never_fits) and reports what Kueue says.
+only refuses what could never run (placement.never_fits) and reports what Kueue says.
 
 Launch cost: a constant number of API requests, whatever the number of workers (existence
 checks, one node list, one apply per object, one Workload list per poll for the queue
@@ -28,9 +28,10 @@ from typing import Any
 
 import datasets
 import gpu_metrics
-import jobs
+import job_state
+import manifests
 import oneshot
-from jobs import Context, TrainRequest
+import placement
 from literals import (
     ACTION_FILES,
     ANNOTATION_REQUEST,
@@ -40,8 +41,13 @@ from literals import (
     JOBSET_API,
     KUEUE_API,
     LABEL_COMPONENT,
+    LABEL_JOB,
+    LABEL_MANAGED_BY,
     PROGRESS_LOG_LINES,
 )
+from manifests import Context
+from params import TrainRequest
+from progress import parse_progress, progress_phrase, resumed_step
 
 from charms.gpu_k8s.v0.unit_state import Gauge
 
@@ -106,20 +112,19 @@ def read_code(directory: Path | None = None) -> dict[str, str]:
 
 
 def _training_pods(kube: Any, ctx: Context, job: str) -> list[dict]:
-    return kube.list(
-        "v1", "Pod", ctx.namespace, label_selector=jobs.selector(ctx.app, job, COMPONENT_TRAINING)
-    )
+    selector = manifests.selector(ctx.app, job, COMPONENT_TRAINING)
+    return kube.list("v1", "Pod", ctx.namespace, label_selector=selector)
 
 
 def tensorboard_state(kube: Any, ctx: Context, job: str) -> str:
-    """The state of the job's TensorBoard pod (jobs.tensorboard_state)."""
+    """The state of the job's TensorBoard pod (job_state.tensorboard_state)."""
     pods = kube.list(
         "v1",
         "Pod",
         ctx.namespace,
-        label_selector=jobs.selector(ctx.app, job, COMPONENT_TENSORBOARD),
+        label_selector=manifests.selector(ctx.app, job, COMPONENT_TENSORBOARD),
     )
-    return jobs.tensorboard_state(pods)
+    return job_state.tensorboard_state(pods)
 
 
 def load_request(kube: Any, ctx: Context, job: str) -> TrainRequest:
@@ -134,7 +139,7 @@ def load_request(kube: Any, ctx: Context, job: str) -> TrainRequest:
 def _jobset(kube: Any, ctx: Context, job: str) -> dict | None:
     found = kube.get(JOBSET_API, "JobSet", job, ctx.namespace)
     labels = ((found or {}).get("metadata") or {}).get("labels") or {}
-    return found if labels.get(jobs.LABEL_MANAGED_BY) == ctx.app else None
+    return found if labels.get(LABEL_MANAGED_BY) == ctx.app else None
 
 
 def _request_of(js: dict | None, job: str, ctx: Context) -> TrainRequest:
@@ -166,7 +171,7 @@ def _workload_of(js: dict | None, workloads: list[dict]) -> dict | None:
 
 def _check_fits(kube: Any, request: TrainRequest) -> None:
     """Refuse a job that could never run on this cluster, before anything is created."""
-    why = jobs.never_fits(request, kube.list("v1", "Node"))
+    why = placement.never_fits(request, kube.list("v1", "Node"))
     if why:
         raise JobError(f"job {request.job!r} can never run on this cluster: {why}")
 
@@ -178,7 +183,7 @@ def _check_new(kube: Any, ctx: Context, request: TrainRequest) -> bool:
         JobError: a different job of that name exists, or its data is being purged.
     """
     existing = kube.list(
-        "batch/v1", "Job", ctx.namespace, label_selector=jobs.selector(ctx.app, request.job)
+        "batch/v1", "Job", ctx.namespace, label_selector=manifests.selector(ctx.app, request.job)
     )
     for job in existing:
         component = job["metadata"].get("labels", {}).get(LABEL_COMPONENT)
@@ -220,7 +225,7 @@ def _check_claim(kube: Any, ctx: Context) -> None:
         )
 
 
-def _apply_all(kube: Any, ctx: Context, manifests: list[dict]) -> None:
+def _apply_all(kube: Any, ctx: Context, objects: list[dict]) -> None:
     """Apply objects in order; on an error delete the ones created here and raise.
 
     The JobSet goes first; the others name it as their owner, so that the garbage
@@ -229,10 +234,10 @@ def _apply_all(kube: Any, ctx: Context, manifests: list[dict]) -> None:
     from charms.gpu_k8s.v0.kubeclient import KubeError
 
     created: list[dict] = []
-    manifests = sorted(manifests, key=lambda m: m["kind"] != "JobSet")
+    objects = sorted(objects, key=lambda m: m["kind"] != "JobSet")
     try:
         owner: dict[str, Any] | None = None
-        for manifest in manifests:
+        for manifest in objects:
             if owner is not None:
                 manifest = {
                     **manifest,
@@ -258,7 +263,7 @@ def _apply_all(kube: Any, ctx: Context, manifests: list[dict]) -> None:
                 )
             except KubeError:
                 logger.exception("could not roll back %s", manifest["metadata"]["name"])
-        what = f"{manifests[len(created)]['kind']} {manifests[len(created)]['metadata']['name']}"
+        what = f"{objects[len(created)]['kind']} {objects[len(created)]['metadata']['name']}"
         raise JobError(f"the API server refused {what}: {e.message}; nothing was kept") from None
 
 
@@ -290,14 +295,14 @@ def wait_for_pods(
     def all_running() -> bool | None:
         nonlocal pods, last
         pods = _training_pods(kube, ctx, request.job)
-        counts = jobs.running_counts(request, pods)
+        counts = job_state.running_counts(request, pods)
         text = ", ".join(f"{counts[r]}/{n} {r}s running" for r, n in replicas.items())
         if text != last:
             log(text)
             last = text
         if counts == replicas:
             return True
-        if problem := jobs.pod_problem(pods):
+        if problem := job_state.pod_problem(pods):
             raise JobError(f"{problem}: fix the image or command, then stop and train again")
         return None
 
@@ -327,16 +332,16 @@ def queue_answer(
         js = _jobset(kube, ctx, job)
         workloads = _workloads(kube, ctx)
         workload = _workload_of(js, workloads)
-        if jobs.unqueued(js, workload):
-            answer = ("Unqueued", jobs.UNQUEUED)
+        if job_state.unqueued(js, workload):
+            answer = ("Unqueued", job_state.UNQUEUED)
             return True
-        state, why = jobs.queue_state(workload, workloads)
-        if workload is not None and state in jobs.WAITING:
-            why = f"position {jobs.queue_position(workload, workloads)}: {why}"
+        state, why = job_state.queue_state(workload, workloads)
+        if workload is not None and state in job_state.WAITING:
+            why = f"position {job_state.queue_position(workload, workloads)}: {why}"
         answer = (state, why)
         # Kueue has decided once it admitted the job or said why not (a fresh Workload
         # has no reason yet: its admission may be a moment away).
-        return True if state == "Admitted" or jobs.queue_reason(workload) else None
+        return True if state == "Admitted" or job_state.queue_reason(workload) else None
 
     poll_until(answered, settle, poll=POLL_SECONDS, clock=clock, sleep=sleep)
     return answer
@@ -365,7 +370,7 @@ def launch(
         _check_claim(kube, ctx)
         _check_dataset(kube, ctx, request.dataset)
         _check_fits(kube, request)
-        _apply_all(kube, ctx, jobs.manifests(request, ctx, code))
+        _apply_all(kube, ctx, manifests.manifests(request, ctx, code))
         roles = ", ".join(f"{n} {r}" for r, n in request.replicas().items())
         log(f"created job {request.job}: {roles}; queue {ctx.queue}, priority {request.priority}")
     else:
@@ -374,12 +379,12 @@ def launch(
     results: dict[str, Any] = {
         "job": request.job,
         "created": str(new).lower(),
-        "tensorboard-url": jobs.tensorboard_url(request.job, ctx.namespace),
+        "tensorboard-url": manifests.tensorboard_url(request.job, ctx.namespace),
     }
     if state == "Unqueued":
         log(f"warning: {why}")
         results["warning"] = why
-    if state in (*jobs.WAITING, "Unknown"):
+    if state in (*job_state.WAITING, "Unknown"):
         log(f"{state.lower()}: {why}")
         results["state"] = f"{state.lower()}: {why}"
         if not request.wait:
@@ -399,7 +404,7 @@ def launch(
 def _chief_log(kube: Any, ctx: Context, request: TrainRequest, pods: list[dict]) -> str:
     from charms.gpu_k8s.v0.kubeclient import KubeError
 
-    pod = jobs.find_pod(pods, *request.chief())
+    pod = job_state.find_pod(pods, *request.chief())
     if pod is None:
         return ""
     try:
@@ -419,11 +424,11 @@ def _summary(
     pods: list[dict],
 ) -> dict[str, Any]:
     workload = _workload_of(js, workloads)
-    progress = jobs.parse_progress(_chief_log(kube, ctx, request, pods))
+    progress = parse_progress(_chief_log(kube, ctx, request, pods))
     position = None
-    if workload is not None and jobs.queue_state(workload)[0] in jobs.WAITING:
-        position = jobs.queue_position(workload, workloads)
-    return jobs.summarise(
+    if workload is not None and job_state.queue_state(workload)[0] in job_state.WAITING:
+        position = job_state.queue_position(workload, workloads)
+    return job_state.summarise(
         request,
         js,
         workload,
@@ -450,7 +455,7 @@ def status(kube: Any, ctx: Context, job: str) -> dict[str, Any]:
 
 def list_jobs(kube: Any, ctx: Context) -> dict[str, str]:
     """One line per job of this application."""
-    training = jobs.selector(ctx.app, component=COMPONENT_TRAINING)
+    training = manifests.selector(ctx.app, component=COMPONENT_TRAINING)
     all_jobsets = kube.list(JOBSET_API, "JobSet", ctx.namespace, label_selector=training)
     workloads = _workloads(kube, ctx)
     all_pods = kube.list("v1", "Pod", ctx.namespace, label_selector=training)
@@ -462,16 +467,16 @@ def list_jobs(kube: Any, ctx: Context) -> dict[str, str]:
         except JobError:
             out[name] = "unreadable request annotation"
             continue
-        pods = [p for p in all_pods if p["metadata"]["labels"].get(jobs.LABEL_JOB) == name]
-        out[name] = jobs.one_line(_summary(kube, ctx, request, js, workloads, pods))
+        pods = [p for p in all_pods if p["metadata"]["labels"].get(LABEL_JOB) == name]
+        out[name] = job_state.one_line(_summary(kube, ctx, request, js, workloads, pods))
     return out
 
 
 GLANCE_DETAILS = 3  # running jobs named in the status line (one log read each)
-_GLANCE_ORDER = ("Running", "Restarting", *jobs.WAITING, "Admitted", "Failed")
+_GLANCE_ORDER = ("Running", "Restarting", *job_state.WAITING, "Admitted", "Failed")
 
 
-# Every phase jobs.phase gives a JobSet that exists, for the `gpu_k8s_training_jobs` gauge
+# Every phase job_state.phase gives a JobSet that exists, for the `gpu_k8s_training_jobs` gauge
 PHASES = (*_GLANCE_ORDER, "Succeeded")
 
 
@@ -501,7 +506,7 @@ def at_a_glance(kube: Any, ctx: Context) -> Glance:
     Succeeded jobs are left out of the line (JobSet deletes them after `job-ttl`) but
     counted; the first running jobs carry their progress from the chief's log.
     """
-    training = jobs.selector(ctx.app, component=COMPONENT_TRAINING)
+    training = manifests.selector(ctx.app, component=COMPONENT_TRAINING)
     all_jobsets = kube.list(JOBSET_API, "JobSet", ctx.namespace, label_selector=training)
     if not all_jobsets:
         return Glance("", {})
@@ -510,18 +515,16 @@ def at_a_glance(kube: Any, ctx: Context) -> Glance:
     by_phase: dict[str, list[str]] = {}
     for js in sorted(all_jobsets, key=lambda j: j["metadata"]["name"]):
         name = js["metadata"]["name"]
-        pods = [p for p in all_pods if p["metadata"]["labels"].get(jobs.LABEL_JOB) == name]
-        phase = jobs.phase(js, _workload_of(js, workloads), pods)
+        pods = [p for p in all_pods if p["metadata"]["labels"].get(LABEL_JOB) == name]
+        phase = job_state.phase(js, _workload_of(js, workloads), pods)
         detail = name
         if phase == "Running" and len(by_phase.get("Running", [])) < GLANCE_DETAILS:
             try:
                 request = _request_of(js, name, ctx)
             except JobError:
                 request = None
-            progress = (
-                jobs.parse_progress(_chief_log(kube, ctx, request, pods)) if request else None
-            )
-            detail = jobs.progress_phrase(name, progress)
+            progress = parse_progress(_chief_log(kube, ctx, request, pods)) if request else None
+            detail = progress_phrase(name, progress)
         by_phase.setdefault(phase, []).append(detail)
     parts = []
     for phase in _GLANCE_ORDER:
@@ -564,12 +567,12 @@ def logs(kube: Any, ctx: Context, job: str, lines: int, role: str = "all", index
     out: list[str] = []
     for r, i in wanted:
         prefix = f"[{r}-{i}]"
-        pod = jobs.find_pod(pods, r, i)
+        pod = job_state.find_pod(pods, r, i)
         if pod is None:
             kept = f"jobs/{job}/pod-logs/{r}-{i}.log"
             out.append(f"{prefix} (no pod; its output is kept on the shared volume in {kept})")
             continue
-        history, restarted = jobs.container_history(pod)
+        history, restarted = job_state.container_history(pod)
         if history:
             out.append(f"{prefix} ({history})")
         if restarted:
@@ -595,7 +598,7 @@ def delete_job(kube: Any, ctx: Context, job: str, *, components: tuple[str, ...]
     deleted = 0
     for api_version, kind in JOB_KINDS:
         for obj in kube.list(
-            api_version, kind, ctx.namespace, label_selector=jobs.selector(ctx.app, job)
+            api_version, kind, ctx.namespace, label_selector=manifests.selector(ctx.app, job)
         ):
             component = obj["metadata"].get("labels", {}).get(LABEL_COMPONENT)
             if components and component not in components:
@@ -630,7 +633,7 @@ def stop(
         return {"job": job, "deleted-objects": str(deleted), "data": data}
     if not _wait_gone(kube, ctx, job, timeout, sleep=sleep, clock=clock):
         log(f"pods of {job} are still terminating; purging anyway")
-    kube.apply(jobs.purge_job(job, ctx), field_manager=ctx.app)
+    kube.apply(manifests.purge_job(job, ctx), field_manager=ctx.app)
     log(f"started Job {job}-purge to remove jobs/{job} from the shared volume")
     data = f"being removed by Job {job}-purge"
     return {"job": job, "deleted-objects": str(deleted), "data": data}
@@ -679,7 +682,8 @@ def scale(
     js = _jobset(kube, ctx, job)
     request = _request_of(js, job, ctx)
     pods = _training_pods(kube, ctx, job)
-    if jobs.phase(js, _workload_of(js, _workloads(kube, ctx)), pods) in ("Succeeded", "Failed"):
+    workload = _workload_of(js, _workloads(kube, ctx))
+    if job_state.phase(js, workload, pods) in ("Succeeded", "Failed"):
         raise JobError(f"job {job!r} has finished: train a new job instead of scaling it")
     if workers == request.workers:
         return {"job": job, "workers": str(workers), "changed": "false"}
@@ -689,10 +693,10 @@ def scale(
     kube.delete(JOBSET_API, "JobSet", job, ctx.namespace)
     if not _wait_gone(kube, ctx, job, max(timeout, 60), sleep=sleep, clock=clock):
         raise JobError(f"old pods of {job} are still terminating: run scale again shortly")
-    _apply_all(kube, ctx, jobs.manifests(scaled, ctx, code))
+    _apply_all(kube, ctx, manifests.manifests(scaled, ctx, code))
     log(f"relaunched {job} with {workers} workers")
     state, why = queue_answer(kube, ctx, job, sleep=sleep, clock=clock)
-    if state in (*jobs.WAITING, "Unknown"):
+    if state in (*job_state.WAITING, "Unknown"):
         log(f"{state.lower()}: {why}")
         return {
             "job": job,
@@ -730,6 +734,6 @@ def _wait_resumed(
     from charms.gpu_k8s.v0.system import poll_until
 
     def resumed() -> int | None:
-        return jobs.resumed_step(_chief_log(kube, ctx, request, pods))
+        return resumed_step(_chief_log(kube, ctx, request, pods))
 
     return poll_until(resumed, timeout, poll=poll, clock=clock, sleep=sleep)

@@ -7,18 +7,22 @@ from pathlib import Path
 
 import datasets
 import exports
-import jobs
 import kubernetes_validate
+import manifests
 import pytest
 import serving
 import training
 import yaml
 from conftest import node
+from job_state import queue_position, queue_reason, queue_state
+from params import LogsParams, ScaleParams, StopParams, TrainRequest, parse_user
+from placement import never_fits
+from progress import eta_seconds, format_duration, parse_progress, resumed_step, sparkline
 
 from fakes.jobset_schema import validate_jobset
 
 CHARM_DIR = Path(__file__).resolve().parents[3] / "charms" / "tensorflow"
-CTX = jobs.Context(
+CTX = manifests.Context(
     namespace="tf",
     app="tensorflow",
     claim="claim",
@@ -28,13 +32,13 @@ CTX = jobs.Context(
 CODE = {"tf_launcher.py": "# launcher\n", "tf_trainer.py": "# trainer\n"}
 
 
-def request(**kw) -> jobs.TrainRequest:
-    return jobs.TrainRequest(**kw)
+def request(**kw) -> TrainRequest:
+    return TrainRequest(**kw)
 
 
-def pod_of(req: jobs.TrainRequest, ctx: jobs.Context, role: str) -> dict:
+def pod_of(req: TrainRequest, ctx: manifests.Context, role: str) -> dict:
     """The pod spec of one role of the job's JobSet."""
-    return jobs.replicated_job(req, ctx, role)["template"]["spec"]["template"]["spec"]
+    return manifests.replicated_job(req, ctx, role)["template"]["spec"]["template"]["spec"]
 
 
 # -------------------------------------------------------------------- never fits
@@ -42,46 +46,43 @@ def pod_of(req: jobs.TrainRequest, ctx: jobs.Context, role: str) -> dict:
 
 def test_a_job_that_fits_the_cluster_is_left_to_the_queue():
     # 4 GPUs on two nodes: busy or not, Kueue decides when it runs.
-    assert (
-        jobs.never_fits(request(workers=4, gpus_per_worker=1), [node("a", 2), node("b", 2)])
-        is None
-    )
+    assert never_fits(request(workers=4, gpus_per_worker=1), [node("a", 2), node("b", 2)]) is None
 
 
 def test_more_gpus_per_pod_than_any_node_never_fits():
-    why = jobs.never_fits(request(workers=1, gpus_per_worker=3), [node("a", 2), node("b", 2)])
+    why = never_fits(request(workers=1, gpus_per_worker=3), [node("a", 2), node("b", 2)])
     assert why is not None and "largest schedulable node has 2" in why
 
 
 def test_more_gpus_than_the_cluster_never_fits():
-    why = jobs.never_fits(request(workers=5, gpus_per_worker=1), [node("a", 2), node("b", 2)])
+    why = never_fits(request(workers=5, gpus_per_worker=1), [node("a", 2), node("b", 2)])
     assert why is not None and "needs 5 GPUs but the cluster's schedulable nodes have 4" in why
 
 
 def test_a_role_must_fit_one_gpu_model():
     """Kueue gives a pod set one GPU flavor (one product): 2 A10G + 2 T4 hold no 4 workers."""
     mixed = [node("a", 2), node("t", 2, product="Tesla-T4")]
-    why = jobs.never_fits(request(workers=4, gpus_per_worker=1), mixed)
+    why = never_fits(request(workers=4, gpus_per_worker=1), mixed)
     assert why is not None
     assert "the 4 worker pods need 4 GPUs of one model" in why
     assert "(2 NVIDIA-A10G, 2 Tesla-T4)" in why
-    assert jobs.never_fits(request(workers=2, gpus_per_worker=1), mixed) is None
+    assert never_fits(request(workers=2, gpus_per_worker=1), mixed) is None
 
 
 def test_a_pod_larger_than_every_node_never_fits():
     """kube-scheduler places a pod only where its requests fit (8 CPUs, 64Gi per node)."""
-    why = jobs.never_fits(request(workers=1, cpu="12"), [node("a", 2), node("b")])
+    why = never_fits(request(workers=1, cpu="12"), [node("a", 2), node("b")])
     assert why == (
         "each worker requests 12 of cpu but the largest schedulable node has 8: lower cpu"
     )
     ps = request(workers=1, strategy="ps", ps=1, ps_memory="100Gi")
-    assert "each ps requests 100Gi of memory" in (jobs.never_fits(ps, [node("a", 2)]) or "")
-    assert "lower ps-memory" in (jobs.never_fits(ps, [node("a", 2)]) or "")
+    assert "each ps requests 100Gi of memory" in (never_fits(ps, [node("a", 2)]) or "")
+    assert "lower ps-memory" in (never_fits(ps, [node("a", 2)]) or "")
 
 
 def test_a_job_larger_than_all_nodes_together_never_fits():
-    assert jobs.never_fits(request(workers=3, memory="40Gi"), [node("a", 2), node("b")]) is None
-    why = jobs.never_fits(request(workers=4, memory="40Gi"), [node("a", 2), node("b")])
+    assert never_fits(request(workers=3, memory="40Gi"), [node("a", 2), node("b")]) is None
+    why = never_fits(request(workers=4, memory="40Gi"), [node("a", 2), node("b")])
     assert why == (
         "the job requests 160.0Gi of memory but the schedulable nodes have 128.0Gi: "
         "lower workers or memory"
@@ -92,7 +93,7 @@ def test_gpus_without_a_product_label_hold_no_role():
     """No ResourceFlavor selects a GPU node the worker charm has not labelled (yet)."""
     unlabelled = node("u", 4)
     del unlabelled["metadata"]["labels"]["nvidia.com/gpu.product"]
-    why = jobs.never_fits(request(workers=1, gpus_per_worker=1), [unlabelled])
+    why = never_fits(request(workers=1, gpus_per_worker=1), [unlabelled])
     assert why is not None and "(none)" in why
 
 
@@ -105,7 +106,7 @@ def test_gpus_without_a_product_label_hold_no_role():
     ],
 )
 def test_unusable_nodes_do_not_count(bad):
-    assert jobs.never_fits(request(workers=1, gpus_per_worker=1), [bad]) is not None
+    assert never_fits(request(workers=1, gpus_per_worker=1), [bad]) is not None
 
 
 def test_gpu_taint_is_tolerated_and_prefer_no_schedule_ignored():
@@ -113,14 +114,11 @@ def test_gpu_taint_is_tolerated_and_prefer_no_schedule_ignored():
         {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
         {"key": "spot", "effect": "PreferNoSchedule"},
     ]
-    assert (
-        jobs.never_fits(request(gpus_per_worker=1, workers=1), [node("g", 1, taints=taints)])
-        is None
-    )
+    assert never_fits(request(gpus_per_worker=1, workers=1), [node("g", 1, taints=taints)]) is None
 
 
 def test_cpu_jobs_need_no_gpus():
-    assert jobs.never_fits(request(workers=64), []) is None
+    assert never_fits(request(workers=64), []) is None
 
 
 def test_only_workers_need_gpus_in_ps_jobs():
@@ -140,7 +138,7 @@ def test_only_workers_need_gpus_in_ps_jobs():
     ],
 )
 def test_every_manifest_is_valid_kubernetes(req):
-    for manifest in [*jobs.manifests(req, CTX, CODE), jobs.purge_job(req.job, CTX)]:
+    for manifest in [*manifests.manifests(req, CTX, CODE), manifests.purge_job(req.job, CTX)]:
         if manifest["kind"] == "JobSet":
             validate_jobset(manifest)  # JobSet v1alpha2 subset + each Job as batch/v1
         else:
@@ -149,11 +147,11 @@ def test_every_manifest_is_valid_kubernetes(req):
 
 def test_the_longest_job_name_makes_valid_jobset_names():
     req = request(job="j" * 40, strategy="ps", ps=9, workers=999)
-    validate_jobset(jobs.jobset(req, CTX))
+    validate_jobset(manifests.jobset(req, CTX))
 
 
 def test_the_jobset_schema_check_is_strict():
-    js = jobs.jobset(request(), CTX)
+    js = manifests.jobset(request(), CTX)
     js["spec"]["successPolicy"] = {"operator": "Some"}
     with pytest.raises(Exception, match="Some"):
         validate_jobset(js)
@@ -161,7 +159,7 @@ def test_the_jobset_schema_check_is_strict():
 
 def test_every_manifest_is_labelled():
     req = request(job="p", strategy="ps", ps=1, workers=1)
-    for manifest in jobs.manifests(req, CTX, CODE):
+    for manifest in manifests.manifests(req, CTX, CODE):
         labels = manifest["metadata"]["labels"]
         assert labels["app.kubernetes.io/managed-by"] == "tensorflow"
         assert labels["gpu-k8s.io/job"] == "p"
@@ -174,10 +172,10 @@ def test_every_pod_runs_as_the_run_as_user_with_a_writable_home():
     req = request(job="p", strategy="ps", ps=1, workers=1, env="HOME=/data/home")
     pods = [
         r["template"]["spec"]["template"]["spec"]
-        for r in jobs.jobset(req, CTX)["spec"]["replicatedJobs"]
+        for r in manifests.jobset(req, CTX)["spec"]["replicatedJobs"]
     ] + [
         m["spec"]["template"]["spec"]
-        for m in [*jobs.manifests(req, CTX, CODE), jobs.purge_job("p", CTX)]
+        for m in [*manifests.manifests(req, CTX, CODE), manifests.purge_job("p", CTX)]
         if "template" in m.get("spec", {})
     ]
     assert len(pods) == len(req.replicas()) + 2  # each role, tensorboard, purge
@@ -194,7 +192,7 @@ def test_every_pod_runs_as_the_run_as_user_with_a_writable_home():
         assert {"name": "HOME", "value": "/tmp"} in pod["containers"][0]["env"]
     own_home = {e["name"]: e["value"] for e in pods[0]["containers"][0]["env"]}
     assert own_home["HOME"] == "/data/home"  # the job's env wins
-    root = jobs.Context("tf", "tensorflow", "c", "tf:1", "tb:1", user=(0, 0))
+    root = manifests.Context("tf", "tensorflow", "c", "tf:1", "tb:1", user=(0, 0))
     pod = pod_of(request(job="r"), root, "worker")
     assert pod["securityContext"] == {"runAsUser": 0, "runAsGroup": 0}
     assert "HOME" not in {e["name"] for e in pod["containers"][0]["env"]}
@@ -203,7 +201,7 @@ def test_every_pod_runs_as_the_run_as_user_with_a_writable_home():
 @pytest.mark.parametrize("text", ["1000", "a:b", "-1:0", ":5", f"{2**32}:1"])
 def test_parse_user_refuses_what_is_not_uid_gid(text):
     with pytest.raises(ValueError):
-        jobs.parse_user(text)
+        parse_user(text)
 
 
 def test_only_roles_with_gpus_get_the_gpu_image_and_shared_memory():
@@ -239,29 +237,29 @@ def test_the_environment_says_gpus_per_role_and_ps_jobs_fail_fast():
 def test_gpu_image_variant_only_for_tensorflow_images():
     assert CTX.image_for(request(gpus_per_worker=1)) == "tensorflow/tensorflow:2.21.0-gpu"
     assert CTX.image_for(request()) == "tensorflow/tensorflow:2.21.0"
-    other = jobs.Context("tf", "tensorflow", "c", "me/custom:1", "tb:1")
+    other = manifests.Context("tf", "tensorflow", "c", "me/custom:1", "tb:1")
     assert other.image_for(request(gpus_per_worker=1)) == "me/custom:1"
 
 
 def test_purge_refuses_a_path_like_name():
     with pytest.raises(ValueError, match="not a valid job name"):
-        jobs.purge_job("../..", CTX)
+        manifests.purge_job("../..", CTX)
 
 
 def test_request_round_trips_through_the_annotation():
     req = request(job="x", workers=3, env="A='b c'", steps=7)
-    assert jobs.TrainRequest.from_json(req.to_json()) == req
+    assert TrainRequest.from_json(req.to_json()) == req
     with pytest.raises(ValueError, match="not JSON"):
-        jobs.TrainRequest.from_json("{")
+        TrainRequest.from_json("{")
 
 
 def test_param_models_match_charmcraft_defaults():
     actions = yaml.safe_load((CHARM_DIR / "charmcraft.yaml").read_text())["actions"]
     for action, model in [
-        ("train", jobs.TrainRequest),
-        ("scale", jobs.ScaleParams),
-        ("logs", jobs.LogsParams),
-        ("stop", jobs.StopParams),
+        ("train", TrainRequest),
+        ("scale", ScaleParams),
+        ("logs", LogsParams),
+        ("stop", StopParams),
         ("import-dataset", datasets.ImportParams),
         ("export", exports.ExportParams),
         ("fetch-model", exports.FetchParams),
@@ -292,35 +290,35 @@ def test_parse_progress_takes_the_last_valid_report():
             "done",
         ]
     )
-    assert jobs.parse_progress(log) == {"step": 3}
-    assert jobs.parse_progress("nothing here") is None
+    assert parse_progress(log) == {"step": 3}
+    assert parse_progress("nothing here") is None
 
 
 def test_resumed_step_from_progress_or_announcement():
-    assert jobs.resumed_step('GPU_K8S_PROGRESS {"resumed_from": 40}') == 40
-    assert jobs.resumed_step("resumed from checkpoint at step 300 (target 1000)") == 300
-    assert jobs.resumed_step("starting from step 0 (target 10)") == 0
-    assert jobs.resumed_step("still importing tensorflow") is None
+    assert resumed_step('GPU_K8S_PROGRESS {"resumed_from": 40}') == 40
+    assert resumed_step("resumed from checkpoint at step 300 (target 1000)") == 300
+    assert resumed_step("starting from step 0 (target 10)") == 0
+    assert resumed_step("still importing tensorflow") is None
 
 
 def test_sparkline():
-    assert jobs.sparkline([3, 2, 1, 0]) == "█▆▃▁"
-    assert jobs.sparkline([1, 1]) == "▁▁"
-    assert jobs.sparkline([]) == ""
-    assert jobs.sparkline([float("nan"), 1.0, None]) == "▁"
-    long = jobs.sparkline(range(100), width=20)
+    assert sparkline([3, 2, 1, 0]) == "█▆▃▁"
+    assert sparkline([1, 1]) == "▁▁"
+    assert sparkline([]) == ""
+    assert sparkline([float("nan"), 1.0, None]) == "▁"
+    long = sparkline(range(100), width=20)
     assert len(long) == 20 and long[0] == "▁" and long[-1] == "█"
 
 
 def test_eta():
     progress = {"step": 100, "steps": 1100, "examples_per_sec": 320.0, "global_batch_size": 64}
-    assert jobs.eta_seconds(progress) == pytest.approx(200)
-    assert jobs.format_duration(200) == "3m 20s"
-    assert jobs.format_duration(7300) == "2h 01m"
-    assert jobs.eta_seconds({**progress, "state": "finished"}) == 0
-    assert jobs.eta_seconds({**progress, "examples_per_sec": 0}) is None
-    assert jobs.eta_seconds({"step": 1}) is None
-    assert jobs.format_duration(None) == "unknown"
+    assert eta_seconds(progress) == pytest.approx(200)
+    assert format_duration(200) == "3m 20s"
+    assert format_duration(7300) == "2h 01m"
+    assert eta_seconds({**progress, "state": "finished"}) == 0
+    assert eta_seconds({**progress, "examples_per_sec": 0}) is None
+    assert eta_seconds({"step": 1}) is None
+    assert format_duration(None) == "unknown"
 
 
 # -------------------------------------------------------------------- code lookup
@@ -383,8 +381,8 @@ def test_queue_state_and_reason_from_the_workload_conditions():
             ]
         }
     }
-    assert jobs.queue_state(fresh) == ("Queued", "waiting for quota")
-    assert jobs.queue_reason(fresh) == ""  # not evaluated yet: train keeps looking
+    assert queue_state(fresh) == ("Queued", "waiting for quota")
+    assert queue_reason(fresh) == ""  # not evaluated yet: train keeps looking
     pending = {
         "status": {
             "conditions": [
@@ -392,9 +390,9 @@ def test_queue_state_and_reason_from_the_workload_conditions():
             ]
         }
     }
-    assert jobs.queue_reason(pending) == "insufficient quota"
+    assert queue_reason(pending) == "insufficient quota"
     admitted = {"status": {"conditions": [{"type": "Admitted", "status": "True"}]}}
-    assert jobs.queue_state(admitted) == ("Admitted", "")
+    assert queue_state(admitted) == ("Admitted", "")
     preempted = {
         "status": {
             "conditions": [
@@ -403,8 +401,8 @@ def test_queue_state_and_reason_from_the_workload_conditions():
             ]
         }
     }
-    assert jobs.queue_state(preempted) == ("Preempted", "Preempted: by high")
-    assert jobs.queue_state(None)[0] == "Unknown"
+    assert queue_state(preempted) == ("Preempted", "Preempted: by high")
+    assert queue_state(None)[0] == "Unknown"
 
 
 def _workload(name: str, *conditions: tuple, priority: int = 0, created: str = "", **status):
@@ -436,20 +434,20 @@ def test_queue_state_follows_kueues_condition_sequences():
         ("Admitted", "True", "Admitted", ""),
         ("Evicted", "True", "Preempted", "for a higher priority"),
     )
-    assert jobs.queue_state(stopping) == ("Preempted", "Preempted: for a higher priority")
+    assert queue_state(stopping) == ("Preempted", "Preempted: for a higher priority")
     # pods not all ready in time: requeued, not preempted
     timed_out = _workload(
         "w",
         ("QuotaReserved", "False", "Pending", ""),
         ("Evicted", "True", "PodsReadyTimeout", "Exceeded the PodsReady timeout ns/w"),
     )
-    state, why = jobs.queue_state(timed_out)
+    state, why = queue_state(timed_out)
     assert state == "Requeued"
     assert "pods-ready-timeout" in why and "Exceeded the PodsReady timeout ns/w" in why
     stopped = _workload(
         "w", ("Evicted", "True", "ClusterQueueStopped", "The ClusterQueue is stopped")
     )
-    assert jobs.queue_state(stopped) == (
+    assert queue_state(stopped) == (
         "Evicted",
         "ClusterQueueStopped: The ClusterQueue is stopped",
     )
@@ -459,12 +457,12 @@ def test_queue_state_follows_kueues_condition_sequences():
         ("Admitted", "True", "Admitted", ""),
         ("Evicted", "False", "QuotaReserved", ""),
     )
-    assert jobs.queue_state(again) == ("Admitted", "")
+    assert queue_state(again) == ("Admitted", "")
     # Finished keeps QuotaReserved and Admitted True (workload/finish/finish.go)
     done = _workload(
         "w", ("Admitted", "True", "Admitted", ""), ("Finished", "True", "Succeeded", "")
     )
-    assert jobs.queue_state(done) == ("Finished", "Succeeded")
+    assert queue_state(done) == ("Finished", "Succeeded")
 
 
 def test_queue_position_orders_as_kueue_does():
@@ -497,6 +495,6 @@ def test_queue_position_orders_as_kueue_does():
     )
     everyone = [mine, older, urgent, done, evicted_late, backing_off]
     now = "2026-11-24T06:10:00Z"
-    assert jobs.queue_position(mine, everyone, now) == 3  # behind urgent and older
-    assert jobs.queue_position(evicted_late, everyone, now) == 4
-    assert jobs.queue_position(mine, everyone, "2026-11-24T07:00:00Z") == 4  # backoff over
+    assert queue_position(mine, everyone, now) == 3  # behind urgent and older
+    assert queue_position(evicted_late, everyone, now) == 4
+    assert queue_position(mine, everyone, "2026-11-24T07:00:00Z") == 4  # backoff over

@@ -21,6 +21,8 @@ from conftest import (
 )
 from ops import testing
 
+import charm
+
 JOBS = f"/apis/batch/v1/namespaces/{NS}/jobs/"
 PODS = f"/api/v1/namespaces/{NS}/pods/"
 
@@ -545,11 +547,27 @@ def test_finished_jobs_are_deleted_by_jobset_after_job_ttl(ctx, state, api):
     assert jobset(api, "mnist")["spec"]["ttlSecondsAfterFinished"] == 7200
 
 
-def test_reconcile_waits_quietly_on_api_errors(ctx, running, api):
-    api.inject(status=403, times=1, method="GET", path_prefix="/apis/kueue.x-k8s.io")
+def test_reconcile_waits_quietly_on_api_errors(ctx, running, api, monkeypatch):
+    # an API server that still fails after the client's retries (1 + 5, no backoff here)
+    monkeypatch.setattr(charm.TensorflowCharm, "kube_backoff", 0.0)
+    api.inject(status=503, times=6, method="GET", path_prefix="/apis/kueue.x-k8s.io")
     out = ctx.run(ctx.on.update_status(), running)
     assert isinstance(out.unit_status, testing.WaitingStatus)
     assert "Kubernetes API" in out.unit_status.message
+
+
+@pytest.mark.parametrize("refusal", ["forbidden", "unauthorized"])
+def test_reconcile_blocks_on_refused_requests_naming_the_grant(ctx, running, api, refusal):
+    """A grant without a rule the charm needs (403) or a token no longer valid (401)."""
+    if refusal == "forbidden":
+        api.inject(status=403, times=1, method="GET", path_prefix="/apis/kueue.x-k8s.io")
+    else:
+        api.require_token("another-token")
+    out = ctx.run(ctx.on.update_status(), running)
+    assert isinstance(out.unit_status, testing.BlockedStatus)
+    code = "403" if refusal == "forbidden" else "401 Unauthorized"
+    assert out.unit_status.message.startswith(f"Kubernetes refused a request ({code}")
+    assert out.unit_status.message.endswith("; check the kube-api grant on the control plane")
 
 
 def test_purge_waits_for_the_pods_to_go_first(ctx, running, api, fake_time):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import kubernetes_validate
+import params
 import pytest
 import queues
 from conftest import NS, add_nodes, node
@@ -143,7 +144,7 @@ def test_the_queue_objects_are_valid_kueue_objects():
             assert set(flavor) == {"name", "resources"}
             assert {r["name"] for r in flavor["resources"]} == set(group["coveredResources"])
             for r in flavor["resources"]:
-                queues.quantity(r["nominalQuota"])
+                params.quantity(r["nominalQuota"])
     assert set(lq["spec"]) == {"clusterQueue"}
     # metadata and names as the API server validates any object
     for obj in (cq, lq):

@@ -1,0 +1,331 @@
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""What the operator asks of the charm's job actions, validated (no ops, no I/O).
+
+The parameter models of `train` (`TrainRequest`, also stored on the job's JobSet for
+`scale` and `job-status`), `scale`, `logs`, `stop` and the actions that name one job, loaded
+by `charm.py` with `event.load_params(..., errors="fail")`; and the checks they and the
+charm config share: job names, `KEY=VALUE` environments, `uid:gid` users, Kubernetes
+quantities (kubernetes.io/docs/reference/kubernetes-api/common-definitions/quantity/).
+Every ValueError says what to change.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from typing import Literal
+
+import datasets
+import pydantic
+from literals import BUILTIN_SCRIPTS, JOB_NAME_MAX, MAX_WORKERS
+
+from charms.gpu_k8s.v0.config import ActionParams
+
+_DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?$")
+_SUFFIXES = {
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+    "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+    "m": 10**-3, "": 1,
+}  # fmt: skip
+
+
+def quantity(text: str) -> float:
+    """A Kubernetes quantity as a number (`500m` 0.5, `64Gi` 68719476736); ValueError."""
+    match = _QUANTITY.match(str(text).strip())
+    if not match:
+        raise ValueError(f"{text!r} is not a Kubernetes quantity such as 16, 500m or 64Gi")
+    return float(match.group(1)) * _SUFFIXES[match.group(2) or ""]
+
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_RESERVED_ENV = ("GPU_K8S_", "TF_CONFIG", "JOB_COMPLETION_INDEX")
+
+
+def check_job_name(value: str) -> str:
+    """Return `value` when it is a valid job name; raise ValueError saying what to change."""
+    if not isinstance(value, str) or not _DNS_LABEL.match(value) or len(value) > JOB_NAME_MAX:
+        raise ValueError(
+            f"{value!r} is not a valid job name: use 1-{JOB_NAME_MAX} lowercase letters, "
+            "digits and '-', starting with a letter and ending with a letter or digit"
+        )
+    return value
+
+
+def _check_quantity(value: str, what: str, example: str) -> str:
+    if not _QUANTITY.match(value):
+        raise ValueError(f"{value!r} is not a Kubernetes quantity: give {what} like {example}")
+    return value
+
+
+def parse_env(text: str) -> dict[str, str]:
+    """Parse `KEY=VALUE KEY2='VALUE 2'` (shell quoting) into a dict.
+
+    Raises:
+        ValueError: a word is not KEY=VALUE, or a key is malformed or reserved.
+    """
+    env: dict[str, str] = {}
+    try:
+        words = shlex.split(text)
+    except ValueError as e:
+        raise ValueError(f"cannot parse env ({e}): use KEY=VALUE pairs") from None
+    for word in words:
+        key, sep, value = word.partition("=")
+        if not sep or not _ENV_NAME.match(key):
+            raise ValueError(f"{word!r} is not KEY=VALUE: use pairs such as BATCH=64 SEED=1")
+        if key.startswith(_RESERVED_ENV):
+            raise ValueError(f"{key} is set by the charm: remove it from env")
+        env[key] = value
+    return env
+
+
+_ID_MAX = 2**32 - 2
+
+
+def parse_user(text: str) -> tuple[int, int]:
+    """`uid:gid` as two numbers; ValueError saying what is wrong."""
+    uid, sep, gid = text.partition(":")
+    if not sep or not uid.isdigit() or not gid.isdigit():
+        raise ValueError(f"{text!r} is not uid:gid, such as 1000:1000 (0:0 runs pods as root)")
+    if int(uid) > _ID_MAX or int(gid) > _ID_MAX:
+        raise ValueError(f"uid and gid must be at most {_ID_MAX}")
+    return int(uid), int(gid)
+
+
+def split_words(text: str, what: str) -> list[str]:
+    """`text` split into words as a shell does (`what` names it in the ValueError)."""
+    try:
+        return shlex.split(text)
+    except ValueError as e:
+        raise ValueError(f"cannot parse {what} ({e}): check its quotes") from None
+
+
+class JobParams(ActionParams):
+    """Parameters naming one existing job."""
+
+    job: str
+
+    @pydantic.field_validator("job")
+    @classmethod
+    def _job(cls, value: str) -> str:
+        return check_job_name(value)
+
+
+class TrainRequest(ActionParams):
+    """The `train` action's parameters (also stored on the job for `scale`)."""
+
+    job: str = "mnist"
+    image: str = ""
+    script: str = ""
+    command: str = ""
+    args: str = ""
+    env: str = ""
+    strategy: Literal["mwms", "ps"] = "mwms"
+    workers: int = 2
+    ps: int = 0
+    gpus_per_worker: int = 0
+    cpu: str = "1"
+    memory: str = "4Gi"
+    # Per role (strategy=ps): empty means as the workers.
+    chief_cpu: str = ""
+    chief_memory: str = ""
+    ps_cpu: str = ""
+    ps_memory: str = ""
+    ps_image: str = ""
+    steps: int = 1000
+    timeout: int = 300
+    priority: Literal["low", "normal", "high"] = "normal"
+    wait: bool = False
+    dataset: str = ""  # an imported dataset (datasets.py), at GPU_K8S_DATASET_DIR
+
+    @pydantic.field_validator("dataset")
+    @classmethod
+    def _dataset(cls, value: str) -> str:
+        return datasets.check_name(value) if value else value
+
+    @pydantic.field_validator("job")
+    @classmethod
+    def _job(cls, value: str) -> str:
+        return check_job_name(value)
+
+    @pydantic.field_validator("workers")
+    @classmethod
+    def _workers(cls, value: int) -> int:
+        if not 1 <= value <= MAX_WORKERS:
+            raise ValueError(f"must be between 1 and {MAX_WORKERS}, got {value}")
+        return value
+
+    @pydantic.field_validator("ps", "timeout")
+    @classmethod
+    def _not_negative(cls, value: int) -> int:
+        if value < 0:
+            raise ValueError(f"must be 0 or more, got {value}")
+        return value
+
+    @pydantic.field_validator("gpus_per_worker")
+    @classmethod
+    def _gpus(cls, value: int) -> int:
+        if not 0 <= value <= 16:
+            raise ValueError(f"must be between 0 and 16 GPUs, got {value}")
+        return value
+
+    @pydantic.field_validator("steps")
+    @classmethod
+    def _steps(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError(f"must be at least 1, got {value}")
+        return value
+
+    @pydantic.field_validator("cpu", "chief_cpu", "ps_cpu")
+    @classmethod
+    def _cpu(cls, value: str, info: pydantic.ValidationInfo) -> str:
+        if not value and info.field_name != "cpu":
+            return value
+        return _check_quantity(value, "cpu", "2 or 500m")
+
+    @pydantic.field_validator("memory", "chief_memory", "ps_memory")
+    @classmethod
+    def _memory(cls, value: str, info: pydantic.ValidationInfo) -> str:
+        if not value and info.field_name != "memory":
+            return value
+        return _check_quantity(value, "memory", "8Gi")
+
+    @pydantic.field_validator("script")
+    @classmethod
+    def _script(cls, value: str) -> str:
+        if value and value not in BUILTIN_SCRIPTS:
+            raise ValueError(
+                f"unknown script {value!r}: use {', '.join(sorted(BUILTIN_SCRIPTS))}, "
+                "or run your own program with command=..."
+            )
+        return value
+
+    @pydantic.field_validator("env")
+    @classmethod
+    def _env(cls, value: str) -> str:
+        parse_env(value)
+        return value
+
+    @pydantic.field_validator("command", "args")
+    @classmethod
+    def _words(cls, value: str, info: pydantic.ValidationInfo) -> str:
+        split_words(value, info.field_name or "value")
+        return value
+
+    @pydantic.field_validator("image", "ps_image")
+    @classmethod
+    def _image(cls, value: str) -> str:
+        if value and (any(c.isspace() for c in value) or value.startswith("-")):
+            raise ValueError(f"{value!r} is not an image reference such as repo/name:tag")
+        return value
+
+    @pydantic.model_validator(mode="after")
+    def _combination(self) -> TrainRequest:
+        if self.script and self.command:
+            raise ValueError("give either script or command, not both")
+        if self.strategy == "mwms" and self.ps:
+            raise ValueError(f"ps={self.ps} needs strategy=ps; set ps=0 for strategy mwms")
+        if self.strategy == "ps" and self.ps < 1:
+            raise ValueError("strategy=ps needs at least one parameter server: set ps >= 1")
+        per_role = ("chief_cpu", "chief_memory", "ps_cpu", "ps_memory", "ps_image")
+        given = [name.replace("_", "-") for name in per_role if getattr(self, name)]
+        if given and self.strategy != "ps":
+            raise ValueError(
+                f"{', '.join(given)} apply to strategy=ps only (under mwms every task is a "
+                "worker: use cpu, memory and image)"
+            )
+        return self
+
+    def resources(self, role: str) -> tuple[str, str]:
+        """(cpu, memory) each replica of `role` requests."""
+        cpu = {"chief": self.chief_cpu, "ps": self.ps_cpu}.get(role) or self.cpu
+        memory = {"chief": self.chief_memory, "ps": self.ps_memory}.get(role) or self.memory
+        return cpu, memory
+
+    def replicas(self) -> dict[str, int]:
+        """Replicas of every role, in creation order."""
+        if self.strategy == "ps":
+            return {"chief": 1, "ps": self.ps, "worker": self.workers}
+        return {"worker": self.workers}
+
+    def gpus(self, role: str) -> int:
+        """GPUs per replica of `role` (only workers get GPUs)."""
+        return self.gpus_per_worker if role == "worker" else 0
+
+    def gpu_demands(self) -> list[int]:
+        """GPUs of every replica that needs some."""
+        return [g for role, n in self.replicas().items() for g in [self.gpus(role)] * n if g]
+
+    def chief(self) -> tuple[str, int]:
+        """The task that reports progress: `chief` 0 for ps, else `worker` 0."""
+        return ("chief", 0) if self.strategy == "ps" else ("worker", 0)
+
+    def to_json(self) -> str:
+        """The request as JSON, for the job's annotation."""
+        return self.model_dump_json()
+
+    @classmethod
+    def from_json(cls, text: str) -> TrainRequest:
+        """The request stored by `to_json` (raises ValueError when it does not validate)."""
+        try:
+            data = json.loads(text)
+        except (TypeError, ValueError):
+            raise ValueError("the job's stored request is not JSON") from None
+        if not isinstance(data, dict):
+            raise ValueError("the job's stored request is not a JSON object")
+        return cls(**data)
+
+
+class ScaleParams(JobParams):
+    """The `scale` action's parameters."""
+
+    workers: int
+    timeout: int = 300
+
+    @pydantic.field_validator("workers")
+    @classmethod
+    def _workers(cls, value: int) -> int:
+        if not 1 <= value <= MAX_WORKERS:
+            raise ValueError(f"must be between 1 and {MAX_WORKERS}, got {value}")
+        return value
+
+    @pydantic.field_validator("timeout")
+    @classmethod
+    def _timeout(cls, value: int) -> int:
+        if value < 0:
+            raise ValueError(f"must be 0 or more, got {value}")
+        return value
+
+
+class LogsParams(JobParams):
+    """The `logs` action's parameters: every replica, or one role, or one replica."""
+
+    lines: int = 20
+    role: Literal["all", "chief", "ps", "worker"] = "all"
+    index: int = -1  # -1: every index
+
+    @pydantic.model_validator(mode="after")
+    def _index_needs_role(self) -> LogsParams:
+        if self.index >= 0 and self.role == "all":
+            raise ValueError("index needs role (for example role=worker index=3)")
+        return self
+
+    @pydantic.field_validator("lines")
+    @classmethod
+    def _lines(cls, value: int) -> int:
+        if not 1 <= value <= 1000:
+            raise ValueError(f"must be between 1 and 1000, got {value}")
+        return value
+
+
+class StopParams(JobParams):
+    """The `stop` action's parameters."""
+
+    purge: bool = False
+
+
+class NoParams(ActionParams):
+    """An action without parameters."""

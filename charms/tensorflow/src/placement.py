@@ -1,0 +1,163 @@
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""Where a job's pods could land: the nodes that count, and jobs no queue would ever admit.
+
+No ops, no I/O: functions of the Node objects as the API server returns them. Kueue
+admits a JobSet when the whole gang fits the team's quota (`job_state.queue_state` says
+where it stands); the charm itself only refuses a job that could never run on the
+cluster (`never_fits`), before anything is created. `queues.py` sizes the team's default
+quota from the same schedulable nodes.
+
+Whether a node is Ready comes from `charms.gpu_k8s.v0.kube_objects` (so do the GPUs a
+pod holds, as the scheduler counts them, for `queues.py` and `job_state.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from literals import LABEL_GPU_PRODUCT
+from params import TrainRequest, quantity
+
+from charms.gpu_k8s.v0.kube_objects import GPU_RESOURCE, node_ready
+
+
+def _quantity_int(value: Any) -> int:
+    try:
+        return int(str(value))
+    except (TypeError, ValueError):
+        return 0
+
+
+def _tolerated(node: dict) -> bool:
+    """Whether our GPU pods tolerate every NoSchedule/NoExecute taint of the node."""
+    for taint in (node.get("spec") or {}).get("taints") or []:
+        if taint.get("effect") in ("NoSchedule", "NoExecute") and taint.get("key") != GPU_RESOURCE:
+            return False
+    return True
+
+
+def schedulable(node: dict) -> bool:
+    """Ready, not cordoned, and no NoSchedule/NoExecute taint but the GPU one."""
+    spec = node.get("spec") or {}
+    return not spec.get("unschedulable") and node_ready(node) and _tolerated(node)
+
+
+def never_fits(request: TrainRequest, nodes: Iterable[dict]) -> str | None:
+    """Why the job could never run on this cluster (no queue would help), or None.
+
+    More GPUs per pod than any schedulable node has, more GPUs in all than the schedulable
+    nodes have together, or a role whose GPUs no single GPU model has: Kueue gives each
+    pod set (one role's pods) one flavor per resource (Kueue docs, concepts/cluster_queue:
+    it "assigns to the Workload pod sets a flavor for each resource the pod set
+    requests"), and each GPU flavor is one product (queues.py), so 2 A10G and 2 T4 never
+    hold 4 workers of one GPU. And cpu or memory requests larger than any node, or than
+    all of them (`_no_room_for_requests`). Whether they are free now is Kueue's business:
+    a job that fits the cluster but not its free GPUs or quota waits in the queue.
+    """
+    nodes = list(nodes)  # read more than once
+    return _no_room_for_gpus(request, nodes) or _no_room_for_requests(request, nodes)
+
+
+def _no_room_for_gpus(request: TrainRequest, nodes: list[dict]) -> str | None:
+    per_pod = request.gpus_per_worker
+    if not per_pod:
+        return None
+    sizes = [
+        _quantity_int(((n.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE))
+        for n in nodes
+        if schedulable(n)
+    ]
+    largest = max(sizes, default=0)
+    if per_pod > largest:
+        return (
+            f"each worker needs {per_pod} GPUs but the largest schedulable node has {largest}: "
+            "lower gpus-per-worker or add larger GPU nodes"
+        )
+    total = sum(request.gpu_demands())
+    if total > sum(sizes):
+        return (
+            f"the job needs {total} GPUs but the cluster's schedulable nodes have "
+            f"{sum(sizes)}: lower workers or gpus-per-worker, or add GPU nodes"
+        )
+    return _no_model_holds_a_role(request, nodes)
+
+
+def _no_room_for_requests(request: TrainRequest, nodes: Iterable[dict]) -> str | None:
+    """Why the pods' cpu or memory requests fit no schedulable node, or not all of them.
+
+    A pod is placed only on a node whose allocatable holds its requests (kube-scheduler's
+    NodeResourcesFit), so no queue helps a pod larger than every node, or a job larger
+    than all of them together.
+    """
+    usable = [
+        (n.get("status") or {}).get("allocatable") or {}
+        for n in nodes
+        if schedulable(n) and not _unknown_quantity(n)
+    ]
+    if not usable:  # nodes still joining: nothing to measure against (GPUs checked above)
+        return None
+    for index, what in enumerate(("cpu", "memory")):
+        have = [quantity(a.get(what, "0")) for a in usable]
+        need = {role: quantity(request.resources(role)[index]) for role in request.replicas()}
+        for role, each in need.items():
+            if each > max(have, default=0):
+                return (
+                    f"each {role} requests {request.resources(role)[index]} of {what} but "
+                    f"the largest schedulable node has {_amount(max(have, default=0), what)}: "
+                    f"lower {_option(role, what)}"
+                )
+        total = sum(need[r] * n for r, n in request.replicas().items())
+        if total > sum(have):
+            return (
+                f"the job requests {_amount(total, what)} of {what} but the schedulable "
+                f"nodes have {_amount(sum(have), what)}: lower workers or {what}"
+            )
+    return None
+
+
+def _unknown_quantity(node: dict) -> bool:
+    """A node whose allocatable cpu or memory does not parse is left out."""
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    try:
+        quantity(allocatable.get("cpu", "0"))
+        quantity(allocatable.get("memory", "0"))
+    except ValueError:
+        return True
+    return False
+
+
+def _option(role: str, option: str) -> str:
+    return option if role == "worker" else f"{role}-{option}"
+
+
+def _amount(value: float, what: str) -> str:
+    if what == "memory":
+        return f"{value / 2**30:.1f}Gi"
+    return f"{value:g}"
+
+
+def _no_model_holds_a_role(request: TrainRequest, nodes: Iterable[dict]) -> str | None:
+    """Why one role's GPUs fit no single GPU model's schedulable nodes (see never_fits)."""
+    models: dict[str, list[int]] = {}
+    for n in nodes:
+        count = _quantity_int(((n.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE))
+        product = ((n.get("metadata") or {}).get("labels") or {}).get(LABEL_GPU_PRODUCT)
+        if count and product and schedulable(n):
+            models.setdefault(product, []).append(count)
+    for role, pods in request.replicas().items():
+        per_pod = request.gpus(role)
+        if not per_pod:
+            continue
+        need = pods * per_pod
+        if any(max(sizes) >= per_pod and sum(sizes) >= need for sizes in models.values()):
+            continue
+        have = ", ".join(f"{sum(v)} {k}" for k, v in sorted(models.items())) or "none"
+        return (
+            f"the {pods} {role} pods need {need} GPUs of one model (Kueue gives a role one "
+            f"GPU flavor) but no model has that many on schedulable nodes ({have}): lower "
+            "workers or gpus-per-worker, or add nodes of one GPU model"
+        )
+    return None
