@@ -46,6 +46,7 @@ import mig_layout
 import nvidia
 import ops
 import worker
+from literals import CLUSTER, COS_AGENT, REBOOTS
 from reboot_turns import RebootTurns
 
 from charms.gpu_k8s.v0 import api_proxy, apt, drain, kubeadm
@@ -62,10 +63,6 @@ if TYPE_CHECKING:
     from charms.gpu_k8s.v0.kubeclient import Kube
 
 logger = logging.getLogger(__name__)
-
-CLUSTER = "cluster"
-REBOOTS = "reboots"
-COS_AGENT = "cos-agent"
 
 
 class KubernetesWorkerCharm(ops.CharmBase):
