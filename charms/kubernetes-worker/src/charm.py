@@ -41,10 +41,12 @@ from typing import TYPE_CHECKING
 
 import driver
 import gpu
+import gpu_labels
 import gpu_node
 import mig_layout
 import nvidia
 import ops
+import validation
 import worker
 from literals import CLUSTER, COS_AGENT, REBOOTS
 from reboot_turns import RebootTurns
@@ -340,7 +342,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
             driver.apply_update(host, state.update)
         except apt.AptError as e:
             held = f"node {node} stays cordoned; " if cordoned else ""
-            self._status = ops.BlockedStatus(f"{held}{nvidia.apt_blocked_message(e)}")
+            self._status = ops.BlockedStatus(f"{held}{driver.apt_blocked_message(e)}")
             return False
         self._stored.reboot_boot = nvidia.boot_id(host)
         logger.info("rebooting for the NVIDIA driver: %s", reason)
@@ -482,7 +484,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
         """`node-labels`, GPU labels and the GPU taint on the Node; False while it cannot."""
         from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
 
-        plugin = nvidia.PluginConfig(info.mig_strategy, info.gpu_time_slicing_replicas)
+        plugin = gpu_labels.PluginConfig(info.mig_strategy, info.gpu_time_slicing_replicas)
         try:
             with Kube.from_kubeconfig(info.kubeconfig) as kube:
                 done = worker.apply_labels(kube, node, config.labels)
@@ -545,7 +547,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
     def _on_validate_gpu(self, event: ops.ActionEvent) -> None:
         from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
 
-        params = event.load_params(gpu_node.ValidateGpuParams, errors="fail")
+        params = event.load_params(validation.ValidateGpuParams, errors="fail")
         host = self.host_factory()
         inventory = gpu_node.detect(host)
         if not inventory.count:
@@ -561,18 +563,18 @@ class KubernetesWorkerCharm(ops.CharmBase):
             event.fail(f"invalid config: {e}")
             return
         node = kubeadm.node_name(host)
-        name = gpu_node.validation_pod_name()
-        event.log(f"running {image} on node {node} (pod {gpu_node.VALIDATION_NAMESPACE}/{name})")
+        name = validation.validation_pod_name()
+        event.log(f"running {image} on node {node} (pod {validation.VALIDATION_NAMESPACE}/{name})")
         try:
             with Kube.from_kubeconfig(info.kubeconfig) as kube:
-                outcome = nvidia.run_validation(
+                outcome = validation.run_validation(
                     kube,
                     node,
-                    gpu_node.VALIDATION_NAMESPACE,
+                    validation.VALIDATION_NAMESPACE,
                     name,
                     image=image,
                     timeout=params.timeout,
-                    poll=gpu_node.VALIDATION_POLL_S,
+                    poll=validation.VALIDATION_POLL_S,
                     clock=self.drain_clock,
                     sleep=self.drain_sleep,
                     progress=event.log,

@@ -5,7 +5,7 @@
 
 No ops imports: the charm hands in a `Host` (the machine) and a `Kube` client (the
 cluster) and turns what comes back, or what is raised, into a status. Each system has
-its own module (`charms.gpu_k8s.v0.containerd`, `.kubeadm`, and `nvidia.py` for GPUs);
+its own module (`charms.gpu_k8s.v0.containerd`, `.kubeadm`, and `gpu_node.py` for GPUs);
 this module only sequences them for a worker node.
 """
 
@@ -20,9 +20,10 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import mig
-import nvidia
 import pydantic
+import toolkit
 from driver import DRIVER_CHOICES, DriverChoice
+from validation import VALIDATION_IMAGE, check_image
 
 from charms.gpu_k8s.v0 import apt, containerd, drain, images, kubeadm
 from charms.gpu_k8s.v0.config import CharmConfig
@@ -125,7 +126,7 @@ class WorkerConfig(CharmConfig):
     auto_reboot: bool = False
     max_parallel_reboots: int = 1
     nvidia_default_runtime: bool = False
-    gpu_validation_image: str = nvidia.VALIDATION_IMAGE
+    gpu_validation_image: str = VALIDATION_IMAGE
     image_registry: str = ""
     mig_profile: str = ""
 
@@ -152,7 +153,7 @@ class WorkerConfig(CharmConfig):
     @classmethod
     def _toolkit_source(cls, value: str) -> str:
         try:
-            nvidia.ToolkitSource.parse(value)
+            toolkit.ToolkitSource.parse(value)
         except ValueError as e:
             raise ValueError(str(e).removeprefix("nvidia-apt-source ")) from None
         return value
@@ -217,12 +218,9 @@ class WorkerConfig(CharmConfig):
         return images.mirrored(self.gpu_validation_image, self.image_registry)
 
     @property
-    def toolkit_source(self) -> nvidia.ToolkitSource:
+    def toolkit_source(self) -> toolkit.ToolkitSource:
         """Where nvidia-container-toolkit comes from."""
-        return nvidia.ToolkitSource.parse(self.nvidia_apt_source)
-
-
-_IMAGE = re.compile(r"^[a-z0-9]+([._/:@-][A-Za-z0-9_]+)*$")
+        return toolkit.ToolkitSource.parse(self.nvidia_apt_source)
 
 
 def sandbox_image(config: WorkerConfig, info: JoinInfo | None) -> str:
@@ -233,21 +231,6 @@ def sandbox_image(config: WorkerConfig, info: JoinInfo | None) -> str:
     """
     registry = config.image_registry or (info.image_registry if info else "")
     return images.mirrored(containerd.SANDBOX_IMAGE, registry)
-
-
-def check_image(value: str) -> str:
-    """Return a container image reference such as `nvcr.io/nvidia/cuda:13.0`, stripped.
-
-    Raises:
-        ValueError: empty, or not an image reference.
-    """
-    value = value.strip()
-    if not _IMAGE.match(value) or len(value) > 512:
-        raise ValueError(
-            "must be a container image reference such as "
-            "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubuntu22.04"
-        )
-    return value
 
 
 def minor_of(version: str) -> str:

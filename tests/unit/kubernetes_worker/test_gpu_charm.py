@@ -10,9 +10,10 @@ import json
 import logging
 
 import driver as nvidia_driver
-import nvidia
 import pytest
 import readme_examples
+import toolkit
+import validation
 from ops import testing
 
 from charms.gpu_k8s.v0 import containerd
@@ -118,10 +119,10 @@ def test_a10g_without_driver_installs_planned_packages_and_holds_them(ctx, machi
     # the driver is held; its modules never are (each ABI package is for one kernel)
     assert set(SERIES.userspace) <= machine.held
     assert not [p for p in machine.held if p.startswith("linux-")]
-    assert {p: machine.dpkg[p] for p in nvidia.TOOLKIT_PACKAGES} == dict.fromkeys(
-        nvidia.TOOLKIT_PACKAGES, nvidia.TOOLKIT_VERSION
+    assert {p: machine.dpkg[p] for p in toolkit.TOOLKIT_PACKAGES} == dict.fromkeys(
+        toolkit.TOOLKIT_PACKAGES, toolkit.TOOLKIT_VERSION
     )
-    assert set(nvidia.TOOLKIT_PACKAGES) <= machine.held
+    assert set(toolkit.TOOLKIT_PACKAGES) <= machine.held
     config = machine.read(containerd.CONFIG_PATH)
     assert ".containerd.runtimes.nvidia]" in config
     assert 'default_runtime_name = "runc"' in config
@@ -304,7 +305,7 @@ def test_toolkit_from_a_mirror(ctx, machine, api, driver):
     machine.remote[mirror] = machine.remote.pop(
         "https://nvidia.github.io/libnvidia-container/stable/deb/amd64"
     )
-    machine.urls["http://mirror.internal/nvidia/gpgkey"] = machine.urls[nvidia.TOOLKIT_KEY_URL]
+    machine.urls["http://mirror.internal/nvidia/gpgkey"] = machine.urls[toolkit.TOOLKIT_KEY_URL]
     source = "http://mirror.internal/nvidia/deb/$(ARCH) / key=http://mirror.internal/nvidia/gpgkey"
 
     out = run_joined(ctx, api, config={"nvidia-apt-source": source})
@@ -708,11 +709,11 @@ def test_validate_gpu_passes_logs_progress_and_deletes_the_pod(ctx, api, driver,
         "output": VECTORADD_OK,
     }
     readme_examples.show("validate-gpu", readme_examples.juju_results(ctx.action_results))
-    assert ctx.action_logs[0].startswith(f"running {nvidia.VALIDATION_IMAGE} on node {NODE}")
+    assert ctx.action_logs[0].startswith(f"running {validation.VALIDATION_IMAGE} on node {NODE}")
     assert ctx.action_logs[1:] == ["Pending", "Running"]
     pod = k.pods[0]
     assert pod["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
-    assert pod["spec"]["containers"][0]["image"] == nvidia.VALIDATION_IMAGE
+    assert pod["spec"]["containers"][0]["image"] == validation.VALIDATION_IMAGE
     terms = pod["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"
     ]
