@@ -507,22 +507,26 @@ class KubernetesWorkerCharm(ops.CharmBase):
         self, info: JoinInfo, node: str, config: worker.WorkerConfig, state: gpu_node.GpuState
     ) -> None:
         """Bring the node to its `mig-profile` layout through NVIDIA's mig-manager."""
-        outcome = mig_layout.advance(
-            mig_layout.Context(
-                kubeconfig=info.kubeconfig,
+        from charms.gpu_k8s.v0.kubeclient import Kube
+
+        progress = mig_layout.Progress(self._stored.mig_cordoned, self._stored.mig_since)
+        with Kube.from_kubeconfig(info.kubeconfig) as kube:
+            context = mig_layout.Context(
+                kube=kube,
                 node=node,
                 unit=self.unit.name,
                 mig_strategy=info.mig_strategy,
-                stored=self._stored,
                 turns=self.turns,
-                host=self.host_factory,
+                host=self.host_factory(),
                 clock=self.drain_clock,
                 sleep=self.drain_sleep,
-            ),
-            config,
-            state,
-        )
-        self._status = outcome.status or self._status
+                wall_clock=time.time,
+            )
+            outcome = mig_layout.advance(context, config, state, progress)
+        self._stored.mig_cordoned = outcome.progress.cordoned
+        self._stored.mig_since = outcome.progress.since
+        if outcome.waiting is not None:
+            self._status = ops.WaitingStatus(outcome.waiting)
         self._blocked = self._blocked or outcome.blocked
         self._turn_wait = self._turn_wait or outcome.turn_wait
 
