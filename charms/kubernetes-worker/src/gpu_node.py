@@ -14,7 +14,7 @@ is the Blocked status. No ops imports: the charm turns results into statuses.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import driver
 import gpu
@@ -22,13 +22,11 @@ import gpu_labels
 import mig
 import nvidia
 import toolkit
+import worker
 
 from charms.gpu_k8s.v0 import apt, containerd
 from charms.gpu_k8s.v0.system import CommandError, Host
 from charms.gpu_k8s.v0.unit_state import Gauge
-
-if TYPE_CHECKING:
-    from worker import WorkerConfig
 
 NO_GPU = gpu.SmiReport(state=gpu.SmiState.ABSENT, detail="this machine has no NVIDIA GPU")
 
@@ -147,7 +145,7 @@ def detect(host: Host) -> gpu.GpuInventory:
     return gpu.detect(host.path("/sys"), host.path(str(gpu.DEFAULT_PCI_IDS)))
 
 
-def _ensure_driver(host: Host, config: WorkerConfig, inventory: gpu.GpuInventory):
+def _ensure_driver(host: Host, config: worker.WorkerConfig, inventory: gpu.GpuInventory):
     try:
         return driver.ensure(host, config.driver, inventory)
     except driver.DriverPlanError as e:
@@ -162,7 +160,7 @@ def _ensure_driver(host: Host, config: WorkerConfig, inventory: gpu.GpuInventory
 
 
 def setup(
-    host: Host, config: WorkerConfig, sandbox_image: str = containerd.SANDBOX_IMAGE
+    host: Host, config: worker.WorkerConfig, sandbox_image: str = containerd.SANDBOX_IMAGE
 ) -> GpuState:
     """Detect GPUs; on a GPU machine make driver, toolkit and the `nvidia` runtime present.
 
@@ -219,3 +217,24 @@ def apply_node_state(
     labels = state.labels(plugin)
     keep = {mig.LABEL_DEPLOY_PLUGIN: (mig.PAUSED, "false")}
     return gpu_labels.apply_node_gpu_state(kube, node, labels, state.taints(gpu_taint), keep)
+
+
+def label_node(
+    kube: Any,
+    node: str,
+    state: GpuState,
+    config: worker.WorkerConfig,
+    plugin: gpu_labels.PluginConfig | None = None,
+) -> bool:
+    """`node-labels`, then the GPU labels and taint, on the Node; False until it registers.
+
+    Raises:
+        KubeError: the API server refused.
+    """
+    try:
+        if worker.apply_labels(kube, node, config.labels) is None:
+            return False
+        apply_node_state(kube, node, state, config.gpu_taint, plugin)
+    except LookupError:
+        return False  # deleted between the two calls
+    return True

@@ -62,6 +62,22 @@ def read_mig_devices(host: Host) -> dict[int, list[dict[str, str]]]:
     return mig.parse_devices(out) if code == 0 else {}
 
 
+def read_gpu_info(host: Host) -> dict:
+    """The `gpu-info` action's results: nvidia-smi's GPUs, with their MIG profiles and devices.
+
+    Raises:
+        ValueError: nvidia-smi did not work; the message says what it reported.
+    """
+    report = read_smi(host)
+    enabled = any(g.mig_mode == "Enabled" for g in report.gpus)
+    capable = any(g.mig_mode in ("Enabled", "Disabled") for g in report.gpus)
+    return gpu.gpu_info(
+        report,
+        read_mig_devices(host) if enabled else None,
+        read_mig_profiles(host) if capable else None,
+    )
+
+
 def boot_id(host: Host) -> str:
     """This boot's id (changes on every reboot)."""
     return (host.read("/proc/sys/kernel/random/boot_id") or "").strip()

@@ -203,6 +203,14 @@ class ValidationOutcome:
     phase: str
     logs: str
 
+    def results(self) -> dict[str, str]:
+        """The action's results."""
+        return {
+            "passed": str(self.passed).lower(),
+            "summary": self.summary,
+            "output": self.logs or "(no output)",
+        }
+
 
 def run_validation(
     kube: Any,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import logging
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -27,12 +28,14 @@ from validation import VALIDATION_IMAGE, check_image
 
 from charms.gpu_k8s.v0 import apt, containerd, drain, images, kubeadm
 from charms.gpu_k8s.v0.config import CharmConfig
-from charms.gpu_k8s.v0.system import Host
+from charms.gpu_k8s.v0.system import CommandError, Host
 
 if TYPE_CHECKING:
     from charms.gpu_k8s.v0.drain import DrainResult
     from charms.gpu_k8s.v0.kubeclient import Kube
     from charms.gpu_k8s.v0.kubernetes_cluster import JoinInfo
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_API_PORT = 6443
 NFS_CLIENT = "nfs-common"
@@ -250,6 +253,43 @@ def join_material(endpoint_url: str, ca_cert_hash: str, token: str) -> kubeadm.J
     return kubeadm.JoinMaterial(endpoint=endpoint, ca_cert_hash=ca_cert_hash, token=token)
 
 
+class JoinError(Exception):
+    """The node could not join (yet); the message is the Waiting status.
+
+    Retried on the next event: the control plane publishes new material, or kubeadm
+    gets through.
+    """
+
+
+def join_cluster(
+    host: Host,
+    endpoint_url: str,
+    ca_cert_hash: str,
+    token: str,
+    *,
+    node: str,
+    labels: Mapping[str, str],
+) -> bool:
+    """Join the cluster with the control plane's material unless joined; True when it did.
+
+    Raises:
+        JoinError: the material is malformed, or kubeadm failed (message without secrets).
+    """
+    if kubeadm.is_joined(host):
+        return False
+    try:
+        material = join_material(endpoint_url, ca_cert_hash, token)
+    except ValueError as e:
+        raise JoinError(f"control plane join material is invalid: {e}") from None
+    try:
+        kubeadm.join(host, material, node_name=node, labels=labels, control_plane=False)
+    except kubeadm.KubeadmError as e:
+        logger.error("%s", e)
+        raise JoinError(f"{e}; retrying on the next update-status") from None
+    logger.info("node %s joined the cluster at %s", node, material.endpoint)
+    return True
+
+
 def prepare(host: Host) -> bool:
     """Prepare the kernel, install containerd and the NFS client; True when anything changed.
 
@@ -281,6 +321,30 @@ def supported_minor(version: str) -> str:
             "revision that supports it"
         )
     return minor
+
+
+def plan_kubernetes(host: Host, minor: str, mirror: str | None = None) -> VersionPlan:
+    """Plan this node's Kubernetes minor against the control plane's `minor`.
+
+    Installs `minor` when the plan says so (a node that has not joined, or one that
+    already runs it); forgets an upgrade record left by a node that was reset since.
+
+    Raises:
+        ValueError: an unreachable next minor or a corrupt upgrade record.
+        apt.AptError: a package or the package source failed.
+    """
+    joined = kubeadm.is_joined(host)
+    if not joined:
+        clear_upgrade(host)  # a record left by a node that was reset since
+    plan = plan_version(
+        minor,
+        joined=joined,
+        installed=kubeadm.installed_minor(host),
+        upgrade=load_upgrade(host) if joined else None,
+    )
+    if plan.action is VersionAction.INSTALL:
+        install_kubernetes(host, minor, mirror)
+    return plan
 
 
 def install_kubernetes(host: Host, minor: str, mirror: str | None = None) -> bool:
@@ -452,6 +516,62 @@ def upgrade_node(
     return result
 
 
+class UpgradeError(Exception):
+    """A step of this node's upgrade failed; the message is the Waiting status.
+
+    The next event resumes from that step (`UPGRADE_STATE`).
+    """
+
+
+def run_upgrade(
+    host: Host,
+    kube: Kube,
+    node: str,
+    upgrade: Upgrade,
+    *,
+    mirror: str | None,
+    drain_timeout: float,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """`upgrade_node`, saying in the log what it does and which pods a drain left.
+
+    Raises:
+        UpgradeError: kubeadm, a package or the kubelet restart failed; the message says
+            whether the node stays cordoned.
+        KubeError: the Kubernetes API refused the drain or the uncordon.
+    """
+    logger.info(
+        "upgrading node %s from Kubernetes %s to %s (steps done: %s)",
+        node,
+        upgrade.source,
+        upgrade.target,
+        ", ".join(upgrade.done) or "none",
+    )
+    try:
+        result = upgrade_node(
+            host,
+            kube,
+            node,
+            upgrade,
+            mirror=mirror,
+            drain_timeout=drain_timeout,
+            clock=clock,
+            sleep=sleep,
+        )
+    except (kubeadm.KubeadmError, apt.AptError, CommandError) as e:
+        cordoned = f"node {node} stays cordoned; " if upgrade.cordoned else ""
+        logger.error("upgrade of node %s to Kubernetes %s: %s", node, upgrade.target, e)
+        raise UpgradeError(
+            f"upgrade to Kubernetes {upgrade.target} failed: {e}; {cordoned}"
+            "retrying on the next update-status"
+        ) from None
+    if result is not None and result.remaining:
+        summary = drain_summary(node, result, drain_timeout)
+        logger.warning("%s; upgraded anyway: %s", summary, " ".join(result.remaining))
+    logger.info("node %s now runs Kubernetes %s", node, upgrade.target)
+
+
 def label_patch(node: Mapping[str, Any], labels: Mapping[str, str]) -> dict | None:
     """The merge patch that makes the node carry `labels`, or None when it already does.
 
@@ -503,3 +623,28 @@ def drain_summary(node: str, result: DrainResult | None, timeout: float, limit: 
         f"drain of node {node} timed out after {timeout:g}s; "
         f"{len(result.remaining)} pods were still running: {shown}"
     )
+
+
+def drain_for_removal(
+    kube: Kube,
+    node: str,
+    timeout: float,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> str:
+    """Drain a node that is about to be reset; what happened, for the unit's status.
+
+    Pods still there at the timeout are named in a warning: they stop with the reset and
+    their controllers recreate them elsewhere once the node is gone.
+
+    Raises:
+        KubeError: the Kubernetes API refused (the node must not be reset undrained).
+    """
+    result = drain.drain(kube, node, timeout=timeout, clock=clock, sleep=sleep)
+    summary = drain_summary(node, result, timeout)
+    if result is not None and result.remaining:
+        logger.warning("%s; they stop with the reset: %s", summary, " ".join(result.remaining))
+        return f"{summary}; see juju debug-log"
+    logger.info("%s", summary)
+    return summary
