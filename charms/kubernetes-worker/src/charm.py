@@ -44,10 +44,12 @@ import driver
 import gpu_labels
 import gpu_node
 import mig_layout
+import node_upgrade
 import nvidia
 import ops
 import validation
 import worker
+from charm_config import WorkerConfig
 from literals import CLUSTER, COS_AGENT, REBOOTS
 from reboot_turns import RebootTurns
 
@@ -172,7 +174,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
         """Install, reboot if the driver needs it, join, upgrade, label; the node's status."""
         if self._stored.left_cluster:
             raise StatusError.maintenance(LEFT)
-        config = self.load_config(worker.WorkerConfig, errors="blocked")
+        config = self.load_config(WorkerConfig, errors="blocked")
         self.turns.update_grants(config.max_parallel_reboots)
         host = self.host_factory()
         info = self.cluster.join_material()
@@ -215,8 +217,8 @@ class KubernetesWorkerCharm(ops.CharmBase):
         self.cos.update(jobs)
 
     def _install(
-        self, host: Host, config: worker.WorkerConfig, info: JoinInfo | None
-    ) -> tuple[gpu_node.GpuState, worker.VersionPlan | None]:
+        self, host: Host, config: WorkerConfig, info: JoinInfo | None
+    ) -> tuple[gpu_node.GpuState, node_upgrade.VersionPlan | None]:
         """containerd, the GPU step, then kubeadm + kubelet at the control plane's version.
 
         Kubernetes packages are only installed here on a node that has not joined or
@@ -226,16 +228,18 @@ class KubernetesWorkerCharm(ops.CharmBase):
         record (ValueError), a GPU setup or a package that fails: Blocked.
         """
         with on_error(ops.BlockedStatus, gpu_node.GpuSetupError, apt.AptError, ValueError):
-            minor = None if info is None else worker.supported_minor(info.kubernetes_version)
+            minor = None if info is None else node_upgrade.supported_minor(info.kubernetes_version)
             worker.prepare(host)
             state = gpu_node.setup(host, config, worker.sandbox_image(config, info))
-            plan = None if minor is None else worker.plan_kubernetes(host, minor, config.mirror)
+            plan = (
+                None if minor is None else node_upgrade.plan_kubernetes(host, minor, config.mirror)
+            )
         return state, plan
 
     def _reboot_step(
         self,
         host: Host,
-        config: worker.WorkerConfig,
+        config: WorkerConfig,
         info: JoinInfo | None,
         state: gpu_node.GpuState,
         notes: list[ops.StatusBase],
@@ -282,7 +286,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
     def _drain_and_reboot(
         self,
         host: Host,
-        config: worker.WorkerConfig,
+        config: WorkerConfig,
         info: JoinInfo | None,
         node: str,
         reason: str,
@@ -336,10 +340,10 @@ class KubernetesWorkerCharm(ops.CharmBase):
     def _kubernetes(
         self,
         host: Host,
-        config: worker.WorkerConfig,
+        config: WorkerConfig,
         info: JoinInfo,
         node: str,
-        plan: worker.VersionPlan,
+        plan: node_upgrade.VersionPlan,
         notes: list[ops.StatusBase],
     ) -> tuple[str, str]:
         """The minor this node runs and a note for its status.
@@ -347,18 +351,18 @@ class KubernetesWorkerCharm(ops.CharmBase):
         A joined node on an older minor upgrades only in its turn (`upgrade-turn` names
         this unit), or when it has an upgrade to finish; a newer one blocks.
         """
-        if plan.action is worker.VersionAction.NEWER:
-            notes.append(ops.BlockedStatus(worker.newer_message(plan.running, plan.target)))
+        if plan.action is node_upgrade.VersionAction.NEWER:
+            notes.append(ops.BlockedStatus(node_upgrade.newer_message(plan.running, plan.target)))
             return plan.running, ""
-        if plan.action is worker.VersionAction.INSTALL:
+        if plan.action is node_upgrade.VersionAction.INSTALL:
             return plan.running, ""
         upgrade = plan.upgrade
         if upgrade is None:
             if info.upgrade_turn != self.unit.name:
                 return plan.running, f"; upgrade to {plan.target} waits for its turn"
-            upgrade = worker.Upgrade(plan.running, plan.target)
+            upgrade = node_upgrade.Upgrade(plan.running, plan.target)
         self._upgrade(host, config, info, node, upgrade)
-        published = worker.minor_of(info.kubernetes_version)
+        published = node_upgrade.minor_of(info.kubernetes_version)
         if upgrade.target != published:  # one minor at a time
             return upgrade.target, f"; upgrade to {published} continues on the next update-status"
         return upgrade.target, ""
@@ -366,10 +370,10 @@ class KubernetesWorkerCharm(ops.CharmBase):
     def _upgrade(
         self,
         host: Host,
-        config: worker.WorkerConfig,
+        config: WorkerConfig,
         info: JoinInfo,
         node: str,
-        upgrade: worker.Upgrade,
+        upgrade: node_upgrade.Upgrade,
     ) -> None:
         """Upgrade this node to `upgrade.target`, resuming a partial upgrade.
 
@@ -381,9 +385,9 @@ class KubernetesWorkerCharm(ops.CharmBase):
         with (
             self._kube(info, waiting_for) as kube,
             _api_errors_fail_the_hook(),
-            on_error(ops.WaitingStatus, worker.UpgradeError),
+            on_error(ops.WaitingStatus, node_upgrade.UpgradeError),
         ):
-            worker.run_upgrade(
+            node_upgrade.run_upgrade(
                 host,
                 kube,
                 node,
@@ -403,7 +407,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
         self,
         info: JoinInfo,
         node: str,
-        config: worker.WorkerConfig,
+        config: WorkerConfig,
         state: gpu_node.GpuState,
         note: str,
         notes: list[ops.StatusBase],
@@ -438,7 +442,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
         kube: Kube,
         info: JoinInfo,
         node: str,
-        config: worker.WorkerConfig,
+        config: WorkerConfig,
         state: gpu_node.GpuState,
     ) -> mig_layout.Outcome:
         """Bring the node to its `mig-profile` layout through NVIDIA's mig-manager."""
@@ -482,7 +486,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
             event.fail(f"not joined to a cluster yet: {self.cluster.problem() or 'not joined'}")
             return
         try:
-            image = params.image or self.load_config(worker.WorkerConfig).validation_image
+            image = params.image or self.load_config(WorkerConfig).validation_image
         except ValueError as e:
             event.fail(f"invalid config: {e}")
             return
@@ -517,11 +521,11 @@ class KubernetesWorkerCharm(ops.CharmBase):
 
     def _drain_timeout(self) -> int:
         try:
-            return self.load_config(worker.WorkerConfig).drain_timeout
+            return self.load_config(WorkerConfig).drain_timeout
         except ValueError as e:
             # Leaving must not stop at a config error: drain with the default instead.
             logger.warning("invalid config while leaving (%s); draining with the default", e)
-            return worker.WorkerConfig.model_fields["drain_timeout"].default
+            return WorkerConfig.model_fields["drain_timeout"].default
 
     def _leave(self) -> None:
         """Cordon + drain this unit's node, then reset it; at most once per unit."""

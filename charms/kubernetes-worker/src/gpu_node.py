@@ -23,6 +23,7 @@ import mig
 import nvidia
 import toolkit
 import worker
+from charm_config import WorkerConfig
 
 from charms.gpu_k8s.v0 import apt, containerd
 from charms.gpu_k8s.v0.system import CommandError, Host
@@ -145,7 +146,7 @@ def detect(host: Host) -> gpu.GpuInventory:
     return gpu.detect(host.path("/sys"), host.path(str(gpu.DEFAULT_PCI_IDS)))
 
 
-def _ensure_driver(host: Host, config: worker.WorkerConfig, inventory: gpu.GpuInventory):
+def _ensure_driver(host: Host, config: WorkerConfig, inventory: gpu.GpuInventory):
     try:
         return driver.ensure(host, config.driver, inventory)
     except driver.DriverPlanError as e:
@@ -160,7 +161,7 @@ def _ensure_driver(host: Host, config: worker.WorkerConfig, inventory: gpu.GpuIn
 
 
 def setup(
-    host: Host, config: worker.WorkerConfig, sandbox_image: str = containerd.SANDBOX_IMAGE
+    host: Host, config: WorkerConfig, sandbox_image: str = containerd.SANDBOX_IMAGE
 ) -> GpuState:
     """Detect GPUs; on a GPU machine make driver, toolkit and the `nvidia` runtime present.
 
@@ -223,7 +224,7 @@ def label_node(
     kube: Any,
     node: str,
     state: GpuState,
-    config: worker.WorkerConfig,
+    config: WorkerConfig,
     plugin: gpu_labels.PluginConfig | None = None,
 ) -> bool:
     """`node-labels`, then the GPU labels and taint, on the Node; False until it registers.

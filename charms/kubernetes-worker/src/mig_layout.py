@@ -23,8 +23,8 @@ import nvidia
 from charms.gpu_k8s.v0 import drain
 
 if TYPE_CHECKING:
+    from charm_config import WorkerConfig
     from gpu_node import GpuState
-    from worker import WorkerConfig
 
     from charms.gpu_k8s.v0.kubeclient import Kube
     from charms.gpu_k8s.v0.system import Host
