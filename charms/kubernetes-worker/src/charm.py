@@ -304,17 +304,13 @@ class KubernetesWorkerCharm(ops.CharmBase):
         if kubeadm.is_joined(host):
             waiting_for = f"reboot needed ({reason}); cannot drain node {node} yet"
             with self._kube(info, waiting_for) as kube, _api_errors_fail_the_hook():
-                result = drain.drain(
+                cordoned = worker.drain_for_reboot(
                     kube,
                     node,
-                    timeout=config.drain_timeout,
+                    config.drain_timeout,
                     clock=self.drain_clock,
                     sleep=self.drain_sleep,
                 )
-            summary = worker.drain_summary(node, result, config.drain_timeout)
-            if result is not None and result.remaining:
-                logger.warning("%s; they stop with the reboot", summary)
-            cordoned = result is not None
         self._stored.reboot_cordoned = cordoned or self._stored.reboot_cordoned
         try:
             driver.apply_update(host, update)
@@ -490,28 +486,18 @@ class KubernetesWorkerCharm(ops.CharmBase):
         except ValueError as e:
             event.fail(f"invalid config: {e}")
             return
-        node = kubeadm.node_name(host)
-        name = validation.validation_pod_name()
-        event.log(f"running {image} on node {node} (pod {validation.VALIDATION_NAMESPACE}/{name})")
         try:
-            with Kube.from_kubeconfig(info.kubeconfig) as kube:
-                outcome = validation.run_validation(
-                    kube,
-                    node,
-                    validation.VALIDATION_NAMESPACE,
-                    name,
-                    image=image,
-                    timeout=params.timeout,
-                    poll=validation.VALIDATION_POLL_S,
-                    clock=self.drain_clock,
-                    sleep=self.drain_sleep,
-                    progress=event.log,
-                )
-        except ValueError as e:
-            event.fail(f"control plane kubeconfig is unusable: {e}")
-            return
-        except KubeError as e:
-            event.fail(f"Kubernetes API refused the validation pod: {e.status} {e.reason}")
+            outcome = validation.validate(
+                info.kubeconfig,
+                kubeadm.node_name(host),
+                image,
+                timeout=params.timeout,
+                clock=self.drain_clock,
+                sleep=self.drain_sleep,
+                progress=event.log,
+            )
+        except validation.ValidationError as e:
+            event.fail(str(e))
             return
         event.set_results(outcome.results())
         if not outcome.passed:

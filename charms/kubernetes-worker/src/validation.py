@@ -3,10 +3,10 @@
 
 """The `validate-gpu` action: its parameters, its pod (a CUDA check on this node), the outcome.
 
-`run_validation` creates the pod, follows it until it finishes (or cannot), reads its
-log and deletes it whatever happens. `check_image` also checks the
-`gpu-validation-image` option. No ops imports: the charm turns the outcome into action
-results.
+`validate` opens a client with the control plane's kubeconfig and `run_validation`
+creates the pod, follows it until it finishes (or cannot), reads its log and deletes it
+whatever happens. `check_image` also checks the `gpu-validation-image` option. No ops
+imports: the charm turns the outcome, or a `ValidationError`, into action results.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from toolkit import RUNTIME_NAME
 
 from charms.gpu_k8s.v0.config import ActionParams
 from charms.gpu_k8s.v0.kube_objects import GPU_RESOURCE
+from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
 from charms.gpu_k8s.v0.system import poll_until
 
 # Namespace the control plane grants workers pod create/delete in, for validation pods
@@ -261,3 +262,48 @@ def run_validation(
         )
     finally:
         kube.delete("v1", "Pod", name, namespace)
+
+
+class ValidationError(Exception):
+    """The validation pod could not run; the message is the action's failure."""
+
+
+def validate(
+    kubeconfig: str,
+    node: str,
+    image: str,
+    *,
+    timeout: float,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    progress: Callable[[str], None] = lambda line: None,
+) -> ValidationOutcome:
+    """Run a freshly named validation pod on `node` with the control plane's `kubeconfig`.
+
+    `progress` gets what runs where, then each new state line (for `event.log`).
+
+    Raises:
+        ValidationError: the kubeconfig is unusable, or the API refused the pod.
+    """
+    name = validation_pod_name()
+    progress(f"running {image} on node {node} (pod {VALIDATION_NAMESPACE}/{name})")
+    try:
+        with Kube.from_kubeconfig(kubeconfig) as kube:
+            return run_validation(
+                kube,
+                node,
+                VALIDATION_NAMESPACE,
+                name,
+                image=image,
+                timeout=timeout,
+                poll=VALIDATION_POLL_S,
+                clock=clock,
+                sleep=sleep,
+                progress=progress,
+            )
+    except ValueError as e:
+        raise ValidationError(f"control plane kubeconfig is unusable: {e}") from None
+    except KubeError as e:
+        raise ValidationError(
+            f"Kubernetes API refused the validation pod: {e.status} {e.reason}"
+        ) from None

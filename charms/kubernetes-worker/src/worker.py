@@ -166,6 +166,27 @@ def drain_summary(node: str, result: DrainResult | None, timeout: float, limit: 
     )
 
 
+def drain_for_reboot(
+    kube: Kube,
+    node: str,
+    timeout: float,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> bool:
+    """Drain a node that is about to reboot; True when it was registered (now cordoned).
+
+    Pods still there at the timeout are named in a warning: they stop with the reboot.
+
+    Raises:
+        KubeError: the Kubernetes API refused (the node must not reboot undrained).
+    """
+    result = drain.drain(kube, node, timeout=timeout, clock=clock, sleep=sleep)
+    if result is not None and result.remaining:
+        logger.warning("%s; they stop with the reboot", drain_summary(node, result, timeout))
+    return result is not None
+
+
 def drain_for_removal(
     kube: Kube,
     node: str,
