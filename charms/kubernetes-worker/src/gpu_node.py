@@ -8,7 +8,9 @@ containerd's config with runc (which drops the `nvidia` runtime of a worker that
 its GPUs) and runs no NVIDIA program. On a GPU machine it keeps a working driver or
 installs the configured one, installs the container toolkit and registers the `nvidia`
 runtime handler. What needs the operator comes back as a `GpuSetupError` whose message
-is the Blocked status. No ops imports: the charm turns results into statuses.
+is the Blocked status. `label_node()` then brings the Node's labels (the operator's
+`node-labels`, the GPU labels) and the GPU taint in line. No ops imports: the charm turns
+results into statuses.
 """
 
 from __future__ import annotations
