@@ -1007,6 +1007,41 @@ def test_the_leader_grants_the_oldest_request_first_and_the_turn_ends_after_the_
     assert out.unit_status.name == "active"
 
 
+def test_a_turn_wait_is_reported_under_what_the_node_waits_for(ctx, machine, api, driver, reboots):
+    needs_reboot(driver)  # joins, but its Node has not registered with the API server yet
+    state = with_peers(
+        joined_state(api, config={"auto-reboot": True}),
+        peers(turns=["kubernetes-worker/1"], others={1: asked(100.0)}),
+    )
+
+    out = ctx.run(ctx.on.update_status(), state)
+
+    assert out.unit_status == testing.WaitingStatus(f"waiting for node {NODE} to register")
+    assert reboots == []
+
+
+def test_an_api_error_during_the_reboot_drain_fails_the_hook_without_rebooting(
+    ctx, machine, api, driver, clock, reboots
+):
+    out = run_joined(ctx, api, config={"auto-reboot": True})
+    needs_reboot(driver)
+    state = with_peers(out, peers(turns=[UNIT], mine=asked(50.0)))
+    api.inject(status=403, times=1, method="PATCH", path_prefix=f"/api/v1/nodes/{NODE}")
+
+    with pytest.raises(testing.errors.UncaughtCharmError):
+        ctx.run(ctx.on.update_status(), state)
+
+    assert reboots == []
+    assert not node(api).get("spec", {}).get("unschedulable")
+
+    # Juju retries the hook with the state from before it
+    out = ctx.run(ctx.on.update_status(), state)
+    assert out.unit_status.name == "maintenance"
+    assert out.unit_status.message.startswith(f"rebooting: kernel {NEW_KERNEL} ")
+    assert node(api)["spec"]["unschedulable"] is True
+    assert reboots == [False]
+
+
 def test_an_update_apt_cannot_fetch_after_the_drain_keeps_the_node_cordoned_until_done(
     ctx, machine, api, driver, clock, reboots
 ):
@@ -1180,6 +1215,28 @@ def test_a_mig_layout_is_applied_by_mig_manager_under_a_drain_in_a_turn(
     before = len(writes(api))
     ctx.run(ctx.on.update_status(), out)
     assert len(writes(api)) == before  # applied: nothing more to do
+
+
+def test_an_api_error_during_the_mig_drain_fails_the_hook_and_the_retry_goes_on(
+    ctx, machine, api, h100, clock
+):
+    out = run_mig(ctx, api)
+    mine = dataclasses.replace(out, relations={*out.relations, peers(turns=[UNIT])})
+    state = with_config(mine, **{"mig-profile": "all-1g.10gb"})
+    api.inject(status=403, times=1, method="PATCH", path_prefix=f"/api/v1/nodes/{NODE}")
+
+    with pytest.raises(testing.errors.UncaughtCharmError):
+        ctx.run(ctx.on.config_changed(), state)
+
+    assert MIG_CONFIG not in node_labels(api)
+
+    # Juju retries the hook with the state from before it
+    out = ctx.run(ctx.on.config_changed(), state)
+    assert node_labels(api)[MIG_CONFIG] == "all-1g.10gb"
+    assert node(api)["spec"]["unschedulable"] is True
+    assert out.unit_status == testing.WaitingStatus(
+        "applying MIG layout all-1g.10gb: NVIDIA mig-manager reports not started"
+    )
 
 
 def test_success_the_gpus_do_not_show_keeps_the_node_cordoned(ctx, machine, api, h100, clock):
