@@ -3,8 +3,9 @@
 
 """What nvidia-smi says on a GPU worker, and what to do about a reboot the driver needs.
 
-The reads (`read_smi`, `read_mig_profiles`, `read_mig_devices`) run nvidia-smi through a
-`Host` and hand its text to the parsers in `gpu.py` and `mig.py`. The reboot decisions
+The reads (`read_smi`, `read_mig_profiles`, `read_mig_devices`, and `read_gpu_info` for
+the gpu-info action) run nvidia-smi through a `Host` and hand its text to the parsers in
+`gpu.py` and `mig.py`. The reboot decisions
 (`reboot_action`, `reboot_blocked_message`) are pure functions of what the driver step
 found (`driver.py`) and of the boot id. The container toolkit is `toolkit.py`, the Node's
 GPU labels and taint `gpu_labels.py`, the validate-gpu pod `validation.py`. No ops
