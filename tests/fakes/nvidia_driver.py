@@ -52,6 +52,7 @@ import re
 
 import gpu
 import nvidia
+import toolkit
 
 from charms.gpu_k8s.v0.system import CommandError
 from fakes.machine import ARMORED_KEY, FakeMachine, Service
@@ -68,7 +69,7 @@ NOT_LOADED = (
     "Make sure that the latest NVIDIA driver is installed and running.\n"
 )
 NVIDIA_REPO = "https://nvidia.github.io/libnvidia-container/stable/deb/amd64"
-TOOLKIT = {p: {nvidia.TOOLKIT_VERSION, "1.17.8-1"} for p in nvidia.TOOLKIT_PACKAGES}
+TOOLKIT = {p: {toolkit.TOOLKIT_VERSION, "1.17.8-1"} for p in toolkit.TOOLKIT_PACKAGES}
 FABRIC_SERVICE = "nvidia-fabricmanager"
 UBUNTU_DRIVERS_COMMON = "ubuntu-drivers-common"
 TOOLKIT_CONFIG = "/etc/nvidia-container-runtime/config.toml"
@@ -697,4 +698,4 @@ class FakeDriver:
     def serve_toolkit(self) -> None:
         """Serve NVIDIA's container toolkit repository and its signing key."""
         self.machine.remote[NVIDIA_REPO] = {p: set(v) for p, v in TOOLKIT.items()}
-        self.machine.urls[nvidia.TOOLKIT_KEY_URL] = ARMORED_KEY
+        self.machine.urls[toolkit.TOOLKIT_KEY_URL] = ARMORED_KEY

@@ -35,17 +35,22 @@ drain fails the hook instead, so Juju retries it rather than resetting an undrai
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
 
 import driver
-import gpu
+import gpu_labels
 import gpu_node
 import mig_layout
+import node_upgrade
 import nvidia
 import ops
+import validation
 import worker
+from charm_config import WorkerConfig
+from literals import CLUSTER, COS_AGENT, REBOOTS
 from reboot_turns import RebootTurns
 
 from charms.gpu_k8s.v0 import api_proxy, apt, drain, kubeadm
@@ -55,17 +60,32 @@ from charms.gpu_k8s.v0.cos_agent import (
     node_jobs,
     scrape_job,
 )
+from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
 from charms.gpu_k8s.v0.kubernetes_cluster import ClusterRequirer, GpuInfo, JoinInfo
-from charms.gpu_k8s.v0.system import CommandError, Host, machine
-
-if TYPE_CHECKING:
-    from charms.gpu_k8s.v0.kubeclient import Kube
+from charms.gpu_k8s.v0.status import StatusError, Statuses, api_proxy_errors, on_error
+from charms.gpu_k8s.v0.system import Host, machine
 
 logger = logging.getLogger(__name__)
 
-CLUSTER = "cluster"
-REBOOTS = "reboots"
-COS_AGENT = "cos-agent"
+LEFT = "left the cluster; this unit is being removed"
+
+
+class NodeMaintenanceError(Exception):
+    """The Kubernetes API failed while this node was drained, upgraded or uncordoned."""
+
+
+@contextlib.contextmanager
+def _api_errors_fail_the_hook() -> Iterator[None]:
+    """An API error while the node is taken out of service or brought back fails the hook.
+
+    It is not turned into a status (as `Statuses.step` would): Juju retries the hook with
+    the stored state from before it, and what was done is where the retry finds it (the
+    cordon mark on the Node, the upgrade record on the machine).
+    """
+    try:
+        yield
+    except KubeError as e:
+        raise NodeMaintenanceError(str(e)) from e
 
 
 class KubernetesWorkerCharm(ops.CharmBase):
@@ -80,8 +100,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
         super().__init__(framework)
         # reboot_boot: boot id when this unit asked Juju for a reboot the driver needed;
         # reboot_cordoned: whether it cordoned its node for that reboot.
-        # mig_cordoned: whether it cordoned its node to apply a MIG layout; mig_since:
-        # when it handed the layout to mig-manager (time.time()).
+        # mig_cordoned, mig_since: a MIG change in flight (mig_layout.Progress).
         self._stored.set_default(
             left_cluster=False,
             reboot_boot=None,
@@ -92,11 +111,8 @@ class KubernetesWorkerCharm(ops.CharmBase):
         self.cluster = ClusterRequirer(self, CLUSTER)
         self.turns = RebootTurns(self, REBOOTS)
         self.cos = CosAgentProvider(self, COS_AGENT, host=self.host_factory)
-        self._status: ops.StatusBase | None = None
-        # Waiting for a turn to reboot: reported over Active, under any other status
-        self._turn_wait: str | None = None
-        # A GPU problem, or a node newer than its control plane, reported over any other status
-        self._blocked: str | None = None
+        # What this hook found; collect-unit-status reports the highest priority.
+        self._statuses = Statuses()
         on = self.on
         for event in (
             on.install,
@@ -129,12 +145,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
     # -- events ------------------------------------------------------------------------
 
     def _on_collect_status(self, event: ops.CollectStatusEvent) -> None:
-        if self._status is not None:
-            event.add_status(self._status)
-        if self._blocked is not None:
-            event.add_status(ops.BlockedStatus(self._blocked))
-        if self._turn_wait is not None:
-            event.add_status(ops.WaitingStatus(self._turn_wait))
+        self._statuses.report(event)
 
     def _on_cluster_departed(self, event: ops.RelationDepartedEvent) -> None:
         if event.departing_unit == self.unit:
@@ -146,45 +157,50 @@ class KubernetesWorkerCharm(ops.CharmBase):
         self._leave()
 
     def _reconcile(self, event: ops.EventBase) -> None:
+        """Run the steps; the first StatusError stops them and is the unit's status.
+
+        Statuses that do not stop the reconcile (a GPU problem, a node newer than its
+        control plane, a wait for a turn to drain) are noted and reported after it, so
+        ops' priority decides alone: Blocked over any other status, a turn wait over
+        Active but under whatever Waiting or Maintenance the reconcile ended with.
+        """
+        notes: list[ops.StatusBase] = []
+        with self._statuses.step():
+            self._converge(notes)
+        for status in notes:
+            self._statuses.add(status)
+
+    def _converge(self, notes: list[ops.StatusBase]) -> None:
+        """Install, reboot if the driver needs it, join, upgrade, label; the node's status."""
         if self._stored.left_cluster:
-            self._status = ops.MaintenanceStatus("left the cluster; this unit is being removed")
-            return
-        config = self.load_config(worker.WorkerConfig, errors="blocked")
+            raise StatusError.maintenance(LEFT)
+        config = self.load_config(WorkerConfig, errors="blocked")
         self.turns.update_grants(config.max_parallel_reboots)
         host = self.host_factory()
         info = self.cluster.join_material()
-        installed = self._install(host, config, info)
-        if installed is not None:  # served to a COS agent (unit_state), a pending reboot too
-            self.cos.set_gauges(installed[0].gauges())
-        if installed is None or not self._reboot_step(host, config, info, installed[0]):
-            return
-        state, plan = installed
+        state, plan = self._install(host, config, info)
+        self.cos.set_gauges(state.gauges())  # served to a COS agent, a pending reboot too
+        self._reboot_step(host, config, info, state, notes)
         self._telemetry(host, state)
         if info is None or plan is None:
-            self._status = ops.WaitingStatus(self.cluster.problem() or "waiting for join material")
-            return
+            raise StatusError.waiting(self.cluster.problem() or "waiting for join material")
         node = kubeadm.node_name(host)
-        if not self._proxy(host, info, node) or not self._join(host, info, node, config.labels):
-            return
+        self._proxy(host, info)
+        with on_error(ops.WaitingStatus, worker.JoinError):
+            worker.join_cluster(
+                host, info.endpoint, info.ca_cert_hash, info.token, node=node, labels=config.labels
+            )
         # joined now: the kubelet's certificate lets HAProxy serve its metrics (no-op after)
-        if not self._proxy(host, info, node):
-            return
+        self._proxy(host, info)
         self._telemetry(host, state)
-        version = self._kubernetes(host, config, info, node, plan)
-        if version is None:
-            return
-        running, note = version
+        running, note = self._kubernetes(host, config, info, node, plan, notes)
         gpus = [GpuInfo(**r) for r in state.records()] or None
         self.cluster.publish_node(node, gpus, kubernetes_version=running)
-        if self._label(info, node, config, state):
-            waiting = state.waiting()
-            self._status = (
-                ops.WaitingStatus(waiting)
-                if waiting
-                else ops.ActiveStatus(state.ready_message() + note)
-            )
-            self._mig(info, node, config, state)
-        self._blocked = self._blocked or state.driver_problem(self.unit.name, config.driver)
+        with self._statuses.step():  # a node that is not labelled yet still reports below
+            self._statuses.add(self._node_state(info, node, config, state, note, notes))
+        problem = state.driver_problem(self.unit.name, config.driver)
+        if problem is not None:
+            notes.append(ops.BlockedStatus(problem))
 
     # -- steps -------------------------------------------------------------------------
 
@@ -201,71 +217,42 @@ class KubernetesWorkerCharm(ops.CharmBase):
         self.cos.update(jobs)
 
     def _install(
-        self, host: Host, config: worker.WorkerConfig, info: JoinInfo | None
-    ) -> tuple[gpu_node.GpuState, worker.VersionPlan | None] | None:
+        self, host: Host, config: WorkerConfig, info: JoinInfo | None
+    ) -> tuple[gpu_node.GpuState, node_upgrade.VersionPlan | None]:
         """containerd, the GPU step, then kubeadm + kubelet at the control plane's version.
 
         Kubernetes packages are only installed here on a node that has not joined or
         already runs the control plane's minor; a joined node on another minor keeps
         them until its upgrade (`_kubernetes`). The plan is None without join material.
+        A minor this charm cannot install, an unreachable next minor or a corrupt upgrade
+        record (ValueError), a GPU setup or a package that fails: Blocked.
         """
-        minor = None
-        if info is not None:
-            try:
-                minor = worker.supported_minor(info.kubernetes_version)
-            except ValueError as e:
-                self._status = ops.BlockedStatus(str(e))
-                return None
-        plan = None
-        try:
+        with on_error(ops.BlockedStatus, gpu_node.GpuSetupError, apt.AptError, ValueError):
+            minor = None if info is None else node_upgrade.supported_minor(info.kubernetes_version)
             worker.prepare(host)
             state = gpu_node.setup(host, config, worker.sandbox_image(config, info))
-            if minor is not None:
-                plan = self._packages(host, config, minor)
-        except gpu_node.GpuSetupError as e:
-            self._status = ops.BlockedStatus(str(e))
-            return None
-        except apt.AptError as e:
-            self._status = ops.BlockedStatus(str(e))
-            return None
-        except ValueError as e:  # an unreachable next minor or a corrupt upgrade record
-            self._status = ops.BlockedStatus(str(e))
-            return None
+            plan = (
+                None if minor is None else node_upgrade.plan_kubernetes(host, minor, config.mirror)
+            )
         return state, plan
-
-    def _packages(self, host: Host, config: worker.WorkerConfig, minor: str) -> worker.VersionPlan:
-        """Plan this node's Kubernetes minor; install `minor` when the plan says so."""
-        joined = kubeadm.is_joined(host)
-        if not joined:
-            worker.clear_upgrade(host)  # a record left by a node that was reset since
-        plan = worker.plan_version(
-            minor,
-            joined=joined,
-            installed=kubeadm.installed_minor(host),
-            upgrade=worker.load_upgrade(host) if joined else None,
-        )
-        if plan.action is worker.VersionAction.INSTALL:
-            worker.install_kubernetes(host, minor, config.mirror)
-        return plan
 
     def _reboot_step(
         self,
         host: Host,
-        config: worker.WorkerConfig,
+        config: WorkerConfig,
         info: JoinInfo | None,
         state: gpu_node.GpuState,
-    ) -> bool:
-        """Handle a reboot the driver needs; False when the reconcile stops here."""
-        started = self._stored.reboot_boot
+        notes: list[ops.StatusBase],
+    ) -> None:
+        """Handle a reboot the driver needs; a StatusError when the reconcile stops here."""
+        started, limit = self._stored.reboot_boot, config.max_parallel_reboots
         if started is None and state.reboot is None:
             if self._stored.reboot_cordoned:  # drained for an update that is not needed now
-                return self._after_reboot(
-                    info, kubeadm.node_name(host), config.max_parallel_reboots
-                )
-            if not self._stored.mig_cordoned:  # a MIG change in flight keeps its turn
-                self.turns.done(config.max_parallel_reboots)  # no longer needed, if it asked
-            return True
-        node = kubeadm.node_name(host)
+                self._after_reboot(info, kubeadm.node_name(host), limit)
+            elif not self._stored.mig_cordoned:  # a MIG change in flight keeps its turn
+                self.turns.done(limit)  # no longer needed, if it asked
+            return
+        node, reason = kubeadm.node_name(host), state.reboot or ""
         action = nvidia.reboot_action(
             state.reboot,
             config.auto_reboot,
@@ -273,124 +260,105 @@ class KubernetesWorkerCharm(ops.CharmBase):
             current_boot=nvidia.boot_id(host),
         )
         if action is nvidia.RebootAction.NONE:
-            self._status = ops.MaintenanceStatus("waiting for Juju to reboot this machine")
-            return False
+            raise StatusError.maintenance("waiting for Juju to reboot this machine")
         if action is nvidia.RebootAction.BLOCK:
-            self._blocked = nvidia.reboot_blocked_message(
-                state.reboot or "",
-                self.unit.name,
-                node,
-                rebooted=started is not None,
-                install=state.update,
+            message = nvidia.reboot_blocked_message(
+                reason, self.unit.name, node, rebooted=started is not None, install=state.update
             )
-            return True
-        if action is nvidia.RebootAction.UNCORDON:
-            return self._after_reboot(info, node, config.max_parallel_reboots)
-        reason, limit = state.reboot or "", config.max_parallel_reboots
-        if not self.turns.request(reason, limit):
-            self._turn_wait = self.turns.waiting_message(reason, limit)
-            return True
-        return self._drain_and_reboot(host, config, info, node, state)
+            notes.append(ops.BlockedStatus(message))
+        elif action is nvidia.RebootAction.UNCORDON:
+            self._after_reboot(info, node, limit)
+        elif not self.turns.request(reason, limit):
+            notes.append(ops.WaitingStatus(self.turns.waiting_message(reason, limit)))
+        else:
+            self._drain_and_reboot(host, config, info, node, reason, state.update)
 
-    def _kube(self, info: JoinInfo | None, waiting_for: str) -> Kube | None:
-        """A client for the cluster, or None with a Waiting status saying what waits."""
-        from charms.gpu_k8s.v0.kubeclient import Kube
-
+    def _kube(self, info: JoinInfo | None, waiting_for: str = "") -> Kube:
+        """A client for the cluster; without one, Waiting says what waits and why."""
         problem = self.cluster.problem() or "no join material"
         if info is not None:
             try:
                 return Kube.from_kubeconfig(info.kubeconfig)
             except ValueError as e:
                 problem = f"control plane kubeconfig is unusable: {e}"
-        self._status = ops.WaitingStatus(f"{waiting_for}: {problem}")
-        return None
+        raise StatusError.waiting(f"{waiting_for}: {problem}" if waiting_for else problem)
 
     def _drain_and_reboot(
         self,
         host: Host,
-        config: worker.WorkerConfig,
+        config: WorkerConfig,
         info: JoinInfo | None,
         node: str,
-        state: gpu_node.GpuState,
-    ) -> bool:
+        reason: str,
+        update: tuple[str, ...],
+    ) -> None:
         """Cordon + drain the node (when joined), update the driver, reboot after this hook.
 
         An API error during the drain fails the hook, so Juju retries it rather than
         rebooting an undrained node; a drain timeout reboots anyway (as removal does).
         A driver update (the driver moving with a new kernel) is installed only once the
         node is drained; if apt fails, the node stays cordoned and the unit Blocked.
+        Always ends the reconcile (StatusError).
         """
-        reason = state.reboot or ""
         cordoned = False
         if kubeadm.is_joined(host):
-            kube = self._kube(info, f"reboot needed ({reason}); cannot drain node {node} yet")
-            if kube is None:
-                return False
-            with kube:
-                result = drain.drain(
+            waiting_for = f"reboot needed ({reason}); cannot drain node {node} yet"
+            with self._kube(info, waiting_for) as kube, _api_errors_fail_the_hook():
+                cordoned = worker.drain_for_reboot(
                     kube,
                     node,
-                    timeout=config.drain_timeout,
+                    config.drain_timeout,
                     clock=self.drain_clock,
                     sleep=self.drain_sleep,
                 )
-            summary = worker.drain_summary(node, result, config.drain_timeout)
-            if result is not None and result.remaining:
-                logger.warning("%s; they stop with the reboot", summary)
-            cordoned = result is not None
         self._stored.reboot_cordoned = cordoned or self._stored.reboot_cordoned
         try:
-            driver.apply_update(host, state.update)
+            driver.apply_update(host, update)
         except apt.AptError as e:
             held = f"node {node} stays cordoned; " if cordoned else ""
-            self._status = ops.BlockedStatus(f"{held}{nvidia.apt_blocked_message(e)}")
-            return False
+            raise StatusError.blocked(f"{held}{driver.apt_blocked_message(e)}") from None
         self._stored.reboot_boot = nvidia.boot_id(host)
         logger.info("rebooting for the NVIDIA driver: %s", reason)
         self.unit.reboot()
-        self._status = ops.MaintenanceStatus(f"rebooting: {reason}")
-        return False
+        raise StatusError.maintenance(f"rebooting: {reason}")
 
-    def _after_reboot(self, info: JoinInfo | None, node: str, limit: int) -> bool:
+    def _after_reboot(self, info: JoinInfo | None, node: str, limit: int) -> None:
         """Back on a new boot with a working driver: uncordon (if we cordoned), end the turn."""
         if self._stored.reboot_cordoned:
-            kube = self._kube(info, f"rebooted; cannot uncordon node {node} yet")
-            if kube is None:
-                return False
-            with kube:
+            waiting_for = f"rebooted; cannot uncordon node {node} yet"
+            with self._kube(info, waiting_for) as kube, _api_errors_fail_the_hook():
                 if drain.uncordon(kube, node):
                     logger.info("driver works after the reboot; uncordoned node %s", node)
         self._stored.reboot_boot = None
         self._stored.reboot_cordoned = False
         self.turns.done(limit)
-        return True
 
     def _kubernetes(
         self,
         host: Host,
-        config: worker.WorkerConfig,
+        config: WorkerConfig,
         info: JoinInfo,
         node: str,
-        plan: worker.VersionPlan,
-    ) -> tuple[str, str] | None:
-        """The minor this node runs and a note for its status; None when the reconcile stops.
+        plan: node_upgrade.VersionPlan,
+        notes: list[ops.StatusBase],
+    ) -> tuple[str, str]:
+        """The minor this node runs and a note for its status.
 
         A joined node on an older minor upgrades only in its turn (`upgrade-turn` names
         this unit), or when it has an upgrade to finish; a newer one blocks.
         """
-        if plan.action is worker.VersionAction.NEWER:
-            self._blocked = worker.newer_message(plan.running, plan.target)
+        if plan.action is node_upgrade.VersionAction.NEWER:
+            notes.append(ops.BlockedStatus(node_upgrade.newer_message(plan.running, plan.target)))
             return plan.running, ""
-        if plan.action is worker.VersionAction.INSTALL:
+        if plan.action is node_upgrade.VersionAction.INSTALL:
             return plan.running, ""
         upgrade = plan.upgrade
         if upgrade is None:
             if info.upgrade_turn != self.unit.name:
                 return plan.running, f"; upgrade to {plan.target} waits for its turn"
-            upgrade = worker.Upgrade(plan.running, plan.target)
-        if not self._upgrade(host, config, info, node, upgrade):
-            return None
-        published = worker.minor_of(info.kubernetes_version)
+            upgrade = node_upgrade.Upgrade(plan.running, plan.target)
+        self._upgrade(host, config, info, node, upgrade)
+        published = node_upgrade.minor_of(info.kubernetes_version)
         if upgrade.target != published:  # one minor at a time
             return upgrade.target, f"; upgrade to {published} continues on the next update-status"
         return upgrade.target, ""
@@ -398,157 +366,112 @@ class KubernetesWorkerCharm(ops.CharmBase):
     def _upgrade(
         self,
         host: Host,
-        config: worker.WorkerConfig,
+        config: WorkerConfig,
         info: JoinInfo,
         node: str,
-        upgrade: worker.Upgrade,
-    ) -> bool:
-        """Upgrade this node to `upgrade.target`, resuming a partial upgrade; True when done.
+        upgrade: node_upgrade.Upgrade,
+    ) -> None:
+        """Upgrade this node to `upgrade.target`, resuming a partial upgrade.
 
         kubeadm, package and kubelet failures wait (retried on the next event, from the
         step that failed); an API error during the drain or the uncordon fails the hook,
         as on the reboot path, and the next hook resumes from the same step.
         """
-        kube = self._kube(info, f"upgrading node {node} to Kubernetes {upgrade.target}")
-        if kube is None:
-            return False
-        logger.info(
-            "upgrading node %s from Kubernetes %s to %s (steps done: %s)",
-            node,
-            upgrade.source,
-            upgrade.target,
-            ", ".join(upgrade.done) or "none",
-        )
-        try:
-            with kube:
-                result = worker.upgrade_node(
-                    host,
-                    kube,
-                    node,
-                    upgrade,
-                    mirror=config.mirror,
-                    drain_timeout=config.drain_timeout,
-                    clock=self.drain_clock,
-                    sleep=self.drain_sleep,
-                )
-        except (kubeadm.KubeadmError, apt.AptError, CommandError) as e:
-            cordoned = f"node {node} stays cordoned; " if upgrade.cordoned else ""
-            logger.error("upgrade of node %s to Kubernetes %s: %s", node, upgrade.target, e)
-            self._status = ops.WaitingStatus(
-                f"upgrade to Kubernetes {upgrade.target} failed: {e}; {cordoned}"
-                "retrying on the next update-status"
-            )
-            return False
-        if result is not None and result.remaining:
-            summary = worker.drain_summary(node, result, config.drain_timeout)
-            logger.warning("%s; upgraded anyway: %s", summary, " ".join(result.remaining))
-        logger.info("node %s now runs Kubernetes %s", node, upgrade.target)
-        return True
-
-    def _proxy(self, host: Host, info: JoinInfo, node: str) -> bool:
-        """Point this node's API proxy (the cluster's control-plane endpoint) at the servers."""
-        try:
-            api_proxy.configure(host, info.api_servers, api_proxy.metrics_access(host))
-        except ValueError as e:
-            self._status = ops.WaitingStatus(f"control plane API servers are unusable: {e}")
-            return False
-        except apt.AptError as e:
-            self._status = ops.BlockedStatus(f"{e}; check the machine's Ubuntu archive")
-            return False
-        except CommandError as e:
-            self._status = ops.WaitingStatus(
-                f"starting HAProxy: {e.last_line}; retrying on the next event"
-            )
-            return False
-        return True
-
-    def _join(self, host: Host, info: JoinInfo, node: str, labels: dict[str, str]) -> bool:
-        if kubeadm.is_joined(host):
-            return True
-        try:
-            material = worker.join_material(info.endpoint, info.ca_cert_hash, info.token)
-        except ValueError as e:
-            self._status = ops.WaitingStatus(f"control plane join material is invalid: {e}")
-            return False
-        try:
-            kubeadm.join(host, material, node_name=node, labels=labels, control_plane=False)
-        except kubeadm.KubeadmError as e:
-            logger.error("%s", e)
-            self._status = ops.WaitingStatus(f"{e}; retrying on the next update-status")
-            return False
-        logger.info("node %s joined the cluster at %s", node, material.endpoint)
-        return True
-
-    def _label(
-        self, info: JoinInfo, node: str, config: worker.WorkerConfig, state: gpu_node.GpuState
-    ) -> bool:
-        """`node-labels`, GPU labels and the GPU taint on the Node; False while it cannot."""
-        from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
-
-        plugin = nvidia.PluginConfig(info.mig_strategy, info.gpu_time_slicing_replicas)
-        try:
-            with Kube.from_kubeconfig(info.kubeconfig) as kube:
-                done = worker.apply_labels(kube, node, config.labels)
-                if done is not None:
-                    gpu_node.apply_node_state(kube, node, state, config.gpu_taint, plugin)
-        except ValueError as e:
-            self._status = ops.WaitingStatus(f"control plane kubeconfig is unusable: {e}")
-            return False
-        except KubeError as e:
-            self._status = ops.WaitingStatus(f"cannot label node {node}: {e.status} {e.reason}")
-            return False
-        except LookupError:
-            done = None  # deleted between the two calls
-        if done is None:
-            self._status = ops.WaitingStatus(f"waiting for node {node} to register")
-            return False
-        return True
-
-    def _mig(
-        self, info: JoinInfo, node: str, config: worker.WorkerConfig, state: gpu_node.GpuState
-    ) -> None:
-        """Bring the node to its `mig-profile` layout through NVIDIA's mig-manager."""
-        outcome = mig_layout.advance(
-            mig_layout.Context(
-                kubeconfig=info.kubeconfig,
-                node=node,
-                unit=self.unit.name,
-                mig_strategy=info.mig_strategy,
-                stored=self._stored,
-                turns=self.turns,
-                host=self.host_factory,
+        waiting_for = f"upgrading node {node} to Kubernetes {upgrade.target}"
+        with (
+            self._kube(info, waiting_for) as kube,
+            _api_errors_fail_the_hook(),
+            on_error(ops.WaitingStatus, node_upgrade.UpgradeError),
+        ):
+            node_upgrade.run_upgrade(
+                host,
+                kube,
+                node,
+                upgrade,
+                mirror=config.mirror,
+                drain_timeout=config.drain_timeout,
                 clock=self.drain_clock,
                 sleep=self.drain_sleep,
-            ),
-            config,
-            state,
+            )
+
+    def _proxy(self, host: Host, info: JoinInfo) -> None:
+        """Point this node's API proxy (the cluster's control-plane endpoint) at the servers."""
+        with api_proxy_errors():
+            api_proxy.configure(host, info.api_servers, api_proxy.metrics_access(host))
+
+    def _node_state(
+        self,
+        info: JoinInfo,
+        node: str,
+        config: WorkerConfig,
+        state: gpu_node.GpuState,
+        note: str,
+        notes: list[ops.StatusBase],
+    ) -> ops.StatusBase:
+        """Label (and for GPUs taint) the Node, then its MIG layout; the node's status.
+
+        Waiting while the Node cannot be labelled (an API error, not registered yet).
+        """
+        plugin = gpu_labels.PluginConfig(info.mig_strategy, info.gpu_time_slicing_replicas)
+        with self._kube(info) as kube:
+            failed = f"cannot label node {node}: {{error.status}} {{error.reason}}"
+            with on_error(ops.WaitingStatus, KubeError, message=failed):
+                registered = gpu_node.label_node(kube, node, state, config, plugin)
+            if not registered:
+                raise StatusError.waiting(f"waiting for node {node} to register")
+            outcome = self._mig(kube, info, node, config, state)
+        if outcome.blocked is not None:
+            notes.append(ops.BlockedStatus(outcome.blocked))
+        if outcome.turn_wait is not None:
+            notes.append(ops.WaitingStatus(outcome.turn_wait))
+        if outcome.waiting is not None:
+            return ops.WaitingStatus(outcome.waiting)
+        waiting = state.waiting()
+        return (
+            ops.WaitingStatus(waiting)
+            if waiting
+            else ops.ActiveStatus(state.ready_message() + note)
         )
-        self._status = outcome.status or self._status
-        self._blocked = self._blocked or outcome.blocked
-        self._turn_wait = self._turn_wait or outcome.turn_wait
+
+    def _mig(
+        self,
+        kube: Kube,
+        info: JoinInfo,
+        node: str,
+        config: WorkerConfig,
+        state: gpu_node.GpuState,
+    ) -> mig_layout.Outcome:
+        """Bring the node to its `mig-profile` layout through NVIDIA's mig-manager."""
+        context = mig_layout.Context(
+            kube=kube,
+            node=node,
+            unit=self.unit.name,
+            mig_strategy=info.mig_strategy,
+            turns=self.turns,
+            host=self.host_factory(),
+            clock=self.drain_clock,
+            sleep=self.drain_sleep,
+            wall_clock=time.time,
+        )
+        progress = mig_layout.Progress(self._stored.mig_cordoned, self._stored.mig_since)
+        with _api_errors_fail_the_hook():
+            outcome = mig_layout.advance(context, config, state, progress)
+        self._stored.mig_cordoned = outcome.progress.cordoned
+        self._stored.mig_since = outcome.progress.since
+        return outcome
 
     # -- actions -----------------------------------------------------------------------
 
     def _on_gpu_info(self, event: ops.ActionEvent) -> None:
-        host = self.host_factory()
-        report = nvidia.read_smi(host)
-        enabled = any(g.mig_mode == "Enabled" for g in report.gpus)
-        capable = any(g.mig_mode in ("Enabled", "Disabled") for g in report.gpus)
         try:
-            results = gpu.gpu_info(
-                report,
-                nvidia.read_mig_devices(host) if enabled else None,
-                nvidia.read_mig_profiles(host) if capable else None,
-            )
+            results = nvidia.read_gpu_info(self.host_factory())
         except ValueError as e:
             event.fail(str(e))
             return
         event.set_results(results)
 
     def _on_validate_gpu(self, event: ops.ActionEvent) -> None:
-        from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
-
-        params = event.load_params(gpu_node.ValidateGpuParams, errors="fail")
+        params = event.load_params(validation.ValidateGpuParams, errors="fail")
         host = self.host_factory()
         inventory = gpu_node.detect(host)
         if not inventory.count:
@@ -559,40 +482,24 @@ class KubernetesWorkerCharm(ops.CharmBase):
             event.fail(f"not joined to a cluster yet: {self.cluster.problem() or 'not joined'}")
             return
         try:
-            image = params.image or self.load_config(worker.WorkerConfig).validation_image
+            image = params.image or self.load_config(WorkerConfig).validation_image
         except ValueError as e:
             event.fail(f"invalid config: {e}")
             return
-        node = kubeadm.node_name(host)
-        name = gpu_node.validation_pod_name()
-        event.log(f"running {image} on node {node} (pod {gpu_node.VALIDATION_NAMESPACE}/{name})")
         try:
-            with Kube.from_kubeconfig(info.kubeconfig) as kube:
-                outcome = nvidia.run_validation(
-                    kube,
-                    node,
-                    gpu_node.VALIDATION_NAMESPACE,
-                    name,
-                    image=image,
-                    timeout=params.timeout,
-                    poll=gpu_node.VALIDATION_POLL_S,
-                    clock=self.drain_clock,
-                    sleep=self.drain_sleep,
-                    progress=event.log,
-                )
-        except ValueError as e:
-            event.fail(f"control plane kubeconfig is unusable: {e}")
+            outcome = validation.validate(
+                info.kubeconfig,
+                kubeadm.node_name(host),
+                image,
+                timeout=params.timeout,
+                clock=self.drain_clock,
+                sleep=self.drain_sleep,
+                progress=event.log,
+            )
+        except validation.ValidationError as e:
+            event.fail(str(e))
             return
-        except KubeError as e:
-            event.fail(f"Kubernetes API refused the validation pod: {e.status} {e.reason}")
-            return
-        event.set_results(
-            {
-                "passed": str(outcome.passed).lower(),
-                "summary": outcome.summary,
-                "output": outcome.logs or "(no output)",
-            }
-        )
+        event.set_results(outcome.results())
         if not outcome.passed:
             event.fail(outcome.summary)
 
@@ -600,16 +507,16 @@ class KubernetesWorkerCharm(ops.CharmBase):
 
     def _drain_timeout(self) -> int:
         try:
-            return self.load_config(worker.WorkerConfig).drain_timeout
+            return self.load_config(WorkerConfig).drain_timeout
         except ValueError as e:
             # Leaving must not stop at a config error: drain with the default instead.
             logger.warning("invalid config while leaving (%s); draining with the default", e)
-            return worker.WorkerConfig.model_fields["drain_timeout"].default
+            return WorkerConfig.model_fields["drain_timeout"].default
 
     def _leave(self) -> None:
         """Cordon + drain this unit's node, then reset it; at most once per unit."""
         if self._stored.left_cluster:
-            self._status = ops.MaintenanceStatus("left the cluster; this unit is being removed")
+            self._statuses.add(ops.MaintenanceStatus(LEFT))
             return
         host = self.host_factory()
         message = "left the cluster"
@@ -619,11 +526,9 @@ class KubernetesWorkerCharm(ops.CharmBase):
         api_proxy.remove(host)
         self._stored.left_cluster = True
         logger.info("reset this machine: %s", message)
-        self._status = ops.MaintenanceStatus(message)
+        self._statuses.add(ops.MaintenanceStatus(message))
 
     def _drain(self, node: str) -> str:
-        from charms.gpu_k8s.v0.kubeclient import Kube
-
         timeout = self._drain_timeout()
         info = self.cluster.join_material()
         kube = None
@@ -641,15 +546,9 @@ class KubernetesWorkerCharm(ops.CharmBase):
             )
             return f"reset node {node} without draining it: no access to the Kubernetes API"
         with kube:
-            result = drain.drain(
-                kube, node, timeout=timeout, clock=self.drain_clock, sleep=self.drain_sleep
+            return worker.drain_for_removal(
+                kube, node, timeout, clock=self.drain_clock, sleep=self.drain_sleep
             )
-        summary = worker.drain_summary(node, result, timeout)
-        if result is not None and result.remaining:
-            logger.warning("%s; they stop with the reset: %s", summary, " ".join(result.remaining))
-            return f"{summary}; see juju debug-log"
-        logger.info("%s", summary)
-        return summary
 
 
 if __name__ == "__main__":  # pragma: nocover

@@ -42,7 +42,7 @@ import gpu
 import nvidia
 
 from charms.gpu_k8s.v0 import apt
-from charms.gpu_k8s.v0.system import CommandError, Host
+from charms.gpu_k8s.v0.system import SYSTEMCTL, CommandError, Host
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +51,6 @@ UBUNTU_DRIVERS_PACKAGE = "ubuntu-drivers-common"
 UNAME = "/usr/bin/uname"
 DPKG_QUERY = "/usr/bin/dpkg-query"
 MODPROBE = "/usr/sbin/modprobe"
-SYSTEMCTL = "/usr/bin/systemctl"
 APT_MARK = "/usr/bin/apt-mark"
 UPDATE_INITRAMFS = "/usr/sbin/update-initramfs"
 FABRIC_SERVICE = "nvidia-fabricmanager"
@@ -548,3 +547,11 @@ def apply_update(host: Host, packages: Sequence[str]) -> None:
     apt.install(host, dict.fromkeys(packages), hold=False, upgrade=True)
     held = [p for p in packages if p.startswith(("nvidia-", "libnvidia-"))]
     apt.install(host, dict.fromkeys(held), hold=True, refresh=False)
+
+
+def apt_blocked_message(error: apt.AptError) -> str:
+    """Blocked status for a failed install: the package, apt's words, what to check."""
+    return (
+        f"failed to install {error.package}: {error.detail}; check the package source and "
+        "that the nvidia-driver branch exists for this kernel, or set nvidia-driver=none"
+    )

@@ -8,57 +8,30 @@ containerd's config with runc (which drops the `nvidia` runtime of a worker that
 its GPUs) and runs no NVIDIA program. On a GPU machine it keeps a working driver or
 installs the configured one, installs the container toolkit and registers the `nvidia`
 runtime handler. What needs the operator comes back as a `GpuSetupError` whose message
-is the Blocked status. No ops imports: the charm turns results into statuses.
+is the Blocked status. `label_node()` then brings the Node's labels (the operator's
+`node-labels`, the GPU labels) and the GPU taint in line. No ops imports: the charm turns
+results into statuses.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import driver
 import gpu
+import gpu_labels
 import mig
 import nvidia
-import pydantic
-from worker import check_image
+import toolkit
+import worker
+from charm_config import WorkerConfig
 
 from charms.gpu_k8s.v0 import apt, containerd
-from charms.gpu_k8s.v0.config import ActionParams
 from charms.gpu_k8s.v0.system import CommandError, Host
 from charms.gpu_k8s.v0.unit_state import Gauge
 
-if TYPE_CHECKING:
-    from worker import WorkerConfig
-
-# Namespace the control plane grants workers pod create/delete in, for validation pods
-# (kubernetes-control-plane literals.GPU_VALIDATION_NAMESPACE).
-VALIDATION_NAMESPACE = "gpu-k8s-system"
-VALIDATION_POLL_S = 2.0
 NO_GPU = gpu.SmiReport(state=gpu.SmiState.ABSENT, detail="this machine has no NVIDIA GPU")
-
-
-MAX_VALIDATION_TIMEOUT = 3600
-
-
-class ValidateGpuParams(ActionParams):
-    """Parameters of `validate-gpu`."""
-
-    timeout: int = 300
-    image: str | None = None
-
-    @pydantic.field_validator("timeout")
-    @classmethod
-    def _timeout(cls, value: int) -> int:
-        if not 10 <= value <= MAX_VALIDATION_TIMEOUT:
-            raise ValueError(f"must be a number of seconds from 10 to {MAX_VALIDATION_TIMEOUT}")
-        return value
-
-    @pydantic.field_validator("image")
-    @classmethod
-    def _image(cls, value: str | None) -> str | None:
-        return None if value is None else check_image(value)
 
 
 class GpuSetupError(Exception):
@@ -100,7 +73,7 @@ class GpuState:
         """The inventory to publish to the control plane (empty without GPUs)."""
         return gpu.inventory_records(self.inventory, self.report, self.mig_profiles)
 
-    def labels(self, plugin: nvidia.PluginConfig | None = None) -> dict[str, str | None]:
+    def labels(self, plugin: gpu_labels.PluginConfig | None = None) -> dict[str, str | None]:
         """The node's GPU labels (`plugin`: how the device plugin runs); None removes one.
 
         With them, `nvidia.com/gpu.deploy.device-plugin=true` where the device plugin may
@@ -113,13 +86,13 @@ class GpuState:
         """
         deploy: dict[str, str | None] = {mig.LABEL_DEPLOY_PLUGIN: "true" if self.ready else None}
         if not self.ready:
-            return nvidia.node_labels(gpu.GpuInventory(), None, None) | deploy
-        labels = nvidia.node_labels(
+            return gpu_labels.node_labels(gpu.GpuInventory(), None, None) | deploy
+        labels = gpu_labels.node_labels(
             self.inventory,
             self.report.driver_version,
             self.report.cuda_version,
             machine=self.machine,
-            plugin=plugin or nvidia.PluginConfig(),
+            plugin=plugin or gpu_labels.PluginConfig(),
         )
         return labels | deploy
 
@@ -142,7 +115,7 @@ class GpuState:
 
     def taints(self, gpu_taint: bool) -> list[dict]:
         """The GPU taint the node should carry (none without GPUs or with gpu-taint off)."""
-        return nvidia.node_taints(gpu_taint, self.has_gpu)
+        return gpu_labels.node_taints(gpu_taint, self.has_gpu)
 
     def ready_message(self) -> str:
         """`Ready: 4x NVIDIA A10G, driver 580, CUDA 13.0` or `Ready (no GPU)`."""
@@ -175,22 +148,13 @@ def detect(host: Host) -> gpu.GpuInventory:
     return gpu.detect(host.path("/sys"), host.path(str(gpu.DEFAULT_PCI_IDS)))
 
 
-def toolkit_blocked_message(error: apt.AptError) -> str:
-    """Blocked status for a failed container toolkit install."""
-    return (
-        f"failed to install {error.package}: {error.detail}; check that nvidia-apt-source "
-        "(empty: NVIDIA's repository) is reachable from this machine and has "
-        f"nvidia-container-toolkit {nvidia.TOOLKIT_VERSION}"
-    )
-
-
 def _ensure_driver(host: Host, config: WorkerConfig, inventory: gpu.GpuInventory):
     try:
         return driver.ensure(host, config.driver, inventory)
     except driver.DriverPlanError as e:
         raise GpuSetupError(str(e)) from None
     except apt.AptError as e:
-        raise GpuSetupError(nvidia.apt_blocked_message(e)) from None
+        raise GpuSetupError(driver.apt_blocked_message(e)) from None
     except CommandError as e:
         raise GpuSetupError(
             f"NVIDIA driver setup failed: {e.last_line}; check `juju debug-log` and set "
@@ -211,15 +175,15 @@ def setup(
     """
     inventory = detect(host)
     if not inventory.count:
-        runtimes = nvidia.containerd_runtimes(has_gpu=False)
+        runtimes = toolkit.containerd_runtimes(has_gpu=False)
         containerd.configure(host, *runtimes, sandbox_image=sandbox_image)
         return GpuState(inventory)
     result = _ensure_driver(host, config, inventory)
     try:
-        nvidia.install_toolkit(host, config.toolkit_source)
+        toolkit.install_toolkit(host, config.toolkit_source)
     except apt.AptError as e:
-        raise GpuSetupError(toolkit_blocked_message(e)) from None
-    runtimes = nvidia.containerd_runtimes(True, default_nvidia=config.nvidia_default_runtime)
+        raise GpuSetupError(toolkit.toolkit_blocked_message(e)) from None
+    runtimes = toolkit.containerd_runtimes(True, default_nvidia=config.nvidia_default_runtime)
     containerd.configure(host, *runtimes, sandbox_image=sandbox_image)
     pending = f"NVIDIA Fabric Manager: {result.fabric}" if result.fabric else None
     mig = nvidia.read_mig_profiles(host) if result.report.ok and inventory.mig_capable else {}
@@ -232,7 +196,7 @@ def setup(
         problem=result.problem,
         note=result.note,
         mig_profiles=mig,
-        machine=nvidia.machine_type(host),
+        machine=gpu_labels.machine_type(host),
     )
 
 
@@ -241,7 +205,7 @@ def apply_node_state(
     node: str,
     state: GpuState,
     gpu_taint: bool,
-    plugin: nvidia.PluginConfig | None = None,
+    plugin: gpu_labels.PluginConfig | None = None,
 ) -> bool:
     """Bring the Node's GPU labels and taint in line with `state`; True when patched.
 
@@ -255,9 +219,25 @@ def apply_node_state(
     """
     labels = state.labels(plugin)
     keep = {mig.LABEL_DEPLOY_PLUGIN: (mig.PAUSED, "false")}
-    return nvidia.apply_node_gpu_state(kube, node, labels, state.taints(gpu_taint), keep)
+    return gpu_labels.apply_node_gpu_state(kube, node, labels, state.taints(gpu_taint), keep)
 
 
-def validation_pod_name() -> str:
-    """A fresh name for a validation pod (runs never collide with a leftover pod)."""
-    return f"gpu-validation-{uuid.uuid4().hex[:10]}"
+def label_node(
+    kube: Any,
+    node: str,
+    state: GpuState,
+    config: WorkerConfig,
+    plugin: gpu_labels.PluginConfig | None = None,
+) -> bool:
+    """`node-labels`, then the GPU labels and taint, on the Node; False until it registers.
+
+    Raises:
+        KubeError: the API server refused.
+    """
+    try:
+        if worker.apply_labels(kube, node, config.labels) is None:
+            return False
+        apply_node_state(kube, node, state, config.gpu_taint, plugin)
+    except LookupError:
+        return False  # deleted between the two calls
+    return True

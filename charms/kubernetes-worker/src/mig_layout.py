@@ -3,63 +3,101 @@
 
 """The worker's part of a MIG layout change: turn, drain, label, wait, check, uncordon.
 
-`mig.decide` says what to do from the Node's labels; this module does it with the
-cluster client and the reboot turns, and returns the statuses for the charm. The node
-stays cordoned, and the turn held, from the drain until nvidia-smi shows the layout.
+`mig.decide` says what to do from the Node's labels; `advance` does it with the
+collaborators the charm hands in (a cluster client, the reboot turns, the machine, the
+clocks) and returns what the charm records (`Progress`) and reports (`Outcome`). The
+node stays cordoned, and the turn held, from the drain until nvidia-smi shows the
+layout. No ops imports: the charm keeps the progress in its stored state and turns the
+outcome into statuses.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 import mig
 import nvidia
-import ops
 
 from charms.gpu_k8s.v0 import drain
 
 if TYPE_CHECKING:
+    from charm_config import WorkerConfig
     from gpu_node import GpuState
-    from reboot_turns import RebootTurns
-    from worker import WorkerConfig
 
+    from charms.gpu_k8s.v0.kubeclient import Kube
     from charms.gpu_k8s.v0.system import Host
+
+
+class Turns(Protocol):
+    """Turns to drain (`reboot_turns.RebootTurns`): a MIG change takes one, as a reboot does."""
+
+    def request(self, reason: str, limit: int) -> bool:
+        """Ask for a turn (kept while asking); True when this unit holds one now."""
+        ...
+
+    def done(self, limit: int) -> None:
+        """Give the turn back."""
+        ...
+
+    def waiting_message(self, reason: str, limit: int) -> str:
+        """What the unit waits for while another holds the turn."""
+        ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Progress:
+    """What the charm keeps between hooks about a MIG change of its node.
+
+    Attributes:
+        cordoned: this unit cordoned the node for a MIG change.
+        since: when it handed the layout to mig-manager (`wall_clock()`), or None.
+    """
+
+    cordoned: bool = False
+    since: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
 class Context:
-    """What a step needs from the charm.
+    """The collaborators of a step: the node, the cluster, the turns, the machine, clocks.
 
-    `stored` carries `mig_cordoned` (this unit cordoned the node for a MIG change) and
-    `mig_since` (when it handed the layout to mig-manager, `time.time()`).
+    `clock`/`sleep` pace the drain (monotonic); `wall_clock` dates the hand-over to
+    mig-manager, which outlives the hook (`time.time`).
     """
 
-    kubeconfig: str
+    kube: Kube
     node: str
     unit: str
     mig_strategy: str
-    stored: Any
-    turns: RebootTurns
-    host: Callable[[], Host]
+    turns: Turns
+    host: Host
     clock: Callable[[], float]
     sleep: Callable[[float], None]
+    wall_clock: Callable[[], float]
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Outcome:
-    """Statuses for the charm: over Active, Blocked, or waiting for a turn."""
+    """What one step did: the progress to record, and at most one thing to report.
 
-    status: ops.StatusBase | None = None
+    Attributes:
+        progress: what the charm records (as it was when nothing changed).
+        waiting: the layout is on its way; what the node waits for.
+        blocked: what the operator must fix.
+        turn_wait: the change waits for a turn to drain.
+    """
+
+    progress: Progress
+    waiting: str | None = None
     blocked: str | None = None
     turn_wait: str | None = None
 
 
 def _verify(ctx: Context, layout: str, state: GpuState) -> mig.Decision:
     """mig-manager reported success: uncordon only once nvidia-smi shows the layout."""
-    devices = nvidia.read_mig_devices(ctx.host())
+    devices = nvidia.read_mig_devices(ctx.host)
     modes = [g.mig_mode for g in state.report.gpus]
     if mig.applied(layout, modes, devices, state.mig_profiles):
         return mig.Decision(mig.Act.UNCORDON)
@@ -68,63 +106,63 @@ def _verify(ctx: Context, layout: str, state: GpuState) -> mig.Decision:
     )
 
 
-def advance(ctx: Context, config: WorkerConfig, state: GpuState) -> Outcome:
+def _start(ctx: Context, config: WorkerConfig, progress: Progress) -> Progress:
+    """Drain the node, then label it for mig-manager with the layout; the new progress."""
+    layout = config.mig_profile
+    result = drain.drain(
+        ctx.kube, ctx.node, timeout=config.drain_timeout, clock=ctx.clock, sleep=ctx.sleep
+    )
+    started = Progress(progress.cordoned or result is not None, ctx.wall_clock())
+    # mig-manager runs here from now on; a state left by an earlier layout must not read
+    # as this one's success.
+    patch = {
+        mig.LABEL_DEPLOY_MIG_MANAGER: "true",
+        mig.LABEL_CONFIG: layout,
+        mig.LABEL_STATE: None,
+    }
+    ctx.kube.patch("v1", "Node", ctx.node, {"metadata": {"labels": patch}})
+    return started
+
+
+def advance(ctx: Context, config: WorkerConfig, state: GpuState, progress: Progress) -> Outcome:
     """Take the next step towards `config.mig_profile` on a MIG-capable node.
 
     Raises:
-        KubeError: the API server refused (the hook fails and is retried, as a drain on
-            the reboot path does).
+        KubeError: the API server refused (the charm fails the hook, so that it is
+            retried, as a drain on the reboot path does).
     """
-    from charms.gpu_k8s.v0.kubeclient import Kube
-
-    stored, outcome = ctx.stored, Outcome()
-    if not state.inventory.mig_capable and not stored.mig_cordoned:
-        return outcome
+    if not state.inventory.mig_capable and not progress.cordoned:
+        return Outcome(progress)
     layout, limit = config.mig_profile, config.max_parallel_reboots
     reason = f"MIG layout {layout}"
-    with Kube.from_kubeconfig(ctx.kubeconfig) as kube:
-        obj = kube.get("v1", "Node", ctx.node) or {}
-        labels = (obj.get("metadata") or {}).get("labels") or {}
-        since = stored.mig_since
-        decision = mig.decide(
-            layout,
-            labels,
-            ready=state.ready,
-            cordoned=stored.mig_cordoned,
-            mig_strategy=ctx.mig_strategy,
-            profiles=state.mig_profiles,
-            elapsed=None if since is None else time.time() - since,
-        )
-        if decision.act is mig.Act.VERIFY:
-            decision = _verify(ctx, layout, state)
-        if stored.mig_cordoned and decision.act is not mig.Act.UNCORDON:
-            ctx.turns.request(reason, limit)  # keep the turn while it is in flight
-        if decision.act is mig.Act.START:
-            if not ctx.turns.request(reason, limit):
-                outcome.turn_wait = ctx.turns.waiting_message(reason, limit)
-                return outcome
-            result = drain.drain(
-                kube, ctx.node, timeout=config.drain_timeout, clock=ctx.clock, sleep=ctx.sleep
-            )
-            stored.mig_cordoned = stored.mig_cordoned or result is not None
-            stored.mig_since = time.time()
-            # mig-manager runs here from now on; a state left by an earlier layout must
-            # not read as this one's success.
-            patch = {
-                mig.LABEL_DEPLOY_MIG_MANAGER: "true",
-                mig.LABEL_CONFIG: layout,
-                mig.LABEL_STATE: None,
-            }
-            kube.patch("v1", "Node", ctx.node, {"metadata": {"labels": patch}})
-            decision = mig.Decision(mig.Act.WAIT, mig.waiting_message(layout, {}))
-        if decision.act is mig.Act.WAIT:
-            outcome.status = ops.WaitingStatus(decision.message)
-        elif decision.act is mig.Act.BLOCK:
-            outcome.blocked = decision.message
-        elif decision.act is mig.Act.FAILED:
-            outcome.blocked = mig.failed_message(layout, ctx.node, ctx.unit)
-        elif decision.act is mig.Act.UNCORDON:
-            drain.uncordon(kube, ctx.node)
-            stored.mig_cordoned, stored.mig_since = False, None
-            ctx.turns.done(limit)
-    return outcome
+    obj = ctx.kube.get("v1", "Node", ctx.node) or {}
+    since = progress.since
+    decision = mig.decide(
+        layout,
+        (obj.get("metadata") or {}).get("labels") or {},
+        ready=state.ready,
+        cordoned=progress.cordoned,
+        mig_strategy=ctx.mig_strategy,
+        profiles=state.mig_profiles,
+        elapsed=None if since is None else ctx.wall_clock() - since,
+    )
+    if decision.act is mig.Act.VERIFY:
+        decision = _verify(ctx, layout, state)
+    if progress.cordoned and decision.act is not mig.Act.UNCORDON:
+        ctx.turns.request(reason, limit)  # keep the turn while it is in flight
+    if decision.act is mig.Act.START:
+        if not ctx.turns.request(reason, limit):
+            return Outcome(progress, turn_wait=ctx.turns.waiting_message(reason, limit))
+        progress = _start(ctx, config, progress)
+        decision = mig.Decision(mig.Act.WAIT, mig.waiting_message(layout, {}))
+    if decision.act is mig.Act.WAIT:
+        return Outcome(progress, waiting=decision.message)
+    if decision.act is mig.Act.BLOCK:
+        return Outcome(progress, blocked=decision.message)
+    if decision.act is mig.Act.FAILED:
+        return Outcome(progress, blocked=mig.failed_message(layout, ctx.node, ctx.unit))
+    if decision.act is mig.Act.UNCORDON:
+        drain.uncordon(ctx.kube, ctx.node)
+        ctx.turns.done(limit)
+        return Outcome(Progress())
+    return Outcome(progress)

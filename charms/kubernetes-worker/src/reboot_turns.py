@@ -53,16 +53,19 @@ def _unit_number(unit: str) -> int:
 
 
 class RebootTurns(ops.Object):
-    """This unit's side of the `reboots` peer relation, and the leader's grants."""
+    """This unit's side of the `reboots` peer relation, and the leader's grants.
 
-    def __init__(self, charm: ops.CharmBase, relation_name: str):
-        super().__init__(charm, relation_name)
-        self._charm = charm
+    An ops.Object (as relation libraries are) that reads the model only: the relation,
+    this unit and its leadership.
+    """
+
+    def __init__(self, parent: ops.Object, relation_name: str):
+        super().__init__(parent, relation_name)
         self._name = relation_name
 
     @property
     def _relation(self) -> ops.Relation | None:
-        return self._charm.model.get_relation(self._name)
+        return self.model.get_relation(self._name)
 
     def turns(self) -> list[str]:
         """The units that hold a turn now."""
@@ -81,7 +84,7 @@ class RebootTurns(ops.Object):
         if relation is None:
             return {}
         found = {}
-        for unit in (self._charm.unit, *relation.units):
+        for unit in (self.model.unit, *relation.units):
             raw = relation.data[unit].get(REQUEST_KEY)
             if not raw:
                 continue
@@ -94,7 +97,7 @@ class RebootTurns(ops.Object):
     def update_grants(self, limit: int) -> None:
         """On the leader: grant turns to the oldest requests, up to `limit` at once."""
         relation = self._relation
-        if relation is None or not self._charm.unit.is_leader():
+        if relation is None or not self.model.unit.is_leader():
             return
         turns = grant(self.requests(), self.turns(), limit)
         value = json.dumps(turns)
@@ -110,23 +113,23 @@ class RebootTurns(ops.Object):
         relation = self._relation
         if relation is None:
             return True
-        mine = relation.data[self._charm.unit]
+        mine = relation.data[self.model.unit]
         if not mine.get(REQUEST_KEY):
             mine[REQUEST_KEY] = json.dumps({"since": time.time(), "reason": reason})
         self.update_grants(limit)
-        return self._charm.unit.name in self.turns()
+        return self.model.unit.name in self.turns()
 
     def done(self, limit: int) -> None:
         """This unit is back and uncordoned: give its turn back."""
         relation = self._relation
         if relation is None:
             return
-        relation.data[self._charm.unit].pop(REQUEST_KEY, None)
+        relation.data[self.model.unit].pop(REQUEST_KEY, None)
         self.update_grants(limit)
 
     def waiting_message(self, reason: str, limit: int) -> str:
         """Status while waiting for a turn: why, and who reboots now."""
-        others = [t for t in self.turns() if t != self._charm.unit.name]
+        others = [t for t in self.turns() if t != self.model.unit.name]
         now = f"; rebooting now: {', '.join(others)}" if others else ""
         plural = "node" if limit == 1 else "nodes"
         return (

@@ -10,9 +10,10 @@ import json
 import logging
 
 import driver as nvidia_driver
-import nvidia
 import pytest
 import readme_examples
+import toolkit
+import validation
 from ops import testing
 
 from charms.gpu_k8s.v0 import containerd
@@ -118,10 +119,10 @@ def test_a10g_without_driver_installs_planned_packages_and_holds_them(ctx, machi
     # the driver is held; its modules never are (each ABI package is for one kernel)
     assert set(SERIES.userspace) <= machine.held
     assert not [p for p in machine.held if p.startswith("linux-")]
-    assert {p: machine.dpkg[p] for p in nvidia.TOOLKIT_PACKAGES} == dict.fromkeys(
-        nvidia.TOOLKIT_PACKAGES, nvidia.TOOLKIT_VERSION
+    assert {p: machine.dpkg[p] for p in toolkit.TOOLKIT_PACKAGES} == dict.fromkeys(
+        toolkit.TOOLKIT_PACKAGES, toolkit.TOOLKIT_VERSION
     )
-    assert set(nvidia.TOOLKIT_PACKAGES) <= machine.held
+    assert set(toolkit.TOOLKIT_PACKAGES) <= machine.held
     config = machine.read(containerd.CONFIG_PATH)
     assert ".containerd.runtimes.nvidia]" in config
     assert 'default_runtime_name = "runc"' in config
@@ -304,7 +305,7 @@ def test_toolkit_from_a_mirror(ctx, machine, api, driver):
     machine.remote[mirror] = machine.remote.pop(
         "https://nvidia.github.io/libnvidia-container/stable/deb/amd64"
     )
-    machine.urls["http://mirror.internal/nvidia/gpgkey"] = machine.urls[nvidia.TOOLKIT_KEY_URL]
+    machine.urls["http://mirror.internal/nvidia/gpgkey"] = machine.urls[toolkit.TOOLKIT_KEY_URL]
     source = "http://mirror.internal/nvidia/deb/$(ARCH) / key=http://mirror.internal/nvidia/gpgkey"
 
     out = run_joined(ctx, api, config={"nvidia-apt-source": source})
@@ -708,11 +709,11 @@ def test_validate_gpu_passes_logs_progress_and_deletes_the_pod(ctx, api, driver,
         "output": VECTORADD_OK,
     }
     readme_examples.show("validate-gpu", readme_examples.juju_results(ctx.action_results))
-    assert ctx.action_logs[0].startswith(f"running {nvidia.VALIDATION_IMAGE} on node {NODE}")
+    assert ctx.action_logs[0].startswith(f"running {validation.VALIDATION_IMAGE} on node {NODE}")
     assert ctx.action_logs[1:] == ["Pending", "Running"]
     pod = k.pods[0]
     assert pod["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
-    assert pod["spec"]["containers"][0]["image"] == nvidia.VALIDATION_IMAGE
+    assert pod["spec"]["containers"][0]["image"] == validation.VALIDATION_IMAGE
     terms = pod["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"
     ]
@@ -1006,6 +1007,41 @@ def test_the_leader_grants_the_oldest_request_first_and_the_turn_ends_after_the_
     assert out.unit_status.name == "active"
 
 
+def test_a_turn_wait_is_reported_under_what_the_node_waits_for(ctx, machine, api, driver, reboots):
+    needs_reboot(driver)  # joins, but its Node has not registered with the API server yet
+    state = with_peers(
+        joined_state(api, config={"auto-reboot": True}),
+        peers(turns=["kubernetes-worker/1"], others={1: asked(100.0)}),
+    )
+
+    out = ctx.run(ctx.on.update_status(), state)
+
+    assert out.unit_status == testing.WaitingStatus(f"waiting for node {NODE} to register")
+    assert reboots == []
+
+
+def test_an_api_error_during_the_reboot_drain_fails_the_hook_without_rebooting(
+    ctx, machine, api, driver, clock, reboots
+):
+    out = run_joined(ctx, api, config={"auto-reboot": True})
+    needs_reboot(driver)
+    state = with_peers(out, peers(turns=[UNIT], mine=asked(50.0)))
+    api.inject(status=403, times=1, method="PATCH", path_prefix=f"/api/v1/nodes/{NODE}")
+
+    with pytest.raises(testing.errors.UncaughtCharmError):
+        ctx.run(ctx.on.update_status(), state)
+
+    assert reboots == []
+    assert not node(api).get("spec", {}).get("unschedulable")
+
+    # Juju retries the hook with the state from before it
+    out = ctx.run(ctx.on.update_status(), state)
+    assert out.unit_status.name == "maintenance"
+    assert out.unit_status.message.startswith(f"rebooting: kernel {NEW_KERNEL} ")
+    assert node(api)["spec"]["unschedulable"] is True
+    assert reboots == [False]
+
+
 def test_an_update_apt_cannot_fetch_after_the_drain_keeps_the_node_cordoned_until_done(
     ctx, machine, api, driver, clock, reboots
 ):
@@ -1179,6 +1215,28 @@ def test_a_mig_layout_is_applied_by_mig_manager_under_a_drain_in_a_turn(
     before = len(writes(api))
     ctx.run(ctx.on.update_status(), out)
     assert len(writes(api)) == before  # applied: nothing more to do
+
+
+def test_an_api_error_during_the_mig_drain_fails_the_hook_and_the_retry_goes_on(
+    ctx, machine, api, h100, clock
+):
+    out = run_mig(ctx, api)
+    mine = dataclasses.replace(out, relations={*out.relations, peers(turns=[UNIT])})
+    state = with_config(mine, **{"mig-profile": "all-1g.10gb"})
+    api.inject(status=403, times=1, method="PATCH", path_prefix=f"/api/v1/nodes/{NODE}")
+
+    with pytest.raises(testing.errors.UncaughtCharmError):
+        ctx.run(ctx.on.config_changed(), state)
+
+    assert MIG_CONFIG not in node_labels(api)
+
+    # Juju retries the hook with the state from before it
+    out = ctx.run(ctx.on.config_changed(), state)
+    assert node_labels(api)[MIG_CONFIG] == "all-1g.10gb"
+    assert node(api)["spec"]["unschedulable"] is True
+    assert out.unit_status == testing.WaitingStatus(
+        "applying MIG layout all-1g.10gb: NVIDIA mig-manager reports not started"
+    )
 
 
 def test_success_the_gpus_do_not_show_keeps_the_node_cordoned(ctx, machine, api, h100, clock):

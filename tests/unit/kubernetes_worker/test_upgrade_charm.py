@@ -4,7 +4,7 @@ import dataclasses
 import logging
 
 import pytest
-import worker
+from node_upgrade import UPGRADE_STATE
 from ops import testing
 
 from charms.gpu_k8s.v0 import kubeadm
@@ -123,7 +123,7 @@ def test_in_its_turn_a_node_upgrades_by_the_kubeadm_procedure_once(ctx, machine,
     assert machine.services["kubelet"].restarts == restarts + 1
     assert not cordoned(api)
     assert published_minor(out) == "1.36"
-    assert machine.read(worker.UPGRADE_STATE) is None
+    assert machine.read(UPGRADE_STATE) is None
     assert len(machine.joins) == 1
 
     before_machine, before_api = len(machine.mutations()), mutating_api_requests(api)
@@ -152,7 +152,7 @@ def test_failed_kubeadm_upgrade_node_waits_then_the_next_event_finishes(ctx, mac
     assert not cordoned(api)
     assert pod(api, "web-1") is not None
     assert published_minor(out) == "1.35"  # the control plane keeps this unit's turn
-    assert machine.read(worker.UPGRADE_STATE) is not None
+    assert machine.read(UPGRADE_STATE) is not None
 
     out = ctx.run(ctx.on.update_status(), out)
 
@@ -293,13 +293,13 @@ def test_node_newer_than_the_control_plane_blocks_with_the_fix(ctx, machine, api
 
 def test_corrupt_upgrade_record_blocks_with_what_to_do(ctx, machine, api):
     out = joined_on(ctx, api)
-    machine.write(worker.UPGRADE_STATE, "{not json")
+    machine.write(UPGRADE_STATE, "{not json")
     relation, state = republish(out, **{"kubernetes-version": "1.36", "upgrade-turn": UNIT})
 
     out = ctx.run(ctx.on.relation_changed(relation), state)
 
     assert out.unit_status == testing.BlockedStatus(
-        f"the record of this node's Kubernetes upgrade ({worker.UPGRADE_STATE}) is corrupt: "
+        f"the record of this node's Kubernetes upgrade ({UPGRADE_STATE}) is corrupt: "
         "finish the upgrade by hand (kubeadm upgrade node, kubelet, uncordon) and delete it"
     )
     assert machine.upgrades == []
@@ -308,7 +308,7 @@ def test_corrupt_upgrade_record_blocks_with_what_to_do(ctx, machine, api):
 
 def test_a_record_left_on_a_node_that_was_reset_is_dropped_before_joining(ctx, machine, api):
     machine.write(
-        worker.UPGRADE_STATE,
+        UPGRADE_STATE,
         '{"source": "1.34", "target": "1.35", "done": ["node"], "cordoned": true}\n',
     )
     register_node(api)
@@ -316,7 +316,7 @@ def test_a_record_left_on_a_node_that_was_reset_is_dropped_before_joining(ctx, m
     out = ctx.run(ctx.on.config_changed(), joined_state(api))
 
     assert out.unit_status == testing.ActiveStatus(READY)
-    assert machine.read(worker.UPGRADE_STATE) is None
+    assert machine.read(UPGRADE_STATE) is None
     assert machine.upgrades == []
     assert len(machine.joins) == 1
     assert published_minor(out) == "1.35"

@@ -14,6 +14,32 @@ import gpu
 import kubernetes_validate
 import nvidia
 import pytest
+from gpu_labels import (
+    GPU_LABELS,
+    MACHINE_TYPE_FILE,
+    PluginConfig,
+    apply_node_gpu_state,
+    machine_type,
+    merge_taints,
+    node_labels,
+    node_taints,
+)
+from toolkit import (
+    TOOLKIT_CONFIG,
+    TOOLKIT_KEY_URL,
+    TOOLKIT_PACKAGES,
+    TOOLKIT_VERSION,
+    ToolkitSource,
+    containerd_runtimes,
+    install_toolkit,
+)
+from validation import (
+    VALIDATION_IMAGE,
+    parse_validation_result,
+    run_validation,
+    validation_pod,
+    validation_progress,
+)
 
 from charms.gpu_k8s.v0 import apt, containerd
 from charms.gpu_k8s.v0.system import CommandError
@@ -151,33 +177,33 @@ def test_smi_that_does_not_know_compute_cap_is_asked_again_without_it(machine, d
 
 def test_toolkit_from_nvidia_repository_pinned_and_held(machine, driver):
     machine.remote[NVIDIA_REPO] = TOOLKIT
-    machine.urls[nvidia.TOOLKIT_KEY_URL] = ARMORED_KEY
+    machine.urls[TOOLKIT_KEY_URL] = ARMORED_KEY
 
-    assert nvidia.install_toolkit(machine.host(), nvidia.ToolkitSource.parse(""))
+    assert install_toolkit(machine.host(), ToolkitSource.parse(""))
 
     source = machine.read("/etc/apt/sources.list.d/nvidia-container-toolkit.sources")
     assert f"URIs: {NVIDIA_REPO}\n" in source and "Suites: /\n" in source
-    assert {p: machine.dpkg[p] for p in nvidia.TOOLKIT_PACKAGES} == dict.fromkeys(
-        nvidia.TOOLKIT_PACKAGES, nvidia.TOOLKIT_VERSION
+    assert {p: machine.dpkg[p] for p in TOOLKIT_PACKAGES} == dict.fromkeys(
+        TOOLKIT_PACKAGES, TOOLKIT_VERSION
     )
-    assert set(nvidia.TOOLKIT_PACKAGES) <= machine.held
+    assert set(TOOLKIT_PACKAGES) <= machine.held
     before = len(machine.mutations())
-    assert not nvidia.install_toolkit(machine.host(), nvidia.ToolkitSource.parse(""))
+    assert not install_toolkit(machine.host(), ToolkitSource.parse(""))
     assert changes(machine, before) == []
 
 
 def test_toolkit_refuses_gpus_asked_for_by_environment_in_unprivileged_pods(machine, driver):
     driver.serve_toolkit()
-    nvidia.install_toolkit(machine.host(), nvidia.ToolkitSource.parse(""))
+    install_toolkit(machine.host(), ToolkitSource.parse(""))
 
-    config = machine.read(nvidia.TOOLKIT_CONFIG)
+    config = machine.read(TOOLKIT_CONFIG)
     assert "accept-nvidia-visible-devices-envvar-when-unprivileged = false\n" in config
     assert "= true" not in config.split("[")[0]  # the package default is gone
     assert machine.lines("nvidia-ctk") == [
         "/usr/bin/nvidia-ctk config --in-place --set "
         "accept-nvidia-visible-devices-envvar-when-unprivileged=false"
     ]
-    nvidia.install_toolkit(machine.host(), nvidia.ToolkitSource.parse(""))
+    install_toolkit(machine.host(), ToolkitSource.parse(""))
     assert len(machine.lines("nvidia-ctk")) == 1  # set once
 
 
@@ -185,38 +211,38 @@ def test_toolkit_from_a_mirror_configured_by_option(machine, driver):
     mirror = "http://mirror.internal/nvidia/deb/amd64"
     machine.remote[mirror] = TOOLKIT
     machine.urls["http://mirror.internal/nvidia/gpgkey"] = ARMORED_KEY
-    source = nvidia.ToolkitSource.parse(
+    source = ToolkitSource.parse(
         "http://mirror.internal/nvidia/deb/$(ARCH) / key=http://mirror.internal/nvidia/gpgkey"
     )
 
-    nvidia.install_toolkit(machine.host(), source)
+    install_toolkit(machine.host(), source)
 
     assert f"URIs: {mirror}\n" in machine.read(
         "/etc/apt/sources.list.d/nvidia-container-toolkit.sources"
     )
     assert not any("nvidia.github.io" in line for line in machine.lines())
-    assert machine.dpkg["nvidia-container-toolkit"] == nvidia.TOOLKIT_VERSION
+    assert machine.dpkg["nvidia-container-toolkit"] == TOOLKIT_VERSION
 
 
 def test_air_gapped_mirror_without_key_or_keyring_is_an_apt_error(machine, driver):
-    source = nvidia.ToolkitSource.parse("http://mirror.internal/nvidia/deb/amd64 /")
+    source = ToolkitSource.parse("http://mirror.internal/nvidia/deb/amd64 /")
 
     with pytest.raises(apt.AptError, match="keyring .* does not exist") as caught:
-        nvidia.install_toolkit(machine.host(), source)
+        install_toolkit(machine.host(), source)
 
     assert caught.value.package == "nvidia-container-toolkit"
     assert not machine.path("/etc/apt/sources.list.d/nvidia-container-toolkit.sources").exists()
 
 
 def test_unreachable_toolkit_version_names_the_package(machine, driver):
-    machine.remote[NVIDIA_REPO] = {p: {"1.17.8-1"} for p in nvidia.TOOLKIT_PACKAGES}
-    machine.urls[nvidia.TOOLKIT_KEY_URL] = ARMORED_KEY
+    machine.remote[NVIDIA_REPO] = {p: {"1.17.8-1"} for p in TOOLKIT_PACKAGES}
+    machine.urls[TOOLKIT_KEY_URL] = ARMORED_KEY
 
     with pytest.raises(apt.AptError) as caught:
-        nvidia.install_toolkit(machine.host(), nvidia.ToolkitSource.parse(""))
+        install_toolkit(machine.host(), ToolkitSource.parse(""))
 
-    assert caught.value.package in nvidia.TOOLKIT_PACKAGES
-    assert nvidia.TOOLKIT_VERSION in caught.value.detail
+    assert caught.value.package in TOOLKIT_PACKAGES
+    assert TOOLKIT_VERSION in caught.value.detail
 
 
 @pytest.mark.parametrize(
@@ -225,13 +251,13 @@ def test_unreachable_toolkit_version_names_the_package(machine, driver):
 )
 def test_bad_toolkit_source_option_says_the_form(value, error):
     with pytest.raises(ValueError, match=error):
-        nvidia.ToolkitSource.parse(value)
+        ToolkitSource.parse(value)
 
 
 def test_toolkit_source_with_suite_and_components():
-    source = nvidia.ToolkitSource.parse("https://repo.example/ubuntu noble main restricted")
+    source = ToolkitSource.parse("https://repo.example/ubuntu noble main restricted")
 
-    assert source == nvidia.ToolkitSource(
+    assert source == ToolkitSource(
         uri="https://repo.example/ubuntu",
         suite="noble",
         components=("main", "restricted"),
@@ -246,9 +272,9 @@ def test_nvidia_runtime_registered_but_not_default_and_restart_only_on_change(ma
     machine.services["containerd"] = Service()
     host = machine.host()
 
-    runtimes, default = nvidia.containerd_runtimes(has_gpu=True)
+    runtimes, default = containerd_runtimes(has_gpu=True)
     assert containerd.configure(host, runtimes, default)
-    assert not containerd.configure(host, *nvidia.containerd_runtimes(has_gpu=True))
+    assert not containerd.configure(host, *containerd_runtimes(has_gpu=True))
 
     config = machine.read(containerd.CONFIG_PATH)
     assert 'default_runtime_name = "runc"' in config
@@ -260,9 +286,9 @@ def test_nvidia_runtime_registered_but_not_default_and_restart_only_on_change(ma
 def test_nvidia_default_runtime_only_when_configured(machine):
     machine.services["containerd"] = Service()
     host = machine.host()
-    containerd.configure(host, *nvidia.containerd_runtimes(has_gpu=True))
+    containerd.configure(host, *containerd_runtimes(has_gpu=True))
 
-    assert containerd.configure(host, *nvidia.containerd_runtimes(True, default_nvidia=True))
+    assert containerd.configure(host, *containerd_runtimes(True, default_nvidia=True))
 
     assert 'default_runtime_name = "nvidia"' in machine.read(containerd.CONFIG_PATH)
     assert machine.services["containerd"].restarts == 2
@@ -271,10 +297,10 @@ def test_nvidia_default_runtime_only_when_configured(machine):
 def test_worker_that_lost_its_gpus_drops_the_runtime(machine):
     machine.services["containerd"] = Service()
     host = machine.host()
-    containerd.configure(host, *nvidia.containerd_runtimes(has_gpu=True))
+    containerd.configure(host, *containerd_runtimes(has_gpu=True))
 
-    assert nvidia.containerd_runtimes(has_gpu=False) == ({}, "runc")
-    containerd.configure(host, *nvidia.containerd_runtimes(has_gpu=False, default_nvidia=True))
+    assert containerd_runtimes(has_gpu=False) == ({}, "runc")
+    containerd.configure(host, *containerd_runtimes(has_gpu=False, default_nvidia=True))
 
     assert "nvidia" not in machine.read(containerd.CONFIG_PATH)
 
@@ -285,7 +311,7 @@ def test_worker_that_lost_its_gpus_drops_the_runtime(machine):
 A10G_SMI = "0, NVIDIA A10G, 23028, 0, 0, 30, [N/A], 580.95.05, 00000000:00:1B.0, 8.6\n"
 # Kubernetes' label value syntax (apimachinery IsValidLabelValue), written out again here.
 LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
-SINGLE_SHARED = {"mig_strategy": "single", "replicas": 4}  # nvidia.PluginConfig fields
+SINGLE_SHARED = {"mig_strategy": "single", "replicas": 4}  # PluginConfig fields
 
 
 @pytest.fixture
@@ -297,7 +323,7 @@ def a10g_smi(a10g):
 def test_labels_of_a_gpu_node_are_gfds_keys_and_values(a10g_smi):
     inventory, report = a10g_smi
 
-    labels = nvidia.node_labels(
+    labels = node_labels(
         inventory, report.driver_version, report.cuda_version, machine="g5.12xlarge\n"
     )
 
@@ -333,9 +359,9 @@ def test_labels_of_a_gpu_node_are_gfds_keys_and_values(a10g_smi):
 
 def test_time_slicing_replicas_label_the_sharing_and_mark_the_product_shared(a10g_smi):
     inventory, report = a10g_smi
-    plugin = nvidia.PluginConfig(replicas=4)
+    plugin = PluginConfig(replicas=4)
 
-    labels = nvidia.node_labels(inventory, report.driver_version, None, plugin=plugin)
+    labels = node_labels(inventory, report.driver_version, None, plugin=plugin)
 
     assert labels["nvidia.com/gpu.replicas"] == "4"
     assert labels["nvidia.com/gpu.sharing-strategy"] == "time-slicing"
@@ -348,9 +374,9 @@ def test_time_slicing_replicas_label_the_sharing_and_mark_the_product_shared(a10
 )
 def test_mig_strategy_is_labelled_when_the_plugin_uses_one(a10g_smi, strategy, label):
     inventory, _ = a10g_smi
-    plugin = nvidia.PluginConfig(mig_strategy=strategy)
+    plugin = PluginConfig(mig_strategy=strategy)
 
-    labels = nvidia.node_labels(inventory, None, None, plugin=plugin)
+    labels = node_labels(inventory, None, None, plugin=plugin)
 
     assert labels["nvidia.com/mig.strategy"] == label
     assert labels["nvidia.com/gpu.product"] == "NVIDIA-A10G"
@@ -377,7 +403,7 @@ def test_family_and_compute_labels_follow_the_compute_capability(a10g, capabilit
     major, minor = capability.split(".")
     devices = tuple(dataclasses.replace(d, compute_capability=capability) for d in a10g.devices)
 
-    labels = nvidia.node_labels(dataclasses.replace(a10g, devices=devices), None, None)
+    labels = node_labels(dataclasses.replace(a10g, devices=devices), None, None)
 
     assert labels["nvidia.com/gpu.family"] == family
     assert (labels["nvidia.com/gpu.compute.major"], labels["nvidia.com/gpu.compute.minor"]) == (
@@ -389,14 +415,14 @@ def test_family_and_compute_labels_follow_the_compute_capability(a10g, capabilit
 def test_unknown_compute_capability_leaves_family_and_compute_out(a10g):
     devices = tuple(dataclasses.replace(d, compute_capability=None) for d in a10g.devices)
 
-    labels = nvidia.node_labels(dataclasses.replace(a10g, devices=devices), None, None)
+    labels = node_labels(dataclasses.replace(a10g, devices=devices), None, None)
 
     assert labels["nvidia.com/gpu.family"] is None
     assert labels["nvidia.com/gpu.compute.major"] is None
 
 
 def test_two_part_driver_version_has_an_empty_revision(a10g):
-    labels = nvidia.node_labels(a10g, "580.95", "12.10")
+    labels = node_labels(a10g, "580.95", "12.10")
 
     assert labels["nvidia.com/cuda.driver-version.revision"] == ""
     assert labels["nvidia.com/cuda.driver.rev"] == ""
@@ -406,15 +432,13 @@ def test_two_part_driver_version_has_an_empty_revision(a10g):
 
 
 def test_machine_is_unknown_when_the_dmi_product_name_cannot_be_read(machine, a10g):
-    assert nvidia.machine_type(machine.host()) is None
-    assert nvidia.node_labels(a10g, None, None)["nvidia.com/gpu.machine"] == "unknown"
+    assert machine_type(machine.host()) is None
+    assert node_labels(a10g, None, None)["nvidia.com/gpu.machine"] == "unknown"
 
-    machine.write(nvidia.MACHINE_TYPE_FILE, "p5.48xlarge\n")
-    name = nvidia.machine_type(machine.host())
+    machine.write(MACHINE_TYPE_FILE, "p5.48xlarge\n")
+    name = machine_type(machine.host())
 
-    assert nvidia.node_labels(a10g, None, None, machine=name)["nvidia.com/gpu.machine"] == (
-        "p5.48xlarge"
-    )
+    assert node_labels(a10g, None, None, machine=name)["nvidia.com/gpu.machine"] == ("p5.48xlarge")
 
 
 @pytest.mark.parametrize(
@@ -429,12 +453,12 @@ def test_machine_is_unknown_when_the_dmi_product_name_cannot_be_read(machine, a1
 )
 @pytest.mark.parametrize("sharing", [{}, SINGLE_SHARED])
 def test_every_label_value_is_a_valid_kubernetes_label_value(model, machine, product, sharing):
-    plugin = nvidia.PluginConfig(**sharing)
+    plugin = PluginConfig(**sharing)
     odd = gpu.GpuInventory(
         devices=(gpu.GpuDevice("0000:00:1e.0", "20b0", None, model, compute_capability="8.0"),)
     )
 
-    labels = nvidia.node_labels(odd, "580.95.05", "13.0", machine=machine, plugin=plugin)
+    labels = node_labels(odd, "580.95.05", "13.0", machine=machine, plugin=plugin)
 
     for key, value in labels.items():
         assert value is None or (len(value) <= 63 and LABEL_VALUE.fullmatch(value)), key
@@ -444,7 +468,7 @@ def test_every_label_value_is_a_valid_kubernetes_label_value(model, machine, pro
 
 
 def test_labels_without_a_working_driver_leave_versions_out(a10g):
-    labels = nvidia.node_labels(a10g, None, None)
+    labels = node_labels(a10g, None, None)
 
     assert labels["nvidia.com/gpu.count"] == "4"
     assert labels["nvidia.com/cuda.driver.major"] is None
@@ -455,27 +479,25 @@ def test_labels_without_a_working_driver_leave_versions_out(a10g):
 
 def test_worker_that_lost_its_gpus_removes_every_gpu_label_and_the_taint(a10g_smi, cpu_only):
     inventory, report = a10g_smi
-    plugin = nvidia.PluginConfig(**SINGLE_SHARED)
-    every = nvidia.node_labels(
-        inventory, "580.95.05", "13.0", machine="g5.12xlarge", plugin=plugin
-    )
+    plugin = PluginConfig(**SINGLE_SHARED)
+    every = node_labels(inventory, "580.95.05", "13.0", machine="g5.12xlarge", plugin=plugin)
 
-    labels = nvidia.node_labels(cpu_only, "580.95.05", "13.0", plugin=plugin)
+    labels = node_labels(cpu_only, "580.95.05", "13.0", plugin=plugin)
 
-    assert labels == dict.fromkeys(nvidia.GPU_LABELS)  # None = delete in a merge patch
+    assert labels == dict.fromkeys(GPU_LABELS)  # None = delete in a merge patch
     assert set(labels) == set(every) and None not in every.values()
-    assert nvidia.node_taints(gpu_taint=True, has_gpu=False) == []
+    assert node_taints(gpu_taint=True, has_gpu=False) == []
 
 
 def test_gpu_taint_follows_the_option_and_keeps_other_taints():
     others = [{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}]
     ours = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 
-    tainted = nvidia.merge_taints(others, nvidia.node_taints(gpu_taint=True))
+    tainted = merge_taints(others, node_taints(gpu_taint=True))
     assert tainted == [*others, ours]
-    assert nvidia.merge_taints(tainted, nvidia.node_taints(gpu_taint=True)) == tainted
+    assert merge_taints(tainted, node_taints(gpu_taint=True)) == tainted
 
-    untainted = nvidia.merge_taints(tainted, nvidia.node_taints(gpu_taint=False))
+    untainted = merge_taints(tainted, node_taints(gpu_taint=False))
     assert untainted == others
 
 
@@ -486,13 +508,13 @@ K8S_MINORS = ("1.35", "1.36", "1.37")
 
 @pytest.mark.parametrize("minor", K8S_MINORS)
 def test_validation_pod_passes_the_openapi_schema(minor):
-    pod = nvidia.validation_pod("ip-10-0-1-17", "default", nvidia.VALIDATION_IMAGE, "gpu-check-1")
+    pod = validation_pod("ip-10-0-1-17", "default", VALIDATION_IMAGE, "gpu-check-1")
 
     kubernetes_validate.validate(pod, f"{minor}.0", strict=True)
 
 
 def test_schema_validation_can_fail_so_the_check_above_means_something():
-    pod = nvidia.validation_pod("ip-10-0-1-17", "default")
+    pod = validation_pod("ip-10-0-1-17", "default")
     pod["spec"]["restartPolicy"] = ["Never"]
 
     with pytest.raises(kubernetes_validate.ValidationError):
@@ -500,7 +522,7 @@ def test_schema_validation_can_fail_so_the_check_above_means_something():
 
 
 def test_validation_pod_is_pinned_asks_one_gpu_and_tolerates_the_taint():
-    pod = nvidia.validation_pod("ip-10-0-1-17", "gpu-check", "registry.local/cuda:vectoradd", "v1")
+    pod = validation_pod("ip-10-0-1-17", "gpu-check", "registry.local/cuda:vectoradd", "v1")
     spec = pod["spec"]
 
     terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
@@ -521,7 +543,7 @@ def test_validation_pod_is_pinned_asks_one_gpu_and_tolerates_the_taint():
 
 def test_validation_pod_needs_node_namespace_and_image():
     with pytest.raises(ValueError, match="node name, a namespace and an image"):
-        nvidia.validation_pod("", "default")
+        validation_pod("", "default")
 
 
 VECTORADD_OK = (
@@ -536,19 +558,19 @@ VECTORADD_FAIL = (
 
 
 def test_validation_result_pass_and_fail():
-    assert nvidia.parse_validation_result("Succeeded", VECTORADD_OK) == (
+    assert parse_validation_result("Succeeded", VECTORADD_OK) == (
         True,
         "CUDA check passed (pod Succeeded): Done",
     )
-    passed, summary = nvidia.parse_validation_result("Failed", VECTORADD_FAIL)
+    passed, summary = parse_validation_result("Failed", VECTORADD_FAIL)
     assert not passed
     assert "insufficient for CUDA runtime version" in summary
-    assert nvidia.parse_validation_result("Succeeded", "Test FAILED\n")[0] is False
+    assert parse_validation_result("Succeeded", "Test FAILED\n")[0] is False
 
 
 def test_validation_result_of_an_unfinished_pod_is_an_error():
     with pytest.raises(ValueError, match="has not finished"):
-        nvidia.parse_validation_result("Running", "")
+        parse_validation_result("Running", "")
 
 
 def test_validation_progress_reports_waiting_and_stuck_pods():
@@ -587,14 +609,14 @@ def test_validation_progress_reports_waiting_and_stuck_pods():
         }
     }
 
-    assert nvidia.validation_progress(unscheduled) == (
+    assert validation_progress(unscheduled) == (
         "Pending: not scheduled: 0/3 nodes are available: 1 Insufficient nvidia.com/gpu.",
         None,
     )
-    assert nvidia.validation_progress(pulling) == ("Pending: ContainerCreating", None)
-    line, stuck = nvidia.validation_progress(bad_image)
+    assert validation_progress(pulling) == ("Pending: ContainerCreating", None)
+    line, stuck = validation_progress(bad_image)
     assert stuck == line == 'Pending: ImagePullBackOff: Back-off pulling image "nvcr.io/x"'
-    assert nvidia.validation_progress({"status": {"phase": "Running"}}) == ("Running", None)
+    assert validation_progress({"status": {"phase": "Running"}}) == ("Running", None)
 
 
 # ------------------------------------------------- the node and the validation pod, over HTTP
@@ -630,10 +652,10 @@ def test_node_labels_and_taint_follow_config_and_gpus(api, kube, a10g, cpu_only)
         NODE_PATH,
         {"metadata": {"labels": {"kubernetes.io/hostname": NODE}}, "spec": {"taints": others}},
     )
-    plugin = nvidia.PluginConfig(**SINGLE_SHARED)
-    labels = nvidia.node_labels(a10g, "580.95.05", "13.0", machine="g5.12xlarge", plugin=plugin)
+    plugin = PluginConfig(**SINGLE_SHARED)
+    labels = node_labels(a10g, "580.95.05", "13.0", machine="g5.12xlarge", plugin=plugin)
 
-    assert nvidia.apply_node_gpu_state(kube, NODE, labels, nvidia.node_taints(True))
+    assert apply_node_gpu_state(kube, NODE, labels, node_taints(True))
     node = api.get_object(NODE_PATH)
     assert gpu_labels(node)["nvidia.com/gpu.count"] == "4"
     assert gpu_labels(node)["nvidia.com/mig.strategy"] == "single"
@@ -646,16 +668,16 @@ def test_node_labels_and_taint_follow_config_and_gpus(api, kube, a10g, cpu_only)
     patches = len([r for r in api.requests if r[0] == "PATCH"])
 
     # same state again: no write
-    assert not nvidia.apply_node_gpu_state(kube, NODE, labels, nvidia.node_taints(True))
+    assert not apply_node_gpu_state(kube, NODE, labels, node_taints(True))
     assert len([r for r in api.requests if r[0] == "PATCH"]) == patches
 
     # gpu-taint=false: our taint goes, the other stays
-    assert nvidia.apply_node_gpu_state(kube, NODE, labels, nvidia.node_taints(False))
+    assert apply_node_gpu_state(kube, NODE, labels, node_taints(False))
     assert api.get_object(NODE_PATH)["spec"]["taints"] == others
 
     # the worker lost its GPUs: every GPU label removed, other labels kept
-    gone = nvidia.node_labels(cpu_only, None, None)
-    assert nvidia.apply_node_gpu_state(kube, NODE, gone, nvidia.node_taints(True, has_gpu=False))
+    gone = node_labels(cpu_only, None, None)
+    assert apply_node_gpu_state(kube, NODE, gone, node_taints(True, has_gpu=False))
     node = api.get_object(NODE_PATH)
     assert gpu_labels(node) == {}
     assert node["metadata"]["labels"] == {"kubernetes.io/hostname": NODE}
@@ -664,8 +686,8 @@ def test_node_labels_and_taint_follow_config_and_gpus(api, kube, a10g, cpu_only)
 def test_cpu_node_without_gpu_labels_is_not_patched(api, kube, cpu_only):
     api.put_object(NODE_PATH, {"metadata": {"labels": {"kubernetes.io/hostname": NODE}}})
 
-    changed = nvidia.apply_node_gpu_state(
-        kube, NODE, nvidia.node_labels(cpu_only, None, None), nvidia.node_taints(True, False)
+    changed = apply_node_gpu_state(
+        kube, NODE, node_labels(cpu_only, None, None), node_taints(True, False)
     )
 
     assert not changed
@@ -674,7 +696,7 @@ def test_cpu_node_without_gpu_labels_is_not_patched(api, kube, cpu_only):
 
 def test_unregistered_node_is_a_lookup_error(kube, a10g):
     with pytest.raises(LookupError, match="not registered"):
-        nvidia.apply_node_gpu_state(kube, NODE, nvidia.node_labels(a10g, None, None), [])
+        apply_node_gpu_state(kube, NODE, node_labels(a10g, None, None), [])
 
 
 class Kubelet:
@@ -721,7 +743,7 @@ def test_validate_gpu_passes_with_progress_and_deletes_the_pod(api, kube):
     )
     lines: list[str] = []
 
-    outcome = nvidia.run_validation(
+    outcome = run_validation(
         kube,
         NODE,
         "default",
@@ -745,7 +767,7 @@ def test_validate_gpu_passes_with_progress_and_deletes_the_pod(api, kube):
 def test_validate_gpu_reports_the_failing_output(api, kube):
     kubelet = Kubelet(api, "gpu-check-2", [{"phase": "Failed"}], VECTORADD_FAIL)
 
-    outcome = nvidia.run_validation(
+    outcome = run_validation(
         kube, NODE, "default", "gpu-check-2", clock=kubelet.clock, sleep=kubelet.sleep
     )
 
@@ -768,7 +790,7 @@ def test_validate_gpu_stops_early_on_a_bad_image(api, kube):
         ],
     )
 
-    outcome = nvidia.run_validation(
+    outcome = run_validation(
         kube,
         NODE,
         "default",
@@ -803,7 +825,7 @@ def test_validate_gpu_times_out_on_a_pod_that_never_schedules(api, kube):
         ],
     )
 
-    outcome = nvidia.run_validation(
+    outcome = run_validation(
         kube,
         NODE,
         "default",

@@ -7,7 +7,7 @@ The fixtures under `tests/fixtures/gpu/` were captured by `tools/capture_gpu_fix
 import xml.etree.ElementTree as ET
 
 import gpu
-import nvidia
+import gpu_labels
 import pytest
 
 from fakes import sysfs
@@ -105,7 +105,7 @@ def test_recorded_h100_gets_the_labels_gfd_writes_for_a_hopper(tmp_path, h100_re
     inventory = gpu.with_smi(gpu.detect(root, None), h100_report)
     report = h100_report
 
-    labels = nvidia.node_labels(inventory, report.driver_version, report.cuda_version)
+    labels = gpu_labels.node_labels(inventory, report.driver_version, report.cuda_version)
 
     # captured before the query asked for compute_cap: the capability is the built-in 9.0
     assert {k: v for k, v in labels.items() if v is not None} == {

@@ -1,0 +1,300 @@
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""This node's Kubernetes minor: the control plane's when it joins, then one minor at a time.
+
+`plan_kubernetes` decides (and installs the packages of a node that has not joined or
+already runs the control plane's minor); `run_upgrade` follows the kubeadm procedure for
+a joined node, recording each step on the machine so that a failed hook resumes where it
+stopped. No ops imports: the charm decides when it is this node's turn and turns the
+errors into statuses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from worker import drain_summary
+
+from charms.gpu_k8s.v0 import apt, drain, kubeadm
+from charms.gpu_k8s.v0.system import CommandError, Host
+
+if TYPE_CHECKING:
+    from charms.gpu_k8s.v0.drain import DrainResult
+    from charms.gpu_k8s.v0.kubeclient import Kube
+
+logger = logging.getLogger(__name__)
+
+
+def minor_of(version: str) -> str:
+    """Return the minor of a Kubernetes version: "1.33.4" and "v1.33" give "1.33"."""
+    return ".".join(version.strip().lstrip("v").split(".")[:2])
+
+
+def supported_minor(version: str) -> str:
+    """The minor of the control plane's Kubernetes version, when this charm can install it.
+
+    Raises:
+        ValueError: no pinned release for that minor; the message says what to do.
+    """
+    minor = minor_of(version)
+    if minor not in kubeadm.RELEASES:
+        raise ValueError(
+            f"the control plane runs Kubernetes {minor}, which this charm cannot install "
+            f"(it has {', '.join(kubeadm.RELEASES)}): refresh kubernetes-worker to a "
+            "revision that supports it"
+        )
+    return minor
+
+
+def plan_kubernetes(host: Host, minor: str, mirror: str | None = None) -> VersionPlan:
+    """Plan this node's Kubernetes minor against the control plane's `minor`.
+
+    Installs `minor` when the plan says so (a node that has not joined, or one that
+    already runs it); forgets an upgrade record left by a node that was reset since.
+
+    Raises:
+        ValueError: an unreachable next minor or a corrupt upgrade record.
+        apt.AptError: a package or the package source failed.
+    """
+    joined = kubeadm.is_joined(host)
+    if not joined:
+        clear_upgrade(host)  # a record left by a node that was reset since
+    plan = plan_version(
+        minor,
+        joined=joined,
+        installed=kubeadm.installed_minor(host),
+        upgrade=load_upgrade(host) if joined else None,
+    )
+    if plan.action is VersionAction.INSTALL:
+        install_kubernetes(host, minor, mirror)
+    return plan
+
+
+def install_kubernetes(host: Host, minor: str, mirror: str | None = None) -> bool:
+    """Install kubeadm + kubelet pinned for `minor` (the control plane's); True on change.
+
+    Raises:
+        apt.AptError: a package or the package source failed.
+    """
+    return kubeadm.install(host, minor, mirror=mirror, with_kubectl=False)
+
+
+# Progress of an upgrade of this node, kept on the machine: a hook that fails half-way
+# (an API error during the drain) loses the charm's stored state, not what it did to the
+# machine, so the record of what was done must live next to it.
+UPGRADE_STATE = "/var/lib/gpu-k8s/kubernetes-upgrade.json"
+_STEPS = ("node", "drain", "restart")
+
+
+class VersionAction(enum.Enum):
+    """What a reconcile does with this node's Kubernetes packages."""
+
+    INSTALL = "install"  # not joined, or already at the control plane's minor
+    UPGRADE = "upgrade"  # joined on an older minor: upgrade one minor, in turn
+    NEWER = "newer"  # joined on a newer minor than the control plane: the operator decides
+
+
+@dataclasses.dataclass(frozen=True)
+class VersionPlan:
+    """The minor this node runs and the one it installs or upgrades to."""
+
+    action: VersionAction
+    running: str  # what the node's kubelet runs (the published minor for INSTALL)
+    target: str  # the minor to install or the next step of the upgrade
+    upgrade: Upgrade | None = None  # the upgrade in progress that this plan finishes
+
+
+@dataclasses.dataclass
+class Upgrade:
+    """An upgrade of this node from `source` to the next minor `target`, step by step."""
+
+    source: str
+    target: str
+    done: list[str] = dataclasses.field(default_factory=list)  # steps of _STEPS finished
+    cordoned: bool = False  # the drain cordoned the node (it was registered)
+
+
+def load_upgrade(host: Host) -> Upgrade | None:
+    """The upgrade in progress on this machine, or None.
+
+    Raises:
+        ValueError: the record is unreadable (the message names the file to check).
+    """
+    text = host.read(UPGRADE_STATE)
+    if text is None:
+        return None
+    try:
+        data = json.loads(text)
+        upgrade = Upgrade(
+            source=str(data["source"]),
+            target=str(data["target"]),
+            done=[str(step) for step in data["done"] if step in _STEPS],
+            cordoned=bool(data["cordoned"]),
+        )
+        for minor in (upgrade.source, upgrade.target):
+            kubeadm.minor_key(minor)
+    except (ValueError, KeyError, TypeError):
+        raise ValueError(
+            f"the record of this node's Kubernetes upgrade ({UPGRADE_STATE}) is corrupt: "
+            "finish the upgrade by hand (kubeadm upgrade node, kubelet, uncordon) and delete it"
+        ) from None
+    return upgrade
+
+
+def save_upgrade(host: Host, upgrade: Upgrade) -> None:
+    """Record the progress of `upgrade` on the machine."""
+    host.write(UPGRADE_STATE, json.dumps(dataclasses.asdict(upgrade), sort_keys=True) + "\n")
+
+
+def clear_upgrade(host: Host) -> None:
+    """Forget the upgrade record once the upgrade is complete."""
+    host.path(UPGRADE_STATE).unlink(missing_ok=True)
+
+
+def plan_version(
+    published: str, *, joined: bool, installed: str | None, upgrade: Upgrade | None
+) -> VersionPlan:
+    """Decide what this node does with the control plane's minor `published`.
+
+    A node that has not joined installs `published`. A joined node with an upgrade in
+    progress finishes it whatever is published (its kubeadm already moved on). Otherwise
+    a joined node upgrades one minor at a time towards `published`, never downgrades.
+
+    Raises:
+        ValueError: the next minor of an old node is one this charm cannot install.
+    """
+    if not joined or installed is None:
+        return VersionPlan(VersionAction.INSTALL, published, published)
+    if upgrade is not None:
+        return VersionPlan(VersionAction.UPGRADE, upgrade.source, upgrade.target, upgrade)
+    if installed == published:
+        return VersionPlan(VersionAction.INSTALL, published, published)
+    if kubeadm.minor_key(installed) > kubeadm.minor_key(published):
+        return VersionPlan(VersionAction.NEWER, installed, published)
+    target = kubeadm.next_minor(installed)
+    if target not in kubeadm.RELEASES:
+        raise ValueError(
+            f"this node runs Kubernetes {installed} and upgrades one minor at a time, but this "
+            f"charm cannot install {target}: remove this unit and add a new one"
+        )
+    return VersionPlan(VersionAction.UPGRADE, installed, target)
+
+
+def newer_message(running: str, published: str) -> str:
+    """The Blocked message of a node newer than its control plane."""
+    return (
+        f"this node runs Kubernetes {running} but the control plane runs {published}: "
+        "upgrade the control plane (juju config kubernetes-control-plane "
+        f"kubernetes-version={running})"
+    )
+
+
+def upgrade_node(
+    host: Host,
+    kube: Kube,
+    node: str,
+    upgrade: Upgrade,
+    *,
+    mirror: str | None,
+    drain_timeout: float,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> DrainResult | None:
+    """Upgrade this joined node to `upgrade.target`, resuming after the last finished step.
+
+    The kubeadm procedure for nodes: kubeadm at the new version, `kubeadm upgrade node`,
+    cordon + drain, kubelet (and cri-tools, CNI plugins) at the new version, kubelet
+    restart, uncordon. Progress is recorded on the machine after each step that must
+    not be repeated, and cleared at the end. A drain that times out carries on; its
+    result (pods left) is returned when this call drained, None otherwise.
+
+    Raises:
+        kubeadm.KubeadmError: `kubeadm upgrade node` failed.
+        apt.AptError: a package could not be installed.
+        CommandError: kubelet could not be restarted.
+        KubeError: the Kubernetes API refused the drain or the uncordon.
+    """
+    save_upgrade(host, upgrade)
+    kubeadm.install_kubeadm(host, upgrade.target, mirror=mirror)
+    if "node" not in upgrade.done:
+        kubeadm.upgrade_node(host)
+        upgrade.done.append("node")
+        save_upgrade(host, upgrade)
+    result = None
+    if "drain" not in upgrade.done:
+        result = drain.drain(kube, node, timeout=drain_timeout, clock=clock, sleep=sleep)
+        upgrade.cordoned = result is not None
+        upgrade.done.append("drain")
+        save_upgrade(host, upgrade)
+    kubeadm.install(host, upgrade.target, mirror=mirror, with_kubectl=False)
+    if "restart" not in upgrade.done:
+        kubeadm.restart_kubelet(host)
+        upgrade.done.append("restart")
+        save_upgrade(host, upgrade)
+    if upgrade.cordoned:
+        drain.uncordon(kube, node)
+    clear_upgrade(host)
+    return result
+
+
+class UpgradeError(Exception):
+    """A step of this node's upgrade failed; the message is the Waiting status.
+
+    The next event resumes from that step (`UPGRADE_STATE`).
+    """
+
+
+def run_upgrade(
+    host: Host,
+    kube: Kube,
+    node: str,
+    upgrade: Upgrade,
+    *,
+    mirror: str | None,
+    drain_timeout: float,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """`upgrade_node`, saying in the log what it does and which pods a drain left.
+
+    Raises:
+        UpgradeError: kubeadm, a package or the kubelet restart failed; the message says
+            whether the node stays cordoned.
+        KubeError: the Kubernetes API refused the drain or the uncordon.
+    """
+    logger.info(
+        "upgrading node %s from Kubernetes %s to %s (steps done: %s)",
+        node,
+        upgrade.source,
+        upgrade.target,
+        ", ".join(upgrade.done) or "none",
+    )
+    try:
+        result = upgrade_node(
+            host,
+            kube,
+            node,
+            upgrade,
+            mirror=mirror,
+            drain_timeout=drain_timeout,
+            clock=clock,
+            sleep=sleep,
+        )
+    except (kubeadm.KubeadmError, apt.AptError, CommandError) as e:
+        cordoned = f"node {node} stays cordoned; " if upgrade.cordoned else ""
+        logger.error("upgrade of node %s to Kubernetes %s: %s", node, upgrade.target, e)
+        raise UpgradeError(
+            f"upgrade to Kubernetes {upgrade.target} failed: {e}; {cordoned}"
+            "retrying on the next update-status"
+        ) from None
+    if result is not None and result.remaining:
+        summary = drain_summary(node, result, drain_timeout)
+        logger.warning("%s; upgraded anyway: %s", summary, " ".join(result.remaining))
+    logger.info("node %s now runs Kubernetes %s", node, upgrade.target)
