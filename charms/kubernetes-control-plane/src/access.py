@@ -26,12 +26,12 @@ import ops
 import rbac
 import registry
 import yaml
-from errors import StatusError
 from literals import API_PORT, WORKER_NAMESPACE, WORKER_SERVICE_ACCOUNT
 from settings import Config
 
 from charms.gpu_k8s.v0 import api_proxy, kube_objects, kubeadm
 from charms.gpu_k8s.v0.kubernetes_cluster import SECRET_LABEL
+from charms.gpu_k8s.v0.status import StatusError, on_error
 
 if TYPE_CHECKING:
     from charm import KubernetesControlPlaneCharm
@@ -72,8 +72,8 @@ class Access:
         try:
             return rbac.apply(self.charm._kube_client(), grant)
         except rbac.TokenNotReadyError:
-            raise StatusError(
-                ops.WaitingStatus(f"waiting for the token of {grant.service_account}")
+            raise StatusError.waiting(
+                f"waiting for the token of {grant.service_account}"
             ) from None
 
     def serve_kube_api(self, bag: ops.RelationDataContent) -> None:
@@ -163,7 +163,8 @@ class Access:
             bag["cert-sans"] = json.dumps(sans)
         public = self.charm.public_address()
         wanted = {*config.extra_sans, *([public] if public else [])}
-        try:
+        retry = "{error}; retrying on the next event"
+        with on_error(ops.WaitingStatus, bootstrap.BootstrapError, message=retry):
             if not wanted <= bootstrap.apiserver_sans(self.charm.host):
                 bootstrap.renew_apiserver_cert(
                     self.charm.host,
@@ -172,15 +173,13 @@ class Access:
                     advertise_address=self.charm._address(),
                     extra=sorted(wanted),
                 )
-        except bootstrap.BootstrapError as e:
-            raise StatusError(ops.WaitingStatus(f"{e}; retrying on the next event")) from None
 
     @staticmethod
     def _cluster_configuration(kube: Any) -> dict:
         """The cluster's ClusterConfiguration, as kubeadm stored it in kubeadm-config."""
         cm = kube.get("v1", "ConfigMap", "kubeadm-config", namespace="kube-system")
         if cm is None:
-            raise StatusError(ops.WaitingStatus("waiting for kubeadm's kubeadm-config ConfigMap"))
+            raise StatusError.waiting("waiting for kubeadm's kubeadm-config ConfigMap")
         return yaml.safe_load((cm.get("data") or {}).get("ClusterConfiguration") or "{}") or {}
 
 

@@ -30,11 +30,11 @@ import mig_manager
 import ops
 import rbac
 import registry
-from errors import StatusError
 from literals import FIELD_MANAGER, JOBSET, KUEUE
 from settings import Config
 
 from charms.gpu_k8s.v0 import kube_objects
+from charms.gpu_k8s.v0.status import StatusError
 
 if TYPE_CHECKING:
     from charm import KubernetesControlPlaneCharm
@@ -201,7 +201,7 @@ class Addons:
                     release, batch_engines.parse(release, data), settings, configure, transform
                 )
             except batch_engines.AddonError as e:
-                raise StatusError(ops.BlockedStatus(f"{release.name}: {e}")) from None
+                raise StatusError.blocked(f"{release.name}: {e}") from None
             kube = self._kube()
             for obj in objects:
                 kube.apply(obj, field_manager=FIELD_MANAGER)

@@ -41,9 +41,9 @@ import registry
 import rolling
 from access import Access
 from addons import Addons
-from errors import StatusError, status_of
 from fleet import Fleet
 from literals import (
+    ADMIN_REFUSED_FIX,
     ADMIN_SECRET_LABEL,
     API_PORT,
     COS_AGENT,
@@ -56,13 +56,19 @@ from membership import Membership
 from settings import Config, KubeconfigParams, NoParams
 
 from charms.gpu_k8s.v0 import api_proxy, drain, kubeadm
-from charms.gpu_k8s.v0.apt import AptError
 from charms.gpu_k8s.v0.cos_agent import CosAgentProvider, node_jobs, scrape_job
 from charms.gpu_k8s.v0.databag import write
 from charms.gpu_k8s.v0.kube_api import KubeApiProvider
 from charms.gpu_k8s.v0.kubeclient import KubeError
 from charms.gpu_k8s.v0.kubernetes_cluster import ClusterProvider
-from charms.gpu_k8s.v0.system import CommandError, Host, machine
+from charms.gpu_k8s.v0.status import (
+    StatusError,
+    Statuses,
+    api_proxy_errors,
+    on_error,
+    status_of,
+)
+from charms.gpu_k8s.v0.system import Host, machine
 from charms.gpu_k8s.v0.unit_state import Gauge
 
 logger = logging.getLogger(__name__)
@@ -108,8 +114,9 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
 
     def __init__(self, framework: ops.Framework):
         super().__init__(framework)
-        # status: [name, message] as the last reconcile found it (see _on_collect_status)
-        self._stored.set_default(left_cluster=False, status=None)
+        # statuses: [[name, message], ...] as the last reconcile found them (see
+        # _on_collect_status)
+        self._stored.set_default(left_cluster=False, statuses=None)
         self.workers = ClusterProvider(self, WORKERS)
         self.kube_api = KubeApiProvider(self, KUBE_API)
         self.membership = Membership(self)
@@ -119,7 +126,6 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         self.cos = CosAgentProvider(self, COS_AGENT, host=lambda: self.host)
         self._host: Host | None = None
         self._kube: Any = None
-        self._problem: ops.StatusBase | None = None
         self._notes: list[str] = []
         on = self.on
         for event in (
@@ -163,7 +169,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
 
             text = bootstrap.read_admin_kubeconfig(self.host)
             if text is None:
-                raise StatusError(ops.WaitingStatus("waiting for the admin kubeconfig"))
+                raise StatusError.waiting("waiting for the admin kubeconfig")
             self._kube = Kube.from_kubeconfig(text)
         return self._kube
 
@@ -175,7 +181,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         binding = self.model.get_binding(PEERS)
         address = binding.network.ingress_address if binding else None
         if address is None:
-            raise StatusError(ops.WaitingStatus("waiting for a network address"))
+            raise StatusError.waiting("waiting for a network address")
         return str(address)
 
     def _api_server(self) -> str:
@@ -202,44 +208,30 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         """Point this node's API proxy (the cluster's controlPlaneEndpoint) at the API servers."""
         servers = self._api_servers(peers)
         if not servers:
-            raise StatusError(
-                ops.WaitingStatus("waiting for a joined control-plane unit to publish its address")
+            raise StatusError.waiting(
+                "waiting for a joined control-plane unit to publish its address"
             )
-        try:
+        with api_proxy_errors():
             metrics = api_proxy.metrics_access(self.host, api_server=f"127.0.0.1:{API_PORT}")
             api_proxy.configure(self.host, servers, metrics)
-        except ValueError as e:
-            raise StatusError(ops.WaitingStatus(f"cannot configure the API proxy: {e}")) from None
-        except AptError as e:
-            raise StatusError(
-                ops.BlockedStatus(f"{e}; check the machine's Ubuntu archive")
-            ) from None
-        except CommandError as e:
-            raise StatusError(
-                ops.WaitingStatus(f"starting HAProxy: {e.last_line}; retrying on the next event")
-            ) from None
 
     # -- event handling -----------------------------------------------------------------
 
     def _on_event(self, event: ops.EventBase) -> None:
         if self._stored.left_cluster:
             return  # see _on_collect_status
+        statuses = Statuses(kube_refused_fix=ADMIN_REFUSED_FIX)
         try:
-            self._reconcile(event)
-        except StatusError as p:
-            self._problem = p.status
-        except KubeError as e:
-            logger.warning("Kubernetes API request failed: %s", e)
-            self._problem = ops.WaitingStatus(
-                f"Kubernetes API error ({e.status} {e.reason}); retrying on the next event"
-            )
+            with statuses.step():
+                self._reconcile(event)
         finally:
             if self._kube is not None:
                 self._kube.close()
                 self._kube = None
         self.cos.update(self._scrape_jobs(), gauges=self._gauges())
-        status = self._problem or self._ready_status()
-        self._stored.status = [status.name, status.message]
+        if not statuses.found:
+            statuses.add(self._ready_status())
+        self._stored.statuses = [[s.name, s.message] for s in statuses.found]
 
     def _scrape_jobs(self) -> list[dict]:
         """What this machine's COS agent scrapes (also after a reconcile that stopped).
@@ -360,28 +352,24 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         try:
             config = self.load_config(Config, errors="raise")
         except ValueError as e:  # as errors="blocked" words it, but kept past this hook
-            raise StatusError(ops.BlockedStatus(f"Invalid config: {e}")) from None
+            raise StatusError.blocked(f"Invalid config: {e}") from None
         peers = self._peers
         if peers is None:
-            raise StatusError(ops.WaitingStatus("waiting for the peers relation"))
+            raise StatusError.waiting("waiting for the peers relation")
         bag = peers.data[self.app]
         cluster_version = bag.get("cluster-version")
         if cluster_version:
-            try:
+            with on_error(ops.BlockedStatus, ValueError):
                 kubeadm.check_upgrade(cluster_version, config.kubernetes_version)
-            except ValueError as e:
-                raise StatusError(ops.BlockedStatus(str(e))) from None
         fixed = (
             ("pod-cidr", config.pod_cidr, bag.get("pod-cidr")),
             ("service-cidr", config.service_cidr, bag.get("service-cidr")),
         )
         for option, wanted, running in fixed:
             if running and wanted != running:
-                raise StatusError(
-                    ops.BlockedStatus(
-                        f"{option} {wanted} differs from the running cluster's {running}; "
-                        f"set it back to {running}"
-                    )
+                raise StatusError.blocked(
+                    f"{option} {wanted} differs from the running cluster's {running}; "
+                    f"set it back to {running}"
                 )
         with status_of(node.NodeError):
             self._node.settle_abandoned_upgrade(
@@ -465,7 +453,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             return
         patched = image_registry.sync_kubeadm_config(self._kube_client(), config.image_registry)
         if patched is None:
-            raise StatusError(ops.WaitingStatus("waiting for kubeadm's kubeadm-config ConfigMap"))
+            raise StatusError.waiting("waiting for kubeadm's kubeadm-config ConfigMap")
         if patched:
             where = config.image_registry or "the upstream registries"
             logger.info("kubeadm-config: joins and upgrades pull from %s", where)
@@ -556,7 +544,8 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         logger.info(
             "joining the control plane through the local API proxy at %s", material.endpoint
         )
-        try:
+        retry = "{error}; retrying on the next event"
+        with on_error(ops.WaitingStatus, kubeadm.KubeadmError, message=retry):
             kubeadm.join(
                 self.host,
                 material,
@@ -565,8 +554,6 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
                 control_plane=True,
                 advertise_address=self._address(),
             )
-        except kubeadm.KubeadmError as e:
-            raise StatusError(ops.WaitingStatus(f"{e}; retrying on the next event")) from None
         bootstrap.mark_joined(self.host, "join")
         self._configure_api_proxy(peers)  # this node's own API server now answers too
         self._mark_member(peers)
@@ -618,8 +605,9 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         """
         if self._stored.left_cluster:
             event.add_status(ops.MaintenanceStatus("left the cluster; this unit is being removed"))
-        elif self._stored.status:
-            event.add_status(ops.StatusBase.from_name(*self._stored.status))
+        elif self._stored.statuses:
+            for name, message in self._stored.statuses:
+                event.add_status(ops.StatusBase.from_name(name, message))
         else:
             event.add_status(ops.WaitingStatus("waiting to join the cluster"))
 

@@ -16,6 +16,7 @@ code; what it runs on the machine is in `bootstrap.py` and `etcd.py`.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import logging
@@ -24,7 +25,6 @@ from typing import TYPE_CHECKING
 import bootstrap
 import etcd
 import ops
-from errors import StatusError
 from literals import (
     CERTS_REUPLOAD_AFTER_SECONDS,
     CERTS_VALID_SECONDS,
@@ -38,11 +38,15 @@ from settings import Config
 
 from charms.gpu_k8s.v0 import api_proxy, kubeadm
 from charms.gpu_k8s.v0.databag import write
+from charms.gpu_k8s.v0.status import StatusError, on_error
 
 if TYPE_CHECKING:
     from charm import KubernetesControlPlaneCharm
 
 logger = logging.getLogger(__name__)
+
+# A kubeadm step that failed is tried again on the next event.
+_RETRY = "{error}; retrying on the next event"
 
 
 def parse_time(text: str | None) -> datetime.datetime | None:
@@ -51,6 +55,11 @@ def parse_time(text: str | None) -> datetime.datetime | None:
         return datetime.datetime.fromisoformat(text) if text else None
     except ValueError:
         return None
+
+
+def _kubeadm_retried() -> contextlib.AbstractContextManager[None]:
+    """A failed kubeadm step (`bootstrap.BootstrapError`) waits for the next event."""
+    return on_error(ops.WaitingStatus, bootstrap.BootstrapError, message=_RETRY)
 
 
 class Membership:
@@ -80,21 +89,17 @@ class Membership:
             spec, token=token, ttl_hours=config.join_token_ttl, certificate_key=key
         )
         logger.info("bootstrapping the cluster with kubeadm init")
-        try:
+        with _kubeadm_retried():
             bootstrap.init(self.charm.host, text)
-        except bootstrap.BootstrapError as e:
-            raise StatusError(ops.WaitingStatus(f"{e}; retrying on the next event")) from None
         self._record_cluster(config, peers, token, key)
         logger.info("bootstrapped Kubernetes %s at %s", spec.kubernetes_version, address)
 
     def recover(self, config: Config, peers: ops.Relation) -> None:
         """Make new join material when kubeadm init ran but its material was never recorded."""
         key = bootstrap.generate_certificate_key()
-        try:
+        with _kubeadm_retried():
             token = bootstrap.create_token(self.charm.host, config.join_token_ttl)
             bootstrap.upload_certs(self.charm.host, key)
-        except bootstrap.BootstrapError as e:
-            raise StatusError(ops.WaitingStatus(f"{e}; retrying on the next event")) from None
         self._record_cluster(config, peers, token, key)
         logger.info("recorded new join material for the running cluster")
 
@@ -130,10 +135,8 @@ class Membership:
         try:
             return self.charm.model.get_secret(label=PEER_SECRET_LABEL)
         except ops.SecretNotFoundError:
-            raise StatusError(
-                ops.BlockedStatus(
-                    "control-plane join secret is missing; remove this unit and add a new one"
-                )
+            raise StatusError.blocked(
+                "control-plane join secret is missing; remove this unit and add a new one"
             ) from None
 
     def rotate_token_if_due(
@@ -146,10 +149,8 @@ class Membership:
         if expires is not None and now < expires - margin:
             return content["token"]
         old = content["token"]
-        try:
+        with _kubeadm_retried():
             new = bootstrap.create_token(self.charm.host, config.join_token_ttl)
-        except bootstrap.BootstrapError as e:
-            raise StatusError(ops.WaitingStatus(f"{e}; retrying on the next event")) from None
         secret.set_content({**content, "token": new})
         bag["token-expires"] = bootstrap.token_expiry(now, config.join_token_ttl).isoformat()
         try:
@@ -170,10 +171,8 @@ class Membership:
         now = type(self.charm).clock()
         if uploaded and (now - uploaded).total_seconds() < CERTS_REUPLOAD_AFTER_SECONDS:
             return
-        try:
+        with _kubeadm_retried():
             bootstrap.upload_certs(self.charm.host, key)
-        except bootstrap.BootstrapError as e:
-            raise StatusError(ops.WaitingStatus(f"{e}; retrying on the next event")) from None
         bag["certs-uploaded-at"] = now.isoformat()
         logger.info("re-uploaded control-plane certificates for %d joining units", len(waiting))
 
@@ -181,16 +180,14 @@ class Membership:
         """The endpoint, CA pin, token and certificate key a joining control plane needs."""
         bag = peers.data[self.charm.app]
         if not bag.get("join-secret-id") or not bag.get("endpoint"):
-            raise StatusError(ops.WaitingStatus("waiting for the leader to bootstrap the cluster"))
+            raise StatusError.waiting("waiting for the leader to bootstrap the cluster")
         uploaded = self._newest(peers, "certs-uploaded-at")
         fresh = datetime.timedelta(seconds=CERTS_VALID_SECONDS - 600)
         if uploaded is None or type(self.charm).clock() - uploaded[0] > fresh:
             if peers.data[self.charm.unit].get("joined") != "false":
                 peers.data[self.charm.unit]["joined"] = "false"  # asks for a re-upload
-            raise StatusError(
-                ops.WaitingStatus(
-                    "waiting for a joined unit to re-upload control-plane certificates"
-                )
+            raise StatusError.waiting(
+                "waiting for a joined unit to re-upload control-plane certificates"
             )
         try:
             secret = self.charm.model.get_secret(id=bag["join-secret-id"])
@@ -202,9 +199,9 @@ class Membership:
                 certificate_key=content.get("certificate-key", ""),
             )
         except (ops.SecretNotFoundError, ops.ModelError):
-            raise StatusError(ops.WaitingStatus("waiting for access to the join secret")) from None
+            raise StatusError.waiting("waiting for access to the join secret") from None
         except ValueError as e:
-            raise StatusError(ops.WaitingStatus(f"join material from the leader: {e}")) from None
+            raise StatusError.waiting(f"join material from the leader: {e}") from None
         return material
 
     def _newest(
@@ -246,7 +243,7 @@ class Membership:
         now = type(self.charm).clock()
         mine = peers.data[self.charm.unit]
         uploaded = self._newest(peers, "certs-uploaded-at")
-        try:
+        with _kubeadm_retried():
             if (
                 uploaded is None
                 or (now - uploaded[0]).total_seconds() >= MEMBER_REUPLOAD_AFTER_SECONDS
@@ -265,8 +262,6 @@ class Membership:
                     now, config.join_token_ttl
                 ).isoformat()
                 logger.info("minted a bootstrap token for joining units in the leader's stead")
-        except bootstrap.BootstrapError as e:
-            raise StatusError(ops.WaitingStatus(f"{e}; retrying on the next event")) from None
 
     def _store_member_token(self, token: str, peers: ops.Relation) -> ops.Secret:
         content = {"token": token}
