@@ -143,6 +143,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         framework.observe(on[PEERS].relation_departed, self._on_peer_departed)
         framework.observe(on.secret_remove, self._on_secret_remove)
         framework.observe(on.collect_unit_status, self._on_collect_status)
+        framework.observe(on.collect_app_status, self._on_collect_app_status)
         framework.observe(on.get_kubeconfig_action, self._on_get_kubeconfig)
         framework.observe(on.cluster_info_action, self._on_cluster_info)
 
@@ -436,11 +437,26 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         """
         if self._stored.left_cluster:
             event.add_status(ops.MaintenanceStatus("left the cluster; this unit is being removed"))
-        elif self._stored.statuses:
-            for name, message in self._stored.statuses:
-                event.add_status(ops.StatusBase.from_name(name, message))
-        else:
-            event.add_status(ops.WaitingStatus("waiting to join the cluster"))
+            return
+        for status in self._last_statuses():
+            event.add_status(status)
+
+    def _on_collect_app_status(self, event: ops.CollectStatusEvent) -> None:
+        """The leader's view is the application's: the cluster's line, or what stops it.
+
+        ops asks the leader alone. A leader that left the cluster says nothing: the next
+        leader reports.
+        """
+        if self._stored.left_cluster:
+            return
+        for status in self._last_statuses():
+            event.add_status(status)
+
+    def _last_statuses(self) -> list[ops.StatusBase]:
+        """What the last reconcile of this unit found (Waiting before the first one)."""
+        if not self._stored.statuses:
+            return [ops.WaitingStatus("waiting to join the cluster")]
+        return [ops.StatusBase.from_name(name, message) for name, message in self._stored.statuses]
 
     # -- actions ----------------------------------------------------------------------------
 
