@@ -334,7 +334,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         self._keep_image_registry(config, hook)
         addons.apply_cni(config, bag)
         upgrade = hook.upgrades.control_plane(config, peers)
-        self._mark_member(hook)
+        self._mark_member(hook)  # with the minor this node runs now
         membership.prune_etcd(peers, check=isinstance(event, ops.UpdateStatusEvent))
         added = hook.fleet.sync(peers, event)
         hook.fleet.observe_nodes(peers, event, added)
@@ -367,6 +367,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         bag[IMAGE_REGISTRY] = want
 
     def _reconcile_member(self, config: Config, hook: _Hook) -> None:
+        """Join, or as a member: follow the API servers, take an upgrade turn, help joiners."""
         if not hook.ctx.joined():
             self._join(config, hook)
             return
