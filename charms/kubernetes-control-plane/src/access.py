@@ -11,81 +11,108 @@
   public address (the cluster's certSANs in kubeadm-config, each node's own
   certificate renewed when it lacks one, then its API server restarted).
 
-Ops code (relations, secrets, ports); what it applies is in `rbac.py` and `bootstrap.py`.
+An ops component (relations, secrets, ports) that takes the kube-api endpoint, the model,
+this unit's `context.UnitContext` and the hook's API client, never the charm; it returns
+notes for the status. What it applies is in `rbac.py` and `bootstrap.py`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
 
 import bootstrap
 import ops
 import rbac
 import registry
 import yaml
-from errors import StatusError
+from context import UnitContext
 from literals import API_PORT, WORKER_NAMESPACE, WORKER_SERVICE_ACCOUNT
+from peers import ENDPOINT, Peers
 from settings import Config
 
-from charms.gpu_k8s.v0 import api_proxy, kube_objects, kubeadm
+from charms.gpu_k8s.v0 import api_proxy, kube_objects
+from charms.gpu_k8s.v0.kube_api import KubeApiProvider
+from charms.gpu_k8s.v0.kubeclient import Kube
 from charms.gpu_k8s.v0.kubernetes_cluster import SECRET_LABEL
-
-if TYPE_CHECKING:
-    from charm import KubernetesControlPlaneCharm
+from charms.gpu_k8s.v0.status import StatusError, on_error
 
 logger = logging.getLogger(__name__)
 
+# The peer application databag: what was granted and written last, under these keys.
+KUBE_API_KEY = "kube-api"  # {relation id: {app, namespace, fingerprint}} of kube-api grants
+WORKER_GRANT_KEY = "worker-grant"
+CERT_SANS_KEY = "cert-sans"  # the certSANs last written to kubeadm-config
+
 
 class Access:
-    """Grants to consumers and workers, and the way in for the operator."""
+    """Grants to consumers and workers, and the way in for the operator.
 
-    def __init__(self, charm: KubernetesControlPlaneCharm):
-        self.charm = charm
+    `kube_api`: the kube-api endpoint; `model`: where the workers' secret is found and
+    this unit's port opened; `ctx`: this unit; `kube`: the hook's API client.
+    """
 
-    def worker_kubeconfig(self, bag: ops.RelationDataContent) -> str:
+    def __init__(
+        self,
+        kube_api: KubeApiProvider,
+        model: ops.Model,
+        ctx: UnitContext,
+        kube: Callable[[], Kube],
+    ):
+        self._kube_api = kube_api
+        self._model = model
+        self._ctx = ctx
+        self._kube = kube
+
+    def worker_kubeconfig(self, peers: Peers) -> str:
         """The workers' kubeconfig (one ServiceAccount for all), granted again when changed."""
+        bag = peers.app
+        endpoint = bag[ENDPOINT]
         grant = rbac.worker_grant()
-        fingerprint = kube_objects.fingerprint(rbac.manifests(grant), bag["endpoint"])
-        if bag.get("worker-grant") == fingerprint:
+        fingerprint = kube_objects.fingerprint(rbac.manifests(grant), endpoint)
+        if bag.get(WORKER_GRANT_KEY) == fingerprint:
             try:
-                current = self.charm.model.get_secret(label=SECRET_LABEL).peek_content()
+                current = self._model.get_secret(label=SECRET_LABEL).peek_content()
                 if current.get("kubeconfig"):
                     return current["kubeconfig"]
             except ops.SecretNotFoundError:
                 pass
         token = self.apply_grant(grant)
         text = rbac.kubeconfig(
-            server=f"https://{bag['endpoint']}",
-            ca_pem=bootstrap.read_ca(self.charm.host) or "",
+            server=f"https://{endpoint}",
+            ca_pem=bootstrap.read_ca(self._ctx.host) or "",
             token=token,
             namespace=WORKER_NAMESPACE,
             user=WORKER_SERVICE_ACCOUNT,
         )
-        bag["worker-grant"] = fingerprint
+        bag[WORKER_GRANT_KEY] = fingerprint
         return text
 
     def apply_grant(self, grant: rbac.Grant) -> str:
         """Apply a grant's RBAC objects; the ServiceAccount's token."""
         try:
-            return rbac.apply(self.charm._kube_client(), grant)
+            return rbac.apply(self._kube(), grant)
         except rbac.TokenNotReadyError:
-            raise StatusError(
-                ops.WaitingStatus(f"waiting for the token of {grant.service_account}")
+            raise StatusError.waiting(
+                f"waiting for the token of {grant.service_account}"
             ) from None
 
-    def serve_kube_api(self, bag: ops.RelationDataContent) -> None:
-        """Grant what each kube-api consumer asks for; revoke what departed consumers had."""
-        granted: dict[str, dict] = json.loads(bag.get("kube-api", "{}"))
+    def serve_kube_api(self, peers: Peers) -> list[str]:
+        """Grant what each kube-api consumer asks for; revoke what departed consumers had.
+
+        Returns notes for the status: the consumers whose request was refused.
+        """
+        bag = peers.app
+        granted: dict[str, dict] = json.loads(bag.get(KUBE_API_KEY, "{}"))
         before = json.dumps(granted, sort_keys=True)
         seen = set()
+        notes = []
         # Consumers run outside the cluster's nodes, without the local proxy: they get the
         # leader's API server, and a new address when leadership moves.
-        endpoint = f"https://{self.charm._api_server()}"
+        endpoint = f"https://{self._ctx.api_server}"
         node_set = _node_set(registry.Registry.load(bag).nodes)
-        for request in self.charm.kube_api.requests():
+        for request in self._kube_api.requests():
             key = str(request.relation.id)
             seen.add(key)
             previous = granted.get(key)
@@ -93,14 +120,14 @@ class Access:
                 if previous:
                     self._revoke(previous, request.relation.id)
                     del granted[key]
-                self.charm.kube_api.refuse(request.relation, request.error or "invalid request")
-                self.charm._notes.append(f"refused kube-api request of {request.app_name}")
+                self._kube_api.refuse(request.relation, request.error or "invalid request")
+                notes.append(f"refused kube-api request of {request.app_name}")
                 continue
             ask = request.request
             fingerprint = kube_objects.fingerprint(ask.dump(), endpoint)
-            answered = request.relation.data[self.charm.app].get("kubeconfig-secret-id")
+            answered = request.relation.data[self._model.app].get("kubeconfig-secret-id")
             if previous and previous["fingerprint"] == fingerprint and answered:
-                self.charm.kube_api.announce_nodes(request.relation, node_set)
+                self._kube_api.announce_nodes(request.relation, node_set)
                 continue
             if previous and previous["namespace"] != ask.namespace:
                 self._revoke(previous, None)
@@ -110,12 +137,12 @@ class Access:
             token = self.apply_grant(grant)
             text = rbac.kubeconfig(
                 server=endpoint,
-                ca_pem=bootstrap.read_ca(self.charm.host) or "",
+                ca_pem=bootstrap.read_ca(self._ctx.host) or "",
                 token=token,
                 namespace=ask.namespace,
                 user=grant.service_account,
             )
-            self.charm.kube_api.grant(
+            self._kube_api.grant(
                 request.relation, endpoint, ask.namespace, grant.service_account, text, node_set
             )
             granted[key] = {
@@ -128,31 +155,33 @@ class Access:
             self._revoke(granted.pop(key), int(key))
         after = json.dumps(granted, sort_keys=True)
         if after != before:
-            bag["kube-api"] = after
+            bag[KUBE_API_KEY] = after
+        return notes
 
     def _relation_active(self, key: str) -> bool:
-        return any(str(r.id) == key for r in self.charm.kube_api.relations)
+        return any(str(r.id) == key for r in self._kube_api.relations)
 
     def _revoke(self, previous: dict, relation_id: int | None) -> None:
         grant = rbac.consumer_grant(previous["app"], previous["namespace"], [], [])
-        rbac.remove(self.charm._kube_client(), grant)
+        rbac.remove(self._kube(), grant)
         if relation_id is not None:
-            self.charm.kube_api.remove(relation_id)
+            self._kube_api.remove(relation_id)
 
-    def reach(self, config: Config, peers: ops.Relation, *, leader: bool) -> None:
+    def reach(self, config: Config, peers: Peers, *, leader: bool) -> None:
         """Open the API port for `juju expose`; keep the certificate valid for outside names.
 
         The leader keeps the cluster's certSANs (kubeadm-config, which joining nodes read)
         equal to `api-extra-sans` (`cert-sans` in the peer data says what it last wrote);
         each node renews its own certificate when it lacks one of those names or its own
         public address, then restarts its API server. Nothing is asked of the API server
-        when nothing changed.
+        when nothing changed. `leader`: this unit reconciles as the leader (one that has
+        not joined the running cluster yet does not).
         """
-        self.charm.unit.set_ports(API_PORT)
-        bag = peers.data[self.charm.app]
+        self._model.unit.set_ports(API_PORT)
+        bag = peers.app
         sans = bootstrap.cluster_cert_sans(api_proxy.ENDPOINT, config.extra_sans)
-        if leader and bag.get("cert-sans") != json.dumps(sans):
-            kube = self.charm._kube_client()
+        if leader and bag.get(CERT_SANS_KEY) != json.dumps(sans):
+            kube = self._kube()
             cluster = self._cluster_configuration(kube)
             if (cluster.get("apiServer") or {}).get("certSANs") != sans:
                 server = {**(cluster.get("apiServer") or {}), "certSANs": sans}
@@ -160,30 +189,29 @@ class Access:
                 patch = {"data": {"ClusterConfiguration": text}}
                 kube.patch("v1", "ConfigMap", "kubeadm-config", patch, namespace="kube-system")
                 logger.info("the cluster's API server certificates name %s", ", ".join(sans))
-            bag["cert-sans"] = json.dumps(sans)
-        public = self.charm.public_address()
+            bag[CERT_SANS_KEY] = json.dumps(sans)
+        public = self._ctx.public_address
         wanted = {*config.extra_sans, *([public] if public else [])}
-        try:
-            if not wanted <= bootstrap.apiserver_sans(self.charm.host):
+        retry = "{error}; retrying on the next event"
+        with on_error(ops.WaitingStatus, bootstrap.BootstrapError, message=retry):
+            if not wanted <= bootstrap.apiserver_sans(self._ctx.host):
                 bootstrap.renew_apiserver_cert(
-                    self.charm.host,
-                    self._cluster_configuration(self.charm._kube_client()),
-                    node_name=kubeadm.node_name(self.charm.host),
-                    advertise_address=self.charm._address(),
+                    self._ctx.host,
+                    self._cluster_configuration(self._kube()),
+                    node_name=self._ctx.node_name,
+                    advertise_address=self._ctx.address,
                     extra=sorted(wanted),
                 )
-        except bootstrap.BootstrapError as e:
-            raise StatusError(ops.WaitingStatus(f"{e}; retrying on the next event")) from None
 
     @staticmethod
-    def _cluster_configuration(kube: Any) -> dict:
+    def _cluster_configuration(kube: Kube) -> dict:
         """The cluster's ClusterConfiguration, as kubeadm stored it in kubeadm-config."""
         cm = kube.get("v1", "ConfigMap", "kubeadm-config", namespace="kube-system")
         if cm is None:
-            raise StatusError(ops.WaitingStatus("waiting for kubeadm's kubeadm-config ConfigMap"))
+            raise StatusError.waiting("waiting for kubeadm's kubeadm-config ConfigMap")
         return yaml.safe_load((cm.get("data") or {}).get("ClusterConfiguration") or "{}") or {}
 
 
 def _node_set(nodes: set[str]) -> str:
     """A digest of the worker nodes, for kube-api consumers that follow them."""
-    return hashlib.sha256(json.dumps(sorted(nodes)).encode()).hexdigest()[:16]
+    return kube_objects.fingerprint(sorted(nodes))

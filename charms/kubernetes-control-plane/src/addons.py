@@ -7,7 +7,8 @@ Each add-on is applied when what decides it (pin, config, the workers' GPUs) dif
 what the peer application databag says was applied last, so an event with nothing new
 sends no request. The manifests and decisions live in `flannel.py`, `device_plugin.py`,
 `dcgm_exporter.py`, `mig_manager.py`, `kube_state_metrics.py` and `batch_engines.py`;
-this module is their ops side.
+this module applies them, with the hook's API client and a downloader (never the charm),
+and records each in the peer application databag under a key of its own (below).
 
 Batch engines (JobSet, Kueue) come last in the leader's reconcile: a download that fails or
 a manifest whose sha256 is not the pinned one makes the unit Blocked naming the add-on, and
@@ -17,8 +18,8 @@ everything before (workers, kube-api consumers) is already served.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, MutableMapping
+from typing import Any
 
 import batch_engines
 import dcgm_exporter
@@ -27,75 +28,82 @@ import flannel
 import kube_state_metrics
 import kueue
 import mig_manager
-import ops
 import rbac
 import registry
-from errors import StatusError
 from literals import FIELD_MANAGER, JOBSET, KUEUE
 from settings import Config
 
 from charms.gpu_k8s.v0 import kube_objects
-
-if TYPE_CHECKING:
-    from charm import KubernetesControlPlaneCharm
+from charms.gpu_k8s.v0.kubeclient import Kube
+from charms.gpu_k8s.v0.status import StatusError
 
 logger = logging.getLogger(__name__)
 
+# The peer application databag (`bag` below): what was applied last, under these keys.
+CNI_KEY = "cni"
+DEVICE_PLUGIN_KEY = "device-plugin"
+DCGM_EXPORTER_KEY = "dcgm-exporter"
+KUBE_STATE_METRICS_KEY = "kube-state-metrics"
+KUBE_STATE_METRICS_NODE_KEY = "kube-state-metrics-node"  # where its COS agent scrapes it
+NODE_METRICS_KEY = "node-metrics-rbac"
+MIG_MANAGER_KEY = "mig-manager"
+KUEUE_OBJECTS_KEY = "kueue-objects"
+
+Bag = MutableMapping[str, str]
+
 
 class Addons:
-    """Applies the cluster's add-ons from the leader."""
+    """Applies the cluster's add-ons from the leader.
 
-    def __init__(self, charm: KubernetesControlPlaneCharm):
-        self.charm = charm
+    `kube`: the hook's API client, asked for only when something is applied;
+    `opener`: what downloads the batch engines' releases (`urllib.request.urlopen`).
+    """
 
-    def _kube(self) -> Any:
-        return self.charm._kube_client()
+    def __init__(self, kube: Callable[[], Kube], opener: Callable[..., Any]):
+        self._kube = kube
+        self._opener = opener
 
-    def apply_cni(self, config: Config, bag: ops.RelationDataContent) -> None:
+    def apply_cni(self, config: Config, bag: Bag) -> None:
         """flannel, with this cluster's pod network and registry."""
         want = flannel.fingerprint(config.pod_cidr, config.image_registry)
-        if bag.get("cni") == want:
+        if bag.get(CNI_KEY) == want:
             return
         kube = self._kube()
         for manifest in flannel.manifests(config.pod_cidr, config.image_registry):
             kube.apply(manifest, field_manager=FIELD_MANAGER)
-        bag["cni"] = want
+        bag[CNI_KEY] = want
         logger.info("applied %s", want)
 
-    def apply_device_plugin(self, config: Config, bag: ops.RelationDataContent) -> None:
+    def apply_device_plugin(self, config: Config, bag: Bag) -> None:
         """Run the NVIDIA device plugin while any worker reports GPUs; remove it after."""
         objects = device_plugin.manifests(
             config.mig_strategy, config.gpu_time_slicing_replicas, config.image_registry
         )
         want = fingerprint(objects, device_plugin.VERSION)
-        self._apply_gpu_addon("device-plugin", "the NVIDIA device plugin", objects, want, bag)
+        self._apply_gpu_addon(DEVICE_PLUGIN_KEY, "the NVIDIA device plugin", objects, want, bag)
 
-    def apply_dcgm_exporter(self, config: Config, bag: ops.RelationDataContent) -> None:
+    def apply_dcgm_exporter(self, config: Config, bag: Bag) -> None:
         """Run NVIDIA's DCGM exporter while any worker reports GPUs; remove it after."""
         objects = dcgm_exporter.manifests(config.image_registry)
         want = fingerprint(objects, dcgm_exporter.VERSION)
-        self._apply_gpu_addon("dcgm-exporter", "NVIDIA's DCGM exporter", objects, want, bag)
+        self._apply_gpu_addon(DCGM_EXPORTER_KEY, "NVIDIA's DCGM exporter", objects, want, bag)
 
-    def apply_kube_state_metrics(
-        self, config: Config, bag: ops.RelationDataContent, node: str
-    ) -> None:
+    def apply_kube_state_metrics(self, config: Config, bag: Bag, node: str) -> None:
         """Run kube-state-metrics on `node` (the leader's), where its COS agent scrapes it."""
         objects = kube_state_metrics.manifests(node, config.image_registry)
         want = fingerprint(objects, kube_state_metrics.VERSION)
-        if self._apply_once("kube-state-metrics", objects, want, bag):  # they name the node
-            bag["kube-state-metrics-node"] = node
+        if self._apply_once(KUBE_STATE_METRICS_KEY, objects, want, bag):  # they name the node
+            bag[KUBE_STATE_METRICS_NODE_KEY] = node
             logger.info("applied kube-state-metrics %s on %s", want, node)
 
-    def apply_node_metrics_access(self, bag: ops.RelationDataContent) -> None:
+    def apply_node_metrics_access(self, bag: Bag) -> None:
         """Let every node read its kubelet's and API server's metrics as itself."""
         objects = rbac.node_metrics_manifests()
         want = fingerprint(objects)
-        if self._apply_once("node-metrics-rbac", objects, want, bag):
+        if self._apply_once(NODE_METRICS_KEY, objects, want, bag):
             logger.info("nodes may read their metrics (%s)", rbac.NODE_METRICS)
 
-    def _apply_once(
-        self, key: str, objects: list[dict[str, Any]], want: str, bag: ops.RelationDataContent
-    ) -> bool:
+    def _apply_once(self, key: str, objects: list[dict[str, Any]], want: str, bag: Bag) -> bool:
         """Apply `objects` unless `bag[key]` says `want` was applied; True when it applied."""
         if bag.get(key) == want:
             return False
@@ -111,7 +119,7 @@ class Addons:
         what: str,
         objects: list[dict[str, Any]],
         fingerprint: str,
-        bag: ops.RelationDataContent,
+        bag: Bag,
     ) -> None:
         """Apply `objects` while a worker reports GPUs (once per `fingerprint`), else delete them.
 
@@ -135,7 +143,7 @@ class Addons:
         del bag[key]
         logger.info("removed %s: no worker reports GPUs any more", what)
 
-    def apply_mig_manager(self, config: Config, bag: ops.RelationDataContent) -> None:
+    def apply_mig_manager(self, config: Config, bag: Bag) -> None:
         """Run NVIDIA's MIG manager once a worker reports MIG-capable GPUs; keep it after.
 
         Applied again when the config generated from the workers' models changes (or the
@@ -146,12 +154,12 @@ class Addons:
             return
         objects = mig_manager.manifests(gpus, config.image_registry)
         want = fingerprint(objects, mig_manager.VERSION)
-        if self._apply_once("mig-manager", objects, want, bag):
+        if self._apply_once(MIG_MANAGER_KEY, objects, want, bag):
             logger.info("applied the NVIDIA MIG manager %s for %d GPU models", want, len(gpus))
 
     # -- batch engines --------------------------------------------------------------------
 
-    def apply_batch_engines(self, config: Config, bag: ops.RelationDataContent) -> list[str]:
+    def apply_batch_engines(self, config: Config, bag: Bag) -> list[str]:
         """JobSet, Kueue and the cluster-wide Kueue objects; returns what is not ready yet.
 
         Raises:
@@ -187,7 +195,7 @@ class Addons:
         settings: batch_engines.Settings,
         configure: Callable[[str, batch_engines.Settings], str] | None,
         transform: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None,
-        bag: ops.RelationDataContent,
+        bag: Bag,
     ) -> str | None:
         """Apply `release` when what decides it changed; None once its controller is ready."""
         key = batch_engines.want_key(release, config.addons_mirror, sha256, settings)
@@ -195,13 +203,13 @@ class Addons:
         if bag.get(field) != key:
             url = release.url(config.addons_mirror)
             try:
-                data = batch_engines.download(url, opener=self.charm.url_opener)
+                data = batch_engines.download(url, opener=self._opener)
                 digest = batch_engines.verify(release, data, sha256)
                 objects = batch_engines.customise(
                     release, batch_engines.parse(release, data), settings, configure, transform
                 )
             except batch_engines.AddonError as e:
-                raise StatusError(ops.BlockedStatus(f"{release.name}: {e}")) from None
+                raise StatusError.blocked(f"{release.name}: {e}") from None
             kube = self._kube()
             for obj in objects:
                 kube.apply(obj, field_manager=FIELD_MANAGER)
@@ -226,17 +234,17 @@ class Addons:
             logger.info("%s %s is ready", release.name, release.version)
         return problem
 
-    def _apply_kueue_objects(self, config: Config, bag: ops.RelationDataContent) -> None:
+    def _apply_kueue_objects(self, config: Config, bag: Bag) -> None:
         """The cohort, priorities and ResourceFlavors (one per GPU model, one for CPUs)."""
         models = registry.Registry.load(bag).gpu_models()
         objects = kueue.cluster_objects(models, shared=config.gpu_time_slicing_replicas > 1)
         want = kube_objects.fingerprint(objects)
-        if bag.get("kueue-objects") == want:
+        if bag.get(KUEUE_OBJECTS_KEY) == want:
             return
         kube = self._kube()
         for obj in objects:
             kube.apply(obj, field_manager=FIELD_MANAGER)
-        bag["kueue-objects"] = want
+        bag[KUEUE_OBJECTS_KEY] = want
         logger.info("applied Kueue's ResourceFlavors for %s", ", ".join(models) or "CPUs only")
 
 

@@ -8,9 +8,13 @@ One `_reconcile()` handles every event: read config and relation data, compute w
 should be, change only what differs, and remember enough in the peer application
 databag that an event with nothing new does no command and no API request.
 
-The reconcile reads top to bottom here; its parts live next to it:
+The reconcile reads top to bottom here (the ops layer); each hook builds the parts it
+hands work to, with what they need and nothing of the charm:
+- `context.py`: this unit in the hook (`UnitContext`) and the hook's API client;
+- `peers.py`: the peer relation's data: the cluster's record and the other units;
 - `settings.py`: the config and action parameters;
 - `node.py`: this machine's packages and its upgrades, one minor at a time;
+- `upgrades.py`: the control plane's upgrade, one unit at a time, and the drain;
 - `membership.py`: the join material, the HA duties of the leader (or a joined member
   standing in for it) and etcd membership after a unit leaves;
 - `fleet.py`: the workers (registry, node readiness, departed nodes, what they are told);
@@ -19,51 +23,59 @@ The reconcile reads top to bottom here; its parts live next to it:
 - `bootstrap.py`, `etcd.py`, `rbac.py`, `device_plugin.py`, `mig_manager.py`,
   `flannel.py`, `batch_engines.py`, `kueue.py`, `image_registry.py`, `cluster_info.py`,
   `registry.py`, `rolling.py`: what they run or decide, without ops.
+
+A step that cannot go on raises `StatusError` (`charms.gpu_k8s.v0.status`); the statuses
+a reconcile found are kept in StoredState and reported in every hook, and the leader's
+are the application's status too.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import logging
 import time
 import urllib.request
-from typing import Any
 
 import bootstrap
 import cluster_info
 import etcd
 import image_registry
-import kube_state_metrics
 import node
 import ops
-import registry
-import rolling
+import summary
 from access import Access
 from addons import Addons
-from errors import StatusError, status_of
+from context import KubeSession, UnitContext, juju_public_address
 from fleet import Fleet
 from literals import (
+    ADMIN_REFUSED_FIX,
     ADMIN_SECRET_LABEL,
     API_PORT,
     COS_AGENT,
-    DRAIN_TIMEOUT_SECONDS,
     KUBE_API,
     PEERS,
     WORKERS,
 )
-from membership import Membership
+from membership import Membership, etcd_problems
+from peers import IMAGE_REGISTRY, POD_CIDR, SERVICE_CIDR, Peers
 from settings import Config, KubeconfigParams, NoParams
+from upgrades import Upgrades, drain_node
 
-from charms.gpu_k8s.v0 import api_proxy, drain, kubeadm
-from charms.gpu_k8s.v0.apt import AptError
-from charms.gpu_k8s.v0.cos_agent import CosAgentProvider, node_jobs, scrape_job
-from charms.gpu_k8s.v0.databag import write
+from charms.gpu_k8s.v0 import api_proxy, kubeadm
+from charms.gpu_k8s.v0.cos_agent import CosAgentProvider
 from charms.gpu_k8s.v0.kube_api import KubeApiProvider
 from charms.gpu_k8s.v0.kubeclient import KubeError
 from charms.gpu_k8s.v0.kubernetes_cluster import ClusterProvider
-from charms.gpu_k8s.v0.system import CommandError, Host, machine
-from charms.gpu_k8s.v0.unit_state import Gauge
+from charms.gpu_k8s.v0.status import (
+    StatusError,
+    Statuses,
+    api_proxy_errors,
+    on_error,
+    status_of,
+)
+from charms.gpu_k8s.v0.system import Host, machine
 
 logger = logging.getLogger(__name__)
 
@@ -72,25 +84,18 @@ def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.timezone.utc)
 
 
-def _juju_public_address() -> str | None:
-    """This unit's public address as Juju knows it (`unit-get public-address`), or None.
+@dataclasses.dataclass(frozen=True)
+class _Hook:
+    """What one reconcile works with: this unit, the peer data, the API client, the parts."""
 
-    ops has no call for it (network-get gives the bound addresses, which on AWS are the
-    VPC's); canonical/k8s-operator asks the same hook tool for its external kubeconfig.
-    """
-    import shutil
-    import subprocess
-
-    tool = shutil.which("unit-get")
-    if tool is None:
-        return None
-    try:
-        done = subprocess.run(
-            [tool, "public-address"], capture_output=True, text=True, check=True, timeout=60
-        )
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout.strip() or None
+    ctx: UnitContext
+    peers: Peers
+    kube: KubeSession
+    membership: Membership
+    access: Access
+    fleet: Fleet
+    addons: Addons
+    upgrades: Upgrades
 
 
 class KubernetesControlPlaneCharm(ops.CharmBase):
@@ -98,7 +103,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
 
     # Boundaries that tests replace: the machine, the API client factory and the clocks.
     host_factory = staticmethod(machine)
-    public_address = staticmethod(_juju_public_address)
+    public_address = staticmethod(juju_public_address)
     etcd_url = etcd.URL
     clock = staticmethod(_now)
     drain_clock = staticmethod(time.monotonic)
@@ -108,19 +113,13 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
 
     def __init__(self, framework: ops.Framework):
         super().__init__(framework)
-        # status: [name, message] as the last reconcile found it (see _on_collect_status)
-        self._stored.set_default(left_cluster=False, status=None)
+        # statuses: [[name, message], ...] as the last reconcile found them (see
+        # _on_collect_status)
+        self._stored.set_default(left_cluster=False, statuses=None)
         self.workers = ClusterProvider(self, WORKERS)
         self.kube_api = KubeApiProvider(self, KUBE_API)
-        self.membership = Membership(self)
-        self.access = Access(self)
-        self.fleet = Fleet(self)
-        self.addons = Addons(self)
         self.cos = CosAgentProvider(self, COS_AGENT, host=lambda: self.host)
         self._host: Host | None = None
-        self._kube: Any = None
-        self._problem: ops.StatusBase | None = None
-        self._notes: list[str] = []
         on = self.on
         for event in (
             on.install,
@@ -144,10 +143,11 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         framework.observe(on[PEERS].relation_departed, self._on_peer_departed)
         framework.observe(on.secret_remove, self._on_secret_remove)
         framework.observe(on.collect_unit_status, self._on_collect_status)
+        framework.observe(on.collect_app_status, self._on_collect_app_status)
         framework.observe(on.get_kubeconfig_action, self._on_get_kubeconfig)
         framework.observe(on.cluster_info_action, self._on_cluster_info)
 
-    # -- boundaries ---------------------------------------------------------------------
+    # -- what one hook knows --------------------------------------------------------------
 
     @property
     def host(self) -> Host:
@@ -156,127 +156,61 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             self._host = type(self).host_factory()
         return self._host
 
-    def _kube_client(self) -> Any:
-        """An API client authenticated as cluster admin (created once per hook)."""
-        if self._kube is None:
-            from charms.gpu_k8s.v0.kubeclient import Kube
-
-            text = bootstrap.read_admin_kubeconfig(self.host)
-            if text is None:
-                raise StatusError(ops.WaitingStatus("waiting for the admin kubeconfig"))
-            self._kube = Kube.from_kubeconfig(text)
-        return self._kube
-
-    @property
-    def _peers(self) -> ops.Relation | None:
-        return self.model.get_relation(PEERS)
-
-    def _address(self) -> str:
+    def _context(self) -> UnitContext:
         binding = self.model.get_binding(PEERS)
         address = binding.network.ingress_address if binding else None
-        if address is None:
-            raise StatusError(ops.WaitingStatus("waiting for a network address"))
-        return str(address)
+        return UnitContext(
+            host=self.host,
+            unit=self.unit.name,
+            leader=self.unit.is_leader(),
+            node_name=kubeadm.node_name(self.host),
+            ingress_address=str(address) if address is not None else None,
+            public_address=self.public_address(),
+        )
 
-    def _api_server(self) -> str:
-        """This unit's API server as host:port (what the node proxies and consumers reach)."""
-        return f"{bootstrap.endpoint_host(self._address())}:{API_PORT}"
+    def _peers(self, relation: ops.Relation | None) -> Peers | None:
+        if relation is None:
+            return None
+        return Peers(
+            relation.data[self.app],
+            self.unit.name,
+            relation.data[self.unit],
+            {unit.name: relation.data[unit] for unit in relation.units},
+        )
 
-    def _api_servers(self, peers: ops.Relation) -> list[str]:
-        """API servers of the joined control-plane units, this unit's once it serves one.
+    def _hook(
+        self, ctx: UnitContext, relation: ops.Relation, peers: Peers, kube: KubeSession
+    ) -> _Hook:
+        access = Access(self.kube_api, self.model, ctx, kube)
+        return _Hook(
+            ctx=ctx,
+            peers=peers,
+            kube=kube,
+            membership=Membership(
+                self.model, relation, ctx, clock=self.clock, etcd_url=self.etcd_url
+            ),
+            access=access,
+            fleet=Fleet(self.workers, ctx, kube, worker_kubeconfig=access.worker_kubeconfig),
+            addons=Addons(kube, self.url_opener),
+            upgrades=Upgrades(ctx, kube, clock=self.drain_clock, sleep=self.drain_sleep),
+        )
 
-        The leader about to bootstrap lists itself: its API server is what `kubeadm init`
-        starts behind the proxy.
-        """
-        servers = {
-            peers.data[u].get("api-server", "")
-            for u in peers.units
-            if peers.data[u].get("joined") == "true"
-        }
-        bootstrapping = self.unit.is_leader() and not peers.data[self.app].get("cluster-version")
-        if self._joined() or bootstrapping:
-            servers.add(self._api_server())
-        return sorted(s for s in servers if s)
-
-    def _configure_api_proxy(self, peers: ops.Relation) -> None:
-        """Point this node's API proxy (the cluster's controlPlaneEndpoint) at the API servers."""
-        servers = self._api_servers(peers)
-        if not servers:
-            raise StatusError(
-                ops.WaitingStatus("waiting for a joined control-plane unit to publish its address")
-            )
-        try:
-            metrics = api_proxy.metrics_access(self.host, api_server=f"127.0.0.1:{API_PORT}")
-            api_proxy.configure(self.host, servers, metrics)
-        except ValueError as e:
-            raise StatusError(ops.WaitingStatus(f"cannot configure the API proxy: {e}")) from None
-        except AptError as e:
-            raise StatusError(
-                ops.BlockedStatus(f"{e}; check the machine's Ubuntu archive")
-            ) from None
-        except CommandError as e:
-            raise StatusError(
-                ops.WaitingStatus(f"starting HAProxy: {e.last_line}; retrying on the next event")
-            ) from None
-
-    # -- event handling -----------------------------------------------------------------
+    # -- event handling -------------------------------------------------------------------
 
     def _on_event(self, event: ops.EventBase) -> None:
         if self._stored.left_cluster:
             return  # see _on_collect_status
-        try:
-            self._reconcile(event)
-        except StatusError as p:
-            self._problem = p.status
-        except KubeError as e:
-            logger.warning("Kubernetes API request failed: %s", e)
-            self._problem = ops.WaitingStatus(
-                f"Kubernetes API error ({e.status} {e.reason}); retrying on the next event"
-            )
-        finally:
-            if self._kube is not None:
-                self._kube.close()
-                self._kube = None
-        self.cos.update(self._scrape_jobs(), gauges=self._gauges())
-        status = self._problem or self._ready_status()
-        self._stored.status = [status.name, status.message]
-
-    def _scrape_jobs(self) -> list[dict]:
-        """What this machine's COS agent scrapes (also after a reconcile that stopped).
-
-        Its etcd member once it joined, its kubelet and API server (through HAProxy, as
-        the node), and kube-state-metrics where the leader runs it.
-        """
-        if not self._joined():
-            return []
-        name = kubeadm.node_name(self.host)
-        jobs = [scrape_job("etcd", etcd.METRICS_PORT, instance=name)]
-        if api_proxy.metrics_access(self.host):
-            jobs += node_jobs(name, api_server=True)
-        peers = self._peers
-        if (
-            self.unit.is_leader()
-            and peers is not None
-            and peers.data[self.app].get("kube-state-metrics-node") == name
-        ):
-            jobs.append(
-                scrape_job(kube_state_metrics.NAME, kube_state_metrics.PORT, instance=name)
-            )
-        return jobs
-
-    def _gauges(self) -> list[Gauge]:
-        """The cluster as the charms know it, from the leader (one copy per cluster)."""
-        peers = self._peers
-        if not self.unit.is_leader() or peers is None or not self._joined():
-            return []
-        bag = peers.data[self.app]
-        version = bag.get("cluster-version")
-        known = registry.Registry.load(bag)
-        return cluster_info.gauges(
-            cluster_info.NodeHealth.load(bag) or cluster_info.NodeHealth(),
-            behind=self._nodes_behind(peers, version, known) if version else 0,
-            pending_removal=registry.pending_count(bag),
-        )
+        ctx = self._context()
+        relation = self.model.get_relation(PEERS)
+        peers = self._peers(relation)
+        statuses = Statuses(kube_refused_fix=ADMIN_REFUSED_FIX)
+        notes: list[str] = []
+        with KubeSession(self.host) as kube, statuses.step():
+            notes = self._reconcile(event, ctx, relation, peers, kube)
+        self.cos.update(summary.scrape_jobs(ctx, peers), gauges=summary.gauges(ctx, peers))
+        if not statuses.found:
+            statuses.add(self._ready_status(ctx, peers, notes))
+        self._stored.statuses = [[s.name, s.message] for s in statuses.found]
 
     def _on_secret_expired(self, event: ops.SecretExpiredEvent) -> None:
         """Rotate what expired; remove the expired revision once a newer one replaced it.
@@ -310,334 +244,236 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         unit exists; on application removal nothing is reset, so etcd's data stays.
         An API error fails the hook, so Juju retries rather than leaving etcd half-shrunk.
         """
-        if self._stored.left_cluster or not self._joined():
+        if self._stored.left_cluster or not bootstrap.is_bootstrapped(self.host):
             return
         if self.app.planned_units() == 0:
             logger.warning("the application is being removed: etcd data stays on this machine")
             return
-        node = kubeadm.node_name(self.host)
-        kube = self._kube_client()
-        try:
-            registered = self._drain(kube, node, "stop with it")
+        name = kubeadm.node_name(self.host)
+        with KubeSession(self.host) as session:
+            kube = session()
+            registered = drain_node(
+                kube, name, "stop with it", clock=self.drain_clock, sleep=self.drain_sleep
+            )
             kubeadm.reset(self.host)
             bootstrap.forget_joined(self.host)
             if registered:
-                kube.delete("v1", "Node", node)
-        finally:
-            kube.close()
-            self._kube = None
+                kube.delete("v1", "Node", name)
         api_proxy.remove(self.host)
         self._stored.left_cluster = True
-        logger.info("left the control plane: node %s drained, reset and deleted", node)
-
-    def _drain(self, kube: Any, node: str, fate: str) -> bool:
-        """Cordon and drain this unit's node; False when it is not registered (nothing to do).
-
-        Pods still there after `DRAIN_TIMEOUT_SECONDS` are named in a warning: they `fate`.
-        """
-        result = drain.drain(
-            kube,
-            node,
-            timeout=DRAIN_TIMEOUT_SECONDS,
-            clock=self.drain_clock,
-            sleep=self.drain_sleep,
-        )
-        if result is None:
-            return False
-        if result.remaining:
-            logger.warning("pods left on %s %s: %s", node, fate, " ".join(result.remaining))
-        return True
+        logger.info("left the control plane: node %s drained, reset and deleted", name)
 
     def _on_secret_remove(self, event: ops.SecretRemoveEvent) -> None:
         # Nobody tracks this old revision (rotated token, older kubeconfig) any more.
         event.remove_revision()
 
-    def _reconcile(self, event: ops.EventBase) -> None:
-        """Bring this unit to what config and relations ask for.
+    # -- the reconcile --------------------------------------------------------------------
 
-        `event` only narrows which worker databags need reading (see `_sync_workers`).
+    def _reconcile(
+        self,
+        event: ops.EventBase,
+        ctx: UnitContext,
+        relation: ops.Relation | None,
+        peers: Peers | None,
+        kube: KubeSession,
+    ) -> list[str]:
+        """Bring this unit to what config and relations ask for; notes for the status.
+
+        `event` only narrows which worker databags need reading (see `Fleet.sync`).
         """
         try:
             config = self.load_config(Config, errors="raise")
         except ValueError as e:  # as errors="blocked" words it, but kept past this hook
-            raise StatusError(ops.BlockedStatus(f"Invalid config: {e}")) from None
-        peers = self._peers
-        if peers is None:
-            raise StatusError(ops.WaitingStatus("waiting for the peers relation"))
-        bag = peers.data[self.app]
-        cluster_version = bag.get("cluster-version")
+            raise StatusError.blocked(f"Invalid config: {e}") from None
+        if relation is None or peers is None:
+            raise StatusError.waiting("waiting for the peers relation")
+        cluster_version = peers.cluster_version
         if cluster_version:
-            try:
+            with on_error(ops.BlockedStatus, ValueError):
                 kubeadm.check_upgrade(cluster_version, config.kubernetes_version)
-            except ValueError as e:
-                raise StatusError(ops.BlockedStatus(str(e))) from None
         fixed = (
-            ("pod-cidr", config.pod_cidr, bag.get("pod-cidr")),
-            ("service-cidr", config.service_cidr, bag.get("service-cidr")),
+            ("pod-cidr", config.pod_cidr, peers.app.get(POD_CIDR)),
+            ("service-cidr", config.service_cidr, peers.app.get(SERVICE_CIDR)),
         )
         for option, wanted, running in fixed:
             if running and wanted != running:
-                raise StatusError(
-                    ops.BlockedStatus(
-                        f"{option} {wanted} differs from the running cluster's {running}; "
-                        f"set it back to {running}"
-                    )
+                raise StatusError.blocked(
+                    f"{option} {wanted} differs from the running cluster's {running}; "
+                    f"set it back to {running}"
                 )
+        hook = self._hook(ctx, relation, peers, kube)
         with status_of(node.NodeError):
-            self._node.settle_abandoned_upgrade(
+            ctx.node.settle_abandoned_upgrade(
                 config.kubernetes_version, cluster_version, config.package_mirror
             )
-            self._node.install(
-                self._node_minor(config, cluster_version),
+            ctx.node.install(
+                hook.upgrades.node_minor(config, cluster_version),
                 config.package_mirror,
                 registry=config.image_registry,
             )
-            self._node.configure_containerd(config.image_registry)
-        if self.unit.is_leader() and not (cluster_version and not self._joined()):
-            self._reconcile_leader(config, peers, event)
-        else:
-            self._reconcile_member(config, peers)
+            ctx.node.configure_containerd(config.image_registry)
+        if ctx.leader and not (cluster_version and not ctx.joined()):
+            return self._reconcile_leader(config, hook, event)
+        self._reconcile_member(config, hook)
+        return []
 
-    @property
-    def _node(self) -> node.Node:
-        return node.Node(self.host)
-
-    def _installed(self) -> dict:
-        """What was installed on this machine (see `node.Node.installed`)."""
-        return self._node.installed()
-
-    def _node_minor(self, config: Config, cluster_version: str | None) -> str:
-        """The minor this node runs: a joined node keeps its own until it upgrades."""
-        return self._node.minor(self._joined(), cluster_version or config.kubernetes_version)
-
-    def _upgrade_node(self, config: Config, minor: str, *, first: bool) -> None:
-        """Upgrade this node to `minor` (see `node.Node.upgrade`), draining it for kubelet."""
-        name = kubeadm.node_name(self.host)
-        with status_of(node.NodeError):
-            self._node.upgrade(
-                minor,
-                config.package_mirror,
-                first=first,
-                drain=lambda: self._drain(self._kube_client(), name, "restart with kubelet"),
-                uncordon=lambda: drain.uncordon(self._kube_client(), name),
-            )
-
-    def _joined(self) -> bool:
-        return bootstrap.is_bootstrapped(self.host)
-
-    # -- leader -------------------------------------------------------------------------
-
-    def _reconcile_leader(self, config: Config, peers: ops.Relation, event: ops.EventBase) -> None:
-        bag = peers.data[self.app]
-        self._configure_api_proxy(peers)
-        if not self._joined():
-            self.membership.bootstrap(config, peers)
-            self._configure_api_proxy(peers)  # the new kubelet's certificate serves metrics
-        elif not bag.get("join-secret-id"):
-            self.membership.recover(config, peers)
-        self._mark_member(peers)
-        join = self.membership.join_secret()
+    def _reconcile_leader(self, config: Config, hook: _Hook, event: ops.EventBase) -> list[str]:
+        peers, membership, addons = hook.peers, hook.membership, hook.addons
+        bag = peers.app
+        self._configure_api_proxy(hook)
+        if not hook.ctx.joined():
+            membership.bootstrap(config, peers)
+            self._configure_api_proxy(hook)  # the new kubelet's certificate serves metrics
+        elif not peers.join_secret_id:
+            membership.recover(config, peers)
+        self._mark_member(hook)
+        join = membership.join_secret()
         content = join.get_content(refresh=True)
-        token = self.membership.rotate_token_if_due(config, bag, join, content)
-        self.membership.reupload_certs_if_needed(bag, content["certificate-key"], peers)
-        self._keep_image_registry(config, bag)
-        self.addons.apply_cni(config, bag)
-        control_plane_done = self._upgrade_control_plane(config, peers)
-        self.membership.prune_etcd(peers, event)
-        added = self.fleet.sync(bag, event)
-        self.fleet.observe_nodes(peers, event, added)
-        self.fleet.publish(config, peers, token, control_plane_done)
-        self.addons.apply_device_plugin(config, bag)
-        self.addons.apply_dcgm_exporter(config, bag)
-        self.addons.apply_mig_manager(config, bag)
-        self.addons.apply_kube_state_metrics(config, bag, kubeadm.node_name(self.host))
-        self.addons.apply_node_metrics_access(bag)
-        self.access.serve_kube_api(bag)
-        self.access.reach(config, peers, leader=True)
-        pending = self.addons.apply_batch_engines(config, bag)  # last: may block
+        token = membership.rotate_token_if_due(config, peers, join, content)
+        membership.reupload_certs_if_needed(peers, content["certificate-key"])
+        self._keep_image_registry(config, hook)
+        addons.apply_cni(config, bag)
+        upgrade = hook.upgrades.control_plane(config, peers)
+        self._mark_member(hook)  # with the minor this node runs now
+        membership.prune_etcd(peers, check=isinstance(event, ops.UpdateStatusEvent))
+        added = hook.fleet.sync(peers, event)
+        hook.fleet.observe_nodes(peers, event, added)
+        hook.fleet.publish(config, peers, token, upgrade.done)
+        addons.apply_device_plugin(config, bag)
+        addons.apply_dcgm_exporter(config, bag)
+        addons.apply_mig_manager(config, bag)
+        addons.apply_kube_state_metrics(config, bag, hook.ctx.node_name)
+        addons.apply_node_metrics_access(bag)
+        notes = [upgrade.note] if upgrade.note else []
+        notes += hook.access.serve_kube_api(peers)
+        hook.access.reach(config, peers, leader=True)
+        pending = addons.apply_batch_engines(config, bag)  # last: may block
         if pending:
-            self._notes.append(f"waiting for {', '.join(pending)}")
+            notes.append(f"waiting for {', '.join(pending)}")
+        return notes
 
-    def _keep_image_registry(self, config: Config, bag: ops.RelationDataContent) -> None:
+    def _keep_image_registry(self, config: Config, hook: _Hook) -> None:
         """Keep kubeadm-config's image repositories on `image-registry` for joins and upgrades."""
+        bag = hook.peers.app
         want = json.dumps(config.image_registry)
-        if bag.get("image-registry") == want:
+        if bag.get(IMAGE_REGISTRY) == want:
             return
-        patched = image_registry.sync_kubeadm_config(self._kube_client(), config.image_registry)
+        patched = image_registry.sync_kubeadm_config(hook.kube(), config.image_registry)
         if patched is None:
-            raise StatusError(ops.WaitingStatus("waiting for kubeadm's kubeadm-config ConfigMap"))
+            raise StatusError.waiting("waiting for kubeadm's kubeadm-config ConfigMap")
         if patched:
             where = config.image_registry or "the upstream registries"
             logger.info("kubeadm-config: joins and upgrades pull from %s", where)
-        bag["image-registry"] = want
+        bag[IMAGE_REGISTRY] = want
 
-    def _upgrade_control_plane(self, config: Config, peers: ops.Relation) -> bool:
-        """Move the control plane to `kubernetes-version`, one unit at a time.
-
-        The leader goes first (`kubeadm upgrade apply`) once every unit runs the cluster's
-        minor; then the turn passes through the others (`kubeadm upgrade node`), each
-        taking it when the peer data names it. Returns True when every control-plane
-        unit runs the cluster's minor, which is when workers may start.
-        """
-        bag = peers.data[self.app]
-        running = bag["cluster-version"]
-        wanted = config.kubernetes_version
-        # A joined unit that does not say its minor is taken as behind: it gets a turn.
-        versions = self._member_versions(peers, self._node_minor(config, running), "")
-        if wanted != running:
-            behind = rolling.pending(versions, running)
-            if behind:
-                self._notes.append(f"upgrade to v{wanted} waits for {', '.join(behind)}")
-                return False
-            self._upgrade_node(config, wanted, first=True)
-            bag["cluster-version"] = running = versions[self.unit.name] = wanted
-            logger.info("the cluster runs Kubernetes %s; the other nodes follow in turn", wanted)
-        holder = rolling.pass_turn(bag, "upgrade-turn", rolling.pending(versions, running))
-        if holder == self.unit.name:  # the leader changed in the middle of an upgrade
-            self._upgrade_node(config, running, first=False)
-            versions[self.unit.name] = running
-            holder = rolling.pass_turn(bag, "upgrade-turn", rolling.pending(versions, running))
-        self._mark_member(peers)
-        return holder is None
-
-    def _member_versions(
-        self, peers: ops.Relation, mine: str | None, unknown: str | None
-    ) -> dict[str, str | None]:
-        """The minor of each joined control-plane unit, this one's being `mine`."""
-        members = {u.name: peers.data[u] for u in peers.units}
-        return rolling.member_versions(members, self.unit.name, mine, unknown)
-
-    def _control_plane_nodes(self, peers: ops.Relation) -> set[str]:
-        """Node names of the joined control-plane units, this one's included once joined."""
-        names = {
-            peers.data[u]["node-name"]
-            for u in peers.units
-            if peers.data[u].get("joined") == "true" and peers.data[u].get("node-name")
-        }
-        if self._joined():
-            names.add(kubeadm.node_name(self.host))
-        return names
-
-    # -- etcd membership ------------------------------------------------------------------
-
-    # -- reaching the API from outside -------------------------------------------------
-
-    # -- other units --------------------------------------------------------------------
-
-    def _mark_member(self, peers: ops.Relation) -> None:
-        mine = {
-            "joined": "true",
-            "node-name": kubeadm.node_name(self.host),
-            "api-server": self._api_server(),
-        }
-        minor = self._installed().get("kubernetes")
-        if minor:
-            mine["kubernetes-version"] = minor
-        write(peers.data[self.unit], mine)
-
-    def _reconcile_member(self, config: Config, peers: ops.Relation) -> None:
-        bag = peers.data[self.app]
-        if self._joined():
-            self._configure_api_proxy(peers)
-            running = bag.get("cluster-version")
-            mine = self._node_minor(config, running)
-            if running and mine != running and bag.get("upgrade-turn") == self.unit.name:
-                self._upgrade_node(config, running, first=False)
-            self._mark_member(peers)
-            self.membership.help_joining_units(config, peers)
-            self.access.reach(config, peers, leader=False)
+    def _reconcile_member(self, config: Config, hook: _Hook) -> None:
+        """Join, or as a member: follow the API servers, take an upgrade turn, help joiners."""
+        if not hook.ctx.joined():
+            self._join(config, hook)
             return
-        self._join(config, peers)
+        self._configure_api_proxy(hook)
+        hook.upgrades.take_turn(config, hook.peers)
+        self._mark_member(hook)
+        hook.membership.help_joining_units(config, hook.peers)
+        hook.access.reach(config, hook.peers, leader=False)
 
-    def _join(self, config: Config, peers: ops.Relation) -> None:
+    def _join(self, config: Config, hook: _Hook) -> None:
         """Join this unit to the control plane with what the leader (or a member) made."""
-        material = self.membership.join_material(peers)
-        self._configure_api_proxy(peers)
+        ctx = hook.ctx
+        material = hook.membership.join_material(hook.peers)
+        self._configure_api_proxy(hook)
         logger.info(
             "joining the control plane through the local API proxy at %s", material.endpoint
         )
-        try:
+        retry = "{error}; retrying on the next event"
+        with on_error(ops.WaitingStatus, kubeadm.KubeadmError, message=retry):
             kubeadm.join(
-                self.host,
+                ctx.host,
                 material,
-                node_name=kubeadm.node_name(self.host),
+                node_name=ctx.node_name,
                 labels={},
                 control_plane=True,
-                advertise_address=self._address(),
+                advertise_address=ctx.address,
             )
-        except kubeadm.KubeadmError as e:
-            raise StatusError(ops.WaitingStatus(f"{e}; retrying on the next event")) from None
-        bootstrap.mark_joined(self.host, "join")
-        self._configure_api_proxy(peers)  # this node's own API server now answers too
-        self._mark_member(peers)
+        bootstrap.mark_joined(ctx.host, "join")
+        self._configure_api_proxy(hook)  # this node's own API server now answers too
+        self._mark_member(hook)
         logger.info("joined the control plane")
-        self.access.reach(config, peers, leader=False)  # its public address is not in the cert yet
+        # its public address is not in the certificate yet
+        hook.access.reach(config, hook.peers, leader=False)
 
-    # -- status -------------------------------------------------------------------------
-
-    def _nodes_behind(self, peers: ops.Relation, version: str, known: registry.Registry) -> int:
-        """Nodes (control plane and workers) that still run an older minor than `version`."""
-        planes = self._member_versions(peers, self._installed().get("kubernetes"), None)
-        return len(rolling.pending(planes, version)) + len(
-            rolling.pending(known.versions(), version)
-        )
-
-    def _ready_status(self) -> ops.StatusBase:
-        """`Ready: v1.36, 3 control-plane, 5 workers (...)` from what the API and etcd said."""
-        peers = self._peers
-        if peers is None or not self._joined():
-            return ops.WaitingStatus("waiting to join the cluster")
-        bag = peers.data[self.app]
-        version = bag.get("cluster-version", "?")
-        health = cluster_info.NodeHealth.load(bag)
-        if health is None:
-            return ops.ActiveStatus(f"Ready: v{version}; node readiness not checked yet")
-        known = registry.Registry.load(bag)
-        notes = [
-            *sorted(set(json.loads(bag.get("etcd-problems", "{}")).values())),
-            *self._notes,
-        ]
-        return ops.ActiveStatus(
-            cluster_info.status_line(
-                version,
-                health,
-                planes=self._control_plane_nodes(peers),
-                workers=known,
-                behind=self._nodes_behind(peers, version, known),
-                pending_removal=registry.pending_count(bag),
-                notes=notes,
+    def _configure_api_proxy(self, hook: _Hook) -> None:
+        """Point this node's API proxy (the cluster's controlPlaneEndpoint) at the API servers."""
+        ctx = hook.ctx
+        servers = hook.peers.api_servers(ctx.own_api_server(hook.peers.cluster_version))
+        if not servers:
+            raise StatusError.waiting(
+                "waiting for a joined control-plane unit to publish its address"
             )
-        )
+        with api_proxy_errors():
+            metrics = api_proxy.metrics_access(ctx.host, api_server=f"127.0.0.1:{API_PORT}")
+            api_proxy.configure(ctx.host, servers, metrics)
+
+    def _mark_member(self, hook: _Hook) -> None:
+        ctx = hook.ctx
+        hook.peers.mark_member(ctx.node_name, ctx.api_server, ctx.installed_minor())
+
+    # -- status -----------------------------------------------------------------------------
+
+    def _ready_status(
+        self, ctx: UnitContext, peers: Peers | None, notes: list[str]
+    ) -> ops.StatusBase:
+        """Active with the cluster's line (`summary.ready_line`), Waiting until joined."""
+        if peers is not None:
+            notes = [*etcd_problems(peers.app), *notes]
+        line = summary.ready_line(ctx, peers, notes)
+        return ops.ActiveStatus(line) if line else ops.WaitingStatus("waiting to join the cluster")
 
     def _on_collect_status(self, event: ops.CollectStatusEvent) -> None:
         """Report what the last reconcile found, in every hook (actions included).
 
         Hooks that do not reconcile (actions, secret-remove) must not replace a Blocked
-        status with a fresh Ready one, so the status is computed at the end of each
+        status with a fresh Ready one, so the statuses are found at the end of each
         reconcile and kept in StoredState.
         """
         if self._stored.left_cluster:
             event.add_status(ops.MaintenanceStatus("left the cluster; this unit is being removed"))
-        elif self._stored.status:
-            event.add_status(ops.StatusBase.from_name(*self._stored.status))
-        else:
-            event.add_status(ops.WaitingStatus("waiting to join the cluster"))
+            return
+        for status in self._last_statuses():
+            event.add_status(status)
 
-    # -- actions ------------------------------------------------------------------------
+    def _on_collect_app_status(self, event: ops.CollectStatusEvent) -> None:
+        """The leader's view is the application's: the cluster's line, or what stops it.
+
+        ops asks the leader alone. A leader that left the cluster says nothing: the next
+        leader reports.
+        """
+        if self._stored.left_cluster:
+            return
+        for status in self._last_statuses():
+            event.add_status(status)
+
+    def _last_statuses(self) -> list[ops.StatusBase]:
+        """What the last reconcile of this unit found (Waiting before the first one)."""
+        if not self._stored.statuses:
+            return [ops.WaitingStatus("waiting to join the cluster")]
+        return [ops.StatusBase.from_name(name, message) for name, message in self._stored.statuses]
+
+    # -- actions ----------------------------------------------------------------------------
 
     def _on_get_kubeconfig(self, event: ops.ActionEvent) -> None:
         params = event.load_params(KubeconfigParams, errors="fail")
-        text = bootstrap.read_admin_kubeconfig(self.host)
-        if text is None or not self._joined():
+        ctx = self._context()
+        text = bootstrap.read_admin_kubeconfig(ctx.host)
+        if text is None or not ctx.joined():
             event.fail("this unit has not joined the cluster yet; retry once it is Ready")
             return
-        public = self.public_address()
         try:
-            default = f"https://{bootstrap.endpoint_host(public or self._address())}:{API_PORT}"
+            host = bootstrap.endpoint_host(ctx.public_address or ctx.address)
         except StatusError as e:
             event.fail(f"cannot name this unit's API server: {e}")
             return
-        server = params.server or default
+        server = params.server or f"https://{host}:{API_PORT}"
         text = bootstrap.with_server(text, server)
         try:
             secret = self.model.get_secret(label=ADMIN_SECRET_LABEL)
@@ -668,20 +504,17 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
 
     def _on_cluster_info(self, event: ops.ActionEvent) -> None:
         event.load_params(NoParams, errors="fail")
-        try:
-            kube = self._kube_client()
-            nodes = cluster_info.summarize_all(kube.list("v1", "Node"))
-            pods = kube.list("v1", "Pod", field_selector=cluster_info.HOLDING_PODS)
-        except StatusError:
-            event.fail("this unit has not joined the cluster yet; retry once it is Ready")
-            return
-        except KubeError as e:
-            event.fail(f"cannot list nodes and pods: {e}")
-            return
-        finally:
-            if self._kube is not None:
-                self._kube.close()
-                self._kube = None
+        with KubeSession(self.host) as session:
+            try:
+                kube = session()
+                nodes = cluster_info.summarize_all(kube.list("v1", "Node"))
+                pods = kube.list("v1", "Pod", field_selector=cluster_info.HOLDING_PODS)
+            except StatusError:
+                event.fail("this unit has not joined the cluster yet; retry once it is Ready")
+                return
+            except KubeError as e:
+                event.fail(f"cannot list nodes and pods: {e}")
+                return
         event.set_results(cluster_info.report(nodes, pods))
 
 

@@ -10,6 +10,7 @@ import json
 from collections.abc import Iterable, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from charms.gpu_k8s.v0.drain import MIRROR_ANNOTATION
 from charms.gpu_k8s.v0.kube_objects import GPU_RESOURCE, node_ready, pod_gpus
 from charms.gpu_k8s.v0.unit_state import Gauge
 
@@ -165,8 +166,9 @@ def allocated_by_model(nodes: list[NodeInfo], holders: Mapping[str, list[tuple[s
 
 
 def _is_daemon_or_mirror(pod: dict) -> bool:
+    """A pod a drain leaves where it is (as `charms.gpu_k8s.v0.drain` does)."""
     meta = pod.get("metadata") or {}
-    if "kubernetes.io/config.mirror" in (meta.get("annotations") or {}):
+    if MIRROR_ANNOTATION in (meta.get("annotations") or {}):
         return True
     return any(ref.get("kind") == "DaemonSet" for ref in meta.get("ownerReferences") or [])
 

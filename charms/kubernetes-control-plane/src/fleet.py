@@ -11,28 +11,34 @@ lowest control-plane minor while an upgrade is under way), during an upgrade who
 is, the image registry, and the device plugin's MIG strategy and time-slicing replicas
 (which their GPU node labels describe); the token and their kubeconfig travel in a secret.
 
-Ops code (the workers relation and the peer databag); the decisions are in
-`registry.py`, `rolling.py` and `cluster_info.py`.
+An ops component (the workers relation and the peer data): it takes the workers
+endpoint, this unit's `context.UnitContext`, the hook's API client and the way to the
+workers' kubeconfig, never the charm. The decisions are in `registry.py`, `rolling.py` and
+`cluster_info.py`.
 """
 
 from __future__ import annotations
 
 import datetime
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 import cluster_info
 import ops
 import registry
 import rolling
+from context import UnitContext
 from literals import PEERS, TOKEN_ROTATION_MARGIN_HOURS, WORKERS
-from membership import parse_time
+from peers import CA_CERT_HASH, CLUSTER_VERSION, ENDPOINT, TOKEN_EXPIRES, Peers, parse_time
 from settings import Config
 
-if TYPE_CHECKING:
-    from charm import KubernetesControlPlaneCharm
+from charms.gpu_k8s.v0.kubeclient import Kube
+from charms.gpu_k8s.v0.kubernetes_cluster import ClusterProvider
 
 logger = logging.getLogger(__name__)
+
+# The peer application databag: the worker unit that may upgrade now (rolling.py).
+WORKER_UPGRADE_TURN_KEY = "worker-upgrade-turn"
 
 # Events after which the leader lists every Node to see which are Ready.
 FULL_NODE_CHECK = (
@@ -45,62 +51,74 @@ FULL_NODE_CHECK = (
 
 
 class Fleet:
-    """The worker nodes: registry, node health, departed nodes, what workers are told."""
+    """The worker nodes: registry, node health, departed nodes, what workers are told.
 
-    def __init__(self, charm: KubernetesControlPlaneCharm):
-        self.charm = charm
+    `workers`: the workers endpoint; `ctx`: this unit; `kube`: the hook's API client;
+    `worker_kubeconfig`: the workers' kubeconfig for the peer data (`Access`).
+    """
+
+    def __init__(
+        self,
+        workers: ClusterProvider,
+        ctx: UnitContext,
+        kube: Callable[[], Kube],
+        *,
+        worker_kubeconfig: Callable[[Peers], str],
+    ):
+        self._workers = workers
+        self._ctx = ctx
+        self._kube = kube
+        self._worker_kubeconfig = worker_kubeconfig
 
     @staticmethod
-    def _worker_turn(bag: ops.RelationDataContent, control_plane_done: bool) -> str | None:
+    def _worker_turn(peers: Peers, control_plane_done: bool) -> str | None:
         """The worker unit that may upgrade now, once the control plane has finished."""
+        bag = peers.app
         versions = registry.Registry.load(bag).versions()
-        waiting = rolling.pending(versions, bag["cluster-version"]) if control_plane_done else []
-        return rolling.pass_turn(bag, "worker-upgrade-turn", waiting)
+        waiting = rolling.pending(versions, bag[CLUSTER_VERSION]) if control_plane_done else []
+        return rolling.pass_turn(bag, WORKER_UPGRADE_TURN_KEY, waiting)
 
-    def publish(
-        self, config: Config, peers: ops.Relation, token: str, control_plane_done: bool
-    ) -> None:
+    def publish(self, config: Config, peers: Peers, token: str, control_plane_done: bool) -> None:
         """Tell every workers relation how to join and which minor to run (leader only)."""
-        if not self.charm.workers.relations:
+        if not self._workers.relations:
             return
-        bag = peers.data[self.charm.app]
-        expires = parse_time(bag.get("token-expires"))
+        bag = peers.app
+        expires = parse_time(bag.get(TOKEN_EXPIRES))
         expire = (
             expires - datetime.timedelta(hours=TOKEN_ROTATION_MARGIN_HOURS) if expires else None
         )
-        kubeconfig = self.charm.access.worker_kubeconfig(bag)
-        endpoint = f"https://{bag['endpoint']}"
-        version = bag["cluster-version"]
+        kubeconfig = self._worker_kubeconfig(peers)
+        endpoint = f"https://{bag[ENDPOINT]}"
+        version = bag[CLUSTER_VERSION]
         if not control_plane_done:  # mid-upgrade: no kubelet newer than any API server
-            mine = self.charm._installed().get("kubernetes")
-            version = rolling.lowest(self.charm._member_versions(peers, mine, None), version)
-        self.charm.workers.publish(
+            mine = self._ctx.installed_minor()
+            version = rolling.lowest(peers.member_versions(mine, None), version)
+        self._workers.publish(
             endpoint,
-            self.charm._api_servers(peers),
-            bag["ca-cert-hash"],
+            peers.api_servers(self._ctx.own_api_server(peers.cluster_version)),
+            bag[CA_CERT_HASH],
             version,
             token,
             kubeconfig,
             expire=expire,
-            upgrade_turn=self._worker_turn(bag, control_plane_done),
+            upgrade_turn=self._worker_turn(peers, control_plane_done),
             image_registry=config.image_registry,
             mig_strategy=config.mig_strategy,
             gpu_time_slicing_replicas=config.gpu_time_slicing_replicas,
         )
 
-    def sync(self, bag: ops.RelationDataContent, event: ops.EventBase) -> set[str]:
+    def sync(self, peers: Peers, event: ops.EventBase) -> set[str]:
         """Keep the worker registry in the peer databag current; remove departed nodes.
 
         A hook about one worker unit reads that unit's databag only; all of them are read
         when there is no registry yet, when leadership moved, or after an upgrade.
         Returns the node names that are new to the registry.
         """
+        bag = peers.app
         before = registry.Registry.load(bag) if registry.WORKERS_KEY in bag else None
         if before is None or isinstance(event, (ops.LeaderElectedEvent, ops.UpgradeCharmEvent)):
-            workers = self.charm.workers.workers()
-            now = registry.Registry.rebuild(
-                workers, self.charm.workers.problems(), self._relation_of
-            )
+            workers = self._workers.workers()
+            now = registry.Registry.rebuild(workers, self._workers.problems(), self._relation_of)
         else:
             now = registry.Registry.load(bag)
             if isinstance(event, ops.RelationEvent) and event.relation.name == WORKERS:
@@ -112,7 +130,7 @@ class Fleet:
         now.save(bag)
         return now.nodes - (before.nodes if before is not None else set())
 
-    def observe_nodes(self, peers: ops.Relation, event: ops.EventBase, added: set[str]) -> None:
+    def observe_nodes(self, peers: Peers, event: ops.EventBase, added: set[str]) -> None:
         """Record which expected Nodes the API reports not Ready or does not have.
 
         One list of every Node on the events that come rarely (update-status, a new
@@ -120,11 +138,11 @@ class Fleet:
         new (`added` workers; the control-plane nodes when a peer changed), so a hook
         about one worker costs at most one request however large the cluster.
         """
-        bag = peers.data[self.charm.app]
-        planes = self.charm._control_plane_nodes(peers)
+        bag = peers.app
+        planes = peers.control_plane_nodes(self._ctx.own_node())
         expected = planes | registry.Registry.load(bag).nodes
         health = cluster_info.NodeHealth.load(bag)
-        kube = self.charm._kube_client()
+        kube = self._kube()
         if health is None or isinstance(event, FULL_NODE_CHECK):
             health = cluster_info.NodeHealth.from_table(expected, kube.table("v1", "Node"))
         else:
@@ -147,17 +165,17 @@ class Fleet:
         if event.unit is None:
             return
         known.forget([event.unit.name])
-        info, problem = self.charm.workers.read_worker(event.relation, event.unit)
+        info, problem = self._workers.read_worker(event.relation, event.unit)
         known.record(event.unit.name, info, problem, event.relation.id)
 
     def _relation_of(self, unit_name: str) -> int:
-        for relation in self.charm.workers.relations:
+        for relation in self._workers.relations:
             if any(u.name == unit_name for u in relation.units):
                 return relation.id
         return -1
 
     def _remove_drained_nodes(self, pending: set[str]) -> set[str]:
-        kube = self.charm._kube_client()
+        kube = self._kube()
         left = set()
         for name in sorted(pending):
             node = kube.get("v1", "Node", name)

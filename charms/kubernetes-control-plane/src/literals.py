@@ -89,5 +89,11 @@ CERTS_REUPLOAD_AFTER_SECONDS = 3600
 # (the leader itself re-uploads after an hour and rotates tokens an hour before expiry).
 MEMBER_REUPLOAD_AFTER_SECONDS = 90 * 60
 MEMBER_TOKEN_MARGIN_MINUTES = 30
+# What the operator checks when the API server refuses this unit's cluster-admin
+# credentials: kubeadm's admin.conf, whose client certificate expires after a year unless
+# an upgrade renewed it (kubernetes.io/docs/tasks/administer-cluster/kubeadm/kubeadm-certs/).
+ADMIN_REFUSED_FIX = (
+    "check /etc/kubernetes/admin.conf on this machine (sudo kubeadm certs check-expiration)"
+)
 # How long a departing control-plane unit waits for its node's pods to be evicted.
 DRAIN_TIMEOUT_SECONDS = 300

@@ -10,21 +10,24 @@ application databag. A leader that has not joined itself cannot do that, so the 
 unit with the lowest number steps in, writing to its own unit databag and a unit
 secret. After a unit leaves, the leader removes the etcd member it left behind.
 
-This part of the charm reads and writes the peer relation and secrets, so it is ops
-code; what it runs on the machine is in `bootstrap.py` and `etcd.py`.
+An ops component: it reads and writes the peer relation (through `peers.Peers`) and
+secrets, and takes what it uses (the model for secrets, the peer relation to grant a
+secret to, this unit's `context.UnitContext`, a clock), never the charm. What it runs on
+the machine is in `bootstrap.py` and `etcd.py`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
 
 import bootstrap
 import etcd
 import ops
-from errors import StatusError
+from context import UnitContext
 from literals import (
     CERTS_REUPLOAD_AFTER_SECONDS,
     CERTS_VALID_SECONDS,
@@ -34,37 +37,74 @@ from literals import (
     PEER_SECRET_LABEL,
     TOKEN_ROTATION_MARGIN_HOURS,
 )
+from peers import (
+    CA_CERT_HASH,
+    CERTS_UPLOADED_AT,
+    CLUSTER_VERSION,
+    ENDPOINT,
+    JOIN_SECRET_ID,
+    JOIN_TOKEN_SECRET_ID,
+    POD_CIDR,
+    SERVICE_CIDR,
+    TOKEN_EXPIRES,
+    Peers,
+    parse_time,
+)
 from settings import Config
 
 from charms.gpu_k8s.v0 import api_proxy, kubeadm
 from charms.gpu_k8s.v0.databag import write
-
-if TYPE_CHECKING:
-    from charm import KubernetesControlPlaneCharm
+from charms.gpu_k8s.v0.status import StatusError, on_error
 
 logger = logging.getLogger(__name__)
 
+# The leader's record of etcd membership in the peer application databag (`prune_etcd`).
+CONTROL_PLANE_NODES_KEY = "control-plane-nodes"
+ETCD_PROBLEMS_KEY = "etcd-problems"  # {node name: what could not be done}
 
-def parse_time(text: str | None) -> datetime.datetime | None:
-    """An ISO timestamp from a databag, or None when missing or malformed."""
-    try:
-        return datetime.datetime.fromisoformat(text) if text else None
-    except ValueError:
-        return None
+# A kubeadm step that failed is tried again on the next event.
+_RETRY = "{error}; retrying on the next event"
+
+
+def _kubeadm_retried() -> contextlib.AbstractContextManager[None]:
+    """A failed kubeadm step (`bootstrap.BootstrapError`) waits for the next event."""
+    return on_error(ops.WaitingStatus, bootstrap.BootstrapError, message=_RETRY)
+
+
+def etcd_problems(bag: Mapping[str, str]) -> list[str]:
+    """What the last pruning of etcd members could not do, for every unit's status."""
+    return sorted(set(json.loads(bag.get(ETCD_PROBLEMS_KEY, "{}")).values()))
 
 
 class Membership:
-    """The join material of the control plane, kept by the leader or a joined member."""
+    """The join material of the control plane, kept by the leader or a joined member.
 
-    def __init__(self, charm: KubernetesControlPlaneCharm):
-        self.charm = charm
+    `model`: where secrets are found and added; `relation`: the peer relation, to which a
+    member's token is granted; `ctx`: this unit; `clock`: now, in UTC; `etcd_url`: this
+    machine's etcd.
+    """
 
-    def bootstrap(self, config: Config, peers: ops.Relation) -> None:
+    def __init__(
+        self,
+        model: ops.Model,
+        relation: ops.Relation,
+        ctx: UnitContext,
+        *,
+        clock: Callable[[], datetime.datetime],
+        etcd_url: str,
+    ):
+        self._model = model
+        self._relation = relation
+        self._ctx = ctx
+        self._clock = clock
+        self._etcd_url = etcd_url
+
+    def bootstrap(self, config: Config, peers: Peers) -> None:
         """Run `kubeadm init` on this (leader) unit and record the join material."""
-        address = self.charm._address()
-        public = self.charm.public_address()
+        address = self._ctx.address
+        public = self._ctx.public_address
         spec = bootstrap.InitSpec(
-            node_name=kubeadm.node_name(self.charm.host),
+            node_name=self._ctx.node_name,
             advertise_address=address,
             control_plane_endpoint=api_proxy.ENDPOINT,
             kubernetes_version="v" + kubeadm.RELEASES[config.kubernetes_version].version,
@@ -80,151 +120,127 @@ class Membership:
             spec, token=token, ttl_hours=config.join_token_ttl, certificate_key=key
         )
         logger.info("bootstrapping the cluster with kubeadm init")
-        try:
-            bootstrap.init(self.charm.host, text)
-        except bootstrap.BootstrapError as e:
-            raise StatusError(ops.WaitingStatus(f"{e}; retrying on the next event")) from None
+        with _kubeadm_retried():
+            bootstrap.init(self._ctx.host, text)
         self._record_cluster(config, peers, token, key)
         logger.info("bootstrapped Kubernetes %s at %s", spec.kubernetes_version, address)
 
-    def recover(self, config: Config, peers: ops.Relation) -> None:
+    def recover(self, config: Config, peers: Peers) -> None:
         """Make new join material when kubeadm init ran but its material was never recorded."""
         key = bootstrap.generate_certificate_key()
-        try:
-            token = bootstrap.create_token(self.charm.host, config.join_token_ttl)
-            bootstrap.upload_certs(self.charm.host, key)
-        except bootstrap.BootstrapError as e:
-            raise StatusError(ops.WaitingStatus(f"{e}; retrying on the next event")) from None
+        with _kubeadm_retried():
+            token = bootstrap.create_token(self._ctx.host, config.join_token_ttl)
+            bootstrap.upload_certs(self._ctx.host, key)
         self._record_cluster(config, peers, token, key)
         logger.info("recorded new join material for the running cluster")
 
-    def _record_cluster(self, config: Config, peers: ops.Relation, token: str, key: str) -> None:
-        now = type(self.charm).clock()
+    def _record_cluster(self, config: Config, peers: Peers, token: str, key: str) -> None:
+        now = self._clock()
         secret = self._store_join_secret({"token": token, "certificate-key": key})
-        ca = bootstrap.read_ca(self.charm.host) or ""
-        peers.data[self.charm.app].update(
+        ca = bootstrap.read_ca(self._ctx.host) or ""
+        peers.app.update(
             {
-                "endpoint": api_proxy.ENDPOINT,
-                "ca-cert-hash": kubeadm.ca_cert_hash(ca),
-                "join-secret-id": secret.id or secret.get_info().id,
-                "cluster-version": config.kubernetes_version,
-                "pod-cidr": config.pod_cidr,
-                "service-cidr": config.service_cidr,
-                "token-expires": bootstrap.token_expiry(now, config.join_token_ttl).isoformat(),
-                "certs-uploaded-at": now.isoformat(),
+                ENDPOINT: api_proxy.ENDPOINT,
+                CA_CERT_HASH: kubeadm.ca_cert_hash(ca),
+                JOIN_SECRET_ID: secret.id or secret.get_info().id,
+                CLUSTER_VERSION: config.kubernetes_version,
+                POD_CIDR: config.pod_cidr,
+                SERVICE_CIDR: config.service_cidr,
+                TOKEN_EXPIRES: bootstrap.token_expiry(now, config.join_token_ttl).isoformat(),
+                CERTS_UPLOADED_AT: now.isoformat(),
             }
         )
 
     def _store_join_secret(self, content: dict[str, str]) -> ops.Secret:
         try:
-            secret = self.charm.model.get_secret(label=PEER_SECRET_LABEL)
+            secret = self._model.get_secret(label=PEER_SECRET_LABEL)
             secret.set_content(content)
             return secret
         except ops.SecretNotFoundError:
-            return self.charm.app.add_secret(
+            return self._model.app.add_secret(
                 content, label=PEER_SECRET_LABEL, description="control-plane join material"
             )
 
     def join_secret(self) -> ops.Secret:
         """The application secret with the bootstrap token and the certificate key."""
         try:
-            return self.charm.model.get_secret(label=PEER_SECRET_LABEL)
+            return self._model.get_secret(label=PEER_SECRET_LABEL)
         except ops.SecretNotFoundError:
-            raise StatusError(
-                ops.BlockedStatus(
-                    "control-plane join secret is missing; remove this unit and add a new one"
-                )
+            raise StatusError.blocked(
+                "control-plane join secret is missing; remove this unit and add a new one"
             ) from None
 
     def rotate_token_if_due(
-        self, config: Config, bag: ops.RelationDataContent, secret: ops.Secret, content: dict
+        self, config: Config, peers: Peers, secret: ops.Secret, content: dict
     ) -> str:
         """Mint a new bootstrap token an hour before the current one expires; the valid one."""
-        now = type(self.charm).clock()
-        expires = parse_time(bag.get("token-expires"))
+        now = self._clock()
+        expires = parse_time(peers.app.get(TOKEN_EXPIRES))
         margin = datetime.timedelta(hours=TOKEN_ROTATION_MARGIN_HOURS)
         if expires is not None and now < expires - margin:
             return content["token"]
         old = content["token"]
-        try:
-            new = bootstrap.create_token(self.charm.host, config.join_token_ttl)
-        except bootstrap.BootstrapError as e:
-            raise StatusError(ops.WaitingStatus(f"{e}; retrying on the next event")) from None
+        with _kubeadm_retried():
+            new = bootstrap.create_token(self._ctx.host, config.join_token_ttl)
         secret.set_content({**content, "token": new})
-        bag["token-expires"] = bootstrap.token_expiry(now, config.join_token_ttl).isoformat()
+        peers.app[TOKEN_EXPIRES] = bootstrap.token_expiry(now, config.join_token_ttl).isoformat()
         try:
-            bootstrap.delete_token(self.charm.host, old)
+            bootstrap.delete_token(self._ctx.host, old)
         except bootstrap.BootstrapError:
             logger.warning("could not delete the previous bootstrap token; it expires by itself")
         logger.info("rotated the bootstrap token (valid %d h)", config.join_token_ttl)
         return new
 
-    def reupload_certs_if_needed(
-        self, bag: ops.RelationDataContent, key: str, peers: ops.Relation
-    ) -> None:
+    def reupload_certs_if_needed(self, peers: Peers, key: str) -> None:
         """Upload the certificates again for units waiting to join (after an hour)."""
-        waiting = [u for u in peers.units if peers.data[u].get("joined") != "true"]
+        waiting = peers.waiting()
         if not waiting:
             return
-        uploaded = parse_time(bag.get("certs-uploaded-at"))
-        now = type(self.charm).clock()
+        uploaded = parse_time(peers.app.get(CERTS_UPLOADED_AT))
+        now = self._clock()
         if uploaded and (now - uploaded).total_seconds() < CERTS_REUPLOAD_AFTER_SECONDS:
             return
-        try:
-            bootstrap.upload_certs(self.charm.host, key)
-        except bootstrap.BootstrapError as e:
-            raise StatusError(ops.WaitingStatus(f"{e}; retrying on the next event")) from None
-        bag["certs-uploaded-at"] = now.isoformat()
+        with _kubeadm_retried():
+            bootstrap.upload_certs(self._ctx.host, key)
+        peers.app[CERTS_UPLOADED_AT] = now.isoformat()
         logger.info("re-uploaded control-plane certificates for %d joining units", len(waiting))
 
-    def join_material(self, peers: ops.Relation) -> kubeadm.JoinMaterial:
+    def join_material(self, peers: Peers) -> kubeadm.JoinMaterial:
         """The endpoint, CA pin, token and certificate key a joining control plane needs."""
-        bag = peers.data[self.charm.app]
-        if not bag.get("join-secret-id") or not bag.get("endpoint"):
-            raise StatusError(ops.WaitingStatus("waiting for the leader to bootstrap the cluster"))
-        uploaded = self._newest(peers, "certs-uploaded-at")
+        bag = peers.app
+        if not peers.join_secret_id or not peers.endpoint:
+            raise StatusError.waiting("waiting for the leader to bootstrap the cluster")
+        uploaded = peers.newest(CERTS_UPLOADED_AT)
         fresh = datetime.timedelta(seconds=CERTS_VALID_SECONDS - 600)
-        if uploaded is None or type(self.charm).clock() - uploaded[0] > fresh:
-            if peers.data[self.charm.unit].get("joined") != "false":
-                peers.data[self.charm.unit]["joined"] = "false"  # asks for a re-upload
-            raise StatusError(
-                ops.WaitingStatus(
-                    "waiting for a joined unit to re-upload control-plane certificates"
-                )
+        if uploaded is None or self._clock() - uploaded[0] > fresh:
+            peers.ask_for_certificates()
+            raise StatusError.waiting(
+                "waiting for a joined unit to re-upload control-plane certificates"
             )
         try:
-            secret = self.charm.model.get_secret(id=bag["join-secret-id"])
+            secret = self._model.get_secret(id=bag[JOIN_SECRET_ID])
             content = secret.get_content(refresh=True)
             material = kubeadm.JoinMaterial(
-                endpoint=bag["endpoint"],
-                ca_cert_hash=bag.get("ca-cert-hash", ""),
+                endpoint=bag[ENDPOINT],
+                ca_cert_hash=bag.get(CA_CERT_HASH, ""),
                 token=self._join_token(peers, content.get("token", "")),
                 certificate_key=content.get("certificate-key", ""),
             )
         except (ops.SecretNotFoundError, ops.ModelError):
-            raise StatusError(ops.WaitingStatus("waiting for access to the join secret")) from None
+            raise StatusError.waiting("waiting for access to the join secret") from None
         except ValueError as e:
-            raise StatusError(ops.WaitingStatus(f"join material from the leader: {e}")) from None
+            raise StatusError.waiting(f"join material from the leader: {e}") from None
         return material
 
-    def _newest(
-        self, peers: ops.Relation, key: str
-    ) -> tuple[datetime.datetime, ops.Unit | None] | None:
-        """The latest time under `key` in the app databag (unit None) or a unit's databag."""
-        found = [(parse_time(peers.data[self.charm.app].get(key)), None)]
-        found += [(parse_time(peers.data[u].get(key)), u) for u in {self.charm.unit, *peers.units}]
-        known = [(when, unit) for when, unit in found if when is not None]
-        return max(known, key=lambda item: item[0]) if known else None
-
-    def _join_token(self, peers: ops.Relation, leader_token: str) -> str:
+    def _join_token(self, peers: Peers, leader_token: str) -> str:
         """The leader's bootstrap token while it is valid, else the newest a member minted."""
-        newest = self._newest(peers, "token-expires")
+        newest = peers.newest(TOKEN_EXPIRES)
         if newest is None or newest[1] is None:
             return leader_token
-        secret_id = peers.data[newest[1]].get("join-token-secret-id", "")
-        return self.charm.model.get_secret(id=secret_id).get_content(refresh=True).get("token", "")
+        secret_id = peers.data_of(newest[1]).get(JOIN_TOKEN_SECRET_ID, "")
+        return self._model.get_secret(id=secret_id).get_content(refresh=True).get("token", "")
 
-    def help_joining_units(self, config: Config, peers: ops.Relation) -> None:
+    def help_joining_units(self, config: Config, peers: Peers) -> None:
         """Re-upload certificates and mint a token for joining units the leader lets down.
 
         Only the leader uploads certificates and rotates the token, and only once it has
@@ -234,53 +250,46 @@ class Membership:
         goes to its own unit databag: the upload time, and the ID of a unit secret holding
         the token, granted to the peers.
         """
-        waiting = [u for u in peers.units if peers.data[u].get("joined") != "true"]
-        number = int(self.charm.unit.name.rsplit("/", 1)[1])
-        lower = [
-            u
-            for u in peers.units
-            if peers.data[u].get("joined") == "true" and int(u.name.rsplit("/", 1)[1]) < number
-        ]
-        if not waiting or lower:
+        number = int(self._ctx.unit.rsplit("/", 1)[1])
+        lower = [m for m in peers.joined() if m.number < number]
+        if not peers.waiting() or lower:
             return
-        now = type(self.charm).clock()
-        mine = peers.data[self.charm.unit]
-        uploaded = self._newest(peers, "certs-uploaded-at")
-        try:
+        now = self._clock()
+        mine = peers.mine
+        uploaded = peers.newest(CERTS_UPLOADED_AT)
+        with _kubeadm_retried():
             if (
                 uploaded is None
                 or (now - uploaded[0]).total_seconds() >= MEMBER_REUPLOAD_AFTER_SECONDS
             ):
                 key = self.join_secret().get_content(refresh=True)["certificate-key"]
-                bootstrap.upload_certs(self.charm.host, key)
-                mine["certs-uploaded-at"] = now.isoformat()
+                bootstrap.upload_certs(self._ctx.host, key)
+                mine[CERTS_UPLOADED_AT] = now.isoformat()
                 logger.info("re-uploaded control-plane certificates in the leader's stead")
-            expires = self._newest(peers, "token-expires")
+            expires = peers.newest(TOKEN_EXPIRES)
             margin = datetime.timedelta(minutes=MEMBER_TOKEN_MARGIN_MINUTES)
             if expires is None or now >= expires[0] - margin:
-                token = bootstrap.create_token(self.charm.host, config.join_token_ttl)
-                secret = self._store_member_token(token, peers)
-                mine["join-token-secret-id"] = secret.id or secret.get_info().id
-                mine["token-expires"] = bootstrap.token_expiry(
+                token = bootstrap.create_token(self._ctx.host, config.join_token_ttl)
+                secret = self._store_member_token(token)
+                mine[JOIN_TOKEN_SECRET_ID] = secret.id or secret.get_info().id
+                mine[TOKEN_EXPIRES] = bootstrap.token_expiry(
                     now, config.join_token_ttl
                 ).isoformat()
                 logger.info("minted a bootstrap token for joining units in the leader's stead")
-        except bootstrap.BootstrapError as e:
-            raise StatusError(ops.WaitingStatus(f"{e}; retrying on the next event")) from None
 
-    def _store_member_token(self, token: str, peers: ops.Relation) -> ops.Secret:
+    def _store_member_token(self, token: str) -> ops.Secret:
         content = {"token": token}
         try:
-            secret = self.charm.model.get_secret(label=MEMBER_TOKEN_LABEL)
+            secret = self._model.get_secret(label=MEMBER_TOKEN_LABEL)
             secret.set_content(content)
         except ops.SecretNotFoundError:
-            secret = self.charm.unit.add_secret(
+            secret = self._model.unit.add_secret(
                 content, label=MEMBER_TOKEN_LABEL, description="bootstrap token for joining peers"
             )
-        secret.grant(peers)
+        secret.grant(self._relation)
         return secret
 
-    def prune_etcd(self, peers: ops.Relation, event: ops.EventBase) -> None:
+    def prune_etcd(self, peers: Peers, *, check: bool) -> None:
         """Remove the etcd members that departed control-plane units left behind.
 
         `kubeadm reset` on a leaving unit removes its member, or only warns when it cannot.
@@ -288,24 +297,25 @@ class Membership:
         that is no longer among them departed, and a member by its name is removed here.
         Members of no unit at all are reported, never removed: a unit joining right now
         has its member before its databag says so. What could not be done is kept in
-        `etcd-problems` for every unit's status and retried on later events.
+        `etcd-problems` for every unit's status and retried on later events. `check`:
+        ask etcd even when no node departed (update-status).
         """
-        bag = peers.data[self.charm.app]
-        current = self.charm._control_plane_nodes(peers)
-        known = set(json.loads(bag.get("control-plane-nodes", "[]")))
-        problems: dict[str, str] = json.loads(bag.get("etcd-problems", "{}"))
+        bag = peers.app
+        current = peers.control_plane_nodes(self._ctx.own_node())
+        known = set(json.loads(bag.get(CONTROL_PLANE_NODES_KEY, "[]")))
+        problems: dict[str, str] = json.loads(bag.get(ETCD_PROBLEMS_KEY, "{}"))
         gone = (known - current) | {n for n in problems if n not in current}
-        if gone or isinstance(event, ops.UpdateStatusEvent):
+        if gone or check:
             problems = self._check_etcd(current, gone)
         write(
             bag,
             {
-                "control-plane-nodes": json.dumps(sorted(current)),
-                **({"etcd-problems": json.dumps(problems, sort_keys=True)} if problems else {}),
+                CONTROL_PLANE_NODES_KEY: json.dumps(sorted(current)),
+                **({ETCD_PROBLEMS_KEY: json.dumps(problems, sort_keys=True)} if problems else {}),
             },
-            remove=["etcd-problems"],
+            remove=[ETCD_PROBLEMS_KEY],
         )
 
     def _check_etcd(self, current: set[str], gone: set[str]) -> dict[str, str]:
         """{node name: problem} after removing the members of `gone` nodes."""
-        return etcd.prune(etcd.Etcd(self.charm.host, type(self.charm).etcd_url), current, gone)
+        return etcd.prune(etcd.Etcd(self._ctx.host, self._etcd_url), current, gone)

@@ -47,23 +47,6 @@ def pass_turn(bag: MutableMapping[str, str], key: str, waiting: Sequence[str]) -
     return holder
 
 
-def member_versions(
-    members: Mapping[str, Mapping[str, str]], me: str, mine: str | None, unknown: str | None
-) -> dict[str, str | None]:
-    """The minor of each joined control-plane unit, from their peer unit databags.
-
-    `members` maps the other units' names to their databags; this unit (`me`) runs
-    `mine`; a joined unit that did not publish its minor counts as `unknown`.
-    """
-    versions = {
-        name: bag.get("kubernetes-version", unknown)
-        for name, bag in members.items()
-        if bag.get("joined") == "true"
-    }
-    versions[me] = mine
-    return versions
-
-
 def lowest(versions: Mapping[str, str | None], fallback: str) -> str:
     """The lowest known minor among `versions` ("1.36" below "1.37"), or `fallback`.
 
