@@ -37,7 +37,7 @@ KUEUE_API = "kueue.x-k8s.io/v1beta2"
 # Pod of the namespace in it (jobframework/defaults.go): TensorBoard and the purge Job
 # would wait for quota and could be preempted.
 LOCAL_QUEUE = "training"
-# The label kubernetes-worker puts on its GPU nodes (nvidia.py LABEL_PRODUCT), which the
+# The label kubernetes-worker puts on its GPU nodes (gpu_labels.py LABEL_PRODUCT), which the
 # control plane's GPU ResourceFlavors select.
 LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
 # Earlier revisions named it `default`; the charm deletes that one when it is its own.

@@ -54,7 +54,7 @@ def node(
     spec: dict = {}
     if unschedulable:
         spec["unschedulable"] = True
-    if taints is None and gpus:  # what kubernetes-worker puts on a GPU node (nvidia.py)
+    if taints is None and gpus:  # what kubernetes-worker puts on a GPU node (gpu_labels.py)
         taints = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
     if taints:
         spec["taints"] = taints
