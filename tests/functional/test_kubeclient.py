@@ -792,3 +792,25 @@ def test_custom_resources_are_served_only_while_their_crd_exists(
     assert gone.value.status == 404
     kube.apply(crd("example.io", "Widget", "widgets", "Namespaced", ["v1"]), field_manager="t")
     assert kube.get("example.io/v1", "Widget", "w", "work") is None  # deleted with its CRD
+
+
+def test_every_client_knows_the_jobset_and_kueue_kinds_the_charms_use(kube: Kube):
+    """One table for both charms, from the CRDs of JobSet v0.12 and Kueue v0.19.
+
+    Group, version, plural and scope: neither charm teaches its clients the kinds itself.
+    """
+    assert kube.path("jobset.x-k8s.io/v1alpha2", "JobSet", "team", "mnist") == (
+        "/apis/jobset.x-k8s.io/v1alpha2/namespaces/team/jobsets/mnist"
+    )
+    kueue = "kueue.x-k8s.io/v1beta2"
+    assert kube.path(kueue, "ClusterQueue", name="team") == f"/apis/{kueue}/clusterqueues/team"
+    assert kube.path(kueue, "LocalQueue", "team", "default") == (
+        f"/apis/{kueue}/namespaces/team/localqueues/default"
+    )
+    assert kube.path(kueue, "Workload", "team") == f"/apis/{kueue}/namespaces/team/workloads"
+    for kind, plural in (
+        ("ResourceFlavor", "resourceflavors"),
+        ("Cohort", "cohorts"),
+        ("WorkloadPriorityClass", "workloadpriorityclasses"),
+    ):
+        assert kube.path(kueue, kind, name="x") == f"/apis/{kueue}/{plural}/x"
