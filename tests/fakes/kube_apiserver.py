@@ -547,11 +547,25 @@ class FakeKubeApiServer:
         times: int = 1,
         method: str | None = None,
         path_prefix: str | None = None,
+        message: str | None = None,
     ) -> None:
-        """Fail the next `times` matching requests with `status`, or "reset" the connection."""
+        """Fail the next `times` matching requests with `status`, or "reset" the connection.
+
+        A 401 or 403 reads as kube-apiserver's: `Unauthorized`, and RBAC's refusal naming
+        the verb and the resource (k8s.io/apiserver pkg/endpoints/handlers/responsewriters/
+        errors.go `forbiddenMessage`), unless `message` says otherwise (the namespace
+        lifecycle's "unable to create new content in namespace X because it is being
+        terminated", an admission webhook's denial).
+        """
         with self._lock:
             self._faults.append(
-                {"status": status, "times": times, "method": method, "prefix": path_prefix}
+                {
+                    "status": status,
+                    "times": times,
+                    "method": method,
+                    "prefix": path_prefix,
+                    "message": message,
+                }
             )
 
     def objects(self, path_prefix: str = "/", kind: str | None = None) -> list[dict]:
@@ -678,7 +692,7 @@ class FakeKubeApiServer:
             if auth.startswith("Bearer "):
                 self.tokens.append(auth[len("Bearer ") :])
             fault = self._take_fault(method, url.path)
-            if fault == "reset":
+            if fault is not None and fault["status"] == "reset":
                 return ("reset",)
             if method == "GET" and url.path in self.HEALTH_PATHS and fault is None:
                 return 200, "text/plain", b"ok", {}
@@ -686,7 +700,7 @@ class FakeKubeApiServer:
                 return self._table(url.path, query)
             try:
                 if fault is not None:
-                    raise self._fault_error(int(fault))
+                    raise self._fault_error(fault, method, url.path)
                 if self._required_token and auth != f"Bearer {self._required_token}":
                     raise ApiError(401, "Unauthorized", "Unauthorized")
                 code, payload = self._dispatch(method, url.path, query, headers, body)
@@ -802,7 +816,7 @@ class FakeKubeApiServer:
         }
         return 200, "application/json", json.dumps(table).encode(), {}
 
-    def _take_fault(self, method: str, path: str) -> int | str | None:
+    def _take_fault(self, method: str, path: str) -> dict | None:
         for fault in self._faults:
             if fault["times"] <= 0:
                 continue
@@ -811,14 +825,46 @@ class FakeKubeApiServer:
             if fault["prefix"] and not path.startswith(fault["prefix"]):
                 continue
             fault["times"] -= 1
-            return fault["status"]
+            return fault
         return None
 
-    @staticmethod
-    def _fault_error(code: int) -> ApiError:
-        reasons = {429: "TooManyRequests", 503: "ServiceUnavailable", 504: "Timeout"}
+    def _fault_error(self, fault: dict, method: str, path: str) -> ApiError:
+        code = int(fault["status"])
+        reasons = {
+            401: "Unauthorized",
+            403: "Forbidden",
+            429: "TooManyRequests",
+            503: "ServiceUnavailable",
+            504: "Timeout",
+        }
         reason = reasons.get(code, "InternalError")
-        return ApiError(code, reason, f"injected fault: {reason}", {"retryAfterSeconds": 0})
+        message = fault["message"] or f"injected fault: {reason}"
+        if code == 401 and not fault["message"]:
+            message = "Unauthorized"
+        elif code == 403 and not fault["message"]:
+            message = self._forbidden(method, path)
+        return ApiError(code, reason, message, {"retryAfterSeconds": 0})
+
+    def _forbidden(self, method: str, path: str) -> str:
+        """RBAC's refusal of this request, worded as kube-apiserver words it."""
+        try:
+            target = parse_path(path, self.resources)
+        except ApiError:
+            return f'forbidden: User "injected" cannot {method.lower()} path "{path}"'
+        verb = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(
+            method, "get" if target.name else "list"
+        )
+        group = target.gv.rpartition("/")[0] if "/" in target.gv else ""
+        resource = f"{target.plural}/{target.sub}" if target.sub else target.plural
+        scope = (
+            f'in the namespace "{target.namespace}"'
+            if target.namespace
+            else "at the cluster scope"
+        )
+        return (
+            f'{target.plural} "{target.name or ""}" is forbidden: User "injected" cannot {verb} '
+            f'resource "{resource}" in API group "{group}" {scope}'
+        )
 
     def _dispatch(self, method: str, path: str, query: dict, headers: Any, body: bytes) -> tuple:
         target = parse_path(path, self.resources)

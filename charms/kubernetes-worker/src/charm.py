@@ -62,7 +62,7 @@ from charms.gpu_k8s.v0.cos_agent import (
 )
 from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
 from charms.gpu_k8s.v0.kubernetes_cluster import ClusterRequirer, GpuInfo, JoinInfo
-from charms.gpu_k8s.v0.status import StatusError, Statuses, api_proxy_errors, on_error
+from charms.gpu_k8s.v0.status import StatusError, Statuses, on_error, status_of
 from charms.gpu_k8s.v0.system import Host, machine
 
 logger = logging.getLogger(__name__)
@@ -112,7 +112,10 @@ class KubernetesWorkerCharm(ops.CharmBase):
         self.turns = RebootTurns(self, REBOOTS)
         self.cos = CosAgentProvider(self, COS_AGENT, host=self.host_factory)
         # What this hook found; collect-unit-status reports the highest priority.
-        self._statuses = Statuses()
+        # the worker reaches the API with the control plane's grant for workers (rbac.py there)
+        self._statuses = Statuses(
+            kube_refused_fix="check the workers' grant on the kubernetes-control-plane leader"
+        )
         on = self.on
         for event in (
             on.install,
@@ -396,7 +399,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
 
     def _proxy(self, host: Host, info: JoinInfo) -> None:
         """Point this node's API proxy (the cluster's control-plane endpoint) at the servers."""
-        with api_proxy_errors():
+        with status_of(api_proxy.ProxyError):
             api_proxy.configure(host, info.api_servers, api_proxy.metrics_access(host))
 
     def _node_state(

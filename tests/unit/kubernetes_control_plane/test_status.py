@@ -26,7 +26,7 @@ def test_refused_admin_credentials_block_naming_what_to_check(ctx, machine, api)
 
     assert out.unit_status.name == "blocked"
     message = out.unit_status.message
-    assert message.startswith("Kubernetes refused a request (401 ")  # the fake's reason after
+    assert message.startswith("Kubernetes refused a request (401 Unauthorized)")
     assert message.endswith(
         "; check /etc/kubernetes/admin.conf on this machine (sudo kubeadm certs check-expiration)"
     )
@@ -85,3 +85,22 @@ def test_the_application_status_follows_the_leaders_blocked_reconcile(ctx, machi
 
     out = ctx.run(ctx.on.config_changed(), dataclasses.replace(out, config={}))
     assert out.app_status == ready
+
+
+def test_the_status_an_earlier_revision_kept_is_reported_until_the_next_reconcile(ctx, machine):
+    """Revisions before 2026-11-27 kept one [name, message] as `status`; it is taken over."""
+    blocked = ["blocked", "pod-cidr 10.1.0.0/16 differs from the running cluster's 10.244.0.0/16"]
+    stored = testing.StoredState(
+        owner_path="KubernetesControlPlaneCharm",
+        content={"left_cluster": False, "status": blocked},
+    )
+    state = testing.State(leader=True, relations=[peers()], stored_states={stored})
+
+    with pytest.raises(testing.ActionFailed) as failed:  # an action does not reconcile
+        ctx.run(ctx.on.action("get-kubeconfig"), state)
+    out = failed.value.state
+    assert out is not None
+
+    assert out.unit_status == testing.BlockedStatus(blocked[1])
+    content = out.get_stored_state("_stored", owner_path="KubernetesControlPlaneCharm").content
+    assert content["status"] is None and content["statuses"] == [blocked]

@@ -72,13 +72,26 @@ def test_a_new_server_list_is_a_reload_that_keeps_open_connections(machine):
 def test_a_failed_install_writes_nothing_so_the_next_call_tries_again(machine):
     machine.withdraw("haproxy")
 
-    with pytest.raises(apt.AptError, match="haproxy"):
+    with pytest.raises(api_proxy.ProxyError, match="haproxy") as refused:
         api_proxy.configure(machine.host(), SERVERS)
+    assert refused.value.blocked is True  # the operator must fix the archive
+    assert str(refused.value).endswith("; check the machine's Ubuntu archive")
     assert not machine.path(api_proxy.CONFIG).exists()
 
     machine.publish("haproxy", "2.8.16-0ubuntu0.24.04.3")
     assert api_proxy.configure(machine.host(), SERVERS) is True
     assert machine.services[api_proxy.SERVICE].active
+
+
+def test_a_failed_start_says_what_systemd_said(machine):
+    machine.fail("/usr/bin/systemctl restart haproxy", stderr="Job for haproxy.service failed")
+
+    with pytest.raises(api_proxy.ProxyError) as failed:
+        api_proxy.configure(machine.host(), SERVERS)
+    assert str(failed.value) == (
+        "starting HAProxy: Job for haproxy.service failed; retrying on the next event"
+    )
+    assert failed.value.blocked is False  # (that the next call starts it: issue 30, N2/N3)
 
 
 def test_a_stopped_haproxy_is_started_with_the_next_change(machine):
@@ -117,8 +130,10 @@ def test_the_python_proxy_of_earlier_revisions_is_removed_before_haproxy_binds(m
     ],
 )
 def test_bad_server_lists_are_refused_and_nothing_is_written(machine, servers, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(api_proxy.ProxyError, match=message) as refused:
         api_proxy.configure(machine.host(), servers)
+    assert str(refused.value).startswith("cannot configure the API proxy: ")
+    assert refused.value.blocked is False  # the control plane publishes a good list
 
     assert not machine.path(api_proxy.CONFIG).exists()
     assert machine.calls == []

@@ -6,12 +6,10 @@ import ops
 import pytest
 from ops import testing
 
-from charms.gpu_k8s.v0.apt import AptError
 from charms.gpu_k8s.v0.kubeclient import KubeError
 from charms.gpu_k8s.v0.status import (
     StatusError,
     Statuses,
-    api_proxy_errors,
     kube_status,
     on_error,
     status_of,
@@ -76,30 +74,53 @@ def test_a_step_that_stops_lets_the_next_step_run():
     assert status == testing.MaintenanceStatus("rebooting: driver update")
 
 
+RBAC_REFUSAL = (
+    'nodes "gpu-0" is forbidden: User "system:serviceaccount:gpu-k8s-system:worker" cannot '
+    'patch resource "nodes" in API group "" at the cluster scope'
+)
+TERMINATING = (
+    'configmaps "code" is forbidden: unable to create new content in namespace training '
+    "because it is being terminated"
+)
+WEBHOOK_DENIAL = (
+    'admission webhook "vclusterqueue.kb.io" denied the request: spec.cohort: Invalid value'
+)
+
+
 @pytest.mark.parametrize(
-    ("code", "reason", "expected"),
+    ("code", "reason", "message", "expected"),
     [
-        (401, "Unauthorized", testing.BlockedStatus),
-        (403, "Forbidden", testing.BlockedStatus),
-        (0, "ConnectionError", testing.WaitingStatus),
-        (429, "TooManyRequests", testing.WaitingStatus),
-        (503, "ServiceUnavailable", testing.WaitingStatus),
+        (401, "Unauthorized", "Unauthorized", testing.BlockedStatus),
+        (403, "Forbidden", RBAC_REFUSAL, testing.BlockedStatus),
+        (0, "ConnectionError", "connection refused", testing.WaitingStatus),
+        (429, "TooManyRequests", "slow down", testing.WaitingStatus),
+        (503, "ServiceUnavailable", "no endpoints", testing.WaitingStatus),
     ],
 )
-def test_kubernetes_errors_the_operator_can_act_on_or_wait_for(code, reason, expected):
-    status = _run(_raise(KubeError(code, reason, "no")))
+def test_kubernetes_errors_the_operator_can_act_on_or_wait_for(code, reason, message, expected):
+    status = _run(_raise(KubeError(code, reason, message)))
     assert isinstance(status, expected)
     assert f"({code} {reason})" in status.message
     if expected is testing.BlockedStatus:
         assert status.message.endswith("check the kube-api grant on the control plane")
-    assert kube_status(KubeError(code, reason, "no"), "relate kube-api") is not None
+    assert kube_status(KubeError(code, reason, message), "relate kube-api") is not None
 
 
-@pytest.mark.parametrize("code", [400, 404, 409, 422])
-def test_any_other_kubernetes_error_is_unexpected_and_fails_the_hook(code):
-    assert kube_status(KubeError(code, "Invalid", "no")) is None
+def test_a_namespace_being_deleted_is_waited_for_naming_it():
+    status = _run(_raise(KubeError(403, "Forbidden", TERMINATING)))
+    assert status == testing.WaitingStatus(
+        f"Kubernetes API: {TERMINATING}; retrying on the next event"
+    )
+
+
+@pytest.mark.parametrize(
+    ("code", "message"),
+    [(400, "no"), (404, "no"), (409, "no"), (422, "no"), (403, WEBHOOK_DENIAL)],
+)
+def test_any_other_kubernetes_error_is_unexpected_and_fails_the_hook(code, message):
+    assert kube_status(KubeError(code, "Invalid", message)) is None
     with pytest.raises(testing.errors.UncaughtCharmError) as failure:
-        _run(_raise(KubeError(code, "Invalid", "no")))
+        _run(_raise(KubeError(code, "Invalid", message)))
     assert isinstance(failure.value.__cause__, KubeError)
 
 
@@ -140,30 +161,3 @@ def test_on_error_formats_the_error_into_the_message():
     ):
         raise CommandError(["/usr/bin/systemctl", "restart", "haproxy"], 1, "a\nno such unit")
     assert stopped.value.status == ops.WaitingStatus("starting HAProxy: no such unit; retrying")
-
-
-@pytest.mark.parametrize(
-    ("error", "expected"),
-    [
-        (
-            ValueError("no API server"),
-            ops.WaitingStatus("cannot configure the API proxy: no API server"),
-        ),
-        (
-            AptError("haproxy", "E: Unable to locate package"),
-            ops.BlockedStatus(
-                "cannot install haproxy: E: Unable to locate package; check that the package "
-                "source is reachable and that haproxy exists at the requested version; check "
-                "the machine's Ubuntu archive"
-            ),
-        ),
-        (
-            CommandError(["/usr/bin/systemctl", "reload", "haproxy"], 1, "Job failed"),
-            ops.WaitingStatus("starting HAProxy: Job failed; retrying on the next event"),
-        ),
-    ],
-)
-def test_the_api_proxy_fails_the_same_way_on_every_node(error, expected):
-    with pytest.raises(StatusError) as stopped, api_proxy_errors():
-        raise error
-    assert stopped.value.status == expected

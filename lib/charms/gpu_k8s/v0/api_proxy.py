@@ -63,7 +63,7 @@ from charms.gpu_k8s.v0.system import SYSTEMCTL, CommandError, Host
 
 LIBID = "56d1a753a66d4124bddde98d7b960f09"
 LIBAPI = 0
-LIBPATCH = 4
+LIBPATCH = 5
 
 LISTEN_HOST = "127.0.0.1"
 PORT = 6444
@@ -252,6 +252,19 @@ def render_drop_in() -> str:
     )
 
 
+class ProxyError(Exception):
+    """`configure` could not make the proxy serve; the message says why and what happens.
+
+    `blocked`: the operator must act (the package cannot be installed from the machine's
+    archive); otherwise it clears by itself (the control plane publishes a good server
+    list, systemd starts HAProxy on the next try).
+    """
+
+    def __init__(self, message: str, *, blocked: bool):
+        super().__init__(message)
+        self.blocked = blocked
+
+
 def configure(host: Host, servers: Sequence[str], metrics: MetricsAccess | None = None) -> bool:
     """Install HAProxy and make it forward `ENDPOINT` to `servers`; True when anything changed.
 
@@ -263,10 +276,22 @@ def configure(host: Host, servers: Sequence[str], metrics: MetricsAccess | None 
     drop-in a restart, and a service that is not running is enabled and started.
 
     Raises:
-        ValueError: `servers` is empty or malformed (nothing is written).
-        AptError: the package could not be installed.
-        CommandError: systemctl failed.
+        ProxyError: `servers` is empty or malformed (nothing is written), the package could
+            not be installed (blocked), or systemctl failed.
     """
+    try:
+        return _configure(host, servers, metrics)
+    except ValueError as e:
+        raise ProxyError(f"cannot configure the API proxy: {e}", blocked=False) from None
+    except apt.AptError as e:
+        raise ProxyError(f"{e}; check the machine's Ubuntu archive", blocked=True) from None
+    except CommandError as e:
+        raise ProxyError(
+            f"starting HAProxy: {e.last_line}; retrying on the next event", blocked=False
+        ) from None
+
+
+def _configure(host: Host, servers: Sequence[str], metrics: MetricsAccess | None) -> bool:
     config = render_config(sorted(set(servers)), metrics=metrics)
     drop_in = render_drop_in()
     changed = _remove_legacy(host)

@@ -28,22 +28,23 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from collections.abc import Iterator
 
 import ops
 
-from charms.gpu_k8s.v0.apt import AptError
 from charms.gpu_k8s.v0.kubeclient import KubeError
-from charms.gpu_k8s.v0.system import CommandError
 
 LIBID = "3b9dce50ecda4d0ea9d31b215418e1f9"
 LIBAPI = 0
-LIBPATCH = 1
+LIBPATCH = 2
 
 logger = logging.getLogger(__name__)
 
 # What an operator does about refused Kubernetes credentials, unless the charm says better.
 KUBE_REFUSED_FIX = "check the kube-api grant on the control plane"
+_RBAC_REFUSAL = re.compile(r'User "[^"]*" cannot ')
+_TERMINATING = "because it is being terminated"
 
 
 class StatusError(Exception):
@@ -72,14 +73,21 @@ class StatusError(Exception):
 def kube_status(error: KubeError, refused_fix: str = KUBE_REFUSED_FIX) -> ops.StatusBase | None:
     """The status a Kubernetes API error means, or None when it is unexpected (raise it).
 
-    401/403: the credentials were refused, Blocked with `refused_fix`. No answer (0), 429
-    and 5xx (after the client's retries): Waiting. Any other status is a request the
-    charm should not have made.
+    Refused: 401 (the credentials are not accepted) and a 403 that is RBAC's refusal
+    (`User "..." cannot <verb> ...`, k8s.io/apiserver pkg/endpoints/handlers/
+    responsewriters/errors.go `forbiddenMessage`) are Blocked with `refused_fix`. A 403
+    for a namespace being deleted (the NamespaceLifecycle admission plugin's "unable to
+    create new content in namespace X because it is being terminated") clears by itself:
+    Waiting. No answer (0), 429 and 5xx (after the client's retries): Waiting. Anything
+    else, another 403 (an admission webhook's denial, an exceeded quota) included, is a
+    request the charm should not have made.
     """
-    if error.status in (401, 403):
+    if error.status == 401 or (error.status == 403 and _RBAC_REFUSAL.search(error.message)):
         return ops.BlockedStatus(
             f"Kubernetes refused a request ({error.status} {error.reason}); {refused_fix}"
         )
+    if error.status == 403 and _TERMINATING in error.message:
+        return ops.WaitingStatus(f"Kubernetes API: {error.message}; retrying on the next event")
     if error.status == 0 or error.status == 429 or error.status >= 500:
         return ops.WaitingStatus(
             f"Kubernetes API unavailable ({error.status} {error.reason}); "
@@ -149,25 +157,3 @@ def on_error(
         yield
     except errors as e:
         raise StatusError(status(message.format(error=e))) from None
-
-
-@contextlib.contextmanager
-def api_proxy_errors() -> Iterator[None]:
-    """The statuses of `api_proxy.configure`'s errors, the same on every node.
-
-    A malformed server list waits for the control plane to publish a good one; a package
-    that cannot be installed is Blocked on the machine's archive; a failed systemctl is
-    retried on the next event.
-    """
-    with (
-        on_error(ops.WaitingStatus, ValueError, message="cannot configure the API proxy: {error}"),
-        on_error(
-            ops.BlockedStatus, AptError, message="{error}; check the machine's Ubuntu archive"
-        ),
-        on_error(
-            ops.WaitingStatus,
-            CommandError,
-            message="starting HAProxy: {error.last_line}; retrying on the next event",
-        ),
-    ):
-        yield
