@@ -562,8 +562,24 @@ def drain_fixture(kube: Kube, kube_api: FakeKubeApiServer) -> None:
     kube_api.put_object("/api/v1/nodes/n1", {"spec": {}, "status": {"capacity": {"cpu": "4"}}})
     kube_api.put_object("/api/v1/nodes/n2", {"spec": {}})
     namespace(kube, "work")
-    rs = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "u-rs"}]
-    ds = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "plugin", "uid": "u-ds"}]
+    rs = [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "name": "web",
+            "uid": "u-rs",
+            "controller": True,
+        }
+    ]
+    ds = [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "name": "plugin",
+            "uid": "u-ds",
+            "controller": True,
+        }
+    ]
     kube.create(pod_manifest("web-1", ownerReferences=rs))
     kube.create(pod_manifest("plugin-1", "kube-system", ownerReferences=ds))
     kube.create(

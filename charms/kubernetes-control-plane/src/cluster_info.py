@@ -10,7 +10,8 @@ import json
 from collections.abc import Iterable, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from charms.gpu_k8s.v0.drain import MIRROR_ANNOTATION
+from charms.gpu_k8s.v0 import kube_objects
+from charms.gpu_k8s.v0.drain import stays
 from charms.gpu_k8s.v0.kube_objects import GPU_RESOURCE, node_ready, pod_gpus
 from charms.gpu_k8s.v0.unit_state import Gauge
 
@@ -48,13 +49,6 @@ class NodeInfo:
         return out
 
 
-def _int(value: Any) -> int:
-    try:
-        return int(str(value))
-    except (TypeError, ValueError):
-        return 0
-
-
 def summarize(node: dict) -> NodeInfo:
     """Summarise one Node object."""
     meta = node.get("metadata") or {}
@@ -67,7 +61,7 @@ def summarize(node: dict) -> NodeInfo:
         version=(status.get("nodeInfo") or {}).get("kubeletVersion", "unknown"),
         ready=node_ready(node),
         schedulable=not (node.get("spec") or {}).get("unschedulable", False),
-        gpus=_int((status.get("allocatable") or {}).get(GPU_RESOURCE)),
+        gpus=kube_objects.count((status.get("allocatable") or {}).get(GPU_RESOURCE)),
         gpu_product=labels.get(GPU_PRODUCT_LABEL),
     )
 
@@ -165,14 +159,6 @@ def allocated_by_model(nodes: list[NodeInfo], holders: Mapping[str, list[tuple[s
     return ", ".join(f"{used[model]}/{count} {model}" for model, count in ranked if count)
 
 
-def _is_daemon_or_mirror(pod: dict) -> bool:
-    """A pod a drain leaves where it is (as `charms.gpu_k8s.v0.drain` does)."""
-    meta = pod.get("metadata") or {}
-    if MIRROR_ANNOTATION in (meta.get("annotations") or {}):
-        return True
-    return any(ref.get("kind") == "DaemonSet" for ref in meta.get("ownerReferences") or [])
-
-
 def _is_finished(pod: dict) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
@@ -187,7 +173,7 @@ def removable(node: dict, pods: list[dict]) -> tuple[bool, str]:
         return True, "node is NotReady"
     if not (node.get("spec") or {}).get("unschedulable", False):
         return False, "node is not cordoned yet"
-    busy = [p for p in pods if not _is_daemon_or_mirror(p) and not _is_finished(p)]
+    busy = [p for p in pods if not stays(p) and not _is_finished(p)]
     if busy:
         return False, f"{len(busy)} pods still running"
     return True, "node is drained"

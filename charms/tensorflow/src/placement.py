@@ -16,19 +16,12 @@ pod holds, as the scheduler counts them, for `queues.py` and `job_state.py`).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from literals import LABEL_GPU_PRODUCT
 from params import TrainRequest, quantity
 
+from charms.gpu_k8s.v0 import kube_objects
 from charms.gpu_k8s.v0.kube_objects import GPU_RESOURCE, node_ready
-
-
-def _quantity_int(value: Any) -> int:
-    try:
-        return int(str(value))
-    except (TypeError, ValueError):
-        return 0
 
 
 def _tolerated(node: dict) -> bool:
@@ -66,7 +59,7 @@ def _no_room_for_gpus(request: TrainRequest, nodes: list[dict]) -> str | None:
     if not per_pod:
         return None
     sizes = [
-        _quantity_int(((n.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE))
+        kube_objects.count(((n.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE))
         for n in nodes
         if schedulable(n)
     ]
@@ -143,7 +136,9 @@ def _no_model_holds_a_role(request: TrainRequest, nodes: Iterable[dict]) -> str 
     """Why one role's GPUs fit no single GPU model's schedulable nodes (see never_fits)."""
     models: dict[str, list[int]] = {}
     for n in nodes:
-        count = _quantity_int(((n.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE))
+        count = kube_objects.count(
+            ((n.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE)
+        )
         product = ((n.get("metadata") or {}).get("labels") or {}).get(LABEL_GPU_PRODUCT)
         if count and product and schedulable(n):
             models.setdefault(product, []).append(count)

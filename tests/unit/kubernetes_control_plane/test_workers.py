@@ -236,6 +236,7 @@ def test_departed_worker_node_deleted_only_after_it_drained(ctx, bootstrapped, a
                         "name": "kube-flannel-ds",
                         "apiVersion": "apps/v1",
                         "uid": "x",
+                        "controller": True,
                     }
                 ]
             },

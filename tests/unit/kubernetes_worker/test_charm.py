@@ -464,7 +464,7 @@ def add_pod(api, name, labels=None, namespace="default", owner=None):
     metadata = {"labels": labels or {}}
     if owner:
         metadata["ownerReferences"] = [
-            {"kind": owner, "name": "x", "uid": "1", "apiVersion": "apps/v1"}
+            {"kind": owner, "name": "x", "uid": "1", "apiVersion": "apps/v1", "controller": True}
         ]
     api.put_object(
         f"/api/v1/namespaces/{namespace}/pods/{name}",

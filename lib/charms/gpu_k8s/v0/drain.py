@@ -6,16 +6,12 @@
 `drain` cordons the node and evicts its pods through the Eviction API, so that
 PodDisruptionBudgets are honoured: an eviction a budget refuses (429) is asked again
 every `poll` seconds until the timeout, and evicted pods are awaited until they are gone
-from the node. DaemonSet pods and static (mirror) pods stay, as `kubectl drain
---ignore-daemonsets` leaves them (kubectl's drain filters: k8s.io/kubectl/pkg/drain
-filters.go `daemonSetFilter`, `mirrorPodFilter`).
-
-A cordon set here carries `CORDON_ANNOTATION`, so `uncordon` lifts only the cordons the
-charms set; one an operator set with `kubectl cordon` stays. Kept on the Node itself, the
-mark survives a hook that fails in the middle of a drain.
-
-Functions over a `kubeclient.Kube`; used by the worker (removal, reboots, upgrades, MIG)
-and the control plane (removal, upgrades).
+from the node. Pods whose controller is a DaemonSet, and static (mirror) pods, stay
+(`stays`): kubectl's `daemonSetFilter` and `mirrorPodFilter` (k8s.io/kubectl/pkg/drain
+filters.go, which look at the controller reference and the mirror annotation). Unlike a
+plain `kubectl drain`, pods without a controller and pods with emptyDir volumes are
+evicted too, as `--force --delete-emptydir-data` would: the charms drain a node that is
+about to be reset or rebooted, where those pods would stop anyway.
 """
 
 from __future__ import annotations
@@ -34,7 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 LIBID = "116c6d0a40fc4868b9255085e370d5c8"
 LIBAPI = 0
-LIBPATCH = 1
+LIBPATCH = 2
 
 logger = logging.getLogger(__name__)
 
@@ -96,16 +92,24 @@ def uncordon(kube: Kube, node: str) -> bool:
     return True
 
 
+def stays(pod: dict) -> bool:
+    """Whether a drain leaves `pod` on its node: a DaemonSet's pod, or a mirror pod."""
+    meta = pod.get("metadata") or {}
+    if MIRROR_ANNOTATION in (meta.get("annotations") or {}):
+        return True
+    return any(
+        ref.get("kind") == "DaemonSet" and ref.get("controller")
+        for ref in meta.get("ownerReferences") or []
+    )
+
+
 def _evictable_pods(kube: Kube, node: str) -> dict[str, str]:
     """Pods on the node that a drain evicts, as {"ns/name": uid}."""
     pods = {}
     for pod in kube.list("v1", "Pod", field_selector=f"spec.nodeName={node}"):
-        meta = pod["metadata"]
-        if MIRROR_ANNOTATION in (meta.get("annotations") or {}):
-            continue
-        if any(o.get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or []):
-            continue
-        pods[f"{meta['namespace']}/{meta['name']}"] = meta.get("uid", "")
+        if not stays(pod):
+            meta = pod["metadata"]
+            pods[f"{meta['namespace']}/{meta['name']}"] = meta.get("uid", "")
     return pods
 
 

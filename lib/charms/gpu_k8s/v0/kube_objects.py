@@ -17,13 +17,14 @@ from typing import Any
 
 LIBID = "58b81ae64c724083a9b79279b6369a0e"
 LIBAPI = 0
-LIBPATCH = 1
+LIBPATCH = 2
 
 # The extended resource NVIDIA's device plugin advertises (k8s-device-plugin README).
 GPU_RESOURCE = "nvidia.com/gpu"
 
 
-def _count(value: Any) -> int:
+def count(value: Any) -> int:
+    """A count the API returns as a quantity string (`"4"`): 0 when absent or not whole."""
     try:
         return int(str(value))
     except (TypeError, ValueError):
@@ -39,7 +40,7 @@ def container_gpus(container: dict, resource: str = GPU_RESOURCE) -> int:
     resources = container.get("resources") or {}
     for part in ("limits", "requests"):
         if resource in (resources.get(part) or {}):
-            return _count(resources[part][resource])
+            return count(resources[part][resource])
     return 0
 
 
