@@ -27,10 +27,10 @@ import ops
 import rbac
 import registry
 import yaml
+from charm_config import Config
 from context import UnitContext
 from literals import API_PORT, WORKER_NAMESPACE, WORKER_SERVICE_ACCOUNT
 from peers import ENDPOINT, Peers
-from settings import Config
 
 from charms.gpu_k8s.v0 import api_proxy, kube_objects
 from charms.gpu_k8s.v0.kube_api import KubeApiProvider

@@ -30,8 +30,8 @@ import kueue
 import mig_manager
 import rbac
 import registry
-from literals import FIELD_MANAGER, JOBSET, KUEUE
-from settings import Config
+from charm_config import Config
+from literals import FIELD_MANAGER, JOBSET, KUBE_STATE_METRICS_NODE_KEY, KUEUE
 
 from charms.gpu_k8s.v0 import kube_objects
 from charms.gpu_k8s.v0.kubeclient import Kube
@@ -44,7 +44,6 @@ CNI_KEY = "cni"
 DEVICE_PLUGIN_KEY = "device-plugin"
 DCGM_EXPORTER_KEY = "dcgm-exporter"
 KUBE_STATE_METRICS_KEY = "kube-state-metrics"
-KUBE_STATE_METRICS_NODE_KEY = "kube-state-metrics-node"  # where its COS agent scrapes it
 NODE_METRICS_KEY = "node-metrics-rbac"
 MIG_MANAGER_KEY = "mig-manager"
 KUEUE_OBJECTS_KEY = "kueue-objects"

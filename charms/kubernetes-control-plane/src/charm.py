@@ -12,7 +12,7 @@ The reconcile reads top to bottom here (the ops layer); each hook builds the par
 hands work to, with what they need and nothing of the charm:
 - `context.py`: this unit in the hook (`UnitContext`) and the hook's API client;
 - `peers.py`: the peer relation's data: the cluster's record and the other units;
-- `settings.py`: the config and action parameters;
+- `charm_config.py`: the config and action parameters;
 - `node.py`: this machine's packages and its upgrades, one minor at a time;
 - `upgrades.py`: the control plane's upgrade, one unit at a time, and the drain;
 - `membership.py`: the join material, the HA duties of the leader (or a joined member
@@ -47,6 +47,7 @@ import ops
 import summary
 from access import Access
 from addons import Addons
+from charm_config import Config, KubeconfigParams, NoParams
 from context import KubeSession, UnitContext, juju_public_address
 from fleet import Fleet
 from literals import (
@@ -60,7 +61,6 @@ from literals import (
 )
 from membership import Membership, etcd_problems
 from peers import IMAGE_REGISTRY, POD_CIDR, SERVICE_CIDR, Peers
-from settings import Config, KubeconfigParams, NoParams
 from upgrades import Upgrades, drain_node
 
 from charms.gpu_k8s.v0 import api_proxy, kubeadm
@@ -71,7 +71,6 @@ from charms.gpu_k8s.v0.kubernetes_cluster import ClusterProvider
 from charms.gpu_k8s.v0.status import (
     StatusError,
     Statuses,
-    api_proxy_errors,
     on_error,
     status_of,
 )
@@ -114,8 +113,12 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
     def __init__(self, framework: ops.Framework):
         super().__init__(framework)
         # statuses: [[name, message], ...] as the last reconcile found them (see
-        # _on_collect_status)
-        self._stored.set_default(left_cluster=False, statuses=None)
+        # _on_collect_status); status: the one [name, message] revisions before
+        # 2026-11-27 kept, taken over once
+        self._stored.set_default(left_cluster=False, statuses=None, status=None)
+        if self._stored.status is not None:
+            self._stored.statuses = self._stored.statuses or [list(self._stored.status)]
+            self._stored.status = None
         self.workers = ClusterProvider(self, WORKERS)
         self.kube_api = KubeApiProvider(self, KUBE_API)
         self.cos = CosAgentProvider(self, COS_AGENT, host=lambda: self.host)
@@ -410,7 +413,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             raise StatusError.waiting(
                 "waiting for a joined control-plane unit to publish its address"
             )
-        with api_proxy_errors():
+        with status_of(api_proxy.ProxyError):
             metrics = api_proxy.metrics_access(ctx.host, api_server=f"127.0.0.1:{API_PORT}")
             api_proxy.configure(ctx.host, servers, metrics)
 

@@ -27,10 +27,10 @@ import cluster_info
 import ops
 import registry
 import rolling
+from charm_config import Config
 from context import UnitContext
 from literals import PEERS, TOKEN_ROTATION_MARGIN_HOURS, WORKERS
 from peers import CA_CERT_HASH, CLUSTER_VERSION, ENDPOINT, TOKEN_EXPIRES, Peers, parse_time
-from settings import Config
 
 from charms.gpu_k8s.v0.kubeclient import Kube
 from charms.gpu_k8s.v0.kubernetes_cluster import ClusterProvider

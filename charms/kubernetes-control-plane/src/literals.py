@@ -97,3 +97,6 @@ ADMIN_REFUSED_FIX = (
 )
 # How long a departing control-plane unit waits for its node's pods to be evicted.
 DRAIN_TIMEOUT_SECONDS = 300
+# Peer application data: the node kube-state-metrics runs on, where its COS agent scrapes it
+# (written by addons.py, read by summary.py).
+KUBE_STATE_METRICS_NODE_KEY = "kube-state-metrics-node"

@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 import bootstrap
 import etcd
 import ops
+from charm_config import Config
 from context import UnitContext
 from literals import (
     CERTS_REUPLOAD_AFTER_SECONDS,
@@ -50,7 +51,6 @@ from peers import (
     Peers,
     parse_time,
 )
-from settings import Config
 
 from charms.gpu_k8s.v0 import api_proxy, kubeadm
 from charms.gpu_k8s.v0.databag import write

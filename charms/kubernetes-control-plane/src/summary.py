@@ -16,8 +16,8 @@ import etcd
 import kube_state_metrics
 import registry
 import rolling
-from addons import KUBE_STATE_METRICS_NODE_KEY
 from context import UnitContext
+from literals import KUBE_STATE_METRICS_NODE_KEY
 from peers import Peers
 
 from charms.gpu_k8s.v0 import api_proxy

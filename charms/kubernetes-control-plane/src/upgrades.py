@@ -22,10 +22,10 @@ from typing import NamedTuple
 
 import node
 import rolling
+from charm_config import Config
 from context import UnitContext
 from literals import DRAIN_TIMEOUT_SECONDS
 from peers import CLUSTER_VERSION, UPGRADE_TURN, Peers
-from settings import Config
 
 from charms.gpu_k8s.v0 import drain
 from charms.gpu_k8s.v0.kubeclient import Kube
