@@ -260,6 +260,7 @@ def make_clients(
 
 
 _LOADER: Any = None  # botocore's model loader, once this process made one
+_SEARCH_PATHS: list[str] = []  # its search paths as botocore made them
 
 
 def _botocore_session() -> Any:
@@ -269,6 +270,8 @@ def _botocore_session() -> Any:
     endpoints) in its own loader, which caches them: about 0.5 s for the two clients. A
     hook is a process of its own, so this changes nothing there; the tests run hundreds of
     hooks in one process. Credentials stay per session: only parsed models are shared.
+    Every boto3 session appends boto3's own data directory to the loader's search paths
+    (boto3/session.py `_setup_loader`), so they are set back first, not grown each time.
     """
     import botocore.session
 
@@ -276,7 +279,9 @@ def _botocore_session() -> Any:
     session = botocore.session.get_session()
     if _LOADER is None:
         _LOADER = session.get_component("data_loader")
+        _SEARCH_PATHS[:] = _LOADER.search_paths
     else:
+        _LOADER.search_paths[:] = _SEARCH_PATHS
         session.register_component("data_loader", _LOADER)
     return session
 

@@ -466,10 +466,9 @@ class EfsStorageCharm(ops.CharmBase):
         try:
             managed = Storage(kube, Owner(self.app.name, self.model.uuid)).managed()
         except KubeError as e:
-            status = kube_status(e)
-            if status is None:
+            if kube_status(e) is None:
                 raise
-            return f"unknown ({status.message})"
+            return f"unknown (Kubernetes API: {e.status} {e.reason})"  # an action: no retry
         if not managed:
             return "none"
         result: dict[str, str] = {}

@@ -77,3 +77,9 @@ def test_show_filesystem_with_rejected_credentials_fails_naming_the_problem(ctx,
         ctx.run(ctx.on.action("show-filesystem"), env.state())
     assert "rejected the credentials" in info.value.message
     scan.check(info.value.message, ctx.action_logs)
+
+
+def test_show_filesystem_says_the_claims_are_unknown_while_the_api_does_not_answer(ctx, env):
+    env.api.inject(status=503, times=5, method="GET", path_prefix="/api/v1/persistentvolumes")
+    ctx.run(ctx.on.action("show-filesystem"), env.state())
+    assert ctx.action_results["claims"] == "unknown (Kubernetes API: 503 ServiceUnavailable)"
