@@ -21,7 +21,16 @@ CHARMS = sorted(p for p in (ROOT / "charms").iterdir() if (p / "src" / "charm.py
 LIB = ROOT / "lib" / "charms" / "gpu_k8s" / "v0"
 LIB_PACKAGE = "charms.gpu_k8s.v0"
 # `self.charm._kube_client()`, `charm._notes`: a component reaching into the charm
-PRIVATE_REACH = re.compile(r"\bcharm\._[a-z]")
+PRIVATE_REACH = re.compile(r"\b_?charm\._[a-z]")
+# The ops side of each charm besides charm.py: components of its reconcile that touch
+# relations or secrets, or stop the reconcile with a status (CONTRIBUTING, Layering), and
+# the config model (ops.Secret options). Every other module is a workload module: no ops.
+OPS_SIDE = {"charm", "charm_config"}
+OPS_COMPONENTS = {
+    "kubernetes-control-plane": {"access", "addons", "context", "fleet", "membership", "upgrades"},
+    "kubernetes-worker": {"reboot_turns"},
+}
+OPS_MODULES = ("ops", f"{LIB_PACKAGE}.status")
 
 
 def _imported(tree: ast.AST) -> Iterator[str]:
@@ -93,6 +102,25 @@ def test_no_module_but_charm_py_imports_the_charm_or_reaches_into_it(charm: Path
     assert not found, "modules take collaborators, not the charm:\n" + "\n".join(found)
 
 
+def _ops_in_workload(charm: Path) -> list[str]:
+    """Workload modules of `charm` that import ops or the status idiom."""
+    allowed = OPS_SIDE | OPS_COMPONENTS.get(charm.name, set())
+    return [
+        f"{charm.name}/src/{path.name} imports {name}"
+        for module, path in _modules(charm).items()
+        if module not in allowed
+        for name in sorted(set(_imported(ast.parse(path.read_text()))) & set(OPS_MODULES))
+    ]
+
+
+@pytest.mark.parametrize("charm", CHARMS, ids=lambda p: p.name)
+def test_workload_modules_import_no_ops(charm: Path):
+    found = _ops_in_workload(charm)
+    assert not found, "workload modules raise their own errors; charm.py maps them:\n" + (
+        "\n".join(found)
+    )
+
+
 @pytest.mark.parametrize("charm", CHARMS, ids=lambda p: p.name)
 def test_the_modules_of_a_charm_import_each_other_without_a_circle(charm: Path):
     cycle = _cycle(_graph(_modules(charm)))
@@ -113,9 +141,12 @@ def test_the_check_finds_a_circle_and_a_charm_import(tmp_path: Path):
     (src / "storage.py").write_text("import claims\n")
     (src / "claims.py").write_text("def name():\n    from storage import fit\n")
     (src / "fleet.py").write_text("from charm import DemoCharm\nx = charm._notes\n")
+    (src / "access.py").write_text("import ops\nx = self._charm._kube\n")
 
     assert _cycle(_graph(_modules(src.parent))) == ["storage", "claims", "storage"]
     assert _reaching_in(src.parent) == [
+        "demo/src/access.py:2 _charm._k...",
         "demo/src/fleet.py imports charm",
         "demo/src/fleet.py:2 charm._n...",
     ]
+    assert _ops_in_workload(src.parent) == ["demo/src/access.py imports ops"]
