@@ -31,6 +31,7 @@ from ops import testing
 from charms.gpu_k8s.v0.system import CommandError
 from fakes.etcd import FakeEtcd
 from fakes.kube_apiserver import FakeKubeApiServer
+from fakes.kube_auth import KUBEADM_ADMIN
 from fakes.machine import FakeMachine
 
 ADMIN_TOKEN = "admintokenvalue0123456789"
@@ -127,6 +128,8 @@ class ControlPlaneMachine:
         self.uploads: list[str] = []
         self.machine.on_kubeadm("init", self._init)
         self.machine.on_kubeadm("token", self._token)
+        # admin.conf's user: kubernetes-admin in kubeadm:cluster-admins (fakes.kube_auth)
+        api.auth.add_token(ADMIN_TOKEN, KUBEADM_ADMIN)
         self.machine.admin_conf = api.kubeconfig(ADMIN_TOKEN)
         self.machine.ca_pem = CA_PEM
         base_join_phase = self.machine._join_phase

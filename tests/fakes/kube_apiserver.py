@@ -46,6 +46,17 @@ fresh CA (its kubeconfig carries the CA), as kube-apiserver does. Like the real 
 answers `/readyz`, `/livez` and `/healthz` with `ok` to anyone, token or not (the
 system:public-info-viewer ClusterRole binds them to system:unauthenticated), which is what
 load balancers in front of API servers health-check.
+
+Every request is authenticated and authorized first, as kube-apiserver with kubeadm's
+`--authorization-mode=Node,RBAC` does (`fakes.kube_auth`, which cites the rules): bearer
+tokens name the kubeadm admin (`admin_token`, in `kubeadm:cluster-admins`), a
+ServiceAccount (its token Secret's token, or one from `POST .../serviceaccounts/<n>/token`,
+expiring by `clock`), a node (`node_token`) or whoever `add_token` says; an unknown token is
+401, no token is `system:anonymous`. RBAC reads the Roles and bindings stored here (the
+default ClusterRoles and bindings are there from the start, with kubeadm's admin binding);
+a refusal is RBAC's 403, and writing a role or binding that grants more than its author
+holds is refused as the escalation check does. `put_object` and the other test helpers
+write directly, like etcd, without either.
 """
 
 from __future__ import annotations
@@ -59,6 +70,7 @@ import secrets
 import socket
 import struct
 import threading
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -69,6 +81,18 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import yaml
 
+from fakes.kube_auth import (
+    KUBEADM_ADMIN,
+    REVIEW_KINDS,
+    Attributes,
+    AuthError,
+    ClusterAuth,
+    UserInfo,
+    bootstrap_policy,
+    node_user,
+    refusal,
+    request_attributes,
+)
 from fakes.tls import ServerCert, make_server_cert
 
 # (group/version, plural) -> (kind, namespaced). Core group is "v1".
@@ -110,6 +134,10 @@ RESOURCES: dict[tuple[str, str], tuple[str, bool]] = {
         False,
     ),
     ("apiregistration.k8s.io/v1", "apiservices"): ("APIService", False),
+    # create-only reviews, never stored (fakes.kube_auth)
+    ("authorization.k8s.io/v1", "selfsubjectaccessreviews"): ("SelfSubjectAccessReview", False),
+    ("authorization.k8s.io/v1", "subjectaccessreviews"): ("SubjectAccessReview", False),
+    ("authentication.k8s.io/v1", "selfsubjectreviews"): ("SelfSubjectReview", False),
 }
 CRD_GV, CRD_PLURAL = "apiextensions.k8s.io/v1", "customresourcedefinitions"
 # Kinds with a `status` subresource: client writes to the main resource keep the stored status.
@@ -124,6 +152,7 @@ DEFAULT_STATUS = {
     "PersistentVolume": {"phase": "Available"},
 }
 BUILTIN_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+ADMIN_TOKEN = "admin-token"  # stands in for admin.conf's client certificate
 FAKE_CA = "-----BEGIN CERTIFICATE-----\nRkFLRS1DQQ==\n-----END CERTIFICATE-----\n"
 SA_TOKEN_TYPE = "kubernetes.io/service-account-token"
 APPLY_PATCH_TYPE = "application/apply-patch+yaml"
@@ -433,8 +462,13 @@ class FakeKubeApiServer:
 
     HEALTH_PATHS = ("/readyz", "/livez", "/healthz")
 
-    def __init__(self, *, tls: bool | ServerCert = False) -> None:
-        """`tls`: True for a fresh certificate, or one to share (API servers of one cluster)."""
+    def __init__(
+        self, *, tls: bool | ServerCert = False, admin_token: str | None = ADMIN_TOKEN
+    ) -> None:
+        """`tls`: True for a fresh certificate, or one to share (API servers of one cluster).
+
+        `admin_token`: the bearer token of kubeadm's admin.conf user (None: no admin).
+        """
         self.tls: ServerCert | None = None
         if isinstance(tls, ServerCert):
             self.tls = tls
@@ -446,7 +480,11 @@ class FakeKubeApiServer:
         self._previous_logs: dict[tuple[str, str, str], str] = {}
         self._faults: list[dict] = []
         self._rv = 0
-        self._required_token: str | None = None
+        self.clock: Callable[[], float] = time.time  # seconds since the epoch (token expiry)
+        self.auth = ClusterAuth(
+            self._store, lambda: self.clock(), lambda: (len(self._store), self._rv)
+        )
+        self._attrs: Attributes | None = None  # the request being answered (under _lock)
         self._connections: set[socket.socket] = set()
         self.requests: list[Recorded] = []
         self.tokens: list[str] = []
@@ -461,6 +499,10 @@ class FakeKubeApiServer:
         self.service_backends: dict[tuple[str, str], str] = {}
         for ns in BUILTIN_NAMESPACES:
             self.put_object(f"/api/v1/namespaces/{ns}", {"metadata": {"name": ns}})
+        for path, obj in bootstrap_policy():
+            self.put_object(path, obj)
+        if admin_token:
+            self.auth.add_token(admin_token, KUBEADM_ADMIN)
 
     # -- lifecycle
 
@@ -537,9 +579,17 @@ class FakeKubeApiServer:
 
     # -- test helpers
 
-    def require_token(self, token: str | None) -> None:
-        """Answer 401 to requests without `Authorization: Bearer <token>` (None: accept any)."""
-        self._required_token = token
+    def add_token(
+        self, token: str, name: str, groups: tuple[str, ...] = (), uid: str = ""
+    ) -> None:
+        """Accept `token` as user `name` in `groups` (a client certificate's CN and O)."""
+        self.auth.add_token(token, UserInfo(name, tuple(groups), uid))
+
+    def node_token(self, node: str) -> str:
+        """A token of kubelet's identity on `node` (`system:node:<node>` in system:nodes)."""
+        token = f"node-{node}-{secrets.token_hex(8)}"
+        self.auth.add_token(token, node_user(node))
+        return token
 
     def inject(
         self,
@@ -551,11 +601,11 @@ class FakeKubeApiServer:
     ) -> None:
         """Fail the next `times` matching requests with `status`, or "reset" the connection.
 
-        A 401 or 403 reads as kube-apiserver's: `Unauthorized`, and RBAC's refusal naming
-        the verb and the resource (k8s.io/apiserver pkg/endpoints/handlers/responsewriters/
-        errors.go `forbiddenMessage`), unless `message` says otherwise (the namespace
-        lifecycle's "unable to create new content in namespace X because it is being
-        terminated", an admission webhook's denial).
+        A 401 or 403 reads as kube-apiserver's: `Unauthorized`, and RBAC's refusal of the
+        requesting user naming the verb and the resource (k8s.io/apiserver pkg/endpoints/
+        handlers/responsewriters/errors.go `forbiddenMessage`), unless `message` says
+        otherwise (the namespace lifecycle's "unable to create new content in namespace X
+        because it is being terminated", an admission webhook's denial).
         """
         with self._lock:
             self._faults.append(
@@ -678,35 +728,54 @@ class FakeKubeApiServer:
     # -- request entry point (called by the handler thread)
 
     def handle(self, method: str, raw_path: str, headers: Any, body: bytes) -> tuple:
-        """Answer one request: (status, content_type, payload bytes, extra headers) or "reset"."""
+        """Answer one request: (status, content_type, payload bytes, extra headers) or "reset".
+
+        As kube-apiserver's filters do: authentication (401), then faults a test injected
+        (what happens behind it), then authorization (403), then the handler.
+        """
         url = urlsplit(raw_path)
         proxied = _PROXY.match(url.path)
-        if proxied:
-            with self._lock:
-                self.requests.append(Recorded(method, url.path, {}))
-            return self._proxy(method, proxied, url.query, headers, body)
         query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
         auth = headers.get("Authorization") or ""
         with self._lock:
-            self.requests.append(Recorded(method, url.path, query))
+            self.requests.append(Recorded(method, url.path, {} if proxied else query))
             if auth.startswith("Bearer "):
                 self.tokens.append(auth[len("Bearer ") :])
-            fault = self._take_fault(method, url.path)
+            fault = None if proxied else self._take_fault(method, url.path)
             if fault is not None and fault["status"] == "reset":
                 return ("reset",)
-            if method == "GET" and url.path in self.HEALTH_PATHS and fault is None:
-                return 200, "text/plain", b"ok", {}
-            if "as=Table" in (headers.get("Accept") or "") and fault is None:
-                return self._table(url.path, query)
             try:
+                user = self.auth.authenticate(auth)
+                attrs = request_attributes(user, method, unquote(url.path), query)
                 if fault is not None:
-                    raise self._fault_error(fault, method, url.path)
-                if self._required_token and auth != f"Bearer {self._required_token}":
-                    raise ApiError(401, "Unauthorized", "Unauthorized")
-                code, payload = self._dispatch(method, url.path, query, headers, body)
-            except ApiError as e:
-                extra = {"Retry-After": "0"} if e.code == 429 else {}
-                return e.code, "application/json", json.dumps(e.status()).encode(), extra
+                    raise self._fault_error(fault, attrs)
+                self.auth.require(attrs)
+            except (ApiError, AuthError) as e:
+                return self._error(e)
+            if not proxied:
+                return self._answer(method, attrs, url.path, query, headers, body)
+        return self._proxy(method, proxied, url.query, headers, body)
+
+    @staticmethod
+    def _error(e: ApiError | AuthError) -> tuple:
+        extra = {"Retry-After": "0"} if e.code == 429 else {}
+        return e.code, "application/json", json.dumps(e.status()).encode(), extra
+
+    def _answer(
+        self, method: str, attrs: Attributes, path: str, query: dict, headers: Any, body: bytes
+    ) -> tuple:
+        """The handler's answer to an authorized request (called under `_lock`)."""
+        if attrs.verb == "get" and path in self.HEALTH_PATHS:
+            return 200, "text/plain", b"ok", {}
+        if "as=Table" in (headers.get("Accept") or ""):
+            return self._table(path, query)
+        self._attrs = attrs
+        try:
+            code, payload = self._dispatch(method, path, query, headers, body)
+        except (ApiError, AuthError) as e:
+            return self._error(e)
+        finally:
+            self._attrs = None
         if isinstance(payload, str):
             return code, "text/plain", payload.encode(), {}
         return code, "application/json", json.dumps(payload).encode(), {}
@@ -828,7 +897,9 @@ class FakeKubeApiServer:
             return fault
         return None
 
-    def _fault_error(self, fault: dict, method: str, path: str) -> ApiError:
+    @staticmethod
+    def _fault_error(fault: dict, attrs: Attributes) -> ApiError | AuthError:
+        """The injected fault; a 403 without a message is RBAC's refusal of this request."""
         code = int(fault["status"])
         reasons = {
             401: "Unauthorized",
@@ -842,34 +913,16 @@ class FakeKubeApiServer:
         if code == 401 and not fault["message"]:
             message = "Unauthorized"
         elif code == 403 and not fault["message"]:
-            message = self._forbidden(method, path)
+            return refusal(attrs, "")
         return ApiError(code, reason, message, {"retryAfterSeconds": 0})
-
-    def _forbidden(self, method: str, path: str) -> str:
-        """RBAC's refusal of this request, worded as kube-apiserver words it."""
-        try:
-            target = parse_path(path, self.resources)
-        except ApiError:
-            return f'forbidden: User "injected" cannot {method.lower()} path "{path}"'
-        verb = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(
-            method, "get" if target.name else "list"
-        )
-        group = target.gv.rpartition("/")[0] if "/" in target.gv else ""
-        resource = f"{target.plural}/{target.sub}" if target.sub else target.plural
-        scope = (
-            f'in the namespace "{target.namespace}"'
-            if target.namespace
-            else "at the cluster scope"
-        )
-        return (
-            f'{target.plural} "{target.name or ""}" is forbidden: User "injected" cannot {verb} '
-            f'resource "{resource}" in API group "{group}" {scope}'
-        )
 
     def _dispatch(self, method: str, path: str, query: dict, headers: Any, body: bytes) -> tuple:
         target = parse_path(path, self.resources)
         if query.get("watch") in ("true", "1"):
             raise ApiError(400, "BadRequest", "watch is not supported by the fake API server")
+        content_type = (headers.get("Content-Type") or "application/json").split(";")[0].strip()
+        if (target.gv, target.plural) in REVIEW_KINDS:
+            return self._review(method, target, content_type, body)
         handler = {
             ("GET", False, ""): self._list,
             ("GET", True, ""): self._get,
@@ -877,6 +930,7 @@ class FakeKubeApiServer:
             ("GET", True, "log"): self._log,
             ("POST", False, ""): self._create,
             ("POST", True, "eviction"): self._evict,
+            ("POST", True, "token"): self._token_request,
             ("PUT", True, ""): self._update,
             ("PUT", True, "status"): self._update,
             ("PATCH", True, ""): self._patch,
@@ -884,10 +938,34 @@ class FakeKubeApiServer:
             ("DELETE", True, ""): self._delete,
             ("DELETE", False, ""): self._delete_collection,
         }.get((method, target.name is not None, target.sub))
-        if handler is None or (target.sub in ("log", "eviction") and target.kind != "Pod"):
+        if (
+            handler is None
+            or (target.sub in ("log", "eviction") and target.kind != "Pod")
+            or (target.sub == "token" and target.kind != "ServiceAccount")
+        ):
             raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {path}")
-        content_type = (headers.get("Content-Type") or "application/json").split(";")[0].strip()
         return handler(target, query, content_type, body)
+
+    def _review(self, method: str, target: Target, content_type: str, body: bytes) -> tuple:
+        """SelfSubjectAccessReview, SubjectAccessReview, SelfSubjectReview: create only."""
+        if method != "POST" or target.name is not None or self._attrs is None:
+            raise ApiError(
+                405,
+                "MethodNotAllowed",
+                "the server does not allow this method on the requested resource",
+            )
+        kind = REVIEW_KINDS[(target.gv, target.plural)]
+        return 201, self.auth.review(self._attrs.user, kind, self._decode(body, content_type))
+
+    def _token_request(self, target: Target, _q: dict, content_type: str, body: bytes) -> tuple:
+        """TokenRequest: a token for the ServiceAccount (fakes.kube_auth)."""
+        request = self._decode(body, content_type) if body else {}
+        return 201, self.auth.token_request(target.namespace or "", target.name or "", request)
+
+    def _check_rbac_write(self, target: Target, obj: dict, old: dict | None) -> None:
+        """RBAC's escalation check on a role or binding a request writes (fakes.kube_auth)."""
+        if self._attrs is not None and target.gv == "rbac.authorization.k8s.io/v1":
+            self.auth.check_rbac_write(self._attrs, target.kind, obj, old)
 
     # -- storage primitives
 
@@ -956,6 +1034,9 @@ class FakeKubeApiServer:
             _check_secret(obj, name)
 
     def _store_new(self, target: Target, obj: dict, name: str) -> dict:
+        self._check_rbac_write(
+            target, {**obj, "metadata": {**obj["metadata"], "name": name}}, None
+        )
         obj = json_copy(obj)
         obj["apiVersion"], obj["kind"] = target.gv, target.kind
         meta = obj.setdefault("metadata", {})
@@ -980,6 +1061,7 @@ class FakeKubeApiServer:
 
     def _store_update(self, target: Target, old: dict, new: dict) -> dict:
         """Replace `old` by `new`, keeping identity and (per subresource) status or the rest."""
+        self._check_rbac_write(target, new, old)
         new = json_copy(new)
         if target.kind == "PersistentVolume" and target.sub != "status":
             _check_volume_source(old, new)
@@ -1162,6 +1244,8 @@ class FakeKubeApiServer:
         entry = {"manager": manager, "operation": "Apply", "apiVersion": target.gv}
         old = self._store.get(target.key())
         if old is None:
+            if self._attrs is not None:  # apply that creates needs `create` too
+                self.auth.require_create_on_apply(self._attrs)
             self._check_namespace(target)
             obj["metadata"]["managedFields"] = [{**entry, "time": _now()}]
             if target.sub == "status":

@@ -21,9 +21,10 @@ from haproxy_runner import MISSING, HAProxy, available, free_port
 
 from charms.gpu_k8s.v0 import api_proxy
 from charms.gpu_k8s.v0.kubeclient import Kube
-from fakes.kube_apiserver import FakeKubeApiServer
+from fakes.kube_apiserver import ADMIN_TOKEN, FakeKubeApiServer
 from fakes.tls import ServerCert, make_server_cert
 
+ADMIN_BEARER = f"Bearer {ADMIN_TOKEN}"
 pytestmark = pytest.mark.skipif(
     not available() and not os.environ.get("CI"), reason=MISSING
 )  # in CI a missing haproxy fails the test instead
@@ -60,7 +61,8 @@ def served_by(proxy: HAProxy, cert: ServerCert) -> str:
 
 
 def _whoami(conn: http.client.HTTPSConnection) -> str:
-    conn.request("GET", "/api/v1/namespaces/whoami")
+    # as the kubeadm admin: an anonymous request may read the health paths only
+    conn.request("GET", "/api/v1/namespaces/whoami", headers={"Authorization": ADMIN_BEARER})
     response = conn.getresponse()
     body = response.read()
     assert response.status == 200, body

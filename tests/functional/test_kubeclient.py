@@ -128,6 +128,7 @@ def test_kubeconfig_with_undecodable_certificate_is_a_value_error():
 
 
 def test_fake_server_kubeconfig_loads_and_sends_the_token(kube_api: FakeKubeApiServer):
+    kube_api.add_token("tok-1", "kubernetes-admin", ("kubeadm:cluster-admins",))
     config = load_kubeconfig(kube_api.kubeconfig(token="tok-1"))
     assert config["clusters"][0]["cluster"]["server"] == kube_api.url
     with Kube.from_kubeconfig(kube_api.kubeconfig(token="tok-1")) as kube:
@@ -136,7 +137,6 @@ def test_fake_server_kubeconfig_loads_and_sends_the_token(kube_api: FakeKubeApiS
 
 
 def test_wrong_token_is_a_401(kube_api: FakeKubeApiServer):
-    kube_api.require_token("right")
     with Kube.from_kubeconfig(kube_api.kubeconfig(token="wrong"), backoff=0.01) as kube:
         with pytest.raises(KubeError) as info:
             kube.list("v1", "Node")

@@ -34,6 +34,7 @@ from conftest import has_tensorflow
 from fakes.addons import install_kueue
 from fakes.batch import BatchControllers
 from fakes.kube_apiserver import FakeKubeApiServer
+from fakes.kube_grants import consumer_grant, store_grant
 from fakes.kubelet import ProcessKubelet
 from fakes.tf_serving import FakeTfServing
 
@@ -126,7 +127,8 @@ def cluster(tmp_path):
         controllers = BatchControllers(api, NS)
         kubelet = GangKubelet(api, data)
         controllers.kubelet = kubelet
-        kube = Kube.from_kubeconfig(api.kubeconfig("tf-token"))
+        grant = consumer_grant("tensorflow", NS, literals.NAMESPACED_RULES, literals.CLUSTER_RULES)
+        kube = Kube.from_kubeconfig(api.kubeconfig(store_grant(api, grant, "tf-token")))
         ctx = Context(
             namespace=NS,
             app="tensorflow",

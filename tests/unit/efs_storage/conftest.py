@@ -11,12 +11,13 @@ import logging
 from collections.abc import Iterator
 
 import pytest
-from efs_env import APP, KUBE_TOKEN, Env, Scan, cloud_spec
+from efs_env import APP, KUBE_TOKEN, Env, Scan, cloud_spec, efs_grant
 from ops import testing
 
 import charm
 from fakes.aws import ACCESS_KEY_ID, SECRET_ACCESS_KEY, LocalAws, build_network, local_aws
 from fakes.kube_apiserver import FakeKubeApiServer
+from fakes.kube_grants import store_grant
 from fakes.machine import FakeMachine
 
 
@@ -38,8 +39,9 @@ def aws(local: LocalAws, monkeypatch: pytest.MonkeyPatch) -> LocalAws:
 
 @pytest.fixture
 def kube_api() -> Iterator[FakeKubeApiServer]:
+    """The cluster; the charm's kubeconfig holds the token of the grant it asked for."""
     with FakeKubeApiServer() as api:
-        api.require_token(KUBE_TOKEN)
+        store_grant(api, efs_grant(), KUBE_TOKEN)
         yield api
 
 
@@ -61,8 +63,7 @@ def env(aws: LocalAws, kube_api: FakeKubeApiServer) -> Env:
     model = testing.Model(name="gpu", cloud_spec=cloud_spec(ACCESS_KEY_ID, SECRET_ACCESS_KEY))
     net = build_network(ec2, subnets_per_zone=1, model_uuid=model.uuid)
     e = Env(aws, kube_api, net, ec2, aws.client("efs"), model=model)
-    e.add_namespace("training")
-    e.add_namespace(APP)  # the control plane makes it for the kube-api grant
+    e.add_namespace("training")  # the control plane made APP's with the kube-api grant
     return e
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import efs_model
 import pytest
+from literals import CLUSTER_RULES, NAMESPACED_RULES
 from ops import testing
 
 from fakes.aws import (
@@ -23,6 +24,7 @@ from fakes.aws import (
     node_object,
 )
 from fakes.kube_apiserver import FakeKubeApiServer
+from fakes.kube_grants import consumer_grant
 
 APP = "efs-storage"
 KUBE_TOKEN = "kube-token-efs-unit-0123456789abcdef"
@@ -37,6 +39,11 @@ ALL_SECRETS = (
     SESSION_TOKEN,
     KUBE_TOKEN,
 )
+
+
+def efs_grant() -> Any:
+    """The kube-api grant the control plane makes for what this charm asks (literals)."""
+    return consumer_grant(APP, APP, NAMESPACED_RULES, CLUSTER_RULES)
 
 
 @dataclasses.dataclass

@@ -6,12 +6,13 @@ import dataclasses
 
 import efs_model
 import pytest
-from efs_env import APP, Env, status_texts, storage_relation
+from efs_env import APP, Env, efs_grant, status_texts, storage_relation
 from efs_model import TAG_APP, TAG_MODEL, creation_token
 from network import NFS_PORT
 from ops import testing
 
 from fakes.aws import REGION
+from fakes.kube_grants import token_secret_path
 
 MOUNT_OPTIONS = [
     "nfsvers=4.1",
@@ -519,7 +520,7 @@ def test_kubernetes_failing_after_retries_waits(ctx, env):
 
 
 def test_kubernetes_refusing_our_token_blocks(ctx, env):
-    env.api.require_token("another-token")
+    env.api.delete_object(token_secret_path(efs_grant()))  # the control plane revoked it
     out = ctx.run(ctx.on.update_status(), env.state())
     assert out.unit_status.name == "blocked"
     assert "kube-api grant" in out.unit_status.message

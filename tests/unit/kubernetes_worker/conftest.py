@@ -3,6 +3,7 @@ from ops import testing
 
 import charm
 from fakes.kube_apiserver import FakeKubeApiServer
+from fakes.kube_grants import store_grant, worker_grant
 from fakes.machine import FakeMachine
 from fakes.worker_scenario import NODE, SA_TOKEN
 
@@ -39,8 +40,9 @@ def clock(monkeypatch):
 
 @pytest.fixture
 def api():
+    """The cluster; the worker's kubeconfig holds the token of the workers' grant."""
     with FakeKubeApiServer() as server:
-        server.require_token(SA_TOKEN)
+        store_grant(server, worker_grant(), SA_TOKEN)
         yield server
 
 

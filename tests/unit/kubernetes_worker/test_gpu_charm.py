@@ -17,6 +17,7 @@ import validation
 from ops import testing
 
 from charms.gpu_k8s.v0 import containerd
+from charms.gpu_k8s.v0.kubeclient import Kube
 from fakes.nvidia_driver import KERNEL, FakeDriver
 from fakes.sysfs import PCI_IDS, build_machine
 from fakes.worker_scenario import NODE, SA_TOKEN, TOKEN, joined_state, node, register_node
@@ -847,11 +848,16 @@ def test_validate_gpu_rejects_a_bad_timeout(ctx, api, driver, kubelet):
 
 def test_validate_gpu_without_the_namespace_fails_with_the_api_answer(ctx, api, driver):
     state = joined_gpu_node(ctx, api, driver)
+    # an operator deleted the namespace, and with it the grant's Role and RoleBinding there:
+    # RBAC refuses the worker before the namespace is looked up (kube-apiserver authorizes
+    # first, admission's NamespaceLifecycle comes after)
+    with Kube.from_kubeconfig(api.kubeconfig()) as admin:
+        assert admin.delete("v1", "Namespace", validation.VALIDATION_NAMESPACE)
 
     with pytest.raises(testing.ActionFailed) as failed:
         ctx.run(ctx.on.action("validate-gpu"), state)
 
-    assert failed.value.message.startswith("Kubernetes API refused the validation pod: 404")
+    assert failed.value.message.startswith("Kubernetes API refused the validation pod: 403")
 
 
 # -- secrets --------------------------------------------------------------------------

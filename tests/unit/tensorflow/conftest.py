@@ -13,12 +13,14 @@ import copy
 import dataclasses
 
 import pytest
+from literals import CLUSTER_RULES, NAMESPACED_RULES
 from ops import testing
 
 import charm
 from fakes.addons import install_kueue
 from fakes.batch import BatchControllers
 from fakes.kube_apiserver import FakeKubeApiServer
+from fakes.kube_grants import consumer_grant, store_grant
 from fakes.machine import FakeMachine
 
 NS = "tensorflow"
@@ -88,10 +90,20 @@ class FakeTime:
         return self.now
 
 
+TOKEN = "tf-sa-token"
+
+
+def tf_grant():
+    """The kube-api grant the control plane makes for what this charm asks (literals)."""
+    return consumer_grant("tensorflow", NS, NAMESPACED_RULES, CLUSTER_RULES)
+
+
 @pytest.fixture
 def api():
+    """The cluster; the charm's kubeconfig holds the token of the grant it asked for."""
     with FakeKubeApiServer() as server:
         server.put_object(f"/api/v1/namespaces/{NS}", {"metadata": {"name": NS}})
+        store_grant(server, tf_grant(), TOKEN)
         server.put_object(
             f"/api/v1/namespaces/{NS}/persistentvolumeclaims/{CLAIM}",
             {
@@ -165,7 +177,7 @@ def storage_relation(ready: bool = True) -> testing.Relation:
 
 
 def kubeconfig_secret(api: FakeKubeApiServer) -> testing.Secret:
-    return testing.Secret(tracked_content={"kubeconfig": api.kubeconfig("tf-sa-token")})
+    return testing.Secret(tracked_content={"kubeconfig": api.kubeconfig(TOKEN)})
 
 
 @pytest.fixture

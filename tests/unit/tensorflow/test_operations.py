@@ -17,11 +17,13 @@ from conftest import (
     node,
     role_spec,
     run_action,
+    tf_grant,
     training_pods,
 )
 from ops import testing
 
 import charm
+from fakes.kube_grants import token_secret_path
 
 JOBS = f"/apis/batch/v1/namespaces/{NS}/jobs/"
 PODS = f"/api/v1/namespaces/{NS}/pods/"
@@ -562,7 +564,7 @@ def test_reconcile_blocks_on_refused_requests_naming_the_grant(ctx, running, api
     if refusal == "forbidden":
         api.inject(status=403, times=1, method="GET", path_prefix="/apis/kueue.x-k8s.io")
     else:
-        api.require_token("another-token")
+        api.delete_object(token_secret_path(tf_grant()))  # the control plane revoked it
     out = ctx.run(ctx.on.update_status(), running)
     assert isinstance(out.unit_status, testing.BlockedStatus)
     code = "403" if refusal == "forbidden" else "401 Unauthorized"

@@ -35,6 +35,7 @@ from toolkit import (
 )
 from validation import (
     VALIDATION_IMAGE,
+    VALIDATION_NAMESPACE,
     parse_validation_result,
     run_validation,
     validation_pod,
@@ -635,9 +636,12 @@ def api():
 
 @pytest.fixture
 def kube(api):
+    """A client with the worker's identity: the token of the workers' grant."""
     from charms.gpu_k8s.v0.kubeclient import Kube
+    from fakes.kube_grants import store_grant, worker_grant
 
-    with Kube.from_kubeconfig(api.kubeconfig(), retries=0, timeout=5) as client:
+    token = store_grant(api, worker_grant(), "worker-sa-token")
+    with Kube.from_kubeconfig(api.kubeconfig(token), retries=0, timeout=5) as client:
         yield client
 
 
@@ -705,7 +709,7 @@ class Kubelet:
     def __init__(self, api, name, states, log=""):
         self.api, self.path, self.states, self.log = (
             api,
-            f"/api/v1/namespaces/default/pods/{name}",
+            f"/api/v1/namespaces/{VALIDATION_NAMESPACE}/pods/{name}",
             list(states),
             log,
         )
@@ -724,7 +728,7 @@ class Kubelet:
             pod["status"] = self.states.pop(0)
             self.api.put_object(self.path, pod)
             if pod["status"].get("phase") in ("Succeeded", "Failed"):
-                self.api.set_pod_log("default", self.name, self.log)
+                self.api.set_pod_log(VALIDATION_NAMESPACE, self.name, self.log)
 
 
 def test_validate_gpu_passes_with_progress_and_deletes_the_pod(api, kube):
@@ -746,7 +750,7 @@ def test_validate_gpu_passes_with_progress_and_deletes_the_pod(api, kube):
     outcome = run_validation(
         kube,
         NODE,
-        "default",
+        VALIDATION_NAMESPACE,
         "gpu-check-1",
         timeout=60,
         poll=2,
@@ -768,7 +772,7 @@ def test_validate_gpu_reports_the_failing_output(api, kube):
     kubelet = Kubelet(api, "gpu-check-2", [{"phase": "Failed"}], VECTORADD_FAIL)
 
     outcome = run_validation(
-        kube, NODE, "default", "gpu-check-2", clock=kubelet.clock, sleep=kubelet.sleep
+        kube, NODE, VALIDATION_NAMESPACE, "gpu-check-2", clock=kubelet.clock, sleep=kubelet.sleep
     )
 
     assert not outcome.passed and outcome.phase == "Failed"
@@ -793,7 +797,7 @@ def test_validate_gpu_stops_early_on_a_bad_image(api, kube):
     outcome = run_validation(
         kube,
         NODE,
-        "default",
+        VALIDATION_NAMESPACE,
         "gpu-check-3",
         image="nvcr.io/nvidia/k8s/cuda-sample:nope",
         clock=kubelet.clock,
@@ -828,7 +832,7 @@ def test_validate_gpu_times_out_on_a_pod_that_never_schedules(api, kube):
     outcome = run_validation(
         kube,
         NODE,
-        "default",
+        VALIDATION_NAMESPACE,
         "gpu-check-4",
         timeout=10,
         poll=2,

@@ -1,0 +1,72 @@
+"""The credentials the control plane hands out, stored in a fake API server for a charm's test.
+
+A charm that is not the control plane reaches Kubernetes with the ServiceAccount token of a
+grant the control plane made: a kube-api consumer (efs-storage, tensorflow) with the grant
+built from the rules it asks for (its `literals.NAMESPACED_RULES` and `CLUSTER_RULES`), a
+worker with `rbac.worker_grant()`. `store_grant(api, grant, token)` stores exactly the
+objects the control plane's `rbac` module applies for that grant (charms/kubernetes-control-
+plane/src/rbac.py `manifests`, loaded with `charm_modules.load`), as its server-side apply
+leaves them, and fills the token Secret with `token` as the token controller would. The
+charm's test then runs with that identity and nothing more: what the grant does not allow,
+the fake API server refuses with RBAC's 403.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+from typing import Any
+
+from charm_modules import load
+
+from charms.gpu_k8s.v0.kube_api import Rule
+from fakes.kube_apiserver import FAKE_CA, FakeKubeApiServer, merge_patch
+
+CONTROL_PLANE = "kubernetes-control-plane"
+
+
+def rbac() -> Any:
+    """The control plane's `rbac` module."""
+    return load(CONTROL_PLANE, "rbac")
+
+
+def consumer_grant(
+    app: str, namespace: str, rules: Sequence[dict], cluster_rules: Sequence[dict]
+) -> Any:
+    """The grant the control plane makes for a kube-api consumer asking for these rules."""
+    return rbac().consumer_grant(
+        app,
+        namespace,
+        [Rule.model_validate(r) for r in rules],
+        [Rule.model_validate(r) for r in cluster_rules],
+    )
+
+
+def worker_grant() -> Any:
+    """The grant behind the kubeconfig every worker receives."""
+    return rbac().worker_grant()
+
+
+def _path(obj: dict) -> str:
+    api_version, kind, meta = obj["apiVersion"], obj["kind"], obj["metadata"]
+    prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+    namespace = f"/namespaces/{meta['namespace']}" if meta.get("namespace") else ""
+    return f"{prefix}{namespace}/{kind.lower()}s/{meta['name']}"
+
+
+def store_grant(api: FakeKubeApiServer, grant: Any, token: str) -> str:
+    """Store the objects of `grant` with its token Secret holding `token`; return `token`."""
+    for manifest in rbac().manifests(grant):
+        path = _path(manifest)
+        existing = api.get_object(path)
+        obj = merge_patch(existing, manifest) if existing else manifest
+        if manifest["kind"] == "Secret":
+            data = {"token": token, "ca.crt": FAKE_CA, "namespace": grant.namespace}
+            obj["data"] = {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}
+        api.put_object(path, obj)
+    return token
+
+
+def token_secret_path(grant: Any) -> str:
+    """Where the grant's token Secret is stored (deleting it revokes the token)."""
+    return f"/api/v1/namespaces/{grant.namespace}/secrets/{grant.token_secret}"
