@@ -309,7 +309,8 @@ def unsupported(accepted: tuple[str, ...]) -> str:
 def encode(obj: Any, media_type: str) -> bytes:
     """`obj` in the negotiated media type."""
     if media_type == YAML:
-        return yaml.safe_dump(obj, sort_keys=False).encode()
+        # sigs.k8s.io/yaml JSONToYAML, as the YAML serializer writes: go-yaml sorts map keys
+        return yaml.safe_dump(obj, sort_keys=True).encode()
     return json.dumps(obj).encode()
 
 
