@@ -44,8 +44,9 @@ enforced, and it is Established at once (`status.conditions`).
 What the real kubectl needs besides resources lives in modules of its own, each naming its
 upstream sources: `/version`, discovery (legacy and aggregated) and media types
 (`fakes/kube_discovery.py`), OpenAPI v3 (`fakes/kube_openapi.py`), Tables
-(`fakes/kube_tables.py`), Protocol Buffers request bodies (`fakes/kube_protobuf.py`) and
-watches (`?watch=true`, `fakes/kube_watch.py`).
+(`fakes/kube_tables.py`), Protocol Buffers request bodies (`fakes/kube_protobuf.py`), the
+options of writes and `dryRun` (`fakes/kube_options.py`) and watches (`?watch=true`,
+`fakes/kube_watch.py`).
 
 `FakeKubeApiServer(tls=True)` serves HTTPS with a certificate for 127.0.0.1 signed by a
 fresh CA (its kubeconfig carries the CA), as kube-apiserver does. Like the real one, it
@@ -75,7 +76,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import yaml
 
-from fakes import kube_discovery, kube_protobuf, kube_tables, kube_watch
+from fakes import kube_discovery, kube_options, kube_protobuf, kube_tables, kube_watch
 from fakes.tls import ServerCert, make_server_cert
 
 # (group/version, plural) -> (kind, namespaced). Core group is "v1".
@@ -898,7 +899,24 @@ class FakeKubeApiServer:
             accepted = kube_discovery.input_media_types((target.gv, target.plural) in RESOURCES)
             if content_type not in accepted:
                 raise ApiError(415, "UnsupportedMediaType", kube_discovery.unsupported(accepted))
+        if method != "GET":
+            options = dict(query)
+            if method == "DELETE" or target.sub == "eviction":  # options in the body too
+                options.update(kube_options.in_body(method, self._decode(body, content_type)))
+            kube_options.check(method, content_type, options)
+            if "dryRun" in options:
+                return self._dry_run(handler, target, query, content_type, body)
         return handler(target, query, content_type, body)
+
+    def _dry_run(self, handler: Callable, target: Target, query: dict, ct: str, body: bytes):
+        """`dryRun=All`: the answer, with nothing kept (fakes/kube_options.py)."""
+        kept = (self._rv, self.resources, self.status_kinds)
+        store: Any = self._store
+        with store.dry_run():
+            try:
+                return handler(target, query, ct, body)
+            finally:
+                self._rv, self.resources, self.status_kinds = kept
 
     # -- storage primitives
 

@@ -39,6 +39,7 @@ Periodic bookmarks, which a server may send at its discretion, are not sent.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import select
@@ -80,8 +81,23 @@ class WatchedStore(dict):
         self.events: deque[Event] = deque(maxlen=HISTORY)
         self.first_rv = 0  # every change after this one is in `events`
         self._next_rv = next_rv
+        self._quiet = False
+
+    @contextlib.contextmanager
+    def dry_run(self) -> Iterator[None]:
+        """Writes inside are forgotten: no events, and the mapping is as it was after."""
+        saved = dict(self)
+        self._quiet = True
+        try:
+            yield
+        finally:
+            dict.clear(self)
+            dict.update(self, saved)
+            self._quiet = False
 
     def _record(self, event: Event) -> None:
+        if self._quiet:
+            return
         if len(self.events) == self.events.maxlen:
             self.first_rv = self.events[0].rv
         self.events.append(event)

@@ -338,6 +338,45 @@ def test_apply_server_side_with_server_field_validation(fresh):
     assert re.fullmatch(r"w2 +5 +\d+s", widgets[1])  # no phase: a null cell, printed empty
 
 
+def test_server_dry_run_answers_without_keeping_anything(fresh):
+    api, kubectl = fresh
+    before = api.get_object("/api/v1/namespaces/default")["metadata"]["resourceVersion"]
+    printed = kubectl.run("create", "namespace", "y", "--dry-run=server").stdout
+    assert printed == "namespace/y created (server dry run)\n"
+    assert api.get_object("/api/v1/namespaces/y") is None
+    printed = kubectl.run("delete", "namespace", "default", "--dry-run=server").stdout
+    assert printed == 'namespace "default" deleted (server dry run)\n'
+    assert api.get_object("/api/v1/namespaces/default")["metadata"]["resourceVersion"] == before
+    kubectl.run("create", "namespace", "z")  # the next write gets the next resourceVersion
+    assert api.get_object("/api/v1/namespaces/z")["metadata"]["resourceVersion"] == "5"
+
+
+def test_write_options_kube_apiserver_refuses(kube_api: FakeKubeApiServer):
+    def post(query: str) -> dict:
+        request = urllib.request.Request(
+            f"{kube_api.url}/api/v1/namespaces?{query}",
+            data=json.dumps({"metadata": {"name": "q"}}).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=10)
+        return json.loads(refused.value.read())
+
+    status = post("dryRun=Some")
+    assert (status["code"], status["reason"], status["message"]) == (
+        422,
+        "Invalid",
+        'CreateOptions.meta.k8s.io "" is invalid: dryRun: Unsupported value: ["Some"]: '
+        'supported values: "All"',
+    )
+    assert post("fieldValidation=Loose")["message"] == (
+        'CreateOptions.meta.k8s.io "" is invalid: fieldValidation: Unsupported value: "Loose": '
+        'supported values: "", "Ignore", "Strict", "Warn"'
+    )
+    assert kube_api.get_object("/api/v1/namespaces/q") is None
+
+
 # ---------------------------------------------------------------- waiting and watching
 
 
