@@ -44,6 +44,7 @@ import json
 import random
 import select
 import socket
+import ssl
 import threading
 import time
 from collections import deque
@@ -202,9 +203,17 @@ def field_selector(name: str | None, query: dict[str, str]) -> str:
 
 
 def _client_gone(sock: socket.socket) -> bool:
+    """Whether the client closed the connection (it sends nothing else during a watch).
+
+    A TLS socket cannot be peeked at: there, anything to read (a close_notify) means gone.
+    """
     try:
         readable, _, _ = select.select([sock], [], [], 0)
-        return bool(readable) and sock.recv(1, socket.MSG_PEEK) == b""
+        if not readable:
+            return False
+        if isinstance(sock, ssl.SSLSocket):
+            return True
+        return sock.recv(1, socket.MSG_PEEK) == b""
     except (OSError, ValueError):
         return True
 

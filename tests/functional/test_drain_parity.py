@@ -234,6 +234,15 @@ def test_both_leave_a_pod_that_will_not_terminate(servers):
     )
 
 
+def test_a_server_dry_run_drain_keeps_everything(servers):
+    _ours, theirs, kubectl = servers(mixed)
+    before = left_on_node(theirs)
+    done = kubectl.run(*KUBECTL_DRAIN, "--dry-run=server")
+    assert done.stdout.splitlines()[0] == "node/n1 cordoned (server dry run)"
+    assert left_on_node(theirs) == before
+    assert not (theirs.get_object(f"/api/v1/nodes/{NODE}").get("spec") or {}).get("unschedulable")
+
+
 def test_differs_kubectl_evicts_a_finished_daemonset_pod_the_lib_keeps_it(servers):
     ours, theirs, kubectl = servers(finished_daemonset_pod)
     lib_drain(ours)

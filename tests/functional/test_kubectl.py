@@ -421,6 +421,21 @@ def test_get_watch_prints_the_changes(fresh):
     ]
 
 
+def test_over_tls_with_the_ca_the_kubeconfig_carries(kubectl_binary: Path):
+    with FakeKubeApiServer(tls=True) as api:
+        kubectl = Kubectl(kubectl_binary, api)
+        try:
+            api.put_object("/api/v1/namespaces/default/pods/p", pod("p", phase="Pending"))
+            threading.Timer(
+                0.5, api.put_object, ("/api/v1/namespaces/default/pods/p", pod("p"))
+            ).start()
+            done = kubectl.run("wait", "--for=condition=Ready", "pod/p", "--timeout=20s")
+            assert done.stdout == "pod/p condition met\n"
+            assert api.url.startswith("https://")
+        finally:
+            kubectl.close()
+
+
 # ---------------------------------------------------------------- authorization
 
 
