@@ -918,8 +918,13 @@ def converted(
             "items": partial,
         }
     include = query.get("includeObject", "")
-    if include not in ("", "Metadata", "Object", "None"):
-        raise RefusedError(400, "BadRequest", f'unrecognized includeObject value: "{include}"')
+    if include not in ("", "Metadata", "Object", "None"):  # response.go optionsForTransform
+        raise RefusedError(
+            400,
+            "BadRequest",
+            f'Unable to convert to Table as requested: includeObject: Invalid value: "{include}": '
+            "must be 'Metadata', 'Object', 'None', or empty",
+        )
     if printer is None or sub:
         raise _not_printed(objects[0]["kind"] if objects else "this kind")
     columns, cells = printer

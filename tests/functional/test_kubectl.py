@@ -212,6 +212,39 @@ def test_get_pods_in_all_namespaces_wide(cluster):
     ]
 
 
+def test_pod_states_as_the_pod_printer_words_them(fresh):
+    api, kubectl = fresh
+    base = "/api/v1/namespaces/default/pods"
+    crash = pod("crash")
+    crash["status"]["containerStatuses"][0].update(
+        ready=False,
+        restartCount=3,
+        state={"waiting": {"reason": "CrashLoopBackOff"}},
+        lastState={"terminated": {"exitCode": 1, "finishedAt": TEN_DAYS_AGO}},
+    )
+    api.put_object(f"{base}/crash", crash)
+    init = pod("init", phase="Pending")
+    init["spec"]["initContainers"] = [{"name": "setup", "image": "busybox:1.37"}]
+    init["status"]["initContainerStatuses"] = [
+        {"name": "setup", "ready": False, "restartCount": 0, "state": {"running": {}}}
+    ]
+    api.put_object(f"{base}/init", init)
+    done = pod("done", phase="Succeeded")
+    done["status"]["containerStatuses"][0].update(
+        ready=False, state={"terminated": {"exitCode": 0, "reason": "Completed"}}
+    )
+    api.put_object(f"{base}/done", done)
+    leaving = pod("leaving", finalizers=["example.com/hold"], deletionTimestamp=TEN_DAYS_AGO)
+    api.put_object(f"{base}/leaving", leaving)
+    assert lines(kubectl.run("get", "pods").stdout) == [
+        "NAME READY STATUS RESTARTS AGE",
+        "crash 0/1 CrashLoopBackOff 3 (10d ago) 10d",
+        "done 0/1 Completed 0 10d",
+        "init 0/1 Init:0/1 0 10d",
+        "leaving 1/1 Terminating 0 10d",
+    ]
+
+
 def test_get_a_custom_resource_by_name_short_name_and_crd(cluster):
     _api, kubectl = cluster
     expected = ["NAME SIZE PHASE AGE", "w1 3 Ready 10d"]
