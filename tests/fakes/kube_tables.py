@@ -11,14 +11,14 @@ tableconvertor). Ages are apimachinery's `duration.HumanDuration` of the time si
 `Metadata` (the default: a `PartialObjectMetadata`), `Object` or `None` (k8s.io/apiserver
 pkg/endpoints/handlers/response.go `asTable`).
 
-Printed here: the kinds of printers.go the fake serves (Pod, Node, Namespace, ConfigMap, Secret,
-ServiceAccount, Service, PersistentVolume(Claim), Deployment, DaemonSet, StatefulSet,
-ReplicaSet, Job, CronJob, PodDisruptionBudget, (Cluster)RoleBinding, StorageClass,
-RuntimeClass, PriorityClass, NetworkPolicy, Lease, the webhook configurations), the kinds
-printers.go has no handler for with the default table converter, name and "Created At"
-(k8s.io/apiserver pkg/registry/rest/table.go: Role, ClusterRole, CustomResourceDefinition),
-and custom resources. Event, Endpoints and APIService are answered 406 naming the kind,
-rather than printed with columns the real server would not print.
+Printed here: the kinds of printers.go the fake serves (Pod, Node, Namespace, Event,
+ConfigMap, Secret, ServiceAccount, Service, PersistentVolume(Claim), Deployment, DaemonSet,
+StatefulSet, ReplicaSet, Job, CronJob, PodDisruptionBudget, (Cluster)RoleBinding,
+StorageClass, RuntimeClass, PriorityClass, NetworkPolicy, Lease, the webhook
+configurations), the kinds printers.go has no handler for with the default table converter,
+name and "Created At" (k8s.io/apiserver pkg/registry/rest/table.go: Role, ClusterRole,
+CustomResourceDefinition), and custom resources. Endpoints and APIService are answered 406
+naming the kind, rather than printed with columns the real server would not print.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import re
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from fakes.kube_discovery import RefusedError
 
@@ -567,6 +567,37 @@ def _default_cells(obj: dict) -> list:
 DEFAULT_TABLE = ([NAME, _col("Created At", "date")], _default_cells)
 
 
+def _event_cells(obj: dict) -> list:
+    """The cells of printers.go `printEvent` (series, singleton counts, the source)."""
+    first = since(obj.get("firstTimestamp") or obj.get("eventTime"))
+    last = since(obj["lastTimestamp"]) if obj.get("lastTimestamp") else first
+    count = obj.get("count") or 0
+    if obj.get("series"):
+        last = since((obj["series"] or {}).get("lastObservedTime"))
+        count = (obj["series"] or {}).get("count", 0)
+    elif count == 0:
+        count = 1  # singleton events have no count in the new API
+    involved = obj.get("involvedObject") or {}
+    target = involved.get("kind", "").lower()
+    if involved.get("name"):
+        target = f"{target}/{involved['name']}"
+    source = obj.get("source") or {}
+    component = source.get("component") or obj.get("reportingController") or ""
+    host = source.get("host") or obj.get("reportingInstance") or ""
+    return [
+        last,
+        obj.get("type", ""),
+        obj.get("reason", ""),
+        target,
+        involved.get("fieldPath", ""),
+        f"{component}, {host}" if host else component,
+        (obj.get("message") or "").strip(),
+        first,
+        count,
+        _meta(obj).get("name"),
+    ]
+
+
 def _simple(*cells: Callable[[dict], Any]) -> Callable[[dict], list]:
     def row(obj: dict) -> list:
         return [
@@ -610,6 +641,21 @@ PRINTERS: dict[str, tuple[list[dict], Callable[[dict], list]]] = {
         _node_cells,
     ),
     "Namespace": ([NAME, _col("Status"), AGE], _simple(lambda o: _status(o).get("phase", ""))),
+    "Event": (
+        [
+            _col("Last Seen"),
+            _col("Type"),
+            _col("Reason"),
+            _col("Object"),
+            _col("Subobject", priority=1),
+            _col("Source", priority=1),
+            _col("Message"),
+            _col("First Seen", priority=1),
+            _col("Count", priority=1),
+            _col("Name", priority=1, fmt="name"),
+        ],
+        _event_cells,
+    ),
     "ConfigMap": (
         [NAME, _col("Data"), AGE],
         _simple(lambda o: len(o.get("data") or {}) + len(o.get("binaryData") or {})),
@@ -885,15 +931,23 @@ def _custom_printer(crd: dict, version: str) -> tuple[list[dict], Callable[[dict
 # ---------------------------------------------------------------- the table
 
 
-def printer(api: Any, gv: str, plural: str, kind: str):
-    """(columns, cells) for a kind the fake serves, or None when it does not print it."""
+class Printer(NamedTuple):
+    """How one kind is printed; `columns` None when the fake does not print it."""
+
+    kind: str
+    columns: list[dict] | None
+    cells: Callable[[dict], list] | None
+
+
+def printer(api: Any, gv: str, plural: str, kind: str) -> Printer:
+    """The printer of a kind the fake serves (its CRD's columns for a custom resource)."""
     if "/" in gv:
-        crd = api.get_object(
-            f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{plural}.{gv.split('/')[0]}"
-        )
+        crd_name = f"{plural}.{gv.split('/')[0]}"
+        crd = api.get_object(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd_name}")
         if crd is not None:
-            return _custom_printer(crd, gv.rpartition("/")[2])
-    return PRINTERS.get(kind)
+            return Printer(kind, *_custom_printer(crd, gv.rpartition("/")[2]))
+    columns, cells = PRINTERS.get(kind) or (None, None)
+    return Printer(kind, columns, cells)
 
 
 def _not_printed(kind: str) -> RefusedError:
@@ -903,7 +957,14 @@ def _not_printed(kind: str) -> RefusedError:
 
 
 def converted(
-    printer, objects: list[dict], rv: str, query: dict, convert: tuple, *, one: bool, sub: str
+    printer: Printer,
+    objects: list[dict],
+    rv: str,
+    query: dict,
+    convert: tuple,
+    *,
+    one: bool,
+    sub: str,
 ) -> dict:
     """`objects` as the Table or PartialObjectMetadata(List) `convert` names (response.go)."""
     group_version = f"{convert[0]}/{convert[1]}"
@@ -925,12 +986,11 @@ def converted(
             f'Unable to convert to Table as requested: includeObject: Invalid value: "{include}": '
             "must be 'Metadata', 'Object', 'None', or empty",
         )
-    if printer is None or sub:
-        raise _not_printed(objects[0]["kind"] if objects else "this kind")
-    columns, cells = printer
+    if printer.columns is None or printer.cells is None or sub:
+        raise _not_printed(printer.kind)
     return table(
-        columns,
-        cells,
+        printer.columns,
+        printer.cells,
         objects,
         resource_version=rv,
         include_object=include,
@@ -947,14 +1007,14 @@ def _partial(obj: dict, group_version: str) -> dict:
     }
 
 
-def watch_transform(printer, query: dict, convert: tuple) -> Callable[[dict, bool], dict]:
+def watch_transform(printer: Printer, query: dict, convert: tuple) -> Callable[[dict, bool], dict]:
     """What a Table (or PartialObjectMetadata) watch sends for each object."""
     group_version = f"{convert[0]}/{convert[1]}"
     if convert[2] != "Table":
         return lambda obj, _first: _partial(obj, group_version)
-    if printer is None:
-        raise _not_printed("this kind")
-    columns, cells = printer
+    columns, cells = printer.columns, printer.cells
+    if columns is None or cells is None:
+        raise _not_printed(printer.kind)
 
     def one_row(obj: dict, first: bool) -> dict:
         rv = (obj.get("metadata") or {}).get("resourceVersion", "")

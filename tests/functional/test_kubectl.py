@@ -146,6 +146,19 @@ def cluster(kubectl_binary: Path) -> Iterator[tuple[FakeKubeApiServer, Kubectl]]
             },
         )
         api.set_pod_log("work", "trainer", "epoch 1 loss 0.9\nepoch 2 loss 0.4\n")
+        api.put_object(
+            "/api/v1/namespaces/work/events/pending.1",
+            {
+                "involvedObject": {"kind": "Pod", "namespace": "work", "name": "pending"},
+                "type": "Warning",
+                "reason": "FailedScheduling",
+                "message": "0/2 nodes are available: 1 node(s) were unschedulable.",
+                "source": {"component": "default-scheduler"},
+                "firstTimestamp": TEN_DAYS_AGO,
+                "lastTimestamp": TEN_DAYS_AGO,
+                "count": 3,
+            },
+        )
         client = Kubectl(kubectl_binary, api)
         try:
             yield api, client
@@ -254,6 +267,22 @@ def test_get_a_custom_resource_by_name_short_name_and_crd(cluster):
         "NAME CREATED AT",
         f"widgets.example.com {TEN_DAYS_AGO}",
     ]
+
+
+def test_get_events_plain_and_wide(cluster):
+    _api, kubectl = cluster
+    assert lines(kubectl.run("get", "events", "-n", "work").stdout) == [
+        "LAST SEEN TYPE REASON OBJECT MESSAGE",
+        "10d Warning FailedScheduling pod/pending 0/2 nodes are available: 1 node(s) were "
+        "unschedulable.",
+    ]
+    wide = lines(kubectl.run("get", "events", "-n", "work", "-o", "wide").stdout)
+    assert wide[0] == (
+        "LAST SEEN TYPE REASON OBJECT SUBOBJECT SOURCE MESSAGE FIRST SEEN COUNT NAME"
+    )
+    assert wide[1].endswith(
+        "default-scheduler 0/2 nodes are available: 1 node(s) were unschedulable. 10d 3 pending.1"
+    )
 
 
 def test_get_output_name(cluster):
