@@ -358,6 +358,26 @@ def test_create_namespace_in_protocol_buffers(fresh):
     assert again.stderr == 'Error from server (AlreadyExists): namespaces "x" already exists\n'
 
 
+def test_create_the_kinds_the_fake_reads_in_protocol_buffers(fresh):
+    api, kubectl = fresh
+    ns = "/api/v1/namespaces/default"
+    assert kubectl.run("create", "configmap", "c", "--from-literal=a=b").stdout == (
+        "configmap/c created\n"
+    )
+    assert api.get_object(f"{ns}/configmaps/c")["data"] == {"a": "b"}
+    kubectl.run("create", "secret", "generic", "s", "--from-literal=k=v")
+    assert api.get_object(f"{ns}/secrets/s")["data"] == {"k": "dg=="}  # bytes: base64
+    kubectl.run("create", "serviceaccount", "robot")
+    assert api.get_object(f"{ns}/serviceaccounts/robot")["metadata"]["name"] == "robot"
+    posts = [r for r in api.requests if r.method == "POST"]
+    assert len(posts) == 3
+    # a kind the fake has no protobuf message for: said plainly (the real server reads it)
+    refused = kubectl.run("create", "deployment", "web", "--image=nginx", check=False)
+    assert refused.stderr == (
+        "error: failed to create deployment: no protobuf message known for apps/v1 Deployment\n"
+    )
+
+
 MANIFEST = """\
 apiVersion: v1
 kind: ConfigMap
