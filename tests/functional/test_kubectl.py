@@ -462,15 +462,27 @@ def test_write_options_kube_apiserver_refuses(kube_api: FakeKubeApiServer):
 # ---------------------------------------------------------------- waiting and watching
 
 
+def once_watching(api: FakeKubeApiServer, path: str, obj: dict) -> threading.Thread:
+    """Store `obj` at `path` once a watch request has come in (kubectl is watching)."""
+
+    def store() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if any(r.query.get("watch") == "true" for r in list(api.requests)):
+                time.sleep(0.1)  # the first events are on their way: a change comes after
+                api.put_object(path, obj)
+                return
+            time.sleep(0.02)
+
+    thread = threading.Thread(target=store, daemon=True)
+    thread.start()
+    return thread
+
+
 def test_wait_for_a_condition_set_while_kubectl_watches(fresh):
     api, kubectl = fresh
     api.put_object("/api/v1/namespaces/default/pods/p", pod("p", phase="Pending"))
-
-    def ready_later() -> None:
-        time.sleep(1.0)
-        api.put_object("/api/v1/namespaces/default/pods/p", pod("p"))
-
-    threading.Thread(target=ready_later, daemon=True).start()
+    once_watching(api, "/api/v1/namespaces/default/pods/p", pod("p"))
     done = kubectl.run("wait", "--for=condition=Ready", "pod/p", "--timeout=20s")
     assert done.stdout == "pod/p condition met\n"
     watches = [r for r in api.requests if r.query.get("watch") == "true"]
@@ -489,18 +501,15 @@ def test_wait_times_out_on_a_condition_never_met(fresh):
 def test_get_watch_prints_the_changes(fresh):
     api, kubectl = fresh
     api.put_object("/api/v1/namespaces/default/pods/p", pod("p", phase="Pending"))
-
-    def ready_later() -> None:
-        time.sleep(1.0)
-        api.put_object("/api/v1/namespaces/default/pods/p", pod("p"))
-
-    threading.Thread(target=ready_later, daemon=True).start()
-    done = kubectl.run("get", "pods", "--watch", "--request-timeout=3s", check=False)
+    once_watching(api, "/api/v1/namespaces/default/pods/p", pod("p"))
+    done = kubectl.run("get", "pods", "--watch", "--request-timeout=2s", check=False)
     assert lines(done.stdout) == [
         "NAME READY STATUS RESTARTS AGE",
         "p 0/1 ContainerCreating 0 10d",
         "p 1/1 Running 0 10d",
     ]
+    watch = next(r for r in api.requests if r.query.get("watch") == "true")
+    assert "sendInitialEvents" not in watch.query  # from the list's resourceVersion
 
 
 def test_over_tls_with_the_ca_the_kubeconfig_carries(kubectl_binary: Path):
@@ -508,9 +517,7 @@ def test_over_tls_with_the_ca_the_kubeconfig_carries(kubectl_binary: Path):
         kubectl = Kubectl(kubectl_binary, api)
         try:
             api.put_object("/api/v1/namespaces/default/pods/p", pod("p", phase="Pending"))
-            threading.Timer(
-                0.5, api.put_object, ("/api/v1/namespaces/default/pods/p", pod("p"))
-            ).start()
+            once_watching(api, "/api/v1/namespaces/default/pods/p", pod("p"))
             done = kubectl.run("wait", "--for=condition=Ready", "pod/p", "--timeout=20s")
             assert done.stdout == "pod/p condition met\n"
             assert api.url.startswith("https://")
