@@ -304,8 +304,9 @@ class Watch:
                 }
                 details = {"causes": [cause], "retryAfterSeconds": 1}
                 return self._encode("ERROR", _status(504, "Timeout", message, details))
-            if start < self.store.first_rv:
-                message = f"too old resource version: {start} ({self.store.first_rv})"
+            oldest = self.store.events[0].rv if self.store.events else start + 1
+            if self.store.first_rv and start < oldest - 1:  # some changes after it are gone
+                message = f"too old resource version: {start} ({oldest - 1})"
                 return self._encode("ERROR", _status(410, "Expired", message))
             return [], start
 
