@@ -92,6 +92,8 @@ RESOURCES: dict[tuple[str, str], tuple[str, bool]] = {
     ("v1", "persistentvolumeclaims"): ("PersistentVolumeClaim", True),
     ("v1", "events"): ("Event", True),
     ("v1", "endpoints"): ("Endpoints", True),
+    ("v1", "resourcequotas"): ("ResourceQuota", True),  # listed by `kubectl describe ns`
+    ("v1", "limitranges"): ("LimitRange", True),
     ("apps/v1", "deployments"): ("Deployment", True),
     ("apps/v1", "daemonsets"): ("DaemonSet", True),
     ("apps/v1", "statefulsets"): ("StatefulSet", True),
@@ -123,7 +125,7 @@ CRD_GV, CRD_PLURAL = "apiextensions.k8s.io/v1", "customresourcedefinitions"
 # Kinds with a `status` subresource: client writes to the main resource keep the stored status.
 STATUS_KINDS = set(
     "Namespace Node PersistentVolume Pod Service PersistentVolumeClaim Deployment DaemonSet "
-    "StatefulSet ReplicaSet Job CronJob PodDisruptionBudget".split()
+    "StatefulSet ReplicaSet Job CronJob PodDisruptionBudget ResourceQuota".split()
 )
 DEFAULT_STATUS = {
     "Namespace": {"phase": "Active"},
@@ -395,6 +397,21 @@ def _check_volume_source(old: dict, new: dict) -> None:
 DOCKER_CONFIG_JSON = "kubernetes.io/dockerconfigjson"
 
 
+def _label_namespace(obj: dict) -> None:
+    """A Namespace always carries `kubernetes.io/metadata.name: <its name>`.
+
+    kubernetes pkg/registry/core/namespace/strategy.go sets it in PrepareForCreate and
+    PrepareForUpdate (GA in 1.22), whatever the client sent; Pod Security and
+    NetworkPolicy namespaceSelectors rely on it.
+    """
+    if obj.get("kind") == "Namespace":
+        meta = obj["metadata"]
+        meta["labels"] = {
+            **(meta.get("labels") or {}),
+            "kubernetes.io/metadata.name": meta["name"],
+        }
+
+
 def _check_secret(obj: dict, name: str) -> None:
     """What ValidateSecret checks of the Secrets the charms write.
 
@@ -614,6 +631,7 @@ class FakeKubeApiServer:
             meta["resourceVersion"] = self._next_rv()
             if target.kind in DEFAULT_STATUS:
                 obj.setdefault("status", dict(DEFAULT_STATUS[target.kind]))
+            _label_namespace(obj)
             self._store[path] = obj
             if target.kind == "CustomResourceDefinition":
                 self._crds_changed()
@@ -1003,6 +1021,7 @@ class FakeKubeApiServer:
             obj["status"] = dict(DEFAULT_STATUS.get(target.kind, {}))
         for mutate in self.mutators:
             mutate(obj)
+        _label_namespace(obj)
         if target.kind == "Secret" and obj.get("type") == SA_TOKEN_TYPE:
             data = obj.setdefault("data", {})
             data["token"] = _b64(secrets.token_urlsafe(32))
@@ -1036,6 +1055,7 @@ class FakeKubeApiServer:
             if key in old["metadata"]:
                 meta[key] = old["metadata"][key]
         meta["resourceVersion"] = old["metadata"]["resourceVersion"]
+        _label_namespace(new)
         if new == old:
             return old
         spec_changed = {k: v for k, v in new.items() if k not in ("metadata", "status")} != {

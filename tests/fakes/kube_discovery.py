@@ -112,6 +112,8 @@ FACTS: dict[tuple[str, str], Facts] = {
     ("v1", "configmaps"): Facts("configmap", ("cm",)),
     ("v1", "endpoints"): Facts("endpoints", ("ep",)),
     ("v1", "events"): Facts("event", ("ev",)),
+    ("v1", "limitranges"): Facts("limitrange", ("limits",)),
+    ("v1", "resourcequotas"): Facts("resourcequota", ("quota",)),
     ("v1", "namespaces"): Facts(
         "namespace", ("ns",), (), ("create", "delete", "get", "list", "patch", "update", "watch")
     ),

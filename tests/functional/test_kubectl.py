@@ -331,6 +331,20 @@ def test_describe_pod(cluster):
         assert expected in printed, printed
 
 
+def test_describe_namespace_lists_its_quotas_and_limit_ranges(cluster):
+    _api, kubectl = cluster
+    assert lines(kubectl.run("describe", "namespace", "work").stdout) == [
+        "Name: work",
+        "Labels: kubernetes.io/metadata.name=work",
+        "Annotations: <none>",
+        "Status: Active",
+        "",
+        "No resource quota.",
+        "",
+        "No LimitRange resource.",
+    ]
+
+
 def test_logs(cluster):
     _api, kubectl = cluster
     assert kubectl.run("logs", "trainer", "-n", "work").stdout == (
