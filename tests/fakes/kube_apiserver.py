@@ -21,9 +21,9 @@ Differences from a real API server (on purpose, to stay small and deterministic)
 - server-side apply deep-merges maps and replaces lists; it never reports field-manager
   conflicts and does not remove fields a manager stopped applying; strategic merge patch is
   JSON merge patch (lists replaced); JSON patch answers 415;
-- field selectors work on any dotted field path; no watch, no pagination; admission only
-  as `mutators` (functions a test or an emulated controller adds, each changing a new
-  object before it is stored, as a mutating webhook does on create);
+- field selectors work on any dotted field path; no pagination (`limit` is ignored, a list
+  is whole); admission only as `mutators` (functions a test or an emulated controller adds,
+  each changing a new object before it is stored, as a mutating webhook does on create);
 - for kinds with a status subresource, writes to the main resource keep the stored status
   (like the real server); use `put_object` or the `/status` subresource to set it;
 - a PodDisruptionBudget blocks an eviction when `minAvailable` would be broken counting
@@ -40,6 +40,13 @@ CustomResourceDefinition (apiextensions.k8s.io/v1) names them, for each version 
 `served`, cluster-scoped or namespaced as its `scope` says; until then (and after the CRD
 is deleted) their URLs answer 404 like any unknown resource. The CRD's schema is not
 enforced, and it is Established at once (`status.conditions`).
+
+What the real kubectl needs besides resources lives in modules of its own, each naming its
+upstream sources: `/version`, discovery (legacy and aggregated) and media types
+(`fakes/kube_discovery.py`), OpenAPI v3 (`fakes/kube_openapi.py`), Tables
+(`fakes/kube_tables.py`), Protocol Buffers request bodies (`fakes/kube_protobuf.py`), the
+options of writes and `dryRun` (`fakes/kube_options.py`) and watches (`?watch=true`,
+`fakes/kube_watch.py`).
 
 `FakeKubeApiServer(tls=True)` serves HTTPS with a certificate for 127.0.0.1 signed by a
 fresh CA (its kubeconfig carries the CA), as kube-apiserver does. Like the real one, it
@@ -81,6 +88,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import yaml
 
+from fakes import kube_discovery, kube_options, kube_protobuf, kube_tables, kube_watch
 from fakes.kube_auth import (
     KUBEADM_ADMIN,
     REVIEW_KINDS,
@@ -108,6 +116,8 @@ RESOURCES: dict[tuple[str, str], tuple[str, bool]] = {
     ("v1", "persistentvolumeclaims"): ("PersistentVolumeClaim", True),
     ("v1", "events"): ("Event", True),
     ("v1", "endpoints"): ("Endpoints", True),
+    ("v1", "resourcequotas"): ("ResourceQuota", True),  # listed by `kubectl describe ns`
+    ("v1", "limitranges"): ("LimitRange", True),
     ("apps/v1", "deployments"): ("Deployment", True),
     ("apps/v1", "daemonsets"): ("DaemonSet", True),
     ("apps/v1", "statefulsets"): ("StatefulSet", True),
@@ -143,7 +153,7 @@ CRD_GV, CRD_PLURAL = "apiextensions.k8s.io/v1", "customresourcedefinitions"
 # Kinds with a `status` subresource: client writes to the main resource keep the stored status.
 STATUS_KINDS = set(
     "Namespace Node PersistentVolume Pod Service PersistentVolumeClaim Deployment DaemonSet "
-    "StatefulSet ReplicaSet Job CronJob PodDisruptionBudget".split()
+    "StatefulSet ReplicaSet Job CronJob PodDisruptionBudget ResourceQuota".split()
 )
 DEFAULT_STATUS = {
     "Namespace": {"phase": "Active"},
@@ -416,6 +426,21 @@ def _check_volume_source(old: dict, new: dict) -> None:
 DOCKER_CONFIG_JSON = "kubernetes.io/dockerconfigjson"
 
 
+def _label_namespace(obj: dict) -> None:
+    """A Namespace always carries `kubernetes.io/metadata.name: <its name>`.
+
+    kubernetes pkg/registry/core/namespace/strategy.go sets it in PrepareForCreate and
+    PrepareForUpdate (GA in 1.22), whatever the client sent; Pod Security and
+    NetworkPolicy namespaceSelectors rely on it.
+    """
+    if obj.get("kind") == "Namespace":
+        meta = obj["metadata"]
+        meta["labels"] = {
+            **(meta.get("labels") or {}),
+            "kubernetes.io/metadata.name": meta["name"],
+        }
+
+
 def _check_secret(obj: dict, name: str) -> None:
     """What ValidateSecret checks of the Secrets the charms write.
 
@@ -475,7 +500,8 @@ class FakeKubeApiServer:
         elif tls:
             self.tls = make_server_cert()
         self._lock = threading.RLock()
-        self._store: dict[str, dict] = {}
+        # every write is recorded for watches (fakes/kube_watch.py)
+        self._store: dict[str, dict] = kube_watch.WatchedStore(self._lock, self._next_rv)
         self._logs: dict[tuple[str, str, str], str] = {}
         self._previous_logs: dict[tuple[str, str, str], str] = {}
         self._faults: list[dict] = []
@@ -655,6 +681,7 @@ class FakeKubeApiServer:
             meta["resourceVersion"] = self._next_rv()
             if target.kind in DEFAULT_STATUS:
                 obj.setdefault("status", dict(DEFAULT_STATUS[target.kind]))
+            _label_namespace(obj)
             self._store[path] = obj
             if target.kind == "CustomResourceDefinition":
                 self._crds_changed()
@@ -753,7 +780,7 @@ class FakeKubeApiServer:
             except (ApiError, AuthError) as e:
                 return self._error(e)
             if not proxied:
-                return self._answer(method, attrs, url.path, query, headers, body)
+                return self._answer(method, attrs, url, query, headers, body)
         return self._proxy(method, proxied, url.query, headers, body)
 
     @staticmethod
@@ -762,23 +789,51 @@ class FakeKubeApiServer:
         return e.code, "application/json", json.dumps(e.status()).encode(), extra
 
     def _answer(
-        self, method: str, attrs: Attributes, path: str, query: dict, headers: Any, body: bytes
+        self, method: str, attrs: Attributes, url: Any, query: dict, headers: Any, body: bytes
     ) -> tuple:
-        """The handler's answer to an authorized request (called under `_lock`)."""
-        if attrs.verb == "get" and path in self.HEALTH_PATHS:
+        """The answer to an authorized request (called under `_lock`)."""
+        if attrs.verb == "get" and url.path in self.HEALTH_PATHS:
             return 200, "text/plain", b"ok", {}
-        if "as=Table" in (headers.get("Accept") or ""):
-            return self._table(path, query)
         self._attrs = attrs
         try:
-            code, payload = self._dispatch(method, path, query, headers, body)
+            return self._respond(method, url, query, headers, body)
         except (ApiError, AuthError) as e:
             return self._error(e)
         finally:
             self._attrs = None
+
+    def _respond(self, method: str, url: Any, query: dict, headers: Any, body: bytes) -> tuple:
+        """The answer in the media type the Accept header asks for (fakes/kube_discovery.py).
+
+        The version, discovery and OpenAPI documents; a resource's answer, as JSON or YAML, a
+        Table or PartialObjectMetadata; or a watch, which the handler streams unlocked.
+        """
+        if method == "GET" and (
+            answer := kube_discovery.serve(self, url.path, url.query, headers)
+        ):
+            return answer
+        watching = query.get("watch") in ("true", "1")
+        media = kube_discovery.negotiate(
+            headers.get("Accept"), transforms=method == "GET", watch=watching
+        )
+        if media is None:
+            return kube_discovery.not_acceptable()
+        try:
+            if media.convert is not None and not watching:
+                code, payload = self._converted(url.path, query, media.convert)
+            else:
+                code, payload = self._dispatch(method, url.path, query, headers, body)
+            if isinstance(payload, kube_watch.Watch):
+                if media.convert is not None:
+                    target = parse_path(url.path, self.resources)
+                    printer = kube_tables.printer(self, target.gv, target.plural, target.kind)
+                    payload.transform = kube_tables.watch_transform(printer, query, media.convert)
+                return code, media.media_type, payload, {}
+        except kube_discovery.RefusedError as e:
+            raise ApiError(e.code, e.reason, e.message, e.details) from None
         if isinstance(payload, str):
             return code, "text/plain", payload.encode(), {}
-        return code, "application/json", json.dumps(payload).encode(), {}
+        return code, media.media_type, kube_discovery.encode(payload, media.media_type), {}
 
     def _ready_pod_for(self, namespace: str, service: dict) -> bool:
         selector = (service.get("spec") or {}).get("selector")
@@ -838,52 +893,23 @@ class FakeKubeApiServer:
             error = ApiError(503, "ServiceUnavailable", f"error trying to reach service: {e}")
             return error.code, "application/json", json.dumps(error.status()).encode(), {}
 
-    def _table(self, path: str, query: dict) -> tuple:
-        """A list printed as a meta.k8s.io/v1 Table, the way kube-apiserver prints Nodes.
-
-        Only Nodes are printed (pkg/printers/internalversion/printers.go printNode: Status
-        is Ready, NotReady or Unknown, with SchedulingDisabled when cordoned); the fake
-        answers 406 for other kinds rather than printing them wrong.
-        """
+    def _converted(self, path: str, query: dict, convert: tuple) -> tuple:
+        """A GET answered as a Table or PartialObjectMetadata (fakes/kube_tables.py)."""
         target = parse_path(path, self.resources)
-        if target.kind != "Node" or target.name is not None:
-            return 406, "application/json", json.dumps({"kind": "Status"}).encode(), {}
-        _, listed = self._list(target, query, "application/json", b"")
-        columns = ["Name", "Status", "Roles", "Age", "Version"]
-        rows = []
-        for item in listed["items"]:
-            ready = [
-                c
-                for c in (item.get("status") or {}).get("conditions") or []
-                if c.get("type") == "Ready"
+        if target.name is not None:
+            objects = [json_copy(self._existing(target))]
+            rv = objects[0]["metadata"].get("resourceVersion", "")
+        else:
+            _, listed = self._list(target, query, "application/json", b"")
+            objects = [
+                {"apiVersion": target.gv, "kind": target.kind, **o} for o in listed["items"]
             ]
-            status = (
-                ["Unknown"]
-                if not ready
-                else ["Ready" if ready[0].get("status") == "True" else "NotReady"]
-            )
-            if (item.get("spec") or {}).get("unschedulable"):
-                status.append("SchedulingDisabled")
-            labels = (item.get("metadata") or {}).get("labels") or {}
-            roles = ",".join(
-                sorted(
-                    k.split("/", 1)[1] for k in labels if k.startswith("node-role.kubernetes.io/")
-                )
-            )
-            version = ((item.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion", "")
-            cells = [item["metadata"]["name"], ",".join(status), roles or "<none>", "1d", version]
-            row: dict = {"cells": cells}
-            if query.get("includeObject") != "None":
-                row["object"] = {"kind": "PartialObjectMetadata", "metadata": item["metadata"]}
-            rows.append(row)
-        table = {
-            "kind": "Table",
-            "apiVersion": "meta.k8s.io/v1",
-            "metadata": {"resourceVersion": str(self._rv)},
-            "columnDefinitions": [{"name": c, "type": "string"} for c in columns],
-            "rows": rows,
-        }
-        return 200, "application/json", json.dumps(table).encode(), {}
+            rv = listed["metadata"]["resourceVersion"]
+        printer = kube_tables.printer(self, target.gv, target.plural, target.kind)
+        one = target.name is not None
+        return 200, kube_tables.converted(
+            printer, objects, rv, query, convert, one=one, sub=target.sub
+        )
 
     def _take_fault(self, method: str, path: str) -> dict | None:
         for fault in self._faults:
@@ -918,8 +944,8 @@ class FakeKubeApiServer:
 
     def _dispatch(self, method: str, path: str, query: dict, headers: Any, body: bytes) -> tuple:
         target = parse_path(path, self.resources)
-        if query.get("watch") in ("true", "1"):
-            raise ApiError(400, "BadRequest", "watch is not supported by the fake API server")
+        if query.get("watch") in ("true", "1") and method == "GET" and not target.sub:
+            return self._watch(target, query)
         content_type = (headers.get("Content-Type") or "application/json").split(";")[0].strip()
         if (target.gv, target.plural) in REVIEW_KINDS:
             return self._review(method, target, content_type, body)
@@ -944,7 +970,28 @@ class FakeKubeApiServer:
             or (target.sub == "token" and target.kind != "ServiceAccount")
         ):
             raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {path}")
+        if method in ("POST", "PUT") or (method == "DELETE" and body):
+            accepted = kube_discovery.input_media_types((target.gv, target.plural) in RESOURCES)
+            if content_type not in accepted:
+                raise ApiError(415, "UnsupportedMediaType", kube_discovery.unsupported(accepted))
+        if method != "GET":
+            options = dict(query)
+            if method == "DELETE" or target.sub == "eviction":  # options in the body too
+                options.update(kube_options.in_body(method, self._decode(body, content_type)))
+            kube_options.check(method, content_type, options)
+            if "dryRun" in options:
+                return self._dry_run(handler, target, query, content_type, body)
         return handler(target, query, content_type, body)
+
+    def _dry_run(self, handler: Callable, target: Target, query: dict, ct: str, body: bytes):
+        """`dryRun=All`: the answer, with nothing kept (fakes/kube_options.py)."""
+        kept = (self._rv, self.resources, self.status_kinds)
+        store: Any = self._store
+        with store.dry_run():
+            try:
+                return handler(target, query, ct, body)
+            finally:
+                self._rv, self.resources, self.status_kinds = kept
 
     def _review(self, method: str, target: Target, content_type: str, body: bytes) -> tuple:
         """SelfSubjectAccessReview, SubjectAccessReview, SelfSubjectReview: create only."""
@@ -985,6 +1032,13 @@ class FakeKubeApiServer:
 
     @staticmethod
     def _decode(body: bytes, content_type: str) -> dict:
+        if content_type == kube_protobuf.CONTENT_TYPE:
+            try:
+                return kube_protobuf.decode(body)
+            except kube_protobuf.UndecodableError as e:
+                if e.kind:  # the real server would decode it: say the fake cannot
+                    raise ApiError(415, "UnsupportedMediaType", str(e)) from None
+                raise ApiError(400, "BadRequest", str(e)) from None
         try:
             # kube-apiserver reads an apply body as YAML (JSON is YAML); libyaml's parser
             # reads what the client sends (JSON) ~10x faster than PyYAML's own
@@ -1048,6 +1102,7 @@ class FakeKubeApiServer:
             obj["status"] = dict(DEFAULT_STATUS.get(target.kind, {}))
         for mutate in self.mutators:
             mutate(obj)
+        _label_namespace(obj)
         if target.kind == "Secret" and obj.get("type") == SA_TOKEN_TYPE:
             data = obj.setdefault("data", {})
             data["token"] = _b64(secrets.token_urlsafe(32))
@@ -1082,6 +1137,7 @@ class FakeKubeApiServer:
             if key in old["metadata"]:
                 meta[key] = old["metadata"][key]
         meta["resourceVersion"] = old["metadata"]["resourceVersion"]
+        _label_namespace(new)
         if new == old:
             return old
         spec_changed = {k: v for k, v in new.items() if k not in ("metadata", "status")} != {
@@ -1101,8 +1157,10 @@ class FakeKubeApiServer:
         obj = self._store[key]
         if obj["metadata"].get("finalizers"):  # kept, terminating, until they are removed
             if not obj["metadata"].get("deletionTimestamp"):
+                obj = json_copy(obj)  # a new version (watches keep the old one)
                 obj["metadata"]["deletionTimestamp"] = _now()
                 obj["metadata"]["resourceVersion"] = self._next_rv()
+                self._store[key] = obj
             return obj
         del self._store[key]
         uid = obj["metadata"]["uid"]
@@ -1148,6 +1206,24 @@ class FakeKubeApiServer:
             "metadata": meta,
             "items": items,
         }
+
+    def _watch(self, target: Target, query: dict) -> tuple:
+        """`?watch=true` on a list or one object: a stream of events (fakes/kube_watch.py)."""
+        opts = kube_watch.options(query)
+        labels = label_matcher(query.get("labelSelector"))
+        fields = field_matcher(kube_watch.field_selector(target.name, query))
+
+        def selects(obj: dict) -> bool:
+            if obj.get("apiVersion") != target.gv or obj.get("kind") != target.kind:
+                return False
+            if target.namespace and obj["metadata"].get("namespace") != target.namespace:
+                return False
+            return labels(obj) and fields(obj)
+
+        store: Any = self._store
+        bookmark = {"kind": target.kind, "apiVersion": target.gv}
+        running = lambda: self._httpd is not None  # noqa: E731
+        return 200, kube_watch.Watch(store, lambda: self._rv, selects, opts, bookmark, running)
 
     def _get(self, target: Target, _q: dict, _ct: str, _body: bytes) -> tuple:
         return 200, json_copy(self._existing(target))
@@ -1375,6 +1451,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
             return
         code, content_type, payload, extra = answer
+        if isinstance(payload, kube_watch.Watch):
+            self._stream(content_type, payload)
+            return
         self.send_response(code)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(payload)))
@@ -1382,5 +1461,21 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.send_header(key, value)
         self.end_headers()
         self.wfile.write(payload)
+
+    def _stream(self, content_type: str, watch: kube_watch.Watch) -> None:
+        """A watch: 200, then each event as an HTTP/1.1 chunk until the watch ends."""
+        self.send_response(200)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            self.wfile.flush()
+            for line in watch.stream(self.connection):
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except OSError:  # the client went away
+            self.close_connection = True
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve  # noqa: N815

@@ -1,11 +1,14 @@
-"""Shared fixtures for functional tests: the fake Kubernetes API server and a client for it."""
+"""Shared fixtures for functional tests: the fake Kubernetes API server, clients for it."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from kubectl_runner import UnavailableError, binary
 
 from charms.gpu_k8s.v0.kubeclient import Kube
 from fakes.kube_apiserver import FakeKubeApiServer
@@ -32,3 +35,18 @@ def has_tensorflow(python: str) -> bool:
         return subprocess.run([python, "-c", probe], timeout=60).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
+
+
+@pytest.fixture(scope="session")
+def kubectl_binary() -> Path:
+    """The real kubectl v1.36.3, extracted once (tests/kubectl_runner.py).
+
+    Skipped, saying why, where it cannot run (not x86-64 Linux, package missing), except
+    under CI, where that fails the test.
+    """
+    try:
+        return binary()
+    except UnavailableError as e:
+        if os.environ.get("CI"):
+            pytest.fail(str(e))
+        pytest.skip(str(e))
