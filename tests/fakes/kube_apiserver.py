@@ -69,6 +69,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import yaml
 
+from fakes.kube_admission import Admission, Request, warning_headers
 from fakes.tls import ServerCert, make_server_cert
 
 # (group/version, plural) -> (kind, namespaced). Core group is "v1".
@@ -456,6 +457,11 @@ class FakeKubeApiServer:
         self.status_kinds: set[str] = set(STATUS_KINDS)
         self.available_deployments = False
         self.mutators: list[Callable[[dict], None]] = []
+        # Decoding, validation and the validating admission plugins (kube_admission.py);
+        # `warnings` records each (method, path, text) the server answered a Warning for.
+        self.admission = Admission()
+        self.warnings: list[tuple[str, str, str]] = []
+        self._warnings: list[str] = []
         # Service proxy backends: (namespace, "service:port") -> base URL of a ready
         # endpoint (what the Endpoints controller would find). See _proxy.
         self.service_backends: dict[tuple[str, str], str] = {}
@@ -698,6 +704,7 @@ class FakeKubeApiServer:
                 return 200, "text/plain", b"ok", {}
             if "as=Table" in (headers.get("Accept") or "") and fault is None:
                 return self._table(url.path, query)
+            self._warnings = []
             try:
                 if fault is not None:
                     raise self._fault_error(fault, method, url.path)
@@ -705,11 +712,24 @@ class FakeKubeApiServer:
                     raise ApiError(401, "Unauthorized", "Unauthorized")
                 code, payload = self._dispatch(method, url.path, query, headers, body)
             except ApiError as e:
-                extra = {"Retry-After": "0"} if e.code == 429 else {}
+                extra = self._warning_headers(method, url.path, e.code)
                 return e.code, "application/json", json.dumps(e.status()).encode(), extra
+            extra = self._warning_headers(method, url.path)
         if isinstance(payload, str):
-            return code, "text/plain", payload.encode(), {}
-        return code, "application/json", json.dumps(payload).encode(), {}
+            return code, "text/plain", payload.encode(), extra
+        return code, "application/json", json.dumps(payload).encode(), extra
+
+    def _warning_headers(self, method: str, path: str, code: int = 200) -> dict[str, Any]:
+        """The extra headers of this request's answer.
+
+        Its Warnings (recorded in `warnings` too) and, on a 429, `Retry-After`.
+        """
+        self.warnings += [(method, path, text) for text in self._warnings]
+        headers: dict[str, Any] = {"Retry-After": "0"} if code == 429 else {}
+        if self._warnings:
+            headers["Warning"] = warning_headers(self._warnings)
+        self._warnings = []
+        return headers
 
     def _ready_pod_for(self, namespace: str, service: dict) -> bool:
         selector = (service.get("spec") or {}).get("selector")
@@ -921,7 +941,9 @@ class FakeKubeApiServer:
             raise ApiError(400, "BadRequest", "request body must be an object")
         return obj
 
-    def _validate(self, target: Target, obj: dict, name: str | None) -> None:
+    def _validate(
+        self, target: Target, obj: dict, name: str | None, request: Request | None = None
+    ) -> None:
         if obj.get("kind", target.kind) != target.kind or obj.get("apiVersion", target.gv) != (
             target.gv
         ):
@@ -954,8 +976,52 @@ class FakeKubeApiServer:
             )
         if target.kind == "Secret":
             _check_secret(obj, name)
+        if request is not None:
+            self._decode_body(target, obj, request)
 
-    def _store_new(self, target: Target, obj: dict, name: str) -> dict:
+    def _request(self, operation: str, body: str, query: dict, target: Target) -> Request:
+        """What admission needs of this write (fieldValidation checked as the handlers do)."""
+        request = Request(
+            operation, body, query.get("fieldValidation", ""), subresource=target.sub
+        )
+        verb = {"object": "Create" if operation == "CREATE" else "Update"}.get(body, "Patch")
+        self.admission.check_options(request, verb)
+        return request
+
+    def _crd_for(self, target: Target) -> dict | None:
+        """The CustomResourceDefinition serving `target`'s kind (None for built-in kinds)."""
+        if (target.gv, target.plural) in RESOURCES:
+            return None
+        group = target.gv.rpartition("/")[0]
+        return self._store.get(f"/apis/{CRD_GV}/{CRD_PLURAL}/{target.plural}.{group}")
+
+    def _decode_body(self, target: Target, obj: dict, request: Request) -> None:
+        """Decode `obj` as the handler does (kube_admission.py): refuse, warn or prune."""
+        crd = self._crd_for(target)
+        self._warnings += self.admission.decode(target.gv, target.kind, obj, request, crd)
+
+    def _admit(self, target: Target, obj: dict, old: dict | None, request: Request) -> None:
+        """The stored object's validation, then the validating admission plugins."""
+        name = obj["metadata"].get("name", "")
+        crd = self._crd_for(target)
+        self.admission.validate(target.gv, target.kind, obj, name, crd)
+        namespace = obj["metadata"].get("namespace")
+        self._warnings += self.admission.pod_security.validate(
+            group=target.gv.rpartition("/")[0],
+            kind=target.kind,
+            plural=target.plural,
+            subresource=target.sub,
+            operation=request.operation,
+            obj=obj,
+            old=old,
+            namespace=self._store.get(f"/api/v1/namespaces/{namespace}") if namespace else None,
+            pods=lambda: self.objects(f"/api/v1/namespaces/{obj['metadata']['name']}/", "Pod"),
+            username=request.username,
+        )
+
+    def _store_new(
+        self, target: Target, obj: dict, name: str, request: Request | None = None
+    ) -> dict:
         obj = json_copy(obj)
         obj["apiVersion"], obj["kind"] = target.gv, target.kind
         meta = obj.setdefault("metadata", {})
@@ -967,6 +1033,8 @@ class FakeKubeApiServer:
             obj["status"] = dict(DEFAULT_STATUS.get(target.kind, {}))
         for mutate in self.mutators:
             mutate(obj)
+        if request is not None:
+            self._admit(target, obj, None, request)
         if target.kind == "Secret" and obj.get("type") == SA_TOKEN_TYPE:
             data = obj.setdefault("data", {})
             data["token"] = _b64(secrets.token_urlsafe(32))
@@ -978,7 +1046,9 @@ class FakeKubeApiServer:
         self._roll_out(obj)
         return obj
 
-    def _store_update(self, target: Target, old: dict, new: dict) -> dict:
+    def _store_update(
+        self, target: Target, old: dict, new: dict, request: Request | None = None
+    ) -> dict:
         """Replace `old` by `new`, keeping identity and (per subresource) status or the rest."""
         new = json_copy(new)
         if target.kind == "PersistentVolume" and target.sub != "status":
@@ -1000,6 +1070,8 @@ class FakeKubeApiServer:
             if key in old["metadata"]:
                 meta[key] = old["metadata"][key]
         meta["resourceVersion"] = old["metadata"]["resourceVersion"]
+        if request is not None:
+            self._admit(target, new, old, request)
         if new == old:
             return old
         spec_changed = {k: v for k, v in new.items() if k not in ("metadata", "status")} != {
@@ -1099,13 +1171,14 @@ class FakeKubeApiServer:
             text = "".join(lines[-tail:] if tail > 0 else [])
         return 200, text
 
-    def _create(self, target: Target, _q: dict, content_type: str, body: bytes) -> tuple:
+    def _create(self, target: Target, query: dict, content_type: str, body: bytes) -> tuple:
+        request = self._request("CREATE", "object", query, target)
         obj = self._decode(body, content_type)
         meta = obj.setdefault("metadata", {})
         name = meta.get("name")
         if not name and meta.get("generateName"):
             name = meta["generateName"] + generated_suffix()
-        self._validate(target, obj, name)
+        self._validate(target, obj, name, request)
         self._check_namespace(target)
         if target.key(name) in self._store:
             raise ApiError(
@@ -1114,12 +1187,13 @@ class FakeKubeApiServer:
                 f'{target.plural} "{name}" already exists',
                 {"name": name, "kind": target.plural},
             )
-        return 201, json_copy(self._store_new(target, obj, name))
+        return 201, json_copy(self._store_new(target, obj, name, request))
 
-    def _update(self, target: Target, _q: dict, content_type: str, body: bytes) -> tuple:
+    def _update(self, target: Target, query: dict, content_type: str, body: bytes) -> tuple:
+        request = self._request("UPDATE", "object", query, target)
         old = self._existing(target)
         obj = self._decode(body, content_type)
-        self._validate(target, obj, (obj.get("metadata") or {}).get("name"))
+        self._validate(target, obj, (obj.get("metadata") or {}).get("name"), request)
         if (obj.get("metadata") or {}).get("name") != target.name:
             raise ApiError(400, "BadRequest", "the name of the object does not match the URL")
         rv = obj["metadata"].get("resourceVersion")
@@ -1131,7 +1205,7 @@ class FakeKubeApiServer:
                 "has been modified; please apply your changes to the latest version and try again",
                 {"name": target.name, "kind": target.plural},
             )
-        return 200, json_copy(self._store_update(target, old, obj))
+        return 200, json_copy(self._store_update(target, old, obj, request))
 
     def _patch(self, target: Target, query: dict, content_type: str, body: bytes) -> tuple:
         if content_type == APPLY_PATCH_TYPE:
@@ -1143,9 +1217,12 @@ class FakeKubeApiServer:
                 f"the body of the request was in an unknown format ({content_type}); accepted "
                 "media types include: " + ", ".join(MERGE_PATCH_TYPES + (APPLY_PATCH_TYPE,)),
             )
+        request = self._request("UPDATE", "merge", query, target)
         old = self._existing(target)
         patch = self._decode(body, content_type)
-        return 200, json_copy(self._store_update(target, old, merge_patch(old, patch)))
+        patched = merge_patch(old, patch)
+        self._decode_body(target, patched, request)
+        return 200, json_copy(self._store_update(target, old, patched, request))
 
     def _apply(self, target: Target, query: dict, body: bytes) -> tuple:
         manager = query.get("fieldManager")
@@ -1156,17 +1233,18 @@ class FakeKubeApiServer:
         obj = self._decode(body, APPLY_PATCH_TYPE)
         if "apiVersion" not in obj or "kind" not in obj:
             raise ApiError(400, "BadRequest", "apply patches must set apiVersion and kind")
-        self._validate(target, obj, (obj.get("metadata") or {}).get("name"))
+        old = self._store.get(target.key())
+        request = self._request("UPDATE" if old else "CREATE", "apply", query, target)
+        self._validate(target, obj, (obj.get("metadata") or {}).get("name"), request)
         if obj["metadata"]["name"] != target.name:
             raise ApiError(400, "BadRequest", "the name of the object does not match the URL")
         entry = {"manager": manager, "operation": "Apply", "apiVersion": target.gv}
-        old = self._store.get(target.key())
         if old is None:
             self._check_namespace(target)
             obj["metadata"]["managedFields"] = [{**entry, "time": _now()}]
             if target.sub == "status":
                 raise _not_found(target.plural, target.name or "")
-            return 201, json_copy(self._store_new(target, obj, target.name or ""))
+            return 201, json_copy(self._store_new(target, obj, target.name or "", request))
         merged = merge_patch(old, obj)
         managed = [
             m for m in old["metadata"].get("managedFields") or [] if m.get("manager") != manager
@@ -1175,7 +1253,7 @@ class FakeKubeApiServer:
             m for m in old["metadata"].get("managedFields") or [] if m.get("manager") == manager
         ]
         merged["metadata"]["managedFields"] = managed + (previous or [{**entry, "time": _now()}])
-        return 200, json_copy(self._store_update(target, old, merged))
+        return 200, json_copy(self._store_update(target, old, merged, request))
 
     def _delete(self, target: Target, query: dict, content_type: str, body: bytes) -> tuple:
         obj = self._existing(target)
@@ -1295,7 +1373,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(payload)))
         for key, value in extra.items():
-            self.send_header(key, value)
+            for one in value if isinstance(value, list) else [value]:
+                self.send_header(key, one)
         self.end_headers()
         self.wfile.write(payload)
 
