@@ -1415,7 +1415,20 @@ class SchemaFindings:
 
     type_errors: list[tuple[list[str | int], Any]] = dataclasses.field(default_factory=list)
     unknown: list[tuple[list[str | int], str]] = dataclasses.field(default_factory=list)
-    required: list[FieldError] = dataclasses.field(default_factory=list)
+    invalid: list[tuple[list[str | int], FieldError]] = dataclasses.field(default_factory=list)
+
+    @property
+    def required(self) -> list[FieldError]:
+        """The validation errors: missing required fields, unsupported values.
+
+        A parent's fields come before its children's, siblings by name, much as the
+        validation code walks them.
+        """
+
+        def key(item: tuple[list[str | int], FieldError]) -> list[tuple[int, str]]:
+            return [(0, f"{s:09d}") if isinstance(s, int) else (1, s) for s in item[0]]
+
+        return [error for _, error in sorted(self.invalid, key=key)]
 
     def unknown_fields(self, obj: dict) -> list[str]:
         """`unknown field "spec.x"` texts, in the body's order."""
@@ -1434,21 +1447,16 @@ class SchemaFindings:
         elif error.validator == "required" and path[:1] != ["status"]:
             # a required scalar left out decodes to its zero value; the status a client
             # writes is not validated for presence (the server resets it on create)
-            self.required += [
-                FieldError("Required value", field_path([*path, key]))
+            self.invalid += [
+                ([*path, key], FieldError("Required value", field_path([*path, key])))
                 for key in error.validator_value
                 if key not in error.instance
             ]
         elif error.validator == "enum" and path not in (["apiVersion"], ["kind"]):
             values = ", ".join(go_quote(str(v)) for v in error.validator_value)
-            self.required.append(
-                FieldError(
-                    "Unsupported value",
-                    field_path(path),
-                    error.instance,
-                    f"supported values: {values}",
-                )
-            )
+            detail = f"supported values: {values}"
+            error = FieldError("Unsupported value", field_path(path), error.instance, detail)
+            self.invalid.append((path, error))
 
 
 def check_builtin(api_version: str, kind: str, obj: dict) -> SchemaFindings | None:
@@ -1720,7 +1728,11 @@ def validate_custom(raw: dict, value: Any, path: list[str | int]) -> list[FieldE
 
 
 def _custom_type(node: Node, value: Any, name: str) -> FieldError | None:
-    """typeValidator: the value's JSON type against `type` (integer is a number too)."""
+    """kube-openapi typeValidator: the value's JSON type against `type`.
+
+    An integer is a number too; int-or-string is `type: [integer, string]` (apiextensions
+    validation.go ConvertJSONSchemaPropsWithPostProcess).
+    """
     kind = _schema_type(value)
     if value is None:
         wanted = ",".join(sorted(node.types)) if node.types and not node.nullable else ""

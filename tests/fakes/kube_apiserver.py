@@ -21,9 +21,12 @@ Differences from a real API server (on purpose, to stay small and deterministic)
 - server-side apply deep-merges maps and replaces lists; it never reports field-manager
   conflicts and does not remove fields a manager stopped applying; strategic merge patch is
   JSON merge patch (lists replaced); JSON patch answers 415;
-- field selectors work on any dotted field path; no watch, no pagination; admission only
-  as `mutators` (functions a test or an emulated controller adds, each changing a new
-  object before it is stored, as a mutating webhook does on create);
+- field selectors work on any dotted field path; no watch, no pagination; mutating
+  admission only as `mutators` (functions a test or an emulated controller adds, each
+  changing a new object before it is stored, as a mutating webhook does on create);
+  decoding, validation and validating admission (PodSecurity) as kube_admission.py says,
+  for what comes over HTTP (`put_object` stores as is); `warnings` records the `Warning`
+  headers answered and `admission.audit` PodSecurity's audit annotations;
 - for kinds with a status subresource, writes to the main resource keep the stored status
   (like the real server); use `put_object` or the `/status` subresource to set it;
 - a PodDisruptionBudget blocks an eviction when `minAvailable` would be broken counting
@@ -38,8 +41,9 @@ healthy cluster: every Deployment written is at once fully available for its gen
 Custom resources are served as the real server serves them: only once a
 CustomResourceDefinition (apiextensions.k8s.io/v1) names them, for each version it marks
 `served`, cluster-scoped or namespaced as its `scope` says; until then (and after the CRD
-is deleted) their URLs answer 404 like any unknown resource. The CRD's schema is not
-enforced, and it is Established at once (`status.conditions`).
+is deleted) their URLs answer 404 like any unknown resource. Their objects are pruned and
+validated against the CRD's schema (kube_admission.py), and it is Established at once
+(`status.conditions`).
 
 `FakeKubeApiServer(tls=True)` serves HTTPS with a certificate for 127.0.0.1 signed by a
 fresh CA (its kubeconfig carries the CA), as kube-apiserver does. Like the real one, it
