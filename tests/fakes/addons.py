@@ -10,8 +10,9 @@ mutating and validating webhook configurations, and for Kueue the visibility API
 Kueue's manager configuration is the shipped one in substance (Configuration
 `config.kueue.x-k8s.io/v1beta2`, `waitForPodsReady` absent, which v0.19 defaults to on
 with a 30m timeout, the JobSet integration listed).
-It is far smaller than the real asset (no schemas, fewer RBAC rules): the charm treats the
-objects generically, so their kinds, names and nesting are what matters.
+It is far smaller than the real asset (CRD schemas that keep every field instead of declaring
+each one, fewer RBAC rules): the charm treats the objects generically, so their kinds, names
+and nesting are what matters.
 
 `ManifestServer` serves `/<name>/<version>/manifests.yaml` (the `addons-mirror` layout) and
 records the paths asked for; `tamper` changes what it serves, `missing` answers 404.
@@ -56,7 +57,12 @@ integrations:
 
 
 def crd(group: str, kind: str, plural: str, scope: str, versions: list[str]) -> dict:
-    """A CustomResourceDefinition serving `versions` (the last one stored), schema-less."""
+    """A CustomResourceDefinition serving `versions` (the last one stored).
+
+    Its schema declares no field and keeps them all (`x-kubernetes-preserve-unknown-fields`
+    at the root): `{type: object}` alone would have the API server prune every field but
+    apiVersion, kind and metadata (apiextensions-apiserver pkg/apiserver/schema/pruning).
+    """
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -70,7 +76,12 @@ def crd(group: str, kind: str, plural: str, scope: str, versions: list[str]) -> 
                     "name": v,
                     "served": True,
                     "storage": v == versions[-1],
-                    "schema": {"openAPIV3Schema": {"type": "object"}},
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
                     "subresources": {"status": {}},
                 }
                 for v in versions

@@ -22,8 +22,12 @@ Differences from a real API server (on purpose, to stay small and deterministic)
   conflicts and does not remove fields a manager stopped applying; strategic merge patch is
   JSON merge patch (lists replaced); JSON patch answers 415;
 - field selectors work on any dotted field path; no pagination (`limit` is ignored, a list
-  is whole); admission only as `mutators` (functions a test or an emulated controller adds,
-  each changing a new object before it is stored, as a mutating webhook does on create);
+  is whole); mutating admission only as `mutators` (functions a test or an emulated
+  controller adds, each changing a new object before it is stored, as a mutating webhook
+  does on create); decoding, validation and validating admission (PodSecurity) as
+  kube_admission.py says, for what comes over HTTP (`put_object` stores as is); `warnings`
+  records the `Warning` headers answered and `admission.audit` PodSecurity's audit
+  annotations;
 - for kinds with a status subresource, writes to the main resource keep the stored status
   (like the real server); use `put_object` or the `/status` subresource to set it;
 - a PodDisruptionBudget blocks an eviction when `minAvailable` would be broken counting
@@ -38,8 +42,9 @@ healthy cluster: every Deployment written is at once fully available for its gen
 Custom resources are served as the real server serves them: only once a
 CustomResourceDefinition (apiextensions.k8s.io/v1) names them, for each version it marks
 `served`, cluster-scoped or namespaced as its `scope` says; until then (and after the CRD
-is deleted) their URLs answer 404 like any unknown resource. The CRD's schema is not
-enforced, and it is Established at once (`status.conditions`).
+is deleted) their URLs answer 404 like any unknown resource. Their objects are pruned and
+validated against the CRD's schema (kube_admission.py), and it is Established at once
+(`status.conditions`).
 
 What the real kubectl needs besides resources lives in modules of its own, each naming its
 upstream sources: `/version`, discovery (legacy and aggregated) and media types
@@ -89,6 +94,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import yaml
 
 from fakes import kube_discovery, kube_options, kube_protobuf, kube_tables, kube_watch
+from fakes.kube_admission import Admission, Request, warning_headers
 from fakes.kube_auth import (
     KUBEADM_ADMIN,
     REVIEW_KINDS,
@@ -520,6 +526,11 @@ class FakeKubeApiServer:
         self.status_kinds: set[str] = set(STATUS_KINDS)
         self.available_deployments = False
         self.mutators: list[Callable[[dict], None]] = []
+        # Decoding, validation and the validating admission plugins (kube_admission.py);
+        # `warnings` records each (method, path, text) the server answered a Warning for.
+        self.admission = Admission()
+        self.warnings: list[tuple[str, str, str]] = []
+        self._warnings: list[str] = []
         # Service proxy backends: (namespace, "service:port") -> base URL of a ready
         # endpoint (what the Endpoints controller would find). See _proxy.
         self.service_backends: dict[tuple[str, str], str] = {}
@@ -795,10 +806,12 @@ class FakeKubeApiServer:
         if attrs.verb == "get" and url.path in self.HEALTH_PATHS:
             return 200, "text/plain", b"ok", {}
         self._attrs = attrs
+        self._warnings = []
         try:
             return self._respond(method, url, query, headers, body)
         except (ApiError, AuthError) as e:
-            return self._error(e)
+            extra = self._warning_headers(method, url.path, e.code)
+            return e.code, "application/json", json.dumps(e.status()).encode(), extra
         finally:
             self._attrs = None
 
@@ -828,12 +841,25 @@ class FakeKubeApiServer:
                     target = parse_path(url.path, self.resources)
                     printer = kube_tables.printer(self, target.gv, target.plural, target.kind)
                     payload.transform = kube_tables.watch_transform(printer, query, media.convert)
-                return code, media.media_type, payload, {}
+                return code, media.media_type, payload, self._warning_headers(method, url.path)
         except kube_discovery.RefusedError as e:
             raise ApiError(e.code, e.reason, e.message, e.details) from None
+        extra = self._warning_headers(method, url.path)
         if isinstance(payload, str):
-            return code, "text/plain", payload.encode(), {}
-        return code, media.media_type, kube_discovery.encode(payload, media.media_type), {}
+            return code, "text/plain", payload.encode(), extra
+        return code, media.media_type, kube_discovery.encode(payload, media.media_type), extra
+
+    def _warning_headers(self, method: str, path: str, code: int = 200) -> dict[str, Any]:
+        """The extra headers of this request's answer.
+
+        Its Warnings (recorded in `warnings` too) and, on a 429, `Retry-After`.
+        """
+        self.warnings += [(method, path, text) for text in self._warnings]
+        headers: dict[str, Any] = {"Retry-After": "0"} if code == 429 else {}
+        if self._warnings:
+            headers["Warning"] = warning_headers(self._warnings)
+        self._warnings = []
+        return headers
 
     def _ready_pod_for(self, namespace: str, service: dict) -> bool:
         selector = (service.get("spec") or {}).get("selector")
@@ -1053,7 +1079,9 @@ class FakeKubeApiServer:
             raise ApiError(400, "BadRequest", "request body must be an object")
         return obj
 
-    def _validate(self, target: Target, obj: dict, name: str | None) -> None:
+    def _validate(
+        self, target: Target, obj: dict, name: str | None, request: Request | None = None
+    ) -> None:
         if obj.get("kind", target.kind) != target.kind or obj.get("apiVersion", target.gv) != (
             target.gv
         ):
@@ -1086,8 +1114,56 @@ class FakeKubeApiServer:
             )
         if target.kind == "Secret":
             _check_secret(obj, name)
+        if request is not None:
+            self._decode_body(target, obj, request)
 
-    def _store_new(self, target: Target, obj: dict, name: str) -> dict:
+    def _request(self, operation: str, body: str, query: dict, target: Target) -> Request:
+        """What admission needs of this write (fieldValidation checked as the handlers do)."""
+        request = Request(
+            operation,
+            body,
+            query.get("fieldValidation", ""),
+            subresource=target.sub,
+            username=self._attrs.user.name if self._attrs is not None else None,
+        )
+        verb = {"object": "Create" if operation == "CREATE" else "Update"}.get(body, "Patch")
+        self.admission.check_options(request, verb)
+        return request
+
+    def _crd_for(self, target: Target) -> dict | None:
+        """The CustomResourceDefinition serving `target`'s kind (None for built-in kinds)."""
+        if (target.gv, target.plural) in RESOURCES:
+            return None
+        group = target.gv.rpartition("/")[0]
+        return self._store.get(f"/apis/{CRD_GV}/{CRD_PLURAL}/{target.plural}.{group}")
+
+    def _decode_body(self, target: Target, obj: dict, request: Request) -> None:
+        """Decode `obj` as the handler does (kube_admission.py): refuse, warn or prune."""
+        crd = self._crd_for(target)
+        self._warnings += self.admission.decode(target.gv, target.kind, obj, request, crd)
+
+    def _admit(self, target: Target, obj: dict, old: dict | None, request: Request) -> None:
+        """The stored object's validation, then the validating admission plugins."""
+        name = obj["metadata"].get("name", "")
+        crd = self._crd_for(target)
+        self.admission.validate(target.gv, target.kind, obj, name, crd)
+        namespace = obj["metadata"].get("namespace")
+        self._warnings += self.admission.pod_security.validate(
+            group=target.gv.rpartition("/")[0],
+            kind=target.kind,
+            plural=target.plural,
+            subresource=target.sub,
+            operation=request.operation,
+            obj=obj,
+            old=old,
+            namespace=self._store.get(f"/api/v1/namespaces/{namespace}") if namespace else None,
+            pods=lambda: self.objects(f"/api/v1/namespaces/{obj['metadata']['name']}/", "Pod"),
+            username=request.username,
+        )
+
+    def _store_new(
+        self, target: Target, obj: dict, name: str, request: Request | None = None
+    ) -> dict:
         self._check_rbac_write(
             target, {**obj, "metadata": {**obj["metadata"], "name": name}}, None
         )
@@ -1103,6 +1179,8 @@ class FakeKubeApiServer:
         for mutate in self.mutators:
             mutate(obj)
         _label_namespace(obj)
+        if request is not None:
+            self._admit(target, obj, None, request)
         if target.kind == "Secret" and obj.get("type") == SA_TOKEN_TYPE:
             data = obj.setdefault("data", {})
             data["token"] = _b64(secrets.token_urlsafe(32))
@@ -1114,7 +1192,9 @@ class FakeKubeApiServer:
         self._roll_out(obj)
         return obj
 
-    def _store_update(self, target: Target, old: dict, new: dict) -> dict:
+    def _store_update(
+        self, target: Target, old: dict, new: dict, request: Request | None = None
+    ) -> dict:
         """Replace `old` by `new`, keeping identity and (per subresource) status or the rest."""
         self._check_rbac_write(target, new, old)
         new = json_copy(new)
@@ -1138,6 +1218,8 @@ class FakeKubeApiServer:
                 meta[key] = old["metadata"][key]
         meta["resourceVersion"] = old["metadata"]["resourceVersion"]
         _label_namespace(new)
+        if request is not None:
+            self._admit(target, new, old, request)
         if new == old:
             return old
         spec_changed = {k: v for k, v in new.items() if k not in ("metadata", "status")} != {
@@ -1257,13 +1339,14 @@ class FakeKubeApiServer:
             text = "".join(lines[-tail:] if tail > 0 else [])
         return 200, text
 
-    def _create(self, target: Target, _q: dict, content_type: str, body: bytes) -> tuple:
+    def _create(self, target: Target, query: dict, content_type: str, body: bytes) -> tuple:
+        request = self._request("CREATE", "object", query, target)
         obj = self._decode(body, content_type)
         meta = obj.setdefault("metadata", {})
         name = meta.get("name")
         if not name and meta.get("generateName"):
             name = meta["generateName"] + generated_suffix()
-        self._validate(target, obj, name)
+        self._validate(target, obj, name, request)
         self._check_namespace(target)
         if target.key(name) in self._store:
             raise ApiError(
@@ -1272,12 +1355,13 @@ class FakeKubeApiServer:
                 f'{target.plural} "{name}" already exists',
                 {"name": name, "kind": target.plural},
             )
-        return 201, json_copy(self._store_new(target, obj, name))
+        return 201, json_copy(self._store_new(target, obj, name, request))
 
-    def _update(self, target: Target, _q: dict, content_type: str, body: bytes) -> tuple:
+    def _update(self, target: Target, query: dict, content_type: str, body: bytes) -> tuple:
+        request = self._request("UPDATE", "object", query, target)
         old = self._existing(target)
         obj = self._decode(body, content_type)
-        self._validate(target, obj, (obj.get("metadata") or {}).get("name"))
+        self._validate(target, obj, (obj.get("metadata") or {}).get("name"), request)
         if (obj.get("metadata") or {}).get("name") != target.name:
             raise ApiError(400, "BadRequest", "the name of the object does not match the URL")
         rv = obj["metadata"].get("resourceVersion")
@@ -1289,7 +1373,7 @@ class FakeKubeApiServer:
                 "has been modified; please apply your changes to the latest version and try again",
                 {"name": target.name, "kind": target.plural},
             )
-        return 200, json_copy(self._store_update(target, old, obj))
+        return 200, json_copy(self._store_update(target, old, obj, request))
 
     def _patch(self, target: Target, query: dict, content_type: str, body: bytes) -> tuple:
         if content_type == APPLY_PATCH_TYPE:
@@ -1301,9 +1385,12 @@ class FakeKubeApiServer:
                 f"the body of the request was in an unknown format ({content_type}); accepted "
                 "media types include: " + ", ".join(MERGE_PATCH_TYPES + (APPLY_PATCH_TYPE,)),
             )
+        request = self._request("UPDATE", "merge", query, target)
         old = self._existing(target)
         patch = self._decode(body, content_type)
-        return 200, json_copy(self._store_update(target, old, merge_patch(old, patch)))
+        patched = merge_patch(old, patch)
+        self._decode_body(target, patched, request)
+        return 200, json_copy(self._store_update(target, old, patched, request))
 
     def _apply(self, target: Target, query: dict, body: bytes) -> tuple:
         manager = query.get("fieldManager")
@@ -1314,11 +1401,12 @@ class FakeKubeApiServer:
         obj = self._decode(body, APPLY_PATCH_TYPE)
         if "apiVersion" not in obj or "kind" not in obj:
             raise ApiError(400, "BadRequest", "apply patches must set apiVersion and kind")
-        self._validate(target, obj, (obj.get("metadata") or {}).get("name"))
+        old = self._store.get(target.key())
+        request = self._request("UPDATE" if old else "CREATE", "apply", query, target)
+        self._validate(target, obj, (obj.get("metadata") or {}).get("name"), request)
         if obj["metadata"]["name"] != target.name:
             raise ApiError(400, "BadRequest", "the name of the object does not match the URL")
         entry = {"manager": manager, "operation": "Apply", "apiVersion": target.gv}
-        old = self._store.get(target.key())
         if old is None:
             if self._attrs is not None:  # apply that creates needs `create` too
                 self.auth.require_create_on_apply(self._attrs)
@@ -1326,7 +1414,7 @@ class FakeKubeApiServer:
             obj["metadata"]["managedFields"] = [{**entry, "time": _now()}]
             if target.sub == "status":
                 raise _not_found(target.plural, target.name or "")
-            return 201, json_copy(self._store_new(target, obj, target.name or ""))
+            return 201, json_copy(self._store_new(target, obj, target.name or "", request))
         merged = merge_patch(old, obj)
         managed = [
             m for m in old["metadata"].get("managedFields") or [] if m.get("manager") != manager
@@ -1335,7 +1423,7 @@ class FakeKubeApiServer:
             m for m in old["metadata"].get("managedFields") or [] if m.get("manager") == manager
         ]
         merged["metadata"]["managedFields"] = managed + (previous or [{**entry, "time": _now()}])
-        return 200, json_copy(self._store_update(target, old, merged))
+        return 200, json_copy(self._store_update(target, old, merged, request))
 
     def _delete(self, target: Target, query: dict, content_type: str, body: bytes) -> tuple:
         obj = self._existing(target)
@@ -1458,7 +1546,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(payload)))
         for key, value in extra.items():
-            self.send_header(key, value)
+            for one in value if isinstance(value, list) else [value]:
+                self.send_header(key, one)
         self.end_headers()
         self.wfile.write(payload)
 

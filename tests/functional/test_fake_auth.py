@@ -794,7 +794,18 @@ def test_a_consumer_grant_confines_the_consumer_to_what_it_asked_for(api):
     token = store_grant(
         api, consumer_grant("efs-storage", "efs-storage", rules, cluster), "efs-token"
     )
-    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "mkdir"}, "spec": {}}
+    template = {
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "mkdir", "image": "busybox:1.37", "command": ["true"]}],
+        }
+    }
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "mkdir"},
+        "spec": {"template": template},
+    }
     with Kube.from_kubeconfig(api.kubeconfig(token), backoff=0.01) as kube:
         ours = {**job, "metadata": {**job["metadata"], "namespace": "efs-storage"}}
         assert kube.apply(ours, field_manager="efs-storage")

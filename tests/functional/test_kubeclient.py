@@ -146,14 +146,32 @@ def test_wrong_token_is_a_401(kube_api: FakeKubeApiServer):
 # ---------------------------------------------------------------- CRUD
 
 
+POD_SPEC = {"containers": [{"name": "c", "image": "busybox"}]}
+
+
 @pytest.mark.parametrize(
     "manifest",
     [
         {"apiVersion": "v1", "kind": "ConfigMap", "data": {"a": "1"}},
         {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "data": {"a": "MQ=="}},
         {"apiVersion": "v1", "kind": "ServiceAccount"},
-        {"apiVersion": "apps/v1", "kind": "Deployment", "spec": {"replicas": 1}},
-        {"apiVersion": "batch/v1", "kind": "Job", "spec": {"completions": 2}},
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": "x"}},  # required, as the pod template
+                "template": {"metadata": {"labels": {"app": "x"}}, "spec": POD_SPEC},
+            },
+        },
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "spec": {
+                "completions": 2,
+                "template": {"spec": {**POD_SPEC, "restartPolicy": "Never"}},
+            },
+        },
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "rules": []},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "rules": []},
         {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "handler": "nvidia"},
@@ -197,7 +215,11 @@ def test_apply_twice_is_idempotent_and_then_merges_changes(
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": "web", "namespace": "work", "labels": {"app": "web"}},
-        "spec": {"replicas": 1, "template": {"spec": {"containers": [{"name": "c"}]}}},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}}, "spec": POD_SPEC},
+        },
     }
     first = kube.apply(manifest, field_manager="gpu-k8s")
     second = kube.apply(manifest, field_manager="gpu-k8s")

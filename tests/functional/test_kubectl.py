@@ -109,7 +109,21 @@ WIDGET_CRD = {
                 "name": "v1",
                 "served": True,
                 "storage": True,
-                "schema": {"openAPIV3Schema": {"type": "object"}},
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "properties": {
+                            "spec": {
+                                "type": "object",
+                                "properties": {"size": {"type": "integer"}},
+                            },
+                            "status": {
+                                "type": "object",
+                                "properties": {"phase": {"type": "string"}},
+                            },
+                        },
+                    }
+                },
                 "subresources": {"status": {}},
                 "additionalPrinterColumns": [
                     {"name": "Size", "type": "integer", "jsonPath": ".spec.size"},
