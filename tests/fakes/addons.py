@@ -14,17 +14,24 @@ It is far smaller than the real asset (CRD schemas that keep every field instead
 each one, fewer RBAC rules): the charm treats the objects generically, so their kinds, names
 and nesting are what matters.
 
-`ManifestServer` serves `/<name>/<version>/manifests.yaml` (the `addons-mirror` layout) and
-records the paths asked for; `tamper` changes what it serves, `missing` answers 404.
+`ManifestServer` serves `/<name>/<version>/manifests.yaml` (the `addons-mirror` layout) over
+https, as GitHub does, with a certificate for 127.0.0.1 from a CA of its own (`opener()` is a
+urlopen that trusts it, where the charm's trusts the system's CAs), and records the paths
+asked for; `tamper` changes what it serves, `missing` answers 404.
 """
 
 from __future__ import annotations
 
+import functools
 import http.server
 import threading
+import urllib.request
+from collections.abc import Callable
 from typing import Any
 
 import yaml
+
+from fakes.tls import make_server_cert
 
 JOBSET_VERSION = "v0.12.0"
 KUEUE_VERSION = "v0.19.2"
@@ -281,15 +288,23 @@ class ManifestServer:
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
                 return
 
+        self._cert = make_server_cert("manifests")
         self._httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.socket = self._cert.server_context().wrap_socket(
+            self._httpd.socket, server_side=True
+        )
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, args=(0.05,), daemon=True
         )
 
     @property
     def url(self) -> str:
-        """The mirror prefix: `http://127.0.0.1:<port>`."""
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        """The mirror prefix: `https://127.0.0.1:<port>`."""
+        return f"https://127.0.0.1:{self._httpd.server_address[1]}"
+
+    def opener(self) -> Callable[..., Any]:
+        """`urllib.request.urlopen` trusting this server's CA (the charm's `url_opener`)."""
+        return functools.partial(urllib.request.urlopen, context=self._cert.client_context())
 
     def path(self, name: str) -> str:
         """The path of a release's manifest."""

@@ -17,6 +17,7 @@ everything before (workers, kube-api consumers) is already served.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, MutableMapping
 from typing import Any
@@ -47,6 +48,8 @@ KUBE_STATE_METRICS_KEY = "kube-state-metrics"
 NODE_METRICS_KEY = "node-metrics-rbac"
 MIG_MANAGER_KEY = "mig-manager"
 KUEUE_OBJECTS_KEY = "kueue-objects"
+# and per batch engine: `addon-<name>` (what was applied), `addon-<name>-ready` (its
+# controller was seen ready) and `addon-<name>-sha256` (URL -> the sha256 first applied)
 
 Bag = MutableMapping[str, str]
 
@@ -201,9 +204,10 @@ class Addons:
         field = f"addon-{release.name}"
         if bag.get(field) != key:
             url = release.url(config.addons_mirror)
+            seen = json.loads(bag.get(f"{field}-sha256") or "{}")  # URL -> first sha256
             try:
                 data = batch_engines.download(url, opener=self._opener)
-                digest = batch_engines.verify(release, data, sha256)
+                digest = batch_engines.verify(release, data, sha256, seen.get(url, ""))
                 objects = batch_engines.customise(
                     release, batch_engines.parse(release, data), settings, configure, transform
                 )
@@ -213,6 +217,7 @@ class Addons:
             for obj in objects:
                 kube.apply(obj, field_manager=FIELD_MANAGER)
             bag[field] = key
+            bag[f"{field}-sha256"] = json.dumps({**seen, url: digest}, sort_keys=True)
             bag.pop(f"{field}-ready", None)
             logger.info(
                 "applied %s %s from %s (sha256 %s, %d objects)",

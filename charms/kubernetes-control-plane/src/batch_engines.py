@@ -3,11 +3,12 @@
 
 """The cluster's batch engines, JobSet and Kueue, from their upstream release manifests.
 
-No ops here. The leader downloads each pinned release's `manifests.yaml` (from GitHub, or
-`addons-mirror` on air-gapped sites), logs its sha256 and, when config pins one, refuses
-anything else; then it makes the objects this cluster's and applies them with server-side
-apply, as both projects' install guides do (`kubectl apply --server-side -f
-.../manifests.yaml`; their CRDs are too large for client-side apply's annotation).
+No ops here. The leader downloads each pinned release's `manifests.yaml` over https only
+(from GitHub, or `addons-mirror` on air-gapped sites), logs its sha256 and refuses anything
+but the one config pins or, with none pinned, the one it first applied from that URL; then
+it makes the objects this cluster's and applies them with server-side apply, as both
+projects' install guides do (`kubectl apply --server-side -f .../manifests.yaml`; their
+CRDs are too large for client-side apply's annotation).
 
 What is changed in the upstream objects, and nothing else:
 - container images move below `image-registry` (images.mirrored);
@@ -100,7 +101,16 @@ def download(
     opener: Callable[..., Any] = urllib.request.urlopen,
     timeout: float = DOWNLOAD_TIMEOUT_SECONDS,
 ) -> bytes:
-    """The bytes at `url` (at most MAX_MANIFEST_BYTES); AddonError saying why not."""
+    """The bytes at `url` (at most MAX_MANIFEST_BYTES); AddonError saying why not.
+
+    Only https: what comes back is applied with cluster-admin rights, so a manifest that
+    anyone on the path could change (plain http) is refused before it is asked for.
+    """
+    if not url.lower().startswith("https://"):
+        raise AddonError(
+            f"refusing {url}: add-on manifests are applied with cluster-admin rights and "
+            "are downloaded over https only"
+        )
     try:
         with opener(url, timeout=timeout) as answer:
             data = answer.read(MAX_MANIFEST_BYTES + 1)
@@ -114,13 +124,26 @@ def download(
     return data
 
 
-def verify(release: Release, data: bytes, expected: str) -> str:
-    """The sha256 of `data`; AddonError when config pins another one."""
+def verify(release: Release, data: bytes, expected: str, first: str = "") -> str:
+    """The sha256 of `data`; AddonError when it is not the one it must be.
+
+    `expected`: the `<name>-sha256` config, which wins when set. Otherwise `first`: the
+    sha256 this URL's manifest had when the leader first applied it (trust on first use:
+    a release asset never changes, so a different one at the same pinned URL is refused).
+    """
     digest = hashlib.sha256(data).hexdigest()
-    if expected and digest != expected.lower():
+    if expected:
+        if digest != expected.lower():
+            raise AddonError(
+                f"{release.name} {release.version} manifest has sha256 {digest}, not the "
+                f"{release.name}-sha256 {expected}; nothing applied"
+            )
+        return digest
+    if first and digest != first:
         raise AddonError(
-            f"{release.name} {release.version} manifest has sha256 {digest}, not the "
-            f"{release.name}-sha256 {expected}; nothing applied"
+            f"{release.name} {release.version} manifest has sha256 {digest}, not the {first} "
+            f"it had when first applied from the same URL; nothing applied (set "
+            f"{release.name}-sha256 to accept the new one)"
         )
     return digest
 

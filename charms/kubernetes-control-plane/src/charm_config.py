@@ -19,7 +19,7 @@ from literals import API_PORT
 from charms.gpu_k8s.v0 import images, kubeadm
 from charms.gpu_k8s.v0.config import ActionParams, CharmConfig
 
-_MIRROR = re.compile(r"^https?://[^\s/]+(/\S*)?$")
+_MIRROR = re.compile(r"^https://[^\s/]+(/\S*)?$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 # A DNS name a certificate may carry: RFC 1123 labels, a wildcard first label allowed
 # (kubeadm validates certSANs the same way: IsDNS1123Subdomain or its wildcard form).
@@ -121,7 +121,10 @@ class Config(CharmConfig):
     @classmethod
     def _addons_mirror(cls, value: str) -> str:
         if value and not _MIRROR.match(value):
-            raise ValueError("must be empty or an http(s) URL prefix such as https://host/addons")
+            raise ValueError(
+                "must be empty or an https URL prefix such as https://host/addons (what is "
+                "downloaded there is applied with cluster-admin rights)"
+            )
         return value.rstrip("/")
 
     @pydantic.field_validator("jobset_sha256", "kueue_sha256")

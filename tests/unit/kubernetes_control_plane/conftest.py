@@ -36,6 +36,9 @@ def releases(release_server, monkeypatch):
         release = getattr(addons, name)
         local = f"{release_server.url}{release_server.path(release.name)}"
         monkeypatch.setattr(addons, name, dataclasses.replace(release, upstream_url=local))
+    monkeypatch.setattr(
+        charm.KubernetesControlPlaneCharm, "url_opener", staticmethod(release_server.opener())
+    )
     return release_server
 
 

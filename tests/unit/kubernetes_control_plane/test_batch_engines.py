@@ -102,7 +102,7 @@ def test_an_unreachable_release_blocks_naming_it_and_applies_nothing_of_it(
     finally:
         releases.files[releases.path("kueue")] = release_manifest("kueue", KUEUE_VERSION)
     assert out.unit_status.name == "blocked"
-    assert out.unit_status.message.startswith("kueue: cannot download http://127.0.0.1:")
+    assert out.unit_status.message.startswith("kueue: cannot download https://127.0.0.1:")
     assert "HTTP 404" in out.unit_status.message
     assert api.get_object(KUEUE_DEPLOY) is None and api.get_object(KUEUE_CONFIG) is None
     assert api.get_object(JOBSET_DEPLOY) is not None  # the other one is served
@@ -125,6 +125,38 @@ def test_a_manifest_that_is_not_the_pinned_sha256_is_refused(ctx, machine, api, 
     out = ctx.run(ctx.on.update_status(), out)  # the real asset again: applied
     assert api.get_object(JOBSET_CRD) is not None
     assert out.unit_status == testing.ActiveStatus(READY)
+
+
+def test_a_changed_asset_at_the_same_url_is_refused_after_first_use(ctx, machine, api, releases):
+    """Issue 29 item 7: with no sha256 configured, the first one applied is the one kept."""
+    out = _install(ctx)
+    recorded = peer(out).local_app_data["addon-kueue-sha256"]
+    assert list(yaml.safe_load(recorded).values()) == [_sha("kueue")]
+    config = api.get_object(KUEUE_CONFIG)["data"]
+    releases.tamper("kueue")
+    try:
+        # a setting that makes the leader download the release again
+        out = ctx.run(
+            ctx.on.config_changed(), dataclasses.replace(out, config={"pods-ready-timeout": 30})
+        )
+        assert out.unit_status.name == "blocked"
+        assert out.unit_status.message.startswith("kueue: kueue v0.19.2 manifest has sha256 ")
+        assert out.unit_status.message.endswith(
+            f"not the {_sha('kueue')} it had when first applied from the same URL; nothing "
+            "applied (set kueue-sha256 to accept the new one)"
+        )
+        assert api.get_object(KUEUE_CONFIG)["data"] == config  # nothing of it applied
+        assert api.get_object("/api/v1/namespaces/default/configmaps/x") is None
+        # the operator accepts the new artifact by its sha256: configured checksums win
+        tampered = hashlib.sha256(releases.files[releases.path("kueue")]).hexdigest()
+        out = ctx.run(
+            ctx.on.config_changed(),
+            dataclasses.replace(out, config={"pods-ready-timeout": 30, "kueue-sha256": tampered}),
+        )
+    finally:
+        releases.files[releases.path("kueue")] = release_manifest("kueue", KUEUE_VERSION)
+    assert out.unit_status == testing.ActiveStatus(READY)
+    assert api.get_object("/api/v1/namespaces/default/configmaps/x") is not None
 
 
 def test_the_mirror_and_the_image_registry_are_used(ctx, machine, api, releases):
@@ -217,6 +249,7 @@ def test_batch_engines_off_downloads_nothing(ctx, machine, api, releases):
     [
         ({"jobset-sha256": "abc"}, "jobset-sha256"),
         ({"addons-mirror": "ftp://x"}, "addons-mirror"),
+        ({"addons-mirror": "http://mirror.example.com/addons"}, "https URL prefix"),
         ({"pods-ready-timeout": 0}, "pods-ready-timeout"),
     ],
 )
@@ -225,6 +258,22 @@ def test_bad_batch_engine_config_blocks(ctx, machine, api, releases, config, fra
     assert out.unit_status.name == "blocked"
     assert fragment in out.unit_status.message
     assert releases.requests == []
+
+
+def test_a_manifest_is_never_downloaded_over_plain_http():
+    from literals import JOBSET
+
+    release = dataclasses.replace(JOBSET, upstream_url="http://github.com/x/manifests.yaml")
+
+    def opener(*_args, **_kwargs):
+        raise AssertionError("nothing may be asked for over http")
+
+    with pytest.raises(batch_engines.AddonError) as refused:
+        batch_engines.download(release.url(""), opener=opener)
+    assert str(refused.value) == (
+        "refusing http://github.com/x/manifests.yaml: add-on manifests are applied with "
+        "cluster-admin rights and are downloaded over https only"
+    )
 
 
 @pytest.mark.parametrize(

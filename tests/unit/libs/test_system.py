@@ -62,6 +62,43 @@ def test_host_write_fixes_mode_of_unchanged_file(tmp_path):
     assert (tmp_path / "etc/secret").stat().st_mode & 0o777 == 0o600
 
 
+def test_a_private_file_is_never_readable_by_others_even_while_written(tmp_path):
+    """Review S8: the temporary file was created with the umask (0644), then chmod 0600.
+
+    A reader who opened the leftover temporary file of an earlier write (a crash between
+    write and rename) kept reading whatever went into it; and a file created 0644 can be
+    opened by anyone before the chmod. Now the temporary file is a new inode created with
+    the final mode (O_CREAT|O_EXCL): nothing written reaches an earlier reader.
+    """
+    host = Host(runner=SubprocessRunner(), root=tmp_path)
+    leftover = tmp_path / "run/gpu-k8s/.kubeadm-join.yaml.tmp"
+    leftover.parent.mkdir(parents=True)
+    leftover.write_text("")
+    leftover.chmod(0o644)
+    with leftover.open() as reader:  # an unprivileged reader, waiting
+        assert host.write("/run/gpu-k8s/kubeadm-join.yaml", "token: abc.def\n", mode=0o600)
+        assert reader.read() == "", "the secret went into a file another reader holds"
+    written = tmp_path / "run/gpu-k8s/kubeadm-join.yaml"
+    assert written.stat().st_mode & 0o777 == 0o600
+    assert written.read_text() == "token: abc.def\n"
+    assert not leftover.exists()
+
+
+def test_a_private_file_gets_a_private_directory_and_a_symlink_is_not_followed(tmp_path):
+    host = Host(runner=SubprocessRunner(), root=tmp_path)
+    host.write("/run/gpu-k8s/kubeadm-certs.yaml", "key: k\n", mode=0o600)
+    assert (tmp_path / "run/gpu-k8s").stat().st_mode & 0o777 == 0o700
+    host.write("/etc/demo/public.conf", "x\n", mode=0o644)
+    assert (tmp_path / "etc/demo").stat().st_mode & 0o777 == 0o755
+    # a symlink planted as the temporary file is replaced, never written through
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_text("")
+    (tmp_path / "run/gpu-k8s/.kubeadm-certs.yaml.tmp").symlink_to(elsewhere)
+    host.write("/run/gpu-k8s/kubeadm-certs.yaml", "key: k2\n", mode=0o600)
+    assert elsewhere.read_text() == ""
+    assert host.read("/run/gpu-k8s/kubeadm-certs.yaml") == "key: k2\n"
+
+
 def test_fake_runner_dispatches_records_and_injects_failures(tmp_path):
     runner = FakeRunner(tmp_path)
     runner.on("echo", lambda argv, _input: " ".join(argv[1:]))

@@ -33,7 +33,7 @@ from typing import Protocol, TypeVar
 
 LIBID = "3dec0f436d2c448586bd6ef84b7629c5"
 LIBAPI = 0
-LIBPATCH = 3
+LIBPATCH = 4
 
 SYSTEMCTL = "/usr/bin/systemctl"
 
@@ -125,17 +125,33 @@ class Host:
         return self.runner.run(list(argv), input=input, timeout=timeout)
 
     def write(self, absolute: str, content: str, mode: int = 0o644) -> bool:
-        """Write `content` to a file if it differs; return True when the file changed."""
+        """Write `content` to a file if it differs; return True when the file changed.
+
+        The file is replaced whole (a temporary file renamed over it), and the temporary
+        file is a new inode created with `mode` (O_CREAT|O_EXCL|O_NOFOLLOW): a private file
+        (no bits for group or others) is never readable by anyone else, not even while it
+        is written, and a leftover or planted `.name.tmp` is removed, never written
+        through. Directories created for a private file are 0700.
+        """
         target = self.path(absolute)
         if target.exists() and target.read_text() == content:
             if (target.stat().st_mode & 0o777) != mode:
                 target.chmod(mode)
             return False
-        target.parent.mkdir(parents=True, exist_ok=True)
+        private = not mode & 0o077
+        target.parent.mkdir(mode=0o700 if private else 0o755, parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}.tmp")
-        tmp.write_text(content)
-        tmp.chmod(mode)
-        tmp.replace(target)
+        tmp.unlink(missing_ok=True)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(tmp, flags, mode)
+        try:
+            with os.fdopen(fd, "w") as out:
+                out.write(content)
+            os.chmod(tmp, mode)  # the umask may have taken bits of `mode`; it never adds any
+            tmp.replace(target)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         return True
 
     def read(self, absolute: str) -> str | None:
