@@ -135,6 +135,7 @@ class FakeMachine:
         self.dpkg: dict[str, str] = {}
         self.held: set[str] = set()
         self.services: dict[str, Service] = {}
+        self._start_failures: dict[str, list[str]] = {}  # fail_start
         self.unit_files: set[str] = set()  # services defined by files systemd has loaded
         self.sysctl: dict[str, str] = {}
         self.joins: list[dict] = []
@@ -194,6 +195,14 @@ class FakeMachine:
     def fail(self, prefix: str, *, returncode: int = 1, stderr: str = "", times: int = 1) -> None:
         """Make the next `times` commands starting with `prefix` fail (see FakeRunner)."""
         self.runner.fail(prefix, returncode=returncode, stderr=stderr, times=times)
+
+    def fail_start(self, name: str, stderr: str, times: int = 1) -> None:
+        """Make the next `times` (re)starts of service `name` fail, leaving it inactive.
+
+        As systemd does when a unit's start fails: `restart` stopped it first, and the unit
+        is left failed (`is-active` answers `failed`) until a start succeeds.
+        """
+        self._start_failures.setdefault(name, []).extend([stderr] * times)
 
     def add_repository(self, base: str) -> None:
         """Serve a pkgs.k8s.io-layout repository (every pinned minor) under `base`.
@@ -488,6 +497,10 @@ class FakeMachine:
                 raise _fail(
                     argv, 5 if verb != "is-enabled" else 1, f"Unit {name}.service not found."
                 )
+            failures = self._start_failures.get(name)
+            if verb in ("restart", "start") and failures:
+                service.active = False
+                raise _fail(argv, 1, failures.pop(0))
             self._service_verb(argv, verb, name, service)
         return ""
 

@@ -27,10 +27,10 @@ def test_configure_installs_haproxy_points_its_unit_at_the_config_and_starts_it(
     service = machine.services[api_proxy.SERVICE]
     assert service.enabled and service.active
     assert machine.lines("systemctl")[-4:] == [
+        "/usr/bin/systemctl is-active --quiet haproxy",  # before the package: not there
         "/usr/bin/systemctl daemon-reload",
-        "/usr/bin/systemctl is-active --quiet haproxy",
         "/usr/bin/systemctl enable haproxy",
-        "/usr/bin/systemctl restart haproxy",  # the package started it on the default config
+        "/usr/bin/systemctl restart haproxy",  # a new drop-in; the package runs its default
     ]
 
 
@@ -83,15 +83,46 @@ def test_a_failed_install_writes_nothing_so_the_next_call_tries_again(machine):
     assert machine.services[api_proxy.SERVICE].active
 
 
-def test_a_failed_start_says_what_systemd_said(machine):
-    machine.fail("/usr/bin/systemctl restart haproxy", stderr="Job for haproxy.service failed")
+def test_a_failed_start_says_what_systemd_said_and_the_next_call_starts_it(machine):
+    machine.fail_start("haproxy", stderr="Job for haproxy.service failed")
 
     with pytest.raises(api_proxy.ProxyError) as failed:
         api_proxy.configure(machine.host(), SERVERS)
     assert str(failed.value) == (
         "starting HAProxy: Job for haproxy.service failed; retrying on the next event"
     )
-    assert failed.value.blocked is False  # (that the next call starts it: issue 30, N2/N3)
+    assert failed.value.blocked is False
+    # review deploy.md N3: the files were written, and the next call found nothing to do
+    assert api_proxy.configure(machine.host(), SERVERS) is True
+    assert machine.services[api_proxy.SERVICE].active
+    assert machine.lines("systemctl")[-1] == "/usr/bin/systemctl restart haproxy"
+    assert api_proxy.configure(machine.host(), SERVERS) is False
+
+
+def test_a_failed_reload_is_tried_again_until_the_new_list_runs(machine):
+    """deploy.md N3 (a): Ubuntu's ExecReload checks the file and keeps the running config."""
+    api_proxy.configure(machine.host(), SERVERS)
+    machine.fail("/usr/bin/systemctl reload haproxy", stderr="Job for haproxy.service failed")
+    grown = [*SERVERS, "10.0.0.3:6443"]
+
+    with pytest.raises(api_proxy.ProxyError):
+        api_proxy.configure(machine.host(), grown)
+    service = machine.services[api_proxy.SERVICE]
+    assert service.reloads == 0
+
+    assert api_proxy.configure(machine.host(), grown) is True
+    assert service.reloads == 1
+    assert machine.lines("systemctl")[-1] == "/usr/bin/systemctl reload haproxy"
+
+
+def test_a_stopped_haproxy_is_started_without_any_change(machine):
+    """deploy.md N3 (b): stopped by hand, or systemd's start limit hit."""
+    api_proxy.configure(machine.host(), SERVERS)
+    machine.services[api_proxy.SERVICE].active = False
+
+    assert api_proxy.configure(machine.host(), SERVERS) is True
+    assert machine.services[api_proxy.SERVICE].active
+    assert machine.lines("systemctl")[-1] == "/usr/bin/systemctl restart haproxy"
 
 
 def test_a_stopped_haproxy_is_started_with_the_next_change(machine):
@@ -102,11 +133,31 @@ def test_a_stopped_haproxy_is_started_with_the_next_change(machine):
     assert machine.services[api_proxy.SERVICE].active
 
 
-def test_the_python_proxy_of_earlier_revisions_is_removed_before_haproxy_binds(machine):
+def _legacy_proxy_running(machine) -> None:
     for path in api_proxy.LEGACY_FILES:
         machine.write(path, "# earlier revision\n")
     machine.runner.run(["/usr/bin/systemctl", "daemon-reload"])
     machine.runner.run(["/usr/bin/systemctl", "enable", "--now", api_proxy.LEGACY_SERVICE])
+
+
+def test_the_earlier_proxy_keeps_serving_when_haproxy_cannot_be_installed(machine):
+    """deploy.md N2: the legacy proxy was removed before apt ran, leaving no listener."""
+    _legacy_proxy_running(machine)
+    machine.withdraw("haproxy")
+
+    with pytest.raises(api_proxy.ProxyError):
+        api_proxy.configure(machine.host(), SERVERS)
+    assert machine.services[api_proxy.LEGACY_SERVICE].active
+    assert all(machine.path(p).exists() for p in api_proxy.LEGACY_FILES)
+
+    machine.publish("haproxy", "2.8.16-0ubuntu0.24.04.3")
+    assert api_proxy.configure(machine.host(), SERVERS) is True
+    assert api_proxy.LEGACY_SERVICE not in machine.services
+    assert machine.services[api_proxy.SERVICE].active
+
+
+def test_the_python_proxy_of_earlier_revisions_is_removed_before_haproxy_binds(machine):
+    _legacy_proxy_running(machine)
 
     api_proxy.configure(machine.host(), SERVERS)
 

@@ -52,6 +52,7 @@ about it. Units set up by earlier charm revisions ran a small Python proxy
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import os
 import re
@@ -63,7 +64,7 @@ from charms.gpu_k8s.v0.system import SYSTEMCTL, CommandError, Host
 
 LIBID = "56d1a753a66d4124bddde98d7b960f09"
 LIBAPI = 0
-LIBPATCH = 5
+LIBPATCH = 6
 
 LISTEN_HOST = "127.0.0.1"
 PORT = 6444
@@ -76,6 +77,8 @@ PACKAGE = "haproxy"
 # HAProxy 2.6 (Debian 12, where the tests run it) to 2.8 (doc/configuration.txt).
 SERIES = "2.8.*"
 CONFIG = "/etc/haproxy/gpu-k8s.cfg"
+# The sha256 of the drop-in and config HAProxy last took (written after systemctl succeeded)
+APPLIED = "/var/lib/gpu-k8s/api-proxy.applied"
 DROP_IN = f"/etc/systemd/system/{SERVICE}.service.d/gpu-k8s.conf"
 # What the health check asks each API server, and how often: a server is taken out after
 # 3 failed checks 2 s apart and back after 2 good ones.
@@ -270,10 +273,12 @@ def configure(host: Host, servers: Sequence[str], metrics: MetricsAccess | None 
 
     With `metrics`, it also serves the node's metrics (see the module docstring).
 
-    Nothing runs when the files are already what they should be. Otherwise the package is
-    installed first (a failure leaves the files as they were, so the next call tries
-    again), then a changed server list is a reload (open connections stay), a new
-    drop-in a restart, and a service that is not running is enabled and started.
+    Nothing runs when HAProxy is running with what it should run (`APPLIED` records what
+    systemd last took, so a failed reload or start is tried again on the next call).
+    Otherwise the package is installed first (a failure leaves everything as it was,
+    the earlier revisions' proxy still serving), then a changed server list is a reload
+    (open connections stay), a new drop-in a restart, and a service that is not running
+    (stopped by hand, systemd's start limit) is enabled and started.
 
     Raises:
         ProxyError: `servers` is empty or malformed (nothing is written), the package could
@@ -294,19 +299,21 @@ def configure(host: Host, servers: Sequence[str], metrics: MetricsAccess | None 
 def _configure(host: Host, servers: Sequence[str], metrics: MetricsAccess | None) -> bool:
     config = render_config(sorted(set(servers)), metrics=metrics)
     drop_in = render_drop_in()
-    changed = _remove_legacy(host)
-    changed = apt.pin(host, PACKAGE, {PACKAGE: SERIES}) or changed
-    if host.read(DROP_IN) == drop_in and host.read(CONFIG) == config and not changed:
-        return False
+    applied = hashlib.sha256(f"{drop_in}\0{config}".encode()).hexdigest() + "\n"
+    legacy = [path for path in LEGACY_FILES if host.path(path).exists()]
+    pinned = apt.pin(host, PACKAGE, {PACKAGE: SERIES})
+    running = _active(host)
+    if running and not legacy and not pinned and host.read(APPLIED) == applied:
+        if host.read(DROP_IN) == drop_in and host.read(CONFIG) == config:
+            return False
+    # the package first: while apt runs (or when it fails), the earlier proxy still serves
     apt.install(host, {PACKAGE: SERIES}, hold=False)
     unit_changed = host.write(DROP_IN, drop_in)
     host.write(CONFIG, config)
     if unit_changed:
         host.run(SYSTEMCTL, "daemon-reload")
-    try:
-        host.run(SYSTEMCTL, "is-active", "--quiet", SERVICE)
-        running = True
-    except CommandError:
+    if legacy:  # it holds the port: stopped right before HAProxy binds it
+        _remove_legacy(host)
         running = False
     if unit_changed or not running:
         host.run(SYSTEMCTL, "enable", SERVICE)
@@ -314,7 +321,17 @@ def _configure(host: Host, servers: Sequence[str], metrics: MetricsAccess | None
         logger.info("(re)started HAProxy, the local API endpoint on %s", ENDPOINT)
     else:
         host.run(SYSTEMCTL, "reload", SERVICE)
+    # only once systemd took it: a failed reload or start is tried again on the next call
+    host.write(APPLIED, applied)
     logger.info("local API endpoint %s forwards to %s", ENDPOINT, ", ".join(sorted(servers)))
+    return True
+
+
+def _active(host: Host) -> bool:
+    try:
+        host.run(SYSTEMCTL, "is-active", "--quiet", SERVICE)
+    except CommandError:
+        return False
     return True
 
 
@@ -325,6 +342,7 @@ def remove(host: Host) -> bool:
     host.run(SYSTEMCTL, "disable", "--now", SERVICE)
     host.path(DROP_IN).unlink(missing_ok=True)
     host.path(CONFIG).unlink(missing_ok=True)
+    host.path(APPLIED).unlink(missing_ok=True)
     host.run(SYSTEMCTL, "daemon-reload")
     _remove_legacy(host)
     return True
