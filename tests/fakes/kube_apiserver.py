@@ -107,6 +107,7 @@ from fakes.kube_auth import (
     refusal,
     request_attributes,
 )
+from fakes.kube_noderestriction import NodeRestriction
 from fakes.tls import ServerCert, make_server_cert
 
 # (group/version, plural) -> (kind, namespaced). Core group is "v1".
@@ -529,6 +530,8 @@ class FakeKubeApiServer:
         # Decoding, validation and the validating admission plugins (kube_admission.py);
         # `warnings` records each (method, path, text) the server answered a Warning for.
         self.admission = Admission()
+        # NodeRestriction, which kubeadm enables (kube_noderestriction.py)
+        self.node_restriction = NodeRestriction(self._store, self.auth.authorize)
         self.warnings: list[tuple[str, str, str]] = []
         self._warnings: list[str] = []
         # Service proxy backends: (namespace, "service:port") -> base URL of a ready
@@ -1033,6 +1036,7 @@ class FakeKubeApiServer:
     def _token_request(self, target: Target, _q: dict, content_type: str, body: bytes) -> tuple:
         """TokenRequest: a token for the ServiceAccount (fakes.kube_auth)."""
         request = self._decode(body, content_type) if body else {}
+        self._restrict_node("CREATE", target, request, None)
         return 201, self.auth.token_request(target.namespace or "", target.name or "", request)
 
     def _check_rbac_write(self, target: Target, obj: dict, old: dict | None) -> None:
@@ -1142,8 +1146,27 @@ class FakeKubeApiServer:
         crd = self._crd_for(target)
         self._warnings += self.admission.decode(target.gv, target.kind, obj, request, crd)
 
+    def _restrict_node(
+        self, operation: str, target: Target, obj: dict | None, old: dict | None, name: str = ""
+    ) -> None:
+        """NodeRestriction (kube_noderestriction.py), first of the admission plugins."""
+        if self._attrs is None:
+            return
+        self.node_restriction.admit(
+            self._attrs.user,
+            operation,
+            group=target.gv.rpartition("/")[0],
+            resource=target.plural,
+            subresource=target.sub,
+            namespace=target.namespace or "",
+            name=name or target.name or ((obj or {}).get("metadata") or {}).get("name", ""),
+            obj=obj,
+            old=old,
+        )
+
     def _admit(self, target: Target, obj: dict, old: dict | None, request: Request) -> None:
-        """The stored object's validation, then the validating admission plugins."""
+        """NodeRestriction, the stored object's validation, then the validating plugins."""
+        self._restrict_node(request.operation, target, obj, old)
         name = obj["metadata"].get("name", "")
         crd = self._crd_for(target)
         self.admission.validate(target.gv, target.kind, obj, name, crd)
@@ -1426,6 +1449,7 @@ class FakeKubeApiServer:
         return 200, json_copy(self._store_update(target, old, merged, request))
 
     def _delete(self, target: Target, query: dict, content_type: str, body: bytes) -> tuple:
+        self._restrict_node("DELETE", target, None, None)  # before the lookup, as delete.go
         obj = self._existing(target)
         options = self._decode(body, content_type) if body else {}
         policy = query.get("propagationPolicy") or options.get("propagationPolicy")
@@ -1451,8 +1475,9 @@ class FakeKubeApiServer:
         return 200, listing
 
     def _evict(self, target: Target, _q: dict, content_type: str, body: bytes) -> tuple:
+        eviction = self._decode(body, content_type)
+        self._restrict_node("CREATE", target, eviction, None)  # before the lookup, as create.go
         pod = self._existing(target)
-        self._decode(body, content_type)
         pdb = self._blocking_budget(pod)
         if pdb is not None:
             name = pdb["metadata"]["name"]
