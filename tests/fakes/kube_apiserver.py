@@ -1164,9 +1164,15 @@ class FakeKubeApiServer:
             old=old,
         )
 
+    def _restrict_node_update(
+        self, target: Target, new: dict, old: dict, request: Request | None
+    ) -> None:
+        """NodeRestriction sees the object as sent, before the status strategy resets it."""
+        if request is not None:
+            self._restrict_node(request.operation, target, new, old)
+
     def _admit(self, target: Target, obj: dict, old: dict | None, request: Request) -> None:
-        """NodeRestriction, the stored object's validation, then the validating plugins."""
-        self._restrict_node(request.operation, target, obj, old)
+        """The stored object's validation, then the validating admission plugins."""
         name = obj["metadata"].get("name", "")
         crd = self._crd_for(target)
         self.admission.validate(target.gv, target.kind, obj, name, crd)
@@ -1199,6 +1205,8 @@ class FakeKubeApiServer:
         meta["resourceVersion"] = self._next_rv()
         if target.kind in self.status_kinds:
             obj["status"] = dict(DEFAULT_STATUS.get(target.kind, {}))
+        if request is not None:  # the built-in mutating plugins run before webhooks
+            self._restrict_node(request.operation, target, obj, None)
         for mutate in self.mutators:
             mutate(obj)
         _label_namespace(obj)
@@ -1220,6 +1228,7 @@ class FakeKubeApiServer:
     ) -> dict:
         """Replace `old` by `new`, keeping identity and (per subresource) status or the rest."""
         self._check_rbac_write(target, new, old)
+        self._restrict_node_update(target, new, old, request)
         new = json_copy(new)
         if target.kind == "PersistentVolume" and target.sub != "status":
             _check_volume_source(old, new)
