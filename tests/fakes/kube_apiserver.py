@@ -67,8 +67,12 @@ expiring by `clock`), a node (`node_token`) or whoever `add_token` says; an unkn
 401, no token is `system:anonymous`. RBAC reads the Roles and bindings stored here (the
 default ClusterRoles and bindings are there from the start, with kubeadm's admin binding);
 a refusal is RBAC's 403, and writing a role or binding that grants more than its author
-holds is refused as the escalation check does. `put_object` and the other test helpers
-write directly, like etcd, without either.
+holds is refused as the escalation check does. A node's writes (`system:node:<n>`) then
+pass the NodeRestriction admission plugin kubeadm enables (`fakes.kube_noderestriction`,
+which cites the rules): its own Node only, with no taint, ownerReference or non-kubelet
+label changed; mirror pods, deletes, evictions, status and token requests only for pods
+bound to it; its own Lease. `put_object` and the other test helpers write directly, like
+etcd, without any of these.
 """
 
 from __future__ import annotations
