@@ -67,8 +67,12 @@ expiring by `clock`), a node (`node_token`) or whoever `add_token` says; an unkn
 401, no token is `system:anonymous`. RBAC reads the Roles and bindings stored here (the
 default ClusterRoles and bindings are there from the start, with kubeadm's admin binding);
 a refusal is RBAC's 403, and writing a role or binding that grants more than its author
-holds is refused as the escalation check does. `put_object` and the other test helpers
-write directly, like etcd, without either.
+holds is refused as the escalation check does. A node's writes (`system:node:<n>`) then
+pass the NodeRestriction admission plugin kubeadm enables (`fakes.kube_noderestriction`,
+which cites the rules): its own Node only, with no taint, ownerReference or non-kubelet
+label changed; mirror pods, deletes, evictions, status and token requests only for pods
+bound to it; its own Lease. `put_object` and the other test helpers write directly, like
+etcd, without any of these.
 """
 
 from __future__ import annotations
@@ -107,6 +111,7 @@ from fakes.kube_auth import (
     refusal,
     request_attributes,
 )
+from fakes.kube_noderestriction import NodeRestriction
 from fakes.tls import ServerCert, make_server_cert
 
 # (group/version, plural) -> (kind, namespaced). Core group is "v1".
@@ -529,6 +534,8 @@ class FakeKubeApiServer:
         # Decoding, validation and the validating admission plugins (kube_admission.py);
         # `warnings` records each (method, path, text) the server answered a Warning for.
         self.admission = Admission()
+        # NodeRestriction, which kubeadm enables (kube_noderestriction.py)
+        self.node_restriction = NodeRestriction(self._store, self.auth.authorize)
         self.warnings: list[tuple[str, str, str]] = []
         self._warnings: list[str] = []
         # Service proxy backends: (namespace, "service:port") -> base URL of a ready
@@ -1033,6 +1040,7 @@ class FakeKubeApiServer:
     def _token_request(self, target: Target, _q: dict, content_type: str, body: bytes) -> tuple:
         """TokenRequest: a token for the ServiceAccount (fakes.kube_auth)."""
         request = self._decode(body, content_type) if body else {}
+        self._restrict_node("CREATE", target, request, None)
         return 201, self.auth.token_request(target.namespace or "", target.name or "", request)
 
     def _check_rbac_write(self, target: Target, obj: dict, old: dict | None) -> None:
@@ -1142,6 +1150,31 @@ class FakeKubeApiServer:
         crd = self._crd_for(target)
         self._warnings += self.admission.decode(target.gv, target.kind, obj, request, crd)
 
+    def _restrict_node(
+        self, operation: str, target: Target, obj: dict | None, old: dict | None, name: str = ""
+    ) -> None:
+        """NodeRestriction (kube_noderestriction.py), first of the admission plugins."""
+        if self._attrs is None:
+            return
+        self.node_restriction.admit(
+            self._attrs.user,
+            operation,
+            group=target.gv.rpartition("/")[0],
+            resource=target.plural,
+            subresource=target.sub,
+            namespace=target.namespace or "",
+            name=name or target.name or ((obj or {}).get("metadata") or {}).get("name", ""),
+            obj=obj,
+            old=old,
+        )
+
+    def _restrict_node_update(
+        self, target: Target, new: dict, old: dict, request: Request | None
+    ) -> None:
+        """NodeRestriction sees the object as sent, before the status strategy resets it."""
+        if request is not None:
+            self._restrict_node(request.operation, target, new, old)
+
     def _admit(self, target: Target, obj: dict, old: dict | None, request: Request) -> None:
         """The stored object's validation, then the validating admission plugins."""
         name = obj["metadata"].get("name", "")
@@ -1176,6 +1209,8 @@ class FakeKubeApiServer:
         meta["resourceVersion"] = self._next_rv()
         if target.kind in self.status_kinds:
             obj["status"] = dict(DEFAULT_STATUS.get(target.kind, {}))
+        if request is not None:  # the built-in mutating plugins run before webhooks
+            self._restrict_node(request.operation, target, obj, None)
         for mutate in self.mutators:
             mutate(obj)
         _label_namespace(obj)
@@ -1197,6 +1232,7 @@ class FakeKubeApiServer:
     ) -> dict:
         """Replace `old` by `new`, keeping identity and (per subresource) status or the rest."""
         self._check_rbac_write(target, new, old)
+        self._restrict_node_update(target, new, old, request)
         new = json_copy(new)
         if target.kind == "PersistentVolume" and target.sub != "status":
             _check_volume_source(old, new)
@@ -1426,6 +1462,7 @@ class FakeKubeApiServer:
         return 200, json_copy(self._store_update(target, old, merged, request))
 
     def _delete(self, target: Target, query: dict, content_type: str, body: bytes) -> tuple:
+        self._restrict_node("DELETE", target, None, None)  # before the lookup, as delete.go
         obj = self._existing(target)
         options = self._decode(body, content_type) if body else {}
         policy = query.get("propagationPolicy") or options.get("propagationPolicy")
@@ -1451,8 +1488,9 @@ class FakeKubeApiServer:
         return 200, listing
 
     def _evict(self, target: Target, _q: dict, content_type: str, body: bytes) -> tuple:
+        eviction = self._decode(body, content_type)
+        self._restrict_node("CREATE", target, eviction, None)  # before the lookup, as create.go
         pod = self._existing(target)
-        self._decode(body, content_type)
         pdb = self._blocking_budget(pod)
         if pdb is not None:
             name = pdb["metadata"]["name"]
