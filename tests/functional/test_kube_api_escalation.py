@@ -77,7 +77,11 @@ def test_policy_refuses_the_escalation_naming_it(path: Escalation):
 
 def test_the_legitimate_request_passes_the_policy():
     request = RequirerAppData.model_validate(
-        {"namespace": HOSTILE, "rules": LEGITIMATE_RULES, "cluster-rules": LEGITIMATE_CLUSTER_RULES}
+        {
+            "namespace": HOSTILE,
+            "rules": LEGITIMATE_RULES,
+            "cluster-rules": LEGITIMATE_CLUSTER_RULES,
+        }
     )
     assert check_policy(request) is None
 
