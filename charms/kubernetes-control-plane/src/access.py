@@ -34,7 +34,7 @@ from literals import API_PORT, WORKER_NAMESPACE, WORKER_SERVICE_ACCOUNT
 from peers import ENDPOINT, Peers
 
 from charms.gpu_k8s.v0 import api_proxy, kube_objects
-from charms.gpu_k8s.v0.kube_api import KubeApiProvider
+from charms.gpu_k8s.v0.kube_api import KubeApiProvider, Request
 from charms.gpu_k8s.v0.kubeclient import Kube
 from charms.gpu_k8s.v0.kubernetes_cluster import SECRET_LABEL
 from charms.gpu_k8s.v0.status import StatusError, on_error
@@ -125,17 +125,7 @@ class Access:
             key = str(request.relation.id)
             seen.add(key)
             previous = granted.get(key)
-            holder = _holder(granted, key, request.request.namespace) if request.request else None
-            if holder and request.request and not request.error:
-                namespace = request.request.namespace
-                request = dataclasses.replace(
-                    request,
-                    error=f"namespace {namespace} is held by {holder}; ask for another namespace",
-                )
-                self.blocked.append(
-                    f"kube-api: {request.app_name} asks for namespace {namespace}, which "
-                    f"{holder} holds: relate {request.app_name} with another namespace"
-                )
+            request = self._first_come(request, granted, key)
             if request.error or request.request is None:
                 if previous:
                     self._revoke(previous, request.relation.id)
@@ -185,6 +175,21 @@ class Access:
         if after != before:
             bag[KUBE_API_KEY] = after
         return notes
+
+    def _first_come(self, request: Request, granted: dict[str, dict], key: str) -> Request:
+        """`request`, refused when another grant holds its namespace (with a Blocked line)."""
+        if request.request is None or request.error:
+            return request
+        namespace = request.request.namespace
+        holder = _holder(granted, key, namespace)
+        if not holder:
+            return request
+        self.blocked.append(
+            f"kube-api: {request.app_name} asks for namespace {namespace}, which "
+            f"{holder} holds: relate {request.app_name} with another namespace"
+        )
+        error = f"namespace {namespace} is held by {holder}; ask for another namespace"
+        return dataclasses.replace(request, error=error)
 
     def _relation_active(self, key: str) -> bool:
         return any(str(r.id) == key for r in self._kube_api.relations)

@@ -8,10 +8,10 @@ import json
 
 import pytest
 import yaml
+from kube_api_escalations import ESCALATIONS, HOSTILE
 from ops import testing
 
 from fakes.control_plane import kube_api_relation, peer, peers
-from kube_api_escalations import ESCALATIONS, HOSTILE
 
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
 JOBS = [{"api-groups": ["batch"], "resources": ["jobs"], "verbs": ["create", "get", "delete"]}]

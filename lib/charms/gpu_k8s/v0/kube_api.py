@@ -124,29 +124,33 @@ _NAMESPACES = "namespace modification (RBAC good practices: Namespace modificati
 _SECRETS = "secrets outside the own namespace (RBAC good practices: Listing secrets)"
 
 
+# By API group, or by (group, resource) in any scope (a Role naming these cluster-scoped
+# objects is refused too: it could only mislead), or outside the own namespace only.
+_GROUP_PATHS = {"certificates.k8s.io": _CSR, "admissionregistration.k8s.io": _WEBHOOKS}
+_ANY_SCOPE_PATHS = {
+    ("", "namespaces"): _NAMESPACES,
+    ("", "nodes/proxy"): _NODES_PROXY,
+    ("", "persistentvolumes"): _PV,
+}
+_CLUSTER_PATHS = {
+    ("", "secrets"): _SECRETS,
+    ("", "serviceaccounts/token"): _TOKEN,
+    **{("", resource): _WORKLOAD for resource in _WORKLOAD_CORE},
+}
+
+
 def _escalation(group: str, resource: str, *, cluster: bool) -> str | None:
     """The escalation path a rule on (group, resource) opens, or None."""
-    base, _, sub = resource.partition("/")
-    if group == "":
-        if base == "namespaces":
-            return _NAMESPACES
-        if base == "nodes" and sub == "proxy":
-            return _NODES_PROXY
-        if base == "persistentvolumes":
-            return _PV
-    if group == "certificates.k8s.io":
-        return _CSR
-    if group == "admissionregistration.k8s.io":
-        return _WEBHOOKS
-    if not cluster:
-        return None
-    if group == "" and base == "secrets":
-        return _SECRETS
-    if group == "" and base == "serviceaccounts" and sub == "token":
-        return _TOKEN
-    if (group == "" and base in _WORKLOAD_CORE) or group in _WORKLOAD_GROUPS:
-        return _WORKLOAD
-    return None
+    base = resource.partition("/")[0]
+    path = (
+        _GROUP_PATHS.get(group)
+        or _ANY_SCOPE_PATHS.get((group, resource))
+        or _ANY_SCOPE_PATHS.get((group, base))
+    )
+    if path or not cluster:
+        return path
+    path = _CLUSTER_PATHS.get((group, resource)) or _CLUSTER_PATHS.get((group, base))
+    return path or (_WORKLOAD if group in _WORKLOAD_GROUPS else None)
 
 
 def secret_label(relation_id: int) -> str:
@@ -238,7 +242,7 @@ def check_policy(request: RequirerAppData, *, provisioner: bool = False) -> str 
     return None
 
 
-def _rule_problem(scope: str, rule: Rule, *, provisioner: bool) -> str | None:
+def _wildcard(scope: str, rule: Rule) -> str | None:
     for kind, values in (
         ("verbs", rule.verbs),
         ("resources", rule.resources),
@@ -247,6 +251,13 @@ def _rule_problem(scope: str, rule: Rule, *, provisioner: bool) -> str | None:
     ):
         if any("*" in v for v in values):
             return f"{scope}: wildcard '*' in {kind} is not allowed; list them explicitly"
+    return None
+
+
+def _rule_problem(scope: str, rule: Rule, *, provisioner: bool) -> str | None:
+    wildcard = _wildcard(scope, rule)
+    if wildcard:
+        return wildcard
     verbs = {v.lower() for v in rule.verbs}
     bad = sorted(FORBIDDEN_VERBS & verbs)
     if bad:
