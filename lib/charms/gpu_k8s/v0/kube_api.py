@@ -36,7 +36,7 @@ from charms.gpu_k8s.v0.databag import Databag, Endpoint, explain, write
 
 LIBID = "26b1d42dbc2949cb8a83e29b11759d4f"
 LIBAPI = 0
-LIBPATCH = 7
+LIBPATCH = 8
 
 logger = logging.getLogger(__name__)
 
@@ -121,7 +121,9 @@ _TOKEN = "token request outside the own namespace (RBAC good practices: Token re
 _CSR = "certificatesigningrequests and signers (RBAC good practices: CSRs and certificate issuing)"
 _WEBHOOKS = "admission webhooks and policies (RBAC good practices: Control admission webhooks)"
 _NAMESPACES = "namespace modification (RBAC good practices: Namespace modification)"
-_SECRETS = "secrets outside the own namespace (RBAC good practices: Listing secrets)"
+_SECRETS = (
+    "secrets cannot be granted cluster-wide, only in rules (RBAC good practices: Listing secrets)"
+)
 
 
 # By API group, or by (group, resource) in any scope (a Role naming these cluster-scoped
@@ -164,12 +166,12 @@ class Rule(Databag):
     api_groups: list[str] = pydantic.Field(alias="api-groups", min_length=1)
     resources: list[str] = pydantic.Field(min_length=1)
     verbs: list[str] = pydantic.Field(min_length=1)
-    resource_names: list[str] = pydantic.Field(default_factory=list, alias="resource-names")
+    resource_names: list[str] | None = pydantic.Field(default=None, alias="resource-names")
 
     @pydantic.field_validator("api_groups", "resources", "verbs", "resource_names")
     @classmethod
-    def _words(cls, values: list[str]) -> list[str]:
-        for value in values:
+    def _words(cls, values: list[str] | None) -> list[str] | None:
+        for value in values or ():
             if not _WORD.match(value):
                 raise ValueError(f"{value!r} is not an API group, resource, verb or name")
         return values
@@ -247,7 +249,7 @@ def _wildcard(scope: str, rule: Rule) -> str | None:
         ("verbs", rule.verbs),
         ("resources", rule.resources),
         ("api-groups", rule.api_groups),
-        ("resource-names", rule.resource_names),
+        ("resource-names", rule.resource_names or ()),
     ):
         if any("*" in v for v in values):
             return f"{scope}: wildcard '*' in {kind} is not allowed; list them explicitly"
@@ -273,7 +275,7 @@ def _rule_problem(scope: str, rule: Rule, *, provisioner: bool) -> str | None:
             if path and path in (_WORKLOAD, _TOKEN) and verbs <= READ_VERBS:
                 path = None  # reading pods or jobs elsewhere is no workload creation
             if path:
-                return f"{scope}: {resource} is {path}; it is not granted"
+                return f"{scope}: {resource} refused: {path}"
             if cluster:
                 what = f"{group}/{resource}" if group else resource
                 return (
