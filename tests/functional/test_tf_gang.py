@@ -127,7 +127,9 @@ def cluster(tmp_path):
         controllers = BatchControllers(api, NS)
         kubelet = GangKubelet(api, data)
         controllers.kubelet = kubelet
-        grant = consumer_grant("tensorflow", NS, literals.NAMESPACED_RULES, literals.CLUSTER_RULES)
+        grant = consumer_grant(
+            "tensorflow", NS, literals.NAMESPACED_RULES, literals.cluster_rules(NS)
+        )
         kube = Kube.from_kubeconfig(api.kubeconfig(store_grant(api, grant, "tf-token")))
         ctx = Context(
             namespace=NS,

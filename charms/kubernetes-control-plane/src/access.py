@@ -18,6 +18,7 @@ notes for the status. What it applies is in `rbac.py` and `bootstrap.py`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Callable
@@ -33,7 +34,7 @@ from literals import API_PORT, WORKER_NAMESPACE, WORKER_SERVICE_ACCOUNT
 from peers import ENDPOINT, Peers
 
 from charms.gpu_k8s.v0 import api_proxy, kube_objects
-from charms.gpu_k8s.v0.kube_api import KubeApiProvider
+from charms.gpu_k8s.v0.kube_api import KubeApiProvider, Request
 from charms.gpu_k8s.v0.kubeclient import Kube
 from charms.gpu_k8s.v0.kubernetes_cluster import SECRET_LABEL
 from charms.gpu_k8s.v0.status import StatusError, on_error
@@ -64,6 +65,9 @@ class Access:
         self._model = model
         self._ctx = ctx
         self._kube = kube
+        # Blocked lines for the status: consumers that asked for a namespace they may not
+        # have (another consumer's, or one the system or an operator made).
+        self.blocked: list[str] = []
 
     def worker_kubeconfig(self, peers: Peers) -> str:
         """The workers' kubeconfig (one ServiceAccount for all), granted again when changed."""
@@ -98,10 +102,15 @@ class Access:
                 f"waiting for the token of {grant.service_account}"
             ) from None
 
-    def serve_kube_api(self, peers: Peers) -> list[str]:
+    def serve_kube_api(
+        self, peers: Peers, provisioners: frozenset[str] = frozenset()
+    ) -> list[str]:
         """Grant what each kube-api consumer asks for; revoke what departed consumers had.
 
-        Returns notes for the status: the consumers whose request was refused.
+        `provisioners`: the applications trusted with a storage provisioner's rules. A
+        namespace belongs to the first consumer granted it: a later one asking for it is
+        refused, with a Blocked line naming both (`blocked`). Returns notes for the status:
+        the consumers whose request was refused.
         """
         bag = peers.app
         granted: dict[str, dict] = json.loads(bag.get(KUBE_API_KEY, "{}"))
@@ -112,10 +121,11 @@ class Access:
         # leader's API server, and a new address when leadership moves.
         endpoint = f"https://{self._ctx.api_server}"
         node_set = _node_set(registry.Registry.load(bag).nodes)
-        for request in self._kube_api.requests():
+        for request in self._kube_api.requests(provisioners):
             key = str(request.relation.id)
             seen.add(key)
             previous = granted.get(key)
+            request = self._first_come(request, granted, key)
             if request.error or request.request is None:
                 if previous:
                     self._revoke(previous, request.relation.id)
@@ -134,7 +144,15 @@ class Access:
             grant = rbac.consumer_grant(
                 request.app_name, ask.namespace, ask.rules, ask.cluster_rules
             )
-            token = self.apply_grant(grant)
+            try:
+                token = self.apply_grant(grant)
+            except rbac.NamespaceTakenError as e:
+                if previous:
+                    self._revoke(previous, request.relation.id)
+                    del granted[key]
+                self._kube_api.refuse(request.relation, str(e))
+                self.blocked.append(f"kube-api: {e}")
+                continue
             text = rbac.kubeconfig(
                 server=endpoint,
                 ca_pem=bootstrap.read_ca(self._ctx.host) or "",
@@ -157,6 +175,21 @@ class Access:
         if after != before:
             bag[KUBE_API_KEY] = after
         return notes
+
+    def _first_come(self, request: Request, granted: dict[str, dict], key: str) -> Request:
+        """`request`, refused when another grant holds its namespace (with a Blocked line)."""
+        if request.request is None or request.error:
+            return request
+        namespace = request.request.namespace
+        holder = _holder(granted, key, namespace)
+        if not holder:
+            return request
+        self.blocked.append(
+            f"kube-api: {request.app_name} asks for namespace {namespace}, which "
+            f"{holder} holds: relate {request.app_name} with another namespace"
+        )
+        error = f"namespace {namespace} is held by {holder}; ask for another namespace"
+        return dataclasses.replace(request, error=error)
 
     def _relation_active(self, key: str) -> bool:
         return any(str(r.id) == key for r in self._kube_api.relations)
@@ -210,6 +243,22 @@ class Access:
         if cm is None:
             raise StatusError.waiting("waiting for kubeadm's kubeadm-config ConfigMap")
         return yaml.safe_load((cm.get("data") or {}).get("ClusterConfiguration") or "{}") or {}
+
+
+def _holder(granted: dict[str, dict], key: str, namespace: str) -> str | None:
+    """The application another grant gave `namespace` to, if one did (first come keeps it).
+
+    Where two grants made before this rule share a namespace, the older relation keeps it.
+    """
+    mine = (granted.get(key) or {}).get("namespace") == namespace
+    for other, entry in granted.items():
+        if (
+            other != key
+            and entry["namespace"] == namespace
+            and (not mine or int(other) < int(key))
+        ):
+            return entry["app"]
+    return None
 
 
 def _node_set(nodes: set[str]) -> str:

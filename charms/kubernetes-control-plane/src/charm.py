@@ -208,8 +208,11 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         peers = self._peers(relation)
         statuses = Statuses(kube_refused_fix=ADMIN_REFUSED_FIX)
         notes: list[str] = []
+        self._blocked_lines: list[str] = []
         with KubeSession(self.host) as kube, statuses.step():
             notes = self._reconcile(event, ctx, relation, peers, kube)
+        for line in self._blocked_lines:
+            statuses.add(ops.BlockedStatus(line))
         self.cos.update(summary.scrape_jobs(ctx, peers), gauges=summary.gauges(ctx, peers))
         if not statuses.found:
             statuses.add(self._ready_status(ctx, peers, notes))
@@ -348,7 +351,8 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         addons.apply_kube_state_metrics(config, bag, hook.ctx.node_name)
         addons.apply_node_metrics_access(bag)
         notes = [upgrade.note] if upgrade.note else []
-        notes += hook.access.serve_kube_api(peers)
+        notes += hook.access.serve_kube_api(peers, config.storage_provisioners)
+        self._blocked_lines = hook.access.blocked
         hook.access.reach(config, peers, leader=True)
         pending = addons.apply_batch_engines(config, bag)  # last: may block
         if pending:

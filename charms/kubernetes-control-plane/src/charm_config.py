@@ -52,6 +52,7 @@ class Config(CharmConfig):
     service_cidr: str = "10.96.0.0/12"
     join_token_ttl: int = pydantic.Field(default=24)
     api_extra_sans: str = ""
+    kube_api_storage_provisioners: str = "efs-storage"
     mig_strategy: str = "none"
     gpu_time_slicing_replicas: int = 1
     image_registry: str = ""
@@ -97,6 +98,11 @@ class Config(CharmConfig):
     def extra_sans(self) -> list[str]:
         """The names and addresses of `api-extra-sans`, normalised and sorted."""
         return sorted({_san(name.lower()) for name in _split_names(self.api_extra_sans)})
+
+    @property
+    def storage_provisioners(self) -> frozenset[str]:
+        """The applications of `kube-api-storage-provisioners`."""
+        return frozenset(_split_names(self.kube_api_storage_provisioners))
 
     @pydantic.field_validator("mig_strategy")
     @classmethod

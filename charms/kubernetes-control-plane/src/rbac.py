@@ -85,6 +85,10 @@ class TokenNotReadyError(Exception):
     """The token controller has not filled the ServiceAccount token yet (retry later)."""
 
 
+class NamespaceTakenError(Exception):
+    """The consumer's namespace exists and is not its own: another grant's, or the system's."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Grant:
     """Who gets what: one ServiceAccount and its rules."""
@@ -95,6 +99,9 @@ class Grant:
     rules: Sequence[RuleDict] = ()
     cluster_rules: Sequence[RuleDict] = ()
     extra_namespaces: dict[str, Sequence[RuleDict]] = dataclasses.field(default_factory=dict)
+    # A consumer's namespace is its own: created for it, never applied onto one that exists
+    # without its consumer label (another grant's, the system's or an operator's).
+    own_namespace: bool = False
 
     @property
     def uses_kueue(self) -> bool:
@@ -123,6 +130,7 @@ def consumer_grant(app: str, namespace: str, rules: Sequence[Any], cluster_rules
         service_account=app,
         rules=[r.manifest() for r in rules],
         cluster_rules=[r.manifest() for r in cluster_rules],
+        own_namespace=True,
     )
 
 
@@ -224,11 +232,16 @@ def manifests(grant: Grant) -> list[dict]:
 def apply(kube: Kube, grant: Grant) -> str:
     """Create or update everything for `grant`; return the ServiceAccount's token.
 
-    Bindings a consumer no longer asks for are deleted.
+    Bindings a consumer no longer asks for are deleted. A consumer's namespace is created
+    when absent; one that exists must carry this consumer's label (it made it before),
+    else nothing is applied: one GET, made only when the grant is (re)applied.
 
     Raises:
         TokenNotReadyError: the token controller has not filled the token yet.
+        NamespaceTakenError: the namespace exists and is not this consumer's.
     """
+    if grant.own_namespace:
+        check_namespace(kube, grant)
     for manifest in manifests(grant):
         kube.apply(manifest, field_manager=FIELD_MANAGER)
     if not grant.rules:
@@ -244,6 +257,21 @@ def apply(kube: Kube, grant: Grant) -> str:
             f"token for {grant.namespace}/{grant.service_account} not issued yet"
         )
     return base64.b64decode(encoded).decode()
+
+
+def check_namespace(kube: Kube, grant: Grant) -> None:
+    """Raise NamespaceTakenError unless `grant`'s namespace is absent or its consumer's own."""
+    existing = kube.get("v1", "Namespace", grant.namespace)
+    if existing is None:
+        return
+    labels = (existing.get("metadata") or {}).get("labels") or {}
+    holder = labels.get(CONSUMER_LABEL)
+    if labels.get(MANAGED_BY_LABEL) == FIELD_MANAGER and holder == grant.consumer:
+        return
+    who = f"held by {holder}" if holder else "not made for a kube-api consumer"
+    raise NamespaceTakenError(
+        f"namespace {grant.namespace} is {who}; relate {grant.consumer} with another namespace"
+    )
 
 
 def remove(kube: Kube, grant: Grant) -> list[str]:

@@ -34,7 +34,6 @@ import serving
 import training
 from charm_config import Config
 from literals import (
-    CLUSTER_RULES,
     DEFAULT_USER,
     IMPORTER,
     KUBE_API,
@@ -42,6 +41,7 @@ from literals import (
     SHARED_STORAGE,
     TRAINER,
     UPLOADER,
+    cluster_rules,
 )
 from manifests import Context
 from params import (
@@ -86,9 +86,9 @@ class TensorflowCharm(ops.CharmBase):
         super().__init__(framework)
         namespace = self.app.name
         rules: list[Rule | dict[str, Any]] = [*NAMESPACED_RULES]
-        cluster_rules: list[Rule | dict[str, Any]] = [*CLUSTER_RULES]
+        cluster: list[Rule | dict[str, Any]] = cluster_rules(namespace)
         self.kube_api = KubeApiRequirer(
-            self, KUBE_API, namespace=namespace, rules=rules, cluster_rules=cluster_rules
+            self, KUBE_API, namespace=namespace, rules=rules, cluster_rules=cluster
         )
         # The application's own directory on the shared volume, owned by the user its pods
         # run as (an invalid `run-as` asks for the default meanwhile; the status says why).

@@ -105,11 +105,21 @@ NAMESPACED_RULES: list[dict[str, Any]] = [
      "verbs": ["get", "list", "create", "patch", "delete"]},
     {"api-groups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["get", "list"]},
 ]  # fmt: skip
-CLUSTER_RULES: list[dict[str, Any]] = [
-    {"api-groups": [""], "resources": ["nodes"], "verbs": ["get", "list"]},
-    {"api-groups": [""], "resources": ["pods"], "verbs": ["list"]},
-    # the team's ClusterQueue (queues.py) and the flavors it draws on
-    {"api-groups": ["kueue.x-k8s.io"], "resources": ["clusterqueues"],
-     "verbs": ["get", "list", "create", "patch", "delete"]},
-    {"api-groups": ["kueue.x-k8s.io"], "resources": ["resourceflavors"], "verbs": ["get", "list"]},
-]  # fmt: skip
+CLUSTER_QUEUE_PREFIX = "team-"  # the team's ClusterQueue is team-<namespace> (queues.py)
+
+
+def cluster_rules(namespace: str) -> list[dict[str, Any]]:
+    """The cluster-wide rules asked for: allowed reads, and the team's own ClusterQueue.
+
+    By name, never another team's (kube_api NAMED_CLUSTER_OBJECTS).
+    """
+    queue = f"{CLUSTER_QUEUE_PREFIX}{namespace}"
+    return [
+        # Nodes: GPU capacity for the quota and for refusing jobs no node can hold
+        {"api-groups": [""], "resources": ["nodes"], "verbs": ["get", "list"]},
+        # the flavors the ClusterQueue draws on
+        {"api-groups": ["kueue.x-k8s.io"], "resources": ["resourceflavors"],
+         "verbs": ["get", "list"]},
+        {"api-groups": ["kueue.x-k8s.io"], "resources": ["clusterqueues"],
+         "verbs": ["get", "create", "patch", "delete"], "resource-names": [queue]},
+    ]  # fmt: skip

@@ -40,6 +40,7 @@ import params
 import placement
 import serving
 from literals import (
+    CLUSTER_QUEUE_PREFIX,
     KUEUE_API,
     LABEL_GPU_PRODUCT,
     LOCAL_QUEUE,
@@ -67,7 +68,7 @@ class Quotas:
 
 def cluster_queue_name(namespace: str) -> str:
     """The team's ClusterQueue."""
-    return f"team-{namespace}"
+    return f"{CLUSTER_QUEUE_PREFIX}{namespace}"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -673,7 +673,7 @@ def test_volume_left_behind_by_a_deleted_namespace_is_cleaned_up(ctx, env):
     assert out.unit_status.name == "active", out.unit_status.message
 
 
-def test_the_rights_asked_for_pass_the_control_planes_least_privilege_policy():
+def test_the_rights_asked_for_pass_the_control_planes_policy_as_a_named_provisioner_only():
     from literals import CLUSTER_RULES, NAMESPACED_RULES
 
     from charms.gpu_k8s.v0.kube_api import RequirerAppData, check_policy
@@ -681,7 +681,10 @@ def test_the_rights_asked_for_pass_the_control_planes_least_privilege_policy():
     request = RequirerAppData.model_validate(
         {"namespace": APP, "rules": NAMESPACED_RULES, "cluster-rules": CLUSTER_RULES}
     )
-    assert check_policy(request) is None
+    assert check_policy(request, provisioner=True) is None
+    # issue 29: PersistentVolume writes only for an application the operator names in
+    # kube-api-storage-provisioners (kubernetes-control-plane)
+    assert "persistentvolume creation" in (check_policy(request) or "")
     rules = request.cluster_rules
     granted = {(r, v) for rule in rules for r in rule.resources for v in rule.verbs}
     assert ("persistentvolumeclaims", "create") in granted

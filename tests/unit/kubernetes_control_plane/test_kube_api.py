@@ -8,6 +8,7 @@ import json
 
 import pytest
 import yaml
+from kube_api_escalations import ESCALATIONS, HOSTILE
 from ops import testing
 
 from fakes.control_plane import kube_api_relation, peer, peers
@@ -251,3 +252,97 @@ def test_a_consumer_that_asks_for_local_queues_gets_its_namespace_managed_by_kue
         "gpu-k8s.io/kueue"
         not in api.get_object("/api/v1/namespaces/storage")["metadata"]["labels"]
     )
+
+
+# -- issue 29 item 1: the allow-list, through the provider, with nothing applied -----------
+
+
+@pytest.mark.parametrize("path", ESCALATIONS, ids=lambda e: e.id)
+def test_every_escalation_path_is_refused_naming_it_and_nothing_is_granted(
+    ctx, bootstrapped, api, path
+):
+    rel = kube_api_relation(HOSTILE, HOSTILE, path.rules, path.cluster_rules)
+    out = ctx.run(ctx.on.relation_changed(rel), with_relation(bootstrapped, rel))
+
+    bag = out.get_relation(rel.id).local_app_data
+    assert set(bag) == {"error"}
+    assert path.names.lower() in bag["error"].lower()
+    assert api.get_object(f"/api/v1/namespaces/{HOSTILE}") is None
+    assert api.objects(f"{RBAC}/clusterroles/gpu-k8s-{HOSTILE}") == []
+    assert api.objects(f"{RBAC}/namespaces/{HOSTILE}") == []
+    assert not [s for s in out.secrets if s.label == f"kube-api-{rel.id}"]
+
+
+def test_a_second_consumer_naming_a_held_namespace_is_refused_and_the_first_keeps_it(
+    ctx, bootstrapped, api
+):
+    first = kube_api_relation("tensorflow", "training", JOBS, NODES)
+    out = ctx.run(ctx.on.relation_changed(first), with_relation(bootstrapped, first))
+    intruder = kube_api_relation("intruder", "training", JOBS)
+    out = ctx.run(ctx.on.relation_changed(intruder), with_relation(out, intruder))
+
+    error = out.get_relation(intruder.id).local_app_data
+    assert error == {
+        "error": "namespace training is held by tensorflow; ask for another namespace"
+    }
+    assert "kubeconfig-secret-id" in out.get_relation(first.id).local_app_data
+    ns = api.get_object("/api/v1/namespaces/training")
+    assert ns["metadata"]["labels"]["gpu-k8s.io/consumer"] == "tensorflow"
+    assert api.get_object("/api/v1/namespaces/training/serviceaccounts/intruder") is None
+    assert api.get_object(f"{RBAC}/namespaces/training/roles/gpu-k8s-intruder") is None
+    assert out.unit_status == testing.BlockedStatus(
+        "kube-api: intruder asks for namespace training, which tensorflow holds: "
+        "relate intruder with another namespace"
+    )
+    again = ctx.run(ctx.on.update_status(), out)  # the first keeps it, hook after hook
+    assert "kubeconfig-secret-id" in again.get_relation(first.id).local_app_data
+    assert set(again.get_relation(intruder.id).local_app_data) == {"error"}
+
+
+def test_a_namespace_an_operator_made_is_not_taken(ctx, bootstrapped, api):
+    api.put_object("/api/v1/namespaces/payroll", {"metadata": {"labels": {"team": "finance"}}})
+    rel = kube_api_relation("intruder", "payroll", JOBS)
+    out = ctx.run(ctx.on.relation_changed(rel), with_relation(bootstrapped, rel))
+
+    assert out.get_relation(rel.id).local_app_data == {
+        "error": "namespace payroll is not made for a kube-api consumer; "
+        "relate intruder with another namespace"
+    }
+    labels = api.get_object("/api/v1/namespaces/payroll")["metadata"]["labels"]
+    assert labels == {"team": "finance", "kubernetes.io/metadata.name": "payroll"}
+    assert out.unit_status.name == "blocked"
+    assert "payroll" in out.unit_status.message
+
+
+@pytest.mark.parametrize("namespace", ["gpu-k8s-system", "kueue-system", "kube-flannel"])
+def test_system_namespaces_are_refused(ctx, bootstrapped, api, namespace):
+    rel = kube_api_relation("intruder", namespace, JOBS)
+    out = ctx.run(ctx.on.relation_changed(rel), with_relation(bootstrapped, rel))
+    assert out.get_relation(rel.id).local_app_data == {
+        "error": f"namespace {namespace} is reserved; ask for a namespace of your own"
+    }
+
+
+PV_WRITES = [
+    {"api-groups": [""], "resources": ["persistentvolumes"], "verbs": ["get", "create", "delete"]}
+]
+
+
+def test_only_the_storage_provisioners_the_operator_names_may_write_volumes(
+    ctx, bootstrapped, api
+):
+    efs = kube_api_relation("efs-storage", "efs-storage", JOBS, PV_WRITES)
+    other = kube_api_relation("other-storage", "other-storage", JOBS, PV_WRITES)
+    state = with_relation(with_relation(bootstrapped, efs), other)
+    out = ctx.run(ctx.on.relation_changed(efs), state)
+
+    assert "kubeconfig-secret-id" in out.get_relation(efs.id).local_app_data
+    assert "persistentvolume creation" in out.get_relation(other.id).local_app_data["error"]
+
+    out = ctx.run(
+        ctx.on.config_changed(),
+        dataclasses.replace(out, config={"kube-api-storage-provisioners": "other-storage"}),
+    )
+    assert "persistentvolume creation" in out.get_relation(efs.id).local_app_data["error"]
+    assert api.get_object(f"{RBAC}/clusterroles/gpu-k8s-efs-storage") is None
+    assert "kubeconfig-secret-id" in out.get_relation(other.id).local_app_data

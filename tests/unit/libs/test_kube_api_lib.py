@@ -135,12 +135,19 @@ def test_requirer_not_related():
             },
             "verb escalate is not allowed",
         ),
-        ({"namespace": "a", "cluster-rules": [NODES, PVS]}, None),
+        # issue 29: PersistentVolume writes are the path to a hostPath volume
+        ({"namespace": "a", "cluster-rules": [NODES, PVS]}, "persistentvolume creation"),
+        ({"namespace": "a", "cluster-rules": [NODES]}, None),
     ],
 )
 def test_policy(request_, error):
     got = check_policy(RequirerAppData.model_validate(request_))
     assert (got is None) if error is None else error in got
+
+
+def test_policy_grants_volume_writes_to_a_named_provisioner_only():
+    request = RequirerAppData.model_validate({"namespace": "a", "cluster-rules": [NODES, PVS]})
+    assert check_policy(request, provisioner=True) is None
 
 
 def test_provider_requests_grant_and_refuse():

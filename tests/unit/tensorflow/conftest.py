@@ -13,7 +13,7 @@ import copy
 import dataclasses
 
 import pytest
-from literals import CLUSTER_RULES, NAMESPACED_RULES
+from literals import NAMESPACED_RULES, cluster_rules
 from ops import testing
 
 import charm
@@ -95,7 +95,7 @@ TOKEN = "tf-sa-token"
 
 def tf_grant():
     """The kube-api grant the control plane makes for what this charm asks (literals)."""
-    return consumer_grant("tensorflow", NS, NAMESPACED_RULES, CLUSTER_RULES)
+    return consumer_grant("tensorflow", NS, NAMESPACED_RULES, cluster_rules(NS))
 
 
 @pytest.fixture

@@ -8,6 +8,8 @@ import pytest
 from conftest import NS, kube_api_relation, kubeconfig_secret, storage_relation
 from ops import testing
 
+from charms.gpu_k8s.v0.kube_api import RequirerAppData, check_policy
+
 
 def test_blocked_without_any_relation_names_both(ctx):
     out = ctx.run(ctx.on.update_status(), testing.State(leader=True))
@@ -95,13 +97,20 @@ def test_leader_asks_for_least_privilege_access_in_its_namespace(ctx, api):
     # only the image pull Secret, in its own namespace: no list or watch of others' secrets
     assert granted[("", "secrets")] == {"get", "create", "patch", "delete"}
     cluster = json.loads(bag["cluster-rules"])
-    assert {(r["resources"][0], tuple(r["verbs"])) for r in cluster} == {
-        ("nodes", ("get", "list")),
-        ("pods", ("list",)),
-        ("clusterqueues", ("get", "list", "create", "patch", "delete")),
-        ("resourceflavors", ("get", "list")),
+    # issue 29: no cluster-wide pods list (other teams' pod specs), and only its own
+    # ClusterQueue by name (never another team's); the control plane's policy grants it
+    assert {
+        (r["resources"][0], tuple(r["verbs"]), tuple(r.get("resource-names", ()))) for r in cluster
+    } == {
+        ("nodes", ("get", "list"), ()),
+        ("clusterqueues", ("get", "create", "patch", "delete"), (f"team-{NS}",)),
+        ("resourceflavors", ("get", "list"), ()),
     }
     assert not any("*" in v for rule in rules + cluster for v in rule["verbs"])
+    request = RequirerAppData.model_validate(
+        {"namespace": NS, "rules": rules, "cluster-rules": cluster}
+    )
+    assert check_policy(request) is None
 
 
 def test_storage_request_names_the_namespace_and_its_own_directory_and_user(ctx):

@@ -26,6 +26,7 @@ import dataclasses
 import json
 import logging
 import re
+from collections.abc import Collection
 from typing import Any
 
 import ops
@@ -35,7 +36,7 @@ from charms.gpu_k8s.v0.databag import Databag, Endpoint, explain, write
 
 LIBID = "26b1d42dbc2949cb8a83e29b11759d4f"
 LIBAPI = 0
-LIBPATCH = 6
+LIBPATCH = 8
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +44,115 @@ FORBIDDEN_VERBS = frozenset({"escalate", "bind", "impersonate"})
 RBAC_GROUP = "rbac.authorization.k8s.io"
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _WORD = re.compile(r"^[a-z0-9.\-/*]*$", re.IGNORECASE)
-_PROTECTED_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease", "default"})
+
+# Namespaces no consumer may ask for: Kubernetes' own (kube-system, kube-public,
+# kube-node-lease, default: kubernetes.io/docs/concepts/overview/working-with-objects/
+# namespaces, "Initial namespaces"; the page also says the `kube-` prefix is reserved, which
+# `check_policy` refuses as a whole) and those the control plane fills: gpu-k8s-system (GPU
+# validation pods), the batch engines' jobset-system and kueue-system (their release
+# manifests' config/default kustomizations), flannel's kube-flannel (files/kube-flannel.yml)
+# and, for the NetworkPolicy CNI of issue 29 item 4, Calico's operator install
+# (tigera-operator, calico-system, calico-apiserver: projectcalico/calico
+# manifests/tigera-operator.yaml and the Installation's defaults).
+SYSTEM_NAMESPACES = frozenset(
+    {
+        "default",
+        "kube-system",
+        "kube-public",
+        "kube-node-lease",
+        "kube-flannel",
+        "gpu-k8s-system",
+        "jobset-system",
+        "kueue-system",
+        "tigera-operator",
+        "calico-system",
+        "calico-apiserver",
+    }
+)
+
+READ_VERBS = frozenset({"get", "list", "watch"})
+# The cluster-wide reads a consumer may hold, each with who needs it and why. Nothing else
+# is granted outside the consumer's own namespace (but NAMED_CLUSTER_OBJECTS and, for an
+# application the operator trusts as a storage provisioner, PROVISIONER_RULES).
+CLUSTER_READS: dict[tuple[str, str], str] = {
+    ("", "nodes"): (
+        "tensorflow sizes its team's quota and refuses jobs no node can hold from the Nodes'"
+        " GPU capacity (queues.py, placement.py) and reads a pod's Node for GPU metrics;"
+        " efs-storage serves a mount target in each zone that has a Node (efs.py)"
+    ),
+    ("kueue.x-k8s.io", "resourceflavors"): (
+        "tensorflow's ClusterQueue names the ResourceFlavors the control plane made (queues.py)"
+    ),
+}
+# Cluster-scoped objects a consumer may write only by name (`resource-names`): RBAC then
+# allows the verbs on those names only. `create` by name works through server-side apply,
+# whose create is authorized with the object's name (kubernetes staging/src/k8s.io/
+# apiserver/pkg/endpoints/handlers/patch.go, withAuthorization of the create attributes); a
+# plain POST carries no name and is refused ("You cannot restrict create or
+# deletecollection requests by their resource name", kubernetes.io/docs/reference/
+# access-authn-authz/rbac/#referring-to-resources).
+NAMED_CLUSTER_OBJECTS: dict[tuple[str, str], str] = {
+    ("kueue.x-k8s.io", "clusterqueues"): (
+        "tensorflow applies its own team's ClusterQueue (queues.py), never another team's"
+    ),
+}
+NAMED_VERBS = frozenset({"get", "create", "patch", "update", "delete"})
+# A storage provisioner (efs-storage) makes the PersistentVolume and the claim of each of its
+# consumers, in the consumer's namespace, and checks which pods mount a claim before it
+# deletes one (efs-storage storage.py). PersistentVolume creation is an escalation path
+# (a hostPath volume: RBAC good practices, "Persistent volume creation"), so these are
+# granted only to the applications the control plane's operator names as provisioners.
+PROVISIONER_RULES: dict[tuple[str, str], frozenset[str]] = {
+    ("", "persistentvolumes"): frozenset({*READ_VERBS, "create", "patch", "update", "delete"}),
+    ("", "persistentvolumeclaims"): frozenset(
+        {*READ_VERBS, "create", "patch", "update", "delete"}
+    ),
+    ("", "pods"): READ_VERBS,
+}
+
+# Escalation paths of kubernetes.io/docs/concepts/security/rbac-good-practices/ ("Privilege
+# escalation risks", read 2026-11-27), named in the refusal of a rule that touches them.
+_WORKLOAD_GROUPS = frozenset({"apps", "batch", "jobset.x-k8s.io"})
+_WORKLOAD_CORE = frozenset({"pods", "replicationcontrollers"})
+_WORKLOAD = "workload creation outside the own namespace (RBAC good practices: Workload creation)"
+_PV = "persistentvolume creation (hostPath; RBAC good practices: Persistent volume creation)"
+_NODES_PROXY = "nodes/proxy, the kubelet's API (RBAC good practices: Access to proxy subresource)"
+_TOKEN = "token request outside the own namespace (RBAC good practices: Token request)"
+_CSR = "certificatesigningrequests and signers (RBAC good practices: CSRs and certificate issuing)"
+_WEBHOOKS = "admission webhooks and policies (RBAC good practices: Control admission webhooks)"
+_NAMESPACES = "namespace modification (RBAC good practices: Namespace modification)"
+_SECRETS = (
+    "secrets cannot be granted cluster-wide, only in rules (RBAC good practices: Listing secrets)"
+)
+
+
+# By API group, or by (group, resource) in any scope (a Role naming these cluster-scoped
+# objects is refused too: it could only mislead), or outside the own namespace only.
+_GROUP_PATHS = {"certificates.k8s.io": _CSR, "admissionregistration.k8s.io": _WEBHOOKS}
+_ANY_SCOPE_PATHS = {
+    ("", "namespaces"): _NAMESPACES,
+    ("", "nodes/proxy"): _NODES_PROXY,
+    ("", "persistentvolumes"): _PV,
+}
+_CLUSTER_PATHS = {
+    ("", "secrets"): _SECRETS,
+    ("", "serviceaccounts/token"): _TOKEN,
+    **{("", resource): _WORKLOAD for resource in _WORKLOAD_CORE},
+}
+
+
+def _escalation(group: str, resource: str, *, cluster: bool) -> str | None:
+    """The escalation path a rule on (group, resource) opens, or None."""
+    base = resource.partition("/")[0]
+    path = (
+        _GROUP_PATHS.get(group)
+        or _ANY_SCOPE_PATHS.get((group, resource))
+        or _ANY_SCOPE_PATHS.get((group, base))
+    )
+    if path or not cluster:
+        return path
+    path = _CLUSTER_PATHS.get((group, resource)) or _CLUSTER_PATHS.get((group, base))
+    return path or (_WORKLOAD if group in _WORKLOAD_GROUPS else None)
 
 
 def secret_label(relation_id: int) -> str:
@@ -57,18 +166,22 @@ class Rule(Databag):
     api_groups: list[str] = pydantic.Field(alias="api-groups", min_length=1)
     resources: list[str] = pydantic.Field(min_length=1)
     verbs: list[str] = pydantic.Field(min_length=1)
+    resource_names: list[str] | None = pydantic.Field(default=None, alias="resource-names")
 
-    @pydantic.field_validator("api_groups", "resources", "verbs")
+    @pydantic.field_validator("api_groups", "resources", "verbs", "resource_names")
     @classmethod
-    def _words(cls, values: list[str]) -> list[str]:
-        for value in values:
+    def _words(cls, values: list[str] | None) -> list[str] | None:
+        for value in values or ():
             if not _WORD.match(value):
-                raise ValueError(f"{value!r} is not an API group, resource or verb")
+                raise ValueError(f"{value!r} is not an API group, resource, verb or name")
         return values
 
     def manifest(self) -> dict[str, list[str]]:
         """The rule as it appears in a Role or ClusterRole."""
-        return {"apiGroups": self.api_groups, "resources": self.resources, "verbs": self.verbs}
+        out = {"apiGroups": self.api_groups, "resources": self.resources, "verbs": self.verbs}
+        if self.resource_names:
+            out["resourceNames"] = self.resource_names
+        return out
 
 
 def _json_list(value: Any) -> Any:
@@ -111,29 +224,76 @@ class ProviderAppData(Databag):
     error: str | None = None
 
 
-def check_policy(request: RequirerAppData) -> str | None:
-    """Return why `request` breaks the least-privilege policy, or None when it is fine."""
-    if request.namespace in _PROTECTED_NAMESPACES:
+def check_policy(request: RequirerAppData, *, provisioner: bool = False) -> str | None:
+    """Return why `request` leaves the allow-list, or None when it is fine.
+
+    A consumer gets rules in its own namespace (`rules`: anything but RBAC objects, the
+    Namespace itself and the cluster-scoped escalation paths) and, cluster-wide
+    (`cluster-rules`), only CLUSTER_READS, NAMED_CLUSTER_OBJECTS by name and, when the
+    operator trusts it as a storage `provisioner`, PROVISIONER_RULES. Its namespace must not
+    be a system one (SYSTEM_NAMESPACES, or `kube-`); that no other grant holds it is the
+    provider's check (it knows the other grants).
+    """
+    if request.namespace in SYSTEM_NAMESPACES or request.namespace.startswith("kube-"):
         return f"namespace {request.namespace} is reserved; ask for a namespace of your own"
     for scope, rules in (("rules", request.rules), ("cluster-rules", request.cluster_rules)):
         for rule in rules:
-            for kind, values in (
-                ("verbs", rule.verbs),
-                ("resources", rule.resources),
-                ("api-groups", rule.api_groups),
-            ):
-                if any("*" in v for v in values):
-                    return f"{scope}: wildcard '*' in {kind} is not allowed; list them explicitly"
-            bad = sorted(FORBIDDEN_VERBS.intersection(v.lower() for v in rule.verbs))
-            if bad:
-                return f"{scope}: verb {bad[0]} is not allowed"
-            if RBAC_GROUP in rule.api_groups:
-                return f"{scope}: {RBAC_GROUP} resources are not allowed"
-            if scope == "cluster-rules" and any(
-                r.split("/")[0] == "secrets" for r in rule.resources
-            ):
-                return "cluster-rules: secrets cannot be granted cluster-wide; use rules"
+            problem = _rule_problem(scope, rule, provisioner=provisioner)
+            if problem:
+                return problem
     return None
+
+
+def _wildcard(scope: str, rule: Rule) -> str | None:
+    for kind, values in (
+        ("verbs", rule.verbs),
+        ("resources", rule.resources),
+        ("api-groups", rule.api_groups),
+        ("resource-names", rule.resource_names or ()),
+    ):
+        if any("*" in v for v in values):
+            return f"{scope}: wildcard '*' in {kind} is not allowed; list them explicitly"
+    return None
+
+
+def _rule_problem(scope: str, rule: Rule, *, provisioner: bool) -> str | None:
+    wildcard = _wildcard(scope, rule)
+    if wildcard:
+        return wildcard
+    verbs = {v.lower() for v in rule.verbs}
+    bad = sorted(FORBIDDEN_VERBS & verbs)
+    if bad:
+        return f"{scope}: verb {bad[0]} is not allowed"
+    if RBAC_GROUP in rule.api_groups:
+        return f"{scope}: {RBAC_GROUP} resources are not allowed"
+    cluster = scope == "cluster-rules"
+    for group in rule.api_groups:
+        for resource in rule.resources:
+            if cluster and _cluster_allowed(group, resource, verbs, rule, provisioner):
+                continue
+            path = _escalation(group, resource, cluster=cluster)
+            if path and path in (_WORKLOAD, _TOKEN) and verbs <= READ_VERBS:
+                path = None  # reading pods or jobs elsewhere is no workload creation
+            if path:
+                return f"{scope}: {resource} refused: {path}"
+            if cluster:
+                what = f"{group}/{resource}" if group else resource
+                return (
+                    f"cluster-rules: {', '.join(sorted(verbs))} on {what} is not on the "
+                    "cluster-wide allow-list; ask for it in rules (your own namespace)"
+                )
+    return None
+
+
+def _cluster_allowed(
+    group: str, resource: str, verbs: set[str], rule: Rule, provisioner: bool
+) -> bool:
+    key = (group, resource)
+    if key in CLUSTER_READS and verbs <= READ_VERBS:
+        return True
+    if key in NAMED_CLUSTER_OBJECTS and rule.resource_names and verbs <= NAMED_VERBS:
+        return True
+    return provisioner and verbs <= PROVISIONER_RULES.get(key, frozenset())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,10 +312,12 @@ class KubeApiProvider(Endpoint):
     def __init__(self, charm: ops.CharmBase, relation_name: str = "kube-api"):
         super().__init__(charm, relation_name)
 
-    def requests(self) -> list[Request]:
+    def requests(self, provisioners: Collection[str] = ()) -> list[Request]:
         """Every related application's request; those not made yet are left out.
 
-        `error` is set when the request is malformed or breaks the policy.
+        `error` is set when the request is malformed or leaves the allow-list
+        (`check_policy`); `provisioners` names the applications trusted with
+        PROVISIONER_RULES.
         """
         out: list[Request] = []
         for relation in self.relations:
@@ -169,7 +331,9 @@ class KubeApiProvider(Endpoint):
             except pydantic.ValidationError as e:
                 out.append(Request(relation, relation.app.name, None, explain(e)))
                 continue
-            out.append(Request(relation, relation.app.name, request, check_policy(request)))
+            trusted = relation.app.name in provisioners
+            error = check_policy(request, provisioner=trusted)
+            out.append(Request(relation, relation.app.name, request, error))
         return out
 
     def grant(

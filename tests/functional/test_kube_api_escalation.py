@@ -1,0 +1,179 @@
+"""A hostile kube-api consumer tries every escalation path of Kubernetes' RBAC good practices.
+
+Issue 29 item 1 (review S1). For each path (`tests/kube_api_escalations.py`):
+- the control plane's policy (`kube_api.check_policy`, what `KubeApiProvider.requests()`
+  answers) refuses the request with a message naming the path;
+- the token the control plane hands out for what the consumer may have (its own namespace,
+  the allowed cluster-wide reads), applied by the control plane's `rbac` module, is refused
+  by the fake API server when it makes the request itself, as kube-apiserver's RBAC
+  authorizer refuses it (403, or `allowed: false` for the verbs only a
+  SelfSubjectAccessReview asks: escalate, bind, impersonate, approve).
+Then the namespace: a consumer may not take a system namespace or another grant's, and the
+control plane never applies its Namespace onto one it does not hold.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+
+import pytest
+import yaml
+from charm_modules import load
+from kube_api_escalations import (
+    ESCALATIONS,
+    HOSTILE,
+    LEGITIMATE_CLUSTER_RULES,
+    LEGITIMATE_RULES,
+    Escalation,
+)
+
+from charms.gpu_k8s.v0.kube_api import SYSTEM_NAMESPACES, RequirerAppData, Rule, check_policy
+from fakes.kube_apiserver import FakeKubeApiServer
+
+SSAR = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+
+
+@pytest.fixture(scope="module")
+def rbac():
+    """The control-plane charm's `rbac` module."""
+    return load("kubernetes-control-plane", "rbac")
+
+
+def _grant(rbac, app: str, namespace: str, rules: list[dict], cluster_rules: list[dict]):
+    return rbac.consumer_grant(
+        app,
+        namespace,
+        [Rule.model_validate(r) for r in rules],
+        [Rule.model_validate(r) for r in cluster_rules],
+    )
+
+
+def call(api: FakeKubeApiServer, token: str, method: str, path: str, body=None, ctype=None):
+    """One request over HTTP with `token`: (status, decoded body)."""
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(api.url + path, data=data, method=method)
+    request.add_header("Content-Type", ctype or "application/json")
+    request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read() or b"{}")
+    except urllib.error.HTTPError as e:
+        text = e.read()
+        try:
+            return e.code, json.loads(text)
+        except ValueError:
+            return e.code, text.decode()
+
+
+@pytest.mark.parametrize("path", ESCALATIONS, ids=lambda e: e.id)
+def test_policy_refuses_the_escalation_naming_it(path: Escalation):
+    request = RequirerAppData.model_validate(path.databag())
+    error = check_policy(request)
+    assert error is not None, f"{path.id} was granted"
+    assert path.names.lower() in error.lower(), error
+
+
+def test_the_legitimate_request_passes_the_policy():
+    request = RequirerAppData.model_validate(
+        {
+            "namespace": HOSTILE,
+            "rules": LEGITIMATE_RULES,
+            "cluster-rules": LEGITIMATE_CLUSTER_RULES,
+        }
+    )
+    assert check_policy(request) is None
+
+
+@pytest.mark.parametrize("path", ESCALATIONS, ids=lambda e: e.id)
+def test_the_granted_token_is_refused_by_the_api_server(path: Escalation, rbac, kube, kube_api):
+    kube_api.put_object("/api/v1/nodes/node-1", {"metadata": {"labels": {}}})
+    grant = _grant(rbac, HOSTILE, HOSTILE, LEGITIMATE_RULES, LEGITIMATE_CLUSTER_RULES)
+    token = rbac.apply(kube, grant)
+    attempt = path.attempt
+    if attempt.review is not None:
+        body = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": attempt.review},
+        }
+        status, answer = call(kube_api, token, "POST", SSAR, body)
+        assert status == 201, answer
+        assert answer["status"]["allowed"] is False, answer
+        return
+    status, answer = call(
+        kube_api, token, attempt.method, attempt.path, attempt.body, attempt.content_type
+    )
+    assert status == 403, (status, answer)
+    assert answer["reason"] == "Forbidden"
+    assert "system:serviceaccount:hostile:hostile" in answer["message"]
+
+
+def test_the_granted_token_works_in_its_own_namespace(rbac, kube, kube_api):
+    grant = _grant(rbac, HOSTILE, HOSTILE, LEGITIMATE_RULES, LEGITIMATE_CLUSTER_RULES)
+    token = rbac.apply(kube, grant)
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "mine"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+    }
+    status, answer = call(kube_api, token, "POST", f"/api/v1/namespaces/{HOSTILE}/pods", pod)
+    assert status == 201, answer
+    assert call(kube_api, token, "GET", "/api/v1/nodes")[0] == 200
+
+
+def test_control_plane_namespaces_are_system_namespaces():
+    literals = load("kubernetes-control-plane", "literals")
+    owned = {
+        "kube-system",
+        "kube-public",
+        "kube-node-lease",
+        "default",
+        literals.GPU_VALIDATION_NAMESPACE,
+        literals.WORKER_NAMESPACE,
+        literals.JOBSET.namespace,
+        literals.KUEUE.namespace,
+    }
+    for module in ("device_plugin", "kube_state_metrics", "mig_manager"):
+        owned.add(load("kubernetes-control-plane", module).NAMESPACE)
+    manifest = load("kubernetes-control-plane", "flannel").MANIFEST.read_text()
+    owned |= {
+        doc["metadata"]["name"]
+        for doc in yaml.safe_load_all(manifest)
+        if doc and doc["kind"] == "Namespace"
+    }
+    assert owned <= SYSTEM_NAMESPACES
+
+
+@pytest.mark.parametrize("namespace", sorted(SYSTEM_NAMESPACES))
+def test_policy_refuses_system_namespaces(namespace: str):
+    error = check_policy(RequirerAppData.model_validate({"namespace": namespace}))
+    assert error is not None and f"namespace {namespace}" in error
+
+
+def test_namespace_held_by_another_grant_is_never_applied_onto(rbac, kube, kube_api):
+    first = _grant(rbac, "team-a", "shared", LEGITIMATE_RULES, [])
+    rbac.apply(kube, first)
+    second = _grant(rbac, "team-b", "shared", LEGITIMATE_RULES, [])
+
+    with pytest.raises(rbac.NamespaceTakenError, match="team-a"):
+        rbac.apply(kube, second)
+
+    ns = kube_api.get_object("/api/v1/namespaces/shared")
+    assert ns["metadata"]["labels"]["gpu-k8s.io/consumer"] == "team-a"
+    assert kube_api.get_object("/api/v1/namespaces/shared/serviceaccounts/team-b") is None
+    path = "/apis/rbac.authorization.k8s.io/v1/namespaces/shared/roles/gpu-k8s-team-b"
+    assert kube_api.get_object(path) is None
+
+
+def test_namespace_the_system_or_an_operator_made_is_never_applied_onto(rbac, kube, kube_api):
+    kube_api.put_object(
+        "/api/v1/namespaces/payroll",
+        {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}},
+    )
+    with pytest.raises(rbac.NamespaceTakenError, match="payroll"):
+        rbac.apply(kube, _grant(rbac, "intruder", "payroll", LEGITIMATE_RULES, []))
+    labels = kube_api.get_object("/api/v1/namespaces/payroll")["metadata"]["labels"]
+    assert "gpu-k8s.io/consumer" not in labels

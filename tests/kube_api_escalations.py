@@ -1,0 +1,273 @@
+"""What a hostile kube-api consumer asks for: one entry per escalation path.
+
+The paths are those of Kubernetes' RBAC good practices
+(https://kubernetes.io/docs/concepts/security/rbac-good-practices/, "Privilege escalation
+risks" and "Denial of service risks" sections, read 2026-11-27): each entry is the request
+a consumer writes into its `kube-api` application databag, the words the control plane's
+refusal must contain (`names`), and the request the consumer would make with its token if
+the grant had been made (`attempt`), which the API server must refuse. Shared by the
+control plane's unit tests (the provider refuses, nothing is applied) and the functional
+probes (`tests/functional/test_kube_api_escalation.py`: the fake API server refuses the
+attempt made with the token of the consumer's legitimate grant).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+HOSTILE = "hostile"  # the consumer's application name and its own namespace
+
+
+def rule(group: str, resources: list[str], verbs: list[str], **extra: Any) -> dict:
+    """One rule as a consumer writes it on the relation."""
+    return {"api-groups": [group], "resources": resources, "verbs": verbs, **extra}
+
+
+@dataclasses.dataclass(frozen=True)
+class Attempt:
+    """A request with the consumer's token: an HTTP call, or a SelfSubjectAccessReview."""
+
+    method: str = ""
+    path: str = ""
+    body: dict | None = None
+    content_type: str = "application/json"
+    # For verbs no plain request carries (escalate, bind, impersonate, approve): the
+    # resourceAttributes of a SelfSubjectAccessReview, which the authorizer answers.
+    review: dict | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Escalation:
+    """One escalation path: the request, what the refusal names, the attempt."""
+
+    id: str
+    names: str
+    rules: list[dict] = dataclasses.field(default_factory=list)
+    cluster_rules: list[dict] = dataclasses.field(default_factory=list)
+    attempt: Attempt = Attempt()
+
+    def databag(self) -> dict[str, Any]:
+        """The request as `kube_api.RequirerAppData` reads it."""
+        return {"namespace": HOSTILE, "rules": self.rules, "cluster-rules": self.cluster_rules}
+
+
+_POD = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "escape"},
+    "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+}
+_HOST_PV = {
+    "apiVersion": "v1",
+    "kind": "PersistentVolume",
+    "metadata": {"name": "host-root"},
+    "spec": {
+        "capacity": {"storage": "1Gi"},
+        "accessModes": ["ReadWriteOnce"],
+        "hostPath": {"path": "/"},
+    },
+}
+_WEBHOOK = {
+    "apiVersion": "admissionregistration.k8s.io/v1",
+    "kind": "MutatingWebhookConfiguration",
+    "metadata": {"name": "steal"},
+    "webhooks": [],
+}
+_CSR = {
+    "apiVersion": "certificates.k8s.io/v1",
+    "kind": "CertificateSigningRequest",
+    "metadata": {"name": "admin"},
+    "spec": {"request": "", "signerName": "kubernetes.io/kube-apiserver-client", "usages": []},
+}
+
+ESCALATIONS: list[Escalation] = [
+    Escalation(
+        "pods-cluster-wide",
+        "workload creation",
+        cluster_rules=[rule("", ["pods"], ["create"])],
+        attempt=Attempt("POST", "/api/v1/namespaces/kube-system/pods", _POD),
+    ),
+    Escalation(
+        "deployments-cluster-wide",
+        "workload creation",
+        cluster_rules=[rule("apps", ["deployments", "daemonsets"], ["create", "patch"])],
+        attempt=Attempt(
+            "POST",
+            "/apis/apps/v1/namespaces/kube-system/daemonsets",
+            {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "x"}},
+        ),
+    ),
+    Escalation(
+        "jobs-cluster-wide",
+        "workload creation",
+        cluster_rules=[rule("batch", ["jobs", "cronjobs"], ["create"])],
+        attempt=Attempt(
+            "POST",
+            "/apis/batch/v1/namespaces/kueue-system/jobs",
+            {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "x"}},
+        ),
+    ),
+    Escalation(
+        "hostpath-persistent-volume",
+        "persistentvolume creation",
+        cluster_rules=[rule("", ["persistentvolumes"], ["create"])],
+        attempt=Attempt("POST", "/api/v1/persistentvolumes", _HOST_PV),
+    ),
+    Escalation(
+        "nodes-proxy",
+        "nodes/proxy",
+        cluster_rules=[rule("", ["nodes/proxy"], ["get", "create"])],
+        attempt=Attempt("GET", "/api/v1/nodes/node-1/proxy/pods"),
+    ),
+    Escalation(
+        "token-request-elsewhere",
+        "token request",
+        cluster_rules=[rule("", ["serviceaccounts/token"], ["create"])],
+        attempt=Attempt(
+            "POST",
+            "/api/v1/namespaces/kube-system/serviceaccounts/default/token",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+        ),
+    ),
+    Escalation(
+        "csr-create",
+        "certificatesigningrequests",
+        cluster_rules=[rule("certificates.k8s.io", ["certificatesigningrequests"], ["create"])],
+        attempt=Attempt("POST", "/apis/certificates.k8s.io/v1/certificatesigningrequests", _CSR),
+    ),
+    Escalation(
+        "csr-approve",
+        "certificatesigningrequests",
+        cluster_rules=[
+            rule("certificates.k8s.io", ["certificatesigningrequests/approval"], ["update"]),
+            rule("certificates.k8s.io", ["signers"], ["approve"]),
+        ],
+        attempt=Attempt(
+            review={
+                "group": "certificates.k8s.io",
+                "resource": "signers",
+                "verb": "approve",
+                "name": "kubernetes.io/kube-apiserver-client",
+            }
+        ),
+    ),
+    Escalation(
+        "mutating-webhook",
+        "admission webhooks",
+        cluster_rules=[
+            rule("admissionregistration.k8s.io", ["mutatingwebhookconfigurations"], ["create"])
+        ],
+        attempt=Attempt(
+            "POST",
+            "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
+            _WEBHOOK,
+        ),
+    ),
+    Escalation(
+        "validating-webhook",
+        "admission webhooks",
+        cluster_rules=[
+            rule(
+                "admissionregistration.k8s.io",
+                ["validatingwebhookconfigurations", "validatingadmissionpolicies"],
+                ["patch", "delete"],
+            )
+        ],
+        attempt=Attempt(
+            "DELETE",
+            "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/kueue",
+        ),
+    ),
+    Escalation(
+        # A Role in the consumer's own namespace granting `namespaces patch` lets it patch
+        # that Namespace (RequestInfo sets the namespace of /namespaces/<name> to <name>),
+        # so the Pod Security labels go: refused in `rules` too.
+        "own-namespace-labels",
+        "namespace modification",
+        rules=[rule("", ["namespaces"], ["patch", "update"])],
+        attempt=Attempt(
+            "PATCH",
+            f"/api/v1/namespaces/{HOSTILE}",
+            {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "privileged"}}},
+            "application/merge-patch+json",
+        ),
+    ),
+    Escalation(
+        "namespaces-cluster-wide",
+        "namespace modification",
+        cluster_rules=[rule("", ["namespaces"], ["create", "patch", "delete"])],
+        attempt=Attempt("DELETE", "/api/v1/namespaces/kueue-system"),
+    ),
+    Escalation(
+        "secrets-cluster-wide",
+        "secrets",
+        cluster_rules=[rule("", ["secrets"], ["get", "list"])],
+        attempt=Attempt("GET", "/api/v1/namespaces/kueue-system/secrets"),
+    ),
+    Escalation(
+        "escalate",
+        "escalate",
+        rules=[rule("rbac.authorization.k8s.io", ["roles"], ["create", "escalate"])],
+        attempt=Attempt(
+            review={
+                "group": "rbac.authorization.k8s.io",
+                "resource": "roles",
+                "verb": "escalate",
+                "namespace": HOSTILE,
+            }
+        ),
+    ),
+    Escalation(
+        "bind",
+        "bind",
+        cluster_rules=[rule("rbac.authorization.k8s.io", ["clusterroles"], ["bind"])],
+        attempt=Attempt(
+            review={
+                "group": "rbac.authorization.k8s.io",
+                "resource": "clusterroles",
+                "verb": "bind",
+                "name": "cluster-admin",
+            }
+        ),
+    ),
+    Escalation(
+        "impersonate",
+        "impersonate",
+        cluster_rules=[rule("", ["users", "groups"], ["impersonate"])],
+        attempt=Attempt(review={"group": "", "resource": "groups", "verb": "impersonate"}),
+    ),
+    Escalation(
+        "wildcard-resources",
+        "wildcard",
+        rules=[rule("", ["*"], ["get"])],
+        attempt=Attempt("GET", "/api/v1/namespaces/kube-system/configmaps"),
+    ),
+    Escalation(
+        "wildcard-verbs",
+        "wildcard",
+        cluster_rules=[rule("", ["nodes"], ["*"])],
+        attempt=Attempt("DELETE", "/api/v1/nodes/node-1"),
+    ),
+    Escalation(
+        "cluster-write-not-on-allow-list",
+        "allow-list",
+        cluster_rules=[rule("", ["nodes"], ["patch"])],
+        attempt=Attempt(
+            "PATCH",
+            "/api/v1/nodes/node-1",
+            {"spec": {"unschedulable": True}},
+            "application/merge-patch+json",
+        ),
+    ),
+]
+
+# What a consumer may hold (tensorflow's kind of request): workloads, tokens and secrets in
+# its own namespace, the allowed cluster-wide reads. Its token makes every attempt above.
+LEGITIMATE_RULES: list[dict] = [
+    rule("", ["pods", "services", "configmaps", "secrets", "serviceaccounts"], ["get", "list"]),
+    rule("", ["pods", "secrets"], ["create", "patch", "delete"]),
+    rule("", ["serviceaccounts/token"], ["create"]),
+    rule("batch", ["jobs"], ["get", "list", "create", "patch", "delete"]),
+]
+LEGITIMATE_CLUSTER_RULES: list[dict] = [rule("", ["nodes"], ["get", "list"])]
