@@ -98,6 +98,11 @@ def pod_security_labels(level: str) -> dict[str, str]:
 # drop ALL, seccomp RuntimeDefault; kubernetes.io/docs/concepts/security/
 # pod-security-standards/ "Restricted"). rbac.manifests labels the Namespace with it.
 TEAM_POD_SECURITY = pod_security_labels("restricted")
+# `gpu-k8s-system`, where workers run the CUDA validation pod: `baseline` (review S2: the
+# pod needs no privilege, the nvidia runtime class gives it the GPU; baseline refuses
+# privileged, hostPath, host namespaces and added capabilities, which is what a stolen
+# worker credential would need to take a node). rbac.manifests labels it.
+GPU_VALIDATION_POD_SECURITY = pod_security_labels("baseline")
 
 # Worker credentials: a ServiceAccount each worker uses to label, drain and validate itself.
 WORKER_NAMESPACE = "kube-system"
