@@ -88,6 +88,16 @@ Job controller and kubelet (kubernetes.io/docs/concepts/workloads/controllers/jo
   creation; it ends the pod (Succeeded on exit 0, else Failed with the exit code) when it
   exits, and a deleted pod's container is stopped first (see `_delete_pod`).
 
+- B8 A controller creates its pods through the API server like any client, so admission
+  sees them: the pod goes through PodSecurity (`kube_admission.PodSecurity`, the policy
+  of the namespace's `pod-security.kubernetes.io/*` labels) before it is stored. A pod
+  the namespace's enforce level refuses is not created; the controller records a Warning
+  Event, reason FailedCreate, `Error creating: <the API server's message>`, on the Job
+  (or the Deployment, see D1) and tries again next tick (kubernetes pkg/controller/
+  controller_utils.go RealPodControl.createPods, FailedCreatePodReason; the PodSecurity
+  plugin admits pods on create whoever asks, plugin/pkg/admission/security/podsecurity/
+  admission.go). `refused` lists those messages.
+
 Deployment controller and kubelet (kubernetes.io/docs/concepts/workloads/controllers/
 deployment/, /docs/concepts/workloads/pods/pod-lifecycle/):
 - D1 A Deployment has `spec.replicas` (default 1) pods from its template, labelled as the
@@ -110,7 +120,7 @@ import hashlib
 from collections.abc import Callable
 from typing import Any
 
-from fakes.kube_apiserver import generated_suffix, json_copy
+from fakes.kube_apiserver import ApiError, generated_suffix, json_copy
 
 JOBSET = "/apis/jobset.x-k8s.io/v1alpha2"
 KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
@@ -227,6 +237,8 @@ class BatchControllers:
         # Runs the containers of the Job controller's pods (start/stop/reap); None: pods
         # only change when a test says so (end_pod).
         self.kubelet: Any | None = None
+        self.refused: list[str] = []  # B8: pods admission refused (FailedCreate events)
+        self.expect_refusals = False  # a test showing B8 says so; others expect none
 
     # -- paths
     def _jobsets(self) -> list[dict]:
@@ -252,6 +264,43 @@ class BatchControllers:
             "Deployment": f"/apis/apps/v1/namespaces/{self.ns}/deployments/{name}",
         }[kind]
         return self.api.put_object(path, obj)
+
+    def _admitted(self, pod: dict, owner: dict) -> bool:
+        """B8: PodSecurity admits the controller's new pod, or it records FailedCreate."""
+        namespace = self.api.get_object(f"/api/v1/namespaces/{self.ns}")
+        try:
+            self.api.admission.pod_security.validate(
+                group="",
+                kind="Pod",
+                plural="pods",
+                subresource="",
+                operation="CREATE",
+                obj=pod,
+                old=None,
+                namespace=namespace,
+                pods=list,
+            )
+        except ApiError as e:
+            self.refused.append(e.message)
+            name = f"{owner['metadata']['name']}.{generated_suffix(16)}"
+            self.api.put_object(
+                f"/api/v1/namespaces/{self.ns}/events/{name}",
+                {
+                    "involvedObject": {
+                        "apiVersion": owner["apiVersion"],
+                        "kind": owner["kind"],
+                        "name": owner["metadata"]["name"],
+                        "namespace": self.ns,
+                        "uid": owner["metadata"]["uid"],
+                    },
+                    "type": "Warning",
+                    "reason": "FailedCreate",
+                    "message": f"Error creating: {e.message}",
+                    "source": {"component": f"{owner['kind'].lower()}-controller"},
+                },
+            )
+            return False
+        return True
 
     def _delete(self, obj: dict) -> None:
         """Delete with its dependents (the API server's garbage collector)."""
@@ -747,8 +796,7 @@ class BatchControllers:
             for index in range(job["spec"]["completions"]):  # B1
                 if index in have or created >= self.per_tick:
                     continue
-                self._create_pod(job, index)
-                created += 1
+                created += int(self._create_pod(job, index))
         return created
 
     def _non_indexed(self, job: dict, pods: list[dict]) -> int:
@@ -772,8 +820,7 @@ class BatchControllers:
         self._retry(pods)
         if any(p not in ("Succeeded", "Failed") for p in phases):
             return 0
-        self._create_pod(job, None)
-        return 1
+        return int(self._create_pod(job, None))
 
     def _retry(self, pods: list[dict]) -> None:
         """The scheduler binds a Pending pod once a node can take it."""
@@ -836,7 +883,8 @@ class BatchControllers:
                     self._delete_pod(pod)
         return done
 
-    def _create_pod(self, job: dict, index: int | None) -> None:
+    def _create_pod(self, job: dict, index: int | None) -> bool:
+        """B1/B6 (B8: admitted first); whether the pod was created."""
         template = json_copy(job["spec"]["template"])
         infix = "" if index is None else f"-{index}"
         name = f"{job['metadata']['name']}{infix}-{generated_suffix()}"
@@ -875,9 +923,13 @@ class BatchControllers:
                     }
                 ],
             }
-        stored = self._put(self._pod(name, labels, job, spec, status))
+        pod = self._pod(name, labels, job, spec, status)
+        if not self._admitted(pod, job):
+            return False
+        stored = self._put(pod)
         if node is not None:
             self._start(stored)
+        return True
 
     def _start(self, pod: dict) -> None:
         """Kubelet runs a bound pod's container (its log, or a real process: B5).
@@ -1005,7 +1057,9 @@ class BatchControllers:
                             }
                         ],
                     }
-                self._put(self._pod(name, labels, deployment, spec, status))
+                pod = self._pod(name, labels, deployment, spec, status)
+                if self._admitted(pod, deployment):
+                    self._put(pod)
 
     def _started(self, spec: dict) -> dict:
         """The status kubelet gives a pod whose containers it started (or could not)."""

@@ -67,6 +67,28 @@ def store_grant(api: FakeKubeApiServer, grant: Any, token: str) -> str:
     return token
 
 
+def pod_security_labels(level: str) -> dict[str, str]:
+    """The control plane's Pod Security labels for `level` (its `literals`)."""
+    return load(CONTROL_PLANE, "literals").pod_security_labels(level)
+
+
+def label_pod_security(api: FakeKubeApiServer, namespace: str, level: str) -> None:
+    """Label `namespace` to enforce, warn and audit Pod Security `level`.
+
+    So the control plane labels a consumer's namespace (`literals.TEAM_POD_SECURITY` for a
+    team's).
+
+    Issue 29 item 3: `rbac.manifests` is to set these labels on the Namespace it applies
+    (a change to rbac.py, made on the kube-api branch); until it does, a charm's test
+    labels its namespace itself, so the fake's PodSecurity admission refuses each pod
+    that breaks the level as kube-apiserver would. Labels already there are kept.
+    """
+    path = f"/api/v1/namespaces/{namespace}"
+    existing = api.get_object(path) or {"apiVersion": "v1", "kind": "Namespace"}
+    patch = {"metadata": {"name": namespace, "labels": pod_security_labels(level)}}
+    api.put_object(path, merge_patch(existing, patch))
+
+
 def token_secret_path(grant: Any) -> str:
     """Where the grant's token Secret is stored (deleting it revokes the token)."""
     return f"/api/v1/namespaces/{grant.namespace}/secrets/{grant.token_secret}"

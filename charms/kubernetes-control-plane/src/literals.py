@@ -71,6 +71,39 @@ KUEUE_NAMESPACE_VALUE = "managed"
 
 ADMISSION_PLUGINS = ("NodeRestriction", "ExtendedResourceToleration")
 
+# Pod Security Admission (kube-apiserver's PodSecurity plugin, on by default since 1.23, GA
+# in 1.25; kubernetes.io/docs/concepts/security/pod-security-admission/): a namespace's
+# labels `pod-security.kubernetes.io/<mode>` (enforce: refuse the pod; warn: a warning to
+# the client; audit: an audit annotation) pick a level, `privileged`, `baseline` or
+# `restricted`, and `<mode>-version` the Kubernetes minor whose checks apply (`latest`:
+# those of the running API server, so an upgrade could start refusing pods that ran;
+# k8s.io/pod-security-admission api/helpers.go ParseVersion, PolicyToEvaluate). Versions
+# are pinned to the bundle's minor, 1.36 (kubeadm.DEFAULT_MINOR), read 2026-11-28 from
+# kubernetes.io/docs/tasks/configure-pod-container/enforce-standards-namespace-labels/.
+POD_SECURITY_LABEL_PREFIX = "pod-security.kubernetes.io/"
+POD_SECURITY_VERSION = "v1.36"
+
+
+def pod_security_labels(level: str) -> dict[str, str]:
+    """The namespace labels that enforce, warn and audit Pod Security `level`."""
+    labels: dict[str, str] = {}
+    for mode in ("enforce", "warn", "audit"):
+        labels[f"{POD_SECURITY_LABEL_PREFIX}{mode}"] = level
+        labels[f"{POD_SECURITY_LABEL_PREFIX}{mode}-version"] = POD_SECURITY_VERSION
+    return labels
+
+
+# A kube-api consumer's (a team's) namespace: `restricted`, the hardened profile every
+# pod of the tensorflow charm meets (runAsNonRoot, no privilege escalation, capabilities
+# drop ALL, seccomp RuntimeDefault; kubernetes.io/docs/concepts/security/
+# pod-security-standards/ "Restricted"). rbac.manifests labels the Namespace with it.
+TEAM_POD_SECURITY = pod_security_labels("restricted")
+# `gpu-k8s-system`, where workers run the CUDA validation pod: `baseline` (review S2: the
+# pod needs no privilege, the nvidia runtime class gives it the GPU; baseline refuses
+# privileged, hostPath, host namespaces and added capabilities, which is what a stolen
+# worker credential would need to take a node). rbac.manifests labels it.
+GPU_VALIDATION_POD_SECURITY = pod_security_labels("baseline")
+
 # Worker credentials: a ServiceAccount each worker uses to label, drain and validate itself.
 WORKER_NAMESPACE = "kube-system"
 WORKER_SERVICE_ACCOUNT = "gpu-k8s-worker"

@@ -24,6 +24,7 @@ Every object carries the labels `labels`/`selector` read back.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import re
 from collections.abc import Mapping
@@ -60,6 +61,17 @@ from charms.gpu_k8s.v0.images import mirrored
 from charms.gpu_k8s.v0.kube_objects import GPU_RESOURCE
 
 _TF_IMAGE = re.compile(r"^(docker\.io/)?tensorflow/tensorflow:[^-]+$")
+
+# Every container of the charm's pods: what Pod Security `restricted` requires of a
+# container (kubernetes.io/docs/concepts/security/pod-security-standards/, "Restricted":
+# allowPrivilegeEscalation false, capabilities drop ALL and add at most NET_BIND_SERVICE;
+# pod-security-admission policy/check_allowPrivilegeEscalation.go,
+# check_capabilities_restricted.go). No process of a job gains a privilege through a
+# setuid binary of its image, and none keeps a capability.
+CONTAINER_SECURITY: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+}
 
 
 def from_registry(image: str, registry: str) -> str:
@@ -110,19 +122,43 @@ class Context:
 
     @property
     def pod_security(self) -> dict[str, Any]:
-        """The pod securityContext: the `run-as` user and group, never a privilege gain."""
+        """The pod securityContext: the `run-as` user and group, Pod Security `restricted`.
+
+        The application's namespace enforces `restricted` (the control plane labels it),
+        which refuses a pod without `runAsNonRoot: true`, with `runAsUser: 0`, or without a
+        RuntimeDefault or Localhost seccomp profile (kubernetes.io/docs/concepts/security/
+        pod-security-standards/, "Restricted"; pod-security-admission policy/
+        check_runAsNonRoot.go, check_runAsUser.go, check_seccompProfile_restricted.go).
+        `run-as` refuses uid 0 (params.parse_user), so a pod never asks for root.
+        """
         uid, gid = self.user
-        security: dict[str, Any] = {"runAsUser": uid, "runAsGroup": gid}
-        if uid != 0:
-            security["runAsNonRoot"] = True
-        return security
+        return {
+            "runAsUser": uid,
+            "runAsGroup": gid,
+            "runAsNonRoot": True,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }
 
     def pod_basics(self) -> dict[str, Any]:
-        """What every pod of the charm has: its user, and the image pull Secret if any."""
-        basics: dict[str, Any] = {"securityContext": self.pod_security}
+        """What every pod of the charm has: its user, no API token, the pull Secret if any.
+
+        No pod of the charm talks to the Kubernetes API, so none gets the namespace's
+        default ServiceAccount token (a token mounted into a tenant's image is a
+        credential it does not need; Pod Security's "Restricted" profile and the RBAC
+        good-practices page both say so).
+        """
+        basics: dict[str, Any] = {
+            "securityContext": self.pod_security,
+            "automountServiceAccountToken": False,
+        }
         if self.pull_secret:
             basics["imagePullSecrets"] = [{"name": self.pull_secret}]
         return basics
+
+    @staticmethod
+    def restricted(container: dict[str, Any]) -> dict[str, Any]:
+        """`container` with the securityContext every container of the charm has."""
+        return {**container, "securityContext": copy.deepcopy(CONTAINER_SECURITY)}
 
     def pulled(self, image: str) -> str:
         """A configured image as pods pull it (see `from_registry`)."""
@@ -254,18 +290,20 @@ def replicated_job(request: TrainRequest, ctx: Context, role: str) -> dict:
         "restartPolicy": "Never",
         **ctx.pod_basics(),
         "containers": [
-            {
-                "name": "tensorflow",
-                "image": ctx.image_for(request, role),
-                "command": _command(request),
-                "env": _env(request, role, ctx),
-                "ports": [{"name": "grpc", "containerPort": TF_PORT}],
-                "resources": resources,
-                "volumeMounts": [
-                    {"name": "data", "mountPath": DATA_MOUNT},
-                    {"name": "code", "mountPath": CODE_MOUNT, "readOnly": True},
-                ],
-            }
+            ctx.restricted(
+                {
+                    "name": "tensorflow",
+                    "image": ctx.image_for(request, role),
+                    "command": _command(request),
+                    "env": _env(request, role, ctx),
+                    "ports": [{"name": "grpc", "containerPort": TF_PORT}],
+                    "resources": resources,
+                    "volumeMounts": [
+                        {"name": "data", "mountPath": DATA_MOUNT},
+                        {"name": "code", "mountPath": CODE_MOUNT, "readOnly": True},
+                    ],
+                }
+            )
         ],
         "volumes": _volumes(request, ctx),
         # Every role tolerates the GPU nodes' taint: the team's cpu and memory quota counts
@@ -402,24 +440,26 @@ def tensorboard(request: TrainRequest, ctx: Context) -> list[dict]:
                 "spec": {
                     **ctx.pod_basics(),
                     "containers": [
-                        {
-                            "name": "tensorboard",
-                            "image": ctx.pulled(ctx.tensorboard_image),
-                            "env": ctx.identity_env_list(),
-                            "command": [
-                                "tensorboard",
-                                "--logdir",
-                                logdir,
-                                "--bind_all",
-                                "--port",
-                                str(TENSORBOARD_PORT),
-                            ],  # fmt: skip
-                            "ports": [{"name": "http", "containerPort": TENSORBOARD_PORT}],
-                            "resources": {"requests": {"cpu": "100m", "memory": "512Mi"}},
-                            "volumeMounts": [
-                                {"name": "data", "mountPath": DATA_MOUNT, "readOnly": True}
-                            ],
-                        }
+                        ctx.restricted(
+                            {
+                                "name": "tensorboard",
+                                "image": ctx.pulled(ctx.tensorboard_image),
+                                "env": ctx.identity_env_list(),
+                                "command": [
+                                    "tensorboard",
+                                    "--logdir",
+                                    logdir,
+                                    "--bind_all",
+                                    "--port",
+                                    str(TENSORBOARD_PORT),
+                                ],  # fmt: skip
+                                "ports": [{"name": "http", "containerPort": TENSORBOARD_PORT}],
+                                "resources": {"requests": {"cpu": "100m", "memory": "512Mi"}},
+                                "volumeMounts": [
+                                    {"name": "data", "mountPath": DATA_MOUNT, "readOnly": True}
+                                ],
+                            }
+                        )
                     ],
                     "volumes": _volumes(request, ctx, read_only=True),
                 },
@@ -468,13 +508,15 @@ def purge_job(job: str, ctx: Context) -> dict:
                     "restartPolicy": "Never",
                     **ctx.pod_basics(),
                     "containers": [
-                        {
-                            "name": "purge",
-                            "image": ctx.pulled(ctx.default_image),
-                            "env": ctx.identity_env_list(),
-                            "command": ["rm", "-rf", "--", f"{DATA_MOUNT}/jobs/{job}"],
-                            "volumeMounts": [{"name": "data", "mountPath": DATA_MOUNT}],
-                        }
+                        ctx.restricted(
+                            {
+                                "name": "purge",
+                                "image": ctx.pulled(ctx.default_image),
+                                "env": ctx.identity_env_list(),
+                                "command": ["rm", "-rf", "--", f"{DATA_MOUNT}/jobs/{job}"],
+                                "volumeMounts": [{"name": "data", "mountPath": DATA_MOUNT}],
+                            }
+                        )
                     ],
                     "volumes": [
                         {"name": "data", "persistentVolumeClaim": {"claimName": ctx.claim}}

@@ -134,7 +134,7 @@ def manifest(
             "spec": {
                 "restartPolicy": "Never",
                 **ctx.pod_basics(),
-                "containers": [container],
+                "containers": [ctx.restricted(container)],
                 "volumes": volumes,
             },
         },

@@ -86,12 +86,24 @@ _ID_MAX = 2**32 - 2
 
 
 def parse_user(text: str) -> tuple[int, int]:
-    """`uid:gid` as two numbers; ValueError saying what is wrong."""
+    """`uid:gid` as two numbers; ValueError saying what is wrong.
+
+    uid 0 is refused: the application's namespace enforces Pod Security `restricted`,
+    which forbids `runAsUser: 0` and requires `runAsNonRoot` (kubernetes.io/docs/concepts/
+    security/pod-security-standards/, "Running as Non-root user", "Running as Non-root";
+    pod-security-admission policy/check_runAsUser.go), so no pod asking for root could
+    start. gid 0 is allowed: no Pod Security check reads runAsGroup.
+    """
     uid, sep, gid = text.partition(":")
     if not sep or not uid.isdigit() or not gid.isdigit():
-        raise ValueError(f"{text!r} is not uid:gid, such as 1000:1000 (0:0 runs pods as root)")
+        raise ValueError(f"{text!r} is not uid:gid, such as 1000:1000")
     if int(uid) > _ID_MAX or int(gid) > _ID_MAX:
         raise ValueError(f"uid and gid must be at most {_ID_MAX}")
+    if int(uid) == 0:
+        raise ValueError(
+            "uid 0 (root) is refused: the namespace enforces Pod Security restricted; "
+            "use a non-root uid:gid such as 1000:1000"
+        )
     return int(uid), int(gid)
 
 

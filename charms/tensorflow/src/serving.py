@@ -95,7 +95,7 @@ def manifests(params: ServeParams, ctx: Any, image: str) -> list[dict[str, Any]]
     }
     pod: dict[str, Any] = {
         **ctx.pod_basics(),
-        "containers": [container],
+        "containers": [ctx.restricted(container)],
         "volumes": [
             {"name": "data", "persistentVolumeClaim": {"claimName": ctx.claim, "readOnly": True}}
         ],

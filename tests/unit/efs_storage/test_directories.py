@@ -13,6 +13,7 @@ from efs_env import APP, Env, storage_relation
 from ops import testing
 
 import charm
+from fakes.kube_admission import LevelVersion, evaluate_pod
 
 OWN = {"directory": "tensorflow", "uid": "1000", "gid": "1000"}
 JOBS = f"/apis/batch/v1/namespaces/{APP}/jobs/"
@@ -122,8 +123,13 @@ def test_the_directory_is_made_by_a_job_before_the_claim_serves_it(ctx, env, job
     assert pod["volumes"] == [
         {"name": "efs", "nfs": {"server": f"{fs_id}.efs.us-east-1.amazonaws.com", "path": "/"}}
     ]
-    assert pod["securityContext"] == {"runAsUser": 0, "runAsGroup": 0}
+    assert pod["securityContext"] == {
+        "runAsUser": 0,
+        "runAsGroup": 0,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
     assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    assert pod["automountServiceAccountToken"] is False
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
         "tolerations"
     ]
@@ -385,3 +391,30 @@ def test_consumers_asking_for_overlapping_directories_are_refused_but_the_first(
         "teams/nb"
     ]
     assert directories.overlaps({"a": "x", "b": "xy", "c": "x/y", "d": "z"}) == {"c": "a"}
+
+
+def test_the_directory_job_passes_pod_security_baseline_and_says_why_not_restricted(
+    ctx, env, jobs
+):
+    """Its namespace can enforce baseline; restricted refuses exactly what the Job needs.
+
+    Root, CHOWN/DAC_OVERRIDE/FOWNER/FSETID and the nfs volume of the file system's root
+    (the fake's PodSecurity checks, pod-security-admission policy/ at v1.36).
+    """
+    env.add_node("us-east-1a")
+    ctx.run(ctx.on.install(), _state(env))
+    (job,) = jobs.jobs()
+    template = job["spec"]["template"]
+    assert (
+        evaluate_pod(LevelVersion("baseline", (1, 36)), template["metadata"], template["spec"])
+        == []
+    )
+    refused = evaluate_pod(
+        LevelVersion("restricted", (1, 36)), template["metadata"], template["spec"]
+    )
+    assert sorted(reason for reason, _ in refused) == [
+        "restricted volume types",
+        "runAsNonRoot != true",
+        "runAsUser=0",
+        "unrestricted capabilities",
+    ]

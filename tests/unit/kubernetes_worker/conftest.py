@@ -3,7 +3,7 @@ from ops import testing
 
 import charm
 from fakes.kube_apiserver import FakeKubeApiServer
-from fakes.kube_grants import store_grant, worker_grant
+from fakes.kube_grants import label_pod_security, store_grant, worker_grant
 from fakes.machine import FakeMachine
 from fakes.worker_scenario import NODE, SA_TOKEN
 
@@ -43,6 +43,9 @@ def api():
     """The cluster; the worker's kubeconfig holds the token of the workers' grant."""
     with FakeKubeApiServer() as server:
         store_grant(server, worker_grant(), SA_TOKEN)
+        # gpu-k8s-system enforces Pod Security baseline (issue 29 item 3, review S2): the
+        # CUDA validation pod must pass it (control plane literals.GPU_VALIDATION_POD_SECURITY).
+        label_pod_security(server, "gpu-k8s-system", "baseline")
         yield server
 
 

@@ -17,7 +17,7 @@ import validation
 from ops import testing
 
 from charms.gpu_k8s.v0 import containerd
-from charms.gpu_k8s.v0.kubeclient import Kube
+from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
 from fakes.nvidia_driver import KERNEL, FakeDriver
 from fakes.sysfs import PCI_IDS, build_machine
 from fakes.worker_scenario import NODE, SA_TOKEN, TOKEN, joined_state, node, register_node
@@ -689,7 +689,9 @@ def kubelet(api, monkeypatch):
         monkeypatch.setattr(charm.KubernetesWorkerCharm, "drain_sleep", staticmethod(k.sleep))
         return k
 
-    api.put_object(f"/api/v1/namespaces/{VALIDATION_NS}", {"metadata": {}})
+    path = f"/api/v1/namespaces/{VALIDATION_NS}"
+    if api.get_object(path) is None:  # the grant made it (and labelled it: conftest)
+        api.put_object(path, {"metadata": {}})
     return make
 
 
@@ -720,6 +722,12 @@ def test_validate_gpu_passes_logs_progress_and_deletes_the_pod(ctx, api, driver,
     ]
     assert terms["nodeSelectorTerms"][0]["matchFields"][0]["values"] == [NODE]
     assert api.objects(PODS) == []
+    # gpu-k8s-system enforces baseline (conftest): the CUDA pod passed it, with no warning
+    policy = "pod-security.kubernetes.io/enforce-policy"
+    enforced = [a for a in api.admission.audit if a.get(policy) == "baseline:v1.36"]
+    assert len(enforced) == 1  # the validation pod's create
+    assert "pod-security.kubernetes.io/audit-violations" not in enforced[0]
+    assert [w for w in api.warnings if "PodSecurity" in w[2]] == []
 
 
 @pytest.mark.parametrize("timeout", [60, 1800, 3600])
@@ -844,6 +852,28 @@ def test_validate_gpu_rejects_a_bad_timeout(ctx, api, driver, kubelet):
 
     assert "timeout: must be a number of seconds from 10 to 3600" in failed.value.message
     assert len(writes(api)) == before
+
+
+def test_a_privileged_pod_in_gpu_k8s_system_is_refused_to_the_workers_credential(api):
+    """Review S2's chain is refused by Pod Security baseline.
+
+    A stolen worker credential's privileged pod (hostPath /, host PID) in gpu-k8s-system.
+    """
+    pod = validation.validation_pod(NODE, validation.VALIDATION_NAMESPACE, name="x")
+    pod["spec"]["hostPID"] = True
+    pod["spec"]["volumes"] = [{"name": "root", "hostPath": {"path": "/"}}]
+    container = pod["spec"]["containers"][0]
+    container["securityContext"] = {"privileged": True}
+    container["volumeMounts"] = [{"name": "root", "mountPath": "/host"}]
+    with Kube.from_kubeconfig(api.kubeconfig(SA_TOKEN)) as worker:
+        with pytest.raises(KubeError) as refused:
+            worker.create(pod)
+    assert refused.value.status == 403
+    assert refused.value.message == (
+        'pods "x" is forbidden: violates PodSecurity "baseline:v1.36": host namespaces '
+        '(hostPID=true), hostPath volumes (volume "root"), privileged (container '
+        '"cuda-check" must not set securityContext.privileged=true)'
+    )
 
 
 def test_validate_gpu_without_the_namespace_fails_with_the_api_answer(ctx, api, driver):

@@ -20,7 +20,7 @@ import charm
 from fakes.addons import install_kueue
 from fakes.batch import BatchControllers
 from fakes.kube_apiserver import FakeKubeApiServer
-from fakes.kube_grants import consumer_grant, store_grant
+from fakes.kube_grants import consumer_grant, label_pod_security, store_grant
 from fakes.machine import FakeMachine
 
 NS = "tensorflow"
@@ -104,6 +104,9 @@ def api():
     with FakeKubeApiServer() as server:
         server.put_object(f"/api/v1/namespaces/{NS}", {"metadata": {"name": NS}})
         store_grant(server, tf_grant(), TOKEN)
+        # A team's namespace enforces Pod Security restricted (issue 29 item 3): every pod
+        # the charm's objects make must pass it, or the fake refuses it as kube-apiserver.
+        label_pod_security(server, NS, "restricted")
         server.put_object(
             f"/api/v1/namespaces/{NS}/persistentvolumeclaims/{CLAIM}",
             {
@@ -121,7 +124,18 @@ def api():
 
 @pytest.fixture
 def controller(api):
-    return BatchControllers(api, NS)
+    """The batch controllers; afterwards, no pod of the test broke Pod Security restricted.
+
+    The namespace enforces restricted: a pod the charm's objects make that breaks it is
+    refused on create (fakes/batch.py B8), and a Job or Deployment whose template breaks
+    it gets PodSecurity's warning. A test that shows such a refusal sets
+    `expect_refusals`.
+    """
+    controllers = BatchControllers(api, NS)
+    yield controllers
+    if not controllers.expect_refusals:
+        assert controllers.refused == []
+        assert [w for w in api.warnings if "PodSecurity" in w[2]] == []
 
 
 @pytest.fixture

@@ -184,7 +184,14 @@ def test_every_pod_runs_as_the_run_as_user_with_a_writable_home():
             "runAsUser": 1000,
             "runAsGroup": 1000,
             "runAsNonRoot": True,
+            "seccompProfile": {"type": "RuntimeDefault"},
         }
+        assert pod["automountServiceAccountToken"] is False
+        for container in pod["containers"]:
+            assert container["securityContext"] == {
+                "allowPrivilegeEscalation": False,
+                "capabilities": {"drop": ["ALL"]},
+            }
     worker = pod_of(request(job="w"), CTX, "worker")
     env = {e["name"]: e["value"] for e in worker["containers"][0]["env"]}
     assert (env["HOME"], env["USER"], env["LOGNAME"]) == ("/tmp", "tensorflow", "tensorflow")
@@ -192,10 +199,17 @@ def test_every_pod_runs_as_the_run_as_user_with_a_writable_home():
         assert {"name": "HOME", "value": "/tmp"} in pod["containers"][0]["env"]
     own_home = {e["name"]: e["value"] for e in pods[0]["containers"][0]["env"]}
     assert own_home["HOME"] == "/data/home"  # the job's env wins
-    root = manifests.Context("tf", "tensorflow", "c", "tf:1", "tb:1", user=(0, 0))
-    pod = pod_of(request(job="r"), root, "worker")
-    assert pod["securityContext"] == {"runAsUser": 0, "runAsGroup": 0}
-    assert "HOME" not in {e["name"] for e in pod["containers"][0]["env"]}
+    # gid 0 is no privilege Pod Security restricted forbids (no check reads runAsGroup).
+    group_root = manifests.Context("tf", "tensorflow", "c", "tf:1", "tb:1", user=(1000, 0))
+    pod = pod_of(request(job="r"), group_root, "worker")
+    assert pod["securityContext"]["runAsGroup"] == 0
+
+
+@pytest.mark.parametrize("text", ["0:0", "0:1000"])
+def test_parse_user_refuses_root_which_restricted_forbids(text):
+    with pytest.raises(ValueError, match=r"uid 0 \(root\) is refused.*restricted"):
+        parse_user(text)
+    assert parse_user("1000:0") == (1000, 0)
 
 
 @pytest.mark.parametrize("text", ["1000", "a:b", "-1:0", ":5", f"{2**32}:1"])

@@ -124,9 +124,22 @@ def test_storage_request_names_the_namespace_and_its_own_directory_and_user(ctx)
         "uid": "1000",
         "gid": "1000",
     }
+    state = testing.State(leader=True, relations=[relation], config={"run-as": "2000:3000"})
+    out = ctx.run(ctx.on.config_changed(), state)
+    assert out.get_relation(relation.id).local_app_data["uid"] == "2000"
+    assert out.get_relation(relation.id).local_app_data["gid"] == "3000"
+
+
+def test_run_as_root_blocks_and_asks_for_the_default_meanwhile(ctx):
+    """Pod Security restricted refuses pods that run as uid 0: so does `run-as`."""
+    relation = testing.Relation("shared-storage", remote_app_name="efs-storage")
     state = testing.State(leader=True, relations=[relation], config={"run-as": "0:0"})
     out = ctx.run(ctx.on.config_changed(), state)
-    assert out.get_relation(relation.id).local_app_data["uid"] == "0"
+    assert out.unit_status == testing.BlockedStatus(
+        "run-as: uid 0 (root) is refused: the namespace enforces Pod Security restricted; "
+        "use a non-root uid:gid such as 1000:1000"
+    )
+    assert out.get_relation(relation.id).local_app_data["uid"] == "1000"
 
 
 @pytest.mark.parametrize("run_as", ["1000", "a:b", "-1:0", "1000:", f"{2**32}:0"])
