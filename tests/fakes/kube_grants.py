@@ -31,14 +31,23 @@ def rbac() -> Any:
 
 
 def consumer_grant(
-    app: str, namespace: str, rules: Sequence[dict], cluster_rules: Sequence[dict]
+    app: str,
+    namespace: str,
+    rules: Sequence[dict],
+    cluster_rules: Sequence[dict],
+    *,
+    provisioner: bool = False,
 ) -> Any:
-    """The grant the control plane makes for a kube-api consumer asking for these rules."""
+    """The grant the control plane makes for a kube-api consumer asking for these rules.
+
+    `provisioner`: the operator names the app in kube-api-storage-provisioners.
+    """
     return rbac().consumer_grant(
         app,
         namespace,
         [Rule.model_validate(r) for r in rules],
         [Rule.model_validate(r) for r in cluster_rules],
+        provisioner=provisioner,
     )
 
 
@@ -65,28 +74,6 @@ def store_grant(api: FakeKubeApiServer, grant: Any, token: str) -> str:
             obj["data"] = {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}
         api.put_object(path, obj)
     return token
-
-
-def pod_security_labels(level: str) -> dict[str, str]:
-    """The control plane's Pod Security labels for `level` (its `literals`)."""
-    return load(CONTROL_PLANE, "literals").pod_security_labels(level)
-
-
-def label_pod_security(api: FakeKubeApiServer, namespace: str, level: str) -> None:
-    """Label `namespace` to enforce, warn and audit Pod Security `level`.
-
-    So the control plane labels a consumer's namespace (`literals.TEAM_POD_SECURITY` for a
-    team's).
-
-    Issue 29 item 3: `rbac.manifests` is to set these labels on the Namespace it applies
-    (a change to rbac.py, made on the kube-api branch); until it does, a charm's test
-    labels its namespace itself, so the fake's PodSecurity admission refuses each pod
-    that breaks the level as kube-apiserver would. Labels already there are kept.
-    """
-    path = f"/api/v1/namespaces/{namespace}"
-    existing = api.get_object(path) or {"apiVersion": "v1", "kind": "Namespace"}
-    patch = {"metadata": {"name": namespace, "labels": pod_security_labels(level)}}
-    api.put_object(path, merge_patch(existing, patch))
 
 
 def token_secret_path(grant: Any) -> str:

@@ -134,7 +134,10 @@ class Access:
                 notes.append(f"refused kube-api request of {request.app_name}")
                 continue
             ask = request.request
-            fingerprint = kube_objects.fingerprint(ask.dump(), endpoint)
+            provisioner = request.app_name in provisioners
+            # the Pod Security level is part of what was granted (its namespace's labels)
+            level = "pod-security=baseline" if provisioner else "pod-security=restricted"
+            fingerprint = kube_objects.fingerprint(ask.dump(), endpoint, level)
             answered = request.relation.data[self._model.app].get("kubeconfig-secret-id")
             if previous and previous["fingerprint"] == fingerprint and answered:
                 self._kube_api.announce_nodes(request.relation, node_set)
@@ -142,7 +145,11 @@ class Access:
             if previous and previous["namespace"] != ask.namespace:
                 self._revoke(previous, None)
             grant = rbac.consumer_grant(
-                request.app_name, ask.namespace, ask.rules, ask.cluster_rules
+                request.app_name,
+                ask.namespace,
+                ask.rules,
+                ask.cluster_rules,
+                provisioner=provisioner,
             )
             try:
                 token = self.apply_grant(grant)

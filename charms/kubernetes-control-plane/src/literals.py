@@ -98,6 +98,11 @@ def pod_security_labels(level: str) -> dict[str, str]:
 # drop ALL, seccomp RuntimeDefault; kubernetes.io/docs/concepts/security/
 # pod-security-standards/ "Restricted"). rbac.manifests labels the Namespace with it.
 TEAM_POD_SECURITY = pod_security_labels("restricted")
+# A storage provisioner's namespace (the apps of kube-api-storage-provisioners, efs-storage):
+# `baseline`. Its directory Jobs run as root with CHOWN/DAC_OVERRIDE/FOWNER/FSETID and an
+# nfs volume, which restricted refuses (its volume types leave out nfs); baseline still
+# refuses privileged pods, hostPath and host namespaces.
+PROVISIONER_POD_SECURITY = pod_security_labels("baseline")
 # `gpu-k8s-system`, where workers run the CUDA validation pod: `baseline` (review S2: the
 # pod needs no privilege, the nvidia runtime class gives it the GPU; baseline refuses
 # privileged, hostPath, host namespaces and added capabilities, which is what a stolen

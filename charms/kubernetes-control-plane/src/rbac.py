@@ -24,9 +24,12 @@ from literals import (
     CONSUMER_LABEL,
     FIELD_MANAGER,
     GPU_VALIDATION_NAMESPACE,
+    GPU_VALIDATION_POD_SECURITY,
     KUEUE_NAMESPACE_LABEL,
     KUEUE_NAMESPACE_VALUE,
     MANAGED_BY_LABEL,
+    PROVISIONER_POD_SECURITY,
+    TEAM_POD_SECURITY,
     WORKER_NAMESPACE,
     WORKER_SERVICE_ACCOUNT,
 )
@@ -102,6 +105,8 @@ class Grant:
     # A consumer's namespace is its own: created for it, never applied onto one that exists
     # without its consumer label (another grant's, the system's or an operator's).
     own_namespace: bool = False
+    # Labels each Namespace the grant applies carries beyond its own (Pod Security's).
+    namespace_labels: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
 
     @property
     def uses_kueue(self) -> bool:
@@ -122,8 +127,20 @@ class Grant:
         return f"{self.service_account}-token"
 
 
-def consumer_grant(app: str, namespace: str, rules: Sequence[Any], cluster_rules: Sequence[Any]):
-    """The `Grant` for a kube-api consumer (rules are `kube_api.Rule` models)."""
+def consumer_grant(
+    app: str,
+    namespace: str,
+    rules: Sequence[Any],
+    cluster_rules: Sequence[Any],
+    *,
+    provisioner: bool = False,
+):
+    """The `Grant` for a kube-api consumer (rules are `kube_api.Rule` models).
+
+    Its namespace enforces Pod Security `restricted`; a storage `provisioner`'s (the
+    operator trusts it with PersistentVolumes) `baseline`: its Jobs mount the file
+    system as root to make the consumers' directories (literals.PROVISIONER_POD_SECURITY).
+    """
     return Grant(
         consumer=app,
         namespace=namespace,
@@ -131,6 +148,9 @@ def consumer_grant(app: str, namespace: str, rules: Sequence[Any], cluster_rules
         rules=[r.manifest() for r in rules],
         cluster_rules=[r.manifest() for r in cluster_rules],
         own_namespace=True,
+        namespace_labels={
+            namespace: PROVISIONER_POD_SECURITY if provisioner else TEAM_POD_SECURITY
+        },
     )
 
 
@@ -142,6 +162,7 @@ def worker_grant() -> Grant:
         service_account=WORKER_SERVICE_ACCOUNT,
         cluster_rules=WORKER_CLUSTER_RULES,
         extra_namespaces={GPU_VALIDATION_NAMESPACE: WORKER_RULES},
+        namespace_labels={GPU_VALIDATION_NAMESPACE: GPU_VALIDATION_POD_SECURITY},
     )
 
 
@@ -168,6 +189,7 @@ def manifests(grant: Grant) -> list[dict]:
     for name in [ns, *grant.extra_namespaces]:
         if name != "kube-system":
             meta = _meta(name, grant)
+            meta["labels"].update(grant.namespace_labels.get(name, {}))
             if name == ns and grant.uses_kueue:
                 meta["labels"][KUEUE_NAMESPACE_LABEL] = KUEUE_NAMESPACE_VALUE
             objs.append({"apiVersion": "v1", "kind": "Namespace", "metadata": meta})

@@ -42,8 +42,12 @@ ALL_SECRETS = (
 
 
 def efs_grant() -> Any:
-    """The kube-api grant the control plane makes for what this charm asks (literals)."""
-    return consumer_grant(APP, APP, NAMESPACED_RULES, CLUSTER_RULES)
+    """The kube-api grant the control plane makes for what this charm asks (literals).
+
+    The operator names efs-storage a storage provisioner (the control plane's default), so
+    its namespace enforces Pod Security baseline.
+    """
+    return consumer_grant(APP, APP, NAMESPACED_RULES, CLUSTER_RULES, provisioner=True)
 
 
 @dataclasses.dataclass

@@ -346,3 +346,87 @@ def test_only_the_storage_provisioners_the_operator_names_may_write_volumes(
     assert "persistentvolume creation" in out.get_relation(efs.id).local_app_data["error"]
     assert api.get_object(f"{RBAC}/clusterroles/gpu-k8s-efs-storage") is None
     assert "kubeconfig-secret-id" in out.get_relation(other.id).local_app_data
+
+
+def _pod_security(api, namespace):
+    labels = api.get_object(f"/api/v1/namespaces/{namespace}")["metadata"]["labels"]
+    return {k: v for k, v in labels.items() if k.startswith("pod-security.kubernetes.io/")}
+
+
+def _levels(level):
+    return {
+        **{f"pod-security.kubernetes.io/{mode}": level for mode in ("enforce", "warn", "audit")},
+        **{
+            f"pod-security.kubernetes.io/{m}-version": "v1.36"
+            for m in ("enforce", "warn", "audit")
+        },
+    }
+
+
+def test_a_teams_namespace_enforces_restricted_and_a_provisioners_baseline(ctx, bootstrapped, api):
+    """Issue 29 item 3: the grant labels the namespace; the fake's PodSecurity then bites."""
+    pods = [{"api-groups": [""], "resources": ["pods"], "verbs": ["create"]}]
+    team = kube_api_relation("tensorflow", "training", pods, NODES)
+    efs = kube_api_relation("efs-storage", "efs-storage", JOBS, PV_WRITES)
+    state = with_relation(with_relation(bootstrapped, team), efs)
+    out = ctx.run(ctx.on.relation_changed(team), state)
+
+    assert _pod_security(api, "training") == _levels("restricted")
+    assert _pod_security(api, "efs-storage") == _levels("baseline")
+    import rbac  # the workers' grant, applied when the first worker joins
+
+    (validation,) = [
+        m["metadata"]
+        for m in rbac.manifests(rbac.worker_grant())
+        if m["kind"] == "Namespace" and m["metadata"]["name"] == "gpu-k8s-system"
+    ]
+    assert {k: v for k, v in validation["labels"].items() if "pod-security" in k} == _levels(
+        "baseline"
+    )
+
+    # with the team's own token, a root pod is refused in its namespace, as by kube-apiserver
+    bag = out.get_relation(team.id).local_app_data
+    assert "kubeconfig-secret-id" in bag
+    from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
+
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "root", "namespace": "training"},
+        "spec": {"containers": [{"name": "c", "image": "busybox:1.37"}]},
+    }
+    token = sa_token(api, "training", "tensorflow")
+    with Kube.from_kubeconfig(api.kubeconfig(token), backoff=0.01) as kube:
+        with pytest.raises(KubeError) as refused:
+            kube.request("POST", "/api/v1/namespaces/training/pods", body=pod)
+    assert refused.value.status == 403
+    assert 'violates PodSecurity "restricted:v1.36"' in str(refused.value)
+
+
+def test_a_namespace_granted_before_pod_security_is_labelled_once(ctx, bootstrapped, api):
+    """Consumers granted by an earlier revision: the new level changes the grant's digest."""
+    team = kube_api_relation("tensorflow", "training", JOBS, NODES)
+    out = ctx.run(ctx.on.relation_changed(team), with_relation(bootstrapped, team))
+    namespace = api.get_object("/api/v1/namespaces/training")
+    for key in _levels("restricted"):
+        del namespace["metadata"]["labels"][key]
+    api.put_object("/api/v1/namespaces/training", namespace)  # what an earlier revision left
+    peer_bag = peer(out).local_app_data
+    granted = json.loads(peer_bag["kube-api"])
+    # the digest the earlier revision recorded: the request and the endpoint, no level
+    from charms.gpu_k8s.v0 import kube_objects
+    from charms.gpu_k8s.v0.kube_api import RequirerAppData
+
+    ask = RequirerAppData.model_validate(dict(team.remote_app_data))
+    endpoint = out.get_relation(team.id).local_app_data["endpoint"]
+    granted[str(team.id)]["fingerprint"] = kube_objects.fingerprint(ask.dump(), endpoint)
+    earlier = {**peer_bag, "kube-api": json.dumps(granted)}
+    out = dataclasses.replace(
+        out,
+        relations=[
+            dataclasses.replace(peer(out), local_app_data=earlier),
+            *[r for r in out.relations if r.id != peer(out).id],
+        ],
+    )
+    ctx.run(ctx.on.update_status(), out)
+    assert _pod_security(api, "training") == _levels("restricted")

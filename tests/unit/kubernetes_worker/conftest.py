@@ -3,7 +3,7 @@ from ops import testing
 
 import charm
 from fakes.kube_apiserver import FakeKubeApiServer
-from fakes.kube_grants import label_pod_security, store_grant, worker_grant
+from fakes.kube_grants import store_grant, worker_grant
 from fakes.machine import FakeMachine
 from fakes.worker_scenario import NODE, SA_TOKEN
 
@@ -42,10 +42,9 @@ def clock(monkeypatch):
 def api():
     """The cluster; the worker's kubeconfig holds the token of the workers' grant."""
     with FakeKubeApiServer() as server:
+        # gpu-k8s-system enforces Pod Security baseline, as the grant labels it (issue 29
+        # item 3, review S2): the CUDA validation pod must pass it
         store_grant(server, worker_grant(), SA_TOKEN)
-        # gpu-k8s-system enforces Pod Security baseline (issue 29 item 3, review S2): the
-        # CUDA validation pod must pass it (control plane literals.GPU_VALIDATION_POD_SECURITY).
-        label_pod_security(server, "gpu-k8s-system", "baseline")
         yield server
 
 

@@ -20,7 +20,7 @@ import charm
 from fakes.addons import install_kueue
 from fakes.batch import BatchControllers
 from fakes.kube_apiserver import FakeKubeApiServer
-from fakes.kube_grants import consumer_grant, label_pod_security, store_grant
+from fakes.kube_grants import consumer_grant, store_grant
 from fakes.machine import FakeMachine
 
 NS = "tensorflow"
@@ -103,10 +103,9 @@ def api():
     """The cluster; the charm's kubeconfig holds the token of the grant it asked for."""
     with FakeKubeApiServer() as server:
         server.put_object(f"/api/v1/namespaces/{NS}", {"metadata": {"name": NS}})
+        # A team's namespace enforces Pod Security restricted, as the grant labels it (issue
+        # 29 item 3): every pod the charm's objects make must pass it, or the fake refuses it
         store_grant(server, tf_grant(), TOKEN)
-        # A team's namespace enforces Pod Security restricted (issue 29 item 3): every pod
-        # the charm's objects make must pass it, or the fake refuses it as kube-apiserver.
-        label_pod_security(server, NS, "restricted")
         server.put_object(
             f"/api/v1/namespaces/{NS}/persistentvolumeclaims/{CLAIM}",
             {
