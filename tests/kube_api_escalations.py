@@ -250,6 +250,34 @@ ESCALATIONS: list[Escalation] = [
         attempt=Attempt("DELETE", "/api/v1/nodes/node-1"),
     ),
     Escalation(
+        "another-teams-cluster-queue",
+        "your own",
+        cluster_rules=[
+            rule(
+                "kueue.x-k8s.io",
+                ["clusterqueues"],
+                ["get", "patch", "delete"],
+                **{"resource-names": ["team-alice"]},
+            )
+        ],
+        attempt=Attempt("DELETE", "/apis/kueue.x-k8s.io/v1beta2/clusterqueues/team-alice"),
+    ),
+    Escalation(
+        "endpoints-writes",
+        "CVE-2021-25740",
+        rules=[rule("", ["endpoints"], ["create", "patch"])],
+        attempt=Attempt(
+            "POST",
+            f"/api/v1/namespaces/{HOSTILE}/endpoints",
+            {
+                "apiVersion": "v1",
+                "kind": "Endpoints",
+                "metadata": {"name": "steal"},
+                "subsets": [{"addresses": [{"ip": "10.0.0.10"}], "ports": [{"port": 443}]}],
+            },
+        ),
+    ),
+    Escalation(
         "cluster-write-not-on-allow-list",
         "allow-list",
         cluster_rules=[rule("", ["nodes"], ["patch"])],

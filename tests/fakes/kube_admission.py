@@ -3,8 +3,9 @@ r"""What kube-apiserver 1.36 refuses on write, for the fake API server (`kube_ap
 The fake calls `Admission` on every create, update, patch and server-side apply that comes
 over HTTP (never for `put_object`, which stands for what the cluster's own components
 store), in the real server's order: decoding the body, then the object's validation, then
-the validating admission plugins. NodeRestriction, which needs the request's identity, is
-left to the authentication work; ExtendedResourceToleration (a mutating plugin our kubeadm
+the validating admission plugins: PodSecurity and DenyServiceExternalIPs (which our kubeadm
+configuration enables; `deny_service_external_ips`). NodeRestriction is
+kube_noderestriction.py; ExtendedResourceToleration (a mutating plugin our kubeadm
 configuration enables) is not emulated.
 
 Decoding (k8s.io/apiserver pkg/endpoints/handlers create.go, update.go, patch.go, rest.go;
@@ -1921,6 +1922,30 @@ class Request:
     field_validation: str = ""
     subresource: str = ""
     username: str | None = None
+
+
+def deny_service_external_ips(plural: str, sub: str, obj: dict, old: dict | None) -> None:
+    """DenyServiceExternalIPs, which the control plane's kubeadm config enables.
+
+    kubernetes plugin/pkg/admission/network/denyserviceexternalips/admission.go: on create
+    and update of a Service (not a subresource), externalIPs that are not all in the old
+    object are refused with admission.NewForbidden (CVE-2020-8554: a Service's external IP
+    takes over traffic to that address cluster-wide).
+    """
+    if plural != "services" or sub:
+        return
+    new_ips = (obj.get("spec") or {}).get("externalIPs") or []
+    old_ips = set(((old or {}).get("spec") or {}).get("externalIPs") or [])
+    if all(ip in old_ips for ip in new_ips):
+        return
+    name = obj["metadata"].get("name", "")
+    raise _api_error(
+        403,
+        "Forbidden",
+        f"services {go_quote(name)} is forbidden: Use of external IPs is denied by admission "
+        "control",
+        {"name": name, "kind": "services"},
+    )
 
 
 class Admission:

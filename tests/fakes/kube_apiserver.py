@@ -98,7 +98,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import yaml
 
 from fakes import kube_discovery, kube_options, kube_protobuf, kube_tables, kube_watch
-from fakes.kube_admission import Admission, Request, warning_headers
+from fakes.kube_admission import Admission, Request, deny_service_external_ips, warning_headers
 from fakes.kube_auth import (
     KUBEADM_ADMIN,
     REVIEW_KINDS,
@@ -1180,6 +1180,7 @@ class FakeKubeApiServer:
         name = obj["metadata"].get("name", "")
         crd = self._crd_for(target)
         self.admission.validate(target.gv, target.kind, obj, name, crd)
+        deny_service_external_ips(target.plural, target.sub, obj, old)
         namespace = obj["metadata"].get("namespace")
         self._warnings += self.admission.pod_security.validate(
             group=target.gv.rpartition("/")[0],

@@ -727,3 +727,38 @@ def test_exempt_namespaces_and_runtime_classes_are_not_checked(
     kube_api.admission.pod_security.config = PodSecurityConfig(exempt_namespaces=("work",))
     work.create(pod("q"))
     assert kube_api.admission.audit[-1] == {"pod-security.kubernetes.io/exempt": "namespace"}
+
+
+# ---------------------------------------------------------------- DenyServiceExternalIPs
+
+
+def test_external_ips_are_refused_new_and_kept_on_update(kube_api: FakeKubeApiServer):
+    """DenyServiceExternalIPs, which our kubeadm config enables.
+
+    plugin/pkg/admission/network/denyserviceexternalips/admission.go: new externalIPs are
+    Forbidden; an update keeping a subset of the old ones passes (isSubset), as does a
+    Service without any.
+    """
+    kube_api.put_object("/api/v1/namespaces/work", {"metadata": {"name": "work"}})
+    services = "/api/v1/namespaces/work/services"
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "steal"},
+        "spec": {"ports": [{"port": 443}], "externalIPs": ["10.96.0.1"]},
+    }
+    status, body, _ = raw(kube_api, "POST", services, service, "application/json")
+    assert (status, body["reason"], body["message"]) == (
+        403,
+        "Forbidden",
+        'services "steal" is forbidden: Use of external IPs is denied by admission control',
+    )
+    del service["spec"]["externalIPs"]
+    assert raw(kube_api, "POST", services, service, "application/json")[0] == 201
+    # one a component stored before (put_object is the cluster's own): an update may keep it
+    kept = {**service, "spec": {"ports": [{"port": 443}], "externalIPs": ["192.0.2.1"]}}
+    kube_api.put_object(f"{services}/kept", {**kept, "metadata": {"name": "kept"}})
+    kept["metadata"] = {"name": "kept"}
+    assert raw(kube_api, "PUT", f"{services}/kept", kept, "application/json")[0] == 200
+    kept["spec"]["externalIPs"] = ["192.0.2.1", "192.0.2.2"]
+    assert raw(kube_api, "PUT", f"{services}/kept", kept, "application/json")[0] == 403

@@ -113,11 +113,26 @@ def test_the_granted_token_is_refused_by_the_api_server(path: Escalation, rbac, 
 def test_the_granted_token_works_in_its_own_namespace(rbac, kube, kube_api):
     grant = _grant(rbac, HOSTILE, HOSTILE, LEGITIMATE_RULES, LEGITIMATE_CLUSTER_RULES)
     token = rbac.apply(kube, grant)
+    container = {"name": "c", "image": "busybox"}
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": "mine"},
-        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+        "spec": {"containers": [container]},
+    }
+    # its namespace enforces Pod Security restricted: a pod that breaks it is refused...
+    status, answer = call(kube_api, token, "POST", f"/api/v1/namespaces/{HOSTILE}/pods", pod)
+    assert (status, answer["reason"]) == (403, "Forbidden"), answer
+    assert 'violates PodSecurity "restricted:v1.36"' in answer["message"]
+    # ...one that meets it is made
+    pod["spec"]["securityContext"] = {
+        "runAsNonRoot": True,
+        "runAsUser": 1000,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    container["securityContext"] = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
     }
     status, answer = call(kube_api, token, "POST", f"/api/v1/namespaces/{HOSTILE}/pods", pod)
     assert status == 201, answer

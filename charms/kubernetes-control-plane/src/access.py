@@ -35,13 +35,16 @@ from peers import ENDPOINT, Peers
 
 from charms.gpu_k8s.v0 import api_proxy, kube_objects
 from charms.gpu_k8s.v0.kube_api import KubeApiProvider, Request
-from charms.gpu_k8s.v0.kubeclient import Kube
+from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
 from charms.gpu_k8s.v0.kubernetes_cluster import SECRET_LABEL
 from charms.gpu_k8s.v0.status import StatusError, on_error
 
 logger = logging.getLogger(__name__)
 
 # The peer application databag: what was granted and written last, under these keys.
+# What the API server answers a request it will never take (bad request, invalid object,
+# conflict with what exists): the consumer's alone, refused; anything else is the server's
+REFUSED_GRANT = frozenset({400, 409, 422})
 KUBE_API_KEY = "kube-api"  # {relation id: {app, namespace, fingerprint}} of kube-api grants
 WORKER_GRANT_KEY = "worker-grant"
 CERT_SANS_KEY = "cert-sans"  # the certSANs last written to kubeadm-config
@@ -102,6 +105,21 @@ class Access:
                 f"waiting for the token of {grant.service_account}"
             ) from None
 
+    def _consumer_grant(self, grant: rbac.Grant) -> tuple[str, str]:
+        """(token, "") once `grant` is applied; ("", why) when it is this consumer's to fix.
+
+        A namespace another holds, or a request the API server will never take, refuses
+        this consumer alone and never holds up the others; an unwell API server raises.
+        """
+        try:
+            return self.apply_grant(grant), ""
+        except rbac.NamespaceTakenError as e:
+            return "", str(e)
+        except KubeError as e:
+            if e.status not in REFUSED_GRANT:
+                raise
+            return "", f"the API server refused the grant of {grant.consumer}: {e.message}"
+
     def serve_kube_api(
         self, peers: Peers, provisioners: frozenset[str] = frozenset()
     ) -> list[str]:
@@ -151,14 +169,13 @@ class Access:
                 ask.cluster_rules,
                 provisioner=provisioner,
             )
-            try:
-                token = self.apply_grant(grant)
-            except rbac.NamespaceTakenError as e:
+            token, problem = self._consumer_grant(grant)
+            if problem:
                 if previous:
                     self._revoke(previous, request.relation.id)
                     del granted[key]
-                self._kube_api.refuse(request.relation, str(e))
-                self.blocked.append(f"kube-api: {e}")
+                self._kube_api.refuse(request.relation, problem)
+                self.blocked.append(f"kube-api: {problem}")
                 continue
             text = rbac.kubeconfig(
                 server=endpoint,

@@ -69,7 +69,14 @@ KUEUE = Release(
 KUEUE_NAMESPACE_LABEL = "gpu-k8s.io/kueue"
 KUEUE_NAMESPACE_VALUE = "managed"
 
-ADMISSION_PLUGINS = ("NodeRestriction", "ExtendedResourceToleration")
+# kube-apiserver's admission plugins beyond its defaults: NodeRestriction (kubeadm's own
+# default), ExtendedResourceToleration (GPU pods tolerate the GPU nodes' taint) and
+# DenyServiceExternalIPs (a team's Service with externalIPs would take over traffic to any
+# address, CVE-2020-8554; kubernetes.io/docs/reference/access-authn-authz/
+# admission-controllers/#denyserviceexternalips). Only clusters bootstrapped with this list
+# get it: kubeadm keeps a cluster's apiServer extraArgs in kubeadm-config, and `kubeadm
+# upgrade apply` renders kube-apiserver from that, which the charm does not rewrite.
+ADMISSION_PLUGINS = ("NodeRestriction", "ExtendedResourceToleration", "DenyServiceExternalIPs")
 
 # Pod Security Admission (kube-apiserver's PodSecurity plugin, on by default since 1.23, GA
 # in 1.25; kubernetes.io/docs/concepts/security/pod-security-admission/): a namespace's

@@ -41,7 +41,10 @@ def test_leader_installs_pinned_packages_and_bootstraps(ctx, machine, api):
     assert machine.proxy_servers() == ["192.0.2.0:6443"]
     assert machine.services[api_proxy.SERVICE].active
     args = {a["name"]: a["value"] for a in cluster["apiServer"]["extraArgs"]}
-    assert "ExtendedResourceToleration" in args["enable-admission-plugins"].split(",")
+    plugins = args["enable-admission-plugins"].split(",")
+    assert {"NodeRestriction", "ExtendedResourceToleration", "DenyServiceExternalIPs"} <= set(
+        plugins
+    )
     assert init["bootstrapTokens"][0]["ttl"] == "24h0m0s"
     assert not machine.path("/etc/kubernetes/gpu-k8s/kubeadm-init.yaml").exists()
     # flannel applied with the pod CIDR, pinned images

@@ -430,3 +430,31 @@ def test_a_namespace_granted_before_pod_security_is_labelled_once(ctx, bootstrap
     )
     ctx.run(ctx.on.update_status(), out)
     assert _pod_security(api, "training") == _levels("restricted")
+
+
+def test_a_grant_the_api_server_refuses_refuses_that_consumer_alone(ctx, bootstrapped, api):
+    """One consumer's Role the API server will not take never holds up the others."""
+    bad = kube_api_relation("odd", "odd", JOBS)
+    good = kube_api_relation("tensorflow", "training", JOBS, NODES)
+    state = with_relation(with_relation(bootstrapped, bad), good)
+    api.inject(
+        status=422,
+        times=1,
+        method="PATCH",
+        path_prefix=f"{RBAC}/namespaces/odd/roles/",
+        message='Role.rbac.authorization.k8s.io "gpu-k8s-odd" is invalid: rules[0]: Invalid',
+    )
+    out = ctx.run(ctx.on.relation_changed(bad), state)
+
+    error = out.get_relation(bad.id).local_app_data["error"]
+    assert error == (
+        "the API server refused the grant of odd: Role.rbac.authorization.k8s.io "
+        '"gpu-k8s-odd" is invalid: rules[0]: Invalid'
+    )
+    assert "kubeconfig-secret-id" in out.get_relation(good.id).local_app_data
+    assert out.unit_status.name == "blocked"
+    assert "kube-api: the API server refused the grant of odd" in out.unit_status.message
+    # an unwell API server is no refusal: everyone waits and nothing is refused
+    api.inject(status=503, times=1, method="PATCH", path_prefix=f"{RBAC}/namespaces/odd/roles/")
+    again = ctx.run(ctx.on.relation_changed(bad), state)
+    assert "error" not in again.get_relation(bad.id).local_app_data

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import ops
+import pydantic
 import pytest
 from ops import testing
 
@@ -108,6 +109,19 @@ def test_requirer_not_related():
         assert mgr.charm.kube.problem().startswith("not related to kube-api")
 
 
+def rule(groups: list[str], resources: list[str], verbs: list[str], **extra) -> dict:
+    return {"api-groups": groups, "resources": resources, "verbs": verbs, **extra}
+
+
+def queue(names: list[str]) -> dict:
+    return rule(
+        ["kueue.x-k8s.io"],
+        ["clusterqueues"],
+        ["get", "create", "patch"],
+        **{"resource-names": names},
+    )
+
+
 @pytest.mark.parametrize(
     ("request_", "error"),
     [
@@ -138,11 +152,38 @@ def test_requirer_not_related():
         # issue 29: PersistentVolume writes are the path to a hostPath volume
         ({"namespace": "a", "cluster-rules": [NODES, PVS]}, "persistentvolume creation"),
         ({"namespace": "a", "cluster-rules": [NODES]}, None),
+        # a consumer's ClusterQueue is its own, team-<namespace>; never another team's
+        ({"namespace": "a", "cluster-rules": [queue(["team-a"])]}, None),
+        ({"namespace": "a", "cluster-rules": [queue(["team-b"])]}, "named only team-a"),
+        ({"namespace": "a", "cluster-rules": [queue(["team-a", "team-b"])]}, "named only"),
+        # Endpoints writes send a Service's traffic anywhere (CVE-2021-25740); reads are fine
+        ({"namespace": "a", "rules": [rule([""], ["endpoints"], ["create"])]}, "CVE-2021-25740"),
+        (
+            {
+                "namespace": "a",
+                "rules": [rule(["discovery.k8s.io"], ["endpointslices"], ["patch"])],
+            },
+            "CVE-2021-25740",
+        ),
+        ({"namespace": "a", "rules": [rule([""], ["endpoints"], ["get", "list"])]}, None),
     ],
 )
 def test_policy(request_, error):
     got = check_policy(RequirerAppData.model_validate(request_))
     assert (got is None) if error is None else error in got
+
+
+def test_an_empty_name_is_no_name():
+    """A resource name of "" would match any POST create (it carries no name); "" is a group.
+
+    RBAC matches resourceNames exactly, so a rule naming "" would allow creating any
+    ClusterQueue by POST. "" stays the core API group.
+    """
+    with pytest.raises(pydantic.ValidationError, match="must not be empty"):
+        RequirerAppData.model_validate({"namespace": "a", "cluster-rules": [queue([""])]})
+    with pytest.raises(pydantic.ValidationError, match="must not be empty"):
+        RequirerAppData.model_validate({"namespace": "a", "rules": [rule([""], [""], ["get"])]})
+    assert RequirerAppData.model_validate({"namespace": "a", "cluster-rules": [NODES]})
 
 
 def test_policy_grants_volume_writes_to_a_named_provisioner_only():

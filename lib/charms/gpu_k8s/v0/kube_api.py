@@ -36,7 +36,7 @@ from charms.gpu_k8s.v0.databag import Databag, Endpoint, explain, write
 
 LIBID = "26b1d42dbc2949cb8a83e29b11759d4f"
 LIBAPI = 0
-LIBPATCH = 8
+LIBPATCH = 9
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +96,10 @@ NAMED_CLUSTER_OBJECTS: dict[tuple[str, str], str] = {
         "tensorflow applies its own team's ClusterQueue (queues.py), never another team's"
     ),
 }
+# The one name each of those a consumer may use: its own, from its namespace (the
+# tensorflow charm names its team's ClusterQueue `team-<namespace>`, queues.py). Any
+# other name would let it rewrite, delete or take first another team's object.
+OWN_NAMES: dict[tuple[str, str], str] = {("kueue.x-k8s.io", "clusterqueues"): "team-{namespace}"}
 NAMED_VERBS = frozenset({"get", "create", "patch", "update", "delete"})
 # A storage provisioner (efs-storage) makes the PersistentVolume and the claim of each of its
 # consumers, in the consumer's namespace, and checks which pods mount a claim before it
@@ -121,6 +125,10 @@ _TOKEN = "token request outside the own namespace (RBAC good practices: Token re
 _CSR = "certificatesigningrequests and signers (RBAC good practices: CSRs and certificate issuing)"
 _WEBHOOKS = "admission webhooks and policies (RBAC good practices: Control admission webhooks)"
 _NAMESPACES = "namespace modification (RBAC good practices: Namespace modification)"
+# Writing Endpoints or EndpointSlices lets a Service send traffic to any address, other
+# namespaces' pods included (CVE-2021-25740, kubernetes/kubernetes#103675; Kubernetes took
+# these writes out of its `edit` and `admin` roles for that reason).
+_ENDPOINTS = "endpoints writes (traffic to other namespaces' pods: CVE-2021-25740)"
 _SECRETS = (
     "secrets cannot be granted cluster-wide, only in rules (RBAC good practices: Listing secrets)"
 )
@@ -131,6 +139,8 @@ _SECRETS = (
 _GROUP_PATHS = {"certificates.k8s.io": _CSR, "admissionregistration.k8s.io": _WEBHOOKS}
 _ANY_SCOPE_PATHS = {
     ("", "namespaces"): _NAMESPACES,
+    ("", "endpoints"): _ENDPOINTS,
+    ("discovery.k8s.io", "endpointslices"): _ENDPOINTS,
     ("", "nodes/proxy"): _NODES_PROXY,
     ("", "persistentvolumes"): _PV,
 }
@@ -170,10 +180,14 @@ class Rule(Databag):
 
     @pydantic.field_validator("api_groups", "resources", "verbs", "resource_names")
     @classmethod
-    def _words(cls, values: list[str] | None) -> list[str] | None:
+    def _words(cls, values: list[str] | None, info: pydantic.ValidationInfo) -> list[str] | None:
         for value in values or ():
             if not _WORD.match(value):
                 raise ValueError(f"{value!r} is not an API group, resource, verb or name")
+            # "" is the core API group; as a name it would match a create by POST, which
+            # carries no name (RBAC matches resourceNames exactly), so it is no name
+            if not value and info.field_name != "api_groups":
+                raise ValueError("must not be empty")
         return values
 
     def manifest(self) -> dict[str, list[str]]:
@@ -238,7 +252,7 @@ def check_policy(request: RequirerAppData, *, provisioner: bool = False) -> str 
         return f"namespace {request.namespace} is reserved; ask for a namespace of your own"
     for scope, rules in (("rules", request.rules), ("cluster-rules", request.cluster_rules)):
         for rule in rules:
-            problem = _rule_problem(scope, rule, provisioner=provisioner)
+            problem = _rule_problem(scope, rule, request.namespace, provisioner=provisioner)
             if problem:
                 return problem
     return None
@@ -256,7 +270,7 @@ def _wildcard(scope: str, rule: Rule) -> str | None:
     return None
 
 
-def _rule_problem(scope: str, rule: Rule, *, provisioner: bool) -> str | None:
+def _rule_problem(scope: str, rule: Rule, namespace: str, *, provisioner: bool) -> str | None:
     wildcard = _wildcard(scope, rule)
     if wildcard:
         return wildcard
@@ -266,23 +280,53 @@ def _rule_problem(scope: str, rule: Rule, *, provisioner: bool) -> str | None:
         return f"{scope}: verb {bad[0]} is not allowed"
     if RBAC_GROUP in rule.api_groups:
         return f"{scope}: {RBAC_GROUP} resources are not allowed"
-    cluster = scope == "cluster-rules"
     for group in rule.api_groups:
         for resource in rule.resources:
-            if cluster and _cluster_allowed(group, resource, verbs, rule, provisioner):
-                continue
-            path = _escalation(group, resource, cluster=cluster)
-            if path and path in (_WORKLOAD, _TOKEN) and verbs <= READ_VERBS:
-                path = None  # reading pods or jobs elsewhere is no workload creation
-            if path:
-                return f"{scope}: {resource} refused: {path}"
-            if cluster:
-                what = f"{group}/{resource}" if group else resource
-                return (
-                    f"cluster-rules: {', '.join(sorted(verbs))} on {what} is not on the "
-                    "cluster-wide allow-list; ask for it in rules (your own namespace)"
-                )
+            problem = _resource_problem(
+                scope, group, resource, verbs, rule, namespace, provisioner
+            )
+            if problem:
+                return problem
     return None
+
+
+def _resource_problem(
+    scope: str,
+    group: str,
+    resource: str,
+    verbs: set[str],
+    rule: Rule,
+    namespace: str,
+    provisioner: bool,
+) -> str | None:
+    cluster = scope == "cluster-rules"
+    if cluster and (named := _not_own_name(group, resource, rule, namespace)):
+        return named
+    if cluster and _cluster_allowed(group, resource, verbs, rule, provisioner):
+        return None
+    path = _escalation(group, resource, cluster=cluster)
+    if path and path in (_WORKLOAD, _TOKEN, _ENDPOINTS) and verbs <= READ_VERBS:
+        path = None  # reading pods, jobs or endpoints is no escalation
+    if path:
+        return f"{scope}: {resource} refused: {path}"
+    if cluster:
+        what = f"{group}/{resource}" if group else resource
+        return (
+            f"cluster-rules: {', '.join(sorted(verbs))} on {what} is not on the "
+            "cluster-wide allow-list; ask for it in rules (your own namespace)"
+        )
+    return None
+
+
+def _not_own_name(group: str, resource: str, rule: Rule, namespace: str) -> str | None:
+    """Why `rule` names cluster objects that are not the consumer's own (OWN_NAMES)."""
+    own = OWN_NAMES.get((group, resource))
+    if own is None or not rule.resource_names:
+        return None
+    name = own.format(namespace=namespace)
+    if rule.resource_names == [name]:
+        return None
+    return f"cluster-rules: {resource} may be named only {name}, your own (another is a team's)"
 
 
 def _cluster_allowed(
