@@ -86,7 +86,7 @@ class TensorflowCharm(ops.CharmBase):
         super().__init__(framework)
         namespace = self.app.name
         rules: list[Rule | dict[str, Any]] = [*NAMESPACED_RULES]
-        cluster: list[Rule | dict[str, Any]] = cluster_rules(namespace)
+        cluster: list[Rule | dict[str, Any]] = [*cluster_rules(namespace)]
         self.kube_api = KubeApiRequirer(
             self, KUBE_API, namespace=namespace, rules=rules, cluster_rules=cluster
         )
