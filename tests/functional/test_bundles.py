@@ -31,45 +31,181 @@ def charm_metadata(name: str) -> dict:
 
 
 def merge(base: dict, overlay: dict) -> dict:
-    """Apply a Juju overlay: deep-merge mappings, drop applications given no body."""
+    """Apply a Juju overlay as Juju does (juju/juju internal/charm/overlay.go applyOverlay).
+
+    - applications and saas: an entry with no body is deleted with every relation naming
+      it (removeRelations); a new one is added; an existing one is merged field by field
+      (mergeStructs): a field the overlay names replaces the bundle's, except a mapping
+      (options, constraints maps...), whose keys are set one by one, an empty mapping
+      clearing it and a key with an empty non-scalar value deleting that key;
+    - series replaces the bundle's; relations are appended (even ones naming an application
+      an earlier overlay removed: "Keep the dud relation in the set, it will be caught by
+      the bundle verify code");
+    - machines: the overlay's map *replaces* the bundle's ("Override machine definitions").
+    """
     merged = copy.deepcopy(base)
-    for key, value in overlay.items():
-        if key == "applications":
-            apps = merged.setdefault("applications", {})
-            for app, body in value.items():
-                if body is None:
-                    apps.pop(app, None)
-                    merged["relations"] = [
-                        r
-                        for r in merged.get("relations", [])
-                        if all(not e.startswith(f"{app}:") for e in r)
-                    ]
-                else:
-                    apps[app] = _deep_merge(apps.get(app, {}), body)
-        elif key == "relations":  # added to the bundle's
-            merged[key] = merged.get(key, []) + [r for r in value if r not in merged.get(key, [])]
-        elif isinstance(value, dict):
-            merged[key] = _deep_merge(merged.get(key, {}), value)
-        else:
-            merged[key] = value
+    for section in ("applications", "saas"):
+        for name, body in (overlay.get(section) or {}).items():
+            entries = merged.setdefault(section, {})
+            if not body:
+                entries.pop(name, None)
+                merged["relations"] = _remove_relations(merged.get("relations") or [], name)
+            elif name not in entries:
+                entries[name] = copy.deepcopy(body)
+            else:
+                entries[name] = _merge_structs(entries[name], body)
+    if overlay.get("series"):
+        merged["series"] = overlay["series"]
+    merged["relations"] = (merged.get("relations") or []) + copy.deepcopy(
+        overlay.get("relations") or []
+    )
+    if overlay.get("machines") is not None:
+        merged["machines"] = copy.deepcopy(overlay["machines"])
     return merged
 
 
-def _deep_merge(base: dict, extra: dict) -> dict:
-    out = copy.deepcopy(base)
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _deep_merge(out[key], value)
+def _remove_relations(relations: list, app: str) -> list:
+    """overlay.go removeRelations: drop each relation with an end `app` or `app:<endpoint>`."""
+    return [
+        r
+        for r in relations
+        if len(r) != 2 or not any(end == app or end.startswith(f"{app}:") for end in r)
+    ]
+
+
+def _merge_structs(dst: dict, src: dict) -> dict:
+    out = copy.deepcopy(dst)
+    for field, value in src.items():
+        if isinstance(value, dict):
+            if not value:
+                out[field] = {}
+                continue
+            target = out.setdefault(field, {}) or {}
+            for key, item in value.items():
+                if item in (None, {}, []):  # an empty non-scalar: deleted from the map
+                    target.pop(key, None)
+                else:
+                    target[key] = copy.deepcopy(item)
+            out[field] = target
         else:
-            out[key] = copy.deepcopy(value)
+            out[field] = copy.deepcopy(value)
     return out
+
+
+def verify(bundle: dict) -> list[str]:
+    """What Juju's bundle verifier refuses in the merged bundle, in its words.
+
+    juju/juju internal/charm/bundledata.go: verifyPlacement ("placement %q refers to a
+    machine not defined in this bundle", "too many units specified in unit placement for
+    application %q"), the machine reference count ("machine %q is not referred to by a
+    placement directive") and verifyRelations ("relation %q refers to application %q not
+    defined in this bundle", "relation %q relates an application to itself", "relation
+    %q is defined more than once").
+    """
+    return _placement_errors(bundle) + _relation_errors(bundle)
+
+
+def _placement_errors(bundle: dict) -> list[str]:
+    errors = []
+    machines = {str(m): 0 for m in bundle.get("machines") or {}}
+    for name, app in (bundle.get("applications") or {}).items():
+        to = [str(t) for t in app.get("to") or []]
+        if len(to) > app.get("num_units", 0):
+            errors.append(f'too many units specified in unit placement for application "{name}"')
+        for target in to:
+            machine = target.rpartition(":")[2]
+            if "/" in machine or machine == "new":
+                continue
+            if machine not in machines:
+                errors.append(
+                    f'placement "{target}" refers to a machine not defined in this bundle'
+                )
+            else:
+                machines[machine] += 1
+    return errors + [
+        f'machine "{m}" is not referred to by a placement directive'
+        for m, count in machines.items()
+        if count == 0
+    ]
+
+
+def _relation_errors(bundle: dict) -> list[str]:
+    errors = []
+    apps, saas = bundle.get("applications") or {}, bundle.get("saas") or {}
+    seen = set()
+    for relation in bundle.get("relations") or []:
+        quoted = "[" + " ".join(f'"{end}"' for end in relation) + "]"
+        ends = [end.split(":")[0] for end in relation]
+        errors += [
+            f'relation {quoted} refers to application "{app}" not defined in this bundle'
+            for app in ends
+            if app not in apps and app not in saas
+        ]
+        if ends[0] == ends[1]:
+            errors.append(f"relation {quoted} relates an application to itself")
+        key = tuple(sorted(relation))
+        if key in seen:
+            errors.append(f"relation {quoted} is defined more than once")
+        seen.add(key)
+    return errors
+
+
+def overlays() -> dict[str, dict]:
+    return {o.stem: yaml.safe_load(o.read_text()) for o in OVERLAYS}
 
 
 def variants() -> list[tuple[str, dict]]:
     base = yaml.safe_load(BUNDLE.read_text())
     out = [("gpu-k8s", base)]
-    out += [(o.stem, merge(base, yaml.safe_load(o.read_text()))) for o in OVERLAYS]
+    out += [(name, merge(base, overlay)) for name, overlay in overlays().items()]
     return out
+
+
+# Overlays given together in an order that fails, and why; the README says which comes
+# first. cos.yaml relates kubernetes-worker-gpu, which cpu-only.yaml removes: Juju appends
+# a later overlay's relations after an earlier overlay removed the application.
+FAILING_ORDERS = {
+    ("cpu-only", "cos"): [
+        'relation ["kubernetes-worker-gpu:cos-agent" "otelcol:cos-agent"] refers to '
+        'application "kubernetes-worker-gpu" not defined in this bundle'
+    ],
+}
+
+
+def pairs() -> list[tuple[str, str]]:
+    names = sorted(overlays())
+    return [(a, b) for a in names for b in names if a != b]
+
+
+@pytest.mark.parametrize("variant", [v for v, _ in variants()])
+def test_every_variant_is_a_bundle_juju_accepts(variant):
+    assert verify(dict(variants())[variant]) == []
+
+
+@pytest.mark.parametrize(("first", "second"), pairs(), ids=[f"{a}+{b}" for a, b in pairs()])
+def test_two_overlays_in_either_order_are_accepted_but_the_documented_order(first, second):
+    base = yaml.safe_load(BUNDLE.read_text())
+    both = merge(merge(base, overlays()[first]), overlays()[second])
+    assert verify(both) == FAILING_ORDERS.get((first, second), [])
+
+
+def test_the_readme_gives_the_overlays_in_an_order_that_works():
+    readme = (ROOT / "README.md").read_text()
+    for first, second in FAILING_ORDERS:
+        assert f"`{second}.yaml` before `{first}.yaml`" in readme
+
+
+def test_an_overlay_with_its_own_machines_replaces_the_bundles():
+    """juju/juju overlay.go: "Override machine definitions" (F-1 of the 2026-11-26 review)."""
+    base = yaml.safe_load(BUNDLE.read_text())
+    overlay = {
+        "machines": {"1": {"constraints": "cores=4"}},
+        "applications": {"kubernetes-control-plane": {"num_units": 2, "to": ["0", "1"]}},
+    }
+    assert (
+        verify(merge(base, overlay))
+        == ['placement "0" refers to a machine not defined in this bundle'] * 3
+    )
 
 
 def charm_of(app: dict) -> str:
