@@ -63,10 +63,11 @@ def chief_log(text: str):
         if "gpu-k8s.io/role" not in labels:  # not a training pod (the purge Job's, ...)
             return ""
         index = labels["batch.kubernetes.io/job-completion-index"]
+        # worker 0 is the chief of an mwms job (these tests name ps jobs "ps..."): read
+        # from the job's label, never the pod's name, whose random suffix may hold "ps"
+        mwms = not labels["gpu-k8s.io/job"].startswith("ps")
         if labels["gpu-k8s.io/role"] in ("chief",) or (
-            labels["gpu-k8s.io/role"] == "worker"
-            and index == "0"
-            and "ps" not in pod["metadata"]["name"]
+            labels["gpu-k8s.io/role"] == "worker" and index == "0" and mwms
         ):
             return text
         return f"{labels['gpu-k8s.io/role']} {index} serving\nsecond line\n"
