@@ -547,6 +547,8 @@ class FakeKubeApiServer:
             self.put_object(path, obj)
         if admin_token:
             self.auth.add_token(admin_token, KUBEADM_ADMIN)
+        if self.tls is not None:  # kubeadm: --client-ca-file is the cluster CA
+            self.auth.client_ca_pem = self.tls.ca_pem
 
     # -- lifecycle
 
@@ -554,7 +556,7 @@ class FakeKubeApiServer:
         """Listen on 127.0.0.1:<free port> in a daemon thread."""
         self._httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         if self.tls is not None:
-            self._httpd.socket = self.tls.server_context().wrap_socket(
+            self._httpd.socket = self.tls.requesting_server_context().wrap_socket(
                 self._httpd.socket, server_side=True, do_handshake_on_connect=False
             )
         self._httpd.daemon_threads = True
@@ -614,6 +616,30 @@ class FakeKubeApiServer:
                 "current-context": "fake",
             }
         )
+
+    def certificate_kubeconfig(self, client_pem: str) -> str:
+        """A kubeconfig (YAML text) for this TLS server authenticating with a client certificate.
+
+        `client_pem`: certificate and key in one PEM, as kubelet-client-current.pem holds them.
+        """
+        assert self.tls is not None, "client certificates need FakeKubeApiServer(tls=True)"
+        user = {"client-certificate-data": _b64(client_pem), "client-key-data": _b64(client_pem)}
+        context = {"cluster": "fake", "user": "fake-user"}
+        return yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "fake", "cluster": self._cluster()}],
+                "users": [{"name": "fake-user", "user": user}],
+                "contexts": [{"name": "fake", "context": context}],
+                "current-context": "fake",
+            }
+        )
+
+    def node_certificate(self, node: str) -> str:
+        """A kubelet client certificate and key (PEM) of `node`, signed by this server's CA."""
+        assert self.tls is not None, "client certificates need FakeKubeApiServer(tls=True)"
+        return self.tls.client_pem(f"system:node:{node}", "system:nodes")
 
     def _cluster(self) -> dict[str, str]:
         cluster = {"server": self.url}
@@ -772,8 +798,17 @@ class FakeKubeApiServer:
 
     # -- request entry point (called by the handler thread)
 
-    def handle(self, method: str, raw_path: str, headers: Any, body: bytes) -> tuple:
+    def handle(
+        self,
+        method: str,
+        raw_path: str,
+        headers: Any,
+        body: bytes,
+        peer_certificate: bytes | None = None,
+    ) -> tuple:
         """Answer one request: (status, content_type, payload bytes, extra headers) or "reset".
+
+        `peer_certificate`: the client certificate (DER) the TLS handshake received, if any.
 
         As kube-apiserver's filters do: authentication (401), then faults a test injected
         (what happens behind it), then authorization (403), then the handler.
@@ -790,7 +825,7 @@ class FakeKubeApiServer:
             if fault is not None and fault["status"] == "reset":
                 return ("reset",)
             try:
-                user = self.auth.authenticate(auth)
+                user = self.auth.authenticate(auth, peer_certificate)
                 attrs = request_attributes(user, method, unquote(url.path), query)
                 if fault is not None:
                     raise self._fault_error(fault, attrs)
@@ -1570,7 +1605,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
         api: FakeKubeApiServer = self.server.api  # type: ignore[attr-defined]
-        answer = api.handle(self.command, self.path, self.headers, body)
+        getpeercert = getattr(self.connection, "getpeercert", None)
+        peer = getpeercert(binary_form=True) if getpeercert is not None else None
+        answer = api.handle(self.command, self.path, self.headers, body, peer)
         if answer[0] == "reset":
             self.connection.setsockopt(
                 socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)

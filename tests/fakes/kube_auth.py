@@ -15,8 +15,22 @@ Authentication (kube-apiserver as kubeadm configures it):
 - kubeadm's admin.conf: user `kubernetes-admin` in group `kubeadm:cluster-admins`, which the
   ClusterRoleBinding of that name binds to cluster-admin (kubernetes cmd/kubeadm/app/constants/
   constants.go `ClusterAdminsGroupAndClusterRoleBinding`, kubeadm 1.29+; phases/kubeconfig).
-  Its client certificate is a token here (`add_token`), as is a node's (`system:node:<name>` in
-  `system:nodes`, pkg/auth/nodeidentifier/default.go).
+  Its client certificate is a token here (`add_token`) unless a test presents a real one.
+- x509 client certificates (k8s.io/apiserver pkg/authentication/request/x509/x509.go), first in
+  the chain (kubernetes pkg/kubeapiserver/authenticator/config.go): the TLS server requests a
+  certificate without verifying it (pkg/server/secure_serving.go `tls.RequestClientCert` when
+  a client CA is set, so "other auth types" still work); the authenticator then verifies it
+  against the client CA (kubeadm's --client-ca-file is the cluster CA, the one that signed the
+  serving certificate) with `DefaultVerifyOptions` (ExtKeyUsageClientAuth: a certificate whose
+  extended key usages lack clientAuth is refused) at the current time (`clock`): not signed by
+  that CA, expired or not yet valid is an error. `CommonNameUserConversion`: the subject's CN
+  is the user, each O a group, `authentication.kubernetes.io/credential-id` is
+  `X509SHA256=<hex sha256 of the DER>`; an empty CN is no answer (the other authenticators
+  decide). The union of authenticators (pkg/authentication/request/union/union.go) lets a
+  valid bearer token win over a certificate that failed; if none succeeds and one failed, the
+  request is 401 and never anonymous (`union.NewFailOnError(authenticator, anonymous)`). A
+  kubelet's certificate is `system:node:<name>` in `system:nodes` (pkg/auth/nodeidentifier/
+  default.go); `node_token` stands in for it where a test needs no TLS.
 - ServiceAccounts (k8s.io/apiserver pkg/authentication/serviceaccount/util.go; kubernetes
   pkg/serviceaccount/legacy.go, claims.go): user `system:serviceaccount:<ns>:<name>`, uid the
   ServiceAccount's, groups `system:serviceaccounts` and `system:serviceaccounts:<ns>`. A token
@@ -92,8 +106,10 @@ always-first system:masters authorizer: kubernetes pkg/kubeapiserver/authorizer/
   system:public-info-viewer (system:authenticated and system:unauthenticated), and kubeadm's
   `kubeadm:cluster-admins` binding.
 
-Not modelled: client certificates, impersonation, the legacy-token tracking labels, bound
-object references of TokenRequest, the other bootstrap roles (admin, edit, view, controllers').
+Not modelled: intermediate certificates a client sends (the leaf must be signed by the CA
+itself), the UID a certificate may carry (AllowParsingUserUIDFromCertAuth), impersonation,
+the legacy-token tracking labels, bound object references of TokenRequest, the other
+bootstrap roles (admin, edit, view, controllers').
 """
 
 from __future__ import annotations
@@ -140,6 +156,58 @@ class AuthError(Exception):
 
 
 UNAUTHORIZED = AuthError(401, "Unauthorized", "Unauthorized")
+# user.CredentialIDKey (k8s.io/apiserver pkg/authentication/user/user.go)
+CREDENTIAL_ID = "authentication.kubernetes.io/credential-id"
+
+
+class _CertificateRefusedError(Exception):
+    """x509.go's Verify failed: the request is 401 unless another authenticator succeeds."""
+
+
+def x509_user(der: bytes, client_ca_pem: str, now: float) -> UserInfo | None:
+    """The user a client certificate names, as kube-apiserver's x509 authenticator finds it.
+
+    None when its CN is empty (CommonNameUserConversion has no answer).
+
+    Raises:
+        _CertificateRefusedError: not signed by the client CA, outside its validity at `now`, or
+            its extended key usages lack clientAuth (crypto/x509 Verify with KeyUsages
+            [ExtKeyUsageClientAuth]).
+    """
+    import hashlib
+
+    from cryptography import x509
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    try:
+        cert = x509.load_der_x509_certificate(der)
+        ca = x509.load_pem_x509_certificate(client_ca_pem.encode())
+        cert.verify_directly_issued_by(ca)
+    except Exception as e:  # ValueError, TypeError, InvalidSignature: "unknown authority"
+        reason = f"x509: certificate signed by unknown authority ({e})"
+        raise _CertificateRefusedError(reason) from None
+    moment = datetime.fromtimestamp(now, timezone.utc)
+    for one in (cert, ca):
+        if not one.not_valid_before_utc <= moment <= one.not_valid_after_utc:
+            raise _CertificateRefusedError("x509: certificate has expired or is not yet valid")
+    try:
+        usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    except x509.ExtensionNotFound:
+        usages = None  # no extension: any usage (crypto/x509 checkChainForKeyUsage)
+    if usages is not None and not {
+        ExtendedKeyUsageOID.CLIENT_AUTH,
+        ExtendedKeyUsageOID.ANY_EXTENDED_KEY_USAGE,
+    } & set(usages):
+        raise _CertificateRefusedError("x509: certificate specifies an incompatible key usage")
+    names = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    common_name = str(names[0].value) if names else ""
+    if not common_name:
+        return None
+    groups = tuple(
+        str(a.value) for a in cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)
+    )
+    credential = "X509SHA256=" + hashlib.sha256(der).hexdigest()
+    return UserInfo(common_name, groups, extra={CREDENTIAL_ID: (credential,)})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -686,6 +754,8 @@ class ClusterAuth:
         self._static: dict[str, UserInfo] = {}
         self._issued: dict[str, _Issued] = {}
         self._secret_tokens: dict[str, str] = {}  # token -> Secret path (a cache)
+        # --client-ca-file (PEM): set, client certificates are verified against it
+        self.client_ca_pem = ""
 
     # -- authentication
 
@@ -693,10 +763,24 @@ class ClusterAuth:
         """Accept `token` as `user` (kubeadm's admin.conf, a kubelet's certificate, a test's)."""
         self._static[token] = user
 
-    def authenticate(self, authorization: str) -> UserInfo:
-        """The user an `Authorization` header names; 401 `AuthError` for a token none accepts."""
+    def authenticate(self, authorization: str, peer_certificate: bytes | None = None) -> UserInfo:
+        """The user a request's client certificate (DER) or `Authorization` header names.
+
+        401 `AuthError` for a certificate the client CA does not vouch for (unless a valid
+        token follows) or a token none accepts; anonymous only when nothing failed.
+        """
+        failed = False
+        if peer_certificate and self.client_ca_pem:
+            try:
+                user = x509_user(peer_certificate, self.client_ca_pem, self._clock())
+            except _CertificateRefusedError:
+                user, failed = None, True
+            if user is not None:
+                return user.authenticated()
         parts = authorization.strip().split(" ", 2)
         if len(parts) < 2 or parts[0].lower() != "bearer" or not parts[1]:
+            if failed:
+                raise UNAUTHORIZED
             return ANONYMOUS
         token = parts[1]
         user = self._static.get(token) or self._issued_user(token) or self._secret_user(token)

@@ -1,0 +1,164 @@
+"""Root on one GPU node is not the cluster: what a worker's credential may do (issue 29 item 2).
+
+Review efs-security.md S2: every worker held one ServiceAccount token (the control plane's
+`rbac.worker_grant()`) that patches every Node, reads every pod's log, evicts any pod and
+creates pods in gpu-k8s-system. A worker acts as its kubelet instead: the client
+certificate of /etc/kubernetes/kubelet.conf (`system:node:<name>` in `system:nodes`), which
+kube-apiserver's Node authorizer and NodeRestriction confine to its own Node and the pods
+bound to it (fakes/kube_auth.py and fakes/kube_noderestriction.py name the upstream rules).
+
+Each probe is a real request, over TLS, with the real identity, refused by the fake as
+kube-apiserver 1.36 refuses it. The probes of the shared token fail while the control plane
+still grants it: they are `xfail(strict=True)` until that grant is gone (item 2, step 3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
+from fakes.kube_apiserver import FakeKubeApiServer
+from fakes.kube_grants import store_grant, worker_grant
+
+OWN, OTHER = "gpu-node-1", "gpu-node-2"
+SYSTEM = "gpu-k8s-system"
+SHARED_TOKEN = "shared-worker-token"
+
+SHARED_GRANT_STANDS = pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "issue 29 item 2 (review S2): the workers' shared ServiceAccount grant still "
+        "patches every Node, reads every log, evicts any pod and creates pods in "
+        "gpu-k8s-system; refused once the control plane removes it"
+    ),
+)
+
+
+def _pod(name: str, node: str, namespace: str = "team-a") -> tuple[str, dict]:
+    spec = {"nodeName": node, "containers": [{"name": "main", "image": "busybox:1.37"}]}
+    obj = {"metadata": {"name": name, "namespace": namespace}, "spec": spec}
+    return f"/api/v1/namespaces/{namespace}/pods/{name}", obj
+
+
+@pytest.fixture
+def api() -> Iterator[FakeKubeApiServer]:
+    """Two GPU nodes, a pod on each, and the workers' shared grant as the CP stores it."""
+    with FakeKubeApiServer(tls=True) as server:
+        store_grant(server, worker_grant(), SHARED_TOKEN)
+        server.put_object("/api/v1/namespaces/team-a", {"metadata": {"name": "team-a"}})
+        for node in (OWN, OTHER):
+            labels = {"kubernetes.io/hostname": node}
+            server.put_object(f"/api/v1/nodes/{node}", {"metadata": {"labels": labels}})
+        for name, node in (("mine", OWN), ("theirs", OTHER)):
+            path, obj = _pod(name, node)
+            server.put_object(path, obj)
+            server.set_pod_log("team-a", name, f"secret output of {name}\n")
+        yield server
+
+
+def node_kube(api: FakeKubeApiServer, node: str = OWN) -> Kube:
+    """The worker on `node` acting as its kubelet (kubelet-client-current.pem)."""
+    return Kube.from_kubeconfig(api.certificate_kubeconfig(api.node_certificate(node)), retries=0)
+
+
+def shared_kube(api: FakeKubeApiServer) -> Kube:
+    """The worker acting with the shared ServiceAccount token the CP handed every worker."""
+    return Kube.from_kubeconfig(api.kubeconfig(token=SHARED_TOKEN), retries=0)
+
+
+def refused(action: Callable[[], object]) -> KubeError:
+    """`action` is refused: 401 (no such credential) or 403 (not allowed)."""
+    with pytest.raises(KubeError) as e:
+        action()
+    assert e.value.status in (401, 403), e.value
+    return e.value
+
+
+def _validation_pod(namespace: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "probe", "namespace": namespace},
+        "spec": {
+            "nodeName": OWN,
+            "restartPolicy": "Never",
+            "containers": [{"name": "probe", "image": "busybox:1.37"}],
+        },
+    }
+
+
+def _eviction(name: str) -> dict:
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": name, "namespace": "team-a"},
+    }
+
+
+PROBES: dict[str, Callable[[Kube], object]] = {
+    "patch another Node": lambda kube: kube.patch(
+        "v1", "Node", OTHER, {"metadata": {"labels": {"nvidia.com/gpu.present": "false"}}}
+    ),
+    "cordon another Node": lambda kube: kube.patch(
+        "v1", "Node", OTHER, {"spec": {"unschedulable": True}}
+    ),
+    "create a pod in gpu-k8s-system": lambda kube: kube.create(_validation_pod(SYSTEM)),
+    "create a pod in a team's namespace": lambda kube: kube.create(_validation_pod("team-a")),
+    "read another node's pod log": lambda kube: kube.pod_logs("theirs", "team-a"),
+    "evict a pod on another node": lambda kube: kube.request(
+        "POST", kube.path("v1", "Pod", "team-a", "theirs", "eviction"), body=_eviction("theirs")
+    ),
+    "list every pod": lambda kube: kube.list("v1", "Pod"),
+}
+
+
+@pytest.mark.parametrize("probe", list(PROBES))
+def test_a_node_identity_is_refused_beyond_its_own_node(api, probe):
+    with node_kube(api) as kube:
+        refused(lambda: PROBES[probe](kube))
+
+
+# what the shared grant refuses already (its pods rule is gpu-k8s-system's only)
+SHARED_REFUSES = {"create a pod in a team's namespace"}
+
+
+@pytest.mark.parametrize(
+    "probe",
+    [p if p in SHARED_REFUSES else pytest.param(p, marks=SHARED_GRANT_STANDS) for p in PROBES],
+)
+def test_the_shared_worker_token_is_refused_beyond_its_own_node(api, probe):
+    with shared_kube(api) as kube:
+        refused(lambda: PROBES[probe](kube))
+
+
+def test_a_node_identity_labels_cordons_and_drains_its_own_node(api):
+    """What the worker needs for itself: the Node authorizer allows it, NodeRestriction too."""
+    with node_kube(api) as kube:
+        labels = {"nvidia.com/gpu.present": "true", "gpu-k8s.io/team": "a"}
+        kube.patch("v1", "Node", OWN, {"metadata": {"labels": labels}})
+        kube.patch("v1", "Node", OWN, {"spec": {"unschedulable": True}})
+        pods = kube.list("v1", "Pod", field_selector=f"spec.nodeName={OWN}")
+        assert [p["metadata"]["name"] for p in pods] == ["mine"]
+        path = kube.path("v1", "Pod", "team-a", "mine", "eviction")
+        kube.request("POST", path, body=_eviction("mine"))
+    node = api.get_object(f"/api/v1/nodes/{OWN}")
+    assert node is not None and node["spec"]["unschedulable"] is True
+    assert node["metadata"]["labels"]["gpu-k8s.io/team"] == "a"
+    assert api.get_object("/api/v1/namespaces/team-a/pods/mine") is None
+
+
+def test_a_node_identity_cannot_change_its_own_taints_or_read_its_own_pods_logs(api):
+    """NodeRestriction keeps taints to the control plane; logs are not the node's to read.
+
+    plugin/pkg/admission/noderestriction/admission.go admitNode: "node ... is not allowed
+    to modify taints"; node_authorizer.go authorizePod has no opinion on pods/log and no
+    RBAC binding gives system:nodes one (bootstrappolicy: the system:node ClusterRole is
+    bound to nobody since 1.8).
+    """
+    taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    with node_kube(api) as kube:
+        error = refused(lambda: kube.patch("v1", "Node", OWN, {"spec": {"taints": [taint]}}))
+        assert "is not allowed to modify taints" in error.message
+        refused(lambda: kube.pod_logs("mine", "team-a"))
