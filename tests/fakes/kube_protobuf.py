@@ -176,6 +176,13 @@ MESSAGES: dict[str, dict[int, tuple[str, Any]]] = {
         2: ("reason", _STR),
         3: ("evaluationError", _STR),
     },
+    # k8s.io/api authentication/v1/generated.proto (`kubectl auth whoami` sends one)
+    "SelfSubjectReview": {
+        1: ("metadata", _msg("ObjectMeta")),
+        2: ("status", _msg("SelfSubjectReviewStatus")),
+    },
+    "SelfSubjectReviewStatus": {1: ("userInfo", _msg("UserInfo"))},
+    "UserInfo": {1: ("username", _STR), 2: ("uid", _STR), 3: ("groups", _rep(_STR))},
     "Time": {1: ("seconds", _INT), 2: ("nanos", _INT)},
     "FieldsV1": {1: ("Raw", _BYTES)},
     "MapEntry": {1: ("key", _STR), 2: ("value", _BYTES)},
@@ -191,6 +198,7 @@ TOP_LEVEL = {
     ("meta.k8s.io/v1", "DeleteOptions"): "DeleteOptions",
     ("policy/v1", "Eviction"): "Eviction",
     ("authorization.k8s.io/v1", "SelfSubjectAccessReview"): "SelfSubjectAccessReview",
+    ("authentication.k8s.io/v1", "SelfSubjectReview"): "SelfSubjectReview",
 }
 
 

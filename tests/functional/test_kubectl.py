@@ -567,6 +567,28 @@ def test_auth_can_i(fresh):
     assert kubectl.run("auth", "can-i", "list", "pods").stdout == "yes\n"
 
 
+def test_auth_whoami_and_can_i_as_a_node(fresh, kubectl_binary: Path):
+    """A SelfSubjectReview and a SelfSubjectAccessReview, both sent in protobuf."""
+    api, kubectl = fresh
+    printed = kubectl.run("auth", "whoami").stdout
+    assert lines(printed) == [
+        "ATTRIBUTE VALUE",
+        "Username kubernetes-admin",
+        "Groups [kubeadm:cluster-admins system:authenticated]",
+    ]
+    node = Kubectl(kubectl_binary, api, token=api.node_token("n1"))
+    try:
+        assert lines(node.run("auth", "whoami").stdout)[1:] == [
+            "Username system:node:n1",
+            "Groups [system:nodes system:authenticated]",
+        ]
+        # the Node authorizer: a node may not create pods (only mirror pods, by admission)
+        refused = node.run("auth", "can-i", "create", "deployments", check=False)
+        assert (refused.returncode, refused.stdout) == (1, "no\n")
+    finally:
+        node.close()
+
+
 # ---------------------------------------------------------------- what kube-apiserver answers
 
 

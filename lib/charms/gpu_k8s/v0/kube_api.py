@@ -36,7 +36,7 @@ from charms.gpu_k8s.v0.databag import Databag, Endpoint, explain, write
 
 LIBID = "26b1d42dbc2949cb8a83e29b11759d4f"
 LIBAPI = 0
-LIBPATCH = 9
+LIBPATCH = 10
 
 logger = logging.getLogger(__name__)
 
@@ -52,8 +52,9 @@ _WORD = re.compile(r"^[a-z0-9.\-/*]*$", re.IGNORECASE)
 # validation pods), the batch engines' jobset-system and kueue-system (their release
 # manifests' config/default kustomizations), flannel's kube-flannel (files/kube-flannel.yml)
 # and, for the NetworkPolicy CNI of issue 29 item 4, Calico's operator install
-# (tigera-operator, calico-system, calico-apiserver: projectcalico/calico
-# manifests/tigera-operator.yaml and the Installation's defaults).
+# (tigera-operator and calico-system: projectcalico/calico manifests/ocp/00-namespace-*;
+# calico-apiserver is kept reserved for older operator releases, which ran the API server
+# there before tigera/operator#3989 moved it into calico-system in 2025).
 SYSTEM_NAMESPACES = frozenset(
     {
         "default",
