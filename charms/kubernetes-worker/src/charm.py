@@ -177,7 +177,12 @@ class KubernetesWorkerCharm(ops.CharmBase):
         """Install, reboot if the driver needs it, join, upgrade, label; the node's status."""
         if self._stored.left_cluster:
             raise StatusError.maintenance(LEFT)
-        config = self.load_config(WorkerConfig, errors="blocked")
+        try:
+            config = self.load_config(WorkerConfig, errors="raise")
+        except ValueError as e:
+            # as errors="blocked" words it, but the hook ends normally: errors="blocked"
+            # aborts it before commit, so a related COS agent never heard of the block
+            raise StatusError.blocked(f"Invalid config: {e}") from None
         self.turns.update_grants(config.max_parallel_reboots)
         host = self.host_factory()
         info = self.cluster.join_material()

@@ -170,6 +170,25 @@ def test_bad_config_blocks_with_the_fix_and_changes_nothing(ctx, machine, config
     assert machine.calls == []
 
 
+def test_a_config_blocked_unit_tells_a_related_cos_agent_it_is_blocked(ctx, machine):
+    """A unit blocked by its config serves `blocked` (review observability.md F-3).
+
+    ops' errors="blocked" aborts the hook before commit, so the unit-state file kept its
+    last status and GpuK8sUnitBlocked could never fire.
+    """
+    agent = testing.Relation("cos-agent", remote_app_name="opentelemetry-collector")
+    state = testing.State(relations={agent}, config={"drain-timeout": -1})
+
+    out = ctx.run(ctx.on.config_changed(), state)
+
+    assert out.unit_status == testing.BlockedStatus(
+        "Invalid config: drain-timeout: must be a number of seconds from 0 to 3600"
+    )
+    served = machine.host().read("/var/lib/gpu-k8s/unit-state/kubernetes-worker-0.prom")
+    assert served is not None
+    assert 'gpu_k8s_unit_status{status="blocked"} 1' in served.splitlines()
+
+
 def test_valid_labels_are_accepted(ctx, machine):
     config = {"node-labels": "example.com/pool=gpu tier=batch node.kubernetes.io/exclude= x=y_z.1"}
 
