@@ -7,6 +7,9 @@ from typing import Any
 
 KUBE_API = "kube-api"
 SHARED_STORAGE = "shared-storage"
+PEERS = "peers"
+# The peer application data key of who holds which path (JSON consumer -> path).
+HOLDINGS_KEY = "directory-holders"
 FIELD_MANAGER = "efs-storage"  # also the value of the managed-by label (claims.py)
 
 # AWS's recommended NFS client options for EFS.

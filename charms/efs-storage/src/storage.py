@@ -195,6 +195,9 @@ class Managed:
     claim_name: str | None
     volume_name: str | None
     phase: str
+    # What its volume exports and when the volume was made (None when the volume is gone).
+    path: str | None = None
+    created: str = ""
 
     @property
     def key(self) -> str:
@@ -220,6 +223,16 @@ def _volume_matches(live: dict, spec: ClaimSpec, owner: Owner) -> bool:
         and claim_ref.get("name") == spec.claim_name
         and all(labels.get(k) == v for k, v in want["metadata"]["labels"].items())
     )
+
+
+def _source(volume: dict | None) -> dict[str, Any]:
+    """The path a live volume exports and its creation time, for `Managed`."""
+    if volume is None:
+        return {}
+    return {
+        "path": ((volume.get("spec") or {}).get("nfs") or {}).get("path"),
+        "created": volume["metadata"].get("creationTimestamp") or "",
+    }
 
 
 class Storage:
@@ -360,7 +373,10 @@ class Storage:
     def managed(self) -> list[Managed]:
         """Every pair this application made, found by label (claims and orphan volumes)."""
         claims = self.kube.list("v1", "PersistentVolumeClaim", None, self.owner.selector)
-        volumes = self.kube.list("v1", "PersistentVolume", None, self.owner.selector)
+        volumes = {
+            v["metadata"]["name"]: v
+            for v in self.kube.list("v1", "PersistentVolume", None, self.owner.selector)
+        }
         out: list[Managed] = []
         claimed: set[str] = set()
         for claim in claims:
@@ -374,11 +390,12 @@ class Storage:
                     claim_name=meta["name"],
                     volume_name=volume,
                     phase=(claim.get("status") or {}).get("phase") or "Pending",
+                    **_source(volumes.get(volume or "")),
                 )
             )
-        for volume in volumes:
+        for name, volume in volumes.items():
             meta = volume["metadata"]
-            if meta["name"] in claimed:
+            if name in claimed:
                 continue
             ref = (volume.get("spec") or {}).get("claimRef") or {}
             out.append(
@@ -386,8 +403,9 @@ class Storage:
                     consumer=(meta.get("labels") or {}).get(LABEL_CONSUMER, ""),
                     namespace=ref.get("namespace", ""),
                     claim_name=None,
-                    volume_name=meta["name"],
+                    volume_name=name,
                     phase=(volume.get("status") or {}).get("phase") or "Available",
+                    **_source(volume),
                 )
             )
         return sorted(out, key=lambda m: (m.namespace, m.claim_name or "", m.volume_name or ""))
@@ -405,14 +423,18 @@ class Storage:
         self._delete_pair(item.namespace, item.claim_name, item.volume_name)
         return []
 
-    def release_all_except(self, keep: set[str]) -> dict[str, list[str]]:
+    def release_all_except(
+        self, keep: set[str], managed: list[Managed] | None = None
+    ) -> dict[str, list[str]]:
         """Release every managed pair whose claim (`namespace/claim`) or volume is not in `keep`.
+
+        `managed` is what `managed()` returned earlier in this pass (listed again if None).
 
         Returns:
             `namespace/claim` -> pods still using it, for the pairs that had to stay.
         """
         blocked: dict[str, list[str]] = {}
-        for item in self.managed():
+        for item in self.managed() if managed is None else managed:
             if item.key in keep or (item.claim_name is None and item.volume_name in keep):
                 continue
             users = self.release(item)

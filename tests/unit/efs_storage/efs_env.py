@@ -123,6 +123,9 @@ class Env:
             relations = [self.kube_api_relation()]
             for app, namespace in (consumers if consumers is not None else {}).items():
                 relations.append(storage_relation(app, namespace))
+        if not any(r.endpoint == "peers" for r in relations):
+            # Juju makes the peer relation when the application is deployed.
+            relations = [*relations, testing.PeerRelation("peers")]
         return testing.State(
             leader=leader,
             config=config or {},

@@ -286,9 +286,13 @@ def test_adopting_a_missing_file_system_blocks_and_creates_nothing(ctx, env):
 def test_each_consumer_gets_its_own_claim_in_its_namespace(ctx, env):
     env.add_node("us-east-1a")
     env.add_namespace("research")
-    out = ctx.run(
-        ctx.on.install(), env.state(consumers={"tensorflow": "training", "notebook": "research"})
+    # Two consumers served the file system's root see each other's files: since issue 29
+    # only the operator allows that (root-consumers); the second one is refused otherwise.
+    state = env.state(
+        config={"root-consumers": "tensorflow,notebook"},
+        consumers={"tensorflow": "training", "notebook": "research"},
     )
+    out = ctx.run(ctx.on.install(), state)
     tf, nb = answer(out, "tensorflow"), answer(out, "notebook")
     assert tf["claim-name"] == "efs-storage-tensorflow" and tf["namespace"] == "training"
     assert nb["claim-name"] == "efs-storage-notebook" and nb["namespace"] == "research"
@@ -367,7 +371,7 @@ def test_departed_consumer_claim_is_deleted_unless_pods_use_it(ctx, env):
     env.api.delete_object("/api/v1/namespaces/training/pods/mnist-worker-0")
     gone = testing.State(
         leader=True,
-        relations=[r for r in out.relations if r.endpoint == "kube-api"],
+        relations=[r for r in out.relations if r.endpoint in ("kube-api", "peers")],
         secrets=out.secrets,
         model=env.model,
         stored_states=out.stored_states,
@@ -393,7 +397,7 @@ def test_consumer_moving_namespace_gets_a_new_claim_and_the_old_one_goes(ctx, en
     )
     state = testing.State(
         leader=True,
-        relations=[*[r for r in out.relations if r.endpoint == "kube-api"], moved],
+        relations=[*[r for r in out.relations if r.endpoint in ("kube-api", "peers")], moved],
         secrets=out.secrets,
         model=env.model,
     )
