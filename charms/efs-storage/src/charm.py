@@ -45,7 +45,7 @@ from literals import (
     PEERS,
     SHARED_STORAGE,
 )
-from storage import ClaimState, Managed, Storage, claim_spec
+from storage import ClaimState, Managed, Storage, claim_spec, namespace_problem
 
 from charms.gpu_k8s.v0.cos_agent import CosAgentProvider
 from charms.gpu_k8s.v0.databag import write
@@ -257,6 +257,8 @@ class EfsStorageCharm(ops.CharmBase):
         requests = sorted(self.shared_storage.requests(), key=lambda r: r.relation.id)
         for request in requests:
             if request.namespace is not None:
+                request = self._own_namespace(kube, request)
+            if request.namespace is not None:
                 request = self._hold(holdings, request, config)
             if request.namespace is None:
                 self.shared_storage.refuse(request.relation, request.error or "invalid request")
@@ -328,6 +330,17 @@ class EfsStorageCharm(ops.CharmBase):
             if item.consumer and item.path is not None:
                 holdings.claim(item.consumer, item.path)
         return holdings
+
+    def _own_namespace(self, kube: Kube, request: StorageRequest) -> StorageRequest:
+        """`request`, or a refusal when its namespace is not the one granted to it."""
+        namespace = request.namespace or ""
+        if namespace == (self.kube_api.namespace() or self.app.name):
+            error: str | None = f"namespace {namespace} is {self.app.name}'s own; ask for yours"
+        else:
+            error = namespace_problem(kube, request.app_name, namespace)
+        if error is None:
+            return request
+        return dataclasses.replace(request, namespace=None, error=error)
 
     def _hold(self, holdings: Holdings, request: StorageRequest, config: Config) -> StorageRequest:
         """`request`, or a refusal when another consumer holds an overlapping path."""

@@ -36,6 +36,8 @@ NAMESPACED_RULES: list[Any] = [
 ]
 CLUSTER_RULES: list[Any] = [
     {"api-groups": [""], "resources": ["nodes"], "verbs": ["get", "list"]},
+    # a consumer's namespace, read for the label that says whose it is (storage.py)
+    {"api-groups": [""], "resources": ["namespaces"], "verbs": ["get"]},
     {
         "api-groups": [""],
         "resources": ["persistentvolumes"],

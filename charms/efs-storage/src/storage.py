@@ -61,6 +61,9 @@ from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
 logger = logging.getLogger(__name__)
 
 _FINISHED_PHASES = ("Succeeded", "Failed")
+# The label the control plane puts on the namespace it grants a kube-api consumer: the
+# consumer's application name (kubernetes-control-plane literals.CONSUMER_LABEL).
+LABEL_NAMESPACE_CONSUMER = "gpu-k8s.io/consumer"
 
 
 class ClaimConflictError(Exception):
@@ -108,6 +111,32 @@ def claim_spec(
         file_system_id=file_system_id,
         directory=directory,
         directory_owner=directory_owner,
+    )
+
+
+def namespace_problem(kube: Kube, consumer: str, namespace: str) -> str | None:
+    """Why `consumer`'s claim may not go into `namespace`, or None (review N3).
+
+    A claim goes only into the namespace the control plane granted that consumer on
+    kube-api: it labels that Namespace `gpu-k8s.io/consumer: <application>` (the control
+    plane's rbac.manifests and literals.CONSUMER_LABEL) and grants no consumer any write on
+    namespaces (kube_api `_NAMESPACES`), so the label is its word. A namespace not there yet
+    is made when the consumer is granted it; its claim waits for it (`ensure`).
+    """
+    live = kube.get("v1", "Namespace", namespace)
+    if live is None:
+        return None
+    holder = ((live.get("metadata") or {}).get("labels") or {}).get(LABEL_NAMESPACE_CONSUMER)
+    if holder == consumer:
+        return None
+    if holder:
+        return (
+            f"namespace {namespace} is granted to {holder} on kube-api, not to {consumer}; "
+            "ask for the namespace the control plane granted you"
+        )
+    return (
+        f"namespace {namespace} was not granted to {consumer} on kube-api; ask for the "
+        "namespace the control plane granted you"
     )
 
 

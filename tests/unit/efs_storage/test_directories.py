@@ -375,7 +375,7 @@ def test_the_jobs_script_refuses_a_path_through_a_symbolic_link(tmp_path, me):
 def test_consumers_asking_for_overlapping_directories_are_refused_but_the_first(ctx, env, jobs):
     """Issue 29: the first related keeps it (was: the first by name, review N2)."""
     env.add_node("us-east-1a")
-    env.add_namespace("research")
+    env.add_namespace("research", "notebook")
     relations = [
         env.kube_api_relation(),
         storage_relation("tensorflow", "training", directory="teams"),
@@ -456,7 +456,7 @@ def test_a_newcomer_asking_for_a_served_directory_is_refused_and_takes_nothing(
     out = ctx.run(ctx.on.update_status(), _state(env))
     claim_uid = env.pvc("training", "efs-storage-tensorflow")["metadata"]["uid"]
     volume = _volume(env)
-    env.add_namespace("intruder")
+    env.add_namespace("intruder", "aaa")
     aaa = storage_relation("aaa", "intruder", directory="tensorflow", uid="2000", gid="2000")
     for asked in (aaa, storage_relation("aaa", "intruder", directory="tensorflow/checkpoints")):
         out = ctx.run(ctx.on.relation_changed(asked), _with(out, asked))
@@ -480,7 +480,7 @@ def test_a_holder_gone_frees_its_directory_only_once_no_pod_uses_its_claim(
 ):
     _serve_tensorflow(ctx, env, jobs, monkeypatch)
     env.add_pod("training", "trainer-0", "efs-storage-tensorflow")
-    env.add_namespace("research")
+    env.add_namespace("research", "notebook")
     later = storage_relation("notebook", "research", directory="tensorflow")
     state = env.state(relations=[env.kube_api_relation(), later])
     out = ctx.run(ctx.on.update_status(), state)  # tensorflow's relation is gone
@@ -498,7 +498,7 @@ def test_holders_are_learned_from_the_volumes_of_a_revision_that_recorded_none(
 ):
     """After an upgrade the peer data is empty: the volumes say who was served first."""
     _serve_tensorflow(ctx, env, jobs, monkeypatch)
-    env.add_namespace("intruder")
+    env.add_namespace("intruder", "aaa")
     aaa = storage_relation("aaa", "intruder", directory="tensorflow")
     out = ctx.run(ctx.on.upgrade_charm(), _with(_state(env), aaa))  # fresh peer data
     assert "held by tensorflow" in _answers(out)["aaa"]["error"]
@@ -510,7 +510,7 @@ def test_a_consumer_asking_for_no_directory_is_refused_the_root_beside_directori
 ):
     """Review N3: the root holds every directory; it is refused unless the operator allows it."""
     _serve_tensorflow(ctx, env, jobs, monkeypatch)
-    env.add_namespace("research")
+    env.add_namespace("research", "rooty")
     rooty = storage_relation("rooty", "research")
     out = ctx.run(ctx.on.relation_changed(rooty), _with(_state(env), rooty))
     assert _answers(out)["rooty"]["error"] == (
@@ -532,7 +532,7 @@ def test_a_consumer_asking_for_no_directory_is_refused_the_root_beside_directori
 
 def test_a_root_consumer_served_first_holds_the_root_against_directories(ctx, env, jobs):
     env.add_node("us-east-1a")
-    env.add_namespace("research")
+    env.add_namespace("research", "rooty")
     rooty = storage_relation("rooty", "research")
     out = ctx.run(ctx.on.install(), env.state(relations=[env.kube_api_relation(), rooty]))
     assert "error" not in _answers(out)["rooty"]
@@ -563,3 +563,49 @@ def test_without_the_peer_relation_nothing_is_served_or_released(ctx, env, jobs,
         "waiting for the peer relation to record directory holders"
     )
     assert env.kube_writes() == before
+
+
+# -- whose namespace a claim goes into (review N3) ------------------------------------------
+@pytest.mark.parametrize(
+    ("namespace", "error"),
+    [
+        (
+            "training",
+            "namespace training is granted to tensorflow on kube-api, not to other-team; "
+            "ask for the namespace the control plane granted you",
+        ),
+        (APP, f"namespace {APP} is {APP}'s own; ask for yours"),
+        (
+            "handmade",
+            "namespace handmade was not granted to other-team on kube-api; ask for the "
+            "namespace the control plane granted you",
+        ),
+        *[
+            (ns, f"namespace {ns} is reserved; ask for your own namespace")
+            for ns in (
+                "kube-system",
+                "kube-public",
+                "kube-node-lease",
+                "default",
+                "gpu-k8s-system",
+                "kueue-system",
+                "jobset-system",
+                "kube-anything",
+            )
+        ],
+    ],
+)
+def test_a_claim_goes_only_into_the_namespace_granted_to_its_consumer(
+    ctx, env, jobs, monkeypatch, namespace, error
+):
+    _serve_tensorflow(ctx, env, jobs, monkeypatch)
+    env.add_namespace("handmade")
+    other = storage_relation("other-team", namespace, directory="other-team")
+    out = ctx.run(ctx.on.relation_changed(other), _with(_state(env), other))
+    assert _answers(out)["other-team"] == {"error": error}
+    assert env.pvc(namespace, "efs-storage-other-team") is None
+    assert [
+        pv["metadata"]["labels"]["gpu-k8s.io/consumer"]
+        for pv in env.api.objects("/api/v1/persistentvolumes/")
+    ] == ["tensorflow"]
+    assert "error" not in _answers(out)["tensorflow"]
