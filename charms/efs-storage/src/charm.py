@@ -33,18 +33,26 @@ from typing import TypeVar
 import aws
 import ops
 from charm_config import Config
-from claims import Owner
-from directories import HELPER_IMAGE, Directories, overlaps
+from claims import Owner, efs_path
+from directories import HELPER_IMAGE, Directories, Holdings
 from efs import Efs
 from efs_model import Desired, Node, Observed, nodes_from_kubernetes
-from literals import CLUSTER_RULES, KUBE_API, NAMESPACED_RULES, SHARED_STORAGE
-from storage import ClaimState, Storage, claim_spec
+from literals import (
+    CLUSTER_RULES,
+    HOLDINGS_KEY,
+    KUBE_API,
+    NAMESPACED_RULES,
+    PEERS,
+    SHARED_STORAGE,
+)
+from storage import ClaimState, Managed, Storage, claim_spec, namespace_problem
 
 from charms.gpu_k8s.v0.cos_agent import CosAgentProvider
+from charms.gpu_k8s.v0.databag import write
 from charms.gpu_k8s.v0.images import mirrored
 from charms.gpu_k8s.v0.kube_api import KubeApiRequirer
 from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
-from charms.gpu_k8s.v0.shared_storage import SharedStorageProvider
+from charms.gpu_k8s.v0.shared_storage import SharedStorageProvider, StorageRequest
 from charms.gpu_k8s.v0.status import StatusError, Statuses, kube_status
 from charms.gpu_k8s.v0.system import machine
 from charms.gpu_k8s.v0.unit_state import Gauge
@@ -241,15 +249,17 @@ class EfsStorageCharm(ops.CharmBase):
             efs_ready=observed.ready and not observed.dns_problem,
         )
         storage = Storage(kube, owner, directories)
+        managed = storage.managed()
+        holdings = self._holdings(managed)
         states: list[ClaimState] = []
         keep: set[str] = set()
-        requests = self.shared_storage.requests()
-        overlapping = overlaps({r.app_name: r.directory for r in requests if r.directory})
+        # The relation made first comes first among requests that arrive in one hook.
+        requests = sorted(self.shared_storage.requests(), key=lambda r: r.relation.id)
         for request in requests:
-            if request.app_name in overlapping:
-                other = overlapping[request.app_name]
-                error = f"directory {request.directory} overlaps {other}'s; ask for another"
-                request = dataclasses.replace(request, namespace=None, error=error)
+            if request.namespace is not None:
+                request = self._own_namespace(kube, request)
+            if request.namespace is not None:
+                request = self._hold(holdings, request, config)
             if request.namespace is None:
                 self.shared_storage.refuse(request.relation, request.error or "invalid request")
                 self._statuses.add(
@@ -282,7 +292,7 @@ class EfsStorageCharm(ops.CharmBase):
                 ready=observed.ready and state.bound,
                 request=request,
             )
-        in_use = storage.release_all_except(keep)
+        in_use = storage.release_all_except(keep, managed)
         for key, pods in sorted(in_use.items()):
             self._statuses.add(
                 ops.BlockedStatus(
@@ -291,7 +301,66 @@ class EfsStorageCharm(ops.CharmBase):
                 )
             )
         self._stored.claims = sorted({s.spec.key for s in states} | set(in_use))
+        # A consumer keeps what it holds while it is related or pods still use its claim.
+        related = {r.app_name for r in requests}
+        holdings.keep_only(related | {m.consumer for m in managed if m.key in in_use})
+        write(self._peer_data(), {HOLDINGS_KEY: holdings.dump()})
         return states
+
+    def _peer_data(self) -> ops.RelationDataContent:
+        peers = self.model.get_relation(PEERS)
+        if peers is None:  # Juju makes it when the application is deployed; install may precede
+            raise StatusError.waiting("waiting for the peer relation to record directory holders")
+        return peers.data[self.app]
+
+    def _holdings(self, managed: list[Managed]) -> Holdings:
+        """Who holds which path, from the peer data (or, the first time, the live volumes).
+
+        A revision before this one recorded nothing: the volumes it made say who was served
+        what, the oldest first (they were served first).
+        """
+        try:
+            recorded = Holdings.load(self._peer_data().get(HOLDINGS_KEY))
+        except ValueError as e:
+            raise StatusError.blocked(f"peer data {HOLDINGS_KEY}: {e}; remove the key") from None
+        if recorded is not None:
+            return recorded
+        holdings = Holdings({})
+        for item in sorted(managed, key=lambda m: m.created):
+            if item.consumer and item.path is not None:
+                holdings.claim(item.consumer, item.path)
+        return holdings
+
+    def _own_namespace(self, kube: Kube, request: StorageRequest) -> StorageRequest:
+        """`request`, or a refusal when its namespace is not the one granted to it."""
+        namespace = request.namespace or ""
+        if namespace == (self.kube_api.namespace() or self.app.name):
+            error: str | None = f"namespace {namespace} is {self.app.name}'s own; ask for yours"
+        else:
+            error = namespace_problem(kube, request.app_name, namespace)
+        if error is None:
+            return request
+        return dataclasses.replace(request, namespace=None, error=error)
+
+    def _hold(self, holdings: Holdings, request: StorageRequest, config: Config) -> StorageRequest:
+        """`request`, or a refusal when another consumer holds an overlapping path."""
+        path = efs_path(config.path, request.directory)
+        if not request.directory and request.app_name in config.root_consumer_names:
+            holdings.release(request.app_name)  # the operator lets it have the root beside
+            return request  # the directories: it holds nothing that stops them
+        taken = holdings.claim(request.app_name, path)
+        if taken is None:
+            return request
+        other, held = taken
+        if request.directory:
+            asked = f"directory {request.directory}"
+            error = f"{asked} overlaps {held}, held by {other}; ask for another"
+        else:
+            error = (
+                f"the file system's root {path} holds {held}, held by {other}; ask for a "
+                "directory of your own (or the operator names you in root-consumers)"
+            )
+        return dataclasses.replace(request, namespace=None, error=error)
 
     def _report(self, observed: Observed, states: list[ClaimState]) -> None:
         for state in states:

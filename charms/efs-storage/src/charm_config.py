@@ -22,6 +22,13 @@ _KMS = re.compile(
 )
 _QUANTITY = re.compile(r"^[1-9][0-9]*(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
 _PATH = re.compile(r"^/([\w.-]+/?)*$")
+# A Juju application name: juju/names application.go `ApplicationSnippet` (lowercase
+# letters, digits and dashes, starting with a letter, no segment of digits only).
+_APP = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]*[a-z][a-z0-9]*)*$")
+
+
+def _names(value: str) -> list[str]:
+    return [name.strip() for name in value.split(",") if name.strip()]
 
 
 class Config(CharmConfig):
@@ -46,6 +53,7 @@ class Config(CharmConfig):
     capacity: str = "1Ti"
     delete_on_remove: bool = False
     image_registry: str = ""
+    root_consumers: str = ""
 
     @pydantic.field_validator("region")
     @classmethod
@@ -102,6 +110,19 @@ class Config(CharmConfig):
     @classmethod
     def _registry(cls, value: str) -> str:
         return validate_registry(value)
+
+    @pydantic.field_validator("root_consumers")
+    @classmethod
+    def _root_consumers(cls, value: str) -> str:
+        for name in _names(value):
+            if not _APP.match(name):
+                raise ValueError(f"{name!r} is not an application name; list them with commas")
+        return value
+
+    @property
+    def root_consumer_names(self) -> frozenset[str]:
+        """The consumers the operator lets have the file system's root (`root-consumers`)."""
+        return frozenset(_names(self.root_consumers))
 
     @pydantic.model_validator(mode="after")
     def _combination(self) -> Config:

@@ -33,7 +33,9 @@ determine-reason-pod-failure/).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -72,24 +74,71 @@ SCRIPT = (
 _GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
 
-def overlaps(directories: dict[str, str]) -> dict[str, str]:
-    """Consumers whose directory is, contains or lies in another's: consumer -> the other.
+def _parts(path: str) -> tuple[str, ...]:
+    return tuple(part for part in path.split("/") if part)
 
-    The first consumer by name keeps its directory; the others are refused (one owner per
-    tree, or one could chown what another's pods write).
+
+def overlap(a: str, b: str) -> bool:
+    """Whether two paths on the file system are the same, or one lies in the other.
+
+    The root (`/`) overlaps every path: whoever is served it reaches every directory.
     """
-    refused: dict[str, str] = {}
-    kept: dict[str, str] = {}
-    for consumer in sorted(directories):
-        path = directories[consumer].strip("/") + "/"
-        other = next(
-            (c for c, p in kept.items() if path.startswith(p) or p.startswith(path)), None
-        )
-        if other is None:
-            kept[consumer] = path
-        else:
-            refused[consumer] = other
-    return refused
+    pa, pb = _parts(a), _parts(b)
+    shorter = min(len(pa), len(pb))
+    return pa[:shorter] == pb[:shorter]
+
+
+@dataclasses.dataclass
+class Holdings:
+    """Who holds which path on the file system: consumer application -> path.
+
+    Keyed on the consumer's identity (its Juju application name, which Juju gives the
+    relation, never what the consumer writes): the first consumer served a path keeps it,
+    and one asking later for that path, a path inside it or a path that contains it is
+    refused, whatever the names sort like or the order the relations come in (review N2).
+    The root (a consumer that asks for no directory) is a path like any other: it overlaps
+    every directory, so it is served only while no other consumer holds one (review N3),
+    unless the operator names that consumer in `root-consumers` (`exempt`).
+    """
+
+    held: dict[str, str]
+
+    @classmethod
+    def load(cls, text: str | None) -> Holdings | None:
+        """The holdings recorded as JSON; None when none were ever recorded."""
+        if not text:
+            return None
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError("the recorded directory holdings are not a JSON object")
+        return cls({str(k): str(v) for k, v in data.items()})
+
+    def dump(self) -> str:
+        """The holdings as the peer data records them (sorted: unchanged text, no write)."""
+        return json.dumps(self.held, sort_keys=True, separators=(",", ":"))
+
+    def holder(self, consumer: str, path: str) -> tuple[str, str] | None:
+        """The other consumer holding a path that overlaps `path`, and that path."""
+        for other, held in sorted(self.held.items()):
+            if other != consumer and overlap(held, path):
+                return other, held
+        return None
+
+    def claim(self, consumer: str, path: str) -> tuple[str, str] | None:
+        """Record `path` for `consumer` unless another holds an overlapping one (returned)."""
+        taken = self.holder(consumer, path)
+        if taken is None:
+            self.held[consumer] = path
+        return taken
+
+    def release(self, consumer: str) -> None:
+        """Forget what `consumer` holds."""
+        self.held.pop(consumer, None)
+
+    def keep_only(self, consumers: set[str]) -> None:
+        """Forget the holdings of consumers that are gone (no relation, no claim left)."""
+        for consumer in set(self.held) - consumers:
+            del self.held[consumer]
 
 
 def job_name(app: str, spec: ClaimSpec) -> str:

@@ -7,6 +7,9 @@ from typing import Any
 
 KUBE_API = "kube-api"
 SHARED_STORAGE = "shared-storage"
+PEERS = "peers"
+# The peer application data key of who holds which path (JSON consumer -> path).
+HOLDINGS_KEY = "directory-holders"
 FIELD_MANAGER = "efs-storage"  # also the value of the managed-by label (claims.py)
 
 # AWS's recommended NFS client options for EFS.
@@ -33,6 +36,8 @@ NAMESPACED_RULES: list[Any] = [
 ]
 CLUSTER_RULES: list[Any] = [
     {"api-groups": [""], "resources": ["nodes"], "verbs": ["get", "list"]},
+    # a consumer's namespace, read for the label that says whose it is (storage.py)
+    {"api-groups": [""], "resources": ["namespaces"], "verbs": ["get"]},
     {
         "api-groups": [""],
         "resources": ["persistentvolumes"],

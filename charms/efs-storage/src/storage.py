@@ -61,6 +61,9 @@ from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
 logger = logging.getLogger(__name__)
 
 _FINISHED_PHASES = ("Succeeded", "Failed")
+# The label the control plane puts on the namespace it grants a kube-api consumer: the
+# consumer's application name (kubernetes-control-plane literals.CONSUMER_LABEL).
+LABEL_NAMESPACE_CONSUMER = "gpu-k8s.io/consumer"
 
 
 class ClaimConflictError(Exception):
@@ -108,6 +111,32 @@ def claim_spec(
         file_system_id=file_system_id,
         directory=directory,
         directory_owner=directory_owner,
+    )
+
+
+def namespace_problem(kube: Kube, consumer: str, namespace: str) -> str | None:
+    """Why `consumer`'s claim may not go into `namespace`, or None (review N3).
+
+    A claim goes only into the namespace the control plane granted that consumer on
+    kube-api: it labels that Namespace `gpu-k8s.io/consumer: <application>` (the control
+    plane's rbac.manifests and literals.CONSUMER_LABEL) and grants no consumer any write on
+    namespaces (kube_api `_NAMESPACES`), so the label is its word. A namespace not there yet
+    is made when the consumer is granted it; its claim waits for it (`ensure`).
+    """
+    live = kube.get("v1", "Namespace", namespace)
+    if live is None:
+        return None
+    holder = ((live.get("metadata") or {}).get("labels") or {}).get(LABEL_NAMESPACE_CONSUMER)
+    if holder == consumer:
+        return None
+    if holder:
+        return (
+            f"namespace {namespace} is granted to {holder} on kube-api, not to {consumer}; "
+            "ask for the namespace the control plane granted you"
+        )
+    return (
+        f"namespace {namespace} was not granted to {consumer} on kube-api; ask for the "
+        "namespace the control plane granted you"
     )
 
 
@@ -195,6 +224,9 @@ class Managed:
     claim_name: str | None
     volume_name: str | None
     phase: str
+    # What its volume exports and when the volume was made (None when the volume is gone).
+    path: str | None = None
+    created: str = ""
 
     @property
     def key(self) -> str:
@@ -220,6 +252,16 @@ def _volume_matches(live: dict, spec: ClaimSpec, owner: Owner) -> bool:
         and claim_ref.get("name") == spec.claim_name
         and all(labels.get(k) == v for k, v in want["metadata"]["labels"].items())
     )
+
+
+def _source(volume: dict | None) -> dict[str, Any]:
+    """The path a live volume exports and its creation time, for `Managed`."""
+    if volume is None:
+        return {}
+    return {
+        "path": ((volume.get("spec") or {}).get("nfs") or {}).get("path"),
+        "created": volume["metadata"].get("creationTimestamp") or "",
+    }
 
 
 class Storage:
@@ -360,7 +402,10 @@ class Storage:
     def managed(self) -> list[Managed]:
         """Every pair this application made, found by label (claims and orphan volumes)."""
         claims = self.kube.list("v1", "PersistentVolumeClaim", None, self.owner.selector)
-        volumes = self.kube.list("v1", "PersistentVolume", None, self.owner.selector)
+        volumes = {
+            v["metadata"]["name"]: v
+            for v in self.kube.list("v1", "PersistentVolume", None, self.owner.selector)
+        }
         out: list[Managed] = []
         claimed: set[str] = set()
         for claim in claims:
@@ -374,11 +419,12 @@ class Storage:
                     claim_name=meta["name"],
                     volume_name=volume,
                     phase=(claim.get("status") or {}).get("phase") or "Pending",
+                    **_source(volumes.get(volume or "")),
                 )
             )
-        for volume in volumes:
+        for name, volume in volumes.items():
             meta = volume["metadata"]
-            if meta["name"] in claimed:
+            if name in claimed:
                 continue
             ref = (volume.get("spec") or {}).get("claimRef") or {}
             out.append(
@@ -386,8 +432,9 @@ class Storage:
                     consumer=(meta.get("labels") or {}).get(LABEL_CONSUMER, ""),
                     namespace=ref.get("namespace", ""),
                     claim_name=None,
-                    volume_name=meta["name"],
+                    volume_name=name,
                     phase=(volume.get("status") or {}).get("phase") or "Available",
+                    **_source(volume),
                 )
             )
         return sorted(out, key=lambda m: (m.namespace, m.claim_name or "", m.volume_name or ""))
@@ -405,14 +452,18 @@ class Storage:
         self._delete_pair(item.namespace, item.claim_name, item.volume_name)
         return []
 
-    def release_all_except(self, keep: set[str]) -> dict[str, list[str]]:
+    def release_all_except(
+        self, keep: set[str], managed: list[Managed] | None = None
+    ) -> dict[str, list[str]]:
         """Release every managed pair whose claim (`namespace/claim`) or volume is not in `keep`.
+
+        `managed` is what `managed()` returned earlier in this pass (listed again if None).
 
         Returns:
             `namespace/claim` -> pods still using it, for the pairs that had to stay.
         """
         blocked: dict[str, list[str]] = {}
-        for item in self.managed():
+        for item in self.managed() if managed is None else managed:
             if item.key in keep or (item.claim_name is None and item.volume_name in keep):
                 continue
             users = self.release(item)

@@ -63,7 +63,7 @@ def env(aws: LocalAws, kube_api: FakeKubeApiServer) -> Env:
     model = testing.Model(name="gpu", cloud_spec=cloud_spec(ACCESS_KEY_ID, SECRET_ACCESS_KEY))
     net = build_network(ec2, subnets_per_zone=1, model_uuid=model.uuid)
     e = Env(aws, kube_api, net, ec2, aws.client("efs"), model=model)
-    e.add_namespace("training")  # the control plane made APP's with the kube-api grant
+    e.add_namespace("training", "tensorflow")  # granted to tensorflow by the control plane
     return e
 
 

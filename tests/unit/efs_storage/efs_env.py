@@ -24,7 +24,7 @@ from fakes.aws import (
     node_object,
 )
 from fakes.kube_apiserver import FakeKubeApiServer
-from fakes.kube_grants import consumer_grant
+from fakes.kube_grants import consumer_grant, store_grant
 
 APP = "efs-storage"
 KUBE_TOKEN = "kube-token-efs-unit-0123456789abcdef"
@@ -92,8 +92,15 @@ class Env:
         self.api.put_object(f"/api/v1/nodes/{name}", node)
         return inst
 
-    def add_namespace(self, name: str) -> None:
-        self.api.put_object(f"/api/v1/namespaces/{name}", {"metadata": {"name": name}})
+    def add_namespace(self, name: str, consumer: str | None = None) -> None:
+        """The namespace the control plane granted `consumer` on kube-api (its real objects).
+
+        Without `consumer`, a namespace nobody was granted (made by hand).
+        """
+        if consumer is None:
+            self.api.put_object(f"/api/v1/namespaces/{name}", {"metadata": {"name": name}})
+            return
+        store_grant(self.api, consumer_grant(consumer, name, [], []), f"kube-token-{consumer}")
 
     def kube_api_relation(self, **data: str) -> testing.Relation:
         answer = {
@@ -123,6 +130,9 @@ class Env:
             relations = [self.kube_api_relation()]
             for app, namespace in (consumers if consumers is not None else {}).items():
                 relations.append(storage_relation(app, namespace))
+        if not any(r.endpoint == "peers" for r in relations):
+            # Juju makes the peer relation when the application is deployed.
+            relations = [*relations, testing.PeerRelation("peers")]
         return testing.State(
             leader=leader,
             config=config or {},

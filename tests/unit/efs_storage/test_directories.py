@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import stat
 import subprocess
@@ -372,25 +373,30 @@ def test_the_jobs_script_refuses_a_path_through_a_symbolic_link(tmp_path, me):
 
 
 def test_consumers_asking_for_overlapping_directories_are_refused_but_the_first(ctx, env, jobs):
+    """Issue 29: the first related keeps it (was: the first by name, review N2)."""
     env.add_node("us-east-1a")
-    env.add_namespace("research")
+    env.add_namespace("research", "notebook")
     relations = [
         env.kube_api_relation(),
         storage_relation("tensorflow", "training", directory="teams"),
         storage_relation("notebook", "research", directory="teams/nb"),
     ]
     out = ctx.run(ctx.on.install(), env.state(relations=relations))
-    answers = {
-        r.remote_app_name: dict(r.local_app_data)
-        for r in out.relations
-        if r.endpoint == "shared-storage"
-    }
-    assert "error" not in answers["notebook"]  # first by name keeps it
-    assert answers["tensorflow"]["error"] == "directory teams overlaps notebook's; ask for another"
+    answers = _answers(out)
+    assert "error" not in answers["tensorflow"]  # related first (lower relation id)
+    assert answers["notebook"]["error"] == (
+        "directory teams/nb overlaps /teams, held by tensorflow; ask for another"
+    )
     assert [j["spec"]["template"]["spec"]["containers"][0]["args"][1] for j in jobs.jobs()] == [
-        "teams/nb"
+        "teams"
     ]
-    assert directories.overlaps({"a": "x", "b": "xy", "c": "x/y", "d": "z"}) == {"c": "a"}
+    # the holder stays whatever order the relations come in, and whoever sorts first
+    reordered = sorted(out.relations, key=lambda r: -r.id)
+    out = ctx.run(ctx.on.update_status(), dataclasses.replace(out, relations=reordered))
+    assert "error" in _answers(out)["notebook"]
+    assert _holders(out) == '{"tensorflow":"/teams"}'
+    assert directories.overlap("/x", "/x/y") and directories.overlap("/", "/z")
+    assert not directories.overlap("/x", "/xy") and not directories.overlap("/x/y", "/z")
 
 
 def test_the_directory_job_passes_pod_security_baseline_and_says_why_not_restricted(
@@ -418,3 +424,188 @@ def test_the_directory_job_passes_pod_security_baseline_and_says_why_not_restric
         "runAsUser=0",
         "unrestricted capabilities",
     ]
+
+
+# -- who holds a directory (review N2, N3) --------------------------------------------------
+def _answers(state: testing.State) -> dict[str, dict[str, str]]:
+    return {
+        r.remote_app_name: dict(r.local_app_data)
+        for r in state.relations
+        if r.endpoint == "shared-storage"
+    }
+
+
+def _holders(state: testing.State) -> str | None:
+    peers = next(r for r in state.relations if r.endpoint == "peers")
+    return peers.local_app_data.get("directory-holders")
+
+
+def _with(state: testing.State, *relations: testing.Relation) -> testing.State:
+    return dataclasses.replace(state, relations=[*state.relations, *relations])
+
+
+def test_a_newcomer_asking_for_a_served_directory_is_refused_and_takes_nothing(
+    ctx, env, jobs, monkeypatch
+):
+    """The review's reproduction (N2): `aaa` sorts first and asks for tensorflow's directory.
+
+    Before: tensorflow was refused, its claim deleted and `aaa`'s volume exported
+    /tensorflow owned by 2000:2000. Now the first one served keeps it.
+    """
+    _serve_tensorflow(ctx, env, jobs, monkeypatch)
+    out = ctx.run(ctx.on.update_status(), _state(env))
+    claim_uid = env.pvc("training", "efs-storage-tensorflow")["metadata"]["uid"]
+    volume = _volume(env)
+    env.add_namespace("intruder", "aaa")
+    aaa = storage_relation("aaa", "intruder", directory="tensorflow", uid="2000", gid="2000")
+    for asked in (aaa, storage_relation("aaa", "intruder", directory="tensorflow/checkpoints")):
+        out = ctx.run(ctx.on.relation_changed(asked), _with(out, asked))
+        answers = _answers(out)
+        assert answers["aaa"]["error"].endswith("held by tensorflow; ask for another")
+        assert "/tensorflow" in answers["aaa"]["error"]
+        assert "error" not in answers["tensorflow"]
+        assert env.pvc("training", "efs-storage-tensorflow")["metadata"]["uid"] == claim_uid
+        assert _volume(env) == volume  # same path, same owner annotation
+        assert env.pvc("intruder", "efs-storage-aaa") is None
+        assert jobs.jobs() == []  # nothing chowns tensorflow's directory
+        assert out.unit_status == testing.BlockedStatus(
+            f"aaa: {answers['aaa']['error']}; fix that consumer"
+        )
+        out = dataclasses.replace(out, relations=[r for r in out.relations if r.id != asked.id])
+    assert _holders(out) == '{"tensorflow":"/tensorflow"}'
+
+
+def test_a_holder_gone_frees_its_directory_only_once_no_pod_uses_its_claim(
+    ctx, env, jobs, monkeypatch
+):
+    _serve_tensorflow(ctx, env, jobs, monkeypatch)
+    env.add_pod("training", "trainer-0", "efs-storage-tensorflow")
+    env.add_namespace("research", "notebook")
+    later = storage_relation("notebook", "research", directory="tensorflow")
+    state = env.state(relations=[env.kube_api_relation(), later])
+    out = ctx.run(ctx.on.update_status(), state)  # tensorflow's relation is gone
+    assert "held by tensorflow" in _answers(out)["notebook"]["error"]
+    env.api.delete_object("/api/v1/namespaces/training/pods/trainer-0")
+    out = ctx.run(ctx.on.update_status(), out)  # its claim is released now
+    assert env.pvc("training", "efs-storage-tensorflow") is None
+    out = ctx.run(ctx.on.update_status(), out)
+    assert "error" not in _answers(out)["notebook"]
+    assert _holders(out) == '{"notebook":"/tensorflow"}'
+
+
+def test_holders_are_learned_from_the_volumes_of_a_revision_that_recorded_none(
+    ctx, env, jobs, monkeypatch
+):
+    """After an upgrade the peer data is empty: the volumes say who was served first."""
+    _serve_tensorflow(ctx, env, jobs, monkeypatch)
+    env.add_namespace("intruder", "aaa")
+    aaa = storage_relation("aaa", "intruder", directory="tensorflow")
+    out = ctx.run(ctx.on.upgrade_charm(), _with(_state(env), aaa))  # fresh peer data
+    assert "held by tensorflow" in _answers(out)["aaa"]["error"]
+    assert env.pvc("training", "efs-storage-tensorflow") is not None
+
+
+def test_a_consumer_asking_for_no_directory_is_refused_the_root_beside_directories(
+    ctx, env, jobs, monkeypatch
+):
+    """Review N3: the root holds every directory; it is refused unless the operator allows it."""
+    _serve_tensorflow(ctx, env, jobs, monkeypatch)
+    env.add_namespace("research", "rooty")
+    rooty = storage_relation("rooty", "research")
+    out = ctx.run(ctx.on.relation_changed(rooty), _with(_state(env), rooty))
+    assert _answers(out)["rooty"]["error"] == (
+        "the file system's root / holds /tensorflow, held by tensorflow; ask for a directory "
+        "of your own (or the operator names you in root-consumers)"
+    )
+    assert env.pvc("research", "efs-storage-rooty") is None
+    allowed = dataclasses.replace(out, config={"root-consumers": "backup, rooty"})
+    out = ctx.run(ctx.on.config_changed(), allowed)
+    assert "error" not in _answers(out)["rooty"]
+    assert (
+        env.pv(env.pvc("research", "efs-storage-rooty")["spec"]["volumeName"])["spec"]["nfs"][
+            "path"
+        ]
+        == "/"
+    )
+    assert _holders(out) == '{"tensorflow":"/tensorflow"}'
+
+
+def test_a_root_consumer_served_first_holds_the_root_against_directories(ctx, env, jobs):
+    env.add_node("us-east-1a")
+    env.add_namespace("research", "rooty")
+    rooty = storage_relation("rooty", "research")
+    out = ctx.run(ctx.on.install(), env.state(relations=[env.kube_api_relation(), rooty]))
+    assert "error" not in _answers(out)["rooty"]
+    tf = storage_relation("tensorflow", "training", **OWN)
+    out = ctx.run(ctx.on.relation_changed(tf), _with(out, tf))
+    assert _answers(out)["tensorflow"]["error"] == (
+        "directory tensorflow overlaps /, held by rooty; ask for another"
+    )
+    assert jobs.jobs() == []
+
+
+def test_root_consumers_must_be_application_names(ctx, env):
+    out = ctx.run(ctx.on.config_changed(), env.state(config={"root-consumers": "ok, Not_App"}))
+    assert out.unit_status.name == "blocked"
+    assert "'Not_App' is not an application name" in out.unit_status.message
+
+
+def test_without_the_peer_relation_nothing_is_served_or_released(ctx, env, jobs, monkeypatch):
+    """Who holds what lives in the peer data: without it nothing changes hands."""
+    _serve_tensorflow(ctx, env, jobs, monkeypatch)
+    before = env.kube_writes()
+    state = _state(env)
+    state = dataclasses.replace(
+        state, relations=[r for r in state.relations if r.endpoint != "peers"]
+    )
+    out = ctx.run(ctx.on.install(), state)
+    assert out.unit_status == testing.WaitingStatus(
+        "waiting for the peer relation to record directory holders"
+    )
+    assert env.kube_writes() == before
+
+
+# -- whose namespace a claim goes into (review N3) ------------------------------------------
+@pytest.mark.parametrize(
+    ("namespace", "error"),
+    [
+        (
+            "training",
+            "namespace training is granted to tensorflow on kube-api, not to other-team; "
+            "ask for the namespace the control plane granted you",
+        ),
+        (APP, f"namespace {APP} is {APP}'s own; ask for yours"),
+        (
+            "handmade",
+            "namespace handmade was not granted to other-team on kube-api; ask for the "
+            "namespace the control plane granted you",
+        ),
+        *[
+            (ns, f"namespace {ns} is reserved; ask for your own namespace")
+            for ns in (
+                "kube-system",
+                "kube-public",
+                "kube-node-lease",
+                "default",
+                "gpu-k8s-system",
+                "kueue-system",
+                "jobset-system",
+                "kube-anything",
+            )
+        ],
+    ],
+)
+def test_a_claim_goes_only_into_the_namespace_granted_to_its_consumer(
+    ctx, env, jobs, monkeypatch, namespace, error
+):
+    _serve_tensorflow(ctx, env, jobs, monkeypatch)
+    env.add_namespace("handmade")
+    other = storage_relation("other-team", namespace, directory="other-team")
+    out = ctx.run(ctx.on.relation_changed(other), _with(_state(env), other))
+    assert _answers(out)["other-team"] == {"error": error}
+    assert env.pvc(namespace, "efs-storage-other-team") is None
+    assert [
+        pv["metadata"]["labels"]["gpu-k8s.io/consumer"]
+        for pv in env.api.objects("/api/v1/persistentvolumes/")
+    ] == ["tensorflow"]
+    assert "error" not in _answers(out)["tensorflow"]

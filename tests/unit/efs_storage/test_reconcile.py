@@ -6,7 +6,7 @@ import dataclasses
 
 import efs_model
 import pytest
-from efs_env import APP, Env, efs_grant, status_texts, storage_relation
+from efs_env import APP, KUBE_TOKEN, Env, efs_grant, status_texts, storage_relation
 from efs_model import TAG_APP, TAG_MODEL, creation_token
 from network import NFS_PORT
 from ops import testing
@@ -285,10 +285,14 @@ def test_adopting_a_missing_file_system_blocks_and_creates_nothing(ctx, env):
 
 def test_each_consumer_gets_its_own_claim_in_its_namespace(ctx, env):
     env.add_node("us-east-1a")
-    env.add_namespace("research")
-    out = ctx.run(
-        ctx.on.install(), env.state(consumers={"tensorflow": "training", "notebook": "research"})
+    env.add_namespace("research", "notebook")
+    # Two consumers served the file system's root see each other's files: since issue 29
+    # only the operator allows that (root-consumers); the second one is refused otherwise.
+    state = env.state(
+        config={"root-consumers": "tensorflow,notebook"},
+        consumers={"tensorflow": "training", "notebook": "research"},
     )
+    out = ctx.run(ctx.on.install(), state)
     tf, nb = answer(out, "tensorflow"), answer(out, "notebook")
     assert tf["claim-name"] == "efs-storage-tensorflow" and tf["namespace"] == "training"
     assert nb["claim-name"] == "efs-storage-notebook" and nb["namespace"] == "research"
@@ -322,7 +326,7 @@ def test_consumer_namespace_missing_waits_and_answers_not_ready(ctx, env):
     out = ctx.run(ctx.on.install(), env.state(consumers={"tensorflow": "later"}))
     assert answer(out, "tensorflow")["ready"] == "false"
     assert out.unit_status == testing.WaitingStatus("namespace later does not exist yet")
-    env.add_namespace("later")
+    env.add_namespace("later", "tensorflow")
     out = ctx.run(ctx.on.update_status(), out)
     assert env.pvc("later", "efs-storage-tensorflow") is not None
 
@@ -367,7 +371,7 @@ def test_departed_consumer_claim_is_deleted_unless_pods_use_it(ctx, env):
     env.api.delete_object("/api/v1/namespaces/training/pods/mnist-worker-0")
     gone = testing.State(
         leader=True,
-        relations=[r for r in out.relations if r.endpoint == "kube-api"],
+        relations=[r for r in out.relations if r.endpoint in ("kube-api", "peers")],
         secrets=out.secrets,
         model=env.model,
         stored_states=out.stored_states,
@@ -381,7 +385,7 @@ def test_departed_consumer_claim_is_deleted_unless_pods_use_it(ctx, env):
 
 def test_consumer_moving_namespace_gets_a_new_claim_and_the_old_one_goes(ctx, env):
     env.add_node("us-east-1a")
-    env.add_namespace("research")
+    env.add_namespace("research", "tensorflow")
     out = ctx.run(ctx.on.install(), env.state(consumers={"tensorflow": "training"}))
     (rel,) = [r for r in out.relations if r.endpoint == "shared-storage"]
     moved = testing.Relation(
@@ -393,7 +397,7 @@ def test_consumer_moving_namespace_gets_a_new_claim_and_the_old_one_goes(ctx, en
     )
     state = testing.State(
         leader=True,
-        relations=[*[r for r in out.relations if r.endpoint == "kube-api"], moved],
+        relations=[*[r for r in out.relations if r.endpoint in ("kube-api", "peers")], moved],
         secrets=out.secrets,
         model=env.model,
     )
@@ -653,10 +657,11 @@ def test_a_lost_create_response_is_retried_without_a_second_file_system(ctx, env
 def test_long_application_names_still_give_valid_kubernetes_names(ctx, env):
     env.add_node("us-east-1a")
     consumer = "a-very-long-consumer-application-name-for-training-jobs"
-    out = ctx.run(ctx.on.install(), env.state(consumers={consumer: "training"}))
+    env.add_namespace("long-team", consumer)  # its own (training is tensorflow's)
+    out = ctx.run(ctx.on.install(), env.state(consumers={consumer: "long-team"}))
     claim = answer(out, consumer)["claim-name"]
     assert len(claim) <= 63 and claim.startswith("efs-storage-a-very-long")
-    volume = env.pvc("training", claim)["spec"]["volumeName"]
+    volume = env.pvc("long-team", claim)["spec"]["volumeName"]
     assert len(volume) <= 63 and env.pv(volume) is not None
 
 
@@ -684,8 +689,47 @@ def test_the_rights_asked_for_pass_the_control_planes_policy_as_a_named_provisio
     assert check_policy(request, provisioner=True) is None
     # issue 29: PersistentVolume writes only for an application the operator names in
     # kube-api-storage-provisioners (kubernetes-control-plane)
-    assert "persistentvolume creation" in (check_policy(request) or "")
+    assert check_policy(request) is not None
+    # (issue 29: the Namespace read comes first in CLUSTER_RULES and is refused first)
+    without_read = request.model_copy(
+        update={
+            "cluster_rules": [r for r in request.cluster_rules if r.resources != ["namespaces"]]
+        }
+    )
+    assert "persistentvolume creation" in (check_policy(without_read) or "")
     rules = request.cluster_rules
     granted = {(r, v) for rule in rules for r in rule.resources for v in rule.verbs}
     assert ("persistentvolumeclaims", "create") in granted
     assert ("pods", "list") in granted and ("pods", "delete") not in granted
+
+
+def test_a_namespace_is_read_by_name_only_and_never_written_with_the_grant(env):
+    """The Namespace read of review N3: `get` only, as a named provisioner only.
+
+    Real requests with efs-storage's token against the fake API server (RBAC as
+    kube-apiserver): it reads a namespace's labels, and may neither list namespaces nor
+    relabel one (which would let it pass any namespace off as a consumer's).
+    """
+    from charms.gpu_k8s.v0.kube_api import RequirerAppData, check_policy
+    from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
+
+    kube = Kube.from_kubeconfig(env.api.kubeconfig(token=KUBE_TOKEN), retries=1, backoff=0.01)
+    labels = kube.get("v1", "Namespace", "training")["metadata"]["labels"]
+    assert labels["gpu-k8s.io/consumer"] == "tensorflow"
+    for refused in (
+        lambda: kube.list("v1", "Namespace"),
+        lambda: kube.patch(
+            "v1", "Namespace", "training", {"metadata": {"labels": {"gpu-k8s.io/consumer": "x"}}}
+        ),
+    ):
+        with pytest.raises(KubeError) as e:
+            refused()
+        assert e.value.status == 403
+    for verbs in (["list"], ["patch"]):
+        ask = {"api-groups": [""], "resources": ["namespaces"], "verbs": verbs}
+        request = RequirerAppData.model_validate({"namespace": APP, "cluster-rules": [ask]})
+        assert "namespace" in (check_policy(request, provisioner=True) or "")
+    read = {"api-groups": [""], "resources": ["namespaces"], "verbs": ["get"]}
+    request = RequirerAppData.model_validate({"namespace": APP, "cluster-rules": [read]})
+    assert check_policy(request, provisioner=True) is None
+    assert "namespace modification" in (check_policy(request) or "")

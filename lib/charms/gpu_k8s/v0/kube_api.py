@@ -36,7 +36,7 @@ from charms.gpu_k8s.v0.databag import Databag, Endpoint, explain, write
 
 LIBID = "26b1d42dbc2949cb8a83e29b11759d4f"
 LIBAPI = 0
-LIBPATCH = 10
+LIBPATCH = 11
 
 logger = logging.getLogger(__name__)
 
@@ -107,7 +107,11 @@ NAMED_VERBS = frozenset({"get", "create", "patch", "update", "delete"})
 # deletes one (efs-storage storage.py). PersistentVolume creation is an escalation path
 # (a hostPath volume: RBAC good practices, "Persistent volume creation"), so these are
 # granted only to the applications the control plane's operator names as provisioners.
+# It reads a Namespace (get, by name) to put a consumer's claim only into a namespace the
+# control plane granted that consumer (labelled `gpu-k8s.io/consumer: <app>`; review N3):
+# a read, and no write on namespaces is ever granted, so the label is the control plane's.
 PROVISIONER_RULES: dict[tuple[str, str], frozenset[str]] = {
+    ("", "namespaces"): frozenset({"get"}),
     ("", "persistentvolumes"): frozenset({*READ_VERBS, "create", "patch", "update", "delete"}),
     ("", "persistentvolumeclaims"): frozenset(
         {*READ_VERBS, "create", "patch", "update", "delete"}

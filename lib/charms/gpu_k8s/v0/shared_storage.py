@@ -64,14 +64,18 @@ import ops
 import pydantic
 
 from charms.gpu_k8s.v0.databag import Databag, Endpoint, explain, write
+from charms.gpu_k8s.v0.kube_api import SYSTEM_NAMESPACES
 
 LIBID = "f8e5b0b58e814d808649f0389b84f615"
 LIBAPI = 0
-LIBPATCH = 5
+LIBPATCH = 6
 
 logger = logging.getLogger(__name__)
 
-RESERVED_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease", "default"})
+# No consumer's claim goes into a namespace of Kubernetes' or of the control plane's (the
+# list kube-api refuses to grant, with its sources) nor any `kube-` one; that a namespace is
+# the consumer's own (granted to it on kube-api) is the provider's check against the cluster.
+RESERVED_NAMESPACES = SYSTEM_NAMESPACES
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _FS_ID = re.compile(r"^fs-[0-9a-f]{8,40}$")
 # One path component: no `.`/`..`, no spaces or shell characters (it becomes an NFS path).
@@ -274,7 +278,7 @@ class SharedStorageProvider(Endpoint):
             except pydantic.ValidationError as e:
                 out.append(StorageRequest(relation, relation.app.name, None, explain(e)))
                 continue
-            if request.namespace in RESERVED_NAMESPACES:
+            if request.namespace in RESERVED_NAMESPACES or request.namespace.startswith("kube-"):
                 error = f"namespace {request.namespace} is reserved; ask for your own namespace"
                 out.append(StorageRequest(relation, relation.app.name, None, error))
                 continue
