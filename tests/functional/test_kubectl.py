@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import http.client
 import http.server
+import io
 import json
 import re
+import shutil
+import subprocess
+import tarfile
 import threading
 import time
 import urllib.error
@@ -24,6 +28,7 @@ from pathlib import Path
 import pytest
 from kubectl_runner import Kubectl
 
+from fakes import kube_stream
 from fakes.kube_apiserver import FakeKubeApiServer
 
 # An object made "10 days ago (and an hour)" prints as 10d for the next 23 hours
@@ -780,13 +785,51 @@ def test_cp_of_a_missing_path_prints_what_tar_says(tensorflow):
     done = kubectl.run(
         "-n", "tensorflow", "cp", "fetch:/data/export/7", str(tmp / "x"), check=False
     )
-    # kubectl stops at the archive's end, before tar's exit status 2 arrives: it exits 0
-    assert done.stdout.splitlines() == [
+    said = [
         "tar: Removing leading `/' from member names",
         "tar: /data/export/7: Cannot stat: No such file or directory",
         "tar: Exiting with failure status due to previous errors",
     ]
+    # kubectl stops at the archive's end (tar writes an empty one) and exits 0 before tar's
+    # exit status arrives, and may exit before it printed tar's stderr (cp.go's goroutines)
+    printed = done.stdout.splitlines()
+    assert (done.returncode, said[: len(printed)]) == (0, printed)
     assert not (tmp / "x").exists()
+
+
+@pytest.mark.skipif(not shutil.which("tar"), reason="no tar here to compare with")
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/data/export/1000",
+        "/data/export/1000/",
+        "/data/./export/1000",
+        "/data/../data/export",
+        "/data//export/1000/saved_model.pb",
+        "/data/export/7",
+    ],
+)
+def test_the_fakes_tar_is_gnu_tars(tmp_path: Path, path: str):
+    """Member names, types, stderr and exit code as GNU tar gives them for kubectl cp's path."""
+    version = subprocess.run(["tar", "--version"], capture_output=True, text=True).stdout
+    if "GNU tar" not in version:
+        pytest.skip("tar here is not GNU tar")
+    _export(tmp_path, "/data/export/1000")
+    out, err, code = kube_stream.tar_cf(tmp_path, path)
+    # the same path under tmp_path, as `tar -C <root>` cannot keep a leading "/"
+    real = subprocess.run(
+        ["tar", "cf", "-", str(tmp_path) + path], capture_output=True, check=False
+    )
+    prefix = str(tmp_path).lstrip("/") + "/"
+
+    def members(archive: bytes) -> list[tuple[str, bytes]]:
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            return [(m.name.removeprefix(prefix), m.type) for m in tar.getmembers()]
+
+    expected = members(real.stdout)  # with "..", tar strips up to it: tmp_path goes too
+    assert members(out) in (expected, sorted(expected))  # tar's order is the directory's
+    assert (len(out), code) == (len(real.stdout), real.returncode)
+    assert err.decode() == real.stderr.decode().replace(str(tmp_path), "")
 
 
 def test_exec_of_other_commands_says_the_fake_runs_no_containers(tensorflow):
