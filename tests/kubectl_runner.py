@@ -147,12 +147,18 @@ class Kubectl:
         return [str(self.kubectl), f"--cache-dir={self.home / 'cache'}", *args]
 
     def run(
-        self, *args: str, check: bool = True, timeout: float = 60, stdin: str | None = None
+        self,
+        *args: str,
+        check: bool = True,
+        timeout: float = 60,
+        stdin: str | None = None,
+        cwd: Path | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        """`kubectl <args>`; with `check`, a non-zero exit fails with what kubectl printed."""
+        """`kubectl <args>` (in `cwd`); with `check`, a non-zero exit fails with its output."""
         done = subprocess.run(
             self._command(args),
             env=self._env(),
+            cwd=cwd,
             capture_output=True,
             text=True,
             timeout=timeout,
