@@ -50,8 +50,10 @@ What the real kubectl needs besides resources lives in modules of its own, each 
 upstream sources: `/version`, discovery (legacy and aggregated) and media types
 (`fakes/kube_discovery.py`), OpenAPI v3 (`fakes/kube_openapi.py`), Tables
 (`fakes/kube_tables.py`), Protocol Buffers request bodies (`fakes/kube_protobuf.py`), the
-options of writes and `dryRun` (`fakes/kube_options.py`) and watches (`?watch=true`,
-`fakes/kube_watch.py`).
+options of writes and `dryRun` (`fakes/kube_options.py`), watches (`?watch=true`,
+`fakes/kube_watch.py`) and `pods/exec` and `pods/portforward` over WebSocket
+(`fakes/kube_stream.py`: `set_pod_files` gives a container's files for kubectl cp's tar,
+`set_pod_port` where a pod's port answers).
 
 `FakeKubeApiServer(tls=True)` serves HTTPS with a certificate for 127.0.0.1 signed by a
 fresh CA (its kubeconfig carries the CA), as kube-apiserver does. Like the real one, it
