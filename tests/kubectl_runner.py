@@ -17,15 +17,21 @@ its own discovery cache directory and HOME, so nothing of the user's `~/.kube` i
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import hashlib
 import importlib.metadata
 import os
 import platform
+import select
+import signal
 import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -105,6 +111,16 @@ def binary() -> Path:
     return target
 
 
+@dataclasses.dataclass
+class Background:
+    """A kubectl running in the background: what it printed so far, its exit once stopped."""
+
+    process: subprocess.Popen
+    stdout: str = ""
+    stderr: str = ""
+    returncode: int | None = None
+
+
 class Kubectl:
     """kubectl against one fake API server, with the kubeconfig it hands out."""
 
@@ -119,25 +135,80 @@ class Kubectl:
         self.kubeconfig = self.home / "kubeconfig"
         self.kubeconfig.write_text(api.kubeconfig(token=token))
 
-    def run(
-        self, *args: str, check: bool = True, timeout: float = 60, stdin: str | None = None
-    ) -> subprocess.CompletedProcess[str]:
-        """`kubectl <args>`; with `check`, a non-zero exit fails with what kubectl printed."""
-        env = {
+    def _env(self) -> dict[str, str]:
+        return {
             "HOME": str(self.home),
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "KUBECONFIG": str(self.kubeconfig),
             "NO_PROXY": "127.0.0.1",
         }
-        cmd = [str(self.kubectl), f"--cache-dir={self.home / 'cache'}", *args]
+
+    def _command(self, args: tuple[str, ...]) -> list[str]:
+        return [str(self.kubectl), f"--cache-dir={self.home / 'cache'}", *args]
+
+    def run(
+        self,
+        *args: str,
+        check: bool = True,
+        timeout: float = 60,
+        stdin: str | None = None,
+        cwd: Path | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        """`kubectl <args>` (in `cwd`); with `check`, a non-zero exit fails with its output."""
         done = subprocess.run(
-            cmd, env=env, capture_output=True, text=True, timeout=timeout, input=stdin
+            self._command(args),
+            env=self._env(),
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            input=stdin,
         )
         if check and done.returncode != 0:
             raise AssertionError(
                 f"kubectl {' '.join(args)} exited {done.returncode}:\n{done.stdout}{done.stderr}"
             )
         return done
+
+    @contextlib.contextmanager
+    def running(self, *args: str, until: str, timeout: float = 20) -> Iterator[Background]:
+        """`kubectl <args>` in the background (port-forward), once it printed `until`.
+
+        Stopped on leaving with SIGINT, as Ctrl-C stops it; `stdout` then holds all it printed.
+        """
+        process = subprocess.Popen(
+            self._command(args),
+            env=self._env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        background = Background(process)
+        try:
+            assert process.stdout is not None
+            deadline = time.monotonic() + timeout
+            while until not in background.stdout:
+                ready, _, _ = select.select([process.stdout], [], [], 0.5)
+                line = process.stdout.readline() if ready else ""
+                if (ready and not line) or time.monotonic() > deadline:
+                    process.kill()
+                    _, err = process.communicate(timeout=10)
+                    raise AssertionError(
+                        f"kubectl {' '.join(args)} did not print {until!r}:\n"
+                        f"{background.stdout}{err}"
+                    )
+                background.stdout += line
+            yield background
+        finally:
+            if process.poll() is None:
+                process.send_signal(signal.SIGINT)
+            try:
+                out, background.stderr = process.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                out, background.stderr = process.communicate(timeout=10)
+            background.stdout += out
+            background.returncode = process.returncode
 
     def close(self) -> None:
         """Remove its kubeconfig and caches."""

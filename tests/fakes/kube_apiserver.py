@@ -50,8 +50,10 @@ What the real kubectl needs besides resources lives in modules of its own, each 
 upstream sources: `/version`, discovery (legacy and aggregated) and media types
 (`fakes/kube_discovery.py`), OpenAPI v3 (`fakes/kube_openapi.py`), Tables
 (`fakes/kube_tables.py`), Protocol Buffers request bodies (`fakes/kube_protobuf.py`), the
-options of writes and `dryRun` (`fakes/kube_options.py`) and watches (`?watch=true`,
-`fakes/kube_watch.py`).
+options of writes and `dryRun` (`fakes/kube_options.py`), watches (`?watch=true`,
+`fakes/kube_watch.py`) and `pods/exec` and `pods/portforward` over WebSocket
+(`fakes/kube_stream.py`: `set_pod_files` gives a container's files for kubectl cp's tar,
+`set_pod_port` where a pod's port answers).
 
 `FakeKubeApiServer(tls=True)` serves HTTPS with a certificate for 127.0.0.1 signed by a
 fresh CA (its kubeconfig carries the CA), as kube-apiserver does. Like the real one, it
@@ -78,6 +80,7 @@ etcd, without any of these.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import http.server
 import json
 import random
@@ -92,12 +95,20 @@ import urllib.request
 import uuid
 from collections.abc import Callable
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import yaml
 
-from fakes import kube_discovery, kube_options, kube_protobuf, kube_tables, kube_watch
+from fakes import (
+    kube_discovery,
+    kube_options,
+    kube_protobuf,
+    kube_stream,
+    kube_tables,
+    kube_watch,
+)
 from fakes.kube_admission import Admission, Request, deny_service_external_ips, warning_headers
 from fakes.kube_auth import (
     KUBEADM_ADMIN,
@@ -107,6 +118,7 @@ from fakes.kube_auth import (
     ClusterAuth,
     UserInfo,
     bootstrap_policy,
+    forbidden,
     node_user,
     refusal,
     request_attributes,
@@ -515,6 +527,9 @@ class FakeKubeApiServer:
         self._store: dict[str, dict] = kube_watch.WatchedStore(self._lock, self._next_rv)
         self._logs: dict[tuple[str, str, str], str] = {}
         self._previous_logs: dict[tuple[str, str, str], str] = {}
+        # exec and port-forward (fakes/kube_stream.py): a container's "/" and a pod's ports
+        self._pod_files: dict[tuple[str, str, str], Path] = {}
+        self._pod_ports: dict[tuple[str, str], dict[int, str]] = {}
         self._faults: list[dict] = []
         self._rv = 0
         self.clock: Callable[[], float] = time.time  # seconds since the epoch (token expiry)
@@ -752,6 +767,20 @@ class FakeKubeApiServer:
         with self._lock:
             (self._previous_logs if previous else self._logs)[(namespace, name, container)] = text
 
+    def set_pod_files(self, namespace: str, pod: str, container: str, root: Path) -> None:
+        """The directory standing for the `/` of a pod's container, for `pods/exec`.
+
+        kubectl cp's `tar cf - <path>` is answered from it (fakes/kube_stream.py); any other
+        command is an error naming the fake's limit.
+        """
+        with self._lock:
+            self._pod_files[(namespace, pod, container)] = root
+
+    def set_pod_port(self, namespace: str, pod: str, port: int, backend: str) -> None:
+        """Where a pod's port answers (`host:port`), for `pods/portforward`."""
+        with self._lock:
+            self._pod_ports.setdefault((namespace, pod), {})[port] = backend
+
     def _roll_out(self, obj: dict) -> None:
         """With `available_deployments`, a Deployment is available at once (see above)."""
         if not self.available_deployments or obj.get("kind") != "Deployment":
@@ -850,6 +879,17 @@ class FakeKubeApiServer:
         self._attrs = attrs
         self._warnings = []
         try:
+            if (
+                attrs.resource == "pods"
+                and attrs.api_group == ""
+                and attrs.subresource
+                in (
+                    "exec",
+                    "portforward",
+                    "attach",
+                )
+            ):
+                return self._connect(method, attrs, url, headers)
             return self._respond(method, url, query, headers, body)
         except (ApiError, AuthError) as e:
             extra = self._warning_headers(method, url.path, e.code)
@@ -890,6 +930,45 @@ class FakeKubeApiServer:
         if isinstance(payload, str):
             return code, "text/plain", payload.encode(), extra
         return code, media.media_type, kube_discovery.encode(payload, media.media_type), extra
+
+    def _connect(self, method: str, attrs: Attributes, url: Any, headers: Any) -> tuple:
+        """`pods/exec` and `pods/portforward`: the checks, then the WebSocket upgrade.
+
+        As kube-apiserver's ExecREST/PortForwardREST Connect and pod strategy's locations
+        do, cited in fakes/kube_stream.py: `create` on the subresource (the registry's check
+        of a WebSocket `GET`), the pod (404), its container (400) and node (400); then the
+        101 with the subprotocol, or 400 for what the fake does not serve (SPDY, attach).
+        """
+        if method not in ("GET", "POST"):
+            raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {url.path}")
+        if attrs.verb != "create":  # authorize.go ensureAuthorizedForVerb (kube_stream.py)
+            allowed, reason = self.auth.authorize(dataclasses.replace(attrs, verb="create"))
+            if not allowed:
+                raise forbidden(attrs.api_group, attrs.resource, attrs.name, reason)
+        pod = self._existing(parse_path(url.path.rsplit("/", 1)[0], self.resources))
+        name = attrs.name
+        raw_query = parse_qs(url.query, keep_blank_values=True)
+        try:
+            container = kube_stream.container_of(pod, attrs.subresource, raw_query)
+            chosen = kube_stream.subprotocol(method, attrs.subresource, headers)
+        except kube_stream.RefusedError as e:
+            raise ApiError(400, "BadRequest", str(e)) from None
+        key = headers.get("Sec-WebSocket-Key") or ""
+        namespace = attrs.namespace
+        if attrs.subresource == "portforward":
+            ports = dict(self._pod_ports.get((namespace, name), {}))
+            uid = (pod.get("metadata") or {}).get("uid", "")
+            session = kube_stream.portforward_session(ports, f"{name}_{namespace}", uid)
+        else:
+            command = raw_query.get("command") or []
+            root = self._pod_files.get((namespace, name, container))
+            where = f'container "{container}" of pod {namespace}/{name}'
+            out, err, status = kube_stream.run_command(root, command, where)
+            flags = {
+                k: (raw_query.get(k) or [""])[-1] in ("true", "1") for k in ("stdout", "stderr")
+            }
+            session = kube_stream.exec_session(out, err, status, flags["stdout"], flags["stderr"])
+        return 101, "", kube_stream.Upgrade(key, chosen, session), {}
 
     def _warning_headers(self, method: str, path: str, code: int = 200) -> dict[str, Any]:
         """The extra headers of this request's answer.
@@ -1615,6 +1694,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
             return
         code, content_type, payload, extra = answer
+        if isinstance(payload, kube_stream.Upgrade):
+            self.close_connection = True
+            payload.serve(self.connection, self.wfile)
+            return
         if isinstance(payload, kube_watch.Watch):
             self._stream(content_type, payload)
             return

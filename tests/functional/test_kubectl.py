@@ -9,8 +9,14 @@ things has its own.
 
 from __future__ import annotations
 
+import http.client
+import http.server
+import io
 import json
 import re
+import shutil
+import subprocess
+import tarfile
 import threading
 import time
 import urllib.error
@@ -22,6 +28,7 @@ from pathlib import Path
 import pytest
 from kubectl_runner import Kubectl
 
+from fakes import kube_stream
 from fakes.kube_apiserver import FakeKubeApiServer
 
 # An object made "10 days ago (and an hour)" prints as 10d for the next 23 hours
@@ -727,3 +734,232 @@ def test_watch_refusals_as_kube_apiserver_words_them(kube_api: FakeKubeApiServer
     assert error["type"] == "ERROR"
     assert (error["object"]["code"], error["object"]["reason"]) == (410, "Expired")
     assert error["object"]["message"].startswith("too old resource version: 2 (")
+
+
+# ---------------------------------------------------------------- cp and port-forward
+
+
+def _export(root: Path, path: str) -> None:
+    """A SavedModel export at `path` inside a container whose `/` is `root`."""
+    export = root / path.lstrip("/")
+    (export / "variables").mkdir(parents=True)
+    (export / "saved_model.pb").write_bytes(b"\x08\x01saved model")
+    (export / "variables" / "variables.index").write_bytes(b"index")
+    (export / "variables" / "variables.data-00000-of-00001").write_bytes(b"\x00" * 70000)
+
+
+def _files(top: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(top)): p.read_bytes() for p in sorted(top.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def tensorflow(fresh, tmp_path: Path) -> Iterator[tuple[FakeKubeApiServer, Kubectl, Path]]:
+    """A running pod `fetch` in namespace tensorflow whose container's `/` is `tmp_path/pod`."""
+    api, kubectl = fresh
+    api.put_object("/api/v1/namespaces/tensorflow", {"metadata": {}})
+    api.put_object(
+        "/api/v1/namespaces/tensorflow/pods/fetch", pod("fetch", uid="0b4f", labels={"a": "b"})
+    )
+    root = tmp_path / "pod"
+    _export(root, "/data/export/1000")
+    api.set_pod_files("tensorflow", "fetch", "main", root)
+    yield api, kubectl, tmp_path
+
+
+def test_cp_copies_a_directory_out_of_a_pod_as_tar_gives_it(tensorflow):
+    """The exec of `tar cf - <path>` over WebSocket v5; kubectl untars the archive here."""
+    api, kubectl, tmp = tensorflow
+    done = kubectl.run("-n", "tensorflow", "cp", "fetch:/data/export/1000", str(tmp / "m"))
+    # tar's stderr goes to kubectl's stdout (cp.go: ErrOut is o.Out)
+    assert (done.stdout, done.stderr) == ("tar: Removing leading `/' from member names\n", "")
+    assert _files(tmp / "m") == _files(tmp / "pod" / "data" / "export" / "1000")
+    exec_path = "/api/v1/namespaces/tensorflow/pods/fetch/exec"
+    assert [r.method for r in api.requests if r.path == exec_path] == ["GET"]  # no SPDY
+    # with --retries the command is `sh -c "tar cf - '<path>' | tail -c+<n>"`
+    kubectl.run("-n", "tensorflow", "cp", "--retries=2", "fetch:/data/export/1000", str(tmp / "r"))
+    assert _files(tmp / "r") == _files(tmp / "m")
+
+
+def test_cp_of_a_missing_path_prints_what_tar_says(tensorflow):
+    _api, kubectl, tmp = tensorflow
+    done = kubectl.run(
+        "-n", "tensorflow", "cp", "fetch:/data/export/7", str(tmp / "x"), check=False
+    )
+    said = [
+        "tar: Removing leading `/' from member names",
+        "tar: /data/export/7: Cannot stat: No such file or directory",
+        "tar: Exiting with failure status due to previous errors",
+    ]
+    # kubectl stops at the archive's end (tar writes an empty one) and exits 0 before tar's
+    # exit status arrives, and may exit before it printed tar's stderr (cp.go's goroutines)
+    printed = done.stdout.splitlines()
+    assert (done.returncode, said[: len(printed)]) == (0, printed)
+    assert not (tmp / "x").exists()
+
+
+@pytest.mark.skipif(not shutil.which("tar"), reason="no tar here to compare with")
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/data/export/1000",
+        "/data/export/1000/",
+        "/data/./export/1000",
+        "/data/../data/export",
+        "/data//export/1000/saved_model.pb",
+        "/data/export/7",
+    ],
+)
+def test_the_fakes_tar_is_gnu_tars(tmp_path: Path, path: str):
+    """Member names, types, stderr and exit code as GNU tar gives them for kubectl cp's path."""
+    version = subprocess.run(["tar", "--version"], capture_output=True, text=True).stdout
+    if "GNU tar" not in version:
+        pytest.skip("tar here is not GNU tar")
+    _export(tmp_path, "/data/export/1000")
+    out, err, code = kube_stream.tar_cf(tmp_path, path)
+    # the same path under tmp_path, as `tar -C <root>` cannot keep a leading "/"
+    real = subprocess.run(
+        ["tar", "cf", "-", str(tmp_path) + path], capture_output=True, check=False
+    )
+    prefix = str(tmp_path).lstrip("/") + "/"
+
+    def members(archive: bytes) -> list[tuple[str, bytes]]:
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            return [(m.name.removeprefix(prefix), m.type) for m in tar.getmembers()]
+
+    expected = members(real.stdout)  # with "..", tar strips up to it: tmp_path goes too
+    assert members(out) in (expected, sorted(expected))  # tar's order is the directory's
+    assert (len(out), code) == (len(real.stdout), real.returncode)
+    assert err.decode() == real.stderr.decode().replace(str(tmp_path), "")
+
+
+def test_exec_of_other_commands_says_the_fake_runs_no_containers(tensorflow):
+    api, kubectl, _tmp = tensorflow
+    done = kubectl.run("-n", "tensorflow", "exec", "fetch", "--", "ls", "/", check=False)
+    assert done.returncode == 1
+    assert done.stderr.startswith("error: Internal error occurred: the fake API server runs no")
+    missing = kubectl.run("-n", "tensorflow", "exec", "fetch", "-c", "x", "--", "ls", check=False)
+    # kubectl checks the container itself (exec.go), before any request
+    assert missing.stderr == "error: container x is not valid for pod fetch out of: main\n"
+    api.put_object("/api/v1/namespaces/tensorflow/pods/done", pod("done", phase="Succeeded"))
+    done = kubectl.run("-n", "tensorflow", "exec", "done", "--", "ls", check=False)
+    assert done.stderr == (
+        "error: cannot exec into a container in a completed pod; current phase is Succeeded\n"
+    )
+
+
+def test_exec_and_port_forward_need_create_on_the_subresource(tensorflow, kubectl_binary):
+    """`get` on pods/exec is not enough since 1.35: the registry also asks for `create`."""
+    api, _kubectl, tmp = tensorflow
+    api.add_token("viewer-token", "viewer")
+    rules = [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
+        {"apiGroups": [""], "resources": ["pods/exec", "pods/portforward"], "verbs": ["get"]},
+    ]
+    api.put_object(
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/tensorflow/roles/viewer",
+        {"metadata": {"name": "viewer", "namespace": "tensorflow"}, "rules": rules},
+    )
+    api.put_object(
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/tensorflow/rolebindings/viewer",
+        {
+            "metadata": {"name": "viewer", "namespace": "tensorflow"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "viewer"},
+            "subjects": [
+                {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "viewer"}
+            ],
+        },
+    )
+    viewer = Kubectl(kubectl_binary, api, token="viewer-token")
+    try:
+        path = "/api/v1/namespaces/tensorflow/pods/fetch/exec"
+        done = viewer.run(
+            "-n", "tensorflow", "cp", "fetch:/data/1000", str(tmp / "v"), check=False
+        )
+        # the WebSocket GET is refused (403 is an upgrade failure), so kubectl tries SPDY's
+        # POST, which the authorization filter refuses as `create`: what kubectl prints
+        assert (done.returncode, done.stderr) == (
+            1,
+            'error: unable to upgrade connection: pods "fetch" is forbidden: User "viewer" '
+            'cannot create resource "pods/exec" in API group "" in the namespace "tensorflow"\n',
+        )
+        assert [r.method for r in api.requests if r.path == path] == ["GET", "POST"]
+        assert not (tmp / "v").exists()
+        done = viewer.run("-n", "tensorflow", "port-forward", "pod/fetch", "0:8501", check=False)
+        assert (done.returncode, done.stderr) == (
+            1,
+            'error: error upgrading connection: unable to upgrade connection: pods "fetch" is '
+            'forbidden: User "viewer" cannot create resource "pods/portforward" in API group "" '
+            'in the namespace "tensorflow"\n',
+        )
+    finally:
+        viewer.close()
+
+
+class _Backend(http.server.ThreadingHTTPServer):
+    """A stand-in for what listens on a pod's port: answers `GET <path>` with its path."""
+
+    def __init__(self) -> None:
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                body = json.dumps({"path": self.path}).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.server_address[1]}"
+
+
+def _local_port(printed: str, remote: int) -> int:
+    """The local port of kubectl's `Forwarding from 127.0.0.1:<local> -> <remote>`."""
+    found = re.search(rf"^Forwarding from 127\.0\.0\.1:(\d+) -> {remote}$", printed, re.M)
+    assert found, printed
+    return int(found.group(1))
+
+
+def test_port_forward_a_service_to_its_pod(tensorflow):
+    """svc/x resolves to a Running pod of its selector and its targetPort (kubectl's work)."""
+    api, kubectl, _tmp = tensorflow
+    api.put_object(
+        "/api/v1/namespaces/tensorflow/services/model",
+        {
+            "metadata": {"name": "model"},
+            "spec": {"selector": {"a": "b"}, "ports": [{"port": 80, "targetPort": 8501}]},
+        },
+    )
+    backend = _Backend()
+    try:
+        api.set_pod_port("tensorflow", "fetch", 8501, backend.address)
+        with kubectl.running(
+            "-n", "tensorflow", "port-forward", "svc/model", "0:80", until="Forwarding from"
+        ) as forwarding:
+            local = _local_port(forwarding.stdout, 8501)
+            for path in ("/v1/models/mnist", "/v1/models/mnist/metadata"):
+                with urllib.request.urlopen(f"http://127.0.0.1:{local}{path}", timeout=10) as r:
+                    assert json.loads(r.read()) == {"path": path}
+    finally:
+        backend.shutdown()
+        backend.server_close()
+    assert forwarding.stdout.count(f"Handling connection for {local}\n") == 2
+    path = "/api/v1/namespaces/tensorflow/pods/fetch/portforward"
+    assert [r.method for r in api.requests if r.path == path] == ["GET"]  # one WebSocket
+
+
+def test_port_forward_to_a_port_nothing_answers(tensorflow):
+    api, kubectl, _tmp = tensorflow
+    with kubectl.running(
+        "-n", "tensorflow", "port-forward", "pod/fetch", "0:9000", until="Forwarding from"
+    ) as forwarding:
+        local = _local_port(forwarding.stdout, 9000)
+        with pytest.raises((urllib.error.URLError, ConnectionError, http.client.HTTPException)):
+            urllib.request.urlopen(f"http://127.0.0.1:{local}/", timeout=10)
+        time.sleep(0.5)
+    assert "error forwarding port 9000 to pod fetch_tensorflow, uid 0b4f" in forwarding.stderr

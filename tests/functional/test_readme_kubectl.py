@@ -2,10 +2,12 @@
 
 The README's `kubectl ...` commands (code blocks, inline code and the outputs the charms
 print) are collected from its text; each one is in `RUN` (run here, its output checked,
-and shown in the README where the README shows one) or in `STREAMING` (not run, with the
-reason), and a new command in the README fails `test_every_kubectl_command_of_the_readme_is_run`
-until it is added to one of them. The commands the charms print in a status (the worker's
-reboot and MIG messages) run here too, built by the charm's own functions.
+and shown in the README where the README shows one), and a new command in the README fails
+`test_every_kubectl_command_of_the_readme_is_run` until it is added there. `kubectl cp` and
+`kubectl port-forward` stream over WebSocket (fakes/kube_stream.py): the copies come out of
+a seeded export directory, the forwards reach stand-in HTTP servers. The commands the
+charms print in a status (the worker's reboot and MIG messages) run here too, built by the
+charm's own functions.
 
 The cluster is seeded as the README's steps leave it: a control-plane node and two GPU
 workers of a fresh deploy, the tensorflow namespace after `fetch-model` (its pod and Job).
@@ -18,7 +20,10 @@ over TLS: tests/kubectl_runner.py).
 from __future__ import annotations
 
 import datetime
+import http.server
 import re
+import threading
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,13 +38,11 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 
 CONTROL_PLANE, GPU_0, GPU_1 = "ip-172-31-20-13", "ip-172-31-24-101", "ip-172-31-27-58"
 
-# Not run: these stream over WebSocket (kubectl 1.36 uses the v5.channel.k8s.io exec
-# protocol for `cp` and WebSocket port-forwarding, both with SPDY fallback), which the fake
-# API server does not serve; what they reach (a pod's tar, a Service's port) is what the
-# charms' own tests check (tests/unit/tensorflow/test_exports.py, test_serving.py).
-STREAMING = {
+COPIES = {
     "kubectl -n tensorflow cp fetch-mnist-vr8mp:/data/jobs/mnist/export/1000 ./mnist-1000",
     "kubectl -n tensorflow cp fetch-mnist-x7k2p:/data/jobs/mnist/export/2000 ./mnist-2000",
+}
+FORWARDS = {
     "kubectl -n tensorflow port-forward svc/mnist-serving 8501",
     "kubectl -n tensorflow port-forward svc/mnist-tensorboard 6006",
 }
@@ -54,6 +57,8 @@ NOT_COMMANDS = {
 RUN = {
     "kubectl get nodes",
     "kubectl -n tensorflow delete job fetch-mnist",
+    *COPIES,
+    *FORWARDS,
 }
 
 
@@ -65,7 +70,7 @@ def readme_commands(text: str) -> set[str]:
 
 def test_every_kubectl_command_of_the_readme_is_run():
     shown = readme_commands(README.read_text())
-    assert shown - STREAMING - NOT_COMMANDS - RUN == set(), "add them to RUN or STREAMING"
+    assert shown - NOT_COMMANDS - RUN == set(), "add them to RUN"
     assert RUN <= shown, "RUN names a command the README no longer shows"
 
 
@@ -135,6 +140,15 @@ def cluster(kubectl_binary: Path) -> Iterator[tuple[FakeKubeApiServer, Kubectl]]
             _pod(
                 "fetch-mnist-vr8mp",
                 GPU_0,
+                {"job-name": "fetch-mnist"},
+                {"apiVersion": "batch/v1", "kind": "Job", "name": "fetch-mnist"},
+            ),
+        )
+        api.put_object(
+            "/api/v1/namespaces/tensorflow/pods/fetch-mnist-x7k2p",
+            _pod(
+                "fetch-mnist-x7k2p",
+                GPU_1,
                 {"job-name": "fetch-mnist"},
                 {"apiVersion": "batch/v1", "kind": "Job", "name": "fetch-mnist"},
             ),
@@ -212,3 +226,106 @@ def test_the_mig_failure_status_command_finds_the_managers_logs(cluster):
     assert name == "pod/nvidia-mig-manager-7xk2q"
     printed = kubectl.run("-n", "kube-system", "logs", name).stdout
     assert printed == "Applying MIG config failed\n"
+
+
+def _export(root: Path, version: str) -> dict[str, bytes]:
+    """A job's export in the shared volume (what fetch-model's pod mounts at /data)."""
+    export = root / "data" / "jobs" / "mnist" / "export" / version
+    (export / "variables").mkdir(parents=True)
+    files = {
+        "saved_model.pb": b"\x08\x01saved model " + version.encode(),
+        "variables/variables.index": b"index",
+        "variables/variables.data-00000-of-00001": bytes(range(256)) * 64,
+    }
+    for name, data in files.items():
+        (export / name).write_bytes(data)
+    return files
+
+
+@pytest.mark.parametrize("command", sorted(COPIES))
+def test_fetch_models_copy_command_copies_the_export(cluster, tmp_path: Path, command: str):
+    """fetch-model's `kubectl cp`, run where the user is: the export lands in ./mnist-<v>."""
+    api, kubectl = cluster
+    pod, version = re.fullmatch(r".* cp (\S+):/data/jobs/mnist/export/(\d+) .*", command).groups()
+    volume = tmp_path / "volume"
+    files = _export(volume, version)
+    api.set_pod_files("tensorflow", pod, "main", volume)
+    here = tmp_path / "here"
+    here.mkdir()
+    done = kubectl.run(*command.split()[1:], cwd=here)
+    # the only output: GNU tar's warning on the exec's stderr, which kubectl cp prints
+    assert (done.stdout, done.stderr) == ("tar: Removing leading `/' from member names\n", "")
+    copied = here / f"mnist-{version}"
+    found = {str(p.relative_to(copied)): p.read_bytes() for p in copied.rglob("*") if p.is_file()}
+    assert found == files
+
+
+@pytest.mark.parametrize("command", sorted(FORWARDS))
+def test_port_forward_commands_reach_the_service(cluster, command: str):
+    """The README's port-forwards, verbatim (local port = the service's), to stand-ins.
+
+    The Services carry the charm's selectors and ports (serving.labels and its ports,
+    manifests.labels for TensorBoard), each selecting one Running pod, which kubectl finds.
+    """
+    api, kubectl = cluster
+    service, port = re.fullmatch(r".* svc/(\S+) (\d+)", command).groups()
+    job = "mnist"
+    literals, serving = load("tensorflow", "literals"), load("tensorflow", "serving")
+    if service == "mnist-serving":
+        labels = serving.labels("tensorflow", job)
+        ports = [
+            {"name": "grpc", "port": serving.GRPC_PORT, "targetPort": serving.GRPC_PORT},
+            {"name": "http", "port": serving.REST_PORT, "targetPort": serving.REST_PORT},
+        ]
+    else:
+        labels = load("tensorflow", "manifests").labels("tensorflow", job, "tensorboard")
+        board = literals.TENSORBOARD_PORT
+        ports = [{"name": "http", "port": board, "targetPort": board}]
+    api.put_object(
+        f"/api/v1/namespaces/tensorflow/services/{service}",
+        {
+            "metadata": {"name": service, "labels": labels},
+            "spec": {"selector": labels, "ports": ports},
+        },
+    )
+    api.put_object(
+        f"/api/v1/namespaces/tensorflow/pods/{service}-0", _pod(f"{service}-0", GPU_1, labels)
+    )
+    backend = _StandIn(service)
+    try:
+        api.set_pod_port("tensorflow", f"{service}-0", int(port), backend.address)
+        with kubectl.running(*command.split()[1:], until="Forwarding from") as forwarding:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as answer:
+                assert answer.read() == service.encode()
+    finally:
+        backend.shutdown()
+        backend.server_close()
+    # and `Forwarding from [::1]:<port> -> <port>` where localhost resolves to ::1 too
+    # (client-go portforward.go listens on each address of localhost)
+    ipv6 = f"Forwarding from [::1]:{port} -> {port}"
+    assert [line for line in forwarding.stdout.splitlines() if line != ipv6] == [
+        f"Forwarding from 127.0.0.1:{port} -> {port}",
+        f"Handling connection for {port}",
+    ]
+
+
+class _StandIn(http.server.ThreadingHTTPServer):
+    """What listens in the pod: answers every GET with its name."""
+
+    def __init__(self, name: str) -> None:
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(name)))
+                self.end_headers()
+                self.wfile.write(name.encode())
+
+            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.server_address[1]}"
