@@ -141,8 +141,11 @@ def check(host: Host) -> Expiry:
         raise CertificateError(f"kubeadm certs check-expiration printed no expiry: {e}") from None
 
 
-def renew(host: Host, before: Expiry) -> Expiry:
+def renew(host: Host, before: Expiry, now: datetime.datetime, days: int) -> Expiry:
     """`kubeadm certs renew all`, then what it renewed read back; the new expiry.
+
+    A certificate whose expiry did not move and that is still due within `days` of `now`,
+    or that kubeadm calls externally managed (its CA's key is absent), was not renewed.
 
     Raises:
         CertificateError: kubeadm failed (its last line), or left a certificate it
@@ -154,10 +157,14 @@ def renew(host: Host, before: Expiry) -> Expiry:
         raise CertificateError(f"kubeadm certs renew all failed: {e.last_line}") from None
     after = check(host)
     old = {c.name: c.expires for c in before.certificates if c.expires is not None}
+    due = {c.name for c in after.due(now, days)}
     stale = [
         c.name
         for c in after.certificates
-        if c.name in old and c.expires is not None and c.expires <= old[c.name]  # type: ignore[operator]
+        if c.name in old
+        and c.expires is not None
+        and c.expires <= old[c.name]  # type: ignore[operator]
+        and (c.external or c.name in due)
     ]
     if stale:
         said = [line.strip() for line in out.splitlines() if "can't be renewed" in line]

@@ -195,7 +195,12 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         )
 
     def _hook(
-        self, ctx: UnitContext, relation: ops.Relation, peers: Peers, kube: KubeSession
+        self,
+        ctx: UnitContext,
+        relation: ops.Relation,
+        peers: Peers,
+        kube: KubeSession,
+        config: Config,
     ) -> _Hook:
         access = Access(self.kube_api, self.model, ctx, kube)
         return _Hook(
@@ -209,16 +214,17 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             fleet=Fleet(self.workers, ctx, kube, worker_kubeconfig=access.worker_kubeconfig),
             addons=Addons(kube, self.url_opener),
             upgrades=Upgrades(ctx, kube, clock=self.drain_clock, sleep=self.drain_sleep),
-            renewal=self._renewal(ctx, peers),
+            renewal=self._renewal(ctx, peers, config.certificate_renewal_days),
         )
 
-    def _renewal(self, ctx: UnitContext, peers: Peers) -> Renewal:
+    def _renewal(self, ctx: UnitContext, peers: Peers, days: int) -> Renewal:
         return Renewal(
             ctx,
             peers,
             self._stored.certificates,
             ready=self._api_server_ready,
             clock=self.clock,
+            days=days,
             monotonic=self.drain_clock,
             sleep=self.restart_sleep,
         )
@@ -344,7 +350,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
                     f"{option} {wanted} differs from the running cluster's {running}; "
                     f"set it back to {running}"
                 )
-        hook = self._hook(ctx, relation, peers, kube)
+        hook = self._hook(ctx, relation, peers, kube, config)
         with status_of(node.NodeError):
             ctx.node.settle_abandoned_upgrade(
                 config.kubernetes_version, cluster_version, config.package_mirror
@@ -377,9 +383,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         addons.apply_cni(config, bag)
         upgrade = hook.upgrades.control_plane(config, peers)
         self._mark_member(hook)  # with the minor this node runs now
-        cert_notes, cert_blocked = hook.renewal.reconcile(
-            config.certificate_renewal_days, leader=True
-        )
+        cert_notes, cert_blocked = hook.renewal.reconcile(leader=True)
         membership.prune_etcd(peers, check=isinstance(event, ops.UpdateStatusEvent))
         added = hook.fleet.sync(peers, event)
         hook.fleet.observe_nodes(peers, event, added)
@@ -424,9 +428,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         self._configure_api_proxy(hook)
         hook.upgrades.take_turn(config, hook.peers)
         self._mark_member(hook)
-        notes, self._blocked_lines = hook.renewal.reconcile(
-            config.certificate_renewal_days, leader=False
-        )
+        notes, self._blocked_lines = hook.renewal.reconcile(leader=False)
         hook.membership.help_joining_units(config, hook.peers)
         hook.access.reach(config, hook.peers, leader=False)
         return notes
@@ -583,7 +585,12 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         if peers is None or not ctx.joined():
             event.fail("this unit has not joined the cluster yet; retry once it is Ready")
             return
-        cert = self._renewal(ctx, peers)
+        try:
+            days = self.load_config(Config, errors="raise").certificate_renewal_days
+        except ValueError as e:
+            event.fail(f"Invalid config: {e}")
+            return
+        cert = self._renewal(ctx, peers, days)
         holder = cert.turn()
         bag = peers.app
         if holder not in (None, ctx.unit) or (ctx.leader and bag.get(UPGRADE_TURN)):

@@ -62,8 +62,8 @@ class Renewal:
     """This unit's certificates, and the renewal turn as the leader passes it.
 
     `stored`: this unit's own state (last check, last failure); `ready`: whether this
-    node's API server answers /readyz; `clock`: the time (UTC); `monotonic`, `sleep`: the
-    restart's waits.
+    node's API server answers /readyz; `clock`: the time (UTC); `days`: the renewal window
+    (`certificate-renewal-days`); `monotonic`, `sleep`: the restart's waits.
     """
 
     def __init__(
@@ -74,6 +74,7 @@ class Renewal:
         *,
         ready: Callable[[], bool],
         clock: Callable[[], datetime.datetime],
+        days: int,
         monotonic: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ):
@@ -84,11 +85,13 @@ class Renewal:
         self._clock = clock
         self._monotonic = monotonic
         self._sleep = sleep
+        self._days = days
 
     # -- the reconcile ----------------------------------------------------------------
 
-    def reconcile(self, days: int, *, leader: bool) -> tuple[list[str], list[str]]:
+    def reconcile(self, *, leader: bool) -> tuple[list[str], list[str]]:
         """Check (hourly), pass the turn (leader), renew in turn: (notes, blocked lines)."""
+        days = self._days
         if not self._ctx.joined():
             return [], []
         now = self._clock()
@@ -137,7 +140,7 @@ class Renewal:
         host = self._ctx.host
         try:
             before = certificates.check(host)
-            after = certificates.renew(host, before)
+            after = certificates.renew(host, before, self._clock(), self._days)
             restarted = certificates.restart_static_pods(host, self._sleep)
             certificates.wait_ready(self._ready, clock=self._monotonic, sleep=self._sleep)
         except certificates.CertificateError as e:

@@ -16,6 +16,7 @@ from fakes.control_plane import (
     NOW,
     STATIC_PODS,
     leader_member_state,
+    member,
     peer,
     peers,
 )
@@ -94,7 +95,7 @@ def test_within_the_window_the_leader_renews_restarts_its_pods_and_waits(ctx, ma
 
     out = ctx.run(ctx.on.update_status(), out)
 
-    assert kubeadm_certs(machine)[-3:] == [CHECK, RENEW, CHECK][-3:] or RENEW in kubeadm_certs(machine)
+    assert kubeadm_certs(machine)[1:] == [CHECK, CHECK, RENEW, CHECK]  # hourly, before, after
     renewed = clock.now + datetime.timedelta(days=365)
     assert machine.pki.expires("apiserver") == renewed.replace(microsecond=0)
     assert machine.pki.expires("etcd-peer") == renewed.replace(microsecond=0)
@@ -117,8 +118,7 @@ def test_within_the_window_the_leader_renews_restarts_its_pods_and_waits(ctx, ma
 def test_the_leader_renews_first_then_passes_the_turn(ctx, machine, clock, api):
     out = bootstrapped(ctx)
     clock.advance(days=340)
-    other = {"joined": "true", "node-name": "cp-1", "api-server": "10.0.0.6:6443"}
-    other["certificates-renewal"] = "true"
+    other = member(api, 1, **{"certificates-renewal": "true", "kubernetes-version": "1.36"})
     out = with_peer(out, {1: other})
 
     out = ctx.run(ctx.on.update_status(), out)
@@ -138,13 +138,12 @@ def test_the_leader_renews_first_then_passes_the_turn(ctx, machine, clock, api):
     assert "certificate-renewal-turn" not in peer(out).local_app_data
 
 
-def test_no_renewal_turn_while_an_upgrade_turn_is_out(ctx, machine, clock):
+def test_no_renewal_turn_while_an_upgrade_turn_is_out(ctx, machine, clock, api):
     out = bootstrapped(ctx)
     clock.advance(days=340)
-    relation = peer(out)
-    app = {**relation.local_app_data, "upgrade-turn": OTHER}
-    out = dataclasses.replace(out, relations=[dataclasses.replace(relation, local_app_data=app)])
-    out = ctx.run(ctx.on.update_status(), out)
+    behind = member(api, 1, **{"kubernetes-version": "1.35"})  # its upgrade turn comes first
+    out = ctx.run(ctx.on.update_status(), with_peer(out, {1: behind}))
+    assert peer(out).local_app_data["upgrade-turn"] == OTHER
     assert RENEW not in kubeadm_certs(machine)
     assert "certificate-renewal-turn" not in peer(out).local_app_data
 
