@@ -566,16 +566,23 @@ class KubeadmPki:
     """
 
     LONG_NAMES = {  # the handlers' LongName (certs/certlist.go, renewal/manager.go)
-        "admin.conf": "certificate embedded in the kubeconfig file for the admin to use and for kubeadm itself",
+        "admin.conf": (
+            "certificate embedded in the kubeconfig file for the admin to use and for kubeadm"
+            " itself"
+        ),
         "apiserver": "certificate for serving the Kubernetes API",
         "apiserver-etcd-client": "certificate the apiserver uses to access etcd",
         "apiserver-kubelet-client": "certificate for the API server to connect to kubelet",
-        "controller-manager.conf": "certificate embedded in the kubeconfig file for the controller manager to use",
+        "controller-manager.conf": (
+            "certificate embedded in the kubeconfig file for the controller manager to use"
+        ),
         "etcd-healthcheck-client": "certificate for liveness probes to healthcheck etcd",
         "etcd-peer": "certificate for etcd nodes to communicate with each other",
         "etcd-server": "certificate for serving etcd",
         "front-proxy-client": "certificate for the front proxy client",
-        "scheduler.conf": "certificate embedded in the kubeconfig file for the scheduler manager to use",
+        "scheduler.conf": (
+            "certificate embedded in the kubeconfig file for the scheduler manager to use"
+        ),
         "super-admin.conf": "certificate embedded in the kubeconfig file for the super-admin",
     }
 

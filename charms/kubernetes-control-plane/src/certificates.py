@@ -68,6 +68,7 @@ class Certificate:
 
     @property
     def missing(self) -> bool:
+        """Whether kubeadm found no such file."""
         return self.expires is None
 
 
@@ -84,6 +85,7 @@ class Expiry:
         return min(present, key=lambda c: c.expires) if present else None  # type: ignore[arg-type, return-value]
 
     def earliest_authority(self) -> Certificate | None:
+        """The present CA that expires first (reported, never renewed)."""
         present = [c for c in self.authorities if c.expires is not None]
         return min(present, key=lambda c: c.expires) if present else None  # type: ignore[arg-type, return-value]
 
@@ -122,7 +124,6 @@ def parse(text: str) -> Expiry:
         return tuple(out)
 
     return Expiry(entries("certificates"), entries("certificateAuthorities"))
-
 
 
 def check(host: Host) -> Expiry:

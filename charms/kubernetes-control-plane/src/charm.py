@@ -125,9 +125,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         # _on_collect_status); status: the one [name, message] revisions before
         # 2026-11-27 kept, taken over once
         # certificates: this unit's certificate checks (renewal.py: last check, failures)
-        self._stored.set_default(
-            left_cluster=False, statuses=None, status=None, certificates={}
-        )
+        self._stored.set_default(left_cluster=False, statuses=None, status=None, certificates={})
         if self._stored.status is not None:
             self._stored.statuses = self._stored.statuses or [list(self._stored.status)]
             self._stored.status = None

@@ -180,9 +180,11 @@ class Renewal:
         earliest = expiry.earliest()
         data = {WANTS_TURN: "true" if wants else "false"}
         if earliest is not None and earliest.expires is not None:
-            data[EXPIRY] = json.dumps(
-                {"name": earliest.name, "expires": earliest.expires.isoformat()}, sort_keys=True
-            )
+            value = {"name": earliest.name, "expires": earliest.expires.isoformat()}
+            ca = expiry.earliest_authority()
+            if ca is not None and ca.expires is not None:  # CAs: reported, not renewed
+                value.update({"ca": ca.name, "ca-expires": ca.expires.isoformat()})
+            data[EXPIRY] = json.dumps(value, sort_keys=True)
         write(self._peers.mine, data)
 
     def _notes(self, now: datetime.datetime, days: int) -> list[str]:
@@ -222,8 +224,21 @@ def report(peers: Peers) -> str:
     for unit in sorted(units, key=_unit_key):
         found = earliest_of(units[unit])
         if found is not None:
-            lines.append(f"{unit}: {found[0]} expires {found[1]:%Y-%m-%d %H:%M} UTC")
+            line = f"{unit}: {found[0]} expires {found[1]:%Y-%m-%d %H:%M} UTC"
+            ca = _ca_of(units[unit])
+            if ca:
+                line += f"; CA {ca}"
+            lines.append(line)
     return "\n".join(lines) or "not checked yet"
+
+
+def _ca_of(data: MutableMapping[str, str] | dict) -> str:
+    try:
+        value = json.loads(data.get(EXPIRY) or "null")
+        expires = datetime.datetime.fromisoformat(value["ca-expires"])
+        return f"{value['ca']} expires {expires:%Y-%m-%d}"
+    except (ValueError, TypeError, KeyError):
+        return ""
 
 
 def _parse(text: str | None) -> datetime.datetime | None:

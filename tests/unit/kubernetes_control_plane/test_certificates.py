@@ -37,7 +37,9 @@ def kubeadm_certs(machine) -> list[str]:
 
 
 def with_peer(state: testing.State, units: dict[int, dict]) -> testing.State:
-    return dataclasses.replace(state, relations=[dataclasses.replace(peer(state), peers_data=units)])
+    return dataclasses.replace(
+        state, relations=[dataclasses.replace(peer(state), peers_data=units)]
+    )
 
 
 def test_the_fake_prints_kubeadm_certs_check_expiration_json(machine, ctx):
@@ -57,7 +59,11 @@ def test_the_fake_prints_kubeadm_certs_check_expiration_json(machine, ctx):
         "caName": "ca",
         "missing": False,
     }
-    assert [a["name"] for a in info["certificateAuthorities"]] == ["ca", "etcd-ca", "front-proxy-ca"]
+    assert [a["name"] for a in info["certificateAuthorities"]] == [
+        "ca",
+        "etcd-ca",
+        "front-proxy-ca",
+    ]
     assert all("caName" not in a for a in info["certificateAuthorities"])
     parsed = certificates.parse(json.dumps(info))
     assert parsed.earliest().expires == YEAR.replace(microsecond=0)
@@ -84,7 +90,9 @@ def test_cluster_info_shows_each_units_earliest_expiry(ctx, machine, api):
     out = bootstrapped(ctx)
     ctx.run(ctx.on.action("cluster-info"), out)
     # admin.conf sorts first among the certificates signed at init
-    assert ctx.action_results["certificates"] == f"{ME}: admin.conf expires {YEAR:%Y-%m-%d %H:%M} UTC"
+    assert (
+        ctx.action_results["certificates"] == f"{ME}: admin.conf expires {YEAR:%Y-%m-%d %H:%M} UTC"
+    )
 
 
 def test_within_the_window_the_leader_renews_restarts_its_pods_and_waits(ctx, machine, api, clock):
