@@ -76,9 +76,12 @@ def apiserver_cert_pem(sans: list[str]) -> str:
     return cert.public_bytes(serialization.Encoding.PEM).decode()
 
 
-def _ca_pem() -> str:
+def _ca(common_name: str = "kubernetes") -> tuple[str, str]:
+    """A self-signed CA valid ten years from NOW (kubeadm's CACertificateValidityPeriod)."""
+    from cryptography.hazmat.primitives import serialization
+
     key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kubernetes")])
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     cert = (
         x509.CertificateBuilder()
         .subject_name(name)
@@ -90,12 +93,14 @@ def _ca_pem() -> str:
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .sign(key, hashes.SHA256())
     )
-    from cryptography.hazmat.primitives import serialization
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+    return cert.public_bytes(serialization.Encoding.PEM).decode(), key_pem
 
-    return cert.public_bytes(serialization.Encoding.PEM).decode()
 
-
-CA_PEM = _ca_pem()
+CA_PEM, CA_KEY_PEM = _ca()
+FRONT_PROXY_CA_PEM, FRONT_PROXY_CA_KEY_PEM = _ca("front-proxy-ca")
 
 
 @dataclasses.dataclass
@@ -118,10 +123,14 @@ class ControlPlaneMachine:
         api: FakeKubeApiServer,
         hostname: str = "ip-10-0-1-17",
         etcd: FakeEtcd | None = None,
+        clock=None,
     ):
         self.machine = FakeMachine(root, hostname=hostname)
         self.api = api
         self.etcd = etcd
+        self.pki = KubeadmPki(self.machine, clock or Clock(), etcd)
+        self.kubelet = FakeKubelet(self.machine, self.pki)
+        self.machine.on_kubeadm("certs", self.pki.command)
         self.inits: list[list[dict]] = []
         self.tokens: list[str] = []  # every token ever issued (for secret scans)
         self.live_tokens: set[str] = set()
@@ -149,8 +158,18 @@ class ControlPlaneMachine:
                     plane.get("advertiseAddress", "192.0.2.0"),
                     self.cluster_configuration(),
                 )
+                self.pki.install(super_admin=False)
 
         self.machine._join_phase = join_phase
+        base_join = self.machine._kubeadm["join"]
+
+        def join(argv: list[str], input: str | None) -> str:
+            try:
+                return base_join(argv, input)
+            finally:
+                self.kubelet.sync()
+
+        self.machine.on_kubeadm("join", join)
         base_reset = self.machine._kubeadm["reset"]
 
         def reset(argv: list[str], input: str | None) -> str:
@@ -270,6 +289,12 @@ class ControlPlaneMachine:
         if self.etcd is not None:
             self.etcd.pki.install(self.machine.write)
             self.etcd.add(name)
+        for conf in ("controller-manager.conf", "scheduler.conf", "super-admin.conf"):
+            self.machine.write(f"/etc/kubernetes/{conf}", self.machine.admin_conf, 0o600)
+        for pod in STATIC_PODS:
+            self.machine.write(f"{MANIFESTS}/{pod}.yaml", f"# {pod}\n")
+        self.pki.install(super_admin=True)
+        self.kubelet.sync()
         self.api.put_object(
             "/api/v1/namespaces/kube-system/configmaps/kubeadm-config",
             {"data": {"ClusterConfiguration": yaml.safe_dump(cluster)}},
@@ -435,3 +460,345 @@ def join_workers(
     for unit in sorted(rel.remote_units_data):
         out = ctx.run(ctx.on.relation_changed(out.get_relation(rel.id), remote_unit=unit), out)
     return out
+
+
+# -- kubeadm's PKI: `kubeadm certs check-expiration -o json` and `kubeadm certs renew all` --
+
+PKI = "/etc/kubernetes/pki"
+# What `kubeadm certs` manages on a stacked-etcd control plane (kubeadm 1.36,
+# cmd/kubeadm/app/phases/certs/renewal/manager.go NewManager: the certificates of
+# certsphase.GetDefaultCertList under their CA, then admin.conf, super-admin.conf,
+# controller-manager.conf and scheduler.conf, all signed by "ca"; kubelet.conf is left
+# to kubelet). Name -> (file, CA name, subject CN, subject O).
+KUBEADM_CERTS: dict[str, tuple[str, str, str, str]] = {
+    "admin.conf": (
+        "/etc/kubernetes/admin.conf",
+        "ca",
+        "kubernetes-admin",
+        "kubeadm:cluster-admins",
+    ),
+    "apiserver": (f"{PKI}/apiserver.crt", "ca", "kube-apiserver", ""),
+    "apiserver-etcd-client": (
+        f"{PKI}/apiserver-etcd-client.crt",
+        "etcd-ca",
+        "kube-apiserver-etcd-client",
+        "",
+    ),
+    "apiserver-kubelet-client": (
+        f"{PKI}/apiserver-kubelet-client.crt",
+        "ca",
+        "kube-apiserver-kubelet-client",
+        "kubeadm:cluster-admins",
+    ),
+    "controller-manager.conf": (
+        "/etc/kubernetes/controller-manager.conf",
+        "ca",
+        "system:kube-controller-manager",
+        "",
+    ),
+    "etcd-healthcheck-client": (
+        f"{PKI}/etcd/healthcheck-client.crt",
+        "etcd-ca",
+        "kube-etcd-healthcheck-client",
+        "",
+    ),
+    "etcd-peer": (f"{PKI}/etcd/peer.crt", "etcd-ca", "etcd-peer", ""),
+    "etcd-server": (f"{PKI}/etcd/server.crt", "etcd-ca", "etcd-server", ""),
+    "front-proxy-client": (
+        f"{PKI}/front-proxy-client.crt",
+        "front-proxy-ca",
+        "front-proxy-client",
+        "",
+    ),
+    "scheduler.conf": ("/etc/kubernetes/scheduler.conf", "ca", "system:kube-scheduler", ""),
+    "super-admin.conf": (
+        "/etc/kubernetes/super-admin.conf",
+        "ca",
+        "kubernetes-super-admin",
+        "system:masters",
+    ),
+}
+# CA name -> file base (certs/certlist.go KubeadmCertRootCA, KubeadmCertEtcdCA,
+# KubeadmCertFrontProxyCA).
+KUBEADM_CAS = {
+    "ca": f"{PKI}/ca",
+    "etcd-ca": f"{PKI}/etcd/ca",
+    "front-proxy-ca": f"{PKI}/front-proxy-ca",
+}
+# kubeadm's constants.CertificateValidityPeriod: one year.
+CERT_VALIDITY = datetime.timedelta(days=365)
+MANIFESTS = "/etc/kubernetes/manifests"
+STATIC_PODS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+
+
+def _b64(text: str) -> str:
+    import base64
+
+    return base64.b64encode(text.encode()).decode()
+
+
+class KubeadmPki:
+    """The x509 files kubeadm keeps on one control-plane node, and `kubeadm certs`.
+
+    Certificates are real, signed by the CA whose key lies next to it on the machine, valid
+    from the CA's notBefore to one year after their issue (pkiutil.NewSignedCert: NotBefore
+    is the CA's, NotAfter now + CertificateValidityPeriod). The client certificates of the
+    kubeconfig files are their `client-certificate-data`, as kubeadm's kubeconfig
+    readwriter reads them (renewal/readwriter.go).
+
+    `check-expiration -o json` prints kubeadm 1.36's output object (cmd/kubeadm/app/cmd/
+    certs.go fetchCertificateExpirationInfo; apis/output/v1alpha3 CertificateExpirationInfo
+    and Certificate): kind and apiVersion, `certificates` and `certificateAuthorities` in
+    name order (renewal.Manager.Certificates/CAs sort), each with name, expirationDate
+    (metav1.Time: RFC 3339 in UTC; null when missing), residualTime (seconds),
+    externallyManaged, caName (omitted for CAs) and missing; JSON indented by four
+    spaces (k8s.io/cli-runtime printers.JSONPrinter). A missing file is `missing: true`.
+    A CA whose key is absent makes its certificates externally managed
+    (certs.go UsingExternalCA: CA certificate present, key absent).
+
+    `renew all` renews every present certificate in name order, in place
+    (certs.go renewCert, renewal.Manager.RenewUsingLocalCA): "MISSING! <long name>" for an
+    absent one, "Detected external <ca>, <long name> can't be renewed" (exit 0) when its
+    CA's key is absent, "<long name> renewed" otherwise, then the reminder to restart the
+    control-plane components. A CA key that does not parse fails the command at that
+    certificate (exit 1) with certsphase.LoadCertificateAuthority's wording, after the
+    certificates before it were renewed.
+    """
+
+    LONG_NAMES = {  # the handlers' LongName (certs/certlist.go, renewal/manager.go)
+        "admin.conf": (
+            "certificate embedded in the kubeconfig file for the admin to use and for kubeadm"
+            " itself"
+        ),
+        "apiserver": "certificate for serving the Kubernetes API",
+        "apiserver-etcd-client": "certificate the apiserver uses to access etcd",
+        "apiserver-kubelet-client": "certificate for the API server to connect to kubelet",
+        "controller-manager.conf": (
+            "certificate embedded in the kubeconfig file for the controller manager to use"
+        ),
+        "etcd-healthcheck-client": "certificate for liveness probes to healthcheck etcd",
+        "etcd-peer": "certificate for etcd nodes to communicate with each other",
+        "etcd-server": "certificate for serving etcd",
+        "front-proxy-client": "certificate for the front proxy client",
+        "scheduler.conf": (
+            "certificate embedded in the kubeconfig file for the scheduler manager to use"
+        ),
+        "super-admin.conf": "certificate embedded in the kubeconfig file for the super-admin",
+    }
+
+    def __init__(self, machine: FakeMachine, clock, etcd: FakeEtcd | None):
+        self.machine = machine
+        self.clock = clock
+        self.etcd = etcd
+        self.renewals = 0  # `kubeadm certs renew all` that succeeded
+
+    # -- files ------------------------------------------------------------------------
+
+    def install(self, *, super_admin: bool) -> None:
+        """What init (super_admin) or a control-plane join leaves: CAs, certificates."""
+        from cryptography.hazmat.primitives import serialization
+
+        m = self.machine
+        m.write(f"{PKI}/ca.crt", CA_PEM)
+        m.write(f"{PKI}/ca.key", CA_KEY_PEM, 0o600)
+        m.write(f"{PKI}/front-proxy-ca.crt", FRONT_PROXY_CA_PEM)
+        m.write(f"{PKI}/front-proxy-ca.key", FRONT_PROXY_CA_KEY_PEM, 0o600)
+        if self.etcd is not None:  # the fake etcd's CA: its server trusts what it signs
+            pki = self.etcd.pki
+            m.write(f"{PKI}/etcd/ca.crt", pki.ca.public_bytes(serialization.Encoding.PEM).decode())
+            key = pki._ca_key.private_bytes(  # noqa: SLF001 - the CA key kubeadm keeps
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            ).decode()
+            m.write(f"{PKI}/etcd/ca.key", key, 0o600)
+        else:
+            pem, key = _ca("etcd-ca")
+            m.write(f"{PKI}/etcd/ca.crt", pem)
+            m.write(f"{PKI}/etcd/ca.key", key, 0o600)
+        for name in KUBEADM_CERTS:
+            if name == "super-admin.conf" and not super_admin:
+                continue  # kubeadm writes it on the node that ran init only (1.29+)
+            if name == "apiserver":
+                continue  # the join and init handlers write it with its SANs
+            self._issue(name)
+
+    def _issue(self, name: str) -> None:
+        from cryptography.hazmat.primitives import serialization
+
+        path, ca_name, cn, org = KUBEADM_CERTS[name]
+        ca, ca_key = self._ca(ca_name)
+        key = ec.generate_private_key(ec.SECP256R1())
+        attributes = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, org)] if org else []
+        attributes.append(x509.NameAttribute(NameOID.COMMON_NAME, cn))
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name(attributes))
+            .issuer_name(ca.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(ca.not_valid_before_utc)
+            .not_valid_after(self.clock() + CERT_VALIDITY)
+        )
+        old = self.certificate(name)
+        if old is not None:  # renewal keeps the names (renewal/manager.go certToConfig)
+            try:
+                sans = old.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+                builder = builder.add_extension(sans.value, critical=False)
+            except x509.ExtensionNotFound:
+                pass
+        cert = builder.sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
+        cert_pem = cert.public_bytes(serialization.Encoding.PEM).decode()
+        key_pem = key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        ).decode()
+        if path.endswith(".conf"):
+            text = self.machine.read(path) or self.machine.admin_conf
+            config = yaml.safe_load(text)
+            for user in config.get("users") or []:
+                user["user"]["client-certificate-data"] = _b64(cert_pem)
+                user["user"]["client-key-data"] = _b64(key_pem)
+            self.machine.write(path, yaml.safe_dump(config, sort_keys=False), 0o600)
+        else:
+            self.machine.write(path, cert_pem)
+            self.machine.write(path.removesuffix(".crt") + ".key", key_pem, 0o600)
+
+    def _ca(self, name: str):
+        from cryptography.hazmat.primitives import serialization
+
+        base = KUBEADM_CAS[name]
+        cert = x509.load_pem_x509_certificate((self.machine.read(f"{base}.crt") or "").encode())
+        key = serialization.load_pem_private_key(
+            (self.machine.read(f"{base}.key") or "").encode(), None
+        )
+        return cert, key
+
+    def certificate(self, name: str) -> x509.Certificate | None:
+        """The certificate `name` as it is on the machine, or None when missing."""
+        import base64
+
+        path = KUBEADM_CERTS[name][0]
+        text = self.machine.read(path)
+        if text is None:
+            return None
+        if path.endswith(".conf"):
+            users = (yaml.safe_load(text) or {}).get("users") or []
+            data = users[0]["user"].get("client-certificate-data") if users else None
+            if not data:
+                return None
+            text = base64.b64decode(data).decode()
+        return x509.load_pem_x509_certificate(text.encode())
+
+    def expires(self, name: str) -> datetime.datetime | None:
+        cert = self.certificate(name)
+        return cert.not_valid_after_utc if cert is not None else None
+
+    def _external(self, ca_name: str) -> bool:
+        base = KUBEADM_CAS[ca_name]
+        return (
+            self.machine.path(f"{base}.crt").exists()
+            and not self.machine.path(f"{base}.key").exists()
+        )
+
+    # -- kubeadm certs ----------------------------------------------------------------
+
+    def command(self, argv: list[str], _input: str | None) -> str:
+        if argv[2:] == ["check-expiration", "-o", "json"]:
+            return self._check_expiration()
+        if argv[2:] == ["renew", "all"]:
+            return self._renew_all(argv)
+        raise CommandError(argv, 1, f"fake kubeadm certs does not handle {argv[2:]}")
+
+    def _entry(
+        self, name: str, cert: x509.Certificate | None, ca_name: str | None, external: bool
+    ) -> dict:
+        entry: dict = {"name": name}
+        if cert is None:
+            entry.update(expirationDate=None, residualTime=0, externallyManaged=False)
+        else:
+            expires = cert.not_valid_after_utc
+            entry["expirationDate"] = expires.strftime("%Y-%m-%dT%H:%M:%SZ")
+            entry["residualTime"] = int((expires - self.clock()).total_seconds())
+            entry["externallyManaged"] = external
+        if ca_name and cert is not None:
+            entry["caName"] = ca_name
+        entry["missing"] = cert is None
+        return entry
+
+    def _check_expiration(self) -> str:
+        certificates = [
+            self._entry(name, self.certificate(name), ca, self._external(ca))
+            for name, (_path, ca, _cn, _org) in sorted(KUBEADM_CERTS.items())
+        ]
+        authorities = []
+        for name, base in sorted(KUBEADM_CAS.items()):
+            pem = self.machine.read(f"{base}.crt")
+            cert = x509.load_pem_x509_certificate(pem.encode()) if pem else None
+            authorities.append(self._entry(name, cert, None, self._external(name)))
+        info = {
+            "kind": "CertificateExpirationInfo",
+            "apiVersion": "output.kubeadm.k8s.io/v1alpha3",
+            "certificates": certificates,
+            "certificateAuthorities": authorities,
+        }
+        return json.dumps(info, indent=4) + "\n"
+
+    def _renew_all(self, argv: list[str]) -> str:
+        out = []
+        for name, (_path, ca, _cn, _org) in sorted(KUBEADM_CERTS.items()):
+            long_name = self.LONG_NAMES[name]
+            if self.certificate(name) is None:
+                out.append(f"MISSING! {long_name}")
+                continue
+            if self._external(ca):
+                out.append(f"Detected external {ca}, {long_name} can't be renewed")
+                continue
+            try:
+                self._ca(ca)
+            except ValueError as e:
+                base = KUBEADM_CAS[ca]
+                raise CommandError(
+                    argv,
+                    1,
+                    "\n".join(out)
+                    + f"\nfailure loading {ca} certificate authority: couldn't load the private "
+                    f"key file {base}.key: {e}",
+                ) from None
+            self._issue(name)
+            out.append(f"{long_name} renewed")
+        self.renewals += 1
+        out.append(
+            "\nDone renewing certificates. You must restart the kube-apiserver, "
+            "kube-controller-manager, kube-scheduler and etcd, so that they can use the new "
+            "certificates."
+        )
+        return "\n".join(out) + "\n"
+
+
+class FakeKubelet:
+    """kubelet's static pods: it runs what /etc/kubernetes/manifests holds.
+
+    kubelet looks at the manifest directory every fileCheckFrequency (20 s by default,
+    KubeletConfiguration): a manifest removed stops its pod, one that comes back starts a
+    new pod, which loads the certificates on disk then (kubernetes.io "Certificate
+    Management with kubeadm", manual certificate renewal). `sync()` is one such look;
+    `loaded[pod]` is the apiserver certificate's notAfter when the pod last started.
+    """
+
+    def __init__(self, machine: FakeMachine, pki: KubeadmPki):
+        self.machine = machine
+        self.pki = pki
+        self.running: dict[str, datetime.datetime | None] = {}
+        self.events: list[tuple[str, str]] = []  # ("stop" | "start", pod)
+
+    def sync(self, *_seconds: float) -> None:
+        directory = self.machine.path(MANIFESTS)
+        present = {p.stem for p in directory.glob("*.yaml")} if directory.is_dir() else set()
+        for pod in sorted(set(self.running) - present):
+            del self.running[pod]
+            self.events.append(("stop", pod))
+        for pod in sorted(present - set(self.running)):
+            self.running[pod] = self.pki.expires("apiserver")
+            self.events.append(("start", pod))

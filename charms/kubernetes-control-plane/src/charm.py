@@ -39,11 +39,13 @@ import time
 import urllib.request
 
 import bootstrap
+import certificates
 import cluster_info
 import etcd
 import image_registry
 import node
 import ops
+import renewal
 import summary
 from access import Access
 from addons import Addons
@@ -60,13 +62,14 @@ from literals import (
     WORKERS,
 )
 from membership import Membership, etcd_problems
-from peers import IMAGE_REGISTRY, POD_CIDR, SERVICE_CIDR, Peers
+from peers import IMAGE_REGISTRY, POD_CIDR, SERVICE_CIDR, UPGRADE_TURN, Peers
+from renewal import Renewal
 from upgrades import Upgrades, drain_node
 
 from charms.gpu_k8s.v0 import api_proxy, kubeadm
 from charms.gpu_k8s.v0.cos_agent import CosAgentProvider
 from charms.gpu_k8s.v0.kube_api import KubeApiProvider
-from charms.gpu_k8s.v0.kubeclient import KubeError
+from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
 from charms.gpu_k8s.v0.kubernetes_cluster import ClusterProvider
 from charms.gpu_k8s.v0.status import (
     StatusError,
@@ -95,6 +98,7 @@ class _Hook:
     fleet: Fleet
     addons: Addons
     upgrades: Upgrades
+    renewal: Renewal
 
 
 class KubernetesControlPlaneCharm(ops.CharmBase):
@@ -108,6 +112,11 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
     drain_clock = staticmethod(time.monotonic)
     drain_sleep = staticmethod(time.sleep)
     url_opener = staticmethod(urllib.request.urlopen)
+    # This node's own API server, for /readyz after a restart: kube-apiserver listens on
+    # every address, and the certificate names 127.0.0.1 (the proxy's endpoint host is
+    # one of the cluster's certSANs, access.py).
+    local_api_server = f"https://127.0.0.1:{API_PORT}"
+    restart_sleep = staticmethod(time.sleep)
     _stored = ops.StoredState()
 
     def __init__(self, framework: ops.Framework):
@@ -115,7 +124,8 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         # statuses: [[name, message], ...] as the last reconcile found them (see
         # _on_collect_status); status: the one [name, message] revisions before
         # 2026-11-27 kept, taken over once
-        self._stored.set_default(left_cluster=False, statuses=None, status=None)
+        # certificates: this unit's certificate checks (renewal.py: last check, failures)
+        self._stored.set_default(left_cluster=False, statuses=None, status=None, certificates={})
         if self._stored.status is not None:
             self._stored.statuses = self._stored.statuses or [list(self._stored.status)]
             self._stored.status = None
@@ -149,6 +159,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         framework.observe(on.collect_app_status, self._on_collect_app_status)
         framework.observe(on.get_kubeconfig_action, self._on_get_kubeconfig)
         framework.observe(on.cluster_info_action, self._on_cluster_info)
+        framework.observe(on.renew_certificates_action, self._on_renew_certificates)
 
     # -- what one hook knows --------------------------------------------------------------
 
@@ -182,7 +193,12 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         )
 
     def _hook(
-        self, ctx: UnitContext, relation: ops.Relation, peers: Peers, kube: KubeSession
+        self,
+        ctx: UnitContext,
+        relation: ops.Relation,
+        peers: Peers,
+        kube: KubeSession,
+        config: Config,
     ) -> _Hook:
         access = Access(self.kube_api, self.model, ctx, kube)
         return _Hook(
@@ -196,7 +212,32 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             fleet=Fleet(self.workers, ctx, kube, worker_kubeconfig=access.worker_kubeconfig),
             addons=Addons(kube, self.url_opener),
             upgrades=Upgrades(ctx, kube, clock=self.drain_clock, sleep=self.drain_sleep),
+            renewal=self._renewal(ctx, peers, config.certificate_renewal_days),
         )
+
+    def _renewal(self, ctx: UnitContext, peers: Peers, days: int) -> Renewal:
+        return Renewal(
+            ctx,
+            peers,
+            self._stored.certificates,
+            ready=self._api_server_ready,
+            clock=self.clock,
+            days=days,
+            monotonic=self.drain_clock,
+            sleep=self.restart_sleep,
+        )
+
+    def _api_server_ready(self) -> bool:
+        """Whether this node's API server answers GET /readyz with ok (as admin)."""
+        text = bootstrap.read_admin_kubeconfig(self.host)
+        if text is None:
+            return False
+        try:
+            config = bootstrap.with_server(text, self.local_api_server)
+            with Kube.from_kubeconfig(config, retries=0, timeout=10) as kube:
+                return kube.request("GET", "/readyz", accept="text/plain") == "ok"
+        except (KubeError, ValueError):
+            return False
 
     # -- event handling -------------------------------------------------------------------
 
@@ -307,7 +348,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
                     f"{option} {wanted} differs from the running cluster's {running}; "
                     f"set it back to {running}"
                 )
-        hook = self._hook(ctx, relation, peers, kube)
+        hook = self._hook(ctx, relation, peers, kube, config)
         with status_of(node.NodeError):
             ctx.node.settle_abandoned_upgrade(
                 config.kubernetes_version, cluster_version, config.package_mirror
@@ -320,8 +361,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             ctx.node.configure_containerd(config.image_registry)
         if ctx.leader and not (cluster_version and not ctx.joined()):
             return self._reconcile_leader(config, hook, event)
-        self._reconcile_member(config, hook)
-        return []
+        return self._reconcile_member(config, hook)
 
     def _reconcile_leader(self, config: Config, hook: _Hook, event: ops.EventBase) -> list[str]:
         peers, membership, addons = hook.peers, hook.membership, hook.addons
@@ -341,6 +381,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         addons.apply_cni(config, bag)
         upgrade = hook.upgrades.control_plane(config, peers)
         self._mark_member(hook)  # with the minor this node runs now
+        cert_notes, cert_blocked = hook.renewal.reconcile(leader=True)
         membership.prune_etcd(peers, check=isinstance(event, ops.UpdateStatusEvent))
         added = hook.fleet.sync(peers, event)
         hook.fleet.observe_nodes(peers, event, added)
@@ -351,8 +392,9 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         addons.apply_kube_state_metrics(config, bag, hook.ctx.node_name)
         addons.apply_node_metrics_access(bag)
         notes = [upgrade.note] if upgrade.note else []
+        notes += cert_notes
         notes += hook.access.serve_kube_api(peers, config.storage_provisioners)
-        self._blocked_lines = hook.access.blocked
+        self._blocked_lines = [*hook.access.blocked, *cert_blocked]
         hook.access.reach(config, peers, leader=True)
         pending = addons.apply_batch_engines(config, bag)  # last: may block
         if pending:
@@ -373,16 +415,22 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             logger.info("kubeadm-config: joins and upgrades pull from %s", where)
         bag[IMAGE_REGISTRY] = want
 
-    def _reconcile_member(self, config: Config, hook: _Hook) -> None:
-        """Join, or as a member: follow the API servers, take an upgrade turn, help joiners."""
+    def _reconcile_member(self, config: Config, hook: _Hook) -> list[str]:
+        """Join, or as a member: follow the API servers, take an upgrade turn, help joiners.
+
+        Returns notes for the status (a certificate renewal that waits for its turn).
+        """
         if not hook.ctx.joined():
             self._join(config, hook)
-            return
+            notes, self._blocked_lines = hook.renewal.reconcile(leader=False)  # first read
+            return notes
         self._configure_api_proxy(hook)
         hook.upgrades.take_turn(config, hook.peers)
         self._mark_member(hook)
+        notes, self._blocked_lines = hook.renewal.reconcile(leader=False)
         hook.membership.help_joining_units(config, hook.peers)
         hook.access.reach(config, hook.peers, leader=False)
+        return notes
 
     def _join(self, config: Config, hook: _Hook) -> None:
         """Join this unit to the control plane with what the leader (or a member) made."""
@@ -522,7 +570,63 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             except KubeError as e:
                 event.fail(f"cannot list nodes and pods: {e}")
                 return
-        event.set_results(cluster_info.report(nodes, pods))
+        results = cluster_info.report(nodes, pods)
+        peers = self._peers(self.model.get_relation(PEERS))
+        if peers is not None:
+            results["certificates"] = renewal.report(peers)
+        event.set_results(results)
+
+    def _on_renew_certificates(self, event: ops.ActionEvent) -> None:
+        """Renew this node's certificates now, in turn (see `renewal.py`)."""
+        event.load_params(NoParams, errors="fail")
+        ctx = self._context()
+        peers = self._peers(self.model.get_relation(PEERS))
+        if peers is None or not ctx.joined():
+            event.fail("this unit has not joined the cluster yet; retry once it is Ready")
+            return
+        try:
+            days = self.load_config(Config, errors="raise").certificate_renewal_days
+        except ValueError as e:
+            event.fail(f"Invalid config: {e}")
+            return
+        cert = self._renewal(ctx, peers, days)
+        holder = cert.turn()
+        bag = peers.app
+        if holder not in (None, ctx.unit) or (ctx.leader and bag.get(UPGRADE_TURN)):
+            busy = holder or bag.get(UPGRADE_TURN)
+            event.fail(f"{busy} is restarting its control plane now; run this again after it")
+            return
+        if holder is None and not ctx.leader:
+            cert.request()
+            event.set_results(
+                {
+                    "result": "queued: the leader gives this unit the renewal turn in its "
+                    "next hook; the unit renews then (see its status and cluster-info)"
+                }
+            )
+            return
+        if ctx.leader:
+            bag[renewal.RENEWAL_TURN] = ctx.unit
+        try:
+            done = cert.renew()
+        except certificates.CertificateError as e:
+            event.fail(f"renewal failed, the old certificates stay in use: {e}")
+            return
+        finally:
+            if ctx.leader:
+                cert.pass_turn()
+        earliest = done.earliest
+        event.set_results(
+            {
+                "renewed": ", ".join(done.renewed),
+                "restarted": ", ".join(done.restarted),
+                "earliest-expiry": (
+                    f"{earliest.name} {earliest.expires:%Y-%m-%d %H:%M} UTC"
+                    if earliest and earliest.expires
+                    else "none"
+                ),
+            }
+        )
 
 
 if __name__ == "__main__":  # pragma: nocover

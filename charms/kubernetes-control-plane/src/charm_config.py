@@ -61,6 +61,7 @@ class Config(CharmConfig):
     jobset_sha256: str = ""
     kueue_sha256: str = ""
     pods_ready_timeout: int = 10
+    certificate_renewal_days: int = 30
 
     @pydantic.field_validator("kubernetes_version")
     @classmethod
@@ -145,6 +146,15 @@ class Config(CharmConfig):
     def _pods_ready(cls, value: int) -> int:
         if not 1 <= value <= 1440:
             raise ValueError("must be between 1 and 1440 (minutes)")
+        return value
+
+    @pydantic.field_validator("certificate_renewal_days")
+    @classmethod
+    def _renewal_days(cls, value: int) -> int:
+        # kubeadm's certificates last 365 days (constants.CertificateValidityPeriod): a
+        # window as long would renew them every hour.
+        if not 1 <= value <= 180:
+            raise ValueError("must be between 1 and 180 (days before expiry)")
         return value
 
     @pydantic.field_validator("join_token_ttl")

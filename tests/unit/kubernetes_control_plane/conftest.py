@@ -77,10 +77,15 @@ def etcd(etcd_pki, monkeypatch):
 @pytest.fixture
 def machine(tmp_path, api, monkeypatch, clock, etcd):
     existing_cluster(api)  # what units joining a running cluster find (init replaces it)
-    m = ControlPlaneMachine(tmp_path / "root", api, etcd=etcd)
+    m = ControlPlaneMachine(tmp_path / "root", api, etcd=etcd, clock=clock)
     monkeypatch.setattr(
         charm.KubernetesControlPlaneCharm, "host_factory", staticmethod(lambda: m.machine.host())
     )
+    # the restart's waits are kubelet's looks at its manifests; /readyz is the fake's
+    monkeypatch.setattr(
+        charm.KubernetesControlPlaneCharm, "restart_sleep", staticmethod(m.kubelet.sync)
+    )
+    monkeypatch.setattr(charm.KubernetesControlPlaneCharm, "local_api_server", api.url)
     return m
 
 

@@ -27,7 +27,15 @@ PRIVATE_REACH = re.compile(r"\b_?charm\._[a-z]")
 # the config model (ops.Secret options). Every other module is a workload module: no ops.
 OPS_SIDE = {"charm", "charm_config"}
 OPS_COMPONENTS = {
-    "kubernetes-control-plane": {"access", "addons", "context", "fleet", "membership", "upgrades"},
+    "kubernetes-control-plane": {
+        "access",
+        "addons",
+        "context",
+        "fleet",
+        "membership",
+        "renewal",
+        "upgrades",
+    },
     "kubernetes-worker": {"reboot_turns"},
 }
 OPS_MODULES = ("ops", f"{LIB_PACKAGE}.status")

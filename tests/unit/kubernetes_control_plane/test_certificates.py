@@ -1,0 +1,263 @@
+"""kubeadm's certificates: expiry read hourly, renewed in turn within the window, the action."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+
+import certificates
+import pytest
+from ops import testing
+
+from fakes.control_plane import (
+    CA_KEY_PEM,
+    KUBEADM_CERTS,
+    NOW,
+    STATIC_PODS,
+    leader_member_state,
+    member,
+    peer,
+    peers,
+)
+
+CHECK = " ".join(certificates.CHECK)
+RENEW = " ".join(certificates.RENEW)
+YEAR = NOW + datetime.timedelta(days=365)  # what kubeadm init signed the certificates for
+ME = "kubernetes-control-plane/0"
+OTHER = "kubernetes-control-plane/1"
+
+
+def bootstrapped(ctx) -> testing.State:
+    return ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
+
+
+def kubeadm_certs(machine) -> list[str]:
+    return [line for line in machine.lines() if " certs " in line]
+
+
+def with_peer(state: testing.State, units: dict[int, dict]) -> testing.State:
+    return dataclasses.replace(
+        state, relations=[dataclasses.replace(peer(state), peers_data=units)]
+    )
+
+
+def test_the_fake_prints_kubeadm_certs_check_expiration_json(machine, ctx):
+    bootstrapped(ctx)
+    info = json.loads(machine.host().run(*certificates.CHECK))
+
+    assert list(info)[:2] == ["kind", "apiVersion"]
+    assert info["apiVersion"] == "output.kubeadm.k8s.io/v1alpha3"
+    names = [c["name"] for c in info["certificates"]]
+    assert names == sorted(KUBEADM_CERTS)
+    admin = info["certificates"][0]
+    assert admin == {
+        "name": "admin.conf",
+        "expirationDate": YEAR.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "residualTime": 365 * 86400,
+        "externallyManaged": False,
+        "caName": "ca",
+        "missing": False,
+    }
+    assert [a["name"] for a in info["certificateAuthorities"]] == [
+        "ca",
+        "etcd-ca",
+        "front-proxy-ca",
+    ]
+    assert all("caName" not in a for a in info["certificateAuthorities"])
+    parsed = certificates.parse(json.dumps(info))
+    assert parsed.earliest().expires == YEAR.replace(microsecond=0)
+
+
+def test_far_from_expiry_kubeadm_is_asked_at_most_hourly_and_nothing_renews(ctx, machine, clock):
+    out = bootstrapped(ctx)
+    assert kubeadm_certs(machine) == [CHECK]  # read once the node runs
+    out = ctx.run(ctx.on.update_status(), out)
+    clock.advance(minutes=59)
+    out = ctx.run(ctx.on.update_status(), out)
+    assert kubeadm_certs(machine) == [CHECK]
+
+    clock.advance(minutes=2)
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert kubeadm_certs(machine) == [CHECK, CHECK]
+    assert peer(out).local_unit_data["certificates-renewal"] == "false"
+    assert "certificate-renewal-turn" not in peer(out).local_app_data
+    assert out.unit_status == testing.ActiveStatus("Ready: v1.36, 1 control-plane, 0 workers")
+
+
+def test_cluster_info_shows_each_units_earliest_expiry(ctx, machine, api):
+    out = bootstrapped(ctx)
+    ctx.run(ctx.on.action("cluster-info"), out)
+    # admin.conf sorts first among the certificates signed at init
+    # admin.conf sorts first among the certificates signed at init; the CAs are reported
+    # (the fake etcd's CA is its own, valid 30 days)
+    line = ctx.action_results["certificates"]
+    assert line.startswith(f"{ME}: admin.conf expires {YEAR:%Y-%m-%d %H:%M} UTC; CA ")
+
+
+def test_within_the_window_the_leader_renews_restarts_its_pods_and_waits(ctx, machine, api, clock):
+    out = bootstrapped(ctx)
+    machine.kubelet.events.clear()
+    clock.advance(days=340)  # 25 days left: inside the default 30
+    api.inject(503, times=2, path_prefix="/readyz")  # the restarted API server warms up
+
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert kubeadm_certs(machine)[1:] == [CHECK, CHECK, RENEW, CHECK]  # hourly, before, after
+    renewed = clock.now + datetime.timedelta(days=365)
+    assert machine.pki.expires("apiserver") == renewed.replace(microsecond=0)
+    assert machine.pki.expires("etcd-peer") == renewed.replace(microsecond=0)
+    # every static pod stopped, then started on the new certificate
+    assert sorted(e for e in machine.kubelet.events if e[0] == "stop") == [
+        ("stop", p) for p in STATIC_PODS
+    ]
+    assert sorted(machine.kubelet.running) == sorted(STATIC_PODS)
+    assert machine.kubelet.running["kube-apiserver"] == renewed.replace(microsecond=0)
+    assert [r.path for r in api.requests].count("/readyz") == 3  # two 503s, then ok
+    assert "certificate-renewal-turn" not in peer(out).local_app_data
+    assert peer(out).local_unit_data["certificates-renewal"] == "false"
+    assert out.unit_status == testing.ActiveStatus("Ready: v1.36, 1 control-plane, 0 workers")
+
+    before = len(kubeadm_certs(machine))
+    ctx.run(ctx.on.update_status(), out)
+    assert len(kubeadm_certs(machine)) == before  # renewed and checked: quiet for an hour
+
+
+def test_the_leader_renews_first_then_passes_the_turn(ctx, machine, clock, api):
+    out = bootstrapped(ctx)
+    clock.advance(days=340)
+    other = member(api, 1, **{"certificates-renewal": "true", "kubernetes-version": "1.36"})
+    out = with_peer(out, {1: other})
+
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert RENEW in kubeadm_certs(machine)  # the leader's own node first
+    assert peer(out).local_app_data["certificate-renewal-turn"] == OTHER
+
+    # the other unit still renews: the turn stays with it
+    machine.runner.calls.clear()
+    out = ctx.run(ctx.on.update_status(), out)
+    assert RENEW not in kubeadm_certs(machine)
+    assert peer(out).local_app_data["certificate-renewal-turn"] == OTHER
+
+    # once it says it is done, the turn is returned
+    done = {**other, "certificates-renewal": "false"}
+    out = ctx.run(ctx.on.update_status(), with_peer(out, {1: done}))
+    assert "certificate-renewal-turn" not in peer(out).local_app_data
+
+
+def test_no_renewal_turn_while_an_upgrade_turn_is_out(ctx, machine, clock, api):
+    out = bootstrapped(ctx)
+    clock.advance(days=340)
+    behind = member(api, 1, **{"kubernetes-version": "1.35"})  # its upgrade turn comes first
+    out = ctx.run(ctx.on.update_status(), with_peer(out, {1: behind}))
+    assert peer(out).local_app_data["upgrade-turn"] == OTHER
+    assert RENEW not in kubeadm_certs(machine)
+    assert "certificate-renewal-turn" not in peer(out).local_app_data
+
+
+def joined_member(ctx) -> testing.State:
+    """A non-leader unit that joined the cluster another unit bootstrapped."""
+    return ctx.run(ctx.on.install(), leader_member_state())
+
+
+def test_a_member_waits_for_its_turn_then_renews(ctx, machine, clock):
+    out = joined_member(ctx)
+    clock.advance(days=340)
+
+    out = ctx.run(ctx.on.update_status(), out)  # due, but the leader holds no turn for it
+    assert RENEW not in kubeadm_certs(machine)
+    assert peer(out).local_unit_data["certificates-renewal"] == "true"
+    assert "renewing in turn" in out.unit_status.message
+
+    relation = peer(out)
+    app = {**relation.local_app_data, "certificate-renewal-turn": ME}
+    out = dataclasses.replace(out, relations=[dataclasses.replace(relation, local_app_data=app)])
+    out = ctx.run(ctx.on.relation_changed(peer(out)), out)
+    assert RENEW in kubeadm_certs(machine)
+    assert peer(out).local_unit_data["certificates-renewal"] == "false"
+    assert "renewing in turn" not in out.unit_status.message
+
+
+def test_a_missing_ca_key_blocks_with_kubeadms_words_and_is_retried(ctx, machine, clock):
+    out = bootstrapped(ctx)
+    clock.advance(days=340)
+    machine.path("/etc/kubernetes/pki/ca.key").unlink()  # kubeadm takes the CA as external
+
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert out.unit_status == testing.BlockedStatus(
+        "certificate renewal failed: kubeadm did not renew admin.conf, apiserver, "
+        "apiserver-kubelet-client, controller-manager.conf, scheduler.conf, super-admin.conf: "
+        "Detected external ca, certificate embedded in the kubeconfig file for the admin to "
+        "use and for kubeadm itself can't be renewed; retrying on the next hook (fix the "
+        "cause, or run renew-certificates)"
+    )
+    assert peer(out).local_app_data["certificate-renewal-turn"] == ME  # kept: retried
+    renews = kubeadm_certs(machine).count(RENEW)
+
+    out = ctx.run(ctx.on.update_status(), out)
+    assert kubeadm_certs(machine).count(RENEW) == renews + 1
+    assert out.unit_status.name == "blocked"
+
+    machine.write("/etc/kubernetes/pki/ca.key", CA_KEY_PEM, 0o600)
+    out = ctx.run(ctx.on.update_status(), out)
+    assert out.unit_status == testing.ActiveStatus("Ready: v1.36, 1 control-plane, 0 workers")
+    assert "certificate-renewal-turn" not in peer(out).local_app_data
+
+
+def test_a_broken_ca_key_fails_kubeadm_and_leaves_the_old_certificates(ctx, machine, clock):
+    out = bootstrapped(ctx)
+    clock.advance(days=340)
+    machine.write("/etc/kubernetes/pki/front-proxy-ca.key", "not a key\n", 0o600)
+
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert out.unit_status.name == "blocked"
+    assert out.unit_status.message.startswith(
+        "certificate renewal failed: kubeadm certs renew all failed: failure loading "
+        "front-proxy-ca certificate authority: couldn't load the private key file "
+        "/etc/kubernetes/pki/front-proxy-ca.key"
+    )
+    assert machine.pki.expires("front-proxy-client") == YEAR.replace(microsecond=0)
+    assert not machine.kubelet.events or machine.kubelet.events[-1][0] == "start"
+    assert sorted(machine.kubelet.running) == sorted(STATIC_PODS)  # nothing restarted
+
+
+def test_the_renew_certificates_action_on_the_leader(ctx, machine, clock):
+    out = bootstrapped(ctx)
+    clock.advance(days=100)  # far from the window: the operator asks anyway
+
+    ctx.run(ctx.on.action("renew-certificates"), out)
+
+    renewed = (clock.now + datetime.timedelta(days=365)).replace(microsecond=0)
+    assert ctx.action_results == {
+        "renewed": ", ".join(sorted(KUBEADM_CERTS)),
+        "restarted": ", ".join(sorted(STATIC_PODS)),
+        "earliest-expiry": f"admin.conf {renewed:%Y-%m-%d %H:%M} UTC",
+    }
+    assert machine.pki.expires("apiserver") == renewed
+
+
+def test_the_action_fails_with_kubeadms_words(ctx, machine):
+    out = bootstrapped(ctx)
+    machine.write("/etc/kubernetes/pki/etcd/ca.key", "broken\n", 0o600)
+    with pytest.raises(testing.ActionFailed, match="the old certificates stay in use: kubeadm"):
+        ctx.run(ctx.on.action("renew-certificates"), out)
+
+
+def test_the_action_on_a_member_waits_for_the_turn(ctx, machine):
+    out = joined_member(ctx)
+    out = ctx.run(ctx.on.action("renew-certificates"), out)
+    assert ctx.action_results["result"].startswith("queued")
+    assert RENEW not in kubeadm_certs(machine)
+    assert peer(out).local_unit_data["certificates-renewal"] == "true"
+
+
+def test_a_bad_renewal_window_is_blocked(ctx, machine):
+    state = testing.State(leader=True, relations=[peers()], config={"certificate-renewal-days": 0})
+    out = ctx.run(ctx.on.config_changed(), state)
+    assert out.unit_status == testing.BlockedStatus(
+        "Invalid config: certificate-renewal-days: must be between 1 and 180 (days before expiry)"
+    )
