@@ -378,6 +378,18 @@ def test_more_gpus_than_the_cluster_has_is_refused(ctx, state, api):
     assert job_objects(api) == []
 
 
+def test_more_multi_gpu_pods_than_the_nodes_hold_is_refused(ctx, state, api):
+    """9 GPUs on 3 nodes of 3 hold 3 pods of 2 GPUs, not 4: refused, not queued forever."""
+    add_nodes(api, node("node-a", 3), node("node-b", 3), node("node-c", 3))
+    with pytest.raises(testing.ActionFailed) as failed:
+        run_action(ctx, state, "train", job="big", workers=4, **{"gpus-per-worker": 2})
+    assert (
+        "can never run on this cluster: the 4 worker pods need 2 GPUs each on one node, but "
+        "the schedulable nodes of one GPU model hold at most 3 such pods"
+    ) in failed.value.message
+    assert job_objects(api) == []
+
+
 def test_no_gpu_nodes_at_all(ctx, state, api):
     add_nodes(api, node("cpu-0"))
     with pytest.raises(testing.ActionFailed, match="the largest schedulable node has 0"):
