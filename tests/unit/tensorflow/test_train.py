@@ -291,6 +291,7 @@ def test_train_same_name_other_parameters_fails_and_changes_nothing(ctx, state, 
 
 
 def test_train_without_waiting(ctx, state, api, controller, fake_time):
+    add_nodes(api, node("cpu-0"))  # Kueue counts cpu and memory: a quota needs nodes
     controller.per_tick = 0
     results, _ = run_action(ctx, state, "train", job="mnist", workers=2, timeout=0)
     assert results["pods-running"] == "not yet: see job-status"
@@ -298,6 +299,7 @@ def test_train_without_waiting(ctx, state, api, controller, fake_time):
 
 
 def test_train_gives_up_waiting_after_timeout(ctx, state, api, controller, fake_time):
+    add_nodes(api, node("cpu-0"))  # Kueue counts cpu and memory: a quota needs nodes
     controller.per_tick = 0
     results, logs = run_action(ctx, state, "train", job="mnist", workers=2, timeout=10)
     assert results["pods-running"] == "not yet: see job-status"
