@@ -268,10 +268,12 @@ class Addons:
             )
             held = kueue.guarantees(kube.list(kueue.API, "ClusterQueue"))
             quota = kueue.cohort_quota(have, held)
-            cohort = {"quota": [[f, r, v] for (f, r), v in sorted(quota.items())]}
-            cohort["overcommitted"] = kueue.overcommitted(have, held) or ""
-            cohort["workers"] = sorted(workers.nodes)
-            text = json.dumps(cohort, sort_keys=True)
+            sized: dict[str, Any] = {
+                "quota": [[f, r, v] for (f, r), v in sorted(quota.items())],
+                "overcommitted": kueue.overcommitted(have, held) or "",
+                "workers": sorted(workers.nodes),
+            }
+            text = json.dumps(sized, sort_keys=True)
             if bag.get(KUEUE_COHORT_KEY) != text:
                 bag[KUEUE_COHORT_KEY] = text
         cohort = json.loads(bag[KUEUE_COHORT_KEY])
