@@ -32,7 +32,7 @@ import queues  # noqa: E402
 import training  # noqa: E402
 
 from charms.gpu_k8s.v0.kubeclient import Kube  # noqa: E402
-from fakes.addons import install_kueue  # noqa: E402
+from fakes.addons import install_kueue, size_cohort  # noqa: E402
 from fakes.batch import BatchControllers  # noqa: E402
 from fakes.kube_apiserver import FakeKubeApiServer  # noqa: E402
 
@@ -75,9 +75,10 @@ def measure(workers: int, strategy: str) -> tuple[int, int, int]:
         controllers = BatchControllers(api, NS)
         kube = Kube.from_kubeconfig(api.kubeconfig())
         with kube:
-            nodes, flavors = kube.list("v1", "Node"), kube.list(queues.API, "ResourceFlavor")
-            for obj in queues.team_objects("tensorflow", NS, flavors, nodes, queues.Quotas()):
+            flavors = kube.list(queues.API, "ResourceFlavor")
+            for obj in queues.team_objects("tensorflow", NS, flavors, queues.Quotas()):
                 kube.apply(obj, field_manager="bench")
+            size_cohort(api)  # the control plane's update-status after the nodes joined
             before = len(api.requests)
             counted = kube.requests
             training.launch(

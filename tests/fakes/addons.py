@@ -362,3 +362,32 @@ def install_kueue(api: Any, gpu_products: dict[str, str] | None = None) -> None:
         api.put_object(
             f"{kueue_api}/resourceflavors/{name}", {"metadata": {"labels": owner}, "spec": spec}
         )
+
+
+def size_cohort(api: Any) -> dict:
+    """What the control plane's leader does on update-status: size the cohort `gpu-k8s`.
+
+    Runs the control plane's own code (kubernetes-control-plane kueue.py: capacity,
+    guarantees, cohort_quota, cluster_objects) over the fake's Nodes, running Pods,
+    ClusterQueues and the GPU flavors `install_kueue` made, and stores the Cohort it
+    applies; returns the Blocked message it would show (or None) under "overcommitted".
+    """
+    from charm_modules import load
+
+    kueue = load("kubernetes-control-plane", "kueue")
+    kueue_api = "/apis/kueue.x-k8s.io/v1beta2"
+    models = []
+    for flavor in api.objects(f"{kueue_api}/resourceflavors/"):
+        product = ((flavor.get("spec") or {}).get("nodeLabels") or {}).get(kueue.LABEL_PRODUCT)
+        model = (flavor["metadata"].get("annotations") or {}).get("gpu-k8s.io/gpu-model")
+        if product:
+            models.append(model or product.replace("-", " "))
+    pods = [
+        p for p in api.objects("/api/v1/", kind="Pod") if p["status"].get("phase") == "Running"
+    ]
+    have = kueue.capacity(api.objects("/api/v1/nodes/"), pods, models, shared=False)
+    held = kueue.guarantees(api.objects(f"{kueue_api}/clusterqueues/"))
+    objects = kueue.cluster_objects(models, quota=kueue.cohort_quota(have, held))
+    cohort = next(o for o in objects if o["kind"] == "Cohort")
+    api.put_object(f"{kueue_api}/cohorts/{kueue.COHORT}", cohort)
+    return {"overcommitted": kueue.overcommitted(have, held), "cohort": cohort}

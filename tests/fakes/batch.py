@@ -219,6 +219,274 @@ def _gpus(pod_spec: dict) -> int:
     return total
 
 
+# -- Kueue's quota (K2, K6)
+_SUFFIX = {
+    "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+}  # fmt: skip
+
+
+def quantity(text: Any) -> float:
+    """A Kubernetes quantity (apimachinery pkg/api/resource/quantity.go suffixes)."""
+    text = str(text)
+    for suffix in sorted(_SUFFIX, key=len, reverse=True):
+        if text.endswith(suffix):
+            return float(text[: -len(suffix)]) * _SUFFIX[suffix]
+    return float(text)
+
+
+def _show(resource: str, value: float) -> str:
+    """An amount as Kueue's messages print it (resource.Quantity's canonical form)."""
+    if resource == "memory":
+        for suffix in ("Ti", "Gi", "Mi", "Ki"):
+            if value >= _SUFFIX[suffix] and value % _SUFFIX[suffix] == 0:
+                return f"{int(value // _SUFFIX[suffix])}{suffix}"
+    if value != int(value):
+        return f"{round(value * 1000)}m"
+    return str(int(value))
+
+
+def pod_requests(pod_spec: dict) -> dict[str, float]:
+    """What one pod asks for, as Kueue counts it (K6).
+
+    The containers' requests summed, a resource with a limit and no request counting its
+    limit (kubernetes pkg/apis/core/v1/defaults.go SetDefaults_Container copies limits to
+    unset requests; kueue pkg/workload/workload.go totalRequestsFromPodSets takes
+    resourcehelpers.PodRequests of the pod template).
+    """
+    total: dict[str, float] = {}
+    for c in pod_spec.get("containers") or []:
+        resources = c.get("resources") or {}
+        asked = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+        for name, value in asked.items():
+            total[name] = total.get(name, 0.0) + quantity(value)
+    return {k: v for k, v in total.items() if v}
+
+
+def jobset_pod_sets(js: dict) -> list[dict]:
+    """The Workload's spec.podSets for a JobSet: one per replicated Job.
+
+    count = replicas x min(parallelism, completions) (kueue pkg/controller/jobs/jobset/
+    jobset_controller.go podsCount, PodsCountPerReplica).
+    """
+    out = []
+    for rj in js["spec"]["replicatedJobs"]:
+        job = rj["template"]["spec"]
+        per_replica = job.get("parallelism", 1)
+        per_replica = min(per_replica, job.get("completions", per_replica))
+        out.append(
+            {
+                "name": rj["name"],
+                "count": rj.get("replicas", 1) * per_replica,
+                "template": json_copy(job["template"]),
+            }
+        )
+    return out
+
+
+class Quota:
+    """Kueue's quota tree over every ClusterQueue, Cohort and admitted Workload (K6).
+
+    Usage is what admitted, unfinished Workloads of every namespace hold
+    (status.admission.podSetAssignments[].resourceUsage, per flavor), so two teams'
+    controllers see each other's jobs as Kueue's one cache does.
+    """
+
+    def __init__(self, api: Any):
+        self.api = api
+        self.cqs = {c["metadata"]["name"]: c for c in api.objects(f"{KUEUE}/clusterqueues/")}
+        self.cohorts = {c["metadata"]["name"]: c for c in api.objects(f"{KUEUE}/cohorts/")}
+        self.flavors = {f["metadata"]["name"]: f for f in api.objects(f"{KUEUE}/resourceflavors/")}
+        self.usage: dict[tuple[str, str, str], float] = {}
+        for w in api.objects(f"{KUEUE}/namespaces/", kind="Workload"):
+            if _true(w, "Admitted") and not _true(w, "Finished"):
+                self.add(w, 1)
+        for cohort in self.cohorts.values():
+            if cohort["spec"].get("parentName"):
+                raise NotImplementedError("hierarchical cohorts")
+
+    def add(self, workload: dict, sign: int) -> None:
+        """Count (sign 1) or forget (-1) what the admitted Workload holds."""
+        admission = (workload.get("status") or {}).get("admission") or {}
+        cq = admission.get("clusterQueue")
+        for ps in admission.get("podSetAssignments") or []:
+            for resource, amount in (ps.get("resourceUsage") or {}).items():
+                key = (cq, ps["flavors"][resource], resource)
+                self.usage[key] = self.usage.get(key, 0.0) + sign * quantity(amount)
+
+    @staticmethod
+    def _quota(groups: list[dict], flavor: str, resource: str) -> dict | None:
+        for group in groups or []:
+            for f in group.get("flavors") or []:
+                for r in f.get("resources") or []:
+                    if f["name"] == flavor and r["name"] == resource:
+                        if r.get("lendingLimit") is not None:
+                            raise NotImplementedError("lendingLimit")
+                        return r
+        return None
+
+    def nominal(self, cq: str, flavor: str, resource: str) -> float:
+        q = self._quota(self.cqs[cq]["spec"].get("resourceGroups"), flavor, resource)
+        return quantity(q.get("nominalQuota", 0)) if q else 0.0
+
+    def _members(self, cohort: str) -> list[str]:
+        return [n for n, c in self.cqs.items() if c["spec"].get("cohortName") == cohort]
+
+    def subtree(self, cohort: str, flavor: str, resource: str) -> float:
+        """The cohort's SubtreeQuota: its own nominalQuota plus its members'.
+
+        No lendingLimit: all of a member's quota is lent (resource_node.go
+        accumulateFromChild).
+        """
+        obj = self.cohorts.get(cohort)
+        own = self._quota((obj or {}).get("spec", {}).get("resourceGroups"), flavor, resource)
+        total = quantity(own.get("nominalQuota", 0)) if own else 0.0
+        return total + sum(self.nominal(m, flavor, resource) for m in self._members(cohort))
+
+    def _borrowing(self, cq: str, flavor: str, resource: str) -> float | None:
+        q = self._quota(self.cqs[cq]["spec"].get("resourceGroups"), flavor, resource)
+        limit = (q or {}).get("borrowingLimit")
+        return None if limit is None else quantity(limit)
+
+    def available(self, cq: str, flavor: str, resource: str) -> float:
+        """What the ClusterQueue may still take (resource_node.go, func available).
+
+        Without a cohort, its nominal quota less its usage; in one, what the cohort has
+        left (SubtreeQuota less every member's usage; no lendingLimit, so nothing is kept
+        local), capped by nominal + borrowingLimit less usage when that limit is set.
+        """
+        used = self.usage.get((cq, flavor, resource), 0.0)
+        nominal = self.nominal(cq, flavor, resource)
+        cohort = self.cqs[cq]["spec"].get("cohortName")
+        if not cohort:
+            return nominal - used
+        members = self._members(cohort)
+        left = self.subtree(cohort, flavor, resource) - sum(
+            self.usage.get((m, flavor, resource), 0.0) for m in members
+        )
+        limit = self._borrowing(cq, flavor, resource)
+        return left if limit is None else min(left, nominal - used + limit)
+
+    def potential(self, cq: str, flavor: str, resource: str) -> float:
+        """The most it could take, nothing in use (resource_node.go potentialAvailable)."""
+        nominal = self.nominal(cq, flavor, resource)
+        cohort = self.cqs[cq]["spec"].get("cohortName")
+        if not cohort:
+            return nominal
+        limit = self._borrowing(cq, flavor, resource)
+        whole = self.subtree(cohort, flavor, resource)
+        return whole if limit is None else min(whole, nominal + limit)
+
+    def _flavor_mismatch(self, name: str, pod_spec: dict) -> str | None:
+        """flavorassigner.go checkFlavorForPodSets: taints tolerated, labels selected."""
+        flavor = (self.flavors.get(name) or {}).get("spec") or {}
+        for taint in flavor.get("nodeTaints") or []:
+            if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerates(
+                [*(pod_spec.get("tolerations") or []), *(flavor.get("tolerations") or [])],
+                taint,
+            ):
+                text = f"{taint['key']}={taint.get('value', '')}:{taint['effect']}"
+                return f"untolerated taint {text} in flavor {name}"
+        selector = pod_spec.get("nodeSelector") or {}
+        labels = flavor.get("nodeLabels") or {}
+        if any(labels.get(k) != v for k, v in selector.items() if k in labels):
+            return f"flavor {name} doesn't match node affinity"
+        return None
+
+    def _misfits(
+        self, cq: str, flavor: str, total: dict[str, float], assumed: dict[tuple[str, str], float]
+    ) -> list[str]:
+        """Why `total` does not fit `flavor` now (fitsResourceQuota), or nothing."""
+        reasons = []
+        for r, want in total.items():
+            before = assumed.get((flavor, r), 0.0)
+            most = self.potential(cq, flavor, r)
+            if before + want > most:
+                reasons.append(
+                    f"insufficient quota for {r} in flavor {flavor}, previously considered "
+                    f"podsets requests ({_show(r, before)}) + current podset request "
+                    f"({_show(r, want)}) > maximum capacity ({_show(r, most)})"
+                )
+            elif before + want > self.available(cq, flavor, r):
+                more = before + want - self.available(cq, flavor, r)
+                reasons.append(
+                    f"insufficient unused quota for {r} in flavor {flavor}, "
+                    f"{_show(r, more)} more needed"
+                )
+        return reasons
+
+    def _group_flavor(
+        self,
+        cq: str,
+        pod_spec: dict,
+        group: dict,
+        total: dict[str, float],
+        assumed: dict[tuple[str, str], float],
+        reasons: list[str],
+    ) -> str | None:
+        """The first flavor of the group that fits what the pod set asks of it."""
+        wanted = {r: v for r, v in total.items() if r in group["coveredResources"]}
+        for f in group.get("flavors") or []:
+            why = self._flavor_mismatch(f["name"], pod_spec)
+            misfits = [why] if why else self._misfits(cq, f["name"], wanted, assumed)
+            if not misfits:
+                return f["name"]
+            reasons += misfits
+        return None
+
+    def assign(self, cq: str, pod_sets: list[dict]) -> tuple[list[dict] | None, str]:
+        """flavorassigner.go: a flavor per pod set and resource group, or why none.
+
+        Per pod set, per resource group covering what it asks for, the first flavor (in
+        the ClusterQueue's order) that fits: what this Workload's earlier pod sets took of
+        it plus this request within `available` (Fit). Over `potential` is "insufficient
+        quota ... > maximum capacity" (ExceedsMaxQuota); otherwise "insufficient unused
+        quota for <resource> in flavor <flavor>, <amount> more needed" (fitsResourceQuota).
+        The reasons of every flavor tried are sorted and joined (Status.Message), each pod
+        set's prefixed "couldn't assign flavors to pod set <name>: " (Assignment.Message).
+        """
+        groups = self.cqs[cq]["spec"].get("resourceGroups") or []
+        assumed: dict[tuple[str, str], float] = {}
+        out, messages = [], []
+        for ps in pod_sets:
+            total = {r: v * ps["count"] for r, v in pod_requests(ps["template"]["spec"]).items()}
+            flavors: dict[str, str] = {}
+            reasons: list[str] = []
+            for resource in total:
+                group = next((g for g in groups if resource in g["coveredResources"]), None)
+                if group is None:
+                    reasons.append(f"resource {resource} unavailable in ClusterQueue")
+                    break
+                if resource in flavors:
+                    continue
+                chosen = self._group_flavor(
+                    cq, ps["template"]["spec"], group, total, assumed, reasons
+                )
+                if chosen is None:
+                    break
+                flavors |= {r: chosen for r in total if r in group["coveredResources"]}
+            if set(flavors) != set(total):
+                messages.append(
+                    f"couldn't assign flavors to pod set {ps['name']}: "
+                    + ", ".join(sorted(reasons))
+                )
+                continue
+            for r, v in total.items():
+                assumed[(flavors[r], r)] = assumed.get((flavors[r], r), 0.0) + v
+            usage = {r: _show(r, v) for r, v in total.items()}
+            out.append(
+                {
+                    "name": ps["name"],
+                    "flavors": flavors,
+                    "resourceUsage": usage,
+                    "count": ps["count"],
+                }
+            )
+        if messages:
+            return None, "; ".join(messages)
+        return out, ""
+
+
 class BatchControllers:
     """Kueue, JobSet, the Job controller and kubelet over one namespace (see above)."""
 
@@ -366,24 +634,6 @@ class BatchControllers:
                     return None, ("Inadmissible", f"ClusterQueue {name} is inactive")
         return cq, None
 
-    @staticmethod
-    def _quota(cq: dict) -> int:
-        total = 0
-        for group in cq["spec"].get("resourceGroups") or []:
-            for flavor in group.get("flavors") or []:
-                for r in flavor.get("resources") or []:
-                    if r["name"] == GPU:
-                        total += int(r["nominalQuota"])
-        return total
-
-    @staticmethod
-    def _demand(js: dict) -> int:
-        total = 0
-        for rj in js["spec"]["replicatedJobs"]:
-            job = rj["template"]["spec"]
-            total += rj.get("replicas", 1) * job["completions"] * _gpus(job["template"]["spec"])
-        return total
-
     def _priority(self, js: dict) -> int:
         name = (js["metadata"].get("labels") or {}).get("kueue.x-k8s.io/priority-class")
         cls = self.api.get_object(f"{KUEUE}/workloadpriorityclasses/{name}") if name else None
@@ -442,15 +692,15 @@ class BatchControllers:
                 "spec": {
                     "queueName": js["metadata"]["labels"][QUEUE],
                     "priority": self._priority(js),
+                    "podSets": jobset_pod_sets(js),
                 },
                 "status": {},
             }
             _set(workload, "QuotaReserved", "False", "Pending", "")
             self._put(workload)
 
-    def _usage(self, jobsets: dict[str, dict]) -> tuple[int, list[tuple[dict, dict]]]:
-        """K4 for finished jobs; (GPUs admitted workloads hold, the pending ones)."""
-        used = 0
+    def _pending(self, jobsets: dict[str, dict]) -> list[tuple[dict, dict]]:
+        """K4 for finished jobs; the pending Workloads with their JobSets."""
         pending = []
         for workload in self._workloads():
             js = jobsets.get(workload["metadata"]["ownerReferences"][0]["uid"])
@@ -460,63 +710,66 @@ class BatchControllers:
                 reason = "Succeeded" if _true(js, "Completed") else "Failed"
                 _set(workload, "Finished", "True", reason)  # K4: reservation kept
                 self._put(workload)
-            elif _true(workload, "Admitted"):
-                used += self._demand(js)
-            else:
+            elif not _true(workload, "Admitted"):
                 pending.append((workload, js))
-        return used, pending
+        return pending
 
     def _kueue(self) -> None:
         jobsets = {j["metadata"]["uid"]: j for j in self._jobsets()}
         self._new_workloads(jobsets)
-        used, pending = self._usage(jobsets)
+        pending = self._pending(jobsets)
         pending.sort(
             key=lambda p: (-p[0]["spec"]["priority"], p[0]["metadata"]["creationTimestamp"])
         )
+        quota = Quota(self.api)
         for workload, js in pending:  # K2
             cq, blocker = self._cluster_queue(workload)
             if cq is None:
                 assert blocker is not None
-                reserved = next(
-                    c for c in workload["status"]["conditions"] if c["type"] == "QuotaReserved"
-                )
-                if (reserved.get("reason"), reserved.get("message")) != blocker:
-                    _set(workload, "QuotaReserved", "False", *blocker)
-                    self._put(workload)
+                self._pending_because(workload, *blocker)
                 continue
-            quota = self._quota(cq)
-            need = self._demand(js)
-            if used + need > quota and self._preempt_for(workload, cq, need - (quota - used)):
+            name = cq["metadata"]["name"]
+            assignment, message = quota.assign(name, workload["spec"]["podSets"])
+            if assignment is None and self._preempt_for(workload, cq, quota):
+                quota = Quota(self.api)  # the victims gave their quota back
                 continue  # admitted on a later tick, once the preempted jobs stopped
-            if used + need <= quota:
-                used += need
-                _set(workload, "QuotaReserved", "True", "QuotaReserved", "Quota reserved")
-                self._admissions += 1  # stands for QuotaReserved's lastTransitionTime
-                self._admitted_at[workload["metadata"]["uid"]] = self._admissions
-                _set(workload, "Admitted", "True", "Admitted", "The workload is admitted")
-                for kind in ("Evicted", "Preempted"):  # reset only if set (workload.go)
-                    if _true(workload, kind):
-                        _set(workload, kind, "False", "QuotaReserved")
-                workload["status"].pop("requeueState", None)
-                self._put(workload)
-                js["spec"]["suspend"] = False
-                self._put(js)
+            if assignment is None:
+                self._pending_because(workload, "Pending", message)
                 continue
-            message = (
-                f"couldn't assign flavors to pod set worker: insufficient unused quota for "
-                f"{GPU} in flavor gpu-nvidia-a10g, {need - (quota - used)} more needed"
-            )
-            reserved = next(
-                c for c in workload["status"]["conditions"] if c["type"] == "QuotaReserved"
-            )
-            if reserved.get("message") != message:
-                _set(workload, "QuotaReserved", "False", "Pending", message)
-                self._put(workload)
+            workload["status"]["admission"] = {
+                "clusterQueue": name,
+                "podSetAssignments": assignment,
+            }
+            quota.add(workload, 1)
+            _set(workload, "QuotaReserved", "True", "QuotaReserved", "Quota reserved")
+            self._admissions += 1  # stands for QuotaReserved's lastTransitionTime
+            self._admitted_at[workload["metadata"]["uid"]] = self._admissions
+            _set(workload, "Admitted", "True", "Admitted", "The workload is admitted")
+            for kind in ("Evicted", "Preempted"):  # reset only if set (workload.go)
+                if _true(workload, kind):
+                    _set(workload, kind, "False", "QuotaReserved")
+            workload["status"].pop("requeueState", None)
+            self._put(workload)
+            js["spec"]["suspend"] = False
+            self._put(js)
 
-    def _preempt_for(self, preemptor: dict, cq: dict, missing: int) -> bool:
-        """K3: evict lower-priority admitted Workloads that free `missing` GPUs, or none."""
+    def _pending_because(self, workload: dict, reason: str, message: str) -> None:
+        reserved = next(
+            c for c in workload["status"]["conditions"] if c["type"] == "QuotaReserved"
+        )
+        if (reserved.get("reason"), reserved.get("message")) != (reason, message):
+            _set(workload, "QuotaReserved", "False", reason, message)
+            self._put(workload)
+
+    def _preempt_for(self, preemptor: dict, cq: dict, quota: Quota) -> bool:
+        """K3: evict lower-priority admitted Workloads of its ClusterQueue so it fits, or none.
+
+        Candidates lowest priority first, of one priority the most recently admitted
+        first, taken until the preemptor's pod sets get flavors; then those not needed
+        are given back, last taken first (preemption.go fillBackWorkloads).
+        """
+        name = cq["metadata"]["name"]
         jobsets = {j["metadata"]["uid"]: j for j in self._jobsets()}
-        victims, freed = [], 0
         admitted = [
             (w, jobsets[w["metadata"]["ownerReferences"][0]["uid"]])
             for w in self._workloads()
@@ -524,27 +777,41 @@ class BatchControllers:
             and not _true(w, "Finished")
             and not _true(w, "Evicted")
             and w["metadata"]["ownerReferences"][0]["uid"] in jobsets
+            and (w["status"].get("admission") or {}).get("clusterQueue") == name
+            and w["spec"]["priority"] < preemptor["spec"]["priority"]
         ]
         # lowest priority first, of one priority the most recently admitted first
         admitted.sort(
             key=lambda p: self._admitted_at.get(p[0]["metadata"]["uid"], 0), reverse=True
         )
         admitted.sort(key=lambda p: p[0]["spec"]["priority"])
+
+        def fits() -> bool:
+            return quota.assign(name, preemptor["spec"]["podSets"])[0] is not None
+
+        victims: list[tuple[dict, dict]] = []
         for workload, js in admitted:
-            if freed >= missing:
+            quota.add(workload, -1)
+            victims.append((workload, js))
+            if fits():
                 break
-            if workload["spec"]["priority"] >= preemptor["spec"]["priority"]:
-                continue
-            victims.append((js["metadata"]["name"], self._demand(js)))
-            freed += victims[-1][1]
-        if freed < missing:
+        if not victims or not fits():
+            for workload, _ in victims:
+                quota.add(workload, 1)
             return False
         for kept in reversed(victims[:-1]):  # fill back what is not needed
-            if freed - kept[1] >= missing:
+            quota.add(kept[0], 1)
+            if fits():
                 victims.remove(kept)
-                freed -= kept[1]
-        for name, _ in victims:
-            self._evict(name, "Preempted", self._preemption_message(preemptor, cq), preempted=True)
+            else:
+                quota.add(kept[0], -1)
+        for _, js in victims:
+            self._evict(
+                js["metadata"]["name"],
+                "Preempted",
+                self._preemption_message(preemptor, cq),
+                preempted=True,
+            )
         return True
 
     def _preemption_message(self, preemptor: dict | None, cq: dict) -> str:
@@ -603,6 +870,7 @@ class BatchControllers:
         assert workload is not None
         _set(workload, "QuotaReserved", "False", "Pending", message)
         _set(workload, "Admitted", "False", "NoReservation")
+        workload["status"].pop("admission", None)  # workload.UnsetQuotaReservation
         _set(workload, "Requeued", "True" if preempted else "False", reason, message)
         self._put(workload)
 

@@ -31,7 +31,7 @@ import readme_examples
 from charm_modules import load
 from conftest import has_tensorflow
 
-from fakes.addons import install_kueue
+from fakes.addons import install_kueue, size_cohort
 from fakes.batch import BatchControllers
 from fakes.kube_apiserver import FakeKubeApiServer
 from fakes.kube_grants import consumer_grant, store_grant
@@ -140,9 +140,9 @@ def cluster(tmp_path):
         )
         with kube:
             flavors = kube.list(queues.API, "ResourceFlavor")
-            nodes = kube.list("v1", "Node")
-            for obj in queues.team_objects(ctx.app, NS, flavors, nodes, queues.Quotas(-1, "", "")):
+            for obj in queues.team_objects(ctx.app, NS, flavors, queues.Quotas(-1, "", "")):
                 kube.apply(obj, field_manager=ctx.app)
+            size_cohort(api)  # the control plane's update-status after the nodes joined
             try:
                 yield Cluster(api, kube, ctx, controllers, kubelet, data)
             finally:

@@ -48,6 +48,7 @@ KUBE_STATE_METRICS_KEY = "kube-state-metrics"
 NODE_METRICS_KEY = "node-metrics-rbac"
 MIG_MANAGER_KEY = "mig-manager"
 KUEUE_OBJECTS_KEY = "kueue-objects"
+KUEUE_COHORT_KEY = "kueue-cohort"  # the cohort's quota last computed, and an overcommit
 # and per batch engine: `addon-<name>` (what was applied), `addon-<name>-ready` (its
 # controller was seen ready) and `addon-<name>-sha256` (URL -> the sha256 first applied)
 
@@ -161,8 +162,10 @@ class Addons:
 
     # -- batch engines --------------------------------------------------------------------
 
-    def apply_batch_engines(self, config: Config, bag: Bag) -> list[str]:
+    def apply_batch_engines(self, config: Config, bag: Bag, resize: bool = False) -> list[str]:
         """JobSet, Kueue and the cluster-wide Kueue objects; returns what is not ready yet.
+
+        `resize`: read what the cohort's quota is made of again (update-status).
 
         Raises:
             StatusError: Blocked when a release cannot be downloaded or is not the pinned
@@ -186,7 +189,7 @@ class Addons:
             if problem:
                 pending.append(f"{release.name} ({problem})")
         if not pending:
-            self._apply_kueue_objects(config, bag)
+            self._apply_kueue_objects(config, bag, resize)
         return pending
 
     def _apply_release(
@@ -238,18 +241,55 @@ class Addons:
             logger.info("%s %s is ready", release.name, release.version)
         return problem
 
-    def _apply_kueue_objects(self, config: Config, bag: Bag) -> None:
-        """The cohort, priorities and ResourceFlavors (one per GPU model, one for CPUs)."""
-        models = registry.Registry.load(bag).gpu_models()
-        objects = kueue.cluster_objects(models, shared=config.gpu_time_slicing_replicas > 1)
+    def _apply_kueue_objects(self, config: Config, bag: Bag, resize: bool) -> None:
+        """The cohort, priorities and ResourceFlavors (one per GPU model, one for CPUs).
+
+        The cohort holds what the cluster has less the teams' guarantees (kueue.py). Its
+        inputs (Nodes, running Pods, ClusterQueues) change without an event reaching this
+        charm, so they are read when `resize` (update-status, the periodic hook) or when
+        the workers registered are not those it was last sized for (a node joined or
+        left); other hooks apply the quota last computed (KUEUE_COHORT_KEY), sending
+        nothing while nothing changed.
+
+        Raises:
+            StatusError: Blocked when the teams' guarantees sum past the cluster.
+        """
+        workers = registry.Registry.load(bag)
+        models = workers.gpu_models()
+        shared = config.gpu_time_slicing_replicas > 1
+        sized_for = json.loads(bag.get(KUEUE_COHORT_KEY) or "{}").get("workers")
+        if resize or sized_for != sorted(workers.nodes):
+            kube = self._kube()
+            have = kueue.capacity(
+                kube.list("v1", "Node"),
+                kube.list("v1", "Pod", field_selector="status.phase=Running"),
+                models,
+                shared=shared,
+            )
+            held = kueue.guarantees(kube.list(kueue.API, "ClusterQueue"))
+            quota = kueue.cohort_quota(have, held)
+            sized: dict[str, Any] = {
+                "quota": [[f, r, v] for (f, r), v in sorted(quota.items())],
+                "overcommitted": kueue.overcommitted(have, held) or "",
+                "workers": sorted(workers.nodes),
+            }
+            text = json.dumps(sized, sort_keys=True)
+            if bag.get(KUEUE_COHORT_KEY) != text:
+                bag[KUEUE_COHORT_KEY] = text
+        cohort = json.loads(bag[KUEUE_COHORT_KEY])
+        quota = {(f, r): v for f, r, v in cohort["quota"]}
+        objects = kueue.cluster_objects(models, shared=shared, quota=quota)
         want = kube_objects.fingerprint(objects)
-        if bag.get(KUEUE_OBJECTS_KEY) == want:
-            return
-        kube = self._kube()
-        for obj in objects:
-            kube.apply(obj, field_manager=FIELD_MANAGER)
-        bag[KUEUE_OBJECTS_KEY] = want
-        logger.info("applied Kueue's ResourceFlavors for %s", ", ".join(models) or "CPUs only")
+        if bag.get(KUEUE_OBJECTS_KEY) != want:
+            kube = self._kube()
+            for obj in objects:
+                kube.apply(obj, field_manager=FIELD_MANAGER)
+            bag[KUEUE_OBJECTS_KEY] = want
+            logger.info(
+                "applied Kueue's cohort and ResourceFlavors for %s", ", ".join(models) or "CPUs"
+            )
+        if cohort["overcommitted"]:
+            raise StatusError.blocked(cohort["overcommitted"])
 
 
 def fingerprint(objects: list[dict[str, Any]], version: str = "") -> str:

@@ -396,7 +396,9 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         notes += hook.access.serve_kube_api(peers, config.storage_provisioners)
         self._blocked_lines = [*hook.access.blocked, *cert_blocked]
         hook.access.reach(config, peers, leader=True)
-        pending = addons.apply_batch_engines(config, bag)  # last: may block
+        pending = addons.apply_batch_engines(  # last: may block
+            config, bag, resize=isinstance(event, ops.UpdateStatusEvent)
+        )
         if pending:
             notes.append(f"waiting for {', '.join(pending)}")
         return notes

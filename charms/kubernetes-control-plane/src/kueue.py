@@ -25,8 +25,24 @@ the nodes by the label the worker writes as NVIDIA's GPU Feature Discovery does
 (`nvidia.com/gpu.product`, `-SHARED` appended under time-slicing) and naming the GPU taint
 (a workload must tolerate it to be admitted there); one `cpu` flavor for every node; the
 cohort `gpu-k8s` whose members (each team's ClusterQueue, made by the tensorflow charm)
-lend unused quota to each other; and the priorities `low`, `normal` and `high` that
-`train priority=...` names.
+borrow from it; and the priorities `low`, `normal` and `high` that `train priority=...`
+names.
+
+Quotas add up (issue 29 item 6). The cohort holds the cluster: what the schedulable nodes
+offer, per flavor (cpu and memory on `cpu`, GPUs on each model's flavor), less the GPUs
+pods outside Kueue hold (model servers; ClusterQueue nominalQuota "should represent the
+resources in the cluster available for running jobs (after discounting resources
+consumed by system components and pods not managed by kueue)", clusterqueue_types.go),
+less what the teams' ClusterQueues hold as nominal quota of their own (their configured
+`gpu-quota`, `cpu-quota`, `memory-quota`: a guarantee; unset, none). Kueue v0.19.2 serves
+Cohort at v1beta2 with `spec.resourceGroups`, whose nominalQuota is "additional resources
+on top of those defined by ClusterQueues within the Cohort ... a shared pool for the
+ClusterQueues within it" (cohort_types.go); a member may take what the cohort has left,
+its own nominal quota plus the pool plus the other members' unused nominal quota, and
+the cohort's whole quota is the most it can ever be given (pkg/cache/scheduler/
+resource_node.go available, potentialAvailable). So the members' and the cohort's nominal
+quotas sum to the cluster, never past it; when the guarantees alone exceed the cluster
+the leader says so (Blocked, with the numbers) and the cohort adds nothing.
 """
 
 from __future__ import annotations
@@ -67,6 +83,16 @@ def configure(text: str, settings: batch_engines.Settings) -> str:
             "backoffBaseSeconds": 60,
             "backoffMaxSeconds": 3600,
         },
+    }
+    # Fair sharing, so that teams borrowing the cohort's pool (their ClusterQueues hold
+    # no quota of their own by default) split it: a ClusterQueue whose share is lower may
+    # preempt in one borrowing more (config v1beta2 configuration_types.go FairSharing;
+    # present means on, cmd/kueue/main.go; flavorassigner.go canPreemptWhileBorrowing).
+    # preemptionStrategies is required and must be one of pkg/config/validation.go's
+    # validStrategySets; this is its third: LessThanOrEqualToFinalShare, and where the
+    # preemptor still does not fit, LessThanInitialShare.
+    config["fairSharing"] = {
+        "preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]
     }
     config["managedJobsNamespaceSelector"] = {
         "matchLabels": {KUEUE_NAMESPACE_LABEL: KUEUE_NAMESPACE_VALUE}
@@ -124,14 +150,167 @@ def flavor_name(model: str) -> str:
     return name
 
 
+GPU_RESOURCE = "nvidia.com/gpu"
+_SUFFIXES = {
+    "": 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+}  # fmt: skip
+_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]*)?)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+
+Quotas = dict[tuple[str, str], float]  # (flavor, resource) -> amount
+Guarantees = dict[tuple[str, str], dict[str, float]]  # (flavor, resource) -> {queue: amount}
+
+
+def quantity(text: Any) -> float:
+    """A Kubernetes quantity (apimachinery resource.Quantity's suffixes); 0 when unreadable."""
+    match = _QUANTITY.match(str(text or "0").strip())
+    return float(match.group(1)) * _SUFFIXES[match.group(2) or ""] if match else 0.0
+
+
+def _schedulable(node: dict[str, Any]) -> bool:
+    """Ready, not cordoned, no NoSchedule/NoExecute taint but the GPU one (jobs land there)."""
+    spec = node.get("spec") or {}
+    taints = [
+        t
+        for t in spec.get("taints") or []
+        if t.get("effect") in ("NoSchedule", "NoExecute") and t.get("key") != GPU_TAINT["key"]
+    ]
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (node.get("status") or {}).get("conditions") or []
+    )
+    return ready and not spec.get("unschedulable") and not taints
+
+
+def _pod_gpus(pod: dict[str, Any]) -> float:
+    return sum(
+        quantity(((c.get("resources") or {}).get("limits") or {}).get(GPU_RESOURCE))
+        for c in (pod.get("spec") or {}).get("containers") or []
+    )
+
+
+def capacity(
+    nodes: list[dict[str, Any]], pods: list[dict[str, Any]], models: list[str], *, shared: bool
+) -> Quotas:
+    """What Kueue may hand out: the schedulable nodes less the GPUs held outside Kueue.
+
+    `pods`: the running pods; those not owned by a Job (Kueue admits Jobs here: JobSet's
+    child Jobs, the purge and import Jobs) hold their GPUs outside Kueue (model servers).
+    """
+    by_product = {product_label(m, shared): flavor_name(m) for m in set(models)}
+    out: Quotas = {(CPU_FLAVOR, "cpu"): 0.0, (CPU_FLAVOR, "memory"): 0.0}
+    out |= {(f, GPU_RESOURCE): 0.0 for f in by_product.values()}
+    flavor_of: dict[str, str] = {}
+    for node in nodes:
+        if not _schedulable(node):
+            continue
+        allocatable = (node.get("status") or {}).get("allocatable") or {}
+        out[(CPU_FLAVOR, "cpu")] += quantity(allocatable.get("cpu"))
+        out[(CPU_FLAVOR, "memory")] += quantity(allocatable.get("memory"))
+        product = ((node.get("metadata") or {}).get("labels") or {}).get(LABEL_PRODUCT)
+        if product in by_product:
+            flavor_of[node["metadata"]["name"]] = by_product[product]
+            out[(by_product[product], GPU_RESOURCE)] += quantity(allocatable.get(GPU_RESOURCE))
+    for pod in pods:
+        owners = (pod.get("metadata") or {}).get("ownerReferences") or []
+        flavor = flavor_of.get((pod.get("spec") or {}).get("nodeName") or "")
+        if flavor and not any(o.get("kind") == "Job" for o in owners):
+            key = (flavor, GPU_RESOURCE)
+            out[key] = max(0.0, out[key] - _pod_gpus(pod))
+    return out
+
+
+def guarantees(cluster_queues: list[dict[str, Any]]) -> Guarantees:
+    """The nominal quota each ClusterQueue of the cohort holds, per (flavor, resource)."""
+    out: Guarantees = {}
+    for cq in cluster_queues:
+        spec = cq.get("spec") or {}
+        if spec.get("cohortName") != COHORT:
+            continue
+        for group in spec.get("resourceGroups") or []:
+            for flavor in group.get("flavors") or []:
+                for r in flavor.get("resources") or []:
+                    amount = quantity(r.get("nominalQuota"))
+                    if amount:
+                        key = (flavor["name"], r["name"])
+                        out.setdefault(key, {})[cq["metadata"]["name"]] = amount
+    return out
+
+
+def _amount(resource: str, value: float) -> str:
+    if resource == "memory":
+        return f"{value / 2**30:g}Gi"
+    return f"{value:g}"
+
+
+def cohort_quota(have: Quotas, held: Guarantees) -> Quotas:
+    """The cohort's own nominal quota: the cluster less the teams' guarantees (never < 0)."""
+    return {k: max(0.0, v - sum(held.get(k, {}).values())) for k, v in have.items()}
+
+
+def overcommitted(have: Quotas, held: Guarantees) -> str | None:
+    """The Blocked message when the teams' guarantees sum past the cluster, or None."""
+    problems = []
+    for (flavor, resource), teams in sorted(held.items()):
+        total = sum(teams.values())
+        cluster = have.get((flavor, resource), 0.0)
+        if total > cluster:
+            each = ", ".join(f"{n} {_amount(resource, v)}" for n, v in sorted(teams.items()))
+            problems.append(
+                f"{_amount(resource, total)} {resource} of flavor {flavor} guaranteed "
+                f"({each}) but the cluster has {_amount(resource, cluster)}"
+            )
+    if not problems:
+        return None
+    return (
+        "team quotas overcommit the cluster: "
+        + "; ".join(problems)
+        + ": lower gpu-quota, cpu-quota or memory-quota of a tensorflow application, "
+        "or add nodes"
+    )
+
+
+def _text(resource: str, value: float) -> str:
+    if resource == "cpu" and value != int(value):
+        return f"{int(value * 1000)}m"
+    return str(int(value))
+
+
+def _cohort_spec(quota: Quotas | None) -> dict[str, Any]:
+    """The Cohort's resourceGroups: the teams' two groups (queues.py), with `quota`."""
+    if quota is None:
+        return {}
+    cpu = [
+        {"name": r, "nominalQuota": _text(r, quota.get((CPU_FLAVOR, r), 0.0))}
+        for r in ("cpu", "memory")
+    ]
+    groups: list[dict[str, Any]] = [
+        {
+            "coveredResources": ["cpu", "memory"],
+            "flavors": [{"name": CPU_FLAVOR, "resources": cpu}],
+        }
+    ]
+    gpus = [
+        {"name": f, "resources": [{"name": GPU_RESOURCE, "nominalQuota": _text(r, v)}]}
+        for (f, r), v in sorted(quota.items())
+        if r == GPU_RESOURCE
+    ]
+    if gpus:
+        groups.append({"coveredResources": [GPU_RESOURCE], "flavors": gpus})
+    return {"resourceGroups": groups}
+
+
 def _meta(name: str) -> dict[str, Any]:
     return {"name": name, "labels": {LABEL_MANAGED_BY: MANAGED_BY}}
 
 
-def cluster_objects(models: list[str], *, shared: bool = False) -> list[dict[str, Any]]:
-    """The cohort, the priorities, the CPU flavor and one flavor per GPU model."""
+def cluster_objects(
+    models: list[str], *, shared: bool = False, quota: Quotas | None = None
+) -> list[dict[str, Any]]:
+    """The cohort (holding `quota`: `cohort_quota`), the priorities and the flavors."""
+    cohort = {"apiVersion": API, "kind": "Cohort", "metadata": _meta(COHORT)}
     objects: list[dict[str, Any]] = [
-        {"apiVersion": API, "kind": "Cohort", "metadata": _meta(COHORT), "spec": {}},
+        {**cohort, "spec": _cohort_spec(quota)},
         {"apiVersion": API, "kind": "ResourceFlavor", "metadata": _meta(CPU_FLAVOR), "spec": {}},
     ]
     for name, value in PRIORITIES.items():

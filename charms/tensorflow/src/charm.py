@@ -273,13 +273,6 @@ class TensorflowCharm(ops.CharmBase):
                 kube, self.app.name, ctx.namespace, config.quotas, self._stored.queues
             )
 
-    def _requeue(self, kube: Kube, ctx: Context) -> None:
-        """`_apply_queues` after an action changed what the team holds outside Kueue."""
-        try:
-            self._apply_queues(kube, ctx, self._config())
-        except StatusError as e:  # the action's own answer stands; the status says it
-            self._statuses.add(e.status)
-
     def _on_cos_agent(self, _: ops.EventBase) -> None:
         # no scrape job: the agent collects this machine's own metrics and logs
         self.cos.update([])
@@ -463,11 +456,10 @@ class TensorflowCharm(ops.CharmBase):
         params = event.load_params(serving.ServeParams, errors="fail")
         waits = self._wait_args(event)
 
+        # The servers' GPUs are held outside Kueue: the control plane takes them off the
+        # cohort's quota (its kueue.py), this team's queue does not change.
         def run(kube: Kube, ctx: Context) -> dict[str, Any]:
-            try:
-                return serving.serve(kube, ctx, params, self._config().serving_image, **waits)
-            finally:  # the servers' GPUs leave (or rejoin) the team's default quota
-                self._requeue(kube, ctx)
+            return serving.serve(kube, ctx, params, self._config().serving_image, **waits)
 
         self._run(event, run, pull_secret=True)
 
@@ -475,10 +467,7 @@ class TensorflowCharm(ops.CharmBase):
         params = event.load_params(JobParams, errors="fail")
 
         def run(kube: Kube, ctx: Context) -> dict[str, Any]:
-            try:
-                return serving.unserve(kube, ctx, params.job)
-            finally:
-                self._requeue(kube, ctx)
+            return serving.unserve(kube, ctx, params.job)
 
         self._run(event, run)
 

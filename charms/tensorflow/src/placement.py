@@ -147,12 +147,26 @@ def _no_model_holds_a_role(request: TrainRequest, nodes: Iterable[dict]) -> str 
         if not per_pod:
             continue
         need = pods * per_pod
-        if any(max(sizes) >= per_pod and sum(sizes) >= need for sizes in models.values()):
-            continue
-        have = ", ".join(f"{sum(v)} {k}" for k, v in sorted(models.items())) or "none"
-        return (
-            f"the {pods} {role} pods need {need} GPUs of one model (Kueue gives a role one "
-            f"GPU flavor) but no model has that many on schedulable nodes ({have}): lower "
-            "workers or gpus-per-worker, or add nodes of one GPU model"
-        )
+        if not any(max(sizes) >= per_pod and sum(sizes) >= need for sizes in models.values()):
+            have = ", ".join(f"{sum(v)} {k}" for k, v in sorted(models.items())) or "none"
+            return (
+                f"the {pods} {role} pods need {need} GPUs of one model (Kueue gives a role "
+                f"one GPU flavor) but no model has that many on schedulable nodes ({have}): "
+                "lower workers or gpus-per-worker, or add nodes of one GPU model"
+            )
+        # A pod's GPUs come from one node (kube-scheduler NodeResourcesFit: the node's
+        # allocatable must hold the pod's whole request), while Kueue's quota counts GPUs
+        # only: a node of 3 holds one pod of 2, and the third GPU is no use to this role.
+        # Only workers have GPUs (params.TrainRequest.gpus), so the pods are all one size
+        # and the count per node is exact.
+        fits = {k: sum(s // per_pod for s in v) for k, v in models.items()}
+        best = max(fits, key=lambda k: (fits[k], k))
+        if fits[best] < pods:
+            sizes = ", ".join(str(s) for s in sorted(models[best], reverse=True))
+            return (
+                f"the {pods} {role} pods need {per_pod} GPUs each on one node, but the "
+                f"schedulable nodes of one GPU model hold at most {fits[best]} such pods "
+                f"({len(models[best])} {best} nodes: {sizes} GPUs): lower workers or "
+                "gpus-per-worker, or add GPU nodes"
+            )
     return None

@@ -9,15 +9,19 @@ cohort `gpu-k8s`, a ResourceFlavor `cpu` and one per GPU model, labelled
 
 - ClusterQueue `team-<namespace>` in cohort `gpu-k8s`, admitting from this namespace only,
   with two resource groups (cpu/memory on flavor `cpu`; `nvidia.com/gpu` on each GPU
-  flavor). Its nominal quota is `cpu-quota`, `memory-quota` and, per GPU model,
-  `gpu-quota`; left at their defaults they are what the schedulable nodes have (the whole
-  cluster: fine for one team; teams sharing a cluster set theirs), less the GPUs this
-  team's model servers hold: Kueue counts only what it admits, and a quota should be
-  "the resources in the cluster available for running jobs (after discounting resources
-  consumed by ... pods not managed by kueue)" (clusterqueue_types.go NominalQuota), or
-  Kueue admits a job whose pods then cannot be scheduled. Unused quota is lent to
-  the other teams of the cohort and reclaimed by preemption (`reclaimWithinCohort: Any`);
-  within the team a higher priority preempts a lower one.
+  flavor). Its nominal quota is the team's guarantee: `cpu-quota`, `memory-quota` and,
+  per GPU model, `gpu-quota`; left unset, 0: the team holds nothing of its own and
+  borrows from the cohort, which the control plane sizes to the cluster less every
+  team's guarantee and the GPUs pods outside Kueue hold (its kueue.py), so that the
+  quotas of all teams never sum past what the cluster has (issue 29 item 6). A member
+  may borrow whatever the cohort has left (borrowingLimit unset), the cohort's whole
+  quota at most (Kueue pkg/cache/scheduler/resource_node.go available,
+  potentialAvailable). With the control plane's fair sharing on, teams borrowing the
+  pool split it (a team with a lower share preempts in one with a higher,
+  `reclaimWithinCohort: Any`, flavorassigner.go canPreemptWhileBorrowing), a team's own
+  guarantee is reclaimed from borrowers, and within the team a higher priority preempts
+  a lower one. This charm reads and writes only its own ClusterQueue (kube-api allow-
+  list, by name): the cohort and the other teams' queues are the control plane's.
 - LocalQueue `training` in the namespace, pointing at it: the queue every job names
   (`kueue.x-k8s.io/queue-name`). Never `default`, which Kueue would make the namespace's
   default queue for TensorBoard's Deployment and the purge Job too (literals.LOCAL_QUEUE).
@@ -36,9 +40,6 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-import params
-import placement
-import serving
 from literals import (
     CLUSTER_QUEUE_PREFIX,
     KUEUE_API,
@@ -47,7 +48,7 @@ from literals import (
     RETIRED_LOCAL_QUEUES,
 )
 
-from charms.gpu_k8s.v0.kube_objects import GPU_RESOURCE, fingerprint, pod_gpus
+from charms.gpu_k8s.v0.kube_objects import GPU_RESOURCE, fingerprint
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ FLAVOR_OWNER = ("app.kubernetes.io/managed-by", "kubernetes-control-plane")
 
 @dataclasses.dataclass(frozen=True)
 class Quotas:
-    """The team's nominal quota; None (or -1 GPUs) means what the cluster has."""
+    """The team's guarantee (its nominal quota); unset (-1 GPUs, "") is none: 0."""
 
     gpus: int = -1
     cpu: str = ""
@@ -69,59 +70,6 @@ class Quotas:
 def cluster_queue_name(namespace: str) -> str:
     """The team's ClusterQueue."""
     return f"{CLUSTER_QUEUE_PREFIX}{namespace}"
-
-
-@dataclasses.dataclass(frozen=True)
-class Capacity:
-    """What the schedulable nodes offer: CPUs, memory bytes, GPUs per product label."""
-
-    cpu: float
-    memory: float
-    gpus: dict[str, int]
-
-
-def capacity(nodes: Iterable[dict[str, Any]]) -> Capacity:
-    """The allocatable resources of the nodes pods can land on."""
-    cpu = memory = 0.0
-    gpus: dict[str, int] = {}
-    for node in nodes:
-        if not placement.schedulable(node):
-            continue
-        allocatable = (node.get("status") or {}).get("allocatable") or {}
-        cpu += params.quantity(allocatable.get("cpu", "0"))
-        memory += params.quantity(allocatable.get("memory", "0"))
-        count = int(params.quantity(allocatable.get(GPU_RESOURCE, "0")))
-        product = ((node.get("metadata") or {}).get("labels") or {}).get(LABEL_GPU_PRODUCT)
-        if count and product:
-            gpus[product] = gpus.get(product, 0) + count
-    return Capacity(cpu, memory, gpus)
-
-
-def held_outside_kueue(
-    pods: Iterable[dict[str, Any]], nodes: Iterable[dict[str, Any]]
-) -> dict[str, int]:
-    """GPUs per product label that `pods` (not Kueue's: model servers) hold on their nodes.
-
-    Pods bound to a schedulable node (the ones `capacity` counts) and not being deleted
-    count; a pending one holds nothing yet. Only GPUs: a server's CPU and memory requests
-    (500m, 1Gi) are small beside a node's, and left in the cpu quota.
-    """
-    products = {
-        (n.get("metadata") or {}).get("name"): ((n.get("metadata") or {}).get("labels") or {}).get(
-            LABEL_GPU_PRODUCT
-        )
-        for n in nodes
-        if placement.schedulable(n)
-    }
-    held: dict[str, int] = {}
-    for pod in pods:
-        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-        product = products.get(spec.get("nodeName"))
-        phase = (pod.get("status") or {}).get("phase")
-        if not product or meta.get("deletionTimestamp") or phase in ("Succeeded", "Failed"):
-            continue
-        held[product] = held.get(product, 0) + pod_gpus(pod)
-    return held
 
 
 def gpu_flavors(flavors: Iterable[dict[str, Any]]) -> dict[str, str]:
@@ -142,22 +90,10 @@ def _cpu_text(value: float) -> str:
 
 
 def team_objects(
-    app: str,
-    namespace: str,
-    flavors: Iterable[dict[str, Any]],
-    nodes: Iterable[dict[str, Any]],
-    quotas: Quotas,
-    held: dict[str, int] | None = None,
+    app: str, namespace: str, flavors: Iterable[dict[str, Any]], quotas: Quotas
 ) -> list[dict[str, Any]]:
-    """The ClusterQueue and LocalQueue of this team (see the module docstring).
-
-    `held`: GPUs per product that the team's model servers hold (`held_outside_kueue`),
-    taken off the default GPU quota.
-    """
-    have = capacity(nodes)
-    held = held or {}
-    cpu = quotas.cpu or _cpu_text(have.cpu)
-    memory = quotas.memory or str(int(have.memory))
+    """The ClusterQueue and LocalQueue of this team (see the module docstring)."""
+    gpus = str(max(0, quotas.gpus))
     groups: list[dict[str, Any]] = [
         {
             "coveredResources": ["cpu", "memory"],
@@ -165,28 +101,16 @@ def team_objects(
                 {
                     "name": CPU_FLAVOR,
                     "resources": [
-                        {"name": "cpu", "nominalQuota": cpu},
-                        {"name": "memory", "nominalQuota": memory},
+                        {"name": "cpu", "nominalQuota": quotas.cpu or "0"},
+                        {"name": "memory", "nominalQuota": quotas.memory or "0"},
                     ],
                 }
             ],
         }
     ]
     gpu = [
-        {
-            "name": name,
-            "resources": [
-                {
-                    "name": GPU_RESOURCE,
-                    "nominalQuota": str(
-                        max(0, have.gpus.get(product, 0) - held.get(product, 0))
-                        if quotas.gpus < 0
-                        else quotas.gpus
-                    ),
-                }
-            ],
-        }
-        for name, product in sorted(gpu_flavors(flavors).items())
+        {"name": name, "resources": [{"name": GPU_RESOURCE, "nominalQuota": gpus}]}
+        for name in sorted(gpu_flavors(flavors))
     ]
     if gpu:
         groups.append({"coveredResources": [GPU_RESOURCE], "flavors": gpu})
@@ -251,11 +175,7 @@ def reconcile(kube: Any, app: str, namespace: str, quotas: Quotas, applied: str 
             "Kueue is not installed in the cluster: set batch-engines=true on "
             "kubernetes-control-plane"
         ) from None
-    nodes = kube.list("v1", "Node")
-    servers = kube.list("v1", "Pod", namespace, label_selector=serving.LABEL_SERVING)
-    objects = team_objects(
-        app, namespace, flavors, nodes, quotas, held_outside_kueue(servers, nodes)
-    )
+    objects = team_objects(app, namespace, flavors, quotas)
     digest = fingerprint(objects)
     if digest == applied:
         return digest

@@ -60,6 +60,10 @@ def test_the_leader_applies_both_releases_made_this_clusters(ctx, machine, api, 
     assert "batch/job" in config["integrations"]["frameworks"]  # upstream's list is kept
     managed = {"matchLabels": {"gpu-k8s.io/kueue": "managed"}}
     assert config["managedJobsNamespaceSelector"] == managed
+    # fair sharing on, with one of the strategy lists Kueue's validation accepts
+    assert config["fairSharing"] == {
+        "preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]
+    }
     hooks = api.get_object(
         "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/"
         "kueue-mutating-webhook-configuration"
@@ -89,7 +93,8 @@ def test_nothing_is_downloaded_or_sent_again_while_nothing_changed(ctx, machine,
     assert releases.requests == asked
     assert [r for r in api.requests if r.method != "GET"] == writes
     batch = [r.path for r in api.requests[requests:] if "jobset" in r.path or "kueue" in r.path]
-    assert batch == []
+    # update-status reads the teams' ClusterQueues for the cohort's quota (issue 29 item 6)
+    assert batch == ["/apis/kueue.x-k8s.io/v1beta2/clusterqueues"]
     assert out.unit_status == testing.ActiveStatus(READY)
 
 
@@ -309,3 +314,126 @@ def test_images_lists_what_a_mirror_must_hold():
 
     objects = batch_engines.parse(JOBSET, release_manifest("jobset", JOBSET_VERSION))
     assert batch_engines.images(objects) == ["registry.k8s.io/jobset/jobset:v0.12.0"]
+
+
+# -- quotas add up (issue 29 item 6) ------------------------------------------------------
+
+KUEUE_API = "/apis/kueue.x-k8s.io/v1beta2"
+
+
+def _team_queue(api, team: str, gpus: int = 0, cpu: str = "0") -> None:
+    """A team's ClusterQueue as the tensorflow charm writes it, with its guarantees."""
+    api.put_object(
+        f"{KUEUE_API}/clusterqueues/team-{team}",
+        {
+            "spec": {
+                "cohortName": "gpu-k8s",
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["cpu", "memory"],
+                        "flavors": [
+                            {
+                                "name": "cpu",
+                                "resources": [
+                                    {"name": "cpu", "nominalQuota": cpu},
+                                    {"name": "memory", "nominalQuota": "0"},
+                                ],
+                            }
+                        ],
+                    },
+                    {
+                        "coveredResources": ["nvidia.com/gpu"],
+                        "flavors": [
+                            {
+                                "name": "gpu-nvidia-a10g",
+                                "resources": [
+                                    {"name": "nvidia.com/gpu", "nominalQuota": str(gpus)}
+                                ],
+                            }
+                        ],
+                    },
+                ],
+            }
+        },
+    )
+
+
+def _cohort_quota(api) -> dict[tuple[str, str], str]:
+    cohort = api.get_object(f"{KUEUE_API}/cohorts/gpu-k8s")
+    return {
+        (f["name"], r["name"]): r["nominalQuota"]
+        for g in cohort["spec"]["resourceGroups"]
+        for f in g["flavors"]
+        for r in f["resources"]
+    }
+
+
+def _gpu_pod(api, name: str, node: str, gpus: int, owner: str) -> None:
+    api.put_object(
+        f"/api/v1/namespaces/team/pods/{name}",
+        {
+            "metadata": {"ownerReferences": [{"kind": owner, "name": "x", "uid": name}]},
+            "spec": {
+                "nodeName": node,
+                "containers": [
+                    {"name": "c", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
+                ],
+            },
+            "status": {"phase": "Running"},
+        },
+    )
+
+
+def _two_gpu_workers(ctx, api) -> testing.State:
+    out = _install(ctx)
+    gpus = [{"model": "NVIDIA A10G", "count": 4}]
+    rel = workers_relation({0: worker_bag("gpu-0", gpus), 1: worker_bag("gpu-1", gpus)})
+    return join_workers(ctx, out, rel, api)
+
+
+def test_the_cohort_holds_the_cluster_less_the_teams_guarantees(ctx, machine, api, releases):
+    """The cohort's quota is a pool on top of its members' (cohort_types.go).
+
+    The members' guarantees and the pool sum to what the nodes have, never past it.
+    """
+    out = _two_gpu_workers(ctx, api)
+    assert _cohort_quota(api) == {
+        # three untainted nodes of 4 CPUs (the fake's control-plane node has no taint), no
+        # memory reported by the fake's nodes
+        ("cpu", "cpu"): "12",
+        ("cpu", "memory"): "0",
+        ("gpu-nvidia-a10g", "nvidia.com/gpu"): "8",
+    }
+    _team_queue(api, "a", gpus=2, cpu="3")
+    _team_queue(api, "b")  # defaults: no guarantee, borrows from the cohort
+    _gpu_pod(api, "server", "gpu-1", 1, "ReplicaSet")  # a model server: outside Kueue
+    _gpu_pod(api, "worker-0", "gpu-0", 1, "Job")  # admitted by Kueue: counted by Kueue
+    out = ctx.run(ctx.on.update_status(), out)
+    assert out.unit_status.name == "active", out.unit_status.message
+    assert _cohort_quota(api) == {
+        ("cpu", "cpu"): "9",
+        ("cpu", "memory"): "0",
+        ("gpu-nvidia-a10g", "nvidia.com/gpu"): "5",  # 8 - 1 served - 2 team-a's
+    }
+    writes = len([r for r in api.requests if r.method != "GET"])
+    out = ctx.run(ctx.on.update_status(), out)
+    assert len([r for r in api.requests if r.method != "GET"]) == writes
+
+
+def test_guarantees_past_the_cluster_block_with_the_numbers(ctx, machine, api, releases):
+    out = _two_gpu_workers(ctx, api)
+    _team_queue(api, "a", gpus=6)
+    _team_queue(api, "b", gpus=4)
+    out = ctx.run(ctx.on.update_status(), out)
+    assert out.unit_status == testing.BlockedStatus(
+        "team quotas overcommit the cluster: 10 nvidia.com/gpu of flavor gpu-nvidia-a10g "
+        "guaranteed (team-a 6, team-b 4) but the cluster has 8: lower gpu-quota, cpu-quota "
+        "or memory-quota of a tensorflow application, or add nodes"
+    )
+    assert _cohort_quota(api)[("gpu-nvidia-a10g", "nvidia.com/gpu")] == "0"
+    out = ctx.run(ctx.on.config_changed(), out)  # other hooks keep saying so
+    assert out.unit_status.name == "blocked"
+    _team_queue(api, "b", gpus=2)
+    out = ctx.run(ctx.on.update_status(), out)
+    assert out.unit_status.name == "active", out.unit_status.message
+    assert _cohort_quota(api)[("gpu-nvidia-a10g", "nvidia.com/gpu")] == "0"

@@ -293,4 +293,6 @@ def test_readiness_comes_from_the_node_table_not_whole_node_objects(ctx, machine
     before = len(api.requests)
     ctx.run(ctx.on.update_status(), out)
     lists = [r for r in api.requests[before:] if r == ("GET", "/api/v1/nodes")]
-    assert [r.query.get("includeObject") for r in lists] == ["None"]
+    # readiness from the table; update-status also sizes Kueue's cohort by the Nodes'
+    # allocatable (issue 29 item 6), which the table has not: one list of whole Nodes
+    assert sorted(r.query.get("includeObject") or "" for r in lists) == ["", "None"]

@@ -93,8 +93,23 @@ def test_leader_event_twice_is_idempotent(ctx, machine, api, settled, name):
 
     assert snapshot(out2, api, machine) == first
     # nothing is written again; the only read is the one list of Nodes that the rare
-    # events make to see which nodes are Ready (update-status, a new leader, ...)
+    # events make to see which nodes are Ready (update-status, a new leader, ...), and on
+    # update-status (the periodic hook) what Kueue's cohort is sized by (issue 29 item 6:
+    # whole Nodes, running Pods, ClusterQueues; addons._apply_kueue_objects), once each
     again = api.requests[requests:]
+    if name == "update_status":
+        cohort = [
+            ("GET", "/api/v1/nodes"),
+            ("GET", "/api/v1/pods"),
+            ("GET", "/apis/kueue.x-k8s.io/v1beta2/clusterqueues"),
+        ]
+        sized = [r for r in again if r in cohort]
+        assert sorted(sized) == sorted(cohort + [("GET", "/api/v1/nodes")])
+        assert [r.query.get("fieldSelector") for r in sized if r[1] == "/api/v1/pods"] == [
+            "status.phase=Running"
+        ]
+        for r in cohort:
+            again.remove(r)
     assert [r for r in again if r[0] != "GET" or not r[1].startswith("/api/v1/nodes")] == []
     if name == "peers_changed":  # the control-plane Nodes, one GET each
         assert sorted(r[1] for r in again) == ["/api/v1/nodes/cp-1", "/api/v1/nodes/ip-10-0-1-17"]

@@ -17,7 +17,7 @@ from literals import NAMESPACED_RULES, cluster_rules
 from ops import testing
 
 import charm
-from fakes.addons import install_kueue
+from fakes.addons import install_kueue, size_cohort
 from fakes.batch import BatchControllers
 from fakes.kube_apiserver import FakeKubeApiServer
 from fakes.kube_grants import consumer_grant, store_grant
@@ -205,8 +205,10 @@ def state(api) -> testing.State:
 
 
 def add_nodes(api: FakeKubeApiServer, *nodes: dict) -> None:
+    """Nodes join; the control plane's next update-status sizes the cohort to them."""
     for n in nodes:
         api.put_object(f"/api/v1/nodes/{n['metadata']['name']}", n)
+    size_cohort(api)
 
 
 def job_objects(api: FakeKubeApiServer) -> list[dict]:

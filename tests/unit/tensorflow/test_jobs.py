@@ -59,6 +59,24 @@ def test_more_gpus_than_the_cluster_never_fits():
     assert why is not None and "needs 5 GPUs but the cluster's schedulable nodes have 4" in why
 
 
+def test_multi_gpu_pods_are_counted_per_node():
+    """A pod's GPUs come from one node: 3 nodes of 3 GPUs hold 3 pods of 2, not 4.
+
+    kube-scheduler's NodeResourcesFit places a pod only on a node whose free allocatable
+    holds all of its requests; Kueue's quota counts GPUs, not nodes, so a gang of 4 pods
+    of 2 GPUs fits a 9-GPU quota, is admitted, its fourth pod is never scheduled, and
+    waitForPodsReady evicts and requeues it again and again.
+    """
+    nodes = [node("a", 3), node("b", 3), node("c", 3)]
+    assert never_fits(request(workers=3, gpus_per_worker=2), nodes) is None
+    why = never_fits(request(workers=4, gpus_per_worker=2), nodes)
+    assert why == (
+        "the 4 worker pods need 2 GPUs each on one node, but the schedulable nodes of one "
+        "GPU model hold at most 3 such pods (3 NVIDIA-A10G nodes: 3, 3, 3 GPUs): lower "
+        "workers or gpus-per-worker, or add GPU nodes"
+    )
+
+
 def test_a_role_must_fit_one_gpu_model():
     """Kueue gives a pod set one GPU flavor (one product): 2 A10G + 2 T4 hold no 4 workers."""
     mixed = [node("a", 2), node("t", 2, product="Tesla-T4")]

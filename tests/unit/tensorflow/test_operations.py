@@ -421,6 +421,7 @@ def test_one_dead_worker_of_six_restarts_the_gang_which_then_finishes(ctx, state
 
 def test_a_gang_that_keeps_failing_fails_after_max_restarts(ctx, state, api, controller):
     controller.logs = None
+    add_nodes(api, node("cpu-0"))  # Kueue counts cpu and memory: a quota needs nodes
     state = dataclasses.replace(state, config={"max-restarts": 1})
     run_action(ctx, state, "train", job="flaky", workers=2)
     assert jobset(api, "flaky")["spec"]["failurePolicy"]["maxRestarts"] == 1
@@ -442,6 +443,7 @@ def test_a_drained_pod_is_replaced_without_restarting_the_gang(ctx, running, api
 
 def test_ps_and_workers_stop_when_the_chief_finishes(ctx, state, api, controller):
     controller.logs = None
+    add_nodes(api, node("cpu-0"))  # Kueue counts cpu and memory: a quota needs nodes
     run_action(ctx, state, "train", job="pst", strategy="ps", ps=2, workers=2)
     _chief_succeeds(controller, "pst", "chief")
     assert [j["metadata"]["name"] for j in api.objects(JOBS)] == ["pst-chief-0"]

@@ -5,13 +5,19 @@ from __future__ import annotations
 import dataclasses
 
 import kubernetes_validate
+import manifests
 import params
 import pytest
 import queues
-from conftest import NS, add_nodes, node
+from conftest import NS, add_nodes, node, run_action
 from ops import testing
 
-CQ = "/apis/kueue.x-k8s.io/v1beta2/clusterqueues/team-tensorflow"
+from fakes.addons import size_cohort
+from fakes.batch import BatchControllers
+
+KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
+CQ = f"{KUEUE}/clusterqueues/team-tensorflow"
+COHORT = f"{KUEUE}/cohorts/gpu-k8s"
 LQS = f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{NS}/localqueues/"
 LQ = LQS + "training"
 CONTROL_PLANE_TAINT = [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]
@@ -26,7 +32,12 @@ def _quota(cq: dict) -> dict[tuple[str, str], str]:
     }
 
 
-def test_the_team_gets_a_queue_in_the_cohort_sized_by_the_schedulable_nodes(ctx, state, api):
+def test_the_team_gets_a_queue_in_the_cohort_with_no_quota_of_its_own(ctx, state, api):
+    """Unset quotas guarantee nothing: the team borrows from the cohort.
+
+    The control plane sizes the cohort to the schedulable nodes (issue 29 item 6: the
+    quotas never sum past them).
+    """
     add_nodes(
         api,
         node("cpu-0"),
@@ -42,6 +53,11 @@ def test_the_team_gets_a_queue_in_the_cohort_sized_by_the_schedulable_nodes(ctx,
     assert cq["spec"]["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": NS}}
     assert cq["spec"]["preemption"]["reclaimWithinCohort"] == "Any"
     assert _quota(cq) == {
+        ("cpu", "cpu"): "0",
+        ("cpu", "memory"): "0",
+        ("gpu-nvidia-a10g", "nvidia.com/gpu"): "0",
+    }
+    assert _quota(api.get_object(COHORT)) == {
         ("cpu", "cpu"): "24",
         ("cpu", "memory"): str(3 * 64 * 2**30),
         ("gpu-nvidia-a10g", "nvidia.com/gpu"): "5",
@@ -75,16 +91,17 @@ def test_configured_quotas_are_the_nominal_quota(ctx, state, api):
     }
 
 
-def test_a_node_joining_resizes_the_queue_and_nothing_else_writes(ctx, state, api):
+def test_a_node_joining_changes_nothing_the_team_writes(ctx, state, api):
+    """The cohort grows (the control plane's work); the team's queue stays as it was."""
     add_nodes(api, node("gpu-0", 1))
     out = ctx.run(ctx.on.update_status(), state)
-    assert _quota(api.get_object(CQ))[("gpu-nvidia-a10g", "nvidia.com/gpu")] == "1"
-    add_nodes(api, node("gpu-1", 1))
-    out = ctx.run(ctx.on.update_status(), out)
-    assert _quota(api.get_object(CQ))[("gpu-nvidia-a10g", "nvidia.com/gpu")] == "2"
+    before = api.get_object(CQ)
     writes = len([r for r in api.requests if r.method != "GET"])
+    add_nodes(api, node("gpu-1", 1))
+    assert _quota(api.get_object(COHORT))[("gpu-nvidia-a10g", "nvidia.com/gpu")] == "2"
     ctx.run(ctx.on.update_status(), out)
     assert len([r for r in api.requests if r.method != "GET"]) == writes
+    assert api.get_object(CQ) == before
 
 
 @pytest.mark.parametrize(
@@ -125,7 +142,7 @@ def test_the_queue_objects_are_valid_kueue_objects():
             "spec": {"nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-A10G"}},
         }
     ]
-    cq, lq = queues.team_objects("tf", "tf", flavors, [node("g", 2)], queues.Quotas())
+    cq, lq = queues.team_objects("tf", "tf", flavors, queues.Quotas())
     spec = cq["spec"]
     assert set(spec) <= {
         "resourceGroups", "cohortName", "queueingStrategy", "namespaceSelector",
@@ -150,3 +167,95 @@ def test_the_queue_objects_are_valid_kueue_objects():
     for obj in (cq, lq):
         shell = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": obj["metadata"]}
         kubernetes_validate.validate(shell, "1.33", strict=True)
+
+
+# -- two teams share the cohort (issue 29 item 6) -------------------------------------------
+
+OTHER = "other"
+
+
+def _other_team(api, quotas: queues.Quotas | None = None) -> BatchControllers:
+    """A second tensorflow application's team: its queues as that charm writes them."""
+    api.put_object(f"/api/v1/namespaces/{OTHER}", {"metadata": {"name": OTHER}})
+    flavors = api.objects(f"{KUEUE}/resourceflavors/")
+    cq, lq = queues.team_objects("other", OTHER, flavors, quotas or queues.Quotas())
+    api.put_object(f"{KUEUE}/clusterqueues/{cq['metadata']['name']}", cq)
+    api.put_object(f"{KUEUE}/namespaces/{OTHER}/localqueues/{lq['metadata']['name']}", lq)
+    return BatchControllers(api, OTHER)
+
+
+def _other_job(api, controllers: BatchControllers, name: str, workers: int) -> dict:
+    """Its `train job=<name> workers=<workers> gpus-per-worker=1`, one Kueue round later."""
+    ctx = manifests.Context(
+        namespace=OTHER,
+        app="other",
+        claim="claim",
+        default_image="tensorflow/tensorflow:2.21.0",
+        tensorboard_image="tensorflow/tensorflow:2.21.0",
+    )
+    js = manifests.jobset(params.TrainRequest(job=name, workers=workers, gpus_per_worker=1), ctx)
+    api.put_object(f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{OTHER}/jobsets/{name}", js)
+    controllers.tick()
+    workload = controllers.workload(name)
+    assert workload is not None
+    return workload
+
+
+def _admitted(workload: dict) -> bool:
+    return any(
+        c["type"] == "Admitted" and c["status"] == "True" for c in workload["status"]["conditions"]
+    )
+
+
+def test_two_teams_on_defaults_are_never_admitted_past_the_cluster(
+    ctx, state, api, controller, fake_time
+):
+    """Two teams on defaults share the one cluster the cohort holds.
+
+    Each once held the whole cluster as its own nominal quota: two summed to twice what
+    exists, and Kueue admitted jobs whose pods could never all be scheduled.
+    """
+    add_nodes(api, node("gpu-0", 4), node("cpu-0"))
+    other = _other_team(api)
+    results, _ = run_action(ctx, state, "train", job="a", workers=3, **{"gpus-per-worker": 1})
+    assert results["state"] == "running"
+    # 1 GPU is left: the other team's 2-GPU job waits, saying so as Kueue does
+    waiting = _other_job(api, other, "b", 2)
+    assert not _admitted(waiting)
+    (reserved,) = [c for c in waiting["status"]["conditions"] if c["type"] == "QuotaReserved"]
+    assert reserved["message"] == (
+        "couldn't assign flavors to pod set worker: insufficient unused quota for "
+        "nvidia.com/gpu in flavor gpu-nvidia-a10g, 1 more needed"
+    )
+    # and it borrows what the first team leaves idle: a 1-GPU job runs
+    assert _admitted(_other_job(api, other, "c", 1))
+    used = [
+        a["resourceUsage"].get("nvidia.com/gpu", "0")
+        for w in api.objects(f"{KUEUE}/namespaces/", kind="Workload")
+        if _admitted(w)
+        for a in w["status"]["admission"]["podSetAssignments"]
+    ]
+    assert sum(int(u) for u in used) == 4
+
+
+def test_a_team_borrows_the_whole_cohort_while_the_other_is_idle(
+    ctx, state, api, controller, fake_time
+):
+    add_nodes(api, node("gpu-0", 4), node("cpu-0"))
+    _other_team(api)
+    results, _ = run_action(ctx, state, "train", job="all", workers=4, **{"gpus-per-worker": 1})
+    assert results["state"] == "running"
+
+
+def test_guarantees_past_the_cluster_block_the_control_plane(ctx, state, api):
+    add_nodes(api, node("gpu-0", 4), node("cpu-0"))
+    _other_team(api, queues.Quotas(gpus=2))
+    config = {"gpu-quota": "3"}
+    ctx.run(ctx.on.config_changed(), dataclasses.replace(state, config=config))
+    sized = size_cohort(api)
+    assert sized["overcommitted"] == (
+        "team quotas overcommit the cluster: 5 nvidia.com/gpu of flavor gpu-nvidia-a10g "
+        "guaranteed (team-other 2, team-tensorflow 3) but the cluster has 4: lower "
+        "gpu-quota, cpu-quota or memory-quota of a tensorflow application, or add nodes"
+    )
+    assert _quota(sized["cohort"])[("gpu-nvidia-a10g", "nvidia.com/gpu")] == "0"

@@ -17,6 +17,7 @@ import readme_examples
 from conftest import NS, add_nodes, node, run_action
 from ops import testing
 
+from fakes.addons import size_cohort
 from fakes.tf_serving import FakeTfServing
 
 DEPLOYMENTS = f"/apis/apps/v1/namespaces/{NS}/deployments/"
@@ -120,26 +121,30 @@ def test_serve_on_gpus_uses_the_gpu_image_and_asks_for_them(ctx, state, api, mod
     }
 
 
-def _gpu_quota(api) -> str:
-    cq = api.get_object("/apis/kueue.x-k8s.io/v1beta2/clusterqueues/team-tensorflow")
-    groups = cq["spec"]["resourceGroups"]
+def _gpu_quota(api, path: str) -> str:
+    obj = api.get_object(f"/apis/kueue.x-k8s.io/v1beta2/{path}")
+    groups = obj["spec"]["resourceGroups"]
     (gpus,) = [g for g in groups if "nvidia.com/gpu" in g["coveredResources"]]
     return gpus["flavors"][0]["resources"][0]["nominalQuota"]
 
 
-def test_gpus_of_model_servers_leave_the_default_quota_until_unserve(ctx, state, api, export):
+def test_gpus_of_model_servers_leave_the_cohort_until_unserve(ctx, state, api, export):
     """Kueue does not count the servers' GPUs.
 
     Left in the quota, it would admit a job whose pods cannot be scheduled
-    (clusterqueue_types.go NominalQuota).
+    (clusterqueue_types.go NominalQuota): the control plane takes them off the cohort's
+    quota (its kueue.capacity, on its next update-status); the team's queue is unchanged.
     """
     add_nodes(api, node("gpu-0", 1))
     with FakeTfServing("mnist", export, predict=_predict, width=64) as server:
         api.service_backends[(NS, "mnist-serving:8501")] = server.url
         run_action(ctx, state, "serve", job="mnist", gpus=1)
-        assert _gpu_quota(api) == "0"
+        size_cohort(api)
+        assert _gpu_quota(api, "cohorts/gpu-k8s") == "0"
+        assert _gpu_quota(api, "clusterqueues/team-tensorflow") == "0"
         run_action(ctx, state, "unserve", job="mnist")
-    assert _gpu_quota(api) == "1"
+    size_cohort(api)
+    assert _gpu_quota(api, "cohorts/gpu-k8s") == "1"
 
 
 def test_a_server_that_stops_answering_after_its_status_fails_serve(ctx, state, api, export):

@@ -291,6 +291,7 @@ def test_train_same_name_other_parameters_fails_and_changes_nothing(ctx, state, 
 
 
 def test_train_without_waiting(ctx, state, api, controller, fake_time):
+    add_nodes(api, node("cpu-0"))  # Kueue counts cpu and memory: a quota needs nodes
     controller.per_tick = 0
     results, _ = run_action(ctx, state, "train", job="mnist", workers=2, timeout=0)
     assert results["pods-running"] == "not yet: see job-status"
@@ -298,6 +299,7 @@ def test_train_without_waiting(ctx, state, api, controller, fake_time):
 
 
 def test_train_gives_up_waiting_after_timeout(ctx, state, api, controller, fake_time):
+    add_nodes(api, node("cpu-0"))  # Kueue counts cpu and memory: a quota needs nodes
     controller.per_tick = 0
     results, logs = run_action(ctx, state, "train", job="mnist", workers=2, timeout=10)
     assert results["pods-running"] == "not yet: see job-status"
@@ -375,6 +377,18 @@ def test_more_gpus_than_the_cluster_has_is_refused(ctx, state, api):
     api.put_object("/api/v1/namespaces/other/pods/busy", gpu_pod("busy", "node-a", 1))
     with pytest.raises(testing.ActionFailed, match="needs 6 GPUs but the cluster's schedulable"):
         run_action(ctx, state, "train", job="big", workers=6, **{"gpus-per-worker": 1})
+    assert job_objects(api) == []
+
+
+def test_more_multi_gpu_pods_than_the_nodes_hold_is_refused(ctx, state, api):
+    """9 GPUs on 3 nodes of 3 hold 3 pods of 2 GPUs, not 4: refused, not queued forever."""
+    add_nodes(api, node("node-a", 3), node("node-b", 3), node("node-c", 3))
+    with pytest.raises(testing.ActionFailed) as failed:
+        run_action(ctx, state, "train", job="big", workers=4, **{"gpus-per-worker": 2})
+    assert (
+        "can never run on this cluster: the 4 worker pods need 2 GPUs each on one node, but "
+        "the schedulable nodes of one GPU model hold at most 3 such pods"
+    ) in failed.value.message
     assert job_objects(api) == []
 
 
