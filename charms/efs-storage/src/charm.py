@@ -197,7 +197,12 @@ class EfsStorageCharm(ops.CharmBase):
     # -- reconcile ------------------------------------------------------------------------
     def _reconcile(self) -> bool:
         """One pass; returns False while a removal is still under way."""
-        config = self.load_config(Config, errors="blocked")
+        try:
+            config = self.load_config(Config, errors="raise")
+        except ValueError as e:
+            # as errors="blocked" words it, but the hook ends normally: errors="blocked"
+            # aborts it before commit, so a related COS agent never heard of the block
+            raise StatusError.blocked(f"Invalid config: {e}") from None
         if not self.unit.is_leader():
             self._statuses.add(ops.ActiveStatus("standby: the leader manages EFS"))
             self.cos.set_gauges([])  # the leader reports the file system

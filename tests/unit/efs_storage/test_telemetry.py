@@ -44,3 +44,19 @@ def test_the_leader_serves_the_file_system_it_reconciled(ctx, env, unit_machine)
     text = unit_machine.host().read(f"{unit_state.DIRECTORY}/efs-storage-0.prom")
     assert "gpu_k8s_efs_" not in text
     assert 'gpu_k8s_unit_status{status="active"} 1' in text.splitlines()
+
+
+def test_a_config_blocked_unit_serves_blocked(ctx, env, unit_machine):
+    """Review observability.md F-3: ops' errors="blocked" ended the hook before commit.
+
+    The unit-state file kept its last status, so GpuK8sUnitBlocked could never fire for
+    the most common operator-fixable block.
+    """
+    agent = testing.Relation("cos-agent", remote_app_name="opentelemetry-collector")
+    state = env.state(relations=[env.kube_api_relation(), agent], config={"region": "mars-1"})
+    out = ctx.run(ctx.on.update_status(), state)
+    assert out.unit_status.name == "blocked"
+    assert out.unit_status.message.startswith("Invalid config: region")
+    text = unit_machine.host().read(f"{unit_state.DIRECTORY}/efs-storage-0.prom")
+    assert text is not None
+    assert 'gpu_k8s_unit_status{status="blocked"} 1' in text.splitlines()
