@@ -35,6 +35,10 @@ from fakes.kube_auth import KUBEADM_ADMIN
 from fakes.machine import FakeMachine
 
 ADMIN_TOKEN = "admintokenvalue0123456789"
+# libyaml's loader and dumper (in PyYAML's wheels): kubeconfigs parsed per certificate
+# issued and read, ~10x faster than PyYAML's own
+_YAML = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_YAML_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 NOW = datetime.datetime(2026, 11, 21, 9, 0, tzinfo=datetime.timezone.utc)
 
 
@@ -656,11 +660,13 @@ class KubeadmPki:
         ).decode()
         if path.endswith(".conf"):
             text = self.machine.read(path) or self.machine.admin_conf
-            config = yaml.safe_load(text)
+            config = yaml.load(text, Loader=_YAML)
             for user in config.get("users") or []:
                 user["user"]["client-certificate-data"] = _b64(cert_pem)
                 user["user"]["client-key-data"] = _b64(key_pem)
-            self.machine.write(path, yaml.safe_dump(config, sort_keys=False), 0o600)
+            self.machine.write(
+                path, yaml.dump(config, Dumper=_YAML_DUMPER, sort_keys=False), 0o600
+            )
         else:
             self.machine.write(path, cert_pem)
             self.machine.write(path.removesuffix(".crt") + ".key", key_pem, 0o600)
@@ -684,7 +690,7 @@ class KubeadmPki:
         if text is None:
             return None
         if path.endswith(".conf"):
-            users = (yaml.safe_load(text) or {}).get("users") or []
+            users = (yaml.load(text, Loader=_YAML) or {}).get("users") or []
             data = users[0]["user"].get("client-certificate-data") if users else None
             if not data:
                 return None
