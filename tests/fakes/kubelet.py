@@ -25,6 +25,10 @@ from typing import Any
 GRACE_SECONDS = 30  # terminationGracePeriodSeconds' default
 
 
+# What the tensorflow image lacks (tests/fixtures/tensorflow_image/README.md)
+TENSORFLOW_IMAGE = Path(__file__).resolve().parents[1] / "fixtures" / "tensorflow_image"
+
+
 class ProcessKubelet:
     """Runs the containers of the emulated controllers' pods as local processes."""
 
@@ -64,6 +68,7 @@ class ProcessKubelet:
                 env[item["name"]] = self._local(item["value"])
         env["HOSTNAME"] = pod["spec"].get("hostname") or pod["metadata"]["name"]
         env["PATH"] = os.environ["PATH"]
+        env["PYTHONPATH"] = str(TENSORFLOW_IMAGE)  # no scikit-learn, as in the image
         return env
 
     def start(self, pod: dict) -> None:

@@ -32,6 +32,14 @@ import readme_examples  # noqa: E402
 from signed_s3 import signed_s3  # noqa: E402
 from tf_demo import free_ports, write_digits  # noqa: E402  (stdlib; sklearn when called)
 
+from fakes.kubelet import TENSORFLOW_IMAGE  # noqa: E402
+
+
+def image_pythonpath() -> str:
+    """PYTHONPATH for a process standing for a container: the image has no scikit-learn."""
+    return os.pathsep.join(filter(None, [str(TENSORFLOW_IMAGE), os.environ.get("PYTHONPATH")]))
+
+
 PYTHON = os.environ.get("GPU_K8S_TF_PYTHON") or sys.executable
 
 
@@ -90,6 +98,7 @@ class LocalJob:
                 GPU_K8S_DATA_DIR=str(self.data_dir),
                 TF_CPP_MIN_LOG_LEVEL="2",
                 PYTHONUNBUFFERED="1",
+                PYTHONPATH=image_pythonpath(),  # no scikit-learn, as in the image
             )
             env.update(self.env)
             env.pop("GPU_K8S_INDEX", None)
@@ -447,6 +456,7 @@ def test_a_task_that_asked_for_a_gpu_stops_at_once_when_tensorflow_sees_none(tmp
         JOB_COMPLETION_INDEX="0",
         GPU_K8S_DATA_DIR=str(tmp_path),
         TF_CPP_MIN_LOG_LEVEL="3",
+        PYTHONPATH=image_pythonpath(),
     )
     env.pop("GPU_K8S_INDEX", None)
     done = subprocess.run(
