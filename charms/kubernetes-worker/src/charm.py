@@ -570,7 +570,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
     def _drain(self, host: Host, node: str) -> str:
         """Cordon + drain as this node's kubelet (it evicts the pods bound to it)."""
         timeout = self._drain_timeout()
-        kube = None
+        kube, problem = None, ""
         try:
             kube = Kube.from_kubeconfig(node_identity.kubeconfig(host))
         except (node_identity.NodeIdentityError, ValueError) as e:
