@@ -30,6 +30,7 @@ token from the config file, which the handler parses into `machine.joins`.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import fnmatch
 import hashlib
@@ -37,6 +38,7 @@ import os
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -147,6 +149,10 @@ class FakeMachine:
         self.ca_pem = "-----BEGIN CERTIFICATE-----\nfake\n"
         self.admin_conf = "apiVersion: v1\nkind: Config\n# cluster-admin\n"
         self.on_etcd_join: Handler | None = None  # a control plane's etcd member add
+        # The cluster this machine's kubelet bootstraps against: a TLS FakeKubeApiServer,
+        # whose CA signs the kubelet's client certificate at join (`_kubelet_start`).
+        # Without one, kubelet.conf names the join endpoint and the PEM is a placeholder.
+        self.cluster: Any = None
         self.kubelet_enabled_on_install = True
         self._kubeadm: dict[str, Handler] = {
             "join": self._kubeadm_join,
@@ -281,7 +287,9 @@ class FakeMachine:
         p.write_text(text)
         p.chmod(mode)
 
-    def kubelet_client_cert(self, issued: str = "2026-11-24-10-00-00") -> str:
+    def kubelet_client_cert(
+        self, issued: str = "2026-11-24-10-00-00", pem: str | None = None
+    ) -> str:
         """Kubelet's client certificate after its TLS bootstrap (or a rotation).
 
         As client-go's certificate store does (util/certificate/certificate_store.go):
@@ -290,7 +298,8 @@ class FakeMachine:
         """
         pki = "/var/lib/kubelet/pki"
         dated = f"{pki}/kubelet-client-{issued}.pem"
-        self.write(dated, "-----BEGIN CERTIFICATE-----\n-----BEGIN EC PRIVATE KEY-----\n", 0o600)
+        placeholder = "-----BEGIN CERTIFICATE-----\n-----BEGIN EC PRIVATE KEY-----\n"
+        self.write(dated, pem or placeholder, 0o600)
         link = self.path(f"{pki}/kubelet-client-current.pem")
         link.unlink(missing_ok=True)
         link.symlink_to(dated)  # absolute, a path on the machine
@@ -602,13 +611,62 @@ class FakeMachine:
             for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler"):
                 self.write(f"/etc/kubernetes/manifests/{name}.yaml", f"# {name}\n")
         elif phase == "kubelet-start":
-            self.write("/etc/kubernetes/pki/ca.crt", self.ca_pem)
-            self.write(kubeadm.KUBELET_CONF, "apiVersion: v1\nkind: Config\n# kubelet client\n")
-            self.kubelet_client_cert()
+            self._kubelet_start(config)
         elif phase == "etcd-join":
             if self.on_etcd_join is not None:
                 self.on_etcd_join(argv, yaml.safe_dump(config))
             self.write("/etc/kubernetes/manifests/etcd.yaml", "# etcd\n")
+
+    def _kubelet_start(self, config: dict) -> None:
+        """The CA, then kubelet.conf and the client certificate kubelet's TLS bootstrap leaves.
+
+        kubelet.conf as kubelet writes it (kubernetes pkg/kubelet/certificate/bootstrap/
+        bootstrap.go writeKubeconfigFromBootstrapping): cluster `default-cluster` with the
+        CA inline, user `default-auth` whose certificate and key are both
+        kubelet-client-current.pem. With `cluster` attached the server is that fake (the
+        node-local proxy's endpoint stands for it) and the certificate is the one its CA
+        signs for `system:node:<nodeRegistration.name>`.
+        """
+        node = (config.get("nodeRegistration") or {}).get("name") or self.hostname
+        endpoint = config["discovery"]["bootstrapToken"]["apiServerEndpoint"]
+        server, ca_pem, pem = f"https://{endpoint}", self.ca_pem, None
+        if self.cluster is not None:
+            server, ca_pem = self.cluster.url, self.cluster.tls.ca_pem
+            pem = self.cluster.node_certificate(node)
+        self.write("/etc/kubernetes/pki/ca.crt", ca_pem)
+        current = "/var/lib/kubelet/pki/kubelet-client-current.pem"
+        conf = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "default-cluster",
+                    "cluster": {
+                        "server": server,
+                        "certificate-authority-data": base64.b64encode(ca_pem.encode()).decode(),
+                    },
+                }
+            ],
+            "users": [
+                {
+                    "name": "default-auth",
+                    "user": {"client-certificate": current, "client-key": current},
+                }
+            ],
+            "contexts": [
+                {
+                    "name": "default-context",
+                    "context": {
+                        "cluster": "default-cluster",
+                        "user": "default-auth",
+                        "namespace": "default",
+                    },
+                }
+            ],
+            "current-context": "default-context",
+        }
+        self.write(kubeadm.KUBELET_CONF, yaml.safe_dump(conf), 0o600)
+        self.kubelet_client_cert(pem=pem)
 
     def _kubeadm_upgrade(self, argv: list[str], _input: str | None) -> str:
         verb = argv[2] if len(argv) > 2 else ""

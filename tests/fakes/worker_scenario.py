@@ -48,3 +48,26 @@ def register_node(api, name=NODE, labels=None):
 
 def node(api, name=NODE):
     return api.get_object(f"/api/v1/nodes/{name}")
+
+
+def leader_applies_taint(api, out, name=NODE):
+    """The control-plane leader answering the worker's `gpu-taint` request, as admin.
+
+    A worker acting as its kubelet may not change its Node's taints (NodeRestriction);
+    it asks over the relation and the leader patches the Node that unit registered with
+    `kubernetes_cluster.gpu_taint_patch` (the same function). Returns `out`.
+    """
+    from charms.gpu_k8s.v0.kubernetes_cluster import gpu_taint_patch
+
+    cluster = next(r for r in out.relations if r.endpoint == "cluster")
+    request = cluster.local_unit_data.get("gpu-taint")
+    current = node(api, name)
+    if request is None or current is None:
+        return out
+    patch = gpu_taint_patch(current, json.loads(request))
+    if patch is not None:
+        current.setdefault("spec", {})["taints"] = patch["spec"]["taints"]
+        if not current["spec"]["taints"]:
+            del current["spec"]["taints"]
+        api.put_object(f"/api/v1/nodes/{name}", current)
+    return out

@@ -33,7 +33,7 @@ from literals import PEERS, TOKEN_ROTATION_MARGIN_HOURS, WORKERS
 from peers import CA_CERT_HASH, CLUSTER_VERSION, ENDPOINT, TOKEN_EXPIRES, Peers, parse_time
 
 from charms.gpu_k8s.v0.kubeclient import Kube
-from charms.gpu_k8s.v0.kubernetes_cluster import ClusterProvider
+from charms.gpu_k8s.v0.kubernetes_cluster import ClusterProvider, WorkerInfo, gpu_taint_patch
 
 logger = logging.getLogger(__name__)
 
@@ -166,7 +166,37 @@ class Fleet:
             return
         known.forget([event.unit.name])
         info, problem = self._workers.read_worker(event.relation, event.unit)
+        if info is not None and info.gpu_taint is not None:
+            self._taint_for(event.unit.name, info, known)
         known.record(event.unit.name, info, problem, event.relation.id)
+
+    def _taint_for(self, unit: str, info: WorkerInfo, known: registry.Registry) -> None:
+        """Set or remove the GPU taint a worker asks for, on the node that unit registered.
+
+        A worker acts as its kubelet, which NodeRestriction forbids to change its taints
+        (kubernetes plugin/pkg/admission/noderestriction/admission.go admitNode). The
+        request is honoured only for the node no other unit registered before (root on
+        one machine must not taint or untaint another's Node), and only the GPU taint is
+        touched (`kubernetes_cluster.gpu_taint_patch`). One GET, and one PATCH when the
+        Node differs, in a hook about that unit only.
+        """
+        owner = known.owner_of(info.node_name)
+        if owner is not None and owner != unit:
+            logger.warning(
+                "refused %s's GPU taint request: node %s is registered by %s",
+                unit,
+                info.node_name,
+                owner,
+            )
+            return
+        kube = self._kube()
+        current = kube.get("v1", "Node", info.node_name)
+        patch = None if current is None else gpu_taint_patch(current, bool(info.gpu_taint))
+        if patch is not None:
+            kube.patch("v1", "Node", info.node_name, patch)
+            logger.info(
+                "GPU taint of node %s set to %s for %s", info.node_name, info.gpu_taint, unit
+            )
 
     def _relation_of(self, unit_name: str) -> int:
         for relation in self._workers.relations:

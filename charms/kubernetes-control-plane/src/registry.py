@@ -130,6 +130,11 @@ class Registry:
             self.workers.pop(unit, None)
             self.problems.pop(unit, None)
 
+    def owner_of(self, node: str) -> str | None:
+        """The unit that registered `node` (the first, in unit order, if several claim it)."""
+        claims = [u for u, w in self.workers.items() if w.node == node]
+        return min(claims, key=_unit_order) if claims else None
+
     def units_of_relation(self, relation_id: int) -> list[str]:
         """The units registered through one relation (all of them go when it breaks)."""
         return [u for u, w in self.workers.items() if w.relation_id == relation_id]
@@ -160,6 +165,11 @@ class Registry:
     def versions(self) -> dict[str, str | None]:
         """The minor each registered worker published (None when it did not say)."""
         return {unit: w.version for unit, w in self.workers.items()}
+
+
+def _unit_order(unit: str) -> tuple[str, int]:
+    app, _, number = unit.partition("/")
+    return app, int(number) if number.isdigit() else -1
 
 
 @functools.lru_cache(maxsize=1)

@@ -44,6 +44,7 @@ import driver
 import gpu_labels
 import gpu_node
 import mig_layout
+import node_identity
 import node_upgrade
 import nvidia
 import ops
@@ -109,12 +110,13 @@ class KubernetesWorkerCharm(ops.CharmBase):
             mig_since=None,
         )
         self.cluster = ClusterRequirer(self, CLUSTER)
+        self._taint: bool | None = None  # the GPU taint to ask the control plane for
         self.turns = RebootTurns(self, REBOOTS)
         self.cos = CosAgentProvider(self, COS_AGENT, host=self.host_factory)
         # What this hook found; collect-unit-status reports the highest priority.
-        # the worker reaches the API with the control plane's grant for workers (rbac.py there)
+        # the worker reaches the API as its kubelet (system:node:<name>, node_identity.py)
         self._statuses = Statuses(
-            kube_refused_fix="check the workers' grant on the kubernetes-control-plane leader"
+            kube_refused_fix="check this node's kubelet certificate (/etc/kubernetes/kubelet.conf)"
         )
         on = self.on
         for event in (
@@ -196,16 +198,24 @@ class KubernetesWorkerCharm(ops.CharmBase):
         self._proxy(host, info)
         with on_error(ops.WaitingStatus, worker.JoinError):
             worker.join_cluster(
-                host, info.endpoint, info.ca_cert_hash, info.token, node=node, labels=config.labels
+                host,
+                info.endpoint,
+                info.ca_cert_hash,
+                info.token,
+                node=node,
+                labels=config.labels,
+                taints=state.taints(config.gpu_taint),
             )
         # joined now: the kubelet's certificate lets HAProxy serve its metrics (no-op after)
         self._proxy(host, info)
         self._telemetry(host, state)
         running, note = self._kubernetes(host, config, info, node, plan, notes)
         gpus = [GpuInfo(**r) for r in state.records()] or None
-        self.cluster.publish_node(node, gpus, kubernetes_version=running)
         with self._statuses.step():  # a node that is not labelled yet still reports below
-            self._statuses.add(self._node_state(info, node, config, state, note, notes))
+            self._statuses.add(self._node_state(host, info, node, config, state, note, notes))
+        self.cluster.publish_node(
+            node, gpus, kubernetes_version=running, node_identity=True, gpu_taint=self._taint
+        )
         problem = state.driver_problem(self.unit.name, config.driver)
         if problem is not None:
             notes.append(ops.BlockedStatus(problem))
@@ -281,8 +291,20 @@ class KubernetesWorkerCharm(ops.CharmBase):
         else:
             self._drain_and_reboot(host, config, info, node, reason, state.update)
 
+    def _node_kube(self, host: Host, waiting_for: str) -> Kube:
+        """A client acting as this node's kubelet; without one, Waiting says what waits and why.
+
+        Everything the worker does at the API for its own node (labels, cordon, drain,
+        upgrade, MIG) is done as `system:node:<name>`, which the Node authorizer and
+        NodeRestriction confine to this Node and the pods bound to it (node_identity.py).
+        """
+        try:
+            return Kube.from_kubeconfig(node_identity.kubeconfig(host))
+        except (node_identity.NodeIdentityError, ValueError) as e:
+            raise StatusError.waiting(f"{waiting_for}: {e}") from None
+
     def _kube(self, info: JoinInfo | None, waiting_for: str = "") -> Kube:
-        """A client for the cluster; without one, Waiting says what waits and why."""
+        """A client with the control plane's kubeconfig (validate-gpu only, for now)."""
         problem = self.cluster.problem() or "no join material"
         if info is not None:
             try:
@@ -311,7 +333,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
         cordoned = False
         if kubeadm.is_joined(host):
             waiting_for = f"reboot needed ({reason}); cannot drain node {node} yet"
-            with self._kube(info, waiting_for) as kube, _api_errors_fail_the_hook():
+            with self._node_kube(host, waiting_for) as kube, _api_errors_fail_the_hook():
                 cordoned = worker.drain_for_reboot(
                     kube,
                     node,
@@ -334,7 +356,10 @@ class KubernetesWorkerCharm(ops.CharmBase):
         """Back on a new boot with a working driver: uncordon (if we cordoned), end the turn."""
         if self._stored.reboot_cordoned:
             waiting_for = f"rebooted; cannot uncordon node {node} yet"
-            with self._kube(info, waiting_for) as kube, _api_errors_fail_the_hook():
+            with (
+                self._node_kube(self.host_factory(), waiting_for) as kube,
+                _api_errors_fail_the_hook(),
+            ):
                 if drain.uncordon(kube, node):
                     logger.info("driver works after the reboot; uncordoned node %s", node)
         self._stored.reboot_boot = None
@@ -387,7 +412,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
         """
         waiting_for = f"upgrading node {node} to Kubernetes {upgrade.target}"
         with (
-            self._kube(info, waiting_for) as kube,
+            self._node_kube(host, waiting_for) as kube,
             _api_errors_fail_the_hook(),
             on_error(ops.WaitingStatus, node_upgrade.UpgradeError),
         ):
@@ -409,6 +434,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
 
     def _node_state(
         self,
+        host: Host,
         info: JoinInfo,
         node: str,
         config: WorkerConfig,
@@ -418,13 +444,18 @@ class KubernetesWorkerCharm(ops.CharmBase):
     ) -> ops.StatusBase:
         """Label (and for GPUs taint) the Node, then its MIG layout; the node's status.
 
-        Waiting while the Node cannot be labelled (an API error, not registered yet).
+        Waiting while the Node cannot be labelled (an API error, not registered yet). The
+        GPU taint the Node lacks (or carries against `gpu-taint`) is asked of the control
+        plane (`self._taint`, published after this step).
         """
         plugin = gpu_labels.PluginConfig(info.mig_strategy, info.gpu_time_slicing_replicas)
-        with self._kube(info) as kube:
+        self._taint = None
+        with self._node_kube(host, f"cannot label node {node}") as kube:
             failed = f"cannot label node {node}: {{error.status}} {{error.reason}}"
             with on_error(ops.WaitingStatus, KubeError, message=failed):
                 registered = gpu_node.label_node(kube, node, state, config, plugin)
+                if registered:
+                    self._taint = gpu_node.taint_request(kube, node, state, config.gpu_taint)
             if not registered:
                 raise StatusError.waiting(f"waiting for node {node} to register")
             outcome = self._mig(kube, info, node, config, state)
@@ -529,28 +560,27 @@ class KubernetesWorkerCharm(ops.CharmBase):
         host = self.host_factory()
         message = "left the cluster"
         if kubeadm.is_joined(host):
-            message = self._drain(kubeadm.node_name(host))
+            message = self._drain(host, kubeadm.node_name(host))
         kubeadm.reset(host)
         api_proxy.remove(host)
         self._stored.left_cluster = True
         logger.info("reset this machine: %s", message)
         self._statuses.add(ops.MaintenanceStatus(message))
 
-    def _drain(self, node: str) -> str:
+    def _drain(self, host: Host, node: str) -> str:
+        """Cordon + drain as this node's kubelet (it evicts the pods bound to it)."""
         timeout = self._drain_timeout()
-        info = self.cluster.join_material()
-        kube = None
-        if info is not None:
-            try:
-                kube = Kube.from_kubeconfig(info.kubeconfig)
-            except ValueError as e:
-                logger.warning("control plane kubeconfig is unusable: %s", e)
+        kube, problem = None, ""
+        try:
+            kube = Kube.from_kubeconfig(node_identity.kubeconfig(host))
+        except (node_identity.NodeIdentityError, ValueError) as e:
+            problem = str(e)
         if kube is None:
             logger.warning(
                 "cannot drain node %s: no access to the Kubernetes API (%s); its pods stop "
                 "with the reset and are rescheduled once Kubernetes marks the node lost",
                 node,
-                self.cluster.problem() or "unusable kubeconfig",
+                problem,
             )
             return f"reset node {node} without draining it: no access to the Kubernetes API"
         with kube:

@@ -289,10 +289,13 @@ def apply_node_gpu_state(
     kube: Any,
     node: str,
     labels: Mapping[str, str | None],
-    taints: Sequence[Mapping],
+    taints: Sequence[Mapping] | None,
     keep: Mapping[str, Sequence[str]] | None = None,
 ) -> bool:
     """Bring the Node's GPU labels and taint to `labels`/`taints`; True when it changed.
+
+    `taints` None leaves the taints alone: a worker acting as its kubelet may not change
+    them (NodeRestriction), the control plane does on its request (`gpu_node.label_node`).
 
     `kube` is a `charms.gpu_k8s.v0.kubeclient.Kube`. Labels set to None are removed;
     taints of other owners are kept; a label whose current value is one `keep` names for
@@ -316,7 +319,7 @@ def apply_node_gpu_state(
         and key not in held
     }
     existing = (obj.get("spec") or {}).get("taints") or []
-    merged = merge_taints(existing, taints)
+    merged = existing if taints is None else merge_taints(existing, taints)
     patch: dict[str, Any] = {}
     if label_patch:
         patch["metadata"] = {"labels": label_patch}

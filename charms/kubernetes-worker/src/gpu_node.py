@@ -28,6 +28,7 @@ import worker
 from charm_config import WorkerConfig
 
 from charms.gpu_k8s.v0 import apt, containerd
+from charms.gpu_k8s.v0.kubernetes_cluster import gpu_taint_patch
 from charms.gpu_k8s.v0.system import CommandError, Host
 from charms.gpu_k8s.v0.unit_state import Gauge
 
@@ -207,7 +208,9 @@ def apply_node_state(
     gpu_taint: bool,
     plugin: gpu_labels.PluginConfig | None = None,
 ) -> bool:
-    """Bring the Node's GPU labels and taint in line with `state`; True when patched.
+    """Bring the Node's GPU labels in line with `state`; True when patched.
+
+    The taint is the control plane's to change (`taint_request`).
 
     `plugin` is how the control plane runs the device plugin (MIG strategy, time-slicing
     replicas), which the sharing labels describe. The device plugin's deploy label is left
@@ -219,7 +222,24 @@ def apply_node_state(
     """
     labels = state.labels(plugin)
     keep = {mig.LABEL_DEPLOY_PLUGIN: (mig.PAUSED, "false")}
-    return gpu_labels.apply_node_gpu_state(kube, node, labels, state.taints(gpu_taint), keep)
+    return gpu_labels.apply_node_gpu_state(kube, node, labels, None, keep)
+
+
+def taint_request(kube: Any, node: str, state: GpuState, gpu_taint: bool) -> bool | None:
+    """The GPU taint to ask the control plane for: True/False, None when the Node has it.
+
+    A worker acting as its kubelet may not change its Node's taints (NodeRestriction);
+    it registered with them (`worker.join_cluster`), and the control-plane leader
+    applies a change it asks for over the relation (`kubernetes_cluster.gpu_taint_patch`).
+
+    Raises:
+        KubeError: the API server refused.
+    """
+    obj = kube.get("v1", "Node", node)
+    wanted = bool(state.taints(gpu_taint))
+    if obj is None or gpu_taint_patch(obj, wanted) is None:
+        return None
+    return wanted
 
 
 def label_node(
@@ -229,7 +249,7 @@ def label_node(
     config: WorkerConfig,
     plugin: gpu_labels.PluginConfig | None = None,
 ) -> bool:
-    """`node-labels`, then the GPU labels and taint, on the Node; False until it registers.
+    """`node-labels`, then the GPU labels, on the Node; False until it registers.
 
     Raises:
         KubeError: the API server refused.

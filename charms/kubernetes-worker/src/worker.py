@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from charms.gpu_k8s.v0 import apt, containerd, drain, images, kubeadm
@@ -75,8 +75,12 @@ def join_cluster(
     *,
     node: str,
     labels: Mapping[str, str],
+    taints: Sequence[Mapping[str, str]] = (),
 ) -> bool:
     """Join the cluster with the control plane's material unless joined; True when it did.
+
+    `taints` are the ones the Node registers with (the node itself may not change them
+    later: `kubeadm.render_join_config`).
 
     Raises:
         JoinError: the material is malformed, or kubeadm failed (message without secrets).
@@ -88,7 +92,9 @@ def join_cluster(
     except ValueError as e:
         raise JoinError(f"control plane join material is invalid: {e}") from None
     try:
-        kubeadm.join(host, material, node_name=node, labels=labels, control_plane=False)
+        kubeadm.join(
+            host, material, node_name=node, labels=labels, control_plane=False, taints=taints
+        )
     except kubeadm.KubeadmError as e:
         logger.error("%s", e)
         raise JoinError(f"{e}; retrying on the next update-status") from None

@@ -353,3 +353,34 @@ def test_secret_expired_before_the_token_is_due_keeps_the_revision(ctx, bootstra
     ctx.run(ctx.on.secret_expired(secret(out, JOIN_LABEL), revision=1), out)
     # nothing replaced revision 1 (the clock says the token is not due): Juju fires again
     assert ctx.removed_secret_revisions == []
+
+
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+
+
+def test_leader_sets_the_gpu_taint_a_worker_asks_for_on_its_own_node_only(ctx, bootstrapped, api):
+    """A worker acts as its kubelet, which may not change its taints (issue 29 item 2).
+
+    The leader applies the GPU taint a unit asks for (`gpu-taint`) to the node that unit
+    registered, keeping other taints; a unit claiming another unit's node is refused.
+    """
+    other = {"key": "team", "value": "a", "effect": "NoSchedule"}
+    api.put_object("/api/v1/nodes/w0", {**node("w0"), "spec": {"taints": [other]}})
+    api.put_object("/api/v1/nodes/w1", node("w1"))
+    rel = workers_relation(
+        {
+            0: {**worker_bag("w0"), "gpu-taint": "true", "node-identity": "true"},
+            1: worker_bag("w1"),
+            # root on worker 2 claims worker 0's node and asks to untaint it
+            2: {**worker_bag("w0"), "gpu-taint": "false", "node-identity": "true"},
+        }
+    )
+
+    out = join_workers(ctx, bootstrapped, rel, None)
+
+    assert api.get_object("/api/v1/nodes/w0")["spec"]["taints"] == [other, GPU_TAINT]
+    assert not (api.get_object("/api/v1/nodes/w1").get("spec") or {}).get("taints")
+    # answered once: the Node is in line, so the same request patches nothing again
+    patches = [r for r in api.requests if r[0] == "PATCH"]
+    ctx.run(ctx.on.relation_changed(out.get_relation(rel.id), remote_unit=0), out)
+    assert [r for r in api.requests if r[0] == "PATCH"] == patches

@@ -39,12 +39,18 @@ def clock(monkeypatch):
 
 
 @pytest.fixture
-def api():
-    """The cluster; the worker's kubeconfig holds the token of the workers' grant."""
-    with FakeKubeApiServer() as server:
+def api(machine):
+    """The cluster over TLS; the machine's kubelet bootstraps against it.
+
+    The worker acts as its kubelet (`system:node:<name>`, the certificate the fake
+    kubeadm join leaves); the control plane's kubeconfig in the join secret holds the
+    token of the workers' grant, which only validate-gpu still uses.
+    """
+    with FakeKubeApiServer(tls=True) as server:
         # gpu-k8s-system enforces Pod Security baseline, as the grant labels it (issue 29
         # item 3, review S2): the CUDA validation pod must pass it
         store_grant(server, worker_grant(), SA_TOKEN)
+        machine.cluster = server
         yield server
 
 

@@ -438,14 +438,25 @@ def test_api_errors_while_labelling_wait(ctx, machine, api):
     assert out.unit_status.message.startswith(f"cannot label node {NODE}: 403 ")
 
 
-def test_unusable_kubeconfig_waits(ctx, machine, api):
-    secret = join_secret(api, kubeconfig="clusters: nope")
-    relation = cluster_relation(secret)
+def test_unusable_kubelet_conf_waits(ctx, machine, api):
+    """The worker labels its node as its kubelet (issue 29 item 2), not with the CP's kubeconfig.
 
-    out = ctx.run(ctx.on.update_status(), testing.State(relations={relation}, secrets={secret}))
+    Updated: an unusable control-plane kubeconfig waited here before; the node's own
+    kubelet.conf is what the worker needs now.
+    """
+    register_node(api)
+    secret = join_secret(api, kubeconfig="clusters: nope")
+    state = testing.State(relations={cluster_relation(secret)}, secrets={secret})
+    out = ctx.run(ctx.on.update_status(), state)
+    assert out.unit_status.name == "active"  # the CP kubeconfig is not used for the node
+    machine.write("/etc/kubernetes/kubelet.conf", "clusters: nope\n", 0o600)
+
+    out = ctx.run(ctx.on.update_status(), out)
 
     assert out.unit_status.name == "waiting"
-    assert out.unit_status.message.startswith("control plane kubeconfig is unusable")
+    assert out.unit_status.message.startswith(
+        f"cannot label node {NODE}: /etc/kubernetes/kubelet.conf is unusable"
+    )
 
 
 def test_relation_broken_waits_without_touching_the_node(ctx, machine, api):
@@ -571,6 +582,8 @@ def test_stop_alone_drains_and_resets(ctx, machine, api, clock):
 def test_stop_without_api_access_resets_and_says_so(ctx, machine, api, clock, caplog):
     _, state = joined(ctx, api)
     bare = testing.State(stored_states=state.stored_states)
+    # the worker drains as its kubelet: without its certificate it has no access
+    machine.path("/var/lib/kubelet/pki/kubelet-client-current.pem").unlink()
 
     with caplog.at_level(logging.WARNING):
         out = ctx.run(ctx.on.stop(), bare)

@@ -20,7 +20,15 @@ from charms.gpu_k8s.v0 import containerd
 from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
 from fakes.nvidia_driver import KERNEL, FakeDriver
 from fakes.sysfs import PCI_IDS, build_machine
-from fakes.worker_scenario import NODE, SA_TOKEN, TOKEN, joined_state, node, register_node
+from fakes.worker_scenario import (
+    NODE,
+    SA_TOKEN,
+    TOKEN,
+    joined_state,
+    leader_applies_taint,
+    node,
+    register_node,
+)
 
 READY_580 = "Ready: 4x NVIDIA A10G, driver 580, CUDA 13.0"
 TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
@@ -82,7 +90,8 @@ def with_config(state, **config):
 def run_joined(ctx, api, config=None, **provider):
     register_node(api)
     state = joined_state(api, config=config, **provider)
-    return ctx.run(ctx.on.relation_changed(next(iter(state.relations))), state)
+    out = ctx.run(ctx.on.relation_changed(next(iter(state.relations))), state)
+    return leader_applies_taint(api, out)
 
 
 def unit_data(state):
@@ -351,7 +360,10 @@ def test_reboot_needed_without_auto_reboot_blocks_with_the_exact_commands(
     )
     assert reboots == []
     assert not node(api).get("spec", {}).get("unschedulable")
-    # tainted as a GPU node, but not labelled for the device plugin until the driver works
+    # tainted as a GPU node (it registers with the taint; the control plane sets it on a
+    # Node that lacks it), but not labelled for the device plugin until the driver works
+    assert machine.joins[0]["nodeRegistration"]["taints"] == [TAINT]
+    leader_applies_taint(api, out)
     assert taints(api) == [TAINT]
     assert gpu_labels(api) == {}
     assert len(machine.joins) == 1
@@ -554,11 +566,19 @@ def test_gpu_taint_follows_the_option(ctx, machine, api, driver):
     out = run_joined(ctx, api)
     assert taints(api) == [TAINT]
 
+    # the node may not change its own taints: it asks the control-plane leader, which
+    # answers on the worker's relation-changed; the request goes once the Node has it
     out = ctx.run(ctx.on.config_changed(), with_config(out, **{"gpu-taint": False}))
-    assert taints(api) == []
+    assert unit_data(out)["gpu-taint"] == "false"
+    assert taints(api) == [TAINT]
+    leader_applies_taint(api, out)
+    out = ctx.run(ctx.on.update_status(), out)
+    assert taints(api) == [] and "gpu-taint" not in unit_data(out)
     assert gpu_labels(api)["nvidia.com/gpu.present"] == "true"
 
-    ctx.run(ctx.on.config_changed(), with_config(out, **{"gpu-taint": True}))
+    out = ctx.run(ctx.on.config_changed(), with_config(out, **{"gpu-taint": True}))
+    assert unit_data(out)["gpu-taint"] == "true"
+    leader_applies_taint(api, out)
     assert taints(api) == [TAINT]
 
 
@@ -574,6 +594,8 @@ def test_worker_that_lost_its_gpus_drops_labels_taint_runtime_and_inventory(
 
     assert out.unit_status == testing.ActiveStatus("Ready (no GPU)")
     assert gpu_labels(api) == {}
+    assert unit_data(out)["gpu-taint"] == "false"  # the control plane removes it
+    leader_applies_taint(api, out)
     assert taints(api) == []
     assert node(api)["metadata"]["labels"]["kubernetes.io/hostname"] == NODE
     assert "gpu-inventory" not in unit_data(out)
@@ -928,16 +950,17 @@ def test_auto_reboot_of_a_joined_node_without_api_access_waits_instead_of_reboot
 ):
     driver.preinstall("570")
     out = run_joined(ctx, api, config={"auto-reboot": True})
-    no_secret = dataclasses.replace(
-        out, secrets=set(), config={**out.config, "nvidia-driver": "580"}
-    )
+    # the worker drains as its kubelet: without the kubelet's certificate it has no access
+    # (it used the control plane's join secret before issue 29 item 2)
+    machine.path("/var/lib/kubelet/pki/kubelet-client-current.pem").unlink()
 
-    out = ctx.run(ctx.on.config_changed(), no_secret)
+    out = ctx.run(ctx.on.config_changed(), with_config(out, **{"nvidia-driver": "580"}))
 
     assert reboots == []
     assert out.unit_status == testing.WaitingStatus(
-        f"reboot needed ({SWITCH_TO_580}); cannot drain node {NODE} yet: waiting for access to "
-        "the control plane's join secret"
+        f"reboot needed ({SWITCH_TO_580}); cannot drain node {NODE} yet: kubelet.conf names "
+        "the client certificate /var/lib/kubelet/pki/kubelet-client-current.pem, which is "
+        "missing"
     )
 
 

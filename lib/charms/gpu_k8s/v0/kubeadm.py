@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import yaml
 
@@ -24,7 +24,7 @@ from charms.gpu_k8s.v0.system import SYSTEMCTL, CommandError, Host
 
 LIBID = "f766a8bf76ef4d8f9f47cf1d41d1f95c"
 LIBAPI = 0
-LIBPATCH = 10
+LIBPATCH = 11
 
 _VERSION = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+$")
 
@@ -304,12 +304,21 @@ def render_join_config(
     labels: Mapping[str, str],
     control_plane: bool,
     advertise_address: str | None = None,
+    taints: Sequence[Mapping[str, str]] = (),
 ) -> str:
     """Return the kubeadm JoinConfiguration (v1beta4) YAML for this node.
 
-    This text holds the bootstrap token: write it only to a 0600 file.
+    `taints` (workers only) are the taints the Node registers with: kubeadm hands a
+    worker's `nodeRegistration.taints` to kubelet as `--register-with-taints` (kubernetes
+    cmd/kubeadm/app/cmd/phases/join/kubelet.go: `registerTaintsUsingFlags :=
+    cfg.ControlPlane == nil`; cmd/kubeadm/app/phases/kubelet/flags.go), and kubelet
+    creates its Node with them, which NodeRestriction allows on create only (a kubelet
+    may not change them later). This text holds the bootstrap token: write it only to a
+    0600 file.
     """
     registration: dict = {"name": node_name, "criSocket": CRI_SOCKET}
+    if taints and not control_plane:
+        registration["taints"] = [dict(t) for t in taints]
     if labels:
         value = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
         registration["kubeletExtraArgs"] = [{"name": "node-labels", "value": value}]
@@ -343,6 +352,7 @@ def join(
     labels: Mapping[str, str],
     control_plane: bool,
     advertise_address: str | None = None,
+    taints: Sequence[Mapping[str, str]] = (),
 ) -> bool:
     """Join the cluster unless already joined; return True when it joined now.
 
@@ -364,6 +374,7 @@ def join(
         labels=labels,
         control_plane=control_plane,
         advertise_address=advertise_address,
+        taints=taints,
     )
     host.write(JOIN_CONFIG, content, mode=0o600)
     try:

@@ -16,6 +16,14 @@ worker uses to label, drain and validate its own node.
 Each worker unit (`ClusterRequirer`, endpoint `cluster`) publishes its node name, the
 Kubernetes minor it runs and, when it has NVIDIA GPUs, their inventory.
 
+A worker acts at the API as its kubelet (`system:node:<name>`, issue 29 item 2), which
+NodeRestriction forbids to change its own Node's taints (kubernetes
+plugin/pkg/admission/noderestriction/admission.go admitNode: "node ... is not allowed to
+modify taints"). It registers with the GPU taint (kubeadm's `nodeRegistration.taints`);
+when it wants the GPU taint (`GPU_TAINT`, and that taint only) set or removed after
+joining it publishes `gpu-taint` ("true"/"false") until its Node carries what it asked,
+and the control-plane leader applies it to the node that unit registered, never another.
+
 Upgrades: `kubernetes-version` is the minor the control plane runs. A joined worker on
 an older minor upgrades (drain, `kubeadm upgrade node`, kubelet, uncordon) only while
 `upgrade-turn` names its unit, so that workers upgrade one at a time; a worker that has
@@ -49,6 +57,8 @@ Requirer databag (unit):
     kubernetes-version: "1.36"            # the minor this node's kubelet runs
     gpu-inventory: '[{"model": "NVIDIA A10G", "count": 4, "memory-mib": 23028,
                       "driver": "580.65", "cuda": "13.0", "mig-capable": false}]'
+    node-identity: "true"                 # this unit acts as its kubelet at the API
+    gpu-taint: "true"                     # only while its Node's GPU taint is not as wanted
 
 A databag that does not validate is never a traceback: `ClusterRequirer.problem()` and
 `ClusterProvider.problems()` say what is wrong with which field so that the charm can
@@ -72,7 +82,7 @@ from charms.gpu_k8s.v0.databag import Databag, Endpoint, explain, write
 
 LIBID = "5f724584087c4f3caa6d95ea68f42ceb"
 LIBAPI = 0
-LIBPATCH = 10
+LIBPATCH = 11
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +91,23 @@ TOKEN_PATTERN = re.compile(r"^[a-z0-9]{6}\.[a-z0-9]{16}$")
 _CA_HASH = re.compile(r"^sha256:[0-9a-f]{64}$")
 _VERSION = re.compile(r"^\d+\.\d+(\.\d+)?$")
 _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# The taint a GPU worker keeps on its Node so that only pods that tolerate it land there
+# (NVIDIA's GPU Operator documents the key; the worker's `gpu-taint` option).
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+
+
+def gpu_taint_patch(node: dict, wanted: bool) -> dict | None:
+    """The merge patch that gives `node` the GPU taint (or removes it); None when in line.
+
+    Only the GPU taint's key is touched: every other taint (the node controller's, an
+    operator's) is kept as it is. A merge patch replaces the whole `spec.taints` list.
+    """
+    existing = [dict(t) for t in (node.get("spec") or {}).get("taints") or []]
+    others = [t for t in existing if t.get("key") != GPU_TAINT["key"]]
+    merged = others + ([dict(GPU_TAINT)] if wanted else [])
+    if merged == existing:
+        return None
+    return {"spec": {"taints": merged or None}}
 
 
 class GpuInfo(Databag):
@@ -173,6 +200,8 @@ class RequirerUnitData(Databag):
     node_name: str = pydantic.Field(alias="node-name", max_length=253)
     kubernetes_version: str | None = pydantic.Field(default=None, alias="kubernetes-version")
     gpu_inventory: list[GpuInfo] | None = pydantic.Field(default=None, alias="gpu-inventory")
+    node_identity: bool | None = pydantic.Field(default=None, alias="node-identity")
+    gpu_taint: bool | None = pydantic.Field(default=None, alias="gpu-taint")
 
     @pydantic.field_validator("node_name")
     @classmethod
@@ -223,6 +252,9 @@ class WorkerInfo:
     node_name: str
     gpus: tuple[GpuInfo, ...] = ()
     version: str | None = None
+    # acts as its kubelet (never the shared ServiceAccount); the GPU taint it asks for
+    node_identity: bool = False
+    gpu_taint: bool | None = None
 
     @property
     def gpu_count(self) -> int:
@@ -327,7 +359,15 @@ class ClusterProvider(Endpoint):
         except pydantic.ValidationError as e:
             return None, f"{unit.name}: {explain(e)}"
         gpus = tuple(bag.gpu_inventory or ())
-        return WorkerInfo(unit.name, bag.node_name, gpus, bag.kubernetes_version), None
+        info = WorkerInfo(
+            unit.name,
+            bag.node_name,
+            gpus,
+            bag.kubernetes_version,
+            node_identity=bool(bag.node_identity),
+            gpu_taint=bag.gpu_taint,
+        )
+        return info, None
 
     def workers(self) -> list[WorkerInfo]:
         """Every worker unit that published a valid node name; see `problems()`.
@@ -415,8 +455,14 @@ class ClusterRequirer(Endpoint):
         node_name: str,
         gpu_inventory: list[GpuInfo] | None = None,
         kubernetes_version: str | None = None,
+        *,
+        node_identity: bool = False,
+        gpu_taint: bool | None = None,
     ) -> None:
         """Publish this unit's node name, GPU inventory and minor (written only when changed).
+
+        `node_identity`: this unit acts as its kubelet; `gpu_taint`: the GPU taint it asks
+        the control plane to set (True) or remove (False), None when its Node is in line.
 
         Raises:
             ValueError: the node name or inventory does not fit the interface.
@@ -430,8 +476,11 @@ class ClusterRequirer(Endpoint):
                     "node-name": node_name,
                     "gpu-inventory": gpu_inventory,
                     "kubernetes-version": kubernetes_version,
+                    "node-identity": node_identity or None,
+                    "gpu-taint": gpu_taint,
                 }
             ).dump()
         except pydantic.ValidationError as e:
             raise ValueError(explain(e)) from None
-        write(relation.data[self.charm.unit], bag, remove=["gpu-inventory", "kubernetes-version"])
+        optional = ["gpu-inventory", "kubernetes-version", "node-identity", "gpu-taint"]
+        write(relation.data[self.charm.unit], bag, remove=optional)
