@@ -13,7 +13,7 @@ from __future__ import annotations
 
 LIBID = "d3d41f4964454e159b01b74e5e2f65c3"
 LIBAPI = 0
-LIBPATCH = 2
+LIBPATCH = 3
 
 
 def _check_named_entries(config: dict, section: str, inner: str) -> dict[str, dict]:
@@ -44,10 +44,14 @@ def load_kubeconfig(text: str) -> dict:
         # libyaml's safe loader when PyYAML has it (its wheels do): the same objects, faster
         loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
         config = yaml.load(text, Loader=loader) if text else None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ValueError(f"kubeconfig is not valid YAML{where}") from None
+    except yaml.YAMLError:
+        try:  # PyYAML's own loader names the line where a person would look
+            yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f" at line {mark.line + 1}" if mark is not None else ""
+            raise ValueError(f"kubeconfig is not valid YAML{where}") from None
+        raise ValueError("kubeconfig is not valid YAML") from None
     if not isinstance(config, dict):
         raise ValueError("kubeconfig must be a YAML mapping with clusters, users and contexts")
     clusters = _check_named_entries(config, "clusters", "cluster")
