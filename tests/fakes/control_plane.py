@@ -29,7 +29,7 @@ from cryptography.x509.oid import NameOID
 from ops import testing
 
 from charms.gpu_k8s.v0.system import CommandError
-from fakes.etcd import FakeEtcd
+from fakes.etcd import FakeEtcd, snapshot_status
 from fakes.kube_apiserver import FakeKubeApiServer
 from fakes.kube_auth import KUBEADM_ADMIN
 from fakes.machine import FakeMachine
@@ -135,6 +135,8 @@ class ControlPlaneMachine:
         self.pki = KubeadmPki(self.machine, clock or Clock(), etcd)
         self.kubelet = FakeKubelet(self.machine, self.pki)
         self.machine.on_kubeadm("certs", self.pki.command)
+        self.crictl = FakeCrictl(self.machine, self.kubelet, etcd)
+        self.machine.on("crictl", self.crictl.command)
         self.inits: list[list[dict]] = []
         self.tokens: list[str] = []  # every token ever issued (for secret scans)
         self.live_tokens: set[str] = set()
@@ -808,3 +810,64 @@ class FakeKubelet:
         for pod in sorted(present - set(self.running)):
             self.running[pod] = self.pki.expires("apiserver")
             self.events.append(("start", pod))
+
+
+ETCD_CONTAINER = "3f0c6b1e9a7d52c4e8b0a1f2d3c4b5a6978812ab34cd56ef7890ab12cd34ef56"
+
+
+class FakeCrictl:
+    """`crictl ps` and `crictl exec` into the etcd static pod's container.
+
+    The etcd container runs while kubelet runs the etcd static pod (`FakeKubelet`). Its
+    image (registry.k8s.io/etcd) carries etcdctl and etcdutl; the pod mounts the data
+    directory and /etc/kubernetes/pki/etcd at the host's paths (kubeadm
+    phases/etcd/local.go), so a path inside it is the same path on the host. Emulated:
+    - `crictl ps --name=^etcd$ --state=Running --quiet`: the container ID per line;
+    - `etcdctl ... snapshot save FILE`: the member's stream written to FILE.part, renamed
+      to FILE when complete; prints "Snapshot saved at FILE" (etcdctl 3.5.1 as run here,
+      2026-11-27). An unreachable member fails, exit 5, after --command-timeout, with
+      "Error: context deadline exceeded" last and FILE.part left behind (same run);
+    - `etcdutl snapshot status FILE --write-out=json` (see fakes.etcd.snapshot_status);
+      a file that is no snapshot fails with "Error: invalid database".
+    """
+
+    def __init__(self, machine: FakeMachine, kubelet: FakeKubelet, etcd: FakeEtcd | None):
+        self.machine = machine
+        self.kubelet = kubelet
+        self.etcd = etcd
+
+    def _running(self) -> bool:
+        return self.etcd is not None and "etcd" in self.kubelet.running
+
+    def command(self, argv: list[str], _input: str | None) -> str:
+        args = [a for a in argv[1:] if not a.startswith("--runtime-endpoint")]
+        if args[:1] == ["ps"]:
+            return f"{ETCD_CONTAINER}\n" if self._running() else ""
+        if args[:2] != ["exec", ETCD_CONTAINER] or not self._running():
+            raise CommandError(argv, 1, f'execing command in container "{args[1:2]}": not found')
+        program, rest = args[2], args[3:]
+        if program == "etcdctl" and rest[-3:-1] == ["snapshot", "save"]:
+            return self._save(argv, rest)
+        if program == "etcdutl" and rest[:2] == ["snapshot", "status"]:
+            data = self.machine.path(rest[2]).read_bytes()
+            try:
+                return json.dumps(snapshot_status(data), separators=(",", ":")) + "\n"
+            except ValueError as e:
+                raise CommandError(argv, 1, f"Error: {e}") from None
+        raise CommandError(argv, 1, f"fake crictl: {program} {' '.join(rest)} not emulated")
+
+    def _save(self, argv: list[str], rest: list[str]) -> str:
+        assert self.etcd is not None
+        flags = dict(a.split("=", 1) for a in rest if a.startswith("--"))
+        for flag in ("--cacert", "--cert", "--key"):
+            if not self.machine.path(flags[flag]).is_file():
+                raise CommandError(argv, 128, f"Error: open {flags[flag]}: no such file")
+        target = self.machine.path(rest[-1])
+        target.parent.mkdir(parents=True, exist_ok=True)  # the data directory etcd runs on
+        part = target.with_name(target.name + ".part")
+        part.write_bytes(b"")
+        if not self.etcd.reachable:
+            raise CommandError(argv, 5, "Error: context deadline exceeded")
+        part.write_bytes(self.etcd.snapshot())
+        part.replace(target)
+        return f"Snapshot saved at {rest[-1]}\n"

@@ -42,6 +42,7 @@ import bootstrap
 import certificates
 import cluster_info
 import etcd
+import etcd_backup
 import image_registry
 import node
 import ops
@@ -160,6 +161,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         framework.observe(on.get_kubeconfig_action, self._on_get_kubeconfig)
         framework.observe(on.cluster_info_action, self._on_cluster_info)
         framework.observe(on.renew_certificates_action, self._on_renew_certificates)
+        framework.observe(on.backup_etcd_action, self._on_backup_etcd)
 
     # -- what one hook knows --------------------------------------------------------------
 
@@ -396,12 +398,31 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         notes += hook.access.serve_kube_api(peers, config.storage_provisioners)
         self._blocked_lines = [*hook.access.blocked, *cert_blocked]
         hook.access.reach(config, peers, leader=True)
+        if isinstance(event, ops.UpdateStatusEvent):
+            notes += self._scheduled_etcd_backup(config, hook)
         pending = addons.apply_batch_engines(  # last: may block
             config, bag, resize=isinstance(event, ops.UpdateStatusEvent)
         )
         if pending:
             notes.append(f"waiting for {', '.join(pending)}")
         return notes
+
+    def _scheduled_etcd_backup(self, config: Config, hook: _Hook) -> list[str]:
+        """The leader's etcd snapshot every `etcd-backup-hours`; a note when it failed.
+
+        A failure is retried on the next update-status, and says so in the status line.
+        """
+        bag, now = hook.peers.app, self.clock()
+        if not etcd_backup.due(bag.get(etcd_backup.LAST), now, config.etcd_backup_hours):
+            return []
+        try:
+            snapshot = etcd_backup.take(self.host, now, keep=config.etcd_backups_kept)
+        except etcd_backup.BackupError as e:
+            logger.warning("scheduled etcd backup failed: %s", e)
+            return [f"etcd backup failed: {e}; retrying"]
+        bag[etcd_backup.LAST] = now.isoformat()
+        logger.info("scheduled etcd backup: %s", snapshot.path)
+        return []
 
     def _keep_image_registry(self, config: Config, hook: _Hook) -> None:
         """Keep kubeadm-config's image repositories on `image-registry` for joins and upgrades."""
@@ -627,6 +648,35 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
                     if earliest and earliest.expires
                     else "none"
                 ),
+            }
+        )
+
+    def _on_backup_etcd(self, event: ops.ActionEvent) -> None:
+        """Snapshot this node's etcd member into the machine's backup directory."""
+        event.load_params(NoParams, errors="fail")
+        if not bootstrap.is_bootstrapped(self.host):
+            event.fail("this unit has not joined the cluster yet; retry once it is Ready")
+            return
+        try:
+            keep = self.load_config(Config, errors="raise").etcd_backups_kept
+        except ValueError as e:
+            event.fail(f"Invalid config: {e}")
+            return
+        event.log("taking a snapshot of this node's etcd member")
+        try:
+            snapshot = etcd_backup.take(self.host, self.clock(), keep=keep)
+        except etcd_backup.BackupError as e:
+            event.fail(f"backup failed, the older backups are kept: {e}")
+            return
+        event.set_results(
+            {
+                "path": snapshot.path,
+                "size": snapshot.size,
+                "revision": snapshot.revision,
+                "hash": f"{snapshot.hash:08x}",
+                "keys": snapshot.keys,
+                "kept": len(etcd_backup.backups(self.host)),
+                "command": etcd_backup.copy_command(self.unit.name, snapshot.path),
             }
         )
 

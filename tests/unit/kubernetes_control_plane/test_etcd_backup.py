@@ -1,0 +1,145 @@
+"""etcd backups: the backup-etcd action and the leader's schedule, against the fake etcd."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import stat
+
+import pytest
+from ops import testing
+
+from fakes.control_plane import peers
+from fakes.etcd import snapshot_content
+
+DIR = "/var/lib/gpu-k8s/etcd-backups"
+
+
+def bootstrapped(ctx, **config) -> testing.State:
+    out = ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
+    return dataclasses.replace(out, config={"etcd-backup-hours": 0, **config})
+
+
+def kept(machine) -> list[str]:
+    where = machine.path(DIR)
+    return sorted(p.name for p in where.iterdir()) if where.is_dir() else []
+
+
+def test_a_backup_is_a_verified_private_snapshot_with_the_way_to_copy_it(ctx, machine, etcd):
+    out = bootstrapped(ctx)
+    etcd.put("/registry/secrets/default/db-password", "s3cret")
+
+    ctx.run(ctx.on.action("backup-etcd"), out)
+
+    results = ctx.action_results
+    assert results is not None
+    path = f"{DIR}/etcd-snapshot-20261121T090000Z.db"
+    assert results["path"] == path
+    file = machine.path(path)
+    assert stat.S_IMODE(file.stat().st_mode) == 0o600
+    assert stat.S_IMODE(machine.path(DIR).stat().st_mode) == 0o700
+    assert results["size"] == file.stat().st_size
+    assert results["revision"] == etcd.revision
+    assert results["keys"] == 1
+    assert len(results["hash"]) == 8
+    assert results["command"] == (
+        f"juju ssh --pty=false kubernetes-control-plane/0 -- sudo cat {path} "
+        "> etcd-snapshot-20261121T090000Z.db"
+    )
+    # what etcd held is in the file, and nothing is left in etcd's data directory
+    assert snapshot_content(file.read_bytes())["kv"] == {
+        "/registry/secrets/default/db-password": "s3cret"
+    }
+    assert list(machine.path("/var/lib/etcd").iterdir()) == []
+    exec_lines = [line for line in machine.lines("crictl") if " exec " in line]
+    assert [line.split()[4] for line in exec_lines] == ["etcdctl", "etcdutl"]
+    assert "s3cret" not in json.dumps(results)
+
+
+def test_only_the_newest_backups_are_kept(ctx, machine, etcd, clock):
+    out = bootstrapped(ctx, **{"etcd-backups-kept": 2})
+    for _ in range(3):
+        etcd.put("k", str(clock.now))
+        ctx.run(ctx.on.action("backup-etcd"), out)
+        clock.advance(hours=1)
+
+    assert kept(machine) == [
+        "etcd-snapshot-20261121T100000Z.db",
+        "etcd-snapshot-20261121T110000Z.db",
+    ]
+    assert ctx.action_results is not None and ctx.action_results["kept"] == 2
+
+
+def test_a_failed_backup_says_etcdctls_words_and_keeps_the_older_ones(
+    ctx, machine, etcd, clock
+):
+    out = bootstrapped(ctx, **{"etcd-backups-kept": 1})
+    ctx.run(ctx.on.action("backup-etcd"), out)
+    before = kept(machine)
+    clock.advance(hours=1)
+    etcd.reachable = False
+
+    with pytest.raises(
+        testing.ActionFailed,
+        match="older backups are kept: etcdctl snapshot save failed: "
+        "Error: context deadline exceeded$",
+    ):
+        ctx.run(ctx.on.action("backup-etcd"), out)
+
+    assert kept(machine) == before
+    assert list(machine.path("/var/lib/etcd").iterdir()) == []  # no .part left behind
+
+
+def test_no_backup_without_an_etcd_member_here(ctx, machine):
+    with pytest.raises(testing.ActionFailed, match="has not joined the cluster yet"):
+        ctx.run(ctx.on.action("backup-etcd"), testing.State(relations=[peers()]))
+    assert machine.lines("crictl") == []
+
+
+def test_the_leader_backs_up_on_schedule(ctx, machine, etcd, clock):
+    out = bootstrapped(ctx, **{"etcd-backup-hours": 24})
+
+    out = ctx.run(ctx.on.update_status(), out)
+    assert kept(machine) == ["etcd-snapshot-20261121T090000Z.db"]
+    clock.advance(hours=23)
+    out = ctx.run(ctx.on.update_status(), out)
+    assert len(kept(machine)) == 1  # not due yet
+    clock.advance(hours=1)
+    out = ctx.run(ctx.on.update_status(), out)
+    assert kept(machine)[-1] == "etcd-snapshot-20261122T090000Z.db"
+    assert out.unit_status.name == "active"
+
+
+def test_a_failed_scheduled_backup_is_in_the_status_and_retried(ctx, machine, etcd, clock):
+    out = bootstrapped(ctx, **{"etcd-backup-hours": 24})
+    etcd.reachable = False
+
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert out.unit_status.name == "active"
+    assert out.unit_status.message.endswith(
+        "; etcd backup failed: etcdctl snapshot save failed: Error: context deadline "
+        "exceeded; retrying"
+    )
+    etcd.reachable = True
+    out = ctx.run(ctx.on.update_status(), out)
+    assert len(kept(machine)) == 1
+    assert "etcd backup" not in out.unit_status.message
+
+
+def test_no_scheduled_backup_when_off_or_on_other_events(ctx, machine, etcd):
+    out = bootstrapped(ctx, **{"etcd-backup-hours": 0})
+    out = ctx.run(ctx.on.update_status(), out)
+    on = dataclasses.replace(out, config={"etcd-backup-hours": 24})
+    ctx.run(ctx.on.config_changed(), on)
+    assert kept(machine) == []
+
+
+@pytest.mark.parametrize(
+    ("option", "value"), [("etcd-backups-kept", 0), ("etcd-backup-hours", -1)]
+)
+def test_backup_options_out_of_range_block(ctx, machine, option, value):
+    state = testing.State(leader=True, relations=[peers()], config={option: value})
+    out = ctx.run(ctx.on.config_changed(), state)
+    assert out.unit_status.name == "blocked"
+    assert option in out.unit_status.message
