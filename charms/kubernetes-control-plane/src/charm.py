@@ -410,9 +410,16 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
     def _scheduled_etcd_backup(self, config: Config, hook: _Hook) -> list[str]:
         """The leader's etcd snapshot every `etcd-backup-hours`; a note when it failed.
 
+        The last one's time is in the peer application data, so a new leader keeps the
+        schedule.
         A failure is retried on the next update-status, and says so in the status line.
         """
         bag, now = hook.peers.app, self.clock()
+        if config.etcd_backup_hours and not bag.get(etcd_backup.LAST):
+            # the schedule starts now: the first snapshot `etcd-backup-hours` later (a
+            # new cluster has nothing to keep yet; backup-etcd takes one at once)
+            bag[etcd_backup.LAST] = now.isoformat()
+            return []
         if not etcd_backup.due(bag.get(etcd_backup.LAST), now, config.etcd_backup_hours):
             return []
         try:

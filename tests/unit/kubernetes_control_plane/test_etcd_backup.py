@@ -99,19 +99,37 @@ def test_no_backup_without_an_etcd_member_here(ctx, machine):
 def test_the_leader_backs_up_on_schedule(ctx, machine, etcd, clock):
     out = bootstrapped(ctx, **{"etcd-backup-hours": 24})
 
-    out = ctx.run(ctx.on.update_status(), out)
-    assert kept(machine) == ["etcd-snapshot-20261121T090000Z.db"]
+    out = ctx.run(ctx.on.update_status(), out)  # the schedule starts
+    assert kept(machine) == []
     clock.advance(hours=23)
     out = ctx.run(ctx.on.update_status(), out)
-    assert len(kept(machine)) == 1  # not due yet
+    assert kept(machine) == []  # not due yet
     clock.advance(hours=1)
     out = ctx.run(ctx.on.update_status(), out)
-    assert kept(machine)[-1] == "etcd-snapshot-20261122T090000Z.db"
+    assert kept(machine) == ["etcd-snapshot-20261122T090000Z.db"]
     assert out.unit_status.name == "active"
+    clock.advance(hours=24)
+    ctx.run(ctx.on.update_status(), out)
+    assert kept(machine)[-1] == "etcd-snapshot-20261123T090000Z.db"
+
+
+def test_a_new_leader_keeps_the_schedule(ctx, machine, etcd, clock):
+    out = bootstrapped(ctx, **{"etcd-backup-hours": 24})
+    out = ctx.run(ctx.on.update_status(), out)
+    clock.advance(hours=24)
+    out = ctx.run(ctx.on.update_status(), out)
+    assert len(kept(machine)) == 1
+    clock.advance(hours=1)
+    # the last backup's time is in the peer application data any leader reads
+    out = ctx.run(ctx.on.leader_elected(), out)
+    ctx.run(ctx.on.update_status(), out)
+    assert len(kept(machine)) == 1
 
 
 def test_a_failed_scheduled_backup_is_in_the_status_and_retried(ctx, machine, etcd, clock):
     out = bootstrapped(ctx, **{"etcd-backup-hours": 24})
+    out = ctx.run(ctx.on.update_status(), out)
+    clock.advance(hours=24)
     etcd.reachable = False
 
     out = ctx.run(ctx.on.update_status(), out)
@@ -127,11 +145,16 @@ def test_a_failed_scheduled_backup_is_in_the_status_and_retried(ctx, machine, et
     assert "etcd backup" not in out.unit_status.message
 
 
-def test_no_scheduled_backup_when_off_or_on_other_events(ctx, machine, etcd):
+def test_no_scheduled_backup_when_off_or_on_other_events(ctx, machine, etcd, clock):
     out = bootstrapped(ctx, **{"etcd-backup-hours": 0})
     out = ctx.run(ctx.on.update_status(), out)
-    on = dataclasses.replace(out, config={"etcd-backup-hours": 24})
-    ctx.run(ctx.on.config_changed(), on)
+    clock.advance(hours=48)
+    out = ctx.run(ctx.on.update_status(), out)
+    assert kept(machine) == []
+    on = dataclasses.replace(out, config={"etcd-backup-hours": 1})
+    out = ctx.run(ctx.on.update_status(), on)
+    clock.advance(hours=2)
+    ctx.run(ctx.on.config_changed(), out)
     assert kept(machine) == []
 
 
