@@ -134,7 +134,12 @@ def backups(host: Host, directory: str = BACKUP_DIR) -> list[str]:
 
 
 def take(
-    host: Host, now: datetime.datetime, *, keep: int, directory: str = BACKUP_DIR
+    host: Host,
+    now: datetime.datetime,
+    *,
+    keep: int,
+    directory: str = BACKUP_DIR,
+    command_timeout: str = COMMAND_TIMEOUT,
 ) -> Snapshot:
     """Snapshot this node's member, verify it, keep it and the newest `keep` - 1 others.
 
@@ -155,7 +160,7 @@ def take(
             f"--cert={CLIENT_CERT}",
             f"--key={CLIENT_KEY}",
             "--dial-timeout=10s",
-            f"--command-timeout={COMMAND_TIMEOUT}",
+            f"--command-timeout={command_timeout}",
             "snapshot",
             "save",
             IN_PROGRESS,
