@@ -14,9 +14,9 @@ import os
 import stat
 
 import pytest
-
 from charm_modules import load
 from etcd_runner import ContainerRunner, RealEtcd, UnavailableError, binaries, write_pki
+
 from fakes.etcd import EtcdPki
 
 etcd_backup = load("kubernetes-control-plane", "etcd_backup")

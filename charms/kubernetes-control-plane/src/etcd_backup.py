@@ -117,9 +117,10 @@ def status(host: Host, container: str, path: str) -> dict:
     """`etcdutl snapshot status -w json` of `path` (a path inside the etcd container)."""
     try:
         out = _exec(host, container, "etcdutl", "snapshot", "status", path, "--write-out=json")
-        return json.loads(out)
     except CommandError as e:
         raise BackupError(f"etcdutl snapshot status failed: {e.last_line}") from None
+    try:
+        return json.loads(out)
     except ValueError:
         raise BackupError(f"etcdutl snapshot status printed no JSON: {out[:200]!r}") from None
 

@@ -70,9 +70,7 @@ def test_only_the_newest_backups_are_kept(ctx, machine, etcd, clock):
     assert ctx.action_results is not None and ctx.action_results["kept"] == 2
 
 
-def test_a_failed_backup_says_etcdctls_words_and_keeps_the_older_ones(
-    ctx, machine, etcd, clock
-):
+def test_a_failed_backup_says_etcdctls_words_and_keeps_the_older_ones(ctx, machine, etcd, clock):
     out = bootstrapped(ctx, **{"etcd-backups-kept": 1})
     ctx.run(ctx.on.action("backup-etcd"), out)
     before = kept(machine)
