@@ -19,6 +19,7 @@ import datetime
 import json
 import secrets
 import string
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -137,6 +138,7 @@ class ControlPlaneMachine:
         self.machine.on_kubeadm("certs", self.pki.command)
         self.crictl = FakeCrictl(self.machine, self.kubelet, etcd)
         self.machine.on("crictl", self.crictl.command)
+        self.kubelet.on_start["etcd"] = self.crictl.load_data_dir
         self.inits: list[list[dict]] = []
         self.tokens: list[str] = []  # every token ever issued (for secret scans)
         self.live_tokens: set[str] = set()
@@ -299,6 +301,11 @@ class ControlPlaneMachine:
             self.machine.write(f"/etc/kubernetes/{conf}", self.machine.admin_conf, 0o600)
         for pod in STATIC_PODS:
             self.machine.write(f"{MANIFESTS}/{pod}.yaml", f"# {pod}\n")
+        address = init["localAPIEndpoint"]["advertiseAddress"]
+        self.machine.write(f"{MANIFESTS}/etcd.yaml", etcd_manifest(name, address))
+        if self.etcd is not None:  # the member's data directory (etcd's member/{snap,wal})
+            for part in ("snap", "wal"):
+                self.machine.path(f"/var/lib/etcd/member/{part}").mkdir(parents=True)
         self.pki.install(super_admin=True)
         self.kubelet.sync()
         self.api.put_object(
@@ -800,6 +807,7 @@ class FakeKubelet:
         self.pki = pki
         self.running: dict[str, datetime.datetime | None] = {}
         self.events: list[tuple[str, str]] = []  # ("stop" | "start", pod)
+        self.on_start: dict[str, Callable[[], None]] = {}  # pod: what its start does
 
     def sync(self, *_seconds: float) -> None:
         directory = self.machine.path(MANIFESTS)
@@ -810,9 +818,30 @@ class FakeKubelet:
         for pod in sorted(present - set(self.running)):
             self.running[pod] = self.pki.expires("apiserver")
             self.events.append(("start", pod))
+            if pod in self.on_start:
+                self.on_start[pod]()
 
 
 ETCD_CONTAINER = "3f0c6b1e9a7d52c4e8b0a1f2d3c4b5a6978812ab34cd56ef7890ab12cd34ef56"
+
+
+def etcd_manifest(name: str, address: str) -> str:
+    """Kubeadm's etcd static pod, as far as a restore reads it (phases/etcd/local.go)."""
+    command = [
+        "etcd",
+        f"--advertise-client-urls=https://{address}:2379",
+        "--data-dir=/var/lib/etcd",
+        f"--initial-advertise-peer-urls=https://{address}:2380",
+        f"--initial-cluster={name}=https://{address}:2380",
+        f"--name={name}",
+    ]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "etcd", "namespace": "kube-system"},
+        "spec": {"containers": [{"name": "etcd", "command": command}]},
+    }
+    return yaml.dump(pod, Dumper=_YAML_DUMPER)
 
 
 class FakeCrictl:
@@ -828,13 +857,19 @@ class FakeCrictl:
       2026-11-27). An unreachable member fails, exit 5, after --command-timeout, with
       "Error: context deadline exceeded" last and FILE.part left behind (same run);
     - `etcdutl snapshot status FILE --write-out=json` (see fakes.etcd.snapshot_status);
-      a file that is no snapshot fails with "Error: invalid database".
+      a file that is no snapshot fails with "Error: invalid database";
+    - `etcdutl snapshot restore FILE --name --initial-cluster
+      --initial-advertise-peer-urls --data-dir DIR`: a new data directory (refused when
+      DIR exists, as etcdutl refuses), whose keyspace a member started on it serves
+      (`load_data_dir`, run when kubelet starts the etcd pod).
     """
 
     def __init__(self, machine: FakeMachine, kubelet: FakeKubelet, etcd: FakeEtcd | None):
         self.machine = machine
         self.kubelet = kubelet
         self.etcd = etcd
+        self.restores: list[dict[str, str]] = []  # the flags of each `etcdutl snapshot restore`
+        self._loaded = b""
 
     def _running(self) -> bool:
         return self.etcd is not None and "etcd" in self.kubelet.running
@@ -848,6 +883,8 @@ class FakeCrictl:
         program, rest = args[2], args[3:]
         if program == "etcdctl" and rest[-3:-1] == ["snapshot", "save"]:
             return self._save(argv, rest)
+        if program == "etcdutl" and rest[:2] == ["snapshot", "restore"]:
+            return self._restore(argv, rest)
         if program == "etcdutl" and rest[:2] == ["snapshot", "status"]:
             data = self.machine.path(rest[2]).read_bytes()
             try:
@@ -855,6 +892,34 @@ class FakeCrictl:
             except ValueError as e:
                 raise CommandError(argv, 1, f"Error: {e}") from None
         raise CommandError(argv, 1, f"fake crictl: {program} {' '.join(rest)} not emulated")
+
+    def _restore(self, argv: list[str], rest: list[str]) -> str:
+        flags = dict(a.split("=", 1) for a in rest if a.startswith("--"))
+        data_dir = self.machine.path(flags["--data-dir"])
+        if data_dir.exists():  # etcdutl/snapshot/v3_snapshot.go Restore
+            raise CommandError(
+                argv, 1, f'Error: data-dir "{flags["--data-dir"]}" not empty or could not be read'
+            )
+        data = self.machine.path(rest[2]).read_bytes()
+        try:
+            snapshot_status(data)
+        except ValueError as e:
+            raise CommandError(argv, 1, f"Error: {e}") from None
+        self.restores.append(flags)
+        db = data_dir / "member" / "snap" / "db"
+        db.parent.mkdir(parents=True)
+        db.write_bytes(data)
+        return ""
+
+    def load_data_dir(self) -> None:
+        """The etcd pod starts: a member on a restored data directory serves its keyspace."""
+        db = self.machine.path("/var/lib/etcd/member/snap/db")
+        if self.etcd is None or not db.is_file():
+            return
+        data = db.read_bytes()
+        if data != self._loaded:
+            self.etcd.restore(data)
+            self._loaded = data
 
     def _save(self, argv: list[str], rest: list[str]) -> str:
         assert self.etcd is not None

@@ -15,7 +15,7 @@ import stat
 
 import pytest
 from charm_modules import load
-from etcd_runner import ContainerRunner, RealEtcd, UnavailableError, binaries, write_pki
+from etcd_runner import CONTAINER, ContainerRunner, RealEtcd, UnavailableError, binaries, write_pki
 
 from fakes.etcd import EtcdPki
 
@@ -79,21 +79,9 @@ def test_a_snapshot_of_the_real_member_restores_what_it_held(node, tmp_path):
 
     restored = f"{etcd_backup.DATA_DIR}/restored"  # inside the container's data mount
     peer = f"http://127.0.0.1:{etcd.peer_port}"
-    runner.run(
-        [
-            etcd_backup.CRICTL,
-            "exec",
-            "5e1f0c2b7a9d",
-            "etcdutl",
-            "snapshot",
-            "restore",
-            snapshot.path,
-            f"--name={etcd.name}",
-            f"--initial-cluster={etcd.name}={peer}",
-            f"--initial-advertise-peer-urls={peer}",
-            f"--data-dir={restored}",
-        ]
-    )
+    # the very command restore-etcd runs, by the real etcdutl
+    command = etcd_backup.restore_command(snapshot.path, etcd.name, peer, restored)
+    runner.run([etcd_backup.CRICTL, "exec", CONTAINER, *command])
     etcd.stop()
     with RealEtcd(tmp_path / "pki", root / restored.lstrip("/"), name=etcd.name) as again:
         assert value(again, "/registry/secrets/default/before") == "kept"

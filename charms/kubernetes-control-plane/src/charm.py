@@ -50,7 +50,7 @@ import renewal
 import summary
 from access import Access
 from addons import Addons
-from charm_config import Config, KubeconfigParams, NoParams
+from charm_config import Config, KubeconfigParams, NoParams, RestoreParams
 from context import KubeSession, UnitContext, juju_public_address
 from fleet import Fleet
 from literals import (
@@ -162,6 +162,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         framework.observe(on.cluster_info_action, self._on_cluster_info)
         framework.observe(on.renew_certificates_action, self._on_renew_certificates)
         framework.observe(on.backup_etcd_action, self._on_backup_etcd)
+        framework.observe(on.restore_etcd_action, self._on_restore_etcd)
 
     # -- what one hook knows --------------------------------------------------------------
 
@@ -684,6 +685,60 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
                 "keys": snapshot.keys,
                 "kept": len(etcd_backup.backups(self.host)),
                 "command": etcd_backup.copy_command(self.unit.name, snapshot.path),
+            }
+        )
+
+    def _on_restore_etcd(self, event: ops.ActionEvent) -> None:
+        """Bring a one-control-plane cluster back to a snapshot (see `etcd_backup.restore`)."""
+        params = event.load_params(RestoreParams, errors="fail")
+        if params.confirm != "yes":
+            event.fail(
+                "a restore replaces the whole cluster state with the snapshot's and restarts "
+                "the control plane; run it again with confirm=yes"
+            )
+            return
+        if not bootstrap.is_bootstrapped(self.host):
+            event.fail("this unit has not joined the cluster yet; retry once it is Ready")
+            return
+        relation = self.model.get_relation(PEERS)
+        others = len(relation.units) if relation is not None else 0
+        try:
+            members = etcd.Etcd(self.host, self.etcd_url).members()
+        except etcd.EtcdError as e:
+            event.fail(f"cannot list etcd's members, so nothing was restored: {e}")
+            return
+        if others or self.app.planned_units() > 1 or len(members) > 1:
+            event.fail(
+                f"etcd has {len(members)} members and this application "
+                f"{self.app.planned_units()} units: restore-etcd restores one control-plane "
+                "node only; restore a multi-member cluster by hand as the README's "
+                "'Back up and restore etcd' says"
+            )
+            return
+        kept = etcd_backup.backups(self.host)
+        path = params.path or (kept[-1] if kept else "")
+        if not path:
+            event.fail(f"no snapshot in {etcd_backup.BACKUP_DIR}; give path=...")
+            return
+        event.log(f"restoring etcd from {path}; the control plane restarts")
+        try:
+            done = etcd_backup.restore(
+                self.host,
+                path,
+                self.clock(),
+                sleep=self.restart_sleep,
+                wait_ready=lambda: certificates.wait_ready(
+                    self._api_server_ready, clock=self.drain_clock, sleep=self.restart_sleep
+                ),
+            )
+        except etcd_backup.BackupError as e:
+            event.fail(f"restore failed: {e}")
+            return
+        event.set_results(
+            {
+                "restored-from": done.source,
+                "revision": done.revision,
+                "previous-data": done.previous,
             }
         )
 

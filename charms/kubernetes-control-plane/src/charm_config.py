@@ -195,6 +195,20 @@ class NoParams(ActionParams):
     """Actions without parameters."""
 
 
+class RestoreParams(ActionParams):
+    """restore-etcd: the snapshot (default: the newest kept) and the operator's yes."""
+
+    path: str = ""
+    confirm: str = ""
+
+    @pydantic.field_validator("path")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        if value and not value.startswith("/"):
+            raise ValueError(f"{value!r} must be an absolute path on the machine")
+        return value
+
+
 class KubeconfigParams(ActionParams):
     """get-kubeconfig: the API server the kubeconfig names (default: the public address)."""
 

@@ -32,6 +32,7 @@ import dataclasses
 import datetime
 import json
 import logging
+from collections.abc import Callable
 
 from charms.gpu_k8s.v0.system import CommandError, Host
 
@@ -224,3 +225,133 @@ def copy_command(unit: str, path: str) -> str:
     """
     name = path.rsplit("/", 1)[-1]
     return f"juju ssh --pty=false {unit} -- sudo cat {path} > {name}"
+
+
+# -- restore (one control-plane node) ------------------------------------------------------
+
+ETCD_MANIFEST = "/etc/kubernetes/manifests/etcd.yaml"
+RESTORE_SOURCE = f"{DATA_DIR}/gpu-k8s-restore.db"
+RESTORED = f"{DATA_DIR}/gpu-k8s-restored"
+
+
+@dataclasses.dataclass(frozen=True)
+class Restored:
+    """What a restore did: the snapshot, its revision, where the replaced data went."""
+
+    source: str
+    revision: int
+    previous: str
+
+
+def member_flags(host: Host) -> tuple[str, str]:
+    """This member's --name and --initial-advertise-peer-urls, from kubeadm's etcd.yaml.
+
+    kubeadm writes both into the static pod's command (phases/etcd/local.go
+    getEtcdCommand); a restore must give etcdutl the same, so that the restored member
+    is this one.
+    """
+    import yaml
+
+    text = host.read(ETCD_MANIFEST)
+    flags: dict[str, str] = {}
+    try:
+        pod = yaml.safe_load(text or "") or {}
+        for arg in pod["spec"]["containers"][0]["command"]:
+            key, _, value = str(arg).partition("=")
+            flags[key] = value
+    except (KeyError, IndexError, TypeError, yaml.YAMLError):
+        pass
+    name, peer = flags.get("--name"), flags.get("--initial-advertise-peer-urls")
+    if not name or not peer:
+        raise BackupError(f"cannot read this member's --name and peer URL from {ETCD_MANIFEST}")
+    return name, peer
+
+
+def restore_command(source: str, name: str, peer: str, data_dir: str) -> list[str]:
+    """`etcdutl snapshot restore` of `source` into a new `data_dir` for ONE member `name`."""
+    return [
+        "etcdutl",
+        "snapshot",
+        "restore",
+        source,
+        f"--name={name}",
+        f"--initial-cluster={name}={peer}",
+        f"--initial-advertise-peer-urls={peer}",
+        f"--data-dir={data_dir}",
+    ]
+
+
+def restore(
+    host: Host,
+    path: str,
+    now: datetime.datetime,
+    *,
+    sleep: Callable[[float], None],
+    wait_ready: Callable[[], None],
+) -> Restored:
+    """Replace this single member's data with snapshot `path`, as etcd and kubeadm document.
+
+    etcd.io "Disaster recovery" (restoring a cluster): `etcdutl snapshot restore` makes a
+    NEW data directory with --name, --initial-cluster and --initial-advertise-peer-urls
+    of the member; kubernetes.io "Operating etcd clusters for Kubernetes" (restoring):
+    stop every API server, restore, start them again. Here: the restore is made inside
+    the running etcd container (etcdutl of the server's version), then every static pod
+    stops (their manifests leave kubelet's directory), the old `member` directory moves
+    aside to /var/lib/etcd-before-restore-<time>, the restored one takes its place, and
+    the pods start again; `wait_ready()` waits for this node's API server. Whatever
+    fails after the pods stopped, they are started again (with the old data when the
+    swap did not happen).
+
+    Raises:
+        BackupError: the snapshot is missing or invalid, or a step failed (its words).
+    """
+    import shutil
+
+    import certificates  # the static pods' stop and start (kubelet's manifest directory)
+
+    source = host.path(path)
+    if not source.is_file():
+        raise BackupError(f"no snapshot at {path}")
+    name, peer = member_flags(host)
+    container = etcd_container(host)
+    staged, restored = host.path(RESTORE_SOURCE), host.path(RESTORED)
+    shutil.rmtree(restored, ignore_errors=True)
+    shutil.copyfile(source, staged)
+    staged.chmod(0o600)
+    try:
+        info = status(host, container, RESTORE_SOURCE)
+        _exec(host, container, *restore_command(RESTORE_SOURCE, name, peer, RESTORED))
+    except CommandError as e:
+        shutil.rmtree(restored, ignore_errors=True)
+        raise BackupError(f"etcdutl snapshot restore failed: {e.last_line}") from None
+    finally:
+        staged.unlink(missing_ok=True)
+    stamp = now.astimezone(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    previous = f"{DATA_DIR}-before-restore-{stamp}"
+    manifests, parked = host.path(certificates.MANIFESTS), host.path(certificates.PARKED)
+    parked.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for manifest in sorted(manifests.glob("*.yaml")):
+        manifest.rename(parked / manifest.name)
+    try:
+        sleep(certificates.RESTART_WAIT_SECONDS)  # kubelet stops etcd and the API server
+        aside, member = host.path(previous), host.path(DATA_DIR) / "member"
+        aside.mkdir(mode=0o700, parents=True, exist_ok=True)
+        member.rename(aside / "member")
+        try:
+            (restored / "member").rename(member)
+        except OSError:
+            (aside / "member").rename(member)  # etcd starts on its own data again
+            raise
+        restored.rmdir()
+    except OSError as e:
+        raise BackupError(f"the data directories could not be swapped: {e}") from None
+    finally:
+        for manifest in sorted(parked.glob("*.yaml")):
+            manifest.rename(manifests / manifest.name)
+    sleep(certificates.RESTART_WAIT_SECONDS)
+    try:
+        wait_ready()
+    except certificates.CertificateError as e:
+        raise BackupError(str(e)) from None
+    logger.warning("etcd restored from %s; the data it replaced is in %s", path, previous)
+    return Restored(source=path, revision=int(info.get("revision", 0)), previous=previous)

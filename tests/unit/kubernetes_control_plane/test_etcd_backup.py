@@ -50,7 +50,7 @@ def test_a_backup_is_a_verified_private_snapshot_with_the_way_to_copy_it(ctx, ma
     assert snapshot_content(file.read_bytes())["kv"] == {
         "/registry/secrets/default/db-password": "s3cret"
     }
-    assert list(machine.path("/var/lib/etcd").iterdir()) == []
+    assert [p.name for p in machine.path("/var/lib/etcd").iterdir()] == ["member"]
     exec_lines = [line for line in machine.lines("crictl") if " exec " in line]
     assert [line.split()[4] for line in exec_lines] == ["etcdctl", "etcdutl"]
     assert "s3cret" not in json.dumps(results)
@@ -85,7 +85,9 @@ def test_a_failed_backup_says_etcdctls_words_and_keeps_the_older_ones(ctx, machi
         ctx.run(ctx.on.action("backup-etcd"), out)
 
     assert kept(machine) == before
-    assert list(machine.path("/var/lib/etcd").iterdir()) == []  # no .part left behind
+    assert [p.name for p in machine.path("/var/lib/etcd").iterdir()] == [
+        "member"
+    ]  # no .part left behind
 
 
 def test_no_backup_without_an_etcd_member_here(ctx, machine):
@@ -164,3 +166,64 @@ def test_backup_options_out_of_range_block(ctx, machine, option, value):
     out = ctx.run(ctx.on.config_changed(), state)
     assert out.unit_status.name == "blocked"
     assert option in out.unit_status.message
+
+
+# -- restore ---------------------------------------------------------------------------
+
+
+def test_a_restore_brings_the_snapshots_state_back_and_keeps_the_old_data(
+    ctx, machine, etcd, clock
+):
+    out = bootstrapped(ctx)
+    etcd.put("/registry/configmaps/default/before", "1")
+    ctx.run(ctx.on.action("backup-etcd"), out)
+    etcd.put("/registry/configmaps/default/after", "2")
+    clock.advance(hours=1)
+    machine.kubelet.events.clear()
+
+    ctx.run(ctx.on.action("restore-etcd", params={"confirm": "yes"}), out)
+
+    assert etcd.kv == {"/registry/configmaps/default/before": "1"}
+    results = ctx.action_results
+    assert results is not None
+    assert results["restored-from"] == f"{DIR}/etcd-snapshot-20261121T090000Z.db"
+    assert results["previous-data"] == "/var/lib/etcd-before-restore-20261121T100000Z"
+    assert machine.path(f"{results['previous-data']}/member/wal").is_dir()
+    assert machine.crictl.restores == [
+        {
+            "--name": "ip-10-0-1-17",
+            "--initial-cluster": "ip-10-0-1-17=https://192.0.2.0:2380",
+            "--initial-advertise-peer-urls": "https://192.0.2.0:2380",
+            "--data-dir": "/var/lib/etcd/gpu-k8s-restored",
+        }
+    ]
+    # every control-plane pod stopped before the swap and started after it
+    stops = [pod for verb, pod in machine.kubelet.events if verb == "stop"]
+    starts = [pod for verb, pod in machine.kubelet.events if verb == "start"]
+    assert "etcd" in stops and "kube-apiserver" in stops
+    assert sorted(starts) == sorted(stops)
+    assert sorted(p.name for p in machine.path("/var/lib/etcd").iterdir()) == ["member"]
+
+
+@pytest.mark.parametrize(
+    ("params", "why"),
+    [
+        ({}, "run it again with confirm=yes"),
+        ({"confirm": "yes", "path": "/nowhere.db"}, "no snapshot at /nowhere.db"),
+    ],
+)
+def test_a_restore_is_refused_without_yes_or_a_snapshot(ctx, machine, etcd, params, why):
+    out = bootstrapped(ctx)
+    with pytest.raises(testing.ActionFailed, match=why):
+        ctx.run(ctx.on.action("restore-etcd", params=params), out)
+    assert machine.kubelet.running.keys() >= {"etcd", "kube-apiserver"}
+
+
+def test_a_restore_is_refused_with_more_than_one_control_plane_member(ctx, machine, etcd):
+    out = bootstrapped(ctx)
+    ctx.run(ctx.on.action("backup-etcd"), out)
+    etcd.add("cp-1")
+
+    with pytest.raises(testing.ActionFailed, match="restore a multi-member cluster by hand"):
+        ctx.run(ctx.on.action("restore-etcd", params={"confirm": "yes"}), out)
+    assert machine.crictl.restores == []
