@@ -271,6 +271,16 @@ class ControlPlaneMachine:
         self.uploads.append(key)
         return "[upload-certs] Storing the certificates in Secret kubeadm-certs\n"
 
+    def _init_etcd(self, name: str, address: str) -> None:
+        """The etcd phase: its static pod, its member and data directory, its client files."""
+        self.machine.write(f"{MANIFESTS}/etcd.yaml", etcd_manifest(name, address))
+        if self.etcd is None:
+            return
+        self.etcd.pki.install(self.machine.write)
+        self.etcd.add(name)
+        for part in ("snap", "wal"):  # etcd's member/{snap,wal}
+            self.machine.path(f"/var/lib/etcd/member/{part}").mkdir(parents=True)
+
     def _init(self, argv: list[str], _input: str | None) -> str:
         if argv[2:4] == ["phase", "certs"]:
             return self._certs_phase(argv)
@@ -294,18 +304,11 @@ class ControlPlaneMachine:
         name = init["nodeRegistration"]["name"]
         cluster = next(d for d in docs if d["kind"] == "ClusterConfiguration")
         self._write_apiserver_cert(name, init["localAPIEndpoint"]["advertiseAddress"], cluster)
-        if self.etcd is not None:
-            self.etcd.pki.install(self.machine.write)
-            self.etcd.add(name)
         for conf in ("controller-manager.conf", "scheduler.conf", "super-admin.conf"):
             self.machine.write(f"/etc/kubernetes/{conf}", self.machine.admin_conf, 0o600)
         for pod in STATIC_PODS:
             self.machine.write(f"{MANIFESTS}/{pod}.yaml", f"# {pod}\n")
-        address = init["localAPIEndpoint"]["advertiseAddress"]
-        self.machine.write(f"{MANIFESTS}/etcd.yaml", etcd_manifest(name, address))
-        if self.etcd is not None:  # the member's data directory (etcd's member/{snap,wal})
-            for part in ("snap", "wal"):
-                self.machine.path(f"/var/lib/etcd/member/{part}").mkdir(parents=True)
+        self._init_etcd(name, init["localAPIEndpoint"]["advertiseAddress"])
         self.pki.install(super_admin=True)
         self.kubelet.sync()
         self.api.put_object(
