@@ -7,6 +7,7 @@ import json
 import stat
 
 import pytest
+import readme_examples
 from ops import testing
 
 from fakes.control_plane import peers
@@ -54,6 +55,7 @@ def test_a_backup_is_a_verified_private_snapshot_with_the_way_to_copy_it(ctx, ma
     exec_lines = [line for line in machine.lines("crictl") if " exec " in line]
     assert [line.split()[4] for line in exec_lines] == ["etcdctl", "etcdutl"]
     assert "s3cret" not in json.dumps(results)
+    readme_examples.show("backup-etcd", readme_examples.juju_results(results))
 
 
 def test_only_the_newest_backups_are_kept(ctx, machine, etcd, clock):
@@ -203,6 +205,7 @@ def test_a_restore_brings_the_snapshots_state_back_and_keeps_the_old_data(
     assert "etcd" in stops and "kube-apiserver" in stops
     assert sorted(starts) == sorted(stops)
     assert sorted(p.name for p in machine.path("/var/lib/etcd").iterdir()) == ["member"]
+    readme_examples.show("restore-etcd", readme_examples.juju_results(results))
 
 
 @pytest.mark.parametrize(
