@@ -230,3 +230,20 @@ def test_a_restore_is_refused_with_more_than_one_control_plane_member(ctx, machi
     with pytest.raises(testing.ActionFailed, match="restore a multi-member cluster by hand"):
         ctx.run(ctx.on.action("restore-etcd", params={"confirm": "yes"}), out)
     assert machine.crictl.restores == []
+
+
+def test_a_snapshot_etcdutl_refuses_restores_nothing_and_stops_nothing(ctx, machine, etcd):
+    out = bootstrapped(ctx)
+    etcd.put("k", "now")
+    machine.write(f"{DIR}/etcd-snapshot-20261120T090000Z.db", "not a database", 0o600)
+    machine.kubelet.events.clear()
+
+    with pytest.raises(
+        testing.ActionFailed,
+        match="restore failed: etcdutl snapshot status failed: Error: invalid database$",
+    ):
+        ctx.run(ctx.on.action("restore-etcd", params={"confirm": "yes"}), out)
+
+    assert machine.kubelet.events == []
+    assert etcd.kv == {"k": "now"}
+    assert sorted(p.name for p in machine.path("/var/lib/etcd").iterdir()) == ["member"]
