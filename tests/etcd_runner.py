@@ -168,8 +168,20 @@ class ContainerRunner:
     def __init__(self, root: Path, etcd: RealEtcd):
         self.root = root
         self.etcd = etcd
-        self.running = True
         self.calls: list[list[str]] = []
+
+    @property
+    def running(self) -> bool:
+        """The etcd container runs while the member's process does."""
+        return self.etcd.process is not None
+
+    def kubelet(self, _seconds: float) -> None:
+        """One look of kubelet at its manifests: the etcd pod stops or starts with etcd.yaml."""
+        present = (self.root / "etc/kubernetes/manifests/etcd.yaml").is_file()
+        if self.running and not present:
+            self.etcd.stop()
+        elif present and not self.running:
+            self.etcd.start()
 
     def host(self) -> Host:
         return Host(runner=self, root=self.root)

@@ -15,7 +15,15 @@ import stat
 
 import pytest
 from charm_modules import load
-from etcd_runner import CONTAINER, ContainerRunner, RealEtcd, UnavailableError, binaries, write_pki
+from etcd_runner import (
+    CONTAINER,
+    ContainerRunner,
+    RealEtcd,
+    UnavailableError,
+    binaries,
+    free_port,
+    write_pki,
+)
 
 from fakes.etcd import EtcdPki
 
@@ -91,7 +99,7 @@ def test_a_snapshot_of_the_real_member_restores_what_it_held(node, tmp_path):
 def test_a_failed_snapshot_says_etcdctls_words_and_keeps_the_older(node):
     root, etcd, runner = node
     first = etcd_backup.take(runner.host(), NOW, keep=1)
-    etcd.stop()
+    etcd.client_port = free_port()  # the container runs; its member does not answer
 
     with pytest.raises(etcd_backup.BackupError, match="context deadline exceeded$"):
         etcd_backup.take(
@@ -99,4 +107,46 @@ def test_a_failed_snapshot_says_etcdctls_words_and_keeps_the_older(node):
         )
 
     assert etcd_backup.backups(runner.host()) == [first.path]
+    assert sorted(p.name for p in (root / "var/lib/etcd").iterdir()) == ["member"]
+
+
+def test_restore_etcd_brings_the_real_member_back_to_the_snapshot(node):
+    """The action's restore itself: etcdutl in the container, pods stopped, data swapped."""
+    root, etcd, runner = node
+    manifests = root / "etc/kubernetes/manifests"
+    manifests.mkdir(parents=True)
+    pod = {
+        "spec": {
+            "containers": [
+                {
+                    "name": "etcd",
+                    "command": [
+                        "etcd",
+                        f"--name={etcd.name}",
+                        f"--initial-advertise-peer-urls={etcd.peer_url}",
+                    ],
+                }
+            ]
+        }
+    }
+    (manifests / "etcd.yaml").write_text(json.dumps(pod))  # JSON is YAML
+    (manifests / "kube-apiserver.yaml").write_text("{}")
+    etcd.ctl("put", "/registry/secrets/default/before", "kept")
+    snapshot = etcd_backup.take(runner.host(), NOW, keep=2)
+    etcd.ctl("put", "/registry/secrets/default/after", "lost")
+
+    done = etcd_backup.restore(
+        runner.host(),
+        snapshot.path,
+        NOW + datetime.timedelta(hours=1),
+        sleep=runner.kubelet,
+        wait_ready=lambda: None,
+    )
+
+    assert runner.running
+    assert value(etcd, "/registry/secrets/default/before") == "kept"
+    assert value(etcd, "/registry/secrets/default/after") is None
+    assert done.previous == "/var/lib/etcd-before-restore-20261127T060000Z"
+    assert (root / done.previous.lstrip("/") / "member" / "wal").is_dir()
+    assert sorted(p.name for p in manifests.iterdir()) == ["etcd.yaml", "kube-apiserver.yaml"]
     assert sorted(p.name for p in (root / "var/lib/etcd").iterdir()) == ["member"]

@@ -34,6 +34,8 @@ import json
 import logging
 from collections.abc import Callable
 
+import certificates  # the static pods' stop and start: kubelet's manifest directory
+
 from charms.gpu_k8s.v0.system import CommandError, Host
 
 logger = logging.getLogger(__name__)
@@ -306,8 +308,6 @@ def restore(
         BackupError: the snapshot is missing or invalid, or a step failed (its words).
     """
     import shutil
-
-    import certificates  # the static pods' stop and start (kubelet's manifest directory)
 
     source = host.path(path)
     if not source.is_file():
