@@ -129,12 +129,18 @@ def status(host: Host, container: str, path: str) -> dict:
 
 
 def backups(host: Host, directory: str = BACKUP_DIR) -> list[str]:
-    """The snapshot files kept in `directory`, oldest first (the names sort by time)."""
+    """The snapshot files kept in `directory`, oldest first (by time, then `-<n>`)."""
     where = host.path(directory)
     if not where.is_dir():
         return []
-    names = sorted(p.name for p in where.glob(f"{PREFIX}*{SUFFIX}"))
+    names = sorted((p.name for p in where.glob(f"{PREFIX}*{SUFFIX}")), key=_taken_order)
     return [f"{directory}/{name}" for name in names]
+
+
+def _taken_order(name: str) -> tuple[str, int]:
+    """`etcd-snapshot-<time>[-<n>].db` -> (time, n): the n-th backup of that second."""
+    stamp, _, n = name[len(PREFIX) : -len(SUFFIX)].partition("-")
+    return stamp, int(n) if n.isdigit() else 1
 
 
 def take(
@@ -183,6 +189,10 @@ def take(
         part.with_name(part.name + ".part").unlink(missing_ok=True)
     taken = now.astimezone(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     target = f"{directory}/{PREFIX}{taken}{SUFFIX}"
+    n = 1
+    while host.path(target).exists():  # a backup never replaces another
+        n += 1
+        target = f"{directory}/{PREFIX}{taken}-{n}{SUFFIX}"
     where = host.path(directory)
     where.mkdir(mode=0o700, parents=True, exist_ok=True)
     where.chmod(0o700)

@@ -72,6 +72,20 @@ def test_only_the_newest_backups_are_kept(ctx, machine, etcd, clock):
     assert ctx.action_results is not None and ctx.action_results["kept"] == 2
 
 
+def test_two_backups_in_one_second_are_both_kept_newest_last(ctx, machine, etcd, clock):
+    """A backup never overwrites another (data is never lost): same second, a new name."""
+    out = bootstrapped(ctx, **{"etcd-backups-kept": 2})
+    for value in ("first", "second", "third"):
+        etcd.put("k", value)
+        ctx.run(ctx.on.action("backup-etcd"), out)
+    assert kept(machine) == [
+        "etcd-snapshot-20261121T090000Z-2.db",
+        "etcd-snapshot-20261121T090000Z-3.db",
+    ]
+    assert ctx.action_results is not None
+    assert ctx.action_results["path"].endswith("etcd-snapshot-20261121T090000Z-3.db")
+
+
 def test_a_failed_backup_says_etcdctls_words_and_keeps_the_older_ones(ctx, machine, etcd, clock):
     out = bootstrapped(ctx, **{"etcd-backups-kept": 1})
     ctx.run(ctx.on.action("backup-etcd"), out)
