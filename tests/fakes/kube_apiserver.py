@@ -1667,6 +1667,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     timeout = 10  # idle keep-alive connections end by themselves
 
     def setup(self) -> None:
+        # Over TLS the handshake runs here, not in accept() (do_handshake_on_connect is
+        # off): a client that drops it fails this request, whose socket the server closes,
+        # instead of leaving a half-made SSLSocket to the garbage collector (a
+        # ResourceWarning in whichever test runs then; as c52317c did for test_api_proxy)
+        handshake = getattr(self.request, "do_handshake", None)
+        if handshake is not None:
+            handshake()
         super().setup()
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         with self.server.api._lock:  # type: ignore[attr-defined]
