@@ -192,20 +192,8 @@ APPLY_PATCH_TYPE = "application/apply-patch+yaml"
 MERGE_PATCH_TYPES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
 
 
-class ApiError(Exception):
-    """An error answered as a `Status` body."""
-
-    def __init__(self, code: int, reason: str, message: str, details: dict | None = None):
-        super().__init__(message)
-        self.code, self.reason, self.message, self.details = code, reason, message, details
-
-    def status(self) -> dict:
-        """The `Status` object the real API server would send."""
-        body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure"}
-        body.update(message=self.message, reason=self.reason, code=self.code)
-        if self.details is not None:
-            body["details"] = self.details
-        return body
+class ApiError(AuthError):
+    """An error answered as a `Status` body (the same shape as kube_auth's refusals)."""
 
 
 def _not_found(plural: str, name: str) -> ApiError:

@@ -607,6 +607,14 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             results["certificates"] = renewal.report(peers)
         event.set_results(results)
 
+    def _action_config(self, event: ops.ActionEvent) -> Config | None:
+        """The charm's config for an action, or None after failing it with why not."""
+        try:
+            return self.load_config(Config, errors="raise")
+        except ValueError as e:
+            event.fail(f"Invalid config: {e}")
+            return None
+
     def _on_renew_certificates(self, event: ops.ActionEvent) -> None:
         """Renew this node's certificates now, in turn (see `renewal.py`)."""
         event.load_params(NoParams, errors="fail")
@@ -615,11 +623,10 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         if peers is None or not ctx.joined():
             event.fail("this unit has not joined the cluster yet; retry once it is Ready")
             return
-        try:
-            days = self.load_config(Config, errors="raise").certificate_renewal_days
-        except ValueError as e:
-            event.fail(f"Invalid config: {e}")
+        config = self._action_config(event)
+        if config is None:
             return
+        days = config.certificate_renewal_days
         cert = self._renewal(ctx, peers, days)
         holder = cert.turn()
         bag = peers.app
@@ -665,11 +672,10 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         if not bootstrap.is_bootstrapped(self.host):
             event.fail("this unit has not joined the cluster yet; retry once it is Ready")
             return
-        try:
-            keep = self.load_config(Config, errors="raise").etcd_backups_kept
-        except ValueError as e:
-            event.fail(f"Invalid config: {e}")
+        config = self._action_config(event)
+        if config is None:
             return
+        keep = config.etcd_backups_kept
         event.log("taking a snapshot of this node's etcd member")
         try:
             snapshot = etcd_backup.take(self.host, self.clock(), keep=keep)
