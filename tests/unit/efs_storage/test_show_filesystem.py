@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 from efs_env import status_texts
 from ops import testing
+
+import charm
 
 
 def test_show_filesystem_reports_an_owned_file_system_and_its_claims(ctx, env, scan):
@@ -83,3 +88,17 @@ def test_show_filesystem_says_the_claims_are_unknown_while_the_api_does_not_answ
     env.api.inject(status=503, times=5, method="GET", path_prefix="/api/v1/persistentvolumes")
     ctx.run(ctx.on.action("show-filesystem"), env.state())
     assert ctx.action_results["claims"] == "unknown (Kubernetes API: 503 ServiceUnavailable)"
+
+
+def test_show_filesystem_runs_without_the_machine_lock_and_leaves_the_machine(
+    ctx, env, unit_machine
+):
+    """Why it may be `parallel: true` (tests/unit/tensorflow/test_machine_lock.py)."""
+    spec = yaml.safe_load((Path(charm.__file__).parents[1] / "charmcraft.yaml").read_text())
+    assert spec["actions"]["show-filesystem"].get("parallel") is True
+    agent = testing.Relation("cos-agent", remote_app_name="opentelemetry-collector")
+    out = ctx.run(ctx.on.install(), env.state(relations=[agent]))
+    assert unit_machine.calls, "a hook serves the unit's state on the machine"
+    before = len(unit_machine.calls)
+    ctx.run(ctx.on.action("show-filesystem"), out)
+    assert unit_machine.calls[before:] == []

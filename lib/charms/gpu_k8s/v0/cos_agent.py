@@ -52,6 +52,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -64,7 +65,7 @@ from charms.gpu_k8s.v0.system import CommandError, Host
 
 LIBID = "1cb866710020485e9918fd12ba134c6b"
 LIBAPI = 0
-LIBPATCH = 5
+LIBPATCH = 6
 
 logger = logging.getLogger(__name__)
 
@@ -267,6 +268,13 @@ class CosAgentProvider(ops.Object):
     def _on_commit(self, _: ops.EventBase) -> None:
         """The hook has ended and its status is decided: serve it, or stop serving."""
         assert self._host is not None
+        if os.environ.get("JUJU_ACTION_NAME"):
+            # Juju sets JUJU_ACTION_NAME in an action's environment only (Juju docs, "Hook
+            # and action environment variables"). An action is not a hook (the file says
+            # when the last hook ended), and a `parallel: true` action runs without the
+            # machine lock, beside other charms' hooks: it leaves the machine's shared
+            # unit-state server alone.
+            return
         host = self._host()
         unit = self.charm.unit.name
         # A failure here must not fail the hook (the commit would be lost with it: ops
