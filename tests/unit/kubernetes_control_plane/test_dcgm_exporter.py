@@ -77,7 +77,8 @@ def test_steps_aside_while_the_mig_manager_changes_a_node(ctx, bootstrapped, api
 
     template = api.get_object(DS)["spec"]["template"]
     # reconfigure.go sets nvidia.com/gpu.deploy.dcgm-exporter to paused-for-mig-change,
-    # then waits until no pod labelled app=nvidia-dcgm-exporter is left in gpu-k8s-gpu (its DEFAULT_GPU_CLIENTS_NAMESPACE)
+    # then waits until no pod labelled app=nvidia-dcgm-exporter is left in gpu-k8s-gpu (its
+    # DEFAULT_GPU_CLIENTS_NAMESPACE)
     assert template["metadata"]["labels"]["app"] == "nvidia-dcgm-exporter"
     terms = template["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"

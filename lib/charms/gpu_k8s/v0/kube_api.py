@@ -49,8 +49,7 @@ _WORD = re.compile(r"^[a-z0-9.\-/*]*$", re.IGNORECASE)
 # kube-node-lease, default: kubernetes.io/docs/concepts/overview/working-with-objects/
 # namespaces, "Initial namespaces"; the page also says the `kube-` prefix is reserved, which
 # `check_policy` refuses as a whole) and those the control plane fills: gpu-k8s-system (GPU
-# validation pods), gpu-k8s-gpu (the privileged NVIDIA components, Pod Security
-# `privileged`: a consumer there could run anything on any node), the batch engines' jobset-system and kueue-system (their release
+# validation pods), the batch engines' jobset-system and kueue-system (their release
 # manifests' config/default kustomizations), flannel's kube-flannel (files/kube-flannel.yml)
 # and, for the NetworkPolicy CNI of issue 29 item 4, Calico's operator install
 # (tigera-operator and calico-system: projectcalico/calico manifests/ocp/00-namespace-*;
@@ -64,7 +63,7 @@ SYSTEM_NAMESPACES = frozenset(
         "kube-node-lease",
         "kube-flannel",
         "gpu-k8s-system",
-        "gpu-k8s-gpu",
+        "gpu-k8s-gpu",  # the privileged NVIDIA components (Pod Security `privileged`)
         "jobset-system",
         "kueue-system",
         "tigera-operator",
