@@ -133,18 +133,39 @@ class Addons:
             return
         kube = self._kube()
         if want:
+            if self._moving(kube, what, objects):
+                return
             for manifest in objects:
                 kube.apply(manifest, field_manager=FIELD_MANAGER)
             bag[key] = want
             logger.info("applied %s %s", what, want)
             return
         for manifest in reversed(objects):
+            if manifest["kind"] == "Namespace":  # shared with the MIG manager, which stays
+                continue
             meta = manifest["metadata"]
             kube.delete(
                 manifest["apiVersion"], manifest["kind"], meta["name"], meta.get("namespace")
             )
         del bag[key]
         logger.info("removed %s: no worker reports GPUs any more", what)
+
+    @staticmethod
+    def _moving(kube: Kube, what: str, objects: list[dict[str, Any]]) -> bool:
+        """Whether `what` is still leaving kube-system (device_plugin.retire_legacy).
+
+        The new objects are applied, and the fingerprint recorded, only once no pod of the
+        old DaemonSet is left; until then each hook looks again.
+        """
+        left = device_plugin.retire_legacy(kube, objects)
+        if left:
+            logger.info(
+                "moving %s to %s: waiting for %s to stop",
+                what,
+                device_plugin.NAMESPACE,
+                ", ".join(left),
+            )
+        return bool(left)
 
     def apply_mig_manager(self, config: Config, bag: Bag) -> None:
         """Run NVIDIA's MIG manager once a worker reports MIG-capable GPUs; keep it after.
@@ -157,6 +178,10 @@ class Addons:
             return
         objects = mig_manager.manifests(gpus, config.image_registry)
         want = fingerprint(objects, mig_manager.VERSION)
+        if bag.get(MIG_MANAGER_KEY) != want and self._moving(
+            self._kube(), "the NVIDIA MIG manager", objects
+        ):
+            return
         if self._apply_once(MIG_MANAGER_KEY, objects, want, bag):
             logger.info("applied the NVIDIA MIG manager %s for %d GPU models", want, len(gpus))
 

@@ -15,8 +15,9 @@ pod it is allocated to through kubelet's pod-resources socket, which adds `pod`,
 `namespace` and `container` labels to that GPU's metrics. It steps aside while NVIDIA's
 MIG manager repartitions the node: that manager sets `nvidia.com/gpu.deploy.dcgm-exporter`
 to `paused-for-mig-change` and waits until no pod labelled `app=nvidia-dcgm-exporter` is
-left in kube-system (NVIDIA/mig-parted v0.15.0 pkg/mig/reconfigure/reconfigure.go
-dcgmExporterDeployLabel, waitForPodDeletion), as for the device plugin.
+left in its DEFAULT_GPU_CLIENTS_NAMESPACE, device_plugin.NAMESPACE (NVIDIA/mig-parted
+v0.15.0 pkg/mig/reconfigure/reconfigure.go dcgmExporterDeployLabel, waitForPodDeletion),
+as for the device plugin.
 
 The metrics are ours to choose (COUNTERS, mounted over the image's own list): the
 exporter's defaults that the dashboards and alert rules use, plus the ECC and
@@ -92,7 +93,7 @@ def counters_text() -> str:
 
 
 def manifests(image_registry: str = "") -> list[dict]:
-    """The ConfigMap and the DaemonSet, in the order they are applied.
+    """The Namespace, the ConfigMap and the DaemonSet, in the order they are applied.
 
     `image_registry` (the charm's `image-registry`, validated) moves the image there.
     """
@@ -156,4 +157,5 @@ def manifests(image_registry: str = "") -> list[dict]:
             {"name": "counters", "configMap": {"name": f"{NAME}-counters"}},
         ],
     }
-    return [config_map, device_plugin.daemon_set(NAME, MIG_CLIENT_POD_LABEL, digest, pod_spec)]
+    ds = device_plugin.daemon_set(NAME, MIG_CLIENT_POD_LABEL, digest, pod_spec)
+    return [device_plugin.namespace(), config_map, ds]

@@ -33,18 +33,26 @@ nvidia-device-plugin/templates/daemonset-device-plugin.yml` (host `/var/run/cdi`
 from __future__ import annotations
 
 import hashlib
+from typing import TYPE_CHECKING
 
 import yaml
-from literals import FIELD_MANAGER, MANAGED_BY_LABEL
+from literals import FIELD_MANAGER, GPU_NAMESPACE, MANAGED_BY_LABEL, PRIVILEGED_POD_SECURITY
 
 from charms.gpu_k8s.v0 import images
+
+if TYPE_CHECKING:
+    from charms.gpu_k8s.v0.kubeclient import Kube
 
 # The newest release tag of NVIDIA/k8s-device-plugin on 2026-11-23 (v0.20.0, tagged
 # 2026-08-19; its deployments/static/nvidia-device-plugin.yml and the Helm chart's
 # image.repository + appVersion name this image).
 VERSION = "v0.20.0"
 IMAGE = f"nvcr.io/nvidia/k8s-device-plugin:{VERSION}"
-NAMESPACE = "kube-system"
+# Its own namespace, Pod Security `privileged` (literals.GPU_NAMESPACE), shared with the DCGM
+# exporter and the MIG manager only. Clusters set up before issue 29 ran all three in
+# LEGACY_NAMESPACE; addons.py moves them (retire_legacy below).
+NAMESPACE = GPU_NAMESPACE
+LEGACY_NAMESPACE = "kube-system"
 NAME = "nvidia-device-plugin"
 GPU_NODE_LABEL = "nvidia.com/gpu.present"
 # The plugin steps aside while NVIDIA's MIG manager repartitions a node (mig_manager.py):
@@ -163,6 +171,24 @@ def _container(mig_strategy: str, image_registry: str) -> dict:
     return container
 
 
+def namespace() -> dict:
+    """The namespace of the GPU components, labelled Pod Security `privileged`.
+
+    Each of them needs what `baseline` refuses (kubernetes.io/docs/concepts/security/
+    pod-security-standards/, "Baseline": HostPath Volumes, Host Namespaces, Privileged
+    Containers, Capabilities beyond the default set): the plugin hostPath volumes and
+    SYS_ADMIN, the exporter the host network, a hostPath and SYS_ADMIN, the MIG manager a
+    privileged container with the host's PID and IPC namespaces. The labels pin the version
+    as the other namespaces' do (literals.pod_security_labels).
+    """
+    labels = {MANAGED_BY_LABEL: FIELD_MANAGER, **PRIVILEGED_POD_SECURITY}
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": NAMESPACE, "labels": labels},
+    }
+
+
 def stepping_aside(deploy_label: str) -> dict:
     """Node affinity: on GPU nodes unless `deploy_label` says STEPPED_ASIDE (MIG changes)."""
     expression = {"key": deploy_label, "operator": "NotIn", "values": list(STEPPED_ASIDE)}
@@ -176,7 +202,7 @@ def stepping_aside(deploy_label: str) -> dict:
 
 
 def daemon_set(name: str, pod_labels: dict, digest: str, pod_spec: dict) -> dict:
-    """A kube-system DaemonSet of the charm's, its pods rolled when `digest` changes."""
+    """A DaemonSet of the charm's in NAMESPACE, its pods rolled when `digest` changes."""
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
@@ -200,7 +226,7 @@ def daemon_set(name: str, pod_labels: dict, digest: str, pod_spec: dict) -> dict
 
 
 def manifests(mig_strategy: str, replicas: int, image_registry: str = "") -> list[dict]:
-    """The RuntimeClass, ConfigMap and DaemonSet, in the order they are applied.
+    """The Namespace, RuntimeClass, ConfigMap and DaemonSet, in the order they are applied.
 
     `image_registry` (the charm's `image-registry`, validated) moves the image there.
     """
@@ -216,6 +242,10 @@ def manifests(mig_strategy: str, replicas: int, image_registry: str = "") -> lis
     pod_spec = {
         "runtimeClassName": RUNTIME_CLASS,
         "priorityClassName": "system-node-critical",
+        # The plugin talks to kubelet over its socket, never to the API server (with one
+        # config file and no config-manager sidecar, which alone needs the chart's
+        # ServiceAccount): no token in the pod.
+        "automountServiceAccountToken": False,
         "nodeSelector": {GPU_NODE_LABEL: "true"},
         "affinity": stepping_aside(DEPLOY_LABEL),
         "tolerations": [
@@ -230,4 +260,47 @@ def manifests(mig_strategy: str, replicas: int, image_registry: str = "") -> lis
             {"name": "driver-root", "hostPath": {"path": HOST_DRIVER_ROOT, "type": "Directory"}},
         ],
     }
-    return [runtime_class(), config_map, daemon_set(NAME, MIG_CLIENT_POD_LABEL, digest, pod_spec)]
+    ds = daemon_set(NAME, MIG_CLIENT_POD_LABEL, digest, pod_spec)
+    return [namespace(), runtime_class(), config_map, ds]
+
+
+def retire_legacy(kube: Kube, objects: list[dict]) -> list[str]:
+    """Delete the LEGACY_NAMESPACE copies of `objects`; the names of their pods still there.
+
+    The new DaemonSet must not start on a node while the old one's pod runs there, so the
+    old goes first and the caller applies `objects` once this returns nothing:
+    - two device plugins of one resource share one socket, `nvidia-gpu.sock` in
+      /var/lib/kubelet/device-plugins (k8s-device-plugin internal/plugin/server.go), and
+      kubelet keys a plugin by resource name and socket path: when the old one stops after
+      the new one registered, kubelet disconnects both (pkg/kubelet/cm/devicemanager/plugin/
+      v1beta1/handler.go runClient, deregisterClient) and marks the resource's devices
+      unhealthy on the one endpoint it keeps, the new one's (manager.go PluginDisconnected,
+      markResourceUnhealthy, setStopTime), and drops the resource from the node 5 minutes
+      later (endpoint.go endpointStopGracePeriod) while the new plugin, which registers
+      again only when kubelet.sock is created anew (cmd/nvidia-device-plugin/main.go),
+      still runs: the node would be left without GPUs;
+    - a plugin that stops and another that registers within those 5 minutes keep the
+      node's capacity, and running pods keep their devices (the checkpoint): what a
+      DaemonSet rolling update of the plugin does anyway (maxUnavailable 1, no surge);
+    - two DCGM exporters cannot both listen on the host's port 9400, and two MIG managers
+      would both act on one `nvidia.com/mig.config` change.
+    Only objects this charm made (its managed-by label on the DaemonSet) are deleted; the
+    DaemonSet's pods go with it (garbage collection, background), so the names returned are
+    pods still terminating, for the caller to wait on (its next hook).
+    """
+    daemon_sets = [o for o in objects if o["kind"] == "DaemonSet"]
+    left: list[str] = []
+    for ds in daemon_sets:
+        name = ds["metadata"]["name"]
+        old = kube.get("apps/v1", "DaemonSet", name, LEGACY_NAMESPACE)
+        labels = ((old or {}).get("metadata") or {}).get("labels") or {}
+        if old is not None and labels.get(MANAGED_BY_LABEL) == FIELD_MANAGER:
+            for obj in objects:
+                if obj["metadata"].get("namespace") == NAMESPACE:
+                    kind, obj_name = obj["kind"], obj["metadata"]["name"]
+                    kube.delete(obj["apiVersion"], kind, obj_name, LEGACY_NAMESPACE)
+        pods = kube.list(
+            "v1", "Pod", LEGACY_NAMESPACE, label_selector=f"app.kubernetes.io/name={name}"
+        )
+        left += [f"{LEGACY_NAMESPACE}/{p['metadata']['name']}" for p in pods]
+    return left

@@ -46,6 +46,12 @@ from charms.gpu_k8s.v0 import images
 # matrix names Kubernetes 1.36 (README.md at v2.20.0; built with client-go v0.36.3).
 VERSION = "v2.20.0"
 IMAGE = f"registry.k8s.io/kube-state-metrics/kube-state-metrics:{VERSION}"
+# kube-system, where upstream's examples/standard manifests put it: it runs as nobody with
+# no capability and no host path, but on the host's network (its COS agent scrapes it at
+# 127.0.0.1), which Pod Security `baseline` refuses; kube-system enforces no level (no
+# label: the admission plugin's default, privileged) and holds kubeadm's own components.
+# Not in literals.GPU_NAMESPACE: that one holds the privileged GPU components and nothing
+# else (issue 29 item 3).
 NAMESPACE = "kube-system"
 NAME = "kube-state-metrics"
 PORT = 8080  # /metrics, /livez

@@ -116,6 +116,18 @@ PROVISIONER_POD_SECURITY = pod_security_labels("baseline")
 # worker credential would need to take a node). rbac.manifests labels it.
 GPU_VALIDATION_POD_SECURITY = pod_security_labels("baseline")
 
+# Where the privileged GPU components run: NVIDIA's device plugin, DCGM exporter and MIG
+# manager (device_plugin.py, dcgm_exporter.py, mig_manager.py), and nothing else (issue 29
+# item 3). Pod Security `privileged` (kubernetes.io/docs/concepts/security/
+# pod-security-standards/ "Privileged": unrestricted), because the MIG manager runs
+# privileged with the host's PID and IPC namespaces and / mounted, and all three mount host
+# paths, which `baseline` refuses. No kube-api consumer may name it (kube_api's reserved
+# namespaces), and no grant but these components' own ServiceAccounts binds anything in it.
+# Another privileged component (the EFS CSI driver's node DaemonSet) gets a namespace of its
+# own labelled PRIVILEGED_POD_SECURITY, not this one: "nothing else runs there".
+GPU_NAMESPACE = "gpu-k8s-gpu"
+PRIVILEGED_POD_SECURITY = pod_security_labels("privileged")
+
 # Worker credentials: a ServiceAccount each worker uses to label, drain and validate itself.
 WORKER_NAMESPACE = "kube-system"
 WORKER_SERVICE_ACCOUNT = "gpu-k8s-worker"

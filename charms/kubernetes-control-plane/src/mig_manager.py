@@ -10,7 +10,7 @@ NVIDIA's own sequence (NVIDIA/mig-parted v0.15.0 `pkg/mig/reconfigure/reconfigur
 `nvidia.com/mig.config.state=pending`; `nvidia.com/gpu.deploy.device-plugin` set to
 `paused-for-mig-change`, which takes the device plugin off the node (its node affinity
 excludes that value, see `device_plugin.py`), waiting until no pod labelled
-`app=nvidia-device-plugin-daemonset` is left on it in kube-system; `nvidia-mig-parted
+`app=nvidia-device-plugin-daemonset` is left on it in device_plugin.NAMESPACE; `nvidia-mig-parted
 apply` of the named config; with CDI, `nvidia-smi` and a management CDI spec; the label
 back to `true`; then `nvidia.com/mig.config.state=success` (or `failed`), which the
 worker waits for. This module writes no MIG logic of its own.
@@ -56,7 +56,7 @@ from charms.gpu_k8s.v0 import images
 VERSION = "v0.15.0"
 IMAGE = f"nvcr.io/nvidia/cloud-native/k8s-mig-manager:{VERSION}"
 NAME = "nvidia-mig-manager"
-NAMESPACE = "kube-system"
+NAMESPACE = device_plugin.NAMESPACE
 CONFIG_MAP = f"{NAME}-config"
 CLIENTS_CONFIG_MAP = f"{NAME}-gpu-clients"
 RBAC = "rbac.authorization.k8s.io/v1"
@@ -336,6 +336,7 @@ def manifests(gpus: Iterable[MigGpu], image_registry: str = "") -> list[dict]:
     # `app` as upstream labels the pods, for `kubectl logs -l app=...`
     daemon_set = device_plugin.daemon_set(NAME, {"app": NAME}, digest, _pod_spec(image_registry))
     return [
+        device_plugin.namespace(),
         *_rbac(labels),
         config_map(CONFIG_MAP, "config.yaml", text),
         config_map(CLIENTS_CONFIG_MAP, "clients.yaml", CLIENTS_TEXT),

@@ -37,6 +37,9 @@ LABEL_DEPLOY_PLUGIN = "nvidia.com/gpu.deploy.device-plugin"
 # What mig-manager sets the plugin's deploy label to while it changes the layout
 # (reconfigure.go maybeSetPaused); the worker leaves that value alone.
 PAUSED = "paused-for-mig-change"
+# Where the control plane runs NVIDIA's MIG manager (its literals.GPU_NAMESPACE: the
+# privileged GPU components' namespace, kube-system before issue 29).
+MIG_MANAGER_NAMESPACE = "gpu-k8s-gpu"
 # Layout names as mig-parted's own configs name them (deployments/systemd/
 # config-default.yaml): all-disabled, all-enabled, all-<profile> such as all-1g.10gb;
 # a profile's `+me` is written `.me` (pkg/mig/builder/builder.go normalizeProfileName),
@@ -150,7 +153,7 @@ def decide(
             Act.BLOCK,
             f"MIG layout {layout}: NVIDIA mig-manager has not answered for "
             f"{int(elapsed // 60)} minutes (state: {state or 'not started'}); check its pod "
-            "in kube-system",
+            f"in {MIG_MANAGER_NAMESPACE}",
         )
     return Decision(Act.WAIT, waiting_message(layout, labels))
 
@@ -189,8 +192,9 @@ def waiting_message(layout: str, labels: Mapping[str, str]) -> str:
 def failed_message(layout: str, node: str, unit: str) -> str:
     """Blocked status when mig-manager failed: where to look and how to retry."""
     return (
-        f"MIG layout {layout} failed on node {node}: see `kubectl -n kube-system logs $(kubectl "
-        "-n kube-system get pod -l app=nvidia-mig-manager --field-selector "
+        f"MIG layout {layout} failed on node {node}: see `kubectl -n {MIG_MANAGER_NAMESPACE} "
+        f"logs $(kubectl -n {MIG_MANAGER_NAMESPACE} get pod -l app=nvidia-mig-manager "
+        "--field-selector "
         f"spec.nodeName={node} -o name)`; a MIG mode change may need a reboot (`juju ssh "
         f"{unit} -- sudo reboot`: the layout is applied again at boot); the node stays "
         "cordoned and keeps its turn"

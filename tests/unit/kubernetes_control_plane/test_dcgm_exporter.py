@@ -14,8 +14,8 @@ from ops import testing
 
 from fakes.control_plane import join_workers, peer, peers, worker_bag, workers_relation
 
-DS = "/apis/apps/v1/namespaces/kube-system/daemonsets/dcgm-exporter"
-CM = "/api/v1/namespaces/kube-system/configmaps/dcgm-exporter-counters"
+DS = "/apis/apps/v1/namespaces/gpu-k8s-gpu/daemonsets/dcgm-exporter"
+CM = "/api/v1/namespaces/gpu-k8s-gpu/configmaps/dcgm-exporter-counters"
 GPUS = [{"model": "NVIDIA A10G", "count": 4}]
 # Every field name NVIDIA's exporter documents in its collectors files (recorded from
 # NVIDIA/dcgm-exporter, see the fixture's header).
@@ -77,7 +77,8 @@ def test_steps_aside_while_the_mig_manager_changes_a_node(ctx, bootstrapped, api
 
     template = api.get_object(DS)["spec"]["template"]
     # reconfigure.go sets nvidia.com/gpu.deploy.dcgm-exporter to paused-for-mig-change,
-    # then waits until no pod labelled app=nvidia-dcgm-exporter is left in kube-system
+    # then waits until no pod labelled app=nvidia-dcgm-exporter is left in gpu-k8s-gpu (its
+    # DEFAULT_GPU_CLIENTS_NAMESPACE)
     assert template["metadata"]["labels"]["app"] == "nvidia-dcgm-exporter"
     terms = template["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"
@@ -120,7 +121,8 @@ def test_the_counters_are_documented_dcgm_fields_and_cover_the_alert_rules(ctx, 
 def test_manifests_are_valid_kubernetes_objects():
     for obj in dcgm_exporter.manifests("registry.example.com/mirror"):
         kubernetes_validate.validate(obj, "1.35.0", strict=True)
-    (_, ds) = dcgm_exporter.manifests("registry.example.com/mirror")
+    (namespace, _, ds) = dcgm_exporter.manifests("registry.example.com/mirror")
+    assert namespace["metadata"]["name"] == "gpu-k8s-gpu"
     image = ds["spec"]["template"]["spec"]["containers"][0]["image"]
     assert image == "registry.example.com/mirror/nvidia/k8s/dcgm-exporter:4.6.1-4.8.4-distroless"
 

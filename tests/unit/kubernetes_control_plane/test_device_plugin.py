@@ -12,8 +12,8 @@ from ops import testing
 
 from fakes.control_plane import join_workers, peer, peers, worker_bag, workers_relation
 
-DS = "/apis/apps/v1/namespaces/kube-system/daemonsets/nvidia-device-plugin"
-CM = "/api/v1/namespaces/kube-system/configmaps/nvidia-device-plugin-config"
+DS = "/apis/apps/v1/namespaces/gpu-k8s-gpu/daemonsets/nvidia-device-plugin"
+CM = "/api/v1/namespaces/gpu-k8s-gpu/configmaps/nvidia-device-plugin-config"
 GPUS = [{"model": "NVIDIA A10G", "count": 4}]
 NAME = "nvidia-device-plugin"
 
@@ -55,7 +55,7 @@ def test_steps_aside_while_the_mig_manager_changes_a_node(ctx, bootstrapped, api
 
     ds = api.get_object(DS)
     # reconfigure.go sets this label to paused-for-mig-change, then waits until no pod
-    # labelled app=nvidia-device-plugin-daemonset is left on the node in kube-system
+    # labelled app=nvidia-device-plugin-daemonset is left on the node in gpu-k8s-gpu
     terms = ds["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"
     ]["nodeSelectorTerms"]

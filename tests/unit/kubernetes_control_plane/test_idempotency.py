@@ -122,7 +122,7 @@ def test_leader_event_twice_is_idempotent(ctx, machine, api, settled, name):
     ]
     assert sas == ([] if name == "kube_api_broken" else ["tensorflow"])
     assert len([s for s in out2.secrets if s.label == JOIN_LABEL]) == 1
-    daemon_sets = api.objects("/apis/apps/v1/namespaces/kube-system/daemonsets/")
+    daemon_sets = api.objects("/apis/apps/v1/namespaces/gpu-k8s-gpu/daemonsets/")
     assert sorted(d["metadata"]["name"] for d in daemon_sets) == [
         "dcgm-exporter",
         "nvidia-device-plugin",

@@ -13,7 +13,7 @@ from fakes.control_plane import join_workers, peer, peers, worker_bag, workers_r
 
 MIRROR = "registry.example.com:5000/mirror"
 OTHER = "mirror.internal/k8s"
-DS = "/apis/apps/v1/namespaces/kube-system/daemonsets/nvidia-device-plugin"
+DS = "/apis/apps/v1/namespaces/gpu-k8s-gpu/daemonsets/nvidia-device-plugin"
 FLANNEL_DS = "/apis/apps/v1/namespaces/kube-flannel/daemonsets/kube-flannel-ds"
 KUBEADM_CONFIG = "/api/v1/namespaces/kube-system/configmaps/kubeadm-config"
 CONTAINERD_CONFIG = "/etc/containerd/config.toml"

@@ -11,16 +11,16 @@ from ops import testing
 
 from fakes.control_plane import join_workers, peer, peers, worker_bag, workers_relation
 
-NS = "/api/v1/namespaces/kube-system"
-DS = "/apis/apps/v1/namespaces/kube-system/daemonsets/nvidia-mig-manager"
+NS = "/api/v1/namespaces/gpu-k8s-gpu"
+DS = "/apis/apps/v1/namespaces/gpu-k8s-gpu/daemonsets/nvidia-mig-manager"
 CONFIG = f"{NS}/configmaps/nvidia-mig-manager-config"
 CLIENTS = f"{NS}/configmaps/nvidia-mig-manager-gpu-clients"
 SA = f"{NS}/serviceaccounts/nvidia-mig-manager"
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
 CLUSTER_ROLE = f"{RBAC}/clusterroles/nvidia-mig-manager"
 CLUSTER_ROLE_BINDING = f"{RBAC}/clusterrolebindings/nvidia-mig-manager"
-ROLE = f"{RBAC}/namespaces/kube-system/roles/nvidia-mig-manager"
-ROLE_BINDING = f"{RBAC}/namespaces/kube-system/rolebindings/nvidia-mig-manager"
+ROLE = f"{RBAC}/namespaces/gpu-k8s-gpu/roles/nvidia-mig-manager"
+ROLE_BINDING = f"{RBAC}/namespaces/gpu-k8s-gpu/rolebindings/nvidia-mig-manager"
 ALL = (DS, CONFIG, CLIENTS, SA, CLUSTER_ROLE, CLUSTER_ROLE_BINDING, ROLE, ROLE_BINDING)
 
 # What `nvidia-smi mig -lgip` lists as "Instances Total" per GPU-instance profile
@@ -75,7 +75,7 @@ def pod_spec(api) -> dict:
 def test_applied_only_once_a_mig_capable_worker_joins(ctx, bootstrapped, api):
     rel = workers_relation({0: worker_bag("cpu-0"), 1: worker_bag("gpu-0", [A10G])})
     out = join_workers(ctx, bootstrapped, rel, api)
-    assert api.get_object("/apis/apps/v1/namespaces/kube-system/daemonsets/nvidia-device-plugin")
+    assert api.get_object("/apis/apps/v1/namespaces/gpu-k8s-gpu/daemonsets/nvidia-device-plugin")
     assert all(api.get_object(path) is None for path in ALL)
     assert "mig-manager" not in peer(out).local_app_data
 
@@ -189,7 +189,7 @@ def test_daemon_set_runs_upstream_image_on_mig_manager_nodes(ctx, bootstrapped, 
         "CONFIG_FILE": "/mig-parted-config/config.yaml",
         "GPU_CLIENTS_FILE": "/gpu-clients/clients.yaml",
         "HOST_ROOT_MOUNT": "/host",
-        "DEFAULT_GPU_CLIENTS_NAMESPACE": "kube-system",
+        "DEFAULT_GPU_CLIENTS_NAMESPACE": "gpu-k8s-gpu",
         "WITH_REBOOT": "false",
         "WITH_SHUTDOWN_HOST_GPU_CLIENTS": "false",
         "CDI_ENABLED": "true",
@@ -227,7 +227,7 @@ def test_rbac_is_what_the_mig_manager_calls_and_no_more(ctx, bootstrapped, api):
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"]}
     ]
     subject = [
-        {"kind": "ServiceAccount", "name": "nvidia-mig-manager", "namespace": "kube-system"}
+        {"kind": "ServiceAccount", "name": "nvidia-mig-manager", "namespace": "gpu-k8s-gpu"}
     ]
     for path, kind in ((CLUSTER_ROLE_BINDING, "ClusterRole"), (ROLE_BINDING, "Role")):
         binding = api.get_object(path)

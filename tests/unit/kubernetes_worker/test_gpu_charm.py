@@ -1367,8 +1367,8 @@ def test_a_failed_mig_layout_blocks_and_keeps_the_node_cordoned(ctx, machine, ap
 
     assert out.unit_status.name == "blocked"
     assert out.unit_status.message.startswith(
-        f"MIG layout all-2g.20gb failed on node {NODE}: see `kubectl -n kube-system logs "
-        "$(kubectl -n kube-system get pod -l app=nvidia-mig-manager --field-selector "
+        f"MIG layout all-2g.20gb failed on node {NODE}: see `kubectl -n gpu-k8s-gpu logs "
+        "$(kubectl -n gpu-k8s-gpu get pod -l app=nvidia-mig-manager --field-selector "
         f"spec.nodeName={NODE} -o name)`"
     )
     assert node(api)["spec"]["unschedulable"] is True
@@ -1385,7 +1385,7 @@ def test_mig_manager_that_never_answers_is_reported(ctx, machine, api, h100, mon
 
     assert out.unit_status == testing.BlockedStatus(
         "MIG layout all-1g.10gb: NVIDIA mig-manager has not answered for 31 minutes "
-        "(state: not started); check its pod in kube-system"
+        "(state: not started); check its pod in gpu-k8s-gpu"
     )
 
 
