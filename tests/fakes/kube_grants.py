@@ -3,8 +3,9 @@
 A charm that is not the control plane reaches Kubernetes with the ServiceAccount token of a
 grant the control plane made: a kube-api consumer (efs-storage, tensorflow) with the grant
 built from the rules it asks for (its `literals.NAMESPACED_RULES` and `CLUSTER_RULES`), a
-worker with `rbac.worker_grant()`. `store_grant(api, grant, token)` stores exactly the
-objects the control plane's `rbac` module applies for that grant (charms/kubernetes-control-
+worker of an earlier revision with `rbac.worker_grant()` (workers of this revision act as
+their kubelet; the control plane removes that grant once none is left). `store_grant(api,
+grant, token)` stores exactly the objects the control plane's `rbac` module applies for that grant (charms/kubernetes-control-
 plane/src/rbac.py `manifests`, loaded with `charm_modules.load`), as its server-side apply
 leaves them, and fills the token Secret with `token` as the token controller would. The
 charm's test then runs with that identity and nothing more: what the grant does not allow,
@@ -52,7 +53,7 @@ def consumer_grant(
 
 
 def worker_grant() -> Any:
-    """The grant behind the kubeconfig every worker receives."""
+    """The grant behind the kubeconfig workers of earlier revisions shared."""
     return rbac().worker_grant()
 
 

@@ -8,8 +8,12 @@ kube-apiserver's Node authorizer and NodeRestriction confine to its own Node and
 bound to it (fakes/kube_auth.py and fakes/kube_noderestriction.py name the upstream rules).
 
 Each probe is a real request, over TLS, with the real identity, refused by the fake as
-kube-apiserver 1.36 refuses it. The probes of the shared token fail while the control plane
-still grants it: they are `xfail(strict=True)` until that grant is gone (item 2, step 3).
+kube-apiserver 1.36 refuses it. The shared token is probed as a worker that kept it would
+hold it after the control plane's leader removed the grant (every worker says
+`node-identity`; access.py `worker_kubeconfig` runs `rbac.remove` on the worker grant):
+its ServiceAccount and token Secret are gone, so kube-apiserver no longer authenticates it
+(401: the legacy token authenticator looks the Secret up, kubernetes
+pkg/serviceaccount/legacy.go).
 """
 
 from __future__ import annotations
@@ -20,20 +24,12 @@ import pytest
 
 from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
 from fakes.kube_apiserver import FakeKubeApiServer
-from fakes.kube_grants import store_grant, worker_grant
+from fakes.kube_grants import rbac, store_grant, worker_grant
 
 OWN, OTHER = "gpu-node-1", "gpu-node-2"
 SYSTEM = "gpu-k8s-system"
 SHARED_TOKEN = "shared-worker-token"
 
-SHARED_GRANT_STANDS = pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "issue 29 item 2 (review S2): the workers' shared ServiceAccount grant still "
-        "patches every Node, reads every log, evicts any pod and creates pods in "
-        "gpu-k8s-system; refused once the control plane removes it"
-    ),
-)
 
 
 def _pod(name: str, node: str, namespace: str = "team-a") -> tuple[str, dict]:
@@ -44,9 +40,15 @@ def _pod(name: str, node: str, namespace: str = "team-a") -> tuple[str, dict]:
 
 @pytest.fixture
 def api() -> Iterator[FakeKubeApiServer]:
-    """Two GPU nodes, a pod on each, and the workers' shared grant as the CP stores it."""
+    """Two GPU nodes, a pod on each; the workers' shared grant made, then removed by the CP.
+
+    The control plane's own `rbac.remove` deletes it (as its leader does once every
+    worker acts as its kubelet) with kubeadm's admin identity, over the real API.
+    """
     with FakeKubeApiServer(tls=True) as server:
         store_grant(server, worker_grant(), SHARED_TOKEN)
+        with Kube.from_kubeconfig(server.kubeconfig(), retries=0) as admin:
+            assert rbac().remove(admin, worker_grant())
         server.put_object("/api/v1/namespaces/team-a", {"metadata": {"name": "team-a"}})
         for node in (OWN, OTHER):
             labels = {"kubernetes.io/hostname": node}
@@ -120,17 +122,10 @@ def test_a_node_identity_is_refused_beyond_its_own_node(api, probe):
         refused(lambda: PROBES[probe](kube))
 
 
-# what the shared grant refuses already (its pods rule is gpu-k8s-system's only)
-SHARED_REFUSES = {"create a pod in a team's namespace"}
-
-
-@pytest.mark.parametrize(
-    "probe",
-    [p if p in SHARED_REFUSES else pytest.param(p, marks=SHARED_GRANT_STANDS) for p in PROBES],
-)
+@pytest.mark.parametrize("probe", list(PROBES))
 def test_the_shared_worker_token_is_refused_beyond_its_own_node(api, probe):
     with shared_kube(api) as kube:
-        refused(lambda: PROBES[probe](kube))
+        assert refused(lambda: PROBES[probe](kube)).status == 401  # no such credential
 
 
 def test_a_node_identity_labels_cordons_and_drains_its_own_node(api):

@@ -5,7 +5,8 @@
 
 - `kube-api` consumers (efs-storage, tensorflow) get a namespace, a ServiceAccount with
   the rules they asked for, and a kubeconfig in a Juju secret granted to their relation;
-- workers get one ServiceAccount to label, drain and validate their own node;
+- workers act as their kubelets; the ServiceAccount workers of earlier revisions share
+  stands only while one of them is registered (`worker_kubeconfig`);
 - the operator reaches the API from outside once the application is exposed: port 6443
   is opened, and every API server's certificate names `api-extra-sans` and the unit's
   public address (the cluster's certSANs in kubeadm-config, each node's own
@@ -46,7 +47,8 @@ logger = logging.getLogger(__name__)
 # conflict with what exists): the consumer's alone, refused; anything else is the server's
 REFUSED_GRANT = frozenset({400, 409, 422})
 KUBE_API_KEY = "kube-api"  # {relation id: {app, namespace, fingerprint}} of kube-api grants
-WORKER_GRANT_KEY = "worker-grant"
+WORKER_GRANT_KEY = "worker-grant"  # the shared grant's fingerprint, or WORKER_GRANT_REMOVED
+WORKER_GRANT_REMOVED = "removed"
 CERT_SANS_KEY = "cert-sans"  # the certSANs last written to kubeadm-config
 
 
@@ -73,8 +75,26 @@ class Access:
         self.blocked: list[str] = []
 
     def worker_kubeconfig(self, peers: Peers) -> str:
-        """The workers' kubeconfig (one ServiceAccount for all), granted again when changed."""
+        """The shared workers' kubeconfig while a worker still uses it; "" once it is gone.
+
+        Workers of this revision act as their kubelet and say so (`node-identity`); the
+        registry keeps the units that did not (`registry.SHARED_GRANT_KEY`). While one is
+        registered the ServiceAccount and its grant stand and its kubeconfig is published
+        (granted again when changed); once none is, they are deleted, once (the mark is
+        WORKER_GRANT_REMOVED), so no hook makes API calls for them afterwards. A worker of
+        an earlier revision related later brings the grant back. Before the registry exists
+        (the first hooks) nothing is decided: the grant stays.
+        """
         bag = peers.app
+        if registry.WORKERS_KEY in bag and not registry.Registry.load(bag).shared_grant:
+            if bag.get(WORKER_GRANT_KEY) != WORKER_GRANT_REMOVED:
+                deleted = rbac.remove(self._kube(), rbac.worker_grant())
+                logger.info(
+                    "every worker acts as its kubelet: removed the shared worker grant (%s)",
+                    ", ".join(deleted) or "nothing was left",
+                )
+                bag[WORKER_GRANT_KEY] = WORKER_GRANT_REMOVED
+            return ""
         endpoint = bag[ENDPOINT]
         grant = rbac.worker_grant()
         fingerprint = kube_objects.fingerprint(rbac.manifests(grant), endpoint)

@@ -55,13 +55,14 @@ import batch_engines
 import yaml
 from literals import KUEUE_NAMESPACE_LABEL, KUEUE_NAMESPACE_VALUE
 
+from charms.gpu_k8s.v0.kubernetes_cluster import GPU_TAINT
+
 API = "kueue.x-k8s.io/v1beta2"
 JOBSET_FRAMEWORK = "jobset.x-k8s.io/jobset"
 COHORT = "gpu-k8s"
 CPU_FLAVOR = "cpu"
 LABEL_PRODUCT = "nvidia.com/gpu.product"
 SHARED_SUFFIX = "-SHARED"
-GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 PRIORITIES = {"low": 100, "normal": 1000, "high": 10000}
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "kubernetes-control-plane"

@@ -18,6 +18,9 @@ Databag keys (all JSON):
                       {"NVIDIA H100 80GB HBM3": ["2330", {"1g.10gb": 7, "7g.80gb": 1}]}
     worker-problems:  {"kubernetes-worker/3": "kubernetes-worker/3: node-name is invalid"}
     pending-removal:  ["ip-10-0-1-9"]   Nodes of departed workers not yet deleted
+    worker-shared-grant: ["kubernetes-worker/2"]   registered units that did not say
+                      `node-identity` (an earlier revision: it still uses the shared
+                      ServiceAccount); absent when there are none
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ if TYPE_CHECKING:
 WORKERS_KEY = "workers"
 PROBLEMS_KEY = "worker-problems"
 PENDING_KEY = "pending-removal"
+SHARED_GRANT_KEY = "worker-shared-grant"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +83,8 @@ class Registry:
 
     workers: dict[str, Worker] = dataclasses.field(default_factory=dict)
     problems: dict[str, str] = dataclasses.field(default_factory=dict)
+    # units that act with the shared ServiceAccount, not as their kubelet
+    shared_grant: set[str] = dataclasses.field(default_factory=set)
 
     @classmethod
     def load(cls, bag: Mapping[str, str]) -> Registry:
@@ -91,6 +97,7 @@ class Registry:
         return cls(
             dict(_parse_workers(bag.get(WORKERS_KEY, "{}"))),
             json.loads(bag.get(PROBLEMS_KEY, "{}")),
+            set(json.loads(bag.get(SHARED_GRANT_KEY, "[]"))),
         )
 
     def save(self, bag: MutableMapping[str, str]) -> None:
@@ -103,6 +110,12 @@ class Registry:
             text = json.dumps(value, sort_keys=True)
             if bag.get(key) != text:
                 bag[key] = text
+        shared = json.dumps(sorted(self.shared_grant)) if self.shared_grant else None
+        if bag.get(SHARED_GRANT_KEY) != shared:
+            if shared is None:
+                del bag[SHARED_GRANT_KEY]
+            else:
+                bag[SHARED_GRANT_KEY] = shared
 
     @classmethod
     def rebuild(
@@ -112,15 +125,19 @@ class Registry:
         relation_of: Callable[[str], int],
     ) -> Registry:
         """A registry from every worker unit's databag (`problems` as `unit: why`)."""
+        workers = list(workers)
         return cls(
             {w.unit: Worker.from_info(w, relation_of(w.unit)) for w in workers},
             {problem.split(":", 1)[0]: problem for problem in problems},
+            {w.unit for w in workers if not w.node_identity},
         )
 
     def record(self, unit: str, info: WorkerInfo | None, problem: str | None, rel: int) -> None:
         """Take in what one worker unit published on relation `rel` (see `read_worker`)."""
         if info is not None:
             self.workers[unit] = Worker.from_info(info, rel)
+            if not info.node_identity:
+                self.shared_grant.add(unit)
         if problem is not None:
             self.problems[unit] = problem
 
@@ -129,6 +146,7 @@ class Registry:
         for unit in units:
             self.workers.pop(unit, None)
             self.problems.pop(unit, None)
+            self.shared_grant.discard(unit)
 
     def owner_of(self, node: str) -> str | None:
         """The unit that registered `node` (the first, in unit order, if several claim it)."""

@@ -303,16 +303,6 @@ class KubernetesWorkerCharm(ops.CharmBase):
         except (node_identity.NodeIdentityError, ValueError) as e:
             raise StatusError.waiting(f"{waiting_for}: {e}") from None
 
-    def _kube(self, info: JoinInfo | None, waiting_for: str = "") -> Kube:
-        """A client with the control plane's kubeconfig (validate-gpu only, for now)."""
-        problem = self.cluster.problem() or "no join material"
-        if info is not None:
-            try:
-                return Kube.from_kubeconfig(info.kubeconfig)
-            except ValueError as e:
-                problem = f"control plane kubeconfig is unusable: {e}"
-        raise StatusError.waiting(f"{waiting_for}: {problem}" if waiting_for else problem)
-
     def _drain_and_reboot(
         self,
         host: Host,
@@ -525,15 +515,9 @@ class KubernetesWorkerCharm(ops.CharmBase):
         except ValueError as e:
             event.fail(f"invalid config: {e}")
             return
-        try:
+        try:  # on this machine through containerd: no Kubernetes credential involved
             outcome = validation.validate(
-                info.kubeconfig,
-                kubeadm.node_name(host),
-                image,
-                timeout=params.timeout,
-                clock=self.drain_clock,
-                sleep=self.drain_sleep,
-                progress=event.log,
+                host, image, timeout=params.timeout, clock=self.drain_clock, progress=event.log
             )
         except validation.ValidationError as e:
             event.fail(str(e))

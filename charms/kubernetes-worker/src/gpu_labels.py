@@ -20,6 +20,7 @@ from typing import Any
 
 import gpu
 
+from charms.gpu_k8s.v0.kubernetes_cluster import GPU_TAINT
 from charms.gpu_k8s.v0.system import Host
 
 # Node labels: the keys and value formats of NVIDIA's GPU Feature Discovery (GFD) in
@@ -123,9 +124,6 @@ ARCH_FAMILIES: Mapping[int, tuple[str, int, str] | str] = {
     13: "rubin",
 }
 ARCH_UNDEFINED = "undefined"
-TAINT_KEY = "nvidia.com/gpu"
-TAINT_VALUE = "present"
-TAINT_EFFECT = "NoSchedule"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -276,12 +274,12 @@ def node_taints(gpu_taint: bool, has_gpu: bool = True) -> list[dict]:
     """The taints this charm wants on the node (`nvidia.com/gpu=present:NoSchedule`)."""
     if not (gpu_taint and has_gpu):
         return []
-    return [{"key": TAINT_KEY, "value": TAINT_VALUE, "effect": TAINT_EFFECT}]
+    return [dict(GPU_TAINT)]
 
 
 def merge_taints(existing: Sequence[Mapping], wanted: Sequence[Mapping]) -> list[dict]:
     """The node's full taint list: others' taints kept, ours replaced by `wanted`."""
-    kept = [dict(t) for t in existing if t.get("key") != TAINT_KEY]
+    kept = [dict(t) for t in existing if t.get("key") != GPU_TAINT["key"]]
     return kept + [dict(t) for t in wanted]
 
 

@@ -35,7 +35,9 @@ def with_relation(state: testing.State, rel) -> testing.State:
 
 
 def test_workers_get_public_data_in_databag_and_token_in_granted_secret(ctx, bootstrapped, api):
-    rel = workers_relation({0: {}, 1: {}})
+    # w0 is a worker of an earlier revision (it does not say node-identity): the shared
+    # grant and its kubeconfig stand for it
+    rel = workers_relation({0: worker_bag("w0"), 1: {}})
     out = ctx.run(ctx.on.relation_joined(rel, remote_unit=0), with_relation(bootstrapped, rel))
 
     bag = out.get_relation(rel.id).local_app_data
@@ -81,6 +83,76 @@ def test_workers_get_public_data_in_databag_and_token_in_granted_secret(ctx, boo
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete"]}
     ]
     assert "secrets" not in json.dumps(role["rules"])
+
+
+GRANT_OBJECTS = (
+    "/api/v1/namespaces/kube-system/serviceaccounts/gpu-k8s-worker",
+    "/api/v1/namespaces/kube-system/secrets/gpu-k8s-worker-token",
+    "/apis/rbac.authorization.k8s.io/v1/clusterroles/gpu-k8s-worker",
+    "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/gpu-k8s-worker",
+    "/apis/rbac.authorization.k8s.io/v1/namespaces/gpu-k8s-system/roles/gpu-k8s-worker",
+    "/apis/rbac.authorization.k8s.io/v1/namespaces/gpu-k8s-system/rolebindings/gpu-k8s-worker",
+)
+
+
+def identity_bag(name: str) -> dict:
+    """A worker of this revision: it acts as its kubelet and says so."""
+    return {**worker_bag(name), "node-identity": "true"}
+
+
+def test_the_shared_worker_grant_goes_once_every_worker_acts_as_its_kubelet(
+    ctx, bootstrapped, api
+):
+    """Issue 29 item 2: the ServiceAccount every worker shared is deleted, then stays gone.
+
+    While a worker of an earlier revision is registered the grant and its kubeconfig stand
+    (it still labels and validates with it); once every registered unit says node-identity
+    the leader deletes the ServiceAccount, its token and bindings, and the join secret
+    holds the token alone. The removal is made once: later hooks make no request for it.
+    A worker of an earlier revision related afterwards brings the grant back.
+    """
+    from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
+
+    rel = workers_relation({0: worker_bag("w0"), 1: identity_bag("w1")})
+    out = ctx.run(ctx.on.relation_changed(rel, remote_unit=0), with_relation(bootstrapped, rel))
+    kubeconfig = yaml.safe_load(secret(out, JOIN_LABEL).latest_content["kubeconfig"])
+    # the workers reach it through their node's proxy: here straight at the fake
+    shared_token = api.kubeconfig(token=kubeconfig["users"][0]["user"]["token"])
+    assert all(api.get_object(path) is not None for path in GRANT_OBJECTS)
+    with Kube.from_kubeconfig(shared_token, retries=0) as shared:
+        shared.get("v1", "Node", "w0")  # the earlier worker's credential works
+
+    upgraded = dataclasses.replace(
+        rel, remote_units_data={0: identity_bag("w0"), 1: identity_bag("w1")}
+    )
+    state = dataclasses.replace(
+        out, relations=[r for r in out.relations if r.id != rel.id] + [upgraded]
+    )
+    out = ctx.run(ctx.on.relation_changed(upgraded, remote_unit=0), state)
+
+    assert [p for p in GRANT_OBJECTS if api.get_object(p) is not None] == []
+    assert secret(out, JOIN_LABEL).latest_content == {
+        "token": secret(out, PEER_LABEL).latest_content["token"]
+    }
+    # the token the workers shared is refused: its ServiceAccount is gone
+    with Kube.from_kubeconfig(shared_token, retries=0) as shared:
+        with pytest.raises(KubeError) as refused:
+            shared.get("v1", "Node", "w0")
+    assert refused.value.status == 401
+    requests = len(api.requests)
+    upgraded = out.get_relation(rel.id)
+    again = ctx.run(ctx.on.relation_changed(upgraded, remote_unit=1), out)
+    assert [r for r in api.requests[requests:] if "gpu-k8s-worker" in r[1]] == []
+
+    old = dataclasses.replace(
+        upgraded, remote_units_data={**upgraded.remote_units_data, 2: worker_bag("w2")}
+    )
+    state = dataclasses.replace(
+        again, relations=[r for r in again.relations if r.id != rel.id] + [old]
+    )
+    out = ctx.run(ctx.on.relation_joined(old, remote_unit=2), state)
+    assert all(api.get_object(path) is not None for path in GRANT_OBJECTS)
+    assert "kubeconfig" in secret(out, JOIN_LABEL).latest_content
 
 
 def test_status_counts_workers_and_gpus(ctx, bootstrapped, api):

@@ -379,7 +379,7 @@ def test_control_plane_version_this_charm_cannot_install_blocks_before_installin
             "control plane databag: endpoint is invalid (must be an https URL such as "
             "https://10.0.0.1:6443)",
         ),
-        ({}, {"token": "nope"}, "control plane join secret is incomplete (token or kubeconfig)"),
+        ({}, {"token": "nope"}, "control plane join secret is incomplete (token)"),
         ({}, "no-secret", "waiting for access to the control plane's join secret"),
     ],
 )

@@ -17,7 +17,8 @@ import validation
 from ops import testing
 
 from charms.gpu_k8s.v0 import containerd
-from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
+from charms.gpu_k8s.v0.system import CommandError
+from fakes.containerd_ctr import DRIVER_TOO_OLD, VECTORADD_OK, FakeCtr
 from fakes.nvidia_driver import KERNEL, FakeDriver
 from fakes.sysfs import PCI_IDS, build_machine
 from fakes.worker_scenario import (
@@ -35,8 +36,6 @@ TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 NVIDIA_PROGRAMS = ("nvidia-smi", "ubuntu-drivers", "sh", "uname", "dpkg")
 # Commands that only ask the machine something (on top of FakeMachine's READ_ONLY).
 QUERIES = ("sh -c", "uname -r", "dpkg --print-architecture", "ubuntu-drivers")
-VALIDATION_NS = "gpu-k8s-system"
-PODS = f"/api/v1/namespaces/{VALIDATION_NS}/pods/"
 UNIT = "kubernetes-worker/0"
 NOT_LOADED = "the nvidia kernel module is not loaded"
 MISMATCH = "the loaded NVIDIA kernel module does not match the installed driver"
@@ -672,49 +671,11 @@ def test_gpu_info_with_a_broken_driver_fails_with_nvidia_smis_words(ctx, machine
 
 # -- validate-gpu ---------------------------------------------------------------------
 
-VECTORADD_OK = "[Vector addition of 50000 elements]\nTest PASSED\nDone\n"
-VECTORADD_FAIL = (
-    "[Vector addition of 50000 elements]\nFailed to allocate device vector A (error code "
-    "CUDA driver version is insufficient for CUDA runtime version)!\n"
-)
-
-
-class Kubelet:
-    """Moves the validation pod through `phases`, one per poll (the action's sleep)."""
-
-    def __init__(self, api, phases, log):
-        self.api, self.phases, self.log = api, list(phases), log
-        self.now = 0.0
-        self.pods: list[dict] = []
-
-    def clock(self):
-        return self.now
-
-    def sleep(self, seconds):
-        self.now += seconds
-        for pod in self.api.objects(PODS):
-            self.pods.append(pod)
-            if self.phases:
-                pod["status"] = {"phase": self.phases.pop(0)}
-                name = pod["metadata"]["name"]
-                self.api.put_object(PODS + name, pod)
-                self.api.set_pod_log(VALIDATION_NS, name, self.log)
-
 
 @pytest.fixture
-def kubelet(api, monkeypatch):
-    import charm
-
-    def make(phases, log=""):
-        k = Kubelet(api, phases, log)
-        monkeypatch.setattr(charm.KubernetesWorkerCharm, "drain_clock", staticmethod(k.clock))
-        monkeypatch.setattr(charm.KubernetesWorkerCharm, "drain_sleep", staticmethod(k.sleep))
-        return k
-
-    path = f"/api/v1/namespaces/{VALIDATION_NS}"
-    if api.get_object(path) is None:  # the grant made it (and labelled it: conftest)
-        api.put_object(path, {"metadata": {}})
-    return make
+def ctr(machine, driver):
+    """The GPU machine's containerd client (fakes.containerd_ctr)."""
+    return FakeCtr(machine, driver)
 
 
 def joined_gpu_node(ctx, api, driver):
@@ -722,59 +683,52 @@ def joined_gpu_node(ctx, api, driver):
     return run_joined(ctx, api)
 
 
-def test_validate_gpu_passes_logs_progress_and_deletes_the_pod(ctx, api, driver, kubelet):
+def ctr_lines(machine):
+    return machine.lines("ctr")
+
+
+def test_validate_gpu_runs_the_cuda_sample_through_containerd_and_makes_no_api_request(
+    ctx, machine, api, driver, ctr
+):
     state = joined_gpu_node(ctx, api, driver)
-    k = kubelet(["Running", "Succeeded"], VECTORADD_OK)
+    requests = len(api.requests)
 
     ctx.run(ctx.on.action("validate-gpu", params={"timeout": 60}), state)
 
     assert ctx.action_results == {
         "passed": "true",
-        "summary": "CUDA check passed (pod Succeeded): Done",
+        "summary": "CUDA check passed (exit 0): Done",
         "output": VECTORADD_OK,
     }
     readme_examples.show("validate-gpu", readme_examples.juju_results(ctx.action_results))
-    assert ctx.action_logs[0].startswith(f"running {validation.VALIDATION_IMAGE} on node {NODE}")
-    assert ctx.action_logs[1:] == ["Pending", "Running"]
-    pod = k.pods[0]
-    assert pod["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
-    assert pod["spec"]["containers"][0]["image"] == validation.VALIDATION_IMAGE
-    terms = pod["spec"]["affinity"]["nodeAffinity"][
-        "requiredDuringSchedulingIgnoredDuringExecution"
+    image = validation.VALIDATION_IMAGE
+    assert ctx.action_logs[0] == f"pulling {image} into containerd (k8s.io)"
+    assert ctx.action_logs[1].startswith(
+        "running /cuda-samples/vectorAdd with /usr/bin/nvidia-container-runtime (container "
+    )
+    name = ctr.runs[0]["name"]
+    assert ctr_lines(machine) == [
+        f"/usr/bin/ctr -n k8s.io images pull {image}",
+        "/usr/bin/ctr -n k8s.io run --rm --privileged --runc-binary "
+        "/usr/bin/nvidia-container-runtime --env NVIDIA_VISIBLE_DEVICES=all --env "
+        f"NVIDIA_DRIVER_CAPABILITIES=compute,utility {image} {name} /cuda-samples/vectorAdd",
     ]
-    assert terms["nodeSelectorTerms"][0]["matchFields"][0]["values"] == [NODE]
-    assert api.objects(PODS) == []
-    # gpu-k8s-system enforces baseline (conftest): the CUDA pod passed it, with no warning
-    policy = "pod-security.kubernetes.io/enforce-policy"
-    enforced = [a for a in api.admission.audit if a.get(policy) == "baseline:v1.36"]
-    assert len(enforced) == 1  # the validation pod's create
-    assert "pod-security.kubernetes.io/audit-violations" not in enforced[0]
-    assert [w for w in api.warnings if "PodSecurity" in w[2]] == []
+    # the worker's only credential is its node identity, which creates no pod
+    assert api.requests[requests:] == []
 
 
-@pytest.mark.parametrize("timeout", [60, 1800, 3600])
-def test_validate_gpu_pod_deadline_is_the_actions_timeout(ctx, api, driver, kubelet, timeout):
-    state = joined_gpu_node(ctx, api, driver)
-    k = kubelet(["Succeeded"], VECTORADD_OK)
-
-    ctx.run(ctx.on.action("validate-gpu", params={"timeout": timeout}), state)
-
-    assert k.pods[0]["spec"]["activeDeadlineSeconds"] == timeout
-
-
-def test_validate_gpu_image_from_the_mirror_registry(ctx, api, driver, kubelet):
+def test_validate_gpu_image_from_the_mirror_registry(ctx, api, driver, ctr):
     state = joined_gpu_node(ctx, api, driver)
     mirror = with_config(state, **{"image-registry": "registry.local:5000/mirror"})
 
-    k = kubelet(["Succeeded"], VECTORADD_OK)
     ctx.run(ctx.on.action("validate-gpu"), mirror)
-    assert k.pods[0]["spec"]["containers"][0]["image"] == (
+    assert ctr.runs[-1]["image"] == (
         "registry.local:5000/mirror/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubuntu22.04"
     )
 
-    k = kubelet(["Succeeded"], VECTORADD_OK)  # an image given to the action is used as given
+    # an image given to the action is used as given
     ctx.run(ctx.on.action("validate-gpu", params={"image": "other.local/cuda:1"}), mirror)
-    assert k.pods[0]["spec"]["containers"][0]["image"] == "other.local/cuda:1"
+    assert ctr.runs[-1]["image"] == "other.local/cuda:1"
 
 
 @pytest.mark.parametrize(
@@ -806,46 +760,66 @@ def test_bad_image_registry_blocks_and_changes_nothing(ctx, machine, api, driver
     assert machine.calls == [] and writes(api) == []
 
 
-def test_validate_gpu_image_from_param_or_config(ctx, api, driver, kubelet):
+def test_validate_gpu_image_from_param_or_config(ctx, api, driver, ctr):
     state = joined_gpu_node(ctx, api, driver)
-    k = kubelet(["Succeeded"], VECTORADD_OK)
     configured = with_config(state, **{"gpu-validation-image": "registry.local/cuda:check"})
 
     ctx.run(ctx.on.action("validate-gpu"), configured)
-    assert k.pods[0]["spec"]["containers"][0]["image"] == "registry.local/cuda:check"
+    assert ctr.runs[-1]["image"] == "registry.local/cuda:check"
 
-    k = kubelet(["Succeeded"], VECTORADD_OK)
     ctx.run(ctx.on.action("validate-gpu", params={"image": "other.local/cuda:1"}), configured)
-    assert k.pods[0]["spec"]["containers"][0]["image"] == "other.local/cuda:1"
-    assert api.objects(PODS) == []
+    assert ctr.runs[-1]["image"] == "other.local/cuda:1"
 
 
-def test_validate_gpu_failure_fails_the_action_with_the_output(ctx, api, driver, kubelet):
+def test_validate_gpu_failure_fails_the_action_with_the_output(ctx, api, driver, ctr):
     state = joined_gpu_node(ctx, api, driver)
-    kubelet(["Failed"], VECTORADD_FAIL)
+    ctr.driver_too_old = True
 
     with pytest.raises(testing.ActionFailed) as failed:
         ctx.run(ctx.on.action("validate-gpu"), state)
 
     assert "CUDA driver version is insufficient" in failed.value.message
+    assert failed.value.message.startswith("CUDA check failed (exit 1): ")
     assert ctx.action_results["passed"] == "false"
-    assert ctx.action_results["output"] == VECTORADD_FAIL
-    assert api.objects(PODS) == []
+    assert ctx.action_results["output"] == DRIVER_TOO_OLD.strip()
 
 
-def test_validate_gpu_timeout_fails_and_deletes_the_pod(ctx, api, driver, kubelet):
+def test_validate_gpu_without_a_working_driver_fails_no_device(ctx, api, driver, ctr):
     state = joined_gpu_node(ctx, api, driver)
-    k = kubelet([])  # never scheduled
+    driver.loaded = None  # the module went away (nvidia-smi: not loaded)
+
+    with pytest.raises(testing.ActionFailed) as failed:
+        ctx.run(ctx.on.action("validate-gpu"), state)
+
+    assert "no CUDA-capable device is detected" in failed.value.message
+
+
+def test_validate_gpu_image_the_registry_lacks_fails_with_ctrs_answer(ctx, api, driver, ctr):
+    state = joined_gpu_node(ctx, api, driver)
+    ctr.registry = set()
+
+    with pytest.raises(testing.ActionFailed) as failed:
+        ctx.run(ctx.on.action("validate-gpu", params={"image": "other.local/cuda:1"}), state)
+
+    assert failed.value.message == (
+        'cannot pull other.local/cuda:1: ctr: failed to resolve reference "other.local/cuda:1": '
+        "not found"
+    )
+    assert ctr.runs == []
+
+
+def test_validate_gpu_timeout_fails_and_removes_the_container(ctx, api, driver, ctr):
+    state = joined_gpu_node(ctx, api, driver)
+    ctr.hang = True
 
     with pytest.raises(testing.ActionFailed) as failed:
         ctx.run(ctx.on.action("validate-gpu", params={"timeout": 10}), state)
 
-    assert failed.value.message == "CUDA check timed out after 10s: Pending"
-    assert k.now == 10.0
-    assert api.objects(PODS) == []
+    assert failed.value.message == "CUDA check timed out after 10s"
+    assert ctr.containers["k8s.io"] == set()  # tasks delete --force, containers delete
 
 
-def test_validate_gpu_on_a_cpu_node_fails_without_creating_anything(ctx, machine, api):
+def test_validate_gpu_on_a_cpu_node_fails_without_running_anything(ctx, machine, api):
     state = run_joined(ctx, api)
     before = len(writes(api))
 
@@ -856,6 +830,7 @@ def test_validate_gpu_on_a_cpu_node_fails_without_creating_anything(ctx, machine
         "this machine has no NVIDIA GPU: run validate-gpu on a GPU worker"
     )
     assert len(writes(api)) == before
+    assert machine.lines("ctr") == []
 
 
 def test_validate_gpu_before_joining_fails(ctx, machine, driver):
@@ -865,58 +840,34 @@ def test_validate_gpu_before_joining_fails(ctx, machine, driver):
     assert failed.value.message.startswith("not joined to a cluster yet: not related")
 
 
-def test_validate_gpu_rejects_a_bad_timeout(ctx, api, driver, kubelet):
+def test_validate_gpu_rejects_a_bad_timeout(ctx, machine, api, driver, ctr):
     state = joined_gpu_node(ctx, api, driver)
-    before = len(writes(api))
 
     with pytest.raises(testing.ActionFailed) as failed:
         ctx.run(ctx.on.action("validate-gpu", params={"timeout": 1}), state)
 
     assert "timeout: must be a number of seconds from 10 to 3600" in failed.value.message
-    assert len(writes(api)) == before
+    assert machine.lines("ctr") == []
 
 
-def test_a_privileged_pod_in_gpu_k8s_system_is_refused_to_the_workers_credential(api):
-    """Review S2's chain is refused by Pod Security baseline.
-
-    A stolen worker credential's privileged pod (hostPath /, host PID) in gpu-k8s-system.
-    """
-    pod = validation.validation_pod(NODE, validation.VALIDATION_NAMESPACE, name="x")
-    pod["spec"]["hostPID"] = True
-    pod["spec"]["volumes"] = [{"name": "root", "hostPath": {"path": "/"}}]
-    container = pod["spec"]["containers"][0]
-    container["securityContext"] = {"privileged": True}
-    container["volumeMounts"] = [{"name": "root", "mountPath": "/host"}]
-    with Kube.from_kubeconfig(api.kubeconfig(SA_TOKEN)) as worker:
-        with pytest.raises(KubeError) as refused:
-            worker.create(pod)
-    assert refused.value.status == 403
-    assert refused.value.message == (
-        'pods "x" is forbidden: violates PodSecurity "baseline:v1.36": host namespaces '
-        '(hostPID=true), hostPath volumes (volume "root"), privileged (container '
-        '"cuda-check" must not set securityContext.privileged=true)'
-    )
-
-
-def test_validate_gpu_without_the_namespace_fails_with_the_api_answer(ctx, api, driver):
-    state = joined_gpu_node(ctx, api, driver)
-    # an operator deleted the namespace, and with it the grant's Role and RoleBinding there:
-    # RBAC refuses the worker before the namespace is looked up (kube-apiserver authorizes
-    # first, admission's NamespaceLifecycle comes after)
-    with Kube.from_kubeconfig(api.kubeconfig()) as admin:
-        assert admin.delete("v1", "Namespace", validation.VALIDATION_NAMESPACE)
-
-    with pytest.raises(testing.ActionFailed) as failed:
-        ctx.run(ctx.on.action("validate-gpu"), state)
-
-    assert failed.value.message.startswith("Kubernetes API refused the validation pod: 403")
+def test_an_unprivileged_container_gets_no_gpu_from_the_variable(machine, driver, ctr):
+    """Why the check's container is privileged: the charm's toolkit config (toolkit.py)."""
+    driver.preinstall("580")
+    machine.dpkg.update({"containerd": "2.2.1", "nvidia-container-toolkit": "1.20.0-1"})
+    host = machine.host()
+    host.run(validation.CTR, "-n", "k8s.io", "images", "pull", "cuda:1")
+    argv = validation.run_command("cuda:1", "x")
+    argv.remove("--privileged")
+    with pytest.raises(CommandError) as refused:
+        host.run(*argv)
+    assert "no CUDA-capable device is detected" in refused.value.stderr
 
 
 # -- secrets --------------------------------------------------------------------------
 
 
 def test_no_secret_in_logs_statuses_results_or_databags_on_a_gpu_node(
-    ctx, machine, api, driver, kubelet, clock, reboots, caplog
+    ctx, machine, api, driver, ctr, clock, reboots, caplog
 ):
     seen = []
     with caplog.at_level(logging.DEBUG):
@@ -928,7 +879,6 @@ def test_no_secret_in_logs_statuses_results_or_databags_on_a_gpu_node(
         seen.append(out.unit_status.message)
         ctx.run(ctx.on.action("gpu-info"), out)
         seen.append(json.dumps(ctx.action_results))
-        kubelet(["Succeeded"], VECTORADD_OK)
         ctx.run(ctx.on.action("validate-gpu"), out)
         seen.append(json.dumps(ctx.action_results))
         seen.extend(ctx.action_logs)

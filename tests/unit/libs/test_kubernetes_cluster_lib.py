@@ -122,6 +122,29 @@ def test_requirer_reads_join_material_from_secret():
     assert TOKEN not in repr(material)
 
 
+def test_requirer_needs_no_kubeconfig_once_the_shared_worker_grant_is_gone():
+    """The secret holds the token alone once every worker acts as its kubelet."""
+    sec = testing.Secret({"token": TOKEN})
+    rel = testing.Relation("cluster", remote_app_data=provider_bag(sec.id))
+    material, problem = requirer_view(testing.State(relations=[rel], secrets=[sec]))
+    assert problem is None
+    assert material.token == TOKEN and material.kubeconfig == ""
+
+
+def test_provider_drops_the_kubeconfig_from_the_secret_when_given_none():
+    rel = testing.Relation("workers", remote_app_name="w")
+    ctx = testing.Context(ControlPlane, meta=CP_META)
+    args = ("https://127.0.0.1:6444", SERVERS, HASH, "1.36", TOKEN)
+    with ctx(ctx.on.update_status(), testing.State(leader=True, relations=[rel])) as mgr:
+        mgr.charm.workers.publish(*args, "kubeconfig-text")
+        out = mgr.run()
+    with ctx(ctx.on.update_status(), out) as mgr:
+        mgr.charm.workers.publish(*args)
+        out = mgr.run()
+    sec = next(s for s in out.secrets if s.label == SECRET_LABEL)
+    assert sec.latest_content == {"token": TOKEN}
+
+
 def test_requirer_publishes_node_and_inventory_only_when_changed():
     rel = testing.Relation("cluster")
     ctx = worker_ctx()

@@ -10,8 +10,11 @@ node-local API proxy (`api_proxy.ENDPOINT`): a worker points its own proxy at
 `api-servers` before it joins, so it keeps reaching the cluster when any one
 control-plane machine is gone. The secret (owned by the control-plane application and
 granted to every `workers` relation) holds what must stay secret: the bootstrap `token`
-for `kubeadm join` and a `kubeconfig` for the `gpu-k8s-worker` ServiceAccount, which a
-worker uses to label, drain and validate its own node.
+for `kubeadm join` and, only while a related worker unit has not said `node-identity`, a
+`kubeconfig` for the `gpu-k8s-worker` ServiceAccount that workers of earlier revisions use
+to label, drain and validate their node. Once every worker unit acts as its kubelet the
+control plane deletes that ServiceAccount and its grant and the secret holds the token
+alone; a worker reads the kubeconfig if there is one and needs none.
 
 Each worker unit (`ClusterRequirer`, endpoint `cluster`) publishes its node name, the
 Kubernetes minor it runs and, when it has NVIDIA GPUs, their inventory.
@@ -82,7 +85,7 @@ from charms.gpu_k8s.v0.databag import Databag, Endpoint, explain, write
 
 LIBID = "5f724584087c4f3caa6d95ea68f42ceb"
 LIBAPI = 0
-LIBPATCH = 11
+LIBPATCH = 12
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +95,8 @@ _CA_HASH = re.compile(r"^sha256:[0-9a-f]{64}$")
 _VERSION = re.compile(r"^\d+\.\d+(\.\d+)?$")
 _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 # The taint a GPU worker keeps on its Node so that only pods that tolerate it land there
-# (NVIDIA's GPU Operator documents the key; the worker's `gpu-taint` option).
+# (NVIDIA's GPU Operator documents the key; the worker's `gpu-taint` option). The one
+# definition: the worker's labels and join, the leader's patch and Kueue's flavor use it.
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 
 
@@ -237,7 +241,8 @@ class JoinInfo:
     ca_cert_hash: str
     kubernetes_version: str
     token: str = dataclasses.field(repr=False)
-    kubeconfig: str = dataclasses.field(repr=False)
+    # the shared worker ServiceAccount's, while the control plane still grants it ("" after)
+    kubeconfig: str = dataclasses.field(default="", repr=False)
     upgrade_turn: str | None = None
     image_registry: str = ""
     mig_strategy: str = "none"
@@ -284,7 +289,7 @@ class ClusterProvider(Endpoint):
         ca_cert_hash: str,
         version: str,
         token: str,
-        kubeconfig: str,
+        kubeconfig: str = "",
         *,
         expire: datetime.datetime | None = None,
         upgrade_turn: str | None = None,
@@ -295,7 +300,8 @@ class ClusterProvider(Endpoint):
         """Publish join material to every related worker application (leader only).
 
         The secret is created once; its content (and `expire`) changes only when the
-        token or kubeconfig changed; it is granted to relations that do not carry its
+        token or kubeconfig changed (an empty `kubeconfig` is left out of it: the shared
+        worker grant is gone); it is granted to relations that do not carry its
         ID yet. Returns the secret so the caller can remember its ID.
 
         Raises:
@@ -320,7 +326,7 @@ class ClusterProvider(Endpoint):
             ProviderAppData.model_validate(fields)  # before anything is created
         except pydantic.ValidationError as e:
             raise ValueError(explain(e)) from None
-        content = {"token": token, "kubeconfig": kubeconfig}
+        content = {"token": token, **({"kubeconfig": kubeconfig} if kubeconfig else {})}
         try:
             secret = self.model.get_secret(label=SECRET_LABEL)
             if secret.peek_content() != content:
@@ -331,7 +337,7 @@ class ClusterProvider(Endpoint):
             secret = self.charm.app.add_secret(
                 content,
                 label=SECRET_LABEL,
-                description="kubeadm bootstrap token and worker kubeconfig",
+                description="kubeadm bootstrap token (and, for older workers, a kubeconfig)",
                 expire=expire,
             )
         secret_id = secret.id or secret.get_info().id
@@ -424,8 +430,8 @@ class ClusterRequirer(Endpoint):
         except ops.ModelError:
             return None, "waiting for access to the control plane's join secret"
         token = content.get("token", "")
-        if not TOKEN_PATTERN.match(token) or not content.get("kubeconfig"):
-            return None, "control plane join secret is incomplete (token or kubeconfig)"
+        if not TOKEN_PATTERN.match(token):  # the kubeconfig is optional (see the docstring)
+            return None, "control plane join secret is incomplete (token)"
         return (
             JoinInfo(
                 endpoint=bag.endpoint,
@@ -433,7 +439,7 @@ class ClusterRequirer(Endpoint):
                 ca_cert_hash=bag.ca_cert_hash,
                 kubernetes_version=bag.kubernetes_version,
                 token=token,
-                kubeconfig=content["kubeconfig"],
+                kubeconfig=content.get("kubeconfig", ""),
                 upgrade_turn=bag.upgrade_turn,
                 image_registry=bag.image_registry or "",
                 mig_strategy=bag.mig_strategy or "none",

@@ -11,7 +11,6 @@ import dataclasses
 import re
 
 import gpu
-import kubernetes_validate
 import nvidia
 import pytest
 from gpu_labels import (
@@ -33,14 +32,7 @@ from toolkit import (
     containerd_runtimes,
     install_toolkit,
 )
-from validation import (
-    VALIDATION_IMAGE,
-    VALIDATION_NAMESPACE,
-    parse_validation_result,
-    run_validation,
-    validation_pod,
-    validation_progress,
-)
+from validation import VALIDATION_IMAGE, parse_validation_result, run_command
 
 from charms.gpu_k8s.v0 import apt, containerd
 from charms.gpu_k8s.v0.system import CommandError
@@ -504,49 +496,6 @@ def test_gpu_taint_follows_the_option_and_keeps_other_taints():
 
 # ---------------------------------------------------------------------- validate-gpu
 
-K8S_MINORS = ("1.35", "1.36", "1.37")
-
-
-@pytest.mark.parametrize("minor", K8S_MINORS)
-def test_validation_pod_passes_the_openapi_schema(minor):
-    pod = validation_pod("ip-10-0-1-17", "default", VALIDATION_IMAGE, "gpu-check-1")
-
-    kubernetes_validate.validate(pod, f"{minor}.0", strict=True)
-
-
-def test_schema_validation_can_fail_so_the_check_above_means_something():
-    pod = validation_pod("ip-10-0-1-17", "default")
-    pod["spec"]["restartPolicy"] = ["Never"]
-
-    with pytest.raises(kubernetes_validate.ValidationError):
-        kubernetes_validate.validate(pod, "1.34.0", strict=True)
-
-
-def test_validation_pod_is_pinned_asks_one_gpu_and_tolerates_the_taint():
-    pod = validation_pod("ip-10-0-1-17", "gpu-check", "registry.local/cuda:vectoradd", "v1")
-    spec = pod["spec"]
-
-    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    assert terms["nodeSelectorTerms"] == [
-        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["ip-10-0-1-17"]}]}
-    ]
-    assert spec["runtimeClassName"] == "nvidia"
-    assert spec["restartPolicy"] == "Never"
-    (container,) = spec["containers"]
-    assert container["image"] == "registry.local/cuda:vectoradd"
-    assert container["resources"]["limits"] == {"nvidia.com/gpu": "1"}
-    assert container["command"] == ["/cuda-samples/vectorAdd"]
-    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec[
-        "tolerations"
-    ]
-    assert pod["metadata"]["namespace"] == "gpu-check"
-
-
-def test_validation_pod_needs_node_namespace_and_image():
-    with pytest.raises(ValueError, match="node name, a namespace and an image"):
-        validation_pod("", "default")
-
-
 VECTORADD_OK = (
     "[Vector addition of 50000 elements]\nCopy input data from the host memory to the CUDA "
     "device\nCUDA kernel launch with 196 blocks of 256 threads\nCopy output data from the "
@@ -559,68 +508,24 @@ VECTORADD_FAIL = (
 
 
 def test_validation_result_pass_and_fail():
-    assert parse_validation_result("Succeeded", VECTORADD_OK) == (
-        True,
-        "CUDA check passed (pod Succeeded): Done",
-    )
-    passed, summary = parse_validation_result("Failed", VECTORADD_FAIL)
+    assert parse_validation_result(0, VECTORADD_OK) == (True, "CUDA check passed (exit 0): Done")
+    passed, summary = parse_validation_result(1, VECTORADD_FAIL)
     assert not passed
     assert "insufficient for CUDA runtime version" in summary
-    assert parse_validation_result("Succeeded", "Test FAILED\n")[0] is False
+    assert parse_validation_result(0, "Test FAILED\n")[0] is False
+    assert parse_validation_result(1, "") == (False, "CUDA check failed (exit 1): no output")
 
 
-def test_validation_result_of_an_unfinished_pod_is_an_error():
-    with pytest.raises(ValueError, match="has not finished"):
-        parse_validation_result("Running", "")
+def test_validation_runs_privileged_with_nvidias_runtime_and_removes_its_container():
+    argv = run_command(VALIDATION_IMAGE, "gpu-validation-1")
+
+    assert argv[:5] == ["/usr/bin/ctr", "-n", "k8s.io", "run", "--rm"]
+    assert argv[argv.index("--runc-binary") + 1] == "/usr/bin/nvidia-container-runtime"
+    assert "--privileged" in argv
+    assert argv[-3:] == [VALIDATION_IMAGE, "gpu-validation-1", "/cuda-samples/vectorAdd"]
 
 
-def test_validation_progress_reports_waiting_and_stuck_pods():
-    unscheduled = {
-        "status": {
-            "phase": "Pending",
-            "conditions": [
-                {
-                    "type": "PodScheduled",
-                    "status": "False",
-                    "reason": "Unschedulable",
-                    "message": "0/3 nodes are available: 1 Insufficient nvidia.com/gpu.",
-                }
-            ],
-        }
-    }
-    pulling = {
-        "status": {
-            "phase": "Pending",
-            "containerStatuses": [{"state": {"waiting": {"reason": "ContainerCreating"}}}],
-        }
-    }
-    bad_image = {
-        "status": {
-            "phase": "Pending",
-            "containerStatuses": [
-                {
-                    "state": {
-                        "waiting": {
-                            "reason": "ImagePullBackOff",
-                            "message": 'Back-off pulling image "nvcr.io/x"',
-                        }
-                    }
-                }
-            ],
-        }
-    }
-
-    assert validation_progress(unscheduled) == (
-        "Pending: not scheduled: 0/3 nodes are available: 1 Insufficient nvidia.com/gpu.",
-        None,
-    )
-    assert validation_progress(pulling) == ("Pending: ContainerCreating", None)
-    line, stuck = validation_progress(bad_image)
-    assert stuck == line == 'Pending: ImagePullBackOff: Back-off pulling image "nvcr.io/x"'
-    assert validation_progress({"status": {"phase": "Running"}}) == ("Running", None)
-
-
-# ------------------------------------------------- the node and the validation pod, over HTTP
+# ------------------------------------------------------------------ the node, over HTTP
 
 NODE = "ip-10-0-1-17"
 NODE_PATH = f"/api/v1/nodes/{NODE}"
@@ -701,146 +606,3 @@ def test_cpu_node_without_gpu_labels_is_not_patched(api, kube, cpu_only):
 def test_unregistered_node_is_a_lookup_error(kube, a10g):
     with pytest.raises(LookupError, match="not registered"):
         apply_node_gpu_state(kube, NODE, node_labels(a10g, None, None), [])
-
-
-class Kubelet:
-    """Moves the validation pod through its phases each time the action sleeps."""
-
-    def __init__(self, api, name, states, log=""):
-        self.api, self.path, self.states, self.log = (
-            api,
-            f"/api/v1/namespaces/{VALIDATION_NAMESPACE}/pods/{name}",
-            list(states),
-            log,
-        )
-        self.name = name
-        self.now = 0.0
-        self.seen_pods: list[dict] = []
-
-    def clock(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
-        pod = self.api.get_object(self.path)
-        self.seen_pods.append(pod)
-        if self.states:
-            pod["status"] = self.states.pop(0)
-            self.api.put_object(self.path, pod)
-            if pod["status"].get("phase") in ("Succeeded", "Failed"):
-                self.api.set_pod_log(VALIDATION_NAMESPACE, self.name, self.log)
-
-
-def test_validate_gpu_passes_with_progress_and_deletes_the_pod(api, kube):
-    kubelet = Kubelet(
-        api,
-        "gpu-check-1",
-        [
-            {
-                "phase": "Pending",
-                "containerStatuses": [{"state": {"waiting": {"reason": "ContainerCreating"}}}],
-            },
-            {"phase": "Running"},
-            {"phase": "Succeeded"},
-        ],
-        VECTORADD_OK,
-    )
-    lines: list[str] = []
-
-    outcome = run_validation(
-        kube,
-        NODE,
-        VALIDATION_NAMESPACE,
-        "gpu-check-1",
-        timeout=60,
-        poll=2,
-        clock=kubelet.clock,
-        sleep=kubelet.sleep,
-        progress=lines.append,
-    )
-
-    assert outcome.passed
-    assert outcome.summary == "CUDA check passed (pod Succeeded): Done"
-    assert "Test PASSED" in outcome.logs
-    assert lines == ["Pending", "Pending: ContainerCreating", "Running"]
-    created = kubelet.seen_pods[0]
-    assert created["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
-    assert api.get_object(kubelet.path) is None
-
-
-def test_validate_gpu_reports_the_failing_output(api, kube):
-    kubelet = Kubelet(api, "gpu-check-2", [{"phase": "Failed"}], VECTORADD_FAIL)
-
-    outcome = run_validation(
-        kube, NODE, VALIDATION_NAMESPACE, "gpu-check-2", clock=kubelet.clock, sleep=kubelet.sleep
-    )
-
-    assert not outcome.passed and outcome.phase == "Failed"
-    assert "CUDA driver version is insufficient" in outcome.summary
-    assert api.get_object(kubelet.path) is None
-
-
-def test_validate_gpu_stops_early_on_a_bad_image(api, kube):
-    kubelet = Kubelet(
-        api,
-        "gpu-check-3",
-        [
-            {
-                "phase": "Pending",
-                "containerStatuses": [
-                    {"state": {"waiting": {"reason": "ErrImagePull", "message": "not found"}}}
-                ],
-            }
-        ],
-    )
-
-    outcome = run_validation(
-        kube,
-        NODE,
-        VALIDATION_NAMESPACE,
-        "gpu-check-3",
-        image="nvcr.io/nvidia/k8s/cuda-sample:nope",
-        clock=kubelet.clock,
-        sleep=kubelet.sleep,
-    )
-
-    assert not outcome.passed
-    assert outcome.summary == "CUDA check failed: Pending: ErrImagePull: not found"
-    assert kubelet.now == 2.0  # one poll, not the whole timeout
-    assert api.get_object(kubelet.path) is None
-
-
-def test_validate_gpu_times_out_on_a_pod_that_never_schedules(api, kube):
-    kubelet = Kubelet(
-        api,
-        "gpu-check-4",
-        [
-            {
-                "phase": "Pending",
-                "conditions": [
-                    {
-                        "type": "PodScheduled",
-                        "status": "False",
-                        "reason": "Unschedulable",
-                        "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.",
-                    }
-                ],
-            }
-        ],
-    )
-
-    outcome = run_validation(
-        kube,
-        NODE,
-        VALIDATION_NAMESPACE,
-        "gpu-check-4",
-        timeout=10,
-        poll=2,
-        clock=kubelet.clock,
-        sleep=kubelet.sleep,
-    )
-
-    assert not outcome.passed
-    assert outcome.summary.startswith("CUDA check timed out after 10s: Pending: not scheduled")
-    assert kubelet.now == 10.0
-    assert api.get_object(kubelet.path) is None
