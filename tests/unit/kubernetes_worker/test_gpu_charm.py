@@ -1464,6 +1464,88 @@ def test_the_leader_keeps_its_mig_turn_while_another_unit_waits(ctx, machine, ap
     assert node(api)["spec"]["unschedulable"] is True
 
 
+MIG_WAIT = "MIG layout all-1g.10gb"
+
+
+def mig_waiter(api, mine, others, turns, leader=False):
+    """A joined H100 unit that wants all-1g.10gb; another unit holds the turn."""
+    register_node(api)
+    base = joined_state(api, config={"mig-profile": "all-1g.10gb"}, **{"mig-strategy": "mixed"})
+    return with_peers(base, peers(turns=turns, mine=mine, others=others), leader=leader)
+
+
+def test_mig_wait_request_is_withdrawn_and_renewed_every_reconcile(ctx, machine, api, h100, clock):
+    """The review's name (gpu.md N1, which asserted the defect); now the intended behaviour.
+
+    The waiter files once and keeps its `since`, so it keeps its place (oldest first).
+    """
+    state = mig_waiter(
+        api, asked(7300.0, MIG_WAIT), {1: asked(100.0)}, turns=["kubernetes-worker/1"]
+    )
+
+    out = ctx.run(ctx.on.update_status(), state)
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert reboots_relation(out).local_unit_data == asked(7300.0, MIG_WAIT)
+    assert out.unit_status == testing.WaitingStatus(
+        f"reboot needed ({MIG_WAIT}); waiting for a turn (max-parallel-reboots: 1 node at "
+        "once); rebooting now: kubernetes-worker/1"
+    )
+    assert MIG_CONFIG not in node_labels(api)
+
+
+def test_a_peer_change_makes_a_mig_waiter_rewrite_its_request(ctx, machine, api, h100, clock):
+    """The review's name (gpu.md N1, which asserted the defect); now the intended behaviour.
+
+    Another waiter's change leaves this unit's databag as it was, so it wakes no peer (two
+    waiters no longer wake each other without end).
+    """
+    state = mig_waiter(
+        api,
+        asked(7300.0, MIG_WAIT),
+        {1: asked(100.0), 2: asked(8000.0, MIG_WAIT)},
+        turns=["kubernetes-worker/1"],
+    )
+
+    out = ctx.run(ctx.on.relation_changed(reboots_relation(state), remote_unit=2), state)
+
+    assert reboots_relation(out).local_unit_data == asked(7300.0, MIG_WAIT)
+
+
+def test_a_mig_waiter_keeps_its_place_before_a_later_reboot_request(
+    ctx, machine, api, h100, clock
+):
+    state = mig_waiter(
+        api,
+        asked(30.0, MIG_WAIT),
+        {1: asked(10.0), 2: asked(50.0)},
+        turns=["kubernetes-worker/1"],
+        leader=True,
+    )
+    out = ctx.run(ctx.on.update_status(), state)
+    assert MIG_CONFIG not in node_labels(api)
+
+    # unit 1 is done: the MIG waiter (asked at 30) goes before unit 2 (asked at 50)
+    relation = dataclasses.replace(reboots_relation(out), peers_data={1: {}, 2: asked(50.0)})
+    others = {r for r in out.relations if r.endpoint != "reboots"}
+    out = ctx.run(ctx.on.update_status(), dataclasses.replace(out, relations={*others, relation}))
+
+    assert json.loads(reboots_relation(out).local_app_data["reboot-turns"]) == [UNIT]
+    assert node_labels(api)[MIG_CONFIG] == "all-1g.10gb"
+    assert reboots_relation(out).local_unit_data == asked(30.0, MIG_WAIT)  # kept in flight
+
+
+def test_a_mig_waiter_whose_layout_is_cleared_gives_its_place_back(ctx, machine, api, h100, clock):
+    state = mig_waiter(
+        api, asked(7300.0, MIG_WAIT), {1: asked(100.0)}, turns=["kubernetes-worker/1"]
+    )
+
+    out = ctx.run(ctx.on.config_changed(), with_config(state, **{"mig-profile": ""}))
+
+    assert "reboot-request" not in reboots_relation(out).local_unit_data
+    assert out.unit_status.name == "active"
+
+
 # -- telemetry ------------------------------------------------------------------------
 
 
