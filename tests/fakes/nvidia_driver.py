@@ -37,11 +37,23 @@ What it models, and where each rule comes from:
   config.toml` (its postinst runs `nvidia-ctk config --in-place`; the default accepts
   NVIDIA_VISIBLE_DEVICES from unprivileged containers, api/config/v1 `GetDefault`).
 - ubuntu-drivers prints what ubuntu-drivers-common's `list --gpgpu [--recommended]`
-  prints (canonical/ubuntu-drivers-common `ubuntu-drivers` list(), `detect.py`
-  `_cmp_gfx_alternatives_gpgpu`): every driver package that fits, best first (`-server`
-  and `-server-open` before desktop ones; `-open` first from branch 560 on, where open
-  modules are preferred), with the kernel modules metapackage for the installed kernel
-  flavour.
+  prints (canonical/ubuntu-drivers-common d3d78560, 2026-08-11: `ubuntu-drivers` list()
+  sorts with `_cmp_gfx_alternatives_gpgpu`, reverse=True): every driver package that
+  fits, best first by fit level (`-server-open` 3, `-server` 2, `-open` 1, desktop 0
+  where the package prefers open modules, `_is_open_prefered`: `Prefer-Variant: Open`,
+  or no such field and branch >= 560; `-server` 3, desktop 2, `-server-open` 1, `-open`
+  0 otherwise), then `Support: PB` before any other, then `LTSB`, then the name, with the
+  kernel modules metapackage for the installed kernel flavour.
+- The branches it lists are noble's (canonical/nvidia-graphics-drivers, branch heads of
+  2026-04-28, `debian/control` of each `<b>-server-noble`; read 2026-11-27): 535-server
+  (535.288.01; LTSB, no Prefer-Variant), 580-server (580.126.20; LTSB, Prefer-Variant
+  Open) and 595-server (595.58.03; PB, Prefer-Variant Open), `SUPPORT`. 570-server and
+  590-server are transitional there ("Transitional package for upgrades", depending on
+  580 and 595; no Modaliases, so ubuntu-drivers lists neither); this fake still serves
+  570 whole, as an older image has it installed. 470-server (LTSB, 2024) is left out:
+  whether its Modaliases match these GPUs was not checked. `apt-cache show` prints the
+  `Support` and `Prefer-Variant` fields of `nvidia-driver-<b>-<variant>` (the `XB-`
+  fields of debian/control, as detect.py `_pkg_get_support` reads them).
 """
 
 from __future__ import annotations
@@ -59,7 +71,11 @@ from fakes.machine import ARMORED_KEY, FakeMachine, Service
 
 KERNEL = "6.8.0-1015-aws"
 FLAVOUR = "aws"
-BRANCHES = ("535", "570", "580")
+BRANCHES = ("535", "570", "580", "595")
+# noble's `XB-Support` and `XB-Prefer-Variant` of nvidia-driver-<b>-server[-open] (see the
+# docstring); a branch missing here is not listed by ubuntu-drivers (570: transitional).
+SUPPORT = {"535": "LTSB", "580": "LTSB", "595": "PB"}
+PREFER_VARIANT = {"535": None, "580": "Open", "595": "Open"}
 VARIANTS = ("server", "server-open")
 # Branches from 560 on prefer open kernel modules (ubuntu-drivers' _is_open_prefered).
 OPEN_PREFERRED_FROM = 560
@@ -158,6 +174,7 @@ class FakeDriver:
         machine.on("modprobe", self.modprobe)
         machine.on("nvidia-smi", self.nvidia_smi)
         machine.on("ubuntu-drivers", self.ubuntu_drivers)
+        machine.on("apt-cache", self.apt_cache)
         machine.on("uname", lambda argv, _: f"{self.running}\n")
         machine.on("dpkg", lambda argv, _: "amd64\n")
         machine.on("sh", self.sh)
@@ -647,13 +664,18 @@ class FakeDriver:
     def gpgpu_drivers(self) -> list[tuple[str, str]]:
         """(driver package, modules metapackage) that fit, best first, as ubuntu-drivers sorts.
 
-        Fit level first (server-open 3 > server 2 > open 1 > desktop 0 where a branch
-        prefers open modules; server 3 > desktop 2 > server-open 1 > open 0 otherwise),
-        then the branch, newest first.
+        `_cmp_gfx_alternatives_gpgpu` with reverse=True: the fit level, then PB first,
+        then LTSB, then the package name (see the module docstring).
         """
         rows = []
         for branch in BRANCHES:
-            open_first = int(branch) >= OPEN_PREFERRED_FROM
+            if branch not in SUPPORT:
+                continue
+            preference = PREFER_VARIANT[branch]
+            open_first = preference == "Open" or (
+                preference is None and int(branch) >= OPEN_PREFERRED_FROM
+            )
+            support = SUPPORT[branch]
             for suffix, fits in (
                 ("-server-open", (3, 1)),
                 ("-server", (2, 3)),
@@ -663,10 +685,29 @@ class FakeDriver:
                 if "open" in suffix and not self.open_modules:
                     continue
                 fit = fits[0] if open_first else fits[1]
+                package = f"nvidia-driver-{branch}{suffix}"
                 modules = f"linux-modules-nvidia-{branch}{suffix}-{FLAVOUR}"
-                rows.append((fit, int(branch), f"nvidia-driver-{branch}{suffix}", modules))
+                rank = (fit, support == "PB", support == "LTSB", package)
+                rows.append((rank, package, modules))
         rows.sort(reverse=True)
-        return [(package, modules) for _, _, package, modules in rows]
+        return [(package, modules) for _, package, modules in rows]
+
+    def apt_cache(self, argv, _input):
+        """`apt-cache show --no-all-versions nvidia-driver-...`: what ubuntu-drivers reads."""
+        if argv[1:3] != ["show", "--no-all-versions"]:
+            raise CommandError(argv, 100, f"fake apt-cache does not handle {argv[1:]}")
+        stanzas = []
+        for name in argv[3:]:
+            match = re.fullmatch(r"nvidia-driver-(\d{3})-server(?:-open)?", name)
+            if not match or match.group(1) not in SUPPORT:
+                raise CommandError(argv, 100, f"E: No packages found\nN: Unable to locate {name}")
+            branch = match.group(1)
+            fields = [f"Package: {name}", f"Version: {userspace_version(self.drivers[branch])}"]
+            if PREFER_VARIANT[branch]:
+                fields.append(f"Prefer-Variant: {PREFER_VARIANT[branch]}")
+            fields.append(f"Support: {SUPPORT[branch]}")
+            stanzas.append("\n".join(fields) + "\n")
+        return "\n".join(stanzas) + "\n"
 
     def ubuntu_drivers(self, argv, _input):
         drivers = self.gpgpu_drivers()

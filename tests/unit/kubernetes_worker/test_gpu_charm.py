@@ -231,7 +231,7 @@ def test_host_with_a_working_driver_installs_no_driver(ctx, machine, api, driver
     [
         ("auto", None, "580", READY_580),
         ("auto", "570", "570", "Ready: 4x NVIDIA A10G, driver 570, CUDA 13.0"),
-        ("535", None, "535", "Ready: 4x NVIDIA A10G, driver 535, CUDA 13.0"),
+        ("595", None, "595", "Ready: 4x NVIDIA A10G, driver 595, CUDA 13.0"),
         ("580", "580", "580", READY_580),
         ("none", "570", "570", "Ready: 4x NVIDIA A10G, driver 570, CUDA 13.0"),
     ],
@@ -246,6 +246,18 @@ def test_each_nvidia_driver_value(ctx, machine, api, driver, value, preinstalled
     assert driver.userspace_branch() == branch
     if value in ("none",) or preinstalled == branch:
         assert not [line for line in installs(machine) if "nvidia-utils" in line]
+
+
+def test_an_end_of_life_branch_blocks_and_installs_no_driver(ctx, machine, api, driver):
+    """535 was `Ready` here until NVIDIA's R535 ended in June 2026 (review gpu.md N3)."""
+    out = run_joined(ctx, api, config={"nvidia-driver": "535"})
+
+    assert out.unit_status == testing.BlockedStatus(
+        "NVIDIA driver branch 535 reached its end of life (June 2026, NVIDIA's data center "
+        "driver support matrix) and gets no more security fixes; set nvidia-driver=auto for "
+        "the newest long-term branch, or to a supported branch"
+    )
+    assert driver.userspace_branch() is None
 
 
 def test_nvidia_driver_none_without_a_driver_blocks_with_what_to_do(ctx, machine, api, driver):
