@@ -32,6 +32,19 @@ What it models, and where each rule comes from:
 - NVSwitch machines (`nvswitch=True`): CUDA needs nvidia-fabricmanager running; the
   service exists once `nvidia-fabricmanager-<b>` is installed and starts only with the
   nvidia module loaded.
+- Manual and automatic marks (apt's /var/lib/apt/extended_states, `Auto-Installed: 1`
+  stanzas, which `apt-mark showauto` reads): what `apt-get install` is asked for is
+  manual, what it pulls in is automatic, `apt-mark auto|manual` change the mark.
+  `autoremove` (`apt-get autoremove`, and unattended-upgrades' Remove-Unused-Kernel-
+  Packages, on by default on Ubuntu) removes automatic packages no manual one needs
+  through the dependencies above (linux-image-aws -> its kernel's image, the modules
+  metapackage -> its ABI package -> that kernel's image), except the kernels apt's
+  /etc/kernel/postinst.d/apt-auto-removal keeps: the running one, the latest, and the
+  second-latest when the latest runs (its header comment, quoted on forum threads of the
+  stored pages; Steve Langasek's script in apt). It keeps them as APT::NeverAutoRemove
+  patterns `^linux-.*-<abi>$` in /etc/apt/apt.conf.d/01autoremove-kernels, so every
+  linux-* package of a kept kernel, its nvidia modules too, stays: that pattern is as
+  remembered from apt's debian/apt.auto-removal.sh, not re-read here.
 - The container toolkit (NVIDIA/nvidia-container-toolkit v1.20.0 packaging): installing
   nvidia-container-toolkit-base writes the default `/etc/nvidia-container-runtime/
   config.toml` (its postinst runs `nvidia-ctk config --in-place`; the default accepts
@@ -100,6 +113,7 @@ mode = "auto"
 runtimes = ["runc", "crun"]
 """
 _ABI = re.compile(r"^(?P<base>\d+\.\d+\.\d+)-(?P<num>\d+)-(?P<flavour>[a-z0-9-]+)$")
+EXTENDED_STATES = "/var/lib/apt/extended_states"
 
 
 def userspace_version(driver: str) -> str:
@@ -156,6 +170,8 @@ class FakeDriver:
         self.module_driver: dict[tuple[str, str], str] = {}
         self.meta_abi: dict[tuple[str, str], str] = {}
         self.respin = 0
+        self.auto: set[str] = set()  # packages marked automatically installed
+        self.image_meta_abi: dict[str, str] = {}  # linux-image-aws version: its kernel
         self._publish_kernel(KERNEL)
         # Version not checked against the archive: nothing depends on it.
         machine.publish(UBUNTU_DRIVERS_COMMON, "1:0.9.7.6ubuntu3", "release")
@@ -165,6 +181,7 @@ class FakeDriver:
         # The cloud image: its kernel and the image metapackage are installed.
         self._install_kernel(KERNEL)
         machine.dpkg["linux-image-aws"] = self._pocket("linux-image-aws")
+        self._mark_auto(f"linux-image-{KERNEL}")  # pulled in by linux-image-aws
         machine.write("/proc/sys/kernel/random/boot_id", "b0b1d000-0000-4000-8000-000000000001\n")
         self._apt_get = machine.runner.handlers["apt-get"]
         self._dpkg_query = machine.runner.handlers["dpkg-query"]
@@ -175,6 +192,8 @@ class FakeDriver:
         machine.on("nvidia-smi", self.nvidia_smi)
         machine.on("ubuntu-drivers", self.ubuntu_drivers)
         machine.on("apt-cache", self.apt_cache)
+        self._apt_mark = machine.runner.handlers["apt-mark"]
+        machine.on("apt-mark", self.apt_mark)
         machine.on("uname", lambda argv, _: f"{self.running}\n")
         machine.on("dpkg", lambda argv, _: "amd64\n")
         machine.on("sh", self.sh)
@@ -193,6 +212,7 @@ class FakeDriver:
     def _publish_kernel(self, abi: str) -> None:
         self.machine.publish(f"linux-image-{abi}", image_version(abi))
         self.machine.publish("linux-image-aws", image_version(abi).replace("-", "."))
+        self.image_meta_abi[image_version(abi).replace("-", ".")] = abi
         self.archive_kernel = abi
 
     def _publish_driver(self, branch: str) -> None:
@@ -288,9 +308,91 @@ class FakeDriver:
         self.machine.dpkg[f"linux-image-{abi}"] = self._pocket(f"linux-image-{abi}")
         self.machine.write(f"/boot/vmlinuz-{abi}", "kernel\n")
 
+    # -- marks and autoremove ---------------------------------------------------------
+
+    def _mark_auto(self, *names: str) -> None:
+        self.auto.update(names)
+        self._sync_marks()
+
+    def _sync_marks(self) -> None:
+        self.auto &= set(self.machine.dpkg)
+        self.machine.write(
+            EXTENDED_STATES,
+            "".join(
+                f"Package: {n}\nArchitecture: amd64\nAuto-Installed: 1\n\n"
+                for n in sorted(self.auto)
+            ),
+        )
+
+    def manual(self) -> set[str]:
+        """Installed packages marked manually installed."""
+        return set(self.machine.dpkg) - self.auto
+
+    def _depends(self, name: str) -> list[str]:
+        version = self.machine.dpkg.get(name, "")
+        if name == "linux-image-aws" and version in self.image_meta_abi:
+            return [f"linux-image-{self.image_meta_abi[version]}"]
+        abi = self.meta_abi.get((name, version))
+        if abi is not None:
+            return [f"{name.removesuffix(f'-{FLAVOUR}')}-{abi}"]
+        match = re.search(r"-(\d+\.\d+\.\d+-\d+-[a-z0-9-]+)$", name)
+        if name.startswith("linux-modules-nvidia-") and match:
+            return [f"linux-image-{match.group(1)}"]
+        return []
+
+    def _kept_kernels(self) -> set[str]:
+        """Every installed `linux-.*-<abi>` package of the kernels apt-auto-removal keeps.
+
+        The running one, the latest, and the second-latest when the latest runs.
+        """
+        kernels = self.kernels()
+        kept = {self.running, kernels[-1]}
+        if self.running == kernels[-1] and len(kernels) > 1:
+            kept.add(kernels[-2])
+        return {
+            n
+            for n in self.machine.dpkg
+            if n.startswith("linux-") and n.endswith(tuple(f"-{abi}" for abi in kept))
+        }
+
+    def autoremove(self) -> str:
+        """Remove automatic packages no manual one needs (`apt-get autoremove`)."""
+        needed, todo = set(), [*self.manual(), *self._kept_kernels()]
+        while todo:
+            name = todo.pop()
+            if name in needed or name not in self.machine.dpkg:
+                continue
+            needed.add(name)
+            todo.extend(self._depends(name))
+        removed = sorted(set(self.machine.dpkg) - needed)
+        for name in removed:
+            self.machine.dpkg.pop(name)
+            match = re.fullmatch(r"linux-image-(.+)", name)
+            if match:
+                self.machine.path(f"/boot/vmlinuz-{match.group(1)}").unlink(missing_ok=True)
+        self._sync_marks()
+        return "".join(f"Removing {n} ...\n" for n in removed)
+
+    def apt_mark(self, argv, input):
+        verb, names = argv[1], argv[2:]
+        if verb not in ("auto", "manual"):
+            return self._apt_mark(argv, input)
+        for name in names:
+            if name not in self.machine.dpkg:
+                raise CommandError(argv, 100, f"E: Unable to locate package {name}")
+        if verb == "auto":
+            self.auto.update(names)
+        else:
+            self.auto.difference_update(names)
+        self._sync_marks()
+        kind = "automatically" if verb == "auto" else "manually"
+        return "".join(f"{n} set to {kind} installed.\n" for n in names)
+
     # -- apt --------------------------------------------------------------------------
 
     def apt_get(self, argv, input):
+        if "autoremove" in argv:
+            return self.autoremove()
         dpkg, held = dict(self.machine.dpkg), set(self.machine.held)
         before = self.userspace_branch()
         out = self._apt_get(argv, input)
@@ -303,6 +405,13 @@ class FakeDriver:
         except CommandError:
             self.machine.dpkg, self.machine.held = dpkg, held
             raise
+        requested = {a.split("=", 1)[0] for a in self.machine._apt_args(argv)[1:]}
+        for name in self.machine.dpkg:
+            if name in requested:
+                self.auto.discard(name)  # asked for: manual, even if it was automatic
+            elif name not in dpkg:
+                self.auto.add(name)  # pulled in as a dependency
+        self._sync_marks()
         self._sync_files()
         if (
             "nvidia-container-toolkit-base" in self.machine.dpkg
@@ -537,6 +646,12 @@ class FakeDriver:
         self._unattended_upgrade()
 
     def _unattended_upgrade(self) -> None:
+        dpkg = self.machine.dpkg
+        before = set(dpkg)
+        self._upgrade_packages()
+        self._mark_auto(*(set(dpkg) - before))  # new kernels and ABI packages: dependencies
+
+    def _upgrade_packages(self) -> None:
         dpkg = self.machine.dpkg
         dpkg["linux-image-aws"] = self._pocket("linux-image-aws")
         self._install_kernel(self.archive_kernel)

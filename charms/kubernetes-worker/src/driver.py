@@ -12,7 +12,14 @@ kernel-team list, 2021-03, "Make the nvidia abi packages depend on nvidia-kernel
 ubuntu-drivers-common's test archive). So kernel, modules and userspace are one unit:
 
 - The userspace (and fabric manager) is held, so the driver never changes under running
-  pods; the module packages are never held, so no held package points at an old kernel.
+  pods; the module packages are never held, so no held package points at an old kernel,
+  and each kernel's ABI package is marked automatically installed (`apt-mark auto`): one
+  installed by name is manual, and a manual package depending on `linux-image-<abi>`
+  keeps that kernel from `apt autoremove` and unattended-upgrades' removal of unused
+  kernels for ever (review gpu.md N4; the dependency: ubuntu-drivers-common's test
+  archive, `linux-modules-nvidia-440-server-5.4.0-25-generic` Depends
+  `linux-image-5.4.0-25-generic`). The flavour metapackage stays manual: it pulls the
+  newest kernel's modules.
 - On every reconcile the modules for the running kernel and for the kernel the machine
   boots next (the highest installed, as grub-mkconfig orders them) are installed. When
   the next kernel's modules need a newer driver than the held one (a kernel update
@@ -78,6 +85,9 @@ UNAME = "/usr/bin/uname"
 DPKG_QUERY = "/usr/bin/dpkg-query"
 MODPROBE = "/usr/sbin/modprobe"
 APT_MARK = "/usr/bin/apt-mark"
+# apt's record of automatically installed packages (`Auto-Installed: 1` stanzas), which
+# `apt-mark showauto` reads; read here directly, so a reconcile runs no program for it.
+EXTENDED_STATES = "/var/lib/apt/extended_states"
 UPDATE_INITRAMFS = "/usr/sbin/update-initramfs"
 FABRIC_SERVICE = "nvidia-fabricmanager"
 DPKG_FORMAT = "${db:Status-Abbrev} ${Package} ${Version}\n"
@@ -92,6 +102,7 @@ DRIVER_CHOICES = "auto, none, or a branch such as 580, 580-server or 580-server-
 _CHOICE = re.compile(r"^(?P<branch>\d{3})(?:-(?P<variant>server|server-open))?$")
 # An Ubuntu kernel ABI as `uname -r` prints it: 6.8.0-1015-aws, 6.14.0-1012-aws, ...
 _ABI = re.compile(r"^\d+\.\d+\.\d+-\d+-[a-z0-9][a-z0-9-]*$")
+_ABI_SUFFIX = re.compile(r"-\d+\.\d+\.\d+-\d+-[a-z0-9][a-z0-9-]*$")  # an ABI package
 # One line of `ubuntu-drivers list --gpgpu [--recommended]`.
 _LISTED = re.compile(
     r"^nvidia-(?:driver|headless-no-dkms)-(?P<branch>\d{3})-(?P<variant>server(?:-open)?)"
@@ -500,6 +511,35 @@ def _keep_in_step(
     return changed, (), None
 
 
+def auto_installed(text: str) -> set[str]:
+    """Packages /var/lib/apt/extended_states marks `Auto-Installed: 1`."""
+    found, package = set(), None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key == "Package":
+            package = value.strip()
+        elif key == "Auto-Installed" and value.strip() == "1" and package:
+            found.add(package)
+        elif not line.strip():
+            package = None
+    return found
+
+
+def _mark_modules_auto(host: Host, have: Installed) -> bool:
+    """`apt-mark auto` the installed per-kernel ABI packages still marked manual."""
+    auto = auto_installed(host.read(EXTENDED_STATES) or "")
+    manual = sorted(
+        name
+        for name in have.packages
+        if name.startswith("linux-modules-nvidia-")
+        and _ABI_SUFFIX.search(name)
+        and name not in auto
+    )
+    if manual:
+        host.run(APT_MARK, "auto", *manual)
+    return bool(manual)
+
+
 def release_from_nouveau(host: Host) -> bool:
     """Blacklist nouveau and rebuild the initramfs; True when it was not done before."""
     if host.read(NOUVEAU_BLACKLIST) == NOUVEAU_BLACKLIST_TEXT:
@@ -628,6 +668,7 @@ def _settle(
         load_module(host)
         report = nvidia.read_smi(host)
     have = installed(host)
+    changed = _mark_modules_auto(host, have) or changed
     reason = _reboot_reason(report, series, have, running, upcoming, nouveau)
     if update:
         reason = (
@@ -662,6 +703,7 @@ def apply_update(host: Host, packages: Sequence[str]) -> None:
     apt.install(host, dict.fromkeys(packages), hold=False, upgrade=True)
     held = [p for p in packages if p.startswith(("nvidia-", "libnvidia-"))]
     apt.install(host, dict.fromkeys(held), hold=True, refresh=False)
+    _mark_modules_auto(host, installed(host))
 
 
 def apt_blocked_message(error: apt.AptError) -> str:

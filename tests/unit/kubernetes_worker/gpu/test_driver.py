@@ -523,3 +523,56 @@ def test_mig_layouts_are_named_as_mig_parted_names_them():
     offered = {0: {"1g.10gb": 7, "1g.10gb+me": 1}}
     assert mig.unavailable("all-1g.10gb.me", offered) is None
     assert mig.unavailable("all-2g.20gb", offered).startswith("mig-profile all-2g.20gb: GPU 0")
+
+
+# ------------------------------------------------------------------ old kernels go away
+
+
+def test_old_kernels_and_their_modules_autoremove(machine, fake, a10g):
+    """ABI packages are marked auto, so no manual package pins an old kernel (review N4).
+
+    The driver moves with kernel 1016 (the update path installs its ABI package by
+    name), then kernels 1017 and 1018 arrive: 1015 and 1016 are neither running nor one
+    of the two newest any more, so autoremove takes them with their modules (before,
+    1016's manual ABI package kept it).
+    """
+    host, kernels = machine.host(), ("6.8.0-1017-aws", "6.8.0-1018-aws")
+    driver.ensure(host, AUTO, a10g, TODAY)
+    fake.driver_sru("580", "580.105.08")
+    fake.kernel_update(NEW)
+    driver.apply_update(host, driver.ensure(host, AUTO, a10g, TODAY).update)
+    fake.reboot()
+    for abi in kernels:
+        driver.ensure(host, AUTO, a10g, TODAY)
+        fake.kernel_update(abi)
+        driver.ensure(host, AUTO, a10g, TODAY)
+        fake.reboot()
+    driver.ensure(host, AUTO, a10g, TODAY)
+
+    removed = fake.autoremove()
+
+    assert removed == "".join(
+        f"Removing {name} ...\n"
+        for name in (
+            f"linux-image-{KERNEL}",
+            f"linux-image-{NEW}",
+            OPEN_580.modules(KERNEL),
+            OPEN_580.modules(NEW),
+        )
+    )
+    assert fake.kernels() == list(kernels)  # the running (latest) and the second-latest
+    assert {OPEN_580.modules(abi) for abi in kernels} <= set(machine.dpkg)
+    assert {*OPEN_580.userspace, OPEN_580.modules_meta} <= fake.manual()
+    assert driver.ensure(host, AUTO, a10g, TODAY).report.ok
+
+
+def test_abi_packages_an_earlier_revision_installed_by_name_are_marked_auto(machine, fake, a10g):
+    driver.ensure(machine.host(), AUTO, a10g, TODAY)
+    machine.host().run("/usr/bin/apt-mark", "manual", OPEN_580.modules(KERNEL))
+
+    driver.ensure(machine.host(), AUTO, a10g, TODAY)
+
+    assert OPEN_580.modules(KERNEL) in fake.auto
+    before = len(machine.mutations())
+    driver.ensure(machine.host(), AUTO, a10g, TODAY)
+    assert changes(machine, before) == []  # marked once
