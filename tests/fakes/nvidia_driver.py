@@ -32,16 +32,41 @@ What it models, and where each rule comes from:
 - NVSwitch machines (`nvswitch=True`): CUDA needs nvidia-fabricmanager running; the
   service exists once `nvidia-fabricmanager-<b>` is installed and starts only with the
   nvidia module loaded.
+- Manual and automatic marks (apt's /var/lib/apt/extended_states, `Auto-Installed: 1`
+  stanzas, which `apt-mark showauto` reads): what `apt-get install` is asked for is
+  manual, what it pulls in is automatic, `apt-mark auto|manual` change the mark.
+  `autoremove` (`apt-get autoremove`, and unattended-upgrades' Remove-Unused-Kernel-
+  Packages, on by default on Ubuntu) removes automatic packages no manual one needs
+  through the dependencies above (linux-image-aws -> its kernel's image, the modules
+  metapackage -> its ABI package -> that kernel's image), except the kernels apt's
+  /etc/kernel/postinst.d/apt-auto-removal keeps: the running one, the latest, and the
+  second-latest when the latest runs (its header comment, quoted on forum threads of the
+  stored pages; Steve Langasek's script in apt). It keeps them as APT::NeverAutoRemove
+  patterns `^linux-.*-<abi>$` in /etc/apt/apt.conf.d/01autoremove-kernels, so every
+  linux-* package of a kept kernel, its nvidia modules too, stays: that pattern is as
+  remembered from apt's debian/apt.auto-removal.sh, not re-read here.
 - The container toolkit (NVIDIA/nvidia-container-toolkit v1.20.0 packaging): installing
   nvidia-container-toolkit-base writes the default `/etc/nvidia-container-runtime/
   config.toml` (its postinst runs `nvidia-ctk config --in-place`; the default accepts
   NVIDIA_VISIBLE_DEVICES from unprivileged containers, api/config/v1 `GetDefault`).
 - ubuntu-drivers prints what ubuntu-drivers-common's `list --gpgpu [--recommended]`
-  prints (canonical/ubuntu-drivers-common `ubuntu-drivers` list(), `detect.py`
-  `_cmp_gfx_alternatives_gpgpu`): every driver package that fits, best first (`-server`
-  and `-server-open` before desktop ones; `-open` first from branch 560 on, where open
-  modules are preferred), with the kernel modules metapackage for the installed kernel
-  flavour.
+  prints (canonical/ubuntu-drivers-common d3d78560, 2026-08-11: `ubuntu-drivers` list()
+  sorts with `_cmp_gfx_alternatives_gpgpu`, reverse=True): every driver package that
+  fits, best first by fit level (`-server-open` 3, `-server` 2, `-open` 1, desktop 0
+  where the package prefers open modules, `_is_open_prefered`: `Prefer-Variant: Open`,
+  or no such field and branch >= 560; `-server` 3, desktop 2, `-server-open` 1, `-open`
+  0 otherwise), then `Support: PB` before any other, then `LTSB`, then the name, with the
+  kernel modules metapackage for the installed kernel flavour.
+- The branches it lists are noble's (canonical/nvidia-graphics-drivers, branch heads of
+  2026-04-28, `debian/control` of each `<b>-server-noble`; read 2026-11-27): 535-server
+  (535.288.01; LTSB, no Prefer-Variant), 580-server (580.126.20; LTSB, Prefer-Variant
+  Open) and 595-server (595.58.03; PB, Prefer-Variant Open), `SUPPORT`. 570-server and
+  590-server are transitional there ("Transitional package for upgrades", depending on
+  580 and 595; no Modaliases, so ubuntu-drivers lists neither); this fake still serves
+  570 whole, as an older image has it installed. 470-server (LTSB, 2024) is left out:
+  whether its Modaliases match these GPUs was not checked. `apt-cache show` prints the
+  `Support` and `Prefer-Variant` fields of `nvidia-driver-<b>-<variant>` (the `XB-`
+  fields of debian/control, as detect.py `_pkg_get_support` reads them).
 """
 
 from __future__ import annotations
@@ -59,7 +84,11 @@ from fakes.machine import ARMORED_KEY, FakeMachine, Service
 
 KERNEL = "6.8.0-1015-aws"
 FLAVOUR = "aws"
-BRANCHES = ("535", "570", "580")
+BRANCHES = ("535", "570", "580", "595")
+# noble's `XB-Support` and `XB-Prefer-Variant` of nvidia-driver-<b>-server[-open] (see the
+# docstring); a branch missing here is not listed by ubuntu-drivers (570: transitional).
+SUPPORT = {"535": "LTSB", "580": "LTSB", "595": "PB"}
+PREFER_VARIANT = {"535": None, "580": "Open", "595": "Open"}
 VARIANTS = ("server", "server-open")
 # Branches from 560 on prefer open kernel modules (ubuntu-drivers' _is_open_prefered).
 OPEN_PREFERRED_FROM = 560
@@ -84,6 +113,7 @@ mode = "auto"
 runtimes = ["runc", "crun"]
 """
 _ABI = re.compile(r"^(?P<base>\d+\.\d+\.\d+)-(?P<num>\d+)-(?P<flavour>[a-z0-9-]+)$")
+EXTENDED_STATES = "/var/lib/apt/extended_states"
 
 
 def userspace_version(driver: str) -> str:
@@ -140,6 +170,8 @@ class FakeDriver:
         self.module_driver: dict[tuple[str, str], str] = {}
         self.meta_abi: dict[tuple[str, str], str] = {}
         self.respin = 0
+        self.auto: set[str] = set()  # packages marked automatically installed
+        self.image_meta_abi: dict[str, str] = {}  # linux-image-aws version: its kernel
         self._publish_kernel(KERNEL)
         # Version not checked against the archive: nothing depends on it.
         machine.publish(UBUNTU_DRIVERS_COMMON, "1:0.9.7.6ubuntu3", "release")
@@ -149,6 +181,7 @@ class FakeDriver:
         # The cloud image: its kernel and the image metapackage are installed.
         self._install_kernel(KERNEL)
         machine.dpkg["linux-image-aws"] = self._pocket("linux-image-aws")
+        self._mark_auto(f"linux-image-{KERNEL}")  # pulled in by linux-image-aws
         machine.write("/proc/sys/kernel/random/boot_id", "b0b1d000-0000-4000-8000-000000000001\n")
         self._apt_get = machine.runner.handlers["apt-get"]
         self._dpkg_query = machine.runner.handlers["dpkg-query"]
@@ -158,6 +191,9 @@ class FakeDriver:
         machine.on("modprobe", self.modprobe)
         machine.on("nvidia-smi", self.nvidia_smi)
         machine.on("ubuntu-drivers", self.ubuntu_drivers)
+        machine.on("apt-cache", self.apt_cache)
+        self._apt_mark = machine.runner.handlers["apt-mark"]
+        machine.on("apt-mark", self.apt_mark)
         machine.on("uname", lambda argv, _: f"{self.running}\n")
         machine.on("dpkg", lambda argv, _: "amd64\n")
         machine.on("sh", self.sh)
@@ -176,6 +212,7 @@ class FakeDriver:
     def _publish_kernel(self, abi: str) -> None:
         self.machine.publish(f"linux-image-{abi}", image_version(abi))
         self.machine.publish("linux-image-aws", image_version(abi).replace("-", "."))
+        self.image_meta_abi[image_version(abi).replace("-", ".")] = abi
         self.archive_kernel = abi
 
     def _publish_driver(self, branch: str) -> None:
@@ -271,9 +308,91 @@ class FakeDriver:
         self.machine.dpkg[f"linux-image-{abi}"] = self._pocket(f"linux-image-{abi}")
         self.machine.write(f"/boot/vmlinuz-{abi}", "kernel\n")
 
+    # -- marks and autoremove ---------------------------------------------------------
+
+    def _mark_auto(self, *names: str) -> None:
+        self.auto.update(names)
+        self._sync_marks()
+
+    def _sync_marks(self) -> None:
+        self.auto &= set(self.machine.dpkg)
+        self.machine.write(
+            EXTENDED_STATES,
+            "".join(
+                f"Package: {n}\nArchitecture: amd64\nAuto-Installed: 1\n\n"
+                for n in sorted(self.auto)
+            ),
+        )
+
+    def manual(self) -> set[str]:
+        """Installed packages marked manually installed."""
+        return set(self.machine.dpkg) - self.auto
+
+    def _depends(self, name: str) -> list[str]:
+        version = self.machine.dpkg.get(name, "")
+        if name == "linux-image-aws" and version in self.image_meta_abi:
+            return [f"linux-image-{self.image_meta_abi[version]}"]
+        abi = self.meta_abi.get((name, version))
+        if abi is not None:
+            return [f"{name.removesuffix(f'-{FLAVOUR}')}-{abi}"]
+        match = re.search(r"-(\d+\.\d+\.\d+-\d+-[a-z0-9-]+)$", name)
+        if name.startswith("linux-modules-nvidia-") and match:
+            return [f"linux-image-{match.group(1)}"]
+        return []
+
+    def _kept_kernels(self) -> set[str]:
+        """Every installed `linux-.*-<abi>` package of the kernels apt-auto-removal keeps.
+
+        The running one, the latest, and the second-latest when the latest runs.
+        """
+        kernels = self.kernels()
+        kept = {self.running, kernels[-1]}
+        if self.running == kernels[-1] and len(kernels) > 1:
+            kept.add(kernels[-2])
+        return {
+            n
+            for n in self.machine.dpkg
+            if n.startswith("linux-") and n.endswith(tuple(f"-{abi}" for abi in kept))
+        }
+
+    def autoremove(self) -> str:
+        """Remove automatic packages no manual one needs (`apt-get autoremove`)."""
+        needed, todo = set(), [*self.manual(), *self._kept_kernels()]
+        while todo:
+            name = todo.pop()
+            if name in needed or name not in self.machine.dpkg:
+                continue
+            needed.add(name)
+            todo.extend(self._depends(name))
+        removed = sorted(set(self.machine.dpkg) - needed)
+        for name in removed:
+            self.machine.dpkg.pop(name)
+            match = re.fullmatch(r"linux-image-(.+)", name)
+            if match:
+                self.machine.path(f"/boot/vmlinuz-{match.group(1)}").unlink(missing_ok=True)
+        self._sync_marks()
+        return "".join(f"Removing {n} ...\n" for n in removed)
+
+    def apt_mark(self, argv, input):
+        verb, names = argv[1], argv[2:]
+        if verb not in ("auto", "manual"):
+            return self._apt_mark(argv, input)
+        for name in names:
+            if name not in self.machine.dpkg:
+                raise CommandError(argv, 100, f"E: Unable to locate package {name}")
+        if verb == "auto":
+            self.auto.update(names)
+        else:
+            self.auto.difference_update(names)
+        self._sync_marks()
+        kind = "automatically" if verb == "auto" else "manually"
+        return "".join(f"{n} set to {kind} installed.\n" for n in names)
+
     # -- apt --------------------------------------------------------------------------
 
     def apt_get(self, argv, input):
+        if "autoremove" in argv:
+            return self.autoremove()
         dpkg, held = dict(self.machine.dpkg), set(self.machine.held)
         before = self.userspace_branch()
         out = self._apt_get(argv, input)
@@ -286,6 +405,13 @@ class FakeDriver:
         except CommandError:
             self.machine.dpkg, self.machine.held = dpkg, held
             raise
+        requested = {a.split("=", 1)[0] for a in self.machine._apt_args(argv)[1:]}
+        for name in self.machine.dpkg:
+            if name in requested:
+                self.auto.discard(name)  # asked for: manual, even if it was automatic
+            elif name not in dpkg:
+                self.auto.add(name)  # pulled in as a dependency
+        self._sync_marks()
         self._sync_files()
         if (
             "nvidia-container-toolkit-base" in self.machine.dpkg
@@ -521,6 +647,12 @@ class FakeDriver:
 
     def _unattended_upgrade(self) -> None:
         dpkg = self.machine.dpkg
+        before = set(dpkg)
+        self._upgrade_packages()
+        self._mark_auto(*(set(dpkg) - before))  # new kernels and ABI packages: dependencies
+
+    def _upgrade_packages(self) -> None:
+        dpkg = self.machine.dpkg
         dpkg["linux-image-aws"] = self._pocket("linux-image-aws")
         self._install_kernel(self.archive_kernel)
         found = self.userspace()
@@ -647,13 +779,18 @@ class FakeDriver:
     def gpgpu_drivers(self) -> list[tuple[str, str]]:
         """(driver package, modules metapackage) that fit, best first, as ubuntu-drivers sorts.
 
-        Fit level first (server-open 3 > server 2 > open 1 > desktop 0 where a branch
-        prefers open modules; server 3 > desktop 2 > server-open 1 > open 0 otherwise),
-        then the branch, newest first.
+        `_cmp_gfx_alternatives_gpgpu` with reverse=True: the fit level, then PB first,
+        then LTSB, then the package name (see the module docstring).
         """
         rows = []
         for branch in BRANCHES:
-            open_first = int(branch) >= OPEN_PREFERRED_FROM
+            if branch not in SUPPORT:
+                continue
+            preference = PREFER_VARIANT[branch]
+            open_first = preference == "Open" or (
+                preference is None and int(branch) >= OPEN_PREFERRED_FROM
+            )
+            support = SUPPORT[branch]
             for suffix, fits in (
                 ("-server-open", (3, 1)),
                 ("-server", (2, 3)),
@@ -663,10 +800,29 @@ class FakeDriver:
                 if "open" in suffix and not self.open_modules:
                     continue
                 fit = fits[0] if open_first else fits[1]
+                package = f"nvidia-driver-{branch}{suffix}"
                 modules = f"linux-modules-nvidia-{branch}{suffix}-{FLAVOUR}"
-                rows.append((fit, int(branch), f"nvidia-driver-{branch}{suffix}", modules))
+                rank = (fit, support == "PB", support == "LTSB", package)
+                rows.append((rank, package, modules))
         rows.sort(reverse=True)
-        return [(package, modules) for _, _, package, modules in rows]
+        return [(package, modules) for _, package, modules in rows]
+
+    def apt_cache(self, argv, _input):
+        """`apt-cache show --no-all-versions nvidia-driver-...`: what ubuntu-drivers reads."""
+        if argv[1:3] != ["show", "--no-all-versions"]:
+            raise CommandError(argv, 100, f"fake apt-cache does not handle {argv[1:]}")
+        stanzas = []
+        for name in argv[3:]:
+            match = re.fullmatch(r"nvidia-driver-(\d{3})-server(?:-open)?", name)
+            if not match or match.group(1) not in SUPPORT:
+                raise CommandError(argv, 100, f"E: No packages found\nN: Unable to locate {name}")
+            branch = match.group(1)
+            fields = [f"Package: {name}", f"Version: {userspace_version(self.drivers[branch])}"]
+            if PREFER_VARIANT[branch]:
+                fields.append(f"Prefer-Variant: {PREFER_VARIANT[branch]}")
+            fields.append(f"Support: {SUPPORT[branch]}")
+            stanzas.append("\n".join(fields) + "\n")
+        return "\n".join(stanzas) + "\n"
 
     def ubuntu_drivers(self, argv, _input):
         drivers = self.gpgpu_drivers()

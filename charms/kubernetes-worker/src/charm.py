@@ -267,7 +267,9 @@ class KubernetesWorkerCharm(ops.CharmBase):
         if started is None and state.reboot is None:
             if self._stored.reboot_cordoned:  # drained for an update that is not needed now
                 self._after_reboot(info, kubeadm.node_name(host), limit)
-            elif not self._stored.mig_cordoned:  # a MIG change in flight keeps its turn
+            elif not self._stored.mig_cordoned and not mig_layout.is_mig_request(
+                self.turns.asked_for()
+            ):  # a MIG change keeps its turn, or its place in the queue (mig_layout's own)
                 self.turns.done(limit)  # no longer needed, if it asked
             return
         node, reason = kubeadm.node_name(host), state.reboot or ""

@@ -12,7 +12,14 @@ kernel-team list, 2021-03, "Make the nvidia abi packages depend on nvidia-kernel
 ubuntu-drivers-common's test archive). So kernel, modules and userspace are one unit:
 
 - The userspace (and fabric manager) is held, so the driver never changes under running
-  pods; the module packages are never held, so no held package points at an old kernel.
+  pods; the module packages are never held, so no held package points at an old kernel,
+  and each kernel's ABI package is marked automatically installed (`apt-mark auto`): one
+  installed by name is manual, and a manual package depending on `linux-image-<abi>`
+  keeps that kernel from `apt autoremove` and unattended-upgrades' removal of unused
+  kernels for ever (review gpu.md N4; the dependency: ubuntu-drivers-common's test
+  archive, `linux-modules-nvidia-440-server-5.4.0-25-generic` Depends
+  `linux-image-5.4.0-25-generic`). The flavour metapackage stays manual: it pulls the
+  newest kernel's modules.
 - On every reconcile the modules for the running kernel and for the kernel the machine
   boots next (the highest installed, as grub-mkconfig orders them) are installed. When
   the next kernel's modules need a newer driver than the held one (a kernel update
@@ -24,6 +31,16 @@ ubuntu-drivers-common's test archive). So kernel, modules and userspace are one 
   ubuntu-drivers-common `get_linux_modules_metapackage` reads the flavour from the
   installed linux-image metapackage). `-server-open` is used where ubuntu-drivers ranks
   it first (branches from 560 prefer open modules; `_is_open_prefered`).
+- `auto` is NVIDIA's newest long-term branch for the GPUs, not ubuntu-drivers' first
+  line: ubuntu-drivers ranks a Production Branch (about a year of fixes) above a Long
+  Term Support Branch (ubuntu-drivers-common d3d78560, 2026-08-11, detect.py
+  `_cmp_gfx_alternatives_gpgpu`: fit level, then `PB` before anything, then `LTSB`), so
+  on noble it recommends 595-server-open, and on a V100 535-server (fit 3) over
+  580-server (fit 2). The branch's level is the `Support` field of its
+  `nvidia-driver-<series>` package (`XB-Support` in canonical/nvidia-graphics-drivers
+  `debian/control`: 535-server and 580-server LTSB, 595-server PB, branch heads of
+  2026-04-28), read with `apt-cache show`, as detect.py `_pkg_get_support` reads it.
+  A branch past NVIDIA's end of life is refused (`END_OF_LIFE`).
 - NVSwitch machines (p4d, p5) need NVIDIA Fabric Manager before CUDA initialises (error
   802 otherwise): `nvidia-fabricmanager-<branch>` and `libnvidia-nscq-<branch>`, which
   match the `-server` driver's version (the same guide), held, their service enabled.
@@ -34,6 +51,7 @@ ubuntu-drivers-common's test archive). So kernel, modules and userspace are one 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import logging
 import re
 from collections.abc import Iterable, Sequence
@@ -48,10 +66,28 @@ logger = logging.getLogger(__name__)
 
 UBUNTU_DRIVERS = "/usr/bin/ubuntu-drivers"
 UBUNTU_DRIVERS_PACKAGE = "ubuntu-drivers-common"
+APT_CACHE = "/usr/bin/apt-cache"
+# The `Support` values ubuntu-drivers knows (detect.py `_pkg_get_support`: PB, NFB, LTSB,
+# Legacy); only a Long Term Support Branch is chosen by `auto`.
+LONG_TERM = "LTSB"
+# NVIDIA's support matrix, "Supported Drivers and CUDA Toolkit Versions"
+# (docs.nvidia.com/datacenter/tesla/drivers/supported-drivers-and-cuda-toolkit-versions.html,
+# read 2026-11-27): R535 LTSB ends June 2026, R570 PB February 2026, R580 LTSB August 2028
+# (the last day of that month is used); "All other previous driver branches not listed in
+# the table above (such as R575, R565, R560, R550, R525, ...) are end of life", so a branch
+# older than the newest one listed and not in it has ended too.
+END_OF_LIFE = {
+    "535": datetime.date(2026, 6, 30),
+    "570": datetime.date(2026, 2, 28),
+    "580": datetime.date(2028, 8, 31),
+}
 UNAME = "/usr/bin/uname"
 DPKG_QUERY = "/usr/bin/dpkg-query"
 MODPROBE = "/usr/sbin/modprobe"
 APT_MARK = "/usr/bin/apt-mark"
+# apt's record of automatically installed packages (`Auto-Installed: 1` stanzas), which
+# `apt-mark showauto` reads; read here directly, so a reconcile runs no program for it.
+EXTENDED_STATES = "/var/lib/apt/extended_states"
 UPDATE_INITRAMFS = "/usr/sbin/update-initramfs"
 FABRIC_SERVICE = "nvidia-fabricmanager"
 DPKG_FORMAT = "${db:Status-Abbrev} ${Package} ${Version}\n"
@@ -66,6 +102,7 @@ DRIVER_CHOICES = "auto, none, or a branch such as 580, 580-server or 580-server-
 _CHOICE = re.compile(r"^(?P<branch>\d{3})(?:-(?P<variant>server|server-open))?$")
 # An Ubuntu kernel ABI as `uname -r` prints it: 6.8.0-1015-aws, 6.14.0-1012-aws, ...
 _ABI = re.compile(r"^\d+\.\d+\.\d+-\d+-[a-z0-9][a-z0-9-]*$")
+_ABI_SUFFIX = re.compile(r"-\d+\.\d+\.\d+-\d+-[a-z0-9][a-z0-9-]*$")  # an ABI package
 # One line of `ubuntu-drivers list --gpgpu [--recommended]`.
 _LISTED = re.compile(
     r"^nvidia-(?:driver|headless-no-dkms)-(?P<branch>\d{3})-(?P<variant>server(?:-open)?)"
@@ -157,6 +194,57 @@ def parse_gpgpu_list(text: str) -> list[Series]:
 def pick(choice: DriverChoice, listed: Sequence[Series]) -> Series | None:
     """The first listed series the choice accepts (ubuntu-drivers' order), or None."""
     return next((s for s in listed if choice.accepts(s)), None)
+
+
+def end_of_life(branch: str, today: datetime.date) -> str | None:
+    """`June 2026` when NVIDIA's support for the branch ended by `today`, else None."""
+    ends = END_OF_LIFE.get(branch)
+    if ends is None:
+        if int(branch) >= max(int(b) for b in END_OF_LIFE):
+            return None  # newer than NVIDIA's table: not known to have ended
+        return "before 2026"  # an older branch the table no longer lists
+    return ends.strftime("%B %Y") if ends < today else None
+
+
+def pick_long_term(
+    listed: Sequence[Series], support: dict[str, str], today: datetime.date
+) -> Series | None:
+    """`auto`: the newest listed LTSB NVIDIA still supports, in the variant listed first."""
+    fit = [
+        s
+        for s in listed
+        if support.get(s.name) == LONG_TERM and end_of_life(s.branch, today) is None
+    ]
+    if not fit:
+        return None
+    newest = max(int(s.branch) for s in fit)
+    return next(s for s in fit if int(s.branch) == newest)
+
+
+def parse_support(text: str) -> dict[str, str]:
+    """{series name: Support} from `apt-cache show` stanzas of `nvidia-driver-<series>`."""
+    found, package = {}, None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key == "Package":
+            package = value.strip()
+        elif key == "Support" and package and package.startswith("nvidia-driver-"):
+            found[package.removeprefix("nvidia-driver-")] = value.strip()
+        elif not line.strip():
+            package = None
+    return found
+
+
+def support_levels(host: Host, listed: Sequence[Series]) -> dict[str, str]:
+    """The `Support` of each listed series' `nvidia-driver-<series>` (one apt-cache show)."""
+    names = [f"nvidia-driver-{name}" for name in dict.fromkeys(s.name for s in listed)]
+    if not names:
+        return {}
+    try:
+        return parse_support(host.run(APT_CACHE, "show", "--no-all-versions", *names))
+    except CommandError as e:
+        logger.info("apt-cache show %s: %s", " ".join(names), e.last_line)
+        return {}
 
 
 # ------------------------------------------------------------------------ what is there
@@ -300,31 +388,62 @@ def _missing(detail: str) -> bool:
     return "Unable to locate package" in detail or "has no installation candidate" in detail
 
 
-def _choose(host: Host, choice: DriverChoice, inventory: gpu.GpuInventory) -> Series:
-    """The series to install, from ubuntu-drivers.
+def _choose(
+    host: Host, choice: DriverChoice, inventory: gpu.GpuInventory, today: datetime.date
+) -> Series:
+    """The series to install, from ubuntu-drivers (`auto`: NVIDIA's newest long-term branch).
 
     Raises:
-        DriverPlanError: nothing fits the choice.
+        DriverPlanError: nothing fits the choice, or the branch asked for has ended.
     """
     try:
-        listed = listed_series(host, recommended=choice.mode == "auto")
-        if choice.mode == "auto" and not listed:  # the recommended one is a desktop driver
-            listed = listed_series(host, recommended=False)
+        listed = listed_series(host, recommended=False)
     except CommandError as e:
         raise DriverPlanError(
             f"cannot choose an NVIDIA driver: {e.last_line}; set nvidia-driver to a branch "
             "such as 580, or to none"
         ) from None
+    if choice.mode == "auto":
+        support = support_levels(host, listed)
+        series = pick_long_term(listed, support, today)
+        if series is None:
+            raise DriverPlanError(_no_long_term_message(inventory, listed, support, today))
+        return series
     series = pick(choice, listed)
     if series is None:
-        wanted = "a server driver" if choice.mode == "auto" else f"driver {choice.branch}"
         raise DriverPlanError(
-            f"ubuntu-drivers lists no {wanted} with prebuilt modules for "
+            f"ubuntu-drivers lists no driver {choice.branch} with prebuilt modules for "
             f"{inventory.describe()} on this kernel; set nvidia-driver to one of "
             f"{', '.join(s.name for s in listed) or 'the branches ubuntu-drivers lists'}, "
             "or install a driver and set nvidia-driver=none"
         )
+    ended = end_of_life(series.branch, today)
+    if ended is not None:
+        raise DriverPlanError(
+            f"NVIDIA driver branch {series.branch} reached its end of life ({ended}, NVIDIA's "
+            "data center driver support matrix) and gets no more security fixes; set "
+            "nvidia-driver=auto for the newest long-term branch, or to a supported branch"
+        )
     return series
+
+
+def _no_long_term_message(
+    inventory: gpu.GpuInventory,
+    listed: Sequence[Series],
+    support: dict[str, str],
+    today: datetime.date,
+) -> str:
+    described = []
+    for s in dict.fromkeys(s.name for s in listed):
+        level = support.get(s, "no support level")
+        ended = end_of_life(s.split("-", 1)[0], today)
+        described.append(f"{s} ({level}{f', ended {ended}' if ended else ''})")
+    return (
+        f"ubuntu-drivers lists no NVIDIA long-term support branch NVIDIA still supports for "
+        f"{inventory.describe()}: {', '.join(described) or 'none with prebuilt modules'}; "
+        "set nvidia-driver to a listed branch to accept a shorter-lived one, or install a "
+        "driver and set nvidia-driver=none"
+    )
 
 
 def _install_fresh(host: Host, series: Series, nvswitch: bool) -> tuple[str, str]:
@@ -392,6 +511,35 @@ def _keep_in_step(
     return changed, (), None
 
 
+def auto_installed(text: str) -> set[str]:
+    """Packages /var/lib/apt/extended_states marks `Auto-Installed: 1`."""
+    found, package = set(), None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key == "Package":
+            package = value.strip()
+        elif key == "Auto-Installed" and value.strip() == "1" and package:
+            found.add(package)
+        elif not line.strip():
+            package = None
+    return found
+
+
+def _mark_modules_auto(host: Host, have: Installed) -> bool:
+    """`apt-mark auto` the installed per-kernel ABI packages still marked manual."""
+    auto = auto_installed(host.read(EXTENDED_STATES) or "")
+    manual = sorted(
+        name
+        for name in have.packages
+        if name.startswith("linux-modules-nvidia-")
+        and _ABI_SUFFIX.search(name)
+        and name not in auto
+    )
+    if manual:
+        host.run(APT_MARK, "auto", *manual)
+    return bool(manual)
+
+
 def release_from_nouveau(host: Host) -> bool:
     """Blacklist nouveau and rebuild the initramfs; True when it was not done before."""
     if host.read(NOUVEAU_BLACKLIST) == NOUVEAU_BLACKLIST_TEXT:
@@ -456,8 +604,15 @@ def _reboot_reason(
     return None
 
 
-def ensure(host: Host, choice: DriverChoice, inventory: gpu.GpuInventory) -> DriverResult:
+def ensure(
+    host: Host,
+    choice: DriverChoice,
+    inventory: gpu.GpuInventory,
+    today: datetime.date | None = None,
+) -> DriverResult:
     """Make the configured driver present and in step with the kernels.
+
+    `today` (the local date by default) decides which branches NVIDIA still supports.
 
     `none`, and `auto` on a host whose working driver is not from Ubuntu's packages,
     leave the driver alone (Fabric Manager is still required on NVSwitch machines).
@@ -479,7 +634,7 @@ def ensure(host: Host, choice: DriverChoice, inventory: gpu.GpuInventory) -> Dri
     if series is not None and not series.flavour:
         series = dataclasses.replace(series, flavour=_flavour_of(host, series))
     if series is None or not choice.accepts(series):
-        target = _choose(host, choice, inventory)
+        target = _choose(host, choice, inventory, today or datetime.date.today())
         if report.ok and series is not None:  # switching a working driver: under a drain
             packages = (*target.userspace, target.modules_meta, target.modules(upcoming))
             return DriverResult(
@@ -513,6 +668,7 @@ def _settle(
         load_module(host)
         report = nvidia.read_smi(host)
     have = installed(host)
+    changed = _mark_modules_auto(host, have) or changed
     reason = _reboot_reason(report, series, have, running, upcoming, nouveau)
     if update:
         reason = (
@@ -547,6 +703,7 @@ def apply_update(host: Host, packages: Sequence[str]) -> None:
     apt.install(host, dict.fromkeys(packages), hold=False, upgrade=True)
     held = [p for p in packages if p.startswith(("nvidia-", "libnvidia-"))]
     apt.install(host, dict.fromkeys(held), hold=True, refresh=False)
+    _mark_modules_auto(host, installed(host))
 
 
 def apt_blocked_message(error: apt.AptError) -> str:

@@ -41,6 +41,10 @@ class Turns(Protocol):
         """Give the turn back."""
         ...
 
+    def asked_for(self) -> str | None:
+        """Why this unit asks for a turn, or None when it does not."""
+        ...
+
     def waiting_message(self, reason: str, limit: int) -> str:
         """What the unit waits for while another holds the turn."""
         ...
@@ -95,6 +99,37 @@ class Outcome:
     turn_wait: str | None = None
 
 
+REASON_PREFIX = "MIG layout "
+
+
+def is_mig_request(reason: str | None) -> bool:
+    """Whether a turn request was filed for a MIG change (only this module gives it back).
+
+    A MIG waiter files once and keeps its request (and its `since`, its place in the
+    oldest-first order) until it no longer wants the turn: withdrawing and re-filing it
+    every hook would send it to the back of the queue and, as each rewrite of the unit
+    databag fires `reboots-relation-changed` on every peer, two waiters would wake each
+    other without end (review gpu.md N1).
+    """
+    return reason is not None and reason.startswith(REASON_PREFIX)
+
+
+def _withdraw(ctx: Context, limit: int) -> None:
+    """Give back a MIG request this unit no longer needs (a reboot's is the charm's)."""
+    if is_mig_request(ctx.turns.asked_for()):
+        ctx.turns.done(limit)
+
+
+def _keep_or_withdraw(
+    ctx: Context, progress: Progress, act: mig.Act, reason: str, limit: int
+) -> None:
+    """Keep the turn while a change is in flight; give back a place nothing will use."""
+    if progress.cordoned and act is not mig.Act.UNCORDON:
+        ctx.turns.request(reason, limit)
+    elif not progress.cordoned and act is not mig.Act.START:
+        _withdraw(ctx, limit)
+
+
 def _verify(ctx: Context, layout: str, state: GpuState) -> mig.Decision:
     """mig-manager reported success: uncordon only once nvidia-smi shows the layout."""
     devices = nvidia.read_mig_devices(ctx.host)
@@ -131,10 +166,11 @@ def advance(ctx: Context, config: WorkerConfig, state: GpuState, progress: Progr
         KubeError: the API server refused (the charm fails the hook, so that it is
             retried, as a drain on the reboot path does).
     """
-    if not state.inventory.mig_capable and not progress.cordoned:
-        return Outcome(progress)
     layout, limit = config.mig_profile, config.max_parallel_reboots
-    reason = f"MIG layout {layout}"
+    if not state.inventory.mig_capable and not progress.cordoned:
+        _withdraw(ctx, limit)
+        return Outcome(progress)
+    reason = f"{REASON_PREFIX}{layout}"
     obj = ctx.kube.get("v1", "Node", ctx.node) or {}
     since = progress.since
     decision = mig.decide(
@@ -148,8 +184,7 @@ def advance(ctx: Context, config: WorkerConfig, state: GpuState, progress: Progr
     )
     if decision.act is mig.Act.VERIFY:
         decision = _verify(ctx, layout, state)
-    if progress.cordoned and decision.act is not mig.Act.UNCORDON:
-        ctx.turns.request(reason, limit)  # keep the turn while it is in flight
+    _keep_or_withdraw(ctx, progress, decision.act, reason, limit)
     if decision.act is mig.Act.START:
         if not ctx.turns.request(reason, limit):
             return Outcome(progress, turn_wait=ctx.turns.waiting_message(reason, limit))

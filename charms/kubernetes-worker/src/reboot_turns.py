@@ -119,6 +119,18 @@ class RebootTurns(ops.Object):
         self.update_grants(limit)
         return self.model.unit.name in self.turns()
 
+    def asked_for(self) -> str | None:
+        """Why this unit asks for a turn (the reason it filed), or None when it does not."""
+        relation = self._relation
+        raw = relation.data[self.model.unit].get(REQUEST_KEY) if relation else None
+        if not raw:
+            return None
+        try:
+            reason = json.loads(raw).get("reason")
+        except (ValueError, AttributeError):
+            return ""
+        return reason if isinstance(reason, str) else ""
+
     def done(self, limit: int) -> None:
         """This unit is back and uncordoned: give its turn back."""
         relation = self._relation

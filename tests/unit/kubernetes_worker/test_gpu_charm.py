@@ -230,7 +230,7 @@ def test_host_with_a_working_driver_installs_no_driver(ctx, machine, api, driver
     [
         ("auto", None, "580", READY_580),
         ("auto", "570", "570", "Ready: 4x NVIDIA A10G, driver 570, CUDA 13.0"),
-        ("535", None, "535", "Ready: 4x NVIDIA A10G, driver 535, CUDA 13.0"),
+        ("595", None, "595", "Ready: 4x NVIDIA A10G, driver 595, CUDA 13.0"),
         ("580", "580", "580", READY_580),
         ("none", "570", "570", "Ready: 4x NVIDIA A10G, driver 570, CUDA 13.0"),
     ],
@@ -245,6 +245,18 @@ def test_each_nvidia_driver_value(ctx, machine, api, driver, value, preinstalled
     assert driver.userspace_branch() == branch
     if value in ("none",) or preinstalled == branch:
         assert not [line for line in installs(machine) if "nvidia-utils" in line]
+
+
+def test_an_end_of_life_branch_blocks_and_installs_no_driver(ctx, machine, api, driver):
+    """535 was `Ready` here until NVIDIA's R535 ended in June 2026 (review gpu.md N3)."""
+    out = run_joined(ctx, api, config={"nvidia-driver": "535"})
+
+    assert out.unit_status == testing.BlockedStatus(
+        "NVIDIA driver branch 535 reached its end of life (June 2026, NVIDIA's data center "
+        "driver support matrix) and gets no more security fixes; set nvidia-driver=auto for "
+        "the newest long-term branch, or to a supported branch"
+    )
+    assert driver.userspace_branch() is None
 
 
 def test_nvidia_driver_none_without_a_driver_blocks_with_what_to_do(ctx, machine, api, driver):
@@ -1412,6 +1424,88 @@ def test_the_leader_keeps_its_mig_turn_while_another_unit_waits(ctx, machine, ap
     out = ctx.run(ctx.on.update_status(), dataclasses.replace(out, relations={*others, relation}))
     assert json.loads(reboots_relation(out).local_app_data["reboot-turns"]) == [UNIT]
     assert node(api)["spec"]["unschedulable"] is True
+
+
+MIG_WAIT = "MIG layout all-1g.10gb"
+
+
+def mig_waiter(api, mine, others, turns, leader=False):
+    """A joined H100 unit that wants all-1g.10gb; another unit holds the turn."""
+    register_node(api)
+    base = joined_state(api, config={"mig-profile": "all-1g.10gb"}, **{"mig-strategy": "mixed"})
+    return with_peers(base, peers(turns=turns, mine=mine, others=others), leader=leader)
+
+
+def test_mig_wait_request_is_withdrawn_and_renewed_every_reconcile(ctx, machine, api, h100, clock):
+    """The review's name (gpu.md N1, which asserted the defect); now the intended behaviour.
+
+    The waiter files once and keeps its `since`, so it keeps its place (oldest first).
+    """
+    state = mig_waiter(
+        api, asked(7300.0, MIG_WAIT), {1: asked(100.0)}, turns=["kubernetes-worker/1"]
+    )
+
+    out = ctx.run(ctx.on.update_status(), state)
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert reboots_relation(out).local_unit_data == asked(7300.0, MIG_WAIT)
+    assert out.unit_status == testing.WaitingStatus(
+        f"reboot needed ({MIG_WAIT}); waiting for a turn (max-parallel-reboots: 1 node at "
+        "once); rebooting now: kubernetes-worker/1"
+    )
+    assert MIG_CONFIG not in node_labels(api)
+
+
+def test_a_peer_change_makes_a_mig_waiter_rewrite_its_request(ctx, machine, api, h100, clock):
+    """The review's name (gpu.md N1, which asserted the defect); now the intended behaviour.
+
+    Another waiter's change leaves this unit's databag as it was, so it wakes no peer (two
+    waiters no longer wake each other without end).
+    """
+    state = mig_waiter(
+        api,
+        asked(7300.0, MIG_WAIT),
+        {1: asked(100.0), 2: asked(8000.0, MIG_WAIT)},
+        turns=["kubernetes-worker/1"],
+    )
+
+    out = ctx.run(ctx.on.relation_changed(reboots_relation(state), remote_unit=2), state)
+
+    assert reboots_relation(out).local_unit_data == asked(7300.0, MIG_WAIT)
+
+
+def test_a_mig_waiter_keeps_its_place_before_a_later_reboot_request(
+    ctx, machine, api, h100, clock
+):
+    state = mig_waiter(
+        api,
+        asked(30.0, MIG_WAIT),
+        {1: asked(10.0), 2: asked(50.0)},
+        turns=["kubernetes-worker/1"],
+        leader=True,
+    )
+    out = ctx.run(ctx.on.update_status(), state)
+    assert MIG_CONFIG not in node_labels(api)
+
+    # unit 1 is done: the MIG waiter (asked at 30) goes before unit 2 (asked at 50)
+    relation = dataclasses.replace(reboots_relation(out), peers_data={1: {}, 2: asked(50.0)})
+    others = {r for r in out.relations if r.endpoint != "reboots"}
+    out = ctx.run(ctx.on.update_status(), dataclasses.replace(out, relations={*others, relation}))
+
+    assert json.loads(reboots_relation(out).local_app_data["reboot-turns"]) == [UNIT]
+    assert node_labels(api)[MIG_CONFIG] == "all-1g.10gb"
+    assert reboots_relation(out).local_unit_data == asked(30.0, MIG_WAIT)  # kept in flight
+
+
+def test_a_mig_waiter_whose_layout_is_cleared_gives_its_place_back(ctx, machine, api, h100, clock):
+    state = mig_waiter(
+        api, asked(7300.0, MIG_WAIT), {1: asked(100.0)}, turns=["kubernetes-worker/1"]
+    )
+
+    out = ctx.run(ctx.on.config_changed(), with_config(state, **{"mig-profile": ""}))
+
+    assert "reboot-request" not in reboots_relation(out).local_unit_data
+    assert out.unit_status.name == "active"
 
 
 # -- telemetry ------------------------------------------------------------------------

@@ -7,6 +7,8 @@ pocket and unattended-upgrades moves what is not held (see `fakes.nvidia_driver`
 
 from __future__ import annotations
 
+import datetime
+
 import driver
 import gpu
 import pytest
@@ -51,7 +53,7 @@ def installs(machine) -> list[str]:
     return [line for line in machine.lines("apt-get") if " install " in line]
 
 
-QUERIES = ("sh -c", "uname -r", "ubuntu-drivers")
+QUERIES = ("sh -c", "uname -r", "ubuntu-drivers", "apt-cache")
 
 
 def changes(machine, since: int = 0) -> list[str]:
@@ -134,8 +136,12 @@ def test_auto_installs_what_ubuntu_drivers_recommends_and_loads_it_without_a_reb
     assert machine.held == set(OPEN_580.userspace)  # module packages are never held
     # ubuntu-drivers-common was not on the machine: installed first, then asked
     assert installs(machine)[0].endswith(" ubuntu-drivers-common")
-    assert machine.lines("ubuntu-drivers") == [
-        "/usr/bin/ubuntu-drivers list --gpgpu --recommended"
+    # auto reads the whole list and each listed branch's Support (review gpu.md N3)
+    assert machine.lines("ubuntu-drivers") == ["/usr/bin/ubuntu-drivers list --gpgpu"]
+    assert machine.lines("apt-cache") == [
+        "/usr/bin/apt-cache show --no-all-versions nvidia-driver-595-server-open "
+        "nvidia-driver-580-server-open nvidia-driver-535-server nvidia-driver-595-server "
+        "nvidia-driver-580-server nvidia-driver-535-server-open"
     ]
 
 
@@ -144,18 +150,97 @@ def test_auto_installs_what_ubuntu_drivers_recommends_and_loads_it_without_a_reb
     [
         ("580-server", True, driver.Series("580", "server", "aws")),
         ("580", True, OPEN_580),
-        ("535", True, driver.Series("535", "server", "aws")),  # before 560: closed first
-        # A V100 has no open modules; ubuntu-drivers then ranks 535-server (fit 3: before
-        # 560, closed modules are preferred) above 580-server (fit 2): followed as it is.
-        ("auto", False, driver.Series("535", "server", "aws")),
+        ("595", True, driver.Series("595", "server-open", "aws")),  # a PB, when asked for
+        # auto is the newest long-term branch, not ubuntu-drivers' first line (595, a PB)
+        ("auto", True, OPEN_580),
+        # A V100 has no open modules; ubuntu-drivers then ranks 535-server (fit 3: no
+        # Prefer-Variant before 560) above 580-server (fit 2); auto takes 580 (review N3)
+        ("auto", False, driver.Series("580", "server", "aws")),
     ],
 )
 def test_the_series_follows_ubuntu_drivers_ranking(machine, a10g, value, open_modules, series):
     FakeDriver(machine, open_modules=open_modules)
 
-    result = driver.ensure(machine.host(), driver.DriverChoice.parse(value), a10g)
+    result = driver.ensure(machine.host(), driver.DriverChoice.parse(value), a10g, TODAY)
 
     assert result.series == series and result.report.ok
+
+
+@pytest.mark.parametrize(
+    ("open_modules", "first"),
+    [
+        (True, "nvidia-driver-595-server-open linux-modules-nvidia-595-server-open-aws"),
+        (False, "nvidia-driver-535-server linux-modules-nvidia-535-server-aws"),
+    ],
+)
+def test_the_fake_recommends_what_ubuntu_drivers_ranks_first_on_noble(
+    machine, open_modules, first
+):
+    """What the review ran detect.py's comparator on (gpu.md N3): PB first, V100 535."""
+    FakeDriver(machine, open_modules=open_modules)
+
+    out = machine.host().run("/usr/bin/ubuntu-drivers", "list", "--gpgpu", "--recommended")
+
+    assert out == f"{first}\n"
+
+
+TODAY = datetime.date(2026, 11, 27)
+AFTER_580 = datetime.date(2028, 9, 1)
+
+
+def test_an_end_of_life_branch_is_refused_saying_when_it_ended(machine, fake, a10g):
+    with pytest.raises(driver.DriverPlanError) as e:
+        driver.ensure(machine.host(), driver.DriverChoice.parse("535"), a10g, TODAY)
+
+    assert str(e.value) == (
+        "NVIDIA driver branch 535 reached its end of life (June 2026, NVIDIA's data center "
+        "driver support matrix) and gets no more security fixes; set nvidia-driver=auto for "
+        "the newest long-term branch, or to a supported branch"
+    )
+    assert installs(machine) == [] or all("nvidia-utils" not in i for i in installs(machine))
+
+
+def test_auto_refuses_when_no_long_term_branch_is_supported_any_more(machine, tmp_path):
+    """A V100 once 580, the last branch for Volta, has ended: nothing long-term is left."""
+    FakeDriver(machine, open_modules=False)
+    v100 = inventory(tmp_path, "p3-v100")
+
+    with pytest.raises(driver.DriverPlanError) as e:
+        driver.ensure(machine.host(), AUTO, v100, AFTER_580)
+
+    assert str(e.value) == (
+        "ubuntu-drivers lists no NVIDIA long-term support branch NVIDIA still supports for "
+        f"{v100.describe()}: 535-server (LTSB, ended June 2026), 595-server (PB), 580-server "
+        "(LTSB, ended August 2028); set nvidia-driver to a listed branch to accept a "
+        "shorter-lived one, or install a driver and set nvidia-driver=none"
+    )
+    assert not [p for p in machine.dpkg if p.startswith("nvidia-utils")]
+
+
+@pytest.mark.parametrize(
+    ("branch", "today", "ended"),
+    [
+        ("535", datetime.date(2026, 6, 30), None),
+        ("535", datetime.date(2026, 7, 1), "June 2026"),
+        ("570", TODAY, "February 2026"),
+        ("575", TODAY, "before 2026"),  # "all other previous driver branches ... are EOL"
+        ("580", TODAY, None),
+        ("595", TODAY, None),  # newer than NVIDIA's table: not known to have ended
+    ],
+)
+def test_end_of_life_follows_nvidias_support_matrix(branch, today, ended):
+    assert driver.end_of_life(branch, today) == ended
+
+
+def test_support_is_read_from_apt_cache_stanzas():
+    text = (
+        "Package: nvidia-driver-580-server-open\nVersion: 580.126.20-0ubuntu0.24.04.2\n"
+        "Prefer-Variant: Open\nSupport: LTSB\n\n"
+        "Package: nvidia-driver-595-server\nVersion: 595.58.03-0ubuntu0.24.04.1\n"
+        "Support: PB\n\nPackage: nvidia-driver-470-server\n\n"
+    )
+
+    assert driver.parse_support(text) == {"580-server-open": "LTSB", "595-server": "PB"}
 
 
 def test_a_working_driver_from_the_image_is_left_alone_under_auto(machine, fake, a10g):
@@ -438,3 +523,56 @@ def test_mig_layouts_are_named_as_mig_parted_names_them():
     offered = {0: {"1g.10gb": 7, "1g.10gb+me": 1}}
     assert mig.unavailable("all-1g.10gb.me", offered) is None
     assert mig.unavailable("all-2g.20gb", offered).startswith("mig-profile all-2g.20gb: GPU 0")
+
+
+# ------------------------------------------------------------------ old kernels go away
+
+
+def test_old_kernels_and_their_modules_autoremove(machine, fake, a10g):
+    """ABI packages are marked auto, so no manual package pins an old kernel (review N4).
+
+    The driver moves with kernel 1016 (the update path installs its ABI package by
+    name), then kernels 1017 and 1018 arrive: 1015 and 1016 are neither running nor one
+    of the two newest any more, so autoremove takes them with their modules (before,
+    1016's manual ABI package kept it).
+    """
+    host, kernels = machine.host(), ("6.8.0-1017-aws", "6.8.0-1018-aws")
+    driver.ensure(host, AUTO, a10g, TODAY)
+    fake.driver_sru("580", "580.105.08")
+    fake.kernel_update(NEW)
+    driver.apply_update(host, driver.ensure(host, AUTO, a10g, TODAY).update)
+    fake.reboot()
+    for abi in kernels:
+        driver.ensure(host, AUTO, a10g, TODAY)
+        fake.kernel_update(abi)
+        driver.ensure(host, AUTO, a10g, TODAY)
+        fake.reboot()
+    driver.ensure(host, AUTO, a10g, TODAY)
+
+    removed = fake.autoremove()
+
+    assert removed == "".join(
+        f"Removing {name} ...\n"
+        for name in (
+            f"linux-image-{KERNEL}",
+            f"linux-image-{NEW}",
+            OPEN_580.modules(KERNEL),
+            OPEN_580.modules(NEW),
+        )
+    )
+    assert fake.kernels() == list(kernels)  # the running (latest) and the second-latest
+    assert {OPEN_580.modules(abi) for abi in kernels} <= set(machine.dpkg)
+    assert {*OPEN_580.userspace, OPEN_580.modules_meta} <= fake.manual()
+    assert driver.ensure(host, AUTO, a10g, TODAY).report.ok
+
+
+def test_abi_packages_an_earlier_revision_installed_by_name_are_marked_auto(machine, fake, a10g):
+    driver.ensure(machine.host(), AUTO, a10g, TODAY)
+    machine.host().run("/usr/bin/apt-mark", "manual", OPEN_580.modules(KERNEL))
+
+    driver.ensure(machine.host(), AUTO, a10g, TODAY)
+
+    assert OPEN_580.modules(KERNEL) in fake.auto
+    before = len(machine.mutations())
+    driver.ensure(machine.host(), AUTO, a10g, TODAY)
+    assert changes(machine, before) == []  # marked once
