@@ -393,7 +393,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
             if info.upgrade_turn != self.unit.name:
                 return plan.running, f"; upgrade to {plan.target} waits for its turn"
         upgrade = plan.start()
-        reason = f"Kubernetes upgrade to {node_upgrade.shown(upgrade.target)}"
+        reason = f"Kubernetes upgrade to {upgrade.target}"
         # a node an earlier revision drained without a turn finishes what it started
         if not self.turns.request(reason, limit, UPGRADE) and "drain" not in upgrade.done:
             notes.append(ops.WaitingStatus(self.turns.waiting_message(reason, limit, UPGRADE)))
