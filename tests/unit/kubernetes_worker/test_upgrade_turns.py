@@ -75,25 +75,30 @@ class Workers:
         self.cordoned_at_once = max(self.cordoned_at_once, len(self.cordoned()))
         return out
 
+    def deploy(self) -> None:
+        for i in UNITS:
+            register_node(self.api, self.node(i))
+            assert self.run(i, "config_changed").unit_status.name == "active"
+
     def turns(self) -> list[str]:
         return json.loads(self.app.get("reboot-turns", "[]"))
+
+
+def new_patch(workers: Workers, monkeypatch, patch: str = "1.36.7") -> str:
+    """A charm revision pinning a new patch, which pkgs.k8s.io serves."""
+    pinned = dataclasses.replace(kubeadm.RELEASES["1.36"], kubernetes=patch)
+    monkeypatch.setitem(kubeadm.RELEASES, "1.36", pinned)
+    for machine in workers.machines.values():
+        machine.serve_kubernetes(patch)
+    return patch
 
 
 def test_a_patch_bump_on_three_workers_drains_one_at_a_time(tmp_path, api, monkeypatch, clock):
     workers = Workers(tmp_path, api, monkeypatch)
     old = kubeadm.RELEASES["1.36"].version
-    for i in UNITS:
-        register_node(api, workers.node(i))
-        assert workers.run(i, "config_changed").unit_status.name == "active"
-    for machine in workers.machines.values():
-        assert machine.dpkg["kubelet"] == deb(old)
-        assert machine.running("kubelet") == deb(old)
-
-    patch = "1.36.7"  # a charm revision pinning a new patch, which pkgs.k8s.io serves
-    pinned = dataclasses.replace(kubeadm.RELEASES["1.36"], kubernetes=patch)
-    monkeypatch.setitem(kubeadm.RELEASES, "1.36", pinned)
-    for machine in workers.machines.values():
-        machine.serve_kubernetes(patch)
+    workers.deploy()
+    assert {m.running("kubelet") for m in workers.machines.values()} == {deb(old)}
+    patch = new_patch(workers, monkeypatch)
     # the first upgrade fails after its drain: that node stays cordoned and keeps its turn
     first = workers.machines["kubernetes-worker/1"]
     first.fail(RESTART_KUBELET, stderr="Job for kubelet.service failed")
