@@ -86,6 +86,7 @@ CONTROL_PLANE_PHASES = ("control-plane-prepare", "check-etcd", "etcd-join", "con
 READ_ONLY = (
     "dpkg-query",
     "apt-mark showhold",
+    "apt-get -s",
     "systemctl is-enabled",
     "systemctl is-active",
     "hostname",
@@ -367,6 +368,8 @@ class FakeMachine:
         args = self._apt_args(argv)
         if args[:1] == ["update"]:
             return self._apt_update(argv)
+        if args[:1] == ["install"] and ("-s" in argv or "--simulate" in argv):
+            return self._apt_simulate(argv, args[1:])
         if args[:1] == ["install"]:
             return self._apt_install(argv, args[1:])
         raise _fail(argv, 100, f"E: fake apt-get does not handle {args[:1]}")
@@ -484,6 +487,39 @@ class FakeMachine:
                 service.running = version if enabled else None
                 self.services.setdefault(name, service)  # an upgrade leaves it running
         return "".join(f"Setting up {n} ({v}) ...\n" for n, v in chosen.items())
+
+    def _apt_simulate(self, argv: list[str], specs: list[str]) -> str:
+        """`apt-get -s install`: what it would change, as apt's simulation prints it.
+
+        "Inst <pkg> [<installed>] (<candidate> <archive> [amd64])" for each package that
+        would move (apt-get(8) --simulate; apt-pkg/algorithms.cc pkgSimulate); nothing
+        changes. A held package moves only with --allow-change-held-packages, as for a
+        real install.
+        """
+        available = self.available()
+        out = []
+        for spec in specs:
+            name, _, version = spec.partition("=")
+            if not available.get(name):
+                raise _fail(argv, 100, f"E: Unable to locate package {name}")
+            chosen = self._candidate(argv, name, version, available[name])
+            installed = self.dpkg.get(name)
+            if chosen == installed:
+                continue
+            if name in self.held and "--allow-change-held-packages" not in argv:
+                raise _fail(
+                    argv,
+                    100,
+                    "E: Held packages were changed and -y was used without "
+                    "--allow-change-held-packages.",
+                )
+            pocket = next(
+                (p for p, v in self.archive.get(name, {}).items() if v == chosen), "release"
+            )
+            suite = "noble" if pocket == "release" else f"noble-{pocket}"
+            old = f" [{installed}]" if installed else ""
+            out.append(f"Inst {name}{old} ({chosen} Ubuntu:24.04/{suite} [amd64])")
+        return "".join(f"{line}\n" for line in out)
 
     def _apt_mark(self, argv: list[str], _input: str | None) -> str:
         verb, names = argv[1], argv[2:]
