@@ -303,6 +303,7 @@ class ControlPlaneMachine:
         self.machine.kubelet_client_cert()
         name = init["nodeRegistration"]["name"]
         cluster = next(d for d in docs if d["kind"] == "ClusterConfiguration")
+        self.machine.cluster_version = str(cluster.get("kubernetesVersion", "")).lstrip("v")
         self._write_apiserver_cert(name, init["localAPIEndpoint"]["advertiseAddress"], cluster)
         for conf in ("controller-manager.conf", "scheduler.conf", "super-admin.conf"):
             self.machine.write(f"/etc/kubernetes/{conf}", self.machine.admin_conf, 0o600)

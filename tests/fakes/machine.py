@@ -86,10 +86,12 @@ CONTROL_PLANE_PHASES = ("control-plane-prepare", "check-etcd", "etcd-join", "con
 READ_ONLY = (
     "dpkg-query",
     "apt-mark showhold",
+    "apt-get -s",
     "systemctl is-enabled",
     "systemctl is-active",
     "hostname",
     "kubeadm version",
+    "kubelet --version",
 )
 
 
@@ -106,6 +108,10 @@ class Service:
     active: bool = True
     restarts: int = 0
     reloads: int = 0
+    # the package version of the binary the running process was started from: a package
+    # upgrade replaces the file, not the process (the kubelet deb does not restart it:
+    # kubernetes/release cmd/krel/templates/latest/kubelet/kubelet.spec `%systemd_postun`)
+    running: str | None = None
 
 
 def _key(version: str) -> tuple[int, ...]:
@@ -142,6 +148,9 @@ class FakeMachine:
         self.sysctl: dict[str, str] = {}
         self.joins: list[dict] = []
         self.upgrades: list[tuple[str, str]] = []  # (apply|node, kubeadm version it ran)
+        # the version `kubeadm upgrade apply` last moved the cluster to (None: not known,
+        # the version policy's cluster-version checks are then left out)
+        self.cluster_version: str | None = None
         # `kubeadm join` fails with this message in phase `join_fails_in`, after the
         # phases before it wrote their files (see `_kubeadm_join`).
         self.join_error: str | None = None
@@ -177,6 +186,7 @@ class FakeMachine:
             "swapoff": self._swapoff,
             "hostname": lambda argv, _input: f"{self.hostname}\n",
             "kubeadm": self._kubeadm_dispatch,
+            "kubelet": self._kubelet,
         }.items():
             self.on(program, handler)
 
@@ -226,6 +236,19 @@ class FakeMachine:
                     served[pkg].add(f"{major_minor}.{int(patch) - 1}-1.1")
             self.remote[uri] = served
             self.urls[f"{uri}Release.key"] = ARMORED_KEY
+
+    def serve_kubernetes(self, version: str) -> None:
+        """pkgs.k8s.io publishes kubeadm/kubelet/kubectl `version` (as X.Y.Z-1.1) in its minor."""
+        minor = ".".join(version.split(".")[:2])
+        for uri, served in self.remote.items():
+            if uri.endswith(f"/v{minor}/deb/"):
+                for pkg in ("kubeadm", "kubelet", "kubectl"):
+                    served.setdefault(pkg, set()).add(deb(version))
+
+    def running(self, service: str) -> str | None:
+        """The package version service `service` runs (started from), or None when stopped."""
+        state = self.services.get(service)
+        return state.running if state is not None and state.active else None
 
     def publish(self, package: str, version: str, pocket: str = "updates") -> None:
         """The archive publishes `version` in `pocket`, replacing what the pocket held."""
@@ -345,6 +368,8 @@ class FakeMachine:
         args = self._apt_args(argv)
         if args[:1] == ["update"]:
             return self._apt_update(argv)
+        if args[:1] == ["install"] and ("-s" in argv or "--simulate" in argv):
+            return self._apt_simulate(argv, args[1:])
         if args[:1] == ["install"]:
             return self._apt_install(argv, args[1:])
         raise _fail(argv, 100, f"E: fake apt-get does not handle {args[:1]}")
@@ -458,8 +483,43 @@ class FakeMachine:
             self.dpkg[name] = version
             if name in ("containerd", "kubelet", "haproxy"):
                 enabled = name != "kubelet" or self.kubelet_enabled_on_install
-                self.services.setdefault(name, Service(enabled=enabled, active=enabled))
+                service = Service(enabled=enabled, active=enabled)
+                service.running = version if enabled else None
+                self.services.setdefault(name, service)  # an upgrade leaves it running
         return "".join(f"Setting up {n} ({v}) ...\n" for n, v in chosen.items())
+
+    def _apt_simulate(self, argv: list[str], specs: list[str]) -> str:
+        """`apt-get -s install`: what it would change, as apt's simulation prints it.
+
+        "Inst <pkg> [<installed>] (<candidate> <archive> [amd64])" for each package that
+        would move (apt-get(8) --simulate; apt-pkg/algorithms.cc pkgSimulate); nothing
+        changes. A held package moves only with --allow-change-held-packages, as for a
+        real install.
+        """
+        available = self.available()
+        out = []
+        for spec in specs:
+            name, _, version = spec.partition("=")
+            if not available.get(name):
+                raise _fail(argv, 100, f"E: Unable to locate package {name}")
+            chosen = self._candidate(argv, name, version, available[name])
+            installed = self.dpkg.get(name)
+            if chosen == installed:
+                continue
+            if name in self.held and "--allow-change-held-packages" not in argv:
+                raise _fail(
+                    argv,
+                    100,
+                    "E: Held packages were changed and -y was used without "
+                    "--allow-change-held-packages.",
+                )
+            pocket = next(
+                (p for p, v in self.archive.get(name, {}).items() if v == chosen), "release"
+            )
+            suite = "noble" if pocket == "release" else f"noble-{pocket}"
+            old = f" [{installed}]" if installed else ""
+            out.append(f"Inst {name}{old} ({chosen} Ubuntu:24.04/{suite} [amd64])")
+        return "".join(f"{line}\n" for line in out)
 
     def _apt_mark(self, argv: list[str], _input: str | None) -> str:
         verb, names = argv[1], argv[2:]
@@ -511,6 +571,9 @@ class FakeMachine:
                 service.active = False
                 raise _fail(argv, 1, failures.pop(0))
             self._service_verb(argv, verb, name, service)
+            if verb in ("restart", "start") and service.active:
+                if verb == "restart" or service.running is None:
+                    service.running = self.dpkg.get(name)
         return ""
 
     @staticmethod
@@ -569,6 +632,12 @@ class FakeMachine:
         if handler is None:
             raise _fail(argv, 1, f"fake kubeadm does not handle {argv[1:2]}")
         return handler(argv, input)
+
+    def _kubelet(self, argv: list[str], _input: str | None) -> str:
+        """`kubelet --version`: the binary on disk (the installed package), as kubelet says."""
+        if argv[1:] != ["--version"]:
+            raise _fail(argv, 1, "fake kubelet handles only --version")
+        return f"Kubernetes v{self.dpkg['kubelet'].split('-')[0]}\n"
 
     def _kubeadm_version(self, argv: list[str], _input: str | None) -> str:
         return f"v{self.dpkg['kubeadm'].split('-')[0]}\n"
@@ -677,17 +746,52 @@ class FakeMachine:
             target = argv[3].lstrip("v") if len(argv) > 3 else ""
             if "--yes" not in argv:
                 raise _fail(argv, 1, "fake kubeadm refuses to prompt: pass --yes")
-            if target != installed:
-                raise _fail(
-                    argv,
-                    1,
-                    f'[upgrade/version] FATAL: Specified version to upgrade to "v{target}" does '
-                    f'not match the kubeadm version "v{installed}". Upgrade kubeadm first',
-                )
+            problem = self._version_policy(target, installed, forced="--force" in argv)
+            if problem:
+                raise _fail(argv, 1, f"[upgrade/version] FATAL: {problem}")
+            self.cluster_version = target
         elif verb != "node":
             raise _fail(argv, 1, f"fake kubeadm upgrade does not handle {verb!r}")
         self.upgrades.append((verb, installed))
         return "[upgrade] SUCCESS! Your cluster was upgraded\n"
+
+    def _version_policy(self, target: str, kubeadm_version: str, *, forced: bool) -> str | None:
+        """What `kubeadm upgrade apply vX.Y.Z` (and `upgrade plan`) refuse, or None.
+
+        kubernetes/kubernetes cmd/kubeadm/app/phases/upgrade/policy.go
+        EnforceVersionPolicies: one minor at a time up or down (mandatory); a target of a
+        newer minor than kubeadm's (mandatory); a newer patch than kubeadm's (skippable
+        with --force, which the charms never pass). The message texts are kubeadm's.
+        """
+        new, tool = _key(target), _key(kubeadm_version)
+        if len(new) != 3:
+            return f'Specified version to upgrade to "v{target}" is not a valid version'
+        if self.cluster_version:
+            cluster = _key(self.cluster_version)
+            if new[1] > cluster[1] + 1:
+                return (
+                    f'Specified version to upgrade to "v{target}" is too high; kubeadm can '
+                    "upgrade only 1 minor version at a time"
+                )
+            if new[1] < cluster[1] - 1:
+                return (
+                    f'Specified version to downgrade to "v{target}" is too low; kubeadm can '
+                    "downgrade only 1 minor version at a time"
+                )
+        if tool < new:
+            if new[1] > tool[1]:
+                return (
+                    f'Specified version to upgrade to "v{target}" is at least one minor '
+                    f"release higher than the kubeadm minor release ({new[1]} > {tool[1]}). "
+                    "Such an upgrade is not supported"
+                )
+            if not forced:
+                return (
+                    f'Specified version to upgrade to "v{target}" is higher than the kubeadm '
+                    f'version "v{kubeadm_version}". Upgrade kubeadm first using the tool you '
+                    "used to install kubeadm"
+                )
+        return None
 
     def _kubeadm_reset(self, argv: list[str], _input: str | None) -> str:
         etc = self.path("/etc/kubernetes")

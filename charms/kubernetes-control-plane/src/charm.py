@@ -502,7 +502,8 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
 
     def _mark_member(self, hook: _Hook) -> None:
         ctx = hook.ctx
-        hook.peers.mark_member(ctx.node_name, ctx.api_server, ctx.installed_minor())
+        release = ctx.node.installed_version()
+        hook.peers.mark_member(ctx.node_name, ctx.api_server, ctx.installed_minor(), release)
 
     # -- status -----------------------------------------------------------------------------
 

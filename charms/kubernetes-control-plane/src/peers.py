@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 
 from charms.gpu_k8s.v0.databag import write
 
@@ -38,6 +38,7 @@ CLUSTER_VERSION = "cluster-version"  # the minor the control plane runs (or move
 POD_CIDR = "pod-cidr"
 SERVICE_CIDR = "service-cidr"
 UPGRADE_TURN = "upgrade-turn"  # the control-plane unit that may upgrade now (rolling.py)
+CLUSTER_RELEASE = "cluster-release"  # the full version the control plane runs ("1.36.5")
 IMAGE_REGISTRY = "image-registry"  # the registry kubeadm-config names (JSON), once synced
 # In the application databag (the leader's) and in a unit's (one standing in for it).
 TOKEN_EXPIRES = "token-expires"
@@ -48,6 +49,7 @@ JOINED = "joined"  # "true" once it is a member; "false" asks for a re-upload of
 NODE_NAME = "node-name"
 API_SERVER = "api-server"
 KUBERNETES_VERSION = "kubernetes-version"
+KUBERNETES_RELEASE = "kubernetes-release"  # the full version its control plane runs
 JOIN_TOKEN_SECRET_ID = "join-token-secret-id"  # a unit secret with a token it minted
 
 
@@ -150,6 +152,23 @@ class Peers:
         versions[self.me] = mine
         return versions
 
+    def member_releases(
+        self, mine: str | None, unknown: str, of_minor: Callable[[str], str]
+    ) -> dict[str, str | None]:
+        """The full version ("1.36.5") of each joined unit, this one's being `mine`.
+
+        A joined unit of an earlier charm revision publishes its minor only: it counts as
+        `of_minor(minor)` until its upgrade-charm hook publishes its version; one that
+        publishes neither counts as `unknown`.
+        """
+        versions: dict[str, str | None] = {}
+        for m in self.joined():
+            minor = m.data.get(KUBERNETES_VERSION)
+            fallback = of_minor(minor) if minor else unknown
+            versions[m.name] = m.data.get(KUBERNETES_RELEASE) or fallback
+        versions[self.me] = mine
+        return versions
+
     def newest(self, key: str) -> tuple[datetime.datetime, str | None] | None:
         """The latest time under `key`: in the application databag (None) or a unit's (name)."""
         found: list[tuple[datetime.datetime | None, str | None]] = [
@@ -169,11 +188,15 @@ class Peers:
 
     # -- this unit ------------------------------------------------------------------------
 
-    def mark_member(self, node_name: str, api_server: str, minor: str | None) -> None:
-        """Say that this unit joined: its node name, its API server and its minor."""
+    def mark_member(
+        self, node_name: str, api_server: str, minor: str | None, release: str | None = None
+    ) -> None:
+        """Say that this unit joined: its node name, its API server, its minor and version."""
         mine = {JOINED: "true", NODE_NAME: node_name, API_SERVER: api_server}
         if minor:
             mine[KUBERNETES_VERSION] = minor
+        if release:
+            mine[KUBERNETES_RELEASE] = release
         write(self.mine, mine)
 
     def ask_for_certificates(self) -> None:

@@ -52,7 +52,7 @@ import validation
 import worker
 from charm_config import WorkerConfig
 from literals import CLUSTER, COS_AGENT, REBOOTS
-from reboot_turns import RebootTurns
+from reboot_turns import UPGRADE, RebootTurns
 
 from charms.gpu_k8s.v0 import api_proxy, apt, drain, kubeadm
 from charms.gpu_k8s.v0.cos_agent import (
@@ -369,24 +369,35 @@ class KubernetesWorkerCharm(ops.CharmBase):
     ) -> tuple[str, str]:
         """The minor this node runs and a note for its status.
 
-        A joined node on an older minor upgrades only in its turn (`upgrade-turn` names
-        this unit), or when it has an upgrade to finish; a newer one blocks.
+        A joined node on an older minor upgrades only in the control plane's turn
+        (`upgrade-turn` names this unit); for a minor or a patch it also takes a drain turn
+        (`reboot_turns.py`, shared with reboots and MIG changes, `max-parallel-reboots`
+        at once), which it gives back once uncordoned. A newer minor blocks.
         """
         if plan.action is node_upgrade.VersionAction.NEWER:
             notes.append(ops.BlockedStatus(node_upgrade.newer_message(plan.running, plan.target)))
             return plan.running, ""
+        limit = config.max_parallel_reboots
         if plan.action is node_upgrade.VersionAction.INSTALL:
+            self.turns.done(limit, UPGRADE)  # no longer needed, if it asked
             return plan.running, ""
-        upgrade = plan.upgrade
-        if upgrade is None:
+        if plan.upgrade is None and plan.target != plan.running:
             if info.upgrade_turn != self.unit.name:
                 return plan.running, f"; upgrade to {plan.target} waits for its turn"
-            upgrade = node_upgrade.Upgrade(plan.running, plan.target)
-        self._upgrade(host, config, info, node, upgrade)
+        upgrade = plan.start()
+        reason = f"Kubernetes upgrade to {upgrade.target}"
+        # a node an earlier revision drained without a turn finishes what it started
+        if not self.turns.request(reason, limit, UPGRADE) and "drain" not in upgrade.done:
+            notes.append(ops.WaitingStatus(self.turns.waiting_message(reason, limit, UPGRADE)))
+            return plan.running, ""
+        running = self._upgrade(host, config, info, node, upgrade)
+        self.turns.done(limit, UPGRADE)
+        if running:
+            self.unit.set_workload_version(running)
         published = node_upgrade.minor_of(info.kubernetes_version)
-        if upgrade.target != published:  # one minor at a time
-            return upgrade.target, f"; upgrade to {published} continues on the next update-status"
-        return upgrade.target, ""
+        if plan.target != published:  # one minor at a time
+            return plan.target, f"; upgrade to {published} continues on the next update-status"
+        return plan.target, ""
 
     def _upgrade(
         self,
@@ -395,20 +406,20 @@ class KubernetesWorkerCharm(ops.CharmBase):
         info: JoinInfo,
         node: str,
         upgrade: node_upgrade.Upgrade,
-    ) -> None:
-        """Upgrade this node to `upgrade.target`, resuming a partial upgrade.
+    ) -> str | None:
+        """Upgrade this node to `upgrade.target`, resuming a partial upgrade; kubelet's version.
 
         kubeadm, package and kubelet failures wait (retried on the next event, from the
         step that failed); an API error during the drain or the uncordon fails the hook,
         as on the reboot path, and the next hook resumes from the same step.
         """
-        waiting_for = f"upgrading node {node} to Kubernetes {upgrade.target}"
+        waiting_for = f"upgrading node {node} to Kubernetes {node_upgrade.shown(upgrade.target)}"
         with (
             self._node_kube(host, waiting_for) as kube,
             _api_errors_fail_the_hook(),
             on_error(ops.WaitingStatus, node_upgrade.UpgradeError),
         ):
-            node_upgrade.run_upgrade(
+            return node_upgrade.run_upgrade(
                 host,
                 kube,
                 node,

@@ -1,13 +1,16 @@
 # Copyright 2026 gpu-k8s contributors
 # See LICENSE file for licensing details.
 
-"""This node's Kubernetes minor: the control plane's when it joins, then one minor at a time.
+"""This node's Kubernetes version: the control plane's minor when it joins, then upgrades.
 
-`plan_kubernetes` decides (and installs the packages of a node that has not joined or
-already runs the control plane's minor); `run_upgrade` follows the kubeadm procedure for
-a joined node, recording each step on the machine so that a failed hook resumes where it
-stopped. No ops imports: the charm decides when it is this node's turn and turns the
-errors into statuses.
+`plan_kubernetes` decides (and installs the packages of a node that has not joined; a
+joined node's install never moves its kubelet); `run_upgrade` follows the kubeadm
+procedure for a joined node, for a new patch of its minor (the pin of this charm
+revision, `kubeadm.RELEASES`) as for the next minor (kubernetes.io "Upgrading kubeadm
+clusters": kubeadm, `kubeadm upgrade node`, drain, kubelet, kubelet restart, uncordon),
+recording each step on the machine so that a failed hook resumes where it stopped. No ops
+imports: the charm decides when it is this node's turn (a drain turn, `reboot_turns.py`)
+and turns the errors into statuses.
 """
 
 from __future__ import annotations
@@ -32,9 +35,13 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def minor_of(version: str) -> str:
-    """Return the minor of a Kubernetes version: "1.33.4" and "v1.33" give "1.33"."""
-    return ".".join(version.strip().lstrip("v").split(".")[:2])
+minor_of = kubeadm.minor_of  # "1.33.4" and "v1.33" give "1.33"
+
+
+def shown(version: str) -> str:
+    """A version in a status: its minor when it is this charm's pin for it, else in full."""
+    pinned = kubeadm.RELEASES.get(minor_of(version))
+    return minor_of(version) if pinned is not None and pinned.version == version else version
 
 
 def supported_minor(version: str) -> str:
@@ -69,21 +76,23 @@ def plan_kubernetes(host: Host, minor: str, mirror: str | None = None) -> Versio
     plan = plan_version(
         minor,
         joined=joined,
-        installed=kubeadm.installed_minor(host),
+        installed=kubeadm.installed_release(host),
         upgrade=load_upgrade(host) if joined else None,
     )
     if plan.action is VersionAction.INSTALL:
-        install_kubernetes(host, minor, mirror)
+        install_kubernetes(host, plan.running, mirror, version=plan.version)
     return plan
 
 
-def install_kubernetes(host: Host, minor: str, mirror: str | None = None) -> bool:
-    """Install kubeadm + kubelet pinned for `minor` (the control plane's); True on change.
+def install_kubernetes(
+    host: Host, minor: str, mirror: str | None = None, *, version: str | None = None
+) -> bool:
+    """Install kubeadm + kubelet of `minor` (at `version`, else its pin); True on change.
 
     Raises:
         apt.AptError: a package or the package source failed.
     """
-    return kubeadm.install(host, minor, mirror=mirror, with_kubectl=False)
+    return kubeadm.install(host, minor, mirror=mirror, with_kubectl=False, version=version)
 
 
 # Progress of an upgrade of this node, kept on the machine: a hook that fails half-way
@@ -96,8 +105,8 @@ _STEPS = ("node", "drain", "restart")
 class VersionAction(enum.Enum):
     """What a reconcile does with this node's Kubernetes packages."""
 
-    INSTALL = "install"  # not joined, or already at the control plane's minor
-    UPGRADE = "upgrade"  # joined on an older minor: upgrade one minor, in turn
+    INSTALL = "install"  # not joined, or at the control plane's minor and this pin (or newer)
+    UPGRADE = "upgrade"  # joined on an older minor or patch: upgrade, in turn
     NEWER = "newer"  # joined on a newer minor than the control plane: the operator decides
 
 
@@ -106,14 +115,26 @@ class VersionPlan:
     """The minor this node runs and the one it installs or upgrades to."""
 
     action: VersionAction
-    running: str  # what the node's kubelet runs (the published minor for INSTALL)
+    running: str  # the minor the node's kubelet runs (the published minor for INSTALL)
     target: str  # the minor to install or the next step of the upgrade
     upgrade: Upgrade | None = None  # the upgrade in progress that this plan finishes
+    version: str | None = None  # the full version to install, keep or upgrade to
+    installed: str | None = None  # the full version installed now (None: nothing yet)
+
+    def start(self) -> Upgrade:
+        """The upgrade this plan asks for (UPGRADE): the one in progress, or a new one."""
+        if self.upgrade is not None:
+            return self.upgrade
+        return Upgrade(self.installed or self.running, self.version or self.target)
 
 
 @dataclasses.dataclass
 class Upgrade:
-    """An upgrade of this node from `source` to the next minor `target`, step by step."""
+    """An upgrade of this node from version `source` to `target` ("1.36.7"), step by step.
+
+    `target` is a patch of the running minor or the next minor's pin; a record written
+    by an earlier charm revision names minors, read as that minor's pin.
+    """
 
     source: str
     target: str
@@ -138,8 +159,10 @@ def load_upgrade(host: Host) -> Upgrade | None:
             done=[str(step) for step in data["done"] if step in _STEPS],
             cordoned=bool(data["cordoned"]),
         )
-        for minor in (upgrade.source, upgrade.target):
-            kubeadm.minor_key(minor)
+        for version in (upgrade.source, upgrade.target):
+            kubeadm.version_key(version)
+        if upgrade.target.count(".") == 1:  # an earlier revision's record: the minor's pin
+            upgrade.target = kubeadm.release(upgrade.target).version
     except (ValueError, KeyError, TypeError):
         raise ValueError(
             f"the record of this node's Kubernetes upgrade ({UPGRADE_STATE}) is corrupt: "
@@ -163,28 +186,40 @@ def plan_version(
 ) -> VersionPlan:
     """Decide what this node does with the control plane's minor `published`.
 
-    A node that has not joined installs `published`. A joined node with an upgrade in
-    progress finishes it whatever is published (its kubeadm already moved on). Otherwise
-    a joined node upgrades one minor at a time towards `published`, never downgrades.
+    `installed`: the Kubernetes version of the installed kubelet ("1.36.5"). A node that
+    has not joined installs `published` at this charm's pin. A joined node with an
+    upgrade in progress finishes it whatever is published (its kubeadm already moved on).
+    Otherwise a joined node keeps what it runs when that is the pin of `published` or
+    newer, upgrades to the pin of its minor (a patch) or one minor at a time towards
+    `published`, never downgrades; its install never moves an installed kubelet.
 
     Raises:
         ValueError: the next minor of an old node is one this charm cannot install.
     """
     if not joined or installed is None:
-        return VersionPlan(VersionAction.INSTALL, published, published)
+        pin = kubeadm.RELEASES[published].version
+        return VersionPlan(VersionAction.INSTALL, published, published, version=pin)
     if upgrade is not None:
-        return VersionPlan(VersionAction.UPGRADE, upgrade.source, upgrade.target, upgrade)
-    if installed == published:
-        return VersionPlan(VersionAction.INSTALL, published, published)
-    if kubeadm.minor_key(installed) > kubeadm.minor_key(published):
-        return VersionPlan(VersionAction.NEWER, installed, published)
-    target = kubeadm.next_minor(installed)
+        source, target = minor_of(upgrade.source), minor_of(upgrade.target)
+        return VersionPlan(
+            VersionAction.UPGRADE, source, target, upgrade, upgrade.target, installed
+        )
+    mine = minor_of(installed)
+    if mine == published:
+        pin = kubeadm.RELEASES[published].version
+        if kubeadm.version_key(installed) < kubeadm.version_key(pin):
+            return VersionPlan(VersionAction.UPGRADE, mine, mine, None, pin, installed)
+        return VersionPlan(VersionAction.INSTALL, mine, mine, version=installed)
+    if kubeadm.minor_key(mine) > kubeadm.minor_key(published):
+        return VersionPlan(VersionAction.NEWER, mine, published, version=installed)
+    target = kubeadm.next_minor(mine)
     if target not in kubeadm.RELEASES:
         raise ValueError(
-            f"this node runs Kubernetes {installed} and upgrades one minor at a time, but this "
+            f"this node runs Kubernetes {mine} and upgrades one minor at a time, but this "
             f"charm cannot install {target}: remove this unit and add a new one"
         )
-    return VersionPlan(VersionAction.UPGRADE, installed, target)
+    pin = kubeadm.RELEASES[target].version
+    return VersionPlan(VersionAction.UPGRADE, mine, target, None, pin, installed)
 
 
 def newer_message(running: str, published: str) -> str:
@@ -222,7 +257,8 @@ def upgrade_node(
         KubeError: the Kubernetes API refused the drain or the uncordon.
     """
     save_upgrade(host, upgrade)
-    kubeadm.install_kubeadm(host, upgrade.target, mirror=mirror)
+    minor = minor_of(upgrade.target)
+    kubeadm.install_kubeadm(host, minor, mirror=mirror, version=upgrade.target)
     if "node" not in upgrade.done:
         kubeadm.upgrade_node(host)
         upgrade.done.append("node")
@@ -233,7 +269,7 @@ def upgrade_node(
         upgrade.cordoned = result is not None
         upgrade.done.append("drain")
         save_upgrade(host, upgrade)
-    kubeadm.install(host, upgrade.target, mirror=mirror, with_kubectl=False)
+    kubeadm.install(host, minor, mirror=mirror, with_kubectl=False, version=upgrade.target)
     if "restart" not in upgrade.done:
         kubeadm.restart_kubelet(host)
         upgrade.done.append("restart")
@@ -261,8 +297,11 @@ def run_upgrade(
     drain_timeout: float,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
-) -> None:
+) -> str | None:
     """`upgrade_node`, saying in the log what it does and which pods a drain left.
+
+    Returns the version the restarted kubelet runs (`kubelet --version`), None when it
+    did not say.
 
     Raises:
         UpgradeError: kubeadm, a package or the kubelet restart failed; the message says
@@ -291,10 +330,16 @@ def run_upgrade(
         cordoned = f"node {node} stays cordoned; " if upgrade.cordoned else ""
         logger.error("upgrade of node %s to Kubernetes %s: %s", node, upgrade.target, e)
         raise UpgradeError(
-            f"upgrade to Kubernetes {upgrade.target} failed: {e}; {cordoned}"
+            f"upgrade to Kubernetes {shown(upgrade.target)} failed: {e}; {cordoned}"
             "retrying on the next update-status"
         ) from None
     if result is not None and result.remaining:
         summary = drain_summary(node, result, drain_timeout)
         logger.warning("%s; upgraded anyway: %s", summary, " ".join(result.remaining))
-    logger.info("node %s now runs Kubernetes %s", node, upgrade.target)
+    try:
+        running = kubeadm.running_kubelet_version(host)
+    except kubeadm.KubeadmError as e:
+        logger.warning("node %s upgraded to Kubernetes %s; %s", node, upgrade.target, e)
+        return None
+    logger.info("node %s now runs kubelet %s", node, running)
+    return running

@@ -1,14 +1,18 @@
 # Copyright 2026 gpu-k8s contributors
 # See LICENSE file for licensing details.
 
-"""Turns to reboot: at most `max-parallel-reboots` units of an application at once.
+"""Turns to drain: at most `max-parallel-reboots` units of an application at once.
 
-A unit that needs to drain and reboot its node (a driver that needs a reboot, the driver
-moving with a new kernel) asks on the `reboots` peer relation: its unit databag holds
-`reboot-request` (when it asked, and why). The leader grants turns in the application
-databag (`reboot-turns`, the units allowed), oldest request first, never more than the
-limit; a unit keeps its turn until it clears its request, which it does once it is back
-on a new boot with a working driver and its node uncordoned. A kernel update reaches
+A unit that needs to drain its node (a driver that needs a reboot, the driver moving with
+a new kernel, a MIG change, a Kubernetes patch or minor upgrade, a containerd/runc
+security update) asks on the `reboots` peer relation: its unit databag holds
+`reboot-request` (when it asked, why, and for which purposes: `REBOOT`, `UPGRADE`). One
+request serves every purpose, so a node drained for an upgrade and for a reboot holds one
+turn, and it keeps its place (its first `since`) until its last purpose is done. The
+leader grants turns in the application databag (`reboot-turns`, the units allowed),
+oldest request first, never more than the limit; a unit keeps its turn until it clears
+its request, which it does once it is back on a new boot with a working driver (or
+upgraded) and its node uncordoned. A kernel update reaches
 every node the same day, so without turns the whole GPU pool could drain at once.
 
 Why not charmlibs-rollingops (PyPI, looked at 1.1.5): it grants one lock holder only,
@@ -29,6 +33,8 @@ import ops
 
 REQUEST_KEY = "reboot-request"
 TURNS_KEY = "reboot-turns"
+REBOOT = "reboot"  # a driver reboot or a MIG change (a request without "for" is one)
+UPGRADE = "upgrade"  # Kubernetes, containerd or runc packages moved on a drained node
 
 
 def grant(requests: Mapping[str, float], current: Sequence[str], limit: int) -> list[str]:
@@ -104,47 +110,72 @@ class RebootTurns(ops.Object):
         if relation.data[relation.app].get(TURNS_KEY, "[]") != value:
             relation.data[relation.app][TURNS_KEY] = value
 
-    def request(self, reason: str, limit: int) -> bool:
-        """Ask for a turn (kept while asking); True when this unit holds one now.
-
-        Without the peer relation (a unit alone, before Juju created it) there is
-        nobody to wait for.
-        """
-        relation = self._relation
-        if relation is None:
-            return True
-        mine = relation.data[self.model.unit]
-        if not mine.get(REQUEST_KEY):
-            mine[REQUEST_KEY] = json.dumps({"since": time.time(), "reason": reason})
-        self.update_grants(limit)
-        return self.model.unit.name in self.turns()
-
-    def asked_for(self) -> str | None:
-        """Why this unit asks for a turn (the reason it filed), or None when it does not."""
+    def _own_request(self) -> dict | None:
         relation = self._relation
         raw = relation.data[self.model.unit].get(REQUEST_KEY) if relation else None
         if not raw:
             return None
         try:
-            reason = json.loads(raw).get("reason")
-        except (ValueError, AttributeError):
-            return ""
+            found = json.loads(raw)
+        except json.JSONDecodeError:
+            return {"since": 0.0, "for": [REBOOT]}
+        if not isinstance(found, dict):
+            return {"since": 0.0, "for": [REBOOT]}
+        if not isinstance(found.get("for"), list):
+            found["for"] = [REBOOT]
+        return found
+
+    def request(self, reason: str, limit: int, purpose: str = REBOOT) -> bool:
+        """Ask for a turn for `purpose` (kept while asking); True when this unit holds one.
+
+        A unit that already asks keeps its place and adds the purpose. Without the peer
+        relation (a unit alone, before Juju created it) there is nobody to wait for.
+        """
+        relation = self._relation
+        if relation is None:
+            return True
+        found = self._own_request()
+        if found is None:
+            found = {"since": time.time(), "reason": reason, "for": [purpose]}
+        elif purpose not in found["for"]:
+            found["for"] = [*found["for"], purpose]
+        value = json.dumps(found)
+        mine = relation.data[self.model.unit]
+        if mine.get(REQUEST_KEY) != value:
+            mine[REQUEST_KEY] = value
+        self.update_grants(limit)
+        return self.model.unit.name in self.turns()
+
+    def asked_for(self) -> str | None:
+        """Why this unit asks for a turn (the reason it filed), or None when it does not."""
+        found = self._own_request()
+        if found is None:
+            return None
+        reason = found.get("reason")
         return reason if isinstance(reason, str) else ""
 
-    def done(self, limit: int) -> None:
-        """This unit is back and uncordoned: give its turn back."""
+    def done(self, limit: int, purpose: str = REBOOT) -> None:
+        """This unit no longer drains for `purpose`: the turn goes back after the last one."""
         relation = self._relation
         if relation is None:
             return
-        relation.data[self.model.unit].pop(REQUEST_KEY, None)
+        found = self._own_request()
+        if found is not None:
+            rest = [p for p in found["for"] if p != purpose]
+            mine = relation.data[self.model.unit]
+            if rest:
+                value = json.dumps({**found, "for": rest})
+                if mine.get(REQUEST_KEY) != value:
+                    mine[REQUEST_KEY] = value
+            else:
+                mine.pop(REQUEST_KEY, None)
         self.update_grants(limit)
 
-    def waiting_message(self, reason: str, limit: int) -> str:
-        """Status while waiting for a turn: why, and who reboots now."""
+    def waiting_message(self, reason: str, limit: int, purpose: str = REBOOT) -> str:
+        """Status while waiting for a turn: why, and who reboots (or drains) now."""
         others = [t for t in self.turns() if t != self.model.unit.name]
-        now = f"; rebooting now: {', '.join(others)}" if others else ""
+        doing = "rebooting" if purpose == REBOOT else "drained"
+        now = f"; {doing} now: {', '.join(others)}" if others else ""
         plural = "node" if limit == 1 else "nodes"
-        return (
-            f"reboot needed ({reason}); waiting for a turn (max-parallel-reboots: "
-            f"{limit} {plural} at once){now}"
-        )
+        need = f"reboot needed ({reason})" if purpose == REBOOT else reason
+        return f"{need}; waiting for a turn (max-parallel-reboots: {limit} {plural} at once){now}"

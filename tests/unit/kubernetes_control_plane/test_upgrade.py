@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+from literals import INSTALL_MARKER
 from ops import testing
 
 from charms.gpu_k8s.v0 import kubeadm
@@ -330,3 +331,92 @@ def test_a_new_leader_behind_the_cluster_upgrades_with_upgrade_node(ctx, machine
     assert machine.dpkg["kubelet"] == deb(NEW.kubernetes)
     assert "upgrade-turn" not in peer(out).local_app_data
     assert out.unit_status == testing.ActiveStatus("Ready: v1.37, 2 control-plane, 0 workers")
+
+
+def new_patch(monkeypatch, machine, minor: str = "1.36", patch: int = 7) -> str:
+    """A charm revision that pins a new patch of `minor`, which pkgs.k8s.io now serves."""
+    version = f"{minor}.{patch}"
+    pinned = dataclasses.replace(kubeadm.RELEASES[minor], kubernetes=version)
+    monkeypatch.setitem(kubeadm.RELEASES, minor, pinned)
+    machine.serve_kubernetes(version)
+    return version
+
+
+def test_a_new_patch_pin_reaches_the_control_plane_in_turns(ctx, machine, api, monkeypatch):
+    # review deploy.md N1, probe P5: the per-minor marker never moved a running node
+    old = kubeadm.RELEASES["1.36"].version
+    members = {1: member(api, 1, **{"kubernetes-version": "1.36", "kubernetes-release": old})}
+    out = bootstrapped(ctx, members)
+    add_pod(api, "web-1")
+    # the marker an earlier revision wrote: the minor only
+    machine.write(INSTALL_MARKER, '{"kubernetes": "1.36", "mirror": ""}')
+    patch = new_patch(monkeypatch, machine)
+
+    out = ctx.run(ctx.on.upgrade_charm(), out)
+
+    assert machine.upgrades == [("apply", patch)]
+    lines = machine.lines()
+    step = [
+        next(i for i, c in enumerate(lines) if f"kubeadm={patch}-*" in c),
+        lines.index(f"/usr/bin/kubeadm upgrade apply v{patch} --yes"),
+        next(i for i, c in enumerate(lines) if f"kubelet={patch}-*" in c),
+        lines.index("/usr/bin/systemctl restart kubelet"),
+    ]
+    assert step == sorted(step)
+    assert {p: machine.dpkg[p] for p in ("kubeadm", "kubelet", "kubectl")} == dict.fromkeys(
+        ("kubeadm", "kubelet", "kubectl"), deb(patch)
+    )
+    assert machine.running("kubelet") == deb(patch)  # restarted: the new binary runs
+    assert json.loads(machine.read(INSTALL_MARKER)) == {
+        "kubernetes": "1.36",
+        "version": patch,
+        "mirror": "",
+    }
+    assert api.get_object("/api/v1/namespaces/default/pods/web-1") is None  # drained
+    assert not api.get_object(f"/api/v1/nodes/{NODE}")["spec"].get("unschedulable")
+    bag = peer(out).local_app_data
+    assert (bag["cluster-version"], bag["cluster-release"]) == ("1.36", patch)
+    assert bag["upgrade-turn"] == "kubernetes-control-plane/1"  # then the member, in turn
+    assert peer(out).local_unit_data["kubernetes-release"] == patch
+
+    before = len(machine.calls)
+    out = ctx.run(ctx.on.update_status(), out)
+    assert [c.argv for c in machine.calls[before:]] == [HAPROXY_RUNNING]  # nothing else
+    assert peer(out).local_app_data["upgrade-turn"] == "kubernetes-control-plane/1"
+
+
+def test_a_member_takes_its_turn_for_a_patch(ctx, machine, api, monkeypatch):
+    old = kubeadm.RELEASES["1.36"].version
+    join = testing.Secret(
+        {"token": "abcdef.0123456789abcdef", "certificate-key": "ab" * 32},
+        owner="app",
+        label="control-plane-join",
+    )
+    app = {
+        "endpoint": "127.0.0.1:6444",
+        "ca-cert-hash": "sha256:" + "a" * 64,
+        "join-secret-id": join.id,
+        "cluster-version": "1.36",
+        "certs-uploaded-at": "2026-11-21T10:00:00+00:00",
+        "token-expires": "2026-11-22T10:00:00+00:00",
+        "node-health": json.dumps({"missing": [], "not-ready": []}),
+    }
+    leader = member(api, 0, **{"kubernetes-version": "1.36"})
+    state = testing.State(relations=[peers(app, {1: leader})], secrets=[join])
+    out = ctx.run(ctx.on.update_status(), state)  # joins at the pin, 1.36.5
+    assert peer(out).local_unit_data["kubernetes-release"] == old
+    patch = new_patch(monkeypatch, machine)
+    out = ctx.run(ctx.on.upgrade_charm(), out)
+    assert machine.upgrades == [] and machine.dpkg["kubelet"] == deb(old)  # no turn, no move
+
+    relation = peer(out)
+    turn = {"cluster-release": patch, "upgrade-turn": "kubernetes-control-plane/0"}
+    relation = dataclasses.replace(relation, local_app_data={**relation.local_app_data, **turn})
+    out = ctx.run(
+        ctx.on.relation_changed(relation, remote_unit=1),
+        dataclasses.replace(out, relations=[relation]),
+    )
+
+    assert machine.upgrades == [("node", patch)]
+    assert machine.running("kubelet") == deb(patch)
+    assert peer(out).local_unit_data["kubernetes-release"] == patch

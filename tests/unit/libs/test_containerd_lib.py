@@ -180,3 +180,27 @@ def test_no_swap_means_no_swapoff_and_fstab_untouched(machine):
 
     assert machine.lines("swapoff") == []
     assert machine.read("/etc/fstab") == fstab
+
+
+def test_a_security_update_in_the_series_is_pending_until_update_installs_it(machine):
+    # review deploy.md N8: held packages never move by themselves (apt-mark(8) hold)
+    host = machine.host()
+    containerd.install(host)
+    installed = dict(machine.dpkg)
+    assert containerd.pending_updates(host) == {}
+
+    machine.publish("runc", "1.3.4-0ubuntu1~24.04.2", "security")  # same series
+    machine.publish("runc", "2.0.0-0ubuntu1", "proposed")  # a new series: never taken
+    containerd.install(host)  # what every hook runs: held, in its series, no move
+    assert machine.dpkg == installed
+
+    pending = containerd.pending_updates(host)
+    assert pending == {"runc": "1.3.4-0ubuntu1~24.04.2"}
+    assert machine.dpkg == installed  # a simulation changes nothing
+    restarts = machine.services["containerd"].restarts
+
+    assert containerd.update(host, pending)
+    assert machine.dpkg["runc"] == "1.3.4-0ubuntu1~24.04.2"
+    assert {"containerd", "runc"} <= machine.held
+    assert machine.services["containerd"].restarts == restarts + 1
+    assert containerd.pending_updates(host) == {}

@@ -22,11 +22,11 @@ import re
 from collections.abc import Mapping
 
 from charms.gpu_k8s.v0 import apt
-from charms.gpu_k8s.v0.system import SYSTEMCTL, Host
+from charms.gpu_k8s.v0.system import SYSTEMCTL, CommandError, Host
 
 LIBID = "d05ade75775e4907ae5bd11555f9b6b6"
 LIBAPI = 0
-LIBPATCH = 5
+LIBPATCH = 6
 
 # Ubuntu 24.04 (noble) series, pinned with apt preferences and held (see apt.py: the
 # archive keeps one version per pocket, so an exact pin breaks at the next update).
@@ -85,6 +85,53 @@ def install(host: Host) -> bool:
     changed = apt.pin(host, "containerd", packages)
     first = apt.installed_version(host, CONTAINERD_PACKAGE) is None
     return apt.install(host, packages, hold=True, upgrade=first) or changed
+
+
+# `apt-get -s` (apt-get(8) --simulate) prints what an install would do without doing
+# it, one "Inst <package> [<installed>] (<candidate> <archive> [<arch>])" line per
+# package it would change (apt's simulation output, apt-pkg/algorithms.cc pkgSimulate).
+_SIMULATED = re.compile(r"^Inst (?P<name>\S+) \[(?P<old>[^\]]+)\] \((?P<new>\S+)", re.M)
+
+
+def pending_updates(host: Host, *, refresh: bool = True) -> dict[str, str]:
+    """{package: newer version} the archive has for containerd/runc within their series.
+
+    Held packages never move by themselves (apt-mark(8) "hold: ... will not be
+    automatically installed, upgraded or removed", and unattended-upgrades skips them),
+    so a security update in noble-security or -updates waits for `update`, which the
+    charms run on a drained node in its turn. `refresh` runs `apt-get update` first.
+
+    Raises:
+        apt.AptError: the package lists could not be refreshed or apt failed.
+    """
+    if apt.installed_version(host, CONTAINERD_PACKAGE) is None:
+        return {}
+    if refresh:
+        apt.update(host)
+    specs = [f"{CONTAINERD_PACKAGE}={CONTAINERD_SERIES}", f"{RUNC_PACKAGE}={RUNC_SERIES}"]
+    argv = [apt.APT_GET, "-s", "install", "--allow-change-held-packages", *specs]
+    try:
+        out = host.runner.run(argv, env=apt.APT_ENV)
+    except CommandError as e:
+        raise apt.AptError(CONTAINERD_PACKAGE, e.last_line) from None
+    return {m["name"]: m["new"] for m in _SIMULATED.finditer(out) if m["old"] != m["new"]}
+
+
+def update(host: Host, versions: Mapping[str, str]) -> bool:
+    """Install `versions` (from `pending_updates`), held, and restart containerd.
+
+    Ubuntu's SRU exception for containerd-app and runc-app (see CONTAINERD_SERIES) brings
+    security and bug fixes to noble as new versions of the same series: this is how they
+    reach a node deployed before them. Running containers carry on under their shims; the
+    caller drains the node first (runc runs every container start). True when it changed.
+
+    Raises:
+        apt.AptError: apt failed.
+    """
+    if not apt.install(host, dict(versions), hold=True, refresh=False):
+        return False
+    host.run(SYSTEMCTL, "restart", "containerd")
+    return True
 
 
 def _toml(value: str) -> str:

@@ -24,7 +24,7 @@ from charms.gpu_k8s.v0.system import SYSTEMCTL, CommandError, Host
 
 LIBID = "f766a8bf76ef4d8f9f47cf1d41d1f95c"
 LIBAPI = 0
-LIBPATCH = 11
+LIBPATCH = 12
 
 _VERSION = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+$")
 
@@ -100,6 +100,7 @@ UPSTREAM = "https://pkgs.k8s.io"
 SOURCE_NAME = "kubernetes"
 KEYRING = "/etc/apt/keyrings/kubernetes-apt-keyring.gpg"
 KUBEADM = "/usr/bin/kubeadm"
+KUBELET = "/usr/bin/kubelet"
 HOSTNAME = "/usr/bin/hostname"
 KUBELET_CONF = "/etc/kubernetes/kubelet.conf"
 JOIN_CONFIG = "/run/gpu-k8s/kubeadm-join.yaml"
@@ -175,10 +176,60 @@ def package_source(minor: str, mirror: str | None = None) -> tuple[str, str]:
     return uri, f"{uri}Release.key"
 
 
-def install(host: Host, minor: str, *, mirror: str | None = None, with_kubectl: bool) -> bool:
+def release(minor: str, version: str | None = None) -> Release:
+    """The pins of `minor`, with kubeadm/kubelet/kubectl at `version` ("1.36.5") when given.
+
+    A node keeps the patch it runs until its upgrade moves it (a new charm revision's pin
+    is reached by `kubeadm upgrade`, in turn, never by an install in place).
+
+    Raises:
+        ValueError: unsupported minor, or `version` not of that minor.
+    """
+    pinned = RELEASES[check_minor(minor)]
+    if version is None or version == pinned.kubernetes:
+        return pinned
+    if minor_of(version) != minor:
+        raise ValueError(f"Kubernetes {version} is not of minor {minor}")
+    return dataclasses.replace(pinned, kubernetes=version)
+
+
+def minor_of(version: str) -> str:
+    """The minor of a version: "1.36.5", "v1.36.5" and "1.36" give "1.36"."""
+    return ".".join(version.strip().lstrip("v").split(".")[:2])
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """A version ("1.36.5", "1.36") as a tuple that sorts by version; ValueError if malformed."""
+    return tuple(int(part) for part in version.strip().lstrip("v").split("."))
+
+
+def upstream_version(package_version: str) -> str:
+    """The upstream part of a pkgs.k8s.io package version ("1.36.5-1.1" gives "1.36.5")."""
+    return package_version.split("-", 1)[0]
+
+
+def installed_release(host: Host) -> str | None:
+    """The Kubernetes version of the installed kubelet package ("1.36.5"), or None.
+
+    kubelet is the package an install or an upgrade moves last, so it says which patch the
+    node was brought to; the running kubelet is that one once it was restarted.
+    """
+    version = apt.installed_version(host, "kubelet")
+    return upstream_version(version) if version else None
+
+
+def install(
+    host: Host,
+    minor: str,
+    *,
+    mirror: str | None = None,
+    with_kubectl: bool,
+    version: str | None = None,
+) -> bool:
     """Install kubeadm + kubelet (+ kubectl), cri-tools and kubernetes-cni pinned for `minor`.
 
-    All of them go in one `apt-get install` and are held; kubelet is enabled.
+    kubeadm, kubelet and kubectl at `version` (a patch of `minor`) when given, else at the
+    minor's pin. All of them go in one `apt-get install` and are held; kubelet is enabled.
 
     Returns True when anything changed.
 
@@ -187,13 +238,17 @@ def install(host: Host, minor: str, *, mirror: str | None = None, with_kubectl: 
         apt.AptError: the source or a package could not be installed.
     """
     changed = _use_source(host, minor, mirror)
-    packages = RELEASES[minor].packages(with_kubectl=with_kubectl)
+    packages = release(minor, version).packages(with_kubectl=with_kubectl)
     changed = apt.install(host, packages, hold=True, refresh=not changed) or changed
     return _enable_kubelet(host) or changed
 
 
-def install_kubeadm(host: Host, minor: str, *, mirror: str | None = None) -> bool:
+def install_kubeadm(
+    host: Host, minor: str, *, mirror: str | None = None, version: str | None = None
+) -> bool:
     """Switch the package source to `minor` and install only kubeadm at its pin, held.
+
+    At `version` (a patch of `minor`) when given.
 
     The first step of upgrading a node: kubeadm must be the new version before
     `kubeadm upgrade`, kubelet only after it (`install` then brings the rest).
@@ -203,7 +258,7 @@ def install_kubeadm(host: Host, minor: str, *, mirror: str | None = None) -> boo
         apt.AptError: the source or the package could not be installed.
     """
     changed = _use_source(host, minor, mirror)
-    pin = RELEASES[minor].packages(with_kubectl=False)["kubeadm"]
+    pin = release(minor, version).packages(with_kubectl=False)["kubeadm"]
     return apt.install(host, {"kubeadm": pin}, hold=True, refresh=not changed) or changed
 
 
@@ -230,9 +285,31 @@ def upgrade_node(host: Host) -> None:
 
 
 def restart_kubelet(host: Host) -> None:
-    """Restart kubelet so that a new package and configuration take effect."""
+    """Restart kubelet so that a new package and configuration take effect.
+
+    Installing a new kubelet package does not restart the service: the deb's maintainer
+    scripts come from kubernetes/release cmd/krel/templates/latest/kubelet/kubelet.spec,
+    whose `%systemd_postun kubelet.service` (not `%systemd_postun_with_restart`) leaves
+    the running kubelet alone, so the old binary runs until this restart.
+    """
     host.run(SYSTEMCTL, "daemon-reload")
     host.run(SYSTEMCTL, "restart", "kubelet")
+
+
+def running_kubelet_version(host: Host) -> str:
+    """`kubelet --version` ("Kubernetes v1.36.7") as "1.36.7": what runs after a restart.
+
+    Raises:
+        KubeadmError: kubelet did not answer with a version.
+    """
+    try:
+        out = host.run(KUBELET, "--version", timeout=30)
+    except CommandError as e:
+        raise KubeadmError(f"kubelet --version failed: {e.last_line}") from None
+    match = re.search(r"v([0-9]+\.[0-9]+\.[0-9]+)", out)
+    if not match:
+        raise KubeadmError(f"kubelet --version said {out.strip()!r}")
+    return match.group(1)
 
 
 def next_minor(minor: str) -> str:

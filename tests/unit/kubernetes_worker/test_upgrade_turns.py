@@ -1,0 +1,142 @@
+"""One turn mechanism: Kubernetes upgrades of several workers take drain turns.
+
+A patch pin (a new charm revision) reaches three joined workers with
+`max-parallel-reboots=1`: each upgrades by the kubeadm procedure in its own turn, the
+others wait without touching their packages, and no two nodes are cordoned at once,
+even when an upgrade fails half-way (review deploy.md N1 probe P6, gpu.md N9).
+"""
+
+import dataclasses
+import json
+
+from ops import testing
+
+import charm
+from charms.gpu_k8s.v0 import kubeadm
+from fakes.machine import FakeMachine, deb
+from fakes.worker_scenario import joined_state, node, register_node
+
+UNITS = (0, 1, 2)
+RESTART_KUBELET = f"{kubeadm.SYSTEMCTL} restart kubelet"
+
+
+class Workers:
+    """Three units of kubernetes-worker, each on its own fake machine, unit 0 leading.
+
+    The `reboots` peer relation's databags are kept here and handed to each unit's
+    hook as Juju would: its own unit databag, the others' as peers, the application's.
+    """
+
+    def __init__(self, tmp_path, api, monkeypatch):
+        self.api = api
+        self.machines = {}
+        for i in UNITS:
+            machine = FakeMachine(tmp_path / f"root-{i}", hostname=f"ip-10-0-1-{20 + i}")
+            machine.cluster = api
+            self.machines[f"kubernetes-worker/{i}"] = machine
+        monkeypatch.setattr(
+            charm.KubernetesWorkerCharm,
+            "host_factory",
+            lambda self: workers.machines[self.unit.name].host(),
+        )
+        workers = self
+        self.app: dict[str, str] = {}
+        self.units: dict[int, dict[str, str]] = {i: {} for i in UNITS}
+        self.states: dict[int, testing.State] = {}
+        self.cordoned_at_once = 0
+
+    def node(self, i: int) -> str:
+        return f"ip-10-0-1-{20 + i}"
+
+    def cordoned(self) -> list[str]:
+        return [
+            self.node(i)
+            for i in UNITS
+            if (node(self.api, self.node(i)) or {}).get("spec", {}).get("unschedulable")
+        ]
+
+    def run(self, i: int, event: str = "update_status") -> testing.State:
+        reboots = testing.PeerRelation(
+            "reboots",
+            local_app_data=dict(self.app),
+            local_unit_data=dict(self.units[i]),
+            peers_data={j: dict(self.units[j]) for j in UNITS if j != i},
+        )
+        state = self.states.get(i) or joined_state(self.api, **{"kubernetes-version": "1.36"})
+        others = {r for r in state.relations if r.endpoint != "reboots"}
+        state = dataclasses.replace(state, relations={*others, reboots}, leader=i == 0)
+        ctx = testing.Context(charm.KubernetesWorkerCharm, unit_id=i)
+        out = ctx.run(getattr(ctx.on, event)(), state)
+        relation = out.get_relation(reboots.id)
+        self.units[i] = dict(relation.local_unit_data)
+        if i == 0:
+            self.app = dict(relation.local_app_data)
+        self.states[i] = out
+        self.cordoned_at_once = max(self.cordoned_at_once, len(self.cordoned()))
+        return out
+
+    def deploy(self) -> None:
+        for i in UNITS:
+            register_node(self.api, self.node(i))
+            assert self.run(i, "config_changed").unit_status.name == "active"
+
+    def turns(self) -> list[str]:
+        return json.loads(self.app.get("reboot-turns", "[]"))
+
+
+def new_patch(workers: Workers, monkeypatch, patch: str = "1.36.7") -> str:
+    """A charm revision pinning a new patch, which pkgs.k8s.io serves."""
+    pinned = dataclasses.replace(kubeadm.RELEASES["1.36"], kubernetes=patch)
+    monkeypatch.setitem(kubeadm.RELEASES, "1.36", pinned)
+    for machine in workers.machines.values():
+        machine.serve_kubernetes(patch)
+    return patch
+
+
+def test_a_patch_bump_on_three_workers_drains_one_at_a_time(tmp_path, api, monkeypatch, clock):
+    workers = Workers(tmp_path, api, monkeypatch)
+    old = kubeadm.RELEASES["1.36"].version
+    workers.deploy()
+    assert {m.running("kubelet") for m in workers.machines.values()} == {deb(old)}
+    patch = new_patch(workers, monkeypatch)
+    # the first upgrade fails after its drain: that node stays cordoned and keeps its turn
+    first = workers.machines["kubernetes-worker/1"]
+    first.fail(RESTART_KUBELET, stderr="Job for kubelet.service failed")
+
+    # upgrade-charm everywhere: each asks for a turn; the leader grants the oldest request
+    for i in (1, 2, 0):
+        workers.run(i, "upgrade_charm")
+    assert workers.turns() == ["kubernetes-worker/1"]
+    out = workers.run(1)
+    assert first.upgrades == [("node", patch)]
+    assert out.unit_status.name == "waiting"  # the restart failed; retried, turn kept
+    assert workers.cordoned() == [workers.node(1)]
+    outs = {i: workers.run(i) for i in (2, 0)}
+    for i in (0, 2):  # no turn: packages untouched, not drained (probe P6)
+        machine = workers.machines[f"kubernetes-worker/{i}"]
+        assert machine.upgrades == []
+        assert machine.dpkg["kubelet"] == deb(old)
+        assert not any(f"kubelet={patch}" in line for line in machine.lines())
+    assert outs[2].unit_status == testing.WaitingStatus(
+        f"Kubernetes upgrade to {patch}; waiting for a turn (max-parallel-reboots: 1 node at "
+        "once); drained now: kubernetes-worker/1"
+    )
+    assert workers.cordoned() == [workers.node(1)]
+
+    for _ in range(4):  # update-status rounds, until every node runs the patch
+        for i in UNITS:
+            workers.run(i)
+        if all(m.running("kubelet") == deb(patch) for m in workers.machines.values()):
+            break
+
+    assert workers.cordoned_at_once == 1
+    assert workers.cordoned() == []
+    assert workers.turns() == []
+    for unit, machine in workers.machines.items():
+        assert machine.upgrades == [("node", patch)], unit  # once, the failed one resumed
+        assert machine.dpkg["kubelet"] == deb(patch)
+        assert machine.running("kubelet") == deb(patch)  # restarted: the new binary runs
+    for i in UNITS:
+        assert workers.states[i].workload_version == patch  # from `kubelet --version`
+        assert workers.states[i].unit_status.name == "active"
+        assert "reboot-request" not in workers.units[i]
