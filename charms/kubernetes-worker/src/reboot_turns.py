@@ -137,12 +137,13 @@ class RebootTurns(ops.Object):
         found = self._own_request()
         if found is None:
             found = {"since": time.time(), "reason": reason, "for": [purpose]}
-        elif purpose not in found["for"]:
+        elif purpose in found["for"]:
+            found = None  # filed already: rewriting it (even an older revision's form,
+            # which means a reboot) would wake every peer for nothing
+        else:
             found["for"] = [*found["for"], purpose]
-        value = json.dumps(found)
-        mine = relation.data[self.model.unit]
-        if mine.get(REQUEST_KEY) != value:
-            mine[REQUEST_KEY] = value
+        if found is not None:
+            relation.data[self.model.unit][REQUEST_KEY] = json.dumps(found)
         self.update_grants(limit)
         return self.model.unit.name in self.turns()
 
@@ -160,7 +161,7 @@ class RebootTurns(ops.Object):
         if relation is None:
             return
         found = self._own_request()
-        if found is not None:
+        if found is not None and purpose in found["for"]:
             rest = [p for p in found["for"] if p != purpose]
             mine = relation.data[self.model.unit]
             if rest:
