@@ -110,12 +110,13 @@ class Addons:
         if self._apply_once(NODE_METRICS_KEY, objects, want, bag):
             logger.info("nodes may read their metrics (%s)", rbac.NODE_METRICS)
 
-    def apply_team_network_policies(self, bag: Bag) -> None:
+    def apply_team_network_policies(self, bag: Bag) -> list[str]:
         """Default-deny ingress in every namespace granted to a kube-api consumer.
 
         Run after the grants (access.serve_kube_api), in the same hook, so a namespace is
         isolated in the hook that made it; applied again only when the namespaces granted
         change (a namespace whose consumer left keeps its policy, as it keeps its data).
+        Returns a note for the status while consumers share a CNI that enforces none of it.
         """
         granted = json.loads(bag.get(KUBE_API_KEY) or "{}")
         objects = network_policies.manifests(g["namespace"] for g in granted.values())
@@ -124,6 +125,9 @@ class Addons:
                 "namespaces isolated for ingress: %s",
                 ", ".join(o["metadata"]["namespace"] for o in objects) or "none",
             )
+        if objects and not network_policies.enforced(bag.get(CNI_KEY, "")):
+            return [network_policies.NOT_ENFORCED]
+        return []
 
     def _apply_once(self, key: str, objects: list[dict[str, Any]], want: str, bag: Bag) -> bool:
         """Apply `objects` unless `bag[key]` says `want` was applied; True when it applied."""

@@ -31,6 +31,10 @@ from collections.abc import Iterable
 from literals import FIELD_MANAGER, MANAGED_BY_LABEL
 
 NAME = "gpu-k8s-default-deny-ingress"
+# flannel enforces no NetworkPolicy ("Flannel is focused on networking. For network policy,
+# other projects such as Calico can be used", flannel-io/flannel README): while it is the
+# cluster's CNI the policies are stored and do nothing, and the status says so.
+NOT_ENFORCED = "teams not isolated on the network: flannel enforces no NetworkPolicy"
 API_VERSION = "networking.k8s.io/v1"
 
 
@@ -46,6 +50,14 @@ def default_deny_ingress(namespace: str) -> dict:
         },
         "spec": {"podSelector": {}, "policyTypes": ["Ingress"]},
     }
+
+
+def enforced(cni: str) -> bool:
+    """Whether the CNI applied enforces NetworkPolicy (flannel, the only one so far, does not).
+
+    `cni`: what the peer data says was applied (`flannel v0.27.4 <pod-cidr>`).
+    """
+    return bool(cni) and not cni.startswith("flannel ")
 
 
 def manifests(namespaces: Iterable[str]) -> list[dict]:

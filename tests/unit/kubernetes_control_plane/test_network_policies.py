@@ -114,3 +114,13 @@ def test_policies_are_applied_once_and_follow_new_namespaces(ctx, bootstrapped, 
     state = granted(ctx, state, kube_api_relation("tensorflow-b", "team-b", LOCALQUEUES))
     assert {p["metadata"]["namespace"] for p in policies(api)} == {"team-a", "team-b"}
     assert peer(state).local_app_data["team-network-policies"]
+
+
+def test_the_status_says_teams_are_not_isolated_while_flannel_is_the_cni(ctx, bootstrapped):
+    """Flannel stores NetworkPolicies and enforces none: the leader's line says so."""
+    assert "not isolated" not in bootstrapped.unit_status.message  # no consumer yet
+    state = granted(ctx, bootstrapped, kube_api_relation("tensorflow", "team-a", LOCALQUEUES))
+    assert state.unit_status == testing.ActiveStatus(
+        "Ready: v1.36, 1 control-plane, 0 workers; "
+        "teams not isolated on the network: flannel enforces no NetworkPolicy"
+    )
