@@ -6,9 +6,10 @@
 Each add-on is applied when what decides it (pin, config, the workers' GPUs) differs from
 what the peer application databag says was applied last, so an event with nothing new
 sends no request. The manifests and decisions live in `flannel.py`, `device_plugin.py`,
-`dcgm_exporter.py`, `mig_manager.py`, `kube_state_metrics.py` and `batch_engines.py`;
-this module applies them, with the hook's API client and a downloader (never the charm),
-and records each in the peer application databag under a key of its own (below).
+`dcgm_exporter.py`, `mig_manager.py`, `kube_state_metrics.py`, `batch_engines.py` and
+`network_policies.py` (each kube-api consumer's namespace isolated for ingress); this
+module applies them, with the hook's API client and a downloader (never the charm), and
+records each in the peer application databag under a key of its own (below).
 
 Batch engines (JobSet, Kueue) come last in the leader's reconcile: a download that fails or
 a manifest whose sha256 is not the pinned one makes the unit Blocked naming the add-on, and
@@ -29,8 +30,10 @@ import flannel
 import kube_state_metrics
 import kueue
 import mig_manager
+import network_policies
 import rbac
 import registry
+from access import KUBE_API_KEY
 from charm_config import Config
 from literals import FIELD_MANAGER, JOBSET, KUBE_STATE_METRICS_NODE_KEY, KUEUE
 
@@ -48,6 +51,7 @@ KUBE_STATE_METRICS_KEY = "kube-state-metrics"
 NODE_METRICS_KEY = "node-metrics-rbac"
 MIG_MANAGER_KEY = "mig-manager"
 KUEUE_OBJECTS_KEY = "kueue-objects"
+TEAM_NETWORK_KEY = "team-network-policies"  # what network_policies last applied
 KUEUE_COHORT_KEY = "kueue-cohort"  # the cohort's quota last computed, and an overcommit
 # and per batch engine: `addon-<name>` (what was applied), `addon-<name>-ready` (its
 # controller was seen ready) and `addon-<name>-sha256` (URL -> the sha256 first applied)
@@ -105,6 +109,25 @@ class Addons:
         want = fingerprint(objects)
         if self._apply_once(NODE_METRICS_KEY, objects, want, bag):
             logger.info("nodes may read their metrics (%s)", rbac.NODE_METRICS)
+
+    def apply_team_network_policies(self, bag: Bag) -> list[str]:
+        """Default-deny ingress in every namespace granted to a kube-api consumer.
+
+        Run after the grants (access.serve_kube_api), in the same hook, so a namespace is
+        isolated in the hook that made it; applied again only when the namespaces granted
+        change (a namespace whose consumer left keeps its policy, as it keeps its data).
+        Returns a note for the status while consumers share a CNI that enforces none of it.
+        """
+        granted = json.loads(bag.get(KUBE_API_KEY) or "{}")
+        objects = network_policies.manifests(g["namespace"] for g in granted.values())
+        if self._apply_once(TEAM_NETWORK_KEY, objects, fingerprint(objects), bag):
+            logger.info(
+                "namespaces isolated for ingress: %s",
+                ", ".join(o["metadata"]["namespace"] for o in objects) or "none",
+            )
+        if objects and not network_policies.enforced(bag.get(CNI_KEY, "")):
+            return [network_policies.NOT_ENFORCED]
+        return []
 
     def _apply_once(self, key: str, objects: list[dict[str, Any]], want: str, bag: Bag) -> bool:
         """Apply `objects` unless `bag[key]` says `want` was applied; True when it applied."""

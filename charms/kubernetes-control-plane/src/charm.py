@@ -397,6 +397,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         notes = [upgrade.note] if upgrade.note else []
         notes += cert_notes
         notes += hook.access.serve_kube_api(peers, config.storage_provisioners)
+        notes += addons.apply_team_network_policies(bag)
         self._blocked_lines = [*hook.access.blocked, *cert_blocked]
         hook.access.reach(config, peers, leader=True)
         if isinstance(event, ops.UpdateStatusEvent):

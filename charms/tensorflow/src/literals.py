@@ -99,6 +99,10 @@ NAMESPACED_RULES: list[dict[str, Any]] = [
     {"api-groups": ["apps"], "resources": ["deployments"],
      "verbs": ["get", "list", "create", "patch", "delete"]},
     {"api-groups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get"]},
+    # what may reach the team's pods beyond the control plane's default-deny
+    # (network_policies.py): each job's and each served model's NetworkPolicy
+    {"api-groups": ["networking.k8s.io"], "resources": ["networkpolicies"],
+     "verbs": ["get", "create", "patch", "delete"]},
     # the image pull Secret from config image-pull-secret (registry_auth.py)
     {"api-groups": [""], "resources": ["secrets"], "verbs": ["get", "create", "patch", "delete"]},
     {"api-groups": ["kueue.x-k8s.io"], "resources": ["localqueues"],

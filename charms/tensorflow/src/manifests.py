@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import datasets
+import network_policies
 from literals import (
     ANNOTATION_REQUEST,
     CODE_MOUNT,
@@ -478,12 +479,30 @@ def tensorboard(request: TrainRequest, ctx: Context) -> list[dict]:
     return [deployment, service]
 
 
+def network_policies_of(request: TrainRequest, ctx: Context) -> list[dict]:
+    """What may reach the job's pods (network_policies.py): its own pods, the team's."""
+    return [
+        network_policies.training(ctx.app, request.job, ctx.namespace, COMPONENT_TRAINING),
+        network_policies.tensorboard(
+            ctx.app,
+            request.job,
+            ctx.namespace,
+            labels(ctx.app, request.job, COMPONENT_TENSORBOARD),
+        ),
+    ]
+
+
 def manifests(request: TrainRequest, ctx: Context, code: Mapping[str, str]) -> list[dict]:
-    """Every object of a job, in creation order (JobSet, code, TensorBoard).
+    """Every object of a job, in creation order (JobSet, code, TensorBoard, policies).
 
     The JobSet comes first: the others are created owned by it (training._apply_all).
     """
-    return [jobset(request, ctx), code_configmap(request, ctx, code), *tensorboard(request, ctx)]
+    return [
+        jobset(request, ctx),
+        code_configmap(request, ctx, code),
+        *tensorboard(request, ctx),
+        *network_policies_of(request, ctx),
+    ]
 
 
 def tensorboard_url(job: str, namespace: str) -> str:

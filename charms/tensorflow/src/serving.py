@@ -23,6 +23,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+import network_policies
 from job_state import server_state
 from literals import DATA_MOUNT, GPU_RUNTIME_CLASS, LABEL_MANAGED_BY
 from params import JobParams
@@ -68,8 +69,14 @@ def gpu_variant(image: str) -> str:
     return image
 
 
-def manifests(params: ServeParams, ctx: Any, image: str) -> list[dict[str, Any]]:
-    """The Deployment and Service (`ctx`: manifests.Context, `image`: the serving image)."""
+def manifests(
+    params: ServeParams, ctx: Any, image: str, api_servers: list[str] | None = None
+) -> list[dict[str, Any]]:
+    """The Deployment, Service and NetworkPolicy (`ctx`: manifests.Context).
+
+    `image`: the serving image; `api_servers`: the addresses the control-plane nodes reach
+    pods from (network_policies.api_server_addresses), allowed to the REST port.
+    """
     lbls = labels(ctx.app, params.job)
     name = name_of(params.job)
     container: dict[str, Any] = {
@@ -128,7 +135,10 @@ def manifests(params: ServeParams, ctx: Any, image: str) -> list[dict[str, Any]]
             ],
         },
     }
-    return [deployment, service]
+    policy = network_policies.serving(
+        name, ctx.namespace, lbls, (GRPC_PORT, REST_PORT), api_servers or []
+    )
+    return [deployment, service, policy]
 
 
 def rollout(gpus: int) -> dict[str, Any]:
@@ -210,7 +220,8 @@ def serve(
             a first serve of the job then removes what it created.
     """
     existed = kube.get("apps/v1", "Deployment", name_of(params.job), ctx.namespace) is not None
-    for manifest in manifests(params, ctx, image):
+    api_servers = network_policies.api_server_addresses(kube.list("v1", "Node"))
+    for manifest in manifests(params, ctx, image, api_servers):
         kube.apply(manifest, field_manager=ctx.app)
     log(f"serving {params.job} from {DATA_MOUNT}/jobs/{params.job}/export")
     try:
@@ -291,11 +302,12 @@ def _pods_state(kube: Any, ctx: Any, job: str) -> str:
 
 
 def unserve(kube: Any, ctx: Any, job: str) -> dict[str, str]:
-    """Delete the job's serving Deployment and Service (the export stays)."""
+    """Delete the job's serving Deployment, Service and NetworkPolicy (the export stays)."""
     deleted = 0
     for api_version, kind in (("apps/v1", "Deployment"), ("v1", "Service")):
         if kube.delete(api_version, kind, name_of(job), ctx.namespace):
             deleted += 1
+    kube.delete(network_policies.API_VERSION, "NetworkPolicy", name_of(job), ctx.namespace)
     if not deleted:
         raise ServingError(f"{job} is not being served")
     return {"job": job, "deleted": f"Deployment and Service {name_of(job)}"}

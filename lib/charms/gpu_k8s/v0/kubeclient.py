@@ -47,7 +47,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 LIBID = "1c1c281a9eb64d9594fd86aa76205351"
 LIBAPI = 0
-LIBPATCH = 8
+LIBPATCH = 9
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +74,7 @@ KINDS: dict[tuple[str, str], tuple[str, bool]] = {
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): ("rolebindings", True),
     ("rbac.authorization.k8s.io/v1", "ClusterRole"): ("clusterroles", False),
     ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): ("clusterrolebindings", False),
+    ("networking.k8s.io/v1", "NetworkPolicy"): ("networkpolicies", True),
     ("node.k8s.io/v1", "RuntimeClass"): ("runtimeclasses", False),
     ("policy/v1", "PodDisruptionBudget"): ("poddisruptionbudgets", True),
     ("storage.k8s.io/v1", "StorageClass"): ("storageclasses", False),

@@ -1,0 +1,65 @@
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""The NetworkPolicy every kube-api consumer's namespace gets: default-deny ingress (no ops).
+
+A team's pods accept no connection from any other pod, in its namespace or another,
+until a policy of the team's own allows it (the tensorflow charm allows a job's pods to
+reach each other on the TensorFlow port, and TensorBoard and serving from the team's
+namespace). kubernetes.io/docs/concepts/services-networking/network-policies/, "Default
+deny all ingress traffic": an empty podSelector with policyTypes [Ingress] and no rules
+isolates every pod of the namespace for ingress; policies are additive, so a team's own
+allow policies open exactly what they name. Egress is left open: pods reach kube-dns,
+the API server and the outside (the dataset importer's S3 and https) as before.
+
+What still reaches a team's pods (the same page): their own node (kubelet's probes,
+`kubectl port-forward`, which kubelet serves inside the pod's network namespace), and
+hostNetwork pods (the DCGM exporter and kube-state-metrics run with hostNetwork in their
+own namespaces; no policy here selects them and none selects what they scrape, which is
+the nodes' GPUs and the API server, not team pods).
+
+A team may change or delete this policy in its own namespace (kube-api grants any rule
+there but RBAC's): that opens only its own pods, never another team's, since a
+NetworkPolicy selects pods of its own namespace only. The control plane applies it again
+when the grants change, not on every hook.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from literals import FIELD_MANAGER, MANAGED_BY_LABEL
+
+NAME = "gpu-k8s-default-deny-ingress"
+# flannel enforces no NetworkPolicy ("Flannel is focused on networking. For network policy,
+# other projects such as Calico can be used", flannel-io/flannel README): while it is the
+# cluster's CNI the policies are stored and do nothing, and the status says so.
+NOT_ENFORCED = "teams not isolated on the network: flannel enforces no NetworkPolicy"
+API_VERSION = "networking.k8s.io/v1"
+
+
+def default_deny_ingress(namespace: str) -> dict:
+    """The policy that isolates every pod of `namespace` for ingress."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": NAME,
+            "namespace": namespace,
+            "labels": {MANAGED_BY_LABEL: FIELD_MANAGER},
+        },
+        "spec": {"podSelector": {}, "policyTypes": ["Ingress"]},
+    }
+
+
+def enforced(cni: str) -> bool:
+    """Whether the CNI applied enforces NetworkPolicy (flannel, the only one so far, does not).
+
+    `cni`: what the peer data says was applied (`flannel v0.27.4 <pod-cidr>`).
+    """
+    return bool(cni) and not cni.startswith("flannel ")
+
+
+def manifests(namespaces: Iterable[str]) -> list[dict]:
+    """The policies of every consumer namespace, in name order."""
+    return [default_deny_ingress(ns) for ns in sorted(set(namespaces))]

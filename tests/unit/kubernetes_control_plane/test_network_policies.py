@@ -1,0 +1,126 @@
+"""Each kube-api consumer's namespace is isolated for ingress (issue 29 item 4, review S3).
+
+The policies the control plane applies are read back from the fake API server (which
+validated them as kube-apiserver 1.36 would) and evaluated by tests/fakes/netpol.py, the
+NetworkPolicy semantics of the Kubernetes docs: these tests check who may reach whom.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from ops import testing
+
+from fakes.control_plane import kube_api_relation, peer, peers
+from fakes.netpol import Cluster, Node, Pod
+
+NETPOL = "/apis/networking.k8s.io/v1"
+LOCALQUEUES = [
+    {"api-groups": ["kueue.x-k8s.io"], "resources": ["localqueues"], "verbs": ["get", "create"]}
+]
+# Where the cluster's own components run: CoreDNS in kube-system (kubeadm's addon), the
+# DCGM exporter and kube-state-metrics on hostNetwork (dcgm_exporter.py, kube_state_metrics.py;
+# the GPU components' namespace is gpu-k8s-gpu on the branch moving them out of kube-system).
+NODES = (Node("cp-0", "10.0.0.10"), Node("gpu-0", "10.0.0.20"), Node("gpu-1", "10.0.0.21"))
+
+
+@pytest.fixture
+def bootstrapped(ctx, machine):
+    return ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
+
+
+def granted(ctx, state, *rels):
+    state = dataclasses.replace(state, relations=[*state.relations, *rels])
+    for rel in rels:
+        state = ctx.run(ctx.on.relation_changed(state.get_relation(rel.id)), state)
+    return state
+
+
+def policies(api):
+    return api.objects(NETPOL, kind="NetworkPolicy")
+
+
+def cluster(api, pods):
+    namespaces = {
+        ns["metadata"]["name"]: ns["metadata"].get("labels") or {}
+        for ns in api.objects("/api/v1/namespaces", kind="Namespace")
+    }
+    namespaces.setdefault("kube-system", {})
+    namespaces.setdefault("gpu-k8s-gpu", {})
+    return Cluster(namespaces, pods, policies(api), NODES)
+
+
+def team_pods():
+    return [
+        Pod("a-worker-0", "team-a", {"app": "a"}, "10.244.1.5", "gpu-0"),
+        Pod("a-tensorboard", "team-a", {"app": "a-tb"}, "10.244.1.6", "gpu-0"),
+        Pod("b-worker-0", "team-b", {"app": "b"}, "10.244.2.5", "gpu-1"),
+        Pod("efs-dirs", "storage", {"job": "dirs"}, "10.244.2.9", "gpu-1"),
+        Pod("coredns", "kube-system", {"k8s-app": "kube-dns"}, "10.244.0.2", "cp-0"),
+        Pod("dcgm", "gpu-k8s-gpu", {"app": "dcgm"}, "10.0.0.20", "gpu-0", host_network=True),
+        Pod("ksm", "kube-system", {"app": "ksm"}, "10.0.0.10", "cp-0", host_network=True),
+    ]
+
+
+def test_without_policies_every_pod_reaches_every_team_pod(api):
+    """The probe of review S3: what a cluster without the control plane's policies allows."""
+    c = cluster(api, team_pods())
+    assert c.allowed(c.pod("team-b", "b-worker-0"), c.pod("team-a", "a-worker-0"), 2222)
+
+
+def test_every_consumer_namespace_denies_ingress_from_every_other_pod(ctx, bootstrapped, api):
+    a = kube_api_relation("tensorflow", "team-a", LOCALQUEUES)
+    b = kube_api_relation("tensorflow-b", "team-b", LOCALQUEUES)
+    storage = kube_api_relation("efs-storage", "storage")
+    granted(ctx, bootstrapped, a, b, storage)
+
+    assert sorted((p["metadata"]["namespace"], p["metadata"]["name"]) for p in policies(api)) == [
+        ("storage", "gpu-k8s-default-deny-ingress"),
+        ("team-a", "gpu-k8s-default-deny-ingress"),
+        ("team-b", "gpu-k8s-default-deny-ingress"),
+    ]
+    c = cluster(api, team_pods())
+    a0, tb, b0 = (
+        c.pod("team-a", "a-worker-0"),
+        c.pod("team-a", "a-tensorboard"),
+        c.pod("team-b", "b-worker-0"),
+    )
+    for port in (2222, 6006, 8500, 8501, 22):
+        assert not c.allowed(b0, a0, port), port  # another team's pod
+        assert not c.allowed(c.pod("kube-system", "coredns"), a0, port)
+        assert not c.allowed(b0, c.pod("storage", "efs-dirs"), port)
+    # default-deny holds inside the namespace too: a team's own policies open what it needs
+    assert not c.allowed(tb, a0, 2222)
+    assert not c.allowed(a0, b0, 2222)
+    # what it leaves open: DNS, the scrapers' targets, and each pod's own node
+    coredns = c.pod("kube-system", "coredns")
+    assert c.allowed(a0, coredns, 53, "UDP") and c.allowed(a0, coredns, 53, "TCP")
+    # egress is not restricted: the API server, S3 and https for the importer
+    assert c.allowed(a0, c.pod("gpu-k8s-gpu", "dcgm"), 9400)
+    # the exporters are hostNetwork: no NetworkPolicy selects them, from any pod
+    assert c.allowed(c.pod("kube-system", "ksm"), c.pod("gpu-k8s-gpu", "dcgm"), 9400)
+    # kubelet (probes, port-forward) on the pod's own node; not another node
+    assert c.allowed(NODES[1], a0, 6006)
+    assert not c.allowed(NODES[2], a0, 6006)
+
+
+def test_policies_are_applied_once_and_follow_new_namespaces(ctx, bootstrapped, api):
+    a = kube_api_relation("tensorflow", "team-a", LOCALQUEUES)
+    state = granted(ctx, bootstrapped, a)
+    api.requests.clear()
+    state = ctx.run(ctx.on.update_status(), state)
+    assert not [r for r in api.requests if "networkpolicies" in r[1]]
+    state = granted(ctx, state, kube_api_relation("tensorflow-b", "team-b", LOCALQUEUES))
+    assert {p["metadata"]["namespace"] for p in policies(api)} == {"team-a", "team-b"}
+    assert peer(state).local_app_data["team-network-policies"]
+
+
+def test_the_status_says_teams_are_not_isolated_while_flannel_is_the_cni(ctx, bootstrapped):
+    """Flannel stores NetworkPolicies and enforces none: the leader's line says so."""
+    assert "not isolated" not in bootstrapped.unit_status.message  # no consumer yet
+    state = granted(ctx, bootstrapped, kube_api_relation("tensorflow", "team-a", LOCALQUEUES))
+    assert state.unit_status == testing.ActiveStatus(
+        "Ready: v1.36, 1 control-plane, 0 workers; "
+        "teams not isolated on the network: flannel enforces no NetworkPolicy"
+    )
