@@ -62,6 +62,17 @@ _EFS_ROUTES = (
         "DescribeMountTargetSecurityGroups",
     ),
     ("PUT", r"/2015-02-01/mount-targets/[^/]+/security-groups", "ModifyMountTargetSecurityGroups"),
+    # Access points and the file system policy (EFS API reference: CreateAccessPoint
+    # POST /2015-02-01/access-points, DescribeAccessPoints GET, DeleteAccessPoint DELETE
+    # /2015-02-01/access-points/{id}, PutFileSystemPolicy PUT and DescribeFileSystemPolicy
+    # GET /2015-02-01/file-systems/{id}/policy). moto keeps PosixUser, RootDirectory (with
+    # CreationInfo) and tags as sent, but neither ClientToken idempotency nor the limit per
+    # file system: a test injects AccessPointLimitExceeded with `fail`.
+    ("POST", r"/2015-02-01/access-points", "CreateAccessPoint"),
+    ("GET", r"/2015-02-01/access-points", "DescribeAccessPoints"),
+    ("DELETE", r"/2015-02-01/access-points/[^/]+", "DeleteAccessPoint"),
+    ("PUT", r"/2015-02-01/file-systems/[^/]+/policy", "PutFileSystemPolicy"),
+    ("GET", r"/2015-02-01/file-systems/[^/]+/policy", "DescribeFileSystemPolicy"),
     ("GET", r"/2015-02-01/resource-tags/[^/]+", "ListTagsForResource"),
     ("POST", r"/2015-02-01/resource-tags/[^/]+", "TagResource"),
 )

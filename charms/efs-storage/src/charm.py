@@ -25,6 +25,7 @@ is still under way, so that Juju retries it: each retry is the next poll.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -32,6 +33,7 @@ from typing import TypeVar
 
 import aws
 import ops
+from access_points import AccessPoint, Wanted
 from charm_config import Config
 from claims import Owner, efs_path
 from directories import HELPER_IMAGE, Directories, Holdings
@@ -39,6 +41,8 @@ from efs import Efs
 from efs_model import Desired, Node, Observed, nodes_from_kubernetes
 from literals import (
     CLUSTER_RULES,
+    CSI_DRIVER,
+    CSI_NODE_ANNOTATION,
     HOLDINGS_KEY,
     KUBE_API,
     NAMESPACED_RULES,
@@ -212,14 +216,16 @@ class EfsStorageCharm(ops.CharmBase):
         desired = self._desired(config)  # validates before anything talks to AWS
         kube = self._kube()
         credentials, region = self._aws_access(config)
-        nodes = nodes_from_kubernetes(kube.list("v1", "Node"))
+        listed = kube.list("v1", "Node")
+        nodes = nodes_from_kubernetes(listed)
         desired = self._desired(config, nodes)
         manager = self._connect(credentials, region)
         observed = _aws(lambda: manager.reconcile(desired))
         if observed.unresolved_nodes:
             logger.warning("nodes not found in EC2: %s", ", ".join(observed.unresolved_nodes))
-        states = self._serve(kube, config, observed)
-        self._report(observed, states)
+        access = Access(manager, desired, observed, csi_driver_on_every_node(listed))
+        states = self._serve(kube, config, observed, access)
+        self._report(observed, states, access)
         self.cos.set_gauges(_gauges(observed, states))
         return True
 
@@ -240,7 +246,9 @@ class EfsStorageCharm(ops.CharmBase):
             raise StatusError.blocked(str(e)) from None
         return desired
 
-    def _serve(self, kube: Kube, config: Config, observed: Observed) -> list[ClaimState]:
+    def _serve(
+        self, kube: Kube, config: Config, observed: Observed, access: Access
+    ) -> list[ClaimState]:
         """Make every consumer's claim, answer on the relation, delete claims not wanted."""
         owner = Owner(self.app.name, self.model.uuid)
         directories = Directories(
@@ -256,31 +264,36 @@ class EfsStorageCharm(ops.CharmBase):
         storage = Storage(kube, owner, directories)
         managed = storage.managed()
         holdings = self._holdings(managed)
+        # Once one volume mounts through an access point, every one does: a node that
+        # joins before its driver pod runs waits for it rather than undo the confinement.
+        access.confining = access.driver_ready or any(m.access_point for m in managed)
         states: list[ClaimState] = []
         keep: set[str] = set()
         # The relation made first comes first among requests that arrive in one hook.
         requests = sorted(self.shared_storage.requests(), key=lambda r: r.relation.id)
-        for request in requests:
-            if request.namespace is not None:
-                request = self._own_namespace(kube, request)
-            if request.namespace is not None:
-                request = self._hold(holdings, request, config)
-            if request.namespace is None:
-                self.shared_storage.refuse(request.relation, request.error or "invalid request")
-                self._statuses.add(
-                    ops.BlockedStatus(f"{request.app_name}: {request.error}; fix that consumer")
-                )
+        accepted = self._accept(kube, holdings, config, access, requests)
+        points = self._access_points(access, config, accepted)
+        for request, directory in accepted:
+            point = points.get(request.app_name)
+            if isinstance(point, aws.AwsApiError):
+                self._refuse(request, f"no access point: {point}", "fix it in AWS")
+                # what it has (a claim over NFS) stays until it has an access point
+                mine = [m for m in managed if m.consumer == request.app_name]
+                keep.update(str(x) for m in mine for x in (m.key, m.volume_name) if x)
+                continue
+            if access.confining and point is None:  # the file system is not available yet
                 continue
             spec = claim_spec(
                 storage.owner,
                 consumer=request.app_name,
-                namespace=request.namespace,
+                namespace=request.namespace or "",  # accepted: set
                 capacity=config.capacity,
                 server=observed.dns_name or "",
                 path=config.path,
                 file_system_id=observed.file_system_id or "",
-                directory=request.directory,
+                directory=directory,
                 directory_owner=request.owner,
+                access_point=point.access_point_id if point is not None else None,
             )
             keep.update((spec.key, spec.volume_name))
             state = storage.ensure(spec)
@@ -310,7 +323,92 @@ class EfsStorageCharm(ops.CharmBase):
         related = {r.app_name for r in requests}
         holdings.keep_only(related | {m.consumer for m in managed if m.key in in_use})
         write(self._peer_data(), {HOLDINGS_KEY: holdings.dump()})
+        if access.confining and observed.state == "available":
+            live = {m.access_point or "" for m in managed}
+            self._confine(access, storage, live, points)
         return states
+
+    def _accept(
+        self,
+        kube: Kube,
+        holdings: Holdings,
+        config: Config,
+        access: Access,
+        requests: list[StorageRequest],
+    ) -> list[tuple[StorageRequest, str | None]]:
+        """The requests to serve, each with its directory; the others are refused."""
+        accepted: list[tuple[StorageRequest, str | None]] = []
+        for request in requests:
+            directory = request.directory
+            if request.namespace is not None:
+                request = self._own_namespace(kube, request)
+            if request.namespace is not None:
+                directory = self._directory_of(holdings, request, config, access.confining)
+                request = self._hold(holdings, request, config, directory)
+            if request.namespace is None:
+                self._refuse(request, request.error or "invalid request", "fix that consumer")
+                continue
+            accepted.append((request, directory))
+        return accepted
+
+    def _refuse(self, request: StorageRequest, error: str, fix: str) -> None:
+        self.shared_storage.refuse(request.relation, error)
+        self._statuses.add(ops.BlockedStatus(f"{request.app_name}: {error}; {fix}"))
+
+    def _directory_of(
+        self, holdings: Holdings, request: StorageRequest, config: Config, confining: bool
+    ) -> str | None:
+        """The directory a consumer is served: its own, the root, or one named after it.
+
+        Through an access point, a consumer that asks for no directory gets one named after
+        it: an access point never serves the root (issue 29 item 5) unless `root-consumers`
+        names the consumer, or it held the root before access points (its data is there).
+        """
+        if request.directory or not confining:
+            return request.directory
+        if request.app_name in config.root_consumer_names:
+            return None
+        if holdings.held.get(request.app_name) == efs_path(config.path, None):
+            return None
+        return request.app_name
+
+    def _access_points(
+        self, access: Access, config: Config, accepted: list[tuple[StorageRequest, str | None]]
+    ) -> dict[str, AccessPoint | aws.AwsApiError]:
+        """Each accepted consumer's access point, once the file system is available."""
+        if not access.confining or access.observed.state != "available":
+            return {}
+        wanted = [
+            Wanted(request.app_name, efs_path(config.path, directory), *request.owner)
+            for request, directory in accepted
+        ]
+        fs_id = access.observed.file_system_id or ""
+        return _aws(lambda: access.manager.access_points(access.desired, fs_id, wanted))
+
+    def _confine(
+        self,
+        access: Access,
+        storage: Storage,
+        keep: set[str],
+        points: dict[str, AccessPoint | aws.AwsApiError],
+    ) -> None:
+        """Delete access points no volume uses; then put the file system policy.
+
+        The policy (TLS only, root only through the charm's root access points) goes on
+        once no plain NFS volume of this application is left.
+        """
+        fs_id = access.observed.file_system_id or ""
+        keep |= {p.access_point_id for p in points.values() if isinstance(p, AccessPoint)}
+        _aws(lambda: access.manager.delete_access_points(access.desired, fs_id, keep))
+        left = [m.key for m in storage.managed() if m.nfs]
+        if left:
+            access.nfs_left = left
+            return
+        if not access.observed.owned:
+            return  # an adopted file system's policy is its owner's (README)
+        roots = [p.arn for p in points.values() if isinstance(p, AccessPoint) and p.uid == 0]
+        _aws(lambda: access.manager.confine(access.observed, roots))
+        access.policy = True
 
     def _peer_data(self) -> ops.RelationDataContent:
         peers = self.model.get_relation(PEERS)
@@ -347,18 +445,20 @@ class EfsStorageCharm(ops.CharmBase):
             return request
         return dataclasses.replace(request, namespace=None, error=error)
 
-    def _hold(self, holdings: Holdings, request: StorageRequest, config: Config) -> StorageRequest:
+    def _hold(
+        self, holdings: Holdings, request: StorageRequest, config: Config, directory: str | None
+    ) -> StorageRequest:
         """`request`, or a refusal when another consumer holds an overlapping path."""
-        path = efs_path(config.path, request.directory)
-        if not request.directory and request.app_name in config.root_consumer_names:
+        path = efs_path(config.path, directory)
+        if not directory and request.app_name in config.root_consumer_names:
             holdings.release(request.app_name)  # the operator lets it have the root beside
             return request  # the directories: it holds nothing that stops them
         taken = holdings.claim(request.app_name, path)
         if taken is None:
             return request
         other, held = taken
-        if request.directory:
-            asked = f"directory {request.directory}"
+        if directory:
+            asked = f"directory {directory}"
             error = f"{asked} overlaps {held}, held by {other}; ask for another"
         else:
             error = (
@@ -367,7 +467,7 @@ class EfsStorageCharm(ops.CharmBase):
             )
         return dataclasses.replace(request, namespace=None, error=error)
 
-    def _report(self, observed: Observed, states: list[ClaimState]) -> None:
+    def _report(self, observed: Observed, states: list[ClaimState], access: Access) -> None:
         for state in states:
             if state.problem:
                 status = ops.WaitingStatus if state.waiting else ops.BlockedStatus
@@ -391,6 +491,7 @@ class EfsStorageCharm(ops.CharmBase):
         note = ""
         if observed.unresolved_nodes:
             note = f", {len(observed.unresolved_nodes)} nodes not found in EC2"
+        note += access.note(states)
         self._statuses.add(ops.ActiveStatus(f"{observed.progress}, {bound} claims bound{note}"))
 
     # -- removal --------------------------------------------------------------------------
@@ -554,6 +655,52 @@ class EfsStorageCharm(ops.CharmBase):
                 key = f"{name}-{n}"
             result[key] = f"{item.key} {item.phase}"
         return result
+
+
+@dataclasses.dataclass
+class Access:
+    """How this pass serves consumers: through access points (confining) or plain NFS."""
+
+    manager: Efs
+    desired: Desired
+    observed: Observed
+    driver_ready: bool
+    confining: bool = False
+    nfs_left: list[str] = dataclasses.field(default_factory=list)
+    policy: bool = False
+
+    def note(self, states: list[ClaimState]) -> str:
+        """What the Active status adds about confinement (empty once all is confined)."""
+        if not states:
+            return ""  # no consumer: nobody to confine
+        if not self.confining:
+            return (
+                f"; consumers are not confined (NFS as root, no TLS): the EFS CSI driver "
+                f"{CSI_DRIVER} is not on every node"
+            )
+        moving = [s.note for s in states if s.note]
+        if moving:
+            return f"; not confined yet: {'; '.join(moving)}"
+        if self.nfs_left:
+            return f"; not confined yet: NFS volumes {', '.join(self.nfs_left[:5])} remain"
+        if not self.policy and self.observed.owned:
+            return "; waiting to put the file system policy"
+        return ""
+
+
+def csi_driver_on_every_node(nodes: list[dict]) -> bool:
+    """Whether kubelet registered the EFS CSI driver's node plugin on every Node."""
+    if not nodes:
+        return False
+    for node in nodes:
+        annotations = (node.get("metadata") or {}).get("annotations") or {}
+        try:
+            drivers = json.loads(annotations.get(CSI_NODE_ANNOTATION) or "{}")
+        except json.JSONDecodeError:
+            return False
+        if not isinstance(drivers, dict) or CSI_DRIVER not in drivers:
+            return False
+    return True
 
 
 def _gauges(observed: Observed, states: list[ClaimState]) -> list[Gauge]:

@@ -28,6 +28,8 @@ ANNOTATION_FS = "gpu-k8s.io/efs-file-system-id"
 # The `uid:gid` a volume's directory was given (directories.py): a volume that records the
 # owner asked for needs no Job.
 ANNOTATION_OWNER = "gpu-k8s.io/efs-directory-owner"
+# The path an access point's volume serves (its CSI source names only the access point).
+ANNOTATION_PATH = "gpu-k8s.io/efs-path"
 
 _MAX_NAME = 63
 
@@ -89,6 +91,9 @@ class ClaimSpec:
     file_system_id: str
     directory: str | None = None
     directory_owner: tuple[int, int] = (0, 0)
+    # The consumer's EFS access point: the volume mounts through it with TLS (EFS CSI
+    # driver); None: a plain NFS volume (the driver is not on every node yet).
+    access_point: str | None = None
 
     @property
     def key(self) -> str:

@@ -30,6 +30,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from access_points import AccessPoint, AccessPoints, Wanted, ensure_policy, policy
 from aws import (
     Api,
     AwsApiError,
@@ -123,6 +124,27 @@ class Efs:
         zones = tuple(sorted({mt["AvailabilityZoneName"] for mt in mts}))
         placement = Placement(None, dict.fromkeys(zones, ""), (), ())
         return self._observe(desired, fs, mts, placement, None)
+
+    def access_points(
+        self, desired: Desired, fs_id: str, wanted: list[Wanted]
+    ) -> dict[str, AccessPoint | AwsApiError]:
+        """Each wanted consumer's access point on ``fs_id`` (created when missing)."""
+        return AccessPoints(self._api, desired.model_uuid, desired.app).ensure(fs_id, wanted)
+
+    def delete_access_points(self, desired: Desired, fs_id: str, keep: set[str]) -> list[str]:
+        """Delete this application's access points on ``fs_id`` but those in ``keep``."""
+        points = AccessPoints(self._api, desired.model_uuid, desired.app)
+        return points.delete_unused(fs_id, keep)
+
+    def confine(self, observed: Observed, root_access_points: list[str]) -> bool:
+        """Put the file system policy (access_points.policy); True when it was changed.
+
+        Only once every volume mounts through an access point with TLS: the policy refuses
+        plain NFS, which the volumes of the NFS fallback and the directory Jobs use.
+        """
+        fs_id = observed.file_system_id or ""
+        wanted = policy(observed.file_system_arn, root_access_points)
+        return ensure_policy(self._api, fs_id, wanted)
 
     def release_rules(self, model_uuid: str, app: str) -> bool:
         """Revoke the NFS rules this application added; False when it has no group."""
@@ -404,6 +426,7 @@ class Efs:
             progress=progress,
             unresolved_nodes=placement.unresolved,
             zone_problems=problems,
+            file_system_arn=fs.get("FileSystemArn", ""),
         )
 
 

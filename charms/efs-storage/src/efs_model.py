@@ -200,6 +200,7 @@ class Observed:
     unresolved_nodes: tuple[str, ...] = ()
     zone_problems: tuple[ZoneProblem, ...] = ()
     dns_problem: str = ""
+    file_system_arn: str = ""
 
     @property
     def dns_name(self) -> str | None:

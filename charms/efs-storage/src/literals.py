@@ -23,6 +23,19 @@ MOUNT_OPTIONS = (
     "noresvport",
 )
 
+# The EFS CSI driver (kubernetes-sigs/aws-efs-csi-driver, deploy/kubernetes/base/
+# csidriver.yaml: CSIDriver `efs.csi.aws.com`). Static provisioning of an access point:
+# `csi.driver` and `volumeHandle: <fs-id>::<fsap-id>` (the driver's pkg/driver/node.go
+# parseVolumeId, "OLD FORMAT ... {fileSystemID}:{mountPath}:{accessPointID}", still read
+# by v3.4.1 beside the newer `efs:` prefix), mount option `tls` (node.go adds `tls` with an
+# access point anyway; examples/kubernetes/efs/access_points).
+CSI_DRIVER = "efs.csi.aws.com"
+CSI_MOUNT_OPTIONS = ("tls",)
+# kubelet records each CSI driver registered on its node in this Node annotation, a JSON
+# map of driver name to node id (kubernetes pkg/volume/csi/nodeinfomanager/
+# nodeinfomanager.go, annotationKeyNodeID): the driver's node plugin runs there.
+CSI_NODE_ANNOTATION = "csi.volume.kubernetes.io/nodeid"
+
 # What this charm asks the control plane for on kube-api (see storage.py for why). In its
 # own namespace: the Jobs that make consumers' directories (directories.py) and their pods,
 # read for a failed Job's reason.

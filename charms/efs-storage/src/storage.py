@@ -46,6 +46,7 @@ from typing import Any, Protocol
 from claims import (
     ANNOTATION_FS,
     ANNOTATION_OWNER,
+    ANNOTATION_PATH,
     LABEL_CONSUMER,
     ClaimSpec,
     Owner,
@@ -54,7 +55,7 @@ from claims import (
     fit_name,
     owner_text,
 )
-from literals import FIELD_MANAGER, MOUNT_OPTIONS
+from literals import CSI_DRIVER, CSI_MOUNT_OPTIONS, FIELD_MANAGER, MOUNT_OPTIONS
 
 from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
 
@@ -93,6 +94,7 @@ def claim_spec(
     file_system_id: str,
     directory: str | None = None,
     directory_owner: tuple[int, int] = (0, 0),
+    access_point: str | None = None,
 ) -> ClaimSpec:
     """The names and contents of the pair serving `consumer` in `namespace`.
 
@@ -111,6 +113,7 @@ def claim_spec(
         file_system_id=file_system_id,
         directory=directory,
         directory_owner=directory_owner,
+        access_point=access_point,
     )
 
 
@@ -142,13 +145,31 @@ def namespace_problem(kube: Kube, consumer: str, namespace: str) -> str | None:
 
 def _annotations(spec: ClaimSpec) -> dict[str, str]:
     annotations = {ANNOTATION_FS: spec.file_system_id}
-    if spec.directory:
+    if spec.directory or spec.access_point:
         annotations[ANNOTATION_OWNER] = owner_text(spec.directory_owner)
+    if spec.access_point:
+        annotations[ANNOTATION_PATH] = spec.path
     return annotations
 
 
+def volume_source(spec: ClaimSpec) -> dict[str, Any]:
+    """The volume's source: the consumer's access point over TLS, or plain NFS v4.1."""
+    if spec.access_point:
+        handle = f"{spec.file_system_id}::{spec.access_point}"
+        return {"csi": {"driver": CSI_DRIVER, "volumeHandle": handle}}
+    return {"nfs": {"server": spec.server, "path": spec.path}}
+
+
+def _live_source(volume: dict) -> dict[str, Any]:
+    lspec = volume.get("spec") or {}
+    if lspec.get("csi"):
+        csi = lspec["csi"]
+        return {"csi": {"driver": csi.get("driver"), "volumeHandle": csi.get("volumeHandle")}}
+    return {"nfs": lspec.get("nfs")}
+
+
 def volume_manifest(owner: Owner, spec: ClaimSpec) -> dict[str, Any]:
-    """The PersistentVolume: NFS v4.1 to EFS, Retain, pre-bound to the consumer's claim."""
+    """The PersistentVolume: EFS (through the access point or NFS), Retain, pre-bound."""
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolume",
@@ -163,8 +184,8 @@ def volume_manifest(owner: Owner, spec: ClaimSpec) -> dict[str, Any]:
             "persistentVolumeReclaimPolicy": "Retain",
             "storageClassName": "",
             "volumeMode": "Filesystem",
-            "mountOptions": list(MOUNT_OPTIONS),
-            "nfs": {"server": spec.server, "path": spec.path},
+            "mountOptions": list(CSI_MOUNT_OPTIONS if spec.access_point else MOUNT_OPTIONS),
+            **volume_source(spec),
             "claimRef": {
                 "apiVersion": "v1",
                 "kind": "PersistentVolumeClaim",
@@ -208,6 +229,8 @@ class ClaimState:
     phase: str
     problem: str | None = None
     waiting: bool = False
+    # Served as it was, with a change still to make (moving onto an access point).
+    note: str = ""
 
     @property
     def bound(self) -> bool:
@@ -227,6 +250,9 @@ class Managed:
     # What its volume exports and when the volume was made (None when the volume is gone).
     path: str | None = None
     created: str = ""
+    # The access point its volume mounts through (None: a plain NFS volume, or no volume).
+    access_point: str | None = None
+    nfs: bool = False
 
     @property
     def key(self) -> str:
@@ -242,9 +268,11 @@ def _volume_matches(live: dict, spec: ClaimSpec, owner: Owner) -> bool:
     claim_ref = lspec.get("claimRef") or {}
     labels = (live.get("metadata") or {}).get("labels") or {}
     annotations = (live.get("metadata") or {}).get("annotations") or {}
+    wanted = want["metadata"]["annotations"]
     return (
-        annotations.get(ANNOTATION_OWNER) == want["metadata"]["annotations"].get(ANNOTATION_OWNER)
-        and lspec.get("nfs") == want["spec"]["nfs"]
+        annotations.get(ANNOTATION_OWNER) == wanted.get(ANNOTATION_OWNER)
+        and annotations.get(ANNOTATION_PATH) == wanted.get(ANNOTATION_PATH)
+        and _live_source(live) == volume_source(spec)
         and (lspec.get("capacity") or {}).get("storage") == spec.capacity
         and lspec.get("mountOptions") == want["spec"]["mountOptions"]
         and lspec.get("persistentVolumeReclaimPolicy") == "Retain"
@@ -258,9 +286,14 @@ def _source(volume: dict | None) -> dict[str, Any]:
     """The path a live volume exports and its creation time, for `Managed`."""
     if volume is None:
         return {}
+    lspec = volume.get("spec") or {}
+    handle = (lspec.get("csi") or {}).get("volumeHandle") or ""
+    annotations = volume["metadata"].get("annotations") or {}
     return {
-        "path": ((volume.get("spec") or {}).get("nfs") or {}).get("path"),
+        "path": (lspec.get("nfs") or {}).get("path") or annotations.get(ANNOTATION_PATH),
         "created": volume["metadata"].get("creationTimestamp") or "",
+        "access_point": handle.rpartition(":")[2] or None if handle else None,
+        "nfs": bool(lspec.get("nfs")),
     }
 
 
@@ -287,12 +320,21 @@ class Storage:
             )
         except ClaimConflictError as e:
             return ClaimState(spec, "", str(e))
-        moving = live_volume is not None and (live_volume.get("spec") or {}).get("nfs") != {
-            "server": spec.server,
-            "path": spec.path,
-        }
+        moving = live_volume is not None and _live_source(live_volume) != volume_source(spec)
         if moving:
             users = self.pods_using(spec.namespace, spec.claim_name)
+            if users and spec.access_point and _live_source(live_volume or {}).get("nfs"):
+                # Onto its access point (the same directory, the same owner): the claim
+                # keeps serving over NFS meanwhile, and moves once no pod holds it.
+                phase = ((live_claim or {}).get("status") or {}).get("phase") or "Pending"
+                return ClaimState(
+                    spec,
+                    phase,
+                    note=(
+                        f"{spec.key} moves onto access point {spec.access_point} once pods "
+                        f"{', '.join(users[:5])} stop"
+                    ),
+                )
             if users:
                 return ClaimState(
                     spec,
@@ -302,7 +344,8 @@ class Storage:
                     f"{spec.file_system_id}:{spec.path}",
                 )
         stale = live_volume is None or not _volume_matches(live_volume, spec, self.owner)
-        if stale and spec.directory:
+        # an access point makes its directory itself (CreationInfo), on the first mount
+        if stale and spec.directory and not spec.access_point:
             preparing = self._prepare(spec)
             if preparing is not None:
                 return preparing
@@ -330,7 +373,7 @@ class Storage:
         if live_volume is None or not _volume_matches(live_volume, spec, self.owner):
             logger.info("applying PersistentVolume %s", spec.volume_name)
             self.kube.apply(volume_manifest(self.owner, spec), field_manager=FIELD_MANAGER)
-            if spec.directory and self.directories is not None:
+            if spec.directory and not spec.access_point and self.directories is not None:
                 self.directories.forget(spec)
         elif (live_volume.get("status") or {}).get("phase") == "Released" and live_claim is None:
             # Its claim was deleted: forget the old claim's uid so a new claim can bind.
