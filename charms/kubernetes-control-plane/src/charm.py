@@ -595,9 +595,10 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
                     " | jq -r '.[].content.Data.kubeconfig' > kubeconfig"
                 ),
                 "note": (
-                    f"from outside the VPC, run `juju expose {self.app.name}` once: it opens "
-                    f"port {API_PORT} of the control-plane machines to the internet (or to "
-                    "the CIDRs given with --to-cidrs)"
+                    f"from outside the VPC, run `juju expose {self.app.name} --to-cidrs "
+                    f"<your network's CIDR>` once: it opens port {API_PORT} of the "
+                    "control-plane machines to those addresses only (without --to-cidrs, "
+                    "to 0.0.0.0/0: the whole internet)"
                 ),
             }
         )
