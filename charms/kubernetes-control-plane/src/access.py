@@ -61,7 +61,7 @@ CERT_SANS_KEY = "cert-sans"  # the certSANs last written to kubeadm-config
 # of margin, not none; a consumer that runs no hook for that long loses access, which
 # is what a short-lived credential is for. An API server that grants less than asked
 # (--service-account-max-token-expiration) is renewed at a third of what it granted.
-TOKEN_SECONDS = 48 * 3600
+TOKEN_SECONDS = rbac.TOKEN_SECONDS
 RENEW_AFTER = 2 / 3  # of the lifetime granted
 ROTATE = ops.SecretRotate.DAILY
 EXPIRES, RENEW, LEGACY = "expires", "renew", "legacy-token"  # keys of a KUBE_API_KEY entry

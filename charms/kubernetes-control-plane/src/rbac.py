@@ -110,6 +110,8 @@ class IssuedToken:
 # answer's `status.expirationTimestamp`, never the one asked for. `audiences` left out
 # default to the API server's own (--api-audiences, kubeadm: the service-account issuer).
 MIN_TOKEN_SECONDS = 600
+# What a consumer's token lives: 48 hours (why: access.py, where it is renewed).
+TOKEN_SECONDS = 48 * 3600
 TOKEN_REQUEST = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest"}
 
 
@@ -281,16 +283,19 @@ def manifests(grant: Grant) -> list[dict]:
 
 
 def apply(kube: Kube, grant: Grant) -> str:
-    """Create or update everything for `grant`; return its token Secret's token.
+    """Create or update everything for `grant`; return its credential.
 
-    For a grant whose credential is a token Secret (the workers'); a TokenRequest grant
-    is `apply_objects` then `request_token`.
+    A TokenRequest grant's (a consumer's) is a new token of TOKEN_SECONDS (use
+    `apply_objects` and `request_token` to know its expiry); another's (the workers') is
+    its token Secret's token.
 
     Raises:
         TokenNotReadyError: the token controller has not filled the token yet.
         NamespaceTakenError: the namespace exists and is not this consumer's.
     """
     apply_objects(kube, grant)
+    if grant.token_request:
+        return request_token(kube, grant, TOKEN_SECONDS).token
     secret = kube.get("v1", "Secret", grant.token_secret, grant.namespace) or {}
     encoded = (secret.get("data") or {}).get("token")
     if not encoded:
