@@ -875,6 +875,19 @@ class ClusterAuth:
             "status": {"token": token, "expirationTimestamp": _rfc3339(now + seconds)},
         }
 
+    def issue_token(self, namespace: str, name: str, token: str, seconds: int) -> None:
+        """Accept `token` as a TokenRequest token of `namespace/name` for `seconds` from now.
+
+        A test's stand-in for the token the control plane asked for (`token_request`): it
+        holds while that ServiceAccount (same uid) exists and until it expires.
+        """
+        account = self._service_account(namespace, name)
+        if account is None:
+            raise KeyError(f"no ServiceAccount {namespace}/{name}")
+        uid = account["metadata"].get("uid", "")
+        expires = self._clock() + seconds
+        self._issued[token] = _Issued(namespace, name, uid, expires, (API_AUDIENCE,))
+
     # -- authorization
 
     def authorize(self, attrs: Attributes) -> tuple[bool, str]:

@@ -7,9 +7,11 @@ worker of an earlier revision with `rbac.worker_grant()` (workers of this revisi
 their kubelet; the control plane removes that grant once none is left). `store_grant(api,
 grant, token)` stores exactly the objects the control plane's `rbac` module applies for that grant (charms/kubernetes-control-
 plane/src/rbac.py `manifests`, loaded with `charm_modules.load`), as its server-side apply
-leaves them, and fills the token Secret with `token` as the token controller would. The
-charm's test then runs with that identity and nothing more: what the grant does not allow,
-the fake API server refuses with RBAC's 403.
+leaves them, and makes `token` its credential: a TokenRequest token for a consumer's grant
+(valid TOKEN_SECONDS from the server's clock, as the control plane asks), or, for the
+workers' grant, the token Secret's as the token controller would fill it. The charm's test
+then runs with that identity and nothing more: what the grant does not allow, the fake API
+server refuses with RBAC's 403.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from charms.gpu_k8s.v0.kube_api import Rule
 from fakes.kube_apiserver import FAKE_CA, FakeKubeApiServer, merge_patch
 
 CONTROL_PLANE = "kubernetes-control-plane"
+TOKEN_SECONDS = 48 * 3600  # the lifetime the control plane asks for (access.TOKEN_SECONDS)
 
 
 def rbac() -> Any:
@@ -74,9 +77,16 @@ def store_grant(api: FakeKubeApiServer, grant: Any, token: str) -> str:
             data = {"token": token, "ca.crt": FAKE_CA, "namespace": grant.namespace}
             obj["data"] = {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}
         api.put_object(path, obj)
+    if grant.token_request:
+        api.auth.issue_token(grant.namespace, grant.service_account, token, TOKEN_SECONDS)
     return token
 
 
 def token_secret_path(grant: Any) -> str:
-    """Where the grant's token Secret is stored (deleting it revokes the token)."""
+    """Where the workers' grant's token Secret is stored (deleting it revokes the token)."""
     return f"/api/v1/namespaces/{grant.namespace}/secrets/{grant.token_secret}"
+
+
+def service_account_path(grant: Any) -> str:
+    """Where the grant's ServiceAccount is stored (deleting it revokes every token of it)."""
+    return f"/api/v1/namespaces/{grant.namespace}/serviceaccounts/{grant.service_account}"

@@ -27,6 +27,18 @@ class Rule:
         return self._m
 
 
+def whoami(kube_api, token: str) -> str:
+    """Who the fake API server takes `token` for (SelfSubjectReview)."""
+    from charms.gpu_k8s.v0.kubeclient import Kube
+
+    review = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+    with Kube.from_kubeconfig(kube_api.kubeconfig(token), retries=0) as kube:
+        answer = kube.request(
+            "POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", body=review
+        )
+    return answer["status"]["userInfo"]["username"]
+
+
 def test_consumer_grant_creates_objects_once_and_token_works(rbac, kube, kube_api):
     grant = rbac.consumer_grant(
         "tensorflow",
@@ -35,11 +47,13 @@ def test_consumer_grant_creates_objects_once_and_token_works(rbac, kube, kube_ap
         [Rule([""], ["nodes"], ["get", "list"])],
     )
     token = rbac.apply(kube, grant)
-    stored = kube_api.get_object("/api/v1/namespaces/training/secrets/tensorflow-token")
-    assert token == base64.b64decode(stored["data"]["token"]).decode()
+    # a TokenRequest token (issue 29 item 7): no long-lived token Secret is made
+    assert kube_api.get_object("/api/v1/namespaces/training/secrets/tensorflow-token") is None
+    assert whoami(kube_api, token) == "system:serviceaccount:training:tensorflow"
     count = len(kube_api.objects("/"))
-    assert rbac.apply(kube, grant) == token  # applying again: same objects, same token
+    again = rbac.apply(kube, grant)  # applying again: same objects, a new token
     assert len(kube_api.objects("/")) == count
+    assert whoami(kube_api, again) == whoami(kube_api, token)
     for path in (
         "/api/v1/namespaces/training",
         "/api/v1/namespaces/training/serviceaccounts/tensorflow",
@@ -75,10 +89,9 @@ def test_remove_keeps_namespace_and_its_data(rbac, kube, kube_api):
 
     deleted = rbac.remove(kube, grant)
 
-    assert sorted(deleted) == [
+    assert sorted(deleted) == [  # no token Secret: its tokens die with the ServiceAccount
         "Role/gpu-k8s-efs",
         "RoleBinding/gpu-k8s-efs",
-        "Secret/efs-token",
         "ServiceAccount/efs",
     ]
     assert kube_api.get_object("/api/v1/namespaces/storage") is not None

@@ -4,7 +4,9 @@
 """Who reaches the Kubernetes API, and with what: consumers, workers, the operator.
 
 - `kube-api` consumers (efs-storage, tensorflow) get a namespace, a ServiceAccount with
-  the rules they asked for, and a kubeconfig in a Juju secret granted to their relation;
+  the rules they asked for, and a kubeconfig in a Juju secret granted to their relation,
+  whose token is a short-lived TokenRequest token renewed through new revisions of that
+  secret (TOKEN_SECONDS below);
 - workers act as their kubelets; the ServiceAccount workers of earlier revisions share
   stands only while one of them is registered (`worker_kubeconfig`);
 - the operator reaches the API from outside once the application is exposed: port 6443
@@ -20,6 +22,7 @@ notes for the status. What it applies is in `rbac.py` and `bootstrap.py`.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import logging
 from collections.abc import Callable
@@ -51,12 +54,31 @@ WORKER_GRANT_KEY = "worker-grant"  # the shared grant's fingerprint, or WORKER_G
 WORKER_GRANT_REMOVED = "removed"
 CERT_SANS_KEY = "cert-sans"  # the certSANs last written to kubeadm-config
 
+# A consumer's token lives 48 hours (TokenRequest `expirationSeconds`, rbac.request_token).
+# Its secret rotates DAILY: Juju fires secret-rotate on the leader once a day, and again
+# until a new revision is written (ops SecretRotate, SecretRotateEvent), so each token is
+# replaced about halfway through its life. Any hook also renews a token with under a
+# third of its life left (RENEW_AFTER: 16 of 48 hours), so a rotate event that is late
+# (the leader busy, leadership moving, the controller away) leaves a day and 16 hours
+# of margin, not none; a consumer that runs no hook for that long loses access, which
+# is what a short-lived credential is for. An API server that grants less than asked
+# (--service-account-max-token-expiration) is renewed at a third of what it granted.
+TOKEN_SECONDS = rbac.TOKEN_SECONDS
+RENEW_AFTER = 2 / 3  # of the lifetime granted
+ROTATE = ops.SecretRotate.DAILY
+EXPIRES, RENEW, LEGACY = "expires", "renew", "legacy-token"  # keys of a KUBE_API_KEY entry
+
+
+def _utcnow() -> datetime.datetime:
+    return datetime.datetime.now(datetime.timezone.utc)
+
 
 class Access:
     """Grants to consumers and workers, and the way in for the operator.
 
     `kube_api`: the kube-api endpoint; `model`: where the workers' secret is found and
-    this unit's port opened; `ctx`: this unit; `kube`: the hook's API client.
+    this unit's port opened; `ctx`: this unit; `kube`: the hook's API client; `clock`:
+    the time (UTC), for the consumers' token renewal.
     """
 
     def __init__(
@@ -65,11 +87,14 @@ class Access:
         model: ops.Model,
         ctx: UnitContext,
         kube: Callable[[], Kube],
+        *,
+        clock: Callable[[], datetime.datetime] = _utcnow,
     ):
         self._kube_api = kube_api
         self._model = model
         self._ctx = ctx
         self._kube = kube
+        self._clock = clock
         # Blocked lines for the status: consumers that asked for a namespace they may not
         # have (another consumer's, or one the system or an operator made).
         self.blocked: list[str] = []
@@ -125,30 +150,64 @@ class Access:
                 f"waiting for the token of {grant.service_account}"
             ) from None
 
-    def _consumer_grant(self, grant: rbac.Grant) -> tuple[str, str]:
-        """(token, "") once `grant` is applied; ("", why) when it is this consumer's to fix.
+    def _consumer_grant(
+        self, grant: rbac.Grant, *, apply: bool = True
+    ) -> tuple[rbac.IssuedToken | None, str]:
+        """(token, "") once `grant` is applied (`apply`) and a token issued; else (None, why).
 
-        A namespace another holds, or a request the API server will never take, refuses
+        (None, why) is for what is this consumer's to fix: a namespace another holds, or a
+        request the API server will never take, refuses
         this consumer alone and never holds up the others; an unwell API server raises.
         """
         try:
-            return self.apply_grant(grant), ""
+            if apply:
+                rbac.apply_objects(self._kube(), grant)
+            try:
+                return rbac.request_token(self._kube(), grant, TOKEN_SECONDS), ""
+            except KubeError as e:
+                if apply or e.status != 404:
+                    raise
+            # its ServiceAccount is gone (deleted by hand): the whole grant again
+            rbac.apply_objects(self._kube(), grant)
+            return rbac.request_token(self._kube(), grant, TOKEN_SECONDS), ""
+        except rbac.TokenNotReadyError:
+            raise StatusError.waiting(
+                f"waiting for the token of {grant.service_account}"
+            ) from None
         except rbac.NamespaceTakenError as e:
-            return "", str(e)
+            return None, str(e)
         except KubeError as e:
             if e.status not in REFUSED_GRANT:
                 raise
-            return "", f"the API server refused the grant of {grant.consumer}: {e.message}"
+            return None, f"the API server refused the grant of {grant.consumer}: {e.message}"
+
+    def _renewal_due(self, previous: dict, rotate: bool) -> bool:
+        """Whether a granted consumer's token is to be replaced in this hook.
+
+        When Juju asks (`rotate`), when under a third of its life is left, or when it is a
+        token Secret's from before TokenRequest (no expiry recorded).
+        """
+        renew = previous.get(RENEW)
+        if rotate or not renew:
+            return True
+        return self._clock() >= datetime.datetime.fromisoformat(renew)
 
     def serve_kube_api(
-        self, peers: Peers, provisioners: frozenset[str] = frozenset()
+        self,
+        peers: Peers,
+        provisioners: frozenset[str] = frozenset(),
+        *,
+        rotate: int | None = None,
     ) -> list[str]:
         """Grant what each kube-api consumer asks for; revoke what departed consumers had.
 
         `provisioners`: the applications trusted with a storage provisioner's rules. A
         namespace belongs to the first consumer granted it: a later one asking for it is
-        refused, with a Blocked line naming both (`blocked`). Returns notes for the status:
-        the consumers whose request was refused.
+        refused, with a Blocked line naming both (`blocked`). Each granted consumer's token
+        is replaced when due (`_renewal_due`; `rotate`: the relation whose secret Juju
+        asked to rotate) by a new revision of its secret; the RBAC objects are applied
+        again only when the request changed. Returns notes for the status: the consumers
+        whose request was refused.
         """
         bag = peers.app
         granted: dict[str, dict] = json.loads(bag.get(KUBE_API_KEY, "{}"))
@@ -177,7 +236,8 @@ class Access:
             level = "pod-security=baseline" if provisioner else "pod-security=restricted"
             fingerprint = kube_objects.fingerprint(ask.dump(), endpoint, level)
             answered = request.relation.data[self._model.app].get("kubeconfig-secret-id")
-            if previous and previous["fingerprint"] == fingerprint and answered:
+            same = bool(previous and previous["fingerprint"] == fingerprint and answered)
+            if same and not self._renewal_due(previous or {}, request.relation.id == rotate):
                 self._kube_api.announce_nodes(request.relation, node_set)
                 continue
             if previous and previous["namespace"] != ask.namespace:
@@ -189,8 +249,8 @@ class Access:
                 ask.cluster_rules,
                 provisioner=provisioner,
             )
-            token, problem = self._consumer_grant(grant)
-            if problem:
+            issued, problem = self._consumer_grant(grant, apply=not same)
+            if issued is None:
                 if previous:
                     self._revoke(previous, request.relation.id)
                     del granted[key]
@@ -200,25 +260,84 @@ class Access:
             text = rbac.kubeconfig(
                 server=endpoint,
                 ca_pem=bootstrap.read_ca(self._ctx.host) or "",
-                token=token,
+                token=issued.token,
                 namespace=ask.namespace,
                 user=grant.service_account,
             )
-            self._kube_api.grant(
-                request.relation, endpoint, ask.namespace, grant.service_account, text, node_set
+            replaced = self._kube_api.grant(
+                request.relation,
+                endpoint,
+                ask.namespace,
+                grant.service_account,
+                text,
+                node_set,
+                rotate=ROTATE,
             )
             granted[key] = {
                 "app": request.app_name,
                 "namespace": ask.namespace,
                 "fingerprint": fingerprint,
+                **self._token_times(issued),
+                **self._legacy_token(previous, grant, replaced),
             }
-            logger.info("granted %s access to namespace %s", request.app_name, ask.namespace)
+            logger.info(
+                "granted %s access to namespace %s until %s",
+                request.app_name,
+                ask.namespace,
+                issued.expires.isoformat(),
+            )
         for key in [k for k in granted if k not in seen and not self._relation_active(k)]:
             self._revoke(granted.pop(key), int(key))
         after = json.dumps(granted, sort_keys=True)
         if after != before:
             bag[KUBE_API_KEY] = after
         return notes
+
+    def _token_times(self, issued: rbac.IssuedToken) -> dict[str, str]:
+        """When `issued` expires and when to renew it (a third of its life left)."""
+        now = self._clock()
+        renew = now + (issued.expires - now) * RENEW_AFTER
+        return {EXPIRES: issued.expires.isoformat(), RENEW: renew.isoformat()}
+
+    def _legacy_token(
+        self, previous: dict | None, grant: rbac.Grant, replaced: int | None
+    ) -> dict[str, int]:
+        """What is left of a token Secret from before TokenRequest (`LEGACY`: its revision).
+
+        A consumer granted by an earlier revision holds the Secret's long-lived token until
+        it reads the TokenRequest kubeconfig written now: the Secret is deleted when Juju
+        says no one tracks the revision that held it (secret-remove, `legacy_token_unused`)
+        or, failing that, at the next renewal, when every consumer that ran a hook since
+        holds a TokenRequest kubeconfig.
+        """
+        if previous is None:
+            return {}
+        if EXPIRES not in previous:  # granted before TokenRequest: its Secret's token
+            if replaced is not None:
+                return {LEGACY: replaced}
+            rbac.delete_legacy_token(self._kube(), grant)  # no consumer read a kubeconfig
+            return {}
+        if LEGACY in previous:
+            rbac.delete_legacy_token(self._kube(), grant)
+            logger.info("deleted the long-lived token Secret of %s", grant.consumer)
+        return {}
+
+    def legacy_token_unused(self, peers: Peers, relation_id: int, revision: int) -> None:
+        """Revision `revision` of a consumer's secret is tracked by no one (secret-remove).
+
+        When it or a later one held the consumer's long-lived token Secret's token, delete
+        that Secret: the consumer's units all read a TokenRequest kubeconfig since.
+        """
+        bag = peers.app
+        granted: dict[str, dict] = json.loads(bag.get(KUBE_API_KEY, "{}"))
+        entry = granted.get(str(relation_id))
+        if not entry or LEGACY not in entry or revision > entry[LEGACY]:
+            return
+        grant = rbac.consumer_grant(entry["app"], entry["namespace"], [], [])
+        rbac.delete_legacy_token(self._kube(), grant)
+        del entry[LEGACY]
+        bag[KUBE_API_KEY] = json.dumps(granted, sort_keys=True)
+        logger.info("deleted the long-lived token Secret of %s: no one reads it", entry["app"])
 
     def _first_come(self, request: Request, granted: dict[str, dict], key: str) -> Request:
         """`request`, refused when another grant holds its namespace (with a Blocked line)."""

@@ -69,7 +69,7 @@ from upgrades import Upgrades, drain_node
 
 from charms.gpu_k8s.v0 import api_proxy, kubeadm
 from charms.gpu_k8s.v0.cos_agent import CosAgentProvider
-from charms.gpu_k8s.v0.kube_api import KubeApiProvider
+from charms.gpu_k8s.v0.kube_api import KubeApiProvider, relation_id_of
 from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
 from charms.gpu_k8s.v0.kubernetes_cluster import ClusterProvider
 from charms.gpu_k8s.v0.status import (
@@ -156,6 +156,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         framework.observe(on.secret_expired, self._on_secret_expired)
         framework.observe(on[PEERS].relation_departed, self._on_peer_departed)
         framework.observe(on.secret_remove, self._on_secret_remove)
+        framework.observe(on.secret_rotate, self._on_event)  # a consumer's token is due
         framework.observe(on.collect_unit_status, self._on_collect_status)
         framework.observe(on.collect_app_status, self._on_collect_app_status)
         framework.observe(on.get_kubeconfig_action, self._on_get_kubeconfig)
@@ -203,7 +204,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         kube: KubeSession,
         config: Config,
     ) -> _Hook:
-        access = Access(self.kube_api, self.model, ctx, kube)
+        access = Access(self.kube_api, self.model, ctx, kube, clock=self.clock)
         return _Hook(
             ctx=ctx,
             peers=peers,
@@ -314,7 +315,18 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         logger.info("left the control plane: node %s drained, reset and deleted", name)
 
     def _on_secret_remove(self, event: ops.SecretRemoveEvent) -> None:
-        # Nobody tracks this old revision (rotated token, older kubeconfig) any more.
+        # Nobody tracks this old revision (rotated token, older kubeconfig) any more: a
+        # consumer's long-lived token Secret it held can go (access.legacy_token_unused).
+        relation_id = relation_id_of(event.secret.label)
+        relation = self.model.get_relation(PEERS)
+        peers = self._peers(relation)
+        if relation_id is not None and peers is not None and self.unit.is_leader():
+            with KubeSession(self.host) as kube:
+                access = Access(self.kube_api, self.model, self._context(), kube)
+                access.legacy_token_unused(peers, relation_id, event.revision)
+        # owners track revisions as consumers do (juju/juju#16598, Juju 3.3.1): move this
+        # unit's own tracking to the latest before removing an older one
+        event.secret.get_content(refresh=True)
         event.remove_revision()
 
     # -- the reconcile --------------------------------------------------------------------
@@ -396,7 +408,9 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         addons.apply_node_metrics_access(bag)
         notes = [upgrade.note] if upgrade.note else []
         notes += cert_notes
-        notes += hook.access.serve_kube_api(peers, config.storage_provisioners)
+        rotating = isinstance(event, ops.SecretRotateEvent)
+        rotate = relation_id_of(event.secret.label) if rotating else None
+        notes += hook.access.serve_kube_api(peers, config.storage_provisioners, rotate=rotate)
         notes += addons.apply_team_network_policies(bag)
         self._blocked_lines = [*hook.access.blocked, *cert_blocked]
         hook.access.reach(config, peers, leader=True)
@@ -583,9 +597,10 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
                     " | jq -r '.[].content.Data.kubeconfig' > kubeconfig"
                 ),
                 "note": (
-                    f"from outside the VPC, run `juju expose {self.app.name}` once: it opens "
-                    f"port {API_PORT} of the control-plane machines to the internet (or to "
-                    "the CIDRs given with --to-cidrs)"
+                    f"from outside the VPC, run `juju expose {self.app.name} --to-cidrs "
+                    f"<your network's CIDR>` once: it opens port {API_PORT} of the "
+                    "control-plane machines to those addresses only (without --to-cidrs, "
+                    "to 0.0.0.0/0: the whole internet)"
                 ),
             }
         )

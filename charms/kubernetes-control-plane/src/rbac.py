@@ -3,18 +3,23 @@
 
 """Least-privilege credentials for consumers of the cluster (no ops imports).
 
-For each consumer application: its namespace, a ServiceAccount, a long-lived
-service-account-token Secret, and Role/RoleBinding (namespaced rules) and
-ClusterRole/ClusterRoleBinding (cluster rules) holding exactly what it asked for.
-Every object is applied with server-side apply, so applying twice changes nothing.
-Teardown deletes the credentials and bindings but keeps the namespace (its data is
-never lost with a relation).
+For each consumer application: its namespace, a ServiceAccount, and Role/RoleBinding
+(namespaced rules) and ClusterRole/ClusterRoleBinding (cluster rules) holding exactly
+what it asked for; its credential is a short-lived TokenRequest token (`request_token`),
+never a Secret. Every object is applied with server-side apply, so applying twice
+changes nothing. Teardown deletes the credentials and bindings but keeps the namespace
+(its data is never lost with a relation).
+
+The workers' grant still reads a long-lived `kubernetes.io/service-account-token` Secret
+(`apply`); consumers granted before TokenRequest had one too (`legacy_token_secret`),
+which `delete_legacy_token` removes once they hold a TokenRequest kubeconfig.
 """
 
 from __future__ import annotations
 
 import base64
 import dataclasses
+import datetime
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -88,6 +93,28 @@ class TokenNotReadyError(Exception):
     """The token controller has not filled the ServiceAccount token yet (retry later)."""
 
 
+@dataclasses.dataclass(frozen=True)
+class IssuedToken:
+    """A TokenRequest token and when the API server says it expires."""
+
+    token: str = dataclasses.field(repr=False)
+    expires: datetime.datetime
+
+
+# The TokenRequest API (kubernetes.io/docs/reference/kubernetes-api/authentication-resources/
+# token-request-v1/; kubernetes pkg/registry/core/serviceaccount/storage/token.go): POST a
+# TokenRequest to .../serviceaccounts/<name>/token; `spec.expirationSeconds` is the lifetime
+# asked for, at least 600 (pkg/apis/authentication/validation: "may not specify a duration
+# less than 10 minutes"); kube-apiserver's --service-account-max-token-expiration, when an
+# operator sets it (kubeadm does not), shortens a longer one, so the lifetime granted is the
+# answer's `status.expirationTimestamp`, never the one asked for. `audiences` left out
+# default to the API server's own (--api-audiences, kubeadm: the service-account issuer).
+MIN_TOKEN_SECONDS = 600
+# What a consumer's token lives: 48 hours (why: access.py, where it is renewed).
+TOKEN_SECONDS = 48 * 3600
+TOKEN_REQUEST = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest"}
+
+
 class NamespaceTakenError(Exception):
     """The consumer's namespace exists and is not its own: another grant's, or the system's."""
 
@@ -107,6 +134,8 @@ class Grant:
     own_namespace: bool = False
     # Labels each Namespace the grant applies carries beyond its own (Pod Security's).
     namespace_labels: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
+    # Its credential is a TokenRequest token (`request_token`), not a token Secret.
+    token_request: bool = False
 
     @property
     def uses_kueue(self) -> bool:
@@ -123,7 +152,7 @@ class Grant:
 
     @property
     def token_secret(self) -> str:
-        """Name of the service-account-token Secret."""
+        """Name of the service-account-token Secret (a consumer's before TokenRequest)."""
         return f"{self.service_account}-token"
 
 
@@ -151,6 +180,7 @@ def consumer_grant(
         namespace_labels={
             namespace: PROVISIONER_POD_SECURITY if provisioner else TEAM_POD_SECURITY
         },
+        token_request=True,
     )
 
 
@@ -200,16 +230,17 @@ def manifests(grant: Grant) -> list[dict]:
             "metadata": _meta(grant.service_account, grant, ns),
         }
     )
-    secret_meta = _meta(grant.token_secret, grant, ns)
-    secret_meta["annotations"] = {"kubernetes.io/service-account.name": grant.service_account}
-    objs.append(
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "type": "kubernetes.io/service-account-token",
-            "metadata": secret_meta,
-        }
-    )
+    if not grant.token_request:
+        secret_meta = _meta(grant.token_secret, grant, ns)
+        secret_meta["annotations"] = {"kubernetes.io/service-account.name": grant.service_account}
+        objs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "type": "kubernetes.io/service-account-token",
+                "metadata": secret_meta,
+            }
+        )
     role_ref = {"apiGroup": "rbac.authorization.k8s.io", "name": grant.role_name}
     scopes = ([(ns, grant.rules)] if grant.rules else []) + list(grant.extra_namespaces.items())
     for namespace, rules in scopes:
@@ -252,14 +283,36 @@ def manifests(grant: Grant) -> list[dict]:
 
 
 def apply(kube: Kube, grant: Grant) -> str:
-    """Create or update everything for `grant`; return the ServiceAccount's token.
+    """Create or update everything for `grant`; return its credential.
+
+    A TokenRequest grant's (a consumer's) is a new token of TOKEN_SECONDS (use
+    `apply_objects` and `request_token` to know its expiry); another's (the workers') is
+    its token Secret's token.
+
+    Raises:
+        TokenNotReadyError: the token controller has not filled the token yet.
+        NamespaceTakenError: the namespace exists and is not this consumer's.
+    """
+    apply_objects(kube, grant)
+    if grant.token_request:
+        return request_token(kube, grant, TOKEN_SECONDS).token
+    secret = kube.get("v1", "Secret", grant.token_secret, grant.namespace) or {}
+    encoded = (secret.get("data") or {}).get("token")
+    if not encoded:
+        raise TokenNotReadyError(
+            f"token for {grant.namespace}/{grant.service_account} not issued yet"
+        )
+    return base64.b64decode(encoded).decode()
+
+
+def apply_objects(kube: Kube, grant: Grant) -> None:
+    """Create or update the namespace(s), ServiceAccount and bindings of `grant`.
 
     Bindings a consumer no longer asks for are deleted. A consumer's namespace is created
     when absent; one that exists must carry this consumer's label (it made it before),
     else nothing is applied: one GET, made only when the grant is (re)applied.
 
     Raises:
-        TokenNotReadyError: the token controller has not filled the token yet.
         NamespaceTakenError: the namespace exists and is not this consumer's.
     """
     if grant.own_namespace:
@@ -272,13 +325,36 @@ def apply(kube: Kube, grant: Grant) -> str:
     if not grant.cluster_rules:
         kube.delete(RBAC, "ClusterRoleBinding", grant.role_name)
         kube.delete(RBAC, "ClusterRole", grant.role_name)
-    secret = kube.get("v1", "Secret", grant.token_secret, grant.namespace) or {}
-    encoded = (secret.get("data") or {}).get("token")
-    if not encoded:
+
+
+def request_token(kube: Kube, grant: Grant, seconds: int) -> IssuedToken:
+    """A new TokenRequest token for `grant`'s ServiceAccount, valid `seconds` at most.
+
+    One POST; the ServiceAccount must exist (`apply_objects`). The expiry is the API
+    server's answer (its --service-account-max-token-expiration may cut `seconds`).
+    """
+    if seconds < MIN_TOKEN_SECONDS:
+        raise ValueError(f"a TokenRequest lives at least {MIN_TOKEN_SECONDS} s, not {seconds}")
+    path = kube.path("v1", "ServiceAccount", grant.namespace, grant.service_account, "token")
+    body = {**TOKEN_REQUEST, "spec": {"expirationSeconds": seconds}}
+    answer = kube.request("POST", path, body=body) or {}
+    status = answer.get("status") or {}
+    token, stamp = status.get("token"), status.get("expirationTimestamp")
+    if not token or not stamp:
         raise TokenNotReadyError(
-            f"token for {grant.namespace}/{grant.service_account} not issued yet"
+            f"no token for {grant.namespace}/{grant.service_account} in the TokenRequest answer"
         )
-    return base64.b64decode(encoded).decode()
+    expires = datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    return IssuedToken(token, expires)
+
+
+def delete_legacy_token(kube: Kube, grant: Grant) -> bool:
+    """Delete the long-lived token Secret a consumer had before TokenRequest (if any).
+
+    Deleting it revokes its token: the token authenticator accepts a Secret's token only
+    while the Secret exists (kubernetes pkg/serviceaccount/legacy.go).
+    """
+    return bool(kube.delete("v1", "Secret", grant.token_secret, grant.namespace))
 
 
 def check_namespace(kube: Kube, grant: Grant) -> None:

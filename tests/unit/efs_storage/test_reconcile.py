@@ -12,7 +12,7 @@ from network import NFS_PORT
 from ops import testing
 
 from fakes.aws import REGION
-from fakes.kube_grants import token_secret_path
+from fakes.kube_grants import service_account_path
 
 MOUNT_OPTIONS = [
     "nfsvers=4.1",
@@ -525,7 +525,7 @@ def test_kubernetes_failing_after_retries_waits(ctx, env):
 
 
 def test_kubernetes_refusing_our_token_blocks(ctx, env):
-    env.api.delete_object(token_secret_path(efs_grant()))  # the control plane revoked it
+    env.api.delete_object(service_account_path(efs_grant()))  # the control plane revoked it
     out = ctx.run(ctx.on.update_status(), env.state())
     assert out.unit_status.name == "blocked"
     assert "kube-api grant" in out.unit_status.message

@@ -77,6 +77,7 @@ def etcd(etcd_pki, monkeypatch):
 @pytest.fixture
 def machine(tmp_path, api, monkeypatch, clock, etcd):
     existing_cluster(api)  # what units joining a running cluster find (init replaces it)
+    api.clock = lambda: clock().timestamp()  # one time for the charm and the API server
     m = ControlPlaneMachine(tmp_path / "root", api, etcd=etcd, clock=clock)
     monkeypatch.setattr(
         charm.KubernetesControlPlaneCharm, "host_factory", staticmethod(lambda: m.machine.host())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import json
 
@@ -27,9 +26,30 @@ def with_relation(state, rel):
     return dataclasses.replace(state, relations=[*state.relations, rel])
 
 
-def sa_token(api, namespace, name):
-    obj = api.get_object(f"/api/v1/namespaces/{namespace}/secrets/{name}-token")
-    return base64.b64decode(obj["data"]["token"]).decode()
+def granted_token(state, rel) -> str:
+    """The token of the kubeconfig the relation's secret holds (its latest revision)."""
+    sec = next(s for s in state.secrets if s.label == f"kube-api-{rel.id}")
+    return yaml.safe_load(sec.latest_content["kubeconfig"])["users"][0]["user"]["token"]
+
+
+def whoami(api, token) -> str | None:
+    """Who the API server takes `token` for (SelfSubjectReview), or None when it refuses it."""
+    from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
+
+    review = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+    with Kube.from_kubeconfig(api.kubeconfig(token), retries=0) as kube:
+        try:
+            answer = kube.request(
+                "POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", body=review
+            )
+        except KubeError as e:
+            if e.status == 401:
+                return None
+            raise
+    return answer["status"]["userInfo"]["username"]
+
+
+TENSORFLOW_SA = "system:serviceaccount:training:tensorflow"
 
 
 def test_grant_creates_scoped_rbac_and_hands_kubeconfig_in_relation_secret(ctx, bootstrapped, api):
@@ -69,7 +89,7 @@ def test_grant_creates_scoped_rbac_and_hands_kubeconfig_in_relation_secret(ctx, 
     }
     assert sec.remote_grants == {rel.id: {"tensorflow"}}
     config = yaml.safe_load(sec.latest_content["kubeconfig"])
-    assert config["users"][0]["user"]["token"] == sa_token(api, "training", "tensorflow")
+    assert whoami(api, config["users"][0]["user"]["token"]) == TENSORFLOW_SA
     assert config["contexts"][0]["context"]["namespace"] == "training"
     # the other consumer (no rules) got its own secret, not this one, and no Role
     other_sec = next(s for s in out.secrets if s.label == f"kube-api-{other.id}")
@@ -207,7 +227,7 @@ def test_consumers_follow_the_api_server_of_a_new_leader(ctx, bootstrapped, api)
     sec = next(s for s in out.secrets if s.label == label)
     config = yaml.safe_load(sec.latest_content["kubeconfig"])
     assert config["clusters"][0]["cluster"]["server"] == "https://10.0.0.9:6443"
-    assert config["users"][0]["user"]["token"] == sa_token(api, "training", "tensorflow")
+    assert whoami(api, config["users"][0]["user"]["token"]) == TENSORFLOW_SA
 
 
 def test_consumers_hear_at_once_when_a_worker_node_joins_or_leaves(ctx, bootstrapped, api):
@@ -395,7 +415,7 @@ def test_a_teams_namespace_enforces_restricted_and_a_provisioners_baseline(ctx, 
         "metadata": {"name": "root", "namespace": "training"},
         "spec": {"containers": [{"name": "c", "image": "busybox:1.37"}]},
     }
-    token = sa_token(api, "training", "tensorflow")
+    token = granted_token(out, team)
     with Kube.from_kubeconfig(api.kubeconfig(token), backoff=0.01) as kube:
         with pytest.raises(KubeError) as refused:
             kube.request("POST", "/api/v1/namespaces/training/pods", body=pod)

@@ -130,7 +130,7 @@ def test_get_kubeconfig_names_the_public_address_by_default(ctx, machine):
     secret = next(s for s in out.secrets if s.label == "admin-kubeconfig")
     config = yaml.safe_load(secret.latest_content["kubeconfig"])
     assert config["clusters"][0]["cluster"]["server"] == "https://203.0.113.7:6443"
-    assert "juju expose kubernetes-control-plane" in results["note"]
+    assert "juju expose kubernetes-control-plane --to-cidrs" in results["note"]
 
 
 def test_get_kubeconfig_takes_the_server_the_operator_names(ctx, machine):

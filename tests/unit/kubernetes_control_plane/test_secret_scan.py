@@ -7,6 +7,7 @@ import dataclasses
 import json
 import logging
 
+import yaml
 from ops import testing
 
 from fakes.control_plane import (
@@ -33,6 +34,10 @@ def _visible(state: testing.State) -> list[str]:
     return out
 
 
+def _kubeconfig_token(sec: testing.Secret) -> str:
+    return yaml.safe_load(sec.latest_content["kubeconfig"])["users"][0]["user"]["token"]
+
+
 def test_no_secret_value_in_logs_statuses_results_or_databags(ctx, machine, api, clock, caplog):
     caplog.set_level(logging.DEBUG)
     seen: list[str] = []
@@ -49,8 +54,13 @@ def test_no_secret_value_in_logs_statuses_results_or_databags(ctx, machine, api,
     out = dataclasses.replace(out, relations=[joining, workers, consumer])
     out = run(ctx.on.relation_changed(workers, remote_unit=0), out)
     out = run(ctx.on.relation_changed(out.get_relation(consumer.id), remote_unit=0), out)
+    consumer_label = f"kube-api-{consumer.id}"
+    consumer_tokens = [_kubeconfig_token(secret(out, consumer_label))]
     clock.advance(hours=23, minutes=30)  # token rotation and certificate re-upload
     out = run(ctx.on.secret_expired(secret(out, JOIN_LABEL), revision=1), out)
+    out = run(ctx.on.secret_rotate(secret(out, consumer_label)), out)  # the consumer's token
+    consumer_tokens.append(_kubeconfig_token(secret(out, consumer_label)))
+    assert consumer_tokens[0] != consumer_tokens[1]
     out = run(ctx.on.action("get-kubeconfig"), out)
     out = run(ctx.on.action("cluster-info"), out)
     out = run(ctx.on.relation_broken(out.get_relation(consumer.id)), out)
@@ -72,6 +82,8 @@ def test_no_secret_value_in_logs_statuses_results_or_databags(ctx, machine, api,
         init["certificateKey"],
         *machine.uploads,
         *sa_tokens,
+        *consumer_tokens,
+        *(t.split(".")[1] for t in consumer_tokens),  # a JWT's claims
         ADMIN_TOKEN,
         member_key["token"].split(".")[1],
         member_key["certificate-key"],

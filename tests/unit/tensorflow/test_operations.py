@@ -23,7 +23,7 @@ from conftest import (
 from ops import testing
 
 import charm
-from fakes.kube_grants import token_secret_path
+from fakes.kube_grants import service_account_path
 
 JOBS = f"/apis/batch/v1/namespaces/{NS}/jobs/"
 PODS = f"/api/v1/namespaces/{NS}/pods/"
@@ -567,7 +567,7 @@ def test_reconcile_blocks_on_refused_requests_naming_the_grant(ctx, running, api
     if refusal == "forbidden":
         api.inject(status=403, times=1, method="GET", path_prefix="/apis/kueue.x-k8s.io")
     else:
-        api.delete_object(token_secret_path(tf_grant()))  # the control plane revoked it
+        api.delete_object(service_account_path(tf_grant()))  # the control plane revoked it
     out = ctx.run(ctx.on.update_status(), running)
     assert isinstance(out.unit_status, testing.BlockedStatus)
     code = "403" if refusal == "forbidden" else "401 Unauthorized"

@@ -15,6 +15,11 @@ policy (`check_policy`), creates the namespace, a ServiceAccount and the binding
 answers in its application databag with the endpoint, namespace, service account name
 and the ID of a Juju secret holding the kubeconfig (granted to that relation only), or
 with `error` when it refuses the request. The kubeconfig never travels in a databag.
+Its token is short-lived: the provider writes a new revision of the secret before it
+expires (`grant(..., rotate=...)` sets the secret's rotate policy, so Juju fires
+`secret-rotate` on the provider); the requirer reads the latest revision in every hook
+(`kubeconfig()` reads with refresh=True) and hears of a new one by `secret-changed`,
+which a consumer must observe and reconcile on.
 It also publishes `node-set`, a digest of the cluster's worker nodes: it changes when a
 node joins or leaves, so a consumer that follows the nodes (efs-storage's mount target
 per zone) gets `relation-changed` at once instead of waiting for update-status.
@@ -36,7 +41,7 @@ from charms.gpu_k8s.v0.databag import Databag, Endpoint, explain, write
 
 LIBID = "26b1d42dbc2949cb8a83e29b11759d4f"
 LIBAPI = 0
-LIBPATCH = 12
+LIBPATCH = 13
 
 logger = logging.getLogger(__name__)
 
@@ -171,9 +176,20 @@ def _escalation(group: str, resource: str, *, cluster: bool) -> str | None:
     return path or (_WORKLOAD if group in _WORKLOAD_GROUPS else None)
 
 
+_SECRET_PREFIX = "kube-api-"
+
+
 def secret_label(relation_id: int) -> str:
     """The label of the provider's kubeconfig secret for one relation."""
-    return f"kube-api-{relation_id}"
+    return f"{_SECRET_PREFIX}{relation_id}"
+
+
+def relation_id_of(label: str | None) -> int | None:
+    """The relation whose kubeconfig secret has `label` (`secret_label`), or None."""
+    if not label or not label.startswith(_SECRET_PREFIX):
+        return None
+    rest = label[len(_SECRET_PREFIX) :]
+    return int(rest) if rest.isdigit() else None
 
 
 class Rule(Databag):
@@ -394,17 +410,33 @@ class KubeApiProvider(Endpoint):
         service_account: str,
         kubeconfig: str,
         node_set: str | None = None,
-    ) -> None:
-        """Hand `kubeconfig` to one relation in a secret granted to it only (leader only)."""
+        *,
+        rotate: ops.SecretRotate | None = None,
+    ) -> int | None:
+        """Hand `kubeconfig` to one relation in a secret granted to it only (leader only).
+
+        `rotate`: the secret's rotate policy, for a kubeconfig whose credential expires:
+        Juju fires `secret-rotate` on this application when it is due, and again until a
+        new revision is written (ops SecretRotateEvent). Returns the revision the
+        kubeconfig replaced, or None when it replaced none (a new secret, or no change).
+        """
         content = {"kubeconfig": kubeconfig}
         label = secret_label(relation.id)
+        replaced = None
         try:
             secret = self.model.get_secret(label=label)
             if secret.peek_content() != content:
+                info = secret.get_info()
+                replaced = info.revision
                 secret.set_content(content)
+                if rotate is not None and info.rotation != rotate:
+                    secret.set_info(rotate=rotate)
         except ops.SecretNotFoundError:
             secret = self.charm.app.add_secret(
-                content, label=label, description=f"kubeconfig for {relation.app.name}"
+                content,
+                label=label,
+                description=f"kubeconfig for {relation.app.name}",
+                rotate=rotate,
             )
         secret_id = secret.id or secret.get_info().id
         bag = ProviderAppData.model_validate(
@@ -420,6 +452,7 @@ class KubeApiProvider(Endpoint):
         if data.get("kubeconfig-secret-id") != secret_id:
             secret.grant(relation)
         write(data, bag, remove=list(data))
+        return replaced
 
     def announce_nodes(self, relation: ops.Relation, node_set: str) -> None:
         """Tell a granted consumer the node set changed (written only when it did)."""

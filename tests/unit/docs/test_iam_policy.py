@@ -1,0 +1,147 @@
+"""The IAM policy the README prints allows every AWS call the charms make, and no more.
+
+Every `efs`/`ec2` operation efs-storage sends (found in its source: the first argument of
+`AwsApi.call`, `pages` and `delete_ignoring` is the client, the second the operation),
+plus the IAM actions AWS checks inside those calls (`aws._ALSO_NEEDS`, from botocore's
+models and the EC2 guide), must be allowed by a statement of the README's policy. A
+statement whose Resource is `"*"` and has no Condition is named in the README with the
+reason it cannot be narrowed, and holds no action the charm could use to change what
+another application made.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+
+from charm_modules import load
+
+ROOT = Path(__file__).resolve().parents[3]
+README = ROOT / "README.md"
+SOURCES = ROOT / "charms" / "efs-storage" / "src"
+PREFIX = {"efs": "elasticfilesystem", "ec2": "ec2"}
+# The statements that may be "*" without a condition, and why (each explained in README)
+UNSCOPED = {
+    "EfsStorageDescribe": "read-only Describe calls; EC2's support no resource-level permissions",
+    "EfsMountTargetInterfaces": "network interfaces EFS makes for a mount target, untagged",
+}
+
+
+def _policy() -> dict:
+    text = README.read_text()
+    section = text[text.index("### IAM policy") :]
+    block = re.search(r"```json\n(.*?)```", section, re.DOTALL)
+    assert block, "the README's IAM policy section has no JSON block"
+    return json.loads(block.group(1))
+
+
+def _calls() -> set[str]:
+    """Every IAM action of an AWS operation efs-storage's source sends."""
+    found = set()
+    for path in SOURCES.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Call) and len(node.args) >= 2):
+                continue
+            client, operation = node.args[0], node.args[1]
+            if (
+                isinstance(client, ast.Attribute)
+                and client.attr in PREFIX
+                and isinstance(operation, ast.Constant)
+                and isinstance(operation.value, str)
+            ):
+                found.add(f"{PREFIX[client.attr]}:{operation.value}")
+    return found
+
+
+def _listed(value) -> list:
+    return value if isinstance(value, list) else [value]
+
+
+def _allowed(policy: dict) -> set[str]:
+    return {
+        action
+        for statement in policy["Statement"]
+        if statement["Effect"] == "Allow"
+        for action in _listed(statement["Action"])
+    }
+
+
+def test_the_source_scan_finds_the_calls_it_should():
+    calls = _calls()
+    # one of each kind of call site: call, pages, delete_ignoring; both clients
+    for action in (
+        "elasticfilesystem:CreateFileSystem",
+        "elasticfilesystem:DescribeMountTargets",
+        "elasticfilesystem:DeleteFileSystem",
+        "ec2:DescribeInstances",
+        "ec2:DeleteSecurityGroup",
+    ):
+        assert action in calls
+
+
+def test_every_aws_call_of_the_charms_is_allowed_by_the_readme_policy():
+    aws = load("efs-storage", "aws")
+    needed = set(_calls())
+    for action in list(needed):
+        needed.update(aws._ALSO_NEEDS.get(action, ()))
+    missing = sorted(needed - _allowed(_policy()))
+    assert not missing, f"the README's IAM policy lacks {missing}"
+
+
+def test_the_efs_access_point_actions_are_allowed():
+    """What the EFS access-point work calls (issue 29 item 5), allowed ahead of it."""
+    allowed = _allowed(_policy())
+    for operation in (
+        "CreateAccessPoint",
+        "DescribeAccessPoints",
+        "DeleteAccessPoint",
+        "PutFileSystemPolicy",
+        "DescribeFileSystemPolicy",
+        "TagResource",
+    ):
+        assert f"elasticfilesystem:{operation}" in allowed
+
+
+def test_nothing_is_star_without_a_condition_or_a_reason():
+    policy = _policy()
+    unscoped = {
+        s["Sid"]
+        for s in policy["Statement"]
+        if "*" in _listed(s["Resource"]) and not s.get("Condition")
+    }
+    assert unscoped == set(UNSCOPED)
+    for statement in policy["Statement"]:
+        for action in _listed(statement["Action"]):
+            assert "*" not in action, f"{statement['Sid']}: wildcard action {action}"
+    text = README.read_text()
+    prose = text[text.index("Why each statement is as wide as it is") :]
+    for sid in UNSCOPED:
+        assert f"`{sid}`" in prose, f"the README gives no reason for {sid}"
+    # the read-only statement holds reads only
+    (describe,) = [s for s in policy["Statement"] if s["Sid"] == "EfsStorageDescribe"]
+    assert all(a.split(":")[1].startswith("Describe") for a in describe["Action"])
+
+
+def test_every_write_on_what_exists_requires_the_charms_tag():
+    """Deleting or changing a file system, access point or group needs its owner tag."""
+    tag = "gpu-k8s:application"
+    efs_model = load("efs-storage", "efs_model")
+    assert tag == efs_model.TAG_APP  # the tag the charm puts on what it creates
+    writes = {
+        "elasticfilesystem:DeleteFileSystem",
+        "elasticfilesystem:DeleteMountTarget",
+        "elasticfilesystem:CreateMountTarget",
+        "elasticfilesystem:ModifyMountTargetSecurityGroups",
+        "elasticfilesystem:DeleteAccessPoint",
+        "elasticfilesystem:PutFileSystemPolicy",
+        "ec2:AuthorizeSecurityGroupIngress",
+        "ec2:RevokeSecurityGroupIngress",
+        "ec2:DeleteSecurityGroup",
+    }
+    for statement in _policy()["Statement"]:
+        granted = writes & set(_listed(statement["Action"]))
+        if granted:
+            condition = json.dumps(statement.get("Condition") or {})
+            assert f"aws:ResourceTag/{tag}" in condition, (statement["Sid"], granted)
