@@ -509,11 +509,12 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
     def _ready_status(
         self, ctx: UnitContext, peers: Peers | None, notes: list[str]
     ) -> ops.StatusBase:
-        """Active with the cluster's line (`summary.ready_line`), Waiting until joined."""
-        if peers is not None:
-            notes = [*etcd_problems(peers.app), *notes]
-        line = summary.ready_line(ctx, peers, notes)
-        return ops.ActiveStatus(line) if line else ops.WaitingStatus("waiting to join the cluster")
+        """The cluster's line, Active only when it is so (`summary.unit_status`)."""
+        problems = etcd_problems(peers.app) if peers is not None else []
+        found = summary.unit_status(ctx, peers, notes, problems)
+        if found is None:
+            return ops.WaitingStatus("waiting to join the cluster")
+        return ops.StatusBase.from_name(*found)
 
     def _on_collect_status(self, event: ops.CollectStatusEvent) -> None:
         """Report what the last reconcile found, in every hook (actions included).

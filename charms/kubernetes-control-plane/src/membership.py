@@ -61,6 +61,9 @@ logger = logging.getLogger(__name__)
 # The leader's record of etcd membership in the peer application databag (`prune_etcd`).
 CONTROL_PLANE_NODES_KEY = "control-plane-nodes"
 ETCD_PROBLEMS_KEY = "etcd-problems"  # {node name: what could not be done}
+# [node name, ...] of those problems only the operator can fix (Blocked; the others
+# wait). A key of its own, so that a unit of an older revision still reads the problems.
+ETCD_BLOCKED_KEY = "etcd-blocked"
 
 # A kubeadm step that failed is tried again on the next event.
 _RETRY = "{error}; retrying on the next event"
@@ -71,9 +74,12 @@ def _kubeadm_retried() -> contextlib.AbstractContextManager[None]:
     return on_error(ops.WaitingStatus, bootstrap.BootstrapError, message=_RETRY)
 
 
-def etcd_problems(bag: Mapping[str, str]) -> list[str]:
+def etcd_problems(bag: Mapping[str, str]) -> list[etcd.Problem]:
     """What the last pruning of etcd members could not do, for every unit's status."""
-    return sorted(set(json.loads(bag.get(ETCD_PROBLEMS_KEY, "{}")).values()))
+    problems: dict[str, str] = json.loads(bag.get(ETCD_PROBLEMS_KEY, "{}"))
+    blocked = set(json.loads(bag.get(ETCD_BLOCKED_KEY, "[]")))
+    found = {etcd.Problem(text, name in blocked) for name, text in problems.items()}
+    return sorted(found, key=lambda p: p.message)
 
 
 class Membership:
@@ -303,19 +309,22 @@ class Membership:
         bag = peers.app
         current = peers.control_plane_nodes(self._ctx.own_node())
         known = set(json.loads(bag.get(CONTROL_PLANE_NODES_KEY, "[]")))
-        problems: dict[str, str] = json.loads(bag.get(ETCD_PROBLEMS_KEY, "{}"))
-        gone = (known - current) | {n for n in problems if n not in current}
+        listed: dict[str, str] = json.loads(bag.get(ETCD_PROBLEMS_KEY, "{}"))
+        gone = (known - current) | {n for n in listed if n not in current}
+        values = {CONTROL_PLANE_NODES_KEY: json.dumps(sorted(current))}
         if gone or check:
             problems = self._check_etcd(current, gone)
-        write(
-            bag,
-            {
-                CONTROL_PLANE_NODES_KEY: json.dumps(sorted(current)),
-                **({ETCD_PROBLEMS_KEY: json.dumps(problems, sort_keys=True)} if problems else {}),
-            },
-            remove=[ETCD_PROBLEMS_KEY],
-        )
+            if problems:
+                texts = {name: p.message for name, p in problems.items()}
+                values[ETCD_PROBLEMS_KEY] = json.dumps(texts, sort_keys=True)
+            blocked = sorted(name for name, p in problems.items() if p.operator)
+            if blocked:
+                values[ETCD_BLOCKED_KEY] = json.dumps(blocked)
+            remove = [k for k in (ETCD_PROBLEMS_KEY, ETCD_BLOCKED_KEY) if k not in values]
+            write(bag, values, remove=remove)
+        else:
+            write(bag, values)
 
-    def _check_etcd(self, current: set[str], gone: set[str]) -> dict[str, str]:
+    def _check_etcd(self, current: set[str], gone: set[str]) -> dict[str, etcd.Problem]:
         """{node name: problem} after removing the members of `gone` nodes."""
         return etcd.prune(etcd.Etcd(self._ctx.host, self._etcd_url), current, gone)
