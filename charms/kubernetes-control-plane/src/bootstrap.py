@@ -202,15 +202,24 @@ def renew_apiserver_cert(
     logger.info("renewed the API server certificate for %s", ", ".join(sorted(extra)))
 
 
+# Written before `kubeadm join --control-plane` runs and removed only when it exited 0
+# (`mark_joined`): while it is there, what a failed join left (kubelet.conf, admin.conf,
+# etcd's manifest: a join can fail in control-plane-join or wait-control-plane, after
+# all three) never counts as joined, and the next join resets first (review deploy.md N5).
+JOIN_PENDING = "/var/lib/kubernetes-control-plane/join-pending"
+
+
 def is_bootstrapped(host: Host) -> bool:
     """Whether this machine is a control-plane member: `kubeadm init` or `join` exited 0.
 
     A unit set up by a charm revision without the marker counts when kubeadm got as far
     as the etcd member (its static pod manifest is written in the last join phase); the
-    marker is written for it then.
+    marker is written for it then. Never while a join of this revision is pending.
     """
     if host.path(JOINED_MARKER).exists():
         return True
+    if join_pending(host):
+        return False
     if host.path(ADMIN_CONF).exists() and host.path(ETCD_MANIFEST).exists():
         logger.info("a control plane set up by an earlier charm revision: marking it joined")
         mark_joined(host, "found")
@@ -221,6 +230,27 @@ def is_bootstrapped(host: Host) -> bool:
 def mark_joined(host: Host, how: str) -> None:
     """Record that kubeadm made this machine a control-plane member (`how`: init, join)."""
     host.write(JOINED_MARKER, f"{how}\n")
+    host.path(JOIN_PENDING).unlink(missing_ok=True)
+
+
+def join_pending(host: Host) -> bool:
+    """Whether a `kubeadm join` of this machine started and never exited 0."""
+    return host.path(JOIN_PENDING).exists()
+
+
+def begin_join(host: Host) -> None:
+    """Before `kubeadm join --control-plane`: reset what an earlier failed one left.
+
+    `kubeadm.join` resets a failed control-plane join at once, but that reset can fail
+    too (and `kubeadm.join` then takes a left kubelet.conf for a finished join). So while
+    a join is pending, the reset must succeed before kubeadm joins again.
+
+    Raises:
+        kubeadm.KubeadmError: that reset failed (the node stays unjoined).
+    """
+    if join_pending(host):
+        kubeadm.reset(host)
+    host.write(JOIN_PENDING, "join\n")
 
 
 def forget_joined(host: Host) -> None:

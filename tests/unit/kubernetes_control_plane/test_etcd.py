@@ -6,7 +6,7 @@ import dataclasses
 
 from ops import testing
 
-from fakes.control_plane import member, peer, peers
+from fakes.control_plane import member, node, peer, peers
 
 
 def three_members(ctx, api, etcd):
@@ -105,3 +105,20 @@ def test_a_voting_member_no_unit_runs_is_reported_never_removed(ctx, machine, ap
     etcd.members.remove(stray)  # the operator removed it
     out = ctx.run(ctx.on.update_status(), out)
     assert out.unit_status == testing.ActiveStatus("Ready: v1.36, 1 control-plane, 0 workers")
+
+
+def test_the_leader_deletes_the_node_a_departed_control_plane_unit_left(ctx, machine, api, etcd):
+    # review deploy.md N6: the unit could not delete its own Node as it left
+    out = three_members(ctx, api, etcd)
+
+    out = departed(ctx, out, 2)
+    # still Ready: the unit may be draining it right now, so it stays
+    assert api.get_object("/api/v1/nodes/cp-2") is not None
+
+    api.put_object("/api/v1/nodes/cp-2", node("cp-2", control_plane=True, ready=False))
+    out = ctx.run(ctx.on.update_status(), out)
+    assert api.get_object("/api/v1/nodes/cp-2") is None
+    assert api.get_object("/api/v1/nodes/cp-1") is not None
+    requests = len(api.requests)
+    ctx.run(ctx.on.update_status(), out)
+    assert not [r for r in api.requests[requests:] if r[0] == "DELETE"]
