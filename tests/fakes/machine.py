@@ -482,7 +482,12 @@ class FakeMachine:
         raise _fail(argv, 100, f"E: fake apt-mark does not handle {verb}")
 
     def _curl(self, argv: list[str], _input: str | None) -> str:
-        url = next(a for a in argv[1:] if not a.startswith("-"))
+        args = argv[1:]
+        for option in ("--max-time", "--retry"):  # options that take a value
+            if option in args:
+                i = args.index(option)
+                del args[i : i + 2]
+        url = next(a for a in args if not a.startswith("-"))
         if url not in self.urls:
             raise _fail(argv, 22, "curl: (22) The requested URL returned error: 404")
         return self.urls[url]

@@ -40,6 +40,10 @@ logger = logging.getLogger(__name__)
 _ALPHABET = string.ascii_lowercase + string.digits
 UPLOAD_CONFIG = "/run/gpu-k8s/kubeadm-upload-certs.yaml"
 CERTS_CONFIG = "/run/gpu-k8s/kubeadm-certs.yaml"
+# kubeadm commands that only talk to the API server (tokens, uploaded certificates):
+# kubeadm's own API calls retry for up to its defaults (kubernetesAPICall: 1m in
+# kubeadm v1beta4 Timeouts), so twice that is a hang, not a slow server (review N16).
+KUBEADM_API_TIMEOUT = 120
 
 
 class BootstrapError(Exception):
@@ -190,7 +194,9 @@ def renew_apiserver_cert(
             if host.path(path).exists():
                 host.path(path).replace(host.path(path + ".old"))
                 moved.append(path)
-        host.run(KUBEADM, "init", "phase", "certs", "apiserver", "--config", CERTS_CONFIG)
+        host.run(
+            KUBEADM, "init", "phase", "certs", "apiserver", "--config", CERTS_CONFIG, timeout=120
+        )
     except CommandError as e:
         for path in moved:
             host.path(path + ".old").replace(host.path(path))
@@ -280,7 +286,7 @@ def init(host: Host, config: str) -> None:
         )
     except CommandError as e:
         try:
-            host.run(KUBEADM, "reset", "--force")
+            host.run(KUBEADM, "reset", "--force", timeout=300)
         except CommandError:
             logger.warning("kubeadm reset after a failed init failed too")
         raise BootstrapError(f"kubeadm init failed: {e.last_line}") from None
@@ -302,6 +308,7 @@ def create_token(host: Host, ttl_hours: int) -> str:
             "gpu-k8s join token",
             "--kubeconfig",
             ADMIN_CONF,
+            timeout=KUBEADM_API_TIMEOUT,
         )
     except CommandError as e:
         raise BootstrapError(f"kubeadm token create failed: {e.last_line}") from None
@@ -327,7 +334,15 @@ def delete_token(host: Host, token: str) -> None:
     """Delete a bootstrap token by its public ID; an unknown token is not an error."""
     token_id = token.split(".", 1)[0]
     try:
-        host.run(KUBEADM, "token", "delete", token_id, "--kubeconfig", ADMIN_CONF)
+        host.run(
+            KUBEADM,
+            "token",
+            "delete",
+            token_id,
+            "--kubeconfig",
+            ADMIN_CONF,
+            timeout=KUBEADM_API_TIMEOUT,
+        )
     except CommandError as e:
         if "not found" not in e.stderr:
             raise BootstrapError(f"kubeadm token delete failed: {e.last_line}") from None
@@ -358,6 +373,7 @@ def upload_certs(host: Host, certificate_key: str) -> None:
             UPLOAD_CONFIG,
             "--kubeconfig",
             ADMIN_CONF,
+            timeout=KUBEADM_API_TIMEOUT,
         )
     except CommandError as e:
         raise BootstrapError(f"kubeadm upload-certs failed: {e.last_line}") from None

@@ -336,6 +336,24 @@ def test_a_join_that_fails_after_writing_admin_conf_is_reset_and_retried(ctx, ma
     assert out.unit_status.name == "active"
 
 
+def test_every_kubeadm_command_has_its_own_timeout(ctx, machine, clock):
+    # review deploy.md N16: init, the reset after a failed init, certs, tokens, uploads
+    machine.fail("/usr/bin/kubeadm init --config")
+    out = ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
+    out = ctx.run(ctx.on.update_status(), out)
+    clock.advance(hours=30)  # the token and the uploaded certificates are renewed
+    out = ctx.run(ctx.on.update_status(), out)
+    ctx.run(
+        ctx.on.config_changed(), dataclasses.replace(out, config={"api-extra-sans": "a.example"})
+    )
+
+    ran = [c for c in machine.calls if c.argv[0] == "/usr/bin/kubeadm"]
+    verbs = {" ".join(c.argv[1:3]) for c in ran}
+    assert {"init --config", "reset --force", "token create", "token delete"} <= verbs
+    assert {"init phase"} <= verbs
+    assert [c.line for c in ran if c.timeout is None] == []
+
+
 def test_the_fake_join_writes_kubelet_conf_only_once_kubelet_bootstrapped(ctx, machine):
     # kubeadm's phases (join/kubelet.go): kubelet-start leaves bootstrap-kubelet.conf; the
     # TLS bootstrap's kubelet.conf comes in kubelet-wait-bootstrap, after etcd-join
