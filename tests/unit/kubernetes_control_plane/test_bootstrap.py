@@ -269,8 +269,13 @@ def test_remove_unit_drains_resets_and_deletes_its_node_keeping_the_others(machi
     assert out.unit_status.name == "maintenance"
 
 
-def test_a_node_deletion_that_fails_does_not_strand_the_leaving_unit(machine, caplog):
-    # review deploy.md N6: the API refuses past the client's retries
+def test_a_node_deletion_that_fails_does_not_strand_the_leaving_unit(machine, caplog, monkeypatch):
+    # review deploy.md N6: the API refuses past the client's retries (taken without
+    # their backoff's waits here)
+    from charms.gpu_k8s.v0 import kubeclient
+
+    real = kubeclient._retry
+    monkeypatch.setattr(kubeclient, "_retry", lambda retries, backoff: real(retries, 0.0))
     ctx, state, relation = three_units(machine, planned_units=2)
     state = dataclasses.replace(state, relations=[relation])
     api = machine.api
