@@ -25,6 +25,7 @@ class Call:
 
     argv: list[str]
     input: str | None = None
+    timeout: float | None = None  # what the code asked for (the real runner's default: None)
 
     @property
     def line(self) -> str:
@@ -68,7 +69,7 @@ class FakeRunner:
         timeout: float | None = None,
     ) -> str:
         """Record the command, then inject a failure or dispatch to its handler."""
-        self.calls.append(Call(list(argv), input))
+        self.calls.append(Call(list(argv), input, timeout))
         line = " ".join(argv)
         for i, (prefix, code, stderr, times) in enumerate(self._failures):
             if line.startswith(prefix):

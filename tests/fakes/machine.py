@@ -155,11 +155,16 @@ class FakeMachine:
         # phases before it wrote their files (see `_kubeadm_join`).
         self.join_error: str | None = None
         self.join_fails_in = "preflight"
+        # `kubeadm reset` fails with this message, before it removed anything, while set
+        # (as its preflight phase does, or a reset cut short by the charm's timeout);
+        # kubeadm's reset phases: preflight, remove-etcd-member, cleanup-node
+        # (cmd/kubeadm/app/cmd/phases/reset).
+        self.reset_error: str | None = None
         self.ca_pem = "-----BEGIN CERTIFICATE-----\nfake\n"
         self.admin_conf = "apiVersion: v1\nkind: Config\n# cluster-admin\n"
         self.on_etcd_join: Handler | None = None  # a control plane's etcd member add
         # The cluster this machine's kubelet bootstraps against: a TLS FakeKubeApiServer,
-        # whose CA signs the kubelet's client certificate at join (`_kubelet_start`).
+        # whose CA signs the kubelet's client certificate at join (`_kubelet_bootstrapped`).
         # Without one, kubelet.conf names the join endpoint and the PEM is a placeholder.
         self.cluster: Any = None
         self.kubelet_enabled_on_install = True
@@ -537,7 +542,12 @@ class FakeMachine:
         raise _fail(argv, 100, f"E: fake apt-mark does not handle {verb}")
 
     def _curl(self, argv: list[str], _input: str | None) -> str:
-        url = next(a for a in argv[1:] if not a.startswith("-"))
+        args = argv[1:]
+        for option in ("--max-time", "--retry"):  # options that take a value
+            if option in args:
+                i = args.index(option)
+                del args[i : i + 2]
+        url = next(a for a in args if not a.startswith("-"))
         if url not in self.urls:
             raise _fail(argv, 22, "curl: (22) The requested URL returned error: 404")
         return self.urls[url]
@@ -647,10 +657,16 @@ class FakeMachine:
 
         kubeadm (cmd/kubeadm/app/cmd/join.go) runs preflight, control-plane-prepare
         (control planes: certificates, then admin.conf and the other kubeconfigs, then the
-        static pod manifests), kubelet-start (bootstrap-kubelet.conf, kubelet.conf after
-        the TLS bootstrap) and control-plane-join (control planes: the etcd member and its
-        manifest). A failure in one phase leaves the files of the phases before it, which
-        is what the charms must clean up before they try again.
+        static pod manifests), check-etcd, kubelet-start (the CA and bootstrap-kubelet.conf
+        only), etcd-join (control planes: the etcd member and its manifest),
+        kubelet-wait-bootstrap (kubelet's TLS bootstrap writes kubelet.conf; kubeadm
+        deletes bootstrap-kubelet.conf), control-plane-join and wait-control-plane. Since
+        ControlPlaneKubeletLocalMode (default since 1.33) kubelet-start no longer waits for
+        the bootstrap: kubelet-wait-bootstrap does (cmd/kubeadm/app/cmd/phases/join/
+        kubelet.go runKubeletStartJoinPhase, runKubeletWaitBootstrapPhase), so a control
+        plane that fails in etcd-join has no kubelet.conf yet, and one that fails in
+        control-plane-join has it. A failure in one phase leaves the files of the phases
+        before it, which is what the charms must clean up before they try again.
         """
         config_path = Path(argv[argv.index("--config") + 1])
         real = self.path(str(config_path))
@@ -681,13 +697,29 @@ class FakeMachine:
                 self.write(f"/etc/kubernetes/manifests/{name}.yaml", f"# {name}\n")
         elif phase == "kubelet-start":
             self._kubelet_start(config)
+        elif phase == "kubelet-wait-bootstrap":
+            self._kubelet_bootstrapped(config)
         elif phase == "etcd-join":
             if self.on_etcd_join is not None:
                 self.on_etcd_join(argv, yaml.safe_dump(config))
             self.write("/etc/kubernetes/manifests/etcd.yaml", "# etcd\n")
 
     def _kubelet_start(self, config: dict) -> None:
-        """The CA, then kubelet.conf and the client certificate kubelet's TLS bootstrap leaves.
+        """The CA and bootstrap-kubelet.conf (the bootstrap token's kubeconfig), as kubeadm."""
+        endpoint = config["discovery"]["bootstrapToken"]["apiServerEndpoint"]
+        ca_pem = self.cluster.tls.ca_pem if self.cluster is not None else self.ca_pem
+        if not self.path("/etc/kubernetes/pki/ca.crt").exists():
+            self.write("/etc/kubernetes/pki/ca.crt", ca_pem)
+        bootstrap = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "kubernetes", "cluster": {"server": f"https://{endpoint}"}}],
+            "users": [{"name": "tls-bootstrap-token-user", "user": {"token": "<bootstrap>"}}],
+        }
+        self.write("/etc/kubernetes/bootstrap-kubelet.conf", yaml.safe_dump(bootstrap), 0o600)
+
+    def _kubelet_bootstrapped(self, config: dict) -> None:
+        """kubelet.conf and the client certificate kubelet's TLS bootstrap leaves.
 
         kubelet.conf as kubelet writes it (kubernetes pkg/kubelet/certificate/bootstrap/
         bootstrap.go writeKubeconfigFromBootstrapping): cluster `default-cluster` with the
@@ -736,6 +768,7 @@ class FakeMachine:
         }
         self.write(kubeadm.KUBELET_CONF, yaml.safe_dump(conf), 0o600)
         self.kubelet_client_cert(pem=pem)
+        self.path("/etc/kubernetes/bootstrap-kubelet.conf").unlink(missing_ok=True)
 
     def _kubeadm_upgrade(self, argv: list[str], _input: str | None) -> str:
         verb = argv[2] if len(argv) > 2 else ""
@@ -794,6 +827,8 @@ class FakeMachine:
         return None
 
     def _kubeadm_reset(self, argv: list[str], _input: str | None) -> str:
+        if self.reset_error:
+            raise _fail(argv, 1, f"error execution phase preflight: {self.reset_error}")
         etc = self.path("/etc/kubernetes")
         if etc.is_dir():
             for entry in etc.iterdir():

@@ -39,10 +39,35 @@ def joined_state(api, *, config=None, **overrides):
     return testing.State(leader=False, config=config or {}, relations={relation}, secrets={secret})
 
 
-def register_node(api, name=NODE, labels=None):
+# What kubelet posts in the Node's Ready condition (kubernetes pkg/kubelet/nodestatus/
+# setters.go ReadyCondition: "KubeletReady"/"kubelet is posting ready status" when the
+# runtime, network and storage checks pass, else "KubeletNotReady" with their errors
+# joined, for example the CNI error below before a network plugin runs).
+READY_CONDITION = {
+    "type": "Ready",
+    "status": "True",
+    "reason": "KubeletReady",
+    "message": "kubelet is posting ready status",
+}
+NO_CNI = (
+    "container runtime network not ready: NetworkReady=false "
+    "reason:NetworkPluginNotReady message:Network plugin returns error: "
+    "cni plugin not initialized"
+)
+
+
+def not_ready_condition(message=NO_CNI, status="False"):
+    return {"type": "Ready", "status": status, "reason": "KubeletNotReady", "message": message}
+
+
+def register_node(api, name=NODE, labels=None, ready=READY_CONDITION):
+    """The Node as its kubelet registers it and then posts its status (Ready by default)."""
     api.put_object(
         f"/api/v1/nodes/{name}",
-        {"metadata": {"labels": {"kubernetes.io/hostname": name, **(labels or {})}}},
+        {
+            "metadata": {"labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+            "status": {"conditions": [ready]} if ready else {},
+        },
     )
 
 

@@ -40,6 +40,10 @@ logger = logging.getLogger(__name__)
 _ALPHABET = string.ascii_lowercase + string.digits
 UPLOAD_CONFIG = "/run/gpu-k8s/kubeadm-upload-certs.yaml"
 CERTS_CONFIG = "/run/gpu-k8s/kubeadm-certs.yaml"
+# kubeadm commands that only talk to the API server (tokens, uploaded certificates):
+# kubeadm's own API calls retry for up to its defaults (kubernetesAPICall: 1m in
+# kubeadm v1beta4 Timeouts), so twice that is a hang, not a slow server (review N16).
+KUBEADM_API_TIMEOUT = 120
 
 
 class BootstrapError(Exception):
@@ -190,7 +194,9 @@ def renew_apiserver_cert(
             if host.path(path).exists():
                 host.path(path).replace(host.path(path + ".old"))
                 moved.append(path)
-        host.run(KUBEADM, "init", "phase", "certs", "apiserver", "--config", CERTS_CONFIG)
+        host.run(
+            KUBEADM, "init", "phase", "certs", "apiserver", "--config", CERTS_CONFIG, timeout=120
+        )
     except CommandError as e:
         for path in moved:
             host.path(path + ".old").replace(host.path(path))
@@ -202,15 +208,24 @@ def renew_apiserver_cert(
     logger.info("renewed the API server certificate for %s", ", ".join(sorted(extra)))
 
 
+# Written before `kubeadm join --control-plane` runs and removed only when it exited 0
+# (`mark_joined`): while it is there, what a failed join left (kubelet.conf, admin.conf,
+# etcd's manifest: a join can fail in control-plane-join or wait-control-plane, after
+# all three) never counts as joined, and the next join resets first (review deploy.md N5).
+JOIN_PENDING = "/var/lib/kubernetes-control-plane/join-pending"
+
+
 def is_bootstrapped(host: Host) -> bool:
     """Whether this machine is a control-plane member: `kubeadm init` or `join` exited 0.
 
     A unit set up by a charm revision without the marker counts when kubeadm got as far
     as the etcd member (its static pod manifest is written in the last join phase); the
-    marker is written for it then.
+    marker is written for it then. Never while a join of this revision is pending.
     """
     if host.path(JOINED_MARKER).exists():
         return True
+    if join_pending(host):
+        return False
     if host.path(ADMIN_CONF).exists() and host.path(ETCD_MANIFEST).exists():
         logger.info("a control plane set up by an earlier charm revision: marking it joined")
         mark_joined(host, "found")
@@ -221,6 +236,27 @@ def is_bootstrapped(host: Host) -> bool:
 def mark_joined(host: Host, how: str) -> None:
     """Record that kubeadm made this machine a control-plane member (`how`: init, join)."""
     host.write(JOINED_MARKER, f"{how}\n")
+    host.path(JOIN_PENDING).unlink(missing_ok=True)
+
+
+def join_pending(host: Host) -> bool:
+    """Whether a `kubeadm join` of this machine started and never exited 0."""
+    return host.path(JOIN_PENDING).exists()
+
+
+def begin_join(host: Host) -> None:
+    """Before `kubeadm join --control-plane`: reset what an earlier failed one left.
+
+    `kubeadm.join` resets a failed control-plane join at once, but that reset can fail
+    too (and `kubeadm.join` then takes a left kubelet.conf for a finished join). So while
+    a join is pending, the reset must succeed before kubeadm joins again.
+
+    Raises:
+        kubeadm.KubeadmError: that reset failed (the node stays unjoined).
+    """
+    if join_pending(host):
+        kubeadm.reset(host)
+    host.write(JOIN_PENDING, "join\n")
 
 
 def forget_joined(host: Host) -> None:
@@ -250,7 +286,7 @@ def init(host: Host, config: str) -> None:
         )
     except CommandError as e:
         try:
-            host.run(KUBEADM, "reset", "--force")
+            host.run(KUBEADM, "reset", "--force", timeout=300)
         except CommandError:
             logger.warning("kubeadm reset after a failed init failed too")
         raise BootstrapError(f"kubeadm init failed: {e.last_line}") from None
@@ -272,6 +308,7 @@ def create_token(host: Host, ttl_hours: int) -> str:
             "gpu-k8s join token",
             "--kubeconfig",
             ADMIN_CONF,
+            timeout=KUBEADM_API_TIMEOUT,
         )
     except CommandError as e:
         raise BootstrapError(f"kubeadm token create failed: {e.last_line}") from None
@@ -297,7 +334,15 @@ def delete_token(host: Host, token: str) -> None:
     """Delete a bootstrap token by its public ID; an unknown token is not an error."""
     token_id = token.split(".", 1)[0]
     try:
-        host.run(KUBEADM, "token", "delete", token_id, "--kubeconfig", ADMIN_CONF)
+        host.run(
+            KUBEADM,
+            "token",
+            "delete",
+            token_id,
+            "--kubeconfig",
+            ADMIN_CONF,
+            timeout=KUBEADM_API_TIMEOUT,
+        )
     except CommandError as e:
         if "not found" not in e.stderr:
             raise BootstrapError(f"kubeadm token delete failed: {e.last_line}") from None
@@ -328,6 +373,7 @@ def upload_certs(host: Host, certificate_key: str) -> None:
             UPLOAD_CONFIG,
             "--kubeconfig",
             ADMIN_CONF,
+            timeout=KUBEADM_API_TIMEOUT,
         )
     except CommandError as e:
         raise BootstrapError(f"kubeadm upload-certs failed: {e.last_line}") from None

@@ -293,7 +293,13 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         quorum), then delete the Node through the other API servers, reached through this
         node's proxy, which goes last. Juju sends this only when another control-plane
         unit exists; on application removal nothing is reset, so etcd's data stays.
-        An API error fails the hook, so Juju retries rather than leaving etcd half-shrunk.
+        An API error in the drain fails the hook, so Juju retries it (with the same
+        event) rather than resetting an undrained node. After the reset this machine has
+        no admin.conf, so a retry could not delete the Node: a failed deletion is logged
+        and the leader deletes the departed unit's Node once it is NotReady
+        (`Membership.remove_departed_nodes`; review deploy.md N6). Juju runs the peer
+        relation-departed of the removed unit before its stop and remove hooks, so this
+        hook is the last one with the cluster still reachable.
         """
         if self._stored.left_cluster or not bootstrap.is_bootstrapped(self.host):
             return
@@ -307,9 +313,16 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
                 kube, name, "stop with it", clock=self.drain_clock, sleep=self.drain_sleep
             )
             kubeadm.reset(self.host)
-            bootstrap.forget_joined(self.host)
             if registered:
-                kube.delete("v1", "Node", name)
+                try:
+                    kube.delete("v1", "Node", name)
+                except KubeError as e:
+                    logger.warning(
+                        "could not delete Node %s (%s); the leader deletes it once NotReady",
+                        name,
+                        e,
+                    )
+            bootstrap.forget_joined(self.host)
         api_proxy.remove(self.host)
         self._stored.left_cluster = True
         logger.info("left the control plane: node %s drained, reset and deleted", name)
@@ -397,6 +410,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         upgrade = hook.upgrades.control_plane(config, peers)
         self._mark_member(hook)  # with the minor this node runs now
         cert_notes, cert_blocked = hook.renewal.reconcile(leader=True)
+        membership.remove_departed_nodes(peers, hook.kube)
         membership.prune_etcd(peers, check=isinstance(event, ops.UpdateStatusEvent))
         added = hook.fleet.sync(peers, event)
         hook.fleet.observe_nodes(peers, event, added)
@@ -488,6 +502,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         )
         retry = "{error}; retrying on the next event"
         with on_error(ops.WaitingStatus, kubeadm.KubeadmError, message=retry):
+            bootstrap.begin_join(ctx.host)
             kubeadm.join(
                 ctx.host,
                 material,
@@ -525,11 +540,12 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
     def _ready_status(
         self, ctx: UnitContext, peers: Peers | None, notes: list[str]
     ) -> ops.StatusBase:
-        """Active with the cluster's line (`summary.ready_line`), Waiting until joined."""
-        if peers is not None:
-            notes = [*etcd_problems(peers.app), *notes]
-        line = summary.ready_line(ctx, peers, notes)
-        return ops.ActiveStatus(line) if line else ops.WaitingStatus("waiting to join the cluster")
+        """The cluster's line, Active only when it is so (`summary.unit_status`)."""
+        problems = etcd_problems(peers.app) if peers is not None else []
+        found = summary.unit_status(ctx, peers, notes, problems)
+        if found is None:
+            return ops.WaitingStatus("waiting to join the cluster")
+        return ops.StatusBase.from_name(*found)
 
     def _on_collect_status(self, event: ops.CollectStatusEvent) -> None:
         """Report what the last reconcile found, in every hook (actions included).

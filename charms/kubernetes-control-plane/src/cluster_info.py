@@ -268,15 +268,17 @@ def status_line(
     behind: int,
     pending_removal: int,
     notes: Iterable[str],
+    head: str = "Ready",
 ) -> str:
     """`Ready: v1.36, 3 control-plane, 5 workers (2 with 8 GPUs: 8x NVIDIA A10G)` and notes.
 
     Nodes count once the API reported them Ready; GPUs count on Ready workers; nodes not
     Ready or not registered, an upgrade in progress, departed nodes still to delete,
-    `notes` and workers whose data is invalid follow, each after a `; `.
+    `notes` and workers whose data is invalid follow, each after a `; `. `head` is what
+    the line starts with (`node X not Ready` while this unit's own node is not).
     """
     ready = [w for w in workers.workers.values() if health.ready([w.node])]
-    line = f"Ready: v{version}, {len(health.ready(planes))} control-plane, {len(ready)} workers"
+    line = f"{head}: v{version}, {len(health.ready(planes))} control-plane, {len(ready)} workers"
     gpu_workers = [w for w in ready if w.gpus]
     if gpu_workers:
         models = gpu_totals([w.models for w in gpu_workers])

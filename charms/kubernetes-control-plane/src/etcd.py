@@ -120,16 +120,30 @@ class Etcd:
         self._post("/v3/cluster/member/remove", {"ID": member.id})
 
 
-def prune(client: Etcd, current: set[str], gone: set[str]) -> dict[str, str]:
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """What pruning could not do; `operator`: only the operator can fix it (else retried).
+
+    Either way a voter that is gone still counts towards etcd's quorum (raft: a majority
+    of the voting members), so one more lost member stops the cluster: no control-plane
+    unit reports Active while there is one (review deploy.md N15).
+    """
+
+    message: str
+    operator: bool = False
+
+
+def prune(client: Etcd, current: set[str], gone: set[str]) -> dict[str, Problem]:
     """Remove the members of departed nodes (`gone`); {node name: problem} for the rest.
 
     `current` are the node names of the joined control-plane units. A started voting
-    member of no unit is reported, never removed: it may be a unit joining right now.
+    member of no unit is reported, never removed: it may be a unit joining right now, or
+    a machine the operator must name as gone.
     """
     try:
         members = client.members()
     except EtcdError as e:
-        return dict.fromkeys(gone, f"etcd members of departed units not checked: {e}")
+        return dict.fromkeys(gone, Problem(f"etcd members of departed units not checked: {e}"))
     problems = {}
     for member in members:
         if member.name in gone:
@@ -137,12 +151,13 @@ def prune(client: Etcd, current: set[str], gone: set[str]) -> dict[str, str]:
                 client.remove(member)
                 logger.info("removed etcd member %s of a departed unit", member.name)
             except EtcdError as e:
-                problems[member.name] = (
+                problems[member.name] = Problem(
                     f"etcd member {member.name} of a departed unit is still there: {e}; retrying"
                 )
         elif member.name and member.name not in current and not member.learner:
-            problems[member.name] = (
+            problems[member.name] = Problem(
                 f"etcd member {member.name} belongs to no unit: if its machine is gone, "
-                f"remove it with `etcdctl member remove {int(member.id):x}`"
+                f"remove it with `etcdctl member remove {int(member.id):x}`",
+                operator=True,
             )
     return problems

@@ -54,6 +54,8 @@ from peers import (
 
 from charms.gpu_k8s.v0 import api_proxy, kubeadm
 from charms.gpu_k8s.v0.databag import write
+from charms.gpu_k8s.v0.kube_objects import node_ready
+from charms.gpu_k8s.v0.kubeclient import Kube
 from charms.gpu_k8s.v0.status import StatusError, on_error
 
 logger = logging.getLogger(__name__)
@@ -61,6 +63,11 @@ logger = logging.getLogger(__name__)
 # The leader's record of etcd membership in the peer application databag (`prune_etcd`).
 CONTROL_PLANE_NODES_KEY = "control-plane-nodes"
 ETCD_PROBLEMS_KEY = "etcd-problems"  # {node name: what could not be done}
+# [node name, ...] of those problems only the operator can fix (Blocked; the others
+# wait). A key of its own, so that a unit of an older revision still reads the problems.
+ETCD_BLOCKED_KEY = "etcd-blocked"
+# [node name, ...] of departed control-plane units whose Node is still to be deleted
+DEPARTED_NODES_KEY = "control-plane-departed"
 
 # A kubeadm step that failed is tried again on the next event.
 _RETRY = "{error}; retrying on the next event"
@@ -71,9 +78,12 @@ def _kubeadm_retried() -> contextlib.AbstractContextManager[None]:
     return on_error(ops.WaitingStatus, bootstrap.BootstrapError, message=_RETRY)
 
 
-def etcd_problems(bag: Mapping[str, str]) -> list[str]:
+def etcd_problems(bag: Mapping[str, str]) -> list[etcd.Problem]:
     """What the last pruning of etcd members could not do, for every unit's status."""
-    return sorted(set(json.loads(bag.get(ETCD_PROBLEMS_KEY, "{}")).values()))
+    problems: dict[str, str] = json.loads(bag.get(ETCD_PROBLEMS_KEY, "{}"))
+    blocked = set(json.loads(bag.get(ETCD_BLOCKED_KEY, "[]")))
+    found = {etcd.Problem(text, name in blocked) for name, text in problems.items()}
+    return sorted(found, key=lambda p: p.message)
 
 
 class Membership:
@@ -289,6 +299,37 @@ class Membership:
         secret.grant(self._relation)
         return secret
 
+    def remove_departed_nodes(self, peers: Peers, kube: Callable[[], Kube]) -> None:
+        """Delete the Nodes departed control-plane units left, once they are NotReady.
+
+        A leaving unit deletes its own Node after its `kubeadm reset`; when that request
+        fails it cannot try again (the reset took its admin.conf), so the leader does.
+        Only a NotReady Node: a Ready one may still be draining under its unit (Node
+        deletion evicts nothing, the pod GC just deletes its pods); kubelet stops with
+        the reset, and the node lifecycle controller marks the Node NotReady after its
+        grace period. Before `prune_etcd` records the departure: this reads the nodes it
+        knew. No API request unless a unit departed.
+        """
+        bag = peers.app
+        current = peers.control_plane_nodes(self._ctx.own_node())
+        known = set(json.loads(bag.get(CONTROL_PLANE_NODES_KEY, "[]")))
+        pending = set(json.loads(bag.get(DEPARTED_NODES_KEY, "[]")))
+        todo = ((known - current) | pending) - current
+        if not todo:
+            return
+        client, left = kube(), set()
+        for name in sorted(todo):
+            node = client.get("v1", "Node", name)
+            if node is None:
+                continue
+            if node_ready(node):
+                left.add(name)
+                continue
+            client.delete("v1", "Node", name)
+            logger.info("deleted Node %s of a departed control-plane unit", name)
+        values = {DEPARTED_NODES_KEY: json.dumps(sorted(left))} if left else {}
+        write(bag, values, remove=[DEPARTED_NODES_KEY])
+
     def prune_etcd(self, peers: Peers, *, check: bool) -> None:
         """Remove the etcd members that departed control-plane units left behind.
 
@@ -303,19 +344,22 @@ class Membership:
         bag = peers.app
         current = peers.control_plane_nodes(self._ctx.own_node())
         known = set(json.loads(bag.get(CONTROL_PLANE_NODES_KEY, "[]")))
-        problems: dict[str, str] = json.loads(bag.get(ETCD_PROBLEMS_KEY, "{}"))
-        gone = (known - current) | {n for n in problems if n not in current}
+        listed: dict[str, str] = json.loads(bag.get(ETCD_PROBLEMS_KEY, "{}"))
+        gone = (known - current) | {n for n in listed if n not in current}
+        values = {CONTROL_PLANE_NODES_KEY: json.dumps(sorted(current))}
         if gone or check:
             problems = self._check_etcd(current, gone)
-        write(
-            bag,
-            {
-                CONTROL_PLANE_NODES_KEY: json.dumps(sorted(current)),
-                **({ETCD_PROBLEMS_KEY: json.dumps(problems, sort_keys=True)} if problems else {}),
-            },
-            remove=[ETCD_PROBLEMS_KEY],
-        )
+            if problems:
+                texts = {name: p.message for name, p in problems.items()}
+                values[ETCD_PROBLEMS_KEY] = json.dumps(texts, sort_keys=True)
+            blocked = sorted(name for name, p in problems.items() if p.operator)
+            if blocked:
+                values[ETCD_BLOCKED_KEY] = json.dumps(blocked)
+            remove = [k for k in (ETCD_PROBLEMS_KEY, ETCD_BLOCKED_KEY) if k not in values]
+            write(bag, values, remove=remove)
+        else:
+            write(bag, values)
 
-    def _check_etcd(self, current: set[str], gone: set[str]) -> dict[str, str]:
+    def _check_etcd(self, current: set[str], gone: set[str]) -> dict[str, etcd.Problem]:
         """{node name: problem} after removing the members of `gone` nodes."""
         return etcd.prune(etcd.Etcd(self._ctx.host, self._etcd_url), current, gone)

@@ -24,11 +24,45 @@ from charms.gpu_k8s.v0 import api_proxy
 from charms.gpu_k8s.v0.cos_agent import node_jobs, scrape_job
 from charms.gpu_k8s.v0.unit_state import Gauge
 
+ACTIVE, WAITING, BLOCKED = "active", "waiting", "blocked"  # ops.StatusBase names
 
-def ready_line(ctx: UnitContext, peers: Peers | None, notes: list[str]) -> str | None:
+
+def unit_status(
+    ctx: UnitContext, peers: Peers | None, notes: list[str], problems: list[etcd.Problem]
+) -> tuple[str, str] | None:
+    """The status (name, message) of a unit whose reconcile went through; None unjoined.
+
+    Active with the cluster's line (`ready_line`) only when it is so: Blocked while etcd
+    has a voter only the operator can remove, Waiting while a gone voter is still being
+    removed (either costs the quorum one more lost member would need), while this unit's
+    own node is not Ready (then no node of the cluster may be, and it runs no pods), or
+    before the leader first looked at the Nodes (review deploy.md N4, N15).
+    """
+    if peers is None or not ctx.joined():
+        return None
+    operator = [p.message for p in problems if p.operator]
+    if operator:
+        return BLOCKED, "; ".join(operator)
+    retried = [p.message for p in problems if not p.operator]
+    if retried:
+        return WAITING, "; ".join(retried)
+    health = cluster_info.NodeHealth.load(peers.app)
+    if health is None:
+        version = peers.cluster_version or "?"
+        return WAITING, f"v{version}: node readiness not checked yet"
+    own = ctx.node_name
+    if own in health.not_ready or own in health.missing:
+        return WAITING, ready_line(ctx, peers, notes, head=f"node {own} not Ready") or ""
+    return ACTIVE, ready_line(ctx, peers, notes) or ""
+
+
+def ready_line(
+    ctx: UnitContext, peers: Peers | None, notes: list[str], head: str = "Ready"
+) -> str | None:
     """`Ready: v1.36, 3 control-plane, 5 workers (...)` from what the API and etcd said.
 
-    None while this unit has not joined the cluster. `notes` follow the line's own.
+    None while this unit has not joined the cluster or the leader never asked the API.
+    `notes` follow the line's own.
     """
     if peers is None or not ctx.joined():
         return None
@@ -36,7 +70,7 @@ def ready_line(ctx: UnitContext, peers: Peers | None, notes: list[str]) -> str |
     version = peers.cluster_version or "?"
     health = cluster_info.NodeHealth.load(bag)
     if health is None:
-        return f"Ready: v{version}; node readiness not checked yet"
+        return None
     known = registry.Registry.load(bag)
     return cluster_info.status_line(
         version,
@@ -46,6 +80,7 @@ def ready_line(ctx: UnitContext, peers: Peers | None, notes: list[str]) -> str |
         behind=nodes_behind(ctx, peers, version, known),
         pending_removal=registry.pending_count(bag),
         notes=notes,
+        head=head,
     )
 
 

@@ -447,20 +447,23 @@ class KubernetesWorkerCharm(ops.CharmBase):
     ) -> ops.StatusBase:
         """Label (and for GPUs taint) the Node, then its MIG layout; the node's status.
 
-        Waiting while the Node cannot be labelled (an API error, not registered yet). The
+        Waiting while the Node cannot be labelled (an API error, not registered yet), and
+        while it is not Ready (kubelet's reason): Active means the node runs pods. The
         GPU taint the Node lacks (or carries against `gpu-taint`) is asked of the control
         plane (`self._taint`, published after this step).
         """
         plugin = gpu_labels.PluginConfig(info.mig_strategy, info.gpu_time_slicing_replicas)
         self._taint = None
+        current: dict | None = None
         with self._node_kube(host, f"cannot label node {node}") as kube:
             failed = f"cannot label node {node}: {{error.status}} {{error.reason}}"
             with on_error(ops.WaitingStatus, KubeError, message=failed):
                 registered = gpu_node.label_node(kube, node, state, config, plugin)
-                if registered:
-                    self._taint = gpu_node.taint_request(kube, node, state, config.gpu_taint)
-            if not registered:
+                current = kube.get("v1", "Node", node) if registered else None
+            if current is None:
                 raise StatusError.waiting(f"waiting for node {node} to register")
+            self._taint = gpu_node.taint_request(current, state, config.gpu_taint)
+            not_ready = worker.not_ready(current)
             outcome = self._mig(kube, info, node, config, state)
         if outcome.blocked is not None:
             notes.append(ops.BlockedStatus(outcome.blocked))
@@ -468,6 +471,8 @@ class KubernetesWorkerCharm(ops.CharmBase):
             notes.append(ops.WaitingStatus(outcome.turn_wait))
         if outcome.waiting is not None:
             return ops.WaitingStatus(outcome.waiting)
+        if not_ready is not None:
+            return ops.WaitingStatus(f"node {node} is not Ready: {not_ready}")
         waiting = state.waiting()
         return (
             ops.WaitingStatus(waiting)

@@ -225,17 +225,14 @@ def apply_node_state(
     return gpu_labels.apply_node_gpu_state(kube, node, labels, None, keep)
 
 
-def taint_request(kube: Any, node: str, state: GpuState, gpu_taint: bool) -> bool | None:
+def taint_request(obj: dict | None, state: GpuState, gpu_taint: bool) -> bool | None:
     """The GPU taint to ask the control plane for: True/False, None when the Node has it.
 
-    A worker acting as its kubelet may not change its Node's taints (NodeRestriction);
-    it registered with them (`worker.join_cluster`), and the control-plane leader
-    applies a change it asks for over the relation (`kubernetes_cluster.gpu_taint_patch`).
-
-    Raises:
-        KubeError: the API server refused.
+    `obj` is the Node as the API returned it (None: gone). A worker acting as its kubelet
+    may not change its Node's taints (NodeRestriction); it registered with them
+    (`worker.join_cluster`), and the control-plane leader applies a change it asks for
+    over the relation (`kubernetes_cluster.gpu_taint_patch`).
     """
-    obj = kube.get("v1", "Node", node)
     wanted = bool(state.taints(gpu_taint))
     if obj is None or gpu_taint_patch(obj, wanted) is None:
         return None

@@ -156,6 +156,28 @@ def apply_labels(kube: Kube, node: str, labels: Mapping[str, str]) -> bool | Non
     return True
 
 
+def not_ready(node: Mapping[str, Any]) -> str | None:
+    """Why the Node is not Ready, from its `Ready` condition; None when it is Ready.
+
+    kubelet posts the condition (kubernetes pkg/kubelet/nodestatus/setters.go
+    `ReadyCondition`: status False, reason `KubeletNotReady`, its runtime, network and
+    storage errors as the message); the node lifecycle controller sets it Unknown with
+    "Kubelet stopped posting node status." when kubelet goes silent
+    (pkg/controller/nodelifecycle). A Node with no such condition was registered and has
+    not posted a status yet.
+    """
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            if condition.get("status") == "True":
+                return None
+            return (
+                condition.get("message")
+                or condition.get("reason")
+                or f"Ready is {condition.get('status') or 'Unknown'}"
+            )
+    return "kubelet has not reported its status yet"
+
+
 def drain_summary(node: str, result: DrainResult | None, timeout: float, limit: int = 5) -> str:
     """One line saying what the drain did, naming pods left behind."""
     if result is None:

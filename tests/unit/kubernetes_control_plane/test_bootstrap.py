@@ -269,6 +269,31 @@ def test_remove_unit_drains_resets_and_deletes_its_node_keeping_the_others(machi
     assert out.unit_status.name == "maintenance"
 
 
+def test_a_node_deletion_that_fails_does_not_strand_the_leaving_unit(machine, caplog, monkeypatch):
+    # review deploy.md N6: the API refuses past the client's retries (taken without
+    # their backoff's waits here)
+    from charms.gpu_k8s.v0 import kubeclient
+
+    real = kubeclient._retry
+    monkeypatch.setattr(kubeclient, "_retry", lambda retries, backoff: real(retries, 0.0))
+    ctx, state, relation = three_units(machine, planned_units=2)
+    state = dataclasses.replace(state, relations=[relation])
+    api = machine.api
+    api.inject(status=503, times=50, method="DELETE", path_prefix=f"/api/v1/nodes/{NODE}")
+
+    out = ctx.run(ctx.on.relation_departed(relation, remote_unit=1, departing_unit=3), state)
+
+    # reset and left all the same; the leader deletes the Node once it is NotReady
+    assert len([c for c in machine.lines("kubeadm") if " reset " in c]) == 1
+    assert api.get_object(f"/api/v1/nodes/{NODE}") is not None
+    assert machine.read(api_proxy.CONFIG) is None
+    assert not machine.services[api_proxy.SERVICE].active
+    assert out.unit_status == testing.MaintenanceStatus(
+        "left the cluster; this unit is being removed"
+    )
+    assert f"could not delete Node {NODE}" in caplog.text
+
+
 def test_remove_application_keeps_etcd_and_the_node(machine, caplog):
     ctx, state, relation = three_units(machine, planned_units=0)
     state = dataclasses.replace(state, relations=[relation])
@@ -310,6 +335,70 @@ def test_a_join_that_fails_after_writing_admin_conf_is_reset_and_retried(ctx, ma
     assert not machine.path("/etc/kubernetes/admin.conf").exists()
 
     machine.join_error = None
+    out = ctx.run(ctx.on.update_status(), out)
+    assert len(machine.joins) == 2
+    assert peer(out).local_unit_data["joined"] == "true"
+    assert out.unit_status.name == "active"
+
+
+def test_every_kubeadm_command_has_its_own_timeout(ctx, machine, clock):
+    # review deploy.md N16: init, the reset after a failed init, certs, tokens, uploads
+    machine.fail("/usr/bin/kubeadm init --config")
+    out = ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
+    out = ctx.run(ctx.on.update_status(), out)
+    clock.advance(hours=30)  # the token and the uploaded certificates are renewed
+    out = ctx.run(ctx.on.update_status(), out)
+    ctx.run(
+        ctx.on.config_changed(), dataclasses.replace(out, config={"api-extra-sans": "a.example"})
+    )
+
+    ran = [c for c in machine.calls if c.argv[0] == "/usr/bin/kubeadm"]
+    verbs = {" ".join(c.argv[1:3]) for c in ran}
+    assert {"init --config", "reset --force", "token create", "token delete"} <= verbs
+    assert {"init phase"} <= verbs
+    assert [c.line for c in ran if c.timeout is None] == []
+
+
+def test_the_fake_join_writes_kubelet_conf_only_once_kubelet_bootstrapped(ctx, machine):
+    # kubeadm's phases (join/kubelet.go): kubelet-start leaves bootstrap-kubelet.conf; the
+    # TLS bootstrap's kubelet.conf comes in kubelet-wait-bootstrap, after etcd-join
+    machine.join_error = "etcdserver: unhealthy cluster"
+    machine.join_fails_in = "etcd-join"
+    machine.reset_error = "the kubelet could not be stopped"  # what is left stays
+    state = leader_member_state(leader=False)
+
+    ctx.run(ctx.on.relation_changed(peer(state), remote_unit=1), state)
+
+    assert machine.path("/etc/kubernetes/bootstrap-kubelet.conf").exists()
+    assert machine.path("/etc/kubernetes/admin.conf").exists()
+    assert not machine.path("/etc/kubernetes/kubelet.conf").exists()
+    assert not machine.path("/etc/kubernetes/manifests/etcd.yaml").exists()
+
+
+def test_a_failed_join_whose_reset_also_fails_is_never_counted_as_joined(ctx, machine):
+    # review deploy.md N5: kubelet.conf and etcd's manifest are there (the join failed in
+    # control-plane-join), and the reset that should remove them failed too
+    machine.join_error = "timed out waiting for the condition"
+    machine.join_fails_in = "control-plane-join"
+    machine.reset_error = "context deadline exceeded"
+    state = leader_member_state(leader=False)
+    out = ctx.run(ctx.on.relation_changed(peer(state), remote_unit=1), state)
+    assert out.unit_status.name == "waiting"
+    assert machine.path("/etc/kubernetes/kubelet.conf").exists()
+    assert machine.path("/etc/kubernetes/manifests/etcd.yaml").exists()
+
+    machine.join_error = None
+    out = ctx.run(ctx.on.update_status(), out)
+
+    # not joined: the reset must succeed before this unit joins again
+    assert peer(out).local_unit_data.get("joined") != "true"
+    assert out.unit_status == testing.WaitingStatus(
+        "kubeadm reset failed: error execution phase preflight: context deadline exceeded; "
+        "retrying on the next event"
+    )
+    assert len(machine.joins) == 1
+
+    machine.reset_error = None
     out = ctx.run(ctx.on.update_status(), out)
     assert len(machine.joins) == 2
     assert peer(out).local_unit_data["joined"] == "true"

@@ -275,9 +275,11 @@ def test_status_counts_the_nodes_the_api_reports_ready(ctx, machine, api):
         "/api/v1/nodes/ip-10-0-1-17", node("ip-10-0-1-17", control_plane=True, ready=False)
     )
     out = ctx.run(ctx.on.update_status(), out)
-    assert out.unit_status == testing.ActiveStatus(
-        "Ready: v1.36, 0 control-plane, 0 workers; not Ready: ip-10-0-1-17"
+    # not Active: no node of the cluster runs pods (review deploy.md N4)
+    assert out.unit_status == testing.WaitingStatus(
+        "node ip-10-0-1-17 not Ready: v1.36, 0 control-plane, 0 workers; not Ready: ip-10-0-1-17"
     )
+    assert out.app_status == out.unit_status
     # an action in between shows the same status, without asking the API again
     requests = len(api.requests)
     out = ctx.run(ctx.on.action("get-kubeconfig"), out)

@@ -6,7 +6,7 @@ import dataclasses
 
 from ops import testing
 
-from fakes.control_plane import member, peer, peers
+from fakes.control_plane import member, node, peer, peers
 
 
 def three_members(ctx, api, etcd):
@@ -61,11 +61,12 @@ def test_a_member_etcd_will_not_remove_is_reported_and_retried(ctx, machine, api
     out = departed(ctx, out, 2)
 
     assert "cp-2" in etcd.names()
-    assert out.unit_status.name == "active"
-    assert out.unit_status.message.endswith(
-        "; etcd member cp-2 of a departed unit is still there: etcdserver: re-configuration "
+    # not Active while a voter that is gone still counts for quorum (review deploy.md N15)
+    assert out.unit_status == testing.WaitingStatus(
+        "etcd member cp-2 of a departed unit is still there: etcdserver: re-configuration "
         "failed due to not enough started members; retrying"
     )
+    assert out.app_status == out.unit_status
     etcd.members[1].started = True
     out = ctx.run(ctx.on.update_status(), out)
     assert etcd.names() == ["ip-10-0-1-17", "cp-1"]
@@ -78,8 +79,8 @@ def test_an_unreachable_etcd_is_reported_not_raised(ctx, machine, api, etcd):
 
     out = departed(ctx, out, 2)
 
-    assert "etcd members of departed units not checked: etcdserver: request timed out" in (
-        out.unit_status.message
+    assert out.unit_status == testing.WaitingStatus(
+        "etcd members of departed units not checked: etcdserver: request timed out"
     )
     etcd.reachable = True
     out = ctx.run(ctx.on.update_status(), out)
@@ -94,7 +95,30 @@ def test_a_voting_member_no_unit_runs_is_reported_never_removed(ctx, machine, ap
     out = ctx.run(ctx.on.update_status(), out)
 
     assert etcd.names() == ["ip-10-0-1-17", "old-node", "joining-node"]
-    assert out.unit_status.message.endswith(
-        f"; etcd member old-node belongs to no unit: if its machine is gone, remove it with "
+    # the operator must act: a voter of no unit counts for quorum (review deploy.md N15)
+    blocked = testing.BlockedStatus(
+        f"etcd member old-node belongs to no unit: if its machine is gone, remove it with "
         f"`etcdctl member remove {stray.id:x}`"
     )
+    assert out.unit_status == blocked
+    assert out.app_status == blocked
+    etcd.members.remove(stray)  # the operator removed it
+    out = ctx.run(ctx.on.update_status(), out)
+    assert out.unit_status == testing.ActiveStatus("Ready: v1.36, 1 control-plane, 0 workers")
+
+
+def test_the_leader_deletes_the_node_a_departed_control_plane_unit_left(ctx, machine, api, etcd):
+    # review deploy.md N6: the unit could not delete its own Node as it left
+    out = three_members(ctx, api, etcd)
+
+    out = departed(ctx, out, 2)
+    # still Ready: the unit may be draining it right now, so it stays
+    assert api.get_object("/api/v1/nodes/cp-2") is not None
+
+    api.put_object("/api/v1/nodes/cp-2", node("cp-2", control_plane=True, ready=False))
+    out = ctx.run(ctx.on.update_status(), out)
+    assert api.get_object("/api/v1/nodes/cp-2") is None
+    assert api.get_object("/api/v1/nodes/cp-1") is not None
+    requests = len(api.requests)
+    ctx.run(ctx.on.update_status(), out)
+    assert not [r for r in api.requests[requests:] if r[0] == "DELETE"]

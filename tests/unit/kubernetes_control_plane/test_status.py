@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 from ops import testing
@@ -63,6 +64,40 @@ def test_a_unit_that_does_not_lead_leaves_the_application_status_alone(ctx, mach
 
     assert out.unit_status == testing.ActiveStatus("Ready: v1.36, 2 control-plane, 0 workers")
     assert out.app_status == testing.UnknownStatus()
+
+
+def test_a_unit_that_does_not_lead_reports_the_leaders_etcd_problem(ctx, machine):
+    state = leader_member_state(leader=False)
+    relation = peer(state)
+    # as a revision before 2026-11-28 stored it: {node: message}
+    problem = (
+        "etcd member cp-9 of a departed unit is still there: etcdserver: unhealthy cluster; "
+        "retrying"
+    )
+    bag = {**relation.local_app_data, "etcd-problems": json.dumps({"cp-9": problem})}
+    relation = dataclasses.replace(relation, local_app_data=bag)
+    state = dataclasses.replace(state, relations=[relation])
+
+    out = ctx.run(ctx.on.relation_changed(peer(state), remote_unit=1), state)
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert out.unit_status == testing.WaitingStatus(problem)
+
+
+def test_a_unit_whose_own_node_is_not_ready_waits_while_the_cluster_line_stays(ctx, machine):
+    state = leader_member_state(leader=False)
+    relation = peer(state)
+    out = ctx.run(ctx.on.relation_changed(relation, remote_unit=1), state)
+    relation = peer(out)
+    health = json.dumps({"missing": [], "not-ready": ["ip-10-0-1-17"]})
+    bag = {**relation.local_app_data, "node-health": health}
+    out = dataclasses.replace(out, relations=[dataclasses.replace(relation, local_app_data=bag)])
+
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert out.unit_status == testing.WaitingStatus(
+        "node ip-10-0-1-17 not Ready: v1.36, 1 control-plane, 0 workers; not Ready: ip-10-0-1-17"
+    )
 
 
 def test_the_application_status_follows_the_leaders_blocked_reconcile(ctx, machine):

@@ -12,6 +12,7 @@ from fakes.machine import deb
 from fakes.worker_scenario import (
     API_SERVERS,
     CA_HASH,
+    NO_CNI,
     NODE,
     SA_TOKEN,
     TOKEN,
@@ -19,6 +20,7 @@ from fakes.worker_scenario import (
     join_secret,
     joined_state,
     node,
+    not_ready_condition,
     register_node,
 )
 
@@ -339,6 +341,50 @@ def test_node_labels_change_after_join_is_applied_through_the_api(ctx, machine, 
     assert "old" not in labels
     assert labels["team"] == "someone-else"
     assert len(machine.joins) == 1
+
+
+def test_a_node_that_is_not_ready_waits_with_kubelets_reason(ctx, machine, api):
+    register_node(api, ready=not_ready_condition())
+    state = joined_state(api, config={"node-labels": "example.com/pool=cpu"})
+
+    out = ctx.run(ctx.on.update_status(), state)
+
+    assert out.unit_status == testing.WaitingStatus(f"node {NODE} is not Ready: {NO_CNI}")
+    # labelled and published all the same: the control plane counts it as not Ready
+    assert node(api)["metadata"]["labels"]["example.com/pool"] == "cpu"
+    [relation] = out.relations
+    assert relation.local_unit_data["node-name"] == NODE
+    register_node(api)  # the network plugin runs
+    out = ctx.run(ctx.on.update_status(), out)
+    assert out.unit_status == testing.ActiveStatus(READY)
+
+
+def test_a_node_kubelet_stopped_posting_for_waits(ctx, machine, api):
+    # the node lifecycle controller marks a silent kubelet's conditions Unknown
+    # (pkg/controller/nodelifecycle: "Kubelet stopped posting node status.")
+    stale = {
+        "type": "Ready",
+        "status": "Unknown",
+        "reason": "NodeStatusUnknown",
+        "message": "Kubelet stopped posting node status.",
+    }
+    register_node(api, ready=stale)
+
+    out = ctx.run(ctx.on.update_status(), joined_state(api))
+
+    assert out.unit_status == testing.WaitingStatus(
+        f"node {NODE} is not Ready: Kubelet stopped posting node status."
+    )
+
+
+def test_a_node_without_a_ready_condition_yet_waits(ctx, machine, api):
+    register_node(api, ready=None)  # registered; kubelet has not posted its status yet
+
+    out = ctx.run(ctx.on.update_status(), joined_state(api))
+
+    assert out.unit_status == testing.WaitingStatus(
+        f"node {NODE} is not Ready: kubelet has not reported its status yet"
+    )
 
 
 def test_unregistered_node_waits(ctx, machine, api):

@@ -130,7 +130,9 @@ def test_add_source_writes_deb822_fetches_key_and_updates(machine):
         f"Types: deb\nURIs: {UPSTREAM}\nSuites: /\nSigned-By: {KEY}\n"
     )
     assert machine.path(KEY).exists()
-    assert machine.lines("curl") == [f"/usr/bin/curl -fsSL {UPSTREAM}Release.key"]
+    assert machine.lines("curl") == [
+        f"/usr/bin/curl -fsSL --max-time 60 --retry 3 {UPSTREAM}Release.key"
+    ]
     assert UPSTREAM in machine.indexed
     apt.install(machine.host(), {"kubeadm": "1.36.5-1.1"}, hold=True)
     assert machine.dpkg["kubeadm"] == "1.36.5-1.1"
@@ -169,7 +171,10 @@ def test_changing_the_source_fetches_its_key_and_updates_again(machine):
 
     assert add_k8s_source(machine, uri=mirror, key_url=mirror + "Release.key")
 
-    assert machine.lines("curl")[-1] == f"/usr/bin/curl -fsSL {mirror}Release.key"
+    assert (
+        machine.lines("curl")[-1]
+        == f"/usr/bin/curl -fsSL --max-time 60 --retry 3 {mirror}Release.key"
+    )
     assert machine.indexed == {mirror}
 
 

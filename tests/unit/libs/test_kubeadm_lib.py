@@ -218,7 +218,8 @@ def test_install_from_a_mirror(machine):
     source = machine.read("/etc/apt/sources.list.d/kubernetes.sources")
     assert "URIs: https://mirror.internal/k8s/core:/stable:/v1.36/deb/" in source
     assert machine.lines("curl") == [
-        "/usr/bin/curl -fsSL https://mirror.internal/k8s/core:/stable:/v1.36/deb/Release.key"
+        "/usr/bin/curl -fsSL --max-time 60 --retry 3 "
+        "https://mirror.internal/k8s/core:/stable:/v1.36/deb/Release.key"
     ]
     assert machine.dpkg["kubeadm"] == "1.36.5-1.1"
 

@@ -36,6 +36,19 @@ def test_subprocess_runner_reports_a_missing_program():
     assert failure.value.returncode == 127
 
 
+def test_a_command_given_no_timeout_still_ends_with_one(monkeypatch):
+    # review deploy.md N16: Juju has no hook timeout, and a hung program holds the
+    # machine lock (every charm on the machine) for ever
+    from charms.gpu_k8s.v0 import system
+
+    assert system.DEFAULT_TIMEOUT <= 1800
+    monkeypatch.setattr(system, "DEFAULT_TIMEOUT", 0.5)
+    with pytest.raises(CommandError) as failure:
+        SubprocessRunner().run([sys.executable, "-c", "import time; time.sleep(30)"])
+    assert failure.value.returncode == -1
+    assert failure.value.last_line == "timed out after 0.5s"
+
+
 def test_subprocess_runner_passes_input_and_env():
     code = "import os, sys; print(sys.stdin.read() + os.environ['GPU_K8S_PROBE'])"
     out = SubprocessRunner().run(

@@ -44,7 +44,7 @@ from charms.gpu_k8s.v0.system import CommandError, Host
 
 LIBID = "0aba5560c24f4e9cb2f07b0c5cfeba01"
 LIBAPI = 0
-LIBPATCH = 5
+LIBPATCH = 6
 
 APT_GET = "/usr/bin/apt-get"
 APT_MARK = "/usr/bin/apt-mark"
@@ -143,7 +143,8 @@ def add_source(
 
 def _fetch_key(host: Host, name: str, key_url: str, key_path: str) -> None:
     try:
-        armored = host.run(CURL, "-fsSL", key_url)
+        # curl(1) has no total time limit unless --max-time (review deploy.md N16)
+        armored = host.run(CURL, "-fsSL", "--max-time", "60", "--retry", "3", key_url)
         host.path(key_path).parent.mkdir(parents=True, exist_ok=True)
         host.run(
             GPG, "--batch", "--yes", "--dearmor", "-o", str(host.path(key_path)), input=armored

@@ -33,9 +33,16 @@ from typing import Protocol, TypeVar
 
 LIBID = "3dec0f436d2c448586bd6ef84b7629c5"
 LIBAPI = 0
-LIBPATCH = 4
+LIBPATCH = 5
 
 SYSTEMCTL = "/usr/bin/systemctl"
+# The longest any program may run when its caller names no timeout of its own (seconds).
+# Juju has no hook timeout and a hook holds the machine lock that every charm on the
+# machine waits for, so a program that hangs (a stalled download, a kubelet that never
+# answers) would stop them all for ever (review deploy.md N16). Long enough for an apt
+# install of the NVIDIA driver on a slow mirror; callers that know better pass less.
+# A timeout is a `CommandError` (exit status -1), which each caller turns into a status.
+DEFAULT_TIMEOUT = 1800.0
 
 T = TypeVar("T")
 
@@ -84,8 +91,13 @@ class SubprocessRunner:
         env: dict[str, str] | None = None,
         timeout: float | None = None,
     ) -> str:
-        """Run `argv` with subprocess; raise `CommandError` carrying stderr on failure."""
+        """Run `argv` with subprocess; raise `CommandError` carrying stderr on failure.
+
+        Without a `timeout` it gets `DEFAULT_TIMEOUT`: nothing runs unbounded.
+        """
         full_env = {**os.environ, **env} if env else None
+        if timeout is None:
+            timeout = DEFAULT_TIMEOUT
         try:
             done = subprocess.run(
                 argv,
