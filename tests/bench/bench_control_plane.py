@@ -12,11 +12,15 @@ growth from 100 to 1,000 workers, and the API requests and commands the runs mad
 none for relation-changed; update-status reads the Node table once (to count the Ready
 nodes) and asks etcd for its members once (not an API request).
 
+Offline: JobSet's and Kueue's release manifests come from `fakes.addons.ManifestServer` on
+127.0.0.1, as in the control plane's unit tests (their conftest), not from GitHub.
+
 Target (DESIGN.md): <= 50 ms at 1,000 workers, growth 100 -> 1,000 at most linear.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import statistics
@@ -32,9 +36,11 @@ sys.path[:0] = [
     str(ROOT / "tests"),
 ]
 
+import addons  # noqa: E402
 from ops import testing  # noqa: E402
 
 import charm  # noqa: E402
+from fakes.addons import ManifestServer  # noqa: E402
 from fakes.control_plane import Clock, ControlPlaneMachine, node  # noqa: E402
 from fakes.etcd import EtcdPki, FakeEtcd  # noqa: E402
 from fakes.kube_apiserver import FakeKubeApiServer  # noqa: E402
@@ -88,11 +94,29 @@ def measure(api: FakeKubeApiServer, etcd: FakeEtcd, root: Path, n: int) -> tuple
     return results
 
 
+@contextlib.contextmanager
+def local_releases():
+    """The batch engines' release assets from 127.0.0.1 (the unit tests' `releases` fixture)."""
+    saved = addons.JOBSET, addons.KUEUE, charm.KubernetesControlPlaneCharm.url_opener
+    with ManifestServer() as server:
+        for name in ("JOBSET", "KUEUE"):
+            release = getattr(addons, name)
+            local = f"{server.url}{server.path(release.name)}"
+            setattr(addons, name, dataclasses.replace(release, upstream_url=local))
+        charm.KubernetesControlPlaneCharm.url_opener = staticmethod(server.opener())
+        try:
+            yield server
+        finally:
+            addons.JOBSET, addons.KUEUE = saved[:2]
+            charm.KubernetesControlPlaneCharm.url_opener = staticmethod(saved[2])
+
+
 def main() -> None:
     logging.disable(logging.CRITICAL)
     results = {}
     for n in SIZES:
         with (
+            local_releases(),
             FakeKubeApiServer() as api,
             FakeEtcd(EtcdPki()) as etcd,
             tempfile.TemporaryDirectory() as tmp,

@@ -2,7 +2,7 @@
 # Copyright 2026 gpu-k8s contributors
 # See LICENSE file for licensing details.
 
-"""API requests the tensorflow charm sends for `train` and `job-status` at 2, 16, 64 workers.
+"""API requests of `train`, `job-status`, `list-jobs` and `logs` at 2, 16, 64, 256 workers.
 
 The launch code (`training.launch`, what the `train` action runs) talks through the real
 `kubernetes` client to the fake API server on loopback, with JobSet and Kueue installed as
@@ -11,7 +11,10 @@ controllers' stand-ins (tests/fakes/batch.py) admit the job and create every pod
 first polls, so waiting costs the same for every size. Requests are counted at the server
 (and by the client's own counter, which must agree).
 
-Target (DESIGN.md, issue 14): constant, whatever the number of workers.
+Target (DESIGN.md, issue 14, issue 31 item 4): constant, whatever the number of workers.
+`logs` reads at most `training.LOG_REPLICAS` replicas' logs (one request each), so a job
+with fewer replicas than that reads fewer: CONSTANT means no size reads more than the
+largest job does, and the 16/64/256-worker jobs read the same.
 """
 
 from __future__ import annotations
@@ -46,8 +49,11 @@ CTX = manifests.Context(
 )
 
 
-def measure(workers: int, strategy: str) -> tuple[int, int, int]:
-    """(train requests at the server, at the client, job-status requests) for one job."""
+SIZES = (2, 16, 64, 256)
+
+
+def measure(workers: int, strategy: str) -> tuple[int, int, int, int, int]:
+    """Requests of train (at the server, at the client), job-status, list-jobs, logs."""
     with FakeKubeApiServer() as api:
         api.put_object(f"/api/v1/namespaces/{NS}", {"metadata": {"name": NS}})
         api.put_object(f"/api/v1/namespaces/{NS}/persistentvolumeclaims/claim", {})
@@ -91,22 +97,41 @@ def measure(workers: int, strategy: str) -> tuple[int, int, int]:
                 clock=lambda: 0.0,
             )
             train = len(api.requests) - before, kube.requests - counted
-            before = len(api.requests)
-            training.status(kube, CTX, "bench")
-            return train[0], train[1], len(api.requests) - before
+            reads = []
+            for read in (
+                lambda: training.status(kube, CTX, "bench"),
+                lambda: training.list_jobs(kube, CTX),
+                lambda: training.logs(kube, CTX, "bench", 20),
+            ):
+                before = len(api.requests)
+                read()
+                reads.append(len(api.requests) - before)
+            return (train[0], train[1], *reads)
+
+
+def _verdict(counts: list[int]) -> str:
+    """CONSTANT when no size costs more than the largest and 16/64/256 cost the same."""
+    tail = counts[1:]
+    return "CONSTANT" if len(set(tail)) == 1 and max(counts) == tail[0] else "GROWS"
 
 
 def main() -> None:
     """Print the table."""
-    print(f"{'strategy':<9}{'roles':>6}{'workers':>9}{'train':>7}{'client':>8}{'status':>8}")
+    names = ("train", "client", "job-status", "list-jobs", "logs")
+    print(f"{'strategy':<9}{'roles':>6}{'workers':>9}" + "".join(f"{n:>12}" for n in names))
     for strategy, roles in (("mwms", 1), ("ps", 3)):
-        counts = []
-        for workers in (2, 16, 64):
-            server, client, status = measure(workers, strategy)
-            counts.append((server, status))
-            print(f"{strategy:<9}{roles:>6}{workers:>9}{server:>7}{client:>8}{status:>8}")
-        verdict = "constant" if len(set(counts)) == 1 else "GROWS with workers"
-        print(f"{strategy}: {verdict} (train {counts[0][0]}, job-status {counts[0][1]} requests)")
+        rows = []
+        for workers in SIZES:
+            row = measure(workers, strategy)
+            rows.append(row)
+            print(f"{strategy:<9}{roles:>6}{workers:>9}" + "".join(f"{n:>12}" for n in row))
+        verdicts = [
+            f"{name} {_verdict([r[i] for r in rows])} ({rows[-1][i]})"
+            for i, name in enumerate(names)
+            if name != "client"
+        ]
+        sizes = "/".join(map(str, SIZES))
+        print(f"{strategy}: requests at {sizes} workers: " + ", ".join(verdicts))
 
 
 if __name__ == "__main__":

@@ -33,12 +33,18 @@ Kueue (kubernetes-sigs/kueue v0.19.2):
   ResourceFlavor it names is missing (clusterqueue_types.go FlavorQuotas.Name); reason
   Inadmissible (the legacy path: the finer reasons need the UnadmittedWorkloads-
   Observability gate, off by default in 0.19, kube_features.go).
-- K3 Preemption within the ClusterQueue (the team queue's `withinClusterQueue:
-  LowerPriority`): a pending Workload that does not fit evicts admitted ones of lower
-  priority, lowest priority and most recently admitted first, until it would fit, then
-  gives back those it turns out not to need, last taken first (preemption/common/
-  ordering.go CandidatesOrdering; preemption.go fillBackWorkloads); or a test calls
-  `preempt(job, by=)`. The Workload gets Evicted (reason Preempted) and Preempted
+- K3 Preemption as Kueue with fair sharing on (the control plane's configuration;
+  preemption.go fairPreemptions, see `_preempt_for`): a pending Workload that does not
+  fit evicts, in its own ClusterQueue, admitted ones of lower priority
+  (`withinClusterQueue: LowerPriority`, reason InClusterQueue) and, in the other
+  ClusterQueues of the cohort that borrow, any (`reclaimWithinCohort: Any`): all while it
+  stays within its nominal quota (InCohortReclamation), else by dominant resource share
+  (InCohortFairSharing); queues of highest share first, other queues' candidates before
+  its own, lower priority then most recently admitted first, until it fits, then gives
+  back those it turns out not to need (preemption/common/ordering.go
+  CandidatesOrdering; preemption.go fillBackWorkloads); or a test calls
+  `preempt(job, by=)`. A victim of another namespace is stopped by that namespace's
+  controllers. The Workload gets Evicted (reason Preempted) and Preempted
   (reason InClusterQueue) while still admitted, with Kueue's message "Preempted to
   accommodate a workload (UID: <preemptor Workload uid>, JobUID: <its job's uid>) due to
   prioritization in the ClusterQueue; preemptor path: /<cohort>/<cq>; preemptee path:
@@ -63,8 +69,11 @@ JobSet (kubernetes-sigs/jobset v0.12.0, pkg/controllers/jobset_controller.go):
   `restarts` and `restartsCountTowardsMax` + 1, condition RestartingJobSet (until every
   Job is ready again, reason JobsReady), every child Job deleted with its pods and created
   again; once `restartsCountTowardsMax` reached `maxRestarts`, the JobSet is Failed
-  (ReachedMaxRestarts) instead, and at once when a failurePolicy rule with action
-  FailJobSet names the Job's failure reason (first matching rule wins).
+  (ReachedMaxRestarts) instead. The first failurePolicy rule that applies to a failed Job
+  (an empty onJobFailureReasons, message patterns or target list matching every Job,
+  failure_policy.go ruleIsApplicable) gives the action: FailJobSet fails it at once,
+  RestartJobSetAndIgnoreMaxRestarts restarts without counting. No failurePolicy at all:
+  Failed (FailedJobs) on the first failure.
 - J4 successPolicy Any over the target replicated Jobs: once one of their Jobs completes,
   the JobSet is Completed and its other active Jobs are deleted with their pods.
 
@@ -117,6 +126,7 @@ deployment/, /docs/concepts/workloads/pods/pod-lifecycle/):
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -434,6 +444,82 @@ class Quota:
             reasons += misfits
         return None
 
+    def preempt_usage(self, cq: str, pod_sets: list[dict]) -> dict[tuple[str, str], float] | None:
+        """The Workload's usage per (flavor, resource) with flavors in Preempt mode, or None.
+
+        flavorassigner.go: a pod set's resource group gets its first flavor that fits
+        (Fit), else the first whose maximum capacity (`potential`) holds the request
+        (Preempt); None when no flavor could hold it even with preemption.
+        """
+        groups = self.cqs[cq]["spec"].get("resourceGroups") or []
+        usage: dict[tuple[str, str], float] = {}
+        for ps in pod_sets:
+            spec = ps["template"]["spec"]
+            total = {r: v * ps["count"] for r, v in pod_requests(spec).items()}
+            for group in groups:
+                wanted = {r: v for r, v in total.items() if r in group["coveredResources"]}
+                if not wanted:
+                    continue
+                usable = [
+                    f["name"]
+                    for f in group.get("flavors") or []
+                    if not self._flavor_mismatch(f["name"], spec)
+                ]
+                fit = next((f for f in usable if not self._misfits(cq, f, wanted, usage)), None)
+                held = next(
+                    (
+                        f
+                        for f in usable
+                        if all(
+                            usage.get((f, r), 0.0) + v <= self.potential(cq, f, r)
+                            for r, v in wanted.items()
+                        )
+                    ),
+                    None,
+                )
+                chosen = fit or held
+                if chosen is None:
+                    return None
+                for r, v in wanted.items():
+                    usage[(chosen, r)] = usage.get((chosen, r), 0.0) + v
+            if any(not any(r in g["coveredResources"] for g in groups) for r in total):
+                return None
+        return usage
+
+    def borrowing(self, cq: str, flavor: str, resource: str, extra: float = 0.0) -> bool:
+        """Its usage (plus `extra`) is over its nominal quota (resource_node.go Borrowing)."""
+        used = self.usage.get((cq, flavor, resource), 0.0) + extra
+        return used > self.nominal(cq, flavor, resource)
+
+    def share(self, cq: str, extra: dict[tuple[str, str], float] | None = None) -> float:
+        """The ClusterQueue's DominantResourceShare (fair_sharing.go dominantResourceShare).
+
+        Per resource, what it borrows over its nominal quota summed over flavors, x 1000
+        over what the cohort could lend of that resource (calculateLendable: the root's
+        SubtreeQuota over every flavor); the largest ratio, fair weight 1 (the charm sets
+        none). -1 when it borrows nothing (not a target: DRS.IsBorrowing false), 0
+        without a cohort.
+        """
+        cohort = self.cqs[cq]["spec"].get("cohortName")
+        if not cohort:
+            return -1.0
+        extra = extra or {}
+        keys = {(f, r) for (c, f, r) in self.usage if c == cq} | set(extra)
+        borrowed: dict[str, float] = {}
+        for f, r in keys:
+            used = self.usage.get((cq, f, r), 0.0) + extra.get((f, r), 0.0)
+            over = used - self.nominal(cq, f, r)
+            if over > 0:
+                borrowed[r] = borrowed.get(r, 0.0) + over
+        if not borrowed:
+            return -1.0
+        best = 0.0
+        for r, amount in borrowed.items():
+            lendable = sum(self.subtree(cohort, f, r) for f in self.flavors)
+            if lendable > 0:
+                best = max(best, amount * 1000.0 / lendable)
+        return best
+
     def assign(self, cq: str, pod_sets: list[dict]) -> tuple[list[dict] | None, str]:
         """flavorassigner.go: a flavor per pod set and resource group, or why none.
 
@@ -487,6 +573,105 @@ class Quota:
         return out, ""
 
 
+class _FairPreemption:
+    """One run of preemption.go fairPreemptions over a flat cohort (see _preempt_for)."""
+
+    def __init__(
+        self,
+        quota: Quota,
+        cq: str,
+        need: dict[tuple[str, str], float],
+        frs: set[tuple[str, str]],
+    ):
+        self.quota, self.cq, self.need = quota, cq, need
+        # queueWithinNominalInResourcesNeedingPreemption, the Workload's usage added
+        self.within = not any(quota.borrowing(cq, f, r, need.get((f, r), 0.0)) for f, r in frs)
+        self.taken: list[tuple[dict, str]] = []
+
+    def fits(self) -> bool:
+        """As workloadFitsForFairSharing: its usage within what its queue may take."""
+        return all(v <= self.quota.available(self.cq, f, r) for (f, r), v in self.need.items())
+
+    def share(self, cq: str) -> float:
+        return self.quota.share(cq, self.need if cq == self.cq else None)
+
+    def next_target(self, queues: dict[str, list[dict]]) -> str | None:
+        """As ordering.go nextTarget: the borrowing queue of highest share."""
+        best, best_share = None, -1.0
+        for where, items in queues.items():
+            share = self.share(where)
+            if not items or (share < 0 and where != self.cq):
+                continue  # pruned: nothing left, or not borrowing
+            if best is None or share > best_share:
+                best, best_share = where, share
+        return best
+
+    def take(self, workload: dict, reason: str) -> bool:
+        self.quota.add(workload, -1)
+        self.taken.append((workload, reason))
+        return self.fits()
+
+    def first_strategy(self, left: dict[str, list[dict]]) -> tuple[bool, dict[str, list[dict]]]:
+        """As runFirstFsStrategy, LessThanOrEqualToFinalShare: (fits, candidates left)."""
+        retry: dict[str, list[dict]] = {}
+        while (where := self.next_target(left)) is not None:
+            if where == self.cq or self.within:
+                reason = "InClusterQueue" if where == self.cq else "InCohortReclamation"
+                if self.take(left[where].pop(0), reason):
+                    return True, retry
+                continue
+            mine = self.share(self.cq)
+            for w in list(left[where]):
+                left[where].remove(w)
+                self.quota.add(w, -1)
+                after = self.quota.share(where)
+                self.quota.add(w, 1)
+                if mine <= max(after, 0.0):
+                    if self.take(w, "InCohortFairSharing"):
+                        return True, retry
+                    break  # might need to pick another queue now
+                retry.setdefault(where, []).append(w)
+        return False, retry
+
+    def second_strategy(self, retry: dict[str, list[dict]]) -> bool:
+        """As runSecondFsStrategy: LessThanInitialShare, one candidate per queue."""
+        while (where := self.next_target(retry)) is not None:
+            w = retry.pop(where)[0]
+            if self.share(self.cq) < self.share(where) and self.take(w, "InCohortFairSharing"):
+                return True
+        return False
+
+    def undo(self) -> None:
+        for w, _ in self.taken:
+            self.quota.add(w, 1)
+
+    def fill_back(self) -> list[tuple[dict, str]]:
+        """As fillBackWorkloads: give back, last taken first but the last, what is unneeded.
+
+        The quota is left as it was: the victims hold theirs until they stopped (_evict).
+        """
+        for kept in reversed(self.taken[:-1]):
+            self.quota.add(kept[0], 1)
+            if self.fits():
+                self.taken.remove(kept)
+            else:
+                self.quota.add(kept[0], -1)
+        self.undo()
+        return self.taken
+
+
+# preemption.go HumanReadablePreemptionReasons (v0.19.2), by the Preempted condition's reason
+_PREEMPTION_REASONS = {
+    "InClusterQueue": "prioritization in the ClusterQueue",
+    "InCohortReclamation": "reclamation within the cohort",
+    "InCohortFairSharing": "Fair Sharing within the cohort",
+    "InCohortReclaimWhileBorrowing": "reclamation within the cohort while borrowing",
+}
+# (id of the API server, namespace) -> its controllers: Kueue is one controller for every
+# namespace, so a preemption in one team's queue stops a job of another team's
+_CONTROLLERS: dict[tuple[int, str], BatchControllers] = {}
+
+
 class BatchControllers:
     """Kueue, JobSet, the Job controller and kubelet over one namespace (see above)."""
 
@@ -502,6 +687,7 @@ class BatchControllers:
         self._admissions = 0
         self._admitted_at: dict[str, int] = {}
         api.mutators.append(self._suspend_on_create)
+        _CONTROLLERS[(id(api), namespace)] = self
         # Runs the containers of the Job controller's pods (start/stop/reap); None: pods
         # only change when a test says so (end_pod).
         self.kubelet: Any | None = None
@@ -761,69 +947,134 @@ class BatchControllers:
             _set(workload, "QuotaReserved", "False", reason, message)
             self._put(workload)
 
-    def _preempt_for(self, preemptor: dict, cq: dict, quota: Quota) -> bool:
-        """K3: evict lower-priority admitted Workloads of its ClusterQueue so it fits, or none.
+    def _candidates(
+        self, preemptor: dict, cq: dict, quota: Quota, frs: set[tuple[str, str]]
+    ) -> list[tuple[dict, str]]:
+        """preemption.go findCandidates, ordered by common/ordering.go CandidatesOrdering.
 
-        Candidates lowest priority first, of one priority the most recently admitted
-        first, taken until the preemptor's pod sets get flavors; then those not needed
-        are given back, last taken first (preemption.go fillBackWorkloads).
+        Admitted Workloads (every namespace) holding a flavor-resource the preemptor needs
+        preemption for: in its own ClusterQueue those its `withinClusterQueue` policy
+        allows; in another ClusterQueue of its cohort that borrows one of those, those
+        `reclaimWithinCohort` allows (preemption_policy.go SatisfiesPreemptionPolicy).
+        Other queues' first, then lower priority, then most recently admitted. Each with
+        its ClusterQueue's name.
         """
         name = cq["metadata"]["name"]
-        jobsets = {j["metadata"]["uid"]: j for j in self._jobsets()}
-        admitted = [
-            (w, jobsets[w["metadata"]["ownerReferences"][0]["uid"]])
-            for w in self._workloads()
-            if _true(w, "Admitted")
-            and not _true(w, "Finished")
-            and not _true(w, "Evicted")
-            and w["metadata"]["ownerReferences"][0]["uid"] in jobsets
-            and (w["status"].get("admission") or {}).get("clusterQueue") == name
-            and w["spec"]["priority"] < preemptor["spec"]["priority"]
-        ]
-        # lowest priority first, of one priority the most recently admitted first
-        admitted.sort(
-            key=lambda p: self._admitted_at.get(p[0]["metadata"]["uid"], 0), reverse=True
-        )
-        admitted.sort(key=lambda p: p[0]["spec"]["priority"])
-
-        def fits() -> bool:
-            return quota.assign(name, preemptor["spec"]["podSets"])[0] is not None
-
-        victims: list[tuple[dict, dict]] = []
-        for workload, js in admitted:
-            quota.add(workload, -1)
-            victims.append((workload, js))
-            if fits():
-                break
-        if not victims or not fits():
-            for workload, _ in victims:
-                quota.add(workload, 1)
-            return False
-        for kept in reversed(victims[:-1]):  # fill back what is not needed
-            quota.add(kept[0], 1)
-            if fits():
-                victims.remove(kept)
+        policy = cq["spec"].get("preemption") or {}
+        mine = preemptor["spec"]["priority"]
+        out = []
+        for w in self.api.objects(f"{KUEUE}/namespaces/", kind="Workload"):
+            admission = (w.get("status") or {}).get("admission") or {}
+            where = admission.get("clusterQueue")
+            if not _true(w, "Admitted") or _true(w, "Finished") or _true(w, "Evicted"):
+                continue
+            if where not in quota.cqs or w["metadata"]["uid"] == preemptor["metadata"]["uid"]:
+                continue
+            held = {
+                (ps["flavors"][r], r)
+                for ps in admission.get("podSetAssignments") or []
+                for r in ps.get("resourceUsage") or {}
+            }
+            if not held & frs:
+                continue
+            if where == name:
+                rule = policy.get("withinClusterQueue", "Never")
             else:
-                quota.add(kept[0], -1)
-        for _, js in victims:
-            self._evict(
-                js["metadata"]["name"],
-                "Preempted",
-                self._preemption_message(preemptor, cq),
-                preempted=True,
-            )
+                same = quota.cqs[where]["spec"].get("cohortName")
+                if not same or same != cq["spec"].get("cohortName"):
+                    continue
+                if not any(quota.borrowing(where, f, r) for f, r in frs):
+                    continue  # cqIsBorrowing: nothing to reclaim from it
+                rule = policy.get("reclaimWithinCohort", "Never")
+            lower = w["spec"]["priority"] < mine
+            if rule == "Any" or (rule.startswith("Lower") and lower):
+                out.append((w, where))
+        out.sort(key=lambda c: self._admitted_at.get(c[0]["metadata"]["uid"], 0), reverse=True)
+        out.sort(key=lambda c: c[0]["spec"]["priority"])
+        out.sort(key=lambda c: c[1] == name)
+        return out
+
+    def _preempt_for(self, preemptor: dict, cq: dict, quota: Quota) -> bool:
+        """K3: evict what Kueue's fair-sharing preemption picks so the Workload fits, or none.
+
+        The control plane turns fair sharing on (its kueue.py), so Kueue runs
+        preemption.go fairPreemptions (v0.19.2), over a flat cohort here:
+        - the flavor-resources needing preemption are those the Preempt-mode assignment
+          gets over what is available (flavorResourcesNeedPreemption);
+        - candidates as `_candidates`; the target ClusterQueue is, each round, the one with
+          the highest DominantResourceShare among those that borrow (the preemptor's own
+          too, with the Workload's usage added), ties to the better first candidate
+          (fairsharing/ordering.go nextTarget);
+        - in its own ClusterQueue a candidate is taken (reason InClusterQueue); in another,
+          while the preemptor stays within its nominal quota with the Workload
+          (FairSharingPreemptWithinNominal, Beta, on in 0.19, kube_features.go), taken
+          unconditionally (InCohortReclamation); else taken when the preemptor's new
+          share <= the target's share without it (LessThanOrEqualToFinalShare,
+          InCohortFairSharing), and then, for those left, when the preemptor's new share <
+          the target's old one (LessThanInitialShare, runSecondFsStrategy);
+        - until the Workload fits (workloadFitsForFairSharing: its usage within
+          `available`), then those not needed are given back, last taken first but the
+          last (fillBackWorkloads).
+        """
+        name = cq["metadata"]["name"]
+        need = quota.preempt_usage(name, preemptor["spec"]["podSets"])
+        if need is None:
+            return False
+        frs = {fr for fr, v in need.items() if v > quota.available(name, *fr)}
+        candidates = self._candidates(preemptor, cq, quota, frs)
+        if not candidates:
+            return False
+        fair = _FairPreemption(quota, name, need, frs)
+        left: dict[str, list[dict]] = {}
+        for w, where in candidates:
+            left.setdefault(where, []).append(w)
+        done, retry = fair.first_strategy(left)
+        if not done:
+            done = fair.second_strategy(retry)
+        if not done:
+            fair.undo()
+            return False
+        for w, reason in fair.fill_back():
+            self._evict_workload(w, reason, self._preemption_message(preemptor, cq, w, reason))
         return True
 
-    def _preemption_message(self, preemptor: dict | None, cq: dict) -> str:
-        path = f"/{cq['spec'].get('cohortName', '')}/{cq['metadata']['name']}".replace("//", "/")
+    def _preemption_message(
+        self,
+        preemptor: dict | None,
+        cq: dict,
+        victim: dict | None = None,
+        reason: str = "InClusterQueue",
+    ) -> str:
+        """preemption.go preemptionMessage, buildCQPath, HumanReadablePreemptionReasons."""
+
+        def path(queue: dict) -> str:
+            cohort = queue["spec"].get("cohortName", "")
+            return f"/{cohort}/{queue['metadata']['name']}".replace("//", "/")
+
+        where = ((victim or {}).get("status") or {}).get("admission", {}).get("clusterQueue")
+        victim_cq = self.api.get_object(f"{KUEUE}/clusterqueues/{where}") if where else None
         uid = (preemptor or {}).get("metadata", {}).get("uid") or "UNKNOWN"
         job_uid = ((preemptor or {}).get("metadata", {}).get("labels") or {}).get(
             "kueue.x-k8s.io/job-uid", "UNKNOWN"
         )
         return (
             f"Preempted to accommodate a workload (UID: {uid}, JobUID: {job_uid}) due to "
-            f"prioritization in the ClusterQueue; preemptor path: {path}; preemptee path: {path}"
+            f"{_PREEMPTION_REASONS[reason]}; preemptor path: {path(cq)}; "
+            f"preemptee path: {path(victim_cq or cq)}"
         )
+
+    def _evict_workload(self, workload: dict, reason: str, message: str) -> None:
+        """K3 for a Workload of any namespace: its namespace's controllers stop its job."""
+        ns = workload["metadata"]["namespace"]
+        jobset = workload["metadata"]["ownerReferences"][0]["name"]
+        sibling = _CONTROLLERS.get((id(self.api), ns), self)
+        if (
+            sibling.api is not self.api or sibling.ns != ns
+        ):  # nobody runs that namespace's jobs: no pods to stop
+            sibling = BatchControllers.__new__(BatchControllers)
+            sibling.__dict__.update(self.__dict__)
+            sibling.ns = ns
+        sibling._evict(jobset, "Preempted", message, preempted=reason)
 
     def preempt(self, jobset: str, by: str | None = None) -> None:
         """K3: Kueue preempts the job for `by` (a higher-priority job needing its quota)."""
@@ -832,7 +1083,8 @@ class BatchControllers:
         cq, blocker = self._cluster_queue(workload)
         assert cq is not None, blocker
         preemptor = self.workload(by) if by else None
-        self._evict(jobset, "Preempted", self._preemption_message(preemptor, cq), preempted=True)
+        message = self._preemption_message(preemptor, cq)
+        self._evict(jobset, "Preempted", message, preempted="InClusterQueue")
 
     def time_out(self, jobset: str) -> None:
         """K5: the job's pods did not all become ready within waitForPodsReady.timeout."""
@@ -841,7 +1093,7 @@ class BatchControllers:
         message = f"Exceeded the PodsReady timeout {self.ns}/{workload['metadata']['name']}"
         self._evict(jobset, "PodsReadyTimeout", message)
 
-    def _evict(self, jobset: str, reason: str, message: str, *, preempted: bool = False) -> None:
+    def _evict(self, jobset: str, reason: str, message: str, *, preempted: str = "") -> None:
         """K3/K5: the job is evicted, stopped, then loses its quota reservation.
 
         Evicted (and Preempted) while still admitted; the JobSet is suspended; the
@@ -855,7 +1107,7 @@ class BatchControllers:
         assert workload is not None, f"no workload for {jobset}"
         _set(workload, "Evicted", "True", reason, message)
         if preempted:
-            _set(workload, "Preempted", "True", "InClusterQueue", message)
+            _set(workload, "Preempted", "True", preempted, message)
         if reason == "PodsReadyTimeout":
             state = workload["status"].setdefault("requeueState", {})
             state["count"] = int(state.get("count", 0)) + 1
@@ -875,30 +1127,68 @@ class BatchControllers:
         self._put(workload)
 
     # -- JobSet
-    def _restart_or_fail(self, js: dict, children: list[dict]) -> None:
-        """J3: a child Job failed (rules first: FailJobSet on the Job's failure reason)."""
-        status = js.setdefault("status", {})
-        policy = js["spec"].get("failurePolicy", {})
-        maximum = policy.get("maxRestarts", 0)
-        counted = int(status.get("restartsCountTowardsMax", 0))
-        reasons = {
-            c.get("reason")
-            for j in children
-            for c in j.get("status", {}).get("conditions") or []
-            if c["type"] == "Failed"
-        }
-        fail_now = any(
-            r["action"] == "FailJobSet" and reasons & set(r.get("onJobFailureReasons") or [])
-            for r in policy.get("rules") or []
+    @staticmethod
+    def _rule_applies(rule: dict, job: dict) -> bool:
+        """failure_policy.go ruleIsApplicable (v0.12.0): an empty list matches everything.
+
+        onJobFailureReasons holds the Job's Failed reason, onJobFailureMessagePatterns
+        one regex its message matches, targetReplicatedJobs its replicated Job.
+        """
+        failed = next(
+            (
+                c
+                for c in (job.get("status") or {}).get("conditions") or []
+                if c["type"] == "Failed"
+            ),
+            None,
         )
-        if fail_now:
+        if failed is None:
+            return False
+        reasons = rule.get("onJobFailureReasons") or []
+        if reasons and failed.get("reason") not in reasons:
+            return False
+        patterns = rule.get("onJobFailureMessagePatterns") or []
+        if patterns and not any(re.search(p, failed.get("message", "")) for p in patterns):
+            return False
+        targets = rule.get("targetReplicatedJobs") or []
+        parent = job["metadata"]["labels"].get("jobset.sigs.k8s.io/replicatedjob-name")
+        return not targets or parent in targets
+
+    def _restart_or_fail(self, js: dict, children: list[dict]) -> None:
+        """J3: a child Job failed: the first failurePolicy rule that applies acts.
+
+        failure_policy.go executeFailurePolicy (v0.12.0): no failurePolicy fails the
+        JobSet (FailedJobs); else the first rule applying to a failed Job
+        (`_rule_applies`) gives the action, RestartJobSet when none does. FailJobSet fails
+        it (FailJobSetFailurePolicyAction); RestartJobSet fails it once
+        restartsCountTowardsMax reached maxRestarts (ReachedMaxRestarts), else restarts it
+        counting; RestartJobSetAndIgnoreMaxRestarts restarts it without counting.
+        RestartingJobSet's reason is `FailurePolicy_<rule>` or DefaultFailurePolicy.
+        """
+        status = js.setdefault("status", {})
+        policy = js["spec"].get("failurePolicy")
+        failed = [j for j in children if _true(j, "Failed")]
+        rule = None
+        for candidate in (policy or {}).get("rules") or []:
+            if any(self._rule_applies(candidate, j) for j in failed):
+                rule = candidate
+                break
+        action = rule["action"] if rule else "RestartJobSet"
+        counted = int(status.get("restartsCountTowardsMax", 0))
+        if action in ("RestartJob", "RestartJobAndIgnoreMaxRestarts"):
+            raise NotImplementedError(f"JobSet failure policy action {action}")
+        if policy is None:
+            _set(js, "Failed", "True", "FailedJobs")
+        elif action == "FailJobSet":
             _set(js, "Failed", "True", "FailJobSetFailurePolicyAction")
-        elif counted >= maximum:
+        elif action == "RestartJobSet" and counted >= policy.get("maxRestarts", 0):
             _set(js, "Failed", "True", "ReachedMaxRestarts")
         else:
             status["restarts"] = int(status.get("restarts", 0)) + 1
-            status["restartsCountTowardsMax"] = counted + 1
-            _set(js, "RestartingJobSet", "True", "DefaultFailurePolicy")
+            if action == "RestartJobSet":
+                status["restartsCountTowardsMax"] = counted + 1
+            reason = f"FailurePolicy_{rule['name']}" if rule else "DefaultFailurePolicy"
+            _set(js, "RestartingJobSet", "True", reason)
         self._put(js)
         for child in children:
             self._delete(child)

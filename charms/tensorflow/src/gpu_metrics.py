@@ -116,8 +116,11 @@ def gpu_use(
         return "no pod of this job runs on its GPUs yet"
     out: dict[str, str] = {}
     unreachable = []
+    # one list of every Node, not a read per node the job runs on: job-status costs the
+    # same API requests whatever the job's size (issue 31 item 4)
+    nodes = {n["metadata"]["name"]: n for n in kube.list("v1", "Node")}
     for node_name, names in sorted(placed.items()):
-        node = kube.get("v1", "Node", node_name)
+        node = nodes.get(node_name)
         ip = node_ip(node) if node else None
         if ip is None:
             unreachable.append(f"{node_name}: no InternalIP")

@@ -155,6 +155,55 @@ def find_pod(pods: Iterable[dict], role: str, index: int) -> dict | None:
     return matching[-1] if matching else None
 
 
+def _needs_a_look(pod: dict | None) -> bool:
+    """No pod, a container that restarted or ended, or a pod that does not run."""
+    if pod is None:
+        return True
+    history, _ = container_history(pod)
+    return history is not None or not _pod_ready(pod)
+
+
+def _ranges(indexes: list[int]) -> str:
+    """`0-3, 7`: sorted indexes as runs."""
+    runs: list[list[int]] = []
+    for i in sorted(indexes):
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def replicas_to_read(
+    wanted: list[tuple[str, int]], pods: Iterable[dict], chief: tuple[str, int], limit: int
+) -> tuple[list[tuple[str, int]], str | None]:
+    """The replicas whose logs `logs` reads (at most `limit`), and a line for the others.
+
+    The API server serves one pod's log per request, so reading every replica of a
+    256-worker job is 256 requests and a result Juju may refuse: the chief's log first
+    (progress), then those that need a look (no pod, restarted, ended, not running), then
+    the rest in order, `limit` in all. Returned in role and index order.
+    """
+    pods = list(pods)
+    if len(wanted) <= limit:
+        return wanted, None
+    ranked = sorted(
+        wanted,
+        key=lambda ri: (ri != chief, not _needs_a_look(find_pod(pods, *ri)), wanted.index(ri)),
+    )
+    shown = set(ranked[:limit])
+    others: dict[str, list[int]] = {}
+    for role, index in wanted:
+        if (role, index) not in shown:
+            others.setdefault(role, []).append(index)
+    listed = "; ".join(f"{role} {_ranges(indexes)}" for role, indexes in others.items())
+    line = (
+        f"({len(wanted) - limit} of {len(wanted)} replicas not shown: {listed}; "
+        "logs role=<role> index=<i> shows one)"
+    )
+    return [ri for ri in wanted if ri in shown], line
+
+
 # The states in which a job's Workload waits for Kueue to admit it (again).
 WAITING = ("Queued", "Preempted", "Requeued", "Evicted")
 # Outside the namespaces labelled gpu-k8s.io/kueue=managed a JobSet is neither suspended

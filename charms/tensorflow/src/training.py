@@ -57,6 +57,10 @@ Log = Callable[[str], None]
 POLL_SECONDS = 2.0
 # How long `train` looks for Kueue's first answer (the Workload it makes for the JobSet).
 QUEUE_SETTLE_SECONDS = 10.0
+# Replicas whose logs one `logs` reads (one API request each, two with a restarted
+# container's previous log): a constant whatever the job's size (issue 31 item 4), as
+# kubectl caps `logs -l` at --max-log-requests (default 5). The rest: role= index=.
+LOG_REPLICAS = 8
 # Kinds a job is made of, deleted by `stop` (the JobSet first: its Jobs and pods go with
 # it; batch Jobs are the purge Job).
 JOB_KINDS = (
@@ -544,6 +548,10 @@ def logs(kube: Any, ctx: Context, job: str, lines: int, role: str = "all", index
     `role` (and `index`) pick one role (or replica), as `arena logs -i` does: a 64-worker
     job is otherwise 64 log reads into one result.
 
+    At most LOG_REPLICAS replicas are read (one request each, the API server has no log
+    read for many pods): the chief's, those that need a look, then the first others; a
+    last line names the rest (job_state.replicas_to_read).
+
     A container that restarted also shows the end of its previous instance's log (where a
     crash's traceback is), and how each instance ended (exit code, OOMKilled). A replica
     whose pod is gone points at its copy on the shared volume (the launcher writes every
@@ -564,6 +572,7 @@ def logs(kube: Any, ctx: Context, job: str, lines: int, role: str = "all", index
         if role in ("all", r) and (index < 0 or i == index)
     ]
     pods = _training_pods(kube, ctx, job)
+    wanted, not_shown = job_state.replicas_to_read(wanted, pods, request.chief(), LOG_REPLICAS)
     out: list[str] = []
     for r, i in wanted:
         prefix = f"[{r}-{i}]"
@@ -580,6 +589,8 @@ def logs(kube: Any, ctx: Context, job: str, lines: int, role: str = "all", index
             out.extend(f"{prefix} previous: {line}" for line in text.splitlines())
         text = _pod_log(kube, ctx, pod, lines)
         out.extend(f"{prefix} {line}" for line in text.splitlines() or ["(empty log)"])
+    if not_shown:
+        out.append(not_shown)
     return "\n".join(out)
 
 

@@ -219,23 +219,35 @@ def test_two_teams_on_defaults_are_never_admitted_past_the_cluster(
     other = _other_team(api)
     results, _ = run_action(ctx, state, "train", job="a", workers=3, **{"gpus-per-worker": 1})
     assert results["state"] == "running"
-    # 1 GPU is left: the other team's 2-GPU job waits, saying so as Kueue does
+    # 1 GPU is left for the other team's 2-GPU job. Under fair sharing (the control
+    # plane's Kueue configuration) Kueue preempts the first team's job for it: with it the
+    # other team borrows 2 of the 4 GPUs the cohort lends (share 500), less than the first
+    # team borrows now (3 of 4, 750): kueue v0.19.2 preemption.go runSecondFsStrategy,
+    # LessThanInitialShare. (The old fake preempted within a ClusterQueue only and had
+    # the job wait; updated to what Kueue does.)
     waiting = _other_job(api, other, "b", 2)
-    assert not _admitted(waiting)
-    (reserved,) = [c for c in waiting["status"]["conditions"] if c["type"] == "QuotaReserved"]
-    assert reserved["message"] == (
-        "couldn't assign flavors to pod set worker: insufficient unused quota for "
-        "nvidia.com/gpu in flavor gpu-nvidia-a10g, 1 more needed"
+    assert not _admitted(waiting)  # admitted once the preempted job stopped
+    first = controller.workload("a")
+    assert first is not None and not _admitted(first)
+    (preempted,) = [c for c in first["status"]["conditions"] if c["type"] == "Preempted"]
+    assert preempted["reason"] == "InCohortFairSharing"
+    assert "due to Fair Sharing within the cohort; preemptor path: /gpu-k8s/team-other;" in (
+        preempted["message"]
     )
-    # and it borrows what the first team leaves idle: a 1-GPU job runs
+    other.tick()
+    assert _admitted(other.workload("b") or {})
+    # the first team's 3-GPU job cannot take them back (750 is not below 500): it waits,
+    # and the other team borrows the GPU left idle: a 1-GPU job runs
     assert _admitted(_other_job(api, other, "c", 1))
+    controller.tick()
+    assert not _admitted(controller.workload("a") or {})
     used = [
         a["resourceUsage"].get("nvidia.com/gpu", "0")
         for w in api.objects(f"{KUEUE}/namespaces/", kind="Workload")
         if _admitted(w)
         for a in w["status"]["admission"]["podSetAssignments"]
     ]
-    assert sum(int(u) for u in used) == 4
+    assert sum(int(u) for u in used) == 3
 
 
 def test_a_team_borrows_the_whole_cohort_while_the_other_is_idle(
@@ -259,3 +271,39 @@ def test_guarantees_past_the_cluster_block_the_control_plane(ctx, state, api):
         "gpu-quota, cpu-quota or memory-quota of a tensorflow application, or add nodes"
     )
     assert _quota(sized["cohort"])[("gpu-nvidia-a10g", "nvidia.com/gpu")] == "0"
+
+
+def _condition(workload: dict, kind: str) -> dict:
+    return next(c for c in workload["status"]["conditions"] if c["type"] == kind)
+
+
+def test_a_teams_guarantee_is_reclaimed_from_a_borrower(ctx, state, api, controller, fake_time):
+    """Kueue reclaims a team's nominal quota from a team that borrowed it.
+
+    The control plane turns fair sharing on: Kueue v0.19.2 preemption.go fairPreemptions,
+    a preemptor that stays within its nominal quota preempts borrowers of the cohort
+    whatever their priority (FairSharingPreemptWithinNominal; `reclaimWithinCohort: Any`),
+    reason InCohortReclamation. The old fake preempted within a ClusterQueue only, so the
+    team waited behind the borrower for ever.
+    """
+    add_nodes(api, node("gpu-0", 4), node("cpu-0"))
+    other = _other_team(api)
+    ctx.run(ctx.on.config_changed(), dataclasses.replace(state, config={"gpu-quota": "2"}))
+    size_cohort(api)  # the cohort lends the 2 GPUs nobody is guaranteed
+    borrower = _other_job(api, other, "all", 4)  # the other team borrows all 4
+    assert _admitted(borrower)
+    config = dataclasses.replace(state, config={"gpu-quota": "2"})
+    results, _ = run_action(ctx, config, "train", job="mine", workers=2, **{"gpus-per-worker": 1})
+    assert results["state"] == "running"
+    evicted = other.workload("all")
+    assert evicted is not None and not _admitted(evicted)
+    preempted = _condition(evicted, "Preempted")
+    assert (preempted["status"], preempted["reason"]) == ("True", "InCohortReclamation")
+    mine = controller.workload("mine")
+    assert mine is not None
+    assert preempted["message"] == (
+        f"Preempted to accommodate a workload (UID: {mine['metadata']['uid']}, JobUID: "
+        f"{mine['metadata']['labels']['kueue.x-k8s.io/job-uid']}) due to reclamation within "
+        "the cohort; preemptor path: /gpu-k8s/team-tensorflow; preemptee path: "
+        "/gpu-k8s/team-other"
+    )
