@@ -61,10 +61,15 @@ JobSet (kubernetes-sigs/jobset v0.12.0, pkg/controllers/jobset_controller.go):
   deletes; the Jobs stay).
 - J3 A child Job that failed restarts the gang (failurePolicy, RestartJobSet by default):
   `restarts` and `restartsCountTowardsMax` + 1, condition RestartingJobSet (until every
-  Job is ready again, reason JobsReady), every child Job deleted with its pods and created
-  again; once `restartsCountTowardsMax` reached `maxRestarts`, the JobSet is Failed
-  (ReachedMaxRestarts) instead, and at once when a failurePolicy rule with action
-  FailJobSet names the Job's failure reason (first matching rule wins).
+  Job is ready again, reason JobsReady), every child Job deleted with its pods (their
+  containers stopped together) and created again only then (BlockingRecreate, the
+  charm's restartStrategy); once `restartsCountTowardsMax` reached `maxRestarts`, the
+  JobSet is Failed (ReachedMaxRestarts) instead. The rules come first, in order: the
+  first whose `onJobFailureReasons` (empty: any) holds the failed Job's reason and whose
+  `onJobFailureMessagePatterns` (empty: any; regexes searched, Go regexp.MatchString)
+  match its message wins: FailJobSet fails the JobSet at once, RestartJobSetAndIgnore-
+  MaxRestarts restarts it with `restarts` + 1 only (failure_policy.go ruleIsApplicable,
+  failurePolicyRecreateAll@v0.12.0).
 - J4 successPolicy Any over the target replicated Jobs: once one of their Jobs completes,
   the JobSet is Completed and its other active Jobs are deleted with their pods.
 
@@ -77,7 +82,9 @@ Job controller and kubelet (kubernetes.io/docs/concepts/workloads/controllers/jo
 - B2 A suspended Job's active pods are deleted.
 - B3 With `backoffLimit: 0`, a Failed pod fails the Job (reason BackoffLimitExceeded),
   unless a podFailurePolicy rule matches it first (onPodConditions, onExitCodes): Ignore
-  replaces the pod, FailJob fails the Job with reason PodFailurePolicy.
+  replaces the pod, FailJob fails the Job with reason PodFailurePolicy and the message
+  "Container <c> for pod <ns>/<pod> failed with exit code <N> matching FailJob rule at
+  index <i>" (kubernetes pkg/controller/job/pod_failure_policy.go).
 - B4 A Job completes when its successPolicy's indexes succeeded (`succeededIndexes`), or
   every index did.
 - B6 A NonIndexed Job (one completion, the purge and import Jobs) gets a pod whenever it
@@ -117,6 +124,7 @@ deployment/, /docs/concepts/workloads/pods/pod-lifecycle/):
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -572,26 +580,44 @@ class BatchControllers:
 
     def _delete(self, obj: dict) -> None:
         """Delete with its dependents (the API server's garbage collector)."""
-        uid = obj["metadata"]["uid"]
-        for pod in self._pods():
-            if any(r.get("uid") == uid for r in pod["metadata"].get("ownerReferences") or []):
-                self._delete_pod(pod)
-        kind = obj["kind"]
-        base = "/apis/batch/v1" if kind == "Job" else JOBSET
-        plural = "jobs" if kind == "Job" else "jobsets"
-        self.api.delete_object(f"{base}/namespaces/{self.ns}/{plural}/{obj['metadata']['name']}")
+        self._delete_all([obj])
+
+    def _delete_all(self, objs: list[dict]) -> None:
+        """Delete these objects with their dependents: all their pods stop together."""
+        uids = {obj["metadata"]["uid"] for obj in objs}
+        self._delete_pods(
+            [
+                pod
+                for pod in self._pods()
+                if any(r.get("uid") in uids for r in pod["metadata"].get("ownerReferences") or [])
+            ]
+        )
+        for obj in objs:
+            kind = obj["kind"]
+            base = "/apis/batch/v1" if kind == "Job" else JOBSET
+            plural = "jobs" if kind == "Job" else "jobsets"
+            name = obj["metadata"]["name"]
+            self.api.delete_object(f"{base}/namespaces/{self.ns}/{plural}/{name}")
 
     def _delete_pod(self, pod: dict) -> None:
-        """B5: a deleted pod's containers get SIGTERM, then SIGKILL after the grace period.
+        self._delete_pods([pod])
 
-        With a `kubelet` (real processes), the pod object goes once they have exited: the
-        Job's replacement waits for that (podReplacementPolicy Failed, the default with a
-        podFailurePolicy), and JobSet recreates a restarted gang's Jobs only once the old
-        ones are gone (foreground deletion, jobset_controller.go deleteJobs).
+    def _delete_pods(self, pods: list[dict]) -> None:
+        """B5: deleted pods' containers get SIGTERM, then SIGKILL after the grace period.
+
+        Each node's kubelet acts on its own pods at once, so the containers of pods
+        deleted together are stopped together (`kubelet.stop_pods`), not one after the
+        other. With a `kubelet` (real processes), the pod objects go once they have
+        exited: the Job's replacement waits for that (podReplacementPolicy Failed, the
+        default with a podFailurePolicy), and JobSet recreates a restarted gang's Jobs
+        only once the old ones are gone (foreground deletion, jobset_controller.go
+        deleteJobs; BlockingRecreate).
         """
-        if self.kubelet is not None:
-            self.kubelet.stop(pod)
-        self.api.delete_object(f"/api/v1/namespaces/{self.ns}/pods/{pod['metadata']['name']}")
+        if self.kubelet is not None and pods:
+            self.kubelet.stop_pods(pods)
+        for pod in pods:
+            name = pod["metadata"]["name"]
+            self.api.delete_object(f"/api/v1/namespaces/{self.ns}/pods/{name}")
 
     def _owned(self, owner: dict, items: list[dict]) -> list[dict]:
         uid = owner["metadata"]["uid"]
@@ -875,33 +901,43 @@ class BatchControllers:
         self._put(workload)
 
     # -- JobSet
+    @staticmethod
+    def _rule_action(policy: dict, children: list[dict]) -> str:
+        """J3: the action of the first rule a failed child Job matches (RestartJobSet)."""
+        failures = [
+            (c.get("reason") or "", c.get("message") or "")
+            for j in children
+            for c in j.get("status", {}).get("conditions") or []
+            if c["type"] == "Failed" and c.get("status") == "True"
+        ]
+        for rule in policy.get("rules") or []:
+            reasons = rule.get("onJobFailureReasons") or []
+            patterns = rule.get("onJobFailureMessagePatterns") or []
+            for reason, message in failures:
+                if (not reasons or reason in reasons) and (
+                    not patterns or any(re.search(p, message) for p in patterns)
+                ):
+                    return rule["action"]
+        return "RestartJobSet"
+
     def _restart_or_fail(self, js: dict, children: list[dict]) -> None:
-        """J3: a child Job failed (rules first: FailJobSet on the Job's failure reason)."""
+        """J3: a child Job failed: the failurePolicy's rules, then RestartJobSet."""
         status = js.setdefault("status", {})
         policy = js["spec"].get("failurePolicy", {})
         maximum = policy.get("maxRestarts", 0)
         counted = int(status.get("restartsCountTowardsMax", 0))
-        reasons = {
-            c.get("reason")
-            for j in children
-            for c in j.get("status", {}).get("conditions") or []
-            if c["type"] == "Failed"
-        }
-        fail_now = any(
-            r["action"] == "FailJobSet" and reasons & set(r.get("onJobFailureReasons") or [])
-            for r in policy.get("rules") or []
-        )
-        if fail_now:
+        action = self._rule_action(policy, children)
+        if action == "FailJobSet":
             _set(js, "Failed", "True", "FailJobSetFailurePolicyAction")
-        elif counted >= maximum:
+        elif action == "RestartJobSet" and counted >= maximum:
             _set(js, "Failed", "True", "ReachedMaxRestarts")
         else:
             status["restarts"] = int(status.get("restarts", 0)) + 1
-            status["restartsCountTowardsMax"] = counted + 1
+            if action == "RestartJobSet":
+                status["restartsCountTowardsMax"] = counted + 1
             _set(js, "RestartingJobSet", "True", "DefaultFailurePolicy")
         self._put(js)
-        for child in children:
-            self._delete(child)
+        self._delete_all(children)
 
     def _succeeded(self, js: dict, children: list[dict]) -> bool:
         """J4: True (and the JobSet Completed) once a target replicated Job completed."""
@@ -1042,13 +1078,18 @@ class BatchControllers:
 
     def _job_controller(self) -> int:
         created = 0
+        suspended = [  # B2: every suspended Job's pods, deleted together
+            pod
+            for job in self._jobs()
+            if job["spec"].get("suspend") and not (_true(job, "Complete") or _true(job, "Failed"))
+            for pod in self._owned(job, self._pods())
+        ]
+        self._delete_pods(suspended)
         for job in self._jobs():
             if _true(job, "Complete") or _true(job, "Failed"):
                 continue
             pods = self._owned(job, self._pods())
-            if job["spec"].get("suspend"):  # B2
-                for pod in pods:
-                    self._delete_pod(pod)
+            if job["spec"].get("suspend"):
                 continue
             if job["spec"].get("completionMode", "NonIndexed") != "Indexed":
                 created += self._non_indexed(job, pods)
@@ -1104,29 +1145,41 @@ class BatchControllers:
     @staticmethod
     def _policy_action(job: dict, pod: dict) -> str:
         """B3: what the Job's podFailurePolicy does with a failed pod (Count by default)."""
-        codes = {
-            ((c.get("state") or {}).get("terminated") or {}).get("exitCode")
+        return BatchControllers._policy_match(job, pod)[0]
+
+    @staticmethod
+    def _policy_match(job: dict, pod: dict) -> tuple[str, str]:
+        """B3: the podFailurePolicy's action for a failed pod, and a FailJob's message."""
+        containers = [
+            (c.get("name"), ((c.get("state") or {}).get("terminated") or {}).get("exitCode"))
             for c in (pod.get("status") or {}).get("containerStatuses") or []
-        }
-        for rule in (job["spec"].get("podFailurePolicy") or {}).get("rules") or []:
+        ]
+        rules = (job["spec"].get("podFailurePolicy") or {}).get("rules") or []
+        for index, rule in enumerate(rules):
             for cond in rule.get("onPodConditions") or []:
                 if _true(pod, cond["type"]):
-                    return rule["action"]
+                    return rule["action"], ""
             exits = rule.get("onExitCodes")
-            if exits and codes & set(exits["values"]):
-                return rule["action"]
-        return "Count"
+            for name, code in containers if exits else []:
+                if code in exits["values"] and exits.get("containerName") in (None, name):
+                    message = (
+                        f"Container {name} for pod {pod['metadata'].get('namespace', '')}/"
+                        f"{pod['metadata']['name']} failed with exit code {code} matching "
+                        f"{rule['action']} rule at index {index}"
+                    )
+                    return rule["action"], message
+        return "Count", ""
 
     def _finish(self, job: dict, pods: list[dict]) -> bool:
         """B3, B4: mark the Job Failed or Complete; True when it finished."""
         for pod in pods:
             if (pod.get("status") or {}).get("phase") != "Failed":
                 continue
-            action = self._policy_action(job, pod)
+            action, message = self._policy_match(job, pod)
             if action == "Ignore":
                 continue
             reason = "PodFailurePolicy" if action == "FailJob" else "BackoffLimitExceeded"
-            _set(job, "Failed", "True", reason)
+            _set(job, "Failed", "True", reason, message)
             self._put(job)
             return True
         succeeded = {
@@ -1258,6 +1311,26 @@ class BatchControllers:
                 return pod
         raise AssertionError(f"no pod {job} {role} {index}")
 
+    def evict(self, job: str, role: str, index: int) -> None:
+        """The Eviction API (a drain): the pod gets DisruptionTarget, its container SIGTERM.
+
+        kube-apiserver's eviction sets the condition (reason EvictionByEvictionAPI,
+        kubernetes.io/docs/concepts/workloads/pods/disruptions "Pod disruption conditions")
+        before it deletes the pod;
+        kubelet then stops the container, and the pod ends Failed with its exit code and
+        that condition, which the Job's podFailurePolicy reads (B3). The test goes on while
+        the container stops (a `kubelet` ends it at a later `tick`).
+        """
+        pod = self.pod(job, role, index)
+        pod["status"].setdefault("conditions", []).append(
+            {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
+        )
+        self._put(pod)
+        if self.kubelet is not None:
+            self.kubelet.terminate(pod)
+        else:
+            self._end(pod, "Failed", 143, disrupted=True)
+
     def end_pod(
         self,
         job: str,
@@ -1370,7 +1443,8 @@ class BatchControllers:
             for pod in self._pods():
                 code = self.kubelet.exit_code(pod)
                 if code is not None and pod["status"].get("phase") == "Running":
-                    self._end(pod, "Succeeded" if code == 0 else "Failed", code)
+                    phase = "Succeeded" if code == 0 else "Failed"
+                    self._end(pod, phase, code, disrupted=_true(pod, "DisruptionTarget"))
         self._default_queue()
         self._kueue()
         self._jobset()
