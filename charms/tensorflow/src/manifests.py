@@ -427,7 +427,22 @@ def jobset(request: TrainRequest, ctx: Context) -> dict:
             "failurePolicy": {
                 "maxRestarts": ctx.max_restarts,
                 "restartStrategy": "BlockingRecreate",
+                # in order, the first rule any failed Job matches wins: a job that cannot
+                # start fails; a real failure counts even when other Jobs stopped with it
                 "rules": [
+                    {  # the launcher cannot start the task, or sees no GPU (exit 82, 83)
+                        "name": "noRestartWithoutGPU",
+                        "action": "FailJobSet",
+                        "onJobFailureReasons": ["PodFailurePolicy"],
+                        "onJobFailureMessagePatterns": [
+                            f"failed with exit code ({EXIT_SETUP}|{EXIT_NO_GPU}) matching FailJob"
+                        ],
+                    },
+                    {  # any other exit of a program: counted toward max-restarts
+                        "name": "failureCounts",
+                        "action": "RestartJobSet",
+                        "onJobFailureReasons": ["BackoffLimitExceeded"],
+                    },
                     {  # stopped on a SIGTERM (exit 143): a drain is not the job's fault
                         "name": "stoppedNotCounted",
                         "action": "RestartJobSetAndIgnoreMaxRestarts",
@@ -435,11 +450,6 @@ def jobset(request: TrainRequest, ctx: Context) -> dict:
                         "onJobFailureMessagePatterns": [
                             f"failed with exit code {EXIT_STOPPED} matching FailJob rule"
                         ],
-                    },
-                    {  # any other FailJob (exit 82, 83): a restart cannot help
-                        "name": "noRestartWithoutGPU",
-                        "action": "FailJobSet",
-                        "onJobFailureReasons": ["PodFailurePolicy"],
                     },
                 ],
             },

@@ -253,15 +253,21 @@ def test_gang_restarts_and_finishes_are_jobsets(ctx, state, api):
         "restartStrategy": "BlockingRecreate",
         "rules": [
             {
+                "name": "noRestartWithoutGPU",
+                "action": "FailJobSet",
+                "onJobFailureReasons": ["PodFailurePolicy"],
+                "onJobFailureMessagePatterns": ["failed with exit code (82|83) matching FailJob"],
+            },
+            {  # a real failure counts even when other Jobs stopped with it
+                "name": "failureCounts",
+                "action": "RestartJobSet",
+                "onJobFailureReasons": ["BackoffLimitExceeded"],
+            },
+            {
                 "name": "stoppedNotCounted",
                 "action": "RestartJobSetAndIgnoreMaxRestarts",
                 "onJobFailureReasons": ["PodFailurePolicy"],
                 "onJobFailureMessagePatterns": ["failed with exit code 143 matching FailJob rule"],
-            },
-            {
-                "name": "noRestartWithoutGPU",
-                "action": "FailJobSet",
-                "onJobFailureReasons": ["PodFailurePolicy"],
             },
         ],
     }
