@@ -1346,11 +1346,12 @@ class BatchControllers:
         self._end(self.pod(job, role, index), phase, code, disrupted=disrupted)
 
     def _end(self, pod: dict, phase: str, code: int, *, disrupted: bool = False) -> None:
+        container = ((pod.get("spec") or {}).get("containers") or [{}])[0].get("name", "")
         pod["status"] = {
             "phase": phase,
             "conditions": [],
-            "containerStatuses": [
-                {"name": "tensorflow", "state": {"terminated": {"exitCode": code}}}
+            "containerStatuses": [  # the pod's container, as kubelet reports it
+                {"name": container, "state": {"terminated": {"exitCode": code}}}
             ],
         }
         if disrupted:
