@@ -16,13 +16,51 @@ stderr, merged) both to the container's stdout and to the replica's file on the 
 volume, `<data>/jobs/<job>/pod-logs/<role>-<index>.log`, so a replica's log outlives its
 pod (the Job controller and JobSet delete pods, and with them their logs, when a gang
 restarts or the job's TTL passes). The launcher is the container's PID 1: it forwards
-SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to the trainer, exits with the trainer's
-status (128+N when a signal N ended it), and a trainer whose launcher dies is killed
+SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to the trainer, owns the SIGTERM protocol (below),
+exits with a code from the table below, and a trainer whose launcher dies is killed
 (PR_SET_PDEATHSIG), as a container's processes are when its PID 1 ends. Each start
 appends a header line to the file; a file past LOG_FILE_LIMIT bytes is moved to
 `<name>.1` at the next start, and copying to the file stops (with a note) when the
 current start alone writes that much; the pod's own log keeps everything. When the file
 cannot be opened the launcher execs the trainer directly, as before.
+
+SIGTERM (a drained, preempted, scaled or stopped pod; kubelet sends it, then SIGKILL after
+the pod's terminationGracePeriodSeconds, GPU_K8S_GRACE_SECONDS here) is the launcher's,
+whatever the program: the built-in trainer, a program written as TensorFlow's tutorials
+write them, or one that ignores SIGTERM. The launcher
+
+1. marks this task `stopping` in `<data>/jobs/<job>/gang/<role>-<index>.json`; every task
+   of the gang polls its peers' marks, so a peer's stop reaches every task (under
+   MultiWorkerMirroredStrategy a task whose peer left cannot go on: its collectives fail);
+2. forwards SIGTERM to its program: at once for the chief (worker 0 under MWMS, `chief`
+   under ParameterServerStrategy) and for MWMS workers (their save is collective); a
+   `ps` or a `worker` of ParameterServerStrategy holds it until the chief's task has
+   exited, since the chief's save reads the variables they serve;
+3. kills the program if it is still running shortly before the grace period ends, and
+4. exits EXIT_STOPPED (143): the pod's failure fails its Job by podFailurePolicy
+   (FailJob on exit 143) and JobSet's first failurePolicy rule restarts the gang with
+   RestartJobSetAndIgnoreMaxRestarts, i.e. without counting toward max-restarts; the
+   new gang resumes from the chief's last checkpoint.
+
+A task whose program fails while a peer is stopping (a peer left mid-step) also exits
+EXIT_STOPPED: it stopped at its last checkpoint, it did not fail. A peer that failed
+for its own reasons (no `stopping` mark) is a failure, and counts.
+
+Exit codes (the container's, read by the Job's podFailurePolicy and JobSet's
+failurePolicy the charm writes; README "Exit codes"):
+
+    0    the program finished                      the pod Succeeded
+    143  stopped on SIGTERM (its own or a peer's)  gang restarted, not counted
+    82   the launcher cannot start the task: a bad  the job Fails, no restart
+         environment or argument, no shared volume,
+         the program cannot be run
+    83   the task asked for GPUs, TensorFlow sees   the job Fails, no restart
+         none
+    1    the program exited 82, 83 or 143 (codes    gang restarted, counted
+         reserved here) without a stop
+    any other code of the program (1, 2, 3, ...)   gang restarted, counted
+    137  the launcher itself was killed (OOM, no    counted, unless the pod was
+         time left)                                 evicted (DisruptionTarget)
 
 It is standard-library only: the charm imports `build_tf_config` for its own checks and the
 local demo runs it without TensorFlow installed in the launching interpreter.
@@ -42,8 +80,10 @@ Environment (set by the pod spec; the same names are used by `tf_demo.py`):
                           replaces the stable hostnames (local runs on one machine)
     GPU_K8S_DATA_DIR      mount point of the shared volume (default /data); must exist
     GPU_K8S_GPUS          GPUs this task asked for (default 0); when > 0 the launcher
-                          checks that TensorFlow sees a GPU and fails fast (exit 3) when
-                          it sees none, rather than train on CPU while holding GPUs
+                          checks that TensorFlow sees a GPU and fails fast (exit 83)
+                          when it sees none, rather than train on CPU while holding GPUs
+    GPU_K8S_GRACE_SECONDS the pod's terminationGracePeriodSeconds (default 30, the
+                          Kubernetes default): the time a stop may take
 
 Exported to the trainer:
 
@@ -295,7 +335,16 @@ def trainer_command(args: Sequence[str], python: str = sys.executable) -> list[s
 
 # Prints how many GPUs TensorFlow sees, in the interpreter that will train.
 _COUNT_GPUS = "import tensorflow as tf; print(len(tf.config.list_physical_devices('GPU')))"
-NO_GPU_EXIT = 3
+
+# The exit-code table (module docstring; the charm's manifests.py turns it into the Job's
+# podFailurePolicy and the JobSet's failurePolicy rules, from literals.py's copies).
+EXIT_STOPPED = 143  # 128 + SIGTERM: stopped on a SIGTERM, at the last checkpoint
+EXIT_SETUP = 82  # the launcher cannot start the task: a restart cannot help
+EXIT_NO_GPU = 83  # the task asked for GPUs and TensorFlow sees none
+EXIT_FAILED = 1  # the program exited with a reserved code without a stop
+RESERVED = (EXIT_STOPPED, EXIT_SETUP, EXIT_NO_GPU)
+NO_GPU_EXIT = EXIT_NO_GPU  # the old name
+DEFAULT_GRACE = 30.0  # terminationGracePeriodSeconds' default (Pod spec, core/v1)
 
 
 def visible_gpus(python: str = sys.executable, timeout: float = 600) -> int | None:
@@ -338,7 +387,7 @@ def check_gpus(env: Mapping[str, str], python: str = sys.executable) -> str | No
 
 
 def main(argv: Sequence[str] | None = None, environ: dict[str, str] | None = None) -> int:
-    """Set up the task and exec its trainer; return an exit status only on error."""
+    """Set up the task, run its program and own its SIGTERM; return the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     env = os.environ if environ is None else environ
     command_args: list[str] = []
@@ -352,12 +401,13 @@ def main(argv: Sequence[str] | None = None, environ: dict[str, str] | None = Non
             "[--print-tf-config] [-- trainer flags | -- program args...]",
             file=sys.stderr,
         )
-        return 2
+        return EXIT_SETUP
     try:
         tf_config, exports = config_from_env(env)
+        grace = _grace(env)
     except ValueError as e:
         print(f"tf_launcher: {e}", file=sys.stderr)
-        return 2
+        return EXIT_SETUP
     if print_only:
         print(json.dumps(tf_config, indent=2))
         return 0
@@ -365,10 +415,10 @@ def main(argv: Sequence[str] | None = None, environ: dict[str, str] | None = Non
         problem = check_gpus(env)
     except ValueError as e:
         print(f"tf_launcher: {e}", file=sys.stderr)
-        return 2
+        return EXIT_SETUP
     if problem:
         print(f"tf_launcher: {problem}", file=sys.stderr, flush=True)
-        return NO_GPU_EXIT
+        return EXIT_NO_GPU
     for key in ("GPU_K8S_CHECKPOINT_DIR", "GPU_K8S_LOG_DIR"):
         Path(exports[key]).mkdir(parents=True, exist_ok=True)
     env.update(exports)
@@ -380,27 +430,119 @@ def main(argv: Sequence[str] | None = None, environ: dict[str, str] | None = Non
         file=sys.stderr,
         flush=True,
     )
-    log_file = open_pod_log(Path(exports["GPU_K8S_POD_LOG"]), env.get("HOSTNAME", ""))
-    if log_file is None:
-        return _exec(command, env)
-    with log_file:
-        return run_copying_output(command, env, log_file)
-
-
-def _exec(command: list[str], env: Mapping[str, str]) -> int:
+    pod_log = Path(exports["GPU_K8S_POD_LOG"])
+    log_file = open_pod_log(pod_log, env.get("HOSTNAME", ""))
+    gang = Gang.join(pod_log.parent.parent / "gang", tf_config, env.get("HOSTNAME", ""))
     try:
-        os.execvpe(command[0], command, env)
-    except OSError as e:
-        print(f"tf_launcher: cannot run {command[0]!r}: {e}", file=sys.stderr)
-        return 127
-    return 127  # only reached when execvpe is replaced (tests)
+        return run_copying_output(command, env, log_file, gang=gang, grace=grace)
+    finally:
+        if log_file is not None:
+            log_file.close()
+
+
+def _grace(env: Mapping[str, str]) -> float:
+    raw = env.get("GPU_K8S_GRACE_SECONDS", "").strip()
+    if not raw:
+        return DEFAULT_GRACE
+    try:
+        grace = float(raw)
+    except ValueError:
+        grace = -1.0
+    if not grace > 0:
+        raise ValueError(f"GPU_K8S_GRACE_SECONDS must be a positive number, got {raw!r}")
+    return grace
+
+
+def _task(role: str, index: int) -> str:
+    return f"{role}-{index}"
+
+
+class Gang:
+    """This task's mark on the shared volume and its peers': how a stop reaches the gang.
+
+    Each task owns `<dir>/<role>-<index>.json` ({"state", "token", "code"}): `running`
+    when it starts, `stopping` on SIGTERM, `exited` (with the code) when it ends. A mark is
+    rewritten in place, not renamed, so a reader on NFS sees it at its next open
+    (close-to-open consistency). The marks a task finds when it starts are an earlier
+    gang's: only a mark that changed since then is news.
+    """
+
+    def __init__(self, directory: Path, me: str, peers: list[str], chief: str, pod: str):
+        self.dir, self.me, self.peers, self.chief = directory, me, peers, chief
+        self.token = f"{pod or me}:{os.getpid()}:{os.urandom(4).hex()}"
+        self.seen = {peer: self._read(peer) for peer in peers}
+        self.broken = False
+
+    @classmethod
+    def join(cls, directory: Path, tf_config: dict, pod: str) -> Gang | None:
+        """Mark this task running; None (with a note) when the shared volume refuses."""
+        task = tf_config["task"]
+        me = _task(task["type"], task["index"])
+        cluster = tf_config["cluster"]
+        tasks = [_task(r, i) for r, hosts in cluster.items() for i in range(len(hosts))]
+        chief = _task("chief", 0) if "chief" in cluster else _task("worker", 0)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            print(f"tf_launcher: no stop marks ({e}): a stop stays this task's", file=sys.stderr)
+            return None
+        gang = cls(directory, me, [t for t in tasks if t != me], chief, pod)
+        gang.mark("running")
+        return gang
+
+    def _read(self, task: str) -> dict | None:
+        try:
+            data = json.loads((self.dir / f"{task}.json").read_text())
+        except (OSError, ValueError):
+            return None  # absent, or caught half-written: read again next time
+        return data if isinstance(data, dict) else None
+
+    def mark(self, state: str, **extra: object) -> None:
+        """Write this task's mark (in place)."""
+        data = {"state": state, "token": self.token, **extra}
+        try:
+            with (self.dir / f"{self.me}.json").open("w") as f:
+                f.write(json.dumps(data))
+        except OSError as e:
+            if not self.broken:
+                print(f"tf_launcher: cannot write the stop mark: {e}", file=sys.stderr)
+            self.broken = True
+
+    def _news(self, task: str) -> dict | None:
+        now = self._read(task)
+        old = self.seen.get(task) or {}
+        if now is None or (now.get("token"), now.get("state")) == (
+            old.get("token"),
+            old.get("state"),
+        ):
+            return None
+        return now
+
+    def stopping_peer(self) -> str | None:
+        """A peer told to stop since this task started (SIGTERM, or a stop it relayed)."""
+        for peer in self.peers:
+            news = self._news(peer)
+            if news and (
+                news.get("state") == "stopping"
+                or (news.get("state") == "exited" and news.get("code") == EXIT_STOPPED)
+            ):
+                return peer
+        return None
+
+    def chief_exited(self) -> bool:
+        """Whether the chief's task (of this gang) has ended."""
+        news = self._news(self.chief) if self.chief != self.me else None
+        return bool(news and news.get("state") == "exited")
+
+    def waits_for_chief(self) -> bool:
+        """A ps or worker of ParameterServerStrategy: the chief's save needs it serving."""
+        return self.chief.startswith("chief-") and self.me != self.chief
 
 
 # A replica's file on the shared volume: what one start may copy there, and the size past
 # which the file is moved aside (to `<name>.1`, replacing an older one) at the next start.
 LOG_FILE_LIMIT = 64 * 1024 * 1024
-FORWARDED_SIGNALS = (
-    signal.SIGTERM,
+FORWARDED_SIGNALS = (  # passed on as they come; SIGTERM is the stop protocol's
     signal.SIGHUP,
     signal.SIGQUIT,
     signal.SIGUSR1,
@@ -449,7 +591,8 @@ class _LogCopy:
     """Copies output to the replica's file until `limit` bytes or a write error."""
 
     def __init__(self, log_file, limit: int):
-        self.file, self.limit, self.copied, self.on = log_file, limit, 0, True
+        self.file, self.limit, self.copied = log_file, limit, 0
+        self.on = log_file is not None
 
     def write(self, data: bytes) -> None:
         if not self.on:
@@ -473,55 +616,180 @@ class _LogCopy:
             self.on = False
 
 
-def _start_child(command: list[str], env: Mapping[str, str], write_end: int) -> int:
+def _start_child(command: list[str], env: Mapping[str, str], write_end: int) -> int | None:
+    """Fork and exec the program; None when it cannot be run (the reason is on stderr)."""
     parent = os.getpid()
+    # Closed on exec: the child writes to it only when exec failed.
+    failed_read, failed_write = os.pipe()
     pid = os.fork()
     if pid:
+        os.close(failed_write)
+        failed = os.read(failed_read, 4096)
+        os.close(failed_read)
+        if failed:
+            os.waitpid(pid, 0)
+            os.write(write_end, failed)  # copied with the program's output
+            return None
         return pid
     try:  # the child: output into the pipe, default signals, then the trainer
+        os.close(failed_read)
         os.dup2(write_end, 1)
         os.dup2(write_end, 2)
-        for number in FORWARDED_SIGNALS:
+        for number in (signal.SIGTERM, *FORWARDED_SIGNALS):
             signal.signal(number, signal.SIG_DFL)
         _die_with_parent(parent)
         os.execvpe(command[0], command, env)
     except OSError as e:
-        os.write(2, f"tf_launcher: cannot run {command[0]!r}: {e}\n".encode())
-    os._exit(127)
+        os.write(failed_write, f"tf_launcher: cannot run {command[0]!r}: {e}\n".encode())
+    os._exit(EXIT_SETUP)
+
+
+# The stop protocol's timing: marks are polled this often; the launcher leaves this much
+# of the grace period (at most STOP_MARGIN) for itself to exit before kubelet's SIGKILL;
+# a program that failed is given PEER_WAIT for a peer's stop mark to show up.
+POLL_SECONDS = 0.2
+STOP_MARGIN = 2.0
+PEER_WAIT = 2.0
+
+
+class _Stop:
+    """The SIGTERM protocol of one run (see the module docstring)."""
+
+    def __init__(self, pid: int, gang: Gang | None, grace: float):
+        self.pid, self.gang, self.grace = pid, gang, grace
+        self.signalled = False  # SIGTERM reached the launcher
+        self.since: float | None = None  # when the stop began
+        self.forwarded = False
+        self.killed = False
+
+    def _say(self, text: str) -> None:
+        print(f"tf_launcher: {text}", file=sys.stderr, flush=True)
+
+    def _signal(self, number: int) -> None:
+        try:
+            os.kill(self.pid, number)
+        except ProcessLookupError:
+            pass
+
+    @property
+    def deadline(self) -> float:
+        assert self.since is not None
+        return self.since + self.grace - min(STOP_MARGIN, self.grace / 4)
+
+    def poll(self) -> None:
+        """One round: start the stop, forward SIGTERM when due, kill when time is up."""
+        now = time.monotonic()
+        if self.since is None:
+            peer = None if self.signalled or self.gang is None else self.gang.stopping_peer()
+            if not self.signalled and peer is None:
+                return
+            self.since = now
+            why = "SIGTERM" if self.signalled else f"{peer} is stopping"
+            if self.gang is not None:
+                self.gang.mark("stopping")
+            waits = self.gang is not None and self.gang.waits_for_chief()
+            self._say(
+                f"{why}: stopping; the job resumes from its last checkpoint"
+                + (" (serving until the chief has saved)" if waits else "")
+            )
+        if not self.forwarded:
+            waits = self.gang is not None and self.gang.waits_for_chief()
+            hold = waits and not self.gang.chief_exited()  # type: ignore[union-attr]
+            if not hold or now >= self.deadline - min(1.0, self.grace / 8):
+                self._signal(signal.SIGTERM)
+                self.forwarded = True
+        if not self.killed and now >= self.deadline:
+            self._say("the program did not stop within the grace period: killed")
+            self._signal(signal.SIGKILL)
+            self.killed = True
+
+    def outcome(self, code: int) -> int:
+        """The launcher's exit code for the program's `code` (the table above)."""
+        if code == 0:
+            return 0
+        if self.since is None and self.gang is not None:
+            waited = time.monotonic() + PEER_WAIT
+            while (peer := self.gang.stopping_peer()) is None and time.monotonic() < waited:
+                time.sleep(POLL_SECONDS)
+            if peer is not None:
+                self._say(f"exit {code} after {peer} left: stopped at the last checkpoint")
+                self.since = time.monotonic()
+        if self.since is not None:
+            return EXIT_STOPPED
+        if code in RESERVED:
+            self._say(
+                f"the program exited {code}, a code the launcher reserves "
+                f"(tf_launcher.py exit codes): reported as {EXIT_FAILED}"
+            )
+            return EXIT_FAILED
+        return code
 
 
 def run_copying_output(
-    command: list[str], env: Mapping[str, str], log_file, limit: int | None = None
+    command: list[str],
+    env: Mapping[str, str],
+    log_file,
+    limit: int | None = None,
+    *,
+    gang: Gang | None = None,
+    grace: float = DEFAULT_GRACE,
 ) -> int:
-    """Run `command` as a child, copy its output to stdout and `log_file`; return its status.
+    """Run `command` as a child, copy its output to stdout and `log_file`; return the code.
 
-    Signals in FORWARDED_SIGNALS that reach the launcher are passed to the child. The
-    copy to the file stops, with a note in it, after `limit` bytes, or when writing it
-    fails (the shared volume went away); the child is never slowed or stopped by it.
+    Signals in FORWARDED_SIGNALS that reach the launcher are passed to the child; SIGTERM
+    runs the stop protocol (`_Stop`), as does a peer's stop mark in `gang`. The copy to
+    the file (None: no file) stops, with a note in it, after `limit` bytes, or when
+    writing it fails (the shared volume went away); the child is never slowed or stopped
+    by it.
     """
     read_end, write_end = os.pipe()
     pid = _start_child(command, env, write_end)
     os.close(write_end)
+    if pid is None:
+        message = os.read(read_end, 65536)
+        os.close(read_end)
+        _write_all(2, message)
+        _LogCopy(log_file, limit or LOG_FILE_LIMIT).write(message)
+        if gang is not None:
+            gang.mark("exited", code=EXIT_SETUP)
+        return EXIT_SETUP
+    stop = _Stop(pid, gang, grace)
 
     def forward(number: int, _frame: object) -> None:
+        if number == signal.SIGTERM:
+            stop.signalled = True  # acted on in the loop: no I/O in a signal handler
+            return
         try:
             os.kill(pid, number)
         except ProcessLookupError:
             pass
 
-    for number in FORWARDED_SIGNALS:
+    for number in (signal.SIGTERM, *FORWARDED_SIGNALS):
         signal.signal(number, forward)
-    copy = _LogCopy(log_file, limit or LOG_FILE_LIMIT)
+    status = _pump(read_end, pid, _LogCopy(log_file, limit or LOG_FILE_LIMIT), stop)
+    code = os.waitstatus_to_exitcode(status)
+    final = stop.outcome(code if code >= 0 else 128 - code)
+    if gang is not None:
+        gang.mark("exited", code=final)
+    return final
+
+
+def _pump(read_end: int, pid: int, copy: _LogCopy, stop: _Stop) -> int:
+    """Copy the child's output until it exited and the pipe closed; return its wait status."""
     status: int | None = None
     give_up = float("inf")
+    polled = 0.0
     while time.monotonic() < give_up:
-        readable, _, _ = select.select([read_end], [], [], 0.5)
+        readable, _, _ = select.select([read_end], [], [], POLL_SECONDS)
         data = os.read(read_end, 65536) if readable else b""
         if readable and not data:
             break  # every writer closed the pipe
         _write_all(1, data)
         copy.write(data)
         if status is None:
+            if stop.signalled or time.monotonic() - polled >= 0.5:
+                stop.poll()
+                polled = time.monotonic()
             done, raw = os.waitpid(pid, os.WNOHANG)
             if done:
                 # A program the trainer started may still hold the pipe: read on a moment.
@@ -529,8 +797,7 @@ def run_copying_output(
     os.close(read_end)
     if status is None:
         _, status = os.waitpid(pid, 0)
-    code = os.waitstatus_to_exitcode(status)
-    return code if code >= 0 else 128 - code
+    return status
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -34,8 +34,10 @@ Outputs (directories from the launcher's environment, or flags):
   {"step", "steps", "loss", "examples_per_sec", "time", "resumed_from", "state",
    "loss_history", ...}, state being "running", "finished" or "stopped" (SIGTERM).
 
-SIGTERM (a deleted, preempted or drained pod) stops a task within a step with exit status
-143, after a checkpoint: the ParameterServerStrategy chief saves alone; under
+SIGTERM (a deleted, preempted or drained pod, or a peer's stop relayed by the launcher,
+which owns the protocol: tf_launcher.py) stops a task within a step with exit status
+143, after a checkpoint: the ParameterServerStrategy chief saves alone at the end of its
+chunk (the launcher keeps the ps and workers serving until the chief has exited); under
 MultiWorkerMirroredStrategy the stop is agreed in the step itself (each worker adds "I was
 told to stop" to the step's all-reduce), so every worker sees it after the same step and
 they save that step together, as a collective save needs (what TensorFlow's
@@ -491,6 +493,11 @@ class Checkpoints:
         self.checkpoint.restore(latest).assert_existing_objects_matched()
         return int(self.checkpoint.step.numpy())
 
+    def restore_step(self) -> int:
+        """The step of the latest checkpoint on disk (0 if none), without restoring it."""
+        latest = tf.train.latest_checkpoint(self.directory)
+        return int(latest.rsplit("-", 1)[1]) if latest else 0
+
     def save(self, step: int) -> None:
         """Save at `step` (every worker must call this in MultiWorkerMirroredStrategy)."""
         if self.is_chief:
@@ -650,13 +657,19 @@ def train_coordinator(strategy, args) -> int:
     chunk = max(1, min(args.checkpoint_every, 20))
     while step < args.steps:
         count = min(chunk, args.steps - step)
-        results = [
-            coordinator.schedule(worker_step, args=(per_worker_iter,)) for _ in range(count)
-        ]
-        coordinator.join()
+        try:
+            results = [
+                coordinator.schedule(worker_step, args=(per_worker_iter,)) for _ in range(count)
+            ]
+            coordinator.join()
+            chunk_loss = float(results[-1].fetch())
+        except tf.errors.OpError:
+            if terminated():  # a ps or worker left before the launcher let it: no save
+                exit_terminated(progress, checkpoints.restore_step(), loss)
+            raise
         previous, step = step, step + count
         progress.mark_first_step(step)
-        loss = float(results[-1].fetch())
+        loss = chunk_loss
         progress.record(step, loss)
         if step // args.checkpoint_every > previous // args.checkpoint_every or step == args.steps:
             checkpoints.save(step)

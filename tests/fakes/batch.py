@@ -67,13 +67,14 @@ JobSet (kubernetes-sigs/jobset v0.12.0, pkg/controllers/jobset_controller.go):
   deletes; the Jobs stay).
 - J3 A child Job that failed restarts the gang (failurePolicy, RestartJobSet by default):
   `restarts` and `restartsCountTowardsMax` + 1, condition RestartingJobSet (until every
-  Job is ready again, reason JobsReady), every child Job deleted with its pods and created
-  again; once `restartsCountTowardsMax` reached `maxRestarts`, the JobSet is Failed
-  (ReachedMaxRestarts) instead. The first failurePolicy rule that applies to a failed Job
-  (an empty onJobFailureReasons, message patterns or target list matching every Job,
-  failure_policy.go ruleIsApplicable) gives the action: FailJobSet fails it at once,
-  RestartJobSetAndIgnoreMaxRestarts restarts without counting. No failurePolicy at all:
-  Failed (FailedJobs) on the first failure.
+  Job is ready again, reason JobsReady), every child Job deleted with its pods (their
+  containers stopped together) and created again only then (BlockingRecreate, the
+  charm's restartStrategy); once `restartsCountTowardsMax` reached `maxRestarts`, the
+  JobSet is Failed (ReachedMaxRestarts) instead. The first failurePolicy rule that applies
+  to a failed Job (an empty onJobFailureReasons, message patterns or target list matching
+  every Job, failure_policy.go ruleIsApplicable) gives the action: FailJobSet fails it at
+  once, RestartJobSetAndIgnoreMaxRestarts restarts without counting. No failurePolicy at
+  all: Failed (FailedJobs) on the first failure.
 - J4 successPolicy Any over the target replicated Jobs: once one of their Jobs completes,
   the JobSet is Completed and its other active Jobs are deleted with their pods.
 
@@ -86,7 +87,9 @@ Job controller and kubelet (kubernetes.io/docs/concepts/workloads/controllers/jo
 - B2 A suspended Job's active pods are deleted.
 - B3 With `backoffLimit: 0`, a Failed pod fails the Job (reason BackoffLimitExceeded),
   unless a podFailurePolicy rule matches it first (onPodConditions, onExitCodes): Ignore
-  replaces the pod, FailJob fails the Job with reason PodFailurePolicy.
+  replaces the pod, FailJob fails the Job with reason PodFailurePolicy and the message
+  "Container <c> for pod <ns>/<pod> failed with exit code <N> matching FailJob rule at
+  index <i>" (kubernetes pkg/controller/job/pod_failure_policy.go).
 - B4 A Job completes when its successPolicy's indexes succeeded (`succeededIndexes`), or
   every index did.
 - B6 A NonIndexed Job (one completion, the purge and import Jobs) gets a pod whenever it
@@ -758,26 +761,44 @@ class BatchControllers:
 
     def _delete(self, obj: dict) -> None:
         """Delete with its dependents (the API server's garbage collector)."""
-        uid = obj["metadata"]["uid"]
-        for pod in self._pods():
-            if any(r.get("uid") == uid for r in pod["metadata"].get("ownerReferences") or []):
-                self._delete_pod(pod)
-        kind = obj["kind"]
-        base = "/apis/batch/v1" if kind == "Job" else JOBSET
-        plural = "jobs" if kind == "Job" else "jobsets"
-        self.api.delete_object(f"{base}/namespaces/{self.ns}/{plural}/{obj['metadata']['name']}")
+        self._delete_all([obj])
+
+    def _delete_all(self, objs: list[dict]) -> None:
+        """Delete these objects with their dependents: all their pods stop together."""
+        uids = {obj["metadata"]["uid"] for obj in objs}
+        self._delete_pods(
+            [
+                pod
+                for pod in self._pods()
+                if any(r.get("uid") in uids for r in pod["metadata"].get("ownerReferences") or [])
+            ]
+        )
+        for obj in objs:
+            kind = obj["kind"]
+            base = "/apis/batch/v1" if kind == "Job" else JOBSET
+            plural = "jobs" if kind == "Job" else "jobsets"
+            name = obj["metadata"]["name"]
+            self.api.delete_object(f"{base}/namespaces/{self.ns}/{plural}/{name}")
 
     def _delete_pod(self, pod: dict) -> None:
-        """B5: a deleted pod's containers get SIGTERM, then SIGKILL after the grace period.
+        self._delete_pods([pod])
 
-        With a `kubelet` (real processes), the pod object goes once they have exited: the
-        Job's replacement waits for that (podReplacementPolicy Failed, the default with a
-        podFailurePolicy), and JobSet recreates a restarted gang's Jobs only once the old
-        ones are gone (foreground deletion, jobset_controller.go deleteJobs).
+    def _delete_pods(self, pods: list[dict]) -> None:
+        """B5: deleted pods' containers get SIGTERM, then SIGKILL after the grace period.
+
+        Each node's kubelet acts on its own pods at once, so the containers of pods
+        deleted together are stopped together (`kubelet.stop_pods`), not one after the
+        other. With a `kubelet` (real processes), the pod objects go once they have
+        exited: the Job's replacement waits for that (podReplacementPolicy Failed, the
+        default with a podFailurePolicy), and JobSet recreates a restarted gang's Jobs
+        only once the old ones are gone (foreground deletion, jobset_controller.go
+        deleteJobs; BlockingRecreate).
         """
-        if self.kubelet is not None:
-            self.kubelet.stop(pod)
-        self.api.delete_object(f"/api/v1/namespaces/{self.ns}/pods/{pod['metadata']['name']}")
+        if self.kubelet is not None and pods:
+            self.kubelet.stop_pods(pods)
+        for pod in pods:
+            name = pod["metadata"]["name"]
+            self.api.delete_object(f"/api/v1/namespaces/{self.ns}/pods/{name}")
 
     def _owned(self, owner: dict, items: list[dict]) -> list[dict]:
         uid = owner["metadata"]["uid"]
@@ -1190,8 +1211,7 @@ class BatchControllers:
             reason = f"FailurePolicy_{rule['name']}" if rule else "DefaultFailurePolicy"
             _set(js, "RestartingJobSet", "True", reason)
         self._put(js)
-        for child in children:
-            self._delete(child)
+        self._delete_all(children)
 
     def _succeeded(self, js: dict, children: list[dict]) -> bool:
         """J4: True (and the JobSet Completed) once a target replicated Job completed."""
@@ -1332,13 +1352,18 @@ class BatchControllers:
 
     def _job_controller(self) -> int:
         created = 0
+        suspended = [  # B2: every suspended Job's pods, deleted together
+            pod
+            for job in self._jobs()
+            if job["spec"].get("suspend") and not (_true(job, "Complete") or _true(job, "Failed"))
+            for pod in self._owned(job, self._pods())
+        ]
+        self._delete_pods(suspended)
         for job in self._jobs():
             if _true(job, "Complete") or _true(job, "Failed"):
                 continue
             pods = self._owned(job, self._pods())
-            if job["spec"].get("suspend"):  # B2
-                for pod in pods:
-                    self._delete_pod(pod)
+            if job["spec"].get("suspend"):
                 continue
             if job["spec"].get("completionMode", "NonIndexed") != "Indexed":
                 created += self._non_indexed(job, pods)
@@ -1394,29 +1419,41 @@ class BatchControllers:
     @staticmethod
     def _policy_action(job: dict, pod: dict) -> str:
         """B3: what the Job's podFailurePolicy does with a failed pod (Count by default)."""
-        codes = {
-            ((c.get("state") or {}).get("terminated") or {}).get("exitCode")
+        return BatchControllers._policy_match(job, pod)[0]
+
+    @staticmethod
+    def _policy_match(job: dict, pod: dict) -> tuple[str, str]:
+        """B3: the podFailurePolicy's action for a failed pod, and a FailJob's message."""
+        containers = [
+            (c.get("name"), ((c.get("state") or {}).get("terminated") or {}).get("exitCode"))
             for c in (pod.get("status") or {}).get("containerStatuses") or []
-        }
-        for rule in (job["spec"].get("podFailurePolicy") or {}).get("rules") or []:
+        ]
+        rules = (job["spec"].get("podFailurePolicy") or {}).get("rules") or []
+        for index, rule in enumerate(rules):
             for cond in rule.get("onPodConditions") or []:
                 if _true(pod, cond["type"]):
-                    return rule["action"]
+                    return rule["action"], ""
             exits = rule.get("onExitCodes")
-            if exits and codes & set(exits["values"]):
-                return rule["action"]
-        return "Count"
+            for name, code in containers if exits else []:
+                if code in exits["values"] and exits.get("containerName") in (None, name):
+                    message = (
+                        f"Container {name} for pod {pod['metadata'].get('namespace', '')}/"
+                        f"{pod['metadata']['name']} failed with exit code {code} matching "
+                        f"{rule['action']} rule at index {index}"
+                    )
+                    return rule["action"], message
+        return "Count", ""
 
     def _finish(self, job: dict, pods: list[dict]) -> bool:
         """B3, B4: mark the Job Failed or Complete; True when it finished."""
         for pod in pods:
             if (pod.get("status") or {}).get("phase") != "Failed":
                 continue
-            action = self._policy_action(job, pod)
+            action, message = self._policy_match(job, pod)
             if action == "Ignore":
                 continue
             reason = "PodFailurePolicy" if action == "FailJob" else "BackoffLimitExceeded"
-            _set(job, "Failed", "True", reason)
+            _set(job, "Failed", "True", reason, message)
             self._put(job)
             return True
         succeeded = {
@@ -1548,6 +1585,26 @@ class BatchControllers:
                 return pod
         raise AssertionError(f"no pod {job} {role} {index}")
 
+    def evict(self, job: str, role: str, index: int) -> None:
+        """The Eviction API (a drain): the pod gets DisruptionTarget, its container SIGTERM.
+
+        kube-apiserver's eviction sets the condition (reason EvictionByEvictionAPI,
+        kubernetes.io/docs/concepts/workloads/pods/disruptions "Pod disruption conditions")
+        before it deletes the pod;
+        kubelet then stops the container, and the pod ends Failed with its exit code and
+        that condition, which the Job's podFailurePolicy reads (B3). The test goes on while
+        the container stops (a `kubelet` ends it at a later `tick`).
+        """
+        pod = self.pod(job, role, index)
+        pod["status"].setdefault("conditions", []).append(
+            {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
+        )
+        self._put(pod)
+        if self.kubelet is not None:
+            self.kubelet.terminate(pod)
+        else:
+            self._end(pod, "Failed", 143, disrupted=True)
+
     def end_pod(
         self,
         job: str,
@@ -1563,11 +1620,12 @@ class BatchControllers:
         self._end(self.pod(job, role, index), phase, code, disrupted=disrupted)
 
     def _end(self, pod: dict, phase: str, code: int, *, disrupted: bool = False) -> None:
+        container = ((pod.get("spec") or {}).get("containers") or [{}])[0].get("name", "")
         pod["status"] = {
             "phase": phase,
             "conditions": [],
-            "containerStatuses": [
-                {"name": "tensorflow", "state": {"terminated": {"exitCode": code}}}
+            "containerStatuses": [  # the pod's container, as kubelet reports it
+                {"name": container, "state": {"terminated": {"exitCode": code}}}
             ],
         }
         if disrupted:
@@ -1660,7 +1718,8 @@ class BatchControllers:
             for pod in self._pods():
                 code = self.kubelet.exit_code(pod)
                 if code is not None and pod["status"].get("phase") == "Running":
-                    self._end(pod, "Succeeded" if code == 0 else "Failed", code)
+                    phase = "Succeeded" if code == 0 else "Failed"
+                    self._end(pod, phase, code, disrupted=_true(pod, "DisruptionTarget"))
         self._default_queue()
         self._kueue()
         self._jobset()

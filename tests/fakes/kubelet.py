@@ -8,7 +8,11 @@ the directories the pod mounts mapped to local ones (`mounts`: mount path -> loc
 directory, replaced in the command's words and the environment's values), `python3` the
 test's interpreter. A process that exits ends its pod with its exit code (128+N for a
 signal N, as container runtimes report it); a deleted pod's process gets SIGTERM, then
-SIGKILL after the grace period (pod-lifecycle "Termination of Pods").
+SIGKILL after the pod's grace period (`terminationGracePeriodSeconds`, default 30;
+pod-lifecycle "Termination of Pods"). Each node's kubelet acts on its own pods, so pods
+deleted together (a suspended or preempted job, a gang restart) get their SIGTERMs at
+once and their grace periods run side by side (`stop_pods`), not one after another; an
+evicted pod (`terminate`, a drain) gets SIGTERM and is left to end while the test goes on.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +49,7 @@ class ProcessKubelet:
         self.outputs_dir = outputs
         self.procs: dict[str, subprocess.Popen] = {}
         self.outputs: dict[str, Path] = {}
+        self.deadlines: dict[str, float] = {}  # SIGTERM sent: SIGKILL at this time
 
     def _local(self, text: str) -> str:
         for mount, local in self.mounts.items():
@@ -112,23 +118,42 @@ class ProcessKubelet:
             return None
         self._log(name)
         code = proc.poll()
+        if code is None and time.monotonic() > self.deadlines.get(name, float("inf")):
+            proc.kill()  # its grace period is over
+            code = proc.wait(timeout=30)
         if code is None:
             return None
         return code if code >= 0 else 128 - code
 
-    def stop(self, pod: dict) -> None:
-        """SIGTERM, then SIGKILL after the grace period (a deleted pod)."""
+    def terminate(self, pod: dict) -> None:
+        """SIGTERM now; SIGKILL once the pod's grace period is over (`exit_code` checks)."""
         name = pod["metadata"]["name"]
         proc = self.procs.get(name)
-        if proc is None or proc.poll() is not None:
+        if proc is None or proc.poll() is not None or name in self.deadlines:
             return
+        grace = pod["spec"].get("terminationGracePeriodSeconds", GRACE_SECONDS)
+        self.deadlines[name] = time.monotonic() + grace
         proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=GRACE_SECONDS)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
-        self._log(name)
+
+    def stop(self, pod: dict) -> None:
+        """SIGTERM, then SIGKILL after the grace period (a deleted pod)."""
+        self.stop_pods([pod])
+
+    def stop_pods(self, pods: list[dict]) -> None:
+        """Pods deleted together: SIGTERM to each at once, then wait for all of them."""
+        for pod in pods:
+            self.terminate(pod)
+        for pod in pods:
+            name = pod["metadata"]["name"]
+            proc = self.procs.get(name)
+            if proc is None:
+                continue
+            try:
+                proc.wait(timeout=max(0.0, self.deadlines.get(name, 0) - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=30)
+            self._log(name)
 
     def kill(self, pod: dict) -> None:
         """The container dies at once (OOM killer, a node lost)."""

@@ -567,3 +567,70 @@ def test_the_demo_trains_on_real_digits_reports_accuracy_and_resumes(tmp_path):
     assert "[demo] finished: step 500, loss " in again.stdout
     assert "(resumed from step 400)" in again.stdout
     assert (export.parent / "500" / "saved_model.pb").is_file()
+
+
+def _jobset_action(strategy: str, codes: dict[tuple[str, int], int], drained: set) -> str:
+    """What JobSet does with these exit codes, by the charm's own failure policies.
+
+    Each role's Job (the charm's manifest) judges its pods by its podFailurePolicy (a
+    drained pod carries DisruptionTarget), then the JobSet's rules pick the action
+    (tests/fakes/batch.py B3 and J3, each rule from its upstream source).
+    """
+    from charm_modules import load
+
+    from fakes.batch import BatchControllers
+
+    manifests = load("tensorflow", "manifests")
+    request = load("tensorflow", "params").TrainRequest(
+        job="j", strategy=strategy, workers=1 if strategy == "ps" else 2, ps=int(strategy == "ps")
+    )
+    ctx = manifests.Context(
+        namespace="ns", app="tensorflow", claim="c", default_image="i", tensorboard_image="t"
+    )
+    spec = manifests.jobset(request, ctx)["spec"]
+    failed = []
+    for rj in spec["replicatedJobs"]:
+        job = {"spec": rj["template"]["spec"], "status": {"conditions": []}}
+        for (role, index), code in codes.items():
+            if role != rj["name"] or code == 0:
+                continue
+            pod = {
+                "metadata": {"name": f"j-{role}-0-{index}", "namespace": "ns"},
+                "status": {
+                    "conditions": [{"type": "DisruptionTarget", "status": "True"}]
+                    if (role, index) in drained
+                    else [],
+                    "containerStatuses": [
+                        {"name": "tensorflow", "state": {"terminated": {"exitCode": code}}}
+                    ],
+                },
+            }
+            action, message = BatchControllers._policy_match(job, pod)
+            if action != "Ignore":
+                reason = "PodFailurePolicy" if action == "FailJob" else "BackoffLimitExceeded"
+                job["status"]["conditions"] = [
+                    {"type": "Failed", "status": "True", "reason": reason, "message": message}
+                ]
+        if job["status"]["conditions"]:
+            failed.append(job)
+    return BatchControllers._rule_action(spec["failurePolicy"], failed) if failed else "none"
+
+
+def test_a_drained_ps_waits_for_the_chief_s_save_and_the_restart_does_not_count(local_job):
+    """strategy=ps, SIGTERM to the ps only (review N2: the chief exited 1, 160 steps lost)."""
+    job = local_job("psdrain", strategy="ps", workers=1, ps=1)
+    job.env = {"GPU_K8S_GRACE_SECONDS": "30"}
+    job.start("--steps=100000", "--checkpoint-every=100000")
+    job.wait_for(lambda: (job.progress() or {}).get("step", 0) >= 20, what="twenty steps")
+
+    job.procs[("ps", 0)].send_signal(signal.SIGTERM)
+    codes = job.wait(timeout=60)
+
+    assert codes == {("chief", 0): 143, ("ps", 0): 143, ("worker", 0): 143}, job.output()
+    stopped = job.progress()
+    assert stopped is not None and stopped["state"] == "stopped", stopped
+    assert job.latest_checkpoint() == stopped["step"] >= 20  # the chief saved where it stopped
+    assert _jobset_action("ps", codes, drained={("ps", 0)}) == "RestartJobSetAndIgnoreMaxRestarts"
+    # ...while a crash counts: a worker's exit 1 is a failure, whoever else stopped
+    assert _jobset_action("ps", {**codes, ("worker", 0): 1}, set()) == "RestartJobSet"
+    assert _jobset_action("mwms", {("worker", 0): 83}, set()) == "FailJobSet"

@@ -77,10 +77,15 @@ PROGRESS_LOG_LINES = 300
 JOB_NAME_MAX = 40  # leaves room for `-tensorboard` and `-worker-<index>` within 63
 MAX_WORKERS = 1000
 DEFAULT_MAX_RESTARTS = 3
-# Exit codes of the training container: tf_trainer after a SIGTERM it saved for (128 + 15),
-# tf_launcher when TensorFlow sees none of the GPUs the task asked for.
+# Exit codes of the training container (tf_launcher.py's table): stopped on a SIGTERM, its
+# own or a peer's (128 + 15); the launcher cannot start the task; TensorFlow sees none of
+# the GPUs the task asked for.
 EXIT_STOPPED = 143
-EXIT_NO_GPU = 3
+EXIT_SETUP = 82
+EXIT_NO_GPU = 83
+# terminationGracePeriodSeconds of a training pod (the launcher's GPU_K8S_GRACE_SECONDS):
+# the time a stop has for the chief's checkpoint save; Kubernetes' default is 30.
+GRACE_SECONDS = 60
 PURGE_TTL_SECONDS = 600
 
 # RBAC asked from the control plane: exactly what the actions use.

@@ -40,8 +40,10 @@ from literals import (
     COMPONENT_TRAINING,
     DATA_MOUNT,
     EXIT_NO_GPU,
+    EXIT_SETUP,
     EXIT_STOPPED,
     GPU_RUNTIME_CLASS,
+    GRACE_SECONDS,
     JOBSET_API,
     LABEL_COMPONENT,
     LABEL_GPU_PRODUCT,
@@ -239,6 +241,7 @@ def _env(request: TrainRequest, role: str, ctx: Context) -> list[dict]:
         "GPU_K8S_DATA_DIR": DATA_MOUNT,
         "GPU_K8S_STEPS": str(request.steps),
         "GPU_K8S_GPUS": str(request.gpus(role)),
+        "GPU_K8S_GRACE_SECONDS": str(GRACE_SECONDS),
         "PYTHONUNBUFFERED": "1",
     }
     if request.dataset:
@@ -267,12 +270,18 @@ def replicated_job(request: TrainRequest, ctx: Context, role: str) -> dict:
 
     A pod that fails fails its Job at once (`backoffLimit: 0`, `restartPolicy: Never`), and
     the JobSet's failure policy restarts the whole gang: under MWMS every survivor would
-    exit anyway once a peer dies. `podFailurePolicy` (kubernetes.io Job docs, "Pod failure
-    policy") replaces without counting a pod evicted by a drain or preempted (condition
-    `DisruptionTarget`) and one that exited 143 after the gang agreed to stop and saved
-    (tf_trainer's SIGTERM path: the pods come back and resume from that step); and fails
-    the Job for good when the launcher found no GPU (exit 3), which the JobSet's
-    failure policy turns into a failed job instead of futile restarts. Under MWMS the worker Job
+    exit anyway once a peer dies. `podFailurePolicy` (kubernetes.io Job docs, "Handling
+    retriable and non-retriable pod failures with Pod failure policy"; rules in order, the
+    first match wins) replaces without counting a pod evicted by a drain or preempted
+    (condition `DisruptionTarget`), and fails the Job (FailJob, reason PodFailurePolicy,
+    message "Container tensorflow for pod <ns>/<pod> failed with exit code <N> matching
+    FailJob rule at index <i>", kubernetes pkg/controller/job/pod_failure_policy.go) on
+    the launcher's exit codes: 143, stopped on a SIGTERM (its own or a peer's, after the
+    chief's save), which `jobset`'s first rule restarts without counting; 82 (the
+    launcher cannot start the task) and 83 (no GPU), which its second rule turns into a
+    failed job instead of futile restarts. Any other exit counts (backoffLimit 0: the
+    Job fails, BackoffLimitExceeded, and JobSet restarts the gang toward max-restarts).
+    Under MWMS the worker Job
     succeeds as soon as worker 0, the chief, does (Job `successPolicy`, GA in 1.33).
     """
     replicas = request.replicas()[role]
@@ -289,6 +298,7 @@ def replicated_job(request: TrainRequest, ctx: Context, role: str) -> dict:
     }
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": GRACE_SECONDS,
         **ctx.pod_basics(),
         "containers": [
             ctx.restricted(
@@ -350,20 +360,20 @@ def replicated_job(request: TrainRequest, ctx: Context, role: str) -> dict:
                     "action": "Ignore",
                     "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
                 },
-                {  # the gang agreed to stop and saved (tf_trainer): replaced, not counted
-                    "action": "Ignore",
+                {  # stopped on a SIGTERM (tf_launcher): the JobSet's rule 0 restarts it
+                    "action": "FailJob",
                     "onExitCodes": {
                         "containerName": "tensorflow",
                         "operator": "In",
                         "values": [EXIT_STOPPED],
                     },
                 },
-                {  # TensorFlow sees no GPU (tf_launcher): a restart cannot help
+                {  # cannot start, or no GPU (tf_launcher): a restart cannot help
                     "action": "FailJob",
                     "onExitCodes": {
                         "containerName": "tensorflow",
                         "operator": "In",
-                        "values": [EXIT_NO_GPU],
+                        "values": [EXIT_SETUP, EXIT_NO_GPU],
                     },
                 },
             ]
@@ -386,9 +396,18 @@ def jobset(request: TrainRequest, ctx: Context) -> dict:
     hostname `<job>-<role>-0-<i>` under the subdomain `<job>` (the launcher's TF_CONFIG);
     `successPolicy` Any on the chief's role ends the job when the chief succeeds and
     JobSet deletes the Jobs still running (parameter servers); `failurePolicy` recreates
-    every Job on any failure, `max-restarts` times; `ttlSecondsAfterFinished` has JobSet
-    delete a finished job (its data stays on the shared volume). `suspend` is left to
-    Kueue, whose webhook suspends a JobSet with a queue label until it is admitted.
+    every Job on a failure (`replicated_job`'s exit codes): without counting when the
+    gang stopped on a SIGTERM, for good when the task cannot start or has no GPU, and
+    otherwise `max-restarts` times (jobset v0.12.0 api/jobset/v1alpha2/jobset_types.go
+    FailurePolicyRule: rules in order, the first whose `onJobFailureReasons` and
+    `onJobFailureMessagePatterns` (RE2, unanchored) both match a failed Job wins;
+    none matching: RestartJobSet). `restartStrategy: BlockingRecreate` ("all Jobs (and
+    their Pods) from the previous iteration are deleted before creating new Jobs", same
+    file; `Recreate` recreates each Job as soon as its own previous one is gone), so a
+    new gang never meets an old one still saving under the same DNS names (review N5);
+    `ttlSecondsAfterFinished` has JobSet delete a finished job (its data stays on the
+    shared volume). `suspend` is left to Kueue, whose webhook suspends a JobSet with a
+    queue label until it is admitted.
     """
     chief_role, _ = request.chief()
     meta = _meta(request.job, ctx, labels(ctx.app, request.job, COMPONENT_TRAINING))
@@ -408,14 +427,31 @@ def jobset(request: TrainRequest, ctx: Context) -> dict:
             "successPolicy": {"operator": "Any", "targetReplicatedJobs": [chief_role]},
             "failurePolicy": {
                 "maxRestarts": ctx.max_restarts,
-                "restartStrategy": "Recreate",
-                # a Job failed by its podFailurePolicy (FailJob: no GPU) ends the job
+                "restartStrategy": "BlockingRecreate",
+                # in order, the first rule any failed Job matches wins: a job that cannot
+                # start fails; a real failure counts even when other Jobs stopped with it
                 "rules": [
-                    {
+                    {  # the launcher cannot start the task, or sees no GPU (exit 82, 83)
                         "name": "noRestartWithoutGPU",
                         "action": "FailJobSet",
                         "onJobFailureReasons": ["PodFailurePolicy"],
-                    }
+                        "onJobFailureMessagePatterns": [
+                            f"failed with exit code ({EXIT_SETUP}|{EXIT_NO_GPU}) matching FailJob"
+                        ],
+                    },
+                    {  # any other exit of a program: counted toward max-restarts
+                        "name": "failureCounts",
+                        "action": "RestartJobSet",
+                        "onJobFailureReasons": ["BackoffLimitExceeded"],
+                    },
+                    {  # stopped on a SIGTERM (exit 143): a drain is not the job's fault
+                        "name": "stoppedNotCounted",
+                        "action": "RestartJobSetAndIgnoreMaxRestarts",
+                        "onJobFailureReasons": ["PodFailurePolicy"],
+                        "onJobFailureMessagePatterns": [
+                            f"failed with exit code {EXIT_STOPPED} matching FailJob rule"
+                        ],
+                    },
                 ],
             },
             "ttlSecondsAfterFinished": ctx.ttl_seconds,

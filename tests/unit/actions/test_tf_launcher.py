@@ -292,7 +292,7 @@ def test_bad_environment_fails_before_creating_anything(
         else:
             pod_env[key] = value
 
-    assert main([], pod_env) == 2
+    assert main([], pod_env) == tf_launcher.EXIT_SETUP  # fails the job: a restart cannot help
 
     assert message in capsys.readouterr().err
     assert exec_.calls == []
@@ -303,29 +303,34 @@ def test_bad_environment_fails_before_creating_anything(
 def test_unknown_launcher_argument_is_rejected(monkeypatch, pod_env, capsys):
     exec_ = Exec(monkeypatch)
 
-    assert main(["--steps", "5"], pod_env) == 2
+    assert main(["--steps", "5"], pod_env) == tf_launcher.EXIT_SETUP
 
     assert "unknown arguments ['--steps', '5']" in capsys.readouterr().err
     assert exec_.calls == []
 
 
-def test_missing_program_exits_127_with_message(pod_env, tmp_path):
-    assert main(["--", "no-such-trainer"], pod_env) == 127
+def test_a_program_that_cannot_run_is_a_setup_error(pod_env, tmp_path):
+    assert main(["--", "no-such-trainer"], pod_env) == tf_launcher.EXIT_SETUP
 
     log = (tmp_path / "jobs" / "mnist" / "pod-logs" / "worker-1.log").read_text()
     assert "cannot run 'no-such-trainer'" in log
 
 
-def test_missing_program_without_a_replica_log_exits_127(monkeypatch, pod_env, tmp_path, capsys):
+def test_without_a_replica_log_the_launcher_still_runs_the_program(
+    monkeypatch, pod_env, tmp_path, capfd
+):
+    """No exec in its place: the launcher stays PID 1, for the SIGTERM protocol."""
     (tmp_path / "jobs" / "mnist").mkdir(parents=True)
     (tmp_path / "jobs" / "mnist" / "pod-logs").write_text("not a directory")
-    Exec(monkeypatch, error=FileNotFoundError(2, "No such file or directory"))
+    Recorder(tmp_path, monkeypatch, prints="trained\n", code=5)
 
-    assert main(["--", "no-such-trainer"], pod_env) == 127
+    assert main([], pod_env) == 5
 
-    err = capsys.readouterr().err
+    out, err = capfd.readouterr()
     assert "the pod's log is the only copy" in err
-    assert "cannot run 'no-such-trainer'" in err
+    assert "trained" in out
+    assert main(["--", "no-such-trainer"], pod_env) == tf_launcher.EXIT_SETUP
+    assert "cannot run 'no-such-trainer'" in capfd.readouterr().err
 
 
 # ------------------------------------------------- the replica's log on the shared volume
@@ -471,5 +476,189 @@ def test_main_refuses_a_malformed_gpu_count(tmp_path, capsys):
         "GPU_K8S_DATA_DIR": str(tmp_path),
         "GPU_K8S_GPUS": "many",
     }
-    assert main([], env) == 2
+    assert main([], env) == tf_launcher.EXIT_SETUP
     assert "GPU_K8S_GPUS must be an integer" in capsys.readouterr().err
+
+
+# ------------------------------------------------------ the SIGTERM protocol, exit codes
+
+# A stand-in program (no TensorFlow): it writes "<event> <time>" lines to its own file
+# under EVENTS, and behaves on SIGTERM as `--on-term` says: `save` (note "saved" after
+# `--save-seconds`, exit 143, as tf_trainer does), `ignore` (train on), `die` (the
+# default action); `--exit N` ends it with N after `--after` seconds; `--peer-gone`
+# exits 1 once that pid is gone, as a survivor's failed collective does.
+PROGRAM = """
+import argparse, json, os, signal, sys, time
+p = argparse.ArgumentParser()
+p.add_argument("--on-term", default="save")
+p.add_argument("--save-seconds", type=float, default=0.0)
+p.add_argument("--exit", type=int)
+p.add_argument("--after", type=float, default=0.0)
+p.add_argument("--peer-gone", type=int)
+a = p.parse_args()
+task = json.loads(os.environ["TF_CONFIG"])["task"]
+events = os.path.join(os.environ["EVENTS"], f"{task['type']}-{task['index']}")
+def note(what):
+    with open(events, "a") as f:
+        f.write(f"{what} {time.time()}\\n")
+term = []
+if a.on_term == "save":
+    signal.signal(signal.SIGTERM, lambda *_: term.append(1))
+elif a.on_term == "ignore":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+note("ready")
+started = time.monotonic()
+while True:
+    if term:
+        note("sigterm")
+        time.sleep(a.save_seconds)
+        note("saved")
+        sys.exit(143)
+    if a.exit is not None and time.monotonic() - started >= a.after:
+        sys.exit(a.exit)
+    if a.peer_gone and not os.path.exists(f"/proc/{a.peer_gone}"):
+        note("collective failed")
+        sys.exit(1)
+    time.sleep(0.02)
+"""
+
+
+class Task:
+    """One launcher process of a gang running PROGRAM (a pod's container, locally)."""
+
+    def __init__(self, tmp_path: Path, strategy: str, role: str, index: int, *args: str):
+        program = tmp_path / "program.py"
+        program.write_text(PROGRAM)
+        (tmp_path / "events").mkdir(exist_ok=True)
+        self.events = tmp_path / "events" / f"{role}-{index}"
+        env = {
+            **os.environ,
+            "GPU_K8S_JOB": "j",
+            "GPU_K8S_STRATEGY": strategy,
+            "GPU_K8S_ROLE": role,
+            "GPU_K8S_WORKERS": "2" if strategy == "mwms" else "1",
+            "GPU_K8S_PS": "0" if strategy == "mwms" else "1",
+            "JOB_COMPLETION_INDEX": str(index),
+            "GPU_K8S_DATA_DIR": str(tmp_path),
+            "GPU_K8S_GRACE_SECONDS": "2",
+            "EVENTS": str(tmp_path / "events"),
+            "HOSTNAME": f"j-{role}-0-{index}",
+        }
+        self.err = tmp_path / f"{role}-{index}.err"
+        with self.err.open("wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, tf_launcher.__file__, "--", sys.executable, str(program), *args],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+            )
+
+    def ready(self) -> Task:
+        deadline = time.monotonic() + 10
+        while not self.times("ready") and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert self.times("ready"), self.stderr()
+        return self
+
+    def times(self, event: str) -> list[float]:
+        try:
+            lines = self.events.read_text().splitlines()
+        except OSError:
+            return []
+        return [float(line.rsplit(" ", 1)[1]) for line in lines if line.rsplit(" ", 1)[0] == event]
+
+    def program_pid(self) -> int:
+        path = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
+        return int(path.read_text().split()[0])
+
+    def wait(self) -> int:
+        code = self.proc.wait(timeout=20)
+        return code
+
+    def stderr(self) -> str:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        return self.err.read_text()
+
+
+@pytest.mark.parametrize(
+    "args,code",
+    [
+        (["--exit", "0"], 0),  # finished: the pod Succeeded
+        (["--exit", "1"], 1),  # a failure: the gang restarts, counted
+        (["--exit", "3"], 3),  # a user program's 3 is an ordinary failure now
+        (["--exit", "42"], 42),  # PreemptionCheckpointHandler's exit without a stop
+        (["--exit", "143"], tf_launcher.EXIT_FAILED),  # reserved codes without a stop
+        (["--exit", "82"], tf_launcher.EXIT_FAILED),
+        (["--exit", "83"], tf_launcher.EXIT_FAILED),
+    ],
+)
+def test_the_program_s_exit_code_follows_the_table(tmp_path, args, code):
+    task = Task(tmp_path, "mwms", "worker", 1, *args)
+    assert task.wait() == code, task.stderr()
+    if code == tf_launcher.EXIT_FAILED and args[1] != "1":
+        assert f"the program exited {args[1]}, a code the launcher reserves" in task.stderr()
+
+
+def test_a_program_that_ignores_sigterm_is_killed_in_time_and_the_task_stopped(tmp_path):
+    task = Task(tmp_path, "mwms", "worker", 0, "--on-term", "ignore").ready()
+    sent = time.monotonic()
+    task.proc.send_signal(signal.SIGTERM)
+    assert task.wait() == tf_launcher.EXIT_STOPPED
+    took = time.monotonic() - sent
+    assert 1.0 < took < 2.0, took  # before kubelet's SIGKILL at the grace period (2 s)
+    assert "did not stop within the grace period: killed" in task.stderr()
+
+
+def test_a_drained_worker_stops_its_mwms_peer_and_both_exit_stopped(tmp_path):
+    """The peer sees the mark, gets SIGTERM from its own launcher, saves with the gang."""
+    drained = Task(tmp_path, "mwms", "worker", 1).ready()
+    chief = Task(tmp_path, "mwms", "worker", 0).ready()
+    drained.proc.send_signal(signal.SIGTERM)
+    assert (drained.wait(), chief.wait()) == (143, 143), chief.stderr()
+    assert chief.times("saved")
+    assert "worker-1 is stopping: stopping" in chief.stderr()
+    marks = tmp_path / "jobs" / "j" / "gang"
+    assert json.loads((marks / "worker-0.json").read_text())["state"] == "exited"
+
+
+def test_a_peer_leaving_mid_step_is_a_stop_and_a_crashed_peer_a_failure(tmp_path):
+    # the drained worker dies at once; its peer's collective fails before any SIGTERM
+    drained = Task(tmp_path, "mwms", "worker", 1, "--on-term", "die").ready()
+    pid = drained.program_pid()
+    survivor = Task(tmp_path, "mwms", "worker", 0, "--on-term", "ignore", "--peer-gone", str(pid))
+    survivor.ready()
+    drained.proc.send_signal(signal.SIGTERM)
+    assert (drained.wait(), survivor.wait()) == (143, 143), survivor.stderr()
+
+    # a crash is no stop: the survivor's failure is its own (and the crash counts)
+    other = tmp_path / "other"
+    other.mkdir()
+    crashed = Task(other, "mwms", "worker", 1, "--exit", "1", "--after", "1.5").ready()
+    pid = crashed.program_pid()
+    survivor = Task(other, "mwms", "worker", 0, "--on-term", "ignore", "--peer-gone", str(pid))
+    assert (crashed.wait(), survivor.wait()) == (1, 1), survivor.stderr()
+
+
+def test_a_drained_ps_serves_until_the_chief_saved(tmp_path):
+    """strategy=ps: SIGTERM reaches the ps program only after the chief's task exited."""
+    ps = Task(tmp_path, "ps", "ps", 0).ready()
+    worker = Task(tmp_path, "ps", "worker", 0).ready()
+    chief = Task(tmp_path, "ps", "chief", 0, "--save-seconds", "0.5").ready()
+    ps.proc.send_signal(signal.SIGTERM)
+    assert (ps.wait(), chief.wait(), worker.wait()) == (143, 143, 143), ps.stderr()
+    [saved] = chief.times("saved")
+    assert ps.times("sigterm")[0] > saved and worker.times("sigterm")[0] > saved
+    assert "SIGTERM: stopping; the job resumes from its last checkpoint (serving until" in (
+        ps.stderr()
+    )
+
+
+def test_an_earlier_gang_s_marks_do_not_stop_a_new_one(tmp_path):
+    first = Task(tmp_path, "mwms", "worker", 1).ready()
+    first.proc.send_signal(signal.SIGTERM)
+    assert first.wait() == 143  # its mark says exited 143
+    task = Task(tmp_path, "mwms", "worker", 0, "--exit", "0", "--after", "0.3")
+    assert task.wait() == 0, task.stderr()
+    assert not task.times("sigterm")

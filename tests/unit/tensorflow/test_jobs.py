@@ -398,9 +398,11 @@ def test_assembled_charm_imports_alone_and_finds_its_actions(tmp_path):
 
 def test_the_exit_codes_the_pod_failure_policy_names_are_the_programs_own():
     import tf_launcher
-    from literals import EXIT_NO_GPU, EXIT_STOPPED
+    from literals import EXIT_NO_GPU, EXIT_SETUP, EXIT_STOPPED
 
-    assert tf_launcher.NO_GPU_EXIT == EXIT_NO_GPU
+    assert tf_launcher.EXIT_NO_GPU == EXIT_NO_GPU
+    assert tf_launcher.EXIT_SETUP == EXIT_SETUP
+    assert tf_launcher.EXIT_STOPPED == EXIT_STOPPED
     trainer = (Path(__file__).resolve().parents[3] / "actions" / "tf_trainer.py").read_text()
     assert f"os._exit({EXIT_STOPPED})" in trainer
 

@@ -645,10 +645,17 @@ def test_the_status_line_shows_the_jobs_at_a_glance(ctx, running, api, controlle
 def test_a_gang_that_stopped_together_after_saving_comes_back_uncounted(
     ctx, running, api, controller
 ):
-    """A drain SIGTERMs one worker; the trainer stops the whole gang at one saved step (143)."""
+    """A drain SIGTERMs one worker; the launchers stop the whole gang at one saved step (143).
+
+    The Job fails (FailJob on 143) and JobSet restarts the gang without counting
+    (RestartJobSetAndIgnoreMaxRestarts): the old pods are gone before new ones start.
+    """
     first = {p["metadata"]["name"] for p in training_pods(api)}
     for index in (0, 1):
         controller.end_pod("mnist", "worker", index, "Failed", exit_code=143)
+    controller.tick()
+    js = api.get_object("/apis/jobset.x-k8s.io/v1alpha2/namespaces/tensorflow/jobsets/mnist")
+    assert (js["status"]["restarts"], js["status"].get("restartsCountTowardsMax", 0)) == (1, 0)
     controller.tick()
     results, _ = run_action(ctx, running, "job-status", job="mnist")
     assert (results["phase"], results["restarts"]) == ("Running", "0 of 3")
@@ -659,7 +666,7 @@ def test_a_gang_that_stopped_together_after_saving_comes_back_uncounted(
 def test_no_gpu_in_tensorflow_fails_the_job_at_once_without_restarts(
     ctx, running, api, controller
 ):
-    controller.end_pod("mnist", "worker", 1, "Failed", exit_code=3)
+    controller.end_pod("mnist", "worker", 1, "Failed", exit_code=83)  # tf_launcher EXIT_NO_GPU
     controller.tick()
     results, _ = run_action(ctx, running, "job-status", job="mnist")
     assert (results["phase"], results["restarts"]) == ("Failed", "0 of 3")

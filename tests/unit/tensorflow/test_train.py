@@ -249,22 +249,39 @@ def test_gang_restarts_and_finishes_are_jobsets(ctx, state, api):
     spec = jobset(api, "mnist")["spec"]
     assert spec["failurePolicy"] == {
         "maxRestarts": 3,
-        "restartStrategy": "Recreate",
+        # the old gang is gone before the new one starts (review N5)
+        "restartStrategy": "BlockingRecreate",
         "rules": [
             {
                 "name": "noRestartWithoutGPU",
                 "action": "FailJobSet",
                 "onJobFailureReasons": ["PodFailurePolicy"],
-            }
+                "onJobFailureMessagePatterns": ["failed with exit code (82|83) matching FailJob"],
+            },
+            {  # a real failure counts even when other Jobs stopped with it
+                "name": "failureCounts",
+                "action": "RestartJobSet",
+                "onJobFailureReasons": ["BackoffLimitExceeded"],
+            },
+            {
+                "name": "stoppedNotCounted",
+                "action": "RestartJobSetAndIgnoreMaxRestarts",
+                "onJobFailureReasons": ["PodFailurePolicy"],
+                "onJobFailureMessagePatterns": ["failed with exit code 143 matching FailJob rule"],
+            },
         ],
     }
     assert spec["ttlSecondsAfterFinished"] == 24 * 3600
     rules = role_spec(jobset(api, "mnist"), "worker")["podFailurePolicy"]["rules"]
     assert [(r["action"], r.get("onExitCodes", {}).get("values")) for r in rules] == [
         ("Ignore", None),  # DisruptionTarget: drained or preempted
-        ("Ignore", [143]),  # the gang agreed to stop and saved
-        ("FailJob", [3]),  # TensorFlow sees no GPU
+        ("FailJob", [143]),  # stopped on a SIGTERM: the JobSet restarts it, not counted
+        ("FailJob", [82, 83]),  # the launcher cannot start the task, or sees no GPU
     ]
+    pod = role_spec(jobset(api, "mnist"), "worker")["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] == 60
+    env = {e["name"]: e["value"] for e in pod["containers"][0]["env"]}
+    assert env["GPU_K8S_GRACE_SECONDS"] == "60"
 
 
 def test_train_twice_with_same_parameters_is_idempotent(ctx, state, api):
