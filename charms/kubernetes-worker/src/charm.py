@@ -286,6 +286,12 @@ class KubernetesWorkerCharm(ops.CharmBase):
                 reason, self.unit.name, node, rebooted=started is not None, install=state.update
             )
             notes.append(ops.BlockedStatus(message))
+        elif action is nvidia.RebootAction.UNCORDON and state.pending is not None:
+            # NVSwitch: the driver works, its fabric does not (yet); the turn and the
+            # cordon stay, so the next node does not walk into the same failure (a
+            # registration under way is the node's Waiting status, `GpuState.waiting`)
+            if state.pending_failed:
+                notes.append(self._fabric_after_reboot(state, node))
         elif action is nvidia.RebootAction.UNCORDON:
             self._after_reboot(info, node, limit)
         elif not self.turns.request(reason, limit):
@@ -343,6 +349,13 @@ class KubernetesWorkerCharm(ops.CharmBase):
         logger.info("rebooting for the NVIDIA driver: %s", reason)
         self.unit.reboot()
         raise StatusError.maintenance(f"rebooting: {reason}")
+
+    def _fabric_after_reboot(self, state: gpu_node.GpuState, node: str) -> ops.StatusBase:
+        """Blocked: back from our reboot, Fabric Manager failed; the turn stays ours."""
+        message = nvidia.fabric_blocked_message(
+            state.pending or "", self.unit.name, node, cordoned=self._stored.reboot_cordoned
+        )
+        return ops.BlockedStatus(message)
 
     def _after_reboot(self, info: JoinInfo | None, node: str, limit: int) -> None:
         """Back on a new boot with a working driver: uncordon (if we cordoned), end the turn."""
