@@ -31,7 +31,13 @@ What it models, and where each rule comes from:
   from the userspace's (Ubuntu server docs, "Driver/library version mismatch").
 - NVSwitch machines (`nvswitch=True`): CUDA needs nvidia-fabricmanager running; the
   service exists once `nvidia-fabricmanager-<b>` is installed and starts only with the
-  nvidia module loaded.
+  nvidia module loaded. Hopper and newer GPUs (compute capability 9.0 and up; NVML's
+  fabric info is "for Hopper or newer fully supported devices") report their fabric
+  registration as `nvidia-smi -q`'s Fabric section and the `fabric.state` /
+  `fabric.status` query fields do: `In Progress` / `N/A` while Fabric Manager is not
+  running (the recorded outputs in tests/fixtures/gpu/fabric/), `Completed` with
+  `fabric_status` (`Success` unless a test says otherwise) once it runs; `N/A` on
+  every other machine (tests/fixtures/gpu/h100-sxm5-vm/nvidia-smi-fabric.csv).
 - Manual and automatic marks (apt's /var/lib/apt/extended_states, `Auto-Installed: 1`
   stanzas, which `apt-mark showauto` reads): what `apt-get install` is asked for is
   manual, what it pulls in is automatic, `apt-mark auto|manual` change the mark.
@@ -165,6 +171,9 @@ class FakeDriver:
         self.archive_kernel = KERNEL
         self.drivers = {b: f"{b}.95.05" for b in BRANCHES}  # driver version per branch
         self.fabric_starts = True
+        # fabric.status once Fabric Manager registered the GPUs (an nvmlReturn_t's text)
+        self.fabric_status = "Success"
+        self.fabric_registering = False  # Fabric Manager runs, registration not done yet
         # {(package, version): driver version} of ABI module packages the archive built;
         # {(package, version): abi} of the flavour metapackages
         self.module_driver: dict[tuple[str, str], str] = {}
@@ -712,6 +721,8 @@ class FakeDriver:
                 f"NVML version        : {driver.rsplit('.', 1)[0]}\n"
                 f"DRIVER version      : {driver}\nCUDA Version        : 13.0\n"
             )
+        if argv[1:] == ["--query-gpu=index,fabric.state,fabric.status", "--format=csv,noheader"]:
+            return "".join(f"{i}, {state}, {status}\n" for i, (state, status) in self._fabric())
         if argv[1:] == ["mig", "-lgip"]:
             return self._lgip(argv)
         if argv[1:] == ["-L"]:
@@ -727,6 +738,17 @@ class FakeDriver:
             f"{i}, {name}, {memory}, 0, 0, 30, {mode}, {driver}, {buses[i]}, {compute}\n"
             for i in range(self.gpus)
         )
+
+    def _fabric(self) -> list[tuple[int, tuple[str, str]]]:
+        """Each GPU's (fabric state, status) as nvidia-smi prints them."""
+        hopper = float(self.model[2]) >= 9.0
+        if not (self.nvswitch and hopper):
+            row = ("N/A", "N/A")
+        elif not self.fabric_active() or self.fabric_registering:
+            row = ("In Progress", "N/A")
+        else:
+            row = ("Completed", self.fabric_status)
+        return [(i, row) for i in range(self.gpus)]
 
     def _bus_ids(self) -> list[str]:
         """The GPUs' PCI addresses as nvidia-smi prints them, from the machine's sysfs.

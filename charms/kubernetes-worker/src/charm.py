@@ -48,13 +48,14 @@ import node_identity
 import node_upgrade
 import nvidia
 import ops
+import runtime_updates
 import validation
 import worker
 from charm_config import WorkerConfig
 from literals import CLUSTER, COS_AGENT, REBOOTS
-from reboot_turns import UPGRADE, RebootTurns
+from reboot_turns import RUNTIME, UPGRADE, RebootTurns
 
-from charms.gpu_k8s.v0 import api_proxy, apt, drain, kubeadm
+from charms.gpu_k8s.v0 import api_proxy, apt, containerd, drain, kubeadm
 from charms.gpu_k8s.v0.cos_agent import (
     DCGM_EXPORTER_PORT,
     CosAgentProvider,
@@ -64,7 +65,7 @@ from charms.gpu_k8s.v0.cos_agent import (
 from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
 from charms.gpu_k8s.v0.kubernetes_cluster import ClusterRequirer, GpuInfo, JoinInfo
 from charms.gpu_k8s.v0.status import StatusError, Statuses, on_error, status_of
-from charms.gpu_k8s.v0.system import Host, machine
+from charms.gpu_k8s.v0.system import SYSTEMCTL, CommandError, Host, machine
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +97,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
     # Time source for waits (drain, GPU validation); tests replace them to not wait.
     drain_clock = staticmethod(time.monotonic)
     drain_sleep = staticmethod(time.sleep)
+    wall_clock = staticmethod(time.time)  # when containerd/runc updates were last asked for
 
     def __init__(self, framework: ops.Framework):
         super().__init__(framework)
@@ -108,7 +110,11 @@ class KubernetesWorkerCharm(ops.CharmBase):
             reboot_cordoned=False,
             mig_cordoned=False,
             mig_since=None,
+            runtime_checked=None,
+            runtime_pending={},
+            runtime_cordoned=False,
         )
+        self._upgrading = False  # this hook is upgrade-charm
         self.cluster = ClusterRequirer(self, CLUSTER)
         self._taint: bool | None = None  # the GPU taint to ask the control plane for
         self.turns = RebootTurns(self, REBOOTS)
@@ -170,6 +176,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
         Active but under whatever Waiting or Maintenance the reconcile ended with.
         """
         notes: list[ops.StatusBase] = []
+        self._upgrading = isinstance(event, ops.UpgradeCharmEvent)
         with self._statuses.step():
             self._converge(notes)
         for status in notes:
@@ -210,6 +217,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
         self._proxy(host, info)
         self._telemetry(host, state)
         running, note = self._kubernetes(host, config, info, node, plan, notes)
+        self._runtime_updates(host, config, node, notes)
         gpus = [GpuInfo(**r) for r in state.records()] or None
         with self._statuses.step():  # a node that is not labelled yet still reports below
             self._statuses.add(self._node_state(host, info, node, config, state, note, notes))
@@ -286,6 +294,12 @@ class KubernetesWorkerCharm(ops.CharmBase):
                 reason, self.unit.name, node, rebooted=started is not None, install=state.update
             )
             notes.append(ops.BlockedStatus(message))
+        elif action is nvidia.RebootAction.UNCORDON and state.pending is not None:
+            # NVSwitch: the driver works, its fabric does not (yet); the turn and the
+            # cordon stay, so the next node does not walk into the same failure (a
+            # registration under way is the node's Waiting status, `GpuState.waiting`)
+            if state.pending_failed:
+                notes.append(self._fabric_after_reboot(state, node))
         elif action is nvidia.RebootAction.UNCORDON:
             self._after_reboot(info, node, limit)
         elif not self.turns.request(reason, limit):
@@ -344,6 +358,13 @@ class KubernetesWorkerCharm(ops.CharmBase):
         self.unit.reboot()
         raise StatusError.maintenance(f"rebooting: {reason}")
 
+    def _fabric_after_reboot(self, state: gpu_node.GpuState, node: str) -> ops.StatusBase:
+        """Blocked: back from our reboot, Fabric Manager failed; the turn stays ours."""
+        message = nvidia.fabric_blocked_message(
+            state.pending or "", self.unit.name, node, cordoned=self._stored.reboot_cordoned
+        )
+        return ops.BlockedStatus(message)
+
     def _after_reboot(self, info: JoinInfo | None, node: str, limit: int) -> None:
         """Back on a new boot with a working driver: uncordon (if we cordoned), end the turn."""
         if self._stored.reboot_cordoned:
@@ -398,6 +419,57 @@ class KubernetesWorkerCharm(ops.CharmBase):
         if plan.target != published:  # one minor at a time
             return plan.target, f"; upgrade to {published} continues on the next update-status"
         return plan.target, ""
+
+    def _runtime_updates(
+        self, host: Host, config: WorkerConfig, node: str, notes: list[ops.StatusBase]
+    ) -> None:
+        """containerd/runc security updates (runtime_updates.py), in a drain turn.
+
+        A failed check is logged and asked again the next day; an update apt refuses
+        keeps the node cordoned and the turn (Blocked), as a failed driver update does.
+        """
+        now, limit = self.wall_clock(), config.max_parallel_reboots
+        ask, refresh = runtime_updates.due(
+            self._stored.runtime_checked, now, upgrading=self._upgrading
+        )
+        if ask:
+            if refresh:
+                self._stored.runtime_checked = now
+            try:
+                self._stored.runtime_pending = containerd.pending_updates(host, refresh=refresh)
+            except apt.AptError as e:
+                logger.warning("cannot check for containerd/runc updates: %s", e)
+        pending = dict(self._stored.runtime_pending)
+        if not pending:
+            self.turns.done(limit, RUNTIME)  # no longer needed, if it asked
+            return
+        reason = runtime_updates.pending_message(pending)
+        if not self.turns.request(reason, limit, RUNTIME) and not self._stored.runtime_cordoned:
+            notes.append(ops.WaitingStatus(self.turns.waiting_message(reason, limit, RUNTIME)))
+            return
+        with self._node_kube(host, reason) as kube, _api_errors_fail_the_hook():
+            cordoned = worker.drain_for_reboot(
+                kube, node, config.drain_timeout, clock=self.drain_clock, sleep=self.drain_sleep
+            )
+            self._stored.runtime_cordoned = cordoned or self._stored.runtime_cordoned
+            try:
+                if not containerd.update(host, pending):  # installed by an earlier try
+                    host.run(SYSTEMCTL, "restart", "containerd")
+            except apt.AptError as e:
+                raise StatusError.blocked(
+                    f"node {node} stays cordoned; containerd/runc update failed: "
+                    f"{e.package}: {e.detail}"
+                ) from None
+            except CommandError as e:  # retried from the restart on the next hook
+                raise StatusError.waiting(
+                    f"node {node} stays cordoned; containerd did not restart after its "
+                    f"update: {e.last_line}"
+                ) from None
+            if self._stored.runtime_cordoned and drain.uncordon(kube, node):
+                logger.info("containerd/runc updated (%s); uncordoned node %s", reason, node)
+        self._stored.runtime_cordoned = False
+        self._stored.runtime_pending = {}
+        self.turns.done(limit, RUNTIME)
 
     def _upgrade(
         self,

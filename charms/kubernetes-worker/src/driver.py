@@ -363,7 +363,7 @@ class DriverResult:
             moving with the kernel), empty when the reboot needs none.
         note: something worth saying in the status (a kernel waiting for a reboot).
         problem: what the operator must fix (a Blocked status), or None.
-        fabric: why Fabric Manager is not running yet on an NVSwitch machine, or None.
+        fabric: why an NVSwitch machine's GPUs are not on their fabric yet, or None.
     """
 
     series: Series | None
@@ -373,7 +373,7 @@ class DriverResult:
     update: tuple[str, ...] = ()
     note: str = ""
     problem: str | None = None
-    fabric: str | None = None
+    fabric: nvidia.Fabric | None = None
 
 
 def _try_install(host: Host, packages: Iterable[str]) -> apt.AptError | None:
@@ -559,25 +559,28 @@ def load_module(host: Host) -> None:
         logger.info("modprobe nvidia: %s", e.last_line)
 
 
-def fabric_state(host: Host) -> str | None:
-    """Enable and start Fabric Manager; None once active, else why not.
+def fabric_state(host: Host) -> nvidia.Fabric | None:
+    """Enable and start Fabric Manager; None once the GPUs' fabric registration is done.
 
-    It starts only with the nvidia module loaded, so a failed start is retried on the
-    next reconcile.
+    Ready means registration Completed with Success on every GPU that reports a fabric
+    (`nvidia.read_fabric`), not only `systemctl is-active`: a running Fabric Manager
+    whose fabric setup failed leaves CUDA failing (error 802; NVIDIA/NVSentinel#883).
+    Where the GPUs report no fabric state (pre-Hopper), an active service is all there
+    is to check. A service that does not start is a failure (Blocked); it starts only
+    with the nvidia module loaded, so the start is retried on the next reconcile.
     """
     try:
         host.run(SYSTEMCTL, "is-active", "--quiet", FABRIC_SERVICE)
-        return None
     except CommandError:
-        pass
-    try:
-        host.run(SYSTEMCTL, "enable", "--now", FABRIC_SERVICE)
-    except CommandError as e:
-        return (
-            f"{FABRIC_SERVICE} did not start ({e.last_line}); check "
-            f"`journalctl -u {FABRIC_SERVICE}`"
-        )
-    return None
+        try:
+            host.run(SYSTEMCTL, "enable", "--now", FABRIC_SERVICE)
+        except CommandError as e:
+            return nvidia.Fabric(
+                f"{FABRIC_SERVICE} did not start ({e.last_line}); check "
+                f"`journalctl -u {FABRIC_SERVICE}`",
+                failed=True,
+            )
+    return nvidia.read_fabric(host)
 
 
 def _reboot_reason(

@@ -45,7 +45,9 @@ class GpuState:
 
     `update` names the packages to install after draining and before that reboot (the
     driver moving with a new kernel); `pending` says what pods still wait for although
-    the driver works (Fabric Manager on an NVSwitch machine); `problem` is
+    the driver works (Fabric Manager on an NVSwitch machine), `pending_failed` whether
+    that is a failure (Fabric Manager did not start, fabric registration failed) rather
+    than a wait; `problem` is
     what the operator must fix; `note` goes after the Ready message; `machine` is the DMI
     product name (the `nvidia.com/gpu.machine` label; None when unreadable).
     """
@@ -55,6 +57,7 @@ class GpuState:
     reboot: str | None = None
     update: tuple[str, ...] = ()
     pending: str | None = None
+    pending_failed: bool = False
     problem: str | None = None
     note: str = ""
     mig_profiles: dict[int, dict[str, int]] = dataclasses.field(default_factory=dict)
@@ -125,13 +128,15 @@ class GpuState:
     def waiting(self) -> str | None:
         """Why the GPUs are not ready yet although nothing is wrong (a Waiting status)."""
         if self.has_gpu and self.report.ok and self.pending is not None:
-            return f"waiting for {self.pending}"
+            return None if self.pending_failed else f"waiting for {self.pending}"
         return None
 
     def driver_problem(self, unit: str, choice: driver.DriverChoice) -> str | None:
         """Blocked message for GPUs without a working driver that no reboot will fix."""
         if self.problem:
             return self.problem
+        if self.pending_failed and self.report.ok:
+            return f"{self.pending}; the GPUs stay unlabelled until it works"
         if not self.has_gpu or self.report.ok or self.reboot:
             return None
         fix = (
@@ -186,7 +191,8 @@ def setup(
         raise GpuSetupError(toolkit.toolkit_blocked_message(e)) from None
     runtimes = toolkit.containerd_runtimes(True, default_nvidia=config.nvidia_default_runtime)
     containerd.configure(host, *runtimes, sandbox_image=sandbox_image)
-    pending = f"NVIDIA Fabric Manager: {result.fabric}" if result.fabric else None
+    fabric = result.fabric
+    pending = f"NVIDIA Fabric Manager: {fabric.reason}" if fabric else None
     mig = nvidia.read_mig_profiles(host) if result.report.ok and inventory.mig_capable else {}
     return GpuState(
         gpu.with_smi(inventory, result.report),
@@ -194,6 +200,7 @@ def setup(
         reboot=result.reboot,
         update=result.update,
         pending=pending,
+        pending_failed=bool(fabric and fabric.failed),
         problem=result.problem,
         note=result.note,
         mig_profiles=mig,

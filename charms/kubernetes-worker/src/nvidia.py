@@ -14,6 +14,7 @@ imports: the charm turns these into statuses.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Sequence
 
@@ -79,6 +80,79 @@ def read_gpu_info(host: Host) -> dict:
     )
 
 
+# The GPUs' NVLink fabric registration on an NVSwitch machine: the `Fabric` section of
+# `nvidia-smi -q` ("State", "Status"), asked for as the `--query-gpu` fields
+# `fabric.state` and `fabric.status`, which print the same NVML values
+# (nvmlDeviceGetGpuFabricInfoV, "for Hopper or newer fully supported devices").
+# NVML's states (NVIDIA/go-nvml pkg/nvml/nvml.h, NVML_GPU_FABRIC_STATE_*): Not Supported,
+# Not Started, In Progress, Completed; the status is an nvmlReturn_t that "must be
+# checked only if state returns complete" (NVML API reference, nvmlGpuFabricInfo_t),
+# `Success` when registration worked. Registration is done only at Completed + Success
+# (NVIDIA/NVSentinel#883: "Not Started" -> "In Progress" -> "Completed"; CUDA fails
+# with error 802 before it). GPUs without a fabric (pre-Hopper, or no NVSwitch) print
+# N/A: only Fabric Manager's service state tells there. Recorded examples:
+# tests/fixtures/gpu/h100-sxm5-vm/nvidia-smi-fabric.csv (N/A), tests/fixtures/gpu/fabric/.
+FABRIC_QUERY_ARGS = ("--query-gpu=index,fabric.state,fabric.status", "--format=csv,noheader")
+FABRIC_COMPLETED = "Completed"
+FABRIC_SUCCESS = "Success"
+FABRIC_NONE = ("N/A", "[N/A]", "Not Supported", "")
+
+
+@dataclasses.dataclass(frozen=True)
+class Fabric:
+    """Why an NVSwitch machine's GPUs are not on their fabric yet.
+
+    `failed`: Fabric Manager did not start, or registration completed with an error (the
+    operator must look); otherwise registration is still under way.
+    """
+
+    reason: str
+    failed: bool = False
+
+
+def parse_fabric(text: str) -> dict[int, tuple[str, str]]:
+    """{GPU index: (state, status)} from `nvidia-smi` with `FABRIC_QUERY_ARGS`."""
+    found = {}
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 3 and parts[0].isdigit():
+            found[int(parts[0])] = (parts[1], parts[2])
+    return found
+
+
+def _gpus(indices: Sequence[int]) -> str:
+    return f"GPU {indices[0]}" if len(indices) == 1 else f"GPUs {', '.join(map(str, indices))}"
+
+
+def fabric_problem(rows: dict[int, tuple[str, str]]) -> Fabric | None:
+    """What keeps the GPUs off their fabric (None: Completed + Success, or no fabric)."""
+    failed: dict[tuple[str, str], list[int]] = {}
+    waiting: dict[tuple[str, str], list[int]] = {}
+    for index, (state, status) in sorted(rows.items()):
+        if state in FABRIC_NONE:
+            continue
+        if state == FABRIC_COMPLETED:
+            if status != FABRIC_SUCCESS:
+                failed.setdefault((state, status), []).append(index)
+        else:
+            waiting.setdefault((state, status), []).append(index)
+    found = failed or waiting
+    if not found:
+        return None
+    text = "; ".join(
+        f"{_gpus(indices)}: State {state}, Status {status}"
+        for (state, status), indices in found.items()
+    )
+    what = "fabric registration failed" if failed else "fabric registration not finished"
+    return Fabric(f"{what} (`nvidia-smi -q`, Fabric: {text})", failed=bool(failed))
+
+
+def read_fabric(host: Host) -> Fabric | None:
+    """The GPUs' fabric registration (None: done, or not reported by this driver)."""
+    code, out = _run_combined(host, NVIDIA_SMI, *FABRIC_QUERY_ARGS)
+    return fabric_problem(parse_fabric(out)) if code == 0 else None
+
+
 def boot_id(host: Host) -> str:
     """This boot's id (changes on every reboot)."""
     return (host.read("/proc/sys/kernel/random/boot_id") or "").strip()
@@ -112,6 +186,16 @@ def reboot_action(
     if reason is None:
         return RebootAction.NONE
     return RebootAction.DRAIN_AND_REBOOT if auto_reboot else RebootAction.BLOCK
+
+
+def fabric_blocked_message(reason: str, unit: str, node: str, *, cordoned: bool) -> str:
+    """Blocked status for Fabric Manager failing after the charm's reboot; it keeps its turn."""
+    held = f"node {node} stays cordoned; " if cordoned else ""
+    return (
+        f"{reason} after the reboot; check `juju ssh {unit} -- nvidia-smi -q` (Fabric) "
+        f"and `journalctl -u nvidia-fabricmanager`; {held}other GPU nodes of this "
+        "application reboot only once this one works or is removed"
+    )
 
 
 def reboot_blocked_message(

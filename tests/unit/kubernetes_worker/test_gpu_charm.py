@@ -8,6 +8,7 @@ repository; the cluster is `FakeKubeApiServer`.
 import dataclasses
 import json
 import logging
+import time
 
 import driver as nvidia_driver
 import pytest
@@ -543,21 +544,26 @@ def test_kernel_update_with_its_modules_in_place_keeps_the_node_ready(
 @pytest.fixture
 def p5(machine):
     """A p5.48xlarge: 8x H100 SXM5 on an NVSwitch board."""
-    fake = FakeDriver(machine, gpus=8, nvswitch=True)
+    fake = FakeDriver(
+        machine, gpus=8, nvswitch=True, model=("NVIDIA H100 80GB HBM3", 81559, "9.0")
+    )
     fake.serve_toolkit()
     build_machine(machine.path("/sys"), "p5-h100", module_loaded=False)
     machine.write("/usr/share/misc/pci.ids", PCI_IDS)
     return fake
 
 
-def test_nvswitch_node_waits_for_fabric_manager_before_labels_and_ready(ctx, machine, api, p5):
+def test_nvswitch_node_blocks_while_fabric_manager_fails_and_withholds_labels(
+    ctx, machine, api, p5
+):
     p5.fabric_starts = False
 
     out = run_joined(ctx, api)
 
-    assert out.unit_status.name == "waiting"
+    # a Fabric Manager that does not start is the operator's to fix (gpu.md N5)
+    assert out.unit_status.name == "blocked"
     assert out.unit_status.message.startswith(
-        "waiting for NVIDIA Fabric Manager: nvidia-fabricmanager did not start ("
+        "NVIDIA Fabric Manager: nvidia-fabricmanager did not start ("
     )
     assert gpu_labels(api) == {}  # the device plugin stays away: CUDA would fail (802)
     assert taints(api) == [TAINT]
@@ -568,6 +574,103 @@ def test_nvswitch_node_waits_for_fabric_manager_before_labels_and_ready(ctx, mac
 
     assert out.unit_status.name == "active"
     assert gpu_labels(api)["nvidia.com/gpu.count"] == "8"
+
+
+def test_nvswitch_node_is_ready_only_once_fabric_registration_succeeds(ctx, machine, api, p5):
+    out = run_joined(ctx, api)
+    assert out.unit_status.name == "active"
+    p5.fabric_status = "Unknown Error"  # Fabric Manager runs; registration failed
+
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert machine.services["nvidia-fabricmanager"].active
+    assert out.unit_status == testing.BlockedStatus(
+        "NVIDIA Fabric Manager: fabric registration failed (`nvidia-smi -q`, Fabric: GPUs "
+        "0, 1, 2, 3, 4, 5, 6, 7: State Completed, Status Unknown Error); the GPUs stay "
+        "unlabelled until it works"
+    )
+    assert gpu_labels(api) == {}
+
+
+def p5_update_turn(ctx, api, p5, reboots):
+    """This p5 (the leader, of three) takes the turn for a driver update and reboots."""
+    out = run_joined(ctx, api, config={"auto-reboot": True, "max-parallel-reboots": 1})
+    out = with_peers(out, peers(turns=[], others={1: {}, 2: {}}), leader=True)
+    p5.driver_sru("580", "580.105.08")
+    p5.kernel_update(NEW_KERNEL)  # its modules need the newer driver: an update turn
+    out = ctx.run(ctx.on.update_status(), out)
+    assert reboots == [False] and node(api)["spec"]["unschedulable"] is True
+    return out
+
+
+def turns_of(out):
+    relation = reboots_relation(out)
+    return json.loads(relation.local_app_data["reboot-turns"]), relation
+
+
+def test_fabric_manager_failing_after_the_update_reboot_keeps_the_turn_and_the_cordon(
+    ctx, machine, api, p5, reboots
+):
+    """gpu.md N2: the next NVSwitch node must not walk into the same failure."""
+    out = p5_update_turn(ctx, api, p5, reboots)
+    p5.fabric_starts = False  # the new Fabric Manager does not come up
+    p5.reboot()
+
+    out = ctx.run(ctx.on.start(), out)
+
+    assert out.unit_status.name == "blocked"
+    message = out.unit_status.message
+    assert message.startswith("NVIDIA Fabric Manager: nvidia-fabricmanager did not start (")
+    assert "after the reboot; check `juju ssh kubernetes-worker/0 -- nvidia-smi -q`" in message
+    assert "other GPU nodes of this application reboot only once this one works" in message
+    assert node(api)["spec"]["unschedulable"] is True
+    assert gpu_labels(api) == {}
+
+    # the next p5 asks: it waits, hook after hook, while this one is broken
+    turns, relation = turns_of(out)
+    relation = dataclasses.replace(relation, peers_data={1: asked(time.time()), 2: {}})
+    others = {r for r in out.relations if r.endpoint != "reboots"}
+    out = ctx.run(
+        ctx.on.relation_changed(relation, remote_unit=1),
+        dataclasses.replace(out, relations={*others, relation}),
+    )
+    out = ctx.run(ctx.on.update_status(), out)
+    turns, relation = turns_of(out)
+    assert turns == [UNIT] and "reboot-request" in relation.local_unit_data
+    assert node(api)["spec"]["unschedulable"] is True
+    assert reboots == [False]
+
+    p5.fabric_starts = True  # the operator fixed it
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert out.unit_status.name == "active"
+    assert not node(api)["spec"].get("unschedulable")
+    turns, relation = turns_of(out)
+    assert turns == ["kubernetes-worker/1"] and "reboot-request" not in relation.local_unit_data
+
+
+def test_fabric_registering_after_the_reboot_waits_cordoned_with_its_turn(
+    ctx, machine, api, p5, reboots
+):
+    out = p5_update_turn(ctx, api, p5, reboots)
+    p5.fabric_registering = True  # Fabric Manager runs, the GPUs are not registered yet
+    p5.reboot()
+
+    out = ctx.run(ctx.on.start(), out)
+
+    assert out.unit_status == testing.WaitingStatus(
+        "waiting for NVIDIA Fabric Manager: fabric registration not finished "
+        "(`nvidia-smi -q`, Fabric: GPUs 0, 1, 2, 3, 4, 5, 6, 7: State In Progress, Status "
+        "N/A)"
+    )
+    assert node(api)["spec"]["unschedulable"] is True
+    assert turns_of(out)[0] == [UNIT]
+
+    p5.fabric_registering = False
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert out.unit_status.name == "active" and turns_of(out)[0] == []
+    assert not node(api)["spec"].get("unschedulable")
 
 
 # -- node state -----------------------------------------------------------------------
@@ -1285,7 +1388,8 @@ def test_a_node_not_ready_mid_change_stays_cordoned_and_keeps_mig_manager(
 
     assert node(api)["spec"]["unschedulable"] is True
     assert node_labels(api)[MIG_MANAGER] == "true"
-    assert out.unit_status.name == "waiting"
+    # a Fabric Manager that does not start is Blocked, not a wait (gpu.md N5)
+    assert out.unit_status.name == "blocked"
 
 
 def test_clearing_mig_profile_mid_change_waits_for_mig_manager_then_uncordons(

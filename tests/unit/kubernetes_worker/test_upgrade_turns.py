@@ -140,3 +140,80 @@ def test_a_patch_bump_on_three_workers_drains_one_at_a_time(tmp_path, api, monke
         assert workers.states[i].workload_version == patch  # from `kubelet --version`
         assert workers.states[i].unit_status.name == "active"
         assert "reboot-request" not in workers.units[i]
+
+
+# -- containerd/runc security updates (issue 30 item 2) ------------------------------
+
+RUNC_FIX = "1.3.4-0ubuntu1~24.04.2"
+
+
+def apt_checks(machine) -> int:
+    return sum(" -s install " in line for line in machine.lines("apt-get"))
+
+
+def wall_clock(monkeypatch) -> list[float]:
+    """The charm's wall clock (when it last asked apt), moved by the test."""
+    now = [1_800_000_000.0]
+    monkeypatch.setattr(charm.KubernetesWorkerCharm, "wall_clock", staticmethod(lambda: now[0]))
+    return now
+
+
+def test_a_runc_security_fix_reaches_three_workers_one_drain_at_a_time(
+    tmp_path, api, monkeypatch, clock
+):
+    now = wall_clock(monkeypatch)
+    workers = Workers(tmp_path, api, monkeypatch)
+    workers.deploy()
+    checks = {u: apt_checks(m) for u, m in workers.machines.items()}
+    for machine in workers.machines.values():
+        machine.publish("runc", RUNC_FIX, "security")  # same series; held: nothing moves
+    first = workers.machines["kubernetes-worker/1"]
+    first.fail_start("containerd", "Job for containerd.service failed")
+
+    now[0] += 2 * 3600
+    for i in UNITS:  # update-status within the day: nothing asks apt again
+        workers.run(i)
+    assert {u: apt_checks(m) for u, m in workers.machines.items()} == checks
+    assert workers.turns() == [] and workers.cordoned() == []
+
+    for i in (1, 2, 0):  # upgrade-charm asks apt; each asks for a turn, the oldest gets it
+        workers.run(i, "upgrade_charm")
+    outs = {i: workers.run(i) for i in UNITS}
+    assert workers.turns() == ["kubernetes-worker/1"]
+    assert workers.cordoned() == [workers.node(1)]  # its restart failed: it keeps the turn
+    for i in (0, 2):
+        assert outs[i].unit_status == testing.WaitingStatus(
+            f"containerd/runc security update pending: runc {RUNC_FIX}; waiting for a turn "
+            "(max-parallel-reboots: 1 node at once); drained now: kubernetes-worker/1"
+        )
+        assert workers.machines[f"kubernetes-worker/{i}"].dpkg["runc"] != RUNC_FIX
+
+    for _ in range(4):
+        for i in UNITS:
+            workers.run(i)
+        if workers.turns() == [] and workers.cordoned() == []:
+            break
+
+    assert workers.cordoned_at_once == 1
+    assert workers.cordoned() == [] and workers.turns() == []
+    for unit, machine in workers.machines.items():
+        assert machine.dpkg["runc"] == RUNC_FIX, unit
+        assert "runc" in machine.held
+        assert machine.services["containerd"].restarts >= 1
+    for i in UNITS:
+        assert workers.states[i].unit_status.name == "active"
+
+
+def test_nothing_pending_takes_no_turn_and_drains_nothing(tmp_path, api, monkeypatch, clock):
+    now = wall_clock(monkeypatch)
+    workers = Workers(tmp_path, api, monkeypatch)
+    workers.deploy()
+
+    for i in UNITS:
+        assert workers.run(i, "upgrade_charm").unit_status.name == "active"
+    now[0] += 25 * 3600  # a day later: update-status asks again
+    for i in UNITS:
+        assert workers.run(i).unit_status.name == "active"
+
+    assert workers.turns() == [] and workers.cordoned_at_once == 0
+    assert all(apt_checks(m) == 3 for m in workers.machines.values())  # deploy, upgrade, day

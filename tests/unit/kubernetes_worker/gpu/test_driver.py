@@ -8,9 +8,11 @@ pocket and unattended-upgrades moves what is not held (see `fakes.nvidia_driver`
 from __future__ import annotations
 
 import datetime
+from pathlib import Path
 
 import driver
 import gpu
+import nvidia
 import pytest
 
 from charms.gpu_k8s.v0 import apt
@@ -20,6 +22,7 @@ from fakes.sysfs import build, build_machine, write_pci_ids
 from fakes.sysfs import machine as pci_machine
 
 NEW = "6.8.0-1016-aws"
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "gpu"
 OPEN_580 = driver.Series("580", "server-open", "aws")
 AUTO, NONE = driver.DriverChoice.parse("auto"), driver.DriverChoice.parse("none")
 
@@ -439,12 +442,70 @@ def test_fabric_manager_that_does_not_start_is_reported_and_retried(machine, h10
 
     result = driver.ensure(machine.host(), AUTO, h100x8)
 
-    assert result.report.ok
-    assert result.fabric.startswith(f"{FABRIC_SERVICE} did not start (")
-    assert f"journalctl -u {FABRIC_SERVICE}" in result.fabric
+    assert result.report.ok and result.fabric.failed  # a failure, not a wait (gpu.md N5)
+    assert result.fabric.reason.startswith(f"{FABRIC_SERVICE} did not start (")
+    assert f"journalctl -u {FABRIC_SERVICE}" in result.fabric.reason
 
     fake.fabric_starts = True
     assert driver.ensure(machine.host(), AUTO, h100x8).fabric is None
+
+
+H100 = ("NVIDIA H100 80GB HBM3", 81559, "9.0")
+
+
+def test_fabric_manager_running_is_not_ready_until_registration_completes(machine, h100x8):
+    """Ready is State Completed + Status Success on every GPU, not `systemctl is-active`."""
+    fake = FakeDriver(machine, gpus=8, nvswitch=True, model=H100)
+    host = machine.host()
+    assert driver.ensure(host, AUTO, h100x8).fabric is None  # Completed, Success
+    fake.fabric_status = "Unknown Error"  # registration completed with an error
+
+    result = driver.ensure(host, AUTO, h100x8)
+
+    assert machine.services[FABRIC_SERVICE].active  # the service runs all the same
+    assert result.fabric == nvidia.Fabric(
+        "fabric registration failed (`nvidia-smi -q`, Fabric: GPUs 0, 1, 2, 3, 4, 5, 6, 7: "
+        "State Completed, Status Unknown Error)",
+        failed=True,
+    )
+
+
+def test_fabric_still_registering_is_a_wait_not_a_failure():
+    rows = {0: ("Completed", "Success"), 1: ("In Progress", "N/A"), 2: ("Not Started", "N/A")}
+
+    found = nvidia.fabric_problem(rows)
+
+    assert found == nvidia.Fabric(
+        "fabric registration not finished (`nvidia-smi -q`, Fabric: GPU 1: State In Progress, "
+        "Status N/A; GPU 2: State Not Started, Status N/A)"
+    )
+    assert nvidia.fabric_problem({0: ("N/A", "N/A")}) is None  # no fabric: the service says
+
+
+def _q_fabric(name: str) -> tuple[str, str]:
+    """(State, Status) of a recorded `nvidia-smi -q` Fabric section."""
+    text = (FIXTURES / "fabric" / name).read_text()
+    values = {
+        key.strip(): value.strip()
+        for key, _, value in (line.partition(":") for line in text.splitlines()[1:])
+    }
+    return values["State"], values["Status"]
+
+
+def test_the_fake_prints_the_recorded_fabric_values(machine, h100x8):
+    FakeDriver(machine, gpus=8, nvswitch=True, model=H100)
+    host = machine.host()
+    driver.ensure(host, AUTO, h100x8)  # installs and starts Fabric Manager
+    query = (nvidia.NVIDIA_SMI, *nvidia.FABRIC_QUERY_ARGS)
+
+    done = nvidia.parse_fabric(host.run(*query))
+    machine.services[FABRIC_SERVICE].active = False
+    registering = nvidia.parse_fabric(host.run(*query))
+
+    assert done[0] == _q_fabric("completed.txt")
+    assert registering[0] == _q_fabric("in-progress.txt")
+    recorded = (FIXTURES / "h100-sxm5-vm" / "nvidia-smi-fabric.csv").read_text()
+    assert nvidia.parse_fabric(recorded) == {0: ("N/A", "N/A")}  # one GPU, no NVSwitch
 
 
 def test_machines_without_nvswitch_get_no_fabric_manager(machine, fake, a10g):
