@@ -4,9 +4,10 @@ A charm that is not the control plane reaches Kubernetes with the ServiceAccount
 grant the control plane made: a kube-api consumer (efs-storage, tensorflow) with the grant
 built from the rules it asks for (its `literals.NAMESPACED_RULES` and `CLUSTER_RULES`), a
 worker of an earlier revision with `rbac.worker_grant()` (workers of this revision act as
-their kubelet; the control plane removes that grant once none is left). `store_grant(api,
-grant, token)` stores exactly the objects the control plane's `rbac` module applies for that grant (charms/kubernetes-control-
-plane/src/rbac.py `manifests`, loaded with `charm_modules.load`), as its server-side apply
+their kubelet; the control plane removes that grant once none is left).
+`store_grant(api, grant, token)` stores exactly the objects the control plane's `rbac`
+module applies for that grant (charms/kubernetes-control-plane/src/rbac.py `manifests`,
+loaded with `charm_modules.load`), as its server-side apply
 leaves them, and makes `token` its credential: a TokenRequest token for a consumer's grant
 (valid TOKEN_SECONDS from the server's clock, as the control plane asks), or, for the
 workers' grant, the token Secret's as the token controller would fill it. The charm's test

@@ -31,7 +31,6 @@ SYSTEM = "gpu-k8s-system"
 SHARED_TOKEN = "shared-worker-token"
 
 
-
 def _pod(name: str, node: str, namespace: str = "team-a") -> tuple[str, dict]:
     spec = {"nodeName": node, "containers": [{"name": "main", "image": "busybox:1.37"}]}
     obj = {"metadata": {"name": name, "namespace": namespace}, "spec": spec}
