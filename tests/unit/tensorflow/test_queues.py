@@ -231,8 +231,9 @@ def test_two_teams_on_defaults_are_never_admitted_past_the_cluster(
     assert first is not None and not _admitted(first)
     (preempted,) = [c for c in first["status"]["conditions"] if c["type"] == "Preempted"]
     assert preempted["reason"] == "InCohortFairSharing"
-    assert "due to Fair Sharing within the cohort; preemptor path: /gpu-k8s/team-other;" in (
-        preempted["message"]
+    assert (
+        "due to Fair Sharing within the cohort; preemptor path: /gpu-k8s/team-other;"
+        in (preempted["message"])
     )
     other.tick()
     assert _admitted(other.workload("b") or {})
