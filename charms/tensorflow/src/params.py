@@ -126,6 +126,12 @@ class JobParams(ActionParams):
         return check_job_name(value)
 
 
+# `train` parameters that say how long the action waits for the job, not what the job is:
+# `train` again with only these different is the same job (review N3), and they are not
+# stored on it.
+ACTION_ONLY = ("wait", "timeout")
+
+
 class TrainRequest(ActionParams):
     """The `train` action's parameters (also stored on the job for `scale`)."""
 
@@ -276,8 +282,14 @@ class TrainRequest(ActionParams):
         return ("chief", 0) if self.strategy == "ps" else ("worker", 0)
 
     def to_json(self) -> str:
-        """The request as JSON, for the job's annotation."""
-        return self.model_dump_json()
+        """The job as JSON, for its annotation: the request less `ACTION_ONLY`."""
+        return self.model_dump_json(exclude=set(ACTION_ONLY))
+
+    def same_job(self, other: TrainRequest) -> bool:
+        """Whether `other` asks for this very job (only `ACTION_ONLY` may differ)."""
+        return self.model_dump(exclude=set(ACTION_ONLY)) == other.model_dump(
+            exclude=set(ACTION_ONLY)
+        )
 
     @classmethod
     def from_json(cls, text: str) -> TrainRequest:

@@ -194,8 +194,11 @@ def _check_new(kube: Any, ctx: Context, request: TrainRequest) -> bool:
     js = _jobset(kube, ctx, request.job)
     if js is None:
         return True
-    stored = ((js.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_REQUEST)
-    if stored == request.to_json():
+    try:
+        stored = _request_of(js, request.job, ctx)
+    except JobError:
+        stored = None
+    if stored is not None and stored.same_job(request):
         return False
     raise JobError(
         f"job {request.job!r} already exists with other parameters: "

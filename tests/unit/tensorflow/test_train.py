@@ -282,6 +282,40 @@ def test_train_twice_with_same_parameters_is_idempotent(ctx, state, api):
     assert any("already exists" in m for m in logs)
 
 
+def test_train_again_with_only_wait_or_timeout_different_is_the_same_job(ctx, state, api):
+    """`wait` and `timeout` say how long the action waits, not what the job is (N3)."""
+    add_nodes(api, node("node-a", 2))
+    run_action(ctx, state, "train", job="mnist", workers=2, **{"gpus-per-worker": 1})
+    before = {o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in job_objects(api)}
+
+    results, logs = run_action(
+        ctx, state, "train", job="mnist", workers=2, wait=True, timeout=600,
+        **{"gpus-per-worker": 1},
+    )  # fmt: skip
+
+    after = {o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in job_objects(api)}
+    assert after == before
+    assert results["created"] == "false"
+    assert any("already exists with these parameters" in m for m in logs)
+
+
+def test_a_job_stored_with_wait_and_timeout_by_an_earlier_revision_is_the_same_job(
+    ctx, state, api
+):
+    """Earlier revisions stored `wait` and `timeout` in the request: they still compare."""
+    run_action(ctx, state, "train", job="mnist", workers=2)
+    path = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{NS}/jobsets/mnist"
+    js = jobset(api, "mnist")
+    stored = json.loads(js["metadata"]["annotations"]["gpu-k8s.io/request"])
+    old = {**stored, "wait": False, "timeout": 300}
+    js["metadata"]["annotations"]["gpu-k8s.io/request"] = json.dumps(old)
+    api.put_object(path, js)
+
+    results, _ = run_action(ctx, state, "train", job="mnist", workers=2, wait=True, timeout=5)
+
+    assert results["created"] == "false"
+
+
 def test_train_same_name_other_parameters_fails_and_changes_nothing(ctx, state, api):
     run_action(ctx, state, "train", job="mnist", workers=2)
     before = job_objects(api)
