@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from typing import Literal
+from typing import Literal, NoReturn
 
 import datasets
 import pydantic
@@ -53,6 +53,58 @@ def check_job_name(value: str) -> str:
             "digits and '-', starting with a letter and ending with a letter or digit"
         )
     return value
+
+
+# Names the charm derives from a job's (or a dataset's) name for its own objects in the
+# namespace, each with what it names. A new job named like one of them would collide with
+# another job's object of the same kind (or, under another kind, leave two objects whose
+# names read alike). The worst is a Service: the JobSet `<job>` gets a headless Service
+# named after its subdomain, which the charm sets to `<job>` (manifests.jobset), and
+# JobSet v0.12.0 creates it only when no Service of that name exists, using any existing
+# one whatever its owner or selector (pkg/controllers/jobset_controller.go,
+# createHeadlessSvcIfNecessary: `r.Get(subdomain)`, created only on NotFound). So a job
+# `resnet-serving` beside `serve job=resnet` gets TF Serving's Service as its DNS: no pod
+# records, MWMS peers never resolve, the pods hang holding GPUs; and in the other order
+# the charm's `serve` would take over the JobSet's Service by server-side apply. A
+# Service's name must be a DNS-1035 label (Kubernetes ValidateServiceName,
+# pkg/apis/core/validation: NameIsDNS1035Label), which JOB_NAME_MAX and `_DNS_LABEL`
+# keep every derived name to; JobSet v0.12.0's webhook also checks the subdomain and
+# every generated Job and pod name as DNS-1035 labels (pkg/webhooks/jobset_webhook.go).
+# Kept equal to serving.name_of, manifests (`-tensorboard`, `-code`, purge_job),
+# exports.job_name, fetch_name, upload_name and datasets.job_name by
+# tests/unit/tensorflow/test_jobs.py.
+RESERVED_SUFFIXES = {
+    "-serving": "the Deployment and Service serving job {}",
+    "-tensorboard": "the Deployment and Service of the TensorBoard of job {}",
+    "-code": "the code ConfigMap of job {}",
+    "-purge": "the purge Job of job {}",
+}
+RESERVED_PREFIXES = {
+    "export-": "the export Job of job {}",
+    "fetch-": "the fetch-model Job of job {}",
+    "upload-": "the upload Job of job {}",
+    "import-": "the import Job of dataset {}",
+}
+
+
+def check_new_job_name(value: str) -> str:
+    """`check_job_name`, and not a name the charm derives for another object (see above)."""
+    check_job_name(value)
+    for suffix, what in RESERVED_SUFFIXES.items():
+        if value.endswith(suffix):
+            _reserved(value, what.format(value.removesuffix(suffix)), f"end in {suffix}")
+    for prefix, what in RESERVED_PREFIXES.items():
+        if value.startswith(prefix):
+            _reserved(value, what.format(value.removeprefix(prefix)), f"start with {prefix}")
+    return value
+
+
+def _reserved(value: str, what: str, rule: str) -> NoReturn:
+    raise ValueError(
+        f"job name {value!r} is reserved: the charm names {what} so, and the two would "
+        f"collide (JobSet takes any Service named like the job as its own): choose a job "
+        f"name that does not {rule}"
+    )
 
 
 def _check_quantity(value: str, what: str, example: str) -> str:
@@ -167,7 +219,7 @@ class TrainRequest(ActionParams):
     @pydantic.field_validator("job")
     @classmethod
     def _job(cls, value: str) -> str:
-        return check_job_name(value)
+        return check_new_job_name(value)
 
     @pydantic.field_validator("workers")
     @classmethod
@@ -300,7 +352,10 @@ class TrainRequest(ActionParams):
             raise ValueError("the job's stored request is not JSON") from None
         if not isinstance(data, dict):
             raise ValueError("the job's stored request is not a JSON object")
-        return cls(**data)
+        # A job made before its name was reserved (check_new_job_name) is still read: its
+        # name is checked as any existing job's, the rest as a new request.
+        job = check_job_name(data.get("job", cls.model_fields["job"].default))
+        return cls(**{**data, "job": "mnist"}).model_copy(update={"job": job})
 
 
 class ScaleParams(JobParams):

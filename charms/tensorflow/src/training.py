@@ -690,7 +690,7 @@ def scale(
         raise JobError(f"job {job!r} has finished: train a new job instead of scaling it")
     if workers == request.workers:
         return {"job": job, "workers": str(workers), "changed": "false"}
-    scaled = TrainRequest(**{**request.model_dump(), "workers": workers})
+    scaled = request.model_copy(update={"workers": workers})  # ScaleParams checked it
     _check_fits(kube, scaled)
     log(f"stopping {request.workers} workers of {job} (they resume from the last checkpoint)")
     kube.delete(JOBSET_API, "JobSet", job, ctx.namespace)

@@ -367,6 +367,15 @@ def test_train_fails_when_image_cannot_be_pulled(ctx, state, api, controller):
         ({"ps-cpu": "2"}, "ps-cpu apply to strategy=ps only"),
         ({"strategy": "ps", "ps": 1, "ps-memory": "-1Gi"}, "memory: '-1Gi' is not a Kubernetes"),
         ({"strategy": "ps", "ps": 1, "ps-image": "bad image"}, "is not an image reference"),
+        # names the charm derives for another job's objects (review N6)
+        ({"job": "resnet-serving"}, "'resnet-serving' is reserved: .*serving job resnet"),
+        ({"job": "resnet-tensorboard"}, "reserved: .*TensorBoard of job resnet"),
+        ({"job": "resnet-code"}, "reserved: .*code ConfigMap of job resnet"),
+        ({"job": "resnet-purge"}, "reserved: .*purge Job of job resnet"),
+        ({"job": "export-resnet"}, "reserved: .*export Job of job resnet"),
+        ({"job": "fetch-resnet"}, "reserved: .*fetch-model Job of job resnet"),
+        ({"job": "upload-resnet"}, "reserved: .*upload Job of job resnet"),
+        ({"job": "import-cifar"}, "reserved: .*import Job of dataset cifar"),
     ],
 )
 def test_invalid_train_creates_nothing(ctx, state, api, params, message):
@@ -379,6 +388,24 @@ def test_invalid_train_creates_nothing(ctx, state, api, params, message):
         for r in api.requests
         if r.method in ("POST", "PATCH", "PUT", "DELETE") and "queues" not in r.path
     ]
+
+
+def test_a_job_named_like_another_jobs_serving_service_never_takes_it(ctx, state, api):
+    """JobSet adopts any Service named like its subdomain (review N6): refused, kept intact."""
+    add_nodes(api, node("cpu-0"))
+    service = f"/api/v1/namespaces/{NS}/services/resnet-serving"
+    api.put_object(service, {"metadata": {"labels": {MANAGED: "tensorflow"}}, "spec": {}})
+    before = api.get_object(service)
+    with pytest.raises(testing.ActionFailed, match="choose a job name that does not end in"):
+        run_action(ctx, state, "train", job="resnet-serving", workers=1)
+    assert api.get_object(service) == before
+    assert job_objects(api) == [before]
+
+
+def test_a_job_an_earlier_revision_made_with_a_reserved_name_can_still_be_stopped(ctx, state, api):
+    run_action(ctx, state, "train", job="mnist", workers=1)
+    results, _ = run_action(ctx, state, "stop", job="mnist-serving")  # names a job: allowed
+    assert results["deleted-objects"] == "0"
 
 
 def test_a_job_beyond_the_free_gpus_is_queued_not_refused(ctx, state, api):
