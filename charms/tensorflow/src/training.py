@@ -72,6 +72,14 @@ class JobError(Exception):
     """A request that cannot be done; the message says what to change."""
 
 
+class RefusedError(JobError):
+    """The API server refused an object of a job; what was created meanwhile is deleted."""
+
+    def __init__(self, refusal: str):
+        super().__init__(f"{refusal}; nothing was kept")
+        self.refusal = refusal
+
+
 def actions_dir(here: Path | None = None) -> Path:
     """Where `tf_launcher.py` and `tf_trainer.py` are.
 
@@ -267,7 +275,7 @@ def _apply_all(kube: Any, ctx: Context, objects: list[dict]) -> None:
             except KubeError:
                 logger.exception("could not roll back %s", manifest["metadata"]["name"])
         what = f"{objects[len(created)]['kind']} {objects[len(created)]['metadata']['name']}"
-        raise JobError(f"the API server refused {what}: {e.message}; nothing was kept") from None
+        raise RefusedError(f"the API server refused {what}: {e.message}") from None
 
 
 def wait_for_pods(
@@ -696,7 +704,7 @@ def scale(
     kube.delete(JOBSET_API, "JobSet", job, ctx.namespace)
     if not _wait_gone(kube, ctx, job, max(timeout, 60), sleep=sleep, clock=clock):
         raise JobError(f"old pods of {job} are still terminating: run scale again shortly")
-    _apply_all(kube, ctx, manifests.manifests(scaled, ctx, code))
+    _relaunch(kube, ctx, request, scaled, code)
     log(f"relaunched {job} with {workers} workers")
     state, why = queue_answer(kube, ctx, job, sleep=sleep, clock=clock)
     if state in (*job_state.WAITING, "Unknown"):
@@ -721,6 +729,40 @@ def scale(
         "resumed-from-step": "unknown (not reported yet)" if resumed is None else str(resumed),
         "pods-running": "all" if ready else "not yet: see job-status",
     }
+
+
+def _relaunch(
+    kube: Any, ctx: Context, old: TrainRequest, new: TrainRequest, code: Mapping[str, str]
+) -> None:
+    """Make the job again at its new size; when refused, make it again as it was (N9).
+
+    The old JobSet is already gone (its replicated Jobs are immutable), so a refusal of
+    the new objects would otherwise lose the job and its request: it is restored, and the
+    operator told to scale again; if even that is refused, how to train it again.
+
+    Raises:
+        JobError: the new size was refused (saying whether the old one was restored).
+    """
+    try:
+        _apply_all(kube, ctx, manifests.manifests(new, ctx, code))
+        return
+    except RefusedError as e:
+        refused = e.refusal
+    job = new.job
+    try:
+        _apply_all(kube, ctx, manifests.manifests(old, ctx, code))
+    except RefusedError:
+        raise JobError(
+            f"scale to {new.workers} workers failed: {refused}; job {job} is stopped and "
+            f"could not be restored either; its checkpoints are kept in jobs/{job}: "
+            f"train job={job} workers={new.workers} with its other parameters as before "
+            "resumes it"
+        ) from None
+    raise JobError(
+        f"scale to {new.workers} workers failed: {refused}; job {job} was restored with "
+        f"{old.workers} workers (it resumes from its last checkpoint): run scale again "
+        "once that is fixed"
+    )
 
 
 def _wait_resumed(
