@@ -106,6 +106,7 @@ NAMESPACED_RULES: list[dict[str, Any]] = [
     {"api-groups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["get", "list"]},
 ]  # fmt: skip
 CLUSTER_QUEUE_PREFIX = "team-"  # the team's ClusterQueue is team-<namespace> (queues.py)
+COHORT = "gpu-k8s"  # the control plane's cohort, which every team's ClusterQueue joins
 
 
 def cluster_rules(namespace: str) -> list[dict[str, Any]]:
@@ -122,4 +123,9 @@ def cluster_rules(namespace: str) -> list[dict[str, Any]]:
          "verbs": ["get", "list"]},
         {"api-groups": ["kueue.x-k8s.io"], "resources": ["clusterqueues"],
          "verbs": ["get", "create", "patch", "delete"], "resource-names": [queue]},
+        # the cohort's whole quota (its own and every member's nominal), the most Kueue
+        # could ever admit: train refuses a job larger (placement.beyond_cohort)
+        {"api-groups": ["kueue.x-k8s.io"], "resources": ["cohorts"], "verbs": ["get"],
+         "resource-names": [COHORT]},
+        {"api-groups": ["kueue.x-k8s.io"], "resources": ["clusterqueues"], "verbs": ["list"]},
     ]  # fmt: skip

@@ -32,6 +32,7 @@ import job_state
 import manifests
 import oneshot
 import placement
+import queues
 from literals import (
     ACTION_FILES,
     ANNOTATION_REQUEST,
@@ -177,11 +178,21 @@ def _workload_of(js: dict | None, workloads: list[dict]) -> dict | None:
     return None
 
 
-def _check_fits(kube: Any, request: TrainRequest) -> None:
-    """Refuse a job that could never run on this cluster, before anything is created."""
+def _check_fits(kube: Any, ctx: Context, request: TrainRequest) -> None:
+    """Refuse a job that could never run on this cluster, before anything is created.
+
+    First by the nodes (placement.never_fits), then by what Kueue could ever give the
+    team's ClusterQueue: its cohort's whole quota (placement.beyond_cohort; two reads).
+    """
     why = placement.never_fits(request, kube.list("v1", "Node"))
     if why:
         raise JobError(f"job {request.job!r} can never run on this cluster: {why}")
+    cohort = kube.get(KUEUE_API, "Cohort", queues.COHORT)
+    members = kube.list(KUEUE_API, "ClusterQueue") if cohort is not None else []
+    team = queues.cluster_queue_name(ctx.namespace)
+    why = placement.beyond_cohort(request, cohort, members, team)
+    if why:
+        raise JobError(f"job {request.job!r} can never be admitted: {why}")
 
 
 def _check_new(kube: Any, ctx: Context, request: TrainRequest) -> bool:
@@ -380,7 +391,7 @@ def launch(
     if new:
         _check_claim(kube, ctx)
         _check_dataset(kube, ctx, request.dataset)
-        _check_fits(kube, request)
+        _check_fits(kube, ctx, request)
         _apply_all(kube, ctx, manifests.manifests(request, ctx, code))
         roles = ", ".join(f"{n} {r}" for r, n in request.replicas().items())
         log(f"created job {request.job}: {roles}; queue {ctx.queue}, priority {request.priority}")
@@ -699,7 +710,7 @@ def scale(
     if workers == request.workers:
         return {"job": job, "workers": str(workers), "changed": "false"}
     scaled = request.model_copy(update={"workers": workers})  # ScaleParams checked it
-    _check_fits(kube, scaled)
+    _check_fits(kube, ctx, scaled)
     log(f"stopping {request.workers} workers of {job} (they resume from the last checkpoint)")
     kube.delete(JOBSET_API, "JobSet", job, ctx.namespace)
     if not _wait_gone(kube, ctx, job, max(timeout, 60), sleep=sleep, clock=clock):
