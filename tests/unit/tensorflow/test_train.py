@@ -441,6 +441,63 @@ def test_more_gpus_than_the_cluster_has_is_refused(ctx, state, api):
     assert job_objects(api) == []
 
 
+def test_a_job_larger_than_the_cohort_can_ever_give_is_refused_with_the_numbers(ctx, state, api):
+    """The nodes hold 4 GPUs but a model server outside Kueue holds 1: the cohort has 3 (N4).
+
+    Kueue never admits more than the cohort's whole quota to one of its ClusterQueues
+    (resource_node.go potentialAvailable), so such a job would queue for ever.
+    """
+    add_nodes(api, node("node-a", 2), node("node-b", 2), node("cpu-0"))
+    api.put_object("/api/v1/namespaces/other/pods/busy", gpu_pod("busy", "node-a", 1))
+    add_nodes(api)  # the control plane's next update-status sizes the cohort again
+    with pytest.raises(testing.ActionFailed) as failed:
+        run_action(ctx, state, "train", job="big", workers=4, **{"gpus-per-worker": 1})
+    assert (
+        "job 'big' can never be admitted: its 4 worker pods need 4 nvidia.com/gpu of one "
+        "flavor but the cohort gpu-k8s can give team-tensorflow at most 3 (flavor "
+        "gpu-nvidia-a10g: the cohort's own 3 + its ClusterQueues' nominal 0)"
+    ) in failed.value.message
+    assert "lower workers or gpus-per-worker" in failed.value.message
+    assert job_objects(api) == []
+
+
+def test_a_job_larger_than_the_cohorts_cpu_is_refused(ctx, state, api):
+    """A node joined after the control plane sized the cohort: Kueue counts it only later."""
+    add_nodes(api, node("cpu-0"))
+    other = {"spec": {"cohortName": "gpu-k8s", "resourceGroups": [{
+        "coveredResources": ["cpu", "memory"],
+        "flavors": [{"name": "cpu", "resources": [
+            {"name": "cpu", "nominalQuota": "2"}, {"name": "memory", "nominalQuota": "0"}
+        ]}],
+    }]}}  # fmt: skip
+    api.put_object("/apis/kueue.x-k8s.io/v1beta2/clusterqueues/team-other", other)
+    add_nodes(api)  # the cohort holds 8 - 2 = 6, team-other 2: 8 in all
+    api.put_object("/api/v1/nodes/cpu-1", node("cpu-1"))  # not counted yet: nodes have 16
+    with pytest.raises(testing.ActionFailed) as failed:
+        run_action(ctx, state, "train", job="big", workers=5, cpu="2")
+    assert (
+        "job 'big' can never be admitted: it needs 10 cpu of flavor cpu but the cohort "
+        "gpu-k8s can give team-tensorflow at most 8 (the cohort's own 6 + its "
+        "ClusterQueues' nominal 2): lower workers or cpu, or add nodes (the control "
+        "plane counts them into the cohort on its next update-status)"
+    ) in failed.value.message
+
+
+def test_other_teams_unused_guarantees_count_toward_what_the_cohort_gives(ctx, state, api):
+    """team-other's nominal 2 of 4 GPUs is lent while unused: a 4-GPU job is not refused."""
+    add_nodes(api, node("node-a", 2), node("node-b", 2), node("cpu-0"))
+    other = {"spec": {"cohortName": "gpu-k8s", "resourceGroups": [{
+        "coveredResources": ["nvidia.com/gpu"],
+        "flavors": [{"name": "gpu-nvidia-a10g", "resources": [
+            {"name": "nvidia.com/gpu", "nominalQuota": "2"}
+        ]}],
+    }]}}  # fmt: skip
+    api.put_object("/apis/kueue.x-k8s.io/v1beta2/clusterqueues/team-other", other)
+    add_nodes(api)  # the cohort holds 4 - 2 = 2
+    results, _ = run_action(ctx, state, "train", job="big", workers=4, **{"gpus-per-worker": 1})
+    assert results["created"] == "true"
+
+
 def test_more_multi_gpu_pods_than_the_nodes_hold_is_refused(ctx, state, api):
     """9 GPUs on 3 nodes of 3 hold 3 pods of 2 GPUs, not 4: refused, not queued forever."""
     add_nodes(api, node("node-a", 3), node("node-b", 3), node("node-c", 3))
