@@ -43,6 +43,8 @@ LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
 # Earlier revisions named it `default`; the charm deletes that one when it is its own.
 RETIRED_LOCAL_QUEUES = ("default",)
 LABEL_QUEUE = "kueue.x-k8s.io/queue-name"
+# kueue v0.19.2 pkg/controller/constants MaxExecTimeSecondsLabel: `train deadline=` hours
+LABEL_MAX_EXEC_TIME = "kueue.x-k8s.io/max-exec-time-seconds"
 LABEL_PRIORITY = "kueue.x-k8s.io/priority-class"
 PRIORITIES = ("low", "normal", "high")  # WorkloadPriorityClasses the control plane makes
 

@@ -178,6 +178,13 @@ class JobParams(ActionParams):
         return check_job_name(value)
 
 
+MAX_DEADLINE_HOURS = 8760  # a year; Kueue keeps the seconds in an int32
+
+# What a replica requests when `cpu`/`memory` are left empty and it has no GPU (a GPU
+# worker gets its node's share instead: placement.with_gpu_defaults).
+CPU_DEFAULT = "1"
+MEMORY_DEFAULT = "4Gi"
+
 # `train` parameters that say how long the action waits for the job, not what the job is:
 # `train` again with only these different is the same job (review N3), and they are not
 # stored on it.
@@ -197,8 +204,10 @@ class TrainRequest(ActionParams):
     workers: int = 2
     ps: int = 0
     gpus_per_worker: int = 0
-    cpu: str = "1"
-    memory: str = "4Gi"
+    # Empty: a GPU worker's share of its GPU node (placement.with_gpu_defaults), else
+    # CPU_DEFAULT and MEMORY_DEFAULT.
+    cpu: str = ""
+    memory: str = ""
     # Per role (strategy=ps): empty means as the workers.
     chief_cpu: str = ""
     chief_memory: str = ""
@@ -210,6 +219,14 @@ class TrainRequest(ActionParams):
     priority: Literal["low", "normal", "high"] = "normal"
     wait: bool = False
     dataset: str = ""  # an imported dataset (datasets.py), at GPU_K8S_DATASET_DIR
+    deadline: int = 0  # hours the job may be admitted in all (manifests.jobset); 0: none
+
+    @pydantic.field_validator("deadline")
+    @classmethod
+    def _deadline(cls, value: int) -> int:
+        if not 0 <= value <= MAX_DEADLINE_HOURS:
+            raise ValueError(f"must be between 0 and {MAX_DEADLINE_HOURS} hours, got {value}")
+        return value
 
     @pydantic.field_validator("dataset")
     @classmethod
@@ -251,17 +268,13 @@ class TrainRequest(ActionParams):
 
     @pydantic.field_validator("cpu", "chief_cpu", "ps_cpu")
     @classmethod
-    def _cpu(cls, value: str, info: pydantic.ValidationInfo) -> str:
-        if not value and info.field_name != "cpu":
-            return value
-        return _check_quantity(value, "cpu", "2 or 500m")
+    def _cpu(cls, value: str) -> str:
+        return _check_quantity(value, "cpu", "2 or 500m") if value else value
 
     @pydantic.field_validator("memory", "chief_memory", "ps_memory")
     @classmethod
-    def _memory(cls, value: str, info: pydantic.ValidationInfo) -> str:
-        if not value and info.field_name != "memory":
-            return value
-        return _check_quantity(value, "memory", "8Gi")
+    def _memory(cls, value: str) -> str:
+        return _check_quantity(value, "memory", "8Gi") if value else value
 
     @pydantic.field_validator("script")
     @classmethod
@@ -313,7 +326,7 @@ class TrainRequest(ActionParams):
         """(cpu, memory) each replica of `role` requests."""
         cpu = {"chief": self.chief_cpu, "ps": self.ps_cpu}.get(role) or self.cpu
         memory = {"chief": self.chief_memory, "ps": self.ps_memory}.get(role) or self.memory
-        return cpu, memory
+        return cpu or CPU_DEFAULT, memory or MEMORY_DEFAULT
 
     def replicas(self) -> dict[str, int]:
         """Replicas of every role, in creation order."""

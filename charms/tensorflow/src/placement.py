@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from literals import LABEL_GPU_PRODUCT
-from params import TrainRequest, quantity
+from params import CPU_DEFAULT, MEMORY_DEFAULT, TrainRequest, quantity
 from queues import CPU_FLAVOR
 
 from charms.gpu_k8s.v0 import kube_objects
@@ -251,3 +251,53 @@ def _nominal(queues: Iterable[dict], *, keep_zero: bool = False) -> dict[tuple[s
                         key = (flavor.get("name", ""), r.get("name", ""))
                         out[key] = out.get(key, 0.0) + amount
     return out
+
+
+# Kept back on a GPU node for its DaemonSets before its cpu and memory are shared among
+# its GPUs: the bundle's flannel (100m, 50Mi: kube-flannel.yml), DCGM exporter (100m,
+# 128Mi: kubernetes-control-plane dcgm_exporter.py), device plugin and MIG manager (no
+# requests) sum well under it. A node's allocatable is already its capacity less kubelet's
+# kube-reserved, system-reserved and eviction threshold (kubernetes.io/docs/tasks/
+# administer-cluster/reserve-compute-resources/).
+NODE_RESERVE_CPU = 1.0
+NODE_RESERVE_MEMORY = 2 * 2**30
+
+
+def with_gpu_defaults(request: TrainRequest, nodes: Iterable[dict]) -> TrainRequest:
+    """`request` with the cpu and memory its GPU workers were left to default to.
+
+    A GPU worker's share of a GPU node: (allocatable - NODE_RESERVE) / the node's GPUs,
+    times the worker's GPUs (cpu in millicores, memory in Mi, rounded down), the smallest
+    over the schedulable nodes that could hold it (so that it fits whichever Kueue's
+    flavor and the scheduler pick), so that the node's GPUs all fit their workers at once.
+    The roles without GPUs (chief, parameter servers), which `cpu`/`memory` would
+    otherwise size, keep CPU_DEFAULT/MEMORY_DEFAULT. A request that gives them, or has no
+    GPUs, or that no node could hold (never_fits says why) is returned as it is.
+    """
+    per_pod = request.gpus_per_worker
+    shares = []
+    for n in nodes:
+        allocatable = (n.get("status") or {}).get("allocatable") or {}
+        gpus = kube_objects.count(allocatable.get(GPU_RESOURCE))
+        if not schedulable(n) or gpus < max(per_pod, 1) or _unknown_quantity(n):
+            continue
+        cpu = (quantity(allocatable.get("cpu", "0")) - NODE_RESERVE_CPU) / gpus
+        memory = (quantity(allocatable.get("memory", "0")) - NODE_RESERVE_MEMORY) / gpus
+        shares.append((max(cpu, 0.001), max(memory, 2**20)))
+    if not per_pod or not shares or (request.cpu and request.memory):
+        return request
+    update: dict[str, str] = {}
+    if not request.cpu:
+        update["cpu"] = f"{int(min(c for c, _ in shares) * per_pod * 1000)}m"
+        if request.strategy == "ps":
+            update |= {
+                f"{r}_cpu": getattr(request, f"{r}_cpu") or CPU_DEFAULT for r in ("chief", "ps")
+            }
+    if not request.memory:
+        update["memory"] = f"{int(min(m for _, m in shares) * per_pod / 2**20)}Mi"
+        if request.strategy == "ps":
+            update |= {
+                f"{r}_memory": getattr(request, f"{r}_memory") or MEMORY_DEFAULT
+                for r in ("chief", "ps")
+            }
+    return request.model_copy(update=update)

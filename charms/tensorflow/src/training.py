@@ -178,13 +178,13 @@ def _workload_of(js: dict | None, workloads: list[dict]) -> dict | None:
     return None
 
 
-def _check_fits(kube: Any, ctx: Context, request: TrainRequest) -> None:
+def _check_fits(kube: Any, ctx: Context, request: TrainRequest, nodes: list[dict]) -> None:
     """Refuse a job that could never run on this cluster, before anything is created.
 
-    First by the nodes (placement.never_fits), then by what Kueue could ever give the
+    First by the `nodes` (placement.never_fits), then by what Kueue could ever give the
     team's ClusterQueue: its cohort's whole quota (placement.beyond_cohort; two reads).
     """
-    why = placement.never_fits(request, kube.list("v1", "Node"))
+    why = placement.never_fits(request, nodes)
     if why:
         raise JobError(f"job {request.job!r} can never run on this cluster: {why}")
     cohort = kube.get(KUEUE_API, "Cohort", queues.COHORT)
@@ -387,11 +387,13 @@ def launch(
     Raises:
         JobError: the job cannot run as asked (or could never run here); nothing was created.
     """
+    nodes = kube.list("v1", "Node")
+    request = placement.with_gpu_defaults(request, nodes)
     new = _check_new(kube, ctx, request)
     if new:
         _check_claim(kube, ctx)
         _check_dataset(kube, ctx, request.dataset)
-        _check_fits(kube, ctx, request)
+        _check_fits(kube, ctx, request, nodes)
         _apply_all(kube, ctx, manifests.manifests(request, ctx, code))
         roles = ", ".join(f"{n} {r}" for r, n in request.replicas().items())
         log(f"created job {request.job}: {roles}; queue {ctx.queue}, priority {request.priority}")
@@ -710,7 +712,7 @@ def scale(
     if workers == request.workers:
         return {"job": job, "workers": str(workers), "changed": "false"}
     scaled = request.model_copy(update={"workers": workers})  # ScaleParams checked it
-    _check_fits(kube, ctx, scaled)
+    _check_fits(kube, ctx, scaled, kube.list("v1", "Node"))
     log(f"stopping {request.workers} workers of {job} (they resume from the last checkpoint)")
     kube.delete(JOBSET_API, "JobSet", job, ctx.namespace)
     if not _wait_gone(kube, ctx, job, max(timeout, 60), sleep=sleep, clock=clock):

@@ -153,6 +153,65 @@ def test_worker_job_is_indexed_with_gpus_and_stable_hostnames(ctx, state, api):
     assert sorted(p["spec"]["hostname"] for p in pods) == [f"mnist-worker-0-{i}" for i in range(4)]
 
 
+def _worker_resources(api, job: str = "mnist", role: str = "worker") -> dict:
+    spec = role_spec(jobset(api, job), role)
+    return spec["template"]["spec"]["containers"][0]["resources"]["requests"]
+
+
+def test_gpu_workers_default_to_their_share_of_the_gpu_node(ctx, state, api):
+    """A GPU worker's cpu and memory: its node's allocatable less a daemon reserve, per GPU.
+
+    node() is 8 cpu and 64Gi with 4 GPUs: (8 - 1) / 4 = 1750m and (64 - 2) / 4 Gi = 15872Mi
+    per GPU; the parameter-server roles without GPUs keep 1 cpu and 4Gi.
+    """
+    add_nodes(api, node("node-a", 4))
+    run_action(ctx, state, "train", job="mnist", workers=2, **{"gpus-per-worker": 2})
+    assert _worker_resources(api) == {"cpu": "3500m", "memory": "31744Mi"}
+    stored = json.loads(jobset(api, "mnist")["metadata"]["annotations"]["gpu-k8s.io/request"])
+    assert (stored["cpu"], stored["memory"]) == ("3500m", "31744Mi")  # scale keeps them
+
+    run_action(
+        ctx, state, "train", job="ps", strategy="ps", ps=1, workers=1, **{"gpus-per-worker": 1}
+    )
+    assert _worker_resources(api, "ps") == {"cpu": "1750m", "memory": "15872Mi"}
+    assert _worker_resources(api, "ps", "chief") == {"cpu": "1", "memory": "4Gi"}
+    assert _worker_resources(api, "ps", "ps") == {"cpu": "1", "memory": "4Gi"}
+
+
+def test_the_smallest_share_of_the_gpu_nodes_that_could_hold_a_worker_wins(ctx, state, api):
+    big = node("node-big", 8)
+    big["status"]["allocatable"].update({"cpu": "96", "memory": "1152Gi"})
+    add_nodes(api, node("node-a", 4), big, node("node-one", 1))
+    run_action(ctx, state, "train", job="mnist", workers=1, **{"gpus-per-worker": 2})
+    assert _worker_resources(api) == {"cpu": "3500m", "memory": "31744Mi"}  # node-a's
+
+
+def test_given_cpu_and_memory_and_cpu_jobs_keep_their_values(ctx, state, api):
+    add_nodes(api, node("node-a", 4), node("cpu-0"))
+    run_action(ctx, state, "train", job="mnist", workers=1, cpu="2", **{"gpus-per-worker": 1})
+    assert _worker_resources(api) == {"cpu": "2", "memory": "15872Mi"}
+    run_action(ctx, state, "train", job="cpu", workers=1)
+    assert _worker_resources(api, "cpu") == {"cpu": "1", "memory": "4Gi"}
+    again, _ = run_action(
+        ctx, state, "train", job="mnist", workers=1, cpu="2", **{"gpus-per-worker": 1}
+    )
+    assert again["created"] == "false"  # the same defaults again: the same job
+
+
+def test_a_deadline_is_kueues_maximum_execution_time_of_the_job(ctx, state, api):
+    """Kueue deactivates a job admitted `deadline` hours in all; its checkpoints stay.
+
+    No deadline, no label.
+    """
+    run_action(ctx, state, "train", job="mnist", workers=1, deadline=2)
+    labels = jobset(api, "mnist")["metadata"]["labels"]
+    assert labels["kueue.x-k8s.io/max-exec-time-seconds"] == "7200"
+    run_action(ctx, state, "train", job="other", workers=1)
+    assert "kueue.x-k8s.io/max-exec-time-seconds" not in jobset(api, "other")["metadata"]["labels"]
+    with pytest.raises(testing.ActionFailed, match="already exists with other parameters"):
+        run_action(ctx, state, "train", job="mnist", workers=1, deadline=3)
+
+
 def test_configmap_holds_launcher_and_trainer(ctx, state, api):
     run_action(ctx, state, "train", job="cpu", workers=1)
     cm = api.get_object(f"/api/v1/namespaces/{NS}/configmaps/cpu-code")
@@ -190,7 +249,8 @@ def test_user_command_and_env(ctx, state, api):
 
 
 def test_ps_strategy_creates_chief_ps_and_workers(ctx, state, api):
-    add_nodes(api, node("node-a", 2))
+    # the GPU workers' default share takes the GPU node's cpu: chief and ps need a CPU node
+    add_nodes(api, node("node-a", 2), node("cpu-0"))
     results, _ = run_action(
         ctx, state, "train", job="ps-job", strategy="ps", ps=2, workers=2, **{"gpus-per-worker": 1}
     )
@@ -363,6 +423,7 @@ def test_train_fails_when_image_cannot_be_pulled(ctx, state, api, controller):
         ({"env": "novalue"}, "is not KEY=VALUE"),
         ({"args": "'unclosed"}, "cannot parse args"),
         ({"steps": 0}, "steps: must be at least 1"),
+        ({"deadline": -1}, "deadline: must be between 0 and 8760 hours"),
         ({"priority": "urgent"}, "priority"),
         ({"ps-cpu": "2"}, "ps-cpu apply to strategy=ps only"),
         ({"strategy": "ps", "ps": 1, "ps-memory": "-1Gi"}, "memory: '-1Gi' is not a Kubernetes"),
@@ -409,7 +470,8 @@ def test_a_job_an_earlier_revision_made_with_a_reserved_name_can_still_be_stoppe
 
 
 def test_a_job_beyond_the_free_gpus_is_queued_not_refused(ctx, state, api):
-    add_nodes(api, node("node-a", 2), node("node-b", 2), node("cpu-0"))
+    # two CPU nodes: the GPU workers' default share leaves the GPUs the one quota short
+    add_nodes(api, node("node-a", 2), node("node-b", 2), node("cpu-0"), node("cpu-1"))
     run_action(ctx, state, "train", job="first", workers=3, **{"gpus-per-worker": 1})
     results, logs = run_action(
         ctx, state, "train", job="mnist", workers=4, **{"gpus-per-worker": 1}
