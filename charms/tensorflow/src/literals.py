@@ -43,6 +43,8 @@ LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
 # Earlier revisions named it `default`; the charm deletes that one when it is its own.
 RETIRED_LOCAL_QUEUES = ("default",)
 LABEL_QUEUE = "kueue.x-k8s.io/queue-name"
+# kueue v0.19.2 pkg/controller/constants MaxExecTimeSecondsLabel: `train deadline=` hours
+LABEL_MAX_EXEC_TIME = "kueue.x-k8s.io/max-exec-time-seconds"
 LABEL_PRIORITY = "kueue.x-k8s.io/priority-class"
 PRIORITIES = ("low", "normal", "high")  # WorkloadPriorityClasses the control plane makes
 
@@ -115,6 +117,7 @@ NAMESPACED_RULES: list[dict[str, Any]] = [
     {"api-groups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["get", "list"]},
 ]  # fmt: skip
 CLUSTER_QUEUE_PREFIX = "team-"  # the team's ClusterQueue is team-<namespace> (queues.py)
+COHORT = "gpu-k8s"  # the control plane's cohort, which every team's ClusterQueue joins
 
 
 def cluster_rules(namespace: str) -> list[dict[str, Any]]:
@@ -131,4 +134,9 @@ def cluster_rules(namespace: str) -> list[dict[str, Any]]:
          "verbs": ["get", "list"]},
         {"api-groups": ["kueue.x-k8s.io"], "resources": ["clusterqueues"],
          "verbs": ["get", "create", "patch", "delete"], "resource-names": [queue]},
+        # the cohort's whole quota (its own and every member's nominal), the most Kueue
+        # could ever admit: train refuses a job larger (placement.beyond_cohort)
+        {"api-groups": ["kueue.x-k8s.io"], "resources": ["cohorts"], "verbs": ["get"],
+         "resource-names": [COHORT]},
+        {"api-groups": ["kueue.x-k8s.io"], "resources": ["clusterqueues"], "verbs": ["list"]},
     ]  # fmt: skip

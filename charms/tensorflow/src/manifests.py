@@ -49,6 +49,7 @@ from literals import (
     LABEL_GPU_PRODUCT,
     LABEL_JOB,
     LABEL_MANAGED_BY,
+    LABEL_MAX_EXEC_TIME,
     LABEL_PRIORITY,
     LABEL_QUEUE,
     LABEL_ROLE,
@@ -413,6 +414,18 @@ def jobset(request: TrainRequest, ctx: Context) -> dict:
     meta = _meta(request.job, ctx, labels(ctx.app, request.job, COMPONENT_TRAINING))
     meta["labels"][LABEL_QUEUE] = ctx.queue
     meta["labels"][LABEL_PRIORITY] = request.priority
+    if request.deadline:
+        # Kueue v0.19.2 copies this label to its Workload's maximumExecutionTimeSeconds
+        # (pkg/controller/jobframework/utils.go MaximumExecutionTimeSecondsForObject) and
+        # deactivates the Workload once it has been admitted that long in all, the time
+        # of earlier admissions (before a preemption or requeue) included
+        # (core/workload_controller.go reconcileMaxExecutionTime:
+        # accumulatedPastExecutionTimeSeconds + time since the Admitted condition). The
+        # start is Kueue's admission, not the creation: queued time does not count. An
+        # evicted JobSet is suspended and its pods deleted with their grace period, so
+        # the trainer saves on SIGTERM as for a preemption; the JobSet, its request and
+        # the checkpoints stay (the job is not restarted: `stop` removes it).
+        meta["labels"][LABEL_MAX_EXEC_TIME] = str(request.deadline * 3600)
     meta["annotations"] = {ANNOTATION_REQUEST: request.to_json()}
     return {
         "apiVersion": JOBSET_API,

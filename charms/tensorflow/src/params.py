@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from typing import Literal
+from typing import Literal, NoReturn
 
 import datasets
 import pydantic
@@ -53,6 +53,58 @@ def check_job_name(value: str) -> str:
             "digits and '-', starting with a letter and ending with a letter or digit"
         )
     return value
+
+
+# Names the charm derives from a job's (or a dataset's) name for its own objects in the
+# namespace, each with what it names. A new job named like one of them would collide with
+# another job's object of the same kind (or, under another kind, leave two objects whose
+# names read alike). The worst is a Service: the JobSet `<job>` gets a headless Service
+# named after its subdomain, which the charm sets to `<job>` (manifests.jobset), and
+# JobSet v0.12.0 creates it only when no Service of that name exists, using any existing
+# one whatever its owner or selector (pkg/controllers/jobset_controller.go,
+# createHeadlessSvcIfNecessary: `r.Get(subdomain)`, created only on NotFound). So a job
+# `resnet-serving` beside `serve job=resnet` gets TF Serving's Service as its DNS: no pod
+# records, MWMS peers never resolve, the pods hang holding GPUs; and in the other order
+# the charm's `serve` would take over the JobSet's Service by server-side apply. A
+# Service's name must be a DNS-1035 label (Kubernetes ValidateServiceName,
+# pkg/apis/core/validation: NameIsDNS1035Label), which JOB_NAME_MAX and `_DNS_LABEL`
+# keep every derived name to; JobSet v0.12.0's webhook also checks the subdomain and
+# every generated Job and pod name as DNS-1035 labels (pkg/webhooks/jobset_webhook.go).
+# Kept equal to serving.name_of, manifests (`-tensorboard`, `-code`, purge_job),
+# exports.job_name, fetch_name, upload_name and datasets.job_name by
+# tests/unit/tensorflow/test_jobs.py.
+RESERVED_SUFFIXES = {
+    "-serving": "the Deployment and Service serving job {}",
+    "-tensorboard": "the Deployment and Service of the TensorBoard of job {}",
+    "-code": "the code ConfigMap of job {}",
+    "-purge": "the purge Job of job {}",
+}
+RESERVED_PREFIXES = {
+    "export-": "the export Job of job {}",
+    "fetch-": "the fetch-model Job of job {}",
+    "upload-": "the upload Job of job {}",
+    "import-": "the import Job of dataset {}",
+}
+
+
+def check_new_job_name(value: str) -> str:
+    """`check_job_name`, and not a name the charm derives for another object (see above)."""
+    check_job_name(value)
+    for suffix, what in RESERVED_SUFFIXES.items():
+        if value.endswith(suffix):
+            _reserved(value, what.format(value.removesuffix(suffix)), f"end in {suffix}")
+    for prefix, what in RESERVED_PREFIXES.items():
+        if value.startswith(prefix):
+            _reserved(value, what.format(value.removeprefix(prefix)), f"start with {prefix}")
+    return value
+
+
+def _reserved(value: str, what: str, rule: str) -> NoReturn:
+    raise ValueError(
+        f"job name {value!r} is reserved: the charm names {what} so, and the two would "
+        f"collide (JobSet takes any Service named like the job as its own): choose a job "
+        f"name that does not {rule}"
+    )
 
 
 def _check_quantity(value: str, what: str, example: str) -> str:
@@ -126,6 +178,19 @@ class JobParams(ActionParams):
         return check_job_name(value)
 
 
+MAX_DEADLINE_HOURS = 8760  # a year; Kueue keeps the seconds in an int32
+
+# What a replica requests when `cpu`/`memory` are left empty and it has no GPU (a GPU
+# worker gets its node's share instead: placement.with_gpu_defaults).
+CPU_DEFAULT = "1"
+MEMORY_DEFAULT = "4Gi"
+
+# `train` parameters that say how long the action waits for the job, not what the job is:
+# `train` again with only these different is the same job (review N3), and they are not
+# stored on it.
+ACTION_ONLY = ("wait", "timeout")
+
+
 class TrainRequest(ActionParams):
     """The `train` action's parameters (also stored on the job for `scale`)."""
 
@@ -139,8 +204,10 @@ class TrainRequest(ActionParams):
     workers: int = 2
     ps: int = 0
     gpus_per_worker: int = 0
-    cpu: str = "1"
-    memory: str = "4Gi"
+    # Empty: a GPU worker's share of its GPU node (placement.with_gpu_defaults), else
+    # CPU_DEFAULT and MEMORY_DEFAULT.
+    cpu: str = ""
+    memory: str = ""
     # Per role (strategy=ps): empty means as the workers.
     chief_cpu: str = ""
     chief_memory: str = ""
@@ -152,6 +219,14 @@ class TrainRequest(ActionParams):
     priority: Literal["low", "normal", "high"] = "normal"
     wait: bool = False
     dataset: str = ""  # an imported dataset (datasets.py), at GPU_K8S_DATASET_DIR
+    deadline: int = 0  # hours the job may be admitted in all (manifests.jobset); 0: none
+
+    @pydantic.field_validator("deadline")
+    @classmethod
+    def _deadline(cls, value: int) -> int:
+        if not 0 <= value <= MAX_DEADLINE_HOURS:
+            raise ValueError(f"must be between 0 and {MAX_DEADLINE_HOURS} hours, got {value}")
+        return value
 
     @pydantic.field_validator("dataset")
     @classmethod
@@ -161,7 +236,7 @@ class TrainRequest(ActionParams):
     @pydantic.field_validator("job")
     @classmethod
     def _job(cls, value: str) -> str:
-        return check_job_name(value)
+        return check_new_job_name(value)
 
     @pydantic.field_validator("workers")
     @classmethod
@@ -193,17 +268,13 @@ class TrainRequest(ActionParams):
 
     @pydantic.field_validator("cpu", "chief_cpu", "ps_cpu")
     @classmethod
-    def _cpu(cls, value: str, info: pydantic.ValidationInfo) -> str:
-        if not value and info.field_name != "cpu":
-            return value
-        return _check_quantity(value, "cpu", "2 or 500m")
+    def _cpu(cls, value: str) -> str:
+        return _check_quantity(value, "cpu", "2 or 500m") if value else value
 
     @pydantic.field_validator("memory", "chief_memory", "ps_memory")
     @classmethod
-    def _memory(cls, value: str, info: pydantic.ValidationInfo) -> str:
-        if not value and info.field_name != "memory":
-            return value
-        return _check_quantity(value, "memory", "8Gi")
+    def _memory(cls, value: str) -> str:
+        return _check_quantity(value, "memory", "8Gi") if value else value
 
     @pydantic.field_validator("script")
     @classmethod
@@ -255,7 +326,7 @@ class TrainRequest(ActionParams):
         """(cpu, memory) each replica of `role` requests."""
         cpu = {"chief": self.chief_cpu, "ps": self.ps_cpu}.get(role) or self.cpu
         memory = {"chief": self.chief_memory, "ps": self.ps_memory}.get(role) or self.memory
-        return cpu, memory
+        return cpu or CPU_DEFAULT, memory or MEMORY_DEFAULT
 
     def replicas(self) -> dict[str, int]:
         """Replicas of every role, in creation order."""
@@ -276,8 +347,14 @@ class TrainRequest(ActionParams):
         return ("chief", 0) if self.strategy == "ps" else ("worker", 0)
 
     def to_json(self) -> str:
-        """The request as JSON, for the job's annotation."""
-        return self.model_dump_json()
+        """The job as JSON, for its annotation: the request less `ACTION_ONLY`."""
+        return self.model_dump_json(exclude=set(ACTION_ONLY))
+
+    def same_job(self, other: TrainRequest) -> bool:
+        """Whether `other` asks for this very job (only `ACTION_ONLY` may differ)."""
+        return self.model_dump(exclude=set(ACTION_ONLY)) == other.model_dump(
+            exclude=set(ACTION_ONLY)
+        )
 
     @classmethod
     def from_json(cls, text: str) -> TrainRequest:
@@ -288,7 +365,10 @@ class TrainRequest(ActionParams):
             raise ValueError("the job's stored request is not JSON") from None
         if not isinstance(data, dict):
             raise ValueError("the job's stored request is not a JSON object")
-        return cls(**data)
+        # A job made before its name was reserved (check_new_job_name) is still read: its
+        # name is checked as any existing job's, the rest as a new request.
+        job = check_job_name(data.get("job", cls.model_fields["job"].default))
+        return cls(**{**data, "job": "mnist"}).model_copy(update={"job": job})
 
 
 class ScaleParams(JobParams):

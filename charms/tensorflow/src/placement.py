@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from literals import LABEL_GPU_PRODUCT
-from params import TrainRequest, quantity
+from params import CPU_DEFAULT, MEMORY_DEFAULT, TrainRequest, quantity
+from queues import CPU_FLAVOR
 
 from charms.gpu_k8s.v0 import kube_objects
 from charms.gpu_k8s.v0.kube_objects import GPU_RESOURCE, node_ready
@@ -170,3 +171,133 @@ def _no_model_holds_a_role(request: TrainRequest, nodes: Iterable[dict]) -> str 
                 "gpus-per-worker, or add GPU nodes"
             )
     return None
+
+
+def beyond_cohort(
+    request: TrainRequest, cohort: dict | None, cluster_queues: Iterable[dict], team: str
+) -> str | None:
+    """Why Kueue could never admit the job to ClusterQueue `team`, by its cohort's quota.
+
+    Kueue gives a ClusterQueue at most what its cohort's tree holds: with no borrowing or
+    lending limits (queues.py sets none), `potentialAvailable` of a member is the root
+    cohort's SubtreeQuota, the Cohort's own nominal quota plus every member's (kueue
+    v0.19.2 pkg/cache/scheduler/resource_node.go potentialAvailable, SubtreeQuota), per
+    flavor and resource; a workload asking more is "insufficient quota ... > maximum
+    capacity" for ever. Each pod set (role) gets one flavor per resource group (Kueue
+    docs, concepts/cluster_queue), so a role's GPUs must fit one GPU flavor; every role's
+    cpu and memory count on the `cpu` flavor together. The control plane sizes the cohort
+    to the cluster less the teams' guarantees and the GPUs pods outside Kueue hold, on its
+    update-status (kubernetes-control-plane kueue.py), so this can be lower than the nodes
+    (a model server holds GPUs; a node joined since). A cohort not sized yet (no
+    resourceGroups), or a ClusterQueue `team` not there yet, decides nothing: None.
+    """
+    groups = ((cohort or {}).get("spec") or {}).get("resourceGroups")
+    name = ((cohort or {}).get("metadata") or {}).get("name")
+    members = [q for q in cluster_queues if (q.get("spec") or {}).get("cohortName") == name]
+    own = next((q for q in members if q["metadata"]["name"] == team), None)
+    if not groups or own is None:
+        return None
+    pool, lent = _nominal([cohort or {}]), _nominal(members)
+
+    def most(key: tuple[str, str]) -> float:
+        return pool.get(key, 0.0) + lent.get(key, 0.0)
+
+    def numbers(key: tuple[str, str], resource: str) -> str:
+        return (
+            f"the cohort {name} can give {team} at most {_amount(most(key), resource)} ("
+            + (f"flavor {key[0]}: " if resource == GPU_RESOURCE else "")
+            + f"the cohort's own {_amount(pool.get(key, 0.0), resource)} + its "
+            f"ClusterQueues' nominal {_amount(lent.get(key, 0.0), resource)})"
+        )
+
+    hint = "or add nodes (the control plane counts them into the cohort on its next update-status)"
+    for index, resource in enumerate(("cpu", "memory")):
+        need = sum(
+            quantity(request.resources(role)[index]) * pods
+            for role, pods in request.replicas().items()
+        )
+        key = (CPU_FLAVOR, resource)
+        if need > most(key):
+            return (
+                f"it needs {_amount(need, resource)} {resource} of flavor {CPU_FLAVOR} but "
+                f"{numbers(key, resource)}: lower workers or {resource}, {hint}"
+            )
+    gpu_flavors = {k for k in _nominal([own], keep_zero=True) if k[1] == GPU_RESOURCE}
+    for role, pods in request.replicas().items():
+        need = pods * request.gpus(role)
+        if not need:
+            continue
+        best = max(sorted(gpu_flavors), key=most, default=("none", GPU_RESOURCE))
+        if need > most(best):
+            return (
+                f"its {pods} {role} pods need {need} {GPU_RESOURCE} of one flavor but "
+                f"{numbers(best, GPU_RESOURCE)}: lower workers or gpus-per-worker, {hint}"
+            )
+    return None
+
+
+def _nominal(queues: Iterable[dict], *, keep_zero: bool = False) -> dict[tuple[str, str], float]:
+    """The nominal quota per (flavor, resource) summed over Cohorts or ClusterQueues."""
+    out: dict[tuple[str, str], float] = {}
+    for queue in queues:
+        for group in (queue.get("spec") or {}).get("resourceGroups") or []:
+            for flavor in group.get("flavors") or []:
+                for r in flavor.get("resources") or []:
+                    try:
+                        amount = quantity(r.get("nominalQuota", "0"))
+                    except ValueError:
+                        continue
+                    if amount or keep_zero:
+                        key = (flavor.get("name", ""), r.get("name", ""))
+                        out[key] = out.get(key, 0.0) + amount
+    return out
+
+
+# Kept back on a GPU node for its DaemonSets before its cpu and memory are shared among
+# its GPUs: the bundle's flannel (100m, 50Mi: kube-flannel.yml), DCGM exporter (100m,
+# 128Mi: kubernetes-control-plane dcgm_exporter.py), device plugin and MIG manager (no
+# requests) sum well under it. A node's allocatable is already its capacity less kubelet's
+# kube-reserved, system-reserved and eviction threshold (kubernetes.io/docs/tasks/
+# administer-cluster/reserve-compute-resources/).
+NODE_RESERVE_CPU = 1.0
+NODE_RESERVE_MEMORY = 2 * 2**30
+
+
+def with_gpu_defaults(request: TrainRequest, nodes: Iterable[dict]) -> TrainRequest:
+    """`request` with the cpu and memory its GPU workers were left to default to.
+
+    A GPU worker's share of a GPU node: (allocatable - NODE_RESERVE) / the node's GPUs,
+    times the worker's GPUs (cpu in millicores, memory in Mi, rounded down), the smallest
+    over the schedulable nodes that could hold it (so that it fits whichever Kueue's
+    flavor and the scheduler pick), so that the node's GPUs all fit their workers at once.
+    The roles without GPUs (chief, parameter servers), which `cpu`/`memory` would
+    otherwise size, keep CPU_DEFAULT/MEMORY_DEFAULT. A request that gives them, or has no
+    GPUs, or that no node could hold (never_fits says why) is returned as it is.
+    """
+    per_pod = request.gpus_per_worker
+    shares = []
+    for n in nodes:
+        allocatable = (n.get("status") or {}).get("allocatable") or {}
+        gpus = kube_objects.count(allocatable.get(GPU_RESOURCE))
+        if not schedulable(n) or gpus < max(per_pod, 1) or _unknown_quantity(n):
+            continue
+        cpu = (quantity(allocatable.get("cpu", "0")) - NODE_RESERVE_CPU) / gpus
+        memory = (quantity(allocatable.get("memory", "0")) - NODE_RESERVE_MEMORY) / gpus
+        shares.append((max(cpu, 0.001), max(memory, 2**20)))
+    if not per_pod or not shares or (request.cpu and request.memory):
+        return request
+    update: dict[str, str] = {}
+    if not request.cpu:
+        update["cpu"] = f"{int(min(c for c, _ in shares) * per_pod * 1000)}m"
+        if request.strategy == "ps":
+            update |= {
+                f"{r}_cpu": getattr(request, f"{r}_cpu") or CPU_DEFAULT for r in ("chief", "ps")
+            }
+    if not request.memory:
+        update["memory"] = f"{int(min(m for _, m in shares) * per_pod / 2**20)}Mi"
+        if request.strategy == "ps":
+            update |= {
+                f"{r}_memory": getattr(request, f"{r}_memory") or MEMORY_DEFAULT
+                for r in ("chief", "ps")
+            }
+    return request.model_copy(update=update)

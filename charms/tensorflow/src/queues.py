@@ -42,6 +42,7 @@ from typing import Any
 
 from literals import (
     CLUSTER_QUEUE_PREFIX,
+    COHORT,
     KUEUE_API,
     LABEL_GPU_PRODUCT,
     LOCAL_QUEUE,
@@ -53,7 +54,6 @@ from charms.gpu_k8s.v0.kube_objects import GPU_RESOURCE, fingerprint
 logger = logging.getLogger(__name__)
 
 API = KUEUE_API
-COHORT = "gpu-k8s"
 CPU_FLAVOR = "cpu"
 FLAVOR_OWNER = ("app.kubernetes.io/managed-by", "kubernetes-control-plane")
 

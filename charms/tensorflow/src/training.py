@@ -32,6 +32,7 @@ import job_state
 import manifests
 import oneshot
 import placement
+import queues
 from literals import (
     ACTION_FILES,
     ANNOTATION_REQUEST,
@@ -74,6 +75,14 @@ JOB_KINDS = (
 
 class JobError(Exception):
     """A request that cannot be done; the message says what to change."""
+
+
+class RefusedError(JobError):
+    """The API server refused an object of a job; what was created meanwhile is deleted."""
+
+    def __init__(self, refusal: str):
+        super().__init__(f"{refusal}; nothing was kept")
+        self.refusal = refusal
 
 
 def actions_dir(here: Path | None = None) -> Path:
@@ -173,11 +182,21 @@ def _workload_of(js: dict | None, workloads: list[dict]) -> dict | None:
     return None
 
 
-def _check_fits(kube: Any, request: TrainRequest) -> None:
-    """Refuse a job that could never run on this cluster, before anything is created."""
-    why = placement.never_fits(request, kube.list("v1", "Node"))
+def _check_fits(kube: Any, ctx: Context, request: TrainRequest, nodes: list[dict]) -> None:
+    """Refuse a job that could never run on this cluster, before anything is created.
+
+    First by the `nodes` (placement.never_fits), then by what Kueue could ever give the
+    team's ClusterQueue: its cohort's whole quota (placement.beyond_cohort; two reads).
+    """
+    why = placement.never_fits(request, nodes)
     if why:
         raise JobError(f"job {request.job!r} can never run on this cluster: {why}")
+    cohort = kube.get(KUEUE_API, "Cohort", queues.COHORT)
+    members = kube.list(KUEUE_API, "ClusterQueue") if cohort is not None else []
+    team = queues.cluster_queue_name(ctx.namespace)
+    why = placement.beyond_cohort(request, cohort, members, team)
+    if why:
+        raise JobError(f"job {request.job!r} can never be admitted: {why}")
 
 
 def _check_new(kube: Any, ctx: Context, request: TrainRequest) -> bool:
@@ -198,8 +217,11 @@ def _check_new(kube: Any, ctx: Context, request: TrainRequest) -> bool:
     js = _jobset(kube, ctx, request.job)
     if js is None:
         return True
-    stored = ((js.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_REQUEST)
-    if stored == request.to_json():
+    try:
+        stored = _request_of(js, request.job, ctx)
+    except JobError:
+        stored = None
+    if stored is not None and stored.same_job(request):
         return False
     raise JobError(
         f"job {request.job!r} already exists with other parameters: "
@@ -268,7 +290,7 @@ def _apply_all(kube: Any, ctx: Context, objects: list[dict]) -> None:
             except KubeError:
                 logger.exception("could not roll back %s", manifest["metadata"]["name"])
         what = f"{objects[len(created)]['kind']} {objects[len(created)]['metadata']['name']}"
-        raise JobError(f"the API server refused {what}: {e.message}; nothing was kept") from None
+        raise RefusedError(f"the API server refused {what}: {e.message}") from None
 
 
 def wait_for_pods(
@@ -369,11 +391,13 @@ def launch(
     Raises:
         JobError: the job cannot run as asked (or could never run here); nothing was created.
     """
+    nodes = kube.list("v1", "Node")
+    request = placement.with_gpu_defaults(request, nodes)
     new = _check_new(kube, ctx, request)
     if new:
         _check_claim(kube, ctx)
         _check_dataset(kube, ctx, request.dataset)
-        _check_fits(kube, request)
+        _check_fits(kube, ctx, request, nodes)
         _apply_all(kube, ctx, manifests.manifests(request, ctx, code))
         roles = ", ".join(f"{n} {r}" for r, n in request.replicas().items())
         log(f"created job {request.job}: {roles}; queue {ctx.queue}, priority {request.priority}")
@@ -698,13 +722,13 @@ def scale(
         raise JobError(f"job {job!r} has finished: train a new job instead of scaling it")
     if workers == request.workers:
         return {"job": job, "workers": str(workers), "changed": "false"}
-    scaled = TrainRequest(**{**request.model_dump(), "workers": workers})
-    _check_fits(kube, scaled)
+    scaled = request.model_copy(update={"workers": workers})  # ScaleParams checked it
+    _check_fits(kube, ctx, scaled, kube.list("v1", "Node"))
     log(f"stopping {request.workers} workers of {job} (they resume from the last checkpoint)")
     kube.delete(JOBSET_API, "JobSet", job, ctx.namespace)
     if not _wait_gone(kube, ctx, job, max(timeout, 60), sleep=sleep, clock=clock):
         raise JobError(f"old pods of {job} are still terminating: run scale again shortly")
-    _apply_all(kube, ctx, manifests.manifests(scaled, ctx, code))
+    _relaunch(kube, ctx, request, scaled, code)
     log(f"relaunched {job} with {workers} workers")
     state, why = queue_answer(kube, ctx, job, sleep=sleep, clock=clock)
     if state in (*job_state.WAITING, "Unknown"):
@@ -729,6 +753,40 @@ def scale(
         "resumed-from-step": "unknown (not reported yet)" if resumed is None else str(resumed),
         "pods-running": "all" if ready else "not yet: see job-status",
     }
+
+
+def _relaunch(
+    kube: Any, ctx: Context, old: TrainRequest, new: TrainRequest, code: Mapping[str, str]
+) -> None:
+    """Make the job again at its new size; when refused, make it again as it was (N9).
+
+    The old JobSet is already gone (its replicated Jobs are immutable), so a refusal of
+    the new objects would otherwise lose the job and its request: it is restored, and the
+    operator told to scale again; if even that is refused, how to train it again.
+
+    Raises:
+        JobError: the new size was refused (saying whether the old one was restored).
+    """
+    try:
+        _apply_all(kube, ctx, manifests.manifests(new, ctx, code))
+        return
+    except RefusedError as e:
+        refused = e.refusal
+    job = new.job
+    try:
+        _apply_all(kube, ctx, manifests.manifests(old, ctx, code))
+    except RefusedError:
+        raise JobError(
+            f"scale to {new.workers} workers failed: {refused}; job {job} is stopped and "
+            f"could not be restored either; its checkpoints are kept in jobs/{job}: "
+            f"train job={job} workers={new.workers} with its other parameters as before "
+            "resumes it"
+        ) from None
+    raise JobError(
+        f"scale to {new.workers} workers failed: {refused}; job {job} was restored with "
+        f"{old.workers} workers (it resumes from its last checkpoint): run scale again "
+        "once that is fixed"
+    )
 
 
 def _wait_resumed(

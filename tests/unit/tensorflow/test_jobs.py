@@ -15,7 +15,15 @@ import training
 import yaml
 from conftest import node
 from job_state import queue_position, queue_reason, queue_state
-from params import LogsParams, ScaleParams, StopParams, TrainRequest, parse_user
+from params import (
+    RESERVED_PREFIXES,
+    RESERVED_SUFFIXES,
+    LogsParams,
+    ScaleParams,
+    StopParams,
+    TrainRequest,
+    parse_user,
+)
 from placement import never_fits
 from progress import eta_seconds, format_duration, parse_progress, resumed_step, sparkline
 
@@ -283,6 +291,31 @@ def test_request_round_trips_through_the_annotation():
     assert TrainRequest.from_json(req.to_json()) == req
     with pytest.raises(ValueError, match="not JSON"):
         TrainRequest.from_json("{")
+
+
+def test_reserved_job_names_are_the_names_the_charm_derives():
+    """Params' reserved forms are exactly what the modules name their objects (review N6)."""
+    js = manifests.jobset(request(job="resnet"), CTX)
+    made = {
+        "-serving": serving.name_of("resnet"),
+        "-tensorboard": manifests.tensorboard(request(job="resnet"), CTX)[1]["metadata"]["name"],
+        "-code": manifests.code_configmap(request(job="resnet"), CTX, {})["metadata"]["name"],
+        "-purge": manifests.purge_job("resnet", CTX)["metadata"]["name"],
+        "export-": exports.job_name("resnet"),
+        "fetch-": exports.fetch_name("resnet"),
+        "upload-": exports.upload_name("resnet"),
+        "import-": datasets.job_name("resnet"),
+    }
+    assert js["spec"]["network"]["subdomain"] == "resnet"  # JobSet's Service: the job's name
+    for form, name in made.items():
+        assert name == ("resnet" + form if form.startswith("-") else form + "resnet")
+    assert set(made) == set(RESERVED_SUFFIXES) | set(RESERVED_PREFIXES)
+
+
+def test_a_stored_request_with_a_name_reserved_since_still_reads():
+    with pytest.raises(ValueError, match="is reserved"):
+        request(job="resnet-serving")
+    assert TrainRequest.from_json('{"job": "resnet-serving"}').job == "resnet-serving"
 
 
 def test_param_models_match_charmcraft_defaults():

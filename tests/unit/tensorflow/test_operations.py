@@ -145,6 +145,38 @@ def test_scale_beyond_the_free_quota_queues_the_new_size(ctx, running, api, cont
     assert jobset(api, "mnist")["spec"]["suspend"] is True
 
 
+_JOBSETS = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{NS}/jobsets"
+_DENIED = 'admission webhook "vjobset.kb.io" denied the request: quota'
+
+
+def test_a_scale_the_api_server_refuses_restores_the_job_and_says_to_retry(ctx, running, api):
+    """The old JobSet is gone before the new one is made: a refusal brings it back (N9)."""
+    api.inject(status=422, times=1, method="PATCH", path_prefix=_JOBSETS, message=_DENIED)
+    with pytest.raises(testing.ActionFailed) as failed:
+        run_action(ctx, running, "scale", job="mnist", workers=3)
+    assert "denied the request" in failed.value.message
+    assert (
+        "job mnist was restored with 2 workers (it resumes from its last checkpoint): "
+        "run scale again"
+    ) in failed.value.message
+    stored = json.loads(jobset(api, "mnist")["metadata"]["annotations"]["gpu-k8s.io/request"])
+    assert stored["workers"] == 2
+    results, _ = run_action(ctx, running, "list-jobs")
+    assert "mnist" in results["jobs"]
+
+
+def test_a_scale_whose_job_cannot_be_restored_says_how_to_train_it_again(ctx, running, api):
+    api.inject(status=422, times=2, method="PATCH", path_prefix=_JOBSETS, message=_DENIED)
+    with pytest.raises(testing.ActionFailed) as failed:
+        run_action(ctx, running, "scale", job="mnist", workers=3)
+    assert (
+        "job mnist is stopped and could not be restored either; its checkpoints are kept "
+        "in jobs/mnist: train job=mnist workers=3 with its other parameters as before "
+        "resumes it"
+    ) in failed.value.message
+    assert api.get_object(f"{_JOBSETS}/mnist") is None
+
+
 def test_scale_unknown_job_fails(ctx, state, api):
     with pytest.raises(testing.ActionFailed, match="no job 'nope' in namespace tensorflow"):
         run_action(ctx, state, "scale", job="nope", workers=3)

@@ -105,6 +105,9 @@ def test_leader_asks_for_least_privilege_access_in_its_namespace(ctx, api):
         ("nodes", ("get", "list"), ()),
         ("clusterqueues", ("get", "create", "patch", "delete"), (f"team-{NS}",)),
         ("resourceflavors", ("get", "list"), ()),
+        # issue 31 item 2 (N4): the cohort's whole quota, to refuse jobs it can never give
+        ("cohorts", ("get",), ("gpu-k8s",)),
+        ("clusterqueues", ("list",), ()),
     }
     assert not any("*" in v for rule in rules + cluster for v in rule["verbs"])
     request = RequirerAppData.model_validate(

@@ -153,6 +153,65 @@ def test_worker_job_is_indexed_with_gpus_and_stable_hostnames(ctx, state, api):
     assert sorted(p["spec"]["hostname"] for p in pods) == [f"mnist-worker-0-{i}" for i in range(4)]
 
 
+def _worker_resources(api, job: str = "mnist", role: str = "worker") -> dict:
+    spec = role_spec(jobset(api, job), role)
+    return spec["template"]["spec"]["containers"][0]["resources"]["requests"]
+
+
+def test_gpu_workers_default_to_their_share_of_the_gpu_node(ctx, state, api):
+    """A GPU worker's cpu and memory: its node's allocatable less a daemon reserve, per GPU.
+
+    node() is 8 cpu and 64Gi with 4 GPUs: (8 - 1) / 4 = 1750m and (64 - 2) / 4 Gi = 15872Mi
+    per GPU; the parameter-server roles without GPUs keep 1 cpu and 4Gi.
+    """
+    add_nodes(api, node("node-a", 4))
+    run_action(ctx, state, "train", job="mnist", workers=2, **{"gpus-per-worker": 2})
+    assert _worker_resources(api) == {"cpu": "3500m", "memory": "31744Mi"}
+    stored = json.loads(jobset(api, "mnist")["metadata"]["annotations"]["gpu-k8s.io/request"])
+    assert (stored["cpu"], stored["memory"]) == ("3500m", "31744Mi")  # scale keeps them
+
+    run_action(
+        ctx, state, "train", job="ps", strategy="ps", ps=1, workers=1, **{"gpus-per-worker": 1}
+    )
+    assert _worker_resources(api, "ps") == {"cpu": "1750m", "memory": "15872Mi"}
+    assert _worker_resources(api, "ps", "chief") == {"cpu": "1", "memory": "4Gi"}
+    assert _worker_resources(api, "ps", "ps") == {"cpu": "1", "memory": "4Gi"}
+
+
+def test_the_smallest_share_of_the_gpu_nodes_that_could_hold_a_worker_wins(ctx, state, api):
+    big = node("node-big", 8)
+    big["status"]["allocatable"].update({"cpu": "96", "memory": "1152Gi"})
+    add_nodes(api, node("node-a", 4), big, node("node-one", 1))
+    run_action(ctx, state, "train", job="mnist", workers=1, **{"gpus-per-worker": 2})
+    assert _worker_resources(api) == {"cpu": "3500m", "memory": "31744Mi"}  # node-a's
+
+
+def test_given_cpu_and_memory_and_cpu_jobs_keep_their_values(ctx, state, api):
+    add_nodes(api, node("node-a", 4), node("cpu-0"))
+    run_action(ctx, state, "train", job="mnist", workers=1, cpu="2", **{"gpus-per-worker": 1})
+    assert _worker_resources(api) == {"cpu": "2", "memory": "15872Mi"}
+    run_action(ctx, state, "train", job="cpu", workers=1)
+    assert _worker_resources(api, "cpu") == {"cpu": "1", "memory": "4Gi"}
+    again, _ = run_action(
+        ctx, state, "train", job="mnist", workers=1, cpu="2", **{"gpus-per-worker": 1}
+    )
+    assert again["created"] == "false"  # the same defaults again: the same job
+
+
+def test_a_deadline_is_kueues_maximum_execution_time_of_the_job(ctx, state, api):
+    """Kueue deactivates a job admitted `deadline` hours in all; its checkpoints stay.
+
+    No deadline, no label.
+    """
+    run_action(ctx, state, "train", job="mnist", workers=1, deadline=2)
+    labels = jobset(api, "mnist")["metadata"]["labels"]
+    assert labels["kueue.x-k8s.io/max-exec-time-seconds"] == "7200"
+    run_action(ctx, state, "train", job="other", workers=1)
+    assert "kueue.x-k8s.io/max-exec-time-seconds" not in jobset(api, "other")["metadata"]["labels"]
+    with pytest.raises(testing.ActionFailed, match="already exists with other parameters"):
+        run_action(ctx, state, "train", job="mnist", workers=1, deadline=3)
+
+
 def test_configmap_holds_launcher_and_trainer(ctx, state, api):
     run_action(ctx, state, "train", job="cpu", workers=1)
     cm = api.get_object(f"/api/v1/namespaces/{NS}/configmaps/cpu-code")
@@ -190,7 +249,8 @@ def test_user_command_and_env(ctx, state, api):
 
 
 def test_ps_strategy_creates_chief_ps_and_workers(ctx, state, api):
-    add_nodes(api, node("node-a", 2))
+    # the GPU workers' default share takes the GPU node's cpu: chief and ps need a CPU node
+    add_nodes(api, node("node-a", 2), node("cpu-0"))
     results, _ = run_action(
         ctx, state, "train", job="ps-job", strategy="ps", ps=2, workers=2, **{"gpus-per-worker": 1}
     )
@@ -299,6 +359,40 @@ def test_train_twice_with_same_parameters_is_idempotent(ctx, state, api):
     assert any("already exists" in m for m in logs)
 
 
+def test_train_again_with_only_wait_or_timeout_different_is_the_same_job(ctx, state, api):
+    """`wait` and `timeout` say how long the action waits, not what the job is (N3)."""
+    add_nodes(api, node("node-a", 2))
+    run_action(ctx, state, "train", job="mnist", workers=2, **{"gpus-per-worker": 1})
+    before = {o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in job_objects(api)}
+
+    results, logs = run_action(
+        ctx, state, "train", job="mnist", workers=2, wait=True, timeout=600,
+        **{"gpus-per-worker": 1},
+    )  # fmt: skip
+
+    after = {o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in job_objects(api)}
+    assert after == before
+    assert results["created"] == "false"
+    assert any("already exists with these parameters" in m for m in logs)
+
+
+def test_a_job_stored_with_wait_and_timeout_by_an_earlier_revision_is_the_same_job(
+    ctx, state, api
+):
+    """Earlier revisions stored `wait` and `timeout` in the request: they still compare."""
+    run_action(ctx, state, "train", job="mnist", workers=2)
+    path = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{NS}/jobsets/mnist"
+    js = jobset(api, "mnist")
+    stored = json.loads(js["metadata"]["annotations"]["gpu-k8s.io/request"])
+    old = {**stored, "wait": False, "timeout": 300}
+    js["metadata"]["annotations"]["gpu-k8s.io/request"] = json.dumps(old)
+    api.put_object(path, js)
+
+    results, _ = run_action(ctx, state, "train", job="mnist", workers=2, wait=True, timeout=5)
+
+    assert results["created"] == "false"
+
+
 def test_train_same_name_other_parameters_fails_and_changes_nothing(ctx, state, api):
     run_action(ctx, state, "train", job="mnist", workers=2)
     before = job_objects(api)
@@ -346,10 +440,20 @@ def test_train_fails_when_image_cannot_be_pulled(ctx, state, api, controller):
         ({"env": "novalue"}, "is not KEY=VALUE"),
         ({"args": "'unclosed"}, "cannot parse args"),
         ({"steps": 0}, "steps: must be at least 1"),
+        ({"deadline": -1}, "deadline: must be between 0 and 8760 hours"),
         ({"priority": "urgent"}, "priority"),
         ({"ps-cpu": "2"}, "ps-cpu apply to strategy=ps only"),
         ({"strategy": "ps", "ps": 1, "ps-memory": "-1Gi"}, "memory: '-1Gi' is not a Kubernetes"),
         ({"strategy": "ps", "ps": 1, "ps-image": "bad image"}, "is not an image reference"),
+        # names the charm derives for another job's objects (review N6)
+        ({"job": "resnet-serving"}, "'resnet-serving' is reserved: .*serving job resnet"),
+        ({"job": "resnet-tensorboard"}, "reserved: .*TensorBoard of job resnet"),
+        ({"job": "resnet-code"}, "reserved: .*code ConfigMap of job resnet"),
+        ({"job": "resnet-purge"}, "reserved: .*purge Job of job resnet"),
+        ({"job": "export-resnet"}, "reserved: .*export Job of job resnet"),
+        ({"job": "fetch-resnet"}, "reserved: .*fetch-model Job of job resnet"),
+        ({"job": "upload-resnet"}, "reserved: .*upload Job of job resnet"),
+        ({"job": "import-cifar"}, "reserved: .*import Job of dataset cifar"),
     ],
 )
 def test_invalid_train_creates_nothing(ctx, state, api, params, message):
@@ -364,8 +468,27 @@ def test_invalid_train_creates_nothing(ctx, state, api, params, message):
     ]
 
 
+def test_a_job_named_like_another_jobs_serving_service_never_takes_it(ctx, state, api):
+    """JobSet adopts any Service named like its subdomain (review N6): refused, kept intact."""
+    add_nodes(api, node("cpu-0"))
+    service = f"/api/v1/namespaces/{NS}/services/resnet-serving"
+    api.put_object(service, {"metadata": {"labels": {MANAGED: "tensorflow"}}, "spec": {}})
+    before = api.get_object(service)
+    with pytest.raises(testing.ActionFailed, match="choose a job name that does not end in"):
+        run_action(ctx, state, "train", job="resnet-serving", workers=1)
+    assert api.get_object(service) == before
+    assert job_objects(api) == [before]
+
+
+def test_a_job_an_earlier_revision_made_with_a_reserved_name_can_still_be_stopped(ctx, state, api):
+    run_action(ctx, state, "train", job="mnist", workers=1)
+    results, _ = run_action(ctx, state, "stop", job="mnist-serving")  # names a job: allowed
+    assert results["deleted-objects"] == "0"
+
+
 def test_a_job_beyond_the_free_gpus_is_queued_not_refused(ctx, state, api):
-    add_nodes(api, node("node-a", 2), node("node-b", 2), node("cpu-0"))
+    # two CPU nodes: the GPU workers' default share leaves the GPUs the one quota short
+    add_nodes(api, node("node-a", 2), node("node-b", 2), node("cpu-0"), node("cpu-1"))
     run_action(ctx, state, "train", job="first", workers=3, **{"gpus-per-worker": 1})
     results, logs = run_action(
         ctx, state, "train", job="mnist", workers=4, **{"gpus-per-worker": 1}
@@ -395,6 +518,63 @@ def test_more_gpus_than_the_cluster_has_is_refused(ctx, state, api):
     with pytest.raises(testing.ActionFailed, match="needs 6 GPUs but the cluster's schedulable"):
         run_action(ctx, state, "train", job="big", workers=6, **{"gpus-per-worker": 1})
     assert job_objects(api) == []
+
+
+def test_a_job_larger_than_the_cohort_can_ever_give_is_refused_with_the_numbers(ctx, state, api):
+    """The nodes hold 4 GPUs but a model server outside Kueue holds 1: the cohort has 3 (N4).
+
+    Kueue never admits more than the cohort's whole quota to one of its ClusterQueues
+    (resource_node.go potentialAvailable), so such a job would queue for ever.
+    """
+    add_nodes(api, node("node-a", 2), node("node-b", 2), node("cpu-0"))
+    api.put_object("/api/v1/namespaces/other/pods/busy", gpu_pod("busy", "node-a", 1))
+    add_nodes(api)  # the control plane's next update-status sizes the cohort again
+    with pytest.raises(testing.ActionFailed) as failed:
+        run_action(ctx, state, "train", job="big", workers=4, **{"gpus-per-worker": 1})
+    assert (
+        "job 'big' can never be admitted: its 4 worker pods need 4 nvidia.com/gpu of one "
+        "flavor but the cohort gpu-k8s can give team-tensorflow at most 3 (flavor "
+        "gpu-nvidia-a10g: the cohort's own 3 + its ClusterQueues' nominal 0)"
+    ) in failed.value.message
+    assert "lower workers or gpus-per-worker" in failed.value.message
+    assert job_objects(api) == []
+
+
+def test_a_job_larger_than_the_cohorts_cpu_is_refused(ctx, state, api):
+    """A node joined after the control plane sized the cohort: Kueue counts it only later."""
+    add_nodes(api, node("cpu-0"))
+    other = {"spec": {"cohortName": "gpu-k8s", "resourceGroups": [{
+        "coveredResources": ["cpu", "memory"],
+        "flavors": [{"name": "cpu", "resources": [
+            {"name": "cpu", "nominalQuota": "2"}, {"name": "memory", "nominalQuota": "0"}
+        ]}],
+    }]}}  # fmt: skip
+    api.put_object("/apis/kueue.x-k8s.io/v1beta2/clusterqueues/team-other", other)
+    add_nodes(api)  # the cohort holds 8 - 2 = 6, team-other 2: 8 in all
+    api.put_object("/api/v1/nodes/cpu-1", node("cpu-1"))  # not counted yet: nodes have 16
+    with pytest.raises(testing.ActionFailed) as failed:
+        run_action(ctx, state, "train", job="big", workers=5, cpu="2")
+    assert (
+        "job 'big' can never be admitted: it needs 10 cpu of flavor cpu but the cohort "
+        "gpu-k8s can give team-tensorflow at most 8 (the cohort's own 6 + its "
+        "ClusterQueues' nominal 2): lower workers or cpu, or add nodes (the control "
+        "plane counts them into the cohort on its next update-status)"
+    ) in failed.value.message
+
+
+def test_other_teams_unused_guarantees_count_toward_what_the_cohort_gives(ctx, state, api):
+    """team-other's nominal 2 of 4 GPUs is lent while unused: a 4-GPU job is not refused."""
+    add_nodes(api, node("node-a", 2), node("node-b", 2), node("cpu-0"))
+    other = {"spec": {"cohortName": "gpu-k8s", "resourceGroups": [{
+        "coveredResources": ["nvidia.com/gpu"],
+        "flavors": [{"name": "gpu-nvidia-a10g", "resources": [
+            {"name": "nvidia.com/gpu", "nominalQuota": "2"}
+        ]}],
+    }]}}  # fmt: skip
+    api.put_object("/apis/kueue.x-k8s.io/v1beta2/clusterqueues/team-other", other)
+    add_nodes(api)  # the cohort holds 4 - 2 = 2
+    results, _ = run_action(ctx, state, "train", job="big", workers=4, **{"gpus-per-worker": 1})
+    assert results["created"] == "true"
 
 
 def test_more_multi_gpu_pods_than_the_nodes_hold_is_refused(ctx, state, api):

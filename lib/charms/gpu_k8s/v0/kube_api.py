@@ -41,7 +41,7 @@ from charms.gpu_k8s.v0.databag import Databag, Endpoint, explain, write
 
 LIBID = "26b1d42dbc2949cb8a83e29b11759d4f"
 LIBAPI = 0
-LIBPATCH = 13
+LIBPATCH = 14
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +89,14 @@ CLUSTER_READS: dict[tuple[str, str], str] = {
     ),
     ("kueue.x-k8s.io", "resourceflavors"): (
         "tensorflow's ClusterQueue names the ResourceFlavors the control plane made (queues.py)"
+    ),
+    ("kueue.x-k8s.io", "cohorts"): (
+        "tensorflow refuses a job larger than its cohort's whole quota, the Cohort's own"
+        " nominal quota plus its members' (placement.py beyond_cohort)"
+    ),
+    ("kueue.x-k8s.io", "clusterqueues"): (
+        "tensorflow reads the cohort's members' nominal quota (placement.py beyond_cohort);"
+        " it writes only its own ClusterQueue, by name (NAMED_CLUSTER_OBJECTS)"
     ),
 }
 # Cluster-scoped objects a consumer may write only by name (`resource-names`): RBAC then
