@@ -67,12 +67,13 @@ class Release:
     deployment: str
     config_map: str | None = None
     config_key: str | None = None
+    asset: str = "manifests.yaml"  # the file's name upstream, kept on a mirror
 
     def url(self, mirror: str) -> str:
-        """The manifest's URL: upstream, or `<mirror>/<name>/<version>/manifests.yaml`."""
+        """The manifest's URL: upstream, or `<mirror>/<name>/<version>/<asset>`."""
         if not mirror:
             return self.upstream_url
-        return f"{mirror.rstrip('/')}/{self.name}/{self.version}/manifests.yaml"
+        return f"{mirror.rstrip('/')}/{self.name}/{self.version}/{self.asset}"
 
 
 class AddonError(Exception):
