@@ -137,8 +137,10 @@ def test_a_manifest_that_is_not_the_configured_sha256_is_refused(ctx, machine, a
 def test_a_flannel_cluster_keeps_flannel_after_the_charm_upgrade_and_says_so(
     ctx, machine, api, releases
 ):
-    """Bootstrapped with flannel (as every cluster before the option): `cni` calico, the
-    default after the upgrade, changes nothing in the cluster, and the line says so.
+    """A cluster bootstrapped with flannel, as every one before the option, keeps it.
+
+    `cni` calico, the default after the upgrade, changes nothing in the cluster, and the
+    line says so.
     """
     out = _install(ctx, {"cni": "flannel"})
     assert out.unit_status == testing.ActiveStatus(READY)
