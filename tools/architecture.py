@@ -43,7 +43,7 @@ AWS_PANEL = (780, 330, 130)
 KUBERNETES_PANEL = (780, 80, 190)
 # What each charm makes outside Juju, drawn under its box or in the side panels.
 CREATES = {
-    "kubernetes-control-plane": "kubeadm, HAProxy on :6444, flannel",
+    "kubernetes-control-plane": "kubeadm, HAProxy on :6444, Calico",
     "efs-storage": "EFS, mount targets, NFS SG, PV+PVC",
     "tensorflow": "JobSets, TensorBoard, TF Serving",
     "kubernetes-worker": "CPU node: containerd, kubelet",
@@ -56,7 +56,7 @@ AWS = (
     "security group: NFS from the nodes",
 )
 KUBERNETES = (
-    "kube-system: flannel, NVIDIA device plugin,",
+    "kube-system: Calico, NVIDIA device plugin,",
     "  DCGM exporter, MIG manager (GPU nodes),",
     "  kube-state-metrics (leader's machine)",
     "jobset-system, kueue-system: JobSet, Kueue",

@@ -14,7 +14,12 @@ It is far smaller than the real asset (CRD schemas that keep every field instead
 each one, fewer RBAC rules): the charm treats the objects generically, so their kinds, names
 and nesting are what matters.
 
-`ManifestServer` serves `/<name>/<version>/manifests.yaml` (the `addons-mirror` layout) over
+`calico_objects()` is Calico's `calico.yaml` (projectcalico/calico manifests/ at v3.32.1):
+its ConfigMap, calico-node DaemonSet and kube-controllers Deployment as upstream wrote them
+(tests/fixtures/calico/), the ServiceAccounts, the RBAC (fewer rules) and a few of its
+`crd.projectcalico.org` CRDs, all in kube-system as upstream has them.
+
+`ManifestServer` serves `/<name>/<version>/<file>` (the `addons-mirror` layout) over
 https, as GitHub does, with a certificate for 127.0.0.1 from a CA of its own (`opener()` is a
 urlopen that trusts it, where the charm's trusts the system's CAs), and records the paths
 asked for; `tamper` changes what it serves, `missing` answers 404.
@@ -27,6 +32,7 @@ import http.server
 import threading
 import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -35,6 +41,14 @@ from fakes.tls import make_server_cert
 
 JOBSET_VERSION = "v0.12.0"
 KUEUE_VERSION = "v0.19.2"
+CALICO_VERSION = "v3.32.1"
+CALICO_FIXTURE = Path(__file__).parent.parent / "fixtures" / "calico"
+# name -> (version, the file's name)
+RELEASES = {
+    "jobset": (JOBSET_VERSION, "manifests.yaml"),
+    "kueue": (KUEUE_VERSION, "manifests.yaml"),
+    "calico": (CALICO_VERSION, "calico.yaml"),
+}
 _KUEUE_KINDS = (
     ("ResourceFlavor", "resourceflavors", "Cluster"),
     ("Cohort", "cohorts", "Cluster"),
@@ -254,9 +268,68 @@ def release_objects(name: str, version: str) -> list[dict[str, Any]]:
     return objects
 
 
+def calico_objects() -> list[dict[str, Any]]:
+    """Calico v3.32.1's `calico.yaml` (see the module docstring), in upstream's order."""
+    ns = "kube-system"
+    accounts = ("calico-kube-controllers", "calico-node", "calico-cni-plugin")
+    fixture = (CALICO_FIXTURE / f"calico-{CALICO_VERSION}-workloads.yaml").read_text()
+    config, node, controllers = (d for d in yaml.safe_load_all(fixture) if d)
+    group = "crd.projectcalico.org"
+    crds = [
+        crd(group, kind, plural, "Cluster", ["v1"])
+        for kind, plural in (
+            ("FelixConfiguration", "felixconfigurations"),
+            ("IPAMBlock", "ipamblocks"),
+            ("IPPool", "ippools"),
+        )
+    ]
+    rbac = []
+    for sa in accounts:
+        rbac.append(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole",
+                "metadata": {"name": sa},
+                "rules": [
+                    {"apiGroups": [group], "resources": ["*"], "verbs": ["get", "list"]},
+                    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]},
+                ],
+            }
+        )
+        rbac.append(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": sa},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": sa,
+                },
+                "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns}],
+            }
+        )
+    return [
+        *(
+            {
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {"name": sa, "namespace": ns},
+            }
+            for sa in accounts
+        ),
+        config,
+        *crds,
+        *rbac,
+        node,
+        controllers,
+    ]
+
+
 def release_manifest(name: str, version: str) -> bytes:
     """The release asset's bytes: the objects as `---`-separated YAML documents."""
-    return yaml.safe_dump_all(release_objects(name, version), sort_keys=False).encode()
+    objects = calico_objects() if name == "calico" else release_objects(name, version)
+    return yaml.safe_dump_all(objects, sort_keys=False).encode()
 
 
 class ManifestServer:
@@ -264,8 +337,8 @@ class ManifestServer:
 
     def __init__(self) -> None:
         self.files: dict[str, bytes] = {
-            f"/jobset/{JOBSET_VERSION}/manifests.yaml": release_manifest("jobset", JOBSET_VERSION),
-            f"/kueue/{KUEUE_VERSION}/manifests.yaml": release_manifest("kueue", KUEUE_VERSION),
+            self.path(name): release_manifest(name, version)
+            for name, (version, _file) in RELEASES.items()
         }
         self.requests: list[str] = []
         server = self
@@ -308,8 +381,8 @@ class ManifestServer:
 
     def path(self, name: str) -> str:
         """The path of a release's manifest."""
-        version = JOBSET_VERSION if name == "jobset" else KUEUE_VERSION
-        return f"/{name}/{version}/manifests.yaml"
+        version, file = RELEASES[name]
+        return f"/{name}/{version}/{file}"
 
     def tamper(self, name: str) -> None:
         """Serve something else than the release for `name` (a changed asset)."""

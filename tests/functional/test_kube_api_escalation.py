@@ -150,6 +150,7 @@ def test_control_plane_namespaces_are_system_namespaces():
         literals.WORKER_NAMESPACE,
         literals.JOBSET.namespace,
         literals.KUEUE.namespace,
+        literals.CALICO_RELEASE.namespace,  # the manifest install's, kube-system
     }
     for module in ("device_plugin", "kube_state_metrics", "mig_manager"):
         owned.add(load("kubernetes-control-plane", module).NAMESPACE)

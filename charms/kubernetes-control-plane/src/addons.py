@@ -5,9 +5,10 @@
 
 Each add-on is applied when what decides it (pin, config, the workers' GPUs) differs from
 what the peer application databag says was applied last, so an event with nothing new
-sends no request. The manifests and decisions live in `flannel.py`, `device_plugin.py`,
-`dcgm_exporter.py`, `mig_manager.py`, `kube_state_metrics.py`, `batch_engines.py` and
-`network_policies.py` (each kube-api consumer's namespace isolated for ingress); this
+sends no request. The manifests and decisions live in `calico.py` and `flannel.py` (the
+CNI), `device_plugin.py`, `dcgm_exporter.py`, `mig_manager.py`, `kube_state_metrics.py`,
+`batch_engines.py` and `network_policies.py` (each kube-api consumer's namespace isolated
+for ingress); this
 module applies them, with the hook's API client and a downloader (never the charm), and
 records each in the peer application databag under a key of its own (below).
 
@@ -24,6 +25,7 @@ from collections.abc import Callable, MutableMapping
 from typing import Any
 
 import batch_engines
+import calico
 import dcgm_exporter
 import device_plugin
 import flannel
@@ -35,7 +37,15 @@ import rbac
 import registry
 from access import KUBE_API_KEY
 from charm_config import Config
-from literals import FIELD_MANAGER, JOBSET, KUBE_STATE_METRICS_NODE_KEY, KUEUE
+from literals import (
+    CALICO,
+    CALICO_RELEASE,
+    FIELD_MANAGER,
+    FLANNEL,
+    JOBSET,
+    KUBE_STATE_METRICS_NODE_KEY,
+    KUEUE,
+)
 
 from charms.gpu_k8s.v0 import kube_objects
 from charms.gpu_k8s.v0.kubeclient import Kube
@@ -58,6 +68,19 @@ KUEUE_COHORT_KEY = "kueue-cohort"  # the cohort's quota last computed, and an ov
 
 Bag = MutableMapping[str, str]
 
+# The status note of a cluster bootstrapped with flannel while `cni` asks for calico.
+FLANNEL_KEPT = "flannel kept: cni calico applies to new clusters, the charm does not migrate"
+
+
+def cluster_cni(bag: Bag) -> str:
+    """The CNI the cluster was built with (`calico`, `flannel`), "" before any was applied.
+
+    Read from what the leader recorded when it applied it (CNI_KEY: `flannel v0.27.4
+    <pod-cidr>` since the first revision, `calico v3.32.1 <pod-cidr>`), so a new leader and
+    an upgraded charm know it without asking the cluster.
+    """
+    return (bag.get(CNI_KEY) or "").split(" ", 1)[0]
+
 
 class Addons:
     """Applies the cluster's add-ons from the leader.
@@ -70,7 +93,49 @@ class Addons:
         self._kube = kube
         self._opener = opener
 
-    def apply_cni(self, config: Config, bag: Bag) -> None:
+    def apply_cni(self, config: Config, bag: Bag) -> list[str]:
+        """The cluster's CNI, with its pod network and registry; notes for the status.
+
+        `cni` chooses for a new cluster only: one that runs a CNI keeps it (cluster_cni),
+        since the charm does not migrate a running cluster (README "Network"). A flannel
+        cluster with `cni` calico, which every cluster bootstrapped before the option has
+        after the charm upgrade, keeps flannel and says so; a Calico cluster asked for
+        flannel is Blocked (no charm revision ever bootstrapped it with flannel).
+
+        Raises:
+            StatusError: Blocked when `cni` asks a Calico cluster for flannel, or when
+                Calico's manifest cannot be downloaded or is not the one it must be.
+        """
+        running = cluster_cni(bag)
+        if running == CALICO and config.cni != CALICO:
+            raise StatusError.blocked(
+                f"cni {config.cni}: this cluster runs calico and the charm does not migrate "
+                f"a running cluster's CNI; set cni back to calico"
+            )
+        notes = []
+        if running == FLANNEL and config.cni != FLANNEL:
+            notes.append(FLANNEL_KEPT)
+        if (running or config.cni) == FLANNEL:
+            self._apply_flannel(config, bag)
+            return notes
+        settings = batch_engines.Settings(registry=config.image_registry)
+        problem = self._apply_release(
+            CALICO_RELEASE,
+            config,
+            config.calico_sha256,
+            settings,
+            None,
+            calico.transform(config.pod_cidr),
+            bag,
+        )
+        want = calico.fingerprint(config.pod_cidr)
+        if bag.get(CNI_KEY) != want:
+            bag[CNI_KEY] = want
+        if problem:
+            notes.append(f"waiting for calico ({problem})")
+        return notes
+
+    def _apply_flannel(self, config: Config, bag: Bag) -> None:
         """flannel, with this cluster's pod network and registry."""
         want = flannel.fingerprint(config.pod_cidr, config.image_registry)
         if bag.get(CNI_KEY) == want:

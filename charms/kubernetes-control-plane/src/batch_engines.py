@@ -11,7 +11,8 @@ projects' install guides do (`kubectl apply --server-side -f .../manifests.yaml`
 CRDs are too large for client-side apply's annotation).
 
 What is changed in the upstream objects, and nothing else:
-- container images move below `image-registry` (images.mirrored);
+- container images move below `image-registry` (images.mirrored), in Deployments and
+  DaemonSets (Calico's calico-node, which shares this path);
 - the controllers tolerate the control-plane taint, so they run before any worker joins
   and never compete with training pods for a GPU node;
 - Kueue's manager configuration gets `waitForPodsReady` (a job whose pods do not all run
@@ -67,12 +68,13 @@ class Release:
     deployment: str
     config_map: str | None = None
     config_key: str | None = None
+    asset: str = "manifests.yaml"  # the file's name upstream, kept on a mirror
 
     def url(self, mirror: str) -> str:
-        """The manifest's URL: upstream, or `<mirror>/<name>/<version>/manifests.yaml`."""
+        """The manifest's URL: upstream, or `<mirror>/<name>/<version>/<asset>`."""
         if not mirror:
             return self.upstream_url
-        return f"{mirror.rstrip('/')}/{self.name}/{self.version}/manifests.yaml"
+        return f"{mirror.rstrip('/')}/{self.name}/{self.version}/{self.asset}"
 
 
 class AddonError(Exception):
@@ -195,7 +197,7 @@ def customise(
     if configure is not None:
         config_digest = _configure(release, out, settings, configure)
     for obj in out:
-        if obj["kind"] == "Deployment":
+        if obj["kind"] in ("Deployment", "DaemonSet"):  # a DaemonSet: Calico's calico-node
             _place(release, obj, settings, config_digest)
     if transform is not None:
         out = transform(out)

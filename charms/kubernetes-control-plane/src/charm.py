@@ -21,8 +21,8 @@ hands work to, with what they need and nothing of the charm:
 - `access.py`: kube-api consumers, the workers' credentials, the operator's way in;
 - `addons.py`: what the leader runs in the cluster (CNI, NVIDIA add-ons, JobSet, Kueue);
 - `bootstrap.py`, `etcd.py`, `rbac.py`, `device_plugin.py`, `mig_manager.py`,
-  `flannel.py`, `batch_engines.py`, `kueue.py`, `image_registry.py`, `cluster_info.py`,
-  `registry.py`, `rolling.py`: what they run or decide, without ops.
+  `calico.py`, `flannel.py`, `batch_engines.py`, `kueue.py`, `image_registry.py`,
+  `cluster_info.py`, `registry.py`, `rolling.py`: what they run or decide, without ops.
 
 A step that cannot go on raises `StatusError` (`charms.gpu_k8s.v0.status`); the statuses
 a reconcile found are kept in StoredState and reported in every hook, and the leader's
@@ -406,7 +406,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         token = membership.rotate_token_if_due(config, peers, join, content)
         membership.reupload_certs_if_needed(peers, content["certificate-key"])
         self._keep_image_registry(config, hook)
-        addons.apply_cni(config, bag)
+        cni_notes = addons.apply_cni(config, bag)
         upgrade = hook.upgrades.control_plane(config, peers)
         self._mark_member(hook)  # with the minor this node runs now
         cert_notes, cert_blocked = hook.renewal.reconcile(leader=True)
@@ -421,7 +421,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         addons.apply_kube_state_metrics(config, bag, hook.ctx.node_name)
         addons.apply_node_metrics_access(bag)
         notes = [upgrade.note] if upgrade.note else []
-        notes += cert_notes
+        notes += cni_notes + cert_notes
         rotating = isinstance(event, ops.SecretRotateEvent)
         rotate = relation_id_of(event.secret.label) if rotating else None
         notes += hook.access.serve_kube_api(peers, config.storage_provisioners, rotate=rotate)

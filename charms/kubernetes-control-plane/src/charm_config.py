@@ -14,7 +14,7 @@ import re
 
 import device_plugin
 import pydantic
-from literals import API_PORT
+from literals import API_PORT, CALICO, CNIS
 
 from charms.gpu_k8s.v0 import images, kubeadm
 from charms.gpu_k8s.v0.config import ActionParams, CharmConfig
@@ -49,6 +49,7 @@ class Config(CharmConfig):
     kubernetes_version: str = kubeadm.DEFAULT_MINOR
     package_mirror: str = ""
     pod_cidr: str = "10.244.0.0/16"
+    cni: str = CALICO
     service_cidr: str = "10.96.0.0/12"
     join_token_ttl: int = pydantic.Field(default=24)
     api_extra_sans: str = ""
@@ -60,6 +61,7 @@ class Config(CharmConfig):
     addons_mirror: str = ""
     jobset_sha256: str = ""
     kueue_sha256: str = ""
+    calico_sha256: str = ""
     pods_ready_timeout: int = 10
     certificate_renewal_days: int = 30
     etcd_backups_kept: int = 7
@@ -136,7 +138,14 @@ class Config(CharmConfig):
             )
         return value.rstrip("/")
 
-    @pydantic.field_validator("jobset_sha256", "kueue_sha256")
+    @pydantic.field_validator("cni")
+    @classmethod
+    def _cni(cls, value: str) -> str:
+        if value not in CNIS:
+            raise ValueError(f"must be one of {', '.join(CNIS)}")
+        return value
+
+    @pydantic.field_validator("jobset_sha256", "kueue_sha256", "calico_sha256")
     @classmethod
     def _sha256(cls, value: str) -> str:
         if value and not _SHA256.match(value.lower()):

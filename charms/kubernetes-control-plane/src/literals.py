@@ -30,7 +30,34 @@ INSTALL_MARKER = "/var/lib/kubernetes-control-plane/installed.json"
 JOINED_MARKER = "/var/lib/kubernetes-control-plane/joined"
 ETCD_MANIFEST = "/etc/kubernetes/manifests/etcd.yaml"
 
-# Pinned CNI: flannel release shipped in files/kube-flannel.yml.
+# The cluster's CNI (`cni` config, new clusters only; calico.py, flannel.py). The leader
+# records what it applied in the peer application data (addons.CNI_KEY, whose first word
+# names the CNI), so a cluster keeps the CNI it was bootstrapped with.
+CALICO = "calico"
+FLANNEL = "flannel"
+CNIS = (CALICO, FLANNEL)
+
+# Calico, pinned 2026-11-28 to v3.32.1 (tagged 2026-06-24; the newest v3.x tag in the
+# projectcalico/calico snapshot of 2026-08-22, v3.31.7 being a patch of the older line).
+# Its docs install a manifest cluster with `curl https://raw.githubusercontent.com/
+# projectcalico/calico/<tag>/manifests/calico.yaml -O` then `kubectl apply` (tigera/docs
+# calico/getting-started/kubernetes/self-managed-onprem/onpremises.mdx, "Manifest").
+# The file at the tag has sha256 a1df919d9721cf667accdc3e72848911b0cb25cfab7d2478ad0c99
+# 6302c95744 (read from the tag's blob); the leader records what it first applied
+# (batch_engines.verify) and `calico-sha256` pins it. Everything runs in kube-system.
+CALICO_RELEASE = Release(
+    name=CALICO,
+    version="v3.32.1",  # images quay.io/calico/{cni,node,kube-controllers}:v3.32.1
+    upstream_url=(
+        "https://raw.githubusercontent.com/projectcalico/calico/v3.32.1/manifests/calico.yaml"
+    ),
+    namespace="kube-system",
+    deployment="calico-kube-controllers",
+    asset="calico.yaml",
+)
+
+# Pinned CNI of clusters bootstrapped before Calico: flannel release shipped in
+# files/kube-flannel.yml.
 FLANNEL_VERSION = "v0.27.4"
 FLANNEL_CNI_PLUGIN_VERSION = "v1.8.0-flannel1"
 POD_CIDR_PLACEHOLDER = "__POD_CIDR__"

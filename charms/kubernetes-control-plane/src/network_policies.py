@@ -53,11 +53,15 @@ def default_deny_ingress(namespace: str) -> dict:
 
 
 def enforced(cni: str) -> bool:
-    """Whether the CNI applied enforces NetworkPolicy (flannel, the only one so far, does not).
+    """Whether the CNI applied enforces NetworkPolicy: Calico does, flannel does not.
 
-    `cni`: what the peer data says was applied (`flannel v0.27.4 <pod-cidr>`).
+    `cni`: what the peer data says was applied (`calico v3.32.1 <pod-cidr>`, `flannel
+    v0.27.4 <pod-cidr>`). Calico enforces Kubernetes NetworkPolicy on each node (its
+    Felix agent in calico-node; the manifest's CNI config has `"policy": {"type": "k8s"}`;
+    tigera/docs calico/network-policy/get-started/kubernetes-policy/
+    kubernetes-network-policy.mdx). Nothing applied yet counts as not enforced.
     """
-    return bool(cni) and not cni.startswith("flannel ")
+    return cni.startswith("calico ")
 
 
 def manifests(namespaces: Iterable[str]) -> list[dict]:

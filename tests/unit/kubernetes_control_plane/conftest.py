@@ -30,9 +30,9 @@ def release_server():
 
 @pytest.fixture(autouse=True)
 def releases(release_server, monkeypatch):
-    """The batch engines' release assets, served from 127.0.0.1 instead of GitHub."""
+    """The batch engines' and Calico's release assets, served from 127.0.0.1, not GitHub."""
     release_server.requests.clear()
-    for name in ("JOBSET", "KUEUE"):
+    for name in ("JOBSET", "KUEUE", "CALICO_RELEASE"):
         release = getattr(addons, name)
         local = f"{release_server.url}{release_server.path(release.name)}"
         monkeypatch.setattr(addons, name, dataclasses.replace(release, upstream_url=local))

@@ -22,6 +22,7 @@ from fakes.control_plane import join_workers, peer, peers, worker_bag, workers_r
 
 JOBSET_DEPLOY = "/apis/apps/v1/namespaces/jobset-system/deployments/jobset-controller-manager"
 KUEUE_DEPLOY = "/apis/apps/v1/namespaces/kueue-system/deployments/kueue-controller-manager"
+CALICO_DEPLOY = "/apis/apps/v1/namespaces/kube-system/deployments/calico-kube-controllers"
 KUEUE_CONFIG = "/api/v1/namespaces/kueue-system/configmaps/kueue-manager-config"
 JOBSET_CRD = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/jobsets.jobset.x-k8s.io"
 FLAVORS = "/apis/kueue.x-k8s.io/v1beta2/resourceflavors/"
@@ -186,11 +187,12 @@ def test_a_controller_not_available_yet_is_named_and_kueue_objects_wait_for_it(
     out = _install(ctx)
     assert out.unit_status.name == "active"
     assert out.unit_status.message == (
-        f"{READY}; waiting for jobset (0/1 controller pods available), "
+        f"{READY}; waiting for calico (0/1 controller pods available); "
+        "waiting for jobset (0/1 controller pods available), "
         "kueue (0/1 controller pods available)"
     )
     assert api.objects(FLAVORS) == []  # its webhook would refuse them meanwhile
-    for path in (JOBSET_DEPLOY, KUEUE_DEPLOY):
+    for path in (JOBSET_DEPLOY, KUEUE_DEPLOY, CALICO_DEPLOY):
         deployment = api.get_object(path)
         deployment["status"] = {"availableReplicas": 1, "observedGeneration": 1}
         api.put_object(path, deployment)
@@ -244,7 +246,7 @@ def test_a_new_pods_ready_timeout_rolls_kueue(ctx, machine, api, releases):
 
 def test_batch_engines_off_downloads_nothing(ctx, machine, api, releases):
     out = _install(ctx, {"batch-engines": False})
-    assert releases.requests == []
+    assert releases.requests == [releases.path("calico")]  # the CNI only
     assert api.get_object(JOBSET_CRD) is None
     assert out.unit_status == testing.ActiveStatus(READY)
 

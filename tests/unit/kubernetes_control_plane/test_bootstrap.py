@@ -47,12 +47,14 @@ def test_leader_installs_pinned_packages_and_bootstraps(ctx, machine, api):
     )
     assert init["bootstrapTokens"][0]["ttl"] == "24h0m0s"
     assert not machine.path("/etc/kubernetes/gpu-k8s/kubeadm-init.yaml").exists()
-    # flannel applied with the pod CIDR, pinned images
-    ds = api.get_object("/apis/apps/v1/namespaces/kube-flannel/daemonsets/kube-flannel-ds")
+    # Calico, a new cluster's CNI, applied with the pod CIDR, pinned images (test_cni.py)
+    ds = api.get_object("/apis/apps/v1/namespaces/kube-system/daemonsets/calico-node")
     images = [c["image"] for c in ds["spec"]["template"]["spec"]["initContainers"]]
-    assert "ghcr.io/flannel-io/flannel-cni-plugin:v1.8.0-flannel1" in images
-    cm = api.get_object("/api/v1/namespaces/kube-flannel/configmaps/kube-flannel-cfg")
-    assert '"Network": "10.244.0.0/16"' in cm["data"]["net-conf.json"]
+    assert "quay.io/calico/cni:v3.32.1" in images
+    env = {
+        e["name"]: e.get("value") for e in ds["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["CALICO_IPV4POOL_CIDR"] == "10.244.0.0/16"
     # join material for peers: databag has the public parts, secret has the rest
     bag = peer(out).local_app_data
     assert bag["endpoint"] == "127.0.0.1:6444"
@@ -75,7 +77,7 @@ def test_custom_cidrs_and_mirror_are_used(ctx, machine, api):
         "package-mirror": "https://mirror.example.com/k8s",
         "kubernetes-version": "1.35",
     }
-    ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()], config=config))
+    out = ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()], config=config))
 
     source = machine.read("/etc/apt/sources.list.d/kubernetes.sources")
     assert "URIs: https://mirror.example.com/k8s/core:/stable:/v1.35/deb/" in source
@@ -85,6 +87,13 @@ def test_custom_cidrs_and_mirror_are_used(ctx, machine, api):
         "serviceSubnet": "172.21.0.0/16",
     }
     assert cluster["kubernetesVersion"] == "v1.35.9"
+    assert peer(out).local_app_data["cni"] == "calico v3.32.1 172.20.0.0/16"
+
+
+def test_a_flannel_cluster_gets_the_pod_cidr(ctx, machine, api):
+    config = {"pod-cidr": "172.20.0.0/16", "service-cidr": "172.21.0.0/16", "cni": "flannel"}
+    ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()], config=config))
+
     cm = api.get_object("/api/v1/namespaces/kube-flannel/configmaps/kube-flannel-cfg")
     assert '"Network": "172.20.0.0/16"' in cm["data"]["net-conf.json"]
 

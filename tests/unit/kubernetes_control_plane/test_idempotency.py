@@ -77,10 +77,9 @@ def settled(ctx, machine, api):
     ]
     out = dataclasses.replace(out, relations=rels)
     out = ctx.run(ctx.on.leader_elected(), out)  # reads every worker, grants kube-api
-    # a kube-api consumer on flannel: the line says its namespace is not isolated
+    # a kube-api consumer on Calico, a new cluster's CNI: its namespace is isolated
     assert out.unit_status.message == (
-        "Ready: v1.36, 2 control-plane, 2 workers (1 with 4 GPUs: 4x NVIDIA A10G); "
-        "teams not isolated on the network: flannel enforces no NetworkPolicy"
+        "Ready: v1.36, 2 control-plane, 2 workers (1 with 4 GPUs: 4x NVIDIA A10G)"
     )
     return out
 

@@ -14,7 +14,7 @@ from fakes.control_plane import join_workers, peer, peers, worker_bag, workers_r
 MIRROR = "registry.example.com:5000/mirror"
 OTHER = "mirror.internal/k8s"
 DS = "/apis/apps/v1/namespaces/gpu-k8s-gpu/daemonsets/nvidia-device-plugin"
-FLANNEL_DS = "/apis/apps/v1/namespaces/kube-flannel/daemonsets/kube-flannel-ds"
+CALICO_DS = "/apis/apps/v1/namespaces/kube-system/daemonsets/calico-node"  # a new cluster's CNI
 KUBEADM_CONFIG = "/api/v1/namespaces/kube-system/configmaps/kubeadm-config"
 CONTAINERD_CONFIG = "/etc/containerd/config.toml"
 GPUS = [{"model": "NVIDIA A10G", "count": 1}]
@@ -48,9 +48,9 @@ def test_without_a_registry_everything_comes_from_upstream(ctx, machine, api):
     init = next(d for d in machine.inits[0] if d["kind"] == "ClusterConfiguration")
     assert "imageRepository" not in init and "dns" not in init  # kubeadm's default
     assert sandbox(machine) == "registry.k8s.io/pause:3.10.1"
-    assert images(api.get_object(FLANNEL_DS)) == {
-        "ghcr.io/flannel-io/flannel:v0.27.4",
-        "ghcr.io/flannel-io/flannel-cni-plugin:v1.8.0-flannel1",
+    assert images(api.get_object(CALICO_DS)) == {
+        "quay.io/calico/cni:v3.32.1",
+        "quay.io/calico/node:v3.32.1",
     }
     assert images(api.get_object(DS)) == {"nvcr.io/nvidia/k8s-device-plugin:v0.20.0"}
 
@@ -76,9 +76,9 @@ def test_containerd_on_the_control_plane_pulls_its_sandbox_from_the_mirror(ctx, 
 def test_add_ons_pull_from_the_mirror(ctx, machine, api):
     deployed(ctx, api, MIRROR)
 
-    assert images(api.get_object(FLANNEL_DS)) == {
-        f"{MIRROR}/flannel-io/flannel:v0.27.4",
-        f"{MIRROR}/flannel-io/flannel-cni-plugin:v1.8.0-flannel1",
+    assert images(api.get_object(CALICO_DS)) == {
+        f"{MIRROR}/calico/cni:v3.32.1",
+        f"{MIRROR}/calico/node:v3.32.1",
     }
     assert images(api.get_object(DS)) == {f"{MIRROR}/nvidia/k8s-device-plugin:v0.20.0"}
 
@@ -135,9 +135,9 @@ def test_a_new_registry_reaches_the_running_cluster(ctx, machine, api):
         ctx.on.config_changed(), dataclasses.replace(out, config={"image-registry": OTHER})
     )
 
-    assert images(api.get_object(FLANNEL_DS)) == {
-        f"{OTHER}/flannel-io/flannel:v0.27.4",
-        f"{OTHER}/flannel-io/flannel-cni-plugin:v1.8.0-flannel1",
+    assert images(api.get_object(CALICO_DS)) == {
+        f"{OTHER}/calico/cni:v3.32.1",
+        f"{OTHER}/calico/node:v3.32.1",
     }
     assert images(api.get_object(DS)) == {f"{OTHER}/nvidia/k8s-device-plugin:v0.20.0"}
     cluster = cluster_configuration(api)
@@ -163,7 +163,7 @@ def test_an_emptied_registry_goes_back_to_upstream(ctx, machine, api):
     out = ctx.run(ctx.on.config_changed(), dataclasses.replace(out, config={}))
 
     assert images(api.get_object(DS)) == {"nvcr.io/nvidia/k8s-device-plugin:v0.20.0"}
-    assert "ghcr.io/flannel-io/flannel:v0.27.4" in images(api.get_object(FLANNEL_DS))
+    assert "quay.io/calico/node:v3.32.1" in images(api.get_object(CALICO_DS))
     cluster = cluster_configuration(api)
     assert cluster["imageRepository"] == "registry.k8s.io"  # kubeadm's default
     assert cluster["dns"] == {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import calico
 import device_plugin
 import flannel
 import kubernetes_validate
@@ -13,6 +14,7 @@ from literals import FLANNEL_CNI_PLUGIN_VERSION, FLANNEL_VERSION
 
 from charms.gpu_k8s.v0 import kubeadm
 from charms.gpu_k8s.v0.kube_api import Rule
+from fakes.addons import calico_objects
 
 # The minors kubeadm.RELEASES can deploy that are still supported upstream, and the default.
 MINORS = sorted({kubeadm.DEFAULT_MINOR, *(m for m in kubeadm.RELEASES if m >= "1.35")})
@@ -20,6 +22,12 @@ MINORS = sorted({kubeadm.DEFAULT_MINOR, *(m for m in kubeadm.RELEASES if m >= "1
 
 def flannel_objects(pod_cidr: str = "10.244.0.0/16", registry: str = "") -> list[dict]:
     return flannel.manifests(pod_cidr, registry)
+
+
+def calico_changed() -> list[dict]:
+    """Calico's objects the charm changes (upstream's own, tests/fixtures/calico/)."""
+    objects = calico.transform("10.244.0.0/16")(calico_objects())
+    return [o for o in objects if o["kind"] in ("ConfigMap", "DaemonSet", "Deployment")]
 
 
 def consumer_objects() -> list[dict]:
@@ -31,6 +39,7 @@ def consumer_objects() -> list[dict]:
 @pytest.mark.parametrize(
     "obj",
     flannel_objects()
+    + calico_changed()
     + rbac.manifests(rbac.worker_grant())
     + consumer_objects()
     + flannel_objects(registry="registry.example.com:5000/mirror")

@@ -116,11 +116,22 @@ def test_policies_are_applied_once_and_follow_new_namespaces(ctx, bootstrapped, 
     assert peer(state).local_app_data["team-network-policies"]
 
 
-def test_the_status_says_teams_are_not_isolated_while_flannel_is_the_cni(ctx, bootstrapped):
-    """Flannel stores NetworkPolicies and enforces none: the leader's line says so."""
+def test_the_status_says_teams_are_not_isolated_while_flannel_is_the_cni(ctx, machine):
+    """Flannel stores NetworkPolicies and enforces none: the leader's line says so.
+
+    A cluster bootstrapped with flannel (`cni` flannel; every cluster before Calico).
+    """
+    flannel = testing.State(leader=True, relations=[peers()], config={"cni": "flannel"})
+    bootstrapped = ctx.run(ctx.on.install(), flannel)
     assert "not isolated" not in bootstrapped.unit_status.message  # no consumer yet
     state = granted(ctx, bootstrapped, kube_api_relation("tensorflow", "team-a", LOCALQUEUES))
     assert state.unit_status == testing.ActiveStatus(
         "Ready: v1.36, 1 control-plane, 0 workers; "
         "teams not isolated on the network: flannel enforces no NetworkPolicy"
     )
+
+
+def test_on_calico_the_status_says_nothing_of_isolation(ctx, bootstrapped):
+    """Calico, a new cluster's CNI, enforces the policies: no line about it."""
+    state = granted(ctx, bootstrapped, kube_api_relation("tensorflow", "team-a", LOCALQUEUES))
+    assert state.unit_status == testing.ActiveStatus("Ready: v1.36, 1 control-plane, 0 workers")
