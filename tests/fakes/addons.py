@@ -15,9 +15,11 @@ each one, fewer RBAC rules): the charm treats the objects generically, so their 
 and nesting are what matters.
 
 `ManifestServer` serves `/<name>/<version>/manifests.yaml` (the `addons-mirror` layout) over
-https, as GitHub does, with a certificate for 127.0.0.1 from a CA of its own (`opener()` is a
-urlopen that trusts it, where the charm's trusts the system's CAs), and records the paths
-asked for; `tamper` changes what it serves, `missing` answers 404.
+https, as GitHub does, and the EFS CSI driver's base files as upstream wrote them
+(`/aws-efs-csi-driver/v3.4.1/<file>`, from tests/fixtures/efs-csi-driver: the real bytes,
+whose sha256 the control plane pins), with a certificate for 127.0.0.1 from a CA of its
+own (`opener()` is a urlopen that trusts it, where the charm's trusts the system's CAs),
+and records the paths asked for; `tamper` changes what it serves, `missing` answers 404.
 """
 
 from __future__ import annotations
@@ -27,11 +29,23 @@ import http.server
 import threading
 import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 from fakes.tls import make_server_cert
+
+EFS_CSI_VERSION = "v3.4.1"
+EFS_CSI_DIR = Path(__file__).parent.parent / "fixtures" / "efs-csi-driver" / EFS_CSI_VERSION
+EFS_CSI_PATH = f"/aws-efs-csi-driver/{EFS_CSI_VERSION}"
+EFS_CSI_FILES = ("csidriver.yaml", "node-serviceaccount.yaml", "node-daemonset.yaml")
+
+
+def efs_csi_file(name: str) -> bytes:
+    """A base file of aws-efs-csi-driver at v3.4.1, byte for byte (the fixture)."""
+    return (EFS_CSI_DIR / name).read_bytes()
+
 
 JOBSET_VERSION = "v0.12.0"
 KUEUE_VERSION = "v0.19.2"
@@ -266,6 +280,7 @@ class ManifestServer:
         self.files: dict[str, bytes] = {
             f"/jobset/{JOBSET_VERSION}/manifests.yaml": release_manifest("jobset", JOBSET_VERSION),
             f"/kueue/{KUEUE_VERSION}/manifests.yaml": release_manifest("kueue", KUEUE_VERSION),
+            **{f"{EFS_CSI_PATH}/{f}": efs_csi_file(f) for f in EFS_CSI_FILES},
         }
         self.requests: list[str] = []
         server = self
