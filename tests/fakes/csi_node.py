@@ -108,6 +108,7 @@ def run_daemonset(
             continue
         path = f"/api/v1/namespaces/{meta['namespace']}/pods/{pod['metadata']['name']}"
         stored = api.get_object(path)
+        assert stored is not None, path
         stored["status"] = {"phase": "Running"}
         api.put_object(path, stored)
         annotations = node["metadata"].setdefault("annotations", {})

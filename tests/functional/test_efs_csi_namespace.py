@@ -115,4 +115,5 @@ def test_a_teams_token_is_refused_in_the_namespace(method, path, kube, kube_api)
     ctype = "application/merge-patch+json" if method == "PATCH" else None
     status, answer = call(kube_api, token, method, path, body, ctype)
     assert status == 403, (status, answer)
+    assert isinstance(answer, dict), answer
     assert "system:serviceaccount:hostile:hostile" in answer["message"]
