@@ -23,6 +23,10 @@ its ConfigMap, calico-node DaemonSet and kube-controllers Deployment as upstream
 https, as GitHub does, with a certificate for 127.0.0.1 from a CA of its own (`opener()` is a
 urlopen that trusts it, where the charm's trusts the system's CAs), and records the paths
 asked for; `tamper` changes what it serves, `missing` answers 404.
+
+The EFS CSI driver's base files are served as upstream wrote them
+(`/aws-efs-csi-driver/v3.4.1/<file>`, from tests/fixtures/efs-csi-driver: the real bytes,
+whose sha256 the control plane pins).
 """
 
 from __future__ import annotations
@@ -38,6 +42,17 @@ from typing import Any
 import yaml
 
 from fakes.tls import make_server_cert
+
+EFS_CSI_VERSION = "v3.4.1"
+EFS_CSI_DIR = Path(__file__).parent.parent / "fixtures" / "efs-csi-driver" / EFS_CSI_VERSION
+EFS_CSI_PATH = f"/aws-efs-csi-driver/{EFS_CSI_VERSION}"
+EFS_CSI_FILES = ("csidriver.yaml", "node-serviceaccount.yaml", "node-daemonset.yaml")
+
+
+def efs_csi_file(name: str) -> bytes:
+    """A base file of aws-efs-csi-driver at v3.4.1, byte for byte (the fixture)."""
+    return (EFS_CSI_DIR / name).read_bytes()
+
 
 JOBSET_VERSION = "v0.12.0"
 KUEUE_VERSION = "v0.19.2"
@@ -337,8 +352,11 @@ class ManifestServer:
 
     def __init__(self) -> None:
         self.files: dict[str, bytes] = {
-            self.path(name): release_manifest(name, version)
-            for name, (version, _file) in RELEASES.items()
+            **{
+                self.path(name): release_manifest(name, version)
+                for name, (version, _file) in RELEASES.items()
+            },
+            **{f"{EFS_CSI_PATH}/{f}": efs_csi_file(f) for f in EFS_CSI_FILES},
         }
         self.requests: list[str] = []
         server = self

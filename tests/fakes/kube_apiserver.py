@@ -154,6 +154,7 @@ RESOURCES: dict[tuple[str, str], tuple[str, bool]] = {
     ("rbac.authorization.k8s.io/v1", "clusterrolebindings"): ("ClusterRoleBinding", False),
     ("node.k8s.io/v1", "runtimeclasses"): ("RuntimeClass", False),
     ("storage.k8s.io/v1", "storageclasses"): ("StorageClass", False),
+    ("storage.k8s.io/v1", "csidrivers"): ("CSIDriver", False),
     ("scheduling.k8s.io/v1", "priorityclasses"): ("PriorityClass", False),
     ("coordination.k8s.io/v1", "leases"): ("Lease", True),
     ("networking.k8s.io/v1", "networkpolicies"): ("NetworkPolicy", True),

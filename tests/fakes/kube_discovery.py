@@ -137,6 +137,7 @@ FACTS: dict[tuple[str, str], Facts] = {
     ("rbac.authorization.k8s.io/v1", "roles"): Facts("role"),
     ("node.k8s.io/v1", "runtimeclasses"): Facts("runtimeclass"),
     ("storage.k8s.io/v1", "storageclasses"): Facts("storageclass", ("sc",)),
+    ("storage.k8s.io/v1", "csidrivers"): Facts("csidriver"),
     ("scheduling.k8s.io/v1", "priorityclasses"): Facts("priorityclass", ("pc",)),
     ("coordination.k8s.io/v1", "leases"): Facts("lease"),
     ("networking.k8s.io/v1", "networkpolicies"): Facts("networkpolicy", ("netpol",)),

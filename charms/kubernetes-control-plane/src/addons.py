@@ -7,8 +7,9 @@ Each add-on is applied when what decides it (pin, config, the workers' GPUs) dif
 what the peer application databag says was applied last, so an event with nothing new
 sends no request. The manifests and decisions live in `calico.py` and `flannel.py` (the
 CNI), `device_plugin.py`, `dcgm_exporter.py`, `mig_manager.py`, `kube_state_metrics.py`,
-`batch_engines.py` and `network_policies.py` (each kube-api consumer's namespace isolated
-for ingress); this
+`batch_engines.py`, `network_policies.py` (each kube-api consumer's namespace isolated
+for ingress) and `efs_csi.py` (the EFS CSI driver's node plugin, for efs-storage's access
+points); this
 module applies them, with the hook's API client and a downloader (never the charm), and
 records each in the peer application databag under a key of its own (below).
 
@@ -28,6 +29,7 @@ import batch_engines
 import calico
 import dcgm_exporter
 import device_plugin
+import efs_csi
 import flannel
 import kube_state_metrics
 import kueue
@@ -63,6 +65,8 @@ MIG_MANAGER_KEY = "mig-manager"
 KUEUE_OBJECTS_KEY = "kueue-objects"
 TEAM_NETWORK_KEY = "team-network-policies"  # what network_policies last applied
 KUEUE_COHORT_KEY = "kueue-cohort"  # the cohort's quota last computed, and an overcommit
+EFS_CSI_KEY = "addon-aws-efs-csi-driver"  # what efs_csi last applied (efs_csi.want_key)
+EFS_CSI_SHA256_KEY = "addon-aws-efs-csi-driver-sha256"  # URL -> sha256 of each file applied
 # and per batch engine: `addon-<name>` (what was applied), `addon-<name>-ready` (its
 # controller was seen ready) and `addon-<name>-sha256` (URL -> the sha256 first applied)
 
@@ -272,6 +276,46 @@ class Addons:
             return
         if self._apply_once(MIG_MANAGER_KEY, objects, want, bag):
             logger.info("applied the NVIDIA MIG manager %s for %d GPU models", want, len(gpus))
+
+    def apply_efs_csi_driver(self, config: Config, bag: Bag) -> None:
+        """The EFS CSI driver's node plugin (efs_csi.py), while `efs-csi-driver` is true.
+
+        Downloaded and applied when the pin, `addons-mirror` or `image-registry` changed;
+        each file's sha256 is the one pinned for it, and recorded per URL. Setting the
+        option to false later stops updating it; nothing is removed (pods mounting EFS
+        volumes would lose them).
+
+        Raises:
+            StatusError: Blocked when a file cannot be downloaded or is not the pinned one
+                (nothing of the driver is applied).
+        """
+        if not config.efs_csi_driver:
+            return
+        want = efs_csi.want_key(config.addons_mirror, config.image_registry)
+        if bag.get(EFS_CSI_KEY) == want:
+            return
+        files, digests = {}, {}
+        try:
+            for file, pinned in efs_csi.FILES:
+                url = efs_csi.url(file, config.addons_mirror)
+                files[file] = batch_engines.download(url, opener=self._opener)
+                digests[url] = efs_csi.verify(file, files[file], pinned)
+            objects = efs_csi.manifests(files, config.image_registry)
+        except (batch_engines.AddonError, efs_csi.DriverError) as e:
+            raise StatusError.blocked(f"{efs_csi.NAME}: {e}") from None
+        kube = self._kube()
+        for obj in objects:
+            kube.apply(obj, field_manager=FIELD_MANAGER)
+        seen = json.loads(bag.get(EFS_CSI_SHA256_KEY) or "{}")
+        bag[EFS_CSI_SHA256_KEY] = json.dumps({**seen, **digests}, sort_keys=True)
+        bag[EFS_CSI_KEY] = want
+        logger.info(
+            "applied %s %s node plugin in %s (%s)",
+            efs_csi.NAME,
+            efs_csi.VERSION,
+            efs_csi.NAMESPACE,
+            ", ".join(f"{u} sha256 {d}" for u, d in digests.items()),
+        )
 
     # -- batch engines --------------------------------------------------------------------
 

@@ -430,6 +430,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         hook.access.reach(config, peers, leader=True)
         if isinstance(event, ops.UpdateStatusEvent):
             notes += self._scheduled_etcd_backup(config, hook)
+        addons.apply_efs_csi_driver(config, bag)  # may block, like the batch engines
         pending = addons.apply_batch_engines(  # last: may block
             config, bag, resize=isinstance(event, ops.UpdateStatusEvent)
         )

@@ -58,6 +58,7 @@ class Config(CharmConfig):
     gpu_time_slicing_replicas: int = 1
     image_registry: str = ""
     batch_engines: bool = True
+    efs_csi_driver: bool = True
     addons_mirror: str = ""
     jobset_sha256: str = ""
     kueue_sha256: str = ""

@@ -5,11 +5,12 @@ from __future__ import annotations
 import dataclasses
 
 import addons
+import efs_csi
 import pytest
 from ops import testing
 
 import charm
-from fakes.addons import ManifestServer
+from fakes.addons import EFS_CSI_PATH, ManifestServer
 from fakes.control_plane import Clock, ControlPlaneMachine, existing_cluster
 from fakes.etcd import EtcdPki, FakeEtcd
 from fakes.kube_apiserver import FakeKubeApiServer
@@ -30,12 +31,13 @@ def release_server():
 
 @pytest.fixture(autouse=True)
 def releases(release_server, monkeypatch):
-    """The batch engines' and Calico's release assets, served from 127.0.0.1, not GitHub."""
+    """The batch engines', Calico's and the EFS CSI driver's files, from 127.0.0.1."""
     release_server.requests.clear()
     for name in ("JOBSET", "KUEUE", "CALICO_RELEASE"):
         release = getattr(addons, name)
         local = f"{release_server.url}{release_server.path(release.name)}"
         monkeypatch.setattr(addons, name, dataclasses.replace(release, upstream_url=local))
+    monkeypatch.setattr(efs_csi, "UPSTREAM", f"{release_server.url}{EFS_CSI_PATH}")
     monkeypatch.setattr(
         charm.KubernetesControlPlaneCharm, "url_opener", staticmethod(release_server.opener())
     )

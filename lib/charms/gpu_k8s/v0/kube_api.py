@@ -41,7 +41,7 @@ from charms.gpu_k8s.v0.databag import Databag, Endpoint, explain, write
 
 LIBID = "26b1d42dbc2949cb8a83e29b11759d4f"
 LIBAPI = 0
-LIBPATCH = 14
+LIBPATCH = 15
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +69,7 @@ SYSTEM_NAMESPACES = frozenset(
         "kube-flannel",
         "gpu-k8s-system",
         "gpu-k8s-gpu",  # the privileged NVIDIA components (Pod Security `privileged`)
+        "gpu-k8s-efs-csi",  # the EFS CSI driver's node plugin (Pod Security `privileged`)
         "jobset-system",
         "kueue-system",
         "tigera-operator",

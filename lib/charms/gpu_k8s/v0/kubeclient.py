@@ -47,7 +47,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 LIBID = "1c1c281a9eb64d9594fd86aa76205351"
 LIBAPI = 0
-LIBPATCH = 9
+LIBPATCH = 10
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +78,7 @@ KINDS: dict[tuple[str, str], tuple[str, bool]] = {
     ("node.k8s.io/v1", "RuntimeClass"): ("runtimeclasses", False),
     ("policy/v1", "PodDisruptionBudget"): ("poddisruptionbudgets", True),
     ("storage.k8s.io/v1", "StorageClass"): ("storageclasses", False),
+    ("storage.k8s.io/v1", "CSIDriver"): ("csidrivers", False),
     ("scheduling.k8s.io/v1", "PriorityClass"): ("priorityclasses", False),
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): ("customresourcedefinitions", False),
     ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"): (

@@ -1,0 +1,119 @@
+"""A DaemonSet's pods on the nodes, and kubelet registering the CSI drivers they run.
+
+The fake API server runs no controller and no kubelet. `run_daemonset(api, token, ds)`
+does, for one DaemonSet, what these do, each rule from the upstream source named:
+- D1 The DaemonSet controller wants a pod on every node whose labels match the pod
+  template's nodeSelector and whose NoSchedule/NoExecute taints it tolerates (kubernetes
+  pkg/controller/daemon/daemon_controller.go NodeShouldRunDaemonPod: predicates on the
+  node selector and taints); a toleration with `operator: Exists` and no key tolerates
+  every taint (k8s.io/api core/v1 toleration.go ToleratesTaint). The pod is created
+  through the API server in the DaemonSet's namespace, so admission (PodSecurity
+  included) decides whether it exists at all; here bound to its node at once.
+- K1 Once such a pod runs, kubelet's plugin watcher finds the registration socket of its
+  node-driver-registrar container, learns the driver name and the endpoint it was
+  started with (`--kubelet-registration-path=/var/lib/kubelet/plugins/<driver>/csi.sock`,
+  kubernetes-csi/node-driver-registrar README; `$(VAR)` in args expanded from the
+  container's env as kubelet does, pkg/kubelet/container/helpers.go
+  ExpandContainerCommandAndArgs), calls the driver's NodeGetInfo and writes
+  the node id it answers into the Node's `csi.volume.kubernetes.io/nodeid` annotation,
+  a JSON map of driver name to node id (kubernetes pkg/volume/csi/nodeinfomanager/
+  nodeinfomanager.go annotationKeyNodeID, updateNodeIDInNode). The fake takes the driver
+  name from the registration path and uses the node's name as its id (the EFS plugin
+  answers its EC2 instance id; the consumers read only the keys).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from typing import Any
+
+from fakes.kube_apiserver import FakeKubeApiServer
+
+NODE_ID_ANNOTATION = "csi.volume.kubernetes.io/nodeid"
+_REGISTRATION = "--kubelet-registration-path=/var/lib/kubelet/plugins/"
+
+
+def _tolerates(tolerations: list[dict], taint: dict) -> bool:
+    for t in tolerations:
+        if t.get("effect") and t["effect"] != taint.get("effect"):
+            continue
+        if t.get("operator") == "Exists" and not t.get("key"):
+            return True
+        if t.get("key") == taint.get("key") and (
+            t.get("operator") == "Exists" or t.get("value") == taint.get("value")
+        ):
+            return True
+    return False
+
+
+def fits(pod_spec: dict, node: dict) -> bool:
+    """D1: whether the DaemonSet controller wants its pod on `node`."""
+    labels = node["metadata"].get("labels") or {}
+    selector = pod_spec.get("nodeSelector") or {}
+    if any(labels.get(k) != v for k, v in selector.items()):
+        return False
+    taints = [
+        t
+        for t in (node.get("spec") or {}).get("taints") or []
+        if t.get("effect") in ("NoSchedule", "NoExecute")
+    ]
+    return all(_tolerates(pod_spec.get("tolerations") or [], t) for t in taints)
+
+
+def drivers_registered(pod_spec: dict) -> list[str]:
+    """K1: the CSI drivers a pod's registrar containers register with kubelet."""
+    found = []
+    for c in pod_spec.get("containers") or []:
+        env = {e["name"]: e["value"] for e in c.get("env") or [] if "value" in e}
+        for arg in c.get("args") or []:
+            arg = re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m[1], m[0]), arg)
+            if arg.startswith(_REGISTRATION) and arg.endswith("/csi.sock"):
+                found.append(arg[len(_REGISTRATION) : -len("/csi.sock")])
+    return found
+
+
+def run_daemonset(
+    api: FakeKubeApiServer, call: Any, token: str, daemonset: dict
+) -> list[tuple[str, int, Any]]:
+    """D1 and K1 for `daemonset`: (node, status, answer) of each pod create.
+
+    `call(api, token, method, path, body)` makes one HTTP request as `token` (the
+    DaemonSet controller's identity). A pod admitted (201) runs, and its drivers are
+    written into its Node's annotation.
+    """
+    meta, template = daemonset["metadata"], daemonset["spec"]["template"]
+    out = []
+    for node in api.objects("/api/v1/nodes/"):
+        if not fits(template["spec"], node):
+            continue
+        name = node["metadata"]["name"]
+        spec = copy.deepcopy(template["spec"])
+        spec["nodeName"] = name
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"{meta['name']}-{name}",
+                "labels": template["metadata"]["labels"],
+            },
+            "spec": spec,
+        }
+        status, answer = call(
+            api, token, "POST", f"/api/v1/namespaces/{meta['namespace']}/pods", pod
+        )
+        out.append((name, status, answer))
+        if status != 201:
+            continue
+        path = f"/api/v1/namespaces/{meta['namespace']}/pods/{pod['metadata']['name']}"
+        stored = api.get_object(path)
+        assert stored is not None, path
+        stored["status"] = {"phase": "Running"}
+        api.put_object(path, stored)
+        annotations = node["metadata"].setdefault("annotations", {})
+        ids = json.loads(annotations.get(NODE_ID_ANNOTATION) or "{}")
+        ids.update(dict.fromkeys(drivers_registered(spec), name))
+        annotations[NODE_ID_ANNOTATION] = json.dumps(ids, sort_keys=True)
+        api.put_object(f"/api/v1/nodes/{name}", node)
+    return out
