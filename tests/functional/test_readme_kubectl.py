@@ -217,14 +217,14 @@ def test_the_mig_failure_status_command_finds_the_managers_logs(cluster):
         {"app": "nvidia-mig-manager"},
         {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "nvidia-mig-manager"},
     )
-    api.put_object("/api/v1/namespaces/kube-system/pods/nvidia-mig-manager-7xk2q", manager)
-    api.set_pod_log("kube-system", "nvidia-mig-manager-7xk2q", "Applying MIG config failed\n")
+    api.put_object("/api/v1/namespaces/gpu-k8s-gpu/pods/nvidia-mig-manager-7xk2q", manager)
+    api.set_pod_log("gpu-k8s-gpu", "nvidia-mig-manager-7xk2q", "Applying MIG config failed\n")
     (command,) = re.findall(r"`(kubectl [^`]*)`", mig.failed_message("all-1g.10gb", GPU_1, "u/1"))
-    inner = re.fullmatch(r"kubectl -n kube-system logs \$\((kubectl [^)]*)\)", command)
+    inner = re.fullmatch(r"kubectl -n gpu-k8s-gpu logs \$\((kubectl [^)]*)\)", command)
     assert inner, command
     name = kubectl.run(*inner.group(1).split()[1:]).stdout.strip()
     assert name == "pod/nvidia-mig-manager-7xk2q"
-    printed = kubectl.run("-n", "kube-system", "logs", name).stdout
+    printed = kubectl.run("-n", "gpu-k8s-gpu", "logs", name).stdout
     assert printed == "Applying MIG config failed\n"
 
 
