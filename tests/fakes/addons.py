@@ -41,6 +41,7 @@ from typing import Any
 
 import yaml
 
+from fakes import kueue_visibility
 from fakes.tls import make_server_cert
 
 EFS_CSI_VERSION = "v3.4.1"
@@ -265,21 +266,22 @@ def release_objects(name: str, version: str) -> list[dict[str, Any]]:
         _deployment(name, version, namespace),
         *_webhooks(name, namespace, group),
     ]
-    if name == "kueue":
-        objects.append(
+    if name == "kueue":  # config/components/visibility/apiservice_v1beta1.yaml, _v1beta2.yaml
+        objects += [
             {
                 "apiVersion": "apiregistration.k8s.io/v1",
                 "kind": "APIService",
-                "metadata": {"name": "v1beta1.visibility.kueue.x-k8s.io"},
+                "metadata": {"name": f"{version}.visibility.kueue.x-k8s.io"},
                 "spec": {
                     "group": "visibility.kueue.x-k8s.io",
-                    "version": "v1beta1",
+                    "version": version,
                     "groupPriorityMinimum": 100,
                     "versionPriority": 100,
                     "service": {"name": "kueue-visibility-server", "namespace": namespace},
                 },
             }
-        )
+            for version in ("v1beta1", "v1beta2")
+        ]
     return objects
 
 
@@ -431,6 +433,7 @@ def install_kueue(api: Any, gpu_products: dict[str, str] | None = None) -> None:
     """
     kueue_api = "/apis/kueue.x-k8s.io/v1beta2"
     owner = {"app.kubernetes.io/managed-by": "kubernetes-control-plane"}
+    kueue_visibility.serve(api)  # kueue-controller-manager serves it (VisibilityOnDemand)
     objects = release_objects("kueue", KUEUE_VERSION) + release_objects("jobset", JOBSET_VERSION)
     for obj in objects:
         if obj["kind"] == "CustomResourceDefinition":

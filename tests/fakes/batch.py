@@ -55,6 +55,7 @@ Kueue (kubernetes-sigs/kueue v0.19.2):
   free, which sets Evicted and Preempted False (only if they were True, workload.go).
 - K4 A Workload whose JobSet finished gets Finished (reason Succeeded or Failed) and frees
   its quota; QuotaReserved and Admitted stay True (workload/finish/finish.go).
+- K7 Each ClusterQueue's `status.flavorsReservation` and `flavorsUsage` (see `_queue_status`).
 - K5 `time_out(job)`: the job's pods were not all ready within waitForPodsReady.timeout
   (core/workload_controller.go reconcileNotReadyTimeout): evicted like K3 with reason
   PodsReadyTimeout, "Exceeded the PodsReady timeout <ns>/<workload>", and requeued.
@@ -925,8 +926,12 @@ class BatchControllers:
         jobsets = {j["metadata"]["uid"]: j for j in self._jobsets()}
         self._new_workloads(jobsets)
         pending = self._pending(jobsets)
-        pending.sort(
-            key=lambda p: (-p[0]["spec"]["priority"], p[0]["metadata"]["creationTimestamp"])
+        pending.sort(  # cluster_queue.go baseCompareFunc: priority, timestamp, then UID
+            key=lambda p: (
+                -p[0]["spec"]["priority"],
+                p[0]["metadata"]["creationTimestamp"],
+                p[0]["metadata"]["uid"],
+            )
         )
         quota = Quota(self.api)
         for workload, js in pending:  # K2
@@ -959,6 +964,38 @@ class BatchControllers:
             self._put(workload)
             js["spec"]["suspend"] = False
             self._put(js)
+        self._queue_status(Quota(self.api))
+
+    def _queue_status(self, quota: Quota) -> None:
+        """K7: each ClusterQueue's status says what it holds, per flavor and resource.
+
+        Kueue's ClusterQueue controller (pkg/controller/core/clusterqueue_controller.go
+        updateCqStatusIfChanged) writes `flavorsReservation` (quota reserved) and
+        `flavorsUsage` (admitted) from its cache (pkg/cache/scheduler/cache.go getUsage):
+        per flavor of each resource group, per covered resource sorted by name, `total`
+        and, in a cohort, `borrowed` = total less nominalQuota when above 0 (the fake
+        admits as it reserves, so both lists are the same). Written only when changed.
+        """
+        for name, cq in quota.cqs.items():
+            flavors = []
+            for group in cq["spec"].get("resourceGroups") or []:
+                for f in group.get("flavors") or []:
+                    resources = []
+                    for r in sorted(group["coveredResources"]):
+                        used = quota.usage.get((name, f["name"], r), 0.0)
+                        over = used - quota.nominal(name, f["name"], r)
+                        borrowed = over if cq["spec"].get("cohortName") and over > 0 else 0.0
+                        resources.append(
+                            {"name": r, "total": _show(r, used), "borrowed": _show(r, borrowed)}
+                        )
+                    flavors.append({"name": f["name"], "resources": resources})
+            status = cq.get("status") or {}
+            if (
+                status.get("flavorsReservation") != flavors
+                or status.get("flavorsUsage") != flavors
+            ):
+                cq["status"] = {**status, "flavorsReservation": flavors, "flavorsUsage": flavors}
+                self.api.put_object(f"{KUEUE}/clusterqueues/{name}", cq)
 
     def _pending_because(self, workload: dict, reason: str, message: str) -> None:
         reserved = next(

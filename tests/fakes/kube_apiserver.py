@@ -535,6 +535,11 @@ class FakeKubeApiServer:
         self.status_kinds: set[str] = set(STATUS_KINDS)
         self.available_deployments = False
         self.mutators: list[Callable[[dict], None]] = []
+        # Aggregated APIs (an APIService's backend, kube-aggregator): "/apis/<group>/
+        # <version>" -> handler(method, path, query) -> (code, JSON object). The request is
+        # authenticated and authorized here first, as kube-apiserver does before proxying
+        # (fakes/kueue_visibility.py).
+        self.aggregated: dict[str, Callable[[str, str, dict], tuple[int, Any]]] = {}
         # Decoding, validation and the validating admission plugins (kube_admission.py);
         # `warnings` records each (method, path, text) the server answered a Warning for.
         self.admission = Admission()
@@ -868,6 +873,10 @@ class FakeKubeApiServer:
         self._attrs = attrs
         self._warnings = []
         try:
+            backend = next((h for p, h in self.aggregated.items() if url.path.startswith(p)), None)
+            if backend is not None:
+                code, payload = backend(method, url.path, query)
+                return code, "application/json", json.dumps(payload).encode(), {}
             if (
                 attrs.resource == "pods"
                 and attrs.api_group == ""

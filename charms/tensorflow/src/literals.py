@@ -115,6 +115,10 @@ NAMESPACED_RULES: list[dict[str, Any]] = [
     {"api-groups": ["kueue.x-k8s.io"], "resources": ["localqueues"],
      "verbs": ["get", "list", "create", "patch", "delete"]},
     {"api-groups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["get", "list"]},
+    # job-status and train dry-run=true: the team's queue as Kueue orders it, through the
+    # visibility API (queues.py); in this namespace only, so never another team's queue
+    {"api-groups": ["visibility.kueue.x-k8s.io"], "resources": ["localqueues/pendingworkloads"],
+     "verbs": ["get"]},
 ]  # fmt: skip
 CLUSTER_QUEUE_PREFIX = "team-"  # the team's ClusterQueue is team-<namespace> (queues.py)
 COHORT = "gpu-k8s"  # the control plane's cohort, which every team's ClusterQueue joins

@@ -218,6 +218,9 @@ class TrainRequest(ActionParams):
     timeout: int = 300
     priority: Literal["low", "normal", "high"] = "normal"
     wait: bool = False
+    # `train dry-run=true` answers admit now / wait / never and creates nothing: not part
+    # of the job (never stored, never compared)
+    dry_run: bool = pydantic.Field(default=False, exclude=True)
     dataset: str = ""  # an imported dataset (datasets.py), at GPU_K8S_DATASET_DIR
     deadline: int = 0  # hours the job may be admitted in all (manifests.jobset); 0: none
 

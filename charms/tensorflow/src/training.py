@@ -373,6 +373,35 @@ def queue_answer(
     return answer
 
 
+def dry_run(kube: Any, ctx: Context, request: TrainRequest, code: Mapping[str, str]) -> dict:
+    """`train dry-run=true`: admit now, wait or never, with the numbers; nothing is written.
+
+    Reads only: the nodes (placement.never_fits), the team's ClusterQueue and its queue
+    through Kueue's visibility API (queues.py).
+    """
+    js = next(m for m in manifests.manifests(request, ctx, code) if m["kind"] == "JobSet")
+    wants = queues.asks(js)
+    never = placement.never_fits(request, kube.list("v1", "Node"))
+    cq = kube.get(KUEUE_API, "ClusterQueue", queues.cluster_queue_name(ctx.namespace))
+    from charms.gpu_k8s.v0.kubeclient import KubeError
+
+    try:
+        pending = len(kube.request("GET", queues.pending_path(ctx.namespace)).get("items") or [])
+    except KubeError as e:
+        if e.status not in (404, 503):
+            raise
+        pending = sum(
+            1 for w in _workloads(kube, ctx) if job_state.queue_state(w)[0] in job_state.WAITING
+        )
+    answer, why = queues.verdict(cq, wants, pending, never)
+    return {
+        "job": request.job,
+        "dry-run": f"{answer}: {why}",
+        "quota": queues.numbers(cq, wants),
+        "created": "false",
+    }
+
+
 def launch(
     kube: Any,
     ctx: Context,
@@ -393,6 +422,8 @@ def launch(
     """
     nodes = kube.list("v1", "Node")
     request = placement.with_gpu_defaults(request, nodes)
+    if request.dry_run:
+        return dry_run(kube, ctx, request, code)
     new = _check_new(kube, ctx, request)
     if new:
         _check_claim(kube, ctx)
@@ -468,12 +499,28 @@ def _summary(
     )
 
 
+def _why_numbers(
+    kube: Any, ctx: Context, js: dict, workload: dict, workloads: list[dict], summary: dict
+) -> None:
+    """A waiting job's position as Kueue's visibility API says it, and the numbers (queues.py)."""
+    position = queues.visible_position(kube, ctx.namespace, workload["metadata"]["name"])
+    if position is not None:
+        _, why = job_state.queue_state(workload, workloads)
+        summary["queue"] = f"position {position}: {why}"
+    cq = kube.get(KUEUE_API, "ClusterQueue", queues.cluster_queue_name(ctx.namespace))
+    summary["quota"] = queues.numbers(cq, queues.asks(js), job_state.queue_reason(workload))
+
+
 def status(kube: Any, ctx: Context, job: str) -> dict[str, Any]:
     """`job-status` results for one job."""
     js = _jobset(kube, ctx, job)
     request = _request_of(js, job, ctx)
     pods = _training_pods(kube, ctx, job)
-    summary = _summary(kube, ctx, request, js, _workloads(kube, ctx), pods)
+    workloads = _workloads(kube, ctx)
+    summary = _summary(kube, ctx, request, js, workloads, pods)
+    workload = _workload_of(js, workloads)
+    if js is not None and workload is not None and summary["phase"] in job_state.WAITING:
+        _why_numbers(kube, ctx, js, workload, workloads, summary)
     summary["tensorboard"] = tensorboard_state(kube, ctx, job)
     use = gpu_metrics.gpu_use(kube, ctx.namespace, pods)
     if use is not None:

@@ -1,0 +1,115 @@
+"""Why a job waits, in numbers: Kueue's visibility API, the team's quota (issue 31 item 6)."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import NS, TOKEN, add_nodes, job_objects, node, run_action
+
+from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
+from fakes import kueue_visibility
+
+VIS = f"/apis/{kueue_visibility.GROUP}/{kueue_visibility.VERSION}"
+PENDING = f"{VIS}/namespaces/{NS}/localqueues/training/pendingworkloads"
+
+
+def _train(ctx, state, job: str, workers: int, priority: str = "normal"):
+    params = {"gpus-per-worker": 1, "priority": priority}
+    return run_action(ctx, state, "train", job=job, workers=workers, **params)
+
+
+def test_job_status_gives_kueues_position_reason_and_numbers(ctx, state, api, controller):
+    """A queued job's position is Kueue's, with Kueue's reason and the numbers behind it.
+
+    Priorities set the order (equal ones created in the same second go by UID, as
+    cluster_queue.go baseCompareFunc does).
+    """
+    add_nodes(api, node("gpu-0", 4), node("cpu-0"))
+    assert _train(ctx, state, "big", 4, "high")[0]["state"] == "running"
+    for job, priority in (("first", "normal"), ("second", "low")):
+        assert _train(ctx, state, job, 2, priority)[0]["state"].startswith("queued: position")
+    api.requests.clear()
+    results, _ = run_action(ctx, state, "job-status", job="second")
+    assert ("GET", PENDING) in api.requests  # the position is Kueue's own
+    assert results["phase"] == "Queued"
+    assert results["queue"].startswith("position 2: couldn't assign flavors to pod set worker:")
+    assert results["quota"]["nvidia-com-gpu"] == (
+        "job asks 2; gpu-nvidia-a10g: team nominal 0, uses 4, borrows 4; Kueue: 2 more needed "
+        "than the team's unused quota and what the cohort lends now"
+    )
+    assert results["quota"]["memory"] == (
+        "job asks 8Gi; cpu: team nominal 0Gi, uses 16Gi, borrows 16Gi"
+    )
+
+
+def test_the_visibility_api_orders_as_kueue_and_pages(api, controller):
+    """Priority first, then creation time; positions count from 0 (types.go)."""
+    add_nodes(api, node("gpu-0", 1))
+    ws = "/apis/kueue.x-k8s.io/v1beta2"
+    api.put_object(f"{ws}/namespaces/{NS}/localqueues/training", {"spec": {"clusterQueue": "q"}})
+    api.put_object(f"{ws}/clusterqueues/q", {"spec": {"resourceGroups": []}})
+    for name, priority, created in (
+        ("old-low", 100, "2026-11-01T00:00:00Z"),
+        ("new-high", 10000, "2026-11-02T00:00:00Z"),
+        ("mid", 1000, "2026-11-03T00:00:00Z"),
+    ):
+        api.put_object(
+            f"{ws}/namespaces/{NS}/workloads/{name}",
+            {
+                "metadata": {"creationTimestamp": created},
+                "spec": {"queueName": "training", "priority": priority, "podSets": []},
+                "status": {"conditions": []},
+            },
+        )
+    summary = kueue_visibility.summary(api, PENDING, {}, "2026-12-01T00:00:00Z")
+    assert [(i["metadata"]["name"], i["positionInLocalQueue"]) for i in summary["items"]] == [
+        ("new-high", 0),
+        ("mid", 1),
+        ("old-low", 2),
+    ]
+    paged = kueue_visibility.summary(api, PENDING, {"offset": "1", "limit": "1"}, "2026-12-01")
+    assert [i["metadata"]["name"] for i in paged["items"]] == ["mid"]
+
+
+def test_a_team_reads_its_own_queue_and_never_another_teams(api, controller):
+    """V5: the grant's `localqueues/pendingworkloads` get holds in its namespace only."""
+    add_nodes(api, node("gpu-0", 1))
+    api.put_object("/api/v1/namespaces/other", {"metadata": {"name": "other"}})
+    ws = "/apis/kueue.x-k8s.io/v1beta2"
+    api.put_object(f"{ws}/namespaces/{NS}/localqueues/training", {"spec": {"clusterQueue": "q"}})
+    api.put_object(f"{ws}/namespaces/other/localqueues/training", {"spec": {"clusterQueue": "q"}})
+    kube = Kube.from_kubeconfig(api.kubeconfig(TOKEN), retries=0)
+    assert kube.request("GET", PENDING) == {
+        "kind": "PendingWorkloadsSummary",
+        "apiVersion": "visibility.kueue.x-k8s.io/v1beta2",
+        "metadata": {"creationTimestamp": None},
+        "items": [],
+    }
+    with pytest.raises(KubeError) as refused:
+        kube.request("GET", PENDING.replace(f"/namespaces/{NS}/", "/namespaces/other/"))
+    assert refused.value.status == 403
+    with pytest.raises(KubeError) as refused:
+        kube.request("GET", f"{VIS}/clusterqueues/q/pendingworkloads")
+    assert refused.value.status == 403
+
+
+def test_dry_run_says_admit_now_wait_or_never_and_writes_nothing(ctx, state, api, controller):
+    add_nodes(api, node("gpu-0", 4), node("cpu-0"))
+    before = {o["metadata"]["name"] for o in job_objects(api)}
+    writes = len([r for r in api.requests if r[0] != "GET"])
+
+    def dry(workers: int, config: dict | None = None) -> dict:
+        params = {"job": "try", "workers": workers, "gpus-per-worker": 1, "dry-run": True}
+        results, _ = run_action(ctx, state, "train", **params)
+        return results
+
+    now = dry(2)
+    assert now["created"] == "false"
+    assert now["dry-run"] == (
+        "wait: over the team's own quota by 2 cpu, 8Gi memory, 2 nvidia.com/gpu: admitted at "
+        "once only if the cohort lends that now (it lends what the other teams leave unused); "
+        "0 jobs of the team waiting"
+    )
+    assert dry(8)["dry-run"].startswith("never: ")
+    assert {o["metadata"]["name"] for o in job_objects(api)} == before
+    after = [r for r in api.requests if r[0] != "GET"]
+    assert not [r for r in after[writes:] if "/jobsets" in r[1] or "/workloads" in r[1]]
