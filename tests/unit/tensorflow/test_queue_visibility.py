@@ -13,7 +13,8 @@ PENDING = f"{VIS}/namespaces/{NS}/localqueues/training/pendingworkloads"
 
 
 def _train(ctx, state, job: str, workers: int, priority: str = "normal"):
-    params = {"gpus-per-worker": 1, "priority": priority}
+    # cpu and memory given: the numbers below are about the queue, not the GPU defaults
+    params = {"gpus-per-worker": 1, "priority": priority, "cpu": "1", "memory": "4Gi"}
     return run_action(ctx, state, "train", job=job, workers=workers, **params)
 
 
@@ -99,6 +100,7 @@ def test_dry_run_says_admit_now_wait_or_never_and_writes_nothing(ctx, state, api
 
     def dry(workers: int, config: dict | None = None) -> dict:
         params = {"job": "try", "workers": workers, "gpus-per-worker": 1, "dry-run": True}
+        params |= {"cpu": "1", "memory": "4Gi"}
         results, _ = run_action(ctx, state, "train", **params)
         return results
 
