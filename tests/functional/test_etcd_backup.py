@@ -159,7 +159,7 @@ BUCKET = "backups"
 
 @pytest.fixture(scope="module")
 def s3():
-    """moto's S3 checking SigV4 and an IAM policy: anything but writes under refused/."""
+    """A moto S3 server checking SigV4 and an IAM policy: anything but writes under refused/."""
     from signed_s3 import signed_s3
 
     statements = [

@@ -55,6 +55,12 @@ MAX_NAME_TRIES = 20
 CONNECT_TIMEOUT = 10
 READ_TIMEOUT = 120
 MAX_ATTEMPTS = 5
+# The peer application data key of the leader's scheduled snapshot not uploaded yet (its
+# path): the upload is retried on each update-status until it is in S3.
+UNSENT = "etcd-backup-unsent"
+# A snapshot fetched for restore-etcd lands in etcd_backup.BACKUP_DIR as s3-<name>, out
+# of the local retention's `etcd-snapshot-*.db`.
+FETCHED = "s3-"
 
 
 class S3BackupError(Exception):
@@ -74,8 +80,11 @@ class Target:
 
 
 def parse_url(url: str) -> Target:
-    """An `s3://bucket[/prefix]` URL, or ValueError (bucket names: S3 User Guide,
-    "General purpose bucket naming rules": 3-63 of lowercase letters, digits, '.', '-')."""
+    """An `s3://bucket[/prefix]` URL, or ValueError.
+
+    Bucket names: S3 User Guide, "General purpose bucket naming rules" (3-63 lowercase
+    letters, digits, '.' and '-', starting and ending with a letter or digit).
+    """
     parts = urllib.parse.urlsplit(url.strip())
     if (
         parts.scheme != "s3"
@@ -130,12 +139,17 @@ class Uploaded:
     removed: tuple[str, ...]
 
 
+_SESSION: list[Any] = []  # one botocore session per process: its models parsed once
+
+
 def client(creds: Credentials) -> Any:
     """A botocore S3 client with these credentials (path-style for an `endpoint`)."""
     import botocore.config
     import botocore.session
 
-    session = botocore.session.get_session()
+    if not _SESSION:
+        _SESSION.append(botocore.session.get_session())
+    session = _SESSION[0]
     config = botocore.config.Config(
         connect_timeout=CONNECT_TIMEOUT,
         read_timeout=READ_TIMEOUT,
@@ -189,8 +203,9 @@ def _other_names(name: str) -> list[str]:
 
 
 def upload(path: Any, name: str, target: Target, creds: Credentials, *, keep: int) -> Uploaded:
-    """Put the snapshot at `path` under the prefix as `name` (or the next free `-<n>`),
-    encrypted, never over an object; then keep the newest `keep` of ours there.
+    """Put the snapshot under the prefix, never over an object; keep the newest `keep`.
+
+    The object is `name`, or the next free `-<n>` of the same second, encrypted (SSE-S3).
 
     Raises:
         S3BackupError: S3 refused or stayed unreachable (its code and words).
