@@ -73,6 +73,13 @@ _EFS_ROUTES = (
     ("DELETE", r"/2015-02-01/access-points/[^/]+", "DeleteAccessPoint"),
     ("PUT", r"/2015-02-01/file-systems/[^/]+/policy", "PutFileSystemPolicy"),
     ("GET", r"/2015-02-01/file-systems/[^/]+/policy", "DescribeFileSystemPolicy"),
+    # EFS API reference: PutBackupPolicy and DescribeBackupPolicy, PUT and GET
+    # /2015-02-01/file-systems/{id}/backup-policy. moto 5.2 has Describe only (PolicyNotFound
+    # unless the file system was created with Backup, as AWS answers for a file system whose
+    # automatic backups were never set: aws-samples/service-screener-v2#95); the proxy
+    # keeps what PutBackupPolicy sets (see AwsProxy._backup_policy).
+    ("PUT", r"/2015-02-01/file-systems/[^/]+/backup-policy", "PutBackupPolicy"),
+    ("GET", r"/2015-02-01/file-systems/[^/]+/backup-policy", "DescribeBackupPolicy"),
     ("GET", r"/2015-02-01/resource-tags/[^/]+", "ListTagsForResource"),
     ("POST", r"/2015-02-01/resource-tags/[^/]+", "TagResource"),
 )
@@ -149,6 +156,7 @@ class AwsProxy:
         self._ghost_mt: dict[str, _Ghost] = {}
         self._mt_cache: dict[str, dict[str, Any]] = {}
         self._fs_cache: dict[str, dict[str, Any]] = {}
+        self.backup_policies: dict[str, str] = {}  # file system id -> what Put set
         self.quotas = ServiceQuotas(REGION)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
@@ -186,6 +194,7 @@ class AwsProxy:
             self._ghost_mt.clear()
             self._mt_cache.clear()
             self._fs_cache.clear()
+            self.backup_policies.clear()
             self.quotas = ServiceQuotas(REGION)
 
     # -- test controls ---------------------------------------------------------------------
@@ -338,9 +347,9 @@ class AwsProxy:
             refusal = _over_group_quota(body)
         if refusal is not None:
             return refusal
-        if service == "servicequotas" and self.quotas.handles(action, body):
-            with self._lock:
-                return self.quotas.answer(action, body)
+        answer = self._answer_here(service, action, parsed, body)
+        if answer is not None:
+            return answer
         if action == "RevokeSecurityGroupIngress":
             body = self._with_rule_descriptions(body)
         status, headers, payload = self._forward(handler, body)
@@ -349,6 +358,58 @@ class AwsProxy:
         if fault == "reset-after":
             handler.reset_connection()
         return status, headers, payload
+
+    def _answer_here(
+        self, service: str, action: str, parsed: urllib.parse.SplitResult, body: bytes
+    ) -> tuple[int, list[tuple[str, str]], bytes] | None:
+        """What the proxy answers itself, for what moto lacks (else None: moto answers)."""
+        if action in ("PutBackupPolicy", "DescribeBackupPolicy"):
+            return self._backup_policy(action, parsed, body)
+        if service == "servicequotas" and self.quotas.handles(action, body):
+            with self._lock:
+                return self.quotas.answer(action, body)
+        return None
+
+    def _backup_policy(
+        self, action: str, parsed: urllib.parse.SplitResult, body: bytes
+    ) -> tuple[int, list[tuple[str, str]], bytes] | None:
+        """PutBackupPolicy, which moto lacks, and Describe once a Put was made.
+
+        EFS API reference, PutBackupPolicy: the request's BackupPolicy Status is ENABLED or
+        DISABLED (ValidationException otherwise: BackupPolicy says ENABLING and DISABLING
+        are EFS's transitions, not requests); an unknown file system is 404
+        FileSystemNotFound. The answer is the transition (ENABLING/DISABLING), and the
+        next Describe the state reached, so callers meet both.
+        """
+        fs_id = parsed.path.split("/")[3]
+        from moto.efs.models import efs_backends
+
+        backend = efs_backends["123456789012"][REGION]
+        if fs_id not in backend.file_systems_by_id:
+            return _efs_error(404, "FileSystemNotFound", f"File system '{fs_id}' does not exist.")
+        with self._lock:
+            if action == "DescribeBackupPolicy":
+                status = self.backup_policies.get(fs_id)
+                if status is None:
+                    return None  # moto's answer
+                self.backup_policies[fs_id] = status.replace("ING", "ED")
+                return (
+                    200,
+                    [("Content-Type", "application/json")],
+                    json.dumps({"BackupPolicy": {"Status": self.backup_policies[fs_id]}}).encode(),
+                )
+            wanted = (json.loads(body or b"{}").get("BackupPolicy") or {}).get("Status")
+            if wanted not in ("ENABLED", "DISABLED"):
+                return _efs_error(
+                    400, "ValidationException", "BackupPolicy.Status must be ENABLED or DISABLED"
+                )
+            status = wanted.replace("ED", "ING")
+            self.backup_policies[fs_id] = status
+        return (
+            200,
+            [("Content-Type", "application/json")],
+            json.dumps({"BackupPolicy": {"Status": status}}).encode(),
+        )
 
     def _forward(self, handler: Any, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
         conn = http.client.HTTPConnection(*self._upstream, timeout=30)

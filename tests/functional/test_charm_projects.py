@@ -110,7 +110,7 @@ def test_assembled_charm_imports_with_nothing_else_on_the_path(charm, tmp_path):
             assert Path(path).is_relative_to(directory), f"{name} came from {path}"
     # heavy packages only where a hook uses them (DESIGN: import cost at most 1.1x the
     # floor); cosl only when a cos-agent relation has data to write
-    for heavy in ("kubernetes", "boto3", "cosl"):
+    for heavy in ("kubernetes", "boto3", "botocore", "cosl"):
         assert heavy not in modules, f"importing the charm must not import {heavy}"
 
 

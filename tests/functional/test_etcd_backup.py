@@ -150,3 +150,148 @@ def test_restore_etcd_brings_the_real_member_back_to_the_snapshot(node):
     assert (root / done.previous.lstrip("/") / "member" / "wal").is_dir()
     assert sorted(p.name for p in manifests.iterdir()) == ["etcd.yaml", "kube-apiserver.yaml"]
     assert sorted(p.name for p in (root / "var/lib/etcd").iterdir()) == ["member"]
+
+
+# -- off the machine: S3 (etcd_s3) -----------------------------------------------------------
+etcd_s3 = load("kubernetes-control-plane", "etcd_s3")
+BUCKET = "backups"
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """A moto S3 server checking SigV4 and an IAM policy: anything but writes under refused/."""
+    from signed_s3 import signed_s3
+
+    statements = [
+        {"Effect": "Allow", "Action": "s3:*", "Resource": "*"},
+        {
+            "Effect": "Deny",
+            "Action": "s3:PutObject",
+            "Resource": f"arn:aws:s3:::{BUCKET}/refused/*",
+        },
+    ]
+    with signed_s3(statements) as server:
+        server.bucket(BUCKET)
+        yield server
+
+
+def credentials(server) -> object:
+    """The Juju secret's content as an operator writes it (tensorflow's keys)."""
+    return etcd_s3.Credentials.from_secret(
+        {
+            "access-key-id": server.env["AWS_ACCESS_KEY_ID"],
+            "secret-access-key": server.env["AWS_SECRET_ACCESS_KEY"],
+            "region": server.env["AWS_REGION"],
+            "endpoint": server.endpoint,
+        }
+    )
+
+
+def test_snapshots_go_to_s3_encrypted_never_over_another_and_only_ours_are_pruned(node, s3):
+    root, etcd, runner = node
+    creds, target = credentials(s3), etcd_s3.parse_url(f"s3://{BUCKET}/cluster-a")
+    # not ours: another name, and a snapshot one level down; both stay
+    s3.client.put_object(Bucket=BUCKET, Key="cluster-a/etcd-snapshot-notes.txt", Body=b"x")
+    s3.client.put_object(
+        Bucket=BUCKET, Key="cluster-a/old/etcd-snapshot-20200101T000000Z.db", Body=b"x"
+    )
+    snapshot = etcd_backup.take(runner.host(), NOW, keep=5)
+    file = root / snapshot.path.lstrip("/")
+    name = file.name
+
+    first = etcd_s3.upload(file, name, target, creds, keep=2)
+    again = etcd_s3.upload(file, name, target, creds, keep=2)  # the name is taken: -2
+
+    assert first.url == f"s3://{BUCKET}/cluster-a/{name}"
+    assert again.key == "cluster-a/etcd-snapshot-20261127T050000Z-2.db"
+    head = s3.client.head_object(Bucket=BUCKET, Key=first.key)
+    assert head["ServerSideEncryption"] == "AES256"
+    assert s3.client.get_object(Bucket=BUCKET, Key=first.key)["Body"].read() == file.read_bytes()
+
+    later = etcd_backup.take(runner.host(), NOW + datetime.timedelta(hours=1), keep=5)
+    third = etcd_s3.upload(
+        root / later.path.lstrip("/"), later.path.rsplit("/", 1)[1], target, creds, keep=2
+    )
+
+    assert third.removed == (first.key,)
+    assert third.kept == 2
+    assert s3.keys(BUCKET, "cluster-a/") == [
+        "cluster-a/etcd-snapshot-20261127T050000Z-2.db",
+        "cluster-a/etcd-snapshot-20261127T060000Z.db",
+        "cluster-a/etcd-snapshot-notes.txt",
+        "cluster-a/old/etcd-snapshot-20200101T000000Z.db",
+    ]
+
+
+def test_a_refused_upload_says_why_and_leaves_the_local_snapshot(node, s3):
+    root, etcd, runner = node
+    creds = credentials(s3)
+    snapshot = etcd_backup.take(runner.host(), NOW, keep=5)
+    file = root / snapshot.path.lstrip("/")
+
+    with pytest.raises(etcd_s3.S3BackupError) as refused:
+        etcd_s3.upload(file, file.name, etcd_s3.parse_url(f"s3://{BUCKET}/refused"), creds, keep=1)
+
+    message = str(refused.value)
+    assert message.startswith(
+        f"upload to s3://{BUCKET}/refused/{file.name} failed: AccessDenied (HTTP 403)"
+    )
+    assert creds.access_key_id not in message and creds.secret_access_key not in message
+    assert etcd_backup.backups(runner.host()) == [snapshot.path]
+    assert s3.keys(BUCKET, "refused/") == []
+
+
+def test_a_snapshot_fetched_from_s3_restores_the_real_member(node, s3):
+    root, etcd, runner = node
+    manifests = root / "etc/kubernetes/manifests"
+    manifests.mkdir(parents=True)
+    pod = {
+        "spec": {
+            "containers": [
+                {
+                    "name": "etcd",
+                    "command": [
+                        "etcd",
+                        f"--name={etcd.name}",
+                        f"--initial-advertise-peer-urls={etcd.peer_url}",
+                    ],
+                }
+            ]
+        }
+    }
+    (manifests / "etcd.yaml").write_text(json.dumps(pod))
+    creds, target = credentials(s3), etcd_s3.parse_url(f"s3://{BUCKET}/cluster-b/")
+    etcd.ctl("put", "/registry/secrets/default/before", "kept")
+    snapshot = etcd_backup.take(runner.host(), NOW, keep=1)
+    uploaded = etcd_s3.upload(
+        root / snapshot.path.lstrip("/"), snapshot.path.rsplit("/", 1)[1], target, creds, keep=3
+    )
+    (root / snapshot.path.lstrip("/")).unlink()  # the machine is gone; S3 holds it
+    etcd.ctl("put", "/registry/secrets/default/after", "lost")
+
+    key = etcd_s3.check_key(uploaded.key.rsplit("/", 1)[1], target)
+    dest = runner.host().path(f"{etcd_backup.BACKUP_DIR}/s3-{key.rsplit('/', 1)[1]}")
+    etcd_s3.fetch(key, target, creds, dest)
+    assert stat.S_IMODE(dest.stat().st_mode) == 0o600
+    etcd_backup.restore(
+        runner.host(),
+        f"{etcd_backup.BACKUP_DIR}/{dest.name}",
+        NOW + datetime.timedelta(hours=1),
+        sleep=runner.kubelet,
+        wait_ready=lambda: None,
+    )
+
+    assert value(etcd, "/registry/secrets/default/before") == "kept"
+    assert value(etcd, "/registry/secrets/default/after") is None
+    # an object changed since its upload is refused before anything stops
+    s3.client.copy_object(
+        Bucket=BUCKET,
+        Key=key,
+        CopySource={"Bucket": BUCKET, "Key": key},
+        Metadata={"sha256": "0" * 64},
+        MetadataDirective="REPLACE",
+    )
+    with pytest.raises(etcd_s3.S3BackupError, match="is not the snapshot that was uploaded"):
+        etcd_s3.fetch(key, target, creds, dest.with_name("again.db"))
+    assert not dest.with_name("again.db").exists()
+    assert not dest.with_name("again.db.part").exists()

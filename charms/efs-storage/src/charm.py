@@ -239,6 +239,7 @@ class EfsStorageCharm(ops.CharmBase):
             throughput_mode=config.throughput_mode,
             provisioned_throughput_mibps=config.provisioned_throughput or None,
             kms_key_id=config.kms_key_id or None,
+            backup=config.aws_backup,
         )
         try:
             desired.validate()

@@ -54,6 +54,7 @@ class Config(CharmConfig):
     delete_on_remove: bool = False
     image_registry: str = ""
     root_consumers: str = ""
+    aws_backup: bool = False
 
     @pydantic.field_validator("region")
     @classmethod

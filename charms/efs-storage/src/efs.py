@@ -102,6 +102,10 @@ class Efs:
                 if desired.adopt:
                     problems += self._admit_nodes(mts, placement, sg_id)
         observed = self._observe(desired, fs, mts, placement, sg_id, problems)
+        if state == "available":
+            observed = dataclasses.replace(
+                observed, backup_policy=self._backup_policy(fs_id, desired, observed.owned)
+            )
         if dns_off:
             problem = dns_problem(placement.vpc_id or "", dns_off, observed.dns_name, self.region)
             observed = dataclasses.replace(observed, ready=False, dns_problem=problem)
@@ -123,7 +127,11 @@ class Efs:
         mts = self._mount_targets(fs["FileSystemId"]) if fs["LifeCycleState"] not in _GONE else []
         zones = tuple(sorted({mt["AvailabilityZoneName"] for mt in mts}))
         placement = Placement(None, dict.fromkeys(zones, ""), (), ())
-        return self._observe(desired, fs, mts, placement, None)
+        observed = self._observe(desired, fs, mts, placement, None)
+        if fs["LifeCycleState"] == "available":
+            policy = self._backup_policy(fs["FileSystemId"], desired, owned=False)
+            observed = dataclasses.replace(observed, backup_policy=policy)
+        return observed
 
     def access_points(
         self, desired: Desired, fs_id: str, wanted: list[Wanted]
@@ -368,6 +376,39 @@ class Efs:
                 raise
             return TeardownProgress(False, f"waiting for EFS {fs_id} to be released")
         return TeardownProgress(False, f"deleting EFS {fs_id}", (fs_id,))
+
+    # -- automatic backups -------------------------------------------------------------------
+    def _backup_policy(self, fs_id: str, desired: Desired, owned: bool) -> str:
+        """The file system's BackupPolicy Status; on one we own, set to config aws-backup.
+
+        EFS API reference: PutBackupPolicy (Status ENABLED or DISABLED) turns EFS automatic
+        backups on or off; DescribeBackupPolicy answers ENABLED, ENABLING, DISABLED or
+        DISABLING, and PolicyNotFound when none was ever set (read as DISABLED:
+        aws-samples/service-screener-v2#95). EFS User Guide, "Backing up EFS file
+        systems": a file system made through the API has automatic backups off (but One
+        Zone ones), and turned on they use AWS Backup's default EFS plan, daily backups
+        kept 35 days. An adopted file system's policy is only read: its owner decides.
+        """
+        try:
+            status = self._api.call(self._api.efs, "DescribeBackupPolicy", FileSystemId=fs_id)[
+                "BackupPolicy"
+            ]["Status"]
+        except AwsApiError as e:
+            if e.code != "PolicyNotFound":
+                raise
+            status = "DISABLED"
+        if not owned:
+            return status
+        wanted = "ENABLED" if desired.backup else "DISABLED"
+        if status in (wanted, wanted.replace("ED", "ING")):
+            return status
+        logger.info(
+            "turning EFS automatic backups of %s %s", fs_id, "on" if desired.backup else "off"
+        )
+        answer = self._api.call(
+            self._api.efs, "PutBackupPolicy", FileSystemId=fs_id, BackupPolicy={"Status": wanted}
+        )
+        return answer["BackupPolicy"]["Status"]
 
     # -- observation ------------------------------------------------------------------------
     def _observe(

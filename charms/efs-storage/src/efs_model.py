@@ -121,6 +121,7 @@ class Desired:
     provisioned_throughput_mibps: float | None = None
     kms_key_id: str | None = None
     vpc_id: str | None = None
+    backup: bool = False  # config aws-backup: EFS automatic backups on a file system we own
 
     @property
     def adopt(self) -> bool:
@@ -201,6 +202,7 @@ class Observed:
     zone_problems: tuple[ZoneProblem, ...] = ()
     dns_problem: str = ""
     file_system_arn: str = ""
+    backup_policy: str = ""  # EFS's BackupPolicy Status, DISABLED when none was ever set
 
     @property
     def dns_name(self) -> str | None:
@@ -224,10 +226,23 @@ class Observed:
         }
         if self.dns_name:
             result["dns-name"] = self.dns_name
+        if self.backup_policy:
+            result["backup-policy"] = backup_line(self.backup_policy)
         result["mount-targets"] = {
             mt.zone: f"{mt.mount_target_id} {mt.subnet_id} {mt.state}" for mt in self.mount_targets
         }
         return result
+
+
+def backup_line(status: str) -> str:
+    """What show-filesystem says of the backup policy.
+
+    EFS User Guide, "Backing up EFS file systems": automatic backups use the default EFS
+    backup plan of AWS Backup (daily backups kept 35 days) in the default EFS backup vault.
+    """
+    if status in ("ENABLED", "ENABLING"):
+        return f"{status.lower()} (AWS Backup's default EFS plan: daily, kept 35 days)"
+    return status.lower()
 
 
 @dataclasses.dataclass(frozen=True)

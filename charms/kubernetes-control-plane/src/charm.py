@@ -43,6 +43,7 @@ import certificates
 import cluster_info
 import etcd
 import etcd_backup
+import etcd_s3
 import image_registry
 import node
 import ops
@@ -452,7 +453,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             bag[etcd_backup.LAST] = now.isoformat()
             return []
         if not etcd_backup.due(bag.get(etcd_backup.LAST), now, config.etcd_backup_hours):
-            return []
+            return self._send_unsent_backup(config, hook)
         try:
             snapshot = etcd_backup.take(self.host, now, keep=config.etcd_backups_kept)
         except etcd_backup.BackupError as e:
@@ -460,7 +461,55 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             return [f"etcd backup failed: {e}; retrying"]
         bag[etcd_backup.LAST] = now.isoformat()
         logger.info("scheduled etcd backup: %s", snapshot.path)
+        if config.backup_target is not None:
+            bag[etcd_s3.UNSENT] = snapshot.path
+        return self._send_unsent_backup(config, hook)
+
+    def _send_unsent_backup(self, config: Config, hook: _Hook) -> list[str]:
+        """Upload the scheduled snapshot not in S3 yet; a note until it is (retried)."""
+        bag = hook.peers.app
+        path = bag.get(etcd_s3.UNSENT)
+        if not path or config.backup_target is None or not self.host.path(path).is_file():
+            bag.pop(etcd_s3.UNSENT, None)  # sent, S3 turned off, or another leader's file
+            return []
+        try:
+            self._upload_snapshot(config, path)
+        except etcd_s3.S3BackupError as e:
+            logger.warning("etcd backup upload failed: %s", e)
+            return [f"etcd snapshot kept on the machine, its upload failed: {e}; retrying"]
+        bag.pop(etcd_s3.UNSENT, None)
         return []
+
+    def _backup_credentials(self, config: Config) -> etcd_s3.Credentials:
+        """The S3 credentials of etcd-backup-credentials (S3BackupError: why not)."""
+        secret = config.etcd_backup_credentials
+        if secret is None:
+            raise etcd_s3.S3BackupError(
+                "etcd-backup-s3 needs etcd-backup-credentials: "
+                "juju config kubernetes-control-plane etcd-backup-credentials=secret:<id>"
+            )
+        try:
+            content = secret.get_content(refresh=True)
+        except (ops.SecretNotFoundError, ops.ModelError):
+            raise etcd_s3.S3BackupError(
+                f"cannot read the secret in config etcd-backup-credentials ({secret.id}); "
+                f"grant it: juju grant-secret {secret.id} {self.app.name}"
+            ) from None
+        try:
+            return etcd_s3.Credentials.from_secret(content)
+        except ValueError as e:
+            raise etcd_s3.S3BackupError(str(e)) from None
+
+    def _upload_snapshot(self, config: Config, path: str) -> etcd_s3.Uploaded:
+        """Upload the snapshot at `path` to etcd-backup-s3 (see `etcd_s3.upload`)."""
+        assert config.backup_target is not None
+        return etcd_s3.upload(
+            self.host.path(path),
+            path.rsplit("/", 1)[-1],
+            config.backup_target,
+            self._backup_credentials(config),
+            keep=config.etcd_backups_kept,
+        )
 
     def _keep_image_registry(self, config: Config, hook: _Hook) -> None:
         """Keep kubeadm-config's image repositories on `image-registry` for joins and upgrades."""
@@ -716,17 +765,25 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         except etcd_backup.BackupError as e:
             event.fail(f"backup failed, the older backups are kept: {e}")
             return
-        event.set_results(
-            {
-                "path": snapshot.path,
-                "size": snapshot.size,
-                "revision": snapshot.revision,
-                "hash": f"{snapshot.hash:08x}",
-                "keys": snapshot.keys,
-                "kept": len(etcd_backup.backups(self.host)),
-                "command": etcd_backup.copy_command(self.unit.name, snapshot.path),
-            }
-        )
+        results: dict[str, object] = {
+            "path": snapshot.path,
+            "size": snapshot.size,
+            "revision": snapshot.revision,
+            "hash": f"{snapshot.hash:08x}",
+            "keys": snapshot.keys,
+            "kept": len(etcd_backup.backups(self.host)),
+            "command": etcd_backup.copy_command(self.unit.name, snapshot.path),
+        }
+        if config.backup_target is not None:
+            event.log(f"uploading it to {config.backup_target.url()}")
+            try:
+                uploaded = self._upload_snapshot(config, snapshot.path)
+            except etcd_s3.S3BackupError as e:
+                event.set_results(results)
+                event.fail(f"the snapshot is kept on the machine ({snapshot.path}); {e}")
+                return
+            results.update({"s3-url": uploaded.url, "s3-kept": uploaded.kept})
+        event.set_results(results)
 
     def _on_restore_etcd(self, event: ops.ActionEvent) -> None:
         """Bring a one-control-plane cluster back to a snapshot (see `etcd_backup.restore`)."""
@@ -757,6 +814,10 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             return
         kept = etcd_backup.backups(self.host)
         path = params.path or (kept[-1] if kept else "")
+        if params.s3_key:
+            path = self._fetch_snapshot(event, params)
+            if not path:
+                return
         if not path:
             event.fail(f"no snapshot in {etcd_backup.BACKUP_DIR}; give path=...")
             return
@@ -781,6 +842,29 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
                 "previous-data": done.previous,
             }
         )
+
+    def _fetch_snapshot(self, event: ops.ActionEvent, params: RestoreParams) -> str:
+        """restore-etcd s3-key=: the snapshot fetched into the backup directory, or ''."""
+        config = self._action_config(event)
+        if config is None:
+            return ""
+        target = config.backup_target
+        if params.path or target is None:
+            event.fail("s3-key needs etcd-backup-s3 set, and not both path and s3-key: give one")
+            return ""
+        try:
+            key = etcd_s3.check_key(params.s3_key, target)
+        except ValueError as e:
+            event.fail(str(e))
+            return ""
+        path = f"{etcd_backup.BACKUP_DIR}/{etcd_s3.FETCHED}{key.rsplit('/', 1)[-1]}"
+        event.log(f"fetching {target.url(key)}")
+        try:
+            etcd_s3.fetch(key, target, self._backup_credentials(config), self.host.path(path))
+        except etcd_s3.S3BackupError as e:
+            event.fail(f"nothing was restored: {e}")
+            return ""
+        return path
 
 
 if __name__ == "__main__":  # pragma: nocover

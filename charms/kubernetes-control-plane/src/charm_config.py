@@ -13,6 +13,8 @@ import ipaddress
 import re
 
 import device_plugin
+import etcd_s3
+import ops
 import pydantic
 from literals import API_PORT, CALICO, CNIS
 
@@ -46,6 +48,14 @@ def _san(name: str) -> str:
 class Config(CharmConfig):
     """The charm's configuration."""
 
+    model_config = pydantic.ConfigDict(
+        frozen=True,
+        extra="ignore",
+        populate_by_name=True,
+        arbitrary_types_allowed=True,  # ops.Secret options
+        defer_build=True,
+    )
+
     kubernetes_version: str = kubeadm.DEFAULT_MINOR
     package_mirror: str = ""
     pod_cidr: str = "10.244.0.0/16"
@@ -67,6 +77,8 @@ class Config(CharmConfig):
     certificate_renewal_days: int = 30
     etcd_backups_kept: int = 7
     etcd_backup_hours: int = 24
+    etcd_backup_s3: str = ""
+    etcd_backup_credentials: ops.Secret | None = None
 
     @pydantic.field_validator("kubernetes_version")
     @classmethod
@@ -183,6 +195,18 @@ class Config(CharmConfig):
             raise ValueError("must be between 0 (no scheduled backup) and 8760 (hours)")
         return value
 
+    @pydantic.field_validator("etcd_backup_s3")
+    @classmethod
+    def _backup_s3(cls, value: str) -> str:
+        if value.strip():
+            etcd_s3.parse_url(value)  # raises with what it must be
+        return value.strip()
+
+    @property
+    def backup_target(self) -> etcd_s3.Target | None:
+        """Where snapshots are uploaded, or None."""
+        return etcd_s3.parse_url(self.etcd_backup_s3) if self.etcd_backup_s3 else None
+
     @pydantic.field_validator("join_token_ttl")
     @classmethod
     def _ttl(cls, value: int) -> int:
@@ -209,6 +233,7 @@ class RestoreParams(ActionParams):
     """restore-etcd: the snapshot (default: the newest kept) and the operator's yes."""
 
     path: str = ""
+    s3_key: str = ""
     confirm: str = ""
 
     @pydantic.field_validator("path")

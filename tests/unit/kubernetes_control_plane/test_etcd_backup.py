@@ -261,3 +261,192 @@ def test_a_snapshot_etcdutl_refuses_restores_nothing_and_stops_nothing(ctx, mach
     assert machine.kubelet.events == []
     assert etcd.kv == {"k": "now"}
     assert sorted(p.name for p in machine.path("/var/lib/etcd").iterdir()) == ["member"]
+
+
+# -- off the machine: S3 (etcd-backup-s3) ------------------------------------------------------
+# moto's S3 (tests/fakes/aws.py, as efs-storage's tests run it); the refusal IAM gives
+# (403 AccessDenied, against moto's SigV4+IAM server) is in tests/functional/test_etcd_backup.py.
+BUCKET = "cluster-backups"
+
+
+@pytest.fixture(scope="module")
+def aws():
+    from fakes.aws import local_aws
+
+    with local_aws() as local:
+        yield local
+
+
+@pytest.fixture
+def s3(aws):
+    aws.reset()
+    client = aws.client("s3")
+    client.create_bucket(Bucket=BUCKET)
+    return client
+
+
+def with_s3(aws, state: testing.State, url: str = f"s3://{BUCKET}/etcd", **config):
+    from fakes.aws import ACCESS_KEY_ID, SECRET_ACCESS_KEY
+
+    secret = testing.Secret(
+        tracked_content={
+            "access-key-id": ACCESS_KEY_ID,
+            "secret-access-key": SECRET_ACCESS_KEY,
+            "endpoint": aws.moto_url,
+        }
+    )
+    return dataclasses.replace(
+        state,
+        secrets=[*state.secrets, secret],
+        config={
+            **state.config,
+            "etcd-backup-s3": url,
+            "etcd-backup-credentials": secret.id,
+            **config,
+        },
+    )
+
+
+def objects(s3, prefix: str = "") -> list[str]:
+    listed = s3.list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("Contents", [])
+    return [item["Key"] for item in listed]
+
+
+def test_a_backup_is_uploaded_to_s3_and_only_the_newest_kept_there(
+    ctx, machine, etcd, clock, aws, s3
+):
+    from fakes.aws import SECRET_ACCESS_KEY
+
+    out = with_s3(aws, bootstrapped(ctx, **{"etcd-backups-kept": 2}))
+    etcd.put("/registry/secrets/default/db-password", "s3cret")
+
+    for _ in range(3):
+        ctx.run(ctx.on.action("backup-etcd"), out)
+        clock.advance(hours=1)
+
+    results = ctx.action_results
+    assert results is not None
+    name = "etcd-snapshot-20261121T110000Z.db"
+    assert results["s3-url"] == f"s3://{BUCKET}/etcd/{name}"
+    assert results["s3-kept"] == 2
+    assert objects(s3) == [
+        "etcd/etcd-snapshot-20261121T100000Z.db",
+        f"etcd/{name}",
+    ]
+    head = s3.head_object(Bucket=BUCKET, Key=f"etcd/{name}")
+    assert head["ServerSideEncryption"] == "AES256"
+    body = s3.get_object(Bucket=BUCKET, Key=f"etcd/{name}")["Body"].read()
+    assert body == machine.path(f"{DIR}/{name}").read_bytes()
+    logs = " ".join(log.message for log in ctx.juju_log)
+    for text in (json.dumps(results), logs):
+        assert SECRET_ACCESS_KEY not in text and "s3cret" not in text
+
+
+def test_a_refused_upload_fails_the_action_and_keeps_the_snapshot(ctx, machine, etcd, aws, s3):
+    out = with_s3(aws, bootstrapped(ctx), url="s3://no-such-bucket/etcd")
+
+    with pytest.raises(testing.ActionFailed) as failed:
+        ctx.run(ctx.on.action("backup-etcd"), out)
+
+    path = f"{DIR}/etcd-snapshot-20261121T090000Z.db"
+    assert failed.value.message == (
+        f"the snapshot is kept on the machine ({path}); upload to "
+        "s3://no-such-bucket/etcd/etcd-snapshot-20261121T090000Z.db failed: NoSuchBucket "
+        "(HTTP 404): The specified bucket does not exist"
+    )
+    assert kept(machine) == ["etcd-snapshot-20261121T090000Z.db"]
+
+
+@pytest.mark.parametrize(
+    ("secret", "why"),
+    [
+        (None, "etcd-backup-s3 needs etcd-backup-credentials"),
+        ({"access-key-id": "AKIA"}, "needs the keys access-key-id, secret-access-key"),
+    ],
+)
+def test_an_upload_without_usable_credentials_says_which(ctx, machine, etcd, aws, s3, secret, why):
+    out = with_s3(aws, bootstrapped(ctx))
+    if secret is None:
+        out = dataclasses.replace(
+            out, config={k: v for k, v in out.config.items() if k != "etcd-backup-credentials"}
+        )
+    else:
+        given = testing.Secret(tracked_content=secret)
+        out = dataclasses.replace(
+            out,
+            secrets=[*out.secrets, given],
+            config={**out.config, "etcd-backup-credentials": given.id},
+        )
+    with pytest.raises(testing.ActionFailed, match=why):
+        ctx.run(ctx.on.action("backup-etcd"), out)
+    assert len(kept(machine)) == 1
+    assert objects(s3) == []
+
+
+def test_a_scheduled_upload_that_fails_is_in_the_status_and_retried(
+    ctx, machine, etcd, clock, aws, s3
+):
+    out = with_s3(aws, bootstrapped(ctx, **{"etcd-backup-hours": 24}), url="s3://later/etcd")
+    out = ctx.run(ctx.on.update_status(), out)
+    clock.advance(hours=24)
+
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert kept(machine) == ["etcd-snapshot-20261122T090000Z.db"]
+    assert out.unit_status.message.endswith(
+        "; etcd snapshot kept on the machine, its upload failed: upload to "
+        "s3://later/etcd/etcd-snapshot-20261122T090000Z.db failed: NoSuchBucket (HTTP 404): "
+        "The specified bucket does not exist; retrying"
+    )
+    s3.create_bucket(Bucket="later")
+    clock.advance(minutes=5)
+    out = ctx.run(ctx.on.update_status(), out)
+    assert "etcd snapshot" not in out.unit_status.message
+    assert [o["Key"] for o in s3.list_objects_v2(Bucket="later")["Contents"]] == [
+        "etcd/etcd-snapshot-20261122T090000Z.db"
+    ]
+    assert kept(machine) == ["etcd-snapshot-20261122T090000Z.db"]  # no new snapshot
+
+
+def test_a_restore_fetches_a_snapshot_from_s3(ctx, machine, etcd, clock, aws, s3):
+    out = with_s3(aws, bootstrapped(ctx))
+    etcd.put("/registry/configmaps/default/before", "1")
+    ctx.run(ctx.on.action("backup-etcd"), out)
+    name = "etcd-snapshot-20261121T090000Z.db"
+    machine.path(f"{DIR}/{name}").unlink()  # a new machine: only S3 has it
+    etcd.put("/registry/configmaps/default/after", "2")
+    clock.advance(hours=1)
+
+    ctx.run(ctx.on.action("restore-etcd", params={"confirm": "yes", "s3-key": name}), out)
+
+    assert etcd.kv == {"/registry/configmaps/default/before": "1"}
+    results = ctx.action_results
+    assert results is not None
+    assert results["restored-from"] == f"{DIR}/s3-{name}"
+    assert stat.S_IMODE(machine.path(f"{DIR}/s3-{name}").stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize(
+    ("params", "why"),
+    [
+        ({"s3-key": "etcd/notes.txt"}, "is not a snapshot under s3://cluster-backups/etcd/"),
+        ({"s3-key": "etcd-snapshot-20200101T000000Z.db"}, "nothing was restored: fetching "),
+        ({"s3-key": "etcd-snapshot-20200101T000000Z.db", "path": f"{DIR}/x.db"}, "not both"),
+    ],
+)
+def test_a_restore_from_s3_is_refused_for_what_is_not_ours(
+    ctx, machine, etcd, aws, s3, params, why
+):
+    out = with_s3(aws, bootstrapped(ctx))
+    with pytest.raises(testing.ActionFailed, match=why):
+        ctx.run(ctx.on.action("restore-etcd", params={"confirm": "yes", **params}), out)
+    assert machine.crictl.restores == []
+
+
+def test_an_s3_url_that_is_not_one_blocks(ctx, machine):
+    state = testing.State(
+        leader=True, relations=[peers()], config={"etcd-backup-s3": "https://bucket/x"}
+    )
+    out = ctx.run(ctx.on.config_changed(), state)
+    assert out.unit_status.name == "blocked"
+    assert "etcd-backup-s3" in out.unit_status.message
