@@ -282,6 +282,8 @@ def init(host: Host, config: str) -> None:
             INIT_CONFIG,
             "--upload-certs",
             "--skip-token-print",
+            # kubeadm prints the key otherwise (phases/init/uploadcerts.go): out of any log
+            "--skip-certificate-key-print",
             timeout=900,
         )
     except CommandError as e:
@@ -353,15 +355,26 @@ def upload_certs(host: Host, certificate_key: str) -> None:
 
     The key goes to kubeadm in a 0600 InitConfiguration (`certificateKey`), never on the
     command line, where any local user could read it in /proc while kubeadm runs; the
-    phase takes it from `--config` as well as from `--certificate-key`.
+    phase takes it from `--config` as well as from `--certificate-key`. A
+    ClusterConfiguration names the version this node runs (its kubelet package): without
+    one kubeadm defaults `kubernetesVersion` to "stable-1" (cmd/kubeadm/app/apis/kubeadm/
+    v1beta4 defaults.go DefaultKubernetesVersion) and resolves it by fetching
+    dl.k8s.io/release/stable-1.txt, which an air-gapped site waits out (review deploy.md
+    N11). `--skip-certificate-key-print` keeps the key out of kubeadm's output.
     """
-    config = {
+    init = {
         "apiVersion": "kubeadm.k8s.io/v1beta4",
         "kind": "InitConfiguration",
         "certificateKey": certificate_key,
         "nodeRegistration": {"criSocket": kubeadm.CRI_SOCKET},
     }
-    host.write(UPLOAD_CONFIG, yaml.safe_dump(config, sort_keys=False), mode=0o600)
+    docs = [init]
+    version = kubeadm.installed_release(host)
+    if version:
+        cluster = {"kubernetesVersion": f"v{version}"}
+        docs.append({"apiVersion": init["apiVersion"], "kind": "ClusterConfiguration", **cluster})
+    text = yaml.safe_dump_all(docs, sort_keys=False)
+    host.write(UPLOAD_CONFIG, text, mode=0o600)
     try:
         host.run(
             KUBEADM,
@@ -371,6 +384,7 @@ def upload_certs(host: Host, certificate_key: str) -> None:
             "--upload-certs",
             "--config",
             UPLOAD_CONFIG,
+            "--skip-certificate-key-print",
             "--kubeconfig",
             ADMIN_CONF,
             timeout=KUBEADM_API_TIMEOUT,
