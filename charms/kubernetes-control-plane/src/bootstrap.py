@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import ipaddress
+import json
 import logging
 import secrets
 import string
@@ -205,7 +206,27 @@ def renew_apiserver_cert(
         host.path(CERTS_CONFIG).unlink(missing_ok=True)
     for path in moved:
         host.path(path + ".old").unlink(missing_ok=True)
+    record_extra_sans(host, extra)
     logger.info("renewed the API server certificate for %s", ", ".join(sorted(extra)))
+
+
+# The names beyond kubeadm's own that this node's API server certificate was last issued
+# for (`api-extra-sans` and the unit's public address): a name dropped from them is only
+# seen by comparing with what was issued, since the certificate's other names are
+# kubeadm's (certs/certlist.go GetAPIServerAltNames: node name, kubernetes.default...,
+# the first Service IP, the advertise address, the control-plane endpoint, certSANs).
+EXTRA_SANS_RECORD = "/var/lib/kubernetes-control-plane/apiserver-extra-sans.json"
+
+
+def issued_extra_sans(host: Host) -> set[str] | None:
+    """The extra names of the last certificate issued here, or None before any record."""
+    text = host.read(EXTRA_SANS_RECORD)
+    return set(json.loads(text)) if text else None
+
+
+def record_extra_sans(host: Host, names: Sequence[str] | set[str]) -> None:
+    """Remember `names` as the extra names this node's certificate was issued for."""
+    host.write(EXTRA_SANS_RECORD, json.dumps(sorted(names)))
 
 
 # Written before `kubeadm join --control-plane` runs and removed only when it exited 0
