@@ -143,6 +143,11 @@ class ControlPlaneMachine:
         self.tokens: list[str] = []  # every token ever issued (for secret scans)
         self.live_tokens: set[str] = set()
         self.uploads: list[str] = []
+        # the kubernetesVersion each upload-certs phase ran with; "stable-1" is kubeadm's
+        # default when the config has no ClusterConfiguration (v1beta4 defaults.go
+        # DefaultKubernetesVersion), which it resolves by fetching
+        # https://dl.k8s.io/release/stable-1.txt before it falls back to its own version
+        self.upload_versions: list[str] = []
         self.machine.on_kubeadm("init", self._init)
         self.machine.on_kubeadm("token", self._token)
         # admin.conf's user: kubernetes-admin in kubeadm:cluster-admins (fakes.kube_auth)
@@ -259,6 +264,7 @@ class ControlPlaneMachine:
         # InitConfiguration.certificateKey (cmd/kubeadm/app/cmd/phases/init/uploadcerts.go)
         if "--config" in argv and "--certificate-key" in argv:  # ValidateMixedArguments
             raise CommandError(argv, 1, "can not mix '--config' with arguments [certificate-key]")
+        version = "stable-1"
         if "--config" in argv:
             path = self.machine.path(argv[argv.index("--config") + 1])
             if path.stat().st_mode & 0o077:
@@ -266,10 +272,17 @@ class ControlPlaneMachine:
             docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
             init = next(d for d in docs if d.get("kind") == "InitConfiguration")
             key = init.get("certificateKey", "")
+            cluster = next((d for d in docs if d.get("kind") == "ClusterConfiguration"), {})
+            version = cluster.get("kubernetesVersion") or version
         else:
             key = argv[argv.index("--certificate-key") + 1]
+        self.upload_versions.append(version)
         self.uploads.append(key)
-        return "[upload-certs] Storing the certificates in Secret kubeadm-certs\n"
+        out = "[upload-certs] Storing the certificates in Secret kubeadm-certs\n"
+        # cmd/kubeadm/app/cmd/phases/init/uploadcerts.go: unless SkipCertificateKeyPrint
+        if "--skip-certificate-key-print" not in argv:
+            out += f"[upload-certs] Using certificate key:\n{key}\n"
+        return out
 
     def _init_etcd(self, name: str, address: str) -> None:
         """The etcd phase: its static pod, its member and data directory, its client files."""

@@ -6,12 +6,24 @@ api/etcdserverpb/rpc.proto, `google.api.http` options). uint64 fields such as me
 travel as JSON strings (the proto3 JSON mapping). kubeadm's etcd requires a client
 certificate signed by the etcd CA (`--client-cert-auth=true`), which this fake checks too.
 
-Errors are what etcd answers: an unknown member ID is gRPC NotFound
-("etcdserver: member not found"), and with `--strict-reconfig-check` (on by default) a
-removal that would leave fewer started members than a quorum is refused with
-FailedPrecondition ("etcdserver: re-configuration failed due to not enough started
-members"). The gateway maps gRPC codes to HTTP statuses (NotFound 404,
-FailedPrecondition 400) and puts `{"error", "code", "message"}` in the body.
+Errors are what etcd answers to a removal (etcd-io/etcd server/etcdserver/server.go
+`RemoveMember` -> `mayRemoveMember`, with `--strict-reconfig-check` on by default, then the
+raft proposal; release-3.5):
+- an unknown member ID: gRPC NotFound ("etcdserver: member not found");
+- "started" is etcd's `Member.IsStarted()`: `len(m.Name) != 0`, a member that has
+  published its name once (membership/member.go). A member added but never started has
+  no name; a member whose process died keeps it and stays started. When the voters left
+  after the removal would have fewer started members than their quorum
+  (`IsReadyToRemoveVotingMember`): FailedPrecondition ("etcdserver: re-configuration
+  failed due to not enough started members"). Learners skip every check;
+- "up" is what the local member's transport sees (`ActiveSince`): a member that is down
+  may be removed ("downed member is safe to remove since it's not part of the active
+  quorum"); removing one that is up while `active - 1 < quorum` of the voters are up is
+  Unavailable ("etcdserver: unhealthy cluster");
+- the change is a raft proposal: with fewer than a quorum of the voters up it never
+  commits and the request times out, Unavailable ("etcdserver: request timed out").
+The gateway maps gRPC codes to HTTP statuses (NotFound 404, FailedPrecondition 400,
+Unavailable 503) and puts `{"error", "code", "message"}` in the body.
 
 The keyspace (`kv`, `revision`: `put()` is one write, one new revision) is what a
 snapshot holds. `snapshot()` is the Maintenance.Snapshot stream's content in this fake's
@@ -45,13 +57,17 @@ class Member:
     name: str
     peer_url: str
     learner: bool = False
+    # etcd's IsStarted: it published its name once (a member added but never started has
+    # none); `name` stays the node name the tests refer to either way
     started: bool = True
+    # its process runs and the local member's transport reaches it (etcd's ActiveSince)
+    up: bool = True
 
     def json(self) -> dict:
         # proto3 JSON as the gateway writes it: zero values (an empty name: a member added
         # but not started yet; isLearner false) are left out
         out = {"ID": str(self.id), "peerURLs": [self.peer_url]}
-        if self.name:
+        if self.started:
             out["name"] = self.name
         if self.learner:
             out["isLearner"] = True
@@ -176,11 +192,17 @@ class FakeEtcd:
         if member is None:
             return 404, _error(5, "etcdserver: member not found")
         voters = [m for m in self.members if not m.learner]
-        started = [m for m in voters if m.started and m is not member]
-        if not member.learner and len(started) < (len(voters) - 1) // 2 + 1:
-            return 400, _error(
-                9, "etcdserver: re-configuration failed due to not enough started members"
-            )
+        up = [m for m in voters if m.up]
+        if not member.learner:
+            rest = [m for m in voters if m is not member]  # IsReadyToRemoveVotingMember
+            if sum(m.started for m in rest) < len(rest) // 2 + 1:
+                return 400, _error(
+                    9, "etcdserver: re-configuration failed due to not enough started members"
+                )
+            if member.up and len(up) - 1 < 1 + (len(voters) - 1) // 2:
+                return 503, _error(14, "etcdserver: unhealthy cluster")
+        if len(up) < len(voters) // 2 + 1:  # the proposal needs a quorum to commit
+            return 503, _error(14, "etcdserver: request timed out")
         self.members.remove(member)
         return 200, {"header": {}, "members": [m.json() for m in self.members]}
 

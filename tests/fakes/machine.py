@@ -51,7 +51,12 @@ ARMORED_KEY = (
     "-----END PGP PUBLIC KEY BLOCK-----\n"
 )
 # Programs that only exist once their package is installed.
-PROGRAM_PACKAGES = {"kubeadm": "kubeadm", "kubectl": "kubectl", "kubelet": "kubelet"}
+PROGRAM_PACKAGES = {
+    "kubeadm": "kubeadm",
+    "kubectl": "kubectl",
+    "kubelet": "kubelet",
+    "haproxy": "haproxy",
+}
 # The Ubuntu 24.04 archive as the fake starts it: one version per pocket. These are
 # versions noble has published (packages.ubuntu.com, launchpad publishing history); the
 # charms pin series (containerd 2.*), so an update in a pocket must not break them.
@@ -92,6 +97,7 @@ READ_ONLY = (
     "hostname",
     "kubeadm version",
     "kubelet --version",
+    "haproxy -c",
 )
 
 
@@ -192,6 +198,7 @@ class FakeMachine:
             "hostname": lambda argv, _input: f"{self.hostname}\n",
             "kubeadm": self._kubeadm_dispatch,
             "kubelet": self._kubelet,
+            "haproxy": self._haproxy,
         }.items():
             self.on(program, handler)
 
@@ -562,6 +569,53 @@ class FakeMachine:
             raise _fail(argv, 2, f"gpg: fake refuses to write outside the machine root: {out}")
         out.write_bytes(b"\x99\x02" + hashlib.sha256(input.encode()).digest())
         return ""
+
+    def _haproxy(self, argv: list[str], _input: str | None) -> str:
+        """`haproxy -c -f FILE`: the checks the fake can make as HAProxy 2.6-2.8 makes them.
+
+        A file it cannot open, and a server's `ca-file` or `crt` that is not there, are
+        refused with the ALERT lines Debian's HAProxy 2.6.12 printed for them; what needs the
+        network (name resolution) only the real binary decides
+        (tests/functional/test_api_proxy.py). Tests inject other refusals with `fail`.
+        """
+        if "-c" not in argv or "-f" not in argv:
+            raise _fail(argv, 1, "fake haproxy only checks configurations (-c -f FILE)")
+        name = argv[argv.index("-f") + 1]
+        text = self.read(name)
+        if text is None:
+            raise _fail(
+                argv,
+                1,
+                f"[ALERT]    (1) : Cannot open configuration file/directory {name} : "
+                "No such file or directory",
+            )
+        section = ""
+        for number, line in enumerate(text.splitlines(), 1):
+            words = line.split()
+            if words[:1] in (["backend"], ["frontend"]):
+                section = words[1]
+            if words[:1] != ["server"]:
+                continue
+            where = f"[ALERT]    (1) : config : [{name}:{number}] : 'server {section}/{words[1]}'"
+            if "ca-file" in words[:-1]:  # checked before crt, as HAProxy 2.6 does
+                path = words[words.index("ca-file") + 1]
+                if not self.path(path).is_file():
+                    raise _fail(
+                        argv,
+                        1,
+                        f"{where} : Couldn't open the ca-file '{path}' (No such file or "
+                        "directory).",
+                    )
+            if "crt" in words[:-1]:
+                path = words[words.index("crt") + 1]
+                if not self.path(path).is_file():
+                    raise _fail(
+                        argv,
+                        1,
+                        f"{where} : unable to stat SSL certificate from file '{path}' : No "
+                        "such file or directory.",
+                    )
+        return "Configuration file is valid\n"
 
     def _systemctl(self, argv: list[str], _input: str | None) -> str:
         args = [a for a in argv[1:] if not a.startswith("-")]

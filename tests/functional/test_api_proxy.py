@@ -17,11 +17,13 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from haproxy_runner import MISSING, HAProxy, available, free_port
+from haproxy_runner import BINARY, MISSING, HAProxy, available, free_port
 
 from charms.gpu_k8s.v0 import api_proxy
 from charms.gpu_k8s.v0.kubeclient import Kube
+from charms.gpu_k8s.v0.system import SubprocessRunner
 from fakes.kube_apiserver import ADMIN_TOKEN, FakeKubeApiServer
+from fakes.machine import FakeMachine
 from fakes.tls import ServerCert, make_server_cert
 
 ADMIN_BEARER = f"Bearer {ADMIN_TOKEN}"
@@ -270,3 +272,40 @@ def test_an_api_server_the_cluster_ca_did_not_sign_gets_no_request(cert, tmp_pat
         impostor.stop()
     assert status == 503  # the TLS check failed: no server to send it to
     assert impostor.requests == []
+
+
+# -- the charms' check before every reload, by the real binary ---------------------------
+
+
+def _machine_with_real_haproxy(root) -> FakeMachine:
+    """A fake machine whose `haproxy -c -f FILE` is the real binary on the file under root."""
+    machine = FakeMachine(root)
+    real = SubprocessRunner()
+
+    def check(argv: list[str], _input: str | None) -> str:
+        name = argv[argv.index("-f") + 1]
+        at = [*argv[:-1], str(machine.path(name))]
+        return real.run([BINARY, *at[1:]], timeout=30)
+
+    machine.on("haproxy", check)
+    return machine
+
+
+def test_a_config_the_real_haproxy_refuses_is_never_loaded_and_the_status_says_why(tmp_path):
+    """The service config (syslog, chroot, user haproxy) as the charms write it."""
+    machine = _machine_with_real_haproxy(tmp_path / "root")
+    assert api_proxy.configure(machine.host(), ["10.0.0.1:6443"]) is True
+    service = machine.services[api_proxy.SERVICE]
+
+    # RFC 6761: names under .invalid never resolve; HAProxy resolves servers at load
+    with pytest.raises(api_proxy.ProxyError) as refused:
+        api_proxy.configure(machine.host(), ["10.0.0.1:6443", "api.invalid:6443"])
+
+    assert str(refused.value) == (
+        "HAProxy refused its new configuration ('server kube-apiserver/api-1' : could not "
+        "resolve address 'api.invalid'.); it keeps the running one, retrying on the next event"
+    )
+    assert machine.proxy_servers() == ["10.0.0.1:6443"]
+    assert service.reloads == 0
+    assert api_proxy.configure(machine.host(), ["10.0.0.1:6443", "10.0.0.2:6443"]) is True
+    assert service.reloads == 1

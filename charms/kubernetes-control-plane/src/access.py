@@ -12,7 +12,8 @@
 - the operator reaches the API from outside once the application is exposed: port 6443
   is opened, and every API server's certificate names `api-extra-sans` and the unit's
   public address (the cluster's certSANs in kubeadm-config, each node's own
-  certificate renewed when it lacks one, then its API server restarted).
+  certificate renewed when those names change, added or removed; kube-apiserver serves
+  the new pair without a restart).
 
 An ops component (relations, secrets, ports) that takes the kube-api endpoint, the model,
 this unit's `context.UnitContext` and the hook's API client, never the charm; it returns
@@ -368,10 +369,11 @@ class Access:
 
         The leader keeps the cluster's certSANs (kubeadm-config, which joining nodes read)
         equal to `api-extra-sans` (`cert-sans` in the peer data says what it last wrote);
-        each node renews its own certificate when it lacks one of those names or its own
-        public address, then restarts its API server. Nothing is asked of the API server
-        when nothing changed. `leader`: this unit reconciles as the leader (one that has
-        not joined the running cluster yet does not).
+        each node renews its own certificate when the names it wants (those and its own
+        public address) differ from those it was issued for, added or removed; the API
+        server serves the new pair without a restart (`bootstrap.renew_apiserver_cert`).
+        Nothing is asked of the API server when nothing changed. `leader`: this unit
+        reconciles as the leader (one that has not joined the running cluster yet does not).
         """
         self._model.unit.set_ports(API_PORT)
         bag = peers.app
@@ -389,8 +391,17 @@ class Access:
         public = self._ctx.public_address
         wanted = {*config.extra_sans, *([public] if public else [])}
         retry = "{error}; retrying on the next event"
+        host = self._ctx.host
+        issued = bootstrap.issued_extra_sans(host)
+        lacking = not wanted <= bootstrap.apiserver_sans(host)
+        if issued is None and not lacking:
+            # a certificate from before the record (kubeadm init or an earlier revision)
+            bootstrap.record_extra_sans(host, wanted)
+            issued = wanted
         with on_error(ops.WaitingStatus, bootstrap.BootstrapError, message=retry):
-            if not wanted <= bootstrap.apiserver_sans(self._ctx.host):
+            # a name taken out of the option, or a released public address, leaves the
+            # certificate too (review deploy.md N18): renewed whenever the set differs
+            if lacking or issued != wanted:
                 bootstrap.renew_apiserver_cert(
                     self._ctx.host,
                     self._cluster_configuration(self._kube()),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import ipaddress
+import json
 import logging
 import secrets
 import string
@@ -205,7 +206,27 @@ def renew_apiserver_cert(
         host.path(CERTS_CONFIG).unlink(missing_ok=True)
     for path in moved:
         host.path(path + ".old").unlink(missing_ok=True)
+    record_extra_sans(host, extra)
     logger.info("renewed the API server certificate for %s", ", ".join(sorted(extra)))
+
+
+# The names beyond kubeadm's own that this node's API server certificate was last issued
+# for (`api-extra-sans` and the unit's public address): a name dropped from them is only
+# seen by comparing with what was issued, since the certificate's other names are
+# kubeadm's (certs/certlist.go GetAPIServerAltNames: node name, kubernetes.default...,
+# the first Service IP, the advertise address, the control-plane endpoint, certSANs).
+EXTRA_SANS_RECORD = "/var/lib/kubernetes-control-plane/apiserver-extra-sans.json"
+
+
+def issued_extra_sans(host: Host) -> set[str] | None:
+    """The extra names of the last certificate issued here, or None before any record."""
+    text = host.read(EXTRA_SANS_RECORD)
+    return set(json.loads(text)) if text else None
+
+
+def record_extra_sans(host: Host, names: Sequence[str] | set[str]) -> None:
+    """Remember `names` as the extra names this node's certificate was issued for."""
+    host.write(EXTRA_SANS_RECORD, json.dumps(sorted(names)))
 
 
 # Written before `kubeadm join --control-plane` runs and removed only when it exited 0
@@ -282,6 +303,8 @@ def init(host: Host, config: str) -> None:
             INIT_CONFIG,
             "--upload-certs",
             "--skip-token-print",
+            # kubeadm prints the key otherwise (phases/init/uploadcerts.go): out of any log
+            "--skip-certificate-key-print",
             timeout=900,
         )
     except CommandError as e:
@@ -353,15 +376,26 @@ def upload_certs(host: Host, certificate_key: str) -> None:
 
     The key goes to kubeadm in a 0600 InitConfiguration (`certificateKey`), never on the
     command line, where any local user could read it in /proc while kubeadm runs; the
-    phase takes it from `--config` as well as from `--certificate-key`.
+    phase takes it from `--config` as well as from `--certificate-key`. A
+    ClusterConfiguration names the version this node runs (its kubelet package): without
+    one kubeadm defaults `kubernetesVersion` to "stable-1" (cmd/kubeadm/app/apis/kubeadm/
+    v1beta4 defaults.go DefaultKubernetesVersion) and resolves it by fetching
+    dl.k8s.io/release/stable-1.txt, which an air-gapped site waits out (review deploy.md
+    N11). `--skip-certificate-key-print` keeps the key out of kubeadm's output.
     """
-    config = {
+    init = {
         "apiVersion": "kubeadm.k8s.io/v1beta4",
         "kind": "InitConfiguration",
         "certificateKey": certificate_key,
         "nodeRegistration": {"criSocket": kubeadm.CRI_SOCKET},
     }
-    host.write(UPLOAD_CONFIG, yaml.safe_dump(config, sort_keys=False), mode=0o600)
+    docs = [init]
+    version = kubeadm.installed_release(host)
+    if version:
+        cluster = {"kubernetesVersion": f"v{version}"}
+        docs.append({"apiVersion": init["apiVersion"], "kind": "ClusterConfiguration", **cluster})
+    text = yaml.safe_dump_all(docs, sort_keys=False)
+    host.write(UPLOAD_CONFIG, text, mode=0o600)
     try:
         host.run(
             KUBEADM,
@@ -371,6 +405,7 @@ def upload_certs(host: Host, certificate_key: str) -> None:
             "--upload-certs",
             "--config",
             UPLOAD_CONFIG,
+            "--skip-certificate-key-print",
             "--kubeconfig",
             ADMIN_CONF,
             timeout=KUBEADM_API_TIMEOUT,

@@ -340,15 +340,26 @@ class Membership:
         has its member before its databag says so. What could not be done is kept in
         `etcd-problems` for every unit's status and retried on later events. `check`:
         ask etcd even when no node departed (update-status).
+
+        The leaving unit owns its member until it is done (review deploy.md N14): it
+        drains through its own HAProxy, whose backends include its own API server, and
+        its `kubeadm reset` removes the member. Removed any earlier, its etcd would stop
+        under the drain (a removed member stops itself) and the drain's requests fail
+        until HAProxy's health check drops that server. So a departed node whose Node is
+        still Ready (`control-plane-departed`, kept by `remove_departed_nodes`, which runs
+        first) stays among the known nodes, neither pruned nor reported; the leader
+        removes its member once the Node is gone or NotReady (kubelet stops with the
+        reset).
         """
         bag = peers.app
         current = peers.control_plane_nodes(self._ctx.own_node())
         known = set(json.loads(bag.get(CONTROL_PLANE_NODES_KEY, "[]")))
+        leaving = set(json.loads(bag.get(DEPARTED_NODES_KEY, "[]"))) - current
         listed: dict[str, str] = json.loads(bag.get(ETCD_PROBLEMS_KEY, "{}"))
-        gone = (known - current) | {n for n in listed if n not in current}
-        values = {CONTROL_PLANE_NODES_KEY: json.dumps(sorted(current))}
+        gone = ((known - current) | {n for n in listed if n not in current}) - leaving
+        values = {CONTROL_PLANE_NODES_KEY: json.dumps(sorted(current | leaving))}
         if gone or check:
-            problems = self._check_etcd(current, gone)
+            problems = self._check_etcd(current | leaving, gone)
             if problems:
                 texts = {name: p.message for name, p in problems.items()}
                 values[ETCD_PROBLEMS_KEY] = json.dumps(texts, sort_keys=True)

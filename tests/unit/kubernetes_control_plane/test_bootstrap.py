@@ -209,6 +209,24 @@ def test_leader_reuploads_certs_for_a_joining_unit_after_an_hour(ctx, machine, c
     assert out.unit_status.message.startswith("Ready: v1.36, 2 control-plane")
 
 
+def test_a_reupload_names_the_clusters_version_and_never_prints_the_key(ctx, machine, clock):
+    """deploy.md N11: the upload-certs config pins the version; the key is never printed.
+
+    An InitConfiguration alone makes kubeadm default kubernetesVersion to stable-1 (v1beta4
+    defaults.go), a lookup at dl.k8s.io an air-gapped site waits out.
+    """
+    out = ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
+    rel = dataclasses.replace(peer(out), peers_data={1: {"joined": "false"}})
+    clock.advance(minutes=61)
+
+    ctx.run(ctx.on.relation_changed(rel, remote_unit=1), dataclasses.replace(out, relations=[rel]))
+
+    assert machine.upload_versions == ["v1.36.5"]
+    upload = [c for c in machine.calls if c.argv[1:4] == ["init", "phase", "upload-certs"]]
+    init = [c for c in machine.calls if c.argv[1:2] == ["init"] and "--upload-certs" in c.argv]
+    assert all("--skip-certificate-key-print" in c.argv for c in [*upload, *init])
+
+
 def test_admin_kubeconfig_points_at_api(machine, ctx):
     ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
     assert ADMIN_TOKEN in machine.read("/etc/kubernetes/admin.conf")

@@ -33,7 +33,10 @@ def test_the_member_a_departed_unit_left_behind_is_removed(ctx, machine, api, et
     out = three_members(ctx, api, etcd)
     assert etcd.names() == ["ip-10-0-1-17", "cp-1", "cp-2"]
 
-    # cp-2's own `kubeadm reset` could not reach etcd: it warned, exited 0, left its member
+    # cp-2's own `kubeadm reset` could not reach etcd: it warned, exited 0, left its
+    # member; then it deleted its Node, so it is done (review deploy.md N14)
+    etcd.members[2].up = False
+    api.delete_object("/api/v1/nodes/cp-2")
     out = departed(ctx, out, 2)
 
     assert etcd.names() == ["ip-10-0-1-17", "cp-1"]
@@ -41,6 +44,39 @@ def test_the_member_a_departed_unit_left_behind_is_removed(ctx, machine, api, et
     requests = len(etcd.requests)
     ctx.run(ctx.on.update_status(), out)
     assert len(etcd.requests) == requests + 1  # update-status looks, nothing to remove
+
+
+def test_the_leaving_unit_owns_its_member_until_it_is_done(ctx, machine, api, etcd):
+    """deploy.md N14: the leader never removes a member its leaving unit still uses.
+
+    The departing unit drains through its own HAProxy, whose backends include its own API
+    server, then its `kubeadm reset` removes its member. Were the leader to remove that
+    member in its relation-departed hook, the unit's etcd would stop under its drain. The
+    leader waits until the unit is done (its Node deleted or NotReady: kubelet stops with
+    the reset) and only then removes what it left.
+    """
+    out = three_members(ctx, api, etcd)
+
+    out = departed(ctx, out, 2)  # cp-2's Node is still Ready: it is draining right now
+
+    assert etcd.names() == ["ip-10-0-1-17", "cp-1", "cp-2"]
+    assert not [p for p, _ in etcd.requests if p.endswith("/remove")]
+    # a member of a leaving unit is no stray for the operator
+    assert out.unit_status == testing.ActiveStatus("Ready: v1.36, 2 control-plane, 0 workers")
+    out = ctx.run(ctx.on.update_status(), out)
+    assert etcd.names() == ["ip-10-0-1-17", "cp-1", "cp-2"]
+
+    # its reset could not remove the member (etcd unreachable from it) and kubelet stopped
+    etcd.members[2].up = False
+    api.put_object("/api/v1/nodes/cp-2", node("cp-2", control_plane=True, ready=False))
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert etcd.names() == ["ip-10-0-1-17", "cp-1"]
+    assert api.get_object("/api/v1/nodes/cp-2") is None
+    assert out.unit_status == testing.ActiveStatus("Ready: v1.36, 2 control-plane, 0 workers")
+    removals = len([p for p, _ in etcd.requests if p.endswith("/remove")])
+    ctx.run(ctx.on.update_status(), out)
+    assert len([p for p, _ in etcd.requests if p.endswith("/remove")]) == removals
 
 
 def test_a_member_the_departed_unit_removed_itself_needs_nothing(ctx, machine, api, etcd):
@@ -56,18 +92,22 @@ def test_a_member_the_departed_unit_removed_itself_needs_nothing(ctx, machine, a
 
 def test_a_member_etcd_will_not_remove_is_reported_and_retried(ctx, machine, api, etcd):
     out = three_members(ctx, api, etcd)
-    etcd.members[1].started = False  # cp-1 is down too: removing cp-2 would cost quorum
+    # cp-2's reset stopped its etcd and cp-1's is down too: one voter of three is up, so
+    # etcd has no quorum and the removal (a raft proposal) never commits. Both stay
+    # "started" in etcd's sense (they have names): review deploy.md N12.
+    etcd.members[1].up = etcd.members[2].up = False
+    api.delete_object("/api/v1/nodes/cp-2")  # done leaving (N14: it owned its member till then)
 
     out = departed(ctx, out, 2)
 
     assert "cp-2" in etcd.names()
     # not Active while a voter that is gone still counts for quorum (review deploy.md N15)
     assert out.unit_status == testing.WaitingStatus(
-        "etcd member cp-2 of a departed unit is still there: etcdserver: re-configuration "
-        "failed due to not enough started members; retrying"
+        "etcd member cp-2 of a departed unit is still there: etcdserver: request timed out; "
+        "retrying"
     )
     assert out.app_status == out.unit_status
-    etcd.members[1].started = True
+    etcd.members[1].up = True
     out = ctx.run(ctx.on.update_status(), out)
     assert etcd.names() == ["ip-10-0-1-17", "cp-1"]
     assert out.unit_status == testing.ActiveStatus("Ready: v1.36, 2 control-plane, 0 workers")
@@ -76,6 +116,7 @@ def test_a_member_etcd_will_not_remove_is_reported_and_retried(ctx, machine, api
 def test_an_unreachable_etcd_is_reported_not_raised(ctx, machine, api, etcd):
     out = three_members(ctx, api, etcd)
     etcd.reachable = False
+    api.delete_object("/api/v1/nodes/cp-2")  # done leaving (N14: it owned its member till then)
 
     out = departed(ctx, out, 2)
 

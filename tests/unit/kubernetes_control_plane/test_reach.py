@@ -169,3 +169,26 @@ def test_the_leader_keeps_the_cluster_configuration_in_step_with_the_option(ctx,
         "b.example.com",
     ]
     assert peer(out).local_app_data["cluster-version"] == "1.36"
+
+
+def test_a_name_taken_out_of_the_option_leaves_the_certificate(ctx, machine, public_address):
+    """deploy.md N18: renewal followed additions only, so a removed name stayed for ever."""
+    out = bootstrapped(ctx, **{"api-extra-sans": "old.example.com, new.example.com"})
+    assert {"old.example.com", "new.example.com"} <= set(machine.apiserver_sans())
+    renewals = len(renewals_run(machine))
+
+    config = {"api-extra-sans": "new.example.com"}
+    out = ctx.run(ctx.on.config_changed(), dataclasses.replace(out, config=config))
+
+    sans = set(machine.apiserver_sans())
+    assert "old.example.com" not in sans
+    assert {"new.example.com", "127.0.0.1", "203.0.113.7"} <= sans
+    assert len(renewals_run(machine)) == renewals + 1
+    ctx.run(ctx.on.update_status(), out)
+    assert len(renewals_run(machine)) == renewals + 1  # nothing more to do
+
+    # a public address released by a stop/start leaves it too
+    public_address["value"] = "203.0.113.99"
+    ctx.run(ctx.on.update_status(), out)
+    sans = set(machine.apiserver_sans())
+    assert "203.0.113.99" in sans and "203.0.113.7" not in sans

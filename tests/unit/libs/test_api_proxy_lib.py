@@ -5,6 +5,10 @@ HAProxy itself runs for real, with this configuration, in tests/functional/test_
 
 from __future__ import annotations
 
+import re
+import shlex
+from pathlib import Path
+
 import pytest
 
 from charms.gpu_k8s.v0 import api_proxy, apt
@@ -20,8 +24,15 @@ def test_configure_installs_haproxy_points_its_unit_at_the_config_and_starts_it(
     assert machine.preferences()["haproxy"] == ("2.8.*", 1001)
     assert machine.read(api_proxy.DROP_IN) == (
         "# Managed by the gpu-k8s charms: the node-local Kubernetes API endpoint.\n"
+        "# The command lines name the config file: /etc/default/haproxy cannot move it.\n"
         "[Service]\n"
-        'Environment="CONFIG=/etc/haproxy/gpu-k8s.cfg"\n'
+        "ExecStartPre=\n"
+        "ExecStart=\n"
+        "ExecStart=/usr/sbin/haproxy -Ws -f /etc/haproxy/gpu-k8s.cfg -p /run/haproxy.pid"
+        " -S /run/haproxy-master.sock\n"
+        "ExecReload=\n"
+        "ExecReload=/usr/sbin/haproxy -Ws -f /etc/haproxy/gpu-k8s.cfg -c -q\n"
+        "ExecReload=/bin/kill -USR2 $MAINPID\n"
     )
     assert machine.proxy_servers() == SERVERS
     service = machine.services[api_proxy.SERVICE]
@@ -207,6 +218,7 @@ def test_no_metrics_before_kubelet_has_its_certificate(machine):
 
 
 def test_metrics_go_with_the_file_kubelets_link_names(machine):
+    machine.write(api_proxy.CLUSTER_CA, machine.ca_pem)  # a control plane: kubeadm wrote it
     first = machine.kubelet_client_cert(issued="2026-11-24-10-00-00")
     access = api_proxy.metrics_access(machine.host(), api_server="127.0.0.1:6443")
     assert access == api_proxy.MetricsAccess(client_cert=first, api_server="127.0.0.1:6443")
@@ -224,3 +236,160 @@ def test_metrics_go_with_the_file_kubelets_link_names(machine):
 def test_a_link_to_a_missing_file_is_no_certificate(machine):
     machine.path(machine.kubelet_client_cert()).unlink()
     assert api_proxy.metrics_access(machine.host()) is None
+
+
+# -- the drop-in wins over /etc/default/haproxy (review deploy.md N10) -------------------
+
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "haproxy"
+LISTS = ("Environment", "EnvironmentFile", "ExecStartPre", "ExecStart", "ExecReload")
+
+
+def _resolve(unit: str, drop_in: str, files: dict[str, str]) -> dict[str, list[list[str]]]:
+    """The command lines systemd runs for `unit` with `drop_in` and environment `files`.
+
+    systemd.unit(5): drop-ins are read after the unit. systemd.service(5)/systemd.exec(5):
+    ExecStart=, ExecStartPre=, ExecReload=, Environment= and EnvironmentFile= are lists
+    and an empty assignment resets the list; "Settings from these files [EnvironmentFile=]
+    override settings made with Environment=" ("-" before the path: a missing file is
+    fine); in a command line, "$FOO" as a word is split on whitespace into words and
+    "${FOO}" inside a word is replaced as is.
+    """
+    settings = _settings(unit, drop_in)
+    env: dict[str, str] = {}
+    for value in settings["Environment"]:
+        env.update(item.split("=", 1) for item in shlex.split(value))
+    for value in settings["EnvironmentFile"]:
+        env.update(_environment_file(files.get(value.removeprefix("-")) or ""))
+    return {
+        key: [_expand(value, env) for value in settings[key]]
+        for key in ("ExecStartPre", "ExecStart", "ExecReload")
+    }
+
+
+def _settings(*texts: str) -> dict[str, list[str]]:
+    settings: dict[str, list[str]] = {key: [] for key in LISTS}
+    for text in texts:
+        section = ""
+        for line in map(str.strip, text.splitlines()):
+            if line.startswith("["):
+                section = line
+            elif section == "[Service]" and "=" in line and not line.startswith("#"):
+                key, _, value = line.partition("=")
+                if key in settings:
+                    settings[key] = [] if value == "" else [*settings[key], value]
+    return settings
+
+
+def _environment_file(text: str) -> dict[str, str]:
+    env = {}
+    for line in map(str.strip, text.splitlines()):
+        if line and not line.startswith("#"):
+            key, _, raw = line.partition("=")
+            env[key] = raw.strip('"')
+    return env
+
+
+def _expand(value: str, env: dict[str, str]) -> list[str]:
+    words: list[str] = []
+    for word in shlex.split(value):
+        if word.startswith("$") and word[1:].isidentifier():
+            words += env.get(word[1:], "").split()
+        else:
+            words.append(re.sub(r"\$\{(\w+)\}", lambda m: env.get(m[1], ""), word))
+    return words
+
+
+def _configs(argv: list[str]) -> list[str]:
+    return [argv[i + 1] for i, word in enumerate(argv) if word == "-f"]
+
+
+def test_the_resolver_reads_the_package_unit_as_systemd_does():
+    unit = (FIXTURES / "haproxy.service").read_text()
+    shipped = {"/etc/default/haproxy": (FIXTURES / "default").read_text()}
+
+    commands = _resolve(unit, "", shipped)
+
+    assert commands["ExecStart"] == [
+        "/usr/sbin/haproxy -Ws -f /etc/haproxy/haproxy.cfg -p /run/haproxy.pid "
+        "-S /run/haproxy-master.sock".split()
+    ]
+    assert _configs(commands["ExecReload"][0]) == ["/etc/haproxy/haproxy.cfg"]
+
+
+@pytest.mark.parametrize(
+    "defaults",
+    [
+        "",
+        'CONFIG="/etc/haproxy/haproxy.cfg"\n',  # uncommented, as the file suggests
+        'CONFIG="/etc/haproxy/other.cfg"\nEXTRAOPTS="-de -m 16 -f /etc/haproxy/more.cfg"\n',
+    ],
+)
+def test_haproxy_loads_only_the_charms_config_whatever_etc_default_says(defaults):
+    """deploy.md N10: the unit reads /etc/default/haproxy, which overrides Environment=."""
+    unit = (FIXTURES / "haproxy.service").read_text()
+    files = {"/etc/default/haproxy": defaults}
+
+    commands = _resolve(unit, api_proxy.render_drop_in(), files)
+
+    assert [_configs(argv) for argv in commands["ExecStart"]] == [[api_proxy.CONFIG]]
+    # the reload checks the file it loads, then signals the master
+    assert [_configs(argv) for argv in commands["ExecReload"]] == [[api_proxy.CONFIG], []]
+    assert "-c" in commands["ExecReload"][0]
+    assert all(_configs(argv) == [api_proxy.CONFIG] for argv in commands["ExecStartPre"])
+
+
+# -- haproxy -c before every reload or restart -----------------------------------------
+
+# What Debian's haproxy 2.6 printed for `haproxy -c -f` of the charms' config with a server
+# name that does not resolve (tests/functional/test_api_proxy.py runs the real one).
+UNRESOLVED = (
+    "[NOTICE]   (24915) : haproxy version is 2.6.12-1+deb12u4\n"
+    "[NOTICE]   (24915) : path to executable is /usr/sbin/haproxy\n"
+    "[ALERT]    (24915) : config : [/etc/haproxy/.gpu-k8s.cfg.new:27] : 'server "
+    "kube-apiserver/api-2' : could not resolve address 'api.invalid'.\n"
+    "[ALERT]    (24915) : config : Failed to initialize server(s) addr.\n"
+)
+
+
+def test_every_new_config_is_checked_before_systemd_loads_it(machine):
+    api_proxy.configure(machine.host(), SERVERS)
+    api_proxy.configure(machine.host(), [*SERVERS, "10.0.0.3:6443"])
+
+    programs = [
+        line.split()[1] if line.startswith("/usr/bin/systemctl") else "check"
+        for line in machine.lines()
+        if line.startswith(("/usr/sbin/haproxy", "/usr/bin/systemctl restart"))
+        or line.startswith("/usr/bin/systemctl reload")
+    ]
+    assert programs == ["check", "restart", "check", "reload"]
+    assert machine.lines("haproxy")[-1] == (
+        "/usr/sbin/haproxy -c -f /etc/haproxy/.gpu-k8s.cfg.new"
+    )
+    assert not machine.path(api_proxy.CANDIDATE).exists()
+
+
+def test_a_config_haproxy_refuses_is_never_loaded_and_the_error_says_why(machine):
+    api_proxy.configure(machine.host(), SERVERS)
+    service = machine.services[api_proxy.SERVICE]
+    machine.fail("/usr/sbin/haproxy -c", stderr=UNRESOLVED, times=2)
+    grown = [*SERVERS, "api.invalid:6443"]
+
+    with pytest.raises(api_proxy.ProxyError) as refused:
+        api_proxy.configure(machine.host(), grown)
+
+    assert str(refused.value) == (
+        "HAProxy refused its new configuration ('server kube-apiserver/api-2' : could not "
+        "resolve address 'api.invalid'.); it keeps the running one, retrying on the next event"
+    )
+    assert refused.value.blocked is False
+    assert machine.proxy_servers() == SERVERS  # the file systemd would load is the old one
+    assert not machine.path(api_proxy.CANDIDATE).exists()
+    assert service.reloads == 0 and service.restarts == 1
+    # a stopped HAProxy is not started with it either
+    service.active = False
+    with pytest.raises(api_proxy.ProxyError):
+        api_proxy.configure(machine.host(), grown)
+    assert service.restarts == 1 and machine.proxy_servers() == SERVERS
+
+    assert api_proxy.configure(machine.host(), grown) is True  # it resolves now
+    assert machine.proxy_servers() == sorted(grown)

@@ -45,8 +45,15 @@ webhook authorisation, rotateCertificates), HAProxy 2.6-2.8 doc/configuration.tx
 
 The package's own unit is used with a drop-in that points it at `CONFIG`; the package's
 `/etc/haproxy/haproxy.cfg` (a conffile) stays untouched, so package updates never ask
-about it. Units set up by earlier charm revisions ran a small Python proxy
-(`gpu-k8s-api-proxy.service`) on the same port; `configure()` removes it first.
+about it. The drop-in replaces the unit's command lines rather than setting its `CONFIG`
+variable: the unit reads `/etc/default/haproxy` (`EnvironmentFile=`), and systemd lets
+those files override `Environment=` (systemd.exec(5)), so an uncommented `CONFIG=` or an
+`EXTRAOPTS` with `-f` there would point the endpoint at another file (review deploy.md
+N10; the unit: tests/fixtures/haproxy/). Every new configuration is written beside
+`CONFIG` first and checked by `haproxy -c`; one HAProxy refuses is never installed, so
+neither a reload nor a restart can load it. Units set up by earlier charm revisions ran
+a small Python proxy (`gpu-k8s-api-proxy.service`) on the same port; `configure()`
+removes it first.
 """
 
 from __future__ import annotations
@@ -64,7 +71,7 @@ from charms.gpu_k8s.v0.system import SYSTEMCTL, CommandError, Host
 
 LIBID = "56d1a753a66d4124bddde98d7b960f09"
 LIBAPI = 0
-LIBPATCH = 6
+LIBPATCH = 7
 
 LISTEN_HOST = "127.0.0.1"
 PORT = 6444
@@ -77,6 +84,15 @@ PACKAGE = "haproxy"
 # HAProxy 2.6 (Debian 12, where the tests run it) to 2.8 (doc/configuration.txt).
 SERIES = "2.8.*"
 CONFIG = "/etc/haproxy/gpu-k8s.cfg"
+# A new configuration waits here until `haproxy -c` accepted it.
+CANDIDATE = "/etc/haproxy/.gpu-k8s.cfg.new"
+HAPROXY = "/usr/sbin/haproxy"
+# What the package's unit runs (Debian/Ubuntu haproxy.service, tests/fixtures/haproxy/:
+# `ExecStart=/usr/sbin/haproxy -Ws -f $CONFIG -p $PIDFILE $EXTRAOPTS`, with PIDFILE
+# /run/haproxy.pid and EXTRAOPTS `-S /run/haproxy-master.sock`; `ExecReload=` checks with
+# `-c -q`, then `kill -USR2 $MAINPID`), with every variable written out.
+PID_FILE = "/run/haproxy.pid"
+MASTER_SOCKET = "/run/haproxy-master.sock"
 # The sha256 of the drop-in and config HAProxy last took (written after systemctl succeeded)
 APPLIED = "/var/lib/gpu-k8s/api-proxy.applied"
 DROP_IN = f"/etc/systemd/system/{SERVICE}.service.d/gpu-k8s.conf"
@@ -244,12 +260,23 @@ def render_config(
 
 
 def render_drop_in() -> str:
-    """The haproxy.service drop-in that points the package's unit at `CONFIG`."""
+    """The haproxy.service drop-in that makes the package's unit run `CONFIG`, only it.
+
+    Its command lines name no variable that /etc/default/haproxy could set (see the
+    module docstring); an empty assignment first resets each list (systemd.service(5)).
+    """
+    start = f"{HAPROXY} -Ws -f {CONFIG} -p {PID_FILE} -S {MASTER_SOCKET}"
     return "\n".join(
         [
             "# Managed by the gpu-k8s charms: the node-local Kubernetes API endpoint.",
+            "# The command lines name the config file: /etc/default/haproxy cannot move it.",
             "[Service]",
-            f'Environment="CONFIG={CONFIG}"',
+            "ExecStartPre=",
+            "ExecStart=",
+            f"ExecStart={start}",
+            "ExecReload=",
+            f"ExecReload={HAPROXY} -Ws -f {CONFIG} -c -q",
+            "ExecReload=/bin/kill -USR2 $MAINPID",
             "",
         ]
     )
@@ -308,6 +335,7 @@ def _configure(host: Host, servers: Sequence[str], metrics: MetricsAccess | None
             return False
     # the package first: while apt runs (or when it fails), the earlier proxy still serves
     apt.install(host, {PACKAGE: SERIES}, hold=False)
+    _check(host, config)  # before anything changes: a refused config is never loaded
     unit_changed = host.write(DROP_IN, drop_in)
     host.write(CONFIG, config)
     if unit_changed:
@@ -325,6 +353,40 @@ def _configure(host: Host, servers: Sequence[str], metrics: MetricsAccess | None
     host.write(APPLIED, applied)
     logger.info("local API endpoint %s forwards to %s", ENDPOINT, ", ".join(sorted(servers)))
     return True
+
+
+def _check(host: Host, config: str) -> None:
+    """Have HAProxy check `config` as it would load it, before anything loads it.
+
+    `haproxy -c -f`: HAProxy's management guide, "-c : only performs a check of the
+    configuration files and exits before trying to bind"; exit 0 when valid.
+
+    Without `-q`, which silences the reason too: HAProxy prints its errors as
+    `[ALERT] (pid) : config : <what>` lines, the first naming the file, line and server.
+
+    Raises:
+        ProxyError: HAProxy refused it (the running configuration stays).
+    """
+    host.write(CANDIDATE, config)
+    try:
+        host.run(HAPROXY, "-c", "-f", CANDIDATE, timeout=60)
+    except CommandError as e:
+        raise ProxyError(
+            f"HAProxy refused its new configuration ({_alert(e)}); it keeps the running one, "
+            "retrying on the next event",
+            blocked=False,
+        ) from None
+    finally:
+        host.path(CANDIDATE).unlink(missing_ok=True)
+
+
+def _alert(error: CommandError) -> str:
+    """HAProxy's first `[ALERT]` line without its prefix and the candidate's name."""
+    for line in error.stderr.splitlines():
+        if line.startswith("[ALERT]"):
+            what = line.split(" : ", 2)[-1].strip()
+            return re.sub(r"^\[[^]]*:\d+\] : ", "", what)
+    return error.last_line
 
 
 def _active(host: Host) -> bool:
