@@ -32,7 +32,10 @@ below is shared), `+`, `x if c else y`, `a or b`, local variables, named constan
 the `return`s of a function or method of that name in the charm or lib/. What stays
 unknown is a placeholder: `<name>` for a value named so, `<...>` otherwise; a message
 that is nothing but placeholders is listed under "composed at run time" with its
-expression, so that no status the code sets goes unlisted.
+expression, so that no status the code sets goes unlisted. It reads the source without
+running it, so it errs on the side of listing: a variable assigned in several branches
+gives every combination, and a message that one branch makes Blocked and another Waiting
+is listed under both.
 """
 
 from __future__ import annotations
@@ -665,8 +668,8 @@ def statuses_page(charm: str) -> str:
 
 
 def _short(module: str) -> str:
-    """A module's path without the charm's `charms/<charm>/` or lib's prefix."""
-    return re.sub(r"^charms/[^/]+/|^lib/charms/gpu_k8s/v0/", "", module)
+    """`src/charm.py` for a charm's module, `lib/status.py` for charms.gpu_k8s.v0.status."""
+    return re.sub(r"^charms/[^/]+/", "", module).replace("lib/charms/gpu_k8s/v0/", "lib/")
 
 
 def alerts_section(charm: str) -> list[str]:
