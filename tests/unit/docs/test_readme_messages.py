@@ -27,6 +27,7 @@ import re
 from pathlib import Path
 
 import pytest
+import reference
 
 ROOT = Path(__file__).resolve().parents[3]
 README = ROOT / "README.md"
@@ -59,12 +60,11 @@ STATUS_LINE = re.compile(r"^[a-z0-9-]+/\d+ (active|waiting|blocked|maintenance) 
 
 
 def _pattern(node: ast.AST) -> str | None:
-    """A string literal as text with STAR for each f-string field; None for non-strings."""
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return node.value
-    if isinstance(node, ast.JoinedStr):
-        return "".join(v.value if isinstance(v, ast.Constant) else STAR for v in node.values)
-    return None
+    """A string literal as text with STAR for each f-string field; None for non-strings.
+
+    tools/reference.py lists the status messages with the same reading (and parse cache).
+    """
+    return reference.literal_text(node, lambda _: STAR)
 
 
 @functools.cache
@@ -72,7 +72,7 @@ def code_messages() -> tuple[str, ...]:
     """Every string literal of the charms, their libraries and the action programs."""
     found = set()
     for path in SOURCES:
-        tree = ast.parse(path.read_text())
+        tree = reference.parse(path).tree
         docstrings = {
             id(n.value)
             for n in ast.walk(tree)
