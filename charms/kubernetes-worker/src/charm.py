@@ -41,6 +41,7 @@ import time
 from collections.abc import Iterator
 
 import driver
+import gpu_health
 import gpu_labels
 import gpu_node
 import mig_layout
@@ -221,6 +222,8 @@ class KubernetesWorkerCharm(ops.CharmBase):
         gpus = [GpuInfo(**r) for r in state.records()] or None
         with self._statuses.step():  # a node that is not labelled yet still reports below
             self._statuses.add(self._node_state(host, info, node, config, state, note, notes))
+        if state.has_gpu:
+            self._gpu_health(host, node, config, notes)
         self.cluster.publish_node(
             node, gpus, kubernetes_version=running, node_identity=True, gpu_taint=self._taint
         )
@@ -229,6 +232,18 @@ class KubernetesWorkerCharm(ops.CharmBase):
             notes.append(ops.BlockedStatus(problem))
 
     # -- steps -------------------------------------------------------------------------
+
+    def _gpu_health(
+        self, host: Host, node: str, config: WorkerConfig, notes: list[ops.StatusBase]
+    ) -> None:
+        """Keep the GPU health watcher running; Blocked while it holds a GPU quarantined."""
+        with self._statuses.step(), on_error(ops.WaitingStatus, gpu_health.GpuHealthError):
+            if gpu_health.ensure(host, node, config.gpu_xid_escalation):
+                logger.info("GPU health watcher (re)started")
+        found = gpu_health.quarantined(host)
+        message = gpu_health.status_message(node, self.unit.name, found)
+        if message is not None:
+            notes.append(ops.BlockedStatus(message))
 
     def _telemetry(self, host: Host, state: gpu_node.GpuState) -> None:
         """What this machine's COS agent scrapes.
@@ -240,6 +255,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
         jobs = node_jobs(name) if api_proxy.metrics_access(host) else []
         if state.has_gpu:
             jobs.append(scrape_job("dcgm-exporter", DCGM_EXPORTER_PORT, instance=name))
+            jobs.append(scrape_job("gpu-watcher", gpu_health.METRICS_PORT, instance=name))
         self.cos.update(jobs)
 
     def _install(

@@ -111,6 +111,7 @@ class WorkerConfig(CharmConfig):
     gpu_validation_image: str = VALIDATION_IMAGE
     image_registry: str = ""
     mig_profile: str = ""
+    gpu_xid_escalation: str = "3/10m"
 
     @pydantic.field_validator("nvidia_driver")
     @classmethod
@@ -164,6 +165,16 @@ class WorkerConfig(CharmConfig):
     def _labels(cls, value: str) -> str:
         parse_labels(value)
         return value
+
+    @pydantic.field_validator("gpu_xid_escalation")
+    @classmethod
+    def _escalation(cls, value: str) -> str:
+        # the watcher's own check (gpu_watcher.parse_escalation), repeated here so that a
+        # bad value blocks the unit rather than crash-looping the service
+        found = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*([smh])\s*", value)
+        if not found or int(found[1]) < 1 or int(found[2]) < 1:
+            raise ValueError("must be <count>/<window> such as 3/10m (s, m or h)")
+        return value.replace(" ", "")
 
     @pydantic.field_validator("max_parallel_reboots")
     @classmethod

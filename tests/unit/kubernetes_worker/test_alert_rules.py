@@ -121,7 +121,7 @@ def _gpu_labels(severity: str, **extra: str) -> dict:
 def test_the_rules_load_in_prometheus():
     done = _promtool("check", "rules", str(RULES))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 8 rules found" in done.stdout
+    assert "SUCCESS: 9 rules found" in done.stdout
 
 
 def test_each_alert_fires_when_it_should_and_not_otherwise(tmp_path):
@@ -326,3 +326,54 @@ def test_a_wrong_expectation_fails(tmp_path):
     path = tmp_path / "wrong_test.yml"
     path.write_text(yaml.safe_dump(tests, sort_keys=False))
     assert _promtool("test", "rules", str(path)).returncode != 0
+
+
+def test_a_quarantined_gpu_alerts_at_once_and_not_for_a_healthy_one(tmp_path):
+    """GpuQuarantined reads the watcher's own gauge (gpu_watcher.py), scraped from the node."""
+    uuid = "GPU-7f3e9a2c-5d41-4b8e-9c0a-1e2f3a4b5c6d"
+    labels = {"gpu": "1", "uuid": uuid, "node": "gpu-0"}
+    other = {"gpu": "0", "uuid": "GPU-0b11d014-1685-04bd-26ed-5fc0bc1c44ae", "node": "gpu-0"}
+
+    def series(values: dict) -> str:
+        return "gpu_k8s_gpu_quarantined{" + ",".join(f'{k}="{v}"' for k, v in values.items()) + "}"
+
+    annotations = _annotations()["GpuQuarantined"]
+    description = (
+        annotations["description"]
+        .replace("{{ $labels.gpu }}", "1")
+        .replace("{{ $labels.uuid }}", uuid)
+        .replace("{{ $labels.node }}", "gpu-0")
+    )
+    tests = {
+        "rule_files": [str(RULES)],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [
+                    {"series": series(labels), "values": "0 0 1 1"},
+                    {"series": series(other), "values": "0 0 0 0"},
+                ],
+                "alert_rule_test": [
+                    {"eval_time": "1m", "alertname": "GpuQuarantined", "exp_alerts": []},
+                    {
+                        "eval_time": "2m",
+                        "alertname": "GpuQuarantined",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {"severity": "critical", **labels},
+                                "exp_annotations": {
+                                    "summary": "GPU 1 on gpu-0 is quarantined",
+                                    "description": description,
+                                },
+                            }
+                        ],
+                    },
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "quarantine_test.yml"
+    path.write_text(yaml.safe_dump(tests, sort_keys=False))
+    done = _promtool("test", "rules", str(path))
+    assert done.returncode == 0, done.stdout + done.stderr

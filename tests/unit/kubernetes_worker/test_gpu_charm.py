@@ -1657,6 +1657,7 @@ def test_a_gpu_node_has_its_dcgm_exporter_scraped_with_the_gpu_rules_and_dashboa
         job("kubelet", 6446),
         job("kubelet-cadvisor", 6446, "/metrics/cadvisor"),
         job("dcgm-exporter", 9400),
+        job("gpu-watcher", 6448),  # the GPU health watcher's gauges (gpu_health.py)
         job("unit-state", 6447, "/metrics/kubernetes-worker-0"),
     ]
     state = machine.host().read("/var/lib/gpu-k8s/unit-state/kubernetes-worker-0.prom")
@@ -1685,3 +1686,76 @@ def test_a_cpu_node_offers_no_gpu_scrape_job(machine, api, tmp_path):
         "kubernetes-worker_unit-state",
     ]
     assert config["dashboards"]  # the same rules and dashboards: the app may hold both
+
+
+# -- the GPU health watcher (issue 32 items 1, 2; gpu_health.py, gpu_watcher.py)
+
+WATCHER = "gpu-k8s-gpu-watcher"
+
+
+def test_a_joined_gpu_node_runs_the_gpu_health_watcher_as_its_node(ctx, machine, api, driver):
+    state = joined_gpu_node(ctx, api, driver)
+    unit = machine.path(f"/etc/systemd/system/{WATCHER}.service")
+    assert unit.stat().st_mode & 0o777 == 0o644
+    text = unit.read_text()
+    assert "--node ip-10-0-1-17" in text and "--escalation 3/10m" in text
+    program = machine.path("/usr/local/lib/gpu-k8s/gpu_watcher.py")
+    assert program.stat().st_mode & 0o777 == 0o644
+    assert json.loads(machine.path("/usr/local/lib/gpu-k8s/xid_catalog.json").read_text())["xids"]
+    api_file = machine.path("/etc/gpu-k8s/gpu-watcher-api.json")
+    assert api_file.stat().st_mode & 0o777 == 0o600
+    access = json.loads(api_file.read_text())
+    assert access["client"] == "/var/lib/kubelet/pki/kubelet-client-current.pem"  # a path only
+    assert "PRIVATE KEY" not in api_file.read_text()
+    assert machine.services[WATCHER].active and machine.services[WATCHER].enabled
+    restarts = machine.services[WATCHER].restarts
+    ctx.run(ctx.on.update_status(), state)  # nothing changed: left running
+    assert machine.services[WATCHER].restarts == restarts
+
+
+def test_the_watcher_restarts_when_stopped_or_its_escalation_changes(ctx, machine, api, driver):
+    state = joined_gpu_node(ctx, api, driver)
+    machine.services[WATCHER].active = False  # it died (systemctl is-active says so)
+    ctx.run(ctx.on.update_status(), state)
+    assert machine.services[WATCHER].active
+    restarts = machine.services[WATCHER].restarts
+    ctx.run(ctx.on.config_changed(), with_config(state, **{"gpu-xid-escalation": "5/1h"}))
+    assert machine.services[WATCHER].restarts == restarts + 1
+    unit = machine.path(f"/etc/systemd/system/{WATCHER}.service").read_text()
+    assert "--escalation 5/1h" in unit
+
+
+def test_a_bad_escalation_blocks_with_the_form_it_takes(ctx, machine, api, driver):
+    state = joined_gpu_node(ctx, api, driver)
+    out = ctx.run(ctx.on.config_changed(), with_config(state, **{"gpu-xid-escalation": "3"}))
+    assert out.unit_status.name == "blocked"
+    assert "gpu-xid-escalation" in out.unit_status.message
+    assert "<count>/<window> such as 3/10m" in out.unit_status.message
+
+
+def test_a_quarantined_gpu_blocks_the_unit_naming_it_and_what_comes_next(
+    ctx, machine, api, driver
+):
+    state = joined_gpu_node(ctx, api, driver)
+    uuid = "GPU-7f3e9a2c-5d41-4b8e-9c0a-1e2f3a4b5c6d"
+    record = {
+        "index": "1",
+        "uuid": uuid,
+        "reason": "Xid79",
+        "action": "reboot",
+        "at": "2026-11-28T10:00:00Z",
+        "since": 1.0,
+        "message": "",
+        "applied": True,
+    }
+    machine.path("/var/lib/gpu-k8s").mkdir(parents=True, exist_ok=True)
+    machine.path("/var/lib/gpu-k8s/gpu-health.json").write_text(
+        json.dumps({"quarantined": {uuid: record}})
+    )
+    out = ctx.run(ctx.on.update_status(), state)
+    assert out.unit_status == testing.BlockedStatus(
+        f"GPU 1 ({uuid}) quarantined at 2026-11-28T10:00:00Z: Xid79; node ip-10-0-1-17 "
+        "cordoned with condition GpuHealthy=False and its pods evicted; NVIDIA's catalog asks "
+        "for a reboot of the machine; it stays out of service until repaired and readmitted "
+        "(README, GPU health: kubernetes-worker/0)"
+    )

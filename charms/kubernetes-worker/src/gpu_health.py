@@ -1,0 +1,131 @@
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""The GPU health watcher on this machine: installed, kept running, and what it found.
+
+The watcher (gpu_watcher.py, run by the machine's python3 with the standard library only)
+follows the kernel log and nvidia-smi and quarantines a failing GPU as this node within
+seconds: it cannot wait for a hook (update-status runs every 5 minutes). This module,
+called from each hook on a joined GPU node, installs its program and the XID catalog
+under /usr/local/lib/gpu-k8s (0644, as the unit-state server's), writes the API access it
+uses (the API server, the cluster CA and the path of the kubelet's rotating client
+certificate: never the key itself), a systemd unit (0644), restarts it when any of them
+changed and starts it again when `systemctl is-active` says it is not running. It reads
+the watcher's state file for the unit's status.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shlex
+from pathlib import Path
+
+import yaml
+
+from charms.gpu_k8s.v0.kubeadm import KUBELET_CONF
+from charms.gpu_k8s.v0.system import SYSTEMCTL, CommandError, Host
+
+SERVICE = "gpu-k8s-gpu-watcher"
+SERVICE_FILE = f"/etc/systemd/system/{SERVICE}.service"
+PROGRAM = "/usr/local/lib/gpu-k8s/gpu_watcher.py"
+CATALOG = "/usr/local/lib/gpu-k8s/xid_catalog.json"
+API_CONFIG = "/etc/gpu-k8s/gpu-watcher-api.json"
+STATE = "/var/lib/gpu-k8s/gpu-health.json"
+PYTHON = "/usr/bin/python3"
+METRICS_PORT = 6448  # next to the unit-state server's 6447
+KUBELET_CLIENT = "/var/lib/kubelet/pki/kubelet-client-current.pem"  # node_identity.py
+_SRC = Path(__file__).parent
+
+
+class GpuHealthError(Exception):
+    """The watcher cannot be set up (no kubelet identity yet)."""
+
+
+def unit_text(node: str, escalation: str) -> str:
+    """The systemd unit: runs as root (it reads /dev/kmsg and the kubelet's key)."""
+    argv = [PYTHON, PROGRAM, "--node", node, "--api", API_CONFIG, "--catalog", CATALOG]
+    argv += ["--state", STATE, "--escalation", escalation, "--metrics-port", str(METRICS_PORT)]
+    return (
+        "# Written by the kubernetes-worker charm (gpu_health.py).\n"
+        "[Unit]\n"
+        "Description=gpu-k8s GPU health watcher (quarantines a failing GPU)\n"
+        "After=network.target kubelet.service\n\n"
+        "[Service]\n"
+        f"ExecStart={shlex.join(argv)}\n"
+        "Restart=always\n"
+        "RestartSec=2\n\n"
+        "[Install]\n"
+        "WantedBy=multi-user.target\n"
+    )
+
+
+def api_config(host: Host) -> str:
+    """The API server, its CA and the kubelet's certificate path, from kubelet.conf."""
+    text = host.read(KUBELET_CONF)
+    if not text:
+        raise GpuHealthError(f"no {KUBELET_CONF}: this machine has not joined")
+    config = yaml.safe_load(text)
+    cluster = config["clusters"][0]["cluster"]
+    ca = cluster.get("certificate-authority-data")
+    ca_pem = base64.b64decode(ca).decode() if ca else host.read(cluster["certificate-authority"])
+    if not ca_pem:
+        raise GpuHealthError(f"{KUBELET_CONF} names no cluster CA")
+    return json.dumps({"server": cluster["server"], "ca": ca_pem, "client": KUBELET_CLIENT})
+
+
+def ensure(host: Host, node: str, escalation: str) -> bool:
+    """Install or update the watcher and keep it running; True when it was (re)started."""
+    changed = host.write(API_CONFIG, api_config(host), mode=0o600)
+    changed = host.write(CATALOG, (_SRC / "xid_catalog.json").read_text()) or changed
+    changed = host.write(PROGRAM, (_SRC / "gpu_watcher.py").read_text()) or changed
+    changed = host.write(SERVICE_FILE, unit_text(node, escalation)) or changed
+    if not changed and active(host):
+        return False
+    host.run(SYSTEMCTL, "daemon-reload")
+    host.run(SYSTEMCTL, "enable", f"{SERVICE}.service")
+    host.run(SYSTEMCTL, "restart", f"{SERVICE}.service")
+    return True
+
+
+def active(host: Host) -> bool:
+    """`systemctl is-active` (exit 3: inactive; 4: no such unit)."""
+    try:
+        host.run(SYSTEMCTL, "is-active", "--quiet", f"{SERVICE}.service")
+    except CommandError:
+        return False
+    return True
+
+
+def quarantined(host: Host) -> list[dict]:
+    """The GPUs the watcher quarantined (its state file), oldest first."""
+    text = host.read(STATE)
+    if not text:
+        return []
+    try:
+        found = json.loads(text).get("quarantined") or {}
+    except ValueError:
+        return []
+    return sorted(found.values(), key=lambda q: q.get("since", 0))
+
+
+NEXT = {
+    "reset-gpu": "a GPU reset",
+    "reboot": "a reboot of the machine",
+    "support": "NVIDIA support (no automatic repair is known)",
+}
+
+
+def status_message(node: str, unit: str, entries: list[dict]) -> str | None:
+    """The unit's Blocked message while a GPU is quarantined (None: none is)."""
+    if not entries:
+        return None
+    first = entries[0]
+    others = f" (+{len(entries) - 1} more GPUs)" if len(entries) > 1 else ""
+    need = NEXT.get(first.get("action", ""), "a repair")
+    return (
+        f"GPU {first['index']} ({first['uuid']}) quarantined at {first['at']}: "
+        f"{first['reason']}{others}; node {node} cordoned with condition GpuHealthy=False "
+        f"and its pods evicted; NVIDIA's catalog asks for {need}; it stays out of service "
+        f"until repaired and readmitted (README, GPU health: {unit})"
+    )
