@@ -8,12 +8,15 @@ A bootstrapped leader (fake machine, fake API server, fake etcd) that knows N wo
 handles a `workers` relation-changed (one unit's databag, nothing new: what 1,000
 workers send all day) and `update-status` (every 5 minutes), each SAMPLES times.
 Printed per event: median wall time of one whole ops.testing run (framework included),
-growth from 100 to 1,000 workers, and the API requests and commands the runs made:
-none for relation-changed; update-status reads the Node table once (to count the Ready
-nodes) and asks etcd for its members once (not an API request).
+growth from 100 to 1,000 workers, and the API requests and commands the runs made, none
+of them per worker: every event reads the readiness of the three controllers the leader
+runs (calico-kube-controllers, JobSet's and Kueue's managers: one GET each, 3 per event;
+2 before Calico, at 7a3cf87); update-status also reads the Node table once (to count the
+Ready nodes) and asks etcd for its members once (not an API request).
 
-Offline: JobSet's and Kueue's release manifests come from `fakes.addons.ManifestServer` on
-127.0.0.1, as in the control plane's unit tests (their conftest), not from GitHub.
+Offline: JobSet's, Kueue's, Calico's and the EFS CSI driver's files come from
+`fakes.addons.ManifestServer` on 127.0.0.1, as in the control plane's unit tests (their
+conftest), not from GitHub.
 
 Target (DESIGN.md): <= 50 ms at 1,000 workers, growth 100 -> 1,000 at most linear.
 """
@@ -37,10 +40,11 @@ sys.path[:0] = [
 ]
 
 import addons  # noqa: E402
+import efs_csi  # noqa: E402
 from ops import testing  # noqa: E402
 
 import charm  # noqa: E402
-from fakes.addons import ManifestServer  # noqa: E402
+from fakes.addons import EFS_CSI_PATH, ManifestServer  # noqa: E402
 from fakes.control_plane import Clock, ControlPlaneMachine, node  # noqa: E402
 from fakes.etcd import EtcdPki, FakeEtcd  # noqa: E402
 from fakes.kube_apiserver import FakeKubeApiServer  # noqa: E402
@@ -96,19 +100,27 @@ def measure(api: FakeKubeApiServer, etcd: FakeEtcd, root: Path, n: int) -> tuple
 
 @contextlib.contextmanager
 def local_releases():
-    """The batch engines' release assets from 127.0.0.1 (the unit tests' `releases` fixture)."""
-    saved = addons.JOBSET, addons.KUEUE, charm.KubernetesControlPlaneCharm.url_opener
+    """Every release asset from 127.0.0.1, as the unit tests' `releases` fixture serves them.
+
+    JobSet's, Kueue's, Calico's and the EFS CSI driver's files.
+    """
+    names = ("JOBSET", "KUEUE", "CALICO_RELEASE")
+    saved = [getattr(addons, n) for n in names]
+    saved_csi, saved_opener = efs_csi.UPSTREAM, charm.KubernetesControlPlaneCharm.url_opener
     with ManifestServer() as server:
-        for name in ("JOBSET", "KUEUE"):
+        for name in names:
             release = getattr(addons, name)
             local = f"{server.url}{server.path(release.name)}"
             setattr(addons, name, dataclasses.replace(release, upstream_url=local))
+        efs_csi.UPSTREAM = f"{server.url}{EFS_CSI_PATH}"
         charm.KubernetesControlPlaneCharm.url_opener = staticmethod(server.opener())
         try:
             yield server
         finally:
-            addons.JOBSET, addons.KUEUE = saved[:2]
-            charm.KubernetesControlPlaneCharm.url_opener = staticmethod(saved[2])
+            for name, release in zip(names, saved, strict=True):
+                setattr(addons, name, release)
+            efs_csi.UPSTREAM = saved_csi
+            charm.KubernetesControlPlaneCharm.url_opener = staticmethod(saved_opener)
 
 
 def main() -> None:
