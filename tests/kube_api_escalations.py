@@ -277,6 +277,66 @@ ESCALATIONS: list[Escalation] = [
             },
         ),
     ),
+    # Own-namespace rules that are escalations although they stay in the namespace
+    # (issue 29 item 1, the reviewer's second pass): status subresources are the
+    # controllers' to write, pods/ephemeralcontainers adds an unaccounted container to a
+    # running pod, and the namespace's ResourceQuota and LimitRange are the operator's.
+    Escalation(
+        "own-service-status-load-balancer-ip",
+        "CVE-2020-8554",
+        rules=[rule("", ["services/status"], ["patch", "update"])],
+        attempt=Attempt(
+            "PATCH",
+            f"/api/v1/namespaces/{HOSTILE}/services/mitm/status",
+            {"status": {"loadBalancer": {"ingress": [{"ip": "10.96.0.10"}]}}},
+            "application/merge-patch+json",
+        ),
+    ),
+    Escalation(
+        "own-workload-status-admission",
+        "admits",
+        rules=[rule("kueue.x-k8s.io", ["workloads/status"], ["patch"])],
+        attempt=Attempt(
+            "PATCH",
+            f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{HOSTILE}/workloads/jump/status",
+            {"status": {"admission": {"clusterQueue": "team-alice", "podSetAssignments": []}}},
+            "application/merge-patch+json",
+        ),
+    ),
+    Escalation(
+        "own-pod-status",
+        "status subresource",
+        rules=[rule("", ["pods/status"], ["update"])],
+        attempt=Attempt(
+            "PATCH",
+            f"/api/v1/namespaces/{HOSTILE}/pods/web/status",
+            {"status": {"podIP": "10.0.0.10"}},
+            "application/merge-patch+json",
+        ),
+    ),
+    Escalation(
+        "own-pod-ephemeral-containers",
+        "ephemeral container",
+        rules=[rule("", ["pods/ephemeralcontainers"], ["patch", "update"])],
+        attempt=Attempt(
+            "PATCH",
+            f"/api/v1/namespaces/{HOSTILE}/pods/web/ephemeralcontainers",
+            {"spec": {"ephemeralContainers": [{"name": "x", "image": "busybox"}]}},
+            "application/strategic-merge-patch+json",
+        ),
+    ),
+    Escalation(
+        "own-resource-quota-delete",
+        "resourcequotas",
+        rules=[rule("", ["resourcequotas"], ["delete"])],
+        attempt=Attempt("DELETE", f"/api/v1/namespaces/{HOSTILE}/resourcequotas/limits"),
+    ),
+    Escalation(
+        "own-limit-range-delete",
+        "limitranges",
+        rules=[rule("", ["limitranges"], ["delete", "deletecollection"])],
+        attempt=Attempt("DELETE", f"/api/v1/namespaces/{HOSTILE}/limitranges/defaults"),
+    ),
     Escalation(
         "cluster-write-not-on-allow-list",
         "allow-list",

@@ -118,6 +118,18 @@ def selects(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bo
     return True
 
 
+@dataclasses.dataclass(frozen=True)
+class External:
+    """An address off the pod network as a destination (the metadata service, S3).
+
+    No NetworkPolicy selects it, so only the source's egress decides; it matches `ipBlock`
+    peers only ("Behavior of to and from selectors": ipBlock for cluster-external IPs).
+    """
+
+    ip: str
+    ports: Mapping[str, tuple[int, str]] = dataclasses.field(default_factory=dict)
+
+
 class Cluster:
     """Namespaces (with labels), nodes, pods and NetworkPolicy manifests."""
 
@@ -147,8 +159,14 @@ class Cluster:
 
     # -- the question tests ask ----------------------------------------------------------
 
-    def allowed(self, source: Pod | Node, dest: Pod, port: int, protocol: str = "TCP") -> bool:
+    def allowed(
+        self, source: Pod | Node, dest: Pod | External, port: int, protocol: str = "TCP"
+    ) -> bool:
         """Whether `source` may open a connection to `dest` on `port`/`protocol`."""
+        if isinstance(dest, External):
+            if isinstance(source, Node):
+                return True  # a node's own traffic is no pod's: no policy selects it
+            return self._egress_allows(source, dest, port, protocol)
         if isinstance(source, Pod) and source == dest:
             return True  # a pod cannot block access to itself
         if isinstance(source, Node) and source.name == dest.node:
@@ -187,7 +205,7 @@ class Cluster:
                     return True
         return False
 
-    def _egress_allows(self, source: Pod, dest: Pod, port: int, protocol: str) -> bool:
+    def _egress_allows(self, source: Pod, dest: Pod | External, port: int, protocol: str) -> bool:
         policies = self._selecting(source, "Egress")
         if not policies:
             return True
@@ -201,17 +219,19 @@ class Cluster:
         return False
 
     def _peers_match(
-        self, peers: list[Mapping[str, Any]] | None, other: Pod | Node, namespace: str
+        self, peers: list[Mapping[str, Any]] | None, other: Pod | Node | External, namespace: str
     ) -> bool:
         """Whether `other` is one of `peers` for a policy in `namespace` (None/[]: anyone)."""
         if not peers:
             return True
         return any(self._peer_matches(peer, other, namespace) for peer in peers)
 
-    def _peer_matches(self, peer: Mapping[str, Any], other: Pod | Node, namespace: str) -> bool:
+    def _peer_matches(
+        self, peer: Mapping[str, Any], other: Pod | Node | External, namespace: str
+    ) -> bool:
         if "ipBlock" in peer:
             return _in_block(peer["ipBlock"], self._address(other))
-        if isinstance(other, Node) or other.host_network:
+        if isinstance(other, (Node, External)) or other.host_network:
             return False  # selectors pick pods on the pod network
         pod_selector = peer.get("podSelector")
         ns_selector = peer.get("namespaceSelector")
@@ -221,8 +241,8 @@ class Cluster:
             return False
         return pod_selector is None or selects(pod_selector, other.labels)
 
-    def _address(self, other: Pod | Node) -> str:
-        if isinstance(other, Node):
+    def _address(self, other: Pod | Node | External) -> str:
+        if isinstance(other, (Node, External)):
             return other.ip
         if other.host_network:
             return self.nodes[other.node].ip
@@ -236,7 +256,7 @@ def _policy_types(spec: Mapping[str, Any]) -> list[str]:
 
 
 def _ports_match(
-    ports: list[Mapping[str, Any]] | None, dest: Pod, port: int, protocol: str
+    ports: list[Mapping[str, Any]] | None, dest: Pod | External, port: int, protocol: str
 ) -> bool:
     if not ports:
         return True
@@ -258,6 +278,7 @@ def _ports_match(
 
 def _in_block(block: Mapping[str, Any], address: str) -> bool:
     ip = ipaddress.ip_address(address)
-    if ip not in ipaddress.ip_network(block["cidr"], strict=False):
+    network = ipaddress.ip_network(block["cidr"], strict=False)
+    if ip.version != network.version or ip not in network:
         return False
     return not any(ip in ipaddress.ip_network(e, strict=False) for e in block.get("except") or [])

@@ -36,11 +36,12 @@ The file system policy (`policy`): EFS evaluates it for every NFS client, IAM-si
 anonymous (EFS user guide, "Using IAM to control access to file systems"; the default
 policy, used while none is set, allows ClientMount, ClientWrite and ClientRootAccess to
 any client that comes through a mount target). Ours keeps mount and write for clients
-through a mount target, denies every action without TLS (`aws:SecureTransport` false:
-the user guide's "Enforce encryption in transit" example) and denies ClientRootAccess
-except through the charm's own access points that act as root (`elasticfilesystem:
-AccessPointArn`; a negated string condition matches when the key is absent, IAM user
-guide, "Condition operators": so a mount without an access point is denied root). Its
+through a mount target, denies mount and write to a client without an access point
+(`Null` on `elasticfilesystem:AccessPointArn`), denies every action without TLS
+(`aws:SecureTransport` false: the user guide's "Enforce encryption in transit" example)
+and denies ClientRootAccess except through the charm's own access points that act as
+root (`elasticfilesystem:AccessPointArn`; a negated string condition matches when the key
+is absent, IAM user guide, "Condition operators"). Its
 text stays far below the 20,000-character limit ("Creating file system policies") while
 fewer than ~150 consumers act as root.
 """
@@ -221,7 +222,7 @@ def _serves(ap: AccessPoint, want: Wanted) -> bool:
 
 
 def policy(fs_arn: str, root_access_points: list[str]) -> dict[str, Any]:
-    """The file system policy: TLS only, root only through the given access point ARNs."""
+    """The file system policy: TLS and an access point only; root only through the given ARNs."""
     statements: list[dict[str, Any]] = [
         {
             "Sid": "MountAndWriteThroughMountTargets",
@@ -244,6 +245,26 @@ def policy(fs_arn: str, root_access_points: list[str]) -> dict[str, Any]:
             "Condition": {"Bool": {"aws:SecureTransport": "false"}},
         },
     ]
+    # Every consumer mounts through its access point (the policy goes on only once no plain
+    # NFS volume is left: charm.py _confine), so a client without one is refused outright:
+    # a tenant pod speaking NFS over TLS to a mount target itself would otherwise pick any
+    # uid and read or write another team's directory. `Null: true` matches when the key is
+    # absent (IAM user guide, "Condition operators": "Condition operator to check existence
+    # of condition keys"), and EFS sets `elasticfilesystem:AccessPointArn` only for a
+    # client that mounts through an access point (EFS user guide, "Using access points in
+    # IAM policies", access-points-iam-policy; "Using IAM to control access to file
+    # systems", EFS condition keys for clients). Principal `{"AWS": "*"}` takes in the
+    # anonymous clients, as the CSI driver's `tls` mounts without `iam` are.
+    statements.append(
+        {
+            "Sid": "MountOnlyThroughAnAccessPoint",
+            "Effect": "Deny",
+            "Principal": {"AWS": "*"},
+            "Action": ["elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite"],
+            "Resource": fs_arn,
+            "Condition": {"Null": {"elasticfilesystem:AccessPointArn": "true"}},
+        }
+    )
     root_deny: dict[str, Any] = {
         "Sid": "RootOnlyThroughTheCharmsAccessPoints",
         "Effect": "Deny",

@@ -9,8 +9,10 @@ reach each other on the TensorFlow port, and TensorBoard and serving from the te
 namespace). kubernetes.io/docs/concepts/services-networking/network-policies/, "Default
 deny all ingress traffic": an empty podSelector with policyTypes [Ingress] and no rules
 isolates every pod of the namespace for ingress; policies are additive, so a team's own
-allow policies open exactly what they name. Egress is left open: pods reach kube-dns,
-the API server and the outside (the dataset importer's S3 and https) as before.
+allow policies open exactly what they name. Egress is open but for EC2's instance
+metadata service (`deny_instance_metadata`), which would hand any pod the node's IAM role
+credentials: pods reach kube-dns, the API server and the outside (the dataset importer's
+S3 and https) as before.
 
 What still reaches a team's pods (the same page): their own node (kubelet's probes,
 `kubectl port-forward`, which kubelet serves inside the pod's network namespace), and
@@ -31,6 +33,11 @@ from collections.abc import Iterable
 from literals import FIELD_MANAGER, MANAGED_BY_LABEL
 
 NAME = "gpu-k8s-default-deny-ingress"
+METADATA_NAME = "gpu-k8s-deny-instance-metadata"
+# EC2's instance metadata service, IPv4 and IPv6 (EC2 user guide, "Access instance metadata
+# for an EC2 instance": http://169.254.169.254 and, on Nitro instances, [fd00:ec2::254]):
+# it hands out the node's IAM role credentials to whoever reaches it.
+METADATA_ADDRESSES = ("169.254.169.254/32", "fd00:ec2::254/128")
 # flannel enforces no NetworkPolicy ("Flannel is focused on networking. For network policy,
 # other projects such as Calico can be used", flannel-io/flannel README): while it is the
 # cluster's CNI the policies are stored and do nothing, and the status says so.
@@ -52,6 +59,41 @@ def default_deny_ingress(namespace: str) -> dict:
     }
 
 
+def deny_instance_metadata(namespace: str) -> dict:
+    """The policy that lets `namespace`'s pods reach every address but the metadata service.
+
+    An egress rule whose `to` is an `ipBlock` of the whole address space `except` the
+    metadata addresses (network-policies page, "The NetworkPolicy resource": ipBlock with
+    except; policies are additive, so a team's own egress policy could open it again for
+    its own pods only). Calico matches ipBlock against pod and node addresses too (its
+    NetworkPolicy `ipBlock` becomes a Calico `nets` match on any address: tigera/docs
+    calico/reference/resources/networkpolicy.mdx, EntityRule `nets`), so DNS, other pods
+    and the API server stay reachable. Traffic is policed after kube-proxy's DNAT, so a
+    Service address is seen as its pod's.
+    """
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": METADATA_NAME,
+            "namespace": namespace,
+            "labels": {MANAGED_BY_LABEL: FIELD_MANAGER},
+        },
+        "spec": {
+            "podSelector": {},
+            "policyTypes": ["Egress"],
+            "egress": [
+                {
+                    "to": [
+                        {"ipBlock": {"cidr": "0.0.0.0/0", "except": [METADATA_ADDRESSES[0]]}},
+                        {"ipBlock": {"cidr": "::/0", "except": [METADATA_ADDRESSES[1]]}},
+                    ]
+                }
+            ],
+        },
+    }
+
+
 def enforced(cni: str) -> bool:
     """Whether the CNI applied enforces NetworkPolicy: Calico does, flannel does not.
 
@@ -66,4 +108,8 @@ def enforced(cni: str) -> bool:
 
 def manifests(namespaces: Iterable[str]) -> list[dict]:
     """The policies of every consumer namespace, in name order."""
-    return [default_deny_ingress(ns) for ns in sorted(set(namespaces))]
+    return [
+        policy(ns)
+        for ns in sorted(set(namespaces))
+        for policy in (default_deny_ingress, deny_instance_metadata)
+    ]

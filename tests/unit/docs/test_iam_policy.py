@@ -145,3 +145,15 @@ def test_every_write_on_what_exists_requires_the_charms_tag():
         if granted:
             condition = json.dumps(statement.get("Condition") or {})
             assert f"aws:ResourceTag/{tag}" in condition, (statement["Sid"], granted)
+
+
+def test_network_interfaces_are_deleted_or_changed_only_in_the_models_vpc():
+    """EFS's mount-target interfaces carry no tag of ours: the VPC bounds them (issue 29)."""
+    policy = _policy()
+    for action in ("ec2:DeleteNetworkInterface", "ec2:ModifyNetworkInterfaceAttribute"):
+        statements = [s for s in policy["Statement"] if action in _listed(s["Action"])]
+        assert statements, action
+        for statement in statements:
+            condition = statement.get("Condition") or {}
+            keys = {key for by_key in condition.values() for key in by_key}
+            assert keys & {"ec2:Vpc", "ec2:Subnet"}, f"{statement['Sid']}: {action} unscoped"

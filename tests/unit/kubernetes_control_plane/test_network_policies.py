@@ -13,7 +13,7 @@ import pytest
 from ops import testing
 
 from fakes.control_plane import kube_api_relation, peer, peers
-from fakes.netpol import Cluster, Node, Pod
+from fakes.netpol import Cluster, External, Node, Pod
 
 NETPOL = "/apis/networking.k8s.io/v1"
 LOCALQUEUES = [
@@ -23,6 +23,9 @@ LOCALQUEUES = [
 # DCGM exporter and kube-state-metrics on hostNetwork (dcgm_exporter.py, kube_state_metrics.py;
 # the GPU components' namespace is gpu-k8s-gpu on the branch moving them out of kube-system).
 NODES = (Node("cp-0", "10.0.0.10"), Node("gpu-0", "10.0.0.20"), Node("gpu-1", "10.0.0.21"))
+# EC2's instance metadata service (IPv4 and, on Nitro instances, IPv6: EC2 user guide,
+# "Access instance metadata for an EC2 instance")
+IMDS = (External("169.254.169.254"), External("fd00:ec2::254"))
 
 
 @pytest.fixture
@@ -75,11 +78,12 @@ def test_every_consumer_namespace_denies_ingress_from_every_other_pod(ctx, boots
     storage = kube_api_relation("efs-storage", "storage")
     granted(ctx, bootstrapped, a, b, storage)
 
-    assert sorted((p["metadata"]["namespace"], p["metadata"]["name"]) for p in policies(api)) == [
+    names = {(p["metadata"]["namespace"], p["metadata"]["name"]) for p in policies(api)}
+    assert {
         ("storage", "gpu-k8s-default-deny-ingress"),
         ("team-a", "gpu-k8s-default-deny-ingress"),
         ("team-b", "gpu-k8s-default-deny-ingress"),
-    ]
+    } <= names
     c = cluster(api, team_pods())
     a0, tb, b0 = (
         c.pod("team-a", "a-worker-0"),
@@ -103,6 +107,31 @@ def test_every_consumer_namespace_denies_ingress_from_every_other_pod(ctx, boots
     # kubelet (probes, port-forward) on the pod's own node; not another node
     assert c.allowed(NODES[1], a0, 6006)
     assert not c.allowed(NODES[2], a0, 6006)
+
+
+def test_no_consumer_pod_reaches_the_instance_metadata_service(ctx, bootstrapped, api):
+    """The node's IAM role credentials are at 169.254.169.254 (issue 29 item 8, review)."""
+    c = cluster(api, team_pods())
+    assert c.allowed(c.pod("team-a", "a-worker-0"), IMDS[0], 80)  # the probe: open before
+
+    a = kube_api_relation("tensorflow", "team-a", LOCALQUEUES)
+    storage = kube_api_relation("efs-storage", "storage")
+    granted(ctx, bootstrapped, a, storage)
+    c = cluster(api, team_pods())
+    a0, dirs = c.pod("team-a", "a-worker-0"), c.pod("storage", "efs-dirs")
+    for pod in (a0, dirs):
+        for imds in IMDS:
+            assert not c.allowed(pod, imds, 80), (pod.name, imds)
+        # everything else stays open: DNS, other pods as their ingress allows, the API
+        # server on a node, S3 and https outside
+        coredns = c.pod("kube-system", "coredns")
+        assert c.allowed(pod, coredns, 53, "UDP") and c.allowed(pod, coredns, 53, "TCP")
+        assert c.allowed(pod, c.pod("gpu-k8s-gpu", "dcgm"), 9400)
+        assert c.allowed(pod, External("10.0.0.10"), 6443)
+        assert c.allowed(pod, External("52.216.8.1"), 443)
+        assert c.allowed(pod, External("2600:1f18::1"), 443)
+    # the nodes' own processes (kubelet, the charms) still read it: no policy selects them
+    assert c.allowed(NODES[1], IMDS[0], 80)
 
 
 def test_policies_are_applied_once_and_follow_new_namespaces(ctx, bootstrapped, api):

@@ -41,7 +41,7 @@ from charms.gpu_k8s.v0.databag import Databag, Endpoint, explain, write
 
 LIBID = "26b1d42dbc2949cb8a83e29b11759d4f"
 LIBAPI = 0
-LIBPATCH = 15
+LIBPATCH = 16
 
 logger = logging.getLogger(__name__)
 
@@ -152,6 +152,53 @@ _ENDPOINTS = "endpoints writes (traffic to other namespaces' pods: CVE-2021-2574
 _SECRETS = (
     "secrets cannot be granted cluster-wide, only in rules (RBAC good practices: Listing secrets)"
 )
+
+# Writes that are escalations even in the consumer's own namespace, though RBAC would keep
+# them there (issue 29 item 1, second review): neither tensorflow nor efs-storage asks for
+# any (their literals.py), so each is refused in `rules` as in `cluster-rules`.
+# - A status subresource is its controller's record of the world, which other components
+#   act on: a Service's status.loadBalancer.ingress makes kube-proxy on every node send
+#   that IP's traffic to the Service, other namespaces' included (CVE-2020-8554,
+#   kubernetes/kubernetes#97076, GHSA-j9wf-vvm6-4r9w: "patch services/status"); a Pod's
+#   status.podIP goes into its Services' EndpointSlices (as CVE-2021-25740's writes do).
+_STATUS = "status subresources are their controllers' to write"
+_OWN_NAMESPACE_WRITES = {
+    ("", "services/status"): (
+        "services/status (a LoadBalancer ingress IP intercepts the cluster's traffic to it:"
+        " CVE-2020-8554, kubernetes/kubernetes#97076)"
+    ),
+    # Kueue starts a suspended Job once its Workload is admitted (kueue pkg/controller/
+    # jobframework/reconciler.go: "start the job if the workload has been admitted"); the
+    # admission is written in workloads/status, so writing it admits a job past the quota.
+    ("kueue.x-k8s.io", "workloads/status"): (
+        "kueue workloads/status (writing status.admission admits a job past the quota)"
+    ),
+    # An ephemeral container joins a running pod, its volumes and service account included,
+    # with no resources of its own ("Ephemeral containers use spare resources already
+    # allocated to the pod", core/v1 EphemeralContainer.resources; kubernetes.io/docs/
+    # concepts/workloads/pods/ephemeral-containers): into the pods of another party in the
+    # namespace (efs-storage's claims' users, the control plane's), past Kueue's accounting.
+    ("", "pods/ephemeralcontainers"): (
+        "pods/ephemeralcontainers (an ephemeral container joins a running pod, unaccounted)"
+    ),
+    # The namespace's ResourceQuota and LimitRange bound what the team may use
+    # (kubernetes.io/docs/concepts/policy/resource-quotas): the operator's, not the team's.
+    ("", "resourcequotas"): "resourcequotas writes (the namespace's quota is the operator's)",
+    ("", "limitranges"): "limitranges writes (the namespace's limits are the operator's)",
+}
+
+
+def _own_namespace_write(group: str, resource: str, verbs: set[str]) -> str | None:
+    """Why writing (group, resource) is refused in any scope (_OWN_NAMESPACE_WRITES)."""
+    if verbs <= READ_VERBS:
+        return None
+    named = _OWN_NAMESPACE_WRITES.get((group, resource))
+    if named:
+        return named
+    if resource.endswith("/status"):
+        what = f"{group}/{resource}" if group else resource
+        return f"{what}: {_STATUS}"
+    return None
 
 
 # By API group, or by (group, resource) in any scope (a Role naming these cluster-scoped
@@ -273,7 +320,8 @@ def check_policy(request: RequirerAppData, *, provisioner: bool = False) -> str 
     """Return why `request` leaves the allow-list, or None when it is fine.
 
     A consumer gets rules in its own namespace (`rules`: anything but RBAC objects, the
-    Namespace itself and the cluster-scoped escalation paths) and, cluster-wide
+    Namespace itself, the cluster-scoped escalation paths and the writes of
+    _OWN_NAMESPACE_WRITES and status subresources) and, cluster-wide
     (`cluster-rules`), only CLUSTER_READS, NAMED_CLUSTER_OBJECTS by name and, when the
     operator trusts it as a storage `provisioner`, PROVISIONER_RULES. Its namespace must not
     be a system one (SYSTEM_NAMESPACES, or `kube-`); that no other grant holds it is the
@@ -331,6 +379,8 @@ def _resource_problem(
     provisioner: bool,
 ) -> str | None:
     cluster = scope == "cluster-rules"
+    if written := _own_namespace_write(group, resource, verbs):
+        return f"{scope}: {resource} refused: {written}"
     if cluster and (named := _not_own_name(group, resource, rule, namespace)):
         return named
     if cluster and _cluster_allowed(group, resource, verbs, rule, provisioner):
