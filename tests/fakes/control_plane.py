@@ -14,9 +14,11 @@ certSANs of the cluster's `kubeadm-config` ConfigMap, as the real join reads the
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import datetime
 import json
+import re
 import secrets
 import string
 from collections.abc import Callable
@@ -307,9 +309,11 @@ class ControlPlaneMachine:
         docs = list(yaml.safe_load_all(path.read_text()))
         self.inits.append(docs)
         init = next(d for d in docs if d["kind"] == "InitConfiguration")
+        ttls = []
         for bt in init.get("bootstrapTokens", []):
             self.tokens.append(bt["token"])
             self.live_tokens.add(bt["token"])
+            ttls.append((bt["token"], _hours(bt.get("ttl", "24h")), bt.get("groups")))
         self.machine.write("/etc/kubernetes/admin.conf", self.api.kubeconfig(ADMIN_TOKEN), 0o600)
         self.machine.write("/etc/kubernetes/pki/ca.crt", CA_PEM)
         self.machine.write("/etc/kubernetes/kubelet.conf", "apiVersion: v1\nkind: Config\n")
@@ -322,6 +326,8 @@ class ControlPlaneMachine:
             self.machine.write(f"/etc/kubernetes/{conf}", self.machine.admin_conf, 0o600)
         for pod in STATIC_PODS:
             self.machine.write(f"{MANIFESTS}/{pod}.yaml", f"# {pod}\n")
+        for token, hours, groups in ttls:  # kubeadm's bootstrap-token phase, once it can
+            self._put_token_secret(token, hours, groups)
         self._init_etcd(name, init["localAPIEndpoint"]["advertiseAddress"])
         self.pki.install(super_admin=True)
         self.kubelet.sync()
@@ -331,6 +337,29 @@ class ControlPlaneMachine:
         )
         self.api.put_object(f"/api/v1/nodes/{name}", node(name, control_plane=True))
         return "Your Kubernetes control-plane has initialized successfully!\n"
+
+    def _put_token_secret(self, token: str, hours: float, groups: list | None) -> None:
+        token_id, token_secret = token.split(".")
+        expires = self.api.clock() + hours * 3600
+        data = {
+            "token-id": token_id,
+            "token-secret": token_secret,
+            "expiration": datetime.datetime.fromtimestamp(expires, datetime.timezone.utc).strftime(
+                "%Y-%m-%dT%H:%M:%SZ"
+            ),
+            "usage-bootstrap-authentication": "true",
+            "usage-bootstrap-signing": "true",
+            "auth-extra-groups": ",".join(groups or DEFAULT_TOKEN_GROUPS),
+        }
+        self.api.put_object(
+            f"{TOKEN_SECRETS}/bootstrap-token-{token_id}",
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "type": "bootstrap.kubernetes.io/token",
+                "data": {k: _b64(v) for k, v in data.items()},
+            },
+        )
 
     def _token(self, argv: list[str], _input: str | None) -> str:
         if argv[2] == "create":
@@ -342,14 +371,39 @@ class ControlPlaneMachine:
             )
             self.tokens.append(token)
             self.live_tokens.add(token)
+            ttl = argv[argv.index("--ttl") + 1] if "--ttl" in argv else "24h"
+            self._put_token_secret(token, _hours(ttl), None)
             return token + "\n"
         if argv[2] == "delete":
             ids = {t.split(".")[0]: t for t in self.live_tokens}
             if argv[3] not in ids:
                 raise CommandError(argv, 1, f'bootstrap token "{argv[3]}" not found')
             self.live_tokens.discard(ids[argv[3]])
+            self.api.delete_object(f"{TOKEN_SECRETS}/bootstrap-token-{argv[3]}")
             return f"bootstrap token {argv[3]!r} deleted\n"
         raise CommandError(argv, 1, "fake kubeadm token: unsupported")
+
+
+# Where kubeadm keeps bootstrap tokens: one Secret per token (kubeadm
+# cmd/kubeadm/app/apis/bootstraptoken/v1/utils.go BootstrapTokenToSecret; its keys are
+# k8s.io/cluster-bootstrap token/api/types.go's), read by kube-apiserver's bootstrap token
+# authenticator (fakes.kube_auth) and deleted by `kubeadm token delete`.
+TOKEN_SECRETS = "/api/v1/namespaces/kube-system/secrets"
+# kubeadm's default groups for a token (constants.go NodeBootstrapTokenAuthGroup)
+DEFAULT_TOKEN_GROUPS = ["system:bootstrappers:kubeadm:default-node-token"]
+
+
+def _hours(ttl: str) -> float:
+    """Hours of a kubeadm `--ttl`/`ttl` duration ("24h", "6h0m0s", "30m")."""
+    match = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?", ttl)
+    if not match or not ttl:
+        raise ValueError(f"fake kubeadm: unsupported ttl {ttl!r}")
+    h, m, sec = (int(x or 0) for x in match.groups())
+    return h + m / 60 + sec / 3600
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
 
 
 def existing_cluster(api: FakeKubeApiServer, service_subnet: str = "10.96.0.0/12") -> None:

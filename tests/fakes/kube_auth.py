@@ -38,6 +38,14 @@ Authentication (kube-apiserver as kubeadm configures it):
   and its ServiceAccount exist; a TokenRequest token while its ServiceAccount (same uid)
   exists, until it expires (`clock`), and only if its audiences include the API server's
   (kubeadm's --service-account-issuer, which --api-audiences defaults to).
+- bootstrap tokens (kube-apiserver --enable-bootstrap-token-auth, which kubeadm sets; kubernetes
+  plugin/pkg/auth/authenticator/token/bootstrap/bootstrap.go AuthenticateToken): a bearer
+  token `<id>.<secret>` is looked up as the Secret `kube-system/bootstrap-token-<id>`; it is
+  accepted only while that Secret exists and is not being deleted, has the type
+  `bootstrap.kubernetes.io/token`, the same `token-secret` and `token-id`, an `expiration`
+  (RFC 3339) not past, and `usage-bootstrap-authentication: "true"`; the user is
+  `system:bootstrap:<id>` in `system:bootstrappers` plus the Secret's `auth-extra-groups`.
+  A deleted (`kubeadm token delete`) or expired token is 401.
 - TokenRequest, `POST .../serviceaccounts/<name>/token` (pkg/registry/core/serviceaccount/
   storage/token.go; pkg/apis/authentication/validation ValidateTokenRequest; v1 defaults):
   `spec.expirationSeconds` defaults to 3600, is at least 600 ("may not specify a duration
@@ -117,6 +125,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import re
 import secrets
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -127,6 +136,9 @@ RBAC_GROUP = "rbac.authorization.k8s.io"
 RBAC_PREFIX = f"/apis/{RBAC_GROUP}/v1"
 SA_TOKEN_TYPE = "kubernetes.io/service-account-token"
 SA_NAME_ANNOTATION = "kubernetes.io/service-account.name"
+# k8s.io/cluster-bootstrap token/api/types.go: SecretTypeBootstrapToken, BootstrapTokenPattern
+BOOTSTRAP_TOKEN_TYPE = "bootstrap.kubernetes.io/token"
+BOOTSTRAP_TOKEN_PATTERN = re.compile(r"([a-z0-9]{6})\.([a-z0-9]{16})")
 # kubeadm's --service-account-issuer; --api-audiences defaults to it
 API_AUDIENCE = "https://kubernetes.default.svc.cluster.local"
 MASTERS = "system:masters"
@@ -783,7 +795,12 @@ class ClusterAuth:
                 raise UNAUTHORIZED
             return ANONYMOUS
         token = parts[1]
-        user = self._static.get(token) or self._issued_user(token) or self._secret_user(token)
+        user = (
+            self._static.get(token)
+            or self._issued_user(token)
+            or self._secret_user(token)
+            or self._bootstrap_user(token)
+        )
         if user is None:
             raise UNAUTHORIZED
         return user.authenticated()
@@ -815,6 +832,29 @@ class ClusterAuth:
         if account is None:
             return None
         return service_account_user(namespace, name, account["metadata"].get("uid", ""))
+
+    def _bootstrap_user(self, token: str) -> UserInfo | None:
+        """The bootstrap token authenticator's user for `token`, or None (bootstrap.go)."""
+        match = BOOTSTRAP_TOKEN_PATTERN.fullmatch(token)
+        if match is None:
+            return None
+        token_id, token_secret = match.groups()
+        path = f"/api/v1/namespaces/kube-system/secrets/bootstrap-token-{token_id}"
+        secret = self._store.get(path)
+        if secret is None or secret["metadata"].get("deletionTimestamp"):
+            return None
+        data = {k: _b64decode(v) for k, v in (secret.get("data") or {}).items()}
+        if secret.get("type") != BOOTSTRAP_TOKEN_TYPE or not data:
+            return None
+        if data.get("token-secret") != token_secret or data.get("token-id") != token_id:
+            return None
+        expiration = data.get("expiration", "")
+        if expiration and datetime.fromisoformat(expiration).timestamp() <= self._clock():
+            return None
+        if data.get("usage-bootstrap-authentication") != "true":
+            return None
+        extra = [g.strip() for g in data.get("auth-extra-groups", "").split(",") if g.strip()]
+        return UserInfo(f"system:bootstrap:{token_id}", ("system:bootstrappers", *extra))
 
     def _find_secret(self, token: str) -> tuple[str | None, dict | None]:
         for path, obj in self._store.items():

@@ -13,8 +13,10 @@ CRDs are too large for client-side apply's annotation).
 What is changed in the upstream objects, and nothing else:
 - container images move below `image-registry` (images.mirrored), in Deployments and
   DaemonSets (Calico's calico-node, which shares this path);
-- the controllers tolerate the control-plane taint, so they run before any worker joins
-  and never compete with training pods for a GPU node;
+- the controllers tolerate the control-plane taint and select kubeadm's control-plane
+  label (`CONTROL_PLANE_SELECTOR`), so they run before any worker joins, never compete
+  with training pods for a GPU node, and never run where root on a worker could take
+  their ServiceAccount's near-cluster-admin rights;
 - Kueue's manager configuration gets `waitForPodsReady` (a job whose pods do not all run
   within the timeout is evicted and requeued, releasing its quota), the JobSet
   integration, and manages only the namespaces labelled for it, whose job and pod webhooks
@@ -51,6 +53,14 @@ CONTROL_PLANE_TOLERATION = {
     "operator": "Exists",
     "effect": "NoSchedule",
 }
+# kubeadm labels each control-plane node `node-role.kubernetes.io/control-plane: ""`
+# (kubernetes cmd/kubeadm/app/constants LabelNodeRoleControlPlane, phase mark-control-plane).
+# The toleration alone only allows a controller there: "Tolerations allow scheduling but
+# don't guarantee scheduling" (kubernetes.io/docs/concepts/scheduling-eviction/
+# taint-and-toleration); this selector requires it. Controllers with cluster-wide write
+# rights (Kueue's, JobSet's, Calico's kube-controllers) then never run on a worker, whose
+# root reads every token its kubelet mounts.
+CONTROL_PLANE_SELECTOR = {"node-role.kubernetes.io/control-plane": ""}
 # Applied first so that what follows finds its namespace and its kinds; webhooks last, so
 # that nothing else is refused while their service is not up yet.
 _FIRST = ("Namespace", "CustomResourceDefinition")
@@ -89,12 +99,16 @@ class Settings:
     pods_ready_timeout_minutes: int = 10
 
 
+# What `customise` changes, numbered: a new number re-applies every release once, so that
+# a running cluster gets the change (2: the controllers' control-plane node selector).
+CUSTOMISATION = 2
+
+
 def want_key(release: Release, mirror: str, sha256: str, settings: Settings) -> str:
     """What decides whether `release` must be (re)applied; stored once it was."""
-    return json.dumps(
-        [release.version, release.url(mirror), sha256, dataclasses.asdict(settings)],
-        sort_keys=True,
-    )
+    fields: list[Any] = [release.version, release.url(mirror), sha256]
+    fields += [dataclasses.asdict(settings), CUSTOMISATION]
+    return json.dumps(fields, sort_keys=True)
 
 
 def download(
@@ -234,6 +248,7 @@ def _place(release: Release, deployment: dict[str, Any], settings: Settings, dig
     tolerations = pod.setdefault("tolerations", [])
     if CONTROL_PLANE_TOLERATION not in tolerations:
         tolerations.append(dict(CONTROL_PLANE_TOLERATION))
+    pod.setdefault("nodeSelector", {}).update(CONTROL_PLANE_SELECTOR)
     if digest:
         annotations = template.setdefault("metadata", {}).setdefault("annotations", {})
         annotations[CONFIG_DIGEST_ANNOTATION] = digest

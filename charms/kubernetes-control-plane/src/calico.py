@@ -42,7 +42,8 @@ What is changed in the upstream objects (`transform`), and nothing else:
   calico/networking/configuring/mtu.mdx, "Common MTU sizes"). A fixed 8951 would be
   wrong on an instance type whose interface is 1500.
 - Images move below `image-registry`, and the kube-controllers Deployment tolerates the
-  control-plane taint (batch_engines.customise, shared with the batch engines).
+  control-plane taint and runs on control-plane nodes only (batch_engines.customise and
+  CONTROL_PLANE_SELECTOR, shared with the batch engines).
 """
 
 from __future__ import annotations

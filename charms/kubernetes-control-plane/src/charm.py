@@ -214,7 +214,13 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
                 self.model, relation, ctx, clock=self.clock, etcd_url=self.etcd_url
             ),
             access=access,
-            fleet=Fleet(self.workers, ctx, kube, worker_kubeconfig=access.worker_kubeconfig),
+            fleet=Fleet(
+                self.workers,
+                ctx,
+                kube,
+                worker_kubeconfig=access.worker_kubeconfig,
+                clock=self.clock,
+            ),
             addons=Addons(kube, self.url_opener),
             upgrades=Upgrades(ctx, kube, clock=self.drain_clock, sleep=self.drain_sleep),
             renewal=self._renewal(ctx, peers, config.certificate_renewal_days),
@@ -404,7 +410,10 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         self._mark_member(hook)
         join = membership.join_secret()
         content = join.get_content(refresh=True)
-        token = membership.rotate_token_if_due(config, peers, join, content)
+        # earlier revisions gave the workers this token: replaced at once, so that what
+        # their agents read joins no more control-plane (or worker) nodes
+        shared = hook.fleet.published_token() == content["token"]
+        token = membership.rotate_token_if_due(config, peers, join, content, now=shared)
         membership.reupload_certs_if_needed(peers, content["certificate-key"])
         self._keep_image_registry(config, hook)
         cni_notes = addons.apply_cni(config, bag)
@@ -415,7 +424,9 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         membership.prune_etcd(peers, check=isinstance(event, ops.UpdateStatusEvent))
         added = hook.fleet.sync(peers, event)
         hook.fleet.observe_nodes(peers, event, added)
-        hook.fleet.publish(config, peers, token, upgrade.done)
+        with on_error(ops.WaitingStatus, bootstrap.BootstrapError):
+            worker_token = hook.fleet.worker_token(peers, token)
+        hook.fleet.publish(config, peers, worker_token, upgrade.done)
         addons.apply_device_plugin(config, bag)
         addons.apply_dcgm_exporter(config, bag)
         addons.apply_mig_manager(config, bag)

@@ -11,6 +11,14 @@ lowest control-plane minor while an upgrade is under way), during an upgrade who
 is, the image registry, and the device plugin's MIG strategy and time-slicing replicas
 (which their GPU node labels describe); the token and their kubeconfig travel in a secret.
 
+The workers' bootstrap token is their own (never the control plane's join token) and
+exists only while a related worker unit has not registered its node: the leader mints it
+(`WORKER_TOKEN_TTL_HOURS`) when such a unit appears, replaces it before it expires, and
+deletes it (`kubeadm token delete`, which deletes its `bootstrap-token-<id>` Secret) once
+every unit registered; the join secret then holds no token. Root on a joined worker reads
+what that worker's agent may read, and a token that outlived the joins would let it have a
+client certificate approved for any node name (`literals.WORKER_TOKEN_TTL_HOURS`).
+
 An ops component (the workers relation and the peer data): it takes the workers
 endpoint, this unit's `context.UnitContext`, the hook's API client and the way to the
 workers' kubeconfig, never the charm. The decisions are in `registry.py`, `rolling.py` and
@@ -23,14 +31,15 @@ import datetime
 import logging
 from collections.abc import Callable
 
+import bootstrap
 import cluster_info
 import ops
 import registry
 import rolling
 from charm_config import Config
 from context import UnitContext
-from literals import PEERS, TOKEN_ROTATION_MARGIN_HOURS, WORKERS
-from peers import CA_CERT_HASH, CLUSTER_VERSION, ENDPOINT, TOKEN_EXPIRES, Peers, parse_time
+from literals import PEERS, TOKEN_ROTATION_MARGIN_HOURS, WORKER_TOKEN_TTL_HOURS, WORKERS
+from peers import CA_CERT_HASH, CLUSTER_VERSION, ENDPOINT, WORKER_TOKEN_EXPIRES, Peers, parse_time
 
 from charms.gpu_k8s.v0.kubeclient import Kube
 from charms.gpu_k8s.v0.kubernetes_cluster import ClusterProvider, WorkerInfo, gpu_taint_patch
@@ -64,11 +73,13 @@ class Fleet:
         kube: Callable[[], Kube],
         *,
         worker_kubeconfig: Callable[[Peers], str],
+        clock: Callable[[], datetime.datetime],
     ):
         self._workers = workers
         self._ctx = ctx
         self._kube = kube
         self._worker_kubeconfig = worker_kubeconfig
+        self._clock = clock
 
     @staticmethod
     def _worker_turn(peers: Peers, control_plane_done: bool) -> str | None:
@@ -78,12 +89,64 @@ class Fleet:
         waiting = rolling.pending(versions, bag[CLUSTER_VERSION]) if control_plane_done else []
         return rolling.pass_turn(bag, WORKER_UPGRADE_TURN_KEY, waiting)
 
+    def published_token(self) -> str:
+        """The bootstrap token the workers' join secret holds ("" when none)."""
+        return self._workers.published_token()
+
+    def joining(self, peers: Peers) -> list[str]:
+        """The related worker units that have not registered a node (no databag is read)."""
+        known = registry.Registry.load(peers.app).workers
+        return [u.name for r in self._workers.relations for u in r.units if u.name not in known]
+
+    def worker_token(self, peers: Peers, shared: str) -> str:
+        """The workers' bootstrap token while a unit joins ("" and none in the cluster after).
+
+        `shared` is the control plane's own join token, which earlier revisions published
+        to the workers too: it is never deleted here (control-plane units join with it)
+        and never kept as the workers' (the caller rotates it away).
+        """
+        bag = peers.app
+        current = self._workers.published_token()
+        current = "" if current == shared else current
+        expires = parse_time(bag.get(WORKER_TOKEN_EXPIRES))
+        now = self._clock()
+        if self.joining(peers):
+            margin = datetime.timedelta(hours=TOKEN_ROTATION_MARGIN_HOURS)
+            if current and expires is not None and now < expires - margin:
+                return current
+            new = bootstrap.create_token(self._ctx.host, WORKER_TOKEN_TTL_HOURS)
+            bag[WORKER_TOKEN_EXPIRES] = bootstrap.token_expiry(
+                now, WORKER_TOKEN_TTL_HOURS
+            ).isoformat()
+            self._delete_token(current)
+            logger.info("minted the workers' bootstrap token (valid %d h)", WORKER_TOKEN_TTL_HOURS)
+            return new
+        if current and not self._delete_token(current):
+            return current  # kept in the secret so that the next hook deletes it
+        bag.pop(WORKER_TOKEN_EXPIRES, None)
+        return ""
+
+    def _delete_token(self, token: str) -> bool:
+        """Delete a bootstrap token; False (and a warning) when kubeadm could not."""
+        if not token:
+            return True
+        try:
+            bootstrap.delete_token(self._ctx.host, token)
+        except bootstrap.BootstrapError as e:
+            logger.warning("could not delete the workers' bootstrap token, retrying: %s", e)
+            return False
+        logger.info("deleted the workers' bootstrap token: every worker unit registered")
+        return True
+
     def publish(self, config: Config, peers: Peers, token: str, control_plane_done: bool) -> None:
-        """Tell every workers relation how to join and which minor to run (leader only)."""
+        """Tell every workers relation how to join and which minor to run (leader only).
+
+        `token` is the workers' (`worker_token`), "" while no unit joins.
+        """
         if not self._workers.relations:
             return
         bag = peers.app
-        expires = parse_time(bag.get(TOKEN_EXPIRES))
+        expires = parse_time(bag.get(WORKER_TOKEN_EXPIRES)) if token else None
         expire = (
             expires - datetime.timedelta(hours=TOKEN_ROTATION_MARGIN_HOURS) if expires else None
         )

@@ -166,6 +166,15 @@ PEER_SECRET_LABEL = "control-plane-join"
 MEMBER_TOKEN_LABEL = "control-plane-join-token"
 ADMIN_SECRET_LABEL = "admin-kubeconfig"
 TOKEN_ROTATION_MARGIN_HOURS = 1
+# The workers' bootstrap token exists only while a worker unit joins, and lives two hours
+# (replaced an hour before it expires, `TOKEN_ROTATION_MARGIN_HOURS`): whoever holds it may
+# have a client certificate for any node name approved (kube-controller-manager's
+# csrapproving controller approves `system:node:*` client CSRs of the bootstrappers group
+# that kubeadm binds to `certificatesigningrequests: nodeclient`; kubernetes
+# pkg/controller/certificates/approver/sarapprove.go isNodeClientCert; docs "TLS
+# bootstrapping", "Approval"). One machine's first boot, GPU driver and reboot included,
+# fits in it; a longer join gets the next token.
+WORKER_TOKEN_TTL_HOURS = 2
 # kubeadm deletes uploaded certificates after two hours; re-upload well before that.
 CERTS_VALID_SECONDS = 2 * 3600
 CERTS_REUPLOAD_AFTER_SECONDS = 3600

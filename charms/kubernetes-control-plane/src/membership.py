@@ -181,13 +181,16 @@ class Membership:
             ) from None
 
     def rotate_token_if_due(
-        self, config: Config, peers: Peers, secret: ops.Secret, content: dict
+        self, config: Config, peers: Peers, secret: ops.Secret, content: dict, *, now: bool = False
     ) -> str:
-        """Mint a new bootstrap token an hour before the current one expires; the valid one."""
-        now = self._clock()
+        """Mint a new bootstrap token an hour before the current one expires; the valid one.
+
+        `now`: rotate at once (the token was given to workers by an earlier revision).
+        """
         expires = parse_time(peers.app.get(TOKEN_EXPIRES))
         margin = datetime.timedelta(hours=TOKEN_ROTATION_MARGIN_HOURS)
-        if expires is not None and now < expires - margin:
+        due, now = now, self._clock()
+        if not due and expires is not None and now < expires - margin:
             return content["token"]
         old = content["token"]
         with _kubeadm_retried():

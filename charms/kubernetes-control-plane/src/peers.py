@@ -42,6 +42,8 @@ CLUSTER_RELEASE = "cluster-release"  # the full version the control plane runs (
 IMAGE_REGISTRY = "image-registry"  # the registry kubeadm-config names (JSON), once synced
 # In the application databag (the leader's) and in a unit's (one standing in for it).
 TOKEN_EXPIRES = "token-expires"
+# When the workers' bootstrap token expires; absent while none exists (the leader's only).
+WORKER_TOKEN_EXPIRES = "worker-token-expires"
 CERTS_UPLOADED_AT = "certs-uploaded-at"
 
 # Each control-plane unit's databag.

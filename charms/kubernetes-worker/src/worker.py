@@ -87,6 +87,8 @@ def join_cluster(
     """
     if kubeadm.is_joined(host):
         return False
+    if not token:  # the control plane keeps a token only while a unit joins: it mints one
+        raise JoinError("waiting for the control plane's bootstrap token")
     try:
         material = join_material(endpoint_url, ca_cert_hash, token)
     except ValueError as e:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import logging
 
 import batch_engines
@@ -442,3 +443,47 @@ def test_guarantees_past_the_cluster_block_with_the_numbers(ctx, machine, api, r
     out = ctx.run(ctx.on.update_status(), out)
     assert out.unit_status.name == "active", out.unit_status.message
     assert _cohort_quota(api)[("gpu-nvidia-a10g", "nvidia.com/gpu")] == "0"
+
+
+def test_the_controllers_with_cluster_wide_rights_run_on_control_plane_nodes_only(
+    ctx, machine, api, releases
+):
+    """Issue 29 item 2: root on a worker never hosts a near-cluster-admin controller.
+
+    Kueue's, JobSet's and Calico's controllers hold cluster-wide write rights (their
+    ClusterRoles: pods, secrets, webhooks, nodes...). Tolerating the control-plane taint
+    only allows them there ("Taints and Tolerations": a toleration allows scheduling, it
+    does not require it); the node selector on kubeadm's control-plane label keeps them
+    off workers, whose root could read their ServiceAccount tokens from the kubelet.
+    The upstream selectors stay (Calico's kubernetes.io/os).
+    """
+    _install(ctx)
+    for path in (JOBSET_DEPLOY, KUEUE_DEPLOY, CALICO_DEPLOY):
+        pod = api.get_object(path)["spec"]["template"]["spec"]
+        assert pod["nodeSelector"]["node-role.kubernetes.io/control-plane"] == "", path
+    calico = api.get_object(CALICO_DEPLOY)["spec"]["template"]["spec"]
+    assert calico["nodeSelector"]["kubernetes.io/os"] == "linux"
+
+
+def test_a_running_cluster_gets_the_node_selector_after_the_charm_upgrade(
+    ctx, machine, api, releases
+):
+    """What an earlier revision applied (its key had no customisation number) is re-applied."""
+    out = _install(ctx)
+    bag = dict(peer(out).local_app_data)
+    for name in ("jobset", "kueue", "calico"):
+        version, url, sha256, settings, _ = json.loads(bag[f"addon-{name}"])
+        bag[f"addon-{name}"] = json.dumps([version, url, sha256, settings], sort_keys=True)
+    for path in (JOBSET_DEPLOY, KUEUE_DEPLOY, CALICO_DEPLOY):
+        obj = api.get_object(path)
+        obj["spec"]["template"]["spec"]["nodeSelector"] = {"kubernetes.io/os": "linux"}
+        api.put_object(path, obj)
+    state = dataclasses.replace(
+        out, relations=[dataclasses.replace(peer(out), local_app_data=bag)]
+    )
+
+    ctx.run(ctx.on.upgrade_charm(), state)
+
+    for path in (JOBSET_DEPLOY, KUEUE_DEPLOY, CALICO_DEPLOY):
+        pod = api.get_object(path)["spec"]["template"]["spec"]
+        assert pod["nodeSelector"]["node-role.kubernetes.io/control-plane"] == "", path

@@ -50,11 +50,14 @@ def test_workers_get_public_data_in_databag_and_token_in_granted_secret(ctx, boo
         "kubernetes-version": "1.36",
     }
     content = join.latest_content
-    assert content["token"] == secret(out, PEER_LABEL).latest_content["token"]
+    # unit 1 has not registered a node: the workers' own token (never the control plane's)
+    assert content["token"] != secret(out, PEER_LABEL).latest_content["token"]
     assert content["token"] not in json.dumps(bag)
     assert join.remote_grants == {rel.id: {"kubernetes-worker"}}
     # the secret expires an hour before the token does
-    token_expires = datetime.datetime.fromisoformat(peer(out).local_app_data["token-expires"])
+    token_expires = datetime.datetime.fromisoformat(
+        peer(out).local_app_data["worker-token-expires"]
+    )
     assert join.expire == token_expires - datetime.timedelta(hours=1)
     # the worker kubeconfig carries the ServiceAccount token the API server issued
     config = yaml.safe_load(content["kubeconfig"])
@@ -108,7 +111,8 @@ def test_the_shared_worker_grant_goes_once_every_worker_acts_as_its_kubelet(
     While a worker of an earlier revision is registered the grant and its kubeconfig stand
     (it still labels and validates with it); once every registered unit says node-identity
     the leader deletes the ServiceAccount, its token and bindings, and the join secret
-    holds the token alone. The removal is made once: later hooks make no request for it.
+    holds nothing (no unit joins, so there is no workers' token either). The removal is
+    made once: later hooks make no request for it.
     A worker of an earlier revision related afterwards brings the grant back.
     """
     from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
@@ -131,9 +135,8 @@ def test_the_shared_worker_grant_goes_once_every_worker_acts_as_its_kubelet(
     out = ctx.run(ctx.on.relation_changed(upgraded, remote_unit=0), state)
 
     assert [p for p in GRANT_OBJECTS if api.get_object(p) is not None] == []
-    assert secret(out, JOIN_LABEL).latest_content == {
-        "token": secret(out, PEER_LABEL).latest_content["token"]
-    }
+    # w1 is not in the registry yet (a hook about w0 reads w0's databag): still a token
+    assert "kubeconfig" not in secret(out, JOIN_LABEL).latest_content
     # the token the workers shared is refused: its ServiceAccount is gone
     with Kube.from_kubeconfig(shared_token, retries=0) as shared:
         with pytest.raises(KubeError) as refused:
@@ -142,6 +145,7 @@ def test_the_shared_worker_grant_goes_once_every_worker_acts_as_its_kubelet(
     requests = len(api.requests)
     upgraded = out.get_relation(rel.id)
     again = ctx.run(ctx.on.relation_changed(upgraded, remote_unit=1), out)
+    assert secret(again, JOIN_LABEL).latest_content == {"joining": "none"}  # all registered
     assert [r for r in api.requests[requests:] if "gpu-k8s-worker" in r[1]] == []
 
     old = dataclasses.replace(
@@ -244,28 +248,30 @@ def test_malformed_worker_databag_is_reported_not_raised(ctx, bootstrapped, api)
 
 
 def test_token_rotates_on_secret_expired(ctx, bootstrapped, machine, clock):
-    rel = workers_relation({0: worker_bag("w0")})
-    out = ctx.run(ctx.on.relation_changed(rel, remote_unit=0), with_relation(bootstrapped, rel))
+    # a unit that has not registered its node (w0 joins): the workers' two-hour token
+    rel = workers_relation({0: {}, 1: worker_bag("w1")})
+    out = ctx.run(ctx.on.relation_changed(rel, remote_unit=1), with_relation(bootstrapped, rel))
     old = secret(out, JOIN_LABEL).latest_content["token"]
     kubeconfig = secret(out, JOIN_LABEL).latest_content["kubeconfig"]
+    control_plane = secret(out, PEER_LABEL).latest_content["token"]
 
-    clock.advance(hours=23, minutes=1)
+    clock.advance(hours=1, minutes=1)
     join = secret(out, JOIN_LABEL)
     out = ctx.run(ctx.on.secret_expired(join, revision=1), out)
 
     new = secret(out, JOIN_LABEL).latest_content["token"]
     assert new != old
     assert secret(out, JOIN_LABEL).latest_content["kubeconfig"] == kubeconfig
-    assert secret(out, PEER_LABEL).latest_content["token"] == new
+    assert secret(out, PEER_LABEL).latest_content["token"] == control_plane  # its own
     assert old not in machine.live_tokens and new in machine.live_tokens
     assert any(
         line.endswith(
-            "--ttl 24h --description gpu-k8s join token --kubeconfig /etc/kubernetes/admin.conf"
+            "--ttl 2h --description gpu-k8s join token --kubeconfig /etc/kubernetes/admin.conf"
         )
         for line in machine.lines("kubeadm")
     )
-    expires = datetime.datetime.fromisoformat(peer(out).local_app_data["token-expires"])
-    assert expires == clock.now + datetime.timedelta(hours=24)
+    expires = datetime.datetime.fromisoformat(peer(out).local_app_data["worker-token-expires"])
+    assert expires == clock.now + datetime.timedelta(hours=2)
     assert secret(out, JOIN_LABEL).expire == expires - datetime.timedelta(hours=1)
     assert out.get_relation(rel.id).local_app_data["join-secret-id"] == join.id
 
@@ -405,9 +411,9 @@ def test_workers_relation_broken_queues_all_its_nodes(ctx, bootstrapped, api):
 
 
 def test_secret_expired_removes_the_revision_it_replaced(ctx, bootstrapped, machine, clock):
-    rel = workers_relation({0: worker_bag("w0")})
-    out = ctx.run(ctx.on.relation_changed(rel, remote_unit=0), with_relation(bootstrapped, rel))
-    clock.advance(hours=23, minutes=1)
+    rel = workers_relation({0: {}})  # a unit joining: the workers' token is in the secret
+    out = ctx.run(ctx.on.relation_joined(rel, remote_unit=0), with_relation(bootstrapped, rel))
+    clock.advance(hours=1, minutes=1)
     out = ctx.run(ctx.on.secret_expired(secret(out, JOIN_LABEL), revision=1), out)
     # the hook that rotated wrote revision 2; Juju commits it when the hook ends
     assert ctx.removed_secret_revisions == []
@@ -420,8 +426,8 @@ def test_secret_expired_removes_the_revision_it_replaced(ctx, bootstrapped, mach
 
 
 def test_secret_expired_before_the_token_is_due_keeps_the_revision(ctx, bootstrapped):
-    rel = workers_relation({0: worker_bag("w0")})
-    out = ctx.run(ctx.on.relation_changed(rel, remote_unit=0), with_relation(bootstrapped, rel))
+    rel = workers_relation({0: {}})  # a unit joining: the workers' token is in the secret
+    out = ctx.run(ctx.on.relation_joined(rel, remote_unit=0), with_relation(bootstrapped, rel))
     ctx.run(ctx.on.secret_expired(secret(out, JOIN_LABEL), revision=1), out)
     # nothing replaced revision 1 (the clock says the token is not due): Juju fires again
     assert ctx.removed_secret_revisions == []
@@ -456,3 +462,67 @@ def test_leader_sets_the_gpu_taint_a_worker_asks_for_on_its_own_node_only(ctx, b
     patches = [r for r in api.requests if r[0] == "PATCH"]
     ctx.run(ctx.on.relation_changed(out.get_relation(rel.id), remote_unit=0), out)
     assert [r for r in api.requests if r[0] == "PATCH"] == patches
+
+
+def _status_with(api, token: str) -> int:
+    """The status code the fake API server answers a request with `token` (200 if served)."""
+    from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
+
+    with Kube.from_kubeconfig(api.kubeconfig(token=token), retries=0) as kube:
+        try:
+            kube.get("v1", "Node", "w0")
+        except KubeError as e:
+            return e.status
+    return 200
+
+
+def _bootstrap_secrets(api) -> list[str]:
+    return [
+        obj["metadata"]["name"]
+        for obj in api.objects("/api/v1/namespaces/kube-system/secrets/")
+        if obj["metadata"]["name"].startswith("bootstrap-token-")
+    ]
+
+
+def test_the_workers_token_exists_only_while_a_unit_joins(ctx, bootstrapped, api, machine):
+    """Issue 29 item 2: root on a joined worker finds no token that still joins anything.
+
+    The workers get a bootstrap token of their own (never the control plane's), minted when
+    a related unit has not registered its node; once every unit registered it is deleted
+    (its bootstrap-token Secret with it, so the API server refuses it: 401) and the join
+    secret holds no token. A unit related later gets a fresh one.
+    """
+    rel = workers_relation({0: {}})
+    out = ctx.run(ctx.on.relation_joined(rel, remote_unit=0), with_relation(bootstrapped, rel))
+    first = secret(out, JOIN_LABEL).latest_content["token"]
+    assert first != secret(out, PEER_LABEL).latest_content["token"]
+    assert _status_with(api, first) == 403  # authenticated as system:bootstrap:<id>
+    assert "--ttl 2h --description gpu-k8s join token --kubeconfig" in "\n".join(
+        machine.lines("kubeadm")
+    )
+
+    api.put_object("/api/v1/nodes/w0", node("w0"))
+    joined = dataclasses.replace(rel, remote_units_data={0: identity_bag("w0")})
+    state = dataclasses.replace(
+        out, relations=[r for r in out.relations if r.id != rel.id] + [joined]
+    )
+    out = ctx.run(ctx.on.relation_changed(joined, remote_unit=0), state)
+
+    assert _status_with(api, first) == 401
+    assert _bootstrap_secrets(api) == [
+        f"bootstrap-token-{secret(out, PEER_LABEL).latest_content['token'][:6]}"
+    ]
+    assert "token" not in secret(out, JOIN_LABEL).latest_content
+    assert "worker-token-expires" not in peer(out).local_app_data
+    assert out.unit_status.name == "active"
+
+    more = dataclasses.replace(
+        out.get_relation(rel.id), remote_units_data={0: identity_bag("w0"), 1: {}}
+    )
+    state = dataclasses.replace(
+        out, relations=[r for r in out.relations if r.id != rel.id] + [more]
+    )
+    out = ctx.run(ctx.on.relation_joined(more, remote_unit=1), state)
+    fresh = secret(out, JOIN_LABEL).latest_content["token"]
+    assert fresh not in (first, secret(out, PEER_LABEL).latest_content["token"])
+    assert _status_with(api, fresh) == 403 and _status_with(api, first) == 401

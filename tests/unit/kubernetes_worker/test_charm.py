@@ -426,6 +426,9 @@ def test_control_plane_version_this_charm_cannot_install_blocks_before_installin
             "https://10.0.0.1:6443)",
         ),
         ({}, {"token": "nope"}, "control plane join secret is incomplete (token)"),
+        # no unit was joining when the control plane last wrote it: it mints a token for
+        # this one (issue 29 item 2)
+        ({}, {"joining": "none"}, "waiting for the control plane's bootstrap token"),
         ({}, "no-secret", "waiting for access to the control plane's join secret"),
     ],
 )
@@ -554,6 +557,19 @@ def joined(ctx, api, config=None):
     relation = next(iter(state.relations))
     out = ctx.run(ctx.on.relation_changed(relation), state)
     return out.get_relation(relation.id), out
+
+
+def test_a_joined_worker_needs_no_token(ctx, machine, api):
+    """Issue 29 item 2: the control plane deletes the token once every unit registered.
+
+    The join secret then holds no token; a joined worker goes on as before.
+    """
+    relation, state = joined(ctx, api)
+    idle = testing.Secret({"joining": "none"}, id=next(iter(state.secrets)).id)
+    out = ctx.run(ctx.on.update_status(), dataclasses.replace(state, secrets={idle}))
+
+    assert out.unit_status.name == "active", out.unit_status
+    assert out.get_relation(relation.id).local_unit_data["node-name"] == NODE
 
 
 def test_own_departure_drains_then_resets(ctx, machine, api, clock, own_departure, caplog):

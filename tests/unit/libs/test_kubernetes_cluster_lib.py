@@ -188,6 +188,21 @@ def test_provider_publishes_and_grants_and_skips_bad_workers():
     sec = next(s for s in out.secrets if s.label == SECRET_LABEL)
     assert sec.remote_grants == {rel.id: {"w"}}
     assert len([s for s in out.secrets if s.label == SECRET_LABEL]) == 1  # none from the refusals
+
+
+def test_provider_without_a_joining_unit_publishes_no_token():
+    """Issue 29 item 2: "" is no token: the secret holds none, `published_token` says so."""
+    rel = testing.Relation("workers", remote_app_name="w", remote_units_data={0: {}})
+    ctx = testing.Context(ControlPlane, meta=CP_META)
+    with ctx(ctx.on.update_status(), testing.State(leader=True, relations=[rel])) as mgr:
+        p = mgr.charm.workers
+        p.publish("https://127.0.0.1:6444", SERVERS, HASH, "1.33", TOKEN)
+        assert p.published_token() == TOKEN
+        p.publish("https://127.0.0.1:6444", SERVERS, HASH, "1.33", "")
+        assert p.published_token() == ""
+        out = mgr.run()
+    sec = next(s for s in out.secrets if s.label == SECRET_LABEL)
+    assert sec.latest_content == {"joining": "none"}
     bag = out.get_relation(rel.id).local_app_data
     assert bag["join-secret-id"] == sec.id
     assert json.loads(bag["api-servers"]) == SERVERS

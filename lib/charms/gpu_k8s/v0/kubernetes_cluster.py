@@ -10,7 +10,10 @@ node-local API proxy (`api_proxy.ENDPOINT`): a worker points its own proxy at
 `api-servers` before it joins, so it keeps reaching the cluster when any one
 control-plane machine is gone. The secret (owned by the control-plane application and
 granted to every `workers` relation) holds what must stay secret: the bootstrap `token`
-for `kubeadm join` and, only while a related worker unit has not said `node-identity`, a
+for `kubeadm join`, only while a related worker unit is joining (the control plane deletes
+the token once every unit registered its node, and the secret's content is then
+`{"joining": "none"}`: a joined worker needs no token, and root on it finds none; see
+`ClusterProvider.publish`), and, only while a related worker unit has not said `node-identity`, a
 `kubeconfig` for the `gpu-k8s-worker` ServiceAccount that workers of earlier revisions use
 to label, drain and validate their node. Once every worker unit acts as its kubelet the
 control plane deletes that ServiceAccount and its grant and the secret holds the token
@@ -85,11 +88,14 @@ from charms.gpu_k8s.v0.databag import Databag, Endpoint, explain, write
 
 LIBID = "5f724584087c4f3caa6d95ea68f42ceb"
 LIBAPI = 0
-LIBPATCH = 12
+LIBPATCH = 13
 
 logger = logging.getLogger(__name__)
 
 SECRET_LABEL = "kubernetes-cluster-join"
+# The join secret's content while no worker unit is joining: no token (Juju secret content
+# may not be empty: ops Secret._validate_content).
+IDLE_CONTENT = {"joining": "none"}
 TOKEN_PATTERN = re.compile(r"^[a-z0-9]{6}\.[a-z0-9]{16}$")
 _CA_HASH = re.compile(r"^sha256:[0-9a-f]{64}$")
 _VERSION = re.compile(r"^\d+\.\d+(\.\d+)?$")
@@ -240,6 +246,7 @@ class JoinInfo:
     api_servers: tuple[str, ...]
     ca_cert_hash: str
     kubernetes_version: str
+    # "" while no worker unit is joining (the control plane keeps no token then)
     token: str = dataclasses.field(repr=False)
     # the shared worker ServiceAccount's, while the control plane still grants it ("" after)
     kubeconfig: str = dataclasses.field(default="", repr=False)
@@ -299,6 +306,12 @@ class ClusterProvider(Endpoint):
     ) -> ops.Secret:
         """Publish join material to every related worker application (leader only).
 
+        `token` is "" while no worker unit is joining: the secret then holds no token
+        (`IDLE_CONTENT`). The secret is granted to the relation, which is every unit of the
+        remote application (Juju hook command `secret-grant`: "By default, all units of
+        the related application are granted access"), so a joining unit's token is
+        readable by every worker unit's agent for as long as it exists.
+
         The secret is created once; its content (and `expire`) changes only when the
         token or kubeconfig changed (an empty `kubeconfig` is left out of it: the shared
         worker grant is gone); it is granted to relations that do not carry its
@@ -307,7 +320,7 @@ class ClusterProvider(Endpoint):
         Raises:
             ValueError: a value does not fit the interface (nothing is published).
         """
-        if not TOKEN_PATTERN.match(token):
+        if token and not TOKEN_PATTERN.match(token):
             raise ValueError("token is not a kubeadm bootstrap token")
         fields = {
             "endpoint": endpoint,
@@ -326,12 +339,13 @@ class ClusterProvider(Endpoint):
             ProviderAppData.model_validate(fields)  # before anything is created
         except pydantic.ValidationError as e:
             raise ValueError(explain(e)) from None
-        content = {"token": token, **({"kubeconfig": kubeconfig} if kubeconfig else {})}
+        content = {"token": token} if token else dict(IDLE_CONTENT)
+        content.update({"kubeconfig": kubeconfig} if kubeconfig else {})
         try:
             secret = self.model.get_secret(label=SECRET_LABEL)
             if secret.peek_content() != content:
                 secret.set_content(content)
-                if expire is not None:
+                if expire is not None and token:
                     secret.set_info(expire=expire)
         except ops.SecretNotFoundError:
             secret = self.charm.app.add_secret(
@@ -348,6 +362,15 @@ class ClusterProvider(Endpoint):
                 secret.grant(relation)
             write(data, bag, remove=list(data))
         return secret
+
+    def published_token(self) -> str:
+        """The bootstrap token the join secret holds now ("" when none or no secret)."""
+        try:
+            content = self.model.get_secret(label=SECRET_LABEL).peek_content()
+        except ops.SecretNotFoundError:
+            return ""
+        token = content.get("token", "")
+        return token if TOKEN_PATTERN.match(token) else ""
 
     def read_worker(
         self, relation: ops.Relation, unit: ops.Unit
@@ -430,7 +453,7 @@ class ClusterRequirer(Endpoint):
         except ops.ModelError:
             return None, "waiting for access to the control plane's join secret"
         token = content.get("token", "")
-        if not TOKEN_PATTERN.match(token):  # the kubeconfig is optional (see the docstring)
+        if token and not TOKEN_PATTERN.match(token):  # no token: no unit is joining
             return None, "control plane join secret is incomplete (token)"
         return (
             JoinInfo(
