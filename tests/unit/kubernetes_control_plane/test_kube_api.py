@@ -239,7 +239,6 @@ def test_consumers_get_every_api_server_to_fail_over_to(ctx, bootstrapped, api):
     of one fake API server in tests/functional/test_kubeclient.py).
     """
     from charms.gpu_k8s.v0.kubeconfig import load_kubeconfig, servers
-
     from fakes.control_plane import member
 
     rel = kube_api_relation("tensorflow", "training", JOBS)
