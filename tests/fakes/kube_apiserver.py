@@ -576,6 +576,15 @@ class FakeKubeApiServer:
         self._thread.start()
         return self
 
+    def serve_also(self) -> Listener:
+        """Answer on one more port as well: the same cluster (one store) at another address.
+
+        What a second kube-apiserver of an HA control plane is to a client: its own
+        address and TLS listener in front of the same etcd. `Listener.stop` takes that
+        address away (the machine lost) and ends the connections it accepted.
+        """
+        return Listener(self).start()
+
     def stop(self) -> None:
         """Stop serving and close every open client connection."""
         if self._httpd is None:
@@ -1660,6 +1669,53 @@ class FakeKubeApiServer:
 _PROXY = re.compile(r"^/api/v1/namespaces/([^/]+)/services/([^/:]+)(?::([^/]+))?/proxy(/.*)?$")
 
 
+class Listener:
+    """One more address of a `FakeKubeApiServer` (`serve_also`)."""
+
+    def __init__(self, api: FakeKubeApiServer) -> None:
+        self._api = api
+        self._httpd: http.server.ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> Listener:
+        httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        if self._api.tls is not None:
+            httpd.socket = self._api.tls.requesting_server_context().wrap_socket(
+                httpd.socket, server_side=True, do_handshake_on_connect=False
+            )
+        httpd.daemon_threads = True
+        httpd.api = self._api  # type: ignore[attr-defined]
+        httpd.connections = set()  # type: ignore[attr-defined]
+        self._httpd = httpd
+        self._thread = threading.Thread(
+            target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self._thread.start()
+        return self
+
+    @property
+    def url(self) -> str:
+        assert self._httpd is not None, "listener not started"
+        scheme = "https" if self._api.tls is not None else "http"
+        return f"{scheme}://127.0.0.1:{self._httpd.server_address[1]}"
+
+    def stop(self) -> None:
+        """Stop answering here and reset the connections accepted here (a lost machine)."""
+        httpd, self._httpd = self._httpd, None
+        if httpd is None:
+            return
+        httpd.shutdown()
+        with self._api._lock:
+            for conn in list(httpd.connections):  # type: ignore[attr-defined]
+                try:
+                    conn.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        httpd.server_close()
+        if self._thread:
+            self._thread.join(timeout=5)
+
+
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     timeout = 10  # idle keep-alive connections end by themselves
@@ -1676,10 +1732,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         with self.server.api._lock:  # type: ignore[attr-defined]
             self.server.api._connections.add(self.connection)  # type: ignore[attr-defined]
+            getattr(self.server, "connections", set()).add(self.connection)
 
     def finish(self) -> None:
         with self.server.api._lock:  # type: ignore[attr-defined]
             self.server.api._connections.discard(self.connection)  # type: ignore[attr-defined]
+            getattr(self.server, "connections", set()).discard(self.connection)
         super().finish()
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002

@@ -853,3 +853,102 @@ def test_every_client_knows_the_jobset_and_kueue_kinds_the_charms_use(kube: Kube
         ("WorkloadPriorityClass", "workloadpriorityclasses"),
     ):
         assert kube.path(kueue, kind, name="x") == f"/apis/{kueue}/{plural}/x"
+
+
+# ---------------------------------------------------------------- several API servers
+
+
+def several_servers_kubeconfig(urls: list[str], ca_pem: str, token: str, **other: str) -> str:
+    """One context per API server, as the control plane hands its consumers (rbac.kubeconfig).
+
+    `other`: {context name: server} of contexts that are not the same cluster (another
+    user), which the client must never fail over to.
+    """
+    import yaml
+
+    ca = base64.b64encode(ca_pem.encode()).decode()
+    clusters = [
+        {"name": f"c{i}", "cluster": {"server": url, "certificate-authority-data": ca}}
+        for i, url in enumerate([*urls, *other.values()])
+    ]
+    contexts = [
+        {"name": f"x{i}", "context": {"cluster": f"c{i}", "user": "sa", "namespace": "work"}}
+        for i in range(len(urls))
+    ]
+    contexts += [
+        {"name": name, "context": {"cluster": f"c{len(urls) + i}", "user": "other"}}
+        for i, name in enumerate(other)
+    ]
+    users = [{"name": "sa", "user": {"token": token}}, {"name": "other", "user": {"token": "o"}}]
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": clusters,
+            "users": users,
+            "contexts": contexts,
+            "current-context": "x0",
+        }
+    )
+
+
+def test_servers_are_the_same_user_and_ca_at_other_addresses():
+    from charms.gpu_k8s.v0.kubeconfig import servers
+
+    text = several_servers_kubeconfig(
+        ["https://10.0.0.1:6443", "https://10.0.0.2:6443", "https://10.0.0.1:6443"],
+        "CA",
+        "t",
+        elsewhere="https://10.9.9.9:6443",
+    )
+    # the duplicate is tried once; another user's cluster is never a failover target
+    assert servers(load_kubeconfig(text)) == ["https://10.0.0.1:6443", "https://10.0.0.2:6443"]
+
+
+def test_a_lost_api_server_fails_over_to_the_next_and_stays_there():
+    """Two API servers of one cluster; the first one's machine is lost: the client goes on."""
+    with FakeKubeApiServer(tls=True) as api:
+        assert api.tls is not None
+        first, second = api.serve_also(), api.serve_also()
+        try:
+            text = several_servers_kubeconfig(
+                [first.url, second.url], api.tls.ca_pem, "admin-token"
+            )
+            with Kube.from_kubeconfig(text, backoff=0.01) as kube:
+                namespace(kube, "work")
+                assert kube.server == first.url
+                first.stop()
+                # the open connection is reset and the address refuses new ones
+                assert present(kube.get("v1", "Namespace", "work"))["metadata"]["name"] == "work"
+                assert kube.server == second.url
+                namespace(kube, "more")
+            # a client built afterwards from the same kubeconfig finds the live one too
+            with Kube.from_kubeconfig(text, retries=1, backoff=0.01) as kube:
+                assert {n["metadata"]["name"] for n in kube.list("v1", "Namespace")} >= {
+                    "work",
+                    "more",
+                }
+                second.stop()
+                with pytest.raises(KubeError) as failed:
+                    kube.get("v1", "Namespace", "work")
+                assert (failed.value.status, failed.value.reason) == (0, "ConnectionError")
+        finally:
+            first.stop()
+            second.stop()
+
+
+def test_one_api_server_in_the_kubeconfig_has_nowhere_to_go():
+    """Before: the kubeconfig named the leader's API server only; losing it lost the cluster."""
+    with FakeKubeApiServer(tls=True) as api:
+        assert api.tls is not None
+        first = api.serve_also()
+        try:
+            text = several_servers_kubeconfig([first.url], api.tls.ca_pem, "admin-token")
+            with Kube.from_kubeconfig(text, retries=1, backoff=0.01) as kube:
+                namespace(kube, "work")
+                first.stop()
+                with pytest.raises(KubeError) as failed:
+                    kube.get("v1", "Namespace", "work")
+                assert failed.value.status == 0
+        finally:
+            first.stop()

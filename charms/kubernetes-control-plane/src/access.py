@@ -215,9 +215,11 @@ class Access:
         before = json.dumps(granted, sort_keys=True)
         seen = set()
         notes = []
-        # Consumers run outside the cluster's nodes, without the local proxy: they get the
-        # leader's API server, and a new address when leadership moves.
+        # Consumers may run outside the cluster's nodes, without the local proxy: they get
+        # the leader's API server first and every other one after it (rbac.kubeconfig),
+        # which their client fails over to when the first is lost (lib kubeclient.py).
         endpoint = f"https://{self._ctx.api_server}"
+        also = [f"https://{s}" for s in peers.api_servers(None) if s != self._ctx.api_server]
         node_set = _node_set(registry.Registry.load(bag).nodes)
         for request in self._kube_api.requests(provisioners):
             key = str(request.relation.id)
@@ -235,7 +237,7 @@ class Access:
             provisioner = request.app_name in provisioners
             # the Pod Security level is part of what was granted (its namespace's labels)
             level = "pod-security=baseline" if provisioner else "pod-security=restricted"
-            fingerprint = kube_objects.fingerprint(ask.dump(), endpoint, level)
+            fingerprint = kube_objects.fingerprint(ask.dump(), endpoint, level, *also)
             answered = request.relation.data[self._model.app].get("kubeconfig-secret-id")
             same = bool(previous and previous["fingerprint"] == fingerprint and answered)
             if same and not self._renewal_due(previous or {}, request.relation.id == rotate):
@@ -264,6 +266,7 @@ class Access:
                 token=issued.token,
                 namespace=ask.namespace,
                 user=grant.service_account,
+                also=also,
             )
             replaced = self._kube_api.grant(
                 request.relation,

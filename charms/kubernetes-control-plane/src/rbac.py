@@ -403,23 +403,37 @@ def remove(kube: Kube, grant: Grant) -> list[str]:
     return deleted
 
 
-def kubeconfig(*, server: str, ca_pem: str, token: str, namespace: str, user: str) -> str:
-    """A kubeconfig for a ServiceAccount token (the text is secret: Juju secrets only)."""
+def kubeconfig(
+    *,
+    server: str,
+    ca_pem: str,
+    token: str,
+    namespace: str,
+    user: str,
+    also: Sequence[str] = (),
+) -> str:
+    """A kubeconfig for a ServiceAccount token (the text is secret: Juju secrets only).
+
+    `also`: the cluster's other API servers. A kubeconfig cluster names one server, so
+    each gets a cluster and a context of its own, with the same user, namespace and CA
+    (lib kubeconfig.py: what kubectl users do, `kubectl --context`, and what `Kube`
+    fails over along when `server` cannot be reached).
+    """
+    ca = base64.b64encode(ca_pem.encode()).decode()
+    others = [s for s in dict.fromkeys(also) if s != server]
+    clusters = [("gpu-k8s", user, server)]
+    clusters += [(f"gpu-k8s-{i}", f"{user}-{i}", s) for i, s in enumerate(others, start=2)]
     config = {
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [
-            {
-                "name": "gpu-k8s",
-                "cluster": {
-                    "server": server,
-                    "certificate-authority-data": base64.b64encode(ca_pem.encode()).decode(),
-                },
-            }
+            {"name": name, "cluster": {"server": url, "certificate-authority-data": ca}}
+            for name, _, url in clusters
         ],
         "users": [{"name": user, "user": {"token": token}}],
         "contexts": [
-            {"name": user, "context": {"cluster": "gpu-k8s", "user": user, "namespace": namespace}}
+            {"name": context, "context": {"cluster": name, "user": user, "namespace": namespace}}
+            for name, context, _ in clusters
         ],
         "current-context": user,
     }

@@ -230,6 +230,46 @@ def test_consumers_follow_the_api_server_of_a_new_leader(ctx, bootstrapped, api)
     assert whoami(api, config["users"][0]["user"]["token"]) == TENSORFLOW_SA
 
 
+def test_consumers_get_every_api_server_to_fail_over_to(ctx, bootstrapped, api):
+    """Review deploy.md N20: the leader's machine lost, a consumer still has a way in.
+
+    The kubeconfig's current context is the leader's API server; each other joined unit's
+    has a context of its own with the same user, namespace and CA, which is what the
+    consumers' client fails over along (lib kubeclient.py, tested against two addresses
+    of one fake API server in tests/functional/test_kubeclient.py).
+    """
+    from charms.gpu_k8s.v0.kubeconfig import load_kubeconfig, servers
+    from fakes.control_plane import member
+
+    rel = kube_api_relation("tensorflow", "training", JOBS)
+    three = dataclasses.replace(
+        peer(bootstrapped), peers_data={1: member(api, 1), 2: member(api, 2)}
+    )
+    state = dataclasses.replace(bootstrapped, relations=[three, rel])
+    out = ctx.run(ctx.on.relation_changed(rel), state)
+    label = f"kube-api-{rel.id}"
+    text = next(s for s in out.secrets if s.label == label).latest_content["kubeconfig"]
+    config = load_kubeconfig(text)
+    assert servers(config) == [
+        "https://192.0.2.0:6443",
+        "https://10.0.0.6:6443",
+        "https://10.0.0.7:6443",
+    ]
+    assert whoami(api, config["users"][0]["user"]["token"]) == TENSORFLOW_SA
+    assert out.get_relation(rel.id).local_app_data["endpoint"] == "https://192.0.2.0:6443"
+    again = ctx.run(ctx.on.update_status(), out)
+    assert next(s for s in again.secrets if s.label == label).latest_content["kubeconfig"] == text
+
+    # a unit leaves: the kubeconfig no longer names its API server
+    two = dataclasses.replace(peer(again), peers_data={1: member(api, 1)})
+    out = ctx.run(
+        ctx.on.relation_departed(two, remote_unit=2),
+        dataclasses.replace(again, relations=[two, rel]),
+    )
+    text = next(s for s in out.secrets if s.label == label).latest_content["kubeconfig"]
+    assert servers(load_kubeconfig(text)) == ["https://192.0.2.0:6443", "https://10.0.0.6:6443"]
+
+
 def test_consumers_hear_at_once_when_a_worker_node_joins_or_leaves(ctx, bootstrapped, api):
     from fakes.control_plane import join_workers, worker_bag, workers_relation
 

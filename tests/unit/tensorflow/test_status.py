@@ -166,3 +166,53 @@ def test_hooks_twice_leave_the_same_state(ctx, state, api, event):
     assert api.objects("/") == objects
     assert second.unit_status == first.unit_status
     assert [(r.method, r.path) for r in api.requests if r.method != "GET"] == writes
+
+
+def test_the_cluster_stays_reachable_when_the_first_api_server_is_lost(ctx, api):
+    """The first API server's machine is lost: the charm goes on through the next.
+
+    Review deploy.md N20: the kubeconfig names every API server (the control plane's
+    rbac.kubeconfig: one context each, same user, namespace and CA).
+    """
+    import yaml
+    from conftest import TOKEN
+
+    first, second = api.serve_also(), api.serve_also()
+    try:
+        clusters = [
+            {"name": f"c{i}", "cluster": {"server": u.url}} for i, u in enumerate([first, second])
+        ]
+        contexts = [
+            {
+                "name": f"x{i}",
+                "context": {"cluster": f"c{i}", "user": "tensorflow", "namespace": NS},
+            }
+            for i in range(2)
+        ]
+        text = yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": clusters,
+                "users": [{"name": "tensorflow", "user": {"token": TOKEN}}],
+                "contexts": contexts,
+                "current-context": "x0",
+            }
+        )
+        secret = testing.Secret(tracked_content={"kubeconfig": text})
+        state = testing.State(
+            leader=True,
+            relations=[kube_api_relation(api, secret), storage_relation()],
+            secrets=[secret],
+        )
+        first.stop()
+        sent = len(api.requests)
+        out = ctx.run(ctx.on.update_status(), state)
+        image = "tensorflow/tensorflow:2.21.0"
+        assert out.unit_status == testing.ActiveStatus(
+            f"Ready: namespace {NS}, claim efs-storage-tensorflow, image {image}"
+        )
+        assert len(api.requests) > sent  # answered by the second address
+    finally:
+        first.stop()
+        second.stop()

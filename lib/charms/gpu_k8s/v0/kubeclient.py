@@ -21,6 +21,16 @@ creates are idempotent because every object has a fixed name and a repeated crea
 When retries are exhausted the last response becomes a `KubeError`; a connection that never
 answered becomes `KubeError(status=0, reason="ConnectionError")`.
 
+Several API servers (`kubeconfig.servers`: one context per API server, same user, same
+CA): client-go and the `kubernetes` client use one server and never try another
+(kubeconfig.py says where that is written), so `Kube` fails over itself. A connection
+that cannot be opened is not retried on the same server: the next server is tried at
+once, and the client stays with the one that answered. After every server failed, the
+round starts again after the backoff, `retries` times, as a single server's connection
+errors are retried. An answer (any HTTP status) never fails over: every API server of a
+cluster answers the same. A request that reached a server and got no answer (a read
+error, after its own retries there) fails over too: our requests are idempotent (above).
+
 `Kube.requests` counts every HTTP request actually sent on the wire, retries included: it is
 incremented by the urllib3 connection pool each time it sends a request.
 
@@ -37,17 +47,20 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from charms.gpu_k8s.v0.kubeconfig import load_kubeconfig
+from charms.gpu_k8s.v0.kubeconfig import servers as kubeconfig_servers
 
 if TYPE_CHECKING:  # pragma: no cover
     from kubernetes.client import ApiClient
 
 LIBID = "1c1c281a9eb64d9594fd86aa76205351"
 LIBAPI = 0
-LIBPATCH = 10
+LIBPATCH = 11
 
 logger = logging.getLogger(__name__)
 
@@ -139,8 +152,12 @@ def _counting_pool_classes(counter: _Counter) -> dict[str, type]:
     return {"http": counting(HTTPConnectionPool), "https": counting(HTTPSConnectionPool)}
 
 
-def _retry(retries: int, backoff: float) -> Any:
-    """urllib3 `Retry` for every verb; evictions refused with 429 are left to `Kube.drain`."""
+def _retry(retries: int, backoff: float, *, connect: int | None = None) -> Any:
+    """urllib3 `Retry` for every verb; evictions refused with 429 are left to `Kube.drain`.
+
+    `connect`: retries of a connection that could not be opened (default `retries`; 0
+    when another API server is there to try instead).
+    """
     from urllib3.exceptions import MaxRetryError
     from urllib3.util.retry import Retry
 
@@ -169,7 +186,7 @@ def _retry(retries: int, backoff: float) -> Any:
 
     return _KubeRetry(
         total=retries,
-        connect=retries,
+        connect=retries if connect is None else connect,
         read=retries,
         status=retries,
         other=retries,
@@ -186,10 +203,30 @@ def _retry(retries: int, backoff: float) -> Any:
 class Kube:
     """Generic CRUD, server-side apply and node drain against one cluster."""
 
-    def __init__(self, api_client: ApiClient, *, timeout: float = 30.0):
-        """Wrap a configured `kubernetes.client.ApiClient` (see `from_kubeconfig`)."""
+    def __init__(
+        self,
+        api_client: ApiClient,
+        *,
+        timeout: float = 30.0,
+        servers: Sequence[str] = (),
+        rounds: int = 1,
+        backoff: float = 0.5,
+    ):
+        """Wrap a configured `kubernetes.client.ApiClient` (see `from_kubeconfig`).
+
+        `servers`: the API servers to fail over along, the client's own first (default:
+        only its own); `rounds` and `backoff`: how often every one is tried when none
+        answers, and the wait before each new round (doubled each time).
+        """
         self._api = api_client
         self._timeout = timeout
+        self._servers = list(servers) or [api_client.configuration.host]
+        # Passed with every request: the kubeconfig loader's refresh_api_key_hook writes
+        # the kubeconfig's own server back into the configuration before each request
+        # (kubernetes/config/kube_config.py _refresh_api_key -> _set_config).
+        self._host = self._servers[0]
+        self._rounds = max(rounds, 1)
+        self._backoff = backoff
         self.kinds = dict(KINDS)
         self._counter = _Counter()
         pool_manager = getattr(api_client.rest_client, "pool_manager", None)
@@ -212,8 +249,11 @@ class Kube:
         config_dict = load_kubeconfig(text)
         from kubernetes import client, config
 
+        several = kubeconfig_servers(config_dict)
         configuration = client.Configuration()
-        configuration.retries = _retry(retries, backoff)
+        # with another API server to try, a refused connection goes there instead
+        connect = 0 if len(several) > 1 else None
+        configuration.retries = _retry(retries, backoff, connect=connect)
         try:
             api_client = config.new_client_from_config_dict(
                 config_dict, client_configuration=configuration, persist_config=False
@@ -221,7 +261,16 @@ class Kube:
         except (config.ConfigException, ValueError, TypeError) as e:
             # e.g. certificate data that is not base64; the message names keys, not values
             raise ValueError(f"kubeconfig is not usable: {type(e).__name__}: {e}") from None
-        return cls(api_client, timeout=timeout)
+        if len(several) == 1:
+            return cls(api_client, timeout=timeout)
+        return cls(
+            api_client, timeout=timeout, servers=several, rounds=retries + 1, backoff=backoff
+        )
+
+    @property
+    def server(self) -> str:
+        """The API server the next request goes to (the last one that answered)."""
+        return self._host
 
     @property
     def requests(self) -> int:
@@ -297,30 +346,53 @@ class Kube:
             if v is not None
         ]
         headers = {"Content-Type": content_type, "Accept": accept}
-        serialized = self._api.param_serialize(
-            method,
-            path,
-            query_params=params,
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
-        )
-        if not self._count_on_wire:
-            self._counter()
         logger.debug("kube %s %s", method, path)
-        try:
-            response = self._api.call_api(*serialized, _request_timeout=self._timeout)
-            data = response.read()
-            response.response.release_conn()
-        except urllib3.exceptions.HTTPError as e:
-            raise KubeError(0, "ConnectionError", f"{method} {path}: {e}") from None
-        except ApiException as e:
-            raise KubeError(e.status or 0, "ClientError", str(e.reason)) from None
+        tried = 0
+        while True:
+            serialized = self._api.param_serialize(
+                method,
+                path,
+                query_params=params,
+                header_params=headers,
+                body=body,
+                auth_settings=["BearerToken"],
+                _host=self._host,
+            )
+            if not self._count_on_wire:
+                self._counter()
+            try:
+                response = self._api.call_api(*serialized, _request_timeout=self._timeout)
+                data = response.read()
+                response.response.release_conn()
+                break
+            except urllib3.exceptions.HTTPError as e:
+                tried += 1
+                if tried >= len(self._servers) * self._rounds:
+                    raise KubeError(0, "ConnectionError", f"{method} {path}: {e}") from None
+                self._fail_over(e, tried)
+            except ApiException as e:
+                raise KubeError(e.status or 0, "ClientError", str(e.reason)) from None
         text = data.decode("utf-8", errors="replace") if data else ""
         is_json = "json" in (response.headers.get("Content-Type") or "")
         if not 200 <= response.status <= 299:
             raise self._error(response.status, response.reason, text if is_json else "")
         return json.loads(text) if is_json and text else text
+
+    def _fail_over(self, error: Exception, tried: int) -> None:
+        """Point the client at the next API server; wait first when a round ended."""
+        at = self._servers.index(self._host)
+        following = self._servers[(at + 1) % len(self._servers)]
+        logger.warning(
+            "API server %s did not answer (%s): trying %s",
+            self._host,
+            type(getattr(error, "reason", None) or error).__name__,
+            following,
+        )
+        self._host = following
+        if tried % len(self._servers) == 0:
+            time.sleep(
+                min(self._backoff * 2 ** (tried // len(self._servers) - 1), 16 * self._backoff)
+            )
 
     @staticmethod
     def _error(status: int, http_reason: str | None, text: str) -> KubeError:

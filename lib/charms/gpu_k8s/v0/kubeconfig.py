@@ -7,13 +7,23 @@
 server, a user, the context itself) and says which part is missing in a message that
 never echoes the text, which holds credentials. `kubeclient.Kube.from_kubeconfig` builds
 its client from the result.
+
+Several API servers: a kubeconfig cluster names one `server` (client-go's clientcmd
+api/v1 `Cluster.Server string`; a `servers` list was proposed and closed unmerged,
+kubernetes/kubernetes#25428 and #40674, and the request stays open as #18174 "don't
+require a load balancer between cluster and control plane and still be HA"), and
+client-go never tries another. kubectl users put a load balancer in front, or keep a
+context per API server and pick one with `kubectl --context`. The control plane hands
+its consumers the latter: the current context reaches one API server, and one more
+context per other API server names the same user and namespace, whose cluster has the
+same CA. `servers` reads that list back, current first; `Kube` fails over along it.
 """
 
 from __future__ import annotations
 
 LIBID = "d3d41f4964454e159b01b74e5e2f65c3"
 LIBAPI = 0
-LIBPATCH = 3
+LIBPATCH = 4
 
 
 def _check_named_entries(config: dict, section: str, inner: str) -> dict[str, dict]:
@@ -72,3 +82,37 @@ def load_kubeconfig(text: str) -> dict:
     if context.get("user") not in users:
         raise ValueError(f"kubeconfig context {current!r} names an unknown user")
     return config
+
+
+def servers(config: dict) -> list[str]:
+    """The current context's server, then every other server of the same cluster (deduplicated).
+
+    Another context is the same cluster at another address when it names the current
+    context's user and namespace and its cluster has the same certificate authority (a
+    client built for the current context then trusts it as it is). `config` is what
+    `load_kubeconfig` returned.
+    """
+    clusters = {e["name"]: e["cluster"] for e in config["clusters"]}
+    contexts = {e["name"]: e["context"] for e in config["contexts"]}
+    current = contexts[config["current-context"]]
+    home = clusters[current["cluster"]]
+
+    def same(context: dict) -> bool:
+        cluster = clusters.get(context.get("cluster", ""))
+        return (
+            cluster is not None
+            and context.get("user") == current.get("user")
+            and context.get("namespace") == current.get("namespace")
+            and cluster.get("certificate-authority-data") == home.get("certificate-authority-data")
+            and cluster.get("certificate-authority") == home.get("certificate-authority")
+            and isinstance(cluster.get("server"), str)
+            and cluster["server"].startswith(("https://", "http://"))
+        )
+
+    found = [home["server"]]
+    for name, context in contexts.items():
+        if name != config["current-context"] and same(context):
+            server = clusters[context["cluster"]]["server"]
+            if server not in found:
+                found.append(server)
+    return found
