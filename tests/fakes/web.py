@@ -5,7 +5,9 @@ own, written to `ca_file` (point SSL_CERT_FILE at it: OpenSSL's default verify p
 which Python's urllib uses, read it). `files` maps a path to its bytes; `cut` ends every
 answer after that many bytes (the Content-Length still promises all of them: a connection
 lost half way), `fail` answers
-that many requests 500 first, `slow` sleeps between 64 KiB writes; `gets` counts requests.
+that many requests 500 first, `slow` sleeps between 64 KiB writes; `hold` (a
+threading.Event) stops every answer after `hold_after` bytes until it is set (a transfer
+caught half way, however loaded the machine); `gets` counts requests.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ class FileServer:
         self.cut: int | None = None
         self.fail = 0
         self.slow = 0.0
+        self.hold: threading.Event | None = None
+        self.hold_after = 65536
         self.gets = 0
         server = self
 
@@ -49,6 +53,9 @@ class FileServer:
                 sent = body if server.cut is None else body[: server.cut]
                 for i in range(0, len(sent), 65536):
                     self.wfile.write(sent[i : i + 65536])
+                    if server.hold is not None and i < server.hold_after <= i + 65536:
+                        self.wfile.flush()
+                        server.hold.wait(timeout=60)
                     if server.slow:
                         time.sleep(server.slow)
                 self.close_connection = True

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import botocore.auth
@@ -116,7 +117,8 @@ def test_a_connection_cut_short_is_retried_and_never_looks_complete(web, tmp_pat
 
 def test_a_killed_copy_leaves_no_dataset_and_the_next_attempt_cleans_up(web, tmp_path):
     web.files["/d.npz"] = DATA
-    web.slow = 0.02
+    web.hold = threading.Event()  # the rest of the file waits until the copy is killed,
+    web.hold_after = 2 * dataset_import.CHUNK  # once a whole chunk is on disk
     proc = subprocess.Popen(
         [sys.executable, str(PROGRAM), "--root", str(tmp_path), "--name", "d"]
         + ["--source", f"{web.url}/d.npz"],
@@ -130,10 +132,11 @@ def test_a_killed_copy_leaves_no_dataset_and_the_next_attempt_cleans_up(web, tmp
     proc.send_signal(signal.SIGKILL)  # the node went away
     proc.wait(timeout=30)
     proc.stdout.close()
+    web.hold.set()
+    web.hold = None
     assert not (tmp_path / "d").exists()
     assert [p.name.split(".")[0] for p in (tmp_path / ".incoming").iterdir()] == ["d"]
 
-    web.slow = 0.0
     code, _, err = _run(tmp_path, "--name", "d", "--source", f"{web.url}/d.npz", "--sha256", SHA)
     assert code == 0, err
     assert (tmp_path / "d" / "d.npz").read_bytes() == DATA
