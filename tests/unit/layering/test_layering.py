@@ -30,9 +30,11 @@ OPS_COMPONENTS = {
     "kubernetes-control-plane": {
         "access",
         "addons",
+        "backups",
         "context",
         "fleet",
         "membership",
+        "operator_actions",
         "renewal",
         "upgrades",
     },
