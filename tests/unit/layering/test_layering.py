@@ -38,6 +38,7 @@ OPS_COMPONENTS = {
         "renewal",
         "upgrades",
     },
+    "efs-storage": {"aws_access", "confinement", "operator_actions"},
     "kubernetes-worker": {"reboot_turns"},
 }
 OPS_MODULES = ("ops", f"{LIB_PACKAGE}.status")
