@@ -12,7 +12,7 @@ Nothing waits in a hook: progress is a Waiting status re-checked on the next eve
 
 Statuses: a step that cannot go on raises `StatusError` (charms.gpu_k8s.v0.status), which
 `Statuses.step()` keeps for collect-unit-status, as it keeps a Kubernetes API error read
-by `kube_status`; an AWS error (aws.py) becomes its status in `_aws`.
+by `kube_status`; an AWS error (aws.py) becomes its status in `aws_access.aws_call`.
 
 Removal (the application's planned units drop to 0): every hook while dying runs one
 teardown step. First the claims are deleted (refused, with a status naming the pods,
@@ -25,45 +25,41 @@ is still under way, so that Juju retries it: each retry is the next poll.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import time
 from collections.abc import Callable
-from typing import TypeVar
 
 import aws
 import ops
-from access_points import AccessPoint, Wanted
+from aws_access import AwsAccess, aws_call
 from charm_config import Config
 from claims import Owner, efs_path
+from confinement import Access, access_points, confine, csi_driver_on_every_node
 from directories import HELPER_IMAGE, Directories, Holdings
 from efs import Efs
 from efs_model import Desired, Node, Observed, nodes_from_kubernetes
 from literals import (
     CLUSTER_RULES,
-    CSI_DRIVER,
-    CSI_NODE_ANNOTATION,
     HOLDINGS_KEY,
     KUBE_API,
     NAMESPACED_RULES,
     PEERS,
     SHARED_STORAGE,
 )
+from operator_actions import OperatorActions
 from storage import ClaimState, Managed, Storage, claim_spec, namespace_problem
 
 from charms.gpu_k8s.v0.cos_agent import CosAgentProvider
 from charms.gpu_k8s.v0.databag import write
 from charms.gpu_k8s.v0.images import mirrored
 from charms.gpu_k8s.v0.kube_api import KubeApiRequirer
-from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
+from charms.gpu_k8s.v0.kubeclient import Kube
 from charms.gpu_k8s.v0.shared_storage import SharedStorageProvider, StorageRequest
-from charms.gpu_k8s.v0.status import StatusError, Statuses, kube_status
+from charms.gpu_k8s.v0.status import StatusError, Statuses
 from charms.gpu_k8s.v0.system import machine
 from charms.gpu_k8s.v0.unit_state import Gauge
 
 logger = logging.getLogger(__name__)
-
-_T = TypeVar("_T")
 
 CLAIMS_IN_USE = "removing: claim "
 
@@ -128,7 +124,14 @@ class EfsStorageCharm(ops.CharmBase):
         for event in (on["cos-agent"].relation_joined, on["cos-agent"].relation_changed):
             framework.observe(event, self._on_cos_agent)
         framework.observe(on.upgrade_charm, self._on_cos_agent)  # new rules or dashboards
-        framework.observe(on.show_filesystem_action, self._on_show_filesystem)
+        self.actions = OperatorActions(
+            self,
+            config=lambda: self.load_config(Config, errors="raise"),
+            desired=self._desired,
+            efs=self._efs,
+            kube=self._kube_or_none,
+        )
+        framework.observe(on.show_filesystem_action, self.actions.on_show_filesystem)
 
     # -- events ---------------------------------------------------------------------------
     def _on_event(self, _: ops.EventBase) -> None:
@@ -186,7 +189,7 @@ class EfsStorageCharm(ops.CharmBase):
             config = Config()
         try:
             manager = self._efs(config)
-            _aws(lambda: manager.release_rules(self.model.uuid, self.app.name))
+            aws_call(lambda: manager.release_rules(self.model.uuid, self.app.name))
         except StatusError as e:
             return e.status.message
         return None
@@ -215,12 +218,12 @@ class EfsStorageCharm(ops.CharmBase):
             return self._teardown(config)
         desired = self._desired(config)  # validates before anything talks to AWS
         kube = self._kube()
-        credentials, region = self._aws_access(config)
+        credentials, region = AwsAccess(self.model).resolve(config)
         listed = kube.list("v1", "Node")
         nodes = nodes_from_kubernetes(listed)
         desired = self._desired(config, nodes)
         manager = self._connect(credentials, region)
-        observed = _aws(lambda: manager.reconcile(desired))
+        observed = aws_call(lambda: manager.reconcile(desired))
         if observed.unresolved_nodes:
             logger.warning("nodes not found in EC2: %s", ", ".join(observed.unresolved_nodes))
         access = Access(manager, desired, observed, csi_driver_on_every_node(listed))
@@ -273,7 +276,7 @@ class EfsStorageCharm(ops.CharmBase):
         # The relation made first comes first among requests that arrive in one hook.
         requests = sorted(self.shared_storage.requests(), key=lambda r: r.relation.id)
         accepted = self._accept(kube, holdings, config, access, requests)
-        points = self._access_points(access, config, accepted)
+        points = access_points(access, config, accepted)
         for request, directory in accepted:
             point = points.get(request.app_name)
             if isinstance(point, aws.AwsApiError):
@@ -326,7 +329,7 @@ class EfsStorageCharm(ops.CharmBase):
         write(self._peer_data(), {HOLDINGS_KEY: holdings.dump()})
         if access.confining and observed.state == "available":
             live = {m.access_point or "" for m in managed}
-            self._confine(access, storage, live, points)
+            confine(access, storage, live, points)
         return states
 
     def _accept(
@@ -372,44 +375,6 @@ class EfsStorageCharm(ops.CharmBase):
         if holdings.held.get(request.app_name) == efs_path(config.path, None):
             return None
         return request.app_name
-
-    def _access_points(
-        self, access: Access, config: Config, accepted: list[tuple[StorageRequest, str | None]]
-    ) -> dict[str, AccessPoint | aws.AwsApiError]:
-        """Each accepted consumer's access point, once the file system is available."""
-        if not access.confining or access.observed.state != "available":
-            return {}
-        wanted = [
-            Wanted(request.app_name, efs_path(config.path, directory), *request.owner)
-            for request, directory in accepted
-        ]
-        fs_id = access.observed.file_system_id or ""
-        return _aws(lambda: access.manager.access_points(access.desired, fs_id, wanted))
-
-    def _confine(
-        self,
-        access: Access,
-        storage: Storage,
-        keep: set[str],
-        points: dict[str, AccessPoint | aws.AwsApiError],
-    ) -> None:
-        """Delete access points no volume uses; then put the file system policy.
-
-        The policy (TLS only, root only through the charm's root access points) goes on
-        once no plain NFS volume of this application is left.
-        """
-        fs_id = access.observed.file_system_id or ""
-        keep |= {p.access_point_id for p in points.values() if isinstance(p, AccessPoint)}
-        _aws(lambda: access.manager.delete_access_points(access.desired, fs_id, keep))
-        left = [m.key for m in storage.managed() if m.nfs]
-        if left:
-            access.nfs_left = left
-            return
-        if not access.observed.owned:
-            return  # an adopted file system's policy is its owner's (README)
-        roots = [p.arn for p in points.values() if isinstance(p, AccessPoint) and p.uid == 0]
-        _aws(lambda: access.manager.confine(access.observed, roots))
-        access.policy = True
 
     def _peer_data(self) -> ops.RelationDataContent:
         peers = self.model.get_relation(PEERS)
@@ -520,7 +485,7 @@ class EfsStorageCharm(ops.CharmBase):
             logger.warning(
                 "kube-api is gone; left claims %s in the cluster", ", ".join(self._stored.claims)
             )
-            progress = _aws(lambda: manager.teardown(desired, False))
+            progress = aws_call(lambda: manager.teardown(desired, False))
             self._statuses.add(
                 ops.MaintenanceStatus(
                     f"removing: kept EFS and claims {', '.join(self._stored.claims)} "
@@ -528,7 +493,7 @@ class EfsStorageCharm(ops.CharmBase):
                 )
             )
             return True
-        progress = _aws(lambda: manager.teardown(desired, config.delete_on_remove))
+        progress = aws_call(lambda: manager.teardown(desired, config.delete_on_remove))
         logger.info("removal: %s", progress.message)
         self._statuses.add(ops.MaintenanceStatus(f"removing: {progress.message}"))
         return progress.done
@@ -562,146 +527,12 @@ class EfsStorageCharm(ops.CharmBase):
 
     def _efs(self, config: Config) -> Efs:
         """The AWS side, with the credentials and region `config` and the model give."""
-        return self._connect(*self._aws_access(config))
+        return self._connect(*AwsAccess(self.model).resolve(config))
 
     def _connect(self, credentials: aws.Credentials, region: str) -> Efs:
         return Efs.connect(
             credentials, region, self.aws_endpoint_url, max_attempts=self.aws_max_attempts
         )
-
-    def _aws_access(self, config: Config) -> tuple[aws.Credentials, str]:
-        """The credentials and region to use, or a Blocked problem saying what to set."""
-        try:
-            spec: ops.CloudSpec | None = self.model.get_cloud_spec()
-        except ops.ModelError:
-            spec = None
-        try:
-            if config.credentials is not None:
-                credentials = aws.Credentials.from_secret(self._secret_content(config.credentials))
-            elif spec is None:
-                raise StatusError.blocked(
-                    f"no AWS credentials: run `juju trust {self.app.name}` or set config "
-                    "credentials to a Juju secret"
-                )
-            elif spec.type != "ec2" or spec.credential is None:
-                raise StatusError.blocked(
-                    f"the model's cloud is {spec.type}, not AWS; set config credentials and region"
-                )
-            elif spec.credential.auth_type == "instance-role":
-                # Juju's EC2 `instance-role` credential carries only `instance-profile-name`:
-                # the controller's machines assume that role; this charm gets no keys.
-                raise StatusError.blocked(
-                    "the model's AWS credential is an instance role, which gives charms "
-                    "no keys; set config credentials to a Juju secret with access-key-id "
-                    "and secret-access-key"
-                )
-            else:
-                credentials = aws.Credentials.from_cloud_credential(
-                    dict(spec.credential.attributes)
-                )
-        except aws.AwsConfigError as e:
-            raise StatusError.blocked(str(e)) from None
-        region = config.region or (spec.region if spec is not None else None) or ""
-        if not region:
-            raise StatusError.blocked("no AWS region: set config region (e.g. us-east-1)")
-        return credentials, region
-
-    def _secret_content(self, secret: ops.Secret) -> dict[str, str]:
-        try:
-            return secret.get_content(refresh=True)
-        except (ops.SecretNotFoundError, ops.ModelError):
-            raise StatusError.blocked(
-                f"cannot read the secret in config credentials ({secret.id}); grant it: "
-                f"juju grant-secret {secret.id} {self.app.name}"
-            ) from None
-
-    # -- actions --------------------------------------------------------------------------
-    def _on_show_filesystem(self, event: ops.ActionEvent) -> None:
-        try:
-            config = self.load_config(Config, errors="raise")
-        except ValueError as e:
-            event.fail(f"invalid config: {e}")
-            return
-        try:
-            desired = self._desired(config)
-            manager = self._efs(config)
-            observed = _aws(lambda: manager.describe(desired))
-        except StatusError as e:
-            event.fail(e.status.message)
-            return
-        result = observed.action_result()
-        if not result.get("mount-targets"):
-            result["mount-targets"] = "none"
-        result["claims"] = self._claims_result()
-        event.set_results(result)
-
-    def _claims_result(self) -> dict[str, str] | str:
-        kube = self._kube_or_none()
-        if kube is None:
-            return "unknown (no kube-api access)"
-        try:
-            managed = Storage(kube, Owner(self.app.name, self.model.uuid)).managed()
-        except KubeError as e:
-            if kube_status(e) is None:
-                raise
-            return f"unknown (Kubernetes API: {e.status} {e.reason})"  # an action: no retry
-        if not managed:
-            return "none"
-        result: dict[str, str] = {}
-        for item in managed:
-            name = item.consumer or "unlabelled"
-            key, n = name, 1
-            while key in result:
-                n += 1
-                key = f"{name}-{n}"
-            result[key] = f"{item.key} {item.phase}"
-        return result
-
-
-@dataclasses.dataclass
-class Access:
-    """How this pass serves consumers: through access points (confining) or plain NFS."""
-
-    manager: Efs
-    desired: Desired
-    observed: Observed
-    driver_ready: bool
-    confining: bool = False
-    nfs_left: list[str] = dataclasses.field(default_factory=list)
-    policy: bool = False
-
-    def note(self, states: list[ClaimState]) -> str:
-        """What the Active status adds about confinement (empty once all is confined)."""
-        if not states:
-            return ""  # no consumer: nobody to confine
-        if not self.confining:
-            return (
-                f"; consumers are not confined (NFS as root, no TLS): the EFS CSI driver "
-                f"{CSI_DRIVER} is not on every node"
-            )
-        moving = [s.note for s in states if s.note]
-        if moving:
-            return f"; not confined yet: {'; '.join(moving)}"
-        if self.nfs_left:
-            return f"; not confined yet: NFS volumes {', '.join(self.nfs_left[:5])} remain"
-        if not self.policy and self.observed.owned:
-            return "; waiting to put the file system policy"
-        return ""
-
-
-def csi_driver_on_every_node(nodes: list[dict]) -> bool:
-    """Whether kubelet registered the EFS CSI driver's node plugin on every Node."""
-    if not nodes:
-        return False
-    for node in nodes:
-        annotations = (node.get("metadata") or {}).get("annotations") or {}
-        try:
-            drivers = json.loads(annotations.get(CSI_NODE_ANNOTATION) or "{}")
-        except json.JSONDecodeError:
-            return False
-        if not isinstance(drivers, dict) or CSI_DRIVER not in drivers:
-            return False
-    return True
 
 
 def _gauges(observed: Observed, states: list[ClaimState]) -> list[Gauge]:
@@ -745,27 +576,6 @@ def _zone_status(observed: Observed) -> ops.StatusBase:
         f"{observed.progress}; {problems}; fix it in AWS or move the nodes of {zones}, "
         "the charm retries on every event"
     )
-
-
-def _aws(fn: Callable[[], _T]) -> _T:
-    """Run one AWS pass; every AWS error becomes a status, never a hook error.
-
-    Credentials, permissions and configuration the operator must fix are Blocked; what AWS
-    says clears by itself (throttling, 5xx after retries, codes AWS documents as "try again")
-    is Waiting; any other AWS error code is Blocked with AWS's code and message.
-    """
-    try:
-        return fn()
-    except (aws.AwsAuthError, aws.AwsConfigError) as e:
-        raise StatusError.blocked(str(e)) from None
-    except aws.AwsTransientError as e:
-        raise StatusError.waiting(f"AWS unavailable, retrying on the next event: {e}") from None
-    except aws.AwsApiError as e:
-        if e.retry_later:
-            raise StatusError.waiting(f"{e}; retrying on the next event") from None
-        raise StatusError.blocked(
-            f"{e}; fix it in AWS, the charm retries on every event"
-        ) from None
 
 
 if __name__ == "__main__":  # pragma: nocover

@@ -20,6 +20,9 @@ hands work to, with what they need and nothing of the charm:
 - `fleet.py`: the workers (registry, node readiness, departed nodes, what they are told);
 - `access.py`: kube-api consumers, the workers' credentials, the operator's way in;
 - `addons.py`: what the leader runs in the cluster (CNI, NVIDIA add-ons, JobSet, Kueue);
+- `backups.py`: the leader's scheduled etcd snapshots and their upload to S3;
+- `operator_actions.py`: the actions (get-kubeconfig, cluster-info, renew-certificates,
+  backup-etcd, restore-etcd);
 - `bootstrap.py`, `etcd.py`, `rbac.py`, `device_plugin.py`, `mig_manager.py`,
   `calico.py`, `flannel.py`, `batch_engines.py`, `kueue.py`, `image_registry.py`,
   `cluster_info.py`, `registry.py`, `rolling.py`: what they run or decide, without ops.
@@ -39,24 +42,19 @@ import time
 import urllib.request
 
 import bootstrap
-import certificates
-import cluster_info
 import etcd
-import etcd_backup
-import etcd_s3
 import image_registry
 import node
 import ops
-import renewal
 import summary
 from access import Access
 from addons import Addons
-from charm_config import Config, KubeconfigParams, NoParams, RestoreParams
+from backups import Backups
+from charm_config import Config
 from context import KubeSession, UnitContext, juju_public_address
 from fleet import Fleet
 from literals import (
     ADMIN_REFUSED_FIX,
-    ADMIN_SECRET_LABEL,
     API_PORT,
     COS_AGENT,
     KUBE_API,
@@ -64,7 +62,8 @@ from literals import (
     WORKERS,
 )
 from membership import Membership, etcd_problems
-from peers import IMAGE_REGISTRY, POD_CIDR, SERVICE_CIDR, UPGRADE_TURN, Peers
+from operator_actions import OperatorActions
+from peers import IMAGE_REGISTRY, POD_CIDR, SERVICE_CIDR, Peers
 from renewal import Renewal
 from upgrades import Upgrades, drain_node
 
@@ -160,11 +159,24 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         framework.observe(on.secret_rotate, self._on_event)  # a consumer's token is due
         framework.observe(on.collect_unit_status, self._on_collect_status)
         framework.observe(on.collect_app_status, self._on_collect_app_status)
-        framework.observe(on.get_kubeconfig_action, self._on_get_kubeconfig)
-        framework.observe(on.cluster_info_action, self._on_cluster_info)
-        framework.observe(on.renew_certificates_action, self._on_renew_certificates)
-        framework.observe(on.backup_etcd_action, self._on_backup_etcd)
-        framework.observe(on.restore_etcd_action, self._on_restore_etcd)
+        self.actions = actions = OperatorActions(
+            self,
+            host=lambda: self.host,
+            context=self._context,
+            peers=self._peers,
+            renewal_of=self._renewal,
+            config=lambda: self.load_config(Config, errors="raise"),
+            ready=self._api_server_ready,
+            clock=self.clock,
+            etcd_url=self.etcd_url,
+            monotonic=self.drain_clock,
+            sleep=self.restart_sleep,
+        )
+        framework.observe(on.get_kubeconfig_action, actions.on_get_kubeconfig)
+        framework.observe(on.cluster_info_action, actions.on_cluster_info)
+        framework.observe(on.renew_certificates_action, actions.on_renew_certificates)
+        framework.observe(on.backup_etcd_action, actions.on_backup_etcd)
+        framework.observe(on.restore_etcd_action, actions.on_restore_etcd)
 
     # -- what one hook knows --------------------------------------------------------------
 
@@ -441,7 +453,9 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         self._blocked_lines = [*hook.access.blocked, *cert_blocked]
         hook.access.reach(config, peers, leader=True)
         if isinstance(event, ops.UpdateStatusEvent):
-            notes += self._scheduled_etcd_backup(config, hook)
+            notes += Backups(self.host, self.clock, self.app.name).scheduled(
+                config, hook.peers.app
+            )
         addons.apply_efs_csi_driver(config, bag)  # may block, like the batch engines
         pending = addons.apply_batch_engines(  # last: may block
             config, bag, resize=isinstance(event, ops.UpdateStatusEvent)
@@ -449,78 +463,6 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         if pending:
             notes.append(f"waiting for {', '.join(pending)}")
         return notes
-
-    def _scheduled_etcd_backup(self, config: Config, hook: _Hook) -> list[str]:
-        """The leader's etcd snapshot every `etcd-backup-hours`; a note when it failed.
-
-        The last one's time is in the peer application data, so a new leader keeps the
-        schedule.
-        A failure is retried on the next update-status, and says so in the status line.
-        """
-        bag, now = hook.peers.app, self.clock()
-        if config.etcd_backup_hours and not bag.get(etcd_backup.LAST):
-            # the schedule starts now: the first snapshot `etcd-backup-hours` later (a
-            # new cluster has nothing to keep yet; backup-etcd takes one at once)
-            bag[etcd_backup.LAST] = now.isoformat()
-            return []
-        if not etcd_backup.due(bag.get(etcd_backup.LAST), now, config.etcd_backup_hours):
-            return self._send_unsent_backup(config, hook)
-        try:
-            snapshot = etcd_backup.take(self.host, now, keep=config.etcd_backups_kept)
-        except etcd_backup.BackupError as e:
-            logger.warning("scheduled etcd backup failed: %s", e)
-            return [f"etcd backup failed: {e}; retrying"]
-        bag[etcd_backup.LAST] = now.isoformat()
-        logger.info("scheduled etcd backup: %s", snapshot.path)
-        if config.backup_target is not None:
-            bag[etcd_s3.UNSENT] = snapshot.path
-        return self._send_unsent_backup(config, hook)
-
-    def _send_unsent_backup(self, config: Config, hook: _Hook) -> list[str]:
-        """Upload the scheduled snapshot not in S3 yet; a note until it is (retried)."""
-        bag = hook.peers.app
-        path = bag.get(etcd_s3.UNSENT)
-        if not path or config.backup_target is None or not self.host.path(path).is_file():
-            bag.pop(etcd_s3.UNSENT, None)  # sent, S3 turned off, or another leader's file
-            return []
-        try:
-            self._upload_snapshot(config, path)
-        except etcd_s3.S3BackupError as e:
-            logger.warning("etcd backup upload failed: %s", e)
-            return [f"etcd snapshot kept on the machine, its upload failed: {e}; retrying"]
-        bag.pop(etcd_s3.UNSENT, None)
-        return []
-
-    def _backup_credentials(self, config: Config) -> etcd_s3.Credentials:
-        """The S3 credentials of etcd-backup-credentials (S3BackupError: why not)."""
-        secret = config.etcd_backup_credentials
-        if secret is None:
-            raise etcd_s3.S3BackupError(
-                "etcd-backup-s3 needs etcd-backup-credentials: "
-                "juju config kubernetes-control-plane etcd-backup-credentials=secret:<id>"
-            )
-        try:
-            content = secret.get_content(refresh=True)
-        except (ops.SecretNotFoundError, ops.ModelError):
-            raise etcd_s3.S3BackupError(
-                f"cannot read the secret in config etcd-backup-credentials ({secret.id}); "
-                f"grant it: juju grant-secret {secret.id} {self.app.name}"
-            ) from None
-        try:
-            return etcd_s3.Credentials.from_secret(content)
-        except ValueError as e:
-            raise etcd_s3.S3BackupError(str(e)) from None
-
-    def _upload_snapshot(self, config: Config, path: str) -> etcd_s3.Uploaded:
-        """Upload the snapshot at `path` to etcd-backup-s3 (see `etcd_s3.upload`)."""
-        assert config.backup_target is not None
-        return etcd_s3.upload(
-            self.host.path(path),
-            path.rsplit("/", 1)[-1],
-            config.backup_target,
-            self._backup_credentials(config),
-            keep=config.etcd_backups_kept,
-        )
 
     def _keep_image_registry(self, config: Config, hook: _Hook) -> None:
         """Keep kubeadm-config's image repositories on `image-registry` for joins and upgrades."""
@@ -637,245 +579,6 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         if not self._stored.statuses:
             return [ops.WaitingStatus("waiting to join the cluster")]
         return [ops.StatusBase.from_name(name, message) for name, message in self._stored.statuses]
-
-    # -- actions ----------------------------------------------------------------------------
-
-    def _on_get_kubeconfig(self, event: ops.ActionEvent) -> None:
-        params = event.load_params(KubeconfigParams, errors="fail")
-        ctx = self._context()
-        text = bootstrap.read_admin_kubeconfig(ctx.host)
-        if text is None or not ctx.joined():
-            event.fail("this unit has not joined the cluster yet; retry once it is Ready")
-            return
-        try:
-            host = bootstrap.endpoint_host(ctx.public_address or ctx.address)
-        except StatusError as e:
-            event.fail(f"cannot name this unit's API server: {e}")
-            return
-        server = params.server or f"https://{host}:{API_PORT}"
-        text = bootstrap.with_server(text, server)
-        try:
-            secret = self.model.get_secret(label=ADMIN_SECRET_LABEL)
-            if secret.peek_content().get("kubeconfig") != text:
-                secret.set_content({"kubeconfig": text})
-        except ops.SecretNotFoundError:
-            secret = self.unit.add_secret(
-                {"kubeconfig": text},
-                label=ADMIN_SECRET_LABEL,
-                description="cluster-admin kubeconfig",
-            )
-        secret_id = secret.id or secret.get_info().id
-        event.set_results(
-            {
-                "secret-id": secret_id,
-                "server": server,
-                "command": (
-                    f"juju show-secret --reveal {secret_id} --format json"
-                    " | jq -r '.[].content.Data.kubeconfig' > kubeconfig"
-                ),
-                "note": (
-                    f"from outside the VPC, run `juju expose {self.app.name} --to-cidrs "
-                    f"<your network's CIDR>` once: it opens port {API_PORT} of the "
-                    "control-plane machines to those addresses only (without --to-cidrs, "
-                    "to 0.0.0.0/0: the whole internet)"
-                ),
-            }
-        )
-
-    def _on_cluster_info(self, event: ops.ActionEvent) -> None:
-        event.load_params(NoParams, errors="fail")
-        with KubeSession(self.host) as session:
-            try:
-                kube = session()
-                nodes = cluster_info.summarize_all(kube.list("v1", "Node"))
-                pods = kube.list("v1", "Pod", field_selector=cluster_info.HOLDING_PODS)
-            except StatusError:
-                event.fail("this unit has not joined the cluster yet; retry once it is Ready")
-                return
-            except KubeError as e:
-                event.fail(f"cannot list nodes and pods: {e}")
-                return
-        results = cluster_info.report(nodes, pods)
-        peers = self._peers(self.model.get_relation(PEERS))
-        if peers is not None:
-            results["certificates"] = renewal.report(peers)
-        event.set_results(results)
-
-    def _action_config(self, event: ops.ActionEvent) -> Config | None:
-        """The charm's config for an action, or None after failing it with why not."""
-        try:
-            return self.load_config(Config, errors="raise")
-        except ValueError as e:
-            event.fail(f"Invalid config: {e}")
-            return None
-
-    def _on_renew_certificates(self, event: ops.ActionEvent) -> None:
-        """Renew this node's certificates now, in turn (see `renewal.py`)."""
-        event.load_params(NoParams, errors="fail")
-        ctx = self._context()
-        peers = self._peers(self.model.get_relation(PEERS))
-        if peers is None or not ctx.joined():
-            event.fail("this unit has not joined the cluster yet; retry once it is Ready")
-            return
-        config = self._action_config(event)
-        if config is None:
-            return
-        days = config.certificate_renewal_days
-        cert = self._renewal(ctx, peers, days)
-        holder = cert.turn()
-        bag = peers.app
-        if holder not in (None, ctx.unit) or (ctx.leader and bag.get(UPGRADE_TURN)):
-            busy = holder or bag.get(UPGRADE_TURN)
-            event.fail(f"{busy} is restarting its control plane now; run this again after it")
-            return
-        if holder is None and not ctx.leader:
-            cert.request()
-            event.set_results(
-                {
-                    "result": "queued: the leader gives this unit the renewal turn in its "
-                    "next hook; the unit renews then (see its status and cluster-info)"
-                }
-            )
-            return
-        if ctx.leader:
-            bag[renewal.RENEWAL_TURN] = ctx.unit
-        try:
-            done = cert.renew()
-        except certificates.CertificateError as e:
-            event.fail(f"renewal failed, the old certificates stay in use: {e}")
-            return
-        finally:
-            if ctx.leader:
-                cert.pass_turn()
-        earliest = done.earliest
-        event.set_results(
-            {
-                "renewed": ", ".join(done.renewed),
-                "restarted": ", ".join(done.restarted),
-                "earliest-expiry": (
-                    f"{earliest.name} {earliest.expires:%Y-%m-%d %H:%M} UTC"
-                    if earliest and earliest.expires
-                    else "none"
-                ),
-            }
-        )
-
-    def _on_backup_etcd(self, event: ops.ActionEvent) -> None:
-        """Snapshot this node's etcd member into the machine's backup directory."""
-        event.load_params(NoParams, errors="fail")
-        if not bootstrap.is_bootstrapped(self.host):
-            event.fail("this unit has not joined the cluster yet; retry once it is Ready")
-            return
-        config = self._action_config(event)
-        if config is None:
-            return
-        keep = config.etcd_backups_kept
-        event.log("taking a snapshot of this node's etcd member")
-        try:
-            snapshot = etcd_backup.take(self.host, self.clock(), keep=keep)
-        except etcd_backup.BackupError as e:
-            event.fail(f"backup failed, the older backups are kept: {e}")
-            return
-        results: dict[str, object] = {
-            "path": snapshot.path,
-            "size": snapshot.size,
-            "revision": snapshot.revision,
-            "hash": f"{snapshot.hash:08x}",
-            "keys": snapshot.keys,
-            "kept": len(etcd_backup.backups(self.host)),
-            "command": etcd_backup.copy_command(self.unit.name, snapshot.path),
-        }
-        if config.backup_target is not None:
-            event.log(f"uploading it to {config.backup_target.url()}")
-            try:
-                uploaded = self._upload_snapshot(config, snapshot.path)
-            except etcd_s3.S3BackupError as e:
-                event.set_results(results)
-                event.fail(f"the snapshot is kept on the machine ({snapshot.path}); {e}")
-                return
-            results.update({"s3-url": uploaded.url, "s3-kept": uploaded.kept})
-        event.set_results(results)
-
-    def _on_restore_etcd(self, event: ops.ActionEvent) -> None:
-        """Bring a one-control-plane cluster back to a snapshot (see `etcd_backup.restore`)."""
-        params = event.load_params(RestoreParams, errors="fail")
-        if params.confirm != "yes":
-            event.fail(
-                "a restore replaces the whole cluster state with the snapshot's and restarts "
-                "the control plane; run it again with confirm=yes"
-            )
-            return
-        if not bootstrap.is_bootstrapped(self.host):
-            event.fail("this unit has not joined the cluster yet; retry once it is Ready")
-            return
-        relation = self.model.get_relation(PEERS)
-        others = len(relation.units) if relation is not None else 0
-        try:
-            members = etcd.Etcd(self.host, self.etcd_url).members()
-        except etcd.EtcdError as e:
-            event.fail(f"cannot list etcd's members, so nothing was restored: {e}")
-            return
-        if others or self.app.planned_units() > 1 or len(members) > 1:
-            event.fail(
-                f"etcd has {len(members)} members and this application "
-                f"{self.app.planned_units()} units: restore-etcd restores one control-plane "
-                "node only; restore a multi-member cluster by hand as the README's "
-                "'Back up and restore etcd' says"
-            )
-            return
-        kept = etcd_backup.backups(self.host)
-        path = params.path or (kept[-1] if kept else "")
-        if params.s3_key:
-            path = self._fetch_snapshot(event, params)
-            if not path:
-                return
-        if not path:
-            event.fail(f"no snapshot in {etcd_backup.BACKUP_DIR}; give path=...")
-            return
-        event.log(f"restoring etcd from {path}; the control plane restarts")
-        try:
-            done = etcd_backup.restore(
-                self.host,
-                path,
-                self.clock(),
-                sleep=self.restart_sleep,
-                wait_ready=lambda: certificates.wait_ready(
-                    self._api_server_ready, clock=self.drain_clock, sleep=self.restart_sleep
-                ),
-            )
-        except etcd_backup.BackupError as e:
-            event.fail(f"restore failed: {e}")
-            return
-        event.set_results(
-            {
-                "restored-from": done.source,
-                "revision": done.revision,
-                "previous-data": done.previous,
-            }
-        )
-
-    def _fetch_snapshot(self, event: ops.ActionEvent, params: RestoreParams) -> str:
-        """restore-etcd s3-key=: the snapshot fetched into the backup directory, or ''."""
-        config = self._action_config(event)
-        if config is None:
-            return ""
-        target = config.backup_target
-        if params.path or target is None:
-            event.fail("s3-key needs etcd-backup-s3 set, and not both path and s3-key: give one")
-            return ""
-        try:
-            key = etcd_s3.check_key(params.s3_key, target)
-        except ValueError as e:
-            event.fail(str(e))
-            return ""
-        path = f"{etcd_backup.BACKUP_DIR}/{etcd_s3.FETCHED}{key.rsplit('/', 1)[-1]}"
-        event.log(f"fetching {target.url(key)}")
-        try:
-            etcd_s3.fetch(key, target, self._backup_credentials(config), self.host.path(path))
-        except etcd_s3.S3BackupError as e:
-            event.fail(f"nothing was restored: {e}")
-            return ""
-        return path
 
 
 if __name__ == "__main__":  # pragma: nocover

@@ -28,7 +28,7 @@ def _shown() -> list[tuple[str, str]]:
 def test_the_scan_finds_the_commands():
     where = {w for w, _ in _shown()}
     assert "README.md" in where
-    assert "charms/kubernetes-control-plane/src/charm.py" in where  # get-kubeconfig's note
+    assert "charms/kubernetes-control-plane/src/operator_actions.py" in where  # get-kubeconfig
 
 
 def test_every_juju_expose_names_its_cidrs():

@@ -30,12 +30,15 @@ OPS_COMPONENTS = {
     "kubernetes-control-plane": {
         "access",
         "addons",
+        "backups",
         "context",
         "fleet",
         "membership",
+        "operator_actions",
         "renewal",
         "upgrades",
     },
+    "efs-storage": {"aws_access", "confinement", "operator_actions"},
     "kubernetes-worker": {"reboot_turns"},
 }
 OPS_MODULES = ("ops", f"{LIB_PACKAGE}.status")
