@@ -56,7 +56,7 @@ from charm_config import WorkerConfig
 from literals import CLUSTER, COS_AGENT, REBOOTS
 from reboot_turns import RUNTIME, UPGRADE, RebootTurns
 
-from charms.gpu_k8s.v0 import api_proxy, apt, containerd, drain, kubeadm
+from charms.gpu_k8s.v0 import api_proxy, apt, containerd, kubeadm
 from charms.gpu_k8s.v0.cos_agent import (
     DCGM_EXPORTER_PORT,
     CosAgentProvider,
@@ -389,7 +389,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
                 self._node_kube(self.host_factory(), waiting_for) as kube,
                 _api_errors_fail_the_hook(),
             ):
-                if drain.uncordon(kube, node):
+                if gpu_health.uncordon(self.host_factory(), kube, node):
                     logger.info("driver works after the reboot; uncordoned node %s", node)
         self._stored.reboot_boot = None
         self._stored.reboot_cordoned = False
@@ -481,7 +481,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
                     f"node {node} stays cordoned; containerd did not restart after its "
                     f"update: {e.last_line}"
                 ) from None
-            if self._stored.runtime_cordoned and drain.uncordon(kube, node):
+            if self._stored.runtime_cordoned and gpu_health.uncordon(host, kube, node):
                 logger.info("containerd/runc updated (%s); uncordoned node %s", reason, node)
         self._stored.runtime_cordoned = False
         self._stored.runtime_pending = {}

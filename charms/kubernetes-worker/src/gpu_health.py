@@ -18,13 +18,19 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import shlex
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
+from charms.gpu_k8s.v0 import drain
 from charms.gpu_k8s.v0.kubeadm import KUBELET_CONF
 from charms.gpu_k8s.v0.system import SYSTEMCTL, CommandError, Host
+
+if TYPE_CHECKING:  # pragma: no cover
+    from charms.gpu_k8s.v0.kubeclient import Kube
 
 SERVICE = "gpu-k8s-gpu-watcher"
 SERVICE_FILE = f"/etc/systemd/system/{SERVICE}.service"
@@ -36,6 +42,8 @@ PYTHON = "/usr/bin/python3"
 METRICS_PORT = 6448  # next to the unit-state server's 6447
 KUBELET_CLIENT = "/var/lib/kubelet/pki/kubelet-client-current.pem"  # node_identity.py
 _SRC = Path(__file__).parent
+
+logger = logging.getLogger(__name__)
 
 
 class GpuHealthError(Exception):
@@ -107,6 +115,27 @@ def quarantined(host: Host) -> list[dict]:
     except ValueError:
         return []
     return sorted(found.values(), key=lambda q: q.get("since", 0))
+
+
+def uncordon(host: Host, kube: Kube, node: str) -> bool:
+    """End a turn's cordon (`drain.uncordon`) unless a GPU of this machine is quarantined.
+
+    Every path that brings the node back after a turn (reboot, Kubernetes upgrade,
+    containerd/runc update, MIG change) goes through here: a GPU the watcher quarantined
+    while the node was drained (or before) keeps it cordoned until it is readmitted
+    (`readmit`). False when the node stays cordoned.
+    """
+    held = quarantined(host)
+    if held:
+        logger.info(
+            "node %s stays cordoned: GPU %s (%s) is quarantined (%s)",
+            node,
+            held[0].get("index"),
+            held[0].get("uuid"),
+            held[0].get("reason"),
+        )
+        return False
+    return drain.uncordon(kube, node)
 
 
 NEXT = {

@@ -24,12 +24,14 @@ from fakes.nvidia_driver import KERNEL, FakeDriver
 from fakes.sysfs import PCI_IDS, build_machine
 from fakes.worker_scenario import (
     NODE,
+    QUARANTINED_GPU,
     SA_TOKEN,
     TOKEN,
     joined_state,
     leader_applies_taint,
     node,
     register_node,
+    watcher_quarantines,
 )
 
 READY_580 = "Ready: 4x NVIDIA A10G, driver 580, CUDA 13.0"
@@ -1759,3 +1761,40 @@ def test_a_quarantined_gpu_blocks_the_unit_naming_it_and_what_comes_next(
         "for a reboot of the machine; it stays out of service until repaired and readmitted "
         "(README, GPU health: kubernetes-worker/0)"
     )
+
+
+# -- a quarantined GPU keeps its node cordoned through every turn (issue 32) ----------
+
+
+def test_a_reboot_turn_ending_while_a_gpu_is_quarantined_leaves_the_node_cordoned(
+    ctx, machine, api, driver, clock, reboots
+):
+    driver.preinstall("570")
+    out = run_joined(ctx, api, config={"auto-reboot": True})
+    out = ctx.run(ctx.on.config_changed(), with_config(out, **{"nvidia-driver": "580"}))
+    assert reboots == [False] and node(api)["spec"]["unschedulable"] is True
+    watcher_quarantines(machine)  # a GPU fell off the bus while the node was drained
+
+    driver.reboot()
+    out = ctx.run(ctx.on.start(), out)
+
+    assert node(api)["spec"]["unschedulable"] is True  # the quarantine keeps it out
+    assert out.unit_status.name == "blocked"
+    assert f"GPU 1 ({QUARANTINED_GPU}) quarantined" in out.unit_status.message
+
+
+def test_a_mig_change_ending_while_a_gpu_is_quarantined_leaves_the_node_cordoned(
+    ctx, machine, api, h100, clock, reboots
+):
+    out = run_mig(ctx, api)
+    mine = dataclasses.replace(out, relations={*out.relations, peers(turns=[UNIT])})
+    out = ctx.run(ctx.on.config_changed(), with_config(mine, **{"mig-profile": "all-1g.10gb"}))
+    assert node(api)["spec"]["unschedulable"] is True
+    watcher_quarantines(machine)
+
+    mig_manager_applies(api, h100, ALL_1G)
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert node(api)["spec"]["unschedulable"] is True
+    assert out.unit_status.name == "blocked"
+    assert "reboot-request" not in reboots_relation(out).local_unit_data
