@@ -96,3 +96,40 @@ def leader_applies_taint(api, out, name=NODE):
             del current["spec"]["taints"]
         api.put_object(f"/api/v1/nodes/{name}", current)
     return out
+
+
+QUARANTINED_GPU = "GPU-7f3e9a2c-5d41-4b8e-9c0a-1e2f3a4b5c6d"
+WATCHER_STATE = "/var/lib/gpu-k8s/gpu-health.json"
+
+
+def watcher_quarantines(machine, uuid=QUARANTINED_GPU, index="1", reason="Xid79"):
+    """The GPU health watcher's state file with `uuid` quarantined, as gpu_watcher.py writes it.
+
+    The record's fields are the ones `Watcher.quarantine` writes (applied: the node was
+    cordoned, its condition set and the GPU's pods evicted). The state file outlives a
+    reboot (/var/lib), as the quarantine must.
+    """
+    path = machine.path(WATCHER_STATE)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    state = json.loads(path.read_text()) if path.exists() else {}
+    state.setdefault("quarantined", {})[uuid] = {
+        "index": index,
+        "uuid": uuid,
+        "reason": reason,
+        "message": f"GPU {index} ({uuid}): XID 79 GPU has fallen off the bus; repair: reboot",
+        "action": "reboot",
+        "at": "2026-11-28T10:00:00Z",
+        "since": 1_795_000_000.0,
+        "applied": True,
+    }
+    state.setdefault("events", []).append(
+        {
+            "at": "2026-11-28T10:00:00Z",
+            "gpu": index,
+            "uuid": uuid,
+            "reason": reason,
+            "meaning": "XID 79 GPU has fallen off the bus",
+            "action": "reboot",
+        }
+    )
+    path.write_text(json.dumps(state))

@@ -198,6 +198,8 @@ def test_a_fallen_gpu_quarantines_the_node_and_evicts_only_its_pods(machine):
     assert "XID 79 ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS" in condition["message"]
     node = machine.node()
     assert node["spec"]["unschedulable"] is True
+    # marked as the charm's drain marks its cordon: readmission lifts it, an operator's stays
+    assert node["metadata"]["annotations"]["gpu-k8s/cordoned"] == "true"
     assert READY in node["status"]["conditions"]  # the kubelet's conditions stay
     assert machine.pods() == ALL - {f"{OWN}/gpu1-job"}
     other = machine.node(OTHER)

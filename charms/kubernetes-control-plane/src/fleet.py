@@ -42,7 +42,12 @@ from literals import PEERS, TOKEN_ROTATION_MARGIN_HOURS, WORKER_TOKEN_TTL_HOURS,
 from peers import CA_CERT_HASH, CLUSTER_VERSION, ENDPOINT, WORKER_TOKEN_EXPIRES, Peers, parse_time
 
 from charms.gpu_k8s.v0.kubeclient import Kube
-from charms.gpu_k8s.v0.kubernetes_cluster import ClusterProvider, WorkerInfo, gpu_taint_patch
+from charms.gpu_k8s.v0.kubernetes_cluster import (
+    ClusterProvider,
+    WorkerInfo,
+    gpu_taint_patch,
+    quarantine_taint_patch,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -229,12 +234,15 @@ class Fleet:
             return
         known.forget([event.unit.name])
         info, problem = self._workers.read_worker(event.relation, event.unit)
-        if info is not None and info.gpu_taint is not None:
+        if info is not None and (info.gpu_taint is not None or info.gpu_quarantine is not None):
             self._taint_for(event.unit.name, info, known)
         known.record(event.unit.name, info, problem, event.relation.id)
 
     def _taint_for(self, unit: str, info: WorkerInfo, known: registry.Registry) -> None:
-        """Set or remove the GPU taint a worker asks for, on the node that unit registered.
+        """Set or remove the taints a worker asks for, on the node that unit registered.
+
+        The GPU taint (`gpu-taint`), and the quarantine taint (`gpu-quarantine`: set while
+        the unit lists quarantined GPUs, removed only when the list is empty, on readmission).
 
         A worker acts as its kubelet, which NodeRestriction forbids to change its taints
         (kubernetes plugin/pkg/admission/noderestriction/admission.go admitNode). The
@@ -254,12 +262,27 @@ class Fleet:
             return
         kube = self._kube()
         current = kube.get("v1", "Node", info.node_name)
-        patch = None if current is None else gpu_taint_patch(current, bool(info.gpu_taint))
-        if patch is not None:
-            kube.patch("v1", "Node", info.node_name, patch)
-            logger.info(
-                "GPU taint of node %s set to %s for %s", info.node_name, info.gpu_taint, unit
-            )
+        if current is None:
+            return
+        if info.gpu_taint is not None:
+            patch = gpu_taint_patch(current, bool(info.gpu_taint))
+            if patch is not None:
+                current = kube.patch("v1", "Node", info.node_name, patch) or current
+                logger.info(
+                    "GPU taint of node %s set to %s for %s", info.node_name, info.gpu_taint, unit
+                )
+        if info.gpu_quarantine is not None:
+            wanted = bool(info.gpu_quarantine)
+            patch = quarantine_taint_patch(current, wanted)
+            if patch is not None:
+                kube.patch("v1", "Node", info.node_name, patch)
+                logger.info(
+                    "quarantine taint of node %s %s for %s (GPUs: %s)",
+                    info.node_name,
+                    "set" if wanted else "removed",
+                    unit,
+                    ", ".join(info.gpu_quarantine) or "readmitted",
+                )
 
     def _relation_of(self, unit_name: str) -> int:
         for relation in self._workers.relations:

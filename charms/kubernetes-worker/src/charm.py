@@ -56,7 +56,7 @@ from charm_config import WorkerConfig
 from literals import CLUSTER, COS_AGENT, REBOOTS
 from reboot_turns import RUNTIME, UPGRADE, RebootTurns
 
-from charms.gpu_k8s.v0 import api_proxy, apt, containerd, drain, kubeadm
+from charms.gpu_k8s.v0 import api_proxy, apt, containerd, kubeadm
 from charms.gpu_k8s.v0.cos_agent import (
     DCGM_EXPORTER_PORT,
     CosAgentProvider,
@@ -118,6 +118,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
         self._upgrading = False  # this hook is upgrade-charm
         self.cluster = ClusterRequirer(self, CLUSTER)
         self._taint: bool | None = None  # the GPU taint to ask the control plane for
+        self._quarantine: list[str] | None = None  # quarantined GPUs (gpu_health.py)
         self.turns = RebootTurns(self, REBOOTS)
         self.cos = CosAgentProvider(self, COS_AGENT, host=self.host_factory)
         # What this hook found; collect-unit-status reports the highest priority.
@@ -149,6 +150,8 @@ class KubernetesWorkerCharm(ops.CharmBase):
         framework.observe(on.collect_unit_status, self._on_collect_status)
         framework.observe(on.gpu_info_action, self._on_gpu_info)
         framework.observe(on.validate_gpu_action, self._on_validate_gpu)
+        framework.observe(on.gpu_health_action, self._on_gpu_health)
+        framework.observe(on.readmit_gpu_action, self._on_readmit_gpu)
 
     def host_factory(self) -> Host:
         """The machine this unit manages (tests return a fake one)."""
@@ -225,7 +228,12 @@ class KubernetesWorkerCharm(ops.CharmBase):
         if state.has_gpu:
             self._gpu_health(host, node, config, notes)
         self.cluster.publish_node(
-            node, gpus, kubernetes_version=running, node_identity=True, gpu_taint=self._taint
+            node,
+            gpus,
+            kubernetes_version=running,
+            node_identity=True,
+            gpu_taint=self._taint,
+            gpu_quarantine=self._quarantine,
         )
         problem = state.driver_problem(self.unit.name, config.driver)
         if problem is not None:
@@ -389,7 +397,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
                 self._node_kube(self.host_factory(), waiting_for) as kube,
                 _api_errors_fail_the_hook(),
             ):
-                if drain.uncordon(kube, node):
+                if gpu_health.uncordon(self.host_factory(), kube, node):
                     logger.info("driver works after the reboot; uncordoned node %s", node)
         self._stored.reboot_boot = None
         self._stored.reboot_cordoned = False
@@ -481,7 +489,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
                     f"node {node} stays cordoned; containerd did not restart after its "
                     f"update: {e.last_line}"
                 ) from None
-            if self._stored.runtime_cordoned and drain.uncordon(kube, node):
+            if self._stored.runtime_cordoned and gpu_health.uncordon(host, kube, node):
                 logger.info("containerd/runc updated (%s); uncordoned node %s", reason, node)
         self._stored.runtime_cordoned = False
         self._stored.runtime_pending = {}
@@ -541,7 +549,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
         plane (`self._taint`, published after this step).
         """
         plugin = gpu_labels.PluginConfig(info.mig_strategy, info.gpu_time_slicing_replicas)
-        self._taint = None
+        self._taint = self._quarantine = None
         current: dict | None = None
         with self._node_kube(host, f"cannot label node {node}") as kube:
             failed = f"cannot label node {node}: {{error.status}} {{error.reason}}"
@@ -551,6 +559,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
             if current is None:
                 raise StatusError.waiting(f"waiting for node {node} to register")
             self._taint = gpu_node.taint_request(current, state, config.gpu_taint)
+            self._quarantine = gpu_health.quarantine_request(host, current)
             not_ready = worker.not_ready(current)
             outcome = self._mig(kube, info, node, config, state)
         if outcome.blocked is not None:
@@ -631,6 +640,57 @@ class KubernetesWorkerCharm(ops.CharmBase):
         event.set_results(outcome.results())
         if not outcome.passed:
             event.fail(outcome.summary)
+
+    def _on_gpu_health(self, event: ops.ActionEvent) -> None:
+        event.set_results(gpu_health.history(self.host_factory()))
+
+    def _on_readmit_gpu(self, event: ops.ActionEvent) -> None:
+        """The CUDA check on every GPU, one at a time; all passed: the quarantine clears."""
+        params = event.load_params(validation.ReadmitGpuParams, errors="fail")
+        host = self.host_factory()
+        held = gpu_health.quarantined(host)
+        if not held:
+            event.fail("no GPU of this machine is quarantined: nothing to readmit")
+            return
+        count = gpu_node.detect(host).count
+        if not count or not kubeadm.is_joined(host):
+            event.fail("this machine has no working NVIDIA GPU or has not joined a cluster")
+            return
+        try:
+            image = self.load_config(WorkerConfig).validation_image
+            for index in range(count):
+                outcome = validation.validate(
+                    host,
+                    image,
+                    timeout=params.timeout,
+                    clock=self.drain_clock,
+                    progress=event.log,
+                    devices=str(index),
+                )
+                if not outcome.passed:
+                    event.set_results({"gpu": str(index), **outcome.results()})
+                    event.fail(f"GPU {index}: {outcome.summary}; it stays quarantined")
+                    return
+        except (ValueError, validation.ValidationError) as e:
+            event.fail(f"{e}; it stays quarantined")
+            return
+        node = kubeadm.node_name(host)
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.wall_clock()))
+        proof = f"CUDA check passed on {count} GPUs ({image})"
+        try:
+            with Kube.from_kubeconfig(node_identity.kubeconfig(host)) as kube:
+                cleared = gpu_health.readmit(host, kube, node, now=now, proof=proof)
+        except (node_identity.NodeIdentityError, ValueError, KubeError) as e:
+            event.fail(f"the checks passed but node {node} could not be readmitted: {e}")
+            return
+        self.cluster.publish_quarantine([])  # the leader lifts the NoExecute taint
+        event.set_results(
+            {
+                "readmitted": ", ".join(f"GPU {q['index']} ({q['uuid']})" for q in cleared),
+                "proof": proof,
+                "node": f"{node}: GpuHealthy=True, uncordoned; NoExecute taint removal asked",
+            }
+        )
 
     # -- leaving -----------------------------------------------------------------------
 

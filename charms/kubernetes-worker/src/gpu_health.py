@@ -18,13 +18,23 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import shlex
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
+from charms.gpu_k8s.v0 import drain
 from charms.gpu_k8s.v0.kubeadm import KUBELET_CONF
+from charms.gpu_k8s.v0.kubeclient import KubeError
+from charms.gpu_k8s.v0.kubernetes_cluster import quarantine_taint_patch
 from charms.gpu_k8s.v0.system import SYSTEMCTL, CommandError, Host
+
+if TYPE_CHECKING:  # pragma: no cover
+    from charms.gpu_k8s.v0.kubeclient import Kube
+
+CONDITION = "GpuHealthy"  # gpu_watcher.py's
 
 SERVICE = "gpu-k8s-gpu-watcher"
 SERVICE_FILE = f"/etc/systemd/system/{SERVICE}.service"
@@ -36,6 +46,8 @@ PYTHON = "/usr/bin/python3"
 METRICS_PORT = 6448  # next to the unit-state server's 6447
 KUBELET_CLIENT = "/var/lib/kubelet/pki/kubelet-client-current.pem"  # node_identity.py
 _SRC = Path(__file__).parent
+
+logger = logging.getLogger(__name__)
 
 
 class GpuHealthError(Exception):
@@ -109,6 +121,42 @@ def quarantined(host: Host) -> list[dict]:
     return sorted(found.values(), key=lambda q: q.get("since", 0))
 
 
+def uncordon(host: Host, kube: Kube, node: str) -> bool:
+    """End a turn's cordon (`drain.uncordon`) unless a GPU of this machine is quarantined.
+
+    Every path that brings the node back after a turn (reboot, Kubernetes upgrade,
+    containerd/runc update, MIG change) goes through here: a GPU the watcher quarantined
+    while the node was drained (or before) keeps it cordoned until it is readmitted
+    (`readmit`). False when the node stays cordoned.
+    """
+    held = quarantined(host)
+    if held:
+        logger.info(
+            "node %s stays cordoned: GPU %s (%s) is quarantined (%s)",
+            node,
+            held[0].get("index"),
+            held[0].get("uuid"),
+            held[0].get("reason"),
+        )
+        return False
+    return drain.uncordon(kube, node)
+
+
+def quarantine_request(host: Host, node_obj: dict | None) -> list[str] | None:
+    """What to publish as `gpu-quarantine` (lib kubernetes_cluster.py).
+
+    The quarantined GPUs' UUIDs (the leader taints the Node NoExecute); [] when none is
+    but the Node still carries that taint (the leader lifts it); None when in line. A
+    node may not change its own taints (NodeRestriction), so it asks.
+    """
+    uuids = [q["uuid"] for q in quarantined(host) if q.get("uuid")]
+    if uuids:
+        return uuids
+    if node_obj is not None and quarantine_taint_patch(node_obj, False) is not None:
+        return []
+    return None
+
+
 NEXT = {
     "reset-gpu": "a GPU reset",
     "reboot": "a reboot of the machine",
@@ -129,3 +177,111 @@ def status_message(node: str, unit: str, entries: list[dict]) -> str | None:
         f"and its pods evicted; NVIDIA's catalog asks for {need}; it stays out of service "
         f"until repaired and readmitted (README, GPU health: {unit})"
     )
+
+
+def history(host: Host) -> dict[str, str]:
+    """The `gpu-health` action's results: the quarantine and the watcher's events.
+
+    The watcher keeps its last 50 events (time, GPU, reason, meaning, the action the
+    catalog asks for) and the readmissions the charm recorded, in its state file.
+    """
+    held = quarantined(host)
+    try:
+        events = json.loads(host.read(STATE) or "{}").get("events") or []
+    except ValueError:
+        events = []
+    lines = [
+        f"{q['at']} GPU {q['index']} ({q['uuid']}): {q['reason']}; repair: "
+        f"{NEXT.get(q.get('action', ''), 'a repair')}"
+        for q in held
+    ]
+    shown = [
+        f"{e.get('at')} GPU {e.get('gpu')} ({e.get('uuid')}) {e.get('reason')}: "
+        f"{e.get('meaning')} -> {e.get('action')}"
+        for e in events
+    ]
+    return {
+        "state": "quarantined" if held else "healthy",
+        "quarantined": "\n".join(lines) or "none",
+        "events": "\n".join(shown) or "none",
+        "watcher": "running" if active(host) else "not running",
+    }
+
+
+def _conditions_with_healthy(node_obj: dict, message: str, stamp: str) -> list[dict]:
+    conditions = [
+        c
+        for c in (node_obj.get("status") or {}).get("conditions") or []
+        if c.get("type") != CONDITION
+    ]
+    conditions.append(
+        {
+            "type": CONDITION,
+            "status": "True",
+            "reason": "Readmitted",
+            "message": message,
+            "lastTransitionTime": stamp,
+            "lastHeartbeatTime": stamp,
+        }
+    )
+    return conditions
+
+
+def readmit(host: Host, kube: Kube, node: str, *, now: str, proof: str) -> list[dict]:
+    """Clear the quarantine after a passed gate; the GPUs that were quarantined.
+
+    The watcher holds its state in memory and writes it each pass, so it is stopped while
+    the state file changes, and started again after: with its kernel log position kept
+    (nothing old is handled twice) and a fresh health poll (a GPU still failing is
+    quarantined again at once). Then, as the node: condition GpuHealthy=True (nodes/status,
+    the whole conditions list with the resourceVersion, as the watcher writes it; a 409 is
+    read again), and the cordon lifted (`drain.uncordon`: the watcher's and the turns' mark,
+    never an operator's cordon). The NoExecute taint is the control plane's to lift: the
+    charm asks for it over the relation (`quarantine_request`).
+
+    Raises:
+        KubeError: the API refused (the watcher is running again by then; the quarantine is
+            cleared on the machine, and the action says what is left).
+    """
+    text = host.read(STATE) or "{}"
+    try:
+        state = json.loads(text)
+    except ValueError:
+        state = {}
+    cleared = sorted((state.get("quarantined") or {}).values(), key=lambda q: q.get("since", 0))
+    host.run(SYSTEMCTL, "stop", f"{SERVICE}.service")
+    try:
+        state["quarantined"] = {}
+        events = list(state.get("events") or [])
+        for q in cleared:
+            events.append(
+                {
+                    "at": now,
+                    "gpu": q.get("index"),
+                    "uuid": q.get("uuid"),
+                    "reason": "Readmitted",
+                    "meaning": proof,
+                    "action": "readmit-gpu",
+                }
+            )
+        state["events"] = events[-50:]
+        host.write(STATE, json.dumps(state, indent=1, sort_keys=True))
+    finally:
+        host.run(SYSTEMCTL, "start", f"{SERVICE}.service")
+    message = f"readmitted at {now}: {proof}"
+    for attempt in range(5):
+        current = kube.get("v1", "Node", node)
+        if current is None:
+            break
+        patch = {
+            "metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
+            "status": {"conditions": _conditions_with_healthy(current, message, now)},
+        }
+        try:
+            kube.patch("v1", "Node", node, patch, subresource="status")
+            break
+        except KubeError as e:
+            if e.status != 409 or attempt == 4:  # the kubelet wrote in between: again
+                raise
+    drain.uncordon(kube, node)
+    return cleared

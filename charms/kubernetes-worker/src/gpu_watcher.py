@@ -94,6 +94,7 @@ POD_CGROUP = re.compile(
 )
 QUARANTINE = ("reset-gpu", "reboot", "support")
 CONDITION = "GpuHealthy"
+CORDONED = "gpu-k8s/cordoned"  # lib drain.py CORDON_ANNOTATION: a cordon the charm lifts
 GPU_RESOURCE = "nvidia.com/gpu"
 WINDOW_UNITS = {"s": 1, "m": 60, "h": 3600}
 
@@ -387,12 +388,7 @@ class Watcher:
             return
         try:
             self._set_condition()
-            self.api.request(
-                "PATCH",
-                f"/api/v1/nodes/{self.node}",
-                {"spec": {"unschedulable": True}},
-                "application/merge-patch+json",
-            )
+            self._cordon()
             for q in pending:
                 self._evict(self._pods_on_gpu(q["uuid"]))
                 q["applied"] = True
@@ -400,6 +396,22 @@ class Watcher:
         except (ApiError, OSError) as e:
             print(f"quarantine not applied yet (retried): {e}", file=sys.stderr, flush=True)
         self._save()
+
+    def _cordon(self) -> None:
+        """Cordon as the charm's drain does: marked ours, unless someone else cordoned it.
+
+        The mark (`gpu-k8s/cordoned`, lib drain.py CORDON_ANNOTATION) lets readmission lift
+        this cordon with the charm's `drain.uncordon`; a cordon an operator set stays.
+        """
+        node = self.api.request("GET", f"/api/v1/nodes/{self.node}")
+        if (node.get("spec") or {}).get("unschedulable"):
+            return  # cordoned already: by a turn's drain (marked) or by someone else
+        self.api.request(
+            "PATCH",
+            f"/api/v1/nodes/{self.node}",
+            {"metadata": {"annotations": {CORDONED: "true"}}, "spec": {"unschedulable": True}},
+            "application/merge-patch+json",
+        )
 
     def _set_condition(self) -> None:
         worst = sorted(self.state["quarantined"].values(), key=lambda q: q["since"])

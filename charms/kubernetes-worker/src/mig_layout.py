@@ -17,6 +17,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
+import gpu_health
 import mig
 import nvidia
 
@@ -197,7 +198,7 @@ def advance(ctx: Context, config: WorkerConfig, state: GpuState, progress: Progr
     if decision.act is mig.Act.FAILED:
         return Outcome(progress, blocked=mig.failed_message(layout, ctx.node, ctx.unit))
     if decision.act is mig.Act.UNCORDON:
-        drain.uncordon(ctx.kube, ctx.node)
+        gpu_health.uncordon(ctx.host, ctx.kube, ctx.node)  # a quarantine keeps it cordoned
         ctx.turns.done(limit)
         return Outcome(Progress())
     return Outcome(progress)

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import gpu_health
 from worker import drain_summary
 
 from charms.gpu_k8s.v0 import apt, drain, kubeadm
@@ -275,7 +276,7 @@ def upgrade_node(
         upgrade.done.append("restart")
         save_upgrade(host, upgrade)
     if upgrade.cordoned:
-        drain.uncordon(kube, node)
+        gpu_health.uncordon(host, kube, node)  # a quarantined GPU keeps it cordoned
     clear_upgrade(host)
     return result
 

@@ -34,6 +34,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable
+from typing import Literal
 
 import pydantic
 from toolkit import RUNTIME_BINARY
@@ -91,14 +92,32 @@ class ValidateGpuParams(ActionParams):
         return None if value is None else check_image(value)
 
 
+class ReadmitGpuParams(ActionParams):
+    """Parameters of `readmit-gpu`: `confirm=yes`, and each GPU's check's timeout."""
+
+    confirm: Literal["yes"]
+    timeout: int = 300
+
+    @pydantic.field_validator("timeout")
+    @classmethod
+    def _timeout(cls, value: int) -> int:
+        return ValidateGpuParams._timeout(value)
+
+
 def container_name() -> str:
     """A fresh name for a validation container (runs never collide with a leftover)."""
     return f"gpu-validation-{uuid.uuid4().hex[:10]}"
 
 
-def run_command(image: str, name: str) -> list[str]:
-    """The `ctr run` of the CUDA check: privileged, NVIDIA's runtime, removed when done."""
-    env = [arg for pair in VALIDATION_ENV for arg in ("--env", pair)]
+def run_command(image: str, name: str, devices: str = "all") -> list[str]:
+    """The `ctr run` of the CUDA check: privileged, NVIDIA's runtime, removed when done.
+
+    `devices`: NVIDIA_VISIBLE_DEVICES (`all`, or one GPU's index or UUID: the sample runs
+    on the first GPU it sees, so checking each GPU takes one run per GPU).
+    """
+    pairs = [p for p in VALIDATION_ENV if not p.startswith("NVIDIA_VISIBLE_DEVICES=")]
+    pairs.insert(0, f"NVIDIA_VISIBLE_DEVICES={devices}")
+    env = [arg for pair in pairs for arg in ("--env", pair)]
     return [
         CTR,
         "-n",
@@ -169,6 +188,7 @@ def validate(
     timeout: float,
     clock: Callable[[], float] = time.monotonic,
     progress: Callable[[str], None] = lambda line: None,
+    devices: str = "all",
 ) -> ValidationOutcome:
     """Pull `image` and run the CUDA check on this machine's GPUs through containerd.
 
@@ -191,7 +211,7 @@ def validate(
     left = max(1.0, timeout - (clock() - started))
     progress(f"running {' '.join(VALIDATION_COMMAND)} with {RUNTIME_BINARY} (container {name})")
     try:
-        output = host.run(*run_command(image, name), timeout=left)
+        output = host.run(*run_command(image, name, devices), timeout=left)
     except CommandError as e:
         if e.returncode == -1:
             _remove(host, name)

@@ -526,3 +526,67 @@ def test_the_workers_token_exists_only_while_a_unit_joins(ctx, bootstrapped, api
     fresh = secret(out, JOIN_LABEL).latest_content["token"]
     assert fresh not in (first, secret(out, PEER_LABEL).latest_content["token"])
     assert _status_with(api, fresh) == 403 and _status_with(api, first) == 401
+
+
+QUARANTINE_TAINT = {"key": "gpu-k8s.io/gpu-unhealthy", "effect": "NoExecute"}
+BAD_GPU = "GPU-7f3e9a2c-5d41-4b8e-9c0a-1e2f3a4b5c6d"
+
+
+def test_leader_taints_a_quarantined_workers_own_node_noexecute_and_lifts_it_on_readmission(
+    ctx, bootstrapped, api
+):
+    """A worker's GPU watcher quarantined a GPU (issue 32): `gpu-quarantine` lists it.
+
+    The leader sets `gpu-k8s.io/gpu-unhealthy:NoExecute` on the node that unit registered,
+    keeping other taints; a unit naming another unit's node is refused; the taint goes
+    only when the unit's list empties (readmission), not when the field is absent.
+    """
+    other = {"key": "team", "value": "a", "effect": "NoSchedule"}
+    api.put_object("/api/v1/nodes/w0", {**node("w0"), "spec": {"taints": [other]}})
+    api.put_object("/api/v1/nodes/w1", node("w1"))
+    quarantined = {"gpu-quarantine": json.dumps([BAD_GPU]), "node-identity": "true"}
+    rel = workers_relation(
+        {
+            0: {**worker_bag("w0"), **quarantined},
+            1: worker_bag("w1"),
+            # root on worker 2 claims worker 1's node: it must not take it out of service
+            2: {**worker_bag("w1"), **quarantined},
+        }
+    )
+
+    out = join_workers(ctx, bootstrapped, rel, None)
+
+    assert api.get_object("/api/v1/nodes/w0")["spec"]["taints"] == [other, QUARANTINE_TAINT]
+    assert not (api.get_object("/api/v1/nodes/w1").get("spec") or {}).get("taints")
+    patches = [r for r in api.requests if r[0] == "PATCH"]
+    ctx.run(ctx.on.relation_changed(out.get_relation(rel.id), remote_unit=0), out)
+    assert [r for r in api.requests if r[0] == "PATCH"] == patches  # in line: no patch
+
+    # the field absent (a worker of an earlier revision, a hook that could not read its
+    # Node): no request, the taint stays
+    rel = out.get_relation(rel.id)
+    bags = dict(rel.remote_units_data)
+    bags[0] = {k: v for k, v in bags[0].items() if k != "gpu-quarantine"}
+    rel = dataclasses.replace(rel, remote_units_data=bags)
+    out = ctx.run(
+        ctx.on.relation_changed(rel, remote_unit=0),
+        dataclasses.replace(out, relations=[peer(out), rel]),
+    )
+    assert api.get_object("/api/v1/nodes/w0")["spec"]["taints"] == [other, QUARANTINE_TAINT]
+
+    # readmitted: the list empties and the taint goes, the operator's stays
+    bags[0] = {**bags[0], "gpu-quarantine": "[]"}
+    rel = dataclasses.replace(rel, remote_units_data=bags)
+    ctx.run(
+        ctx.on.relation_changed(rel, remote_unit=0),
+        dataclasses.replace(out, relations=[peer(out), rel]),
+    )
+    assert api.get_object("/api/v1/nodes/w0")["spec"]["taints"] == [other]
+
+
+def test_a_quarantine_list_that_is_not_gpu_uuids_is_a_worker_problem(ctx, bootstrapped, api):
+    api.put_object("/api/v1/nodes/w0", node("w0"))
+    rel = workers_relation({0: {**worker_bag("w0"), "gpu-quarantine": '["w1"]'}})
+    out = join_workers(ctx, bootstrapped, rel, None)
+    assert "gpu-quarantine" in out.unit_status.message
+    assert not (api.get_object("/api/v1/nodes/w0").get("spec") or {}).get("taints")

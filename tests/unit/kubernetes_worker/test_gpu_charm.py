@@ -24,12 +24,15 @@ from fakes.nvidia_driver import KERNEL, FakeDriver
 from fakes.sysfs import PCI_IDS, build_machine
 from fakes.worker_scenario import (
     NODE,
+    QUARANTINED_GPU,
     SA_TOKEN,
     TOKEN,
+    WATCHER_STATE,
     joined_state,
     leader_applies_taint,
     node,
     register_node,
+    watcher_quarantines,
 )
 
 READY_580 = "Ready: 4x NVIDIA A10G, driver 580, CUDA 13.0"
@@ -1759,3 +1762,146 @@ def test_a_quarantined_gpu_blocks_the_unit_naming_it_and_what_comes_next(
         "for a reboot of the machine; it stays out of service until repaired and readmitted "
         "(README, GPU health: kubernetes-worker/0)"
     )
+
+
+# -- a quarantined GPU keeps its node cordoned through every turn (issue 32) ----------
+
+
+def test_a_reboot_turn_ending_while_a_gpu_is_quarantined_leaves_the_node_cordoned(
+    ctx, machine, api, driver, clock, reboots
+):
+    driver.preinstall("570")
+    out = run_joined(ctx, api, config={"auto-reboot": True})
+    out = ctx.run(ctx.on.config_changed(), with_config(out, **{"nvidia-driver": "580"}))
+    assert reboots == [False] and node(api)["spec"]["unschedulable"] is True
+    watcher_quarantines(machine)  # a GPU fell off the bus while the node was drained
+
+    driver.reboot()
+    out = ctx.run(ctx.on.start(), out)
+
+    assert node(api)["spec"]["unschedulable"] is True  # the quarantine keeps it out
+    assert out.unit_status.name == "blocked"
+    assert f"GPU 1 ({QUARANTINED_GPU}) quarantined" in out.unit_status.message
+
+
+def test_a_mig_change_ending_while_a_gpu_is_quarantined_leaves_the_node_cordoned(
+    ctx, machine, api, h100, clock, reboots
+):
+    out = run_mig(ctx, api)
+    mine = dataclasses.replace(out, relations={*out.relations, peers(turns=[UNIT])})
+    out = ctx.run(ctx.on.config_changed(), with_config(mine, **{"mig-profile": "all-1g.10gb"}))
+    assert node(api)["spec"]["unschedulable"] is True
+    watcher_quarantines(machine)
+
+    mig_manager_applies(api, h100, ALL_1G)
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert node(api)["spec"]["unschedulable"] is True
+    assert out.unit_status.name == "blocked"
+    assert "reboot-request" not in reboots_relation(out).local_unit_data
+
+
+def leader_applies_quarantine_taint(api, out, name=NODE):
+    """The control-plane leader answering `gpu-quarantine`, as admin (fleet.py's rule)."""
+    from charms.gpu_k8s.v0.kubernetes_cluster import quarantine_taint_patch
+
+    cluster = next(r for r in out.relations if r.endpoint == "cluster")
+    request = cluster.local_unit_data.get("gpu-quarantine")
+    current = node(api, name)
+    if request is None or current is None:
+        return out
+    patch = quarantine_taint_patch(current, bool(json.loads(request)))
+    if patch is not None:
+        current.setdefault("spec", {})["taints"] = patch["spec"]["taints"]
+        if not current["spec"]["taints"]:
+            del current["spec"]["taints"]
+        api.put_object(f"/api/v1/nodes/{name}", current)
+    return out
+
+
+def watcher_cordons(api):
+    """What the watcher wrote to the Node (functional/test_gpu_watcher.py runs it for real)."""
+    current = node(api)
+    current["metadata"].setdefault("annotations", {})["gpu-k8s/cordoned"] = "true"
+    current.setdefault("spec", {})["unschedulable"] = True
+    condition = {"type": "GpuHealthy", "status": "False", "reason": "Xid79", "message": "m"}
+    current["status"]["conditions"].append(condition)
+    api.put_object(f"/api/v1/nodes/{NODE}", current)
+
+
+def gpu_healthy(api):
+    return next(c for c in node(api)["status"]["conditions"] if c["type"] == "GpuHealthy")
+
+
+QUARANTINE_TAINT = {"key": "gpu-k8s.io/gpu-unhealthy", "effect": "NoExecute"}
+
+
+def test_a_quarantined_gpu_is_reported_tainted_and_readmitted_only_after_every_gpu_passes(
+    ctx, machine, api, driver, ctr
+):
+    state = joined_gpu_node(ctx, api, driver)
+    watcher_quarantines(machine)
+    watcher_cordons(api)
+
+    # the worker asks the leader for the NoExecute taint on its own node
+    out = leader_applies_quarantine_taint(api, ctx.run(ctx.on.update_status(), state))
+    assert json.loads(unit_data(out)["gpu-quarantine"]) == [QUARANTINED_GPU]
+    assert QUARANTINE_TAINT in taints(api)
+    assert out.unit_status.name == "blocked"
+
+    ctx.run(ctx.on.action("gpu-health"), out)
+    assert ctx.action_results == {
+        "state": "quarantined",
+        "quarantined": (
+            f"2026-11-28T10:00:00Z GPU 1 ({QUARANTINED_GPU}): Xid79; repair: a reboot of the "
+            "machine"
+        ),
+        "events": (
+            f"2026-11-28T10:00:00Z GPU 1 ({QUARANTINED_GPU}) Xid79: XID 79 GPU has fallen off "
+            "the bus -> reboot"
+        ),
+        "watcher": "running",
+    }
+
+    # a GPU fails its check: nothing changes
+    ctr.output = "[Vector addition of 50000 elements]\nTest FAILED\n"
+    with pytest.raises(testing.ActionFailed) as failed:
+        ctx.run(ctx.on.action("readmit-gpu", params={"confirm": "yes"}), out)
+    assert failed.value.message.startswith("GPU 0: CUDA check failed (exit 0)")
+    assert failed.value.message.endswith("it stays quarantined")
+    assert node(api)["spec"]["unschedulable"] is True
+    assert gpu_healthy(api)["status"] == "False"
+    assert json.loads(machine.read(WATCHER_STATE))["quarantined"]
+
+    # repaired: every GPU passes, one at a time
+    ctr.output = VECTORADD_OK
+    runs = len(ctr.runs)
+    restarts = machine.services[WATCHER].restarts
+    out = ctx.run(ctx.on.action("readmit-gpu", params={"confirm": "yes"}), out)
+    visible = [r["env"]["NVIDIA_VISIBLE_DEVICES"] for r in ctr.runs[runs:]]
+    assert visible == ["0", "1", "2", "3"]
+    assert ctx.action_results["readmitted"] == f"GPU 1 ({QUARANTINED_GPU})"
+    assert json.loads(machine.read(WATCHER_STATE))["quarantined"] == {}
+    assert json.loads(machine.read(WATCHER_STATE))["events"][-1]["reason"] == "Readmitted"
+    assert machine.services[WATCHER].active  # stopped while its state changed, started
+    assert machine.services[WATCHER].restarts >= restarts
+    assert not node(api)["spec"].get("unschedulable")
+    assert gpu_healthy(api)["status"] == "True"
+    assert gpu_healthy(api)["reason"] == "Readmitted"
+    assert unit_data(out)["gpu-quarantine"] == "[]"  # the leader lifts the taint
+
+    out = leader_applies_quarantine_taint(api, out)
+    assert QUARANTINE_TAINT not in taints(api)
+    out = ctx.run(ctx.on.update_status(), out)
+    assert "gpu-quarantine" not in unit_data(out)  # in line: no request any more
+    assert out.unit_status == testing.ActiveStatus(READY_580)
+
+
+def test_readmit_gpu_asks_for_confirmation_and_a_quarantine(ctx, machine, api, driver, ctr):
+    state = joined_gpu_node(ctx, api, driver)
+    with pytest.raises(testing.ActionFailed):
+        ctx.run(ctx.on.action("readmit-gpu", params={"confirm": "no"}), state)
+    with pytest.raises(testing.ActionFailed) as failed:
+        ctx.run(ctx.on.action("readmit-gpu", params={"confirm": "yes"}), state)
+    assert failed.value.message == "no GPU of this machine is quarantined: nothing to readmit"
+    assert ctr.runs == []

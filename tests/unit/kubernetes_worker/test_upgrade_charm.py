@@ -7,9 +7,16 @@ import pytest
 from node_upgrade import UPGRADE_STATE
 from ops import testing
 
+import charm
 from charms.gpu_k8s.v0 import kubeadm
 from fakes.machine import deb
-from fakes.worker_scenario import NODE, joined_state, node, register_node
+from fakes.worker_scenario import (
+    NODE,
+    joined_state,
+    node,
+    register_node,
+    watcher_quarantines,
+)
 
 READY = "Ready (no GPU)"
 UNIT = "kubernetes-worker/0"  # the unit ops.testing runs the charm as
@@ -320,3 +327,36 @@ def test_a_record_left_on_a_node_that_was_reset_is_dropped_before_joining(ctx, m
     assert machine.upgrades == []
     assert len(machine.joins) == 1
     assert published_minor(out) == "1.35"
+
+
+# -- a quarantined GPU keeps its node cordoned when a turn ends (issue 32) -------------
+
+
+def test_an_upgrade_ending_while_a_gpu_is_quarantined_leaves_the_node_cordoned(
+    ctx, machine, api, clock
+):
+    out = joined_on(ctx, api)
+    watcher_quarantines(machine)  # the watcher's record: the node must stay out
+    relation, state = republish(out, **{"kubernetes-version": "1.36", "upgrade-turn": UNIT})
+
+    out = ctx.run(ctx.on.relation_changed(relation), state)
+
+    assert machine.dpkg["kubelet"] == pins("1.36")  # the upgrade itself went through
+    assert published_minor(out) == "1.36"
+    assert cordoned(api)
+
+
+def test_a_runtime_update_ending_while_a_gpu_is_quarantined_leaves_the_node_cordoned(
+    ctx, machine, api, clock, monkeypatch
+):
+    now = [1_800_000_000.0]
+    monkeypatch.setattr(charm.KubernetesWorkerCharm, "wall_clock", staticmethod(lambda: now[0]))
+    out = joined_on(ctx, api)
+    machine.publish("runc", "1.3.4-0ubuntu1~24.04.2", "security")
+    watcher_quarantines(machine)
+    now[0] += 2 * 3600
+
+    out = ctx.run(ctx.on.upgrade_charm(), out)  # upgrade-charm asks apt, lists refreshed
+
+    assert machine.dpkg["runc"] == "1.3.4-0ubuntu1~24.04.2"
+    assert cordoned(api)

@@ -29,6 +29,11 @@ modify taints"). It registers with the GPU taint (kubeadm's `nodeRegistration.ta
 when it wants the GPU taint (`GPU_TAINT`, and that taint only) set or removed after
 joining it publishes `gpu-taint` ("true"/"false") until its Node carries what it asked,
 and the control-plane leader applies it to the node that unit registered, never another.
+In the same way a worker whose GPU health watcher quarantined a GPU publishes
+`gpu-quarantine` (the GPUs' UUIDs) and the leader sets `QUARANTINE_TAINT`
+(`gpu-k8s.io/gpu-unhealthy:NoExecute`) on that unit's node; once the GPUs are readmitted the
+worker publishes an empty list until its Node no longer carries the taint, and the leader
+removes it only then.
 
 Upgrades: `kubernetes-version` is the minor the control plane runs. A joined worker on
 an older minor upgrades (drain, `kubeadm upgrade node`, kubelet, uncordon) only while
@@ -65,6 +70,8 @@ Requirer databag (unit):
                       "driver": "580.65", "cuda": "13.0", "mig-capable": false}]'
     node-identity: "true"                 # this unit acts as its kubelet at the API
     gpu-taint: "true"                     # only while its Node's GPU taint is not as wanted
+    gpu-quarantine: '["GPU-7f3e9a2c-..."]'  # while its watcher holds GPUs quarantined;
+                                          # '[]' once readmitted, until the taint is gone
 
 A databag that does not validate is never a traceback: `ClusterRequirer.problem()` and
 `ClusterProvider.problems()` say what is wrong with which field so that the charm can
@@ -88,7 +95,7 @@ from charms.gpu_k8s.v0.databag import Databag, Endpoint, explain, write
 
 LIBID = "5f724584087c4f3caa6d95ea68f42ceb"
 LIBAPI = 0
-LIBPATCH = 13
+LIBPATCH = 14
 
 logger = logging.getLogger(__name__)
 
@@ -99,11 +106,39 @@ IDLE_CONTENT = {"joining": "none"}
 TOKEN_PATTERN = re.compile(r"^[a-z0-9]{6}\.[a-z0-9]{16}$")
 _CA_HASH = re.compile(r"^sha256:[0-9a-f]{64}$")
 _VERSION = re.compile(r"^\d+\.\d+(\.\d+)?$")
+# nvidia-smi's `uuid` (GPU-<8-4-4-4-12 hex>) or, for a GPU it could not name, `PCI:<bus id>`
+_GPU_ID = re.compile(r"^(GPU-[0-9a-fA-F-]{36}|MIG-[0-9a-fA-F-]{36}|PCI:[0-9a-fA-F:.]{7,16})$")
 _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 # The taint a GPU worker keeps on its Node so that only pods that tolerate it land there
 # (NVIDIA's GPU Operator documents the key; the worker's `gpu-taint` option). The one
 # definition: the worker's labels and join, the leader's patch and Kueue's flavor use it.
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+
+
+# The taint the leader sets on the Node of a worker whose GPU health watcher quarantined a
+# GPU (`gpu-quarantine`), removed when the worker readmits it. NoExecute: the scheduler
+# places no pod that does not tolerate it, and the taint manager evicts the running pods
+# that do not (kubernetes pkg/controller/tainteviction/taint_eviction.go: a pod without a
+# matching toleration is deleted at once, one with tolerationSeconds after that long;
+# docs concepts/scheduling-eviction/taint-and-toleration "NoExecute").
+QUARANTINE_TAINT = {"key": "gpu-k8s.io/gpu-unhealthy", "effect": "NoExecute"}
+
+
+def _same_taint(a: dict, b: dict) -> bool:
+    """Key, value and effect alike (an empty value is omitted in JSON; timeAdded aside)."""
+    fields = ("key", "value", "effect")
+    return all((a.get(f) or "") == (b.get(f) or "") for f in fields)
+
+
+def _taint_patch(node: dict, taint: dict, wanted: bool) -> dict | None:
+    existing = [dict(t) for t in (node.get("spec") or {}).get("taints") or []]
+    others = [t for t in existing if t.get("key") != taint["key"]]
+    mine = [t for t in existing if t.get("key") == taint["key"]]
+    in_line = len(mine) == 1 and _same_taint(mine[0], taint) if wanted else not mine
+    if in_line:
+        return None
+    merged = others + ([dict(taint)] if wanted else [])
+    return {"spec": {"taints": merged or None}}
 
 
 def gpu_taint_patch(node: dict, wanted: bool) -> dict | None:
@@ -112,12 +147,15 @@ def gpu_taint_patch(node: dict, wanted: bool) -> dict | None:
     Only the GPU taint's key is touched: every other taint (the node controller's, an
     operator's) is kept as it is. A merge patch replaces the whole `spec.taints` list.
     """
-    existing = [dict(t) for t in (node.get("spec") or {}).get("taints") or []]
-    others = [t for t in existing if t.get("key") != GPU_TAINT["key"]]
-    merged = others + ([dict(GPU_TAINT)] if wanted else [])
-    if merged == existing:
-        return None
-    return {"spec": {"taints": merged or None}}
+    return _taint_patch(node, GPU_TAINT, wanted)
+
+
+def quarantine_taint_patch(node: dict, wanted: bool) -> dict | None:
+    """The merge patch that sets (or removes) `QUARANTINE_TAINT` on `node`; None when in line.
+
+    As `gpu_taint_patch`: only that key is touched, every other taint is kept.
+    """
+    return _taint_patch(node, QUARANTINE_TAINT, wanted)
 
 
 class GpuInfo(Databag):
@@ -212,6 +250,21 @@ class RequirerUnitData(Databag):
     gpu_inventory: list[GpuInfo] | None = pydantic.Field(default=None, alias="gpu-inventory")
     node_identity: bool | None = pydantic.Field(default=None, alias="node-identity")
     gpu_taint: bool | None = pydantic.Field(default=None, alias="gpu-taint")
+    gpu_quarantine: list[str] | None = pydantic.Field(default=None, alias="gpu-quarantine")
+
+    @pydantic.field_validator("gpu_quarantine", mode="before")
+    @classmethod
+    def _uuids(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError:
+                raise ValueError("must be a JSON list of GPU UUIDs") from None
+        if isinstance(value, list) and not all(
+            isinstance(v, str) and _GPU_ID.match(v) for v in value
+        ):
+            raise ValueError("must be a JSON list of GPU UUIDs")
+        return value
 
     @pydantic.field_validator("node_name")
     @classmethod
@@ -267,6 +320,8 @@ class WorkerInfo:
     # acts as its kubelet (never the shared ServiceAccount); the GPU taint it asks for
     node_identity: bool = False
     gpu_taint: bool | None = None
+    # GPUs its watcher quarantined ([]: none any more, lift the taint; None: no request)
+    gpu_quarantine: tuple[str, ...] | None = None
 
     @property
     def gpu_count(self) -> int:
@@ -395,6 +450,7 @@ class ClusterProvider(Endpoint):
             bag.kubernetes_version,
             node_identity=bool(bag.node_identity),
             gpu_taint=bag.gpu_taint,
+            gpu_quarantine=None if bag.gpu_quarantine is None else tuple(bag.gpu_quarantine),
         )
         return info, None
 
@@ -487,11 +543,15 @@ class ClusterRequirer(Endpoint):
         *,
         node_identity: bool = False,
         gpu_taint: bool | None = None,
+        gpu_quarantine: list[str] | None = None,
     ) -> None:
         """Publish this unit's node name, GPU inventory and minor (written only when changed).
 
         `node_identity`: this unit acts as its kubelet; `gpu_taint`: the GPU taint it asks
-        the control plane to set (True) or remove (False), None when its Node is in line.
+        the control plane to set (True) or remove (False), None when its Node is in line;
+        `gpu_quarantine`: the GPUs its watcher quarantined (the leader sets
+        `QUARANTINE_TAINT`), [] once readmitted while the Node still carries it (the
+        leader removes it), None otherwise.
 
         Raises:
             ValueError: the node name or inventory does not fit the interface.
@@ -507,9 +567,30 @@ class ClusterRequirer(Endpoint):
                     "kubernetes-version": kubernetes_version,
                     "node-identity": node_identity or None,
                     "gpu-taint": gpu_taint,
+                    "gpu-quarantine": gpu_quarantine,
                 }
             ).dump()
         except pydantic.ValidationError as e:
             raise ValueError(explain(e)) from None
         optional = ["gpu-inventory", "kubernetes-version", "node-identity", "gpu-taint"]
+        optional.append("gpu-quarantine")
         write(relation.data[self.charm.unit], bag, remove=optional)
+
+    def publish_quarantine(self, gpus: list[str] | None) -> None:
+        """Only `gpu-quarantine` (see `publish_node`): an action's request between hooks.
+
+        Raises:
+            ValueError: an entry is not a GPU UUID.
+        """
+        relation = self.relation
+        if relation is None:
+            return
+        data = relation.data[self.charm.unit]
+        if gpus is None:
+            data.pop("gpu-quarantine", None)
+            return
+        if not all(_GPU_ID.match(g) for g in gpus):
+            raise ValueError("gpu-quarantine must list GPU UUIDs")
+        value = json.dumps(gpus, sort_keys=True)
+        if data.get("gpu-quarantine") != value:
+            data["gpu-quarantine"] = value
