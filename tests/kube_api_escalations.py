@@ -251,7 +251,7 @@ ESCALATIONS: list[Escalation] = [
     ),
     Escalation(
         "another-teams-cluster-queue",
-        "your own",
+        "clusterqueues writes",
         cluster_rules=[
             rule(
                 "kueue.x-k8s.io",
@@ -261,6 +261,32 @@ ESCALATIONS: list[Escalation] = [
             )
         ],
         attempt=Attempt("DELETE", "/apis/kueue.x-k8s.io/v1beta2/clusterqueues/team-alice"),
+    ),
+    # Issue 29 item 6: a team's own ClusterQueue is the control plane's too. Writing it, a
+    # team claimed the whole cluster as its guarantee (emptying the cohort for the others),
+    # raised its fairSharing weight or changed its preemption policy.
+    Escalation(
+        "own-cluster-queue",
+        "clusterqueues writes",
+        cluster_rules=[
+            rule(
+                "kueue.x-k8s.io",
+                ["clusterqueues"],
+                ["get", "create", "patch", "delete"],
+                **{"resource-names": [f"team-{HOSTILE}"]},
+            )
+        ],
+        attempt=Attempt(
+            "PATCH",
+            f"/apis/kueue.x-k8s.io/v1beta2/clusterqueues/team-{HOSTILE}?fieldManager=hostile",
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "ClusterQueue",
+                "metadata": {"name": f"team-{HOSTILE}"},
+                "spec": {"cohortName": "gpu-k8s", "fairSharing": {"weight": "1000"}},
+            },
+            content_type="application/apply-patch+yaml",
+        ),
     ),
     Escalation(
         "endpoints-writes",

@@ -35,7 +35,7 @@ import queues  # noqa: E402
 import training  # noqa: E402
 
 from charms.gpu_k8s.v0.kubeclient import Kube  # noqa: E402
-from fakes.addons import install_kueue, size_cohort  # noqa: E402
+from fakes.addons import install_kueue, join_team  # noqa: E402
 from fakes.batch import BatchControllers  # noqa: E402
 from fakes.kube_apiserver import FakeKubeApiServer  # noqa: E402
 
@@ -81,10 +81,9 @@ def measure(workers: int, strategy: str) -> tuple[int, int, int, int, int]:
         controllers = BatchControllers(api, NS)
         kube = Kube.from_kubeconfig(api.kubeconfig())
         with kube:
-            flavors = kube.list(queues.API, "ResourceFlavor")
-            for obj in queues.team_objects("tensorflow", NS, flavors, queues.Quotas()):
+            for obj in queues.team_objects("tensorflow", NS):
                 kube.apply(obj, field_manager="bench")
-            size_cohort(api)  # the control plane's update-status after the nodes joined
+            join_team(api, NS)  # the control plane writes the team's queue, sizes the cohort
             before = len(api.requests)
             counted = kube.requests
             training.launch(

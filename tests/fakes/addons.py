@@ -458,30 +458,66 @@ def install_kueue(api: Any, gpu_products: dict[str, str] | None = None) -> None:
         )
 
 
-def size_cohort(api: Any) -> dict:
+def team_requests(api: Any) -> dict[str, dict[str, str]]:
+    """The Kueue teams the control plane has granted: namespace -> their kube-api request.
+
+    What its access.py keeps of each request asking for LocalQueues (the quota fields
+    `gpu-quota`, `cpu-quota`, `memory-quota` are what its kueue.py reads).
+    """
+    return api.__dict__.setdefault("kueue_teams", {})
+
+
+def join_team(
+    api: Any, namespace: str, request: dict[str, str] | None = None, *, sized: bool = True
+) -> dict:
+    """A team's request reaches the control plane: it writes the team's queue (size_cohort).
+
+    `sized=False`: the queues only, the cohort left as it is (no node has joined yet).
+    """
+    team_requests(api)[namespace] = dict(request or {})
+    return size_cohort(api, cohort=sized)
+
+
+def size_cohort(api: Any, *, cohort: bool = True) -> dict:
     """What the control plane's leader does on update-status: size the cohort `gpu-k8s`.
 
     Runs the control plane's own code (kubernetes-control-plane kueue.py: capacity,
-    guarantees, cohort_quota, cluster_objects) over the fake's Nodes, running Pods,
-    ClusterQueues and the GPU flavors `install_kueue` made, and stores the Cohort it
-    applies; returns the Blocked message it would show (or None) under "overcommitted".
+    guarantees from the teams' requests (`team_requests`), cohort_quota, cluster_objects,
+    team_queue) over the fake's Nodes, running Pods and the GPU flavors `install_kueue`
+    made, and stores the Cohort and each team's ClusterQueue it applies (a queue's status,
+    Kueue's, is kept); returns the Blocked message it would show (or None) under
+    "overcommitted".
     """
     from charm_modules import load
 
     kueue = load("kubernetes-control-plane", "kueue")
     kueue_api = "/apis/kueue.x-k8s.io/v1beta2"
-    models = []
+    models, flavors = [], []
     for flavor in api.objects(f"{kueue_api}/resourceflavors/"):
         product = ((flavor.get("spec") or {}).get("nodeLabels") or {}).get(kueue.LABEL_PRODUCT)
         model = (flavor["metadata"].get("annotations") or {}).get("gpu-k8s.io/gpu-model")
         if product:
             models.append(model or product.replace("-", " "))
+            flavors.append(flavor["metadata"]["name"])
     pods = [
         p for p in api.objects("/api/v1/", kind="Pod") if p["status"].get("phase") == "Running"
     ]
+    keys = {"gpu-quota": "gpus", "cpu-quota": "cpu", "memory-quota": "memory"}
+    teams = [
+        kueue.Team(ns, **{keys[k]: v for k, v in request.items() if k in keys})
+        for ns, request in sorted(team_requests(api).items())
+    ]
     have = kueue.capacity(api.objects("/api/v1/nodes/"), pods, models, shared=False)
-    held = kueue.guarantees(api.objects(f"{kueue_api}/clusterqueues/"))
+    held = kueue.guarantees(teams, flavors)
     objects = kueue.cluster_objects(models, quota=kueue.cohort_quota(have, held))
-    cohort = next(o for o in objects if o["kind"] == "Cohort")
-    api.put_object(f"{kueue_api}/cohorts/{kueue.COHORT}", cohort)
-    return {"overcommitted": kueue.overcommitted(have, held), "cohort": cohort}
+    sized = next(o for o in objects if o["kind"] == "Cohort")
+    if cohort:
+        api.put_object(f"{kueue_api}/cohorts/{kueue.COHORT}", sized)
+    for team in teams:
+        path = f"{kueue_api}/clusterqueues/{team.queue}"
+        queue = kueue.team_queue(team, flavors)
+        live = api.get_object(path) or {}
+        if live.get("spec") != queue["spec"]:
+            status = live.get("status")
+            api.put_object(path, {**queue, **({"status": status} if status else {})})
+    return {"overcommitted": kueue.overcommitted(have, held), "cohort": sized}

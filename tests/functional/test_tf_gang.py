@@ -31,7 +31,7 @@ import readme_examples
 from charm_modules import load
 from conftest import has_tensorflow
 
-from fakes.addons import install_kueue, size_cohort
+from fakes.addons import install_kueue, join_team
 from fakes.batch import BatchControllers
 from fakes.kube_apiserver import FakeKubeApiServer
 from fakes.kube_grants import consumer_grant, store_grant
@@ -139,10 +139,9 @@ def cluster(tmp_path):
             tensorboard_image="tensorflow/tensorflow:2.20.0",
         )
         with kube:
-            flavors = kube.list(queues.API, "ResourceFlavor")
-            for obj in queues.team_objects(ctx.app, NS, flavors, queues.Quotas(-1, "", "")):
+            for obj in queues.team_objects(ctx.app, NS):
                 kube.apply(obj, field_manager=ctx.app)
-            size_cohort(api)  # the control plane's update-status after the nodes joined
+            join_team(api, NS)  # the control plane writes the team's queue, sizes the cohort
             try:
                 yield Cluster(api, kube, ctx, controllers, kubelet, data)
             finally:

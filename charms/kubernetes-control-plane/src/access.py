@@ -39,7 +39,7 @@ from literals import API_PORT, WORKER_NAMESPACE, WORKER_SERVICE_ACCOUNT
 from peers import ENDPOINT, Peers
 
 from charms.gpu_k8s.v0 import api_proxy, kube_objects
-from charms.gpu_k8s.v0.kube_api import KubeApiProvider, Request
+from charms.gpu_k8s.v0.kube_api import KubeApiProvider, Request, RequirerAppData
 from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
 from charms.gpu_k8s.v0.kubernetes_cluster import SECRET_LABEL
 from charms.gpu_k8s.v0.status import StatusError, on_error
@@ -237,11 +237,13 @@ class Access:
             provisioner = request.app_name in provisioners
             # the Pod Security level is part of what was granted (its namespace's labels)
             level = "pod-security=baseline" if provisioner else "pod-security=restricted"
-            fingerprint = kube_objects.fingerprint(ask.dump(), endpoint, level, *also)
+            fingerprint = kube_objects.fingerprint(_rbac_part(ask.dump()), endpoint, level, *also)
             answered = request.relation.data[self._model.app].get("kubeconfig-secret-id")
             same = bool(previous and previous["fingerprint"] == fingerprint and answered)
+            queue = _queue(ask)  # the team's wanted Kueue quota: addons writes its queue
             if same and not self._renewal_due(previous or {}, request.relation.id == rotate):
                 self._kube_api.announce_nodes(request.relation, node_set)
+                granted[key] = {**(previous or {}), "queue": queue}
                 continue
             if previous and previous["namespace"] != ask.namespace:
                 self._revoke(previous, None)
@@ -281,6 +283,7 @@ class Access:
                 "app": request.app_name,
                 "namespace": ask.namespace,
                 "fingerprint": fingerprint,
+                "queue": queue,
                 **self._token_times(issued),
                 **self._legacy_token(previous, grant, replaced),
             }
@@ -420,6 +423,25 @@ class Access:
         if cm is None:
             raise StatusError.waiting("waiting for kubeadm's kubeadm-config ConfigMap")
         return yaml.safe_load((cm.get("data") or {}).get("ClusterConfiguration") or "{}") or {}
+
+
+_QUOTA_KEYS = {"gpu-quota": "gpus", "cpu-quota": "cpu", "memory-quota": "memory"}
+
+
+def _rbac_part(request: dict[str, str]) -> dict[str, str]:
+    """The request less its quota (a changed quota changes the team's queue, not its grant)."""
+    return {k: v for k, v in request.items() if k not in _QUOTA_KEYS}
+
+
+def _queue(request: RequirerAppData) -> dict[str, str] | None:
+    """The quota a consumer that asks for LocalQueues (a Kueue team) wants; else None."""
+    team = any(
+        "kueue.x-k8s.io" in r.api_groups and "localqueues" in r.resources for r in request.rules
+    )
+    if not team:
+        return None
+    asked = request.dump()
+    return {field: asked.get(key, "") for key, field in _QUOTA_KEYS.items()}
 
 
 def _holder(granted: dict[str, dict], key: str, namespace: str) -> str | None:

@@ -20,6 +20,7 @@ everything before (workers, kube-api consumers) is already served.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Callable, MutableMapping
@@ -414,8 +415,15 @@ class Addons:
         workers = registry.Registry.load(bag)
         models = workers.gpu_models()
         shared = config.gpu_time_slicing_replicas > 1
-        sized_for = json.loads(bag.get(KUEUE_COHORT_KEY) or "{}").get("workers")
-        if resize or sized_for != sorted(workers.nodes):
+        teams = _teams(bag)
+        flavors = sorted({kueue.flavor_name(m) for m in models})
+        sized_for = json.loads(bag.get(KUEUE_COHORT_KEY) or "{}")
+        asked = [dataclasses.astuple(t) for t in teams]
+        if (
+            resize
+            or sized_for.get("workers") != sorted(workers.nodes)
+            or (sized_for.get("teams") != [list(t) for t in asked])
+        ):
             kube = self._kube()
             have = kueue.capacity(
                 kube.list("v1", "Node"),
@@ -423,12 +431,13 @@ class Addons:
                 models,
                 shared=shared,
             )
-            held = kueue.guarantees(kube.list(kueue.API, "ClusterQueue"))
+            held = kueue.guarantees(teams, flavors)
             quota = kueue.cohort_quota(have, held)
             sized: dict[str, Any] = {
                 "quota": [[f, r, v] for (f, r), v in sorted(quota.items())],
                 "overcommitted": kueue.overcommitted(have, held) or "",
                 "workers": sorted(workers.nodes),
+                "teams": asked,
             }
             text = json.dumps(sized, sort_keys=True)
             if bag.get(KUEUE_COHORT_KEY) != text:
@@ -436,17 +445,39 @@ class Addons:
         cohort = json.loads(bag[KUEUE_COHORT_KEY])
         quota = {(f, r): v for f, r, v in cohort["quota"]}
         objects = kueue.cluster_objects(models, shared=shared, quota=quota)
-        want = kube_objects.fingerprint(objects)
+        queues = [kueue.team_queue(t, flavors) for t in teams]
+        want = kube_objects.fingerprint([*objects, *queues])
         if bag.get(KUEUE_OBJECTS_KEY) != want:
             kube = self._kube()
             for obj in objects:
                 kube.apply(obj, field_manager=FIELD_MANAGER)
+            for queue in queues:  # forced: takes over the queues teams wrote before
+                live = kube.apply(queue, field_manager=FIELD_MANAGER, force=True)
+                patch = kueue.takeover(live, queue)
+                if patch:
+                    kube.patch(kueue.API, "ClusterQueue", queue["metadata"]["name"], patch)
+                    logger.info("took over ClusterQueue %s", queue["metadata"]["name"])
             bag[KUEUE_OBJECTS_KEY] = want
             logger.info(
-                "applied Kueue's cohort and ResourceFlavors for %s", ", ".join(models) or "CPUs"
+                "applied Kueue's cohort, ResourceFlavors for %s and the queues of %s",
+                ", ".join(models) or "CPUs",
+                ", ".join(t.namespace for t in teams) or "no team",
             )
         if cohort["overcommitted"]:
             raise StatusError.blocked(cohort["overcommitted"])
+
+
+def _teams(bag: Bag) -> list[kueue.Team]:
+    """The granted kube-api consumers that queue through Kueue, with the quota they asked."""
+    granted = json.loads(bag.get(KUBE_API_KEY) or "{}")
+    return sorted(
+        (
+            kueue.Team(g["namespace"], **g["queue"])
+            for g in granted.values()
+            if isinstance(g.get("queue"), dict)
+        ),
+        key=lambda t: t.namespace,
+    )
 
 
 def fingerprint(objects: list[dict[str, Any]], version: str = "") -> str:

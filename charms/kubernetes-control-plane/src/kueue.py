@@ -24,9 +24,22 @@ The cluster-wide objects: one ResourceFlavor per GPU model the workers report, s
 the nodes by the label the worker writes as NVIDIA's GPU Feature Discovery does
 (`nvidia.com/gpu.product`, `-SHARED` appended under time-slicing) and naming the GPU taint
 (a workload must tolerate it to be admitted there); one `cpu` flavor for every node; the
-cohort `gpu-k8s` whose members (each team's ClusterQueue, made by the tensorflow charm)
-borrow from it; and the priorities `low`, `normal` and `high` that `train priority=...`
-names.
+cohort `gpu-k8s` whose members (each team's ClusterQueue) borrow from it; and the
+priorities `low`, `normal` and `high` that `train priority=...` names.
+
+Each team's ClusterQueue `team-<namespace>` is the control plane's too (issue 29 item 6):
+a team asking for it wrote its own guarantee, fairSharing weight and preemption policy,
+and Kueue's docs say "Only batch administrators should create ClusterQueue objects"
+(site/content/en/docs/concepts/cluster_queue.md). A team is a kube-api consumer that asks
+for LocalQueues (rbac.Grant.uses_kueue); the quota it wants travels in its request
+(`gpu-quota` GPUs per model, `cpu-quota`, `memory-quota`; unset: none of its own), and
+the guarantees are read from those numbers, never from the live objects. Every field of
+ClusterQueueSpec (clusterqueue_types.go) that decides how a team shares is written, its
+CRD default spelled out where there is one (config/components/crd/bases/
+kueue.x-k8s.io_clusterqueues.yaml: flavorFungibility MayStopSearch/TryNextFlavor,
+stopPolicy None, fairSharing weight 1), so a forced server-side apply owns them all; what
+a team wrote before that this does not name (admissionChecks, lendingLimit, ...) is
+removed by `takeover` (server-side apply keeps fields another manager owns).
 
 Quotas add up (issue 29 item 6). The cohort holds the cluster: what the schedulable nodes
 offer, per flavor (cpu and memory on `cpu`, GPUs on each model's flavor), less the GPUs
@@ -47,6 +60,7 @@ the leader says so (Blocked, with the numbers) and the cohort adds nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from typing import Any
@@ -221,21 +235,126 @@ def capacity(
     return out
 
 
-def guarantees(cluster_queues: list[dict[str, Any]]) -> Guarantees:
-    """The nominal quota each ClusterQueue of the cohort holds, per (flavor, resource)."""
+TEAM_PREFIX = "team-"
+
+
+@dataclasses.dataclass(frozen=True)
+class Team:
+    """A team's wanted quota, from its kube-api request (strings as the request has them)."""
+
+    namespace: str
+    gpus: str = ""
+    cpu: str = ""
+    memory: str = ""
+
+    @property
+    def queue(self) -> str:
+        """Its ClusterQueue: `team-<namespace>`."""
+        return f"{TEAM_PREFIX}{self.namespace}"
+
+    def nominal(self, flavors: list[str]) -> Quotas:
+        """Its nominal quota per (flavor, resource): GPUs on each GPU flavor."""
+        out: Quotas = {
+            (CPU_FLAVOR, "cpu"): quantity(self.cpu),
+            (CPU_FLAVOR, "memory"): quantity(self.memory),
+        }
+        out |= {(f, GPU_RESOURCE): quantity(self.gpus) for f in flavors}
+        return out
+
+
+def guarantees(teams: list[Team], flavors: list[str]) -> Guarantees:
+    """What each team's ClusterQueue holds as nominal quota, per (flavor, resource).
+
+    From the teams' requests (`Team`), never from the live ClusterQueues, which a team
+    could once write. `flavors`: the GPU ResourceFlavors' names.
+    """
     out: Guarantees = {}
-    for cq in cluster_queues:
-        spec = cq.get("spec") or {}
-        if spec.get("cohortName") != COHORT:
-            continue
-        for group in spec.get("resourceGroups") or []:
-            for flavor in group.get("flavors") or []:
-                for r in flavor.get("resources") or []:
-                    amount = quantity(r.get("nominalQuota"))
-                    if amount:
-                        key = (flavor["name"], r["name"])
-                        out.setdefault(key, {})[cq["metadata"]["name"]] = amount
+    for team in teams:
+        for key, amount in team.nominal(flavors).items():
+            if amount:
+                out.setdefault(key, {})[team.queue] = amount
     return out
+
+
+def team_queue(team: Team, flavors: list[str]) -> dict[str, Any]:
+    """The team's ClusterQueue (see the module docstring); `flavors`: the GPU flavors."""
+    nominal = team.nominal(flavors)
+    cpu = [
+        {"name": r, "nominalQuota": _text(r, nominal[(CPU_FLAVOR, r)])} for r in ("cpu", "memory")
+    ]
+    groups: list[dict[str, Any]] = [
+        {
+            "coveredResources": ["cpu", "memory"],
+            "flavors": [{"name": CPU_FLAVOR, "resources": cpu}],
+        }
+    ]
+    gpus = [
+        {
+            "name": f,
+            "resources": [
+                {
+                    "name": GPU_RESOURCE,
+                    "nominalQuota": _text(GPU_RESOURCE, nominal[(f, GPU_RESOURCE)]),
+                }
+            ],
+        }
+        for f in sorted(flavors)
+    ]
+    if gpus:
+        groups.append({"coveredResources": [GPU_RESOURCE], "flavors": gpus})
+    return {
+        "apiVersion": API,
+        "kind": "ClusterQueue",
+        "metadata": _meta(team.queue),
+        "spec": {
+            "cohortName": COHORT,
+            # this namespace's workloads only (a null selector admits from none)
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": team.namespace}},
+            "queueingStrategy": "BestEffortFIFO",
+            # a team's guarantee is reclaimed from borrowers; borrowing preempts lower
+            # priorities; within the team a higher priority preempts a lower one
+            "preemption": {
+                "reclaimWithinCohort": "Any",
+                "borrowWithinCohort": {"policy": "LowerPriority"},
+                "withinClusterQueue": "LowerPriority",
+            },
+            "fairSharing": {"weight": "1"},
+            "flavorFungibility": {
+                "whenCanBorrow": "MayStopSearch",
+                "whenCanPreempt": "TryNextFlavor",
+            },
+            "stopPolicy": "None",
+            "resourceGroups": groups,
+        },
+    }
+
+
+def takeover(live: dict[str, Any] | None, want: dict[str, Any]) -> dict[str, Any] | None:
+    """A JSON merge patch removing what `live`'s spec holds beyond `want`'s, or None.
+
+    Server-side apply leaves the fields another manager owns (a team's, from before the
+    control plane wrote its ClusterQueue); a merge patch sets each such map key to null
+    (RFC 7396) and gives the lists whole, so the spec is `want`'s and nothing else.
+    """
+
+    def extra(have: Any, keep: Any) -> bool:
+        if isinstance(have, dict) and isinstance(keep, dict):
+            return any(k not in keep or extra(v, keep[k]) for k, v in have.items())
+        if isinstance(have, list) and isinstance(keep, list):
+            return len(have) != len(keep) or any(extra(h, k) for h, k in zip(have, keep))
+        return False
+
+    def nulls(have: Any, keep: Any) -> Any:
+        if not (isinstance(have, dict) and isinstance(keep, dict)):
+            return keep
+        out = {k: None for k in have if k not in keep}
+        out |= {k: nulls(have.get(k), v) for k, v in keep.items()}
+        return out
+
+    have = (live or {}).get("spec") or {}
+    if not extra(have, want["spec"]):
+        return None
+    return {"spec": nulls(have, want["spec"])}
 
 
 def _amount(resource: str, value: float) -> str:

@@ -32,7 +32,7 @@ import queues
 import registry_auth
 import serving
 import training
-from charm_config import Config
+from charm_config import Config, quota_request
 from literals import (
     DEFAULT_USER,
     IMPORTER,
@@ -87,8 +87,14 @@ class TensorflowCharm(ops.CharmBase):
         namespace = self.app.name
         rules: list[Rule | dict[str, Any]] = [*NAMESPACED_RULES]
         cluster: list[Rule | dict[str, Any]] = [*cluster_rules(namespace)]
+        # the team's quota travels in the request: the control plane writes its queue
         self.kube_api = KubeApiRequirer(
-            self, KUBE_API, namespace=namespace, rules=rules, cluster_rules=cluster
+            self,
+            KUBE_API,
+            namespace=namespace,
+            rules=rules,
+            cluster_rules=cluster,
+            quotas=quota_request(self.config),
         )
         # The application's own directory on the shared volume, owned by the user its pods
         # run as (an invalid `run-as` asks for the default meanwhile; the status says why).
@@ -190,6 +196,7 @@ class TensorflowCharm(ops.CharmBase):
             self.cos.set_gauges([])  # the leader counts the jobs
             return
         self.storage.publish()  # `run-as` may have changed what the directory request says
+        self.kube_api.publish()  # and a quota what the kube-api request says
         try:
             config = self._config()
             kubeconfig, ctx = self._access(config)
@@ -263,14 +270,14 @@ class TensorflowCharm(ops.CharmBase):
         self._stored.secrets = sorted(written | {name})
 
     def _apply_queues(self, kube: Kube, ctx: Context, config: Config) -> None:
-        """This team's ClusterQueue and LocalQueue, applied when they changed.
+        """This team's LocalQueue, applied when it changed (its ClusterQueue is the CP's).
 
         Raises:
             StatusError: Waiting: the cluster has no Kueue (the message says what to set).
         """
         with on_error(ops.WaitingStatus, queues.NotInstalledError):
             self._stored.queues = queues.reconcile(
-                kube, self.app.name, ctx.namespace, config.quotas, self._stored.queues
+                kube, self.app.name, ctx.namespace, self._stored.queues
             )
 
     def _on_cos_agent(self, _: ops.EventBase) -> None:

@@ -10,9 +10,11 @@ accepts, and becomes the Blocked status); `quotas` and `job_context` turn it int
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import ops
 import pydantic
-import queues
 import registry_auth
 from literals import DEFAULT_MAX_RESTARTS, DEFAULT_USER
 from manifests import Context
@@ -20,6 +22,7 @@ from params import parse_user, quantity
 
 from charms.gpu_k8s.v0.config import CharmConfig
 from charms.gpu_k8s.v0.images import validate_registry
+from charms.gpu_k8s.v0.kube_api import RequirerAppData
 
 
 class Config(CharmConfig):
@@ -102,12 +105,6 @@ class Config(CharmConfig):
         return value.strip()
 
     @property
-    def quotas(self) -> queues.Quotas:
-        """The team's nominal quota in Kueue."""
-        gpus = int(self.gpu_quota) if self.gpu_quota else -1
-        return queues.Quotas(gpus=gpus, cpu=self.cpu_quota, memory=self.memory_quota)
-
-    @property
     def user(self) -> tuple[int, int]:
         """`run-as` as (uid, gid)."""
         return parse_user(self.run_as)
@@ -126,3 +123,24 @@ class Config(CharmConfig):
             ttl_seconds=self.job_ttl * 3600,
             pull_secret=registry_auth.secret_name(app) if self.image_pull_secret else "",
         )
+
+
+QUOTA_OPTIONS = ("gpu-quota", "cpu-quota", "memory-quota")
+
+
+def quota_request(raw: Mapping[str, Any]) -> dict[str, str]:
+    """The team's wanted Kueue quota as the kube-api request carries it (set options only).
+
+    The control plane writes the team's ClusterQueue from it (its kueue.py). A malformed
+    value is left out (none of its own meanwhile); Config says what is wrong in the status.
+    """
+    out = {}
+    for key in QUOTA_OPTIONS:
+        value = str(raw.get(key, "")).strip()
+        try:
+            RequirerAppData.model_validate({"namespace": "x", key: value})
+        except pydantic.ValidationError:
+            continue
+        if value:
+            out[key] = value
+    return out

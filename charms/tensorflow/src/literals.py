@@ -125,22 +125,23 @@ COHORT = "gpu-k8s"  # the control plane's cohort, which every team's ClusterQueu
 
 
 def cluster_rules(namespace: str) -> list[dict[str, Any]]:
-    """The cluster-wide rules asked for: allowed reads, and the team's own ClusterQueue.
+    """The cluster-wide rules asked for: allowed reads only (kube_api CLUSTER_READS).
 
-    By name, never another team's (kube_api NAMED_CLUSTER_OBJECTS).
+    The team's ClusterQueue is the control plane's: it writes it from the quota this
+    application asks for on the relation (`quota_request`), so none is written here.
     """
-    queue = f"{CLUSTER_QUEUE_PREFIX}{namespace}"
     return [
         # Nodes: GPU capacity for the quota and for refusing jobs no node can hold
         {"api-groups": [""], "resources": ["nodes"], "verbs": ["get", "list"]},
         # the flavors the ClusterQueue draws on
         {"api-groups": ["kueue.x-k8s.io"], "resources": ["resourceflavors"],
          "verbs": ["get", "list"]},
-        {"api-groups": ["kueue.x-k8s.io"], "resources": ["clusterqueues"],
-         "verbs": ["get", "create", "patch", "delete"], "resource-names": [queue]},
         # the cohort's whole quota (its own and every member's nominal), the most Kueue
         # could ever admit: train refuses a job larger (placement.beyond_cohort)
         {"api-groups": ["kueue.x-k8s.io"], "resources": ["cohorts"], "verbs": ["get"],
          "resource-names": [COHORT]},
-        {"api-groups": ["kueue.x-k8s.io"], "resources": ["clusterqueues"], "verbs": ["list"]},
+        # the team's own ClusterQueue (job-status, train dry-run=true: its nominal quota
+        # and use) and the cohort members' nominal quota (placement.beyond_cohort)
+        {"api-groups": ["kueue.x-k8s.io"], "resources": ["clusterqueues"],
+         "verbs": ["get", "list"]},
     ]  # fmt: skip

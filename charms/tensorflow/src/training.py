@@ -36,6 +36,7 @@ import queues
 from literals import (
     ACTION_FILES,
     ANNOTATION_REQUEST,
+    COHORT,
     COMPONENT_PURGE,
     COMPONENT_TENSORBOARD,
     COMPONENT_TRAINING,
@@ -191,7 +192,7 @@ def _check_fits(kube: Any, ctx: Context, request: TrainRequest, nodes: list[dict
     why = placement.never_fits(request, nodes)
     if why:
         raise JobError(f"job {request.job!r} can never run on this cluster: {why}")
-    cohort = kube.get(KUEUE_API, "Cohort", queues.COHORT)
+    cohort = kube.get(KUEUE_API, "Cohort", COHORT)
     members = kube.list(KUEUE_API, "ClusterQueue") if cohort is not None else []
     team = queues.cluster_queue_name(ctx.namespace)
     why = placement.beyond_cohort(request, cohort, members, team)

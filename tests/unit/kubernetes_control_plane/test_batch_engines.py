@@ -19,7 +19,14 @@ import yaml
 from ops import testing
 
 from fakes.addons import EFS_CSI_PATH, JOBSET_VERSION, KUEUE_VERSION, release_manifest
-from fakes.control_plane import join_workers, peer, peers, worker_bag, workers_relation
+from fakes.control_plane import (
+    join_workers,
+    kube_api_relation,
+    peer,
+    peers,
+    worker_bag,
+    workers_relation,
+)
 
 JOBSET_DEPLOY = "/apis/apps/v1/namespaces/jobset-system/deployments/jobset-controller-manager"
 KUEUE_DEPLOY = "/apis/apps/v1/namespaces/kueue-system/deployments/kueue-controller-manager"
@@ -95,8 +102,9 @@ def test_nothing_is_downloaded_or_sent_again_while_nothing_changed(ctx, machine,
     assert releases.requests == asked
     assert [r for r in api.requests if r.method != "GET"] == writes
     batch = [r.path for r in api.requests[requests:] if "jobset" in r.path or "kueue" in r.path]
-    # update-status reads the teams' ClusterQueues for the cohort's quota (issue 29 item 6)
-    assert batch == ["/apis/kueue.x-k8s.io/v1beta2/clusterqueues"]
+    # the teams' guarantees are their kube-api requests', never read back from their
+    # ClusterQueues (issue 29 item 6; update-status once listed them): nothing of Kueue's
+    assert batch == []
     assert out.unit_status == testing.ActiveStatus(READY)
 
 
@@ -327,41 +335,30 @@ def test_images_lists_what_a_mirror_must_hold():
 KUEUE_API = "/apis/kueue.x-k8s.io/v1beta2"
 
 
-def _team_queue(api, team: str, gpus: int = 0, cpu: str = "0") -> None:
-    """A team's ClusterQueue as the tensorflow charm writes it, with its guarantees."""
-    api.put_object(
-        f"{KUEUE_API}/clusterqueues/team-{team}",
-        {
-            "spec": {
-                "cohortName": "gpu-k8s",
-                "resourceGroups": [
-                    {
-                        "coveredResources": ["cpu", "memory"],
-                        "flavors": [
-                            {
-                                "name": "cpu",
-                                "resources": [
-                                    {"name": "cpu", "nominalQuota": cpu},
-                                    {"name": "memory", "nominalQuota": "0"},
-                                ],
-                            }
-                        ],
-                    },
-                    {
-                        "coveredResources": ["nvidia.com/gpu"],
-                        "flavors": [
-                            {
-                                "name": "gpu-nvidia-a10g",
-                                "resources": [
-                                    {"name": "nvidia.com/gpu", "nominalQuota": str(gpus)}
-                                ],
-                            }
-                        ],
-                    },
-                ],
-            }
-        },
+QUEUE_RULES = [
+    {"api-groups": ["kueue.x-k8s.io"], "resources": ["localqueues"], "verbs": ["get", "create"]}
+]
+
+
+def _team(team: str, gpus: int | None = None, cpu: str | None = None) -> testing.Relation:
+    """A tensorflow application's kube-api request (a Kueue team: it asks for LocalQueues)."""
+    quota = {"gpu-quota": str(gpus) if gpus is not None else None, "cpu-quota": cpu}
+    return kube_api_relation(
+        team, team, QUEUE_RULES, **{k: v for k, v in quota.items() if v is not None}
     )
+
+
+def _with_teams(out: testing.State, *teams: testing.Relation) -> testing.State:
+    """`out` with these kube-api relations, replacing those of the same application."""
+    names = {t.remote_app_name for t in teams}
+    kept = [
+        r for r in out.relations if not (r.endpoint == "kube-api" and r.remote_app_name in names)
+    ]
+    return dataclasses.replace(out, relations=[*kept, *teams])
+
+
+def _team_cq(api, team: str) -> dict:
+    return api.get_object(f"{KUEUE_API}/clusterqueues/team-{team}")
 
 
 def _cohort_quota(api) -> dict[tuple[str, str], str]:
@@ -410,8 +407,8 @@ def test_the_cohort_holds_the_cluster_less_the_teams_guarantees(ctx, machine, ap
         ("cpu", "memory"): "0",
         ("gpu-nvidia-a10g", "nvidia.com/gpu"): "8",
     }
-    _team_queue(api, "a", gpus=2, cpu="3")
-    _team_queue(api, "b")  # defaults: no guarantee, borrows from the cohort
+    # defaults (b): no guarantee, borrows from the cohort
+    out = _with_teams(out, _team("a", gpus=2, cpu="3"), _team("b"))
     _gpu_pod(api, "server", "gpu-1", 1, "ReplicaSet")  # a model server: outside Kueue
     _gpu_pod(api, "worker-0", "gpu-0", 1, "Job")  # admitted by Kueue: counted by Kueue
     out = ctx.run(ctx.on.update_status(), out)
@@ -428,9 +425,7 @@ def test_the_cohort_holds_the_cluster_less_the_teams_guarantees(ctx, machine, ap
 
 def test_guarantees_past_the_cluster_block_with_the_numbers(ctx, machine, api, releases):
     out = _two_gpu_workers(ctx, api)
-    _team_queue(api, "a", gpus=6)
-    _team_queue(api, "b", gpus=4)
-    out = ctx.run(ctx.on.update_status(), out)
+    out = ctx.run(ctx.on.update_status(), _with_teams(out, _team("a", gpus=6), _team("b", gpus=4)))
     assert out.unit_status == testing.BlockedStatus(
         "team quotas overcommit the cluster: 10 nvidia.com/gpu of flavor gpu-nvidia-a10g "
         "guaranteed (team-a 6, team-b 4) but the cluster has 8: lower gpu-quota, cpu-quota "
@@ -439,10 +434,12 @@ def test_guarantees_past_the_cluster_block_with_the_numbers(ctx, machine, api, r
     assert _cohort_quota(api)[("gpu-nvidia-a10g", "nvidia.com/gpu")] == "0"
     out = ctx.run(ctx.on.config_changed(), out)  # other hooks keep saying so
     assert out.unit_status.name == "blocked"
-    _team_queue(api, "b", gpus=2)
-    out = ctx.run(ctx.on.update_status(), out)
+    b = next(r for r in out.relations if r.endpoint == "kube-api" and r.remote_app_name == "b")
+    lowered = dataclasses.replace(b, remote_app_data={**b.remote_app_data, "gpu-quota": "2"})
+    out = ctx.run(ctx.on.relation_changed(lowered), _with_teams(out, lowered))
     assert out.unit_status.name == "active", out.unit_status.message
     assert _cohort_quota(api)[("gpu-nvidia-a10g", "nvidia.com/gpu")] == "0"
+    assert _quota_of(_team_cq(api, "b"))[("gpu-nvidia-a10g", "nvidia.com/gpu")] == "2"
 
 
 def test_the_controllers_with_cluster_wide_rights_run_on_control_plane_nodes_only(
@@ -487,3 +484,98 @@ def test_a_running_cluster_gets_the_node_selector_after_the_charm_upgrade(
     for path in (JOBSET_DEPLOY, KUEUE_DEPLOY, CALICO_DEPLOY):
         pod = api.get_object(path)["spec"]["template"]["spec"]
         assert pod["nodeSelector"]["node-role.kubernetes.io/control-plane"] == "", path
+
+
+def _quota_of(cq: dict) -> dict[tuple[str, str], str]:
+    return {
+        (f["name"], r["name"]): r["nominalQuota"]
+        for g in cq["spec"]["resourceGroups"]
+        for f in g["flavors"]
+        for r in f["resources"]
+    }
+
+
+def test_the_control_plane_writes_each_teams_queue_from_its_request(ctx, machine, api, releases):
+    """Issue 29 item 6: the quota a team asks for on kube-api is its queue's nominal quota.
+
+    Fair-sharing weight 1 and the preemption policy are the control plane's; a consumer
+    that asks for no LocalQueue (efs-storage) is no team.
+    """
+    out = _two_gpu_workers(ctx, api)
+    storage = kube_api_relation("efs-storage", "storage")
+    out = ctx.run(
+        ctx.on.update_status(), _with_teams(out, _team("a", gpus=2, cpu="500m"), storage)
+    )
+    assert out.unit_status.name == "active", out.unit_status.message
+    cq = _team_cq(api, "a")
+    assert cq["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "kubernetes-control-plane"}
+    assert cq["metadata"]["managedFields"][0]["manager"] == "kubernetes-control-plane"
+    assert cq["spec"]["fairSharing"] == {"weight": "1"}
+    assert cq["spec"]["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "a"}}
+    assert cq["spec"]["preemption"] == {
+        "reclaimWithinCohort": "Any",
+        "borrowWithinCohort": {"policy": "LowerPriority"},
+        "withinClusterQueue": "LowerPriority",
+    }
+    assert _quota_of(cq) == {
+        ("cpu", "cpu"): "500m",
+        ("cpu", "memory"): "0",
+        ("gpu-nvidia-a10g", "nvidia.com/gpu"): "2",
+    }
+    assert _team_cq(api, "storage") is None
+    assert _cohort_quota(api)[("gpu-nvidia-a10g", "nvidia.com/gpu")] == "6"
+    writes = len([r for r in api.requests if r.method != "GET"])
+    out = ctx.run(ctx.on.update_status(), out)  # nothing changed: nothing sent
+    assert len([r for r in api.requests if r.method != "GET"]) == writes
+
+
+def test_a_queue_a_team_wrote_itself_is_taken_over_and_its_claims_ignored(
+    ctx, machine, api, releases
+):
+    """The upgrade path: a team's own ClusterQueue, written before the control plane's.
+
+    A hostile team had claimed the whole cluster as its guarantee, weight 1000 in fair
+    sharing, a lendingLimit of 0 and no preemption: none of it counts (the guarantees are
+    its request's) and the control plane's forced apply plus a merge patch leave its spec
+    the control plane's alone.
+    """
+    out = _two_gpu_workers(ctx, api)
+    hostile = {
+        "metadata": {
+            "labels": {"app.kubernetes.io/managed-by": "a"},
+            "managedFields": [{"manager": "a", "operation": "Apply"}],
+        },
+        "spec": {
+            "cohortName": "gpu-k8s",
+            "namespaceSelector": {},  # every namespace's workloads
+            "fairSharing": {"weight": "1000"},
+            "admissionChecksStrategy": {"admissionChecks": []},
+            "preemption": {
+                "reclaimWithinCohort": "Never",
+                "borrowWithinCohort": {"policy": "Never", "maxPriorityThreshold": 5},
+                "withinClusterQueue": "Never",
+            },
+            "resourceGroups": [
+                {
+                    "coveredResources": ["nvidia.com/gpu"],
+                    "flavors": [
+                        {
+                            "name": "gpu-nvidia-a10g",
+                            "resources": [
+                                {"name": "nvidia.com/gpu", "nominalQuota": "1000",
+                                 "lendingLimit": "0"}
+                            ],
+                        }
+                    ],
+                }
+            ],
+        },
+    }  # fmt: skip
+    api.put_object(f"{KUEUE_API}/clusterqueues/team-a", hostile)
+    out = ctx.run(ctx.on.update_status(), _with_teams(out, _team("a"), _team("b", gpus=1)))
+    assert out.unit_status.name == "active", out.unit_status.message  # 1000 GPUs: not counted
+    cq = _team_cq(api, "a")
+    want = kueue.team_queue(kueue.Team("a"), ["gpu-nvidia-a10g"])
+    assert cq["spec"] == want["spec"]
+    assert cq["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "kubernetes-control-plane"}
+    assert _cohort_quota(api)[("gpu-nvidia-a10g", "nvidia.com/gpu")] == "7"  # 8 less b's 1

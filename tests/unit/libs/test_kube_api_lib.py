@@ -152,10 +152,23 @@ def queue(names: list[str]) -> dict:
         # issue 29: PersistentVolume writes are the path to a hostPath volume
         ({"namespace": "a", "cluster-rules": [NODES, PVS]}, "persistentvolume creation"),
         ({"namespace": "a", "cluster-rules": [NODES]}, None),
-        # a consumer's ClusterQueue is its own, team-<namespace>; never another team's
-        ({"namespace": "a", "cluster-rules": [queue(["team-a"])]}, None),
-        ({"namespace": "a", "cluster-rules": [queue(["team-b"])]}, "named only team-a"),
-        ({"namespace": "a", "cluster-rules": [queue(["team-a", "team-b"])]}, "named only"),
+        # a team's ClusterQueue is the control plane's (issue 29 item 6): no consumer writes
+        # one, not even its own team-<namespace> (granted before LIBPATCH 17; stricter now)
+        ({"namespace": "a", "cluster-rules": [queue(["team-a"])]}, "clusterqueues writes"),
+        ({"namespace": "a", "cluster-rules": [queue(["team-b"])]}, "clusterqueues writes"),
+        (
+            {"namespace": "a", "rules": [rule(["kueue.x-k8s.io"], ["clusterqueues"], ["create"])]},
+            "clusterqueues writes",
+        ),
+        (
+            {
+                "namespace": "a",
+                "cluster-rules": [rule(["kueue.x-k8s.io"], ["clusterqueues"], ["get", "list"])],
+            },
+            None,
+        ),
+        # the quota a team wants travels in the request; malformed numbers are refused
+        ({"namespace": "a", "gpu-quota": "2", "cpu-quota": "500m", "memory-quota": "64Gi"}, None),
         # Endpoints writes send a Service's traffic anywhere (CVE-2021-25740); reads are fine
         ({"namespace": "a", "rules": [rule([""], ["endpoints"], ["create"])]}, "CVE-2021-25740"),
         (
@@ -171,6 +184,15 @@ def queue(names: list[str]) -> dict:
 def test_policy(request_, error):
     got = check_policy(RequirerAppData.model_validate(request_))
     assert (got is None) if error is None else error in got
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [("gpu-quota", "-1"), ("gpu-quota", "two"), ("cpu-quota", "lots"), ("memory-quota", "-5Gi")],
+)
+def test_a_malformed_quota_is_no_request(field, value):
+    with pytest.raises(pydantic.ValidationError, match=field):
+        RequirerAppData.model_validate({"namespace": "a", field: value})
 
 
 def test_an_empty_name_is_no_name():

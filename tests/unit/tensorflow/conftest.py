@@ -17,7 +17,7 @@ from literals import NAMESPACED_RULES, cluster_rules
 from ops import testing
 
 import charm
-from fakes.addons import install_kueue, size_cohort
+from fakes.addons import install_kueue, join_team, size_cohort
 from fakes.batch import BatchControllers
 from fakes.kube_apiserver import FakeKubeApiServer
 from fakes.kube_grants import consumer_grant, store_grant
@@ -118,6 +118,9 @@ def api():
             },
         )
         install_kueue(server, {"gpu-nvidia-a10g": "NVIDIA-A10G"})
+        # the control plane granted this team: it writes its ClusterQueue (no quota asked);
+        # the cohort is sized once nodes join (add_nodes)
+        join_team(server, NS, sized=False)
         yield server
 
 
@@ -209,6 +212,15 @@ def add_nodes(api: FakeKubeApiServer, *nodes: dict) -> None:
     for n in nodes:
         api.put_object(f"/api/v1/nodes/{n['metadata']['name']}", n)
     size_cohort(api)
+
+
+def control_plane_reads(api: FakeKubeApiServer, state: testing.State) -> dict:
+    """The control plane reads the charm's kube-api request and writes the team's queue.
+
+    Returns what `fakes.addons.size_cohort` returns (its Blocked message, the Cohort).
+    """
+    rel = next(r for r in state.relations if r.endpoint == "kube-api")
+    return join_team(api, NS, dict(rel.local_app_data))
 
 
 def job_objects(api: FakeKubeApiServer) -> list[dict]:

@@ -1,4 +1,8 @@
-"""The application as a Kueue team: its ClusterQueue in the cohort and its LocalQueue."""
+"""The application as a Kueue team: its LocalQueue and the control plane's ClusterQueue.
+
+The control plane writes the ClusterQueue from the quota the charm asks for on its kube-api
+relation (issue 29 item 6).
+"""
 
 from __future__ import annotations
 
@@ -9,10 +13,10 @@ import manifests
 import params
 import pytest
 import queues
-from conftest import NS, add_nodes, node, run_action
+from conftest import NS, add_nodes, control_plane_reads, node, run_action
 from ops import testing
 
-from fakes.addons import size_cohort
+from fakes.addons import join_team
 from fakes.batch import BatchControllers
 
 KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
@@ -81,14 +85,21 @@ def test_the_default_queue_of_an_earlier_revision_goes_and_nobody_elses(ctx, sta
 
 
 def test_configured_quotas_are_the_nominal_quota(ctx, state, api):
+    """The charm asks for them on the relation; the control plane writes the queue."""
     add_nodes(api, node("gpu-0", 4))
     config = {"gpu-quota": "2", "cpu-quota": "16", "memory-quota": "100Gi"}
-    ctx.run(ctx.on.config_changed(), dataclasses.replace(state, config=config))
+    out = ctx.run(ctx.on.config_changed(), dataclasses.replace(state, config=config))
+    request = out.get_relations("kube-api")[0].local_app_data
+    assert {k: request[k] for k in config} == config
+    control_plane_reads(api, out)
     assert _quota(api.get_object(CQ)) == {
         ("cpu", "cpu"): "16",
-        ("cpu", "memory"): "100Gi",
+        ("cpu", "memory"): str(100 * 2**30),
         ("gpu-nvidia-a10g", "nvidia.com/gpu"): "2",
     }
+    # the charm itself wrote no ClusterQueue
+    writes = [r.path for r in api.requests if r.method != "GET"]
+    assert not [p for p in writes if "/clusterqueues/" in p]
 
 
 def test_a_node_joining_changes_nothing_the_team_writes(ctx, state, api):
@@ -114,10 +125,15 @@ def test_a_node_joining_changes_nothing_the_team_writes(ctx, state, api):
     ],
 )
 def test_a_bad_quota_blocks_and_changes_nothing(ctx, state, api, config, fragment):
+    before = api.get_object(CQ)
     out = ctx.run(ctx.on.config_changed(), dataclasses.replace(state, config=config))
     assert out.unit_status.name == "blocked"
     assert fragment in out.unit_status.message
-    assert api.get_object(CQ) is None
+    # no quota asked for on the relation (none of its own meanwhile); the queue unchanged
+    request = out.get_relations("kube-api")[0].local_app_data
+    assert not {"gpu-quota", "cpu-quota", "memory-quota"} & set(request)
+    control_plane_reads(api, out)
+    assert api.get_object(CQ) == before
 
 
 def test_without_kueue_in_the_cluster_it_waits_saying_what_to_do(ctx, state, api):
@@ -133,16 +149,11 @@ def test_without_kueue_in_the_cluster_it_waits_saying_what_to_do(ctx, state, api
 
 def test_the_queue_objects_are_valid_kueue_objects():
     """Checked against the fields of kueue v1beta2's Go types (see queues.py)."""
-    flavors = [
-        {
-            "metadata": {
-                "name": "gpu-nvidia-a10g",
-                "labels": {"app.kubernetes.io/managed-by": "kubernetes-control-plane"},
-            },
-            "spec": {"nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-A10G"}},
-        }
-    ]
-    cq, lq = queues.team_objects("tf", "tf", flavors, queues.Quotas())
+    from charm_modules import load
+
+    kueue = load("kubernetes-control-plane", "kueue")
+    cq = kueue.team_queue(kueue.Team("tf"), ["gpu-nvidia-a10g"])
+    (lq,) = queues.team_objects("tf", "tf")
     spec = cq["spec"]
     assert set(spec) <= {
         "resourceGroups", "cohortName", "queueingStrategy", "namespaceSelector",
@@ -174,13 +185,15 @@ def test_the_queue_objects_are_valid_kueue_objects():
 OTHER = "other"
 
 
-def _other_team(api, quotas: queues.Quotas | None = None) -> BatchControllers:
-    """A second tensorflow application's team: its queues as that charm writes them."""
+def _other_team(api, request: dict[str, str] | None = None) -> BatchControllers:
+    """A second tensorflow application's team, its LocalQueue as that charm writes it.
+
+    Its ClusterQueue as the control plane writes it from that charm's kube-api `request`.
+    """
     api.put_object(f"/api/v1/namespaces/{OTHER}", {"metadata": {"name": OTHER}})
-    flavors = api.objects(f"{KUEUE}/resourceflavors/")
-    cq, lq = queues.team_objects("other", OTHER, flavors, quotas or queues.Quotas())
-    api.put_object(f"{KUEUE}/clusterqueues/{cq['metadata']['name']}", cq)
+    (lq,) = queues.team_objects("other", OTHER)
     api.put_object(f"{KUEUE}/namespaces/{OTHER}/localqueues/{lq['metadata']['name']}", lq)
+    join_team(api, OTHER, request)
     return BatchControllers(api, OTHER)
 
 
@@ -262,10 +275,10 @@ def test_a_team_borrows_the_whole_cohort_while_the_other_is_idle(
 
 def test_guarantees_past_the_cluster_block_the_control_plane(ctx, state, api):
     add_nodes(api, node("gpu-0", 4), node("cpu-0"))
-    _other_team(api, queues.Quotas(gpus=2))
+    _other_team(api, {"gpu-quota": "2"})
     config = {"gpu-quota": "3"}
-    ctx.run(ctx.on.config_changed(), dataclasses.replace(state, config=config))
-    sized = size_cohort(api)
+    out = ctx.run(ctx.on.config_changed(), dataclasses.replace(state, config=config))
+    sized = control_plane_reads(api, out)
     assert sized["overcommitted"] == (
         "team quotas overcommit the cluster: 5 nvidia.com/gpu of flavor gpu-nvidia-a10g "
         "guaranteed (team-other 2, team-tensorflow 3) but the cluster has 4: lower "
@@ -289,8 +302,8 @@ def test_a_teams_guarantee_is_reclaimed_from_a_borrower(ctx, state, api, control
     """
     add_nodes(api, node("gpu-0", 4), node("cpu-0"))
     other = _other_team(api)
-    ctx.run(ctx.on.config_changed(), dataclasses.replace(state, config={"gpu-quota": "2"}))
-    size_cohort(api)  # the cohort lends the 2 GPUs nobody is guaranteed
+    out = ctx.run(ctx.on.config_changed(), dataclasses.replace(state, config={"gpu-quota": "2"}))
+    control_plane_reads(api, out)  # the cohort lends the 2 GPUs nobody is guaranteed
     borrower = _other_job(api, other, "all", 4)  # the other team borrows all 4
     assert _admitted(borrower)
     config = dataclasses.replace(state, config={"gpu-quota": "2"})

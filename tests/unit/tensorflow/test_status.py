@@ -97,17 +97,17 @@ def test_leader_asks_for_least_privilege_access_in_its_namespace(ctx, api):
     # only the image pull Secret, in its own namespace: no list or watch of others' secrets
     assert granted[("", "secrets")] == {"get", "create", "patch", "delete"}
     cluster = json.loads(bag["cluster-rules"])
-    # issue 29: no cluster-wide pods list (other teams' pod specs), and only its own
-    # ClusterQueue by name (never another team's); the control plane's policy grants it
+    # issue 29: no cluster-wide pods list (other teams' pod specs), and no ClusterQueue
+    # write, not even its own: the control plane writes it from the quota asked for (item 6;
+    # it once asked for get/create/patch/delete on team-<namespace>, stricter now)
     assert {
         (r["resources"][0], tuple(r["verbs"]), tuple(r.get("resource-names", ()))) for r in cluster
     } == {
         ("nodes", ("get", "list"), ()),
-        ("clusterqueues", ("get", "create", "patch", "delete"), (f"team-{NS}",)),
         ("resourceflavors", ("get", "list"), ()),
         # issue 31 item 2 (N4): the cohort's whole quota, to refuse jobs it can never give
         ("cohorts", ("get",), ("gpu-k8s",)),
-        ("clusterqueues", ("list",), ()),
+        ("clusterqueues", ("get", "list"), ()),
     }
     assert not any("*" in v for rule in rules + cluster for v in rule["verbs"])
     request = RequirerAppData.model_validate(
@@ -160,8 +160,9 @@ def test_hooks_twice_leave_the_same_state(ctx, state, api, event):
     first = ctx.run(getattr(ctx.on, event)(), state)
     objects = api.objects("/")
     writes = [(r.method, r.path) for r in api.requests if r.method != "GET"]
-    # the first hook makes the team's queues, and nothing else
-    assert {p.rsplit("/", 2)[-2] for _, p in writes} <= {"clusterqueues", "localqueues"}
+    # the first hook makes the team's LocalQueue, and nothing else (its ClusterQueue is the
+    # control plane's)
+    assert {p.rsplit("/", 2)[-2] for _, p in writes} <= {"localqueues"}
     second = ctx.run(getattr(ctx.on, event)(), first)
     assert api.objects("/") == objects
     assert second.unit_status == first.unit_status

@@ -22,6 +22,8 @@ from conftest import (
 )
 from ops import testing
 
+from fakes.addons import join_team
+
 MANAGED = "app.kubernetes.io/managed-by"
 JOB_LABEL = "gpu-k8s.io/job"
 
@@ -543,14 +545,9 @@ def test_a_job_larger_than_the_cohort_can_ever_give_is_refused_with_the_numbers(
 def test_a_job_larger_than_the_cohorts_cpu_is_refused(ctx, state, api):
     """A node joined after the control plane sized the cohort: Kueue counts it only later."""
     add_nodes(api, node("cpu-0"))
-    other = {"spec": {"cohortName": "gpu-k8s", "resourceGroups": [{
-        "coveredResources": ["cpu", "memory"],
-        "flavors": [{"name": "cpu", "resources": [
-            {"name": "cpu", "nominalQuota": "2"}, {"name": "memory", "nominalQuota": "0"}
-        ]}],
-    }]}}  # fmt: skip
-    api.put_object("/apis/kueue.x-k8s.io/v1beta2/clusterqueues/team-other", other)
-    add_nodes(api)  # the cohort holds 8 - 2 = 6, team-other 2: 8 in all
+    # another team asks the control plane for 2 CPUs of its own (its kube-api request):
+    # the cohort holds 8 - 2 = 6, team-other 2: 8 in all
+    join_team(api, "other", {"cpu-quota": "2"})
     api.put_object("/api/v1/nodes/cpu-1", node("cpu-1"))  # not counted yet: nodes have 16
     with pytest.raises(testing.ActionFailed) as failed:
         run_action(ctx, state, "train", job="big", workers=5, cpu="2")

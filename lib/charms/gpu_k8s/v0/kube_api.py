@@ -20,6 +20,14 @@ expires (`grant(..., rotate=...)` sets the secret's rotate policy, so Juju fires
 `secret-rotate` on the provider); the requirer reads the latest revision in every hook
 (`kubeconfig()` reads with refresh=True) and hears of a new one by `secret-changed`,
 which a consumer must observe and reconcile on.
+A consumer that queues work through Kueue (it asks for `localqueues` in its namespace) may
+add the quota it wants for its team (`gpu-quota`: GPUs per GPU model, `cpu-quota`,
+`memory-quota`: Kubernetes quantities); the control plane writes the team's ClusterQueue
+`team-<namespace>` from these numbers (its kueue.py), checks that all teams' quotas fit
+the cluster, and never reads a quota back from the cluster. A consumer never writes a
+ClusterQueue (issue 29 item 6): unset quotas are none of its own (it borrows from the
+cohort), as for a requester older than these fields.
+
 It also publishes `node-set`, a digest of the cluster's worker nodes: it changes when a
 node joins or leaves, so a consumer that follows the nodes (efs-storage's mount target
 per zone) gets `relation-changed` at once instead of waiting for update-status.
@@ -41,7 +49,7 @@ from charms.gpu_k8s.v0.databag import Databag, Endpoint, explain, write
 
 LIBID = "26b1d42dbc2949cb8a83e29b11759d4f"
 LIBAPI = 0
-LIBPATCH = 16
+LIBPATCH = 17
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +57,9 @@ FORBIDDEN_VERBS = frozenset({"escalate", "bind", "impersonate"})
 RBAC_GROUP = "rbac.authorization.k8s.io"
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _WORD = re.compile(r"^[a-z0-9.\-/*]*$", re.IGNORECASE)
+# A non-negative Kubernetes quantity, as a quota: digits with an optional fraction and one of
+# apimachinery resource.Quantity's suffixes (binary Ki..Ei, decimal m k M G T P E).
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
 
 # Namespaces no consumer may ask for: Kubernetes' own (kube-system, kube-public,
 # kube-node-lease, default: kubernetes.io/docs/concepts/overview/working-with-objects/
@@ -96,8 +107,9 @@ CLUSTER_READS: dict[tuple[str, str], str] = {
         " nominal quota plus its members' (placement.py beyond_cohort)"
     ),
     ("kueue.x-k8s.io", "clusterqueues"): (
-        "tensorflow reads the cohort's members' nominal quota (placement.py beyond_cohort);"
-        " it writes only its own ClusterQueue, by name (NAMED_CLUSTER_OBJECTS)"
+        "tensorflow reads the cohort's members' nominal quota (placement.py beyond_cohort)"
+        " and its own team's use (job-status, train dry-run=true: queues.py); it writes"
+        " none: the control plane writes each team's (_QUEUES)"
     ),
 }
 # Cluster-scoped objects a consumer may write only by name (`resource-names`): RBAC then
@@ -107,15 +119,13 @@ CLUSTER_READS: dict[tuple[str, str], str] = {
 # plain POST carries no name and is refused ("You cannot restrict create or
 # deletecollection requests by their resource name", kubernetes.io/docs/reference/
 # access-authn-authz/rbac/#referring-to-resources).
-NAMED_CLUSTER_OBJECTS: dict[tuple[str, str], str] = {
-    ("kueue.x-k8s.io", "clusterqueues"): (
-        "tensorflow applies its own team's ClusterQueue (queues.py), never another team's"
-    ),
-}
-# The one name each of those a consumer may use: its own, from its namespace (the
-# tensorflow charm names its team's ClusterQueue `team-<namespace>`, queues.py). Any
-# other name would let it rewrite, delete or take first another team's object.
-OWN_NAMES: dict[tuple[str, str], str] = {("kueue.x-k8s.io", "clusterqueues"): "team-{namespace}"}
+# None today: a team's ClusterQueue, the one such object before LIBPATCH 17, is the control
+# plane's since (a team writing its own could claim the cluster as its guarantee, raise its
+# fair-sharing weight or change its preemption policy: _QUEUES).
+NAMED_CLUSTER_OBJECTS: dict[tuple[str, str], str] = {}
+# The one name each of those a consumer may use: its own, from its namespace. Any other
+# name would let it rewrite, delete or take first another consumer's object.
+OWN_NAMES: dict[tuple[str, str], str] = {}
 NAMED_VERBS = frozenset({"get", "create", "patch", "update", "delete"})
 # A storage provisioner (efs-storage) makes the PersistentVolume and the claim of each of its
 # consumers, in the consumer's namespace, and checks which pods mount a claim before it
@@ -203,6 +213,16 @@ def _own_namespace_write(group: str, resource: str, verbs: set[str]) -> str | No
 
 # By API group, or by (group, resource) in any scope (a Role naming these cluster-scoped
 # objects is refused too: it could only mislead), or outside the own namespace only.
+# A ClusterQueue's nominalQuota is its team's guarantee, its fairSharing weight and
+# preemption policy how it competes with the others (kueue v0.19.2 apis/kueue/v1beta2/
+# clusterqueue_types.go); Kueue's docs: "Only batch administrators should create
+# ClusterQueue objects" (site/content/en/docs/concepts/cluster_queue.md). The control
+# plane writes each team's from the quota in its request (`gpu-quota`, ...).
+_QUEUES = (
+    "clusterqueues writes (a team's ClusterQueue is the control plane's: ask for your quota"
+    " with gpu-quota, cpu-quota and memory-quota instead)"
+)
+_KUEUE_QUEUES = ("kueue.x-k8s.io", "clusterqueues")
 _GROUP_PATHS = {"certificates.k8s.io": _CSR, "admissionregistration.k8s.io": _WEBHOOKS}
 _ANY_SCOPE_PATHS = {
     ("", "namespaces"): _NAMESPACES,
@@ -291,6 +311,24 @@ class RequirerAppData(Databag):
     namespace: str
     rules: list[Rule] = pydantic.Field(default_factory=list)
     cluster_rules: list[Rule] = pydantic.Field(default_factory=list, alias="cluster-rules")
+    # The team's wanted Kueue quota (see the module docstring); None: none of its own.
+    gpu_quota: str | None = pydantic.Field(default=None, alias="gpu-quota")
+    cpu_quota: str | None = pydantic.Field(default=None, alias="cpu-quota")
+    memory_quota: str | None = pydantic.Field(default=None, alias="memory-quota")
+
+    @pydantic.field_validator("gpu_quota")
+    @classmethod
+    def _gpus(cls, value: str | None) -> str | None:
+        if value is not None and not value.isdigit():
+            raise ValueError("must be a whole number of GPUs (per GPU model)")
+        return value
+
+    @pydantic.field_validator("cpu_quota", "memory_quota")
+    @classmethod
+    def _quantity(cls, value: str | None) -> str | None:
+        if value is not None and not _QUANTITY.match(value):
+            raise ValueError("must be a Kubernetes quantity such as 8, 500m or 64Gi")
+        return value
 
     @pydantic.field_validator("namespace")
     @classmethod
@@ -381,6 +419,8 @@ def _resource_problem(
     cluster = scope == "cluster-rules"
     if written := _own_namespace_write(group, resource, verbs):
         return f"{scope}: {resource} refused: {written}"
+    if (group, resource.partition("/")[0]) == _KUEUE_QUEUES and not verbs <= READ_VERBS:
+        return f"{scope}: {resource} refused: {_QUEUES}"
     if cluster and (named := _not_own_name(group, resource, rule, namespace)):
         return named
     if cluster and _cluster_allowed(group, resource, verbs, rule, provisioner):
@@ -544,7 +584,9 @@ class KubeApiRequirer(Endpoint):
         namespace: str,
         rules: list[Rule | dict[str, Any]] | None = None,
         cluster_rules: list[Rule | dict[str, Any]] | None = None,
+        quotas: dict[str, str] | None = None,
     ):
+        """`quotas`: the team's wanted Kueue quota, `gpu-quota`, `cpu-quota`, `memory-quota`."""
         super().__init__(charm, relation_name)
         try:
             self.request = RequirerAppData.model_validate(
@@ -552,6 +594,7 @@ class KubeApiRequirer(Endpoint):
                     "namespace": namespace,
                     "rules": rules or [],
                     "cluster-rules": cluster_rules or [],
+                    **(quotas or {}),
                 }
             )
         except pydantic.ValidationError as e:
