@@ -615,3 +615,113 @@ def test_a_missing_node_or_a_stalled_upgrade_is_an_alert(tmp_path):
         }
     ]
     _promtool_test(tmp_path, rules, tests)
+
+
+@needs_promtool
+def test_the_workload_alerts_fire_when_they_should(tmp_path):
+    """Series as kube-state-metrics v2.20.0 serves them (docs/metrics/workload/), scraped."""
+    rules = ROOT / "charms/kubernetes-control-plane/src/prometheus_alert_rules/workloads.rules"
+    scrape = 'instance="cp-0",job="kubernetes-control-plane_kube-state-metrics"'
+    waiting = 'kube_pod_container_status_waiting_reason{%s,namespace="gpu-k8s-gpu",pod="%s",container="%s",reason="%s",uid="u"}'  # noqa: E501
+    ds = 'kube_daemonset_status_%s{%s,namespace="gpu-k8s-gpu",daemonset="%s"}'
+    failed = 'kube_job_failed{%s,namespace="team",job_name="%s",condition="%s"}'
+    owner = 'kube_job_owner{%s,namespace="team",job_name="%s",owner_kind="%s",owner_name="x",owner_is_controller="true"}'  # noqa: E501
+    looping = {
+        **_labels(scrape),
+        "namespace": "gpu-k8s-gpu",
+        "pod": "dcgm-exporter-abcde",
+        "container": "exporter",
+        "reason": "CrashLoopBackOff",
+        "uid": "u",
+    }
+    plugin = {**_labels(scrape), "namespace": "gpu-k8s-gpu", "daemonset": "device-plugin"}
+    import_job = {**_labels(scrape), "namespace": "team", "job_name": "import-mnist"}
+    import_job["condition"] = "true"
+
+    def daemonset(name: str, desired: str, current: str, available: str) -> list[dict]:
+        return [
+            {"series": ds % ("desired_number_scheduled", scrape, name), "values": desired},
+            {"series": ds % ("current_number_scheduled", scrape, name), "values": current},
+            {"series": ds % ("updated_number_scheduled", scrape, name), "values": current},
+            {"series": ds % ("number_available", scrape, name), "values": available},
+            {"series": ds % ("number_misscheduled", scrape, name), "values": "0x40"},
+        ]
+
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": [
+                # the exporter crash-loops from minute 1; the plugin's pod waits for its
+                # image once (ContainerCreating is no crash loop)
+                {
+                    "series": waiting
+                    % (scrape, "dcgm-exporter-abcde", "exporter", "CrashLoopBackOff"),
+                    "values": "_ 1x40",
+                },
+                {
+                    "series": waiting
+                    % (scrape, "device-plugin-fghij", "plugin", "ContainerCreating"),
+                    "values": "1 1 1 _x38",
+                },
+                # 3 GPU nodes want the device plugin, one pod never gets scheduled; the
+                # exporter's DaemonSet rolls out in two minutes
+                *daemonset("device-plugin", "3x40", "2x40", "2x40"),
+                *daemonset("dcgm-exporter", "3x40", "1 2 3x38", "1 2 3x38"),
+                # an import failed; a training gang restart failed a JobSet's Job
+                {"series": failed % (scrape, "import-mnist", "true"), "values": "1x40"},
+                {"series": failed % (scrape, "mnist-worker-0", "true"), "values": "1x40"},
+                {"series": owner % (scrape, "mnist-worker-0", "JobSet"), "values": "1x40"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "14m", "alertname": "KubePodCrashLooping", "exp_alerts": []},
+                {
+                    "eval_time": "17m",
+                    "alertname": "KubePodCrashLooping",
+                    "exp_alerts": [
+                        {
+                            "exp_labels": {**looping, "severity": "warning"},
+                            "exp_annotations": _render(rules, "KubePodCrashLooping", looping, "1"),
+                        }
+                    ],
+                },
+                {"eval_time": "9m", "alertname": "KubeDaemonSetNotScheduled", "exp_alerts": []},
+                {
+                    "eval_time": "11m",
+                    "alertname": "KubeDaemonSetNotScheduled",
+                    "exp_alerts": [
+                        {
+                            "exp_labels": {**plugin, "severity": "warning"},
+                            "exp_annotations": _render(
+                                rules, "KubeDaemonSetNotScheduled", plugin, "1"
+                            ),
+                        }
+                    ],
+                },
+                {"eval_time": "14m", "alertname": "KubeDaemonSetRolloutStuck", "exp_alerts": []},
+                {
+                    "eval_time": "25m",
+                    "alertname": "KubeDaemonSetRolloutStuck",
+                    "exp_alerts": [
+                        {
+                            "exp_labels": {**plugin, "severity": "warning"},
+                            "exp_annotations": _render(
+                                rules, "KubeDaemonSetRolloutStuck", plugin, "1"
+                            ),
+                        }
+                    ],
+                },
+                {"eval_time": "14m", "alertname": "KubeJobFailed", "exp_alerts": []},
+                {
+                    "eval_time": "16m",
+                    "alertname": "KubeJobFailed",
+                    "exp_alerts": [
+                        {
+                            "exp_labels": {**import_job, "severity": "warning"},
+                            "exp_annotations": _render(rules, "KubeJobFailed", import_job, "1"),
+                        }
+                    ],
+                },
+            ],
+        }
+    ]
+    _promtool_test(tmp_path, rules, tests)
