@@ -55,7 +55,7 @@ def _documented() -> set[str]:
                 names.add(line.strip())
     for resource in yaml.safe_load(KSM_RESOURCES.read_text())["spec"]["resources"]:
         names |= {f"{resource['metricNamePrefix']}_{m['name']}" for m in resource["metrics"]}
-    names |= _charm_gauges()
+    names |= _charm_gauges() | _launcher_metrics()
     # a histogram exposes its series under these suffixes
     return names | {f"{n}{s}" for n in names for s in ("_bucket", "_sum", "_count")}
 
@@ -67,6 +67,24 @@ def _charm_gauges() -> set[str]:
     for path in sources:
         found |= set(re.findall(r'Gauge\(\s*"(gpu_k8s_\w+)"', path.read_text()))
     return found
+
+
+def _launcher_metrics() -> set[str]:
+    """What every training pod's launcher serves (actions/tf_launcher.py, "Metrics")."""
+    text = (ROOT / "actions" / "tf_launcher.py").read_text()
+    return set(re.findall(r'"(gpu_k8s_training_\w+)"', text))
+
+
+def test_the_launchers_metrics_are_found_where_they_are_served():
+    assert _launcher_metrics() == {
+        "gpu_k8s_training_step",
+        "gpu_k8s_training_steps_target",
+        "gpu_k8s_training_steps_per_second",
+        "gpu_k8s_training_examples_per_second",
+        "gpu_k8s_training_loss",
+        "gpu_k8s_training_last_step_timestamp_seconds",
+        "gpu_k8s_training_last_checkpoint_timestamp_seconds",
+    }
 
 
 def test_the_charms_own_metrics_are_found_where_they_are_made():
@@ -251,7 +269,10 @@ def _render(rules: Path, alert: str, labels: dict[str, str], value: str) -> dict
     out = {}
     for key, text in rule["annotations"].items():
         text = re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels[m.group(1)], text)
-        out[key] = text.replace("{{ $value }}", value)
+        # `value` as Prometheus prints it (humanizeDuration: "36m 0s")
+        out[key] = text.replace("{{ $value }}", value).replace(
+            "{{ $value | humanizeDuration }}", value
+        )
     return out
 
 
@@ -720,6 +741,71 @@ def test_the_workload_alerts_fire_when_they_should(tmp_path):
                             "exp_annotations": _render(rules, "KubeJobFailed", import_job, "1"),
                         }
                     ],
+                },
+            ],
+        }
+    ]
+    _promtool_test(tmp_path, rules, tests)
+
+
+@needs_promtool
+def test_the_training_alerts_fire_when_they_should(tmp_path):
+    """Series as the launchers serve them, with the tensorflow leader's target labels."""
+    rules = ROOT / "charms/tensorflow/src/prometheus_alert_rules/training.rules"
+    target = 'job="tensorflow_training",namespace="team",training_job="%s",pod="%s-worker-0-%d-x",role="worker",node="gpu-0",instance="%s-worker-0-%d-x"'  # noqa: E501
+
+    def pod(job: str, i: int) -> str:
+        return target % (job, job, i, job, i)
+
+    def gauge(name: str, job: str, i: int, values: str) -> dict[str, str]:
+        return {"series": f"gpu_k8s_training_{name}{{{pod(job, i)}}}", "values": values}
+
+    # minute m is m*60 s. `stuck` stepped until minute 10, then hangs in a collective;
+    # `busy` steps all along and saved its last checkpoint at minute 0; `done` reached
+    # its 500 steps at minute 10 and exports its model; `fresh` saved at minute 100.
+    series = [
+        gauge("last_step_timestamp_seconds", "stuck", 0, "0+60x10 600x200"),
+        gauge("step", "stuck", 0, "0+10x10 100x200"),
+        gauge("steps_target", "stuck", 0, "500x210"),
+        gauge("last_checkpoint_timestamp_seconds", "stuck", 0, "0x210"),
+        gauge("last_checkpoint_timestamp_seconds", "stuck", 1, "0x210"),  # its other pod
+        gauge("last_step_timestamp_seconds", "busy", 0, "0+60x210"),
+        gauge("step", "busy", 0, "0+10x210"),
+        gauge("steps_target", "busy", 0, "100000x210"),
+        gauge("last_checkpoint_timestamp_seconds", "busy", 0, "0x210"),
+        gauge("last_step_timestamp_seconds", "done", 0, "0+60x10 600x200"),
+        gauge("step", "done", 0, "0+50x10 500x200"),
+        gauge("steps_target", "done", 0, "500x210"),
+        gauge("last_step_timestamp_seconds", "fresh", 0, "0+60x210"),
+        gauge("last_checkpoint_timestamp_seconds", "fresh", 0, "0x100 6000x110"),
+    ]
+
+    def fired(alert: str, job: str, value: str) -> dict:
+        labels = {"namespace": "team", "training_job": job}
+        return {
+            "exp_labels": {**labels, "severity": "warning"},
+            "exp_annotations": _render(rules, alert, labels, value),
+        }
+
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": series,
+            "alert_rule_test": [
+                # 30 minutes without a step from minute 10, then 5 minutes pending
+                {"eval_time": "44m", "alertname": "TrainingJobNoProgress", "exp_alerts": []},
+                {
+                    "eval_time": "46m",
+                    "alertname": "TrainingJobNoProgress",
+                    "exp_alerts": [fired("TrainingJobNoProgress", "stuck", "36m 0s")],
+                },
+                # 2 hours without a checkpoint while stepping: busy, not stuck (stalled),
+                # not fresh (saved at minute 100)
+                {"eval_time": "124m", "alertname": "TrainingCheckpointStale", "exp_alerts": []},
+                {
+                    "eval_time": "126m",
+                    "alertname": "TrainingCheckpointStale",
+                    "exp_alerts": [fired("TrainingCheckpointStale", "busy", "2h 6m 0s")],
                 },
             ],
         }

@@ -1,21 +1,37 @@
 """Related to a COS agent, the tensorflow unit publishes the documented telemetry.
 
 Its machine runs no exporter of its own but the unit's state (unit_state: its status
-and, from the leader, its jobs by phase): the agent collects the machine's metrics and
-logs by itself; GPU use per training pod comes from the GPU nodes' DCGM exporters (the
-worker's `gpu-k8s / training jobs` dashboard).
+and, from the leader, its jobs by phase); the leader's agent also scrapes every running
+training pod's launcher at the pod's IP (job_metrics.py), with the training rules. The
+agent collects the machine's metrics and logs by itself; GPU use per training pod comes
+from the GPU nodes' DCGM exporters (the worker's `gpu-k8s / training jobs` dashboard).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
+from pathlib import Path
 
+import pytest
 from conftest import NS, add_nodes, node, run_action, training_pods
 from ops import testing
 
+import charm
 
-def test_the_agent_gets_the_cos_agent_config_and_nothing_secret(ctx, state):
+
+@pytest.fixture
+def charm_ctx(tmp_path, fake_time):
+    """A Context whose charm root has the charm's rules, as packed."""
+    src = Path(charm.__file__).parent
+    part = "prometheus_alert_rules"
+    shutil.copytree(src / part, tmp_path / "charm" / "src" / part)
+    return testing.Context(charm.TensorflowCharm, charm_root=tmp_path / "charm")
+
+
+def test_the_agent_gets_the_cos_agent_config_and_nothing_secret(charm_ctx, state):
+    ctx = charm_ctx
     agent = testing.Relation("cos-agent", remote_app_name="opentelemetry-collector")
     out = ctx.run(
         ctx.on.relation_joined(agent),
@@ -37,6 +53,8 @@ def test_the_agent_gets_the_cos_agent_config_and_nothing_secret(ctx, state):
         "GpuK8sUnitBlocked",
         "GpuK8sUnitStateStale",
         "ScrapeTargetDown",
+        "TrainingJobNoProgress",  # the training pods' (prometheus_alert_rules/training.rules)
+        "TrainingCheckpointStale",
     }
     assert "secret" not in json.dumps(config).lower()
 
