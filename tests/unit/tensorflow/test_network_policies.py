@@ -185,9 +185,7 @@ def test_the_metrics_port_opens_to_the_scraping_node_only(cluster):
 
 
 def test_the_scraping_node_is_the_one_with_the_units_address():
-    assert network_policies.own_node_addresses([CP_NODE, GPU_NODE], ["10.0.0.20"]) == [
-        "10.0.0.20"
-    ]
+    assert network_policies.own_node_addresses([CP_NODE, GPU_NODE], ["10.0.0.20"]) == ["10.0.0.20"]
     assert network_policies.own_node_addresses([CP_NODE, GPU_NODE], ["192.0.2.9"]) == []
     closed = network_policies.metrics("tensorflow", "team-a", "training", [])
     assert closed["spec"]["ingress"] == []  # an empty `from` would open it to all
