@@ -827,3 +827,67 @@ def test_every_metric_the_charms_and_launchers_make_feeds_a_rule_or_a_panel():
     for expr in re.findall(r'"expr":\s*(\'[^\']*\'|"[^"]*")', lib):
         read |= metric_names(expr[1:-1])
     assert not (_charm_gauges() | _launcher_metrics()) - read
+
+
+@needs_promtool
+@pytest.mark.parametrize(
+    "charm,rules,alert,series,fires_at,value",
+    [
+        (
+            # gpu-1 lost a GPU from minute 0; gpu-0 waits 20 minutes for its driver's reboot
+            "kubernetes-worker",
+            "gpu.rules",
+            "GpuK8sNodeGpusUnusable",
+            {
+                "gpu_k8s_node_gpus{%s}": ("gpu-0", "4x60", "gpu-1", "4x60"),
+                "gpu_k8s_node_gpus_usable{%s}": ("gpu-0", "0x20 4x40", "gpu-1", "3x60"),
+            },
+            "31m",
+            "3",
+        ),
+        (
+            # one zone unserved from minute 0 on efs-0; efs-1 had one for 10 minutes only
+            "efs-storage",
+            "efs.rules",
+            "GpuK8sEfsZonesUnserved",
+            {"gpu_k8s_efs_zones_unserved{%s}": ("efs-1", "1x10 0x50", "efs-0", "1x60")},
+            "16m",
+            "1",
+        ),
+    ],
+)
+def test_the_charm_state_alerts_fire_when_they_should(
+    tmp_path, charm, rules, alert, series, fires_at, value
+):
+    """The charms' own gauges (unit_state), scraped from each unit's unit-state job.
+
+    Only the last unit of each pair is in trouble for long: it alone fires.
+    """
+    path = ROOT / "charms" / charm / "src" / "prometheus_alert_rules" / rules
+    labels = 'job="x_unit-state",instance="m",juju_unit="%s",file_system_id="fs-1"'
+    inputs = [
+        {"series": name % (labels % unit), "values": values}
+        for name, pairs in series.items()
+        for unit, values in zip(pairs[::2], pairs[1::2], strict=True)
+    ]
+    firing = _labels(labels % list(series.values())[0][2])  # the pair's second unit
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": inputs,
+            "alert_rule_test": [
+                {"eval_time": "5m", "alertname": alert, "exp_alerts": []},
+                {
+                    "eval_time": fires_at,
+                    "alertname": alert,
+                    "exp_alerts": [
+                        {
+                            "exp_labels": {**firing, "severity": "warning"},
+                            "exp_annotations": _render(path, alert, firing, value),
+                        }
+                    ],
+                },
+            ],
+        }
+    ]
+    _promtool_test(tmp_path, path, tests)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from conftest import NS, add_nodes, node, run_action, training_pods
+from cosl import LZMABase64
 from ops import testing
 
 import charm
@@ -23,10 +24,10 @@ import charm
 
 @pytest.fixture
 def charm_ctx(tmp_path, fake_time):
-    """A Context whose charm root has the charm's rules, as packed."""
+    """A Context whose charm root has the charm's rules and dashboards, as packed."""
     src = Path(charm.__file__).parent
-    part = "prometheus_alert_rules"
-    shutil.copytree(src / part, tmp_path / "charm" / "src" / part)
+    for part in ("prometheus_alert_rules", "grafana_dashboards"):
+        shutil.copytree(src / part, tmp_path / "charm" / "src" / part)
     return testing.Context(charm.TensorflowCharm, charm_root=tmp_path / "charm")
 
 
@@ -38,7 +39,15 @@ def test_the_agent_gets_the_cos_agent_config_and_nothing_secret(charm_ctx, state
         dataclasses.replace(state, relations=[*state.relations, agent]),
     )
     config = json.loads(out.get_relation(agent.id).local_unit_data["config"])
-    assert config["dashboards"] == [] and config["log_slots"] == []
+    assert config["log_slots"] == []
+    (board,) = [json.loads(LZMABase64.decompress(d)) for d in config["dashboards"]]
+    assert board["title"] == "gpu-k8s / training progress"
+    assert [v["name"] for v in board["templating"]["list"]] == [
+        "prometheusds",
+        "namespace",  # a team
+        "job",
+        "node",
+    ]
     assert config["metrics_scrape_jobs"] == [
         {
             "job_name": "tensorflow_unit-state",
