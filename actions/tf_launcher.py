@@ -110,9 +110,10 @@ Metrics (GPU_K8S_METRICS_PORT; the tensorflow charm's COS scrape job reads them 
     gpu_k8s_training_examples_per_second               as the program reported it
     gpu_k8s_training_loss                              the last loss (none before a step)
     gpu_k8s_training_last_step_timestamp_seconds       when the step last moved (Unix time)
-    gpu_k8s_training_last_checkpoint_timestamp_seconds the newest file's mtime in
-                                                       GPU_K8S_CHECKPOINT_DIR (any program
-                                                       that saves there)
+    gpu_k8s_training_last_checkpoint_timestamp_seconds the newest checkpoint file's
+                                                       mtime in GPU_K8S_CHECKPOINT_DIR
+                                                       (TensorFlow's or Keras', whoever
+                                                       saves there)
 
 The progress ones come from the program's `GPU_K8S_PROGRESS {json}` lines (tf_trainer.py
 prints one from the chief at every report; a user's program may print the same line with
@@ -872,6 +873,18 @@ def _number(value: object) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
+def _is_checkpoint(entry: os.DirEntry) -> bool:
+    """A file TensorFlow or Keras writes with each save (not the trainer's model.json).
+
+    tf.train.Checkpoint writes `<prefix>.index` beside its data files, and
+    CheckpointManager rewrites the `checkpoint` state file after each save
+    (tensorflow/python/checkpoint/checkpoint_management.py); Keras' ModelCheckpoint
+    writes `.keras` or `.weights.h5` files.
+    """
+    name = entry.name
+    return entry.is_file() and (name == "checkpoint" or name.endswith((".index", ".keras", ".h5")))
+
+
 class TrainingMetrics:
     """The task's progress, read from its program's output, as Prometheus gauges.
 
@@ -918,10 +931,10 @@ class TrainingMetrics:
             self.values = {k: v for k, v in new.items() if v is not None}
 
     def last_checkpoint(self) -> float | None:
-        """The newest mtime among the checkpoint directory's files (None: none yet)."""
+        """The newest mtime among the directory's checkpoint files (None: none yet)."""
         try:
             with os.scandir(self.checkpoint_dir) as entries:
-                times = [e.stat().st_mtime for e in entries if e.is_file()]
+                times = [e.stat().st_mtime for e in entries if _is_checkpoint(e)]
         except OSError:
             return None
         return max(times, default=None)

@@ -722,13 +722,17 @@ def test_malformed_progress_lines_are_ignored(tmp_path):
     assert "gpu_k8s_training_step" not in _samples(metrics.render())
 
 
-def test_the_last_checkpoint_is_the_newest_file_of_the_checkpoint_directory(tmp_path):
+def test_the_last_checkpoint_is_the_newest_checkpoint_file_of_its_directory(tmp_path):
     checkpoints = tmp_path / "checkpoints"
     checkpoints.mkdir()
     (checkpoints / "ckpt-100.index").write_text("")
     os.utime(checkpoints / "ckpt-100.index", (1500, 1500))
     (checkpoints / "checkpoint").write_text("")  # CheckpointManager's state file
     os.utime(checkpoints / "checkpoint", (1600, 1600))
+    # not checkpoints: the trainer's model spec, rewritten at every start, and a temp file
+    for name in ("model.json", ".model.json.abc"):
+        (checkpoints / name).write_text("{}")
+        os.utime(checkpoints / name, (1700, 1700))
     metrics = tf_launcher.TrainingMetrics(checkpoints)
     assert _samples(metrics.render())["gpu_k8s_training_last_checkpoint_timestamp_seconds"] == 1600
 
