@@ -2,9 +2,11 @@
 
 A query can name a metric nobody exports and still be valid PromQL, so each metric name
 in a rule or a dashboard must be one the exporters document: DCGM's fields as NVIDIA's
-dcgm-exporter lists them, etcd's as etcd defines them, kube-state-metrics' node metrics
-as it documents them (tests/fixtures/*/, each with its source) and the JobSet and
-Workload metrics our kube-state-metrics configuration names. promtool (Debian's
+dcgm-exporter lists them, etcd's as etcd defines them, kube-state-metrics' node, pod,
+job and daemonset metrics as it documents them (tests/fixtures/*/, each with its source),
+the JobSet and Workload metrics our kube-state-metrics configuration names, the charms'
+own gauges and the training launchers' metrics (actions/tf_launcher.py); and each of
+those last two feeds a rule or a panel. promtool (Debian's
 `prometheus`) checks the rules and every dashboard query as Prometheus parses them and
 runs the etcd and cluster rules' unit tests here; the GPU rules' are in
 tests/unit/kubernetes_worker.
