@@ -84,6 +84,9 @@ Environment (set by the pod spec; the same names are used by `tf_demo.py`):
                           when it sees none, rather than train on CPU while holding GPUs
     GPU_K8S_GRACE_SECONDS the pod's terminationGracePeriodSeconds (default 30, the
                           Kubernetes default): the time a stop may take
+    GPU_K8S_METRICS_PORT  serve the task's training progress in Prometheus' text format
+                          on this port (GET /metrics; unset: not served, as in local runs;
+                          see "Metrics" below)
 
 Exported to the trainer:
 
@@ -99,6 +102,25 @@ Exported to the trainer:
 Everything else in the environment (GPU_K8S_STEPS, the user's own variables) passes
 through to the trainer unchanged.
 
+Metrics (GPU_K8S_METRICS_PORT; the tensorflow charm's COS scrape job reads them per pod):
+
+    gpu_k8s_training_step                              the last step the program reported
+    gpu_k8s_training_steps_target                      the steps it was asked for
+    gpu_k8s_training_steps_per_second                  examples/s over the global batch
+    gpu_k8s_training_examples_per_second               as the program reported it
+    gpu_k8s_training_loss                              the last loss (none before a step)
+    gpu_k8s_training_last_step_timestamp_seconds       when the step last moved (Unix time)
+    gpu_k8s_training_last_checkpoint_timestamp_seconds the newest checkpoint file's
+                                                       mtime in GPU_K8S_CHECKPOINT_DIR
+                                                       (TensorFlow's or Keras', whoever
+                                                       saves there)
+
+The progress ones come from the program's `GPU_K8S_PROGRESS {json}` lines (tf_trainer.py
+prints one from the chief at every report; a user's program may print the same line with
+`step`, `steps`, `loss`, `examples_per_sec`, `global_batch_size`), read from the output
+the launcher copies anyway, so a task that prints none serves only the checkpoint age.
+The Prometheus labels (namespace, pod, job, role) are the scrape target's, not these.
+
 Usage:
 
     tf_launcher.py                          # run the built-in trainer (tf_trainer.py)
@@ -110,11 +132,13 @@ Usage:
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import select
 import signal
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -405,6 +429,7 @@ def main(argv: Sequence[str] | None = None, environ: dict[str, str] | None = Non
     try:
         tf_config, exports = config_from_env(env)
         grace = _grace(env)
+        metrics_port = _env_int(env, "GPU_K8S_METRICS_PORT", 0)
     except ValueError as e:
         print(f"tf_launcher: {e}", file=sys.stderr)
         return EXIT_SETUP
@@ -433,8 +458,11 @@ def main(argv: Sequence[str] | None = None, environ: dict[str, str] | None = Non
     pod_log = Path(exports["GPU_K8S_POD_LOG"])
     log_file = open_pod_log(pod_log, env.get("HOSTNAME", ""))
     gang = Gang.join(pod_log.parent.parent / "gang", tf_config, env.get("HOSTNAME", ""))
+    metrics = TrainingMetrics(Path(exports["GPU_K8S_CHECKPOINT_DIR"]))
+    if metrics_port:
+        serve_metrics(metrics, metrics_port, env.get("GPU_K8S_METRICS_ADDRESS", ""))
     try:
-        return run_copying_output(command, env, log_file, gang=gang, grace=grace)
+        return run_copying_output(command, env, log_file, gang=gang, grace=grace, metrics=metrics)
     finally:
         if log_file is not None:
             log_file.close()
@@ -733,6 +761,7 @@ def run_copying_output(
     *,
     gang: Gang | None = None,
     grace: float = DEFAULT_GRACE,
+    metrics: TrainingMetrics | None = None,
 ) -> int:
     """Run `command` as a child, copy its output to stdout and `log_file`; return the code.
 
@@ -766,7 +795,8 @@ def run_copying_output(
 
     for number in (signal.SIGTERM, *FORWARDED_SIGNALS):
         signal.signal(number, forward)
-    status = _pump(read_end, pid, _LogCopy(log_file, limit or LOG_FILE_LIMIT), stop)
+    copy = _LogCopy(log_file, limit or LOG_FILE_LIMIT)
+    status = _pump(read_end, pid, copy, stop, metrics)
     code = os.waitstatus_to_exitcode(status)
     final = stop.outcome(code if code >= 0 else 128 - code)
     if gang is not None:
@@ -774,7 +804,9 @@ def run_copying_output(
     return final
 
 
-def _pump(read_end: int, pid: int, copy: _LogCopy, stop: _Stop) -> int:
+def _pump(
+    read_end: int, pid: int, copy: _LogCopy, stop: _Stop, metrics: TrainingMetrics | None
+) -> int:
     """Copy the child's output until it exited and the pipe closed; return its wait status."""
     status: int | None = None
     give_up = float("inf")
@@ -786,6 +818,8 @@ def _pump(read_end: int, pid: int, copy: _LogCopy, stop: _Stop) -> int:
             break  # every writer closed the pipe
         _write_all(1, data)
         copy.write(data)
+        if metrics is not None:
+            metrics.feed(data)
         if status is None:
             if stop.signalled or time.monotonic() - polled >= 0.5:
                 stop.poll()
@@ -798,6 +832,157 @@ def _pump(read_end: int, pid: int, copy: _LogCopy, stop: _Stop) -> int:
     if status is None:
         _, status = os.waitpid(pid, 0)
     return status
+
+
+# ------------------------------------------------------------------ training progress metrics
+
+# The marker tf_trainer.py prints before each progress report (its PROGRESS_MARKER).
+PROGRESS_MARKER = b"GPU_K8S_PROGRESS "
+# A progress line longer than this is not one (the trainer's is about 1 KiB with its loss
+# history): the partial line kept between reads never grows past it.
+MAX_LINE = 64 * 1024
+# Prometheus' text exposition format 0.0.4 (prometheus/docs content/docs/instrumenting/
+# exposition_formats.md): `# HELP`, `# TYPE`, then `name value` lines.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+_GAUGES = (  # name, help, the progress field it comes from (None: computed)
+    ("gpu_k8s_training_step", "The last training step the program reported.", "step"),
+    ("gpu_k8s_training_steps_target", "The steps the program was asked to train.", "steps"),
+    (
+        "gpu_k8s_training_steps_per_second",
+        "Training steps per second (examples per second over the global batch size).",
+        None,
+    ),
+    (
+        "gpu_k8s_training_examples_per_second",
+        "Training examples per second, as the program reported them.",
+        "examples_per_sec",
+    ),
+    ("gpu_k8s_training_loss", "The training loss at the last reported step.", "loss"),
+    (
+        "gpu_k8s_training_last_step_timestamp_seconds",
+        "When the reported step last moved (Unix time).",
+        None,
+    ),
+)
+CHECKPOINT_GAUGE = "gpu_k8s_training_last_checkpoint_timestamp_seconds"
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _is_checkpoint(entry: os.DirEntry) -> bool:
+    """A file TensorFlow or Keras writes with each save (not the trainer's model.json).
+
+    tf.train.Checkpoint writes `<prefix>.index` beside its data files, and
+    CheckpointManager rewrites the `checkpoint` state file after each save
+    (tensorflow/python/checkpoint/checkpoint_management.py); Keras' ModelCheckpoint
+    writes `.keras` or `.weights.h5` files.
+    """
+    name = entry.name
+    return entry.is_file() and (name == "checkpoint" or name.endswith((".index", ".keras", ".h5")))
+
+
+class TrainingMetrics:
+    """The task's progress, read from its program's output, as Prometheus gauges.
+
+    `feed` is called by the launcher's copy loop with each read of the output; `render`
+    by the metrics server's thread, hence the lock.
+    """
+
+    def __init__(self, checkpoint_dir: Path, clock=time.time):
+        self.checkpoint_dir, self.clock = checkpoint_dir, clock
+        self.values: dict[str, float] = {}
+        self.partial = b""
+        self.lock = threading.Lock()
+
+    def feed(self, data: bytes) -> None:
+        """Take the complete progress lines out of the output read so far."""
+        if not data:
+            return
+        *lines, self.partial = (self.partial + data).split(b"\n")
+        if len(self.partial) > MAX_LINE:
+            self.partial = b""  # not a progress line; the rest of it is dropped too
+        for line in lines:
+            if line.startswith(PROGRESS_MARKER):
+                self._report(line[len(PROGRESS_MARKER) :])
+
+    def _report(self, raw: bytes) -> None:
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            return
+        if not isinstance(data, dict) or _number(data.get("step")) is None:
+            return
+        new = {name: _number(data.get(field)) for name, _, field in _GAUGES if field}
+        speed, batch = (
+            new["gpu_k8s_training_examples_per_second"],
+            _number(data.get("global_batch_size")),
+        )
+        new["gpu_k8s_training_steps_per_second"] = speed / batch if speed and batch else None
+        if speed == 0:
+            new["gpu_k8s_training_steps_per_second"] = 0.0
+        with self.lock:
+            moved = self.values.get("gpu_k8s_training_step") != new["gpu_k8s_training_step"]
+            stamp = self.clock() if moved else self.values.get(_GAUGES[-1][0])
+            new[_GAUGES[-1][0]] = stamp
+            self.values = {k: v for k, v in new.items() if v is not None}
+
+    def last_checkpoint(self) -> float | None:
+        """The newest mtime among the directory's checkpoint files (None: none yet)."""
+        try:
+            with os.scandir(self.checkpoint_dir) as entries:
+                times = [e.stat().st_mtime for e in entries if _is_checkpoint(e)]
+        except OSError:
+            return None
+        return max(times, default=None)
+
+    def render(self) -> str:
+        """The gauges in Prometheus' text format; a gauge with no value has no sample."""
+        with self.lock:
+            values = dict(self.values)
+        checkpoint = self.last_checkpoint()
+        if checkpoint is not None:
+            values[CHECKPOINT_GAUGE] = checkpoint
+        out = []
+        helps = [(name, text) for name, text, _ in _GAUGES]
+        helps.append((CHECKPOINT_GAUGE, "When the newest checkpoint file was written."))
+        for name, text in helps:
+            out += [f"# HELP {name} {text}", f"# TYPE {name} gauge"]
+            if name in values:
+                out.append(f"{name} {values[name]!r}")
+        return "\n".join(out) + "\n"
+
+
+def serve_metrics(metrics: TrainingMetrics, port: int, address: str = "") -> object | None:
+    """Serve `metrics` on GET /metrics from a daemon thread; None (with a note) if it cannot."""
+    import http.server  # only pods serve: the charm imports this module too
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (the http.server API)
+            if self.path.split("?")[0] != "/metrics":
+                self.send_error(404)
+                return
+            body = metrics.render().encode()
+            self.send_response(200)
+            self.send_header("Content-Type", CONTENT_TYPE)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (scrapes stay out of the log)
+            pass
+
+    try:
+        server = http.server.ThreadingHTTPServer((address, port), Handler)
+    except OSError as e:
+        print(f"tf_launcher: no metrics on port {port}: {e}", file=sys.stderr, flush=True)
+        return None
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+    return server
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -13,6 +13,11 @@ pod-lifecycle "Termination of Pods"). Each node's kubelet acts on its own pods, 
 deleted together (a suspended or preempted job, a gang restart) get their SIGTERMs at
 once and their grace periods run side by side (`stop_pods`), not one after another; an
 evicted pod (`terminate`, a drain) gets SIGTERM and is left to end while the test goes on.
+
+Every pod has its own network namespace (kubernetes.io/docs/concepts/workloads/pods/,
+"Pod networking"), so pods of one node may listen on the same port; the processes here
+share the test's. The launcher's metrics port (GPU_K8S_METRICS_PORT) is therefore given
+a free port of 127.0.0.1 per pod, recorded in `metrics_ports` for the test to scrape.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import base64
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -32,6 +38,12 @@ GRACE_SECONDS = 30  # terminationGracePeriodSeconds' default
 
 # What the tensorflow image lacks (tests/fixtures/tensorflow_image/README.md)
 TENSORFLOW_IMAGE = Path(__file__).resolve().parents[1] / "fixtures" / "tensorflow_image"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 class ProcessKubelet:
@@ -50,6 +62,7 @@ class ProcessKubelet:
         self.procs: dict[str, subprocess.Popen] = {}
         self.outputs: dict[str, Path] = {}
         self.deadlines: dict[str, float] = {}  # SIGTERM sent: SIGKILL at this time
+        self.metrics_ports: dict[str, int] = {}  # pod -> where its metrics port is here
 
     def _local(self, text: str) -> str:
         for mount, local in self.mounts.items():
@@ -73,6 +86,9 @@ class ProcessKubelet:
             if "value" in item:
                 env[item["name"]] = self._local(item["value"])
         env["HOSTNAME"] = pod["spec"].get("hostname") or pod["metadata"]["name"]
+        if env.get("GPU_K8S_METRICS_PORT"):  # the pod's own port, in its own namespace
+            port = self.metrics_ports.setdefault(pod["metadata"]["name"], _free_port())
+            env["GPU_K8S_METRICS_PORT"], env["GPU_K8S_METRICS_ADDRESS"] = str(port), "127.0.0.1"
         env["PATH"] = os.environ["PATH"]
         env["PYTHONPATH"] = str(TENSORFLOW_IMAGE)  # no scikit-learn, as in the image
         return env

@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,9 @@ class LocalJob:
         self.launches = 0
         self.program: list[str] = []  # a user's own program instead of the built-in trainer
         self.env: dict[str, str] = {}
+        # each task's launcher serves its metrics on its own port, as each pod has its own
+        # network namespace (fakes/kubelet.py does the same)
+        self.metrics_ports: dict[tuple[str, int], int] = {}
 
     @property
     def job_dir(self) -> Path:
@@ -102,6 +106,9 @@ class LocalJob:
             )
             env.update(self.env)
             env.pop("GPU_K8S_INDEX", None)
+            (metrics_port,) = free_ports(1)
+            self.metrics_ports[(role, i)] = metrics_port
+            env.update(GPU_K8S_METRICS_PORT=str(metrics_port), GPU_K8S_METRICS_ADDRESS="127.0.0.1")
             log = self.data_dir / f"{self.name}-{self.launches}-{role}-{i}.log"
             self.logs[(role, i)] = log
             with log.open("wb") as out:
@@ -112,6 +119,20 @@ class LocalJob:
                     stdout=out,
                     stderr=subprocess.STDOUT,
                 )
+
+    def scrape(self, task: tuple[str, int]) -> dict[str, float]:
+        """The task's launcher metrics (GET /metrics), as name -> value ({}: not serving yet)."""
+        url = f"http://127.0.0.1:{self.metrics_ports[task]}/metrics"
+        try:
+            with urllib.request.urlopen(url, timeout=10) as answer:
+                text = answer.read().decode()
+        except OSError:
+            return {}
+        return {
+            line.split()[0]: float(line.split()[1])
+            for line in text.splitlines()
+            if line and not line.startswith("#")
+        }
 
     def progress(self) -> dict | None:
         try:
@@ -217,6 +238,16 @@ def test_mwms_killed_worker_relaunch_resumes_from_last_checkpoint(local_job):
     args = ("--steps=400", "--checkpoint-every=10")
     job.start(*args)
     job.wait_for(lambda: job.latest_checkpoint() > 0, what="first checkpoint")
+
+    # the chief's launcher serves the progress its trainer prints, and the checkpoint's time
+    job.wait_for(lambda: "gpu_k8s_training_step" in job.scrape(("worker", 0)), what="metrics")
+    chief, peer = job.scrape(("worker", 0)), job.scrape(("worker", 1))
+    assert chief["gpu_k8s_training_steps_target"] == 400
+    assert 0 < chief["gpu_k8s_training_step"] <= 400 and chief["gpu_k8s_training_loss"] > 0
+    newest = max(p.stat().st_mtime for p in (job.job_dir / "checkpoints").iterdir())
+    assert 0 < chief["gpu_k8s_training_last_checkpoint_timestamp_seconds"] <= newest
+    assert "gpu_k8s_training_step" not in peer  # only the chief reports progress
+    assert peer["gpu_k8s_training_last_checkpoint_timestamp_seconds"] > 0
 
     job.procs[("worker", 1)].send_signal(signal.SIGKILL)
     saved = job.latest_checkpoint()

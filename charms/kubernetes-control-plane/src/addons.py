@@ -161,7 +161,9 @@ class Addons:
 
     def apply_dcgm_exporter(self, config: Config, bag: Bag) -> None:
         """Run NVIDIA's DCGM exporter while any worker reports GPUs; remove it after."""
-        objects = dcgm_exporter.manifests(config.image_registry)
+        objects = dcgm_exporter.manifests(
+            config.image_registry, shared_gpus=config.gpu_time_slicing_replicas > 1
+        )
         want = fingerprint(objects, dcgm_exporter.VERSION)
         self._apply_gpu_addon(DCGM_EXPORTER_KEY, "NVIDIA's DCGM exporter", objects, want, bag)
 

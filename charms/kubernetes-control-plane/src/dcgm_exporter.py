@@ -59,30 +59,55 @@ COUNTERS_DIR = "/etc/gpu-k8s"
 COUNTERS_FILE = "counters.csv"
 
 # DCGM field, Prometheus type, help: the exporter's collectors file format
-# (etc/default-counters.csv). Names and units: DCGM's dcgmlib/dcgm_fields.h.
+# (etc/default-counters.csv). Names and units: DCGM's dcgmlib/dcgm_fields.h. Each type is
+# the one upstream's default-counters.csv gives the field (NVIDIA/dcgm-exporter main
+# d5e5f51, 2026-05-12; tests/fixtures/dcgm/default-counters-types.txt), which the exporter
+# copies into `# TYPE` (rendermetrics/render_metrics.go): a `counter` is read with rate()
+# or increase(), and the collector's prometheus receiver turns it into a monotonic sum.
 COUNTERS = (
     ("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz)."),
     ("DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz)."),
     ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C)."),
     ("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C)."),
     ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W)."),
+    # energy per job or team: increase() over the job's pods' GPUs
+    ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter", "Energy used since boot (in mJ)."),
     ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %)."),
     ("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %)."),
     ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB)."),
     ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB)."),
     ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered."),
-    # the exporter's own: each XID, and each clock event reason, in its last 5 minutes
-    ("DCGM_EXP_XID_ERRORS_COUNT", "counter", "Reported XIDs during the last window."),
-    ("DCGM_EXP_CLOCK_EVENTS_COUNT", "counter", "Reported clock events."),
+    # the exporter's own: each XID, and each clock event reason, in its last window (5
+    # minutes). A count that falls as events age out (expcollector.go: GetValuesSince(now
+    # - window)) is a gauge; upstream's 4.6.0-4.8.3 CSV declares both so (7ad5832, review
+    # observability.md F-9), d5e5f51's still said counter.
+    ("DCGM_EXP_XID_ERRORS_COUNT", "gauge", "XIDs reported during the last window."),
+    ("DCGM_EXP_CLOCK_EVENTS_COUNT", "gauge", "Clock events reported during the last window."),
     # per MIG instance, where DCGM has no GPU_UTIL (needs the SYS_ADMIN the pod has)
     ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", "Ratio of time the graphics engine is active."),
+    # what training uses of a GPU, beyond "a kernel runs" (GPU_UTIL): its tensor cores and
+    # its memory bandwidth (profiling fields, like GR_ENGINE_ACTIVE)
+    ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge", "Ratio of cycles the tensor pipe is active."),
+    ("DCGM_FI_PROF_DRAM_ACTIVE", "gauge", "Ratio of cycles device memory is active."),
     ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "counter", "Single-bit volatile ECC errors."),
     ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter", "Double-bit volatile ECC errors."),
+    ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "counter", "Rows remapped (uncorrectable)."),
     ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed."),
     ("DCGM_FI_DEV_POWER_VIOLATION", "counter", "Throttling duration due to power limits."),
     ("DCGM_FI_DEV_THERMAL_VIOLATION", "counter", "Throttling duration due to heat."),
     ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "Total number of PCIe retries."),
+    # all lanes of all links: 0 on GPUs without NVLink (the A10G), the fabric's traffic on
+    # the p4d/p5 machines bigger-gpu-nodes.yaml names
+    ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "counter", "NVLink bandwidth counters of all lanes."),
+    # a label on every other series (upstream's default too), as the recorded page has it
+    ("DCGM_FI_DRIVER_VERSION", "label", "Driver Version"),
 )
+# Time-slicing (the device plugin's `gpu-time-slicing-replicas` > 1) hands one GPU to
+# several pods; without this the exporter labels each GPU with one of them, arbitrarily
+# (transformation/kubernetes.go toDeviceToPod keeps the last). With it, each metric of a
+# shared GPU is given once per pod sharing it (toDeviceToSharingPods; pkg/cmd/app.go
+# --kubernetes-virtual-gpus, env KUBERNETES_VIRTUAL_GPUS, d5e5f51).
+VIRTUAL_GPUS_ENV = "KUBERNETES_VIRTUAL_GPUS"
 
 
 def counters_text() -> str:
@@ -92,10 +117,11 @@ def counters_text() -> str:
     return "\n".join(lines) + "\n"
 
 
-def manifests(image_registry: str = "") -> list[dict]:
+def manifests(image_registry: str = "", *, shared_gpus: bool = False) -> list[dict]:
     """The Namespace, the ConfigMap and the DaemonSet, in the order they are applied.
 
-    `image_registry` (the charm's `image-registry`, validated) moves the image there.
+    `image_registry` (the charm's `image-registry`, validated) moves the image there;
+    `shared_gpus`: pods share GPUs by time-slicing (VIRTUAL_GPUS_ENV).
     """
     text = counters_text()
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -120,6 +146,7 @@ def manifests(image_registry: str = "") -> list[dict]:
             {"name": "DCGM_EXPORTER_KUBERNETES", "value": "true"},
             {"name": "DCGM_EXPORTER_COLLECTORS", "value": f"{COUNTERS_DIR}/{COUNTERS_FILE}"},
             {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+            *([{"name": VIRTUAL_GPUS_ENV, "value": "true"}] if shared_gpus else []),
         ],
         # SYS_ADMIN: for the profiling fields upstream, and here also what makes the
         # toolkit count the container privileged and honour the image's

@@ -13,8 +13,14 @@ leader's node, listening on 127.0.0.1 only, where the leader's COS agent scrapes
 localhost. Nothing outside the machine reaches it. When leadership moves, the new
 leader moves it to its own node.
 
-It serves node metrics (`--resources=nodes`: kube_node_status_condition,
-kube_node_status_capacity) and, through its Custom Resource State configuration
+It serves node metrics (kube_node_status_condition, kube_node_status_capacity), and
+the workload metrics the standard Kubernetes alerts read (`--resources=nodes,pods,jobs,
+daemonsets`: a crash-looping container, a failed Job, a DaemonSet such as the DCGM
+exporter or the device plugin with pods missing; the kubernetes-apps rules of
+kube-prometheus v0.16.0 that Canonical's k8s charm ships, canonical/k8s-operator
+charms/worker/k8s/src/prometheus_alert_rules/kubernetesControlPlane-prometheusRule.yaml
+at 0fd507e; the metric names are kube-state-metrics v2.20.0's docs/metrics/workload/
+{pod,job,daemonset}-metrics.md) and, through its Custom Resource State configuration
 (`kube-state-metrics-resources.yaml` next to this module), JobSet restarts and
 conditions and Kueue Workloads' creation times, conditions (with when each last
 changed) and whether they are active. It finds those kinds
@@ -61,9 +67,15 @@ RESOURCES_FILE = Path(__file__).with_name("kube-state-metrics-resources.yaml")
 CONFIG_DIR = "/etc/kube-state-metrics"
 HOSTNAME_LABEL = "kubernetes.io/hostname"  # kubelet's, the node name on kubeadm nodes
 
-# Read-only, and only what it reads: nodes, the two kinds, and the CRDs it finds them by.
+# The built-in resources it serves (pkg/options/resource.go DefaultResources names them so).
+RESOURCES = ("nodes", "pods", "jobs", "daemonsets")
+# Read-only, and only what it reads: those resources, the two kinds, and the CRDs it finds
+# them by (kube-state-metrics v2.20.0 examples/standard/cluster-role.yaml grants list and
+# watch on each resource it serves).
 RULES = [
-    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},
+    {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["list", "watch"]},
+    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["list", "watch"]},
+    {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["list", "watch"]},
     {
         "apiGroups": ["apiextensions.k8s.io"],
         "resources": ["customresourcedefinitions"],
@@ -100,7 +112,7 @@ def _container(image_registry: str) -> dict:
             f"--port={PORT}",
             f"--telemetry-host={LISTEN_HOST}",
             f"--telemetry-port={TELEMETRY_PORT}",
-            "--resources=nodes",
+            f"--resources={','.join(RESOURCES)}",
             f"--custom-resource-state-config-file={CONFIG_DIR}/{RESOURCES_FILE.name}",
         ],
         "livenessProbe": probe("/livez", PORT),

@@ -20,6 +20,7 @@ Actions answer with `event.fail` as CONTRIBUTING's "Adding an action" says.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from typing import Any
 
 import datasets
 import exports
+import job_metrics
 import ops
 import queues
 import registry_auth
@@ -107,7 +109,14 @@ class TensorflowCharm(ops.CharmBase):
         )
         self.cos = CosAgentProvider(self, "cos-agent", host=self.host_factory)
         self._statuses = Statuses()  # what this hook found, for collect-status
-        self._stored.set_default(queues="", glance="", pull_secret=False, secrets=[])
+        self._stored.set_default(
+            queues="",
+            glance="",
+            pull_secret=False,
+            secrets=[],
+            scrape_jobs="[]",  # the training pods' (job_metrics.py), for cos-agent hooks
+            metrics_policy="",
+        )
         if self._stored.pull_secret:  # written by a revision that tracked only this one
             self._stored.secrets = sorted(
                 {*self._stored.secrets, registry_auth.secret_name(namespace)}
@@ -194,6 +203,8 @@ class TensorflowCharm(ops.CharmBase):
         """
         if not self.unit.is_leader():
             self.cos.set_gauges([])  # the leader counts the jobs
+            self._stored.scrape_jobs = "[]"  # and scrapes their pods
+            self.cos.update([])
             return
         self.storage.publish()  # `run-as` may have changed what the directory request says
         self.kube_api.publish()  # and a quota what the kube-api request says
@@ -213,6 +224,11 @@ class TensorflowCharm(ops.CharmBase):
             glance = training.at_a_glance(kube, ctx)
             self._stored.glance = glance.line
             self.cos.set_gauges(glance.gauges())
+            job, self._stored.metrics_policy = job_metrics.sync(
+                kube, ctx, self._own_addresses(), self._stored.metrics_policy
+            )
+            self._stored.scrape_jobs = json.dumps([job] if job else [])
+            self.cos.update(self._scrape_jobs())
 
     def _sync_pull_secret(self, kube: Kube, ctx: Context, config: Config) -> None:
         """The image pull Secret from config image-pull-secret (registry_auth)."""
@@ -281,8 +297,22 @@ class TensorflowCharm(ops.CharmBase):
             )
 
     def _on_cos_agent(self, _: ops.EventBase) -> None:
-        # no scrape job: the agent collects this machine's own metrics and logs
-        self.cos.update([])
+        # the training pods' metrics (job_metrics.py), as the leader's last reconcile found
+        # them; the agent collects this machine's own metrics and logs by itself
+        self.cos.update(self._scrape_jobs())
+
+    def _scrape_jobs(self) -> list[dict[str, Any]]:
+        return json.loads(self._stored.scrape_jobs)
+
+    def _own_addresses(self) -> list[str]:
+        """This unit's addresses, by which its machine is found among the Nodes."""
+        binding = self.model.get_binding("cos-agent")
+        if binding is None:  # pragma: no cover - the endpoint is in charmcraft.yaml
+            return []
+        network = binding.network
+        found = {str(a) for a in network.ingress_addresses}
+        found |= {str(i.address) for i in network.interfaces if i.address is not None}
+        return sorted(found)
 
     def _on_collect_status(self, event: ops.CollectStatusEvent) -> None:
         with self._statuses.step():

@@ -68,6 +68,10 @@ IMPORTER = "dataset_import.py"  # the import-dataset Job's program (datasets.py)
 UPLOADER = "model_upload.py"  # fetch-model destination=s3:..., beside IMPORTER (exports.py)
 TF_PORT = 2222
 TENSORBOARD_PORT = 6006
+# The launcher's Prometheus endpoint in every training pod (tf_launcher.py, "Metrics"):
+# pods have their own network namespace, so no node port is taken; not a port TensorFlow,
+# TensorBoard or TF Serving use.
+METRICS_PORT = 9464
 
 # Built-in example scripts: name -> the actions/ program the launcher runs by default.
 BUILTIN_SCRIPTS = {"mnist": TRAINER}

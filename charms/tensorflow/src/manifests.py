@@ -55,6 +55,7 @@ from literals import (
     LABEL_ROLE,
     LAUNCHER,
     LOCAL_QUEUE,
+    METRICS_PORT,
     PURGE_TTL_SECONDS,
     TENSORBOARD_PORT,
     TF_PORT,
@@ -243,6 +244,7 @@ def _env(request: TrainRequest, role: str, ctx: Context) -> list[dict]:
         "GPU_K8S_STEPS": str(request.steps),
         "GPU_K8S_GPUS": str(request.gpus(role)),
         "GPU_K8S_GRACE_SECONDS": str(GRACE_SECONDS),
+        "GPU_K8S_METRICS_PORT": str(METRICS_PORT),  # the launcher's progress (job_metrics.py)
         "PYTHONUNBUFFERED": "1",
     }
     if request.dataset:
@@ -308,7 +310,10 @@ def replicated_job(request: TrainRequest, ctx: Context, role: str) -> dict:
                     "image": ctx.image_for(request, role),
                     "command": _command(request),
                     "env": _env(request, role, ctx),
-                    "ports": [{"name": "grpc", "containerPort": TF_PORT}],
+                    "ports": [
+                        {"name": "grpc", "containerPort": TF_PORT},
+                        {"name": "metrics", "containerPort": METRICS_PORT},
+                    ],
                     "resources": resources,
                     "volumeMounts": [
                         {"name": "data", "mountPath": DATA_MOUNT},

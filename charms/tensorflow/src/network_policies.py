@@ -15,6 +15,10 @@ and from selectors"), so:
   graph it is sent (tensorflow/tensorflow SECURITY.md, "Running a TensorFlow server"), so
   nothing else, not even the team's own TensorBoard or another of its jobs, reaches it.
 - `<job>-tensorboard`: TensorBoard's port from any pod of the team's namespace.
+- `<app>-training-metrics`: the launcher's metrics port (METRICS_PORT) of every training
+  pod of the application from the node the charm's leader runs on, whose COS agent scrapes
+  the pods (job_metrics.py), and from nothing else: the same /32 ipBlocks as below, of
+  that node only.
 - `<job>-serving`: TF Serving's gRPC and REST ports from any pod of the team's namespace,
   and the REST port from the control-plane nodes, whose API servers proxy the `serve`
   action's requests (serving.py; the services/proxy subresource dials the pod from the
@@ -34,7 +38,14 @@ import ipaddress
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from literals import LABEL_COMPONENT, LABEL_JOB, LABEL_MANAGED_BY, TENSORBOARD_PORT, TF_PORT
+from literals import (
+    LABEL_COMPONENT,
+    LABEL_JOB,
+    LABEL_MANAGED_BY,
+    METRICS_PORT,
+    TENSORBOARD_PORT,
+    TF_PORT,
+)
 
 API_VERSION = "networking.k8s.io/v1"
 # kubeadm labels each control-plane node with this (kubernetes.io/docs/reference/labels-
@@ -101,25 +112,60 @@ def serving(
     return _policy(name, namespace, pods, pods, ingress)
 
 
+def metrics(app: str, namespace: str, component: str, scrapers: Iterable[str]) -> dict:
+    """`<app>-training-metrics`: METRICS_PORT of the app's training pods from `scrapers` only.
+
+    With no scraper address the policy allows nothing (an empty `from` would allow all).
+    """
+    pods = {LABEL_MANAGED_BY: app, LABEL_COMPONENT: component}
+    blocks = [{"ipBlock": {"cidr": f"{a}/32"}} for a in sorted(set(scrapers))]
+    ingress = [{"from": blocks, "ports": _tcp(METRICS_PORT)}] if blocks else []
+    return _policy(f"{app}-training-metrics", namespace, {LABEL_MANAGED_BY: app}, pods, ingress)
+
+
+def _addresses(node: Mapping[str, Any]) -> set[str]:
+    """A node's IPv4 InternalIPs and Calico tunnel addresses (what it reaches pods from)."""
+    meta = node.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    candidates = [annotations.get(a, "") for a in CALICO_TUNNEL_ANNOTATIONS]
+    candidates += [
+        a.get("address", "")
+        for a in (node.get("status") or {}).get("addresses") or []
+        if a.get("type") == "InternalIP"
+    ]
+    found: set[str] = set()
+    for candidate in candidates:
+        address = candidate.split("/")[0]
+        try:
+            if ipaddress.ip_address(address).version == 4:
+                found.add(address)
+        except ValueError:
+            continue
+    return found
+
+
 def api_server_addresses(nodes: Iterable[Mapping[str, Any]]) -> list[str]:
     """The IPv4 addresses the control-plane nodes reach pods from (InternalIP, tunnels)."""
     found: set[str] = set()
     for node in nodes:
-        meta = node.get("metadata") or {}
-        if CONTROL_PLANE_LABEL not in (meta.get("labels") or {}):
-            continue
-        annotations = meta.get("annotations") or {}
-        candidates = [annotations.get(a, "") for a in CALICO_TUNNEL_ANNOTATIONS]
-        candidates += [
+        if CONTROL_PLANE_LABEL in ((node.get("metadata") or {}).get("labels") or {}):
+            found |= _addresses(node)
+    return sorted(found)
+
+
+def own_node_addresses(nodes: Iterable[Mapping[str, Any]], own: Iterable[str]) -> list[str]:
+    """The addresses the node this unit runs on reaches pods from; [] if it is no node.
+
+    The unit's machine is the Node with one of `own` (the unit's addresses) as InternalIP.
+    """
+    mine = set(own)
+    found: set[str] = set()
+    for node in nodes:
+        internal = {
             a.get("address", "")
             for a in (node.get("status") or {}).get("addresses") or []
             if a.get("type") == "InternalIP"
-        ]
-        for candidate in candidates:
-            address = candidate.split("/")[0]
-            try:
-                if ipaddress.ip_address(address).version == 4:
-                    found.add(address)
-            except ValueError:
-                continue
+        }
+        if internal & mine:
+            found |= _addresses(node)
     return sorted(found)

@@ -662,3 +662,131 @@ def test_an_earlier_gang_s_marks_do_not_stop_a_new_one(tmp_path):
     task = Task(tmp_path, "mwms", "worker", 0, "--exit", "0", "--after", "0.3")
     assert task.wait() == 0, task.stderr()
     assert not task.times("sigterm")
+
+
+# ------------------------------------------------------------- training progress metrics
+
+
+def _progress_line(**fields) -> bytes:
+    return ("GPU_K8S_PROGRESS " + json.dumps(fields) + "\n").encode()
+
+
+def _samples(text: str) -> dict[str, float]:
+    """`name{labels}` -> value of a Prometheus text exposition (TYPE lines checked)."""
+    typed = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")}
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            assert name.split("{")[0] in typed, f"{name} has no # TYPE line"
+            out[name] = float(value)
+    return out
+
+
+def test_progress_lines_become_gauges_even_when_split_across_reads(tmp_path):
+    metrics = tf_launcher.TrainingMetrics(tmp_path / "checkpoints", clock=lambda: 1000.0)
+    line = _progress_line(
+        step=120, steps=500, loss=0.25, examples_per_sec=640.0, global_batch_size=64
+    )
+    metrics.feed(b"step 119 loss 0.3\n" + line[:20])
+    assert "gpu_k8s_training_step" not in _samples(metrics.render())
+    metrics.feed(line[20:] + b"eval at step 120\n")
+
+    samples = _samples(metrics.render())
+
+    assert samples["gpu_k8s_training_step"] == 120
+    assert samples["gpu_k8s_training_steps_target"] == 500
+    assert samples["gpu_k8s_training_loss"] == 0.25
+    assert samples["gpu_k8s_training_examples_per_second"] == 640
+    assert samples["gpu_k8s_training_steps_per_second"] == 10  # 640 examples/s / 64
+    assert samples["gpu_k8s_training_last_step_timestamp_seconds"] == 1000
+    assert "gpu_k8s_training_last_checkpoint_timestamp_seconds" not in samples
+
+
+def test_the_step_time_moves_only_when_the_step_does(tmp_path):
+    now = [1000.0]
+    metrics = tf_launcher.TrainingMetrics(tmp_path, clock=lambda: now[0])
+    metrics.feed(_progress_line(step=5, steps=10, loss=None, examples_per_sec=0))
+    now[0] = 1300.0
+    metrics.feed(_progress_line(step=5, steps=10, loss=None, examples_per_sec=0))  # stalled
+    samples = _samples(metrics.render())
+    assert samples["gpu_k8s_training_last_step_timestamp_seconds"] == 1000
+    assert "gpu_k8s_training_loss" not in samples  # null (nothing trained yet): no sample
+
+
+def test_malformed_progress_lines_are_ignored(tmp_path):
+    metrics = tf_launcher.TrainingMetrics(tmp_path)
+    metrics.feed(b"GPU_K8S_PROGRESS {not json\nGPU_K8S_PROGRESS [1]\n")
+    metrics.feed(b"GPU_K8S_PROGRESS " + b"x" * 100_000)  # no newline: not kept forever
+    metrics.feed(b"\n" + _progress_line(step="ten"))
+    assert "gpu_k8s_training_step" not in _samples(metrics.render())
+
+
+def test_the_last_checkpoint_is_the_newest_checkpoint_file_of_its_directory(tmp_path):
+    checkpoints = tmp_path / "checkpoints"
+    checkpoints.mkdir()
+    (checkpoints / "ckpt-100.index").write_text("")
+    os.utime(checkpoints / "ckpt-100.index", (1500, 1500))
+    (checkpoints / "checkpoint").write_text("")  # CheckpointManager's state file
+    os.utime(checkpoints / "checkpoint", (1600, 1600))
+    # not checkpoints: the trainer's model spec, rewritten at every start, and a temp file
+    for name in ("model.json", ".model.json.abc"):
+        (checkpoints / name).write_text("{}")
+        os.utime(checkpoints / name, (1700, 1700))
+    metrics = tf_launcher.TrainingMetrics(checkpoints)
+    assert _samples(metrics.render())["gpu_k8s_training_last_checkpoint_timestamp_seconds"] == 1600
+
+
+def test_the_launcher_serves_its_program_progress_on_the_metrics_port(tmp_path):
+    """GPU_K8S_METRICS_PORT set (the pod spec sets it): GET /metrics answers while it runs."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    line = _progress_line(step=7, steps=9, loss=1.5, examples_per_sec=32, global_batch_size=32)
+    program = (
+        "import sys, time\n"
+        f"sys.stdout.write({line.decode()!r}); sys.stdout.flush()\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(30)\n"
+    )
+    env = {
+        **os.environ,
+        "GPU_K8S_JOB": "j",
+        "GPU_K8S_WORKERS": "1",
+        "JOB_COMPLETION_INDEX": "0",
+        "GPU_K8S_DATA_DIR": str(tmp_path),
+        "GPU_K8S_METRICS_PORT": str(port),
+        "GPU_K8S_METRICS_ADDRESS": "127.0.0.1",
+    }
+    with subprocess.Popen(
+        [sys.executable, tf_launcher.__file__, "--", sys.executable, "-c", program],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    ) as launcher:
+        _scrape_while_running(launcher, port)
+
+
+def _scrape_while_running(launcher: subprocess.Popen, port: int) -> None:
+    import urllib.error
+    import urllib.request
+
+    try:
+        assert launcher.stdout is not None
+        while b"ready" not in launcher.stdout.readline():
+            pass
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+            assert answer.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+            samples = _samples(answer.read().decode())
+        assert samples["gpu_k8s_training_step"] == 7
+        assert samples["gpu_k8s_training_steps_per_second"] == 1
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/other", timeout=5)
+            raise AssertionError("only /metrics is served")
+        except urllib.error.HTTPError as e:
+            assert e.code == 404
+    finally:
+        launcher.send_signal(signal.SIGTERM)
+        launcher.wait(timeout=30)

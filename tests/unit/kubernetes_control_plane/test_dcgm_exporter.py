@@ -103,7 +103,8 @@ def test_the_counters_are_documented_dcgm_fields_and_cover_the_alert_rules(ctx, 
     assert {"name": "DCGM_EXPORTER_COLLECTORS", "value": "/etc/gpu-k8s/counters.csv"} in env
 
     rows = [r for r in csv.reader(io.StringIO(text)) if r and not r[0].startswith("#")]
-    assert all(len(r) == 3 and r[1].strip() in ("gauge", "counter") for r in rows)
+    # a `label` row is no series: it labels the others (DCGM_FI_DRIVER_VERSION)
+    assert all(len(r) == 3 and r[1].strip() in ("gauge", "counter", "label") for r in rows)
     fields = {r[0].strip() for r in rows}
     assert fields <= documented_fields()
     # what the worker's alert rules and dashboards ask for is collected
@@ -145,3 +146,52 @@ def test_removed_when_the_last_gpu_worker_is_gone(ctx, bootstrapped, api):
     assert api.get_object(DS) is None
     assert api.get_object(CM) is None
     assert "dcgm-exporter" not in peer(out).local_app_data
+
+
+UPSTREAM_TYPES = Path(__file__).parents[2] / "fixtures" / "dcgm" / "default-counters-types.txt"
+# The exporter's window counts: how many XIDs (clock events) DCGM reported in the last
+# window (expcollector.go at d5e5f51: GetValuesSince(now - windowSize)), a value that falls
+# when events age out, so a gauge (prometheus.io/docs/concepts/metric_types: a counter only
+# goes up or resets). The CSV at d5e5f51 still says counter; 4.6.0-4.8.3's says gauge
+# (NVIDIA/dcgm-exporter 7ad5832, review observability.md F-9) and adds the monotonic
+# DCGM_EXP_*_TOTAL beside them.
+WINDOW_COUNTS = {"DCGM_EXP_XID_ERRORS_COUNT": "gauge", "DCGM_EXP_CLOCK_EVENTS_COUNT": "gauge"}
+
+
+def _rows(text: str) -> dict[str, str]:
+    rows = [r for r in csv.reader(io.StringIO(text)) if r and not r[0].startswith("#")]
+    return {r[0].strip(): r[1].strip() for r in rows}
+
+
+def test_each_counter_has_the_type_upstream_gives_it():
+    lines = UPSTREAM_TYPES.read_text().splitlines()
+    upstream = dict(line.split(", ") for line in lines if line and not line.startswith("#"))
+    ours = _rows(dcgm_exporter.counters_text())
+    assert {name: {**upstream, **WINDOW_COUNTS}[name] for name in ours} == ours
+
+
+def test_upstreams_defaults_for_energy_tensor_activity_and_nvlink_are_collected():
+    """Active in upstream's default-counters.csv (d5e5f51) and read by the dashboards."""
+    assert {
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+        "DCGM_FI_DRIVER_VERSION",  # a label on every series, as the recorded page has it
+    } <= set(_rows(dcgm_exporter.counters_text()))
+
+
+@pytest.mark.parametrize("replicas,virtual", [(1, None), (4, "true")])
+def test_time_sliced_gpus_are_attributed_to_every_pod_sharing_them(
+    ctx, bootstrapped, api, replicas, virtual
+):
+    """Under time-slicing each GPU's series is given once per pod sharing it.
+
+    KUBERNETES_VIRTUAL_GPUS (pkg/cmd/app.go, --kubernetes-virtual-gpus): one series per
+    sharing pod (transformation/kubernetes.go toDeviceToSharingPods), not one pod picked.
+    """
+    state = dataclasses.replace(bootstrapped, config={"gpu-time-slicing-replicas": replicas})
+    join_workers(ctx, state, workers_relation({0: worker_bag("gpu-0", GPUS)}), api)
+    env = api.get_object(DS)["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {e["name"]: e.get("value") for e in env}.get("KUBERNETES_VIRTUAL_GPUS") == virtual

@@ -86,6 +86,10 @@ def test_the_leader_has_its_etcd_and_kube_state_metrics_scraped_with_the_rules(
         "TrainingJobQueuedTooLong",
         "GpuK8sNodeMissing",
         "GpuK8sUpgradeStalled",
+        "KubePodCrashLooping",  # kube-prometheus' kubernetes-apps (workloads.rules)
+        "KubeDaemonSetRolloutStuck",
+        "KubeDaemonSetNotScheduled",
+        "KubeJobFailed",
         "ScrapeTargetDown",  # every charm's (cos_agent.TARGETS_RULES)
         "GpuK8sUnitBlocked",  # and with its own state (unit_state.RULES)
         "GpuK8sUnitStateStale",
@@ -117,9 +121,9 @@ def test_kube_state_metrics_runs_on_the_leaders_node_listening_on_loopback_only(
         "port": 8080,
     }
     assert container["readinessProbe"]["httpGet"]["port"] == 8081
-    # node metrics, plus the JobSet and Workload metrics of our configuration (not
-    # --custom-resource-state-only, which would drop the node metrics)
-    assert "--resources=nodes" in args
+    # node, pod, job and daemonset metrics, plus the JobSet and Workload metrics of our
+    # configuration (not --custom-resource-state-only, which would drop the others)
+    assert "--resources=nodes,pods,jobs,daemonsets" in args
     assert not any(a.startswith("--custom-resource-state-only") for a in args)
     config = api.get_object(RESOURCES)["data"]["kube-state-metrics-resources.yaml"]
     kinds = {r["groupVersionKind"]["kind"] for r in yaml.safe_load(config)["spec"]["resources"]}
@@ -129,6 +133,9 @@ def test_kube_state_metrics_runs_on_the_leaders_node_listening_on_loopback_only(
     assert {v for r in rules for v in r["verbs"]} == {"list", "watch"}
     assert {r for rule in rules for r in rule["resources"]} == {
         "nodes",
+        "pods",
+        "jobs",
+        "daemonsets",
         "customresourcedefinitions",
         "jobsets",
         "workloads",

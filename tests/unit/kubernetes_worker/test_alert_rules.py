@@ -121,7 +121,7 @@ def _gpu_labels(severity: str, **extra: str) -> dict:
 def test_the_rules_load_in_prometheus():
     done = _promtool("check", "rules", str(RULES))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 9 rules found" in done.stdout
+    assert "SUCCESS: 10 rules found" in done.stdout  # GpuQuarantined, GpuK8sNodeGpusUnusable
 
 
 def test_each_alert_fires_when_it_should_and_not_otherwise(tmp_path):

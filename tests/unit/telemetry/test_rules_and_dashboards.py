@@ -2,9 +2,11 @@
 
 A query can name a metric nobody exports and still be valid PromQL, so each metric name
 in a rule or a dashboard must be one the exporters document: DCGM's fields as NVIDIA's
-dcgm-exporter lists them, etcd's as etcd defines them, kube-state-metrics' node metrics
-as it documents them (tests/fixtures/*/, each with its source) and the JobSet and
-Workload metrics our kube-state-metrics configuration names. promtool (Debian's
+dcgm-exporter lists them, etcd's as etcd defines them, kube-state-metrics' node, pod,
+job and daemonset metrics as it documents them (tests/fixtures/*/, each with its source),
+the JobSet and Workload metrics our kube-state-metrics configuration names, the charms'
+own gauges and the training launchers' metrics (actions/tf_launcher.py); and each of
+those last two feeds a rule or a panel. promtool (Debian's
 `prometheus`) checks the rules and every dashboard query as Prometheus parses them and
 runs the etcd and cluster rules' unit tests here; the GPU rules' are in
 tests/unit/kubernetes_worker.
@@ -55,7 +57,7 @@ def _documented() -> set[str]:
                 names.add(line.strip())
     for resource in yaml.safe_load(KSM_RESOURCES.read_text())["spec"]["resources"]:
         names |= {f"{resource['metricNamePrefix']}_{m['name']}" for m in resource["metrics"]}
-    names |= _charm_gauges()
+    names |= _charm_gauges() | _launcher_metrics()
     # a histogram exposes its series under these suffixes
     return names | {f"{n}{s}" for n in names for s in ("_bucket", "_sum", "_count")}
 
@@ -67,6 +69,24 @@ def _charm_gauges() -> set[str]:
     for path in sources:
         found |= set(re.findall(r'Gauge\(\s*"(gpu_k8s_\w+)"', path.read_text()))
     return found
+
+
+def _launcher_metrics() -> set[str]:
+    """What every training pod's launcher serves (actions/tf_launcher.py, "Metrics")."""
+    text = (ROOT / "actions" / "tf_launcher.py").read_text()
+    return set(re.findall(r'"(gpu_k8s_training_\w+)"', text))
+
+
+def test_the_launchers_metrics_are_found_where_they_are_served():
+    assert _launcher_metrics() == {
+        "gpu_k8s_training_step",
+        "gpu_k8s_training_steps_target",
+        "gpu_k8s_training_steps_per_second",
+        "gpu_k8s_training_examples_per_second",
+        "gpu_k8s_training_loss",
+        "gpu_k8s_training_last_step_timestamp_seconds",
+        "gpu_k8s_training_last_checkpoint_timestamp_seconds",
+    }
 
 
 def test_the_charms_own_metrics_are_found_where_they_are_made():
@@ -251,7 +271,10 @@ def _render(rules: Path, alert: str, labels: dict[str, str], value: str) -> dict
     out = {}
     for key, text in rule["annotations"].items():
         text = re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels[m.group(1)], text)
-        out[key] = text.replace("{{ $value }}", value)
+        # `value` as Prometheus prints it (humanizeDuration: "36m 0s")
+        out[key] = text.replace("{{ $value }}", value).replace(
+            "{{ $value | humanizeDuration }}", value
+        )
     return out
 
 
@@ -615,3 +638,258 @@ def test_a_missing_node_or_a_stalled_upgrade_is_an_alert(tmp_path):
         }
     ]
     _promtool_test(tmp_path, rules, tests)
+
+
+@needs_promtool
+def test_the_workload_alerts_fire_when_they_should(tmp_path):
+    """Series as kube-state-metrics v2.20.0 serves them (docs/metrics/workload/), scraped."""
+    rules = ROOT / "charms/kubernetes-control-plane/src/prometheus_alert_rules/workloads.rules"
+    scrape = 'instance="cp-0",job="kubernetes-control-plane_kube-state-metrics"'
+    waiting = 'kube_pod_container_status_waiting_reason{%s,namespace="gpu-k8s-gpu",pod="%s",container="%s",reason="%s",uid="u"}'  # noqa: E501
+    ds = 'kube_daemonset_status_%s{%s,namespace="gpu-k8s-gpu",daemonset="%s"}'
+    failed = 'kube_job_failed{%s,namespace="team",job_name="%s",condition="%s"}'
+    owner = 'kube_job_owner{%s,namespace="team",job_name="%s",owner_kind="%s",owner_name="x",owner_is_controller="true"}'  # noqa: E501
+    looping = {
+        **_labels(scrape),
+        "namespace": "gpu-k8s-gpu",
+        "pod": "dcgm-exporter-abcde",
+        "container": "exporter",
+        "reason": "CrashLoopBackOff",
+        "uid": "u",
+    }
+    plugin = {**_labels(scrape), "namespace": "gpu-k8s-gpu", "daemonset": "device-plugin"}
+    import_job = {**_labels(scrape), "namespace": "team", "job_name": "import-mnist"}
+    import_job["condition"] = "true"
+
+    def daemonset(name: str, desired: str, current: str, available: str) -> list[dict]:
+        return [
+            {"series": ds % ("desired_number_scheduled", scrape, name), "values": desired},
+            {"series": ds % ("current_number_scheduled", scrape, name), "values": current},
+            {"series": ds % ("updated_number_scheduled", scrape, name), "values": current},
+            {"series": ds % ("number_available", scrape, name), "values": available},
+            {"series": ds % ("number_misscheduled", scrape, name), "values": "0x40"},
+        ]
+
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": [
+                # the exporter crash-loops from minute 1; the plugin's pod waits for its
+                # image once (ContainerCreating is no crash loop)
+                {
+                    "series": waiting
+                    % (scrape, "dcgm-exporter-abcde", "exporter", "CrashLoopBackOff"),
+                    "values": "_ 1x40",
+                },
+                {
+                    "series": waiting
+                    % (scrape, "device-plugin-fghij", "plugin", "ContainerCreating"),
+                    "values": "1 1 1 _x38",
+                },
+                # 3 GPU nodes want the device plugin, one pod never gets scheduled; the
+                # exporter's DaemonSet rolls out in two minutes
+                *daemonset("device-plugin", "3x40", "2x40", "2x40"),
+                *daemonset("dcgm-exporter", "3x40", "1 2 3x38", "1 2 3x38"),
+                # an import failed; a training gang restart failed a JobSet's Job
+                {"series": failed % (scrape, "import-mnist", "true"), "values": "1x40"},
+                {"series": failed % (scrape, "mnist-worker-0", "true"), "values": "1x40"},
+                {"series": owner % (scrape, "mnist-worker-0", "JobSet"), "values": "1x40"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "14m", "alertname": "KubePodCrashLooping", "exp_alerts": []},
+                {
+                    "eval_time": "17m",
+                    "alertname": "KubePodCrashLooping",
+                    "exp_alerts": [
+                        {
+                            "exp_labels": {**looping, "severity": "warning"},
+                            "exp_annotations": _render(rules, "KubePodCrashLooping", looping, "1"),
+                        }
+                    ],
+                },
+                {"eval_time": "9m", "alertname": "KubeDaemonSetNotScheduled", "exp_alerts": []},
+                {
+                    "eval_time": "11m",
+                    "alertname": "KubeDaemonSetNotScheduled",
+                    "exp_alerts": [
+                        {
+                            "exp_labels": {**plugin, "severity": "warning"},
+                            "exp_annotations": _render(
+                                rules, "KubeDaemonSetNotScheduled", plugin, "1"
+                            ),
+                        }
+                    ],
+                },
+                {"eval_time": "14m", "alertname": "KubeDaemonSetRolloutStuck", "exp_alerts": []},
+                {
+                    "eval_time": "25m",
+                    "alertname": "KubeDaemonSetRolloutStuck",
+                    "exp_alerts": [
+                        {
+                            "exp_labels": {**plugin, "severity": "warning"},
+                            "exp_annotations": _render(
+                                rules, "KubeDaemonSetRolloutStuck", plugin, "1"
+                            ),
+                        }
+                    ],
+                },
+                {"eval_time": "14m", "alertname": "KubeJobFailed", "exp_alerts": []},
+                {
+                    "eval_time": "16m",
+                    "alertname": "KubeJobFailed",
+                    "exp_alerts": [
+                        {
+                            "exp_labels": {**import_job, "severity": "warning"},
+                            "exp_annotations": _render(rules, "KubeJobFailed", import_job, "1"),
+                        }
+                    ],
+                },
+            ],
+        }
+    ]
+    _promtool_test(tmp_path, rules, tests)
+
+
+@needs_promtool
+def test_the_training_alerts_fire_when_they_should(tmp_path):
+    """Series as the launchers serve them, with the tensorflow leader's target labels."""
+    rules = ROOT / "charms/tensorflow/src/prometheus_alert_rules/training.rules"
+    target = 'job="tensorflow_training",namespace="team",training_job="%s",pod="%s-worker-0-%d-x",role="worker",node="gpu-0",instance="%s-worker-0-%d-x"'  # noqa: E501
+
+    def pod(job: str, i: int) -> str:
+        return target % (job, job, i, job, i)
+
+    def gauge(name: str, job: str, i: int, values: str) -> dict[str, str]:
+        return {"series": f"gpu_k8s_training_{name}{{{pod(job, i)}}}", "values": values}
+
+    # minute m is m*60 s. `stuck` stepped until minute 10, then hangs in a collective;
+    # `busy` steps all along and saved its last checkpoint at minute 0; `done` reached
+    # its 500 steps at minute 10 and exports its model; `fresh` saved at minute 100.
+    series = [
+        gauge("last_step_timestamp_seconds", "stuck", 0, "0+60x10 600x200"),
+        gauge("step", "stuck", 0, "0+10x10 100x200"),
+        gauge("steps_target", "stuck", 0, "500x210"),
+        gauge("last_checkpoint_timestamp_seconds", "stuck", 0, "0x210"),
+        gauge("last_checkpoint_timestamp_seconds", "stuck", 1, "0x210"),  # its other pod
+        gauge("last_step_timestamp_seconds", "busy", 0, "0+60x210"),
+        gauge("step", "busy", 0, "0+10x210"),
+        gauge("steps_target", "busy", 0, "100000x210"),
+        gauge("last_checkpoint_timestamp_seconds", "busy", 0, "0x210"),
+        gauge("last_step_timestamp_seconds", "done", 0, "0+60x10 600x200"),
+        gauge("step", "done", 0, "0+50x10 500x200"),
+        gauge("steps_target", "done", 0, "500x210"),
+        gauge("last_step_timestamp_seconds", "fresh", 0, "0+60x210"),
+        gauge("last_checkpoint_timestamp_seconds", "fresh", 0, "0x100 6000x110"),
+    ]
+
+    def fired(alert: str, job: str, value: str) -> dict:
+        labels = {"namespace": "team", "training_job": job}
+        return {
+            "exp_labels": {**labels, "severity": "warning"},
+            "exp_annotations": _render(rules, alert, labels, value),
+        }
+
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": series,
+            "alert_rule_test": [
+                # 30 minutes without a step from minute 10, then 5 minutes pending
+                {"eval_time": "44m", "alertname": "TrainingJobNoProgress", "exp_alerts": []},
+                {
+                    "eval_time": "46m",
+                    "alertname": "TrainingJobNoProgress",
+                    "exp_alerts": [fired("TrainingJobNoProgress", "stuck", "36m 0s")],
+                },
+                # 2 hours without a checkpoint while stepping: busy, not stuck (stalled),
+                # not fresh (saved at minute 100)
+                {"eval_time": "124m", "alertname": "TrainingCheckpointStale", "exp_alerts": []},
+                {
+                    "eval_time": "126m",
+                    "alertname": "TrainingCheckpointStale",
+                    "exp_alerts": [fired("TrainingCheckpointStale", "busy", "2h 6m 0s")],
+                },
+            ],
+        }
+    ]
+    _promtool_test(tmp_path, rules, tests)
+
+
+def test_every_metric_the_charms_and_launchers_make_feeds_a_rule_or_a_panel():
+    """A gauge nobody reads is noise on COS's Prometheus (review F-17): each one is used."""
+    read: set[str] = set()
+    for path in RULE_FILES:
+        for group in yaml.safe_load(path.read_text())["groups"]:
+            read |= {n for r in group["rules"] for n in metric_names(r["expr"])}
+    for path in DASHBOARDS:
+        for panel in json.loads(path.read_text())["panels"]:
+            read |= {n for t in panel.get("targets", []) for n in metric_names(t["expr"])}
+    # the unit-state rules every charm ships from the lib (unit_state.RULES)
+    lib = (ROOT / "lib/charms/gpu_k8s/v0/unit_state.py").read_text()
+    for expr in re.findall(r'"expr":\s*(\'[^\']*\'|"[^"]*")', lib):
+        read |= metric_names(expr[1:-1])
+    assert not (_charm_gauges() | _launcher_metrics()) - read
+
+
+@needs_promtool
+@pytest.mark.parametrize(
+    "charm,rules,alert,series,fires_at,value",
+    [
+        (
+            # gpu-1 lost a GPU from minute 0; gpu-0 waits 20 minutes for its driver's reboot
+            "kubernetes-worker",
+            "gpu.rules",
+            "GpuK8sNodeGpusUnusable",
+            {
+                "gpu_k8s_node_gpus{%s}": ("gpu-0", "4x60", "gpu-1", "4x60"),
+                "gpu_k8s_node_gpus_usable{%s}": ("gpu-0", "0x20 4x40", "gpu-1", "3x60"),
+            },
+            "31m",
+            "3",
+        ),
+        (
+            # one zone unserved from minute 0 on efs-0; efs-1 had one for 10 minutes only
+            "efs-storage",
+            "efs.rules",
+            "GpuK8sEfsZonesUnserved",
+            {"gpu_k8s_efs_zones_unserved{%s}": ("efs-1", "1x10 0x50", "efs-0", "1x60")},
+            "16m",
+            "1",
+        ),
+    ],
+)
+def test_the_charm_state_alerts_fire_when_they_should(
+    tmp_path, charm, rules, alert, series, fires_at, value
+):
+    """The charms' own gauges (unit_state), scraped from each unit's unit-state job.
+
+    Only the last unit of each pair is in trouble for long: it alone fires.
+    """
+    path = ROOT / "charms" / charm / "src" / "prometheus_alert_rules" / rules
+    labels = 'job="x_unit-state",instance="m",juju_unit="%s",file_system_id="fs-1"'
+    inputs = [
+        {"series": name % (labels % unit), "values": values}
+        for name, pairs in series.items()
+        for unit, values in zip(pairs[::2], pairs[1::2], strict=True)
+    ]
+    firing = _labels(labels % list(series.values())[0][2])  # the pair's second unit
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": inputs,
+            "alert_rule_test": [
+                {"eval_time": "5m", "alertname": alert, "exp_alerts": []},
+                {
+                    "eval_time": fires_at,
+                    "alertname": alert,
+                    "exp_alerts": [
+                        {
+                            "exp_labels": {**firing, "severity": "warning"},
+                            "exp_annotations": _render(path, alert, firing, value),
+                        }
+                    ],
+                },
+            ],
+        }
+    ]
+    _promtool_test(tmp_path, path, tests)

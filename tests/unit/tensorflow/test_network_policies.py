@@ -91,6 +91,13 @@ def cluster() -> Cluster:
         *a_other_policies,
         *b_policies,
         *a_serving_policies,
+        # team A's leader runs on cp-0, whose COS agent scrapes the training pods
+        network_policies.metrics(
+            "tensorflow",
+            "team-a",
+            "training",
+            network_policies.own_node_addresses([CP_NODE, GPU_NODE], ["10.0.0.10", "::1"]),
+        ),
     ]
     return Cluster(
         {"team-a": {}, "team-b": {}, "kube-system": {}}, pods, policies, [*NODES, CP_TUNNEL]
@@ -153,6 +160,35 @@ def test_operators_and_the_api_servers_proxy_reach_what_the_readme_says(cluster)
         assert cluster.allowed(cp, server, 8501)
         assert not cluster.allowed(cp, server, 8500)
         assert not cluster.allowed(cp, board, 6006)
+
+
+def test_the_metrics_port_opens_to_the_scraping_node_only(cluster):
+    """The launcher's metrics (9464) reach the agent on the leader's node (cp-0) alone."""
+    pods = [cluster.pod("team-a", f"mnist-{r}-0") for r in ("chief", "worker", "ps")]
+    for pod in pods:
+        for cp in (NODES[0], CP_TUNNEL):  # its address, and its tunnel's (Calico VXLAN)
+            assert cluster.allowed(cp, pod, 9464), (cp.name, pod.name)
+            assert not cluster.allowed(cp, pod, 2222)
+    others = [
+        NODES[2],  # another node
+        cluster.pod("team-a", "mnist-tensorboard"),
+        cluster.pod("team-a", "other-worker-0"),
+        cluster.pod("team-b", "mnist-worker-0"),
+        cluster.pod("kube-system", "coredns"),
+    ]
+    for src in others:
+        assert not cluster.allowed(src, pods[1], 9464), src.name
+    # team B's leader is on no node here: its pods' port stays closed, even to cp-0
+    assert not cluster.allowed(NODES[0], cluster.pod("team-b", "mnist-worker-0"), 9464)
+    # the TensorBoard pod of the job is no training pod
+    assert not cluster.allowed(NODES[0], cluster.pod("team-a", "mnist-tensorboard"), 9464)
+
+
+def test_the_scraping_node_is_the_one_with_the_units_address():
+    assert network_policies.own_node_addresses([CP_NODE, GPU_NODE], ["10.0.0.20"]) == ["10.0.0.20"]
+    assert network_policies.own_node_addresses([CP_NODE, GPU_NODE], ["192.0.2.9"]) == []
+    closed = network_policies.metrics("tensorflow", "team-a", "training", [])
+    assert closed["spec"]["ingress"] == []  # an empty `from` would open it to all
 
 
 def test_team_pods_still_reach_dns(cluster):
