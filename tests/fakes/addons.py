@@ -10,9 +10,15 @@ mutating and validating webhook configurations, and for Kueue the visibility API
 Kueue's manager configuration is the shipped one in substance (Configuration
 `config.kueue.x-k8s.io/v1beta2`, `waitForPodsReady` absent, which v0.19 defaults to on
 with a 30m timeout, the JobSet integration listed).
-It is far smaller than the real asset (CRD schemas that keep every field instead of declaring
-each one, fewer RBAC rules): the charm treats the objects generically, so their kinds, names
-and nesting are what matters.
+It is smaller than the real asset (fewer RBAC rules, no conversion webhook): the charm treats
+the objects generically, so their kinds, names and nesting are what matters. The CRDs of
+the kinds the control plane writes (Cohort, ResourceFlavor, WorkloadPriorityClass) are the
+real ones at the tags (`fakes.crds`, tests/fixtures/crds/), so the fake API server validates
+what the control plane writes as the cluster would; JobSet's, Workload's, ClusterQueue's and
+LocalQueue's, which it never writes, are stand-ins that keep every field in the manifest it
+parses on each hook (the real ones are 0.75 MB, ~1 s of libyaml per parse).
+`install_kueue`, which puts into a test's API server what the control plane leaves, puts
+all seven real CRDs: a test's JobSet or queue is validated against its real schema.
 
 `ManifestServer` serves `/<name>/<version>/manifests.yaml` (the `addons-mirror` layout) over
 https, as GitHub does, with a certificate for 127.0.0.1 from a CA of its own (`opener()` is a
@@ -31,10 +37,13 @@ from typing import Any
 
 import yaml
 
+from fakes import crds
 from fakes.tls import make_server_cert
 
-JOBSET_VERSION = "v0.12.0"
-KUEUE_VERSION = "v0.19.2"
+JOBSET_VERSION = crds.JOBSET_VERSION
+KUEUE_VERSION = crds.KUEUE_VERSION
+# the kinds whose real CRD the served manifest carries: those the control plane writes
+_WRITTEN_BY_CONTROL_PLANE = ("ResourceFlavor", "Cohort", "WorkloadPriorityClass")
 _KUEUE_KINDS = (
     ("ResourceFlavor", "resourceflavors", "Cluster"),
     ("Cohort", "cohorts", "Cluster"),
@@ -178,19 +187,21 @@ def release_objects(name: str, version: str) -> list[dict[str, Any]]:
     namespace = f"{name}-system"
     sa = f"{name}-controller-manager"
     if name == "jobset":
-        crds = [crd("jobset.x-k8s.io", "JobSet", "jobsets", "Namespaced", ["v1alpha2"])]
+        definitions = [crd("jobset.x-k8s.io", "JobSet", "jobsets", "Namespaced", ["v1alpha2"])]
         config = "apiVersion: config.jobset.x-k8s.io/v1alpha1\nkind: Configuration\n"
         group = "jobset.x-k8s.io"
     else:
-        crds = [
-            crd("kueue.x-k8s.io", kind, plural, scope, ["v1beta1", "v1beta2"])
+        definitions = [
+            crds.crd(f"{plural}.kueue.x-k8s.io")
+            if kind in _WRITTEN_BY_CONTROL_PLANE
+            else crd("kueue.x-k8s.io", kind, plural, scope, ["v1beta1", "v1beta2"])
             for kind, plural, scope in _KUEUE_KINDS
         ]
         config = KUEUE_CONFIG
         group = "kueue.x-k8s.io"
     objects: list[dict[str, Any]] = [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
-        *crds,
+        *definitions,
         {
             "apiVersion": "v1",
             "kind": "ServiceAccount",
@@ -254,9 +265,12 @@ def release_objects(name: str, version: str) -> list[dict[str, Any]]:
     return objects
 
 
+@functools.cache
 def release_manifest(name: str, version: str) -> bytes:
     """The release asset's bytes: the objects as `---`-separated YAML documents."""
-    return yaml.safe_dump_all(release_objects(name, version), sort_keys=False).encode()
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's, as the charm parses
+    objects = release_objects(name, version)
+    return yaml.dump_all(objects, Dumper=dumper, sort_keys=False).encode()
 
 
 class ManifestServer:
@@ -333,20 +347,17 @@ class ManifestServer:
 def install_kueue(api: Any, gpu_products: dict[str, str] | None = None) -> None:
     """Put into a fake API server what the control plane leaves once JobSet and Kueue run.
 
-    Their CRDs (from `release_objects`), and the cluster-wide objects the control plane
+    Their CRDs (the real ones, `fakes.crds`), and the cluster-wide objects the control plane
     applies (kubernetes-control-plane kueue.cluster_objects): the cohort `gpu-k8s`, the
     priorities, the `cpu` flavor and one flavor per GPU model, `gpu_products` mapping
     flavor name to the `nvidia.com/gpu.product` value it selects.
     """
     kueue_api = "/apis/kueue.x-k8s.io/v1beta2"
     owner = {"app.kubernetes.io/managed-by": "kubernetes-control-plane"}
-    objects = release_objects("kueue", KUEUE_VERSION) + release_objects("jobset", JOBSET_VERSION)
-    for obj in objects:
-        if obj["kind"] == "CustomResourceDefinition":
-            api.put_object(
-                f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{obj['metadata']['name']}",
-                obj,
-            )
+    for name in (*crds.KUEUE, crds.JOBSET):  # the real CRDs at the tags (see the docstring)
+        api.put_object(
+            f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}", crds.shared(name)
+        )
     api.put_object(f"{kueue_api}/cohorts/gpu-k8s", {"metadata": {"labels": owner}, "spec": {}})
     for name, value in (("low", 100), ("normal", 1000), ("high", 10000)):
         api.put_object(
