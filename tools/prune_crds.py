@@ -58,9 +58,15 @@ SOURCES = {
 
 
 def prune(node: Any) -> Any:
-    """The node without `description` keys, at any depth."""
+    """The node without its schemas' `description` texts, at any depth.
+
+    Only the text is dropped: a property named `description` (WorkloadPriorityClass has
+    one) is a schema, a mapping, and stays.
+    """
     if isinstance(node, dict):
-        return {k: prune(v) for k, v in node.items() if k != "description"}
+        return {
+            k: prune(v) for k, v in node.items() if not (k == "description" and isinstance(v, str))
+        }
     if isinstance(node, list):
         return [prune(v) for v in node]
     return node

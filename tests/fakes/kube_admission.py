@@ -1544,6 +1544,12 @@ def typed_patch_errors(
     node = node_of(raw)
     if value is None or (node.preserve and not node.properties and node.additional is None):
         return []
+    if not (node.types or node.properties or node.int_or_string) and (
+        node.additional is None and node.items is None
+    ):
+        # a schema with no type is kube-openapi's `__untyped_deduced_` (pkg/schemaconv): any
+        # scalar, list or map, e.g. a CRD's JSONSchemaPropsOrBool `additionalProperties`
+        return []
     if isinstance(value, dict):
         return _typed_map(node, value, node_of, root)
     if isinstance(value, list):
