@@ -1876,10 +1876,13 @@ def _additional_properties(raw: dict, path: str, level: str, errors: list[FieldE
 
 
 def _metadata_schema(raw: dict, path: str, level: str, errors: list[FieldError]) -> None:
-    """validateStructuralMetadataInvariants: metadata only at the root, name/generateName."""
+    """validateStructuralMetadataInvariants: the root's metadata names name/generateName only.
+
+    A `metadata` property deeper down (a JobSet's Job and pod templates) is any other field;
+    "must not be specified in a nested context" is validateNestedValueValidation's, for
+    `metadata` under allOf/anyOf/oneOf/not, which this fake does not read.
+    """
     if level != "root":
-        detail = "must not be specified in a nested context"
-        errors.append(FieldError("Forbidden", path, detail=detail))
         return
     if raw.get("type", "object") != "object":
         errors.append(FieldError("Invalid value", f"{path}.type", raw["type"], "must be object"))
