@@ -1464,14 +1464,28 @@ class SchemaFindings:
             self.invalid.append((path, error))
 
 
+_FINDINGS: dict[tuple[str, str, str], SchemaFindings] = {}
+_LARGE = 4096  # bytes of JSON from which a body's findings are kept (a CRD: ~10 ms a check)
+
+
 def check_builtin(api_version: str, kind: str, obj: dict) -> SchemaFindings | None:
-    """Check `obj` against the kind's strict schema (None: no schema for the kind)."""
+    """Check `obj` against the kind's strict schema (None: no schema for the kind).
+
+    The findings of a large body are kept per process, by its exact JSON text: the same
+    CustomResourceDefinition is applied on many hooks of many tests.
+    """
     validator = builtin_validator(api_version, kind)
     if validator is None:
         return None
+    text = json.dumps(obj)
+    key = (api_version, kind, text)
+    if len(text) >= _LARGE and key in _FINDINGS:
+        return _FINDINGS[key]
     found = SchemaFindings()
     for error in validator.iter_errors(obj):
         found.add(error)
+    if len(text) >= _LARGE and len(_FINDINGS) < 512:
+        _FINDINGS[key] = found
     return found
 
 
