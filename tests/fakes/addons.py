@@ -10,9 +10,15 @@ mutating and validating webhook configurations, and for Kueue the visibility API
 Kueue's manager configuration is the shipped one in substance (Configuration
 `config.kueue.x-k8s.io/v1beta2`, `waitForPodsReady` absent, which v0.19 defaults to on
 with a 30m timeout, the JobSet integration listed).
-It is far smaller than the real asset (CRD schemas that keep every field instead of declaring
-each one, fewer RBAC rules): the charm treats the objects generically, so their kinds, names
-and nesting are what matters.
+It is smaller than the real asset (fewer RBAC rules, no conversion webhook): the charm treats
+the objects generically, so their kinds, names and nesting are what matters. The CRDs of
+the kinds the control plane writes (Cohort, ResourceFlavor, WorkloadPriorityClass) are the
+real ones at the tags (`fakes.crds`, tests/fixtures/crds/), so the fake API server validates
+what the control plane writes as the cluster would; JobSet's, Workload's, ClusterQueue's and
+LocalQueue's, which it never writes, are stand-ins that keep every field in the manifest it
+parses on each hook (the real ones are 0.75 MB, ~1 s of libyaml per parse).
+`install_kueue`, which puts into a test's API server what the control plane leaves, puts
+all seven real CRDs: a test's JobSet or queue is validated against its real schema.
 
 `calico_objects()` is Calico's `calico.yaml` (projectcalico/calico manifests/ at v3.32.1):
 its ConfigMap, calico-node DaemonSet and kube-controllers Deployment as upstream wrote them
@@ -41,7 +47,7 @@ from typing import Any
 
 import yaml
 
-from fakes import kueue_visibility
+from fakes import crds, kueue_visibility
 from fakes.tls import make_server_cert
 
 EFS_CSI_VERSION = "v3.4.1"
@@ -55,8 +61,8 @@ def efs_csi_file(name: str) -> bytes:
     return (EFS_CSI_DIR / name).read_bytes()
 
 
-JOBSET_VERSION = "v0.12.0"
-KUEUE_VERSION = "v0.19.2"
+JOBSET_VERSION = crds.JOBSET_VERSION
+KUEUE_VERSION = crds.KUEUE_VERSION
 CALICO_VERSION = "v3.32.1"
 CALICO_FIXTURE = Path(__file__).parent.parent / "fixtures" / "calico"
 # name -> (version, the file's name)
@@ -65,6 +71,8 @@ RELEASES = {
     "kueue": (KUEUE_VERSION, "manifests.yaml"),
     "calico": (CALICO_VERSION, "calico.yaml"),
 }
+# the kinds whose real CRD the served manifest carries: those the control plane writes
+_WRITTEN_BY_CONTROL_PLANE = ("ResourceFlavor", "Cohort", "WorkloadPriorityClass")
 _KUEUE_KINDS = (
     ("ResourceFlavor", "resourceflavors", "Cluster"),
     ("Cohort", "cohorts", "Cluster"),
@@ -208,19 +216,21 @@ def release_objects(name: str, version: str) -> list[dict[str, Any]]:
     namespace = f"{name}-system"
     sa = f"{name}-controller-manager"
     if name == "jobset":
-        crds = [crd("jobset.x-k8s.io", "JobSet", "jobsets", "Namespaced", ["v1alpha2"])]
+        definitions = [crd("jobset.x-k8s.io", "JobSet", "jobsets", "Namespaced", ["v1alpha2"])]
         config = "apiVersion: config.jobset.x-k8s.io/v1alpha1\nkind: Configuration\n"
         group = "jobset.x-k8s.io"
     else:
-        crds = [
-            crd("kueue.x-k8s.io", kind, plural, scope, ["v1beta1", "v1beta2"])
+        definitions = [
+            crds.crd(f"{plural}.kueue.x-k8s.io")
+            if kind in _WRITTEN_BY_CONTROL_PLANE
+            else crd("kueue.x-k8s.io", kind, plural, scope, ["v1beta1", "v1beta2"])
             for kind, plural, scope in _KUEUE_KINDS
         ]
         config = KUEUE_CONFIG
         group = "kueue.x-k8s.io"
     objects: list[dict[str, Any]] = [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
-        *crds,
+        *definitions,
         {
             "apiVersion": "v1",
             "kind": "ServiceAccount",
@@ -292,7 +302,7 @@ def calico_objects() -> list[dict[str, Any]]:
     fixture = (CALICO_FIXTURE / f"calico-{CALICO_VERSION}-workloads.yaml").read_text()
     config, node, controllers = (d for d in yaml.safe_load_all(fixture) if d)
     group = "crd.projectcalico.org"
-    crds = [
+    calico_crds = [
         crd(group, kind, plural, "Cluster", ["v1"])
         for kind, plural in (
             ("FelixConfiguration", "felixconfigurations"),
@@ -336,17 +346,19 @@ def calico_objects() -> list[dict[str, Any]]:
             for sa in accounts
         ),
         config,
-        *crds,
+        *calico_crds,
         *rbac,
         node,
         controllers,
     ]
 
 
+@functools.cache
 def release_manifest(name: str, version: str) -> bytes:
     """The release asset's bytes: the objects as `---`-separated YAML documents."""
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's, as the charm parses
     objects = calico_objects() if name == "calico" else release_objects(name, version)
-    return yaml.safe_dump_all(objects, sort_keys=False).encode()
+    return yaml.dump_all(objects, Dumper=dumper, sort_keys=False).encode()
 
 
 class ManifestServer:
@@ -426,7 +438,7 @@ class ManifestServer:
 def install_kueue(api: Any, gpu_products: dict[str, str] | None = None) -> None:
     """Put into a fake API server what the control plane leaves once JobSet and Kueue run.
 
-    Their CRDs (from `release_objects`), and the cluster-wide objects the control plane
+    Their CRDs (the real ones, `fakes.crds`), and the cluster-wide objects the control plane
     applies (kubernetes-control-plane kueue.cluster_objects): the cohort `gpu-k8s`, the
     priorities, the `cpu` flavor and one flavor per GPU model, `gpu_products` mapping
     flavor name to the `nvidia.com/gpu.product` value it selects.
@@ -434,13 +446,10 @@ def install_kueue(api: Any, gpu_products: dict[str, str] | None = None) -> None:
     kueue_api = "/apis/kueue.x-k8s.io/v1beta2"
     owner = {"app.kubernetes.io/managed-by": "kubernetes-control-plane"}
     kueue_visibility.serve(api)  # kueue-controller-manager serves it (VisibilityOnDemand)
-    objects = release_objects("kueue", KUEUE_VERSION) + release_objects("jobset", JOBSET_VERSION)
-    for obj in objects:
-        if obj["kind"] == "CustomResourceDefinition":
-            api.put_object(
-                f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{obj['metadata']['name']}",
-                obj,
-            )
+    for name in (*crds.KUEUE, crds.JOBSET):  # the real CRDs at the tags (see the docstring)
+        api.put_object(
+            f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}", crds.shared(name)
+        )
     api.put_object(f"{kueue_api}/cohorts/gpu-k8s", {"metadata": {"labels": owner}, "spec": {}})
     for name, value in (("low", 100), ("normal", 1000), ("high", 10000)):
         api.put_object(

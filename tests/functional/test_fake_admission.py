@@ -282,6 +282,21 @@ def widgets(work: Kube) -> Kube:
     return work
 
 
+def test_the_real_kueue_and_jobset_crds_apply_server_side(kube: Kube):
+    """What the control plane does with the releases' CRDs (`kubectl apply --server-side`).
+
+    Their schemas nest `additionalProperties: {type: string}` and `items` schemas, which the
+    CRD kind's own schema leaves untyped (JSONSchemaPropsOrBool, JSONSchemaPropsOrArray):
+    structured-merge-diff takes any value there (kube-openapi pkg/schemaconv's
+    `__untyped_deduced_`), where the fake once answered 500 "field not declared in schema".
+    """
+    from fakes import crds
+
+    for name in (crds.JOBSET, *crds.KUEUE):
+        applied = kube.apply(crds.crd(name), field_manager="kubectl")
+        assert applied["spec"]["versions"] == crds.crd(name)["spec"]["versions"]
+
+
 def test_a_crd_schema_must_be_structural(work: Kube):
     """apiextensions-apiserver pkg/apiserver/schema/validation.go: a type at each node."""
     schema = {"type": "object", "properties": {"spec": {"properties": {"size": {}}}}}

@@ -307,6 +307,8 @@ def test_the_job_manifest_is_valid_kubernetes():
     from claims import Owner
     from storage import claim_spec
 
+    from fakes.kube_admission import KUBERNETES_VERSION
+
     owner = Owner(APP, "0b9a4e1c-5f0a-4c5e-8a5f-2d7f1f3b7c11")
     spec = claim_spec(
         owner,
@@ -320,7 +322,7 @@ def test_the_job_manifest_is_valid_kubernetes():
         directory_owner=(1000, 1000),
     )
     job = directories.job_manifest(owner, spec, namespace=APP, image="busybox:1.37.0")
-    kubernetes_validate.validate(job, "1.33", strict=True)
+    kubernetes_validate.validate(job, KUBERNETES_VERSION, strict=True)
     assert len(job["metadata"]["name"]) <= 63
 
 

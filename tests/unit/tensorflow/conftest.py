@@ -98,9 +98,22 @@ def tf_grant():
     return consumer_grant("tensorflow", NS, NAMESPACED_RULES, cluster_rules(NS))
 
 
+def unknown_fields(api: FakeKubeApiServer) -> list[tuple[str, str, str]]:
+    """The writes whose fields the server dropped as undeclared (its Warning headers)."""
+    return [w for w in api.warnings if "unknown field" in w[2]]
+
+
 @pytest.fixture
 def api():
-    """The cluster; the charm's kubeconfig holds the token of the grant it asked for."""
+    """The cluster; the charm's kubeconfig holds the token of the grant it asked for.
+
+    Every object written over HTTP is decoded and validated as kube-apiserver 1.36 does
+    (fakes/kube_admission.py: built-in kinds against kubernetes-validate's 1.36 schemas,
+    JobSet and Kueue objects against their real CRDs, `fakes.crds`): a wrong type, enum
+    or missing field is refused there. The charm's client sends no fieldValidation, so an
+    undeclared field is dropped with a warning, as on a cluster; afterwards no write of the
+    test may have lost one (a test that writes one on purpose clears `api.warnings`).
+    """
     with FakeKubeApiServer() as server:
         server.put_object(f"/api/v1/namespaces/{NS}", {"metadata": {"name": NS}})
         # A team's namespace enforces Pod Security restricted, as the grant labels it (issue
@@ -122,6 +135,7 @@ def api():
         # the cohort is sized once nodes join (add_nodes)
         join_team(server, NS, sized=False)
         yield server
+        assert unknown_fields(server) == []
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ from conftest import NS, add_nodes, jobset, node, role_spec, run_action
 from ops import testing
 
 import charm
+from fakes.kube_admission import KUBERNETES_VERSION
 from fakes.kubelet import ProcessKubelet
 from fakes.web import FileServer
 
@@ -183,7 +184,7 @@ def test_s3_credentials_reach_the_import_pod_and_nothing_else(ctx, state, api):
         sent["metadata"] = {
             k: v for k, v in manifest["metadata"].items() if k in ("name", "namespace", "labels")
         }
-        kubernetes_validate.validate(sent, "1.33", strict=True)
+        kubernetes_validate.validate(sent, KUBERNETES_VERSION, strict=True)
 
     # unset: the Secret goes
     out = ctx.run(ctx.on.config_changed(), with_creds)

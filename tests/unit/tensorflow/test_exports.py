@@ -16,6 +16,8 @@ import readme_examples
 from conftest import NS, add_nodes, node, run_action
 from ops import testing
 
+from fakes.kube_admission import KUBERNETES_VERSION
+
 JOBS = f"/apis/batch/v1/namespaces/{NS}/jobs/"
 CONFIGMAPS = f"/api/v1/namespaces/{NS}/configmaps/"
 
@@ -76,7 +78,7 @@ def test_export_runs_the_trainer_over_the_checkpoints_and_reports_the_version(
         sent["metadata"] = {
             k: v for k, v in manifest["metadata"].items() if k in ("name", "namespace", "labels")
         }
-        kubernetes_validate.validate(sent, "1.33", strict=True)
+        kubernetes_validate.validate(sent, KUBERNETES_VERSION, strict=True)
 
     # again later: the finished Job makes way for a new one
     run_action(ctx, state, "export", job="mnist")
@@ -145,7 +147,7 @@ def test_fetch_model_says_how_to_copy_the_highest_version_out(ctx, state, cluste
             **{k: v for k, v in job.items() if k != "status"},
             "metadata": {k: job["metadata"][k] for k in ("name", "namespace", "labels")},
         },
-        "1.33",
+        KUBERNETES_VERSION,
         strict=True,
     )
 
@@ -240,7 +242,7 @@ def test_fetch_model_uploads_the_version_to_s3_with_the_secret_keys_only_in_the_
         sent["metadata"] = {
             k: v for k, v in manifest["metadata"].items() if k in ("name", "namespace", "labels")
         }
-        kubernetes_validate.validate(sent, "1.33", strict=True)
+        kubernetes_validate.validate(sent, KUBERNETES_VERSION, strict=True)
 
     # again: the objects are there, nothing is overwritten, the failed Job goes
     with pytest.raises(

@@ -27,7 +27,8 @@ from params import (
 from placement import never_fits
 from progress import eta_seconds, format_duration, parse_progress, resumed_step, sparkline
 
-from fakes.jobset_schema import validate_jobset
+from fakes.crds import validate_jobset
+from fakes.kube_admission import KUBERNETES_VERSION
 
 CHARM_DIR = Path(__file__).resolve().parents[3] / "charms" / "tensorflow"
 CTX = manifests.Context(
@@ -166,9 +167,9 @@ def test_only_workers_need_gpus_in_ps_jobs():
 def test_every_manifest_is_valid_kubernetes(req):
     for manifest in [*manifests.manifests(req, CTX, CODE), manifests.purge_job(req.job, CTX)]:
         if manifest["kind"] == "JobSet":
-            validate_jobset(manifest)  # JobSet v1alpha2 subset + each Job as batch/v1
+            validate_jobset(manifest)  # JobSet v0.12.0's CRD and its webhook's create checks
         else:
-            kubernetes_validate.validate(manifest, "1.33", strict=True)
+            kubernetes_validate.validate(manifest, KUBERNETES_VERSION, strict=True)
 
 
 def test_the_longest_job_name_makes_valid_jobset_names():

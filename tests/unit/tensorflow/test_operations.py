@@ -23,6 +23,7 @@ from conftest import (
 from ops import testing
 
 import charm
+from fakes.kube_admission import KUBERNETES_VERSION
 from fakes.kube_grants import service_account_path
 
 JOBS = f"/apis/batch/v1/namespaces/{NS}/jobs/"
@@ -407,7 +408,7 @@ def test_stop_with_purge_starts_a_cleanup_job(ctx, running, api, controller):
     assert not purge["spec"].get("suspend")
     manifest = {k: v for k, v in purge.items() if k != "status"}
     manifest["metadata"] = {k: purge["metadata"][k] for k in ("name", "namespace", "labels")}
-    kubernetes_validate.validate(manifest, "1.33", strict=True)
+    kubernetes_validate.validate(manifest, KUBERNETES_VERSION, strict=True)
     assert results["data"] == "being removed by Job mnist-purge"
 
 

@@ -16,8 +16,10 @@ import queues
 from conftest import NS, add_nodes, control_plane_reads, node, run_action
 from ops import testing
 
+from fakes import crds
 from fakes.addons import join_team
 from fakes.batch import BatchControllers
+from fakes.kube_admission import KUBERNETES_VERSION
 
 KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
 CQ = f"{KUEUE}/clusterqueues/team-tensorflow"
@@ -174,10 +176,13 @@ def test_the_queue_objects_are_valid_kueue_objects():
             for r in flavor["resources"]:
                 params.quantity(r["nominalQuota"])
     assert set(lq["spec"]) == {"clusterQueue"}
+    # and against Kueue v0.19.2's CRDs, as the API server validates them (fakes/crds.py)
+    crds.validate(cq)
+    crds.validate(lq)
     # metadata and names as the API server validates any object
     for obj in (cq, lq):
         shell = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": obj["metadata"]}
-        kubernetes_validate.validate(shell, "1.33", strict=True)
+        kubernetes_validate.validate(shell, KUBERNETES_VERSION, strict=True)
 
 
 # -- two teams share the cohort (issue 29 item 6) -------------------------------------------

@@ -18,6 +18,7 @@ from conftest import NS, add_nodes, node, run_action
 from ops import testing
 
 from fakes.addons import size_cohort
+from fakes.kube_admission import KUBERNETES_VERSION
 from fakes.tf_serving import FakeTfServing
 
 DEPLOYMENTS = f"/apis/apps/v1/namespaces/{NS}/deployments/"
@@ -69,7 +70,7 @@ def test_serve_waits_for_the_model_sends_a_sample_and_says_how_to_reach_it(
     deployment = api.get_object(DEPLOYMENTS + "mnist-serving")
     service = api.get_object(SERVICES + "mnist-serving")
     for manifest in (deployment, service):
-        kubernetes_validate.validate(_sent(manifest), "1.33", strict=True)
+        kubernetes_validate.validate(_sent(manifest), KUBERNETES_VERSION, strict=True)
         # not a job's object: stop and JobSet's TTL leave it alone
         assert "gpu-k8s.io/job" not in manifest["metadata"]["labels"]
     container = deployment["spec"]["template"]["spec"]["containers"][0]

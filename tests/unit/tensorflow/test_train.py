@@ -23,6 +23,7 @@ from conftest import (
 from ops import testing
 
 from fakes.addons import join_team
+from fakes.kube_admission import KUBERNETES_VERSION
 
 MANAGED = "app.kubernetes.io/managed-by"
 JOB_LABEL = "gpu-k8s.io/job"
@@ -64,7 +65,7 @@ def test_train_creates_every_object_labelled_and_valid(ctx, state, api, controll
         assert obj["metadata"]["labels"][MANAGED] == "tensorflow"
         assert obj["metadata"]["labels"][JOB_LABEL] == "mnist"
         if obj["kind"] in ("ConfigMap", "Deployment", "Service"):
-            kubernetes_validate.validate(_strip(obj), "1.33", strict=True)
+            kubernetes_validate.validate(_strip(obj), KUBERNETES_VERSION, strict=True)
     js = jobset(api, "mnist")
     assert js["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "training"
     assert js["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "normal"
