@@ -14,6 +14,7 @@ tests/unit/kubernetes_worker.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -827,7 +828,7 @@ def test_every_metric_the_charms_and_launchers_make_feeds_a_rule_or_a_panel():
     # the unit-state rules every charm ships from the lib (unit_state.RULES)
     lib = (ROOT / "lib/charms/gpu_k8s/v0/unit_state.py").read_text()
     for expr in re.findall(r'"expr":\s*(\'[^\']*\'|"[^"]*")', lib):
-        read |= metric_names(expr[1:-1])
+        read |= metric_names(ast.literal_eval(expr)[1:-1])
     assert not (_charm_gauges() | _launcher_metrics()) - read
 
 

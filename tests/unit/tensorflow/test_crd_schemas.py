@@ -19,7 +19,6 @@ import urllib.request
 import manifests
 import params
 import pytest
-import queues
 from conftest import CLAIM, JOBSETS, NS, unknown_fields
 
 from fakes import crds
@@ -101,8 +100,10 @@ def test_a_failure_rule_without_a_name_is_422(api):
 
 
 def test_a_wrong_type_in_a_kueue_object_is_422(api):
-    flavors = [{"metadata": {"name": "cpu"}, "spec": {}}]
-    cq, _ = queues.team_objects("tf", NS, flavors, queues.Quotas())
+    from charm_modules import load  # the control plane writes a team's ClusterQueue
+
+    kueue = load("kubernetes-control-plane", "kueue")
+    cq = kueue.team_queue(kueue.Team("other"), [])  # (the fixture's team-<NS> exists)
     cq["spec"]["queueingStrategy"] = "Fastest"
     code, status = _post(api, "/apis/kueue.x-k8s.io/v1beta2/clusterqueues", cq)
     assert code == 422
