@@ -536,3 +536,40 @@ def test_the_workers_token_exists_only_while_a_unit_joins(ctx, bootstrapped, api
     fresh = token_secret(out, "kubernetes-worker/1").latest_content["token"]
     assert fresh not in (first, secret(out, PEER_LABEL).latest_content["token"])
     assert _status_with(api, fresh) == 403 and _status_with(api, first) == 401
+
+
+def test_upgrade_replaces_the_token_every_worker_unit_could_read(ctx, bootstrapped, api):
+    """Issue 29 item 2: earlier revisions kept the workers' token in the relation-wide secret.
+
+    The first hook of this revision removes that secret (every revision of it), publishes
+    a join secret without a token, and replaces the token itself (the old one is deleted:
+    401), which the joining unit alone now reads.
+    """
+    rel = workers_relation({0: identity_bag("w0"), 1: {}})
+    out = ctx.run(ctx.on.relation_joined(rel, remote_unit=1), with_relation(bootstrapped, rel))
+    old = token_secret(out, "kubernetes-worker/1").latest_content["token"]
+    # as an earlier revision left it: the token in the secret granted to the whole relation
+    legacy = testing.Secret(
+        {"token": old},
+        label="kubernetes-cluster-join",
+        owner="app",
+        remote_grants={rel.id: {"kubernetes-worker"}},
+    )
+    bag = {**out.get_relation(rel.id).local_app_data, "join-secret-id": legacy.id}
+    bag.pop("join-tokens")
+    earlier = dataclasses.replace(out.get_relation(rel.id), local_app_data=bag)
+    state = dataclasses.replace(
+        out,
+        relations=[r for r in out.relations if r.id != rel.id] + [earlier],
+        secrets=[s for s in out.secrets if s.label.startswith("control-plane")] + [legacy],
+    )
+    assert _status_with(api, old) == 403
+
+    out = ctx.run(ctx.on.upgrade_charm(), state)
+
+    assert legacy.id not in [s.id for s in out.secrets]
+    assert "token" not in secret(out, JOIN_LABEL).latest_content
+    new = token_secret(out, "kubernetes-worker/1")
+    assert new.remote_grants == {rel.id: {"kubernetes-worker/1"}}
+    assert new.latest_content["token"] != old
+    assert _status_with(api, old) == 401 and _status_with(api, new.latest_content["token"]) == 403
