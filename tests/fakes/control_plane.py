@@ -451,7 +451,7 @@ def node(
 # -- ops.testing state builders ------------------------------------------------------
 
 PEER_LABEL = "control-plane-join"
-JOIN_LABEL = "kubernetes-cluster-join"
+JOIN_LABEL = "kubernetes-cluster-join-shared"  # lib kubernetes_cluster SECRET_LABEL
 
 
 def peers(
@@ -502,6 +502,12 @@ def peer(state: testing.State) -> testing.PeerRelation:
 
 def secret(state: testing.State, label: str) -> testing.Secret:
     return next(s for s in state.secrets if s.label == label)
+
+
+def token_secret(state: testing.State, unit: str = "kubernetes-worker/0") -> testing.Secret:
+    """The secret that holds the workers' token for joining `unit` (granted to it alone)."""
+    # lib kubernetes_cluster UNIT_SECRET_PREFIX
+    return secret(state, "kubernetes-cluster-join-token-" + unit.replace("/", "-"))
 
 
 def leader_member_state(**kw) -> testing.State:

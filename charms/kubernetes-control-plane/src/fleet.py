@@ -15,7 +15,8 @@ The workers' bootstrap token is their own (never the control plane's join token)
 exists only while a related worker unit has not registered its node: the leader mints it
 (`WORKER_TOKEN_TTL_HOURS`) when such a unit appears, replaces it before it expires, and
 deletes it (`kubeadm token delete`, which deletes its `bootstrap-token-<id>` Secret) once
-every unit registered; the join secret then holds no token. Root on a joined worker reads
+every unit registered. Each joining unit reads it from a secret granted to that unit alone,
+removed once it registered (lib kubernetes_cluster.py). Root on a joined worker reads
 what that worker's agent may read, and a token that outlived the joins would let it have a
 client certificate approved for any node name (`literals.WORKER_TOKEN_TTL_HOURS`).
 
@@ -117,7 +118,9 @@ class Fleet:
         now = self._clock()
         if self.joining(peers):
             margin = datetime.timedelta(hours=TOKEN_ROTATION_MARGIN_HOURS)
-            if current and expires is not None and now < expires - margin:
+            # one an earlier revision left where every worker unit reads it is replaced
+            readable_by_all = self._workers.token_readable_by_all()
+            if current and expires is not None and now < expires - margin and not readable_by_all:
                 return current
             new = bootstrap.create_token(self._ctx.host, WORKER_TOKEN_TTL_HOURS)
             bag[WORKER_TOKEN_EXPIRES] = bootstrap.token_expiry(
@@ -168,6 +171,7 @@ class Fleet:
             version,
             token,
             kubeconfig,
+            joining=self.joining(peers),
             expire=expire,
             upgrade_turn=self._worker_turn(peers, control_plane_done),
             image_registry=config.image_registry,

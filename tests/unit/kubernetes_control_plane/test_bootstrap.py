@@ -302,7 +302,9 @@ def test_a_node_deletion_that_fails_does_not_strand_the_leaving_unit(machine, ca
     from charms.gpu_k8s.v0 import kubeclient
 
     real = kubeclient._retry
-    monkeypatch.setattr(kubeclient, "_retry", lambda retries, backoff, **kw: real(retries, 0.0, **kw))
+    monkeypatch.setattr(
+        kubeclient, "_retry", lambda retries, backoff, **kw: real(retries, 0.0, **kw)
+    )
     ctx, state, relation = three_units(machine, planned_units=2)
     state = dataclasses.replace(state, relations=[relation])
     api = machine.api

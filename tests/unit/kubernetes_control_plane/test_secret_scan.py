@@ -12,12 +12,12 @@ from ops import testing
 
 from fakes.control_plane import (
     ADMIN_TOKEN,
-    JOIN_LABEL,
     kube_api_relation,
     leader_member_state,
     peer,
     peers,
     secret,
+    token_secret,
     worker_bag,
     workers_relation,
 )
@@ -57,7 +57,7 @@ def test_no_secret_value_in_logs_statuses_results_or_databags(ctx, machine, api,
     consumer_label = f"kube-api-{consumer.id}"
     consumer_tokens = [_kubeconfig_token(secret(out, consumer_label))]
     clock.advance(hours=23, minutes=30)  # token rotation and certificate re-upload
-    out = run(ctx.on.secret_expired(secret(out, JOIN_LABEL), revision=1), out)
+    out = run(ctx.on.secret_expired(token_secret(out, "kubernetes-worker/1"), revision=1), out)
     out = run(ctx.on.secret_rotate(secret(out, consumer_label)), out)  # the consumer's token
     consumer_tokens.append(_kubeconfig_token(secret(out, consumer_label)))
     assert consumer_tokens[0] != consumer_tokens[1]
@@ -103,4 +103,4 @@ def test_no_secret_value_in_logs_statuses_results_or_databags(ctx, machine, api,
     for value in values:
         assert value not in command_lines
     # and the values are where they belong
-    assert secret(out, JOIN_LABEL).latest_content["token"] == machine.tokens[-1]
+    assert token_secret(out, "kubernetes-worker/1").latest_content["token"] == machine.tokens[-1]

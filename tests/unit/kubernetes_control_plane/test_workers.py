@@ -19,6 +19,7 @@ from fakes.control_plane import (
     peer,
     peers,
     secret,
+    token_secret,
     worker_bag,
     workers_relation,
 )
@@ -42,23 +43,29 @@ def test_workers_get_public_data_in_databag_and_token_in_granted_secret(ctx, boo
 
     bag = out.get_relation(rel.id).local_app_data
     join = secret(out, JOIN_LABEL)
+    unit_token = token_secret(out, "kubernetes-worker/1")
     assert bag == {
         "endpoint": "https://127.0.0.1:6444",
         "api-servers": '["192.0.2.0:6443"]',
         "ca-cert-hash": peer(out).local_app_data["ca-cert-hash"],
         "join-secret-id": join.id,
+        "join-tokens": json.dumps({"kubernetes-worker/1": unit_token.id}),
         "kubernetes-version": "1.36",
     }
     content = join.latest_content
-    # unit 1 has not registered a node: the workers' own token (never the control plane's)
-    assert content["token"] != secret(out, PEER_LABEL).latest_content["token"]
-    assert content["token"] not in json.dumps(bag)
     assert join.remote_grants == {rel.id: {"kubernetes-worker"}}
+    # unit 1 has not registered a node: the workers' own token (never the control plane's),
+    # in a secret granted to unit 1 alone (issue 29 item 2), never in the shared one
+    assert "token" not in content
+    token = unit_token.latest_content["token"]
+    assert token != secret(out, PEER_LABEL).latest_content["token"]
+    assert token not in json.dumps(bag)
+    assert unit_token.remote_grants == {rel.id: {"kubernetes-worker/1"}}
     # the secret expires an hour before the token does
     token_expires = datetime.datetime.fromisoformat(
         peer(out).local_app_data["worker-token-expires"]
     )
-    assert join.expire == token_expires - datetime.timedelta(hours=1)
+    assert unit_token.expire == token_expires - datetime.timedelta(hours=1)
     # the worker kubeconfig carries the ServiceAccount token the API server issued
     config = yaml.safe_load(content["kubeconfig"])
     sa_secret = api.get_object("/api/v1/namespaces/kube-system/secrets/gpu-k8s-worker-token")
@@ -251,15 +258,15 @@ def test_token_rotates_on_secret_expired(ctx, bootstrapped, machine, clock):
     # a unit that has not registered its node (w0 joins): the workers' two-hour token
     rel = workers_relation({0: {}, 1: worker_bag("w1")})
     out = ctx.run(ctx.on.relation_changed(rel, remote_unit=1), with_relation(bootstrapped, rel))
-    old = secret(out, JOIN_LABEL).latest_content["token"]
+    old = token_secret(out).latest_content["token"]
     kubeconfig = secret(out, JOIN_LABEL).latest_content["kubeconfig"]
     control_plane = secret(out, PEER_LABEL).latest_content["token"]
 
     clock.advance(hours=1, minutes=1)
-    join = secret(out, JOIN_LABEL)
+    join = token_secret(out)
     out = ctx.run(ctx.on.secret_expired(join, revision=1), out)
 
-    new = secret(out, JOIN_LABEL).latest_content["token"]
+    new = token_secret(out).latest_content["token"]
     assert new != old
     assert secret(out, JOIN_LABEL).latest_content["kubeconfig"] == kubeconfig
     assert secret(out, PEER_LABEL).latest_content["token"] == control_plane  # its own
@@ -272,8 +279,9 @@ def test_token_rotates_on_secret_expired(ctx, bootstrapped, machine, clock):
     )
     expires = datetime.datetime.fromisoformat(peer(out).local_app_data["worker-token-expires"])
     assert expires == clock.now + datetime.timedelta(hours=2)
-    assert secret(out, JOIN_LABEL).expire == expires - datetime.timedelta(hours=1)
-    assert out.get_relation(rel.id).local_app_data["join-secret-id"] == join.id
+    assert token_secret(out).expire == expires - datetime.timedelta(hours=1)
+    tokens = json.loads(out.get_relation(rel.id).local_app_data["join-tokens"])
+    assert tokens == {"kubernetes-worker/0": join.id}
 
 
 def test_token_not_rotated_before_due_and_rotated_on_update_status_when_past(
@@ -414,13 +422,13 @@ def test_secret_expired_removes_the_revision_it_replaced(ctx, bootstrapped, mach
     rel = workers_relation({0: {}})  # a unit joining: the workers' token is in the secret
     out = ctx.run(ctx.on.relation_joined(rel, remote_unit=0), with_relation(bootstrapped, rel))
     clock.advance(hours=1, minutes=1)
-    out = ctx.run(ctx.on.secret_expired(secret(out, JOIN_LABEL), revision=1), out)
+    out = ctx.run(ctx.on.secret_expired(token_secret(out), revision=1), out)
     # the hook that rotated wrote revision 2; Juju commits it when the hook ends
     assert ctx.removed_secret_revisions == []
-    assert secret(out, JOIN_LABEL).latest_content["token"] in machine.live_tokens
+    assert token_secret(out).latest_content["token"] in machine.live_tokens
     # Juju fires secret-expired again for revision 1, which is replaced now: it goes
     tokens = len(machine.tokens)
-    out = ctx.run(ctx.on.secret_expired(secret(out, JOIN_LABEL), revision=1), out)
+    out = ctx.run(ctx.on.secret_expired(token_secret(out), revision=1), out)
     assert ctx.removed_secret_revisions == [1]
     assert len(machine.tokens) == tokens  # and nothing rotated twice
 
@@ -428,7 +436,7 @@ def test_secret_expired_removes_the_revision_it_replaced(ctx, bootstrapped, mach
 def test_secret_expired_before_the_token_is_due_keeps_the_revision(ctx, bootstrapped):
     rel = workers_relation({0: {}})  # a unit joining: the workers' token is in the secret
     out = ctx.run(ctx.on.relation_joined(rel, remote_unit=0), with_relation(bootstrapped, rel))
-    ctx.run(ctx.on.secret_expired(secret(out, JOIN_LABEL), revision=1), out)
+    ctx.run(ctx.on.secret_expired(token_secret(out), revision=1), out)
     # nothing replaced revision 1 (the clock says the token is not due): Juju fires again
     assert ctx.removed_secret_revisions == []
 
@@ -494,7 +502,7 @@ def test_the_workers_token_exists_only_while_a_unit_joins(ctx, bootstrapped, api
     """
     rel = workers_relation({0: {}})
     out = ctx.run(ctx.on.relation_joined(rel, remote_unit=0), with_relation(bootstrapped, rel))
-    first = secret(out, JOIN_LABEL).latest_content["token"]
+    first = token_secret(out).latest_content["token"]
     assert first != secret(out, PEER_LABEL).latest_content["token"]
     assert _status_with(api, first) == 403  # authenticated as system:bootstrap:<id>
     assert "--ttl 2h --description gpu-k8s join token --kubeconfig" in "\n".join(
@@ -513,6 +521,8 @@ def test_the_workers_token_exists_only_while_a_unit_joins(ctx, bootstrapped, api
         f"bootstrap-token-{secret(out, PEER_LABEL).latest_content['token'][:6]}"
     ]
     assert "token" not in secret(out, JOIN_LABEL).latest_content
+    # its secret is gone with all its revisions (issue 29 item 2)
+    assert [s.label for s in out.secrets if s.label.startswith("kubernetes-cluster-join-t")] == []
     assert "worker-token-expires" not in peer(out).local_app_data
     assert out.unit_status.name == "active"
 
@@ -523,7 +533,7 @@ def test_the_workers_token_exists_only_while_a_unit_joins(ctx, bootstrapped, api
         out, relations=[r for r in out.relations if r.id != rel.id] + [more]
     )
     out = ctx.run(ctx.on.relation_joined(more, remote_unit=1), state)
-    fresh = secret(out, JOIN_LABEL).latest_content["token"]
+    fresh = token_secret(out, "kubernetes-worker/1").latest_content["token"]
     assert fresh not in (first, secret(out, PEER_LABEL).latest_content["token"])
     assert _status_with(api, fresh) == 403 and _status_with(api, first) == 401
 
@@ -590,3 +600,40 @@ def test_a_quarantine_list_that_is_not_gpu_uuids_is_a_worker_problem(ctx, bootst
     out = join_workers(ctx, bootstrapped, rel, None)
     assert "gpu-quarantine" in out.unit_status.message
     assert not (api.get_object("/api/v1/nodes/w0").get("spec") or {}).get("taints")
+
+
+def test_upgrade_replaces_the_token_every_worker_unit_could_read(ctx, bootstrapped, api):
+    """Issue 29 item 2: earlier revisions kept the workers' token in the relation-wide secret.
+
+    The first hook of this revision removes that secret (every revision of it), publishes
+    a join secret without a token, and replaces the token itself (the old one is deleted:
+    401), which the joining unit alone now reads.
+    """
+    rel = workers_relation({0: identity_bag("w0"), 1: {}})
+    out = ctx.run(ctx.on.relation_joined(rel, remote_unit=1), with_relation(bootstrapped, rel))
+    old = token_secret(out, "kubernetes-worker/1").latest_content["token"]
+    # as an earlier revision left it: the token in the secret granted to the whole relation
+    legacy = testing.Secret(
+        {"token": old},
+        label="kubernetes-cluster-join",
+        owner="app",
+        remote_grants={rel.id: {"kubernetes-worker"}},
+    )
+    bag = {**out.get_relation(rel.id).local_app_data, "join-secret-id": legacy.id}
+    bag.pop("join-tokens")
+    earlier = dataclasses.replace(out.get_relation(rel.id), local_app_data=bag)
+    state = dataclasses.replace(
+        out,
+        relations=[r for r in out.relations if r.id != rel.id] + [earlier],
+        secrets=[s for s in out.secrets if s.label.startswith("control-plane")] + [legacy],
+    )
+    assert _status_with(api, old) == 403
+
+    out = ctx.run(ctx.on.upgrade_charm(), state)
+
+    assert legacy.id not in [s.id for s in out.secrets]
+    assert "token" not in secret(out, JOIN_LABEL).latest_content
+    new = token_secret(out, "kubernetes-worker/1")
+    assert new.remote_grants == {rel.id: {"kubernetes-worker/1"}}
+    assert new.latest_content["token"] != old
+    assert _status_with(api, old) == 401 and _status_with(api, new.latest_content["token"]) == 403

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import ops
@@ -9,7 +10,10 @@ import pytest
 from ops import testing
 
 from charms.gpu_k8s.v0.kubernetes_cluster import (
+    LEGACY_SECRET_LABEL,
+    RECORD_LABEL,
     SECRET_LABEL,
+    UNIT_SECRET_PREFIX,
     ClusterProvider,
     ClusterRequirer,
     GpuInfo,
@@ -142,7 +146,8 @@ def test_provider_drops_the_kubeconfig_from_the_secret_when_given_none():
         mgr.charm.workers.publish(*args)
         out = mgr.run()
     sec = next(s for s in out.secrets if s.label == SECRET_LABEL)
-    assert sec.latest_content == {"token": TOKEN}
+    # no unit joins, so the token goes nowhere (issue 29 item 2: never in the join secret)
+    assert sec.latest_content == {"joining": "none"}
 
 
 def test_requirer_publishes_node_and_inventory_only_when_changed():
@@ -188,6 +193,11 @@ def test_provider_publishes_and_grants_and_skips_bad_workers():
     sec = next(s for s in out.secrets if s.label == SECRET_LABEL)
     assert sec.remote_grants == {rel.id: {"w"}}
     assert len([s for s in out.secrets if s.label == SECRET_LABEL]) == 1  # none from the refusals
+    # the token: w/2 has not registered a node, and only w/2 may read it
+    assert "token" not in sec.latest_content
+    (token,) = [s for s in out.secrets if s.label.startswith(UNIT_SECRET_PREFIX)]
+    assert token.latest_content == {"token": TOKEN}
+    assert token.remote_grants == {rel.id: {"w/2"}}
 
 
 def test_provider_without_a_joining_unit_publishes_no_token():
@@ -354,3 +364,180 @@ def test_gpu_inventory_carries_the_pci_device_and_mig_capacities_for_mig_parted(
     assert (info.pci_device_id, info.mig_profiles) == ("2330", h100["mig-profiles"])
     with pytest.raises(ValueError):
         GpuInfo.model_validate({**h100, "pci-device-id": "0x2330"})
+
+
+# -- the token reaches the joining unit alone (issue 29 item 2) ------------------------
+
+
+def juju_readable(secrets, relation_id: int, unit: str) -> list[testing.Secret]:
+    """The secrets of `secrets` (the control plane's) that Juju lets worker `unit` read.
+
+    A unit reads a secret granted to it or to its application (juju apiserver/facades/
+    agent/secretsmanager SecretsManagerAPI.canRead: the unit's access, then its
+    application's); ops.testing records a grant as the unit's or the application's name
+    in `remote_grants` (scenario mocking.py secret_grant).
+    """
+    app = unit.split("/")[0]
+    return [
+        testing.Secret(s.latest_content, id=s.id)
+        for s in secrets
+        if s.remote_grants.get(relation_id, set()) & {unit, app}
+    ]
+
+
+def worker_view(cp_out: testing.State, rel: testing.Relation, unit: str, own: dict):
+    """What worker `unit` reads of the control plane's output (its databag is `own`)."""
+    number = int(unit.split("/")[1])
+    cluster = testing.Relation(
+        "cluster",
+        remote_app_name="cp",
+        remote_app_data=cp_out.get_relation(rel.id).local_app_data,
+        local_unit_data=own,
+    )
+    secrets = juju_readable(cp_out.secrets, rel.id, unit)
+    ctx = testing.Context(Worker, meta=WORKER_META, unit_id=number)
+    state = testing.State(relations=[cluster], secrets=secrets)
+    with ctx(ctx.on.update_status(), state) as mgr:
+        material, problem = mgr.charm.cluster.join_material(), mgr.charm.cluster.problem()
+        ids = json.loads(cluster.remote_app_data.get("join-tokens", "{}"))
+        others = {}
+        for name, secret_id in ids.items():
+            try:
+                others[name] = mgr.charm.model.get_secret(id=secret_id).get_content()["token"]
+            except ops.SecretNotFoundError:
+                others[name] = None
+    return material, problem, others
+
+
+def cp_publish(state: testing.State, token: str = TOKEN, **kwargs) -> testing.State:
+    ctx = testing.Context(ControlPlane, meta=CP_META)
+    with ctx(ctx.on.update_status(), state) as mgr:
+        mgr.charm.workers.publish("https://127.0.0.1:6444", SERVERS, HASH, "1.36", token, **kwargs)
+        return mgr.run()
+
+
+def test_only_a_joining_unit_reads_the_token_and_a_joined_one_needs_none():
+    """Issue 29 item 2: root on a joined worker cannot read the token another unit joins with.
+
+    worker/0 registered its node, worker/1 and worker/2 join at once: each joining unit
+    has the token in a secret granted to it alone (both granted in one hook: a secret
+    each), the join secret every unit reads holds none, and worker/0 reads no token, by
+    its own secret or anyone's. Once worker/1 registered, its secret is gone with all its
+    revisions and it goes on without a token.
+    """
+    units = {0: {"node-name": "n0"}, 1: {}, 2: {}}
+    rel = testing.Relation("workers", remote_app_name="worker", remote_units_data=units)
+    out = cp_publish(testing.State(leader=True, relations=[rel]))
+
+    shared = next(s for s in out.secrets if s.label == SECRET_LABEL)
+    assert shared.latest_content == {"joining": "none"}
+    assert shared.remote_grants == {rel.id: {"worker"}}
+    grants = {
+        s.label: s.remote_grants for s in out.secrets if s.label.startswith(UNIT_SECRET_PREFIX)
+    }
+    assert grants == {
+        UNIT_SECRET_PREFIX + "worker-1": {rel.id: {"worker/1"}},
+        UNIT_SECRET_PREFIX + "worker-2": {rel.id: {"worker/2"}},
+    }
+
+    material, problem, others = worker_view(out, rel, "worker/0", {"node-name": "n0"})
+    assert problem is None and material.token == ""
+    assert others == {"worker/1": None, "worker/2": None}  # SecretNotFoundError: no grant
+    material, problem, others = worker_view(out, rel, "worker/1", {})
+    assert problem is None and material.token == TOKEN
+    assert others == {"worker/1": TOKEN, "worker/2": None}
+
+    registered = dataclasses.replace(
+        out.get_relation(rel.id), remote_units_data={**units, 1: {"node-name": "n1"}}
+    )
+    out = cp_publish(dataclasses.replace(out, relations=[registered]))
+    labels = sorted(s.label for s in out.secrets)
+    assert labels == [SECRET_LABEL, UNIT_SECRET_PREFIX + "worker-2", RECORD_LABEL]
+    # the control plane's own record of the token is granted to no one
+    assert next(s for s in out.secrets if s.label == RECORD_LABEL).remote_grants == {}
+    assert list(json.loads(out.get_relation(rel.id).local_app_data["join-tokens"])) == ["worker/2"]
+    material, problem, others = worker_view(out, rel, "worker/1", {"node-name": "n1"})
+    assert problem is None and material.token == ""
+    assert others == {"worker/2": None}
+
+    # the last one registered: no token secret at all, and the map goes
+    done = dataclasses.replace(
+        out.get_relation(rel.id),
+        remote_units_data={**units, 1: {"node-name": "n1"}, 2: {"node-name": "n2"}},
+    )
+    out = cp_publish(dataclasses.replace(out, relations=[done]), token="")
+    assert [s.label for s in out.secrets] == [SECRET_LABEL]
+    assert "join-tokens" not in out.get_relation(rel.id).local_app_data
+
+
+def test_a_registered_unit_without_access_to_its_token_goes_on():
+    """The control plane removes a registered unit's secret: no access is no token then.
+
+    A unit that has not registered waits for access instead (the grant comes with the
+    databag's next change).
+    """
+    gone = testing.Secret({"token": TOKEN})  # its ID, in no state: no access
+    shared = testing.Secret({"joining": "none"})
+    bag = provider_bag(shared.id, **{"join-tokens": json.dumps({"worker/0": gone.id})})
+    joined = testing.Relation("cluster", remote_app_data=bag, local_unit_data={"node-name": "n0"})
+    material, problem = requirer_view(testing.State(relations=[joined], secrets=[shared]))
+    assert problem is None and material.token == ""
+    joining = testing.Relation("cluster", remote_app_data=bag)
+    material, problem = requirer_view(testing.State(relations=[joining], secrets=[shared]))
+    assert material is None and problem == "waiting for access to this unit's join token"
+    material, problem = requirer_view(testing.State(relations=[joining], secrets=[shared, gone]))
+    assert problem is None and material.token == TOKEN
+
+
+def test_upgrade_removes_the_join_secret_every_unit_could_read():
+    """Earlier revisions kept the token in the join secret granted to the whole relation.
+
+    The first publish removes that secret with all its revisions (no worker unit reads
+    the token there any more) and publishes a new one, without a token, under another
+    label; `token_readable_by_all` says so until then, for the caller to replace the
+    token itself.
+    """
+    legacy = testing.Secret(
+        {"token": TOKEN, "kubeconfig": "kubeconfig-text"},
+        label=LEGACY_SECRET_LABEL,
+        owner="app",
+        remote_grants={1: {"worker"}},
+    )
+    rel = testing.Relation(
+        "workers",
+        id=1,
+        remote_app_name="worker",
+        remote_units_data={0: {"node-name": "n0"}, 1: {}},
+        local_app_data=provider_bag(legacy.id, **{"kubernetes-version": "1.36"}),
+    )
+    state = testing.State(leader=True, relations=[rel], secrets=[legacy])
+    ctx = testing.Context(ControlPlane, meta=CP_META)
+    with ctx(ctx.on.update_status(), state) as mgr:
+        assert mgr.charm.workers.token_readable_by_all()
+        assert mgr.charm.workers.published_token() == TOKEN
+        new = "ghijkl.0123456789abcdef"
+        mgr.charm.workers.publish(
+            "https://127.0.0.1:6444", SERVERS, HASH, "1.36", new, "kubeconfig-text"
+        )
+        assert not mgr.charm.workers.token_readable_by_all()
+        assert mgr.charm.workers.published_token() == new
+        out = mgr.run()
+
+    assert legacy.id not in [s.id for s in out.secrets]
+    shared = next(s for s in out.secrets if s.label == SECRET_LABEL)
+    assert shared.latest_content == {"joining": "none", "kubeconfig": "kubeconfig-text"}
+    assert out.get_relation(rel.id).local_app_data["join-secret-id"] == shared.id
+    assert shared.remote_grants == {rel.id: {"worker"}}
+    _, problem, others = worker_view(out, rel, "worker/0", {"node-name": "n0"})
+    assert problem is None and others == {"worker/1": None}
+    material, _, _ = worker_view(out, rel, "worker/1", {})
+    assert material.token == new and material.kubeconfig == "kubeconfig-text"
+
+
+def test_a_broken_relation_takes_its_units_token_secrets_with_it():
+    """Its databag is gone with it: the control plane's own record finds the secrets."""
+    rel = testing.Relation("workers", remote_app_name="worker", remote_units_data={0: {}})
+    out = cp_publish(testing.State(leader=True, relations=[rel]))
+    assert UNIT_SECRET_PREFIX + "worker-0" in [s.label for s in out.secrets]
+    out = cp_publish(dataclasses.replace(out, relations=[]), token="")
+    assert [s.label for s in out.secrets] == [SECRET_LABEL]

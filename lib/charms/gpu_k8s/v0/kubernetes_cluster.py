@@ -8,16 +8,24 @@ databag the cluster's control-plane endpoint, the API servers behind it, the has
 CA certificate, the Kubernetes version and the ID of a Juju secret. The endpoint is the
 node-local API proxy (`api_proxy.ENDPOINT`): a worker points its own proxy at
 `api-servers` before it joins, so it keeps reaching the cluster when any one
-control-plane machine is gone. The secret (owned by the control-plane application and
-granted to every `workers` relation) holds what must stay secret: the bootstrap `token`
-for `kubeadm join`, only while a related worker unit is joining (the control plane deletes
-the token once every unit registered its node, and the secret's content is then
-`{"joining": "none"}`: a joined worker needs no token, and root on it finds none; see
-`ClusterProvider.publish`), and, only while a related worker unit has not said `node-identity`, a
-`kubeconfig` for the `gpu-k8s-worker` ServiceAccount that workers of earlier revisions use
-to label, drain and validate their node. Once every worker unit acts as its kubelet the
-control plane deletes that ServiceAccount and its grant and the secret holds the token
-alone; a worker reads the kubeconfig if there is one and needs none.
+control-plane machine is gone.
+
+The bootstrap `token` for `kubeadm join` travels in a secret of its own for each worker
+unit that has not registered its node (`join-tokens` maps those units to their secrets'
+IDs), granted to that unit alone (Juju hook command `secret-grant --unit`: "Optionally
+specify a unit name to limit access to just that unit") and removed with all its
+revisions once the unit registered: while a unit joins, only that unit's agent can read
+the token, and a joined worker needs none (root on it finds none; see
+`ClusterProvider.publish`). The join secret (`join-secret-id`, owned by the control-plane
+application and granted to every `workers` relation) holds no token (its content is
+`{"joining": "none"}`) and, only while a related worker unit has not said
+`node-identity`, a `kubeconfig` for the `gpu-k8s-worker` ServiceAccount that workers of
+earlier revisions use to label, drain and validate their node. Once every worker unit
+acts as its kubelet the control plane deletes that ServiceAccount and its grant; a worker
+reads the kubeconfig if there is one and needs none. Control planes of earlier revisions
+kept the token in the join secret itself, which every worker unit could read: a worker
+still reads it there, and a control plane of this revision removes that secret (all its
+revisions) and publishes a new one without the token, under another label.
 
 Each worker unit (`ClusterRequirer`, endpoint `cluster`) publishes its node name, the
 Kubernetes minor it runs and, when it has NVIDIA GPUs, their inventory.
@@ -46,6 +54,7 @@ Provider databag (application):
     api-servers: '["10.0.0.1:6443", "10.0.0.2:6443", "10.0.0.3:6443"]'
     ca-cert-hash: sha256:<64 hex>
     join-secret-id: secret://<model>/<id>
+    join-tokens: '{"kubernetes-worker/4": "secret://<model>/<id>"}'   # only while units join
     kubernetes-version: "1.36"
     upgrade-turn: kubernetes-worker/3     # only while workers upgrade, one at a time
     image-registry: registry.example.com:5000/mirror   # only when the operator set one
@@ -85,6 +94,7 @@ import datetime
 import json
 import logging
 import re
+from collections.abc import Collection
 from typing import Any, Literal
 
 import ops
@@ -95,11 +105,19 @@ from charms.gpu_k8s.v0.databag import Databag, Endpoint, explain, write
 
 LIBID = "5f724584087c4f3caa6d95ea68f42ceb"
 LIBAPI = 0
-LIBPATCH = 14
+LIBPATCH = 15
 
 logger = logging.getLogger(__name__)
 
-SECRET_LABEL = "kubernetes-cluster-join"
+SECRET_LABEL = "kubernetes-cluster-join-shared"
+# The join secret of earlier revisions, which held the token (`ClusterProvider._join_secret`)
+LEGACY_SECRET_LABEL = "kubernetes-cluster-join"
+# The label of a joining unit's token secret: this prefix and its unit name with "-" for
+# "/" (Juju application names have a letter in every dash-separated part, unit numbers
+# none, so no two units share a label: juju/names application.go applicationSnippet).
+UNIT_SECRET_PREFIX = "kubernetes-cluster-join-token-"
+# The control plane's own record of the token and of each unit's token secret (no grant)
+RECORD_LABEL = "kubernetes-cluster-workers-token"
 # The join secret's content while no worker unit is joining: no token (Juju secret content
 # may not be empty: ops Secret._validate_content).
 IDLE_CONTENT = {"joining": "none"}
@@ -183,6 +201,8 @@ class ProviderAppData(Databag):
     api_servers: list[str] = pydantic.Field(alias="api-servers", min_length=1)
     ca_cert_hash: str = pydantic.Field(alias="ca-cert-hash")
     join_secret_id: str = pydantic.Field(alias="join-secret-id", min_length=1)
+    # the token secret of each unit of this relation that has not registered its node
+    join_tokens: dict[str, str] | None = pydantic.Field(default=None, alias="join-tokens")
     kubernetes_version: str = pydantic.Field(alias="kubernetes-version")
     upgrade_turn: str | None = pydantic.Field(default=None, alias="upgrade-turn")
     image_registry: str | None = pydantic.Field(default=None, alias="image-registry")
@@ -208,6 +228,16 @@ class ProviderAppData(Databag):
                 return json.loads(value)
             except json.JSONDecodeError:
                 raise ValueError("must be a JSON list of host:port") from None
+        return value
+
+    @pydantic.field_validator("join_tokens", mode="before")
+    @classmethod
+    def _tokens_json(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                return json.loads(value)
+            except json.JSONDecodeError:
+                raise ValueError("must be a JSON object of unit names to secret IDs") from None
         return value
 
     @pydantic.field_validator("api_servers")
@@ -353,6 +383,7 @@ class ClusterProvider(Endpoint):
         token: str,
         kubeconfig: str = "",
         *,
+        joining: Collection[str] | None = None,
         expire: datetime.datetime | None = None,
         upgrade_turn: str | None = None,
         image_registry: str = "",
@@ -361,16 +392,25 @@ class ClusterProvider(Endpoint):
     ) -> ops.Secret:
         """Publish join material to every related worker application (leader only).
 
-        `token` is "" while no worker unit is joining: the secret then holds no token
-        (`IDLE_CONTENT`). The secret is granted to the relation, which is every unit of the
-        remote application (Juju hook command `secret-grant`: "By default, all units of
-        the related application are granted access"), so a joining unit's token is
-        readable by every worker unit's agent for as long as it exists.
+        `token` is "" while no worker unit is joining. `joining` names the related units
+        that have not registered their node (None: those whose databag has no node name):
+        each gets the token in a secret of its own, granted to that unit alone (Juju hook
+        command `secret-grant --unit`), and listed under `join-tokens`; a unit no longer
+        joining (registered, departed) loses its secret, all revisions removed, so a
+        joined unit's agent reads no token, and a unit reads no other's. One secret per
+        unit rather than one secret granted to several units: Juju keeps one pending grant
+        per secret and relation in a hook (juju worker/uniter/runner/context/secrets.go
+        secretsChangeRecorder.grant), so a second unit's grant in the same hook would
+        replace the first's.
 
-        The secret is created once; its content (and `expire`) changes only when the
-        token or kubeconfig changed (an empty `kubeconfig` is left out of it: the shared
-        worker grant is gone); it is granted to relations that do not carry its
-        ID yet. Returns the secret so the caller can remember its ID.
+        The join secret, granted to the relation (every unit of the remote application),
+        holds no token: `IDLE_CONTENT` and the shared worker `kubeconfig` when there is
+        one. The join secret of earlier revisions, which held the token, is removed with
+        all its revisions (`_join_secret`).
+
+        Secrets are created once; their content (and `expire`, for the token's) changes
+        only when it differs; grants are made when the databag does not carry the
+        secret's ID yet. Returns the join secret so the caller can remember its ID.
 
         Raises:
             ValueError: a value does not fit the interface (nothing is published).
@@ -394,38 +434,148 @@ class ClusterProvider(Endpoint):
             ProviderAppData.model_validate(fields)  # before anything is created
         except pydantic.ValidationError as e:
             raise ValueError(explain(e)) from None
-        content = {"token": token} if token else dict(IDLE_CONTENT)
-        content.update({"kubeconfig": kubeconfig} if kubeconfig else {})
+        secret = self._join_secret(
+            {**IDLE_CONTENT, **({"kubeconfig": kubeconfig} if kubeconfig else {})}
+        )
+        secret_id = secret.id or secret.get_info().id
+        before = _token_map(self._record().get("secrets"))
+        issued: dict[str, str] = {}
+        for relation in self.relations:
+            data = relation.data[self.charm.app]
+            tokens = self._grant_tokens(relation, token, joining, expire)
+            issued.update(tokens)
+            bag = ProviderAppData.model_validate(
+                {**fields, "join-secret-id": secret_id, "join-tokens": tokens or None}
+            ).dump()
+            if data.get("join-secret-id") != secret_id:
+                secret.grant(relation)
+            write(data, bag, remove=list(data))
+        for name, unit_secret in before.items():
+            if issued.get(name) != unit_secret:  # registered, departed, relation gone
+                _remove(self.model, unit_secret)
+                logger.info("removed the join token secret of %s", name)
+        self._keep_record(token, issued)
+        return secret
+
+    def _record(self) -> dict[str, str]:
+        """The current token and the units' token secrets, as `_keep_record` wrote them."""
+        try:
+            return self.model.get_secret(label=RECORD_LABEL).peek_content()
+        except ops.SecretNotFoundError:
+            return {}
+
+    def _keep_record(self, token: str, issued: dict[str, str]) -> None:
+        """Remember the token and every unit's token secret, whatever the databags say.
+
+        A secret of this application's own, granted to no one: a relation's databag is
+        gone when it breaks, and its units' secrets must still go (and the token be
+        known, for the caller to delete it).
+        """
+        content = {"token": token, "secrets": json.dumps(issued, sort_keys=True)}
+        try:
+            record = self.model.get_secret(label=RECORD_LABEL)
+            if not token:
+                record.remove_all_revisions()
+            elif record.peek_content() != content:
+                record.set_content(content)
+        except ops.SecretNotFoundError:
+            if token:
+                self.charm.app.add_secret(
+                    content, label=RECORD_LABEL, description="the workers' token (no grant)"
+                )
+
+    def _join_secret(self, content: dict[str, str]) -> ops.Secret:
+        """The join secret with `content`; the one of earlier revisions is removed.
+
+        That one (`LEGACY_SECRET_LABEL`) held the token, readable by every worker unit's
+        agent: it goes with all its revisions, and a new secret under another label takes
+        its place (a new label: Juju creates a hook's secrets before it removes any,
+        juju apiserver/facades/agent/uniter CommitHookChanges, and labels are unique per
+        owner).
+        """
+        try:
+            self.model.get_secret(label=LEGACY_SECRET_LABEL).remove_all_revisions()
+            logger.info("removed the join secret of earlier revisions (it held the token)")
+        except ops.SecretNotFoundError:
+            pass
         try:
             secret = self.model.get_secret(label=SECRET_LABEL)
             if secret.peek_content() != content:
                 secret.set_content(content)
-                if expire is not None and token:
-                    secret.set_info(expire=expire)
+            return secret
         except ops.SecretNotFoundError:
-            secret = self.charm.app.add_secret(
+            return self.charm.app.add_secret(
                 content,
                 label=SECRET_LABEL,
-                description="kubeadm bootstrap token (and, for older workers, a kubeconfig)",
-                expire=expire,
+                description="the shared worker kubeconfig of earlier revisions (no token)",
             )
-        secret_id = secret.id or secret.get_info().id
-        bag = ProviderAppData.model_validate({**fields, "join-secret-id": secret_id}).dump()
-        for relation in self.relations:
-            data = relation.data[self.charm.app]
-            if data.get("join-secret-id") != secret_id:
-                secret.grant(relation)
-            write(data, bag, remove=list(data))
-        return secret
+
+    def _grant_tokens(
+        self,
+        relation: ops.Relation,
+        token: str,
+        joining: Collection[str] | None,
+        expire: datetime.datetime | None,
+    ) -> dict[str, str]:
+        """Each joining unit's token secret, granted to it alone; the others' removed.
+
+        Returns the `join-tokens` map of this relation: unit name to secret ID.
+        """
+        granted = _token_map(relation.data[self.charm.app].get("join-tokens"))
+        units = [
+            u
+            for u in sorted(relation.units, key=lambda u: u.name)
+            if (
+                u.name in joining if joining is not None else not relation.data[u].get("node-name")
+            )
+        ]
+        tokens: dict[str, str] = {}
+        for unit in units if token else []:
+            content = {"token": token}
+            label = UNIT_SECRET_PREFIX + unit.name.replace("/", "-")
+            try:
+                secret = self.model.get_secret(label=label)
+                if secret.peek_content() != content:
+                    secret.set_content(content)
+                    if expire is not None:
+                        secret.set_info(expire=expire)
+            except ops.SecretNotFoundError:
+                secret = self.charm.app.add_secret(
+                    content,
+                    label=label,
+                    description=f"kubeadm bootstrap token for {unit.name} while it joins",
+                    expire=expire,
+                )
+            secret_id = secret.id or secret.get_info().id
+            if granted.get(unit.name) != secret_id:
+                secret.grant(relation, unit=unit)
+            tokens[unit.name] = secret_id
+        return tokens
 
     def published_token(self) -> str:
-        """The bootstrap token the join secret holds now ("" when none or no secret)."""
+        """The bootstrap token the workers can read now ("" when none).
+
+        The join secret's of earlier revisions while it stands, else the joining units'.
+        """
+        for label in (LEGACY_SECRET_LABEL, RECORD_LABEL):
+            try:
+                token = self.model.get_secret(label=label).peek_content().get("token", "")
+            except ops.SecretNotFoundError:
+                continue
+            if TOKEN_PATTERN.match(token):
+                return token
+        return ""
+
+    def token_readable_by_all(self) -> bool:
+        """Whether the join secret of earlier revisions (every worker unit reads it) holds a token.
+
+        The next `publish` removes that secret; the caller should replace the token too,
+        since every worker unit's agent could read it.
+        """
         try:
-            content = self.model.get_secret(label=SECRET_LABEL).peek_content()
+            return "token" in self.model.get_secret(label=LEGACY_SECRET_LABEL).peek_content()
         except ops.SecretNotFoundError:
-            return ""
-        token = content.get("token", "")
-        return token if TOKEN_PATTERN.match(token) else ""
+            return False
 
     def read_worker(
         self, relation: ops.Relation, unit: ops.Unit
@@ -476,11 +626,31 @@ class ClusterProvider(Endpoint):
         return list(self._problems)
 
     def clear(self) -> None:
-        """Remove the join secret (when the control plane is being removed)."""
-        try:
-            self.model.get_secret(label=SECRET_LABEL).remove_all_revisions()
-        except ops.SecretNotFoundError:
-            pass
+        """Remove the join secret and the token secrets (the control plane is being removed)."""
+        for secret_id in _token_map(self._record().get("secrets")).values():
+            _remove(self.model, secret_id)
+        for label in (SECRET_LABEL, LEGACY_SECRET_LABEL, RECORD_LABEL):
+            try:
+                self.model.get_secret(label=label).remove_all_revisions()
+            except ops.SecretNotFoundError:
+                pass
+
+
+def _token_map(text: str | None) -> dict[str, str]:
+    """The `join-tokens` this side wrote ({} when none or unreadable)."""
+    try:
+        value = json.loads(text or "{}")
+    except json.JSONDecodeError:
+        return {}
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
+
+
+def _remove(model: ops.Model, secret_id: str) -> None:
+    """Remove a secret this application owns, with all its revisions (gone already: fine)."""
+    try:
+        model.get_secret(id=secret_id).remove_all_revisions()
+    except ops.SecretNotFoundError:
+        pass
 
 
 class ClusterRequirer(Endpoint):
@@ -504,11 +674,17 @@ class ClusterRequirer(Endpoint):
             return None, f"control plane databag: {explain(e)}"
         try:
             content = self.model.get_secret(id=bag.join_secret_id).get_content(refresh=True)
-        except ops.SecretNotFoundError:
+        except (ops.SecretNotFoundError, ops.ModelError):
             return None, "waiting for access to the control plane's join secret"
-        except ops.ModelError:
-            return None, "waiting for access to the control plane's join secret"
-        token = content.get("token", "")
+        token = content.get("token", "")  # where control planes of earlier revisions put it
+        mine = (bag.join_tokens or {}).get(self.charm.unit.name)
+        # a unit that registered its node (it publishes the name once joined) needs no
+        # token: the control plane removes its secret, and it does not read it meanwhile
+        if not token and mine and not relation.data[self.charm.unit].get("node-name"):
+            try:
+                token = self.model.get_secret(id=mine).get_content(refresh=True).get("token", "")
+            except (ops.SecretNotFoundError, ops.ModelError):
+                return None, "waiting for access to this unit's join token"
         if token and not TOKEN_PATTERN.match(token):  # no token: no unit is joining
             return None, "control plane join secret is incomplete (token)"
         return (
