@@ -34,6 +34,7 @@ OPS_COMPONENTS = {
         "fleet",
         "membership",
         "renewal",
+        "runtime_turns",
         "upgrades",
     },
     "kubernetes-worker": {"reboot_turns"},
