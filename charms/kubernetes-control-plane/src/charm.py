@@ -564,7 +564,8 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         if not hook.ctx.joined():
             self._join(config, hook)
             notes, self._blocked_lines = hook.renewal.reconcile(leader=False)  # first read
-            return notes
+            runtime_notes, self._waiting_lines = hook.runtime.reconcile(leader=False)
+            return notes + runtime_notes
         self._configure_api_proxy(hook)
         hook.upgrades.take_turn(config, hook.peers)
         self._mark_member(hook)

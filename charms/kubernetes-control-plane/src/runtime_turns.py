@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from typing import NamedTuple
 
 import rolling
@@ -159,7 +159,7 @@ class RuntimeTurns:
         bag = self._peers.app
         if bag.get(UPGRADE_TURN) or bag.get(RENEWAL_TURN):
             return bag.get(RUNTIME_TURN)
-        units = {self._ctx.unit: self._peers.mine}
+        units: dict[str, Mapping[str, str]] = {self._ctx.unit: self._peers.mine}
         units.update({m.name: m.data for m in self._peers.joined()})
         waiting = rolling.wanting(
             {unit: bool(data.get(RUNTIME_PENDING)) for unit, data in units.items()}
