@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bootstrap
 import pytest
+import renewal
 import runtime_turns
 from context import UnitContext
 from ops import testing
@@ -267,3 +268,16 @@ def test_a_member_says_what_is_pending_while_it_waits(ctx, machine, api, clock):
     assert peer(out).local_unit_data["runtime-updates"] == f'{{"runc": "{RUNC_FIX}"}}'
     assert f"containerd/runc security update pending: runc {RUNC_FIX}" in out.unit_status.message
     assert machine.dpkg["runc"] != RUNC_FIX
+
+
+def test_no_renewal_turn_while_a_runtime_turn_is_out(planes, clock):
+    planes.app["runtime-turn"] = unit(1)
+    planes.units[2]["certificates-renewal"] = "true"
+    view = Peers(planes.app, unit(0), planes.units[0], {unit(j): planes.units[j] for j in (1, 2)})
+    ctx = UnitContext(planes.machines[0].machine.host(), unit(0), True, "cp-0", "10.0.0.5", None)
+    turns = renewal.Renewal(ctx, view, {}, ready=lambda: True, clock=clock, days=30)
+
+    assert turns.pass_turn() is None
+    assert "certificate-renewal-turn" not in planes.app
+    del planes.app["runtime-turn"]
+    assert turns.pass_turn() == unit(2)
