@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import datetime
+import hashlib
 import json
 import re
 import secrets
@@ -924,6 +925,12 @@ def etcd_manifest(name: str, address: str) -> str:
 class FakeCrictl:
     """`crictl ps` and `crictl exec` into the etcd static pod's container.
 
+    crictl asks containerd's CRI socket: while the containerd service is not active it
+    fails as cri-tools does when it cannot connect (cmd/crictl/main.go, the runtime
+    service's "validate service connection" error).
+    `crictl ps --name=^NAME$ --state=Running --quiet` lists the container of each static
+    pod kubelet runs (`FakeKubelet`): kubelet names a static pod's container as its
+    manifest does, kubeadm after the component (phases/controlplane/manifests.go).
     The etcd container runs while kubelet runs the etcd static pod (`FakeKubelet`). Its
     image (registry.k8s.io/etcd) carries etcdctl and etcdutl; the pod mounts the data
     directory and /etc/kubernetes/pki/etcd at the host's paths (kubeadm
@@ -951,10 +958,30 @@ class FakeCrictl:
     def _running(self) -> bool:
         return self.etcd is not None and "etcd" in self.kubelet.running
 
+    def _container(self, name: str) -> str | None:
+        if name in self.kubelet.running and name == "etcd":
+            return ETCD_CONTAINER
+        if name in self.kubelet.running:
+            return hashlib.sha256(name.encode()).hexdigest()
+        return None
+
     def command(self, argv: list[str], _input: str | None) -> str:
         args = [a for a in argv[1:] if not a.startswith("--runtime-endpoint")]
+        containerd = self.machine.services.get("containerd")
+        if containerd is not None and not containerd.active:
+            raise CommandError(
+                argv,
+                1,
+                "validate service connection: validate CRI v1 runtime API for endpoint "
+                '"unix:///run/containerd/containerd.sock": rpc error: code = Unavailable '
+                'desc = connection error: desc = "transport: Error while dialing: dial unix '
+                '/run/containerd/containerd.sock: connect: connection refused"',
+            )
         if args[:1] == ["ps"]:
-            return f"{ETCD_CONTAINER}\n" if self._running() else ""
+            names = [a.removeprefix("--name=") for a in args if a.startswith("--name=")]
+            name = names[0].removeprefix("^").removesuffix("$") if names else "etcd"
+            found = self._container(name)
+            return f"{found}\n" if found else ""
         if args[:2] != ["exec", ETCD_CONTAINER] or not self._running():
             raise CommandError(argv, 1, f'execing command in container "{args[1:2]}": not found')
         program, rest = args[2], args[3:]

@@ -65,6 +65,7 @@ from membership import Membership, etcd_problems
 from operator_actions import OperatorActions
 from peers import IMAGE_REGISTRY, POD_CIDR, SERVICE_CIDR, Peers
 from renewal import Renewal
+from runtime_turns import RuntimeTurns
 from upgrades import Upgrades, drain_node
 
 from charms.gpu_k8s.v0 import api_proxy, kubeadm
@@ -100,6 +101,7 @@ class _Hook:
     addons: Addons
     upgrades: Upgrades
     renewal: Renewal
+    runtime: RuntimeTurns
 
 
 class KubernetesControlPlaneCharm(ops.CharmBase):
@@ -126,7 +128,10 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         # _on_collect_status); status: the one [name, message] revisions before
         # 2026-11-27 kept, taken over once
         # certificates: this unit's certificate checks (renewal.py: last check, failures)
-        self._stored.set_default(left_cluster=False, statuses=None, status=None, certificates={})
+        # runtime: its containerd/runc update checks and turn (runtime_turns.py)
+        self._stored.set_default(
+            left_cluster=False, statuses=None, status=None, certificates={}, runtime={}
+        )
         if self._stored.status is not None:
             self._stored.statuses = self._stored.statuses or [list(self._stored.status)]
             self._stored.status = None
@@ -236,6 +241,16 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             addons=Addons(kube, self.url_opener),
             upgrades=Upgrades(ctx, kube, clock=self.drain_clock, sleep=self.drain_sleep),
             renewal=self._renewal(ctx, peers, config.certificate_renewal_days),
+            runtime=RuntimeTurns(
+                ctx,
+                peers,
+                self._stored.runtime,
+                kube,
+                wall_clock=lambda: self.clock().timestamp(),
+                upgrading=self._upgrading,
+                monotonic=self.drain_clock,
+                sleep=self.drain_sleep,
+            ),
         )
 
     def _renewal(self, ctx: UnitContext, peers: Peers, days: int) -> Renewal:
@@ -273,10 +288,14 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         statuses = Statuses(kube_refused_fix=ADMIN_REFUSED_FIX)
         notes: list[str] = []
         self._blocked_lines: list[str] = []
+        self._waiting_lines: list[str] = []
+        self._upgrading = isinstance(event, ops.UpgradeCharmEvent)
         with KubeSession(self.host) as kube, statuses.step():
             notes = self._reconcile(event, ctx, relation, peers, kube)
         for line in self._blocked_lines:
             statuses.add(ops.BlockedStatus(line))
+        for line in self._waiting_lines:
+            statuses.add(ops.WaitingStatus(line))
         self.cos.update(summary.scrape_jobs(ctx, peers), gauges=summary.gauges(ctx, peers))
         if not statuses.found:
             statuses.add(self._ready_status(ctx, peers, notes))
@@ -432,6 +451,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         upgrade = hook.upgrades.control_plane(config, peers)
         self._mark_member(hook)  # with the minor this node runs now
         cert_notes, cert_blocked = hook.renewal.reconcile(leader=True)
+        runtime_notes, self._waiting_lines = hook.runtime.reconcile(leader=True)
         membership.remove_departed_nodes(peers, hook.kube)
         membership.prune_etcd(peers, check=isinstance(event, ops.UpdateStatusEvent))
         added = hook.fleet.sync(peers, event)
@@ -445,7 +465,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         addons.apply_kube_state_metrics(config, bag, hook.ctx.node_name)
         addons.apply_node_metrics_access(bag)
         notes = [upgrade.note] if upgrade.note else []
-        notes += cni_notes + cert_notes
+        notes += cni_notes + cert_notes + runtime_notes
         rotating = isinstance(event, ops.SecretRotateEvent)
         rotate = relation_id_of(event.secret.label) if rotating else None
         notes += hook.access.serve_kube_api(peers, config.storage_provisioners, rotate=rotate)
@@ -486,11 +506,14 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         if not hook.ctx.joined():
             self._join(config, hook)
             notes, self._blocked_lines = hook.renewal.reconcile(leader=False)  # first read
-            return notes
+            runtime_notes, self._waiting_lines = hook.runtime.reconcile(leader=False)
+            return notes + runtime_notes
         self._configure_api_proxy(hook)
         hook.upgrades.take_turn(config, hook.peers)
         self._mark_member(hook)
         notes, self._blocked_lines = hook.renewal.reconcile(leader=False)
+        runtime_notes, self._waiting_lines = hook.runtime.reconcile(leader=False)
+        notes += runtime_notes
         hook.membership.help_joining_units(config, hook.peers)
         hook.access.reach(config, hook.peers, leader=False)
         return notes

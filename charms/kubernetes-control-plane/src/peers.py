@@ -9,13 +9,15 @@ hands it to the parts of the reconcile that read or write it.
 
 Two kinds of data live there:
 - the cluster's record in the application databag, which the leader writes when it
-  bootstraps the cluster (`membership.py`) and keeps (`cluster-version`, the upgrade turn);
-  other keys of that databag belong to the module that writes them (the add-ons in
-  `addons.py`, the grants in `access.py`, etcd's members in `membership.py`, the workers in
-  `registry.py` and `fleet.py`, node readiness in `cluster_info.py`);
+  bootstraps the cluster (`membership.py`) and keeps (`cluster-version`, the upgrade turn,
+  the containerd/runc update turn); other keys of that databag belong to the module that
+  writes them (the add-ons in `addons.py`, the grants in `access.py`, etcd's members in
+  `membership.py`, the workers in `registry.py` and `fleet.py`, node readiness in
+  `cluster_info.py`);
 - each control-plane unit's own databag: whether it joined, its node name, its API server
-  and its Kubernetes minor, and what it made while standing in for the leader (the time it
-  uploaded the certificates, a bootstrap token in a unit secret).
+  and its Kubernetes minor, the containerd/runc updates it waits to install, and what it
+  made while standing in for the leader (the time it uploaded the certificates, a
+  bootstrap token in a unit secret).
 
 What the charm asks of the other units (their API servers, their node names, their minors)
 is answered here as functions of that data and of this unit's own values, which the caller
@@ -38,6 +40,9 @@ CLUSTER_VERSION = "cluster-version"  # the minor the control plane runs (or move
 POD_CIDR = "pod-cidr"
 SERVICE_CIDR = "service-cidr"
 UPGRADE_TURN = "upgrade-turn"  # the control-plane unit that may upgrade now (rolling.py)
+# The control-plane unit that may drain its node to install containerd/runc updates now
+# (runtime_turns.py, the rolling.py pattern).
+RUNTIME_TURN = "runtime-turn"
 CLUSTER_RELEASE = "cluster-release"  # the full version the control plane runs ("1.36.5")
 IMAGE_REGISTRY = "image-registry"  # the registry kubeadm-config names (JSON), once synced
 # In the application databag (the leader's) and in a unit's (one standing in for it).
@@ -53,6 +58,9 @@ API_SERVER = "api-server"
 KUBERNETES_VERSION = "kubernetes-version"
 KUBERNETES_RELEASE = "kubernetes-release"  # the full version its control plane runs
 JOIN_TOKEN_SECRET_ID = "join-token-secret-id"  # a unit secret with a token it minted
+# {package: version} of containerd/runc updates its node waits to install (JSON); empty
+# when none (runtime_turns.py).
+RUNTIME_PENDING = "runtime-updates"
 
 
 def parse_time(text: str | None) -> datetime.datetime | None:

@@ -7,7 +7,8 @@ Each joined unit reads its certificates' expiry at most once an hour (`certifica
 and publishes the earliest in its peer databag, with whether it wants a renewal turn
 (within `certificate-renewal-days` of the expiry, or asked by the `renew-certificates`
 action). The leader hands the turn (`certificate-renewal-turn`, the `rolling.py` pattern)
-to one such unit at a time, itself first, and never while an upgrade turn is out: the
+to one such unit at a time, itself first, and never while an upgrade turn or a
+containerd/runc update turn (`runtime_turns.py`) is out: the
 unit renews, restarts its static pods and waits for its API server, so no two etcd
 members restart at once and etcd keeps its quorum.
 
@@ -26,7 +27,7 @@ from typing import NamedTuple
 import certificates
 import rolling
 from context import UnitContext
-from peers import UPGRADE_TURN, Peers
+from peers import RUNTIME_TURN, UPGRADE_TURN, Peers
 
 from charms.gpu_k8s.v0.databag import write
 
@@ -119,8 +120,9 @@ class Renewal:
     def pass_turn(self) -> str | None:
         """Give the turn to the first unit that wants one, this (leading) unit first."""
         bag = self._peers.app
-        if bag.get(UPGRADE_TURN):
-            return bag.get(RENEWAL_TURN)  # one node restarts at a time: the upgrade first
+        if bag.get(UPGRADE_TURN) or bag.get(RUNTIME_TURN):
+            # one node restarts at a time: the upgrade or the containerd update first
+            return bag.get(RENEWAL_TURN)
         waiting = [m.name for m in self._peers.joined() if m.data.get(WANTS_TURN) == "true"]
         waiting.sort(key=_unit_key)
         if self._peers.mine.get(WANTS_TURN) == "true":

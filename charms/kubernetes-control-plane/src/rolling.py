@@ -30,6 +30,11 @@ def pending(versions: Mapping[str, str | None], target: str) -> list[str]:
     return sorted(behind, key=_unit_key)
 
 
+def wanting(flags: Mapping[str, bool]) -> list[str]:
+    """Units that want a turn (their flag set), in unit-number order."""
+    return sorted((unit for unit, wants in flags.items() if wants), key=_unit_key)
+
+
 def turn(waiting: Sequence[str], current: str | None) -> str | None:
     """Who may upgrade now: the holder while it still waits, else the first waiting unit."""
     if current in waiting:

@@ -49,7 +49,6 @@ import node_identity
 import node_upgrade
 import nvidia
 import ops
-import runtime_updates
 import validation
 import worker
 from charm_config import WorkerConfig
@@ -447,13 +446,13 @@ class KubernetesWorkerCharm(ops.CharmBase):
     def _runtime_updates(
         self, host: Host, config: WorkerConfig, node: str, notes: list[ops.StatusBase]
     ) -> None:
-        """containerd/runc security updates (runtime_updates.py), in a drain turn.
+        """containerd/runc security updates (lib containerd.py), in a drain turn.
 
         A failed check is logged and asked again the next day; an update apt refuses
         keeps the node cordoned and the turn (Blocked), as a failed driver update does.
         """
         now, limit = self.wall_clock(), config.max_parallel_reboots
-        ask, refresh = runtime_updates.due(
+        ask, refresh = containerd.updates_due(
             self._stored.runtime_checked, now, upgrading=self._upgrading
         )
         if ask:
@@ -467,7 +466,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
         if not pending:
             self.turns.done(limit, RUNTIME)  # no longer needed, if it asked
             return
-        reason = runtime_updates.pending_message(pending)
+        reason = containerd.pending_message(pending)
         if not self.turns.request(reason, limit, RUNTIME) and not self._stored.runtime_cordoned:
             notes.append(ops.WaitingStatus(self.turns.waiting_message(reason, limit, RUNTIME)))
             return

@@ -19,3 +19,9 @@ def test_workers_get_the_lowest_control_plane_minor_while_they_differ():
     assert rolling.lowest({"cp/0": "1.37", "cp/1": "1.36", "cp/2": None}, "1.37") == "1.36"
     assert rolling.lowest({"cp/0": "1.10", "cp/1": "1.9"}, "1.10") == "1.9"
     assert rolling.lowest({"cp/0": None}, "1.37") == "1.37"
+
+
+def test_the_units_wanting_a_turn_in_unit_number_order():
+    flags = {"cp/10": True, "cp/2": True, "cp/3": False, "cp/0": True}
+    assert rolling.wanting(flags) == ["cp/0", "cp/2", "cp/10"]
+    assert rolling.wanting({"cp/1": False}) == []

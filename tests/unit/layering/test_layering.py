@@ -36,6 +36,7 @@ OPS_COMPONENTS = {
         "membership",
         "operator_actions",
         "renewal",
+        "runtime_turns",
         "upgrades",
     },
     "efs-storage": {"aws_access", "confinement", "operator_actions"},

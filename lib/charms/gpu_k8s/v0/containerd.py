@@ -26,7 +26,7 @@ from charms.gpu_k8s.v0.system import SYSTEMCTL, CommandError, Host
 
 LIBID = "d05ade75775e4907ae5bd11555f9b6b6"
 LIBAPI = 0
-LIBPATCH = 6
+LIBPATCH = 7
 
 # Ubuntu 24.04 (noble) series, pinned with apt preferences and held (see apt.py: the
 # archive keeps one version per pocket, so an exact pin breaks at the next update).
@@ -115,6 +115,30 @@ def pending_updates(host: Host, *, refresh: bool = True) -> dict[str, str]:
     except CommandError as e:
         raise apt.AptError(CONTAINERD_PACKAGE, e.last_line) from None
     return {m["name"]: m["new"] for m in _SIMULATED.finditer(out) if m["old"] != m["new"]}
+
+
+# How often a joined node asks apt for containerd/runc updates (`updates_due`): the
+# worker and the control plane both take what is pending in a drain turn. At most once a
+# day: the lists refresh and a simulated install cost seconds, and Ubuntu publishes
+# security fixes for these packages days apart at the most.
+CHECK_INTERVAL = 24 * 3600.0
+# upgrade-charm asks apt again, refreshing the lists unless they are this fresh (a second
+# upgrade-charm right after the first changes nothing on the machine).
+REFRESH_AFTER = 3600.0
+
+
+def updates_due(last_checked: float | None, now: float, *, upgrading: bool) -> tuple[bool, bool]:
+    """(ask apt now, refresh its lists first): a day since the last check, or upgrade-charm."""
+    age = None if last_checked is None else now - last_checked
+    if age is None or not 0 <= age < CHECK_INTERVAL:
+        return True, True
+    return upgrading, upgrading and age >= REFRESH_AFTER
+
+
+def pending_message(pending: Mapping[str, str]) -> str:
+    """`containerd/runc security update pending: runc 1.3.4-0ubuntu1~24.04.2`."""
+    found = ", ".join(f"{name} {version}" for name, version in sorted(pending.items()))
+    return f"containerd/runc security update pending: {found}"
 
 
 def update(host: Host, versions: Mapping[str, str]) -> bool:
