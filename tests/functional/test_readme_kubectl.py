@@ -57,6 +57,7 @@ NOT_COMMANDS = {
 RUN = {
     "kubectl get nodes",
     "kubectl -n tensorflow delete job fetch-mnist",
+    "kubectl delete node <name>",
     *COPIES,
     *FORWARDS,
 }
@@ -176,6 +177,14 @@ def test_fetch_models_job_is_deleted_as_the_readme_says(cluster):
     printed = kubectl.run("-n", "tensorflow", "delete", "job", "fetch-mnist").stdout
     assert printed == 'job.batch "fetch-mnist" deleted from tensorflow namespace\n'
     assert api.get_object("/apis/batch/v1/namespaces/tensorflow/jobs/fetch-mnist") is None
+
+
+def test_a_stale_node_is_deleted_as_the_readme_says(cluster):
+    """README: Node objects of machines gone stay NotReady until `kubectl delete node <name>`."""
+    api, kubectl = cluster
+    printed = kubectl.run("delete", "node", GPU_1).stdout
+    assert printed == f'node "{GPU_1}" deleted\n'
+    assert api.get_object(f"/api/v1/nodes/{GPU_1}") is None
 
 
 def _backticked_kubectl(message: str) -> list[list[str]]:

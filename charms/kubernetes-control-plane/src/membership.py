@@ -189,14 +189,14 @@ class Membership:
         """
         expires = parse_time(peers.app.get(TOKEN_EXPIRES))
         margin = datetime.timedelta(hours=TOKEN_ROTATION_MARGIN_HOURS)
-        due, now = now, self._clock()
-        if not due and expires is not None and now < expires - margin:
+        due, clock = now, self._clock()
+        if not due and expires is not None and clock < expires - margin:
             return content["token"]
         old = content["token"]
         with _kubeadm_retried():
             new = bootstrap.create_token(self._ctx.host, config.join_token_ttl)
         secret.set_content({**content, "token": new})
-        peers.app[TOKEN_EXPIRES] = bootstrap.token_expiry(now, config.join_token_ttl).isoformat()
+        peers.app[TOKEN_EXPIRES] = bootstrap.token_expiry(clock, config.join_token_ttl).isoformat()
         try:
             bootstrap.delete_token(self._ctx.host, old)
         except bootstrap.BootstrapError:
