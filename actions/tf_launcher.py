@@ -816,10 +816,10 @@ def _pump(
         data = os.read(read_end, 65536) if readable else b""
         if readable and not data:
             break  # every writer closed the pipe
+        if metrics is not None:  # first: what the log shows, /metrics already counts
+            metrics.feed(data)
         _write_all(1, data)
         copy.write(data)
-        if metrics is not None:
-            metrics.feed(data)
         if status is None:
             if stop.signalled or time.monotonic() - polled >= 0.5:
                 stop.poll()
