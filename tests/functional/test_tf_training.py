@@ -85,7 +85,10 @@ class LocalJob:
         """Launch every task (fresh ports each time, like recreated pods)."""
         self.launches += 1
         tasks = self.tasks
-        ports = iter(free_ports(len(tasks)))
+        # the gRPC and metrics ports chosen together: one chosen after the others were
+        # released could be one of them again, and the launcher's metrics server would then
+        # hold the trainer's gRPC port ("Could not start gRPC server")
+        ports = iter(free_ports(2 * len(tasks)))
         hosts: dict[str, list[str]] = {}
         for role, _ in tasks:
             hosts.setdefault(role, []).append(f"127.0.0.1:{next(ports)}")
@@ -106,7 +109,7 @@ class LocalJob:
             )
             env.update(self.env)
             env.pop("GPU_K8S_INDEX", None)
-            (metrics_port,) = free_ports(1)
+            metrics_port = next(ports)
             self.metrics_ports[(role, i)] = metrics_port
             env.update(GPU_K8S_METRICS_PORT=str(metrics_port), GPU_K8S_METRICS_ADDRESS="127.0.0.1")
             log = self.data_dir / f"{self.name}-{self.launches}-{role}-{i}.log"
