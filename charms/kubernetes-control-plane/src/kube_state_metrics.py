@@ -21,11 +21,11 @@ kube-prometheus v0.16.0 that Canonical's k8s charm ships, canonical/k8s-operator
 charms/worker/k8s/src/prometheus_alert_rules/kubernetesControlPlane-prometheusRule.yaml
 at 0fd507e; the metric names are kube-state-metrics v2.20.0's docs/metrics/workload/
 {pod,job,daemonset}-metrics.md) and, through its Custom Resource State configuration
-(`kube-state-metrics-resources.yaml` next to this module), JobSet restarts and
-conditions and Kueue Workloads' creation times, conditions (with when each last
-changed) and whether they are active. It finds those kinds
-through their CRDs, so it starts before JobSet and Kueue are installed (or without
-them) and picks them up when they come.
+(`kube-state-metrics-resources.yaml` next to this module), JobSet restarts and Kueue
+Workloads' creation times, conditions (with when each last changed) and whether they are
+active. It finds those kinds through their CRDs, so it starts before JobSet and Kueue
+are installed (or without them) and picks them up when they come. Of all that it serves
+only the families a rule or a dashboard reads (METRICS).
 
 Upstream sources (kubernetes/kube-state-metrics v2.20.0, checked 2026-11-24):
 pkg/options/options.go (flags: --host and --telemetry-host default to "::", ports 8080
@@ -69,6 +69,33 @@ HOSTNAME_LABEL = "kubernetes.io/hostname"  # kubelet's, the node name on kubeadm
 
 # The built-in resources it serves (pkg/options/resource.go DefaultResources names them so).
 RESOURCES = ("nodes", "pods", "jobs", "daemonsets")
+# The only metrics it serves: those the alert rules and dashboards read (tests/unit/telemetry
+# checks both ways). Pods alone have some 40 families, several with a series per container
+# and condition, all stored in COS's one Prometheus; the rest would be read by nobody.
+# `--metric-allowlist` (pkg/options/options.go) takes a comma-separated list of ECMAScript
+# regexes; an allowlist keeps a family whose name any of them matches anywhere
+# (pkg/allowdenylist/allowdenylist.go IsIncluded: regexp2 MatchString, unanchored), so each
+# name is anchored; it filters the Custom Resource State families too, by their full
+# `<metricNamePrefix>_<name>` (internal/store/builder.go buildCustomResourceStores,
+# pkg/customresourcestate/registry_factory.go fullName).
+METRICS = (
+    "kube_node_status_condition",
+    "kube_node_status_capacity",
+    "kube_node_status_allocatable",
+    "kube_pod_container_status_waiting_reason",
+    "kube_job_failed",
+    "kube_job_owner",
+    "kube_daemonset_status_current_number_scheduled",
+    "kube_daemonset_status_desired_number_scheduled",
+    "kube_daemonset_status_number_available",
+    "kube_daemonset_status_number_misscheduled",
+    "kube_daemonset_status_updated_number_scheduled",
+    "jobset_status_restarts",
+    "kueue_workload_created_timestamp_seconds",
+    "kueue_workload_condition",
+    "kueue_workload_condition_last_transition_timestamp_seconds",
+    "kueue_workload_spec_active",
+)
 # Read-only, and only what it reads: those resources, the two kinds, and the CRDs it finds
 # them by (kube-state-metrics v2.20.0 examples/standard/cluster-role.yaml grants list and
 # watch on each resource it serves).
@@ -113,6 +140,7 @@ def _container(image_registry: str) -> dict:
             f"--telemetry-host={LISTEN_HOST}",
             f"--telemetry-port={TELEMETRY_PORT}",
             f"--resources={','.join(RESOURCES)}",
+            "--metric-allowlist=" + ",".join(f"^{name}$" for name in METRICS),
             f"--custom-resource-state-config-file={CONFIG_DIR}/{RESOURCES_FILE.name}",
         ],
         "livenessProbe": probe("/livez", PORT),

@@ -46,6 +46,20 @@ PROMQL = {
 KSM_RESOURCES = ROOT / "charms/kubernetes-control-plane/src/kube-state-metrics-resources.yaml"
 
 
+def _documented_lines(path: Path) -> set[str]:
+    lines = (line.strip() for line in path.read_text().splitlines())
+    return {line for line in lines if line and not line.startswith("#")}
+
+
+def _custom_resource_metrics() -> set[str]:
+    """kube-state-metrics' metrics about JobSets and Workloads, as our configuration names them."""
+    return {
+        f"{resource['metricNamePrefix']}_{m['name']}"
+        for resource in yaml.safe_load(KSM_RESOURCES.read_text())["spec"]["resources"]
+        for m in resource["metrics"]
+    }
+
+
 def _documented() -> set[str]:
     names = {"up"}  # Prometheus' own, one per scrape target
     for path in (
@@ -53,11 +67,8 @@ def _documented() -> set[str]:
         FIXTURES / "etcd" / "documented-metrics.txt",
         FIXTURES / "kube-state-metrics" / "documented-metrics.txt",
     ):
-        for line in path.read_text().splitlines():
-            if line.strip() and not line.startswith("#"):
-                names.add(line.strip())
-    for resource in yaml.safe_load(KSM_RESOURCES.read_text())["spec"]["resources"]:
-        names |= {f"{resource['metricNamePrefix']}_{m['name']}" for m in resource["metrics"]}
+        names |= _documented_lines(path)
+    names |= _custom_resource_metrics()
     names |= _charm_gauges() | _launcher_metrics()
     # a histogram exposes its series under these suffixes
     return names | {f"{n}{s}" for n in names for s in ("_bucket", "_sum", "_count")}
@@ -816,20 +827,55 @@ def test_the_training_alerts_fire_when_they_should(tmp_path):
     _promtool_test(tmp_path, rules, tests)
 
 
-def test_every_metric_the_charms_and_launchers_make_feeds_a_rule_or_a_panel():
-    """A gauge nobody reads is noise on COS's Prometheus (review F-17): each one is used."""
+def _read() -> set[str]:
+    """Every metric an alert rule or a dashboard panel reads."""
     read: set[str] = set()
     for path in RULE_FILES:
         for group in yaml.safe_load(path.read_text())["groups"]:
             read |= {n for r in group["rules"] for n in metric_names(r["expr"])}
     for path in DASHBOARDS:
         for panel in json.loads(path.read_text())["panels"]:
-            read |= {n for t in panel.get("targets", []) for n in metric_names(t["expr"])}
+            if panel["datasource"]["type"] == "prometheus":
+                read |= {n for t in panel.get("targets", []) for n in metric_names(t["expr"])}
     # the unit-state rules every charm ships from the lib (unit_state.RULES)
     lib = (ROOT / "lib/charms/gpu_k8s/v0/unit_state.py").read_text()
     for expr in re.findall(r'"expr":\s*(\'[^\']*\'|"[^"]*")', lib):
         read |= metric_names(ast.literal_eval(expr)[1:-1])
-    assert not (_charm_gauges() | _launcher_metrics()) - read
+    return read
+
+
+def test_every_metric_the_charms_and_launchers_make_feeds_a_rule_or_a_panel():
+    """A gauge nobody reads is noise on COS's Prometheus (review F-17): each one is used."""
+    assert not (_charm_gauges() | _launcher_metrics()) - _read()
+
+
+def test_kube_state_metrics_serves_only_the_families_the_rules_and_dashboards_read():
+    """Its --metric-allowlist, applied as kube-state-metrics v2.20.0 applies it.
+
+    pkg/allowdenylist/allowdenylist.go IsIncluded: a family is served when any entry, an
+    ECMAScript regex, matches its name anywhere (re.search; the entries use no syntax
+    in which the two dialects differ); the Custom Resource State families are filtered
+    by their full names too.
+    """
+    from charm_modules import load
+
+    ksm = load("kubernetes-control-plane", "kube_state_metrics")
+    (container,) = ksm.manifests("cp-0")[-1]["spec"]["template"]["spec"]["containers"]
+    (flag,) = [a for a in container["args"] if a.startswith("--metric-allowlist=")]
+    entries = flag.removeprefix("--metric-allowlist=").split(",")
+    documented = _documented_lines(FIXTURES / "kube-state-metrics" / "documented-metrics.txt")
+    configured = _custom_resource_metrics()
+    served = {n for n in documented | configured if any(re.search(e, n) for e in entries)}
+    assert served == (documented | configured) & _read()
+    # anchored: unanchored, a name inside another's would serve that one too (an entry
+    # kube_pod_container_status_waiting would let in ..._waiting_reason)
+    assert all(e.startswith("^") and e.endswith("$") for e in entries)
+    # each Custom Resource State metric it is configured with is one of them
+    assert configured <= served
+    # a crash loop is served, the other ~40 pod families are not (one name a prefix of
+    # another: kube_pod_container_status_waiting is left out)
+    assert "kube_pod_container_status_waiting_reason" in served
+    assert not {"kube_pod_container_status_waiting", "kube_pod_info", "kube_pod_labels"} & served
 
 
 @needs_promtool
