@@ -44,6 +44,7 @@ def test_the_agent_gets_the_cos_agent_config_and_nothing_secret(charm_ctx, state
     assert board["title"] == "gpu-k8s / training progress"
     assert [v["name"] for v in board["templating"]["list"]] == [
         "prometheusds",
+        "lokids",  # the job's pod logs
         "namespace",  # a team
         "job",
         "node",
