@@ -947,3 +947,71 @@ def test_the_charm_state_alerts_fire_when_they_should(
         }
     ]
     _promtool_test(tmp_path, path, tests)
+
+
+@needs_promtool
+def test_the_cluster_dashboard_counts_gpu_nodes_as_the_alert_does(tmp_path):
+    """A node under mig-strategy=mixed offers nvidia.com/mig-* only (review F-10).
+
+    GpuNodeNotReady counts it as a GPU node; so do the panels, and the devices panel
+    shows each resource it offers.
+    """
+    board = json.loads(
+        (ROOT / "charms/kubernetes-control-plane/src/grafana_dashboards/cluster.json").read_text()
+    )
+    panels = {p["title"]: p["targets"][0]["expr"] for p in board["panels"]}
+    rules = ROOT / "charms/kubernetes-control-plane/src/prometheus_alert_rules/cluster.rules"
+    (alert,) = [
+        r["expr"]
+        for g in yaml.safe_load(rules.read_text())["groups"]
+        for r in g["rules"]
+        if r.get("alert") == "GpuNodeNotReady"
+    ]
+    gpu_nodes = re.search(r"kube_node_status_capacity\{[^}]*\}", alert).group(0)
+    assert gpu_nodes in panels["GPU nodes Ready"]
+    scrape = 'instance="cp-0",job="kubernetes-control-plane_kube-state-metrics"'
+    ready = 'kube_node_status_condition{%s,node="%s",condition="Ready",status="true"}'
+    resource = 'kube_node_status_%s{%s,node="%s",resource="%s",unit="integer"}'
+    series = [
+        {"series": ready % (scrape, "gpu-0"), "values": "1x5"},
+        {"series": ready % (scrape, "mig-0"), "values": "1x5"},
+        {"series": ready % (scrape, "cpu-0"), "values": "1x5"},
+        {"series": ready % (scrape, "gpu-1"), "values": "0x5"},  # NotReady
+    ]
+    for kind in ("capacity", "allocatable"):
+        for node, name, n in (
+            ("gpu-0", "nvidia_com_gpu", "4"),
+            ("gpu-1", "nvidia_com_gpu", "4"),
+            ("mig-0", "nvidia_com_mig_1g_10gb", "4"),
+            ("mig-0", "nvidia_com_mig_3g_40gb", "1"),
+            ("cpu-0", "cpu", "8"),
+        ):
+            series.append({"series": resource % (kind, scrape, node, name), "values": f"{n}x5"})
+    offered = [
+        {"labels": resource % ("allocatable", scrape, node, name), "value": n}
+        for node, name, n in (
+            ("gpu-0", "nvidia_com_gpu", 4),
+            ("gpu-1", "nvidia_com_gpu", 4),
+            ("mig-0", "nvidia_com_mig_1g_10gb", 4),
+            ("mig-0", "nvidia_com_mig_3g_40gb", 1),
+        )
+    ]
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": series,
+            "promql_expr_test": [
+                {
+                    "expr": panels["GPU nodes Ready"],
+                    "eval_time": "3m",
+                    "exp_samples": [{"labels": "{}", "value": 2}],
+                },
+                {
+                    "expr": panels["GPU devices each node offers"],
+                    "eval_time": "3m",
+                    "exp_samples": offered,
+                },
+            ],
+        }
+    ]
+    _promtool_test(tmp_path, rules, tests)
