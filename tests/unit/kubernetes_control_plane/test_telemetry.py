@@ -91,6 +91,7 @@ def test_the_leader_has_its_etcd_and_kube_state_metrics_scraped_with_the_rules(
         "KubeDaemonSetNotScheduled",
         "KubeJobFailed",
         "ScrapeTargetDown",  # every charm's (cos_agent.TARGETS_RULES)
+        "HostMetricsMissing",
         "GpuK8sUnitBlocked",  # and with its own state (unit_state.RULES)
         "GpuK8sUnitStateStale",
     }

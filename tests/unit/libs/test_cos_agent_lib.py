@@ -100,9 +100,14 @@ def test_the_unit_databag_holds_the_documented_config(charm_root):
         "gpu_9b1e3c5a_gpu_host_gpu_rules",
         "gpu_9b1e3c5a_gpu_host_targets_rules",
     }
-    (down,) = groups["gpu_9b1e3c5a_gpu_host_targets_rules"]["rules"]
+    down, missing = groups["gpu_9b1e3c5a_gpu_host_targets_rules"]["rules"]
     assert (down["alert"], down["for"]) == ("ScrapeTargetDown", "15m")
     assert down["labels"]["juju_application"] == "gpu-host"
+    # cosl's HostMetricsMissing: COS's Prometheus makes it this application's, from the
+    # topology labels (test_rules_and_dashboards fires it)
+    assert (missing["alert"], missing["expr"]) == ("HostMetricsMissing", "absent(up)")
+    assert missing["labels"]["juju_application"] == "gpu-host"
+    assert missing["labels"]["juju_model_uuid"] == down["labels"]["juju_model_uuid"]
     (rule,) = groups["gpu_9b1e3c5a_gpu_host_gpu_rules"]["rules"]
     assert rule["alert"] == "GpuTooHot" and rule["for"] == "5m"
     # Juju topology, so that COS tells this application's alerts from others'

@@ -138,7 +138,7 @@ def collector_labels(path: str) -> dict[str, str]:
         "filename": path,
         "path": path.rsplit("/", 1)[0],
         "job": "opentelemetry-collector-var-log",
-        "juju_application": "opentelemetry-collector",
+        "juju_application": "otelcol",
         "instance": "ip-10-0-1-17",
     }
 
@@ -177,7 +177,7 @@ def test_a_jobs_logs_are_selected_by_namespace_and_job_and_labelled_from_the_pat
                 }, path
                 assert labels["training_job"] == "mnist"
                 # the collector's own labels stay (Grafana's Juju filters read them)
-                assert labels["juju_application"] == "opentelemetry-collector"
+                assert labels["juju_application"] == "otelcol"
 
 
 def test_other_jobs_teams_and_pods_are_left_out():

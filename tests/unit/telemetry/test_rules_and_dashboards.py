@@ -15,6 +15,7 @@ tests/unit/kubernetes_worker.
 from __future__ import annotations
 
 import ast
+import copy
 import json
 import os
 import re
@@ -565,6 +566,56 @@ def test_a_target_that_stops_answering_is_an_alert_after_15_minutes(tmp_path):
             "alert_rule_test": [
                 {"eval_time": "12m", "alertname": "ScrapeTargetDown", "exp_alerts": []},
                 {"eval_time": "18m", "alertname": "ScrapeTargetDown", "exp_alerts": [fired]},
+            ],
+        }
+    ]
+    _promtool_test(tmp_path, rules, tests)
+
+
+@needs_promtool
+def test_an_application_none_of_whose_targets_is_scraped_is_an_alert(tmp_path):
+    """HostMetricsMissing, with the Juju topology COS's Prometheus adds to its expression.
+
+    prometheus_k8s v1 prometheus_remote_write _inject_alert_expr_labels gives each rule
+    matchers for the juju_model, juju_model_uuid and juju_application of its labels
+    (cosl.AlertRules put them there: test_cos_agent_lib); absent() returns the labels of
+    those equality matchers.
+    """
+    from charms.gpu_k8s.v0.cos_agent import TARGETS_RULES
+
+    topology = {"juju_model": "gpu", "juju_model_uuid": "9b1e3c5a", "juju_application": "efs"}
+    matchers = ",".join(f'{k}="{v}"' for k, v in topology.items())
+    groups = copy.deepcopy(TARGETS_RULES)
+    (rule,) = [r for r in groups["groups"][0]["rules"] if r["alert"] == "HostMetricsMissing"]
+    assert rule["expr"] == "absent(up)"
+    rule["expr"] = f"absent(up{{{matchers}}})"
+    rules = tmp_path / "targets.rules"
+    rules.write_text(yaml.safe_dump(groups))
+    unit = f'{matchers},juju_unit="efs/0",instance="m-1"'
+    other = 'juju_model="gpu",juju_model_uuid="9b1e3c5a",juju_application="tensorflow"'
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": [
+                # efs's two jobs are scraped until minute 10, then no more (its relation
+                # data lost); tensorflow's all along
+                {"series": f'up{{{unit},job="efs_unit-state"}}', "values": "1x10"},
+                {"series": f'up{{{unit},job="efs_exporter"}}', "values": "0x10"},
+                {"series": f'up{{{other},job="tensorflow_unit-state"}}', "values": "1x60"},
+            ],
+            # a series is seen for 5 minutes after its last sample (the lookback delta):
+            # absent from minute 16, pending 5 minutes
+            "alert_rule_test": [
+                {"eval_time": "20m", "alertname": "HostMetricsMissing", "exp_alerts": []},
+                *_quiet_then_fires(
+                    rules,
+                    "HostMetricsMissing",
+                    "10m",
+                    "22m",
+                    {**topology, "severity": "critical"},
+                    topology,
+                    "1",
+                ),
             ],
         }
     ]

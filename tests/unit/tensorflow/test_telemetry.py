@@ -63,6 +63,7 @@ def test_the_agent_gets_the_cos_agent_config_and_nothing_secret(charm_ctx, state
         "GpuK8sUnitBlocked",
         "GpuK8sUnitStateStale",
         "ScrapeTargetDown",
+        "HostMetricsMissing",
         "TrainingJobNoProgress",  # the training pods' (prometheus_alert_rules/training.rules)
         "TrainingCheckpointStale",
     }

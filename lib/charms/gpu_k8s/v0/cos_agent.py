@@ -65,7 +65,7 @@ from charms.gpu_k8s.v0.system import CommandError, Host
 
 LIBID = "1cb866710020485e9918fd12ba134c6b"
 LIBAPI = 0
-LIBPATCH = 6
+LIBPATCH = 7
 
 logger = logging.getLogger(__name__)
 
@@ -78,9 +78,14 @@ KEY = "config"
 DCGM_EXPORTER_PORT = 9400
 RULES_DIR = "src/prometheus_alert_rules"
 # Every charm's scrape targets: an exporter that stopped answering silences the alerts
-# that read it. The reference provider adds cosl's generic HostDown (`up < 1` for 5
-# minutes, critical); 15 minutes here, since the DCGM exporter is down on purpose while
-# NVIDIA's MIG manager repartitions a node.
+# that read it. The reference provider adds cosl's generic HostHealth group (cosl
+# rules.py _GenericAlertGroups.application_rules): HostDown (`up < 1` for 5 minutes,
+# critical); 15 minutes here, since the DCGM exporter is down on purpose while NVIDIA's
+# MIG manager repartitions a node. And HostMetricsMissing (`absent(up)` for 5 minutes,
+# critical), kept as it is: COS's Prometheus adds the rule's Juju topology to the
+# expression (prometheus_k8s v1 prometheus_remote_write _inject_alert_expr_labels), so it
+# fires when no target of this application is scraped at all (the collector lost its
+# jobs, or its remote write stopped), which `up < 1` cannot see.
 TARGETS_RULES: dict[str, Any] = {
     "groups": [
         {
@@ -103,7 +108,25 @@ TARGETS_RULES: dict[str, Any] = {
                             "(kubectl -n kube-system get pods -o wide, or the unit's status)."
                         ),
                     },
-                }
+                },
+                {
+                    "alert": "HostMetricsMissing",
+                    "expr": "absent(up)",
+                    "for": "5m",
+                    "labels": {"severity": "critical"},
+                    "annotations": {
+                        "summary": (
+                            "No metrics of {{ $labels.juju_application }} have reached "
+                            "Prometheus for 5 minutes"
+                        ),
+                        "description": (
+                            "Prometheus has no scrape target of {{ $labels.juju_application }} "
+                            "in model {{ $labels.juju_model }}: none of its alerts can fire. "
+                            "Check the COS agent on its machines (the otelcol subordinate "
+                            "of bundles/overlays/cos.yaml) and their cos-agent relation."
+                        ),
+                    },
+                },
             ],
         }
     ]
