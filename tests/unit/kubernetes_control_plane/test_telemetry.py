@@ -38,13 +38,24 @@ def _job(name: str, port: int, path: str = "/metrics") -> dict:
     }
 
 
-# every joined control-plane unit: etcd, then kubelet, cAdvisor and its API server through
-# the node's HAProxy (api_proxy.MetricsAccess)
+def _keep(*names: str) -> dict:
+    return {
+        "metric_relabel_configs": [
+            {"source_labels": ["__name__"], "regex": "|".join(names), "action": "keep"}
+        ]
+    }
+
+
+# every joined control-plane unit: etcd, then the kubelet's cAdvisor and its API server
+# through the node's HAProxy (api_proxy.MetricsAccess), each keeping only what the
+# dashboards read (cos_agent.NODE_METRICS)
 MEMBER_JOBS = [
     _job("etcd", 2381),
-    _job("kubelet", 6446),
-    _job("kubelet-cadvisor", 6446, "/metrics/cadvisor"),
-    _job("kube-apiserver", 6445),
+    {
+        **_job("kubelet-cadvisor", 6446, "/metrics/cadvisor"),
+        **_keep("container_cpu_usage_seconds_total", "container_memory_working_set_bytes"),
+    },
+    {**_job("kube-apiserver", 6445), **_keep("apiserver_request_total")},
 ]
 KSM_JOB = _job("kube-state-metrics", 8080)
 # every unit, joined or not: its own state (unit_state), served on the machine

@@ -1656,9 +1656,16 @@ def test_a_gpu_node_has_its_dcgm_exporter_scraped_with_the_gpu_rules_and_dashboa
 
     # the event joined the node: its kubelet through HAProxy (as the node), DCGM, and the
     # unit's own state (unit_state)
+    cadvisor = job("kubelet-cadvisor", 6446, "/metrics/cadvisor")
+    cadvisor["metric_relabel_configs"] = [
+        {
+            "source_labels": ["__name__"],
+            "regex": "container_cpu_usage_seconds_total|container_memory_working_set_bytes",
+            "action": "keep",
+        }
+    ]
     assert config["metrics_scrape_jobs"] == [
-        job("kubelet", 6446),
-        job("kubelet-cadvisor", 6446, "/metrics/cadvisor"),
+        cadvisor,  # the kubelet's: only what the dashboards read (cos_agent.NODE_METRICS)
         job("dcgm-exporter", 9400),
         job("gpu-watcher", 6448),  # the GPU health watcher's gauges (gpu_health.py)
         job("unit-state", 6447, "/metrics/kubernetes-worker-0"),
@@ -1684,7 +1691,6 @@ def test_a_cpu_node_offers_no_gpu_scrape_job(machine, api, tmp_path):
     config = _cos_config(api, tmp_path)
     names = [j["job_name"] for j in config["metrics_scrape_jobs"]]
     assert names == [
-        "kubernetes-worker_kubelet",
         "kubernetes-worker_kubelet-cadvisor",
         "kubernetes-worker_unit-state",
     ]

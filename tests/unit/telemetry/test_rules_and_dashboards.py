@@ -70,6 +70,7 @@ def _documented() -> set[str]:
         FIXTURES / "dcgm" / "documented-fields.txt",
         FIXTURES / "etcd" / "documented-metrics.txt",
         FIXTURES / "kube-state-metrics" / "documented-metrics.txt",
+        FIXTURES / "kubernetes" / "documented-metrics.txt",
     ):
         names |= _documented_lines(path)
     names |= _custom_resource_metrics()
@@ -905,6 +906,29 @@ def _read() -> set[str]:
 def test_every_metric_the_charms_and_launchers_make_feeds_a_rule_or_a_panel():
     """A gauge nobody reads is noise on COS's Prometheus (review F-17): each one is used."""
     assert not (_charm_gauges() | _launcher_metrics()) - _read()
+
+
+def test_the_node_jobs_store_only_the_families_the_rules_and_dashboards_read():
+    """The series of cAdvisor and kube-apiserver, kept as Prometheus keeps them (review F-12).
+
+    A relabel rule's regex is anchored at both ends and `keep` drops every sample whose
+    `__name__` it does not match (Prometheus docs, configuration, <relabel_config>).
+    """
+    from charms.gpu_k8s.v0.cos_agent import node_jobs
+
+    documented = _documented_lines(FIXTURES / "kubernetes" / "documented-metrics.txt")
+    exporters = {"kubelet-cadvisor": "container_", "kube-apiserver": "apiserver_"}
+    jobs = {j["job_name"]: j for j in node_jobs("cp-0", api_server=True)}
+    assert set(jobs) == set(exporters)  # the kubelet's own /metrics: nothing reads it
+    read = _read()
+    for name, prefix in exporters.items():
+        ((rule,),) = [jobs[name]["metric_relabel_configs"]]
+        assert (rule["source_labels"], rule["action"]) == (["__name__"], "keep")
+        family = {m for m in documented if m.startswith(prefix)}
+        stored = {m for m in family if re.fullmatch(rule["regex"], m)}
+        assert stored == family & read, name
+        assert stored, f"{name} is scraped for nothing"
+    assert [j["job_name"] for j in node_jobs("w-0")] == ["kubelet-cadvisor"]
 
 
 def test_kube_state_metrics_serves_only_the_families_the_rules_and_dashboards_read():

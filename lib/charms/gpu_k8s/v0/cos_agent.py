@@ -153,23 +153,55 @@ def scrape_job(
     return job
 
 
-def node_jobs(instance: str, *, api_server: bool = False) -> list[dict[str, Any]]:
-    """Scrape jobs for this node's kubelet, cAdvisor and (control plane) API server.
+# What the node jobs keep of what they scrape: the families a rule or a dashboard reads
+# (tests/unit/telemetry checks it both ways). cAdvisor and kube-apiserver are the largest
+# producers of series on a node, all stored in COS's one Prometheus. Prometheus applies
+# metric_relabel_configs to the scraped samples before they are stored, and not to `up`,
+# which it makes itself (Prometheus docs, configuration, <metric_relabel_configs>), so
+# ScrapeTargetDown still sees a kubelet or an API server that stops answering. The
+# collector's prometheus receiver takes the job as a Prometheus scrape_config, and the
+# cos_agent requirer passes every key of a job on (grafana_agent v0 cos_agent LIBPATCH 26
+# metrics_jobs: it only adds labels).
+NODE_METRICS: dict[str, tuple[str, ...]] = {
+    # per-pod CPU and memory of the training pods (the training-progress dashboard)
+    "kubelet-cadvisor": (
+        "container_cpu_usage_seconds_total",
+        "container_memory_working_set_bytes",
+    ),
+    # requests answered 5xx or 429 (the cluster dashboard)
+    "kube-apiserver": ("apiserver_request_total",),
+}
 
-    They go to HAProxy's metrics frontends of this node (api_proxy.MetricsAccess).
+
+def keep(names: tuple[str, ...]) -> list[dict[str, Any]]:
+    """metric_relabel_configs that store only these families (a relabel regex is anchored)."""
+    return [{"source_labels": ["__name__"], "regex": "|".join(names), "action": "keep"}]
+
+
+def node_jobs(instance: str, *, api_server: bool = False) -> list[dict[str, Any]]:
+    """Scrape jobs for this node's kubelet (its cAdvisor) and (control plane) API server.
+
+    They go to HAProxy's metrics frontends of this node (api_proxy.MetricsAccess). The
+    kubelet's own /metrics is not scraped: nothing reads it, and the cAdvisor job's `up`
+    says whether the kubelet answers.
     """
     jobs = [
-        scrape_job("kubelet", api_proxy.KUBELET_METRICS_PORT, instance=instance),
         scrape_job(
             "kubelet-cadvisor",
             api_proxy.KUBELET_METRICS_PORT,
             instance=instance,
             path="/metrics/cadvisor",
-        ),
+            metric_relabel_configs=keep(NODE_METRICS["kubelet-cadvisor"]),
+        )
     ]
     if api_server:
         jobs.append(
-            scrape_job("kube-apiserver", api_proxy.API_SERVER_METRICS_PORT, instance=instance)
+            scrape_job(
+                "kube-apiserver",
+                api_proxy.API_SERVER_METRICS_PORT,
+                instance=instance,
+                metric_relabel_configs=keep(NODE_METRICS["kube-apiserver"]),
+            )
         )
     return jobs
 
