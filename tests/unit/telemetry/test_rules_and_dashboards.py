@@ -1090,3 +1090,23 @@ def test_the_cluster_dashboard_counts_gpu_nodes_as_the_alert_does(tmp_path):
         }
     ]
     _promtool_test(tmp_path, rules, tests)
+
+
+def test_the_gpu_nodes_dashboard_filters_every_query_by_node():
+    """8 GPUs on each of N nodes on one panel are unreadable (review F-14): a Node filter.
+
+    Every target on a GPU node is scraped with its node's name as `instance`
+    (cos_agent.scrape_job): DCGM's, the watcher's and the unit's own gauges alike.
+    """
+    board = json.loads(
+        (ROOT / "charms/kubernetes-worker/src/grafana_dashboards/gpu-nodes.json").read_text()
+    )
+    (node,) = [v for v in board["templating"]["list"] if v["name"] == "node"]
+    assert node["query"] == "label_values(DCGM_FI_DEV_GPU_UTIL, instance)"
+    assert (node["multi"], node["includeAll"], node["allValue"]) == (True, True, ".*")
+    for panel in board["panels"]:
+        for target in panel["targets"]:
+            expr = target["expr"]
+            for name in metric_names(expr):
+                selectors = re.findall(rf"\b{name}(\{{[^}}]*\}})?", expr)
+                assert all('instance=~"$node"' in s for s in selectors), (panel["title"], expr)
