@@ -37,9 +37,19 @@ plugin/pkg/admission/noderestriction/admission.go):
 3. evicts the pods that hold that GPU: the kubelet's device-manager checkpoint
    (`/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint`: kubernetes
    pkg/kubelet/cm/devicemanager/checkpoint/checkpoint.go, PodDeviceEntries with PodUID,
-   ResourceName and DeviceIDs per NUMA node) maps each `nvidia.com/gpu` device to the pod
-   it was allocated to; the NVIDIA device plugin's device IDs are GPU UUIDs by default
-   (k8s-device-plugin `--device-id-strategy`, default `uuid`).
+   ResourceName and DeviceIDs per NUMA node) maps each device of an `nvidia.com/` resource
+   to the pod it was allocated to. The NVIDIA device plugin's device IDs
+   (k8s-device-plugin `--device-id-strategy`, default `uuid`; internal/rm/nvml_devices.go,
+   device_map.go) are the GPU's UUID (`GPU-...`), a MIG device's own UUID (`MIG-...`, under
+   `nvidia.com/gpu` with the single strategy or `nvidia.com/mig-<profile>` with mixed), or
+   either with a time-slicing replica suffix `::<n>` (internal/rm/devices.go
+   NewAnnotatedID). A MIG device is mapped to its parent GPU with `nvidia-smi -L` (the MIG
+   user guide's listing: a `GPU <i>: ... (UUID: GPU-...)` line, then one
+   `MIG <profile> Device <n>: (UUID: MIG-...)` line per device, as mig.py reads it), taken at
+   each health poll and kept, since a GPU that fell off the bus lists nothing.
+4. while a GPU is quarantined, the Node is read at each health poll: a cordon someone
+   lifted (`kubectl uncordon`) is put back, and said so in the log; only readmission
+   (gpu_health.readmit, which stops this program first) ends it.
 
 The NoExecute taint is the control plane's to set (a node may not change its taints):
 the pods that matter are already gone by then.
@@ -49,8 +59,32 @@ pod of the process named by `pid=` (its cgroup names the pod's UID, /proc/<pid>/
 is evicted, or, without a pid, the pods holding that GPU. `--escalation N/<window>` such
 XIDs on one GPU within the window quarantine it (reason `XidRepeated`).
 
-It writes what it found to `--state` (JSON, read by the charm for the unit's status) and
-serves its gauges on 127.0.0.1:`--metrics-port` for the unit's COS agent.
+XID 154 (GPU_RECOVERY_ACTION_CHANGED) has no action of its own in the catalog (bucket
+XID_154): it names the recovery action the driver now asks for the GPU (`... changed from
+0x0 (None) to 0x2 (Node Reboot Required)`), classified by its number (the catalog's
+`recovery_actions`, NVML's nvmlDeviceGpuRecoveryAction_t).
+
+It writes what it found to `--state` (JSON, read by the charm for the unit's status and
+`gpu-health`) and serves its metrics on 127.0.0.1:`--metrics-port` for the unit's COS
+agent (Prometheus text format 0.0.4; `metrics()` names each):
+
+- `gpu_k8s_gpu_faults_total{node,gpu,uuid,xid,reason,class}`: each XID the driver reported
+  and each nvidia-smi finding (xid "" there), `class` the catalog's action for it;
+- `gpu_k8s_gpu_quarantines_total{node,gpu,uuid,reason}` and `gpu_k8s_gpu_quarantined`;
+- `gpu_k8s_gpu_repairs_total{node,gpu,uuid,method,result}`: the repairs the charm recorded
+  in the state file (`repairs`: [{time, gpu_uuid, method, result, gate}]), counted once each
+  and kept counted when the charm trims its list; zero for every known GPU, method and
+  result until then, so `increase()` sees the first one;
+- `gpu_k8s_gpu_quarantined_since_timestamp_seconds` while a GPU is quarantined (alerts:
+  quarantined for too long);
+- `gpu_k8s_gpu_fault_to_quarantine_seconds` and `gpu_k8s_gpu_fault_to_readmission_seconds`:
+  the last fault's times per GPU, last values rather than histograms: a GPU faults a few
+  times a year, so buckets would hold almost nothing and need keeping across reboots,
+  while each value stays on the dashboard as a point per GPU and
+  `max_over_time(...[30d])` shows the worst. The fault's time is the kernel's timestamp
+  of the XID record where it can be read (/dev/kmsg's microseconds since boot, on the
+  clock time.monotonic() reads: within 5 minutes of now), else when this program read it;
+  readmission is the charm's `Readmitted` event (gpu_health.readmit) or `readmitted_at`.
 """
 
 from __future__ import annotations
@@ -69,6 +103,7 @@ import sys
 import threading
 import time
 import urllib.parse
+from collections.abc import Callable
 
 # the driver's line; the PCI part is domain:bus:device (NVSentinel csv_test.go, the catalog)
 XID_LINE = re.compile(
@@ -92,18 +127,34 @@ LOST = re.compile(r"(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d)\
 POD_CGROUP = re.compile(
     r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})"
 )
-QUARANTINE = ("reset-gpu", "reboot", "support")
+QUARANTINE = ("reset-gpu", "reboot", "support")  # weakest first: a later fault may raise it
 CONDITION = "GpuHealthy"
 CORDONED = "gpu-k8s/cordoned"  # lib drain.py CORDON_ANNOTATION: a cordon the charm lifts
-GPU_RESOURCE = "nvidia.com/gpu"
+NVIDIA_RESOURCES = "nvidia.com/"  # nvidia.com/gpu, nvidia.com/mig-<profile>, renamed shares
 WINDOW_UNITS = {"s": 1, "m": 60, "h": 3600}
+# XID 154's text: "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)"
+RECOVERY_ACTION = re.compile(r"\bto\s+0x(?P<code>[0-9a-fA-F]+)(?:\s*\((?P<name>[^)]*)\))?")
+# `nvidia-smi -L` (MIG user guide, mig.py): a GPU line, then its MIG devices
+SMI_GPU = re.compile(r"^GPU\s+\d+:.*\(UUID:\s*(?P<uuid>GPU-[^)\s]+)\)")
+SMI_MIG = re.compile(r"^\s+MIG\s.*\(UUID:\s*(?P<uuid>MIG-[^)\s]+)\)")
+KERNEL_CLOCK_SKEW = 300.0  # a kernel timestamp further than this from now is not trusted
+REPAIR_METHODS = ("reset", "reboot")  # gpu-auto-repair's methods: zero series for each
+REPAIR_RESULTS = ("ok", "failed")
 
 
 class Gauge(tuple):
-    """One sample: (name, help, value, labels)."""
+    """One sample: (name, help, value, labels), rendered as a gauge."""
+
+    kind = "gauge"
 
     def __new__(cls, name: str, help: str, value: float, labels: dict | None = None):  # noqa: D102
         return super().__new__(cls, (name, help, value, labels or {}))
+
+
+class Counter(Gauge):
+    """One sample of a counter (its name ends in `_total`)."""
+
+    kind = "counter"
 
 
 def pci_key(text: str) -> str:
@@ -207,6 +258,41 @@ def now_iso(clock: float) -> str:
     )
 
 
+def parse_iso(text: str) -> float | None:
+    """Seconds since the epoch of `2026-11-28T10:00:00Z` (None if it is not such a time)."""
+    try:
+        when = datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ")
+    except (TypeError, ValueError):
+        return None
+    return when.replace(tzinfo=datetime.timezone.utc).timestamp()
+
+
+def kernel_time(usec: int, wall: float, monotonic: float) -> float | None:
+    """The wall-clock time of a kernel record stamped `usec` after boot, if plausible.
+
+    /dev/kmsg stamps records with the kernel's local clock in microseconds since boot
+    (Documentation/ABI/testing/dev-kmsg), the clock time.monotonic() reads on Linux up to
+    drift; a stamp further than KERNEL_CLOCK_SKEW from now is not trusted.
+    """
+    lag = monotonic - usec / 1e6
+    if usec < 0 or not -1.0 <= lag <= KERNEL_CLOCK_SKEW:
+        return None
+    return wall - max(lag, 0.0)
+
+
+def recovery_action(entry: dict, text: str) -> tuple[str, str]:
+    """XID 154's (action, what the driver asks): by the number the line names.
+
+    A number the catalog does not list quarantines with `support` (fail closed).
+    """
+    found = RECOVERY_ACTION.search(text)
+    if not found:
+        return "support", "a recovery action this watcher cannot read"
+    code = str(int(found["code"], 16))
+    name = (found["name"] or "").strip() or f"0x{found['code']}"
+    return entry["recovery_actions"].get(code, "support"), name
+
+
 class Watcher:
     """The loop's state and its actions; `step()` is one pass."""
 
@@ -215,11 +301,15 @@ class Watcher:
         self.node = args.node
         self.count, self.window = parse_escalation(args.escalation)
         self.gpus: dict[str, dict] = {}  # by PCI key, from the last good poll
+        self.mig_parent: dict[str, str] = {}  # MIG device UUID -> its GPU's UUID
+        self.mig_read = -60.0  # time.monotonic() of the last `nvidia-smi -L`
         self.state = self._load_state()
+        self._count_repairs()
         self.app_xids: dict[str, collections.deque] = collections.defaultdict(collections.deque)
         self.kmsg = os.open(args.kmsg, os.O_RDONLY | os.O_NONBLOCK)
         self.partial = b""
         self.last_poll = 0.0
+        self.fault_at: float | None = None  # the kernel's time of the record in hand
         self.lock = threading.Lock()
 
     # -- state
@@ -233,10 +323,50 @@ class Watcher:
         boot = self._boot_id()
         if state.get("boot_id") != boot:  # kmsg's sequence numbers restart with each boot
             state["boot_id"], state["kmsg_seq"] = boot, -1
-        state.setdefault("quarantined", {})
+        for key in ("quarantined", "faults", "quarantines", "timings", "repairs_counted"):
+            state.setdefault(key, {})
         state.setdefault("events", [])
-        state.setdefault("counts", {})
+        state.setdefault("repairs_seen", [])
+        for key, count in (state.pop("counts", None) or {}).items():  # before faults_total
+            uuid, xid = key.split("|")
+            cls = (self.catalog["xids"].get(xid) or {}).get("action", "application")
+            state["faults"][f"{uuid}|{xid}|Xid{xid}|{cls}"] = count
+        self._readmissions(state)
         return state
+
+    def _readmissions(self, state: dict) -> None:
+        """Fault-to-readmission of each GPU the charm readmitted since (gpu_health.readmit).
+
+        The charm stops this program, clears `quarantined` and adds a `Readmitted` event per
+        GPU (or sets `readmitted_at`); the fault's time stays in `timings`.
+        """
+        readmitted = {
+            e.get("uuid"): e.get("at")
+            for e in state["events"]
+            if e.get("reason") == "Readmitted" and e.get("uuid")
+        }
+        for uuid, timing in state["timings"].items():
+            if uuid in state["quarantined"] or "readmitted" in timing:
+                continue
+            when = parse_iso(readmitted.get(uuid) or state.get("readmitted_at") or "")
+            if when is not None and when >= int(timing["fault_at"]):
+                timing["readmitted"] = when
+                timing["fault_to_readmission"] = max(0.0, when - timing["fault_at"])
+
+    def _count_repairs(self) -> None:
+        """Count each repair the charm recorded (`repairs`) once, however long it keeps it."""
+        seen, listed = set(self.state["repairs_seen"]), []
+        for repair in self.state.get("repairs") or []:
+            if not isinstance(repair, dict):
+                continue
+            mark = f"{repair.get('time')}|{repair.get('gpu_uuid')}|{repair.get('method')}"
+            listed.append(mark)
+            if mark in seen:
+                continue
+            seen.add(mark)
+            key = f"{repair.get('gpu_uuid')}|{repair.get('method')}|{repair.get('result')}"
+            self.state["repairs_counted"][key] = self.state["repairs_counted"].get(key, 0) + 1
+        self.state["repairs_seen"] = listed  # what the charm trimmed cannot come back
 
     def _boot_id(self) -> str:
         try:
@@ -253,8 +383,8 @@ class Watcher:
 
     # -- inputs
 
-    def read_kernel(self) -> list[str]:
-        """New kernel log texts (one read per /dev/kmsg record, lines for a file)."""
+    def read_kernel(self) -> list[tuple[str, int]]:
+        """New kernel log (text, microseconds since boot), one read per /dev/kmsg record."""
         texts = []
         while True:
             try:
@@ -274,7 +404,7 @@ class Watcher:
                     texts.append(text)
         return texts
 
-    def _record(self, line: str) -> str | None:
+    def _record(self, line: str) -> tuple[str, int] | None:
         if not line or line.startswith(" ") or ";" not in line:
             return None  # a continuation (key=value) line
         prefix, text = line.split(";", 1)
@@ -285,7 +415,7 @@ class Watcher:
         if seq <= self.state["kmsg_seq"]:
             return None  # handled before this watcher restarted
         self.state["kmsg_seq"] = seq
-        return text
+        return text, int(fields[2]) if fields[2].isdigit() else -1
 
     def poll_smi(self) -> list[tuple[str, str]]:
         """(PCI key, finding) for each unhealthy GPU nvidia-smi shows."""
@@ -301,6 +431,8 @@ class Watcher:
             print(f"nvidia-smi failed: {e}", file=sys.stderr)
             return []
         gpus, lost = parse_smi(out)
+        if done.returncode == 0 and not lost and time.monotonic() - self.mig_read >= 60:
+            self.read_mig_devices()
         findings = [(pci, "lost") for pci in lost]
         for pci, known in self.gpus.items():
             if pci not in gpus and pci not in lost and done.returncode != 0:
@@ -323,15 +455,15 @@ class Watcher:
             "action": "application",
         }
         gpu = self.gpus.get(record["pci"], {"index": "?", "uuid": f"PCI:{record['pci']}"})
-        key = (gpu["uuid"], xid)
-        self.state["counts"][f"{key[0]}|{xid}"] = (
-            self.state["counts"].get(f"{key[0]}|{xid}", 0) + 1
-        )
-        meaning = f"XID {xid} {entry['mnemonic']}: {entry['description']}"
-        self._event(at, gpu, f"Xid{xid}", meaning, entry["action"])
-        if entry["action"] in QUARANTINE:
-            self.quarantine(gpu, f"Xid{xid}", meaning, entry["action"], at)
-        elif entry["action"] == "application":
+        action, meaning = entry["action"], f"XID {xid} {entry['mnemonic']}: {entry['description']}"
+        if "recovery_actions" in entry:  # XID 154: the action is in the line
+            action, asked = recovery_action(entry, record["text"])
+            meaning += f" ({asked})"
+        self._count("faults", gpu["uuid"], xid, f"Xid{xid}", action)
+        self._event(at, gpu, f"Xid{xid}", meaning, action)
+        if action in QUARANTINE:
+            self.quarantine(gpu, f"Xid{xid}", meaning, action, at)
+        elif action == "application":
             seen = self.app_xids[gpu["uuid"]]
             seen.append(at)
             while seen and at - seen[0] > self.window:
@@ -353,8 +485,13 @@ class Watcher:
         meaning = entry["description"]
         if entry["as_xid"]:
             meaning += f" (as XID {entry['as_xid']})"
+        self._count("faults", gpu["uuid"], "", entry["reason"], entry["action"])
         self._event(at, gpu, entry["reason"], meaning, entry["action"])
         self.quarantine(gpu, entry["reason"], meaning, entry["action"], at)
+
+    def _count(self, counter: str, *key: str) -> None:
+        name = "|".join(key)
+        self.state[counter][name] = self.state[counter].get(name, 0) + 1
 
     def _event(self, at: float, gpu: dict, reason: str, meaning: str, action: str) -> None:
         event = {"at": now_iso(at), "gpu": gpu["index"], "uuid": gpu["uuid"], "reason": reason}
@@ -365,19 +502,27 @@ class Watcher:
     # -- actions, as the node
 
     def quarantine(self, gpu: dict, reason: str, meaning: str, action: str, at: float) -> None:
-        """Condition, cordon, evict; recorded at once, the API steps retried each pass."""
-        if gpu["uuid"] not in self.state["quarantined"]:
-            message = f"GPU {gpu['index']} ({gpu['uuid']}): {meaning}; repair: {action}"
-            self.state["quarantined"][gpu["uuid"]] = {
-                "index": gpu["index"],
-                "uuid": gpu["uuid"],
-                "reason": reason,
-                "message": message,
-                "action": action,
-                "at": now_iso(at),
-                "since": at,
-                "applied": False,
-            }
+        """Condition, cordon, evict; recorded at once, the API steps retried each pass.
+
+        A GPU quarantined already keeps its record unless this fault asks for a stronger
+        repair (XID 154 naming a reboot after an XID 48 asked for a reset): then the
+        record takes this fault's reason and repair, and the condition says so.
+        """
+        held = self.state["quarantined"].get(gpu["uuid"])
+        if held and QUARANTINE.index(action) <= QUARANTINE.index(held["action"]):
+            self._save()
+            self.apply()
+            return
+        message = f"GPU {gpu['index']} ({gpu['uuid']}): {meaning}; repair: {action}"
+        record = {"index": gpu["index"], "uuid": gpu["uuid"], "reason": reason}
+        record |= {"message": message, "action": action, "applied": False}
+        if held:
+            kept = ("at", "since", "fault_at", "quarantined_at")
+            record |= {k: held[k] for k in kept if k in held}
+        else:
+            record |= {"at": now_iso(at), "since": at, "fault_at": self.fault_at or at}
+            self._count("quarantines", gpu["uuid"], reason)
+        self.state["quarantined"][gpu["uuid"]] = record
         self._save()
         self.apply()
 
@@ -391,11 +536,44 @@ class Watcher:
             self._cordon()
             for q in pending:
                 self._evict(self._pods_on_gpu(q["uuid"]))
-                q["applied"] = True
-                q["applied_at"] = now_iso(time.time())
+                self._applied(q, time.time())
         except (ApiError, OSError) as e:
             print(f"quarantine not applied yet (retried): {e}", file=sys.stderr, flush=True)
         self._save()
+
+    def _applied(self, q: dict, now: float) -> None:
+        """The Node says it: record when, and the time from the fault (once per fault)."""
+        first = not q.get("quarantined_at")
+        q["applied"], q["applied_at"] = True, now_iso(now)
+        if first:
+            q["quarantined_at"] = now
+            fault = q.get("fault_at", q["since"])
+            self.state["timings"][q["uuid"]] = {
+                "index": q["index"],
+                "fault_at": fault,
+                "quarantined": now,
+                "fault_to_quarantine": max(0.0, now - fault),
+            }
+
+    def keep_cordoned(self) -> None:
+        """While a GPU is quarantined, put back a cordon someone lifted (and say so)."""
+        held = list(self.state["quarantined"].values())
+        if not held or not all(q["applied"] for q in held):
+            return
+        try:
+            node = self.api.request("GET", f"/api/v1/nodes/{self.node}")
+            if (node.get("spec") or {}).get("unschedulable"):
+                return
+            self._cordon()
+        except (ApiError, OSError) as e:
+            print(f"could not cordon node {self.node} again (retried): {e}", file=sys.stderr)
+            return
+        gpus = ", ".join(f"GPU {q['index']} ({q['uuid']})" for q in held)
+        print(
+            f"node {self.node} was uncordoned while {gpus} is quarantined: cordoned again "
+            "(only readmission ends the quarantine: README, GPU health)",
+            flush=True,
+        )
 
     def _cordon(self) -> None:
         """Cordon as the charm's drain does: marked ours, unless someone else cordoned it.
@@ -456,19 +634,50 @@ class Watcher:
         return self.api.request("GET", f"/api/v1/pods?{query}").get("items", [])
 
     def _pods_on_gpu(self, uuid: str) -> list[dict]:
-        """Pods the kubelet allocated this GPU to (its device-manager checkpoint)."""
+        """Pods the kubelet allocated this GPU, a MIG device of it or a share of either to.
+
+        The kubelet's device-manager checkpoint names the device IDs of each allocation.
+        """
         try:
             with open(self.args.checkpoint) as f:
                 entries = json.load(f)["Data"]["PodDeviceEntries"] or []
         except (OSError, ValueError, KeyError, TypeError):
             entries = []
+        if any(
+            self._device_gpu(d) is None for e in entries for d in _device_ids(e) if "MIG-" in d
+        ):
+            self.read_mig_devices()  # a MIG device made since the last poll
         uids = {
             e["PodUID"]
             for e in entries
-            if e.get("ResourceName") == GPU_RESOURCE
-            and any(uuid in ids for ids in (e.get("DeviceIDs") or {}).values())
+            if any(self._device_gpu(d) == uuid for d in _device_ids(e))
         }
         return [p for p in self._pods() if p["metadata"].get("uid") in uids]
+
+    def _device_gpu(self, device: str) -> str | None:
+        """The GPU UUID of a device plugin device ID (`GPU-...`, `MIG-...`, `...::<n>`)."""
+        device = device.split("::", 1)[0]
+        if device.startswith("MIG-"):
+            return self.mig_parent.get(device)
+        return device
+
+    def read_mig_devices(self) -> None:
+        """Which GPU each MIG device belongs to, from `nvidia-smi -L` (kept across polls)."""
+        self.mig_read = time.monotonic()
+        try:
+            done = subprocess.run(
+                [self.args.nvidia_smi, "-L"], capture_output=True, text=True, timeout=20
+            )
+        except (OSError, subprocess.TimeoutExpired) as e:
+            print(f"nvidia-smi -L failed: {e}", file=sys.stderr)
+            return
+        parent = None
+        for line in done.stdout.splitlines():
+            gpu, mig = SMI_GPU.match(line), SMI_MIG.match(line)
+            if gpu:
+                parent = gpu["uuid"]
+            elif mig and parent:
+                self.mig_parent[mig["uuid"]] = parent
 
     def _pod_of_pid(self, pid: int) -> list[dict]:
         """The pod whose container runs `pid` (its cgroup path names the pod's UID)."""
@@ -516,46 +725,128 @@ class Watcher:
                 self.last_poll = at
                 for pci, finding in self.poll_smi():
                     self.handle_finding(pci, finding, at)
-            for text in self.read_kernel():
+                self.keep_cordoned()
+            for text, usec in self.read_kernel():
                 record = parse_xid(text)
                 if record is not None:
+                    self.fault_at = kernel_time(usec, at, time.monotonic())
                     self.handle_xid(record, at)
+                    self.fault_at = None
             self.apply()
             self._save()
 
-    def gauges(self) -> list[Gauge]:
-        """What COS scrapes from this node."""
+    def metrics(self) -> list[Gauge]:
+        """What COS scrapes from this node (the module's docstring says what each means)."""
         with self.lock:
-            quarantined = self.state["quarantined"]
-            samples = [
+            state, node = self.state, self.node
+            known = {row["uuid"]: row["index"] for row in self.gpus.values()}
+            for q in state["quarantined"].values():
+                known.setdefault(q["uuid"], q["index"])
+
+            def labels(uuid: str, **more: str) -> dict:
+                return {"node": node, "gpu": known.get(uuid, "?"), "uuid": uuid, **more}
+
+            samples: list[Gauge] = [
                 Gauge(
                     "gpu_k8s_gpu_quarantined",
                     "1 while the GPU is quarantined by the GPU health watcher.",
-                    int(row["uuid"] in quarantined),
-                    {"gpu": row["index"], "uuid": row["uuid"], "node": self.node},
+                    int(uuid in state["quarantined"]),
+                    labels(uuid),
                 )
-                for row in self.gpus.values()
+                for uuid in sorted(known)
             ]
-            for key, count in sorted(self.state["counts"].items()):
-                uuid, xid = key.split("|")
+            samples += self._counters(labels, known)
+            samples += self._timings(labels)
+        return samples
+
+    def _counters(self, labels: Callable[..., dict], known: dict[str, str]) -> list[Gauge]:
+        state = self.state
+        samples: list[Gauge] = []
+        for key, count in sorted(state["faults"].items()):
+            uuid, xid, reason, cls = key.split("|")
+            samples.append(
+                Counter(
+                    "gpu_k8s_gpu_faults_total",
+                    "Faults the GPU health watcher saw: each XID the driver reported and each "
+                    "nvidia-smi finding (xid empty), with the catalog's class.",
+                    count,
+                    labels(uuid, xid=xid, reason=reason, **{"class": cls}),
+                )
+            )
+        for key, count in sorted(state["quarantines"].items()):
+            uuid, reason = key.split("|")
+            samples.append(
+                Counter(
+                    "gpu_k8s_gpu_quarantines_total",
+                    "Times the GPU health watcher quarantined the GPU.",
+                    count,
+                    labels(uuid, reason=reason),
+                )
+            )
+        repairs = dict.fromkeys(
+            (f"{u}|{m}|{r}" for u in known for m in REPAIR_METHODS for r in REPAIR_RESULTS), 0
+        )
+        repairs |= state["repairs_counted"]
+        for key, count in sorted(repairs.items()):
+            uuid, method, result = key.split("|")
+            samples.append(
+                Counter(
+                    "gpu_k8s_gpu_repairs_total",
+                    "Repairs of the GPU the charm recorded (gpu-auto-repair, repair-gpu), by "
+                    "method and result.",
+                    count,
+                    labels(uuid, method=method, result=result),
+                )
+            )
+        return samples
+
+    def _timings(self, labels: Callable[..., dict]) -> list[Gauge]:
+        samples: list[Gauge] = [
+            Gauge(
+                "gpu_k8s_gpu_quarantined_since_timestamp_seconds",
+                "When the GPU's quarantine began (Unix time), while it lasts.",
+                q["since"],
+                labels(q["uuid"]),
+            )
+            for q in self.state["quarantined"].values()
+        ]
+        for uuid, timing in sorted(self.state["timings"].items()):
+            samples.append(
+                Gauge(
+                    "gpu_k8s_gpu_fault_to_quarantine_seconds",
+                    "Seconds from the GPU's last quarantining fault to its quarantine "
+                    "(condition, cordon, eviction written).",
+                    round(timing["fault_to_quarantine"], 3),
+                    labels(uuid),
+                )
+            )
+            if "fault_to_readmission" in timing:
                 samples.append(
                     Gauge(
-                        "gpu_k8s_gpu_xid_events",
-                        "XIDs the driver reported for the GPU since this boot.",
-                        count,
-                        {"uuid": uuid, "xid": xid, "node": self.node},
+                        "gpu_k8s_gpu_fault_to_readmission_seconds",
+                        "Seconds from the GPU's last quarantining fault to its readmission.",
+                        round(timing["fault_to_readmission"], 3),
+                        labels(uuid),
                     )
                 )
         return samples
 
 
+def _device_ids(entry: dict) -> list[str]:
+    """The device IDs of one checkpoint entry of an NVIDIA resource (all NUMA nodes)."""
+    if not str(entry.get("ResourceName", "")).startswith(NVIDIA_RESOURCES):
+        return []
+    return [d for ids in (entry.get("DeviceIDs") or {}).values() for d in ids or []]
+
+
 def render(samples: list[Gauge]) -> str:
-    """Prometheus text format 0.0.4."""
+    """Prometheus text format 0.0.4: each family's HELP and TYPE once, before its samples."""
     lines, seen = [], set()
-    for name, help_text, value, labels in samples:
+    for sample in sorted(samples, key=lambda s: s[0]):  # stable: one family's lines together
+        name, help_text, value, labels = sample
         if name not in seen:
             seen.add(name)
-            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
+            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {sample.kind}"]
         text = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
         lines.append(f"{name}{{{text}}} {value}")
     return "\n".join(lines) + "\n"
@@ -566,7 +857,7 @@ def serve(watcher: Watcher, port: int) -> http.server.HTTPServer:
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 (http.server's name)
-            body = render(watcher.gauges()).encode()
+            body = render(watcher.metrics()).encode()
             self.send_response(200 if self.path == "/metrics" else 404)
             self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
             self.send_header("Content-Length", str(len(body)))

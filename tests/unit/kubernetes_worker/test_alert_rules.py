@@ -121,7 +121,7 @@ def _gpu_labels(severity: str, **extra: str) -> dict:
 def test_the_rules_load_in_prometheus():
     done = _promtool("check", "rules", str(RULES))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 10 rules found" in done.stdout  # GpuQuarantined, GpuK8sNodeGpusUnusable
+    assert "SUCCESS: 12 rules found" in done.stdout  # + GpuRepairFailed, GpuQuarantinedTooLong
 
 
 def test_each_alert_fires_when_it_should_and_not_otherwise(tmp_path):
@@ -374,6 +374,90 @@ def test_a_quarantined_gpu_alerts_at_once_and_not_for_a_healthy_one(tmp_path):
         ],
     }
     path = tmp_path / "quarantine_test.yml"
+    path.write_text(yaml.safe_dump(tests, sort_keys=False))
+    done = _promtool("test", "rules", str(path))
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _watcher_series(name: str, **labels: str) -> str:
+    return name + "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
+
+
+def _rendered(alert: str, labels: dict[str, str], value: str = "") -> dict[str, str]:
+    """The alert's annotations as Prometheus fills in these labels (and $value)."""
+    out = {}
+    for key, text in _annotations()[alert].items():
+        for name, label in labels.items():
+            text = text.replace(f"{{{{ $labels.{name} }}}}", label)
+        out[key] = text.replace("{{ $value | humanizeDuration }}", value)
+    return out
+
+
+def test_a_failed_repair_and_a_long_quarantine_alert_and_nothing_else_does(tmp_path):
+    """A failed repair fires at once, clears after the hour; only a 6-hour quarantine fires.
+
+    The series are the watcher's (gpu_watcher.py `metrics`).
+    """
+    sick = {"gpu": "1", "uuid": "GPU-7f3e", "node": "gpu-0"}
+    well = {"gpu": "0", "uuid": "GPU-0b11", "node": "gpu-0"}
+    repairs = "gpu_k8s_gpu_repairs_total"
+    since = "gpu_k8s_gpu_quarantined_since_timestamp_seconds"
+    failed = {**sick, "method": "reset", "result": "failed"}
+    tests = {
+        "rule_files": [str(RULES)],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "10m",
+                "input_series": [
+                    # zero from the start (the watcher's zero series), the reset fails at
+                    # 30m; the reboot after it works; GPU 0 never needs one
+                    {"series": _watcher_series(repairs, **failed), "values": "0 0 0 1x40"},
+                    {
+                        "series": _watcher_series(repairs, **sick, method="reboot", result="ok"),
+                        "values": "0 0 0 0 1x40",
+                    },
+                    {
+                        "series": _watcher_series(
+                            repairs, **well, method="reset", result="failed"
+                        ),
+                        "values": "0x40",
+                    },
+                    # GPU 1 quarantined at t=600 s until 7h; GPU 0 for 2 hours only
+                    {"series": _watcher_series(since, **sick), "values": "_ 600x41"},
+                    {"series": _watcher_series(since, **well), "values": "_ 600x12 _x30"},
+                ],
+                "alert_rule_test": [
+                    {"eval_time": "20m", "alertname": "GpuRepairFailed", "exp_alerts": []},
+                    {
+                        "eval_time": "40m",
+                        "alertname": "GpuRepairFailed",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {"severity": "critical", **failed},
+                                "exp_annotations": _rendered("GpuRepairFailed", failed),
+                            }
+                        ],
+                    },
+                    {"eval_time": "150m", "alertname": "GpuRepairFailed", "exp_alerts": []},
+                    {"eval_time": "6h", "alertname": "GpuQuarantinedTooLong", "exp_alerts": []},
+                    {
+                        "eval_time": "6h20m",
+                        "alertname": "GpuQuarantinedTooLong",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {"severity": "warning", **sick},
+                                "exp_annotations": _rendered(
+                                    "GpuQuarantinedTooLong", sick, "6h 10m 0s"
+                                ),
+                            }
+                        ],
+                    },
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "repair_test.yml"
     path.write_text(yaml.safe_dump(tests, sort_keys=False))
     done = _promtool("test", "rules", str(path))
     assert done.returncode == 0, done.stdout + done.stderr

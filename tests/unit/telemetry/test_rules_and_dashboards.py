@@ -80,11 +80,11 @@ def _documented() -> set[str]:
 
 
 def _charm_gauges() -> set[str]:
-    """The charms' own metrics (unit_state): each named where its Gauge is made."""
+    """The charms' own metrics (unit_state, the GPU watcher): each named where it is made."""
     sources = [*ROOT.glob("charms/*/src/*.py"), ROOT / "lib/charms/gpu_k8s/v0/unit_state.py"]
     found = set()
     for path in sources:
-        found |= set(re.findall(r'Gauge\(\s*"(gpu_k8s_\w+)"', path.read_text()))
+        found |= set(re.findall(r'(?:Gauge|Counter)\(\s*"(gpu_k8s_\w+)"', path.read_text()))
     return found
 
 
@@ -114,6 +114,8 @@ def test_the_charms_own_metrics_are_found_where_they_are_made():
         "gpu_k8s_node_reboot_required",
         "gpu_k8s_efs_size_bytes",
         "gpu_k8s_training_jobs",
+        "gpu_k8s_gpu_faults_total",  # gpu_watcher.py's Counter
+        "gpu_k8s_gpu_repairs_total",
     } <= _charm_gauges()
 
 

@@ -1,0 +1,307 @@
+"""A GPU node for the real GPU health watcher process (functional tests and the bench).
+
+The watcher (charms/kubernetes-worker/src/gpu_watcher.py) runs as a real process, as
+systemd runs it, with its inputs at the Host boundary: a file standing for /dev/kmsg that
+the test appends kernel records to (the driver's XID lines from
+tests/fixtures/gpu/xid/lines.txt), a fake nvidia-smi (a shell script printing what the test
+writes: the health query, and `-L` with the GPUs and their MIG devices), the kubelet's
+device-manager checkpoint and a /proc with the processes' cgroups. It talks to the fake API
+server over TLS as the node's kubelet (its client certificate), so the Node authorizer and
+NodeRestriction decide what it may do, as kube-apiserver would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import charm_modules
+
+from charms.gpu_k8s.v0.kubeclient import Kube
+from fakes.host import FakeRunner
+from fakes.kube_apiserver import FakeKubeApiServer
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "charms" / "kubernetes-worker" / "src"
+LINES = (ROOT / "tests/fixtures/gpu/xid/lines.txt").read_text().splitlines()
+OWN, OTHER = "gpu-node-1", "gpu-node-2"
+GPUS = [  # index, UUID, nvidia-smi's pci.bus_id
+    ("0", "GPU-0b11d014-1685-04bd-26ed-5fc0bc1c44ae", "00000000:2B:00.0"),
+    ("1", "GPU-7f3e9a2c-5d41-4b8e-9c0a-1e2f3a4b5c6d", "00000000:3B:00.0"),
+]
+READY = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ready"}
+ALL = {f"{n}/{p}" for n in (OWN, OTHER) for p in ("gpu0-job", "gpu1-job", "cpu-job")}
+
+
+def smi_rows(dbe: int = 0, lost: int | None = None) -> str:
+    """What `nvidia-smi --query-gpu=... --format=csv,noheader` prints for the two GPUs."""
+    out = []
+    for index, uuid, bus in GPUS:
+        if lost is not None and int(index) == lost:
+            out.append(
+                f"Unable to determine the device handle for GPU{index}: {bus[4:]}: "
+                "GPU is lost. Reboot the system to recover this GPU"
+            )
+            continue
+        errors = dbe if index == "0" else 0
+        out.append(f"{index}, {uuid}, {bus}, {errors}, No, N/A, N/A")
+    return "\n".join(out) + "\n"
+
+
+def smi_list(mig: dict[int, list[str]] | None = None) -> str:
+    """`nvidia-smi -L`: each GPU, then its MIG devices as the MIG user guide shows them."""
+    out = []
+    for index, uuid, _ in GPUS:
+        out.append(f"GPU {index}: NVIDIA A100-SXM4-40GB (UUID: {uuid})")
+        for n, device in enumerate((mig or {}).get(int(index), [])):
+            out.append(f"  MIG 1g.5gb      Device  {n}: (UUID: {device})")
+    return "\n".join(out) + "\n"
+
+
+def xid_line(xid_fixture: str, gpu: int, pid: int | None = None) -> str:
+    """A fixture line with the fake machine's PCI address of `gpu` (and a pid, if asked)."""
+    line = next(
+        entry
+        for entry in LINES
+        if f"): {xid_fixture}," in entry or entry.endswith(f"): {xid_fixture}")
+    )
+    bus = GPUS[gpu][2]
+    line = line.split("(PCI:", 1)[0] + f"(PCI:0000:{bus[9:11].lower()}:00)" + line.split(")", 1)[1]
+    if pid is not None:
+        line = line.replace("pid='<unknown>'", f"pid={pid}")
+    return line
+
+
+def until(check: Callable[[], object], timeout: float = 15.0, step: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "the watcher did not act in time"
+        time.sleep(step)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Machine:
+    """The watcher's world: its files, its process, the API server."""
+
+    api: FakeKubeApiServer
+    root: Path
+    state_path: Path
+    process: subprocess.Popen | None = None
+    seq: int = 100
+    metrics_port: int = 0
+    started_with: dict | None = None  # start()'s options, for a restart
+
+    def kernel(self, text: str, usec: int | None = None) -> None:
+        """Append one /dev/kmsg record (Documentation/ABI/testing/dev-kmsg).
+
+        `usec`: the kernel's timestamp (microseconds since boot); a made-up one otherwise.
+        """
+        self.seq += 1
+        stamp = self.seq * 1000 if usec is None else usec
+        with (self.root / "kmsg").open("a") as f:
+            f.write(f"3,{self.seq},{stamp},-;{text}\n")
+            f.write(" SUBSYSTEM=pci\n")  # a continuation line, skipped
+
+    def smi(self, text: str, code: int = 0) -> None:
+        (self.root / "smi.out").write_text(text)
+        (self.root / "smi.rc").write_text(str(code))
+
+    def smi_list(self, text: str) -> None:
+        (self.root / "smi-L.out").write_text(text)
+
+    def node(self, name: str = OWN) -> dict:
+        node = self.api.get_object(f"/api/v1/nodes/{name}")
+        assert node is not None
+        return node
+
+    def pods(self) -> set[str]:
+        return {
+            f"{node}/{name}"
+            for node in (OWN, OTHER)
+            for name in ("gpu0-job", "gpu1-job", "cpu-job", "other-job", "mig-job")
+            if self.api.get_object(f"/api/v1/namespaces/team-a/pods/{name}-{node}") is not None
+        }
+
+    def quarantined(self) -> bool:
+        """Condition set and node cordoned (the watcher's two writes to the Node)."""
+        return self.condition() is not None and bool(
+            self.node().get("spec", {}).get("unschedulable")
+        )
+
+    def condition(self) -> dict | None:
+        conditions = self.node().get("status", {}).get("conditions") or []
+        return next((c for c in conditions if c["type"] == "GpuHealthy"), None)
+
+    def state(self) -> dict:
+        try:
+            return json.loads(self.state_path.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def handled(self) -> bool:
+        """The watcher saved its state past the last kernel record appended."""
+        return self.state().get("kmsg_seq") == self.seq
+
+    def metrics(self) -> str:
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            assert answer.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+            return answer.read().decode()
+
+    def checkpoint(self, entry: dict) -> None:
+        """Add a PodDeviceEntries entry to the kubelet's device-manager checkpoint."""
+        path = self.root / "checkpoint"
+        data = json.loads(path.read_text())
+        data["Data"]["PodDeviceEntries"].append(entry)
+        path.write_text(json.dumps(data))
+
+    def pod(self, name: str, node: str = OWN) -> dict:
+        """A running pod on `node` (`<name>-<node>` in team-a)."""
+        spec = {"nodeName": node, "containers": [{"name": "main", "image": "busybox:1.37"}]}
+        return self.api.put_object(f"/api/v1/namespaces/team-a/pods/{name}-{node}", {"spec": spec})
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(timeout=10)
+            self.process = None
+
+
+def allocation(pod: dict, resource: str, *devices: str) -> dict:
+    """A checkpoint entry (kubernetes pkg/kubelet/cm/devicemanager/checkpoint/checkpoint.go)."""
+    return {
+        "PodUID": pod["metadata"]["uid"],
+        "ContainerName": "main",
+        "ResourceName": resource,
+        "DeviceIDs": {"0": list(devices)},  # per NUMA node
+        "AllocResp": "",
+    }
+
+
+@contextlib.contextmanager
+def gpu_machine(root: Path) -> Iterator[Machine]:
+    """Two GPU nodes with three pods each (one per GPU, one without); the watcher's files.
+
+    The state file is where the charm reads it (gpu_health.STATE) on the machine's file
+    system `root/host`, so the charm's own code (`readmit`) works on it.
+    """
+    with FakeKubeApiServer(tls=True) as api:
+        assert api.tls is not None
+        api.put_object("/api/v1/namespaces/team-a", {"metadata": {"name": "team-a"}})
+        gpu_health = charm_modules.load("kubernetes-worker", "gpu_health")
+        state = root / "host" / gpu_health.STATE.lstrip("/")
+        state.parent.mkdir(parents=True)
+        box = Machine(api, root, state)
+        entries = []
+        for node in (OWN, OTHER):
+            labels = {"kubernetes.io/hostname": node}
+            api.put_object(
+                f"/api/v1/nodes/{node}",
+                {"metadata": {"labels": labels}, "status": {"conditions": [READY]}},
+            )
+            for name, gpu in (("gpu0-job", 0), ("gpu1-job", 1), ("cpu-job", None)):
+                pod = box.pod(name, node)
+                if gpu is not None and node == OWN:
+                    entries.append(allocation(pod, "nvidia.com/gpu", GPUS[gpu][1]))
+        checkpoint = {
+            "Data": {"PodDeviceEntries": entries, "RegisteredDevices": {}},
+            "Checksum": 1,
+        }
+        (root / "checkpoint").write_text(json.dumps(checkpoint))
+        (root / "kmsg").write_text("")
+        (root / "boot_id").write_text("b0b0\n")
+        (root / "proc").mkdir()
+        client = root / "kubelet-client-current.pem"
+        client.write_text(api.node_certificate(OWN))
+        (root / "api.json").write_text(
+            json.dumps({"server": api.url, "ca": api.tls.ca_pem, "client": str(client)})
+        )
+        smi = root / "nvidia-smi"
+        smi.write_text(
+            "#!/bin/sh\n"
+            f'if [ "$1" = "-L" ]; then cat {root}/smi-L.out; exit 0; fi\n'
+            f'cat {root}/smi.out\nexit "$(cat {root}/smi.rc)"\n'
+        )
+        smi.chmod(0o755)
+        box.smi(smi_rows())
+        box.smi_list(smi_list())
+        try:
+            yield box
+        finally:
+            box.stop()
+
+
+def start(
+    box: Machine,
+    escalation: str = "3/10m",
+    *,
+    interval: float = 0.2,
+    tick: float = 0.05,
+    metrics: bool = False,
+) -> None:
+    """Start the watcher as systemd does (gpu_health.unit_text), every path injected."""
+    box.started_with = {"escalation": escalation, "interval": interval, "tick": tick}
+    box.started_with["metrics"] = metrics
+    r = box.root
+    argv = [sys.executable, str(SRC / "gpu_watcher.py"), "--node", OWN]
+    argv += ["--api", str(r / "api.json"), "--catalog", str(SRC / "xid_catalog.json")]
+    argv += ["--kmsg", str(r / "kmsg"), "--nvidia-smi", str(r / "nvidia-smi")]
+    argv += ["--checkpoint", str(r / "checkpoint"), "--proc", str(r / "proc")]
+    argv += ["--boot-id", str(r / "boot_id"), "--state", str(box.state_path)]
+    argv += ["--interval", str(interval), "--tick", str(tick), "--escalation", escalation]
+    if metrics:
+        box.metrics_port = box.metrics_port or free_port()
+        argv += ["--metrics-port", str(box.metrics_port)]
+    with (r / "watcher.log").open("a") as log:  # the child keeps its own descriptor
+        box.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    until(lambda: box.state_path.exists(), step=0.01)  # first pass done: GPUs known
+    if metrics:
+        until(_serving(box), step=0.01)
+
+
+def _serving(box: Machine) -> Callable[[], bool]:
+    def check() -> bool:
+        try:
+            box.metrics()
+        except OSError:
+            return False
+        return True
+
+    return check
+
+
+def readmit(box: Machine, now: str, proof: str = "CUDA check passed on 2 GPUs") -> list[dict]:
+    """The charm's readmission (gpu_health.readmit, as `readmit-gpu` runs it after its gate).
+
+    On the machine's file system, with `systemctl stop/start` of the watcher stopping and
+    starting this process, and the API as the node (its kubelet's certificate).
+    """
+    gpu_health = charm_modules.load("kubernetes-worker", "gpu_health")
+    runner = FakeRunner(box.root / "host")
+
+    def systemctl(argv: list[str], _input: str | None) -> str:
+        assert argv[2] == f"{gpu_health.SERVICE}.service", argv
+        if argv[1] == "stop":
+            box.stop()
+        elif argv[1] == "start":
+            start(box, **(box.started_with or {}))
+        return ""
+
+    runner.on("systemctl", systemctl)
+    config = box.api.certificate_kubeconfig(box.api.node_certificate(OWN))
+    with Kube.from_kubeconfig(config) as kube:
+        return gpu_health.readmit(runner.host(), kube, OWN, now=now, proof=proof)
