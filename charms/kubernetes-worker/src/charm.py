@@ -48,6 +48,7 @@ import ops
 import worker
 from charm_config import WorkerConfig
 from drain_turns import DrainTurns, api_errors_fail_the_hook, node_kube
+from gpu_repairs import GpuRepairs
 from literals import CLUSTER, COS_AGENT, REBOOTS
 from operator_actions import OperatorActions
 from reboot_turns import UPGRADE, RebootTurns
@@ -107,6 +108,16 @@ class KubernetesWorkerCharm(ops.CharmBase):
             sleep=lambda seconds: self.drain_sleep(seconds),
             wall_clock=lambda: self.wall_clock(),
         )
+        self.repairs = GpuRepairs(
+            self,
+            turns=self.turns,
+            cluster=self.cluster,
+            host=lambda: self.host_factory(),
+            config=lambda: self.load_config(WorkerConfig),
+            clock=lambda: self.drain_clock(),
+            sleep=lambda seconds: self.drain_sleep(seconds),
+            wall_clock=lambda: self.wall_clock(),
+        )
         self.cos = CosAgentProvider(self, COS_AGENT, host=self.host_factory)
         # What this hook found; collect-unit-status reports the highest priority.
         # the worker reaches the API as its kubelet (system:node:<name>, node_identity.py)
@@ -147,6 +158,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
         framework.observe(on.validate_gpu_action, actions.on_validate_gpu)
         framework.observe(on.gpu_health_action, actions.on_gpu_health)
         framework.observe(on.readmit_gpu_action, actions.on_readmit_gpu)
+        framework.observe(on.repair_gpu_action, self.repairs.on_repair_gpu)
 
     def host_factory(self) -> Host:
         """The machine this unit manages (tests return a fake one)."""
@@ -215,13 +227,14 @@ class KubernetesWorkerCharm(ops.CharmBase):
         # joined now: the kubelet's certificate lets HAProxy serve its metrics (no-op after)
         self._proxy(host, info)
         self._telemetry(host, state)
+        if state.has_gpu:  # a repair holds its turn before an upgrade or update takes one
+            self._gpu_health(host, node, config, notes)
         running, note = self._kubernetes(host, config, info, node, plan, notes)
         self.drain_turns.runtime_updates(host, config, node, notes, upgrading=self._upgrading)
         gpus = [GpuInfo(**r) for r in state.records()] or None
         with self._statuses.step():  # a node that is not labelled yet still reports below
+            note += gpu_health.repair_note(host, self.wall_clock()) if state.has_gpu else ""
             self._statuses.add(self._node_state(host, info, node, config, state, note, notes))
-        if state.has_gpu:
-            self._gpu_health(host, node, config, notes)
         self.cluster.publish_node(
             node,
             gpus,
@@ -239,14 +252,20 @@ class KubernetesWorkerCharm(ops.CharmBase):
     def _gpu_health(
         self, host: Host, node: str, config: WorkerConfig, notes: list[ops.StatusBase]
     ) -> None:
-        """Keep the GPU health watcher running; Blocked while it holds a GPU quarantined."""
+        """Keep the GPU health watcher running; repair a quarantined GPU (gpu_repairs.py).
+
+        Blocked while a GPU stays quarantined with no automatic repair under way.
+        """
         with self._statuses.step(), on_error(ops.WaitingStatus, gpu_health.GpuHealthError):
             if gpu_health.ensure(host, node, config.gpu_xid_escalation):
                 logger.info("GPU health watcher (re)started")
         found = gpu_health.quarantined(host)
-        message = gpu_health.status_message(node, self.unit.name, found)
-        if message is not None:
-            notes.append(ops.BlockedStatus(message))
+        status = self.repairs.step(host, config, node, found)  # Juju reboots: the hook ends
+        if status is not None:
+            notes.append(status)
+        elif found:
+            message = gpu_health.status_message(node, self.unit.name, found)
+            notes.append(ops.BlockedStatus(message or ""))
 
     def _telemetry(self, host: Host, state: gpu_node.GpuState) -> None:
         """What this machine's COS agent scrapes.

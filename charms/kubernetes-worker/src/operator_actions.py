@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import gpu_gate
 import gpu_health
 import gpu_node
 import node_identity
@@ -94,38 +95,42 @@ class OperatorActions(ops.Object):
         event.set_results(gpu_health.history(self._host()))
 
     def on_readmit_gpu(self, event: ops.ActionEvent) -> None:
-        """The CUDA check on every GPU, one at a time; all passed: the quarantine clears."""
+        """The repair gate on every GPU (gpu_gate.py); passed: the quarantine clears."""
         params = event.load_params(validation.ReadmitGpuParams, errors="fail")
         host = self._host()
         held = gpu_health.quarantined(host)
         if not held:
             event.fail("no GPU of this machine is quarantined: nothing to readmit")
             return
-        count = gpu_node.detect(host).count
-        if not count or not kubeadm.is_joined(host):
+        inventory = gpu_node.detect(host)
+        if not inventory.count or not kubeadm.is_joined(host):
             event.fail("this machine has no working NVIDIA GPU or has not joined a cluster")
             return
-        try:
-            image = self._config().validation_image
-            for index in range(count):
-                outcome = validation.validate(
-                    host,
-                    image,
-                    timeout=params.timeout,
-                    clock=self._clock,
-                    progress=event.log,
-                    devices=str(index),
-                )
-                if not outcome.passed:
-                    event.set_results({"gpu": str(index), **outcome.results()})
-                    event.fail(f"GPU {index}: {outcome.summary}; it stays quarantined")
-                    return
+        try:  # the repair gate on every GPU (gpu_gate.py): CUDA, DCGM, NCCL
+            config = self._config()
+            dcgm, nccl = config.gate_images
+            result = gpu_gate.run(
+                host,
+                cuda_image=config.validation_image,
+                dcgm_image=dcgm,
+                nccl_image=nccl,
+                count=inventory.count,
+                model=inventory.model or "",
+                timeout=params.timeout,
+                clock=self._clock,
+                progress=event.log,
+            )
         except (ValueError, validation.ValidationError) as e:
             event.fail(f"{e}; it stays quarantined")
             return
+        if not result.passed:
+            failed = next(c for c in result.checks if not c.passed)
+            event.set_results({"gate": result.summary()})
+            event.fail(f"{failed.detail}; it stays quarantined")
+            return
         node = kubeadm.node_name(host)
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self._wall_clock()))
-        proof = f"CUDA check passed on {count} GPUs ({image})"
+        proof = f"gate passed: {result.summary()}"
         try:
             with Kube.from_kubeconfig(node_identity.kubeconfig(host)) as kube:
                 cleared = gpu_health.readmit(host, kube, node, now=now, proof=proof)
