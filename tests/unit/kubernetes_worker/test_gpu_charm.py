@@ -820,9 +820,10 @@ def test_validate_gpu_runs_the_cuda_sample_through_containerd_and_makes_no_api_r
 
     ctx.run(ctx.on.action("validate-gpu", params={"timeout": 60}), state)
 
+    # one run per GPU (issue 32: the sample runs on the first GPU it sees)
     assert ctx.action_results == {
         "passed": "true",
-        "summary": "CUDA check passed (exit 0): Done",
+        "summary": "CUDA check passed on each of 4 GPUs (exit 0): Done",
         "output": VECTORADD_OK,
     }
     readme_examples.show("validate-gpu", readme_examples.juju_results(ctx.action_results))
@@ -831,13 +832,18 @@ def test_validate_gpu_runs_the_cuda_sample_through_containerd_and_makes_no_api_r
     assert ctx.action_logs[1].startswith(
         "running /cuda-samples/vectorAdd with /usr/bin/nvidia-container-runtime (container "
     )
-    name = ctr.runs[0]["name"]
     assert ctr_lines(machine) == [
-        f"/usr/bin/ctr -n k8s.io images pull {image}",
-        "/usr/bin/ctr -n k8s.io run --rm --privileged --runc-binary "
-        "/usr/bin/nvidia-container-runtime --env NVIDIA_VISIBLE_DEVICES=all --env "
-        f"NVIDIA_DRIVER_CAPABILITIES=compute,utility {image} {name} /cuda-samples/vectorAdd",
+        line
+        for gpu, run in enumerate(ctr.runs)
+        for line in (
+            f"/usr/bin/ctr -n k8s.io images pull {image}",
+            "/usr/bin/ctr -n k8s.io run --rm --privileged --runc-binary "
+            f"/usr/bin/nvidia-container-runtime --env NVIDIA_VISIBLE_DEVICES={gpu} --env "
+            f"NVIDIA_DRIVER_CAPABILITIES=compute,utility {image} {run['name']} "
+            "/cuda-samples/vectorAdd",
+        )
     ]
+    assert len(ctr.runs) == 4
     # the worker's only credential is its node identity, which creates no pod
     assert api.requests[requests:] == []
 
@@ -904,7 +910,7 @@ def test_validate_gpu_failure_fails_the_action_with_the_output(ctx, api, driver,
         ctx.run(ctx.on.action("validate-gpu"), state)
 
     assert "CUDA driver version is insufficient" in failed.value.message
-    assert failed.value.message.startswith("CUDA check failed (exit 1): ")
+    assert failed.value.message.startswith("GPU 0: CUDA check failed (exit 1): ")
     assert ctx.action_results["passed"] == "false"
     assert ctx.action_results["output"] == DRIVER_TOO_OLD.strip()
 
@@ -940,7 +946,7 @@ def test_validate_gpu_timeout_fails_and_removes_the_container(ctx, api, driver, 
     with pytest.raises(testing.ActionFailed) as failed:
         ctx.run(ctx.on.action("validate-gpu", params={"timeout": 10}), state)
 
-    assert failed.value.message == "CUDA check timed out after 10s"
+    assert failed.value.message == "GPU 0: CUDA check timed out after 10s"
     assert ctr.containers["k8s.io"] == set()  # tasks delete --force, containers delete
 
 
@@ -2018,6 +2024,10 @@ def test_a_reset_refused_while_a_process_uses_the_gpu_reboots_then_gates_on_the_
 
     repairs = watcher_state(machine)["repairs"]
     assert [(r["method"], r["result"]) for r in repairs] == [("reset", "failed"), ("reboot", "ok")]
+    assert watcher_state(machine)["repair_counts"] == {  # gpu_k8s_gpu_repairs_total's source
+        f"{QUARANTINED_GPU}|1|reset|failed": 1,
+        f"{QUARANTINED_GPU}|1|reboot|ok": 1,
+    }
     assert watcher_state(machine)["quarantined"] == {}
     assert not node(api)["spec"].get("unschedulable")
     assert "repaired by reboot" in out.unit_status.message
@@ -2140,3 +2150,17 @@ def test_repair_gpu_resets_and_gates_now_or_leaves_a_reboot_to_the_next_hook(
     assert reboots == []  # juju-reboot is refused in an action: the next hook reboots
     out = ctx.run(ctx.on.update_status(), out)
     assert reboots == [False] and out.unit_status.name == "maintenance"
+
+
+def test_validate_gpu_checks_every_gpu_not_only_the_first(ctx, api, driver, ctr):
+    state = joined_gpu_node(ctx, api, driver)
+    ctr.failing_gpus = {"2"}  # vectorAdd fails verification on GPU 2 only
+
+    with pytest.raises(testing.ActionFailed) as failed:
+        ctx.run(ctx.on.action("validate-gpu"), state)
+
+    assert failed.value.message == (
+        "GPU 2: CUDA check failed (exit 1): Result verification failed at element 7!"
+    )
+    assert [r["env"]["NVIDIA_VISIBLE_DEVICES"] for r in ctr.runs] == ["0", "1", "2"]
+    assert ctx.action_results["passed"] == "false"
