@@ -231,8 +231,19 @@ def history(host: Host) -> dict[str, str]:
 #      "result": "ok"|"failed", "detail": one line, "quarantined_at": ISO 8601 UTC (the
 #      quarantine's `at`), "gate": {"passed": bool, "cuda"|"dcgm"|"nccl": "passed: ..."
 #      or "failed: ..."} ({} when the repair failed before the gate)}
+#   "repair_counts": {"<gpu uuid>|<gpu index>|<method>|<result>": attempts}, every
+#     attempt since the state file was created (never truncated: a counter for COS)
 #   "readmitted_at": ISO 8601 UTC of the last readmission (absent before the first).
 REPAIRS_KEPT = 50
+
+
+def _append_repairs(state: dict, records: list[dict]) -> None:
+    state["repairs"] = (list(state.get("repairs") or []) + records)[-REPAIRS_KEPT:]
+    counts = dict(state.get("repair_counts") or {})
+    for r in records:
+        key = f"{r['gpu_uuid']}|{r['gpu']}|{r['method']}|{r['result']}"
+        counts[key] = counts.get(key, 0) + 1
+    state["repair_counts"] = counts
 
 
 def _load(host: Host) -> dict:
@@ -286,11 +297,7 @@ def repair_records(
 
 def record_repairs(host: Host, records: list[dict]) -> None:
     """Append failed (or any) repair records; the quarantine stays as it is."""
-
-    def change(state: dict) -> None:
-        state["repairs"] = (list(state.get("repairs") or []) + records)[-REPAIRS_KEPT:]
-
-    _edit(host, change)
+    _edit(host, lambda state: _append_repairs(state, records))
 
 
 def repair_note(host: Host, now: float) -> str:
@@ -376,7 +383,7 @@ def readmit(
             )
         state["events"] = events[-50:]
         if records:
-            state["repairs"] = (list(state.get("repairs") or []) + records)[-REPAIRS_KEPT:]
+            _append_repairs(state, records)
         state["readmitted_at"] = now
 
     _edit(host, change)

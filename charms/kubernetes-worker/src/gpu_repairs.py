@@ -182,6 +182,16 @@ class GpuRepairs(ops.Object):
         inventory = gpu_node.detect(host)
         dcgm, nccl = config.gate_images
         now = gpu_repair.iso(self._wall_clock())
+        missing = [q for q in held if not str(q.get("index", "")).isdigit()]
+        missing += [
+            q
+            for q in held
+            if str(q.get("index", "")).isdigit() and int(q["index"]) >= inventory.count
+        ]
+        if missing:  # fell off the bus for good: nothing to prove it on
+            detail = f"GPU {missing[0].get('index')} is not on the machine after the {method}"
+            self._record_failure(host, held, method, detail)
+            return ops.WaitingStatus(f"node {node} stays cordoned: {detail}")
         try:
             result = gpu_gate.run(
                 host,

@@ -124,3 +124,17 @@ def test_two_failed_attempts_within_a_day_escalate_one_per_attempt_not_per_gpu()
     assert not gpu_repair.escalated(two_gpus, NOW)
     assert gpu_repair.escalated([*two_gpus, failed("reboot", NOW - 30)], NOW)
     assert not gpu_repair.escalated([failed("reset", NOW - 90_000), failed("reboot")], NOW)
+
+
+def test_no_gpu_never_passes_the_gate():
+    result = gpu_gate.run(
+        None,  # type: ignore[arg-type]  # asked nothing without a GPU
+        cuda_image="c",
+        dcgm_image="d",
+        nccl_image="n",
+        count=0,
+        model="",
+        timeout=10,
+    )
+    assert not result.passed
+    assert result.summary() == "cuda FAILED: no NVIDIA GPU found on this machine"
