@@ -17,12 +17,25 @@ validation.py), with the rules of the real programs:
   image.IsPrivileged`); the charm turns that acceptance off (toolkit.py). Without GPUs, or
   with a driver nvidia-smi cannot use, the CUDA sample fails the way it does, on stderr
   (cuda-samples vectorAdd: "Failed to allocate device vector A (error code ...)!", exit 1).
+- The repair gate's images (charms/kubernetes-worker/src/gpu_gate.py): NVIDIA's DCGM
+  image runs `sh -c "nv-hostengine ...; dcgmi diag -r 2 -j; exit 0"` and prints the
+  diagnostic's JSON in the form of NVIDIA/DCGM testing/python3/dcgm_diag_schema.json
+  (DCGM 4.x: "DCGM Diagnostic" -> test_categories -> tests -> results per entity, with
+  status "Pass" / "Fail" / "Warn" / "Skip" from dcgmi/Diag.cpp, a failed result's
+  warnings[{warning, error_id, error_category, error_severity}], and `runtime_error`
+  when the diagnostic cannot run); the test names per category are the level-2 plugins
+  of NVIDIA's DCGM user guide ("DCGM Diagnostics": software, pcie, memory). NVIDIA's
+  PyTorch image runs nccl-tests' `all_reduce_perf_mpi` and prints its table and the
+  summary lines of nccl-tests src/common.cu (`# Out of bounds values : <n> OK|FAILED`,
+  `# Avg bus bandwidth    : <g>`), on every GPU the container sees.
 - A container that runs past the caller's timeout is killed with its `ctr` client, and
   stays in containerd (`--rm` removes it only when ctr sees it exit): `tasks delete --force`
   and `containers delete` remove it.
 """
 
 from __future__ import annotations
+
+import json
 
 import toolkit
 
@@ -36,6 +49,12 @@ NO_DEVICE = (
 DRIVER_TOO_OLD = (
     "[Vector addition of 50000 elements]\nFailed to allocate device vector A (error code "
     "CUDA driver version is insufficient for CUDA runtime version)!\n"
+)
+# vectorAdd checks every element and exits 1 after this line on stderr (cuda-samples
+# Samples/0_Introduction/vectorAdd/vectorAdd.cu: "Result verification failed at element
+# %d!").
+VERIFICATION_FAILED = (
+    "[Vector addition of 50000 elements]\nResult verification failed at element 7!\n"
 )
 
 
@@ -51,6 +70,12 @@ class FakeCtr:
         self.hang = False  # the next run outlives its caller's timeout
         self.output = VECTORADD_OK  # what the sample prints when it has a GPU
         self.driver_too_old = False
+        self.failing_gpus: set[str] = set()  # NVIDIA_VISIBLE_DEVICES values vectorAdd fails on
+        # DCGM's diagnostic: {GPU index: the failed test's warning}, or a runtime error
+        self.diag_failures: dict[int, tuple[str, str]] = {}
+        self.diag_runtime_error: str | None = None
+        self.busbw = 24.5  # GB/s: what all_reduce_perf measures on the node's GPUs
+        self.wrong_values = 0
         machine.on("ctr", self.ctr)
 
     def ctr(self, argv: list[str], _input: str | None) -> str:
@@ -124,4 +149,71 @@ class FakeCtr:
             raise CommandError(argv, 1, NO_DEVICE)
         if self.driver_too_old:
             raise CommandError(argv, 1, DRIVER_TOO_OLD)
+        if "/cloud-native/dcgm:" in ref:
+            return self._dcgm(command)
+        if "/nvidia/pytorch:" in ref:
+            return self._nccl(command)
+        if flags["env"]["NVIDIA_VISIBLE_DEVICES"] in self.failing_gpus:
+            raise CommandError(argv, 1, VERIFICATION_FAILED)  # cuda-samples vectorAdd.cu
         return self.output
+
+    def _dcgm(self, command: list[str]) -> str:
+        """`dcgmi diag -r 2 -j`'s JSON (see the module docstring for its form)."""
+        if "dcgmi diag -r 2 -j" not in " ".join(command):
+            return ""
+        if self.diag_runtime_error is not None:
+            return json.dumps({"DCGM Diagnostic": {"runtime_error": self.diag_runtime_error}})
+
+        def results(test: str) -> list[dict]:
+            rows = []
+            for gpu in range(self.driver.gpus):
+                row = {"entity_group": "GPU", "entity_group_id": 1, "entity_id": gpu}
+                failed = self.diag_failures.get(gpu)
+                if failed is not None and failed[0] == test:
+                    warning = {"error_category": 4, "error_id": 27, "error_severity": 2}
+                    row |= {"status": "Fail", "warnings": [{**warning, "warning": failed[1]}]}
+                else:
+                    row["status"] = "Pass"
+                rows.append(row)
+            return rows
+
+        def category(name: str, test: str) -> dict:
+            rows = results(test)
+            summary = "Fail" if any(r["status"] == "Fail" for r in rows) else "Pass"
+            return {
+                "category": name,
+                "tests": [{"name": test, "results": rows, "test_summary": {"status": summary}}],
+            }
+
+        return json.dumps(
+            {
+                "DCGM Diagnostic": {
+                    "test_categories": [
+                        category("Deployment", "software"),
+                        category("Integration", "pcie"),
+                        category("Hardware", "memory"),
+                    ]
+                },
+                "metadata": {"version": "4.2.3"},
+            },
+            indent=2,
+        )
+
+    def _nccl(self, command: list[str]) -> str:
+        """all_reduce_perf_mpi's output across `-g` GPUs (nccl-tests src/common.cu lines)."""
+        line = " ".join(command)
+        if "all_reduce_perf_mpi" not in line:
+            return f"sh: 1: {line.split()[-1]}: not found\n"
+        wanted = int(line.split(" -g ")[1].split()[0])
+        if wanted > self.driver.gpus:
+            return "Invalid number of GPUs: 8 requested but only 4 were found.\n"
+        bad = "FAILED" if self.wrong_values else "OK"
+        return (
+            "# nThread 1 nGpus {n} minBytes 8388608 maxBytes 268435456 step: 2(factor)\n"
+            "#       size         count      type   redop    root     time   algbw   busbw"
+            " #wrong\n"
+            "   268435456      67108864     float     sum      -1   1234.5  217.45  {bw}"
+            "      {w}\n"
+            "# Out of bounds values : {w} {bad}\n"
+            "# Avg bus bandwidth    : {bw}\n#\n"
+        ).format(n=wanted, bw=self.busbw, w=self.wrong_values, bad=bad)

@@ -179,6 +179,10 @@ class FakeDriver:
         self.module_driver: dict[tuple[str, str], str] = {}
         self.meta_abi: dict[tuple[str, str], str] = {}
         self.respin = 0
+        # GPU reset (`nvidia-smi -r -i <index>`): the indexes whose GPU a process uses
+        # (the reset is refused), and the resets done
+        self.gpu_in_use: set[int] = set()
+        self.resets: list[int] = []
         self.auto: set[str] = set()  # packages marked automatically installed
         self.image_meta_abi: dict[str, str] = {}  # linux-image-aws version: its kernel
         self._publish_kernel(KERNEL)
@@ -715,6 +719,8 @@ class FakeDriver:
             raise CommandError(argv, 9, NOT_LOADED)
         if self.loaded[1] != driver:
             raise CommandError(argv, 18, MISMATCH % driver.rsplit(".", 1)[0])
+        if argv[1:2] in (["-r"], ["--gpu-reset"]):
+            return self._reset(argv)
         if "--version" in argv:
             return (
                 f"NVIDIA-SMI version  : {driver}\n"
@@ -738,6 +744,34 @@ class FakeDriver:
             f"{i}, {name}, {memory}, 0, 0, 30, {mode}, {driver}, {buses[i]}, {compute}\n"
             for i in range(self.gpus)
         )
+
+    def _reset(self, argv: list[str]) -> str:
+        """`nvidia-smi -r -i <index>`: reset one GPU, refused while a process uses it.
+
+        nvidia-smi's manual (-r, --gpu-reset): "There can't be any applications using
+        these devices (e.g. CUDA application ...)". What it prints, success and refusal,
+        as recorded on a real machine in public notes (the stored code corpus: "Unable to
+        reset GPU 00000000:18:00.0 because it's being used by some other process (e.g.
+        CUDA application). Please first kill all processes using this GPU." then "Some
+        GPUs could not be reset."; "GPU 00000000:18:00.0 was successfully reset."). The
+        exit status of a refusal is not documented: 1 here, the charm reads the text.
+        """
+        index = int(argv[argv.index("-i") + 1]) if "-i" in argv else None
+        targets = list(range(self.gpus)) if index is None else [index]
+        buses = self._bus_ids()
+        if any(i >= self.gpus for i in targets):
+            raise CommandError(argv, 6, f"No devices were found matching -i {index}")
+        busy = [i for i in targets if i in self.gpu_in_use]
+        if busy:
+            raise CommandError(
+                argv,
+                1,
+                f"Unable to reset GPU {buses[busy[0]]} because it's being used by some other "
+                "process (e.g. CUDA application). Please first kill all processes using this "
+                "GPU.\nSome GPUs could not be reset.",
+            )
+        self.resets += targets
+        return "".join(f"GPU {buses[i]} was successfully reset.\n" for i in targets)
 
     def _fabric(self) -> list[tuple[int, tuple[str, str]]]:
         """Each GPU's (fabric state, status) as nvidia-smi prints them."""

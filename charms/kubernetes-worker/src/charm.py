@@ -35,27 +35,25 @@ drain fails the hook instead, so Juju retries it rather than resetting an undrai
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
-from collections.abc import Iterator
 
-import driver
 import gpu_health
 import gpu_labels
 import gpu_node
 import mig_layout
 import node_identity
 import node_upgrade
-import nvidia
 import ops
-import validation
 import worker
 from charm_config import WorkerConfig
+from drain_turns import DrainTurns, api_errors_fail_the_hook, node_kube
+from gpu_repairs import GpuRepairs
 from literals import CLUSTER, COS_AGENT, REBOOTS
-from reboot_turns import RUNTIME, UPGRADE, RebootTurns
+from operator_actions import OperatorActions
+from reboot_turns import UPGRADE, RebootTurns
 
-from charms.gpu_k8s.v0 import api_proxy, apt, containerd, kubeadm
+from charms.gpu_k8s.v0 import api_proxy, apt, kubeadm
 from charms.gpu_k8s.v0.cos_agent import (
     DCGM_EXPORTER_PORT,
     CosAgentProvider,
@@ -65,29 +63,11 @@ from charms.gpu_k8s.v0.cos_agent import (
 from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
 from charms.gpu_k8s.v0.kubernetes_cluster import ClusterRequirer, GpuInfo, JoinInfo
 from charms.gpu_k8s.v0.status import StatusError, Statuses, on_error, status_of
-from charms.gpu_k8s.v0.system import SYSTEMCTL, CommandError, Host, machine
+from charms.gpu_k8s.v0.system import Host, machine
 
 logger = logging.getLogger(__name__)
 
 LEFT = "left the cluster; this unit is being removed"
-
-
-class NodeMaintenanceError(Exception):
-    """The Kubernetes API failed while this node was drained, upgraded or uncordoned."""
-
-
-@contextlib.contextmanager
-def _api_errors_fail_the_hook() -> Iterator[None]:
-    """An API error while the node is taken out of service or brought back fails the hook.
-
-    It is not turned into a status (as `Statuses.step` would): Juju retries the hook with
-    the stored state from before it, and what was done is where the retry finds it (the
-    cordon mark on the Node, the upgrade record on the machine).
-    """
-    try:
-        yield
-    except KubeError as e:
-        raise NodeMaintenanceError(str(e)) from e
 
 
 class KubernetesWorkerCharm(ops.CharmBase):
@@ -119,6 +99,25 @@ class KubernetesWorkerCharm(ops.CharmBase):
         self._taint: bool | None = None  # the GPU taint to ask the control plane for
         self._quarantine: list[str] | None = None  # quarantined GPUs (gpu_health.py)
         self.turns = RebootTurns(self, REBOOTS)
+        self.drain_turns = DrainTurns(
+            self,
+            stored=self._stored,
+            turns=self.turns,
+            host=lambda: self.host_factory(),
+            clock=lambda: self.drain_clock(),
+            sleep=lambda seconds: self.drain_sleep(seconds),
+            wall_clock=lambda: self.wall_clock(),
+        )
+        self.repairs = GpuRepairs(
+            self,
+            turns=self.turns,
+            cluster=self.cluster,
+            host=lambda: self.host_factory(),
+            config=lambda: self.load_config(WorkerConfig),
+            clock=lambda: self.drain_clock(),
+            sleep=lambda seconds: self.drain_sleep(seconds),
+            wall_clock=lambda: self.wall_clock(),
+        )
         self.cos = CosAgentProvider(self, COS_AGENT, host=self.host_factory)
         # What this hook found; collect-unit-status reports the highest priority.
         # the worker reaches the API as its kubelet (system:node:<name>, node_identity.py)
@@ -147,10 +146,19 @@ class KubernetesWorkerCharm(ops.CharmBase):
         framework.observe(on[CLUSTER].relation_departed, self._on_cluster_departed)
         framework.observe(on.stop, self._on_stop)
         framework.observe(on.collect_unit_status, self._on_collect_status)
-        framework.observe(on.gpu_info_action, self._on_gpu_info)
-        framework.observe(on.validate_gpu_action, self._on_validate_gpu)
-        framework.observe(on.gpu_health_action, self._on_gpu_health)
-        framework.observe(on.readmit_gpu_action, self._on_readmit_gpu)
+        self.actions = actions = OperatorActions(
+            self,
+            host=lambda: self.host_factory(),
+            cluster=self.cluster,
+            config=lambda: self.load_config(WorkerConfig),
+            clock=lambda: self.drain_clock(),
+            wall_clock=lambda: self.wall_clock(),
+        )
+        framework.observe(on.gpu_info_action, actions.on_gpu_info)
+        framework.observe(on.validate_gpu_action, actions.on_validate_gpu)
+        framework.observe(on.gpu_health_action, actions.on_gpu_health)
+        framework.observe(on.readmit_gpu_action, actions.on_readmit_gpu)
+        framework.observe(on.repair_gpu_action, self.repairs.on_repair_gpu)
 
     def host_factory(self) -> Host:
         """The machine this unit manages (tests return a fake one)."""
@@ -200,7 +208,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
         info = self.cluster.join_material()
         state, plan = self._install(host, config, info)
         self.cos.set_gauges(state.gauges())  # served to a COS agent, a pending reboot too
-        self._reboot_step(host, config, info, state, notes)
+        self.drain_turns.reboot_step(host, config, info, state, notes)
         self._telemetry(host, state)
         if info is None or plan is None:
             raise StatusError.waiting(self.cluster.problem() or "waiting for join material")
@@ -219,13 +227,14 @@ class KubernetesWorkerCharm(ops.CharmBase):
         # joined now: the kubelet's certificate lets HAProxy serve its metrics (no-op after)
         self._proxy(host, info)
         self._telemetry(host, state)
+        if state.has_gpu:  # a repair holds its turn before an upgrade or update takes one
+            self._gpu_health(host, node, config, notes)
         running, note = self._kubernetes(host, config, info, node, plan, notes)
-        self._runtime_updates(host, config, node, notes)
+        self.drain_turns.runtime_updates(host, config, node, notes, upgrading=self._upgrading)
         gpus = [GpuInfo(**r) for r in state.records()] or None
         with self._statuses.step():  # a node that is not labelled yet still reports below
+            note += gpu_health.repair_note(host, self.wall_clock()) if state.has_gpu else ""
             self._statuses.add(self._node_state(host, info, node, config, state, note, notes))
-        if state.has_gpu:
-            self._gpu_health(host, node, config, notes)
         self.cluster.publish_node(
             node,
             gpus,
@@ -243,14 +252,20 @@ class KubernetesWorkerCharm(ops.CharmBase):
     def _gpu_health(
         self, host: Host, node: str, config: WorkerConfig, notes: list[ops.StatusBase]
     ) -> None:
-        """Keep the GPU health watcher running; Blocked while it holds a GPU quarantined."""
+        """Keep the GPU health watcher running; repair a quarantined GPU (gpu_repairs.py).
+
+        Blocked while a GPU stays quarantined with no automatic repair under way.
+        """
         with self._statuses.step(), on_error(ops.WaitingStatus, gpu_health.GpuHealthError):
             if gpu_health.ensure(host, node, config.gpu_xid_escalation):
                 logger.info("GPU health watcher (re)started")
         found = gpu_health.quarantined(host)
-        message = gpu_health.status_message(node, self.unit.name, found)
-        if message is not None:
-            notes.append(ops.BlockedStatus(message))
+        status = self.repairs.step(host, config, node, found)  # Juju reboots: the hook ends
+        if status is not None:
+            notes.append(status)
+        elif found:
+            message = gpu_health.status_message(node, self.unit.name, found)
+            notes.append(ops.BlockedStatus(message or ""))
 
     def _telemetry(self, host: Host, state: gpu_node.GpuState) -> None:
         """What this machine's COS agent scrapes.
@@ -284,123 +299,6 @@ class KubernetesWorkerCharm(ops.CharmBase):
                 None if minor is None else node_upgrade.plan_kubernetes(host, minor, config.mirror)
             )
         return state, plan
-
-    def _reboot_step(
-        self,
-        host: Host,
-        config: WorkerConfig,
-        info: JoinInfo | None,
-        state: gpu_node.GpuState,
-        notes: list[ops.StatusBase],
-    ) -> None:
-        """Handle a reboot the driver needs; a StatusError when the reconcile stops here."""
-        started, limit = self._stored.reboot_boot, config.max_parallel_reboots
-        if started is None and state.reboot is None:
-            if self._stored.reboot_cordoned:  # drained for an update that is not needed now
-                self._after_reboot(info, kubeadm.node_name(host), limit)
-            elif not self._stored.mig_cordoned and not mig_layout.is_mig_request(
-                self.turns.asked_for()
-            ):  # a MIG change keeps its turn, or its place in the queue (mig_layout's own)
-                self.turns.done(limit)  # no longer needed, if it asked
-            return
-        node, reason = kubeadm.node_name(host), state.reboot or ""
-        action = nvidia.reboot_action(
-            state.reboot,
-            config.auto_reboot,
-            started_at_boot=started,
-            current_boot=nvidia.boot_id(host),
-        )
-        if action is nvidia.RebootAction.NONE:
-            raise StatusError.maintenance("waiting for Juju to reboot this machine")
-        if action is nvidia.RebootAction.BLOCK:
-            message = nvidia.reboot_blocked_message(
-                reason, self.unit.name, node, rebooted=started is not None, install=state.update
-            )
-            notes.append(ops.BlockedStatus(message))
-        elif action is nvidia.RebootAction.UNCORDON and state.pending is not None:
-            # NVSwitch: the driver works, its fabric does not (yet); the turn and the
-            # cordon stay, so the next node does not walk into the same failure (a
-            # registration under way is the node's Waiting status, `GpuState.waiting`)
-            if state.pending_failed:
-                notes.append(self._fabric_after_reboot(state, node))
-        elif action is nvidia.RebootAction.UNCORDON:
-            self._after_reboot(info, node, limit)
-        elif not self.turns.request(reason, limit):
-            notes.append(ops.WaitingStatus(self.turns.waiting_message(reason, limit)))
-        else:
-            self._drain_and_reboot(host, config, info, node, reason, state.update)
-
-    def _node_kube(self, host: Host, waiting_for: str) -> Kube:
-        """A client acting as this node's kubelet; without one, Waiting says what waits and why.
-
-        Everything the worker does at the API for its own node (labels, cordon, drain,
-        upgrade, MIG) is done as `system:node:<name>`, which the Node authorizer and
-        NodeRestriction confine to this Node and the pods bound to it (node_identity.py).
-        """
-        try:
-            return Kube.from_kubeconfig(node_identity.kubeconfig(host))
-        except (node_identity.NodeIdentityError, ValueError) as e:
-            raise StatusError.waiting(f"{waiting_for}: {e}") from None
-
-    def _drain_and_reboot(
-        self,
-        host: Host,
-        config: WorkerConfig,
-        info: JoinInfo | None,
-        node: str,
-        reason: str,
-        update: tuple[str, ...],
-    ) -> None:
-        """Cordon + drain the node (when joined), update the driver, reboot after this hook.
-
-        An API error during the drain fails the hook, so Juju retries it rather than
-        rebooting an undrained node; a drain timeout reboots anyway (as removal does).
-        A driver update (the driver moving with a new kernel) is installed only once the
-        node is drained; if apt fails, the node stays cordoned and the unit Blocked.
-        Always ends the reconcile (StatusError).
-        """
-        cordoned = False
-        if kubeadm.is_joined(host):
-            waiting_for = f"reboot needed ({reason}); cannot drain node {node} yet"
-            with self._node_kube(host, waiting_for) as kube, _api_errors_fail_the_hook():
-                cordoned = worker.drain_for_reboot(
-                    kube,
-                    node,
-                    config.drain_timeout,
-                    clock=self.drain_clock,
-                    sleep=self.drain_sleep,
-                )
-        self._stored.reboot_cordoned = cordoned or self._stored.reboot_cordoned
-        try:
-            driver.apply_update(host, update)
-        except apt.AptError as e:
-            held = f"node {node} stays cordoned; " if cordoned else ""
-            raise StatusError.blocked(f"{held}{driver.apt_blocked_message(e)}") from None
-        self._stored.reboot_boot = nvidia.boot_id(host)
-        logger.info("rebooting for the NVIDIA driver: %s", reason)
-        self.unit.reboot()
-        raise StatusError.maintenance(f"rebooting: {reason}")
-
-    def _fabric_after_reboot(self, state: gpu_node.GpuState, node: str) -> ops.StatusBase:
-        """Blocked: back from our reboot, Fabric Manager failed; the turn stays ours."""
-        message = nvidia.fabric_blocked_message(
-            state.pending or "", self.unit.name, node, cordoned=self._stored.reboot_cordoned
-        )
-        return ops.BlockedStatus(message)
-
-    def _after_reboot(self, info: JoinInfo | None, node: str, limit: int) -> None:
-        """Back on a new boot with a working driver: uncordon (if we cordoned), end the turn."""
-        if self._stored.reboot_cordoned:
-            waiting_for = f"rebooted; cannot uncordon node {node} yet"
-            with (
-                self._node_kube(self.host_factory(), waiting_for) as kube,
-                _api_errors_fail_the_hook(),
-            ):
-                if gpu_health.uncordon(self.host_factory(), kube, node):
-                    logger.info("driver works after the reboot; uncordoned node %s", node)
-        self._stored.reboot_boot = None
-        self._stored.reboot_cordoned = False
-        self.turns.done(limit)
 
     def _kubernetes(
         self,
@@ -443,57 +341,6 @@ class KubernetesWorkerCharm(ops.CharmBase):
             return plan.target, f"; upgrade to {published} continues on the next update-status"
         return plan.target, ""
 
-    def _runtime_updates(
-        self, host: Host, config: WorkerConfig, node: str, notes: list[ops.StatusBase]
-    ) -> None:
-        """containerd/runc security updates (lib containerd.py), in a drain turn.
-
-        A failed check is logged and asked again the next day; an update apt refuses
-        keeps the node cordoned and the turn (Blocked), as a failed driver update does.
-        """
-        now, limit = self.wall_clock(), config.max_parallel_reboots
-        ask, refresh = containerd.updates_due(
-            self._stored.runtime_checked, now, upgrading=self._upgrading
-        )
-        if ask:
-            if refresh:
-                self._stored.runtime_checked = now
-            try:
-                self._stored.runtime_pending = containerd.pending_updates(host, refresh=refresh)
-            except apt.AptError as e:
-                logger.warning("cannot check for containerd/runc updates: %s", e)
-        pending = dict(self._stored.runtime_pending)
-        if not pending:
-            self.turns.done(limit, RUNTIME)  # no longer needed, if it asked
-            return
-        reason = containerd.pending_message(pending)
-        if not self.turns.request(reason, limit, RUNTIME) and not self._stored.runtime_cordoned:
-            notes.append(ops.WaitingStatus(self.turns.waiting_message(reason, limit, RUNTIME)))
-            return
-        with self._node_kube(host, reason) as kube, _api_errors_fail_the_hook():
-            cordoned = worker.drain_for_reboot(
-                kube, node, config.drain_timeout, clock=self.drain_clock, sleep=self.drain_sleep
-            )
-            self._stored.runtime_cordoned = cordoned or self._stored.runtime_cordoned
-            try:
-                if not containerd.update(host, pending):  # installed by an earlier try
-                    host.run(SYSTEMCTL, "restart", "containerd")
-            except apt.AptError as e:
-                raise StatusError.blocked(
-                    f"node {node} stays cordoned; containerd/runc update failed: "
-                    f"{e.package}: {e.detail}"
-                ) from None
-            except CommandError as e:  # retried from the restart on the next hook
-                raise StatusError.waiting(
-                    f"node {node} stays cordoned; containerd did not restart after its "
-                    f"update: {e.last_line}"
-                ) from None
-            if self._stored.runtime_cordoned and gpu_health.uncordon(host, kube, node):
-                logger.info("containerd/runc updated (%s); uncordoned node %s", reason, node)
-        self._stored.runtime_cordoned = False
-        self._stored.runtime_pending = {}
-        self.turns.done(limit, RUNTIME)
-
     def _upgrade(
         self,
         host: Host,
@@ -510,8 +357,8 @@ class KubernetesWorkerCharm(ops.CharmBase):
         """
         waiting_for = f"upgrading node {node} to Kubernetes {node_upgrade.shown(upgrade.target)}"
         with (
-            self._node_kube(host, waiting_for) as kube,
-            _api_errors_fail_the_hook(),
+            node_kube(host, waiting_for) as kube,
+            api_errors_fail_the_hook(),
             on_error(ops.WaitingStatus, node_upgrade.UpgradeError),
         ):
             return node_upgrade.run_upgrade(
@@ -550,7 +397,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
         plugin = gpu_labels.PluginConfig(info.mig_strategy, info.gpu_time_slicing_replicas)
         self._taint = self._quarantine = None
         current: dict | None = None
-        with self._node_kube(host, f"cannot label node {node}") as kube:
+        with node_kube(host, f"cannot label node {node}") as kube:
             failed = f"cannot label node {node}: {{error.status}} {{error.reason}}"
             with on_error(ops.WaitingStatus, KubeError, message=failed):
                 registered = gpu_node.label_node(kube, node, state, config, plugin)
@@ -597,99 +444,11 @@ class KubernetesWorkerCharm(ops.CharmBase):
             wall_clock=time.time,
         )
         progress = mig_layout.Progress(self._stored.mig_cordoned, self._stored.mig_since)
-        with _api_errors_fail_the_hook():
+        with api_errors_fail_the_hook():
             outcome = mig_layout.advance(context, config, state, progress)
         self._stored.mig_cordoned = outcome.progress.cordoned
         self._stored.mig_since = outcome.progress.since
         return outcome
-
-    # -- actions -----------------------------------------------------------------------
-
-    def _on_gpu_info(self, event: ops.ActionEvent) -> None:
-        try:
-            results = nvidia.read_gpu_info(self.host_factory())
-        except ValueError as e:
-            event.fail(str(e))
-            return
-        event.set_results(results)
-
-    def _on_validate_gpu(self, event: ops.ActionEvent) -> None:
-        params = event.load_params(validation.ValidateGpuParams, errors="fail")
-        host = self.host_factory()
-        inventory = gpu_node.detect(host)
-        if not inventory.count:
-            event.fail("this machine has no NVIDIA GPU: run validate-gpu on a GPU worker")
-            return
-        info = self.cluster.join_material()
-        if info is None or not kubeadm.is_joined(host):
-            event.fail(f"not joined to a cluster yet: {self.cluster.problem() or 'not joined'}")
-            return
-        try:
-            image = params.image or self.load_config(WorkerConfig).validation_image
-        except ValueError as e:
-            event.fail(f"invalid config: {e}")
-            return
-        try:  # on this machine through containerd: no Kubernetes credential involved
-            outcome = validation.validate(
-                host, image, timeout=params.timeout, clock=self.drain_clock, progress=event.log
-            )
-        except validation.ValidationError as e:
-            event.fail(str(e))
-            return
-        event.set_results(outcome.results())
-        if not outcome.passed:
-            event.fail(outcome.summary)
-
-    def _on_gpu_health(self, event: ops.ActionEvent) -> None:
-        event.set_results(gpu_health.history(self.host_factory()))
-
-    def _on_readmit_gpu(self, event: ops.ActionEvent) -> None:
-        """The CUDA check on every GPU, one at a time; all passed: the quarantine clears."""
-        params = event.load_params(validation.ReadmitGpuParams, errors="fail")
-        host = self.host_factory()
-        held = gpu_health.quarantined(host)
-        if not held:
-            event.fail("no GPU of this machine is quarantined: nothing to readmit")
-            return
-        count = gpu_node.detect(host).count
-        if not count or not kubeadm.is_joined(host):
-            event.fail("this machine has no working NVIDIA GPU or has not joined a cluster")
-            return
-        try:
-            image = self.load_config(WorkerConfig).validation_image
-            for index in range(count):
-                outcome = validation.validate(
-                    host,
-                    image,
-                    timeout=params.timeout,
-                    clock=self.drain_clock,
-                    progress=event.log,
-                    devices=str(index),
-                )
-                if not outcome.passed:
-                    event.set_results({"gpu": str(index), **outcome.results()})
-                    event.fail(f"GPU {index}: {outcome.summary}; it stays quarantined")
-                    return
-        except (ValueError, validation.ValidationError) as e:
-            event.fail(f"{e}; it stays quarantined")
-            return
-        node = kubeadm.node_name(host)
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.wall_clock()))
-        proof = f"CUDA check passed on {count} GPUs ({image})"
-        try:
-            with Kube.from_kubeconfig(node_identity.kubeconfig(host)) as kube:
-                cleared = gpu_health.readmit(host, kube, node, now=now, proof=proof)
-        except (node_identity.NodeIdentityError, ValueError, KubeError) as e:
-            event.fail(f"the checks passed but node {node} could not be readmitted: {e}")
-            return
-        self.cluster.publish_quarantine([])  # the leader lifts the NoExecute taint
-        event.set_results(
-            {
-                "readmitted": ", ".join(f"GPU {q['index']} ({q['uuid']})" for q in cleared),
-                "proof": proof,
-                "node": f"{node}: GpuHealthy=True, uncordoned; NoExecute taint removal asked",
-            }
-        )
 
     # -- leaving -----------------------------------------------------------------------
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 
+import gpu_gate
+import gpu_repair
 import mig
 import pydantic
 import toolkit
@@ -19,7 +21,7 @@ from driver import DRIVER_CHOICES, DriverChoice
 from validation import VALIDATION_IMAGE, check_image
 
 from charms.gpu_k8s.v0 import images, kubeadm
-from charms.gpu_k8s.v0.config import CharmConfig
+from charms.gpu_k8s.v0.config import ActionParams, CharmConfig
 
 MAX_PARALLEL_REBOOTS = 100
 MAX_DRAIN_TIMEOUT = 3600
@@ -112,6 +114,7 @@ class WorkerConfig(CharmConfig):
     image_registry: str = ""
     mig_profile: str = ""
     gpu_xid_escalation: str = "3/10m"
+    gpu_auto_repair: str = "reboot"
 
     @pydantic.field_validator("nvidia_driver")
     @classmethod
@@ -176,6 +179,13 @@ class WorkerConfig(CharmConfig):
             raise ValueError("must be <count>/<window> such as 3/10m (s, m or h)")
         return value.replace(" ", "")
 
+    @pydantic.field_validator("gpu_auto_repair")
+    @classmethod
+    def _repair(cls, value: str) -> str:
+        if value not in gpu_repair.MODES:
+            raise ValueError(f"must be one of {', '.join(gpu_repair.MODES)}")
+        return value
+
     @pydantic.field_validator("max_parallel_reboots")
     @classmethod
     def _parallel(cls, value: int) -> int:
@@ -211,6 +221,27 @@ class WorkerConfig(CharmConfig):
         return images.mirrored(self.gpu_validation_image, self.image_registry)
 
     @property
+    def gate_images(self) -> tuple[str, str]:
+        """The repair gate's DCGM and NCCL images, from `image-registry` when set."""
+        return (
+            images.mirrored(gpu_gate.DCGM_IMAGE, self.image_registry),
+            images.mirrored(gpu_gate.NCCL_IMAGE, self.image_registry),
+        )
+
+    @property
     def toolkit_source(self) -> toolkit.ToolkitSource:
         """Where nvidia-container-toolkit comes from."""
         return toolkit.ToolkitSource.parse(self.nvidia_apt_source)
+
+
+class RepairGpuParams(ActionParams):
+    """Parameters of `repair-gpu`: each gate container's timeout (its pull and its run)."""
+
+    timeout: int = 600
+
+    @pydantic.field_validator("timeout")
+    @classmethod
+    def _timeout(cls, value: int) -> int:
+        if not 10 <= value <= MAX_DRAIN_TIMEOUT:
+            raise ValueError(f"must be a number of seconds from 10 to {MAX_DRAIN_TIMEOUT}")
+        return value

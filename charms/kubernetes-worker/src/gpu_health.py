@@ -17,9 +17,11 @@ the watcher's state file for the unit's status.
 from __future__ import annotations
 
 import base64
+import datetime
 import json
 import logging
 import shlex
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -180,10 +182,11 @@ def status_message(node: str, unit: str, entries: list[dict]) -> str | None:
 
 
 def history(host: Host) -> dict[str, str]:
-    """The `gpu-health` action's results: the quarantine and the watcher's events.
+    """The `gpu-health` action's results: the quarantine, events, repairs and gates.
 
     The watcher keeps its last 50 events (time, GPU, reason, meaning, the action the
-    catalog asks for) and the readmissions the charm recorded, in its state file.
+    catalog asks for) and the readmissions the charm recorded, in its state file; the
+    charm keeps the last 50 repairs there (time, GPU, method, result, the gate's checks).
     """
     held = quarantined(host)
     try:
@@ -200,12 +203,120 @@ def history(host: Host) -> dict[str, str]:
         f"{e.get('meaning')} -> {e.get('action')}"
         for e in events
     ]
+    done = [
+        f"{r.get('time')} GPU {r.get('gpu')} ({r.get('gpu_uuid')}) {r.get('method')}: "
+        f"{r.get('result')} ({r.get('detail')})"
+        for r in repairs(host)
+    ]
+    gates = [
+        f"{r.get('time')} GPU {r.get('gpu')}: "
+        + "; ".join(f"{k} {v}" for k, v in sorted((r.get("gate") or {}).items()) if k != "passed")
+        for r in repairs(host)
+        if r.get("gate")
+    ]
     return {
         "state": "quarantined" if held else "healthy",
         "quarantined": "\n".join(lines) or "none",
         "events": "\n".join(shown) or "none",
+        "repairs": "\n".join(done) or "none",
+        "gates": "\n".join(gates) or "none",
         "watcher": "running" if active(host) else "not running",
     }
+
+
+# The repair history the charm keeps in the watcher's state file (issue 32 items 3-6),
+# next to the watcher's own keys, which the watcher keeps as it finds them:
+#   "repairs": the last 50 repair attempts, oldest first, one record per GPU:
+#     {"time": ISO 8601 UTC, "gpu": index, "gpu_uuid": UUID, "method": "reset"|"reboot",
+#      "result": "ok"|"failed", "detail": one line, "quarantined_at": ISO 8601 UTC (the
+#      quarantine's `at`), "gate": {"passed": bool, "cuda"|"dcgm"|"nccl": "passed: ..."
+#      or "failed: ..."} ({} when the repair failed before the gate)}
+#   "repair_counts": {"<gpu uuid>|<gpu index>|<method>|<result>": attempts}, every
+#     attempt since the state file was created (never truncated: a counter for COS)
+#   "readmitted_at": ISO 8601 UTC of the last readmission (absent before the first).
+REPAIRS_KEPT = 50
+
+
+def _append_repairs(state: dict, records: list[dict]) -> None:
+    state["repairs"] = (list(state.get("repairs") or []) + records)[-REPAIRS_KEPT:]
+    counts = dict(state.get("repair_counts") or {})
+    for r in records:
+        key = f"{r['gpu_uuid']}|{r['gpu']}|{r['method']}|{r['result']}"
+        counts[key] = counts.get(key, 0) + 1
+    state["repair_counts"] = counts
+
+
+def _load(host: Host) -> dict:
+    try:
+        found = json.loads(host.read(STATE) or "{}")
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _edit(host: Host, change: Callable[[dict], None]) -> dict:
+    """Change the state file with the watcher stopped, then start it again.
+
+    The watcher writes its in-memory state each pass: a change made while it runs would
+    be lost. It reads the file again when it starts (its kernel log position kept).
+    """
+    state = _load(host)
+    host.run(SYSTEMCTL, "stop", f"{SERVICE}.service")
+    try:
+        change(state)
+        host.write(STATE, json.dumps(state, indent=1, sort_keys=True))
+    finally:
+        host.run(SYSTEMCTL, "start", f"{SERVICE}.service")
+    return state
+
+
+def repairs(host: Host) -> list[dict]:
+    """The repair attempts recorded, oldest first."""
+    found = _load(host).get("repairs") or []
+    return [r for r in found if isinstance(r, dict)]
+
+
+def repair_records(
+    entries: list[dict], *, now: str, method: str, result: str, detail: str, gate: dict
+) -> list[dict]:
+    """One repair record per quarantined GPU (the format above)."""
+    return [
+        {
+            "time": now,
+            "gpu": q.get("index"),
+            "gpu_uuid": q.get("uuid"),
+            "method": method,
+            "result": result,
+            "detail": detail,
+            "quarantined_at": q.get("at"),
+            "gate": gate,
+        }
+        for q in entries
+    ]
+
+
+def record_repairs(host: Host, records: list[dict]) -> None:
+    """Append failed (or any) repair records; the quarantine stays as it is."""
+    _edit(host, lambda state: _append_repairs(state, records))
+
+
+def repair_note(host: Host, now: float) -> str:
+    """The Ready status's note for a repair readmitted within the last 24 hours."""
+    state = _load(host)
+    last = (state.get("repairs") or [None])[-1]
+    if not isinstance(last, dict) or last.get("result") != "ok":
+        return ""
+    if last.get("time") != state.get("readmitted_at"):
+        return ""
+    try:
+        when = datetime.datetime.strptime(last["time"], "%Y-%m-%dT%H:%M:%SZ")
+    except (KeyError, TypeError, ValueError):
+        return ""
+    if now - when.replace(tzinfo=datetime.timezone.utc).timestamp() >= 24 * 3600:
+        return ""
+    return (
+        f"; GPU {last.get('gpu')} repaired by {last.get('method')} at {last['time']} (gate passed)"
+    )
 
 
 def _conditions_with_healthy(node_obj: dict, message: str, stamp: str) -> list[dict]:
@@ -227,7 +338,16 @@ def _conditions_with_healthy(node_obj: dict, message: str, stamp: str) -> list[d
     return conditions
 
 
-def readmit(host: Host, kube: Kube, node: str, *, now: str, proof: str) -> list[dict]:
+def readmit(
+    host: Host,
+    kube: Kube,
+    node: str,
+    *,
+    now: str,
+    proof: str,
+    action: str = "readmit-gpu",
+    records: list[dict] | None = None,
+) -> list[dict]:
     """Clear the quarantine after a passed gate; the GPUs that were quarantined.
 
     The watcher holds its state in memory and writes it each pass, so it is stopped while
@@ -243,14 +363,11 @@ def readmit(host: Host, kube: Kube, node: str, *, now: str, proof: str) -> list[
         KubeError: the API refused (the watcher is running again by then; the quarantine is
             cleared on the machine, and the action says what is left).
     """
-    text = host.read(STATE) or "{}"
-    try:
-        state = json.loads(text)
-    except ValueError:
-        state = {}
-    cleared = sorted((state.get("quarantined") or {}).values(), key=lambda q: q.get("since", 0))
-    host.run(SYSTEMCTL, "stop", f"{SERVICE}.service")
-    try:
+    cleared = sorted(
+        (_load(host).get("quarantined") or {}).values(), key=lambda q: q.get("since", 0)
+    )
+
+    def change(state: dict) -> None:
         state["quarantined"] = {}
         events = list(state.get("events") or [])
         for q in cleared:
@@ -261,13 +378,15 @@ def readmit(host: Host, kube: Kube, node: str, *, now: str, proof: str) -> list[
                     "uuid": q.get("uuid"),
                     "reason": "Readmitted",
                     "meaning": proof,
-                    "action": "readmit-gpu",
+                    "action": action,
                 }
             )
         state["events"] = events[-50:]
-        host.write(STATE, json.dumps(state, indent=1, sort_keys=True))
-    finally:
-        host.run(SYSTEMCTL, "start", f"{SERVICE}.service")
+        if records:
+            _append_repairs(state, records)
+        state["readmitted_at"] = now
+
+    _edit(host, change)
     message = f"readmitted at {now}: {proof}"
     for attempt in range(5):
         current = kube.get("v1", "Node", node)

@@ -5,9 +5,9 @@
 
 A unit that needs to drain its node (a driver that needs a reboot, the driver moving with
 a new kernel, a MIG change, a Kubernetes patch or minor upgrade, a containerd/runc
-security update) asks on the `reboots` peer relation: its unit databag holds
+security update, a GPU repair) asks on the `reboots` peer relation: its unit databag holds
 `reboot-request` (when it asked, why, and for which purposes: `REBOOT`, `UPGRADE`,
-`RUNTIME`). One
+`RUNTIME`, `REPAIR`). One
 request serves every purpose, so a node drained for an upgrade and for a reboot holds one
 turn, and it keeps its place (its first `since`) until its last purpose is done. The
 leader grants turns in the application databag (`reboot-turns`, the units allowed),
@@ -37,6 +37,7 @@ TURNS_KEY = "reboot-turns"
 REBOOT = "reboot"  # a driver reboot or a MIG change (a request without "for" is one)
 UPGRADE = "upgrade"  # Kubernetes packages moved on a drained node
 RUNTIME = "runtime"  # containerd/runc security updates installed on a drained node
+REPAIR = "repair"  # a quarantined GPU reset or rebooted, then gated (gpu_repairs.py)
 
 
 def grant(requests: Mapping[str, float], current: Sequence[str], limit: int) -> list[str]:

@@ -109,11 +109,17 @@ def container_name() -> str:
     return f"gpu-validation-{uuid.uuid4().hex[:10]}"
 
 
-def run_command(image: str, name: str, devices: str = "all") -> list[str]:
-    """The `ctr run` of the CUDA check: privileged, NVIDIA's runtime, removed when done.
+def run_command(
+    image: str,
+    name: str,
+    devices: str = "all",
+    command: tuple[str, ...] = VALIDATION_COMMAND,
+) -> list[str]:
+    """The `ctr run` of a check: privileged, NVIDIA's runtime, removed when done.
 
     `devices`: NVIDIA_VISIBLE_DEVICES (`all`, or one GPU's index or UUID: the sample runs
-    on the first GPU it sees, so checking each GPU takes one run per GPU).
+    on the first GPU it sees, so checking each GPU takes one run per GPU); `command`: what
+    runs in the container (the CUDA sample; the gate's DCGM and NCCL checks, gpu_gate.py).
     """
     pairs = [p for p in VALIDATION_ENV if not p.startswith("NVIDIA_VISIBLE_DEVICES=")]
     pairs.insert(0, f"NVIDIA_VISIBLE_DEVICES={devices}")
@@ -130,7 +136,7 @@ def run_command(image: str, name: str, devices: str = "all") -> list[str]:
         *env,
         image,
         name,
-        *VALIDATION_COMMAND,
+        *command,
     ]
 
 
@@ -179,6 +185,43 @@ def _remove(host: Host, name: str) -> None:
             host.run(*argv)
         except CommandError:
             pass  # not there: --rm removed it, or the task never started
+
+
+def run_tool(
+    host: Host,
+    image: str,
+    command: tuple[str, ...],
+    *,
+    timeout: float,
+    clock: Callable[[], float] = time.monotonic,
+    progress: Callable[[str], None] = lambda line: None,
+) -> tuple[int, str]:
+    """Pull `image` and run `command` in it on every GPU; (exit status, output).
+
+    The exit status is -1 when the pull and the run together outlived `timeout` (the
+    container is removed). What the command printed is its stdout, or its stderr when it
+    failed (the runner keeps a failed program's stderr only).
+
+    Raises:
+        ValidationError: the image cannot be pulled, or ctr is not there.
+    """
+    name = container_name()
+    started = clock()
+    progress(f"pulling {image} into containerd ({CTR_NAMESPACE})")
+    try:
+        host.run(CTR, "-n", CTR_NAMESPACE, "images", "pull", image, timeout=timeout)
+    except CommandError as e:
+        if e.returncode == -1:
+            return -1, ""
+        raise ValidationError(f"cannot pull {image}: {e.last_line}") from None
+    left = max(1.0, timeout - (clock() - started))
+    progress(f"running {command[0]} in {image} (container {name})")
+    try:
+        return 0, host.run(*run_command(image, name, "all", command), timeout=left)
+    except CommandError as e:
+        if e.returncode == -1:
+            _remove(host, name)
+        return e.returncode, e.stderr
 
 
 def validate(

@@ -11,12 +11,14 @@ import logging
 import time
 
 import driver as nvidia_driver
+import gpu_gate
 import pytest
 import readme_examples
 import toolkit
 import validation
 from ops import testing
 
+import charm
 from charms.gpu_k8s.v0 import containerd
 from charms.gpu_k8s.v0.system import CommandError
 from fakes.containerd_ctr import DRIVER_TOO_OLD, VECTORADD_OK, FakeCtr
@@ -796,9 +798,14 @@ def ctr(machine, driver):
     return FakeCtr(machine, driver)
 
 
-def joined_gpu_node(ctx, api, driver):
+def joined_gpu_node(ctx, api, driver, config=None):
     driver.preinstall("580")
-    return run_joined(ctx, api)
+    return run_joined(ctx, api, config=config)
+
+
+# The quarantine as the operator meets it without automatic repair (gpu_repairs.py
+# repairs it with the default gpu-auto-repair=reboot: the tests at the end of this file).
+NO_AUTO_REPAIR = {"gpu-auto-repair": "off"}
 
 
 def ctr_lines(machine):
@@ -813,9 +820,10 @@ def test_validate_gpu_runs_the_cuda_sample_through_containerd_and_makes_no_api_r
 
     ctx.run(ctx.on.action("validate-gpu", params={"timeout": 60}), state)
 
+    # one run per GPU (issue 32: the sample runs on the first GPU it sees)
     assert ctx.action_results == {
         "passed": "true",
-        "summary": "CUDA check passed (exit 0): Done",
+        "summary": "CUDA check passed on each of 4 GPUs (exit 0): Done",
         "output": VECTORADD_OK,
     }
     readme_examples.show("validate-gpu", readme_examples.juju_results(ctx.action_results))
@@ -824,13 +832,18 @@ def test_validate_gpu_runs_the_cuda_sample_through_containerd_and_makes_no_api_r
     assert ctx.action_logs[1].startswith(
         "running /cuda-samples/vectorAdd with /usr/bin/nvidia-container-runtime (container "
     )
-    name = ctr.runs[0]["name"]
     assert ctr_lines(machine) == [
-        f"/usr/bin/ctr -n k8s.io images pull {image}",
-        "/usr/bin/ctr -n k8s.io run --rm --privileged --runc-binary "
-        "/usr/bin/nvidia-container-runtime --env NVIDIA_VISIBLE_DEVICES=all --env "
-        f"NVIDIA_DRIVER_CAPABILITIES=compute,utility {image} {name} /cuda-samples/vectorAdd",
+        line
+        for gpu, run in enumerate(ctr.runs)
+        for line in (
+            f"/usr/bin/ctr -n k8s.io images pull {image}",
+            "/usr/bin/ctr -n k8s.io run --rm --privileged --runc-binary "
+            f"/usr/bin/nvidia-container-runtime --env NVIDIA_VISIBLE_DEVICES={gpu} --env "
+            f"NVIDIA_DRIVER_CAPABILITIES=compute,utility {image} {run['name']} "
+            "/cuda-samples/vectorAdd",
+        )
     ]
+    assert len(ctr.runs) == 4
     # the worker's only credential is its node identity, which creates no pod
     assert api.requests[requests:] == []
 
@@ -897,7 +910,7 @@ def test_validate_gpu_failure_fails_the_action_with_the_output(ctx, api, driver,
         ctx.run(ctx.on.action("validate-gpu"), state)
 
     assert "CUDA driver version is insufficient" in failed.value.message
-    assert failed.value.message.startswith("CUDA check failed (exit 1): ")
+    assert failed.value.message.startswith("GPU 0: CUDA check failed (exit 1): ")
     assert ctx.action_results["passed"] == "false"
     assert ctx.action_results["output"] == DRIVER_TOO_OLD.strip()
 
@@ -933,7 +946,7 @@ def test_validate_gpu_timeout_fails_and_removes_the_container(ctx, api, driver, 
     with pytest.raises(testing.ActionFailed) as failed:
         ctx.run(ctx.on.action("validate-gpu", params={"timeout": 10}), state)
 
-    assert failed.value.message == "CUDA check timed out after 10s"
+    assert failed.value.message == "GPU 0: CUDA check timed out after 10s"
     assert ctr.containers["k8s.io"] == set()  # tasks delete --force, containers delete
 
 
@@ -1745,7 +1758,7 @@ def test_a_bad_escalation_blocks_with_the_form_it_takes(ctx, machine, api, drive
 def test_a_quarantined_gpu_blocks_the_unit_naming_it_and_what_comes_next(
     ctx, machine, api, driver
 ):
-    state = joined_gpu_node(ctx, api, driver)
+    state = joined_gpu_node(ctx, api, driver, NO_AUTO_REPAIR)
     uuid = "GPU-7f3e9a2c-5d41-4b8e-9c0a-1e2f3a4b5c6d"
     record = {
         "index": "1",
@@ -1777,7 +1790,7 @@ def test_a_reboot_turn_ending_while_a_gpu_is_quarantined_leaves_the_node_cordone
     ctx, machine, api, driver, clock, reboots
 ):
     driver.preinstall("570")
-    out = run_joined(ctx, api, config={"auto-reboot": True})
+    out = run_joined(ctx, api, config={"auto-reboot": True, **NO_AUTO_REPAIR})
     out = ctx.run(ctx.on.config_changed(), with_config(out, **{"nvidia-driver": "580"}))
     assert reboots == [False] and node(api)["spec"]["unschedulable"] is True
     watcher_quarantines(machine)  # a GPU fell off the bus while the node was drained
@@ -1793,7 +1806,7 @@ def test_a_reboot_turn_ending_while_a_gpu_is_quarantined_leaves_the_node_cordone
 def test_a_mig_change_ending_while_a_gpu_is_quarantined_leaves_the_node_cordoned(
     ctx, machine, api, h100, clock, reboots
 ):
-    out = run_mig(ctx, api)
+    out = run_mig(ctx, api, **NO_AUTO_REPAIR)
     mine = dataclasses.replace(out, relations={*out.relations, peers(turns=[UNIT])})
     out = ctx.run(ctx.on.config_changed(), with_config(mine, **{"mig-profile": "all-1g.10gb"}))
     assert node(api)["spec"]["unschedulable"] is True
@@ -1845,7 +1858,7 @@ QUARANTINE_TAINT = {"key": "gpu-k8s.io/gpu-unhealthy", "effect": "NoExecute"}
 def test_a_quarantined_gpu_is_reported_tainted_and_readmitted_only_after_every_gpu_passes(
     ctx, machine, api, driver, ctr
 ):
-    state = joined_gpu_node(ctx, api, driver)
+    state = joined_gpu_node(ctx, api, driver, NO_AUTO_REPAIR)
     watcher_quarantines(machine)
     watcher_cordons(api)
 
@@ -1866,6 +1879,8 @@ def test_a_quarantined_gpu_is_reported_tainted_and_readmitted_only_after_every_g
             f"2026-11-28T10:00:00Z GPU 1 ({QUARANTINED_GPU}) Xid79: XID 79 GPU has fallen off "
             "the bus -> reboot"
         ),
+        "repairs": "none",
+        "gates": "none",
         "watcher": "running",
     }
 
@@ -1884,8 +1899,11 @@ def test_a_quarantined_gpu_is_reported_tainted_and_readmitted_only_after_every_g
     runs = len(ctr.runs)
     restarts = machine.services[WATCHER].restarts
     out = ctx.run(ctx.on.action("readmit-gpu", params={"confirm": "yes"}), out)
+    # the repair gate (stricter than the CUDA check alone since issue 32 item 4): CUDA on
+    # each GPU, then DCGM's diagnostic and NCCL's all-reduce across all of them
     visible = [r["env"]["NVIDIA_VISIBLE_DEVICES"] for r in ctr.runs[runs:]]
-    assert visible == ["0", "1", "2", "3"]
+    assert visible == ["0", "1", "2", "3", "all", "all"]
+    assert [r["image"] for r in ctr.runs[runs + 4 :]] == [gpu_gate.DCGM_IMAGE, gpu_gate.NCCL_IMAGE]
     assert ctx.action_results["readmitted"] == f"GPU 1 ({QUARANTINED_GPU})"
     assert json.loads(machine.read(WATCHER_STATE))["quarantined"] == {}
     assert json.loads(machine.read(WATCHER_STATE))["events"][-1]["reason"] == "Readmitted"
@@ -1911,3 +1929,244 @@ def test_readmit_gpu_asks_for_confirmation_and_a_quarantine(ctx, machine, api, d
         ctx.run(ctx.on.action("readmit-gpu", params={"confirm": "yes"}), state)
     assert failed.value.message == "no GPU of this machine is quarantined: nothing to readmit"
     assert ctr.runs == []
+
+
+# -- repair through Juju and the gate before readmission (issue 32 items 3-5) ---------
+
+
+def quarantined_for(machine, api, action, reason):
+    """The watcher quarantined GPU 1 for a fault of `action`, as an earlier hook left it.
+
+    Cordoned with condition GpuHealthy=False, and the leader's NoExecute taint set.
+    """
+    watcher_quarantines(machine, reason=reason)
+    state = json.loads(machine.read(WATCHER_STATE))
+    state["quarantined"][QUARANTINED_GPU]["action"] = action
+    machine.write(WATCHER_STATE, json.dumps(state))
+    watcher_cordons(api)
+    current = node(api)
+    taint = dict(QUARANTINE_TAINT)
+    current["spec"]["taints"] = [t for t in taints(api) if t["key"] != taint["key"]] + [taint]
+    api.put_object(f"/api/v1/nodes/{NODE}", current)
+
+
+def watcher_state(machine):
+    return json.loads(machine.read(WATCHER_STATE))
+
+
+def resets(machine):
+    return [line for line in machine.lines("nvidia-smi") if " -r " in f"{line} "]
+
+
+NOW = 1_795_100_000.0  # 2026-11-19T14:53:20Z, the wall clock of these tests
+
+
+@pytest.fixture
+def wall(monkeypatch):
+    now = [NOW]
+    monkeypatch.setattr(charm.KubernetesWorkerCharm, "wall_clock", lambda self: now[0])
+    return now
+
+
+def test_a_gpu_the_catalog_says_a_reset_repairs_is_reset_in_a_turn_gated_and_readmitted(
+    ctx, machine, api, driver, ctr, wall, clock
+):
+    state = joined_gpu_node(ctx, api, driver)
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+
+    out = leader_applies_quarantine_taint(api, ctx.run(ctx.on.update_status(), state))
+
+    assert resets(machine) == ["nvidia-smi -r -i 1"] and driver.resets == [1]
+    images = [r["image"] for r in ctr.runs]
+    assert images[-2:] == [gpu_gate.DCGM_IMAGE, gpu_gate.NCCL_IMAGE]
+    assert [r["env"]["NVIDIA_VISIBLE_DEVICES"] for r in ctr.runs[:4]] == ["0", "1", "2", "3"]
+    found = watcher_state(machine)
+    assert found["quarantined"] == {}
+    (repair,) = found["repairs"]
+    assert repair["method"] == "reset" and repair["result"] == "ok"
+    assert repair["gpu_uuid"] == QUARANTINED_GPU and repair["gpu"] == "1"
+    assert repair["gate"]["passed"] is True
+    assert set(repair["gate"]) == {"passed", "cuda", "dcgm", "nccl"}
+    assert found["readmitted_at"] == repair["time"] == "2026-11-19T14:53:20Z"
+    assert gpu_healthy(api)["status"] == "True"
+    assert not node(api)["spec"].get("unschedulable")
+    assert unit_data(out)["gpu-quarantine"] == "[]"  # the leader lifts the taint
+    assert QUARANTINE_TAINT not in taints(api)
+    assert out.unit_status == testing.ActiveStatus(
+        f"{READY_580}; GPU 1 repaired by reset at 2026-11-19T14:53:20Z (gate passed)"
+    )
+
+    ctx.run(ctx.on.action("gpu-health"), out)
+    assert ctx.action_results["repairs"] == (
+        f"2026-11-19T14:53:20Z GPU 1 ({QUARANTINED_GPU}) reset: ok "
+        "(GPU 00000000:00:1C.0 was successfully reset.)"
+    )
+    assert "dcgm passed: dcgmi diag -r 2: 3 tests on 4 GPUs" in ctx.action_results["gates"]
+
+
+def test_a_reset_refused_while_a_process_uses_the_gpu_reboots_then_gates_on_the_new_boot(
+    ctx, machine, api, driver, ctr, wall, clock, reboots
+):
+    state = joined_gpu_node(ctx, api, driver)
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+    driver.gpu_in_use = {1}
+
+    out = ctx.run(ctx.on.update_status(), state)
+
+    assert driver.resets == [] and reboots == [False]
+    assert out.unit_status.name == "maintenance"
+    assert out.unit_status.message.startswith("rebooting: GPU 1")
+    (failed,) = watcher_state(machine)["repairs"]
+    assert failed["method"] == "reset" and failed["result"] == "failed"
+    assert "because it's being used by some other process" in failed["detail"]
+    assert failed["gate"] == {}
+    assert node(api)["spec"]["unschedulable"] is True
+    out = ctx.run(ctx.on.update_status(), out)  # Juju has not rebooted yet
+    assert reboots == [False] and out.unit_status.name == "maintenance"
+
+    driver.gpu_in_use = set()
+    driver.reboot()
+    out = ctx.run(ctx.on.start(), out)
+
+    repairs = watcher_state(machine)["repairs"]
+    assert [(r["method"], r["result"]) for r in repairs] == [("reset", "failed"), ("reboot", "ok")]
+    assert watcher_state(machine)["repair_counts"] == {  # gpu_k8s_gpu_repairs_total's source
+        f"{QUARANTINED_GPU}|1|reset|failed": 1,
+        f"{QUARANTINED_GPU}|1|reboot|ok": 1,
+    }
+    assert watcher_state(machine)["quarantined"] == {}
+    assert not node(api)["spec"].get("unschedulable")
+    assert "repaired by reboot" in out.unit_status.message
+
+
+def test_a_dcgm_diagnostic_failure_keeps_the_node_cordoned_and_is_recorded(
+    ctx, machine, api, driver, ctr, wall, clock
+):
+    state = joined_gpu_node(ctx, api, driver, {"gpu-auto-repair": "reset"})
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+    ctr.diag_failures = {1: ("memory", "Pending page retirements found on GPU 1")}
+
+    out = ctx.run(ctx.on.update_status(), state)
+
+    assert driver.resets == [1]
+    assert not [r for r in ctr.runs if r["image"] == gpu_gate.NCCL_IMAGE]  # stopped at DCGM
+    (failed,) = watcher_state(machine)["repairs"]
+    assert failed["result"] == "failed" and failed["gate"]["passed"] is False
+    assert failed["gate"]["dcgm"] == (
+        "failed: dcgmi diag -r 2: GPU 1 memory: Pending page retirements found on GPU 1"
+    )
+    assert watcher_state(machine)["quarantined"]
+    assert node(api)["spec"]["unschedulable"] is True
+    assert gpu_healthy(api)["status"] == "False"
+    assert out.unit_status == testing.WaitingStatus(
+        "node ip-10-0-1-17 stays cordoned: the gate failed after the reset: cuda passed: "
+        "vectorAdd passed on each of 4 GPUs; dcgm FAILED: dcgmi diag -r 2: GPU 1 memory: "
+        "Pending page retirements found on GPU 1"
+    )
+
+
+def test_an_all_reduce_under_the_floor_fails_the_gate(ctx, machine, api, driver, ctr, wall, clock):
+    state = joined_gpu_node(ctx, api, driver, {"gpu-auto-repair": "reset"})
+    quarantined_for(machine, api, "reset-gpu", "Xid74")
+    ctr.busbw = 3.1  # an A10G node whose PCIe links trained narrow
+
+    ctx.run(ctx.on.update_status(), state)
+
+    (failed,) = watcher_state(machine)["repairs"]
+    assert failed["gate"]["nccl"] == (
+        "failed: all-reduce across 4 GPUs: bus bandwidth 3.1 GB/s, under the floor 8 GB/s "
+        "for NVIDIA A10G (PCIe Gen4 x16: 32 GB/s per direction)"
+    )
+    assert node(api)["spec"]["unschedulable"] is True
+
+
+def test_off_or_a_reboot_only_fault_under_reset_leaves_the_quarantine_to_the_operator(
+    ctx, machine, api, driver, ctr, wall, reboots
+):
+    state = joined_gpu_node(ctx, api, driver, {"gpu-auto-repair": "reset"})
+    quarantined_for(machine, api, "reboot", "Xid79")  # fallen off the bus: a reset cannot
+    out = ctx.run(ctx.on.update_status(), state)
+    assert out.unit_status.name == "blocked" and "quarantined" in out.unit_status.message
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+    out = ctx.run(ctx.on.config_changed(), with_config(out, **{"gpu-auto-repair": "off"}))
+    assert out.unit_status.name == "blocked"
+    assert resets(machine) == [] and reboots == [] and ctr.runs == []
+
+
+def test_a_repair_waits_for_a_turn_while_another_node_drains(ctx, machine, api, driver, ctr, wall):
+    state = joined_gpu_node(ctx, api, driver)
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+    other = asked(1.0)
+    state = with_peers(state, peers(turns=["kubernetes-worker/1"], others={1: other}))
+
+    out = ctx.run(ctx.on.update_status(), state)
+
+    assert resets(machine) == [] and ctr.runs == []
+    assert out.unit_status == testing.WaitingStatus(
+        f"GPU 1 ({QUARANTINED_GPU}) repair by reset; waiting for a turn "
+        "(max-parallel-reboots: 1 node at once); drained now: kubernetes-worker/1"
+    )
+    assert "repair" in json.loads(reboots_relation(out).local_unit_data["reboot-request"])["for"]
+
+
+def test_two_failed_repairs_within_24_hours_block_with_the_commands_to_replace_the_machine(
+    ctx, machine, api, driver, ctr, wall, clock, monkeypatch
+):
+    monkeypatch.setenv("JUJU_AVAILABILITY_ZONE", "us-east-1a")
+    state = joined_gpu_node(ctx, api, driver, {"gpu-auto-repair": "reset"})
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+    driver.gpu_in_use = {1}
+    out = ctx.run(ctx.on.update_status(), state)  # refused: failed once
+    assert out.unit_status.name == "waiting"
+    wall[0] += 3600
+    out = ctx.run(ctx.on.update_status(), out)  # refused again: failed twice
+    wall[0] += 3600
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert len(resets(machine)) == 2  # no third try
+    assert node(api)["spec"]["unschedulable"] is True
+    assert out.unit_status.name == "blocked"
+    assert out.unit_status.message.startswith("GPU repairs failed 2 times within 24 hours (")
+    assert out.unit_status.message.endswith(
+        "node ip-10-0-1-17 stays cordoned: replace this machine: `juju add-unit "
+        "kubernetes-worker --to zone=us-east-1a` then `juju remove-unit kubernetes-worker/0`"
+    )
+    wall[0] += 24 * 3600  # a day later the repairs are tried again
+    ctx.run(ctx.on.update_status(), out)
+    assert len(resets(machine)) == 3
+
+
+def test_repair_gpu_resets_and_gates_now_or_leaves_a_reboot_to_the_next_hook(
+    ctx, machine, api, driver, ctr, wall, clock, reboots
+):
+    state = joined_gpu_node(ctx, api, driver, NO_AUTO_REPAIR)
+    with pytest.raises(testing.ActionFailed) as failed:
+        ctx.run(ctx.on.action("repair-gpu"), state)
+    assert failed.value.message == "no GPU of this machine is quarantined: nothing to repair"
+
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+    out = ctx.run(ctx.on.action("repair-gpu", params={"timeout": 60}), state)
+    assert ctx.action_results["repair"] == "reset"
+    assert driver.resets == [1] and watcher_state(machine)["quarantined"] == {}
+    assert unit_data(out)["gpu-quarantine"] == "[]"
+
+    quarantined_for(machine, api, "reboot", "Xid79")
+    out = ctx.run(ctx.on.action("repair-gpu"), out)
+    assert ctx.action_results == {"repair": "reboot", "node": NODE}
+    assert reboots == []  # juju-reboot is refused in an action: the next hook reboots
+    out = ctx.run(ctx.on.update_status(), out)
+    assert reboots == [False] and out.unit_status.name == "maintenance"
+
+
+def test_validate_gpu_checks_every_gpu_not_only_the_first(ctx, api, driver, ctr):
+    state = joined_gpu_node(ctx, api, driver)
+    ctr.failing_gpus = {"2"}  # vectorAdd fails verification on GPU 2 only
+
+    with pytest.raises(testing.ActionFailed) as failed:
+        ctx.run(ctx.on.action("validate-gpu"), state)
+
+    assert failed.value.message == (
+        "GPU 2: CUDA check failed (exit 1): Result verification failed at element 7!"
+    )
+    assert [r["env"]["NVIDIA_VISIBLE_DEVICES"] for r in ctr.runs] == ["0", "1", "2"]
+    assert ctx.action_results["passed"] == "false"

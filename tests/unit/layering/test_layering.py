@@ -40,7 +40,7 @@ OPS_COMPONENTS = {
         "upgrades",
     },
     "efs-storage": {"aws_access", "confinement", "operator_actions"},
-    "kubernetes-worker": {"reboot_turns"},
+    "kubernetes-worker": {"drain_turns", "gpu_repairs", "operator_actions", "reboot_turns"},
 }
 OPS_MODULES = ("ops", f"{LIB_PACKAGE}.status")
 

@@ -1,0 +1,242 @@
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""The gate a repaired GPU node passes before it takes work again (issue 32 item 4).
+
+Three checks, each on every GPU of the machine, run through this machine's containerd
+with NVIDIA's runtime as validate-gpu's CUDA check is (validation.py: no Kubernetes
+credential is involved, the containers are privileged and removed afterwards):
+
+1. the CUDA vectorAdd sample, once per GPU (NVIDIA_VISIBLE_DEVICES=<index>: the sample
+   runs on the first GPU it sees);
+2. DCGM's diagnostic `dcgmi diag -r 2 -j` (level 2, "medium": NVIDIA DCGM user guide,
+   "DCGM Diagnostics": run levels 1-4) in NVIDIA's DCGM image. dcgmi talks to a host
+   engine; the container starts its own (`nv-hostengine`, which daemonizes by default)
+   in the container's own network namespace, so nothing on the node's port 5555 is
+   touched. `-j` prints JSON whose form is NVIDIA/DCGM testing/python3/
+   dcgm_diag_schema.json (DCGM 4.x): `"DCGM Diagnostic"` -> `test_categories[]` ->
+   `tests[]` -> `results[]` of `{entity_group, entity_id, status, warnings[{warning}]}`,
+   and `runtime_error` when the diagnostic could not run; a result's status is one of
+   "Pass", "Fail", "Warn", "Skip", "Not Run" (dcgmi/Diag.cpp, to_string of
+   dcgmDiagResult_t). dcgmi exits non-zero on a failed test and the runner keeps only a
+   failed program's stderr, so the container's shell prints the JSON and exits 0: the
+   JSON decides, and no JSON fails the check;
+3. on a machine with more than one GPU, NCCL's all-reduce across all of them
+   (nccl-tests `all_reduce_perf_mpi -g <n>`, one process driving every GPU; the MPI
+   build runs as a single rank without mpirun), which prints `# Out of bounds values :
+   <n> OK|FAILED` and `# Avg bus bandwidth    : <GB/s>` (NVIDIA/nccl-tests
+   src/common.cu). Its bus bandwidth must reach the floor of the GPU model (`FLOORS`).
+
+The gate stops at the first check that fails: a failed GPU is not asked more.
+No ops imports: the charm runs the gate in a repair turn (gpu_repairs.py) and records
+the outcome in the watcher's state file (gpu_health.record_repair).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import shlex
+import time
+from collections.abc import Callable
+
+import validation
+
+from charms.gpu_k8s.v0.system import Host
+
+# NVIDIA's DCGM image (NGC nvidia/cloud-native/dcgm; DCGM 4.x, whose `dcgmi diag -j`
+# form is the schema named above). Tag read 2026-11-27 from the NGC tags NVIDIA's own
+# deployments name (gpu-operator's and GoogleCloudPlatform/cluster-health-scanner's
+# manifests use the 4.x line). Digest: not pinned yet (no registry reachable from the
+# charm's build machine, no public record of this tag's digest found): issue 32 leftover.
+DCGM_IMAGE = "nvcr.io/nvidia/cloud-native/dcgm:4.2.3-1-ubuntu22.04"
+DCGM_LEVEL = "2"
+DCGM_SCRIPT = f"nv-hostengine >/dev/null 2>&1; dcgmi diag -r {DCGM_LEVEL} -j; exit 0"
+DCGM_COMMAND = ("sh", "-c", DCGM_SCRIPT)
+# NVIDIA's PyTorch image ships nccl-tests built with MPI under /usr/local/bin (NVIDIA
+# Run:ai docs, "Validating GPU Cluster Communication with NCCL Tests", read 2026-11-27:
+# "nvcr.io/nvidia/pytorch:26.01-py3 ... ships with the NCCL test binaries pre-built under
+# /usr/local/bin/"). Digest: not pinned yet (two different digests for this tag appear in
+# public Dockerfiles, 38ed2ecb... and a411b86d...; which one is the index was not
+# verifiable from here): issue 32 leftover.
+NCCL_IMAGE = "nvcr.io/nvidia/pytorch:26.01-py3"
+NCCL_PROGRAM = "all_reduce_perf_mpi"
+# 8 MiB to 256 MiB, doubling: large enough that the bus, not latency, bounds the result.
+NCCL_ARGS = ("-b", "8M", "-e", "256M", "-f", "2")
+
+# All-reduce bus bandwidth floors per GPU model (GB/s), matched on nvidia-smi's name.
+# nccl-tests doc/PERFORMANCE.md: busbw reflects "the speed of the inter-GPU
+# communication" and can be compared "with the hardware peak bandwidth, independently of
+# the number of ranks used": here the interconnect between the GPUs of one node. The
+# floor is a quarter of that link's per-direction peak: a healthy node clears it with
+# room (tuning, topology and message sizes move busbw, not by 4x); a GPU whose NVLink
+# fell back to PCIe, or a PCIe link trained at x4 or x1, does not.
+# Peaks: NVIDIA H100 datasheet (SXM: NVLink 900 GB/s bidirectional; PCIe Gen5 128 GB/s),
+# A100 datasheet (SXM: NVLink 600 GB/s; PCIe Gen4 64 GB/s), H200 datasheet (NVLink
+# 900 GB/s), A10G/A10, L4, L40S datasheets (PCIe Gen4 x16: 64 GB/s), T4 datasheet (PCIe
+# Gen3 x16: 32 GB/s); bidirectional figures halved for one direction.
+FLOORS: tuple[tuple[str, float, str], ...] = (
+    ("H200", 112.0, "NVLink 4: 450 GB/s per direction"),
+    ("H100 80GB HBM3", 112.0, "NVLink 4 (SXM5): 450 GB/s per direction"),
+    ("H100 PCIe", 16.0, "PCIe Gen5 x16: 64 GB/s per direction"),
+    ("H100 NVL", 16.0, "PCIe Gen5 x16: 64 GB/s per direction"),
+    ("A100-SXM4", 75.0, "NVLink 3: 300 GB/s per direction"),
+    ("A100-PCIE", 8.0, "PCIe Gen4 x16: 32 GB/s per direction"),
+    ("A10G", 8.0, "PCIe Gen4 x16: 32 GB/s per direction"),
+    ("A10", 8.0, "PCIe Gen4 x16: 32 GB/s per direction"),
+    ("L40S", 8.0, "PCIe Gen4 x16: 32 GB/s per direction"),
+    ("L4", 8.0, "PCIe Gen4 x16: 32 GB/s per direction"),
+    ("T4", 4.0, "PCIe Gen3 x16: 16 GB/s per direction"),
+)
+
+_AVG_BUSBW = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+)", re.MULTILINE)
+_OUT_OF_BOUNDS = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)", re.MULTILINE)
+
+
+def floor_for(model: str) -> tuple[float, str] | None:
+    """The bus bandwidth floor (GB/s) of a GPU model and why; None when none is known."""
+    for key, floor, why in FLOORS:
+        if key in model:
+            return floor, why
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """One check's outcome: its name, pass/fail and what it found (one line)."""
+
+    name: str
+    passed: bool
+    detail: str
+
+
+@dataclasses.dataclass(frozen=True)
+class GateResult:
+    """The gate's outcome: every check that ran, in order."""
+
+    checks: tuple[Check, ...]
+
+    @property
+    def passed(self) -> bool:
+        """Every check ran and passed."""
+        return bool(self.checks) and all(c.passed for c in self.checks)
+
+    def summary(self) -> str:
+        """One line: each check's name and its finding."""
+        return "; ".join(
+            f"{c.name} {'passed' if c.passed else 'FAILED'}: {c.detail}" for c in self.checks
+        )
+
+    def record(self) -> dict:
+        """What the watcher's state file keeps of it (gpu_health.record_repair)."""
+        return {
+            "passed": self.passed,
+            **{c.name: ("passed: " if c.passed else "failed: ") + c.detail for c in self.checks},
+        }
+
+
+def parse_dcgm(text: str, count: int) -> Check:
+    """`dcgmi diag -j`'s JSON: passed when no GPU result failed and every GPU was seen."""
+    start = text.find("{")
+    try:
+        found = json.loads(text[start:]) if start >= 0 else None
+    except ValueError:
+        found = None
+    diag = found.get("DCGM Diagnostic") if isinstance(found, dict) else None
+    if not isinstance(diag, dict):
+        tail = text.strip().splitlines()[-1:] or ["no output"]
+        return Check("dcgm", False, f"dcgmi diag printed no JSON result: {tail[0][:200]}")
+    if diag.get("runtime_error"):
+        return Check("dcgm", False, f"dcgmi diag could not run: {diag['runtime_error']}")
+    failures, seen, tests = [], set(), 0
+    for test in (t for c in diag.get("test_categories") or [] for t in c.get("tests") or []):
+        tests += 1
+        for result in test.get("results") or []:
+            if result.get("entity_group") != "GPU":
+                continue
+            seen.add(result.get("entity_id"))
+            if result.get("status") == "Fail":
+                warnings = [w.get("warning", "") for w in result.get("warnings") or []]
+                why = warnings[0] if warnings else "no detail"
+                failures.append(f"GPU {result.get('entity_id')} {test.get('name')}: {why}")
+    if failures:
+        return Check("dcgm", False, f"dcgmi diag -r {DCGM_LEVEL}: " + "; ".join(failures))
+    if len(seen) < count:
+        return Check(
+            "dcgm", False, f"dcgmi diag -r {DCGM_LEVEL} tested {len(seen)} of {count} GPUs"
+        )
+    return Check("dcgm", True, f"dcgmi diag -r {DCGM_LEVEL}: {tests} tests on {count} GPUs")
+
+
+def parse_nccl(text: str, count: int, model: str) -> Check:
+    """all_reduce_perf's summary: no wrong values, bus bandwidth at or above the floor."""
+    bandwidth = _AVG_BUSBW.search(text)
+    wrong = _OUT_OF_BOUNDS.search(text)
+    if bandwidth is None or wrong is None:
+        tail = text.strip().splitlines()[-1:] or ["no output"]
+        return Check("nccl", False, f"{NCCL_PROGRAM} did not finish: {tail[0][:200]}")
+    busbw = float(bandwidth.group(1))
+    if int(wrong.group(1)):
+        return Check("nccl", False, f"{NCCL_PROGRAM}: {wrong.group(1)} wrong values")
+    floor = floor_for(model)
+    measured = f"all-reduce across {count} GPUs: bus bandwidth {busbw:g} GB/s"
+    if floor is None:
+        return Check("nccl", True, f"{measured} (no floor known for {model}: not judged)")
+    if busbw < floor[0]:
+        return Check(
+            "nccl",
+            False,
+            f"{measured}, under the floor {floor[0]:g} GB/s for {model} ({floor[1]})",
+        )
+    return Check("nccl", True, f"{measured} (floor {floor[0]:g} GB/s for {model})")
+
+
+def run(
+    host: Host,
+    *,
+    cuda_image: str,
+    dcgm_image: str,
+    nccl_image: str,
+    count: int,
+    model: str,
+    timeout: float,
+    clock: Callable[[], float] = time.monotonic,
+    progress: Callable[[str], None] = lambda line: None,
+) -> GateResult:
+    """Run the gate on this machine's `count` GPUs of `model`; stops at the first failure.
+
+    `timeout` bounds each container (its pull and its run together).
+
+    Raises:
+        validation.ValidationError: an image cannot be pulled, or ctr is not there.
+    """
+    if count < 1:  # no GPU to prove: never a pass
+        return GateResult((Check("cuda", False, "no NVIDIA GPU found on this machine"),))
+    checks: list[Check] = []
+    for index in range(count):
+        outcome = validation.validate(
+            host, cuda_image, timeout=timeout, clock=clock, progress=progress, devices=str(index)
+        )
+        if not outcome.passed:
+            checks.append(Check("cuda", False, f"GPU {index}: {outcome.summary}"))
+            return GateResult(tuple(checks))
+    checks.append(Check("cuda", True, f"vectorAdd passed on each of {count} GPUs"))
+    code, output = validation.run_tool(
+        host, dcgm_image, DCGM_COMMAND, timeout=timeout, clock=clock, progress=progress
+    )
+    if code == -1:
+        checks.append(Check("dcgm", False, f"dcgmi diag timed out after {timeout:.0f}s"))
+        return GateResult(tuple(checks))
+    checks.append(parse_dcgm(output, count))
+    if not checks[-1].passed or count < 2:
+        return GateResult(tuple(checks))
+    script = f"{shlex.join((NCCL_PROGRAM, *NCCL_ARGS, '-g', str(count)))} 2>&1; exit 0"
+    code, output = validation.run_tool(
+        host, nccl_image, ("sh", "-c", script), timeout=timeout, clock=clock, progress=progress
+    )
+    if code == -1:
+        checks.append(Check("nccl", False, f"{NCCL_PROGRAM} timed out after {timeout:.0f}s"))
+    else:
+        checks.append(parse_nccl(output, count, model))
+    return GateResult(tuple(checks))

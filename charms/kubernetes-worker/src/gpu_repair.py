@@ -1,0 +1,146 @@
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""Repairing a quarantined GPU: which repair, the GPU reset, a reboot in flight, escalation.
+
+`gpu-auto-repair` (off | reset | reboot) says how far the charm goes by itself:
+
+- the catalog's action for the fault (xid_catalog.json: `reset-gpu` for NVIDIA's
+  RESET_GPU bucket and the "reset the GPU or reboot the node" workflows, `reboot` for
+  RESTART_BM, `support` for CONTACT_SUPPORT) decides whether a reset can suffice: only
+  when every quarantined GPU's action is `reset-gpu`. `support` is never repaired
+  automatically (the catalog knows no repair);
+- a reset is `nvidia-smi -r -i <index>` for each quarantined GPU, on a drained node.
+  nvidia-smi's manual (-r, --gpu-reset): "Requires root. There can't be any
+  applications using these devices (e.g. CUDA application, graphics application like X
+  server, monitoring application like other instance of nvidia-smi)"; from Ampere on,
+  GPUs with NVLink connections can be reset one by one, on Ampere NVSwitch systems only
+  with Fabric Manager running (Hopper and later no longer need it); otherwise GPUs
+  linked by NVLink must be reset in the same command. nvidia-smi refuses what it cannot
+  do ("Unable to reset GPU <bus id> because it's being used by some other process ...",
+  recorded in tests/fakes/nvidia_driver.py): a refused reset is a failed repair, and
+  with `reboot` the machine reboots instead;
+- `reboot` reboots the machine through Juju (`juju-reboot`, after the hook, as the
+  driver's reboot turn does) where a reset does not suffice, was refused, or did not
+  pass the gate. Juju refuses `juju-reboot` inside an action (juju worker/uniter/runner/
+  jujuc/reboot.go: "juju-reboot is not supported when running an action"), so the
+  `repair-gpu` action leaves a reboot to the next hook.
+
+Two failed repairs within 24 hours escalate: the node stays cordoned, no repair is tried
+again, and the unit says how to replace the machine. A reboot in flight is kept on the
+machine (`PROGRESS`: its boot id), as the Kubernetes upgrade's steps are. No ops imports.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+
+from charms.gpu_k8s.v0.system import CommandError, Host
+
+MODES = ("off", "reset", "reboot")
+RESET, REBOOT = "reset", "reboot"
+NVIDIA_SMI = "nvidia-smi"
+PROGRESS = "/var/lib/gpu-k8s/gpu-repair.json"
+ESCALATE_AFTER = 2  # failed repairs ...
+ESCALATE_WINDOW_S = 24 * 3600  # ... within this long
+
+
+def _epoch(stamp: str | None) -> float | None:
+    try:
+        when = datetime.datetime.strptime(stamp or "", "%Y-%m-%dT%H:%M:%SZ")
+    except ValueError:
+        return None
+    return when.replace(tzinfo=datetime.timezone.utc).timestamp()
+
+
+def iso(epoch: float) -> str:
+    """An ISO 8601 UTC stamp, as the watcher writes them."""
+    return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).strftime(
+        "%Y-%m-%dT%H:%M:%SZ"
+    )
+
+
+def recent_failures(records: list[dict], now: float) -> list[dict]:
+    """The failed repair attempts of the last 24 hours, one per attempt (not per GPU)."""
+    seen: dict[tuple, dict] = {}
+    for r in records:
+        when = _epoch(r.get("time"))
+        if r.get("result") == "failed" and when is not None and now - when < ESCALATE_WINDOW_S:
+            seen.setdefault((r.get("time"), r.get("method")), r)
+    return list(seen.values())
+
+
+def escalated(records: list[dict], now: float) -> bool:
+    """Two failed repairs within 24 hours: no more automatic repairs."""
+    return len(recent_failures(records, now)) >= ESCALATE_AFTER
+
+
+def choose(entries: list[dict], mode: str, records: list[dict], now: float) -> str | None:
+    """The repair to try now (RESET, REBOOT), or None: none is automatic here.
+
+    A reset where the catalog says one suffices, unless a reset failed in the last 24
+    hours and a reboot is allowed; else a reboot when `mode` allows one.
+    """
+    actions = {q.get("action") for q in entries}
+    if mode == "off" or not entries or "support" in actions:
+        return None
+    failed = {r.get("method") for r in recent_failures(records, now)}
+    if actions <= {"reset-gpu"} and (mode == RESET or RESET not in failed):
+        return RESET
+    return REBOOT if mode == REBOOT else None
+
+
+def reset(host: Host, entries: list[dict]) -> tuple[bool, str]:
+    """`nvidia-smi -r -i <index>` for each quarantined GPU; (all reset, what it said)."""
+    said = []
+    for q in entries:
+        try:
+            out = host.run(NVIDIA_SMI, "-r", "-i", str(q.get("index")))
+        except CommandError as e:
+            lines = [line for line in e.stderr.splitlines() if line.strip()]
+            return False, f"GPU {q.get('index')} reset refused: {lines[0] if lines else e}"
+        said.append(next((line for line in out.splitlines() if line.strip()), "reset"))
+    return True, "; ".join(said)
+
+
+def load_progress(host: Host) -> dict | None:
+    """The reboot this unit asked for a repair (method, boot id, GPUs), or None."""
+    try:
+        found = json.loads(host.read(PROGRESS) or "null")
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def save_progress(host: Host, *, method: str, boot: str, started: str, gpus: list[str]) -> None:
+    """Record a reboot asked for a repair (the machine outlives the charm's state)."""
+    body = {"method": method, "boot": boot, "started": started, "gpus": gpus}
+    host.write(PROGRESS, json.dumps(body, sort_keys=True))
+
+
+def clear_progress(host: Host) -> None:
+    """The repair in flight ended (passed, failed or no longer needed)."""
+    path = host.path(PROGRESS)
+    if path.exists():
+        path.unlink()
+
+
+def escalation_message(
+    node: str, unit: str, app: str, zone: str | None, failures: list[dict]
+) -> str:
+    """Blocked: the repairs failed twice; the commands that replace this machine.
+
+    `juju add-unit <app> --to zone=<zone>`: `--to` takes placement directives and
+    `zone=<zone>` names an availability zone (Juju docs, "Placement directive" and "juju
+    add-unit"); the zone is the one Juju gives the hook (JUJU_AVAILABILITY_ZONE, juju
+    worker/uniter/runner/context env). Without a zone, a plain add-unit (Juju spreads
+    units over the zones itself).
+    """
+    last = "; ".join(f"{f.get('time')} {f.get('method')}: {f.get('detail')}" for f in failures)
+    place = f" --to zone={zone}" if zone else ""
+    return (
+        f"GPU repairs failed {len(failures)} times within 24 hours ({last}); node {node} "
+        f"stays cordoned: replace this machine: `juju add-unit {app}{place}` then "
+        f"`juju remove-unit {unit}`"
+    )

@@ -1,0 +1,303 @@
+# Copyright 2026 gpu-k8s contributors
+# See LICENSE file for licensing details.
+
+"""A quarantined GPU repaired and proven through Juju (issue 32 items 3-5).
+
+An ops component (the `reboots` turns, `juju-reboot`, the `repair-gpu` action, the
+hook's availability zone): the charm builds it with what it needs of the hook and calls
+`step` from its reconcile on a joined GPU node. With `gpu-auto-repair` other than `off`,
+a unit whose GPU the watcher quarantined takes a turn in the one turn mechanism
+(`reboot_turns.py`, purpose `repair`: never more than `max-parallel-reboots` nodes
+drained at once, with driver reboots, upgrades, runtime updates and MIG changes), drains
+its node as its kubelet, tries a GPU reset where the catalog says one suffices, else
+reboots through Juju (gpu_repair.py). Then the gate (gpu_gate.py) on every GPU; only if
+it passes: the watcher's state cleared, GpuHealthy=True, the cordon lifted, the
+NoExecute taint's removal asked of the control plane, the turn given back, the repair
+recorded (gpu_health.py keeps the history). A failed repair is recorded too; two within
+24 hours leave the node cordoned and the unit Blocked with the commands that replace
+the machine.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from typing import NoReturn
+
+import gpu_gate
+import gpu_health
+import gpu_node
+import gpu_repair
+import nvidia
+import ops
+import validation
+import worker
+from charm_config import RepairGpuParams, WorkerConfig
+from drain_turns import NodeMaintenanceError, api_errors_fail_the_hook, node_kube
+from reboot_turns import REPAIR, RebootTurns
+
+from charms.gpu_k8s.v0 import kubeadm
+from charms.gpu_k8s.v0.kubeclient import KubeError
+from charms.gpu_k8s.v0.kubernetes_cluster import ClusterRequirer
+from charms.gpu_k8s.v0.status import StatusError
+from charms.gpu_k8s.v0.system import Host
+
+logger = logging.getLogger(__name__)
+
+HOOK_GATE_TIMEOUT = 600  # seconds per gate container in a hook
+REBOOT_ASKED = "reboot-asked"  # repair-gpu left a reboot to the next hook
+
+
+class GpuRepairs(ops.Object):
+    """Repairs of this machine's quarantined GPUs, in turns; the `repair-gpu` action.
+
+    `turns`: the `reboots` turns; `cluster`: the `cluster` relation (the taint's removal
+    is asked there); `host`: this machine; `config`: the charm's config (ValueError:
+    invalid); `clock`, `sleep`: the drain's and the gate's waits; `wall_clock`: repair
+    times.
+    """
+
+    def __init__(
+        self,
+        parent: ops.Object,
+        *,
+        turns: RebootTurns,
+        cluster: ClusterRequirer,
+        host: Callable[[], Host],
+        config: Callable[[], WorkerConfig],
+        clock: Callable[[], float],
+        sleep: Callable[[float], None],
+        wall_clock: Callable[[], float],
+    ):
+        super().__init__(parent, "gpu-repairs")
+        self.turns = turns
+        self._cluster = cluster
+        self._host = host
+        self._config = config
+        self._clock = clock
+        self._sleep = sleep
+        self._wall_clock = wall_clock
+
+    # -- the reconcile's step ------------------------------------------------------------
+
+    def step(
+        self, host: Host, config: WorkerConfig, node: str, held: list[dict]
+    ) -> ops.StatusBase | None:
+        """Advance the repair of the quarantined GPUs `held`; the unit's status for it.
+
+        None: nothing is repaired automatically (gpu-auto-repair=off, a fault NVIDIA
+        only supports by hand): the quarantine's Blocked status stays. Raises
+        StatusError.maintenance while Juju reboots the machine for a repair.
+        """
+        limit, now = config.max_parallel_reboots, self._wall_clock()
+        progress = gpu_repair.load_progress(host)
+        if not held:
+            if progress is not None:
+                gpu_repair.clear_progress(host)
+            self.turns.done(limit, REPAIR)  # no longer needed, if it asked
+            return None
+        boot = nvidia.boot_id(host)
+        if progress and progress.get("method") == gpu_repair.REBOOT:
+            if progress.get("boot") == boot:
+                raise StatusError.maintenance("waiting for Juju to reboot this machine")
+            gpu_repair.clear_progress(host)  # back on a new boot: prove it
+            return self._prove(host, config, node, held, gpu_repair.REBOOT, "rebooted")
+        records = gpu_health.repairs(host)
+        asked = progress is not None and progress.get("method") == REBOOT_ASKED
+        if gpu_repair.escalated(records, now) and not asked:
+            self.turns.done(limit, REPAIR)
+            failures = gpu_repair.recent_failures(records, now)
+            zone = os.environ.get("JUJU_AVAILABILITY_ZONE")
+            app, unit = self.model.app.name, self.model.unit.name
+            return ops.BlockedStatus(
+                gpu_repair.escalation_message(node, unit, app, zone, failures)
+            )
+        method = (
+            gpu_repair.REBOOT
+            if asked
+            else gpu_repair.choose(held, config.gpu_auto_repair, records, now)
+        )
+        return None if method is None else self._repair(host, config, node, held, method)
+
+    def _repair(
+        self, host: Host, config: WorkerConfig, node: str, held: list[dict], method: str
+    ) -> ops.StatusBase:
+        """In a turn: drain, reset (then the gate) or reboot (the gate on the next boot)."""
+        limit, first = config.max_parallel_reboots, held[0]
+        reason = f"GPU {first.get('index')} ({first.get('uuid')}) repair by {method}"
+        if not self.turns.request(reason, limit, REPAIR):
+            return ops.WaitingStatus(self.turns.waiting_message(reason, limit, REPAIR))
+        self._drain(host, config, node, reason)
+        if method == gpu_repair.RESET:
+            done, said = gpu_repair.reset(host, held)
+            if done:
+                return self._prove(host, config, node, held, gpu_repair.RESET, said)
+            self._record_failure(host, held, gpu_repair.RESET, said)
+            if config.gpu_auto_repair != gpu_repair.REBOOT:
+                return ops.WaitingStatus(f"node {node} stays cordoned: {said}; retried")
+        self._reboot(host, node, held, reason)
+
+    def _drain(self, host: Host, config: WorkerConfig, node: str, reason: str) -> None:
+        with node_kube(host, f"{reason}: cannot drain node {node}") as kube:
+            with api_errors_fail_the_hook():
+                worker.drain_for_reboot(
+                    kube, node, config.drain_timeout, clock=self._clock, sleep=self._sleep
+                )
+
+    def _reboot(self, host: Host, node: str, held: list[dict], reason: str) -> NoReturn:
+        gpu_repair.save_progress(
+            host,
+            method=gpu_repair.REBOOT,
+            boot=nvidia.boot_id(host),
+            started=gpu_repair.iso(self._wall_clock()),
+            gpus=[str(q.get("uuid")) for q in held],
+        )
+        logger.info("rebooting to repair: %s", reason)
+        self.model.unit.reboot()
+        raise StatusError.maintenance(f"rebooting: {reason}")
+
+    def _record_failure(self, host: Host, held: list[dict], method: str, detail: str) -> None:
+        now = gpu_repair.iso(self._wall_clock())
+        gpu_health.record_repairs(
+            host,
+            gpu_health.repair_records(
+                held, now=now, method=method, result="failed", detail=detail, gate={}
+            ),
+        )
+
+    def _prove(
+        self,
+        host: Host,
+        config: WorkerConfig,
+        node: str,
+        held: list[dict],
+        method: str,
+        said: str,
+        *,
+        timeout: float = HOOK_GATE_TIMEOUT,
+        progress: Callable[[str], None] = lambda line: None,
+    ) -> ops.StatusBase:
+        """The gate on every GPU; readmitted when it passes, else the failure recorded."""
+        inventory = gpu_node.detect(host)
+        dcgm, nccl = config.gate_images
+        now = gpu_repair.iso(self._wall_clock())
+        missing = [q for q in held if not str(q.get("index", "")).isdigit()]
+        missing += [
+            q
+            for q in held
+            if str(q.get("index", "")).isdigit() and int(q["index"]) >= inventory.count
+        ]
+        if missing:  # fell off the bus for good: nothing to prove it on
+            detail = f"GPU {missing[0].get('index')} is not on the machine after the {method}"
+            self._record_failure(host, held, method, detail)
+            return ops.WaitingStatus(f"node {node} stays cordoned: {detail}")
+        try:
+            result = gpu_gate.run(
+                host,
+                cuda_image=config.validation_image,
+                dcgm_image=dcgm,
+                nccl_image=nccl,
+                count=inventory.count,
+                model=inventory.model or "",
+                timeout=timeout,
+                clock=self._clock,
+                progress=progress,
+            )
+        except validation.ValidationError as e:
+            self._record_failure(host, held, method, f"the gate could not run: {e}")
+            return ops.WaitingStatus(f"node {node} stays cordoned: the gate could not run: {e}")
+        records = gpu_health.repair_records(
+            held,
+            now=now,
+            method=method,
+            result="ok" if result.passed else "failed",
+            detail=said if result.passed else result.summary(),
+            gate=result.record(),
+        )
+        if not result.passed:
+            gpu_health.record_repairs(host, records)
+            return ops.WaitingStatus(
+                f"node {node} stays cordoned: the gate failed after the {method}: "
+                f"{result.summary()}"
+            )
+        proof = f"repaired by {method} at {now}; gate passed: {result.summary()}"
+        with node_kube(host, f"{proof}; cannot readmit node {node}") as kube:
+            with api_errors_fail_the_hook():
+                gpu_health.readmit(
+                    host, kube, node, now=now, proof=proof, action="repair", records=records
+                )
+        self.turns.done(config.max_parallel_reboots, REPAIR)
+        logger.info("node %s readmitted: %s", node, proof)
+        return ops.ActiveStatus(f"GPU {held[0].get('index')} {proof}")
+
+    # -- the action ------------------------------------------------------------------------
+
+    def on_repair_gpu(self, event: ops.ActionEvent) -> None:
+        """Repair the quarantined GPUs now (a reset here, a reboot in the next hook)."""
+        params = event.load_params(RepairGpuParams, errors="fail")
+        host = self._host()
+        held = gpu_health.quarantined(host)
+        if not held:
+            event.fail("no GPU of this machine is quarantined: nothing to repair")
+            return
+        if not gpu_node.detect(host).count or not kubeadm.is_joined(host):
+            event.fail("this machine has no NVIDIA GPU or has not joined a cluster")
+            return
+        try:
+            config = self._config()
+        except ValueError as e:
+            event.fail(f"invalid config: {e}")
+            return
+        node, limit = kubeadm.node_name(host), config.max_parallel_reboots
+        records = gpu_health.repairs(host)
+        method = gpu_repair.choose(held, gpu_repair.REBOOT, records, self._wall_clock())
+        if method is None:
+            event.fail(
+                f"GPU {held[0].get('index')} ({held[0].get('uuid')}): NVIDIA's catalog knows "
+                "no automatic repair for its fault; contact NVIDIA support or replace the machine"
+            )
+            return
+        reason = f"GPU {held[0].get('index')} ({held[0].get('uuid')}) repair by {method}"
+        if method == gpu_repair.REBOOT:  # juju-reboot is refused in an action
+            gpu_repair.save_progress(
+                host,
+                method=REBOOT_ASKED,
+                boot=nvidia.boot_id(host),
+                started=gpu_repair.iso(self._wall_clock()),
+                gpus=[str(q.get("uuid")) for q in held],
+            )
+            self.turns.request(reason, limit, REPAIR)
+            event.set_results({"repair": "reboot", "node": node})
+            event.log("only a reboot can repair it: the next hook reboots in a turn")
+            return
+        if not self.turns.request(reason, limit, REPAIR):
+            event.fail(self.turns.waiting_message(reason, limit, REPAIR) + "; run it again")
+            return
+        try:
+            event.log(f"draining node {node}")
+            self._drain(host, config, node, reason)
+            done, said = gpu_repair.reset(host, held)
+            if not done:
+                self._record_failure(host, held, gpu_repair.RESET, said)
+                event.fail(f"{said}; node {node} stays cordoned")
+                return
+            event.log(said)
+            status = self._prove(
+                host,
+                config,
+                node,
+                held,
+                gpu_repair.RESET,
+                said,
+                timeout=params.timeout,
+                progress=event.log,
+            )
+        except (StatusError, NodeMaintenanceError, KubeError) as e:
+            event.fail(f"repair of node {node} stopped: {e}")
+            return
+        if not isinstance(status, ops.ActiveStatus):
+            event.fail(status.message)
+            return
+        self._cluster.publish_quarantine([])  # the leader lifts the NoExecute taint
+        event.set_results({"repair": "reset", "node": node, "readmitted": status.message})
