@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import charm_modules
 import pytest
 from gpu_watcher_machine import (
     ALL,
@@ -270,12 +271,29 @@ def test_the_watcher_counts_faults_quarantines_repairs_and_times_for_cos(machine
     assert 0 < to_quarantine < 10  # from the kernel's stamp: the poll's wait counts too
     assert series("gpu_k8s_gpu_fault_to_quarantine_seconds", well) not in page
 
-    # the charm repaired it (a failed reset, then a reboot) and readmitted it after its gate
+    # the charm repaired it (a failed reset, then a reboot) and readmitted it after its gate,
+    # recorded by the charm's own writer (gpu_health: `repairs` history + `repair_counts`)
+    gpu_health = charm_modules.load("kubernetes-worker", "gpu_health")
     state = json.loads(machine.state_path.read_text())
-    state["repairs"] = [
-        {"time": "2026-11-28T10:01:00Z", "gpu_uuid": sick, "method": "reset", "result": "failed"},
-        {"time": "2026-11-28T10:09:00Z", "gpu_uuid": sick, "method": "reboot", "result": "ok"},
-    ]
+    gpu_health._append_repairs(
+        state,
+        [
+            {
+                "time": "2026-11-28T10:01:00Z",
+                "gpu": "1",
+                "gpu_uuid": sick,
+                "method": "reset",
+                "result": "failed",
+            },
+            {
+                "time": "2026-11-28T10:09:00Z",
+                "gpu": "1",
+                "gpu_uuid": sick,
+                "method": "reboot",
+                "result": "ok",
+            },
+        ],
+    )
     machine.stop()
     machine.state_path.write_text(json.dumps(state))
     readmit(machine, now=now_iso())
@@ -289,7 +307,7 @@ def test_the_watcher_counts_faults_quarantines_repairs_and_times_for_cos(machine
     assert to_quarantine <= to_readmission + 1 < 60
     assert page[series("gpu_k8s_gpu_faults_total", sick, **fault)] == 1  # kept
 
-    # the charm trims its history: what was counted stays counted, nothing twice
+    # the charm trims its history (REPAIRS_KEPT): what was counted stays counted
     machine.stop()
     state = json.loads(machine.state_path.read_text())
     state["repairs"] = state["repairs"][1:]

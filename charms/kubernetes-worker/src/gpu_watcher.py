@@ -71,10 +71,10 @@ agent (Prometheus text format 0.0.4; `metrics()` names each):
 - `gpu_k8s_gpu_faults_total{node,gpu,uuid,xid,reason,class}`: each XID the driver reported
   and each nvidia-smi finding (xid "" there), `class` the catalog's action for it;
 - `gpu_k8s_gpu_quarantines_total{node,gpu,uuid,reason}` and `gpu_k8s_gpu_quarantined`;
-- `gpu_k8s_gpu_repairs_total{node,gpu,uuid,method,result}`: the repairs the charm recorded
-  in the state file (`repairs`: [{time, gpu_uuid, method, result, gate}]), counted once each
-  and kept counted when the charm trims its list; zero for every known GPU, method and
-  result until then, so `increase()` sees the first one;
+- `gpu_k8s_gpu_repairs_total{node,gpu,uuid,method,result}`: the repair attempts the charm
+  counted in the state file (`repair_counts`, gpu_health.py: never truncated, unlike its
+  `repairs` history); zero for every known GPU, method and result until then, so
+  `increase()` sees the first one;
 - `gpu_k8s_gpu_quarantined_since_timestamp_seconds` while a GPU is quarantined (alerts:
   quarantined for too long);
 - `gpu_k8s_gpu_fault_to_quarantine_seconds` and `gpu_k8s_gpu_fault_to_readmission_seconds`:
@@ -326,7 +326,7 @@ class Watcher:
         for key in ("quarantined", "faults", "quarantines", "timings", "repairs_counted"):
             state.setdefault(key, {})
         state.setdefault("events", [])
-        state.setdefault("repairs_seen", [])
+        state.pop("repairs_seen", None)  # before repair_counts (2026-11-27)
         for key, count in (state.pop("counts", None) or {}).items():  # before faults_total
             uuid, xid = key.split("|")
             cls = (self.catalog["xids"].get(xid) or {}).get("action", "application")
@@ -354,19 +354,15 @@ class Watcher:
                 timing["fault_to_readmission"] = max(0.0, when - timing["fault_at"])
 
     def _count_repairs(self) -> None:
-        """Count each repair the charm recorded (`repairs`) once, however long it keeps it."""
-        seen, listed = set(self.state["repairs_seen"]), []
-        for repair in self.state.get("repairs") or []:
-            if not isinstance(repair, dict):
+        """The charm's repair counts (gpu_health `repair_counts`) by GPU UUID, method, result."""
+        counted: dict[str, int] = {}
+        for key, count in (self.state.get("repair_counts") or {}).items():
+            uuid, _index, method, result = (key.split("|") + ["", "", "", ""])[:4]
+            if not isinstance(count, int) or not (uuid and method and result):
                 continue
-            mark = f"{repair.get('time')}|{repair.get('gpu_uuid')}|{repair.get('method')}"
-            listed.append(mark)
-            if mark in seen:
-                continue
-            seen.add(mark)
-            key = f"{repair.get('gpu_uuid')}|{repair.get('method')}|{repair.get('result')}"
-            self.state["repairs_counted"][key] = self.state["repairs_counted"].get(key, 0) + 1
-        self.state["repairs_seen"] = listed  # what the charm trimmed cannot come back
+            mark = f"{uuid}|{method}|{result}"
+            counted[mark] = counted.get(mark, 0) + count
+        self.state["repairs_counted"] = counted
 
     def _boot_id(self) -> str:
         try:
