@@ -1,9 +1,10 @@
-"""The README says only what the charms can do: every command it shows exists as written.
+"""The docs say only what the charms can do: every command they show exists as written.
 
-Every `juju run <app>/<unit> <action> key=value` names an action of that application's
-charm and only its parameters; every `juju config <app> key=value` an option of that
-charm; every repository path it names exists; every `tox -e <env>` is an environment
-of tox.ini. Applications are the bundle's (kubernetes-worker-gpu is the worker charm).
+On README.md and every hand-written page under docs/ (tests/docs_pages.py): every
+`juju run <app>/<unit> <action> key=value` names an action of that application's charm and
+only its parameters; every `juju config <app> key=value` an option of that charm; every
+repository path named exists; every `tox -e <env>` is an environment of tox.ini.
+Applications are the bundle's (kubernetes-worker-gpu is the worker charm).
 """
 
 from __future__ import annotations
@@ -13,25 +14,25 @@ import re
 import shlex
 from pathlib import Path
 
+import docs_pages
 import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[3]
-README = ROOT / "README.md"
 BUNDLE = yaml.safe_load((ROOT / "bundles" / "gpu-k8s.yaml").read_text())
 PATH_ROOTS = "bundles|charms|tests|tools|actions|lib|docs|requirements"
 
 
 def _charm(app: str) -> dict:
     body = BUNDLE["applications"].get(app)
-    assert body is not None, f"the README names an application the bundle lacks: {app}"
+    assert body is not None, f"the docs name an application the bundle lacks: {app}"
     name = Path(body["charm"]).name.removesuffix(".charm")
     return yaml.safe_load((ROOT / "charms" / name / "charmcraft.yaml").read_text())
 
 
 def _commands(tool: str, text: str | None = None) -> list[list[str]]:
-    """Every `juju <tool> ...` in the README (code blocks and inline code), as words."""
-    text = (README.read_text() if text is None else text).replace("\\\n", " ")
+    """Every `juju <tool> ...` of the pages (code blocks and inline code), as words."""
+    text = (docs_pages.text() if text is None else text).replace("\\\n", " ")
     found = []
     for line in re.findall(rf"juju {tool} [^`\n#]*", text):
         words = shlex.split(line.replace("<", "'<").replace(">", ">'"))
@@ -83,8 +84,8 @@ def test_every_juju_config_sets_a_real_option(words):
 
 
 def test_every_repository_path_it_names_exists():
-    paths = set(re.findall(rf"`((?:{PATH_ROOTS})/[^`\s]*)`", README.read_text()))
-    assert paths, "the README names no repository path"
+    paths = set(re.findall(rf"`((?:{PATH_ROOTS})/[^`\s]*)`", docs_pages.text()))
+    assert paths, "the pages name no repository path"
     missing = sorted(p for p in paths if not (ROOT / p.rstrip("/")).exists())
     assert missing == []
 
@@ -93,5 +94,5 @@ def test_every_tox_environment_it_names_exists():
     config = configparser.ConfigParser(interpolation=None)
     config.read(ROOT / "tox.ini")
     envs = {s.removeprefix("testenv:") for s in config.sections() if s.startswith("testenv:")}
-    named = set(re.findall(r"tox -e ([a-z]+)", README.read_text()))
+    named = set(re.findall(r"tox -e ([a-z]+)", docs_pages.text()))
     assert named and named <= envs, named - envs
