@@ -57,6 +57,7 @@ RUN = {
     "kubectl get nodes",
     "kubectl -n tensorflow delete job fetch-mnist",
     "kubectl delete node <name>",
+    "kubectl -n tensorflow get pods",
     *COPIES,
     *FORWARDS,
 }
@@ -184,6 +185,23 @@ def test_a_stale_node_is_deleted_as_the_readme_says(cluster):
     printed = kubectl.run("delete", "node", GPU_1).stdout
     assert printed == f'node "{GPU_1}" deleted\n'
     assert api.get_object(f"/api/v1/nodes/{GPU_1}") is None
+
+
+def test_the_teardown_waits_for_the_teams_pods_to_be_gone(cluster):
+    """Tutorial, tear down: `kubectl -n tensorflow get pods` until it lists nothing."""
+    api, kubectl = cluster
+    printed = kubectl.run("-n", "tensorflow", "get", "pods")
+    assert printed.stdout.splitlines()[0].split()[:2] == ["NAME", "READY"]
+    assert {line.split()[0] for line in printed.stdout.splitlines()[1:]} == {
+        "fetch-mnist-vr8mp",
+        "fetch-mnist-x7k2p",
+    }
+    for pod in ("fetch-mnist-vr8mp", "fetch-mnist-x7k2p"):
+        assert api.delete_object(f"/api/v1/namespaces/tensorflow/pods/{pod}")
+    done = kubectl.run("-n", "tensorflow", "get", "pods")
+    # what the tutorial tells the operator to wait for (kubectl writes it to stderr)
+    assert (done.stdout, done.stderr) == ("", "No resources found in tensorflow namespace.\n")
+    assert "`No resources found in tensorflow namespace.`" in docs_pages.text()
 
 
 def _backticked_kubectl(message: str) -> list[list[str]]:

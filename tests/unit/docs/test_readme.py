@@ -4,7 +4,8 @@ On README.md and every hand-written page under docs/ (tests/docs_pages.py): ever
 `juju run <app>/<unit> <action> key=value` names an action of that application's charm and
 only its parameters; every `juju config <app> key=value` an option of that charm; every
 repository path named exists; every `tox -e <env>` is an environment of tox.ini.
-Applications are the bundle's (kubernetes-worker-gpu is the worker charm).
+Applications are the bundle's (kubernetes-worker-gpu is the worker charm) and those a page
+deploys itself (`juju deploy ./build/tensorflow.charm team-b`).
 """
 
 from __future__ import annotations
@@ -23,8 +24,16 @@ BUNDLE = yaml.safe_load((ROOT / "bundles" / "gpu-k8s.yaml").read_text())
 PATH_ROOTS = "bundles|charms|tests|tools|actions|lib|docs|requirements"
 
 
+def _deployed() -> dict[str, str]:
+    """Applications the pages deploy themselves: `juju deploy ./build/<charm>.charm <app>`."""
+    found = re.findall(r"juju deploy \./build/([a-z-]+)\.charm ([a-z0-9-]+)", docs_pages.text())
+    return {app: charm for charm, app in found}
+
+
 def _charm(app: str) -> dict:
     body = BUNDLE["applications"].get(app)
+    if body is None and app in _deployed():
+        body = {"charm": f"../build/{_deployed()[app]}.charm"}
     assert body is not None, f"the docs name an application the bundle lacks: {app}"
     name = Path(body["charm"]).name.removesuffix(".charm")
     return yaml.safe_load((ROOT / "charms" / name / "charmcraft.yaml").read_text())

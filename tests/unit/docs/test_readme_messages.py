@@ -50,6 +50,10 @@ UPSTREAM = (
     # pkg/scheduler/flavorassigner/flavorassigner.go; tests/fakes/batch.py plays it)
     f"couldn't assign flavors to pod set {STAR}: insufficient unused quota for {STAR} in "
     f"flavor {STAR}, {STAR} more needed",
+    # kubectl get with nothing to list (kubernetes staging/src/k8s.io/kubectl/pkg/cmd/get/
+    # get.go, "No resources found in %s namespace."; tests/functional/test_readme_kubectl.py
+    # runs the real kubectl 1.36.3 and checks it)
+    f"No resources found in {STAR} namespace.",
 )
 # Quoted words that are no message.
 NOT_MESSAGES = {
