@@ -105,3 +105,63 @@ def test_every_tox_environment_it_names_exists():
     envs = {s.removeprefix("testenv:") for s in config.sections() if s.startswith("testenv:")}
     named = set(re.findall(r"tox -e ([a-z]+)", docs_pages.text()))
     assert named and named <= envs, named - envs
+
+
+CHARMHUB = ROOT / "tests" / "fixtures" / "charmhub"
+OFFERS = yaml.safe_load((CHARMHUB / "cos-lite-offers.yaml").read_text())
+INTEGRATES = _commands("integrate")
+
+
+def _endpoint(app: str, name: str | None) -> tuple[str, str]:
+    """(provides|requires, interface) of `app:name`: a charm here, Charmhub's, or an offer."""
+    text = docs_pages.text()
+    consumed = {url.rsplit(".", 1)[-1] for url in re.findall(r"juju consume (\S+)", text)}
+    if app in consumed:
+        offer = OFFERS[app]
+        assert name in (None, offer["endpoint"]), f"offer {app} has no endpoint {name}"
+        return offer["kind"], offer["interface"]
+    charmhub = dict(re.findall(r"juju deploy ([a-z-]+) ([a-z0-9-]+) --channel", text))
+    reversed_ = {alias: charm for charm, alias in charmhub.items()}
+    if app in reversed_:
+        meta = yaml.safe_load((CHARMHUB / f"{reversed_[app]}.yaml").read_text())
+    else:
+        meta = _charm(app)
+    for kind in ("provides", "requires"):
+        if name in (meta.get(kind) or {}):
+            return kind, meta[kind][name]["interface"]
+    raise AssertionError(f"{app} has no endpoint {name}")
+
+
+def test_the_pages_show_integrations_to_check():
+    assert len(INTEGRATES) >= 10
+
+
+@pytest.mark.parametrize("words", INTEGRATES, ids=[" ".join(w) for w in INTEGRATES])
+def test_every_juju_integrate_joins_two_endpoints_of_one_interface(words):
+    """COS on a running model (review F11): each `juju integrate` is one Juju accepts."""
+    ends = [w.partition(":") for w in words if not w.startswith("-")]
+    assert len(ends) == 2, words
+    (a, _, a_end), (b, _, b_end) = ends
+    kind_a, interface_a = _endpoint(a, a_end)
+    kind_b, interface_b = _endpoint(b, b_end or None)
+    assert interface_a == interface_b, words
+    assert {kind_a, kind_b} == {"provides", "requires"}, words
+
+
+# Juju 3.6 model configuration keys the pages set (documentation.ubuntu.com/juju/3.6,
+# "List of model configuration keys", read 2026-11-27).
+JUJU_MODEL_KEYS = {
+    "apt-mirror", "apt-http-proxy", "apt-https-proxy", "apt-no-proxy", "juju-http-proxy",
+    "juju-https-proxy", "juju-no-proxy", "snap-http-proxy", "snap-https-proxy",
+    "agent-metadata-url", "image-metadata-url",
+}  # fmt: skip
+
+
+def test_every_juju_model_config_key_is_one_of_jujus():
+    keys = {
+        setting.split("=", 1)[0]
+        for words in _commands("model-config")
+        for setting in words
+        if "=" in setting
+    }
+    assert keys and keys <= JUJU_MODEL_KEYS, keys - JUJU_MODEL_KEYS

@@ -36,9 +36,7 @@ def test_docs_holds_the_four_kinds():
 
 def test_the_readme_links_every_hand_written_page_and_the_reference():
     linked = docs_pages.linked_pages(docs_pages.README)
-    missing = [
-        docs_pages.name(p) for p in docs_pages.pages()[1:] if p.resolve() not in linked
-    ]
+    missing = [docs_pages.name(p) for p in docs_pages.pages()[1:] if p.resolve() not in linked]
     assert not missing, f"README.md does not link {missing}"
     assert (docs_pages.GENERATED / "README.md").resolve() in linked
 
