@@ -22,11 +22,12 @@ import yaml
 ROOT = Path(__file__).resolve().parents[3]
 BUNDLE = yaml.safe_load((ROOT / "bundles" / "gpu-k8s.yaml").read_text())
 PATH_ROOTS = "bundles|charms|tests|tools|actions|lib|docs|requirements"
+TEXT = docs_pages.text()  # every hand-written page, read once
 
 
 def _deployed() -> dict[str, str]:
     """Applications the pages deploy themselves: `juju deploy ./build/<charm>.charm <app>`."""
-    found = re.findall(r"juju deploy \./build/([a-z-]+)\.charm ([a-z0-9-]+)", docs_pages.text())
+    found = re.findall(r"juju deploy \./build/([a-z-]+)\.charm ([a-z0-9-]+)", TEXT)
     return {app: charm for charm, app in found}
 
 
@@ -41,7 +42,7 @@ def _charm(app: str) -> dict:
 
 def _commands(tool: str, text: str | None = None) -> list[list[str]]:
     """Every `juju <tool> ...` of the pages (code blocks and inline code), as words."""
-    text = (docs_pages.text() if text is None else text).replace("\\\n", " ")
+    text = (TEXT if text is None else text).replace("\\\n", " ")
     found = []
     for line in re.findall(rf"juju {tool} [^`\n#]*", text):
         words = shlex.split(line.replace("<", "'<").replace(">", ">'"))
@@ -93,7 +94,7 @@ def test_every_juju_config_sets_a_real_option(words):
 
 
 def test_every_repository_path_it_names_exists():
-    paths = set(re.findall(rf"`((?:{PATH_ROOTS})/[^`\s]*)`", docs_pages.text()))
+    paths = set(re.findall(rf"`((?:{PATH_ROOTS})/[^`\s]*)`", TEXT))
     assert paths, "the pages name no repository path"
     missing = sorted(p for p in paths if not (ROOT / p.rstrip("/")).exists())
     assert missing == []
@@ -103,7 +104,7 @@ def test_every_tox_environment_it_names_exists():
     config = configparser.ConfigParser(interpolation=None)
     config.read(ROOT / "tox.ini")
     envs = {s.removeprefix("testenv:") for s in config.sections() if s.startswith("testenv:")}
-    named = set(re.findall(r"tox -e ([a-z]+)", docs_pages.text()))
+    named = set(re.findall(r"tox -e ([a-z]+)", TEXT))
     assert named and named <= envs, named - envs
 
 
@@ -114,7 +115,7 @@ INTEGRATES = _commands("integrate")
 
 def _endpoint(app: str, name: str | None) -> tuple[str, str]:
     """(provides|requires, interface) of `app:name`: a charm here, Charmhub's, or an offer."""
-    text = docs_pages.text()
+    text = TEXT
     consumed = {url.rsplit(".", 1)[-1] for url in re.findall(r"juju consume (\S+)", text)}
     if app in consumed:
         offer = OFFERS[app]

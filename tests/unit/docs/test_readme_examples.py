@@ -37,10 +37,13 @@ def test_every_example_in_the_docs_is_produced_by_a_test():
 
 
 def test_an_example_is_read_from_the_page_that_holds_it():
-    for name in readme_examples.names():
+    for name in ("demo-end", "serve", "delete-kept"):  # README.md, the tutorial, a how-to
         page = readme_examples.page_of(name)
-        assert f"<!-- example: {name} -->" in page.read_text()
-        assert readme_examples.block(name) in page.read_text()
+        assert f"<!-- example: {name} -->\n```\n{readme_examples.block(name)}```" in (
+            page.read_text()
+        )
+    assert readme_examples.page_of("demo-end") == docs_pages.README
+    assert readme_examples.page_of("delete-kept").parent.name == "how-to"
 
 
 def test_the_update_mode_writes_the_page_that_holds_the_block(monkeypatch, tmp_path):

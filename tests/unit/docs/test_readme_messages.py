@@ -189,7 +189,7 @@ def unexplained(quote: str, messages: tuple[str, ...] | None = None) -> str:
     return left if len(missing) > 0.1 * sum(c.isalnum() for c in pattern) else ""
 
 
-QUOTES = readme_quotes(docs_pages.text())
+QUOTES = list(dict.fromkeys(readme_quotes(docs_pages.text())))  # a quote once
 
 
 def test_the_readme_quotes_messages():
