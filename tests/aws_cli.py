@@ -1,14 +1,14 @@
-r"""The README's `aws` commands, run as written by bash and the real AWS CLI against moto.
+r"""The docs' `aws` commands, run as written by bash and the real AWS CLI against moto.
 
 An example block whose lines start with `$ ` is a transcript: each command (with its `\`
 continuation lines) and what it printed. `transcript(name, shell)` reads the commands
-from the README, runs each in bash with `aws` on the PATH being the AWS CLI v2 (Debian's
+from the page holding it, runs each in bash with `aws` on the PATH being the AWS CLI v2 (Debian's
 `awscli` package, 2.9.19 in bookworm; .ci/run installs it) with `--endpoint-url` set to
-the local moto server's proxy, and shows the result as the README's example `name` (see
+the local moto server's proxy, and shows the result as the example `name` (see
 readme_examples.show). So the command text a newcomer copies is the one that ran: its
 quoting, `$uuid`, `--query` and `--output`. What a command names as a placeholder
 (`fs-...`) is replaced by the test's real id first; a command with a list of ids runs
-once per id, as "each" in the README says.
+once per id, as "each" in the page says.
 
 Output is the CLI's own: stdout and stderr as one stream, as a terminal shows them (the
 CLI's error is a blank line then `An error occurred (<Code>) when calling the <Action>
@@ -109,7 +109,7 @@ class Shell:
 
 
 def commands(name: str) -> list[str]:
-    """The commands of the README's transcript `name`, continuation lines included."""
+    """The commands of the transcript `name`, continuation lines included."""
     return _COMMAND.findall(readme_examples.block(name))
 
 
@@ -121,15 +121,15 @@ def transcript(
     volatile: Sequence[str] = (),
     expect_failure: Sequence[str] = (),
 ) -> list[str]:
-    """Run the README's transcript `name` and check (or write) what it printed.
+    """Run the transcript `name` and check (or write) what it printed.
 
     `placeholders`: text in a command -> the id to use; a list runs the command once for
-    each. `expect_failure`: text of the commands allowed to fail (the README shows their
+    each. `expect_failure`: text of the commands allowed to fail (the page shows their
     error); any other failure fails the test. Returns each command's output, in order.
     """
     placeholders = dict(placeholders)
     ran = commands(name)
-    assert ran, f"the README's example {name!r} has no `$ ` command"
+    assert ran, f"the example {name!r} has no `$ ` command"
     outputs = []
     for command in ran:
         output = ""

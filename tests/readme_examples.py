@@ -1,6 +1,7 @@
-"""The README's example outputs, produced by the tests that run the code.
+"""The documentation's example outputs, produced by the tests that run the code.
 
-An example in the README is a fenced block right after a marker line,
+An example is a fenced block right after a marker line, on README.md or any hand-written
+page under docs/ (tests/docs_pages.py: `pages()`),
 
     <!-- example: cluster-info -->
     ```yaml
@@ -9,9 +10,10 @@ An example in the README is a fenced block right after a marker line,
 
 and the test that runs that command calls `show("cluster-info", text)` with what the
 code printed. The block must be exactly that text; `GPU_K8S_UPDATE_EXAMPLES=1 tox -e
-unit` (or `functional`) writes it instead, so an example changes only by running the
-code. tests/unit/docs/test_readme_examples.py checks that every marker in the README has
-a test that produces it.
+unit` (or `functional`) writes it instead, into the page that holds the marker, so an
+example changes only by running the code. A name is used once across all pages;
+tests/unit/docs/test_readme_examples.py checks that, and that every marker has a test that
+produces it.
 
 `juju_results` prints an action's results as `juju run` does by default (its `plain`
 format: the results of the one unit as YAML; juju cmd/juju/action/common.go
@@ -38,9 +40,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import docs_pages
 import yaml
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = docs_pages.README
 UPDATE = os.environ.get("GPU_K8S_UPDATE_EXAMPLES") == "1"
 
 
@@ -482,18 +485,30 @@ def _block(name: str) -> re.Pattern[str]:
     return re.compile(rf"(<!-- example: {re.escape(name)} -->\n```[a-z]*\n)(.*?)(```\n)", re.S)
 
 
+def _find(name: str) -> tuple[Path, str, re.Match[str]]:
+    """The page holding example `name`, its text, and the block's match there."""
+    pattern = _block(name)
+    found = [(path, text, m) for path, text in docs_pages.texts() if (m := pattern.search(text))]
+    assert found, f"no page (README.md, docs/) has a block after `<!-- example: {name} -->`"
+    assert len(found) == 1, f"example {name!r} is on {[docs_pages.name(p) for p, *_ in found]}"
+    return found[0]
+
+
+def page_of(name: str) -> Path:
+    """The page (README.md or docs/...) that holds example `name`."""
+    return _find(name)[0]
+
+
 def block(name: str) -> str:
-    """The README's example block `name`, as it is now."""
-    match = _block(name).search(README.read_text())
-    assert match, f"the README has no block after `<!-- example: {name} -->`"
-    return match.group(2)
+    """The example block `name`, as it is now on the page that holds it."""
+    return _find(name)[2].group(2)
 
 
 def show(name: str, text: str, volatile: Iterable[str] = ()) -> None:
-    """The README's example `name` is `text` (written there with GPU_K8S_UPDATE_EXAMPLES=1).
+    """The example `name` is `text` (written there with GPU_K8S_UPDATE_EXAMPLES=1).
 
     `volatile`: patterns of what differs from run to run (a loss, an accuracy, seconds
-    left): the README keeps the values of the run that wrote it, and the rest must match.
+    left): the page keeps the values of the run that wrote it, and the rest must match.
     """
     with _writing() if UPDATE else contextlib.nullcontext():
         _show(name, text, volatile)
@@ -501,12 +516,12 @@ def show(name: str, text: str, volatile: Iterable[str] = ()) -> None:
 
 @contextlib.contextmanager
 def _writing() -> Iterator[None]:
-    """One writer of the README at a time: suites and xdist workers run in parallel.
+    """One writer of the pages at a time: suites and xdist workers run in parallel.
 
-    The lock is on the README's directory, which stays the same file when `_write`
-    replaces the README.
+    The lock is on the repository's directory, which stays the same file when `_write`
+    replaces a page.
     """
-    fd = os.open(README.parent, os.O_RDONLY)
+    fd = os.open(docs_pages.ROOT, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -514,17 +529,15 @@ def _writing() -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
-def _write(text: str) -> None:
-    """Replace the README whole, so that a test reading it meanwhile never sees half."""
-    partial = README.with_name(f".{README.name}.{os.getpid()}")
+def _write(page: Path, text: str) -> None:
+    """Replace the page whole, so that a test reading it meanwhile never sees half."""
+    partial = page.with_name(f".{page.name}.{os.getpid()}")
     partial.write_text(text)
-    partial.replace(README)
+    partial.replace(page)
 
 
 def _show(name: str, text: str, volatile: Iterable[str]) -> None:
-    readme = README.read_text()
-    match = _block(name).search(readme)
-    assert match, f"the README has no block after `<!-- example: {name} -->`"
+    page, content, match = _find(name)
     patterns = [re.compile(p) for p in volatile]
 
     def stable(t: str) -> str:
@@ -535,30 +548,31 @@ def _show(name: str, text: str, volatile: Iterable[str]) -> None:
         return t
 
     if UPDATE and match.group(2) != text:  # what this run printed, volatile parts too
-        _write(readme[: match.start(2)] + text + readme[match.end(2) :])
+        _write(page, content[: match.start(2)] + text + content[match.end(2) :])
         return
     if stable(match.group(2)) == stable(text):
         return
     if UPDATE:
-        _write(readme[: match.start(2)] + text + readme[match.end(2) :])
+        _write(page, content[: match.start(2)] + text + content[match.end(2) :])
         return
+    where = docs_pages.name(page)
     diff = "\n".join(
         difflib.unified_diff(
             stable(match.group(2)).splitlines(),
             stable(text).splitlines(),
-            "README",
+            where,
             "the code",
             lineterm="",
         )
     )
     raise AssertionError(
-        f"the README's example {name!r} is not what the code prints; run the tests with "
+        f"the example {name!r} in {where} is not what the code prints; run the tests with "
         f"GPU_K8S_UPDATE_EXAMPLES=1 to write it:\n{diff}"
     )
 
 
-def names(readme: str | None = None) -> list[str]:
-    """Every example marker in the README."""
+def names(text: str | None = None) -> list[str]:
+    """Every example marker of `text`, or of every page (a name twice: listed twice)."""
     return re.findall(
-        r"<!-- example: ([a-z0-9-]+) -->", README.read_text() if readme is None else readme
+        r"<!-- example: ([a-z0-9-]+) -->", docs_pages.text() if text is None else text
     )

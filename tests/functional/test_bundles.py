@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+import docs_pages
 import pytest
 import yaml
 
@@ -161,7 +162,7 @@ def variants() -> list[tuple[str, dict]]:
     return out
 
 
-# Overlays given together in an order that fails, and why; the README says which comes
+# Overlays given together in an order that fails, and why; the docs say which comes
 # first. cos.yaml relates kubernetes-worker-gpu, which cpu-only.yaml removes: Juju appends
 # a later overlay's relations after an earlier overlay removed the application.
 FAILING_ORDERS = {
@@ -189,10 +190,10 @@ def test_two_overlays_in_either_order_are_accepted_but_the_documented_order(firs
     assert verify(both) == FAILING_ORDERS.get((first, second), [])
 
 
-def test_the_readme_gives_the_overlays_in_an_order_that_works():
-    readme = (ROOT / "README.md").read_text()
+def test_the_docs_give_the_overlays_in_an_order_that_works():
+    docs = docs_pages.text()
     for first, second in FAILING_ORDERS:
-        assert f"`{second}.yaml` before `{first}.yaml`" in readme
+        assert f"`{second}.yaml` before `{first}.yaml`" in docs
 
 
 def test_an_overlay_with_its_own_machines_replaces_the_bundles():

@@ -36,9 +36,9 @@ def test_the_gpu_quota_commands_read_a_new_account_and_ask_for_more(local, shell
     get, request = aws_cli.transcript("g-instances-quota", shell)
 
     assert get == "Running On-Demand G and VT instances\t0.0\n"
-    assert request == "PENDING\t8.0\n"
+    assert request == "PENDING\t12.0\n"
     (change,) = local.proxy.quotas.requests
-    assert (change["QuotaCode"], change["DesiredValue"]) == (G_AND_VT, 8.0)
+    assert (change["QuotaCode"], change["DesiredValue"]) == (G_AND_VT, 12.0)
 
 
 def test_the_applied_value_changes_only_when_aws_grants_the_request(local, shell):
@@ -48,7 +48,7 @@ def test_the_applied_value_changes_only_when_aws_grants_the_request(local, shell
 
     local.proxy.quotas.approve(G_AND_VT)
 
-    assert shell.run(get) == (0, "Running On-Demand G and VT instances\t8.0\n")
+    assert shell.run(get) == (0, "Running On-Demand G and VT instances\t12.0\n")
 
 
 def test_a_second_request_while_one_is_open_is_refused(shell):

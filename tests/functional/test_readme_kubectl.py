@@ -1,15 +1,15 @@
-"""Every kubectl command the README shows, run by the real kubectl 1.36.3 against the fake.
+"""Every kubectl command the docs show, run by the real kubectl 1.36.3 against the fake.
 
-The README's `kubectl ...` commands (code blocks, inline code and the outputs the charms
-print) are collected from its text; each one is in `RUN` (run here, its output checked,
-and shown in the README where the README shows one), and a new command in the README fails
-`test_every_kubectl_command_of_the_readme_is_run` until it is added there. `kubectl cp` and
-`kubectl port-forward` stream over WebSocket (fakes/kube_stream.py): the copies come out of
-a seeded export directory, the forwards reach stand-in HTTP servers. The commands the
-charms print in a status (the worker's reboot and MIG messages) run here too, built by the
-charm's own functions.
+The `kubectl ...` commands of README.md and every hand-written page under docs/ (code
+blocks, inline code and the outputs the charms print) are collected from their text; each
+one is in `RUN` (run here, its output checked, and shown as an example where a page shows
+one), and a new command on any page fails `test_every_kubectl_command_of_the_readme_is_run`
+until it is added there. `kubectl cp` and `kubectl port-forward` stream over WebSocket
+(fakes/kube_stream.py): the copies come out of a seeded export directory, the forwards
+reach stand-in HTTP servers. The commands the charms print in a status (the worker's
+reboot and MIG messages) run here too, built by the charm's own functions.
 
-The cluster is seeded as the README's steps leave it: a control-plane node and two GPU
+The cluster is seeded as the tutorial's steps leave it: a control-plane node and two GPU
 workers of a fresh deploy, the tensorflow namespace after `fetch-model` (its pod and Job).
 kubectl runs as get-kubeconfig's identity (kubeadm's admin, `kubernetes-admin` in
 `kubeadm:cluster-admins`), with a token standing in for admin.conf's client certificate
@@ -27,14 +27,13 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import docs_pages
 import pytest
 import readme_examples
 from charm_modules import load
 from kubectl_runner import Kubectl
 
 from fakes.kube_apiserver import FakeKubeApiServer
-
-README = Path(__file__).resolve().parents[2] / "README.md"
 
 CONTROL_PLANE, GPU_0, GPU_1 = "ip-172-31-20-13", "ip-172-31-24-101", "ip-172-31-27-58"
 
@@ -58,6 +57,7 @@ RUN = {
     "kubectl get nodes",
     "kubectl -n tensorflow delete job fetch-mnist",
     "kubectl delete node <name>",
+    "kubectl -n tensorflow get pods",
     *COPIES,
     *FORWARDS,
 }
@@ -70,9 +70,9 @@ def readme_commands(text: str) -> set[str]:
 
 
 def test_every_kubectl_command_of_the_readme_is_run():
-    shown = readme_commands(README.read_text())
+    shown = readme_commands(docs_pages.text())
     assert shown - NOT_COMMANDS - RUN == set(), "add them to RUN"
-    assert RUN <= shown, "RUN names a command the README no longer shows"
+    assert RUN <= shown, "RUN names a command the docs no longer show"
 
 
 def test_a_new_command_in_the_readme_is_caught():
@@ -180,11 +180,28 @@ def test_fetch_models_job_is_deleted_as_the_readme_says(cluster):
 
 
 def test_a_stale_node_is_deleted_as_the_readme_says(cluster):
-    """README: Node objects of machines gone stay NotReady until `kubectl delete node <name>`."""
+    """Docs: Node objects of machines gone stay NotReady until `kubectl delete node <name>`."""
     api, kubectl = cluster
     printed = kubectl.run("delete", "node", GPU_1).stdout
     assert printed == f'node "{GPU_1}" deleted\n'
     assert api.get_object(f"/api/v1/nodes/{GPU_1}") is None
+
+
+def test_the_teardown_waits_for_the_teams_pods_to_be_gone(cluster):
+    """Tutorial, tear down: `kubectl -n tensorflow get pods` until it lists nothing."""
+    api, kubectl = cluster
+    printed = kubectl.run("-n", "tensorflow", "get", "pods")
+    assert printed.stdout.splitlines()[0].split()[:2] == ["NAME", "READY"]
+    assert {line.split()[0] for line in printed.stdout.splitlines()[1:]} == {
+        "fetch-mnist-vr8mp",
+        "fetch-mnist-x7k2p",
+    }
+    for pod in ("fetch-mnist-vr8mp", "fetch-mnist-x7k2p"):
+        assert api.delete_object(f"/api/v1/namespaces/tensorflow/pods/{pod}")
+    done = kubectl.run("-n", "tensorflow", "get", "pods")
+    # what the tutorial tells the operator to wait for (kubectl writes it to stderr)
+    assert (done.stdout, done.stderr) == ("", "No resources found in tensorflow namespace.\n")
+    assert "`No resources found in tensorflow namespace.`" in docs_pages.text()
 
 
 def _backticked_kubectl(message: str) -> list[list[str]]:
@@ -271,7 +288,7 @@ def test_fetch_models_copy_command_copies_the_export(cluster, tmp_path: Path, co
 
 @pytest.mark.parametrize("command", sorted(FORWARDS))
 def test_port_forward_commands_reach_the_service(cluster, command: str):
-    """The README's port-forwards, verbatim (local port = the service's), to stand-ins.
+    """The docs' port-forwards, verbatim (local port = the service's), to stand-ins.
 
     The Services carry the charm's selectors and ports (serving.labels and its ports,
     manifests.labels for TensorBoard), each selecting one Running pod, which kubectl finds.

@@ -1,4 +1,4 @@
-"""The README's path on a real AWS controller, from deploy to an empty AWS account.
+"""The tutorial (docs/tutorial.md) on a real AWS controller, to an empty AWS account.
 
 Deploy the bundle, reach the API from this machine after `juju expose`, validate GPUs,
 train, scale, add and remove a GPU worker, then tear down with `delete-on-remove=true`
@@ -9,10 +9,10 @@ AWS_SECRET_ACCESS_KEY, and AWS_REGION for the controller's region).
 Needs `tox -e pack` first and a Juju controller on AWS with GPU quota; run with
 `tox -e integration -- -k bundle`. Skipped with the reason when no controller is there.
 
-What the README cannot say without a real run is measured here and written to
+What the docs cannot say without a real run is measured here and written to
 `build/integration-timings.json` (and printed): seconds from `juju deploy` to every
 application active and idle (less the 60 s idle period), from `juju add-unit` of a GPU
-worker to active, and from the removal of efs-storage until the README's leftover
+worker to active, and from the removal of efs-storage until the tutorial's leftover
 listing, run as written with the AWS CLI (tests/aws_cli.py), prints `[]`.
 """
 
@@ -45,7 +45,7 @@ TIMINGS = ROOT / "build" / "integration-timings.json"
 
 
 def record(name: str, seconds: float) -> None:
-    """Keep one measured duration (the README's numbers come from these)."""
+    """Keep one measured duration (the docs' numbers come from these)."""
     TIMINGS.parent.mkdir(exist_ok=True)
     timings = json.loads(TIMINGS.read_text()) if TIMINGS.exists() else {}
     timings[name] = round(seconds)
@@ -78,7 +78,7 @@ async def test_bundle_deploys_and_converges(ops_test):
 
 
 async def test_the_api_answers_this_machine_once_exposed(ops_test):
-    """README: `juju expose`, get-kubeconfig, then kubectl from the operator's machine."""
+    """Tutorial: `juju expose`, get-kubeconfig, then kubectl from the operator's machine."""
     rc, _, err = await ops_test.juju("expose", "kubernetes-control-plane")
     assert rc == 0, err
     results = await run(ops_test, "kubernetes-control-plane/0", "get-kubeconfig")
@@ -153,10 +153,10 @@ async def test_removed_gpu_worker_is_drained_and_deleted(ops_test):
 
 
 async def test_teardown_leaves_nothing_the_charms_created_in_aws(ops_test):
-    """README: stop jobs, delete-on-remove=true, remove efs-storage; AWS keeps nothing."""
+    """Tutorial: stop jobs, delete-on-remove=true, remove efs-storage; AWS keeps nothing."""
     import boto3
 
-    assert aws_cli.binary(), "the README's listing needs the AWS CLI v2 on this machine"
+    assert aws_cli.binary(), "the tutorial's listing needs the AWS CLI v2 on this machine"
     await run(ops_test, "tensorflow/0", "stop", job=JOB, purge="true")
     efs = ops_test.model.applications["efs-storage"]
     await efs.set_config({"delete-on-remove": "true"})
@@ -177,7 +177,7 @@ async def test_teardown_leaves_nothing_the_charms_created_in_aws(ops_test):
     ]
     assert file_systems == [], [fs["FileSystemId"] for fs in file_systems]
 
-    # the README's own listing, as written (AWS may list a deleted resource a while)
+    # the tutorial's own listing, as written (AWS may list a deleted resource a while)
     (listing,) = aws_cli.commands("leftovers-none")
     home = ROOT / "build" / "integration-aws"
     shell = aws_cli.Shell(home, None, {"uuid": model_uuid, "AWS_DEFAULT_REGION": region})

@@ -34,6 +34,10 @@ from charms.gpu_k8s.v0.kube_objects import GPU_RESOURCE
 LABEL_SERVING = "gpu-k8s.io/serving"
 GRPC_PORT = 8500
 REST_PORT = 8501
+# `kubectl port-forward` stays in the foreground until stopped, so a command after it on
+# the same line (`; curl ...`) never runs (review 2026-11-26, F9): the request goes in
+# another terminal.
+FOREGROUND = " (leave it running), then in another terminal: "
 POLL_SECONDS = 5.0
 
 
@@ -273,8 +277,8 @@ def _wait_and_try(kube: Any, ctx: Any, params: ServeParams, *, sleep: Any, clock
             **results,
             "sample-request": f"none: {e}",
             "from-your-machine": (
-                f"kubectl -n {ctx.namespace} port-forward svc/{name_of(params.job)} "
-                f"{REST_PORT}; curl http://localhost:{REST_PORT}/v1/models/{params.job}/metadata"
+                f"kubectl -n {ctx.namespace} port-forward svc/{name_of(params.job)} {REST_PORT}"
+                f"{FOREGROUND}curl http://localhost:{REST_PORT}/v1/models/{params.job}/metadata"
             ),
         }
     sample = {"instances": [[0.0] * width]}
@@ -286,8 +290,8 @@ def _wait_and_try(kube: Any, ctx: Any, params: ServeParams, *, sleep: Any, clock
         "sample-request": f"{width} zeros",
         "sample-answer": json.dumps(answer["predictions"][0], sort_keys=True)[:500],
         "from-your-machine": (
-            f"kubectl -n {ctx.namespace} port-forward svc/{name_of(params.job)} {REST_PORT}; "
-            f"curl -d '{{\"instances\": [[...{width} numbers...]]}}' "
+            f"kubectl -n {ctx.namespace} port-forward svc/{name_of(params.job)} {REST_PORT}"
+            f"{FOREGROUND}curl -d '{{\"instances\": [[...{width} numbers...]]}}' "
             f"http://localhost:{REST_PORT}/v1/models/{params.job}:predict"
         ),
     }

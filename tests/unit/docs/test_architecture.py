@@ -1,4 +1,4 @@
-"""The architecture picture is drawn from the bundle, and the README's diagrams agree with it.
+"""The architecture picture is drawn from the bundle, and the docs' diagrams agree with it.
 
 docs/architecture.svg is what tools/architecture.py draws from bundles/gpu-k8s.yaml and
 the charms' endpoints; a change to either without redrawing fails here.
@@ -11,10 +11,11 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import architecture
+import docs_pages
 
 ROOT = Path(__file__).resolve().parents[3]
 SVG = ROOT / "docs" / "architecture.svg"
-README = (ROOT / "README.md").read_text()
+README = docs_pages.README.read_text()
 
 
 def test_the_committed_picture_is_what_the_bundle_draws():
@@ -36,7 +37,8 @@ def test_every_relation_of_the_bundle_is_drawn_with_its_endpoints():
 
 def test_the_readme_shows_the_picture_and_its_ascii_labels_are_real_endpoints():
     assert "](docs/architecture.svg)" in README
-    deployed = README.split("## What gets deployed", 1)[1].split("```")[1]
+    blocks = re.findall(r"```\n(.*?)```", docs_pages.text(), re.S)
+    (deployed,) = [b for b in blocks if "─── machine 0 ───" in b]
     pairs = set(re.findall(r"([a-z-]+) ─ ([a-z-]+)", deployed))
     assert pairs, "the ASCII diagram labels no relation"
     drawn = {(p_end, r_end) for _, p_end, _, r_end, _ in architecture.relations()}

@@ -1,12 +1,12 @@
-"""The IAM policy the README prints allows every AWS call the charms make, and no more.
+"""The IAM policy the docs print allows every AWS call the charms make, and no more.
 
 Every `efs`/`ec2` operation efs-storage sends (found in its source: the first argument of
 `AwsApi.call`, `pages` and `delete_ignoring` is the client, the second the operation),
 plus the IAM actions AWS checks inside those calls (`aws._ALSO_NEEDS`, from botocore's
-models and the EC2 guide), must be allowed by a statement of the README's policy. A
-statement whose Resource is `"*"` and has no Condition is named in the README with the
-reason it cannot be narrowed, and holds no action the charm could use to change what
-another application made.
+models and the EC2 guide), must be allowed by a statement of the policy on the page that
+prints it. A statement whose Resource is `"*"` and has no Condition is named on that page
+with the reason it cannot be narrowed, and holds no action the charm could use to change
+what another application made.
 """
 
 from __future__ import annotations
@@ -16,25 +16,30 @@ import json
 import re
 from pathlib import Path
 
+import docs_pages
 from charm_modules import load
 
 ROOT = Path(__file__).resolve().parents[3]
-README = ROOT / "README.md"
+REASONS = "Why each statement is as wide as it is"
 SOURCES = ROOT / "charms" / "efs-storage" / "src"
 PREFIX = {"efs": "elasticfilesystem", "ec2": "ec2"}
-# The statements that may be "*" without a condition, and why (each explained in README)
+# The statements that may be "*" without a condition, and why (each explained on the page)
 UNSCOPED = {
     "EfsStorageDescribe": "read-only Describe calls; EC2's support no resource-level permissions",
     "EfsMountTargetInterfaces": "network interfaces EFS makes for a mount target, untagged",
 }
 
 
+def _page_text() -> str:
+    """The page that prints the policy: the one that says why each statement is as wide."""
+    return docs_pages.holding(REASONS).read_text()
+
+
 def _policy() -> dict:
-    text = README.read_text()
-    section = text[text.index("### IAM policy") :]
-    block = re.search(r"```json\n(.*?)```", section, re.DOTALL)
-    assert block, "the README's IAM policy section has no JSON block"
-    return json.loads(block.group(1))
+    blocks = re.findall(r"```json\n(.*?)```", _page_text(), re.DOTALL)
+    policies = [json.loads(b) for b in blocks if '"EfsStorageDescribe"' in b]
+    assert len(policies) == 1, "the IAM policy page has no JSON block with the policy"
+    return policies[0]
 
 
 def _calls() -> set[str]:
@@ -87,7 +92,7 @@ def test_every_aws_call_of_the_charms_is_allowed_by_the_readme_policy():
     for action in list(needed):
         needed.update(aws._ALSO_NEEDS.get(action, ()))
     missing = sorted(needed - _allowed(_policy()))
-    assert not missing, f"the README's IAM policy lacks {missing}"
+    assert not missing, f"the docs' IAM policy lacks {missing}"
 
 
 def test_the_efs_access_point_actions_are_allowed():
@@ -115,10 +120,10 @@ def test_nothing_is_star_without_a_condition_or_a_reason():
     for statement in policy["Statement"]:
         for action in _listed(statement["Action"]):
             assert "*" not in action, f"{statement['Sid']}: wildcard action {action}"
-    text = README.read_text()
-    prose = text[text.index("Why each statement is as wide as it is") :]
+    text = _page_text()
+    prose = text[text.index(REASONS) :]
     for sid in UNSCOPED:
-        assert f"`{sid}`" in prose, f"the README gives no reason for {sid}"
+        assert f"`{sid}`" in prose, f"the IAM policy page gives no reason for {sid}"
     # the read-only statement holds reads only
     (describe,) = [s for s in policy["Statement"] if s["Sid"] == "EfsStorageDescribe"]
     assert all(a.split(":")[1].startswith("Describe") for a in describe["Action"])

@@ -64,7 +64,8 @@ def test_serve_waits_for_the_model_sends_a_sample_and_says_how_to_reach_it(
     assert results["sample-request"] == "64 zeros"
     assert json.loads(results["sample-answer"]) == _predict([0])[0]
     assert results["from-your-machine"].startswith(
-        f"kubectl -n {NS} port-forward svc/mnist-serving 8501; curl -d"
+        f"kubectl -n {NS} port-forward svc/mnist-serving 8501 (leave it running), then in "
+        "another terminal: curl -d"
     )
     assert logs == ["serving mnist from /data/jobs/mnist/export"]
     deployment = api.get_object(DEPLOYMENTS + "mnist-serving")

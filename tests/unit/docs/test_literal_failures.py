@@ -1,0 +1,109 @@
+"""The docs, followed literally, work: one test per literal failure of the 2026-11-26 review.
+
+../shared/reviews/2026-11-26/readme.md (section 1.1) walked the README of ed618d9 as a new
+operator and found 12 places where doing exactly what it said fails. F1 (the HA overlay's
+machines) and F2 (overlay order) are tests/functional/test_bundles.py's; the others are
+here, each named after its finding, checking the pages as they are now (the tutorial
+mostly: docs/tutorial.md).
+"""
+
+from __future__ import annotations
+
+import re
+
+import docs_pages
+import yaml
+
+ROOT = docs_pages.ROOT
+TUTORIAL = docs_pages.DOCS / "tutorial.md"
+TEXT = TUTORIAL.read_text()
+BUNDLE = yaml.safe_load((ROOT / "bundles" / "gpu-k8s.yaml").read_text())
+# vCPUs of the instance types the bundle's GPU workers ask for (AWS, "Amazon EC2 G5
+# instances", instance details: g5.xlarge 4 vCPUs, g5.2xlarge 8, g5.12xlarge 48).
+VCPUS = {"g5.xlarge": 4, "g5.2xlarge": 8, "g5.12xlarge": 48}
+
+
+def _at(text: str, needle: str, after: int = 0) -> int:
+    where = text.find(needle, after)
+    assert where >= 0, f"the tutorial has no {needle!r} (after character {after})"
+    return where
+
+
+def test_f3_the_gpu_quota_asked_for_covers_every_gpu_node_the_tutorial_rents():
+    gpu = BUNDLE["applications"]["kubernetes-worker-gpu"]
+    instance = re.search(r"instance-type=(\S+)", gpu["constraints"]).group(1)
+    added = sum(int(n) for n in re.findall(r"juju add-unit kubernetes-worker-gpu -n (\d+)", TEXT))
+    needed = VCPUS[instance] * (gpu["num_units"] + added)
+    (asked,) = re.findall(r"--desired-value (\d+)", TEXT)
+    assert added >= 2 and int(asked) >= needed, (asked, needed)
+    readme = docs_pages.README.read_text()
+    assert f"**{needed} for the" in readme  # the requirements name the same number
+
+
+def test_f4_scale_waits_until_the_new_gpu_nodes_are_ready_and_the_quota_follows():
+    add = _at(TEXT, "juju add-unit kubernetes-worker-gpu -n 2")
+    scale = _at(TEXT, "scale job=", add)
+    between = TEXT[add:scale]
+    assert "**Wait**" in between
+    for unit in ("kubernetes-worker-gpu/1", "kubernetes-worker-gpu/2"):
+        assert unit in between
+    assert "Ready: 1x NVIDIA A10G" in between and "update-status" in between
+
+
+def test_f5_efs_storage_is_removed_only_once_no_pod_uses_its_claims():
+    wait = _at(TEXT, "kubectl -n tensorflow get pods")
+    remove = _at(TEXT, "juju remove-application efs-storage")
+    assert wait < remove
+    assert "`No resources found in tensorflow namespace.`" in TEXT[wait:remove]
+    # what the review found untrue: removal does not wait for pods (Juju's hook order)
+    assert "efs-storage waits while pods still use its claims" not in docs_pages.text()
+    assert "(it refuses\n  while pods still use them)" not in docs_pages.text()
+
+
+def test_f6_the_teardown_stops_every_job_the_tutorial_started():
+    teardown = _at(TEXT, "## 10. Tear down")
+    trained = set(re.findall(r"train job=([a-z0-9-]+)", TEXT[:teardown]))
+    served = set(re.findall(r"serve job=([a-z0-9-]+)", TEXT[:teardown]))
+    removal = _at(TEXT, "juju remove-application tensorflow", teardown)
+    tail = TEXT[teardown:removal]
+    assert tail.index("list-jobs") < tail.index("stop job=")
+    assert set(re.findall(r"stop job=([a-z0-9-]+)", tail)) >= trained, trained
+    unserved = set(re.findall(r"unserve job=([a-z0-9-]+)", tail))
+    assert unserved == served  # unserve of a job never served fails the action
+
+
+def test_f7_serve_comes_after_the_job_has_an_export():
+    train = _at(TEXT, "train job=mnist")
+    serve = _at(TEXT, "juju run tensorflow/0 serve job=mnist", train)
+    between = TEXT[train:serve]
+    assert "**Wait**" in between and "`phase: Succeeded`" in between
+    assert "export job=mnist" in between  # the way for a job still running
+
+
+def test_f8_a_secret_is_given_as_the_uri_juju_add_secret_printed():
+    # `juju add-secret` prints the whole URI, "secret:<id>": `secret:<...>` doubles it
+    found = re.findall(r"=secret:<[^>]*>", docs_pages.text())
+    assert not found, found
+    assert "=<the secret URI add-secret printed>" in docs_pages.text()
+
+
+def test_f9_no_command_follows_a_port_forward_on_its_line():
+    """`kubectl port-forward` runs in the foreground: `; curl` after it never runs."""
+    found = re.findall(r"port-forward [^\n`']*?(?:;|&&) *\S+", docs_pages.text())
+    assert not found, found
+
+
+def test_f10_air_gapped_sites_get_the_ubuntu_archive_and_juju_through_model_config():
+    page = (docs_pages.DOCS / "how-to" / "air-gapped.md").read_text()
+    for key in ("apt-mirror", "apt-http-proxy", "juju-http-proxy", "agent-metadata-url"):
+        assert key in page
+    assert "The charms read none of the `juju-*-proxy`" in page
+
+
+def test_f12_a_program_no_charm_installs_is_installed_where_a_page_uses_it():
+    # programs the docs run on a machine that neither Ubuntu's cloud image nor a charm
+    # installs (grep the charms: none installs socat)
+    for program in ("socat",):
+        for page, text in docs_pages.texts():
+            if re.search(rf"sudo {program}\b", text):
+                assert f"apt-get install {program}" in text, docs_pages.name(page)
