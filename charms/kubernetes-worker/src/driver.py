@@ -611,11 +611,13 @@ def ensure(
     host: Host,
     choice: DriverChoice,
     inventory: gpu.GpuInventory,
-    today: datetime.date | None = None,
+    *,
+    today: datetime.date,
 ) -> DriverResult:
     """Make the configured driver present and in step with the kernels.
 
-    `today` (the local date by default) decides which branches NVIDIA still supports.
+    `today` decides which branches NVIDIA still supports (`END_OF_LIFE`): the caller's
+    date, so that what `auto` picks follows the caller's clock, not the machine's.
 
     `none`, and `auto` on a host whose working driver is not from Ubuntu's packages,
     leave the driver alone (Fabric Manager is still required on NVSwitch machines).
@@ -637,7 +639,7 @@ def ensure(
     if series is not None and not series.flavour:
         series = dataclasses.replace(series, flavour=_flavour_of(host, series))
     if series is None or not choice.accepts(series):
-        target = _choose(host, choice, inventory, today or datetime.date.today())
+        target = _choose(host, choice, inventory, today)
         if report.ok and series is not None:  # switching a working driver: under a drain
             packages = (*target.userspace, target.modules_meta, target.modules(upcoming))
             return DriverResult(
