@@ -16,6 +16,8 @@ import nvidia
 import pytest
 
 from charms.gpu_k8s.v0 import apt
+from charms.gpu_k8s.v0.system import CommandError
+from fakes import nvidia_driver
 from fakes.machine import FakeMachine
 from fakes.nvidia_driver import FABRIC_SERVICE, KERNEL, FakeDriver
 from fakes.sysfs import build, build_machine, write_pci_ids
@@ -552,18 +554,56 @@ def test_fabric_manager_moves_with_the_driver(machine, h100x8):
 
 
 def test_gpus_bound_to_nouveau_are_released_through_a_reboot(machine, tmp_path):
+    """The driver's own package blacklists nouveau in the initramfs (review gpu.md N11c)."""
     fake = FakeDriver(machine, nouveau=True)
     gpus = inventory(tmp_path, "g5-a10g", gpu_driver="nouveau")
 
     result = driver.ensure(machine.host(), AUTO, gpus, today=TODAY)
 
     assert not result.report.ok
+    assert result.report.state is gpu.SmiState.NO_DRIVER  # nvidia.ko could not load
     assert result.reboot == "nouveau holds the GPUs (now blacklisted; a reboot releases them)"
-    assert "blacklist nouveau" in machine.read(driver.NOUVEAU_BLACKLIST)
-    assert machine.lines("update-initramfs") == ["/usr/sbin/update-initramfs -u"]
+    assert "blacklist nouveau" in machine.read(nvidia_driver.GRAPHICS_DRIVERS_CONF)
+    # nvidia-kernel-common's postinst rebuilt the initramfs: nothing of the charm's own
+    assert machine.read(driver.NOUVEAU_BLACKLIST) is None
+    assert machine.lines("update-initramfs") == []
     fake.reboot()
     bound = build_inventory_bound(tmp_path)
     assert driver.ensure(machine.host(), AUTO, bound, today=TODAY).report.ok
+
+
+def test_without_the_packages_blacklist_the_charm_writes_its_own(machine, tmp_path):
+    fake = nouveau_without_the_packages_blacklist(machine)
+    gpus = inventory(tmp_path, "g5-a10g", gpu_driver="nouveau")
+    before = len(machine.lines("update-initramfs"))
+
+    result = driver.ensure(machine.host(), AUTO, gpus, today=TODAY)
+
+    assert result.reboot == "nouveau holds the GPUs (now blacklisted; a reboot releases them)"
+    assert "blacklist nouveau" in machine.read(driver.NOUVEAU_BLACKLIST)
+    assert machine.lines("update-initramfs")[before:] == ["/usr/sbin/update-initramfs -u"]
+    fake.reboot()
+    assert not fake.nouveau_bound
+
+
+def nouveau_without_the_packages_blacklist(machine) -> FakeDriver:
+    """A driver installed, its modprobe file removed by hand, an initramfs built since."""
+    fake = FakeDriver(machine, nouveau=True)
+    fake.preinstall("580", loaded=False, variant="server-open")
+    machine.path(nvidia_driver.GRAPHICS_DRIVERS_CONF).unlink()
+    machine.host().run("/usr/sbin/update-initramfs", "-u")
+    fake.reboot()
+    assert fake.nouveau_bound
+    return fake
+
+
+def test_the_fake_nvidia_smi_cannot_reach_a_driver_while_nouveau_holds_the_gpus(machine):
+    nouveau_without_the_packages_blacklist(machine)
+
+    with pytest.raises(CommandError) as e:
+        machine.host().run(nvidia.NVIDIA_SMI)
+    assert e.value.returncode == 9  # not 6 "No devices were found": nvidia.ko is not loaded
+    assert "couldn't communicate with the NVIDIA driver" in e.value.stderr
 
 
 def build_inventory_bound(tmp_path):
