@@ -71,7 +71,7 @@ def test_mig_models_are_listed_once_in_their_json_order():
     a100 = ("NVIDIA A100-SXM4-40GB", "0x20b0", {"1g.5gb": 7, "7g.40gb": 1})
     h100 = ("NVIDIA H100 80GB HBM3", None, {"1g.10gb": 7})
     workers = {
-        f"w/{i}": registry.Worker(f"ip-{i}", 8, 3, {}, None, dict([(m[0], list(m[1:]))]))
+        f"w/{i}": registry.Worker(f"ip-{i}", 8, 3, {}, None, {m[0]: list(m[1:])})
         for i, m in enumerate([h100, a100, h100, a100])
     }
     found = registry.Registry(workers).mig_gpus()
