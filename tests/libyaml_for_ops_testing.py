@@ -42,14 +42,23 @@ class _LibYaml:
         return yaml.dump(data, stream, Dumper=yaml.CSafeDumper, **kwargs)
 
 
-def pytest_configure(config: Any) -> None:
-    """Point ops.testing's modules at libyaml, where both are installed."""
+def use_libyaml() -> bool:
+    """Point ops.testing's modules at libyaml, where both are installed; True if done.
+
+    For programs outside pytest that run ops.testing as the tests do (tests/bench).
+    """
     if yaml is None or not getattr(yaml, "__with_libyaml__", False):
-        return
+        return False
     for name in ("scenario.state", "scenario._runtime"):
         try:
             module = importlib.import_module(name)
         except ImportError:
-            return
+            return False
         if getattr(module, "yaml", None) is yaml:
             module.yaml = _LibYaml()  # type: ignore[attr-defined]
+    return True
+
+
+def pytest_configure(config: Any) -> None:
+    """Point ops.testing's modules at libyaml, where both are installed."""
+    use_libyaml()

@@ -27,8 +27,22 @@ What it models, and where each rule comes from:
 - modprobe loads nvidia.ko only from the ABI package of the RUNNING kernel; a GPU bound
   to nouveau makes it fail with "No such device" until nouveau is blacklisted, the
   initramfs rebuilt and the machine rebooted (Ubuntu server docs, "No devices were
-  found"). nvidia-smi reports a mismatch when the loaded module's driver version differs
+  found"); nvidia-smi then cannot reach a loaded module and says so (exit 9, as with no
+  module). nvidia-smi reports a mismatch when the loaded module's driver version differs
   from the userspace's (Ubuntu server docs, "Driver/library version mismatch").
+- nouveau's blacklist comes with the driver (canonical/nvidia-graphics-drivers
+  debian/templates, read 2026-11-27): `nvidia-headless-no-dkms-<b>-server[-open]`
+  depends on `nvidia-kernel-common-<b>-server` at its version (control.in), which
+  installs `/lib/modprobe.d/nvidia-graphics-drivers.conf`
+  (nvidia-kernel-common-flavour.install.in; its nouveau lines as the review gpu.md N11
+  of 2026-11-26 quotes Ubuntu's and pop-os/nvidia-graphics-drivers, a fork of that
+  packaging, has them in debian/nvidia-graphics-drivers.conf) and whose postinst runs
+  `update-initramfs -u` "so that the blacklist ends up in the initramfs"
+  (nvidia-kernel-common-flavour.postinst.in; inside apt, so the charm's runner sees no
+  such command). mkinitramfs copies
+  /etc/modprobe.d/*.conf and /lib/modprobe.d/*.conf into the image (initramfs-tools
+  mkinitramfs, "module-init-tools"), so a boot after either blacklist leaves nouveau
+  unloaded.
 - NVSwitch machines (`nvswitch=True`): CUDA needs nvidia-fabricmanager running; the
   service exists once `nvidia-fabricmanager-<b>` is installed and starts only with the
   nvidia module loaded. Hopper and newer GPUs (compute capability 9.0 and up; NVML's
@@ -120,6 +134,12 @@ runtimes = ["runc", "crun"]
 """
 _ABI = re.compile(r"^(?P<base>\d+\.\d+\.\d+)-(?P<num>\d+)-(?P<flavour>[a-z0-9-]+)$")
 EXTENDED_STATES = "/var/lib/apt/extended_states"
+# What nvidia-kernel-common-<b>-server installs (see the docstring).
+GRAPHICS_DRIVERS_CONF = "/lib/modprobe.d/nvidia-graphics-drivers.conf"
+GRAPHICS_DRIVERS_CONF_TEXT = (
+    "blacklist nouveau\nblacklist lbm-nouveau\nalias nouveau off\nalias lbm-nouveau off\n"
+)
+MODPROBE_DIRS = ("/etc/modprobe.d", "/lib/modprobe.d")
 
 
 def userspace_version(driver: str) -> str:
@@ -235,6 +255,7 @@ class FakeDriver:
         for variant in VARIANTS:
             self.machine.publish(f"nvidia-headless-no-dkms-{branch}-{variant}", version)
         self.machine.publish(f"nvidia-utils-{branch}-server", version)
+        self.machine.publish(f"nvidia-kernel-common-{branch}-server", version)
         self.machine.publish(f"nvidia-fabricmanager-{branch}", version)
         self.machine.publish(f"libnvidia-nscq-{branch}", version)
         self._publish_modules(branch, self.archive_kernel)
@@ -289,10 +310,12 @@ class FakeDriver:
         dpkg = self.machine.dpkg
         dpkg[f"nvidia-headless-no-dkms-{branch}-{variant}"] = version
         dpkg[f"nvidia-utils-{branch}-server"] = version
+        dpkg[f"nvidia-kernel-common-{branch}-server"] = version
         meta = f"linux-modules-nvidia-{branch}-{variant}-{FLAVOUR}"
         dpkg[meta] = self._pocket(meta)
         abi_package = f"linux-modules-nvidia-{branch}-{variant}-{self.running}"
         dpkg[abi_package] = self._pocket(abi_package)
+        self._kernel_common_postinst()
         self._sync_files()
         if loaded:
             self._load()
@@ -343,6 +366,9 @@ class FakeDriver:
 
     def _depends(self, name: str) -> list[str]:
         version = self.machine.dpkg.get(name, "")
+        headless = re.fullmatch(r"nvidia-headless-no-dkms-(\d+)-server(-open)?", name)
+        if headless:
+            return [f"nvidia-kernel-common-{headless.group(1)}-server"]
         if name == "linux-image-aws" and version in self.image_meta_abi:
             return [f"linux-image-{self.image_meta_abi[version]}"]
         abi = self.meta_abi.get((name, version))
@@ -418,6 +444,13 @@ class FakeDriver:
         except CommandError:
             self.machine.dpkg, self.machine.held = dpkg, held
             raise
+        configured = [
+            n
+            for n, v in self.machine.dpkg.items()
+            if n.startswith("nvidia-kernel-common-") and dpkg.get(n) != v
+        ]
+        if configured:
+            self._kernel_common_postinst()
         requested = {a.split("=", 1)[0] for a in self.machine._apt_args(argv)[1:]}
         for name in self.machine.dpkg:
             if name in requested:
@@ -470,6 +503,9 @@ class FakeDriver:
             if name.startswith("linux-modules-nvidia-") and match:
                 image = f"linux-image-{match.group(1)}"
                 dpkg.setdefault(image, self._pocket(image))
+            headless = re.fullmatch(r"nvidia-headless-no-dkms-(\d+)-server(-open)?", name)
+            if headless:  # kernel-common at the headless package's own version
+                dpkg[f"nvidia-kernel-common-{headless.group(1)}-server"] = dpkg[name]
 
     def _conflicts(self, before: str | None, previous: dict[str, str]) -> None:
         """Installing one branch or variant removes the other (held ones too, with the flag).
@@ -587,14 +623,24 @@ class FakeDriver:
         return ""
 
     def update_initramfs(self, argv, _input):
+        self._build_initramfs()
+        return f"update-initramfs: Generating /boot/initrd.img-{self.running}\n"
+
+    def _build_initramfs(self) -> None:
+        """What the next boot's initramfs holds of the modprobe configuration."""
         text = ""
-        directory = self.machine.path("/etc/modprobe.d")
-        for f in sorted(directory.glob("*.conf")) if directory.is_dir() else []:
-            text += f.read_text()
+        for name in MODPROBE_DIRS:
+            directory = self.machine.path(name)
+            for f in sorted(directory.glob("*.conf")) if directory.is_dir() else []:
+                text += f.read_text()
         self.initramfs_blacklists_nouveau = bool(
             re.search(r"^\s*blacklist\s+nouveau\s*$", text, re.MULTILINE)
         )
-        return f"update-initramfs: Generating /boot/initrd.img-{self.running}\n"
+
+    def _kernel_common_postinst(self) -> None:
+        """nvidia-kernel-common's files and postinst: the blacklist, in the initramfs."""
+        self.machine.write(GRAPHICS_DRIVERS_CONF, GRAPHICS_DRIVERS_CONF_TEXT)
+        self._build_initramfs()
 
     def reboot(self, boot: str = "b0b1d000-0000-4000-8000-000000000002") -> None:
         """Boot again: the newest installed kernel, and nvidia.ko if it has its modules."""
@@ -713,9 +759,7 @@ class FakeDriver:
         if found is None:
             raise CommandError(argv, 127, "nvidia-smi: not found")
         branch, driver = found
-        if self.nouveau_bound:
-            raise CommandError(argv, 6, "No devices were found")
-        if self.loaded is None:
+        if self.loaded is None:  # nouveau holds the GPUs: nvidia.ko did not load either
             raise CommandError(argv, 9, NOT_LOADED)
         if self.loaded[1] != driver:
             raise CommandError(argv, 18, MISMATCH % driver.rsplit(".", 1)[0])

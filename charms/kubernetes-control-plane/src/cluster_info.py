@@ -277,7 +277,8 @@ def status_line(
     `notes` and workers whose data is invalid follow, each after a `; `. `head` is what
     the line starts with (`node X not Ready` while this unit's own node is not).
     """
-    ready = [w for w in workers.workers.values() if health.ready([w.node])]
+    down = health.not_ready | health.missing  # what `health.ready` leaves out, once
+    ready = [w for w in workers.workers.values() if w.node not in down]
     line = f"{head}: v{version}, {len(health.ready(planes))} control-plane, {len(ready)} workers"
     gpu_workers = [w for w in ready if w.gpus]
     if gpu_workers:

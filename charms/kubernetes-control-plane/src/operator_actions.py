@@ -23,11 +23,12 @@ import etcd_backup
 import etcd_s3
 import ops
 import renewal
+import rolling
 from backups import Backups
 from charm_config import Config, KubeconfigParams, NoParams, RestoreParams
 from context import KubeSession, UnitContext
 from literals import ADMIN_SECRET_LABEL, API_PORT, PEERS
-from peers import UPGRADE_TURN, Peers
+from peers import NODE_TURNS, RENEWAL_TURN, Peers
 from renewal import Renewal
 
 from charms.gpu_k8s.v0.kubeclient import KubeError
@@ -169,9 +170,15 @@ class OperatorActions(ops.Object):
         cert = self._renewal(ctx, peers, days)
         holder = cert.turn()
         bag = peers.app
-        if holder not in (None, ctx.unit) or (ctx.leader and bag.get(UPGRADE_TURN)):
-            busy = holder or bag.get(UPGRADE_TURN)
-            event.fail(f"{busy} is restarting its control plane now; run this again after it")
+        # One node restarts at a time (peers.NODE_TURNS): this unit renews now only in its
+        # own renewal turn, or as the leader while no turn at all is out.
+        busy = None if holder == ctx.unit else rolling.held(bag, NODE_TURNS)
+        if busy is not None:
+            key, unit = busy
+            event.fail(
+                f"{unit} holds the {NODE_TURNS[key]} turn and restarts its control plane; "
+                "run this again after it"
+            )
             return
         if holder is None and not ctx.leader:
             cert.request()
@@ -183,7 +190,7 @@ class OperatorActions(ops.Object):
             )
             return
         if ctx.leader:
-            bag[renewal.RENEWAL_TURN] = ctx.unit
+            bag[RENEWAL_TURN] = ctx.unit
         try:
             done = cert.renew()
         except certificates.CertificateError as e:

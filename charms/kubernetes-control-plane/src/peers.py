@@ -43,6 +43,18 @@ UPGRADE_TURN = "upgrade-turn"  # the control-plane unit that may upgrade now (ro
 # The control-plane unit that may drain its node to install containerd/runc updates now
 # (runtime_turns.py, the rolling.py pattern).
 RUNTIME_TURN = "runtime-turn"
+# The control-plane unit that may renew its certificates now (renewal.py).
+RENEWAL_TURN = "certificate-renewal-turn"
+# The turns that restart a control-plane node's static pods or containerd, and what each
+# is for. At most one of them is out at a time: each takes one etcd member down for a
+# while, and etcd keeps its quorum with one of three members down, not two (etcd.io
+# docs, FAQ "What is failure tolerance?": 3 members, majority 2, failure tolerance 1).
+# `rolling.pass_turn(..., exclusive=NODE_TURNS)` is the one rule.
+NODE_TURNS = {
+    UPGRADE_TURN: "Kubernetes upgrade",
+    RENEWAL_TURN: "certificate renewal",
+    RUNTIME_TURN: "containerd/runc update",
+}
 CLUSTER_RELEASE = "cluster-release"  # the full version the control plane runs ("1.36.5")
 IMAGE_REGISTRY = "image-registry"  # the registry kubeadm-config names (JSON), once synced
 # In the application databag (the leader's) and in a unit's (one standing in for it).

@@ -101,11 +101,16 @@ class Registry:
         )
 
     def save(self, bag: MutableMapping[str, str]) -> None:
-        """Store the registry in `bag`, writing only keys whose JSON changed."""
-        values = {
-            WORKERS_KEY: {unit: w.to_json() for unit, w in self.workers.items()},
-            PROBLEMS_KEY: self.problems,
-        }
+        """Store the registry in `bag`, writing only keys whose content changed.
+
+        The workers are compared with what `bag` holds as parsed (`load`'s entries, the
+        same objects where nothing changed), so a hook that changed no worker encodes
+        none of the 1,000 entries again.
+        """
+        values: dict[str, object] = {PROBLEMS_KEY: self.problems}
+        stored = bag.get(WORKERS_KEY)
+        if stored is None or self.workers != _parse_workers(stored):
+            values[WORKERS_KEY] = {unit: w.to_json() for unit, w in self.workers.items()}
         for key, value in values.items():
             text = json.dumps(value, sort_keys=True)
             if bag.get(key) != text:
@@ -173,11 +178,15 @@ class Registry:
 
     def mig_gpus(self) -> list[tuple[str, str | None, dict[str, int]]]:
         """Each MIG-capable model the workers report, as (model, PCI id, profiles), once."""
-        seen: dict[str, tuple[str, str | None, dict[str, int]]] = {}
+        distinct: dict[tuple, tuple[str, str | None, dict[str, int]]] = {}
         for worker in self.workers.values():
             for model, (pci_device_id, profiles) in worker.mig.items():
-                key = json.dumps([model, pci_device_id, profiles], sort_keys=True)
-                seen.setdefault(key, (model, pci_device_id, profiles))
+                key = (model, pci_device_id, tuple(sorted(profiles.items())))
+                distinct.setdefault(key, (model, pci_device_id, profiles))
+        # ordered by their JSON text, as before; encoded once per distinct entry, not worker
+        seen: dict[str, tuple[str, str | None, dict[str, int]]] = {}
+        for entry in distinct.values():
+            seen.setdefault(json.dumps(list(entry), sort_keys=True), entry)
         return [seen[key] for key in sorted(seen)]
 
     def versions(self) -> dict[str, str | None]:

@@ -27,14 +27,14 @@ from typing import NamedTuple
 import certificates
 import rolling
 from context import UnitContext
-from peers import RUNTIME_TURN, UPGRADE_TURN, Peers
+from peers import NODE_TURNS, RENEWAL_TURN, Peers
 
 from charms.gpu_k8s.v0.databag import write
 
 logger = logging.getLogger(__name__)
 
-# The application databag: the unit that may renew now.
-RENEWAL_TURN = "certificate-renewal-turn"
+# The application databag: the unit that may renew now (`peers.RENEWAL_TURN`, one of
+# `peers.NODE_TURNS`).
 # Each unit's databag: {"name": ..., "expires": ISO} of its earliest certificate, and
 # "true" while it waits for a renewal turn.
 EXPIRY = "certificates-expiry"
@@ -118,16 +118,17 @@ class Renewal:
         return self._notes(now, days), self._blocked()
 
     def pass_turn(self) -> str | None:
-        """Give the turn to the first unit that wants one, this (leading) unit first."""
+        """Give the turn to the first unit that wants one, this (leading) unit first.
+
+        Never while another of `peers.NODE_TURNS` is out (`rolling.pass_turn`).
+        """
         bag = self._peers.app
-        if bag.get(UPGRADE_TURN) or bag.get(RUNTIME_TURN):
-            # one node restarts at a time: the upgrade or the containerd update first
-            return bag.get(RENEWAL_TURN)
         waiting = [m.name for m in self._peers.joined() if m.data.get(WANTS_TURN) == "true"]
         waiting.sort(key=_unit_key)
         if self._peers.mine.get(WANTS_TURN) == "true":
             waiting.insert(0, self._ctx.unit)
-        holder = rolling.pass_turn(bag, RENEWAL_TURN, waiting)
+        # one node restarts at a time: not while an upgrade or containerd update turn is out
+        holder = rolling.pass_turn(bag, RENEWAL_TURN, waiting, exclusive=NODE_TURNS)
         if holder:
             logger.info("certificate renewal turn: %s", holder)
         return holder

@@ -10,7 +10,7 @@ reports the new minor or leaves, then passes to the next unit in unit-number ord
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 
 from charms.gpu_k8s.v0.kubeadm import minor_key
 
@@ -42,9 +42,29 @@ def turn(waiting: Sequence[str], current: str | None) -> str | None:
     return waiting[0] if waiting else None
 
 
-def pass_turn(bag: MutableMapping[str, str], key: str, waiting: Sequence[str]) -> str | None:
-    """Record under `key` who may upgrade now (see `turn`); remove the key when nobody."""
-    holder = turn(waiting, bag.get(key))
+def held(bag: Mapping[str, str], keys: Iterable[str], but: str = "") -> tuple[str, str] | None:
+    """(key, holder) of the first turn of `keys` other than `but` that is out, or None."""
+    return next(((k, bag[k]) for k in keys if k != but and bag.get(k)), None)
+
+
+def pass_turn(
+    bag: MutableMapping[str, str],
+    key: str,
+    waiting: Sequence[str],
+    *,
+    exclusive: Iterable[str] = (),
+) -> str | None:
+    """Record under `key` who may upgrade now (see `turn`); remove the key when nobody.
+
+    While another turn of `exclusive` is out, nobody new gets this one: its holder keeps
+    it while it still waits, and gives it back once done (so two turns out at once, as
+    an earlier revision could leave them, drain to one instead of waiting on each other).
+    """
+    current = bag.get(key)
+    if held(bag, exclusive, but=key) is not None:
+        holder = current if current in waiting else None
+    else:
+        holder = turn(waiting, current)
     if holder is None:
         bag.pop(key, None)
     elif bag.get(key) != holder:

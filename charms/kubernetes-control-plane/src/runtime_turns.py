@@ -38,8 +38,7 @@ import rolling
 from certificates import MANIFESTS
 from context import UnitContext
 from etcd_backup import CRICTL, RUNTIME_ENDPOINT
-from peers import RUNTIME_PENDING, RUNTIME_TURN, UPGRADE_TURN, Peers
-from renewal import RENEWAL_TURN
+from peers import NODE_TURNS, RUNTIME_PENDING, RUNTIME_TURN, Peers
 from upgrades import drain_node
 
 from charms.gpu_k8s.v0 import apt, containerd, drain
@@ -153,18 +152,16 @@ class RuntimeTurns:
     def pass_turn(self) -> str | None:
         """Give the turn to the first unit with updates pending (unit-number order).
 
-        Never while an upgrade or a certificate renewal turn is out: each restarts a
-        control-plane node, and one node at a time keeps etcd's quorum.
+        Never while an upgrade or a certificate renewal turn is out (`peers.NODE_TURNS`):
+        each restarts a control-plane node, and one node at a time keeps etcd's quorum.
         """
         bag = self._peers.app
-        if bag.get(UPGRADE_TURN) or bag.get(RENEWAL_TURN):
-            return bag.get(RUNTIME_TURN)
         units: dict[str, Mapping[str, str]] = {self._ctx.unit: self._peers.mine}
         units.update({m.name: m.data for m in self._peers.joined()})
         waiting = rolling.wanting(
             {unit: bool(data.get(RUNTIME_PENDING)) for unit, data in units.items()}
         )
-        holder = rolling.pass_turn(bag, RUNTIME_TURN, waiting)
+        holder = rolling.pass_turn(bag, RUNTIME_TURN, waiting, exclusive=NODE_TURNS)
         if holder:
             logger.info("containerd/runc update turn: %s", holder)
         return holder

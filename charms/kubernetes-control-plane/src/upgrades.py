@@ -9,6 +9,9 @@ The target is the full version this charm revision pins for that minor
 1.x.y to 1.x.y+1). The leader goes first (`kubeadm upgrade apply vX.Y.Z`) once every unit
 runs the cluster's version; then the turn passes through the others (`kubeadm upgrade
 node`), each taking it when the peer data names it (`upgrade-turn`, `rolling.py`).
+Neither the leader's own upgrade nor the turn starts while another node's certificate
+renewal or containerd/runc update turn is out (`peers.NODE_TURNS`: one node's control
+plane restarts at a time).
 A pin older than the running patch is not applied (no downgrade). Each node is drained
 for its kubelet's restart and uncordoned after it (`charms.gpu_k8s.v0.drain`); what the
 machine does is in `node.py`.
@@ -29,7 +32,7 @@ import rolling
 from charm_config import Config
 from context import UnitContext
 from literals import DRAIN_TIMEOUT_SECONDS
-from peers import CLUSTER_RELEASE, CLUSTER_VERSION, UPGRADE_TURN, Peers
+from peers import CLUSTER_RELEASE, CLUSTER_VERSION, NODE_TURNS, UPGRADE_TURN, Peers
 
 from charms.gpu_k8s.v0 import drain, kubeadm
 from charms.gpu_k8s.v0.kubeclient import Kube
@@ -62,6 +65,11 @@ def _pin_of(minor: str) -> str:
     """The version this charm revision pins for `minor` ("" for one it has no pin for)."""
     release = kubeadm.RELEASES.get(minor)
     return release.version if release else ""
+
+
+def _turn_of(key: str, holder: str) -> str:
+    """`kubernetes-control-plane/1's certificate renewal` for a turn that is out."""
+    return f"{holder}'s {NODE_TURNS[key]}"
 
 
 class Progress(NamedTuple):
@@ -137,23 +145,32 @@ class Upgrades:
         )
         if bag.get(CLUSTER_RELEASE) != running:
             bag[CLUSTER_RELEASE] = running
+        # Another node's renewal or containerd turn restarts its control plane now: the
+        # leader neither upgrades itself nor hands the turn out (one node at a time).
+        busy = rolling.held(bag, NODE_TURNS, but=UPGRADE_TURN)
         if kubeadm.version_key(wanted) > kubeadm.version_key(running):
             behind = rolling.pending(versions, running)
             if behind:
-                rolling.pass_turn(bag, UPGRADE_TURN, behind)
+                rolling.pass_turn(bag, UPGRADE_TURN, behind, exclusive=NODE_TURNS)
                 return Progress(False, f"upgrade to v{wanted} waits for {', '.join(behind)}")
+            if busy is not None:
+                return Progress(False, f"upgrade to v{wanted} waits for {_turn_of(*busy)}")
             self.upgrade_node(config, wanted, first=True)
             bag[CLUSTER_VERSION] = kubeadm.minor_of(wanted)
             bag[CLUSTER_RELEASE] = running = versions[me] = wanted
             logger.info("the cluster runs Kubernetes %s; the other nodes follow in turn", wanted)
         elif wanted != running:
             logger.info("this charm pins Kubernetes %s; the cluster stays on %s", wanted, running)
-        holder = rolling.pass_turn(bag, UPGRADE_TURN, rolling.pending(versions, running))
+        behind = rolling.pending(versions, running)
+        holder = rolling.pass_turn(bag, UPGRADE_TURN, behind, exclusive=NODE_TURNS)
         if holder == me:  # the leader changed in the middle of an upgrade
             self.upgrade_node(config, running, first=False)
             versions[me] = running
-            holder = rolling.pass_turn(bag, UPGRADE_TURN, rolling.pending(versions, running))
-        return Progress(holder is None, None)
+            behind = rolling.pending(versions, running)
+            holder = rolling.pass_turn(bag, UPGRADE_TURN, behind, exclusive=NODE_TURNS)
+        if behind and holder is None and busy is not None:
+            return Progress(False, f"upgrade to v{running} waits for {_turn_of(*busy)}")
+        return Progress(not behind, None)
 
     def take_turn(self, config: Config, peers: Peers) -> None:
         """Upgrade this (joined, not leading) node when the peer data says it is its turn."""

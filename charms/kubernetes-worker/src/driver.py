@@ -45,7 +45,12 @@ ubuntu-drivers-common's test archive). So kernel, modules and userspace are one 
   802 otherwise): `nvidia-fabricmanager-<branch>` and `libnvidia-nscq-<branch>`, which
   match the `-server` driver's version (the same guide), held, their service enabled.
 - A GPU bound to nouveau is released by blacklisting nouveau, rebuilding the initramfs
-  and rebooting (the same guide, "No devices were found").
+  and rebooting (the same guide, "No devices were found"). Ubuntu's driver does the
+  first two itself: `nvidia-kernel-common-<b>-server`, which the headless package
+  depends on, installs /lib/modprobe.d/nvidia-graphics-drivers.conf ("blacklist
+  nouveau") and its postinst runs `update-initramfs -u` (canonical/nvidia-graphics-drivers
+  debian/templates/nvidia-kernel-common-flavour.install.in and .postinst.in); the charm
+  writes its own blacklist only when no modprobe.d file blacklists nouveau.
 """
 
 from __future__ import annotations
@@ -92,6 +97,9 @@ UPDATE_INITRAMFS = "/usr/sbin/update-initramfs"
 FABRIC_SERVICE = "nvidia-fabricmanager"
 DPKG_FORMAT = "${db:Status-Abbrev} ${Package} ${Version}\n"
 NOUVEAU_BLACKLIST = "/etc/modprobe.d/gpu-k8s-blacklist-nouveau.conf"
+# Where modprobe (kmod's modprobe.d(5)) and mkinitramfs (initramfs-tools) read it from.
+MODPROBE_DIRS = ("/etc/modprobe.d", "/lib/modprobe.d")
+_BLACKLISTS_NOUVEAU = re.compile(r"^\s*blacklist\s+nouveau\s*$", re.MULTILINE)
 # The guide's two lines: no nouveau, and no nouveau modesetting should something load it.
 NOUVEAU_BLACKLIST_TEXT = (
     "# Written by the kubernetes-worker charm: the NVIDIA driver needs the GPUs.\n"
@@ -540,9 +548,23 @@ def _mark_modules_auto(host: Host, have: Installed) -> bool:
     return bool(manual)
 
 
+def nouveau_blacklisted(host: Host) -> bool:
+    """Whether a modprobe.d file (the driver package's, or ours) blacklists nouveau."""
+    for name in MODPROBE_DIRS:
+        directory = host.path(name)
+        for conf in sorted(directory.glob("*.conf")) if directory.is_dir() else []:
+            if _BLACKLISTS_NOUVEAU.search(conf.read_text(errors="replace")):
+                return True
+    return False
+
+
 def release_from_nouveau(host: Host) -> bool:
-    """Blacklist nouveau and rebuild the initramfs; True when it was not done before."""
-    if host.read(NOUVEAU_BLACKLIST) == NOUVEAU_BLACKLIST_TEXT:
+    """Blacklist nouveau and rebuild the initramfs unless done; True when this did it.
+
+    The driver's nvidia-kernel-common package did both when it was installed (its
+    postinst), so this acts only where its file is gone.
+    """
+    if nouveau_blacklisted(host):
         return False
     host.write(NOUVEAU_BLACKLIST, NOUVEAU_BLACKLIST_TEXT)
     host.run(UPDATE_INITRAMFS, "-u")
@@ -611,11 +633,13 @@ def ensure(
     host: Host,
     choice: DriverChoice,
     inventory: gpu.GpuInventory,
-    today: datetime.date | None = None,
+    *,
+    today: datetime.date,
 ) -> DriverResult:
     """Make the configured driver present and in step with the kernels.
 
-    `today` (the local date by default) decides which branches NVIDIA still supports.
+    `today` decides which branches NVIDIA still supports (`END_OF_LIFE`): the caller's
+    date, so that what `auto` picks follows the caller's clock, not the machine's.
 
     `none`, and `auto` on a host whose working driver is not from Ubuntu's packages,
     leave the driver alone (Fabric Manager is still required on NVSwitch machines).
@@ -637,7 +661,7 @@ def ensure(
     if series is not None and not series.flavour:
         series = dataclasses.replace(series, flavour=_flavour_of(host, series))
     if series is None or not choice.accepts(series):
-        target = _choose(host, choice, inventory, today or datetime.date.today())
+        target = _choose(host, choice, inventory, today)
         if report.ok and series is not None:  # switching a working driver: under a drain
             packages = (*target.userspace, target.modules_meta, target.modules(upcoming))
             return DriverResult(

@@ -16,6 +16,7 @@ results into statuses.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 from typing import Any
 
 import driver
@@ -154,9 +155,11 @@ def detect(host: Host) -> gpu.GpuInventory:
     return gpu.detect(host.path("/sys"), host.path(str(gpu.DEFAULT_PCI_IDS)))
 
 
-def _ensure_driver(host: Host, config: WorkerConfig, inventory: gpu.GpuInventory):
+def _ensure_driver(
+    host: Host, config: WorkerConfig, inventory: gpu.GpuInventory, today: datetime.date
+):
     try:
-        return driver.ensure(host, config.driver, inventory)
+        return driver.ensure(host, config.driver, inventory, today=today)
     except driver.DriverPlanError as e:
         raise GpuSetupError(str(e)) from None
     except apt.AptError as e:
@@ -169,9 +172,16 @@ def _ensure_driver(host: Host, config: WorkerConfig, inventory: gpu.GpuInventory
 
 
 def setup(
-    host: Host, config: WorkerConfig, sandbox_image: str = containerd.SANDBOX_IMAGE
+    host: Host,
+    config: WorkerConfig,
+    sandbox_image: str = containerd.SANDBOX_IMAGE,
+    *,
+    today: datetime.date | None = None,
 ) -> GpuState:
     """Detect GPUs; on a GPU machine make driver, toolkit and the `nvidia` runtime present.
+
+    `today` (the local date when not given) decides which NVIDIA branches are still
+    supported (`driver.END_OF_LIFE`).
 
     containerd is restarted only when its config changed (`sandbox_image` is its pause
     image, from the image registry when one is set).
@@ -184,7 +194,7 @@ def setup(
         runtimes = toolkit.containerd_runtimes(has_gpu=False)
         containerd.configure(host, *runtimes, sandbox_image=sandbox_image)
         return GpuState(inventory)
-    result = _ensure_driver(host, config, inventory)
+    result = _ensure_driver(host, config, inventory, today or datetime.date.today())
     try:
         toolkit.install_toolkit(host, config.toolkit_source)
     except apt.AptError as e:

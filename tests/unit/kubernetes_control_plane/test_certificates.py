@@ -261,3 +261,87 @@ def test_a_bad_renewal_window_is_blocked(ctx, machine):
     assert out.unit_status == testing.BlockedStatus(
         "Invalid config: certificate-renewal-days: must be between 1 and 180 (days before expiry)"
     )
+
+
+# -- one node turn at a time (peers.NODE_TURNS) ------------------------------------------
+
+RUNC = json.dumps({"runc": "1.3.4-0ubuntu1~24.04.2"})
+
+
+def with_app(state: testing.State, **app: str) -> testing.State:
+    relation = peer(state)
+    relation = dataclasses.replace(relation, local_app_data={**relation.local_app_data, **app})
+    return dataclasses.replace(state, relations=[relation])
+
+
+def test_the_action_on_the_leader_is_refused_while_a_containerd_turn_is_out(ctx, machine, api):
+    out = bootstrapped(ctx)
+    out = with_peer(out, {1: member(api, 1, **{"runtime-updates": RUNC})})
+    out = with_app(out, **{"runtime-turn": OTHER})
+
+    with pytest.raises(testing.ActionFailed) as failed:
+        ctx.run(ctx.on.action("renew-certificates"), out)
+
+    assert failed.value.message == (
+        f"{OTHER} holds the containerd/runc update turn and restarts its control plane; "
+        "run this again after it"
+    )
+    assert RENEW not in kubeadm_certs(machine)
+
+
+@pytest.mark.parametrize(
+    "key, what",
+    [("upgrade-turn", "Kubernetes upgrade"), ("runtime-turn", "containerd/runc update")],
+)
+def test_the_action_on_a_member_is_refused_while_another_turn_is_out(ctx, machine, key, what):
+    out = joined_member(ctx)
+    holder = "kubernetes-control-plane/2"
+    out = with_app(out, **{key: holder})
+
+    with pytest.raises(testing.ActionFailed, match=f"{holder} holds the {what} turn"):
+        ctx.run(ctx.on.action("renew-certificates"), out)
+
+    assert RENEW not in kubeadm_certs(machine)
+    assert peer(out).local_unit_data.get("certificates-renewal") != "true"
+
+
+def test_upgrade_then_renewal_then_containerd_one_node_at_a_time(ctx, machine, clock, api):
+    """The normal sequence: each turn waits for the one before; never two out at once."""
+    turns = ("upgrade-turn", "certificate-renewal-turn", "runtime-turn")
+    out = bootstrapped(ctx)
+    clock.advance(days=340)  # every certificate is within the renewal window
+    behind = member(
+        api,
+        1,
+        **{
+            "kubernetes-version": "1.35",
+            "certificates-renewal": "true",
+            "runtime-updates": RUNC,
+        },
+    )
+    out = with_peer(out, {1: behind})
+    seen = []
+
+    def run(state: testing.State) -> testing.State:
+        state = ctx.run(ctx.on.update_status(), state)
+        bag = peer(state).local_app_data
+        out_now = [k for k in turns if k in bag]
+        assert len(out_now) <= 1, bag
+        seen.append(tuple((k, bag[k]) for k in out_now))
+        return state
+
+    out = run(out)  # unit 1 is behind: its upgrade comes first; the leader does not renew
+    assert seen[-1] == (("upgrade-turn", OTHER),)
+    assert RENEW not in kubeadm_certs(machine)
+
+    upgraded = {**behind, "kubernetes-version": "1.36"}
+    out = run(with_peer(out, {1: upgraded}))  # the leader renews its own, then unit 1's turn
+    assert RENEW in kubeadm_certs(machine)
+    assert seen[-1] == (("certificate-renewal-turn", OTHER),)
+
+    renewed = {**upgraded, "certificates-renewal": "false"}
+    out = run(with_peer(out, {1: renewed}))  # then unit 1's containerd update
+    assert seen[-1] == (("runtime-turn", OTHER),)
+
+    out = run(with_peer(out, {1: {k: v for k, v in renewed.items() if k != "runtime-updates"}}))
+    assert seen[-1] == ()

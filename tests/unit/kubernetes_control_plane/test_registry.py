@@ -35,6 +35,50 @@ def test_save_writes_only_what_changed_and_round_trips():
     assert registry.Registry.load(bag) == known
 
 
+class Writes(dict):
+    """A databag that counts what is written to it."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.writes: list[str] = []
+
+    def __setitem__(self, key, value):
+        self.writes.append(key)
+        super().__setitem__(key, value)
+
+
+def test_a_hook_that_changed_no_worker_writes_nothing_and_a_change_is_written():
+    bag = Writes()
+    workers = {f"w/{i}": registry.Worker(f"ip-{i}", i % 2, 3, {}, "1.36") for i in range(50)}
+    registry.Registry(workers).save(bag)
+    bag.writes.clear()
+
+    same = registry.Registry.load(bag)
+    same.forget(["w/7"])
+    same.record("w/7", None, None, 3)  # no info: nothing recorded
+    same.workers["w/7"] = registry.Worker("ip-7", 1, 3, {}, "1.36")  # equal, not the same
+    same.save(bag)
+    assert bag.writes == []
+
+    moved = registry.Registry.load(bag)
+    moved.workers["w/7"] = registry.Worker("ip-7", 1, 3, {}, "1.37")
+    moved.save(bag)
+    assert bag.writes == ["workers"]
+    assert registry.Registry.load(bag).versions()["w/7"] == "1.37"
+
+
+def test_mig_models_are_listed_once_in_their_json_order():
+    a100 = ("NVIDIA A100-SXM4-40GB", "0x20b0", {"1g.5gb": 7, "7g.40gb": 1})
+    h100 = ("NVIDIA H100 80GB HBM3", None, {"1g.10gb": 7})
+    workers = {
+        f"w/{i}": registry.Worker(f"ip-{i}", 8, 3, {}, None, {m[0]: list(m[1:])})
+        for i, m in enumerate([h100, a100, h100, a100])
+    }
+    found = registry.Registry(workers).mig_gpus()
+    assert [m[0] for m in found] == [a100[0], h100[0]]
+    assert found == sorted(found, key=lambda m: json.dumps(list(m), sort_keys=True))
+
+
 def test_departed_nodes_stay_pending_until_deleted_or_back():
     before = registry.Registry(
         {"w/0": registry.Worker("ip-a", 0, 1), "w/1": registry.Worker("ip-b", 0, 1)}

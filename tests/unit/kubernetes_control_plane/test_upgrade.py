@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import pytest
 from literals import INSTALL_MARKER
 from ops import testing
 
@@ -420,3 +421,70 @@ def test_a_member_takes_its_turn_for_a_patch(ctx, machine, api, monkeypatch):
     assert machine.upgrades == [("node", patch)]
     assert machine.running("kubelet") == deb(patch)
     assert peer(out).local_unit_data["kubernetes-release"] == patch
+
+
+# -- one node turn at a time: no upgrade while a renewal or containerd turn is out -------
+
+CP1, CP2 = "kubernetes-control-plane/1", "kubernetes-control-plane/2"
+RUNC = json.dumps({"runc": "1.3.4-0ubuntu1~24.04.2"})
+# a turn another node holds, what keeps it waiting for it, and what the status calls it
+OTHER_TURNS = [
+    ("runtime-turn", {"runtime-updates": RUNC}, "containerd/runc update"),
+    ("certificate-renewal-turn", {"certificates-renewal": "true"}, "certificate renewal"),
+]
+
+
+def with_peer_data(state: testing.State, app: dict, units: dict[int, dict]) -> testing.State:
+    relation = peer(state)
+    relation = dataclasses.replace(
+        relation,
+        local_app_data={**relation.local_app_data, **app},
+        peers_data={**relation.peers_data, **units},
+    )
+    others = [r for r in state.relations if r.endpoint != "peers"]
+    return dataclasses.replace(state, relations=[relation, *others])
+
+
+@pytest.mark.parametrize("key, holding, what", OTHER_TURNS)
+def test_the_leader_upgrades_only_once_another_nodes_turn_is_back(
+    ctx, machine, api, key, holding, what
+):
+    at_36 = member(api, 1, **{"kubernetes-version": "1.36"})
+    out = bootstrapped(ctx, {1: {**at_36, **holding}})
+    out = with_peer_data(out, {key: CP1}, {})
+
+    out = ctx.run(ctx.on.config_changed(), upgrade_to(out, "1.37"))
+
+    assert machine.upgrades == []  # the leader's own control plane stays up
+    bag = peer(out).local_app_data
+    assert "upgrade-turn" not in bag and bag[key] == CP1
+    assert f"upgrade to v{NEW.version} waits for {CP1}'s {what}" in out.unit_status.message
+
+    # unit 1 is done: the leader takes its turn back, then upgrades and hands the turn on
+    out = ctx.run(ctx.on.update_status(), with_peer_data(out, {}, {1: at_36}))
+    assert key not in peer(out).local_app_data
+    out = ctx.run(ctx.on.update_status(), out)
+    assert machine.upgrades == [("apply", NEW.version)]
+    assert peer(out).local_app_data["upgrade-turn"] == CP1
+
+
+def test_no_upgrade_turn_for_a_member_while_another_nodes_turn_is_out(ctx, machine, api):
+    # the rule is the same for either turn (rolling.pass_turn): the renewal turn here
+    key, holding, what = OTHER_TURNS[1]
+    members = {i: member(api, i, **{"kubernetes-version": "1.36"}) for i in (1, 2)}
+    rel = workers_relation({0: {**worker_bag("w0"), "kubernetes-version": "1.36"}})
+    out = join_workers(ctx, bootstrapped(ctx, members), rel, api)
+    out = ctx.run(ctx.on.config_changed(), upgrade_to(out, "1.37"))
+    assert peer(out).local_app_data["upgrade-turn"] == CP1
+    # unit 1 is done, and unit 2 holds a turn an earlier revision handed out meanwhile
+    reported = {**members[1], "kubernetes-version": "1.37"}
+    out = with_peer_data(out, {key: CP2}, {1: reported, 2: {**members[2], **holding}})
+
+    out = ctx.run(ctx.on.relation_changed(peer(out), remote_unit=1), out)
+
+    bag = peer(out).local_app_data
+    assert "upgrade-turn" not in bag and bag[key] == CP2
+    assert f"upgrade to v{NEW.version} waits for {CP2}'s {what}" in out.unit_status.message
+    workers = out.get_relation(rel.id).local_app_data
+    assert "upgrade-turn" not in workers  # the control plane is not done yet
+    assert workers["kubernetes-version"] == "1.36"

@@ -16,6 +16,8 @@ import nvidia
 import pytest
 
 from charms.gpu_k8s.v0 import apt
+from charms.gpu_k8s.v0.system import CommandError
+from fakes import nvidia_driver
 from fakes.machine import FakeMachine
 from fakes.nvidia_driver import FABRIC_SERVICE, KERNEL, FakeDriver
 from fakes.sysfs import build, build_machine, write_pci_ids
@@ -128,7 +130,7 @@ def test_installed_packages_include_held_ones_and_not_removed_ones():
 def test_auto_installs_what_ubuntu_drivers_recommends_and_loads_it_without_a_reboot(
     machine, fake, a10g
 ):
-    result = driver.ensure(machine.host(), AUTO, a10g)
+    result = driver.ensure(machine.host(), AUTO, a10g, today=TODAY)
 
     assert result.series == OPEN_580
     assert result.report.ok and result.report.driver_version == "580.95.05"
@@ -164,7 +166,7 @@ def test_auto_installs_what_ubuntu_drivers_recommends_and_loads_it_without_a_reb
 def test_the_series_follows_ubuntu_drivers_ranking(machine, a10g, value, open_modules, series):
     FakeDriver(machine, open_modules=open_modules)
 
-    result = driver.ensure(machine.host(), driver.DriverChoice.parse(value), a10g, TODAY)
+    result = driver.ensure(machine.host(), driver.DriverChoice.parse(value), a10g, today=TODAY)
 
     assert result.series == series and result.report.ok
 
@@ -193,7 +195,7 @@ AFTER_580 = datetime.date(2028, 9, 1)
 
 def test_an_end_of_life_branch_is_refused_saying_when_it_ended(machine, fake, a10g):
     with pytest.raises(driver.DriverPlanError) as e:
-        driver.ensure(machine.host(), driver.DriverChoice.parse("535"), a10g, TODAY)
+        driver.ensure(machine.host(), driver.DriverChoice.parse("535"), a10g, today=TODAY)
 
     assert str(e.value) == (
         "NVIDIA driver branch 535 reached its end of life (June 2026, NVIDIA's data center "
@@ -209,7 +211,7 @@ def test_auto_refuses_when_no_long_term_branch_is_supported_any_more(machine, tm
     v100 = inventory(tmp_path, "p3-v100")
 
     with pytest.raises(driver.DriverPlanError) as e:
-        driver.ensure(machine.host(), AUTO, v100, AFTER_580)
+        driver.ensure(machine.host(), AUTO, v100, today=AFTER_580)
 
     assert str(e.value) == (
         "ubuntu-drivers lists no NVIDIA long-term support branch NVIDIA still supports for "
@@ -218,6 +220,22 @@ def test_auto_refuses_when_no_long_term_branch_is_supported_any_more(machine, tm
         "shorter-lived one, or install a driver and set nvidia-driver=none"
     )
     assert not [p for p in machine.dpkg if p.startswith("nvidia-utils")]
+
+
+def test_the_date_given_decides_and_after_580_ends_an_a10g_gets_no_auto_branch(
+    machine, fake, a10g
+):
+    """Whatever the machine's clock says: the caller's date (the charm passes today's)."""
+    host = machine.host()
+
+    with pytest.raises(driver.DriverPlanError) as e:
+        driver.ensure(host, AUTO, a10g, today=AFTER_580)
+    assert "580-server-open (LTSB, ended August 2028)" in str(e.value)
+    with pytest.raises(driver.DriverPlanError, match="branch 580 reached its end of life"):
+        driver.ensure(host, driver.DriverChoice.parse("580"), a10g, today=AFTER_580)
+    assert not [p for p in machine.dpkg if p.startswith("nvidia-utils")]
+
+    assert driver.ensure(host, AUTO, a10g, today=TODAY).series == OPEN_580
 
 
 @pytest.mark.parametrize(
@@ -250,7 +268,7 @@ def test_a_working_driver_from_the_image_is_left_alone_under_auto(machine, fake,
     fake.preinstall("570")
     before = dict(machine.dpkg)
 
-    result = driver.ensure(machine.host(), AUTO, a10g)
+    result = driver.ensure(machine.host(), AUTO, a10g, today=TODAY)
 
     assert result.report.ok and result.reboot is None
     assert machine.dpkg == before and installs(machine) == []
@@ -259,7 +277,7 @@ def test_a_working_driver_from_the_image_is_left_alone_under_auto(machine, fake,
 def test_none_never_installs_nor_reboots(machine, fake, a10g):
     fake.kernel_update(NEW)
 
-    result = driver.ensure(machine.host(), NONE, a10g)
+    result = driver.ensure(machine.host(), NONE, a10g, today=TODAY)
 
     assert result == driver.DriverResult(None, False, result.report)
     assert installs(machine) == []
@@ -268,17 +286,17 @@ def test_none_never_installs_nor_reboots(machine, fake, a10g):
 def test_cpu_machine_runs_no_driver_program(machine, fake, tmp_path):
     cpu = inventory(tmp_path, "m5-cpu")
 
-    result = driver.ensure(machine.host(), AUTO, cpu)
+    result = driver.ensure(machine.host(), AUTO, cpu, today=TODAY)
 
     assert result.series is None and installs(machine) == []
     assert machine.lines("ubuntu-drivers") == [] and machine.lines("uname") == []
 
 
 def test_ensure_twice_changes_nothing_the_second_time(machine, fake, a10g):
-    driver.ensure(machine.host(), AUTO, a10g)
+    driver.ensure(machine.host(), AUTO, a10g, today=TODAY)
     before = len(machine.mutations())
 
-    again = driver.ensure(machine.host(), AUTO, a10g)
+    again = driver.ensure(machine.host(), AUTO, a10g, today=TODAY)
 
     assert not again.changed
     assert changes(machine, before) == []
@@ -286,7 +304,7 @@ def test_ensure_twice_changes_nothing_the_second_time(machine, fake, a10g):
 
 def test_unknown_series_says_what_to_set(machine, fake, a10g):
     with pytest.raises(driver.DriverPlanError, match="lists no driver 590 .* set nvidia-driver"):
-        driver.ensure(machine.host(), driver.DriverChoice.parse("590"), a10g)
+        driver.ensure(machine.host(), driver.DriverChoice.parse("590"), a10g, today=TODAY)
 
     assert [line for line in installs(machine) if "nvidia" in line] == []
 
@@ -295,7 +313,7 @@ def test_apt_failure_names_the_package_and_holds_nothing(machine, fake, a10g):
     machine.withdraw(OPEN_580.modules_meta)
 
     with pytest.raises(apt.AptError) as caught:
-        driver.ensure(machine.host(), AUTO, a10g)
+        driver.ensure(machine.host(), AUTO, a10g, today=TODAY)
 
     assert caught.value.package == OPEN_580.modules_meta
     assert machine.held == set()
@@ -305,7 +323,7 @@ def test_modules_the_archive_lost_fail_the_install_and_hold_nothing(machine, fak
     machine.withdraw(OPEN_580.modules(KERNEL))  # the metapackage still depends on it
 
     with pytest.raises(apt.AptError) as caught:
-        driver.ensure(machine.host(), AUTO, a10g)
+        driver.ensure(machine.host(), AUTO, a10g, today=TODAY)
 
     assert "held broken packages" in caught.value.detail
     assert machine.held == set() and OPEN_580.userspace[1] not in machine.dpkg
@@ -318,7 +336,7 @@ def test_first_install_on_an_image_the_archive_moved_past_boots_the_new_kernel(
     # archive are built for an older driver than the userspace apt installs now
     fake.stale_kernel(NEW, os_upgrade=False)
 
-    result = driver.ensure(machine.host(), AUTO, a10g)
+    result = driver.ensure(machine.host(), AUTO, a10g, today=TODAY)
 
     assert f"linux-image-{NEW}" in machine.dpkg  # pulled by the modules metapackage
     assert OPEN_580.modules(NEW) in machine.dpkg
@@ -326,33 +344,33 @@ def test_first_install_on_an_image_the_archive_moved_past_boots_the_new_kernel(
         f"kernel {NEW} has the NVIDIA 580-server-open modules, the running {KERNEL} not"
     )
     fake.reboot()
-    assert driver.ensure(machine.host(), AUTO, a10g).report.ok
+    assert driver.ensure(machine.host(), AUTO, a10g, today=TODAY).report.ok
 
 
 # ------------------------------------------------------------------------ kernel updates
 
 
 def test_a_kernel_update_is_not_a_driver_reboot_when_its_modules_are_in_place(machine, fake, a10g):
-    driver.ensure(machine.host(), AUTO, a10g)
+    driver.ensure(machine.host(), AUTO, a10g, today=TODAY)
     fake.kernel_update(NEW)  # unattended-upgrades: kernel and modules metapackage move
 
-    result = driver.ensure(machine.host(), AUTO, a10g)
+    result = driver.ensure(machine.host(), AUTO, a10g, today=TODAY)
 
     assert result.report.ok
     assert result.reboot is None and result.update == ()
     assert result.note == f"; kernel {NEW} waits for a reboot"
     assert OPEN_580.modules(NEW) in machine.dpkg
     fake.reboot()  # whoever reboots it, the GPUs come back on the new kernel
-    assert fake.running == NEW and driver.ensure(machine.host(), AUTO, a10g).report.ok
+    assert fake.running == NEW and driver.ensure(machine.host(), AUTO, a10g, today=TODAY).report.ok
 
 
 def test_a_held_modules_metapackage_from_an_earlier_revision_is_released(machine, fake, a10g):
-    driver.ensure(machine.host(), AUTO, a10g)
+    driver.ensure(machine.host(), AUTO, a10g, today=TODAY)
     machine.held.add(OPEN_580.modules_meta)  # what the charm used to do
     fake.kernel_update(NEW)  # so unattended-upgrades left the modules behind
     assert OPEN_580.modules(NEW) not in machine.dpkg
 
-    result = driver.ensure(machine.host(), AUTO, a10g)
+    result = driver.ensure(machine.host(), AUTO, a10g, today=TODAY)
 
     assert OPEN_580.modules(NEW) in machine.dpkg
     assert OPEN_580.modules_meta not in machine.held
@@ -361,12 +379,12 @@ def test_a_held_modules_metapackage_from_an_earlier_revision_is_released(machine
 
 def test_a_kernel_that_needs_a_newer_driver_moves_them_together_under_a_drain(machine, fake, a10g):
     host = machine.host()
-    driver.ensure(host, AUTO, a10g)
+    driver.ensure(host, AUTO, a10g, today=TODAY)
     fake.driver_sru("580", "580.105.08")  # the driver is held: nothing moves
     fake.kernel_update(NEW)  # its modules are built against 580.105.08 only
     assert OPEN_580.modules(NEW) not in machine.dpkg
 
-    result = driver.ensure(host, AUTO, a10g)
+    result = driver.ensure(host, AUTO, a10g, today=TODAY)
 
     assert result.report.ok  # nothing changed under the running pods
     assert machine.dpkg[OPEN_580.userspace[1]].startswith("580.95.05-")
@@ -378,19 +396,19 @@ def test_a_kernel_that_needs_a_newer_driver_moves_them_together_under_a_drain(ma
     driver.apply_update(host, result.update)  # what the charm does once drained
     fake.reboot()
 
-    after = driver.ensure(host, AUTO, a10g)
+    after = driver.ensure(host, AUTO, a10g, today=TODAY)
     assert after.report.ok and after.report.driver_version == "580.105.08"
     assert after.reboot is None and after.update == ()
     assert set(OPEN_580.userspace) <= machine.held
 
 
 def test_a_kernel_without_modules_in_the_archive_blocks_instead_of_rebooting(machine, fake, a10g):
-    driver.ensure(machine.host(), AUTO, a10g)
+    driver.ensure(machine.host(), AUTO, a10g, today=TODAY)
     fake.kernel_update(NEW)
     machine.dpkg.pop(OPEN_580.modules(NEW))
     machine.withdraw(OPEN_580.modules(NEW))
 
-    result = driver.ensure(machine.host(), AUTO, a10g)
+    result = driver.ensure(machine.host(), AUTO, a10g, today=TODAY)
 
     assert result.reboot is None and result.report.ok
     assert result.problem.startswith(
@@ -402,22 +420,22 @@ def test_a_kernel_without_modules_in_the_archive_blocks_instead_of_rebooting(mac
 def test_a_stale_image_kernel_reboots_into_the_kernel_with_modules(machine, fake, a10g):
     fake.stale_kernel(NEW)
 
-    result = driver.ensure(machine.host(), AUTO, a10g)
+    result = driver.ensure(machine.host(), AUTO, a10g, today=TODAY)
 
     assert not result.report.ok
     assert result.reboot == (
         f"kernel {NEW} has the NVIDIA 580-server-open modules, the running {KERNEL} not"
     )
     fake.reboot()
-    assert driver.ensure(machine.host(), AUTO, a10g).report.ok
+    assert driver.ensure(machine.host(), AUTO, a10g, today=TODAY).report.ok
 
 
 def test_reboot_required_by_a_package_does_not_reboot_a_working_gpu_node(machine, fake, a10g):
-    driver.ensure(machine.host(), AUTO, a10g)
+    driver.ensure(machine.host(), AUTO, a10g, today=TODAY)
     machine.write(gpu.REBOOT_REQUIRED_FILE, "*** System restart required ***\n")
     machine.write(gpu.REBOOT_REQUIRED_FILE + ".pkgs", "linux-image-6.8.0-1016-aws\nlibc6\n")
 
-    assert driver.ensure(machine.host(), AUTO, a10g).reboot is None
+    assert driver.ensure(machine.host(), AUTO, a10g, today=TODAY).reboot is None
 
 
 # ----------------------------------------------------------------------- NVSwitch machines
@@ -426,7 +444,7 @@ def test_reboot_required_by_a_package_does_not_reboot_a_working_gpu_node(machine
 def test_nvswitch_machine_gets_fabric_manager_at_the_driver_version(machine, h100x8):
     FakeDriver(machine, gpus=8, nvswitch=True)
 
-    result = driver.ensure(machine.host(), AUTO, h100x8)
+    result = driver.ensure(machine.host(), AUTO, h100x8, today=TODAY)
 
     assert h100x8.nvswitches == 4
     assert result.report.ok and result.fabric is None
@@ -440,14 +458,14 @@ def test_fabric_manager_that_does_not_start_is_reported_and_retried(machine, h10
     fake = FakeDriver(machine, gpus=8, nvswitch=True)
     fake.fabric_starts = False
 
-    result = driver.ensure(machine.host(), AUTO, h100x8)
+    result = driver.ensure(machine.host(), AUTO, h100x8, today=TODAY)
 
     assert result.report.ok and result.fabric.failed  # a failure, not a wait (gpu.md N5)
     assert result.fabric.reason.startswith(f"{FABRIC_SERVICE} did not start (")
     assert f"journalctl -u {FABRIC_SERVICE}" in result.fabric.reason
 
     fake.fabric_starts = True
-    assert driver.ensure(machine.host(), AUTO, h100x8).fabric is None
+    assert driver.ensure(machine.host(), AUTO, h100x8, today=TODAY).fabric is None
 
 
 H100 = ("NVIDIA H100 80GB HBM3", 81559, "9.0")
@@ -457,10 +475,10 @@ def test_fabric_manager_running_is_not_ready_until_registration_completes(machin
     """Ready is State Completed + Status Success on every GPU, not `systemctl is-active`."""
     fake = FakeDriver(machine, gpus=8, nvswitch=True, model=H100)
     host = machine.host()
-    assert driver.ensure(host, AUTO, h100x8).fabric is None  # Completed, Success
+    assert driver.ensure(host, AUTO, h100x8, today=TODAY).fabric is None  # Completed, Success
     fake.fabric_status = "Unknown Error"  # registration completed with an error
 
-    result = driver.ensure(host, AUTO, h100x8)
+    result = driver.ensure(host, AUTO, h100x8, today=TODAY)
 
     assert machine.services[FABRIC_SERVICE].active  # the service runs all the same
     assert result.fabric == nvidia.Fabric(
@@ -495,7 +513,7 @@ def _q_fabric(name: str) -> tuple[str, str]:
 def test_the_fake_prints_the_recorded_fabric_values(machine, h100x8):
     FakeDriver(machine, gpus=8, nvswitch=True, model=H100)
     host = machine.host()
-    driver.ensure(host, AUTO, h100x8)  # installs and starts Fabric Manager
+    driver.ensure(host, AUTO, h100x8, today=TODAY)  # installs and starts Fabric Manager
     query = (nvidia.NVIDIA_SMI, *nvidia.FABRIC_QUERY_ARGS)
 
     done = nvidia.parse_fabric(host.run(*query))
@@ -509,7 +527,7 @@ def test_the_fake_prints_the_recorded_fabric_values(machine, h100x8):
 
 
 def test_machines_without_nvswitch_get_no_fabric_manager(machine, fake, a10g):
-    result = driver.ensure(machine.host(), AUTO, a10g)
+    result = driver.ensure(machine.host(), AUTO, a10g, today=TODAY)
 
     assert a10g.nvswitches == 0 and result.fabric is None
     assert not [p for p in machine.dpkg if "fabricmanager" in p or "nscq" in p]
@@ -518,16 +536,16 @@ def test_machines_without_nvswitch_get_no_fabric_manager(machine, fake, a10g):
 def test_fabric_manager_moves_with_the_driver(machine, h100x8):
     fake = FakeDriver(machine, gpus=8, nvswitch=True)
     host = machine.host()
-    driver.ensure(host, AUTO, h100x8)
+    driver.ensure(host, AUTO, h100x8, today=TODAY)
     fake.driver_sru("580", "580.105.08")
     fake.kernel_update(NEW)
 
-    result = driver.ensure(host, AUTO, h100x8)
+    result = driver.ensure(host, AUTO, h100x8, today=TODAY)
     driver.apply_update(host, result.update)
     fake.reboot()
 
     assert set(OPEN_580.fabric) <= set(result.update)
-    assert driver.ensure(host, AUTO, h100x8).fabric is None
+    assert driver.ensure(host, AUTO, h100x8, today=TODAY).fabric is None
     for package in OPEN_580.fabric:
         assert machine.dpkg[package].startswith("580.105.08-")
 
@@ -536,17 +554,56 @@ def test_fabric_manager_moves_with_the_driver(machine, h100x8):
 
 
 def test_gpus_bound_to_nouveau_are_released_through_a_reboot(machine, tmp_path):
+    """The driver's own package blacklists nouveau in the initramfs (review gpu.md N11c)."""
     fake = FakeDriver(machine, nouveau=True)
     gpus = inventory(tmp_path, "g5-a10g", gpu_driver="nouveau")
 
-    result = driver.ensure(machine.host(), AUTO, gpus)
+    result = driver.ensure(machine.host(), AUTO, gpus, today=TODAY)
 
     assert not result.report.ok
+    assert result.report.state is gpu.SmiState.NO_DRIVER  # nvidia.ko could not load
+    assert result.reboot == "nouveau holds the GPUs (now blacklisted; a reboot releases them)"
+    assert "blacklist nouveau" in machine.read(nvidia_driver.GRAPHICS_DRIVERS_CONF)
+    # nvidia-kernel-common's postinst rebuilt the initramfs: nothing of the charm's own
+    assert machine.read(driver.NOUVEAU_BLACKLIST) is None
+    assert machine.lines("update-initramfs") == []
+    fake.reboot()
+    bound = build_inventory_bound(tmp_path)
+    assert driver.ensure(machine.host(), AUTO, bound, today=TODAY).report.ok
+
+
+def test_without_the_packages_blacklist_the_charm_writes_its_own(machine, tmp_path):
+    fake = nouveau_without_the_packages_blacklist(machine)
+    gpus = inventory(tmp_path, "g5-a10g", gpu_driver="nouveau")
+    before = len(machine.lines("update-initramfs"))
+
+    result = driver.ensure(machine.host(), AUTO, gpus, today=TODAY)
+
     assert result.reboot == "nouveau holds the GPUs (now blacklisted; a reboot releases them)"
     assert "blacklist nouveau" in machine.read(driver.NOUVEAU_BLACKLIST)
-    assert machine.lines("update-initramfs") == ["/usr/sbin/update-initramfs -u"]
+    assert machine.lines("update-initramfs")[before:] == ["/usr/sbin/update-initramfs -u"]
     fake.reboot()
-    assert driver.ensure(machine.host(), AUTO, build_inventory_bound(tmp_path)).report.ok
+    assert not fake.nouveau_bound
+
+
+def nouveau_without_the_packages_blacklist(machine) -> FakeDriver:
+    """A driver installed, its modprobe file removed by hand, an initramfs built since."""
+    fake = FakeDriver(machine, nouveau=True)
+    fake.preinstall("580", loaded=False, variant="server-open")
+    machine.path(nvidia_driver.GRAPHICS_DRIVERS_CONF).unlink()
+    machine.host().run("/usr/sbin/update-initramfs", "-u")
+    fake.reboot()
+    assert fake.nouveau_bound
+    return fake
+
+
+def test_the_fake_nvidia_smi_cannot_reach_a_driver_while_nouveau_holds_the_gpus(machine):
+    nouveau_without_the_packages_blacklist(machine)
+
+    with pytest.raises(CommandError) as e:
+        machine.host().run(nvidia.NVIDIA_SMI)
+    assert e.value.returncode == 9  # not 6 "No devices were found": nvidia.ko is not loaded
+    assert "couldn't communicate with the NVIDIA driver" in e.value.stderr
 
 
 def build_inventory_bound(tmp_path):
@@ -598,17 +655,17 @@ def test_old_kernels_and_their_modules_autoremove(machine, fake, a10g):
     1016's manual ABI package kept it).
     """
     host, kernels = machine.host(), ("6.8.0-1017-aws", "6.8.0-1018-aws")
-    driver.ensure(host, AUTO, a10g, TODAY)
+    driver.ensure(host, AUTO, a10g, today=TODAY)
     fake.driver_sru("580", "580.105.08")
     fake.kernel_update(NEW)
-    driver.apply_update(host, driver.ensure(host, AUTO, a10g, TODAY).update)
+    driver.apply_update(host, driver.ensure(host, AUTO, a10g, today=TODAY).update)
     fake.reboot()
     for abi in kernels:
-        driver.ensure(host, AUTO, a10g, TODAY)
+        driver.ensure(host, AUTO, a10g, today=TODAY)
         fake.kernel_update(abi)
-        driver.ensure(host, AUTO, a10g, TODAY)
+        driver.ensure(host, AUTO, a10g, today=TODAY)
         fake.reboot()
-    driver.ensure(host, AUTO, a10g, TODAY)
+    driver.ensure(host, AUTO, a10g, today=TODAY)
 
     removed = fake.autoremove()
 
@@ -624,16 +681,16 @@ def test_old_kernels_and_their_modules_autoremove(machine, fake, a10g):
     assert fake.kernels() == list(kernels)  # the running (latest) and the second-latest
     assert {OPEN_580.modules(abi) for abi in kernels} <= set(machine.dpkg)
     assert {*OPEN_580.userspace, OPEN_580.modules_meta} <= fake.manual()
-    assert driver.ensure(host, AUTO, a10g, TODAY).report.ok
+    assert driver.ensure(host, AUTO, a10g, today=TODAY).report.ok
 
 
 def test_abi_packages_an_earlier_revision_installed_by_name_are_marked_auto(machine, fake, a10g):
-    driver.ensure(machine.host(), AUTO, a10g, TODAY)
+    driver.ensure(machine.host(), AUTO, a10g, today=TODAY)
     machine.host().run("/usr/bin/apt-mark", "manual", OPEN_580.modules(KERNEL))
 
-    driver.ensure(machine.host(), AUTO, a10g, TODAY)
+    driver.ensure(machine.host(), AUTO, a10g, today=TODAY)
 
     assert OPEN_580.modules(KERNEL) in fake.auto
     before = len(machine.mutations())
-    driver.ensure(machine.host(), AUTO, a10g, TODAY)
+    driver.ensure(machine.host(), AUTO, a10g, today=TODAY)
     assert changes(machine, before) == []  # marked once
