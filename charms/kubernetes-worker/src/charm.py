@@ -35,6 +35,7 @@ drain fails the hook instead, so Juju retries it rather than resetting an undrai
 
 from __future__ import annotations
 
+import datetime
 import logging
 import time
 
@@ -78,6 +79,8 @@ class KubernetesWorkerCharm(ops.CharmBase):
     drain_clock = staticmethod(time.monotonic)
     drain_sleep = staticmethod(time.sleep)
     wall_clock = staticmethod(time.time)  # when containerd/runc updates were last asked for
+    # which NVIDIA branches are still supported (driver.END_OF_LIFE); tests pin a date
+    today = staticmethod(datetime.date.today)
 
     def __init__(self, framework: ops.Framework):
         super().__init__(framework)
@@ -294,7 +297,9 @@ class KubernetesWorkerCharm(ops.CharmBase):
         with on_error(ops.BlockedStatus, gpu_node.GpuSetupError, apt.AptError, ValueError):
             minor = None if info is None else node_upgrade.supported_minor(info.kubernetes_version)
             worker.prepare(host)
-            state = gpu_node.setup(host, config, worker.sandbox_image(config, info))
+            state = gpu_node.setup(
+                host, config, worker.sandbox_image(config, info), today=self.today()
+            )
             plan = (
                 None if minor is None else node_upgrade.plan_kubernetes(host, minor, config.mirror)
             )

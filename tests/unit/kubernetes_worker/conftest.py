@@ -1,3 +1,5 @@
+import datetime
+
 import pytest
 from ops import testing
 
@@ -23,10 +25,16 @@ class FakeClock:
         self.slept += seconds
 
 
+# The day the charm judges NVIDIA branches on (driver.END_OF_LIFE): tests that expect
+# today's automatic branch must not break when a branch reaches its end of life.
+TODAY = datetime.date(2026, 11, 27)
+
+
 @pytest.fixture
 def machine(tmp_path, monkeypatch):
     m = FakeMachine(tmp_path / "root", hostname=NODE)
     monkeypatch.setattr(charm.KubernetesWorkerCharm, "host_factory", lambda self: m.host())
+    monkeypatch.setattr(charm.KubernetesWorkerCharm, "today", staticmethod(lambda: TODAY))
     return m
 
 
