@@ -157,8 +157,13 @@ class Cluster:
         self.log: list[str] = []
 
     def sleep(self, seconds: float) -> None:
+        """The controllers act, then the running containers get the time the charm waits.
+
+        The charm's clock is the real one here: a sleep shorter than asked would shrink
+        every timeout it polls under (fakes/kubelet.py `run_for`).
+        """
         self.controllers.tick()
-        time.sleep(min(seconds, 0.2))
+        self.kubelet.run_for(seconds)
 
     def train(self, job: str, **params) -> dict:
         request = TrainRequest(job=job, args=FAST, timeout=120, **params)
