@@ -28,7 +28,19 @@ from __future__ import annotations
 
 from typing import Any
 
+import dcgm_exporter
+import device_plugin
+import efs_csi
+import kube_state_metrics
+import mig_manager
 import yaml
+from literals import (
+    CALICO_RELEASE,
+    FLANNEL_CNI_PLUGIN_VERSION,
+    FLANNEL_VERSION,
+    JOBSET,
+    KUEUE,
+)
 
 from charms.gpu_k8s.v0 import containerd, images
 
@@ -38,6 +50,37 @@ KUBEADM_DEFAULT_REPOSITORY = "registry.k8s.io"
 COREDNS_DIRECTORY = "coredns"
 KUBEADM_CONFIG = "kubeadm-config"
 KUBEADM_CONFIG_NAMESPACE = "kube-system"
+
+
+def upstream_images() -> tuple[str, ...]:
+    """Every image the control plane runs besides kubeadm's, as upstream publishes it.
+
+    What a mirror must hold for `image-registry` (each moved by `images.mirrored`), the
+    one list the option's help text and docs/how-to/air-gapped.md are checked against
+    (tests/unit/docs/test_images.py). The release manifests name the CNI's and the batch
+    engines' images: Calico's calico.yaml at the tag (its cni, node and kube-controllers
+    workloads, recorded in tests/fixtures/calico), flannel's in files/kube-flannel.yml,
+    JobSet's and Kueue's manifests.yaml (their config/default kustomizations at the
+    tags); tests/unit/kubernetes_control_plane/test_image_registry.py checks them.
+    kubeadm's own images (control-plane components, kube-proxy, etcd, CoreDNS) depend on
+    the Kubernetes patch: `kubeadm config images list` names them.
+    """
+    calico = CALICO_RELEASE.version
+    return (
+        containerd.SANDBOX_IMAGE,
+        f"quay.io/calico/cni:{calico}",
+        f"quay.io/calico/node:{calico}",
+        f"quay.io/calico/kube-controllers:{calico}",
+        f"ghcr.io/flannel-io/flannel:{FLANNEL_VERSION}",
+        f"ghcr.io/flannel-io/flannel-cni-plugin:{FLANNEL_CNI_PLUGIN_VERSION}",
+        device_plugin.IMAGE,
+        dcgm_exporter.IMAGE,
+        mig_manager.IMAGE,
+        kube_state_metrics.IMAGE,
+        f"registry.k8s.io/jobset/jobset:{JOBSET.version}",
+        f"registry.k8s.io/kueue/kueue:{KUEUE.version}",
+        *efs_csi.image_list(),
+    )
 
 
 def cluster_fields(registry: str) -> dict:

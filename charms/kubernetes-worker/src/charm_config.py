@@ -20,7 +20,7 @@ import toolkit
 from driver import DRIVER_CHOICES, DriverChoice
 from validation import VALIDATION_IMAGE, check_image
 
-from charms.gpu_k8s.v0 import images, kubeadm
+from charms.gpu_k8s.v0 import containerd, images, kubeadm
 from charms.gpu_k8s.v0.config import ActionParams, CharmConfig
 
 MAX_PARALLEL_REBOOTS = 100
@@ -92,6 +92,17 @@ def parse_labels(text: str) -> dict[str, str]:
         _check_label(key, value)
         labels[key] = value
     return labels
+
+
+def upstream_images() -> tuple[str, ...]:
+    """Every image this charm pulls by default, as upstream publishes it.
+
+    What a mirror must hold for `image-registry`: validate-gpu's CUDA sample, the
+    sandbox (pause) image, and the repair gate's DCGM and NCCL images. The option's help
+    text and docs/how-to/air-gapped.md are checked against it (tests/unit/docs/
+    test_images.py).
+    """
+    return (VALIDATION_IMAGE, containerd.SANDBOX_IMAGE, gpu_gate.DCGM_IMAGE, gpu_gate.NCCL_IMAGE)
 
 
 class WorkerConfig(CharmConfig):

@@ -166,3 +166,12 @@ def test_every_juju_model_config_key_is_one_of_jujus():
         if "=" in setting
     }
     assert keys and keys <= JUJU_MODEL_KEYS, keys - JUJU_MODEL_KEYS
+
+
+def test_every_secret_id_is_one_juju_can_make():
+    """Juju's secret ids are xids (tests/juju_secret_ids.py): `0-9a-v`, 20 characters."""
+    from juju_secret_ids import XID
+
+    found = re.findall(r"\bsecret:([0-9a-z]{20})\b", docs_pages.text())
+    assert found  # get-kubeconfig's example
+    assert [i for i in found if not XID.fullmatch(i)] == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import juju_secret_ids
 import pytest
 import readme_examples
 import yaml
@@ -116,6 +117,7 @@ def test_get_kubeconfig_stores_admin_config_in_unit_secret(ctx, machine):
     assert given["clusters"][0]["cluster"]["server"] == "https://203.0.113.7:6443"
     assert given["users"] == admin["users"]
     assert results["secret-id"] == sec.id
+    assert juju_secret_ids.XID.fullmatch(sec.id.removeprefix("secret:"))  # as Juju makes it
     assert results["command"] == (
         f"juju show-secret --reveal {sec.id} --format json"
         " | jq -r '.[].content.Data.kubeconfig' > kubeconfig"

@@ -5,10 +5,20 @@ from __future__ import annotations
 import dataclasses
 import tomllib
 
+import batch_engines
+import dcgm_exporter
+import device_plugin
+import efs_csi
+import flannel
+import image_registry
+import kube_state_metrics
+import mig_manager
 import pytest
 import yaml
+from literals import CALICO_RELEASE, JOBSET, KUEUE
 from ops import testing
 
+from fakes.addons import release_manifest
 from fakes.control_plane import join_workers, peer, peers, worker_bag, workers_relation
 
 MIRROR = "registry.example.com:5000/mirror"
@@ -203,3 +213,19 @@ def test_a_charm_upgrade_without_a_registry_changes_nothing(ctx, machine, api):
     ctx.run(ctx.on.upgrade_charm(), state)
 
     assert [r.path for r in api.requests[requests:] if r.method != "GET"] == []
+
+
+def test_upstream_images_is_every_image_the_manifests_run():
+    """The list the help text and the air-gapped page are checked against (test_images)."""
+    objects = [
+        *device_plugin.manifests("none", 1),
+        *dcgm_exporter.manifests(),
+        *mig_manager.manifests([]),
+        *kube_state_metrics.manifests("node-0"),
+        *flannel.manifests("10.244.0.0/16"),
+    ]
+    for release in (CALICO_RELEASE, JOBSET, KUEUE):
+        objects += batch_engines.parse(release, release_manifest(release.name, release.version))
+    found = {*batch_engines.images(objects), *efs_csi.image_list()}
+    found.add(image_registry.sandbox_image(""))  # containerd's, not a manifest's
+    assert found == set(image_registry.upstream_images())
