@@ -20,7 +20,7 @@ import aws
 import ops
 from charm_config import Config
 
-from charms.gpu_k8s.v0.config import secret_content
+from charms.gpu_k8s.v0.config import UnreadableSecretError, secret_content
 from charms.gpu_k8s.v0.status import StatusError
 
 _T = TypeVar("_T")
@@ -73,7 +73,7 @@ class AwsAccess:
     def _secret_content(self, secret: ops.Secret) -> dict[str, str]:
         try:
             return secret_content(secret, "credentials", self.app.name)
-        except ValueError as e:
+        except UnreadableSecretError as e:
             raise StatusError.blocked(str(e)) from None
 
 

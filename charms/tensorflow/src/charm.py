@@ -56,7 +56,7 @@ from params import (
     parse_user,
 )
 
-from charms.gpu_k8s.v0.config import secret_content
+from charms.gpu_k8s.v0.config import UnreadableSecretError, secret_content
 from charms.gpu_k8s.v0.cos_agent import CosAgentProvider
 from charms.gpu_k8s.v0.images import mirrored
 from charms.gpu_k8s.v0.kube_api import KubeApiRequirer, Rule
@@ -276,7 +276,7 @@ class TensorflowCharm(ops.CharmBase):
             return
         try:
             content = secret_content(secret, option, self.app.name)
-        except ValueError as e:
+        except UnreadableSecretError as e:
             raise StatusError.blocked(str(e)) from None
         with on_error(ops.BlockedStatus, ValueError):  # a key missing or malformed
             manifest = build(content)

@@ -35,20 +35,24 @@ def describe(error: pydantic.ValidationError) -> str:
     return f"{name} {message}" if message.startswith("is ") else f"{name}: {message}"
 
 
+class UnreadableSecretError(ValueError):
+    """The application cannot read the Juju secret a config option names."""
+
+
 def secret_content(secret: ops.Secret, option: str, app: str) -> dict[str, str]:
     """The newest content of `secret`, the Juju secret config `option` of `app` names.
 
     Raises:
-        ValueError: the application cannot read it (not granted: secret-get answers
-            "permission denied", an ops.ModelError; or no such secret,
-            ops.SecretNotFoundError), saying "cannot read the secret in config <option>
-            (<id>); grant it: juju grant-secret <id> <app>". Each caller maps it to its
-            own error; the message holds no content.
+        UnreadableSecretError: (a ValueError) the application cannot read it (not
+            granted: secret-get answers "permission denied", an ops.ModelError; or no
+            such secret, ops.SecretNotFoundError), saying "cannot read the secret in
+            config <option> (<id>); grant it: juju grant-secret <id> <app>". Each caller
+            maps it to its own error; the message holds no content.
     """
     try:
         return secret.get_content(refresh=True)
     except (ops.SecretNotFoundError, ops.ModelError):
-        raise ValueError(
+        raise UnreadableSecretError(
             f"cannot read the secret in config {option} ({secret.id}); grant it: "
             f"juju grant-secret {secret.id} {app}"
         ) from None
