@@ -650,9 +650,13 @@ def test_a_peer_leaving_mid_step_is_a_stop_and_a_crashed_peer_a_failure(tmp_path
     # a crash is no stop: the survivor's failure is its own (and the crash counts)
     other = tmp_path / "other"
     other.mkdir()
-    crashed = Task(other, "mwms", "worker", 1, "--exit", "1", "--after", "1.5").ready()
+    # (no stop mark ever comes: each looks for one for 0.5 s, not the default 2 s)
+    crashed = Task(other, "mwms", "worker", 1, "--exit", "1", "--after", "1.5", peer_wait="0.5")
+    crashed.ready()
     pid = crashed.program_pid()
-    survivor = Task(other, "mwms", "worker", 0, "--on-term", "ignore", "--peer-gone", str(pid))
+    survivor = Task(
+        other, "mwms", "worker", 0, "--on-term", "ignore", "--peer-gone", str(pid), peer_wait="0.5"
+    )
     assert (crashed.wait(), survivor.wait()) == (1, 1), survivor.stderr()
 
 
