@@ -84,6 +84,9 @@ Environment (set by the pod spec; the same names are used by `tf_demo.py`):
                           when it sees none, rather than train on CPU while holding GPUs
     GPU_K8S_GRACE_SECONDS the pod's terminationGracePeriodSeconds (default 30, the
                           Kubernetes default): the time a stop may take
+    GPU_K8S_PEER_WAIT_SECONDS  how long a task whose program failed looks for a peer's
+                          stop mark before it counts the failure as its own (default
+                          2; the charm leaves it unset; tests shorten it)
     GPU_K8S_METRICS_PORT  serve the task's training progress in Prometheus' text format
                           on this port (GET /metrics; unset: not served, as in local runs;
                           see "Metrics" below)
@@ -429,6 +432,7 @@ def main(argv: Sequence[str] | None = None, environ: dict[str, str] | None = Non
     try:
         tf_config, exports = config_from_env(env)
         grace = _grace(env)
+        peer_wait = _peer_wait(env)
         metrics_port = _env_int(env, "GPU_K8S_METRICS_PORT", 0)
     except ValueError as e:
         print(f"tf_launcher: {e}", file=sys.stderr)
@@ -462,7 +466,15 @@ def main(argv: Sequence[str] | None = None, environ: dict[str, str] | None = Non
     if metrics_port:
         serve_metrics(metrics, metrics_port, env.get("GPU_K8S_METRICS_ADDRESS", ""))
     try:
-        return run_copying_output(command, env, log_file, gang=gang, grace=grace, metrics=metrics)
+        return run_copying_output(
+            command,
+            env,
+            log_file,
+            gang=gang,
+            grace=grace,
+            peer_wait=peer_wait,
+            metrics=metrics,
+        )
     finally:
         if log_file is not None:
             log_file.close()
@@ -479,6 +491,19 @@ def _grace(env: Mapping[str, str]) -> float:
     if not grace > 0:
         raise ValueError(f"GPU_K8S_GRACE_SECONDS must be a positive number, got {raw!r}")
     return grace
+
+
+def _peer_wait(env: Mapping[str, str]) -> float:
+    raw = env.get("GPU_K8S_PEER_WAIT_SECONDS", "").strip()
+    if not raw:
+        return PEER_WAIT
+    try:
+        wait = float(raw)
+    except ValueError:
+        wait = -1.0
+    if not wait >= 0:
+        raise ValueError(f"GPU_K8S_PEER_WAIT_SECONDS must be a number >= 0, got {raw!r}")
+    return wait
 
 
 def _task(role: str, index: int) -> str:
@@ -674,7 +699,8 @@ def _start_child(command: list[str], env: Mapping[str, str], write_end: int) -> 
 
 # The stop protocol's timing: marks are polled this often; the launcher leaves this much
 # of the grace period (at most STOP_MARGIN) for itself to exit before kubelet's SIGKILL;
-# a program that failed is given PEER_WAIT for a peer's stop mark to show up.
+# a program that failed is given PEER_WAIT (GPU_K8S_PEER_WAIT_SECONDS) for a peer's stop
+# mark to show up; a task without peers has none to wait for.
 POLL_SECONDS = 0.2
 STOP_MARGIN = 2.0
 PEER_WAIT = 2.0
@@ -683,8 +709,8 @@ PEER_WAIT = 2.0
 class _Stop:
     """The SIGTERM protocol of one run (see the module docstring)."""
 
-    def __init__(self, pid: int, gang: Gang | None, grace: float):
-        self.pid, self.gang, self.grace = pid, gang, grace
+    def __init__(self, pid: int, gang: Gang | None, grace: float, peer_wait: float = PEER_WAIT):
+        self.pid, self.gang, self.grace, self.peer_wait = pid, gang, grace, peer_wait
         self.signalled = False  # SIGTERM reached the launcher
         self.since: float | None = None  # when the stop began
         self.forwarded = False
@@ -735,10 +761,10 @@ class _Stop:
         """The launcher's exit code for the program's `code` (the table above)."""
         if code == 0:
             return 0
-        if self.since is None and self.gang is not None:
-            waited = time.monotonic() + PEER_WAIT
+        if self.since is None and self.gang is not None and self.gang.peers:
+            waited = time.monotonic() + self.peer_wait
             while (peer := self.gang.stopping_peer()) is None and time.monotonic() < waited:
-                time.sleep(POLL_SECONDS)
+                time.sleep(min(POLL_SECONDS, max(0.0, waited - time.monotonic())))
             if peer is not None:
                 self._say(f"exit {code} after {peer} left: stopped at the last checkpoint")
                 self.since = time.monotonic()
@@ -761,6 +787,7 @@ def run_copying_output(
     *,
     gang: Gang | None = None,
     grace: float = DEFAULT_GRACE,
+    peer_wait: float = PEER_WAIT,
     metrics: TrainingMetrics | None = None,
 ) -> int:
     """Run `command` as a child, copy its output to stdout and `log_file`; return the code.
@@ -782,7 +809,7 @@ def run_copying_output(
         if gang is not None:
             gang.mark("exited", code=EXIT_SETUP)
         return EXIT_SETUP
-    stop = _Stop(pid, gang, grace)
+    stop = _Stop(pid, gang, grace, peer_wait)
 
     def forward(number: int, _frame: object) -> None:
         if number == signal.SIGTERM:

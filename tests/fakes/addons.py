@@ -447,7 +447,7 @@ def install_kueue(api: Any, gpu_products: dict[str, str] | None = None) -> None:
     owner = {"app.kubernetes.io/managed-by": "kubernetes-control-plane"}
     kueue_visibility.serve(api)  # kueue-controller-manager serves it (VisibilityOnDemand)
     for name in (*crds.KUEUE, crds.JOBSET):  # the real CRDs at the tags (see the docstring)
-        api.put_object(
+        api.put_shared(
             f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}", crds.shared(name)
         )
     api.put_object(f"{kueue_api}/cohorts/gpu-k8s", {"metadata": {"labels": owner}, "spec": {}})

@@ -19,8 +19,9 @@ Differences from a real API server (on purpose, to stay small and deterministic)
   everything in it at once; deleting an owner deletes its dependents (by ownerReferences uid)
   at once unless `propagationPolicy=Orphan`;
 - server-side apply deep-merges maps and replaces lists; it never reports field-manager
-  conflicts and does not remove fields a manager stopped applying; strategic merge patch is
-  JSON merge patch (lists replaced); JSON patch answers 415;
+  conflicts and does not remove fields a manager stopped applying; strategic merge patch
+  merges the lists of kube_smp.py by their patch tags (others are replaced, as a list
+  without tags is); JSON patch answers 415;
 - field selectors work on any dotted field path; no pagination (`limit` is ignored, a list
   is whole); mutating admission only as `mutators` (functions a test or an emulated
   controller adds, each changing a new object before it is stored, as a mutating webhook
@@ -105,6 +106,7 @@ from fakes import (
     kube_discovery,
     kube_options,
     kube_protobuf,
+    kube_smp,
     kube_stream,
     kube_tables,
     kube_watch,
@@ -727,9 +729,24 @@ class FakeKubeApiServer:
 
     def put_object(self, path: str, obj: dict) -> dict:
         """Store `obj` at `path` as is (status included), filling apiVersion/kind/metadata."""
+        return json_copy(self._put(path, json_copy(obj)))
+
+    def put_shared(self, path: str, obj: dict) -> None:
+        """`put_object` for read-only data shared between servers (`fakes.crds.shared`).
+
+        Only its metadata and status are copied (one 0.8 MB copy of the real CRDs per test
+        was ~24 ms), the rest is stored as given, so neither the caller nor the server may
+        change it. The server never changes a stored object in place: a write stores a new
+        version (`merge_patch` shares the old one's untouched parts the same way).
+        """
+        mine = {**obj, "metadata": json_copy(obj.get("metadata") or {})}
+        if "status" in obj:
+            mine["status"] = json_copy(obj["status"])
+        self._put(path, mine)
+
+    def _put(self, path: str, obj: dict) -> dict:
         target = parse_path(path, self.resources)
         with self._lock:
-            obj = json_copy(obj)
             obj.setdefault("apiVersion", target.gv)
             obj.setdefault("kind", target.kind)
             meta = obj.setdefault("metadata", {})
@@ -747,7 +764,7 @@ class FakeKubeApiServer:
             self._store[path] = obj
             if target.kind == "CustomResourceDefinition":
                 self._crds_changed()
-            return json_copy(obj)
+            return obj
 
     def delete_object(self, path: str) -> bool:
         """Remove the object at `path` directly (no cascade); False if absent."""
@@ -1338,6 +1355,19 @@ class FakeKubeApiServer:
         _label_namespace(obj)
         if request is not None:
             self._admit(target, obj, None, request)
+        # Only storage finds the name taken: validation (422) and the validating admission
+        # plugins (403) answer first (apiserver registry/generic/registry/store.go Create:
+        # BeforeCreate's strategy.Validate, then createValidation, then Storage.Create,
+        # whose AlreadyExists of a terminating object reads "object is being deleted: ").
+        if (taken := self._store.get(target.key(name))) is not None:
+            being_deleted = taken["metadata"].get("deletionTimestamp")
+            raise ApiError(
+                409,
+                "AlreadyExists",
+                ("object is being deleted: " if being_deleted else "")
+                + f'{target.plural} "{name}" already exists',
+                {"name": name, "kind": target.plural},
+            )
         if target.kind == "Secret" and obj.get("type") == SA_TOKEN_TYPE:
             data = obj.setdefault("data", {})
             data["token"] = _b64(secrets.token_urlsafe(32))
@@ -1506,13 +1536,6 @@ class FakeKubeApiServer:
             name = meta["generateName"] + generated_suffix()
         self._validate(target, obj, name, request)
         self._check_namespace(target)
-        if target.key(name) in self._store:
-            raise ApiError(
-                409,
-                "AlreadyExists",
-                f'{target.plural} "{name}" already exists',
-                {"name": name, "kind": target.plural},
-            )
         return 201, json_copy(self._store_new(target, obj, name, request))
 
     def _update(self, target: Target, query: dict, content_type: str, body: bytes) -> tuple:
@@ -1536,17 +1559,21 @@ class FakeKubeApiServer:
     def _patch(self, target: Target, query: dict, content_type: str, body: bytes) -> tuple:
         if content_type == APPLY_PATCH_TYPE:
             return self._apply(target, query, body)
-        if content_type not in MERGE_PATCH_TYPES:
-            raise ApiError(
-                415,
-                "UnsupportedMediaType",
-                f"the body of the request was in an unknown format ({content_type}); accepted "
-                "media types include: " + ", ".join(MERGE_PATCH_TYPES + (APPLY_PATCH_TYPE,)),
-            )
+        custom = self._crd_for(target) is not None
+        accepted = kube_smp.CUSTOM_PATCH_TYPES if custom else kube_smp.BUILTIN_PATCH_TYPES
+        # JSON patch is accepted by kube-apiserver; the fake does not implement it (415)
+        if content_type not in MERGE_PATCH_TYPES or content_type not in accepted:
+            raise ApiError(415, "UnsupportedMediaType", kube_discovery.unsupported(accepted))
         request = self._request("UPDATE", "merge", query, target)
         old = self._existing(target)
         patch = self._decode(body, content_type)
-        patched = merge_patch(old, patch)
+        if content_type == "application/strategic-merge-patch+json":
+            try:
+                patched = kube_smp.strategic_merge(target.kind, old, patch)
+            except kube_smp.PatchError as e:
+                raise ApiError(e.status, e.reason, e.message) from None
+        else:
+            patched = merge_patch(old, patch)
         self._decode_body(target, patched, request)
         return 200, json_copy(self._store_update(target, old, patched, request))
 

@@ -12,6 +12,7 @@ import datetime
 import json
 import os
 import stat
+from pathlib import Path
 
 import pytest
 from charm_modules import load
@@ -110,26 +111,20 @@ def test_a_failed_snapshot_says_etcdctls_words_and_keeps_the_older(node):
     assert sorted(p.name for p in (root / "var/lib/etcd").iterdir()) == ["member"]
 
 
+def etcd_static_pod(root: Path, etcd) -> Path:
+    """Write kubeadm's etcd static pod manifest for the running member; its directory."""
+    manifests = root / "etc/kubernetes/manifests"
+    manifests.mkdir(parents=True)
+    command = ["etcd", f"--name={etcd.name}", f"--initial-advertise-peer-urls={etcd.peer_url}"]
+    pod = {"spec": {"containers": [{"name": "etcd", "command": command}]}}
+    (manifests / "etcd.yaml").write_text(json.dumps(pod))  # JSON is YAML
+    return manifests
+
+
 def test_restore_etcd_brings_the_real_member_back_to_the_snapshot(node):
     """The action's restore itself: etcdutl in the container, pods stopped, data swapped."""
     root, etcd, runner = node
-    manifests = root / "etc/kubernetes/manifests"
-    manifests.mkdir(parents=True)
-    pod = {
-        "spec": {
-            "containers": [
-                {
-                    "name": "etcd",
-                    "command": [
-                        "etcd",
-                        f"--name={etcd.name}",
-                        f"--initial-advertise-peer-urls={etcd.peer_url}",
-                    ],
-                }
-            ]
-        }
-    }
-    (manifests / "etcd.yaml").write_text(json.dumps(pod))  # JSON is YAML
+    manifests = etcd_static_pod(root, etcd)
     (manifests / "kube-apiserver.yaml").write_text("{}")
     etcd.ctl("put", "/registry/secrets/default/before", "kept")
     snapshot = etcd_backup.take(runner.host(), NOW, keep=2)
@@ -243,23 +238,7 @@ def test_a_refused_upload_says_why_and_leaves_the_local_snapshot(node, s3):
 
 def test_a_snapshot_fetched_from_s3_restores_the_real_member(node, s3):
     root, etcd, runner = node
-    manifests = root / "etc/kubernetes/manifests"
-    manifests.mkdir(parents=True)
-    pod = {
-        "spec": {
-            "containers": [
-                {
-                    "name": "etcd",
-                    "command": [
-                        "etcd",
-                        f"--name={etcd.name}",
-                        f"--initial-advertise-peer-urls={etcd.peer_url}",
-                    ],
-                }
-            ]
-        }
-    }
-    (manifests / "etcd.yaml").write_text(json.dumps(pod))
+    etcd_static_pod(root, etcd)
     creds, target = credentials(s3), etcd_s3.parse_url(f"s3://{BUCKET}/cluster-b/")
     etcd.ctl("put", "/registry/secrets/default/before", "kept")
     snapshot = etcd_backup.take(runner.host(), NOW, keep=1)

@@ -20,6 +20,7 @@ import aws
 import ops
 from charm_config import Config
 
+from charms.gpu_k8s.v0.config import UnreadableSecretError, secret_content
 from charms.gpu_k8s.v0.status import StatusError
 
 _T = TypeVar("_T")
@@ -71,12 +72,9 @@ class AwsAccess:
 
     def _secret_content(self, secret: ops.Secret) -> dict[str, str]:
         try:
-            return secret.get_content(refresh=True)
-        except (ops.SecretNotFoundError, ops.ModelError):
-            raise StatusError.blocked(
-                f"cannot read the secret in config credentials ({secret.id}); grant it: "
-                f"juju grant-secret {secret.id} {self.app.name}"
-            ) from None
+            return secret_content(secret, "credentials", self.app.name)
+        except UnreadableSecretError as e:
+            raise StatusError.blocked(str(e)) from None
 
 
 def aws_call(fn: Callable[[], _T]) -> _T:

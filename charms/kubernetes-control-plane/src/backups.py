@@ -20,9 +20,9 @@ from collections.abc import Callable, MutableMapping
 
 import etcd_backup
 import etcd_s3
-import ops
 from charm_config import Config
 
+from charms.gpu_k8s.v0.config import secret_content
 from charms.gpu_k8s.v0.system import Host
 
 logger = logging.getLogger(__name__)
@@ -89,13 +89,7 @@ class Backups:
                 "juju config kubernetes-control-plane etcd-backup-credentials=secret:<id>"
             )
         try:
-            content = secret.get_content(refresh=True)
-        except (ops.SecretNotFoundError, ops.ModelError):
-            raise etcd_s3.S3BackupError(
-                f"cannot read the secret in config etcd-backup-credentials ({secret.id}); "
-                f"grant it: juju grant-secret {secret.id} {self.app}"
-            ) from None
-        try:
+            content = secret_content(secret, "etcd-backup-credentials", self.app)
             return etcd_s3.Credentials.from_secret(content)
         except ValueError as e:
             raise etcd_s3.S3BackupError(str(e)) from None

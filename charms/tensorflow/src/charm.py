@@ -56,6 +56,7 @@ from params import (
     parse_user,
 )
 
+from charms.gpu_k8s.v0.config import UnreadableSecretError, secret_content
 from charms.gpu_k8s.v0.cos_agent import CosAgentProvider
 from charms.gpu_k8s.v0.images import mirrored
 from charms.gpu_k8s.v0.kube_api import KubeApiRequirer, Rule
@@ -274,12 +275,9 @@ class TensorflowCharm(ops.CharmBase):
                 self._stored.secrets = sorted(written - {name})
             return
         try:
-            content = secret.get_content(refresh=True)
-        except (ops.SecretNotFoundError, ops.ModelError):
-            raise StatusError.blocked(
-                f"cannot read the secret in config {option} ({secret.id}); grant it: "
-                f"juju grant-secret {secret.id} {self.app.name}"
-            ) from None
+            content = secret_content(secret, option, self.app.name)
+        except UnreadableSecretError as e:
+            raise StatusError.blocked(str(e)) from None
         with on_error(ops.BlockedStatus, ValueError):  # a key missing or malformed
             manifest = build(content)
         kube.apply(manifest, field_manager=self.app.name)

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -183,6 +184,8 @@ def pod_env(tmp_path):
         "JOB_COMPLETION_INDEX": "1",
         "GPU_K8S_DATA_DIR": str(tmp_path),
         "PATH": "/usr/bin",
+        # no peer runs in these tests: a failed program's task need not look for a stop
+        "GPU_K8S_PEER_WAIT_SECONDS": "0",
     }
 
 
@@ -280,6 +283,8 @@ def test_print_tf_config_creates_nothing(monkeypatch, pod_env, tmp_path, capsys)
         ({"GPU_K8S_STRATEGY": "mwms"}, "strategy 'mwms' has no parameter servers"),
         ({"GPU_K8S_HOSTS": "{"}, "GPU_K8S_HOSTS is not valid JSON"),
         ({"GPU_K8S_DATA_DIR": "/nonexistent/data"}, "mount the shared volume there"),
+        ({"GPU_K8S_PEER_WAIT_SECONDS": "-1"}, "GPU_K8S_PEER_WAIT_SECONDS must be a number >= 0"),
+        ({"GPU_K8S_PEER_WAIT_SECONDS": "soon"}, "must be a number >= 0, got 'soon'"),
     ],
 )
 def test_bad_environment_fails_before_creating_anything(
@@ -526,7 +531,15 @@ while True:
 class Task:
     """One launcher process of a gang running PROGRAM (a pod's container, locally)."""
 
-    def __init__(self, tmp_path: Path, strategy: str, role: str, index: int, *args: str):
+    def __init__(
+        self,
+        tmp_path: Path,
+        strategy: str,
+        role: str,
+        index: int,
+        *args: str,
+        peer_wait: str = "",
+    ):
         program = tmp_path / "program.py"
         program.write_text(PROGRAM)
         (tmp_path / "events").mkdir(exist_ok=True)
@@ -543,6 +556,7 @@ class Task:
             "GPU_K8S_GRACE_SECONDS": "2",
             "EVENTS": str(tmp_path / "events"),
             "HOSTNAME": f"j-{role}-0-{index}",
+            "GPU_K8S_PEER_WAIT_SECONDS": peer_wait,  # "": the launcher's default
         }
         self.err = tmp_path / f"{role}-{index}.err"
         with self.err.open("wb") as err:
@@ -595,7 +609,8 @@ class Task:
     ],
 )
 def test_the_program_s_exit_code_follows_the_table(tmp_path, args, code):
-    task = Task(tmp_path, "mwms", "worker", 1, *args)
+    # worker-0 never starts: no stop can show up, so the task looks for one once
+    task = Task(tmp_path, "mwms", "worker", 1, *args, peer_wait="0")
     assert task.wait() == code, task.stderr()
     if code == tf_launcher.EXIT_FAILED and args[1] != "1":
         assert f"the program exited {args[1]}, a code the launcher reserves" in task.stderr()
@@ -635,9 +650,13 @@ def test_a_peer_leaving_mid_step_is_a_stop_and_a_crashed_peer_a_failure(tmp_path
     # a crash is no stop: the survivor's failure is its own (and the crash counts)
     other = tmp_path / "other"
     other.mkdir()
-    crashed = Task(other, "mwms", "worker", 1, "--exit", "1", "--after", "1.5").ready()
+    # (no stop mark ever comes: each looks for one for 0.5 s, not the default 2 s)
+    crashed = Task(other, "mwms", "worker", 1, "--exit", "1", "--after", "1.5", peer_wait="0.5")
+    crashed.ready()
     pid = crashed.program_pid()
-    survivor = Task(other, "mwms", "worker", 0, "--on-term", "ignore", "--peer-gone", str(pid))
+    survivor = Task(
+        other, "mwms", "worker", 0, "--on-term", "ignore", "--peer-gone", str(pid), peer_wait="0.5"
+    )
     assert (crashed.wait(), survivor.wait()) == (1, 1), survivor.stderr()
 
 
@@ -653,6 +672,34 @@ def test_a_drained_ps_serves_until_the_chief_saved(tmp_path):
     assert "SIGTERM: stopping; the job resumes from its last checkpoint (serving until" in (
         ps.stderr()
     )
+
+
+def test_a_failed_task_waits_peer_wait_for_a_stop_mark_and_no_longer(tmp_path, capfd):
+    """A peer's stop mark that shows up while the failed task waits makes it a stop."""
+    marks = tmp_path / "gang"
+    marks.mkdir()
+    config = {"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 1}}
+    fails = [sys.executable, "-c", "raise SystemExit(1)"]
+
+    def peer_stops_after(seconds: float) -> threading.Timer:
+        mark = json.dumps({"state": "stopping", "token": f"peer-{seconds}"})
+        timer = threading.Timer(seconds, (marks / "worker-0.json").write_text, [mark])
+        timer.start()
+        return timer
+
+    gang = tf_launcher.Gang.join(marks, config, "j-worker-0-1")
+    timer = peer_stops_after(0.3)
+    code = tf_launcher.run_copying_output(fails, dict(os.environ), None, gang=gang, peer_wait=5)
+    timer.join()
+    assert code == tf_launcher.EXIT_STOPPED
+    assert "exit 1 after worker-0 left: stopped at the last checkpoint" in capfd.readouterr().err
+
+    # a new gang whose peer runs on: the wait ends without a stop, the failure counts
+    gang = tf_launcher.Gang.join(marks, config, "j-worker-0-1")
+    (marks / "worker-0.json").write_text(json.dumps({"state": "running", "token": "next"}))
+    code = tf_launcher.run_copying_output(fails, dict(os.environ), None, gang=gang, peer_wait=0.2)
+    assert code == 1
+    assert "stopped at the last checkpoint" not in capfd.readouterr().err
 
 
 def test_an_earlier_gang_s_marks_do_not_stop_a_new_one(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import addons
 import efs_csi
@@ -104,3 +105,24 @@ def machine(tmp_path, api, monkeypatch, clock, etcd):
 @pytest.fixture
 def ctx(machine):
     return testing.Context(charm.KubernetesControlPlaneCharm)
+
+
+@pytest.fixture
+def whoami(api) -> Callable[[str], str | None]:
+    """Who `api` takes a bearer token for (SelfSubjectReview), or None when it refuses it."""
+    from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
+
+    def ask(token: str) -> str | None:
+        review = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+        with Kube.from_kubeconfig(api.kubeconfig(token), retries=0) as kube:
+            try:
+                answer = kube.request(
+                    "POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", body=review
+                )
+            except KubeError as e:
+                if e.status == 401:
+                    return None
+                raise
+        return answer["status"]["userInfo"]["username"]
+
+    return ask

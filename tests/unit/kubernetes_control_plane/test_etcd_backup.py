@@ -383,6 +383,19 @@ def test_an_upload_without_usable_credentials_says_which(ctx, machine, etcd, aws
     assert objects(s3) == []
 
 
+def test_an_upload_with_a_secret_not_granted_says_how_to_grant_it(ctx, machine, etcd, aws, s3):
+    missing = "secret:d0g9o5mhe5rgvn8lfa8g"  # not granted: not in the unit's state
+    out = with_s3(aws, bootstrapped(ctx), **{"etcd-backup-credentials": missing})
+    with pytest.raises(testing.ActionFailed) as failed:
+        ctx.run(ctx.on.action("backup-etcd"), out)
+    assert (
+        f"cannot read the secret in config etcd-backup-credentials ({missing}); grant it: "
+        f"juju grant-secret {missing} kubernetes-control-plane"
+    ) in failed.value.message
+    assert len(kept(machine)) == 1
+    assert objects(s3) == []
+
+
 def test_a_scheduled_upload_that_fails_is_in_the_status_and_retried(
     ctx, machine, etcd, clock, aws, s3
 ):

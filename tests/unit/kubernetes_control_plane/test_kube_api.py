@@ -32,27 +32,12 @@ def granted_token(state, rel) -> str:
     return yaml.safe_load(sec.latest_content["kubeconfig"])["users"][0]["user"]["token"]
 
 
-def whoami(api, token) -> str | None:
-    """Who the API server takes `token` for (SelfSubjectReview), or None when it refuses it."""
-    from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
-
-    review = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
-    with Kube.from_kubeconfig(api.kubeconfig(token), retries=0) as kube:
-        try:
-            answer = kube.request(
-                "POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", body=review
-            )
-        except KubeError as e:
-            if e.status == 401:
-                return None
-            raise
-    return answer["status"]["userInfo"]["username"]
-
-
 TENSORFLOW_SA = "system:serviceaccount:training:tensorflow"
 
 
-def test_grant_creates_scoped_rbac_and_hands_kubeconfig_in_relation_secret(ctx, bootstrapped, api):
+def test_grant_creates_scoped_rbac_and_hands_kubeconfig_in_relation_secret(
+    ctx, bootstrapped, api, whoami
+):
     rel = kube_api_relation("tensorflow", "training", JOBS, NODES)
     other = kube_api_relation("efs-storage", "storage")
     state = with_relation(with_relation(bootstrapped, rel), other)
@@ -89,7 +74,7 @@ def test_grant_creates_scoped_rbac_and_hands_kubeconfig_in_relation_secret(ctx, 
     }
     assert sec.remote_grants == {rel.id: {"tensorflow"}}
     config = yaml.safe_load(sec.latest_content["kubeconfig"])
-    assert whoami(api, config["users"][0]["user"]["token"]) == TENSORFLOW_SA
+    assert whoami(config["users"][0]["user"]["token"]) == TENSORFLOW_SA
     assert config["contexts"][0]["context"]["namespace"] == "training"
     # the other consumer (no rules) got its own secret, not this one, and no Role
     other_sec = next(s for s in out.secrets if s.label == f"kube-api-{other.id}")
@@ -212,7 +197,7 @@ def test_consumer_without_request_yet_is_left_alone(ctx, bootstrapped, api):
     assert out.get_relation(rel.id).local_app_data == {}
 
 
-def test_consumers_follow_the_api_server_of_a_new_leader(ctx, bootstrapped, api):
+def test_consumers_follow_the_api_server_of_a_new_leader(ctx, bootstrapped, api, whoami):
     rel = kube_api_relation("tensorflow", "training", JOBS)
     out = ctx.run(ctx.on.relation_changed(rel), with_relation(bootstrapped, rel))
     label = f"kube-api-{rel.id}"
@@ -227,10 +212,10 @@ def test_consumers_follow_the_api_server_of_a_new_leader(ctx, bootstrapped, api)
     sec = next(s for s in out.secrets if s.label == label)
     config = yaml.safe_load(sec.latest_content["kubeconfig"])
     assert config["clusters"][0]["cluster"]["server"] == "https://10.0.0.9:6443"
-    assert whoami(api, config["users"][0]["user"]["token"]) == TENSORFLOW_SA
+    assert whoami(config["users"][0]["user"]["token"]) == TENSORFLOW_SA
 
 
-def test_consumers_get_every_api_server_to_fail_over_to(ctx, bootstrapped, api):
+def test_consumers_get_every_api_server_to_fail_over_to(ctx, bootstrapped, api, whoami):
     """Review deploy.md N20: the leader's machine lost, a consumer still has a way in.
 
     The kubeconfig's current context is the leader's API server; each other joined unit's
@@ -255,7 +240,7 @@ def test_consumers_get_every_api_server_to_fail_over_to(ctx, bootstrapped, api):
         "https://10.0.0.6:6443",
         "https://10.0.0.7:6443",
     ]
-    assert whoami(api, config["users"][0]["user"]["token"]) == TENSORFLOW_SA
+    assert whoami(config["users"][0]["user"]["token"]) == TENSORFLOW_SA
     assert out.get_relation(rel.id).local_app_data["endpoint"] == "https://192.0.2.0:6443"
     again = ctx.run(ctx.on.update_status(), out)
     assert next(s for s in again.secrets if s.label == label).latest_content["kubeconfig"] == text

@@ -39,33 +39,16 @@ def _token(state, rel) -> str:
     return config["users"][0]["user"]["token"]
 
 
-def _whoami(api, token: str) -> str | None:
-    """Who the API server takes `token` for (SelfSubjectReview); None when it refuses it."""
-    from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
-
-    review = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
-    with Kube.from_kubeconfig(api.kubeconfig(token), retries=0) as kube:
-        try:
-            answer = kube.request(
-                "POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", body=review
-            )
-        except KubeError as e:
-            if e.status == 401:
-                return None
-            raise
-    return answer["status"]["userInfo"]["username"]
-
-
 def _entry(state, rel) -> dict:
     return json.loads(peer(state).local_app_data["kube-api"])[str(rel.id)]
 
 
 def test_a_consumer_gets_a_48_hour_token_request_token_and_no_token_secret(
-    ctx, machine, api, clock
+    ctx, machine, api, clock, whoami
 ):
     out, rel = _granted(ctx, machine)
 
-    assert _whoami(api, _token(out, rel)) == TENSORFLOW_SA
+    assert whoami(_token(out, rel)) == TENSORFLOW_SA
     # no long-lived credential anywhere: no service-account-token Secret in its namespace
     assert api.get_object(LEGACY_SECRET) is None
     assert not [
@@ -83,7 +66,7 @@ def test_a_consumer_gets_a_48_hour_token_request_token_and_no_token_secret(
 
 
 def test_secret_rotate_writes_a_new_revision_and_the_old_token_dies_at_its_expiry(
-    ctx, machine, api, clock
+    ctx, machine, api, clock, whoami
 ):
     out, rel = _granted(ctx, machine)
     first = _token(out, rel)
@@ -92,15 +75,15 @@ def test_secret_rotate_writes_a_new_revision_and_the_old_token_dies_at_its_expir
     out = ctx.run(ctx.on.secret_rotate(_secret(out, rel)), out)
     second = _token(out, rel)
     assert second != first
-    assert _whoami(api, first) == TENSORFLOW_SA  # both hold until the first expires
+    assert whoami(first) == TENSORFLOW_SA  # both hold until the first expires
 
     clock.advance(hours=24, minutes=1)  # past the first token's 48 hours
-    assert _whoami(api, first) is None  # refused: 401 Unauthorized
-    assert _whoami(api, second) == TENSORFLOW_SA  # the consumer that read the new revision
+    assert whoami(first) is None  # refused: 401 Unauthorized
+    assert whoami(second) == TENSORFLOW_SA  # the consumer that read the new revision
 
 
 def test_a_missed_rotation_is_made_up_by_any_hook_with_a_third_of_the_life_left(
-    ctx, machine, api, clock
+    ctx, machine, api, clock, whoami
 ):
     out, rel = _granted(ctx, machine)
     first = _token(out, rel)
@@ -117,11 +100,11 @@ def test_a_missed_rotation_is_made_up_by_any_hook_with_a_third_of_the_life_left(
     assert _token(again, rel) == renewed  # idempotent: one renewal
 
     clock.advance(hours=16)  # the first token expired; the renewed one holds
-    assert _whoami(api, first) is None
-    assert _whoami(api, renewed) == TENSORFLOW_SA
+    assert whoami(first) is None
+    assert whoami(renewed) == TENSORFLOW_SA
 
 
-def _granted_before_token_requests(ctx, machine, api):
+def _granted_before_token_requests(ctx, machine, api, whoami):
     """A consumer as an earlier revision left it: a token Secret's token, no expiry."""
     out, rel = _granted(ctx, machine)
     legacy = "legacy-secret-token"
@@ -159,42 +142,42 @@ def _granted_before_token_requests(ctx, machine, api):
     state = dataclasses.replace(
         out, relations=relations, secrets=[*[s for s in out.secrets if s.id != sec.id], old]
     )
-    assert _whoami(api, legacy) == TENSORFLOW_SA
+    assert whoami(legacy) == TENSORFLOW_SA
     return state, rel, legacy
 
 
 def test_upgrade_moves_a_consumer_to_token_request_and_deletes_its_token_secret_once_unread(
-    ctx, machine, api, clock
+    ctx, machine, api, clock, whoami
 ):
-    state, rel, legacy = _granted_before_token_requests(ctx, machine, api)
+    state, rel, legacy = _granted_before_token_requests(ctx, machine, api, whoami)
 
     out = ctx.run(ctx.on.upgrade_charm(), state)
     new = _token(out, rel)
-    assert new != legacy and _whoami(api, new) == TENSORFLOW_SA
+    assert new != legacy and whoami(new) == TENSORFLOW_SA
     assert _secret(out, rel).rotate == SecretRotate.DAILY
     # the consumer may not have read the new revision yet: its old token still works
-    assert _whoami(api, legacy) == TENSORFLOW_SA
+    assert whoami(legacy) == TENSORFLOW_SA
     assert _entry(out, rel)["legacy-token"] == 1
 
     # Juju: no unit of the consumer tracks revision 1 any more
     out = ctx.run(ctx.on.secret_remove(_secret(out, rel), revision=1), out)
     assert api.get_object(LEGACY_SECRET) is None
-    assert _whoami(api, legacy) is None  # revoked, 401
-    assert _whoami(api, new) == TENSORFLOW_SA
+    assert whoami(legacy) is None  # revoked, 401
+    assert whoami(new) == TENSORFLOW_SA
     assert "legacy-token" not in _entry(out, rel)
     assert ctx.removed_secret_revisions == [1]
 
 
 def test_a_token_secret_no_secret_remove_reported_goes_at_the_next_renewal(
-    ctx, machine, api, clock
+    ctx, machine, api, clock, whoami
 ):
-    state, rel, legacy = _granted_before_token_requests(ctx, machine, api)
+    state, rel, legacy = _granted_before_token_requests(ctx, machine, api, whoami)
     out = ctx.run(ctx.on.upgrade_charm(), state)
-    assert _whoami(api, legacy) == TENSORFLOW_SA
+    assert whoami(legacy) == TENSORFLOW_SA
 
     clock.advance(hours=24)
     out = ctx.run(ctx.on.secret_rotate(_secret(out, rel)), out)
     assert api.get_object(LEGACY_SECRET) is None
-    assert _whoami(api, legacy) is None
-    assert _whoami(api, _token(out, rel)) == TENSORFLOW_SA
+    assert whoami(legacy) is None
+    assert whoami(_token(out, rel)) == TENSORFLOW_SA
     assert "legacy-token" not in _entry(out, rel)

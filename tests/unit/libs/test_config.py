@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+import ops
 import pydantic
 import pytest
+from ops import testing
 
-from charms.gpu_k8s.v0.config import ActionParams, CharmConfig
+from charms.gpu_k8s.v0.config import ActionParams, CharmConfig, secret_content
 
 
 class Config(CharmConfig):
@@ -71,3 +75,56 @@ def test_between_bounds_an_int_with_a_message_that_names_the_range():
         Params(timeout=0)
     with pytest.raises(ValueError, match=r"^replicas: must be between 0 and 8, got 9$"):
         Params(replicas=9)
+
+
+# ------------------------------------------------------ a Juju secret named in config
+
+
+@dataclasses.dataclass(frozen=True)
+class _SecretConfig:
+    credentials: ops.Secret  # load_config makes it lazily, as in the charms
+
+
+class _ReadsItsSecret(ops.CharmBase):
+    """Reads the secret its `credentials` option names; the outcome is its status."""
+
+    def __init__(self, framework: ops.Framework):
+        super().__init__(framework)
+        framework.observe(self.on.config_changed, self._on_config_changed)
+
+    def _on_config_changed(self, _: ops.EventBase) -> None:
+        secret = self.load_config(_SecretConfig).credentials
+        try:
+            content = secret_content(secret, "credentials", self.app.name)
+        except ValueError as e:
+            self.unit.status = ops.BlockedStatus(str(e))
+            return
+        self.unit.status = ops.ActiveStatus(",".join(sorted(content)))
+
+
+_SECRET_META = {"name": "reader"}
+_SECRET_CONFIG = {"options": {"credentials": {"type": "secret"}}}
+
+
+def test_a_granted_secret_s_newest_content_is_read():
+    ctx = testing.Context(_ReadsItsSecret, meta=_SECRET_META, config=_SECRET_CONFIG)
+    secret = testing.Secret(
+        {"access-key-id": "old"}, latest_content={"access-key-id": "a", "secret-access-key": "s"}
+    )
+    state = testing.State(config={"credentials": secret.id}, secrets={secret})
+
+    out = ctx.run(ctx.on.config_changed(), state)
+
+    assert out.unit_status == testing.ActiveStatus("access-key-id,secret-access-key")
+
+
+def test_a_secret_the_app_cannot_read_says_how_to_grant_it_and_shows_no_content():
+    ctx = testing.Context(_ReadsItsSecret, meta=_SECRET_META, config=_SECRET_CONFIG)
+    secret_id = "secret:d0g9o5mhe5rgvn8lfa8g"  # not granted: not in the unit's state
+
+    out = ctx.run(ctx.on.config_changed(), testing.State(config={"credentials": secret_id}))
+
+    assert out.unit_status == testing.BlockedStatus(
+        f"cannot read the secret in config credentials ({secret_id}); grant it: "
+        f"juju grant-secret {secret_id} reader"
+    )

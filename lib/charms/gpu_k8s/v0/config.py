@@ -7,18 +7,20 @@
 status; a raw pydantic `ValidationError` spans several lines and names Python fields.
 Models here raise a one-line `ValueError` instead, naming the option as the operator
 types it (`nvidia-driver`, not `nvidia_driver`) followed by the validator's message,
-which should say how to fix it.
+which should say how to fix it. `secret_content` reads a Juju secret an operator gave
+in a config option, with the one message that says how to grant it.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
+import ops
 import pydantic
 
 LIBID = "cf822d1c0c224ad4b0ae4c8e3ace221a"
 LIBAPI = 0
-LIBPATCH = 2
+LIBPATCH = 3
 
 
 def describe(error: pydantic.ValidationError) -> str:
@@ -31,6 +33,29 @@ def describe(error: pydantic.ValidationError) -> str:
     elif first["type"] == "extra_forbidden":
         message = "is not a known parameter"
     return f"{name} {message}" if message.startswith("is ") else f"{name}: {message}"
+
+
+class UnreadableSecretError(ValueError):
+    """The application cannot read the Juju secret a config option names."""
+
+
+def secret_content(secret: ops.Secret, option: str, app: str) -> dict[str, str]:
+    """The newest content of `secret`, the Juju secret config `option` of `app` names.
+
+    Raises:
+        UnreadableSecretError: (a ValueError) the application cannot read it (not
+            granted: secret-get answers "permission denied", an ops.ModelError; or no
+            such secret, ops.SecretNotFoundError), saying "cannot read the secret in
+            config <option> (<id>); grant it: juju grant-secret <id> <app>". Each caller
+            maps it to its own error; the message holds no content.
+    """
+    try:
+        return secret.get_content(refresh=True)
+    except (ops.SecretNotFoundError, ops.ModelError):
+        raise UnreadableSecretError(
+            f"cannot read the secret in config {option} ({secret.id}); grant it: "
+            f"juju grant-secret {secret.id} {app}"
+        ) from None
 
 
 class _Validated(pydantic.BaseModel):

@@ -1,0 +1,208 @@
+"""The fake API server's create order and strategic merge patch, as kube-apiserver 1.36.
+
+Create: validation (422) and the validating admission plugins (403) answer before storage
+finds the name taken (409): apiserver registry/generic/registry/store.go `Create`. Strategic
+merge patch: tests/fakes/kube_smp.py (each list's patch tags from k8s.io/api core/v1
+types.go). Each test sends a real request with the real `kubernetes` client.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
+from fakes import crds
+from fakes.kube_apiserver import FakeKubeApiServer
+
+SMP = "application/strategic-merge-patch+json"
+MERGE = "application/merge-patch+json"
+NODE = "/api/v1/nodes/gpu-0"
+
+
+@pytest.fixture
+def work(kube: Kube) -> Kube:
+    kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "work"}})
+    return kube
+
+
+def _deployment(**spec: Any) -> dict:
+    labels = {"app": "web"}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "work"},
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+            },
+            **spec,
+        },
+    }
+
+
+def _refused(call) -> KubeError:
+    with pytest.raises(KubeError) as info:
+        call()
+    return info.value
+
+
+# ------------------------------------------------------------------- create's order
+
+
+def test_an_invalid_object_is_invalid_even_when_its_name_is_taken(work: Kube):
+    work.create(_deployment())
+    invalid = _deployment()
+    del invalid["spec"]["selector"]
+
+    error = _refused(lambda: work.create(invalid))
+    assert (error.status, error.reason) == (422, "Invalid")
+    assert error.message == 'Deployment.apps "web" is invalid: spec.selector: Required value'
+
+    error = _refused(lambda: work.create(_deployment()))
+    assert (error.status, error.reason) == (409, "AlreadyExists")
+
+
+def test_pod_security_refuses_before_the_name_is_found_taken(work: Kube):
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "work"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+    }
+    work.create(pod)
+    labels = {"pod-security.kubernetes.io/enforce": "restricted"}
+    work.patch("v1", "Namespace", "work", {"metadata": {"labels": labels}})
+
+    error = _refused(lambda: work.create(pod))
+    assert (error.status, error.reason) == (403, "Forbidden")
+    assert error.message.startswith('pods "p" is forbidden: violates PodSecurity "restricted')
+
+
+def test_a_name_held_by_a_terminating_object_says_it_is_being_deleted(work: Kube):
+    config = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "held", "namespace": "work", "finalizers": ["example.com/keep"]},
+    }
+    work.create(config)
+    work.delete("v1", "ConfigMap", "held", "work")
+
+    error = _refused(lambda: work.create(config))
+    assert (error.status, error.reason) == (409, "AlreadyExists")
+    assert error.message == 'object is being deleted: configmaps "held" already exists'
+
+
+# ---------------------------------------------------------------- strategic merge patch
+
+
+@pytest.fixture
+def node(kube_api: FakeKubeApiServer) -> dict:
+    return kube_api.put_object(
+        NODE,
+        {
+            "spec": {"taints": [{"key": "a", "value": "1", "effect": "NoSchedule"}]},
+            "status": {
+                "conditions": [
+                    {"type": "MemoryPressure", "status": "False"},
+                    {"type": "Ready", "status": "True"},
+                ],
+            },
+        },
+    )
+
+
+def _patch(kube: Kube, path: str, body: Any, content_type: str = SMP) -> dict:
+    return kube.request("PATCH", path, body=body, content_type=content_type)
+
+
+def _conditions(node: dict) -> list[tuple[str, str]]:
+    return [(c["type"], c["status"]) for c in node["status"]["conditions"]]
+
+
+def test_node_conditions_merge_by_type(kube: Kube, node: dict):
+    """NodeStatus.Conditions: patchStrategy merge, patchMergeKey type."""
+    gpu = {"type": "GpuHealthy", "status": "False"}
+    patched = _patch(kube, f"{NODE}/status", {"status": {"conditions": [gpu]}})
+    assert _conditions(patched) == [
+        ("MemoryPressure", "False"),
+        ("Ready", "True"),
+        ("GpuHealthy", "False"),
+    ]
+
+    ready = {"type": "Ready", "status": "False"}
+    patched = _patch(kube, f"{NODE}/status", {"status": {"conditions": [ready]}})
+    assert ("Ready", "False") in _conditions(patched) and len(_conditions(patched)) == 3
+
+    gone = {"type": "GpuHealthy", "$patch": "delete"}
+    patched = _patch(kube, f"{NODE}/status", {"status": {"conditions": [gone]}})
+    assert _conditions(patched) == [("MemoryPressure", "False"), ("Ready", "False")]
+
+    # a JSON merge patch replaces the list, as RFC 7386 says
+    patched = _patch(kube, f"{NODE}/status", {"status": {"conditions": [gpu]}}, MERGE)
+    assert _conditions(patched) == [("GpuHealthy", "False")]
+
+
+def test_node_taints_have_no_patch_strategy_and_are_replaced(kube: Kube, node: dict):
+    """NodeSpec.Taints: `json:"taints,omitempty"`, no patchStrategy tag."""
+    taint = {"key": "b", "value": "2", "effect": "NoExecute"}
+    patched = _patch(kube, NODE, {"spec": {"taints": [taint]}})
+    assert patched["spec"]["taints"] == [taint]
+
+
+def test_finalizers_merge_as_a_set_and_a_directive_removes_one(kube: Kube, node: dict):
+    """ObjectMeta.Finalizers: patchStrategy merge (a list of strings)."""
+    _patch(kube, NODE, {"metadata": {"finalizers": ["x.example.com/a"]}})
+    patched = _patch(kube, NODE, {"metadata": {"finalizers": ["x.example.com/b"]}})
+    assert patched["metadata"]["finalizers"] == ["x.example.com/a", "x.example.com/b"]
+    drop = {"$deleteFromPrimitiveList/finalizers": ["x.example.com/a"]}
+    patched = _patch(kube, NODE, {"metadata": drop})
+    assert patched["metadata"]["finalizers"] == ["x.example.com/b"]
+
+
+def test_a_container_merges_by_name_and_its_env_too(work: Kube):
+    base = _deployment()
+    base["spec"]["template"]["spec"]["containers"][0]["env"] = [{"name": "A", "value": "1"}]
+    work.create(base)
+    change = {"name": "c", "image": "busybox:1.37", "env": [{"name": "B", "value": "2"}]}
+    path = work.path("apps/v1", "Deployment", "work", "web")
+
+    patched = _patch(work, path, {"spec": {"template": {"spec": {"containers": [change]}}}})
+
+    [container] = patched["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "busybox:1.37"
+    assert container["env"] == [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]
+
+
+def test_an_item_without_its_merge_key_fails_the_patch(kube: Kube, node: dict):
+    """In strategicpatch mergeSlice: mergepatch.ErrNoMergeKey, answered as a 500."""
+    error = _refused(
+        lambda: _patch(kube, f"{NODE}/status", {"status": {"conditions": [{"status": "True"}]}})
+    )
+    assert (error.status, error.reason) == (500, "InternalError")
+    assert error.message == (
+        "Internal error occurred: map: map[status:True] does not contain declared merge key: type"
+    )
+
+
+def test_a_custom_resource_takes_no_strategic_merge_patch(kube: Kube, kube_api: FakeKubeApiServer):
+    """apiextensions-apiserver serves JSON patch, merge patch and apply to custom resources."""
+    name = "resourceflavors.kueue.x-k8s.io"
+    kube_api.put_shared(
+        f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}", crds.shared(name)
+    )
+    path = "/apis/kueue.x-k8s.io/v1beta2/resourceflavors/cpu"
+    kube_api.put_object(path, {"spec": {}})
+
+    error = _refused(lambda: _patch(kube, path, {"metadata": {"labels": {"a": "b"}}}))
+
+    assert (error.status, error.reason) == (415, "UnsupportedMediaType")
+    assert error.message == (
+        "the body of the request was in an unknown format - accepted media types include: "
+        "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
+    )
+    patched = _patch(kube, path, {"metadata": {"labels": {"a": "b"}}}, MERGE)
+    assert patched["metadata"]["labels"] == {"a": "b"}
