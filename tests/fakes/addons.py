@@ -518,15 +518,16 @@ def size_cohort(api: Any, *, cohort: bool = True) -> dict:
     ]
     have = kueue.capacity(api.objects("/api/v1/nodes/"), pods, models, shared=False)
     held = kueue.guarantees(teams, flavors)
-    objects = kueue.cluster_objects(models, quota=kueue.cohort_quota(have, held))
+    given = kueue.clamp(have, held, [t.queue for t in teams])
+    objects = kueue.cluster_objects(models, quota=kueue.cohort_quota(have, given))
     sized = next(o for o in objects if o["kind"] == "Cohort")
     if cohort:
         api.put_object(f"{kueue_api}/cohorts/{kueue.COHORT}", sized)
     for team in teams:
         path = f"{kueue_api}/clusterqueues/{team.queue}"
-        queue = kueue.team_queue(team, flavors)
+        queue = kueue.team_queue(team, flavors, given)
         live = api.get_object(path) or {}
         if live.get("spec") != queue["spec"]:
             status = live.get("status")
             api.put_object(path, {**queue, **({"status": status} if status else {})})
-    return {"overcommitted": kueue.overcommitted(have, held), "cohort": sized}
+    return {"overcommitted": kueue.overcommitted(have, held, given), "cohort": sized}
