@@ -86,6 +86,8 @@ from charms.gpu_k8s.v0.kubernetes_cluster import GPU_TAINT
 
 API = "kueue.x-k8s.io/v1beta2"
 JOBSET_FRAMEWORK = "jobset.x-k8s.io/jobset"
+# Kueue's integrations (pkg/controller/jobs/job, jobs/jobset: their FrameworkName)
+FRAMEWORKS = ("batch/job", JOBSET_FRAMEWORK)
 COHORT = "gpu-k8s"
 CPU_FLAVOR = "cpu"
 LABEL_PRODUCT = "nvidia.com/gpu.product"
@@ -96,7 +98,7 @@ MANAGED_BY = "kubernetes-control-plane"
 
 
 def configure(text: str, settings: batch_engines.Settings) -> str:
-    """Kueue's manager configuration with waitForPodsReady and the JobSet integration on."""
+    """Kueue's manager configuration: waitForPodsReady, fair sharing, Job and JobSet only."""
     try:
         config = yaml.safe_load(text) or {}
     except yaml.YAMLError as e:
@@ -122,13 +124,29 @@ def configure(text: str, settings: batch_engines.Settings) -> str:
     config["fairSharing"] = {
         "preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]
     }
+    # Every batch Job and JobSet of a team's namespace goes through Kueue, queue label or
+    # not (issue 29 leftover 3: an unlabelled Job ran outside the team's quota). Kueue
+    # v0.19.2 suspends one on create (jobframework/utils.go WorkloadShouldBeSuspended:
+    # manageJobsWithoutQueueName and the namespace matching managedJobsNamespaceSelector)
+    # and manages it (reconciler.go ReconcileGenericJob: the same two checks); its Workload
+    # names no LocalQueue, so it is never admitted ("LocalQueue  doesn't exist",
+    # workload_controller.go getQueueBlocker). The selector keeps this to the teams'
+    # namespaces (the label the control plane gives them): kube-system, kueue-system and
+    # gpu-k8s-* carry no such label, so their Jobs are never suspended (for those
+    # integrations "ManagedJobsNamespaceSelector ... modulat[es] the effects of
+    # ManageJobsWithoutQueueName", apis/config/v1beta2/configuration_types.go).
+    config["manageJobsWithoutQueueName"] = True
     config["managedJobsNamespaceSelector"] = {
         "matchLabels": {KUEUE_NAMESPACE_LABEL: KUEUE_NAMESPACE_VALUE}
     }
-    integrations = config.setdefault("integrations", {})
-    frameworks = integrations.setdefault("frameworks", [])
-    if JOBSET_FRAMEWORK not in frameworks:
-        frameworks.append(JOBSET_FRAMEWORK)
+    # Only the integrations the bundle uses. With manageJobsWithoutQueueName on, the pod
+    # integration gates every pod no Kueue-managed job owns (pod_webhook.go Default:
+    # `suspend = queue name != "" || manageJobsWithoutQueueName`), and the deployment and
+    # statefulset ones (which enable it, ImplicitlyEnabledFrameworkNames) suspend every
+    # Deployment: TensorBoard's and the model servers' pods would wait forever in a queue
+    # named by nothing. A framework left out gets a no-op webhook, so the release's
+    # webhook configurations still answer (jobframework/setup.go setupControllers).
+    config.setdefault("integrations", {})["frameworks"] = list(FRAMEWORKS)
     return yaml.safe_dump(config, sort_keys=False)
 
 

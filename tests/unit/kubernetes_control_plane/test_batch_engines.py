@@ -65,8 +65,13 @@ def test_the_leader_applies_both_releases_made_this_clusters(ctx, machine, api, 
     assert config["apiVersion"] == "config.kueue.x-k8s.io/v1beta2"
     assert config["waitForPodsReady"]["timeout"] == "10m"
     assert config["waitForPodsReady"]["requeuingStrategy"]["timestamp"] == "Eviction"
-    assert "jobset.x-k8s.io/jobset" in config["integrations"]["frameworks"]
-    assert "batch/job" in config["integrations"]["frameworks"]  # upstream's list is kept
+    # Job and JobSet only: upstream's pod, deployment, statefulset (and others) would, with
+    # manageJobsWithoutQueueName, gate TensorBoard's and the model servers' pods forever
+    assert config["integrations"]["frameworks"] == ["batch/job", "jobset.x-k8s.io/jobset"]
+    # every Job of a team's namespace is Kueue's (issue 29 leftover 3), in the teams'
+    # namespaces only: the selector matches neither kube-system nor gpu-k8s-* (Kueue
+    # refuses a configuration whose selector matches kube-system, config/validation.go)
+    assert config["manageJobsWithoutQueueName"] is True
     managed = {"matchLabels": {"gpu-k8s.io/kueue": "managed"}}
     assert config["managedJobsNamespaceSelector"] == managed
     # fair sharing on, with one of the strategy lists Kueue's validation accepts

@@ -69,6 +69,21 @@ def _reserved(workload: dict) -> dict:
     return next(c for c in workload["status"]["conditions"] if c["type"] == "QuotaReserved")
 
 
+def test_a_job_without_a_queue_stays_suspended_and_never_runs(ctx, state, api, controller):
+    """Issue 29 leftover 3: it ran at once, outside the team's quota (Kueue left it alone)."""
+    add_nodes(api, node("cpu-0"))
+    ctx.run(ctx.on.update_status(), state)  # the team's LocalQueue exists
+    created = _team_creates_job(api, "miner")
+    assert created["spec"]["suspend"] is True  # Kueue's Job webhook, on create
+    for _ in range(3):
+        controller.tick()
+    assert api.get_object(f"{JOBS}/miner")["spec"]["suspend"] is True
+    assert _pods(api, "miner") == []
+    workload = controller.workload("miner", kind="Job")
+    assert workload is not None and "queueName" not in workload["spec"]
+    assert _reserved(workload)["message"] == "LocalQueue  doesn't exist"
+
+
 def test_a_job_in_the_teams_queue_waits_for_its_quota(ctx, state, api, controller):
     """Kueue admits a plain Job against the team's cpu/memory quota, as a JobSet."""
     add_nodes(api, node("cpu-0"))  # 8 CPUs: the cohort the team borrows from
@@ -85,6 +100,23 @@ def test_a_job_in_the_teams_queue_waits_for_its_quota(ctx, state, api, controlle
     waiting = _reserved(controller.workload("large", kind="Job"))
     assert waiting["message"].startswith("couldn't assign flavors to pod set main")
     assert "insufficient unused quota for cpu in flavor cpu, 2 more needed" in waiting["message"]
+
+
+def test_the_charms_own_jobs_name_the_teams_queue_and_run(ctx, state, api, controller):
+    """The purge Job (and every one-shot Job, oneshot.queued) is queued and admitted."""
+    add_nodes(api, node("node-a", 1), node("cpu-0"))
+    run_action(ctx, state, "train", job="mnist", workers=1)
+    run_action(ctx, state, "stop", job="mnist", purge=True)
+    purge = api.get_object(f"{JOBS}/mnist-purge")
+    labels = purge["metadata"]["labels"]
+    assert labels["kueue.x-k8s.io/queue-name"] == "training"
+    assert labels["kueue.x-k8s.io/priority-class"] == "normal"
+    for _ in range(3):
+        controller.tick()
+    workload = controller.workload("mnist-purge", kind="Job")
+    assert workload is not None
+    assert {c["type"]: c["status"] for c in workload["status"]["conditions"]}["Admitted"] == "True"
+    assert _pods(api, "mnist-purge") != []
 
 
 def test_a_job_past_its_deadline_is_deactivated_by_kueue(ctx, state, api, controller, fake_time):
