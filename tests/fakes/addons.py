@@ -538,9 +538,9 @@ def size_cohort(api: Any, *, cohort: bool = True) -> dict:
         p for p in api.objects("/api/v1/", kind="Pod") if p["status"].get("phase") == "Running"
     ]
     keys = {"gpu-quota": "gpus", "cpu-quota": "cpu", "memory-quota": "memory"}
-    teams = [
+    teams = [  # in the order they joined (the relation ids' order, kueue.clamp)
         kueue.Team(ns, **{keys[k]: v for k, v in request.items() if k in keys})
-        for ns, request in sorted(team_requests(api).items())
+        for ns, request in team_requests(api).items()
     ]
     have = kueue.capacity(api.objects("/api/v1/nodes/"), pods, models, shared=False)
     held = kueue.guarantees(teams, flavors)

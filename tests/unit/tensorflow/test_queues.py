@@ -285,15 +285,18 @@ def test_guarantees_past_the_cluster_block_the_control_plane(ctx, state, api):
     config = {"gpu-quota": "3"}
     out = ctx.run(ctx.on.config_changed(), dataclasses.replace(state, config=config))
     sized = control_plane_reads(api, out)
-    # updated (issue 29 leftover 4): the later team's queue holds what is left, not its ask
+    # updated (issue 29 leftover 4): the team that joined later holds what is left of the
+    # cluster, not its ask; this one (related first) keeps its 3
     assert sized["overcommitted"] == (
         "team quotas overcommit the cluster: 5 nvidia.com/gpu of flavor gpu-nvidia-a10g "
-        "asked (team-other 2, team-tensorflow 3) but the cluster has 4 (team-tensorflow "
-        "given 2 of 3): lower gpu-quota, cpu-quota or memory-quota of a tensorflow "
+        "asked (team-other 2, team-tensorflow 3) but the cluster has 4 (team-other "
+        "given 1 of 2): lower gpu-quota, cpu-quota or memory-quota of a tensorflow "
         "application, or add nodes"
     )
     assert _quota(sized["cohort"])[("gpu-nvidia-a10g", "nvidia.com/gpu")] == "0"
-    assert _quota(api.get_object(CQ))[("gpu-nvidia-a10g", "nvidia.com/gpu")] == "2"
+    assert _quota(api.get_object(CQ))[("gpu-nvidia-a10g", "nvidia.com/gpu")] == "3"
+    other = api.get_object(f"{KUEUE}/clusterqueues/team-{OTHER}")
+    assert _quota(other)[("gpu-nvidia-a10g", "nvidia.com/gpu")] == "1"
 
 
 def _condition(workload: dict, kind: str) -> dict:
