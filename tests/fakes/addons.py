@@ -82,6 +82,8 @@ _KUEUE_KINDS = (
     ("Workload", "workloads", "Namespaced"),
 )
 
+# kueue v0.19.2 config/components/manager/controller_manager_config.yaml, abridged; its
+# integrations.frameworks as the release ships them (commented-out ones left out)
 KUEUE_CONFIG = """\
 apiVersion: config.kueue.x-k8s.io/v1beta2
 kind: Configuration
@@ -93,11 +95,21 @@ leaderElection:
   leaderElect: true
 #waitForPodsReady:
 #  timeout: 5m
+#manageJobsWithoutQueueName: true
 integrations:
   frameworks:
   - "batch/job"
+  - "kubeflow.org/mpijob"
+  - "ray.io/rayjob"
+  - "ray.io/raycluster"
+  - "ray.io/rayservice"
   - "jobset.x-k8s.io/jobset"
+  - "workload.codeflare.dev/appwrapper"
+  - "trainer.kubeflow.org/trainjob"
   - "pod"
+  - "deployment"
+  - "statefulset"
+  - "leaderworkerset.x-k8s.io/leaderworkerset"
 """
 
 
@@ -435,16 +447,30 @@ class ManifestServer:
         self._httpd.server_close()
 
 
+@functools.cache
+def kueue_manager_config() -> str:
+    """Kueue's manager configuration as the control plane writes it (its kueue.configure)."""
+    from charm_modules import load
+
+    kueue = load("kubernetes-control-plane", "kueue")
+    return kueue.configure(KUEUE_CONFIG, kueue.batch_engines.Settings())
+
+
 def install_kueue(api: Any, gpu_products: dict[str, str] | None = None) -> None:
     """Put into a fake API server what the control plane leaves once JobSet and Kueue run.
 
-    Their CRDs (the real ones, `fakes.crds`), and the cluster-wide objects the control plane
+    Kueue's manager configuration (`kueue_manager_config`), their CRDs (the real ones,
+    `fakes.crds`), and the cluster-wide objects the control plane
     applies (kubernetes-control-plane kueue.cluster_objects): the cohort `gpu-k8s`, the
     priorities, the `cpu` flavor and one flavor per GPU model, `gpu_products` mapping
     flavor name to the `nvidia.com/gpu.product` value it selects.
     """
     kueue_api = "/apis/kueue.x-k8s.io/v1beta2"
     owner = {"app.kubernetes.io/managed-by": "kubernetes-control-plane"}
+    api.put_object(  # what kueue-controller-manager runs with (fakes.batch reads it)
+        "/api/v1/namespaces/kueue-system/configmaps/kueue-manager-config",
+        {"data": {"controller_manager_config.yaml": kueue_manager_config()}},
+    )
     kueue_visibility.serve(api)  # kueue-controller-manager serves it (VisibilityOnDemand)
     for name in (*crds.KUEUE, crds.JOBSET):  # the real CRDs at the tags (see the docstring)
         api.put_shared(
@@ -512,21 +538,22 @@ def size_cohort(api: Any, *, cohort: bool = True) -> dict:
         p for p in api.objects("/api/v1/", kind="Pod") if p["status"].get("phase") == "Running"
     ]
     keys = {"gpu-quota": "gpus", "cpu-quota": "cpu", "memory-quota": "memory"}
-    teams = [
+    teams = [  # in the order they joined (the relation ids' order, kueue.clamp)
         kueue.Team(ns, **{keys[k]: v for k, v in request.items() if k in keys})
-        for ns, request in sorted(team_requests(api).items())
+        for ns, request in team_requests(api).items()
     ]
     have = kueue.capacity(api.objects("/api/v1/nodes/"), pods, models, shared=False)
     held = kueue.guarantees(teams, flavors)
-    objects = kueue.cluster_objects(models, quota=kueue.cohort_quota(have, held))
+    given = kueue.clamp(have, held, [t.queue for t in teams])
+    objects = kueue.cluster_objects(models, quota=kueue.cohort_quota(have, given))
     sized = next(o for o in objects if o["kind"] == "Cohort")
     if cohort:
         api.put_object(f"{kueue_api}/cohorts/{kueue.COHORT}", sized)
     for team in teams:
         path = f"{kueue_api}/clusterqueues/{team.queue}"
-        queue = kueue.team_queue(team, flavors)
+        queue = kueue.team_queue(team, flavors, given)
         live = api.get_object(path) or {}
         if live.get("spec") != queue["spec"]:
             status = live.get("status")
             api.put_object(path, {**queue, **({"status": status} if status else {})})
-    return {"overcommitted": kueue.overcommitted(have, held), "cohort": sized}
+    return {"overcommitted": kueue.overcommitted(have, held, given), "cohort": sized}

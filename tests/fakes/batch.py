@@ -9,11 +9,12 @@ Kueue (kubernetes-sigs/kueue v0.19.2):
 - K0 In a namespace Kueue manages (`managed`: its managedJobsNamespaceSelector matches; the
   control plane labels the tensorflow namespace so), a LocalQueue named `default` is the
   namespace's default queue (pkg/controller/constants DefaultLocalQueueName): Kueue's
-  webhooks give every batch Job and Deployment created without a
-  `kueue.x-k8s.io/queue-name` label that label, `default` (jobframework/defaults.go,
-  job_webhook.go, deployment_webhook.go), a Job is suspended until admitted and a
-  Deployment's pods wait behind the scheduling gate `kueue.x-k8s.io/admission`
-  (pod_webhook.go). The emulator admits none of them: they stay suspended or Pending.
+  webhooks give every batch Job and (with the deployment integration on, K8) Deployment
+  created without a `kueue.x-k8s.io/queue-name` label that label, `default`
+  (jobframework/defaults.go, job_webhook.go, deployment_webhook.go): a Job is suspended
+  until admitted (K8), a Deployment's pods wait behind the scheduling gate
+  `kueue.x-k8s.io/admission` (pod_webhook.go), which the emulator never lifts. The
+  control plane leaves the deployment integration off.
 - K1 In a managed namespace only (the feature gate ManagedJobsNamespaceSelectorAlways-
   Respected is GA and locked on in 0.19, jobframework/reconciler.go returns early for
   other namespaces, and the control plane scopes Kueue's webhooks to the same label: a
@@ -59,6 +60,24 @@ Kueue (kubernetes-sigs/kueue v0.19.2):
 - K5 `time_out(job)`: the job's pods were not all ready within waitForPodsReady.timeout
   (core/workload_controller.go reconcileNotReadyTimeout): evicted like K3 with reason
   PodsReadyTimeout, "Exceeded the PodsReady timeout <ns>/<workload>", and requeued.
+- K8 Kueue runs with the manager configuration in the ConfigMap kueue-system/
+  kueue-manager-config (`fakes.addons.install_kueue` writes the control plane's; without
+  one, upstream's defaults). Its `integrations.frameworks` say which kinds it manages
+  (batch/job, jobset.x-k8s.io/jobset; K0's Deployments only with `deployment`) and, with
+  `manageJobsWithoutQueueName`, a JobSet or batch Job of a managed namespace without a
+  queue label is managed too (jobframework/utils.go WorkloadShouldBeSuspended; a Job a
+  JobSet owns is the JobSet's). A batch Job is queued as a JobSet is (K1-K4, K7): the
+  webhook suspends it on create, its Workload `job-<name>-<hash>` has one pod set `main`
+  (min(parallelism, completions) pods, jobs/job/job_controller.go PodSets) and, admitted,
+  it is unsuspended; one naming no queue gets a Workload without `queueName`, never
+  admitted ("LocalQueue  doesn't exist"). Workloads are created through the API server,
+  validated against the real Workload CRD (`_create_workload`).
+- K9 A Workload with `maximumExecutionTimeSeconds` (the `kueue.x-k8s.io/max-exec-time-
+  seconds` label, jobframework/utils.go) is deactivated once admitted that long in all
+  (`_deadline`: core/workload_controller.go reconcileMaxExecutionTime), evicted with
+  reason DeactivatedDueToMaximumExecutionTimeExceeded and never requeued. Time is
+  `clock` (tests with fake time set it): the Admitted condition's lastTransitionTime and
+  status.accumulatedPastExecutionTimeSeconds (the admitted time before an eviction).
 
 JobSet (kubernetes-sigs/jobset v0.12.0, pkg/controllers/jobset_controller.go):
 - J1 An unsuspended JobSet has one child Job `<jobset>-<replicatedJob>-0` per replicated
@@ -129,10 +148,15 @@ deployment/, /docs/concepts/workloads/pods/pod-lifecycle/):
 
 from __future__ import annotations
 
+import datetime
 import hashlib
+import json
 import re
+import time
 from collections.abc import Callable
 from typing import Any
+
+import yaml
 
 from fakes.kube_apiserver import ApiError, generated_suffix, json_copy
 
@@ -144,6 +168,9 @@ QUEUE = "kueue.x-k8s.io/queue-name"
 DEFAULT_QUEUE = "default"  # kueue pkg/controller/constants/constants.go DefaultLocalQueueName
 ADMISSION_GATE = "kueue.x-k8s.io/admission"  # kueue pod_webhook.go SchedulingGate
 GPU = "nvidia.com/gpu"
+MAX_EXEC_TIME = "kueue.x-k8s.io/max-exec-time-seconds"  # constants MaxExecTimeSecondsLabel
+KUEUE_CONFIG_MAP = "/api/v1/namespaces/kueue-system/configmaps/kueue-manager-config"
+FRAMEWORKS = ("batch/job", "jobset.x-k8s.io/jobset")  # their integrations' FrameworkName
 
 # Programs on the PATH of the tensorflow/tensorflow images the charm uses (D2), as far as
 # the tests care: the OS's python3, sh and rm, and the console scripts of the TensorFlow
@@ -173,12 +200,35 @@ def _true(obj: dict, kind: str) -> bool:
     )
 
 
-def _set(obj: dict, kind: str, status: str, reason: str = "", message: str = "") -> None:
-    conditions = [
-        c for c in (obj.setdefault("status", {}).get("conditions") or []) if c["type"] != kind
-    ]
-    conditions.append({"type": kind, "status": status, "reason": reason, "message": message})
+def _set(
+    obj: dict,
+    kind: str,
+    status: str,
+    reason: str = "",
+    message: str = "",
+    at: float | None = None,
+) -> None:
+    """Set the condition; `at`: with its lastTransitionTime, kept while the status stays."""
+    old = [c for c in (obj.setdefault("status", {}).get("conditions") or []) if c["type"] == kind]
+    conditions = [c for c in obj["status"].get("conditions") or [] if c["type"] != kind]
+    new = {"type": kind, "status": status, "reason": reason, "message": message}
+    if at is not None:
+        same = old and old[0]["status"] == status and "lastTransitionTime" in old[0]
+        new["lastTransitionTime"] = old[0]["lastTransitionTime"] if same else _stamp(at)
+    conditions.append(new)
     obj["status"]["conditions"] = conditions
+
+
+def _stamp(seconds: float) -> str:
+    """A metav1.Time (RFC 3339, whole seconds) of a `clock` reading."""
+    return datetime.datetime.fromtimestamp(int(seconds), datetime.UTC).strftime(
+        "%Y-%m-%dT%H:%M:%SZ"
+    )
+
+
+def _seconds(stamp: str) -> float:
+    when = datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ")
+    return when.replace(tzinfo=datetime.UTC).timestamp()
 
 
 def _phase(pod: dict) -> str:
@@ -690,6 +740,10 @@ class BatchControllers:
         self.managed = True  # K0: Kueue manages this namespace
         self._admissions = 0
         self._admitted_at: dict[str, int] = {}
+        self._config: tuple[str | None, dict] = ("", {})
+        # seconds, for conditions' lastTransitionTime (K9's deadline); tests with fake time
+        # set theirs
+        self.clock: Callable[[], float] = time.time
         api.mutators.append(self._suspend_on_create)
         _CONTROLLERS[(id(api), namespace)] = self
         # Runs the containers of the Job controller's pods (start/stop/reap); None: pods
@@ -820,15 +874,55 @@ class BatchControllers:
         }
 
     # -- Kueue
-    def workload(self, jobset: str) -> dict | None:
-        js = next((j for j in self._jobsets() if j["metadata"]["name"] == jobset), None)
-        if js is None:
+    def workload(self, jobset: str, kind: str = "JobSet") -> dict | None:
+        """The Workload of the JobSet (or, `kind="Job"`, the batch Job) named so, or None."""
+        owner = self._job_object(jobset, kind)
+        if owner is None:
             return None
-        return next(iter(self._owned(js, self._workloads())), None)
+        return next(iter(self._owned(owner, self._workloads())), None)
+
+    def _job_object(self, name: str, kind: str) -> dict | None:
+        items = self._jobsets() if kind == "JobSet" else self._jobs()
+        return next((j for j in items if j["metadata"]["name"] == name), None)
+
+    def _kueue_config(self) -> dict:
+        """K8: the manager configuration the control plane wrote (kueue-manager-config).
+
+        Read from the fake's ConfigMap as kueue-controller-manager reads its file; without
+        one, upstream's defaults: manageJobsWithoutQueueName false (apis/config/v1beta2/
+        configuration_types.go), Job and JobSet integrations on.
+        """
+        cm = self.api.get_object(KUEUE_CONFIG_MAP) or {}
+        text = (cm.get("data") or {}).get("controller_manager_config.yaml")
+        version = (cm.get("metadata") or {}).get("resourceVersion")
+        if self._config[0] != version:
+            config = yaml.safe_load(text) if text else {}
+            config.setdefault("integrations", {}).setdefault("frameworks", list(FRAMEWORKS))
+            self._config = (version, config)
+        return self._config[1]
+
+    def _manages(self, obj: dict) -> bool:
+        """K1/K8: Kueue manages this JobSet or batch Job as a top-level job.
+
+        In a managed namespace only (K1), with its integration enabled, and named a queue
+        or, with manageJobsWithoutQueueName, any (jobframework/utils.go
+        WorkloadShouldBeSuspended, reconciler.go ReconcileGenericJob). A Job a JobSet
+        owns is that JobSet's (FindAncestorJobManagedByKueue): never one of its own.
+        """
+        config = self._kueue_config()
+        framework = FRAMEWORKS[0] if obj.get("kind") == "Job" else FRAMEWORKS[1]
+        if not self.managed or framework not in config["integrations"]["frameworks"]:
+            return False
+        meta = obj.get("metadata") or {}
+        if any(r.get("kind") == "JobSet" for r in meta.get("ownerReferences") or []):
+            return False
+        return QUEUE in (meta.get("labels") or {}) or bool(
+            config.get("manageJobsWithoutQueueName")
+        )
 
     def _cluster_queue(self, workload: dict) -> tuple[dict | None, tuple[str, str] | None]:
         """K2: the ClusterQueue behind the Workload's LocalQueue, or why it cannot admit."""
-        queue = workload["spec"]["queueName"]
+        queue = workload["spec"].get("queueName", "")
         local = self.api.get_object(f"{KUEUE}/namespaces/{self.ns}/localqueues/{queue}")
         if local is None:
             return None, ("Inadmissible", f"LocalQueue {queue} doesn't exist")
@@ -852,7 +946,9 @@ class BatchControllers:
         path = f"{KUEUE}/namespaces/{self.ns}/localqueues/{DEFAULT_QUEUE}"
         if not self.managed or self.api.get_object(path) is None:
             return
-        deployments = self.api.objects(f"/apis/apps/v1/namespaces/{self.ns}/deployments/")
+        deployments = []
+        if "deployment" in self._kueue_config()["integrations"]["frameworks"]:
+            deployments = self.api.objects(f"/apis/apps/v1/namespaces/{self.ns}/deployments/")
         for obj in [*self._jobs(), *deployments]:
             labels = obj["metadata"].setdefault("labels", {})
             if QUEUE in labels or "jobset.sigs.k8s.io/jobset-name" in labels:
@@ -866,64 +962,144 @@ class BatchControllers:
             self._put(obj)
 
     def _suspend_on_create(self, obj: dict) -> None:
-        """K1: Kueue's JobSet webhook suspends a queued JobSet as it is created."""
+        """K1/K8: Kueue's JobSet and Job webhooks suspend a job it manages as it is created.
+
+        jobframework/base_webhook.go Default -> defaults.go ApplyDefaultForSuspend.
+        """
         meta = obj.get("metadata") or {}
-        if obj.get("kind") != "JobSet" or meta.get("namespace") != self.ns:
+        if obj.get("kind") not in ("JobSet", "Job") or meta.get("namespace") != self.ns:
             return
-        if self.managed and self.enabled and QUEUE in (meta.get("labels") or {}):
+        if self.enabled and self._manages(obj):
             obj.setdefault("spec", {})["suspend"] = True
 
-    def _new_workloads(self, jobsets: dict[str, dict]) -> None:
-        """K1: suspend each queued JobSet and give it a Workload."""
-        for js in jobsets.values():
-            labels = js["metadata"].get("labels") or {}
-            if QUEUE not in labels or not self.managed:
+    def _new_workloads(self, jobs: dict[str, dict]) -> None:
+        """K1/K8: suspend each JobSet or batch Job Kueue manages and give it a Workload.
+
+        A Job's Workload has one pod set `main` of min(parallelism, completions) pods
+        (pkg/controller/jobs/job/job_controller.go PodSets, podsCount); one without a
+        queue label (manageJobsWithoutQueueName) names no queue (reconciler.go
+        constructWorkload: QueueNameForObject), so it is never admitted (K2's "LocalQueue
+        <q> doesn't exist"). The Workload is created through the API server like any
+        client's object, so the real Workload CRD validates it (`fakes.crds`).
+        """
+        for job in jobs.values():
+            if not self._manages(job) or self._owned(job, self._workloads()):
                 continue
-            if self._owned(js, self._workloads()):
-                continue
+            labels = job["metadata"].get("labels") or {}
             wpc = labels.get("kueue.x-k8s.io/priority-class")
             if wpc and self.api.get_object(f"{KUEUE}/workloadpriorityclasses/{wpc}") is None:
                 continue
-            if js["spec"].get("suspend") is None:
-                js["spec"]["suspend"] = True
-                js = self._put(js)
-            digest = hashlib.sha256(js["metadata"]["uid"].encode()).hexdigest()[:5]
-            workload = {
-                "apiVersion": "kueue.x-k8s.io/v1beta2",
-                "kind": "Workload",
-                "metadata": {
-                    "name": f"jobset-{js['metadata']['name']}-{digest}",
-                    "namespace": self.ns,
-                    "ownerReferences": [self._owner(js)],
-                    "labels": {"kueue.x-k8s.io/job-uid": js["metadata"]["uid"]},
-                },
-                "spec": {
-                    "queueName": js["metadata"]["labels"][QUEUE],
-                    "priority": self._priority(js),
-                    "podSets": jobset_pod_sets(js),
-                },
-                "status": {},
-            }
+            if job["spec"].get("suspend") is None:
+                job["spec"]["suspend"] = True
+                job = self._put(job)
+            digest = hashlib.sha256(job["metadata"]["uid"].encode()).hexdigest()[:5]
+            spec: dict[str, Any] = {"priority": self._priority(job)}
+            if labels.get(QUEUE):
+                spec["queueName"] = labels[QUEUE]
+            if job["kind"] == "JobSet":
+                spec["podSets"] = jobset_pod_sets(job)
+            else:
+                count = job["spec"].get("parallelism", 1)
+                count = min(count, job["spec"].get("completions", count))
+                template = json_copy(job["spec"]["template"])
+                spec["podSets"] = [{"name": "main", "count": count, "template": template}]
+            seconds = labels.get(MAX_EXEC_TIME)
+            if seconds:  # jobframework/utils.go MaximumExecutionTimeSecondsForObject
+                spec["maximumExecutionTimeSeconds"] = int(seconds)
+            workload = self._create_workload(
+                {
+                    "apiVersion": "kueue.x-k8s.io/v1beta2",
+                    "kind": "Workload",
+                    "metadata": {
+                        "name": f"{job['kind'].lower()}-{job['metadata']['name']}-{digest}",
+                        "namespace": self.ns,
+                        "ownerReferences": [self._owner(job)],
+                        "labels": {"kueue.x-k8s.io/job-uid": job["metadata"]["uid"]},
+                    },
+                    "spec": spec,
+                }
+            )
             _set(workload, "QuotaReserved", "False", "Pending", "")
             self._put(workload)
 
-    def _pending(self, jobsets: dict[str, dict]) -> list[tuple[dict, dict]]:
-        """K4 for finished jobs; the pending Workloads with their JobSets."""
+    def _create_workload(self, workload: dict) -> dict:
+        """POST the Workload as Kueue's controller does: decoded and validated (K8).
+
+        The fake API server checks it against the real Workload CRD at the pinned tag
+        (`fakes.crds`) and refuses what kube-apiserver would; a refusal fails the test.
+        """
+        path = f"{KUEUE}/namespaces/{self.ns}/workloads"
+        headers = {"Authorization": "Bearer admin-token", "Content-Type": "application/json"}
+        answer = self.api.handle("POST", path, headers, json.dumps(workload).encode())
+        if answer[0] != 201:
+            raise AssertionError(f"the API server refused the Workload: {answer[2]!r}")
+        return json.loads(answer[2])
+
+    def _pending(self, jobs: dict[str, dict]) -> list[tuple[dict, dict]]:
+        """K4 for finished jobs, K9 past their deadline; the pending Workloads with their jobs.
+
+        A deactivated Workload (spec.active false) is not queued (workload.IsActive).
+        """
         pending = []
         for workload in self._workloads():
-            js = jobsets.get(workload["metadata"]["ownerReferences"][0]["uid"])
+            js = jobs.get(workload["metadata"]["ownerReferences"][0]["uid"])
             if js is None or _true(workload, "Finished"):
                 continue
-            if _true(js, "Completed") or _true(js, "Failed"):
-                reason = "Succeeded" if _true(js, "Completed") else "Failed"
+            done = ("Completed", "Failed") if js["kind"] == "JobSet" else ("Complete", "Failed")
+            if _true(js, done[0]) or _true(js, done[1]):
+                reason = "Succeeded" if _true(js, done[0]) else "Failed"
                 _set(workload, "Finished", "True", reason)  # K4: reservation kept
                 self._put(workload)
-            elif not _true(workload, "Admitted"):
+            elif _true(workload, "Admitted"):
+                self._deadline(workload, js)
+            elif workload["spec"].get("active", True):
                 pending.append((workload, js))
         return pending
 
+    def _deadline(self, workload: dict, job: dict) -> None:
+        """K9: deactivate a Workload admitted past its maximumExecutionTimeSeconds.
+
+        core/workload_controller.go reconcileMaxExecutionTime: once the time since the
+        Admitted condition's lastTransitionTime plus status.accumulatedPastExecution-
+        TimeSeconds (admitted time before an eviction, workload/admissionchecks.go)
+        reaches the maximum, DeactivationTarget True (reason MaximumExecutionTimeExceeded,
+        "exceeding the maximum execution time"); then Reconcile sets spec.active false and
+        evicts it (workloadevict.Evict: reason DeactivatedDueToMaximumExecutionTime-
+        Exceeded, patching.ReasonWithCause; message "The workload is deactivated due to
+        exceeding the maximum execution time"): the job is stopped and its quota freed
+        (jobframework reconciler "handle eviction", Requeued False), never requeued.
+        """
+        limit = workload["spec"].get("maximumExecutionTimeSeconds")
+        if limit is None or not workload["spec"].get("active", True):
+            return
+        past = int(workload["status"].get("accumulatedPastExecutionTimeSeconds", 0))
+        if past + self._since(workload, "Admitted") < limit:
+            return
+        cause = "MaximumExecutionTimeExceeded"
+        _set(workload, "DeactivationTarget", "True", cause, "exceeding the maximum execution time")
+        workload["status"].pop("accumulatedPastExecutionTimeSeconds", None)
+        workload["spec"]["active"] = False
+        self._put(workload)
+        message = "The workload is deactivated due to exceeding the maximum execution time"
+        self._evict(job["metadata"]["name"], f"DeactivatedDueTo{cause}", message, kind=job["kind"])
+        workload = self._job_workload(job)  # the condition goes with the eviction
+        workload["status"]["conditions"] = [
+            c for c in workload["status"]["conditions"] if c["type"] != "DeactivationTarget"
+        ]
+        self._put(workload)
+
+    def _since(self, workload: dict, kind: str) -> float:
+        """Seconds since the condition's lastTransitionTime, by `clock`."""
+        cond = next(c for c in workload["status"]["conditions"] if c["type"] == kind)
+        return self.clock() - _seconds(cond["lastTransitionTime"])
+
+    def _job_workload(self, job: dict) -> dict:
+        found = self.workload(job["metadata"]["name"], job["kind"])
+        assert found is not None
+        return found
+
     def _kueue(self) -> None:
-        jobsets = {j["metadata"]["uid"]: j for j in self._jobsets()}
+        jobsets = {j["metadata"]["uid"]: j for j in [*self._jobsets(), *self._jobs()]}
         self._new_workloads(jobsets)
         pending = self._pending(jobsets)
         pending.sort(  # cluster_queue.go baseCompareFunc: priority, timestamp, then UID
@@ -956,7 +1132,9 @@ class BatchControllers:
             _set(workload, "QuotaReserved", "True", "QuotaReserved", "Quota reserved")
             self._admissions += 1  # stands for QuotaReserved's lastTransitionTime
             self._admitted_at[workload["metadata"]["uid"]] = self._admissions
-            _set(workload, "Admitted", "True", "Admitted", "The workload is admitted")
+            _set(
+                workload, "Admitted", "True", "Admitted", "The workload is admitted", self.clock()
+            )
             for kind in ("Evicted", "Preempted"):  # reset only if set (workload.go)
                 if _true(workload, kind):
                     _set(workload, kind, "False", "QuotaReserved")
@@ -1124,7 +1302,8 @@ class BatchControllers:
     def _evict_workload(self, workload: dict, reason: str, message: str) -> None:
         """K3 for a Workload of any namespace: its namespace's controllers stop its job."""
         ns = workload["metadata"]["namespace"]
-        jobset = workload["metadata"]["ownerReferences"][0]["name"]
+        owner = workload["metadata"]["ownerReferences"][0]
+        jobset, kind = owner["name"], owner["kind"]
         sibling = _CONTROLLERS.get((id(self.api), ns), self)
         if (
             sibling.api is not self.api or sibling.ns != ns
@@ -1132,7 +1311,7 @@ class BatchControllers:
             sibling = BatchControllers.__new__(BatchControllers)
             sibling.__dict__.update(self.__dict__)
             sibling.ns = ns
-        sibling._evict(jobset, "Preempted", message, preempted=reason)
+        sibling._evict(jobset, "Preempted", message, preempted=reason, kind=kind)
 
     def preempt(self, jobset: str, by: str | None = None) -> None:
         """K3: Kueue preempts the job for `by` (a higher-priority job needing its quota)."""
@@ -1151,7 +1330,9 @@ class BatchControllers:
         message = f"Exceeded the PodsReady timeout {self.ns}/{workload['metadata']['name']}"
         self._evict(jobset, "PodsReadyTimeout", message)
 
-    def _evict(self, jobset: str, reason: str, message: str, *, preempted: str = "") -> None:
+    def _evict(
+        self, jobset: str, reason: str, message: str, *, preempted: str = "", kind: str = "JobSet"
+    ) -> None:
         """K3/K5: the job is evicted, stopped, then loses its quota reservation.
 
         Evicted (and Preempted) while still admitted; the JobSet is suspended; the
@@ -1160,8 +1341,10 @@ class BatchControllers:
         active), so JobSet (J2) and the Job controller (B2) act before it can be admitted
         again. A PodsReadyTimeout eviction also sets `requeueState` (count + 1, requeueAt;
         UpdateRequeueState), here a moment in the past: the backoff is not emulated.
+        The time it was admitted is added to status.accumulatedPastExecutionTimeSeconds
+        (K9). `kind`: the job's, a JobSet or a batch Job (K8).
         """
-        workload = self.workload(jobset)
+        workload = self.workload(jobset, kind)
         assert workload is not None, f"no workload for {jobset}"
         _set(workload, "Evicted", "True", reason, message)
         if preempted:
@@ -1171,15 +1354,21 @@ class BatchControllers:
             state["count"] = int(state.get("count", 0)) + 1
             state["requeueAt"] = "2000-01-01T00:00:00Z"
         self._put(workload)
-        js = next(j for j in self._jobsets() if j["metadata"]["name"] == jobset)
+        js = self._job_object(jobset, kind)
+        assert js is not None
         js["spec"]["suspend"] = True
         self._put(js)
         self._jobset()
         self._job_controller()
-        workload = self.workload(jobset)
+        workload = self.workload(jobset, kind)
         assert workload is not None
+        admitted = next(c for c in workload["status"]["conditions"] if c["type"] == "Admitted")
+        if "lastTransitionTime" in admitted:  # workload/admissionchecks.go, K9
+            past = int(workload["status"].get("accumulatedPastExecutionTimeSeconds", 0))
+            past += int(self._since(workload, "Admitted"))
+            workload["status"]["accumulatedPastExecutionTimeSeconds"] = past
         _set(workload, "QuotaReserved", "False", "Pending", message)
-        _set(workload, "Admitted", "False", "NoReservation")
+        _set(workload, "Admitted", "False", "NoReservation", "", self.clock())
         workload["status"].pop("admission", None)  # workload.UnsetQuotaReservation
         _set(workload, "Requeued", "True" if preempted else "False", reason, message)
         self._put(workload)

@@ -78,7 +78,8 @@ def pending(api: Any, cluster_queue: str, now: str) -> list[dict]:
     out = []
     for w in api.objects(f"{KUEUE}/namespaces/", kind="Workload"):
         ns = w["metadata"]["namespace"]
-        local = api.get_object(f"{KUEUE}/namespaces/{ns}/localqueues/{w['spec']['queueName']}")
+        queue = w["spec"].get("queueName", "")
+        local = api.get_object(f"{KUEUE}/namespaces/{ns}/localqueues/{queue}")
         if local is None or local["spec"].get("clusterQueue") != cluster_queue:
             continue
         if _true(w, "QuotaReserved") or _true(w, "Finished") or w["spec"].get("active") is False:
@@ -103,7 +104,7 @@ def _item(w: dict, in_cq: int, in_lq: int) -> dict:
             "ownerReferences": refs,
         },
         "priority": int(w["spec"].get("priority") or 0),
-        "localQueueName": w["spec"]["queueName"],
+        "localQueueName": w["spec"].get("queueName", ""),
         "positionInClusterQueue": in_cq,
         "positionInLocalQueue": in_lq,
     }
@@ -127,7 +128,7 @@ def summary(api: Any, path: str, query: dict, now: str) -> dict:
         mine = [
             (i, w)
             for i, w in enumerate(everyone)
-            if w["metadata"]["namespace"] == ns and w["spec"]["queueName"] == lq
+            if w["metadata"]["namespace"] == ns and w["spec"].get("queueName", "") == lq
         ]
         items = [_item(w, i, n) for n, (i, w) in enumerate(mine)][offset : offset + limit]
     elif len(parts) == 3 and parts[0] == "clusterqueues" and parts[2] == "pendingworkloads":
@@ -137,7 +138,7 @@ def summary(api: Any, path: str, query: dict, now: str) -> dict:
         counts: dict[tuple[str, str], int] = {}
         items = []
         for i, w in enumerate(everyone):
-            key = (w["metadata"]["namespace"], w["spec"]["queueName"])
+            key = (w["metadata"]["namespace"], w["spec"].get("queueName", ""))
             items.append(_item(w, i, counts.get(key, 0)))
             counts[key] = counts.get(key, 0) + 1
         items = items[offset : offset + limit]

@@ -423,6 +423,7 @@ class Addons:
         asked = [dataclasses.astuple(t) for t in teams]
         if (
             resize
+            or "given" not in sized_for  # sized by a revision that did not clamp
             or sized_for.get("workers") != sorted(workers.nodes)
             or (sized_for.get("teams") != [list(t) for t in asked])
         ):
@@ -434,10 +435,14 @@ class Addons:
                 shared=shared,
             )
             held = kueue.guarantees(teams, flavors)
-            quota = kueue.cohort_quota(have, held)
+            given = kueue.clamp(have, held, [t.queue for t in teams])
+            quota = kueue.cohort_quota(have, given)
             sized: dict[str, Any] = {
                 "quota": [[f, r, v] for (f, r), v in sorted(quota.items())],
-                "overcommitted": kueue.overcommitted(have, held) or "",
+                "given": [
+                    [f, r, q, v] for (f, r), qs in sorted(given.items()) for q, v in qs.items()
+                ],
+                "overcommitted": kueue.overcommitted(have, held, given) or "",
                 "workers": sorted(workers.nodes),
                 "teams": asked,
             }
@@ -446,8 +451,11 @@ class Addons:
                 bag[KUEUE_COHORT_KEY] = text
         cohort = json.loads(bag[KUEUE_COHORT_KEY])
         quota = {(f, r): v for f, r, v in cohort["quota"]}
+        given: kueue.Guarantees = {}
+        for f, r, q, v in cohort.get("given") or []:
+            given.setdefault((f, r), {})[q] = v
         objects = kueue.cluster_objects(models, shared=shared, quota=quota)
-        queues = [kueue.team_queue(t, flavors) for t in teams]
+        queues = [kueue.team_queue(t, flavors, given) for t in teams]
         want = kube_objects.fingerprint([*objects, *queues])
         if bag.get(KUEUE_OBJECTS_KEY) != want:
             kube = self._kube()
@@ -459,6 +467,7 @@ class Addons:
                 if patch:
                     kube.patch(kueue.API, "ClusterQueue", queue["metadata"]["name"], patch)
                     logger.info("took over ClusterQueue %s", queue["metadata"]["name"])
+            self._delete_departed_queues(kube, {q["metadata"]["name"] for q in queues})
             bag[KUEUE_OBJECTS_KEY] = want
             logger.info(
                 "applied Kueue's cohort, ResourceFlavors for %s and the queues of %s",
@@ -468,18 +477,28 @@ class Addons:
         if cohort["overcommitted"]:
             raise StatusError.blocked(cohort["overcommitted"])
 
+    @staticmethod
+    def _delete_departed_queues(kube: Any, keep: set[str]) -> None:
+        """Delete the team ClusterQueues this charm wrote whose team is gone (kueue.py)."""
+        mine = f"{kueue.LABEL_MANAGED_BY}={kueue.MANAGED_BY}"
+        for queue in kube.list(kueue.API, "ClusterQueue", label_selector=mine):
+            name = queue["metadata"]["name"]
+            if name.startswith(kueue.TEAM_PREFIX) and name not in keep:
+                if kube.delete(kueue.API, "ClusterQueue", name):
+                    logger.info("deleted ClusterQueue %s: its team is no longer related", name)
+
 
 def _teams(bag: Bag) -> list[kueue.Team]:
-    """The granted kube-api consumers that queue through Kueue, with the quota they asked."""
+    """The granted kube-api consumers that queue through Kueue, with the quota they asked.
+
+    In the order they were related (the relation's id, kueue.clamp's first come).
+    """
     granted = json.loads(bag.get(KUBE_API_KEY) or "{}")
-    return sorted(
-        (
-            kueue.Team(g["namespace"], **g["queue"])
-            for g in granted.values()
-            if isinstance(g.get("queue"), dict)
-        ),
-        key=lambda t: t.namespace,
-    )
+    return [
+        kueue.Team(g["namespace"], **g["queue"])
+        for _, g in sorted(granted.items(), key=lambda item: int(item[0]))
+        if isinstance(g.get("queue"), dict)
+    ]
 
 
 def fingerprint(objects: list[dict[str, Any]], version: str = "") -> str:

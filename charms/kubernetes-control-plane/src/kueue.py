@@ -54,8 +54,21 @@ ClusterQueues within it" (cohort_types.go); a member may take what the cohort ha
 its own nominal quota plus the pool plus the other members' unused nominal quota, and
 the cohort's whole quota is the most it can ever be given (pkg/cache/scheduler/
 resource_node.go available, potentialAvailable). So the members' and the cohort's nominal
-quotas sum to the cluster, never past it; when the guarantees alone exceed the cluster
-the leader says so (Blocked, with the numbers) and the cohort adds nothing.
+quotas sum to the cluster, never past it: when the asks exceed the cluster, each team's
+queue is given what is left of it in the order the teams were related (`clamp`: an
+earlier team keeps its guarantee whatever a later one asks), the leader says who asked
+what and was given what (Blocked), and the cohort adds nothing.
+
+A departed team's ClusterQueue (its kube-api relation gone) is deleted. Kueue v0.19.2
+holds a ClusterQueue being deleted with the finalizer `kueue.x-k8s.io/resource-in-use`
+while workloads hold quota in it: it is Terminating, admits nothing new ("Can't admit new
+workloads; clusterQueue is terminating"), and the finalizer goes once no admitted
+Workload is left (pkg/controller/core/clusterqueue_controller.go Reconcile,
+pkg/cache/scheduler/cache.go ClusterQueueEmpty counts admitted Workloads,
+clusterqueue.go inactiveReason). So the team's running jobs finish (their quota stays
+counted until they do), its pending ones stay pending ("ClusterQueue team-<ns> doesn't
+exist" once it is gone), and nothing of it is admitted again unless the team is related
+again, which writes its queue anew.
 """
 
 from __future__ import annotations
@@ -73,6 +86,8 @@ from charms.gpu_k8s.v0.kubernetes_cluster import GPU_TAINT
 
 API = "kueue.x-k8s.io/v1beta2"
 JOBSET_FRAMEWORK = "jobset.x-k8s.io/jobset"
+# Kueue's integrations (pkg/controller/jobs/job, jobs/jobset: their FrameworkName)
+FRAMEWORKS = ("batch/job", JOBSET_FRAMEWORK)
 COHORT = "gpu-k8s"
 CPU_FLAVOR = "cpu"
 LABEL_PRODUCT = "nvidia.com/gpu.product"
@@ -83,7 +98,7 @@ MANAGED_BY = "kubernetes-control-plane"
 
 
 def configure(text: str, settings: batch_engines.Settings) -> str:
-    """Kueue's manager configuration with waitForPodsReady and the JobSet integration on."""
+    """Kueue's manager configuration: waitForPodsReady, fair sharing, Job and JobSet only."""
     try:
         config = yaml.safe_load(text) or {}
     except yaml.YAMLError as e:
@@ -109,13 +124,29 @@ def configure(text: str, settings: batch_engines.Settings) -> str:
     config["fairSharing"] = {
         "preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]
     }
+    # Every batch Job and JobSet of a team's namespace goes through Kueue, queue label or
+    # not (issue 29 leftover 3: an unlabelled Job ran outside the team's quota). Kueue
+    # v0.19.2 suspends one on create (jobframework/utils.go WorkloadShouldBeSuspended:
+    # manageJobsWithoutQueueName and the namespace matching managedJobsNamespaceSelector)
+    # and manages it (reconciler.go ReconcileGenericJob: the same two checks); its Workload
+    # names no LocalQueue, so it is never admitted ("LocalQueue  doesn't exist",
+    # workload_controller.go getQueueBlocker). The selector keeps this to the teams'
+    # namespaces (the label the control plane gives them): kube-system, kueue-system and
+    # gpu-k8s-* carry no such label, so their Jobs are never suspended (for those
+    # integrations "ManagedJobsNamespaceSelector ... modulat[es] the effects of
+    # ManageJobsWithoutQueueName", apis/config/v1beta2/configuration_types.go).
+    config["manageJobsWithoutQueueName"] = True
     config["managedJobsNamespaceSelector"] = {
         "matchLabels": {KUEUE_NAMESPACE_LABEL: KUEUE_NAMESPACE_VALUE}
     }
-    integrations = config.setdefault("integrations", {})
-    frameworks = integrations.setdefault("frameworks", [])
-    if JOBSET_FRAMEWORK not in frameworks:
-        frameworks.append(JOBSET_FRAMEWORK)
+    # Only the integrations the bundle uses. With manageJobsWithoutQueueName on, the pod
+    # integration gates every pod no Kueue-managed job owns (pod_webhook.go Default:
+    # `suspend = queue name != "" || manageJobsWithoutQueueName`), and the deployment and
+    # statefulset ones (which enable it, ImplicitlyEnabledFrameworkNames) suspend every
+    # Deployment: TensorBoard's and the model servers' pods would wait forever in a queue
+    # named by nothing. A framework left out gets a no-op webhook, so the release's
+    # webhook configurations still answer (jobframework/setup.go setupControllers).
+    config.setdefault("integrations", {})["frameworks"] = list(FRAMEWORKS)
     return yaml.safe_dump(config, sort_keys=False)
 
 
@@ -276,9 +307,36 @@ def guarantees(teams: list[Team], flavors: list[str]) -> Guarantees:
     return out
 
 
-def team_queue(team: Team, flavors: list[str]) -> dict[str, Any]:
-    """The team's ClusterQueue (see the module docstring); `flavors`: the GPU flavors."""
+def clamp(have: Quotas, asked: Guarantees, order: list[str]) -> Guarantees:
+    """What each team's ClusterQueue is given: its ask, as far as the cluster still has it.
+
+    Leftover 4 of issue 29: a team asking past the cluster Blocked the control plane while
+    its ClusterQueue still held the whole ask as nominal quota, so Kueue counted a
+    guarantee no node has (the members' nominal quotas are what a cohort can ever lend,
+    resource_node.go potentialAvailable). First come, first served: teams in `order` (the
+    queues by the kube-api relation's id, which Juju increments per model, so the order
+    they were related in) each get min(ask, what the cluster has left) per flavor and
+    resource, so a team asking later or more can never shrink what an earlier team holds.
+    """
+    out: Guarantees = {}
+    for key, teams in asked.items():
+        left = have.get(key, 0.0)
+        for queue in sorted(teams, key=lambda q: order.index(q) if q in order else len(order)):
+            given = min(teams[queue], max(0.0, left))
+            left -= given
+            out.setdefault(key, {})[queue] = given
+    return out
+
+
+def team_queue(team: Team, flavors: list[str], given: Guarantees | None = None) -> dict[str, Any]:
+    """The team's ClusterQueue (see the module docstring); `flavors`: the GPU flavors.
+
+    `given` (`clamp`): its nominal quota where the cluster could not hold its whole ask.
+    """
     nominal = team.nominal(flavors)
+    for key in nominal:
+        if given is not None and team.queue in given.get(key, {}):
+            nominal[key] = given[key][team.queue]
     cpu = [
         {"name": r, "nominalQuota": _text(r, nominal[(CPU_FLAVOR, r)])} for r in ("cpu", "memory")
     ]
@@ -368,18 +426,28 @@ def cohort_quota(have: Quotas, held: Guarantees) -> Quotas:
     return {k: max(0.0, v - sum(held.get(k, {}).values())) for k, v in have.items()}
 
 
-def overcommitted(have: Quotas, held: Guarantees) -> str | None:
-    """The Blocked message when the teams' guarantees sum past the cluster, or None."""
+def overcommitted(have: Quotas, held: Guarantees, given: Guarantees | None = None) -> str | None:
+    """The Blocked message when the teams' asks sum past the cluster, or None.
+
+    With `given` (`clamp`), it says what each team that got less was given.
+    """
     problems = []
     for (flavor, resource), teams in sorted(held.items()):
         total = sum(teams.values())
         cluster = have.get((flavor, resource), 0.0)
         if total > cluster:
             each = ", ".join(f"{n} {_amount(resource, v)}" for n, v in sorted(teams.items()))
-            problems.append(
-                f"{_amount(resource, total)} {resource} of flavor {flavor} guaranteed "
+            problem = (
+                f"{_amount(resource, total)} {resource} of flavor {flavor} asked "
                 f"({each}) but the cluster has {_amount(resource, cluster)}"
             )
+            mine = (given or {}).get((flavor, resource), {})
+            short = [
+                f"{n} given {_amount(resource, mine[n])} of {_amount(resource, v)}"
+                for n, v in sorted(teams.items())
+                if n in mine and mine[n] < v
+            ]
+            problems.append(f"{problem} ({', '.join(short)})" if short else problem)
     if not problems:
         return None
     return (

@@ -32,6 +32,7 @@ from typing import Any
 
 import datasets
 import network_policies
+import oneshot
 from literals import (
     ANNOTATION_REQUEST,
     CODE_MOUNT,
@@ -565,13 +566,16 @@ def tensorboard_url(job: str, namespace: str) -> str:
 
 
 def purge_job(job: str, ctx: Context) -> dict:
-    """A short-lived Job that removes `/data/jobs/<job>` from the shared volume."""
+    """A short-lived Job that removes `/data/jobs/<job>` from the shared volume.
+
+    In the team's LocalQueue like every Job of the charm (oneshot.queued).
+    """
     check_job_name(job)  # the name goes into an rm -rf path
     lbls = labels(ctx.app, job, COMPONENT_PURGE)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": _meta(f"{job}-purge", ctx, lbls),
+        "metadata": _meta(f"{job}-purge", ctx, oneshot.queued(lbls, ctx.queue)),
         "spec": {
             "backoffLimit": 2,
             "ttlSecondsAfterFinished": PURGE_TTL_SECONDS,

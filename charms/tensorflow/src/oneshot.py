@@ -18,10 +18,30 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from literals import CODE_MOUNT
+from literals import CODE_MOUNT, LABEL_PRIORITY, LABEL_QUEUE
 
 LABEL_JOB_NAME = "batch.kubernetes.io/job-name"
 LOG_LINES = 50
+# The priority of the charm's own Jobs: that of a job trained with the default priority, so
+# that an ordinary job never preempts an import, export or purge in the team's queue, nor
+# one of them a job (withinClusterQueue: LowerPriority, the control plane's kueue.py).
+PRIORITY = "normal"
+
+
+def queued(labels: Mapping[str, str], queue: str) -> dict[str, str]:
+    """A batch Job's labels with the team's LocalQueue and the charm's priority.
+
+    The control plane runs Kueue with `manageJobsWithoutQueueName` (issue 29 leftover 3):
+    a Job of the team's namespace without the queue label is suspended and never admitted,
+    so every Job the charm writes names the team's LocalQueue. Kueue's batch/Job
+    integration (kueue v0.19.2 pkg/controller/jobs/job) reads the label on the Job
+    (jobframework QueueNameForObject, pkg/controller/constants QueueLabel and
+    WorkloadPriorityClassLabel), suspends it on create (jobframework/defaults.go
+    ApplyDefaultForSuspend), and unsuspends it once its Workload (one pod set `main` of
+    min(parallelism, completions) pods, job_controller.go PodSets) fits the team's quota:
+    the pod's cpu and memory requests count against it (the purge Job asks none).
+    """
+    return {**labels, LABEL_QUEUE: queue, LABEL_PRIORITY: PRIORITY}
 
 
 def finished(job: Mapping[str, Any]) -> str | None:
@@ -147,7 +167,11 @@ def manifest(
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": name, "namespace": ctx.namespace, "labels": dict(labels)},
+        "metadata": {
+            "name": name,
+            "namespace": ctx.namespace,
+            "labels": queued(labels, ctx.queue),
+        },
         "spec": spec,
     }
 
@@ -176,7 +200,11 @@ def start(kube: Any, job: dict[str, Any], files: Mapping[str, str], manager: str
         "metadata": {
             "name": meta["name"],
             "namespace": meta["namespace"],
-            "labels": dict(meta.get("labels") or {}),
+            "labels": {
+                k: v
+                for k, v in (meta.get("labels") or {}).items()
+                if k not in (LABEL_QUEUE, LABEL_PRIORITY)
+            },
             "ownerReferences": [owner],
         },
         "data": dict(files),

@@ -169,6 +169,7 @@ def fake_time(monkeypatch, controller):
 
     monkeypatch.setattr(charm.TensorflowCharm, "sleep", staticmethod(sleep))
     monkeypatch.setattr(charm.TensorflowCharm, "monotonic", staticmethod(t.monotonic))
+    controller.clock = t.monotonic  # Kueue's conditions' times (a job's deadline)
     return t
 
 

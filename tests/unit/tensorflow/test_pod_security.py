@@ -15,6 +15,7 @@ import dataclasses
 
 import manifests
 import pytest
+import queues
 from conftest import NS, TOKEN, add_nodes, job_objects, jobset, node, run_action
 from ops import testing
 from params import TrainRequest
@@ -105,12 +106,24 @@ def test_the_namespace_refuses_a_pod_missing_one_restricted_field(api, missing):
 def test_the_teams_identity_may_write_a_job_whose_pods_break_restricted_only_with_a_warning(
     api, controller
 ):
-    """PodSecurity only warns on workload objects; their pods are refused (B8)."""
+    """PodSecurity only warns on workload objects; their pods are refused (B8).
+
+    Updated: the Job names the team's queue, which Kueue admits it from (a Job without one
+    is now held by Kueue and never gets as far as a pod, tests/unit/tensorflow/
+    test_kueue_jobs.py).
+    """
     controller.expect_refusals = True
+    add_nodes(api, node("cpu-0"))  # the cohort has quota for its requests
+    (lq,) = queues.team_objects("tensorflow", NS)
+    api.put_object(f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{NS}/localqueues/training", lq)
     job = {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": "hostile", "namespace": NS},
+        "metadata": {
+            "name": "hostile",
+            "namespace": NS,
+            "labels": {"kueue.x-k8s.io/queue-name": "training"},
+        },
         "spec": {
             "template": {
                 "metadata": {"labels": {"app": "hostile"}},

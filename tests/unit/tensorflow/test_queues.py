@@ -88,7 +88,8 @@ def test_the_default_queue_of_an_earlier_revision_goes_and_nobody_elses(ctx, sta
 
 def test_configured_quotas_are_the_nominal_quota(ctx, state, api):
     """The charm asks for them on the relation; the control plane writes the queue."""
-    add_nodes(api, node("gpu-0", 4))
+    # 16 CPUs and 128Gi: the asks fit (past the cluster they are clamped, issue 29)
+    add_nodes(api, node("gpu-0", 4), node("cpu-0"))
     config = {"gpu-quota": "2", "cpu-quota": "16", "memory-quota": "100Gi"}
     out = ctx.run(ctx.on.config_changed(), dataclasses.replace(state, config=config))
     request = out.get_relations("kube-api")[0].local_app_data
@@ -284,12 +285,18 @@ def test_guarantees_past_the_cluster_block_the_control_plane(ctx, state, api):
     config = {"gpu-quota": "3"}
     out = ctx.run(ctx.on.config_changed(), dataclasses.replace(state, config=config))
     sized = control_plane_reads(api, out)
+    # updated (issue 29 leftover 4): the team that joined later holds what is left of the
+    # cluster, not its ask; this one (related first) keeps its 3
     assert sized["overcommitted"] == (
         "team quotas overcommit the cluster: 5 nvidia.com/gpu of flavor gpu-nvidia-a10g "
-        "guaranteed (team-other 2, team-tensorflow 3) but the cluster has 4: lower "
-        "gpu-quota, cpu-quota or memory-quota of a tensorflow application, or add nodes"
+        "asked (team-other 2, team-tensorflow 3) but the cluster has 4 (team-other "
+        "given 1 of 2): lower gpu-quota, cpu-quota or memory-quota of a tensorflow "
+        "application, or add nodes"
     )
     assert _quota(sized["cohort"])[("gpu-nvidia-a10g", "nvidia.com/gpu")] == "0"
+    assert _quota(api.get_object(CQ))[("gpu-nvidia-a10g", "nvidia.com/gpu")] == "3"
+    other = api.get_object(f"{KUEUE}/clusterqueues/team-{OTHER}")
+    assert _quota(other)[("gpu-nvidia-a10g", "nvidia.com/gpu")] == "1"
 
 
 def _condition(workload: dict, kind: str) -> dict:

@@ -1,0 +1,186 @@
+"""Nothing of a team runs outside Kueue; a job past its deadline is stopped (issues 29, 31).
+
+The control plane runs Kueue with `manageJobsWithoutQueueName` over the teams' namespaces
+(its kueue.configure, which `fakes.addons.install_kueue` writes into the fake's
+kueue-manager-config, and `fakes.batch` reads as kueue-controller-manager does): a batch
+Job the team's identity creates without a queue is suspended and never admitted, one in
+its queue waits for its quota, and the charm's own Jobs name the queue and run.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import NS, TOKEN, add_nodes, jobset, node, run_action
+
+from fakes.batch import BatchControllers
+
+JOBS = f"/apis/batch/v1/namespaces/{NS}/jobs"
+
+
+def _team_creates_job(api, name: str, labels: dict | None = None, cpu: str = "1") -> dict:
+    """A plain batch Job, POSTed with the team's own token (its kube-api grant)."""
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": 1000,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "containers": [
+                        {
+                            "name": "miner",
+                            "image": "tensorflow/tensorflow:2.21.0",
+                            "command": ["python3", "-c", "pass"],
+                            "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}},
+                            "securityContext": {
+                                "allowPrivilegeEscalation": False,
+                                "capabilities": {"drop": ["ALL"]},
+                            },
+                        }
+                    ],
+                },
+            }
+        },
+    }
+    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    status, _, body, *_ = api.handle("POST", JOBS, headers, json.dumps(job).encode())
+    assert status == 201, body
+    return json.loads(body)
+
+
+def _pods(api, job: str) -> list[dict]:
+    return [
+        p
+        for p in api.objects(f"/api/v1/namespaces/{NS}/pods/")
+        if p["metadata"]["labels"].get("batch.kubernetes.io/job-name") == job
+    ]
+
+
+def _reserved(workload: dict) -> dict:
+    return next(c for c in workload["status"]["conditions"] if c["type"] == "QuotaReserved")
+
+
+def test_a_job_without_a_queue_stays_suspended_and_never_runs(ctx, state, api, controller):
+    """Issue 29 leftover 3: it ran at once, outside the team's quota (Kueue left it alone)."""
+    add_nodes(api, node("cpu-0"))
+    ctx.run(ctx.on.update_status(), state)  # the team's LocalQueue exists
+    created = _team_creates_job(api, "miner")
+    assert created["spec"]["suspend"] is True  # Kueue's Job webhook, on create
+    for _ in range(3):
+        controller.tick()
+    assert api.get_object(f"{JOBS}/miner")["spec"]["suspend"] is True
+    assert _pods(api, "miner") == []
+    workload = controller.workload("miner", kind="Job")
+    assert workload is not None and "queueName" not in workload["spec"]
+    assert _reserved(workload)["message"] == "LocalQueue  doesn't exist"
+
+
+def test_a_job_in_the_teams_queue_waits_for_its_quota(ctx, state, api, controller):
+    """Kueue admits a plain Job against the team's cpu/memory quota, as a JobSet."""
+    add_nodes(api, node("cpu-0"))  # 8 CPUs: the cohort the team borrows from
+    ctx.run(ctx.on.update_status(), state)  # the team's LocalQueue
+    queue = {"kueue.x-k8s.io/queue-name": "training"}
+    _team_creates_job(api, "small", queue, cpu="6")
+    controller.tick()
+    _team_creates_job(api, "large", queue, cpu="4")
+    controller.tick()
+    assert api.get_object(f"{JOBS}/small")["spec"]["suspend"] is False
+    assert [p["status"]["phase"] for p in _pods(api, "small")] == ["Running"]
+    assert api.get_object(f"{JOBS}/large")["spec"]["suspend"] is True
+    assert _pods(api, "large") == []
+    waiting = _reserved(controller.workload("large", kind="Job"))
+    assert waiting["message"].startswith("couldn't assign flavors to pod set main")
+    assert "insufficient unused quota for cpu in flavor cpu, 2 more needed" in waiting["message"]
+
+
+def test_the_charms_own_jobs_name_the_teams_queue_and_run(ctx, state, api, controller):
+    """The purge Job (and every one-shot Job, oneshot.queued) is queued and admitted."""
+    add_nodes(api, node("node-a", 1), node("cpu-0"))
+    run_action(ctx, state, "train", job="mnist", workers=1)
+    run_action(ctx, state, "stop", job="mnist", purge=True)
+    purge = api.get_object(f"{JOBS}/mnist-purge")
+    labels = purge["metadata"]["labels"]
+    assert labels["kueue.x-k8s.io/queue-name"] == "training"
+    assert labels["kueue.x-k8s.io/priority-class"] == "normal"
+    for _ in range(3):
+        controller.tick()
+    workload = controller.workload("mnist-purge", kind="Job")
+    assert workload is not None
+    assert {c["type"]: c["status"] for c in workload["status"]["conditions"]}["Admitted"] == "True"
+    assert _pods(api, "mnist-purge") != []
+
+
+def test_a_job_past_its_deadline_is_deactivated_by_kueue(ctx, state, api, controller, fake_time):
+    """Issue 31 leftover: Kueue v0.19.2's maximumExecutionTimeSeconds, emulated (K9).
+
+    Admitted at the start; an hour of admitted time later the Workload is deactivated and
+    evicted, the JobSet suspended (its pods stopped, the checkpoints stay), its quota
+    freed and it is never admitted again; job-status says why.
+    """
+    add_nodes(api, node("node-a", 1), node("cpu-0"))
+    results, _ = run_action(ctx, state, "train", job="mnist", deadline=1)
+    assert results["state"] == "running", results
+    workload = controller.workload("mnist")
+    assert workload["spec"]["maximumExecutionTimeSeconds"] == 3600
+    fake_time.now += 3599
+    controller.tick()
+    assert jobset(api, "mnist")["spec"]["suspend"] is False
+    fake_time.now += 1
+    controller.tick()
+    workload = controller.workload("mnist")
+    assert workload["spec"]["active"] is False
+    evicted = next(c for c in workload["status"]["conditions"] if c["type"] == "Evicted")
+    assert evicted["reason"] == "DeactivatedDueToMaximumExecutionTimeExceeded"
+    assert evicted["message"] == (
+        "The workload is deactivated due to exceeding the maximum execution time"
+    )
+    assert "admission" not in workload["status"]
+    assert jobset(api, "mnist")["spec"]["suspend"] is True
+    for _ in range(3):
+        controller.tick()
+    assert jobset(api, "mnist")["spec"]["suspend"] is True  # never requeued
+    status, _ = run_action(ctx, state, "job-status", job="mnist")
+    assert "DeactivatedDueToMaximumExecutionTimeExceeded" in status["queue"], status
+
+
+def test_the_deadline_counts_admitted_time_only(ctx, state, api, controller, fake_time):
+    """Time queued after a preemption does not count; admitted time before it does."""
+    add_nodes(api, node("node-a", 1), node("cpu-0"))
+    run_action(ctx, state, "train", job="mnist", deadline=1)
+    fake_time.now += 3000
+    controller.enabled = False  # preempted; nothing readmits it while time passes
+    controller.preempt("mnist")
+    fake_time.now += 5000
+    controller.enabled = True
+    controller.tick()
+    workload = controller.workload("mnist")
+    assert workload["status"]["accumulatedPastExecutionTimeSeconds"] == 3000
+    assert jobset(api, "mnist")["spec"]["suspend"] is False  # admitted again
+    fake_time.now += 599
+    controller.tick()
+    assert controller.workload("mnist")["spec"].get("active", True) is True
+    fake_time.now += 1
+    controller.tick()
+    assert controller.workload("mnist")["spec"]["active"] is False
+
+
+def test_the_fakes_workloads_are_checked_against_the_real_crd(api):
+    """Issue 31 leftover: Kueue's fake creates Workloads through the validating path."""
+    controller = BatchControllers(api, NS)
+    bad = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {"name": "w", "namespace": NS},
+        "spec": {"podSets": [], "maximumExecutionTimeSeconds": 0},
+    }
+    with pytest.raises(AssertionError, match="refused the Workload"):
+        controller._create_workload(bad)
