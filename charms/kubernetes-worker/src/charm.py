@@ -268,15 +268,22 @@ class KubernetesWorkerCharm(ops.CharmBase):
             notes.append(ops.BlockedStatus(message or ""))
 
     def _telemetry(self, host: Host, state: gpu_node.GpuState) -> None:
-        """What this machine's COS agent scrapes.
+        """What this machine's COS agent scrapes: only targets that answer (review F-19).
 
-        kubelet through the node's HAProxy once it has its certificate; on a GPU node the
-        control plane's DCGM exporter on the host network.
+        Every job is a target that `ScrapeTargetDown` (cos_agent.py, 15 minutes) watches, so
+        none is published before its server runs: the kubelet through the node's HAProxy
+        once it has its certificate; on a GPU node that joined, the GPU health watcher
+        (`_gpu_health` starts it then), and the control plane's DCGM exporter (host
+        network) once pods can use the GPUs: its DaemonSet runs only on nodes labelled
+        `nvidia.com/gpu.present=true`, which this hook labels exactly then
+        (`GpuState.labels`), not while the driver is missing, broken or waits for a
+        reboot, or Fabric Manager is pending.
         """
         name = kubeadm.node_name(host)
         jobs = node_jobs(name) if api_proxy.metrics_access(host) else []
-        if state.has_gpu:
-            jobs.append(scrape_job("dcgm-exporter", DCGM_EXPORTER_PORT, instance=name))
+        if state.has_gpu and kubeadm.is_joined(host):
+            if state.ready:
+                jobs.append(scrape_job("dcgm-exporter", DCGM_EXPORTER_PORT, instance=name))
             jobs.append(scrape_job("gpu-watcher", gpu_health.METRICS_PORT, instance=name))
         self.cos.update(jobs)
 

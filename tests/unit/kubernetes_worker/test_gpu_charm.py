@@ -1699,6 +1699,35 @@ def test_a_gpu_node_has_its_dcgm_exporter_scraped_with_the_gpu_rules_and_dashboa
     assert titles == ["gpu-k8s / GPU nodes", "gpu-k8s / training jobs"]
 
 
+def test_gpu_scrape_jobs_wait_for_their_servers_on_a_fresh_gpu_node(ctx, machine, api, driver):
+    """No scrape target before its server can answer (review F-19).
+
+    Else ScrapeTargetDown (15 minutes) fires on a healthy first deploy. The DCGM exporter's
+    DaemonSet runs on nodes labelled `nvidia.com/gpu.present=true` (dcgm_exporter.py), the
+    watcher once the node joined.
+    """
+    needs_reboot(driver)  # the driver only works after a reboot into the new kernel
+    agent = testing.Relation("cos-agent", remote_app_name="opentelemetry-collector")
+
+    def jobs(out):
+        config = json.loads(out.get_relation(agent.id).local_unit_data["config"])
+        return [j["job_name"].split("_", 1)[1] for j in config["metrics_scrape_jobs"]]
+
+    out = ctx.run(ctx.on.config_changed(), testing.State(relations={agent}))
+    assert machine.joins == []
+    assert jobs(out) == ["unit-state"]  # not joined: no kubelet, no watcher, no exporter
+
+    register_node(api)
+    state = joined_state(api)
+    out = ctx.run(
+        ctx.on.config_changed(), dataclasses.replace(state, relations={*state.relations, agent})
+    )
+    assert len(machine.joins) == 1 and gpu_labels(api) == {}  # no exporter lands there yet
+    assert jobs(out) == ["kubelet-cadvisor", "gpu-watcher", "unit-state"]
+    # with a working driver the node is labelled and the exporter scraped:
+    # test_a_gpu_node_has_its_dcgm_exporter_scraped_with_the_gpu_rules_and_dashboards
+
+
 def test_a_cpu_node_offers_no_gpu_scrape_job(machine, api, tmp_path):
     FakeDriver(machine).serve_toolkit()
     config = _cos_config(api, tmp_path)
