@@ -1750,6 +1750,7 @@ def test_a_joined_gpu_node_runs_the_gpu_health_watcher_as_its_node(ctx, machine,
     assert unit.stat().st_mode & 0o777 == 0o644
     text = unit.read_text()
     assert "--node ip-10-0-1-17" in text and "--escalation 3/10m" in text
+    assert "--unit kubernetes-worker/0" in text  # the unit it wakes for the taint (juju-exec)
     program = machine.path("/usr/local/lib/gpu-k8s/gpu_watcher.py")
     assert program.stat().st_mode & 0o777 == 0o644
     assert json.loads(machine.path("/usr/local/lib/gpu-k8s/xid_catalog.json").read_text())["xids"]
@@ -1882,6 +1883,87 @@ def gpu_healthy(api):
 
 
 QUARANTINE_TAINT = {"key": "gpu-k8s.io/gpu-unhealthy", "effect": "NoExecute"}
+
+
+# -- the taint within seconds: the watcher wakes the charm (its `gpu-quarantined` hook) --
+
+
+def test_the_hook_the_watcher_dispatches_is_the_charms_gpu_quarantined_event():
+    """Ops names the event after JUJU_DISPATCH_PATH's last part, `-` read as `_`."""
+    from pathlib import Path
+
+    import gpu_watcher
+    from ops._main import _Dispatcher
+
+    dispatcher = object.__new__(_Dispatcher)  # ops' own rule, without its process setup
+    dispatcher._set_name_from_path(Path(gpu_watcher.HOOK))
+    assert dispatcher.event_name == "gpu_quarantined"
+    event = getattr(charm.KubernetesWorkerCharm.on, dispatcher.event_name)
+    assert event.event_type is charm.GpuQuarantinedEvent
+
+
+def gpu_quarantined():
+    """The event as ops emits it for the watcher's juju-exec (hooks/gpu-quarantined).
+
+    `charm.on.gpu_quarantined`: ctx.on.custom finds only events of objects other than the
+    charm, ops.testing's plain `_Event` runs the charm's own.
+    """
+    from scenario.state import _Event
+
+    return _Event("gpu_quarantined")
+
+
+@pytest.mark.parametrize(
+    ("config", "status"),
+    [
+        (
+            {},  # gpu-auto-repair=reboot, the default: the next update-status repairs
+            testing.WaitingStatus(
+                f"GPU 1 ({QUARANTINED_GPU}) quarantined at 2026-11-28T10:00:00Z: Xid79; node "
+                f"{NODE} cordoned with condition GpuHealthy=False and its pods evicted; "
+                "NoExecute taint asked of the control plane; gpu-auto-repair: a reboot in "
+                "this unit's turn from its next update-status"
+            ),
+        ),
+        (
+            NO_AUTO_REPAIR,
+            testing.BlockedStatus(
+                f"GPU 1 ({QUARANTINED_GPU}) quarantined at 2026-11-28T10:00:00Z: Xid79; node "
+                f"{NODE} cordoned with condition GpuHealthy=False and its pods evicted; "
+                "NVIDIA's catalog asks for a reboot of the machine; it stays out of service "
+                f"until repaired and readmitted (README, GPU health: {UNIT})"
+            ),
+        ),
+    ],
+)
+def test_the_watchers_hook_asks_for_the_taint_at_once_and_says_what_comes_next(
+    ctx, machine, api, driver, config, status
+):
+    state = joined_gpu_node(ctx, api, driver, config)
+    watcher_quarantines(machine)
+    watcher_cordons(api)
+    requests, mutations = len(api.requests), len(machine.mutations())
+
+    out = ctx.run(gpu_quarantined(), state)
+
+    assert json.loads(unit_data(out)["gpu-quarantine"]) == [QUARANTINED_GPU]
+    assert out.unit_status == status
+    # nothing else in that hook (it ends in a moment): no API request, no repair, no turn
+    assert api.requests[requests:] == []
+    assert machine.mutations()[mutations:] == []
+    assert {r.endpoint for r in out.relations} == {r.endpoint for r in state.relations}
+    # the leader's relation-changed taints the node (fleet.py)
+    leader_applies_quarantine_taint(api, out)
+    assert QUARANTINE_TAINT in taints(api)
+
+
+def test_the_watchers_hook_after_a_readmission_changes_nothing(ctx, machine, api, driver):
+    state = joined_gpu_node(ctx, api, driver)
+    requests = len(api.requests)
+    out = ctx.run(gpu_quarantined(), state)
+    assert "gpu-quarantine" not in unit_data(out)
+    assert out.unit_status == state.unit_status
+    assert api.requests[requests:] == []
 
 
 def test_a_quarantined_gpu_is_reported_tainted_and_readmitted_only_after_every_gpu_passes(
