@@ -212,7 +212,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
             return
         try:
             self.cluster.publish_quarantine(request)
-        except ValueError as e:  # a GPU the watcher knew only by its PCI address
+        except ValueError as e:  # not a GPU UUID or PCI address: a state file edited by hand
             logger.warning("cannot ask for the quarantine taint: %s", e)
         try:
             config = self.load_config(WorkerConfig, errors="raise")
