@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -245,6 +246,41 @@ def gpu_machine(root: Path) -> Iterator[Machine]:
             box.stop()
 
 
+UNIT = "kubernetes-worker/0"
+
+
+def fake_juju_exec(box: Machine, code: int = 0) -> None:
+    """A `juju-exec` on the watcher's PATH (gpu_health.unit_text: systemd's PATH finds it).
+
+    It records each call: the time (wall clock and CLOCK_MONOTONIC, which time.monotonic()
+    reads in every process), its argv and the GPUs quarantined in the state file at that
+    moment (what the hook it asks for would read), then exits with `code` (juju-exec
+    passes on the exit code of the commands it ran; 0: the hook ran).
+    """
+    bin_dir = box.root / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    program = bin_dir / "juju-exec"
+    program.write_text(
+        f"#!{sys.executable}\n"
+        "import json, sys, time\n"
+        "try:\n"
+        f"    held = sorted(json.load(open({str(box.state_path)!r}))['quarantined'])\n"
+        "except (OSError, ValueError, KeyError):\n"
+        "    held = None\n"
+        "call = {'at': time.time(), 'monotonic': time.monotonic(), 'argv': sys.argv[1:]}\n"
+        f"with open({str(box.root / 'juju-exec.calls')!r}, 'a') as f:\n"
+        "    f.write(json.dumps({**call, 'quarantined': held}) + '\\n')\n"
+        f"sys.exit({code})\n"
+    )
+    program.chmod(0o755)
+
+
+def juju_exec_calls(box: Machine) -> list[dict]:
+    """What the fake juju-exec recorded, oldest first."""
+    path = box.root / "juju-exec.calls"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
 def start(
     box: Machine,
     escalation: str = "3/10m",
@@ -252,10 +288,15 @@ def start(
     interval: float = 0.2,
     tick: float = 0.05,
     metrics: bool = False,
+    unit: str | None = None,
+    hook_retry: float = 0.05,
 ) -> None:
-    """Start the watcher as systemd does (gpu_health.unit_text), every path injected."""
+    """Start the watcher as systemd does (gpu_health.unit_text), every path injected.
+
+    `unit`: the Juju unit it wakes with juju-exec (`fake_juju_exec` on its PATH).
+    """
     box.started_with = {"escalation": escalation, "interval": interval, "tick": tick}
-    box.started_with["metrics"] = metrics
+    box.started_with |= {"metrics": metrics, "unit": unit, "hook_retry": hook_retry}
     r = box.root
     argv = [sys.executable, str(SRC / "gpu_watcher.py"), "--node", OWN]
     argv += ["--api", str(r / "api.json"), "--catalog", str(SRC / "xid_catalog.json")]
@@ -266,8 +307,11 @@ def start(
     if metrics:
         box.metrics_port = box.metrics_port or free_port()
         argv += ["--metrics-port", str(box.metrics_port)]
+    if unit is not None:
+        argv += ["--unit", unit, "--hook-retry", str(hook_retry)]
+    env = {**os.environ, "PATH": f"{r / 'bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
     with (r / "watcher.log").open("a") as log:  # the child keeps its own descriptor
-        box.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        box.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
     until(lambda: box.state_path.exists(), step=0.01)  # first pass done: GPUs known
     if metrics:
         until(_serving(box), step=0.01)

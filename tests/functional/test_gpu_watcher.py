@@ -24,9 +24,12 @@ from gpu_watcher_machine import (
     OTHER,
     OWN,
     READY,
+    UNIT,
     Machine,
     allocation,
+    fake_juju_exec,
     gpu_machine,
+    juju_exec_calls,
     readmit,
     smi_list,
     smi_rows,
@@ -67,6 +70,60 @@ def test_a_fallen_gpu_quarantines_the_node_and_evicts_only_its_pods(machine):
     assert other["status"]["conditions"] == [READY]
     state = machine.state()
     assert state["quarantined"][GPUS[1][1]]["action"] == "reboot"
+
+
+# juju-exec's exact command line: the unit, then one shell command for `bash -s`
+# (gpu_watcher.py's docstring: Juju 3.6 juju-exec, ops' dispatch); nothing secret in it
+WAKE = ["-u", UNIT, "JUJU_DISPATCH_PATH=hooks/gpu-quarantined ./dispatch"]
+
+
+def test_a_quarantine_wakes_the_charm_with_juju_exec_once_for_the_taint(machine):
+    fake_juju_exec(machine)
+    start(machine, unit=UNIT)
+    machine.kernel(xid_line("79", gpu=1))
+    until(lambda: juju_exec_calls(machine) and machine.quarantined())
+    calls = juju_exec_calls(machine)
+    assert [c["argv"] for c in calls] == [WAKE]
+    assert calls[0]["quarantined"] == [GPUS[1][1]]  # saved before: the hook reads it
+    # the same fault again, and an application XID: nothing new for the control plane
+    machine.kernel(xid_line("79", gpu=1))
+    machine.kernel(xid_line("13", gpu=0))
+    until(machine.handled)
+    time.sleep(0.3)
+    assert len(juju_exec_calls(machine)) == 1
+    # a second GPU: asked again, with both in the state file
+    machine.kernel(xid_line("79", gpu=0))
+    until(lambda: len(juju_exec_calls(machine)) == 2)
+    assert juju_exec_calls(machine)[1]["argv"] == WAKE
+    assert juju_exec_calls(machine)[1]["quarantined"] == sorted([GPUS[0][1], GPUS[1][1]])
+    assert "asked the charm for its hooks/gpu-quarantined hook" in watcher_log(machine)
+
+
+def test_a_failing_juju_exec_is_retried_three_times_and_never_stops_the_watcher(machine):
+    fake_juju_exec(machine, code=1)  # the hook failed (juju-exec passes its exit code on)
+    start(machine, unit=UNIT)
+    machine.kernel(xid_line("79", gpu=1))
+    until(lambda: "gave up asking" in watcher_log(machine))
+    assert [c["argv"] for c in juju_exec_calls(machine)] == [WAKE] * 3
+    log = watcher_log(machine)
+    assert "hooks/gpu-quarantined hook request 3/3 failed: exit 1" in log
+    # the watcher goes on: the next fault still quarantines, and asks again
+    machine.kernel(xid_line("79", gpu=0))
+    until(lambda: len(juju_exec_calls(machine)) == 6)
+    assert machine.state()["quarantined"].keys() == {GPUS[0][1], GPUS[1][1]}
+    assert machine.process is not None and machine.process.poll() is None
+
+
+def test_no_juju_exec_on_the_machine_is_logged_and_the_quarantine_holds(machine):
+    start(machine, unit=UNIT)  # no juju-exec on its PATH (not a Juju 3 machine)
+    machine.kernel(xid_line("79", gpu=1))
+    until(lambda: f"{OWN}/gpu1-job" not in machine.pods() and machine.quarantined())
+    until(lambda: "gave up asking" in watcher_log(machine))
+    assert machine.process is not None and machine.process.poll() is None
+
+
+def watcher_log(machine: Machine) -> str:
+    return (machine.root / "watcher.log").read_text()
 
 
 def test_application_xids_restart_the_job_and_escalate_on_the_third(machine):

@@ -71,9 +71,25 @@ logger = logging.getLogger(__name__)
 LEFT = "left the cluster; this unit is being removed"
 
 
+class GpuQuarantinedEvent(ops.EventBase):
+    """The GPU health watcher quarantined a GPU of this machine (gpu_watcher.py).
+
+    Not a Juju hook: the watcher asks the unit agent for it with `juju-exec -u <unit>
+    JUJU_DISPATCH_PATH=hooks/gpu-quarantined ./dispatch` (gpu_watcher.HOOK), and ops emits
+    `charm.on.gpu_quarantined` for that path (ops/_main.py _Dispatcher._set_name_from_path).
+    """
+
+
+class WorkerEvents(ops.CharmEvents):
+    """Juju's events and the watcher's `gpu_quarantined`."""
+
+    gpu_quarantined = ops.EventSource(GpuQuarantinedEvent)
+
+
 class KubernetesWorkerCharm(ops.CharmBase):
     """A Kubernetes worker node (deployed as a CPU app and as a GPU app)."""
 
+    on = WorkerEvents()
     _stored = ops.StoredState()
     # Time source for waits (drain, GPU validation); tests replace them to not wait.
     drain_clock = staticmethod(time.monotonic)
@@ -148,6 +164,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
             framework.observe(event, self._reconcile)
         framework.observe(on[CLUSTER].relation_departed, self._on_cluster_departed)
         framework.observe(on.stop, self._on_stop)
+        framework.observe(on.gpu_quarantined, self._on_gpu_quarantined)
         framework.observe(on.collect_unit_status, self._on_collect_status)
         self.actions = actions = OperatorActions(
             self,
@@ -180,6 +197,33 @@ class KubernetesWorkerCharm(ops.CharmBase):
 
     def _on_stop(self, event: ops.StopEvent) -> None:
         self._leave()
+
+    def _on_gpu_quarantined(self, event: GpuQuarantinedEvent) -> None:
+        """Ask the control plane for the NoExecute taint now, and say what comes next.
+
+        Only `gpu-quarantine` and the status: Juju shares relation data when the hook
+        ends, so the repair (a drain, a reset or a reboot, the gate: minutes) is left to
+        the next hook (`_gpu_health`), and this one ends within seconds. The control
+        plane's leader taints the Node in its `workers` relation-changed (fleet.py).
+        """
+        if self._stored.left_cluster:
+            return
+        host = self.host_factory()
+        held = gpu_health.quarantined(host)
+        request = gpu_health.quarantine_request(host, None)  # the UUIDs, None: readmitted
+        if not held or request is None:
+            return
+        try:
+            self.cluster.publish_quarantine(request)
+        except ValueError as e:  # not a GPU UUID or PCI address: a state file edited by hand
+            logger.warning("cannot ask for the quarantine taint: %s", e)
+        try:
+            config = self.load_config(WorkerConfig, errors="raise")
+        except ValueError:
+            config = None  # the next reconcile blocks on it
+        node = kubeadm.node_name(host)
+        self._statuses.add(self.repairs.announce(host, config, node, held))
+        logger.info("GPU quarantine taint asked for node %s: %s", node, ", ".join(request))
 
     def _reconcile(self, event: ops.EventBase) -> None:
         """Run the steps; the first StatusError stops them and is the unit's status.
@@ -260,7 +304,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
         Blocked while a GPU stays quarantined with no automatic repair under way.
         """
         with self._statuses.step(), on_error(ops.WaitingStatus, gpu_health.GpuHealthError):
-            if gpu_health.ensure(host, node, config.gpu_xid_escalation):
+            if gpu_health.ensure(host, node, config.gpu_xid_escalation, self.unit.name):
                 logger.info("GPU health watcher (re)started")
         found = gpu_health.quarantined(host)
         status = self.repairs.step(host, config, node, found)  # Juju reboots: the hook ends
@@ -271,15 +315,22 @@ class KubernetesWorkerCharm(ops.CharmBase):
             notes.append(ops.BlockedStatus(message or ""))
 
     def _telemetry(self, host: Host, state: gpu_node.GpuState) -> None:
-        """What this machine's COS agent scrapes.
+        """What this machine's COS agent scrapes: only targets that answer (review F-19).
 
-        kubelet through the node's HAProxy once it has its certificate; on a GPU node the
-        control plane's DCGM exporter on the host network.
+        Every job is a target that `ScrapeTargetDown` (cos_agent.py, 15 minutes) watches, so
+        none is published before its server runs: the kubelet through the node's HAProxy
+        once it has its certificate; on a GPU node that joined, the GPU health watcher
+        (`_gpu_health` starts it then), and the control plane's DCGM exporter (host
+        network) once pods can use the GPUs: its DaemonSet runs only on nodes labelled
+        `nvidia.com/gpu.present=true`, which this hook labels exactly then
+        (`GpuState.labels`), not while the driver is missing, broken or waits for a
+        reboot, or Fabric Manager is pending.
         """
         name = kubeadm.node_name(host)
         jobs = node_jobs(name) if api_proxy.metrics_access(host) else []
-        if state.has_gpu:
-            jobs.append(scrape_job("dcgm-exporter", DCGM_EXPORTER_PORT, instance=name))
+        if state.has_gpu and kubeadm.is_joined(host):
+            if state.ready:
+                jobs.append(scrape_job("dcgm-exporter", DCGM_EXPORTER_PORT, instance=name))
             jobs.append(scrape_job("gpu-watcher", gpu_health.METRICS_PORT, instance=name))
         self.cos.update(jobs)
 

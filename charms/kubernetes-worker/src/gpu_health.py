@@ -56,10 +56,18 @@ class GpuHealthError(Exception):
     """The watcher cannot be set up (no kubelet identity yet)."""
 
 
-def unit_text(node: str, escalation: str) -> str:
-    """The systemd unit: runs as root (it reads /dev/kmsg and the kubelet's key)."""
+def unit_text(node: str, escalation: str, unit: str) -> str:
+    """The systemd unit: runs as root (it reads /dev/kmsg and the kubelet's key).
+
+    `unit`: the Juju unit the watcher wakes with `juju-exec` after a quarantine (its
+    `gpu-quarantined` hook asks the control plane for the NoExecute taint): the watcher
+    runs as root, as juju-exec must, and finds it on the PATH systemd gives a service
+    (systemd.exec(5) "$PATH": /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin), in
+    /usr/bin on Juju 3 machines (canonical/jhack, `/usr/bin/juju-exec` from Juju 3.0).
+    """
     argv = [PYTHON, PROGRAM, "--node", node, "--api", API_CONFIG, "--catalog", CATALOG]
     argv += ["--state", STATE, "--escalation", escalation, "--metrics-port", str(METRICS_PORT)]
+    argv += ["--unit", unit]
     return (
         "# Written by the kubernetes-worker charm (gpu_health.py).\n"
         "[Unit]\n"
@@ -88,12 +96,12 @@ def api_config(host: Host) -> str:
     return json.dumps({"server": cluster["server"], "ca": ca_pem, "client": KUBELET_CLIENT})
 
 
-def ensure(host: Host, node: str, escalation: str) -> bool:
+def ensure(host: Host, node: str, escalation: str, unit: str) -> bool:
     """Install or update the watcher and keep it running; True when it was (re)started."""
     changed = host.write(API_CONFIG, api_config(host), mode=0o600)
     changed = host.write(CATALOG, (_SRC / "xid_catalog.json").read_text()) or changed
     changed = host.write(PROGRAM, (_SRC / "gpu_watcher.py").read_text()) or changed
-    changed = host.write(SERVICE_FILE, unit_text(node, escalation)) or changed
+    changed = host.write(SERVICE_FILE, unit_text(node, escalation, unit)) or changed
     if not changed and active(host):
         return False
     host.run(SYSTEMCTL, "daemon-reload")
@@ -178,6 +186,18 @@ def status_message(node: str, unit: str, entries: list[dict]) -> str | None:
         f"{first['reason']}{others}; node {node} cordoned with condition GpuHealthy=False "
         f"and its pods evicted; NVIDIA's catalog asks for {need}; it stays out of service "
         f"until repaired and readmitted (README, GPU health: {unit})"
+    )
+
+
+def repair_pending_message(node: str, entries: list[dict], method: str) -> str:
+    """The unit's Waiting message between a quarantine and its automatic repair."""
+    first = entries[0]
+    others = f" (+{len(entries) - 1} more GPUs)" if len(entries) > 1 else ""
+    return (
+        f"GPU {first['index']} ({first['uuid']}) quarantined at {first['at']}: "
+        f"{first['reason']}{others}; node {node} cordoned with condition GpuHealthy=False "
+        f"and its pods evicted; NoExecute taint asked of the control plane; "
+        f"gpu-auto-repair: a {method} in this unit's turn from its next update-status"
     )
 
 

@@ -107,18 +107,39 @@ class GpuRepairs(ops.Object):
         asked = progress is not None and progress.get("method") == REBOOT_ASKED
         if gpu_repair.escalated(records, now) and not asked:
             self.turns.done(limit, REPAIR)
-            failures = gpu_repair.recent_failures(records, now)
-            zone = os.environ.get("JUJU_AVAILABILITY_ZONE")
-            app, unit = self.model.app.name, self.model.unit.name
-            return ops.BlockedStatus(
-                gpu_repair.escalation_message(node, unit, app, zone, failures)
-            )
+            return self._escalation(node, records, now)
         method = (
             gpu_repair.REBOOT
             if asked
             else gpu_repair.choose(held, config.gpu_auto_repair, records, now)
         )
         return None if method is None else self._repair(host, config, node, held, method)
+
+    def announce(
+        self, host: Host, config: WorkerConfig | None, node: str, held: list[dict]
+    ) -> ops.StatusBase:
+        """The unit's status right after a quarantine (the `gpu-quarantined` hook).
+
+        That hook only asks for the taint (Juju shares relation data when a hook ends, and
+        a repair takes minutes): it says which GPU and what comes next, as `step` would
+        decide it, changing nothing. `config` None: invalid (no automatic repair said).
+        """
+        records, now = gpu_health.repairs(host), self._wall_clock()
+        if gpu_repair.escalated(records, now):
+            return self._escalation(node, records, now)
+        mode = "off" if config is None else config.gpu_auto_repair
+        method = gpu_repair.choose(held, mode, records, now)
+        if method is None:
+            return ops.BlockedStatus(
+                gpu_health.status_message(node, self.model.unit.name, held) or ""
+            )
+        return ops.WaitingStatus(gpu_health.repair_pending_message(node, held, method))
+
+    def _escalation(self, node: str, records: list[dict], now: float) -> ops.StatusBase:
+        failures = gpu_repair.recent_failures(records, now)
+        zone = os.environ.get("JUJU_AVAILABILITY_ZONE")
+        app, unit = self.model.app.name, self.model.unit.name
+        return ops.BlockedStatus(gpu_repair.escalation_message(node, unit, app, zone, failures))
 
     def _repair(
         self, host: Host, config: WorkerConfig, node: str, held: list[dict], method: str

@@ -51,8 +51,26 @@ plugin/pkg/admission/noderestriction/admission.go):
    lifted (`kubectl uncordon`) is put back, and said so in the log; only readmission
    (gpu_health.readmit, which stops this program first) ends it.
 
-The NoExecute taint is the control plane's to set (a node may not change its taints):
-the pods that matter are already gone by then.
+The NoExecute taint is the control plane's to set (a node may not change its taints:
+NodeRestriction refuses it, "node %q is not allowed to modify taints"). The unit asks the
+control plane's leader for it over the `cluster` relation (`gpu-quarantine`), which only
+a hook can write: so right after recording a quarantine (before the API steps, which the
+taint does not need) this program wakes its charm, the standard way a machine charm's
+service does, with `juju-exec -u <unit> JUJU_DISPATCH_PATH=hooks/gpu-quarantined
+./dispatch` (`--unit`; HookRequest). juju-exec (Juju 3.6 reference, "juju-exec": "Run the
+specified commands in the hook context for the unit", run by `/bin/bash -s`) asks the
+unit agent to run the command once no other hook holds the machine's lock, in the charm's
+directory (juju worker/uniter/runner/runner.go runCommandsWithTimeout: WorkingDir
+`paths.GetCharmDir()`), so charmcraft's `dispatch` starts the charm with our
+JUJU_DISPATCH_PATH (it keeps one that is set: `${JUJU_DISPATCH_PATH:-$0}`), and ops emits
+the charm event named by the path's last part, `-` as `_` (ops/_main.py
+_Dispatcher._set_name_from_path, _emit_charm_event: `charm.on.gpu_quarantined`). That
+hook publishes `gpu-quarantine`; the leader's `cluster` relation-changed taints the Node.
+Postgres' charm wakes itself the same way (canonical/postgresql-operator
+src/cluster_topology_observer.py `dispatch`). No secret is on that command line: the
+unit's name and the hook's. The request runs in its own thread (juju-exec waits while a
+hook runs), `HOOK_ATTEMPTS` times at most, each bounded by `--hook-timeout`; a failure is
+logged and the watcher goes on (the charm's next update-status asks for the taint too).
 
 An application-class XID (the catalog's RESTART_APP, and 43/45) never quarantines: the
 pod of the process named by `pid=` (its cgroup names the pod's UID, /proc/<pid>/cgroup)
@@ -293,6 +311,72 @@ def recovery_action(entry: dict, text: str) -> tuple[str, str]:
     return entry["recovery_actions"].get(code, "support"), name
 
 
+HOOK = "hooks/gpu-quarantined"  # the charm's `gpu_quarantined` event (charm.py)
+HOOK_ATTEMPTS = 3  # juju-exec runs at most this often per request, `--hook-retry` * 3^n apart
+
+
+def hook_argv(juju_exec: str, unit: str) -> list[str]:
+    """juju-exec's command line that dispatches the charm's `gpu_quarantined` event."""
+    return [juju_exec, "-u", unit, f"JUJU_DISPATCH_PATH={HOOK} ./dispatch"]
+
+
+class HookRequest:
+    """Ask the unit agent for a `gpu-quarantined` hook, off the watcher's loop.
+
+    One request runs at a time; one asked while it runs runs again after it (the hook
+    reads the state file when it runs, so one more run covers every quarantine before).
+    """
+
+    def __init__(self, argv: list[str], retry: float, timeout: float):
+        self.argv, self.retry, self.timeout = argv, retry, timeout
+        self.lock = threading.Lock()
+        self.running = self.again = False
+
+    def ask(self) -> None:
+        """Request the hook (returns at once)."""
+        with self.lock:
+            if self.running:
+                self.again = True
+                return
+            self.running = True
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            self._request()
+            with self.lock:
+                if not self.again:
+                    self.running = False
+                    return
+                self.again = False
+
+    def _request(self) -> None:
+        for attempt in range(HOOK_ATTEMPTS):
+            if attempt:
+                time.sleep(self.retry * 3 ** (attempt - 1))
+            try:
+                done = subprocess.run(
+                    self.argv, capture_output=True, text=True, timeout=self.timeout
+                )
+            except (OSError, subprocess.TimeoutExpired) as e:
+                said = str(e)
+            else:
+                if done.returncode == 0:
+                    print(f"asked the charm for its {HOOK} hook (taint)", flush=True)
+                    return
+                said = f"exit {done.returncode}: {(done.stderr or done.stdout).strip()[-300:]}"
+            print(
+                f"{HOOK} hook request {attempt + 1}/{HOOK_ATTEMPTS} failed: {said}",
+                file=sys.stderr,
+                flush=True,
+            )
+        print(
+            f"gave up asking for the {HOOK} hook: the taint waits for the charm's next hook",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
 class Watcher:
     """The loop's state and its actions; `step()` is one pass."""
 
@@ -311,6 +395,11 @@ class Watcher:
         self.last_poll = 0.0
         self.fault_at: float | None = None  # the kernel's time of the record in hand
         self.lock = threading.Lock()
+        self.hook = (
+            HookRequest(hook_argv(args.juju_exec, args.unit), args.hook_retry, args.hook_timeout)
+            if args.unit
+            else None
+        )
 
     # -- state
 
@@ -520,6 +609,8 @@ class Watcher:
             self._count("quarantines", gpu["uuid"], reason)
         self.state["quarantined"][gpu["uuid"]] = record
         self._save()
+        if self.hook is not None:  # the taint: the hook reads the record just saved
+            self.hook.ask()
         self.apply()
 
     def apply(self) -> None:
@@ -886,6 +977,10 @@ def arguments(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--tick", type=float, default=0.5)
     p.add_argument("--escalation", default="3/10m")
     p.add_argument("--metrics-port", type=int, default=0)
+    p.add_argument("--unit", default="", help="the Juju unit to wake with juju-exec")
+    p.add_argument("--juju-exec", default="juju-exec")  # /usr/bin/juju-exec on Juju 3 machines
+    p.add_argument("--hook-retry", type=float, default=5.0)
+    p.add_argument("--hook-timeout", type=float, default=300.0)
     return p.parse_args(argv)
 
 

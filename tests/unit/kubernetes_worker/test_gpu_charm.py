@@ -1699,6 +1699,35 @@ def test_a_gpu_node_has_its_dcgm_exporter_scraped_with_the_gpu_rules_and_dashboa
     assert titles == ["gpu-k8s / GPU nodes", "gpu-k8s / training jobs"]
 
 
+def test_gpu_scrape_jobs_wait_for_their_servers_on_a_fresh_gpu_node(ctx, machine, api, driver):
+    """No scrape target before its server can answer (review F-19).
+
+    Else ScrapeTargetDown (15 minutes) fires on a healthy first deploy. The DCGM exporter's
+    DaemonSet runs on nodes labelled `nvidia.com/gpu.present=true` (dcgm_exporter.py), the
+    watcher once the node joined.
+    """
+    needs_reboot(driver)  # the driver only works after a reboot into the new kernel
+    agent = testing.Relation("cos-agent", remote_app_name="opentelemetry-collector")
+
+    def jobs(out):
+        config = json.loads(out.get_relation(agent.id).local_unit_data["config"])
+        return [j["job_name"].split("_", 1)[1] for j in config["metrics_scrape_jobs"]]
+
+    out = ctx.run(ctx.on.config_changed(), testing.State(relations={agent}))
+    assert machine.joins == []
+    assert jobs(out) == ["unit-state"]  # not joined: no kubelet, no watcher, no exporter
+
+    register_node(api)
+    state = joined_state(api)
+    out = ctx.run(
+        ctx.on.config_changed(), dataclasses.replace(state, relations={*state.relations, agent})
+    )
+    assert len(machine.joins) == 1 and gpu_labels(api) == {}  # no exporter lands there yet
+    assert jobs(out) == ["kubelet-cadvisor", "gpu-watcher", "unit-state"]
+    # with a working driver the node is labelled and the exporter scraped:
+    # test_a_gpu_node_has_its_dcgm_exporter_scraped_with_the_gpu_rules_and_dashboards
+
+
 def test_a_cpu_node_offers_no_gpu_scrape_job(machine, api, tmp_path):
     FakeDriver(machine).serve_toolkit()
     config = _cos_config(api, tmp_path)
@@ -1721,6 +1750,7 @@ def test_a_joined_gpu_node_runs_the_gpu_health_watcher_as_its_node(ctx, machine,
     assert unit.stat().st_mode & 0o777 == 0o644
     text = unit.read_text()
     assert "--node ip-10-0-1-17" in text and "--escalation 3/10m" in text
+    assert "--unit kubernetes-worker/0" in text  # the unit it wakes for the taint (juju-exec)
     program = machine.path("/usr/local/lib/gpu-k8s/gpu_watcher.py")
     assert program.stat().st_mode & 0o777 == 0o644
     assert json.loads(machine.path("/usr/local/lib/gpu-k8s/xid_catalog.json").read_text())["xids"]
@@ -1853,6 +1883,87 @@ def gpu_healthy(api):
 
 
 QUARANTINE_TAINT = {"key": "gpu-k8s.io/gpu-unhealthy", "effect": "NoExecute"}
+
+
+# -- the taint within seconds: the watcher wakes the charm (its `gpu-quarantined` hook) --
+
+
+def test_the_hook_the_watcher_dispatches_is_the_charms_gpu_quarantined_event():
+    """Ops names the event after JUJU_DISPATCH_PATH's last part, `-` read as `_`."""
+    from pathlib import Path
+
+    import gpu_watcher
+    from ops._main import _Dispatcher
+
+    dispatcher = object.__new__(_Dispatcher)  # ops' own rule, without its process setup
+    dispatcher._set_name_from_path(Path(gpu_watcher.HOOK))
+    assert dispatcher.event_name == "gpu_quarantined"
+    event = getattr(charm.KubernetesWorkerCharm.on, dispatcher.event_name)
+    assert event.event_type is charm.GpuQuarantinedEvent
+
+
+def gpu_quarantined():
+    """The event as ops emits it for the watcher's juju-exec (hooks/gpu-quarantined).
+
+    `charm.on.gpu_quarantined`: ctx.on.custom finds only events of objects other than the
+    charm, ops.testing's plain `_Event` runs the charm's own.
+    """
+    from scenario.state import _Event
+
+    return _Event("gpu_quarantined")
+
+
+@pytest.mark.parametrize(
+    ("config", "status"),
+    [
+        (
+            {},  # gpu-auto-repair=reboot, the default: the next update-status repairs
+            testing.WaitingStatus(
+                f"GPU 1 ({QUARANTINED_GPU}) quarantined at 2026-11-28T10:00:00Z: Xid79; node "
+                f"{NODE} cordoned with condition GpuHealthy=False and its pods evicted; "
+                "NoExecute taint asked of the control plane; gpu-auto-repair: a reboot in "
+                "this unit's turn from its next update-status"
+            ),
+        ),
+        (
+            NO_AUTO_REPAIR,
+            testing.BlockedStatus(
+                f"GPU 1 ({QUARANTINED_GPU}) quarantined at 2026-11-28T10:00:00Z: Xid79; node "
+                f"{NODE} cordoned with condition GpuHealthy=False and its pods evicted; "
+                "NVIDIA's catalog asks for a reboot of the machine; it stays out of service "
+                f"until repaired and readmitted (README, GPU health: {UNIT})"
+            ),
+        ),
+    ],
+)
+def test_the_watchers_hook_asks_for_the_taint_at_once_and_says_what_comes_next(
+    ctx, machine, api, driver, config, status
+):
+    state = joined_gpu_node(ctx, api, driver, config)
+    watcher_quarantines(machine)
+    watcher_cordons(api)
+    requests, mutations = len(api.requests), len(machine.mutations())
+
+    out = ctx.run(gpu_quarantined(), state)
+
+    assert json.loads(unit_data(out)["gpu-quarantine"]) == [QUARANTINED_GPU]
+    assert out.unit_status == status
+    # nothing else in that hook (it ends in a moment): no API request, no repair, no turn
+    assert api.requests[requests:] == []
+    assert machine.mutations()[mutations:] == []
+    assert {r.endpoint for r in out.relations} == {r.endpoint for r in state.relations}
+    # the leader's relation-changed taints the node (fleet.py)
+    leader_applies_quarantine_taint(api, out)
+    assert QUARANTINE_TAINT in taints(api)
+
+
+def test_the_watchers_hook_after_a_readmission_changes_nothing(ctx, machine, api, driver):
+    state = joined_gpu_node(ctx, api, driver)
+    requests = len(api.requests)
+    out = ctx.run(gpu_quarantined(), state)
+    assert "gpu-quarantine" not in unit_data(out)
+    assert out.unit_status == state.unit_status
+    assert api.requests[requests:] == []
 
 
 def test_a_quarantined_gpu_is_reported_tainted_and_readmitted_only_after_every_gpu_passes(
