@@ -2256,7 +2256,7 @@ class ValidatingAdmissionPolicies:
             scope = binding["spec"].get("matchResources")
             if scope and not _matches(scope, group, version, operation, resource):
                 continue
-            denial = self._evaluate(spec, request, obj, old)
+            denial = self._evaluate(spec, _Inputs(request, obj, old))
             if denial is None:
                 continue
             message, reason = denial
@@ -2276,57 +2276,100 @@ class ValidatingAdmissionPolicies:
                     code.get(reason, 422),
                     reason,
                     f"{subject} is forbidden: {cause}",
-                    {"name": name, "group": group, "kind": plural, "causes": [{"message": cause}]},
+                    {
+                        **{k: v for k, v in (("name", name), ("group", group)) if v},
+                        "kind": plural,
+                        "causes": [{"message": cause}],
+                    },
                 )
         return warnings
 
     @staticmethod
-    def _evaluate(
-        spec: dict, request: dict, obj: dict | None, old: dict | None
-    ) -> tuple[str, str] | None:
+    def _evaluate(spec: dict, inputs: _Inputs) -> tuple[str, str] | None:
         """(message, reason) of the policy's denial of this request, or None."""
         import celpy
 
+        true = celpy.celtypes.BoolType(True)
         fail = spec.get("failurePolicy", "Fail") == "Fail"
-        activation: dict[str, Any] = {
-            "object": celpy.json_to_cel(obj),
-            "oldObject": celpy.json_to_cel(old),
-            "request": celpy.json_to_cel(request),
-            "params": celpy.json_to_cel(None),
-            "namespaceObject": celpy.json_to_cel(None),
-        }
-        for condition in spec.get("matchConditions") or []:
-            value, error = _cel(condition["expression"], activation)
-            if error:
-                return (error, "Invalid") if fail else None
-            if value != celpy.celtypes.BoolType(True):
-                return None
-        variables: dict[str, Any] = {}
-        for variable in spec.get("variables") or []:
-            activation["variables"] = celpy.celtypes.MapType(variables)
-            value, error = _cel(variable["expression"], activation)
-            if error:
-                return (
-                    (
-                        f"expression '{variable['expression']}' resulted in error: {error}",
-                        "Invalid",
-                    )
-                    if fail
-                    else None
-                )
-            variables[celpy.celtypes.StringType(variable["name"])] = value
-        activation["variables"] = celpy.celtypes.MapType(variables)
+        try:
+            for condition in spec.get("matchConditions") or []:
+                if inputs.checked(condition["expression"]) != true:
+                    return None
+            for variable in spec.get("variables") or []:
+                name = celpy.celtypes.StringType(variable["name"])
+                inputs.variables[name] = inputs.checked(variable["expression"])
+        except _EvalError as e:
+            return (str(e), "Invalid") if fail else None
         for validation in spec.get("validations") or []:
             expression = validation["expression"]
-            value, error = _cel(expression, activation)
-            if error:
+            try:
+                if inputs.checked(expression) == true:
+                    continue
+            except _EvalError as e:
                 if fail:
-                    return f"expression '{expression}' resulted in error: {error}", "Invalid"
+                    return str(e), "Invalid"
                 continue
-            if value != celpy.celtypes.BoolType(True):
-                message = (validation.get("message") or "").strip()
-                return (
-                    message or f"failed expression: {expression.strip()}",
-                    validation.get("reason") or "Invalid",
-                )
+            message = (validation.get("message") or "").strip()
+            reason = validation.get("reason") or "Invalid"
+            return message or f"failed expression: {expression.strip()}", reason
         return None
+
+
+class _EvalError(Exception):
+    """An expression that could not be evaluated (the CEL filter's error)."""
+
+
+# The names a policy's expression may read (pkg/admission/plugin/cel activation), and those
+# that make it depend on more than the request's user.
+_ROOTS = re.compile(r"\b(request|object|oldObject|params|namespaceObject|variables)\b")
+_NOT_USER_ONLY = re.compile(
+    r"\brequest\.(?!userInfo\b)|\b(object|oldObject|params|namespaceObject|variables|authorizer)\b"
+)
+_BY_USER: dict[tuple[str, str], tuple[Any, str]] = {}
+
+
+class _Inputs:
+    """One request's CEL inputs, each converted when an expression first reads it.
+
+    An expression that reads nothing but `request.userInfo` has one value per user: it is
+    remembered per (expression, user), since every write evaluates the matchConditions of
+    every policy that matches its resource.
+    """
+
+    def __init__(self, request: dict, obj: dict | None, old: dict | None) -> None:
+        self.raw: dict[str, Any] = {
+            "request": request,
+            "object": obj,
+            "oldObject": old,
+            "params": None,
+            "namespaceObject": None,
+        }
+        self.converted: dict[str, Any] = {}
+        self.variables: dict[Any, Any] = {}
+        self.user = json.dumps(request["userInfo"], sort_keys=True)
+
+    def value(self, expression: str) -> tuple[Any, str]:
+        import celpy
+
+        key = (expression, self.user)
+        if key in _BY_USER:
+            return _BY_USER[key]
+        activation: dict[str, Any] = {}
+        for name in set(_ROOTS.findall(expression)):
+            if name == "variables":
+                activation[name] = celpy.celtypes.MapType(self.variables)
+                continue
+            if name not in self.converted:
+                self.converted[name] = celpy.json_to_cel(self.raw[name])
+            activation[name] = self.converted[name]
+        answer = _cel(expression, activation)
+        if not _NOT_USER_ONLY.search(expression):
+            _BY_USER[key] = answer
+        return answer
+
+    def checked(self, expression: str) -> Any:
+        """The value of `expression`; _EvalError as the CEL filter words it when it fails."""
+        value, error = self.value(expression)
+        if error:
+            raise _EvalError(f"expression '{expression}' resulted in error: {error}")
+        return value

@@ -91,6 +91,18 @@ def test_a_bound_token_names_its_pods_node(kube_api):
     extra = answer["status"]["userInfo"]["extra"]
     assert extra["authentication.kubernetes.io/node-name"] == ["node-a"]
     assert extra["authentication.kubernetes.io/pod-name"] == ["efs-csi-node-sa-node-a"]
+    # a pod of another ServiceAccount cannot be named (token.go)
+    kube_api.put_object(
+        "/api/v1/namespaces/gpu-k8s-efs-csi/serviceaccounts/other", {"metadata": {"name": "other"}}
+    )
+    request = {"spec": {"boundObjectRef": {"kind": "Pod", "name": "efs-csi-node-sa-node-a"}}}
+    path = "/api/v1/namespaces/gpu-k8s-efs-csi/serviceaccounts/other/token"
+    status, answer = call(kube_api, ADMIN_TOKEN, "POST", path, request)
+    assert (status, answer["message"]) == (
+        400,
+        'cannot bind token for serviceaccount "other" to pod running with different '
+        "serviceaccount name.",
+    )
     # the token dies with its pod
     kube_api.delete_object("/api/v1/namespaces/gpu-k8s-efs-csi/pods/efs-csi-node-sa-node-a")
     status, _ = call(kube_api, token, "GET", "/api/v1/nodes/node-a")
