@@ -88,7 +88,9 @@ EFS_ONLY = "gpu-k8s-efs-volumes-only"
 # The EFS identifiers efs-storage writes: fs-<hex> and fsap-<hex> (AWS: 8 or 17 hex
 # digits today; the range leaves room) and the file system's DNS name.
 _EFS_HANDLE = r"^fs-[0-9a-f]{8,40}::fsap-[0-9a-f]{8,40}$"
-_EFS_DNS = r"^fs-[0-9a-f]{8,40}\\.efs\\.[a-z0-9-]+\\.amazonaws\\.com(\\.cn)?$"
+# `[.]`, not `\.`: CEL's string literals have no `\.` escape (cel-spec doc/langdef.md,
+# "String and Bytes Values"), so kube-apiserver would refuse the policy's compilation.
+_EFS_DNS = r"^fs-[0-9a-f]{8,40}[.]efs[.][a-z0-9-]+[.]amazonaws[.]com([.]cn)?$"
 _EXTRA = f"request.userInfo.extra['{NODE_NAME_EXTRA}']"
 
 
