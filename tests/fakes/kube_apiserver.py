@@ -1326,7 +1326,11 @@ class FakeKubeApiServer:
         if self._attrs is not None:  # ValidatingAdmissionPolicy, last of the plugins
             user, operation = self._attrs.user, request.operation
             policies = self.admission.policies
-            self._warnings += policies.admit(self.objects, user, operation, target, obj, old)
+            self._warnings += policies.admit(self._stored, user, operation, target, obj, old)
+
+    def _stored(self, prefix: str) -> list[dict]:
+        """The stored objects under `prefix`, not copied (for reading only)."""
+        return [v for k, v in self._store.items() if k.startswith(prefix)]
 
     def _store_new(
         self, target: Target, obj: dict, name: str, request: Request | None = None
