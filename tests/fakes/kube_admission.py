@@ -3,8 +3,9 @@ r"""What kube-apiserver 1.36 refuses on write, for the fake API server (`kube_ap
 The fake calls `Admission` on every create, update, patch and server-side apply that comes
 over HTTP (never for `put_object`, which stands for what the cluster's own components
 store), in the real server's order: decoding the body, then the object's validation, then
-the validating admission plugins: PodSecurity and DenyServiceExternalIPs (which our kubeadm
-configuration enables; `deny_service_external_ips`). NodeRestriction is
+the validating admission plugins: PodSecurity, DenyServiceExternalIPs (which our kubeadm
+configuration enables; `deny_service_external_ips`) and ValidatingAdmissionPolicy
+(`ValidatingAdmissionPolicies`, its CEL evaluated by cel-python). NodeRestriction is
 kube_noderestriction.py; ExtendedResourceToleration (a mutating plugin our kubeadm
 configuration enables) is not emulated.
 
@@ -1980,6 +1981,7 @@ class Admission:
 
     def __init__(self) -> None:
         self.pod_security = PodSecurity()
+        self.policies = ValidatingAdmissionPolicies()
 
     @property
     def audit(self) -> list[dict[str, str]]:
@@ -2092,3 +2094,282 @@ class Admission:
                 errors = errors + crd_errors(obj)
         if errors:
             raise invalid(api_version, kind, name, errors)
+
+
+# ---------------------------------------------------------------- ValidatingAdmissionPolicy
+
+VAP_GV = "admissionregistration.k8s.io/v1"
+VAP_PLURAL, VAP_BINDING_PLURAL = "validatingadmissionpolicies", "validatingadmissionpolicybindings"
+_VAP_FIELDS = {"failurePolicy", "matchConstraints", "matchConditions", "variables", "validations"}
+_RULE_FIELDS = {"apiGroups", "apiVersions", "operations", "resources", "scope"}
+
+
+def _rule_matches(rule: dict, group: str, version: str, operation: str, resource: str) -> bool:
+    """A RuleWithOperations (k8s.io/apiserver pkg/admission/plugin/webhook/predicates/rules)."""
+    unknown = set(rule) - _RULE_FIELDS
+    if unknown or rule.get("resourceNames"):
+        raise NotImplementedError(f"the fake does not evaluate rule fields {sorted(unknown)}")
+
+    def has(values: list, value: str) -> bool:
+        return "*" in values or value in values
+
+    main, _, sub = resource.partition("/")
+    resources = rule.get("resources") or []
+    return (
+        has(rule.get("operations") or [], operation)
+        and has(rule.get("apiGroups") or [], group)
+        and has(rule.get("apiVersions") or [], version)
+        and (
+            resource in resources
+            or "*/*" in resources
+            or (not sub and "*" in resources)
+            or (bool(sub) and f"*/{sub}" in resources)
+            or (bool(sub) and f"{main}/*" in resources)
+        )
+    )
+
+
+def _matches(constraints: dict, group: str, version: str, operation: str, resource: str) -> bool:
+    """The policy's matchConstraints or a binding's matchResources (rules less excluded).
+
+    Selectors are not evaluated: a non-empty namespaceSelector or objectSelector is refused
+    (NotImplementedError), so a policy never silently applies wider than it says.
+    """
+    for field in ("namespaceSelector", "objectSelector"):
+        if constraints.get(field):
+            raise NotImplementedError(f"the fake does not evaluate {field}")
+    rules = constraints.get("resourceRules") or []
+    excluded = constraints.get("excludeResourceRules") or []
+    return any(_rule_matches(r, group, version, operation, resource) for r in rules) and not any(
+        _rule_matches(r, group, version, operation, resource) for r in excluded
+    )
+
+
+@functools.cache
+def _cel_program(expression: str) -> Any:
+    import celpy  # cel-python: imported only once a policy is evaluated
+
+    env = celpy.Environment()
+    return env.program(env.compile(expression))
+
+
+def _cel(expression: str, activation: dict[str, Any]) -> tuple[Any, str]:
+    """The value of `expression`, or (None, the evaluation error)."""
+    import celpy
+
+    try:
+        value = _cel_program(expression).evaluate(activation)
+    except (celpy.CELEvalError, celpy.CELParseError) as e:
+        return None, str(e)
+    if isinstance(value, celpy.CELEvalError):
+        return None, str(value)
+    return value, ""
+
+
+class ValidatingAdmissionPolicies:
+    """The ValidatingAdmissionPolicy plugin (admission chain, after PodSecurity), as 1.36.
+
+    k8s.io/apiserver pkg/admission/plugin/policy/validating (plugin.go, dispatcher.go,
+    validator.go) and pkg/admission/plugin/cel (activation, CreateAdmissionRequest):
+    - every ValidatingAdmissionPolicy with a binding naming it (`spec.policyName`) is
+      checked on each create, update, patch and apply (DELETE and CONNECT are not emulated);
+      the request must match the policy's `matchConstraints` (resourceRules: operations,
+      apiGroups, apiVersions, resources with `*`, `*/<sub>` and `<res>/*`; minus
+      excludeResourceRules) and the binding's `matchResources` when set;
+    - then `matchConditions` (all must be true, else the policy does not apply), then
+      `variables` in order (`variables.<name>`), then each of `validations`;
+    - a validation that is not true denies with its `message` (else `failed expression:
+      <expr>`) and its `reason` (default Invalid; the code follows: 403 Forbidden, 422
+      Invalid, ...); an evaluation error is a denial under failurePolicy Fail (the default)
+      and is ignored under Ignore;
+    - the binding's validationActions: Deny refuses (the first denial, policies in name
+      order), Warn adds a `Warning` header `Validation failed for ValidatingAdmissionPolicy
+      '<p>' with binding '<b>': <message>`, Audit is not recorded;
+    - the refusal is admission.NewForbidden's Status with the policy's reason and code:
+      `<resource>[.<group>] "<name>" is forbidden: ValidatingAdmissionPolicy '<p>' with
+      binding '<b>' denied request: <message>`, details name, group, kind (the resource)
+      and one cause with the message after the colon.
+    CEL is cel-python (PyPI `cel-python`, Google's CEL spec in pure Python): the standard
+    functions (`has`, `in`, `size`, `startsWith`, `matches`, the ternary); Kubernetes' CEL
+    libraries (`authorizer`, `quantity`, `url`, `isSorted`, optional `?.`) are not there, so
+    a policy using them fails with an evaluation error here. Variables are evaluated
+    eagerly (upstream lazily: the same answers unless an unused variable errs).
+    `request.userInfo.extra` is always a map (empty when the user has none), as the typed
+    request upstream; `namespaceObject`, `params` and `authorizer` are null.
+    """
+
+    def __init__(self) -> None:
+        self.warnings: list[str] = []
+
+    def admit(
+        self,
+        objects: Callable[[str], list[dict]],
+        user: Any,
+        operation: str,
+        target: Any,
+        obj: dict | None,
+        old: dict | None,
+    ) -> list[str]:
+        """Refuse the write as the first policy that denies it; the warnings of Warn.
+
+        `target` is the server's parsed path (its gv, plural, kind and sub).
+        """
+        bindings = objects(f"/apis/{VAP_GV}/{VAP_BINDING_PLURAL}/")
+        if not bindings:
+            return []
+        policies = {p["metadata"]["name"]: p for p in objects(f"/apis/{VAP_GV}/{VAP_PLURAL}/")}
+        gv, plural, kind, sub = target.gv, target.plural, target.kind, target.sub
+        group, _, version = gv.rpartition("/")
+        resource = f"{plural}/{sub}" if sub else plural
+        meta = (obj or old or {}).get("metadata") or {}
+        request = {
+            "kind": {"group": group, "version": version, "kind": kind},
+            "resource": {"group": group, "version": version, "resource": plural},
+            "subResource": sub,
+            "name": meta.get("name", ""),
+            "namespace": meta.get("namespace", ""),
+            "operation": operation,
+            "userInfo": {
+                "username": user.name,
+                "uid": user.uid,
+                "groups": list(user.groups),
+                "extra": {k: list(v) for k, v in user.extra.items()},
+            },
+            "dryRun": False,
+        }
+        warnings: list[str] = []
+        for binding in sorted(
+            bindings, key=lambda b: (b["spec"]["policyName"], b["metadata"]["name"])
+        ):
+            policy = policies.get(binding["spec"]["policyName"])
+            if policy is None:
+                continue
+            spec = policy["spec"]
+            if set(spec) - _VAP_FIELDS or binding["spec"].get("paramRef") or spec.get("paramKind"):
+                raise NotImplementedError(
+                    f"the fake does not evaluate {sorted(set(spec) - _VAP_FIELDS)}"
+                )
+            if not _matches(
+                spec.get("matchConstraints") or {}, group, version, operation, resource
+            ):
+                continue
+            scope = binding["spec"].get("matchResources")
+            if scope and not _matches(scope, group, version, operation, resource):
+                continue
+            denial = self._evaluate(spec, _Inputs(request, obj, old))
+            if denial is None:
+                continue
+            message, reason = denial
+            names = f"'{policy['metadata']['name']}' with binding '{binding['metadata']['name']}'"
+            actions = binding["spec"].get("validationActions") or []
+            if "Warn" in actions:
+                warnings.append(
+                    f"Validation failed for ValidatingAdmissionPolicy {names}: {message}"
+                )
+            if "Deny" in actions:
+                cause = f"ValidatingAdmissionPolicy {names} denied request: {message}"
+                qualified = f"{plural}.{group}" if group else plural
+                name = request["name"]
+                subject = f"{qualified} {go_quote(name)}" if name else qualified
+                code = {"Forbidden": 403, "Unauthorized": 401, "NotFound": 404, "Conflict": 409}
+                raise _api_error(
+                    code.get(reason, 422),
+                    reason,
+                    f"{subject} is forbidden: {cause}",
+                    {
+                        **{k: v for k, v in (("name", name), ("group", group)) if v},
+                        "kind": plural,
+                        "causes": [{"message": cause}],
+                    },
+                )
+        return warnings
+
+    @staticmethod
+    def _evaluate(spec: dict, inputs: _Inputs) -> tuple[str, str] | None:
+        """(message, reason) of the policy's denial of this request, or None."""
+        import celpy
+
+        true = celpy.celtypes.BoolType(True)
+        fail = spec.get("failurePolicy", "Fail") == "Fail"
+        try:
+            for condition in spec.get("matchConditions") or []:
+                if inputs.checked(condition["expression"]) != true:
+                    return None
+            for variable in spec.get("variables") or []:
+                name = celpy.celtypes.StringType(variable["name"])
+                inputs.variables[name] = inputs.checked(variable["expression"])
+        except _EvalError as e:
+            return (str(e), "Invalid") if fail else None
+        for validation in spec.get("validations") or []:
+            expression = validation["expression"]
+            try:
+                if inputs.checked(expression) == true:
+                    continue
+            except _EvalError as e:
+                if fail:
+                    return str(e), "Invalid"
+                continue
+            message = (validation.get("message") or "").strip()
+            reason = validation.get("reason") or "Invalid"
+            return message or f"failed expression: {expression.strip()}", reason
+        return None
+
+
+class _EvalError(Exception):
+    """An expression that could not be evaluated (the CEL filter's error)."""
+
+
+# The names a policy's expression may read (pkg/admission/plugin/cel activation), and those
+# that make it depend on more than the request's user.
+_ROOTS = re.compile(r"\b(request|object|oldObject|params|namespaceObject|variables)\b")
+_NOT_USER_ONLY = re.compile(
+    r"\brequest\.(?!userInfo\b)|\b(object|oldObject|params|namespaceObject|variables|authorizer)\b"
+)
+_BY_USER: dict[tuple[str, str], tuple[Any, str]] = {}
+
+
+class _Inputs:
+    """One request's CEL inputs, each converted when an expression first reads it.
+
+    An expression that reads nothing but `request.userInfo` has one value per user: it is
+    remembered per (expression, user), since every write evaluates the matchConditions of
+    every policy that matches its resource.
+    """
+
+    def __init__(self, request: dict, obj: dict | None, old: dict | None) -> None:
+        self.raw: dict[str, Any] = {
+            "request": request,
+            "object": obj,
+            "oldObject": old,
+            "params": None,
+            "namespaceObject": None,
+        }
+        self.converted: dict[str, Any] = {}
+        self.variables: dict[Any, Any] = {}
+        self.user = json.dumps(request["userInfo"], sort_keys=True)
+
+    def value(self, expression: str) -> tuple[Any, str]:
+        import celpy
+
+        key = (expression, self.user)
+        if key in _BY_USER:
+            return _BY_USER[key]
+        activation: dict[str, Any] = {}
+        for name in set(_ROOTS.findall(expression)):
+            if name == "variables":
+                activation[name] = celpy.celtypes.MapType(self.variables)
+                continue
+            if name not in self.converted:
+                self.converted[name] = celpy.json_to_cel(self.raw[name])
+            activation[name] = self.converted[name]
+        answer = _cel(expression, activation)
+        if not _NOT_USER_ONLY.search(expression):
+            _BY_USER[key] = answer
+        return answer
+
+    def checked(self, expression: str) -> Any:
+        """The value of `expression`; _EvalError as the CEL filter words it when it fails."""
+        value, error = self.value(expression)
+        if error:
+            raise _EvalError(f"expression '{expression}' resulted in error: {error}")
+        return value

@@ -169,6 +169,14 @@ RESOURCES: dict[tuple[str, str], tuple[str, bool]] = {
         "ValidatingWebhookConfiguration",
         False,
     ),
+    ("admissionregistration.k8s.io/v1", "validatingadmissionpolicies"): (
+        "ValidatingAdmissionPolicy",
+        False,
+    ),
+    ("admissionregistration.k8s.io/v1", "validatingadmissionpolicybindings"): (
+        "ValidatingAdmissionPolicyBinding",
+        False,
+    ),
     ("apiregistration.k8s.io/v1", "apiservices"): ("APIService", False),
     # create-only reviews, never stored (fakes.kube_auth)
     ("authorization.k8s.io/v1", "selfsubjectaccessreviews"): ("SelfSubjectAccessReview", False),
@@ -1332,6 +1340,14 @@ class FakeKubeApiServer:
             pods=lambda: self.objects(f"/api/v1/namespaces/{obj['metadata']['name']}/", "Pod"),
             username=request.username,
         )
+        if self._attrs is not None:  # ValidatingAdmissionPolicy, last of the plugins
+            user, operation = self._attrs.user, request.operation
+            policies = self.admission.policies
+            self._warnings += policies.admit(self._stored, user, operation, target, obj, old)
+
+    def _stored(self, prefix: str) -> list[dict]:
+        """The stored objects under `prefix`, not copied (for reading only)."""
+        return [v for k, v in self._store.items() if k.startswith(prefix)]
 
     def _store_new(
         self, target: Target, obj: dict, name: str, request: Request | None = None

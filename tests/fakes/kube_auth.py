@@ -51,6 +51,19 @@ Authentication (kube-apiserver as kubeadm configures it):
   `spec.expirationSeconds` defaults to 3600, is at least 600 ("may not specify a duration
   less than 10 minutes") and at most 2^32; audiences default to the API server's; the
   answer is the TokenRequest with `status.token` and `status.expirationTimestamp`, 201.
+- a token bound to a Pod (`spec.boundObjectRef` kind Pod, what kubelet asks for a pod's
+  projected token; pkg/registry/core/serviceaccount/storage/token.go): the pod must exist
+  (else 404), run as that ServiceAccount (else 400 `cannot bind token for serviceaccount
+  "<sa>" to pod running with different serviceaccount name.`) and have the reference's uid
+  when one is given (else 409 `the UID in the bound object reference (<uid>) does not match
+  the UID in record. ...`); the pod's node (`spec.nodeName`) goes into the token with the
+  Node's uid when that Node exists (ServiceAccountTokenPodNodeInfo, KEP-4193: alpha 1.29,
+  beta 1.30, GA and locked on in 1.32, pkg/features/versioned_kube_features.go). The
+  authenticated user then carries the extras `authentication.kubernetes.io/pod-name`,
+  `pod-uid`, `node-name` and `node-uid` (when known) and `credential-id` `JTI=<jti>`
+  (k8s.io/apiserver pkg/authentication/serviceaccount/util.go, kubernetes
+  pkg/serviceaccount/claims.go); the token is refused (401) once its pod is gone or was
+  replaced (another uid), as the claims validator does.
 
 Authorization (kube-apiserver --authorization-mode=Node,RBAC as kubeadm sets it, behind the
 always-first system:masters authorizer: kubernetes pkg/kubeapiserver/authorizer/config.go):
@@ -116,7 +129,7 @@ always-first system:masters authorizer: kubernetes pkg/kubeapiserver/authorizer/
 
 Not modelled: intermediate certificates a client sends (the leaf must be signed by the CA
 itself), the UID a certificate may carry (AllowParsingUserUIDFromCertAuth), impersonation,
-the legacy-token tracking labels, bound object references of TokenRequest, the other
+the legacy-token tracking labels, bound object references other than Pods, the other
 bootstrap roles (admin, edit, view, controllers').
 """
 
@@ -147,6 +160,13 @@ UNAUTHENTICATED = "system:unauthenticated"
 NODES = "system:nodes"
 NODE_PREFIX = "system:node:"
 SA_PREFIX = "system:serviceaccount:"
+# The extras of a TokenRequest token's user (k8s.io/apiserver pkg/authentication/
+# serviceaccount/util.go: CredentialIDKey, PodNameKey, PodUIDKey, NodeNameKey, NodeUIDKey).
+CREDENTIAL_ID = "authentication.kubernetes.io/credential-id"
+POD_NAME_KEY = "authentication.kubernetes.io/pod-name"
+POD_UID_KEY = "authentication.kubernetes.io/pod-uid"
+NODE_NAME_KEY = "authentication.kubernetes.io/node-name"
+NODE_UID_KEY = "authentication.kubernetes.io/node-uid"
 CLUSTER_ADMINS = "kubeadm:cluster-admins"
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 
@@ -743,6 +763,9 @@ class _Issued:
     uid: str
     expires: float
     audiences: tuple[str, ...]
+    # the pod a token is bound to: (name, uid); and the extras its user carries
+    pod: tuple[str, str] | None = None
+    extra: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
 
 
 class ClusterAuth:
@@ -817,7 +840,44 @@ class ClusterAuth:
         account = self._service_account(issued.namespace, issued.name)
         if account is None or account["metadata"].get("uid") != issued.uid:
             return None
-        return service_account_user(issued.namespace, issued.name, issued.uid)
+        if issued.pod is not None:  # a bound token dies with its pod (claims.go Validate)
+            pod = self._store.get(f"/api/v1/namespaces/{issued.namespace}/pods/{issued.pod[0]}")
+            if pod is None or pod["metadata"].get("uid") != issued.pod[1]:
+                return None
+        user = service_account_user(issued.namespace, issued.name, issued.uid)
+        return dataclasses.replace(user, extra=issued.extra)
+
+    def _bound_pod(self, namespace: str, name: str, ref: Mapping) -> tuple[dict, dict | None]:
+        """The Pod a TokenRequest binds to and its Node, or the error token.go answers."""
+        if ref.get("kind") != "Pod" or ref.get("apiVersion", "v1") != "v1":
+            kind = f"{ref.get('apiVersion', '')}, Kind={ref.get('kind', '')}"
+            raise AuthError(400, "BadRequest", f"cannot bind token to object of type {kind}")
+        pod_name = ref.get("name", "")
+        pod = self._store.get(f"/api/v1/namespaces/{namespace}/pods/{pod_name}")
+        if pod is None:
+            details = {"name": pod_name, "kind": "pods"}
+            raise AuthError(404, "NotFound", f'pods "{pod_name}" not found', details)
+        if (pod.get("spec") or {}).get("serviceAccountName", "default") != name:
+            raise AuthError(
+                400,
+                "BadRequest",
+                f'cannot bind token for serviceaccount "{name}" to pod running with '
+                "different serviceaccount name.",
+            )
+        if ref.get("uid") and ref["uid"] != pod["metadata"].get("uid"):
+            raise AuthError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on Pod "{pod_name}": the UID in the bound object'
+                f" reference ({ref['uid']}) does not match the UID in record. The object might"
+                " have been deleted and then recreated",
+                {"name": pod_name, "kind": "Pod"},
+            )
+        node_name = (pod.get("spec") or {}).get("nodeName") or ""
+        node = self._store.get(f"/api/v1/nodes/{node_name}") if node_name else None
+        return pod, (
+            {"name": node_name, **(node or {}).get("metadata", {})} if node_name else None
+        )
 
     def _secret_user(self, token: str) -> UserInfo | None:
         path = self._secret_tokens.get(token)
@@ -889,22 +949,36 @@ class ClusterAuth:
         audiences = tuple(spec.get("audiences") or [API_AUDIENCE])
         now = self._clock()
         uid = account["metadata"].get("uid", "")
+        jti = str(uuid.uuid4())
+        private: dict[str, Any] = {
+            "namespace": namespace,
+            "serviceaccount": {"name": name, "uid": uid},
+        }
+        extra: dict[str, tuple[str, ...]] = {CREDENTIAL_ID: (f"JTI={jti}",)}
+        bound = None
+        if spec.get("boundObjectRef"):
+            pod, node = self._bound_pod(namespace, name, spec["boundObjectRef"])
+            bound = (pod["metadata"]["name"], pod["metadata"].get("uid", ""))
+            private["pod"] = {"name": bound[0], "uid": bound[1]}
+            extra[POD_NAME_KEY], extra[POD_UID_KEY] = (bound[0],), (bound[1],)
+            if node is not None:
+                private["node"] = {"name": node["name"], "uid": node.get("uid", "")}
+                extra[NODE_NAME_KEY] = (node["name"],)
+                if node.get("uid"):
+                    extra[NODE_UID_KEY] = (node["uid"],)
         claims = {
             "aud": list(audiences),
             "exp": int(now + seconds),
             "iat": int(now),
             "iss": API_AUDIENCE,
-            "jti": str(uuid.uuid4()),
-            "kubernetes.io": {
-                "namespace": namespace,
-                "serviceaccount": {"name": name, "uid": uid},
-            },
+            "jti": jti,
+            "kubernetes.io": private,
             "nbf": int(now),
             "sub": f"{SA_PREFIX}{namespace}:{name}",
         }
         header = {"alg": "RS256", "kid": "fake"}
         token = f"{_b64url(header)}.{_b64url(claims)}.{secrets.token_urlsafe(32)}"
-        self._issued[token] = _Issued(namespace, name, uid, now + seconds, audiences)
+        self._issued[token] = _Issued(namespace, name, uid, now + seconds, audiences, bound, extra)
         spec.update(audiences=list(audiences), expirationSeconds=seconds)
         spec.setdefault("boundObjectRef", None)
         return {

@@ -12,7 +12,8 @@ leaves them, and makes `token` its credential: a TokenRequest token for a consum
 (valid TOKEN_SECONDS from the server's clock, as the control plane asks), or, for the
 workers' grant, the token Secret's as the token controller would fill it. The charm's test
 then runs with that identity and nothing more: what the grant does not allow, the fake API
-server refuses with RBAC's 403.
+server refuses with RBAC's 403, and what the control plane's ValidatingAdmissionPolicies
+refuse (a PersistentVolume that is not EFS), it refuses as their denial.
 """
 
 from __future__ import annotations
@@ -80,7 +81,23 @@ def store_grant(api: FakeKubeApiServer, grant: Any, token: str) -> str:
         api.put_object(path, obj)
     if grant.token_request:
         api.auth.issue_token(grant.namespace, grant.service_account, token, TOKEN_SECONDS)
+    store_admission_policies(api)
     return token
+
+
+def store_admission_policies(api: FakeKubeApiServer) -> None:
+    """Store the ValidatingAdmissionPolicies the control plane applies on every cluster.
+
+    (charms/kubernetes-control-plane/src/admission_policies.py): a charm's test writes
+    under them, as its application does on a real cluster.
+    """
+    plurals = {
+        "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
+        "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
+    }
+    for manifest in load(CONTROL_PLANE, "admission_policies").manifests():
+        path = f"/apis/{manifest['apiVersion']}/{plurals[manifest['kind']]}"
+        api.put_object(f"{path}/{manifest['metadata']['name']}", manifest)
 
 
 def token_secret_path(grant: Any) -> str:

@@ -26,6 +26,7 @@ import logging
 from collections.abc import Callable, MutableMapping
 from typing import Any
 
+import admission_policies
 import batch_engines
 import calico
 import dcgm_exporter
@@ -62,6 +63,7 @@ DEVICE_PLUGIN_KEY = "device-plugin"
 DCGM_EXPORTER_KEY = "dcgm-exporter"
 KUBE_STATE_METRICS_KEY = "kube-state-metrics"
 NODE_METRICS_KEY = "node-metrics-rbac"
+ADMISSION_POLICIES_KEY = "admission-policies"  # what admission_policies last applied
 MIG_MANAGER_KEY = "mig-manager"
 KUEUE_OBJECTS_KEY = "kueue-objects"
 TEAM_NETWORK_KEY = "team-network-policies"  # what network_policies last applied
@@ -174,6 +176,18 @@ class Addons:
         if self._apply_once(KUBE_STATE_METRICS_KEY, objects, want, bag):  # they name the node
             bag[KUBE_STATE_METRICS_NODE_KEY] = node
             logger.info("applied kube-state-metrics %s on %s", want, node)
+
+    def apply_admission_policies(self, bag: Bag) -> None:
+        """Fence the DaemonSets' and provisioners' cluster-wide writes (admission_policies).
+
+        Run before the CNI and the node add-ons, so no DaemonSet pod runs unfenced.
+        """
+        objects = admission_policies.manifests()
+        if self._apply_once(ADMISSION_POLICIES_KEY, objects, fingerprint(objects), bag):
+            logger.info(
+                "admission policies: %s",
+                ", ".join(o["metadata"]["name"] for o in objects if o["kind"].endswith("Policy")),
+            )
 
     def apply_node_metrics_access(self, bag: Bag) -> None:
         """Let every node read its kubelet's and API server's metrics as itself."""

@@ -447,6 +447,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         token = membership.rotate_token_if_due(config, peers, join, content, now=shared)
         membership.reupload_certs_if_needed(peers, content["certificate-key"])
         self._keep_image_registry(config, hook)
+        addons.apply_admission_policies(bag)  # before any DaemonSet they fence
         cni_notes = addons.apply_cni(config, bag)
         upgrade = hook.upgrades.control_plane(config, peers)
         self._mark_member(hook)  # with the minor this node runs now

@@ -49,7 +49,7 @@ from charms.gpu_k8s.v0.databag import Databag, Endpoint, explain, write
 
 LIBID = "26b1d42dbc2949cb8a83e29b11759d4f"
 LIBAPI = 0
-LIBPATCH = 17
+LIBPATCH = 18
 
 logger = logging.getLogger(__name__)
 
@@ -131,7 +131,12 @@ NAMED_VERBS = frozenset({"get", "create", "patch", "update", "delete"})
 # consumers, in the consumer's namespace, and checks which pods mount a claim before it
 # deletes one (efs-storage storage.py). PersistentVolume creation is an escalation path
 # (a hostPath volume: RBAC good practices, "Persistent volume creation"), so these are
-# granted only to the applications the control plane's operator names as provisioners.
+# granted only to the applications the control plane's operator names as provisioners, and
+# fenced by admission: the control plane's ValidatingAdmissionPolicy
+# `gpu-k8s-efs-volumes-only` (charms/kubernetes-control-plane/src/admission_policies.py)
+# refuses any ServiceAccount outside kube-system a PersistentVolume create or update that is
+# not EFS (the EFS CSI driver with an `<fs-id>::<fsap-id>` handle, or NFS to an EFS DNS
+# name): no hostPath, no other driver, whatever RBAC grants. Deletes are not fenced.
 # It reads a Namespace (get, by name) to put a consumer's claim only into a namespace the
 # control plane granted that consumer (labelled `gpu-k8s.io/consumer: <app>`; review N3):
 # a read, and no write on namespaces is ever granted, so the label is the control plane's.

@@ -60,7 +60,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 LIBID = "1c1c281a9eb64d9594fd86aa76205351"
 LIBAPI = 0
-LIBPATCH = 11
+LIBPATCH = 12
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +96,14 @@ KINDS: dict[tuple[str, str], tuple[str, bool]] = {
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): ("customresourcedefinitions", False),
     ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"): (
         "mutatingwebhookconfigurations",
+        False,
+    ),
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"): (
+        "validatingadmissionpolicies",
+        False,
+    ),
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"): (
+        "validatingadmissionpolicybindings",
         False,
     ),
     ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"): (

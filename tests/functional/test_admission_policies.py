@@ -1,0 +1,263 @@
+"""Root on a node cannot use its DaemonSets' cluster-wide rights elsewhere (issue 29, left 1-2).
+
+The control plane applies ValidatingAdmissionPolicies (admission_policies.py) keyed on the
+node a pod-bound ServiceAccount token names. Each probe makes a real request with the real
+identity: the token kubelet would mount into the DaemonSet's pod on node A (a TokenRequest
+bound to that pod, so the fake API server puts `authentication.kubernetes.io/node-name: A`
+into its user, as kube-apiserver 1.32+ does), or the storage provisioner's grant token;
+the fake refuses with the policy's denial as kube-apiserver does (fakes.kube_admission
+ValidatingAdmissionPolicies, the CEL evaluated by cel-python).
+"""
+
+from __future__ import annotations
+
+import pytest
+from charm_modules import load
+from test_kube_api_escalation import call
+
+from fakes import kube_grants
+from fakes.kube_apiserver import ADMIN_TOKEN
+
+CP = "kubernetes-control-plane"
+MERGE = "application/merge-patch+json"
+
+
+@pytest.fixture
+def policies(kube):
+    module = load(CP, "admission_policies")
+    for obj in module.manifests():
+        kube.apply(obj, field_manager="kubernetes-control-plane")
+    return module
+
+
+def _daemonset_token(kube_api, account: tuple[str, str], node: str) -> str:
+    """The token kubelet mounts into `account`'s DaemonSet pod on `node` (bound to the pod)."""
+    namespace, name = account
+    for path, obj in (
+        (f"/api/v1/namespaces/{namespace}", {"metadata": {"name": namespace}}),
+        (f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}", {"metadata": {"name": name}}),
+    ):
+        if kube_api.get_object(path) is None:
+            kube_api.put_object(path, obj)
+    pod = f"{name}-{node}"
+    kube_api.put_object(
+        f"/api/v1/namespaces/{namespace}/pods/{pod}",
+        {
+            "metadata": {"name": pod, "namespace": namespace},
+            "spec": {"serviceAccountName": name, "nodeName": node, "containers": []},
+        },
+    )
+    request = {"spec": {"boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": pod}}}
+    path = f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token"
+    status, answer = call(kube_api, ADMIN_TOKEN, "POST", path, request)
+    assert status == 201, answer
+    return answer["status"]["token"]
+
+
+def _nodes(kube_api, *names: str) -> None:
+    for name in names:
+        kube_api.put_object(f"/api/v1/nodes/{name}", {"metadata": {"name": name}})
+
+
+def _grant_cluster_role(kube_api, account: tuple[str, str], rules: list[dict]) -> None:
+    """The DaemonSet's upstream ClusterRole (what it holds today, cluster-wide)."""
+    name = f"probe:{account[1]}"
+    kube_api.put_object(
+        f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{name}",
+        {"metadata": {"name": name}, "rules": rules},
+    )
+    kube_api.put_object(
+        f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{name}",
+        {
+            "metadata": {"name": name},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": name,
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": account[1], "namespace": account[0]}],
+        },
+    )
+
+
+def test_a_bound_token_names_its_pods_node(kube_api):
+    _nodes(kube_api, "node-a")
+    token = _daemonset_token(kube_api, ("gpu-k8s-efs-csi", "efs-csi-node-sa"), "node-a")
+    body = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+    status, answer = call(
+        kube_api, token, "POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", body
+    )
+    assert status == 201, answer
+    extra = answer["status"]["userInfo"]["extra"]
+    assert extra["authentication.kubernetes.io/node-name"] == ["node-a"]
+    assert extra["authentication.kubernetes.io/pod-name"] == ["efs-csi-node-sa-node-a"]
+    # a pod of another ServiceAccount cannot be named (token.go)
+    kube_api.put_object(
+        "/api/v1/namespaces/gpu-k8s-efs-csi/serviceaccounts/other", {"metadata": {"name": "other"}}
+    )
+    request = {"spec": {"boundObjectRef": {"kind": "Pod", "name": "efs-csi-node-sa-node-a"}}}
+    path = "/api/v1/namespaces/gpu-k8s-efs-csi/serviceaccounts/other/token"
+    status, answer = call(kube_api, ADMIN_TOKEN, "POST", path, request)
+    assert (status, answer["message"]) == (
+        400,
+        'cannot bind token for serviceaccount "other" to pod running with different '
+        "serviceaccount name.",
+    )
+    # the token dies with its pod
+    kube_api.delete_object("/api/v1/namespaces/gpu-k8s-efs-csi/pods/efs-csi-node-sa-node-a")
+    status, _ = call(kube_api, token, "GET", "/api/v1/nodes/node-a")
+    assert status == 401
+
+
+NODE_PATCH = {"metadata": {"labels": {"nvidia.com/mig.config": "all-1g.10gb"}}}
+
+
+@pytest.mark.parametrize("account", ["EFS_CSI_NODE", "MIG_MANAGER", "CALICO_NODE"])
+def test_a_daemonset_token_may_patch_only_its_own_node(account, kube_api, policies):
+    account = getattr(policies, account)
+    _nodes(kube_api, "node-a", "node-b")
+    _grant_cluster_role(
+        kube_api,
+        account,
+        [{"apiGroups": [""], "resources": ["nodes", "nodes/status"], "verbs": ["get", "patch"]}],
+    )
+    token = _daemonset_token(kube_api, account, "node-a")
+    status, answer = call(kube_api, token, "PATCH", "/api/v1/nodes/node-b", NODE_PATCH, MERGE)
+    short = policies.NODE_BOUND[account][0]
+    name = f"gpu-k8s-node-bound-{short}"
+    cause = (
+        f"ValidatingAdmissionPolicy '{name}' with binding '{name}' denied request: "
+        "this user may only modify the node its pod runs on"
+    )
+    assert (status, answer["reason"]) == (403, "Forbidden"), answer
+    assert answer["message"] == f'nodes "node-b" is forbidden: {cause}'
+    assert answer["details"]["causes"] == [{"message": cause}]
+    assert "labels" not in kube_api.get_object("/api/v1/nodes/node-b")["metadata"]
+
+    status, answer = call(kube_api, token, "PATCH", "/api/v1/nodes/node-a", NODE_PATCH, MERGE)
+    assert status == 200, answer
+    assert (
+        kube_api.get_object("/api/v1/nodes/node-a")["metadata"]["labels"]
+        == (NODE_PATCH["metadata"]["labels"])
+    )
+
+
+def test_a_token_of_the_account_that_names_no_node_is_refused(kube_api, policies):
+    account = policies.MIG_MANAGER
+    _nodes(kube_api, "node-a")
+    _grant_cluster_role(
+        kube_api, account, [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["patch"]}]
+    )
+    _daemonset_token(kube_api, account, "node-a")  # the namespace and account
+    path = f"/api/v1/namespaces/{account[0]}/serviceaccounts/{account[1]}/token"
+    status, answer = call(kube_api, ADMIN_TOKEN, "POST", path, {"spec": {}})
+    token = answer["status"]["token"]
+    status, answer = call(kube_api, token, "PATCH", "/api/v1/nodes/node-a", NODE_PATCH, MERGE)
+    assert status == 403, answer
+    assert 'must have a "authentication.kubernetes.io/node-name" claim' in answer["message"]
+
+
+def test_calico_node_may_write_the_status_only_of_pods_on_its_node(kube_api, policies):
+    account = policies.CALICO_NODE
+    _nodes(kube_api, "node-a", "node-b")
+    _grant_cluster_role(
+        kube_api, account, [{"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]}]
+    )
+    token = _daemonset_token(kube_api, account, "node-a")
+    kube_api.put_object("/api/v1/namespaces/team", {"metadata": {"name": "team"}})
+    for node in ("node-a", "node-b"):
+        kube_api.put_object(
+            f"/api/v1/namespaces/team/pods/on-{node}",
+            {
+                "metadata": {"name": f"on-{node}", "namespace": "team"},
+                "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}]},
+                "status": {"phase": "Running"},
+            },
+        )
+    patch = {"status": {"podIP": "192.168.1.7"}}
+    status, answer = call(
+        kube_api, token, "PATCH", "/api/v1/namespaces/team/pods/on-node-b/status", patch, MERGE
+    )
+    assert status == 403, answer
+    assert answer["message"].startswith(
+        'pods "on-node-b" is forbidden: ValidatingAdmissionPolicy '
+        "'gpu-k8s-node-bound-calico-node' with binding 'gpu-k8s-node-bound-calico-node' denied"
+        " request: this user may only modify pods on the node its pod runs on"
+    )
+    status, answer = call(
+        kube_api, token, "PATCH", "/api/v1/namespaces/team/pods/on-node-a/status", patch, MERGE
+    )
+    assert status == 200, answer
+
+
+def _provisioner_token(kube_api) -> str:
+    efs = load("efs-storage", "literals")
+    grant = kube_grants.consumer_grant(
+        "efs-storage", "efs-storage", efs.NAMESPACED_RULES, efs.CLUSTER_RULES, provisioner=True
+    )
+    return kube_grants.store_grant(kube_api, grant, "provisioner-token")
+
+
+def _volume(name: str, source: dict) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteMany"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            **source,
+        },
+    }
+
+
+REFUSED = {
+    "hostPath": {"hostPath": {"path": "/", "type": "Directory"}},
+    "another driver": {"csi": {"driver": "hostpath.csi.k8s.io", "volumeHandle": "x"}},
+    "efs driver, another handle": {
+        "csi": {"driver": "efs.csi.aws.com", "volumeHandle": "fs-0123abcd:/:fsap-0123abcd"}
+    },
+    "nfs elsewhere": {"nfs": {"server": "10.0.0.9", "path": "/"}},
+}
+ALLOWED = {
+    "efs access point": {
+        "csi": {"driver": "efs.csi.aws.com", "volumeHandle": "fs-0123abcd::fsap-0123456789abcdef0"}
+    },
+    "efs nfs": {"nfs": {"server": "fs-0123abcd.efs.us-east-1.amazonaws.com", "path": "/"}},
+}
+
+
+@pytest.mark.parametrize("source", REFUSED, ids=list(REFUSED))
+def test_the_provisioner_cannot_create_a_volume_that_is_not_efs(source, kube_api):
+    token = _provisioner_token(kube_api)
+    status, answer = call(
+        kube_api, token, "POST", "/api/v1/persistentvolumes", _volume("pv-x", REFUSED[source])
+    )
+    assert status == 403, answer
+    assert answer["message"].startswith(
+        'persistentvolumes "pv-x" is forbidden: ValidatingAdmissionPolicy '
+        "'gpu-k8s-efs-volumes-only' with binding 'gpu-k8s-efs-volumes-only' denied request: "
+        "a PersistentVolume must be an EFS access point"
+    )
+    assert kube_api.get_object("/api/v1/persistentvolumes/pv-x") is None
+
+
+@pytest.mark.parametrize("source", ALLOWED, ids=list(ALLOWED))
+def test_the_provisioner_creates_efs_volumes(source, kube_api):
+    token = _provisioner_token(kube_api)
+    status, answer = call(
+        kube_api, token, "POST", "/api/v1/persistentvolumes", _volume("pv-x", ALLOWED[source])
+    )
+    assert status == 201, answer
+
+
+def test_the_cluster_admin_is_not_fenced(kube_api, policies):
+    status, answer = call(
+        kube_api,
+        ADMIN_TOKEN,
+        "POST",
+        "/api/v1/persistentvolumes",
+        _volume("pv-x", REFUSED["hostPath"]),
+    )
+    assert status == 201, answer

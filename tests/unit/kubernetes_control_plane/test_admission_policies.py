@@ -1,0 +1,57 @@
+"""The leader fences the DaemonSets' and provisioners' cluster-wide writes (issue 29, left 1-2).
+
+What the policies refuse is proven against the fake API server with the real identities in
+tests/functional/test_admission_policies.py; here: the leader applies them, before any
+DaemonSet they fence, once.
+"""
+
+from __future__ import annotations
+
+import admission_policies
+from ops import testing
+
+from fakes.control_plane import peers
+
+VAP = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
+BINDINGS = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
+
+
+def _writes(api) -> list[str]:
+    return [r[1] for r in api.requests if r[0] in ("PATCH", "POST", "PUT")]
+
+
+def test_the_leader_applies_the_policies_before_the_daemonsets_they_fence(api, ctx):
+    ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
+
+    names = sorted(o["metadata"]["name"] for o in api.objects(VAP + "/"))
+    assert names == [
+        "gpu-k8s-efs-volumes-only",
+        "gpu-k8s-node-bound-calico-node",
+        "gpu-k8s-node-bound-efs-csi-node",
+        "gpu-k8s-node-bound-mig-manager",
+    ]
+    for name in names:  # each bound with Deny, and failing closed
+        binding = api.get_object(f"{BINDINGS}/{name}")
+        assert binding["spec"] == {"policyName": name, "validationActions": ["Deny"]}
+        assert api.get_object(f"{VAP}/{name}")["spec"]["failurePolicy"] == "Fail"
+    writes = _writes(api)
+    first_policy = min(i for i, p in enumerate(writes) if p.startswith(VAP))
+    daemonsets = [i for i, p in enumerate(writes) if "/daemonsets/" in p]
+    assert daemonsets and first_policy < min(daemonsets), writes
+
+
+def test_the_policies_are_applied_once(api, ctx):
+    state = ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
+    api.requests.clear()
+    ctx.run(ctx.on.update_status(), state)
+    assert not [p for p in _writes(api) if "admissionregistration" in p]
+
+
+def test_each_node_bound_account_is_matched_by_its_exact_username():
+    for (namespace, name), (short, _) in admission_policies.NODE_BOUND.items():
+        policy = admission_policies.node_bound_policy((namespace, name))
+        (condition,) = policy["spec"]["matchConditions"]
+        assert condition["expression"] == (
+            f"request.userInfo.username == 'system:serviceaccount:{namespace}:{name}'"
+        )
+        assert policy["metadata"]["name"] == f"gpu-k8s-node-bound-{short}"
