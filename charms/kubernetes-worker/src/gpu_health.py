@@ -278,11 +278,14 @@ def _edit(host: Host, change: Callable[[dict], None]) -> dict:
     """Change the state file with the watcher stopped, then start it again.
 
     The watcher writes its in-memory state each pass: a change made while it runs would
-    be lost. It reads the file again when it starts (its kernel log position kept).
+    be lost. So: stop, then read (the watcher's last write is in the file once `systemctl
+    stop` returns: systemd waits for the process to exit), change, write, start. Read
+    before the stop, a fault the watcher recorded in between would be overwritten. It
+    reads the file again when it starts (its kernel log position kept).
     """
-    state = _load(host)
     host.run(SYSTEMCTL, "stop", f"{SERVICE}.service")
     try:
+        state = _load(host)
         change(state)
         host.write(STATE, json.dumps(state, indent=1, sort_keys=True))
     finally:
