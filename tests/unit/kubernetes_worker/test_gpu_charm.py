@@ -2249,6 +2249,46 @@ def test_two_failed_repairs_within_24_hours_block_with_the_commands_to_replace_t
     assert len(resets(machine)) == 3
 
 
+def test_a_gate_whose_images_cannot_be_pulled_is_no_failed_repair_and_runs_at_the_next_hook(
+    ctx, machine, api, driver, ctr, wall, clock
+):
+    """A registry down or a pull timing out says nothing about the GPU (review, issue 32).
+
+    Counted as failed repairs, two of them Blocked the unit with "replace this machine".
+    """
+    state = joined_gpu_node(ctx, api, driver, {"gpu-auto-repair": "reset"})
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+    ctr.registry = {validation.VALIDATION_IMAGE, gpu_gate.DCGM_IMAGE}  # no PyTorch image
+
+    out = ctx.run(ctx.on.update_status(), state)
+
+    assert driver.resets == [1]  # repaired
+    assert ctr.runs == []  # the images first: no check ran without all of them
+    assert out.unit_status == testing.WaitingStatus(
+        "node ip-10-0-1-17 stays cordoned: the reset is done but the gate could not run: "
+        f'cannot pull {gpu_gate.NCCL_IMAGE}: ctr: failed to resolve reference "'
+        f'{gpu_gate.NCCL_IMAGE}": not found; pulled and run again at the next hook (not a '
+        "failed repair)"
+    )
+    ctr.pull_hangs = 1  # the registry answers again, too slowly: the pull times out
+    wall[0] += 3600
+    out = ctx.run(ctx.on.update_status(), out)
+    assert out.unit_status.name == "waiting"  # twice: no escalation ("replace this machine")
+    assert "the gate could not run: pulling" in out.unit_status.message
+    assert "repairs" not in watcher_state(machine)  # nothing recorded, nothing counted
+    assert watcher_state(machine)["quarantined"] and node(api)["spec"]["unschedulable"]
+    assert driver.resets == [1]  # proving again is no new repair
+
+    ctr.registry = None  # the registry is back
+    out = ctx.run(ctx.on.update_status(), out)
+
+    (repair,) = watcher_state(machine)["repairs"]
+    assert (repair["method"], repair["result"]) == ("reset", "ok")
+    assert driver.resets == [1] and watcher_state(machine)["quarantined"] == {}
+    assert not node(api)["spec"].get("unschedulable")
+    assert "repaired by reset" in out.unit_status.message
+
+
 def test_repair_gpu_resets_and_gates_now_or_leaves_a_reboot_to_the_next_hook(
     ctx, machine, api, driver, ctr, wall, clock, reboots
 ):
