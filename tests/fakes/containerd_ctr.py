@@ -28,6 +28,8 @@ validation.py), with the rules of the real programs:
   PyTorch image runs nccl-tests' `all_reduce_perf_mpi` and prints its table and the
   summary lines of nccl-tests src/common.cu (`# Out of bounds values : <n> OK|FAILED`,
   `# Avg bus bandwidth    : <g>`), on every GPU the container sees.
+- A pull that runs past the caller's timeout is killed with its `ctr` client (the runner's
+  exit status -1) and leaves no image.
 - A container that runs past the caller's timeout is killed with its `ctr` client, and
   stays in containerd (`--rm` removes it only when ctr sees it exit): `tasks delete --force`
   and `containers delete` remove it.
@@ -68,6 +70,8 @@ class FakeCtr:
         self.containers: dict[str, set[str]] = {}  # namespace -> containers left behind
         self.runs: list[dict] = []  # what each `run` was given
         self.hang = False  # the next run outlives its caller's timeout
+        self.pull_hangs = 0  # the next N pulls outlive their caller's timeout
+        self.pulls: list[str] = []  # the references asked for, in order
         self.output = VECTORADD_OK  # what the sample prints when it has a GPU
         self.driver_too_old = False
         self.failing_gpus: set[str] = set()  # NVIDIA_VISIBLE_DEVICES values vectorAdd fails on
@@ -99,6 +103,10 @@ class FakeCtr:
         raise CommandError(argv, 1, f"ctr: no fake for {' '.join(args[:2])}")
 
     def _pull(self, argv: list[str], namespace: str, ref: str) -> str:
+        self.pulls.append(ref)
+        if self.pull_hangs:  # a slow registry: the caller's timeout kills ctr mid-pull
+            self.pull_hangs -= 1
+            raise CommandError(argv, -1, "timed out")
         if self.registry is not None and ref not in self.registry:
             raise CommandError(argv, 1, f'ctr: failed to resolve reference "{ref}": not found')
         self.images.setdefault(namespace, set()).add(ref)

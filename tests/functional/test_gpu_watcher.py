@@ -154,6 +154,22 @@ def test_application_xids_restart_the_job_and_escalate_on_the_third(machine):
     assert machine.pods() == ALL - {f"{OWN}/gpu0-job"}  # GPU 1's job runs on
 
 
+def test_an_xid_newer_than_the_catalog_quarantines_with_no_automatic_repair(machine):
+    """A driver newer than the catalog reports XID 173 (the catalog lists 1-172).
+
+    Counted as an application fault it would leave the GPU in service (review, issue 32):
+    the catalog's `unknown` entry makes it `support`, NVIDIA's default without a known repair.
+    """
+    start(machine)
+    machine.kernel(xid_line("13", gpu=1).replace("): 13,", "): 173,"))
+    until(machine.quarantined)
+    held = machine.state()["quarantined"][GPUS[1][1]]
+    assert (held["reason"], held["action"]) == ("Xid173", "support")
+    assert "XID 173: not in NVIDIA's catalog as read on" in held["message"]
+    until(lambda: f"{OWN}/gpu1-job" not in machine.pods())
+    assert machine.node()["spec"]["unschedulable"] is True
+
+
 @pytest.mark.parametrize(
     ("smi", "code", "gpu", "reason"),
     [

@@ -28,6 +28,11 @@ credential is involved, the containers are privileged and removed afterwards):
    src/common.cu). Its bus bandwidth must reach the floor of the GPU model (`FLOORS`).
 
 The gate stops at the first check that fails: a failed GPU is not asked more.
+
+Its images are pulled first, each with its own bound (`PULL_TIMEOUT`; NVIDIA's PyTorch
+image is many GB), apart from the checks' `timeout`: an image that cannot be pulled (the
+registry down, a pull timing out) says nothing about the GPUs, so it raises `PullError`,
+which the repair turn records as no repair at all (gpu_repairs.py), never as a failed one.
 No ops imports: the charm runs the gate in a repair turn (gpu_repairs.py) and records
 the outcome in the watcher's state file (gpu_health.record_repair).
 """
@@ -43,7 +48,7 @@ from collections.abc import Callable
 
 import validation
 
-from charms.gpu_k8s.v0.system import Host
+from charms.gpu_k8s.v0.system import CommandError, Host
 
 # NVIDIA's DCGM image (NGC nvidia/cloud-native/dcgm; DCGM 4.x, whose `dcgmi diag -j`
 # form is the schema named above). Tag read 2026-11-27 from the NGC tags NVIDIA's own
@@ -90,6 +95,12 @@ FLOORS: tuple[tuple[str, float, str], ...] = (
     ("T4", 4.0, "PCIe Gen3 x16: 16 GB/s per direction"),
 )
 
+# Seconds all of the gate's images may take to pull, together. NVIDIA's PyTorch image is
+# by far the largest, many GB to download (its size not recorded here yet): 40 minutes
+# carry 10 GB at ~4 MB/s; a mirror (image-registry) is faster. Bounded, so a hung pull
+# ends the hook with a status rather than holding the machine's hook lock for ever.
+PULL_TIMEOUT = 2400.0
+
 _AVG_BUSBW = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+)", re.MULTILINE)
 _OUT_OF_BOUNDS = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)", re.MULTILINE)
 
@@ -134,6 +145,52 @@ class GateResult:
             "passed": self.passed,
             **{c.name: ("passed: " if c.passed else "failed: ") + c.detail for c in self.checks},
         }
+
+
+class PullError(validation.ValidationError):
+    """An image of the gate could not be pulled: the gate did not run (not a failed repair)."""
+
+
+def images_for(cuda_image: str, dcgm_image: str, nccl_image: str, count: int) -> list[str]:
+    """The images the gate runs on `count` GPUs (NCCL only with more than one)."""
+    return [cuda_image, dcgm_image] + ([nccl_image] if count > 1 else [])
+
+
+def pull(
+    host: Host,
+    images: list[str],
+    *,
+    timeout: float = PULL_TIMEOUT,
+    clock: Callable[[], float] = time.monotonic,
+    progress: Callable[[str], None] = lambda line: None,
+) -> None:
+    """Pull each image into containerd's k8s.io namespace, all within `timeout` seconds.
+
+    Raises:
+        PullError: ctr refused one (its last line) or the pulls outlived `timeout`.
+    """
+    started = clock()
+    for image in images:
+        left = timeout - (clock() - started)
+        if left <= 0:
+            raise PullError(f"pulling the gate's images took over {timeout:.0f}s (at {image})")
+        progress(f"pulling {image} into containerd ({validation.CTR_NAMESPACE})")
+        try:
+            host.run(
+                validation.CTR,
+                "-n",
+                validation.CTR_NAMESPACE,
+                "images",
+                "pull",
+                image,
+                timeout=left,
+            )
+        except CommandError as e:
+            if e.returncode == -1:
+                raise PullError(
+                    f"pulling {image} outlived the gate's {timeout:.0f}s for its images"
+                ) from None
+            raise PullError(f"cannot pull {image}: {e.last_line}") from None
 
 
 def parse_dcgm(text: str, count: int) -> Check:
@@ -203,27 +260,43 @@ def run(
     timeout: float,
     clock: Callable[[], float] = time.monotonic,
     progress: Callable[[str], None] = lambda line: None,
+    pull_timeout: float = PULL_TIMEOUT,
 ) -> GateResult:
     """Run the gate on this machine's `count` GPUs of `model`; stops at the first failure.
 
-    `timeout` bounds each container (its pull and its run together).
+    Its images are pulled first, within `pull_timeout` together (`pull`); then `timeout`
+    bounds each container's run.
 
     Raises:
-        validation.ValidationError: an image cannot be pulled, or ctr is not there.
+        PullError: an image cannot be pulled (the gate did not run).
+        validation.ValidationError: ctr is not there.
     """
     if count < 1:  # no GPU to prove: never a pass
         return GateResult((Check("cuda", False, "no NVIDIA GPU found on this machine"),))
+    pull(
+        host,
+        images_for(cuda_image, dcgm_image, nccl_image, count),
+        timeout=pull_timeout,
+        clock=clock,
+        progress=progress,
+    )
     checks: list[Check] = []
     for index in range(count):
         outcome = validation.validate(
-            host, cuda_image, timeout=timeout, clock=clock, progress=progress, devices=str(index)
+            host,
+            cuda_image,
+            timeout=timeout,
+            clock=clock,
+            progress=progress,
+            devices=str(index),
+            pull=False,
         )
         if not outcome.passed:
             checks.append(Check("cuda", False, f"GPU {index}: {outcome.summary}"))
             return GateResult(tuple(checks))
     checks.append(Check("cuda", True, f"vectorAdd passed on each of {count} GPUs"))
     code, output = validation.run_tool(
-        host, dcgm_image, DCGM_COMMAND, timeout=timeout, clock=clock, progress=progress
+        host, dcgm_image, DCGM_COMMAND, timeout=timeout, clock=clock, progress=progress, pull=False
     )
     if code == -1:
         checks.append(Check("dcgm", False, f"dcgmi diag timed out after {timeout:.0f}s"))
@@ -233,7 +306,13 @@ def run(
         return GateResult(tuple(checks))
     script = f"{shlex.join((NCCL_PROGRAM, *NCCL_ARGS, '-g', str(count)))} 2>&1; exit 0"
     code, output = validation.run_tool(
-        host, nccl_image, ("sh", "-c", script), timeout=timeout, clock=clock, progress=progress
+        host,
+        nccl_image,
+        ("sh", "-c", script),
+        timeout=timeout,
+        clock=clock,
+        progress=progress,
+        pull=False,
     )
     if code == -1:
         checks.append(Check("nccl", False, f"{NCCL_PROGRAM} timed out after {timeout:.0f}s"))

@@ -46,6 +46,15 @@ API_CONFIG = "/etc/gpu-k8s/gpu-watcher-api.json"
 STATE = "/var/lib/gpu-k8s/gpu-health.json"
 PYTHON = "/usr/bin/python3"
 METRICS_PORT = 6448  # next to the unit-state server's 6447
+# How often the COS agent scrapes the watcher. A job without one takes the agent's global
+# default, Prometheus' 1m (Prometheus configuration docs, <global> scrape_interval
+# "default = 1m"; the collector runs each cos_agent job as a scrape_config of its
+# prometheus receiver, no global set: canonical/opentelemetry-collector-operator 0357b4b
+# src/charm.py "prometheus/cos-agent", grafana_agent v0 cos_agent metrics_jobs keeping
+# every key), so GpuQuarantined could not fire within 60 s of a fault. The server is
+# local and answers from memory: a 5 s timeout (at most the interval, as Prometheus
+# requires) is ample.
+SCRAPE = {"scrape_interval": "10s", "scrape_timeout": "5s"}
 KUBELET_CLIENT = "/var/lib/kubelet/pki/kubelet-client-current.pem"  # node_identity.py
 _SRC = Path(__file__).parent
 
@@ -278,11 +287,14 @@ def _edit(host: Host, change: Callable[[dict], None]) -> dict:
     """Change the state file with the watcher stopped, then start it again.
 
     The watcher writes its in-memory state each pass: a change made while it runs would
-    be lost. It reads the file again when it starts (its kernel log position kept).
+    be lost. So: stop, then read (the watcher's last write is in the file once `systemctl
+    stop` returns: systemd waits for the process to exit), change, write, start. Read
+    before the stop, a fault the watcher recorded in between would be overwritten. It
+    reads the file again when it starts (its kernel log position kept).
     """
-    state = _load(host)
     host.run(SYSTEMCTL, "stop", f"{SERVICE}.service")
     try:
+        state = _load(host)
         change(state)
         host.write(STATE, json.dumps(state, indent=1, sort_keys=True))
     finally:

@@ -15,7 +15,9 @@ it passes: the watcher's state cleared, GpuHealthy=True, the cordon lifted, the
 NoExecute taint's removal asked of the control plane, the turn given back, the repair
 recorded (gpu_health.py keeps the history). A failed repair is recorded too; two within
 24 hours leave the node cordoned and the unit Blocked with the commands that replace
-the machine.
+the machine. A gate whose images cannot be pulled (gpu_gate.PullError: the registry, not
+the GPU) is no failed repair: the quarantine stays, the unit says so, the turn is given
+back and the next hook pulls and proves again, without repairing again.
 """
 
 from __future__ import annotations
@@ -47,6 +49,9 @@ logger = logging.getLogger(__name__)
 
 HOOK_GATE_TIMEOUT = 600  # seconds per gate container in a hook
 REBOOT_ASKED = "reboot-asked"  # repair-gpu left a reboot to the next hook
+# the repair (`gate:reset`, `gate:reboot`) is done but its gate's images could not be
+# pulled: the next hook pulls and proves again, with no new repair and no failure counted
+GATE_PENDING = "gate:"
 
 
 class GpuRepairs(ops.Object):
@@ -103,6 +108,11 @@ class GpuRepairs(ops.Object):
                 raise StatusError.maintenance("waiting for Juju to reboot this machine")
             gpu_repair.clear_progress(host)  # back on a new boot: prove it
             return self._prove(host, config, node, held, gpu_repair.REBOOT, "rebooted")
+        pending = str((progress or {}).get("method") or "")
+        if pending.startswith(GATE_PENDING):  # repaired; the gate waits for its images
+            method = pending.removeprefix(GATE_PENDING)
+            said = f"{method} done at {progress.get('started')}" if progress else method
+            return self._prove(host, config, node, held, method, said)
         records = gpu_health.repairs(host)
         asked = progress is not None and progress.get("method") == REBOOT_ASKED
         if gpu_repair.escalated(records, now) and not asked:
@@ -210,6 +220,7 @@ class GpuRepairs(ops.Object):
             if str(q.get("index", "")).isdigit() and int(q["index"]) >= inventory.count
         ]
         if missing:  # fell off the bus for good: nothing to prove it on
+            gpu_repair.clear_progress(host)
             detail = f"GPU {missing[0].get('index')} is not on the machine after the {method}"
             self._record_failure(host, held, method, detail)
             return ops.WaitingStatus(f"node {node} stays cordoned: {detail}")
@@ -225,9 +236,24 @@ class GpuRepairs(ops.Object):
                 clock=self._clock,
                 progress=progress,
             )
+        except gpu_gate.PullError as e:  # the registry's fault, not the GPU's: not counted
+            gpu_repair.save_progress(
+                host,
+                method=f"{GATE_PENDING}{method}",
+                boot=nvidia.boot_id(host),
+                started=now,
+                gpus=[str(q.get("uuid")) for q in held],
+            )
+            self.turns.done(config.max_parallel_reboots, REPAIR)  # the node stays cordoned
+            logger.warning("repair gate of node %s not run: %s", node, e)
+            return ops.WaitingStatus(
+                f"node {node} stays cordoned: the {method} is done but the gate could not "
+                f"run: {e}; pulled and run again at the next hook (not a failed repair)"
+            )
         except validation.ValidationError as e:
             self._record_failure(host, held, method, f"the gate could not run: {e}")
             return ops.WaitingStatus(f"node {node} stays cordoned: the gate could not run: {e}")
+        gpu_repair.clear_progress(host)  # the gate ran: no pending gate left
         records = gpu_health.repair_records(
             held,
             now=now,

@@ -16,13 +16,15 @@ only, so it keeps running while Juju replaces the charm's files. Its inputs:
   `NVRM: Xid (PCI:<domain>:<bus>:<device>): <xid>, pid=<pid>, name=<comm>, <text>` (pid
   `'<unknown>'` when no process is involved; some lines carry only the XID): examples in
   NVIDIA/NVSentinel health-monitors/syslog-health-monitor/pkg/xid/parser/csv_test.go and
-  NVIDIA's catalog page, recorded in tests/fixtures/gpu/xid/kmsg.txt;
+  NVIDIA's catalog page, recorded in tests/fixtures/gpu/xid/lines.txt;
 - `nvidia-smi --query-gpu=index,uuid,pci.bus_id,ecc.errors.uncorrected.volatile.total,
   remapped_rows.failure,fabric.state,fabric.status --format=csv,noheader` every
   `--interval` seconds (field names: `nvidia-smi --help-query-gpu`; fabric as nvidia.py
   reads it). A GPU it cannot reach (`... GPU is lost ...`, or a GPU seen before that is
   missing) is lost;
 - the classification, xid_catalog.json (NVIDIA's XID catalog, its source and date inside).
+  An XID the catalog lacks (a newer driver's) is classified as its `unknown` entry says:
+  support, a quarantine with no automatic repair (the catalog's reasons inside).
 
 What it does for a GPU whose fault the catalog says needs a reset, a reboot or support
 (or a health finding), as the node itself (its kubelet's client certificate: the Node
@@ -311,6 +313,26 @@ def recovery_action(entry: dict, text: str) -> tuple[str, str]:
     return entry["recovery_actions"].get(code, "support"), name
 
 
+def classify(catalog: dict, xid: str, text: str) -> tuple[str, str]:
+    """(action, meaning) of one XID: the catalog's entry, or its `unknown` one.
+
+    An XID the catalog lacks was added by a driver newer than the catalog as read: it
+    quarantines with `support` (the catalog's `unknown.why`), never as an application fault.
+    """
+    entry = catalog["xids"].get(xid)
+    if entry is None:
+        unknown = catalog["unknown"]
+        return unknown["action"], (
+            f"XID {xid}: not in NVIDIA's catalog as read on {catalog['read']} "
+            "(a newer driver's XID: no automatic repair is known)"
+        )
+    meaning = f"XID {xid} {entry['mnemonic']}: {entry['description']}"
+    if "recovery_actions" in entry:  # XID 154: the action is in the line
+        action, asked = recovery_action(entry, text)
+        return action, f"{meaning} ({asked})"
+    return entry["action"], meaning
+
+
 HOOK = "hooks/gpu-quarantined"  # the charm's `gpu_quarantined` event (charm.py)
 HOOK_ATTEMPTS = 3  # juju-exec runs at most this often per request, `--hook-retry` * 3^n apart
 
@@ -418,7 +440,7 @@ class Watcher:
         state.pop("repairs_seen", None)  # before repair_counts (2026-11-27)
         for key, count in (state.pop("counts", None) or {}).items():  # before faults_total
             uuid, xid = key.split("|")
-            cls = (self.catalog["xids"].get(xid) or {}).get("action", "application")
+            cls = classify(self.catalog, xid, "")[0]
             state["faults"][f"{uuid}|{xid}|Xid{xid}|{cls}"] = count
         self._readmissions(state)
         return state
@@ -533,17 +555,8 @@ class Watcher:
     def handle_xid(self, record: dict, at: float) -> None:
         """Classify one XID; quarantine, or restart the job (escalating on repeats)."""
         xid = record["xid"]
-        entry = self.catalog["xids"].get(xid) or {
-            "mnemonic": f"XID {xid}",
-            "description": "not in NVIDIA's catalog as recorded",
-            "bucket": "",
-            "action": "application",
-        }
         gpu = self.gpus.get(record["pci"], {"index": "?", "uuid": f"PCI:{record['pci']}"})
-        action, meaning = entry["action"], f"XID {xid} {entry['mnemonic']}: {entry['description']}"
-        if "recovery_actions" in entry:  # XID 154: the action is in the line
-            action, asked = recovery_action(entry, record["text"])
-            meaning += f" ({asked})"
+        action, meaning = classify(self.catalog, xid, record["text"])
         self._count("faults", gpu["uuid"], xid, f"Xid{xid}", action)
         self._event(at, gpu, f"Xid{xid}", meaning, action)
         if action in QUARANTINE:

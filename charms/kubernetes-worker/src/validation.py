@@ -195,25 +195,28 @@ def run_tool(
     timeout: float,
     clock: Callable[[], float] = time.monotonic,
     progress: Callable[[str], None] = lambda line: None,
+    pull: bool = True,
 ) -> tuple[int, str]:
     """Pull `image` and run `command` in it on every GPU; (exit status, output).
 
     The exit status is -1 when the pull and the run together outlived `timeout` (the
     container is removed). What the command printed is its stdout, or its stderr when it
-    failed (the runner keeps a failed program's stderr only).
+    failed (the runner keeps a failed program's stderr only). `pull` False: the image is
+    in containerd already (the repair gate pulls first, gpu_gate.pull).
 
     Raises:
         ValidationError: the image cannot be pulled, or ctr is not there.
     """
     name = container_name()
     started = clock()
-    progress(f"pulling {image} into containerd ({CTR_NAMESPACE})")
-    try:
-        host.run(CTR, "-n", CTR_NAMESPACE, "images", "pull", image, timeout=timeout)
-    except CommandError as e:
-        if e.returncode == -1:
-            return -1, ""
-        raise ValidationError(f"cannot pull {image}: {e.last_line}") from None
+    if pull:
+        progress(f"pulling {image} into containerd ({CTR_NAMESPACE})")
+        try:
+            host.run(CTR, "-n", CTR_NAMESPACE, "images", "pull", image, timeout=timeout)
+        except CommandError as e:
+            if e.returncode == -1:
+                return -1, ""
+            raise ValidationError(f"cannot pull {image}: {e.last_line}") from None
     left = max(1.0, timeout - (clock() - started))
     progress(f"running {command[0]} in {image} (container {name})")
     try:
@@ -232,25 +235,28 @@ def validate(
     clock: Callable[[], float] = time.monotonic,
     progress: Callable[[str], None] = lambda line: None,
     devices: str = "all",
+    pull: bool = True,
 ) -> ValidationOutcome:
     """Pull `image` and run the CUDA check on this machine's GPUs through containerd.
 
-    `timeout` bounds the pull and the run together; `progress` gets what runs where.
+    `timeout` bounds the pull and the run together; `progress` gets what runs where;
+    `pull` False: the image is in containerd already (gpu_gate.pull).
 
     Raises:
         ValidationError: the image cannot be pulled, or ctr is not there.
     """
     name = container_name()
     started = clock()
-    progress(f"pulling {image} into containerd ({CTR_NAMESPACE})")
-    try:
-        host.run(CTR, "-n", CTR_NAMESPACE, "images", "pull", image, timeout=timeout)
-    except CommandError as e:
-        if e.returncode == -1:
-            return ValidationOutcome(
-                False, f"CUDA check timed out after {timeout:.0f}s pulling {image}", -1, ""
-            )
-        raise ValidationError(f"cannot pull {image}: {e.last_line}") from None
+    if pull:
+        progress(f"pulling {image} into containerd ({CTR_NAMESPACE})")
+        try:
+            host.run(CTR, "-n", CTR_NAMESPACE, "images", "pull", image, timeout=timeout)
+        except CommandError as e:
+            if e.returncode == -1:
+                return ValidationOutcome(
+                    False, f"CUDA check timed out after {timeout:.0f}s pulling {image}", -1, ""
+                )
+            raise ValidationError(f"cannot pull {image}: {e.last_line}") from None
     left = max(1.0, timeout - (clock() - started))
     progress(f"running {' '.join(VALIDATION_COMMAND)} with {RUNTIME_BINARY} (container {name})")
     try:

@@ -1680,7 +1680,9 @@ def test_a_gpu_node_has_its_dcgm_exporter_scraped_with_the_gpu_rules_and_dashboa
     assert config["metrics_scrape_jobs"] == [
         cadvisor,  # the kubelet's: only what the dashboards read (cos_agent.NODE_METRICS)
         job("dcgm-exporter", 9400),
-        job("gpu-watcher", 6448),  # the GPU health watcher's gauges (gpu_health.py)
+        # the GPU health watcher's gauges (gpu_health.py), scraped every 10 s: the agent's
+        # default (Prometheus' 1m) would leave GpuQuarantined no chance within 60 s
+        job("gpu-watcher", 6448) | {"scrape_interval": "10s", "scrape_timeout": "5s"},
         job("unit-state", 6447, "/metrics/kubernetes-worker-0"),
     ]
     state = machine.host().read("/var/lib/gpu-k8s/unit-state/kubernetes-worker-0.prom")
@@ -2245,6 +2247,46 @@ def test_two_failed_repairs_within_24_hours_block_with_the_commands_to_replace_t
     wall[0] += 24 * 3600  # a day later the repairs are tried again
     ctx.run(ctx.on.update_status(), out)
     assert len(resets(machine)) == 3
+
+
+def test_a_gate_whose_images_cannot_be_pulled_is_no_failed_repair_and_runs_at_the_next_hook(
+    ctx, machine, api, driver, ctr, wall, clock
+):
+    """A registry down or a pull timing out says nothing about the GPU (review, issue 32).
+
+    Counted as failed repairs, two of them Blocked the unit with "replace this machine".
+    """
+    state = joined_gpu_node(ctx, api, driver, {"gpu-auto-repair": "reset"})
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+    ctr.registry = {validation.VALIDATION_IMAGE, gpu_gate.DCGM_IMAGE}  # no PyTorch image
+
+    out = ctx.run(ctx.on.update_status(), state)
+
+    assert driver.resets == [1]  # repaired
+    assert ctr.runs == []  # the images first: no check ran without all of them
+    assert out.unit_status == testing.WaitingStatus(
+        "node ip-10-0-1-17 stays cordoned: the reset is done but the gate could not run: "
+        f'cannot pull {gpu_gate.NCCL_IMAGE}: ctr: failed to resolve reference "'
+        f'{gpu_gate.NCCL_IMAGE}": not found; pulled and run again at the next hook (not a '
+        "failed repair)"
+    )
+    ctr.pull_hangs = 1  # the registry answers again, too slowly: the pull times out
+    wall[0] += 3600
+    out = ctx.run(ctx.on.update_status(), out)
+    assert out.unit_status.name == "waiting"  # twice: no escalation ("replace this machine")
+    assert "the gate could not run: pulling" in out.unit_status.message
+    assert "repairs" not in watcher_state(machine)  # nothing recorded, nothing counted
+    assert watcher_state(machine)["quarantined"] and node(api)["spec"]["unschedulable"]
+    assert driver.resets == [1]  # proving again is no new repair
+
+    ctr.registry = None  # the registry is back
+    out = ctx.run(ctx.on.update_status(), out)
+
+    (repair,) = watcher_state(machine)["repairs"]
+    assert (repair["method"], repair["result"]) == ("reset", "ok")
+    assert driver.resets == [1] and watcher_state(machine)["quarantined"] == {}
+    assert not node(api)["spec"].get("unschedulable")
+    assert "repaired by reset" in out.unit_status.message
 
 
 def test_repair_gpu_resets_and_gates_now_or_leaves_a_reboot_to_the_next_hook(

@@ -138,3 +138,36 @@ def test_no_gpu_never_passes_the_gate():
     )
     assert not result.passed
     assert result.summary() == "cuda FAILED: no NVIDIA GPU found on this machine"
+
+
+def gate(ctr, **kwargs):
+    ctr.machine.dpkg.update({"containerd": "1.7", "nvidia-container-toolkit": "1.17"})
+    return gpu_gate.run(
+        ctr.machine.host(),
+        cuda_image="nvcr.io/c:1",
+        dcgm_image=gpu_gate.DCGM_IMAGE,
+        nccl_image=gpu_gate.NCCL_IMAGE,
+        count=4,
+        model="NVIDIA A10G",
+        timeout=60,
+        **kwargs,
+    )
+
+
+def test_the_gate_pulls_its_images_once_first_then_runs_its_checks(ctr):
+    gate(ctr)  # (no GPU on this fake machine: the first check fails, after the pulls)
+    verbs = [" ".join(line.split()[3:5]) for line in ctr.machine.lines("ctr")]
+    assert verbs[:3] == ["images pull"] * 3 and "images pull" not in verbs[3:]
+    assert ctr.pulls == ["nvcr.io/c:1", gpu_gate.DCGM_IMAGE, gpu_gate.NCCL_IMAGE]
+    assert len(ctr.runs) == 1
+
+
+def test_an_image_that_cannot_be_pulled_raises_before_any_check_runs(ctr):
+    ctr.pull_hangs = 1
+    with pytest.raises(gpu_gate.PullError) as e:
+        gate(ctr, pull_timeout=900)
+    assert str(e.value) == "pulling nvcr.io/c:1 outlived the gate's 900s for its images"
+    ctr.registry = {"nvcr.io/c:1"}
+    with pytest.raises(gpu_gate.PullError, match="cannot pull nvcr.io/nvidia/cloud-native/dcgm"):
+        gate(ctr)
+    assert ctr.runs == []

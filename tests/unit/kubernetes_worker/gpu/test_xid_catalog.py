@@ -1,0 +1,84 @@
+"""The XID catalog (xid_catalog.json) and how the watcher classifies an XID (gpu_watcher.py).
+
+The catalog is NVIDIA's "Xids" table (docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html,
+its source and date inside): each XID's immediate action, turned into ours by one rule per
+bucket; an XID it lacks (a newer driver's) quarantines with no automatic repair.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+
+import gpu_repair
+import gpu_watcher
+import pytest
+
+CATALOG = json.loads((Path(gpu_watcher.__file__).parent / "xid_catalog.json").read_text())
+TODAY = datetime.date(2026, 11, 27)  # the day the worker's tests pin (charm.py's `today`)
+# NVIDIA's immediate action -> ours (the catalog's `about`); an entry with `why` is decided apart
+ACTIONS = {
+    "RESTART_APP": "application",
+    "IGNORE": "info",
+    "RESET_GPU": "reset-gpu",
+    "WORKFLOW_XID_48": "reset-gpu",
+    "WORKFLOW_NVLINK_ERR": "reset-gpu",
+    "WORKFLOW_NVLINK5_ERR": "reset-gpu",
+    "CHECK_UVM": "reset-gpu",
+    "RESTART_BM": "reboot",
+    "RESTART_VM": "reboot",
+    "CONTACT_SUPPORT": "support",
+    "CHECK_MECHANICALS": "support",
+    "UPDATE_SWFW": "support",
+    "WORKFLOW_XID_45": "application",
+}
+
+
+def test_the_catalog_holds_every_xid_nvidias_table_lists_with_a_known_action():
+    assert sorted(map(int, CATALOG["xids"])) == list(range(1, 173))
+    for xid, entry in CATALOG["xids"].items():
+        assert entry["mnemonic"] and entry["description"], xid
+        assert entry["bucket"] in CATALOG["buckets"], xid
+        if "why" in entry or xid in ("43", "154"):  # decided apart, the reason written
+            continue
+        assert entry["action"] == ACTIONS[entry["bucket"]], xid
+
+
+@pytest.mark.parametrize(
+    ("xids", "action"),
+    [
+        (("110", "136", "143", "155", "156", "158", "162"), "reset-gpu"),  # RESET_GPU
+        (("144", "145", "146", "147", "148", "149", "150"), "reset-gpu"),  # NVLink5
+        (("160", "79"), "reboot"),
+        (("57", "58", "90", "61", "142"), "support"),  # CONTACT_SUPPORT
+        (("13", "31", "43", "45", "94"), "application"),  # issue 32 item 2's list
+        (("63", "92"), "info"),
+    ],
+)
+def test_nvidias_actions_for_the_xids_the_review_named(xids, action):
+    assert {xid: gpu_watcher.classify(CATALOG, xid, "")[0] for xid in xids} == dict.fromkeys(
+        xids, action
+    )
+
+
+def test_an_xid_the_catalog_lacks_quarantines_with_no_automatic_repair():
+    action, meaning = gpu_watcher.classify(CATALOG, "173", "some text")
+    assert action == "support" and action in gpu_watcher.QUARANTINE
+    assert meaning == (
+        "XID 173: not in NVIDIA's catalog as read on 2026-11-27 (a newer driver's XID: no "
+        "automatic repair is known)"
+    )
+    held = [{"index": "1", "uuid": "GPU-1", "action": action, "at": "2026-11-27T10:00:00Z"}]
+    assert gpu_repair.choose(held, "reboot", [], 0.0) is None  # left to the operator
+
+
+def test_xid_154_still_takes_the_action_its_line_names():
+    text = "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)"
+    action, meaning = gpu_watcher.classify(CATALOG, "154", text)
+    assert action == "reboot" and meaning.endswith("(Node Reboot Required)")
+
+
+def test_the_catalog_was_read_on_a_real_day_not_after_today():
+    assert datetime.date.fromisoformat(CATALOG["read"]) <= TODAY
+    assert "2026-11-27" in CATALOG["also"]
