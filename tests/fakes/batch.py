@@ -60,6 +60,13 @@ Kueue (kubernetes-sigs/kueue v0.19.2):
 - K5 `time_out(job)`: the job's pods were not all ready within waitForPodsReady.timeout
   (core/workload_controller.go reconcileNotReadyTimeout): evicted like K3 with reason
   PodsReadyTimeout, "Exceeded the PodsReady timeout <ns>/<workload>", and requeued.
+- K10 A JobSet that restarts its gang (J3: child Jobs deleted and created again, the
+  JobSet never suspended) keeps its Workload admitted, its admission unchanged: Kueue
+  v0.19.2 does nothing for an unsuspended job whose Workload is admitted ("Job running
+  with admitted workload, nothing to do", jobframework/reconciler.go ReconcileGenericJob)
+  and never admits it again. Its PodsReady condition (False, WaitForRecovery, while the
+  new gang starts) and recoveryTimeout are not emulated: a test calls `time_out(job)`
+  for what Kueue does once that timeout passes (K5).
 - K8 Kueue runs with the manager configuration in the ConfigMap kueue-system/
   kueue-manager-config (`fakes.addons.install_kueue` writes the control plane's; without
   one, upstream's defaults). Its `integrations.frameworks` say which kinds it manages

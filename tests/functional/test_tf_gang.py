@@ -31,7 +31,7 @@ import readme_examples
 from charm_modules import load
 from conftest import has_tensorflow
 
-from fakes.addons import install_kueue, join_team
+from fakes.addons import install_kueue, join_team, size_cohort
 from fakes.batch import BatchControllers
 from fakes.kube_apiserver import FakeKubeApiServer
 from fakes.kube_grants import consumer_grant, store_grant
@@ -111,16 +111,17 @@ def cluster(tmp_path):
             f"/api/v1/namespaces/{NS}/persistentvolumeclaims/{CLAIM}",
             {"spec": {"accessModes": ["ReadWriteMany"]}, "status": {"phase": "Bound"}},
         )
-        api.put_object(
-            "/api/v1/nodes/cpu-0",
-            {
-                "metadata": {"name": "cpu-0"},
-                "status": {
-                    "allocatable": {"cpu": "16", "memory": "64Gi", "pods": "110"},
-                    "conditions": [{"type": "Ready", "status": "True"}],
+        for name in ("cpu-0", "cpu-1"):  # the scheduler fills cpu-0 first (by name)
+            api.put_object(
+                f"/api/v1/nodes/{name}",
+                {
+                    "metadata": {"name": name},
+                    "status": {
+                        "allocatable": {"cpu": "16", "memory": "64Gi", "pods": "110"},
+                        "conditions": [{"type": "Ready", "status": "True"}],
+                    },
                 },
-            },
-        )
+            )
         install_kueue(api)
         data = tmp_path / "data"
         data.mkdir()
@@ -237,7 +238,12 @@ def test_a_dead_worker_of_six_restarts_the_gang_which_resumes_and_finishes(clust
     assert f"resumed from checkpoint at step {progress['resumed_from']}" in kept
 
 
-def test_a_preempted_job_saves_where_it_stopped_and_resumes_there_when_readmitted(cluster):
+def test_a_preempted_job_resumes_when_readmitted_and_a_quarantined_nodes_job_moves(cluster):
+    """Kueue preempts the job, then readmits it; then its node is quarantined (issue 32).
+
+    Both stop the gang at one saved step, and it resumes there: after the quarantine on
+    the other node, and neither counts toward max-restarts.
+    """
     cluster.train("pre", workers=2, steps=2000)
     cluster.until(
         "pre",
@@ -260,12 +266,77 @@ def test_a_preempted_job_saves_where_it_stopped_and_resumes_there_when_readmitte
         if pod["metadata"]["labels"].get("gpu-k8s.io/component") == "training"
     ]  # TensorBoard's Deployment is not Kueue's to suspend
 
-    done = cluster.until("pre", lambda s: s["phase"] == "Succeeded", "success after readmission")
+    cluster.until(
+        "pre",
+        lambda _: (
+            cluster.progress("pre").get("resumed_from") == stopped_at
+            and cluster.checkpoint("pre") > stopped_at
+        ),
+        "readmitted gang resumed, and a checkpoint past the preemption's",
+    )
+    workload = cluster.controllers.workload("pre")
+    admission = workload["status"]["admission"]
+
+    # Issue 32 item 2: the GPU health watcher quarantines a GPU of cpu-0, the node the gang
+    # runs on (the scheduler fills cpu-0 first): it cordons the node and evicts the pod on
+    # that GPU (Eviction API: DisruptionTarget, SIGTERM), the leader sets the NoExecute
+    # taint and, in the same hook, sizes the cohort without the node (size_cohort runs the
+    # control plane's kueue.py over the Nodes as addons.py does then)
+    assert {p["spec"]["nodeName"] for p in _training_pods(cluster)} == {"cpu-0"}
+    node = cluster.api.get_object("/api/v1/nodes/cpu-0")
+    node["spec"] = {
+        "unschedulable": True,
+        "taints": [{"key": "gpu-k8s.io/gpu-unhealthy", "effect": "NoExecute"}],
+    }
+    cluster.api.put_object("/api/v1/nodes/cpu-0", node)
+    cohort = size_cohort(cluster.api)["cohort"]
+    pool = {
+        r["name"]: r["nominalQuota"]
+        for g in cohort["spec"]["resourceGroups"]
+        for f in g["flavors"]
+        for r in f["resources"]
+    }
+    assert pool == {"cpu": "16", "memory": str(64 * 2**30)}  # cpu-1's alone
+    cluster.controllers.evict("pre", "worker", 1)
+    # the evicted pod is replaced without counting (podFailurePolicy Ignore); its launcher
+    # stopped the gang at one saved step (exit 143), which JobSet restarts without counting
+    moved = cluster.until(
+        "pre",
+        lambda s: (
+            cluster.progress("pre").get("state") == "running"
+            and cluster.progress("pre").get("resumed_from", 0) > stopped_at
+        ),
+        "the gang restarted on the healthy node",
+    )
+    quarantined_at = cluster.progress("pre")["resumed_from"]
+    assert {p["spec"]["nodeName"] for p in _training_pods(cluster)} == {"cpu-1"}
+    assert moved["restarts"] == "0 of 3"  # a node fault is not one of the job's restarts
+    # Kueue v0.19.2 keeps the Workload admitted across a JobSet restart (reconciler.go
+    # "Job running with admitted workload, nothing to do"): the fake neither evicts nor
+    # re-admits it, and its quota moved with the gang
+    workload = cluster.controllers.workload("pre")
+    assert workload["status"]["admission"] == admission
+    assert not any(
+        c["type"] == "Evicted" and c["status"] == "True" for c in workload["status"]["conditions"]
+    )
+
+    done = cluster.until("pre", lambda s: s["phase"] == "Succeeded", "success after the move")
 
     progress = cluster.progress("pre")
-    assert progress["resumed_from"] == stopped_at  # no step lost to the preemption
+    assert progress["resumed_from"] == quarantined_at  # no step lost to the quarantine
     assert (progress["step"], progress["state"]) == (2000, "finished")
-    assert done["restarts"] == "0 of 3"  # a preemption is not a failure
+    assert done["restarts"] == "0 of 3"  # neither a preemption nor a node fault is a failure
+    kept = (cluster.data / "jobs" / "pre" / "pod-logs" / "worker-1.log").read_text()
+    assert f"resumed from checkpoint at step {quarantined_at}" in kept
+
+
+def _training_pods(cluster) -> list[dict]:
+    return [
+        pod
+        for pod in cluster.controllers._pods()
+        if pod["metadata"]["labels"].get("gpu-k8s.io/component") == "training"
+        and pod["status"].get("phase") in ("Pending", "Running")
+    ]
 
 
 def test_a_finished_job_exported_itself_and_export_writes_the_latest_checkpoint_again(cluster):

@@ -421,9 +421,17 @@ class Addons:
         The cohort holds what the cluster has less the teams' guarantees (kueue.py). Its
         inputs (Nodes, running Pods, ClusterQueues) change without an event reaching this
         charm, so they are read when `resize` (update-status, the periodic hook) or when
-        the workers registered are not those it was last sized for (a node joined or
-        left); other hooks apply the quota last computed (KUEUE_COHORT_KEY), sending
-        nothing while nothing changed.
+        the workers registered or the Nodes held quarantined are not those it was last
+        sized for (a node joined or left; the hook that set or lifted a quarantine taint,
+        fleet.py, so a quarantined node's quota leaves the cohort at once: issue 32);
+        other hooks apply the quota last computed (KUEUE_COHORT_KEY), sending nothing
+        while nothing changed.
+
+        A quarantined node is not schedulable (`kueue.capacity`: its NoExecute taint),
+        so all it offers leaves the cohort, not only the failed GPU: nothing that does
+        not tolerate the taint lands there. A Workload Kueue already admitted keeps its
+        admission when its pods are evicted and its JobSet restarts the gang: the quota
+        moves with the job to healthy nodes (Kueue v0.19.2, cited at `kueue.capacity`).
 
         Raises:
             StatusError: Blocked when the teams' guarantees sum past the cluster.
@@ -435,10 +443,12 @@ class Addons:
         flavors = sorted({kueue.flavor_name(m) for m in models})
         sized_for = json.loads(bag.get(KUEUE_COHORT_KEY) or "{}")
         asked = [dataclasses.astuple(t) for t in teams]
+        quarantined = registry.quarantined(bag)
         if (
             resize
             or "given" not in sized_for  # sized by a revision that did not clamp
             or sized_for.get("workers") != sorted(workers.nodes)
+            or sized_for.get("quarantined", []) != quarantined
             or (sized_for.get("teams") != [list(t) for t in asked])
         ):
             kube = self._kube()
@@ -458,6 +468,7 @@ class Addons:
                 ],
                 "overcommitted": kueue.overcommitted(have, held, given) or "",
                 "workers": sorted(workers.nodes),
+                "quarantined": quarantined,
                 "teams": asked,
             }
             text = json.dumps(sized, sort_keys=True)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 
 import bootstrap
 import cluster_info
@@ -194,7 +194,9 @@ class Fleet:
         else:
             now = registry.Registry.load(bag)
             if isinstance(event, ops.RelationEvent) and event.relation.name == WORKERS:
-                self._update_registry(event, now)
+                self._update_registry(event, now, bag)
+        held = set(registry.quarantined(bag))
+        registry.save_quarantined(bag, held & now.nodes)  # a departed worker's goes with it
         pending, left = registry.departed_nodes(bag, before, now)
         if left:
             left = self._remove_drained_nodes(left)
@@ -226,7 +228,9 @@ class Fleet:
             health.keep_only(expected)
         health.save(bag)
 
-    def _update_registry(self, event: ops.RelationEvent, known: registry.Registry) -> None:
+    def _update_registry(
+        self, event: ops.RelationEvent, known: registry.Registry, bag: MutableMapping[str, str]
+    ) -> None:
         """Apply one workers relation event to the registry, reading one databag at most."""
         if isinstance(event, ops.RelationBrokenEvent):
             known.forget(known.units_of_relation(event.relation.id))
@@ -239,14 +243,19 @@ class Fleet:
         known.forget([event.unit.name])
         info, problem = self._workers.read_worker(event.relation, event.unit)
         if info is not None and (info.gpu_taint is not None or info.gpu_quarantine is not None):
-            self._taint_for(event.unit.name, info, known)
+            self._taint_for(event.unit.name, info, known, bag)
         known.record(event.unit.name, info, problem, event.relation.id)
 
-    def _taint_for(self, unit: str, info: WorkerInfo, known: registry.Registry) -> None:
+    def _taint_for(
+        self, unit: str, info: WorkerInfo, known: registry.Registry, bag: MutableMapping[str, str]
+    ) -> None:
         """Set or remove the taints a worker asks for, on the node that unit registered.
 
         The GPU taint (`gpu-taint`), and the quarantine taint (`gpu-quarantine`: set while
         the unit lists quarantined GPUs, removed only when the list is empty, on readmission).
+        The Nodes held quarantined are recorded (`registry.QUARANTINED_KEY`): the cohort is
+        sized for them in this same hook (addons.py), so Kueue's quota of a quarantined
+        node is gone at once, and back with the readmission.
 
         A worker acts as its kubelet, which NodeRestriction forbids to change its taints
         (kubernetes plugin/pkg/admission/noderestriction/admission.go admitNode). The
@@ -277,6 +286,9 @@ class Fleet:
                 )
         if info.gpu_quarantine is not None:
             wanted = bool(info.gpu_quarantine)
+            held = set(registry.quarantined(bag))
+            held = held | {info.node_name} if wanted else held - {info.node_name}
+            registry.save_quarantined(bag, held)
             patch = quarantine_taint_patch(current, wanted)
             if patch is not None:
                 kube.patch("v1", "Node", info.node_name, patch)

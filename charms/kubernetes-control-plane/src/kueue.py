@@ -242,6 +242,20 @@ def capacity(
 
     `pods`: the running pods; those not owned by a Job (Kueue admits Jobs here: JobSet's
     child Jobs, the purge and import Jobs) hold their GPUs outside Kueue (model servers).
+
+    A node under the GPU quarantine taint (NoExecute, lib kubernetes_cluster.py) is not
+    schedulable: the leader resizes the cohort in the hook that sets the taint (addons.py)
+    and all the node offers leaves it. What Kueue v0.19.2 does with the job that ran
+    there: its pods are evicted, JobSet deletes and recreates the child Jobs, and the
+    JobSet stays unsuspended with the same replicatedJobs, so its Workload keeps its
+    admission and the quota it holds ("Job running with admitted workload, nothing to
+    do", pkg/controller/jobframework/reconciler.go ReconcileGenericJob); it is never
+    re-admitted. With waitForPodsReady (always on, `configure`) its PodsReady condition
+    turns False, reason WaitForRecovery (reconciler.go generatePodsReadyCondition), and
+    if the gang is not ready again within recoveryTimeout (defaults to timeout,
+    apis/config/v1beta2/defaults.go: pods-ready-timeout) Kueue evicts it, reason
+    PodsReadyTimeout, and requeues it (core/workload_controller.go
+    admittedNotReadyWorkload); only then is its quota free for others.
     """
     by_product = {product_label(m, shared): flavor_name(m) for m in set(models)}
     out: Quotas = {(CPU_FLAVOR, "cpu"): 0.0, (CPU_FLAVOR, "memory"): 0.0}

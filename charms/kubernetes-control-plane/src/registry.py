@@ -21,6 +21,9 @@ Databag keys (all JSON):
     worker-shared-grant: ["kubernetes-worker/2"]   registered units that did not say
                       `node-identity` (an earlier revision: it still uses the shared
                       ServiceAccount); absent when there are none
+    gpu-quarantined:  ["ip-10-0-1-7"]   Nodes the leader holds the quarantine taint on
+                      (their worker's `gpu-quarantine` lists GPUs, fleet.py); Kueue's
+                      cohort is sized for this set (addons.py); absent when there are none
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ WORKERS_KEY = "workers"
 PROBLEMS_KEY = "worker-problems"
 PENDING_KEY = "pending-removal"
 SHARED_GRANT_KEY = "worker-shared-grant"
+QUARANTINED_KEY = "gpu-quarantined"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,3 +231,19 @@ def save_pending(bag: MutableMapping[str, str], before: set[str], now: set[str])
 def pending_count(bag: Mapping[str, str]) -> int:
     """How many departed workers' Nodes are still to be deleted."""
     return len(json.loads(bag.get(PENDING_KEY, "[]")))
+
+
+def quarantined(bag: Mapping[str, str]) -> list[str]:
+    """The Nodes the leader holds the quarantine taint on, sorted."""
+    return json.loads(bag.get(QUARANTINED_KEY) or "[]")
+
+
+def save_quarantined(bag: MutableMapping[str, str], nodes: set[str]) -> None:
+    """Store the quarantined Nodes when that set changed (no key when there are none)."""
+    text = json.dumps(sorted(nodes)) if nodes else None
+    if bag.get(QUARANTINED_KEY) == text:
+        return
+    if text is None:
+        del bag[QUARANTINED_KEY]
+    else:
+        bag[QUARANTINED_KEY] = text

@@ -638,3 +638,46 @@ def test_a_departed_teams_queue_is_deleted_and_its_quota_returns_to_the_cohort(
     assert _team_cq(api, "a") is None
     assert _team_cq(api, "b") is not None
     assert _cohort_quota(api)[("gpu-nvidia-a10g", "nvidia.com/gpu")] == "7"
+
+
+BAD_GPU = "GPU-7f3e9a2c-5d41-4b8e-9c0a-1e2f3a4b5c6d"
+
+
+def _worker_says(ctx, out: testing.State, unit: int, **bag: str) -> testing.State:
+    """Worker `unit` changes its databag (`bag` on top of what it had): relation-changed."""
+    rel = next(r for r in out.relations if r.endpoint == "workers")
+    bags = dict(rel.remote_units_data)
+    bags[unit] = {**bags[unit], **bag}
+    rel = dataclasses.replace(rel, remote_units_data=bags)
+    out = dataclasses.replace(out, relations=[r for r in out.relations if r.id != rel.id] + [rel])
+    return ctx.run(ctx.on.relation_changed(rel, remote_unit=unit), out)
+
+
+def test_a_quarantine_takes_its_node_out_of_the_cohort_in_the_same_hook(
+    ctx, machine, api, releases
+):
+    """Issue 32 item 2: Kueue's quota of a quarantined node is free at once.
+
+    The hook that sets the NoExecute taint (the worker's `gpu-quarantine`, fleet.py) also
+    resizes the cohort: the node's GPUs and CPUs leave it then, not at the next
+    update-status (up to 5 minutes later, while Kueue could admit new work onto them);
+    the readmission's hook gives them back.
+    """
+    out = _two_gpu_workers(ctx, api)
+    gpu, cpu = ("gpu-nvidia-a10g", "nvidia.com/gpu"), ("cpu", "cpu")
+    assert (_cohort_quota(api)[gpu], _cohort_quota(api)[cpu]) == ("8", "12")
+
+    out = _worker_says(ctx, out, 0, **{"gpu-quarantine": json.dumps([BAD_GPU])})
+
+    assert out.unit_status.name == "active", out.unit_status.message
+    assert {"key": "gpu-k8s.io/gpu-unhealthy", "effect": "NoExecute"} in api.get_object(
+        "/api/v1/nodes/gpu-0"
+    )["spec"]["taints"]
+    assert (_cohort_quota(api)[gpu], _cohort_quota(api)[cpu]) == ("4", "8")  # gpu-1's left
+    writes = len([r for r in api.requests if r.method != "GET"])
+    out = ctx.run(ctx.on.update_status(), out)  # the periodic resize agrees: nothing sent
+    assert len([r for r in api.requests if r.method != "GET"]) == writes
+
+    out = _worker_says(ctx, out, 0, **{"gpu-quarantine": "[]"})  # readmitted
+
+    assert (_cohort_quota(api)[gpu], _cohort_quota(api)[cpu]) == ("8", "12")
