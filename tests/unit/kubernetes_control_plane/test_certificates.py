@@ -96,6 +96,38 @@ def test_cluster_info_shows_each_units_earliest_expiry(ctx, machine, api):
     assert line.startswith(f"{ME}: admin.conf expires {YEAR:%Y-%m-%d %H:%M} UTC; CA ")
 
 
+def test_the_leader_serves_each_units_earliest_expiry_to_cos(ctx, machine, clock):
+    """The gauges the certificate alerts read (charm-state.rules), in seconds since epoch."""
+    agent = testing.Relation("cos-agent", remote_app_name="opentelemetry-collector")
+    out = ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers(), agent]))
+    soon = NOW + datetime.timedelta(days=20)
+    other = {"certificates-expiry": json.dumps({"name": "apiserver", "expires": soon.isoformat()})}
+    out = with_peer(out, {1: other})
+    out = dataclasses.replace(out, relations=[*out.relations, agent])
+
+    ctx.run(ctx.on.update_status(), out)
+
+    served = machine.read("/var/lib/gpu-k8s/unit-state/kubernetes-control-plane-0.prom")
+    lines = set(served.splitlines())
+    year = int(YEAR.timestamp())
+    assert (
+        "gpu_k8s_certificate_expiry_timestamp_seconds"
+        f'{{certificate="admin.conf",unit="{ME}"}} {year}'
+    ) in lines
+    assert (
+        "gpu_k8s_certificate_expiry_timestamp_seconds"
+        f'{{certificate="apiserver",unit="{OTHER}"}} {int(soon.timestamp())}'
+    ) in lines
+    # the fake etcd's CA (its own, valid 30 days) is the earliest CA
+    assert any(
+        line.startswith(
+            "gpu_k8s_certificate_authority_expiry_timestamp_seconds"
+            f'{{authority="etcd-ca",unit="{ME}"}} '
+        )
+        for line in lines
+    )
+
+
 def test_within_the_window_the_leader_renews_restarts_its_pods_and_waits(ctx, machine, api, clock):
     out = bootstrapped(ctx)
     machine.kubelet.events.clear()
