@@ -65,7 +65,9 @@ class Renewal:
 
     `stored`: this unit's own state (last check, last failure); `ready`: whether this
     node's API server answers /readyz; `clock`: the time (UTC); `days`: the renewal window
-    (`certificate-renewal-days`); `monotonic`, `sleep`: the restart's waits.
+    (`certificate-renewal-days`); `monotonic`, `sleep`: the restart's waits; `renewed`:
+    what follows a renewal on this node (the charm refreshes the `get-kubeconfig` secret,
+    whose client certificate is admin.conf's old one).
     """
 
     def __init__(
@@ -79,6 +81,7 @@ class Renewal:
         days: int,
         monotonic: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        renewed: Callable[[], None] = lambda: None,
     ):
         self._ctx = ctx
         self._peers = peers
@@ -88,6 +91,7 @@ class Renewal:
         self._monotonic = monotonic
         self._sleep = sleep
         self._days = days
+        self._renewed = renewed
 
     # -- the reconcile ----------------------------------------------------------------
 
@@ -156,6 +160,7 @@ class Renewal:
         self._stored.pop(REQUESTED, None)
         self._stored[CHECKED] = now.isoformat()
         self._publish(after, wants=False)
+        self._renewed()
         earliest = after.earliest()
         renewed = [c.name for c in after.certificates if not c.missing]
         logger.info(

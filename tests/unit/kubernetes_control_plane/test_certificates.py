@@ -8,6 +8,7 @@ import json
 
 import certificates
 import pytest
+import yaml
 from ops import testing
 
 from fakes.control_plane import (
@@ -154,6 +155,32 @@ def test_within_the_window_the_leader_renews_restarts_its_pods_and_waits(ctx, ma
     before = len(kubeadm_certs(machine))
     ctx.run(ctx.on.update_status(), out)
     assert len(kubeadm_certs(machine)) == before  # renewed and checked: quiet for an hour
+
+
+def _given_kubeconfig(state: testing.State) -> dict:
+    (secret,) = [s for s in state.secrets if s.label == "admin-kubeconfig"]
+    return yaml.safe_load(secret.latest_content["kubeconfig"])
+
+
+@pytest.mark.parametrize("how", ["in turn", "action"])
+def test_a_renewal_refreshes_the_get_kubeconfig_secret(ctx, machine, clock, how):
+    """Its client certificate is admin.conf's: the old one would die on the old date."""
+    out = bootstrapped(ctx)
+    server = {"server": "https://k8s.example:6443"}
+    out = ctx.run(ctx.on.action("get-kubeconfig", params=server), out)
+    old = _given_kubeconfig(out)["users"]
+    clock.advance(days=340)
+
+    if how == "in turn":
+        out = ctx.run(ctx.on.update_status(), out)
+    else:
+        out = ctx.run(ctx.on.action("renew-certificates"), out)
+
+    assert machine.pki.renewals == 1
+    given = _given_kubeconfig(out)
+    admin = yaml.safe_load(machine.read("/etc/kubernetes/admin.conf"))
+    assert given["users"] == admin["users"] != old  # the new client certificate
+    assert given["clusters"][0]["cluster"]["server"] == "https://k8s.example:6443"  # kept
 
 
 def test_the_leader_renews_first_then_passes_the_turn(ctx, machine, clock, api):
