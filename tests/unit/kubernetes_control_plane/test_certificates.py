@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import copy
 import dataclasses
 import datetime
 import json
@@ -11,6 +13,7 @@ import pytest
 import yaml
 from ops import testing
 
+from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
 from fakes.control_plane import (
     CA_KEY_PEM,
     KUBEADM_CERTS,
@@ -21,6 +24,7 @@ from fakes.control_plane import (
     peer,
     peers,
 )
+from fakes.kube_apiserver import FakeKubeApiServer
 
 CHECK = " ".join(certificates.CHECK)
 RENEW = " ".join(certificates.RENEW)
@@ -181,6 +185,47 @@ def test_a_renewal_refreshes_the_get_kubeconfig_secret(ctx, machine, clock, how)
     admin = yaml.safe_load(machine.read("/etc/kubernetes/admin.conf"))
     assert given["users"] == admin["users"] != old  # the new client certificate
     assert given["clusters"][0]["cluster"]["server"] == "https://k8s.example:6443"  # kept
+
+
+def test_past_a_year_the_renewed_kubeconfig_still_answers_and_the_old_one_is_refused(
+    ctx, machine, clock
+):
+    """kube-apiserver's x509 authenticator verifies the client certificate's validity.
+
+    An API server with kubeadm's --client-ca-file (the machine's ca.crt), over TLS that
+    asks for a client certificate (fakes/kube_auth.py x509_user, as k8s.io/apiserver
+    pkg/authentication/request/x509/x509.go AuthenticateRequest), at the tests' clock.
+    The operator's kubeconfig authenticates with its client certificate only.
+    """
+    out = bootstrapped(ctx)
+    out = ctx.run(ctx.on.action("get-kubeconfig"), out)
+    first = _given_kubeconfig(out)
+    clock.advance(days=340)
+    out = ctx.run(ctx.on.update_status(), out)  # 25 days left: renewed in turn
+    renewed = _given_kubeconfig(out)
+    clock.advance(days=30)  # day 370: the first year's certificates have expired
+
+    with FakeKubeApiServer(tls=True, admin_token=None) as server:
+        server.auth.client_ca_pem = machine.read("/etc/kubernetes/pki/ca.crt")
+        server.clock = lambda: clock.now.timestamp()
+
+        def answer(config: dict) -> int:
+            config = copy.deepcopy(config)
+            config["clusters"][0]["cluster"]["server"] = server.url
+            ca = base64.b64encode(server.tls.ca_pem.encode()).decode()  # the fake's own
+            config["clusters"][0]["cluster"]["certificate-authority-data"] = ca
+            config["users"][0]["user"].pop("token", None)  # the certificate alone
+            with Kube.from_kubeconfig(yaml.safe_dump(config), retries=0) as kube:
+                try:
+                    kube.request("GET", "/api/v1/namespaces/default")
+                except KubeError as e:
+                    return e.status
+            return 200
+
+        assert answer(renewed) == 200
+        assert answer(first) == 401  # without the renewal: refused
+        clock.now = NOW + datetime.timedelta(days=364)
+        assert answer(first) == 200  # it did answer within its year
 
 
 def test_the_leader_renews_first_then_passes_the_turn(ctx, machine, clock, api):
