@@ -228,6 +228,38 @@ def test_past_a_year_the_renewed_kubeconfig_still_answers_and_the_old_one_is_ref
         assert answer(first) == 200  # it did answer within its year
 
 
+def _answers(machine) -> int:
+    """What GET /readyz as admin.conf gets: 200, or 0 when no answer came."""
+    with Kube.from_kubeconfig(machine.read("/etc/kubernetes/admin.conf"), retries=0) as kube:
+        try:
+            kube.request("GET", "/readyz", accept="text/plain")
+        except KubeError as e:
+            return e.status
+    return 200
+
+
+def test_past_a_year_the_renewed_and_restarted_api_server_still_answers(ctx, machine, clock):
+    """The fake API server serves the certificate its pod loaded; clients refuse it expired."""
+    out = bootstrapped(ctx)
+    clock.advance(days=340)
+    out = ctx.run(ctx.on.update_status(), out)  # renewed in turn, the pods restarted
+    clock.advance(days=30)  # day 370
+
+    assert _answers(machine) == 200
+    out = ctx.run(ctx.on.update_status(), out)
+    assert out.unit_status == testing.ActiveStatus("Ready: v1.36, 1 control-plane, 0 workers")
+
+
+def test_past_a_year_without_renewal_no_client_gets_an_answer(ctx, machine, clock):
+    bootstrapped(ctx)
+    clock.advance(days=364)
+    assert _answers(machine) == 200
+
+    clock.advance(days=2)  # day 366: the apiserver certificate kubeadm init signed expired
+
+    assert _answers(machine) == 0
+
+
 def test_the_leader_renews_first_then_passes_the_turn(ctx, machine, clock, api):
     out = bootstrapped(ctx)
     clock.advance(days=340)
