@@ -138,6 +138,8 @@ class ControlPlaneMachine:
         self.etcd = etcd
         self.pki = KubeadmPki(self.machine, clock or Clock(), etcd)
         self.kubelet = FakeKubelet(self.machine, self.pki)
+        # the API server serves the certificate its pod loaded when kubelet started it
+        api.serving_expiry = self._serving_expiry
         self.machine.on_kubeadm("certs", self.pki.command)
         self.crictl = FakeCrictl(self.machine, self.kubelet, etcd)
         self.machine.on("crictl", self.crictl.command)
@@ -296,6 +298,11 @@ class ControlPlaneMachine:
         self.etcd.add(name)
         for part in ("snap", "wal"):  # etcd's member/{snap,wal}
             self.machine.path(f"/var/lib/etcd/member/{part}").mkdir(parents=True)
+
+    def _serving_expiry(self) -> float | None:
+        """The notAfter of the apiserver certificate the running kube-apiserver pod loaded."""
+        loaded = self.kubelet.running.get("kube-apiserver")
+        return loaded.timestamp() if loaded is not None else None
 
     def _init(self, argv: list[str], _input: str | None) -> str:
         if argv[2:4] == ["phase", "certs"]:

@@ -532,6 +532,12 @@ class FakeKubeApiServer:
         self._faults: list[dict] = []
         self._rv = 0
         self.clock: Callable[[], float] = time.time  # seconds since the epoch (token expiry)
+        # The serving certificate's notAfter (seconds since the epoch) of the API server
+        # that answers, or None when unknown. Past it, every client refuses the handshake
+        # (Go's crypto/tls and Python's ssl verify the server certificate's validity
+        # against the current time: "x509: certificate has expired or is not yet valid"),
+        # so the request never arrives: the connection is reset, nothing is recorded.
+        self.serving_expiry: Callable[[], float | None] = lambda: None
         self.auth = ClusterAuth(
             self._store, lambda: self.clock(), lambda: (len(self._store), self._rv)
         )
@@ -874,6 +880,9 @@ class FakeKubeApiServer:
         proxied = _PROXY.match(url.path)
         query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
         auth = headers.get("Authorization") or ""
+        expiry = self.serving_expiry()
+        if expiry is not None and self.clock() > expiry:
+            return ("reset",)  # the client refused the expired serving certificate
         with self._lock:
             self.requests.append(Recorded(method, url.path, {} if proxied else query))
             if auth.startswith("Bearer "):

@@ -96,14 +96,25 @@ def _merge_structs(dst: dict, src: dict) -> dict:
 def verify(bundle: dict) -> list[str]:
     """What Juju's bundle verifier refuses in the merged bundle, in its words.
 
-    juju/juju internal/charm/bundledata.go: verifyPlacement ("placement %q refers to a
+    juju/juju internal/charm/bundledata.go: verifyApplications ("empty charm path" for an
+    application without `charm:`, e.g. one an overlay adds back after an earlier overlay
+    removed it), verifyPlacement ("placement %q refers to a
     machine not defined in this bundle", "too many units specified in unit placement for
     application %q"), the machine reference count ("machine %q is not referred to by a
     placement directive") and verifyRelations ("relation %q refers to application %q not
     defined in this bundle", "relation %q relates an application to itself", "relation
     %q is defined more than once").
     """
-    return _placement_errors(bundle) + _relation_errors(bundle)
+    return _application_errors(bundle) + _placement_errors(bundle) + _relation_errors(bundle)
+
+
+def _application_errors(bundle: dict) -> list[str]:
+    """bundledata.go verifyApplications: `if app.Charm == "" { "empty charm path" }`."""
+    return [
+        "empty charm path"
+        for app in (bundle.get("applications") or {}).values()
+        if not app.get("charm")
+    ]
 
 
 def _placement_errors(bundle: dict) -> list[str]:
@@ -165,7 +176,11 @@ def variants() -> list[tuple[str, dict]]:
 # Overlays given together in an order that fails, and why; the docs say which comes
 # first. cos.yaml relates kubernetes-worker-gpu, which cpu-only.yaml removes: Juju appends
 # a later overlay's relations after an earlier overlay removed the application.
+# bigger-gpu-nodes.yaml after cpu-only.yaml adds kubernetes-worker-gpu back as a new
+# application with units and constraints but no charm (overlay.go: a removed application
+# is gone, the later overlay's body is the whole application).
 FAILING_ORDERS = {
+    ("cpu-only", "bigger-gpu-nodes"): ["empty charm path"],
     ("cpu-only", "cos"): [
         'relation ["kubernetes-worker-gpu:cos-agent" "otelcol:cos-agent"] refers to '
         'application "kubernetes-worker-gpu" not defined in this bundle'

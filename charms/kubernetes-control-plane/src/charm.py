@@ -263,6 +263,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             days=days,
             monotonic=self.drain_clock,
             sleep=self.restart_sleep,
+            renewed=lambda: self.actions.refresh_kubeconfig(),
         )
 
     def _api_server_ready(self) -> bool:

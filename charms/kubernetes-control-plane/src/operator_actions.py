@@ -13,6 +13,7 @@ with its handlers. What they run is in `bootstrap.py`, `cluster_info.py`, `renew
 from __future__ import annotations
 
 import datetime
+import logging
 from collections.abc import Callable
 
 import bootstrap
@@ -24,6 +25,7 @@ import etcd_s3
 import ops
 import renewal
 import rolling
+import yaml
 from backups import Backups
 from charm_config import Config, KubeconfigParams, NoParams, RestoreParams
 from context import KubeSession, UnitContext
@@ -34,6 +36,8 @@ from renewal import Renewal
 from charms.gpu_k8s.v0.kubeclient import KubeError
 from charms.gpu_k8s.v0.status import StatusError
 from charms.gpu_k8s.v0.system import Host
+
+logger = logging.getLogger(__name__)
 
 
 class OperatorActions(ops.Object):
@@ -126,6 +130,31 @@ class OperatorActions(ops.Object):
                 ),
             }
         )
+
+    def refresh_kubeconfig(self) -> None:
+        """After a renewal: the `get-kubeconfig` secret gets admin.conf's new client certificate.
+
+        `kubeadm certs renew all` rewrites admin.conf with a new client certificate; the
+        copy in the secret keeps the old one, which kube-apiserver refuses once expired.
+        A new revision with the server the operator was given; nothing without a secret.
+        """
+        try:
+            secret = self.model.get_secret(label=ADMIN_SECRET_LABEL)
+            old = secret.peek_content().get("kubeconfig")
+        except ops.SecretNotFoundError:
+            return
+        text = bootstrap.read_admin_kubeconfig(self.host)
+        if text is None or not old:
+            return
+        try:
+            server = yaml.safe_load(old)["clusters"][0]["cluster"]["server"]
+        except (yaml.YAMLError, KeyError, IndexError, TypeError):
+            logger.warning("the admin-kubeconfig secret names no server; left as it is")
+            return
+        text = bootstrap.with_server(text, server)
+        if text != old:
+            secret.set_content({"kubeconfig": text})
+            logger.info("admin-kubeconfig secret: the renewed client certificate")
 
     def on_cluster_info(self, event: ops.ActionEvent) -> None:
         """The cluster as `cluster_info.report` sums it up, and the certificates' expiry."""

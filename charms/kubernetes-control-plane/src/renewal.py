@@ -30,6 +30,7 @@ from context import UnitContext
 from peers import NODE_TURNS, RENEWAL_TURN, Peers
 
 from charms.gpu_k8s.v0.databag import write
+from charms.gpu_k8s.v0.unit_state import Gauge
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +65,9 @@ class Renewal:
 
     `stored`: this unit's own state (last check, last failure); `ready`: whether this
     node's API server answers /readyz; `clock`: the time (UTC); `days`: the renewal window
-    (`certificate-renewal-days`); `monotonic`, `sleep`: the restart's waits.
+    (`certificate-renewal-days`); `monotonic`, `sleep`: the restart's waits; `renewed`:
+    what follows a renewal on this node (the charm refreshes the `get-kubeconfig` secret,
+    whose client certificate is admin.conf's old one).
     """
 
     def __init__(
@@ -78,6 +81,7 @@ class Renewal:
         days: int,
         monotonic: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        renewed: Callable[[], None] = lambda: None,
     ):
         self._ctx = ctx
         self._peers = peers
@@ -87,6 +91,7 @@ class Renewal:
         self._monotonic = monotonic
         self._sleep = sleep
         self._days = days
+        self._renewed = renewed
 
     # -- the reconcile ----------------------------------------------------------------
 
@@ -155,6 +160,7 @@ class Renewal:
         self._stored.pop(REQUESTED, None)
         self._stored[CHECKED] = now.isoformat()
         self._publish(after, wants=False)
+        self._renewed()
         earliest = after.earliest()
         renewed = [c.name for c in after.certificates if not c.missing]
         logger.info(
@@ -235,13 +241,49 @@ def report(peers: Peers) -> str:
     return "\n".join(lines) or "not checked yet"
 
 
-def _ca_of(data: MutableMapping[str, str] | dict) -> str:
+def gauges(peers: Peers) -> list[Gauge]:
+    """Each control-plane unit's earliest certificate and CA expiry, for COS (the leader's).
+
+    Seconds since the epoch, not days left: the alert compares them with Prometheus'
+    time(), so it stays right between the hourly checks and fires even if hooks stop.
+    """
+    units = {peers.me: peers.mine, **{m.name: m.data for m in peers.members}}
+    out = []
+    for unit in sorted(units, key=_unit_key):
+        found = earliest_of(units[unit])
+        if found is not None:
+            out.append(
+                Gauge(
+                    "gpu_k8s_certificate_expiry_timestamp_seconds",
+                    "When the unit's earliest kubeadm certificate expires (renewed in turn).",
+                    found[1].timestamp(),
+                    {"unit": unit, "certificate": found[0]},
+                )
+            )
+        ca = _ca_expiry(units[unit])
+        if ca is not None:
+            out.append(
+                Gauge(
+                    "gpu_k8s_certificate_authority_expiry_timestamp_seconds",
+                    "When the unit's earliest kubeadm CA expires (kubeadm never renews CAs).",
+                    ca[1].timestamp(),
+                    {"unit": unit, "authority": ca[0]},
+                )
+            )
+    return out
+
+
+def _ca_expiry(data: MutableMapping[str, str] | dict) -> tuple[str, datetime.datetime] | None:
     try:
         value = json.loads(data.get(EXPIRY) or "null")
-        expires = datetime.datetime.fromisoformat(value["ca-expires"])
-        return f"{value['ca']} expires {expires:%Y-%m-%d}"
+        return (str(value["ca"]), datetime.datetime.fromisoformat(value["ca-expires"]))
     except (ValueError, TypeError, KeyError):
-        return ""
+        return None
+
+
+def _ca_of(data: MutableMapping[str, str] | dict) -> str:
+    found = _ca_expiry(data)
+    return f"{found[0]} expires {found[1]:%Y-%m-%d}" if found else ""
 
 
 def _parse(text: str | None) -> datetime.datetime | None:

@@ -15,6 +15,7 @@ import cluster_info
 import etcd
 import kube_state_metrics
 import registry
+import renewal
 import rolling
 from context import UnitContext
 from literals import KUBE_STATE_METRICS_NODE_KEY
@@ -101,7 +102,7 @@ def gauges(ctx: UnitContext, peers: Peers | None) -> list[Gauge]:
         cluster_info.NodeHealth.load(bag) or cluster_info.NodeHealth(),
         behind=nodes_behind(ctx, peers, version, known) if version else 0,
         pending_removal=registry.pending_count(bag),
-    )
+    ) + renewal.gauges(peers)
 
 
 def scrape_jobs(ctx: UnitContext, peers: Peers | None) -> list[dict]:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import base64
+import copy
 import dataclasses
 import datetime
 import json
 
 import certificates
 import pytest
+import yaml
 from ops import testing
 
+from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
 from fakes.control_plane import (
     CA_KEY_PEM,
     KUBEADM_CERTS,
@@ -20,6 +24,7 @@ from fakes.control_plane import (
     peer,
     peers,
 )
+from fakes.kube_apiserver import FakeKubeApiServer
 
 CHECK = " ".join(certificates.CHECK)
 RENEW = " ".join(certificates.RENEW)
@@ -96,6 +101,38 @@ def test_cluster_info_shows_each_units_earliest_expiry(ctx, machine, api):
     assert line.startswith(f"{ME}: admin.conf expires {YEAR:%Y-%m-%d %H:%M} UTC; CA ")
 
 
+def test_the_leader_serves_each_units_earliest_expiry_to_cos(ctx, machine, clock):
+    """The gauges the certificate alerts read (charm-state.rules), in seconds since epoch."""
+    agent = testing.Relation("cos-agent", remote_app_name="opentelemetry-collector")
+    out = ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers(), agent]))
+    soon = NOW + datetime.timedelta(days=20)
+    other = {"certificates-expiry": json.dumps({"name": "apiserver", "expires": soon.isoformat()})}
+    out = with_peer(out, {1: other})
+    out = dataclasses.replace(out, relations=[*out.relations, agent])
+
+    ctx.run(ctx.on.update_status(), out)
+
+    served = machine.read("/var/lib/gpu-k8s/unit-state/kubernetes-control-plane-0.prom")
+    lines = set(served.splitlines())
+    year = int(YEAR.timestamp())
+    assert (
+        "gpu_k8s_certificate_expiry_timestamp_seconds"
+        f'{{certificate="admin.conf",unit="{ME}"}} {year}'
+    ) in lines
+    assert (
+        "gpu_k8s_certificate_expiry_timestamp_seconds"
+        f'{{certificate="apiserver",unit="{OTHER}"}} {int(soon.timestamp())}'
+    ) in lines
+    # the fake etcd's CA (its own, valid 30 days) is the earliest CA
+    assert any(
+        line.startswith(
+            "gpu_k8s_certificate_authority_expiry_timestamp_seconds"
+            f'{{authority="etcd-ca",unit="{ME}"}} '
+        )
+        for line in lines
+    )
+
+
 def test_within_the_window_the_leader_renews_restarts_its_pods_and_waits(ctx, machine, api, clock):
     out = bootstrapped(ctx)
     machine.kubelet.events.clear()
@@ -122,6 +159,105 @@ def test_within_the_window_the_leader_renews_restarts_its_pods_and_waits(ctx, ma
     before = len(kubeadm_certs(machine))
     ctx.run(ctx.on.update_status(), out)
     assert len(kubeadm_certs(machine)) == before  # renewed and checked: quiet for an hour
+
+
+def _given_kubeconfig(state: testing.State) -> dict:
+    (secret,) = [s for s in state.secrets if s.label == "admin-kubeconfig"]
+    return yaml.safe_load(secret.latest_content["kubeconfig"])
+
+
+@pytest.mark.parametrize("how", ["in turn", "action"])
+def test_a_renewal_refreshes_the_get_kubeconfig_secret(ctx, machine, clock, how):
+    """Its client certificate is admin.conf's: the old one would die on the old date."""
+    out = bootstrapped(ctx)
+    server = {"server": "https://k8s.example:6443"}
+    out = ctx.run(ctx.on.action("get-kubeconfig", params=server), out)
+    old = _given_kubeconfig(out)["users"]
+    clock.advance(days=340)
+
+    if how == "in turn":
+        out = ctx.run(ctx.on.update_status(), out)
+    else:
+        out = ctx.run(ctx.on.action("renew-certificates"), out)
+
+    assert machine.pki.renewals == 1
+    given = _given_kubeconfig(out)
+    admin = yaml.safe_load(machine.read("/etc/kubernetes/admin.conf"))
+    assert given["users"] == admin["users"] != old  # the new client certificate
+    assert given["clusters"][0]["cluster"]["server"] == "https://k8s.example:6443"  # kept
+
+
+def test_past_a_year_the_renewed_kubeconfig_still_answers_and_the_old_one_is_refused(
+    ctx, machine, clock
+):
+    """kube-apiserver's x509 authenticator verifies the client certificate's validity.
+
+    An API server with kubeadm's --client-ca-file (the machine's ca.crt), over TLS that
+    asks for a client certificate (fakes/kube_auth.py x509_user, as k8s.io/apiserver
+    pkg/authentication/request/x509/x509.go AuthenticateRequest), at the tests' clock.
+    The operator's kubeconfig authenticates with its client certificate only.
+    """
+    out = bootstrapped(ctx)
+    out = ctx.run(ctx.on.action("get-kubeconfig"), out)
+    first = _given_kubeconfig(out)
+    clock.advance(days=340)
+    out = ctx.run(ctx.on.update_status(), out)  # 25 days left: renewed in turn
+    renewed = _given_kubeconfig(out)
+    clock.advance(days=30)  # day 370: the first year's certificates have expired
+
+    with FakeKubeApiServer(tls=True, admin_token=None) as server:
+        server.auth.client_ca_pem = machine.read("/etc/kubernetes/pki/ca.crt")
+        server.clock = lambda: clock.now.timestamp()
+
+        def answer(config: dict) -> int:
+            config = copy.deepcopy(config)
+            config["clusters"][0]["cluster"]["server"] = server.url
+            ca = base64.b64encode(server.tls.ca_pem.encode()).decode()  # the fake's own
+            config["clusters"][0]["cluster"]["certificate-authority-data"] = ca
+            config["users"][0]["user"].pop("token", None)  # the certificate alone
+            with Kube.from_kubeconfig(yaml.safe_dump(config), retries=0) as kube:
+                try:
+                    kube.request("GET", "/api/v1/namespaces/default")
+                except KubeError as e:
+                    return e.status
+            return 200
+
+        assert answer(renewed) == 200
+        assert answer(first) == 401  # without the renewal: refused
+        clock.now = NOW + datetime.timedelta(days=364)
+        assert answer(first) == 200  # it did answer within its year
+
+
+def _answers(machine) -> int:
+    """What GET /readyz as admin.conf gets: 200, or 0 when no answer came."""
+    with Kube.from_kubeconfig(machine.read("/etc/kubernetes/admin.conf"), retries=0) as kube:
+        try:
+            kube.request("GET", "/readyz", accept="text/plain")
+        except KubeError as e:
+            return e.status
+    return 200
+
+
+def test_past_a_year_the_renewed_and_restarted_api_server_still_answers(ctx, machine, clock):
+    """The fake API server serves the certificate its pod loaded; clients refuse it expired."""
+    out = bootstrapped(ctx)
+    clock.advance(days=340)
+    out = ctx.run(ctx.on.update_status(), out)  # renewed in turn, the pods restarted
+    clock.advance(days=30)  # day 370
+
+    assert _answers(machine) == 200
+    out = ctx.run(ctx.on.update_status(), out)
+    assert out.unit_status == testing.ActiveStatus("Ready: v1.36, 1 control-plane, 0 workers")
+
+
+def test_past_a_year_without_renewal_no_client_gets_an_answer(ctx, machine, clock):
+    bootstrapped(ctx)
+    clock.advance(days=364)
+    assert _answers(machine) == 200
+
+    clock.advance(days=2)  # day 366: the apiserver certificate kubeadm init signed expired
+
+    assert _answers(machine) == 0
 
 
 def test_the_leader_renews_first_then_passes_the_turn(ctx, machine, clock, api):

@@ -97,6 +97,9 @@ def test_the_leader_has_its_etcd_and_kube_state_metrics_scraped_with_the_rules(
         "TrainingJobQueuedTooLong",
         "GpuK8sNodeMissing",
         "GpuK8sUpgradeStalled",
+        "GpuK8sCertificateExpiring",
+        "GpuK8sCertificateExpiresSoon",
+        "GpuK8sCertificateAuthorityExpiring",
         "KubePodCrashLooping",  # kube-prometheus' kubernetes-apps (workloads.rules)
         "KubeDaemonSetRolloutStuck",
         "KubeDaemonSetNotScheduled",

@@ -714,6 +714,76 @@ def test_a_missing_node_or_a_stalled_upgrade_is_an_alert(tmp_path):
 
 
 @needs_promtool
+def test_a_certificate_near_its_expiry_is_an_alert_and_a_renewed_one_is_not(tmp_path):
+    """From the control-plane leader's unit-state job (renewal.gauges: seconds since epoch).
+
+    Unit 1's certificate expires on day 31 and is never renewed: a warning once under 30
+    days for 6 h. Unit 0's renews on day 1, 3 hours in: no alert. Unit 0's CA expires on
+    day 366: a warning once under a year for 1 h. Unit 2's certificate expires on day 8:
+    critical once under 7 days.
+    """
+    rules = ROOT / "charms/kubernetes-control-plane/src/prometheus_alert_rules/charm-state.rules"
+    leader = 'juju_application="kubernetes-control-plane",juju_unit="kubernetes-control-plane/0"'
+    scrape = f'{leader},instance="cp-0",job="kubernetes-control-plane_unit-state"'
+    day = 86400
+    stale = f'{scrape},unit="kubernetes-control-plane/1",certificate="admin.conf"'
+    renewed = f'{scrape},unit="kubernetes-control-plane/0",certificate="admin.conf"'
+    ca = f'{scrape},unit="kubernetes-control-plane/0",authority="ca"'
+    late = f'{scrape},unit="kubernetes-control-plane/2",certificate="apiserver"'
+    name = "gpu_k8s_certificate_expiry_timestamp_seconds"
+    tests = [
+        {
+            "interval": "5m",  # the scrape keeps each series fresh (the 5 m lookback)
+            "input_series": [
+                {"series": f"{name}{{{stale}}}", "values": f"{31 * day}x400"},
+                {
+                    "series": f"{name}{{{renewed}}}",
+                    "values": f"{31 * day}x324 {396 * day}x100",  # renewed at hour 27
+                },
+                {
+                    "series": f"gpu_k8s_certificate_authority_expiry_timestamp_seconds{{{ca}}}",
+                    "values": f"{366 * day}x400",
+                },
+            ],
+            "alert_rule_test": [
+                *_quiet_then_fires(
+                    rules,
+                    "GpuK8sCertificateExpiring",
+                    "29h",  # unit 1 under 30 days for 5 h; unit 0 renewed at 27 h
+                    "31h",
+                    {**_labels(stale), "severity": "warning"},
+                    _labels(stale),
+                    "29d 17h 0m 0s",
+                ),
+                *_quiet_then_fires(
+                    rules,
+                    "GpuK8sCertificateAuthorityExpiring",
+                    "24h",
+                    "26h",
+                    {**_labels(ca), "severity": "warning"},
+                    _labels(ca),
+                    "364d 22h 0m 0s",
+                ),
+            ],
+        },
+        {
+            "interval": "5m",
+            "input_series": [{"series": f"{name}{{{late}}}", "values": f"{8 * day}x400"}],
+            "alert_rule_test": _quiet_then_fires(
+                rules,
+                "GpuK8sCertificateExpiresSoon",
+                "23h",
+                "25h",
+                {**_labels(late), "severity": "critical"},
+                _labels(late),
+                "6d 23h 0m 0s",
+            ),
+        },
+    ]
+    _promtool_test(tmp_path, rules, tests)
+
+
+@needs_promtool
 def test_the_workload_alerts_fire_when_they_should(tmp_path):
     """Series as kube-state-metrics v2.20.0 serves them (docs/metrics/workload/), scraped."""
     rules = ROOT / "charms/kubernetes-control-plane/src/prometheus_alert_rules/workloads.rules"
