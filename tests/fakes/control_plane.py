@@ -141,6 +141,7 @@ class ControlPlaneMachine:
         # the API server serves the certificate its pod loaded when kubelet started it
         api.serving_expiry = self._serving_expiry
         self.machine.on_kubeadm("certs", self.pki.command)
+        self.machine.on_kubeadm("upgrade", self._kubeadm_upgrade)
         self.crictl = FakeCrictl(self.machine, self.kubelet, etcd)
         self.machine.on("crictl", self.crictl.command)
         self.kubelet.on_start["etcd"] = self.crictl.load_data_dir
@@ -298,6 +299,19 @@ class ControlPlaneMachine:
         self.etcd.add(name)
         for part in ("snap", "wal"):  # etcd's member/{snap,wal}
             self.machine.path(f"/var/lib/etcd/member/{part}").mkdir(parents=True)
+
+    def _kubeadm_upgrade(self, argv: list[str], stdin: str | None) -> str:
+        """`kubeadm upgrade apply|node`, then the certificates it renews on its way.
+
+        With its default `--certificate-renewal=true` an upgrade renews the certificates of
+        every control-plane component it upgrades and the one embedded in admin.conf
+        (kubernetes cmd/kubeadm/app/phases/upgrade/staticpods.go StaticPodControlPlane,
+        renewCertsByComponent): here, every present certificate whose CA key is on the node.
+        """
+        out = self.machine._kubeadm_upgrade(argv, stdin)
+        if self.pki.certificate("admin.conf") is not None:
+            self.pki.renew_for_upgrade()
+        return out
 
     def _serving_expiry(self) -> float | None:
         """The notAfter of the apiserver certificate the running kube-apiserver pod loaded."""
@@ -844,6 +858,12 @@ class KubeadmPki:
             "certificateAuthorities": authorities,
         }
         return json.dumps(info, indent=4) + "\n"
+
+    def renew_for_upgrade(self) -> None:
+        """What `kubeadm upgrade` renews: each present certificate of a CA whose key is here."""
+        for name, (_path, ca, _cn, _org) in sorted(KUBEADM_CERTS.items()):
+            if self.certificate(name) is not None and not self._external(ca):
+                self._issue(name)
 
     def _renew_all(self, argv: list[str]) -> str:
         out = []

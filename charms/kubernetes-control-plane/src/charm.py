@@ -239,7 +239,13 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
                 clock=self.clock,
             ),
             addons=Addons(kube, self.url_opener),
-            upgrades=Upgrades(ctx, kube, clock=self.drain_clock, sleep=self.drain_sleep),
+            upgrades=Upgrades(
+                ctx,
+                kube,
+                clock=self.drain_clock,
+                sleep=self.drain_sleep,
+                upgraded=lambda: self.actions.refresh_kubeconfig(),
+            ),
             renewal=self._renewal(ctx, peers, config.certificate_renewal_days),
             runtime=RuntimeTurns(
                 ctx,

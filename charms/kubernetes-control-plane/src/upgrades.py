@@ -83,7 +83,9 @@ class Upgrades:
     """This node's upgrades, and the control plane's as the leader passes the turn.
 
     `ctx`: this unit; `kube`: the hook's API client (for the drain); `clock`, `sleep`: the
-    drain's.
+    drain's; `upgraded`: called once this node upgraded (`kubeadm upgrade apply|node`
+    renews the node's certificates, admin.conf's client certificate included: the
+    operator's `get-kubeconfig` copy follows).
     """
 
     def __init__(
@@ -93,11 +95,13 @@ class Upgrades:
         *,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        upgraded: Callable[[], None] = lambda: None,
     ):
         self._ctx = ctx
         self._kube = kube
         self._clock = clock
         self._sleep = sleep
+        self._upgraded = upgraded
 
     def node_minor(self, config: Config, cluster_version: str | None) -> str:
         """The minor this node runs: a joined node keeps its own until it upgrades."""
@@ -199,3 +203,4 @@ class Upgrades:
                 ),
                 uncordon=lambda: drain.uncordon(self._kube(), name),
             )
+        self._upgraded()

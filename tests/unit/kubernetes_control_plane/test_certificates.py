@@ -187,6 +187,23 @@ def test_a_renewal_refreshes_the_get_kubeconfig_secret(ctx, machine, clock, how)
     assert given["clusters"][0]["cluster"]["server"] == "https://k8s.example:6443"  # kept
 
 
+def test_an_upgrade_refreshes_the_get_kubeconfig_secret(ctx, machine, clock):
+    """`kubeadm upgrade apply` renews admin.conf's client certificate: the copy follows."""
+    out = bootstrapped(ctx)
+    out = ctx.run(ctx.on.action("get-kubeconfig"), out)
+    old = _given_kubeconfig(out)["users"]
+    clock.advance(days=100)
+
+    out = ctx.run(
+        ctx.on.config_changed(), dataclasses.replace(out, config={"kubernetes-version": "1.37"})
+    )
+
+    assert [verb for verb, _version in machine.upgrades] == ["apply"]
+    assert machine.pki.renewals == 0  # not by `certs renew all`: by the upgrade itself
+    admin = yaml.safe_load(machine.read("/etc/kubernetes/admin.conf"))
+    assert _given_kubeconfig(out)["users"] == admin["users"] != old
+
+
 def test_past_a_year_the_renewed_kubeconfig_still_answers_and_the_old_one_is_refused(
     ctx, machine, clock
 ):
