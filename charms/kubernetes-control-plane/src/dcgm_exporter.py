@@ -106,7 +106,10 @@ COUNTERS = (
 # several pods; without this the exporter labels each GPU with one of them, arbitrarily
 # (transformation/kubernetes.go toDeviceToPod keeps the last). With it, each metric of a
 # shared GPU is given once per pod sharing it (toDeviceToSharingPods; pkg/cmd/app.go
-# --kubernetes-virtual-gpus, env KUBERNETES_VIRTUAL_GPUS, d5e5f51).
+# --kubernetes-virtual-gpus, env KUBERNETES_VIRTUAL_GPUS, d5e5f51), and GPU_UTIL and
+# FB_USED are each pod's own: NVML's per-process figures summed over the pod's processes
+# (process_metrics.go isPerProcessMetric, kubernetes.go createPerProcessMetrics; fb5e3dc,
+# PR #594, in every release from 4.5.3-4.8.2 on, unchanged at 4.6.0-4.8.3's 7ad58324).
 VIRTUAL_GPUS_ENV = "KUBERNETES_VIRTUAL_GPUS"
 
 
@@ -121,7 +124,7 @@ def manifests(image_registry: str = "", *, shared_gpus: bool = False) -> list[di
     """The Namespace, the ConfigMap and the DaemonSet, in the order they are applied.
 
     `image_registry` (the charm's `image-registry`, validated) moves the image there;
-    `shared_gpus`: pods share GPUs by time-slicing (VIRTUAL_GPUS_ENV).
+    `shared_gpus`: pods share GPUs by time-slicing (VIRTUAL_GPUS_ENV, with the host's PIDs).
     """
     text = counters_text()
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -173,6 +176,23 @@ def manifests(image_registry: str = "", *, shared_gpus: bool = False) -> list[di
         "runtimeClassName": device_plugin.RUNTIME_CLASS,
         "priorityClassName": "system-node-critical",
         "hostNetwork": True,
+        # Per-process attribution (VIRTUAL_GPUS_ENV) needs the host's PID namespace: the
+        # exporter finds a process's pod by the pod UID in /proc/<pid>/cgroup for NVML's
+        # host PIDs (pidmapper.go getPodUIDForPID). In its own namespace no other pod's
+        # process is there, the PID is skipped and every sharing pod is given "0"
+        # (kubernetes.go buildIdlePodValues), the GPU's figure left on the series without
+        # pod labels: job-status said 0% busy and GpuAllocatedButIdle fired for pods that
+        # train. Only when shared, the one path that reads /proc (PodMapper.Process): a
+        # whole GPU per pod needs no PID. Upstream's chart has the same switch for this
+        # mapping (deployment/values.yaml `hostPID`, PR #503). What it opens: the exporter
+        # sees the node's processes and what /proc shows anyone (cgroup, command line);
+        # another user's or a more capable process's memory, environment and namespaces
+        # need ptrace access, which SYS_ADMIN alone (CAP_SYS_PTRACE dropped) does not give.
+        # The pod runs in device_plugin.NAMESPACE, Pod Security `privileged`, which holds
+        # only our GPU components (the MIG manager there has hostPID already): whoever may
+        # create pods there could ask for hostPID anyway, so it widens nobody's rights but
+        # the exporter's own process (NVIDIA's pinned image).
+        **({"hostPID": True} if shared_gpus else {}),
         "dnsPolicy": "ClusterFirstWithHostNet",
         "automountServiceAccountToken": False,
         "nodeSelector": {device_plugin.GPU_NODE_LABEL: "true"},

@@ -5,13 +5,20 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
+import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import dcgm_exporter
 import kubernetes_validate
 import pytest
+import yaml
+from charm_modules import load
 from ops import testing
+from prometheus_client.parser import text_string_to_metric_families
 
+from fakes import dcgm_exporter as fake_exporter
 from fakes.control_plane import join_workers, peer, peers, worker_bag, workers_relation
 
 DS = "/apis/apps/v1/namespaces/gpu-k8s-gpu/daemonsets/dcgm-exporter"
@@ -190,8 +197,122 @@ def test_time_sliced_gpus_are_attributed_to_every_pod_sharing_them(
 
     KUBERNETES_VIRTUAL_GPUS (pkg/cmd/app.go, --kubernetes-virtual-gpus): one series per
     sharing pod (transformation/kubernetes.go toDeviceToSharingPods), not one pod picked.
+    The host's PIDs only then: without it the exporter maps whole GPUs through kubelet's
+    pod-resources socket and reads no process (PodMapper.Process at 7ad58324).
     """
     state = dataclasses.replace(bootstrapped, config={"gpu-time-slicing-replicas": replicas})
     join_workers(ctx, state, workers_relation({0: worker_bag("gpu-0", GPUS)}), api)
-    env = api.get_object(DS)["spec"]["template"]["spec"]["containers"][0]["env"]
+    spec = api.get_object(DS)["spec"]["template"]["spec"]
+    env = spec["containers"][0]["env"]
     assert {e["name"]: e.get("value") for e in env}.get("KUBERNETES_VIRTUAL_GPUS") == virtual
+    # the host's PIDs, to map each process on a shared GPU to its pod (pidmapper.go)
+    assert spec.get("hostPID") is (True if virtual else None)
+
+
+# The worker's GPU alert rules (GpuAllocatedButIdle reads the exporter's per-pod series)
+GPU_RULES = (
+    Path(__file__).parents[3]
+    / "charms"
+    / "kubernetes-worker"
+    / "src"
+    / "prometheus_alert_rules"
+    / "gpu.rules"
+)
+UUID0 = "GPU-0d1a3b5c-0000-4000-8000-00000000a10a"
+UUID1 = "GPU-0d1a3b5c-0000-4000-8000-00000000a10b"
+
+
+def _exporter_page(spec: dict) -> str:
+    """gpu-0's exporter page while three training pods share its GPUs by time-slicing.
+
+    `trainer` trains on replica 0 of GPU 0 (its process keeps 85% of the SMs busy), `waiter`
+    holds replica 1 of the same GPU and does nothing (no process), `other` trains on GPU 1.
+    """
+    gpus = [fake_exporter.Gpu(0, UUID0), fake_exporter.Gpu(1, UUID1)]
+    uid = "4f6c2a9e-1b7d-4c3a-9e21-{:012x}".format
+    pods = [
+        fake_exporter.SharingPod("trainer-0", "tensorflow", uid(1), (f"{UUID0}::0",)),
+        fake_exporter.SharingPod("waiter-0", "tensorflow", uid(2), (f"{UUID0}::1",)),
+        fake_exporter.SharingPod("other-0", "tensorflow", uid(3), (f"{UUID1}::0",)),
+    ]
+    processes = [
+        fake_exporter.Process(41230, UUID0, uid(1), sm_util=85, memory=9 * 1024**3),
+        fake_exporter.Process(51877, UUID1, uid(3), sm_util=70, memory=6 * 1024**3),
+    ]
+    fields = {
+        "DCGM_FI_DEV_GPU_UTIL": {UUID0: 85, UUID1: 70},
+        "DCGM_FI_DEV_FB_USED": {UUID0: 9216, UUID1: 6144},
+        "DCGM_FI_DEV_FB_FREE": {UUID0: 13352, UUID1: 16424},
+    }
+    return fake_exporter.page(spec, "gpu-0", gpus, pods, processes, fields)
+
+
+def _idle_alerts(page: str, tmp_path: Path) -> list[str]:
+    """The pods GpuAllocatedButIdle fires for after 31 minutes of `page` (promtool).
+
+    promtool test rules lists the alerts that fired when they differ from the expected
+    (none), so the pods are read from its report.
+    """
+    series = [
+        {
+            "series": f"{s.name}{{{fake_exporter.series_labels(s.labels)}}}",
+            "values": f"{s.value:g}x40",
+        }
+        for family in text_string_to_metric_families(page)
+        for s in family.samples
+        if s.name == "DCGM_FI_DEV_GPU_UTIL"
+    ]
+    case = {"eval_time": "31m", "alertname": "GpuAllocatedButIdle", "exp_alerts": []}
+    tests = {
+        "rule_files": [str(GPU_RULES)],
+        "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": series, "alert_rule_test": [case]}],
+    }
+    path = tmp_path / "idle_test.yml"
+    path.write_text(yaml.safe_dump(tests, sort_keys=False))
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is missing (CI installs Debian's prometheus package)"
+    done = subprocess.run(
+        [promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=60
+    )
+    if done.returncode == 0:
+        return []
+    report = done.stdout + done.stderr
+    assert "GpuAllocatedButIdle" in report, report
+    return sorted(p for p in ("trainer-0", "waiter-0", "other-0") if f'pod="{p}"' in report)
+
+
+@pytest.mark.skipif(
+    shutil.which("promtool") is None and not os.environ.get("CI"),
+    reason="promtool is not installed: `sudo apt-get install prometheus` (.ci/run does)",
+)
+def test_a_time_sliced_gpu_is_attributed_to_the_pod_that_uses_it(ctx, bootstrapped, api, tmp_path):
+    """Each sharing pod's GPU use is its own processes', so a working pod is not idle.
+
+    The exporter maps NVML's per-process figures to pods through /proc/<pid>/cgroup
+    (fakes/dcgm_exporter.py), which it can read only in the host's PID namespace: without
+    it every sharing pod reads 0, job-status says 0% busy and GpuAllocatedButIdle fires
+    for pods that train.
+    """
+    state = dataclasses.replace(bootstrapped, config={"gpu-time-slicing-replicas": 4})
+    join_workers(ctx, state, workers_relation({0: worker_bag("gpu-0", GPUS)}), api)
+    spec = api.get_object(DS)["spec"]["template"]["spec"]
+    page = _exporter_page(spec)
+
+    gpu_metrics = load("tensorflow", "gpu_metrics")
+    rows = gpu_metrics.per_pod(page, "tensorflow", ["trainer-0", "waiter-0", "other-0"])
+    assert {pod: row["util"] for pod, row in rows.items()} == {
+        "trainer-0": 85.0,
+        "waiter-0": 0.0,
+        "other-0": 70.0,
+    }
+    assert {pod: row["used"] for pod, row in rows.items()} == {
+        "trainer-0": 9216.0,
+        "waiter-0": 0.0,
+        "other-0": 6144.0,
+    }
+    # only the pod that holds a slice and does nothing with it is idle
+    assert _idle_alerts(page, tmp_path) == ["waiter-0"]
+    # the exporter in its own PID namespace maps no process: every sharing pod reads 0
+    own_pids = {key: value for key, value in spec.items() if key != "hostPID"}
+    assert _idle_alerts(_exporter_page(own_pids), tmp_path) == ["other-0", "trainer-0", "waiter-0"]

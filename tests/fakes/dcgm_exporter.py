@@ -1,0 +1,131 @@
+"""NVIDIA's DCGM exporter's /metrics page for time-shared GPUs, as its PodMapper writes it.
+
+What a node's exporter (4.8.x, the control plane's pin) prints when pods share its GPUs,
+given the exporter's own pod spec, the pods holding GPU replicas and the processes on the
+GPUs. Upstream: NVIDIA/dcgm-exporter internal/pkg/transformation at d5e5f51 and at the
+4.6.0-4.8.3 release commit 7ad58324 (kubernetes.go, process_metrics.go, pidmapper.go);
+the per-process part came with fb5e3dc (PR #594, 2026-03-24), before 4.5.3-4.8.2.
+
+- Only with KUBERNETES_VIRTUAL_GPUS (PodMapper.Process; without it each GPU is labelled
+  with one of its pods, toDeviceToPod's last). Kubelet's pod-resources API lists a
+  time-sliced replica as `<GPU UUID>::<n>` (NVIDIA's device plugin); toDeviceToSharingPods
+  gives the GPU every pod holding a replica of it, `vgpu` the replica (getSharedGPU).
+- DCGM_FI_DEV_GPU_UTIL and DCGM_FI_DEV_FB_USED (isPerProcessMetric) are per process: NVML's
+  per-process SM utilisation (%) and memory (bytes, printed in MiB), each PID mapped to a
+  pod by the pod UID in `/proc/<pid>/cgroup` (pidToPodMapper.getPodUIDForPID). A pod's
+  series is the sum over its mapped PIDs (buildPodValueMap); a pod with none mapped gets
+  "0" (buildIdlePodValues). The GPU's own series, with no pod labels, is kept beside them,
+  and the per-pod ones carry `pod_uid` and `vgpu` (createPerProcessMetrics).
+- Every other field: the GPU's figure once per sharing pod, with its pod labels.
+- `/proc/<pid>` of another pod's process exists in the exporter's container only when it
+  runs in the host's PID namespace (`hostPID`): otherwise the cgroup file cannot be read,
+  buildPIDToPodMap skips the PID, and every sharing pod gets "0", whatever it does. (The
+  same if the driver leaves out the processes of other PID namespaces: nothing to map.)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+PER_PROCESS = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED")
+
+
+@dataclasses.dataclass(frozen=True)
+class Gpu:
+    index: int
+    uuid: str
+    model: str = "NVIDIA A10G"
+
+
+@dataclasses.dataclass(frozen=True)
+class SharingPod:
+    """A pod's container holding replicas, each `<GPU UUID>::<n>` (pod-resources)."""
+
+    name: str
+    namespace: str
+    uid: str
+    replicas: tuple[str, ...]
+    container: str = "tensorflow"
+
+
+@dataclasses.dataclass(frozen=True)
+class Process:
+    """A process on a GPU, as NVML reports it (host PID) and the pod its cgroup names."""
+
+    pid: int
+    gpu_uuid: str
+    pod_uid: str
+    sm_util: int  # %
+    memory: int  # bytes
+
+
+def series_labels(labels: dict[str, str]) -> str:
+    """`k="v",...` as the text exposition format writes a series' labels."""
+    return ",".join(f'{k}="{v}"' for k, v in labels.items())
+
+
+def _own(
+    field: str, gpu_uuid: str, pod_uid: str, processes: list[Process], visible: dict
+) -> float:
+    """A sharing pod's per-process figure: its mapped processes' sum, 0 for none."""
+    mine = [p for p in processes if p.gpu_uuid == gpu_uuid and visible.get(p.pid) == pod_uid]
+    if field == "DCGM_FI_DEV_GPU_UTIL":
+        return sum(p.sm_util for p in mine)
+    return sum(p.memory // (1024 * 1024) for p in mine)  # bytes to MiB, per process
+
+
+def _sharing(pods: list[SharingPod], virtual: bool) -> dict[str, list[tuple[SharingPod, str]]]:
+    """GPU UUID -> (pod, replica) of each pod holding it; one pod (the last) unless virtual."""
+    sharing: dict[str, list[tuple[SharingPod, str]]] = {}
+    for pod in pods:
+        for replica in pod.replicas:
+            uuid, _, vgpu = replica.partition("::")
+            sharing.setdefault(uuid, []).append((pod, vgpu))
+    if not virtual:
+        sharing = {uuid: holders[-1:] for uuid, holders in sharing.items()}
+    return sharing
+
+
+def page(
+    spec: dict,
+    hostname: str,
+    gpus: list[Gpu],
+    pods: list[SharingPod],
+    processes: list[Process],
+    fields: Mapping[str, Mapping[str, float]],
+) -> str:
+    """The page: `spec` the exporter's pod spec, `fields` field -> GPU UUID -> DCGM's value."""
+    (container,) = spec["containers"]
+    env = {e["name"]: e.get("value") for e in container.get("env") or []}
+    virtual = env.get("KUBERNETES_VIRTUAL_GPUS") == "true"
+    # the PIDs whose /proc/<pid>/cgroup the exporter can read: the host's, or none of them
+    visible = {p.pid: p.pod_uid for p in processes} if spec.get("hostPID") else {}
+    sharing = _sharing(pods, virtual)
+
+    lines = []
+    for field, values in fields.items():
+        lines.append(f"# TYPE {field} gauge")
+        for gpu in gpus:
+            base = {
+                "gpu": str(gpu.index),
+                "UUID": gpu.uuid,
+                "device": f"nvidia{gpu.index}",
+                "modelName": gpu.model,
+                "hostname": hostname,
+            }
+            holders = sharing.get(gpu.uuid, [])
+            per_process = bool(virtual and field in PER_PROCESS and holders)
+            if per_process or not holders:
+                lines.append(f"{field}{{{series_labels(base)}}} {values[gpu.uuid]:g}")
+            for pod, vgpu in holders:
+                labels = {**base, "container": pod.container, "namespace": pod.namespace}
+                labels["pod"] = pod.name
+                value = values[gpu.uuid]
+                if per_process:
+                    labels["pod_uid"] = pod.uid
+                    value = _own(field, gpu.uuid, pod.uid, processes, visible)
+                if virtual and vgpu:
+                    labels["vgpu"] = vgpu
+                lines.append(f"{field}{{{series_labels(labels)}}} {value:g}")
+    return "\n".join(lines) + "\n"
