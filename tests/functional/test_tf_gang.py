@@ -396,3 +396,40 @@ def _export(cluster, job: str) -> dict:
         sleep=cluster.sleep,
         clock=time.monotonic,
     )
+
+
+def test_a_preempted_ps_job_stops_every_task_uncounted_and_resumes_at_the_saved_step(cluster):
+    """Issue 31 item 1 (c): strategy=ps through Kueue's preemption (review N2's other path).
+
+    Every pod gets SIGTERM at once; the ps and the worker serve until the chief saved, then
+    every task exits 143 (before, the ps went at once and the chief's save failed).
+    """
+    cluster.train("pps", strategy="ps", workers=1, ps=1, steps=600)
+    cluster.until(
+        "pps",
+        lambda _: cluster.checkpoint("pps") > 0 and cluster.progress("pps").get("state"),
+        "first checkpoint and progress report",
+    )
+    names = {
+        (role, 0): cluster.controllers.pod("pps", role, 0)["metadata"]["name"]
+        for role in ("chief", "ps", "worker")
+    }
+
+    cluster.controllers.preempt("pps")
+
+    codes = {task: cluster.kubelet.procs[name].returncode for task, name in names.items()}
+    assert codes == dict.fromkeys(names, 143), (codes, cluster.kubelet.output())
+    stopped = cluster.progress("pps")
+    stopped_at = cluster.checkpoint("pps")
+    assert (stopped.get("state"), stopped.get("step")) == ("stopped", stopped_at), stopped
+    assert 0 < stopped_at < 600
+    said = cluster.kubelet.outputs[names[("ps", 0)]].read_text()  # the container's log
+    assert "(serving until the chief has saved)" in said, said[-2000:]
+    print(f"preempted at step {stopped_at}")
+
+    done = cluster.until("pps", lambda s: s["phase"] == "Succeeded", "success after readmission")
+
+    progress = cluster.progress("pps")
+    assert progress["resumed_from"] == stopped_at  # no step lost to the preemption
+    assert (progress["step"], progress["state"]) == (600, "finished")
+    assert done["restarts"] == "0 of 3"  # a preemption is not a failure

@@ -677,3 +677,115 @@ def test_a_drained_ps_waits_for_the_chief_s_save_and_the_restart_does_not_count(
     # ...while a crash counts: a worker's exit 1 is a failure, whoever else stopped
     assert _jobset_action("ps", {**codes, ("worker", 0): 1}, set()) == "RestartJobSet"
     assert _jobset_action("mwms", {("worker", 0): 83}, set()) == "FailJobSet"
+
+
+# A program as TensorFlow's tutorial "Multi-worker training with Keras" writes it for fault
+# tolerance (tensorflow.org/tutorials/distribute/multi_worker_with_keras, "Fault
+# tolerance"): model.fit with tf.keras.callbacks.BackupAndRestore, which backs the training
+# state up at the end of each epoch (save_freq='epoch', its default) and, when fit starts
+# again after an interruption, restores it and goes on at the epoch after the backup
+# (tf_keras/src/callbacks.py BackupAndRestore; worker_training_state.py: the chief writes
+# <backup_dir>/chief, every worker restores). Our own code, same shape: the backup is on
+# the shared volume (GPU_K8S_CHECKPOINT_DIR) where the tutorial's /tmp/backup would not
+# outlive the pod. It prints each epoch it begins and ends (flushed, after the backup).
+#
+# It also ignores SIGTERM, without a line of its own: MultiWorkerMirroredStrategy starts
+# TensorFlow's coordination service, whose preemption notifier replaces SIGTERM's default
+# action with a handler that only records the time (tsl preemption_notifier.cc,
+# SigtermNotifier: std::signal(SIGTERM, ...)). Seen here with TF 2.21.0: SigCgt has
+# SIGTERM once the strategy exists, and a drained task trained on to the end.
+KERAS_BACKUP = """
+import json, os, sys
+import numpy as np
+import tensorflow as tf
+
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+rng = np.random.default_rng(0)
+x = rng.random((512, 8)).astype("float32")
+y = (x.sum(axis=1) > 4).astype("int64")
+dataset = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(64)
+with strategy.scope():
+    model = tf.keras.Sequential([
+        tf.keras.layers.Input((8,)),
+        tf.keras.layers.Dense(32, activation="relu"),
+        tf.keras.layers.Dense(2),
+    ])
+    model.compile(
+        optimizer=tf.keras.optimizers.Adam(0.05),
+        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
+
+class Say(tf.keras.callbacks.Callback):
+    def on_epoch_begin(self, epoch, logs=None):
+        print("EPOCH_BEGIN", epoch, flush=True)
+    def on_epoch_end(self, epoch, logs=None):
+        print("EPOCH_END", epoch, flush=True)
+
+backup = os.path.join(os.environ["GPU_K8S_CHECKPOINT_DIR"], "backup")
+callbacks = [tf.keras.callbacks.BackupAndRestore(backup_dir=backup), Say()]
+history = model.fit(
+    dataset, epochs=int(sys.argv[1]), steps_per_epoch=int(sys.argv[2]),
+    callbacks=callbacks, verbose=0,
+)
+print("KERAS_DONE", json.dumps(history.history["loss"]), flush=True)
+"""
+
+EPOCH_STEPS = 20
+
+
+def _epochs(job: LocalJob, index: int, what: str) -> list[int]:
+    text = job.logs[("worker", index)].read_text(errors="replace")
+    return [int(line.split()[1]) for line in text.splitlines() if line.startswith(what + " ")]
+
+
+@pytest.mark.skipif(
+    not _has_tf_keras(PYTHON), reason="tf-keras is not installed (tox -e functional has it)"
+)
+def test_a_keras_tutorial_program_drained_mid_training_is_stopped_uncounted_and_resumes(
+    local_job, tmp_path
+):
+    """Issue 31 item 1 (a) and (b): the tutorial's BackupAndRestore program, one worker drained.
+
+    The program ignores SIGTERM (above), so it is also (b): the drained worker's launcher
+    marks it stopping, forwards SIGTERM, and kills it before the pod's grace period ends
+    (kubelet's SIGKILL would reach the launcher too: exit 137, counted); its peer's
+    launcher sees the mark and does the same. Every task exits 143 and JobSet restarts the
+    gang without counting (before, the peer exited 1: review N2). The new gang's model.fit
+    starts at the epoch after the last backup.
+    """
+    grace = 6.0
+    program = tmp_path / "keras_backup.py"
+    program.write_text(KERAS_BACKUP)
+    job = local_job("kbackup")
+    # epochs=1000: still training whenever the stop ends (the program trains on through it)
+    job.program = [PYTHON, str(program), "1000", str(EPOCH_STEPS)]
+    job.env = {"TF_USE_LEGACY_KERAS": "1", "GPU_K8S_GRACE_SECONDS": str(grace)}
+    job.start()
+    job.wait_for(lambda: _epochs(job, 0, "EPOCH_END")[-1:] >= [1], what="two epochs backed up")
+
+    drained = time.monotonic()
+    job.procs[("worker", 1)].send_signal(signal.SIGTERM)  # its node is drained
+    job.procs[("worker", 1)].wait(timeout=60)
+    took = time.monotonic() - drained
+    codes = job.wait(timeout=60)
+
+    assert codes == {("worker", 0): 143, ("worker", 1): 143}, job.output()
+    assert took < grace, (took, job.output())  # the drained pod ended before kubelet's SIGKILL
+    for index in (0, 1):
+        kept = job.logs[("worker", index)].read_text()
+        assert "did not stop within the grace period: killed" in kept, kept[-2000:]
+    backed_up = _epochs(job, 0, "EPOCH_END")[-1]  # each end follows its backup
+    assert _jobset_action("mwms", codes, drained={("worker", 1)}) == (
+        "RestartJobSetAndIgnoreMaxRestarts"
+    )
+
+    # JobSet's new gang, here told to end two epochs after the backup
+    job.program = [PYTHON, str(program), str(backed_up + 3), str(EPOCH_STEPS)]
+    job.start()
+    codes = job.wait(timeout=120)
+
+    assert codes == {("worker", 0): 0, ("worker", 1): 0}, job.output()
+    for index in (0, 1):  # every worker restored the backup and went on after it
+        assert _epochs(job, index, "EPOCH_BEGIN") == [backed_up + 1, backed_up + 2], job.output()
+    assert "KERAS_DONE" in job.logs[("worker", 0)].read_text()
