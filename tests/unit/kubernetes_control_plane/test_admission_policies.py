@@ -25,6 +25,8 @@ def test_the_leader_applies_the_policies_before_the_daemonsets_they_fence(api, c
 
     names = sorted(o["metadata"]["name"] for o in api.objects(VAP + "/"))
     assert names == [
+        "gpu-k8s-calico-cni-plugin",
+        "gpu-k8s-calico-node-settings",
         "gpu-k8s-efs-volumes-only",
         "gpu-k8s-node-bound-calico-node",
         "gpu-k8s-node-bound-efs-csi-node",
