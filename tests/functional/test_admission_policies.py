@@ -506,3 +506,106 @@ def test_calico_node_writes_only_what_its_startup_writes_and_its_nodes_settings(
         status, answer = write(method, plural, obj)
         assert (status, answer.get("reason")) == (403, "Forbidden"), (plural, obj, answer)
         assert "ValidatingAdmissionPolicy 'gpu-k8s-calico-node-settings'" in answer["message"]
+
+
+# --- Jobs owned by a JobSet: only the JobSet controller makes them ---------------------------
+
+JOBS = "/apis/batch/v1/namespaces/team/jobs"
+
+
+def _account_token(kube_api, namespace: str, name: str, rules: list[dict]) -> str:
+    """A ServiceAccount of `namespace` holding `rules` there (a Role), and a token of it."""
+    for path, obj in (
+        (f"/api/v1/namespaces/{namespace}", {"metadata": {"name": namespace}}),
+        (f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}", {"metadata": {"name": name}}),
+    ):
+        if kube_api.get_object(path) is None:
+            kube_api.put_object(path, obj)
+    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}"
+    kube_api.put_object(f"{rbac}/roles/{name}", {"metadata": {"name": name}, "rules": rules})
+    kube_api.put_object(
+        f"{rbac}/rolebindings/{name}",
+        {
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+        },
+    )
+    path = f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token"
+    status, answer = call(kube_api, ADMIN_TOKEN, "POST", path, {"spec": {}})
+    assert status == 201, answer
+    return answer["status"]["token"]
+
+
+def _job(name: str, owned: bool) -> dict:
+    meta: dict = {"name": name, "namespace": "team"}
+    if owned:
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": "jobset.x-k8s.io/v1alpha2",
+                "kind": "JobSet",
+                "name": "train",
+                "uid": "5b0c6f1e-0000-4000-8000-000000000001",
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": meta,
+        "spec": {
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "c", "image": "busybox"}],
+                }
+            }
+        },
+    }
+
+
+JOB_RULES = [{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "update"]}]
+
+
+def test_a_team_cannot_create_a_job_owned_by_its_jobset(kube_api, policies):
+    """Kueue v0.19.2 shouldSuspendChildJob lets such a Job run on the JobSet's admission."""
+    team = _account_token(kube_api, "team", "trainer", JOB_RULES)
+    status, answer = call(kube_api, team, "POST", JOBS, _job("sneak", owned=True))
+    assert (status, answer["reason"]) == (403, "Forbidden"), answer
+    assert answer["message"] == (
+        'jobs.batch "sneak" is forbidden: ValidatingAdmissionPolicy '
+        "'gpu-k8s-jobset-children-only-by-jobset' with binding "
+        "'gpu-k8s-jobset-children-only-by-jobset' denied request: only the JobSet controller"
+        " may create a Job owned by a JobSet or a Job"
+    )
+    # nor adopt one of its own Jobs into the JobSet afterwards
+    status, answer = call(kube_api, team, "POST", JOBS, _job("plain", owned=False))
+    assert status == 201, answer
+    answer_uid = answer["metadata"]["uid"]
+    adopted = {**answer, "metadata": {**answer["metadata"], **_job("x", True)["metadata"]}}
+    adopted["metadata"]["name"] = "plain"
+    status, answer = call(kube_api, team, "PUT", f"{JOBS}/plain", adopted)
+    assert status == 403, answer
+    # nor hang a Job under an admitted Job (Kueue's batch/job integration walks it too)
+    child = _job("child", owned=False)
+    child["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "name": "plain",
+            "uid": answer_uid,
+            "controller": True,
+        }
+    ]
+    status, answer = call(kube_api, team, "POST", JOBS, child)
+    assert status == 403, answer
+
+
+def test_the_jobset_controller_creates_its_child_jobs(kube_api, policies):
+    namespace, name = policies.JOBSET_CONTROLLER
+    controller = _account_token(kube_api, namespace, name, [])
+    _grant_cluster_role(kube_api, policies.JOBSET_CONTROLLER, JOB_RULES)
+    kube_api.put_object("/api/v1/namespaces/team", {"metadata": {"name": "team"}})
+    status, answer = call(kube_api, controller, "POST", JOBS, _job("train-w-0", owned=True))
+    assert status == 201, answer

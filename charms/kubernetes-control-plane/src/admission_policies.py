@@ -72,6 +72,17 @@ Policy '<policy>' with binding '<binding>' denied request: <message>`.
   IPPools `default-ipv4-ippool` / `default-ipv6-ippool`. The policy allows exactly that,
   and any write of the FelixConfiguration `node.<its node>` (that node's own settings,
   keyed on the token's node name as above).
+- JOBSET_CHILDREN (`gpu-k8s-jobset-children-only-by-jobset`): a Job with an
+  ownerReference to a JobSet may be created, or given such a reference, only by the JobSet
+  controller's ServiceAccount (jobset v0.12.0 config/default/kustomization.yaml namespace
+  jobset-system, namePrefix jobset-, config/components/rbac/service_account.yaml
+  controller-manager; it sets the reference with SetControllerReference, pkg/controllers/
+  jobset_controller.go). Kueue does not suspend a child Job whose ancestor's Workload is
+  admitted and not finished (kubernetes-sigs/kueue v0.19.2 pkg/controller/jobframework/
+  reconciler.go shouldSuspendChildJob), so a team's hand-made Job owned by its admitted
+  JobSet ran outside its quota; the same holds for a Job owned by an admitted Job
+  (Kueue's batch/job integration is on too). A reference that was there before may stay or go (the
+  garbage collector removes it when orphaning).
 
 Not fenced here (say so when touching it): DELETE of PersistentVolumes (the provisioner
 deletes its own; Retain keeps the data), Calico's IPAM objects (blocks may be borrowed
@@ -86,7 +97,7 @@ from typing import Any
 
 import efs_csi
 import mig_manager
-from literals import FIELD_MANAGER, MANAGED_BY_LABEL
+from literals import FIELD_MANAGER, JOBSET, MANAGED_BY_LABEL
 
 API_VERSION = "admissionregistration.k8s.io/v1"
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
@@ -121,6 +132,11 @@ CNI_ANNOTATION_PREFIX = "cni.projectcalico.org/"
 DEFAULT_POOLS = ("default-ipv4-ippool", "default-ipv6-ippool")
 # libcalico-go lib/names/policy.go and lib/clientv3/client.go EnsureInitialized: the
 # Tiers calico-node creates, with their defaultAction (api projectcalico/v3 tier.go).
+JOBSET_CHILDREN = "gpu-k8s-jobset-children-only-by-jobset"
+# jobset v0.12.0 config/default/kustomization.yaml (namespace jobset-system, namePrefix
+# jobset-) on config/components/rbac/service_account.yaml (controller-manager); the
+# Deployment runs as it, and literals.JOBSET names both.
+JOBSET_CONTROLLER = (JOBSET.namespace, JOBSET.deployment)
 DEFAULT_TIERS = {"default": "Deny", "kube-admin": "Pass", "kube-baseline": "Pass"}
 EFS_ONLY = "gpu-k8s-efs-volumes-only"
 
@@ -373,6 +389,47 @@ def calico_settings_policy() -> dict[str, Any]:
     )
 
 
+def jobset_children_policy() -> dict[str, Any]:
+    """The policy that lets only the JobSet controller make a Job a JobSet's child."""
+    # Kueue walks up controller references through every integration it runs (reconciler.go
+    # FindAncestorJobManagedByKueue, manager.isKnownOwner): kueue.FRAMEWORKS enables
+    # batch/job too, so a Job owned by an admitted Job is a child the same way; no
+    # controller of this bundle makes one.
+    jobset_ref = (
+        "(r.kind == 'JobSet' && r.apiVersion.startsWith('jobset.x-k8s.io/')) || "
+        "(r.kind == 'Job' && r.apiVersion == 'batch/v1')"
+    )
+    refs = "object.metadata.ownerReferences"
+    old_refs = "oldObject.metadata.ownerReferences"
+    had = (
+        f"request.operation == 'UPDATE' && has({old_refs}) && {old_refs}.exists(o, o.uid == r.uid)"
+    )
+    policy = _policy(
+        JOBSET_CHILDREN,
+        [
+            {
+                "apiGroups": ["batch"],
+                "apiVersions": ["v1"],
+                "operations": ["CREATE", "UPDATE"],
+                "resources": ["jobs"],
+            }
+        ],
+        JOBSET_CONTROLLER,
+        {
+            "validations": [
+                _deny(
+                    f"!has({refs}) || {refs}.all(r, !({jobset_ref}) || ({had}))",
+                    "only the JobSet controller may create a Job owned by a JobSet or a Job",
+                )
+            ]
+        },
+    )
+    (condition,) = policy["spec"]["matchConditions"]
+    condition["name"] = "not-the-jobset-controller"
+    condition["expression"] = condition["expression"].replace("==", "!=")
+    return policy
+
+
 def _node_name_variable() -> dict[str, str]:
     return {
         "name": "nodeName",
@@ -438,6 +495,7 @@ def manifests() -> list[dict[str, Any]]:
         *(node_bound_policy(a) for a in NODE_BOUND),
         calico_cni_policy(),
         calico_settings_policy(),
+        jobset_children_policy(),
         efs_only_policy(),
     ]
     return [*policies, *(_binding(p["metadata"]["name"]) for p in policies)]
