@@ -22,8 +22,9 @@ all seven real CRDs: a test's JobSet or queue is validated against its real sche
 
 `calico_objects()` is Calico's `calico.yaml` (projectcalico/calico manifests/ at v3.32.1):
 its ConfigMap, calico-node DaemonSet and kube-controllers Deployment as upstream wrote them
-(tests/fixtures/calico/), the ServiceAccounts, the RBAC (fewer rules) and a few of its
-`crd.projectcalico.org` CRDs, all in kube-system as upstream has them.
+(tests/fixtures/calico/), the ServiceAccounts, its ClusterRoles and bindings as
+upstream wrote them (calico-v3.32.1-rbac.yaml) and a few of its `crd.projectcalico.org`
+CRDs, all in kube-system as upstream has them.
 
 `ManifestServer` serves `/<name>/<version>/<file>` (the `addons-mirror` layout) over
 https, as GitHub does, with a certificate for 127.0.0.1 from a CA of its own (`opener()` is a
@@ -317,37 +318,17 @@ def calico_objects() -> list[dict[str, Any]]:
     calico_crds = [
         crd(group, kind, plural, "Cluster", ["v1"])
         for kind, plural in (
+            ("BGPConfiguration", "bgpconfigurations"),
+            ("ClusterInformation", "clusterinformations"),
             ("FelixConfiguration", "felixconfigurations"),
             ("IPAMBlock", "ipamblocks"),
             ("IPPool", "ippools"),
+            ("Tier", "tiers"),
         )
     ]
-    rbac = []
-    for sa in accounts:
-        rbac.append(
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRole",
-                "metadata": {"name": sa},
-                "rules": [
-                    {"apiGroups": [group], "resources": ["*"], "verbs": ["get", "list"]},
-                    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]},
-                ],
-            }
-        )
-        rbac.append(
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRoleBinding",
-                "metadata": {"name": sa},
-                "roleRef": {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "ClusterRole",
-                    "name": sa,
-                },
-                "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns}],
-            }
-        )
+    # upstream's ClusterRoles and bindings, byte for byte (the fixture's README)
+    rbac_file = CALICO_FIXTURE / f"calico-{CALICO_VERSION}-rbac.yaml"
+    rbac = [d for d in yaml.safe_load_all(rbac_file.read_text()) if d]
     return [
         *(
             {

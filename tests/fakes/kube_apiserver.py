@@ -504,6 +504,24 @@ def _b64(text: str) -> str:
 # ---------------------------------------------------------------- the server
 
 
+def _status_update(kind: str, old: dict, new: dict) -> dict:
+    """What a /status write keeps of `new`: its status (and, for a Pod, its metadata).
+
+    podStatusStrategy.PrepareForUpdate (kubernetes pkg/registry/core/pod/strategy.go)
+    resets only spec, deletionTimestamp and ownerReferences: labels and annotations written
+    through pods/status are kept (Calico's CNI plugin writes its podIP annotations so:
+    libcalico-go resources/workloadendpoint.go patchPodAnnotations).
+    """
+    if kind != "Pod":
+        return {**json_copy(old), "status": new.get("status", old.get("status"))}
+    new["spec"] = json_copy(old.get("spec", {}))
+    meta = new.setdefault("metadata", {})
+    meta.pop("ownerReferences", None)
+    if "ownerReferences" in old["metadata"]:
+        meta["ownerReferences"] = json_copy(old["metadata"]["ownerReferences"])
+    return new
+
+
 class FakeKubeApiServer:
     """The fake API server: start with `with FakeKubeApiServer() as api:` (or start/stop)."""
 
@@ -1414,7 +1432,7 @@ class FakeKubeApiServer:
         if target.kind == "PersistentVolume" and target.sub != "status":
             _check_volume_source(old, new)
         if target.sub == "status":
-            new = {**json_copy(old), "status": new.get("status", old.get("status"))}
+            new = _status_update(target.kind, old, new)
         elif target.kind in self.status_kinds:
             new["status"] = json_copy(old.get("status", {}))
         new["apiVersion"], new["kind"] = target.gv, target.kind

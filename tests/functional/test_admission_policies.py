@@ -261,3 +261,351 @@ def test_the_cluster_admin_is_not_fenced(kube_api, policies):
         _volume("pv-x", REFUSED["hostPath"]),
     )
     assert status == 201, answer
+
+
+# --- Calico's accounts, with upstream's ClusterRoles (calico.yaml at v3.32.1) ---------------
+
+CALICO_CRD = "/apis/crd.projectcalico.org/v1"
+
+
+@pytest.fixture
+def calico(kube_api, policies):
+    """Calico's ServiceAccounts, CRDs and upstream ClusterRoles, as the charm applies them."""
+    from fakes.addons import calico_objects
+
+    kinds = {"ServiceAccount", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
+    _nodes(kube_api, "node-a", "node-b")
+    for obj in calico_objects():
+        if obj["kind"] in kinds:
+            status, answer = call(kube_api, ADMIN_TOKEN, "POST", _collection(obj), obj)
+            assert status == 201, answer
+    kube_api.put_object("/api/v1/namespaces/team", {"metadata": {"name": "team"}})
+    for node in ("node-a", "node-b"):
+        kube_api.put_object(
+            f"/api/v1/namespaces/team/pods/on-{node}",
+            {
+                "metadata": {
+                    "name": f"on-{node}",
+                    "namespace": "team",
+                    "labels": {"app": "trainer"},
+                    "annotations": {"team": "a"},
+                },
+                "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}]},
+                "status": {"phase": "Running", "podIP": "10.1.0.5"},
+            },
+        )
+    return policies
+
+
+def _collection(obj: dict) -> str:
+    kind, namespace = obj["kind"], obj["metadata"].get("namespace")
+    if kind == "ServiceAccount":
+        return f"/api/v1/namespaces/{namespace}/serviceaccounts"
+    if kind == "CustomResourceDefinition":
+        return "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+    return f"/apis/rbac.authorization.k8s.io/v1/{kind.lower()}s"
+
+
+def _cni_token(kube_api, calico_node_token: str) -> str:
+    """What calico-node does for the CNI binary (its ClusterRole's serviceaccounts/token)."""
+    path = "/api/v1/namespaces/kube-system/serviceaccounts/calico-cni-plugin/token"
+    status, answer = call(kube_api, calico_node_token, "POST", path, {"spec": {}})
+    assert status == 201, answer
+    return answer["status"]["token"]
+
+
+def _pod_status(kube_api, token: str, pod: str, patch: dict):
+    path = f"/api/v1/namespaces/team/pods/{pod}/status"
+    return call(kube_api, token, "PATCH", path, patch, MERGE)
+
+
+def test_calico_node_cannot_write_another_nodes_pod_through_the_cni_plugins_token(
+    kube_api, calico
+):
+    """The reviewer's probe: calico-node, refused another node's pod, uses the CNI account.
+
+    calico-node on node-a asks for a token of calico-cni-plugin (which names no node) and
+    tries the same patch with it.
+    """
+    node_token = _daemonset_token(kube_api, calico.CALICO_NODE, "node-a")
+    status, _ = _pod_status(kube_api, node_token, "on-node-b", {"status": {"podIP": "10.9.9.9"}})
+    assert status == 403
+    cni = _cni_token(kube_api, node_token)
+    for patch in (
+        {"status": {"podIP": "10.9.9.9"}},
+        {"metadata": {"labels": {"app": "thief"}}},
+        {"metadata": {"annotations": {"team": "b"}}},
+    ):
+        status, answer = _pod_status(kube_api, cni, "on-node-b", patch)
+        assert (status, answer["reason"]) == (403, "Forbidden"), (patch, answer)
+        assert "ValidatingAdmissionPolicy 'gpu-k8s-calico-cni-plugin'" in answer["message"]
+    pod = kube_api.get_object("/api/v1/namespaces/team/pods/on-node-b")
+    assert pod["status"]["podIP"] == "10.1.0.5"
+    assert pod["metadata"]["labels"] == {"app": "trainer"}
+    assert pod["metadata"]["annotations"] == {"team": "a"}
+
+
+def test_the_cni_plugins_token_writes_only_its_pod_ip_annotations(kube_api, calico):
+    """What the CNI plugin writes on ADD and DEL, through pods/status.
+
+    libcalico-go resources/workloadendpoint.go calcCNIAnnotations / patchOutAnnotations.
+    """
+    cni = _cni_token(kube_api, _daemonset_token(kube_api, calico.CALICO_NODE, "node-a"))
+    add = {
+        "cni.projectcalico.org/podIP": "192.168.7.3/32",
+        "cni.projectcalico.org/podIPs": "192.168.7.3/32",
+        "cni.projectcalico.org/containerID": "0123abcd",
+    }
+    status, answer = _pod_status(kube_api, cni, "on-node-a", {"metadata": {"annotations": add}})
+    assert status == 200, answer
+    delete = {"cni.projectcalico.org/podIP": "", "cni.projectcalico.org/podIPs": ""}
+    status, answer = _pod_status(kube_api, cni, "on-node-a", {"metadata": {"annotations": delete}})
+    assert status == 200, answer
+    annotations = kube_api.get_object("/api/v1/namespaces/team/pods/on-node-a")["metadata"][
+        "annotations"
+    ]
+    assert annotations == {"team": "a", **add, **delete}
+
+
+POOL = {
+    "apiVersion": "crd.projectcalico.org/v1",
+    "kind": "IPPool",
+    "metadata": {"name": "steal"},
+    "spec": {"cidr": "10.1.0.0/24", "natOutgoing": True},
+}
+
+
+def test_the_cni_plugins_token_writes_no_ippool(kube_api, calico):
+    cni = _cni_token(kube_api, _daemonset_token(kube_api, calico.CALICO_NODE, "node-a"))
+    status, answer = call(kube_api, cni, "POST", f"{CALICO_CRD}/ippools", POOL)
+    assert status == 403, answer
+    assert answer["message"].startswith(
+        'ippools.crd.projectcalico.org "steal" is forbidden: ValidatingAdmissionPolicy '
+        "'gpu-k8s-calico-cni-plugin' with binding 'gpu-k8s-calico-cni-plugin' denied request: "
+        "this user may not write IPPools"
+    )
+    call(kube_api, ADMIN_TOKEN, "POST", f"{CALICO_CRD}/ippools", POOL)
+    # (the policy also matches DELETE; the fake admits no DELETE, so it is not probed here)
+    body = {**POOL, "spec": {"cidr": "0.0.0.0/0"}}
+    status, answer = call(kube_api, cni, "PUT", f"{CALICO_CRD}/ippools/steal", body)
+    assert status == 403, answer
+
+
+def _crd_object(kind: str, name: str, spec: dict) -> dict:
+    return {
+        "apiVersion": "crd.projectcalico.org/v1",
+        "kind": kind,
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def test_calico_node_writes_only_what_its_startup_writes_and_its_nodes_settings(kube_api, calico):
+    """What calico-node writes at startup, and nothing more.
+
+    Calico v3.32.1 node/pkg/lifecycle/startup/startup.go ensureDefaultConfig and
+    libcalico-go clientv3 EnsureInitialized.
+    """
+    token = _daemonset_token(kube_api, calico.CALICO_NODE, "node-a")
+
+    def write(method, plural, obj):
+        path = f"{CALICO_CRD}/{plural}" + (
+            "" if method == "POST" else f"/{obj['metadata']['name']}"
+        )
+        return call(kube_api, token, method, path, obj)
+
+    info = _crd_object(
+        "ClusterInformation", "default", {"calicoVersion": "v3.32.0", "clusterType": "k8s"}
+    )
+    felix = _crd_object("FelixConfiguration", "default", {"bpfEnabled": False})
+    for plural, obj in (("clusterinformations", info), ("felixconfigurations", felix)):
+        assert call(kube_api, ADMIN_TOKEN, "POST", f"{CALICO_CRD}/{plural}", obj)[0] == 201
+    allowed = [
+        (
+            "PUT",
+            "clusterinformations",
+            _crd_object(
+                "ClusterInformation",
+                "default",
+                {
+                    "calicoVersion": "v3.32.1",
+                    "clusterType": "k8s,bgp,kdd",
+                    "clusterGUID": "0123",
+                    "datastoreReady": True,
+                },
+            ),
+        ),
+        (
+            "PUT",
+            "felixconfigurations",
+            _crd_object(
+                "FelixConfiguration",
+                "default",
+                {"bpfEnabled": False, "reportingInterval": "0s", "logSeverityScreen": "Info"},
+            ),
+        ),
+        (
+            "POST",
+            "felixconfigurations",
+            _crd_object("FelixConfiguration", "node.node-a", {"bpfEnabled": True}),
+        ),
+        (
+            "POST",
+            "ippools",
+            _crd_object("IPPool", "default-ipv4-ippool", {"cidr": "192.168.0.0/16"}),
+        ),
+        ("POST", "bgpconfigurations", _crd_object("BGPConfiguration", "default", {})),
+        (
+            "POST",
+            "tiers",
+            _crd_object("Tier", "default", {"order": 1000000, "defaultAction": "Deny"}),
+        ),
+    ]
+    for method, plural, obj in allowed:
+        status, answer = write(method, plural, obj)
+        assert status in (200, 201), (plural, answer)
+    refused = [
+        (
+            "PUT",
+            "clusterinformations",
+            _crd_object(
+                "ClusterInformation",
+                "default",
+                {
+                    "calicoVersion": "v3.32.1",
+                    "clusterType": "k8s,bgp,kdd",
+                    "clusterGUID": "0123",
+                    "datastoreReady": False,
+                },
+            ),
+        ),
+        (
+            "PUT",
+            "felixconfigurations",
+            _crd_object(
+                "FelixConfiguration",
+                "default",
+                {"bpfEnabled": True, "reportingInterval": "0s", "logSeverityScreen": "Info"},
+            ),
+        ),
+        (
+            "POST",
+            "felixconfigurations",
+            _crd_object("FelixConfiguration", "node.node-b", {"bpfEnabled": True}),
+        ),
+        ("POST", "ippools", _crd_object("IPPool", "steal", {"cidr": "10.1.0.0/24"})),
+        ("PUT", "ippools", _crd_object("IPPool", "default-ipv4-ippool", {"cidr": "10.1.0.0/24"})),
+        (
+            "PUT",
+            "bgpconfigurations",
+            _crd_object("BGPConfiguration", "default", {"asNumber": 65000}),
+        ),
+        ("POST", "tiers", _crd_object("Tier", "first", {"order": 1, "defaultAction": "Pass"})),
+    ]
+    for method, plural, obj in refused:
+        status, answer = write(method, plural, obj)
+        assert (status, answer.get("reason")) == (403, "Forbidden"), (plural, obj, answer)
+        assert "ValidatingAdmissionPolicy 'gpu-k8s-calico-node-settings'" in answer["message"]
+
+
+# --- Jobs owned by a JobSet: only the JobSet controller makes them ---------------------------
+
+JOBS = "/apis/batch/v1/namespaces/team/jobs"
+
+
+def _account_token(kube_api, namespace: str, name: str, rules: list[dict]) -> str:
+    """A ServiceAccount of `namespace` holding `rules` there (a Role), and a token of it."""
+    for path, obj in (
+        (f"/api/v1/namespaces/{namespace}", {"metadata": {"name": namespace}}),
+        (f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}", {"metadata": {"name": name}}),
+    ):
+        if kube_api.get_object(path) is None:
+            kube_api.put_object(path, obj)
+    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}"
+    kube_api.put_object(f"{rbac}/roles/{name}", {"metadata": {"name": name}, "rules": rules})
+    kube_api.put_object(
+        f"{rbac}/rolebindings/{name}",
+        {
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+        },
+    )
+    path = f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token"
+    status, answer = call(kube_api, ADMIN_TOKEN, "POST", path, {"spec": {}})
+    assert status == 201, answer
+    return answer["status"]["token"]
+
+
+def _job(name: str, owned: bool) -> dict:
+    meta: dict = {"name": name, "namespace": "team"}
+    if owned:
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": "jobset.x-k8s.io/v1alpha2",
+                "kind": "JobSet",
+                "name": "train",
+                "uid": "5b0c6f1e-0000-4000-8000-000000000001",
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": meta,
+        "spec": {
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "c", "image": "busybox"}],
+                }
+            }
+        },
+    }
+
+
+JOB_RULES = [{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "update"]}]
+
+
+def test_a_team_cannot_create_a_job_owned_by_its_jobset(kube_api, policies):
+    """Kueue v0.19.2 shouldSuspendChildJob lets such a Job run on the JobSet's admission."""
+    team = _account_token(kube_api, "team", "trainer", JOB_RULES)
+    status, answer = call(kube_api, team, "POST", JOBS, _job("sneak", owned=True))
+    assert (status, answer["reason"]) == (403, "Forbidden"), answer
+    assert answer["message"] == (
+        'jobs.batch "sneak" is forbidden: ValidatingAdmissionPolicy '
+        "'gpu-k8s-jobset-children-only-by-jobset' with binding "
+        "'gpu-k8s-jobset-children-only-by-jobset' denied request: only the JobSet controller"
+        " may create a Job owned by a JobSet or a Job"
+    )
+    # nor adopt one of its own Jobs into the JobSet afterwards
+    status, answer = call(kube_api, team, "POST", JOBS, _job("plain", owned=False))
+    assert status == 201, answer
+    answer_uid = answer["metadata"]["uid"]
+    adopted = {**answer, "metadata": {**answer["metadata"], **_job("x", True)["metadata"]}}
+    adopted["metadata"]["name"] = "plain"
+    status, answer = call(kube_api, team, "PUT", f"{JOBS}/plain", adopted)
+    assert status == 403, answer
+    # nor hang a Job under an admitted Job (Kueue's batch/job integration walks it too)
+    child = _job("child", owned=False)
+    child["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "name": "plain",
+            "uid": answer_uid,
+            "controller": True,
+        }
+    ]
+    status, answer = call(kube_api, team, "POST", JOBS, child)
+    assert status == 403, answer
+
+
+def test_the_jobset_controller_creates_its_child_jobs(kube_api, policies):
+    namespace, name = policies.JOBSET_CONTROLLER
+    controller = _account_token(kube_api, namespace, name, [])
+    _grant_cluster_role(kube_api, policies.JOBSET_CONTROLLER, JOB_RULES)
+    kube_api.put_object("/api/v1/namespaces/team", {"metadata": {"name": "team"}})
+    status, answer = call(kube_api, controller, "POST", JOBS, _job("train-w-0", owned=True))
+    assert status == 201, answer

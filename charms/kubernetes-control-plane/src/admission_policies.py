@@ -50,11 +50,45 @@ plugin/policy/validating/dispatcher.go, admission.NewForbidden with the validati
 reason): `reason: Forbidden` makes it a 403 `nodes "b" is forbidden: ValidatingAdmission
 Policy '<policy>' with binding '<binding>' denied request: <message>`.
 
+- CALICO_CNI (`gpu-k8s-calico-cni-plugin`): calico-node may request tokens of the
+  `calico-cni-plugin` ServiceAccount (calico.yaml ClusterRole `calico-node`:
+  serviceaccounts/token create, resourceNames calico-cni-plugin); such a token is not bound
+  to a pod, so it names no node, and its ClusterRole grants pods/status patch and IPPool
+  create/update/delete cluster-wide. The CNI plugin writes pods only through pods/status,
+  and only the annotations `cni.projectcalico.org/podIP`, `podIPs` and `containerID`
+  (libcalico-go lib/backend/k8s/resources/workloadendpoint.go calcCNIAnnotations,
+  patchOutAnnotations, patchPodAnnotations; conversion/constants.go), and writes no IPPool
+  (cni-plugin reads them for IPAM): so through this account a pod's status, labels,
+  finalizers and annotations outside `cni.projectcalico.org/` stay as they are, and no
+  IPPool is created, changed or deleted.
+- CALICO_SETTINGS (`gpu-k8s-calico-node-settings`): calico-node's ClusterRole lets it
+  create and update the cluster's Calico settings. At startup it writes only (Calico
+  v3.32.1 node/pkg/lifecycle/startup/startup.go ensureDefaultConfig, configureIPPools,
+  ensureDefaultBGPConfigExists; libcalico-go lib/clientv3/client.go EnsureInitialized):
+  ClusterInformation `default` (creates it; sets calicoVersion, a clusterGUID when empty,
+  datastoreReady true when unset, appends to clusterType), the Tiers `default` (Deny),
+  `kube-admin` and `kube-baseline` (Pass), FelixConfiguration `default` (reportingInterval
+  and logSeverityScreen when unset), BGPConfiguration `default` (empty) and the default
+  IPPools `default-ipv4-ippool` / `default-ipv6-ippool`. The policy allows exactly that,
+  and any write of the FelixConfiguration `node.<its node>` (that node's own settings,
+  keyed on the token's node name as above).
+- JOBSET_CHILDREN (`gpu-k8s-jobset-children-only-by-jobset`): a Job with an
+  ownerReference to a JobSet may be created, or given such a reference, only by the JobSet
+  controller's ServiceAccount (jobset v0.12.0 config/default/kustomization.yaml namespace
+  jobset-system, namePrefix jobset-, config/components/rbac/service_account.yaml
+  controller-manager; it sets the reference with SetControllerReference, pkg/controllers/
+  jobset_controller.go). Kueue does not suspend a child Job whose ancestor's Workload is
+  admitted and not finished (kubernetes-sigs/kueue v0.19.2 pkg/controller/jobframework/
+  reconciler.go shouldSuspendChildJob), so a team's hand-made Job owned by its admitted
+  JobSet ran outside its quota; the same holds for a Job owned by an admitted Job
+  (Kueue's batch/job integration is on too). A reference that was there before may stay or go (the
+  garbage collector removes it when orphaning).
+
 Not fenced here (say so when touching it): DELETE of PersistentVolumes (the provisioner
 deletes its own; Retain keeps the data), Calico's IPAM objects (blocks may be borrowed
-across nodes, so they cannot be keyed on one node), the calico-cni-plugin ServiceAccount
-(its token is requested by calico-node for the CNI binary, not bound to a pod, so it names
-no node).
+across nodes, so they cannot be keyed on one node), calico-node's writes of BGPPeers,
+CalicoNodeStatuses and IPAM configuration, and the calico-cni-plugin account's writes of
+ClusterInformation (cni-plugin pkg/upgrade/migrate.go updates it).
 """
 
 from __future__ import annotations
@@ -63,7 +97,7 @@ from typing import Any
 
 import efs_csi
 import mig_manager
-from literals import FIELD_MANAGER, MANAGED_BY_LABEL
+from literals import FIELD_MANAGER, JOBSET, MANAGED_BY_LABEL
 
 API_VERSION = "admissionregistration.k8s.io/v1"
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
@@ -83,6 +117,27 @@ NODE_BOUND: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {
     CALICO_NODE: ("calico-node", ("nodes", "nodes/status", "pods/status")),
 }
 NODE_BOUND_PREFIX = "gpu-k8s-node-bound-"
+# calico.yaml at CALICO_RELEASE: the account whose tokens calico-node requests for the CNI
+# binary (its ClusterRole calico-node: serviceaccounts/token, resourceNames calico-cni-plugin).
+CALICO_CNI_PLUGIN = ("kube-system", "calico-cni-plugin")
+CALICO_CNI = "gpu-k8s-calico-cni-plugin"
+CALICO_SETTINGS = "gpu-k8s-calico-node-settings"
+# The Calico API groups: the CRDs calico.yaml installs, and the aggregated API of Calico's
+# API server (calico.yaml's ClusterRoles name both).
+_CALICO_GROUPS = ["crd.projectcalico.org", "projectcalico.org"]
+# libcalico-go conversion/constants.go: AnnotationPodIP, AnnotationPodIPs,
+# AnnotationContainerID all carry this prefix.
+CNI_ANNOTATION_PREFIX = "cni.projectcalico.org/"
+# node/pkg/lifecycle/startup/startup.go at v3.32.1: DEFAULT_IPV4_POOL_NAME, _IPV6_
+DEFAULT_POOLS = ("default-ipv4-ippool", "default-ipv6-ippool")
+# libcalico-go lib/names/policy.go and lib/clientv3/client.go EnsureInitialized: the
+# Tiers calico-node creates, with their defaultAction (api projectcalico/v3 tier.go).
+JOBSET_CHILDREN = "gpu-k8s-jobset-children-only-by-jobset"
+# jobset v0.12.0 config/default/kustomization.yaml (namespace jobset-system, namePrefix
+# jobset-) on config/components/rbac/service_account.yaml (controller-manager); the
+# Deployment runs as it, and literals.JOBSET names both.
+JOBSET_CONTROLLER = (JOBSET.namespace, JOBSET.deployment)
+DEFAULT_TIERS = {"default": "Deny", "kube-admin": "Pass", "kube-baseline": "Pass"}
 EFS_ONLY = "gpu-k8s-efs-volumes-only"
 
 # The EFS identifiers efs-storage writes: fs-<hex> and fsap-<hex> (AWS: 8 or 17 hex
@@ -164,6 +219,227 @@ def node_bound_policy(account: tuple[str, str]) -> dict[str, Any]:
     }
 
 
+def _username(account: tuple[str, str]) -> str:
+    return f"{SA_PREFIX}{account[0]}:{account[1]}"
+
+
+def _deny(expression: str, message: str) -> dict[str, str]:
+    return {"expression": expression, "message": message, "reason": "Forbidden"}
+
+
+def _policy(name: str, rules: list[dict], account: tuple[str, str], spec: dict) -> dict:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": _meta(name),
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": rules},
+            "matchConditions": [
+                {
+                    "name": "from-the-account",
+                    "expression": f"request.userInfo.username == '{_username(account)}'",
+                }
+            ],
+            **spec,
+        },
+    }
+
+
+def _map(expression: str, field: str, present: str = "true") -> str:
+    """`expression.field`, or an empty map where it is absent or `present` is false.
+
+    `object`/`oldObject` is null on CREATE/DELETE, and a null compares with no map.
+    """
+    return f"({present} && has({expression}.{field}) ? {expression}.{field} : {{}})"
+
+
+def _unchanged_but(new: str, old: str, keep: str) -> str:
+    """CEL: maps `new` and `old` differ only at keys for which `keep` (of k) holds."""
+    return (
+        f"{new}.all(k, {keep} || (k in {old} && {old}[k] == {new}[k])) && "
+        f"{old}.all(k, {keep} || k in {new})"
+    )
+
+
+def calico_cni_policy() -> dict[str, Any]:
+    """The policy that keeps the calico-cni-plugin account to its pod IP annotations."""
+    prefix = f"k.startsWith('{CNI_ANNOTATION_PREFIX}')"
+    resource = "request.resource.resource"
+    pods = f"{resource} != 'pods'"
+    rules = [
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "operations": ["UPDATE"],
+            "resources": ["pods/status"],
+        },
+        {
+            "apiGroups": _CALICO_GROUPS,
+            "apiVersions": ["*"],
+            "operations": ["CREATE", "UPDATE", "DELETE"],
+            "resources": ["ippools"],
+        },
+    ]
+    validations = [
+        _deny("request.resource.resource != 'ippools'", "this user may not write IPPools"),
+        _deny(
+            f"{pods} || object.status == oldObject.status",
+            "this user may not change a pod's status",
+        ),
+        _deny(
+            f"{pods} || ({_map('object.metadata', 'labels')} == "
+            f"{_map('oldObject.metadata', 'labels')} && "
+            "(has(object.metadata.finalizers) ? object.metadata.finalizers : []) == "
+            "(has(oldObject.metadata.finalizers) ? oldObject.metadata.finalizers : []))",
+            "this user may not change a pod's labels or finalizers",
+        ),
+        _deny(
+            f"{pods} || "
+            + _unchanged_but("variables.annotations", "variables.oldAnnotations", prefix),
+            f"this user may change only a pod's {CNI_ANNOTATION_PREFIX} annotations",
+        ),
+    ]
+    pod = f"{resource} == 'pods'"
+    variables = [
+        {"name": "annotations", "expression": _map("object.metadata", "annotations", pod)},
+        {"name": "oldAnnotations", "expression": _map("oldObject.metadata", "annotations", pod)},
+    ]
+    return _policy(
+        CALICO_CNI,
+        rules,
+        CALICO_CNI_PLUGIN,
+        {"variables": variables, "validations": validations},
+    )
+
+
+def calico_settings_policy() -> dict[str, Any]:
+    """The policy that lets calico-node write only what its startup writes (and its node's)."""
+    new, old = "variables.spec", "variables.oldSpec"
+    rules = [
+        {
+            "apiGroups": _CALICO_GROUPS,
+            "apiVersions": ["*"],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": [
+                "felixconfigurations",
+                "clusterinformations",
+                "ippools",
+                "bgpconfigurations",
+                "tiers",
+            ],
+        }
+    ]
+    resource = "request.resource.resource"
+    name = "object.metadata.name"
+    felix_default = _unchanged_but(
+        new, old, f"(!(k in {old}) && k in ['reportingInterval', 'logSeverityScreen'])"
+    )
+    cluster_info = _unchanged_but(
+        new,
+        old,
+        f"(k == 'calicoVersion' && k in {new}) || "
+        f"(k == 'clusterGUID' && k in {new} && (!(k in {old}) || {old}[k] == '')) || "
+        f"(k == 'datastoreReady' && !(k in {old}) && {new}[k] == true) || "
+        f"(k == 'clusterType' && k in {new} && (!(k in {old}) || {old}[k] == '' || "
+        f"string({new}[k]).startsWith(string({old}[k]) + ',')))",
+    )
+    tiers = " || ".join(
+        f"({name} == '{tier}' && {new}.all(k, k in ['order', 'defaultAction']) && "
+        f"'defaultAction' in {new} && {new}.defaultAction == '{action}')"
+        for tier, action in DEFAULT_TIERS.items()
+    )
+    create = "request.operation == 'CREATE'"
+    validations = [
+        _deny("variables.nodeName != ''", f'this user must have a "{NODE_NAME_EXTRA}" claim'),
+        _deny(
+            f"{resource} != 'felixconfigurations' || {name} == 'node.' + variables.nodeName"
+            f" || ({name} == 'default' && {felix_default})",
+            "this user may change only its own node's FelixConfiguration, and the default"
+            " one only where unset",
+        ),
+        _deny(
+            f"{resource} != 'clusterinformations' || ({name} == 'default' && {cluster_info})",
+            "this user may change the ClusterInformation only as calico-node's startup does",
+        ),
+        _deny(
+            f"{resource} != 'ippools' || ({create} && {name} in {list(DEFAULT_POOLS)})",
+            "this user may only create the default IPPools",
+        ),
+        _deny(
+            f"{resource} != 'bgpconfigurations' || "
+            f"({create} && {name} == 'default' && size({new}) == 0)",
+            "this user may only create the empty default BGPConfiguration",
+        ),
+        _deny(
+            f"{resource} != 'tiers' || ({create} && ({tiers}))",
+            "this user may only create Calico's default Tiers",
+        ),
+    ]
+    variables = [
+        _node_name_variable(),
+        {"name": "spec", "expression": _map("object", "spec")},
+        {
+            "name": "oldSpec",
+            "expression": _map("oldObject", "spec", "request.operation == 'UPDATE'"),
+        },
+    ]
+    return _policy(
+        CALICO_SETTINGS, rules, CALICO_NODE, {"variables": variables, "validations": validations}
+    )
+
+
+def jobset_children_policy() -> dict[str, Any]:
+    """The policy that lets only the JobSet controller make a Job a JobSet's child."""
+    # Kueue walks up controller references through every integration it runs (reconciler.go
+    # FindAncestorJobManagedByKueue, manager.isKnownOwner): kueue.FRAMEWORKS enables
+    # batch/job too, so a Job owned by an admitted Job is a child the same way; no
+    # controller of this bundle makes one.
+    jobset_ref = (
+        "(r.kind == 'JobSet' && r.apiVersion.startsWith('jobset.x-k8s.io/')) || "
+        "(r.kind == 'Job' && r.apiVersion == 'batch/v1')"
+    )
+    refs = "object.metadata.ownerReferences"
+    old_refs = "oldObject.metadata.ownerReferences"
+    had = (
+        f"request.operation == 'UPDATE' && has({old_refs}) && {old_refs}.exists(o, o.uid == r.uid)"
+    )
+    policy = _policy(
+        JOBSET_CHILDREN,
+        [
+            {
+                "apiGroups": ["batch"],
+                "apiVersions": ["v1"],
+                "operations": ["CREATE", "UPDATE"],
+                "resources": ["jobs"],
+            }
+        ],
+        JOBSET_CONTROLLER,
+        {
+            "validations": [
+                _deny(
+                    f"!has({refs}) || {refs}.all(r, !({jobset_ref}) || ({had}))",
+                    "only the JobSet controller may create a Job owned by a JobSet or a Job",
+                )
+            ]
+        },
+    )
+    (condition,) = policy["spec"]["matchConditions"]
+    condition["name"] = "not-the-jobset-controller"
+    condition["expression"] = condition["expression"].replace("==", "!=")
+    return policy
+
+
+def _node_name_variable() -> dict[str, str]:
+    return {
+        "name": "nodeName",
+        "expression": (
+            f"'{NODE_NAME_EXTRA}' in request.userInfo.extra && "
+            f"size({_EXTRA}) > 0 ? {_EXTRA}[0] : ''"
+        ),
+    }
+
+
 def efs_only_policy() -> dict[str, Any]:
     """The policy that lets ServiceAccounts outside kube-system write only EFS volumes."""
     efs_csi_volume = (
@@ -215,5 +491,11 @@ def efs_only_policy() -> dict[str, Any]:
 
 def manifests() -> list[dict[str, Any]]:
     """Every policy and its binding, policies first (a binding names its policy)."""
-    policies = [*(node_bound_policy(a) for a in NODE_BOUND), efs_only_policy()]
+    policies = [
+        *(node_bound_policy(a) for a in NODE_BOUND),
+        calico_cni_policy(),
+        calico_settings_policy(),
+        jobset_children_policy(),
+        efs_only_policy(),
+    ]
     return [*policies, *(_binding(p["metadata"]["name"]) for p in policies)]
