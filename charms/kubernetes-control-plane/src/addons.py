@@ -49,6 +49,8 @@ from literals import (
     JOBSET,
     KUBE_STATE_METRICS_NODE_KEY,
     KUEUE,
+    KUEUE_NAMESPACE_LABEL,
+    KUEUE_NAMESPACE_VALUE,
 )
 
 from charms.gpu_k8s.v0 import kube_objects
@@ -452,11 +454,16 @@ class Addons:
             or (sized_for.get("teams") != [list(t) for t in asked])
         ):
             kube = self._kube()
+            selector = f"{KUEUE_NAMESPACE_LABEL}={KUEUE_NAMESPACE_VALUE}"
             have = kueue.capacity(
                 kube.list("v1", "Node"),
                 kube.list("v1", "Pod", field_selector="status.phase=Running"),
                 models,
                 shared=shared,
+                managed={
+                    n["metadata"]["name"]
+                    for n in kube.list("v1", "Namespace", label_selector=selector)
+                },
             )
             held = kueue.guarantees(teams, flavors)
             given = kueue.clamp(have, held, [t.queue for t in teams])
