@@ -347,6 +347,15 @@ def clamp(have: Quotas, asked: Guarantees, order: list[str]) -> Guarantees:
     queues by the kube-api relation's id, which Juju increments per model, so the order
     they were related in) each get min(ask, what the cluster has left) per flavor and
     resource, so a team asking later or more can never shrink what an earlier team holds.
+
+    `have` is what the schedulable nodes offer (`capacity` with no pods), not what is left
+    after the GPUs held outside Kueue (issue 29 review item 2: a later team's GPU
+    Deployment, even `serve`'s, shrank an earlier team's guarantee at the next
+    update-status). Those GPUs come off the cohort's own pool (`cohort_quota` of
+    `capacity` with the pods), which every team borrows from: while they fit in it no
+    guarantee is touched; past it, the guarantees stand as given and a team's admitted job
+    whose pods find no free GPU waits Pending (Kueue counts quota, the scheduler the
+    nodes) until the pods outside Kueue free them.
     """
     out: Guarantees = {}
     for key, teams in asked.items():

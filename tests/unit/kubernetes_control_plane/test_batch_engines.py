@@ -635,6 +635,30 @@ def test_a_team_asking_later_or_more_never_shrinks_an_earlier_teams_queue(
     assert _cohort_quota(api)[gpu] == "0" and _cohort_quota(api)[cpu] == "0"
 
 
+def test_gpus_held_outside_kueue_never_shrink_an_earlier_teams_guarantee(
+    ctx, machine, api, releases
+):
+    """Issue 29 review item 2: a later team's GPU Deployment shrank team-a's guarantee.
+
+    The clamp worked on the cluster less the GPUs held outside Kueue, so team-b's model
+    server (its `serve gpus=4`) took 4 of team-a's 6 at the next update-status. They come
+    off the cohort's pool now; team-a keeps its 6, and nothing blocks.
+    """
+    out = _two_gpu_workers(ctx, api)
+    a, b = _team("a", gpus=6), _team("b")
+    out = ctx.run(ctx.on.update_status(), _with_teams(out, a, b))
+    gpu = ("gpu-nvidia-a10g", "nvidia.com/gpu")
+    assert (_quota_of(_team_cq(api, "a"))[gpu], _cohort_quota(api)[gpu]) == ("6", "2")
+    _gpu_pod(api, "serve-0", "gpu-1", 1, "ReplicaSet", namespace="b")  # fits in the pool
+    out = ctx.run(ctx.on.update_status(), out)
+    assert (_quota_of(_team_cq(api, "a"))[gpu], _cohort_quota(api)[gpu]) == ("6", "1")
+    _gpu_pod(api, "serve-1", "gpu-1", 3, "ReplicaSet", namespace="b")  # past the pool
+    out = ctx.run(ctx.on.update_status(), out)
+    assert out.unit_status.name == "active", out.unit_status.message
+    assert (_quota_of(_team_cq(api, "a"))[gpu], _cohort_quota(api)[gpu]) == ("6", "0")
+    assert _quota_of(_team_cq(api, "b"))[gpu] == "0"
+
+
 def test_a_departed_teams_queue_is_deleted_and_its_quota_returns_to_the_cohort(
     ctx, machine, api, releases
 ):
