@@ -55,7 +55,9 @@ SIZES = (2, 16, 64, 256)
 def measure(workers: int, strategy: str) -> tuple[int, int, int, int, int]:
     """Requests of train (at the server, at the client), job-status, list-jobs, logs."""
     with FakeKubeApiServer() as api:
-        api.put_object(f"/api/v1/namespaces/{NS}", {"metadata": {"name": NS}})
+        # Kueue's, as the control plane labels a consumer's namespace (rbac.consumer_grant)
+        labels = {"gpu-k8s.io/kueue": "managed"}
+        api.put_object(f"/api/v1/namespaces/{NS}", {"metadata": {"name": NS, "labels": labels}})
         api.put_object(f"/api/v1/namespaces/{NS}/persistentvolumeclaims/claim", {})
         install_kueue(api, {"gpu-nvidia-a10g": "NVIDIA-A10G"})
         for n in range(workers // 8 + 1):

@@ -744,7 +744,7 @@ class BatchControllers:
         self.logs: Callable[[dict], str] | None = None
         self.waiting_reason: str | None = None
         self.images: dict[str, set[str]] = dict(TF_IMAGES)
-        self.managed = True  # K0: Kueue manages this namespace
+        self._managed: bool | None = None  # K1: `managed`, unless a test says otherwise
         self._admissions = 0
         self._admitted_at: dict[str, int] = {}
         self._config: tuple[str | None, dict] = ("", {})
@@ -758,6 +758,28 @@ class BatchControllers:
         self.kubelet: Any | None = None
         self.refused: list[str] = []  # B8: pods admission refused (FailedCreate events)
         self.expect_refusals = False  # a test showing B8 says so; others expect none
+
+    @property
+    def managed(self) -> bool:
+        """K1: Kueue manages this namespace: its labels match managedJobsNamespaceSelector.
+
+        The selector of the manager configuration (K8; the control plane's names the label
+        `gpu-k8s.io/kueue: managed`, its kueue.configure); without one, upstream's default
+        (apis/config/v1beta2/defaults.go: every namespace but kube-system and
+        kueue-system). Only `matchLabels` is read. A test may set it outright.
+        """
+        if self._managed is not None:
+            return self._managed
+        selector = self._kueue_config().get("managedJobsNamespaceSelector")
+        if selector is None:
+            return self.ns not in ("kube-system", "kueue-system")
+        namespace = self.api.get_object(f"/api/v1/namespaces/{self.ns}") or {}
+        labels = (namespace.get("metadata") or {}).get("labels") or {}
+        return all(labels.get(k) == v for k, v in (selector.get("matchLabels") or {}).items())
+
+    @managed.setter
+    def managed(self, value: bool) -> None:
+        self._managed = value
 
     # -- paths
     def _jobsets(self) -> list[dict]:

@@ -235,8 +235,12 @@ class Access:
                 continue
             ask = request.request
             provisioner = request.app_name in provisioners
-            # the Pod Security level is part of what was granted (its namespace's labels)
-            level = "pod-security=baseline" if provisioner else "pod-security=restricted"
+            # the Pod Security level and Kueue's label are part of what was granted (its
+            # namespace's labels): a grant made before every consumer's namespace was
+            # Kueue's (issue 29 review item 1) is applied again, labelling it
+            level = (
+                "pod-security=baseline" if provisioner else "pod-security=restricted kueue=managed"
+            )
             fingerprint = kube_objects.fingerprint(_rbac_part(ask.dump()), endpoint, level, *also)
             answered = request.relation.data[self._model.app].get("kubeconfig-secret-id")
             same = bool(previous and previous["fingerprint"] == fingerprint and answered)

@@ -49,6 +49,8 @@ from literals import (
     JOBSET,
     KUBE_STATE_METRICS_NODE_KEY,
     KUEUE,
+    KUEUE_NAMESPACE_LABEL,
+    KUEUE_NAMESPACE_VALUE,
 )
 
 from charms.gpu_k8s.v0 import kube_objects
@@ -452,21 +454,31 @@ class Addons:
             or (sized_for.get("teams") != [list(t) for t in asked])
         ):
             kube = self._kube()
+            selector = f"{KUEUE_NAMESPACE_LABEL}={KUEUE_NAMESPACE_VALUE}"
+            nodes = kube.list("v1", "Node")
             have = kueue.capacity(
-                kube.list("v1", "Node"),
+                nodes,
                 kube.list("v1", "Pod", field_selector="status.phase=Running"),
                 models,
                 shared=shared,
+                managed={
+                    n["metadata"]["name"]
+                    for n in kube.list("v1", "Namespace", label_selector=selector)
+                },
             )
+            # the guarantees are clamped to what the nodes have, pods or not: GPUs held
+            # outside Kueue come off the cohort's pool (`have`), never an earlier team's
+            # guarantee (issue 29 review item 2, kueue.clamp)
+            nodes_have = kueue.capacity(nodes, [], models, shared=shared)
             held = kueue.guarantees(teams, flavors)
-            given = kueue.clamp(have, held, [t.queue for t in teams])
+            given = kueue.clamp(nodes_have, held, [t.queue for t in teams])
             quota = kueue.cohort_quota(have, given)
             sized: dict[str, Any] = {
                 "quota": [[f, r, v] for (f, r), v in sorted(quota.items())],
                 "given": [
                     [f, r, q, v] for (f, r), qs in sorted(given.items()) for q, v in qs.items()
                 ],
-                "overcommitted": kueue.overcommitted(have, held, given) or "",
+                "overcommitted": kueue.overcommitted(nodes_have, held, given) or "",
                 "workers": sorted(workers.nodes),
                 "quarantined": quarantined,
                 "teams": asked,

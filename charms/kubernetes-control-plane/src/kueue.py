@@ -31,7 +31,7 @@ Each team's ClusterQueue `team-<namespace>` is the control plane's too (issue 29
 a team asking for it wrote its own guarantee, fairSharing weight and preemption policy,
 and Kueue's docs say "Only batch administrators should create ClusterQueue objects"
 (site/content/en/docs/concepts/cluster_queue.md). A team is a kube-api consumer that asks
-for LocalQueues (rbac.Grant.uses_kueue); the quota it wants travels in its request
+for LocalQueues (access._queue); the quota it wants travels in its request
 (`gpu-quota` GPUs per model, `cpu-quota`, `memory-quota`; unset: none of its own), and
 the guarantees are read from those numbers, never from the live objects. Every field of
 ClusterQueueSpec (clusterqueue_types.go) that decides how a team shares is written, its
@@ -76,6 +76,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
+from collections.abc import Collection
 from typing import Any
 
 import batch_engines
@@ -130,8 +131,10 @@ def configure(text: str, settings: batch_engines.Settings) -> str:
     # manageJobsWithoutQueueName and the namespace matching managedJobsNamespaceSelector)
     # and manages it (reconciler.go ReconcileGenericJob: the same two checks); its Workload
     # names no LocalQueue, so it is never admitted ("LocalQueue  doesn't exist",
-    # workload_controller.go getQueueBlocker). The selector keeps this to the teams'
-    # namespaces (the label the control plane gives them): kube-system, kueue-system and
+    # workload_controller.go getQueueBlocker). The selector keeps this to the consumers'
+    # namespaces (the label the control plane gives every kube-api consumer's but a
+    # storage provisioner's, rbac.consumer_grant: one that asked for no LocalQueue has its
+    # Jobs held, never run outside the quotas): kube-system, kueue-system and
     # gpu-k8s-* carry no such label, so their Jobs are never suspended (for those
     # integrations "ManagedJobsNamespaceSelector ... modulat[es] the effects of
     # ManageJobsWithoutQueueName", apis/config/v1beta2/configuration_types.go).
@@ -236,12 +239,23 @@ def _pod_gpus(pod: dict[str, Any]) -> float:
 
 
 def capacity(
-    nodes: list[dict[str, Any]], pods: list[dict[str, Any]], models: list[str], *, shared: bool
+    nodes: list[dict[str, Any]],
+    pods: list[dict[str, Any]],
+    models: list[str],
+    *,
+    shared: bool,
+    managed: Collection[str] | None = None,
 ) -> Quotas:
     """What Kueue may hand out: the schedulable nodes less the GPUs held outside Kueue.
 
-    `pods`: the running pods; those not owned by a Job (Kueue admits Jobs here: JobSet's
-    child Jobs, the purge and import Jobs) hold their GPUs outside Kueue (model servers).
+    `pods`: the running pods. Kueue admits only the Jobs of the namespaces it manages
+    (`managed`: those labelled KUEUE_NAMESPACE_LABEL, `configure`'s selector; JobSet's
+    child Jobs, the purge and import Jobs), so a GPU pod holds its GPUs outside Kueue
+    unless it is a Job's in one of them: a Job's pod elsewhere (a provisioner's, or any
+    namespace Kueue's webhooks never see) counts like a model server's (issue 29 review
+    item 1: Job-owned pods were taken for Kueue's wherever they ran, so GPUs used outside
+    every quota stayed in the cohort and Kueue admitted past the nodes). `managed` None:
+    every namespace is taken for Kueue's (callers that list no Namespaces).
 
     A node under the GPU quarantine taint (NoExecute, lib kubernetes_cluster.py) is not
     schedulable: the leader resizes the cohort in the hook that sets the taint (addons.py)
@@ -274,7 +288,9 @@ def capacity(
     for pod in pods:
         owners = (pod.get("metadata") or {}).get("ownerReferences") or []
         flavor = flavor_of.get((pod.get("spec") or {}).get("nodeName") or "")
-        if flavor and not any(o.get("kind") == "Job" for o in owners):
+        namespace = (pod.get("metadata") or {}).get("namespace") or ""
+        kueues = managed is None or namespace in managed
+        if flavor and not (kueues and any(o.get("kind") == "Job" for o in owners)):
             key = (flavor, GPU_RESOURCE)
             out[key] = max(0.0, out[key] - _pod_gpus(pod))
     return out
@@ -331,6 +347,15 @@ def clamp(have: Quotas, asked: Guarantees, order: list[str]) -> Guarantees:
     queues by the kube-api relation's id, which Juju increments per model, so the order
     they were related in) each get min(ask, what the cluster has left) per flavor and
     resource, so a team asking later or more can never shrink what an earlier team holds.
+
+    `have` is what the schedulable nodes offer (`capacity` with no pods), not what is left
+    after the GPUs held outside Kueue (issue 29 review item 2: a later team's GPU
+    Deployment, even `serve`'s, shrank an earlier team's guarantee at the next
+    update-status). Those GPUs come off the cohort's own pool (`cohort_quota` of
+    `capacity` with the pods), which every team borrows from: while they fit in it no
+    guarantee is touched; past it, the guarantees stand as given and a team's admitted job
+    whose pods find no free GPU waits Pending (Kueue counts quota, the scheduler the
+    nodes) until the pods outside Kueue free them.
     """
     out: Guarantees = {}
     for key, teams in asked.items():

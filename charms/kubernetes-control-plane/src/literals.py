@@ -89,10 +89,12 @@ KUEUE = Release(
     config_key="controller_manager_config.yaml",
 )
 
-# Namespaces whose Jobs, JobSets and pods Kueue manages: those of kube-api consumers that
-# ask for LocalQueues. Kueue's job and pod webhooks fail closed and upstream scopes them to
-# every namespace but kube-system and kueue-system (kubernetes-sigs/kueue#5244), so while
-# its controller is down nothing could start anywhere; here they are scoped to this label.
+# Namespaces whose Jobs and JobSets Kueue manages: every kube-api consumer's but a storage
+# provisioner's (rbac.consumer_grant; issue 29 review: labelling only those that asked for
+# LocalQueues let a consumer that asked for none run GPU Jobs outside every quota).
+# Kueue's job and pod webhooks fail closed and upstream scopes them to every namespace but
+# kube-system and kueue-system (kubernetes-sigs/kueue#5244), so while its controller is
+# down nothing could start anywhere; here they are scoped to this label.
 KUEUE_NAMESPACE_LABEL = "gpu-k8s.io/kueue"
 KUEUE_NAMESPACE_VALUE = "managed"
 

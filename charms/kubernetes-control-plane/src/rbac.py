@@ -59,8 +59,6 @@ WORKER_RULES: list[RuleDict] = [
 ]
 
 
-KUEUE_GROUP = "kueue.x-k8s.io"
-
 # Every node may read its own metrics with its kubelet's client certificate (group
 # system:nodes): the API server's /metrics, and kubelet's /metrics/* (the nodes/metrics
 # subresource, kubernetes pkg/kubelet/server/auth.go). The node's HAProxy forwards the
@@ -138,14 +136,6 @@ class Grant:
     token_request: bool = False
 
     @property
-    def uses_kueue(self) -> bool:
-        """Whether the consumer queues work through Kueue (it asks for LocalQueues)."""
-        return any(
-            KUEUE_GROUP in rule.get("apiGroups", ()) and "localqueues" in rule.get("resources", ())
-            for rule in self.rules
-        )
-
-    @property
     def role_name(self) -> str:
         """Name of the Role/ClusterRole and their bindings."""
         return f"gpu-k8s-{self.consumer}"
@@ -169,7 +159,18 @@ def consumer_grant(
     Its namespace enforces Pod Security `restricted`; a storage `provisioner`'s (the
     operator trusts it with PersistentVolumes) `baseline`: its Jobs mount the file
     system as root to make the consumers' directories (literals.PROVISIONER_POD_SECURITY).
+
+    Every consumer's namespace but a provisioner's is Kueue's (KUEUE_NAMESPACE_LABEL),
+    whether it asked for LocalQueues or not: Kueue v0.19.2 suspends every batch Job and
+    JobSet there on create and admits only those of a LocalQueue (kueue.configure), so a
+    consumer that asked for none has its Jobs held, never run outside the teams' quotas
+    (issue 29 review item 1). A provisioner's directory Jobs would be held the same way,
+    so its namespace is left out; the GPUs any pod there holds come off what Kueue may
+    hand out (kueue.capacity counts every GPU pod outside a managed namespace).
     """
+    labels = PROVISIONER_POD_SECURITY if provisioner else TEAM_POD_SECURITY
+    if not provisioner:
+        labels = {**labels, KUEUE_NAMESPACE_LABEL: KUEUE_NAMESPACE_VALUE}
     return Grant(
         consumer=app,
         namespace=namespace,
@@ -177,9 +178,7 @@ def consumer_grant(
         rules=[r.manifest() for r in rules],
         cluster_rules=[r.manifest() for r in cluster_rules],
         own_namespace=True,
-        namespace_labels={
-            namespace: PROVISIONER_POD_SECURITY if provisioner else TEAM_POD_SECURITY
-        },
+        namespace_labels={namespace: labels},
         token_request=True,
     )
 
@@ -220,8 +219,6 @@ def manifests(grant: Grant) -> list[dict]:
         if name != "kube-system":
             meta = _meta(name, grant)
             meta["labels"].update(grant.namespace_labels.get(name, {}))
-            if name == ns and grant.uses_kueue:
-                meta["labels"][KUEUE_NAMESPACE_LABEL] = KUEUE_NAMESPACE_VALUE
             objs.append({"apiVersion": "v1", "kind": "Namespace", "metadata": meta})
     objs.append(
         {

@@ -376,9 +376,9 @@ def _cohort_quota(api) -> dict[tuple[str, str], str]:
     }
 
 
-def _gpu_pod(api, name: str, node: str, gpus: int, owner: str) -> None:
+def _gpu_pod(api, name: str, node: str, gpus: int, owner: str, namespace: str = "team") -> None:
     api.put_object(
-        f"/api/v1/namespaces/team/pods/{name}",
+        f"/api/v1/namespaces/{namespace}/pods/{name}",
         {
             "metadata": {"ownerReferences": [{"kind": owner, "name": "x", "uid": name}]},
             "spec": {
@@ -415,7 +415,8 @@ def test_the_cohort_holds_the_cluster_less_the_teams_guarantees(ctx, machine, ap
     # defaults (b): no guarantee, borrows from the cohort
     out = _with_teams(out, _team("a", gpus=2, cpu="3"), _team("b"))
     _gpu_pod(api, "server", "gpu-1", 1, "ReplicaSet")  # a model server: outside Kueue
-    _gpu_pod(api, "worker-0", "gpu-0", 1, "Job")  # admitted by Kueue: counted by Kueue
+    # admitted by Kueue in team-a's namespace (Kueue's): counted by Kueue
+    _gpu_pod(api, "worker-0", "gpu-0", 1, "Job", namespace="a")
     out = ctx.run(ctx.on.update_status(), out)
     assert out.unit_status.name == "active", out.unit_status.message
     assert _cohort_quota(api) == {
@@ -426,6 +427,22 @@ def test_the_cohort_holds_the_cluster_less_the_teams_guarantees(ctx, machine, ap
     writes = len([r for r in api.requests if r.method != "GET"])
     out = ctx.run(ctx.on.update_status(), out)
     assert len([r for r in api.requests if r.method != "GET"]) == writes
+
+
+def test_a_jobs_gpus_outside_kueues_namespaces_leave_the_cohort(ctx, machine, api, releases):
+    """Issue 29 review item 1: a Job's pod was taken for Kueue's wherever it ran.
+
+    A GPU Job's pod in a namespace Kueue does not manage (a storage provisioner's, or any
+    namespace without the label) holds its GPUs outside every quota: they come off the
+    cohort as a model server's do; a Job's pod in a team's namespace is Kueue's to count.
+    """
+    out = _two_gpu_workers(ctx, api)
+    out = ctx.run(ctx.on.update_status(), _with_teams(out, _team("a")))
+    _gpu_pod(api, "outside-0", "gpu-1", 3, "Job", namespace="storage")  # not Kueue's
+    _gpu_pod(api, "worker-0", "gpu-0", 2, "Job", namespace="a")  # admitted by Kueue
+    out = ctx.run(ctx.on.update_status(), out)
+    assert out.unit_status.name == "active", out.unit_status.message
+    assert _cohort_quota(api)[("gpu-nvidia-a10g", "nvidia.com/gpu")] == "5"  # 8 - 3
 
 
 def test_guarantees_past_the_cluster_block_with_the_numbers(ctx, machine, api, releases):
@@ -616,6 +633,30 @@ def test_a_team_asking_later_or_more_never_shrinks_an_earlier_teams_queue(
     assert _quota_of(_team_cq(api, "z"))[gpu] == "6"
     assert _quota_of(_team_cq(api, "z"))[cpu] == "8"
     assert _cohort_quota(api)[gpu] == "0" and _cohort_quota(api)[cpu] == "0"
+
+
+def test_gpus_held_outside_kueue_never_shrink_an_earlier_teams_guarantee(
+    ctx, machine, api, releases
+):
+    """Issue 29 review item 2: a later team's GPU Deployment shrank team-a's guarantee.
+
+    The clamp worked on the cluster less the GPUs held outside Kueue, so team-b's model
+    server (its `serve gpus=4`) took 4 of team-a's 6 at the next update-status. They come
+    off the cohort's pool now; team-a keeps its 6, and nothing blocks.
+    """
+    out = _two_gpu_workers(ctx, api)
+    a, b = _team("a", gpus=6), _team("b")
+    out = ctx.run(ctx.on.update_status(), _with_teams(out, a, b))
+    gpu = ("gpu-nvidia-a10g", "nvidia.com/gpu")
+    assert (_quota_of(_team_cq(api, "a"))[gpu], _cohort_quota(api)[gpu]) == ("6", "2")
+    _gpu_pod(api, "serve-0", "gpu-1", 1, "ReplicaSet", namespace="b")  # fits in the pool
+    out = ctx.run(ctx.on.update_status(), out)
+    assert (_quota_of(_team_cq(api, "a"))[gpu], _cohort_quota(api)[gpu]) == ("6", "1")
+    _gpu_pod(api, "serve-1", "gpu-1", 3, "ReplicaSet", namespace="b")  # past the pool
+    out = ctx.run(ctx.on.update_status(), out)
+    assert out.unit_status.name == "active", out.unit_status.message
+    assert (_quota_of(_team_cq(api, "a"))[gpu], _cohort_quota(api)[gpu]) == ("6", "0")
+    assert _quota_of(_team_cq(api, "b"))[gpu] == "0"
 
 
 def test_a_departed_teams_queue_is_deleted_and_its_quota_returns_to_the_cohort(

@@ -96,18 +96,23 @@ def test_leader_event_twice_is_idempotent(ctx, machine, api, settled, name):
     # nothing is written again; the only read is the one list of Nodes that the rare
     # events make to see which nodes are Ready (update-status, a new leader, ...), and on
     # update-status (the periodic hook) what Kueue's cohort is sized by (issue 29 item 6:
-    # whole Nodes, running Pods; addons._apply_kueue_objects), once each (the teams'
-    # guarantees are their kube-api requests': no ClusterQueue is read back any more)
+    # whole Nodes, running Pods, the Namespaces Kueue manages; addons._apply_kueue_objects),
+    # once each (the teams' guarantees are their kube-api requests': no ClusterQueue is
+    # read back any more)
     again = api.requests[requests:]
     if name == "update_status":
         cohort = [
             ("GET", "/api/v1/nodes"),
             ("GET", "/api/v1/pods"),
+            ("GET", "/api/v1/namespaces"),
         ]
         sized = [r for r in again if r in cohort]
         assert sorted(sized) == sorted(cohort + [("GET", "/api/v1/nodes")])
         assert [r.query.get("fieldSelector") for r in sized if r[1] == "/api/v1/pods"] == [
             "status.phase=Running"
+        ]
+        assert [r.query.get("labelSelector") for r in sized if r[1] == "/api/v1/namespaces"] == [
+            "gpu-k8s.io/kueue=managed"
         ]
         for r in cohort:
             again.remove(r)

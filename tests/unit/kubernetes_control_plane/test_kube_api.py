@@ -282,17 +282,23 @@ def test_consumers_hear_at_once_when_a_worker_node_joins_or_leaves(ctx, bootstra
     assert out.get_relation(rel.id).local_app_data["node-set"] not in (empty, one)
 
 
-def test_a_consumer_that_asks_for_local_queues_gets_its_namespace_managed_by_kueue(
-    ctx, bootstrapped, api
-):
+def test_every_consumers_namespace_but_a_provisioners_is_managed_by_kueue(ctx, bootstrapped, api):
+    """Issue 29 review item 1: a consumer asking for no LocalQueues is Kueue's too.
+
+    Only those asking for LocalQueues were; the others' Jobs ran outside every quota.
+    Updated (stricter).
+    """
     queues = [{"api-groups": ["kueue.x-k8s.io"], "resources": ["localqueues"], "verbs": ["get"]}]
     team = kube_api_relation("tensorflow", "training", queues, NODES)
-    plain = kube_api_relation("efs-storage", "storage", JOBS)
-    state = with_relation(with_relation(bootstrapped, team), plain)
-    ctx.run(ctx.on.relation_changed(team), state)
-    ctx.run(ctx.on.relation_changed(plain), state)
-    labels = api.get_object("/api/v1/namespaces/training")["metadata"]["labels"]
-    assert labels["gpu-k8s.io/kueue"] == "managed"  # Kueue's job and pod webhooks act here
+    miner = kube_api_relation("miner", "miner", JOBS)
+    plain = kube_api_relation("efs-storage", "storage", JOBS)  # kube-api-storage-provisioners
+    state = with_relation(with_relation(with_relation(bootstrapped, team), miner), plain)
+    for rel in (team, miner, plain):
+        ctx.run(ctx.on.relation_changed(rel), state)
+    for namespace in ("training", "miner"):
+        labels = api.get_object(f"/api/v1/namespaces/{namespace}")["metadata"]["labels"]
+        assert labels["gpu-k8s.io/kueue"] == "managed"  # Kueue's job and pod webhooks act here
+    # the provisioner's directory Jobs run unqueued: its GPUs, if any, leave the cohort
     assert (
         "gpu-k8s.io/kueue"
         not in api.get_object("/api/v1/namespaces/storage")["metadata"]["labels"]

@@ -15,11 +15,21 @@ import pytest
 from conftest import NS, TOKEN, add_nodes, jobset, node, run_action
 
 from fakes.batch import BatchControllers
+from fakes.kube_grants import consumer_grant, store_grant
 
 JOBS = f"/apis/batch/v1/namespaces/{NS}/jobs"
 
 
-def _team_creates_job(api, name: str, labels: dict | None = None, cpu: str = "1") -> dict:
+def _team_creates_job(
+    api,
+    name: str,
+    labels: dict | None = None,
+    cpu: str = "1",
+    *,
+    namespace: str = NS,
+    token: str = TOKEN,
+    gpus: int = 0,
+) -> dict:
     """A plain batch Job, POSTed with the team's own token (its kube-api grant)."""
     job = {
         "apiVersion": "batch/v1",
@@ -40,7 +50,10 @@ def _team_creates_job(api, name: str, labels: dict | None = None, cpu: str = "1"
                             "name": "miner",
                             "image": "tensorflow/tensorflow:2.21.0",
                             "command": ["python3", "-c", "pass"],
-                            "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}},
+                            "resources": {
+                                "requests": {"cpu": cpu, "memory": "1Gi"},
+                                **({"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}),
+                            },
                             "securityContext": {
                                 "allowPrivilegeEscalation": False,
                                 "capabilities": {"drop": ["ALL"]},
@@ -51,8 +64,9 @@ def _team_creates_job(api, name: str, labels: dict | None = None, cpu: str = "1"
             }
         },
     }
-    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
-    status, _, body, *_ = api.handle("POST", JOBS, headers, json.dumps(job).encode())
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    path = f"/apis/batch/v1/namespaces/{namespace}/jobs"
+    status, _, body, *_ = api.handle("POST", path, headers, json.dumps(job).encode())
     assert status == 201, body
     return json.loads(body)
 
@@ -80,6 +94,32 @@ def test_a_job_without_a_queue_stays_suspended_and_never_runs(ctx, state, api, c
     assert api.get_object(f"{JOBS}/miner")["spec"]["suspend"] is True
     assert _pods(api, "miner") == []
     workload = controller.workload("miner", kind="Job")
+    assert workload is not None and "queueName" not in workload["spec"]
+    assert _reserved(workload)["message"] == "LocalQueue  doesn't exist"
+
+
+def test_a_consumer_without_local_queues_has_its_gpu_job_held(api, controller):
+    """Issue 29 review item 1: a consumer that asked for no LocalQueues ran GPU Jobs at once.
+
+    Its namespace lacked Kueue's label, so its Job ran outside every quota (and the
+    cohort, counting Job pods as Kueue's, kept its GPUs).
+
+    Another kube-api consumer asks only for batch Jobs (no LocalQueues); its grant, as the
+    control plane makes it, labels its namespace managed: Kueue's webhook suspends the Job
+    it creates with its own token and its Workload names no queue, so it never runs.
+    """
+    add_nodes(api, node("node-a", 4), node("cpu-0"))
+    jobs = [{"api-groups": ["batch"], "resources": ["jobs"], "verbs": ["create", "get"]}]
+    store_grant(api, consumer_grant("miner", "miner", jobs, []), "miner-token")
+    miner = BatchControllers(api, "miner")
+    created = _team_creates_job(api, "gpus", namespace="miner", token="miner-token", gpus=4)
+    assert created["spec"].get("suspend") is True
+    for _ in range(3):
+        miner.tick()
+    held = api.get_object("/apis/batch/v1/namespaces/miner/jobs/gpus")
+    assert held["spec"]["suspend"] is True
+    assert api.objects("/api/v1/namespaces/miner/pods/") == []
+    workload = miner.workload("gpus", kind="Job")
     assert workload is not None and "queueName" not in workload["spec"]
     assert _reserved(workload)["message"] == "LocalQueue  doesn't exist"
 

@@ -196,7 +196,9 @@ def _other_team(api, request: dict[str, str] | None = None) -> BatchControllers:
 
     Its ClusterQueue as the control plane writes it from that charm's kube-api `request`.
     """
-    api.put_object(f"/api/v1/namespaces/{OTHER}", {"metadata": {"name": OTHER}})
+    # Kueue's, as the control plane labels every consumer's namespace (rbac.consumer_grant)
+    labels = {"gpu-k8s.io/kueue": "managed"}
+    api.put_object(f"/api/v1/namespaces/{OTHER}", {"metadata": {"name": OTHER, "labels": labels}})
     (lq,) = queues.team_objects("other", OTHER)
     api.put_object(f"{KUEUE}/namespaces/{OTHER}/localqueues/{lq['metadata']['name']}", lq)
     join_team(api, OTHER, request)
