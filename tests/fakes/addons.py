@@ -523,10 +523,17 @@ def size_cohort(api: Any, *, cohort: bool = True) -> dict:
         kueue.Team(ns, **{keys[k]: v for k, v in request.items() if k in keys})
         for ns, request in team_requests(api).items()
     ]
-    have = kueue.capacity(api.objects("/api/v1/nodes/"), pods, models, shared=False)
-    held = kueue.guarantees(teams, flavors)
-    given = kueue.clamp(have, held, [t.queue for t in teams])
-    objects = kueue.cluster_objects(models, quota=kueue.cohort_quota(have, given))
+    managed = {
+        n["metadata"]["name"]
+        for n in api.objects("/api/v1/", kind="Namespace")
+        if (n["metadata"].get("labels") or {}).get(kueue.KUEUE_NAMESPACE_LABEL)
+        == kueue.KUEUE_NAMESPACE_VALUE
+    }
+    sizing = kueue.size(
+        api.objects("/api/v1/nodes/"), pods, models, teams, flavors, shared=False, managed=managed
+    )
+    given = sizing.given
+    objects = kueue.cluster_objects(models, quota=sizing.quota)
     sized = next(o for o in objects if o["kind"] == "Cohort")
     if cohort:
         api.put_object(f"{kueue_api}/cohorts/{kueue.COHORT}", sized)
@@ -537,4 +544,4 @@ def size_cohort(api: Any, *, cohort: bool = True) -> dict:
         if live.get("spec") != queue["spec"]:
             status = live.get("status")
             api.put_object(path, {**queue, **({"status": status} if status else {})})
-    return {"overcommitted": kueue.overcommitted(have, held, given), "cohort": sized}
+    return {"overcommitted": sizing.overcommitted, "cohort": sized}

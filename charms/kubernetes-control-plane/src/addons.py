@@ -456,29 +456,26 @@ class Addons:
             kube = self._kube()
             selector = f"{KUEUE_NAMESPACE_LABEL}={KUEUE_NAMESPACE_VALUE}"
             nodes = kube.list("v1", "Node")
-            have = kueue.capacity(
+            sizing = kueue.size(
                 nodes,
                 kube.list("v1", "Pod", field_selector="status.phase=Running"),
                 models,
+                teams,
+                flavors,
                 shared=shared,
                 managed={
                     n["metadata"]["name"]
                     for n in kube.list("v1", "Namespace", label_selector=selector)
                 },
             )
-            # the guarantees are clamped to what the nodes have, pods or not: GPUs held
-            # outside Kueue come off the cohort's pool (`have`), never an earlier team's
-            # guarantee (issue 29 review item 2, kueue.clamp)
-            nodes_have = kueue.capacity(nodes, [], models, shared=shared)
-            held = kueue.guarantees(teams, flavors)
-            given = kueue.clamp(nodes_have, held, [t.queue for t in teams])
-            quota = kueue.cohort_quota(have, given)
             sized: dict[str, Any] = {
-                "quota": [[f, r, v] for (f, r), v in sorted(quota.items())],
+                "quota": [[f, r, v] for (f, r), v in sorted(sizing.quota.items())],
                 "given": [
-                    [f, r, q, v] for (f, r), qs in sorted(given.items()) for q, v in qs.items()
+                    [f, r, q, v]
+                    for (f, r), qs in sorted(sizing.given.items())
+                    for q, v in qs.items()
                 ],
-                "overcommitted": kueue.overcommitted(nodes_have, held, given) or "",
+                "overcommitted": sizing.overcommitted or "",
                 "workers": sorted(workers.nodes),
                 "quarantined": quarantined,
                 "teams": asked,

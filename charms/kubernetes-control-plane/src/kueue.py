@@ -497,6 +497,37 @@ def overcommitted(have: Quotas, held: Guarantees, given: Guarantees | None = Non
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class Sizing:
+    """The cohort's quota, each team's clamped guarantee, and the Blocked line, if any."""
+
+    quota: Quotas
+    given: Guarantees
+    overcommitted: str | None
+
+
+def size(
+    nodes: list[dict[str, Any]],
+    pods: list[dict[str, Any]],
+    models: list[str],
+    teams: list[Team],
+    flavors: list[str],
+    *,
+    shared: bool,
+    managed: Collection[str] | None = None,
+) -> Sizing:
+    """Size the cohort: the guarantees clamped to what the nodes have, pods or not.
+
+    GPUs held outside Kueue (`capacity` with the running `pods`) come off the cohort's
+    pool, never an earlier team's guarantee (issue 29 review item 2, `clamp`).
+    """
+    have = capacity(nodes, pods, models, shared=shared, managed=managed)
+    nodes_have = capacity(nodes, [], models, shared=shared)
+    held = guarantees(teams, flavors)
+    given = clamp(nodes_have, held, [t.queue for t in teams])
+    return Sizing(cohort_quota(have, given), given, overcommitted(nodes_have, held, given))
+
+
 def _text(resource: str, value: float) -> str:
     if resource == "cpu" and value != int(value):
         return f"{int(value * 1000)}m"
