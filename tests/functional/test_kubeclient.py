@@ -445,16 +445,24 @@ def test_status_subresource_and_main_resource_keep_their_parts(kube: Kube):
     assert pod["metadata"]["labels"] == {"x": "1"}
 
 
-def test_status_put_changes_only_the_status(kube: Kube):
+def test_a_pods_status_put_keeps_its_metadata_never_its_spec(kube: Kube):
+    """A pods/status write keeps the labels it sends; spec stays as it was.
+
+    podStatusStrategy.PrepareForUpdate (kubernetes pkg/registry/core/pod/strategy.go)
+    resets spec, deletionTimestamp and ownerReferences only (Calico's CNI plugin writes
+    its podIP annotations so).
+    """
     namespace(kube, "work")
     pod = kube.create(pod_manifest("p"))
     assert pod["status"] == {"phase": "Pending"}
-    sent = {**pod, "metadata": {**pod["metadata"], "labels": {"ignored": "yes"}}}
+    sent = {**pod, "metadata": {**pod["metadata"], "labels": {"kept": "yes"}}}
+    sent["spec"] = {**pod["spec"], "nodeName": "elsewhere"}
     sent["status"] = {"phase": "Running", "podIP": "10.1.0.5"}
     path = kube.path("v1", "Pod", "work", "p", "status")
     written = kube.request("PUT", path, body=sent)
     assert written["status"] == {"phase": "Running", "podIP": "10.1.0.5"}
-    assert "labels" not in written["metadata"]
+    assert written["metadata"]["labels"] == {"kept": "yes"}
+    assert written["spec"] == pod["spec"]
     assert kube.request("GET", path)["status"]["phase"] == "Running"
 
 
