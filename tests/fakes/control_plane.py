@@ -137,6 +137,7 @@ class ControlPlaneMachine:
         self.api = api
         self.etcd = etcd
         self.pki = KubeadmPki(self.machine, clock or Clock(), etcd)
+        self.machine.clock = self.pki.clock  # kubelet dates its serving certificate by it
         self.kubelet = FakeKubelet(self.machine, self.pki)
         # the API server serves the certificate its pod loaded when kubelet started it
         api.serving_expiry = self._serving_expiry
@@ -340,6 +341,7 @@ class ControlPlaneMachine:
         self.machine.write("/etc/kubernetes/pki/ca.crt", CA_PEM)
         self.machine.write("/etc/kubernetes/kubelet.conf", "apiVersion: v1\nkind: Config\n")
         self.machine.kubelet_client_cert()
+        self.machine.kubelet_serving_cert()
         name = init["nodeRegistration"]["name"]
         cluster = next(d for d in docs if d["kind"] == "ClusterConfiguration")
         self.machine.cluster_version = str(cluster.get("kubernetesVersion", "")).lstrip("v")

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import datetime
 import fnmatch
 import hashlib
 import os
@@ -174,6 +175,8 @@ class FakeMachine:
         # Without one, kubelet.conf names the join endpoint and the PEM is a placeholder.
         self.cluster: Any = None
         self.kubelet_enabled_on_install = True
+        # the machine's time (UTC): when kubelet dates the serving certificate it makes
+        self.clock: Any = lambda: datetime.datetime.now(datetime.timezone.utc)
         self._kubeadm: dict[str, Handler] = {
             "join": self._kubeadm_join,
             "reset": self._kubeadm_reset,
@@ -339,6 +342,72 @@ class FakeMachine:
         link.unlink(missing_ok=True)
         link.symlink_to(dated)  # absolute, a path on the machine
         return dated
+
+    def kubelet_serving_cert(self) -> bool:
+        """What a starting kubelet does about its serving certificate; True if it wrote one.
+
+        kubeadm leaves serverTLSBootstrap off and names no tlsCertFile, so kubelet uses
+        /var/lib/kubelet/pki/kubelet.crt and kubelet.key, and only when it cannot read both
+        writes a new self-signed pair (kubernetes/kubernetes cmd/kubelet/app/server.go
+        InitializeTLS). The pair is client-go's GenerateSelfSignedCertKey (util/cert/
+        cert.go): a CA "<hostname>-ca@<unix time>" and the serving certificate
+        "<hostname>@<unix time>" (DNS SAN the hostname, serverAuth) it signed, both valid
+        from an hour before `clock()` for 365 days, serving certificate then CA in one PEM,
+        the key alone in kubelet.key. kubelet's keys are RSA 2048; these are P-256, which
+        nothing here reads and which are quicker to make.
+        """
+        cert, key = kubeadm.KUBELET_SERVING_CERT, kubeadm.KUBELET_SERVING_KEY
+        if self.path(cert).is_file() and self.path(key).is_file():
+            return False
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+        now = self.clock()
+        valid_from = now - datetime.timedelta(hours=1)
+        valid_until = valid_from + datetime.timedelta(days=365)
+        stamp = int(now.timestamp())
+
+        def name(common_name: str) -> x509.Name:
+            return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+        ca_key, leaf_key = (
+            ec.generate_private_key(ec.SECP256R1()),
+            ec.generate_private_key(ec.SECP256R1()),
+        )
+        ca_name = name(f"{self.hostname}-ca@{stamp}")
+        ca = (
+            x509.CertificateBuilder()
+            .subject_name(ca_name)
+            .issuer_name(ca_name)
+            .public_key(ca_key.public_key())
+            .serial_number(1)
+            .not_valid_before(valid_from)
+            .not_valid_after(valid_until)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(ca_key, hashes.SHA256())
+        )
+        leaf = (
+            x509.CertificateBuilder()
+            .subject_name(name(f"{self.hostname}@{stamp}"))
+            .issuer_name(ca_name)
+            .public_key(leaf_key.public_key())
+            .serial_number(2)
+            .not_valid_before(valid_from)
+            .not_valid_after(valid_until)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False)
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(self.hostname)]), False)
+            .sign(ca_key, hashes.SHA256())
+        )
+        pem = serialization.Encoding.PEM
+        self.write(cert, (leaf.public_bytes(pem) + ca.public_bytes(pem)).decode())
+        key_pem = leaf_key.private_bytes(
+            pem, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
+        )
+        self.write(key, key_pem.decode(), 0o600)
+        return True
 
     # -- programs ---------------------------------------------------------------------
 
@@ -638,6 +707,8 @@ class FakeMachine:
             if verb in ("restart", "start") and service.active:
                 if verb == "restart" or service.running is None:
                     service.running = self.dpkg.get(name)
+                if name == "kubelet" and self.path(kubeadm.KUBELET_CONF).exists():
+                    self.kubelet_serving_cert()  # a kubelet that runs (joined) serves
         return ""
 
     @staticmethod
@@ -822,6 +893,7 @@ class FakeMachine:
         }
         self.write(kubeadm.KUBELET_CONF, yaml.safe_dump(conf), 0o600)
         self.kubelet_client_cert(pem=pem)
+        self.kubelet_serving_cert()
         self.path("/etc/kubernetes/bootstrap-kubelet.conf").unlink(missing_ok=True)
 
     def _kubeadm_upgrade(self, argv: list[str], _input: str | None) -> str:

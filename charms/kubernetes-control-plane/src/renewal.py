@@ -29,6 +29,7 @@ import rolling
 from context import UnitContext
 from peers import NODE_TURNS, RENEWAL_TURN, Peers
 
+from charms.gpu_k8s.v0 import kubeadm
 from charms.gpu_k8s.v0.databag import write
 from charms.gpu_k8s.v0.unit_state import Gauge
 
@@ -111,6 +112,7 @@ class Renewal:
                 self._stored.pop(CHECK_FAILURE, None)
                 self._stored[CHECKED] = now.isoformat()
                 self._publish(expiry, wants=bool(expiry.due(now, days)) or self._requested())
+            self._kubelet_serving_certificate(now)
         if leader:
             self.pass_turn()
         if self._peers.app.get(RENEWAL_TURN) == self._ctx.unit:
@@ -121,6 +123,18 @@ class Renewal:
             if leader:
                 self.pass_turn()
         return self._notes(now, days), self._blocked()
+
+    def _kubelet_serving_certificate(self, now: datetime.datetime) -> None:
+        """Have kubelet renew its self-signed serving certificate within 30 days of expiry.
+
+        kubeadm's certificates do not include it (kubeadm certs renew leaves it alone);
+        no turn: a kubelet restart stops no static pod. A failed restart is only logged:
+        systemd keeps starting kubelet (Restart=always), which writes the new pair.
+        """
+        try:
+            kubeadm.rotate_kubelet_serving_certificate(self._ctx.host, now)
+        except kubeadm.KubeletRestartError as e:
+            logger.error("%s", e)
 
     def pass_turn(self) -> str | None:
         """Give the turn to the first unit that wants one, this (leading) unit first.

@@ -273,6 +273,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
             )
         # joined now: the kubelet's certificate lets HAProxy serve its metrics (no-op after)
         self._proxy(host, info)
+        self._kubelet_serving_certificate(host)
         self._telemetry(host, state)
         if state.has_gpu:  # a repair holds its turn before an upgrade or update takes one
             self._gpu_health(host, node, config, notes)
@@ -313,6 +314,15 @@ class KubernetesWorkerCharm(ops.CharmBase):
         elif found:
             message = gpu_health.status_message(node, self.unit.name, found)
             notes.append(ops.BlockedStatus(message or ""))
+
+    def _kubelet_serving_certificate(self, host: Host) -> None:
+        """Within 30 days of its expiry, kubelet makes itself a new serving certificate.
+
+        Waiting (the reconcile goes on) while systemctl cannot restart kubelet.
+        """
+        now = datetime.datetime.fromtimestamp(self.wall_clock(), datetime.timezone.utc)
+        with self._statuses.step(), on_error(ops.WaitingStatus, kubeadm.KubeletRestartError):
+            kubeadm.rotate_kubelet_serving_certificate(host, now)
 
     def _telemetry(self, host: Host, state: gpu_node.GpuState) -> None:
         """What this machine's COS agent scrapes: only targets that answer (review F-19).

@@ -498,3 +498,33 @@ def test_upgrade_then_renewal_then_containerd_one_node_at_a_time(ctx, machine, c
 
     out = run(with_peer(out, {1: {k: v for k, v in renewed.items() if k != "runtime-updates"}}))
     assert seen[-1] == ()
+
+
+def test_kubelets_serving_certificate_is_renewed_by_kubelet_with_the_hourly_check(
+    ctx, machine, clock
+):
+    """Issue 30 item 1: kubeadm's renewal leaves kubelet's self-signed one alone.
+
+    Within 30 days of its expiry the hourly check removes it and restarts kubelet, which
+    writes a new one.
+    """
+    from charms.gpu_k8s.v0 import kubeadm
+
+    out = bootstrapped(ctx)
+    host = machine.machine.host()
+    year = datetime.timedelta(days=365) - datetime.timedelta(hours=1)
+    assert kubeadm.kubelet_serving_expiry(host) == NOW + year
+    kubelet = machine.machine.services["kubelet"]
+    restarts = kubelet.restarts
+    clock.advance(days=334)  # 31 days left
+    out = ctx.run(ctx.on.update_status(), out)
+    assert kubelet.restarts == restarts
+
+    clock.advance(days=6)
+    out = ctx.run(ctx.on.update_status(), out)
+    clock.advance(hours=2)  # the next hourly check finds the new one
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert kubelet.restarts == restarts + 1
+    assert kubeadm.kubelet_serving_expiry(host) == clock.now - datetime.timedelta(hours=2) + year
+    assert out.unit_status == testing.ActiveStatus("Ready: v1.36, 1 control-plane, 0 workers")

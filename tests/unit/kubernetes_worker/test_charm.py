@@ -1,12 +1,14 @@
 """State-transition tests of the kubernetes-worker charm against a fake machine and API."""
 
 import dataclasses
+import datetime
 import json
 import logging
 
 import pytest
 from ops import testing
 
+import charm
 from charms.gpu_k8s.v0 import api_proxy, apt, containerd, kubeadm
 from fakes.machine import deb
 from fakes.worker_scenario import (
@@ -721,3 +723,38 @@ def test_no_secret_value_in_logs_statuses_databags_or_commands(
     text = "\n".join(seen)
     for secret in (TOKEN, TOKEN.split(".")[1], SA_TOKEN):
         assert secret not in text
+
+
+# -- kubelet's serving certificate ----------------------------------------------------
+
+
+def test_kubelets_serving_certificate_is_renewed_by_kubelet_30_days_before_it_expires(
+    ctx, machine, api, monkeypatch
+):
+    """Issue 30 item 1: kubelet's self-signed serving certificate lasts a year.
+
+    Within 30 days of its expiry update-status removes it and restarts kubelet, which
+    writes a new one (the fake machine as kubelet does); once, and not before day 335.
+    """
+    day0 = datetime.datetime(2026, 11, 24, 10, tzinfo=datetime.timezone.utc)
+    now = [day0]
+    machine.clock = lambda: now[0]
+    monkeypatch.setattr(
+        charm.KubernetesWorkerCharm, "wall_clock", staticmethod(lambda: now[0].timestamp())
+    )
+    _, state = joined(ctx, api)
+    year = datetime.timedelta(days=365) - datetime.timedelta(hours=1)
+    assert kubeadm.kubelet_serving_expiry(machine.host()) == day0 + year
+    kubelet = machine.services["kubelet"]
+    restarts = kubelet.restarts
+
+    now[0] = day0 + datetime.timedelta(days=334)  # 31 days left
+    state = ctx.run(ctx.on.update_status(), state)
+    assert kubelet.restarts == restarts
+    now[0] = day0 + datetime.timedelta(days=340)
+    state = ctx.run(ctx.on.update_status(), state)
+    again = ctx.run(ctx.on.update_status(), state)
+
+    assert kubelet.restarts == restarts + 1
+    assert kubeadm.kubelet_serving_expiry(machine.host()) == now[0] + year
+    assert again.unit_status == testing.ActiveStatus(READY)

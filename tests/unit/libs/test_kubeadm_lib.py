@@ -563,3 +563,140 @@ def test_reset_keeps_the_files_packages_own_in_the_cni_directory(machine):
 
     assert [p.name for p in machine.path("/etc/cni/net.d").iterdir()] == [".kubernetes-cni-keep"]
     assert not kubeadm.reset(machine.host())  # the kept file is no reason to reset again
+
+
+# -- kubelet's serving certificate ----------------------------------------------------
+
+DAY0 = datetime.datetime(2026, 11, 24, 10, tzinfo=datetime.timezone.utc)
+
+
+def joined(machine, when=DAY0):
+    """A worker that joined at `when`: its kubelet wrote its serving certificate then."""
+    machine.clock = lambda: when
+    installed(machine)
+    kubeadm.join(
+        machine.host(), material(), node_name="ip-10-0-1-17", labels={}, control_plane=False
+    )
+    return machine
+
+
+def test_a_joined_kubelet_serves_a_self_signed_certificate_valid_a_year(machine):
+    joined(machine)
+
+    expires = kubeadm.kubelet_serving_expiry(machine.host())
+
+    # client-go GenerateSelfSignedCertKeyWithFixtures: valid from an hour ago for 365 days
+    assert expires == DAY0 - datetime.timedelta(hours=1) + datetime.timedelta(days=365)
+
+
+def test_a_serving_certificate_within_30_days_of_expiry_is_rotated_once(machine):
+    joined(machine)
+    old = machine.read(kubeadm.KUBELET_SERVING_CERT)
+    old_key = machine.read(kubeadm.KUBELET_SERVING_KEY)
+    day340 = DAY0 + datetime.timedelta(days=340)
+    machine.clock = lambda: day340  # the restarted kubelet dates its new pair by it
+    restarts = machine.services["kubelet"].restarts
+
+    rotated = kubeadm.rotate_kubelet_serving_certificate(machine.host(), day340)
+    again = kubeadm.rotate_kubelet_serving_certificate(machine.host(), day340)
+
+    assert rotated == DAY0 - datetime.timedelta(hours=1) + datetime.timedelta(days=365)
+    assert again is None
+    assert machine.services["kubelet"].restarts == restarts + 1
+    assert machine.read(kubeadm.KUBELET_SERVING_CERT) != old
+    assert machine.read(kubeadm.KUBELET_SERVING_KEY) != old_key
+    assert kubeadm.kubelet_serving_expiry(machine.host()) == (
+        day340 - datetime.timedelta(hours=1) + datetime.timedelta(days=365)
+    )
+
+
+def test_a_serving_certificate_far_from_expiry_is_left_alone(machine):
+    joined(machine)
+    old = machine.read(kubeadm.KUBELET_SERVING_CERT)
+    calls = len(machine.lines("systemctl"))
+    day300 = DAY0 + datetime.timedelta(days=300)  # 65 days left
+
+    assert kubeadm.rotate_kubelet_serving_certificate(machine.host(), day300) is None
+    assert machine.read(kubeadm.KUBELET_SERVING_CERT) == old
+    assert len(machine.lines("systemctl")) == calls
+
+
+def _cert(subject, issuer, key, signer, *, ca=False):
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.x509.oid import NameOID
+
+    def name(cn):
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+    return (
+        x509.CertificateBuilder()
+        .subject_name(name(subject))
+        .issuer_name(name(issuer))
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(DAY0 - datetime.timedelta(days=1))
+        .not_valid_after(DAY0 + datetime.timedelta(days=10))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        .sign(signer, hashes.SHA256())
+    )
+
+
+def _operator_pem(kind):
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    ca_key, key, other = (ec.generate_private_key(ec.SECP256R1()) for _ in range(3))
+    if kind == "signed by the operator's CA":
+        certs = [
+            _cert("ip-10-0-1-17", "corp-ca", key, ca_key),
+            _cert("corp-ca", "corp-ca", ca_key, ca_key, ca=True),
+        ]
+    elif kind == "one self-signed certificate":
+        certs = [_cert("ip-10-0-1-17@1764000000", "ip-10-0-1-17@1764000000", key, key)]
+    else:  # named as kubelet names its pair, but not signed by that CA's key
+        ca_name = "ip-10-0-1-17-ca@1764000000"
+        certs = [
+            _cert("ip-10-0-1-17@1764000000", ca_name, key, other),
+            _cert(ca_name, ca_name, ca_key, ca_key, ca=True),
+        ]
+    return "".join(c.public_bytes(serialization.Encoding.PEM).decode() for c in certs)
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "signed by the operator's CA",
+        "one self-signed certificate",
+        "named like kubelet's pair, signed by another key",
+    ],
+)
+def test_a_serving_certificate_kubelet_did_not_make_is_never_touched(machine, kind):
+    joined(machine)
+    pem = _operator_pem(kind)
+    machine.write(kubeadm.KUBELET_SERVING_CERT, pem)  # expires on day 10
+    key = machine.read(kubeadm.KUBELET_SERVING_KEY)
+    calls = len(machine.lines("systemctl"))
+    day5 = DAY0 + datetime.timedelta(days=5)
+
+    assert kubeadm.kubelet_serving_expiry(machine.host()) is None
+    assert kubeadm.rotate_kubelet_serving_certificate(machine.host(), day5) is None
+    assert machine.read(kubeadm.KUBELET_SERVING_CERT) == pem
+    assert machine.read(kubeadm.KUBELET_SERVING_KEY) == key
+    assert len(machine.lines("systemctl")) == calls
+
+
+def test_a_failed_kubelet_restart_raises_and_the_next_start_writes_the_pair(machine):
+    joined(machine)
+    day340 = DAY0 + datetime.timedelta(days=340)
+    machine.clock = lambda: day340
+    machine.fail_start("kubelet", "Job for kubelet.service failed.")
+
+    with pytest.raises(kubeadm.KubeletRestartError, match="Job for kubelet.service failed"):
+        kubeadm.rotate_kubelet_serving_certificate(machine.host(), day340)
+    assert kubeadm.kubelet_serving_expiry(machine.host()) is None  # removed, none yet
+    # systemd starts it again (kubelet.service Restart=always); that start writes the pair
+    machine.host().run("/usr/bin/systemctl", "start", "kubelet")
+    assert kubeadm.kubelet_serving_expiry(machine.host()) == (
+        day340 - datetime.timedelta(hours=1) + datetime.timedelta(days=365)
+    )

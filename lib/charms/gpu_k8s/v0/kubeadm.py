@@ -13,7 +13,9 @@ token (and for control-plane peers a certificate key): it goes to kubeadm only i
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import hashlib
+import logging
 import re
 from collections.abc import Mapping, Sequence
 
@@ -24,7 +26,9 @@ from charms.gpu_k8s.v0.system import SYSTEMCTL, CommandError, Host
 
 LIBID = "f766a8bf76ef4d8f9f47cf1d41d1f95c"
 LIBAPI = 0
-LIBPATCH = 12
+LIBPATCH = 13
+
+logger = logging.getLogger(__name__)
 
 _VERSION = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+$")
 
@@ -107,6 +111,26 @@ JOIN_CONFIG = "/run/gpu-k8s/kubeadm-join.yaml"
 CNI_CONFIG_DIR = "/etc/cni/net.d"
 CRI_SOCKET = "unix:///run/containerd/containerd.sock"
 ADMIN_CONF = "/etc/kubernetes/admin.conf"
+# kubelet's serving certificate when kubeadm leaves serverTLSBootstrap off (its default):
+# kubelet finds no tlsCertFile/tlsPrivateKeyFile in its configuration, takes these two
+# files in its --cert-dir (/var/lib/kubelet/pki), and only when it cannot read them
+# writes a new self-signed pair (kubernetes/kubernetes 001332b0 cmd/kubelet/app/server.go
+# InitializeTLS: certutil.CanReadCertAndKey, then certutil.GenerateSelfSignedCertKey).
+# That pair (client-go util/cert/cert.go GenerateSelfSignedCertKeyWithFixtures, 04791b49)
+# is a one-off CA "<host>-ca@<unix time>" and the serving certificate "<host>@<unix
+# time>" it signed, both valid from an hour ago for 365 days, in one PEM (serving
+# certificate first, then the CA). kubelet makes a pair only as it starts: while it runs
+# it at most re-reads the files when they change (ReloadKubeletServerCertificateFile,
+# beta and on by default since 1.31: pkg/kubelet/kubelet.go NewMainKubelet), so nothing
+# ever replaces the first year's pair.
+KUBELET_SERVING_CERT = "/var/lib/kubelet/pki/kubelet.crt"
+KUBELET_SERVING_KEY = "/var/lib/kubelet/pki/kubelet.key"
+# Rotated this many days before it expires: the default of the control plane's
+# certificate-renewal-days, fixed here because the worker has no such option and one
+# kubelet is like another; a month of update-status hooks leaves room for every retry.
+KUBELET_SERVING_RENEWAL_DAYS = 30
+_SELF_SIGNED_LEAF = re.compile(r"^(?P<host>.+)@[0-9]+$")
+_SELF_SIGNED_CA = re.compile(r"^(?P<host>.+)-ca@[0-9]+$")
 # Files a failed `kubeadm join` may leave behind; their presence blocks a retry. A
 # control-plane join writes pki/ and admin.conf in its control-plane-prepare phase, before
 # kubelet-start and the etcd member join (cmd/kubeadm/app/cmd/join.go).
@@ -126,6 +150,10 @@ _ENDPOINT = re.compile(r"^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):[0-9]{1,5}$")
 
 class KubeadmError(Exception):
     """kubeadm failed; the message carries its last error line with secrets removed."""
+
+
+class KubeletRestartError(KubeadmError):
+    """systemctl could not restart kubelet for a new serving certificate."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -502,6 +530,84 @@ def reset(host: Host) -> bool:
         if entry.is_file() or entry.is_symlink():
             entry.unlink()
     return True
+
+
+def kubelet_serving_expiry(host: Host) -> datetime.datetime | None:
+    """When the serving certificate kubelet generated for itself expires (UTC), or None.
+
+    None when there is no `KUBELET_SERVING_CERT` or it is not one kubelet made: exactly
+    two certificates, the first named "<host>@<digits>" and issued by the second, a
+    self-signed CA named "<host>-ca@<digits>" for the same host, whose key signed both
+    (see `KUBELET_SERVING_CERT`). A certificate an operator put there (signed by another
+    CA, or any other shape) is never kubelet's, so it is left alone.
+    """
+    from cryptography import x509
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.x509.oid import NameOID
+
+    path = host.path(KUBELET_SERVING_CERT)
+    if not path.is_file():
+        return None
+    try:
+        certs = x509.load_pem_x509_certificates(path.read_bytes())
+    except ValueError:
+        return None
+    if len(certs) != 2:
+        return None
+    leaf, ca = certs
+
+    def common_name(name: x509.Name) -> str:
+        values = name.get_attributes_for_oid(NameOID.COMMON_NAME)
+        return str(values[0].value) if len(values) == 1 and len(name) == 1 else ""
+
+    served = _SELF_SIGNED_LEAF.fullmatch(common_name(leaf.subject))
+    authority = _SELF_SIGNED_CA.fullmatch(common_name(ca.subject))
+    if not served or not authority or served["host"] != authority["host"]:
+        return None
+    if leaf.issuer != ca.subject or ca.issuer != ca.subject:
+        return None
+    try:
+        ca.verify_directly_issued_by(ca)
+        leaf.verify_directly_issued_by(ca)
+    except (ValueError, TypeError, InvalidSignature):
+        return None
+    return leaf.not_valid_after_utc
+
+
+def rotate_kubelet_serving_certificate(
+    host: Host, now: datetime.datetime, days: int = KUBELET_SERVING_RENEWAL_DAYS
+) -> datetime.datetime | None:
+    """Have kubelet make a new serving certificate when its own expires within `days`.
+
+    Removes `KUBELET_SERVING_CERT` and `KUBELET_SERVING_KEY` and restarts kubelet, which
+    finds them missing and writes a new self-signed pair, valid a year (InitializeTLS).
+    Only a certificate `kubelet_serving_expiry` knows as kubelet's is touched. Restarting
+    kubelet leaves the running containers alone: they run under containerd's shims, not in
+    kubelet.service, and kubelet takes the running pods back when it starts (running pods
+    must survive a kubelet restart: kubernetes/kubernetes#123980, #118559). Open upstream
+    exceptions: a pod holding a device-plugin resource (GPUs) may be failed with
+    UnexpectedAdmissionError if kubelet admits it again before the device plugin has
+    registered (kubernetes/kubernetes#133382, #138446). Returns the old expiry, or None
+    when nothing was due.
+
+    Raises:
+        KubeletRestartError: systemctl could not restart kubelet. kubeadm's kubelet.service has
+            Restart=always (kubernetes/release cmd/krel/templates/latest/kubelet/
+            kubelet.service), so systemd keeps starting it, and each start writes the pair.
+    """
+    expires = kubelet_serving_expiry(host)
+    if expires is None or expires - now > datetime.timedelta(days=days):
+        return None
+    host.path(KUBELET_SERVING_KEY).unlink(missing_ok=True)
+    host.path(KUBELET_SERVING_CERT).unlink(missing_ok=True)
+    logger.info("kubelet's serving certificate expires %s: restarting kubelet", expires)
+    try:
+        restart_kubelet(host)
+    except CommandError as e:
+        raise KubeletRestartError(
+            f"restarting kubelet for a new serving certificate: {e.last_line}"
+        ) from None
+    return expires
 
 
 def ca_cert_hash(pem: str) -> str:
