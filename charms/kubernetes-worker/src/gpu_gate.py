@@ -48,7 +48,7 @@ from collections.abc import Callable
 
 import validation
 
-from charms.gpu_k8s.v0.system import CommandError, Host
+from charms.gpu_k8s.v0.system import Host
 
 # NVIDIA's DCGM image (NGC nvidia/cloud-native/dcgm; DCGM 4.x, whose `dcgmi diag -j`
 # form is the schema named above). Tag read 2026-11-27 from the NGC tags NVIDIA's own
@@ -174,23 +174,12 @@ def pull(
         left = timeout - (clock() - started)
         if left <= 0:
             raise PullError(f"pulling the gate's images took over {timeout:.0f}s (at {image})")
-        progress(f"pulling {image} into containerd ({validation.CTR_NAMESPACE})")
         try:
-            host.run(
-                validation.CTR,
-                "-n",
-                validation.CTR_NAMESPACE,
-                "images",
-                "pull",
-                image,
-                timeout=left,
-            )
-        except CommandError as e:
-            if e.returncode == -1:
-                raise PullError(
-                    f"pulling {image} outlived the gate's {timeout:.0f}s for its images"
-                ) from None
-            raise PullError(f"cannot pull {image}: {e.last_line}") from None
+            pulled = validation.pull_image(host, image, left, progress)
+        except validation.ValidationError as e:
+            raise PullError(str(e)) from None
+        if not pulled:
+            raise PullError(f"pulling {image} outlived the gate's {timeout:.0f}s for its images")
 
 
 def parse_dcgm(text: str, count: int) -> Check:

@@ -187,6 +187,22 @@ def _remove(host: Host, name: str) -> None:
             pass  # not there: --rm removed it, or the task never started
 
 
+def pull_image(host: Host, image: str, timeout: float, progress: Callable[[str], None]) -> bool:
+    """Pull `image` into containerd; False when the pull outlived `timeout`.
+
+    Raises:
+        ValidationError: the image cannot be pulled, or ctr is not there.
+    """
+    progress(f"pulling {image} into containerd ({CTR_NAMESPACE})")
+    try:
+        host.run(CTR, "-n", CTR_NAMESPACE, "images", "pull", image, timeout=timeout)
+    except CommandError as e:
+        if e.returncode == -1:
+            return False
+        raise ValidationError(f"cannot pull {image}: {e.last_line}") from None
+    return True
+
+
 def run_tool(
     host: Host,
     image: str,
@@ -209,14 +225,8 @@ def run_tool(
     """
     name = container_name()
     started = clock()
-    if pull:
-        progress(f"pulling {image} into containerd ({CTR_NAMESPACE})")
-        try:
-            host.run(CTR, "-n", CTR_NAMESPACE, "images", "pull", image, timeout=timeout)
-        except CommandError as e:
-            if e.returncode == -1:
-                return -1, ""
-            raise ValidationError(f"cannot pull {image}: {e.last_line}") from None
+    if pull and not pull_image(host, image, timeout, progress):
+        return -1, ""
     left = max(1.0, timeout - (clock() - started))
     progress(f"running {command[0]} in {image} (container {name})")
     try:
@@ -247,16 +257,10 @@ def validate(
     """
     name = container_name()
     started = clock()
-    if pull:
-        progress(f"pulling {image} into containerd ({CTR_NAMESPACE})")
-        try:
-            host.run(CTR, "-n", CTR_NAMESPACE, "images", "pull", image, timeout=timeout)
-        except CommandError as e:
-            if e.returncode == -1:
-                return ValidationOutcome(
-                    False, f"CUDA check timed out after {timeout:.0f}s pulling {image}", -1, ""
-                )
-            raise ValidationError(f"cannot pull {image}: {e.last_line}") from None
+    if pull and not pull_image(host, image, timeout, progress):
+        return ValidationOutcome(
+            False, f"CUDA check timed out after {timeout:.0f}s pulling {image}", -1, ""
+        )
     left = max(1.0, timeout - (clock() - started))
     progress(f"running {' '.join(VALIDATION_COMMAND)} with {RUNTIME_BINARY} (container {name})")
     try:
