@@ -136,6 +136,54 @@ def test_fake_server_kubeconfig_loads_and_sends_the_token(kube_api: FakeKubeApiS
     assert kube_api.tokens == ["tok-1"]
 
 
+def test_static_credentials_are_not_reloaded_before_every_request(
+    kube_api: FakeKubeApiServer, monkeypatch
+):
+    """A token user sends the same token without re-reading the environment's proxies.
+
+    The kubeconfig loader's per-request hook set the server again, whose setter reads every
+    proxy variable of the environment (kubernetes 37.0.1 configuration.py `host.setter`).
+    An `exec` user's credentials carry an expiry (client.authentication.k8s.io/v1
+    ExecCredential `expirationTimestamp`): its client keeps the hook.
+    """
+    import json
+
+    import yaml
+    from kubernetes.client import configuration
+
+    calls = []
+    real = configuration.getproxies
+    monkeypatch.setattr(configuration, "getproxies", lambda: calls.append(1) or real())
+    kube_api.add_token("tok-1", "kubernetes-admin", ("kubeadm:cluster-admins",))
+    with Kube.from_kubeconfig(kube_api.kubeconfig(token="tok-1")) as kube:
+        built = len(calls)
+        for _ in range(3):
+            kube.get("v1", "Namespace", "default")
+    assert len(calls) == built
+    assert kube_api.tokens == ["tok-1"] * 3
+
+    credential = {
+        "apiVersion": "client.authentication.k8s.io/v1",
+        "kind": "ExecCredential",
+        "status": {"token": "tok-1", "expirationTimestamp": "2099-01-01T00:00:00Z"},
+    }
+    config = load_kubeconfig(kube_api.kubeconfig(token="tok-1"))
+    config["users"][0]["user"] = {
+        "exec": {
+            "apiVersion": "client.authentication.k8s.io/v1",
+            "command": sys.executable,
+            "args": ["-c", f"print({json.dumps(json.dumps(credential))})"],
+            "interactiveMode": "Never",
+        }
+    }
+    with Kube.from_kubeconfig(yaml.safe_dump(config)) as kube:
+        built = len(calls)
+        for _ in range(3):
+            kube.get("v1", "Namespace", "default")
+    assert len(calls) == built + 3
+    assert kube_api.tokens == ["tok-1"] * 6
+
+
 def test_wrong_token_is_a_401(kube_api: FakeKubeApiServer):
     with Kube.from_kubeconfig(kube_api.kubeconfig(token="wrong"), backoff=0.01) as kube:
         with pytest.raises(KubeError) as info:

@@ -60,7 +60,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 LIBID = "1c1c281a9eb64d9594fd86aa76205351"
 LIBAPI = 0
-LIBPATCH = 12
+LIBPATCH = 13
 
 logger = logging.getLogger(__name__)
 
@@ -208,6 +208,17 @@ def _retry(retries: int, backoff: float, *, connect: int | None = None) -> Any:
     )
 
 
+def _credentials_expire(config_dict: dict) -> bool:
+    """Whether the current context's user has credentials the loader must refresh."""
+    contexts = {c.get("name"): c.get("context") or {} for c in config_dict.get("contexts") or []}
+    user_name = contexts.get(config_dict.get("current-context"), {}).get("user")
+    for entry in config_dict.get("users") or []:
+        if entry.get("name") == user_name:
+            user = entry.get("user") or {}
+            return "auth-provider" in user or "exec" in user
+    return True  # no such user: leave the loader's behaviour as it is
+
+
 class Kube:
     """Generic CRUD, server-side apply and node drain against one cluster."""
 
@@ -269,6 +280,16 @@ class Kube:
         except (config.ConfigException, ValueError, TypeError) as e:
             # e.g. certificate data that is not base64; the message names keys, not values
             raise ValueError(f"kubeconfig is not usable: {type(e).__name__}: {e}") from None
+        if not _credentials_expire(config_dict):
+            # The loader's hook runs before every request and copies the kubeconfig back
+            # into the configuration: the token (again), and the server, whose setter reads
+            # every proxy variable of os.environ again (kubernetes 37.0.1
+            # config/kube_config.py `_refresh_api_key` -> `_set_config`; client/
+            # configuration.py `host.setter` -> `getproxies()`): ~0.35 ms of CPU a request.
+            # It re-reads credentials only when they carry an expiry, which only an
+            # `auth-provider` or `exec` user has (kube_config.py `_load_auth_provider_token`,
+            # `_load_from_exec_plugin`); a static token or a client certificate never changes.
+            api_client.configuration.refresh_api_key_hook = None
         if len(several) == 1:
             return cls(api_client, timeout=timeout)
         return cls(
