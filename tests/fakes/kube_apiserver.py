@@ -203,6 +203,16 @@ APPLY_PATCH_TYPE = "application/apply-patch+yaml"
 MERGE_PATCH_TYPES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
 
 
+def _yaml_or_json(body: bytes) -> object:
+    """A YAML body, read as JSON when it is JSON (the same object either way)."""
+    if body[:1] == b"{":
+        try:
+            return json.loads(body)
+        except ValueError:
+            pass  # YAML flow mapping, not JSON: the YAML parser says what is wrong
+    return yaml.load(body, Loader=_YAML_LOADER)
+
+
 class ApiError(AuthError):
     """An error answered as a `Status` body (the same shape as kube_auth's refusals)."""
 
@@ -1247,10 +1257,11 @@ class FakeKubeApiServer:
                     raise ApiError(415, "UnsupportedMediaType", str(e)) from None
                 raise ApiError(400, "BadRequest", str(e)) from None
         try:
-            # kube-apiserver reads an apply body as YAML (JSON is YAML); libyaml's parser
-            # reads what the client sends (JSON) ~10x faster than PyYAML's own
+            # kube-apiserver reads an apply body as YAML, and JSON is YAML: a body that is
+            # JSON (what every client here sends) is read as JSON, ~5x faster than even
+            # libyaml's parser, which PyYAML follows with its own Python constructor
             obj = (
-                yaml.load(body, Loader=_YAML_LOADER)
+                _yaml_or_json(body)
                 if "yaml" in content_type
                 else json.loads(body or b"{}")
             )

@@ -153,6 +153,18 @@ def test_a_value_of_the_wrong_type_is_a_decoding_error(work: Kube):
     work.create(deployment(replicas=2))
 
 
+def test_server_set_metadata_of_the_wrong_type_is_refused_in_a_body_seen_before(work: Kube):
+    """The schema findings kept per body leave out uid, generation...: those are checked too."""
+    work.create(deployment())  # the same body less its metadata.generation: kept clean
+    work.delete("apps/v1", "Deployment", "web", "work")
+    body = deployment()
+    body["metadata"]["generation"] = "two"
+    with pytest.raises(KubeError) as info:
+        work.create(body)
+    assert (info.value.status, info.value.reason) == (400, "BadRequest")
+    assert "ObjectMeta.metadata.generation of type int64" in info.value.message
+
+
 def test_a_merge_patch_that_breaks_the_type_is_invalid(work: Kube):
     """patch.go jsonPatcher: the patched object fails decoding, 422 on the field `patch`."""
     work.create(deployment())
