@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import pickle
 from collections.abc import Callable
 
 import addons
+import batch_engines
 import efs_csi
 import pytest
 from ops import testing
@@ -15,6 +17,37 @@ from fakes.addons import EFS_CSI_PATH, ManifestServer
 from fakes.control_plane import Clock, ControlPlaneMachine, existing_cluster
 from fakes.etcd import EtcdPki, FakeEtcd
 from fakes.kube_apiserver import FakeKubeApiServer
+
+
+@pytest.fixture(scope="session", autouse=True)
+def parsed_once():
+    """Each release's manifest parsed once per process, handed out as a fresh copy each time.
+
+    The leader parses JobSet's, Kueue's, Calico's and the EFS CSI driver's files (libyaml,
+    then PyYAML's Python constructor: ~12 ms for Kueue's) on every bootstrap of every
+    test; the same bytes give the same objects, so what `parse` returned for them is kept
+    (pickled) and a copy given, as a new parse would. A refusal (AddonError,
+    DriverError) is never kept: bad bytes are parsed and refused every time.
+    """
+    kept: dict[object, bytes] = {}
+
+    def once(parse: Callable, key: Callable) -> Callable:
+        def parse_once(*args):
+            k = key(*args)
+            if k not in kept:
+                kept[k] = pickle.dumps(parse(*args))
+            return pickle.loads(kept[k])
+
+        return parse_once
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(
+            batch_engines, "parse", once(batch_engines.parse, lambda r, data: (repr(r), data))
+        )
+        m.setattr(
+            efs_csi, "parse", once(efs_csi.parse, lambda files: tuple(sorted(files.items())))
+        )
+        yield
 
 
 @pytest.fixture
