@@ -316,3 +316,33 @@ def test_a_time_sliced_gpu_is_attributed_to_the_pod_that_uses_it(ctx, bootstrapp
     # the exporter in its own PID namespace maps no process: every sharing pod reads 0
     own_pids = {key: value for key, value in spec.items() if key != "hostPID"}
     assert _idle_alerts(_exporter_page(own_pids), tmp_path) == ["other-0", "trainer-0", "waiter-0"]
+
+
+def _shared_spec() -> dict:
+    """The exporter's pod spec the control plane writes when GPUs are time-sliced.
+
+    (test_time_sliced_gpus_are_attributed_to_every_pod_sharing_them shows the charm
+    writes it with `gpu-time-slicing-replicas` > 1.)
+    """
+    (daemonset,) = [
+        m for m in dcgm_exporter.manifests(shared_gpus=True) if m["kind"] == "DaemonSet"
+    ]
+    return daemonset["spec"]["template"]["spec"]
+
+
+def test_job_status_gives_a_sharing_pod_the_whole_gpus_memory():
+    """`X of Y GiB`: Y is what the pod may use, the GPU's used and free, shared or not.
+
+    A sharing pod's FB_USED is its own processes' and FB_FREE the GPU's (the exporter's
+    per-process series, fakes/dcgm_exporter.py): own + free shrank Y by what the other
+    pods use (waiter-0 was told 13.0 GiB of a 22.0 GiB GPU the trainer fills with 9).
+    """
+    gpu_metrics = load("tensorflow", "gpu_metrics")
+    page = _exporter_page(_shared_spec())
+    rows = gpu_metrics.per_pod(page, "tensorflow", ["trainer-0", "waiter-0", "other-0"])
+    assert {pod: (row["used"], row["total"]) for pod, row in rows.items()} == {
+        "trainer-0": (9216.0, 22568.0),
+        "waiter-0": (0.0, 22568.0),
+        "other-0": (6144.0, 22568.0),
+    }
+    assert gpu_metrics.describe(rows["waiter-0"]) == "1 GPU, 0% busy, 0.0 of 22.0 GiB"
