@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
+import json
 import os
 import shutil
 import subprocess
@@ -346,3 +347,75 @@ def test_job_status_gives_a_sharing_pod_the_whole_gpus_memory():
         "other-0": (6144.0, 22568.0),
     }
     assert gpu_metrics.describe(rows["waiter-0"]) == "1 GPU, 0% busy, 0.0 of 22.0 GiB"
+
+
+DASHBOARDS = Path(__file__).parents[3] / "charms"
+GPU_NODES = DASHBOARDS / "kubernetes-worker" / "src" / "grafana_dashboards" / "gpu-nodes.json"
+PROGRESS = DASHBOARDS / "tensorflow" / "src" / "grafana_dashboards" / "training-progress.json"
+needs_promtool = pytest.mark.skipif(
+    shutil.which("promtool") is None and not os.environ.get("CI"),
+    reason="promtool is not installed: `sudo apt-get install prometheus` (.ci/run does)",
+)
+
+
+def _panel(board: Path, title: str, **variables: str) -> str:
+    """A panel's one query with Grafana's variables given (`.*`, their All, by default)."""
+    (panel,) = [p for p in json.loads(board.read_text())["panels"] if p["title"] == title]
+    (target,) = panel["targets"]
+    expr = target["expr"]
+    for name in ("namespace", "job", "node"):
+        expr = expr.replace(f"${name}", variables.get(name, ".*"))
+    return expr
+
+
+def _scraped(page: str, node: str = "gpu-0") -> list[tuple[str, str]]:
+    """(series, value) of each sample of a page as Prometheus stores it, with `instance`.
+
+    (cos_agent.scrape_job gives every target on a node its node's name.)
+    """
+    out = []
+    for line in page.splitlines():
+        if line and not line.startswith("#"):
+            series, _, value = line.rpartition(" ")
+            out.append((f'{series[:-1]},instance="{node}",job="dcgm"}}', value))
+    return out
+
+
+def _promql(tmp_path: Path, series: list[dict], exprs: list[tuple[str, str, list[dict]]]) -> str:
+    """What promtool reports of `exprs` (expr, eval time, samples) on `series`: '' if met."""
+    case = {
+        "interval": "1m",
+        "input_series": series,
+        "promql_expr_test": [
+            {"expr": expr, "eval_time": at, "exp_samples": samples} for expr, at, samples in exprs
+        ],
+    }
+    path = tmp_path / "panels_test.yml"
+    path.write_text(yaml.safe_dump({"rule_files": [], "tests": [case]}, sort_keys=False))
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is missing (CI installs Debian's prometheus package)"
+    done = subprocess.run(
+        [promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=60
+    )
+    return "" if done.returncode == 0 else done.stdout + done.stderr
+
+
+@needs_promtool
+def test_the_gpu_nodes_memory_panel_shows_each_gpu_shared_or_not(tmp_path):
+    """Per physical GPU, its used share of what programs may allocate, time-sliced or not.
+
+    Under time-slicing FB_USED has the GPU's series (no pod labels) and one per sharing pod
+    with `pod_uid` (its own processes'), FB_FREE one per sharing pod without `pod_uid`
+    (fakes/dcgm_exporter.py): `FB_USED / (FB_USED + FB_FREE)` matched no pair of them and
+    the panel was empty for every shared GPU.
+    """
+    expr = _panel(GPU_NODES, "GPU memory used")
+    gpu = 'gpu="{}",UUID="{}",hostname="gpu-0",instance="gpu-0"'
+    expected = [
+        {"labels": "{%s}" % gpu.format(0, UUID0), "value": 100 * 9216 / (9216 + 13352)},
+        {"labels": "{%s}" % gpu.format(1, UUID1), "value": 100 * 6144 / (6144 + 16424)},
+    ]
+    (daemonset,) = [m for m in dcgm_exporter.manifests() if m["kind"] == "DaemonSet"]
+    for spec in (_shared_spec(), daemonset["spec"]["template"]["spec"]):
+        series = [{"series": s, "values": f"{v}x5"} for s, v in _scraped(_exporter_page(spec))]
+        assert _promql(tmp_path, series, [(expr, "3m", expected)]) == "", spec.get("hostPID")
