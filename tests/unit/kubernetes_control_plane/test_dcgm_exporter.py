@@ -7,6 +7,7 @@ import dataclasses
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -418,4 +419,95 @@ def test_the_gpu_nodes_memory_panel_shows_each_gpu_shared_or_not(tmp_path):
     (daemonset,) = [m for m in dcgm_exporter.manifests() if m["kind"] == "DaemonSet"]
     for spec in (_shared_spec(), daemonset["spec"]["template"]["spec"]):
         series = [{"series": s, "values": f"{v}x5"} for s, v in _scraped(_exporter_page(spec))]
-        assert _promql(tmp_path, series, [(expr, "3m", expected)]) == "", spec.get("hostPID")
+        report = _promql(tmp_path, series, [(expr, "3m", expected)])
+        assert not report, report
+
+
+def _series(page: str) -> dict[str, dict[str, str]]:
+    """Field -> pod ("" for none) -> its series on `page`, as stored (`_scraped`)."""
+    out: dict[str, dict[str, str]] = {}
+    for series, _ in _scraped(page):
+        pod = re.search(r'pod="([^"]*)"', series)
+        out.setdefault(series.partition("{")[0], {})[pod.group(1) if pod else ""] = series
+    return out
+
+
+@needs_promtool
+def test_a_shared_gpus_energy_and_power_are_split_between_the_pods_sharing_it(tmp_path):
+    """Each sharing pod's series carries the whole GPU's energy and power (fakes/dcgm_exporter.py).
+
+    team-a's mnist trains on GPU 0 alone for 12 hours, then team-b's bert shares it; GPU 0
+    draws 300 W throughout, GPU 1 (mnist's other worker, alone) 200 W. Summed per pod copy,
+    team-b was given 7.2 kWh of GPU 0's day (3.6 kWh is all GPU 0 used while bert was
+    there) and team-a 7.2 of it besides: the day's 12 kWh counted as 19.2.
+    """
+    ns_a, ns_b = "team-a", "team-b"
+    mnist0, mnist1, bert = (
+        "mnist-worker-0-0-aaaaa",
+        "mnist-worker-0-1-ccccc",
+        "bert-worker-0-0-bbbbb",
+    )
+    uid = "7c1e0b2d-4a5f-4e3b-8d10-{:012x}".format
+    pods = [
+        fake_exporter.SharingPod(mnist0, ns_a, uid(1), (f"{UUID0}::0",)),
+        fake_exporter.SharingPod(mnist1, ns_a, uid(2), (f"{UUID1}::0",)),
+        fake_exporter.SharingPod(bert, ns_b, uid(3), (f"{UUID0}::1",)),
+    ]
+    gpus = [fake_exporter.Gpu(0, UUID0), fake_exporter.Gpu(1, UUID1)]
+    energy, power = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_POWER_USAGE"
+    boot = 5_000_000_000_000  # mJ since boot: 13 digits
+    watts = {UUID0: 300, UUID1: 200}
+    fields = {energy: {UUID0: boot, UUID1: boot}, power: watts}
+    kinds = {field: (kind, text) for field, kind, text in dcgm_exporter.COUNTERS}
+    page = fake_exporter.page(_shared_spec(), "gpu-0", gpus, pods, [], fields, kinds=kinds)
+    assert f'pod="{bert}"' in page and f" {boot}\n" in page
+    named = _series(page)
+
+    day, half = 1440, 720  # minutes, one sample a minute
+    per_minute = {uuid: w * 60 * 1000 for uuid, w in watts.items()}  # mJ
+
+    def counter(uuid: str, start: int) -> str:
+        first = boot + start * per_minute[uuid]
+        return (f"_x{start} " if start else "") + f"{first}+{per_minute[uuid]}x{day - start}"
+
+    series = [
+        {"series": named[energy][mnist0], "values": counter(UUID0, 0)},
+        {"series": named[energy][mnist1], "values": counter(UUID1, 0)},
+        {"series": named[energy][bert], "values": counter(UUID0, half)},
+        {"series": named[power][mnist0], "values": f"300x{day}"},
+        {"series": named[power][mnist1], "values": f"200x{day}"},
+        {"series": named[power][bert], "values": f"_x{half} 300x{day - half}"},
+    ]
+    kwh = 3.6e9  # mJ
+    # GPU 0: 12 h alone for mnist, 12 h halved; GPU 1: mnist's all day
+    team_a = (300 * 12 * 3600 * 1000 + 150 * 12 * 3600 * 1000 + 200 * 24 * 3600 * 1000) / kwh
+    team_b = 150 * 12 * 3600 * 1000 / kwh
+    at = f"{day}m"
+    per_pod = 'namespace="{}",pod="{}"'
+    exprs = [
+        (
+            _panel(PROGRESS, "GPU energy per namespace (last 24 hours)"),
+            at,
+            [
+                {"labels": f'{{namespace="{ns_a}"}}', "value": team_a},
+                {"labels": f'{{namespace="{ns_b}"}}', "value": team_b},
+            ],
+        ),
+        (
+            _panel(PROGRESS, "Power draw"),
+            at,
+            [
+                {"labels": "{%s}" % per_pod.format(ns_a, mnist0), "value": 150},
+                {"labels": "{%s}" % per_pod.format(ns_a, mnist1), "value": 200},
+                {"labels": "{%s}" % per_pod.format(ns_b, bert), "value": 150},
+            ],
+        ),
+        # one job: its share only
+        (
+            _panel(PROGRESS, "GPU energy per namespace (last 24 hours)", job="bert"),
+            at,
+            [{"labels": f'{{namespace="{ns_b}"}}', "value": team_b}],
+        ),
+    ]
+    report = _promql(tmp_path, series, exprs)
+    assert not report, report
