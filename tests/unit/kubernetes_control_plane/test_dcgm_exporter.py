@@ -224,7 +224,7 @@ UUID0 = "GPU-0d1a3b5c-0000-4000-8000-00000000a10a"
 UUID1 = "GPU-0d1a3b5c-0000-4000-8000-00000000a10b"
 
 
-def _exporter_page(spec: dict) -> str:
+def _exporter_page(spec: dict, extra: dict[str, dict[str, float]] | None = None) -> str:
     """gpu-0's exporter page while three training pods share its GPUs by time-slicing.
 
     `trainer` trains on replica 0 of GPU 0 (its process keeps 85% of the SMs busy), `waiter`
@@ -245,6 +245,7 @@ def _exporter_page(spec: dict) -> str:
         "DCGM_FI_DEV_GPU_UTIL": {UUID0: 85, UUID1: 70},
         "DCGM_FI_DEV_FB_USED": {UUID0: 9216, UUID1: 6144},
         "DCGM_FI_DEV_FB_FREE": {UUID0: 13352, UUID1: 16424},
+        **(extra or {}),
     }
     return fake_exporter.page(spec, "gpu-0", gpus, pods, processes, fields)
 
@@ -511,3 +512,49 @@ def test_a_shared_gpus_energy_and_power_are_split_between_the_pods_sharing_it(tm
     ]
     report = _promql(tmp_path, series, exprs)
     assert not report, report
+
+
+@needs_promtool
+def test_the_gpu_nodes_dashboard_shows_each_gpu_once_shared_or_not(tmp_path):
+    """One line per GPU on every DCGM panel of the GPU nodes dashboard, its own figure.
+
+    Under time-slicing every field is repeated on each sharing pod's series, and GPU_UTIL
+    has the GPU's series besides each pod's own (fakes/dcgm_exporter.py): the panels drew
+    a line per pod copy, all named `gpu-0 GPU 0`, utilisation's at different heights.
+    """
+    counters = ("DCGM_FI_DEV_THERMAL_VIOLATION", "DCGM_FI_DEV_POWER_VIOLATION")
+    extra = {
+        "DCGM_FI_DEV_GPU_TEMP": {UUID0: 61, UUID1: 58},
+        "DCGM_FI_DEV_POWER_USAGE": {UUID0: 300, UUID1: 200},
+        **{name: {UUID0: 0, UUID1: 0} for name in (*counters, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL")},
+    }
+    gpu = 'gpu="{}",UUID="{}",hostname="gpu-0",instance="gpu-0"'
+
+    def each_gpu(first: float, second: float) -> list[dict]:
+        return [
+            {"labels": "{%s}" % gpu.format(0, UUID0), "value": first},
+            {"labels": "{%s}" % gpu.format(1, UUID1), "value": second},
+        ]
+
+    board = json.loads(GPU_NODES.read_text())
+    queries = {
+        panel["title"]: [t["expr"].replace("$node", ".*") for t in panel["targets"]]
+        for panel in board["panels"]
+    }
+    (throttled_heat, throttled_power) = queries["Time throttled (heat, power cap)"]
+    errors = queries["Errors (XIDs in the last 5 minutes, double-bit ECC in the hour)"]
+    (ecc,) = [q for q in errors if "ECC" in q]
+    exprs = [
+        (queries["GPU utilisation"][0], "10m", each_gpu(85, 70)),
+        (queries["Temperature"][0], "10m", each_gpu(61, 58)),
+        (queries["Power draw"][0], "10m", each_gpu(300, 200)),
+        (throttled_heat, "10m", each_gpu(0, 0)),
+        (throttled_power, "10m", each_gpu(0, 0)),
+        (ecc, "10m", each_gpu(0, 0)),
+    ]
+    (daemonset,) = [m for m in dcgm_exporter.manifests() if m["kind"] == "DaemonSet"]
+    for spec in (_shared_spec(), daemonset["spec"]["template"]["spec"]):
+        page = _exporter_page(spec, extra)
+        series = [{"series": s, "values": f"{v}x10"} for s, v in _scraped(page)]
+        report = _promql(tmp_path, series, exprs)
+        assert not report, report
