@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 import dcgm_exporter
@@ -224,7 +225,7 @@ UUID0 = "GPU-0d1a3b5c-0000-4000-8000-00000000a10a"
 UUID1 = "GPU-0d1a3b5c-0000-4000-8000-00000000a10b"
 
 
-def _exporter_page(spec: dict, extra: dict[str, dict[str, float]] | None = None) -> str:
+def _exporter_page(spec: dict, extra: Mapping[str, Mapping[str, float]] | None = None) -> str:
     """gpu-0's exporter page while three training pods share its GPUs by time-slicing.
 
     `trainer` trains on replica 0 of GPU 0 (its process keeps 85% of the SMs busy), `waiter`
