@@ -16,7 +16,16 @@ the per-process part came with fb5e3dc (PR #594, 2026-03-24), before 4.5.3-4.8.2
   series is the sum over its mapped PIDs (buildPodValueMap); a pod with none mapped gets
   "0" (buildIdlePodValues). The GPU's own series, with no pod labels, is kept beside them,
   and the per-pod ones carry `pod_uid` and `vgpu` (createPerProcessMetrics).
-- Every other field: the GPU's figure once per sharing pod, with its pod labels.
+- Every other field: the GPU's figure once per sharing pod, with its pod labels, and no
+  series without them: a shared GPU's power, energy or free memory is on its pods' series
+  only, repeated on each (PodMapper.Process, the loop over podInfos); `pod_uid` only on
+  the per-process series (KUBERNETES_ENABLE_POD_UID is off by default, pkg/cmd/app.go).
+- Labels as rendermetrics/render_metrics.go writes them: `gpu`, `UUID`, `pci_bus_id`,
+  `device`, `modelName`, `hostname`, then the label fields (the collectors file's
+  DCGM_FI_DRIVER_VERSION) and the pod attributes, each set in key order (Go's template
+  ranges over a map sorted); values as the exporter's strings (integers with %d: energy
+  in mJ since boot is a 12-digit integer, never rounded); `# HELP`/`# TYPE` from the
+  collectors file (`kinds`: field -> (type, help)).
 - `/proc/<pid>` of another pod's process exists in the exporter's container only when it
   runs in the host's PID namespace (`hostPID`): otherwise the cgroup file cannot be read,
   buildPIDToPodMap skips the PID, and every sharing pod gets "0", whatever it does. (The
@@ -36,6 +45,11 @@ class Gpu:
     index: int
     uuid: str
     model: str = "NVIDIA A10G"
+
+    @property
+    def pci_bus_id(self) -> str:
+        """The PCI address, numbered as tests/fixtures/dcgm/metrics-a10g-4.8.txt has them."""
+        return f"00000000:00:{0x1B + self.index:02X}.0"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +72,11 @@ class Process:
     pod_uid: str
     sm_util: int  # %
     memory: int  # bytes
+
+
+def _value(value: float) -> str:
+    """A sample as the exporter prints it: an integer field with %d, a ratio as a float."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
 def series_labels(labels: dict[str, str]) -> str:
@@ -94,8 +113,13 @@ def page(
     pods: list[SharingPod],
     processes: list[Process],
     fields: Mapping[str, Mapping[str, float]],
+    kinds: Mapping[str, tuple[str, str]] | None = None,
+    driver: str = "580.95.05",
 ) -> str:
-    """The page: `spec` the exporter's pod spec, `fields` field -> GPU UUID -> DCGM's value."""
+    """The page: `spec` the exporter's pod spec, `fields` field -> GPU UUID -> DCGM's value.
+
+    `kinds`: field -> (Prometheus type, help) from the collectors file (gauge if absent).
+    """
     (container,) = spec["containers"]
     env = {e["name"]: e.get("value") for e in container.get("env") or []}
     virtual = env.get("KUBERNETES_VIRTUAL_GPUS") == "true"
@@ -105,19 +129,22 @@ def page(
 
     lines = []
     for field, values in fields.items():
-        lines.append(f"# TYPE {field} gauge")
+        kind, text = (kinds or {}).get(field, ("gauge", field))
+        lines += [f"# HELP {field} {text}", f"# TYPE {field} {kind}"]
         for gpu in gpus:
             base = {
                 "gpu": str(gpu.index),
                 "UUID": gpu.uuid,
+                "pci_bus_id": gpu.pci_bus_id,
                 "device": f"nvidia{gpu.index}",
                 "modelName": gpu.model,
                 "hostname": hostname,
+                "DCGM_FI_DRIVER_VERSION": driver,
             }
             holders = sharing.get(gpu.uuid, [])
             per_process = bool(virtual and field in PER_PROCESS and holders)
             if per_process or not holders:
-                lines.append(f"{field}{{{series_labels(base)}}} {values[gpu.uuid]:g}")
+                lines.append(f"{field}{{{series_labels(base)}}} {_value(values[gpu.uuid])}")
             for pod, vgpu in holders:
                 labels = {**base, "container": pod.container, "namespace": pod.namespace}
                 labels["pod"] = pod.name
@@ -127,5 +154,5 @@ def page(
                     value = _own(field, gpu.uuid, pod.uid, processes, visible)
                 if virtual and vgpu:
                     labels["vgpu"] = vgpu
-                lines.append(f"{field}{{{series_labels(labels)}}} {value:g}")
+                lines.append(f"{field}{{{series_labels(labels)}}} {_value(value)}")
     return "\n".join(lines) + "\n"

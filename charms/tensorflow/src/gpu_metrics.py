@@ -50,27 +50,45 @@ def node_ip(node: dict) -> str | None:
 
 
 def per_pod(text: str, namespace: str, pods: Iterable[str]) -> dict[str, dict[str, float]]:
-    """Pod -> {"gpus", "util" (mean %), "used", "total" (MiB)} for the named pods."""
+    """Pod -> {"gpus", "util" (mean %), "used", "total" (MiB)} for the named pods.
+
+    "total" is what the pod's programs may allocate on its GPUs: the whole GPU's used and
+    free memory (NVML's total less what the driver reserves: DCGM reads
+    nvmlDeviceGetMemoryInfo_v2, whose `used` leaves `reserved` out, and divides FB_USED
+    by total - reserved for its own FB_USED_RATIO; NVIDIA/DCGM 4.6.0
+    dcgmlib/src/DcgmCacheManager.cpp). Under time-slicing (KUBERNETES_VIRTUAL_GPUS) a
+    sharing pod's FB_USED is its own processes' and FB_FREE the whole GPU's, so their
+    sum is too small: the GPU's own FB_USED is the series left without pod labels
+    (dcgm-exporter 4.6.0-4.8.3, 7ad58324, kubernetes.go PodMapper.Process keeps it
+    beside the per-pod ones; tests/fakes/dcgm_exporter.py). A pod that holds two slices
+    of one GPU has a series per slice (`vgpu`), each with the pod's whole figure: one GPU.
+    """
     wanted = set(pods)
     # (pod, GPU uuid, MIG instance) -> its samples
     gpus: dict[tuple[str, str, str], dict[str, float]] = {}
+    # (GPU uuid, MIG instance) -> the GPU's own FB_USED, where the GPU is shared
+    shared_used: dict[tuple[str, str], float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name not in (UTIL, ENGINE, FB_USED, FB_FREE):
                 continue
             labels = sample.labels
+            uuid = labels.get("UUID", labels.get("gpu", ""))
+            instance = labels.get("GPU_I_ID", "")
+            if sample.name == FB_USED and "pod" not in labels:
+                shared_used[(uuid, instance)] = float(sample.value)
             if labels.get("namespace") != namespace or labels.get("pod") not in wanted:
                 continue
-            uuid = labels.get("UUID", labels.get("gpu", ""))
-            gpu = gpus.setdefault((labels["pod"], uuid, labels.get("GPU_I_ID", "")), {})
+            gpu = gpus.setdefault((labels["pod"], uuid, instance), {})
             gpu[sample.name] = float(sample.value)
     out: dict[str, dict[str, float]] = {}
-    for (pod, _, instance), sample in gpus.items():
+    for (pod, uuid, instance), sample in gpus.items():
         row = out.setdefault(pod, {"gpus": 0, "util": 0.0, "used": 0.0, "total": 0.0})
         row["gpus"] += 1
         row["util"] += 100 * sample.get(ENGINE, 0.0) if instance else sample.get(UTIL, 0.0)
-        row["used"] += sample.get(FB_USED, 0.0)
-        row["total"] += sample.get(FB_USED, 0.0) + sample.get(FB_FREE, 0.0)
+        used = sample.get(FB_USED, 0.0)
+        row["used"] += used
+        row["total"] += shared_used.get((uuid, instance), used) + sample.get(FB_FREE, 0.0)
     for row in out.values():
         row["util"] /= row["gpus"]
     return out

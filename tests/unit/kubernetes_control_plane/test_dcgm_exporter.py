@@ -5,9 +5,12 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
+import json
 import os
+import re
 import shutil
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 import dcgm_exporter
@@ -222,7 +225,7 @@ UUID0 = "GPU-0d1a3b5c-0000-4000-8000-00000000a10a"
 UUID1 = "GPU-0d1a3b5c-0000-4000-8000-00000000a10b"
 
 
-def _exporter_page(spec: dict) -> str:
+def _exporter_page(spec: dict, extra: Mapping[str, Mapping[str, float]] | None = None) -> str:
     """gpu-0's exporter page while three training pods share its GPUs by time-slicing.
 
     `trainer` trains on replica 0 of GPU 0 (its process keeps 85% of the SMs busy), `waiter`
@@ -243,6 +246,7 @@ def _exporter_page(spec: dict) -> str:
         "DCGM_FI_DEV_GPU_UTIL": {UUID0: 85, UUID1: 70},
         "DCGM_FI_DEV_FB_USED": {UUID0: 9216, UUID1: 6144},
         "DCGM_FI_DEV_FB_FREE": {UUID0: 13352, UUID1: 16424},
+        **(extra or {}),
     }
     return fake_exporter.page(spec, "gpu-0", gpus, pods, processes, fields)
 
@@ -316,3 +320,242 @@ def test_a_time_sliced_gpu_is_attributed_to_the_pod_that_uses_it(ctx, bootstrapp
     # the exporter in its own PID namespace maps no process: every sharing pod reads 0
     own_pids = {key: value for key, value in spec.items() if key != "hostPID"}
     assert _idle_alerts(_exporter_page(own_pids), tmp_path) == ["other-0", "trainer-0", "waiter-0"]
+
+
+def _shared_spec() -> dict:
+    """The exporter's pod spec the control plane writes when GPUs are time-sliced.
+
+    (test_time_sliced_gpus_are_attributed_to_every_pod_sharing_them shows the charm
+    writes it with `gpu-time-slicing-replicas` > 1.)
+    """
+    (daemonset,) = [
+        m for m in dcgm_exporter.manifests(shared_gpus=True) if m["kind"] == "DaemonSet"
+    ]
+    return daemonset["spec"]["template"]["spec"]
+
+
+def test_job_status_gives_a_sharing_pod_the_whole_gpus_memory():
+    """`X of Y GiB`: Y is what the pod may use, the GPU's used and free, shared or not.
+
+    A sharing pod's FB_USED is its own processes' and FB_FREE the GPU's (the exporter's
+    per-process series, fakes/dcgm_exporter.py): own + free shrank Y by what the other
+    pods use (waiter-0 was told 13.0 GiB of a 22.0 GiB GPU the trainer fills with 9).
+    """
+    gpu_metrics = load("tensorflow", "gpu_metrics")
+    page = _exporter_page(_shared_spec())
+    rows = gpu_metrics.per_pod(page, "tensorflow", ["trainer-0", "waiter-0", "other-0"])
+    assert {pod: (row["used"], row["total"]) for pod, row in rows.items()} == {
+        "trainer-0": (9216.0, 22568.0),
+        "waiter-0": (0.0, 22568.0),
+        "other-0": (6144.0, 22568.0),
+    }
+    assert gpu_metrics.describe(rows["waiter-0"]) == "1 GPU, 0% busy, 0.0 of 22.0 GiB"
+
+
+DASHBOARDS = Path(__file__).parents[3] / "charms"
+GPU_NODES = DASHBOARDS / "kubernetes-worker" / "src" / "grafana_dashboards" / "gpu-nodes.json"
+PROGRESS = DASHBOARDS / "tensorflow" / "src" / "grafana_dashboards" / "training-progress.json"
+needs_promtool = pytest.mark.skipif(
+    shutil.which("promtool") is None and not os.environ.get("CI"),
+    reason="promtool is not installed: `sudo apt-get install prometheus` (.ci/run does)",
+)
+
+
+def _panel(board: Path, title: str, **variables: str) -> str:
+    """A panel's one query with Grafana's variables given (`.*`, their All, by default)."""
+    (panel,) = [p for p in json.loads(board.read_text())["panels"] if p["title"] == title]
+    (target,) = panel["targets"]
+    expr = target["expr"]
+    for name in ("namespace", "job", "node"):
+        expr = expr.replace(f"${name}", variables.get(name, ".*"))
+    return expr
+
+
+def _scraped(page: str, node: str = "gpu-0") -> list[tuple[str, str]]:
+    """(series, value) of each sample of a page as Prometheus stores it, with `instance`.
+
+    (cos_agent.scrape_job gives every target on a node its node's name.)
+    """
+    out = []
+    for line in page.splitlines():
+        if line and not line.startswith("#"):
+            series, _, value = line.rpartition(" ")
+            out.append((f'{series[:-1]},instance="{node}",job="dcgm"}}', value))
+    return out
+
+
+def _promql(tmp_path: Path, series: list[dict], exprs: list[tuple[str, str, list[dict]]]) -> str:
+    """What promtool reports of `exprs` (expr, eval time, samples) on `series`: '' if met."""
+    case = {
+        "interval": "1m",
+        "input_series": series,
+        "promql_expr_test": [
+            {"expr": expr, "eval_time": at, "exp_samples": samples} for expr, at, samples in exprs
+        ],
+    }
+    path = tmp_path / "panels_test.yml"
+    path.write_text(yaml.safe_dump({"rule_files": [], "tests": [case]}, sort_keys=False))
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is missing (CI installs Debian's prometheus package)"
+    done = subprocess.run(
+        [promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=60
+    )
+    return "" if done.returncode == 0 else done.stdout + done.stderr
+
+
+@needs_promtool
+def test_the_gpu_nodes_memory_panel_shows_each_gpu_shared_or_not(tmp_path):
+    """Per physical GPU, its used share of what programs may allocate, time-sliced or not.
+
+    Under time-slicing FB_USED has the GPU's series (no pod labels) and one per sharing pod
+    with `pod_uid` (its own processes'), FB_FREE one per sharing pod without `pod_uid`
+    (fakes/dcgm_exporter.py): `FB_USED / (FB_USED + FB_FREE)` matched no pair of them and
+    the panel was empty for every shared GPU.
+    """
+    expr = _panel(GPU_NODES, "GPU memory used")
+    gpu = 'gpu="{}",UUID="{}",hostname="gpu-0",instance="gpu-0"'
+    expected = [
+        {"labels": "{%s}" % gpu.format(0, UUID0), "value": 100 * 9216 / (9216 + 13352)},
+        {"labels": "{%s}" % gpu.format(1, UUID1), "value": 100 * 6144 / (6144 + 16424)},
+    ]
+    (daemonset,) = [m for m in dcgm_exporter.manifests() if m["kind"] == "DaemonSet"]
+    for spec in (_shared_spec(), daemonset["spec"]["template"]["spec"]):
+        series = [{"series": s, "values": f"{v}x5"} for s, v in _scraped(_exporter_page(spec))]
+        report = _promql(tmp_path, series, [(expr, "3m", expected)])
+        assert not report, report
+
+
+def _series(page: str) -> dict[str, dict[str, str]]:
+    """Field -> pod ("" for none) -> its series on `page`, as stored (`_scraped`)."""
+    out: dict[str, dict[str, str]] = {}
+    for series, _ in _scraped(page):
+        pod = re.search(r'pod="([^"]*)"', series)
+        out.setdefault(series.partition("{")[0], {})[pod.group(1) if pod else ""] = series
+    return out
+
+
+@needs_promtool
+def test_a_shared_gpus_energy_and_power_are_split_between_the_pods_sharing_it(tmp_path):
+    """Each sharing pod's series carries the whole GPU's energy and power (fakes/dcgm_exporter.py).
+
+    team-a's mnist trains on GPU 0 alone for 12 hours, then team-b's bert shares it; GPU 0
+    draws 300 W throughout, GPU 1 (mnist's other worker, alone) 200 W. Summed per pod copy,
+    team-b was given 7.2 kWh of GPU 0's day (3.6 kWh is all GPU 0 used while bert was
+    there) and team-a 7.2 of it besides: the day's 12 kWh counted as 19.2.
+    """
+    ns_a, ns_b = "team-a", "team-b"
+    mnist0, mnist1, bert = (
+        "mnist-worker-0-0-aaaaa",
+        "mnist-worker-0-1-ccccc",
+        "bert-worker-0-0-bbbbb",
+    )
+    uid = "7c1e0b2d-4a5f-4e3b-8d10-{:012x}".format
+    pods = [
+        fake_exporter.SharingPod(mnist0, ns_a, uid(1), (f"{UUID0}::0",)),
+        fake_exporter.SharingPod(mnist1, ns_a, uid(2), (f"{UUID1}::0",)),
+        fake_exporter.SharingPod(bert, ns_b, uid(3), (f"{UUID0}::1",)),
+    ]
+    gpus = [fake_exporter.Gpu(0, UUID0), fake_exporter.Gpu(1, UUID1)]
+    energy, power = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_POWER_USAGE"
+    boot = 5_000_000_000_000  # mJ since boot: 13 digits
+    watts = {UUID0: 300, UUID1: 200}
+    fields = {energy: {UUID0: boot, UUID1: boot}, power: watts}
+    kinds = {field: (kind, text) for field, kind, text in dcgm_exporter.COUNTERS}
+    page = fake_exporter.page(_shared_spec(), "gpu-0", gpus, pods, [], fields, kinds=kinds)
+    assert f'pod="{bert}"' in page and f" {boot}\n" in page
+    named = _series(page)
+
+    day, half = 1440, 720  # minutes, one sample a minute
+    per_minute = {uuid: w * 60 * 1000 for uuid, w in watts.items()}  # mJ
+
+    def counter(uuid: str, start: int) -> str:
+        first = boot + start * per_minute[uuid]
+        return (f"_x{start} " if start else "") + f"{first}+{per_minute[uuid]}x{day - start}"
+
+    series = [
+        {"series": named[energy][mnist0], "values": counter(UUID0, 0)},
+        {"series": named[energy][mnist1], "values": counter(UUID1, 0)},
+        {"series": named[energy][bert], "values": counter(UUID0, half)},
+        {"series": named[power][mnist0], "values": f"300x{day}"},
+        {"series": named[power][mnist1], "values": f"200x{day}"},
+        {"series": named[power][bert], "values": f"_x{half} 300x{day - half}"},
+    ]
+    kwh = 3.6e9  # mJ
+    # GPU 0: 12 h alone for mnist, 12 h halved; GPU 1: mnist's all day
+    team_a = (300 * 12 * 3600 * 1000 + 150 * 12 * 3600 * 1000 + 200 * 24 * 3600 * 1000) / kwh
+    team_b = 150 * 12 * 3600 * 1000 / kwh
+    at = f"{day}m"
+    per_pod = 'namespace="{}",pod="{}"'
+    exprs = [
+        (
+            _panel(PROGRESS, "GPU energy per namespace (last 24 hours)"),
+            at,
+            [
+                {"labels": f'{{namespace="{ns_a}"}}', "value": team_a},
+                {"labels": f'{{namespace="{ns_b}"}}', "value": team_b},
+            ],
+        ),
+        (
+            _panel(PROGRESS, "Power draw"),
+            at,
+            [
+                {"labels": "{%s}" % per_pod.format(ns_a, mnist0), "value": 150},
+                {"labels": "{%s}" % per_pod.format(ns_a, mnist1), "value": 200},
+                {"labels": "{%s}" % per_pod.format(ns_b, bert), "value": 150},
+            ],
+        ),
+        # one job: its share only
+        (
+            _panel(PROGRESS, "GPU energy per namespace (last 24 hours)", job="bert"),
+            at,
+            [{"labels": f'{{namespace="{ns_b}"}}', "value": team_b}],
+        ),
+    ]
+    report = _promql(tmp_path, series, exprs)
+    assert not report, report
+
+
+@needs_promtool
+def test_the_gpu_nodes_dashboard_shows_each_gpu_once_shared_or_not(tmp_path):
+    """One line per GPU on every DCGM panel of the GPU nodes dashboard, its own figure.
+
+    Under time-slicing every field is repeated on each sharing pod's series, and GPU_UTIL
+    has the GPU's series besides each pod's own (fakes/dcgm_exporter.py): the panels drew
+    a line per pod copy, all named `gpu-0 GPU 0`, utilisation's at different heights.
+    """
+    counters = ("DCGM_FI_DEV_THERMAL_VIOLATION", "DCGM_FI_DEV_POWER_VIOLATION")
+    extra = {
+        "DCGM_FI_DEV_GPU_TEMP": {UUID0: 61, UUID1: 58},
+        "DCGM_FI_DEV_POWER_USAGE": {UUID0: 300, UUID1: 200},
+        **{name: {UUID0: 0, UUID1: 0} for name in (*counters, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL")},
+    }
+    gpu = 'gpu="{}",UUID="{}",hostname="gpu-0",instance="gpu-0"'
+
+    def each_gpu(first: float, second: float) -> list[dict]:
+        return [
+            {"labels": "{%s}" % gpu.format(0, UUID0), "value": first},
+            {"labels": "{%s}" % gpu.format(1, UUID1), "value": second},
+        ]
+
+    board = json.loads(GPU_NODES.read_text())
+    queries = {
+        panel["title"]: [t["expr"].replace("$node", ".*") for t in panel["targets"]]
+        for panel in board["panels"]
+    }
+    (throttled_heat, throttled_power) = queries["Time throttled (heat, power cap)"]
+    errors = queries["Errors (XIDs in the last 5 minutes, double-bit ECC in the hour)"]
+    (ecc,) = [q for q in errors if "ECC" in q]
+    exprs = [
+        (queries["GPU utilisation"][0], "10m", each_gpu(85, 70)),
+        (queries["Temperature"][0], "10m", each_gpu(61, 58)),
+        (queries["Power draw"][0], "10m", each_gpu(300, 200)),
+        (throttled_heat, "10m", each_gpu(0, 0)),
+        (throttled_power, "10m", each_gpu(0, 0)),
+        (ecc, "10m", each_gpu(0, 0)),
+    ]
+    (daemonset,) = [m for m in dcgm_exporter.manifests() if m["kind"] == "DaemonSet"]
+    for spec in (_shared_spec(), daemonset["spec"]["template"]["spec"]):
+        page = _exporter_page(spec, extra)
+        series = [{"series": s, "values": f"{v}x10"} for s, v in _scraped(page)]
+        report = _promql(tmp_path, series, exprs)
+        assert not report, report

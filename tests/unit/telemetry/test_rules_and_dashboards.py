@@ -42,6 +42,7 @@ PROMQL = {
     "rate", "increase", "irate", "avg_over_time", "max_over_time", "min_over_time",
     "histogram_quantile", "avg", "sum", "count", "max", "min", "by", "without", "and",
     "or", "unless", "on", "ignoring", "bool", "offset", "changes", "time", "vector",
+    "sum_over_time", "group_left", "group_right",
 }  # fmt: skip
 # COS's Grafana swaps in its Loki for this variable (canonical/grafana-k8s-operator
 # lib/charms/grafana_k8s/v0/grafana_dashboard.py, the `lokids` datasource dropdown)
