@@ -15,9 +15,12 @@ it passes: the watcher's state cleared, GpuHealthy=True, the cordon lifted, the
 NoExecute taint's removal asked of the control plane, the turn given back, the repair
 recorded (gpu_health.py keeps the history). A failed repair is recorded too; two within
 24 hours leave the node cordoned and the unit Blocked with the commands that replace
-the machine. A gate whose images cannot be pulled (gpu_gate.PullError: the registry, not
-the GPU) is no failed repair: the quarantine stays, the unit says so, the turn is given
-back and the next hook pulls and proves again, without repairing again.
+the machine. A gate that could not run (gpu_gate.PullError: its images cannot be pulled,
+the registry's fault; validation.CtrMissingError: no containerd client on the machine yet;
+any validation.ValidationError: the check could not run, never the GPU's answer) is no
+failed repair: the quarantine stays, the unit says so, the turn is given back and the
+next hook (whose reconcile installs containerd first) proves again, without repairing
+again.
 """
 
 from __future__ import annotations
@@ -236,7 +239,7 @@ class GpuRepairs(ops.Object):
                 clock=self._clock,
                 progress=progress,
             )
-        except gpu_gate.PullError as e:  # the registry's fault, not the GPU's: not counted
+        except validation.ValidationError as e:  # not the GPU's answer: not counted
             gpu_repair.save_progress(
                 host,
                 method=f"{GATE_PENDING}{method}",
@@ -246,13 +249,11 @@ class GpuRepairs(ops.Object):
             )
             self.turns.done(config.max_parallel_reboots, REPAIR)  # the node stays cordoned
             logger.warning("repair gate of node %s not run: %s", node, e)
+            again = "pulled and run" if isinstance(e, gpu_gate.PullError) else "run"
             return ops.WaitingStatus(
                 f"node {node} stays cordoned: the {method} is done but the gate could not "
-                f"run: {e}; pulled and run again at the next hook (not a failed repair)"
+                f"run: {e}; {again} again at the next hook (not a failed repair)"
             )
-        except validation.ValidationError as e:
-            self._record_failure(host, held, method, f"the gate could not run: {e}")
-            return ops.WaitingStatus(f"node {node} stays cordoned: the gate could not run: {e}")
         gpu_repair.clear_progress(host)  # the gate ran: no pending gate left
         records = gpu_health.repair_records(
             held,

@@ -2289,6 +2289,64 @@ def test_a_gate_whose_images_cannot_be_pulled_is_no_failed_repair_and_runs_at_th
     assert "repaired by reset" in out.unit_status.message
 
 
+def test_a_gate_without_containerds_ctr_is_no_failed_repair_and_runs_once_ctr_is_there(
+    ctx, machine, api, driver, ctr, wall, clock
+):
+    """No `ctr` (containerd not installed yet, or removed) says nothing about the GPU.
+
+    Issue 32's leftover: it counted as a failed repair, two of which escalate to "replace
+    this machine". Like an image that cannot be pulled, the gate is "cannot check yet":
+    the node stays cordoned, nothing is recorded, the next hook (whose reconcile installs
+    containerd first) proves it without repairing again.
+    """
+    state = joined_gpu_node(ctx, api, driver, NO_AUTO_REPAIR)
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+    installed = machine.dpkg.pop("containerd")  # ctr's package (fakes.containerd_ctr)
+
+    with pytest.raises(testing.ActionFailed) as failed:
+        ctx.run(ctx.on.action("repair-gpu", params={"timeout": 60}), state)
+
+    assert failed.value.message == (
+        "node ip-10-0-1-17 stays cordoned: the reset is done but the gate could not run: "
+        f"containerd's client {validation.CTR} is not on this machine yet; run again at the "
+        "next hook (not a failed repair)"
+    )
+    assert driver.resets == [1] and ctr.runs == []
+    assert "repairs" not in watcher_state(machine)  # nothing recorded, nothing counted
+    assert watcher_state(machine)["quarantined"] and node(api)["spec"]["unschedulable"]
+
+    out = ctx.run(ctx.on.update_status(), state)
+
+    assert machine.dpkg["containerd"] == installed  # the reconcile installed it again
+    (repair,) = watcher_state(machine)["repairs"]
+    assert (repair["method"], repair["result"]) == ("reset", "ok")
+    assert driver.resets == [1] and not node(api)["spec"].get("unschedulable")
+    assert "repaired by reset" in out.unit_status.message
+
+
+def test_a_ctr_that_goes_missing_after_the_pulls_is_no_failed_gpu_check(
+    ctx, machine, api, driver, ctr, wall, clock
+):
+    """The checks' `ctr run` finding no ctr is the machine's fault, not a GPU's: not failed."""
+    state = joined_gpu_node(ctx, api, driver, {"gpu-auto-repair": "reset"})
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+    pull = ctr._pull
+
+    def pull_then_remove(argv, namespace, ref):
+        done = pull(argv, namespace, ref)
+        if ref == gpu_gate.NCCL_IMAGE:  # the last pull: containerd goes away after it
+            machine.dpkg.pop("containerd")
+        return done
+
+    ctr._pull = pull_then_remove
+
+    out = ctx.run(ctx.on.update_status(), state)
+
+    assert "repairs" not in watcher_state(machine)
+    assert out.unit_status.message.endswith("(not a failed repair)")
+    assert "is not on this machine yet" in out.unit_status.message
+
+
 def test_repair_gpu_resets_and_gates_now_or_leaves_a_reboot_to_the_next_hook(
     ctx, machine, api, driver, ctr, wall, clock, reboots
 ):
