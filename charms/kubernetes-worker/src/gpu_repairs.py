@@ -126,7 +126,30 @@ class GpuRepairs(ops.Object):
             if asked
             else gpu_repair.choose(held, config.gpu_auto_repair, records, now)
         )
+        method, blocked = self._possible(host, node, held, config.gpu_auto_repair, method)
+        if blocked is not None:
+            self.turns.done(limit, REPAIR)
+            return blocked
         return None if method is None else self._repair(host, config, node, held, method)
+
+    @staticmethod
+    def _possible(
+        host: Host, node: str, held: list[dict], mode: str, method: str | None
+    ) -> tuple[str | None, ops.StatusBase | None]:
+        """`method`, or a reboot where no reset is possible now; Blocked without reboots.
+
+        gpu_repair.reset_blocker says whether a reset is possible; `mode` whether a reboot
+        is allowed instead.
+        """
+        if method != gpu_repair.RESET:
+            return method, None
+        blocker = gpu_repair.reset_blocker(host, gpu_node.detect(host).nvswitches)
+        if blocker is None:
+            return method, None
+        if mode == gpu_repair.REBOOT:
+            logger.info("no GPU reset: %s; a reboot instead", blocker)
+            return gpu_repair.REBOOT, None
+        return None, ops.BlockedStatus(gpu_repair.reset_blocked_message(node, held, blocker))
 
     def announce(
         self, host: Host, config: WorkerConfig | None, node: str, held: list[dict]
@@ -141,7 +164,11 @@ class GpuRepairs(ops.Object):
         if gpu_repair.escalated(records, now):
             return self._escalation(node, records, now)
         mode = "off" if config is None else config.gpu_auto_repair
-        method = gpu_repair.choose(held, mode, records, now)
+        method, blocked = self._possible(
+            host, node, held, mode, gpu_repair.choose(held, mode, records, now)
+        )
+        if blocked is not None:
+            return blocked
         if method is None:
             return ops.BlockedStatus(
                 gpu_health.status_message(node, self.model.unit.name, held) or ""
@@ -306,6 +333,7 @@ class GpuRepairs(ops.Object):
                 "no automatic repair for its fault; contact NVIDIA support or replace the machine"
             )
             return
+        method = self._possible(host, node, held, gpu_repair.REBOOT, method)[0] or method
         reason = f"GPU {held[0].get('index')} ({held[0].get('uuid')}) repair by {method}"
         if method == gpu_repair.REBOOT:  # juju-reboot is refused in an action
             gpu_repair.save_progress(

@@ -12,6 +12,7 @@ import time
 
 import driver as nvidia_driver
 import gpu_gate
+import gpu_repair
 import pytest
 import readme_examples
 import toolkit
@@ -2345,6 +2346,60 @@ def test_a_ctr_that_goes_missing_after_the_pulls_is_no_failed_gpu_check(
     assert "repairs" not in watcher_state(machine)
     assert out.unit_status.message.endswith("(not a failed repair)")
     assert "is not on this machine yet" in out.unit_status.message
+
+
+def test_an_nvswitch_machine_whose_fabric_manager_is_down_reboots_instead_of_a_reset(
+    ctx, machine, api, p5, wall, clock, reboots
+):
+    """No GPU reset on an NVSwitch machine without Fabric Manager (issue 32 leftover).
+
+    nvidia-smi's manual (-r): on an NVSwitch system one GPU is reset alone only with
+    Fabric Manager running; without it every NVLink peer (here all 8) must be reset in the
+    same command. The charm tried `-r -i 1` anyway, nvidia-smi refused, and the refusal
+    counted as a failed repair. Now no reset is tried: a reboot (which starts Fabric
+    Manager again) repairs it, and nothing counts as failed.
+    """
+    p5.fabric_starts = False  # Fabric Manager does not come up (the node is Blocked for it)
+    state = run_joined(ctx, api)
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+
+    ctx.run(ctx.on.action("repair-gpu"), state)  # the action: a reboot, left to the hook
+    assert ctx.action_results == {"repair": "reboot", "node": NODE}
+    assert resets(machine) == []
+    machine.path(gpu_repair.PROGRESS).unlink()  # the hook decides by itself too
+
+    ctx.run(ctx.on.update_status(), state)
+
+    assert resets(machine) == [] and p5.resets == []
+    assert reboots == [False]
+    assert "repairs" not in watcher_state(machine)
+
+
+def test_gpu_auto_repair_reset_waits_for_fabric_manager_then_resets(
+    ctx, machine, api, p5, wall, clock, reboots
+):
+    """With reboots not allowed, the reset waits for Fabric Manager; the unit says so."""
+    ctr = FakeCtr(machine, p5)
+    p5.fabric_starts = False
+    state = run_joined(ctx, api, config={"gpu-auto-repair": "reset"})
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+
+    out = ctx.run(ctx.on.update_status(), state)
+
+    assert resets(machine) == [] and reboots == [] and ctr.runs == []
+    assert "repairs" not in watcher_state(machine)
+    assert out.unit_status == testing.BlockedStatus(
+        f"GPU 1 ({QUARANTINED_GPU}) cannot be reset alone: nvidia-fabricmanager is not "
+        "running on this NVSwitch machine (nvidia-smi -r needs it); node ip-10-0-1-17 stays "
+        "cordoned: start nvidia-fabricmanager or set gpu-auto-repair=reboot"
+    )
+
+    p5.fabric_starts = True  # the operator fixed Fabric Manager: the hook starts it
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert p5.resets == [1] and reboots == []
+    (repair,) = watcher_state(machine)["repairs"]
+    assert (repair["method"], repair["result"]) == ("reset", "ok")
 
 
 def test_repair_gpu_resets_and_gates_now_or_leaves_a_reboot_to_the_next_hook(
