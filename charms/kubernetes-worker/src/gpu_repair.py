@@ -27,10 +27,12 @@
   must be reset in same command": all of the board's GPUs, with no compute application
   on any of them). Its text "On Hopper and later NVSwitch systems, the dependency on
   Fabric Manager to facilitate reset is removed" is not taken to mean a reset without it
-  is safe: the table above it still says otherwise for Ampere+, and a GPU on an NVSwitch
-  board is usable only once Fabric Manager has registered it with the fabric again
-  (Fabric Manager user guide, "NVSwitch and NVLink Initialization"; CUDA fails with
-  error 802 before that, driver.py). The repair is a reboot instead where `reboot` is
+  is safe: the table above it still says otherwise for Ampere+, and on an NVSwitch
+  board "The CUDA initialization process can only begin after the GPUs complete their
+  registration process with the NVLink fabric" (Fabric Manager user guide, as quoted in
+  siderolabs/extensions#717; error 802 before that, driver.py), which Fabric Manager
+  does (that a reset GPU registers again only through it is our reading, not checked on
+  an NVSwitch machine). The repair is a reboot instead where `reboot` is
   allowed (Fabric Manager starts at boot, enabled by driver.fabric_state), else the
   unit is Blocked saying what it waits for; nothing is counted as a failed repair;
 - `reboot` reboots the machine through Juju (`juju-reboot`, after the hook, as the
