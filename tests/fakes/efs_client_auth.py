@@ -1,7 +1,7 @@
 """EFS's authorization of an NFS client's mount against the file system policy.
 
 What EFS decides when a client connects (EFS user guide, "Using IAM to control access to
-file systems", read 2026-11-28): the actions are ClientMount (read), ClientWrite and
+file systems", read 2026-11-27): the actions are ClientMount (read), ClientWrite and
 ClientRootAccess; the condition keys EFS sets for a client are `aws:SecureTransport`
 (TLS), `aws:SourceIp`, `elasticfilesystem:AccessPointArn` (the access point mounted
 through, absent without one) and `elasticfilesystem:AccessedViaMountTarget`, and "no other

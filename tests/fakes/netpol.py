@@ -4,7 +4,7 @@
 """Which pod may reach which pod and port under a set of NetworkPolicies.
 
 An evaluator of `networking.k8s.io/v1` NetworkPolicy as kubernetes.io/docs/concepts/
-services-networking/network-policies/ (read 2026-11-28) defines it, for tests that check
+services-networking/network-policies/ (read 2026-11-27) defines it, for tests that check
 what the charms' policies MEAN rather than that objects exist. Each rule names the
 section of that page it follows:
 

@@ -799,12 +799,30 @@ class FakeDriver:
         CUDA application). Please first kill all processes using this GPU." then "Some
         GPUs could not be reset."; "GPU 00000000:18:00.0 was successfully reset."). The
         exit status of a refusal is not documented: 1 here, the charm reads the text.
+
+        On an NVSwitch machine one GPU alone is reset only from Ampere on and with Fabric
+        Manager running; else every GPU NVLink connects to it (on an NVSwitch baseboard:
+        all of them) must be reset in the same command, and a `-i` that names fewer gets
+        "an error identifying the additional GPUs that must be included" (the manual's
+        table "NVSwitch systems": Pre-Ampere, all PEER connected GPUs in the same command
+        whether Fabric Manager runs or not; Ampere+, each GPU individually with Fabric
+        Manager running, all PEER connected GPUs without). That error's exact text is not
+        recorded anywhere we could read: the one below names the GPUs as the manual says.
         """
         index = int(argv[argv.index("-i") + 1]) if "-i" in argv else None
         targets = list(range(self.gpus)) if index is None else [index]
         buses = self._bus_ids()
         if any(i >= self.gpus for i in targets):
             raise CommandError(argv, 6, f"No devices were found matching -i {index}")
+        ampere = float(self.model[2]) >= 8.0
+        if self.nvswitch and len(targets) < self.gpus and not (ampere and self.fabric_active()):
+            peers = ", ".join(buses[i] for i in range(self.gpus) if i not in targets)
+            raise CommandError(
+                argv,
+                1,
+                f"Unable to reset GPU {buses[targets[0]]}: the NVLink peer GPUs {peers} must "
+                "be reset in the same command.\nSome GPUs could not be reset.",
+            )
         busy = [i for i in targets if i in self.gpu_in_use]
         if busy:
             raise CommandError(

@@ -1,6 +1,6 @@
 """The NetworkPolicy evaluator (tests/fakes/netpol.py) against the Kubernetes docs' own cases.
 
-kubernetes.io/docs/concepts/services-networking/network-policies/, read 2026-11-28.
+kubernetes.io/docs/concepts/services-networking/network-policies/, read 2026-11-27.
 """
 
 from __future__ import annotations

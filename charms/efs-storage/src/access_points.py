@@ -11,7 +11,7 @@ CreateAccessPoint: "The operating system user and group override any identity
 information provided by the NFS client ... Applications using the access point can only
 access data in the application's own directory and any subdirectories").
 
-Fields sent (EFS API reference, CreateAccessPoint, read 2026-11-28):
+Fields sent (EFS API reference, CreateAccessPoint, read 2026-11-27):
 - `ClientToken`: up to 64 ASCII characters "to ensure idempotent creation"; a second
   create with the same token answers `AccessPointAlreadyExists` (409, with the
   `AccessPointId`: botocore's efs model). The token is a digest of (model, application,

@@ -74,6 +74,16 @@ SCRIPT = (
 _GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
 
+def upstream_images() -> tuple[str, ...]:
+    """Every image this charm pulls, as upstream publishes it: the directory Job's helper.
+
+    What a mirror must hold for `image-registry` (moved by `images.mirrored` in charm.py);
+    the option's help text and docs/how-to/air-gapped.md are checked against it
+    (tests/unit/docs/test_images.py).
+    """
+    return (HELPER_IMAGE,)
+
+
 def _parts(path: str) -> tuple[str, ...]:
     return tuple(part for part in path.split("/") if part)
 

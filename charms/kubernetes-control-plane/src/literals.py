@@ -37,7 +37,7 @@ CALICO = "calico"
 FLANNEL = "flannel"
 CNIS = (CALICO, FLANNEL)
 
-# Calico, pinned 2026-11-28 to v3.32.1 (tagged 2026-06-24; the newest v3.x tag in the
+# Calico, pinned 2026-11-27 to v3.32.1 (tagged 2026-06-24; the newest v3.x tag in the
 # projectcalico/calico snapshot of 2026-08-22, v3.31.7 being a patch of the older line).
 # Its docs install a manifest cluster with `curl https://raw.githubusercontent.com/
 # projectcalico/calico/<tag>/manifests/calico.yaml -O` then `kubectl apply` (tigera/docs
@@ -114,7 +114,7 @@ ADMISSION_PLUGINS = ("NodeRestriction", "ExtendedResourceToleration", "DenyServi
 # `restricted`, and `<mode>-version` the Kubernetes minor whose checks apply (`latest`:
 # those of the running API server, so an upgrade could start refusing pods that ran;
 # k8s.io/pod-security-admission api/helpers.go ParseVersion, PolicyToEvaluate). Versions
-# are pinned to the bundle's minor, 1.36 (kubeadm.DEFAULT_MINOR), read 2026-11-28 from
+# are pinned to the bundle's minor, 1.36 (kubeadm.DEFAULT_MINOR), read 2026-11-27 from
 # kubernetes.io/docs/tasks/configure-pod-container/enforce-standards-namespace-labels/.
 POD_SECURITY_LABEL_PREFIX = "pod-security.kubernetes.io/"
 POD_SECURITY_VERSION = "v1.36"

@@ -33,6 +33,8 @@ Its images are pulled first, each with its own bound (`PULL_TIMEOUT`; NVIDIA's P
 image is many GB), apart from the checks' `timeout`: an image that cannot be pulled (the
 registry down, a pull timing out) says nothing about the GPUs, so it raises `PullError`,
 which the repair turn records as no repair at all (gpu_repairs.py), never as a failed one.
+Nor does a machine without containerd's `ctr` (validation.CtrMissingError, at the first pull or
+at any check's run): the gate could not run, it did not fail.
 No ops imports: the charm runs the gate in a repair turn (gpu_repairs.py) and records
 the outcome in the watcher's state file (gpu_health.record_repair).
 """
@@ -168,6 +170,7 @@ def pull(
 
     Raises:
         PullError: ctr refused one (its last line) or the pulls outlived `timeout`.
+        validation.CtrMissingError: ctr is not there.
     """
     started = clock()
     for image in images:
@@ -176,6 +179,8 @@ def pull(
             raise PullError(f"pulling the gate's images took over {timeout:.0f}s (at {image})")
         try:
             pulled = validation.pull_image(host, image, left, progress)
+        except validation.CtrMissingError:
+            raise
         except validation.ValidationError as e:
             raise PullError(str(e)) from None
         if not pulled:
@@ -258,7 +263,7 @@ def run(
 
     Raises:
         PullError: an image cannot be pulled (the gate did not run).
-        validation.ValidationError: ctr is not there.
+        validation.CtrMissingError: ctr is not there (the gate did not run, or stopped).
     """
     if count < 1:  # no GPU to prove: never a pass
         return GateResult((Check("cuda", False, "no NVIDIA GPU found on this machine"),))

@@ -20,6 +20,21 @@
   do ("Unable to reset GPU <bus id> because it's being used by some other process ...",
   recorded in tests/fakes/nvidia_driver.py): a refused reset is a failed repair, and
   with `reboot` the machine reboots instead;
+- on an NVSwitch machine (every GPU NVLink-connected to every other through the
+  switches) a reset is not even tried while Fabric Manager is not running (`reset_blocker`):
+  the same manual's table "NVSwitch systems" allows a GPU to be reset alone only on
+  Ampere and later *with Fabric Manager running* (without it, "All PEER connected GPUs
+  must be reset in same command": all of the board's GPUs, with no compute application
+  on any of them). Its text "On Hopper and later NVSwitch systems, the dependency on
+  Fabric Manager to facilitate reset is removed" is not taken to mean a reset without it
+  is safe: the table above it still says otherwise for Ampere+, and on an NVSwitch
+  board "The CUDA initialization process can only begin after the GPUs complete their
+  registration process with the NVLink fabric" (Fabric Manager user guide, as quoted in
+  siderolabs/extensions#717; error 802 before that, driver.py), which Fabric Manager
+  does (that a reset GPU registers again only through it is our reading, not checked on
+  an NVSwitch machine). The repair is a reboot instead where `reboot` is
+  allowed (Fabric Manager starts at boot, enabled by driver.fabric_state), else the
+  unit is Blocked saying what it waits for; nothing is counted as a failed repair;
 - `reboot` reboots the machine through Juju (`juju-reboot`, after the hook, as the
   driver's reboot turn does) where a reset does not suffice, was refused, or did not
   pass the gate. Juju refuses `juju-reboot` inside an action (juju worker/uniter/runner/
@@ -36,7 +51,9 @@ from __future__ import annotations
 import datetime
 import json
 
-from charms.gpu_k8s.v0.system import CommandError, Host
+from driver import FABRIC_SERVICE
+
+from charms.gpu_k8s.v0.system import SYSTEMCTL, CommandError, Host
 
 MODES = ("off", "reset", "reboot")
 RESET, REBOOT = "reset", "reboot"
@@ -102,6 +119,29 @@ def reset(host: Host, entries: list[dict]) -> tuple[bool, str]:
             return False, f"GPU {q.get('index')} reset refused: {lines[0] if lines else e}"
         said.append(next((line for line in out.splitlines() if line.strip()), "reset"))
     return True, "; ".join(said)
+
+
+def reset_blocker(host: Host, nvswitches: int) -> str | None:
+    """Why no GPU of this machine may be reset alone now (None: nothing stops it).
+
+    An NVSwitch machine whose Fabric Manager is not active (see the module docstring).
+    """
+    if not nvswitches:
+        return None
+    try:
+        host.run(SYSTEMCTL, "is-active", "--quiet", FABRIC_SERVICE)
+    except CommandError:
+        return f"{FABRIC_SERVICE} is not running on this NVSwitch machine (nvidia-smi -r needs it)"
+    return None
+
+
+def reset_blocked_message(node: str, entries: list[dict], blocker: str) -> str:
+    """Blocked: `gpu-auto-repair=reset` and no reset is possible (`reset_blocker`)."""
+    first = entries[0]
+    return (
+        f"GPU {first.get('index')} ({first.get('uuid')}) cannot be reset alone: {blocker}; "
+        f"node {node} stays cordoned: start {FABRIC_SERVICE} or set gpu-auto-repair=reboot"
+    )
 
 
 def load_progress(host: Host) -> dict | None:

@@ -15,9 +15,12 @@ it passes: the watcher's state cleared, GpuHealthy=True, the cordon lifted, the
 NoExecute taint's removal asked of the control plane, the turn given back, the repair
 recorded (gpu_health.py keeps the history). A failed repair is recorded too; two within
 24 hours leave the node cordoned and the unit Blocked with the commands that replace
-the machine. A gate whose images cannot be pulled (gpu_gate.PullError: the registry, not
-the GPU) is no failed repair: the quarantine stays, the unit says so, the turn is given
-back and the next hook pulls and proves again, without repairing again.
+the machine. A gate that could not run (gpu_gate.PullError: its images cannot be pulled,
+the registry's fault; validation.CtrMissingError: no containerd client on the machine yet;
+any validation.ValidationError: the check could not run, never the GPU's answer) is no
+failed repair: the quarantine stays, the unit says so, the turn is given back and the
+next hook (whose reconcile installs containerd first) proves again, without repairing
+again.
 """
 
 from __future__ import annotations
@@ -123,7 +126,30 @@ class GpuRepairs(ops.Object):
             if asked
             else gpu_repair.choose(held, config.gpu_auto_repair, records, now)
         )
+        method, blocked = self._possible(host, node, held, config.gpu_auto_repair, method)
+        if blocked is not None:
+            self.turns.done(limit, REPAIR)
+            return blocked
         return None if method is None else self._repair(host, config, node, held, method)
+
+    @staticmethod
+    def _possible(
+        host: Host, node: str, held: list[dict], mode: str, method: str | None
+    ) -> tuple[str | None, ops.StatusBase | None]:
+        """`method`, or a reboot where no reset is possible now; Blocked without reboots.
+
+        gpu_repair.reset_blocker says whether a reset is possible; `mode` whether a reboot
+        is allowed instead.
+        """
+        if method != gpu_repair.RESET:
+            return method, None
+        blocker = gpu_repair.reset_blocker(host, gpu_node.detect(host).nvswitches)
+        if blocker is None:
+            return method, None
+        if mode == gpu_repair.REBOOT:
+            logger.info("no GPU reset: %s; a reboot instead", blocker)
+            return gpu_repair.REBOOT, None
+        return None, ops.BlockedStatus(gpu_repair.reset_blocked_message(node, held, blocker))
 
     def announce(
         self, host: Host, config: WorkerConfig | None, node: str, held: list[dict]
@@ -138,7 +164,11 @@ class GpuRepairs(ops.Object):
         if gpu_repair.escalated(records, now):
             return self._escalation(node, records, now)
         mode = "off" if config is None else config.gpu_auto_repair
-        method = gpu_repair.choose(held, mode, records, now)
+        method, blocked = self._possible(
+            host, node, held, mode, gpu_repair.choose(held, mode, records, now)
+        )
+        if blocked is not None:
+            return blocked
         if method is None:
             return ops.BlockedStatus(
                 gpu_health.status_message(node, self.model.unit.name, held) or ""
@@ -236,7 +266,7 @@ class GpuRepairs(ops.Object):
                 clock=self._clock,
                 progress=progress,
             )
-        except gpu_gate.PullError as e:  # the registry's fault, not the GPU's: not counted
+        except validation.ValidationError as e:  # not the GPU's answer: not counted
             gpu_repair.save_progress(
                 host,
                 method=f"{GATE_PENDING}{method}",
@@ -246,13 +276,11 @@ class GpuRepairs(ops.Object):
             )
             self.turns.done(config.max_parallel_reboots, REPAIR)  # the node stays cordoned
             logger.warning("repair gate of node %s not run: %s", node, e)
+            again = "pulled and run" if isinstance(e, gpu_gate.PullError) else "run"
             return ops.WaitingStatus(
                 f"node {node} stays cordoned: the {method} is done but the gate could not "
-                f"run: {e}; pulled and run again at the next hook (not a failed repair)"
+                f"run: {e}; {again} again at the next hook (not a failed repair)"
             )
-        except validation.ValidationError as e:
-            self._record_failure(host, held, method, f"the gate could not run: {e}")
-            return ops.WaitingStatus(f"node {node} stays cordoned: the gate could not run: {e}")
         gpu_repair.clear_progress(host)  # the gate ran: no pending gate left
         records = gpu_health.repair_records(
             held,
@@ -305,6 +333,7 @@ class GpuRepairs(ops.Object):
                 "no automatic repair for its fault; contact NVIDIA support or replace the machine"
             )
             return
+        method = self._possible(host, node, held, gpu_repair.REBOOT, method)[0] or method
         reason = f"GPU {held[0].get('index')} ({held[0].get('uuid')}) repair by {method}"
         if method == gpu_repair.REBOOT:  # juju-reboot is refused in an action
             gpu_repair.save_progress(

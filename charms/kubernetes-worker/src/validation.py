@@ -175,6 +175,23 @@ class ValidationError(Exception):
     """The check could not run (image not pulled, containerd missing); the action's failure."""
 
 
+class CtrMissingError(ValidationError):
+    """containerd's client is not on this machine (yet): nothing was checked."""
+
+    def __init__(self) -> None:
+        super().__init__(f"containerd's client {CTR} is not on this machine yet")
+
+
+def _ctr_missing(e: CommandError) -> bool:
+    """`e` says ctr itself could not be started, not that it or a container failed.
+
+    The runner's answer for a program that is not there (system.SubprocessRunner: exit
+    127, "<argv[0]>: not found"). A container's own exit 127 (a shell's missing command)
+    comes through `ctr run` with the shell's message instead, so the text decides.
+    """
+    return e.returncode == 127 and e.last_line == f"{CTR}: not found"
+
+
 def _remove(host: Host, name: str) -> None:
     """Remove a container `ctr run --rm` left behind (killed at the timeout)."""
     for argv in (
@@ -191,7 +208,8 @@ def pull_image(host: Host, image: str, timeout: float, progress: Callable[[str],
     """Pull `image` into containerd; False when the pull outlived `timeout`.
 
     Raises:
-        ValidationError: the image cannot be pulled, or ctr is not there.
+        CtrMissingError: ctr is not there.
+        ValidationError: the image cannot be pulled.
     """
     progress(f"pulling {image} into containerd ({CTR_NAMESPACE})")
     try:
@@ -199,6 +217,8 @@ def pull_image(host: Host, image: str, timeout: float, progress: Callable[[str],
     except CommandError as e:
         if e.returncode == -1:
             return False
+        if _ctr_missing(e):
+            raise CtrMissingError() from None
         raise ValidationError(f"cannot pull {image}: {e.last_line}") from None
     return True
 
@@ -221,7 +241,8 @@ def run_tool(
     in containerd already (the repair gate pulls first, gpu_gate.pull).
 
     Raises:
-        ValidationError: the image cannot be pulled, or ctr is not there.
+        CtrMissingError: ctr is not there.
+        ValidationError: the image cannot be pulled.
     """
     name = container_name()
     started = clock()
@@ -232,6 +253,8 @@ def run_tool(
     try:
         return 0, host.run(*run_command(image, name, "all", command), timeout=left)
     except CommandError as e:
+        if _ctr_missing(e):
+            raise CtrMissingError() from None
         if e.returncode == -1:
             _remove(host, name)
         return e.returncode, e.stderr
@@ -253,7 +276,8 @@ def validate(
     `pull` False: the image is in containerd already (gpu_gate.pull).
 
     Raises:
-        ValidationError: the image cannot be pulled, or ctr is not there.
+        CtrMissingError: ctr is not there.
+        ValidationError: the image cannot be pulled.
     """
     name = container_name()
     started = clock()
@@ -266,6 +290,8 @@ def validate(
     try:
         output = host.run(*run_command(image, name, devices), timeout=left)
     except CommandError as e:
+        if _ctr_missing(e):
+            raise CtrMissingError() from None
         if e.returncode == -1:
             _remove(host, name)
             return ValidationOutcome(False, f"CUDA check timed out after {timeout:.0f}s", -1, "")

@@ -16,8 +16,9 @@ from typing import Any
 import ops
 import pydantic
 import registry_auth
+import serving
 from literals import DEFAULT_MAX_RESTARTS, DEFAULT_USER
-from manifests import Context
+from manifests import Context, gpu_variant
 from params import parse_user, quantity
 
 from charms.gpu_k8s.v0.config import CharmConfig
@@ -126,6 +127,27 @@ class Config(CharmConfig):
 
 
 QUOTA_OPTIONS = ("gpu-quota", "cpu-quota", "memory-quota")
+
+
+def upstream_images() -> tuple[str, ...]:
+    """Every image this charm pulls by default, as upstream publishes it.
+
+    What a mirror must hold for `image-registry`: default-image and its `-gpu` variant
+    (training pods, the purge, import and export Jobs), tensorboard-image, and
+    serving-image with its `-gpu` variant (`serve`), each at its option's default. The
+    option's help text and docs/how-to/air-gapped.md are checked against it
+    (tests/unit/docs/test_images.py).
+    """
+    fields = Config.model_fields
+    default = fields["default_image"].default
+    model_server = fields["serving_image"].default
+    return (
+        default,
+        gpu_variant(default) or default,
+        fields["tensorboard_image"].default,
+        model_server,
+        serving.gpu_variant(model_server),
+    )
 
 
 def quota_request(raw: Mapping[str, Any]) -> dict[str, str]:

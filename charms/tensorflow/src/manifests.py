@@ -185,9 +185,18 @@ class Context:
         upstream = self.default_image
         if self.registry:
             upstream = upstream.removeprefix(f"{self.registry}/")
-        if request.gpus(role) and _TF_IMAGE.match(upstream):
+        if request.gpus(role) and gpu_variant(upstream) is not None:
             return f"{image}-gpu"
         return image
+
+
+def gpu_variant(image: str) -> str | None:
+    """The `-gpu` image of a tensorflow/tensorflow image (None: other images have none).
+
+    TensorFlow's Docker guide (tensorflow.org/install/docker) tags each release `<version>`
+    and `<version>-gpu`, the latter with CUDA; training roles with GPUs get it.
+    """
+    return f"{image}-gpu" if _TF_IMAGE.match(image) else None
 
 
 def labels(app: str, job: str, component: str | None = None, role: str | None = None) -> dict:

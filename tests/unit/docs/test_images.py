@@ -19,7 +19,12 @@ from charms.gpu_k8s.v0 import images
 ROOT = Path(__file__).resolve().parents[3]
 PAGE = docs_pages.DOCS / "how-to" / "air-gapped.md"
 # charm -> the module whose upstream_images() lists its images
-LISTS = {"kubernetes-control-plane": "image_registry", "kubernetes-worker": "charm_config"}
+LISTS = {
+    "kubernetes-control-plane": "image_registry",
+    "kubernetes-worker": "charm_config",
+    "efs-storage": "directories",
+    "tensorflow": "charm_config",
+}
 # an image with its tag below R (kubeadm's, whose tags vary with the patch, say `<tag>`)
 MIRRORED = re.compile(r"\bR/[a-z0-9][a-z0-9./_-]*:[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9]")
 
@@ -53,3 +58,6 @@ def test_an_image_left_out_or_stale_is_caught():
     text = _help("kubernetes-worker")
     assert set(MIRRORED.findall(text.replace("R/pause:3.10.1", ""))) != wanted
     assert set(MIRRORED.findall(text.replace("26.01-py3", "25.01-py3"))) != wanted
+    wanted = _wanted("tensorflow")  # serve's -gpu image, from serving.gpu_variant
+    text = _help("tensorflow")
+    assert set(MIRRORED.findall(text.replace("R/tensorflow/serving:2.20.0-gpu", ""))) != wanted

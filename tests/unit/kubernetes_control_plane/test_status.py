@@ -69,7 +69,7 @@ def test_a_unit_that_does_not_lead_leaves_the_application_status_alone(ctx, mach
 def test_a_unit_that_does_not_lead_reports_the_leaders_etcd_problem(ctx, machine):
     state = leader_member_state(leader=False)
     relation = peer(state)
-    # as a revision before 2026-11-28 stored it: {node: message}
+    # as a revision before 2026-11-27 stored it: {node: message}
     problem = (
         "etcd member cp-9 of a departed unit is still there: etcdserver: unhealthy cluster; "
         "retrying"

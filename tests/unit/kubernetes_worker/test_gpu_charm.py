@@ -12,6 +12,7 @@ import time
 
 import driver as nvidia_driver
 import gpu_gate
+import gpu_repair
 import pytest
 import readme_examples
 import toolkit
@@ -2287,6 +2288,118 @@ def test_a_gate_whose_images_cannot_be_pulled_is_no_failed_repair_and_runs_at_th
     assert driver.resets == [1] and watcher_state(machine)["quarantined"] == {}
     assert not node(api)["spec"].get("unschedulable")
     assert "repaired by reset" in out.unit_status.message
+
+
+def test_a_gate_without_containerds_ctr_is_no_failed_repair_and_runs_once_ctr_is_there(
+    ctx, machine, api, driver, ctr, wall, clock
+):
+    """No `ctr` (containerd not installed yet, or removed) says nothing about the GPU.
+
+    Issue 32's leftover: it counted as a failed repair, two of which escalate to "replace
+    this machine". Like an image that cannot be pulled, the gate is "cannot check yet":
+    the node stays cordoned, nothing is recorded, the next hook (whose reconcile installs
+    containerd first) proves it without repairing again.
+    """
+    state = joined_gpu_node(ctx, api, driver, NO_AUTO_REPAIR)
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+    installed = machine.dpkg.pop("containerd")  # ctr's package (fakes.containerd_ctr)
+
+    with pytest.raises(testing.ActionFailed) as failed:
+        ctx.run(ctx.on.action("repair-gpu", params={"timeout": 60}), state)
+
+    assert failed.value.message == (
+        "node ip-10-0-1-17 stays cordoned: the reset is done but the gate could not run: "
+        f"containerd's client {validation.CTR} is not on this machine yet; run again at the "
+        "next hook (not a failed repair)"
+    )
+    assert driver.resets == [1] and ctr.runs == []
+    assert "repairs" not in watcher_state(machine)  # nothing recorded, nothing counted
+    assert watcher_state(machine)["quarantined"] and node(api)["spec"]["unschedulable"]
+
+    out = ctx.run(ctx.on.update_status(), state)
+
+    assert machine.dpkg["containerd"] == installed  # the reconcile installed it again
+    (repair,) = watcher_state(machine)["repairs"]
+    assert (repair["method"], repair["result"]) == ("reset", "ok")
+    assert driver.resets == [1] and not node(api)["spec"].get("unschedulable")
+    assert "repaired by reset" in out.unit_status.message
+
+
+def test_a_ctr_that_goes_missing_after_the_pulls_is_no_failed_gpu_check(
+    ctx, machine, api, driver, ctr, wall, clock
+):
+    """The checks' `ctr run` finding no ctr is the machine's fault, not a GPU's: not failed."""
+    state = joined_gpu_node(ctx, api, driver, {"gpu-auto-repair": "reset"})
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+    pull = ctr._pull
+
+    def pull_then_remove(argv, namespace, ref):
+        done = pull(argv, namespace, ref)
+        if ref == gpu_gate.NCCL_IMAGE:  # the last pull: containerd goes away after it
+            machine.dpkg.pop("containerd")
+        return done
+
+    ctr._pull = pull_then_remove
+
+    out = ctx.run(ctx.on.update_status(), state)
+
+    assert "repairs" not in watcher_state(machine)
+    assert out.unit_status.message.endswith("(not a failed repair)")
+    assert "is not on this machine yet" in out.unit_status.message
+
+
+def test_an_nvswitch_machine_whose_fabric_manager_is_down_reboots_instead_of_a_reset(
+    ctx, machine, api, p5, wall, clock, reboots
+):
+    """No GPU reset on an NVSwitch machine without Fabric Manager (issue 32 leftover).
+
+    nvidia-smi's manual (-r): on an NVSwitch system one GPU is reset alone only with
+    Fabric Manager running; without it every NVLink peer (here all 8) must be reset in the
+    same command. The charm tried `-r -i 1` anyway, nvidia-smi refused, and the refusal
+    counted as a failed repair. Now no reset is tried: a reboot (which starts Fabric
+    Manager again) repairs it, and nothing counts as failed.
+    """
+    p5.fabric_starts = False  # Fabric Manager does not come up (the node is Blocked for it)
+    state = run_joined(ctx, api)
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+
+    ctx.run(ctx.on.action("repair-gpu"), state)  # the action: a reboot, left to the hook
+    assert ctx.action_results == {"repair": "reboot", "node": NODE}
+    assert resets(machine) == []
+    machine.path(gpu_repair.PROGRESS).unlink()  # the hook decides by itself too
+
+    ctx.run(ctx.on.update_status(), state)
+
+    assert resets(machine) == [] and p5.resets == []
+    assert reboots == [False]
+    assert "repairs" not in watcher_state(machine)
+
+
+def test_gpu_auto_repair_reset_waits_for_fabric_manager_then_resets(
+    ctx, machine, api, p5, wall, clock, reboots
+):
+    """With reboots not allowed, the reset waits for Fabric Manager; the unit says so."""
+    ctr = FakeCtr(machine, p5)
+    p5.fabric_starts = False
+    state = run_joined(ctx, api, config={"gpu-auto-repair": "reset"})
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+
+    out = ctx.run(ctx.on.update_status(), state)
+
+    assert resets(machine) == [] and reboots == [] and ctr.runs == []
+    assert "repairs" not in watcher_state(machine)
+    assert out.unit_status == testing.BlockedStatus(
+        f"GPU 1 ({QUARANTINED_GPU}) cannot be reset alone: nvidia-fabricmanager is not "
+        "running on this NVSwitch machine (nvidia-smi -r needs it); node ip-10-0-1-17 stays "
+        "cordoned: start nvidia-fabricmanager or set gpu-auto-repair=reboot"
+    )
+
+    p5.fabric_starts = True  # the operator fixed Fabric Manager: the hook starts it
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert p5.resets == [1] and reboots == []
+    (repair,) = watcher_state(machine)["repairs"]
+    assert (repair["method"], repair["result"]) == ("reset", "ok")
 
 
 def test_repair_gpu_resets_and_gates_now_or_leaves_a_reboot_to_the_next_hook(

@@ -13,7 +13,9 @@ below the registry host and its tag or digest:
         -> registry.example.com:5000/mirror/tensorflow/tensorflow:2.20.0
 
 The mirror is filled with one copy per image to that name (`skopeo copy
-docker://<image> docker://<mirrored name>`); the README lists the images. The reference
+docker://<image> docker://<mirrored name>`). Which images: each charm's `upstream_images()`,
+named in its `image-registry` help and in docs/how-to/air-gapped.md (tests/unit/docs/
+test_images.py holds the three to one another). The reference
 grammar (a first component with a `.` or `:`, or `localhost`, is a registry host;
 otherwise the image is on Docker Hub, and a one-component name there lives under
 `library/`) is distribution/reference's `normalize.go` (`splitDockerDomain`).
@@ -25,7 +27,7 @@ import re
 
 LIBID = "f6a07ee8f4b74f41af9d34a12a3f23f6"
 LIBAPI = 0
-LIBPATCH = 1
+LIBPATCH = 2
 
 DOCKER_HUB = "docker.io"
 
