@@ -1260,11 +1260,7 @@ class FakeKubeApiServer:
             # kube-apiserver reads an apply body as YAML, and JSON is YAML: a body that is
             # JSON (what every client here sends) is read as JSON, ~5x faster than even
             # libyaml's parser, which PyYAML follows with its own Python constructor
-            obj = (
-                _yaml_or_json(body)
-                if "yaml" in content_type
-                else json.loads(body or b"{}")
-            )
+            obj = _yaml_or_json(body) if "yaml" in content_type else json.loads(body or b"{}")
         except (ValueError, yaml.YAMLError) as e:
             raise ApiError(400, "BadRequest", f"error decoding request body: {e}") from None
         if not isinstance(obj, dict):
