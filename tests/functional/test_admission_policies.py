@@ -385,10 +385,13 @@ def test_the_cni_plugins_token_writes_no_ippool(kube_api, calico):
         "this user may not write IPPools"
     )
     call(kube_api, ADMIN_TOKEN, "POST", f"{CALICO_CRD}/ippools", POOL)
-    # (the policy also matches DELETE; the fake admits no DELETE, so it is not probed here)
     body = {**POOL, "spec": {"cidr": "0.0.0.0/0"}}
     status, answer = call(kube_api, cni, "PUT", f"{CALICO_CRD}/ippools/steal", body)
     assert status == 403, answer
+    status, answer = call(kube_api, cni, "DELETE", f"{CALICO_CRD}/ippools/steal")
+    assert status == 403, answer
+    assert "this user may not write IPPools" in answer["message"]
+    assert kube_api.get_object(f"{CALICO_CRD}/ippools/steal") is not None
 
 
 def _crd_object(kind: str, name: str, spec: dict) -> dict:
@@ -609,3 +612,83 @@ def test_the_jobset_controller_creates_its_child_jobs(kube_api, policies):
     kube_api.put_object("/api/v1/namespaces/team", {"metadata": {"name": "team"}})
     status, answer = call(kube_api, controller, "POST", JOBS, _job("train-w-0", owned=True))
     assert status == 201, answer
+
+
+# --- DELETE is admitted too (the fake, as kube-apiserver) -------------------------------------
+
+CONFIGMAPS = "/api/v1/namespaces/team/configmaps"
+KEEP = "gpu-k8s-probe-keep"
+
+
+def _keep_policy(kube_api) -> None:
+    """A policy on DELETE that reads both objects: `object` null, `oldObject` the stored one.
+
+    k8s.io/apiserver v0.36.3 pkg/admission/plugin/policy/generic/plugin.go handles Create,
+    Update, Delete and Connect; pkg/registry/rest/delete.go AdmissionToValidateObjectDelete
+    Func validates a delete with (object nil, oldObject the stored object), and a
+    deletecollection item with the request's empty name (handlers/delete.go).
+    """
+    spec = {
+        "failurePolicy": "Fail",
+        "matchConstraints": {
+            "resourceRules": [
+                {
+                    "apiGroups": [""],
+                    "apiVersions": ["v1"],
+                    "operations": ["DELETE"],
+                    "resources": ["configmaps"],
+                }
+            ]
+        },
+        "validations": [
+            {"expression": "object == null", "message": "object is set", "reason": "Invalid"},
+            {
+                "expression": "oldObject.data.keep != 'yes'",
+                "message": "this ConfigMap is kept",
+                "reason": "Forbidden",
+            },
+        ],
+    }
+    vap = "/apis/admissionregistration.k8s.io/v1"
+    policy = {"metadata": {"name": KEEP}, "spec": spec}
+    binding = {
+        "metadata": {"name": KEEP},
+        "spec": {"policyName": KEEP, "validationActions": ["Deny"]},
+    }
+    kube_api.put_object(f"{vap}/validatingadmissionpolicies/{KEEP}", policy)
+    kube_api.put_object(f"{vap}/validatingadmissionpolicybindings/{KEEP}", binding)
+    kube_api.put_object("/api/v1/namespaces/team", {"metadata": {"name": "team"}})
+    for name, keep in (("a-gone", "no"), ("b-kept", "yes"), ("c-gone", "no")):
+        kube_api.put_object(
+            f"{CONFIGMAPS}/{name}",
+            {"metadata": {"name": name, "namespace": "team"}, "data": {"keep": keep}},
+        )
+
+
+def test_a_policy_that_matches_delete_sees_the_stored_object_as_old_object(kube_api):
+    _keep_policy(kube_api)
+    status, answer = call(kube_api, ADMIN_TOKEN, "DELETE", f"{CONFIGMAPS}/b-kept")
+    assert (status, answer["reason"]) == (403, "Forbidden"), answer
+    cause = f"ValidatingAdmissionPolicy '{KEEP}' with binding '{KEEP}' denied request: "
+    assert answer["message"] == f'configmaps "b-kept" is forbidden: {cause}this ConfigMap is kept'
+    assert kube_api.get_object(f"{CONFIGMAPS}/b-kept") is not None
+    status, answer = call(kube_api, ADMIN_TOKEN, "DELETE", f"{CONFIGMAPS}/a-gone")
+    assert status == 200, answer
+    assert kube_api.get_object(f"{CONFIGMAPS}/a-gone") is None
+    # a missing object is 404 before admission (the store reads it first)
+    status, answer = call(kube_api, ADMIN_TOKEN, "DELETE", f"{CONFIGMAPS}/a-gone")
+    assert status == 404, answer
+
+
+def test_a_deletecollection_is_admitted_item_by_item(kube_api):
+    """A deletecollection validates each item; one refusal fails it, the admitted items go.
+
+    k8s.io/apiserver registry/generic/registry/store.go DeleteCollection deletes each item
+    through the same validation; the request's name is empty, so a denial says "Unknown".
+    """
+    _keep_policy(kube_api)
+    status, answer = call(kube_api, ADMIN_TOKEN, "DELETE", CONFIGMAPS)
+    assert (status, answer["reason"]) == (403, "Forbidden"), answer
+    assert answer["message"].startswith('configmaps "Unknown" is forbidden: ValidatingAdmission')
+    left = [o["metadata"]["name"] for o in kube_api.objects(f"{CONFIGMAPS}/", "ConfigMap")]
+    assert left == ["b-kept"]
