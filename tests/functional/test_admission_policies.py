@@ -692,3 +692,73 @@ def test_a_deletecollection_is_admitted_item_by_item(kube_api):
     assert answer["message"].startswith('configmaps "Unknown" is forbidden: ValidatingAdmission')
     left = [o["metadata"]["name"] for o in kube_api.objects(f"{CONFIGMAPS}/", "ConfigMap")]
     assert left == ["b-kept"]
+
+
+# --- NVIDIA's MIG manager deletes only the validator pods on its own node ---------------------
+
+
+def _gpu_pod(kube_api, namespace: str, name: str, node: str, app: str) -> str:
+    path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+    kube_api.put_object(
+        path,
+        {
+            "metadata": {"name": name, "namespace": namespace, "labels": {"app": app}},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}]},
+        },
+    )
+    return path
+
+
+def test_the_mig_manager_deletes_only_the_validator_pods_on_its_own_node(kube_api, policies):
+    """What mig-parted v0.15.0 reconfigure.go deletePod deletes, and nothing else.
+
+    In DEFAULT_GPU_CLIENTS_NAMESPACE, the pods on its node (spec.nodeName) labelled
+    app=nvidia-cuda-validator, nvidia-device-plugin-validator or nvidia-operator-validator.
+    """
+    account = policies.MIG_MANAGER
+    namespace = account[0]
+    _nodes(kube_api, "node-a", "node-b")
+    token = _daemonset_token(kube_api, account, "node-a")
+    mig = load(CP, "mig_manager")
+    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}"
+    kube_api.put_object(
+        f"{rbac}/roles/probe", {"metadata": {"name": "probe"}, "rules": mig.NAMESPACE_RULES}
+    )
+    kube_api.put_object(
+        f"{rbac}/rolebindings/probe",
+        {
+            "metadata": {"name": "probe"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "probe"},
+            "subjects": [{"kind": "ServiceAccount", "name": account[1], "namespace": namespace}],
+        },
+    )
+    name = "gpu-k8s-node-bound-mig-manager"
+    denied = f"ValidatingAdmissionPolicy '{name}' with binding '{name}' denied request: "
+    refused = {
+        "a validator on another node": (
+            _gpu_pod(kube_api, namespace, "cuda-b", "node-b", "nvidia-cuda-validator"),
+            "this user may only delete pods on the node its pod runs on",
+        ),
+        "the device plugin on its node": (
+            _gpu_pod(kube_api, namespace, "plugin-a", "node-a", "nvidia-device-plugin-daemonset"),
+            "this user may only delete NVIDIA's validator pods",
+        ),
+        "the DCGM exporter on another node": (
+            _gpu_pod(kube_api, namespace, "dcgm-b", "node-b", "nvidia-dcgm-exporter"),
+            "this user may only delete pods on the node its pod runs on",
+        ),
+    }
+    for what, (path, message) in refused.items():
+        status, answer = call(kube_api, token, "DELETE", path)
+        assert (status, answer.get("reason")) == (403, "Forbidden"), (what, answer)
+        pod = path.rpartition("/")[2]
+        assert answer["message"].startswith(f'pods "{pod}" is forbidden: {denied}{message}'), (
+            what,
+            answer["message"],
+        )
+        assert kube_api.get_object(path) is not None, what
+    for app in mig.VALIDATOR_APPS:
+        path = _gpu_pod(kube_api, namespace, app, "node-a", app)
+        status, answer = call(kube_api, token, "DELETE", path)
+        assert status == 200, (app, answer)
+        assert kube_api.get_object(path) is None

@@ -33,7 +33,11 @@ What is applied (`manifests`), each policy with a binding of the same name
   from it must carry the node-name extra, and may change only the Node of that name (its
   status included) and, for calico-node, the status only of pods bound to that node. A
   token of that ServiceAccount that names no node (a TokenRequest not bound to a pod, or
-  a legacy Secret token) is refused every such write.
+  a legacy Secret token) is refused every such write. The MIG manager may also delete
+  (NODE_BOUND_DELETES) only pods of its own namespace that run on its node and are
+  labelled as NVIDIA's validators, the only pods mig-parted deletes (reconfigure.go
+  deletePod); its Role grants pods delete in that whole namespace, where the device plugin
+  and DCGM exporter of every node run.
 - EFS_ONLY: a PersistentVolume created or updated by any ServiceAccount outside
   kube-system (every kube-api consumer, the provisioners included; kube-system's are the
   cluster's own controllers, such as the PersistentVolume binder that writes claimRef) is
@@ -84,8 +88,7 @@ Policy '<policy>' with binding '<binding>' denied request: <message>`.
   (Kueue's batch/job integration is on too). A reference that was there before may stay or go (the
   garbage collector removes it when orphaning).
 
-Not fenced here (say so when touching it): DELETE of PersistentVolumes (the provisioner
-deletes its own; Retain keeps the data), Calico's IPAM objects (blocks may be borrowed
+Not fenced here (say so when touching it): Calico's IPAM objects (blocks may be borrowed
 across nodes, so they cannot be keyed on one node), calico-node's writes of BGPPeers,
 CalicoNodeStatuses and IPAM configuration, and the calico-cni-plugin account's writes of
 ClusterInformation (cni-plugin pkg/upgrade/migrate.go updates it).
@@ -117,6 +120,14 @@ NODE_BOUND: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {
     CALICO_NODE: ("calico-node", ("nodes", "nodes/status", "pods/status")),
 }
 NODE_BOUND_PREFIX = "gpu-k8s-node-bound-"
+# ServiceAccount -> (resource it may DELETE, in its own namespace, only where bound to its
+# node (spec.nodeName); the label key and values those objects carry; what they are). The
+# MIG manager deletes only NVIDIA's validator pods on its own node (mig-parted v0.15.0
+# reconfigure.go deletePod, mig_manager.VALIDATOR_APPS); its Role
+# (mig_manager.NAMESPACE_RULES) cannot say "on my node" or "these pods".
+NODE_BOUND_DELETES: dict[tuple[str, str], tuple[str, str, tuple[str, ...], str]] = {
+    MIG_MANAGER: ("pods", "app", mig_manager.VALIDATOR_APPS, "NVIDIA's validator pods"),
+}
 # calico.yaml at CALICO_RELEASE: the account whose tokens calico-node requests for the CNI
 # binary (its ClusterRole calico-node: serviceaccounts/token, resourceNames calico-cni-plugin).
 CALICO_CNI_PLUGIN = ("kube-system", "calico-cni-plugin")
@@ -192,13 +203,30 @@ def node_bound_policy(account: tuple[str, str]) -> dict[str, Any]:
                 "reason": "Forbidden",
             }
         )
+    rules = [{**_NODES, "resources": list(resources)}]
+    if account in NODE_BOUND_DELETES:
+        resource, key, values, what = NODE_BOUND_DELETES[account]
+        rules.append({**_NODES, "operations": ["DELETE"], "resources": [resource]})
+        deleting = f"request.operation != 'DELETE' || request.resource.resource != '{resource}'"
+        labels = _map("oldObject.metadata", "labels")
+        validations += [
+            _deny(
+                f"{deleting} || (request.namespace == '{account[0]}' && "
+                "has(oldObject.spec.nodeName) && oldObject.spec.nodeName == variables.nodeName)",
+                f"this user may only delete {resource} on the node its pod runs on",
+            ),
+            _deny(
+                f"{deleting} || ('{key}' in {labels} && {labels}['{key}'] in {list(values)})",
+                f"this user may only delete {what} ({key}={', '.join(values)})",
+            ),
+        ]
     return {
         "apiVersion": API_VERSION,
         "kind": "ValidatingAdmissionPolicy",
         "metadata": _meta(NODE_BOUND_PREFIX + short),
         "spec": {
             "failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [{**_NODES, "resources": list(resources)}]},
+            "matchConstraints": {"resourceRules": rules},
             "matchConditions": [
                 {
                     "name": "from-the-daemonset",
