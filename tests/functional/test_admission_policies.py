@@ -199,10 +199,11 @@ def _provisioner_token(kube_api) -> str:
 
 
 def _volume(name: str, source: dict) -> dict:
+    """A volume labelled as the provisioner's own (gpu-k8s-efs-own-volumes asks for it)."""
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolume",
-        "metadata": {"name": name},
+        "metadata": {"name": name, "labels": {"gpu-k8s.io/efs-app": "efs-storage"}},
         "spec": {
             "capacity": {"storage": "1Gi"},
             "accessModes": ["ReadWriteMany"],
@@ -762,3 +763,111 @@ def test_the_mig_manager_deletes_only_the_validator_pods_on_its_own_node(kube_ap
         status, answer = call(kube_api, token, "DELETE", path)
         assert status == 200, (app, answer)
         assert kube_api.get_object(path) is None
+
+
+# --- The provisioner writes and deletes only its own volumes ------------------------------------
+
+PVS = "/api/v1/persistentvolumes"
+
+
+def _efs_volume(app: str, consumer: str) -> dict:
+    """The PersistentVolume efs-storage `app` makes for `consumer` (its storage.py)."""
+    claims, storage = load("efs-storage", "claims"), load("efs-storage", "storage")
+    owner = claims.Owner(app, "0123-model")
+    spec = storage.claim_spec(
+        owner,
+        consumer=consumer,
+        namespace=consumer,
+        capacity="1Ti",
+        server="fs-0123abcd.efs.us-east-1.amazonaws.com",
+        path="/",
+        file_system_id="fs-0123abcd",
+        access_point="fsap-0123456789abcdef0",
+    )
+    return storage.volume_manifest(owner, spec)
+
+
+def _own_volumes(kube_api) -> tuple[str, dict, dict]:
+    """The provisioner's token, its volume for team-a and another provisioner's for team-b.
+
+    Each is bound, as the PersistentVolume controller leaves it (claimRef uid and
+    resourceVersion added; pkg/controller/volume/persistentvolume bindVolumeToClaim).
+    """
+    token = _provisioner_token(kube_api)
+    status, mine = call(kube_api, token, "POST", PVS, _efs_volume("efs-storage", "team-a"))
+    assert status == 201, mine
+    theirs = _efs_volume("efs-other", "team-b")
+    for volume in (mine, theirs):
+        volume["spec"]["claimRef"].update({"uid": "5b0c6f1e-0000-4000-8000-00000000000a"})
+        volume["spec"]["claimRef"]["resourceVersion"] = "7"
+        kube_api.put_object(f"{PVS}/{volume['metadata']['name']}", volume)
+    return token, kube_api.get_object(f"{PVS}/{mine['metadata']['name']}"), theirs
+
+
+OWN = "gpu-k8s-efs-own-volumes"
+OWN_DENIED = f"ValidatingAdmissionPolicy '{OWN}' with binding '{OWN}' denied request: "
+
+
+def test_the_provisioner_deletes_only_its_own_volumes(kube_api):
+    token, mine, theirs = _own_volumes(kube_api)
+    name = theirs["metadata"]["name"]
+    status, answer = call(kube_api, token, "DELETE", f"{PVS}/{name}")
+    assert (status, answer.get("reason")) == (403, "Forbidden"), answer
+    assert answer["message"] == (
+        f'persistentvolumes "{name}" is forbidden: {OWN_DENIED}this user may change or delete'
+        " only the PersistentVolumes labelled gpu-k8s.io/efs-app=<its ServiceAccount's name>"
+    )
+    assert kube_api.get_object(f"{PVS}/{name}") is not None
+    # an operator's volume, unlabelled
+    local = _volume("local", REFUSED["hostPath"])
+    del local["metadata"]["labels"]
+    kube_api.put_object(f"{PVS}/local", local)
+    status, answer = call(kube_api, token, "DELETE", f"{PVS}/local")
+    assert status == 403, answer
+    status, answer = call(kube_api, token, "DELETE", f"{PVS}/{mine['metadata']['name']}")
+    assert status == 200, answer
+
+
+def test_the_provisioner_cannot_label_a_volume_as_another_provisioners(kube_api):
+    token = _provisioner_token(kube_api)
+    status, answer = call(kube_api, token, "POST", PVS, _efs_volume("efs-other", "team-b"))
+    assert (status, answer.get("reason")) == (403, "Forbidden"), answer
+    assert (
+        "a PersistentVolume this user writes must carry the label gpu-k8s.io/efs-app="
+        "<its ServiceAccount's name>" in answer["message"]
+    )
+
+
+def test_the_provisioner_changes_a_claim_ref_only_as_it_does(kube_api):
+    """What efs-storage storage.py writes to a claimRef, and nothing else.
+
+    A volume pre-bound by namespace and name; once Released, it forgets the old claim's
+    uid and resourceVersion (so a new claim binds).
+    """
+    token, mine, theirs = _own_volumes(kube_api)
+    path = f"{PVS}/{mine['metadata']['name']}"
+    steal = {"spec": {"claimRef": {"namespace": "hostile", "name": "grab", "uid": None}}}
+    status, answer = call(kube_api, token, "PATCH", path, steal, MERGE)
+    assert (status, answer.get("reason")) == (403, "Forbidden"), answer
+    assert answer["message"].endswith(
+        f"{OWN_DENIED}this user may only remove a PersistentVolume's claimRef uid and"
+        " resourceVersion"
+    )
+    status, answer = call(
+        kube_api, token, "PATCH", path, {"spec": {"claimRef": {"uid": "0000-x"}}}, MERGE
+    )
+    assert status == 403, answer
+    # another provisioner's volume: not even what it does to its own
+    forget = {"spec": {"claimRef": {"uid": None, "resourceVersion": None}}}
+    status, answer = call(
+        kube_api, token, "PATCH", f"{PVS}/{theirs['metadata']['name']}", forget, MERGE
+    )
+    assert status == 403, answer
+    status, answer = call(kube_api, token, "PATCH", path, forget, MERGE)
+    assert status == 200, answer
+    assert answer["spec"]["claimRef"] == {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "namespace": "team-a",
+        "name": "efs-storage-team-a",
+    }

@@ -12,9 +12,9 @@ needs, because RBAC cannot name "my own node":
   onto a node the thief owns, or drain the cluster);
 - calico-node (Calico's calico.yaml ClusterRole `calico-node`: nodes/status patch and
   update, pods/status patch): any Node's status and any pod's status.
-And a storage provisioner (efs-storage, lib kube_api PROVISIONER_RULES) may create any
-PersistentVolume: a hostPath volume is root on whichever node mounts it (RBAC good
-practices, "Persistent volume creation").
+And a storage provisioner (efs-storage, lib kube_api PROVISIONER_RULES) may create, change
+and delete any PersistentVolume: a hostPath volume is root on whichever node mounts it (RBAC
+good practices, "Persistent volume creation"), and RBAC cannot say "only mine".
 
 Upstream's answer is a ValidatingAdmissionPolicy keyed on the node a pod-bound token names
 (kubernetes test/e2e/auth/e2edata/per_node_validatingadmissionpolicy.yaml, the per-node
@@ -48,6 +48,16 @@ What is applied (`manifests`), each policy with a binding of the same name
   PersistentVolume has exactly one source (kubernetes pkg/apis/core/validation
   ValidatePersistentVolumeSpec: "may not specify more than 1 volume type"), so no
   hostPath, local or other driver's volume passes.
+- EFS_OWN (`gpu-k8s-efs-own-volumes`): the same ServiceAccounts create, change and delete
+  only their own PersistentVolumes, those labelled `gpu-k8s.io/efs-app: <the account's
+  name>` (EFS_APP_LABEL): a new or changed volume must carry it, a changed or deleted one
+  must have carried it. So a provisioner cannot delete or rewrite an operator's volume or
+  another provisioner's, nor make a volume that another efs-storage would take for its own.
+  On update the claimRef may lose only its uid and resourceVersion (CLAIM_REF_FORGETTABLE,
+  what efs-storage does to a Released volume); its namespace and name, which bind the
+  volume to one consumer's claim, never change. efs-storage runs no external-provisioner
+  (efs_csi: the EFS CSI controller is not applied; volumes are statically provisioned),
+  so no other claimRef write is a provisioner's.
 
 The denial is what kube-apiserver answers for a policy (k8s.io/apiserver pkg/admission/
 plugin/policy/validating/dispatcher.go, admission.NewForbidden with the validation's
@@ -150,6 +160,21 @@ JOBSET_CHILDREN = "gpu-k8s-jobset-children-only-by-jobset"
 JOBSET_CONTROLLER = (JOBSET.namespace, JOBSET.deployment)
 DEFAULT_TIERS = {"default": "Deny", "kube-admin": "Pass", "kube-baseline": "Pass"}
 EFS_ONLY = "gpu-k8s-efs-volumes-only"
+EFS_OWN = "gpu-k8s-efs-own-volumes"
+# efs-storage labels every object it makes with its application's name (charms/efs-storage
+# src/claims.py LABEL_APP, Owner.labels), and a kube-api consumer's ServiceAccount is named
+# after its application (rbac.consumer_grant): so a provisioner's own volumes are those
+# labelled with its ServiceAccount's name. A label value holds no ':' (apimachinery
+# validation IsValidLabelValue), so `username.endsWith(':' + value)` names the account.
+EFS_APP_LABEL = "gpu-k8s.io/efs-app"
+# The claimRef fields a provisioner may remove from its own volume, and nothing else of the
+# claimRef may change: efs-storage pre-binds a volume by namespace and name (storage.py
+# volume_manifest) and, once its claim is gone (Released), forgets the old claim's uid and
+# resourceVersion so a new claim binds (storage.py _apply_pair); the PersistentVolume
+# controller (kube-system, not matched) writes the uid and resourceVersion when it binds.
+CLAIM_REF_FORGETTABLE = ("uid", "resourceVersion")
+# The other fields of an ObjectReference (kubernetes api core/v1 types.go ObjectReference).
+CLAIM_REF_FIELDS = ("kind", "namespace", "name", "apiVersion", "fieldPath")
 
 # The EFS identifiers efs-storage writes: fs-<hex> and fsap-<hex> (AWS: 8 or 17 hex
 # digits today; the range leaves room) and the file system's DNS name.
@@ -517,6 +542,80 @@ def efs_only_policy() -> dict[str, Any]:
     }
 
 
+def _claim_ref_kept() -> str:
+    """CEL: on UPDATE, the claimRef is as it was but for CLAIM_REF_FORGETTABLE removed.
+
+    Field by field (an ObjectReference is a typed object in kube-apiserver's CEL, not a map
+    to iterate).
+    """
+    new, old = "object.spec.claimRef", "oldObject.spec.claimRef"
+    kept = " && ".join(
+        f"has({new}.{f}) == has({old}.{f}) && (!has({new}.{f}) || {new}.{f} == {old}.{f})"
+        for f in CLAIM_REF_FIELDS
+    )
+    forgotten = " && ".join(
+        f"(!has({new}.{f}) || (has({old}.{f}) && {new}.{f} == {old}.{f}))"
+        for f in CLAIM_REF_FORGETTABLE
+    )
+    return f"(!has({new}) && !has({old})) || (has({new}) && has({old}) && {kept} && {forgotten})"
+
+
+def efs_own_policy() -> dict[str, Any]:
+    """The policy that keeps a provisioner's writes and deletes to its own volumes."""
+    username = "request.userInfo.username"
+    labelled = f"'{EFS_APP_LABEL}'"
+
+    # `object` is null on DELETE, `oldObject` on CREATE (present says when each is there)
+    present = {
+        "object": "request.operation != 'DELETE'",
+        "oldObject": "request.operation != 'CREATE'",
+    }
+
+    def owner(obj: str) -> str:
+        labels = _map(f"{obj}.metadata", "labels", present[obj])
+        return f"({labelled} in {labels} ? string({labels}[{labelled}]) : '')"
+
+    mine = f"(variables.{{0}} != '' && {username}.endsWith(':' + variables.{{0}}))"
+    rules = [
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE", "UPDATE", "DELETE"],
+            "resources": ["persistentvolumes"],
+        }
+    ]
+    ours = f"{EFS_APP_LABEL}=<its ServiceAccount's name>"
+    validations = [
+        _deny(
+            f"request.operation == 'DELETE' || {mine.format('owner')}",
+            f"a PersistentVolume this user writes must carry the label {ours}",
+        ),
+        _deny(
+            f"request.operation == 'CREATE' || {mine.format('oldOwner')}",
+            f"this user may change or delete only the PersistentVolumes labelled {ours}",
+        ),
+        _deny(
+            f"request.operation != 'UPDATE' || {_claim_ref_kept()}",
+            "this user may only remove a PersistentVolume's claimRef "
+            + " and ".join(CLAIM_REF_FORGETTABLE),
+        ),
+    ]
+    variables = [
+        {"name": "owner", "expression": owner("object")},
+        {"name": "oldOwner", "expression": owner("oldObject")},
+    ]
+    policy = efs_only_policy()
+    policy["metadata"] = _meta(EFS_OWN)
+    policy["spec"].update(
+        {
+            "matchConstraints": {"resourceRules": rules},
+            "variables": variables,
+            "validations": validations,
+        }
+    )
+    return policy
+
+
 def manifests() -> list[dict[str, Any]]:
     """Every policy and its binding, policies first (a binding names its policy)."""
     policies = [
@@ -525,5 +624,6 @@ def manifests() -> list[dict[str, Any]]:
         calico_settings_policy(),
         jobset_children_policy(),
         efs_only_policy(),
+        efs_own_policy(),
     ]
     return [*policies, *(_binding(p["metadata"]["name"]) for p in policies)]
