@@ -25,10 +25,10 @@ Differences from a real API server (on purpose, to stay small and deterministic)
 - field selectors work on any dotted field path; no pagination (`limit` is ignored, a list
   is whole); mutating admission only as `mutators` (functions a test or an emulated
   controller adds, each changing a new object before it is stored, as a mutating webhook
-  does on create); decoding, validation and validating admission (PodSecurity) as
-  kube_admission.py says, for what comes over HTTP (`put_object` stores as is); `warnings`
-  records the `Warning` headers answered and `admission.audit` PodSecurity's audit
-  annotations;
+  does on create); decoding, validation and validating admission (PodSecurity;
+  ValidatingAdmissionPolicies on writes and deletes) as kube_admission.py says, for what
+  comes over HTTP (`put_object` stores as is); `warnings` records the `Warning` headers
+  answered and `admission.audit` PodSecurity's audit annotations;
 - for kinds with a status subresource, writes to the main resource keep the stored status
   (like the real server); use `put_object` or the `/status` subresource to set it;
 - a PodDisruptionBudget blocks an eviction when `minAvailable` would be broken counting
@@ -1663,6 +1663,7 @@ class FakeKubeApiServer:
     def _delete(self, target: Target, query: dict, content_type: str, body: bytes) -> tuple:
         self._restrict_node("DELETE", target, None, None)  # before the lookup, as delete.go
         obj = self._existing(target)
+        self._admit_delete(target, obj)
         options = self._decode(body, content_type) if body else {}
         policy = query.get("propagationPolicy") or options.get("propagationPolicy")
         removed = self._remove(target.key(), orphan=policy == "Orphan")
@@ -1680,11 +1681,31 @@ class FakeKubeApiServer:
     def _delete_collection(self, target: Target, query: dict, ct: str, body: bytes) -> tuple:
         _code, listing = self._list(target, query, ct, body)
         orphan = query.get("propagationPolicy") == "Orphan"
+        refused: ApiError | None = None
         for item in listing["items"]:
             key = target.key(item["metadata"]["name"], item["metadata"].get("namespace"))
             if key in self._store:  # not already gone with an owner
+                try:
+                    self._admit_delete(target, self._store[key], name="")
+                except ApiError as e:  # the others still go (store.go DeleteCollection)
+                    refused = refused or e
+                    continue
                 self._remove(key, orphan=orphan)
+        if refused is not None:
+            raise refused
         return 200, listing
+
+    def _admit_delete(self, target: Target, old: dict, name: str | None = None) -> None:
+        """ValidatingAdmissionPolicy on DELETE: `object` null, `oldObject` the stored one.
+
+        k8s.io/apiserver pkg/registry/rest/delete.go AdmissionToValidateObjectDeleteFunc,
+        called by the store once it read the object (a deletecollection's items with the
+        request's empty name, endpoints/handlers/delete.go).
+        """
+        if self._attrs is not None:
+            policies = self.admission.policies
+            user = self._attrs.user
+            self._warnings += policies.admit(self._stored, user, "DELETE", target, None, old, name)
 
     def _evict(self, target: Target, _q: dict, content_type: str, body: bytes) -> tuple:
         eviction = self._decode(body, content_type)

@@ -199,10 +199,11 @@ def _provisioner_token(kube_api) -> str:
 
 
 def _volume(name: str, source: dict) -> dict:
+    """A volume labelled as the provisioner's own (gpu-k8s-efs-own-volumes asks for it)."""
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolume",
-        "metadata": {"name": name},
+        "metadata": {"name": name, "labels": {"gpu-k8s.io/efs-app": "efs-storage"}},
         "spec": {
             "capacity": {"storage": "1Gi"},
             "accessModes": ["ReadWriteMany"],
@@ -385,10 +386,13 @@ def test_the_cni_plugins_token_writes_no_ippool(kube_api, calico):
         "this user may not write IPPools"
     )
     call(kube_api, ADMIN_TOKEN, "POST", f"{CALICO_CRD}/ippools", POOL)
-    # (the policy also matches DELETE; the fake admits no DELETE, so it is not probed here)
     body = {**POOL, "spec": {"cidr": "0.0.0.0/0"}}
     status, answer = call(kube_api, cni, "PUT", f"{CALICO_CRD}/ippools/steal", body)
     assert status == 403, answer
+    status, answer = call(kube_api, cni, "DELETE", f"{CALICO_CRD}/ippools/steal")
+    assert status == 403, answer
+    assert "this user may not write IPPools" in answer["message"]
+    assert kube_api.get_object(f"{CALICO_CRD}/ippools/steal") is not None
 
 
 def _crd_object(kind: str, name: str, spec: dict) -> dict:
@@ -609,3 +613,261 @@ def test_the_jobset_controller_creates_its_child_jobs(kube_api, policies):
     kube_api.put_object("/api/v1/namespaces/team", {"metadata": {"name": "team"}})
     status, answer = call(kube_api, controller, "POST", JOBS, _job("train-w-0", owned=True))
     assert status == 201, answer
+
+
+# --- DELETE is admitted too (the fake, as kube-apiserver) -------------------------------------
+
+CONFIGMAPS = "/api/v1/namespaces/team/configmaps"
+KEEP = "gpu-k8s-probe-keep"
+
+
+def _keep_policy(kube_api) -> None:
+    """A policy on DELETE that reads both objects: `object` null, `oldObject` the stored one.
+
+    k8s.io/apiserver v0.36.3 pkg/admission/plugin/policy/generic/plugin.go handles Create,
+    Update, Delete and Connect; pkg/registry/rest/delete.go AdmissionToValidateObjectDelete
+    Func validates a delete with (object nil, oldObject the stored object), and a
+    deletecollection item with the request's empty name (handlers/delete.go).
+    """
+    spec = {
+        "failurePolicy": "Fail",
+        "matchConstraints": {
+            "resourceRules": [
+                {
+                    "apiGroups": [""],
+                    "apiVersions": ["v1"],
+                    "operations": ["DELETE"],
+                    "resources": ["configmaps"],
+                }
+            ]
+        },
+        "validations": [
+            {"expression": "object == null", "message": "object is set", "reason": "Invalid"},
+            {
+                "expression": "oldObject.data.keep != 'yes'",
+                "message": "this ConfigMap is kept",
+                "reason": "Forbidden",
+            },
+        ],
+    }
+    vap = "/apis/admissionregistration.k8s.io/v1"
+    policy = {"metadata": {"name": KEEP}, "spec": spec}
+    binding = {
+        "metadata": {"name": KEEP},
+        "spec": {"policyName": KEEP, "validationActions": ["Deny"]},
+    }
+    kube_api.put_object(f"{vap}/validatingadmissionpolicies/{KEEP}", policy)
+    kube_api.put_object(f"{vap}/validatingadmissionpolicybindings/{KEEP}", binding)
+    kube_api.put_object("/api/v1/namespaces/team", {"metadata": {"name": "team"}})
+    for name, keep in (("a-gone", "no"), ("b-kept", "yes"), ("c-gone", "no")):
+        kube_api.put_object(
+            f"{CONFIGMAPS}/{name}",
+            {"metadata": {"name": name, "namespace": "team"}, "data": {"keep": keep}},
+        )
+
+
+def test_a_policy_that_matches_delete_sees_the_stored_object_as_old_object(kube_api):
+    _keep_policy(kube_api)
+    status, answer = call(kube_api, ADMIN_TOKEN, "DELETE", f"{CONFIGMAPS}/b-kept")
+    assert (status, answer["reason"]) == (403, "Forbidden"), answer
+    cause = f"ValidatingAdmissionPolicy '{KEEP}' with binding '{KEEP}' denied request: "
+    assert answer["message"] == f'configmaps "b-kept" is forbidden: {cause}this ConfigMap is kept'
+    assert kube_api.get_object(f"{CONFIGMAPS}/b-kept") is not None
+    status, answer = call(kube_api, ADMIN_TOKEN, "DELETE", f"{CONFIGMAPS}/a-gone")
+    assert status == 200, answer
+    assert kube_api.get_object(f"{CONFIGMAPS}/a-gone") is None
+    # a missing object is 404 before admission (the store reads it first)
+    status, answer = call(kube_api, ADMIN_TOKEN, "DELETE", f"{CONFIGMAPS}/a-gone")
+    assert status == 404, answer
+
+
+def test_a_deletecollection_is_admitted_item_by_item(kube_api):
+    """A deletecollection validates each item; one refusal fails it, the admitted items go.
+
+    k8s.io/apiserver registry/generic/registry/store.go DeleteCollection deletes each item
+    through the same validation; the request's name is empty, so a denial says "Unknown".
+    """
+    _keep_policy(kube_api)
+    status, answer = call(kube_api, ADMIN_TOKEN, "DELETE", CONFIGMAPS)
+    assert (status, answer["reason"]) == (403, "Forbidden"), answer
+    assert answer["message"].startswith('configmaps "Unknown" is forbidden: ValidatingAdmission')
+    left = [o["metadata"]["name"] for o in kube_api.objects(f"{CONFIGMAPS}/", "ConfigMap")]
+    assert left == ["b-kept"]
+
+
+# --- NVIDIA's MIG manager deletes only the validator pods on its own node ---------------------
+
+
+def _gpu_pod(kube_api, namespace: str, name: str, node: str, app: str) -> str:
+    path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+    kube_api.put_object(
+        path,
+        {
+            "metadata": {"name": name, "namespace": namespace, "labels": {"app": app}},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}]},
+        },
+    )
+    return path
+
+
+def test_the_mig_manager_deletes_only_the_validator_pods_on_its_own_node(kube_api, policies):
+    """What mig-parted v0.15.0 reconfigure.go deletePod deletes, and nothing else.
+
+    In DEFAULT_GPU_CLIENTS_NAMESPACE, the pods on its node (spec.nodeName) labelled
+    app=nvidia-cuda-validator, nvidia-device-plugin-validator or nvidia-operator-validator.
+    """
+    account = policies.MIG_MANAGER
+    namespace = account[0]
+    _nodes(kube_api, "node-a", "node-b")
+    token = _daemonset_token(kube_api, account, "node-a")
+    mig = load(CP, "mig_manager")
+    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}"
+    kube_api.put_object(
+        f"{rbac}/roles/probe", {"metadata": {"name": "probe"}, "rules": mig.NAMESPACE_RULES}
+    )
+    kube_api.put_object(
+        f"{rbac}/rolebindings/probe",
+        {
+            "metadata": {"name": "probe"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "probe"},
+            "subjects": [{"kind": "ServiceAccount", "name": account[1], "namespace": namespace}],
+        },
+    )
+    name = "gpu-k8s-node-bound-mig-manager"
+    denied = f"ValidatingAdmissionPolicy '{name}' with binding '{name}' denied request: "
+    refused = {
+        "a validator on another node": (
+            _gpu_pod(kube_api, namespace, "cuda-b", "node-b", "nvidia-cuda-validator"),
+            "this user may only delete pods on the node its pod runs on",
+        ),
+        "the device plugin on its node": (
+            _gpu_pod(kube_api, namespace, "plugin-a", "node-a", "nvidia-device-plugin-daemonset"),
+            "this user may only delete NVIDIA's validator pods",
+        ),
+        "the DCGM exporter on another node": (
+            _gpu_pod(kube_api, namespace, "dcgm-b", "node-b", "nvidia-dcgm-exporter"),
+            "this user may only delete pods on the node its pod runs on",
+        ),
+    }
+    for what, (path, message) in refused.items():
+        status, answer = call(kube_api, token, "DELETE", path)
+        assert (status, answer.get("reason")) == (403, "Forbidden"), (what, answer)
+        pod = path.rpartition("/")[2]
+        assert answer["message"].startswith(f'pods "{pod}" is forbidden: {denied}{message}'), (
+            what,
+            answer["message"],
+        )
+        assert kube_api.get_object(path) is not None, what
+    for app in mig.VALIDATOR_APPS:
+        path = _gpu_pod(kube_api, namespace, app, "node-a", app)
+        status, answer = call(kube_api, token, "DELETE", path)
+        assert status == 200, (app, answer)
+        assert kube_api.get_object(path) is None
+
+
+# --- The provisioner writes and deletes only its own volumes ------------------------------------
+
+PVS = "/api/v1/persistentvolumes"
+
+
+def _efs_volume(app: str, consumer: str) -> dict:
+    """The PersistentVolume efs-storage `app` makes for `consumer` (its storage.py)."""
+    claims, storage = load("efs-storage", "claims"), load("efs-storage", "storage")
+    owner = claims.Owner(app, "0123-model")
+    spec = storage.claim_spec(
+        owner,
+        consumer=consumer,
+        namespace=consumer,
+        capacity="1Ti",
+        server="fs-0123abcd.efs.us-east-1.amazonaws.com",
+        path="/",
+        file_system_id="fs-0123abcd",
+        access_point="fsap-0123456789abcdef0",
+    )
+    return storage.volume_manifest(owner, spec)
+
+
+def _own_volumes(kube_api) -> tuple[str, dict, dict]:
+    """The provisioner's token, its volume for team-a and another provisioner's for team-b.
+
+    Each is bound, as the PersistentVolume controller leaves it (claimRef uid and
+    resourceVersion added; pkg/controller/volume/persistentvolume bindVolumeToClaim).
+    """
+    token = _provisioner_token(kube_api)
+    status, mine = call(kube_api, token, "POST", PVS, _efs_volume("efs-storage", "team-a"))
+    assert status == 201, mine
+    theirs = _efs_volume("efs-other", "team-b")
+    for volume in (mine, theirs):
+        volume["spec"]["claimRef"].update({"uid": "5b0c6f1e-0000-4000-8000-00000000000a"})
+        volume["spec"]["claimRef"]["resourceVersion"] = "7"
+        kube_api.put_object(f"{PVS}/{volume['metadata']['name']}", volume)
+    return token, kube_api.get_object(f"{PVS}/{mine['metadata']['name']}"), theirs
+
+
+OWN = "gpu-k8s-efs-own-volumes"
+OWN_DENIED = f"ValidatingAdmissionPolicy '{OWN}' with binding '{OWN}' denied request: "
+
+
+def test_the_provisioner_deletes_only_its_own_volumes(kube_api):
+    token, mine, theirs = _own_volumes(kube_api)
+    name = theirs["metadata"]["name"]
+    status, answer = call(kube_api, token, "DELETE", f"{PVS}/{name}")
+    assert (status, answer.get("reason")) == (403, "Forbidden"), answer
+    assert answer["message"] == (
+        f'persistentvolumes "{name}" is forbidden: {OWN_DENIED}this user may change or delete'
+        " only the PersistentVolumes labelled gpu-k8s.io/efs-app=<its ServiceAccount's name>"
+    )
+    assert kube_api.get_object(f"{PVS}/{name}") is not None
+    # an operator's volume, unlabelled
+    local = _volume("local", REFUSED["hostPath"])
+    del local["metadata"]["labels"]
+    kube_api.put_object(f"{PVS}/local", local)
+    status, answer = call(kube_api, token, "DELETE", f"{PVS}/local")
+    assert status == 403, answer
+    status, answer = call(kube_api, token, "DELETE", f"{PVS}/{mine['metadata']['name']}")
+    assert status == 200, answer
+
+
+def test_the_provisioner_cannot_label_a_volume_as_another_provisioners(kube_api):
+    token = _provisioner_token(kube_api)
+    status, answer = call(kube_api, token, "POST", PVS, _efs_volume("efs-other", "team-b"))
+    assert (status, answer.get("reason")) == (403, "Forbidden"), answer
+    assert (
+        "a PersistentVolume this user writes must carry the label gpu-k8s.io/efs-app="
+        "<its ServiceAccount's name>" in answer["message"]
+    )
+
+
+def test_the_provisioner_changes_a_claim_ref_only_as_it_does(kube_api):
+    """What efs-storage storage.py writes to a claimRef, and nothing else.
+
+    A volume pre-bound by namespace and name; once Released, it forgets the old claim's
+    uid and resourceVersion (so a new claim binds).
+    """
+    token, mine, theirs = _own_volumes(kube_api)
+    path = f"{PVS}/{mine['metadata']['name']}"
+    steal = {"spec": {"claimRef": {"namespace": "hostile", "name": "grab", "uid": None}}}
+    status, answer = call(kube_api, token, "PATCH", path, steal, MERGE)
+    assert (status, answer.get("reason")) == (403, "Forbidden"), answer
+    assert answer["message"].endswith(
+        f"{OWN_DENIED}this user may only remove a PersistentVolume's claimRef uid and"
+        " resourceVersion"
+    )
+    status, answer = call(
+        kube_api, token, "PATCH", path, {"spec": {"claimRef": {"uid": "0000-x"}}}, MERGE
+    )
+    assert status == 403, answer
+    # another provisioner's volume: not even what it does to its own
+    forget = {"spec": {"claimRef": {"uid": None, "resourceVersion": None}}}
+    status, answer = call(
+        kube_api, token, "PATCH", f"{PVS}/{theirs['metadata']['name']}", forget, MERGE
+    )
+    assert status == 403, answer
+    status, answer = call(kube_api, token, "PATCH", path, forget, MERGE)
+    assert status == 200, answer
+    assert answer["spec"]["claimRef"] == {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "namespace": "team-a",
+        "name": "efs-storage-team-a",
+    }

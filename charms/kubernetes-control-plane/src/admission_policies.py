@@ -12,9 +12,9 @@ needs, because RBAC cannot name "my own node":
   onto a node the thief owns, or drain the cluster);
 - calico-node (Calico's calico.yaml ClusterRole `calico-node`: nodes/status patch and
   update, pods/status patch): any Node's status and any pod's status.
-And a storage provisioner (efs-storage, lib kube_api PROVISIONER_RULES) may create any
-PersistentVolume: a hostPath volume is root on whichever node mounts it (RBAC good
-practices, "Persistent volume creation").
+And a storage provisioner (efs-storage, lib kube_api PROVISIONER_RULES) may create, change
+and delete any PersistentVolume: a hostPath volume is root on whichever node mounts it (RBAC
+good practices, "Persistent volume creation"), and RBAC cannot say "only mine".
 
 Upstream's answer is a ValidatingAdmissionPolicy keyed on the node a pod-bound token names
 (kubernetes test/e2e/auth/e2edata/per_node_validatingadmissionpolicy.yaml, the per-node
@@ -33,7 +33,11 @@ What is applied (`manifests`), each policy with a binding of the same name
   from it must carry the node-name extra, and may change only the Node of that name (its
   status included) and, for calico-node, the status only of pods bound to that node. A
   token of that ServiceAccount that names no node (a TokenRequest not bound to a pod, or
-  a legacy Secret token) is refused every such write.
+  a legacy Secret token) is refused every such write. The MIG manager may also delete
+  (NODE_BOUND_DELETES) only pods of its own namespace that run on its node and are
+  labelled as NVIDIA's validators, the only pods mig-parted deletes (reconfigure.go
+  deletePod); its Role grants pods delete in that whole namespace, where the device plugin
+  and DCGM exporter of every node run.
 - EFS_ONLY: a PersistentVolume created or updated by any ServiceAccount outside
   kube-system (every kube-api consumer, the provisioners included; kube-system's are the
   cluster's own controllers, such as the PersistentVolume binder that writes claimRef) is
@@ -44,6 +48,16 @@ What is applied (`manifests`), each policy with a binding of the same name
   PersistentVolume has exactly one source (kubernetes pkg/apis/core/validation
   ValidatePersistentVolumeSpec: "may not specify more than 1 volume type"), so no
   hostPath, local or other driver's volume passes.
+- EFS_OWN (`gpu-k8s-efs-own-volumes`): the same ServiceAccounts create, change and delete
+  only their own PersistentVolumes, those labelled `gpu-k8s.io/efs-app: <the account's
+  name>` (EFS_APP_LABEL): a new or changed volume must carry it, a changed or deleted one
+  must have carried it. So a provisioner cannot delete or rewrite an operator's volume or
+  another provisioner's, nor make a volume that another efs-storage would take for its own.
+  On update the claimRef may lose only its uid and resourceVersion (CLAIM_REF_FORGETTABLE,
+  what efs-storage does to a Released volume); its namespace and name, which bind the
+  volume to one consumer's claim, never change. efs-storage runs no external-provisioner
+  (efs_csi: the EFS CSI controller is not applied; volumes are statically provisioned),
+  so no other claimRef write is a provisioner's.
 
 The denial is what kube-apiserver answers for a policy (k8s.io/apiserver pkg/admission/
 plugin/policy/validating/dispatcher.go, admission.NewForbidden with the validation's
@@ -84,8 +98,7 @@ Policy '<policy>' with binding '<binding>' denied request: <message>`.
   (Kueue's batch/job integration is on too). A reference that was there before may stay or go (the
   garbage collector removes it when orphaning).
 
-Not fenced here (say so when touching it): DELETE of PersistentVolumes (the provisioner
-deletes its own; Retain keeps the data), Calico's IPAM objects (blocks may be borrowed
+Not fenced here (say so when touching it): Calico's IPAM objects (blocks may be borrowed
 across nodes, so they cannot be keyed on one node), calico-node's writes of BGPPeers,
 CalicoNodeStatuses and IPAM configuration, and the calico-cni-plugin account's writes of
 ClusterInformation (cni-plugin pkg/upgrade/migrate.go updates it).
@@ -117,6 +130,14 @@ NODE_BOUND: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {
     CALICO_NODE: ("calico-node", ("nodes", "nodes/status", "pods/status")),
 }
 NODE_BOUND_PREFIX = "gpu-k8s-node-bound-"
+# ServiceAccount -> (resource it may DELETE, in its own namespace, only where bound to its
+# node (spec.nodeName); the label key and values those objects carry; what they are). The
+# MIG manager deletes only NVIDIA's validator pods on its own node (mig-parted v0.15.0
+# reconfigure.go deletePod, mig_manager.VALIDATOR_APPS); its Role
+# (mig_manager.NAMESPACE_RULES) cannot say "on my node" or "these pods".
+NODE_BOUND_DELETES: dict[tuple[str, str], tuple[str, str, tuple[str, ...], str]] = {
+    MIG_MANAGER: ("pods", "app", mig_manager.VALIDATOR_APPS, "NVIDIA's validator pods"),
+}
 # calico.yaml at CALICO_RELEASE: the account whose tokens calico-node requests for the CNI
 # binary (its ClusterRole calico-node: serviceaccounts/token, resourceNames calico-cni-plugin).
 CALICO_CNI_PLUGIN = ("kube-system", "calico-cni-plugin")
@@ -139,6 +160,21 @@ JOBSET_CHILDREN = "gpu-k8s-jobset-children-only-by-jobset"
 JOBSET_CONTROLLER = (JOBSET.namespace, JOBSET.deployment)
 DEFAULT_TIERS = {"default": "Deny", "kube-admin": "Pass", "kube-baseline": "Pass"}
 EFS_ONLY = "gpu-k8s-efs-volumes-only"
+EFS_OWN = "gpu-k8s-efs-own-volumes"
+# efs-storage labels every object it makes with its application's name (charms/efs-storage
+# src/claims.py LABEL_APP, Owner.labels), and a kube-api consumer's ServiceAccount is named
+# after its application (rbac.consumer_grant): so a provisioner's own volumes are those
+# labelled with its ServiceAccount's name. A label value holds no ':' (apimachinery
+# validation IsValidLabelValue), so `username.endsWith(':' + value)` names the account.
+EFS_APP_LABEL = "gpu-k8s.io/efs-app"
+# The claimRef fields a provisioner may remove from its own volume, and nothing else of the
+# claimRef may change: efs-storage pre-binds a volume by namespace and name (storage.py
+# volume_manifest) and, once its claim is gone (Released), forgets the old claim's uid and
+# resourceVersion so a new claim binds (storage.py _apply_pair); the PersistentVolume
+# controller (kube-system, not matched) writes the uid and resourceVersion when it binds.
+CLAIM_REF_FORGETTABLE = ("uid", "resourceVersion")
+# The other fields of an ObjectReference (kubernetes api core/v1 types.go ObjectReference).
+CLAIM_REF_FIELDS = ("kind", "namespace", "name", "apiVersion", "fieldPath")
 
 # The EFS identifiers efs-storage writes: fs-<hex> and fsap-<hex> (AWS: 8 or 17 hex
 # digits today; the range leaves room) and the file system's DNS name.
@@ -192,13 +228,30 @@ def node_bound_policy(account: tuple[str, str]) -> dict[str, Any]:
                 "reason": "Forbidden",
             }
         )
+    rules = [{**_NODES, "resources": list(resources)}]
+    if account in NODE_BOUND_DELETES:
+        resource, key, values, what = NODE_BOUND_DELETES[account]
+        rules.append({**_NODES, "operations": ["DELETE"], "resources": [resource]})
+        deleting = f"request.operation != 'DELETE' || request.resource.resource != '{resource}'"
+        labels = _map("oldObject.metadata", "labels")
+        validations += [
+            _deny(
+                f"{deleting} || (request.namespace == '{account[0]}' && "
+                "has(oldObject.spec.nodeName) && oldObject.spec.nodeName == variables.nodeName)",
+                f"this user may only delete {resource} on the node its pod runs on",
+            ),
+            _deny(
+                f"{deleting} || ('{key}' in {labels} && {labels}['{key}'] in {list(values)})",
+                f"this user may only delete {what} ({key}={', '.join(values)})",
+            ),
+        ]
     return {
         "apiVersion": API_VERSION,
         "kind": "ValidatingAdmissionPolicy",
         "metadata": _meta(NODE_BOUND_PREFIX + short),
         "spec": {
             "failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [{**_NODES, "resources": list(resources)}]},
+            "matchConstraints": {"resourceRules": rules},
             "matchConditions": [
                 {
                     "name": "from-the-daemonset",
@@ -489,6 +542,80 @@ def efs_only_policy() -> dict[str, Any]:
     }
 
 
+def _claim_ref_kept() -> str:
+    """CEL: on UPDATE, the claimRef is as it was but for CLAIM_REF_FORGETTABLE removed.
+
+    Field by field (an ObjectReference is a typed object in kube-apiserver's CEL, not a map
+    to iterate).
+    """
+    new, old = "object.spec.claimRef", "oldObject.spec.claimRef"
+    kept = " && ".join(
+        f"has({new}.{f}) == has({old}.{f}) && (!has({new}.{f}) || {new}.{f} == {old}.{f})"
+        for f in CLAIM_REF_FIELDS
+    )
+    forgotten = " && ".join(
+        f"(!has({new}.{f}) || (has({old}.{f}) && {new}.{f} == {old}.{f}))"
+        for f in CLAIM_REF_FORGETTABLE
+    )
+    return f"(!has({new}) && !has({old})) || (has({new}) && has({old}) && {kept} && {forgotten})"
+
+
+def efs_own_policy() -> dict[str, Any]:
+    """The policy that keeps a provisioner's writes and deletes to its own volumes."""
+    username = "request.userInfo.username"
+    labelled = f"'{EFS_APP_LABEL}'"
+
+    # `object` is null on DELETE, `oldObject` on CREATE (present says when each is there)
+    present = {
+        "object": "request.operation != 'DELETE'",
+        "oldObject": "request.operation != 'CREATE'",
+    }
+
+    def owner(obj: str) -> str:
+        labels = _map(f"{obj}.metadata", "labels", present[obj])
+        return f"({labelled} in {labels} ? string({labels}[{labelled}]) : '')"
+
+    mine = f"(variables.{{0}} != '' && {username}.endsWith(':' + variables.{{0}}))"
+    rules = [
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE", "UPDATE", "DELETE"],
+            "resources": ["persistentvolumes"],
+        }
+    ]
+    ours = f"{EFS_APP_LABEL}=<its ServiceAccount's name>"
+    validations = [
+        _deny(
+            f"request.operation == 'DELETE' || {mine.format('owner')}",
+            f"a PersistentVolume this user writes must carry the label {ours}",
+        ),
+        _deny(
+            f"request.operation == 'CREATE' || {mine.format('oldOwner')}",
+            f"this user may change or delete only the PersistentVolumes labelled {ours}",
+        ),
+        _deny(
+            f"request.operation != 'UPDATE' || {_claim_ref_kept()}",
+            "this user may only remove a PersistentVolume's claimRef "
+            + " and ".join(CLAIM_REF_FORGETTABLE),
+        ),
+    ]
+    variables = [
+        {"name": "owner", "expression": owner("object")},
+        {"name": "oldOwner", "expression": owner("oldObject")},
+    ]
+    policy = efs_only_policy()
+    policy["metadata"] = _meta(EFS_OWN)
+    policy["spec"].update(
+        {
+            "matchConstraints": {"resourceRules": rules},
+            "variables": variables,
+            "validations": validations,
+        }
+    )
+    return policy
+
+
 def manifests() -> list[dict[str, Any]]:
     """Every policy and its binding, policies first (a binding names its policy)."""
     policies = [
@@ -497,5 +624,6 @@ def manifests() -> list[dict[str, Any]]:
         calico_settings_policy(),
         jobset_children_policy(),
         efs_only_policy(),
+        efs_own_policy(),
     ]
     return [*policies, *(_binding(p["metadata"]["name"]) for p in policies)]

@@ -199,6 +199,14 @@ CLUSTER_RULES = [
 NAMESPACE_RULES = [
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"]},
 ]
+# The `app` labels of the pods deletePod deletes (reconfigure.go waitForPodsToBeDeleted:
+# the CUDA and plugin validators; restartValidatorPod: the operator's validator), each
+# listed with `spec.nodeName=<its node>`: admission_policies fences the delete to these.
+VALIDATOR_APPS = (
+    "nvidia-cuda-validator",
+    "nvidia-device-plugin-validator",
+    "nvidia-operator-validator",
+)
 
 
 def _env() -> list[dict]:

@@ -27,6 +27,7 @@ def test_the_leader_applies_the_policies_before_the_daemonsets_they_fence(api, c
     assert names == [
         "gpu-k8s-calico-cni-plugin",
         "gpu-k8s-calico-node-settings",
+        "gpu-k8s-efs-own-volumes",
         "gpu-k8s-efs-volumes-only",
         "gpu-k8s-jobset-children-only-by-jobset",
         "gpu-k8s-node-bound-calico-node",
