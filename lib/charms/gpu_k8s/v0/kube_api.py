@@ -49,7 +49,7 @@ from charms.gpu_k8s.v0.databag import Databag, Endpoint, explain, write
 
 LIBID = "26b1d42dbc2949cb8a83e29b11759d4f"
 LIBAPI = 0
-LIBPATCH = 18
+LIBPATCH = 19
 
 logger = logging.getLogger(__name__)
 
@@ -136,7 +136,10 @@ NAMED_VERBS = frozenset({"get", "create", "patch", "update", "delete"})
 # `gpu-k8s-efs-volumes-only` (charms/kubernetes-control-plane/src/admission_policies.py)
 # refuses any ServiceAccount outside kube-system a PersistentVolume create or update that is
 # not EFS (the EFS CSI driver with an `<fs-id>::<fsap-id>` handle, or NFS to an EFS DNS
-# name): no hostPath, no other driver, whatever RBAC grants. Deletes are not fenced.
+# name): no hostPath, no other driver, whatever RBAC grants; and `gpu-k8s-efs-own-volumes`
+# lets it create, change or delete only the volumes labelled `gpu-k8s.io/efs-app: <its
+# ServiceAccount's name>`, a claimRef changed only as efs-storage does (it may only lose
+# uid and resourceVersion). Claims are not fenced: any namespace's may be written.
 # It reads a Namespace (get, by name) to put a consumer's claim only into a namespace the
 # control plane granted that consumer (labelled `gpu-k8s.io/consumer: <app>`; review N3):
 # a read, and no write on namespaces is ever granted, so the label is the control plane's.
