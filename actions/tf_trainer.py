@@ -764,14 +764,17 @@ CHIEF_WAIT = 120.0
 
 
 def leave_finished(code: int, progress_file: Path, steps: int, is_chief: bool) -> NoReturn:
-    """End a finished MultiWorkerMirroredStrategy task without interpreter teardown.
+    """End a finished distributed task without interpreter teardown.
 
-    Every collective is over once the loop ends (the last save is one), and what the chief
-    writes is flushed as it is written. TensorFlow's teardown would still shut the
-    coordination service down, which kept each task alive for seconds after the job
-    finished (measured with TF 2.21: the chief 5 s, a worker until it noticed the chief's
-    service was gone, 9.5 s). A worker other than the chief first waits for the chief's
-    `finished` report, so its heartbeats keep coming while the chief evaluates and exports.
+    Under MultiWorkerMirroredStrategy every collective is over once the loop ends (the
+    last save is one); the ParameterServerStrategy chief has joined every step it
+    scheduled; what the chief writes is flushed as it is written. TensorFlow's teardown
+    would still shut the coordination service down (MWMS) or try to reach the ps and
+    workers that already left (PSS), which kept tasks alive for seconds after the job
+    finished (measured with TF 2.21: an MWMS chief 5 s, its worker until it noticed the
+    chief's service was gone, 9.5 s; a PSS chief 2.3 s). An MWMS worker other than the
+    chief first waits for the chief's `finished` report, so its heartbeats keep coming
+    while the chief evaluates and exports.
     """
     if not is_chief:
         deadline = time.monotonic() + CHIEF_WAIT
@@ -890,7 +893,8 @@ def main(argv: list[str] | None = None) -> int:
             return serve(resolver, args)
         strategy = tf.distribute.ParameterServerStrategy(resolver)
         handle_sigterm()
-        return train_coordinator(strategy, args)
+        code = train_coordinator(strategy, args)
+        leave_finished(code, Path(args.progress_file), args.steps, is_chief=True)
     if cluster.get("worker"):
         configure_heartbeat(tf.distribute.cluster_resolver.TFConfigClusterResolver())
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
