@@ -43,12 +43,18 @@ told to stop" to the step's all-reduce), so every worker sees it after the same 
 they save that step together, as a collective save needs (what TensorFlow's
 PreemptionCheckpointHandler does through its coordination service). A job stopped so
 (`scale`, `stop`, Kueue preemption, JobSet's gang restart) loses no step.
+
+A worker that dies without SIGTERM (killed, out of memory, its node lost) is noticed by
+its peers when TensorFlow's coordination service misses its heartbeats (10 s by default;
+GPU_K8S_HEARTBEAT_TIMEOUT_SECONDS sets it, see `configure_heartbeat`): their next
+all-reduce fails and they exit non-zero.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import json
 import math
 import os
@@ -57,8 +63,10 @@ import signal
 import sys
 import tempfile
 import time
+import traceback
 from collections import deque
 from pathlib import Path
+from typing import NoReturn
 
 STARTED = time.monotonic()
 # Quieter TensorFlow start-up; must be set before the import.
@@ -608,7 +616,7 @@ def train_mirrored(strategy, args, is_chief: bool) -> int:
         except tf.errors.OpError:
             if terminated():  # a peer went before agreeing to stop: our all-reduce failed
                 exit_terminated(progress, step, float(loss))
-            raise
+            exit_failed()  # a peer died: its collectives are gone
         step += 1
         if float(stopping) > 0:  # every worker sees this after the same step: save it
             checkpoints.save(step)
@@ -737,6 +745,49 @@ def exit_terminated(progress: Progress | None, step: int, loss: float) -> None:
     os._exit(143)
 
 
+def exit_failed() -> NoReturn:
+    """Print the exception being handled and leave with status 1, as an uncaught one would.
+
+    No interpreter teardown, as in `exit_terminated`: after a peer died, TensorFlow's
+    teardown (the coordination service's shutdown) waits seconds for a peer that is gone.
+    """
+    traceback.print_exc()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
+
+
+# How long a MultiWorkerMirroredStrategy worker that finished waits for the chief's
+# `finished` report (the chief evaluates and exports after the last save) before it leaves
+# without it.
+CHIEF_WAIT = 120.0
+
+
+def leave_finished(code: int, progress_file: Path, steps: int, is_chief: bool) -> NoReturn:
+    """End a finished distributed task without interpreter teardown.
+
+    Under MultiWorkerMirroredStrategy every collective is over once the loop ends (the
+    last save is one); the ParameterServerStrategy chief has joined every step it
+    scheduled; what the chief writes is flushed as it is written. TensorFlow's teardown
+    would still shut the coordination service down (MWMS) or try to reach the ps and
+    workers that already left (PSS), which kept tasks alive for seconds after the job
+    finished (measured with TF 2.21: an MWMS chief 5 s, its worker until it noticed the
+    chief's service was gone, 9.5 s; a PSS chief 2.3 s). An MWMS worker other than the
+    chief first waits for the chief's `finished` report, so its heartbeats keep coming
+    while the chief evaluates and exports.
+    """
+    if not is_chief:
+        deadline = time.monotonic() + CHIEF_WAIT
+        while time.monotonic() < deadline:
+            done = read_progress(progress_file)
+            if done and done.get("state") == "finished" and done.get("step", 0) >= steps:
+                break
+            time.sleep(0.2)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def announce(start: int, args) -> None:
     """Say where training starts."""
     ready = f"ready {time.monotonic() - STARTED:.1f}s after start"
@@ -772,6 +823,57 @@ def export_latest(args) -> int:
     return 0
 
 
+# How long MultiWorkerMirroredStrategy's coordination service waits for a task's heartbeat
+# before it declares the task dead and aborts every peer's collectives: a worker that died
+# without a word (SIGKILL, OOM, a lost node) is noticed only then. Unset, TensorFlow's own
+# default stands: 10 s (kDefaultHeartbeatTimeoutMs, checked once a second by
+# CheckStaleness; openxla/xla xla/tsl/distributed_runtime/coordination/
+# coordination_service.cc, which TF 2.21 builds). The charm never sets it; the functional
+# tests shorten it so a killed worker's peers fail in a few seconds instead of 10-15.
+HEARTBEAT_TIMEOUT_ENV = "GPU_K8S_HEARTBEAT_TIMEOUT_SECONDS"
+
+
+def configure_heartbeat(resolver) -> None:
+    """Give the coordination service GPU_K8S_HEARTBEAT_TIMEOUT_SECONDS, when it is set.
+
+    MultiWorkerMirroredStrategy configures the service itself only when nothing has
+    (collective_all_reduce_strategy.py `_initialize_multi_worker`: "if
+    context.context().coordination_service is None"), with the leader and the coordinated
+    jobs below; this configures the same service first, with the heartbeat timeout added
+    (CoordinationServiceConfig.heartbeat_timeout_in_ms; the agents send heartbeats at
+    half of it). Must run before the strategy is created.
+    """
+    raw = os.environ.get(HEARTBEAT_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0:
+        sys.exit(f"{HEARTBEAT_TIMEOUT_ENV} must be a positive number of seconds, got {raw!r}")
+    # TensorFlow's own modules, as collective_all_reduce_strategy.py imports them (not in
+    # the public API, nor in the type stubs)
+    coordination_config_pb2 = importlib.import_module(
+        "tensorflow.compiler.xla.tsl.protobuf.coordination_config_pb2"
+    )
+    multi_worker_util = importlib.import_module("tensorflow.python.distribute.multi_worker_util")
+    context = importlib.import_module("tensorflow.python.eager.context")
+
+    spec = resolver.cluster_spec()
+    jobs = [
+        coordination_config_pb2.CoordinatedJob(name=job, num_tasks=spec.num_tasks(job))
+        for job in ("chief", "worker")
+        if job in spec.jobs
+    ]
+    context.context().configure_coordination_service(
+        service_type="standalone",
+        service_leader=multi_worker_util.coordination_leader(spec),
+        coordinated_jobs=jobs,
+        heartbeat_timeout_in_ms=int(seconds * 1000),
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Pick the strategy from TF_CONFIG and train."""
     args = parse_args(argv)
@@ -791,12 +893,15 @@ def main(argv: list[str] | None = None) -> int:
             return serve(resolver, args)
         strategy = tf.distribute.ParameterServerStrategy(resolver)
         handle_sigterm()
-        return train_coordinator(strategy, args)
+        code = train_coordinator(strategy, args)
+        leave_finished(code, Path(args.progress_file), args.steps, is_chief=True)
     if cluster.get("worker"):
+        configure_heartbeat(tf.distribute.cluster_resolver.TFConfigClusterResolver())
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
         handle_sigterm()
         is_chief = task.get("type") in ("worker", None) and task.get("index", 0) == 0
-        return train_mirrored(strategy, args, is_chief)
+        code = train_mirrored(strategy, args, is_chief)
+        leave_finished(code, Path(args.progress_file), args.steps, is_chief)
     return train_mirrored(tf.distribute.get_strategy(), args, is_chief=True)
 
 
