@@ -157,6 +157,7 @@ class FakeMachine:
         self.haproxy_loaded: str | None = None
         self.haproxy_reloads = [0, 0]
         self._reload_refusals: list[str] = []
+        self._kubelet_served: str | None = None  # kubelet_serves
         self.unit_files: set[str] = set()  # services defined by files systemd has loaded
         self.sysctl: dict[str, str] = {}
         self.joins: list[dict] = []
@@ -361,6 +362,36 @@ class FakeMachine:
         link.unlink(missing_ok=True)
         link.symlink_to(dated)  # absolute, a path on the machine
         return dated
+
+    def kubelet_serves(self) -> str | None:
+        """The common name of the serving certificate the running kubelet serves, or None.
+
+        kubelet serves the pair in kubelet.crt and kubelet.key even while it runs: its
+        dynamic file manager (ReloadKubeletServerCertificateFile, on by default since 1.31:
+        pkg/kubelet/certificate/kubelet.go NewKubeletServerCertificateDynamicFileManager)
+        re-reads them and takes a pair only when the key matches the first certificate
+        (crypto/tls X509KeyPair); otherwise it keeps the last pair it took. None when
+        kubelet is not running.
+        """
+        from cryptography import x509
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.x509.oid import NameOID
+
+        service = self.services.get("kubelet")
+        if service is None or not service.active:
+            return None
+        cert = self.read(kubeadm.KUBELET_SERVING_CERT)
+        key = self.read(kubeadm.KUBELET_SERVING_KEY)
+        try:
+            leaf = x509.load_pem_x509_certificates(cert.encode())[0] if cert else None
+            private = serialization.load_pem_private_key(key.encode(), None) if key else None
+        except ValueError:
+            leaf = private = None
+        if leaf is not None and private is not None:
+            if leaf.public_key() == private.public_key():
+                name = leaf.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value
+                self._kubelet_served = str(name)
+        return self._kubelet_served
 
     def kubelet_serving_cert(self) -> bool:
         """What a starting kubelet does about its serving certificate; True if it wrote one.
