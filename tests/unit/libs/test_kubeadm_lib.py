@@ -638,10 +638,6 @@ def test_the_new_serving_pair_is_the_one_kubelet_makes_itself():
     assert san.get_values_for_type(x509.DNSName) == ["ip-10-0-1-17"]
     assert leaf.not_valid_before_utc == DAY0 - datetime.timedelta(hours=1)
     assert leaf.not_valid_after_utc == DAY0 + datetime.timedelta(days=365, hours=-1)
-    ip_pair, _ = kubeadm.self_signed_serving_pair("10.0.1.17", DAY0)
-    ip_leaf = x509.load_pem_x509_certificates(ip_pair.encode())[0]
-    ip_san = ip_leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    assert [str(a) for a in ip_san.get_values_for_type(x509.IPAddress)] == ["10.0.1.17"]
 
 
 def test_a_serving_certificate_far_from_expiry_is_left_alone(machine):
