@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from charms.gpu_k8s.v0 import api_proxy
+from charms.gpu_k8s.v0.system import CommandError, SubprocessRunner
 
 BINARY = shutil.which("haproxy") or "/usr/sbin/haproxy"
 MISSING = (
@@ -106,3 +107,117 @@ class HAProxy:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class ServiceHAProxy:
+    """The real HAProxy behind a FakeMachine's `haproxy.service`, run as the drop-in runs it.
+
+    `systemctl start|restart` starts `haproxy -W -S <socket> -f <config>` on the charms'
+    `api_proxy.CONFIG` (waiting until it listens, as systemd waits for Type=notify's
+    READY), `stop` (or `disable --now`) stops it, and `reload` does what the drop-in's
+    `ExecReload=` lines do: `haproxy -c -q` on the file (systemctl fails when it does),
+    then SIGUSR2 to the master, whatever the master then makes of it. The machine's
+    master CLI socket (`api_proxy.MASTER_SOCKET`) is the real master's.
+
+    What runs is the charms' file with two changes for a test process: the endpoint's
+    port is a free one (6444 may be taken), and the lines only the service needs (syslog,
+    chroot, the haproxy user) are left out, as `render_config(service=False)` leaves them.
+    """
+
+    SERVICE_ONLY = ("log ", "chroot ", "user ", "group ")
+
+    def __init__(self, machine) -> None:  # a fakes.machine.FakeMachine
+        self.machine = machine
+        self.port = free_port()
+        self._dir = tempfile.TemporaryDirectory(prefix="hx-")  # short: sun_path is 108 bytes
+        self.config = Path(self._dir.name) / "haproxy.cfg"
+        self.socket = str(Path(self._dir.name) / "master.sock")
+        self.log = Path(self._dir.name) / "haproxy.log"
+        self.process: subprocess.Popen | None = None
+        self._systemctl = machine.runner.handlers["systemctl"]
+        machine.on("systemctl", self._on_systemctl)
+        machine.runner.on_socket(api_proxy.MASTER_SOCKET, self._ask)
+
+    def _ask(self, text: str) -> str:
+        return SubprocessRunner().request(self.socket, text, timeout=5)
+
+    def _write(self) -> None:
+        text = self.machine.read(api_proxy.CONFIG) or ""
+        lines = [
+            line.replace(f"bind {api_proxy.ENDPOINT}", f"bind 127.0.0.1:{self.port}")
+            for line in text.splitlines()
+            if not line.strip().startswith(self.SERVICE_ONLY)
+        ]
+        self.config.write_text("\n".join(lines) + "\n")
+
+    def _on_systemctl(self, argv: list[str], input: str | None) -> str:
+        units = [a.removesuffix(".service") for a in argv[2:] if not a.startswith("-")]
+        verb = argv[1] if not argv[1].startswith("-") else argv[2]
+        if api_proxy.SERVICE not in units:
+            return self._systemctl(argv, input)
+        if verb == "reload" and self.running:
+            self._write()
+        # the fake's bookkeeping and failures; for a reload, ExecReload's `haproxy -c`
+        out = self._systemctl(argv, input)
+        service = self.machine.services[api_proxy.SERVICE]
+        if verb in ("restart", "start", "stop") or "--now" in argv:
+            if verb in ("restart", "stop", "disable") or not service.active:
+                self.stop_process()
+            if service.active and not self.running:
+                self._start(argv)
+        elif verb == "reload":
+            assert self.process is not None
+            self.process.send_signal(signal.SIGUSR2)
+        return out
+
+    @property
+    def running(self) -> bool:
+        """Whether the master runs."""
+        return self.process is not None and self.process.poll() is None
+
+    def _start(self, argv: list[str]) -> None:
+        self._write()
+        with self.log.open("a") as log:
+            self.process = subprocess.Popen(
+                [BINARY, "-W", "-db", "-S", self.socket, "-f", str(self.config)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                self.machine.services[api_proxy.SERVICE].active = False
+                raise CommandError(argv, 1, "Job for haproxy.service failed")
+            try:  # READY (Type=notify): the worker listens and answers its CLI
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                if "description:" in self._ask("@1 show info\n"):
+                    return
+            except (OSError, CommandError):
+                pass
+            time.sleep(0.05)
+        raise RuntimeError("haproxy did not start listening")
+
+    def loaded(self) -> str:
+        """The `description` HAProxy's current worker reports (its config's fingerprint)."""
+        for line in self._ask("@1 show info\n").splitlines():
+            if line.startswith("description:"):
+                return line.split(":", 1)[1].strip()
+        raise AssertionError("no description in show info")
+
+    def stop_process(self) -> None:
+        """Stop the master and its workers (SIGTERM: systemd's stop, KillMode=mixed)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+    def __enter__(self) -> ServiceHAProxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_process()
+        self._dir.cleanup()

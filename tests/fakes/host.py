@@ -17,6 +17,8 @@ from pathlib import Path
 from charms.gpu_k8s.v0.system import CommandError, Host
 
 Handler = Callable[[list[str], "str | None"], str]
+# A Unix socket's peer: gets what the client sent, returns the answer (or raises CommandError)
+SocketHandler = Callable[[str], str]
 
 
 @dataclasses.dataclass
@@ -41,6 +43,8 @@ class FakeRunner:
         self.calls: list[Call] = []
         self.handlers: dict[str, Handler] = {}
         self._failures: list[tuple[str, int, str, int]] = []
+        self.sockets: dict[str, SocketHandler] = {}
+        self.requests: list[tuple[str, str]] = []  # (socket path, what was sent)
 
     def host(self) -> Host:
         """A `Host` over this runner and its root."""
@@ -49,6 +53,10 @@ class FakeRunner:
     def on(self, program: str, handler: Handler) -> None:
         """Emulate `program` (a basename such as `kubeadm`) with `handler`."""
         self.handlers[program] = handler
+
+    def on_socket(self, path: str, handler: SocketHandler) -> None:
+        """Answer requests to the Unix socket `path` (a machine path) with `handler`."""
+        self.sockets[path] = handler
 
     def fail(self, prefix: str, *, returncode: int = 1, stderr: str = "", times: int = 1) -> None:
         """Make the next `times` commands whose line starts with `prefix` fail."""
@@ -83,3 +91,14 @@ class FakeRunner:
         if handler is None:
             raise CommandError(argv, 127, f"{program}: no fake for this program")
         return handler(list(argv), input)
+
+    def request(self, path: str, text: str, *, timeout: float) -> str:
+        """Record the request and answer it from the socket's handler.
+
+        No handler: nobody listens there, as connect(2) says for a missing socket file.
+        """
+        self.requests.append((path, text))
+        handler = self.sockets.get(path)
+        if handler is None:
+            raise CommandError(["connect", path], 2, "No such file or directory")
+        return handler(text)

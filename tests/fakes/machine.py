@@ -161,6 +161,13 @@ class FakeMachine:
         self.held: set[str] = set()
         self.services: dict[str, Service] = {}
         self._start_failures: dict[str, list[str]] = {}  # fail_start
+        # HAProxy's master-worker process (see `_haproxy_master`): the configuration its
+        # current worker runs (None: not running), the master's reloads and failed reloads
+        # (`show proc`), and the reloads its master will refuse (`refuse_reload`)
+        self.haproxy_loaded: str | None = None
+        self.haproxy_reloads = [0, 0]
+        self._reload_refusals: list[str] = []
+        self._kubelet_served: str | None = None  # kubelet_serves
         self.unit_files: set[str] = set()  # services defined by files systemd has loaded
         self.sysctl: dict[str, str] = {}
         self.joins: list[dict] = []
@@ -214,6 +221,7 @@ class FakeMachine:
             "haproxy": self._haproxy,
         }.items():
             self.on(program, handler)
+        self.runner.on_socket(api_proxy.MASTER_SOCKET, self._haproxy_master_cli)
 
     # -- extension points -------------------------------------------------------------
 
@@ -244,6 +252,18 @@ class FakeMachine:
         is left failed (`is-active` answers `failed`) until a start succeeds.
         """
         self._start_failures.setdefault(name, []).extend([stderr] * times)
+
+    def refuse_reload(self, alert: str, times: int = 1) -> None:
+        """HAProxy's master refuses the next `times` reloads, after `systemctl reload` succeeded.
+
+        As HAProxy does with a configuration `haproxy -c` passed but the master cannot
+        load, such as a listener whose port another process holds (`haproxy -c` "exits
+        before trying to bind", management guide 3): `ExecReload=` only checks and sends
+        SIGUSR2, so systemctl reports success; the master logs `alert`, counts a failed
+        reload and keeps the workers it had (management guide 9.4.1 "show proc", "prompt":
+        "master[ReloadFailed]>"; seen with Debian's 2.6.12, tests/functional).
+        """
+        self._reload_refusals.extend([alert] * times)
 
     def add_repository(self, base: str) -> None:
         """Serve a pkgs.k8s.io-layout repository (every pinned minor) under `base`.
@@ -352,6 +372,36 @@ class FakeMachine:
         link.unlink(missing_ok=True)
         link.symlink_to(dated)  # absolute, a path on the machine
         return dated
+
+    def kubelet_serves(self) -> str | None:
+        """The common name of the serving certificate the running kubelet serves, or None.
+
+        kubelet serves the pair in kubelet.crt and kubelet.key even while it runs: its
+        dynamic file manager (ReloadKubeletServerCertificateFile, on by default since 1.31:
+        pkg/kubelet/certificate/kubelet.go NewKubeletServerCertificateDynamicFileManager)
+        re-reads them and takes a pair only when the key matches the first certificate
+        (crypto/tls X509KeyPair); otherwise it keeps the last pair it took. None when
+        kubelet is not running.
+        """
+        from cryptography import x509
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.x509.oid import NameOID
+
+        service = self.services.get("kubelet")
+        if service is None or not service.active:
+            return None
+        cert = self.read(kubeadm.KUBELET_SERVING_CERT)
+        key = self.read(kubeadm.KUBELET_SERVING_KEY)
+        try:
+            leaf = x509.load_pem_x509_certificates(cert.encode())[0] if cert else None
+            private = serialization.load_pem_private_key(key.encode(), None) if key else None
+        except ValueError:
+            leaf = private = None
+        if leaf is not None and private is not None:
+            if leaf.public_key() == private.public_key():
+                name = leaf.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value
+                self._kubelet_served = str(name)
+        return self._kubelet_served
 
     def kubelet_serving_cert(self) -> bool:
         """What a starting kubelet does about its serving certificate; True if it wrote one.
@@ -713,13 +763,82 @@ class FakeMachine:
             if verb in ("restart", "start") and failures:
                 service.active = False
                 raise _fail(argv, 1, failures.pop(0))
+            if name == api_proxy.SERVICE and verb == "reload" and service.active:
+                self._haproxy_reload(argv)
             self._service_verb(argv, verb, name, service)
+            if name == api_proxy.SERVICE:
+                self._haproxy_process(verb, service)
             if verb in ("restart", "start") and service.active:
                 if verb == "restart" or service.running is None:
                     service.running = self.dpkg.get(name)
                 if name == "kubelet" and self.path(kubeadm.KUBELET_CONF).exists():
                     self.kubelet_serving_cert()  # a kubelet that runs (joined) serves
         return ""
+
+    def _haproxy_reload(self, argv: list[str]) -> None:
+        """The drop-in's `ExecReload=`: `haproxy -c -q` on the file, then SIGUSR2 to the master.
+
+        systemctl fails only when the check does; what the master then does with the
+        signal (`_haproxy_process`) is not systemd's to know.
+        """
+        check = self.runner.handlers["haproxy"]  # this fake's, or a test's real binary
+        try:
+            check([api_proxy.HAPROXY, "-Ws", "-c", "-q", "-f", api_proxy.CONFIG], None)
+        except CommandError:
+            raise _fail(
+                argv,
+                1,
+                "Job for haproxy.service failed because the control process exited with "
+                "error code.",
+            ) from None
+
+    def _haproxy_process(self, verb: str, service: Service) -> None:
+        """What HAProxy's master-worker process runs after systemctl `verb`."""
+        if not service.active:
+            self.haproxy_loaded = None
+        elif verb in ("restart", "start") or self.haproxy_loaded is None:
+            # a new master (Type=notify: systemd waits for it); it reads the file now
+            self.haproxy_loaded = self.read(api_proxy.CONFIG)
+            self.haproxy_reloads = [0, 0]
+        elif verb == "reload":
+            self.haproxy_reloads[0] += 1
+            if self._reload_refusals:
+                self._reload_refusals.pop(0)
+                self.haproxy_reloads[1] += 1
+            else:  # Debian's 2.6.12 shows `[failed: 0]` again after a reload that worked
+                self.haproxy_loaded = self.read(api_proxy.CONFIG)
+                self.haproxy_reloads[1] = 0
+
+    def _haproxy_master_cli(self, text: str) -> str:
+        """HAProxy's master CLI (`-S`): `show proc` and `@1 show info`, as 2.6-2.8 answer.
+
+        Only while the service runs (the socket is its master's); every other command is
+        unknown to this fake. The formats: management guide 9.4.1, and what Debian's
+        2.6.12 printed (tests/functional/test_api_proxy.py runs it).
+        """
+        service = self.services.get(api_proxy.SERVICE)
+        if service is None or not service.active or self.haproxy_loaded is None:
+            raise CommandError(["connect", api_proxy.MASTER_SOCKET], 111, "Connection refused")
+        out = []
+        for command in (c.strip() for c in re.split(r"[;\n]", text)):
+            if command == "show proc":
+                reloads, failed = self.haproxy_reloads
+                out.append(
+                    "#<PID>          <type>          <reloads>       <uptime>        <version>\n"
+                    f"1000            master          {reloads} [failed: {failed}]   "
+                    "0d00h01m00s     2.8.16-0ubuntu0.24.04.3\n# workers\n"
+                    "1100            worker          0               0d00h00m10s     "
+                    "2.8.16-0ubuntu0.24.04.3\n# programs\n"
+                )
+            elif command == "@1 show info":
+                description = ""
+                for line in self.haproxy_loaded.splitlines():
+                    if line.split()[:1] == ["description"]:
+                        description = line.split(None, 1)[1]
+                out.append(f"Name: HAProxy\nVersion: 2.8.16\ndescription: {description}\n")
+            elif command:
+                out.append("Unknown command, but maybe one of the following ones ...\n")
+        return "\n".join(out) + "\n"
 
     @staticmethod
     def _service_verb(argv: list[str], verb: str, name: str, service: Service) -> None:

@@ -12,12 +12,13 @@ import http.client
 import http.server
 import json
 import os
+import socket
 import threading
 import time
 from collections.abc import Iterator
 
 import pytest
-from haproxy_runner import BINARY, MISSING, HAProxy, available, free_port
+from haproxy_runner import BINARY, MISSING, HAProxy, ServiceHAProxy, available, free_port
 
 from charms.gpu_k8s.v0 import api_proxy
 from charms.gpu_k8s.v0.kubeclient import Kube
@@ -309,3 +310,68 @@ def test_a_config_the_real_haproxy_refuses_is_never_loaded_and_the_status_says_w
     assert service.reloads == 0
     assert api_proxy.configure(machine.host(), ["10.0.0.1:6443", "10.0.0.2:6443"]) is True
     assert service.reloads == 1
+
+
+# -- the charms' reload, confirmed on the real master ------------------------------------
+
+
+@pytest.fixture
+def unit(tmp_path) -> Iterator[tuple[FakeMachine, ServiceHAProxy]]:
+    """A fake machine whose haproxy.service is the real HAProxy (ServiceHAProxy)."""
+    machine = _machine_with_real_haproxy(tmp_path / "root")
+    with ServiceHAProxy(machine) as service:
+        yield machine, service
+
+
+def _description(machine: FakeMachine) -> str:
+    text = machine.read(api_proxy.CONFIG) or ""
+    words = [line.split(None, 1) for line in text.splitlines()]
+    return next(w[1] for w in words if w[:1] == ["description"])
+
+
+def test_a_reload_the_real_master_refuses_is_tried_again_until_it_runs(unit, cert, tmp_path):
+    """`haproxy -c` passes (it "exits before trying to bind"); the master cannot bind.
+
+    systemctl reload succeeds all the same (ExecReload= only checks and signals); the
+    master keeps the old worker, and the charm must not record the new config as taken.
+    """
+    machine, service = unit
+    servers = ["127.0.0.1:16443"]
+    assert api_proxy.configure(machine.host(), servers) is True
+    first = machine.read(api_proxy.APPLIED)
+    assert service.loaded() == _description(machine)
+
+    pem = tmp_path / "kubelet-client.pem"
+    pem.write_text(cert.client_pem("system:node:ip-10-0-1-17", "system:nodes"))
+    holder = socket.socket()  # another process's listener on the metrics port
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    metrics = api_proxy.MetricsAccess(client_cert=str(pem), kubelet_port=port)
+    try:
+        with pytest.raises(api_proxy.ProxyError) as refused:
+            api_proxy.configure(machine.host(), servers, metrics)
+        assert "did not load its new configuration on reload" in str(refused.value)
+        assert machine.read(api_proxy.APPLIED) == first
+        assert service.loaded() != _description(machine)  # the old worker still serves
+        assert "cannot bind socket (Address already in use)" in service.log.read_text()
+    finally:
+        holder.close()
+
+    assert api_proxy.configure(machine.host(), servers, metrics) is True  # the next hook
+    assert service.loaded() == _description(machine)
+    assert _get(port, "/nope")[0] == 403  # the new frontend listens
+    assert api_proxy.configure(machine.host(), servers, metrics) is False
+
+
+def test_a_stopped_real_haproxy_is_started(unit):
+    machine, service = unit
+    assert api_proxy.configure(machine.host(), ["127.0.0.1:16443"]) is True
+    machine.runner.run(["/usr/bin/systemctl", "stop", "haproxy"])
+    assert not service.running
+
+    assert api_proxy.configure(machine.host(), ["127.0.0.1:16443"]) is True
+
+    assert service.running
+    assert service.loaded() == _description(machine)
+    socket.create_connection(("127.0.0.1", service.port), timeout=2).close()

@@ -125,16 +125,13 @@ class Renewal:
         return self._notes(now, days), self._blocked()
 
     def _kubelet_serving_certificate(self, now: datetime.datetime) -> None:
-        """Have kubelet renew its self-signed serving certificate within 30 days of expiry.
+        """Renew kubelet's self-signed serving certificate within 30 days of expiry.
 
         kubeadm's certificates do not include it (kubeadm certs renew leaves it alone);
-        no turn: a kubelet restart stops no static pod. A failed restart is only logged:
-        systemd keeps starting kubelet (Restart=always), which writes the new pair.
+        no turn: the running kubelet loads the new pair from its files, nothing restarts
+        (kubeadm.rotate_kubelet_serving_certificate).
         """
-        try:
-            kubeadm.rotate_kubelet_serving_certificate(self._ctx.host, now)
-        except kubeadm.KubeletRestartError as e:
-            logger.error("%s", e)
+        kubeadm.rotate_kubelet_serving_certificate(self._ctx.host, now)
 
     def pass_turn(self) -> str | None:
         """Give the turn to the first unit that wants one, this (leading) unit first.

@@ -316,13 +316,13 @@ class KubernetesWorkerCharm(ops.CharmBase):
             notes.append(ops.BlockedStatus(message or ""))
 
     def _kubelet_serving_certificate(self, host: Host) -> None:
-        """Within 30 days of its expiry, kubelet makes itself a new serving certificate.
+        """Within 30 days of its expiry, kubelet's serving certificate is renewed.
 
-        Waiting (the reconcile goes on) while systemctl cannot restart kubelet.
+        A new pair of kubelet's shape in its files, which the running kubelet loads: no
+        kubelet restart (kubeadm.rotate_kubelet_serving_certificate).
         """
         now = datetime.datetime.fromtimestamp(self.wall_clock(), datetime.timezone.utc)
-        with self._statuses.step(), on_error(ops.WaitingStatus, kubeadm.KubeletRestartError):
-            kubeadm.rotate_kubelet_serving_certificate(host, now)
+        kubeadm.rotate_kubelet_serving_certificate(host, now)
 
     def _telemetry(self, host: Host, state: gpu_node.GpuState) -> None:
         """What this machine's COS agent scrapes: only targets that answer (review F-19).

@@ -500,13 +500,13 @@ def test_upgrade_then_renewal_then_containerd_one_node_at_a_time(ctx, machine, c
     assert seen[-1] == ()
 
 
-def test_kubelets_serving_certificate_is_renewed_by_kubelet_with_the_hourly_check(
+def test_kubelets_serving_certificate_is_renewed_with_the_hourly_check_without_a_restart(
     ctx, machine, clock
 ):
     """Issue 30 item 1: kubeadm's renewal leaves kubelet's self-signed one alone.
 
-    Within 30 days of its expiry the hourly check removes it and restarts kubelet, which
-    writes a new one.
+    Within 30 days of its expiry the hourly check writes a new pair of kubelet's shape,
+    which the running kubelet loads: no restart.
     """
     from charms.gpu_k8s.v0 import kubeadm
 
@@ -525,6 +525,9 @@ def test_kubelets_serving_certificate_is_renewed_by_kubelet_with_the_hourly_chec
     clock.advance(hours=2)  # the next hourly check finds the new one
     out = ctx.run(ctx.on.update_status(), out)
 
-    assert kubelet.restarts == restarts + 1
-    assert kubeadm.kubelet_serving_expiry(host) == clock.now - datetime.timedelta(hours=2) + year
+    assert kubelet.restarts == restarts
+    renewed = clock.now - datetime.timedelta(hours=2)
+    assert kubeadm.kubelet_serving_expiry(host) == renewed + year
+    served = machine.machine.kubelet_serves()
+    assert served == f"{machine.machine.hostname}@{int(renewed.timestamp())}"
     assert out.unit_status == testing.ActiveStatus("Ready: v1.36, 1 control-plane, 0 workers")

@@ -126,6 +126,44 @@ def test_a_failed_reload_is_tried_again_until_the_new_list_runs(machine):
     assert machine.lines("systemctl")[-1] == "/usr/bin/systemctl reload haproxy"
 
 
+def test_a_reload_the_master_refuses_is_not_taken_for_done_and_is_tried_again(machine):
+    """`systemctl reload` only checks the file and signals the master (ExecReload=).
+
+    The master then fails to load it (here: a port another process holds, which
+    `haproxy -c` never tries) and keeps the old workers; the next hook must not find
+    "nothing to do" while the old server list runs.
+    """
+    api_proxy.configure(machine.host(), SERVERS)
+    grown = [*SERVERS, "10.0.0.3:6443"]
+    machine.refuse_reload(
+        "[ALERT]    (1000) : Binding [/etc/haproxy/gpu-k8s.cfg:31] for frontend kubelet-"
+        "metrics: cannot bind socket (Address already in use) for [127.0.0.1:6446]"
+    )
+
+    with pytest.raises(api_proxy.ProxyError) as refused:
+        api_proxy.configure(machine.host(), grown)
+
+    assert str(refused.value) == (
+        "HAProxy did not load its new configuration on reload (its master keeps the running "
+        "one; journalctl -u haproxy says why); retrying on the next event"
+    )
+    assert refused.value.blocked is False
+    assert machine.read(api_proxy.APPLIED) != _applied(grown)
+    assert "10.0.0.3:6443" not in (machine.haproxy_loaded or "")
+    service = machine.services[api_proxy.SERVICE]
+    assert service.reloads == 1
+
+    assert api_proxy.configure(machine.host(), grown) is True  # the next hook: again
+    assert service.reloads == 2
+    assert machine.haproxy_loaded == machine.read(api_proxy.CONFIG)
+    assert api_proxy.configure(machine.host(), grown) is False
+
+
+def _applied(servers: list[str]) -> str:
+    config = api_proxy.render_config(sorted(servers))
+    return api_proxy.fingerprint(api_proxy.render_drop_in(), config) + "\n"
+
+
 def test_a_stopped_haproxy_is_started_without_any_change(machine):
     """deploy.md N3 (b): stopped by hand, or systemd's start limit hit."""
     api_proxy.configure(machine.host(), SERVERS)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import socket
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -182,3 +184,32 @@ def test_machine_is_the_real_runner_on_the_root():
     host = machine()
     assert isinstance(host.runner, SubprocessRunner)
     assert host.path("/etc/hostname") == Path("/etc/hostname")
+
+
+def test_a_request_to_a_unix_socket_gets_all_it_answers_once_the_question_ended(tmp_path):
+    """As a command socket (HAProxy's master CLI) answers: after the client's end of input."""
+    path = str(tmp_path / "cli.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(1)
+
+    def answer() -> None:
+        conn, _ = server.accept()
+        with conn:
+            question = b""
+            while chunk := conn.recv(1024):  # until the client shut its writing side
+                question += chunk
+            conn.sendall(b"asked: " + question)
+
+    thread = threading.Thread(target=answer)
+    thread.start()
+    try:
+        assert SubprocessRunner().request(path, "show proc\n", timeout=5) == "asked: show proc\n"
+    finally:
+        thread.join(5)
+        server.close()
+
+    with pytest.raises(CommandError) as nobody:
+        SubprocessRunner().request(str(tmp_path / "gone.sock"), "show proc\n", timeout=5)
+    assert nobody.value.argv == ["connect", str(tmp_path / "gone.sock")]
+    assert nobody.value.last_line == "No such file or directory"

@@ -21,7 +21,10 @@ and retries a refused connection on another server. The charms write the server 
 master starts a new worker with the new list and the old worker keeps serving the
 connections it has until they close, so nothing open is dropped (master-worker mode,
 `-Ws`, as Ubuntu's haproxy.service runs it; `systemctl reload` checks the file first and
-keeps the running configuration when it is invalid).
+keeps the running configuration when it is invalid). `systemctl reload` returns before the
+master has loaded anything, and a master that then fails keeps the old workers, so a
+reload counts as done only once HAProxy's current worker reports the new configuration's
+fingerprint (its `description`) on the master CLI; until then every call reloads again.
 
 The same HAProxy gives the machine's COS agent the metrics of this node's kubelet and,
 on control-plane machines, of its API server (`MetricsAccess`). Both serve `/metrics`
@@ -67,11 +70,11 @@ from collections.abc import Sequence
 from pathlib import PurePosixPath
 
 from charms.gpu_k8s.v0 import apt
-from charms.gpu_k8s.v0.system import SYSTEMCTL, CommandError, Host
+from charms.gpu_k8s.v0.system import SYSTEMCTL, CommandError, Host, poll_until
 
 LIBID = "56d1a753a66d4124bddde98d7b960f09"
 LIBAPI = 0
-LIBPATCH = 7
+LIBPATCH = 8
 
 LISTEN_HOST = "127.0.0.1"
 PORT = 6444
@@ -93,8 +96,11 @@ HAPROXY = "/usr/sbin/haproxy"
 # `-c -q`, then `kill -USR2 $MAINPID`), with every variable written out.
 PID_FILE = "/run/haproxy.pid"
 MASTER_SOCKET = "/run/haproxy-master.sock"
-# The sha256 of the drop-in and config HAProxy last took (written after systemctl succeeded)
+# The sha256 of the drop-in and config HAProxy last took (written once it runs them)
 APPLIED = "/var/lib/gpu-k8s/api-proxy.applied"
+# How long a reload may take to show in HAProxy's current worker (the master re-executes
+# itself, parses the file and forks; well under a second for this config)
+RELOAD_WAIT = 10
 DROP_IN = f"/etc/systemd/system/{SERVICE}.service.d/gpu-k8s.conf"
 # What the health check asks each API server, and how often: a server is taken out after
 # 3 failed checks 2 s apart and back after 2 good ones.
@@ -256,6 +262,9 @@ def render_config(
         lines.append(f"    server api-{i} {address}:{server_port}")
     if metrics is not None:
         lines += _metrics_sections(metrics)
+    # what its worker reports as `description` (`show info`): `_loaded` reads it back
+    digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
+    lines.insert(2, f"    description gpu-k8s {digest}")
     return "\n".join(lines) + "\n"
 
 
@@ -301,7 +310,8 @@ def configure(host: Host, servers: Sequence[str], metrics: MetricsAccess | None 
     With `metrics`, it also serves the node's metrics (see the module docstring).
 
     Nothing runs when HAProxy is running with what it should run (`APPLIED` records what
-    systemd last took, so a failed reload or start is tried again on the next call).
+    HAProxy last took: after a start systemd waited for, or a reload its current worker
+    confirmed, see `_loaded`; a failed reload or start is tried again on the next call).
     Otherwise the package is installed first (a failure leaves everything as it was,
     the earlier revisions' proxy still serving), then a changed server list is a reload
     (open connections stay), a new drop-in a restart, and a service that is not running
@@ -323,10 +333,15 @@ def configure(host: Host, servers: Sequence[str], metrics: MetricsAccess | None 
         ) from None
 
 
+def fingerprint(drop_in: str, config: str) -> str:
+    """What `APPLIED` holds once HAProxy runs `drop_in` and `config`."""
+    return hashlib.sha256(f"{drop_in}\0{config}".encode()).hexdigest()
+
+
 def _configure(host: Host, servers: Sequence[str], metrics: MetricsAccess | None) -> bool:
     config = render_config(sorted(set(servers)), metrics=metrics)
     drop_in = render_drop_in()
-    applied = hashlib.sha256(f"{drop_in}\0{config}".encode()).hexdigest() + "\n"
+    applied = fingerprint(drop_in, config) + "\n"
     legacy = [path for path in LEGACY_FILES if host.path(path).exists()]
     pinned = apt.pin(host, PACKAGE, {PACKAGE: SERIES})
     running = _active(host)
@@ -348,11 +363,81 @@ def _configure(host: Host, servers: Sequence[str], metrics: MetricsAccess | None
         host.run(SYSTEMCTL, "restart", SERVICE)
         logger.info("(re)started HAProxy, the local API endpoint on %s", ENDPOINT)
     else:
+        before = _master(host)
         host.run(SYSTEMCTL, "reload", SERVICE)
-    # only once systemd took it: a failed reload or start is tried again on the next call
+        _loaded(host, config, before)
+    # only once HAProxy runs it: a failed reload or start is tried again on the next call
     host.write(APPLIED, applied)
     logger.info("local API endpoint %s forwards to %s", ENDPOINT, ", ".join(sorted(servers)))
     return True
+
+
+def _master(host: Host) -> tuple[int, str] | None:
+    """HAProxy's failed reloads and its current worker's `description`; None: no answer.
+
+    Asked on the master CLI (`-S`, management guide 9.4: the master's socket): `show proc`
+    gives the master's line `<pid> master <reloads> [failed: <n>] ...` (9.4.1), and
+    `@1 show info` the first current worker's `show info`, whose `description:` line is
+    the global `description` (src/stats.c INF_DESCRIPTION "Node description
+    (global.description)"). A failed reload adds one to `failed` and leaves the old
+    worker as @1; a reload that works sets it back to 0 (src/haproxy.c at v2.8.0:
+    `child->failedreloads++` on a failure, `proc_self->failedreloads = 0` once loaded).
+    """
+    try:
+        answer = host.request(MASTER_SOCKET, "show proc; @1 show info\n", timeout=1)
+    except CommandError:
+        return None  # stopped, or the master is re-executing itself right now
+    failed = re.search(r"^\d+\s+master\s+\d+\s+\[failed: (\d+)\]", answer, re.MULTILINE)
+    description = re.search(r"^description: *(.*)$", answer, re.MULTILINE)
+    if failed is None or description is None:
+        return None
+    return int(failed[1]), description[1].strip()
+
+
+def _loaded(host: Host, config: str, before: tuple[int, str] | None) -> None:
+    """Wait until HAProxy's current worker runs `config` after `systemctl reload`.
+
+    Ubuntu's `ExecReload=` checks the file (`haproxy -c`, which "exits before trying to
+    bind") and sends SIGUSR2 to the master, which then re-executes itself, parses the
+    file and forks new workers (HAProxy 2.8 management guide, 4 "Stopping and restarting
+    HAProxy"): systemctl succeeds before the master has loaded anything. A master that
+    cannot load it (a port another process holds, a file gone since the check) logs it,
+    counts a failed reload and keeps the workers it had ("show proc"; the prompt reads
+    `master[ReloadFailed]>`, 9.4.1). HAProxy 2.7+ answers a `reload` on the master CLI
+    with its outcome, but 2.6 (Debian 12, where the tests run it) does not; this works
+    on both. The unit: tests/fixtures/haproxy/haproxy.service.
+
+    Raises:
+        ProxyError: the master counted a failed reload, or the worker did not report the
+            new configuration within `RELOAD_WAIT` (`APPLIED` stays: tried again).
+    """
+    want = next(
+        line.split(None, 1)[1]
+        for line in config.splitlines()
+        if line.split()[:1] == ["description"]
+    )
+
+    def outcome() -> bool | None:
+        now = _master(host)
+        if now is None:
+            return None
+        if before is not None and now[0] > before[0]:
+            return False
+        return True if now[1] == want else None
+
+    result = poll_until(outcome, RELOAD_WAIT, poll=0.1)
+    if result is None:
+        raise ProxyError(
+            f"HAProxy did not report its new configuration within {RELOAD_WAIT} s of a "
+            "reload; retrying on the next event",
+            blocked=False,
+        )
+    if result is False:
+        raise ProxyError(
+            "HAProxy did not load its new configuration on reload (its master keeps the "
+            "running one; journalctl -u haproxy says why); retrying on the next event",
+            blocked=False,
+        )
 
 
 def _check(host: Host, config: str) -> None:

@@ -26,7 +26,7 @@ from charms.gpu_k8s.v0.system import SYSTEMCTL, CommandError, Host
 
 LIBID = "f766a8bf76ef4d8f9f47cf1d41d1f95c"
 LIBAPI = 0
-LIBPATCH = 13
+LIBPATCH = 14
 
 logger = logging.getLogger(__name__)
 
@@ -119,10 +119,18 @@ ADMIN_CONF = "/etc/kubernetes/admin.conf"
 # That pair (client-go util/cert/cert.go GenerateSelfSignedCertKeyWithFixtures, 04791b49)
 # is a one-off CA "<host>-ca@<unix time>" and the serving certificate "<host>@<unix
 # time>" it signed, both valid from an hour ago for 365 days, in one PEM (serving
-# certificate first, then the CA). kubelet makes a pair only as it starts: while it runs
-# it at most re-reads the files when they change (ReloadKubeletServerCertificateFile,
-# beta and on by default since 1.31: pkg/kubelet/kubelet.go NewMainKubelet), so nothing
-# ever replaces the first year's pair.
+# certificate first, then the CA). kubelet makes a pair only as it starts, but while it
+# runs it serves whatever pair these files hold: InitializeTLS sets TLSOptions.CertFile
+# and KeyFile to them even for the pair it made, and NewMainKubelet (pkg/kubelet/
+# kubelet.go) then serves through NewKubeletServerCertificateDynamicFileManager (pkg/
+# kubelet/certificate/kubelet.go), which re-reads them on every fsnotify event and at
+# least once a minute (k8s.io/apiserver dynamiccertificates FileRefreshDuration) and keeps
+# the last pair whose key matches its certificate. That is feature gate
+# ReloadKubeletServerCertificateFile, beta and on by default since 1.31 and still in
+# 1.36 (the 1.36 component reference: "ReloadKubeletServerCertificateFile=true|false
+# (BETA - default=true)"); every minor in RELEASES has it. So the charms renew the pair
+# by writing a new one of kubelet's own shape, with no kubelet restart (a restart can
+# fail running GPU pods: see `rotate_kubelet_serving_certificate`).
 KUBELET_SERVING_CERT = "/var/lib/kubelet/pki/kubelet.crt"
 KUBELET_SERVING_KEY = "/var/lib/kubelet/pki/kubelet.key"
 # Rotated this many days before it expires: the default of the control plane's
@@ -150,10 +158,6 @@ _ENDPOINT = re.compile(r"^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):[0-9]{1,5}$")
 
 class KubeadmError(Exception):
     """kubeadm failed; the message carries its last error line with secrets removed."""
-
-
-class KubeletRestartError(KubeadmError):
-    """systemctl could not restart kubelet for a new serving certificate."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -577,37 +581,112 @@ def kubelet_serving_expiry(host: Host) -> datetime.datetime | None:
 def rotate_kubelet_serving_certificate(
     host: Host, now: datetime.datetime, days: int = KUBELET_SERVING_RENEWAL_DAYS
 ) -> datetime.datetime | None:
-    """Have kubelet make a new serving certificate when its own expires within `days`.
+    """Give kubelet a new serving certificate when its own expires within `days`.
 
-    Removes `KUBELET_SERVING_CERT` and `KUBELET_SERVING_KEY` and restarts kubelet, which
-    finds them missing and writes a new self-signed pair, valid a year (InitializeTLS).
-    Only a certificate `kubelet_serving_expiry` knows as kubelet's is touched. Restarting
-    kubelet leaves the running containers alone: they run under containerd's shims, not in
-    kubelet.service, and kubelet takes the running pods back when it starts (running pods
-    must survive a kubelet restart: kubernetes/kubernetes#123980, #118559). Open upstream
-    exceptions: a pod holding a device-plugin resource (GPUs) may be failed with
-    UnexpectedAdmissionError if kubelet admits it again before the device plugin has
-    registered (kubernetes/kubernetes#133382, #138446). Returns the old expiry, or None
-    when nothing was due.
-
-    Raises:
-        KubeletRestartError: systemctl could not restart kubelet. kubeadm's kubelet.service has
-            Restart=always (kubernetes/release cmd/krel/templates/latest/kubelet/
-            kubelet.service), so systemd keeps starting it, and each start writes the pair.
+    Writes a new pair of kubelet's own shape (`self_signed_serving_pair`, for the host
+    the old one names, dated `now`) over `KUBELET_SERVING_KEY` and then
+    `KUBELET_SERVING_CERT`; the running kubelet loads it from the files by itself (see
+    `KUBELET_SERVING_CERT`; between the two writes its loader finds a key that does not
+    match and keeps the old pair). kubelet is not restarted: a restart can fail a pod that
+    holds a device-plugin resource (GPUs) with UnexpectedAdmissionError when kubelet admits
+    it again before the device plugin has registered (kubernetes/kubernetes#133382,
+    #138446). Only a certificate `kubelet_serving_expiry` knows as kubelet's is touched.
+    Returns the old expiry, or None when nothing was due.
     """
     expires = kubelet_serving_expiry(host)
     if expires is None or expires - now > datetime.timedelta(days=days):
         return None
-    host.path(KUBELET_SERVING_KEY).unlink(missing_ok=True)
-    host.path(KUBELET_SERVING_CERT).unlink(missing_ok=True)
-    logger.info("kubelet's serving certificate expires %s: restarting kubelet", expires)
-    try:
-        restart_kubelet(host)
-    except CommandError as e:
-        raise KubeletRestartError(
-            f"restarting kubelet for a new serving certificate: {e.last_line}"
-        ) from None
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    leaf = x509.load_pem_x509_certificates(host.path(KUBELET_SERVING_CERT).read_bytes())[0]
+    name = str(leaf.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value)
+    served = _SELF_SIGNED_LEAF.fullmatch(name)
+    assert served is not None  # kubelet_serving_expiry checked its shape
+    cert_pem, key_pem = self_signed_serving_pair(served["host"], now)
+    host.write(KUBELET_SERVING_KEY, key_pem, 0o600)
+    host.write(KUBELET_SERVING_CERT, cert_pem)
+    logger.info(
+        "kubelet's serving certificate expired %s: wrote a new one, which kubelet loads", expires
+    )
     return expires
+
+
+def self_signed_serving_pair(hostname: str, now: datetime.datetime) -> tuple[str, str]:
+    """A serving certificate as kubelet makes its own: (certificate PEM, key PEM).
+
+    As client-go util/cert GenerateSelfSignedCertKeyWithFixtures (called by kubelet's
+    InitializeTLS with no other names): an RSA 2048 CA "<host>-ca@<unix time>" (CA,
+    certSign) that signed an RSA 2048 serving certificate "<host>@<unix time>"
+    (serverAuth, the host as its DNS name or IP address), both valid from an hour before
+    `now` for 365 days; the serving certificate then the CA in one PEM, its key (PKCS#1)
+    alone.
+    """
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    valid_from = now - datetime.timedelta(hours=1)
+    valid_until = valid_from + datetime.timedelta(days=365)
+    stamp = int(now.timestamp())
+    ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+    def named(common_name: str) -> x509.Name:
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+    def usage(*, signs: bool) -> x509.KeyUsage:
+        return x509.KeyUsage(
+            digital_signature=True,
+            content_commitment=False,
+            key_encipherment=True,
+            data_encipherment=False,
+            key_agreement=False,
+            key_cert_sign=signs,
+            crl_sign=False,
+            encipher_only=False,
+            decipher_only=False,
+        )
+
+    try:
+        san: x509.GeneralName = x509.IPAddress(ipaddress.ip_address(hostname))
+    except ValueError:
+        san = x509.DNSName(hostname)
+    ca_name = named(f"{hostname}-ca@{stamp}")
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(1)
+        .not_valid_before(valid_from)
+        .not_valid_after(valid_until)
+        .add_extension(usage(signs=True), critical=True)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    leaf = (
+        x509.CertificateBuilder()
+        .subject_name(named(f"{hostname}@{stamp}"))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(2)
+        .not_valid_before(valid_from)
+        .not_valid_after(valid_until)
+        .add_extension(usage(signs=False), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.SubjectAlternativeName([san]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    pem = serialization.Encoding.PEM
+    key_pem = key.private_bytes(
+        pem, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
+    )
+    return (leaf.public_bytes(pem) + ca.public_bytes(pem)).decode(), key_pem.decode()
 
 
 def ca_cert_hash(pem: str) -> str:

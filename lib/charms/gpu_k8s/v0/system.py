@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -33,7 +34,7 @@ from typing import Protocol, TypeVar
 
 LIBID = "3dec0f436d2c448586bd6ef84b7629c5"
 LIBAPI = 0
-LIBPATCH = 5
+LIBPATCH = 6
 
 SYSTEMCTL = "/usr/bin/systemctl"
 # The longest any program may run when its caller names no timeout of its own (seconds).
@@ -79,6 +80,13 @@ class Runner(Protocol):
         """Run `argv`; raise `CommandError` when it exits non-zero."""
         ...
 
+    def request(self, path: str, text: str, *, timeout: float) -> str:
+        """Send `text` to the Unix stream socket `path` and return what it answers.
+
+        Raise `CommandError` when nobody listens there or no answer came within `timeout`.
+        """
+        ...
+
 
 class SubprocessRunner:
     """The real runner: absolute paths, argument lists, check and capture."""
@@ -116,6 +124,28 @@ class SubprocessRunner:
             raise CommandError(argv, 127, f"{argv[0]}: not found") from None
         return done.stdout
 
+    def request(self, path: str, text: str, *, timeout: float) -> str:
+        """Send `text` to the Unix stream socket `path`, then read until the peer closes.
+
+        The write side is shut once `text` is sent, as `socat` does at the end of its
+        input: a daemon's command socket (HAProxy's master CLI) answers and closes then.
+        """
+        argv = ["connect", path]
+        chunks = []
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+                conn.settimeout(timeout)
+                conn.connect(path)
+                conn.sendall(text.encode())
+                conn.shutdown(socket.SHUT_WR)
+                while chunk := conn.recv(65536):
+                    chunks.append(chunk)
+        except TimeoutError:
+            raise CommandError(argv, -1, f"no answer within {timeout}s") from None
+        except OSError as e:
+            raise CommandError(argv, e.errno or -1, e.strerror or str(e)) from None
+        return b"".join(chunks).decode(errors="replace")
+
 
 @dataclasses.dataclass(frozen=True)
 class Host:
@@ -135,6 +165,10 @@ class Host:
     def run(self, *argv: str, input: str | None = None, timeout: float | None = None) -> str:
         """Run a program on this host; see `Runner.run`."""
         return self.runner.run(list(argv), input=input, timeout=timeout)
+
+    def request(self, absolute: str, text: str, *, timeout: float = 5.0) -> str:
+        """Ask the Unix socket at `absolute` on this host; see `Runner.request`."""
+        return self.runner.request(absolute, text, timeout=timeout)
 
     def write(self, absolute: str, content: str, mode: int = 0o644) -> bool:
         """Write `content` to a file if it differs; return True when the file changed.
