@@ -18,10 +18,12 @@ runs on the interpreter /usr/bin/aws names (its `#!` line), so it is the same CL
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import sys
+import traceback
 
 _MAX_FDS = 3
 
@@ -72,9 +74,9 @@ def _child(conn: socket.socket) -> None:
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
-        sys.stdin = open(0, closefd=False)  # noqa: SIM115
-        sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
-        sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
+        # sys.stdin, sys.stdout and sys.stderr are the ones Python made at start-up for
+        # fds 0-2 (nothing written yet): now on the client's streams, with the buffering
+        # and encoding a freshly started CLI gets for them (LANG as the Shell's).
         os.environ.clear()
         os.environ.update(request["env"])
         # What importing awscli did to the server's environment, done to this one: its
@@ -96,9 +98,13 @@ def _child(conn: socket.socket) -> None:
         except SystemExit as exit_:
             code = exit_.code
             status = code if isinstance(code, int) else (0 if code is None else 1)
-        sys.stdout.flush()
-        sys.stderr.flush()
+    except BaseException:  # as an uncaught exception ends python: traceback, status 1
+        traceback.print_exc()
+        status = 1
     finally:
+        with contextlib.suppress(OSError):  # a reader that went away
+            sys.stdout.flush()
+            sys.stderr.flush()
         try:
             conn.sendall(str(status & 0xFF).encode())
         finally:
