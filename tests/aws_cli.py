@@ -18,11 +18,14 @@ formats `--output text` differently in places, so only a v2 CLI is used.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import re
 import shutil
 import subprocess
+import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -58,6 +61,42 @@ needs_aws_cli = pytest.mark.skipif(
 )
 
 
+@functools.cache
+def _fork_server(cli: str) -> tuple[str, Path, Path]:
+    """The AWS CLI `cli` loaded once, forking for each command (tests/aws_cli_fork.py).
+
+    Returns the CLI's interpreter (its `#!` line), the client script and the server's
+    socket. The server lives until this process exits and is then waited for, so the
+    commands' CPU time is counted with the test run's.
+    """
+    first = Path(cli).read_text(errors="replace").splitlines()[0]
+    assert first.startswith("#!"), f"{cli} is not a script: {first!r}"
+    python = first[2:].strip()
+    script = Path(__file__).with_name("aws_cli_fork.py")
+    socket_path = Path(tempfile.mkdtemp(prefix="aws-cli-")) / "socket"
+    server = subprocess.Popen(
+        [python, str(script), "serve", str(socket_path)],
+        stdin=subprocess.PIPE,
+        # HOME: botocore reads `~/.aws/models` at import; an empty one, like the Shell's
+        env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": str(socket_path.parent)},
+    )
+
+    def stop() -> None:
+        assert server.stdin is not None
+        server.stdin.close()
+        server.wait(timeout=60)
+        shutil.rmtree(socket_path.parent, ignore_errors=True)
+
+    atexit.register(stop)
+    deadline = 600  # tenths of a second: the server imports awscli first
+    while not socket_path.exists():
+        assert server.poll() is None, f"the AWS CLI server exited ({server.returncode})"
+        assert deadline > 0, "the AWS CLI server did not start in 60 s"
+        deadline -= 1
+        time.sleep(0.1)
+    return python, script, socket_path
+
+
 class Shell:
     """A bash with `aws` pointing at one local endpoint, in a scratch HOME.
 
@@ -73,8 +112,14 @@ class Shell:
         bin_dir = home / "bin"
         bin_dir.mkdir(parents=True, exist_ok=True)
         wrapper = bin_dir / "aws"
-        endpoint = f" --endpoint-url {endpoint_url}" if endpoint_url else ""
-        wrapper.write_text(f'#!/bin/sh\nexec {cli}{endpoint} "$@"\n')
+        if endpoint_url is None:
+            wrapper.write_text(f'#!/bin/sh\nexec {cli} "$@"\n')
+        else:
+            python, client, socket_path = _fork_server(cli)
+            wrapper.write_text(
+                f"#!/bin/sh\nexec {python} -I -S {client} {socket_path}"
+                f' --endpoint-url {endpoint_url} "$@"\n'
+            )
         wrapper.chmod(0o755)
         if endpoint_url is None:
             own = {k: v for k, v in os.environ.items() if k.startswith("AWS_") or k == "HOME"}
