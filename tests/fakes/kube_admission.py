@@ -89,7 +89,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 # The bundle's Kubernetes (bundles/gpu-k8s.yaml kubernetes-version, kubeadm's
-# ClusterConfiguration), 2026-11-28: the one version every test validates built-in kinds at
+# ClusterConfiguration), 2026-11-27: the one version every test validates built-in kinds at
 # (the server here, and the tests' own `kubernetes_validate.validate(..., KUBERNETES_VERSION)`).
 # kubernetes-validate 1.37.0, in the unit and functional tox envs, ships 1.36's schemas.
 KUBERNETES_VERSION = "1.36"

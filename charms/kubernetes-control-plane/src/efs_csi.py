@@ -7,7 +7,7 @@ efs-storage serves each consumer through an EFS access point, mounted with TLS, 
 driver `efs.csi.aws.com` runs on every node (charms/efs-storage/src/access_points.py).
 This module makes what the leader applies for that, from kubernetes-sigs/
 aws-efs-csi-driver at tag v3.4.1 (commit 3fcc6bdd7533a4cfd15643b31593f7ff154584c9, tagged
-2026-07-23, the newest release tag in the snapshot read 2026-11-28).
+2026-07-23, the newest release tag in the snapshot read 2026-11-27).
 
 Upstream publishes no single manifest: its install guide (docs/install.md) runs
 `kubectl apply -k .../deploy/kubernetes/overlays/stable/?ref=<tag>`, a kustomization
@@ -74,7 +74,7 @@ UPSTREAM = (
     "deploy/kubernetes/base"
 )
 # The base files of the node plugin and their sha256 (`git show v3.4.1:deploy/kubernetes/
-# base/<file> | sha256sum`, 2026-11-28). Applied in this order.
+# base/<file> | sha256sum`, 2026-11-27). Applied in this order.
 FILES = (
     ("csidriver.yaml", "8f9fef2a0300359a068d77a61ae39baf66bbadc491cfe6c6384ca7bc93173429"),
     (
