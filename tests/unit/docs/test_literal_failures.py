@@ -114,6 +114,10 @@ def test_f8_a_secret_is_given_as_the_uri_juju_add_secret_printed():
     found = re.findall(r"=secret:<[^>]*>", docs_pages.text())
     assert not found, found
     assert "=<the secret URI add-secret printed>" in docs_pages.text()
+    # and the charms' own messages, which the operator follows as literally
+    for src in sorted(ROOT.glob("charms/*/src/*.py")):
+        found = re.findall(r"=secret:<[^>]*>", src.read_text())
+        assert not found, (src.relative_to(ROOT), found)
 
 
 def test_f9_no_command_follows_a_port_forward_on_its_line():
