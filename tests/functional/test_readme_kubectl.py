@@ -57,7 +57,7 @@ RUN = {
     "kubectl get nodes",
     "kubectl -n tensorflow delete job fetch-mnist",
     "kubectl delete node <name>",
-    "kubectl -n tensorflow get pods",
+    "kubectl -n tensorflow get pods --field-selector=status.phase!=Succeeded,status.phase!=Failed",
     *COPIES,
     *FORWARDS,
 }
@@ -187,21 +187,62 @@ def test_a_stale_node_is_deleted_as_the_readme_says(cluster):
     assert api.get_object(f"/api/v1/nodes/{GPU_1}") is None
 
 
-def test_the_teardown_waits_for_the_teams_pods_to_be_gone(cluster):
-    """Tutorial, tear down: `kubectl -n tensorflow get pods` until it lists nothing."""
+# The tutorial's teardown wait: no pod of the team Running or Pending. Pods list
+# `status.phase` among their selectable fields (kubernetes/kubernetes
+# pkg/registry/core/pod/strategy.go, ToSelectableFields), and `!=` terms joined by commas
+# must all hold, so finished pods (Succeeded, Failed) are left out.
+TEARDOWN_WAIT = (
+    "kubectl -n tensorflow get pods --field-selector=status.phase!=Succeeded,status.phase!=Failed"
+)
+
+
+def _set_phase(api: FakeKubeApiServer, name: str, phase: str) -> None:
+    """What the kubelet writes when a pod's containers end (or before they start)."""
+    path = f"/api/v1/namespaces/tensorflow/pods/{name}"
+    pod = api.get_object(path)
+    pod["status"] = {"phase": phase}
+    api.put_object(path, pod)
+
+
+def test_the_teardown_waits_for_no_pod_running_or_pending(cluster):
+    """Tutorial, tear down: the wait ends once the pods end, though Kubernetes keeps them.
+
+    import-dataset's Job keeps its Completed pod job-ttl hours (24 by default) and an
+    export Job an hour; they hold no claim for efs-storage (storage.py pods_using skips
+    finished pods), so the wait must not wait for them to be deleted.
+    """
     api, kubectl = cluster
-    printed = kubectl.run("-n", "tensorflow", "get", "pods")
-    assert printed.stdout.splitlines()[0].split()[:2] == ["NAME", "READY"]
-    assert {line.split()[0] for line in printed.stdout.splitlines()[1:]} == {
+    owner = {"apiVersion": "batch/v1", "kind": "Job"}
+    for name, job, phase in (
+        ("import-mnist-4xq7z", "import-mnist", "Succeeded"),
+        ("export-mnist-9kd2w", "export-mnist", "Pending"),
+    ):
+        pod = _pod(name, GPU_0, {"job-name": job}, {**owner, "name": job})
+        api.put_object(f"/api/v1/namespaces/tensorflow/pods/{name}", pod)
+        _set_phase(api, name, phase)
+    wait = TEARDOWN_WAIT.split()[1:]
+    listed = kubectl.run(*wait).stdout.splitlines()
+    assert listed[0].split()[:2] == ["NAME", "READY"]
+    assert {line.split()[0] for line in listed[1:]} == {
+        "export-mnist-9kd2w",  # Pending counts
         "fetch-mnist-vr8mp",
         "fetch-mnist-x7k2p",
     }
+    # the pods end, nobody deletes them
+    _set_phase(api, "export-mnist-9kd2w", "Failed")
     for pod in ("fetch-mnist-vr8mp", "fetch-mnist-x7k2p"):
-        assert api.delete_object(f"/api/v1/namespaces/tensorflow/pods/{pod}")
-    done = kubectl.run("-n", "tensorflow", "get", "pods")
+        _set_phase(api, pod, "Succeeded")
+    done = kubectl.run(*wait)
     # what the tutorial tells the operator to wait for (kubectl writes it to stderr)
     assert (done.stdout, done.stderr) == ("", "No resources found in tensorflow namespace.\n")
-    assert "`No resources found in tensorflow namespace.`" in docs_pages.text()
+    kept = kubectl.run("-n", "tensorflow", "get", "pods").stdout.splitlines()[1:]
+    assert len(kept) == 4, "the finished pods are still there: a plain `get pods` lists them"
+    # the phases the wait leaves out are those efs-storage does not count as users
+    storage = load("efs-storage", "storage")
+    assert set(storage._FINISHED_PHASES) == set(re.findall(r"status\.phase!=(\w+)", TEARDOWN_WAIT))
+    text = docs_pages.text()
+    assert f"KUBECONFIG=./kubeconfig {TEARDOWN_WAIT}\n```\n\nprints" in text
+    assert "`No resources found in tensorflow namespace.`" in text
 
 
 def _backticked_kubectl(message: str) -> list[list[str]]:

@@ -86,7 +86,8 @@ class Backups:
         if secret is None:
             raise etcd_s3.S3BackupError(
                 "etcd-backup-s3 needs etcd-backup-credentials: "
-                "juju config kubernetes-control-plane etcd-backup-credentials=secret:<id>"
+                "juju config kubernetes-control-plane "
+                "etcd-backup-credentials=<the secret URI add-secret printed>"
             )
         try:
             content = secret_content(secret, "etcd-backup-credentials", self.app)

@@ -388,7 +388,7 @@ def _refuse(kube: Any, ctx: Any, params: ImportParams, credentials: bool) -> dic
         raise DatasetError(
             "an s3 source needs credentials: juju add-secret <name> access-key-id=... "
             "secret-access-key=...; juju grant-secret <name> <app>; "
-            "juju config <app> dataset-credentials=secret:<id>"
+            "juju config <app> dataset-credentials=<the secret URI add-secret printed>"
         )
     if kube.get("v1", "PersistentVolumeClaim", ctx.claim, ctx.namespace) is None:
         raise DatasetError(f"claim {ctx.claim} is missing: check the efs-storage relation")

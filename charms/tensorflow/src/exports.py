@@ -399,7 +399,7 @@ def upload(
         raise ExportError(
             "an s3 destination needs credentials: juju add-secret <name> access-key-id=... "
             "secret-access-key=...; juju grant-secret <name> <app>; "
-            "juju config <app> dataset-credentials=secret:<id>"
+            "juju config <app> dataset-credentials=<the secret URI add-secret printed>"
         )
     name = upload_name(params.job)
     _make_way(kube, ctx, name, "upload", params.job)

@@ -48,6 +48,33 @@ def test_f4_scale_waits_until_the_new_gpu_nodes_are_ready_and_the_quota_follows(
     for unit in ("kubernetes-worker-gpu/1", "kubernetes-worker-gpu/2"):
         assert unit in between
     assert "Ready: 1x NVIDIA A10G" in between and "update-status" in between
+    # the quota follows at the control-plane leader's update-status (addons.py
+    # apply_batch_engines resizes the cohort there), not at the tensorflow unit's
+    assert "`kubernetes-control-plane` leader" in between
+    assert "tensorflow unit's next update-status" not in docs_pages.text()
+    # both refusals, quoted as the code words them (training.py, placement.py)
+    refusals = re.findall(r"`(job 'wide' can never [^`]+)`", between.replace("\n", " "))
+    assert [r.split(":")[0] for r in refusals] == [
+        "job 'wide' can never run on this cluster",
+        "job 'wide' can never be admitted",
+    ]
+    code = _code_text("tensorflow", "training", "placement")
+    for refusal in refusals:
+        # the parts the code words itself, between the values it fills in
+        values = (
+            r"'wide'|\d+|worker(?= pods)|…|gpu-k8s|team-tensorflow|gpu-nvidia-a10g|"
+            r"nvidia\.com/gpu|[():]| but "
+        )
+        for part in re.split(values, refusal):
+            part = part.strip(" ,")
+            assert part in code, (part, refusal)
+
+
+def _code_text(charm: str, *modules: str) -> str:
+    """The modules' source with adjacent string literals joined and spaces collapsed."""
+    src = "".join((ROOT / "charms" / charm / "src" / f"{m}.py").read_text() for m in modules)
+    joined = re.sub(r"\"\s*\n\s*(?:\+\s*)?f?\"", "", src)
+    return re.sub(r"\s+", " ", joined)
 
 
 def test_f5_efs_storage_is_removed_only_once_no_pod_uses_its_claims():
@@ -55,6 +82,8 @@ def test_f5_efs_storage_is_removed_only_once_no_pod_uses_its_claims():
     remove = _at(TEXT, "juju remove-application efs-storage")
     assert wait < remove
     assert "`No resources found in tensorflow namespace.`" in TEXT[wait:remove]
+    # finished pods are kept (job-ttl) and hold no claim: the wait leaves them out
+    assert "--field-selector=status.phase!=Succeeded,status.phase!=Failed" in TEXT[wait:remove]
     # what the review found untrue: removal does not wait for pods (Juju's hook order)
     assert "efs-storage waits while pods still use its claims" not in docs_pages.text()
     assert "(it refuses\n  while pods still use them)" not in docs_pages.text()
@@ -85,6 +114,10 @@ def test_f8_a_secret_is_given_as_the_uri_juju_add_secret_printed():
     found = re.findall(r"=secret:<[^>]*>", docs_pages.text())
     assert not found, found
     assert "=<the secret URI add-secret printed>" in docs_pages.text()
+    # and the charms' own messages, which the operator follows as literally
+    for src in sorted(ROOT.glob("charms/*/src/*.py")):
+        found = re.findall(r"=secret:<[^>]*>", src.read_text())
+        assert not found, (src.relative_to(ROOT), found)
 
 
 def test_f9_no_command_follows_a_port_forward_on_its_line():
