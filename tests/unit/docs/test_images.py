@@ -61,3 +61,28 @@ def test_an_image_left_out_or_stale_is_caught():
     wanted = _wanted("tensorflow")  # serve's -gpu image, from serving.gpu_variant
     text = _help("tensorflow")
     assert set(MIRRORED.findall(text.replace("R/tensorflow/serving:2.20.0-gpu", ""))) != wanted
+
+
+TROUBLESHOOTING = docs_pages.DOCS / "how-to" / "troubleshooting.md"
+
+
+def _docker_hub_images() -> set[str]:
+    """Every image the charms pull from Docker Hub by default (no registry host)."""
+    found = set()
+    for charm, module in LISTS.items():
+        for image in charm_modules.load(charm, module).upstream_images():
+            if images.split(image)[0] == images.DOCKER_HUB:
+                found.add(image)
+    return found
+
+
+def test_the_docker_hub_images_named_are_the_ones_the_code_pulls_from_docker_hub():
+    # the troubleshooting item for Docker Hub's pull limit (`toomanyrequests`)
+    text = " ".join(TROUBLESHOOTING.read_text().split())
+    item = re.search(r"`toomanyrequests`\*\*:(.*?)(?= - \*\*)", text)
+    assert item, "troubleshooting.md has no item for `toomanyrequests`"
+    named = set(re.findall(r"`((?:[a-z0-9._-]+/)?[a-z0-9._-]+:[A-Za-z0-9._-]+)`", item.group(1)))
+    assert named == _docker_hub_images()
+    assert "10 pulls per hour" in item.group(1)  # docs.docker.com, "Usage and limits"
+    readme = " ".join(docs_pages.README.read_text().split())
+    assert "**Docker Hub**" in readme and "10 anonymous pulls an hour" in readme
