@@ -140,3 +140,59 @@ def test_f12_a_program_no_charm_installs_is_installed_where_a_page_uses_it():
         for page, text in docs_pages.texts():
             if re.search(rf"sudo {program}\b", text):
                 assert f"apt-get install {program}" in text, docs_pages.name(page)
+
+
+# Two claims the 2026-11-26 review found untrue: kubeconfigs were never node-scoped, and
+# keys do not live only in Juju secrets (tokens back ServiceAccounts, S3 keys and registry
+# logins are copied into the team's Secrets). Close paraphrases are refused as well.
+UNTRUE = [
+    re.compile(r"node[- ]scoped kubeconfig", re.I),
+    re.compile(r"kubeconfigs? (?:that is |which is )?scoped to (?:the|its|each) node", re.I),
+    re.compile(
+        r"(?:keys|credentials|secrets?) (?:only ever|only|ever only|never leave|never)"
+        r" (?:live|lives|stay|stays|are kept|kept|exist) (?:only )?in Juju secrets",
+        re.I,
+    ),
+    re.compile(r"(?:keys|credentials) live only in Juju secrets", re.I),
+    re.compile(r"(?:keys|credentials|secrets?) never leaves? Juju secrets", re.I),
+]
+
+
+def test_f12_the_untrue_claims_do_not_come_back():
+    pages = {"README.md": docs_pages.README.read_text()}
+    pages.update(
+        {str(p.relative_to(ROOT)): p.read_text() for p in sorted(docs_pages.DOCS.rglob("*.md"))}
+    )
+    for name, page in pages.items():
+        flat = " ".join(page.split())
+        for claim in UNTRUE:
+            assert not claim.search(flat), (name, claim.pattern)
+    for old in (
+        "each worker gets a node-scoped kubeconfig",
+        "the keys only ever live in Juju secrets",
+        "AWS keys never leave Juju secrets",
+        "credentials live only in Juju secrets",
+    ):
+        assert any(claim.search(old) for claim in UNTRUE), old
+
+
+# A config option whose name says it carries a credential.
+CREDENTIAL_OPTION = re.compile(r"credential|secret|password|passwd|(?<!-)token$|access-key")
+
+
+def test_f13_credentials_reach_the_charms_in_juju_secrets():
+    security = " ".join((docs_pages.DOCS / "explanation" / "security.md").read_text().split())
+    assert "reach the charms in Juju secrets" in security
+    found = {}
+    for meta in sorted((ROOT / "charms").glob("*/charmcraft.yaml")):
+        options = yaml.safe_load(meta.read_text()).get("config", {}).get("options", {})
+        for name, option in options.items():
+            words = " ".join(str(option.get("description", "")).split())
+            if CREDENTIAL_OPTION.search(name) or "secret-access-key" in words:
+                found[f"{meta.parent.name}:{name}"] = option["type"]
+    assert found == {
+        "efs-storage:credentials": "secret",
+        "kubernetes-control-plane:etcd-backup-credentials": "secret",
+        "tensorflow:image-pull-secret": "secret",
+        "tensorflow:dataset-credentials": "secret",
+    }
