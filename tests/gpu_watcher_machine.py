@@ -42,8 +42,29 @@ READY = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message":
 ALL = {f"{n}/{p}" for n in (OWN, OTHER) for p in ("gpu0-job", "gpu1-job", "cpu-job")}
 
 
-def smi_rows(dbe: int = 0, lost: int | None = None) -> str:
-    """What `nvidia-smi --query-gpu=... --format=csv,noheader` prints for the two GPUs."""
+def smi_rows(
+    dbe: int = 0,
+    lost: int | None = None,
+    remap_failed: int | None = None,
+    fabric: tuple[int, str, str] | None = None,
+) -> str:
+    """What `nvidia-smi --query-gpu=... --format=csv,noheader` prints for the two GPUs.
+
+    The fields, in gpu_watcher.SMI_FIELDS' order, as nvidia-smi prints them:
+    - `remapped_rows.failure`: `No`, or `Yes` on the GPU `remap_failed` (the row
+      remapper's "Row remapping failure Boolean", NVIDIA's A100 GPU memory error management
+      guide, "User Visible Statistics"; printed `No`/`Yes` as in
+      tests/fixtures/gpu/h100-sxm5-vm/nvidia-smi-q.xml `<remapped_row_failure>`, a query
+      field of `--query-gpu` as nvidia_gpu_exporter's AUTO field list shows,
+      utkuozdemir/nvidia_gpu_exporter#384);
+    - `fabric.state`, `fabric.status`: `N/A` on a machine without NVSwitch
+      (tests/fixtures/gpu/h100-sxm5-vm/nvidia-smi-fabric.csv, captured by this project);
+      `fabric` = (GPU, state, status) on an NVSwitch machine: NVML's
+      NVML_GPU_FABRIC_STATE_* names (Not Supported, Not Started, In Progress, Completed) and
+      the status an nvmlReturn_t's text (`Success`, or an error such as `Unknown Error`),
+      meaningful only once the state is Completed (NVML nvmlGpuFabricInfo_t: "Must be
+      checked only if state returns 'complete'"; tests/fixtures/gpu/fabric/).
+    """
     out = []
     for index, uuid, bus in GPUS:
         if lost is not None and int(index) == lost:
@@ -53,7 +74,13 @@ def smi_rows(dbe: int = 0, lost: int | None = None) -> str:
             )
             continue
         errors = dbe if index == "0" else 0
-        out.append(f"{index}, {uuid}, {bus}, {errors}, No, N/A, N/A")
+        failed = "Yes" if remap_failed is not None and int(index) == remap_failed else "No"
+        state, status = "N/A", "N/A"
+        if fabric is not None:
+            state, status = ("Completed", "Success")
+            if int(index) == fabric[0]:
+                state, status = fabric[1], fabric[2]
+        out.append(f"{index}, {uuid}, {bus}, {errors}, {failed}, {state}, {status}")
     return "\n".join(out) + "\n"
 
 

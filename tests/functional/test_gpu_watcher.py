@@ -175,6 +175,9 @@ def test_an_xid_newer_than_the_catalog_quarantines_with_no_automatic_repair(mach
     [
         (smi_rows(dbe=2), 0, 0, "EccDoubleBit"),
         (smi_rows(lost=1), 15, 1, "GpuLost"),
+        (smi_rows(remap_failed=1), 0, 1, "RowRemapFailure"),
+        # NVSwitch machine: GPU 0's registration completed with an error, GPU 1's fine
+        (smi_rows(fabric=(0, "Completed", "Unknown Error")), 0, 0, "FabricDegraded"),
     ],
 )
 def test_nvidia_smi_findings_quarantine_that_gpu(machine, smi, code, gpu, reason):

@@ -10,7 +10,9 @@ installs it).
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -67,16 +69,6 @@ def _alert(name: str, at: str, labels: dict | None = None, summary: str = "") ->
 
 
 DESCRIPTIONS = {
-    "GpuHardwareXid": (
-        "The NVIDIA driver reported XID 79 for GPU 0 (NVIDIA A10G, GPU-5f1b) in the last 5 "
-        "minutes: a hardware fault. Drain the node; the GPU usually needs a reset or the "
-        "machine a reboot, and a repeat means replacing it."
-    ),
-    "GpuXidError": (
-        "The NVIDIA driver reported XID 13 for GPU 1 in the last 5 minutes; these are mostly "
-        "caused by the program on the GPU (a memory fault, a killed job). Look at the logs of "
-        "the job that held it."
-    ),
     "GpuPowerBrakeSlowdown": _annotations()["GpuPowerBrakeSlowdown"]["description"],
     "GpuUncorrectableEccErrors": (
         "Uncorrectable (double-bit) ECC errors on GPU 0 in the last 10 minutes: a job on it "
@@ -121,7 +113,7 @@ def _gpu_labels(severity: str, **extra: str) -> dict:
 def test_the_rules_load_in_prometheus():
     done = _promtool("check", "rules", str(RULES))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 12 rules found" in done.stdout  # + GpuRepairFailed, GpuQuarantinedTooLong
+    assert "SUCCESS: 12 rules found" in done.stdout
 
 
 def test_each_alert_fires_when_it_should_and_not_otherwise(tmp_path):
@@ -132,17 +124,6 @@ def test_each_alert_fires_when_it_should_and_not_otherwise(tmp_path):
             {
                 "interval": "1m",
                 "input_series": [
-                    # XID 79 (fallen off the bus) counted from minute 2 to 6 (the exporter's
-                    # 5-minute window), then gone; GPU 1: XID 13 (a program's fault)
-                    {
-                        "series": f'DCGM_EXP_XID_ERRORS_COUNT{{{GPU},xid="79"}}',
-                        # the page no longer has it: Prometheus marks the series stale
-                        "values": "_ _ 1 1 1 1 1 stale",
-                    },
-                    {
-                        "series": f'DCGM_EXP_XID_ERRORS_COUNT{{{GPU1},xid="13"}}',
-                        "values": "_ _ _ 1 1 stale",
-                    },
                     # one double-bit ECC error at minute 3
                     {"series": f"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{{{GPU}}}", "values": "0 0 0 1 1"},
                     {"series": f"DCGM_FI_DEV_ROW_REMAP_FAILURE{{{GPU}}}", "values": "0x5"},
@@ -225,20 +206,6 @@ def test_each_alert_fires_when_it_should_and_not_otherwise(tmp_path):
                     },
                 ],
                 "alert_rule_test": [
-                    _alert("GpuHardwareXid", "1m", None),
-                    _alert(
-                        "GpuHardwareXid",
-                        "3m",
-                        _gpu_labels("critical", xid="79"),
-                        "GPU 0 on gpu-0 reported XID 79",
-                    ),
-                    _alert("GpuHardwareXid", "8m", None),  # out of the window: it clears
-                    _alert(
-                        "GpuXidError",
-                        "4m",
-                        _gpu1_labels("warning", xid="13"),
-                        "GPU 1 on gpu-0 reported XID 13",
-                    ),
                     _alert("GpuUncorrectableEccErrors", "2m", None),
                     _alert(
                         "GpuUncorrectableEccErrors",
@@ -458,6 +425,170 @@ def test_a_failed_repair_and_a_long_quarantine_alert_and_nothing_else_does(tmp_p
         ],
     }
     path = tmp_path / "repair_test.yml"
+    path.write_text(yaml.safe_dump(tests, sort_keys=False))
+    done = _promtool("test", "rules", str(path))
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+CATALOG = RULES.parents[1] / "xid_catalog.json"
+
+
+def _group(name: str) -> dict:
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    return next(g for g in groups if g["name"] == name)
+
+
+def _seconds(duration: str) -> int:
+    """A Prometheus duration of one unit (`15s`, `1m`) in seconds."""
+    return int(duration[:-1]) * {"s": 1, "m": 60, "h": 3600}[duration[-1]]
+
+
+def test_the_xid_alerts_follow_the_catalog_and_name_no_xid():
+    """One classification (xid_catalog.json): the rules read the watcher's `class` label.
+
+    A rule that lists XIDs is a second classification that drifts from NVIDIA's catalog
+    (the review of issue 32: 94 is RESTART_APP, 63 and 92 IGNORE, 46/109/110 reset-gpu,
+    yet a hard-coded list called them otherwise; NVIDIA/k8s-device-plugin#1974).
+    """
+    import gpu_watcher  # noqa: PLC0415 - the watcher's own constants, stdlib only
+
+    catalog = json.loads(CATALOG.read_text())
+    actions = {entry["action"] for entry in catalog["xids"].values()}
+    actions |= {catalog["unknown"]["action"]}
+    actions |= {entry["action"] for key, entry in catalog["health"].items() if key != "about"}
+    actions |= (
+        set(catalog["recovery_actions"].values()) if "recovery_actions" in catalog else set()
+    )
+    actions -= {"by-recovery-action"}  # XID 154: classified by the action its line names
+    rules = {
+        r["alert"]: r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]
+    }
+    for rule in rules.values():
+        assert not re.search(r'xid\s*(=~|!~|=|!=)\s*"\d', rule["expr"]), rule["alert"]
+        assert "DCGM_EXP_XID_ERRORS_COUNT" not in rule["expr"], rule["alert"]
+        assert "DCGM_FI_DEV_XID_ERRORS" not in rule["expr"], rule["alert"]
+    hardware = set(re.findall(r'class=~"([^"]+)"', rules["GpuHardwareFault"]["expr"]))
+    assert hardware == {"|".join(gpu_watcher.QUARANTINE)}
+    assert set(gpu_watcher.QUARANTINE) == actions - {"application", "info"}
+    assert set(re.findall(r'class="([^"]+)"', rules["GpuApplicationXid"]["expr"])) == {
+        "application"
+    }
+
+
+def _quarantine_test(
+    tmp_path: Path, evaluation: str, exp_at_45s: list
+) -> subprocess.CompletedProcess:
+    """GPU 1 quarantined by the watcher between the scrapes at 30 s and 40 s (10 s apart)."""
+    labels = {"gpu": "1", "uuid": "GPU-7f3e", "node": "gpu-0"}
+    tests = {
+        "rule_files": [str(RULES)],
+        "evaluation_interval": evaluation,
+        "tests": [
+            {
+                "interval": "10s",  # gpu_health.SCRAPE
+                "input_series": [
+                    {
+                        "series": _watcher_series("gpu_k8s_gpu_quarantined", **labels),
+                        "values": "0 0 0 0 1x20",
+                    }
+                ],
+                "alert_rule_test": [
+                    {"eval_time": "30s", "alertname": "GpuQuarantined", "exp_alerts": []},
+                    {"eval_time": "45s", "alertname": "GpuQuarantined", "exp_alerts": exp_at_45s},
+                ],
+            }
+        ],
+    }
+    path = tmp_path / f"timing_{evaluation}.yml"
+    path.write_text(yaml.safe_dump(tests, sort_keys=False))
+    return _promtool("test", "rules", str(path))
+
+
+def test_gpu_quarantined_fires_within_a_scrape_and_an_evaluation_of_the_quarantine(tmp_path):
+    """Issue 32 item 1: the COS alert within 60 s of the fault.
+
+    The watcher's group is evaluated every `interval` (15 s), not Prometheus' default
+    minute; promtool evaluates every group at the test's evaluation_interval, so the test
+    takes it from the group. The quarantine scraped at 40 s fires at the 45 s evaluation:
+    fault -> quarantine (seconds) + scrape (<= 10 s) + evaluation (<= 15 s). With the
+    default minute it would wait for the 60 s evaluation (checked too: the harness sees it).
+    """
+    group = _group("gpu-watcher")
+    assert _seconds(group["interval"]) <= 15
+    quarantined = next(r for r in group["rules"] if r["alert"] == "GpuQuarantined")
+    assert _seconds(quarantined.get("for", "0s")) == 0
+    labels = {"gpu": "1", "uuid": "GPU-7f3e", "node": "gpu-0"}
+    firing = [
+        {
+            "exp_labels": {"severity": "critical", **labels},
+            "exp_annotations": _rendered("GpuQuarantined", labels),
+        }
+    ]
+    done = _quarantine_test(tmp_path, group["interval"], firing)
+    assert done.returncode == 0, done.stdout + done.stderr
+    slow = _quarantine_test(tmp_path, "1m", firing)  # Prometheus' default interval
+    assert slow.returncode != 0, "a 1-minute evaluation must miss the 45 s expectation"
+
+
+def test_hardware_and_application_faults_alert_from_the_first_one_and_clear(tmp_path):
+    """The watcher's fault counter: a new series (its first fault) alerts at once.
+
+    GPU 1: XID 79 (catalog: reboot) at 1m, then again at 9m; GPU 0: XID 13 (application)
+    at 2m; XID 63 (info: IGNORE, a row remap recorded) alerts nothing.
+    """
+    faults = "gpu_k8s_gpu_faults_total"
+    fell = {"node": "gpu-0", "gpu": "1", "uuid": "GPU-7f3e", "xid": "79", "reason": "Xid79"}
+    app = {"node": "gpu-0", "gpu": "0", "uuid": "GPU-0b11", "xid": "13", "reason": "Xid13"}
+    info = {**app, "xid": "63", "reason": "Xid63"}
+    fell_labels = {**fell, "class": "reboot"}
+    app_labels = {**app, "class": "application"}
+
+    def firing(alert: str, severity: str, labels: dict) -> list:
+        return [
+            {
+                "exp_labels": {"severity": severity, **labels},
+                "exp_annotations": _rendered(alert, labels),
+            }
+        ]
+
+    tests = {
+        "rule_files": [str(RULES)],
+        "evaluation_interval": "15s",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [
+                    {"series": _watcher_series(faults, **fell_labels), "values": "_ 1x7 2x10"},
+                    {"series": _watcher_series(faults, **app_labels), "values": "_ _ 1x15"},
+                    {
+                        "series": _watcher_series(faults, **info, **{"class": "info"}),
+                        "values": "_ 1x15",
+                    },
+                ],
+                "alert_rule_test": [
+                    {"eval_time": "30s", "alertname": "GpuHardwareFault", "exp_alerts": []},
+                    {
+                        "eval_time": "1m",
+                        "alertname": "GpuHardwareFault",
+                        "exp_alerts": firing("GpuHardwareFault", "critical", fell_labels),
+                    },
+                    {"eval_time": "7m", "alertname": "GpuHardwareFault", "exp_alerts": []},
+                    {
+                        "eval_time": "9m",
+                        "alertname": "GpuHardwareFault",
+                        "exp_alerts": firing("GpuHardwareFault", "critical", fell_labels),
+                    },
+                    {
+                        "eval_time": "2m",
+                        "alertname": "GpuApplicationXid",
+                        "exp_alerts": firing("GpuApplicationXid", "warning", app_labels),
+                    },
+                    {"eval_time": "8m", "alertname": "GpuApplicationXid", "exp_alerts": []},
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "faults_test.yml"
     path.write_text(yaml.safe_dump(tests, sort_keys=False))
     done = _promtool("test", "rules", str(path))
     assert done.returncode == 0, done.stdout + done.stderr

@@ -125,6 +125,7 @@ def metric_names(expr: str) -> set[str]:
     bare = re.sub(r'"[^"]*"', "", expr)
     bare = re.sub(r"\{[^}]*\}|\[[^\]]*\]", " ", bare)
     bare = re.sub(r"\b(by|without|on|ignoring)\s*\([^)]*\)", " ", bare)
+    bare = re.sub(r"\boffset\s+-?\d+(ms|[smhdwy])\b", " ", bare)  # `x offset 5m`
     words = set(re.findall(r"[A-Za-z_:][A-Za-z0-9_:]*", bare))
     return {w for w in words if w not in PROMQL and not re.fullmatch(r"\d+[smhdwy]?|e\d+", w)}
 
@@ -138,6 +139,7 @@ def test_the_metric_name_reader_reads_what_promql_means():
         "A_FREE",
         "B",
     }
+    assert metric_names("x_total unless x_total offset 5m") == {"x_total"}
 
 
 def test_every_charm_ships_rules_and_dashboards_where_its_metrics_are():
