@@ -57,6 +57,10 @@ from charms.gpu_k8s.v0.system import SYSTEMCTL, CommandError, Host
 
 MODES = ("off", "reset", "reboot")
 RESET, REBOOT = "reset", "reboot"
+# A reset nvidia-smi refused (the GPU still in use: `nvidia-smi -r` needs every process
+# off it, nvidia-smi(1) -r): recorded, never counted as a failed repair when a reboot
+# follows (gpu-auto-repair=reboot); under `reset` alone it is a failed repair.
+REFUSED = "refused"
 NVIDIA_SMI = "nvidia-smi"
 PROGRESS = "/var/lib/gpu-k8s/gpu-repair.json"
 ESCALATE_AFTER = 2  # failed repairs ...

@@ -194,9 +194,12 @@ class GpuRepairs(ops.Object):
             done, said = gpu_repair.reset(host, held)
             if done:
                 return self._prove(host, config, node, held, gpu_repair.RESET, said)
-            self._record_failure(host, held, gpu_repair.RESET, said)
             if config.gpu_auto_repair != gpu_repair.REBOOT:
+                self._record_failure(host, held, gpu_repair.RESET, said)
                 return ops.WaitingStatus(f"node {node} stays cordoned: {said}; retried")
+            # nvidia-smi refused the reset, so none ran (a process still holds the GPU):
+            # no failed repair, which would count toward escalation; the reboot repairs
+            self._record_failure(host, held, gpu_repair.RESET, said, result=gpu_repair.REFUSED)
         self._reboot(host, node, held, reason)
 
     def _drain(self, host: Host, config: WorkerConfig, node: str, reason: str) -> None:
@@ -218,12 +221,14 @@ class GpuRepairs(ops.Object):
         self.model.unit.reboot()
         raise StatusError.maintenance(f"rebooting: {reason}")
 
-    def _record_failure(self, host: Host, held: list[dict], method: str, detail: str) -> None:
+    def _record_failure(
+        self, host: Host, held: list[dict], method: str, detail: str, result: str = "failed"
+    ) -> None:
         now = gpu_repair.iso(self._wall_clock())
         gpu_health.record_repairs(
             host,
             gpu_health.repair_records(
-                held, now=now, method=method, result="failed", detail=detail, gate={}
+                held, now=now, method=method, result=result, detail=detail, gate={}
             ),
         )
 

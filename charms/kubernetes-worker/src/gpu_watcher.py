@@ -159,7 +159,7 @@ SMI_GPU = re.compile(r"^GPU\s+\d+:.*\(UUID:\s*(?P<uuid>GPU-[^)\s]+)\)")
 SMI_MIG = re.compile(r"^\s+MIG\s.*\(UUID:\s*(?P<uuid>MIG-[^)\s]+)\)")
 KERNEL_CLOCK_SKEW = 300.0  # a kernel timestamp further than this from now is not trusted
 REPAIR_METHODS = ("reset", "reboot")  # gpu-auto-repair's methods: zero series for each
-REPAIR_RESULTS = ("ok", "failed")
+REPAIR_RESULTS = ("ok", "failed", "refused")  # refused: gpu_repair.REFUSED
 
 
 class Gauge(tuple):

@@ -2133,10 +2133,10 @@ def test_a_reset_refused_while_a_process_uses_the_gpu_reboots_then_gates_on_the_
     assert driver.resets == [] and reboots == [False]
     assert out.unit_status.name == "maintenance"
     assert out.unit_status.message.startswith("rebooting: GPU 1")
-    (failed,) = watcher_state(machine)["repairs"]
-    assert failed["method"] == "reset" and failed["result"] == "failed"
-    assert "because it's being used by some other process" in failed["detail"]
-    assert failed["gate"] == {}
+    (refused,) = watcher_state(machine)["repairs"]  # no failed repair: none ran
+    assert refused["method"] == "reset" and refused["result"] == "refused"
+    assert "because it's being used by some other process" in refused["detail"]
+    assert refused["gate"] == {}
     assert node(api)["spec"]["unschedulable"] is True
     out = ctx.run(ctx.on.update_status(), out)  # Juju has not rebooted yet
     assert reboots == [False] and out.unit_status.name == "maintenance"
@@ -2146,14 +2146,45 @@ def test_a_reset_refused_while_a_process_uses_the_gpu_reboots_then_gates_on_the_
     out = ctx.run(ctx.on.start(), out)
 
     repairs = watcher_state(machine)["repairs"]
-    assert [(r["method"], r["result"]) for r in repairs] == [("reset", "failed"), ("reboot", "ok")]
+    assert [(r["method"], r["result"]) for r in repairs] == [
+        ("reset", "refused"),
+        ("reboot", "ok"),
+    ]
     assert watcher_state(machine)["repair_counts"] == {  # gpu_k8s_gpu_repairs_total's source
-        f"{QUARANTINED_GPU}|1|reset|failed": 1,
+        f"{QUARANTINED_GPU}|1|reset|refused": 1,
         f"{QUARANTINED_GPU}|1|reboot|ok": 1,
     }
     assert watcher_state(machine)["quarantined"] == {}
     assert not node(api)["spec"].get("unschedulable")
     assert "repaired by reboot" in out.unit_status.message
+
+
+def test_resets_refused_three_times_in_a_day_are_no_failed_repairs_when_reboots_repair(
+    ctx, machine, api, driver, ctr, wall, clock, reboots
+):
+    """A reset nvidia-smi refused ran no repair: it is recorded as refused, not failed.
+
+    So GpuRepairFailed (repairs with result "failed") stays quiet while reboots repair,
+    and each fault tries the cheaper reset first again (review, issue 32).
+    """
+    state = joined_gpu_node(ctx, api, driver)
+    out = state
+    for boot in range(2, 5):
+        quarantined_for(machine, api, "reset-gpu", "Xid48")
+        driver.gpu_in_use = {1}
+        out = ctx.run(ctx.on.update_status(), out)
+        assert out.unit_status.name == "maintenance", out.unit_status
+        assert out.unit_status.message.startswith("rebooting: GPU 1")
+        driver.gpu_in_use = set()
+        driver.reboot(f"b0b1d000-0000-4000-8000-00000000000{boot}")
+        out = ctx.run(ctx.on.start(), out)
+        assert "repaired by reboot" in out.unit_status.message
+        wall[0] += 3600
+
+    results = [(r["method"], r["result"]) for r in watcher_state(machine)["repairs"]]
+    assert results == [("reset", "refused"), ("reboot", "ok")] * 3
+    assert len(reboots) == 3
+    assert not [k for k in watcher_state(machine)["repair_counts"] if k.endswith("|failed")]
 
 
 def test_a_dcgm_diagnostic_failure_keeps_the_node_cordoned_and_is_recorded(
