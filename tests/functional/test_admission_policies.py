@@ -666,6 +666,63 @@ def _keep_policy(kube_api) -> None:
         )
 
 
+def test_a_policy_sees_the_requests_namespace_as_namespace_object(kube_api):
+    """The request's Namespace, as CreateNamespaceObject copies it; null for a Namespace.
+
+    k8s.io/apiserver pkg/admission/plugin/policy/validating dispatcher.go and plugin/cel
+    CreateNamespaceObject: its labels, annotations and a few more fields, no managedFields.
+    """
+    spec = {
+        "matchConstraints": {
+            "resourceRules": [
+                {
+                    "apiGroups": [""],
+                    "apiVersions": ["v1"],
+                    "operations": ["CREATE"],
+                    "resources": ["configmaps", "namespaces"],
+                }
+            ]
+        },
+        "validations": [
+            {
+                "expression": (
+                    "request.resource.resource != 'namespaces' || namespaceObject == null"
+                ),
+                "message": "a Namespace has a namespaceObject",
+            },
+            {
+                "expression": "request.resource.resource == 'namespaces' || "
+                "(namespaceObject.metadata.labels.tier == 'open' && "
+                "!has(namespaceObject.metadata.managedFields))",
+                "message": "closed namespace",
+                "reason": "Forbidden",
+            },
+        ],
+    }
+    vap = "/apis/admissionregistration.k8s.io/v1"
+    binding = {
+        "metadata": {"name": "ns"},
+        "spec": {"policyName": "ns", "validationActions": ["Deny"]},
+    }
+    kube_api.put_object(
+        f"{vap}/validatingadmissionpolicies/ns", {"metadata": {"name": "ns"}, "spec": spec}
+    )
+    kube_api.put_object(f"{vap}/validatingadmissionpolicybindings/ns", binding)
+    for name, tier in (("open", "open"), ("closed", "closed")):
+        body = {"metadata": {"name": name, "labels": {"tier": tier}}}
+        status, answer = call(kube_api, ADMIN_TOKEN, "POST", "/api/v1/namespaces", body)
+        assert status == 201, answer
+    opened = kube_api.get_object("/api/v1/namespaces/open")
+    opened["metadata"]["managedFields"] = [{"manager": "kubectl", "operation": "Update"}]
+    kube_api.put_object("/api/v1/namespaces/open", opened)
+    for name, expected in (("open", 201), ("closed", 403)):
+        body = {"metadata": {"name": "c"}}
+        status, answer = call(
+            kube_api, ADMIN_TOKEN, "POST", f"/api/v1/namespaces/{name}/configmaps", body
+        )
+        assert status == expected, answer
+
+
 def test_a_policy_that_matches_delete_sees_the_stored_object_as_old_object(kube_api):
     _keep_policy(kube_api)
     status, answer = call(kube_api, ADMIN_TOKEN, "DELETE", f"{CONFIGMAPS}/b-kept")
@@ -871,3 +928,4 @@ def test_the_provisioner_changes_a_claim_ref_only_as_it_does(kube_api):
         "namespace": "team-a",
         "name": "efs-storage-team-a",
     }
+
