@@ -2266,7 +2266,10 @@ class ValidatingAdmissionPolicies:
     a policy using them fails with an evaluation error here. Variables are evaluated
     eagerly (upstream lazily: the same answers unless an unused variable errs).
     `request.userInfo.extra` is always a map (empty when the user has none), as the typed
-    request upstream; `namespaceObject`, `params` and `authorizer` are null.
+    request upstream; `namespaceObject` is the request's Namespace as CreateNamespaceObject
+    makes it (`_namespace_object`), null for a cluster-scoped resource and for a Namespace
+    itself; `params` and `authorizer` are null (a policy with paramKind or a binding with
+    paramRef is refused: NotImplementedError).
     """
 
     def __init__(self) -> None:
@@ -2281,11 +2284,13 @@ class ValidatingAdmissionPolicies:
         obj: dict | None,
         old: dict | None,
         name: str | None = None,
+        namespace_of: Callable[[str], dict | None] | None = None,
     ) -> list[str]:
         """Refuse the write as the first policy that denies it; the warnings of Warn.
 
-        `target` is the server's parsed path (its gv, plural, kind and sub); `name` the
-        request's when it is not the object's (a deletecollection's: empty).
+        `target` is the server's parsed path (its gv, plural, kind and sub, namespace); `name`
+        the request's when it is not the object's (a deletecollection's: empty);
+        `namespace_of`: the stored Namespace of a name, or None (for `namespaceObject`).
         """
         bindings = objects(f"/apis/{VAP_GV}/{VAP_BINDING_PLURAL}/")
         if not bindings:
@@ -2329,7 +2334,8 @@ class ValidatingAdmissionPolicies:
             scope = binding["spec"].get("matchResources")
             if scope and not _matches(scope, group, version, operation, resource):
                 continue
-            denial = self._evaluate(spec, _Inputs(request, obj, old))
+            namespace = functools.partial(_namespace_object, target, namespace_of)
+            denial = self._evaluate(spec, _Inputs(request, obj, old, namespace))
             if denial is None:
                 continue
             message, reason = denial
@@ -2388,6 +2394,49 @@ class ValidatingAdmissionPolicies:
         return None
 
 
+# k8s.io/apiserver pkg/admission/plugin/cel CreateNamespaceObject: the metadata fields a
+# policy sees of the request's Namespace (with its spec and status).
+_NAMESPACE_META = (
+    "name",
+    "generateName",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "labels",
+    "annotations",
+    "finalizers",
+)
+
+
+def _namespace_object(
+    target: Any, namespace_of: Callable[[str], dict | None] | None
+) -> dict | None:
+    """`namespaceObject` of a request, as kube-apiserver makes it.
+
+    k8s.io/apiserver pkg/admission/plugin/policy/validating dispatcher.go: none for a
+    cluster-scoped resource or a Namespace itself ("the namespace object has the namespace
+    of itself"); else the request's Namespace, whose absence fails the request (the
+    matcher's GetNamespace error, a NotFound from its lister).
+    """
+    name = target.namespace if target.namespaced else ""
+    if not name or (target.gv, target.kind) == ("v1", "Namespace"):
+        return None
+    if namespace_of is None:
+        raise NotImplementedError("the fake needs the stored Namespaces for namespaceObject")
+    stored = namespace_of(name)
+    if stored is None:
+        raise _api_error(404, "NotFound", f'namespaces "{name}" not found')
+    meta = stored.get("metadata") or {}
+    return {
+        "metadata": {k: meta[k] for k in _NAMESPACE_META if k in meta},
+        **{k: stored[k] for k in ("spec", "status") if k in stored},
+    }
+
+
 class _EvalError(Exception):
     """An expression that could not be evaluated (the CEL filter's error)."""
 
@@ -2409,14 +2458,20 @@ class _Inputs:
     every policy that matches its resource.
     """
 
-    def __init__(self, request: dict, obj: dict | None, old: dict | None) -> None:
+    def __init__(
+        self,
+        request: dict,
+        obj: dict | None,
+        old: dict | None,
+        namespace: Callable[[], dict | None] = lambda: None,
+    ) -> None:
         self.raw: dict[str, Any] = {
             "request": request,
             "object": obj,
             "oldObject": old,
             "params": None,
-            "namespaceObject": None,
         }
+        self._namespace = namespace  # read only by an expression that names it
         self.converted: dict[str, Any] = {}
         self.variables: dict[Any, Any] = {}
         self.user = json.dumps(request["userInfo"], sort_keys=True)
@@ -2433,6 +2488,8 @@ class _Inputs:
                 activation[name] = celpy.celtypes.MapType(self.variables)
                 continue
             if name not in self.converted:
+                if name == "namespaceObject":
+                    self.raw[name] = self._namespace()
                 self.converted[name] = celpy.json_to_cel(self.raw[name])
             activation[name] = self.converted[name]
         answer = _cel(expression, activation)

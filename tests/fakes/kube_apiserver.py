@@ -1377,7 +1377,13 @@ class FakeKubeApiServer:
         if self._attrs is not None:  # ValidatingAdmissionPolicy, last of the plugins
             user, operation = self._attrs.user, request.operation
             policies = self.admission.policies
-            self._warnings += policies.admit(self._stored, user, operation, target, obj, old)
+            self._warnings += policies.admit(
+                self._stored, user, operation, target, obj, old, namespace_of=self._namespace
+            )
+
+    def _namespace(self, name: str) -> dict | None:
+        """The stored Namespace `name` (for reading only)."""
+        return self._store.get(f"/api/v1/namespaces/{name}")
 
     def _stored(self, prefix: str) -> list[dict]:
         """The stored objects under `prefix`, not copied (for reading only)."""
@@ -1705,7 +1711,9 @@ class FakeKubeApiServer:
         if self._attrs is not None:
             policies = self.admission.policies
             user = self._attrs.user
-            self._warnings += policies.admit(self._stored, user, "DELETE", target, None, old, name)
+            self._warnings += policies.admit(
+                self._stored, user, "DELETE", target, None, old, name, self._namespace
+            )
 
     def _evict(self, target: Target, _q: dict, content_type: str, body: bytes) -> tuple:
         eviction = self._decode(body, content_type)

@@ -19,6 +19,7 @@ refuse (a PersistentVolume that is not EFS), it refuses as their denial.
 from __future__ import annotations
 
 import base64
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -81,21 +82,36 @@ def store_grant(api: FakeKubeApiServer, grant: Any, token: str) -> str:
         api.put_object(path, obj)
     if grant.token_request:
         api.auth.issue_token(grant.namespace, grant.service_account, token, TOKEN_SECONDS)
+    provisioners = _PROVISIONERS.setdefault(api, set())
+    # a provisioner's namespace is the one consumer_grant labels with its Pod Security level
+    if grant.namespace_labels.get(grant.namespace) == rbac().PROVISIONER_POD_SECURITY:
+        provisioners.add((grant.namespace, grant.service_account))
     store_admission_policies(api)
     return token
+
+
+# The provisioners' accounts granted in each fake API server (the control plane's
+# addons.apply_provisioner_claims_policy names those it granted).
+_PROVISIONERS: weakref.WeakKeyDictionary[FakeKubeApiServer, set[tuple[str, str]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def store_admission_policies(api: FakeKubeApiServer) -> None:
     """Store the ValidatingAdmissionPolicies the control plane applies on every cluster.
 
-    (charms/kubernetes-control-plane/src/admission_policies.py): a charm's test writes
-    under them, as its application does on a real cluster.
+    (charms/kubernetes-control-plane/src/admission_policies.py, the provisioners' claims
+    policy naming the provisioners granted here): a charm's test writes under them, as its
+    application does on a real cluster.
     """
     plurals = {
         "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
         "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
     }
-    for manifest in load(CONTROL_PLANE, "admission_policies").manifests():
+    module = load(CONTROL_PLANE, "admission_policies")
+    accounts = sorted(_PROVISIONERS.get(api, ()))
+    claims = module.claims_manifests(accounts) if accounts else []  # as addons applies it
+    for manifest in [*module.manifests(), *claims]:
         path = f"/apis/{manifest['apiVersion']}/{plurals[manifest['kind']]}"
         api.put_object(f"{path}/{manifest['metadata']['name']}", manifest)
 

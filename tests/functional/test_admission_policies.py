@@ -666,6 +666,63 @@ def _keep_policy(kube_api) -> None:
         )
 
 
+def test_a_policy_sees_the_requests_namespace_as_namespace_object(kube_api):
+    """The request's Namespace, as CreateNamespaceObject copies it; null for a Namespace.
+
+    k8s.io/apiserver pkg/admission/plugin/policy/validating dispatcher.go and plugin/cel
+    CreateNamespaceObject: its labels, annotations and a few more fields, no managedFields.
+    """
+    spec = {
+        "matchConstraints": {
+            "resourceRules": [
+                {
+                    "apiGroups": [""],
+                    "apiVersions": ["v1"],
+                    "operations": ["CREATE"],
+                    "resources": ["configmaps", "namespaces"],
+                }
+            ]
+        },
+        "validations": [
+            {
+                "expression": (
+                    "request.resource.resource != 'namespaces' || namespaceObject == null"
+                ),
+                "message": "a Namespace has a namespaceObject",
+            },
+            {
+                "expression": "request.resource.resource == 'namespaces' || "
+                "(namespaceObject.metadata.labels.tier == 'open' && "
+                "!has(namespaceObject.metadata.managedFields))",
+                "message": "closed namespace",
+                "reason": "Forbidden",
+            },
+        ],
+    }
+    vap = "/apis/admissionregistration.k8s.io/v1"
+    binding = {
+        "metadata": {"name": "ns"},
+        "spec": {"policyName": "ns", "validationActions": ["Deny"]},
+    }
+    kube_api.put_object(
+        f"{vap}/validatingadmissionpolicies/ns", {"metadata": {"name": "ns"}, "spec": spec}
+    )
+    kube_api.put_object(f"{vap}/validatingadmissionpolicybindings/ns", binding)
+    for name, tier in (("open", "open"), ("closed", "closed")):
+        body = {"metadata": {"name": name, "labels": {"tier": tier}}}
+        status, answer = call(kube_api, ADMIN_TOKEN, "POST", "/api/v1/namespaces", body)
+        assert status == 201, answer
+    opened = kube_api.get_object("/api/v1/namespaces/open")
+    opened["metadata"]["managedFields"] = [{"manager": "kubectl", "operation": "Update"}]
+    kube_api.put_object("/api/v1/namespaces/open", opened)
+    for name, expected in (("open", 201), ("closed", 403)):
+        body = {"metadata": {"name": "c"}}
+        status, answer = call(
+            kube_api, ADMIN_TOKEN, "POST", f"/api/v1/namespaces/{name}/configmaps", body
+        )
+        assert status == expected, answer
+
+
 def test_a_policy_that_matches_delete_sees_the_stored_object_as_old_object(kube_api):
     _keep_policy(kube_api)
     status, answer = call(kube_api, ADMIN_TOKEN, "DELETE", f"{CONFIGMAPS}/b-kept")
@@ -871,3 +928,149 @@ def test_the_provisioner_changes_a_claim_ref_only_as_it_does(kube_api):
         "namespace": "team-a",
         "name": "efs-storage-team-a",
     }
+
+
+# --- The provisioner writes and deletes only its own claims, in its consumers' namespaces ------
+
+OWN_CLAIMS = "gpu-k8s-efs-own-claims"
+CLAIMS_DENIED = (
+    f"ValidatingAdmissionPolicy '{OWN_CLAIMS}' with binding '{OWN_CLAIMS}' denied request: "
+)
+CLAIM_RULES = [
+    {
+        "api-groups": [""],
+        "resources": ["persistentvolumeclaims"],
+        "verbs": ["get", "create", "patch", "update", "delete"],
+    }
+]
+
+
+def _claims(namespace: str) -> str:
+    return f"/api/v1/namespaces/{namespace}/persistentvolumeclaims"
+
+
+def _efs_claim(app: str, consumer: str, namespace: str | None = None) -> dict:
+    """The claim efs-storage `app` makes for `consumer` (its storage.py claim_manifest)."""
+    claims, storage = load("efs-storage", "claims"), load("efs-storage", "storage")
+    owner = claims.Owner(app, "0123-model")
+    spec = storage.claim_spec(
+        owner,
+        consumer=consumer,
+        namespace=namespace or consumer,
+        capacity="1Ti",
+        server="fs-0123abcd.efs.us-east-1.amazonaws.com",
+        path="/",
+        file_system_id="fs-0123abcd",
+        access_point="fsap-0123456789abcdef0",
+    )
+    return storage.claim_manifest(owner, spec)
+
+
+def _team(kube_api, app: str) -> str:
+    """A team granted namespace `app` (labelled as its own) that may write claims there."""
+    grant = kube_grants.consumer_grant(app, app, CLAIM_RULES, [])
+    return kube_grants.store_grant(kube_api, grant, f"{app}-token")
+
+
+def _stored_claim(kube_api, claim: dict) -> str:
+    meta = claim["metadata"]
+    path = f"{_claims(meta['namespace'])}/{meta['name']}"
+    kube_api.put_object(path, claim)
+    return path
+
+
+def test_the_provisioner_writes_its_own_claims_in_its_consumers_namespace(kube_api):
+    _team(kube_api, "team-a")
+    token = _provisioner_token(kube_api)
+    claim = _efs_claim("efs-storage", "team-a")
+    status, answer = call(kube_api, token, "POST", _claims("team-a"), claim)
+    assert status == 201, answer
+    path = f"{_claims('team-a')}/{claim['metadata']['name']}"
+    patch = {"metadata": {"annotations": {"gpu-k8s.io/efs-directory-owner": "1000:1000"}}}
+    status, answer = call(kube_api, token, "PATCH", path, patch, MERGE)
+    assert status == 200, answer
+    status, answer = call(kube_api, token, "DELETE", path)
+    assert status == 200, answer
+
+
+def test_the_provisioner_cannot_touch_another_provisioners_or_a_teams_claims(kube_api):
+    team = _team(kube_api, "team-a")
+    token = _provisioner_token(kube_api)
+    # another provisioner's claim: made as that one's, changed, deleted
+    status, answer = call(
+        kube_api, token, "POST", _claims("team-a"), _efs_claim("efs-b", "team-a")
+    )
+    assert (status, answer.get("reason")) == (403, "Forbidden"), answer
+    assert answer["message"].endswith(
+        f"{CLAIMS_DENIED}a PersistentVolumeClaim this user writes must carry the label"
+        " gpu-k8s.io/efs-app=<its ServiceAccount's name>"
+    )
+    theirs = _stored_claim(kube_api, _efs_claim("efs-b", "team-a"))
+    changed = f"{CLAIMS_DENIED}this user may change or delete only the PersistentVolumeClaims"
+    relabel = {"metadata": {"labels": {"gpu-k8s.io/efs-app": "efs-storage"}}}
+    for method, body in (("PATCH", relabel), ("DELETE", None)):
+        status, answer = call(kube_api, token, method, theirs, body, MERGE if body else None)
+        assert (status, answer.get("reason")) == (403, "Forbidden"), answer
+        assert changed in answer["message"]
+    # the team's own claim, unlabelled: the team writes it, the provisioner may not
+    own = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "scratch", "namespace": "team-a"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+    }
+    status, answer = call(kube_api, team, "POST", _claims("team-a"), own)
+    assert status == 201, answer
+    status, answer = call(kube_api, token, "DELETE", f"{_claims('team-a')}/scratch")
+    assert status == 403, answer
+    assert changed in answer["message"]
+    status, answer = call(kube_api, team, "PATCH", f"{_claims('team-a')}/scratch", relabel, MERGE)
+    assert status == 200, answer
+    status, answer = call(kube_api, team, "DELETE", f"{_claims('team-a')}/scratch")
+    assert status == 200, answer
+    assert kube_api.get_object(theirs) is not None
+
+
+def test_the_provisioner_puts_a_claim_only_into_its_consumers_namespace(kube_api):
+    _team(kube_api, "team-a")
+    _team(kube_api, "team-b")
+    token = _provisioner_token(kube_api)
+    where = (
+        f"{CLAIMS_DENIED}a PersistentVolumeClaim this user writes must go into the namespace"
+        " the control plane granted the consumer its label gpu-k8s.io/consumer names"
+    )
+    # team-a's claim in team-b's namespace; a claim in a namespace no consumer was granted
+    kube_api.put_object("/api/v1/namespaces/ops", {"metadata": {"name": "ops"}})
+    for consumer, namespace in (("team-a", "team-b"), ("ops", "ops"), ("team-a", "kube-system")):
+        claim = _efs_claim("efs-storage", consumer, namespace)
+        status, answer = call(kube_api, token, "POST", _claims(namespace), claim)
+        assert (status, answer.get("reason")) == (403, "Forbidden"), answer
+        assert answer["message"].endswith(where), answer
+    # nor moved onto another consumer once made
+    claim = _efs_claim("efs-storage", "team-a")
+    status, answer = call(kube_api, token, "POST", _claims("team-a"), claim)
+    assert status == 201, answer
+    path = f"{_claims('team-a')}/{claim['metadata']['name']}"
+    patch = {"metadata": {"labels": {"gpu-k8s.io/consumer": "team-b"}}}
+    status, answer = call(kube_api, token, "PATCH", path, patch, MERGE)
+    assert status == 403, answer
+    assert answer["message"].endswith(where)
+
+
+def test_the_claims_policy_fences_only_the_provisioners_it_names(kube_api, kube, policies):
+    """Applied for no provisioner, it matches nobody; for one, that one only."""
+    team = _team(kube_api, "team-a")
+    token = _provisioner_token(kube_api)
+    for obj in policies.claims_manifests([]):  # the provisioner was removed
+        kube.apply(obj, field_manager="kubernetes-control-plane")
+    theirs = _stored_claim(kube_api, _efs_claim("efs-b", "team-a"))
+    status, answer = call(kube_api, token, "DELETE", theirs)
+    assert status == 200, answer  # what RBAC alone allows: only the policy said no
+    for obj in policies.claims_manifests([("efs-storage", "efs-storage")]):
+        kube.apply(obj, field_manager="kubernetes-control-plane")
+    theirs = _stored_claim(kube_api, _efs_claim("efs-b", "team-a"))
+    status, answer = call(kube_api, token, "DELETE", theirs)
+    assert status == 403, answer
+    # a team holding the same rights is not matched
+    status, answer = call(kube_api, team, "DELETE", theirs)
+    assert status == 200, answer

@@ -66,6 +66,8 @@ DCGM_EXPORTER_KEY = "dcgm-exporter"
 KUBE_STATE_METRICS_KEY = "kube-state-metrics"
 NODE_METRICS_KEY = "node-metrics-rbac"
 ADMISSION_POLICIES_KEY = "admission-policies"  # what admission_policies last applied
+# what admission_policies.claims_manifests last applied (for the provisioners granted then)
+ADMISSION_CLAIMS_KEY = "admission-claims"
 MIG_MANAGER_KEY = "mig-manager"
 KUEUE_OBJECTS_KEY = "kueue-objects"
 TEAM_NETWORK_KEY = "team-network-policies"  # what network_policies last applied
@@ -189,6 +191,29 @@ class Addons:
             logger.info(
                 "admission policies: %s",
                 ", ".join(o["metadata"]["name"] for o in objects if o["kind"].endswith("Policy")),
+            )
+
+    def apply_provisioner_claims_policy(self, bag: Bag, provisioners: frozenset[str]) -> None:
+        """Keep the granted storage provisioners to their own claims (admission_policies).
+
+        Run after the grants (access.serve_kube_api), in the same hook: the policy names
+        each granted provisioner's ServiceAccount, so it is applied again when that set
+        changes (a provisioner granted, revoked, or named or no longer named in
+        `kube-api-storage-provisioners`), before the hook hands out a new one's token.
+        """
+        granted = json.loads(bag.get(KUBE_API_KEY) or "{}")
+        # rbac.consumer_grant: a consumer's ServiceAccount is named after its application,
+        # in the namespace granted to it
+        accounts = sorted(
+            (g["namespace"], g["app"]) for g in granted.values() if g["app"] in provisioners
+        )
+        if not accounts and ADMISSION_CLAIMS_KEY not in bag:
+            return  # applied with the first provisioner granted; until then none to fence
+        objects = admission_policies.claims_manifests(accounts)
+        if self._apply_once(ADMISSION_CLAIMS_KEY, objects, fingerprint(objects), bag):
+            logger.info(
+                "storage provisioners fenced to their own claims: %s",
+                ", ".join(f"{ns}/{name}" for ns, name in accounts) or "none",
             )
 
     def apply_node_metrics_access(self, bag: Bag) -> None:

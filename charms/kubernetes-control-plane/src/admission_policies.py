@@ -58,6 +58,23 @@ What is applied (`manifests`), each policy with a binding of the same name
   volume to one consumer's claim, never change. efs-storage runs no external-provisioner
   (efs_csi: the EFS CSI controller is not applied; volumes are statically provisioned),
   so no other claimRef write is a provisioner's.
+- EFS_CLAIMS (`gpu-k8s-efs-own-claims`): a storage provisioner's grant holds cluster-wide
+  persistentvolumeclaims create/patch/update/delete (lib kube_api PROVISIONER_RULES), and
+  teams write claims in their own namespaces through their own grants, so this policy
+  matches only the provisioners' ServiceAccounts the control plane granted, by exact
+  username (`claims_manifests(accounts)`, applied again by addons.apply_provisioner_claims
+  _policy whenever that set changes; a matchConditions list rather than a paramKind
+  ConfigMap: one object to apply, and nothing a param lookup could fail on). Such an
+  account creates, changes and deletes only claims labelled `gpu-k8s.io/efs-app: <its
+  name>` (a new or changed claim must carry it, a changed or deleted one must have), and a
+  claim it creates or changes must go into the namespace the control plane granted the
+  consumer its `gpu-k8s.io/consumer` label names: that Namespace carries the same label
+  (rbac.manifests, literals.CONSUMER_LABEL; no consumer may write Namespaces), read from
+  `namespaceObject` (the request's Namespace, k8s.io/apiserver pkg/admission/plugin/policy/
+  validating dispatcher.go and plugin/cel CreateNamespaceObject), as efs-storage itself
+  checks before it writes one (storage.py namespace_problem). So no team's claim, another
+  provisioner's or an operator's is created, changed or deleted by a provisioner, and none
+  goes into a system namespace or another team's.
 
 The denial is what kube-apiserver answers for a policy (k8s.io/apiserver pkg/admission/
 plugin/policy/validating/dispatcher.go, admission.NewForbidden with the validation's
@@ -106,11 +123,12 @@ ClusterInformation (cni-plugin pkg/upgrade/migrate.go updates it).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import efs_csi
 import mig_manager
-from literals import FIELD_MANAGER, JOBSET, MANAGED_BY_LABEL
+from literals import CONSUMER_LABEL, FIELD_MANAGER, JOBSET, MANAGED_BY_LABEL
 
 API_VERSION = "admissionregistration.k8s.io/v1"
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
@@ -161,6 +179,7 @@ JOBSET_CONTROLLER = (JOBSET.namespace, JOBSET.deployment)
 DEFAULT_TIERS = {"default": "Deny", "kube-admin": "Pass", "kube-baseline": "Pass"}
 EFS_ONLY = "gpu-k8s-efs-volumes-only"
 EFS_OWN = "gpu-k8s-efs-own-volumes"
+EFS_CLAIMS = "gpu-k8s-efs-own-claims"
 # efs-storage labels every object it makes with its application's name (charms/efs-storage
 # src/claims.py LABEL_APP, Owner.labels), and a kube-api consumer's ServiceAccount is named
 # after its application (rbac.consumer_grant): so a provisioner's own volumes are those
@@ -614,6 +633,88 @@ def efs_own_policy() -> dict[str, Any]:
         }
     )
     return policy
+
+
+def _provisioners_condition(accounts: Iterable[tuple[str, str]]) -> str:
+    usernames = sorted({_username(a) for a in accounts})
+    return f"request.userInfo.username in {usernames!r}"
+
+
+def efs_own_claims_policy(accounts: Iterable[tuple[str, str]]) -> dict[str, Any]:
+    """The policy that keeps the provisioners' claim writes to their own claims (EFS_CLAIMS).
+
+    `accounts`: the (namespace, name) of each storage provisioner's ServiceAccount the
+    control plane granted (access.provisioner_accounts); a team's claims in its own
+    namespace are its own business, so only these are matched.
+    """
+    username = "request.userInfo.username"
+    present = {
+        "object": "request.operation != 'DELETE'",
+        "oldObject": "request.operation != 'CREATE'",
+    }
+
+    def label(obj: str, key: str) -> str:
+        labels = _map(f"{obj}.metadata", "labels", present[obj])
+        return f"('{key}' in {labels} ? string({labels}['{key}']) : '')"
+
+    mine = f"(variables.{{0}} != '' && {username}.endsWith(':' + variables.{{0}}))"
+    ours = f"{EFS_APP_LABEL}=<its ServiceAccount's name>"
+    holder = _map("namespaceObject.metadata", "labels")  # a claim is namespaced: never null
+    validations = [
+        _deny(
+            f"request.operation == 'DELETE' || {mine.format('owner')}",
+            f"a PersistentVolumeClaim this user writes must carry the label {ours}",
+        ),
+        _deny(
+            f"request.operation == 'CREATE' || {mine.format('oldOwner')}",
+            f"this user may change or delete only the PersistentVolumeClaims labelled {ours}",
+        ),
+        _deny(
+            "request.operation == 'DELETE' || "
+            "(variables.holder != '' && variables.consumer == variables.holder)",
+            f"a PersistentVolumeClaim this user writes must go into the namespace the control"
+            f" plane granted the consumer its label {CONSUMER_LABEL} names",
+        ),
+    ]
+    variables = [
+        {"name": "owner", "expression": label("object", EFS_APP_LABEL)},
+        {"name": "oldOwner", "expression": label("oldObject", EFS_APP_LABEL)},
+        {"name": "consumer", "expression": label("object", CONSUMER_LABEL)},
+        {
+            "name": "holder",
+            "expression": (
+                f"'{CONSUMER_LABEL}' in {holder} ? string({holder}['{CONSUMER_LABEL}']) : ''"
+            ),
+        },
+    ]
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": _meta(EFS_CLAIMS),
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE", "UPDATE", "DELETE"],
+                        "resources": ["persistentvolumeclaims"],
+                    }
+                ]
+            },
+            "matchConditions": [
+                {"name": "a-storage-provisioner", "expression": _provisioners_condition(accounts)}
+            ],
+            "variables": variables,
+            "validations": validations,
+        },
+    }
+
+
+def claims_manifests(accounts: Iterable[tuple[str, str]]) -> list[dict[str, Any]]:
+    """EFS_CLAIMS and its binding, for the provisioners' ServiceAccounts `accounts`."""
+    return [efs_own_claims_policy(accounts), _binding(EFS_CLAIMS)]
 
 
 def manifests() -> list[dict[str, Any]]:

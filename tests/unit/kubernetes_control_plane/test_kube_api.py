@@ -389,6 +389,8 @@ def test_only_the_storage_provisioners_the_operator_names_may_write_volumes(
 
     assert "kubeconfig-secret-id" in out.get_relation(efs.id).local_app_data
     assert "persistentvolume creation" in out.get_relation(other.id).local_app_data["error"]
+    # the claims policy names the provisioners granted, and follows them (admission_policies)
+    assert _claims_fenced(api) == "['system:serviceaccount:efs-storage:efs-storage']"
 
     out = ctx.run(
         ctx.on.config_changed(),
@@ -397,6 +399,18 @@ def test_only_the_storage_provisioners_the_operator_names_may_write_volumes(
     assert "persistentvolume creation" in out.get_relation(efs.id).local_app_data["error"]
     assert api.get_object(f"{RBAC}/clusterroles/gpu-k8s-efs-storage") is None
     assert "kubeconfig-secret-id" in out.get_relation(other.id).local_app_data
+    assert _claims_fenced(api) == "['system:serviceaccount:other-storage:other-storage']"
+    out = ctx.run(ctx.on.relation_broken(out.get_relation(other.id)), out)
+    assert _claims_fenced(api) == "[]"
+
+
+def _claims_fenced(api) -> str:
+    """The usernames gpu-k8s-efs-own-claims matches (its one matchCondition's list)."""
+    policy = api.get_object(
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/gpu-k8s-efs-own-claims"
+    )
+    (condition,) = policy["spec"]["matchConditions"]
+    return condition["expression"].removeprefix("request.userInfo.username in ")
 
 
 def _pod_security(api, namespace):

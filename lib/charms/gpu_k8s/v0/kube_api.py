@@ -49,7 +49,7 @@ from charms.gpu_k8s.v0.databag import Databag, Endpoint, explain, write
 
 LIBID = "26b1d42dbc2949cb8a83e29b11759d4f"
 LIBAPI = 0
-LIBPATCH = 19
+LIBPATCH = 20
 
 logger = logging.getLogger(__name__)
 
@@ -139,7 +139,10 @@ NAMED_VERBS = frozenset({"get", "create", "patch", "update", "delete"})
 # name): no hostPath, no other driver, whatever RBAC grants; and `gpu-k8s-efs-own-volumes`
 # lets it create, change or delete only the volumes labelled `gpu-k8s.io/efs-app: <its
 # ServiceAccount's name>`, a claimRef changed only as efs-storage does (it may only lose
-# uid and resourceVersion). Claims are not fenced: any namespace's may be written.
+# uid and resourceVersion). `gpu-k8s-efs-own-claims` matches the provisioners' accounts
+# the control plane granted: each creates, changes or deletes only the claims labelled
+# `gpu-k8s.io/efs-app: <its ServiceAccount's name>`, and writes one only into the
+# namespace granted to the consumer its `gpu-k8s.io/consumer` label names.
 # It reads a Namespace (get, by name) to put a consumer's claim only into a namespace the
 # control plane granted that consumer (labelled `gpu-k8s.io/consumer: <app>`; review N3):
 # a read, and no write on namespaces is ever granted, so the label is the control plane's.
