@@ -247,8 +247,8 @@ def test_the_fakes_status_writes_are_checked_against_the_real_crds(api):
     workload["status"] = {"conditions": [condition]}
     with pytest.raises(AssertionError, match=r"lastTransitionTime: Required value"):
         controller._write_status(workload)
-    workload["status"] = {"admision": {}}
-    with pytest.raises(AssertionError, match=r'unknown field \\\\"status.admision\\\\"'):
+    workload["status"] = {"admittedAt": {}}
+    with pytest.raises(AssertionError, match=r'unknown field \\\\"status.admittedAt\\\\"'):
         controller._write_status(workload)
     condition["lastTransitionTime"] = "2026-11-27T00:00:00Z"
     workload["status"] = {"conditions": [condition]}
