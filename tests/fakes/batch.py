@@ -215,13 +215,19 @@ def _set(
     message: str = "",
     at: float | None = None,
 ) -> None:
-    """Set the condition; `at`: with its lastTransitionTime, kept while the status stays."""
+    """Set the condition, its lastTransitionTime `at` (seconds; now when None) or kept.
+
+    As apimachinery's meta.SetStatusCondition (pkg/api/meta/conditions.go), which Kueue
+    and JobSet use: the time changes only when the status does. metav1.Condition requires
+    lastTransitionTime (and a reason), so the CRDs refuse a condition without it.
+    """
     old = [c for c in (obj.setdefault("status", {}).get("conditions") or []) if c["type"] == kind]
     conditions = [c for c in obj["status"].get("conditions") or [] if c["type"] != kind]
     new = {"type": kind, "status": status, "reason": reason, "message": message}
-    if at is not None:
-        same = old and old[0]["status"] == status and "lastTransitionTime" in old[0]
-        new["lastTransitionTime"] = old[0]["lastTransitionTime"] if same else _stamp(at)
+    same = old and old[0]["status"] == status and "lastTransitionTime" in old[0]
+    new["lastTransitionTime"] = (
+        old[0]["lastTransitionTime"] if same else _stamp(time.time() if at is None else at)
+    )
     conditions.append(new)
     obj["status"]["conditions"] = conditions
 
@@ -799,12 +805,51 @@ class BatchControllers:
         name = obj["metadata"]["name"]
         path = {
             "JobSet": f"{JOBSET}/namespaces/{self.ns}/jobsets/{name}",
-            "Workload": f"{KUEUE}/namespaces/{self.ns}/workloads/{name}",
             "Job": f"/apis/batch/v1/namespaces/{self.ns}/jobs/{name}",
             "Pod": f"/api/v1/namespaces/{self.ns}/pods/{name}",
             "Deployment": f"/apis/apps/v1/namespaces/{self.ns}/deployments/{name}",
         }[kind]
         return self.api.put_object(path, obj)
+
+    def _condition(self, workload: dict, kind: str, status: str, *args: str) -> None:
+        """`_set` a Workload's condition at `clock`'s time."""
+        _set(workload, kind, status, *args, at=self.clock())
+
+    def _write_status(self, obj: dict) -> None:
+        """Write a Workload's or ClusterQueue's status as Kueue does: to `/status`, validated.
+
+        Kueue writes a Workload's status through its status subresource (workload.go
+        ApplyAdmissionStatusPatch: `c.Status().Patch(..., client.Apply, ...)`, and the
+        other status changes likewise) and a ClusterQueue's with `r.client.Status().Update`
+        (clusterqueue_controller.go updateCqStatusIfChanged, only when it changed), so
+        the fake API server decodes the body strictly and checks the object, status
+        included, against the real CRD at the pinned tag (`fakes.crds`): a status shape
+        Kueue v0.19.2 could never write fails the test that makes it. The write keeps
+        the stored spec (the status strategy), so `obj`'s spec changes are not written
+        (`_write_spec`). `obj` takes the new resourceVersion.
+        """
+        meta = obj["metadata"]
+        if obj["kind"] == "Workload":
+            path = f"{KUEUE}/namespaces/{meta['namespace']}/workloads/{meta['name']}"
+        else:
+            path = f"{KUEUE}/clusterqueues/{meta['name']}"
+        meta["resourceVersion"] = self._kueue_write(f"{path}/status", obj)
+
+    def _write_spec(self, workload: dict) -> None:
+        """Update a Workload (its spec; the stored status stays) through the API server."""
+        meta = workload["metadata"]
+        path = f"{KUEUE}/namespaces/{meta['namespace']}/workloads/{meta['name']}"
+        meta["resourceVersion"] = self._kueue_write(path, workload)
+
+    def _kueue_write(self, path: str, obj: dict) -> str:
+        """PUT `obj` at `path` with fieldValidation=Strict; its new resourceVersion."""
+        headers = {"Authorization": "Bearer admin-token", "Content-Type": "application/json"}
+        answer = self.api.handle(
+            "PUT", f"{path}?fieldValidation=Strict", headers, json.dumps(obj).encode()
+        )
+        if answer[0] != 200:
+            raise AssertionError(f"the API server refused Kueue's write: {answer[2]!r}")
+        return json.loads(answer[2])["metadata"]["resourceVersion"]
 
     def _admitted(self, pod: dict, owner: dict) -> bool:
         """B8: PodSecurity admits the controller's new pod, or it records FailedCreate."""
@@ -1048,8 +1093,8 @@ class BatchControllers:
                     "spec": spec,
                 }
             )
-            _set(workload, "QuotaReserved", "False", "Pending", "")
-            self._put(workload)
+            self._condition(workload, "QuotaReserved", "False", "Pending", "")
+            self._write_status(workload)
 
     def _create_workload(self, workload: dict) -> dict:
         """POST the Workload as Kueue's controller does: decoded and validated (K8).
@@ -1077,8 +1122,8 @@ class BatchControllers:
             done = ("Completed", "Failed") if js["kind"] == "JobSet" else ("Complete", "Failed")
             if _true(js, done[0]) or _true(js, done[1]):
                 reason = "Succeeded" if _true(js, done[0]) else "Failed"
-                _set(workload, "Finished", "True", reason)  # K4: reservation kept
-                self._put(workload)
+                self._condition(workload, "Finished", "True", reason)  # K4: reservation kept
+                self._write_status(workload)
             elif _true(workload, "Admitted"):
                 self._deadline(workload, js)
             elif workload["spec"].get("active", True):
@@ -1105,17 +1150,20 @@ class BatchControllers:
         if past + self._since(workload, "Admitted") < limit:
             return
         cause = "MaximumExecutionTimeExceeded"
-        _set(workload, "DeactivationTarget", "True", cause, "exceeding the maximum execution time")
+        self._condition(
+            workload, "DeactivationTarget", "True", cause, "exceeding the maximum execution time"
+        )
         workload["status"].pop("accumulatedPastExecutionTimeSeconds", None)
+        self._write_status(workload)
         workload["spec"]["active"] = False
-        self._put(workload)
+        self._write_spec(workload)
         message = "The workload is deactivated due to exceeding the maximum execution time"
         self._evict(job["metadata"]["name"], f"DeactivatedDueTo{cause}", message, kind=job["kind"])
         workload = self._job_workload(job)  # the condition goes with the eviction
         workload["status"]["conditions"] = [
             c for c in workload["status"]["conditions"] if c["type"] != "DeactivationTarget"
         ]
-        self._put(workload)
+        self._write_status(workload)
 
     def _since(self, workload: dict, kind: str) -> float:
         """Seconds since the condition's lastTransitionTime, by `clock`."""
@@ -1158,7 +1206,7 @@ class BatchControllers:
                 "podSetAssignments": assignment,
             }
             quota.add(workload, 1)
-            _set(workload, "QuotaReserved", "True", "QuotaReserved", "Quota reserved")
+            self._condition(workload, "QuotaReserved", "True", "QuotaReserved", "Quota reserved")
             self._admissions += 1  # stands for QuotaReserved's lastTransitionTime
             self._admitted_at[workload["metadata"]["uid"]] = self._admissions
             _set(
@@ -1166,9 +1214,9 @@ class BatchControllers:
             )
             for kind in ("Evicted", "Preempted"):  # reset only if set (workload.go)
                 if _true(workload, kind):
-                    _set(workload, kind, "False", "QuotaReserved")
+                    self._condition(workload, kind, "False", "QuotaReserved")
             workload["status"].pop("requeueState", None)
-            self._put(workload)
+            self._write_status(workload)
             js["spec"]["suspend"] = False
             self._put(js)
         self._queue_status(Quota(self.api))
@@ -1202,15 +1250,15 @@ class BatchControllers:
                 or status.get("flavorsUsage") != flavors
             ):
                 cq["status"] = {**status, "flavorsReservation": flavors, "flavorsUsage": flavors}
-                self.api.put_object(f"{KUEUE}/clusterqueues/{name}", cq)
+                self._write_status(cq)
 
     def _pending_because(self, workload: dict, reason: str, message: str) -> None:
         reserved = next(
             c for c in workload["status"]["conditions"] if c["type"] == "QuotaReserved"
         )
         if (reserved.get("reason"), reserved.get("message")) != (reason, message):
-            _set(workload, "QuotaReserved", "False", reason, message)
-            self._put(workload)
+            self._condition(workload, "QuotaReserved", "False", reason, message)
+            self._write_status(workload)
 
     def _candidates(
         self, preemptor: dict, cq: dict, quota: Quota, frs: set[tuple[str, str]]
@@ -1375,14 +1423,14 @@ class BatchControllers:
         """
         workload = self.workload(jobset, kind)
         assert workload is not None, f"no workload for {jobset}"
-        _set(workload, "Evicted", "True", reason, message)
+        self._condition(workload, "Evicted", "True", reason, message)
         if preempted:
-            _set(workload, "Preempted", "True", preempted, message)
+            self._condition(workload, "Preempted", "True", preempted, message)
         if reason == "PodsReadyTimeout":
             state = workload["status"].setdefault("requeueState", {})
             state["count"] = int(state.get("count", 0)) + 1
             state["requeueAt"] = "2000-01-01T00:00:00Z"
-        self._put(workload)
+        self._write_status(workload)
         js = self._job_object(jobset, kind)
         assert js is not None
         js["spec"]["suspend"] = True
@@ -1396,11 +1444,11 @@ class BatchControllers:
             past = int(workload["status"].get("accumulatedPastExecutionTimeSeconds", 0))
             past += int(self._since(workload, "Admitted"))
             workload["status"]["accumulatedPastExecutionTimeSeconds"] = past
-        _set(workload, "QuotaReserved", "False", "Pending", message)
+        self._condition(workload, "QuotaReserved", "False", "Pending", message)
         _set(workload, "Admitted", "False", "NoReservation", "", self.clock())
         workload["status"].pop("admission", None)  # workload.UnsetQuotaReservation
-        _set(workload, "Requeued", "True" if preempted else "False", reason, message)
-        self._put(workload)
+        self._condition(workload, "Requeued", "True" if preempted else "False", reason, message)
+        self._write_status(workload)
 
     # -- JobSet
     @staticmethod

@@ -93,6 +93,15 @@ CONTAINER_DRIVER_ROOT = "/driver-root"
 # worker's pin), the default of the
 # toolkit's own spec generator (internal/discover/hooks.go defaultNvidiaCDIHookPath).
 CDI_HOOK_PATH = "/usr/bin/nvidia-cdi-hook"
+# `sharing.timeSlicing.failRequestsGreaterThanOne`: a container asking for more than one
+# replica of a time-sliced GPU fails at kubelet admission (UnexpectedAdmissionError,
+# "maximum request size for shared resources is 1"; internal/rm/rm.go ValidateRequest,
+# from Allocate in internal/plugin/server.go) instead of getting N replicas that may be
+# slices of the same GPU: the pod would see one GPU while Kueue's quota, the scheduler,
+# the DCGM exporter's per-pod series and job-status count N. README.md "With CUDA
+# Time-Slicing": more than one replica "does not imply ... a proportional amount of
+# compute power"; setting it "is recommended" (false by default for compatibility).
+FAIL_REQUESTS_GREATER_THAN_ONE = True
 # Set on the plugin when a MIG strategy is in use, as the Helm chart does.
 MIG_MONITOR_ENV = {"name": "NVIDIA_MIG_MONITOR_DEVICES", "value": "all"}
 
@@ -119,7 +128,10 @@ def config_text(mig_strategy: str, replicas: int) -> str:
     }
     if replicas > 1:
         config["sharing"] = {
-            "timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": replicas}]}
+            "timeSlicing": {
+                "failRequestsGreaterThanOne": FAIL_REQUESTS_GREATER_THAN_ONE,
+                "resources": [{"name": "nvidia.com/gpu", "replicas": replicas}],
+            }
         }
     return yaml.safe_dump(config, sort_keys=False)
 

@@ -40,6 +40,11 @@ LOCAL_QUEUE = "training"
 # The label kubernetes-worker puts on its GPU nodes (gpu_labels.py LABEL_PRODUCT), which the
 # control plane's GPU ResourceFlavors select.
 LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
+# And how its GPUs are shared, as GPU Feature Discovery writes it (gpu_labels.py
+# LABEL_SHARING_STRATEGY; NVIDIA/k8s-device-plugin v0.20.0 internal/lm/resource.go):
+# `time-slicing` when the control plane's gpu-time-slicing-replicas is above 1.
+LABEL_GPU_SHARING = "nvidia.com/gpu.sharing-strategy"
+TIME_SLICING = "time-slicing"
 # Earlier revisions named it `default`; the charm deletes that one when it is its own.
 RETIRED_LOCAL_QUEUES = ("default",)
 LABEL_QUEUE = "kueue.x-k8s.io/queue-name"

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from literals import LABEL_GPU_PRODUCT
+from literals import LABEL_GPU_PRODUCT, LABEL_GPU_SHARING, TIME_SLICING
 from params import CPU_DEFAULT, MEMORY_DEFAULT, TrainRequest, quantity
 from queues import CPU_FLAVOR
 
@@ -55,15 +55,33 @@ def never_fits(request: TrainRequest, nodes: Iterable[dict]) -> str | None:
     return _no_room_for_gpus(request, nodes) or _no_room_for_requests(request, nodes)
 
 
+def time_sliced(node: dict) -> bool:
+    """Whether the node's GPUs are time-sliced (its GPU Feature Discovery label says so)."""
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    return labels.get(LABEL_GPU_SHARING) == TIME_SLICING
+
+
 def _no_room_for_gpus(request: TrainRequest, nodes: list[dict]) -> str | None:
     per_pod = request.gpus_per_worker
     if not per_pod:
         return None
-    sizes = [
-        kube_objects.count(((n.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE))
-        for n in nodes
-        if schedulable(n)
-    ]
+    if per_pod > 1:
+        # A time-sliced node's `nvidia.com/gpu` are replicas, and the device plugin may
+        # hand one pod two replicas of the same GPU: it would see one GPU while Kueue, the
+        # scheduler and job-status count two. The control plane sets the plugin's
+        # `failRequestsGreaterThanOne` (device_plugin.py), so kubelet fails such a pod
+        # (UnexpectedAdmissionError, NVIDIA/k8s-device-plugin v0.20.0 README "With CUDA
+        # Time-Slicing", internal/rm/rm.go ValidateRequest): only whole GPUs hold it.
+        shared = [n for n in nodes if time_sliced(n) and schedulable(n)]
+        nodes = [n for n in nodes if not time_sliced(n)]
+        if shared and not any(_gpus(n) for n in nodes if schedulable(n)):
+            return (
+                f"each worker asks for {per_pod} GPUs but this cluster's GPUs are "
+                "time-sliced: a pod gets one shared GPU (the device plugin refuses a pod "
+                "that asks for more, two slices may be the same GPU): use "
+                "gpus-per-worker=1 and more workers"
+            )
+    sizes = [_gpus(n) for n in nodes if schedulable(n)]
     largest = max(sizes, default=0)
     if per_pod > largest:
         return (
@@ -77,6 +95,12 @@ def _no_room_for_gpus(request: TrainRequest, nodes: list[dict]) -> str | None:
             f"{sum(sizes)}: lower workers or gpus-per-worker, or add GPU nodes"
         )
     return _no_model_holds_a_role(request, nodes)
+
+
+def _gpus(node: dict) -> int:
+    return kube_objects.count(
+        ((node.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE)
+    )
 
 
 def _no_room_for_requests(request: TrainRequest, nodes: Iterable[dict]) -> str | None:

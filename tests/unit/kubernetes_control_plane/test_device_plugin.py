@@ -92,6 +92,9 @@ def test_time_slicing_and_mig_config_roll_the_pods(ctx, bootstrapped, api):
     assert data["sharing"]["timeSlicing"]["resources"] == [
         {"name": "nvidia.com/gpu", "replicas": 4}
     ]
+    # a pod asking for two replicas (maybe two slices of one GPU) fails at kubelet's
+    # admission instead of seeing one GPU counted as two (issue 31 leftover)
+    assert data["sharing"]["timeSlicing"]["failRequestsGreaterThanOne"] is True
     after = api.get_object(DS)["spec"]["template"]["metadata"]["annotations"]
     assert after != before
 

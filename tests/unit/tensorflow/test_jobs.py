@@ -63,6 +63,23 @@ def test_more_gpus_per_pod_than_any_node_never_fits():
     assert why is not None and "largest schedulable node has 2" in why
 
 
+def _time_sliced(n: dict) -> dict:
+    """As kubernetes-worker labels a node whose GPUs the device plugin time-slices."""
+    n["metadata"]["labels"]["nvidia.com/gpu.sharing-strategy"] = "time-slicing"
+    return n
+
+
+def test_more_than_one_time_sliced_gpu_per_pod_never_fits():
+    """Issue 31 leftover: two replicas may be one GPU; the plugin fails such a pod."""
+    shared = [_time_sliced(node("a", 8)), _time_sliced(node("b", 8))]
+    why = never_fits(request(workers=1, gpus_per_worker=2), shared)
+    assert why is not None and "GPUs are time-sliced" in why
+    assert "use gpus-per-worker=1" in why
+    assert never_fits(request(workers=4, gpus_per_worker=1), shared) is None
+    # a node of whole GPUs still holds it
+    assert never_fits(request(workers=1, gpus_per_worker=2), [*shared, node("c", 2)]) is None
+
+
 def test_more_gpus_than_the_cluster_never_fits():
     why = never_fits(request(workers=5, gpus_per_worker=1), [node("a", 2), node("b", 2)])
     assert why is not None and "needs 5 GPUs but the cluster's schedulable nodes have 4" in why

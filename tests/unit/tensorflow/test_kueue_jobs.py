@@ -224,3 +224,47 @@ def test_the_fakes_workloads_are_checked_against_the_real_crd(api):
     }
     with pytest.raises(AssertionError, match="refused the Workload"):
         controller._create_workload(bad)
+
+
+def test_the_fakes_status_writes_are_checked_against_the_real_crds(api):
+    """Issue 31 leftover: Kueue's fake writes statuses through `/status`, validated.
+
+    A Workload condition without lastTransitionTime (what the fake wrote before:
+    metav1.Condition requires it), an undeclared status field, and a ClusterQueue usage
+    without its flavor's name are each refused as kube-apiserver refuses them under the
+    v0.19.2 CRDs; a write keeps the stored spec (the status subresource's strategy).
+    """
+    controller = BatchControllers(api, NS)
+    workload = controller._create_workload(
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "Workload",
+            "metadata": {"name": "w", "namespace": NS},
+            "spec": {"queueName": "training", "podSets": [_POD_SET]},
+        }
+    )
+    condition = {"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": ""}
+    workload["status"] = {"conditions": [condition]}
+    with pytest.raises(AssertionError, match=r"lastTransitionTime: Required value"):
+        controller._write_status(workload)
+    workload["status"] = {"admittedAt": {}}
+    with pytest.raises(AssertionError, match=r'unknown field \\\\"status.admittedAt\\\\"'):
+        controller._write_status(workload)
+    condition["lastTransitionTime"] = "2026-11-27T00:00:00Z"
+    workload["status"] = {"conditions": [condition]}
+    workload["spec"]["active"] = False
+    controller._write_status(workload)
+    stored = api.get_object(f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{NS}/workloads/w")
+    assert stored["status"] == {"conditions": [condition]}
+    assert "active" not in stored["spec"]  # the status write kept the spec
+    cq = api.objects("/apis/kueue.x-k8s.io/v1beta2/clusterqueues/")[0]
+    cq["status"] = {"flavorsUsage": [{"resources": []}]}
+    with pytest.raises(AssertionError, match=r"status.flavorsUsage\[0\].name: Required value"):
+        controller._write_status(cq)
+
+
+_POD_SET = {
+    "name": "main",
+    "count": 1,
+    "template": {"spec": {"containers": [{"name": "c", "image": "busybox"}]}},
+}

@@ -587,6 +587,20 @@ def test_more_multi_gpu_pods_than_the_nodes_hold_is_refused(ctx, state, api):
     assert job_objects(api) == []
 
 
+def test_two_time_sliced_gpus_per_worker_are_refused(ctx, state, api):
+    """Issue 31 leftover: under time-slicing a pod gets one shared GPU, said before anything."""
+    shared = node("node-a", 4)
+    shared["metadata"]["labels"]["nvidia.com/gpu.sharing-strategy"] = "time-slicing"
+    add_nodes(api, shared)
+    with pytest.raises(testing.ActionFailed) as failed:
+        run_action(ctx, state, "train", job="pair", workers=1, **{"gpus-per-worker": 2})
+    assert (
+        "can never run on this cluster: each worker asks for 2 GPUs but this cluster's GPUs "
+        "are time-sliced"
+    ) in failed.value.message
+    assert job_objects(api) == []
+
+
 def test_no_gpu_nodes_at_all(ctx, state, api):
     add_nodes(api, node("cpu-0"))
     with pytest.raises(testing.ActionFailed, match="the largest schedulable node has 0"):
