@@ -32,6 +32,7 @@ from fakes.kube_apiserver import FakeKubeApiServer
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "charms" / "kubernetes-worker" / "src"
+gpu_watcher = charm_modules.load("kubernetes-worker", "gpu_watcher")
 LINES = (ROOT / "tests/fixtures/gpu/xid/lines.txt").read_text().splitlines()
 OWN, OTHER = "gpu-node-1", "gpu-node-2"
 GPUS = [  # index, UUID, nvidia-smi's pci.bus_id
@@ -47,8 +48,9 @@ def smi_rows(
     lost: int | None = None,
     remap_failed: int | None = None,
     fabric: tuple[int, str, str] | None = None,
+    fields: tuple[str, ...] = gpu_watcher.SMI_FIELDS,
 ) -> str:
-    """What `nvidia-smi --query-gpu=... --format=csv,noheader` prints for the two GPUs.
+    """What `nvidia-smi --query-gpu=<fields> --format=csv,noheader` prints for the two GPUs.
 
     The fields, in gpu_watcher.SMI_FIELDS' order, as nvidia-smi prints them:
     - `remapped_rows.failure`: `No`, or `Yes` on the GPU `remap_failed` (the row
@@ -80,7 +82,8 @@ def smi_rows(
             state, status = ("Completed", "Success")
             if int(index) == fabric[0]:
                 state, status = fabric[1], fabric[2]
-        out.append(f"{index}, {uuid}, {bus}, {errors}, {failed}, {state}, {status}")
+        row = dict(zip(gpu_watcher.SMI_FIELDS, (index, uuid, bus, errors, failed, state, status)))
+        out.append(", ".join(str(row[f]) for f in fields))
     return "\n".join(out) + "\n"
 
 
@@ -147,6 +150,14 @@ class Machine:
     def smi(self, text: str, code: int = 0) -> None:
         (self.root / "smi.out").write_text(text)
         (self.root / "smi.rc").write_text(str(code))
+
+    def smi_unknown(self, *fields: str) -> None:
+        """Fields the fake nvidia-smi does not know.
+
+        It refuses a query naming one, as nvidia-smi does (`Field "cuda_version" is not a
+        valid field to query.`, exit non-zero).
+        """
+        (self.root / "smi-unknown").write_text("\n".join(fields) + "\n")
 
     def smi_list(self, text: str) -> None:
         (self.root / "smi-L.out").write_text(text)
@@ -262,6 +273,13 @@ def gpu_machine(root: Path) -> Iterator[Machine]:
         smi.write_text(
             "#!/bin/sh\n"
             f'if [ "$1" = "-L" ]; then cat {root}/smi-L.out; exit 0; fi\n'
+            # a field this driver's nvidia-smi does not know fails the whole query
+            'q="${1#--query-gpu=}"\n'
+            f"for f in $(cat {root}/smi-unknown 2>/dev/null); do\n"
+            '  case ",$q," in *",$f,"*)\n'
+            '    echo "Field \\"$f\\" is not a valid field to query."; exit 2;;\n'
+            "  esac\n"
+            "done\n"
             f'cat {root}/smi.out\nexit "$(cat {root}/smi.rc)"\n'
         )
         smi.chmod(0o755)

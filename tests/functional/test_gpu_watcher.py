@@ -29,6 +29,7 @@ from gpu_watcher_machine import (
     allocation,
     fake_juju_exec,
     gpu_machine,
+    gpu_watcher,
     juju_exec_calls,
     readmit,
     smi_list,
@@ -271,6 +272,24 @@ def test_a_time_sliced_share_of_the_failed_gpu_is_evicted(machine):
     until(lambda: f"{OWN}/other-job" not in machine.pods())
     until(lambda: f"{OWN}/gpu0-job" not in machine.pods())
     assert machine.pods() == ALL - {f"{OWN}/gpu0-job"}
+
+
+def test_a_field_this_drivers_nvidia_smi_does_not_know_leaves_the_others_read(machine):
+    """A query nvidia-smi refuses for one unknown field still reads the others.
+
+    nvidia-smi refuses the whole query for one field it does not know (fields come and go
+    between driver branches): the watcher drops that field and still sees a double-bit ECC
+    error.
+    """
+    machine.smi_unknown("fabric.state", "fabric.status")
+    known = tuple(f for f in gpu_watcher.SMI_FIELDS if not f.startswith("fabric."))
+    machine.smi(smi_rows(dbe=1, fields=known))
+    start(machine)
+    until(machine.quarantined)
+    assert machine.condition()["message"].startswith(f"GPU 0 ({GPUS[0][1]})")
+    log = (machine.root / "watcher.log").read_text()
+    assert "nvidia-smi does not know fabric.state: not read on this driver" in log
+    assert "nvidia-smi does not know fabric.status: not read on this driver" in log
 
 
 def test_a_lifted_cordon_is_put_back_while_the_gpu_is_quarantined(machine, kubectl_binary):

@@ -140,6 +140,12 @@ SMI_FIELDS = (
     "fabric.state",
     "fabric.status",
 )
+# The fields every row needs; the others are health readings a driver may not know
+# (fields come and go between driver branches: nvidia-smi --help-query-gpu).
+SMI_KEYS = ("index", "uuid", "pci.bus_id")
+# nvidia-smi refusing the whole query for one field it does not know (exit non-zero, no
+# row), as users quote it: `Field "cuda_version" is not a valid field to query.`
+SMI_UNKNOWN_FIELD = re.compile(r'Field "(?P<field>[^"]+)" is not a valid field to query')
 # nvidia-smi on a GPU it cannot reach, as users quote it: "Unable to determine the device
 # handle for GPU0: 0000:01:00.0: GPU is lost. Reboot the system to recover this GPU" (also
 # "for gpu 0000:01:00.0:" and "for GPU:0000:01:00.0:"): the PCI address is the one to find
@@ -205,8 +211,11 @@ def parse_xid(text: str) -> dict | None:
     }
 
 
-def parse_smi(out: str) -> tuple[dict[str, dict], set[str]]:
-    """(GPUs by PCI key, PCI keys nvidia-smi reported lost) from the query's output."""
+def parse_smi(out: str, fields: tuple[str, ...] = SMI_FIELDS) -> tuple[dict[str, dict], set[str]]:
+    """(GPUs by PCI key, PCI keys nvidia-smi reported lost) from the query's output.
+
+    `fields`: the columns the query asked for; a field of SMI_FIELDS left out reads N/A.
+    """
     gpus, lost = {}, set()
     for line in out.splitlines():
         found = LOST.search(line)
@@ -214,10 +223,10 @@ def parse_smi(out: str) -> tuple[dict[str, dict], set[str]]:
             lost.add(pci_key(found["pci"]))
             continue
         cells = [c.strip() for c in line.split(",")]
-        if len(cells) < 5 or not cells[0].isdigit():
+        if len(cells) < len(SMI_KEYS) + 1 or not cells[0].isdigit():
             continue
-        cells += ["N/A"] * (len(SMI_FIELDS) - len(cells))
-        row = dict(zip(SMI_FIELDS, cells))
+        cells += ["N/A"] * (len(fields) - len(cells))
+        row = dict.fromkeys(SMI_FIELDS, "N/A") | dict(zip(fields, cells))
         gpus[pci_key(row["pci.bus_id"])] = row
     return gpus, lost
 
@@ -407,6 +416,7 @@ class Watcher:
         self.node = args.node
         self.count, self.window = parse_escalation(args.escalation)
         self.gpus: dict[str, dict] = {}  # by PCI key, from the last good poll
+        self.smi_fields = SMI_FIELDS  # less those this driver's nvidia-smi does not know
         self.mig_parent: dict[str, str] = {}  # MIG device UUID -> its GPU's UUID
         self.mig_read = -60.0  # time.monotonic() of the last `nvidia-smi -L`
         self.state = self._load_state()
@@ -524,20 +534,37 @@ class Watcher:
         self.state["kmsg_seq"] = seq
         return text, int(fields[2]) if fields[2].isdigit() else -1
 
+    def _query_smi(self) -> subprocess.CompletedProcess | None:
+        """nvidia-smi's health query, less the fields this driver's nvidia-smi refused.
+
+        nvidia-smi refuses the whole query for one field it does not know; without that
+        field the others (ECC, a GPU lost from the bus) are still read.
+        """
+        while True:
+            argv = [
+                self.args.nvidia_smi,
+                f"--query-gpu={','.join(self.smi_fields)}",
+                "--format=csv,noheader",
+            ]
+            try:
+                done = subprocess.run(argv, capture_output=True, text=True, timeout=20)
+            except (OSError, subprocess.TimeoutExpired) as e:
+                print(f"nvidia-smi failed: {e}", file=sys.stderr)
+                return None
+            unknown = SMI_UNKNOWN_FIELD.search(done.stdout + done.stderr)
+            field = unknown["field"] if unknown else ""
+            if done.returncode == 0 or field in SMI_KEYS or field not in self.smi_fields:
+                return done
+            self.smi_fields = tuple(f for f in self.smi_fields if f != field)
+            print(f"nvidia-smi does not know {field}: not read on this driver", flush=True)
+
     def poll_smi(self) -> list[tuple[str, str]]:
         """(PCI key, finding) for each unhealthy GPU nvidia-smi shows."""
-        argv = [
-            self.args.nvidia_smi,
-            f"--query-gpu={','.join(SMI_FIELDS)}",
-            "--format=csv,noheader",
-        ]
-        try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=20)
-            out = done.stdout + done.stderr
-        except (OSError, subprocess.TimeoutExpired) as e:
-            print(f"nvidia-smi failed: {e}", file=sys.stderr)
+        done = self._query_smi()
+        if done is None:
             return []
-        gpus, lost = parse_smi(out)
+        out = done.stdout + done.stderr
+        gpus, lost = parse_smi(out, self.smi_fields)
         if done.returncode == 0 and not lost and time.monotonic() - self.mig_read >= 60:
             self.read_mig_devices()
         findings = [(pci, "lost") for pci in lost]
