@@ -579,55 +579,68 @@ def _claim_ref_kept() -> str:
     return f"(!has({new}) && !has({old})) || (has({new}) && has({old}) && {kept} && {forgotten})"
 
 
-def efs_own_policy() -> dict[str, Any]:
-    """The policy that keeps a provisioner's writes and deletes to its own volumes."""
-    username = "request.userInfo.username"
-    labelled = f"'{EFS_APP_LABEL}'"
+# `object` is null on DELETE, `oldObject` on CREATE: when each is there
+_PRESENT = {
+    "object": "request.operation != 'DELETE'",
+    "oldObject": "request.operation != 'CREATE'",
+}
+_OURS = f"{EFS_APP_LABEL}=<its ServiceAccount's name>"
 
-    # `object` is null on DELETE, `oldObject` on CREATE (present says when each is there)
-    present = {
-        "object": "request.operation != 'DELETE'",
-        "oldObject": "request.operation != 'CREATE'",
-    }
 
-    def owner(obj: str) -> str:
-        labels = _map(f"{obj}.metadata", "labels", present[obj])
-        return f"({labelled} in {labels} ? string({labels}[{labelled}]) : '')"
+def _label(obj: str, key: str) -> str:
+    """CEL: label `key` of `obj` (object or oldObject), '' when absent or `obj` is null."""
+    labels = _map(f"{obj}.metadata", "labels", _PRESENT[obj])
+    return f"('{key}' in {labels} ? string({labels}['{key}']) : '')"
 
-    mine = f"(variables.{{0}} != '' && {username}.endsWith(':' + variables.{{0}}))"
-    rules = [
-        {
-            "apiGroups": [""],
-            "apiVersions": ["v1"],
-            "operations": ["CREATE", "UPDATE", "DELETE"],
-            "resources": ["persistentvolumes"],
-        }
+
+def _own(kind: str) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """(variables, validations): the user writes only `kind`s labelled with its name."""
+    mine = "(variables.{0} != '' && request.userInfo.username.endsWith(':' + variables.{0}))"
+    variables = [
+        {"name": "owner", "expression": _label("object", EFS_APP_LABEL)},
+        {"name": "oldOwner", "expression": _label("oldObject", EFS_APP_LABEL)},
     ]
-    ours = f"{EFS_APP_LABEL}=<its ServiceAccount's name>"
     validations = [
         _deny(
             f"request.operation == 'DELETE' || {mine.format('owner')}",
-            f"a PersistentVolume this user writes must carry the label {ours}",
+            f"a {kind} this user writes must carry the label {_OURS}",
         ),
         _deny(
             f"request.operation == 'CREATE' || {mine.format('oldOwner')}",
-            f"this user may change or delete only the PersistentVolumes labelled {ours}",
+            f"this user may change or delete only the {kind}s labelled {_OURS}",
         ),
+    ]
+    return variables, validations
+
+
+def _core_writes(resource: str) -> list[dict[str, Any]]:
+    """The resource rules of every write to the core `resource` (matchConstraints)."""
+    operations = ["CREATE", "UPDATE", "DELETE"]
+    return [
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "operations": operations,
+            "resources": [resource],
+        }
+    ]
+
+
+def efs_own_policy() -> dict[str, Any]:
+    """The policy that keeps a provisioner's writes and deletes to its own volumes."""
+    variables, validations = _own("PersistentVolume")
+    validations.append(
         _deny(
             f"request.operation != 'UPDATE' || {_claim_ref_kept()}",
             "this user may only remove a PersistentVolume's claimRef "
             + " and ".join(CLAIM_REF_FORGETTABLE),
-        ),
-    ]
-    variables = [
-        {"name": "owner", "expression": owner("object")},
-        {"name": "oldOwner", "expression": owner("oldObject")},
-    ]
+        )
+    )
     policy = efs_only_policy()
     policy["metadata"] = _meta(EFS_OWN)
     policy["spec"].update(
         {
-            "matchConstraints": {"resourceRules": rules},
+            "matchConstraints": {"resourceRules": _core_writes("persistentvolumes")},
             "variables": variables,
             "validations": validations,
         }
@@ -647,39 +660,18 @@ def efs_own_claims_policy(accounts: Iterable[tuple[str, str]]) -> dict[str, Any]
     control plane granted (access.provisioner_accounts); a team's claims in its own
     namespace are its own business, so only these are matched.
     """
-    username = "request.userInfo.username"
-    present = {
-        "object": "request.operation != 'DELETE'",
-        "oldObject": "request.operation != 'CREATE'",
-    }
-
-    def label(obj: str, key: str) -> str:
-        labels = _map(f"{obj}.metadata", "labels", present[obj])
-        return f"('{key}' in {labels} ? string({labels}['{key}']) : '')"
-
-    mine = f"(variables.{{0}} != '' && {username}.endsWith(':' + variables.{{0}}))"
-    ours = f"{EFS_APP_LABEL}=<its ServiceAccount's name>"
+    variables, validations = _own("PersistentVolumeClaim")
     holder = _map("namespaceObject.metadata", "labels")  # a claim is namespaced: never null
-    validations = [
-        _deny(
-            f"request.operation == 'DELETE' || {mine.format('owner')}",
-            f"a PersistentVolumeClaim this user writes must carry the label {ours}",
-        ),
-        _deny(
-            f"request.operation == 'CREATE' || {mine.format('oldOwner')}",
-            f"this user may change or delete only the PersistentVolumeClaims labelled {ours}",
-        ),
+    validations.append(
         _deny(
             "request.operation == 'DELETE' || "
             "(variables.holder != '' && variables.consumer == variables.holder)",
             f"a PersistentVolumeClaim this user writes must go into the namespace the control"
             f" plane granted the consumer its label {CONSUMER_LABEL} names",
-        ),
-    ]
-    variables = [
-        {"name": "owner", "expression": label("object", EFS_APP_LABEL)},
-        {"name": "oldOwner", "expression": label("oldObject", EFS_APP_LABEL)},
-        {"name": "consumer", "expression": label("object", CONSUMER_LABEL)},
+        )
+    )
+    variables += [
+        {"name": "consumer", "expression": _label("object", CONSUMER_LABEL)},
         {
             "name": "holder",
             "expression": (
@@ -693,16 +685,7 @@ def efs_own_claims_policy(accounts: Iterable[tuple[str, str]]) -> dict[str, Any]
         "metadata": _meta(EFS_CLAIMS),
         "spec": {
             "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "operations": ["CREATE", "UPDATE", "DELETE"],
-                        "resources": ["persistentvolumeclaims"],
-                    }
-                ]
-            },
+            "matchConstraints": {"resourceRules": _core_writes("persistentvolumeclaims")},
             "matchConditions": [
                 {"name": "a-storage-provisioner", "expression": _provisioners_condition(accounts)}
             ],
