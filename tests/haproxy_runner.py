@@ -40,6 +40,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _terminate(process: subprocess.Popen) -> None:
+    """SIGTERM (the master stops its workers), then SIGKILL after 10 s; waited for."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 class HAProxy:
     """`haproxy -W -db -f <config>` on a free loopback port, forwarding to `servers`."""
 
@@ -93,13 +104,7 @@ class HAProxy:
 
     def stop(self) -> None:
         """Stop HAProxy and remove its files."""
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        _terminate(self.process)
         self._dir.cleanup()
 
     def __enter__(self) -> HAProxy:
@@ -206,13 +211,8 @@ class ServiceHAProxy:
 
     def stop_process(self) -> None:
         """Stop the master and its workers (SIGTERM: systemd's stop, KillMode=mixed)."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        if self.process is not None:
+            _terminate(self.process)
         self.process = None
 
     def __enter__(self) -> ServiceHAProxy:
