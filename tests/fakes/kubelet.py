@@ -200,9 +200,17 @@ class ProcessKubelet:
                 proc.kill()
                 proc.wait(timeout=30)
 
-    def output(self) -> str:
-        """The last lines of every container, for a failing test's message."""
-        return "\n".join(
-            f"--- {name} ---\n" + "\n".join(path.read_text(errors="replace").splitlines()[-15:])
-            for name, path in self.outputs.items()
-        )
+    def output(self, lines_each: int = 15) -> str:
+        """The last lines of every container, for a failing test's message.
+
+        With each container's exit code, or `running`: which one ended first tells a
+        protocol's failure from a process that died on its own.
+        """
+        parts = []
+        for name, path in self.outputs.items():
+            proc = self.procs.get(name)
+            code = None if proc is None else proc.poll()
+            state = "running" if code is None else f"exit {code}"
+            lines = path.read_text(errors="replace").splitlines()[-lines_each:]
+            parts.append(f"--- {name} ({state}) ---\n" + "\n".join(lines))
+        return "\n".join(parts)

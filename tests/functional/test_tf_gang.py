@@ -251,15 +251,20 @@ def test_a_preempted_job_resumes_when_readmitted_and_a_quarantined_nodes_job_mov
         "first checkpoint and progress report",
     )
 
+    # the whole gang still runs when Kueue comes: what follows is the preemption's doing
+    running = [p for p in _training_pods(cluster) if cluster.kubelet.exit_code(p) is None]
+    if len(running) != 2:
+        pytest.fail(f"the gang was not whole before the preemption\n{cluster.kubelet.output()}")
+
     # Kueue evicts it: JobSet suspends its Jobs, whose pods get SIGTERM and go
     cluster.controllers.preempt("pre")
     stopped = cluster.progress("pre")
     stopped_at = cluster.checkpoint("pre")
     # the workers agreed on a step, saved it together and stopped there (exit 143)
-    assert (stopped.get("state"), stopped.get("step")) == ("stopped", stopped_at), (
-        stopped,
-        cluster.kubelet.output(),
-    )
+    if (stopped.get("state"), stopped.get("step")) != ("stopped", stopped_at):
+        pytest.fail(  # the whole text: an assertion's repr is cut short
+            f"progress {stopped}, checkpoint at step {stopped_at}\n{cluster.kubelet.output(40)}"
+        )
     assert not [
         pod
         for pod in cluster.controllers._pods()
