@@ -46,11 +46,49 @@ A task whose program fails while a peer is stopping (a peer left mid-step) also 
 EXIT_STOPPED: it stopped at its last checkpoint, it did not fail. A peer that failed
 for its own reasons (no `stopping` mark) is a failure, and counts.
 
+A GPU fault (issue 32 item 2: a node's fault is not one of the job's max-restarts). A
+fatal XID (79, the GPU fell off the bus; 48, a double-bit ECC error) makes CUDA fail in
+the program at once, before the GPU health watcher (kubernetes-worker gpu_watcher.py)
+has evicted the pod: 0.65 s later on the bench (tests/bench/bench_gpu_watcher.py). Had
+the launcher exited then, kubelet would report the pod Failed (exit 1, no
+DisruptionTarget) and the Job controller would count it at once: under a
+podFailurePolicy it acts on a pod as soon as its phase is Failed ("When using
+podFailurePolicy, Failed is the only allowed value" of podReplacementPolicy, batch/v1
+JobSpec), and the eviction that lands later deletes a finished pod that no one reads
+again (kube-apiserver pkg/registry/core/pod/storage/eviction.go: a terminal pod is
+deleted without a PDB check). So a program that fails (not 0, not during a stop) does
+not end the container at once: the launcher holds its exit for the fault window
+(FAULT_WINDOW, GPU_K8S_FAULT_WINDOW_SECONDS), the pod staying Running, and exits
+EXIT_STOPPED if a stop comes within it: its own SIGTERM (the eviction: kube-apiserver
+sets DisruptionTarget, reason EvictionByEvictionAPI, then deletes the pod, whose
+container kubelet stops; eviction.go addConditionAndDeletePod), marked `stopping` for
+the peers, or a peer's mark. Otherwise it exits with the program's code, and the
+failure counts, as before. A peer whose collectives failed because this task's program
+died waits the same window, so the evicted task's mark reaches it and it stops too.
+Whichever the Job controller reads first, the evicted pod's failure is not counted
+(podFailurePolicy rules in order, the first match wins: Kubernetes docs "Handling
+retriable and non-retriable pod failures with Pod failure policy"): the condition and
+exit 143 together match rule 0 (Ignore: the pod is replaced, the Job goes on), exit 143
+alone (a pod stopped on a peer's mark, before or without its own eviction) rule 1
+(FailJob), which the JobSet's rule `stoppedNotCounted` restarts without counting.
+
+Why the launcher and not a rule: a podFailurePolicy rule on DisruptionTarget exists
+already (rule 0) and never sees the crashed pod, whose condition comes after the Job
+controller counted it; JobSet's failurePolicy reads only a failed Job's reason and
+message (onJobFailureReasons, onJobFailureMessagePatterns), not a Node's condition;
+the worker charm or its watcher writing a condition on the pod (pods/status) would
+race the very kubelet report it must beat (its tick, then its requests). Only the
+container staying alive until the eviction closes that race, whoever evicts. The cost:
+a program that truly failed is restarted FAULT_WINDOW later. A task with no GPU
+(GPU_K8S_GPUS 0) and no peer skips the window: no GPU fault can reach it.
+
 Exit codes (the container's, read by the Job's podFailurePolicy and JobSet's
 failurePolicy the charm writes; README "Exit codes"):
 
     0    the program finished                      the pod Succeeded
-    143  stopped on SIGTERM (its own or a peer's)  gang restarted, not counted
+    143  stopped on SIGTERM (its own or a peer's,  gang restarted, not counted
+         or within the fault window after the
+         program failed)
     82   the launcher cannot start the task: a bad  the job Fails, no restart
          environment or argument, no shared volume,
          the program cannot be run
@@ -84,9 +122,10 @@ Environment (set by the pod spec; the same names are used by `tf_demo.py`):
                           when it sees none, rather than train on CPU while holding GPUs
     GPU_K8S_GRACE_SECONDS the pod's terminationGracePeriodSeconds (default 30, the
                           Kubernetes default): the time a stop may take
-    GPU_K8S_PEER_WAIT_SECONDS  how long a task whose program failed looks for a peer's
-                          stop mark before it counts the failure as its own (default
-                          2; the charm leaves it unset; tests shorten it)
+    GPU_K8S_FAULT_WINDOW_SECONDS  how long a task whose program failed holds its exit
+                          for a stop (its own SIGTERM, a peer's mark) before it counts
+                          the failure as its own (default FAULT_WINDOW, 10; "A GPU
+                          fault" below; the charm leaves it unset; tests shorten it)
     GPU_K8S_METRICS_PORT  serve the task's training progress in Prometheus' text format
                           on this port (GET /metrics; unset: not served, as in local runs;
                           see "Metrics" below)
@@ -432,7 +471,7 @@ def main(argv: Sequence[str] | None = None, environ: dict[str, str] | None = Non
     try:
         tf_config, exports = config_from_env(env)
         grace = _grace(env)
-        peer_wait = _peer_wait(env)
+        fault_window = _fault_window(env)
         metrics_port = _env_int(env, "GPU_K8S_METRICS_PORT", 0)
     except ValueError as e:
         print(f"tf_launcher: {e}", file=sys.stderr)
@@ -441,6 +480,7 @@ def main(argv: Sequence[str] | None = None, environ: dict[str, str] | None = Non
         print(json.dumps(tf_config, indent=2))
         return 0
     try:
+        gpus = _env_int(env, "GPU_K8S_GPUS", 0)
         problem = check_gpus(env)
     except ValueError as e:
         print(f"tf_launcher: {e}", file=sys.stderr)
@@ -472,7 +512,8 @@ def main(argv: Sequence[str] | None = None, environ: dict[str, str] | None = Non
             log_file,
             gang=gang,
             grace=grace,
-            peer_wait=peer_wait,
+            fault_window=fault_window,
+            gpus=gpus,
             metrics=metrics,
         )
     finally:
@@ -493,16 +534,16 @@ def _grace(env: Mapping[str, str]) -> float:
     return grace
 
 
-def _peer_wait(env: Mapping[str, str]) -> float:
-    raw = env.get("GPU_K8S_PEER_WAIT_SECONDS", "").strip()
+def _fault_window(env: Mapping[str, str]) -> float:
+    raw = env.get("GPU_K8S_FAULT_WINDOW_SECONDS", "").strip()
     if not raw:
-        return PEER_WAIT
+        return FAULT_WINDOW
     try:
         wait = float(raw)
     except ValueError:
         wait = -1.0
     if not wait >= 0:
-        raise ValueError(f"GPU_K8S_PEER_WAIT_SECONDS must be a number >= 0, got {raw!r}")
+        raise ValueError(f"GPU_K8S_FAULT_WINDOW_SECONDS must be a number >= 0, got {raw!r}")
     return wait
 
 
@@ -698,19 +739,42 @@ def _start_child(command: list[str], env: Mapping[str, str], write_end: int) -> 
 
 
 # The stop protocol's timing: marks are polled this often; the launcher leaves this much
-# of the grace period (at most STOP_MARGIN) for itself to exit before kubelet's SIGKILL;
-# a program that failed is given PEER_WAIT (GPU_K8S_PEER_WAIT_SECONDS) for a peer's stop
-# mark to show up; a task without peers has none to wait for.
+# of the grace period (at most STOP_MARGIN) for itself to exit before kubelet's SIGKILL.
 POLL_SECONDS = 0.2
 STOP_MARGIN = 2.0
-PEER_WAIT = 2.0
+# The fault window (GPU_K8S_FAULT_WINDOW_SECONDS; module docstring, "A GPU fault"): how
+# long a task whose program failed holds its exit for a stop, its own SIGTERM or a peer's
+# mark, before it counts the failure as its own. It must cover the GPU health watcher's
+# way from the fault to this launcher's SIGTERM: the kernel's XID record read at its next
+# tick (gpu_watcher.py `--tick`, 0.5 s), its requests to kube-apiserver (node condition,
+# cordon, the pods on the node, the eviction: 0.65 s in all from the XID on the fake API
+# server, tests/bench/bench_gpu_watcher.py), kubelet seeing the pod's deletion and
+# stopping the container (SIGTERM), and a holding peer reading the stopping mark (every
+# POLL_SECONDS, over NFS): about 1.5 s expected on an idle node (an estimate from those
+# parts, not measured on a real cluster). 10 s leaves room for a loaded API server and
+# node. Not covered: a watcher whose nvidia-smi poll hangs on the lost GPU (its step
+# polls nvidia-smi before reading the kernel log, each call bounded at 20 s): then the
+# crash counts, as before. The cost: a program that truly failed is restarted 10 s
+# later, against the minute or more a gang restart takes anyway (every pod deleted, then
+# scheduled again, TensorFlow imported and the checkpoint restored).
+FAULT_WINDOW = 10.0
 
 
 class _Stop:
     """The SIGTERM protocol of one run (see the module docstring)."""
 
-    def __init__(self, pid: int, gang: Gang | None, grace: float, peer_wait: float = PEER_WAIT):
-        self.pid, self.gang, self.grace, self.peer_wait = pid, gang, grace, peer_wait
+    def __init__(
+        self,
+        pid: int,
+        gang: Gang | None,
+        grace: float,
+        fault_window: float = FAULT_WINDOW,
+        gpus: int = 0,
+    ):
+        self.pid, self.gang, self.grace = pid, gang, grace
+        # A task with no GPU and no peer cannot have failed for a GPU fault: no wait.
+        peers = gang is not None and bool(gang.peers)
+        self.fault_window = fault_window if gpus > 0 or peers else 0.0
         self.signalled = False  # SIGTERM reached the launcher
         self.since: float | None = None  # when the stop began
         self.forwarded = False
@@ -757,17 +821,35 @@ class _Stop:
             self._signal(signal.SIGKILL)
             self.killed = True
 
+    def _hold(self, code: int) -> None:
+        """The fault window: a stop that comes now makes the failure a stop (`since`)."""
+        self._say(
+            f"the program exited {code}; holding the exit up to {self.fault_window:g} s for "
+            "an eviction (a GPU fault) or a peer's stop before counting it"
+        )
+        until = time.monotonic() + self.fault_window
+        while True:
+            if self.signalled:
+                self._say(f"SIGTERM after exit {code}: stopped at the last checkpoint")
+                if self.gang is not None:
+                    self.gang.mark("stopping")
+                break
+            peer = self.gang.stopping_peer() if self.gang is not None else None
+            if peer is not None:
+                self._say(f"exit {code} after {peer} left: stopped at the last checkpoint")
+                break
+            left = until - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(POLL_SECONDS, left))
+        self.since = time.monotonic()
+
     def outcome(self, code: int) -> int:
         """The launcher's exit code for the program's `code` (the table above)."""
         if code == 0:
             return 0
-        if self.since is None and self.gang is not None and self.gang.peers:
-            waited = time.monotonic() + self.peer_wait
-            while (peer := self.gang.stopping_peer()) is None and time.monotonic() < waited:
-                time.sleep(min(POLL_SECONDS, max(0.0, waited - time.monotonic())))
-            if peer is not None:
-                self._say(f"exit {code} after {peer} left: stopped at the last checkpoint")
-                self.since = time.monotonic()
+        if self.since is None and self.fault_window > 0:
+            self._hold(code)
         if self.since is not None:
             return EXIT_STOPPED
         if code in RESERVED:
@@ -787,7 +869,8 @@ def run_copying_output(
     *,
     gang: Gang | None = None,
     grace: float = DEFAULT_GRACE,
-    peer_wait: float = PEER_WAIT,
+    fault_window: float = FAULT_WINDOW,
+    gpus: int = 0,
     metrics: TrainingMetrics | None = None,
 ) -> int:
     """Run `command` as a child, copy its output to stdout and `log_file`; return the code.
@@ -809,7 +892,7 @@ def run_copying_output(
         if gang is not None:
             gang.mark("exited", code=EXIT_SETUP)
         return EXIT_SETUP
-    stop = _Stop(pid, gang, grace, peer_wait)
+    stop = _Stop(pid, gang, grace, fault_window, gpus)
 
     def forward(number: int, _frame: object) -> None:
         if number == signal.SIGTERM:

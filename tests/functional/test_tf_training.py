@@ -241,8 +241,9 @@ def test_mwms_killed_worker_relaunch_resumes_from_last_checkpoint(local_job):
     args = ("--steps=400", "--checkpoint-every=10")
     # The survivor notices the death when TensorFlow's coordination service misses the dead
     # worker's heartbeats (10 s by default, here 3: tf_trainer.py configure_heartbeat) and
-    # its launcher looks for a stop mark that never comes (2 s by default, here 0.5).
-    job.env = {"GPU_K8S_HEARTBEAT_TIMEOUT_SECONDS": "3", "GPU_K8S_PEER_WAIT_SECONDS": "0.5"}
+    # its launcher looks for a stop that never comes (its fault window: 10 s by default,
+    # here 0.5).
+    job.env = {"GPU_K8S_HEARTBEAT_TIMEOUT_SECONDS": "3", "GPU_K8S_FAULT_WINDOW_SECONDS": "0.5"}
     job.start(*args)
     job.wait_for(lambda: job.latest_checkpoint() > 0, what="first checkpoint")
 

@@ -293,8 +293,11 @@ def replicated_job(request: TrainRequest, ctx: Context, role: str) -> dict:
     chief's save), which `jobset`'s first rule restarts without counting; 82 (the
     launcher cannot start the task) and 83 (no GPU), which its second rule turns into a
     failed job instead of futile restarts. Any other exit counts (backoffLimit 0: the
-    Job fails, BackoffLimitExceeded, and JobSet restarts the gang toward max-restarts).
-    Under MWMS the worker Job
+    Job fails, BackoffLimitExceeded, and JobSet restarts the gang toward max-restarts). A
+    GPU fault fails the program before the GPU watcher's eviction: the launcher holds a
+    failed program's exit for its fault window (tf_launcher.py "A GPU fault"), so the
+    eviction finds the pod Running, which ends with DisruptionTarget and 143 (rule 0), its
+    peers with 143 (rule 1): neither counts. Under MWMS the worker Job
     succeeds as soon as worker 0, the chief, does (Job `successPolicy`, GA in 1.33).
     """
     replicas = request.replicas()[role]

@@ -185,7 +185,7 @@ def pod_env(tmp_path):
         "GPU_K8S_DATA_DIR": str(tmp_path),
         "PATH": "/usr/bin",
         # no peer runs in these tests: a failed program's task need not look for a stop
-        "GPU_K8S_PEER_WAIT_SECONDS": "0",
+        "GPU_K8S_FAULT_WINDOW_SECONDS": "0",
     }
 
 
@@ -283,8 +283,8 @@ def test_print_tf_config_creates_nothing(monkeypatch, pod_env, tmp_path, capsys)
         ({"GPU_K8S_STRATEGY": "mwms"}, "strategy 'mwms' has no parameter servers"),
         ({"GPU_K8S_HOSTS": "{"}, "GPU_K8S_HOSTS is not valid JSON"),
         ({"GPU_K8S_DATA_DIR": "/nonexistent/data"}, "mount the shared volume there"),
-        ({"GPU_K8S_PEER_WAIT_SECONDS": "-1"}, "GPU_K8S_PEER_WAIT_SECONDS must be a number >= 0"),
-        ({"GPU_K8S_PEER_WAIT_SECONDS": "soon"}, "must be a number >= 0, got 'soon'"),
+        ({"GPU_K8S_FAULT_WINDOW_SECONDS": "-1"}, "FAULT_WINDOW_SECONDS must be a number >= 0"),
+        ({"GPU_K8S_FAULT_WINDOW_SECONDS": "soon"}, "must be a number >= 0, got 'soon'"),
     ],
 )
 def test_bad_environment_fails_before_creating_anything(
@@ -490,7 +490,8 @@ def test_main_refuses_a_malformed_gpu_count(tmp_path, capsys):
 # A stand-in program (no TensorFlow): it writes "<event> <time>" lines to its own file
 # under EVENTS, and behaves on SIGTERM as `--on-term` says: `save` (note "saved" after
 # `--save-seconds`, exit 143, as tf_trainer does), `ignore` (train on), `die` (the
-# default action); `--exit N` ends it with N after `--after` seconds; `--peer-gone`
+# default action); `--exit N` ends it with N (noting "exit") after `--after` seconds;
+# `--peer-gone`
 # exits 1 once that pid is gone, as a survivor's failed collective does.
 PROGRAM = """
 import argparse, json, os, signal, sys, time
@@ -520,6 +521,7 @@ while True:
         note("saved")
         sys.exit(143)
     if a.exit is not None and time.monotonic() - started >= a.after:
+        note("exit")
         sys.exit(a.exit)
     if a.peer_gone and not os.path.exists(f"/proc/{a.peer_gone}"):
         note("collective failed")
@@ -538,7 +540,9 @@ class Task:
         role: str,
         index: int,
         *args: str,
-        peer_wait: str = "",
+        window: str = "",
+        workers: int = 2,
+        gpus: int = 0,
     ):
         program = tmp_path / "program.py"
         program.write_text(PROGRAM)
@@ -549,14 +553,15 @@ class Task:
             "GPU_K8S_JOB": "j",
             "GPU_K8S_STRATEGY": strategy,
             "GPU_K8S_ROLE": role,
-            "GPU_K8S_WORKERS": "2" if strategy == "mwms" else "1",
+            "GPU_K8S_WORKERS": str(workers) if strategy == "mwms" else "1",
             "GPU_K8S_PS": "0" if strategy == "mwms" else "1",
             "JOB_COMPLETION_INDEX": str(index),
             "GPU_K8S_DATA_DIR": str(tmp_path),
             "GPU_K8S_GRACE_SECONDS": "2",
             "EVENTS": str(tmp_path / "events"),
             "HOSTNAME": f"j-{role}-0-{index}",
-            "GPU_K8S_PEER_WAIT_SECONDS": peer_wait,  # "": the launcher's default
+            "GPU_K8S_FAULT_WINDOW_SECONDS": window,  # "": the launcher's default
+            "GPU_K8S_GPUS": str(gpus),
         }
         self.err = tmp_path / f"{role}-{index}.err"
         with self.err.open("wb") as err:
@@ -610,7 +615,7 @@ class Task:
 )
 def test_the_program_s_exit_code_follows_the_table(tmp_path, args, code):
     # worker-0 never starts: no stop can show up, so the task looks for one once
-    task = Task(tmp_path, "mwms", "worker", 1, *args, peer_wait="0")
+    task = Task(tmp_path, "mwms", "worker", 1, *args, window="0")
     assert task.wait() == code, task.stderr()
     if code == tf_launcher.EXIT_FAILED and args[1] != "1":
         assert f"the program exited {args[1]}, a code the launcher reserves" in task.stderr()
@@ -651,11 +656,11 @@ def test_a_peer_leaving_mid_step_is_a_stop_and_a_crashed_peer_a_failure(tmp_path
     other = tmp_path / "other"
     other.mkdir()
     # (no stop mark ever comes: each looks for one for 0.5 s, not the default 2 s)
-    crashed = Task(other, "mwms", "worker", 1, "--exit", "1", "--after", "1.5", peer_wait="0.5")
+    crashed = Task(other, "mwms", "worker", 1, "--exit", "1", "--after", "1.5", window="0.5")
     crashed.ready()
     pid = crashed.program_pid()
     survivor = Task(
-        other, "mwms", "worker", 0, "--on-term", "ignore", "--peer-gone", str(pid), peer_wait="0.5"
+        other, "mwms", "worker", 0, "--on-term", "ignore", "--peer-gone", str(pid), window="0.5"
     )
     assert (crashed.wait(), survivor.wait()) == (1, 1), survivor.stderr()
 
@@ -674,7 +679,7 @@ def test_a_drained_ps_serves_until_the_chief_saved(tmp_path):
     )
 
 
-def test_a_failed_task_waits_peer_wait_for_a_stop_mark_and_no_longer(tmp_path, capfd):
+def test_a_failed_task_waits_the_fault_window_for_a_stop_mark_and_no_longer(tmp_path, capfd):
     """A peer's stop mark that shows up while the failed task waits makes it a stop."""
     marks = tmp_path / "gang"
     marks.mkdir()
@@ -689,7 +694,7 @@ def test_a_failed_task_waits_peer_wait_for_a_stop_mark_and_no_longer(tmp_path, c
 
     gang = tf_launcher.Gang.join(marks, config, "j-worker-0-1")
     timer = peer_stops_after(0.3)
-    code = tf_launcher.run_copying_output(fails, dict(os.environ), None, gang=gang, peer_wait=5)
+    code = tf_launcher.run_copying_output(fails, dict(os.environ), None, gang=gang, fault_window=5)
     timer.join()
     assert code == tf_launcher.EXIT_STOPPED
     assert "exit 1 after worker-0 left: stopped at the last checkpoint" in capfd.readouterr().err
@@ -697,9 +702,63 @@ def test_a_failed_task_waits_peer_wait_for_a_stop_mark_and_no_longer(tmp_path, c
     # a new gang whose peer runs on: the wait ends without a stop, the failure counts
     gang = tf_launcher.Gang.join(marks, config, "j-worker-0-1")
     (marks / "worker-0.json").write_text(json.dumps({"state": "running", "token": "next"}))
-    code = tf_launcher.run_copying_output(fails, dict(os.environ), None, gang=gang, peer_wait=0.2)
+    code = tf_launcher.run_copying_output(
+        fails, dict(os.environ), None, gang=gang, fault_window=0.2
+    )
     assert code == 1
     assert "stopped at the last checkpoint" not in capfd.readouterr().err
+
+
+def _evict_after_exit(task: Task, delay: float = 0.7) -> None:
+    """SIGTERM to the task's launcher `delay` s after its program exited (the eviction)."""
+    deadline = time.monotonic() + 10
+    while not task.times("exit") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    [exited] = task.times("exit")
+    time.sleep(max(0.0, exited + delay - time.time()))
+    task.proc.send_signal(signal.SIGTERM)
+
+
+def test_a_gpu_fault_s_crash_then_the_eviction_is_a_stop_not_a_failure(tmp_path):
+    """XID 79: CUDA fails in the program ~0.65 s before the watcher's eviction (issue 32).
+
+    A lone GPU task (no peer): the launcher holds the exit for its fault window, the
+    eviction's SIGTERM comes, and it exits 143, marked as a stop its peers would read.
+    """
+    task = Task(tmp_path, "mwms", "worker", 0, "--exit", "1", workers=1, gpus=1).ready()
+    marks = tmp_path / "jobs" / "j" / "gang"
+    peer = tf_launcher.Gang(marks, "worker-1", ["worker-0"], "worker-0", "peer")
+    _evict_after_exit(task)
+    assert task.wait() == tf_launcher.EXIT_STOPPED, task.stderr()
+    err = task.stderr()
+    assert "the program exited 1; holding the exit up to 10 s for an eviction" in err
+    assert "SIGTERM after exit 1: stopped at the last checkpoint" in err
+    assert json.loads((marks / "worker-0.json").read_text())["code"] == 143
+    assert peer.stopping_peer() == "worker-0"  # what a peer of its gang reads: a stop
+
+
+def test_a_crash_without_an_eviction_counts_once_the_fault_window_is_over(tmp_path):
+    task = Task(tmp_path, "mwms", "worker", 0, "--exit", "1", workers=1, gpus=1, window="0.5")
+    started = time.monotonic()
+    assert task.wait() == 1, task.stderr()
+    [exited] = task.times("exit")
+    assert time.time() - exited >= 0.5  # held for the window, then the program's code
+    assert time.monotonic() - started < 5
+
+
+def test_a_gpu_fault_in_a_gang_stops_the_crashed_task_and_its_peer(tmp_path):
+    """Task 1's GPU fails its program, task 0's collective fails, task 1 is evicted.
+
+    The eviction comes 0.7 s after the crash; both exit 143: the gang restarts uncounted.
+    """
+    crashed = Task(tmp_path, "mwms", "worker", 1, "--exit", "1", "--after", "0.3").ready()
+    pid = crashed.program_pid()
+    survivor = Task(tmp_path, "mwms", "worker", 0, "--on-term", "ignore", "--peer-gone", str(pid))
+    _evict_after_exit(crashed)
+    assert (crashed.wait(), survivor.wait()) == (143, 143), survivor.stderr()
+    assert survivor.times("collective failed")[0] < crashed.times("exit")[0] + 0.7
+    assert "exit 1 after worker-1 left: stopped at the last checkpoint" in survivor.stderr()
+    assert "SIGTERM after exit 1: stopped at the last checkpoint" in crashed.stderr()
 
 
 def test_an_earlier_gang_s_marks_do_not_stop_a_new_one(tmp_path):

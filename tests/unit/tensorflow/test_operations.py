@@ -475,6 +475,32 @@ def test_a_drained_pod_is_replaced_without_restarting_the_gang(ctx, running, api
     assert results["phase"] == "Running" and results["restarts"] == "0 of 3"
 
 
+@pytest.mark.parametrize("order", ["condition first", "exit code first", "no fault window"])
+def test_a_gpu_fault_s_crash_held_until_the_eviction_is_not_counted(
+    ctx, running, api, controller, order
+):
+    """Issue 32 item 2: worker 1's GPU fails its program before the watcher's eviction.
+
+    Its launcher holds the exit for its fault window (tf_launcher.py FAULT_WINDOW) until
+    the eviction's SIGTERM, exits 143 and marks its stop; worker 0 stops on the mark, 143.
+    Whichever the Job controller reads first, the evicted pod's DisruptionTarget with 143
+    (podFailurePolicy rule 0, Ignore: replaced, then worker 0's 143) or a 143 alone (rule
+    1, FailJob), the gang restarts under the JobSet's stoppedNotCounted rule. Without
+    the window the crashed pod was Failed with the program's 1 before anything else:
+    BackoffLimitExceeded, counted.
+    """
+    if order == "condition first":  # Eviction API: the condition, then kubelet's SIGTERM
+        controller.evict("mnist", "worker", 1)
+        controller.tick()  # rule 0: replaced, not counted; the Job goes on
+        controller.end_pod("mnist", "worker", 0, "Failed", exit_code=143)  # on the mark
+    else:
+        controller.end_pod("mnist", "worker", 1, "Failed", exit_code=143 if "exit" in order else 1)
+    controller.tick()
+    assert jobset(api, "mnist")["status"]["restarts"] == 1
+    results, _ = run_action(ctx, running, "job-status", job="mnist")
+    assert results["restarts"] == ("1 of 3" if order == "no fault window" else "0 of 3")
+
+
 def test_ps_and_workers_stop_when_the_chief_finishes(ctx, state, api, controller):
     controller.logs = None
     add_nodes(api, node("cpu-0"))  # Kueue counts cpu and memory: a quota needs nodes
