@@ -72,30 +72,67 @@ NCCL_PROGRAM = "all_reduce_perf_mpi"
 # 8 MiB to 256 MiB, doubling: large enough that the bus, not latency, bounds the result.
 NCCL_ARGS = ("-b", "8M", "-e", "256M", "-f", "2")
 
-# All-reduce bus bandwidth floors per GPU model (GB/s), matched on nvidia-smi's name.
-# nccl-tests doc/PERFORMANCE.md: busbw reflects "the speed of the inter-GPU
-# communication" and can be compared "with the hardware peak bandwidth, independently of
-# the number of ranks used": here the interconnect between the GPUs of one node. The
-# floor is a quarter of that link's per-direction peak: a healthy node clears it with
-# room (tuning, topology and message sizes move busbw, not by 4x); a GPU whose NVLink
-# fell back to PCIe, or a PCIe link trained at x4 or x1, does not.
-# Peaks: NVIDIA H100 datasheet (SXM: NVLink 900 GB/s bidirectional; PCIe Gen5 128 GB/s),
-# A100 datasheet (SXM: NVLink 600 GB/s; PCIe Gen4 64 GB/s), H200 datasheet (NVLink
-# 900 GB/s), A10G/A10, L4, L40S datasheets (PCIe Gen4 x16: 64 GB/s), T4 datasheet (PCIe
-# Gen3 x16: 32 GB/s); bidirectional figures halved for one direction.
-FLOORS: tuple[tuple[str, float, str], ...] = (
-    ("H200", 112.0, "NVLink 4: 450 GB/s per direction"),
-    ("H100 80GB HBM3", 112.0, "NVLink 4 (SXM5): 450 GB/s per direction"),
-    ("H100 PCIe", 16.0, "PCIe Gen5 x16: 64 GB/s per direction"),
-    ("H100 NVL", 16.0, "PCIe Gen5 x16: 64 GB/s per direction"),
-    ("A100-SXM4", 75.0, "NVLink 3: 300 GB/s per direction"),
-    ("A100-PCIE", 8.0, "PCIe Gen4 x16: 32 GB/s per direction"),
-    ("A10G", 8.0, "PCIe Gen4 x16: 32 GB/s per direction"),
-    ("A10", 8.0, "PCIe Gen4 x16: 32 GB/s per direction"),
-    ("L40S", 8.0, "PCIe Gen4 x16: 32 GB/s per direction"),
-    ("L4", 8.0, "PCIe Gen4 x16: 32 GB/s per direction"),
-    ("T4", 4.0, "PCIe Gen3 x16: 16 GB/s per direction"),
-)
+# All-reduce bus bandwidth floors per GPU model (GB/s), keyed by the name nvidia-smi
+# prints (`--query-gpu=name`, NVML's nvmlDeviceGetName). nccl-tests doc/PERFORMANCE.md:
+# busbw reflects "the speed of the inter-GPU communication" and can be compared "with the
+# hardware peak bandwidth, independently of the number of ranks used": here the
+# interconnect between the GPUs of one node. The floor is a quarter of that link's
+# per-direction peak: a healthy node clears it with room (tuning, topology and message
+# sizes move busbw, not by 4x); a GPU whose NVLink fell back to PCIe, or a PCIe link
+# trained at x4 or x1, does not.
+# Peaks (bidirectional datasheet figures halved for one direction): V100 SXM2 datasheet
+# (NVLink 2: 300 GB/s), A100 datasheet (SXM: NVLink 3 600 GB/s; PCIe Gen4 64 GB/s), H100
+# datasheet (SXM: NVLink 4 900 GB/s; PCIe and NVL: PCIe Gen5 128 GB/s, NVL's NVLink bridge
+# joins only pairs), H200 datasheet (SXM: NVLink 900 GB/s; NVL: PCIe Gen5 128 GB/s, its
+# bridge joins two or four), HGX B200 datasheet (NVLink 5: 1.8 TB/s per GPU), A10 (AWS's
+# A10G is an A10), L4, L40S datasheets (PCIe Gen4 x16: 64 GB/s), T4 datasheet (PCIe Gen3
+# x16: 32 GB/s).
+# Names exactly as the driver prints them: NVIDIA/open-gpu-kernel-modules README.md
+# "Compatible GPUs" (595.45.04: "Tesla T4" 1EB8, "NVIDIA A100-SXM4-40GB" 20B0, "NVIDIA
+# A100-SXM4-80GB" 20B2, "NVIDIA A100 80GB PCIe" 20B5, "NVIDIA A100-PCIE-40GB" 20F1,
+# "NVIDIA A10" 2236, "NVIDIA A10G" 2237, "NVIDIA H100 NVL" 2321, "NVIDIA H100 80GB HBM3"
+# 2330, "NVIDIA H100 PCIe" 2331, "NVIDIA H200" 2335, "NVIDIA H200 NVL" 233B, "NVIDIA L40S"
+# 26B9, "NVIDIA L4" 27B8, "NVIDIA B200" 2901); Volta is not in that table (the open
+# modules start at Turing): "Tesla V100-SXM2-16GB" and "-32GB" as nvidia-smi and DCGM's
+# modelName label print them (tests/fixtures/gpu/h100-sxm5-vm is our own record of
+# "NVIDIA H100 80GB HBM3"). AWS: p3 V100 SXM2 16GB, p3dn V100 SXM2 32GB, p4d A100-SXM4-40GB,
+# p4de A100-SXM4-80GB, p5 H100 80GB HBM3, p5e/p5en H200, p6-b200 B200, g4dn T4, g5 A10G,
+# g6 L4, g6e L40S. A model not named here is measured, not judged (`floor_for` -> None):
+# no prefix or substring match, which judged an "NVIDIA A100 80GB PCIe" as an A10 and an
+# "NVIDIA H200 NVL" (PCIe) against the H200's NVLink.
+_PCIE4 = "PCIe Gen4 x16, 32 GB/s per direction"
+_PCIE5 = "PCIe Gen5 x16, 64 GB/s per direction"
+FLOORS: dict[str, tuple[float, str]] = {
+    "Tesla V100-SXM2-16GB": (37.5, "V100 SXM2 datasheet: NVLink 2, 150 GB/s per direction"),
+    "Tesla V100-SXM2-32GB": (37.5, "V100 SXM2 datasheet: NVLink 2, 150 GB/s per direction"),
+    "NVIDIA A100-SXM4-40GB": (75.0, "A100 datasheet: NVLink 3, 300 GB/s per direction"),
+    "NVIDIA A100-SXM4-80GB": (75.0, "A100 datasheet: NVLink 3, 300 GB/s per direction"),
+    "NVIDIA A100-PCIE-40GB": (8.0, f"A100 datasheet: {_PCIE4}"),
+    "NVIDIA A100 80GB PCIe": (8.0, f"A100 datasheet: {_PCIE4}"),
+    "NVIDIA H100 80GB HBM3": (112.0, "H100 datasheet: NVLink 4, 450 GB/s per direction"),
+    "NVIDIA H100 PCIe": (16.0, f"H100 datasheet: {_PCIE5}"),
+    "NVIDIA H100 NVL": (16.0, f"H100 NVL datasheet: {_PCIE5}"),
+    "NVIDIA H200": (112.0, "H200 datasheet: NVLink 4, 450 GB/s per direction"),
+    "NVIDIA H200 NVL": (16.0, f"H200 NVL datasheet: {_PCIE5}"),
+    "NVIDIA B200": (225.0, "HGX B200 datasheet: NVLink 5, 900 GB/s per direction"),
+    "NVIDIA A10G": (8.0, f"A10 datasheet: {_PCIE4}"),
+    "NVIDIA A10": (8.0, f"A10 datasheet: {_PCIE4}"),
+    "NVIDIA L40S": (8.0, f"L40S datasheet: {_PCIE4}"),
+    "NVIDIA L4": (8.0, f"L4 datasheet: {_PCIE4}"),
+    "Tesla T4": (4.0, "T4 datasheet: PCIe Gen3 x16, 16 GB/s per direction"),
+}
+# The one normalisation: drivers before R470 printed these names without "NVIDIA " (NVIDIA
+# MIG user guide, R450: `nvidia-smi -L` -> "GPU 0: A100-SXM4-40GB (UUID: ...)"; 470.103.01
+# prints "NVIDIA A100-SXM4-80GB": NVIDIA/CUDALibrarySamples#104). "Tesla" stays in both.
+_VENDOR = "NVIDIA "
+
+
+def _bare(name: str) -> str:
+    name = name.strip()
+    return name[len(_VENDOR) :] if name.startswith(_VENDOR) else name
+
+
+_BY_BARE_NAME = {_bare(name): floor for name, floor in FLOORS.items()}
 
 # Seconds all of the gate's images may take to pull, together. NVIDIA's PyTorch image is
 # by far the largest, many GB to download (its size not recorded here yet): 40 minutes
@@ -108,11 +145,12 @@ _OUT_OF_BOUNDS = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)", re.MULTILI
 
 
 def floor_for(model: str) -> tuple[float, str] | None:
-    """The bus bandwidth floor (GB/s) of a GPU model and why; None when none is known."""
-    for key, floor, why in FLOORS:
-        if key in model:
-            return floor, why
-    return None
+    """The bus bandwidth floor (GB/s) of the GPU model nvidia-smi names, and why.
+
+    The exact name, with or without the "NVIDIA " that drivers before R470 left out; None for
+    any other model (measured, not judged).
+    """
+    return _BY_BARE_NAME.get(_bare(model))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,7 +2,10 @@
 # Copyright 2026 gpu-k8s contributors
 # See LICENSE file for licensing details.
 
-"""The kubernetes-worker charm's real `gpu-quarantined` hook, run as the fake juju-exec asks.
+"""The kubernetes-worker charm's real `gpu-quarantined` hook or `readmit-gpu` action.
+
+The hook runs as the fake juju-exec asks; the action as `juju run <unit> readmit-gpu
+confirm=yes` would have the unit agent start it, in a process of its own.
 
 Started (exec'd) by the bench's juju-exec with `charms/kubernetes-worker/src`, `lib` and
 `tests` on PYTHONPATH, as Juju's unit agent starts a hook: a fresh Python process that
@@ -14,12 +17,22 @@ its state file. What it wrote to its unit databag and its status go to
 `<root>/worker-hook.json` (what Juju would share with the control plane when the hook
 ends), with CLOCK_MONOTONIC at its start, once ops and the charm are imported, and at its end.
 
-    worker_hook.py <root>
+The action (`worker_hook.py <root> readmit-gpu`) runs on the machine a joined A10G worker
+has (tests/unit/kubernetes_worker/test_gpu_charm.py's fixtures: the g5.12xlarge sysfs tree,
+driver 580 loaded, containerd with the fake ctr that runs the gate's CUDA, DCGM and NCCL
+checks in their documented forms; kubelet.conf with the node's certificate from the
+bench's API server, as the fake kubeadm join leaves it), built in this process before its
+clock starts. `systemctl stop|start gpu-k8s-gpu-watcher` goes to the bench, which owns the
+real watcher process as systemd would (`<root>/systemd.sock`). The gate's end is read by
+wrapping gpu_gate.run (a timing probe: its result is returned unchanged).
+
+    worker_hook.py <root> [readmit-gpu]
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import sys
 import time
 from pathlib import Path
@@ -28,11 +41,17 @@ STARTED = time.monotonic()
 
 import dataclasses  # noqa: E402
 
+import gpu_gate  # noqa: E402
+import gpu_health  # noqa: E402
+import toolkit  # noqa: E402
 from ops import testing  # noqa: E402
 from scenario.state import _Event  # noqa: E402
 
 import charm  # noqa: E402
+from fakes.containerd_ctr import FakeCtr  # noqa: E402
 from fakes.machine import FakeMachine  # noqa: E402
+from fakes.nvidia_driver import FakeDriver  # noqa: E402
+from fakes.sysfs import build_machine  # noqa: E402
 from fakes.worker_scenario import joined_state  # noqa: E402
 
 IMPORTED = time.monotonic()
@@ -48,18 +67,55 @@ class _Api:
         return self._kubeconfig
 
 
-def main(root: Path) -> int:
-    setup = json.loads((root / "worker-unit.json").read_text())
-    machine = FakeMachine(root / "host", hostname=setup["node"])
-    charm.KubernetesWorkerCharm.host_factory = lambda self: machine.host()
+class _Cluster:
+    """The bench's API server as the fake kubeadm join needs it (`FakeMachine.cluster`)."""
+
+    def __init__(self, setup: dict):
+        self.url, self._node = setup["server"], setup["node"]
+        self._certificate = setup["node-certificate"]
+        self.tls = type("Tls", (), {"ca_pem": setup["ca"]})()
+
+    def node_certificate(self, node: str) -> str:
+        assert node == self._node, node  # the bench signed this node's only
+        return self._certificate
+
+
+def _state(setup: dict) -> testing.State:
     state = joined_state(_Api(setup["kubeconfig"]), config=setup["config"])
     (cluster,) = state.relations
     cluster = dataclasses.replace(cluster, local_unit_data=setup["bag"])
-    state = dataclasses.replace(state, relations={cluster})
+    return dataclasses.replace(state, relations={cluster})
+
+
+def _write(root: Path, result: dict, name: str) -> None:
+    path = root / name
+    path.with_suffix(".tmp").write_text(json.dumps(result))
+    path.with_suffix(".tmp").rename(path)  # whole, for the control plane's side
+
+
+def _systemd(root: Path, watcher: str):
+    """`systemctl stop|start` of the watcher answered by the bench's service manager."""
+
+    def systemctl(argv: list[str], _input: str | None) -> str:
+        assert argv[1:] in (["stop", watcher], ["start", watcher]), argv
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.connect(str(root / "systemd.sock"))
+            sock.sendall(f"{argv[1]}\n".encode())
+            assert sock.makefile().readline() == "ok\n", argv
+        return ""
+
+    return systemctl
+
+
+def hook(root: Path) -> int:
+    """`gpu-quarantined`, as the watcher's juju-exec asks."""
+    setup = json.loads((root / "worker-unit.json").read_text())
+    machine = FakeMachine(root / "host", hostname=setup["node"])
+    charm.KubernetesWorkerCharm.host_factory = lambda self: machine.host()
     ctx = testing.Context(charm.KubernetesWorkerCharm, unit_id=int(setup["unit"].split("/")[1]))
     # `charm.on.gpu_quarantined`, as ops emits it for JUJU_DISPATCH_PATH=hooks/gpu-quarantined
     # (tests/unit/kubernetes_worker/test_gpu_charm.py gpu_quarantined)
-    out = ctx.run(_Event("gpu_quarantined"), state)
+    out = ctx.run(_Event("gpu_quarantined"), _state(setup))
     (cluster,) = out.relations
     result = {
         "started": STARTED,
@@ -68,11 +124,57 @@ def main(root: Path) -> int:
         "bag": dict(cluster.local_unit_data),
         "status": [out.unit_status.name, out.unit_status.message],
     }
-    path = root / "worker-hook.json"
-    path.with_suffix(".tmp").write_text(json.dumps(result))
-    path.with_suffix(".tmp").rename(path)  # whole, for the control plane's side
+    _write(root, result, "worker-hook.json")
+    return 0
+
+
+def readmit_gpu(root: Path) -> int:
+    """`readmit-gpu confirm=yes` on the joined A10G machine, after the gate's checks."""
+    setup = json.loads((root / "worker-unit.json").read_text())
+    machine = FakeMachine(root / "host", hostname=setup["node"])
+    charm.KubernetesWorkerCharm.host_factory = lambda self: machine.host()
+    # the machine a joined GPU worker has (test_gpu_charm.py's `driver` and `ctr`)
+    driver = FakeDriver(machine)
+    build_machine(machine.path("/sys"), "g5-a10g", module_loaded=False)
+    driver.preinstall("580")
+    machine.dpkg["containerd"] = next(iter(machine.archive["containerd"].values()))
+    machine.dpkg |= dict.fromkeys(toolkit.TOOLKIT_PACKAGES, toolkit.TOOLKIT_VERSION)
+    FakeCtr(machine, driver)
+    machine.cluster = _Cluster(setup)
+    machine._kubelet_bootstrapped(  # what the fake kubeadm join leaves: kubelet.conf
+        {
+            "discovery": {"bootstrapToken": {"apiServerEndpoint": "10.0.0.1:6443"}},
+            "nodeRegistration": {"name": setup["node"]},
+        }
+    )
+    machine.on("systemctl", _systemd(root, f"{gpu_health.SERVICE}.service"))
+    marks: dict[str, float] = {}
+    gate = gpu_gate.run
+
+    def timed_gate(*args, **kwargs):
+        result = gate(*args, **kwargs)
+        marks["gate"] = time.monotonic()
+        return result
+
+    gpu_gate.run = timed_gate
+    state = _state(setup)
+    ctx = testing.Context(charm.KubernetesWorkerCharm, unit_id=int(setup["unit"].split("/")[1]))
+    ready = time.monotonic()
+    out = ctx.run(ctx.on.action("readmit-gpu", params={"confirm": "yes"}), state)
+    (cluster,) = out.relations
+    result = {
+        "started": STARTED,
+        "imported": IMPORTED,
+        "ready": ready,
+        "gate": marks["gate"],
+        "ended": time.monotonic(),
+        "bag": dict(cluster.local_unit_data),
+        "results": ctx.action_results,
+    }
+    _write(root, result, "worker-action.json")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1])))
+    root = Path(sys.argv[1])
+    sys.exit(readmit_gpu(root) if sys.argv[2:] == ["readmit-gpu"] else hook(root))

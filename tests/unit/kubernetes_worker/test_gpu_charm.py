@@ -2223,7 +2223,7 @@ def test_an_all_reduce_under_the_floor_fails_the_gate(ctx, machine, api, driver,
     (failed,) = watcher_state(machine)["repairs"]
     assert failed["gate"]["nccl"] == (
         "failed: all-reduce across 4 GPUs: bus bandwidth 3.1 GB/s, under the floor 8 GB/s "
-        "for NVIDIA A10G (PCIe Gen4 x16: 32 GB/s per direction)"
+        "for NVIDIA A10G (A10 datasheet: PCIe Gen4 x16, 32 GB/s per direction)"
     )
     assert node(api)["spec"]["unschedulable"] is True
 

@@ -94,6 +94,50 @@ def test_floors_are_matched_on_the_model_name(model, floor):
     assert gpu_gate.floor_for(model)[0] == floor
 
 
+@pytest.mark.parametrize("name", sorted(gpu_gate.FLOORS))
+def test_every_name_in_the_table_resolves_to_its_own_entry(name):
+    assert gpu_gate.floor_for(name) == gpu_gate.FLOORS[name]
+    # drivers before R470 printed the same names without "NVIDIA " (gpu_gate._VENDOR)
+    assert gpu_gate.floor_for(name.removeprefix("NVIDIA ")) == gpu_gate.FLOORS[name]
+
+
+@pytest.mark.parametrize(
+    ("model", "floor", "why"),
+    [
+        # "A10" is a substring of it: was judged as an A10
+        ("NVIDIA A100 80GB PCIe", 8.0, "A100 datasheet: PCIe Gen4 x16, 32 GB/s per direction"),
+        ("NVIDIA A100-PCIE-40GB", 8.0, "A100 datasheet: PCIe Gen4 x16, 32 GB/s per direction"),
+        # a PCIe card: was held to the H200 SXM's NVLink floor, so a healthy node failed
+        ("NVIDIA H200 NVL", 16.0, "H200 NVL datasheet: PCIe Gen5 x16, 64 GB/s per direction"),
+        ("Tesla V100-SXM2-16GB", 37.5, "V100 SXM2 datasheet: NVLink 2, 150 GB/s per direction"),
+        ("Tesla V100-SXM2-32GB", 37.5, "V100 SXM2 datasheet: NVLink 2, 150 GB/s per direction"),
+        ("NVIDIA B200", 225.0, "HGX B200 datasheet: NVLink 5, 900 GB/s per direction"),
+    ],
+)
+def test_each_model_is_judged_by_its_own_interconnect(ctr, model, floor, why):
+    assert gpu_gate.floor_for(model) == (floor, why)
+    ctr.busbw = floor - 0.1
+    check = gpu_gate.parse_nccl(all_reduce(ctr), 4, model)
+    assert not check.passed and check.detail.endswith(f"for {model} ({why})")
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        "NVIDIA RTX PRO 6000",
+        "NVIDIA L40",  # not an L4
+        "NVIDIA A10M",  # not an A10
+        "NVIDIA GH200 120GB",  # not an H200
+        "NVIDIA H100",  # 2339: its interconnect not recorded here
+        "NVIDIA A800-SXM4-80GB",
+        "A100 SXM4 80GB",  # pci.ids' name, not nvidia-smi's
+        "",
+    ],
+)
+def test_a_model_not_in_the_table_has_no_floor(model):
+    assert gpu_gate.floor_for(model) is None
+
+
 def quarantine(action):
     return [{"index": "1", "uuid": "GPU-1", "action": action, "at": "2026-11-19T10:00:00Z"}]
 
