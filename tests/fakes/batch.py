@@ -816,24 +816,64 @@ class BatchControllers:
         _set(workload, kind, status, *args, at=self.clock())
 
     def _write_status(self, obj: dict) -> None:
-        """Write a Workload's or ClusterQueue's status as Kueue does: to `/status`, validated.
+        """Write an object's status as its controller does: to `/status`, validated.
 
         Kueue writes a Workload's status through its status subresource (workload.go
         ApplyAdmissionStatusPatch: `c.Status().Patch(..., client.Apply, ...)`, and the
         other status changes likewise) and a ClusterQueue's with `r.client.Status().Update`
-        (clusterqueue_controller.go updateCqStatusIfChanged, only when it changed), so
-        the fake API server decodes the body strictly and checks the object, status
-        included, against the real CRD at the pinned tag (`fakes.crds`): a status shape
-        Kueue v0.19.2 could never write fails the test that makes it. The write keeps
-        the stored spec (the status strategy), so `obj`'s spec changes are not written
-        (`_write_spec`). `obj` takes the new resourceVersion.
+        (clusterqueue_controller.go updateCqStatusIfChanged, only when it changed); JobSet
+        its JobSet's with `r.Status().Update` (jobset v0.12.0 jobset_controller.go
+        updateJobSetStatus), the Job controller a Job's with `UpdateStatus` (kubernetes
+        pkg/controller/job/job_controller.go updateJobStatus). So the fake API server
+        decodes the body strictly and checks the object, status included, against the
+        real CRD at the pinned tag (`fakes.crds`) or the 1.36 schema: a status shape the
+        controller could never write fails the test that makes it. The write keeps the
+        stored spec (the status strategy), so `obj`'s spec changes are not written
+        (`_write_spec`). A Pod's status is kubelet's PATCH (`_pod_status`). `obj` takes
+        the new resourceVersion.
         """
+        if obj["kind"] == "Pod":
+            self._pod_status(obj)
+            return
         meta = obj["metadata"]
-        if obj["kind"] == "Workload":
-            path = f"{KUEUE}/namespaces/{meta['namespace']}/workloads/{meta['name']}"
-        else:
-            path = f"{KUEUE}/clusterqueues/{meta['name']}"
+        path = {
+            "Workload": f"{KUEUE}/namespaces/{meta.get('namespace')}/workloads/{meta['name']}",
+            "ClusterQueue": f"{KUEUE}/clusterqueues/{meta['name']}",
+            "JobSet": f"{JOBSET}/namespaces/{self.ns}/jobsets/{meta['name']}",
+            "Job": f"/apis/batch/v1/namespaces/{self.ns}/jobs/{meta['name']}",
+        }[obj["kind"]]
         meta["resourceVersion"] = self._kueue_write(f"{path}/status", obj)
+
+    def _pod_status(self, pod: dict) -> None:
+        """Kubelet's pod status write: a PATCH of pods/status (status_manager.go syncPod).
+
+        kubelet sends a two-way strategic merge patch from the status it last wrote to
+        the new one, with the pod's uid as precondition (kubernetes pkg/util/pod
+        PatchPodStatus); its effect is the new status whole, sent here as a JSON merge
+        patch (a list replaced whole, a status field left out set to null), validated
+        strictly. Whatever else of `pod` changed is not written (podStatusStrategy keeps
+        the spec).
+        """
+        name = pod["metadata"]["name"]
+        path = f"/api/v1/namespaces/{self.ns}/pods/{name}"
+        stored = (self.api.get_object(path) or {}).get("status") or {}
+        status: dict[str, Any] = dict.fromkeys(stored)
+        status.update(pod.get("status") or {})
+        patch = {"metadata": {"uid": pod["metadata"]["uid"]}, "status": status}
+        headers = {
+            "Authorization": "Bearer admin-token",
+            "Content-Type": "application/merge-patch+json",
+        }
+        answer = self.api.handle(
+            "PATCH",
+            f"{path}/status?fieldValidation=Strict",
+            headers,
+            json.dumps(patch).encode(),
+            controller=True,
+        )
+        if answer[0] != 200:
+            raise AssertionError(f"the API server refused kubelet's write: {answer[2]!r}")
+        pod["metadata"]["resourceVersion"] = json.loads(answer[2])["metadata"]["resourceVersion"]
 
     def _write_spec(self, workload: dict) -> None:
         """Update a Workload (its spec; the stored status stays) through the API server."""
@@ -844,11 +884,12 @@ class BatchControllers:
     def _kueue_write(self, path: str, obj: dict) -> str:
         """PUT `obj` at `path` with fieldValidation=Strict; its new resourceVersion."""
         headers = {"Authorization": "Bearer admin-token", "Content-Type": "application/json"}
+        body = json.dumps(obj).encode()
         answer = self.api.handle(
-            "PUT", f"{path}?fieldValidation=Strict", headers, json.dumps(obj).encode()
+            "PUT", f"{path}?fieldValidation=Strict", headers, body, controller=True
         )
         if answer[0] != 200:
-            raise AssertionError(f"the API server refused Kueue's write: {answer[2]!r}")
+            raise AssertionError(f"the API server refused the controller's write: {answer[2]!r}")
         return json.loads(answer[2])["metadata"]["resourceVersion"]
 
     def _admitted(self, pod: dict, owner: dict) -> bool:
@@ -1104,7 +1145,9 @@ class BatchControllers:
         """
         path = f"{KUEUE}/namespaces/{self.ns}/workloads"
         headers = {"Authorization": "Bearer admin-token", "Content-Type": "application/json"}
-        answer = self.api.handle("POST", path, headers, json.dumps(workload).encode())
+        answer = self.api.handle(
+            "POST", path, headers, json.dumps(workload).encode(), controller=True
+        )
         if answer[0] != 201:
             raise AssertionError(f"the API server refused the Workload: {answer[2]!r}")
         return json.loads(answer[2])
@@ -1513,7 +1556,7 @@ class BatchControllers:
                 status["restartsCountTowardsMax"] = counted + 1
             reason = f"FailurePolicy_{rule['name']}" if rule else "DefaultFailurePolicy"
             _set(js, "RestartingJobSet", "True", reason)
-        self._put(js)
+        self._write_status(js)
         self._delete_all(children)
 
     def _succeeded(self, js: dict, children: list[dict]) -> bool:
@@ -1525,7 +1568,7 @@ class BatchControllers:
         ):
             return False
         _set(js, "Completed", "True", "AllJobsCompleted")
-        self._put(js)
+        self._write_status(js)
         for child in children:
             if not _true(child, "Complete"):
                 self._delete(child)
@@ -1588,7 +1631,7 @@ class BatchControllers:
                 self._put(job)
         if _true(js, "RestartingJobSet") and self._all_running(js):
             _set(js, "RestartingJobSet", "False", "JobsReady")
-            self._put(js)
+            self._write_status(js)
 
     def _all_running(self, js: dict) -> bool:
         """Every pod of every replicated Job runs (JobSet's "JobsReady")."""
@@ -1690,18 +1733,18 @@ class BatchControllers:
         phases = [(p.get("status") or {}).get("phase") for p in pods]
         if "Succeeded" in phases:
             _set(job, "Complete", "True", "CompletionsReached")
-            self._put(job)
+            self._write_status(job)
             return 0
         actions = [self._policy_action(job, p) for p in pods if _phase(p) == "Failed"]
         if "FailJob" in actions:
             _set(job, "Failed", "True", "PodFailurePolicy", "Container failed with a rule")
-            self._put(job)
+            self._write_status(job)
             return 0
         if actions.count("Count") > int(job["spec"].get("backoffLimit", 6)):
             _set(
                 job, "Failed", "True", "BackoffLimitExceeded", "Job has reached the backoff limit"
             )
-            self._put(job)
+            self._write_status(job)
             return 0
         self._retry(pods)
         if any(p not in ("Succeeded", "Failed") for p in phases):
@@ -1712,12 +1755,13 @@ class BatchControllers:
         """The scheduler binds a Pending pod once a node can take it."""
         for pod in pods:
             if _unschedulable(pod) and (node := self._schedule(pod["spec"])) is not None:
-                pod["spec"]["nodeName"] = node
+                self._bind(pod, node)
                 pod["status"] = {
                     "phase": "Running",
                     "conditions": [{"type": "Ready", "status": "True"}],
                 }
-                self._start(self._put(pod))
+                self._write_status(pod)
+                self._start(pod)
 
     @staticmethod
     def _policy_action(job: dict, pod: dict) -> str:
@@ -1757,7 +1801,7 @@ class BatchControllers:
                 continue
             reason = "PodFailurePolicy" if action == "FailJob" else "BackoffLimitExceeded"
             _set(job, "Failed", "True", reason, message)
-            self._put(job)
+            self._write_status(job)
             return True
         succeeded = {
             int(p["metadata"]["labels"][JOB_INDEX])
@@ -1775,7 +1819,7 @@ class BatchControllers:
         )
         if done:
             _set(job, "Complete", "True", "SuccessPolicy" if wanted else "")
-            self._put(job)
+            self._write_status(job)
             for pod in pods:
                 if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
                     self._delete_pod(pod)
@@ -1824,9 +1868,9 @@ class BatchControllers:
         pod = self._pod(name, labels, job, spec, status)
         if not self._admitted(pod, job):
             return False
-        stored = self._put(pod)
+        self._create(pod)
         if node is not None:
-            self._start(stored)
+            self._start(pod)
         return True
 
     def _start(self, pod: dict) -> None:
@@ -1855,7 +1899,7 @@ class BatchControllers:
                         }
                     ],
                 }
-                self._put(pod)
+                self._write_status(pod)
                 return
         if self.logs is not None:
             self.api.set_pod_log(self.ns, pod["metadata"]["name"], self.logs(pod))
@@ -1875,6 +1919,26 @@ class BatchControllers:
             "spec": spec,
             "status": status,
         }
+
+    def _create(self, pod: dict) -> None:
+        """Store the controller's new pod, then write the status its node's kubelet gives it.
+
+        Created, a pod's status is the server's (Pending: podStrategy.PrepareForCreate
+        resets it); the scheduler binds it (pods/binding sets spec.nodeName) and kubelet
+        reports what it started through pods/status (`_pod_status`), validated.
+        """
+        status = pod.pop("status")
+        stored = self._put(pod)
+        pod["metadata"] = stored["metadata"]
+        pod["status"] = status
+        self._write_status(pod)
+
+    def _bind(self, pod: dict, node: str) -> None:
+        """The scheduler's binding (pods/binding sets spec.nodeName; the fake stores it)."""
+        path = f"/api/v1/namespaces/{self.ns}/pods/{pod['metadata']['name']}"
+        stored = self.api.get_object(path)
+        stored["spec"]["nodeName"] = pod["spec"]["nodeName"] = node
+        pod["metadata"] = self._put(stored)["metadata"]
 
     # -- pods by tests
     def pod(self, job: str, role: str, index: int) -> dict:
@@ -1902,7 +1966,7 @@ class BatchControllers:
         pod["status"].setdefault("conditions", []).append(
             {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
         )
-        self._put(pod)
+        self._write_status(pod)
         if self.kubelet is not None:
             self.kubelet.terminate(pod)
         else:
@@ -1933,7 +1997,7 @@ class BatchControllers:
         }
         if disrupted:
             pod["status"]["conditions"].append({"type": "DisruptionTarget", "status": "True"})
-        self._put(pod)
+        self._write_status(pod)
 
     # -- Deployments (D1) and kubelet's start of their containers (D2)
     def _deployments(self) -> None:
@@ -1942,9 +2006,9 @@ class BatchControllers:
         for deployment in deployments:  # B1's scheduler retries what waited for a node
             for pod in self._owned(deployment, pods):
                 if _unschedulable(pod) and (node := self._schedule(pod["spec"])) is not None:
-                    pod["spec"]["nodeName"] = node
+                    self._bind(pod, node)
                     pod["status"] = self._started(pod["spec"])
-                    self._put(pod)
+                    self._write_status(pod)
         for deployment in deployments:
             owned = self._owned(deployment, pods)
             for _ in range(int(deployment["spec"].get("replicas", 1)) - len(owned)):
@@ -1978,7 +2042,7 @@ class BatchControllers:
                     }
                 pod = self._pod(name, labels, deployment, spec, status)
                 if self._admitted(pod, deployment):
-                    self._put(pod)
+                    self._create(pod)
 
     def _started(self, spec: dict) -> dict:
         """The status kubelet gives a pod whose containers it started (or could not)."""
