@@ -56,7 +56,8 @@ Kueue (kubernetes-sigs/kueue v0.19.2):
   free, which sets Evicted and Preempted False (only if they were True, workload.go).
 - K4 A Workload whose JobSet finished gets Finished (reason Succeeded or Failed) and frees
   its quota; QuotaReserved and Admitted stay True (workload/finish/finish.go).
-- K7 Each ClusterQueue's `status.flavorsReservation` and `flavorsUsage` (see `_queue_status`).
+- K7 Each ClusterQueue's status: flavorsReservation, flavorsUsage, the reserving, admitted
+  and pending Workloads, condition Active (see `_queue_status`).
 - K5 `time_out(job)`: the job's pods were not all ready within waitForPodsReady.timeout
   (core/workload_controller.go reconcileNotReadyTimeout): evicted like K3 with reason
   PodsReadyTimeout, "Exceeded the PodsReady timeout <ns>/<workload>", and requeued.
@@ -375,7 +376,8 @@ class Quota:
         self.cohorts = {c["metadata"]["name"]: c for c in api.objects(f"{KUEUE}/cohorts/")}
         self.flavors = {f["metadata"]["name"]: f for f in api.objects(f"{KUEUE}/resourceflavors/")}
         self.usage: dict[tuple[str, str, str], float] = {}
-        for w in api.objects(f"{KUEUE}/namespaces/", kind="Workload"):
+        self.workloads = api.objects(f"{KUEUE}/namespaces/", kind="Workload")
+        for w in self.workloads:
             if _true(w, "Admitted") and not _true(w, "Finished"):
                 self.add(w, 1)
         for cohort in self.cohorts.values():
@@ -1265,19 +1267,37 @@ class BatchControllers:
         self._queue_status(Quota(self.api))
 
     def _queue_status(self, quota: Quota) -> None:
-        """K7: each ClusterQueue's status says what it holds, per flavor and resource.
+        """K7: each ClusterQueue's status, as Kueue's ClusterQueue controller writes it.
 
-        Kueue's ClusterQueue controller (pkg/controller/core/clusterqueue_controller.go
-        updateCqStatusIfChanged) writes `flavorsReservation` (quota reserved) and
-        `flavorsUsage` (admitted) from its cache (pkg/cache/scheduler/cache.go getUsage):
-        per flavor of each resource group, per covered resource sorted by name, `total`
-        and, in a cohort, `borrowed` = total less nominalQuota when above 0 (the fake
-        admits as it reserves, so both lists are the same). Written only when changed.
+        kueue v0.19.2 pkg/controller/core/clusterqueue_controller.go updateCqStatusIfChanged
+        (lines 513-563) writes, only when it changed, with `Status().Update`:
+        - `flavorsReservation` (quota reserved) and `flavorsUsage` (admitted) from its
+          cache (pkg/cache/scheduler/cache.go Usage and getUsage, lines 873-893 and
+          979-1012): per flavor of each resource group, per covered resource sorted by
+          name, `total` and, in a cohort, `borrowed` = total less nominalQuota when above
+          0 (the fake admits as it reserves, so both lists are the same);
+        - `reservingWorkloads` (the Workloads holding quota: len(cq.Workloads)) and
+          `admittedWorkloads` (admittedWorkloadsCount), here the admitted, unfinished ones;
+        - `pendingWorkloads`: the queue manager's pending ones, active and inadmissible
+          (pkg/cache/queue/manager.go Pending, cluster_queue.go PendingTotal): here every
+          Workload not holding quota, unfinished, active (spec.active), whose LocalQueue
+          points at the ClusterQueue;
+        - condition `Active` (observedGeneration the ClusterQueue's generation) from
+          cache.go ClusterQueueReadiness (lines 389-401) and clusterqueue.go
+          inactiveReason (lines 310-366): True, Ready, "Can admit new workloads"; or,
+          a ResourceFlavor it names missing (the only cause the fake has), False,
+          FlavorNotFound, "Can't admit new workloads: references missing
+          ResourceFlavor(s): <a>,<b>." (the flavors in the spec's order).
+        `fairSharing.weightedShare` is not written (see `Quota.share`).
         """
+        holding, pending = self._queue_counts(quota)
         for name, cq in quota.cqs.items():
             flavors = []
+            missing = []
             for group in cq["spec"].get("resourceGroups") or []:
                 for f in group.get("flavors") or []:
+                    if f["name"] not in quota.flavors:
+                        missing.append(f["name"])
                     resources = []
                     for r in sorted(group["coveredResources"]):
                         used = quota.usage.get((name, f["name"], r), 0.0)
@@ -1287,13 +1307,42 @@ class BatchControllers:
                             {"name": r, "total": _show(r, used), "borrowed": _show(r, borrowed)}
                         )
                     flavors.append({"name": f["name"], "resources": resources})
-            status = cq.get("status") or {}
-            if (
-                status.get("flavorsReservation") != flavors
-                or status.get("flavorsUsage") != flavors
-            ):
-                cq["status"] = {**status, "flavorsReservation": flavors, "flavorsUsage": flavors}
+            before = cq.get("status") or {}
+            cq["status"] = {
+                **json_copy(before),
+                "flavorsReservation": flavors,
+                "flavorsUsage": flavors,
+                "reservingWorkloads": holding.get(name, 0),
+                "admittedWorkloads": holding.get(name, 0),
+                "pendingWorkloads": pending.get(name, 0),
+            }
+            active = ("True", "Ready", "Can admit new workloads")
+            if missing:
+                why = f"references missing ResourceFlavor(s): {','.join(missing)}"
+                active = ("False", "FlavorNotFound", f"Can't admit new workloads: {why}.")
+            _set(cq, "Active", *active, at=self.clock())
+            cq["status"]["conditions"][-1]["observedGeneration"] = cq["metadata"]["generation"]
+            if cq["status"] != before:
                 self._write_status(cq)
+
+    def _queue_counts(self, quota: Quota) -> tuple[dict[str, int], dict[str, int]]:
+        """K7: per ClusterQueue, the Workloads holding quota and those pending in it."""
+        queues = {
+            (q["metadata"]["namespace"], q["metadata"]["name"]): str(q["spec"]["clusterQueue"])
+            for q in self.api.objects(f"{KUEUE}/namespaces/", kind="LocalQueue")
+        }
+        holding: dict[str, int] = {}
+        pending: dict[str, int] = {}
+        for w in quota.workloads:
+            if _true(w, "Finished"):
+                continue
+            if _true(w, "QuotaReserved"):
+                name = str(w["status"]["admission"]["clusterQueue"])
+                holding[name] = holding.get(name, 0) + 1
+            elif w["spec"].get("active", True):
+                name = queues.get((w["metadata"]["namespace"], w["spec"].get("queueName", "")), "")
+                pending[name] = pending.get(name, 0) + 1
+        return holding, pending
 
     def _pending_because(self, workload: dict, reason: str, message: str) -> None:
         reserved = next(
