@@ -56,7 +56,8 @@ Kueue (kubernetes-sigs/kueue v0.19.2):
   free, which sets Evicted and Preempted False (only if they were True, workload.go).
 - K4 A Workload whose JobSet finished gets Finished (reason Succeeded or Failed) and frees
   its quota; QuotaReserved and Admitted stay True (workload/finish/finish.go).
-- K7 Each ClusterQueue's `status.flavorsReservation` and `flavorsUsage` (see `_queue_status`).
+- K7 Each ClusterQueue's status: flavorsReservation, flavorsUsage, the reserving, admitted
+  and pending Workloads, condition Active (see `_queue_status`).
 - K5 `time_out(job)`: the job's pods were not all ready within waitForPodsReady.timeout
   (core/workload_controller.go reconcileNotReadyTimeout): evicted like K3 with reason
   PodsReadyTimeout, "Exceeded the PodsReady timeout <ns>/<workload>", and requeued.
@@ -375,7 +376,8 @@ class Quota:
         self.cohorts = {c["metadata"]["name"]: c for c in api.objects(f"{KUEUE}/cohorts/")}
         self.flavors = {f["metadata"]["name"]: f for f in api.objects(f"{KUEUE}/resourceflavors/")}
         self.usage: dict[tuple[str, str, str], float] = {}
-        for w in api.objects(f"{KUEUE}/namespaces/", kind="Workload"):
+        self.workloads = api.objects(f"{KUEUE}/namespaces/", kind="Workload")
+        for w in self.workloads:
             if _true(w, "Admitted") and not _true(w, "Finished"):
                 self.add(w, 1)
         for cohort in self.cohorts.values():
@@ -816,24 +818,64 @@ class BatchControllers:
         _set(workload, kind, status, *args, at=self.clock())
 
     def _write_status(self, obj: dict) -> None:
-        """Write a Workload's or ClusterQueue's status as Kueue does: to `/status`, validated.
+        """Write an object's status as its controller does: to `/status`, validated.
 
         Kueue writes a Workload's status through its status subresource (workload.go
         ApplyAdmissionStatusPatch: `c.Status().Patch(..., client.Apply, ...)`, and the
         other status changes likewise) and a ClusterQueue's with `r.client.Status().Update`
-        (clusterqueue_controller.go updateCqStatusIfChanged, only when it changed), so
-        the fake API server decodes the body strictly and checks the object, status
-        included, against the real CRD at the pinned tag (`fakes.crds`): a status shape
-        Kueue v0.19.2 could never write fails the test that makes it. The write keeps
-        the stored spec (the status strategy), so `obj`'s spec changes are not written
-        (`_write_spec`). `obj` takes the new resourceVersion.
+        (clusterqueue_controller.go updateCqStatusIfChanged, only when it changed); JobSet
+        its JobSet's with `r.Status().Update` (jobset v0.12.0 jobset_controller.go
+        updateJobSetStatus), the Job controller a Job's with `UpdateStatus` (kubernetes
+        pkg/controller/job/job_controller.go updateJobStatus). So the fake API server
+        decodes the body strictly and checks the object, status included, against the
+        real CRD at the pinned tag (`fakes.crds`) or the 1.36 schema: a status shape the
+        controller could never write fails the test that makes it. The write keeps the
+        stored spec (the status strategy), so `obj`'s spec changes are not written
+        (`_write_spec`). A Pod's status is kubelet's PATCH (`_pod_status`). `obj` takes
+        the new resourceVersion.
         """
+        if obj["kind"] == "Pod":
+            self._pod_status(obj)
+            return
         meta = obj["metadata"]
-        if obj["kind"] == "Workload":
-            path = f"{KUEUE}/namespaces/{meta['namespace']}/workloads/{meta['name']}"
-        else:
-            path = f"{KUEUE}/clusterqueues/{meta['name']}"
+        path = {
+            "Workload": f"{KUEUE}/namespaces/{meta.get('namespace')}/workloads/{meta['name']}",
+            "ClusterQueue": f"{KUEUE}/clusterqueues/{meta['name']}",
+            "JobSet": f"{JOBSET}/namespaces/{self.ns}/jobsets/{meta['name']}",
+            "Job": f"/apis/batch/v1/namespaces/{self.ns}/jobs/{meta['name']}",
+        }[obj["kind"]]
         meta["resourceVersion"] = self._kueue_write(f"{path}/status", obj)
+
+    def _pod_status(self, pod: dict) -> None:
+        """Kubelet's pod status write: a PATCH of pods/status (status_manager.go syncPod).
+
+        kubelet sends a two-way strategic merge patch from the status it last wrote to
+        the new one, with the pod's uid as precondition (kubernetes pkg/util/pod
+        PatchPodStatus); its effect is the new status whole, sent here as a JSON merge
+        patch (a list replaced whole, a status field left out set to null), validated
+        strictly. Whatever else of `pod` changed is not written (podStatusStrategy keeps
+        the spec).
+        """
+        name = pod["metadata"]["name"]
+        path = f"/api/v1/namespaces/{self.ns}/pods/{name}"
+        stored = (self.api.get_object(path) or {}).get("status") or {}
+        status: dict[str, Any] = dict.fromkeys(stored)
+        status.update(pod.get("status") or {})
+        patch = {"metadata": {"uid": pod["metadata"]["uid"]}, "status": status}
+        headers = {
+            "Authorization": "Bearer admin-token",
+            "Content-Type": "application/merge-patch+json",
+        }
+        answer = self.api.handle(
+            "PATCH",
+            f"{path}/status?fieldValidation=Strict",
+            headers,
+            json.dumps(patch).encode(),
+            controller=True,
+        )
+        if answer[0] != 200:
+            raise AssertionError(f"the API server refused kubelet's write: {answer[2]!r}")
+        pod["metadata"]["resourceVersion"] = json.loads(answer[2])["metadata"]["resourceVersion"]
 
     def _write_spec(self, workload: dict) -> None:
         """Update a Workload (its spec; the stored status stays) through the API server."""
@@ -844,11 +886,12 @@ class BatchControllers:
     def _kueue_write(self, path: str, obj: dict) -> str:
         """PUT `obj` at `path` with fieldValidation=Strict; its new resourceVersion."""
         headers = {"Authorization": "Bearer admin-token", "Content-Type": "application/json"}
+        body = json.dumps(obj).encode()
         answer = self.api.handle(
-            "PUT", f"{path}?fieldValidation=Strict", headers, json.dumps(obj).encode()
+            "PUT", f"{path}?fieldValidation=Strict", headers, body, controller=True
         )
         if answer[0] != 200:
-            raise AssertionError(f"the API server refused Kueue's write: {answer[2]!r}")
+            raise AssertionError(f"the API server refused the controller's write: {answer[2]!r}")
         return json.loads(answer[2])["metadata"]["resourceVersion"]
 
     def _admitted(self, pod: dict, owner: dict) -> bool:
@@ -1104,7 +1147,9 @@ class BatchControllers:
         """
         path = f"{KUEUE}/namespaces/{self.ns}/workloads"
         headers = {"Authorization": "Bearer admin-token", "Content-Type": "application/json"}
-        answer = self.api.handle("POST", path, headers, json.dumps(workload).encode())
+        answer = self.api.handle(
+            "POST", path, headers, json.dumps(workload).encode(), controller=True
+        )
         if answer[0] != 201:
             raise AssertionError(f"the API server refused the Workload: {answer[2]!r}")
         return json.loads(answer[2])
@@ -1222,19 +1267,37 @@ class BatchControllers:
         self._queue_status(Quota(self.api))
 
     def _queue_status(self, quota: Quota) -> None:
-        """K7: each ClusterQueue's status says what it holds, per flavor and resource.
+        """K7: each ClusterQueue's status, as Kueue's ClusterQueue controller writes it.
 
-        Kueue's ClusterQueue controller (pkg/controller/core/clusterqueue_controller.go
-        updateCqStatusIfChanged) writes `flavorsReservation` (quota reserved) and
-        `flavorsUsage` (admitted) from its cache (pkg/cache/scheduler/cache.go getUsage):
-        per flavor of each resource group, per covered resource sorted by name, `total`
-        and, in a cohort, `borrowed` = total less nominalQuota when above 0 (the fake
-        admits as it reserves, so both lists are the same). Written only when changed.
+        kueue v0.19.2 pkg/controller/core/clusterqueue_controller.go updateCqStatusIfChanged
+        (lines 513-563) writes, only when it changed, with `Status().Update`:
+        - `flavorsReservation` (quota reserved) and `flavorsUsage` (admitted) from its
+          cache (pkg/cache/scheduler/cache.go Usage and getUsage, lines 873-893 and
+          979-1012): per flavor of each resource group, per covered resource sorted by
+          name, `total` and, in a cohort, `borrowed` = total less nominalQuota when above
+          0 (the fake admits as it reserves, so both lists are the same);
+        - `reservingWorkloads` (the Workloads holding quota: len(cq.Workloads)) and
+          `admittedWorkloads` (admittedWorkloadsCount), here the admitted, unfinished ones;
+        - `pendingWorkloads`: the queue manager's pending ones, active and inadmissible
+          (pkg/cache/queue/manager.go Pending, cluster_queue.go PendingTotal): here every
+          Workload not holding quota, unfinished, active (spec.active), whose LocalQueue
+          points at the ClusterQueue;
+        - condition `Active` (observedGeneration the ClusterQueue's generation) from
+          cache.go ClusterQueueReadiness (lines 389-401) and clusterqueue.go
+          inactiveReason (lines 310-366): True, Ready, "Can admit new workloads"; or,
+          a ResourceFlavor it names missing (the only cause the fake has), False,
+          FlavorNotFound, "Can't admit new workloads: references missing
+          ResourceFlavor(s): <a>,<b>." (the flavors in the spec's order).
+        `fairSharing.weightedShare` is not written (see `Quota.share`).
         """
+        holding, pending = self._queue_counts(quota)
         for name, cq in quota.cqs.items():
             flavors = []
+            missing = []
             for group in cq["spec"].get("resourceGroups") or []:
                 for f in group.get("flavors") or []:
+                    if f["name"] not in quota.flavors:
+                        missing.append(f["name"])
                     resources = []
                     for r in sorted(group["coveredResources"]):
                         used = quota.usage.get((name, f["name"], r), 0.0)
@@ -1244,13 +1307,42 @@ class BatchControllers:
                             {"name": r, "total": _show(r, used), "borrowed": _show(r, borrowed)}
                         )
                     flavors.append({"name": f["name"], "resources": resources})
-            status = cq.get("status") or {}
-            if (
-                status.get("flavorsReservation") != flavors
-                or status.get("flavorsUsage") != flavors
-            ):
-                cq["status"] = {**status, "flavorsReservation": flavors, "flavorsUsage": flavors}
+            before = cq.get("status") or {}
+            cq["status"] = {
+                **json_copy(before),
+                "flavorsReservation": flavors,
+                "flavorsUsage": flavors,
+                "reservingWorkloads": holding.get(name, 0),
+                "admittedWorkloads": holding.get(name, 0),
+                "pendingWorkloads": pending.get(name, 0),
+            }
+            active = ("True", "Ready", "Can admit new workloads")
+            if missing:
+                why = f"references missing ResourceFlavor(s): {','.join(missing)}"
+                active = ("False", "FlavorNotFound", f"Can't admit new workloads: {why}.")
+            _set(cq, "Active", *active, at=self.clock())
+            cq["status"]["conditions"][-1]["observedGeneration"] = cq["metadata"]["generation"]
+            if cq["status"] != before:
                 self._write_status(cq)
+
+    def _queue_counts(self, quota: Quota) -> tuple[dict[str, int], dict[str, int]]:
+        """K7: per ClusterQueue, the Workloads holding quota and those pending in it."""
+        queues = {
+            (q["metadata"]["namespace"], q["metadata"]["name"]): str(q["spec"]["clusterQueue"])
+            for q in self.api.objects(f"{KUEUE}/namespaces/", kind="LocalQueue")
+        }
+        holding: dict[str, int] = {}
+        pending: dict[str, int] = {}
+        for w in quota.workloads:
+            if _true(w, "Finished"):
+                continue
+            if _true(w, "QuotaReserved"):
+                name = str(w["status"]["admission"]["clusterQueue"])
+                holding[name] = holding.get(name, 0) + 1
+            elif w["spec"].get("active", True):
+                name = queues.get((w["metadata"]["namespace"], w["spec"].get("queueName", "")), "")
+                pending[name] = pending.get(name, 0) + 1
+        return holding, pending
 
     def _pending_because(self, workload: dict, reason: str, message: str) -> None:
         reserved = next(
@@ -1513,7 +1605,7 @@ class BatchControllers:
                 status["restartsCountTowardsMax"] = counted + 1
             reason = f"FailurePolicy_{rule['name']}" if rule else "DefaultFailurePolicy"
             _set(js, "RestartingJobSet", "True", reason)
-        self._put(js)
+        self._write_status(js)
         self._delete_all(children)
 
     def _succeeded(self, js: dict, children: list[dict]) -> bool:
@@ -1525,7 +1617,7 @@ class BatchControllers:
         ):
             return False
         _set(js, "Completed", "True", "AllJobsCompleted")
-        self._put(js)
+        self._write_status(js)
         for child in children:
             if not _true(child, "Complete"):
                 self._delete(child)
@@ -1588,7 +1680,7 @@ class BatchControllers:
                 self._put(job)
         if _true(js, "RestartingJobSet") and self._all_running(js):
             _set(js, "RestartingJobSet", "False", "JobsReady")
-            self._put(js)
+            self._write_status(js)
 
     def _all_running(self, js: dict) -> bool:
         """Every pod of every replicated Job runs (JobSet's "JobsReady")."""
@@ -1690,18 +1782,18 @@ class BatchControllers:
         phases = [(p.get("status") or {}).get("phase") for p in pods]
         if "Succeeded" in phases:
             _set(job, "Complete", "True", "CompletionsReached")
-            self._put(job)
+            self._write_status(job)
             return 0
         actions = [self._policy_action(job, p) for p in pods if _phase(p) == "Failed"]
         if "FailJob" in actions:
             _set(job, "Failed", "True", "PodFailurePolicy", "Container failed with a rule")
-            self._put(job)
+            self._write_status(job)
             return 0
         if actions.count("Count") > int(job["spec"].get("backoffLimit", 6)):
             _set(
                 job, "Failed", "True", "BackoffLimitExceeded", "Job has reached the backoff limit"
             )
-            self._put(job)
+            self._write_status(job)
             return 0
         self._retry(pods)
         if any(p not in ("Succeeded", "Failed") for p in phases):
@@ -1712,12 +1804,13 @@ class BatchControllers:
         """The scheduler binds a Pending pod once a node can take it."""
         for pod in pods:
             if _unschedulable(pod) and (node := self._schedule(pod["spec"])) is not None:
-                pod["spec"]["nodeName"] = node
+                self._bind(pod, node)
                 pod["status"] = {
                     "phase": "Running",
                     "conditions": [{"type": "Ready", "status": "True"}],
                 }
-                self._start(self._put(pod))
+                self._write_status(pod)
+                self._start(pod)
 
     @staticmethod
     def _policy_action(job: dict, pod: dict) -> str:
@@ -1757,7 +1850,7 @@ class BatchControllers:
                 continue
             reason = "PodFailurePolicy" if action == "FailJob" else "BackoffLimitExceeded"
             _set(job, "Failed", "True", reason, message)
-            self._put(job)
+            self._write_status(job)
             return True
         succeeded = {
             int(p["metadata"]["labels"][JOB_INDEX])
@@ -1775,7 +1868,7 @@ class BatchControllers:
         )
         if done:
             _set(job, "Complete", "True", "SuccessPolicy" if wanted else "")
-            self._put(job)
+            self._write_status(job)
             for pod in pods:
                 if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
                     self._delete_pod(pod)
@@ -1824,9 +1917,9 @@ class BatchControllers:
         pod = self._pod(name, labels, job, spec, status)
         if not self._admitted(pod, job):
             return False
-        stored = self._put(pod)
+        self._create(pod)
         if node is not None:
-            self._start(stored)
+            self._start(pod)
         return True
 
     def _start(self, pod: dict) -> None:
@@ -1855,7 +1948,7 @@ class BatchControllers:
                         }
                     ],
                 }
-                self._put(pod)
+                self._write_status(pod)
                 return
         if self.logs is not None:
             self.api.set_pod_log(self.ns, pod["metadata"]["name"], self.logs(pod))
@@ -1875,6 +1968,26 @@ class BatchControllers:
             "spec": spec,
             "status": status,
         }
+
+    def _create(self, pod: dict) -> None:
+        """Store the controller's new pod, then write the status its node's kubelet gives it.
+
+        Created, a pod's status is the server's (Pending: podStrategy.PrepareForCreate
+        resets it); the scheduler binds it (pods/binding sets spec.nodeName) and kubelet
+        reports what it started through pods/status (`_pod_status`), validated.
+        """
+        status = pod.pop("status")
+        stored = self._put(pod)
+        pod["metadata"] = stored["metadata"]
+        pod["status"] = status
+        self._write_status(pod)
+
+    def _bind(self, pod: dict, node: str) -> None:
+        """The scheduler's binding (pods/binding sets spec.nodeName; the fake stores it)."""
+        path = f"/api/v1/namespaces/{self.ns}/pods/{pod['metadata']['name']}"
+        stored = self.api.get_object(path)
+        stored["spec"]["nodeName"] = pod["spec"]["nodeName"] = node
+        pod["metadata"] = self._put(stored)["metadata"]
 
     # -- pods by tests
     def pod(self, job: str, role: str, index: int) -> dict:
@@ -1902,7 +2015,7 @@ class BatchControllers:
         pod["status"].setdefault("conditions", []).append(
             {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
         )
-        self._put(pod)
+        self._write_status(pod)
         if self.kubelet is not None:
             self.kubelet.terminate(pod)
         else:
@@ -1933,7 +2046,7 @@ class BatchControllers:
         }
         if disrupted:
             pod["status"]["conditions"].append({"type": "DisruptionTarget", "status": "True"})
-        self._put(pod)
+        self._write_status(pod)
 
     # -- Deployments (D1) and kubelet's start of their containers (D2)
     def _deployments(self) -> None:
@@ -1942,9 +2055,9 @@ class BatchControllers:
         for deployment in deployments:  # B1's scheduler retries what waited for a node
             for pod in self._owned(deployment, pods):
                 if _unschedulable(pod) and (node := self._schedule(pod["spec"])) is not None:
-                    pod["spec"]["nodeName"] = node
+                    self._bind(pod, node)
                     pod["status"] = self._started(pod["spec"])
-                    self._put(pod)
+                    self._write_status(pod)
         for deployment in deployments:
             owned = self._owned(deployment, pods)
             for _ in range(int(deployment["spec"].get("replicas", 1)) - len(owned)):
@@ -1978,7 +2091,7 @@ class BatchControllers:
                     }
                 pod = self._pod(name, labels, deployment, spec, status)
                 if self._admitted(pod, deployment):
-                    self._put(pod)
+                    self._create(pod)
 
     def _started(self, spec: dict) -> dict:
         """The status kubelet gives a pod whose containers it started (or could not)."""

@@ -896,10 +896,15 @@ class FakeKubeApiServer:
         headers: Any,
         body: bytes,
         peer_certificate: bytes | None = None,
+        *,
+        controller: bool = False,
     ) -> tuple:
         """Answer one request: (status, content_type, payload bytes, extra headers) or "reset".
 
         `peer_certificate`: the client certificate (DER) the TLS handshake received, if any.
+        `controller`: the request of a controller the tests emulate (fakes/batch.py:
+        Kueue, JobSet, the Job controller, kubelet), answered as any other but neither
+        recorded in `requests` nor hit by a fault a test injected for its client.
 
         As kube-apiserver's filters do: authentication (401), then faults a test injected
         (what happens behind it), then authorization (403), then the handler.
@@ -912,10 +917,11 @@ class FakeKubeApiServer:
         if expiry is not None and self.clock() > expiry:
             return ("reset",)  # the client refused the expired serving certificate
         with self._lock:
-            self.requests.append(Recorded(method, url.path, {} if proxied else query))
-            if auth.startswith("Bearer "):
-                self.tokens.append(auth[len("Bearer ") :])
-            fault = None if proxied else self._take_fault(method, url.path)
+            if not controller:
+                self.requests.append(Recorded(method, url.path, {} if proxied else query))
+                if auth.startswith("Bearer "):
+                    self.tokens.append(auth[len("Bearer ") :])
+            fault = None if proxied or controller else self._take_fault(method, url.path)
             if fault is not None and fault["status"] == "reset":
                 return ("reset",)
             try:

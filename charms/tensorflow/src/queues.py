@@ -41,7 +41,8 @@ Why a job waits, in numbers (issue 31 item 6; what kubernetes-sigs/kueue#13854 a
   as Kueue's pending-workloads-lq-viewer-role grants batch users): another team's queue
   is refused. Where the API is not served (404, 503: the APIService unavailable), the
   position is counted from the namespace's Workloads as the queue orders them
-  (job_state.queue_position);
+  (job_state.queue_position), and dry-run's count of waiting jobs is the ClusterQueue's
+  `status.pendingWorkloads` (pending_count);
 - the reason: the Workload's QuotaReserved=False message;
 - the team's numbers: nominalQuota from its ClusterQueue's spec and, from its status
   (clusterqueue_types.go ClusterQueueStatus.flavorsReservation, ResourceUsage {total,
@@ -246,6 +247,17 @@ def held(cq: Mapping[str, Any] | None) -> list[Held]:
     return out
 
 
+def pending_count(cq: Mapping[str, Any] | None) -> int | None:
+    """The team's waiting jobs as Kueue counts them, or None before Kueue wrote its status.
+
+    The team's ClusterQueue admits from its namespace only, so its `status.pendingWorkloads`
+    (clusterqueue_types.go ClusterQueueStatus; the queue manager's pending Workloads,
+    admissible or not: pkg/cache/queue/cluster_queue.go PendingTotal) is the team's.
+    """
+    count = ((cq or {}).get("status") or {}).get("pendingWorkloads")
+    return count if isinstance(count, int) else None
+
+
 def show(resource: str, value: float) -> str:
     """An amount as a person reads it (memory in Gi, cpu in cores or m)."""
     if resource == "memory":
@@ -320,16 +332,29 @@ def verdict(
     admits a workload within its nominal quota, reclaiming it from borrowers:
     preemption.go). Otherwise it waits unless the cohort lends the rest now, which only the
     admission shows (see the module docstring: a team cannot read the cohort's use).
+    wait, whatever the numbers, while the ClusterQueue is not Active: Kueue admits nothing
+    from it (its condition's message says why, e.g. a ResourceFlavor missing:
+    pkg/cache/scheduler/clusterqueue.go inactiveReason).
     """
     if never:
         return "never", never
+    queued = f"{pending} job{'s' if pending != 1 else ''} of the team waiting"
+    inactive = next(
+        (
+            c
+            for c in ((cq or {}).get("status") or {}).get("conditions") or []
+            if c.get("type") == "Active" and c.get("status") == "False"
+        ),
+        None,
+    )
+    if inactive is not None:
+        return "wait", f"the team's ClusterQueue is inactive: {inactive.get('message')}; {queued}"
     rows = held(cq)
     short: dict[str, float] = {}
     for resource, want in wants.items():
         free = max((h.free for h in rows if h.resource == resource), default=0.0)
         if want > free:
             short[resource] = want - free
-    queued = f"{pending} job{'s' if pending != 1 else ''} of the team waiting"
     if not short:
         return "admit now", f"within the team's own quota; {queued}"
     lend = ", ".join(f"{show(r, v)} {r}" for r, v in sorted(short.items()))

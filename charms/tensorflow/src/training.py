@@ -391,9 +391,13 @@ def dry_run(kube: Any, ctx: Context, request: TrainRequest, code: Mapping[str, s
     except KubeError as e:
         if e.status not in (404, 503):
             raise
-        pending = sum(
-            1 for w in _workloads(kube, ctx) if job_state.queue_state(w)[0] in job_state.WAITING
-        )
+        pending = queues.pending_count(cq)
+        if pending is None:
+            pending = sum(
+                1
+                for w in _workloads(kube, ctx)
+                if job_state.queue_state(w)[0] in job_state.WAITING
+            )
     answer, why = queues.verdict(cq, wants, pending, never)
     return {
         "job": request.job,

@@ -268,3 +268,46 @@ _POD_SET = {
     "count": 1,
     "template": {"spec": {"containers": [{"name": "c", "image": "busybox"}]}},
 }
+
+
+def test_jobset_job_and_kubelet_status_writes_go_through_status_validated(api):
+    """Issue 31 leftover: JobSet, the Job controller and kubelet write status via `/status`.
+
+    As their real controllers do (JobSet Status().Update, the Job controller UpdateStatus,
+    kubelet's pods/status PATCH): each write is decoded strictly and validated (a JobSet
+    condition without lastTransitionTime, which metav1.Condition requires under the v0.12.0
+    CRD, and an undeclared Pod status field are refused), keeps the stored spec, and is not
+    counted among the charm's requests.
+    """
+    controller = BatchControllers(api, NS)
+    path = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{NS}/jobsets/j"
+    template = {"spec": {"template": {"spec": _POD_SET["template"]["spec"]}}}
+    spec = {"replicatedJobs": [{"name": "w", "template": template}]}
+    api.put_object(path, {"kind": "JobSet", "spec": spec})
+    js = api.get_object(path)
+    js["status"] = {"conditions": [{"type": "Completed", "status": "True", "reason": "X"}]}
+    with pytest.raises(AssertionError, match=r"status.conditions\[0\].lastTransitionTime"):
+        controller._write_status(js)
+    js["status"]["conditions"][0].update(lastTransitionTime="2026-11-28T00:00:00Z", message="")
+    js["spec"]["suspend"] = True
+    before = len(api.requests)
+    controller._write_status(js)
+    stored = api.get_object(path)
+    assert stored["status"] == js["status"] and not stored["spec"].get("suspend")
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": NS},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+        "status": {"phase": "Running"},
+    }
+    controller._create(pod)
+    pod["spec"]["nodeName"] = "elsewhere"
+    pod["status"] = {"phase": "Failed", "exitCode": 1}
+    with pytest.raises(AssertionError, match=r'unknown field \\\\"status.exitCode\\\\"'):
+        controller._write_status(pod)
+    pod["status"] = {"phase": "Failed"}
+    controller._write_status(pod)
+    stored = api.get_object(f"/api/v1/namespaces/{NS}/pods/p")
+    assert stored["status"] == {"phase": "Failed"} and "nodeName" not in stored["spec"]
+    assert len(api.requests) == before

@@ -115,3 +115,43 @@ def test_dry_run_says_admit_now_wait_or_never_and_writes_nothing(ctx, state, api
     assert {o["metadata"]["name"] for o in job_objects(api)} == before
     after = [r for r in api.requests if r[0] != "GET"]
     assert not [r for r in after[writes:] if "/jobsets" in r[1] or "/workloads" in r[1]]
+
+
+def test_the_team_queue_counts_its_jobs_as_kueue_and_dry_run_reads_them(
+    ctx, state, api, controller
+):
+    """Kueue v0.19.2's ClusterQueue status (clusterqueue_controller.go updateCqStatusIfChanged).
+
+    reservingWorkloads and admittedWorkloads count the jobs holding quota, pendingWorkloads
+    the waiting ones, condition Active says whether it admits; without the visibility API,
+    dry-run's count of waiting jobs is pendingWorkloads, and an inactive ClusterQueue (a
+    ResourceFlavor it names gone) makes it wait with Kueue's message.
+    """
+    add_nodes(api, node("gpu-0", 4), node("cpu-0"))
+    assert _train(ctx, state, "big", 4, "high")[0]["state"] == "running"
+    for job in ("first", "second"):
+        assert _train(ctx, state, job, 2)[0]["state"].startswith("queued: position")
+    cq = api.get_object(f"/apis/kueue.x-k8s.io/v1beta2/clusterqueues/team-{NS}")
+    status = cq["status"]
+    assert (status["reservingWorkloads"], status["admittedWorkloads"]) == (1, 1)
+    assert status["pendingWorkloads"] == 2
+    active = {k: v for k, v in status["conditions"][0].items() if k != "lastTransitionTime"}
+    assert active == {
+        "type": "Active",
+        "status": "True",
+        "reason": "Ready",
+        "message": "Can admit new workloads",
+        "observedGeneration": cq["metadata"]["generation"],
+    }
+    del api.aggregated[VIS]  # the visibility API not served: 404
+    params = {"job": "try", "workers": 1, "gpus-per-worker": 1, "dry-run": True}
+    results, _ = run_action(ctx, state, "train", **params, cpu="1", memory="4Gi")
+    assert results["dry-run"].endswith("; 2 jobs of the team waiting")
+    flavor = status["flavorsUsage"][-1]["name"]
+    api.delete_object(f"/apis/kueue.x-k8s.io/v1beta2/resourceflavors/{flavor}")
+    controller.tick()
+    results, _ = run_action(ctx, state, "train", **params, cpu="1", memory="4Gi")
+    assert results["dry-run"] == (
+        "wait: the team's ClusterQueue is inactive: Can't admit new workloads: references "
+        f"missing ResourceFlavor(s): {flavor}.; 2 jobs of the team waiting"
+    )
