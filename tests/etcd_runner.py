@@ -217,9 +217,10 @@ class RealEtcd:
             raise CommandError(["etcdctl", *args], done.returncode, done.stderr)
         return done.stdout
 
-    def stop(self) -> None:
+    def stop(self, *, kill: bool = False) -> None:
+        """Terminate the process, or `kill` it (SIGKILL: a lost machine says goodbye to no one)."""
         if self.process is not None:
-            self.process.terminate()
+            self.process.kill() if kill else self.process.terminate()
             self.process.wait(10)
             self.process = None
             self._log_file.close()
@@ -300,13 +301,8 @@ class EtcdCluster:
         return code, answer
 
     def kill(self, name: str) -> None:
-        """Stop a member's process (SIGKILL: a lost machine says goodbye to no one)."""
-        member = self.members[name]
-        if member.process is not None:
-            member.process.kill()
-            member.process.wait(10)
-            member.process = None
-            member._log_file.close()
+        """Stop a member's process as a lost machine does."""
+        self.members[name].stop(kill=True)
 
     def stop(self) -> None:
         # killed, not terminated: a member without a quorum takes seconds to stop gracefully
