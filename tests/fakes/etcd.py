@@ -1,29 +1,52 @@
 """A fake etcd cluster API on 127.0.0.1 over mutual TLS, as kubeadm's stacked etcd serves it.
 
 etcd serves its v3 API as JSON through the gRPC gateway on the client port (2379):
-`POST /v3/cluster/member/list` and `POST /v3/cluster/member/remove` (etcd-io/etcd
-api/etcdserverpb/rpc.proto, `google.api.http` options). uint64 fields such as member IDs
-travel as JSON strings (the proto3 JSON mapping). kubeadm's etcd requires a client
-certificate signed by the etcd CA (`--client-cert-auth=true`), which this fake checks too.
+`POST /v3/cluster/member/list`, `/v3/cluster/member/add` and `/v3/cluster/member/remove`
+(etcd-io/etcd api/etcdserverpb/rpc.proto, `google.api.http` options). uint64 fields such
+as member IDs travel as JSON strings (the proto3 JSON mapping). kubeadm's etcd requires a
+client certificate signed by the etcd CA (`--client-cert-auth=true`), which this fake
+checks too. A list is served by the local member without raft (MemberListRequest's
+`linearizable` is false unless asked), so it answers without a quorum.
 
-Errors are what etcd answers to a removal (etcd-io/etcd server/etcdserver/server.go
-`RemoveMember` -> `mayRemoveMember`, with `--strict-reconfig-check` on by default, then the
-raft proposal; release-3.5):
+Errors are what etcd answers to a change (etcd-io/etcd server/etcdserver/server.go
+`AddMember` -> `mayAddMember`, `RemoveMember` -> `mayRemoveMember`, with
+`--strict-reconfig-check` on by default, then the raft proposal `configure`; release-3.5).
+Every rule below is also checked against a real 3-member etcd 3.5.1 by
+tests/functional/test_fake_etcd.py, the same requests sent to both:
 - an unknown member ID: gRPC NotFound ("etcdserver: member not found");
 - "started" is etcd's `Member.IsStarted()`: `len(m.Name) != 0`, a member that has
   published its name once (membership/member.go). A member added but never started has
   no name; a member whose process died keeps it and stays started. When the voters left
   after the removal would have fewer started members than their quorum
-  (`IsReadyToRemoveVotingMember`): FailedPrecondition ("etcdserver: re-configuration
-  failed due to not enough started members"). Learners skip every check;
-- "up" is what the local member's transport sees (`ActiveSince`): a member that is down
-  may be removed ("downed member is safe to remove since it's not part of the active
-  quorum"); removing one that is up while `active - 1 < quorum` of the voters are up is
-  Unavailable ("etcdserver: unhealthy cluster");
-- the change is a raft proposal: with fewer than a quorum of the voters up it never
-  commits and the request times out, Unavailable ("etcdserver: request timed out").
-The gateway maps gRPC codes to HTTP statuses (NotFound 404, FailedPrecondition 400,
-Unavailable 503) and puts `{"error", "code", "message"}` in the body.
+  (`IsReadyToRemoveVotingMember`), or a voter added would leave fewer started members
+  than the new quorum (`IsReadyToAddVotingMember`; one started member may add a second):
+  FailedPrecondition ("etcdserver: re-configuration failed due to not enough started
+  members"). A learner skips these checks;
+- "up" is what the local member's transport sees: connected for at least
+  `HealthInterval` (5 s; etcdserver/util.go `isConnectedSince`, `ActiveSince`). A member
+  that is down may be removed ("downed member is safe to remove since it's not part of
+  the active quorum"); removing one that is up while `active - 1 < quorum` of the voters
+  are up is Unavailable ("etcdserver: unhealthy cluster"), and so is any add while one
+  voter is not up (`isConnectedFullySince`). Right after a cluster starts, or a member
+  comes back, its peers are not up for 5 s: the real cluster refuses then what this
+  fake allows (the functional test waits those 5 s);
+- the change is a raft proposal, and a member with no quorum of voters up has no leader
+  (a leader steps down after one election timeout without a quorum: raft CheckQuorum,
+  on in etcd), so its raft node takes no proposal (raft node.go `run`: `propc = nil`
+  while there is no leader): the request waits until the client's deadline. The gateway
+  has no deadline of its own (grpc-gateway v1 runtime `DefaultContextTimeout` 0); a
+  request with a `Grpc-Timeout` header gets DeadlineExceeded ("context deadline
+  exceeded", HTTP 504) when it passes, one without is never answered. This fake answers
+  504 at once rather than at the deadline, and never answers one without the header.
+  (In the one election timeout before the leader steps down, a proposal is taken and
+  times out uncommitted: Unavailable "etcdserver: request timed out"; not modelled.)
+The gateway maps gRPC codes to HTTP statuses (NotFound 404, Unknown 500, Unavailable 503,
+DeadlineExceeded 504) and puts `{"error", "code", "message"}` in the body. "not enough
+started members" is Unknown, 500, not FailedPrecondition: v3rpc/util.go toGRPCErrorMap
+maps it to rpctypes.ErrMemberNotEnoughStarted, the client's error value (`Error(...)`),
+not the gRPC status ErrGRPCMemberNotEnoughStarted (seen from etcd 3.5.1). At the deadline
+the server's answer, Unknown "context deadline exceeded" (500), races the gateway's own
+DeadlineExceeded (504) with the same message; this fake answers 504.
 
 The keyspace (`kv`, `revision`: `put()` is one write, one new revision) is what a
 snapshot holds. `snapshot()` is the Maintenance.Snapshot stream's content in this fake's
@@ -60,7 +83,9 @@ class Member:
     # etcd's IsStarted: it published its name once (a member added but never started has
     # none); `name` stays the node name the tests refer to either way
     started: bool = True
-    # its process runs and the local member's transport reaches it (etcd's ActiveSince)
+    # its process runs and the local member's transport has reached it for at least 5 s
+    # (etcd's isConnectedSince(HealthInterval)); a member added through the API is not up
+    # until it starts
     up: bool = True
 
     def json(self) -> dict:
@@ -145,6 +170,7 @@ class FakeEtcd:
         self.revision = 1  # etcd's first revision; each put adds one
         self._next_id = 0x8E9E05C52164694D
         self._lock = threading.Lock()
+        self.stopping = threading.Event()
         self._httpd: http.server.ThreadingHTTPServer | None = None
 
     def add(self, name: str, *, learner: bool = False, started: bool = True) -> Member:
@@ -178,37 +204,77 @@ class FakeEtcd:
 
     # -- the API
 
-    def handle(self, path: str, body: dict) -> tuple[int, dict]:
+    def handle(self, path: str, body: dict, *, deadline: bool = True) -> tuple[int, dict]:
+        """What etcd answers: (HTTP status, body); status 0: none before the client gives up.
+
+        `deadline`: the request carries a `Grpc-Timeout` header (see the docstring).
+        """
         with self._lock:
             self.requests.append((path, body))
             if path == "/v3/cluster/member/list":
                 return 200, {"header": {}, "members": [m.json() for m in self.members]}
             if path == "/v3/cluster/member/remove":
-                return self._remove(int(str(body.get("ID", "0"))))
+                return self._remove(int(str(body.get("ID", "0"))), deadline)
+            if path == "/v3/cluster/member/add":
+                return self._add(body, deadline)
         return 404, {"error": "Not Found", "code": 5, "message": "Not Found"}
 
-    def _remove(self, member_id: int) -> tuple[int, dict]:
+    def _voters(self) -> list[Member]:
+        return [m for m in self.members if not m.learner]
+
+    def _no_quorum(self, deadline: bool) -> tuple[int, dict] | None:
+        """The proposal's fate: None when a quorum of the voters is up to commit it."""
+        voters = self._voters()
+        if sum(m.up for m in voters) >= len(voters) // 2 + 1:
+            return None
+        if deadline:
+            return 504, _error(4, "context deadline exceeded")
+        return 0, {}
+
+    def _add(self, body: dict, deadline: bool) -> tuple[int, dict]:
+        learner = bool(body.get("isLearner", False))
+        voters = self._voters()
+        started = sum(m.started for m in voters)
+        # IsReadyToAddVotingMember: the started voters reach the quorum of the voters
+        # with the new one, except a single started member adding a second
+        if not learner and started < (len(voters) + 1) // 2 + 1:
+            if not (started == 1 and len(voters) == 1):
+                return 500, _error(2, NOT_ENOUGH_STARTED)
+        if not all(m.up for m in voters):  # isConnectedFullySince(VotingMembers)
+            return 503, _error(14, "etcdserver: unhealthy cluster")
+        if (stuck := self._no_quorum(deadline)) is not None:
+            return stuck
+        self._next_id += 0x1111
+        peer_urls = [str(u) for u in body.get("peerURLs", [])]
+        member = Member(self._next_id, "", peer_urls[0] if peer_urls else "", learner)
+        member.started = member.up = False
+        self.members.append(member)
+        added = {"ID": str(member.id), "peerURLs": peer_urls}
+        if learner:
+            added["isLearner"] = True
+        return 200, {"header": {}, "member": added, "members": [m.json() for m in self.members]}
+
+    def _remove(self, member_id: int, deadline: bool) -> tuple[int, dict]:
         member = next((m for m in self.members if m.id == member_id), None)
         if member is None:
             return 404, _error(5, "etcdserver: member not found")
-        voters = [m for m in self.members if not m.learner]
+        voters = self._voters()
         up = [m for m in voters if m.up]
         if not member.learner:
             rest = [m for m in voters if m is not member]  # IsReadyToRemoveVotingMember
             if sum(m.started for m in rest) < len(rest) // 2 + 1:
-                return 400, _error(
-                    9, "etcdserver: re-configuration failed due to not enough started members"
-                )
+                return 500, _error(2, NOT_ENOUGH_STARTED)
             if member.up and len(up) - 1 < 1 + (len(voters) - 1) // 2:
                 return 503, _error(14, "etcdserver: unhealthy cluster")
-        if len(up) < len(voters) // 2 + 1:  # the proposal needs a quorum to commit
-            return 503, _error(14, "etcdserver: request timed out")
+        if (stuck := self._no_quorum(deadline)) is not None:
+            return stuck
         self.members.remove(member)
         return 200, {"header": {}, "members": [m.json() for m in self.members]}
 
     # -- lifecycle
 
     def start(self) -> FakeEtcd:
+        self.stopping.clear()
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.verify_mode = ssl.CERT_REQUIRED  # --client-cert-auth=true
         with tempfile.TemporaryDirectory() as tmp:
@@ -234,6 +300,7 @@ class FakeEtcd:
         return f"https://127.0.0.1:{self._httpd.server_address[1]}"
 
     def stop(self) -> None:
+        self.stopping.set()
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
@@ -276,6 +343,9 @@ def snapshot_status(data: bytes) -> dict:
     }
 
 
+NOT_ENOUGH_STARTED = "etcdserver: re-configuration failed due to not enough started members"
+
+
 def _error(code: int, message: str) -> dict:
     return {"error": message, "code": code, "message": message}
 
@@ -299,7 +369,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if not etcd.reachable:
             code, answer = 503, _error(14, "etcdserver: request timed out")
         else:
-            code, answer = etcd.handle(self.path, body)
+            deadline = bool(self.headers.get("Grpc-Timeout"))
+            code, answer = etcd.handle(self.path, body, deadline=deadline)
+        if code == 0:  # no answer: the client gives up first (or the fake stops)
+            etcd.stopping.wait(60)
+            self.close_connection = True
+            return
         payload = json.dumps(answer).encode()
         self.send_response(code)
         self.send_header("Content-Type", "application/json")

@@ -41,6 +41,15 @@ CA_CERT = "/etc/kubernetes/pki/etcd/ca.crt"
 CLIENT_CERT = "/etc/kubernetes/pki/etcd/healthcheck-client.crt"
 CLIENT_KEY = "/etc/kubernetes/pki/etcd/healthcheck-client.key"
 TIMEOUT = 10.0
+# How long etcd may take to commit a membership change. A member with no quorum of voters
+# up has no leader and takes no proposal; the gateway gives a request no deadline of its
+# own (grpc-gateway v1 runtime DefaultContextTimeout 0), so without one the request waits
+# until the client hangs up. Its `Grpc-Timeout` header sets the gRPC deadline (runtime
+# AnnotateContext, gRPC's timeout format: an integer and a unit, S for seconds), after
+# which etcd answers DeadlineExceeded, HTTP 504 (checked against a real 3-member etcd
+# 3.5.1 in tests/functional/test_fake_etcd.py). The same as etcd's own request timeout
+# (etcdserver ReqTimeout: 5 s plus two election timeouts) and within TIMEOUT.
+DEADLINE = 5
 
 
 class EtcdError(Exception):
@@ -84,7 +93,8 @@ class Etcd:
                 timeout=TIMEOUT,
             )
             try:
-                conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+                headers = {"Content-Type": "application/json", "Grpc-Timeout": f"{DEADLINE}S"}
+                conn.request("POST", path, json.dumps(body), headers)
                 response = conn.getresponse()
                 data = response.read()
             finally:
@@ -96,7 +106,15 @@ class Etcd:
         except ValueError:
             raise EtcdError(f"etcd answered {response.status} with no JSON") from None
         if response.status != 200:
-            raise EtcdError(answer.get("message") or answer.get("error") or str(response.status))
+            message = answer.get("message") or answer.get("error") or str(response.status)
+            # nothing committed within DEADLINE: the gateway's DeadlineExceeded (504) or
+            # etcd's own Unknown (500), whichever comes first, both with this message
+            if message == "context deadline exceeded":
+                message = (
+                    f"no answer within {DEADLINE} s ({message}): etcd may have fewer than "
+                    "a quorum of its members up"
+                )
+            raise EtcdError(message)
         return answer
 
     def members(self) -> list[Member]:
