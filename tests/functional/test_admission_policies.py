@@ -272,11 +272,22 @@ CALICO_CRD = "/apis/crd.projectcalico.org/v1"
 @pytest.fixture
 def calico(kube_api, policies):
     """Calico's ServiceAccounts, CRDs and upstream ClusterRoles, as the charm applies them."""
-    from fakes.addons import calico_objects
+    from fakes.addons import calico_objects, crd
 
     kinds = {"ServiceAccount", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
     _nodes(kube_api, "node-a", "node-b")
-    for obj in calico_objects():
+    # calico.yaml's other CRDs these tests write (fakes.addons serves a few)
+    extra = [
+        crd("crd.projectcalico.org", kind, plural, "Cluster", ["v1"])
+        for kind, plural in (
+            ("BlockAffinity", "blockaffinities"),
+            ("IPAMConfig", "ipamconfigs"),
+            ("IPReservation", "ipreservations"),
+            ("BGPPeer", "bgppeers"),
+            ("CalicoNodeStatus", "caliconodestatuses"),
+        )
+    ]
+    for obj in [*calico_objects(), *extra]:
         if obj["kind"] in kinds:
             status, answer = call(kube_api, ADMIN_TOKEN, "POST", _collection(obj), obj)
             assert status == 201, answer
@@ -510,6 +521,238 @@ def test_calico_node_writes_only_what_its_startup_writes_and_its_nodes_settings(
         status, answer = write(method, plural, obj)
         assert (status, answer.get("reason")) == (403, "Forbidden"), (plural, obj, answer)
         assert "ValidatingAdmissionPolicy 'gpu-k8s-calico-node-settings'" in answer["message"]
+
+
+CALICO_KINDS = {
+    "blockaffinities": "BlockAffinity",
+    "ipamblocks": "IPAMBlock",
+    "ipamconfigs": "IPAMConfig",
+    "ipreservations": "IPReservation",
+    "bgppeers": "BGPPeer",
+    "caliconodestatuses": "CalicoNodeStatus",
+    "clusterinformations": "ClusterInformation",
+}
+
+
+def _ipam(kube_api, token: str):
+    """A writer of Calico's cluster-scoped CRD objects with `token` (status, answer)."""
+
+    def write(method: str, plural: str, name: str, spec: dict | None = None):
+        path = f"{CALICO_CRD}/{plural}" + ("" if method == "POST" else f"/{name}")
+        if method == "DELETE":
+            return call(kube_api, token, method, path)
+        kind = CALICO_KINDS[plural]
+        if method == "PUT":
+            current = kube_api.get_object(path)
+            obj = {**current, "spec": spec}
+        else:
+            obj = _crd_object(kind, name, spec or {})
+        return call(kube_api, token, method, path, obj)
+
+    return write
+
+
+def _affinity(node: str, state: str = "pending", deleted: str = "false") -> dict:
+    return {"state": state, "node": node, "type": "host", "cidr": CIDRS[node], "deleted": deleted}
+
+
+def _block(node: str | None, used: int = 0, deleted: bool = False) -> dict:
+    """A block of `node` (None: affine to none) with its first `used` ordinals in use."""
+    spec = {
+        "cidr": CIDRS[node or "node-b"],
+        "allocations": [0 if i < used else None for i in range(SIZE)],
+        "unallocated": list(range(used, SIZE)),
+        "attributes": [{"handle_id": "k8s-pod-network.c0", "secondary": {"node": "node-b"}}]
+        if used
+        else [],
+        "sequenceNumber": used,
+        "deleted": deleted,
+    }
+    if node:
+        spec["affinity"] = f"host:{node}"
+    return spec
+
+
+# libcalico-go names a BlockAffinity `<node>-<cidr with - for . and />` and an IPAMBlock
+# by its CIDR (names.CIDRToName)
+# (blocks of 4 addresses, an IPPool's blockSize 30, to keep cel-python's walk short)
+CIDRS = {"node-a": "192.168.0.0/30", "node-b": "192.168.0.4/30"}
+SIZE = 4
+BLOCKS = {node: cidr.replace(".", "-").replace("/", "-") for node, cidr in CIDRS.items()}
+
+
+def _seed_node_b(kube_api, used: int) -> None:
+    """node-b's confirmed affinity and its block with `used` addresses in use."""
+    write = _ipam(kube_api, ADMIN_TOKEN)
+    name = BLOCKS["node-b"]
+    assert (
+        write("POST", "blockaffinities", f"node-b-{name}", _affinity("node-b", "confirmed"))[0]
+        == 201
+    )
+    assert write("POST", "ipamblocks", name, _block("node-b", used))[0] == 201
+
+
+def _assert_refused(result: tuple[int, dict], policy: str) -> None:
+    status, answer = result
+    assert (status, answer.get("reason")) == (403, "Forbidden"), answer
+    assert f"ValidatingAdmissionPolicy '{policy}'" in answer["message"], answer
+
+
+def test_calico_node_claims_and_releases_only_its_own_nodes_blocks(kube_api, calico):
+    """Root on node-a, with calico-node's token, cannot take or free node-b's addresses.
+
+    What libcalico-go v3.32.1 lib/ipam writes for node-a (claim a block, borrow from
+    node-b's, reclaim node-b's empty block) is still allowed.
+    """
+    _seed_node_b(kube_api, used=1)
+    write = _ipam(kube_api, _daemonset_token(kube_api, calico.CALICO_NODE, "node-a"))
+    a, b = BLOCKS["node-a"], BLOCKS["node-b"]
+    in_use = _block("node-b", used=1)
+    refused = [
+        (
+            "POST",
+            "blockaffinities",
+            f"node-b-{a}",
+            _affinity("node-b") | {"cidr": CIDRS["node-a"]},
+        ),
+        ("POST", "ipamblocks", a, {**_block("node-a"), "affinity": "host:node-b"}),
+        (
+            "PUT",
+            "blockaffinities",
+            f"node-b-{b}",
+            _affinity("node-a", "confirmed") | {"cidr": CIDRS["node-b"]},
+        ),
+        ("PUT", "blockaffinities", f"node-b-{b}", _affinity("node-b", "pending")),
+        ("PUT", "ipamblocks", b, {**in_use, "affinity": "host:node-a"}),
+        ("PUT", "ipamblocks", b, {k: v for k, v in in_use.items() if k != "affinity"}),
+        ("PUT", "ipamblocks", b, {**in_use, "deleted": True}),
+        ("DELETE", "ipamblocks", b, None),
+        ("DELETE", "blockaffinities", f"node-b-{b}", None),
+        ("POST", "ipamconfigs", "default", {"strictAffinity": False, "autoAllocateBlocks": False}),
+        ("POST", "bgppeers", "steal", {"peerIP": "10.0.0.9", "asNumber": 64512}),
+    ]
+    for method, plural, name, spec in refused:
+        _assert_refused(write(method, plural, name, spec), "gpu-k8s-calico-node-settings")
+    assert kube_api.get_object(f"{CALICO_CRD}/ipamblocks/{b}")["spec"] == in_use
+
+    # node-b's CalicoNodeStatus is node-b's; node-a's own is written as its reporter does
+    admin = _ipam(kube_api, ADMIN_TOKEN)
+    for node in ("node-a", "node-b"):
+        spec = {"node": node, "classes": ["Agent"], "updatePeriodSeconds": 10}
+        assert admin("POST", "caliconodestatuses", node, spec)[0] == 201
+    result = write("PUT", "caliconodestatuses", "node-b", {"node": "node-b", "x": 1})
+    _assert_refused(result, "gpu-k8s-calico-node-settings")
+    status, answer = write("PUT", "caliconodestatuses", "node-a", {"node": "node-a", "x": 1})
+    assert status == 200, answer
+
+    # the legitimate writes: the default IPAM config, a claim, a borrow, a release
+    allowed = [
+        ("POST", "ipamconfigs", "default", {"strictAffinity": False, "autoAllocateBlocks": True}),
+        ("POST", "blockaffinities", f"node-a-{a}", _affinity("node-a")),
+        ("POST", "ipamblocks", a, _block("node-a")),
+        ("PUT", "blockaffinities", f"node-a-{a}", _affinity("node-a", "confirmed")),
+        (
+            "PUT",
+            "ipamblocks",
+            a,
+            {
+                **_block("node-a"),
+                "sequenceNumber": 1,
+                "unallocated": list(range(1, SIZE)),
+                "allocations": [0] + [None] * (SIZE - 1),
+                "attributes": [{"handle_id": "h", "secondary": {"node": "node-a"}}],
+            },
+        ),
+        ("PUT", "ipamblocks", b, {**_block("node-b", used=2)}),
+        ("PUT", "ipamblocks", b, in_use),
+        # node-a releases its own non-empty block: pendingDeletion, the affinity off, deleted
+        ("PUT", "blockaffinities", f"node-a-{a}", _affinity("node-a", "pendingDeletion")),
+        (
+            "PUT",
+            "ipamblocks",
+            a,
+            {
+                k: v
+                for k, v in {
+                    **_block("node-a"),
+                    "allocations": [0] + [None] * (SIZE - 1),
+                    "unallocated": list(range(1, SIZE)),
+                    "attributes": [{"handle_id": "h"}],
+                }.items()
+                if k != "affinity"
+            },
+        ),
+        ("PUT", "blockaffinities", f"node-a-{a}", _affinity("node-a", "pendingDeletion", "true")),
+        ("DELETE", "blockaffinities", f"node-a-{a}", None),
+    ]
+    for method, plural, name, spec in allowed:
+        status, answer = write(method, plural, name, spec)
+        assert status in (200, 201), (method, plural, spec, answer)
+
+
+def test_calico_node_reclaims_another_nodes_empty_block(kube_api, calico):
+    """A reclaim (libcalico-go findUsableBlock): node-b's empty block freed, then node-a's."""
+    _seed_node_b(kube_api, used=0)
+    write = _ipam(kube_api, _daemonset_token(kube_api, calico.CALICO_NODE, "node-a"))
+    b = BLOCKS["node-b"]
+    for method, plural, name, spec in (
+        ("PUT", "blockaffinities", f"node-b-{b}", _affinity("node-b", "pendingDeletion")),
+        ("PUT", "ipamblocks", b, _block("node-b", deleted=True)),
+        ("DELETE", "ipamblocks", b, None),
+        ("PUT", "blockaffinities", f"node-b-{b}", _affinity("node-b", "pendingDeletion", "true")),
+        ("DELETE", "blockaffinities", f"node-b-{b}", None),
+        (
+            "POST",
+            "blockaffinities",
+            f"node-a-{b}",
+            _affinity("node-a") | {"cidr": CIDRS["node-b"]},
+        ),
+        ("POST", "ipamblocks", b, {**_block("node-b"), "affinity": "host:node-a"}),
+    ):
+        status, answer = write(method, plural, name, spec)
+        assert status in (200, 201), (method, plural, spec, answer)
+
+
+def test_the_cni_plugins_token_writes_ipam_only_as_libcalico_does(kube_api, calico):
+    """The CNI account names no node: what no node ever writes is refused, the rest is not.
+
+    cni-plugin v3.32.1 only reads the ClusterInformation (plugin.go) and libcalico-go only
+    lists IPReservations; no IPAM write moves a block or frees one in use.
+    """
+    _seed_node_b(kube_api, used=1)
+    cni = _cni_token(kube_api, _daemonset_token(kube_api, calico.CALICO_NODE, "node-a"))
+    write = _ipam(kube_api, cni)
+    admin = _ipam(kube_api, ADMIN_TOKEN)
+    info = {"calicoVersion": "v3.32.1", "clusterType": "k8s", "datastoreReady": True}
+    assert admin("POST", "clusterinformations", "default", info)[0] == 201
+    b = BLOCKS["node-b"]
+    in_use = _block("node-b", used=1)
+    for method, plural, name, spec in (
+        ("PUT", "clusterinformations", "default", {**info, "datastoreReady": False}),
+        ("POST", "ipreservations", "hold", {"reservedCIDRs": ["192.168.0.0/16"]}),
+        ("PUT", "ipamblocks", b, {**in_use, "affinity": "host:node-a"}),
+        ("PUT", "ipamblocks", b, {**in_use, "deleted": True}),
+        ("DELETE", "ipamblocks", b, None),
+        (
+            "PUT",
+            "blockaffinities",
+            f"node-b-{b}",
+            _affinity("node-a", "confirmed") | {"cidr": CIDRS["node-b"]},
+        ),
+        ("POST", "ipamconfigs", "default", {"strictAffinity": True, "autoAllocateBlocks": True}),
+    ):
+        _assert_refused(write(method, plural, name, spec), "gpu-k8s-calico-cni-plugin")
+    assert kube_api.get_object(f"{CALICO_CRD}/clusterinformations/default")["spec"] == info
+    a = BLOCKS["node-a"]
+    for method, plural, name, spec in (
+        ("POST", "ipamconfigs", "default", {"strictAffinity": False, "autoAllocateBlocks": True}),
+        ("POST", "blockaffinities", f"node-a-{a}", _affinity("node-a")),
+        ("POST", "ipamblocks", a, _block("node-a")),
+        ("PUT", "blockaffinities", f"node-a-{a}", _affinity("node-a", "confirmed")),
+        ("PUT", "ipamblocks", b, _block("node-b", used=2)),
+    ):
+        status, answer = write(method, plural, name, spec)
+        assert status in (200, 201), (method, plural, spec, answer)
 
 
 # --- Jobs owned by a JobSet: only the JobSet controller makes them ---------------------------

@@ -102,7 +102,23 @@ Policy '<policy>' with binding '<binding>' denied request: <message>`.
   and logSeverityScreen when unset), BGPConfiguration `default` (empty) and the default
   IPPools `default-ipv4-ippool` / `default-ipv6-ippool`. The policy allows exactly that,
   and any write of the FelixConfiguration `node.<its node>` (that node's own settings,
-  keyed on the token's node name as above).
+  keyed on the token's node name as above). It refuses every BGPPeer write (v3.32.1's
+  calico-node writes none: its only BGPPeer write is clientv3 node.go Delete, run by
+  kube-controllers; the ClusterRole's create/update is "only required for upgrade from
+  v2.6") and a CalicoNodeStatus update but of its own node's (node/pkg/status
+  nodestatus.go reports only the objects whose spec.node is its node).
+- IPAM (`_calico_ipam`, in both Calico policies; the _IPAM_RESOURCES comment says what
+  libcalico-go writes): both accounts write block affinities, IPAM blocks and the IPAM
+  configuration only in the shapes libcalico-go's IPAM writes them (no block moved to
+  another node, none deleted in use, no affinity's key changed). calico-node, whose token
+  names its node, also claims and creates blocks only for that node, drops the affinity
+  only of its own node's blocks and changes another node's affinity only toward its
+  deletion (the reclaim of an empty block). The CNI plugin's tokens name no node (calico-
+  node requests them with no bound object, node/pkg/cni/token_watch.go UpdateToken), and
+  any node may borrow from and release addresses in any block (strict affinity off), so
+  which allocations of a block a writer frees or takes cannot be fenced: still open.
+  IPAMHandles carry no node either and are not matched. CALICO_CNI also refuses its
+  ClusterInformation and IPReservation writes (CNI_NEVER_WRITES).
 - JOBSET_CHILDREN (`gpu-k8s-jobset-children-only-by-jobset`): a Job with an
   ownerReference to a JobSet may be created, or given such a reference, only by the JobSet
   controller's ServiceAccount (jobset v0.12.0 config/default/kustomization.yaml namespace
@@ -167,6 +183,32 @@ _CALICO_GROUPS = ["crd.projectcalico.org", "projectcalico.org"]
 # libcalico-go conversion/constants.go: AnnotationPodIP, AnnotationPodIPs,
 # AnnotationContainerID all carry this prefix.
 CNI_ANNOTATION_PREFIX = "cni.projectcalico.org/"
+# Calico's IPAM objects at v3.32.1, as the crd.projectcalico.org v1 CRDs hold them
+# (libcalico-go lib/apis/internalapi blockaffinity.go, ipam_block.go, ipam_config.go; the
+# backend's lib/backend/k8s/resources ipam_affinity_v1.go, ipam_block.go):
+# - a BlockAffinity (spec.node, cidr, type: its key, as its name `<node>-<cidr>` is) is
+#   created only `pending` (lib/ipam ipam_block_reader_writer.go getPendingAffinity), then
+#   confirmed, marked `pendingDeletion` (releaseBlockAffinity: also another node's, when
+#   reclaiming its empty block after EmptyBlockMinReclaimAge, findUsableBlock), and deleted
+#   only after an update that marks it `deleted` (DeleteKVP: Delete is not supported).
+# - an IPAMBlock (spec.cidr its key) is created empty with `affinity: host:<node>`
+#   (claimAffineBlock, newBlock), loses its affinity only when its own node releases it
+#   (releaseBlockAffinity), is written by any node that borrows an address from it (strict
+#   affinity off, the default) or releases one, and is marked `deleted`, then deleted,
+#   only when empty (releaseBlockAffinity and the release of a non-affine block's last
+#   address; ipamBlockClient.DeleteKVP). Empty: every ordinal is in `unallocated`.
+# - the IPAMConfig `default` is only ever created, with the defaults (ipam.go
+#   GetIPAMConfig: strictAffinity false, autoAllocateBlocks true, maxBlocksPerHost 0);
+#   SetIPAMConfig is calicoctl's, not calico-node's or the CNI plugin's.
+_IPAM_RESOURCES = ["blockaffinities", "ipamblocks"]
+_IPAM_CONFIGS = ["ipamconfigs", "ipamconfigurations"]
+# What the calico-cni-plugin account may write (its ClusterRole) and the CNI plugin never
+# does at v3.32.1: cni-plugin pkg/plugin/plugin.go only Gets the ClusterInformation
+# `default` (its one write is pkg/upgrade/migrate.go, run by calico-ipam -upgrade in
+# calico-node's upgrade-ipam init container, as calico-node), and libcalico-go lib/ipam
+# only Lists IPReservations (ipam.go IPReservationInterface).
+CNI_NEVER_WRITES = ("clusterinformations", "ipreservations")
+AFFINITY_STATES = ("pending", "confirmed", "pendingDeletion")
 # node/pkg/lifecycle/startup/startup.go at v3.32.1: DEFAULT_IPV4_POOL_NAME, _IPV6_
 DEFAULT_POOLS = ("default-ipv4-ippool", "default-ipv6-ippool")
 # libcalico-go lib/names/policy.go and lib/clientv3/client.go EnsureInitialized: the
@@ -334,6 +376,117 @@ def _unchanged_but(new: str, old: str, keep: str) -> str:
     )
 
 
+def _calico_spec_variables() -> list[dict[str, str]]:
+    """`spec` and `oldSpec` of the object written, {} where there is none (CREATE, DELETE)."""
+    return [
+        {"name": "spec", "expression": _map("object", "spec", "request.operation != 'DELETE'")},
+        {
+            "name": "oldSpec",
+            "expression": _map("oldObject", "spec", "request.operation != 'CREATE'"),
+        },
+    ]
+
+
+def _calico_ipam(node: str | None) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """(rules, validations): IPAM writes only as libcalico-go's IPAM makes them.
+
+    `node`: CEL of the node the token names (calico-node), None where the token names
+    none (the CNI plugin's): then only what no node ever writes is refused (see the
+    _IPAM_RESOURCES comment). Reads `variables.spec` and `variables.oldSpec`.
+    """
+    new, old = "variables.spec", "variables.oldSpec"
+    resource = "request.resource.resource"
+    op = "request.operation"
+
+    def field(spec: str, key: str) -> str:
+        return f"('{key}' in {spec} ? string({spec}.{key}) : '')"
+
+    def flag(spec: str, key: str) -> str:
+        # a boolean field, never string()ed: CEL's string(true) is 'true' (cel-spec
+        # langdef.md) and cel-python's 'True'
+        return f"('{key}' in {spec} && {spec}.{key} == true)"
+
+    def kept(*keys: str) -> str:
+        return " && ".join(f"{field(new, k)} == {field(old, k)}" for k in keys)
+
+    def empty(spec: str) -> str:
+        return (
+            f"('allocations' in {spec} && 'unallocated' in {spec} && "
+            f"size({spec}.unallocated) == size({spec}.allocations))"
+        )
+
+    affinity, block = f"{resource} != 'blockaffinities'", f"{resource} != 'ipamblocks'"
+    validations = [
+        _deny(
+            f"{affinity} || {op} != 'CREATE' || ({field(new, 'state')} == 'pending' && "
+            f"{field(new, 'deleted')} != 'true')",
+            "this user may create a block affinity only pending",
+        ),
+        _deny(
+            f"{affinity} || {op} != 'UPDATE' || ({kept('node', 'cidr', 'type')} && "
+            f"{field(new, 'state')} in {list(AFFINITY_STATES)})",
+            "this user may not change a block affinity's node, CIDR or type",
+        ),
+        _deny(
+            f"{affinity} || {op} != 'DELETE' || {field(old, 'deleted')} == 'true'",
+            "this user may delete only a block affinity marked deleted",
+        ),
+        _deny(
+            f"{block} || {op} != 'CREATE' || ({empty(new)} && "
+            f"{field(new, 'affinity')}.startsWith('host:'))",
+            "this user may create only an empty IPAM block affine to a host",
+        ),
+        _deny(
+            f"{block} || {op} != 'UPDATE' || ({kept('cidr')} && "
+            f"({field(new, 'affinity')} in ['', {field(old, 'affinity')}]) && "
+            f"(!{flag(new, 'deleted')} || {empty(new)}))",
+            "this user may not move an IPAM block, give it to a host or delete one in use",
+        ),
+        _deny(
+            f"{block} || {op} != 'DELETE' || {flag(old, 'deleted')}",
+            "this user may delete only an IPAM block marked deleted",
+        ),
+        _deny(
+            f"!({resource} in {_IPAM_CONFIGS}) || ({op} == 'CREATE' && "
+            f"object.metadata.name == 'default' && !{flag(new, 'strictAffinity')} && "
+            f"{flag(new, 'autoAllocateBlocks')} && "
+            f"{field(new, 'maxBlocksPerHost')} in ['', '0'])",
+            "this user may only create the default IPAM configuration",
+        ),
+    ]
+    if node is not None:
+        host = f"'host:' + {node}"
+        validations += [
+            _deny(
+                f"{affinity} || {op} != 'CREATE' || {field(new, 'node')} == {node}",
+                "this user may claim blocks only for the node its pod runs on",
+            ),
+            _deny(
+                f"{affinity} || {op} != 'UPDATE' || {field(old, 'node')} == {node} || "
+                f"{field(new, 'state')} == 'pendingDeletion' || {field(new, 'deleted')} == 'true'",
+                "this user may change another node's block affinity only to release it",
+            ),
+            _deny(
+                f"{block} || {op} != 'CREATE' || {field(new, 'affinity')} == {host}",
+                "this user may create IPAM blocks only for the node its pod runs on",
+            ),
+            _deny(
+                f"{block} || {op} != 'UPDATE' || {field(new, 'affinity')} != '' || "
+                f"{field(old, 'affinity')} in ['', {host}]",
+                "this user may release only its own node's IPAM blocks",
+            ),
+        ]
+    rules = [
+        {
+            "apiGroups": _CALICO_GROUPS,
+            "apiVersions": ["*"],
+            "operations": ["CREATE", "UPDATE", "DELETE"],
+            "resources": [*_IPAM_RESOURCES, *_IPAM_CONFIGS],
+        }
+    ]
+    return rules, validations
+
+
 def calico_cni_policy() -> dict[str, Any]:
     """The policy that keeps the calico-cni-plugin account to its pod IP annotations."""
     prefix = f"k.startsWith('{CNI_ANNOTATION_PREFIX}')"
@@ -350,11 +503,17 @@ def calico_cni_policy() -> dict[str, Any]:
             "apiGroups": _CALICO_GROUPS,
             "apiVersions": ["*"],
             "operations": ["CREATE", "UPDATE", "DELETE"],
-            "resources": ["ippools"],
+            "resources": ["ippools", *CNI_NEVER_WRITES],
         },
     ]
+    ipam_rules, ipam = _calico_ipam(None)
     validations = [
         _deny("request.resource.resource != 'ippools'", "this user may not write IPPools"),
+        _deny(
+            f"!(request.resource.resource in {list(CNI_NEVER_WRITES)})",
+            "this user may not write the ClusterInformation or IP reservations",
+        ),
+        *ipam,
         _deny(
             f"{pods} || object.status == oldObject.status",
             "this user may not change a pod's status",
@@ -376,10 +535,11 @@ def calico_cni_policy() -> dict[str, Any]:
     variables = [
         {"name": "annotations", "expression": _map("object.metadata", "annotations", pod)},
         {"name": "oldAnnotations", "expression": _map("oldObject.metadata", "annotations", pod)},
+        *_calico_spec_variables(),
     ]
     return _policy(
         CALICO_CNI,
-        rules,
+        rules + ipam_rules,
         CALICO_CNI_PLUGIN,
         {"variables": variables, "validations": validations},
     )
@@ -399,11 +559,19 @@ def calico_settings_policy() -> dict[str, Any]:
                 "ippools",
                 "bgpconfigurations",
                 "tiers",
+                "bgppeers",
             ],
-        }
+        },
+        {
+            "apiGroups": _CALICO_GROUPS,
+            "apiVersions": ["*"],
+            "operations": ["UPDATE"],
+            "resources": ["caliconodestatuses"],
+        },
     ]
     resource = "request.resource.resource"
     name = "object.metadata.name"
+    ipam_rules, ipam = _calico_ipam("variables.nodeName")
     felix_default = _unchanged_but(
         new, old, f"(!(k in {old}) && k in ['reportingInterval', 'logSeverityScreen'])"
     )
@@ -447,17 +615,21 @@ def calico_settings_policy() -> dict[str, Any]:
             f"{resource} != 'tiers' || ({create} && ({tiers}))",
             "this user may only create Calico's default Tiers",
         ),
+        _deny(f"{resource} != 'bgppeers'", "this user may not write BGPPeers"),
+        _deny(
+            f"{resource} != 'caliconodestatuses' || ("
+            f"'node' in {new} && {new}.node == variables.nodeName && "
+            f"'node' in {old} && {old}.node == variables.nodeName)",
+            "this user may write only its own node's CalicoNodeStatus",
+        ),
+        *ipam,
     ]
-    variables = [
-        _node_name_variable(),
-        {"name": "spec", "expression": _map("object", "spec")},
-        {
-            "name": "oldSpec",
-            "expression": _map("oldObject", "spec", "request.operation == 'UPDATE'"),
-        },
-    ]
+    variables = [_node_name_variable(), *_calico_spec_variables()]
     return _policy(
-        CALICO_SETTINGS, rules, CALICO_NODE, {"variables": variables, "validations": validations}
+        CALICO_SETTINGS,
+        rules + ipam_rules,
+        CALICO_NODE,
+        {"variables": variables, "validations": validations},
     )
 
 
