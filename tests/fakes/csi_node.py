@@ -177,6 +177,17 @@ def sync_daemonset(api: FakeKubeApiServer, daemonset: dict) -> list[str]:
                     "name": f"{meta['name']}-{name}",
                     "namespace": meta["namespace"],
                     "labels": dict(template["metadata"]["labels"]),
+                    # the controller's reference, which a drain reads to leave the pod
+                    # (kubectl drain daemonSetFilter; lib drain.py)
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "apps/v1",
+                            "kind": "DaemonSet",
+                            "name": meta["name"],
+                            "uid": meta.get("uid") or f"uid-{meta['name']}",
+                            "controller": True,
+                        }
+                    ],
                 },
                 "spec": spec,
                 "status": {"phase": "Running"},

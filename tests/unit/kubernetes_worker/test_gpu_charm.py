@@ -2607,13 +2607,20 @@ def test_an_api_error_mid_reset_fails_the_hook_with_the_gpu_clients_restored(
 ):
     state = joined_gpu_node(ctx, api, driver, {"gpu-auto-repair": "reset"})
     gpu_clients.sync()
-    quarantined_for(machine, api, "reset-gpu", "Xid48")
-    api.inject(403, method="GET", path_prefix="/api/v1/pods")  # the wait's pod list
+    quarantined_for(machine, api, "reset-gpu", "Xid48", tainted=False)
+    faults = []
 
-    with pytest.raises(testing.errors.UncaughtCharmError):
+    def refuse_the_next_pod_list():  # inside the wait: it sleeps while the pods leave
+        if not faults:
+            faults.append(node_labels(api).get(PAUSE_LABEL))
+            api.inject(403, method="GET", path_prefix="/api/v1/pods")
+
+    clock.meanwhile.append(refuse_the_next_pod_list)
+
+    with pytest.raises(testing.errors.UncaughtCharmError, match="pods is forbidden"):
         ctx.run(ctx.on.update_status(), state)
 
-    assert driver.resets == []
+    assert faults == ["paused"] and driver.resets == []
     assert PAUSE_LABEL not in node_labels(api) and gpu_clients.watcher_polls()
 
 
