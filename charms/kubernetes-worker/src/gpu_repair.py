@@ -25,9 +25,9 @@
   nvidia-smi every 5 s: so during a reset the node's GPU clients are paused
   (`gpu_clients_paused`): the watcher's polls (gpu_watcher.PAUSE_FILE) and the GPU
   DaemonSets (the node label kube_objects.GPU_CLIENTS_LABEL, which their node affinity
-  excludes: the GPU Operator's way, NVSentinel's too, #126 and #1243), until neither a
-  pod of theirs (kube_objects.GPU_CLIENT_POD_LABEL) nor a compute process
-  (`nvidia-smi --query-compute-apps`) is left, for at most CLIENTS_TIMEOUT_S; both are
+  excludes: the GPU Operator's way, NVSentinel's too, #126 and #1243), until no pod of
+  theirs (kube_objects.GPU_CLIENT_POD_LABEL) is left, for at most CLIENTS_TIMEOUT_S
+  (compute processes still there, `nvidia-smi --query-compute-apps`, are logged); both are
   restored after the reset whatever it answered, and a pause a killed hook left behind
   is restored by the next one (`paused`, `resume_gpu_clients`);
 - on an NVSwitch machine (every GPU NVLink-connected to every other through the
@@ -93,7 +93,7 @@ ESCALATE_WINDOW_S = 24 * 3600  # ... within this long
 # How long a reset waits for the GPU clients to leave: a DaemonSet pod's default grace
 # period is 30 s (core/v1 PodSpec terminationGracePeriodSeconds), then the kubelet's sync.
 CLIENTS_TIMEOUT_S = 120.0
-CLIENTS_POLL_S = 5.0
+CLIENTS_POLL_S = 10.0
 # One `<pid>, <uuid>` row per CUDA process, none when the GPUs are free (field names:
 # nvidia-smi --help-query-compute-apps); NVML monitors are not listed, hence the pods.
 COMPUTE_APPS = ("--query-compute-apps=pid,gpu_uuid", "--format=csv,noheader")
@@ -160,22 +160,25 @@ def reset(host: Host, entries: list[dict]) -> tuple[bool, str]:
     return True, "; ".join(said)
 
 
-def _clients_left(host: Host, kube: Kube, node: str) -> list[str]:
-    """The GPU clients still on this node: GPU DaemonSet pods, then compute processes."""
+def _client_pods(kube: Kube, node: str) -> list[str]:
+    """The GPU DaemonSets' pods still on this node (kube_objects.GPU_CLIENT_POD_LABEL)."""
     pods = kube.list(
         "v1",
         "Pod",
         label_selector=f"{GPU_CLIENT_POD_LABEL}=true",
         field_selector=f"spec.nodeName={node}",
     )
-    left = [f"pod {p['metadata'].get('namespace')}/{p['metadata']['name']}" for p in pods]
+    return [f"pod {p['metadata'].get('namespace')}/{p['metadata']['name']}" for p in pods]
+
+
+def _compute_processes(host: Host) -> list[str]:
+    """The CUDA processes on the GPUs (`nvidia-smi --query-compute-apps`)."""
     try:
         out = host.run(NVIDIA_SMI, *COMPUTE_APPS)
     except CommandError:
-        out = ""  # the reset's own answer says what holds the GPU
+        return []  # the reset's own answer says what holds the GPU
     rows = [line.split(",") for line in out.splitlines()]
-    left += [f"process {r[0].strip()}" for r in rows if r[0].strip().isdigit()]
-    return left
+    return [f"process {r[0].strip()}" for r in rows if r[0].strip().isdigit()]
 
 
 def paused(host: Host) -> bool:
@@ -203,15 +206,18 @@ def gpu_clients_paused(
     *,
     clock: Callable[[], float],
     sleep: Callable[[float], None],
-    timeout: float = CLIENTS_TIMEOUT_S,
+    timeout: float | None = None,
 ) -> Iterator[list[str]]:
     """Pause the node's GPU clients for a reset; yields the clients still left.
 
     The watcher's polls first (its pause file, new each time: the watcher trusts it
     only so long after it was written), then the GPU DaemonSets (the node label, as the
-    kubelet: `kube` acts as this node); waits until no pod of theirs and no compute
-    process is left, at most `timeout` (what is still there is yielded: nvidia-smi then
-    refuses and says why). Both are restored on the way out, whatever happened inside.
+    kubelet: `kube` acts as this node); waits until no pod of theirs is left, at most
+    `timeout` (default CLIENTS_TIMEOUT_S; a pod object goes once the kubelet saw its
+    containers stop), then names the compute processes left: the drain waited for the
+    other pods to go, so one still there belongs to no pod and is not waited for. What
+    is left is yielded (nvidia-smi then refuses and says why). Both are restored on the
+    way out, whatever happened.
     """
     path = host.path(PAUSE_FILE)
     if path.exists():
@@ -221,11 +227,12 @@ def gpu_clients_paused(
         kube.patch(
             "v1", "Node", node, {"metadata": {"labels": {GPU_CLIENTS_LABEL: GPU_CLIENTS_PAUSED}}}
         )
-        deadline = clock() + timeout
-        left = _clients_left(host, kube, node)
+        deadline = clock() + (CLIENTS_TIMEOUT_S if timeout is None else timeout)
+        left = _client_pods(kube, node)
         while left and clock() < deadline:
             sleep(CLIENTS_POLL_S)
-            left = _clients_left(host, kube, node)
+            left = _client_pods(kube, node)
+        left += _compute_processes(host)
         if left:
             logger.warning("GPU clients still on node %s: %s", node, ", ".join(left))
         yield left

@@ -2587,7 +2587,9 @@ def test_a_reset_still_refused_restores_the_gpu_clients_and_the_next_hook_retrie
     out = ctx.run(ctx.on.update_status(), state)
 
     assert driver.resets == [] and seen == [("paused", [], False)]
-    assert clock.slept - slept == gpu_repair.CLIENTS_TIMEOUT_S  # waited for it, bounded
+    # the pods left within a poll; a process no pod owns is not waited for (the drain
+    # waited for every other pod already)
+    assert clock.slept - slept == gpu_repair.CLIENTS_POLL_S
     (failed,) = watcher_state(machine)["repairs"]
     assert failed["result"] == "failed"
     assert "because it's being used by some other process" in failed["detail"]
@@ -2655,3 +2657,39 @@ def test_only_the_node_itself_may_pause_its_gpu_clients(api, machine, driver, ct
         assert f'node "ip-10-0-1-18" is not allowed to modify node "{NODE}"' in str(refused.value)
         kube.patch("v1", "Node", "ip-10-0-1-18", pause)  # its own: NodeRestriction allows it
     assert PAUSE_LABEL not in node_labels(api)
+
+
+def test_a_gpu_client_that_does_not_leave_is_waited_for_a_bounded_time(
+    ctx, machine, api, driver, ctr, wall, clock, gpu_clients, monkeypatch
+):
+    monkeypatch.setattr(gpu_repair, "CLIENTS_TIMEOUT_S", 30.0)  # three polls, not twelve
+    state = joined_gpu_node(ctx, api, driver, {"gpu-auto-repair": "reset"})
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+    # a GPU client of the operator's, labelled as ours but without our node affinity
+    api.put_object(
+        f"/api/v1/namespaces/default/pods/own-exporter-{NODE}",
+        {
+            "metadata": {
+                "labels": {"gpu-k8s.io/gpu-client": "true"},
+                "ownerReferences": [  # a DaemonSet's: the drain leaves it
+                    {
+                        "apiVersion": "apps/v1",
+                        "kind": "DaemonSet",
+                        "name": "own-exporter",
+                        "uid": "u-1",
+                        "controller": True,
+                    }
+                ],
+            },
+            "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "e"}]},
+        },
+    )
+    slept = clock.slept
+
+    out = ctx.run(ctx.on.update_status(), state)
+
+    assert clock.slept - slept == gpu_repair.CLIENTS_TIMEOUT_S
+    (failed,) = watcher_state(machine)["repairs"]
+    assert "In use by another client" in failed["detail"]
+    assert out.unit_status.name == "waiting"
+    assert PAUSE_LABEL not in node_labels(api) and gpu_clients.watcher_polls()
