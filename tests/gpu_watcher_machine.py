@@ -147,9 +147,19 @@ class Machine:
             f.write(f"3,{self.seq},{stamp},-;{text}\n")
             f.write(" SUBSYSTEM=pci\n")  # a continuation line, skipped
 
+    @property
+    def pause_path(self) -> Path:
+        """The file the charm writes while it resets a GPU (gpu_watcher.PAUSE_FILE)."""
+        return self.root / "gpu-watcher-pause"
+
     def smi(self, text: str, code: int = 0) -> None:
         (self.root / "smi.out").write_text(text)
         (self.root / "smi.rc").write_text(str(code))
+
+    def smi_calls(self) -> int:
+        """How many times nvidia-smi ran."""
+        path = self.root / "smi.calls"
+        return len(path.read_text().splitlines()) if path.exists() else 0
 
     def smi_unknown(self, *fields: str) -> None:
         """Fields the fake nvidia-smi does not know.
@@ -272,6 +282,7 @@ def gpu_machine(root: Path) -> Iterator[Machine]:
         smi = root / "nvidia-smi"
         smi.write_text(
             "#!/bin/sh\n"
+            f"echo x >> {root}/smi.calls\n"  # each run, for the pause test
             f'if [ "$1" = "-L" ]; then cat {root}/smi-L.out; exit 0; fi\n'
             # a field this driver's nvidia-smi does not know fails the whole query
             'q="${1#--query-gpu=}"\n'
@@ -349,6 +360,7 @@ def start(
     argv += ["--checkpoint", str(r / "checkpoint"), "--proc", str(r / "proc")]
     argv += ["--boot-id", str(r / "boot_id"), "--state", str(box.state_path)]
     argv += ["--interval", str(interval), "--tick", str(tick), "--escalation", escalation]
+    argv += ["--pause", str(box.pause_path)]
     if metrics:
         box.metrics_port = box.metrics_port or free_port()
         argv += ["--metrics-port", str(box.metrics_port)]

@@ -3,10 +3,14 @@
 The fake API server runs no controller and no kubelet. `run_daemonset(api, token, ds)`
 does, for one DaemonSet, what these do, each rule from the upstream source named:
 - D1 The DaemonSet controller wants a pod on every node whose labels match the pod
-  template's nodeSelector and whose NoSchedule/NoExecute taints it tolerates (kubernetes
-  pkg/controller/daemon/daemon_controller.go NodeShouldRunDaemonPod: predicates on the
-  node selector and taints); a toleration with `operator: Exists` and no key tolerates
-  every taint (k8s.io/api core/v1 toleration.go ToleratesTaint). The pod is created
+  template's nodeSelector and its required node affinity and whose NoSchedule/NoExecute
+  taints it tolerates (kubernetes pkg/controller/daemon/daemon_controller.go
+  NodeShouldRunDaemonPod: predicates on the node selector and affinity, then taints;
+  k8s.io/component-helpers scheduling/corev1/nodeaffinity: any one of the
+  nodeSelectorTerms, all expressions of a term; `NotIn` and `DoesNotExist` match a node
+  without the key), and removes its pod from a node that stops matching
+  (`sync_daemonset`); a toleration with `operator: Exists` and no key tolerates every
+  taint (k8s.io/api core/v1 toleration.go ToleratesTaint). The pod is created
   through the API server in the DaemonSet's namespace, so admission (PodSecurity
   included) decides whether it exists at all; here bound to its node at once.
 - K1 Once such a pod runs, kubelet's plugin watcher finds the registration socket of its
@@ -48,11 +52,38 @@ def _tolerates(tolerations: list[dict], taint: dict) -> bool:
     return False
 
 
+def _expression(labels: dict, e: dict) -> bool:
+    key, op, values = e["key"], e["operator"], e.get("values") or []
+    if op == "In":
+        return key in labels and labels[key] in values
+    if op == "NotIn":
+        return key not in labels or labels[key] not in values
+    if op == "Exists":
+        return key in labels
+    if op == "DoesNotExist":
+        return key not in labels
+    raise NotImplementedError(f"node affinity operator {op} is not modelled")
+
+
+def _affinity(pod_spec: dict, labels: dict) -> bool:
+    required = ((pod_spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    terms = required.get("nodeSelectorTerms")
+    if not terms:
+        return True
+    return any(
+        all(_expression(labels, e) for e in term.get("matchExpressions") or []) for term in terms
+    )
+
+
 def fits(pod_spec: dict, node: dict) -> bool:
     """D1: whether the DaemonSet controller wants its pod on `node`."""
     labels = node["metadata"].get("labels") or {}
     selector = pod_spec.get("nodeSelector") or {}
     if any(labels.get(k) != v for k, v in selector.items()):
+        return False
+    if not _affinity(pod_spec, labels):
         return False
     taints = [
         t
@@ -117,3 +148,49 @@ def run_daemonset(
         annotations[NODE_ID_ANNOTATION] = json.dumps(ids, sort_keys=True)
         api.put_object(f"/api/v1/nodes/{name}", node)
     return out
+
+
+def sync_daemonset(api: FakeKubeApiServer, daemonset: dict) -> list[str]:
+    """D1 as the controller and kubelet act over time: pods where `daemonset` fits, none else.
+
+    Stored directly (the controller's own writes are not what these tests check): a
+    Running pod `<name>-<node>` on each node that fits, and the pod of a node that no
+    longer fits deleted (its graceful termination over by the next sync). Returns the
+    nodes that run it now.
+    """
+    meta, template = daemonset["metadata"], daemonset["spec"]["template"]
+    prefix = f"/api/v1/namespaces/{meta['namespace']}/pods/"
+    running = []
+    for node in api.objects("/api/v1/nodes/"):
+        name = node["metadata"]["name"]
+        path = f"{prefix}{meta['name']}-{name}"
+        if not fits(template["spec"], node):
+            api.delete_object(path)
+            continue
+        running.append(name)
+        if api.get_object(path) is None:
+            spec = {**copy.deepcopy(template["spec"]), "nodeName": name}
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": f"{meta['name']}-{name}",
+                    "namespace": meta["namespace"],
+                    "labels": dict(template["metadata"]["labels"]),
+                    # the controller's reference, which a drain reads to leave the pod
+                    # (kubectl drain daemonSetFilter; lib drain.py)
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "apps/v1",
+                            "kind": "DaemonSet",
+                            "name": meta["name"],
+                            "uid": meta.get("uid") or f"uid-{meta['name']}",
+                            "controller": True,
+                        }
+                    ],
+                },
+                "spec": spec,
+                "status": {"phase": "Running"},
+            }
+            api.put_object(path, pod)
+    return running

@@ -94,6 +94,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+from collections.abc import Callable
 
 import gpu
 import nvidia
@@ -199,9 +200,13 @@ class FakeDriver:
         self.module_driver: dict[tuple[str, str], str] = {}
         self.meta_abi: dict[tuple[str, str], str] = {}
         self.respin = 0
-        # GPU reset (`nvidia-smi -r -i <index>`): the indexes whose GPU a process uses
-        # (the reset is refused), and the resets done
+        # GPU reset (`nvidia-smi -r -i <index>`): the indexes whose GPU a CUDA process uses
+        # (listed by --query-compute-apps; the reset is refused), and the resets done
         self.gpu_in_use: set[int] = set()
+        # Other clients that hold the GPUs open without being compute apps (NVML
+        # monitors: the device plugin, the DCGM exporter, another nvidia-smi): each a
+        # callable naming the GPU indexes it holds now; a reset is refused on those too
+        self.clients: list[Callable[[], set[int]]] = []
         self.resets: list[int] = []
         self.auto: set[str] = set()  # packages marked automatically installed
         self.image_meta_abi: dict[str, str] = {}  # linux-image-aws version: its kernel
@@ -773,6 +778,10 @@ class FakeDriver:
             )
         if argv[1:] == ["--query-gpu=index,fabric.state,fabric.status", "--format=csv,noheader"]:
             return "".join(f"{i}, {state}, {status}\n" for i, (state, status) in self._fabric())
+        # one `<pid>, <uuid>` row per CUDA process (field names: nvidia-smi
+        # --help-query-compute-apps; NVML monitors are no compute apps, never listed)
+        if argv[1:] == ["--query-compute-apps=pid,gpu_uuid", "--format=csv,noheader"]:
+            return "".join(f"{4200 + i}, {self.uuid(i)}\n" for i in sorted(self.gpu_in_use))
         if argv[1:] == ["mig", "-lgip"]:
             return self._lgip(argv)
         if argv[1:] == ["-L"]:
@@ -799,6 +808,11 @@ class FakeDriver:
         CUDA application). Please first kill all processes using this GPU." then "Some
         GPUs could not be reset."; "GPU 00000000:18:00.0 was successfully reset."). The
         exit status of a refusal is not documented: 1 here, the charm reads the text.
+        A GPU held open by a client that is no compute app (`clients`: an NVML monitor
+        such as the device plugin, the DCGM exporter or the watcher's nvidia-smi) is
+        refused with the text and exit status NVIDIA/NVSentinel#1690 recorded ("The
+        following GPUs could not be reset: / GPU <bus id>: In use by another client",
+        exit=255; the same words in NVIDIA/gpu-operator#118 for nvidia-persistenced).
 
         On an NVSwitch machine one GPU alone is reset only from Ampere on and with Fabric
         Manager running; else every GPU NVLink connects to it (on an NVSwitch baseboard:
@@ -822,6 +836,20 @@ class FakeDriver:
                 1,
                 f"Unable to reset GPU {buses[targets[0]]}: the NVLink peer GPUs {peers} must "
                 "be reset in the same command.\nSome GPUs could not be reset.",
+            )
+        held = set().union(*(client() for client in self.clients))
+        monitored = [i for i in targets if i in held and i not in self.gpu_in_use]
+        if monitored:
+            raise CommandError(
+                argv,
+                255,
+                "The following GPUs could not be reset:\n"
+                f"  GPU {buses[monitored[0]]}: In use by another client\n\n"
+                "1 device is currently being used by one or more other processes (e.g. "
+                "Fabric Manager, CUDA application, graphics application such as an X server, "
+                "or a monitoring application such as another instance of nvidia-smi). Please "
+                "first kill all processes using this device and all compute applications "
+                "running in the system.",
             )
         busy = [i for i in targets if i in self.gpu_in_use]
         if busy:
@@ -882,13 +910,16 @@ class FakeDriver:
                 rows.append("+" + "-" * 79 + "+")
         return "\n".join(rows) + "\n"
 
+    @staticmethod
+    def uuid(index: int) -> str:
+        """GPU `index`'s UUID, as `nvidia-smi -L` lists it."""
+        return f"GPU-0000000{index}-aaaa-bbbb-cccc-dddddddddddd"
+
     def _list(self) -> str:
         """`nvidia-smi -L`: GPUs, each followed by its MIG devices (MIG user guide layout)."""
         lines = []
         for i in range(self.gpus):
-            lines.append(
-                f"GPU {i}: {self.model[0]} (UUID: GPU-0000000{i}-aaaa-bbbb-cccc-dddddddddddd)"
-            )
+            lines.append(f"GPU {i}: {self.model[0]} (UUID: {self.uuid(i)})")
             for n, profile in enumerate(self.mig_devices.get(i, [])):
                 uuid = f"MIG-{i}{n}000000-1111-2222-3333-444444444444"
                 lines.append(f"  MIG {profile:<12} Device {n:2d}: (UUID: {uuid})")

@@ -192,6 +192,35 @@ def test_nvidia_smi_findings_quarantine_that_gpu(machine, smi, code, gpu, reason
     assert machine.pods() == ALL - {f"{OWN}/gpu{gpu}-job"}
 
 
+def test_a_gpu_reset_pauses_the_polls_and_a_pause_older_than_its_bound_is_ignored(machine):
+    """The charm's reset (gpu_repair.gpu_clients_paused) is no GPU lost from the bus.
+
+    nvidia-smi -r wants no other nvidia-smi on the GPU, and the reset GPU answers nothing
+    for a moment: while the pause file is fresh the watcher runs no nvidia-smi at all.
+    """
+    start(machine)
+    machine.pause_path.write_text("reset\n")
+    until(lambda: "nvidia-smi polls paused" in watcher_log(machine))
+    polls = machine.smi_calls()
+    machine.smi(smi_rows(lost=1), 15)  # what a poll during the reset would have read
+    time.sleep(1.0)  # five polls' worth
+    assert not machine.quarantined() and machine.smi_calls() == polls
+    machine.smi(smi_rows())  # reset: the GPU answers again
+    machine.pause_path.unlink()
+    until(lambda: "nvidia-smi polls resumed" in watcher_log(machine))
+    until(lambda: machine.smi_calls() > polls)
+    assert not machine.quarantined()
+
+    # a pause a killed hook left is honoured PAUSE_MAX_S at most: then polls go on
+    machine.pause_path.write_text("reset\n")
+    stale = time.time() - gpu_watcher.PAUSE_MAX_S - 1
+    os.utime(machine.pause_path, (stale, stale))
+    machine.smi(smi_rows(lost=1), 15)
+    until(machine.quarantined)
+    condition = machine.condition()
+    assert condition is not None and condition["reason"] == "GpuLost"
+
+
 def test_a_restarted_watcher_does_not_act_twice_on_old_records(machine):
     path = f"/api/v1/namespaces/team-a/pods/gpu1-job-{OWN}"
     pod = machine.api.get_object(path)

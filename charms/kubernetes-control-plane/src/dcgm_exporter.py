@@ -204,5 +204,7 @@ def manifests(image_registry: str = "", *, shared_gpus: bool = False) -> list[di
             {"name": "counters", "configMap": {"name": f"{NAME}-counters"}},
         ],
     }
-    ds = device_plugin.daemon_set(NAME, MIG_CLIENT_POD_LABEL, digest, pod_spec)
+    ds = device_plugin.daemon_set(
+        NAME, {**MIG_CLIENT_POD_LABEL, **device_plugin.GPU_CLIENT}, digest, pod_spec
+    )
     return [device_plugin.namespace(), config_map, ds]

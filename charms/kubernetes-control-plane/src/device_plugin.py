@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 import yaml
 from literals import FIELD_MANAGER, GPU_NAMESPACE, MANAGED_BY_LABEL, PRIVILEGED_POD_SECURITY
 
-from charms.gpu_k8s.v0 import images
+from charms.gpu_k8s.v0 import images, kube_objects
 
 if TYPE_CHECKING:
     from charms.gpu_k8s.v0.kubeclient import Kube
@@ -69,6 +69,11 @@ STEPPED_ASIDE = ("false", "paused-for-mig-change")
 # DEFAULT_GPU_CLIENTS_NAMESPACE, before it changes the GPUs (reconfigure.go
 # waitForPodsToBeDeleted). On the pods only: a DaemonSet's spec.selector cannot change.
 MIG_CLIENT_POD_LABEL = {"app": "nvidia-device-plugin-daemonset"}
+# The plugin and the DCGM exporter hold NVML handles on every GPU of their node, so they
+# also step aside while the worker resets a GPU (kube_objects.GPU_CLIENTS_LABEL: the
+# worker pauses them by that node label and waits until no pod of theirs, found by
+# GPU_CLIENT, is left on its node; gpu_repair.py).
+GPU_CLIENT = {kube_objects.GPU_CLIENT_POD_LABEL: "true"}
 RUNTIME_CLASS = "nvidia"
 MIG_STRATEGIES = ("none", "single", "mixed")
 
@@ -202,12 +207,24 @@ def namespace() -> dict:
 
 
 def stepping_aside(deploy_label: str) -> dict:
-    """Node affinity: on GPU nodes unless `deploy_label` says STEPPED_ASIDE (MIG changes)."""
-    expression = {"key": deploy_label, "operator": "NotIn", "values": list(STEPPED_ASIDE)}
+    """Node affinity: on GPU nodes unless paused (a MIG change, a GPU reset).
+
+    Not where `deploy_label` says STEPPED_ASIDE (MIG changes) nor where the worker paused
+    its GPU clients for a GPU reset: both expressions of one term must hold, and `NotIn`
+    matches a node without the label.
+    """
+    expressions = [
+        {"key": deploy_label, "operator": "NotIn", "values": list(STEPPED_ASIDE)},
+        {
+            "key": kube_objects.GPU_CLIENTS_LABEL,
+            "operator": "NotIn",
+            "values": [kube_objects.GPU_CLIENTS_PAUSED],
+        },
+    ]
     return {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [{"matchExpressions": [expression]}]
+                "nodeSelectorTerms": [{"matchExpressions": expressions}]
             }
         }
     }
@@ -272,7 +289,7 @@ def manifests(mig_strategy: str, replicas: int, image_registry: str = "") -> lis
             {"name": "driver-root", "hostPath": {"path": HOST_DRIVER_ROOT, "type": "Directory"}},
         ],
     }
-    ds = daemon_set(NAME, MIG_CLIENT_POD_LABEL, digest, pod_spec)
+    ds = daemon_set(NAME, {**MIG_CLIENT_POD_LABEL, **GPU_CLIENT}, digest, pod_spec)
     return [namespace(), runtime_class(), config_map, ds]
 
 

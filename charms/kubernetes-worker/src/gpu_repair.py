@@ -19,7 +19,17 @@
   linked by NVLink must be reset in the same command. nvidia-smi refuses what it cannot
   do ("Unable to reset GPU <bus id> because it's being used by some other process ...",
   recorded in tests/fakes/nvidia_driver.py): a refused reset is a failed repair, and
-  with `reboot` the machine reboots instead;
+  with `reboot` the machine reboots instead. A drain leaves the node's DaemonSet pods,
+  and the device plugin and the DCGM exporter hold NVML handles on every GPU (refused
+  with "In use by another client", NVIDIA/NVSentinel#1690), as does the watcher's
+  nvidia-smi every 5 s: so during a reset the node's GPU clients are paused
+  (`gpu_clients_paused`): the watcher's polls (gpu_watcher.PAUSE_FILE) and the GPU
+  DaemonSets (the node label kube_objects.GPU_CLIENTS_LABEL, which their node affinity
+  excludes: the GPU Operator's way, NVSentinel's too, #126 and #1243), until no pod of
+  theirs (kube_objects.GPU_CLIENT_POD_LABEL) is left, for at most CLIENTS_TIMEOUT_S
+  (compute processes still there, `nvidia-smi --query-compute-apps`, are logged); both are
+  restored after the reset whatever it answered, and a pause a killed hook left behind
+  is restored by the next one (`paused`, `resume_gpu_clients`);
 - on an NVSwitch machine (every GPU NVLink-connected to every other through the
   switches) a reset is not even tried while Fabric Manager is not running (`reset_blocker`):
   the same manual's table "NVSwitch systems" allows a GPU to be reset alone only on
@@ -48,12 +58,27 @@ machine (`PROGRESS`: its boot id), as the Kubernetes upgrade's steps are. No ops
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
+import logging
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from driver import FABRIC_SERVICE
+from gpu_watcher import PAUSE_FILE
 
+from charms.gpu_k8s.v0.kube_objects import (
+    GPU_CLIENT_POD_LABEL,
+    GPU_CLIENTS_LABEL,
+    GPU_CLIENTS_PAUSED,
+)
 from charms.gpu_k8s.v0.system import SYSTEMCTL, CommandError, Host
+
+if TYPE_CHECKING:
+    from charms.gpu_k8s.v0.kubeclient import Kube
+
+logger = logging.getLogger(__name__)
 
 MODES = ("off", "reset", "reboot")
 RESET, REBOOT = "reset", "reboot"
@@ -65,6 +90,13 @@ NVIDIA_SMI = "nvidia-smi"
 PROGRESS = "/var/lib/gpu-k8s/gpu-repair.json"
 ESCALATE_AFTER = 2  # failed repairs ...
 ESCALATE_WINDOW_S = 24 * 3600  # ... within this long
+# How long a reset waits for the GPU clients to leave: a DaemonSet pod's default grace
+# period is 30 s (core/v1 PodSpec terminationGracePeriodSeconds), then the kubelet's sync.
+CLIENTS_TIMEOUT_S = 120.0
+CLIENTS_POLL_S = 10.0
+# One `<pid>, <uuid>` row per CUDA process, none when the GPUs are free (field names:
+# nvidia-smi --help-query-compute-apps); NVML monitors are not listed, hence the pods.
+COMPUTE_APPS = ("--query-compute-apps=pid,gpu_uuid", "--format=csv,noheader")
 
 
 def _epoch(stamp: str | None) -> float | None:
@@ -119,10 +151,93 @@ def reset(host: Host, entries: list[dict]) -> tuple[bool, str]:
         try:
             out = host.run(NVIDIA_SMI, "-r", "-i", str(q.get("index")))
         except CommandError as e:
-            lines = [line for line in e.stderr.splitlines() if line.strip()]
-            return False, f"GPU {q.get('index')} reset refused: {lines[0] if lines else e}"
+            # the first two lines name the GPU and why ("Unable to reset GPU <bus id>
+            # because ...", or "The following GPUs could not be reset:" then the GPU)
+            lines = [line.strip() for line in e.stderr.splitlines() if line.strip()]
+            said = " ".join(lines[:2]) if lines else str(e)
+            return False, f"GPU {q.get('index')} reset refused: {said}"
         said.append(next((line for line in out.splitlines() if line.strip()), "reset"))
     return True, "; ".join(said)
+
+
+def _client_pods(kube: Kube, node: str) -> list[str]:
+    """The GPU DaemonSets' pods still on this node (kube_objects.GPU_CLIENT_POD_LABEL)."""
+    pods = kube.list(
+        "v1",
+        "Pod",
+        label_selector=f"{GPU_CLIENT_POD_LABEL}=true",
+        field_selector=f"spec.nodeName={node}",
+    )
+    return [f"pod {p['metadata'].get('namespace')}/{p['metadata']['name']}" for p in pods]
+
+
+def _compute_processes(host: Host) -> list[str]:
+    """The CUDA processes on the GPUs (`nvidia-smi --query-compute-apps`)."""
+    try:
+        out = host.run(NVIDIA_SMI, *COMPUTE_APPS)
+    except CommandError:
+        return []  # the reset's own answer says what holds the GPU
+    rows = [line.split(",") for line in out.splitlines()]
+    return [f"process {r[0].strip()}" for r in rows if r[0].strip().isdigit()]
+
+
+def paused(host: Host) -> bool:
+    """Whether this machine's GPU clients may be paused (a reset in flight or cut short)."""
+    return host.path(PAUSE_FILE).exists()
+
+
+def resume_gpu_clients(host: Host, kube: Kube, node: str) -> None:
+    """Give the node its GPU DaemonSets back, then the watcher its polls.
+
+    The label goes first: the pause file stays as the mark of a pause to undo if the
+    API refuses (the next hook tries again).
+    """
+    kube.patch("v1", "Node", node, {"metadata": {"labels": {GPU_CLIENTS_LABEL: None}}})
+    path = host.path(PAUSE_FILE)
+    if path.exists():
+        path.unlink()
+
+
+@contextlib.contextmanager
+def gpu_clients_paused(
+    host: Host,
+    kube: Kube,
+    node: str,
+    *,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+    timeout: float | None = None,
+) -> Iterator[list[str]]:
+    """Pause the node's GPU clients for a reset; yields the clients still left.
+
+    The watcher's polls first (its pause file, new each time: the watcher trusts it
+    only so long after it was written), then the GPU DaemonSets (the node label, as the
+    kubelet: `kube` acts as this node); waits until no pod of theirs is left, at most
+    `timeout` (default CLIENTS_TIMEOUT_S; a pod object goes once the kubelet saw its
+    containers stop), then names the compute processes left: the drain waited for the
+    other pods to go, so one still there belongs to no pod and is not waited for. What
+    is left is yielded (nvidia-smi then refuses and says why). Both are restored on the
+    way out, whatever happened.
+    """
+    path = host.path(PAUSE_FILE)
+    if path.exists():
+        path.unlink()  # a fresh mtime: the watcher honours a pause only so long
+    host.write(PAUSE_FILE, f"{node}: GPU reset\n")
+    try:
+        kube.patch(
+            "v1", "Node", node, {"metadata": {"labels": {GPU_CLIENTS_LABEL: GPU_CLIENTS_PAUSED}}}
+        )
+        deadline = clock() + (CLIENTS_TIMEOUT_S if timeout is None else timeout)
+        left = _client_pods(kube, node)
+        while left and clock() < deadline:
+            sleep(CLIENTS_POLL_S)
+            left = _client_pods(kube, node)
+        left += _compute_processes(host)
+        if left:
+            logger.warning("GPU clients still on node %s: %s", node, ", ".join(left))
+        yield left
+    finally:
+        resume_gpu_clients(host, kube, node)
 
 
 def reset_blocker(host: Host, nvswitches: int) -> str | None:

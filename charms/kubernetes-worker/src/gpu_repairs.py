@@ -9,8 +9,9 @@ hook's availability zone): the charm builds it with what it needs of the hook an
 a unit whose GPU the watcher quarantined takes a turn in the one turn mechanism
 (`reboot_turns.py`, purpose `repair`: never more than `max-parallel-reboots` nodes
 drained at once, with driver reboots, upgrades, runtime updates and MIG changes), drains
-its node as its kubelet, tries a GPU reset where the catalog says one suffices, else
-reboots through Juju (gpu_repair.py). Then the gate (gpu_gate.py) on every GPU; only if
+its node as its kubelet, tries a GPU reset where the catalog says one suffices (its GPU clients
+paused meanwhile: gpu_repair.gpu_clients_paused), else reboots through Juju
+(gpu_repair.py). Then the gate (gpu_gate.py) on every GPU; only if
 it passes: the watcher's state cleared, GpuHealthy=True, the cordon lifted, the
 NoExecute taint's removal asked of the control plane, the turn given back, the repair
 recorded (gpu_health.py keeps the history). A failed repair is recorded too; two within
@@ -99,6 +100,10 @@ class GpuRepairs(ops.Object):
         StatusError.maintenance while Juju reboots the machine for a repair.
         """
         limit, now = config.max_parallel_reboots, self._wall_clock()
+        if gpu_repair.paused(host):  # a hook killed mid-reset left its GPU clients paused
+            with node_kube(host, f"cannot resume the GPU clients of node {node}") as kube:
+                with api_errors_fail_the_hook():
+                    gpu_repair.resume_gpu_clients(host, kube, node)
         progress = gpu_repair.load_progress(host)
         if not held:
             if progress is not None:
@@ -191,7 +196,7 @@ class GpuRepairs(ops.Object):
             return ops.WaitingStatus(self.turns.waiting_message(reason, limit, REPAIR))
         self._drain(host, config, node, reason)
         if method == gpu_repair.RESET:
-            done, said = gpu_repair.reset(host, held)
+            done, said = self._reset(host, node, held, reason)
             if done:
                 return self._prove(host, config, node, held, gpu_repair.RESET, said)
             if config.gpu_auto_repair != gpu_repair.REBOOT:
@@ -208,6 +213,15 @@ class GpuRepairs(ops.Object):
                 worker.drain_for_reboot(
                     kube, node, config.drain_timeout, clock=self._clock, sleep=self._sleep
                 )
+
+    def _reset(self, host: Host, node: str, held: list[dict], reason: str) -> tuple[bool, str]:
+        """The reset with the node's GPU clients paused (gpu_repair.gpu_clients_paused)."""
+        with node_kube(host, f"{reason}: cannot pause the GPU clients of node {node}") as kube:
+            with api_errors_fail_the_hook():
+                with gpu_repair.gpu_clients_paused(
+                    host, kube, node, clock=self._clock, sleep=self._sleep
+                ):
+                    return gpu_repair.reset(host, held)
 
     def _reboot(self, host: Host, node: str, held: list[dict], reason: str) -> NoReturn:
         gpu_repair.save_progress(
@@ -358,7 +372,8 @@ class GpuRepairs(ops.Object):
         try:
             event.log(f"draining node {node}")
             self._drain(host, config, node, reason)
-            done, said = gpu_repair.reset(host, held)
+            event.log(f"pausing the GPU clients of node {node}")
+            done, said = self._reset(host, node, held, reason)
             if not done:
                 self._record_failure(host, held, gpu_repair.RESET, said)
                 event.fail(f"{said}; node {node} stays cordoned")

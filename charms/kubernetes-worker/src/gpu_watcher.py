@@ -20,8 +20,8 @@ only, so it keeps running while Juju replaces the charm's files. Its inputs:
 - `nvidia-smi --query-gpu=index,uuid,pci.bus_id,ecc.errors.uncorrected.volatile.total,
   remapped_rows.failure,fabric.state,fabric.status --format=csv,noheader` every
   `--interval` seconds (field names: `nvidia-smi --help-query-gpu`; fabric as nvidia.py
-  reads it). A GPU it cannot reach (`... GPU is lost ...`, or a GPU seen before that is
-  missing) is lost;
+  reads it), except while the charm resets a GPU (`--pause`, PAUSE_FILE). A GPU it
+  cannot reach (`... GPU is lost ...`, or a GPU seen before that is missing) is lost;
 - the classification, xid_catalog.json (NVIDIA's XID catalog, its source and date inside).
   An XID the catalog lacks (a newer driver's) is classified as its `unknown` entry says:
   support, a quarantine with no automatic repair (the catalog's reasons inside).
@@ -166,6 +166,16 @@ SMI_MIG = re.compile(r"^\s+MIG\s.*\(UUID:\s*(?P<uuid>MIG-[^)\s]+)\)")
 KERNEL_CLOCK_SKEW = 300.0  # a kernel timestamp further than this from now is not trusted
 REPAIR_METHODS = ("reset", "reboot")  # gpu-auto-repair's methods: zero series for each
 REPAIR_RESULTS = ("ok", "failed", "refused")  # refused: gpu_repair.REFUSED
+# While the charm resets a GPU (gpu_repair.gpu_clients_paused) this file exists and the
+# watcher runs no nvidia-smi: nvidia-smi -r refuses a GPU that another nvidia-smi holds
+# (nvidia-smi(1) -r: "There can't be any applications using these devices (... monitoring
+# application like other instance of nvidia-smi)"), and a GPU the reset takes away for a
+# moment is no GPU lost from the bus. The kernel's XID records are still read. The file is
+# honoured only while its mtime is within PAUSE_MAX_S of now, so a hook killed mid-reset
+# cannot silence the watcher for longer (the charm's next hook removes it: gpu_repairs.py).
+# Under /run: a tmpfs, so a reboot forgets it too.
+PAUSE_FILE = "/run/gpu-k8s/gpu-watcher-pause"
+PAUSE_MAX_S = 600.0
 
 
 class Gauge(tuple):
@@ -425,6 +435,7 @@ class Watcher:
         self.kmsg = os.open(args.kmsg, os.O_RDONLY | os.O_NONBLOCK)
         self.partial = b""
         self.last_poll = 0.0
+        self.was_paused = False
         self.fault_at: float | None = None  # the kernel's time of the record in hand
         self.lock = threading.Lock()
         self.hook = (
@@ -845,10 +856,24 @@ class Watcher:
 
     # -- the loop
 
+    def paused(self, at: float) -> bool:
+        """Whether the charm is resetting a GPU now (PAUSE_FILE, at most `--pause-max`)."""
+        try:
+            since = os.stat(self.args.pause).st_mtime
+        except OSError:
+            since = None
+        paused = since is not None and abs(at - since) < self.args.pause_max
+        if paused != self.was_paused:
+            said = "paused for a GPU reset" if paused else "resumed"
+            print(f"nvidia-smi polls {said} ({self.args.pause})", flush=True)
+            self.was_paused = paused
+        return paused
+
     def step(self, at: float) -> None:
         """Read the kernel log; poll nvidia-smi when due; retry what is not applied yet."""
         with self.lock:
-            if at - self.last_poll >= self.args.interval or not self.gpus:
+            due = at - self.last_poll >= self.args.interval or not self.gpus
+            if due and not self.paused(at):
                 self.last_poll = at
                 for pci, finding in self.poll_smi():
                     self.handle_finding(pci, finding, at)
@@ -1014,6 +1039,8 @@ def arguments(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--boot-id", default="/proc/sys/kernel/random/boot_id")
     p.add_argument("--state", default="/var/lib/gpu-k8s/gpu-health.json")
     p.add_argument("--interval", type=float, default=5.0)
+    p.add_argument("--pause", default=PAUSE_FILE)
+    p.add_argument("--pause-max", type=float, default=PAUSE_MAX_S)
     p.add_argument("--tick", type=float, default=0.5)
     p.add_argument("--escalation", default="3/10m")
     p.add_argument("--metrics-port", type=int, default=0)

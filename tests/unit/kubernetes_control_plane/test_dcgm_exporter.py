@@ -90,6 +90,10 @@ def test_steps_aside_while_the_mig_manager_changes_a_node(ctx, bootstrapped, api
     # then waits until no pod labelled app=nvidia-dcgm-exporter is left in gpu-k8s-gpu (its
     # DEFAULT_GPU_CLIENTS_NAMESPACE)
     assert template["metadata"]["labels"]["app"] == "nvidia-dcgm-exporter"
+    # and it steps aside while the worker resets a GPU (it holds NVML on every GPU): the
+    # worker labels its Node gpu-k8s.io/gpu-clients=paused, then waits until no pod
+    # labelled gpu-k8s.io/gpu-client=true is left on it (issue 32)
+    assert template["metadata"]["labels"]["gpu-k8s.io/gpu-client"] == "true"
     terms = template["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"
     ]["nodeSelectorTerms"]
@@ -100,7 +104,10 @@ def test_steps_aside_while_the_mig_manager_changes_a_node(ctx, bootstrapped, api
                     "key": "nvidia.com/gpu.deploy.dcgm-exporter",
                     "operator": "NotIn",
                     "values": ["false", "paused-for-mig-change"],
-                }
+                },
+                # nor while its worker resets a GPU (the pods hold NVML handles on
+                # every GPU; nvidia-smi -r wants none: issue 32)
+                {"key": "gpu-k8s.io/gpu-clients", "operator": "NotIn", "values": ["paused"]},
             ]
         }
     ]

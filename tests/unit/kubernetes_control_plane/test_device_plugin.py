@@ -68,13 +68,18 @@ def test_steps_aside_while_the_mig_manager_changes_a_node(ctx, bootstrapped, api
                     "key": "nvidia.com/gpu.deploy.device-plugin",
                     "operator": "NotIn",
                     "values": ["false", "paused-for-mig-change"],
-                }
+                },
+                # nor while its worker resets a GPU (the pods hold NVML handles on
+                # every GPU; nvidia-smi -r wants none: issue 32)
+                {"key": "gpu-k8s.io/gpu-clients", "operator": "NotIn", "values": ["paused"]},
             ]
         }
     ]
     assert ds["spec"]["template"]["metadata"]["labels"] == {
         "app.kubernetes.io/name": "nvidia-device-plugin",
         "app": "nvidia-device-plugin-daemonset",
+        # the worker waits for the pods so labelled to leave before a GPU reset (issue 32)
+        "gpu-k8s.io/gpu-client": "true",
     }
     # a DaemonSet's selector is immutable: running clusters keep theirs
     assert ds["spec"]["selector"] == {"matchLabels": {"app.kubernetes.io/name": NAME}}

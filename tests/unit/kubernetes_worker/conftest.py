@@ -16,6 +16,8 @@ class FakeClock:
     def __init__(self):
         self.now = 1000.0
         self.slept = 0.0
+        # what else moves while the code sleeps (a controller, the kubelet)
+        self.meanwhile: list = []
 
     def __call__(self):
         return self.now
@@ -23,6 +25,8 @@ class FakeClock:
     def sleep(self, seconds):
         self.now += seconds
         self.slept += seconds
+        for act in self.meanwhile:
+            act()
 
 
 # The day the charm judges NVIDIA branches on (driver.END_OF_LIFE): tests that expect

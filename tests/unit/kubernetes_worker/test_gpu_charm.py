@@ -2051,16 +2051,19 @@ def test_readmit_gpu_asks_for_confirmation_and_a_quarantine(ctx, machine, api, d
 # -- repair through Juju and the gate before readmission (issue 32 items 3-5) ---------
 
 
-def quarantined_for(machine, api, action, reason):
+def quarantined_for(machine, api, action, reason, *, tainted=True):
     """The watcher quarantined GPU 1 for a fault of `action`, as an earlier hook left it.
 
-    Cordoned with condition GpuHealthy=False, and the leader's NoExecute taint set.
+    Cordoned with condition GpuHealthy=False, and the leader's NoExecute taint set (not
+    yet when `tainted` is False: the leader's relation-changed has not run).
     """
     watcher_quarantines(machine, reason=reason)
     state = json.loads(machine.read(WATCHER_STATE))
     state["quarantined"][QUARANTINED_GPU]["action"] = action
     machine.write(WATCHER_STATE, json.dumps(state))
     watcher_cordons(api)
+    if not tainted:
+        return
     current = node(api)
     taint = dict(QUARANTINE_TAINT)
     current["spec"]["taints"] = [t for t in taints(api) if t["key"] != taint["key"]] + [taint]
@@ -2470,3 +2473,223 @@ def test_validate_gpu_checks_every_gpu_not_only_the_first(ctx, api, driver, ctr)
     )
     assert [r["env"]["NVIDIA_VISIBLE_DEVICES"] for r in ctr.runs] == ["0", "1", "2"]
     assert ctx.action_results["passed"] == "false"
+
+
+# -- a reset empties the GPUs of their clients first (issue 32): nvidia-smi -r refuses a GPU
+# in use, a drain leaves the GPU DaemonSets' pods, and the watcher polls nvidia-smi ------
+
+PAUSE_LABEL = "gpu-k8s.io/gpu-clients"
+
+
+@pytest.fixture
+def gpu_clients(api, driver, machine, clock):
+    """The node's GPU clients as the control plane deploys them, and the watcher's polls.
+
+    The device plugin's and the DCGM exporter's DaemonSets, made by the control plane's
+    own modules; their controller and kubelet (fakes.csi_node.sync_daemonset) act while
+    the charm sleeps. A running pod of either holds every GPU open (NVML), and so does the
+    watcher's nvidia-smi while its service runs unpaused: a poll every 5 s that a reset
+    meets now and then, here always, so that a charm leaving it on cannot pass by luck.
+    `sync()` runs the controller now; `pods()` names the GPU client pods on the node.
+    """
+    import types
+
+    import charm_modules
+    import gpu_watcher
+
+    from fakes.csi_node import sync_daemonset
+
+    plugin = charm_modules.load("kubernetes-control-plane", "device_plugin")
+    dcgm = charm_modules.load("kubernetes-control-plane", "dcgm_exporter")
+    sets = [
+        o for o in [*plugin.manifests("none", 1), *dcgm.manifests()] if o["kind"] == "DaemonSet"
+    ]
+
+    def sync():
+        for ds in sets:
+            sync_daemonset(api, ds)
+
+    def pods():
+        return sorted(
+            p["metadata"]["name"]
+            for p in api.objects("/api/v1/namespaces/", kind="Pod")
+            if p["spec"].get("nodeName") == NODE
+            and p["metadata"].get("labels", {}).get("gpu-k8s.io/gpu-client") == "true"
+        )
+
+    def watcher_polls():
+        service = machine.services.get(WATCHER)
+        pause = machine.path(gpu_watcher.PAUSE_FILE)
+        honoured = (
+            pause.exists() and abs(time.time() - pause.stat().st_mtime) < gpu_watcher.PAUSE_MAX_S
+        )
+        return bool(service and service.active and not honoured)
+
+    every = set(range(driver.gpus))
+    driver.clients += [
+        lambda: every if pods() else set(),
+        lambda: every if watcher_polls() else set(),
+    ]
+    clock.meanwhile.append(sync)
+    return types.SimpleNamespace(sync=sync, pods=pods, watcher_polls=watcher_polls)
+
+
+def at_reset(driver, api, gpu_clients):
+    """What held the GPUs each time nvidia-smi was asked to reset (a spy among clients)."""
+    seen = []
+
+    def spy():
+        label = node_labels(api).get(PAUSE_LABEL)
+        seen.append((label, gpu_clients.pods(), gpu_clients.watcher_polls()))
+        return set()
+
+    driver.clients.append(spy)
+    return seen
+
+
+def test_a_reset_pauses_the_gpu_daemonsets_and_the_watcher_and_restores_both(
+    ctx, machine, api, driver, ctr, wall, clock, gpu_clients
+):
+    state = joined_gpu_node(ctx, api, driver, {"gpu-auto-repair": "reset"})
+    gpu_clients.sync()
+    assert gpu_clients.pods() == [f"dcgm-exporter-{NODE}", f"nvidia-device-plugin-{NODE}"]
+    assert gpu_clients.watcher_polls()
+    # the leader's NoExecute taint would evict both pods too (they tolerate only
+    # nvidia.com/gpu and CriticalAddonsOnly); the repair may come before it
+    quarantined_for(machine, api, "reset-gpu", "Xid48", tainted=False)
+    seen = at_reset(driver, api, gpu_clients)
+
+    out = ctx.run(ctx.on.update_status(), state)
+
+    # without the pause nvidia-smi refused: "In use by another client" (NVSentinel#1690)
+    assert driver.resets == [1], watcher_state(machine)["repairs"]
+    assert seen == [("paused", [], False)]  # the label set, no pod left, no poll
+    (repair,) = watcher_state(machine)["repairs"]
+    assert (repair["method"], repair["result"]) == ("reset", "ok")
+    assert out.unit_status.name == "active"
+    # both given back: the label gone (the DaemonSets come back), the watcher polls again
+    assert PAUSE_LABEL not in node_labels(api)
+    assert gpu_clients.watcher_polls() and machine.services[WATCHER].active
+    gpu_clients.sync()
+    assert gpu_clients.pods() == [f"dcgm-exporter-{NODE}", f"nvidia-device-plugin-{NODE}"]
+
+
+def test_a_reset_still_refused_restores_the_gpu_clients_and_the_next_hook_retries(
+    ctx, machine, api, driver, ctr, wall, clock, gpu_clients
+):
+    state = joined_gpu_node(ctx, api, driver, {"gpu-auto-repair": "reset"})
+    gpu_clients.sync()
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+    driver.gpu_in_use = {1}  # a CUDA process the drain did not end (no pod's)
+    seen = at_reset(driver, api, gpu_clients)
+    slept = clock.slept
+
+    out = ctx.run(ctx.on.update_status(), state)
+
+    assert driver.resets == [] and seen == [("paused", [], False)]
+    # the pods left within a poll; a process no pod owns is not waited for (the drain
+    # waited for every other pod already)
+    assert clock.slept - slept == gpu_repair.CLIENTS_POLL_S
+    (failed,) = watcher_state(machine)["repairs"]
+    assert failed["result"] == "failed"
+    assert "because it's being used by some other process" in failed["detail"]
+    assert out.unit_status.name == "waiting"
+    assert PAUSE_LABEL not in node_labels(api) and gpu_clients.watcher_polls()
+    assert node(api)["spec"]["unschedulable"] is True  # still out of service
+
+    driver.gpu_in_use = set()
+    wall[0] += 3600
+    out = ctx.run(ctx.on.update_status(), out)
+    assert driver.resets == [1] and out.unit_status.name == "active"
+    assert PAUSE_LABEL not in node_labels(api) and gpu_clients.watcher_polls()
+
+
+def test_an_api_error_mid_reset_fails_the_hook_with_the_gpu_clients_restored(
+    ctx, machine, api, driver, ctr, wall, clock, gpu_clients
+):
+    state = joined_gpu_node(ctx, api, driver, {"gpu-auto-repair": "reset"})
+    gpu_clients.sync()
+    quarantined_for(machine, api, "reset-gpu", "Xid48", tainted=False)
+    faults = []
+
+    def refuse_the_next_pod_list():  # inside the wait: it sleeps while the pods leave
+        if not faults:
+            faults.append(node_labels(api).get(PAUSE_LABEL))
+            api.inject(403, method="GET", path_prefix="/api/v1/pods")
+
+    clock.meanwhile.append(refuse_the_next_pod_list)
+
+    with pytest.raises(testing.errors.UncaughtCharmError, match="pods is forbidden"):
+        ctx.run(ctx.on.update_status(), state)
+
+    assert faults == ["paused"] and driver.resets == []
+    assert PAUSE_LABEL not in node_labels(api) and gpu_clients.watcher_polls()
+
+
+def test_a_pause_a_killed_hook_left_is_undone_by_the_next_hook(
+    ctx, machine, api, driver, ctr, wall, clock, gpu_clients
+):
+    import gpu_watcher
+
+    state = joined_gpu_node(ctx, api, driver, NO_AUTO_REPAIR)
+    set_labels(api, **{PAUSE_LABEL: "paused"})  # the hook was killed inside the pause
+    machine.write(gpu_watcher.PAUSE_FILE, f"{NODE}: GPU reset\n")
+    gpu_clients.sync()
+    assert gpu_clients.pods() == [] and not gpu_clients.watcher_polls()
+
+    ctx.run(ctx.on.update_status(), state)
+
+    assert PAUSE_LABEL not in node_labels(api) and gpu_clients.watcher_polls()
+    gpu_clients.sync()
+    assert len(gpu_clients.pods()) == 2
+
+
+def test_only_the_node_itself_may_pause_its_gpu_clients(api, machine, driver, ctx):
+    from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
+
+    joined_gpu_node(ctx, api, driver)
+    register_node(api, "ip-10-0-1-18")
+    pause = {"metadata": {"labels": {PAUSE_LABEL: "paused"}}}
+    with Kube.from_kubeconfig(api.kubeconfig(api.node_token("ip-10-0-1-18")), retries=0) as kube:
+        with pytest.raises(KubeError) as refused:
+            kube.patch("v1", "Node", NODE, pause)
+        assert refused.value.status == 403
+        assert f'node "ip-10-0-1-18" is not allowed to modify node "{NODE}"' in str(refused.value)
+        kube.patch("v1", "Node", "ip-10-0-1-18", pause)  # its own: NodeRestriction allows it
+    assert PAUSE_LABEL not in node_labels(api)
+
+
+def test_a_gpu_client_that_does_not_leave_is_waited_for_a_bounded_time(
+    ctx, machine, api, driver, ctr, wall, clock, gpu_clients, monkeypatch
+):
+    monkeypatch.setattr(gpu_repair, "CLIENTS_TIMEOUT_S", 30.0)  # three polls, not twelve
+    state = joined_gpu_node(ctx, api, driver, {"gpu-auto-repair": "reset"})
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+    # a GPU client of the operator's, labelled as ours but without our node affinity
+    api.put_object(
+        f"/api/v1/namespaces/default/pods/own-exporter-{NODE}",
+        {
+            "metadata": {
+                "labels": {"gpu-k8s.io/gpu-client": "true"},
+                "ownerReferences": [  # a DaemonSet's: the drain leaves it
+                    {
+                        "apiVersion": "apps/v1",
+                        "kind": "DaemonSet",
+                        "name": "own-exporter",
+                        "uid": "u-1",
+                        "controller": True,
+                    }
+                ],
+            },
+            "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "e"}]},
+        },
+    )
+    slept = clock.slept
+
+    out = ctx.run(ctx.on.update_status(), state)
+
+    assert clock.slept - slept == gpu_repair.CLIENTS_TIMEOUT_S
+    (failed,) = watcher_state(machine)["repairs"]
+    assert "In use by another client" in failed["detail"]
+    assert out.unit_status.name == "waiting"
+    assert PAUSE_LABEL not in node_labels(api) and gpu_clients.watcher_polls()

@@ -17,10 +17,27 @@ from typing import Any
 
 LIBID = "58b81ae64c724083a9b79279b6369a0e"
 LIBAPI = 0
-LIBPATCH = 2
+LIBPATCH = 3
 
 # The extended resource NVIDIA's device plugin advertises (k8s-device-plugin README).
 GPU_RESOURCE = "nvidia.com/gpu"
+
+# A node's GPU clients step aside while its worker resets a GPU: `nvidia-smi -r` wants no
+# process on the GPU (nvidia-smi(1) -r), and the device plugin and the DCGM exporter hold
+# NVML handles on every GPU of their node (NVIDIA/NVSentinel#126, #1243: their pods are
+# removed for a reset). The GPU Operator's way: its DaemonSets select on a node label
+# `nvidia.com/gpu.deploy.<component>` set to "true", which a pause turns to another value
+# (NVIDIA/gpu-operator controllers/state_manager.go gpuStateLabels, addGPUStateLabels
+# "honor the current value"; assets/state-dcgm-exporter/0800_daemonset.yaml nodeSelector
+# `nvidia.com/gpu.deploy.dcgm-exporter: "true"`). Ours: the worker labels its own Node
+# GPU_CLIENTS_LABEL=GPU_CLIENTS_PAUSED (NodeRestriction lets a kubelet change any label
+# of its own Node outside kubernetes.io, k8s.io and node-restriction.kubernetes.io, and
+# no other Node: kubernetes plugin/pkg/admission/noderestriction/admission.go admitNode,
+# getForbiddenLabels), each GPU DaemonSet's node affinity excludes it (`NotIn`), and
+# their pods carry GPU_CLIENT_POD_LABEL, which the worker waits to see gone from its node.
+GPU_CLIENTS_LABEL = "gpu-k8s.io/gpu-clients"
+GPU_CLIENTS_PAUSED = "paused"
+GPU_CLIENT_POD_LABEL = "gpu-k8s.io/gpu-client"
 
 
 def count(value: Any) -> int:
