@@ -156,6 +156,14 @@ class Machine:
         (self.root / "smi.out").write_text(text)
         (self.root / "smi.rc").write_text(str(code))
 
+    def smi_hang(self, seconds: float) -> None:
+        """Each `--query-gpu` of the fake nvidia-smi takes `seconds` from now on.
+
+        nvidia-smi can block for long on a GPU that fell off the bus (XID 79): the watcher
+        bounds each call at 20 s (gpu_watcher.py `_query_smi`).
+        """
+        (self.root / "smi.hang").write_text(f"{seconds}\n")
+
     def smi_calls(self) -> int:
         """How many times nvidia-smi ran."""
         path = self.root / "smi.calls"
@@ -286,6 +294,8 @@ def gpu_machine(root: Path) -> Iterator[Machine]:
             f'if [ "$1" = "-L" ]; then cat {root}/smi-L.out; exit 0; fi\n'
             # a field this driver's nvidia-smi does not know fails the whole query
             'q="${1#--query-gpu=}"\n'
+            # a GPU that fell off the bus can make each query hang (`smi_hang`)
+            f'[ -f {root}/smi.hang ] && [ "$q" != "$1" ] && sleep "$(cat {root}/smi.hang)"\n'
             f"for f in $(cat {root}/smi-unknown 2>/dev/null); do\n"
             '  case ",$q," in *",$f,"*)\n'
             '    echo "Field \\"$f\\" is not a valid field to query."; exit 2;;\n'

@@ -221,6 +221,24 @@ def test_a_gpu_reset_pauses_the_polls_and_a_pause_older_than_its_bound_is_ignore
     assert condition is not None and condition["reason"] == "GpuLost"
 
 
+def test_an_xid_is_acted_on_while_nvidia_smi_hangs_on_the_fallen_gpu(machine):
+    """The eviction must reach the crashed task within its fault window (10 s).
+
+    On XID 79 nvidia-smi may block on the GPU that fell off the bus; the polls run on
+    their own thread, so the kernel's record is still read at the next tick.
+    """
+    start(machine)
+    polls = machine.smi_calls()
+    machine.smi_hang(12)  # each poll from now on outlasts what follows
+    until(lambda: machine.smi_calls() > polls)  # a poll has begun, and hangs
+    began = time.monotonic()
+    machine.kernel(xid_line("79", gpu=1))
+    until(lambda: f"{OWN}/gpu1-job" not in machine.pods(), timeout=8.0)
+    assert time.monotonic() - began < 5.0
+    condition = machine.condition()
+    assert condition is not None and condition["reason"] == "Xid79"
+
+
 def test_a_restarted_watcher_does_not_act_twice_on_old_records(machine):
     path = f"/api/v1/namespaces/team-a/pods/gpu1-job-{OWN}"
     pod = machine.api.get_object(path)

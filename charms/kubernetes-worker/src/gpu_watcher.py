@@ -21,7 +21,9 @@ only, so it keeps running while Juju replaces the charm's files. Its inputs:
   remapped_rows.failure,fabric.state,fabric.status --format=csv,noheader` every
   `--interval` seconds (field names: `nvidia-smi --help-query-gpu`; fabric as nvidia.py
   reads it), except while the charm resets a GPU (`--pause`, PAUSE_FILE). A GPU it
-  cannot reach (`... GPU is lost ...`, or a GPU seen before that is missing) is lost;
+  cannot reach (`... GPU is lost ...`, or a GPU seen before that is missing) is lost.
+  The polls run on their own thread, so a poll that blocks on a lost GPU (each is bounded
+  at 20 s) never delays the kernel's XIDs, read every `--tick`;
 - the classification, xid_catalog.json (NVIDIA's XID catalog, its source and date inside).
   An XID the catalog lacks (a newer driver's) is classified as its `unknown` entry says:
   support, a quarantine with no automatic repair (the catalog's reasons inside).
@@ -569,15 +571,12 @@ class Watcher:
             self.smi_fields = tuple(f for f in self.smi_fields if f != field)
             print(f"nvidia-smi does not know {field}: not read on this driver", flush=True)
 
-    def poll_smi(self) -> list[tuple[str, str]]:
-        """(PCI key, finding) for each unhealthy GPU nvidia-smi shows."""
-        done = self._query_smi()
+    def poll_smi(self, done: subprocess.CompletedProcess | None) -> list[tuple[str, str]]:
+        """(PCI key, finding) for each unhealthy GPU nvidia-smi's answer `done` shows."""
         if done is None:
             return []
         out = done.stdout + done.stderr
         gpus, lost = parse_smi(out, self.smi_fields)
-        if done.returncode == 0 and not lost and time.monotonic() - self.mig_read >= 60:
-            self.read_mig_devices()
         findings = [(pci, "lost") for pci in lost]
         for pci, known in self.gpus.items():
             if pci not in gpus and pci not in lost and done.returncode != 0:
@@ -870,14 +869,14 @@ class Watcher:
         return paused
 
     def step(self, at: float) -> None:
-        """Read the kernel log; poll nvidia-smi when due; retry what is not applied yet."""
+        """Read the kernel log, act on its XIDs, retry what is not applied yet.
+
+        nvidia-smi runs on its own thread (`poll_forever`), never in here: on a GPU that
+        fell off the bus (XID 79) it may block for its whole bound (`_query_smi`, 20 s),
+        and the training process that crashed on the fault holds its exit only for its
+        fault window (tf_launcher.py FAULT_WINDOW, 10 s) for the eviction to reach it.
+        """
         with self.lock:
-            due = at - self.last_poll >= self.args.interval or not self.gpus
-            if due and not self.paused(at):
-                self.last_poll = at
-                for pci, finding in self.poll_smi():
-                    self.handle_finding(pci, finding, at)
-                self.keep_cordoned()
             for text, usec in self.read_kernel():
                 record = parse_xid(text)
                 if record is not None:
@@ -886,6 +885,34 @@ class Watcher:
                     self.fault_at = None
             self.apply()
             self._save()
+
+    def poll(self, at: float) -> None:
+        """One nvidia-smi health poll (not under the lock while nvidia-smi runs).
+
+        Skipped while a GPU reset paused the polls (`paused`).
+        """
+        if self.paused(at):
+            return
+        self.last_poll = at
+        done = self._query_smi()
+        if done is not None and done.returncode == 0 and time.monotonic() - self.mig_read >= 60:
+            _, lost = parse_smi(done.stdout + done.stderr, self.smi_fields)
+            if not lost:
+                self.read_mig_devices()
+        with self.lock:
+            for pci, finding in self.poll_smi(done):
+                self.handle_finding(pci, finding, at)
+            self.keep_cordoned()
+            self.apply()
+            self._save()
+
+    def poll_forever(self) -> None:
+        """Poll every `--interval` (the poller thread's loop; the first poll ran before)."""
+        due = time.time() + self.args.interval
+        while True:
+            time.sleep(max(0.0, due - time.time()))
+            due = time.time() + self.args.interval
+            self.poll(time.time())
 
     def metrics(self) -> list[Gauge]:
         """What COS scrapes from this node (the module's docstring says what each means)."""
@@ -1060,9 +1087,12 @@ def main(argv: list[str]) -> int:
     with open(args.catalog) as f:
         catalog = json.load(f)
     watcher = Watcher(args, api, catalog)
+    # the GPUs' indexes and UUIDs, before the first XID is read and the first scrape
+    watcher.poll(time.time())
     if args.metrics_port:
         serve(watcher, args.metrics_port)
     print(f"watching node {args.node}: {args.kmsg}, nvidia-smi every {args.interval}s", flush=True)
+    threading.Thread(target=watcher.poll_forever, name="nvidia-smi", daemon=True).start()
     while True:
         watcher.step(time.time())
         time.sleep(args.tick)
