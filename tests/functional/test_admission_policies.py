@@ -1136,8 +1136,11 @@ def _for(consumer: str, point: str | None, namespace: str | None = None) -> dict
 
 
 def test_the_provisioner_binds_a_volume_only_to_its_consumers_with_their_access_point(kube_api):
-    """Issue 29 (still open 1): team-b's access point handed to a claim in team-a, or a volume
-    pre-bound into a namespace it does not serve, as a hostile provisioner would try."""
+    """Issue 29 (still open 1): another's access point, or a namespace it does not serve.
+
+    As a hostile provisioner would try: team-b's access point handed to a claim in team-a,
+    or a volume pre-bound into a namespace it does not serve.
+    """
     token = _served_world(kube_api)
     for volume, why in (
         (_for("team-b", AP_B), NOT_SERVED),  # team-b is another provisioner's consumer
@@ -1165,8 +1168,11 @@ def test_the_provisioner_binds_a_volume_only_to_its_consumers_with_their_access_
 
 
 def test_the_provisioners_claim_names_only_a_volume_of_its_own(kube_api):
-    """Issue 29 (still open 2): a claim naming an operator's unbound volume, another
-    provisioner's, or none (any matching unbound volume binds it)."""
+    """Issue 29 (still open 2): its claim names only a volume of its own.
+
+    Not an operator's unbound volume, nor another provisioner's, nor none (any matching
+    unbound volume binds it).
+    """
     token = _served_world(kube_api)
     local = _volume("local", REFUSED["hostPath"])
     del local["metadata"]["labels"]
