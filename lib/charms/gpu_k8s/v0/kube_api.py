@@ -32,10 +32,11 @@ A storage provisioner (efs-storage) also publishes whom it serves (`storage-cons
 `shared-storage` consumer's application and the EFS access point its volume mounts, "" for
 a plain NFS volume), which the control plane cannot see: it fences that provisioner's
 volumes and claims to those consumers' namespaces and access points
-(`gpu-k8s-efs-within-consumers`, charms/kubernetes-control-plane admission_policies.py)
-and answers with the same field once that policy is applied (`storage_admitted()`); the
-provisioner writes a consumer's volume and claim only then. The field is written by the
-provisioner's leader agent, not with its token: a stolen token cannot widen it.
+(`gpu-k8s-efs-within-consumers`: kubernetes-control-plane's admission_policies.py) and
+answers with the same field once that policy is applied (so the provisioner hears of it
+by relation-changed); until then the API server refuses that consumer's writes. The field
+is written by the provisioner's leader agent, not with its token: a stolen token cannot
+widen it.
 
 It also publishes `node-set`, a digest of the cluster's worker nodes: it changes when a
 node joins or leaves, so a consumer that follows the nodes (efs-storage's mount target
@@ -712,11 +713,6 @@ class KubeApiRequirer(Endpoint):
             {**self.request.dump(), "storage-consumers": consumers}
         ).dump()
         write(relation.data[self.charm.app], {"storage-consumers": bag["storage-consumers"]})
-
-    def storage_admitted(self) -> dict[str, str] | None:
-        """What the control plane's policy admits of `storage-consumers` (None: no fence)."""
-        answer, _ = self._answer()
-        return answer.storage_consumers if answer else None
 
     def _answer(self) -> tuple[ProviderAppData | None, str | None]:
         relation = self.relation
