@@ -50,7 +50,7 @@ import json
 import logging
 import re
 from collections.abc import Collection
-from typing import Any
+from typing import Annotated, Any
 
 import ops
 import pydantic
@@ -341,6 +341,14 @@ def _storage_consumers(value: dict[str, str] | None) -> dict[str, str] | None:
     return value
 
 
+# `storage-consumers` in either databag: a JSON object, checked by _storage_consumers
+StorageConsumers = Annotated[
+    dict[str, str] | None,
+    pydantic.BeforeValidator(_json_object),
+    pydantic.AfterValidator(_storage_consumers),
+]
+
+
 def _json_list(value: Any) -> Any:
     if isinstance(value, str):
         try:
@@ -361,19 +369,7 @@ class RequirerAppData(Databag):
     cpu_quota: str | None = pydantic.Field(default=None, alias="cpu-quota")
     memory_quota: str | None = pydantic.Field(default=None, alias="memory-quota")
     # A storage provisioner's consumers and their access points (see the module docstring).
-    storage_consumers: dict[str, str] | None = pydantic.Field(
-        default=None, alias="storage-consumers"
-    )
-
-    @pydantic.field_validator("storage_consumers", mode="before")
-    @classmethod
-    def _consumers_json(cls, value: Any) -> Any:
-        return _json_object(value)
-
-    @pydantic.field_validator("storage_consumers")
-    @classmethod
-    def _consumers(cls, value: dict[str, str] | None) -> dict[str, str] | None:
-        return _storage_consumers(value)
+    storage_consumers: StorageConsumers = pydantic.Field(default=None, alias="storage-consumers")
 
     @pydantic.field_validator("gpu_quota")
     @classmethod
@@ -412,20 +408,8 @@ class ProviderAppData(Databag):
     node_set: str | None = pydantic.Field(default=None, alias="node-set")
     # What the control plane's policy admits of a provisioner's `storage-consumers`
     # (absent: a control plane before it, which fences no consumer).
-    storage_consumers: dict[str, str] | None = pydantic.Field(
-        default=None, alias="storage-consumers"
-    )
+    storage_consumers: StorageConsumers = pydantic.Field(default=None, alias="storage-consumers")
     error: str | None = None
-
-    @pydantic.field_validator("storage_consumers", mode="before")
-    @classmethod
-    def _consumers_json(cls, value: Any) -> Any:
-        return _json_object(value)
-
-    @pydantic.field_validator("storage_consumers")
-    @classmethod
-    def _consumers(cls, value: dict[str, str] | None) -> dict[str, str] | None:
-        return _storage_consumers(value)
 
 
 def check_policy(request: RequirerAppData, *, provisioner: bool = False) -> str | None:
