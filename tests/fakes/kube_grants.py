@@ -97,6 +97,20 @@ _PROVISIONERS: weakref.WeakKeyDictionary[FakeKubeApiServer, set[tuple[str, str]]
 )
 
 
+# What each provisioner's account serves, as the control plane last admitted it
+# (addons.apply_provisioner_claims_policy: the namespace granted to each consumer in its
+# `storage-consumers` -> that consumer's access point, or ""); none admitted: serves nobody.
+_SERVED: weakref.WeakKeyDictionary[FakeKubeApiServer, dict[tuple[str, str], dict[str, str]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def admit_served(api: FakeKubeApiServer, account: tuple[str, str], served: dict[str, str]) -> None:
+    """The control plane admits `served` (namespace -> access point) for `account`."""
+    _SERVED.setdefault(api, {})[account] = dict(served)
+    store_admission_policies(api)
+
+
 def store_admission_policies(api: FakeKubeApiServer) -> None:
     """Store the ValidatingAdmissionPolicies the control plane applies on every cluster.
 
@@ -110,7 +124,9 @@ def store_admission_policies(api: FakeKubeApiServer) -> None:
     }
     module = load(CONTROL_PLANE, "admission_policies")
     accounts = sorted(_PROVISIONERS.get(api, ()))
-    claims = module.claims_manifests(accounts) if accounts else []  # as addons applies it
+    served = _SERVED.get(api, {})
+    # as addons applies it
+    claims = module.claims_manifests(accounts, served) if accounts else []
     for manifest in [*module.manifests(), *claims]:
         path = f"/apis/{manifest['apiVersion']}/{plurals[manifest['kind']]}"
         api.put_object(f"{path}/{manifest['metadata']['name']}", manifest)

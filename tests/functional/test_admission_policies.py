@@ -190,12 +190,22 @@ def test_calico_node_may_write_the_status_only_of_pods_on_its_node(kube_api, pol
     assert status == 200, answer
 
 
-def _provisioner_token(kube_api) -> str:
+AP_A, AP_B = "fsap-0123456789abcdef0", "fsap-0bbbbbbbbbbbbbbbb"
+PROVISIONER = ("efs-storage", "efs-storage")
+
+
+def _provisioner_token(kube_api, served: dict[str, str] | None = None) -> str:
+    """efs-storage's grant token; the control plane admitted it `served` (namespace -> AP).
+
+    By default it serves team-a through AP_A (lib kube_api storage-consumers).
+    """
     efs = load("efs-storage", "literals")
     grant = kube_grants.consumer_grant(
         "efs-storage", "efs-storage", efs.NAMESPACED_RULES, efs.CLUSTER_RULES, provisioner=True
     )
-    return kube_grants.store_grant(kube_api, grant, "provisioner-token")
+    token = kube_grants.store_grant(kube_api, grant, "provisioner-token")
+    kube_grants.admit_served(kube_api, PROVISIONER, {"team-a": AP_A} if served is None else served)
+    return token
 
 
 def _volume(name: str, source: dict) -> dict:
@@ -246,10 +256,15 @@ def test_the_provisioner_cannot_create_a_volume_that_is_not_efs(source, kube_api
 
 @pytest.mark.parametrize("source", ALLOWED, ids=list(ALLOWED))
 def test_the_provisioner_creates_efs_volumes(source, kube_api):
-    token = _provisioner_token(kube_api)
-    status, answer = call(
-        kube_api, token, "POST", "/api/v1/persistentvolumes", _volume("pv-x", ALLOWED[source])
-    )
+    """Named as its own and pre-bound into a consumer's namespace (gpu-k8s-efs-within-consumers).
+
+    Updated when that policy came: an unbound volume named anything is refused now.
+    """
+    point = AP_A if "csi" in ALLOWED[source] else ""
+    token = _provisioner_token(kube_api, {"team-a": point})
+    volume = _volume("efs-storage-team-a-x", ALLOWED[source])
+    volume["spec"]["claimRef"] = {"namespace": "team-a", "name": "efs-storage-team-a"}
+    status, answer = call(kube_api, token, "POST", "/api/v1/persistentvolumes", volume)
     assert status == 201, answer
 
 
@@ -1317,3 +1332,136 @@ def test_the_claims_policy_fences_only_the_provisioners_it_names(kube_api, kube,
     # a team holding the same rights is not matched
     status, answer = call(kube_api, team, "DELETE", theirs)
     assert status == 200, answer
+
+
+# --- The provisioner serves only its consumers: their namespaces, their access points --------
+
+WITHIN = "gpu-k8s-efs-within-consumers"
+WITHIN_DENIED = f"ValidatingAdmissionPolicy '{WITHIN}' with binding '{WITHIN}' denied request: "
+NOT_SERVED = (
+    f"{WITHIN_DENIED}a PersistentVolumeClaim this user writes, and a PersistentVolume's"
+    " claimRef, must be in the namespace of a consumer it serves (kube-api storage-consumers)"
+)
+NOT_ITS_POINT = (
+    f"{WITHIN_DENIED}a PersistentVolume this user writes must mount the access point published"
+    " for its consumer (kube-api storage-consumers), plain NFS only while none is"
+)
+NOT_OWN_VOLUME = (
+    f"{WITHIN_DENIED}a PersistentVolume this user writes, and the volumeName of its claims,"
+    " must be named <its ServiceAccount's name>-..."
+)
+
+
+def _served_world(kube_api) -> str:
+    """team-a served by efs-storage (AP_A); team-b granted, served by efs-storage-b (AP_B)."""
+    _team(kube_api, "team-a")
+    _team(kube_api, "team-b")
+    token = _provisioner_token(kube_api)
+    efs = load("efs-storage", "literals")
+    other = kube_grants.consumer_grant(
+        "efs-storage-b", "efs-storage-b", efs.NAMESPACED_RULES, efs.CLUSTER_RULES, provisioner=True
+    )
+    kube_grants.store_grant(kube_api, other, "provisioner-b-token")
+    kube_grants.admit_served(kube_api, ("efs-storage-b", "efs-storage-b"), {"team-b": AP_B})
+    return token
+
+
+def _for(consumer: str, point: str | None, namespace: str | None = None) -> dict:
+    """efs-storage's volume for `consumer`, through `point` (None: plain NFS)."""
+    volume = _efs_volume("efs-storage", consumer)
+    volume["spec"]["claimRef"]["namespace"] = namespace or consumer
+    if point is None:
+        del volume["spec"]["csi"]
+        volume["spec"]["nfs"] = ALLOWED["efs nfs"]["nfs"]
+    else:
+        volume["spec"]["csi"]["volumeHandle"] = f"fs-0123abcd::{point}"
+    return volume
+
+
+def test_the_provisioner_binds_a_volume_only_to_its_consumers_with_their_access_point(kube_api):
+    """Issue 29 (still open 1): another's access point, or a namespace it does not serve.
+
+    As a hostile provisioner would try: team-b's access point handed to a claim in team-a,
+    or a volume pre-bound into a namespace it does not serve.
+    """
+    token = _served_world(kube_api)
+    for volume, why in (
+        (_for("team-b", AP_B), NOT_SERVED),  # team-b is another provisioner's consumer
+        (_for("team-a", AP_A, "kube-system"), NOT_SERVED),
+        (_for("team-a", AP_B), NOT_ITS_POINT),  # team-b's access point, into team-a
+        (_for("team-a", None), NOT_ITS_POINT),  # team-a has an access point: no plain NFS
+    ):
+        status, answer = call(kube_api, token, "POST", PVS, volume)
+        assert (status, answer.get("reason")) == (403, "Forbidden"), answer
+        assert answer["message"].endswith(why), answer
+    unbound = _for("team-a", AP_A)
+    del unbound["spec"]["claimRef"]
+    status, answer = call(kube_api, token, "POST", PVS, unbound)
+    assert status == 403, answer
+    assert answer["message"].endswith(NOT_SERVED)
+    status, mine = call(kube_api, token, "POST", PVS, _for("team-a", AP_A))
+    assert status == 201, mine
+    # nor moved onto another access point once made
+    path = f"{PVS}/{mine['metadata']['name']}"
+    handle = {"spec": {"csi": {"volumeHandle": f"fs-0123abcd::{AP_B}"}}}
+    status, answer = call(kube_api, token, "PATCH", path, handle, MERGE)
+    assert status in (403, 422), (
+        answer
+    )  # the source is immutable too (ValidatePersistentVolumeUpdate)
+
+
+def test_the_provisioners_claim_names_only_a_volume_of_its_own(kube_api):
+    """Issue 29 (still open 2): its claim names only a volume of its own.
+
+    Not an operator's unbound volume, nor another provisioner's, nor none (any matching
+    unbound volume binds it).
+    """
+    token = _served_world(kube_api)
+    local = _volume("local", REFUSED["hostPath"])
+    del local["metadata"]["labels"]
+    kube_api.put_object(f"{PVS}/local", local)
+    for volume_name in ("local", "efs-storage-b-team-a-0123", None):
+        claim = _efs_claim("efs-storage", "team-a")
+        if volume_name is None:
+            del claim["spec"]["volumeName"]
+        else:
+            claim["spec"]["volumeName"] = volume_name
+        status, answer = call(kube_api, token, "POST", _claims("team-a"), claim)
+        assert (status, answer.get("reason")) == (403, "Forbidden"), (volume_name, answer)
+        assert answer["message"].endswith(NOT_OWN_VOLUME), answer
+    # nor a volume under the longer provisioner's prefix
+    volume = _for("team-a", AP_A)
+    volume["metadata"]["name"] = "efs-storage-b-team-a-0123"
+    status, answer = call(kube_api, token, "POST", PVS, volume)
+    assert status == 403, answer
+    assert answer["message"].endswith(NOT_OWN_VOLUME)
+    status, answer = call(
+        kube_api, token, "POST", _claims("team-a"), _efs_claim("efs-storage", "team-a")
+    )
+    assert status == 201, answer
+
+
+def test_the_provisioner_puts_claims_only_into_the_namespaces_of_its_consumers(kube_api):
+    """Issue 29 (still open 3): team-b is a kube-api consumer, not one of this provisioner's."""
+    token = _served_world(kube_api)
+    claim = _efs_claim("efs-storage", "team-b")  # labelled for team-b, in team-b's namespace
+    status, answer = call(kube_api, token, "POST", _claims("team-b"), claim)
+    assert (status, answer.get("reason")) == (403, "Forbidden"), answer
+    assert answer["message"].endswith(NOT_SERVED), answer
+    # the other provisioner, which serves team-b, may
+    claim = _efs_claim("efs-storage-b", "team-b")
+    status, answer = call(kube_api, "provisioner-b-token", "POST", _claims("team-b"), claim)
+    assert status == 201, answer
+
+
+def test_a_consumer_is_served_once_the_control_plane_admits_it(kube_api):
+    """Until the policy names a new consumer, its claim is refused; then it is written."""
+    _team(kube_api, "team-a")
+    token = _provisioner_token(kube_api, {})
+    claim = _efs_claim("efs-storage", "team-a")
+    status, answer = call(kube_api, token, "POST", _claims("team-a"), claim)
+    assert status == 403, answer
+    assert answer["message"].endswith(NOT_SERVED)
+    kube_grants.admit_served(kube_api, PROVISIONER, {"team-a": AP_A})
+    status, answer = call(kube_api, token, "POST", _claims("team-a"), claim)
+    assert status == 201, answer

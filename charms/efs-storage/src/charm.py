@@ -277,6 +277,7 @@ class EfsStorageCharm(ops.CharmBase):
         requests = sorted(self.shared_storage.requests(), key=lambda r: r.relation.id)
         accepted = self._accept(kube, holdings, config, access, requests)
         points = access_points(access, config, accepted)
+        self._publish_served(accepted, points, access)
         for request, directory in accepted:
             point = points.get(request.app_name)
             if isinstance(point, aws.AwsApiError):
@@ -331,6 +332,28 @@ class EfsStorageCharm(ops.CharmBase):
             live = {m.access_point or "" for m in managed}
             confine(access, storage, live, points)
         return states
+
+    def _publish_served(
+        self,
+        accepted: list[tuple[StorageRequest, str | None]],
+        points: dict,
+        access: Access,
+    ) -> None:
+        """Publish whom this application serves (lib kube_api storage-consumers).
+
+        Each consumer whose volume is written in this pass, with its access point ("" for a
+        plain NFS volume): the control plane's policy lets this application write only
+        those consumers' volumes and claims. Until it names a new one, that consumer's
+        writes are refused and it waits (storage.py _not_admitted); the control plane's
+        answer (the same field on its side) brings relation-changed, and it is served.
+        """
+        served: dict[str, str] = {}
+        for request, _ in accepted:
+            point = points.get(request.app_name)
+            if isinstance(point, aws.AwsApiError) or (access.confining and point is None):
+                continue
+            served[request.app_name] = point.access_point_id if point is not None else ""
+        self.kube_api.publish_storage_consumers(served)
 
     def _accept(
         self,

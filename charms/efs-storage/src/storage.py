@@ -41,6 +41,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from claims import (
@@ -62,6 +63,10 @@ from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
 logger = logging.getLogger(__name__)
 
 _FINISHED_PHASES = ("Succeeded", "Failed")
+# How kube-apiserver words a ValidatingAdmissionPolicy's denial, before the policy's message
+# (k8s.io/apiserver pkg/admission/plugin/policy/validating/dispatcher.go: "ValidatingAdmission
+# Policy '%s' with binding '%s' denied request: %s").
+ADMISSION_DENIAL = "denied request: "
 # The label the control plane puts on the namespace it grants a kube-api consumer: the
 # consumer's application name (kubernetes-control-plane literals.CONSUMER_LABEL).
 LABEL_NAMESPACE_CONSUMER = "gpu-k8s.io/consumer"
@@ -356,36 +361,17 @@ class Storage:
     ) -> ClaimState:
         """Replace (when `moving`), create or repair the pair, once nothing stands in the way."""
         if moving:
-            # A volume's source is immutable and a deleted one lingers (pv-protection) until
-            # its claim is gone: the new pair is made on a later event, once it went.
-            if not (live_volume or {}).get("metadata", {}).get("deletionTimestamp"):
-                logger.info("moving claim %s to %s:%s", spec.key, spec.file_system_id, spec.path)
-                self._delete_pair(spec.namespace, spec.claim_name, spec.volume_name)
-            if self.kube.get("v1", "PersistentVolume", spec.volume_name) is not None:
-                return ClaimState(
-                    spec,
-                    "",
-                    f"moving claim {spec.key} to {spec.file_system_id}:{spec.path}: "
-                    "waiting for the old volume to go",
-                    waiting=True,
-                )
+            going = self._replace(spec, live_volume)
+            if going is not None:
+                return going
             live_volume = live_claim = None
-        if live_volume is None or not _volume_matches(live_volume, spec, self.owner):
-            logger.info("applying PersistentVolume %s", spec.volume_name)
-            self.kube.apply(volume_manifest(self.owner, spec), field_manager=FIELD_MANAGER)
-            if spec.directory and not spec.access_point and self.directories is not None:
-                self.directories.forget(spec)
-        elif (live_volume.get("status") or {}).get("phase") == "Released" and live_claim is None:
-            # Its claim was deleted: forget the old claim's uid so a new claim can bind.
-            logger.info("making released PersistentVolume %s available", spec.volume_name)
-            self.kube.patch(
-                "v1",
-                "PersistentVolume",
-                spec.volume_name,
-                {"spec": {"claimRef": {"uid": None, "resourceVersion": None}}},
-            )
+        refused = self._volume(spec, live_volume, live_claim)
+        if refused is not None:
+            return refused
         if live_claim is None:
-            live_claim = self._create_claim(spec)
+            live_claim, refused = self._admitted(spec, lambda: self._create_claim(spec))
+            if refused is not None:
+                return refused
             if live_claim is None:
                 return ClaimState(
                     spec, "", f"namespace {spec.namespace} does not exist yet", waiting=True
@@ -399,6 +385,83 @@ class Storage:
             )
         phase = (live_claim.get("status") or {}).get("phase") or "Pending"
         return ClaimState(spec, phase)
+
+    def _volume(
+        self, spec: ClaimSpec, live_volume: dict | None, live_claim: dict | None
+    ) -> ClaimState | None:
+        """Apply or repair the volume; the state where admission refused it, else None."""
+        if live_volume is None or not _volume_matches(live_volume, spec, self.owner):
+            logger.info("applying PersistentVolume %s", spec.volume_name)
+            manifest = volume_manifest(self.owner, spec)
+            _, refused = self._admitted(
+                spec, lambda: self.kube.apply(manifest, field_manager=FIELD_MANAGER)
+            )
+            directories = self.directories
+            if refused is None and spec.directory and not spec.access_point and directories:
+                directories.forget(spec)
+            return refused
+        if (live_volume.get("status") or {}).get("phase") == "Released" and live_claim is None:
+            # Its claim was deleted: forget the old claim's uid so a new claim can bind.
+            logger.info("making released PersistentVolume %s available", spec.volume_name)
+            forget = {"spec": {"claimRef": {"uid": None, "resourceVersion": None}}}
+            _, refused = self._admitted(
+                spec,
+                lambda: self.kube.patch("v1", "PersistentVolume", spec.volume_name, forget),
+            )
+            return refused
+        return None
+
+    def _replace(self, spec: ClaimSpec, live_volume: dict | None) -> ClaimState | None:
+        """Delete the pair whose source moves; None once its volume is gone."""
+        # A volume's source is immutable and a deleted one lingers (pv-protection) until
+        # its claim is gone: the new pair is made on a later event, once it went.
+        if not (live_volume or {}).get("metadata", {}).get("deletionTimestamp"):
+            logger.info("moving claim %s to %s:%s", spec.key, spec.file_system_id, spec.path)
+            self._delete_pair(spec.namespace, spec.claim_name, spec.volume_name)
+        if self.kube.get("v1", "PersistentVolume", spec.volume_name) is None:
+            return None
+        return ClaimState(
+            spec,
+            "",
+            f"moving claim {spec.key} to {spec.file_system_id}:{spec.path}: "
+            "waiting for the old volume to go",
+            waiting=True,
+        )
+
+    def _admitted(
+        self, spec: ClaimSpec, write: Callable[[], dict | None]
+    ) -> tuple[dict | None, ClaimState | None]:
+        """(what `write` returned, None), or (None, the state) where admission refused it."""
+        try:
+            return write(), None
+        except KubeError as e:
+            refused = self._not_admitted(spec, e)
+            if refused is None:
+                raise
+            return None, refused
+
+    def _not_admitted(self, spec: ClaimSpec, error: KubeError) -> ClaimState | None:
+        """The state of a volume the control plane's admission policy refused; else None.
+
+        The control plane fences this application's writes to the consumers it serves, in
+        the namespaces granted to them (its admission policy gpu-k8s-efs-within-consumers),
+        from what this application published (lib kube_api storage-consumers): a consumer
+        not admitted yet, or one asking for a namespace not granted to it (not made yet),
+        waits for it rather than fail the hook.
+        """
+        if error.status != 403 or ADMISSION_DENIAL not in error.message:
+            return None
+        if self.kube.get("v1", "Namespace", spec.namespace) is None:
+            return ClaimState(
+                spec, "", f"namespace {spec.namespace} does not exist yet", waiting=True
+            )
+        why = error.message.partition(ADMISSION_DENIAL)[2]
+        return ClaimState(
+            spec,
+            "",
+            f"waiting for the control plane to admit {spec.consumer}'s claim {spec.key}: {why}",
+            waiting=True,
+        )
 
     def _prepare(self, spec: ClaimSpec) -> ClaimState | None:
         """None once `spec`'s directory exists with its owner; else the state to report."""

@@ -68,6 +68,8 @@ TOKEN_SECONDS = rbac.TOKEN_SECONDS
 RENEW_AFTER = 2 / 3  # of the lifetime granted
 ROTATE = ops.SecretRotate.DAILY
 EXPIRES, RENEW, LEGACY = "expires", "renew", "legacy-token"  # keys of a KUBE_API_KEY entry
+# and, for a storage provisioner, its `storage-consumers` (consumer app -> access point)
+STORAGE = "storage"
 
 
 def _utcnow() -> datetime.datetime:
@@ -245,9 +247,11 @@ class Access:
             answered = request.relation.data[self._model.app].get("kubeconfig-secret-id")
             same = bool(previous and previous["fingerprint"] == fingerprint and answered)
             queue = _queue(ask)  # the team's wanted Kueue quota: addons writes its queue
+            # whom a provisioner serves: addons fences its volumes and claims to them
+            served = {STORAGE: ask.storage_consumers or {}} if provisioner else {}
             if same and not self._renewal_due(previous or {}, request.relation.id == rotate):
                 self._kube_api.announce_nodes(request.relation, node_set)
-                granted[key] = {**(previous or {}), "queue": queue}
+                granted[key] = {**_without_storage(previous or {}), "queue": queue, **served}
                 continue
             if previous and previous["namespace"] != ask.namespace:
                 self._revoke(previous, None)
@@ -288,6 +292,7 @@ class Access:
                 "namespace": ask.namespace,
                 "fingerprint": fingerprint,
                 "queue": queue,
+                **served,
                 **self._token_times(issued),
                 **self._legacy_token(previous, grant, replaced),
             }
@@ -303,6 +308,17 @@ class Access:
         if after != before:
             bag[KUBE_API_KEY] = after
         return notes
+
+    def admit_storage(self, admitted: dict[str, dict[str, str]]) -> None:
+        """Answer each provisioner (by relation id) with the consumers its policy admits.
+
+        Run after the policy was applied (addons.apply_provisioner_claims_policy), so a
+        provisioner that sees its consumer admitted writes that consumer's claim unrefused.
+        """
+        for relation in self._kube_api.relations:
+            consumers = admitted.get(str(relation.id))
+            if consumers is not None:
+                self._kube_api.admit_storage(relation, consumers)
 
     def _token_times(self, issued: rbac.IssuedToken) -> dict[str, str]:
         """When `issued` expires and when to renew it (a third of its life left)."""
@@ -430,11 +446,17 @@ class Access:
 
 
 _QUOTA_KEYS = {"gpu-quota": "gpus", "cpu-quota": "cpu", "memory-quota": "memory"}
+# changes the provisioner's admission policy (addons), not its grant
+_NOT_RBAC = {*_QUOTA_KEYS, "storage-consumers"}
 
 
 def _rbac_part(request: dict[str, str]) -> dict[str, str]:
-    """The request less its quota (a changed quota changes the team's queue, not its grant)."""
-    return {k: v for k, v in request.items() if k not in _QUOTA_KEYS}
+    """The request less its quota and consumers (they change a queue or a policy, not RBAC)."""
+    return {k: v for k, v in request.items() if k not in _NOT_RBAC}
+
+
+def _without_storage(entry: dict) -> dict:
+    return {k: v for k, v in entry.items() if k != STORAGE}
 
 
 def _queue(request: RequirerAppData) -> dict[str, str] | None:

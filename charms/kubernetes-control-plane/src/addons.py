@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+from collections import Counter
 from collections.abc import Callable, MutableMapping
 from typing import Any
 
@@ -39,7 +40,7 @@ import mig_manager
 import network_policies
 import rbac
 import registry
-from access import KUBE_API_KEY
+from access import KUBE_API_KEY, STORAGE
 from charm_config import Config
 from literals import (
     CALICO,
@@ -193,28 +194,57 @@ class Addons:
                 ", ".join(o["metadata"]["name"] for o in objects if o["kind"].endswith("Policy")),
             )
 
-    def apply_provisioner_claims_policy(self, bag: Bag, provisioners: frozenset[str]) -> None:
-        """Keep the granted storage provisioners to their own claims (admission_policies).
+    def apply_provisioner_claims_policy(
+        self, bag: Bag, provisioners: frozenset[str]
+    ) -> dict[str, dict[str, str]]:
+        """Keep the granted storage provisioners to their own claims and consumers.
 
-        Run after the grants (access.serve_kube_api), in the same hook: the policy names
-        each granted provisioner's ServiceAccount, so it is applied again when that set
-        changes (a provisioner granted, revoked, or named or no longer named in
-        `kube-api-storage-provisioners`), before the hook hands out a new one's token.
+        Run after the grants (access.serve_kube_api), in the same hook: the policies name
+        each granted provisioner's ServiceAccount and the consumers it serves (its
+        `storage-consumers`, each mapped to the namespace granted to that consumer), so
+        they are applied again when that changes (a provisioner granted, revoked, named or
+        no longer named in `kube-api-storage-provisioners`, a consumer served or no
+        longer), before the hook hands out a new one's token. A consumer not granted a
+        namespace, or an access point published for two consumers, is admitted to none.
+        Returns, per provisioner's relation id, the consumers admitted (access.admit_storage
+        answers with them).
         """
-        granted = json.loads(bag.get(KUBE_API_KEY) or "{}")
+        granted: dict[str, dict] = json.loads(bag.get(KUBE_API_KEY) or "{}")
         # rbac.consumer_grant: a consumer's ServiceAccount is named after its application,
         # in the namespace granted to it
-        accounts = sorted(
-            (g["namespace"], g["app"]) for g in granted.values() if g["app"] in provisioners
-        )
+        ours = {k: g for k, g in granted.items() if g["app"] in provisioners}
+        accounts = sorted((g["namespace"], g["app"]) for g in ours.values())
         if not accounts and ADMISSION_CLAIMS_KEY not in bag:
-            return  # applied with the first provisioner granted; until then none to fence
-        objects = admission_policies.claims_manifests(accounts)
+            return {}  # applied with the first provisioner granted; until then none to fence
+        namespaces = {g["app"]: g["namespace"] for g in granted.values()}
+        points = Counter(p for g in ours.values() for p in (g.get(STORAGE) or {}).values() if p)
+        admitted = {
+            key: {
+                app: point
+                for app, point in (g.get(STORAGE) or {}).items()
+                if app in namespaces and app not in provisioners and points[point] < 2
+            }
+            for key, g in ours.items()
+        }
+        for point in sorted(p for p, n in points.items() if n > 1):
+            logger.warning(
+                "access point %s is published for two consumers: admitted to none", point
+            )
+        served = {
+            (g["namespace"], g["app"]): {namespaces[a]: p for a, p in admitted[k].items()}
+            for k, g in ours.items()
+        }
+        objects = admission_policies.claims_manifests(accounts, served)
         if self._apply_once(ADMISSION_CLAIMS_KEY, objects, fingerprint(objects), bag):
             logger.info(
-                "storage provisioners fenced to their own claims: %s",
-                ", ".join(f"{ns}/{name}" for ns, name in accounts) or "none",
+                "storage provisioners fenced to their own claims and consumers: %s",
+                "; ".join(
+                    f"{ns}/{name} serves {', '.join(sorted(consumers)) or 'none'}"
+                    for (ns, name), consumers in sorted(served.items())
+                )
+                or "none",
             )
+        return admitted
 
     def apply_node_metrics_access(self, bag: Bag) -> None:
         """Let every node read its kubelet's and API server's metrics as itself."""

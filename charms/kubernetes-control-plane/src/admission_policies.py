@@ -75,6 +75,24 @@ What is applied (`manifests`), each policy with a binding of the same name
   checks before it writes one (storage.py namespace_problem). So no team's claim, another
   provisioner's or an operator's is created, changed or deleted by a provisioner, and none
   goes into a system namespace or another team's.
+- EFS_SERVED (`gpu-k8s-efs-within-consumers`): the control plane does not see the
+  `shared-storage` relations, so each provisioner publishes on kube-api whom it serves
+  (lib kube_api `storage-consumers`: each consumer's application and the access point its
+  volume mounts, "" for plain NFS); the control plane maps each consumer to the namespace
+  it granted it (access.py's record) and this policy, generated from that
+  (`claims_manifests(accounts, served)`, a literal map like EFS_CLAIMS' username list),
+  matches the same provisioners' accounts on PersistentVolume and claim creates and
+  updates: (1) a volume must be pre-bound (claimRef) into the namespace of a consumer that
+  provisioner serves, and mount that consumer's access point (volumeHandle
+  `<fs-id>::<its fsap-id>`), plain NFS only while none was published for it; (2) a volume
+  it writes is named `<its ServiceAccount's name>-...` (efs-storage storage.py claim_spec:
+  `<app>-<namespace>-<consumer>-<digest>`), never under another provisioner's longer
+  prefix, and a claim it writes must name (spec.volumeName) such a volume of its own: a
+  claim without volumeName, or naming any other volume, could bind an unbound volume
+  that is not its own (kubernetes pkg/controller/volume/persistentvolume: a claim binds
+  the volume it names, or any matching unbound one), and an admission policy cannot look
+  the volume up; (3) a claim goes only into the namespace of a consumer it serves.
+  Nothing else is matched: deletes stay EFS_OWN's and EFS_CLAIMS'.
 
 The denial is what kube-apiserver answers for a policy (k8s.io/apiserver pkg/admission/
 plugin/policy/validating/dispatcher.go, admission.NewForbidden with the validation's
@@ -139,7 +157,7 @@ ClusterInformation (cni-plugin pkg/upgrade/migrate.go updates it).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import efs_csi
@@ -222,6 +240,7 @@ DEFAULT_TIERS = {"default": "Deny", "kube-admin": "Pass", "kube-baseline": "Pass
 EFS_ONLY = "gpu-k8s-efs-volumes-only"
 EFS_OWN = "gpu-k8s-efs-own-volumes"
 EFS_CLAIMS = "gpu-k8s-efs-own-claims"
+EFS_SERVED = "gpu-k8s-efs-within-consumers"
 # efs-storage labels every object it makes with its application's name (charms/efs-storage
 # src/claims.py LABEL_APP, Owner.labels), and a kube-api consumer's ServiceAccount is named
 # after its application (rbac.consumer_grant): so a provisioner's own volumes are those
@@ -867,9 +886,126 @@ def efs_own_claims_policy(accounts: Iterable[tuple[str, str]]) -> dict[str, Any]
     }
 
 
-def claims_manifests(accounts: Iterable[tuple[str, str]]) -> list[dict[str, Any]]:
-    """EFS_CLAIMS and its binding, for the provisioners' ServiceAccounts `accounts`."""
-    return [efs_own_claims_policy(accounts), _binding(EFS_CLAIMS)]
+def _prefixes(accounts: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
+    """Username -> [its own volume name prefix, the other provisioners' it must not use].
+
+    `<name>-` is ambiguous where another provisioner's name extends it (`efs` and
+    `efs-b`): `efs-b-...` is then the longer one's only.
+    """
+    names = sorted({a[1] for a in accounts})
+    return {
+        _username(a): [
+            f"{a[1]}-",
+            *(f"{o}-" for o in names if o != a[1] and o.startswith(f"{a[1]}-")),
+        ]
+        for a in accounts
+    }
+
+
+def efs_served_policy(served: Mapping[tuple[str, str], Mapping[str, str]]) -> dict[str, Any]:
+    """The policy that keeps each provisioner to the consumers it serves (EFS_SERVED).
+
+    `served`: each storage provisioner's ServiceAccount (namespace, name) -> {the namespace
+    the control plane granted a consumer it serves: that consumer's access point, or ""}.
+    Every provisioner granted is named, one that serves nobody with an empty map.
+    """
+    fenced = {
+        f"{_username(a)}/{namespace}": point
+        for a, consumers in served.items()
+        for namespace, point in consumers.items()
+    }
+    volumes = "request.resource.resource == 'persistentvolumes'"
+    ref = "object.spec.claimRef"
+    point = "variables.served[variables.key]"
+    handle = "object.spec.csi.volumeHandle"
+    own_name = (
+        "variables.prefixes[request.userInfo.username][0]",
+        "variables.prefixes[request.userInfo.username].all(p, p == "
+        "variables.prefixes[request.userInfo.username][0] || !variables.volume.startsWith(p))",
+    )
+    variables = [
+        {"name": "served", "expression": repr(dict(sorted(fenced.items())))},
+        {"name": "prefixes", "expression": repr(_prefixes(served))},
+        {
+            "name": "namespace",
+            "expression": (
+                f"{volumes} ? (has({ref}) && has({ref}.namespace) ? {ref}.namespace : '')"
+                " : request.namespace"
+            ),
+        },
+        {"name": "key", "expression": "request.userInfo.username + '/' + variables.namespace"},
+        {
+            "name": "volume",
+            "expression": (
+                f"{volumes} ? object.metadata.name : "
+                "(has(object.spec.volumeName) ? object.spec.volumeName : '')"
+            ),
+        },
+    ]
+    validations = [
+        _deny(
+            "variables.key in variables.served",
+            "a PersistentVolumeClaim this user writes, and a PersistentVolume's claimRef, must"
+            " be in the namespace of a consumer it serves (kube-api storage-consumers)",
+        ),
+        _deny(
+            f"!({volumes}) || !(variables.key in variables.served) || (has(object.spec.csi)"
+            f" ? ({point} != '' && has({handle}) && {handle}.endsWith('::' + {point}))"
+            f" : {point} == '')",
+            "a PersistentVolume this user writes must mount the access point published for"
+            " its consumer (kube-api storage-consumers), plain NFS only while none is",
+        ),
+        _deny(
+            f"variables.volume.startsWith({own_name[0]}) && {own_name[1]}",
+            "a PersistentVolume this user writes, and the volumeName of its claims, must be"
+            " named <its ServiceAccount's name>-...",
+        ),
+    ]
+    usernames = sorted(_username(a) for a in served)
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": _meta(EFS_SERVED),
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE", "UPDATE"],
+                        "resources": ["persistentvolumes", "persistentvolumeclaims"],
+                    }
+                ]
+            },
+            "matchConditions": [
+                {
+                    "name": "a-storage-provisioner",
+                    "expression": f"request.userInfo.username in {usernames!r}",
+                }
+            ],
+            "variables": variables,
+            "validations": validations,
+        },
+    }
+
+
+def claims_manifests(
+    accounts: Iterable[tuple[str, str]],
+    served: Mapping[tuple[str, str], Mapping[str, str]] | None = None,
+) -> list[dict[str, Any]]:
+    """EFS_CLAIMS and EFS_SERVED with their bindings, for the provisioners' `accounts`.
+
+    `served`: see efs_served_policy; an account of `accounts` it lacks serves nobody.
+    """
+    accounts = sorted(set(accounts))
+    served = {a: (served or {}).get(a, {}) for a in accounts}
+    return [
+        efs_own_claims_policy(accounts),
+        efs_served_policy(served),
+        _binding(EFS_CLAIMS),
+        _binding(EFS_SERVED),
+    ]
 
 
 def manifests() -> list[dict[str, Any]]:

@@ -477,7 +477,8 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         rotating = isinstance(event, ops.SecretRotateEvent)
         rotate = relation_id_of(event.secret.label) if rotating else None
         notes += hook.access.serve_kube_api(peers, config.storage_provisioners, rotate=rotate)
-        addons.apply_provisioner_claims_policy(bag, config.storage_provisioners)
+        admitted = addons.apply_provisioner_claims_policy(bag, config.storage_provisioners)
+        hook.access.admit_storage(admitted)  # once the policy names them
         notes += addons.apply_team_network_policies(bag)
         self._blocked_lines = [*hook.access.blocked, *cert_blocked]
         hook.access.reach(config, peers, leader=True)

@@ -7,6 +7,7 @@ Imported by the tests as `efs_env` (pytest puts this directory on sys.path: it h
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any
 
 import efs_model
@@ -24,7 +25,7 @@ from fakes.aws import (
     node_object,
 )
 from fakes.kube_apiserver import FakeKubeApiServer
-from fakes.kube_grants import consumer_grant, store_grant
+from fakes.kube_grants import admit_served, consumer_grant, store_grant
 
 APP = "efs-storage"
 KUBE_TOKEN = "kube-token-efs-unit-0123456789abcdef"
@@ -65,6 +66,12 @@ class Env:
         )
     )
     instances: list[Instance] = dataclasses.field(default_factory=list)
+    # The control plane's word on whom this application serves (lib kube_api
+    # storage-consumers): each consumer granted a namespace here is admitted as a plain NFS
+    # volume's ("") unless a test admits what the charm published (`admit`); the exchange
+    # itself is tested in test_served_consumers.py.
+    granted: dict[str, str] = dataclasses.field(default_factory=dict)
+    admitted: dict[str, str] = dataclasses.field(default_factory=dict)
     kubeconfig_secret: testing.Secret = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
@@ -101,6 +108,35 @@ class Env:
             self.api.put_object(f"/api/v1/namespaces/{name}", {"metadata": {"name": name}})
             return
         store_grant(self.api, consumer_grant(consumer, name, [], []), f"kube-token-{consumer}")
+        self.granted[consumer] = name
+        self.admit({**self.admitted, consumer: ""})
+
+    def admit(self, consumers: dict[str, str]) -> None:
+        """The control plane admits `consumers` (app -> access point) of this application.
+
+        As addons.apply_provisioner_claims_policy does: each granted consumer's namespace,
+        in the policy the fake API server holds; `kube_api_relation` answers with them.
+        """
+        self.admitted = {app: p for app, p in consumers.items() if app in self.granted}
+        served = {self.granted[app]: p for app, p in self.admitted.items()}
+        admit_served(self.api, (APP, APP), served)
+
+    def control_plane_answers(self, state: testing.State) -> testing.State:
+        """`state` after the control plane admitted what this application published.
+
+        Its next hook (kube-api relation-changed): the policy names the consumers the
+        charm's `storage-consumers` lists, and the control plane answers with them.
+        """
+        (relation,) = [r for r in state.relations if r.endpoint == "kube-api"]
+        published = json.loads(relation.local_app_data.get("storage-consumers") or "{}")
+        self.admit(published)
+        remote = {
+            **relation.remote_app_data,
+            "storage-consumers": json.dumps(self.admitted, sort_keys=True),
+        }
+        answered = dataclasses.replace(relation, remote_app_data=remote)
+        others = [r for r in state.relations if r.endpoint != "kube-api"]
+        return dataclasses.replace(state, relations=[answered, *others])
 
     def kube_api_relation(self, **data: str) -> testing.Relation:
         answer = {
@@ -108,6 +144,7 @@ class Env:
             "namespace": APP,
             "service-account": APP,
             "kubeconfig-secret-id": self.kubeconfig_secret.id,
+            "storage-consumers": json.dumps(self.admitted, sort_keys=True),
         }
         answer.update(data)
         return testing.Relation(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from efs_env import Env, installed
+from efs_env import Env, installed, relation_of, status_texts
 from ops import testing
 
 PV = "efs-storage-training-tensorflow-"
@@ -61,6 +61,11 @@ def test_an_existing_consumer_moves_onto_its_access_point_once_no_pod_holds_the_
     )
     assert env.proxy.count("PutFileSystemPolicy") == 0
 
+    # the consumer's access point, published on kube-api: the control plane admits it
+    assert json.loads(relation_of(out, "kube-api").local_app_data["storage-consumers"]) == {
+        "tensorflow": ap["AccessPointId"]
+    }
+    out = env.control_plane_answers(out)
     env.api.delete_object("/api/v1/namespaces/training/pods/trainer-0")
     out = ctx.run(ctx.on.update_status(), out)  # the old pair goes
     out = ctx.run(ctx.on.update_status(), out)  # the new pair, through the access point
@@ -103,6 +108,14 @@ def test_consumers_without_a_directory_get_one_of_their_own_never_the_root(ctx, 
     env.add_namespace("serving", "tf-serving")
     state = env.state(consumers={"tensorflow": "training", "tf-serving": "serving"})
     out = ctx.run(ctx.on.install(), state)
+    # their access points are not admitted yet: nothing is written, each waits (updated
+    # for gpu-k8s-efs-within-consumers), until the control plane answers
+    assert not env.api.objects("/api/v1/persistentvolumes/")
+    assert "waiting for the control plane to admit tensorflow's claim" in str(
+        status_texts(ctx, out)
+    )
+    answered = env.control_plane_answers(out)
+    out = ctx.run(ctx.on.relation_changed(relation_of(answered, "kube-api")), answered)
     fs_id = env.file_systems()[0]["FileSystemId"]
     by_consumer = {
         {t["Key"]: t["Value"] for t in ap["Tags"]}["gpu-k8s:consumer"]: ap

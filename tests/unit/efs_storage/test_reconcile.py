@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import efs_model
 import pytest
-from efs_env import APP, KUBE_TOKEN, Env, efs_grant, status_texts, storage_relation
+from efs_env import APP, KUBE_TOKEN, Env, efs_grant, relation_of, status_texts, storage_relation
 from efs_model import TAG_APP, TAG_MODEL, creation_token
 from network import NFS_PORT
 from ops import testing
@@ -386,8 +387,10 @@ def test_departed_consumer_claim_is_deleted_unless_pods_use_it(ctx, env):
 
 def test_consumer_moving_namespace_gets_a_new_claim_and_the_old_one_goes(ctx, env):
     env.add_node("us-east-1a")
-    env.add_namespace("research", "tensorflow")
     out = ctx.run(ctx.on.install(), env.state(consumers={"tensorflow": "training"}))
+    # the control plane grants tensorflow research instead (one namespace per consumer: it
+    # admits efs-storage's writes for tensorflow there only since; updated for that policy)
+    env.add_namespace("research", "tensorflow")
     (rel,) = [r for r in out.relations if r.endpoint == "shared-storage"]
     moved = testing.Relation(
         "shared-storage",
@@ -734,3 +737,24 @@ def test_a_namespace_is_read_by_name_only_and_never_written_with_the_grant(env):
     request = RequirerAppData.model_validate({"namespace": APP, "cluster-rules": [read]})
     assert check_policy(request, provisioner=True) is None
     assert "namespace modification" in (check_policy(request) or "")
+
+
+def test_a_new_consumer_waits_for_the_control_plane_to_admit_it(ctx, env):
+    """Its writes are refused until the policy names it (gpu-k8s-efs-within-consumers).
+
+    The charm publishes the consumer on kube-api (storage-consumers), waits with a status
+    saying so, and writes its pair on the control plane's answer (relation-changed).
+    """
+    env.add_node("us-east-1a")
+    env.admit({})  # the control plane has not read this application's consumers yet
+    out = ctx.run(ctx.on.install(), env.state(consumers={"tensorflow": "training"}))
+    published = relation_of(out, "kube-api").local_app_data["storage-consumers"]
+    assert json.loads(published) == {"tensorflow": ""}
+    assert env.api.objects("/api/v1/persistentvolumes/") == []
+    assert env.pvc("training", "efs-storage-tensorflow") is None
+    waiting = [t for t in status_texts(ctx, out) if "admit tensorflow's claim" in t]
+    assert waiting, status_texts(ctx, out)
+    assert answer(out, "tensorflow")["ready"] == "false"
+    answered = env.control_plane_answers(out)
+    out = ctx.run(ctx.on.relation_changed(relation_of(answered, "kube-api")), answered)
+    assert env.pvc("training", "efs-storage-tensorflow") is not None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
 
@@ -402,6 +403,72 @@ def test_only_the_storage_provisioners_the_operator_names_may_write_volumes(
     assert _claims_fenced(api) == "['system:serviceaccount:other-storage:other-storage']"
     out = ctx.run(ctx.on.relation_broken(out.get_relation(other.id)), out)
     assert _claims_fenced(api) == "[]"
+
+
+def test_a_provisioner_is_fenced_to_the_consumers_it_publishes_and_told_once_applied(
+    ctx, bootstrapped, api
+):
+    """Issue 29: the control plane does not see shared-storage; efs-storage says whom it serves.
+
+    The policy gpu-k8s-efs-within-consumers names each consumer's granted namespace and
+    access point; the answer (storage-consumers) is written once it is applied. A consumer
+    not granted a namespace, or an access point published twice, is admitted to none.
+    """
+    team = kube_api_relation("tensorflow", "training", JOBS, NODES)
+    serving = kube_api_relation("tf-serving", "serving", JOBS, NODES)
+    consumers = {
+        "tensorflow": "fsap-0123456789abcdef0",
+        "tf-serving": "",
+        "not-granted": "fsap-0aaaaaaaaaaaaaaaa",
+    }
+    efs = kube_api_relation(
+        "efs-storage",
+        "efs-storage",
+        JOBS,
+        PV_WRITES,
+        **{"storage-consumers": json.dumps(consumers)},
+    )
+    state = with_relation(with_relation(with_relation(bootstrapped, team), serving), efs)
+    out = ctx.run(ctx.on.relation_changed(efs), state)
+
+    expected = {"tensorflow": "fsap-0123456789abcdef0", "tf-serving": ""}
+    answer = out.get_relation(efs.id).local_app_data
+    assert json.loads(answer["storage-consumers"]) == expected
+    assert "kubeconfig-secret-id" in answer
+    assert _served(api) == {
+        "system:serviceaccount:efs-storage:efs-storage/training": "fsap-0123456789abcdef0",
+        "system:serviceaccount:efs-storage:efs-storage/serving": "",
+    }
+    assert "storage-consumers" not in out.get_relation(team.id).local_app_data
+    # a consumer added later is admitted in the hook that reads it; the grant is not redone
+    requests = len(api.requests)
+    consumers["tf-serving"] = "fsap-0123456789abcdef0"  # the same access point twice
+    changed = dataclasses.replace(
+        out.get_relation(efs.id),
+        remote_app_data={
+            **out.get_relation(efs.id).remote_app_data,
+            "storage-consumers": json.dumps(consumers),
+        },
+    )
+    out = ctx.run(
+        ctx.on.relation_changed(changed),
+        dataclasses.replace(
+            out, relations=[*[r for r in out.relations if r.id != efs.id], changed]
+        ),
+    )
+    assert json.loads(out.get_relation(efs.id).local_app_data["storage-consumers"]) == {}
+    assert _served(api) == {}
+    writes = [r for r in api.requests[requests:] if r.method != "GET"]
+    assert not [r for r in writes if "rbac" in r.path or "/token" in r.path], writes
+
+
+def _served(api) -> dict:
+    policy = api.get_object(
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/"
+        "gpu-k8s-efs-within-consumers"
+    )
+    (served, *_) = policy["spec"]["variables"]
+    return ast.literal_eval(served["expression"])
 
 
 def _claims_fenced(api) -> str:

@@ -28,6 +28,16 @@ the cluster, and never reads a quota back from the cluster. A consumer never wri
 ClusterQueue (issue 29 item 6): unset quotas are none of its own (it borrows from the
 cohort), as for a requester older than these fields.
 
+A storage provisioner (efs-storage) also publishes whom it serves (`storage-consumers`: each
+`shared-storage` consumer's application and the EFS access point its volume mounts, "" for
+a plain NFS volume), which the control plane cannot see: it fences that provisioner's
+volumes and claims to those consumers' namespaces and access points
+(`gpu-k8s-efs-within-consumers`: kubernetes-control-plane's admission_policies.py) and
+answers with the same field once that policy is applied (so the provisioner hears of it
+by relation-changed); until then the API server refuses that consumer's writes. The field
+is written by the provisioner's leader agent, not with its token: a stolen token cannot
+widen it.
+
 It also publishes `node-set`, a digest of the cluster's worker nodes: it changes when a
 node joins or leaves, so a consumer that follows the nodes (efs-storage's mount target
 per zone) gets `relation-changed` at once instead of waiting for update-status.
@@ -40,7 +50,7 @@ import json
 import logging
 import re
 from collections.abc import Collection
-from typing import Any
+from typing import Annotated, Any
 
 import ops
 import pydantic
@@ -49,7 +59,7 @@ from charms.gpu_k8s.v0.databag import Databag, Endpoint, explain, write
 
 LIBID = "26b1d42dbc2949cb8a83e29b11759d4f"
 LIBAPI = 0
-LIBPATCH = 20
+LIBPATCH = 21
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +69,11 @@ _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _WORD = re.compile(r"^[a-z0-9.\-/*]*$", re.IGNORECASE)
 # A non-negative Kubernetes quantity, as a quota: digits with an optional fraction and one of
 # apimachinery resource.Quantity's suffixes (binary Ki..Ei, decimal m k M G T P E).
+# A Juju application name (juju/names ValidApplication: lowercase words joined by dashes, not
+# ending in a number-only word) and an EFS access point ID (AWS: fsap- and 17 hex digits;
+# the range leaves room), as `storage-consumers` carries them.
+_APPLICATION = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]*[a-z][a-z0-9]*)*$")
+_ACCESS_POINT = re.compile(r"^fsap-[0-9a-f]{8,40}$")
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
 
 # Namespaces no consumer may ask for: Kubernetes' own (kube-system, kube-public,
@@ -307,6 +322,33 @@ class Rule(Databag):
         return out
 
 
+def _json_object(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            raise ValueError("must be a JSON object") from None
+    return value
+
+
+def _storage_consumers(value: dict[str, str] | None) -> dict[str, str] | None:
+    """`storage-consumers`: application name -> its access point ID, or "" (plain NFS)."""
+    for app, access_point in (value or {}).items():
+        if not _APPLICATION.match(app):
+            raise ValueError(f"{app!r} is not an application name")
+        if access_point and not _ACCESS_POINT.match(access_point):
+            raise ValueError(f"{access_point!r} is not an EFS access point ID (fsap-...)")
+    return value
+
+
+# `storage-consumers` in either databag: a JSON object, checked by _storage_consumers
+StorageConsumers = Annotated[
+    dict[str, str] | None,
+    pydantic.BeforeValidator(_json_object),
+    pydantic.AfterValidator(_storage_consumers),
+]
+
+
 def _json_list(value: Any) -> Any:
     if isinstance(value, str):
         try:
@@ -326,6 +368,8 @@ class RequirerAppData(Databag):
     gpu_quota: str | None = pydantic.Field(default=None, alias="gpu-quota")
     cpu_quota: str | None = pydantic.Field(default=None, alias="cpu-quota")
     memory_quota: str | None = pydantic.Field(default=None, alias="memory-quota")
+    # A storage provisioner's consumers and their access points (see the module docstring).
+    storage_consumers: StorageConsumers = pydantic.Field(default=None, alias="storage-consumers")
 
     @pydantic.field_validator("gpu_quota")
     @classmethod
@@ -362,6 +406,9 @@ class ProviderAppData(Databag):
     service_account: str | None = pydantic.Field(default=None, alias="service-account")
     kubeconfig_secret_id: str | None = pydantic.Field(default=None, alias="kubeconfig-secret-id")
     node_set: str | None = pydantic.Field(default=None, alias="node-set")
+    # What the control plane's policy admits of a provisioner's `storage-consumers`
+    # (absent: a control plane before it, which fences no consumer).
+    storage_consumers: StorageConsumers = pydantic.Field(default=None, alias="storage-consumers")
     error: str | None = None
 
 
@@ -570,6 +617,17 @@ class KubeApiProvider(Endpoint):
         if data.get("node-set") != node_set:
             data["node-set"] = node_set
 
+    def admit_storage(self, relation: ops.Relation, consumers: dict[str, str]) -> None:
+        """Tell a provisioner which of its `storage-consumers` the policy now admits.
+
+        Written after the policy was applied, and again after `grant` rewrote the databag
+        (only when it changed).
+        """
+        data = relation.data[self.charm.app]
+        text = json.dumps(consumers, sort_keys=True)
+        if data.get("storage-consumers") != text:
+            data["storage-consumers"] = text
+
     def refuse(self, relation: ops.Relation, reason: str) -> None:
         """Refuse a request: `error` set, nothing else published, secret removed."""
         self.remove(relation.id)
@@ -625,6 +683,20 @@ class KubeApiRequirer(Endpoint):
         if relation is None or not self.charm.unit.is_leader():
             return
         write(relation.data[self.charm.app], self.request.dump())
+
+    def publish_storage_consumers(self, consumers: dict[str, str]) -> None:
+        """Publish whom this storage provisioner serves (leader only, when changed).
+
+        `consumers`: each consumer's application -> the access point its volume mounts,
+        or "" for a plain NFS volume.
+        """
+        relation = self.relation
+        if relation is None or not self.charm.unit.is_leader():
+            return
+        bag = RequirerAppData.model_validate(
+            {**self.request.dump(), "storage-consumers": consumers}
+        ).dump()
+        write(relation.data[self.charm.app], {"storage-consumers": bag["storage-consumers"]})
 
     def _answer(self) -> tuple[ProviderAppData | None, str | None]:
         relation = self.relation
