@@ -161,7 +161,8 @@ The progress ones come from the program's `GPU_K8S_PROGRESS {json}` lines (tf_tr
 prints one from the chief at every report; a user's program may print the same line with
 `step`, `steps`, `loss`, `examples_per_sec`, `global_batch_size`), read from the output
 the launcher copies anyway, so a task that prints none serves only the checkpoint age.
-The Prometheus labels (namespace, pod, job, role) are the scrape target's, not these.
+The Prometheus labels (namespace, pod, node, training_job, role) are the scrape
+target's, not these (`job` is Prometheus' own: the scrape job's name).
 
 Usage:
 
