@@ -111,6 +111,29 @@ def test_an_eviction_names_its_pod_and_its_namespace(
     assert api.get_object(f"/api/v1/namespaces/{NS}/pods/db-0") is not None
 
 
+def test_rbac_wants_create_on_pods_eviction_not_delete_on_pods(api: FakeKubeApiServer):
+    # The authorizer sees verb create, resource pods, subresource eviction (RequestInfo of
+    # a POST to .../pods/<name>/eviction): deleting pods grants no eviction
+    pod(api, "db-0")
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    rules = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"]}]
+    api.put_object(f"{rbac}/namespaces/{NS}/roles/deleter", {"rules": rules})
+    ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "deleter"}
+    api.put_object(
+        f"{rbac}/namespaces/{NS}/rolebindings/deleter",
+        {"roleRef": ref, "subjects": [{"kind": "User", "name": "ops"}]},
+    )
+    api.add_token("ops-token", "ops")
+    kubeconfig = yaml.safe_load(api.kubeconfig(token="ops-token"))
+    with config.new_client_from_config_dict(kubeconfig) as api_client:
+        denied = refusal(client.CoreV1Api(api_client), "db-0")
+    assert (denied.status, denied.message) == (
+        403,
+        'pods "db-0" is forbidden: User "ops" cannot create resource "pods/eviction" in API '
+        'group "" in the namespace "work"',
+    )
+
+
 def _policy(api: FakeKubeApiServer, name: str, rules: list[dict], expression: str) -> None:
     api.put_object(
         f"/apis/{VAP}/validatingadmissionpolicies/{name}",
