@@ -1788,11 +1788,9 @@ class FakeKubeApiServer:
                     {"name": name, "kind": "Pod"},
                 )
         updated = json_copy(pod)
-        status = updated.setdefault("status", {})
-        conditions = [c for c in status.get("conditions") or [] if c.get("type") != _DISRUPTED]
-        previous = next(
-            (c for c in status.get("conditions") or [] if c.get("type") == _DISRUPTED), {}
-        )
+        conditions = updated.setdefault("status", {}).setdefault("conditions", [])
+        at = next((i for i, c in enumerate(conditions) if c.get("type") == _DISRUPTED), None)
+        previous = conditions[at] if at is not None else {}
         condition = {
             "type": _DISRUPTED,
             "status": "True",
@@ -1804,7 +1802,10 @@ class FakeKubeApiServer:
                 else _now()
             ),
         }
-        status["conditions"] = [*conditions, condition]
+        if at is None:  # UpdatePodCondition: appended, or changed where it stands
+            conditions.append(condition)
+        else:
+            conditions[at] = {**previous, **condition}
         if updated != pod:
             updated["metadata"]["resourceVersion"] = self._next_rv()
             self._store[target.key()] = updated
@@ -1989,7 +1990,8 @@ def _disruption_allowed_condition(status: dict) -> None:
     """pdbhelper.UpdateDisruptionAllowedCondition once none is allowed (meta SetStatusCondition).
 
     k8s.io/component-helpers apps/poddisruptionbudget helpers.go: DisruptionAllowed False,
-    reason InsufficientPods; its lastTransitionTime moves only when its status changes.
+    reason InsufficientPods, the status's observedGeneration; its lastTransitionTime moves
+    only when its status changes.
     """
     conditions = [
         c for c in status.get("conditions") or [] if c.get("type") != "DisruptionAllowed"
@@ -2004,6 +2006,7 @@ def _disruption_allowed_condition(status: dict) -> None:
             "status": "False",
             "reason": "InsufficientPods",
             "message": "",
+            "observedGeneration": status.get("observedGeneration", 0),
             "lastTransitionTime": since or _now(),
         }
     )

@@ -260,6 +260,10 @@ def test_the_budget_is_decremented_and_then_refuses(
     evict(kube, "db-0")
     status = api.get_object(f"{BUDGETS}/db")["status"]
     assert (status["disruptionsAllowed"], list(status["disruptedPods"])) == (0, ["db-0"])
+    assert [
+        (c["type"], c["status"], c["reason"], c["observedGeneration"])
+        for c in status["conditions"]
+    ] == [("DisruptionAllowed", "False", "InsufficientPods", 1)]
     blocked = refusal(kube, "db-1")
     assert (blocked.status, blocked.reason, blocked.message) == (
         429,
