@@ -2285,23 +2285,29 @@ class ValidatingAdmissionPolicies:
         old: dict | None,
         name: str | None = None,
         namespace_of: Callable[[str], dict | None] | None = None,
+        kind: tuple[str, str] | None = None,
     ) -> list[str]:
         """Refuse the write as the first policy that denies it; the warnings of Warn.
 
         `target` is the server's parsed path (its gv, plural, kind and sub, namespace); `name`
         the request's when it is not the object's (a deletecollection's: empty);
-        `namespace_of`: the stored Namespace of a name, or None (for `namespaceObject`).
+        `namespace_of`: the stored Namespace of a name, or None (for `namespaceObject`);
+        `kind`: (group/version, kind) of the object when it is not the resource's (a
+        subresource's own kind: pods/eviction takes a policy/v1 Eviction, whose kind
+        `request.kind` names: EvictionREST's GroupVersionKind, eviction.go).
         """
         bindings = objects(f"/apis/{VAP_GV}/{VAP_BINDING_PLURAL}/")
         if not bindings:
             return []
         policies = {p["metadata"]["name"]: p for p in objects(f"/apis/{VAP_GV}/{VAP_PLURAL}/")}
-        gv, plural, kind, sub = target.gv, target.plural, target.kind, target.sub
+        gv, plural, sub = target.gv, target.plural, target.sub
         group, _, version = gv.rpartition("/")
+        kind_gv, kind_name = kind or (gv, target.kind)
+        kind_group, _, kind_version = kind_gv.rpartition("/")
         resource = f"{plural}/{sub}" if sub else plural
         meta = (obj or old or {}).get("metadata") or {}
         request = {
-            "kind": {"group": group, "version": version, "kind": kind},
+            "kind": {"group": kind_group, "version": kind_version, "kind": kind_name},
             "resource": {"group": group, "version": version, "resource": plural},
             "subResource": sub,
             "name": meta.get("name", "") if name is None else name,

@@ -31,9 +31,12 @@ Differences from a real API server (on purpose, to stay small and deterministic)
   answered and `admission.audit` PodSecurity's audit annotations;
 - for kinds with a status subresource, writes to the main resource keep the stored status
   (like the real server); use `put_object` or the `/status` subresource to set it;
-- a PodDisruptionBudget blocks an eviction when `minAvailable` would be broken counting
-  the non-terminal matching pods present, or when `maxUnavailable` is 0 (no controller
-  computing `disruptionsAllowed`); evicted pods go like deleted ones;
+- an eviction (`pods/eviction`) is answered as eviction.go answers it (`_evict`: the
+  Eviction admitted, DisruptionTarget, preconditions, one budget checked and decremented),
+  but the pod then goes like a deleted one: at once, `gracePeriodSeconds` ignored (no
+  kubelet ends it); with `disruption_controller` (the default) a budget's status is
+  computed at each eviction as the disruption controller would, its expected count being
+  the selected pods that have not finished (not their controllers' scale);
 - ServiceAccount token Secrets are filled synchronously on create.
 
 `available_deployments = True` stands in for the Deployment controller and kubelet of a
@@ -578,6 +581,9 @@ class FakeKubeApiServer:
         self.resources: dict[tuple[str, str], tuple[str, bool]] = dict(RESOURCES)
         self.status_kinds: set[str] = set(STATUS_KINDS)
         self.available_deployments = False
+        # Stands in for the disruption controller: an eviction reads each budget's status as
+        # it would compute it from the pods stored (`_budget_status`); False: as written.
+        self.disruption_controller = True
         self.mutators: list[Callable[[dict], None]] = []
         # Aggregated APIs (an APIService's backend, kube-aggregator): "/apis/<group>/
         # <version>" -> handler(method, path, query) -> (code, JSON object). The request is
@@ -1721,24 +1727,38 @@ class FakeKubeApiServer:
                 self._stored, user, "DELETE", target, None, old, name, self._namespace
             )
 
+    # -- the Eviction API: kubernetes pkg/registry/core/pod/storage/eviction.go (1.36),
+    # EvictionREST.Create behind k8s.io/apiserver pkg/endpoints/handlers/create.go
+
     def _evict(self, target: Target, _q: dict, content_type: str, body: bytes) -> tuple:
         eviction = self._decode(body, content_type)
-        self._restrict_node("CREATE", target, eviction, None)  # before the lookup, as create.go
-        pod = self._existing(target)
-        pdb = self._blocking_budget(pod)
-        if pdb is not None:
-            name = pdb["metadata"]["name"]
-            cause = {
-                "reason": "DisruptionBudget",
-                "message": f"The disruption budget {name} does not allow evicting this pod",
-            }
+        meta = eviction.setdefault("metadata", {})
+        # create.go: EnsureObjectNamespaceMatchesRequestNamespace fills or checks it
+        if meta.setdefault("namespace", target.namespace) != target.namespace:
             raise ApiError(
-                429,
-                "TooManyRequests",
-                "Cannot evict pod as it would violate the pod's disruption budget.",
-                {"causes": [cause]},
+                400,
+                "BadRequest",
+                "the namespace of the provided object does not match the namespace sent on "
+                "the request",
             )
-        self._remove(target.key())
+        self._restrict_node("CREATE", target, eviction, None)  # before the lookup, as create.go
+        if meta.get("name") != target.name:  # Create's first check
+            raise ApiError(400, "BadRequest", "name in URL does not match name in Eviction object")
+        if self._attrs is not None:  # createValidation: the Eviction is the object admitted
+            self._warnings += self.admission.policies.admit(
+                self._stored,
+                self._attrs.user,
+                "CREATE",
+                target,
+                eviction,
+                None,
+                namespace_of=self._namespace,
+                kind=("policy/v1", "Eviction"),
+            )
+        pod = self._existing(target)
+        if not _can_ignore_budget(pod):
+            self._check_and_decrement(pod)
+        self._disrupt_and_delete(target, pod, eviction.get("deleteOptions") or {})
         return 201, {
             "kind": "Status",
             "apiVersion": "v1",
@@ -1747,35 +1767,256 @@ class FakeKubeApiServer:
             "code": 201,
         }
 
-    def _blocking_budget(self, pod: dict) -> dict | None:
-        """The PodDisruptionBudget that forbids evicting `pod` (terminal pods are never held)."""
-        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            return None
-        budgets = [o for o in self._store.values() if o["kind"] == "PodDisruptionBudget"]
-        return next((pdb for pdb in budgets if self._pdb_blocks(pdb, pod)), None)
+    def _disrupt_and_delete(self, target: Target, pod: dict, options: dict) -> None:
+        """addConditionAndDeletePod: preconditions, DisruptionTarget (a new version), delete.
 
-    def _pdb_blocks(self, pdb: dict, pod: dict) -> bool:
-        ns = pod["metadata"]["namespace"]
-        spec = pdb.get("spec") or {}
-        labels = pod["metadata"].get("labels") or {}
-        if pdb["metadata"]["namespace"] != ns or not selector_matches(
-            spec.get("selector"), labels
+        Its getLatestPod refuses a precondition the stored pod does not meet (a Conflict on
+        the GroupResource `Pod`); conditionAppender sets the condition (podutil
+        UpdatePodCondition: lastTransitionTime moves only when its status changes). The
+        delete is immediate here (see the module's differences).
+        """
+        meta = pod["metadata"]
+        name = meta["name"]
+        preconditions = options.get("preconditions") or {}
+        for field, stored, words in (
+            ("uid", meta["uid"], "The object might have been deleted and then recreated"),
+            ("resourceVersion", meta["resourceVersion"], "The object might have been modified"),
         ):
-            return False
-        present = [
-            o
-            for o in self._store.values()
-            if o["kind"] == "Pod"
-            and o["metadata"].get("namespace") == ns
-            and (o.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-            and selector_matches(spec.get("selector"), o["metadata"].get("labels") or {})
+            wanted = preconditions.get(field)
+            if wanted and wanted != stored:
+                label = "UID" if field == "uid" else "ResourceVersion"
+                raise ApiError(
+                    409,
+                    "Conflict",
+                    f'Operation cannot be fulfilled on Pod "{name}": the {label} in the '
+                    f"precondition ({wanted}) does not match the {label} in record ({stored}). "
+                    f"{words}",
+                    {"name": name, "kind": "Pod"},
+                )
+        updated = json_copy(pod)
+        conditions = updated.setdefault("status", {}).setdefault("conditions", [])
+        at = next((i for i, c in enumerate(conditions) if c.get("type") == _DISRUPTED), None)
+        previous = conditions[at] if at is not None else {}
+        condition = {
+            "type": _DISRUPTED,
+            "status": "True",
+            "reason": "EvictionByEvictionAPI",
+            "message": "Eviction API: evicting",
+            "lastTransitionTime": (
+                previous["lastTransitionTime"]
+                if previous.get("status") == "True" and previous.get("lastTransitionTime")
+                else _now()
+            ),
+        }
+        if at is None:  # UpdatePodCondition: appended, or changed where it stands
+            conditions.append(condition)
+        else:
+            conditions[at] = {**previous, **condition}
+        if updated != pod:
+            updated["metadata"]["resourceVersion"] = self._next_rv()
+            self._store[target.key()] = updated
+        self._remove(target.key(), orphan=options.get("propagationPolicy") == "Orphan")
+
+    def _check_and_decrement(self, pod: dict) -> None:
+        """The pod's PodDisruptionBudget allows its eviction, which it then counts.
+
+        Create's budget step: more than one budget is a 500; an unready pod (podutil
+        IsPodReady) goes without a decrement under unhealthyPodEvictionPolicy AlwaysAllow,
+        or under IfHealthyBudget (the default) while currentHealthy >= desiredHealthy > 0;
+        then checkAndDecrement: a budget its controller has not observed (429, retry after
+        10 s), a negative count or a disruptedPods map over MaxDisruptedPodSize (403), none
+        allowed (429 naming the healthy counts); else disruptionsAllowed - 1, the
+        DisruptionAllowed condition when it reaches 0, and the pod in disruptedPods,
+        written to the budget's status.
+        """
+        budget = self._budget_of(pod)
+        if budget is None:
+            return
+        name = budget["metadata"]["name"]
+        status = self._budget_status(budget)
+        if not _pod_ready(pod):
+            if (budget.get("spec") or {}).get("unhealthyPodEvictionPolicy") == "AlwaysAllow":
+                return
+            if status.get("currentHealthy", 0) >= status.get("desiredHealthy", 0) > 0:
+                return
+        disallowed = "Cannot evict pod as it would violate the pod's disruption budget."
+        if status.get("observedGeneration", 0) < budget["metadata"].get("generation", 1):
+            cause = f"The disruption budget {name} is still being processed by the server."
+            raise ApiError(
+                429,
+                "TooManyRequests",
+                disallowed,
+                {
+                    "causes": [{"reason": "DisruptionBudget", "message": cause}],
+                    "retryAfterSeconds": 10,
+                },
+            )
+        allowed = status.get("disruptionsAllowed", 0)
+        disrupted = dict(status.get("disruptedPods") or {})
+        for refused, why in (
+            (allowed < 0, "pdb disruptions allowed is negative"),
+            (
+                len(disrupted) > MAX_DISRUPTED_PODS,
+                "DisruptedPods map too big - too many evictions not confirmed by PDB controller",
+            ),
+        ):
+            if refused:
+                raise ApiError(
+                    403,
+                    "Forbidden",
+                    f'poddisruptionbudget.policy "{name}" is forbidden: {why}',
+                    {"name": name, "group": "policy", "kind": "poddisruptionbudget"},
+                )
+        if allowed == 0:
+            cause = (
+                f"The disruption budget {name} needs {status.get('desiredHealthy', 0)} healthy "
+                f"pods and has {status.get('currentHealthy', 0)} currently"
+            )
+            raise ApiError(
+                429,
+                "TooManyRequests",
+                disallowed,
+                {"causes": [{"reason": "DisruptionBudget", "message": cause}]},
+            )
+        disrupted[pod["metadata"]["name"]] = _now()
+        status = {**status, "disruptionsAllowed": allowed - 1, "disruptedPods": disrupted}
+        if allowed - 1 == 0:
+            _disruption_allowed_condition(status)
+        updated = {**json_copy(budget), "status": status}
+        updated["metadata"]["resourceVersion"] = self._next_rv()
+        namespace = budget["metadata"]["namespace"]
+        self._store[f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets/{name}"] = (
+            updated
+        )
+
+    def _budget_of(self, pod: dict) -> dict | None:
+        """The PodDisruptionBudget of `pod` (getPodDisruptionBudgets); more than one is a 500."""
+        namespace, labels = pod["metadata"]["namespace"], pod["metadata"].get("labels") or {}
+        prefix = f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets/"
+        budgets = [
+            b
+            for b in self._stored(prefix)
+            # a nil or empty selector matches nothing
+            if (b.get("spec") or {}).get("selector")
+            and selector_matches(b["spec"]["selector"], labels)
         ]
+        if len(budgets) > 1:
+            raise ApiError(
+                500,
+                "",
+                "This pod has more than one PodDisruptionBudget, which the eviction "
+                "subresource does not support.",
+            )
+        return budgets[0] if budgets else None
+
+    def _budget_status(self, budget: dict) -> dict:
+        """The budget's status as the disruption controller keeps it (`disruption_controller`).
+
+        kubernetes pkg/controller/disruption/disruption.go: currentHealthy counts the
+        selected pods that are Ready, not terminating and not in disruptedPods
+        (countHealthyPods); desiredHealthy is minAvailable, or a percentage of, or the
+        expected count less maxUnavailable (getExpectedPodCount, rounding up); here the
+        expected count is the selected pods that have not finished (the controller reads
+        their controllers' scale); disruptionsAllowed = currentHealthy - desiredHealthy, at
+        least 0. Without the stand-in the stored status is read as written.
+        """
+        status = json_copy(budget.get("status") or {})
+        if not self.disruption_controller:
+            return status
+        spec, namespace = budget.get("spec") or {}, budget["metadata"]["namespace"]
+        pods = [
+            p
+            for p in self._stored(f"/api/v1/namespaces/{namespace}/pods/")
+            if selector_matches(spec.get("selector"), p["metadata"].get("labels") or {})
+        ]
+        disrupted = {
+            k: v
+            for k, v in (status.get("disruptedPods") or {}).items()
+            if any(
+                p["metadata"]["name"] == k and not p["metadata"].get("deletionTimestamp")
+                for p in pods
+            )
+        }
+        healthy = sum(
+            1
+            for p in pods
+            if _pod_ready(p)
+            and not p["metadata"].get("deletionTimestamp")
+            and p["metadata"]["name"] not in disrupted
+        )
+        expected = sum(
+            1 for p in pods if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        )
         if "minAvailable" in spec:
-            wanted = spec["minAvailable"]
-            if isinstance(wanted, str) and wanted.endswith("%"):
-                wanted = -(-int(wanted[:-1]) * len(present) // 100)
-            return len(present) - 1 < int(wanted)
-        return str(spec.get("maxUnavailable", "1")) in ("0", "0%")
+            desired = _scaled(spec["minAvailable"], expected)
+        else:
+            desired = max(expected - _scaled(spec.get("maxUnavailable", 1), expected), 0)
+        status.update(
+            observedGeneration=budget["metadata"].get("generation", 1),
+            currentHealthy=healthy,
+            desiredHealthy=desired,
+            expectedPods=expected,
+            disruptionsAllowed=max(healthy - desired, 0),
+        )
+        if disrupted:
+            status["disruptedPods"] = disrupted
+        else:
+            status.pop("disruptedPods", None)
+        return status
+
+
+# The pod condition an eviction sets (kubernetes api core/v1 types.go DisruptionTarget).
+_DISRUPTED = "DisruptionTarget"
+# eviction.go MaxDisruptedPodSize
+MAX_DISRUPTED_PODS = 2000
+
+
+def _can_ignore_budget(pod: dict) -> bool:
+    """eviction.go canIgnorePDB: a finished or Pending pod, or one already terminating."""
+    phase = (pod.get("status") or {}).get("phase")
+    return phase in ("Succeeded", "Failed", "Pending") or bool(
+        pod["metadata"].get("deletionTimestamp")
+    )
+
+
+def _pod_ready(pod: dict) -> bool:
+    """Ready as kubernetes pkg/api/v1/pod IsPodReady says: its Ready condition is True."""
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def _scaled(value: int | str, total: int) -> int:
+    """An int-or-percent of `total`, rounded up (intstr.GetScaledValueFromIntOrPercent)."""
+    if isinstance(value, str) and value.endswith("%"):
+        return -(-int(value[:-1]) * total // 100)
+    return int(value)
+
+
+def _disruption_allowed_condition(status: dict) -> None:
+    """pdbhelper.UpdateDisruptionAllowedCondition once none is allowed (meta SetStatusCondition).
+
+    k8s.io/component-helpers apps/poddisruptionbudget helpers.go: DisruptionAllowed False,
+    reason InsufficientPods, the status's observedGeneration; its lastTransitionTime moves
+    only when its status changes.
+    """
+    conditions = [
+        c for c in status.get("conditions") or [] if c.get("type") != "DisruptionAllowed"
+    ]
+    previous = next(
+        (c for c in status.get("conditions") or [] if c.get("type") == "DisruptionAllowed"), {}
+    )
+    since = previous.get("lastTransitionTime") if previous.get("status") == "False" else None
+    conditions.append(
+        {
+            "type": "DisruptionAllowed",
+            "status": "False",
+            "reason": "InsufficientPods",
+            "message": "",
+            "observedGeneration": status.get("observedGeneration", 0),
+            "lastTransitionTime": since or _now(),
+        }
+    )
+    status["conditions"] = conditions
 
 
 _PROXY = re.compile(r"^/api/v1/namespaces/([^/]+)/services/([^/:]+)(?::([^/]+))?/proxy(/.*)?$")

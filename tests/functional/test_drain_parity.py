@@ -223,10 +223,14 @@ def test_both_leave_a_pod_that_will_not_terminate(servers):
     done = kubectl.run(*KUBECTL_DRAIN, "--timeout=2s", check=False)
     assert left_on_node(ours) == left_on_node(theirs) == ["default/stuck"]
     assert result is not None and (result.timed_out, result.remaining) == (True, ["default/stuck"])
-    for api in (ours, theirs):  # evicted: terminating, held by its finalizer
-        assert api.get_object("/api/v1/namespaces/default/pods/stuck")["metadata"][
-            "deletionTimestamp"
-        ]
+    for api in (ours, theirs):  # evicted: terminating, held by its finalizer, and disrupted
+        stuck = api.get_object("/api/v1/namespaces/default/pods/stuck")
+        assert stuck["metadata"]["deletionTimestamp"]
+        assert [
+            (c["status"], c["reason"])
+            for c in stuck["status"]["conditions"]
+            if c["type"] == "DisruptionTarget"
+        ] == [("True", "EvictionByEvictionAPI")]
     assert done.returncode == 1
     assert (
         'error when waiting for pod "stuck" in namespace "default" to terminate: context deadline '

@@ -635,6 +635,18 @@ def test_unreachable_server_is_a_connection_kube_error(kube_api: FakeKubeApiServ
 # ---------------------------------------------------------------- nodes and drain
 
 
+def started(kube_api: FakeKubeApiServer, name: str) -> None:
+    """The pod work/<name> Running and Ready, as its kubelet reports it.
+
+    A budget holds only such a pod: kube-apiserver evicts a Pending one without reading
+    its budget (eviction.go canIgnorePDB), and an unready one does not count as healthy.
+    """
+    path = f"/api/v1/namespaces/work/pods/{name}"
+    pod = present(kube_api.get_object(path))
+    pod["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    kube_api.put_object(path, pod)
+
+
 def drain_fixture(kube: Kube, kube_api: FakeKubeApiServer) -> None:
     """Node n1 running: a ReplicaSet pod, a DaemonSet pod, a mirror pod and a PDB-held pod."""
     kube_api.put_object("/api/v1/nodes/n1", {"spec": {}, "status": {"capacity": {"cpu": "4"}}})
@@ -664,6 +676,7 @@ def drain_fixture(kube: Kube, kube_api: FakeKubeApiServer) -> None:
         pod_manifest("etcd-n1", "kube-system", annotations={"kubernetes.io/config.mirror": "x"})
     )
     kube.create(pod_manifest("db-0", labels={"app": "db"}))
+    started(kube_api, "db-0")
     kube.create(pod_manifest("web-2", node="n2"))
     kube.create(
         {
@@ -711,6 +724,7 @@ def test_drain_retries_blocked_eviction_until_budget_allows(
         clock.sleep(seconds)
         if len(clock.sleeps) == 2:  # the db gets a second replica elsewhere
             kube.create(pod_manifest("db-1", node="n2", labels={"app": "db"}))
+            started(kube_api, "db-1")
 
     result = drain.drain(kube, "n1", timeout=60, poll=2, clock=clock, sleep=sleep)
     assert result.timed_out is False
