@@ -23,8 +23,10 @@ all seven real CRDs: a test's JobSet or queue is validated against its real sche
 `calico_objects()` is Calico's `calico.yaml` (projectcalico/calico manifests/ at v3.32.1):
 its ConfigMap, calico-node DaemonSet and kube-controllers Deployment as upstream wrote them
 (tests/fixtures/calico/), the ServiceAccounts, its ClusterRoles and bindings as
-upstream wrote them (calico-v3.32.1-rbac.yaml) and a few of its `crd.projectcalico.org`
-CRDs, all in kube-system as upstream has them.
+upstream wrote them (calico-v3.32.1-rbac.yaml) and 11 of its 23 `crd.projectcalico.org`
+CRDs: those whose writes the control plane's ValidatingAdmissionPolicies fence
+(admission_policies.py), with calico.yaml's names, scope (Cluster) and version (v1) and a
+schema that keeps every field; all in kube-system as upstream has them.
 
 `ManifestServer` serves `/<name>/<version>/<file>` (the `addons-mirror` layout) over
 https, as GitHub does, with a certificate for 127.0.0.1 from a CA of its own (`opener()` is a
@@ -319,10 +321,15 @@ def calico_objects() -> list[dict[str, Any]]:
         crd(group, kind, plural, "Cluster", ["v1"])
         for kind, plural in (
             ("BGPConfiguration", "bgpconfigurations"),
+            ("BGPPeer", "bgppeers"),
+            ("BlockAffinity", "blockaffinities"),
+            ("CalicoNodeStatus", "caliconodestatuses"),
             ("ClusterInformation", "clusterinformations"),
             ("FelixConfiguration", "felixconfigurations"),
             ("IPAMBlock", "ipamblocks"),
+            ("IPAMConfig", "ipamconfigs"),
             ("IPPool", "ippools"),
+            ("IPReservation", "ipreservations"),
             ("Tier", "tiers"),
         )
     ]

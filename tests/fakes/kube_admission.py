@@ -5,9 +5,9 @@ over HTTP (never for `put_object`, which stands for what the cluster's own compo
 store), in the real server's order: decoding the body, then the object's validation, then
 the validating admission plugins: PodSecurity, DenyServiceExternalIPs (which our kubeadm
 configuration enables; `deny_service_external_ips`) and ValidatingAdmissionPolicy
-(`ValidatingAdmissionPolicies`, its CEL evaluated by cel-python). NodeRestriction is
-kube_noderestriction.py; ExtendedResourceToleration (a mutating plugin our kubeadm
-configuration enables) is not emulated.
+(`ValidatingAdmissionPolicies`, its CEL evaluated by cel-python as cel-go would).
+NodeRestriction is kube_noderestriction.py; ExtendedResourceToleration (a mutating plugin
+our kubeadm configuration enables) is not emulated.
 
 Decoding (k8s.io/apiserver pkg/endpoints/handlers create.go, update.go, patch.go, rest.go;
 apimachinery pkg/apis/meta/v1/validation ValidateFieldValidation):
@@ -79,11 +79,13 @@ Security Standards page at 1.36, each versioned as upstream (see `CHECKS`).
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import functools
 import importlib.resources
 import json
 import logging
 import math
+import operator
 import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -2206,6 +2208,250 @@ def _matches(constraints: dict, group: str, version: str, operation: str, resour
     )
 
 
+# CEL as kube-apiserver 1.36 evaluates a policy (cel-go with the Kubernetes base environment,
+# k8s.io/apiserver pkg/cel/environment/base.go), on cel-python 0.5.0. Where cel-python
+# answers otherwise the fake answers as cel-go (each rule below cites its source; probes in
+# tests/functional/test_fake_cel.py), and what it cannot model is refused (_cel_refusal).
+# What the policies use (charms/kubernetes-control-plane/src/admission_policies.py): `has`,
+# `size`, `string`, `in`, `==`/`!=`, `all`, `exists`, `startsWith`, `endsWith`, `matches`
+# (RE2 in both: cel-python calls google-re2), `+`, `!`, `&&`/`||` (both absorb an error on
+# the side the other decides, langdef "Logical Operators"), the ternary and indexing.
+_CEL_FUNCTIONS = frozenset({"has", "size", "string"})
+_CEL_METHODS = frozenset(
+    {"all", "exists", "exists_one", "filter", "map", "size"}
+    | {"contains", "startsWith", "endsWith", "matches"}
+)
+
+
+def _cel_refusal(tree: Any) -> str:
+    """Why the fake will not evaluate the parsed expression `tree`; '' when it may.
+
+    A function cel-python lacks (Kubernetes' libraries: lists, regex `find`, url, quantity,
+    authz, ip/cidr, format, semver, ext.Strings' `split`, `lowerAscii`...; cel-go's
+    optional types) fails there with an evaluation error that failurePolicy Ignore would
+    swallow; a function it has but that was not checked against cel-go here may answer
+    otherwise. Either way a policy would pass this fake and not kube-apiserver.
+    """
+    for node in tree.iter_subtrees():
+        if node.data in ("dot_ident_arg", "dot_ident", "member_object"):
+            return f"{node.data} (a leading '.' name or a message literal)"
+        if node.data == "ident_arg":
+            name = node.children[0].value
+            if name not in _CEL_FUNCTIONS:
+                return f"the function {name}()"
+            if name == "has" and _has_select(node) is None:
+                # cel-go parser/macro.go MakeHas: "invalid argument to has() macro"
+                return "has() of anything but a field selection"
+        if node.data == "member_dot_arg":
+            name = node.children[1].value
+            args = node.children[2].children if len(node.children) > 2 and node.children[2] else []
+            if name not in _CEL_METHODS or (name == "map" and len(args) != 2):
+                return f"the method .{name}() with {len(args)} arguments"
+    return ""
+
+
+def _has_select(ident_arg: Any) -> Any:
+    """The `e.f` (member_dot) node of `has(e.f)`, or None when the argument is not one."""
+    exprlist = ident_arg.children[1] if len(ident_arg.children) == 2 else None
+    if exprlist is None or len(exprlist.children) != 1:
+        return None
+    node = exprlist.children[0]
+    while node.data != "member_dot" and len(node.children) == 1:
+        node = node.children[0]
+        if not hasattr(node, "data"):
+            return None
+    return node if node.data == "member_dot" else None
+
+
+def _cel_kind(value: Any) -> str:
+    """The CEL type of a cel-python value, numbers as one kind (`num`)."""
+    from celpy import celtypes
+
+    if isinstance(value, celtypes.BoolType):  # an int in Python: before the numbers
+        return "bool"
+    if isinstance(value, (celtypes.IntType, celtypes.UintType, celtypes.DoubleType)):
+        return "num"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bytes):
+        return "bytes"
+    if value is None or isinstance(value, celtypes.NullType):
+        return "null_type"
+    if isinstance(value, celtypes.ListType):
+        return "list"
+    if isinstance(value, celtypes.MapType):
+        return "map"
+    return type(value).__name__
+
+
+def _cel_equal(left: Any, right: Any) -> bool:
+    """CEL's runtime equality: heterogeneous, numbers on one number line.
+
+    cel-spec langdef.md "Equality": values of different types are unequal (not an error),
+    int, uint and double compare as numbers ("Numbers"), lists and maps element by element.
+    cel-python 0.5.0 errs ("no matching overload") on `'a' == 1`, `1 == 1.0` and on lists or
+    maps whose elements differ in type.
+    """
+    kind = _cel_kind(left)
+    if kind != _cel_kind(right):
+        return False
+    if kind == "list":
+        return len(left) == len(right) and all(map(_cel_equal, left, right))
+    if kind == "map":
+        if len(left) != len(right):
+            return False
+        for key, value in left.items():
+            other = [k for k in right if _cel_equal(key, k)]
+            if not other or not _cel_equal(value, right[other[0]]):
+                return False
+        return True
+    return bool(left == right) if kind != "num" else _number(left) == _number(right)
+
+
+def _number(value: Any) -> int | float:
+    """A CEL int, uint or double as Python compares them exactly (float == int is exact)."""
+    return float(value) if isinstance(value, float) else int(value)
+
+
+def _cel_in(item: Any, container: Any) -> Any:
+    """`item in container`: a list's element or a map's key, by CEL equality.
+
+    langdef.md "Lists and Maps": `in` on a list is equality with an element; cel-go's map
+    lookup of a number finds its key of any numeric type. cel-python errs on `1 in ['a']`.
+    """
+    from celpy import celtypes
+
+    if isinstance(container, celtypes.ListType):
+        return celtypes.BoolType(any(_cel_equal(item, e) for e in container))
+    if isinstance(container, celtypes.MapType):
+        if isinstance(item, str):  # JSON maps: string keys, found by hash
+            return celtypes.BoolType(item in container)
+        return celtypes.BoolType(any(_cel_equal(item, k) for k in container))
+    raise TypeError(f"no such overload: {_cel_kind(item)} in {_cel_kind(container)}")
+
+
+def _cel_order(base: Callable[[Any, Any], Any], op: Callable[[Any, Any], bool]) -> Callable:
+    """An ordering that compares an int, uint and double across their types.
+
+    cel-go with CrossTypeNumericComparisons (Kubernetes' base environment since 1.28,
+    base.go; langdef.md "Ordering"); cel-python errs on `1 < 1.5`. Anything else is
+    cel-python's.
+    """
+    from celpy import celtypes
+
+    def order(left: Any, right: Any) -> Any:
+        if _cel_kind(left) == _cel_kind(right) == "num" and type(left) is not type(right):
+            return celtypes.BoolType(op(_number(left), _number(right)))
+        return base(left, right)
+
+    return order
+
+
+def _cel_string(value: Any) -> Any:
+    """`string(value)` per cel-spec langdef.md "string" and cel-go common/types.
+
+    bool is "true"/"false" (bool.go strconv.FormatBool; cel-python: 'True'); a double is
+    Go's %g (double.go; conformance conversions.textproto string/double: "123.456",
+    "-0.0045"); bytes must be UTF-8; a map, list or null has no conversion: "type conversion
+    error" (cel-python: its Python repr, 'None' for null).
+    """
+    from celpy import celtypes
+    from celpy.evaluation import CELEvalError
+
+    kind = _cel_kind(value)
+    if kind == "string":
+        return value
+    if kind == "bool":
+        return celtypes.StringType("true" if value else "false")
+    if isinstance(value, celtypes.DoubleType):
+        return celtypes.StringType(_go_g(float(value)))
+    if kind == "num":
+        return celtypes.StringType(str(int(value)))
+    if kind == "bytes":
+        try:
+            return celtypes.StringType(bytes(value).decode("utf-8"))
+        except UnicodeDecodeError:
+            return CELEvalError("invalid UTF-8", ValueError, None)
+    return CELEvalError(f"type conversion error from '{kind}' to 'string'", TypeError, None)
+
+
+def _go_g(number: float) -> str:
+    """Go's fmt %g of a float64 (strconv/ftoa.go).
+
+    The shortest digits that read back, in exponent form when the exponent is below -4 or
+    at least the precision (6, or the digit count when that is smaller and the number has
+    no fraction).
+    """
+    if math.isnan(number):
+        return "NaN"
+    if math.isinf(number):
+        return "+Inf" if number > 0 else "-Inf"
+    if number == 0:
+        return "-0" if math.copysign(1, number) < 0 else "0"
+    sign = "-" if number < 0 else ""
+    # Python's repr, like Go's precision -1, is the shortest string that reads back.
+    _, digits, exponent = decimal.Decimal(repr(abs(number))).normalize().as_tuple()
+    figures = "".join(map(str, digits))
+    point = len(figures) + int(exponent)  # the digits before the decimal point
+    precision = len(figures) if len(figures) < 6 and len(figures) >= point else 6
+    if not -4 <= point - 1 < precision:
+        fraction = f".{figures[1:]}" if len(figures) > 1 else ""
+        return f"{sign}{figures[0]}{fraction}e{point - 1:+03d}"
+    if point <= 0:
+        return f"{sign}0.{'0' * -point}{figures}"
+    if point >= len(figures):
+        return f"{sign}{figures}{'0' * (point - len(figures))}"
+    return f"{sign}{figures[:point]}.{figures[point:]}"
+
+
+@functools.cache
+def _cel_runtime() -> tuple[Any, dict[str, Any]]:
+    """The cel-python Environment whose `has()` is cel-go's, and the functions that differ."""
+    import celpy
+    import lark
+    from celpy import celtypes, evaluation
+
+    class Evaluator(evaluation.Evaluator):
+        def macro_has_eval(self, exprlist: Any) -> Any:
+            """`has(e.f)` as cel-go (interpreter/attributes.go refQualify, presence test).
+
+            An error in `e` is the answer (cel-python: false, for `has(a.missing.f)` too),
+            a map answers whether `f` is a key, a list is an error, anything else (null, a
+            string) false: Kubernetes does not set EnableErrorOnBadPresenceTest.
+            """
+            select = _has_select(lark.Tree("ident_arg", ["has", exprlist]))
+            operand = self.visit(select.children[0])
+            if isinstance(operand, evaluation.CELEvalError):
+                return operand
+            if isinstance(operand, celtypes.MapType):
+                return celtypes.BoolType(select.children[1].value in operand)
+            if isinstance(operand, celtypes.ListType):
+                return evaluation.CELEvalError("unsupported index type 'string' in list")
+            return celtypes.BoolType(False)
+
+    class Runner(celpy.InterpretedRunner):
+        def evaluate(self, context: Any) -> Any:
+            return Evaluator(ast=self.ast, activation=self.new_activation()).evaluate(context)
+
+    base = evaluation.base_functions
+    functions = {
+        "string": _cel_string,
+        "_==_": lambda a, b: celtypes.BoolType(_cel_equal(a, b)),
+        "_!=_": lambda a, b: celtypes.BoolType(not _cel_equal(a, b)),
+        "_in_": _cel_in,
+        **{
+            name: _cel_order(base[name], op)
+            for name, op in (
+                ("_<_", operator.lt),
+                ("_<=_", operator.le),
+                ("_>_", operator.gt),
+                ("_>=_", operator.ge),
+            )
+        },
+    }
+    return celpy.Environment(runner_class=Runner), functions
+
+
 @functools.cache
 def _cel_program(expression: str) -> Any:
     import celpy  # cel-python: imported only once a policy is evaluated
@@ -2215,17 +2461,31 @@ def _cel_program(expression: str) -> Any:
     # tree_dump (cel-python 0.5.0 celparser.py): a test's DEBUG handler (pytest's, craft_cli's)
     # made the server drop the request. Its records say nothing kube-apiserver would.
     logging.getLogger("celpy").setLevel(logging.WARNING)
-    env = celpy.Environment()
-    return env.program(env.compile(expression))
+    env, functions = _cel_runtime()
+    try:
+        tree = env.compile(expression)
+    except celpy.CELParseError as e:
+        # cel-go parses more (optional `.?`, `[?`): the fake cannot tell a policy
+        # kube-apiserver refuses to create from one it evaluates.
+        raise NotImplementedError(f"cel-python cannot parse {expression!r}: {e}") from e
+    refusal = _cel_refusal(tree)
+    if refusal:
+        raise NotImplementedError(
+            f"the fake's CEL does not model {refusal} in {expression!r} (cel-python 0.5.0 "
+            "lacks it or was not checked against cel-go for it: model it in "
+            "tests/fakes/kube_admission.py first)"
+        )
+    return env.program(tree, functions=functions)
 
 
 def _cel(expression: str, activation: dict[str, Any]) -> tuple[Any, str]:
     """The value of `expression`, or (None, the evaluation error)."""
     import celpy
 
+    program = _cel_program(expression)
     try:
-        value = _cel_program(expression).evaluate(activation)
-    except (celpy.CELEvalError, celpy.CELParseError) as e:
+        value = program.evaluate(activation)
+    except celpy.CELEvalError as e:
         return None, str(e)
     if isinstance(value, celpy.CELEvalError):
         return None, str(value)
@@ -2260,10 +2520,11 @@ class ValidatingAdmissionPolicies:
       `<resource>[.<group>] "<name>" is forbidden: ValidatingAdmissionPolicy '<p>' with
       binding '<b>' denied request: <message>`, details name, group, kind (the resource)
       and one cause with the message after the colon.
-    CEL is cel-python (PyPI `cel-python`, Google's CEL spec in pure Python): the standard
-    functions (`has`, `in`, `size`, `startsWith`, `matches`, the ternary); Kubernetes' CEL
-    libraries (`authorizer`, `quantity`, `url`, `isSorted`, optional `?.`) are not there, so
-    a policy using them fails with an evaluation error here. Variables are evaluated
+    CEL is cel-python 0.5.0 made to answer as cel-go where they differ (`string()`,
+    equality, `in`, cross-type ordering, `has()`: `_cel_runtime`); a function or syntax the
+    fake does not model (Kubernetes' CEL libraries: `authorizer`, `quantity`, `url`,
+    `isSorted`, `split`..., optional `?.`) is refused (NotImplementedError, `_cel_refusal`)
+    rather than left to fail or pass by failurePolicy. Variables are evaluated
     eagerly (upstream lazily: the same answers unless an unused variable errs).
     `request.userInfo.extra` is always a map (empty when the user has none), as the typed
     request upstream; `namespaceObject` is the request's Namespace as CreateNamespaceObject

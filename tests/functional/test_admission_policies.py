@@ -287,22 +287,11 @@ CALICO_CRD = "/apis/crd.projectcalico.org/v1"
 @pytest.fixture
 def calico(kube_api, policies):
     """Calico's ServiceAccounts, CRDs and upstream ClusterRoles, as the charm applies them."""
-    from fakes.addons import calico_objects, crd
+    from fakes.addons import calico_objects
 
     kinds = {"ServiceAccount", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
     _nodes(kube_api, "node-a", "node-b")
-    # calico.yaml's other CRDs these tests write (fakes.addons serves a few)
-    extra = [
-        crd("crd.projectcalico.org", kind, plural, "Cluster", ["v1"])
-        for kind, plural in (
-            ("BlockAffinity", "blockaffinities"),
-            ("IPAMConfig", "ipamconfigs"),
-            ("IPReservation", "ipreservations"),
-            ("BGPPeer", "bgppeers"),
-            ("CalicoNodeStatus", "caliconodestatuses"),
-        )
-    ]
-    for obj in [*calico_objects(), *extra]:
+    for obj in calico_objects():
         if obj["kind"] in kinds:
             status, answer = call(kube_api, ADMIN_TOKEN, "POST", _collection(obj), obj)
             assert status == 201, answer

@@ -1,0 +1,142 @@
+"""The fake's CEL answers as kube-apiserver's (cel-go) where our policies could tell.
+
+fakes/kube_admission.py evaluates ValidatingAdmissionPolicies with cel-python 0.5.0; each
+probe here is an expression on which cel-python alone answers otherwise than cel-go with
+Kubernetes' base environment (k8s.io/apiserver pkg/cel/environment/base.go), the expected
+value from google/cel-spec (doc/langdef.md, tests/simple/testdata) or cel-go's source.
+"""
+
+from __future__ import annotations
+
+import celpy
+import pytest
+from charm_modules import load
+
+from fakes import kube_admission
+
+DATA = {
+    "t": True,
+    "f": False,
+    "i": 0,
+    "one": 1.0,
+    "s": "x",
+    "m": {"a": 1},
+    "l": [1],
+    "n": None,
+}
+
+
+def _value(expression: str, data: dict | None = None):
+    value, error = kube_admission._cel(expression, {"o": celpy.json_to_cel(data or DATA)})
+    assert not error, error
+    return value
+
+
+def _error(expression: str, data: dict | None = None) -> str:
+    value, error = kube_admission._cel(expression, {"o": celpy.json_to_cel(data or DATA)})
+    assert error, value
+    return error
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        # langdef.md "string": string(bool) converts true to "true" (cel-python: 'True').
+        ("string(true)", "true"),
+        ("string(o.f)", "false"),
+        # conformance conversions.textproto string/double, double_hard; cel-go double.go %g.
+        ("string(123.456)", "123.456"),
+        ("string(-4.5e-3)", "-0.0045"),
+        ("string(o.one)", "1"),
+        ("string(1e6)", "1e+06"),
+        ("string(o.i)", "0"),
+        ("string(9876u)", "9876"),
+    ],
+)
+def test_string_converts_as_cel_go(expression: str, expected: str):
+    assert _value(expression) == expected
+
+
+@pytest.mark.parametrize("expression", ["string(o.m)", "string(o.l)", "string(o.n)"])
+def test_string_of_a_map_a_list_or_null_is_an_error(expression: str):
+    """cel-go: a map, list or null has no conversion to string (cel-python: its repr)."""
+    assert "type conversion error" in _error(expression)
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        # langdef.md "Equality": heterogeneous at runtime, numbers on one number line.
+        ("o.s == 1", False),
+        ("o.s != 1", True),
+        ("o.i == 0.0", True),
+        ("1 == 1u", True),
+        ("o.l == [1.0]", True),
+        ("o.l == ['a']", False),
+        ("o.m == {'a': 'x'}", False),
+        ("o.m == {'a': 1.0}", True),
+        ("o.n == o.m", False),
+        # `in` is equality over a list's elements, a map's keys.
+        ("1 in ['a']", False),
+        ("1.0 in o.l", True),
+        ("1.0 in {1: 'a'}", True),
+        # CrossTypeNumericComparisons (base.go, since 1.28).
+        ("o.i < 0.5", True),
+        ("1u >= o.one", True),
+    ],
+)
+def test_equality_and_order_are_heterogeneous(expression: str, expected: bool):
+    assert _value(expression) == expected
+
+
+def test_has_errs_where_the_selected_object_does_not_exist():
+    """cel-go refQualify: only the last selection is a presence test (cel-python: false)."""
+    assert "no such member" in _error("has(o.missing.f)")
+    assert "list" in _error("has(o.l.f)")
+
+
+@pytest.mark.parametrize("expression", ["has(o.n.f)", "has(o.s.f)", "has(o.m.b)"])
+def test_has_of_null_or_a_scalar_is_false(expression: str):
+    """Kubernetes leaves cel-go's EnableErrorOnBadPresenceTest unset: false, no error."""
+    assert _value(expression) is not None and not _value(expression)
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "'a,b'.split(',')",  # ext.Strings, not in cel-python
+        "quantity('1Gi').isGreaterThan(quantity('1'))",  # Kubernetes' quantity library
+        "url('https://a').getHost() == 'a'",
+        "[1, 2].isSorted()",
+        "o.?s.orValue('') == ''",  # optional syntax: cel-python cannot parse it
+        "optional.none() == optional.none()",
+        "int(o.s) == 0",  # cel-python's, never checked against cel-go here
+        "has(o)",  # cel-go: invalid argument to has() macro
+        "o.l.map(x, x > 0, x).size() == 0",  # the filtering map cel-python lacks
+    ],
+)
+def test_what_the_fake_cannot_model_is_refused(expression: str):
+    with pytest.raises(NotImplementedError, match="the fake's CEL|cel-python cannot parse"):
+        kube_admission._cel(expression, {"o": celpy.json_to_cel(DATA)})
+
+
+def _calico_validation(piece: str) -> str:
+    module = load("kubernetes-control-plane", "admission_policies")
+    spec = module.calico_cni_policy()["spec"]
+    return next(v["expression"] for v in spec["validations"] if piece in v["expression"])
+
+
+def test_a_blockaffinity_created_deleted_true_is_refused_by_our_policy():
+    """Our policy's own expression: string(true) is 'true', so `deleted: true` is refused."""
+    expression = _calico_validation("request.operation != 'CREATE' || (('state'")
+    request = {"resource": {"resource": "blockaffinities"}, "operation": "CREATE"}
+    for deleted, allowed in ((True, False), ("true", False), (False, True)):
+        spec = {"state": "pending", "deleted": deleted}
+        activation = {
+            "request": celpy.json_to_cel(request),
+            "variables": celpy.celtypes.MapType(
+                {celpy.celtypes.StringType("spec"): celpy.json_to_cel(spec)}
+            ),
+        }
+        value, error = kube_admission._cel(expression, activation)
+        assert (error, bool(value)) == ("", allowed), deleted
