@@ -403,6 +403,26 @@ class FakeMachine:
                 self._kubelet_served = str(name)
         return self._kubelet_served
 
+    def kubelet_posts_status(self) -> None:
+        """The version the running kubelet posts in its Node's status as it starts.
+
+        kubelet sets `status.nodeInfo.kubeletVersion` to its own binary's version on every
+        node status update, the first as it starts (kubernetes pkg/kubelet/nodestatus/
+        setters.go MachineInfo: `version.Get().String()`, "v1.36.5"), so it names the
+        process that runs, not the package on disk. Only with `cluster` attached and the
+        Node registered (the tests register it, `worker_scenario.register_node`).
+        """
+        service = self.services.get("kubelet")
+        if self.cluster is None or service is None or not service.active or not service.running:
+            return
+        path = f"/api/v1/nodes/{self.hostname}"
+        node = self.cluster.get_object(path)
+        if node is None:
+            return
+        info = node.setdefault("status", {}).setdefault("nodeInfo", {})
+        info["kubeletVersion"] = "v" + service.running.split("-")[0]
+        self.cluster.put_object(path, node)
+
     def kubelet_serving_cert(self) -> bool:
         """What a starting kubelet does about its serving certificate; True if it wrote one.
 
@@ -773,6 +793,7 @@ class FakeMachine:
                     service.running = self.dpkg.get(name)
                 if name == "kubelet" and self.path(kubeadm.KUBELET_CONF).exists():
                     self.kubelet_serving_cert()  # a kubelet that runs (joined) serves
+                    self.kubelet_posts_status()
         return ""
 
     def _haproxy_reload(self, argv: list[str]) -> None:
@@ -1023,6 +1044,7 @@ class FakeMachine:
         self.write(kubeadm.KUBELET_CONF, _yaml_text(conf), 0o600)
         self.kubelet_client_cert(pem=pem)
         self.kubelet_serving_cert()
+        self.kubelet_posts_status()
         self.path("/etc/kubernetes/bootstrap-kubelet.conf").unlink(missing_ok=True)
 
     def _kubeadm_upgrade(self, argv: list[str], _input: str | None) -> str:

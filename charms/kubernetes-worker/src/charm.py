@@ -117,6 +117,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
         self.cluster = ClusterRequirer(self, CLUSTER)
         self._taint: bool | None = None  # the GPU taint to ask the control plane for
         self._quarantine: list[str] | None = None  # quarantined GPUs (gpu_health.py)
+        self._kubelet: str | None = None  # the version the running kubelet posts on its Node
         self.turns = RebootTurns(self, REBOOTS)
         self.drain_turns = DrainTurns(
             self,
@@ -283,6 +284,9 @@ class KubernetesWorkerCharm(ops.CharmBase):
         with self._statuses.step():  # a node that is not labelled yet still reports below
             note += gpu_health.repair_note(host, self.wall_clock()) if state.has_gpu else ""
             self._statuses.add(self._node_state(host, info, node, config, state, note, notes))
+        if self._kubelet is not None:  # what runs, not the package on disk
+            self.unit.set_workload_version(self._kubelet)
+            running = node_upgrade.minor_of(self._kubelet)
         self.cluster.publish_node(
             node,
             gpus,
@@ -402,10 +406,8 @@ class KubernetesWorkerCharm(ops.CharmBase):
         if not self.turns.request(reason, limit, UPGRADE) and "drain" not in upgrade.done:
             notes.append(ops.WaitingStatus(self.turns.waiting_message(reason, limit, UPGRADE)))
             return plan.running, ""
-        running = self._upgrade(host, config, info, node, upgrade)
+        self._upgrade(host, config, info, node, upgrade)
         self.turns.done(limit, UPGRADE)
-        if running:
-            self.unit.set_workload_version(running)
         published = node_upgrade.minor_of(info.kubernetes_version)
         if plan.target != published:  # one minor at a time
             return plan.target, f"; upgrade to {published} continues on the next update-status"
@@ -418,8 +420,8 @@ class KubernetesWorkerCharm(ops.CharmBase):
         info: JoinInfo,
         node: str,
         upgrade: node_upgrade.Upgrade,
-    ) -> str | None:
-        """Upgrade this node to `upgrade.target`, resuming a partial upgrade; kubelet's version.
+    ) -> None:
+        """Upgrade this node to `upgrade.target`, resuming a partial upgrade.
 
         kubeadm, package and kubelet failures wait (retried on the next event, from the
         step that failed); an API error during the drain or the uncordon fails the hook,
@@ -431,7 +433,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
             api_errors_fail_the_hook(),
             on_error(ops.WaitingStatus, node_upgrade.UpgradeError),
         ):
-            return node_upgrade.run_upgrade(
+            node_upgrade.run_upgrade(
                 host,
                 kube,
                 node,
@@ -465,7 +467,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
         plane (`self._taint`, published after this step).
         """
         plugin = gpu_labels.PluginConfig(info.mig_strategy, info.gpu_time_slicing_replicas)
-        self._taint = self._quarantine = None
+        self._taint = self._quarantine = self._kubelet = None
         current: dict | None = None
         with node_kube(host, f"cannot label node {node}") as kube:
             failed = f"cannot label node {node}: {{error.status}} {{error.reason}}"
@@ -474,6 +476,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
                 current = kube.get("v1", "Node", node) if registered else None
             if current is None:
                 raise StatusError.waiting(f"waiting for node {node} to register")
+            self._kubelet = node_upgrade.running_version(current)
             self._taint = gpu_node.taint_request(current, state, config.gpu_taint)
             self._quarantine = gpu_health.quarantine_request(host, current)
             not_ready = worker.not_ready(current)

@@ -24,6 +24,7 @@ import mig_layout
 import node_identity
 import nvidia
 import ops
+import reboot_turns
 import worker
 from charm_config import WorkerConfig
 from ops.framework import BoundStoredState
@@ -69,6 +70,24 @@ def node_kube(host: Host, waiting_for: str) -> Kube:
         raise StatusError.waiting(f"{waiting_for}: {e}") from None
 
 
+def _gpus(state: gpu_node.GpuState) -> str | None:
+    """What GPUs this node has, as the leader's turns tell them apart (reboot_turns.py)."""
+    if state.inventory.nvswitches:
+        return reboot_turns.NVSWITCH
+    return reboot_turns.GPU if state.has_gpu else None
+
+
+def _failed_after_reboot(
+    action: nvidia.RebootAction, started: str | None, state: gpu_node.GpuState
+) -> str | None:
+    """What still fails on a node back from our reboot (the leader holds others back)."""
+    if action is nvidia.RebootAction.BLOCK and started is not None:
+        return reboot_turns.DRIVER
+    if action is nvidia.RebootAction.UNCORDON and state.pending_failed and state.pending:
+        return reboot_turns.FABRIC
+    return None
+
+
 class DrainTurns(ops.Object):
     """The driver's reboot and the containerd/runc updates, each in a drain turn.
 
@@ -107,7 +126,9 @@ class DrainTurns(ops.Object):
     ) -> None:
         """Handle a reboot the driver needs; a StatusError when the reconcile stops here."""
         started, limit = self._stored.reboot_boot, config.max_parallel_reboots
+        gpus = _gpus(state)
         if started is None and state.reboot is None:
+            self.turns.describe(gpus, None)
             if self._stored.reboot_cordoned:  # drained for an update that is not needed now
                 self._after_reboot(info, kubeadm.node_name(host), limit)
             elif not self._stored.mig_cordoned and not mig_layout.is_mig_request(
@@ -122,6 +143,7 @@ class DrainTurns(ops.Object):
             started_at_boot=started,
             current_boot=nvidia.boot_id(host),
         )
+        self.turns.describe(gpus, _failed_after_reboot(action, started, state))
         if action is nvidia.RebootAction.NONE:
             raise StatusError.maintenance("waiting for Juju to reboot this machine")
         if action is nvidia.RebootAction.BLOCK:

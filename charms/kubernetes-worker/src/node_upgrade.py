@@ -19,9 +19,10 @@ import dataclasses
 import enum
 import json
 import logging
+import re
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import gpu_health
 from worker import drain_summary
@@ -43,6 +44,19 @@ def shown(version: str) -> str:
     """A version in a status: its minor when it is this charm's pin for it, else in full."""
     pinned = kubeadm.RELEASES.get(minor_of(version))
     return minor_of(version) if pinned is not None and pinned.version == version else version
+
+
+def running_version(node: Mapping[str, Any] | None) -> str | None:
+    """The version the node's running kubelet posts ("v1.36.5" as "1.36.5"), or None.
+
+    kubelet sets `status.nodeInfo.kubeletVersion` to its own binary's version on every
+    status update (kubernetes pkg/kubelet/nodestatus/setters.go MachineInfo:
+    `version.Get().String()`): the process that runs, where `kubelet --version` names the
+    file on disk, which a package upgrade replaces without a restart.
+    """
+    info = ((node or {}).get("status") or {}).get("nodeInfo") or {}
+    match = re.match(r"v?([0-9]+\.[0-9]+\.[0-9]+)", str(info.get("kubeletVersion") or ""))
+    return match.group(1) if match else None
 
 
 def supported_minor(version: str) -> str:
@@ -298,11 +312,11 @@ def run_upgrade(
     drain_timeout: float,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
-) -> str | None:
+) -> None:
     """`upgrade_node`, saying in the log what it does and which pods a drain left.
 
-    Returns the version the restarted kubelet runs (`kubelet --version`), None when it
-    did not say.
+    The version the restarted kubelet runs is the one it posts on its Node
+    (`running_version`), which the charm reads with the Node on every hook.
 
     Raises:
         UpgradeError: kubeadm, a package or the kubelet restart failed; the message says
@@ -337,10 +351,4 @@ def run_upgrade(
     if result is not None and result.remaining:
         summary = drain_summary(node, result, drain_timeout)
         logger.warning("%s; upgraded anyway: %s", summary, " ".join(result.remaining))
-    try:
-        running = kubeadm.running_kubelet_version(host)
-    except kubeadm.KubeadmError as e:
-        logger.warning("node %s upgraded to Kubernetes %s; %s", node, upgrade.target, e)
-        return None
-    logger.info("node %s now runs kubelet %s", node, running)
-    return running
+    logger.info("node %s upgraded to Kubernetes %s; kubelet restarted", node, upgrade.target)

@@ -189,12 +189,15 @@ def reboot_action(
 
 
 def fabric_blocked_message(reason: str, unit: str, node: str, *, cordoned: bool) -> str:
-    """Blocked status for Fabric Manager failing after the charm's reboot; it keeps its turn."""
+    """Blocked status for Fabric Manager failing after the charm's reboot; it keeps its turn.
+
+    The leader holds back the other NVSwitch nodes meanwhile (`reboot_turns.held_back`).
+    """
     held = f"node {node} stays cordoned; " if cordoned else ""
     return (
         f"{reason} after the reboot; check `juju ssh {unit} -- nvidia-smi -q` (Fabric) "
-        f"and `journalctl -u nvidia-fabricmanager`; {held}other GPU nodes of this "
-        "application reboot only once this one works or is removed"
+        f"and `journalctl -u nvidia-fabricmanager`; {held}no other NVSwitch node of this "
+        "application gets a turn to reboot or reset its GPUs until this one works or is removed"
     )
 
 
@@ -210,11 +213,12 @@ def reboot_blocked_message(
 
     `install` names packages to install after the drain and before the reboot.
     """
-    if rebooted:  # it keeps its turn: other nodes do not reboot into the same fault
+    if rebooted:  # it keeps its turn; the leader holds back the other GPU nodes' reboots
         return (
             f"driver still not working after reboot: {reason}; check `journalctl -k | grep "
-            f"-i nvidia` on {unit}, then `kubectl uncordon {node}`; other GPU nodes of this "
-            "application reboot only once this one works or is removed"
+            f"-i nvidia` on {unit}, then `kubectl uncordon {node}`; no other GPU node of this "
+            "application gets a turn to reboot or reset its GPUs until this one works or is "
+            "removed"
         )
     apt_step = (
         f"`juju ssh {unit} -- sudo apt-get install -y --allow-change-held-packages "

@@ -16,6 +16,15 @@ its request, which it does once it is back on a new boot with a working driver (
 upgraded) and its node uncordoned. A kernel update reaches
 every node the same day, so without turns the whole GPU pool could drain at once.
 
+A unit back from its reboot whose GPUs still fail keeps its turn, and says so in its unit
+databag (`reboot-failed`: `driver` or `fabric`, next to `gpu`: what GPUs it has). While a
+holder says so, the leader grants no new turn to reboot or reset GPUs (`reboot`,
+`repair`) to a node that would walk into the same failure, whatever `max-parallel-reboots`
+allows: any GPU node after a driver failure, an NVSwitch node after a Fabric Manager
+failure (a node without NVSwitch runs no Fabric Manager: NVIDIA's Fabric Manager User
+Guide, release 2.3, "Overview": Fabric Manager is for NVSwitch-based HGX and DGX systems).
+Other nodes, and drains that leave the GPUs alone (upgrades, runtime updates), go on.
+
 Why not charmlibs-rollingops (PyPI, looked at 1.1.5): it grants one lock holder only,
 where `max-parallel-reboots` asks for N; its operation runs as one callback in a hook a
 background worker dispatches and the lock follows that callback, where here the turn must
@@ -28,32 +37,72 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
+import mig_layout
 import ops
 
 REQUEST_KEY = "reboot-request"
 TURNS_KEY = "reboot-turns"
+GPU_KEY = "gpu"  # this unit's GPUs: NVSWITCH, GPU, or absent (none)
+FAILED_KEY = "reboot-failed"  # DRIVER or FABRIC: back from its reboot, its GPUs still fail
 REBOOT = "reboot"  # a driver reboot or a MIG change (a request without "for" is one)
 UPGRADE = "upgrade"  # Kubernetes packages moved on a drained node
 RUNTIME = "runtime"  # containerd/runc security updates installed on a drained node
 REPAIR = "repair"  # a quarantined GPU reset or rebooted, then gated (gpu_repairs.py)
+NVSWITCH = "nvswitch"  # GPUs on an NVSwitch board (p4d, p5): Fabric Manager runs
+GPU = "gpu"  # GPUs without NVSwitch
+DRIVER = "driver"  # the driver did not work after the reboot
+FABRIC = "fabric"  # the driver works, Fabric Manager or the fabric registration failed
+# the nodes a holder's failure holds back, and the purposes that reboot or reset GPUs
+HOLDS = {DRIVER: frozenset({GPU, NVSWITCH}), FABRIC: frozenset({NVSWITCH})}
+GPU_PURPOSES = frozenset({REBOOT, REPAIR})
 
 
-def grant(requests: Mapping[str, float], current: Sequence[str], limit: int) -> list[str]:
+def grant(
+    requests: Mapping[str, float],
+    current: Sequence[str],
+    limit: int,
+    held: Collection[str] = (),
+) -> list[str]:
     """The units allowed to reboot now.
 
     Args:
         requests: {unit name: when it asked} of every unit that wants a turn.
         current: the units that hold a turn now (kept while they still ask).
         limit: at most this many turns at once (at least one).
+        held: units that get no new turn now (a holder's failure would be theirs too).
     """
     kept = [unit for unit in current if unit in requests]
     waiting = sorted(
-        (unit for unit in requests if unit not in kept),
+        (unit for unit in requests if unit not in kept and unit not in held),
         key=lambda unit: (requests[unit], _unit_number(unit)),
     )
     return kept + waiting[: max(0, max(1, limit) - len(kept))]
+
+
+def held_back(
+    gpus: Mapping[str, str | None],
+    failed: Mapping[str, str | None],
+    purposes: Mapping[str, Collection[str]],
+    current: Sequence[str],
+) -> set[str]:
+    """The units that get no new turn while a holder in `current` says its GPUs failed.
+
+    Args:
+        gpus: {unit: NVSWITCH, GPU or None} as each unit says.
+        failed: {unit: DRIVER, FABRIC or None} as each unit says.
+        purposes: {unit: what it asks a turn for} of every unit that asks.
+        current: the units that hold a turn now.
+    """
+    kinds: set[str] = set()
+    for unit in current:
+        kinds |= HOLDS.get(failed.get(unit) or "", frozenset())
+    return {
+        unit
+        for unit, wants in purposes.items()
+        if unit not in current and gpus.get(unit) in kinds and GPU_PURPOSES & set(wants)
+    }
 
 
 def _unit_number(unit: str) -> int:
@@ -89,6 +138,10 @@ class RebootTurns(ops.Object):
 
     def requests(self) -> dict[str, float]:
         """{unit: when it asked} for every unit of the application that asks."""
+        return {unit: since for unit, (since, _) in self._requests().items()}
+
+    def _requests(self) -> dict[str, tuple[float, list[str]]]:
+        """{unit: (when it asked, what for)} for every unit of the application that asks."""
         relation = self._relation
         if relation is None:
             return {}
@@ -98,20 +151,59 @@ class RebootTurns(ops.Object):
             if not raw:
                 continue
             try:
-                found[unit.name] = float(json.loads(raw)["since"])
+                request = json.loads(raw)
+                since = float(request["since"])
             except (ValueError, KeyError, TypeError):
-                found[unit.name] = 0.0
+                found[unit.name] = (0.0, [REBOOT])
+                continue
+            wants = request.get("for")
+            found[unit.name] = (since, wants if isinstance(wants, list) else [REBOOT])
         return found
 
+    def _unit_says(self, key: str) -> dict[str, str | None]:
+        """{unit: its unit databag's `key`} for this unit and every peer."""
+        relation = self._relation
+        if relation is None:
+            return {}
+        return {u.name: relation.data[u].get(key) for u in (self.model.unit, *relation.units)}
+
     def update_grants(self, limit: int) -> None:
-        """On the leader: grant turns to the oldest requests, up to `limit` at once."""
+        """On the leader: grant turns to the oldest requests, up to `limit` at once.
+
+        None to a node a holder's failure holds back (`held_back`).
+        """
         relation = self._relation
         if relation is None or not self.model.unit.is_leader():
             return
-        turns = grant(self.requests(), self.turns(), limit)
+        requests, current = self._requests(), self.turns()
+        held = held_back(
+            self._unit_says(GPU_KEY),
+            self._unit_says(FAILED_KEY),
+            {unit: wants for unit, (_, wants) in requests.items()},
+            current,
+        )
+        since = {unit: when for unit, (when, _) in requests.items()}
+        turns = grant(since, current, limit, held)
         value = json.dumps(turns)
         if relation.data[relation.app].get(TURNS_KEY, "[]") != value:
             relation.data[relation.app][TURNS_KEY] = value
+
+    def describe(self, gpus: str | None, failed: str | None) -> None:
+        """Say what GPUs this unit has and whether they failed after its reboot.
+
+        `gpus`: NVSWITCH, GPU or None; `failed`: DRIVER, FABRIC or None. Written only when
+        it changed, so a peer is woken only by news.
+        """
+        relation = self._relation
+        if relation is None:
+            return
+        mine = relation.data[self.model.unit]
+        for key, value in ((GPU_KEY, gpus), (FAILED_KEY, failed)):
+            if mine.get(key) != value:
+                if value is None:
+                    mine.pop(key, None)
+                else:
+                    mine[key] = value
 
     def _own_request(self) -> dict | None:
         relation = self._relation
@@ -176,10 +268,31 @@ class RebootTurns(ops.Object):
         self.update_grants(limit)
 
     def waiting_message(self, reason: str, limit: int, purpose: str = REBOOT) -> str:
-        """Status while waiting for a turn: why, and who reboots (or drains) now."""
-        others = [t for t in self.turns() if t != self.model.unit.name]
-        doing = "rebooting" if purpose == REBOOT else "drained"
+        """Status while waiting for a turn: why, who holds one now, and what holds it back.
+
+        Worded by purpose: a driver reboot says "reboot needed" and "rebooting now"; a MIG
+        change (filed as a reboot, `mig_layout.is_mig_request`) and every other purpose
+        name what needs the drain and the nodes "drained now".
+        """
+        me = self.model.unit.name
+        others = [t for t in self.turns() if t != me]
+        if purpose != REBOOT:
+            need, doing = reason, "drained"
+        elif mig_layout.is_mig_request(reason):
+            need, doing = f"{reason} needs a drain", "drained"
+        else:
+            need, doing = f"reboot needed ({reason})", "rebooting"
         now = f"; {doing} now: {', '.join(others)}" if others else ""
         plural = "node" if limit == 1 else "nodes"
-        need = f"reboot needed ({reason})" if purpose == REBOOT else reason
-        return f"{need}; waiting for a turn (max-parallel-reboots: {limit} {plural} at once){now}"
+        wants = (self._own_request() or {}).get("for") or [purpose]
+        failed, mine = self._unit_says(FAILED_KEY), self._unit_says(GPU_KEY).get(me)
+        blockers = [
+            t
+            for t in others
+            if mine in HOLDS.get(failed.get(t) or "", ()) and GPU_PURPOSES & set(wants)
+        ]
+        held = f"; held back until {', '.join(blockers)} works again" if blockers else ""
+        return (
+            f"{need}; waiting for a turn (max-parallel-reboots: {limit} {plural} at once)"
+            f"{now}{held}"
+        )

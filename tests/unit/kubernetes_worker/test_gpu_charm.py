@@ -478,8 +478,9 @@ def test_driver_still_broken_after_the_reboot_blocks_without_rebooting_again(
     assert reboots == [False]
     assert out.unit_status == testing.BlockedStatus(
         f"driver still not working after reboot: {NOT_LOADED}; check `journalctl -k | grep "
-        f"-i nvidia` on {UNIT}, then `kubectl uncordon {NODE}`; other GPU nodes of this "
-        "application reboot only once this one works or is removed"
+        f"-i nvidia` on {UNIT}, then `kubectl uncordon {NODE}`; no other GPU node of this "
+        "application gets a turn to reboot or reset its GPUs until this one works or is "
+        "removed"
     )
 
 
@@ -598,9 +599,9 @@ def test_nvswitch_node_is_ready_only_once_fabric_registration_succeeds(ctx, mach
     assert gpu_labels(api) == {}
 
 
-def p5_update_turn(ctx, api, p5, reboots):
+def p5_update_turn(ctx, api, p5, reboots, limit=1):
     """This p5 (the leader, of three) takes the turn for a driver update and reboots."""
-    out = run_joined(ctx, api, config={"auto-reboot": True, "max-parallel-reboots": 1})
+    out = run_joined(ctx, api, config={"auto-reboot": True, "max-parallel-reboots": limit})
     out = with_peers(out, peers(turns=[], others={1: {}, 2: {}}), leader=True)
     p5.driver_sru("580", "580.105.08")
     p5.kernel_update(NEW_KERNEL)  # its modules need the newer driver: an update turn
@@ -628,7 +629,10 @@ def test_fabric_manager_failing_after_the_update_reboot_keeps_the_turn_and_the_c
     message = out.unit_status.message
     assert message.startswith("NVIDIA Fabric Manager: nvidia-fabricmanager did not start (")
     assert "after the reboot; check `juju ssh kubernetes-worker/0 -- nvidia-smi -q`" in message
-    assert "other GPU nodes of this application reboot only once this one works" in message
+    assert (
+        "no other NVSwitch node of this application gets a turn to reboot or reset its GPUs "
+        "until this one works or is removed"
+    ) in message
     assert node(api)["spec"]["unschedulable"] is True
     assert gpu_labels(api) == {}
 
@@ -653,6 +657,45 @@ def test_fabric_manager_failing_after_the_update_reboot_keeps_the_turn_and_the_c
     assert not node(api)["spec"].get("unschedulable")
     turns, relation = turns_of(out)
     assert turns == ["kubernetes-worker/1"] and "reboot-request" not in relation.local_unit_data
+
+
+def test_a_fabric_manager_failure_holds_back_every_nvswitch_node_at_two_turns(
+    ctx, machine, api, p5, reboots
+):
+    """Issue 30 item 8 at max-parallel-reboots=2: the second turn goes to no NVSwitch node.
+
+    Unit 1 (a p5, oldest) waits while this p5's Fabric Manager fails after its reboot;
+    unit 2 (an A10G node: no Fabric Manager) may take the free turn.
+    """
+    out = p5_update_turn(ctx, api, p5, reboots, limit=2)
+    p5.fabric_starts = False
+    p5.reboot()
+    out = ctx.run(ctx.on.start(), out)
+    assert out.unit_status.name == "blocked"
+    assert (
+        "no other NVSwitch node of this application gets a turn to reboot or reset its GPUs "
+        "until this one works or is removed"
+    ) in out.unit_status.message
+    assert reboots_relation(out).local_unit_data["gpu"] == "nvswitch"
+    assert reboots_relation(out).local_unit_data["reboot-failed"] == "fabric"
+
+    now = time.time()
+    relation = dataclasses.replace(
+        reboots_relation(out),
+        peers_data={1: {**asked(now), "gpu": "nvswitch"}, 2: {**asked(now + 1), "gpu": "gpu"}},
+    )
+    others = {r for r in out.relations if r.endpoint != "reboots"}
+    out = ctx.run(
+        ctx.on.relation_changed(relation, remote_unit=1),
+        dataclasses.replace(out, relations={*others, relation}),
+    )
+    assert turns_of(out)[0] == [UNIT, "kubernetes-worker/2"]
+
+    p5.fabric_starts = True  # the operator fixed it: the held-back p5 gets its turn
+    out = ctx.run(ctx.on.update_status(), out)
+    assert out.unit_status.name == "active"
+    assert turns_of(out)[0] == ["kubernetes-worker/2", "kubernetes-worker/1"]
+    assert "reboot-failed" not in reboots_relation(out).local_unit_data
 
 
 def test_fabric_registering_after_the_reboot_waits_cordoned_with_its_turn(
@@ -1550,17 +1593,23 @@ def test_the_leader_keeps_its_mig_turn_while_another_unit_waits(ctx, machine, ap
 MIG_WAIT = "MIG layout all-1g.10gb"
 
 
+NVSWITCH_NODE = {"gpu": "nvswitch"}  # what an H100 (p5) unit says of its GPUs
+
+
 def mig_waiter(api, mine, others, turns, leader=False):
     """A joined H100 unit that wants all-1g.10gb; another unit holds the turn."""
     register_node(api)
     base = joined_state(api, config={"mig-profile": "all-1g.10gb"}, **{"mig-strategy": "mixed"})
+    mine = {**mine, **NVSWITCH_NODE}  # said by an earlier hook
     return with_peers(base, peers(turns=turns, mine=mine, others=others), leader=leader)
 
 
-def test_mig_wait_request_is_withdrawn_and_renewed_every_reconcile(ctx, machine, api, h100, clock):
-    """The review's name (gpu.md N1, which asserted the defect); now the intended behaviour.
+def test_a_mig_waiter_files_once_and_keeps_its_place(ctx, machine, api, h100, clock):
+    """A MIG waiter files once and keeps its `since` (gpu.md N1).
 
-    The waiter files once and keeps its `since`, so it keeps its place (oldest first).
+    The review named it test_mig_wait_request_is_withdrawn_and_renewed_every_reconcile,
+    after the defect; renamed for what it asserts: it keeps its place (oldest first). Its
+    status says what the drain is for (a MIG change reboots nothing).
     """
     state = mig_waiter(
         api, asked(7300.0, MIG_WAIT), {1: asked(100.0)}, turns=["kubernetes-worker/1"]
@@ -1569,19 +1618,20 @@ def test_mig_wait_request_is_withdrawn_and_renewed_every_reconcile(ctx, machine,
     out = ctx.run(ctx.on.update_status(), state)
     out = ctx.run(ctx.on.update_status(), out)
 
-    assert reboots_relation(out).local_unit_data == asked(7300.0, MIG_WAIT)
+    assert reboots_relation(out).local_unit_data == {**asked(7300.0, MIG_WAIT), **NVSWITCH_NODE}
     assert out.unit_status == testing.WaitingStatus(
-        f"reboot needed ({MIG_WAIT}); waiting for a turn (max-parallel-reboots: 1 node at "
-        "once); rebooting now: kubernetes-worker/1"
+        f"{MIG_WAIT} needs a drain; waiting for a turn (max-parallel-reboots: 1 node at "
+        "once); drained now: kubernetes-worker/1"
     )
     assert MIG_CONFIG not in node_labels(api)
 
 
-def test_a_peer_change_makes_a_mig_waiter_rewrite_its_request(ctx, machine, api, h100, clock):
-    """The review's name (gpu.md N1, which asserted the defect); now the intended behaviour.
+def test_a_peer_change_leaves_a_mig_waiters_request_as_it_was(ctx, machine, api, h100, clock):
+    """Another waiter's change rewrites nothing here (gpu.md N1).
 
-    Another waiter's change leaves this unit's databag as it was, so it wakes no peer (two
-    waiters no longer wake each other without end).
+    The review named it test_a_peer_change_makes_a_mig_waiter_rewrite_its_request, after
+    the defect; renamed for what it asserts: this unit's databag stays as it was, so it
+    wakes no peer (two waiters no longer wake each other without end).
     """
     state = mig_waiter(
         api,
@@ -1592,7 +1642,7 @@ def test_a_peer_change_makes_a_mig_waiter_rewrite_its_request(ctx, machine, api,
 
     out = ctx.run(ctx.on.relation_changed(reboots_relation(state), remote_unit=2), state)
 
-    assert reboots_relation(out).local_unit_data == asked(7300.0, MIG_WAIT)
+    assert reboots_relation(out).local_unit_data == {**asked(7300.0, MIG_WAIT), **NVSWITCH_NODE}
 
 
 def test_a_mig_waiter_keeps_its_place_before_a_later_reboot_request(
@@ -1615,7 +1665,8 @@ def test_a_mig_waiter_keeps_its_place_before_a_later_reboot_request(
 
     assert json.loads(reboots_relation(out).local_app_data["reboot-turns"]) == [UNIT]
     assert node_labels(api)[MIG_CONFIG] == "all-1g.10gb"
-    assert reboots_relation(out).local_unit_data == asked(30.0, MIG_WAIT)  # kept in flight
+    kept = {**asked(30.0, MIG_WAIT), **NVSWITCH_NODE}
+    assert reboots_relation(out).local_unit_data == kept  # kept in flight
 
 
 def test_a_mig_waiter_whose_layout_is_cleared_gives_its_place_back(ctx, machine, api, h100, clock):

@@ -137,9 +137,33 @@ def test_a_patch_bump_on_three_workers_drains_one_at_a_time(tmp_path, api, monke
         assert machine.dpkg["kubelet"] == deb(patch)
         assert machine.running("kubelet") == deb(patch)  # restarted: the new binary runs
     for i in UNITS:
-        assert workers.states[i].workload_version == patch  # from `kubelet --version`
+        assert workers.states[i].workload_version == patch  # posted by the new kubelet
         assert workers.states[i].unit_status.name == "active"
         assert "reboot-request" not in workers.units[i]
+
+
+def test_a_new_kubelet_package_not_restarted_reports_the_version_that_runs(
+    tmp_path, api, monkeypatch, clock
+):
+    """Issue 30 item 2: the running version, as the running kubelet posts it on its Node.
+
+    An earlier revision installed a patch in place without restarting kubelet (review
+    deploy.md N1): the deb is new, the old binary runs; `kubelet --version` would say the
+    new one.
+    """
+    workers = Workers(tmp_path, api, monkeypatch)
+    old = kubeadm.RELEASES["1.36"].version
+    workers.deploy()
+    patch = new_patch(workers, monkeypatch)
+    for machine in workers.machines.values():
+        machine.dpkg["kubelet"] = deb(patch)  # replaced on disk, the process left alone
+    assert workers.machines["kubernetes-worker/0"].running("kubelet") == deb(old)
+
+    out = workers.run(0)
+
+    assert out.workload_version == old
+    cluster = next(r for r in out.relations if r.endpoint == "cluster")
+    assert cluster.local_unit_data["kubernetes-version"] == "1.36"
 
 
 # -- containerd/runc security updates (issue 30 item 2) ------------------------------

@@ -26,7 +26,7 @@ from charms.gpu_k8s.v0.system import SYSTEMCTL, CommandError, Host
 
 LIBID = "f766a8bf76ef4d8f9f47cf1d41d1f95c"
 LIBAPI = 0
-LIBPATCH = 14
+LIBPATCH = 15
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +104,6 @@ UPSTREAM = "https://pkgs.k8s.io"
 SOURCE_NAME = "kubernetes"
 KEYRING = "/etc/apt/keyrings/kubernetes-apt-keyring.gpg"
 KUBEADM = "/usr/bin/kubeadm"
-KUBELET = "/usr/bin/kubelet"
 HOSTNAME = "/usr/bin/hostname"
 KUBELET_CONF = "/etc/kubernetes/kubelet.conf"
 JOIN_CONFIG = "/run/gpu-k8s/kubeadm-join.yaml"
@@ -326,22 +325,6 @@ def restart_kubelet(host: Host) -> None:
     """
     host.run(SYSTEMCTL, "daemon-reload")
     host.run(SYSTEMCTL, "restart", "kubelet")
-
-
-def running_kubelet_version(host: Host) -> str:
-    """`kubelet --version` ("Kubernetes v1.36.7") as "1.36.7": what runs after a restart.
-
-    Raises:
-        KubeadmError: kubelet did not answer with a version.
-    """
-    try:
-        out = host.run(KUBELET, "--version", timeout=30)
-    except CommandError as e:
-        raise KubeadmError(f"kubelet --version failed: {e.last_line}") from None
-    match = re.search(r"v([0-9]+\.[0-9]+\.[0-9]+)", out)
-    if not match:
-        raise KubeadmError(f"kubelet --version said {out.strip()!r}")
-    return match.group(1)
 
 
 def next_minor(minor: str) -> str:

@@ -628,6 +628,21 @@ def test_turns_go_to_the_oldest_requests_up_to_the_limit():
     assert grant(asks, [], 0) == ["w/1"]  # at least one
 
 
+def test_a_holder_whose_gpus_fail_after_its_reboot_holds_back_who_could_fail_alike():
+    from reboot_turns import held_back
+
+    gpus = {"w/0": "nvswitch", "w/1": "nvswitch", "w/2": "gpu", "w/3": None}
+    asks = {"w/1": ["reboot"], "w/2": ["repair"], "w/3": ["reboot"]}
+    fabric, driver = {"w/0": "fabric"}, {"w/0": "driver"}
+
+    assert held_back(gpus, fabric, asks, ["w/0"]) == {"w/1"}  # only NVSwitch nodes
+    assert held_back(gpus, driver, asks, ["w/0"]) == {"w/1", "w/2"}  # every GPU node
+    assert held_back(gpus, fabric, asks, []) == set()  # a failed node without a turn
+    assert held_back(gpus, fabric, {"w/1": ["upgrade", "runtime"]}, ["w/0"]) == set()
+    assert held_back(gpus, fabric, {"w/1": ["upgrade", "reboot"]}, ["w/0"]) == {"w/1"}
+    assert held_back(gpus, fabric, asks, ["w/0", "w/1"]) == set()  # a holder keeps it
+
+
 # ------------------------------------------------------------------------- MIG layouts
 
 
