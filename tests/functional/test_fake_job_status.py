@@ -1,4 +1,4 @@
-"""The fake API server checks Job status writes as kube-apiserver 1.36 does.
+"""The fake API server checks Job status writes as kube-apiserver 1.36; /status only where it is.
 
 Each rule of tests/fakes/kube_admission.py's Job status section (pkg/apis/batch/validation/
 validation.go validateJobStatus and ValidateJobStatusUpdate, with pkg/registry/batch/job/
@@ -227,3 +227,97 @@ def test_a_rule_is_checked_only_when_its_fields_change(work: Kube, kube_api: Fak
     stored["status"] = {"startTime": START, "conditions": [cond("Complete")]}  # no completionTime
     kube_api.put_object(path, stored)
     assert write(work, {"failed": 1})["status"]["failed"] == 1
+
+
+# -- /status only where the kind has that subresource
+
+
+def test_status_of_a_kind_without_it_is_not_found(work: Kube):
+    work.create(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "work"}}
+    )
+    for method in ("GET", "PUT", "PATCH"):
+        with pytest.raises(KubeError) as info:
+            work.request(
+                method,
+                "/api/v1/namespaces/work/configmaps/c/status",
+                body=None if method == "GET" else {"data": {}},
+                content_type="application/merge-patch+json"
+                if method == "PATCH"
+                else "application/json",
+            )
+        assert (info.value.status, info.value.reason, info.value.message) == (
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        )
+
+
+WIDGETS = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "widgets.example.io"},
+    "spec": {
+        "group": "example.io",
+        "scope": "Namespaced",
+        "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "schema": {"openAPIV3Schema": {"type": "object"}},
+            }
+        ],
+    },
+}
+
+
+def test_status_of_a_custom_resource_without_the_subresource_is_not_found(work: Kube):
+    work.create(WIDGETS)
+    widget = {"apiVersion": "example.io/v1", "kind": "Widget", "metadata": {"name": "w"}}
+    work.request("POST", "/apis/example.io/v1/namespaces/work/widgets", body=widget)
+    with pytest.raises(KubeError) as info:
+        work.request(
+            "PATCH",
+            "/apis/example.io/v1/namespaces/work/widgets/w/status",
+            body={"status": {}},
+            content_type="application/merge-patch+json",
+        )
+    assert (info.value.status, info.value.reason, info.value.message) == (
+        404,
+        "NotFound",
+        'widgets.example.io "w" not found',
+    )
+
+
+def test_policies_and_crds_keep_their_status_on_update(work: Kube, kube_api: FakeKubeApiServer):
+    """Each has a status subresource: a write of the object keeps the stored status."""
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": "p"},
+        "spec": {
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE"],
+                        "resources": ["configmaps"],
+                    }
+                ]
+            },
+            "validations": [{"expression": "true"}],
+        },
+    }
+    path = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/p"
+    created = work.create(policy)
+    checked = {"observedGeneration": 1, "typeChecking": {}}
+    kube_api.put_object(path, {**created, "status": checked})
+    stored = work.get("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy", "p") or {}
+    assert work.replace({**stored, "status": {}})["status"] == checked
+    assert work.request("GET", path + "/status")["status"] == checked
+    work.create(WIDGETS)
+    crd = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.io"
+    assert work.request("GET", crd + "/status")["metadata"]["name"] == "widgets.example.io"
