@@ -2274,6 +2274,11 @@ def _uncounted_error(v: _JobView) -> FieldError | None:
     )
 
 
+def _completion_error(v: _JobView, detail: str) -> FieldError:
+    """An Invalid status.completionTime, its value shown as Go prints a metav1.Time."""
+    return _invalid("completionTime", _go_time(v.completion or ""), detail)
+
+
 def _before_start(v: _JobView) -> bool:
     if v.start is None or v.completion is None:
         return False
@@ -2301,10 +2306,8 @@ _JOB_STATUS_RULES: tuple[tuple[str, Callable[[_JobView], FieldError | None]], ..
     (
         "not_complete_with_completion",
         lambda v: (
-            _invalid(
-                "completionTime",
-                _go_time(v.completion),
-                "cannot set completionTime when there is no Complete=True condition",
+            _completion_error(
+                v, "cannot set completionTime when there is no Complete=True condition"
             )
             if v.completion is not None and not v.complete
             else None
@@ -2321,11 +2324,7 @@ _JOB_STATUS_RULES: tuple[tuple[str, Callable[[_JobView], FieldError | None]], ..
     (
         "completion_before_start",
         lambda v: (
-            _invalid(
-                "completionTime",
-                _go_time(v.completion),
-                "completionTime cannot be set before startTime",
-            )
+            _completion_error(v, "completionTime cannot be set before startTime")
             if _before_start(v)
             else None
         ),

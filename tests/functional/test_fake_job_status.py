@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
+from fakes.addons import crd
 from fakes.kube_apiserver import FakeKubeApiServer
 
 START, END = "2026-11-27T10:00:00Z", "2026-11-27T10:05:00Z"
@@ -30,33 +31,28 @@ FAILED = [cond("FailureTarget"), cond("Failed")]
 
 
 @pytest.fixture
-def work(kube: Kube) -> Kube:
-    """`kube`, with the namespace `work` and a running Job `j` (startTime set) in it."""
-    kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "work"}})
-    kube.create(job())
-    write(kube, {"startTime": START, "active": 1})
+def ns(kube: Kube, kube_api: FakeKubeApiServer) -> Kube:
+    """`kube`, the namespace `work` stored."""
+    kube_api.put_object("/api/v1/namespaces/work", {"metadata": {"name": "work"}})
     return kube
 
 
+@pytest.fixture
+def work(ns: Kube) -> Kube:
+    """`ns`, with a running Job `j` (startTime set) in `work`."""
+    ns.create(job())
+    write(ns, {"startTime": START, "active": 1})
+    return ns
+
+
 def job(name: str = "j", **spec: Any) -> dict:
-    labels = {"app": name}
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "namespace": "work"},
-        "spec": {
-            "selector": {"matchLabels": labels},
-            "manualSelector": True,
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [{"name": "c", "image": "busybox"}],
-                },
-            },
-            **spec,
-        },
-    }
+    """A Job the server accepts (manual selector `app: <name>`), `spec` fields added."""
+    template = {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}
+    meta = {"name": name, "namespace": "work"}
+    selector, labels = {"matchLabels": {"app": name}}, {"app": name}
+    body = {"selector": selector, "manualSelector": True, **spec}
+    body["template"] = {"metadata": {"labels": labels}, "spec": template}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": body}
 
 
 def write(kube: Kube, status: dict, name: str = "j") -> dict:
@@ -97,10 +93,9 @@ def test_completion_time_only_with_complete(work: Kube):
     )
 
 
-def test_a_finished_job_needs_start_time(kube: Kube):
-    kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "work"}})
-    kube.create(job())
-    assert refused(kube, {"conditions": FAILED}) == invalid(
+def test_a_finished_job_needs_start_time(ns: Kube):
+    ns.create(job())
+    assert refused(ns, {"conditions": FAILED}) == invalid(
         "status.startTime: Required value: startTime is required for finished job"
     )
 
@@ -203,8 +198,7 @@ def test_completed_indexes_only_for_an_indexed_job(work: Kube):
     )
 
 
-def test_indexes_are_parsed_as_upstream(kube: Kube):
-    kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "work"}})
+def test_indexes_are_parsed_as_upstream(kube: Kube, ns: Kube):
     indexed = {"completionMode": "Indexed", "completions": 4, "parallelism": 4}
     kube.create(job("ix", backoffLimitPerIndex=1, **indexed))
     assert refused(kube, {"completedIndexes": "0,4"}, "ix") == invalid(
@@ -253,42 +247,31 @@ def test_status_of_a_kind_without_it_is_not_found(work: Kube):
         )
 
 
-WIDGETS = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "widgets.example.io"},
-    "spec": {
-        "group": "example.io",
-        "scope": "Namespaced",
-        "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
-        "versions": [
-            {
-                "name": "v1",
-                "served": True,
-                "storage": True,
-                "schema": {"openAPIV3Schema": {"type": "object"}},
-            }
-        ],
-    },
-}
+def widgets(status: bool) -> dict:
+    """The CRD of example.io/v1 Widgets, with or without the status subresource."""
+    made = crd("example.io", "Widget", "widgets", "Namespaced", ["v1"])
+    if not status:
+        del made["spec"]["versions"][0]["subresources"]
+    return made
 
 
 def test_status_of_a_custom_resource_without_the_subresource_is_not_found(work: Kube):
-    work.create(WIDGETS)
+    work.create(widgets(status=False))
     widget = {"apiVersion": "example.io/v1", "kind": "Widget", "metadata": {"name": "w"}}
     work.request("POST", "/apis/example.io/v1/namespaces/work/widgets", body=widget)
+    path = "/apis/example.io/v1/namespaces/work/widgets/w/status"
+    patch = {"body": {"status": {}}, "content_type": "application/merge-patch+json"}
     with pytest.raises(KubeError) as info:
-        work.request(
-            "PATCH",
-            "/apis/example.io/v1/namespaces/work/widgets/w/status",
-            body={"status": {}},
-            content_type="application/merge-patch+json",
-        )
+        work.request("PATCH", path, **patch)
     assert (info.value.status, info.value.reason, info.value.message) == (
         404,
         "NotFound",
         'widgets.example.io "w" not found',
     )
+    work.delete("apiextensions.k8s.io/v1", "CustomResourceDefinition", "widgets.example.io")
+    work.create(widgets(status=True))
+    work.request("POST", "/apis/example.io/v1/namespaces/work/widgets", body=widget)
+    assert work.request("PATCH", path, **patch)["status"] == {}
 
 
 def test_policies_and_crds_keep_their_status_on_update(work: Kube, kube_api: FakeKubeApiServer):
@@ -318,6 +301,6 @@ def test_policies_and_crds_keep_their_status_on_update(work: Kube, kube_api: Fak
     stored = work.get("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy", "p") or {}
     assert work.replace({**stored, "status": {}})["status"] == checked
     assert work.request("GET", path + "/status")["status"] == checked
-    work.create(WIDGETS)
-    crd = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.io"
-    assert work.request("GET", crd + "/status")["metadata"]["name"] == "widgets.example.io"
+    work.create(widgets(status=False))
+    path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.io"
+    assert work.request("GET", path + "/status")["metadata"]["name"] == "widgets.example.io"
