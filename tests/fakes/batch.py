@@ -124,6 +124,16 @@ Job controller and kubelet (kubernetes.io/docs/concepts/workloads/controllers/jo
   has none running; it completes when one succeeded and fails (BackoffLimitExceeded)
   once more than `backoffLimit` (default 6) failed, or at once when a podFailurePolicy
   rule says FailJob (Ignore: not counted).
+- B7 A Job's status is what kube-controller-manager 1.36 writes (pkg/controller/job/
+  job_controller.go syncJob, with JobManagedBy and JobPodReplacementPolicy GA: the terminal
+  condition waits for the pods), checked by the fake API server as kube-apiserver does
+  (`fakes.kube_admission` job_status_update_errors): `startTime` the first time the Job
+  runs unsuspended; once it failed, FailureTarget (the Failed reason and message), its
+  active pods deleted, then Failed; once it succeeded, SuccessCriteriaMet (reason
+  CompletionsReached, "Reached expected number of succeeded pods", or SuccessPolicy), its
+  remaining pods deleted, then Complete with the same reason and `completionTime`. Not
+  written: the pod counters (active, ready, succeeded, failed, terminating), the
+  Suspended condition, and a new startTime on resume (the fake keeps the first one).
 - B5 With a `kubelet` (tests/functional: real processes), a pod's container runs from its
   creation; it ends the pod (Succeeded on exit 0, else Failed with the exit code) when it
   exits, and a deleted pod's container is stopped first (see `_delete_pod`).
@@ -176,6 +186,9 @@ QUEUE = "kueue.x-k8s.io/queue-name"
 DEFAULT_QUEUE = "default"  # kueue pkg/controller/constants/constants.go DefaultLocalQueueName
 ADMISSION_GATE = "kueue.x-k8s.io/admission"  # kueue pod_webhook.go SchedulingGate
 GPU = "nvidia.com/gpu"
+# The Job controller's reason CompletionsReached (pkg/controller/job/job_controller.go); a
+# SuccessPolicy's is "Matched rules at index <i>" (success_policy.go matchSuccessPolicy).
+COMPLETIONS_REACHED = "Reached expected number of succeeded pods"
 MAX_EXEC_TIME = "kueue.x-k8s.io/max-exec-time-seconds"  # constants MaxExecTimeSecondsLabel
 KUEUE_CONFIG_MAP = "/api/v1/namespaces/kueue-system/configmaps/kueue-manager-config"
 FRAMEWORKS = ("batch/job", "jobset.x-k8s.io/jobset")  # their integrations' FrameworkName
@@ -1760,6 +1773,7 @@ class BatchControllers:
             pods = self._owned(job, self._pods())
             if job["spec"].get("suspend"):
                 continue
+            self._start_job(job)
             if job["spec"].get("completionMode", "NonIndexed") != "Indexed":
                 created += self._non_indexed(job, pods)
                 continue
@@ -1781,19 +1795,16 @@ class BatchControllers:
         """B6: a NonIndexed Job of one completion; returns the pods it created (0 or 1)."""
         phases = [(p.get("status") or {}).get("phase") for p in pods]
         if "Succeeded" in phases:
-            _set(job, "Complete", "True", "CompletionsReached")
-            self._write_status(job)
+            self._end_job(job, pods, "Complete", "CompletionsReached", COMPLETIONS_REACHED)
             return 0
         actions = [self._policy_action(job, p) for p in pods if _phase(p) == "Failed"]
         if "FailJob" in actions:
-            _set(job, "Failed", "True", "PodFailurePolicy", "Container failed with a rule")
-            self._write_status(job)
+            message = "Container failed with a rule"
+            self._end_job(job, pods, "Failed", "PodFailurePolicy", message)
             return 0
         if actions.count("Count") > int(job["spec"].get("backoffLimit", 6)):
-            _set(
-                job, "Failed", "True", "BackoffLimitExceeded", "Job has reached the backoff limit"
-            )
-            self._write_status(job)
+            message = "Job has reached the backoff limit"
+            self._end_job(job, pods, "Failed", "BackoffLimitExceeded", message)
             return 0
         self._retry(pods)
         if any(p not in ("Succeeded", "Failed") for p in phases):
@@ -1849,8 +1860,7 @@ class BatchControllers:
             if action == "Ignore":
                 continue
             reason = "PodFailurePolicy" if action == "FailJob" else "BackoffLimitExceeded"
-            _set(job, "Failed", "True", reason, message)
-            self._write_status(job)
+            self._end_job(job, pods, "Failed", reason, message)
             return True
         succeeded = {
             int(p["metadata"]["labels"][JOB_INDEX])
@@ -1858,21 +1868,38 @@ class BatchControllers:
             if (p.get("status") or {}).get("phase") == "Succeeded"
         }
         rules = (job["spec"].get("successPolicy") or {}).get("rules") or []
-        wanted = [
-            {int(i) for i in r["succeededIndexes"].split(",")}
-            for r in rules
+        matched = [  # success_policy.go matchSuccessPolicy: the first rule met
+            index
+            for index, r in enumerate(rules)
             if "succeededIndexes" in r
+            and {int(i) for i in r["succeededIndexes"].split(",")} <= succeeded
         ]
-        done = any(w <= succeeded for w in wanted) or succeeded >= set(
-            range(job["spec"]["completions"])
-        )
-        if done:
-            _set(job, "Complete", "True", "SuccessPolicy" if wanted else "")
+        if matched:
+            message = f"Matched rules at index {matched[0]}"
+            self._end_job(job, pods, "Complete", "SuccessPolicy", message)
+            return True
+        if succeeded >= set(range(job["spec"]["completions"])):
+            self._end_job(job, pods, "Complete", "CompletionsReached", COMPLETIONS_REACHED)
+            return True
+        return False
+
+    def _start_job(self, job: dict) -> None:
+        """B7: an unsuspended Job's startTime, written the first time it runs."""
+        if (job.get("status") or {}).get("startTime") is None:
+            job.setdefault("status", {})["startTime"] = _stamp(self.clock())
             self._write_status(job)
-            for pod in pods:
-                if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
-                    self._delete_pod(pod)
-        return done
+
+    def _end_job(self, job: dict, pods: list[dict], kind: str, reason: str, message: str) -> None:
+        """B7: the interim condition, the active pods deleted, then the terminal condition."""
+        interim = "SuccessCriteriaMet" if kind == "Complete" else "FailureTarget"
+        _set(job, interim, "True", reason, message)
+        self._write_status(job)
+        self._delete_pods([p for p in pods if _phase(p) not in ("Succeeded", "Failed")])
+        _set(job, kind, "True", reason, message)
+        if kind == "Complete":  # never before startTime, whatever a test set `clock` to
+            start = _seconds(job["status"]["startTime"])
+            job["status"]["completionTime"] = _stamp(max(self.clock(), start))
+        self._write_status(job)
 
     def _create_pod(self, job: dict, index: int | None) -> bool:
         """B1/B6 (B8: admitted first); whether the pod was created."""

@@ -79,6 +79,7 @@ Security Standards page at 1.36, each versioned as upstream (see `CHECKS`).
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import decimal
 import functools
 import importlib.resources
@@ -145,6 +146,13 @@ def json_kind(value: Any) -> str:
 # ---------------------------------------------------------------- field errors
 
 
+@dataclasses.dataclass(frozen=True)
+class GoText:
+    """A bad value ErrorBody prints as is: a fmt.Stringer's String(), or a struct's %#v."""
+
+    text: str
+
+
 @dataclasses.dataclass
 class FieldError:
     """apimachinery's field.Error: its type, path, bad value and detail."""
@@ -163,6 +171,7 @@ class FieldError:
         "Too long": "FieldValueTooLong",
         "Too many": "FieldValueTooMany",
         "Type invalid": "FieldValueTypeInvalid",
+        "Duplicate value": "FieldValueDuplicate",
     }
 
     def body(self) -> str:
@@ -170,6 +179,8 @@ class FieldError:
         shown = "Invalid value" if self.type == "Type invalid" else self.type
         if self.type in ("Required value", "Forbidden", "Too long") or self.omit_value:
             text = shown
+        elif isinstance(self.value, GoText):
+            text = f"{shown}: {self.value.text}"
         elif isinstance(self.value, str):
             text = f"{shown}: {go_quote(self.value)}"
         elif isinstance(self.value, (bool, int, float)):
@@ -2039,6 +2050,487 @@ def deny_service_external_ips(plural: str, sub: str, obj: dict, old: dict | None
     )
 
 
+# ---------------------------------------------------------------- Job status (batch/v1)
+#
+# kube-apiserver checks a write of jobs/status beyond the schema: jobStatusStrategy.
+# ValidateUpdate (pkg/registry/batch/job/strategy.go) calls ValidateJobUpdateStatus
+# (pkg/apis/batch/validation/validation.go: validateJobStatus, then ValidateJobStatusUpdate)
+# with the options getStatusValidationOptions gives. Read in kubernetes/kubernetes (the
+# stored validation.go with all 23 JobStatusValidationOptions; strategy.go's JobManagedBy
+# branch): JobManagedBy is GA and locked on since 1.35 (pkg/features/kube_features.go
+# "remove in 1.38"), so 1.36 takes that branch: each rule is checked only when a field it
+# reads changed, so a status already wrong does not block unrelated writes. The rules about
+# SuccessCriteriaMet's scope (NonIndexed, no successPolicy) are off there
+# (AllowForSuccessCriteriaMetInExtendedScope). Two later fixes in the options: a finished
+# Job that is suspended with zero completions needs no startTime (kubernetes#132144), and
+# resuming (Suspended True -> False) may set a new startTime (kubernetes#134769, 1.35 and
+# backports). Messages are upstream's; each error is one FieldError, in upstream's order.
+
+_JOB_TERMINAL = ("Failed", "Complete", "FailureTarget")  # RejectDisablingTerminalCondition
+_NEGATIVE = "must be greater than or equal to 0"  # apimachinery validation isNegativeErrorMsg
+
+
+def _job_true(job: dict, kind: str) -> bool:
+    """IsConditionTrue(job.Status.Conditions, kind)."""
+    conditions = (job.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == kind and c.get("status") == "True" for c in conditions)
+
+
+def _job_condition(job: dict, kind: str, status: str) -> bool:
+    conditions = (job.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == kind and c.get("status") == status for c in conditions)
+
+
+def _job_time(value: Any) -> float | None:
+    """A *metav1.Time as seconds (None when unset); JSON holds RFC 3339, whole seconds."""
+    if not isinstance(value, str):
+        return None
+    return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+def _go_time(value: str) -> GoText:
+    """metav1.Time's String() (time.Time's), as the server, on UTC, prints it."""
+    when = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return GoText(when.astimezone(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S +0000 UTC"))
+
+
+def _go_uids(uids: Any) -> str:
+    """%#v of a []types.UID decoded from JSON: nil when absent."""
+    if uids is None:
+        return "[]types.UID(nil)"
+    return "[]types.UID{" + ", ".join(go_quote(u) for u in uids) + "}"
+
+
+def _index_interval(text: str, completions: int) -> tuple[int, int]:
+    """parseIndexInterval: "x" or "x-y", each below `completions`, x < y; ValueError else."""
+    limits = text.split("-")
+    if len(limits) > 2:
+        raise ValueError(
+            f"the fragment {go_quote(text)} violates the requirement that an index interval "
+            "can have at most two parts separated by '-'"
+        )
+    bounds = []
+    for limit in limits:
+        if not re.fullmatch(r"[+-]?[0-9]+", limit):  # strconv.Atoi
+            raise ValueError(f"cannot convert string to integer for index: {go_quote(limit)}")
+        if int(limit) >= completions:
+            raise ValueError(f"too large index: {go_quote(limit)}")
+        bounds.append(int(limit))
+    if len(bounds) == 2 and bounds[0] >= bounds[1]:
+        raise ValueError(f"non-increasing order, previous: {bounds[0]}, current: {bounds[1]}")
+    return bounds[0], bounds[-1]
+
+
+def _indexes(text: str, completions: int) -> list[tuple[int, int]]:
+    """Intervals of validateIndexesFormat, in increasing order; ValueError else."""
+    intervals: list[tuple[int, int]] = []
+    for part in text.split(",") if text else []:
+        x, y = _index_interval(part, completions)
+        if intervals and intervals[-1][1] >= x:
+            raise ValueError(f"non-increasing order, previous: {intervals[-1][1]}, current: {x}")
+        intervals.append((x, y))
+    return intervals
+
+
+def _overlap(completed: str, failed: str, completions: int) -> str | None:
+    """validateFailedIndexesNotOverlapCompleted: the first index in both (unparsable skipped)."""
+
+    def parsed(text: str) -> list[tuple[int, int]]:
+        out = []
+        for part in text.split(",") if text else []:
+            try:
+                out.append(_index_interval(part, completions))
+            except ValueError:
+                continue
+        return out
+
+    done, lost = parsed(completed), parsed(failed)
+    i = j = 0
+    while i < len(done) and j < len(lost):
+        (cx, cy), (fx, fy) = done[i], lost[j]
+        if cx <= fy and fx <= cy:
+            return f"failedIndexes and completedIndexes overlap at index: {max(cx, fx)}"
+        if cx <= fx:
+            i += 1
+        else:
+            j += 1
+    return None
+
+
+def _uncounted(status: dict) -> Any:
+    """UncountedTerminatedPods as apiequality.Semantic compares it (nil slice == empty)."""
+    pods = status.get("uncountedTerminatedPods")
+    if pods is None:
+        return None
+    return (pods.get("succeeded") or [], pods.get("failed") or [])
+
+
+def job_status_options(new: dict, old: dict) -> dict[str, bool]:
+    """Which rules this write is checked for (getStatusValidationOptions, JobManagedBy)."""
+    ns, os_ = new.get("status") or {}, old.get("status") or {}
+    spec = new.get("spec") or {}
+
+    def changed(kind: str) -> bool:
+        return _job_true(old, kind) != _job_true(new, kind)
+
+    def moved(key: str, default: Any = None) -> bool:
+        return ns.get(key, default) != os_.get(key, default)
+
+    def time_moved(key: str) -> bool:
+        return _job_time(ns.get(key)) != _job_time(os_.get(key))
+
+    finished = _job_true(new, "Complete") or _job_true(new, "Failed")
+    was_finished = _job_true(old, "Complete") or _job_true(old, "Failed")
+    finished_changed = finished != was_finished
+    completed, failed_indexes = moved("completedIndexes", ""), moved("failedIndexes")
+    start, completion = time_moved("startTime"), time_moved("completionTime")
+    zero_suspended = spec.get("suspend") is True and spec.get("completions") == 0
+    resuming = _job_condition(old, "Suspended", "True") and _job_condition(
+        new, "Suspended", "False"
+    )
+    indexed = spec.get("completionMode") == "Indexed"
+    return {
+        "decreasing_succeeded": not indexed or spec.get("completions") != spec.get("parallelism"),
+        "decreasing_failed": True,
+        "disabling_terminal": True,
+        "invalid_completed_indexes": completed,
+        "invalid_failed_indexes": failed_indexes,
+        "completed_indexes_non_indexed": completed,
+        "failed_indexes_no_limit": failed_indexes,
+        "failed_overlapping_completed": failed_indexes or completed,
+        "failed_without_failure_target": changed("Failed") or failed_indexes,
+        "complete_without_success_criteria": changed("Complete") or changed("SuccessCriteriaMet"),
+        "finished_with_active": finished_changed or moved("active", 0),
+        "finished_without_start": (finished_changed or start) and not zero_suspended,
+        "finished_with_uncounted": finished_changed or _uncounted(ns) != _uncounted(os_),
+        "start_time_update_unsuspended": start and not resuming,
+        "completion_before_start": start or completion,
+        "mutating_completion": True,
+        "not_complete_with_completion": changed("Complete") or completion,
+        "complete_without_completion": changed("Complete") or completion,
+        "complete_with_failed": changed("Complete") or changed("Failed"),
+        "complete_with_failure_target": changed("Complete") or changed("FailureTarget"),
+        "more_ready_than_active": moved("ready") or moved("active", 0),
+        "finished_with_terminating": finished_changed or moved("terminating"),
+    }
+
+
+@dataclasses.dataclass
+class _JobView:
+    """What validateJobStatus reads of one Job (a JSON object as the Go types decode it)."""
+
+    job: dict
+
+    def __post_init__(self) -> None:
+        self.status: dict = self.job.get("status") or {}
+        self.spec: dict = self.job.get("spec") or {}
+        self.complete, self.failed = _job_true(self.job, "Complete"), _job_true(self.job, "Failed")
+        self.target = _job_true(self.job, "FailureTarget")
+        self.met = _job_true(self.job, "SuccessCriteriaMet")
+        self.finished = self.complete or self.failed
+        self.start, self.completion = (
+            self.status.get("startTime"),
+            self.status.get("completionTime"),
+        )
+        self.active: int = self.status.get("active") or 0
+        self.completions: int | None = self.spec.get("completions")
+        self.completed: str = self.status.get("completedIndexes") or ""
+        self.failed_indexes: str | None = self.status.get("failedIndexes")
+        self.limited = self.spec.get("backoffLimitPerIndex") is not None
+        self.pods = self.status.get("uncountedTerminatedPods")
+
+
+def _conditions(detail: str) -> FieldError:
+    return FieldError("Invalid value", "status.conditions", "", detail, True)
+
+
+def _invalid(key: str, value: Any, detail: str) -> FieldError:
+    return FieldError("Invalid value", f"status.{key}", value, detail)
+
+
+def _required(key: str, detail: str) -> FieldError:
+    return FieldError("Required value", f"status.{key}", detail=detail)
+
+
+def _format_error(key: str, indexes: str, completions: int) -> FieldError | None:
+    """The error of validateIndexesFormat as validateJobStatus reports it."""
+    try:
+        _indexes(indexes, completions)
+    except ValueError as e:
+        return _invalid(key, indexes, f"error parsing {key}: {e}")
+    return None
+
+
+def _uncounted_error(v: _JobView) -> FieldError | None:
+    pods = v.pods if isinstance(v.pods, dict) else {}
+    if not (v.finished and (pods.get("succeeded") or pods.get("failed"))):
+        return None
+    shown = GoText(
+        f"batch.UncountedTerminatedPods{{Succeeded:{_go_uids(pods.get('succeeded'))}, "
+        f"Failed:{_go_uids(pods.get('failed'))}}}"
+    )
+    return _invalid(
+        "uncountedTerminatedPods",
+        shown,
+        "uncountedTerminatedPods needs to be empty for finished job",
+    )
+
+
+def _completion_error(v: _JobView, detail: str) -> FieldError:
+    """An Invalid status.completionTime, its value shown as Go prints a metav1.Time."""
+    return _invalid("completionTime", _go_time(v.completion or ""), detail)
+
+
+def _before_start(v: _JobView) -> bool:
+    if v.start is None or v.completion is None:
+        return False
+    return (_job_time(v.completion) or 0.0) < (_job_time(v.start) or 0.0)
+
+
+# validateJobStatus's option-gated rules, in its order: (option, the error or None).
+_JOB_STATUS_RULES: tuple[tuple[str, Callable[[_JobView], FieldError | None]], ...] = (
+    (
+        "complete_with_failed",
+        lambda v: (
+            _conditions("cannot set Complete=True and Failed=true conditions")
+            if v.complete and v.failed
+            else None
+        ),
+    ),
+    (
+        "complete_with_failure_target",
+        lambda v: (
+            _conditions("cannot set Complete=True and FailureTarget=true conditions")
+            if v.complete and v.target
+            else None
+        ),
+    ),
+    (
+        "not_complete_with_completion",
+        lambda v: (
+            _completion_error(
+                v, "cannot set completionTime when there is no Complete=True condition"
+            )
+            if v.completion is not None and not v.complete
+            else None
+        ),
+    ),
+    (
+        "complete_without_completion",
+        lambda v: (
+            _required("completionTime", "completionTime is required for Complete jobs")
+            if v.completion is None and v.complete
+            else None
+        ),
+    ),
+    (
+        "completion_before_start",
+        lambda v: (
+            _completion_error(v, "completionTime cannot be set before startTime")
+            if _before_start(v)
+            else None
+        ),
+    ),
+    (
+        "failed_without_failure_target",
+        lambda v: (
+            _conditions(
+                "cannot set Failed=True condition without the FailureTarget=true condition"
+            )
+            if v.failed and not v.target
+            else None
+        ),
+    ),
+    (
+        "complete_without_success_criteria",
+        lambda v: (
+            _conditions(
+                "cannot set Complete=True condition without the SuccessCriteriaMet=true condition"
+            )
+            if v.complete and not v.met
+            else None
+        ),
+    ),
+    (
+        "finished_with_active",
+        lambda v: (
+            _invalid("active", v.active, "active>0 is invalid for finished job")
+            if v.active > 0 and v.finished
+            else None
+        ),
+    ),
+    (
+        "finished_without_start",
+        lambda v: (
+            _required("startTime", "startTime is required for finished job")
+            if v.start is None and v.finished
+            else None
+        ),
+    ),
+    ("finished_with_uncounted", _uncounted_error),
+    (
+        "invalid_completed_indexes",
+        lambda v: (
+            _format_error("completedIndexes", v.completed, v.completions)
+            if v.completions is not None
+            else None
+        ),
+    ),
+    (
+        "invalid_failed_indexes",
+        lambda v: (
+            _format_error("failedIndexes", v.failed_indexes, v.completions)
+            if v.completions is not None and v.limited and v.failed_indexes is not None
+            else None
+        ),
+    ),
+    (
+        "completed_indexes_non_indexed",
+        lambda v: (
+            _invalid(
+                "completedIndexes",
+                v.completed,
+                "cannot set non-empty completedIndexes when non-indexed completion mode",
+            )
+            if v.completed and v.spec.get("completionMode") != "Indexed"
+            else None
+        ),
+    ),
+    (
+        "failed_indexes_no_limit",
+        lambda v: (
+            _invalid(
+                "failedIndexes",
+                v.failed_indexes,
+                "cannot set non-null failedIndexes when backoffLimitPerIndex is null",
+            )
+            if not v.limited and v.failed_indexes is not None
+            else None
+        ),
+    ),
+    (
+        "failed_overlapping_completed",
+        lambda v: (
+            _invalid("failedIndexes", v.failed_indexes, overlap)
+            if v.completions is not None
+            and v.failed_indexes is not None
+            and (overlap := _overlap(v.completed, v.failed_indexes, v.completions))
+            else None
+        ),
+    ),
+    (
+        "finished_with_terminating",
+        lambda v: (
+            _invalid(
+                "terminating", v.status["terminating"], "terminating>0 is invalid for finished job"
+            )
+            if (v.status.get("terminating") or 0) > 0 and v.finished
+            else None
+        ),
+    ),
+    (
+        "more_ready_than_active",
+        lambda v: (
+            _invalid("ready", v.status["ready"], "cannot set more ready pods than active")
+            if v.status.get("ready") is not None and v.status["ready"] > v.active
+            else None
+        ),
+    ),
+)
+# The rules no option turns off (with AllowForSuccessCriteriaMetInExtendedScope).
+_JOB_STATUS_ALWAYS: tuple[Callable[[_JobView], FieldError | None], ...] = (
+    lambda v: (
+        _conditions("cannot set SuccessCriteriaMet=True and Failed=true conditions")
+        if v.met and v.failed
+        else None
+    ),
+    lambda v: (
+        _conditions("cannot set SuccessCriteriaMet=True and FailureTarget=true conditions")
+        if v.met and v.target
+        else None
+    ),
+    lambda v: (
+        _conditions(
+            "cannot set Complete=True for Job with SuccessPolicy unless SuccessCriteriaMet=True"
+        )
+        if v.spec.get("successPolicy") is not None and not v.met and v.complete
+        else None
+    ),
+)
+
+
+def _job_fields(v: _JobView) -> list[FieldError]:
+    """ValidateNonnegativeField of the counters; uncountedTerminatedPods' UIDs."""
+    errors = [
+        _invalid(key, v.status[key], _NEGATIVE)
+        for key in ("active", "succeeded", "failed", "ready", "terminating")
+        if isinstance(v.status.get(key), int) and v.status[key] < 0
+    ]
+    pods = v.pods if isinstance(v.pods, dict) else {}
+    seen: set[str] = set()
+    for key in ("succeeded", "failed"):
+        for i, uid in enumerate(pods.get(key) or []):
+            where = f"uncountedTerminatedPods.{key}[{i}]"
+            if uid == "":
+                errors.append(_invalid(where, uid, "must not be empty"))
+            elif uid in seen:
+                errors.append(FieldError("Duplicate value", f"status.{where}", uid))
+            seen.add(uid)
+    return errors
+
+
+def _job_changes(new: dict, old: dict, opts: dict[str, bool]) -> list[FieldError]:
+    """ValidateJobStatusUpdate's rules that compare the write with the stored Job."""
+    ns, os_ = new.get("status") or {}, old.get("status") or {}
+    errors = [
+        _conditions(f"cannot disable the terminal {kind}=True condition")
+        for kind in _JOB_TERMINAL
+        if _job_true(old, kind) and not _job_true(new, kind)
+    ]
+    errors += [
+        _invalid(key, ns.get(key) or 0, f"cannot decrease the {key} counter")
+        for key in ("failed", "succeeded")
+        if opts[f"decreasing_{key}"] and (ns.get(key) or 0) < (os_.get(key) or 0)
+    ]
+    completion, was = ns.get("completionTime"), os_.get("completionTime")
+    if completion is not None and was is not None and _job_time(completion) != _job_time(was):
+        errors.append(
+            _invalid("completionTime", _go_time(completion), "completionTime cannot be mutated")
+        )
+    started = os_.get("startTime")
+    moved = _job_time(ns.get("startTime")) != _job_time(started)
+    suspended = (new.get("spec") or {}).get("suspend") is True
+    if opts["start_time_update_unsuspended"] and started is not None and moved and not suspended:
+        errors.append(_required("startTime", "startTime cannot be removed for unsuspended job"))
+    if _job_true(old, "SuccessCriteriaMet") and not _job_true(new, "SuccessCriteriaMet"):
+        errors.append(_conditions("cannot disable the SuccessCriteriaMet=True condition"))
+    if (
+        _job_true(old, "Complete")
+        and not _job_true(old, "SuccessCriteriaMet")
+        and _job_true(new, "SuccessCriteriaMet")
+    ):
+        errors.append(
+            _conditions(
+                "cannot set SuccessCriteriaMet=True for Job already has Complete=true conditions"
+            )
+        )
+    return errors
+
+
+def job_status_update_errors(new: dict, old: dict) -> list[FieldError]:
+    """ValidateJobStatusUpdate of a jobs/status write, in upstream's order.
+
+    validateJobStatus (counters, UIDs, the option-gated rules, the ungated ones), then the
+    rules that compare the write with the stored Job.
+    """
+    opts = job_status_options(new, old)
+    view = _JobView(new)
+    found = [rule(view) for key, rule in _JOB_STATUS_RULES if opts[key]]
+    found += [rule(view) for rule in _JOB_STATUS_ALWAYS]
+    errors = _job_fields(view) + [e for e in found if e is not None]
+    return errors + _job_changes(new, old, opts)
+
+
 class Admission:
     """Decoding, validation and validating admission for one fake API server."""
 
@@ -2145,8 +2637,16 @@ class Admission:
             raise _api_error(500, "", message)
 
     @staticmethod
-    def validate(api_version: str, kind: str, obj: dict, name: str, crd: dict | None) -> None:
-        """The object's validation (the registry strategy's Validate): 422 Invalid."""
+    def validate(
+        api_version: str,
+        kind: str,
+        obj: dict,
+        name: str,
+        crd: dict | None,
+        old: dict | None = None,
+        subresource: str = "",
+    ) -> None:
+        """The object's validation (the strategy's Validate; ValidateUpdate given `old`): 422."""
         if crd is not None:
             schema = crd_version_schema(crd, api_version.rpartition("/")[2]) or {}
             errors = validate_custom(schema, obj, [])
@@ -2155,6 +2655,8 @@ class Admission:
             errors = found.required if found is not None else []
             if kind == "CustomResourceDefinition" and api_version == "apiextensions.k8s.io/v1":
                 errors = errors + crd_errors(obj)
+            if (api_version, kind, subresource) == ("batch/v1", "Job", "status") and old:
+                errors = errors + job_status_update_errors(obj, old)
         if errors:
             raise invalid(api_version, kind, name, errors)
 

@@ -187,10 +187,16 @@ RESOURCES: dict[tuple[str, str], tuple[str, bool]] = {
     ("authentication.k8s.io/v1", "selfsubjectreviews"): ("SelfSubjectReview", False),
 }
 CRD_GV, CRD_PLURAL = "apiextensions.k8s.io/v1", "customresourcedefinitions"
-# Kinds with a `status` subresource: client writes to the main resource keep the stored status.
+# Kinds with a `status` subresource: client writes to the main resource keep the stored status,
+# and only these (and custom resources whose CRD declares `subresources.status`) answer
+# `/status`. kube-apiserver 1.36 registers "<plural>/status" storage for each (pkg/registry/
+# */rest/storage_*.go, e.g. apiextensions-apiserver's customresourcedefinitions/status,
+# admissionregistration's validatingadmissionpolicies/status, kube-aggregator's
+# apiservices/status); the kinds here without one (ConfigMap, Secret, ...) have no route.
 STATUS_KINDS = set(
     "Namespace Node PersistentVolume Pod Service PersistentVolumeClaim Deployment DaemonSet "
-    "StatefulSet ReplicaSet Job CronJob PodDisruptionBudget ResourceQuota".split()
+    "StatefulSet ReplicaSet Job CronJob PodDisruptionBudget ResourceQuota "
+    "CustomResourceDefinition ValidatingAdmissionPolicy APIService".split()
 )
 DEFAULT_STATUS = {
     "Namespace": {"phase": "Active"},
@@ -1177,6 +1183,8 @@ class FakeKubeApiServer:
         content_type = (headers.get("Content-Type") or "application/json").split(";")[0].strip()
         if (target.gv, target.plural) in REVIEW_KINDS:
             return self._review(method, target, content_type, body)
+        if target.sub == "status" and target.kind not in self.status_kinds:
+            raise self._no_status(target)
         handler = {
             ("GET", False, ""): self._list,
             ("GET", True, ""): self._get,
@@ -1210,6 +1218,22 @@ class FakeKubeApiServer:
             if "dryRun" in options:
                 return self._dry_run(handler, target, query, content_type, body)
         return handler(target, query, content_type, body)
+
+    def _no_status(self, target: Target) -> ApiError:
+        """The 404 of `/status` on a kind without that subresource, whatever the method.
+
+        A custom resource's CRD without `subresources.status`: crdHandler.ServeHTTP's default
+        case, NewNotFound(<resource>.<group>, name) (apiextensions-apiserver
+        pkg/apiserver/customresource_handler.go). A built-in kind: no go-restful route, so
+        the container's ServiceErrorHandler answers NewGenericServerResponse(404), "the
+        server could not find the requested resource" (apiserver pkg/server/handler.go).
+        """
+        if self._crd_for(target) is None:
+            return ApiError(404, "NotFound", "the server could not find the requested resource")
+        group = target.gv.rpartition("/")[0]
+        name = target.name or ""
+        details = {"name": name, "group": group, "kind": target.plural}
+        return ApiError(404, "NotFound", f'{target.plural}.{group} "{name}" not found', details)
 
     def _dry_run(self, handler: Callable, target: Target, query: dict, ct: str, body: bytes):
         """`dryRun=All`: the answer, with nothing kept (fakes/kube_options.py)."""
@@ -1371,7 +1395,7 @@ class FakeKubeApiServer:
         """The stored object's validation, then the validating admission plugins."""
         name = obj["metadata"].get("name", "")
         crd = self._crd_for(target)
-        self.admission.validate(target.gv, target.kind, obj, name, crd)
+        self.admission.validate(target.gv, target.kind, obj, name, crd, old, target.sub)
         deny_service_external_ips(target.plural, target.sub, obj, old)
         namespace = obj["metadata"].get("namespace")
         self._warnings += self.admission.pod_security.validate(
