@@ -340,8 +340,10 @@ def test_a_missing_ca_key_blocks_with_kubeadms_words_and_is_retried(ctx, machine
 
     out = ctx.run(ctx.on.update_status(), out)
 
+    # the date stays on the line while the renewal fails (issue 30 item 1)
     assert out.unit_status == testing.BlockedStatus(
-        "certificate renewal failed: kubeadm did not renew admin.conf, apiserver, "
+        f"certificate renewal failed (admin.conf expires {YEAR:%Y-%m-%d}): "
+        "kubeadm did not renew admin.conf, apiserver, "
         "apiserver-kubelet-client, controller-manager.conf, scheduler.conf, super-admin.conf: "
         "Detected external ca, certificate embedded in the kubeconfig file for the admin to "
         "use and for kubeadm itself can't be renewed; retrying on the next hook (fix the "
@@ -360,6 +362,40 @@ def test_a_missing_ca_key_blocks_with_kubeadms_words_and_is_retried(ctx, machine
     assert "certificate-renewal-turn" not in peer(out).local_app_data
 
 
+def test_an_expiry_under_30_days_is_shown_with_a_shorter_renewal_window(ctx, machine, clock):
+    # issue 30 item 1: the status line shows the nearest expiry when under 30 days, even
+    # when the renewal window (certificate-renewal-days) has not opened yet
+    state = bootstrapped(ctx)
+    state = dataclasses.replace(state, config={"certificate-renewal-days": 14})
+    clock.advance(days=365 - 20)
+
+    out = ctx.run(ctx.on.update_status(), state)
+
+    assert RENEW not in kubeadm_certs(machine)
+    assert out.unit_status.name == "active"
+    assert out.unit_status.message.endswith(
+        f"certificate admin.conf expires {YEAR:%Y-%m-%d}, renewed 14 days before"
+    )
+    clock.advance(days=7)  # in the window: the leader renews at once, the note goes
+    out = ctx.run(ctx.on.update_status(), out)
+    assert RENEW in kubeadm_certs(machine)
+    assert "expires" not in out.unit_status.message
+
+
+def test_a_failed_check_names_the_last_expiry_read(ctx, machine, clock):
+    out = bootstrapped(ctx)
+    clock.advance(days=100)
+    machine.fail(CHECK, stderr="error: unable to read kubeadm config")
+
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert out.unit_status == testing.BlockedStatus(
+        f"cannot read certificate expiry (admin.conf expires {YEAR:%Y-%m-%d}): "
+        "kubeadm certs check-expiration failed: error: unable to read kubeadm config; "
+        "retrying hourly"
+    )
+
+
 def test_a_broken_ca_key_fails_kubeadm_and_leaves_the_old_certificates(ctx, machine, clock):
     out = bootstrapped(ctx)
     clock.advance(days=340)
@@ -369,7 +405,8 @@ def test_a_broken_ca_key_fails_kubeadm_and_leaves_the_old_certificates(ctx, mach
 
     assert out.unit_status.name == "blocked"
     assert out.unit_status.message.startswith(
-        "certificate renewal failed: kubeadm certs renew all failed: failure loading "
+        f"certificate renewal failed (admin.conf expires {YEAR:%Y-%m-%d}): "
+        "kubeadm certs renew all failed: failure loading "
         "front-proxy-ca certificate authority: couldn't load the private key file "
         "/etc/kubernetes/pki/front-proxy-ca.key"
     )
