@@ -7,6 +7,7 @@ import copy
 import dataclasses
 import datetime
 import json
+from pathlib import Path
 
 import certificates
 import pytest
@@ -428,6 +429,43 @@ def test_the_renew_certificates_action_on_the_leader(ctx, machine, clock):
         "earliest-expiry": f"admin.conf {renewed:%Y-%m-%d %H:%M} UTC",
     }
     assert machine.pki.expires("apiserver") == renewed
+
+
+def test_the_action_holds_machine_0_at_most_renewal_max_seconds(ctx, machine, api, monkeypatch):
+    """renew-certificates keeps the machine lock (issue 30 item 9): its bound, pinned.
+
+    Each command counted at its timeout (system.DEFAULT_TIMEOUT without one), the restart
+    and /readyz waits as slept, here with an API server that never comes back.
+    """
+    import charm
+    from charms.gpu_k8s.v0.system import DEFAULT_TIMEOUT
+
+    out = bootstrapped(ctx)
+    elapsed = [0.0]
+
+    def sleep(seconds: float) -> None:
+        elapsed[0] += seconds
+        machine.kubelet.sync(seconds)
+
+    monkeypatch.setattr(charm.KubernetesControlPlaneCharm, "restart_sleep", staticmethod(sleep))
+    monkeypatch.setattr(
+        charm.KubernetesControlPlaneCharm, "drain_clock", staticmethod(lambda: elapsed[0])
+    )
+    api.inject(503, times=1000, path_prefix="/readyz")
+    before = len(machine.calls)
+
+    with pytest.raises(testing.ActionFailed, match="not ready 300 s after the restart"):
+        ctx.run(ctx.on.action("renew-certificates"), out)
+
+    ran = machine.calls[before:]
+    probes = [r.path for r in api.requests].count("/readyz")
+    commands = sum(c.timeout or DEFAULT_TIMEOUT for c in ran)
+    assert commands + elapsed[0] + certificates.READY_PROBE_SECONDS <= (
+        certificates.RENEWAL_MAX_SECONDS
+    ), [(c.line, c.timeout) for c in ran]
+    assert elapsed[0] >= certificates.READY_TIMEOUT_SECONDS and probes > 1
+    design = Path(__file__).parents[3] / "docs/explanation/design-choices.md"
+    assert f"{certificates.RENEWAL_MAX_SECONDS:.0f} s" in design.read_text()
 
 
 def test_the_action_fails_with_kubeadms_words(ctx, machine):
