@@ -50,6 +50,22 @@ PARKED = "/etc/kubernetes/manifests-restarting"
 FILE_CHECK_SECONDS = 20.0
 RESTART_WAIT_SECONDS = FILE_CHECK_SECONDS + 10.0
 READY_TIMEOUT_SECONDS = 300.0
+CHECK_TIMEOUT_SECONDS = 120.0
+RENEW_TIMEOUT_SECONDS = 300.0
+# One GET /readyz of the wait: charm.py `_api_server_ready` (no retry, timeout=10, which
+# the Kubernetes client takes as urllib3's total for the request).
+READY_PROBE_SECONDS = 10.0
+# The longest a renewal runs, every command to its timeout: read the expiry, renew, read
+# it again, the two restart waits, then the /readyz wait and the probe started before its
+# end. renew-certificates holds machine 0's lock that long at most (it restarts the API
+# server the other charms' hooks call; docs/explanation/design-choices.md).
+RENEWAL_MAX_SECONDS = (
+    2 * CHECK_TIMEOUT_SECONDS
+    + RENEW_TIMEOUT_SECONDS
+    + 2 * RESTART_WAIT_SECONDS
+    + READY_TIMEOUT_SECONDS
+    + READY_PROBE_SECONDS
+)
 CHECK_EVERY = datetime.timedelta(hours=1)
 
 
@@ -133,7 +149,7 @@ def check(host: Host) -> Expiry:
         CertificateError: kubeadm failed or printed something else.
     """
     try:
-        out = host.run(*CHECK, timeout=120)
+        out = host.run(*CHECK, timeout=CHECK_TIMEOUT_SECONDS)
     except CommandError as e:
         raise CertificateError(f"kubeadm certs check-expiration failed: {e.last_line}") from None
     try:
@@ -153,7 +169,7 @@ def renew(host: Host, before: Expiry, now: datetime.datetime, days: int) -> Expi
             listed unrenewed (what it printed about it, e.g. an external CA).
     """
     try:
-        out = host.run(*RENEW, timeout=300)
+        out = host.run(*RENEW, timeout=RENEW_TIMEOUT_SECONDS)
     except CommandError as e:
         raise CertificateError(f"kubeadm certs renew all failed: {e.last_line}") from None
     after = check(host)

@@ -345,13 +345,27 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         (`Membership.remove_departed_nodes`; review deploy.md N6). Juju runs the peer
         relation-departed of the removed unit before its stop and remove hooks, so this
         hook is the last one with the cluster still reachable.
+
+        A hook that fails after the reset (HAProxy's removal) is retried on a machine
+        that is no longer a member: only the proxy is left to remove then, so the unit
+        has left once no member is left here and the proxy is gone (issue 30 item 7).
         """
-        if self._stored.left_cluster or not bootstrap.is_bootstrapped(self.host):
+        if self._stored.left_cluster:
             return
-        if self.app.planned_units() == 0:
+        member = bootstrap.is_bootstrapped(self.host)
+        if member and self.app.planned_units() == 0:
             logger.warning("the application is being removed: etcd data stays on this machine")
             return
-        name = kubeadm.node_name(self.host)
+        if member:
+            name = kubeadm.node_name(self.host)
+            self._reset_member(name)
+            logger.info("left the control plane: node %s drained, reset and deleted", name)
+        # a unit that never joined and has no proxy has nothing to undo
+        if api_proxy.remove(self.host) or member:
+            self._stored.left_cluster = True
+
+    def _reset_member(self, name: str) -> None:
+        """Drain this node, `kubeadm reset` this machine, then delete its Node."""
         with KubeSession(self.host) as session:
             kube = session()
             registered = drain_node(
@@ -368,9 +382,6 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
                         e,
                     )
             bootstrap.forget_joined(self.host)
-        api_proxy.remove(self.host)
-        self._stored.left_cluster = True
-        logger.info("left the control plane: node %s drained, reset and deleted", name)
 
     def _on_secret_remove(self, event: ops.SecretRemoveEvent) -> None:
         # Nobody tracks this old revision (rotated token, older kubeconfig) any more: a

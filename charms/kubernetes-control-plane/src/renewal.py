@@ -46,6 +46,10 @@ CHECKED = "checked"
 CHECK_FAILURE = "check-failure"
 FAILURE = "failure"
 REQUESTED = "requested"
+# The status line names the earliest expiry this close to it whatever the renewal window
+# (`certificate-renewal-days` may be shorter): issue 30 item 1, and the 30 days of the
+# GpuK8sCertificateExpiring alert (prometheus_alert_rules).
+SHOWN_DAYS = 30
 
 
 class Renewed(NamedTuple):
@@ -210,19 +214,24 @@ class Renewal:
     def _notes(self, now: datetime.datetime, days: int) -> list[str]:
         earliest = earliest_of(self._peers.mine)
         if earliest is None or self._stored.get(FAILURE):
-            return []
+            return []  # a failed renewal's Blocked line carries the date
         name, expires = earliest
-        if expires - now <= datetime.timedelta(days=days):
+        left = expires - now
+        if left <= datetime.timedelta(days=days):
             return [f"certificate {name} expires {expires:%Y-%m-%d}, renewing in turn"]
+        if left <= datetime.timedelta(days=SHOWN_DAYS):
+            return [f"certificate {name} expires {expires:%Y-%m-%d}, renewed {days} days before"]
         return []
 
     def _blocked(self) -> list[str]:
         lines = []
+        earliest = earliest_of(self._peers.mine)
+        date = f" ({earliest[0]} expires {earliest[1]:%Y-%m-%d})" if earliest else ""
         if failure := self._stored.get(CHECK_FAILURE):
-            lines.append(f"cannot read certificate expiry: {failure}; retrying hourly")
+            lines.append(f"cannot read certificate expiry{date}: {failure}; retrying hourly")
         if failure := self._stored.get(FAILURE):
             lines.append(
-                f"certificate renewal failed: {failure}; retrying on the next hook "
+                f"certificate renewal failed{date}: {failure}; retrying on the next hook "
                 "(fix the cause, or run renew-certificates)"
             )
         return lines

@@ -6,6 +6,7 @@ import dataclasses
 import datetime
 import json
 
+import pytest
 from ops import testing
 
 import charm
@@ -294,6 +295,33 @@ def test_remove_unit_drains_resets_and_deletes_its_node_keeping_the_others(machi
     out = ctx.run(ctx.on.relation_departed(relation, remote_unit=2, departing_unit=3), out)
     assert machine.calls[before:] == []
     assert out.unit_status.name == "maintenance"
+
+
+def test_a_proxy_removal_that_fails_is_retried_on_the_reset_machine(machine):
+    # issue 30 item 7: the reset ran, then `systemctl disable --now haproxy` failed, so
+    # the hook fails and Juju runs the same relation-departed again on the reset machine
+    ctx, state, relation = three_units(machine, planned_units=2)
+    state = dataclasses.replace(state, relations=[relation])
+    departed = ctx.on.relation_departed(relation, remote_unit=1, departing_unit=3)
+    machine.fail(f"/usr/bin/systemctl disable --now {api_proxy.SERVICE}", stderr="timed out")
+
+    with pytest.raises(testing.errors.UncaughtCharmError, match="timed out"):
+        ctx.run(departed, state)
+    assert not machine.path("/etc/kubernetes/admin.conf").exists()  # reset already
+    assert machine.services[api_proxy.SERVICE].active
+
+    out = ctx.run(departed, state)  # Juju's retry, from the state before the failed hook
+
+    assert len([c for c in machine.lines("kubeadm") if " reset " in c]) == 1
+    assert not machine.services[api_proxy.SERVICE].active
+    assert machine.read(api_proxy.CONFIG) is None
+    assert machine.read(api_proxy.DROP_IN) is None
+    assert out.unit_status == testing.MaintenanceStatus(
+        "left the cluster; this unit is being removed"
+    )
+    before = len(machine.calls)
+    ctx.run(ctx.on.update_status(), out)
+    assert machine.calls[before:] == []  # no reconcile of the reset machine
 
 
 def test_a_node_deletion_that_fails_does_not_strand_the_leaving_unit(machine, caplog, monkeypatch):

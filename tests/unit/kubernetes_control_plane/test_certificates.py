@@ -7,6 +7,7 @@ import copy
 import dataclasses
 import datetime
 import json
+from pathlib import Path
 
 import certificates
 import pytest
@@ -340,8 +341,10 @@ def test_a_missing_ca_key_blocks_with_kubeadms_words_and_is_retried(ctx, machine
 
     out = ctx.run(ctx.on.update_status(), out)
 
+    # the date stays on the line while the renewal fails (issue 30 item 1)
     assert out.unit_status == testing.BlockedStatus(
-        "certificate renewal failed: kubeadm did not renew admin.conf, apiserver, "
+        f"certificate renewal failed (admin.conf expires {YEAR:%Y-%m-%d}): "
+        "kubeadm did not renew admin.conf, apiserver, "
         "apiserver-kubelet-client, controller-manager.conf, scheduler.conf, super-admin.conf: "
         "Detected external ca, certificate embedded in the kubeconfig file for the admin to "
         "use and for kubeadm itself can't be renewed; retrying on the next hook (fix the "
@@ -360,6 +363,40 @@ def test_a_missing_ca_key_blocks_with_kubeadms_words_and_is_retried(ctx, machine
     assert "certificate-renewal-turn" not in peer(out).local_app_data
 
 
+def test_an_expiry_under_30_days_is_shown_with_a_shorter_renewal_window(ctx, machine, clock):
+    # issue 30 item 1: the status line shows the nearest expiry when under 30 days, even
+    # when the renewal window (certificate-renewal-days) has not opened yet
+    state = bootstrapped(ctx)
+    state = dataclasses.replace(state, config={"certificate-renewal-days": 14})
+    clock.advance(days=365 - 20)
+
+    out = ctx.run(ctx.on.update_status(), state)
+
+    assert RENEW not in kubeadm_certs(machine)
+    assert out.unit_status.name == "active"
+    assert out.unit_status.message.endswith(
+        f"certificate admin.conf expires {YEAR:%Y-%m-%d}, renewed 14 days before"
+    )
+    clock.advance(days=7)  # in the window: the leader renews at once, the note goes
+    out = ctx.run(ctx.on.update_status(), out)
+    assert RENEW in kubeadm_certs(machine)
+    assert "expires" not in out.unit_status.message
+
+
+def test_a_failed_check_names_the_last_expiry_read(ctx, machine, clock):
+    out = bootstrapped(ctx)
+    clock.advance(days=100)
+    machine.fail(CHECK, stderr="error: unable to read kubeadm config")
+
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert out.unit_status == testing.BlockedStatus(
+        f"cannot read certificate expiry (admin.conf expires {YEAR:%Y-%m-%d}): "
+        "kubeadm certs check-expiration failed: error: unable to read kubeadm config; "
+        "retrying hourly"
+    )
+
+
 def test_a_broken_ca_key_fails_kubeadm_and_leaves_the_old_certificates(ctx, machine, clock):
     out = bootstrapped(ctx)
     clock.advance(days=340)
@@ -369,7 +406,8 @@ def test_a_broken_ca_key_fails_kubeadm_and_leaves_the_old_certificates(ctx, mach
 
     assert out.unit_status.name == "blocked"
     assert out.unit_status.message.startswith(
-        "certificate renewal failed: kubeadm certs renew all failed: failure loading "
+        f"certificate renewal failed (admin.conf expires {YEAR:%Y-%m-%d}): "
+        "kubeadm certs renew all failed: failure loading "
         "front-proxy-ca certificate authority: couldn't load the private key file "
         "/etc/kubernetes/pki/front-proxy-ca.key"
     )
@@ -391,6 +429,43 @@ def test_the_renew_certificates_action_on_the_leader(ctx, machine, clock):
         "earliest-expiry": f"admin.conf {renewed:%Y-%m-%d %H:%M} UTC",
     }
     assert machine.pki.expires("apiserver") == renewed
+
+
+def test_the_action_holds_machine_0_at_most_renewal_max_seconds(ctx, machine, api, monkeypatch):
+    """renew-certificates keeps the machine lock (issue 30 item 9): its bound, pinned.
+
+    Each command counted at its timeout (system.DEFAULT_TIMEOUT without one), the restart
+    and /readyz waits as slept, here with an API server that never comes back.
+    """
+    import charm
+    from charms.gpu_k8s.v0.system import DEFAULT_TIMEOUT
+
+    out = bootstrapped(ctx)
+    elapsed = [0.0]
+
+    def sleep(seconds: float) -> None:
+        elapsed[0] += seconds
+        machine.kubelet.sync(seconds)
+
+    monkeypatch.setattr(charm.KubernetesControlPlaneCharm, "restart_sleep", staticmethod(sleep))
+    monkeypatch.setattr(
+        charm.KubernetesControlPlaneCharm, "drain_clock", staticmethod(lambda: elapsed[0])
+    )
+    api.inject(503, times=1000, path_prefix="/readyz")
+    before = len(machine.calls)
+
+    with pytest.raises(testing.ActionFailed, match="not ready 300 s after the restart"):
+        ctx.run(ctx.on.action("renew-certificates"), out)
+
+    ran = machine.calls[before:]
+    probes = [r.path for r in api.requests].count("/readyz")
+    commands = sum(c.timeout or DEFAULT_TIMEOUT for c in ran)
+    assert commands + elapsed[0] + certificates.READY_PROBE_SECONDS <= (
+        certificates.RENEWAL_MAX_SECONDS
+    ), [(c.line, c.timeout) for c in ran]
+    assert elapsed[0] >= certificates.READY_TIMEOUT_SECONDS and probes > 1
+    design = Path(__file__).parents[3] / "docs/explanation/design-choices.md"
+    assert f"{certificates.RENEWAL_MAX_SECONDS:.0f} s" in design.read_text()
 
 
 def test_the_action_fails_with_kubeadms_words(ctx, machine):

@@ -5,11 +5,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import stat
+from pathlib import Path
 
 import pytest
 import readme_examples
+import yaml
 from ops import testing
 
+import charm
 from fakes.control_plane import peers
 from fakes.etcd import snapshot_content
 
@@ -56,6 +59,32 @@ def test_a_backup_is_a_verified_private_snapshot_with_the_way_to_copy_it(ctx, ma
     assert [line.split()[4] for line in exec_lines] == ["etcdctl", "etcdutl"]
     assert "s3cret" not in json.dumps(results)
     readme_examples.show("backup-etcd", readme_examples.juju_results(results))
+
+
+def test_backup_etcd_runs_without_the_machine_lock_and_only_reads_etcd(ctx, machine, etcd):
+    """Issue 30 item 9: the S3 upload may take minutes, so the action is `parallel`.
+
+    Juju takes the machine lock for an action unless it is parallel and names no
+    execution group (juju/juju internal/worker/uniter/operation/runaction.go
+    NeedsGlobalMachineLock). What may run without it: crictl only, each with its timeout
+    (no apt, no systemctl, nothing the other charms on machine 0 share); the actions that
+    restart the control plane keep the lock (design-choices.md).
+    """
+    actions = yaml.safe_load((Path(charm.__file__).parents[1] / "charmcraft.yaml").read_text())[
+        "actions"
+    ]
+    assert actions["backup-etcd"].get("parallel") is True
+    assert "execution-group" not in actions["backup-etcd"]
+    for restarts in ("renew-certificates", "restore-etcd"):
+        assert not actions[restarts].get("parallel"), restarts
+    out = bootstrapped(ctx)
+    before = len(machine.calls)
+
+    ctx.run(ctx.on.action("backup-etcd"), out)
+
+    ran = machine.calls[before:]
+    assert ran and {Path(c.argv[0]).name for c in ran} == {"crictl"}
+    assert all(c.timeout for c in ran), [c.line for c in ran if not c.timeout]
 
 
 def test_only_the_newest_backups_are_kept(ctx, machine, etcd, clock):
