@@ -412,8 +412,6 @@ class Quota:
             for f in group.get("flavors") or []:
                 for r in f.get("resources") or []:
                     if f["name"] == flavor and r["name"] == resource:
-                        if r.get("lendingLimit") is not None:
-                            raise NotImplementedError("lendingLimit")
                         return r
         return None
 
@@ -424,16 +422,30 @@ class Quota:
     def _members(self, cohort: str) -> list[str]:
         return [n for n, c in self.cqs.items() if c["spec"].get("cohortName") == cohort]
 
-    def subtree(self, cohort: str, flavor: str, resource: str) -> float:
-        """The cohort's SubtreeQuota: its own nominalQuota plus its members'.
+    def local(self, cq: str, flavor: str, resource: str) -> float:
+        """Its localQuota: nominal - lendingLimit, kept from the cohort (0 without a limit).
 
-        No lendingLimit: all of a member's quota is lent (resource_node.go
-        accumulateFromChild).
+        resource_node.go localQuota (lendingLimit: Beta, on by default in 0.19).
+        """
+        q = self._quota(self.cqs[cq]["spec"].get("resourceGroups"), flavor, resource)
+        limit = (q or {}).get("lendingLimit")
+        if limit is None:
+            return 0.0
+        return max(0.0, self.nominal(cq, flavor, resource) - quantity(limit))
+
+    def subtree(self, cohort: str, flavor: str, resource: str) -> float:
+        """The cohort's SubtreeQuota: its own nominalQuota plus its members' less localQuota.
+
+        resource_node.go accumulateFromChild: a member's lendingLimit keeps its localQuota
+        out of the cohort.
         """
         obj = self.cohorts.get(cohort)
         own = self._quota((obj or {}).get("spec", {}).get("resourceGroups"), flavor, resource)
         total = quantity(own.get("nominalQuota", 0)) if own else 0.0
-        return total + sum(self.nominal(m, flavor, resource) for m in self._members(cohort))
+        return total + sum(
+            self.nominal(m, flavor, resource) - self.local(m, flavor, resource)
+            for m in self._members(cohort)
+        )
 
     def _borrowing(self, cq: str, flavor: str, resource: str) -> float | None:
         q = self._quota(self.cqs[cq]["spec"].get("resourceGroups"), flavor, resource)
@@ -443,30 +455,38 @@ class Quota:
     def available(self, cq: str, flavor: str, resource: str) -> float:
         """What the ClusterQueue may still take (resource_node.go, func available).
 
-        Without a cohort, its nominal quota less its usage; in one, what the cohort has
-        left (SubtreeQuota less every member's usage; no lendingLimit, so nothing is kept
-        local), capped by nominal + borrowingLimit less usage when that limit is set.
+        Without a cohort, its nominal quota less its usage. In one, what is left of its
+        localQuota plus what the cohort has left (SubtreeQuota less each member's usage
+        past its localQuota), the latter capped when a borrowingLimit is set at what it
+        stores in the cohort (nominal - localQuota) less what it uses there plus the limit.
+        At least 0 (ClusterQueueSnapshot.Available).
         """
         used = self.usage.get((cq, flavor, resource), 0.0)
         nominal = self.nominal(cq, flavor, resource)
         cohort = self.cqs[cq]["spec"].get("cohortName")
         if not cohort:
-            return nominal - used
-        members = self._members(cohort)
+            return max(0.0, nominal - used)
+        local = self.local(cq, flavor, resource)
         left = self.subtree(cohort, flavor, resource) - sum(
-            self.usage.get((m, flavor, resource), 0.0) for m in members
+            max(0.0, self.usage.get((m, flavor, resource), 0.0) - self.local(m, flavor, resource))
+            for m in self._members(cohort)
         )
         limit = self._borrowing(cq, flavor, resource)
-        return left if limit is None else min(left, nominal - used + limit)
+        if limit is not None:
+            left = min(left, nominal - local - max(0.0, used - local) + limit)
+        return max(0.0, max(0.0, local - used) + left)
 
     def potential(self, cq: str, flavor: str, resource: str) -> float:
-        """The most it could take, nothing in use (resource_node.go potentialAvailable)."""
+        """The most it could take, nothing in use (resource_node.go potentialAvailable).
+
+        Its localQuota plus the cohort's SubtreeQuota, at most nominal + borrowingLimit.
+        """
         nominal = self.nominal(cq, flavor, resource)
         cohort = self.cqs[cq]["spec"].get("cohortName")
         if not cohort:
             return nominal
         limit = self._borrowing(cq, flavor, resource)
-        whole = self.subtree(cohort, flavor, resource)
+        whole = self.local(cq, flavor, resource) + self.subtree(cohort, flavor, resource)
         return whole if limit is None else min(whole, nominal + limit)
 
     def _flavor_mismatch(self, name: str, pod_spec: dict) -> str | None:
@@ -577,10 +597,10 @@ class Quota:
         """The ClusterQueue's DominantResourceShare (fair_sharing.go dominantResourceShare).
 
         Per resource, what it borrows over its nominal quota summed over flavors, x 1000
-        over what the cohort could lend of that resource (calculateLendable: the root's
-        SubtreeQuota over every flavor); the largest ratio, fair weight 1 (the charm sets
-        none). -1 when it borrows nothing (not a target: DRS.IsBorrowing false), 0
-        without a cohort.
+        over what the cohort could lend of that resource (calculateLendable: its
+        potentialAvailable summed over the root's flavors); the largest ratio, fair weight
+        1 (the charm sets none). -1 when it borrows nothing (not a target: DRS.IsBorrowing
+        false), 0 without a cohort.
         """
         cohort = self.cqs[cq]["spec"].get("cohortName")
         if not cohort:
@@ -597,7 +617,7 @@ class Quota:
             return -1.0
         best = 0.0
         for r, amount in borrowed.items():
-            lendable = sum(self.subtree(cohort, f, r) for f in self.flavors)
+            lendable = sum(self.potential(cq, f, r) for f in self.flavors)
             if lendable > 0:
                 best = max(best, amount * 1000.0 / lendable)
         return best

@@ -149,8 +149,9 @@ def cluster_rules(namespace: str) -> list[dict[str, Any]]:
         # could ever admit: train refuses a job larger (placement.beyond_cohort)
         {"api-groups": ["kueue.x-k8s.io"], "resources": ["cohorts"], "verbs": ["get"],
          "resource-names": [COHORT]},
-        # the team's own ClusterQueue (job-status, train dry-run=true: its nominal quota
-        # and use) and the cohort members' nominal quota (placement.beyond_cohort)
+        # every ClusterQueue of the cohort: their nominal quotas, limits and use (status
+        # flavorsReservation), what the cohort lends the team now and could ever give it
+        # (queues.Tree: job-status, train dry-run=true, placement.beyond_cohort)
         {"api-groups": ["kueue.x-k8s.io"], "resources": ["clusterqueues"],
          "verbs": ["get", "list"]},
     ]  # fmt: skip

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 
 from literals import LABEL_GPU_PRODUCT, LABEL_GPU_SHARING, TIME_SLICING
 from params import CPU_DEFAULT, MEMORY_DEFAULT, TrainRequest, quantity
-from queues import CPU_FLAVOR
+from queues import CPU_FLAVOR, Tree
 
 from charms.gpu_k8s.v0 import kube_objects
 from charms.gpu_k8s.v0.kube_objects import GPU_RESOURCE, node_ready
@@ -202,18 +202,19 @@ def beyond_cohort(
 ) -> str | None:
     """Why Kueue could never admit the job to ClusterQueue `team`, by its cohort's quota.
 
-    Kueue gives a ClusterQueue at most what its cohort's tree holds: with no borrowing or
-    lending limits (queues.py sets none), `potentialAvailable` of a member is the root
-    cohort's SubtreeQuota, the Cohort's own nominal quota plus every member's (kueue
-    v0.19.2 pkg/cache/scheduler/resource_node.go potentialAvailable, SubtreeQuota), per
-    flavor and resource; a workload asking more is "insufficient quota ... > maximum
-    capacity" for ever. Each pod set (role) gets one flavor per resource group (Kueue
-    docs, concepts/cluster_queue), so a role's GPUs must fit one GPU flavor; every role's
-    cpu and memory count on the `cpu` flavor together. The control plane sizes the cohort
-    to the cluster less the teams' guarantees and the GPUs pods outside Kueue hold, on its
-    update-status (kubernetes-control-plane kueue.py), so this can be lower than the nodes
-    (a model server holds GPUs; a node joined since). A cohort not sized yet (no
-    resourceGroups), or a ClusterQueue `team` not there yet, decides nothing: None.
+    Kueue gives a ClusterQueue at most `potentialAvailable` (kueue v0.19.2 pkg/cache/
+    scheduler/resource_node.go): the root cohort's SubtreeQuota, the Cohort's own nominal
+    quota plus every member's less what a member's lendingLimit keeps (its nominal -
+    lendingLimit), plus what the team's own lendingLimit keeps, at most its nominal +
+    borrowingLimit (queues.Tree), per flavor and resource; a workload asking more is
+    "insufficient quota ... > maximum capacity" for ever. Each pod set (role) gets one
+    flavor per resource group (Kueue docs, concepts/cluster_queue), so a role's GPUs must
+    fit one GPU flavor; every role's cpu and memory count on the `cpu` flavor together. The
+    control plane sizes the cohort to the cluster less the teams' guarantees and the GPUs
+    pods outside Kueue hold, on its update-status (kubernetes-control-plane kueue.py), so
+    this can be lower than the nodes (a model server holds GPUs; a node joined since). A
+    cohort not sized yet (no resourceGroups), or a ClusterQueue `team` not there yet,
+    decides nothing: None.
     """
     groups = ((cohort or {}).get("spec") or {}).get("resourceGroups")
     name = ((cohort or {}).get("metadata") or {}).get("name")
@@ -221,17 +222,27 @@ def beyond_cohort(
     own = next((q for q in members if q["metadata"]["name"] == team), None)
     if not groups or own is None:
         return None
+    tree = Tree.of(cohort, members)
     pool, lent = _nominal([cohort or {}]), _nominal(members)
 
     def most(key: tuple[str, str]) -> float:
-        return pool.get(key, 0.0) + lent.get(key, 0.0)
+        return tree.potential(team, key)
 
     def numbers(key: tuple[str, str], resource: str) -> str:
+        kept = tree.kept(key) - tree.local(team, key)
+        whole = pool.get(key, 0.0) + lent.get(key, 0.0) - kept
+        limit = (
+            f", and at most its nominal + borrowingLimit {_amount(most(key), resource)}"
+            if most(key) < whole
+            else ""
+        )
         return (
             f"the cohort {name} can give {team} at most {_amount(most(key), resource)} ("
             + (f"flavor {key[0]}: " if resource == GPU_RESOURCE else "")
             + f"the cohort's own {_amount(pool.get(key, 0.0), resource)} + its "
-            f"ClusterQueues' nominal {_amount(lent.get(key, 0.0), resource)})"
+            f"ClusterQueues' nominal {_amount(lent.get(key, 0.0), resource)}"
+            + (f", less {_amount(kept, resource)} kept by their lendingLimit" if kept else "")
+            + f"{limit})"
         )
 
     hint = "or add nodes (the control plane counts them into the cohort on its next update-status)"

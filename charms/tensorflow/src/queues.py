@@ -49,13 +49,18 @@ Why a job waits, in numbers (issue 31 item 6; what kubernetes-sigs/kueue#13854 a
   borrowed}: borrowed is what it holds over nominalQuota), what it holds and borrows;
 - what the job asks: its pod sets' requests (count x one pod's requests, a limit standing
   for a missing request), as Kueue sums a JobSet's Workload;
-- what the cohort lends: Kueue shows the Cohort and the other teams' ClusterQueues to batch
-  admins only (config/components/rbac/cohort_viewer_role.yaml, clusterqueue_viewer_role.yaml)
-  and the Cohort's status holds no usage (cohort_types.go CohortStatus: fairSharing only),
-  so a team learns it from Kueue's own message: "insufficient unused quota for <r> in
-  flavor <f>, <n> more needed" is what the cohort lends now short of the ask
-  (flavorassigner.go fitsResourceQuota), "... > maximum capacity (<m>)" the most it could
-  ever hold (potentialAvailable), which is `never`.
+- what the cohort lends now, in numbers (`Tree`): the grant reads the Cohort `gpu-k8s` and
+  every ClusterQueue (literals.cluster_rules), whose status Kueue writes with what each
+  holds (flavorsReservation: its cache's usage, the Workloads holding quota; kueue
+  v0.19.2 pkg/cache/scheduler/cache.go Usage, getUsage). From their nominal quotas,
+  lending and borrowing limits and that usage, `Tree` computes what Kueue's scheduler
+  computes (pkg/cache/scheduler/resource_node.go available, potentialAvailable): what the
+  team's ClusterQueue may take now and ever. Kueue admits a workload at once when each pod
+  set's request fits what it may take now in one flavor per resource group (pkg/scheduler/
+  flavorassigner/flavorassigner.go fitsResourceQuota: Fit), never when it is over what it
+  could ever take ("... > maximum capacity", ExceedsMaxQuota), and otherwise keeps it
+  waiting, or preempts for it (Kueue's QuotaReserved message: "insufficient unused quota
+  for <r> in flavor <f>, <n> more needed").
 """
 
 from __future__ import annotations
@@ -68,6 +73,7 @@ from typing import Any
 
 from literals import (
     CLUSTER_QUEUE_PREFIX,
+    COHORT,
     KUEUE_API,
     LOCAL_QUEUE,
     RETIRED_LOCAL_QUEUES,
@@ -189,20 +195,28 @@ def _requests(pod_spec: Mapping[str, Any]) -> dict[str, float]:
     return total
 
 
-def asks(js: Mapping[str, Any]) -> dict[str, float]:
-    """What a JobSet's Workload asks of the quota, per resource (see the module docstring).
+def pod_sets(js: Mapping[str, Any]) -> list[dict[str, float]]:
+    """What each pod set of a JobSet's Workload asks of the quota, per resource.
 
     A pod set per replicated Job, count = replicas x min(parallelism, completions) (kueue
     pkg/controller/jobs/jobset/jobset_controller.go podsCount).
     """
-    total: dict[str, float] = {}
+    out = []
     for rj in js["spec"]["replicatedJobs"]:
         job = rj["template"]["spec"]
         per = min(job.get("parallelism", 1), job.get("completions", job.get("parallelism", 1)))
         count = rj.get("replicas", 1) * per
-        for name, value in _requests(job["template"]["spec"]).items():
-            total[name] = total.get(name, 0.0) + value * count
-    return {k: v for k, v in total.items() if v}
+        out.append({k: v * count for k, v in _requests(job["template"]["spec"]).items() if v})
+    return out
+
+
+def asks(js: Mapping[str, Any]) -> dict[str, float]:
+    """What a JobSet's Workload asks of the quota, per resource: its pod sets summed."""
+    total: dict[str, float] = {}
+    for ps in pod_sets(js):
+        for name, value in ps.items():
+            total[name] = total.get(name, 0.0) + value
+    return total
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,11 +228,6 @@ class Held:
     nominal: float
     total: float
     borrowed: float
-
-    @property
-    def free(self) -> float:
-        """What is left of the team's own guarantee."""
-        return max(0.0, self.nominal - self.total)
 
 
 def held(cq: Mapping[str, Any] | None) -> list[Held]:
@@ -286,11 +295,15 @@ def kueue_short(message: str) -> dict[tuple[str, str], tuple[str, float]]:
 
 
 def numbers(
-    cq: Mapping[str, Any] | None, wants: Mapping[str, float], message: str = ""
+    cq: Mapping[str, Any] | None,
+    wants: Mapping[str, float],
+    message: str = "",
+    tree: Tree | None = None,
 ) -> dict[str, str]:
     """One line per resource the job asks for: the ask and the team's quota, use, borrowing.
 
-    From Kueue's message too: how far the cohort falls short now, or the most it could hold.
+    With the cohort's `tree`, what it lends the team now; from Kueue's message, how far
+    that falls short, or the most the team could hold.
 
     Keys are the resource names as action results allow them (`nvidia-com-gpu`).
     """
@@ -304,6 +317,9 @@ def numbers(
                 f"{h.flavor}: team nominal {show(resource, h.nominal)}, uses "
                 f"{show(resource, h.total)}, borrows {show(resource, h.borrowed)}"
             )
+            if tree is not None and cq is not None:
+                lends = tree.lends(cq["metadata"]["name"], (h.flavor, resource))
+                text += f", the cohort lends now {show(resource, lends)}"
             kind, n = short.get((h.flavor, resource), ("", 0.0))
             if kind == "more":
                 text += (
@@ -323,18 +339,22 @@ def numbers(
 
 
 def verdict(
-    cq: Mapping[str, Any] | None, wants: Mapping[str, float], pending: int, never: str | None
+    cq: Mapping[str, Any] | None,
+    tree: Tree,
+    pod_sets: list[dict[str, float]],
+    pending: int,
+    never: str | None,
 ) -> tuple[str, str]:
     """`train dry-run=true`'s answer: (admit now | wait | never, why in numbers).
 
-    never: no node could ever hold the gang (placement.never_fits). admit now: each
-    resource it asks fits what is left of the team's own guarantee in one flavor (Kueue
-    admits a workload within its nominal quota, reclaiming it from borrowers:
-    preemption.go). Otherwise it waits unless the cohort lends the rest now, which only the
-    admission shows (see the module docstring: a team cannot read the cohort's use).
+    never: no node, or not the whole cohort, could ever hold the gang (training.never).
     wait, whatever the numbers, while the ClusterQueue is not Active: Kueue admits nothing
     from it (its condition's message says why, e.g. a ResourceFlavor missing:
-    pkg/cache/scheduler/clusterqueue.go inactiveReason).
+    pkg/cache/scheduler/clusterqueue.go inactiveReason). admit now: each pod set fits
+    what the team may take now in a flavor of each resource group (`Tree.assign`, as
+    Kueue's flavor assigner does). Otherwise wait, with the numbers: Kueue admits it once
+    jobs holding the quota finish or it preempts them (a team reclaiming its guarantee,
+    fair sharing, a lower priority).
     """
     if never:
         return "never", never
@@ -349,16 +369,189 @@ def verdict(
     )
     if inactive is not None:
         return "wait", f"the team's ClusterQueue is inactive: {inactive.get('message')}; {queued}"
-    rows = held(cq)
-    short: dict[str, float] = {}
-    for resource, want in wants.items():
-        free = max((h.free for h in rows if h.resource == resource), default=0.0)
-        if want > free:
-            short[resource] = want - free
-    if not short:
-        return "admit now", f"within the team's own quota; {queued}"
-    lend = ", ".join(f"{show(r, v)} {r}" for r, v in sorted(short.items()))
-    return "wait", (
-        f"over the team's own quota by {lend}: admitted at once only if the cohort lends that "
-        f"now (it lends what the other teams leave unused); {queued}"
-    )
+    team = ((cq or {}).get("metadata") or {}).get("name", "")
+    groups = ((cq or {}).get("spec") or {}).get("resourceGroups") or []
+    wants: dict[str, float] = {}
+    for ps in pod_sets:
+        for r, v in ps.items():
+            wants[r] = wants.get(r, 0.0) + v
+    best = {r: tree.best(team, groups, r) for r in wants}
+    if cq is not None and tree.assign(team, groups, pod_sets):
+        fits = "; ".join(
+            f"{r}: asks {show(r, wants[r])} of {show(r, tree.available(team, (f, r)))} "
+            f"in flavor {f}"
+            for r, f in sorted(best.items())
+        )
+        return "admit now", f"within what the team may take now ({fits}); {queued}"
+    short = []
+    for r, f in sorted(best.items()):
+        may = tree.available(team, (f, r)) if f else 0.0
+        if wants[r] <= may and len(best) > 1:
+            continue
+        unused = tree.unused(team, (f, r)) if f else 0.0
+        lends = tree.lends(team, (f, r)) if f else 0.0
+        where = f" in flavor {f}" if f else " (not in the team's ClusterQueue)"
+        short.append(
+            f"{r}: asks {show(r, wants[r])} but the team may take {show(r, may)} now{where} "
+            f"(its unused nominal {show(r, unused)} + what the cohort lends now "
+            f"{show(r, lends)}): admitted once jobs holding {show(r, wants[r] - may)} finish "
+            "or Kueue preempts them"
+        )
+    return "wait", f"{'; '.join(short)}; {queued}"
+
+
+FlavorResource = tuple[str, str]
+
+
+def _quotas(obj: Mapping[str, Any] | None) -> dict[FlavorResource, Mapping[str, Any]]:
+    return {
+        (f.get("name", ""), r.get("name", "")): r
+        for g in ((obj or {}).get("spec") or {}).get("resourceGroups") or []
+        for f in g.get("flavors") or []
+        for r in f.get("resources") or []
+    }
+
+
+def _amount(quota: Mapping[str, Any] | None, key: str) -> float | None:
+    value = (quota or {}).get(key)
+    return None if value is None else quantity(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Tree:
+    """One cohort's quota as Kueue v0.19.2's scheduler cache holds it (a flat cohort).
+
+    pkg/cache/scheduler/resource_node.go, per flavor and resource: a ClusterQueue's
+    SubtreeQuota is its nominalQuota, its localQuota nominal - lendingLimit (0 without a
+    lendingLimit), kept from the cohort; the cohort's SubtreeQuota is its own nominalQuota
+    plus each member's SubtreeQuota less its localQuota (accumulateFromChild), its usage
+    each member's usage past its localQuota. A member's usage is its status'
+    flavorsReservation total (module docstring). Without a cohort, a ClusterQueue has its
+    nominal quota only.
+    """
+
+    cohort: Mapping[FlavorResource, Mapping[str, Any]]
+    queues: Mapping[str, Mapping[FlavorResource, Mapping[str, Any]]]
+    usage: Mapping[str, Mapping[FlavorResource, float]]
+    members: frozenset[str]
+
+    @classmethod
+    def of(
+        cls, cohort: Mapping[str, Any] | None, cluster_queues: Iterable[Mapping[str, Any]]
+    ) -> Tree:
+        """The tree of the Cohort `COHORT` (None: not there, no quota of its own)."""
+        queues: dict[str, dict[FlavorResource, Mapping[str, Any]]] = {}
+        usage: dict[str, dict[FlavorResource, float]] = {}
+        members = set()
+        for q in cluster_queues:
+            cq = q["metadata"]["name"]
+            queues[cq] = _quotas(q)
+            usage[cq] = {(h.flavor, h.resource): h.total for h in held(q)}
+            if (q.get("spec") or {}).get("cohortName") == COHORT:
+                members.add(cq)
+        return cls(_quotas(cohort), queues, usage, frozenset(members))
+
+    def nominal(self, cq: str, fr: FlavorResource) -> float:
+        """`cq`'s nominalQuota."""
+        return _amount(self.queues.get(cq, {}).get(fr), "nominalQuota") or 0.0
+
+    def used(self, cq: str, fr: FlavorResource) -> float:
+        """What `cq`'s Workloads hold (its usage)."""
+        return self.usage.get(cq, {}).get(fr, 0.0)
+
+    def local(self, cq: str, fr: FlavorResource) -> float:
+        """localQuota: what lendingLimit keeps from the cohort."""
+        limit = _amount(self.queues.get(cq, {}).get(fr), "lendingLimit")
+        return 0.0 if limit is None else max(0.0, self.nominal(cq, fr) - limit)
+
+    def subtree(self, fr: FlavorResource) -> float:
+        """The cohort's SubtreeQuota."""
+        own = _amount(self.cohort.get(fr), "nominalQuota") or 0.0
+        return own + sum(self.nominal(m, fr) - self.local(m, fr) for m in self.members)
+
+    def kept(self, fr: FlavorResource) -> float:
+        """What the members' lendingLimits keep out of the cohort."""
+        return sum(self.local(m, fr) for m in self.members)
+
+    def left(self, fr: FlavorResource) -> float:
+        """The cohort's available: its SubtreeQuota less its usage."""
+        return self.subtree(fr) - sum(
+            max(0.0, self.used(m, fr) - self.local(m, fr)) for m in self.members
+        )
+
+    def available(self, cq: str, fr: FlavorResource) -> float:
+        """What `cq` may take now (ClusterQueueSnapshot.Available: available, at least 0)."""
+        nominal, used = self.nominal(cq, fr), self.used(cq, fr)
+        if cq not in self.members:
+            return max(0.0, nominal - used)
+        local = self.local(cq, fr)
+        parent = self.left(fr)
+        limit = _amount(self.queues.get(cq, {}).get(fr), "borrowingLimit")
+        if limit is not None:
+            stored = nominal - local
+            parent = min(parent, stored - max(0.0, used - local) + limit)
+        return max(0.0, max(0.0, local - used) + parent)
+
+    def potential(self, cq: str, fr: FlavorResource) -> float:
+        """The most `cq` could ever take (potentialAvailable)."""
+        nominal = self.nominal(cq, fr)
+        if cq not in self.members:
+            return nominal
+        most = self.local(cq, fr) + self.subtree(fr)
+        limit = _amount(self.queues.get(cq, {}).get(fr), "borrowingLimit")
+        return most if limit is None else min(most, nominal + limit)
+
+    def unused(self, cq: str, fr: FlavorResource) -> float:
+        """What is left of `cq`'s own guarantee."""
+        return max(0.0, self.nominal(cq, fr) - self.used(cq, fr))
+
+    def lends(self, cq: str, fr: FlavorResource) -> float:
+        """What the cohort lends `cq` now: what it may take beyond its unused nominal."""
+        return max(0.0, self.available(cq, fr) - self.unused(cq, fr))
+
+    def best(self, cq: str, groups: list[Mapping[str, Any]], resource: str) -> str:
+        """The flavor of `resource` in which `cq` may take the most now ("" if none)."""
+        flavors = [
+            f["name"]
+            for g in groups
+            if resource in (g.get("coveredResources") or [])
+            for f in g.get("flavors") or []
+        ]
+        return max(flavors, key=lambda f: self.available(cq, (f, resource)), default="")
+
+    def assign(
+        self, cq: str, groups: list[Mapping[str, Any]], pod_sets: list[dict[str, float]]
+    ) -> bool:
+        """Whether Kueue's flavor assigner fits every pod set now, without preempting.
+
+        flavorassigner.go: per pod set and resource group, the first flavor (in the
+        ClusterQueue's order) where what the Workload's earlier pod sets took plus this
+        request is within `available` for every covered resource it asks (Fit); a
+        resource no group covers fits nowhere.
+        """
+        assumed: dict[FlavorResource, float] = {}
+        for ps in pod_sets:
+            for resource in ps:
+                if not any(resource in (g.get("coveredResources") or []) for g in groups):
+                    return False
+            for g in groups:
+                wanted = {r: v for r, v in ps.items() if r in (g.get("coveredResources") or [])}
+                if not wanted:
+                    continue
+                chosen = next(
+                    (
+                        f["name"]
+                        for f in g.get("flavors") or []
+                        if all(
+                            assumed.get((f["name"], r), 0.0) + v
+                            <= self.available(cq, (f["name"], r))
+                            for r, v in wanted.items()
+                        )
+                    ),
+                    None,
+                )
+                if chosen is None:
+                    return False
+                for r, v in wanted.items():
+                    assumed[(chosen, r)] = assumed.get((chosen, r), 0.0) + v
+        return True

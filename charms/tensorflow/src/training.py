@@ -183,21 +183,46 @@ def _workload_of(js: dict | None, workloads: list[dict]) -> dict | None:
     return None
 
 
-def _check_fits(kube: Any, ctx: Context, request: TrainRequest, nodes: list[dict]) -> None:
-    """Refuse a job that could never run on this cluster, before anything is created.
+def _cohort(kube: Any) -> tuple[dict | None, list[dict]]:
+    """The Cohort and, when it is there, every ClusterQueue (two reads)."""
+    cohort = kube.get(KUEUE_API, "Cohort", COHORT)
+    return cohort, kube.list(KUEUE_API, "ClusterQueue") if cohort is not None else []
+
+
+def _queues(kube: Any, team: str) -> tuple[dict | None, list[dict], dict | None]:
+    """The Cohort, every ClusterQueue and the team's among them (two reads)."""
+    members = kube.list(KUEUE_API, "ClusterQueue")
+    cq = next((q for q in members if q["metadata"]["name"] == team), None)
+    return kube.get(KUEUE_API, "Cohort", COHORT), members, cq
+
+
+def _never(
+    request: TrainRequest,
+    nodes: list[dict],
+    cohort: dict | None,
+    members: list[dict],
+    team: str,
+) -> str | None:
+    """Why the job could never run on this cluster, as train refuses it and dry-run says it.
 
     First by the `nodes` (placement.never_fits), then by what Kueue could ever give the
-    team's ClusterQueue: its cohort's whole quota (placement.beyond_cohort; two reads).
+    team's ClusterQueue `team`: its cohort's whole quota (placement.beyond_cohort).
     """
     why = placement.never_fits(request, nodes)
     if why:
-        raise JobError(f"job {request.job!r} can never run on this cluster: {why}")
-    cohort = kube.get(KUEUE_API, "Cohort", COHORT)
-    members = kube.list(KUEUE_API, "ClusterQueue") if cohort is not None else []
-    team = queues.cluster_queue_name(ctx.namespace)
+        return f"job {request.job!r} can never run on this cluster: {why}"
     why = placement.beyond_cohort(request, cohort, members, team)
     if why:
-        raise JobError(f"job {request.job!r} can never be admitted: {why}")
+        return f"job {request.job!r} can never be admitted: {why}"
+    return None
+
+
+def _check_fits(kube: Any, ctx: Context, request: TrainRequest, nodes: list[dict]) -> None:
+    """Refuse a job that could never run on this cluster, before anything is created."""
+    cohort, members = _cohort(kube)
+    why = _never(request, nodes, cohort, members, queues.cluster_queue_name(ctx.namespace))
+    if why:
+        raise JobError(why)
 
 
 def _check_new(kube: Any, ctx: Context, request: TrainRequest) -> bool:
@@ -374,16 +399,19 @@ def queue_answer(
     return answer
 
 
-def dry_run(kube: Any, ctx: Context, request: TrainRequest, code: Mapping[str, str]) -> dict:
+def dry_run(
+    kube: Any, ctx: Context, request: TrainRequest, code: Mapping[str, str], nodes: list[dict]
+) -> dict:
     """`train dry-run=true`: admit now, wait or never, with the numbers; nothing is written.
 
-    Reads only: the nodes (placement.never_fits), the team's ClusterQueue and its queue
-    through Kueue's visibility API (queues.py).
+    Reads only: the Cohort and every ClusterQueue (never as train refuses: _never; what
+    the team may take now: queues.Tree) and its queue through Kueue's visibility API
+    (queues.py).
     """
     js = next(m for m in manifests.manifests(request, ctx, code) if m["kind"] == "JobSet")
-    wants = queues.asks(js)
-    never = placement.never_fits(request, kube.list("v1", "Node"))
-    cq = kube.get(KUEUE_API, "ClusterQueue", queues.cluster_queue_name(ctx.namespace))
+    team = queues.cluster_queue_name(ctx.namespace)
+    cohort, members, cq = _queues(kube, team)
+    never = _never(request, nodes, cohort, members if cohort is not None else [], team)
     from charms.gpu_k8s.v0.kubeclient import KubeError
 
     try:
@@ -398,11 +426,12 @@ def dry_run(kube: Any, ctx: Context, request: TrainRequest, code: Mapping[str, s
                 for w in _workloads(kube, ctx)
                 if job_state.queue_state(w)[0] in job_state.WAITING
             )
-    answer, why = queues.verdict(cq, wants, pending, never)
+    tree = queues.Tree.of(cohort, members)
+    answer, why = queues.verdict(cq, tree, queues.pod_sets(js), pending, never)
     return {
         "job": request.job,
         "dry-run": f"{answer}: {why}",
-        "quota": queues.numbers(cq, wants),
+        "quota": queues.numbers(cq, queues.asks(js), tree=tree),
         "created": "false",
     }
 
@@ -428,7 +457,7 @@ def launch(
     nodes = kube.list("v1", "Node")
     request = placement.with_gpu_defaults(request, nodes)
     if request.dry_run:
-        return dry_run(kube, ctx, request, code)
+        return dry_run(kube, ctx, request, code, nodes)
     new = _check_new(kube, ctx, request)
     if new:
         _check_claim(kube, ctx)
@@ -512,8 +541,10 @@ def _why_numbers(
     if position is not None:
         _, why = job_state.queue_state(workload, workloads)
         summary["queue"] = f"position {position}: {why}"
-    cq = kube.get(KUEUE_API, "ClusterQueue", queues.cluster_queue_name(ctx.namespace))
-    summary["quota"] = queues.numbers(cq, queues.asks(js), job_state.queue_reason(workload))
+    cohort, members, cq = _queues(kube, queues.cluster_queue_name(ctx.namespace))
+    tree = queues.Tree.of(cohort, members)
+    reason = job_state.queue_reason(workload)
+    summary["quota"] = queues.numbers(cq, queues.asks(js), reason, tree)
 
 
 def status(kube: Any, ctx: Context, job: str) -> dict[str, Any]:

@@ -34,11 +34,11 @@ def test_job_status_gives_kueues_position_reason_and_numbers(ctx, state, api, co
     assert results["phase"] == "Queued"
     assert results["queue"].startswith("position 2: couldn't assign flavors to pod set worker:")
     assert results["quota"]["nvidia-com-gpu"] == (
-        "job asks 2; gpu-nvidia-a10g: team nominal 0, uses 4, borrows 4; Kueue: 2 more needed "
-        "than the team's unused quota and what the cohort lends now"
+        "job asks 2; gpu-nvidia-a10g: team nominal 0, uses 4, borrows 4, the cohort lends now "
+        "0; Kueue: 2 more needed than the team's unused quota and what the cohort lends now"
     )
     assert results["quota"]["memory"] == (
-        "job asks 8Gi; cpu: team nominal 0Gi, uses 16Gi, borrows 16Gi"
+        "job asks 8Gi; cpu: team nominal 0Gi, uses 16Gi, borrows 16Gi, the cohort lends now 112Gi"
     )
 
 
@@ -106,10 +106,15 @@ def test_dry_run_says_admit_now_wait_or_never_and_writes_nothing(ctx, state, api
 
     now = dry(2)
     assert now["created"] == "false"
+    # the team holds no quota of its own but the idle cohort lends it the cluster: Kueue
+    # admits at once (the earlier answer, wait, counted the team's own quota only)
     assert now["dry-run"] == (
-        "wait: over the team's own quota by 2 cpu, 8Gi memory, 2 nvidia.com/gpu: admitted at "
-        "once only if the cohort lends that now (it lends what the other teams leave unused); "
-        "0 jobs of the team waiting"
+        "admit now: within what the team may take now (cpu: asks 2 of 16 in flavor cpu; "
+        "memory: asks 8Gi of 128Gi in flavor cpu; nvidia.com/gpu: asks 2 of 4 in flavor "
+        "gpu-nvidia-a10g); 0 jobs of the team waiting"
+    )
+    assert now["quota"]["nvidia-com-gpu"] == (
+        "job asks 2; gpu-nvidia-a10g: team nominal 0, uses 0, borrows 0, the cohort lends now 4"
     )
     assert dry(8)["dry-run"].startswith("never: ")
     assert {o["metadata"]["name"] for o in job_objects(api)} == before

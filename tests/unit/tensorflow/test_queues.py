@@ -335,3 +335,102 @@ def test_a_teams_guarantee_is_reclaimed_from_a_borrower(ctx, state, api, control
         "the cohort; preemptor path: /gpu-k8s/team-tensorflow; preemptee path: "
         "/gpu-k8s/team-other"
     )
+
+
+# -- train dry-run=true agrees with Kueue (issue 31 item 6) ---------------------------------
+
+
+def _dry_then_train(ctx, state, workers: int, job: str) -> tuple[str, dict]:
+    """dry-run's answer, then what the fake Kueue does with the same job on the same state."""
+    params = {"gpus-per-worker": 1, "cpu": "1", "memory": "4Gi"}
+    dry, _ = run_action(
+        ctx, state, "train", job=job, workers=workers, **params, **{"dry-run": True}
+    )
+    real, _ = run_action(ctx, state, "train", job=job, workers=workers, **params)
+    return dry["dry-run"], real
+
+
+def test_dry_run_says_admit_now_on_an_idle_default_cluster_and_kueue_admits_at_once(
+    ctx, state, api, controller, fake_time
+):
+    """The team holds no quota of its own: Kueue admits by borrowing the idle cohort.
+
+    kueue v0.19.2 flavorassigner.go fitsResourceQuota: Fit when the request is within the
+    ClusterQueue's Available (resource_node.go available: what the cohort has left).
+    """
+    add_nodes(api, node("gpu-0", 4), node("cpu-0"))
+    _other_team(api)
+    said, real = _dry_then_train(ctx, state, 2, "now")
+    assert said == (
+        "admit now: within what the team may take now (cpu: asks 2 of 16 in flavor cpu; "
+        "memory: asks 8Gi of 128Gi in flavor cpu; nvidia.com/gpu: asks 2 of 4 in flavor "
+        "gpu-nvidia-a10g); 0 jobs of the team waiting"
+    )
+    assert real["state"] == "running"
+
+
+def test_dry_run_says_wait_with_the_numbers_while_another_team_uses_the_gpus(
+    ctx, state, api, controller, fake_time
+):
+    """team-other holds its guarantee of 3 GPUs, the cohort lends the team the 4th.
+
+    A second job waits: Kueue preempts neither for it (team-other is within its nominal
+    quota, so no fair-sharing target: kueue v0.19.2 preemption.go, fairsharing
+    ordering.go; and the team has no guarantee to reclaim).
+    """
+    add_nodes(api, node("gpu-0", 4), node("cpu-0"))
+    other = _other_team(api, {"gpu-quota": "3"})
+    assert _admitted(_other_job(api, other, "theirs", 3))
+    said, real = _dry_then_train(ctx, state, 1, "one")
+    assert said.startswith("admit now: ")
+    assert "nvidia.com/gpu: asks 1 of 1 in flavor gpu-nvidia-a10g" in said
+    assert real["state"] == "running"
+    said, real = _dry_then_train(ctx, state, 1, "two")
+    assert said == (
+        "wait: nvidia.com/gpu: asks 1 but the team may take 0 now in flavor gpu-nvidia-a10g "
+        "(its unused nominal 0 + what the cohort lends now 0): admitted once jobs holding 1 "
+        "finish or Kueue preempts them; 0 jobs of the team waiting"
+    )
+    assert real["state"].startswith("queued: ")
+    other.tick()
+    controller.tick()
+    assert not _admitted(controller.workload("two") or {})
+    results, _ = run_action(ctx, state, "job-status", job="two")
+    assert results["quota"]["nvidia-com-gpu"].startswith(
+        "job asks 1; gpu-nvidia-a10g: team nominal 0, uses 1, borrows 1, the cohort lends now 0;"
+    )
+
+
+def test_dry_run_counts_only_what_a_lending_limit_lets_the_cohort_lend(
+    ctx, state, api, controller, fake_time
+):
+    """team-other keeps 1 of its 2 GPUs (lendingLimit 1): the team may take 3 of 4, never 4.
+
+    kueue v0.19.2 resource_node.go: a member's localQuota (nominal - lendingLimit) stays
+    out of the cohort's SubtreeQuota (accumulateFromChild), so potentialAvailable and
+    available of the other members leave it out.
+    """
+    add_nodes(api, node("gpu-0", 4), node("cpu-0"))
+    _other_team(api, {"gpu-quota": "2"})
+    path = f"{KUEUE}/clusterqueues/team-{OTHER}"
+    cq = api.get_object(path)
+    gpus = cq["spec"]["resourceGroups"][1]["flavors"][0]["resources"][0]
+    assert gpus == {"name": "nvidia.com/gpu", "nominalQuota": "2"}
+    gpus["lendingLimit"] = "1"
+    api.put_object(path, cq)
+    params = {"gpus-per-worker": 1, "cpu": "1", "memory": "4Gi"}
+    dry, _ = run_action(ctx, state, "train", job="all", workers=4, **params, **{"dry-run": True})
+    with pytest.raises(testing.ActionFailed) as failed:
+        run_action(ctx, state, "train", job="all", workers=4, **params)
+    refusal = (
+        "job 'all' can never be admitted: its 4 worker pods need 4 nvidia.com/gpu of one "
+        "flavor but the cohort gpu-k8s can give team-tensorflow at most 3 (flavor "
+        "gpu-nvidia-a10g: the cohort's own 2 + its ClusterQueues' nominal 2, less 1 kept "
+        "by their lendingLimit)"
+    )
+    assert refusal in failed.value.message
+    assert dry["dry-run"].startswith(f"never: {refusal}")
+    said, real = _dry_then_train(ctx, state, 3, "most")
+    assert said.startswith("admit now: ")
+    assert "nvidia.com/gpu: asks 3 of 3 in flavor gpu-nvidia-a10g" in said
+    assert real["state"] == "running"

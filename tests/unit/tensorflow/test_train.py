@@ -543,6 +543,22 @@ def test_a_job_larger_than_the_cohort_can_ever_give_is_refused_with_the_numbers(
     assert job_objects(api) == []
 
 
+def test_dry_run_says_never_with_the_numbers_train_refuses_with(ctx, state, api):
+    """dry-run checks the cohort as train does, and gives the very same refusal."""
+    add_nodes(api, node("node-a", 2), node("node-b", 2), node("cpu-0"))
+    api.put_object("/api/v1/namespaces/other/pods/busy", gpu_pod("busy", "node-a", 1))
+    add_nodes(api)  # the cohort holds 3 GPUs
+    params = {"job": "big", "workers": 4, "gpus-per-worker": 1}
+    results, _ = run_action(ctx, state, "train", **params, **{"dry-run": True})
+    with pytest.raises(testing.ActionFailed) as failed:
+        run_action(ctx, state, "train", **params)
+    never = results["dry-run"].removeprefix("never: ")
+    assert never != results["dry-run"]
+    assert never.startswith("job 'big' can never be admitted: its 4 worker pods need 4 ")
+    assert failed.value.message.endswith(never)
+    assert job_objects(api) == []
+
+
 def test_a_job_larger_than_the_cohorts_cpu_is_refused(ctx, state, api):
     """A node joined after the control plane sized the cohort: Kueue counts it only later."""
     add_nodes(api, node("cpu-0"))
