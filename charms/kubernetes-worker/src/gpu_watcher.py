@@ -919,7 +919,7 @@ class Watcher:
         """
         where = f"GPU {gpu['index']} ({gpu['uuid']})"
         uid = self._pod_uid_of_pid(pid) if pid else None
-        if uid is None:
+        if pid is None or uid is None:
             whose = f"pid {pid} has ended or runs in no pod" if pid else "it names no process"
             print(f"application XID on {where}: {whose}; no pod evicted", flush=True)
             return
