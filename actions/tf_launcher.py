@@ -46,7 +46,11 @@ A task whose program fails while a peer is stopping (a peer left mid-step) also 
 EXIT_STOPPED: it stopped at its last checkpoint, it did not fail. A peer that failed
 for its own reasons (no `stopping` mark) is a failure, and counts.
 
-A GPU fault (issue 32 item 2: a node's fault is not one of the job's max-restarts). A
+A GPU fault (issue 32 item 2: a node's fault is not one of the job's max-restarts). An
+application XID (the XID catalog's RESTART_APP: 13, 31, 43, ...) is the program's own
+fault and is not such a stop: the watcher evicts no pod whose program crashed on it,
+only one whose process still runs after this window and a margin (gpu_watcher.py
+APP_WAIT_S), so a crashed program's code counts toward max-restarts. A
 fatal XID (79, the GPU fell off the bus; 48, a double-bit ECC error) makes CUDA fail in
 the program at once, before the GPU health watcher (kubernetes-worker gpu_watcher.py)
 has evicted the pod: 0.65 s later on the bench (tests/bench/bench_gpu_watcher.py). Had

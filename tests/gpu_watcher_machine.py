@@ -356,13 +356,16 @@ def start(
     metrics: bool = False,
     unit: str | None = None,
     hook_retry: float = 0.05,
+    app_wait: float = 0.3,
 ) -> None:
     """Start the watcher as systemd does (gpu_health.unit_text), every path injected.
 
-    `unit`: the Juju unit it wakes with juju-exec (`fake_juju_exec` on its PATH).
+    `unit`: the Juju unit it wakes with juju-exec (`fake_juju_exec` on its PATH);
+    `app_wait`: `--app-xid-wait`, shortened from its 15 s.
     """
     box.started_with = {"escalation": escalation, "interval": interval, "tick": tick}
     box.started_with |= {"metrics": metrics, "unit": unit, "hook_retry": hook_retry}
+    box.started_with |= {"app_wait": app_wait}
     r = box.root
     argv = [sys.executable, str(SRC / "gpu_watcher.py"), "--node", OWN]
     argv += ["--api", str(r / "api.json"), "--catalog", str(SRC / "xid_catalog.json")]
@@ -370,7 +373,7 @@ def start(
     argv += ["--checkpoint", str(r / "checkpoint"), "--proc", str(r / "proc")]
     argv += ["--boot-id", str(r / "boot_id"), "--state", str(box.state_path)]
     argv += ["--interval", str(interval), "--tick", str(tick), "--escalation", escalation]
-    argv += ["--pause", str(box.pause_path)]
+    argv += ["--pause", str(box.pause_path), "--app-xid-wait", str(app_wait)]
     if metrics:
         box.metrics_port = box.metrics_port or free_port()
         argv += ["--metrics-port", str(box.metrics_port)]

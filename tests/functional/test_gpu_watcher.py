@@ -21,6 +21,7 @@ import pytest
 from gpu_watcher_machine import (
     ALL,
     GPUS,
+    LINES,
     OTHER,
     OWN,
     READY,
@@ -127,32 +128,111 @@ def watcher_log(machine: Machine) -> str:
     return (machine.root / "watcher.log").read_text()
 
 
-def test_application_xids_restart_the_job_and_escalate_on_the_third(machine):
-    start(machine, escalation="3/10m")
-    uid = machine.api.get_object(f"/api/v1/namespaces/team-a/pods/gpu0-job-{OWN}")
-    assert uid is not None
-    pid_dir = machine.root / "proc" / "4242"
+SECOND = 1_000_000  # /dev/kmsg stamps in microseconds since boot
+
+
+def program(machine: Machine, pid: int, pod: str) -> Path:
+    """A process of `pod` (`<pod>-gpu-node-1` in team-a): its /proc/<pid>/cgroup names the pod.
+
+    The cgroup path systemd's cgroup driver gives a container (kubepods-<qos>-pod<uid>.slice,
+    the UID's dashes as underscores), as gpu_watcher.POD_CGROUP reads it.
+    """
+    found = machine.api.get_object(f"/api/v1/namespaces/team-a/pods/{pod}-{OWN}")
+    assert found is not None
+    pid_dir = machine.root / "proc" / str(pid)
     pid_dir.mkdir()
-    pod_uid = uid["metadata"]["uid"].replace("-", "_")
+    pod_uid = found["metadata"]["uid"].replace("-", "_")
     (pid_dir / "cgroup").write_text(
         f"0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{pod_uid}.slice/"
         "cri-containerd-0123.scope\n"
     )
-    machine.kernel(xid_line("13", gpu=0, pid=4242))
+    return pid_dir
+
+
+def test_application_xids_restart_the_job_and_escalate_on_the_third(machine):
+    """Three application faults on one GPU within the window quarantine it (XidRepeated).
+
+    Each XID here is its own fault, a minute apart by the kernel's stamps (one burst of
+    lines is one fault: the test below).
+    """
+    start(machine, escalation="3/10m")
+    program(machine, 4242, "gpu0-job")  # left running on its broken CUDA context
+    machine.kernel(xid_line("13", gpu=0, pid=4242), usec=60 * SECOND)
     until(lambda: f"{OWN}/gpu0-job" not in machine.pods())
     assert machine.pods() == ALL - {f"{OWN}/gpu0-job"}
     assert machine.condition() is None
     assert not machine.node().get("spec", {}).get("unschedulable")
-    machine.kernel(xid_line("13", gpu=0))
+    machine.kernel(xid_line("13", gpu=0), usec=120 * SECOND)
     time.sleep(0.5)  # several passes of the loop: still no quarantine after two
     assert machine.condition() is None
-    machine.kernel(xid_line("13", gpu=0))
+    machine.kernel(xid_line("13", gpu=0), usec=180 * SECOND)
     until(machine.quarantined)
     condition = machine.condition()
     assert condition is not None and condition["reason"] == "XidRepeated"
-    assert "3 application XIDs within 3/10m" in condition["message"]
+    assert "3 application faults within 3/10m" in condition["message"]
     assert machine.node()["spec"]["unschedulable"] is True
     assert machine.pods() == ALL - {f"{OWN}/gpu0-job"}  # GPU 1's job runs on
+
+
+# One program's fault as the driver wrote it: three XID 13 lines stamped the same second
+# (tests/fixtures/gpu/xid/README.md: leptonai/gpud's XID README)
+BURST = [line for line in LINES if line.startswith("NVRM: Xid (PCI:0000:cb:00): 13,")]
+
+
+def burst(gpu: int) -> list[str]:
+    """The recorded burst on the fake machine's GPU `gpu`."""
+    bus = GPUS[gpu][2][9:11].lower()
+    return [line.replace("(PCI:0000:cb:00)", f"(PCI:0000:{bus}:00)") for line in BURST]
+
+
+def test_one_burst_of_xid_lines_is_one_application_fault(machine):
+    """Issue 32 item 2 (review): the driver writes several XID 13 lines for one fault.
+
+    Counted line by line, one crash of one program reached the default escalation (3 in
+    10 minutes) and quarantined a healthy GPU: drain, reset, gate. A burst is one fault;
+    every line still counts in the faults metric.
+    """
+    assert len(BURST) == 3
+    start(machine, escalation="3/10m")
+    for n, line in enumerate(burst(0)):  # within a millisecond, as the driver writes them
+        machine.kernel(line, usec=60 * SECOND + 300 * n)
+    until(machine.handled)
+    time.sleep(0.3)  # several passes of the loop
+    assert machine.condition() is None
+    assert not machine.node().get("spec", {}).get("unschedulable")
+    assert machine.state()["faults"][f"{GPUS[0][1]}|13|Xid13|application"] == 3
+    # two more faults of the kind, a minute apart: the third fault escalates
+    for at in (120, 180):
+        for n, line in enumerate(burst(0)):
+            machine.kernel(line, usec=at * SECOND + 300 * n)
+    lines = f"{GPUS[0][1]}|13|Xid13|application"
+    until(lambda: machine.quarantined() and machine.state()["faults"][lines] == 9)
+    condition = machine.condition()
+    assert condition is not None and condition["reason"] == "XidRepeated"
+    assert "3 application faults within 3/10m" in condition["message"]
+
+
+def test_an_application_xid_evicts_only_a_program_still_running_after_the_wait(machine):
+    """Issue 32 item 2 (review): a program that crashed on its own fault fails its pod.
+
+    Evicted, its launcher's held crash became exit 143 with DisruptionTarget, which the
+    job's failure policy does not count: a job with a CUDA bug restarted for ever. Now the
+    watcher evicts only the pod of a process still alive `--app-xid-wait` after its XID
+    (left running on a CUDA context the fault broke), and an XID naming no process
+    evicts nobody (it evicted every pod on the GPU, other tenants' shares included).
+    """
+    start(machine)
+    program(machine, 4242, "gpu0-job")  # lingers on its broken context
+    crashed = program(machine, 4243, "gpu1-job")
+    machine.kernel(xid_line("13", gpu=1))  # no process named: nobody
+    machine.kernel(xid_line("13", gpu=0, pid=4242), usec=60 * SECOND)
+    machine.kernel(xid_line("13", gpu=1, pid=4243), usec=60 * SECOND)
+    until(machine.handled)
+    shutil.rmtree(crashed)  # GPU 1's program exits on its fault: its launcher's code counts
+    until(lambda: f"{OWN}/gpu0-job" not in machine.pods())
+    until(lambda: "pid 4243 ended on its own" in watcher_log(machine))
+    assert machine.pods() == ALL - {f"{OWN}/gpu0-job"}
+    assert machine.condition() is None
 
 
 def test_an_xid_newer_than_the_catalog_quarantines_with_no_automatic_repair(machine):
@@ -244,7 +324,8 @@ def test_a_restarted_watcher_does_not_act_twice_on_old_records(machine):
     pod = machine.api.get_object(path)
     assert pod is not None
     start(machine)
-    machine.kernel(xid_line("13", gpu=1))
+    program(machine, 4243, "gpu1-job")  # still running after the wait: evicted
+    machine.kernel(xid_line("13", gpu=1, pid=4243))
     until(lambda: f"{OWN}/gpu1-job" not in machine.pods())
     # stopped once it saved what it handled (stopped between the eviction and the save, it
     # handles the record again after the restart: at least once, never lost)

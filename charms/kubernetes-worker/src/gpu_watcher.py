@@ -76,10 +76,28 @@ unit's name and the hook's. The request runs in its own thread (juju-exec waits 
 hook runs), `HOOK_ATTEMPTS` times at most, each bounded by `--hook-timeout`; a failure is
 logged and the watcher goes on (the charm's next update-status asks for the taint too).
 
-An application-class XID (the catalog's RESTART_APP, and 43/45) never quarantines: the
-pod of the process named by `pid=` (its cgroup names the pod's UID, /proc/<pid>/cgroup)
-is evicted, or, without a pid, the pods holding that GPU. `--escalation N/<window>` such
-XIDs on one GPU within the window quarantine it (reason `XidRepeated`).
+An application-class XID (the catalog's RESTART_APP, "restart the application", and
+43/45) never quarantines, and the watcher leaves the restart to the program wherever it
+can (issue 32 item 2):
+
+- the program the fault hit crashes by itself (CUDA's error is sticky: APP_WAIT_S), and
+  its pod fails with the program's own exit code, which the job's failure policy counts
+  toward max-restarts: a job with a CUDA bug fails after them instead of restarting for
+  ever (an eviction would make its launcher's held crash a stop, exit 143 with
+  DisruptionTarget, which is not counted: tf_launcher.py "A GPU fault"), and it does not
+  walk the escalation from GPU to GPU on other nodes;
+- so the pod of the process named by `pid=` (its cgroup names the pod's UID,
+  /proc/<pid>/cgroup, read when the XID comes) is evicted only if that process still runs
+  in that pod `--app-xid-wait` seconds later (APP_WAIT_S: the launcher's fault window plus
+  a margin): a program left running on its broken CUDA context;
+- an XID that names no process (`pid='<unknown>'`, usual for XID 13) evicts nobody: the
+  process is not known, and the pods holding that GPU may be other tenants' time-sliced
+  shares (the burst's XID 43 usually names the process).
+
+`--escalation N/<window>` application faults on one GPU within the window quarantine it
+(reason `XidRepeated`): a GPU that keeps failing whatever runs on it. One fault is one
+burst of lines (APP_BURST_S: the same GPU within seconds by the kernel's stamps, or the
+same pid), since the driver writes several lines for one fault.
 
 XID 154 (GPU_RECOVERY_ACTION_CHANGED) has no action of its own in the catalog (bucket
 XID_154): it names the recovery action the driver now asks for the GPU (`... changed from
@@ -178,6 +196,28 @@ REPAIR_RESULTS = ("ok", "failed", "refused")  # refused: gpu_repair.REFUSED
 # Under /run: a tmpfs, so a reboot forgets it too.
 PAUSE_FILE = "/run/gpu-k8s/gpu-watcher-pause"
 PAUSE_MAX_S = 600.0
+# One program fault is a burst of XID lines: the driver writes each exception of the fault
+# (Warp Exception, Global Exception, Graphics Exception ESR) as its own XID 13 line, often
+# followed by an XID 43 naming the process, all within a millisecond or so; the recorded
+# burst (tests/fixtures/gpu/xid/lines.txt, from leptonai/gpud's XID README) is three
+# lines that `dmesg --ctime` stamps the same second. Application XIDs on one GPU whose
+# kernel stamps lie within APP_BURST_S of the burst's first line are one fault toward the
+# escalation: a thousand times the spread seen, and far below the time a job takes to
+# fault again after a restart (a new pod: its sandbox, image, the framework's import and
+# a new CUDA context). The same process (pid) faulting again within the escalation window
+# is the same fault too. Every line still counts in gpu_k8s_gpu_faults_total.
+APP_BURST_S = 5.0
+# How long after an application XID the process it names may still run before its pod is
+# evicted (`--app-xid-wait`): the training launcher's fault window (actions/tf_launcher.py
+# FAULT_WINDOW, 10 s) plus a 5 s margin. A program the fault hit fails at its next CUDA
+# call and exits by itself long before: the error is sticky ("This leaves the process in
+# an inconsistent state and any further CUDA work will return the same error. To continue
+# using CUDA, the process must be terminated and relaunched": CUDA runtime API,
+# cudaErrorLaunchFailure, cudaErrorIllegalAddress), which is what the catalog's
+# RESTART_APP asks. One still alive then was left running on its broken context (a server
+# that catches the error serves errors for hours: antirez/ds4#759), and only an eviction
+# restarts it.
+APP_WAIT_S = 15.0
 
 
 class Gauge(tuple):
@@ -434,6 +474,9 @@ class Watcher:
         self.state = self._load_state()
         self._count_repairs()
         self.app_xids: dict[str, collections.deque] = collections.defaultdict(collections.deque)
+        self.bursts: dict[str, float] = {}  # GPU UUID -> kernel time of its last fault's start
+        self.app_pids: dict[str, dict[int, float]] = collections.defaultdict(dict)
+        self.checks: list[tuple[float, dict, int, str]] = []  # (due, GPU, pid, its pod's UID)
         self.kmsg = os.open(args.kmsg, os.O_RDONLY | os.O_NONBLOCK)
         self.partial = b""
         self.last_poll = 0.0
@@ -600,16 +643,38 @@ class Watcher:
             self.quarantine(gpu, f"Xid{xid}", meaning, action, at)
         elif action == "application":
             seen = self.app_xids[gpu["uuid"]]
-            seen.append(at)
             while seen and at - seen[0] > self.window:
                 seen.popleft()
+            if self._same_fault(gpu["uuid"], record, at):
+                print(f"GPU {gpu['index']}: XID {xid} belongs to a fault counted", flush=True)
+            else:
+                seen.append(at)
             if len(seen) >= self.count:
                 repeated = (
-                    f"{len(seen)} application XIDs within {self.args.escalation} ({meaning})"
+                    f"{len(seen)} application faults within {self.args.escalation} ({meaning})"
                 )
                 self.quarantine(gpu, "XidRepeated", repeated, "reset-gpu", at)
             else:
-                self.restart_job(gpu, record.get("pid"))
+                self.restart_job(gpu, record.get("pid"), at)
+
+    def _same_fault(self, uuid: str, record: dict, at: float) -> bool:
+        """Whether this application XID belongs to a fault counted already (APP_BURST_S).
+
+        The same GPU within APP_BURST_S of the burst's first line (the kernel's stamps), or
+        a process counted on this GPU within the escalation window.
+        """
+        pids = self.app_pids[uuid]
+        for pid, when in list(pids.items()):
+            if at - when > self.window:
+                del pids[pid]
+        start, pid = self.bursts.get(uuid), record.get("pid")
+        same = start is not None and abs(record["clock"] - start) <= APP_BURST_S
+        same = same or (pid is not None and pid in pids)
+        if not same:
+            self.bursts[uuid] = record["clock"]
+        if pid is not None:
+            pids.setdefault(pid, at)
+        return same
 
     def handle_finding(self, pci: str, finding: str, at: float) -> None:
         """A health finding from nvidia-smi: quarantine (once per GPU)."""
@@ -816,17 +881,17 @@ class Watcher:
             elif mig and parent:
                 self.mig_parent[mig["uuid"]] = parent
 
-    def _pod_of_pid(self, pid: int) -> list[dict]:
-        """The pod whose container runs `pid` (its cgroup path names the pod's UID)."""
+    def _pod_uid_of_pid(self, pid: int) -> str | None:
+        """The UID of the pod whose container runs `pid` (its cgroup path names it).
+
+        None when the process has ended or runs in no pod.
+        """
         try:
             with open(os.path.join(self.args.proc, str(pid), "cgroup")) as f:
                 found = POD_CGROUP.search(f.read())
         except OSError:
-            return []
-        if not found:
-            return []
-        uid = found[1].replace("_", "-")
-        return [p for p in self._pods() if p["metadata"].get("uid") == uid]
+            return None
+        return found[1].replace("_", "-") if found else None
 
     def _evict(self, pods: list[dict]) -> None:
         for pod in pods:
@@ -844,14 +909,47 @@ class Watcher:
                 if e.status != 404:  # gone already
                     raise
 
-    def restart_job(self, gpu: dict, pid: int | None) -> None:
-        """An application XID: the pod of that process (or that GPU) restarts."""
-        try:
-            pods = self._pod_of_pid(pid) if pid else []
-            self._evict(pods or self._pods_on_gpu(gpu["uuid"]))
-        except (ApiError, OSError) as e:
-            print(f"could not restart the job on GPU {gpu['index']}: {e}", file=sys.stderr)
-        self._save()
+    def restart_job(self, gpu: dict, pid: int | None, at: float) -> None:
+        """An application XID: its program restarts, by itself or by an eviction later.
+
+        The process it names is looked at again `--app-xid-wait` seconds later
+        (`check_programs`): its pod is evicted only if it still runs then. An XID naming
+        no process, or one whose process ended already or runs in no pod, evicts nobody
+        (the module's docstring says why).
+        """
+        where = f"GPU {gpu['index']} ({gpu['uuid']})"
+        uid = self._pod_uid_of_pid(pid) if pid else None
+        if pid is None or uid is None:
+            whose = f"pid {pid} has ended or runs in no pod" if pid else "it names no process"
+            print(f"application XID on {where}: {whose}; no pod evicted", flush=True)
+            return
+        if any(c[2] == pid and c[3] == uid for c in self.checks):
+            return
+        self.checks.append((at + self.args.app_xid_wait, gpu, pid, uid))
+        print(
+            f"application XID on {where}: pod {uid} evicted if pid {pid} still runs "
+            f"in {self.args.app_xid_wait:g}s",
+            flush=True,
+        )
+
+    def check_programs(self, at: float) -> None:
+        """Evict the pods whose program still runs `--app-xid-wait` after its XID."""
+        due = [c for c in self.checks if c[0] <= at]
+        self.checks = [c for c in self.checks if c[0] > at]
+        for check in due:
+            _, gpu, pid, uid = check
+            if self._pod_uid_of_pid(pid) != uid:
+                print(
+                    f"pid {pid} ended on its own after its XID on GPU {gpu['index']}: its pod "
+                    "fails with its program's exit code",
+                    flush=True,
+                )
+                continue
+            try:
+                self._evict([p for p in self._pods() if p["metadata"].get("uid") == uid])
+            except (ApiError, OSError) as e:
+                print(f"could not evict pod {uid} (retried): {e}", file=sys.stderr, flush=True)
+                self.checks.append((at + self.args.tick, *check[1:]))
 
     # -- the loop
 
@@ -881,8 +979,11 @@ class Watcher:
                 record = parse_xid(text)
                 if record is not None:
                     self.fault_at = kernel_time(usec, at, time.monotonic())
+                    # the kernel's clock (CLOCK_MONOTONIC up to drift) for bursts
+                    record["clock"] = usec / 1e6 if usec >= 0 else time.monotonic()
                     self.handle_xid(record, at)
                     self.fault_at = None
+            self.check_programs(at)
             self.apply()
             self._save()
 
@@ -1070,6 +1171,7 @@ def arguments(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--pause-max", type=float, default=PAUSE_MAX_S)
     p.add_argument("--tick", type=float, default=0.5)
     p.add_argument("--escalation", default="3/10m")
+    p.add_argument("--app-xid-wait", type=float, default=APP_WAIT_S)
     p.add_argument("--metrics-port", type=int, default=0)
     p.add_argument("--unit", default="", help="the Juju unit to wake with juju-exec")
     p.add_argument("--juju-exec", default="juju-exec")  # /usr/bin/juju-exec on Juju 3 machines

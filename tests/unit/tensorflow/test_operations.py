@@ -501,6 +501,32 @@ def test_a_gpu_fault_s_crash_held_until_the_eviction_is_not_counted(
     assert results["restarts"] == ("1 of 3" if order == "no fault window" else "0 of 3")
 
 
+def test_a_program_crashed_by_its_own_application_xid_counts_toward_max_restarts(
+    ctx, state, api, controller
+):
+    """Issue 32 item 2 (review): a job with a CUDA bug fails after its max-restarts.
+
+    An application XID (13, 31, 43...) is the program's own fault: the GPU health watcher
+    does not evict a pod whose program crashed on it (gpu_watcher.py: it evicts only a
+    process still running after the launcher's fault window and a margin). No stop comes
+    within the fault window, so the launcher exits with the program's code (1) and the
+    failure counts; evicted, it was a 143 with DisruptionTarget, not counted, for ever.
+    """
+    controller.logs = None
+    add_nodes(api, node("node-a", 8))
+    state = dataclasses.replace(state, config={"max-restarts": 1})
+    run_action(ctx, state, "train", job="buggy", workers=2, **{"gpus-per-worker": 1})
+    controller.end_pod("buggy", "worker", 1, "Failed", exit_code=1)  # its XID 13, no eviction
+    controller.tick()
+    results, _ = run_action(ctx, state, "job-status", job="buggy")
+    assert (results["phase"], results["restarts"]) == ("Restarting", "1 of 1")
+    controller.tick()  # the gang is back, on whichever GPU: the same bug, the same crash
+    controller.end_pod("buggy", "worker", 1, "Failed", exit_code=1)
+    controller.tick()
+    results, _ = run_action(ctx, state, "job-status", job="buggy")
+    assert (results["phase"], results["restarts"]) == ("Failed", "1 of 1")
+
+
 def test_ps_and_workers_stop_when_the_chief_finishes(ctx, state, api, controller):
     controller.logs = None
     add_nodes(api, node("cpu-0"))  # Kueue counts cpu and memory: a quota needs nodes
