@@ -287,6 +287,8 @@ class KubernetesWorkerCharm(ops.CharmBase):
         if self._kubelet is not None:  # what runs, not the package on disk
             self.unit.set_workload_version(self._kubelet)
             running = node_upgrade.minor_of(self._kubelet)
+        if plan.action is node_upgrade.VersionAction.INSTALL:  # no upgrade moves it now
+            node_upgrade.plan_restart(host, self._kubelet)  # taken in turn from the next hook
         self.cluster.publish_node(
             node,
             gpus,

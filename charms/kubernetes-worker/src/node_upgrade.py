@@ -8,9 +8,11 @@ joined node's install never moves its kubelet); `run_upgrade` follows the kubead
 procedure for a joined node, for a new patch of its minor (the pin of this charm
 revision, `kubeadm.RELEASES`) as for the next minor (kubernetes.io "Upgrading kubeadm
 clusters": kubeadm, `kubeadm upgrade node`, drain, kubelet, kubelet restart, uncordon),
-recording each step on the machine so that a failed hook resumes where it stopped. No ops
-imports: the charm decides when it is this node's turn (a drain turn, `reboot_turns.py`)
-and turns the errors into statuses.
+recording each step on the machine so that a failed hook resumes where it stopped. A
+kubelet older than its package (an earlier revision moved the package in place, review
+deploy.md N1) is brought to it by the same procedure (`plan_restart`). No ops imports: the
+charm decides when it is this node's turn (a drain turn, `reboot_turns.py`) and turns the
+errors into statuses.
 """
 
 from __future__ import annotations
@@ -57,6 +59,19 @@ def running_version(node: Mapping[str, Any] | None) -> str | None:
     info = ((node or {}).get("status") or {}).get("nodeInfo") or {}
     match = re.match(r"v?([0-9]+\.[0-9]+\.[0-9]+)", str(info.get("kubeletVersion") or ""))
     return match.group(1) if match else None
+
+
+# The running kubelet against its package. The Node says "v1.36.5": kubelet's gitVersion
+# (`running_version`). pkgs.k8s.io's deb says "1.36.5-1.1": Debian's
+# [epoch:]upstream_version[-debian_revision] (Debian Policy 5.6.12), which kubernetes/release
+# cmd/krel/templates/latest/kubelet/kubelet.spec builds from `Version: {{ .RPMVersion }}` (the
+# release without its "v") and `Release: {{ .Revision }}` (the package revision, to which the
+# Open Build Service adds its build count: "1.1"; a patch published again gets "2.1",
+# kubernetes/release#4156), so its upstream part is the kubelet's version
+# (`kubeadm.installed_release`, lib `upstream_version`). Both compare as X.Y.Z here, once.
+def kubelet_behind(running: str, installed: str) -> bool:
+    """True when the running kubelet ("1.36.5", from its Node) is older than its package's."""
+    return kubeadm.version_key(running) < kubeadm.version_key(installed)
 
 
 def supported_minor(version: str) -> str:
@@ -114,6 +129,9 @@ def install_kubernetes(
 # (an API error during the drain) loses the charm's stored state, not what it did to the
 # machine, so the record of what was done must live next to it.
 UPGRADE_STATE = "/var/lib/gpu-k8s/kubernetes-upgrade.json"
+# The version the last restart of kubelet started (`upgrade_node`): its Node says so only
+# once the new kubelet posts its status, so a hook in between must not restart it again.
+RESTARTED = "/var/lib/gpu-k8s/kubelet-restarted"
 _STEPS = ("node", "drain", "restart")
 
 
@@ -237,6 +255,42 @@ def plan_version(
     return VersionPlan(VersionAction.UPGRADE, mine, target, None, pin, installed)
 
 
+def plan_restart(host: Host, running: str | None) -> Upgrade | None:
+    """Plan the upgrade procedure for a kubelet older than its package; the plan or None.
+
+    `running`: the version the Node says its kubelet runs (`running_version`); None when
+    the Node has no nodeInfo yet, which plans nothing. A joined node whose kubelet is older
+    than the installed package (`kubelet_behind`) records an upgrade from the running
+    version to the installed one (`UPGRADE_STATE`), which the next reconcile takes in an
+    upgrade turn as any upgrade (`plan_version`): `kubeadm upgrade node`, drain, restart,
+    uncordon. Not while an upgrade is recorded, nor again for a package this node
+    restarted kubelet into (`RESTARTED`: the Node shows it once the new kubelet posts its
+    status). A kubelet newer than its package is left alone (logged).
+
+    Drained, though a kubelet restart leaves running containers alone: the kubelet that
+    starts is another version, and kubernetes.io "Version Skew Policy" (kubelet) says to
+    drain before a minor kubelet upgrade ("In-place minor version kubelet upgrades are not
+    supported"), "Upgrading Linux nodes" drains before a patch's restart too, and issue 30
+    asks every upgrade to take a turn.
+    """
+    if running is None or not kubeadm.is_joined(host) or host.read(UPGRADE_STATE) is not None:
+        return None
+    installed = kubeadm.installed_release(host)
+    if installed is None or not kubelet_behind(running, installed):
+        if installed is not None and running != installed:
+            logger.warning(
+                "kubelet runs %s, newer than its package %s: left alone", running, installed
+            )
+        return None
+    if (host.read(RESTARTED) or "").strip() == installed:
+        logger.info("kubelet restarted into %s; its Node still says %s", installed, running)
+        return None
+    upgrade = Upgrade(running, installed)
+    save_upgrade(host, upgrade)
+    logger.info("kubelet runs %s, its package is %s: restart planned", running, installed)
+    return upgrade
+
+
 def newer_message(running: str, published: str) -> str:
     """The Blocked message of a node newer than its control plane."""
     return (
@@ -287,6 +341,7 @@ def upgrade_node(
     kubeadm.install(host, minor, mirror=mirror, with_kubectl=False, version=upgrade.target)
     if "restart" not in upgrade.done:
         kubeadm.restart_kubelet(host)
+        host.write(RESTARTED, upgrade.target + "\n")
         upgrade.done.append("restart")
         save_upgrade(host, upgrade)
     if upgrade.cordoned:

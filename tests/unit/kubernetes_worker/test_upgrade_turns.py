@@ -9,6 +9,7 @@ even when an upgrade fails half-way (review deploy.md N1 probe P6, gpu.md N9).
 import dataclasses
 import json
 
+import node_upgrade
 from ops import testing
 
 import charm
@@ -83,6 +84,32 @@ class Workers:
     def turns(self) -> list[str]:
         return json.loads(self.app.get("reboot-turns", "[]"))
 
+    def all_run(self, version: str) -> None:
+        """Every unit reports `version` (as its new kubelet posts it), Active, no turn asked."""
+        for i in UNITS:
+            assert self.states[i].workload_version == version
+            assert self.states[i].unit_status.name == "active"
+            assert "reboot-request" not in self.units[i]
+
+    def node_info(self, i: int, edit) -> None:
+        """Change what unit i's Node says in status.nodeInfo, as its kubelet would."""
+        path = f"/api/v1/nodes/{self.node(i)}"
+        current = self.api.get_object(path)
+        edit(current["status"])
+        self.api.put_object(path, current)
+
+    def count_drained_at_restarts(self) -> None:
+        """Also count the cordoned nodes while a kubelet restarts, inside a hook."""
+        for machine in self.machines.values():
+            systemctl = machine.runner.handlers["systemctl"]
+
+            def counting(argv, stdin, systemctl=systemctl):
+                if argv[1:] == ["restart", "kubelet"]:
+                    self.cordoned_at_once = max(self.cordoned_at_once, len(self.cordoned()))
+                return systemctl(argv, stdin)
+
+            machine.on("systemctl", counting)
+
 
 def new_patch(workers: Workers, monkeypatch, patch: str = "1.36.7") -> str:
     """A charm revision pinning a new patch, which pkgs.k8s.io serves."""
@@ -136,34 +163,106 @@ def test_a_patch_bump_on_three_workers_drains_one_at_a_time(tmp_path, api, monke
         assert machine.upgrades == [("node", patch)], unit  # once, the failed one resumed
         assert machine.dpkg["kubelet"] == deb(patch)
         assert machine.running("kubelet") == deb(patch)  # restarted: the new binary runs
-    for i in UNITS:
-        assert workers.states[i].workload_version == patch  # posted by the new kubelet
-        assert workers.states[i].unit_status.name == "active"
-        assert "reboot-request" not in workers.units[i]
+    workers.all_run(patch)
 
 
-def test_a_new_kubelet_package_not_restarted_reports_the_version_that_runs(
+def test_a_new_kubelet_package_not_restarted_is_restarted_in_its_turn(
     tmp_path, api, monkeypatch, clock
 ):
-    """Issue 30 item 2: the running version, as the running kubelet posts it on its Node.
+    """Issue 30 item 2: a kubelet whose package is new but whose process is old.
 
     An earlier revision installed a patch in place without restarting kubelet (review
-    deploy.md N1): the deb is new, the old binary runs; `kubelet --version` would say the
-    new one.
+    deploy.md N1): the debs are new, the old binary runs. The worker reports the version
+    its kubelet posts on its Node (`kubelet --version` would say the new one), then
+    restarts it by the upgrade procedure (`kubeadm upgrade node`, drain, restart,
+    uncordon) in an upgrade turn, one node at a time, and reports the new version once
+    the Node shows it.
     """
     workers = Workers(tmp_path, api, monkeypatch)
     old = kubeadm.RELEASES["1.36"].version
     workers.deploy()
     patch = new_patch(workers, monkeypatch)
-    for machine in workers.machines.values():
-        machine.dpkg["kubelet"] = deb(patch)  # replaced on disk, the process left alone
+    restarts = {}
+    for unit, machine in workers.machines.items():
+        for package in ("kubeadm", "kubelet"):  # replaced on disk, the process left alone
+            machine.dpkg[package] = deb(patch)
+        restarts[unit] = machine.services["kubelet"].restarts
     assert workers.machines["kubernetes-worker/0"].running("kubelet") == deb(old)
+    workers.count_drained_at_restarts()
 
     out = workers.run(0)
 
     assert out.workload_version == old
     cluster = next(r for r in out.relations if r.endpoint == "cluster")
     assert cluster.local_unit_data["kubernetes-version"] == "1.36"
+
+    most_turns, waits = 0, set()
+    for _ in range(5):  # update-status rounds, until every node runs the patch
+        for i in UNITS:
+            status = workers.run(i).unit_status
+            most_turns = max(most_turns, len(workers.turns()))
+            if "waiting for a turn" in status.message:
+                waits.add(status.message.split(";")[0])
+        if all(m.running("kubelet") == deb(patch) for m in workers.machines.values()):
+            break
+
+    for i in UNITS:  # one more update-status: the leader sees the last turn given back
+        workers.run(i)
+    assert waits == {f"Kubernetes upgrade to {patch}"}  # the others waited for the turn
+    assert most_turns == 1 and workers.cordoned_at_once == 1
+    assert workers.cordoned() == [] and workers.turns() == []
+    for unit, machine in workers.machines.items():
+        assert machine.running("kubelet") == deb(patch), unit
+        assert machine.services["kubelet"].restarts == restarts[unit] + 1, unit  # once
+        assert machine.upgrades == [("node", patch)], unit
+    workers.all_run(patch)
+
+
+def one_stale_kubelet(tmp_path, api, monkeypatch):
+    """Unit 0's kubelet package moved to a new patch in place, the old kubelet running.
+
+    Returns (workers, unit 0's machine, the patch, its kubelet's restarts so far).
+    """
+    workers = Workers(tmp_path, api, monkeypatch)
+    workers.deploy()
+    patch = new_patch(workers, monkeypatch)
+    machine = workers.machines["kubernetes-worker/0"]
+    machine.dpkg["kubelet"] = deb(patch)
+    return workers, machine, patch, machine.services["kubelet"].restarts
+
+
+def test_a_restarted_kubelet_that_has_not_posted_yet_is_not_restarted_again(
+    tmp_path, api, monkeypatch, clock
+):
+    """Until the new kubelet posts its status, its Node still names the old one."""
+    old = kubeadm.RELEASES["1.36"].version
+    workers, machine, patch, restarts = one_stale_kubelet(tmp_path, api, monkeypatch)
+    workers.run(0)  # plans the restart
+    workers.run(0)  # restarts kubelet in its turn
+    assert machine.services["kubelet"].restarts == restarts + 1
+    workers.node_info(0, lambda status: status["nodeInfo"].update(kubeletVersion=f"v{old}"))
+
+    for _ in range(2):
+        assert workers.run(0).workload_version == old
+
+    assert machine.services["kubelet"].restarts == restarts + 1
+    assert "reboot-request" not in workers.units[0]
+    machine.kubelet_posts_status()  # its next status update
+    assert workers.run(0).workload_version == patch
+
+
+def test_a_node_without_node_info_plans_no_kubelet_restart(tmp_path, api, monkeypatch, clock):
+    """A Node whose kubelet has not posted its nodeInfo yet says nothing of what runs."""
+    workers, machine, _, restarts = one_stale_kubelet(tmp_path, api, monkeypatch)
+    workers.node_info(0, lambda status: status.pop("nodeInfo"))
+
+    workers.run(0)
+    out = workers.run(0)  # a second hook: nothing was planned for it either
+
+    assert out.unit_status.name == "active"
+    assert "reboot-request" not in workers.units[0] and workers.cordoned_at_once == 0
+    assert machine.services["kubelet"].restarts == restarts and machine.upgrades == []
+    assert not machine.path(node_upgrade.UPGRADE_STATE).exists()
 
 
 # -- containerd/runc security updates (issue 30 item 2) ------------------------------
