@@ -8,6 +8,7 @@ import json
 import kubernetes_validate
 import pytest
 import readme_examples
+import training
 from conftest import (
     CLAIM,
     NS,
@@ -147,6 +148,7 @@ def test_scale_beyond_the_free_quota_queues_the_new_size(ctx, running, api, cont
 
 
 _JOBSETS = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{NS}/jobsets"
+_CONFIGMAPS = f"/api/v1/namespaces/{NS}/configmaps/"
 _DENIED = 'admission webhook "vjobset.kb.io" denied the request: quota'
 
 
@@ -162,20 +164,112 @@ def test_a_scale_the_api_server_refuses_restores_the_job_and_says_to_retry(ctx, 
     ) in failed.value.message
     stored = json.loads(jobset(api, "mnist")["metadata"]["annotations"]["gpu-k8s.io/request"])
     assert stored["workers"] == 2
+    assert api.get_object(_CONFIGMAPS + "mnist-scale") is None  # the JobSet holds them
     results, _ = run_action(ctx, running, "list-jobs")
     assert "mnist" in results["jobs"]
 
 
-def test_a_scale_whose_job_cannot_be_restored_says_how_to_train_it_again(ctx, running, api):
+def test_a_scale_whose_job_cannot_be_restored_says_how_to_scale_it_again(ctx, running, api):
+    """Its parameters are kept (`scale_record`): the same scale relaunches it once fixed."""
     api.inject(status=422, times=2, method="PATCH", path_prefix=_JOBSETS, message=_DENIED)
     with pytest.raises(testing.ActionFailed) as failed:
         run_action(ctx, running, "scale", job="mnist", workers=3)
     assert (
         "job mnist is stopped and could not be restored either; its checkpoints are kept "
-        "in jobs/mnist: train job=mnist workers=3 with its other parameters as before "
-        "resumes it"
+        "in jobs/mnist and its parameters with them: run scale job=mnist workers=3 again "
+        "once that is fixed (it relaunches the job from its last checkpoint)"
     ) in failed.value.message
     assert api.get_object(f"{_JOBSETS}/mnist") is None
+    kept = api.get_object(_CONFIGMAPS + "mnist-scale")
+    assert json.loads(kept["metadata"]["annotations"]["gpu-k8s.io/request"])["workers"] == 3
+
+
+_HOLD = "example.com/still-stopping"
+
+
+def _slow_to_stop(api, controller, index: int) -> str:
+    """Worker `index` of mnist outlives its deletion: its container is still stopping.
+
+    kubelet removes a deleted pod only once its containers stopped (up to the grace
+    period, then SIGKILL, then its report); meanwhile the pod is listed, terminating
+    (deletionTimestamp). A finalizer holds it here the same way (the fake deletes at once).
+    """
+    pod = controller.pod("mnist", "worker", index)
+    path = PODS + pod["metadata"]["name"]
+    api.put_object(path, {**pod, "metadata": {**pod["metadata"], "finalizers": [_HOLD]}})
+    return path
+
+
+def _stopped(api, path: str) -> None:
+    """The held pod's container stopped: kubelet's report lets its deletion complete."""
+    held = api.get_object(path)
+    api.put_object(path, {**held, "metadata": {**held["metadata"], "finalizers": []}})
+    api.delete_object(path)
+
+
+def test_a_scale_whose_old_pods_outlive_the_wait_keeps_the_job_and_says_how_to_retry(
+    ctx, running, api, controller, fake_time
+):
+    """Issue 31 item 2: a failed `scale` keeps the job and says how to retry.
+
+    The old JobSet must go before the new one is made (its replicated Jobs are
+    immutable), so its parameters are kept apart until the new one exists; a retry waits
+    for the old pods again and relaunches the job at the asked size, nothing lost.
+    """
+    asked = json.loads(jobset(api, "mnist")["metadata"]["annotations"]["gpu-k8s.io/request"])
+    held = _slow_to_stop(api, controller, 1)
+    start = fake_time.now
+    with pytest.raises(testing.ActionFailed) as failed:
+        run_action(ctx, running, "scale", job="mnist", workers=3, timeout=0)
+    assert failed.value.message == (
+        "old pods of mnist are still terminating after 90 s; the job's parameters are "
+        "kept: run scale job=mnist workers=3 again in a minute (it waits for them, then "
+        "relaunches the job from its last checkpoint)"
+    )
+    assert fake_time.now - start == pytest.approx(90)  # the grace period and a margin
+    assert api.get_object(held)["metadata"]["deletionTimestamp"]
+    assert api.get_object(f"{_JOBSETS}/mnist") is None
+
+    _stopped(api, held)
+    results, _ = run_action(ctx, running, "scale", job="mnist", workers=3, timeout=0)
+
+    assert results["changed"] == "true" and results["workers"] == "3"
+    stored = json.loads(jobset(api, "mnist")["metadata"]["annotations"]["gpu-k8s.io/request"])
+    assert stored == {**asked, "workers": 3}  # every other parameter as trained
+    assert role_spec(jobset(api, "mnist"), "worker")["parallelism"] == 3
+    code = api.get_object(_CONFIGMAPS + "mnist-code")
+    assert code is not None and code["data"] == training.read_code()
+    assert api.get_object(JOBS + "mnist-purge") is None  # the checkpoints are untouched
+    assert api.get_object(_CONFIGMAPS + "mnist-scale") is None  # the JobSet holds them again
+    results, _ = run_action(ctx, running, "list-jobs")
+    assert "mnist" in results["jobs"]
+
+
+def test_a_job_whose_scale_timed_out_can_be_trained_again_or_stopped(
+    ctx, running, api, controller, fake_time
+):
+    """`train` of the job waits for the old pods, then replaces what the scale kept."""
+    held = _slow_to_stop(api, controller, 1)
+    with pytest.raises(testing.ActionFailed, match="still terminating"):
+        run_action(ctx, running, "scale", job="mnist", workers=3, timeout=0)
+    kept = api.get_object(_CONFIGMAPS + "mnist-scale")
+    assert json.loads(kept["metadata"]["annotations"]["gpu-k8s.io/request"])["workers"] == 3
+    with pytest.raises(testing.ActionFailed) as failed:
+        run_action(ctx, running, "train", job="mnist", workers=3, **{"gpus-per-worker": 1})
+    assert failed.value.message == (
+        "old pods of mnist are still terminating after a scale: run scale job=mnist "
+        "workers=3 again in a minute (it waits for them, then relaunches the job from its "
+        "last checkpoint)"
+    )
+    _stopped(api, held)
+    run_action(ctx, running, "train", job="mnist", workers=3, **{"gpus-per-worker": 1})
+    assert api.get_object(_CONFIGMAPS + "mnist-scale") is None
+    assert role_spec(jobset(api, "mnist"), "worker")["parallelism"] == 3
+    api.put_object(_CONFIGMAPS + "mnist-scale", kept)  # as a scale that timed out leaves it
+    run_action(ctx, running, "stop", job="mnist")
+    assert api.get_object(_CONFIGMAPS + "mnist-scale") is None  # with the job's objects
+    with pytest.raises(testing.ActionFailed, match="no job 'mnist'"):
+        run_action(ctx, running, "scale", job="mnist", workers=2)
 
 
 def test_scale_unknown_job_fails(ctx, state, api):
