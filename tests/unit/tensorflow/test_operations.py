@@ -5,7 +5,10 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import job_state
 import kubernetes_validate
+import manifests
+import params
 import pytest
 import readme_examples
 import training
@@ -824,3 +827,72 @@ def test_no_gpu_in_tensorflow_fails_the_job_at_once_without_restarts(
     controller.tick()
     results, _ = run_action(ctx, running, "job-status", job="mnist")
     assert (results["phase"], results["restarts"]) == ("Failed", "0 of 3")
+
+
+# One row each of the exit-code table (docs/explanation/training-jobs.md "Stops and exit
+# codes", tf_launcher.py's docstring; 83 is the test above): worker 1 (worker 0, the chief
+# under MWMS, for 0) of the charm's own JobSet ends so, and the Job's podFailurePolicy then
+# the JobSet's failurePolicy act as the fake controllers emulate them (fakes/batch.py B3:
+# kubernetes.io "Handling retriable and non-retriable pod failures with Pod failure
+# policy", rules in order, the first match wins, pkg/controller/job/pod_failure_policy.go's
+# FailJob message; J3: JobSet v0.12.0 failure_policy.go findFirstFailedPolicyRuleAndJob,
+# ruleIsApplicable). Row 1 is the launcher's report of a program's 82, 83 or 143
+# (test_tf_launcher.py); here it is one more code that counts.
+# code: (DisruptionTarget, phase, what JobSet did, restarts, of which counted)
+_FAIL_JOBSET = "Failed FailJobSetFailurePolicyAction"
+_COUNTED = "RestartingJobSet FailurePolicy_failureCounts"
+_NOT_COUNTED = "RestartingJobSet FailurePolicy_stoppedNotCounted"
+_EXIT_ROWS = {
+    "0 the program finished": (False, "Succeeded", "Completed AllJobsCompleted", 0, 0),
+    "143 stopped on a SIGTERM": (False, "Restarting", _NOT_COUNTED, 1, 0),
+    "82 cannot start": (False, "Failed", _FAIL_JOBSET, 0, 0),
+    "1 a reserved code remapped": (False, "Restarting", _COUNTED, 1, 1),
+    "3 any other": (False, "Restarting", _COUNTED, 1, 1),
+    "137 killed": (False, "Restarting", _COUNTED, 1, 1),
+    "137 evicted, killed at its grace": (True, "Running", "", 0, 0),
+}
+_EXIT_CTX = manifests.Context(
+    namespace=NS,
+    app="tensorflow",
+    claim=CLAIM,
+    default_image="tensorflow/tensorflow:2.21.0",
+    tensorboard_image="tensorflow/tensorflow:2.21.0",
+)
+
+
+@pytest.mark.parametrize("row", list(_EXIT_ROWS))
+def test_each_exit_code_does_what_the_table_says(api, controller, row):
+    disrupted, phase, acted, restarts, counted = _EXIT_ROWS[row]
+    code = int(row.split()[0])
+    add_nodes(api, node("node-a", 4))
+    request = params.TrainRequest(job="mnist", workers=2, gpus_per_worker=1)
+    js = manifests.jobset(request, _EXIT_CTX)
+    js["metadata"]["labels"].pop("kueue.x-k8s.io/queue-name")
+    controller.managed = False  # no Kueue: the failure policies alone (test_fake_jobset.py)
+    api.put_object(f"{_JOBSETS}/mnist", js)
+    controller.tick()
+    first = controller.pod("mnist", "worker", 1)["metadata"]["name"]
+    end = "Succeeded" if code == 0 else "Failed"
+    index = 0 if code == 0 else 1
+    controller.end_pod("mnist", "worker", index, end, exit_code=code, disrupted=disrupted)
+    controller.tick()
+
+    js = jobset(api, "mnist")
+    assert job_state.phase(js, None, training_pods(api)) == phase  # as job-status reads it
+    status = js.get("status") or {}
+    done = [
+        f"{c['type']} {c['reason']}" for c in status.get("conditions", []) if c["status"] == "True"
+    ]
+    assert done == ([acted] if acted else [])
+    assert (status.get("restarts", 0), status.get("restartsCountTowardsMax", 0)) == (
+        restarts,
+        counted,
+    )
+    if disrupted:  # podFailurePolicy rule 0, Ignore: the pod is replaced, the gang goes on
+        index = "batch.kubernetes.io/job-completion-index"
+        replaced = [
+            p["metadata"]["name"]
+            for p in training_pods(api)
+            if p["metadata"]["labels"][index] == "1" and p["status"]["phase"] == "Running"
+        ]
+        assert len(replaced) == 1 and replaced != [first]
