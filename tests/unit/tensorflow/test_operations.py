@@ -203,6 +203,12 @@ def _slow_to_stop(api, controller, index: int) -> str:
     return path
 
 
+def _act(ctx, state, action: str, /, **params) -> dict:
+    """Run an action on a unit that has reconciled already (the job's train did); results."""
+    ctx.run(ctx.on.action(action, params=params), state)
+    return dict(ctx.action_results or {})
+
+
 def _stopped(api, path: str) -> None:
     """The held pod's container stopped: kubelet's report lets its deletion complete."""
     held = api.get_object(path)
@@ -234,7 +240,7 @@ def test_a_scale_whose_old_pods_outlive_the_wait_keeps_the_job_and_says_how_to_r
     assert api.get_object(f"{_JOBSETS}/mnist") is None
 
     _stopped(api, held)
-    results, _ = run_action(ctx, running, "scale", job="mnist", workers=3, timeout=0)
+    results = _act(ctx, running, "scale", job="mnist", workers=3, timeout=0)
 
     assert results["changed"] == "true" and results["workers"] == "3"
     stored = json.loads(jobset(api, "mnist")["metadata"]["annotations"]["gpu-k8s.io/request"])
@@ -244,8 +250,7 @@ def test_a_scale_whose_old_pods_outlive_the_wait_keeps_the_job_and_says_how_to_r
     assert code is not None and code["data"] == training.read_code()
     assert api.get_object(JOBS + "mnist-purge") is None  # the checkpoints are untouched
     assert api.get_object(_CONFIGMAPS + "mnist-scale") is None  # the JobSet holds them again
-    results, _ = run_action(ctx, running, "list-jobs")
-    assert "mnist" in results["jobs"]
+    assert "mnist" in _act(ctx, running, "list-jobs")["jobs"]
 
 
 def test_a_job_whose_scale_timed_out_can_be_trained_again_or_stopped(
@@ -258,21 +263,19 @@ def test_a_job_whose_scale_timed_out_can_be_trained_again_or_stopped(
     kept = api.get_object(_CONFIGMAPS + "mnist-scale")
     assert json.loads(kept["metadata"]["annotations"]["gpu-k8s.io/request"])["workers"] == 3
     with pytest.raises(testing.ActionFailed) as failed:
-        run_action(ctx, running, "train", job="mnist", workers=3, **{"gpus-per-worker": 1})
+        _act(ctx, running, "train", job="mnist", workers=3, **{"gpus-per-worker": 1})
     assert failed.value.message == (
         "old pods of mnist are still terminating after a scale: run scale job=mnist "
         "workers=3 again in a minute (it waits for them, then relaunches the job from its "
         "last checkpoint)"
     )
     _stopped(api, held)
-    run_action(ctx, running, "train", job="mnist", workers=3, **{"gpus-per-worker": 1})
+    _act(ctx, running, "train", job="mnist", workers=3, **{"gpus-per-worker": 1})
     assert api.get_object(_CONFIGMAPS + "mnist-scale") is None
     assert role_spec(jobset(api, "mnist"), "worker")["parallelism"] == 3
     api.put_object(_CONFIGMAPS + "mnist-scale", kept)  # as a scale that timed out leaves it
-    run_action(ctx, running, "stop", job="mnist")
+    _act(ctx, running, "stop", job="mnist")
     assert api.get_object(_CONFIGMAPS + "mnist-scale") is None  # with the job's objects
-    with pytest.raises(testing.ActionFailed, match="no job 'mnist'"):
-        run_action(ctx, running, "scale", job="mnist", workers=2)
 
 
 def test_scale_unknown_job_fails(ctx, state, api):
