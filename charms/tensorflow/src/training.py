@@ -40,6 +40,7 @@ from literals import (
     COMPONENT_PURGE,
     COMPONENT_TENSORBOARD,
     COMPONENT_TRAINING,
+    GRACE_SECONDS,
     JOBSET_API,
     KUEUE_API,
     LABEL_COMPONENT,
@@ -460,10 +461,19 @@ def launch(
         return dry_run(kube, ctx, request, code, nodes)
     new = _check_new(kube, ctx, request)
     if new:
+        record = _scale_record(kube, ctx, request.job)  # a scale's old pods may linger
+        if record is not None and _training_pods(kube, ctx, request.job):
+            asked = _request_of(record, request.job, ctx).workers
+            raise JobError(
+                f"old pods of {request.job} are still terminating after a scale: "
+                + _retry_scale(request.job, asked)
+            )
         _check_claim(kube, ctx)
         _check_dataset(kube, ctx, request.dataset)
         _check_fits(kube, ctx, request, nodes)
         _apply_all(kube, ctx, manifests.manifests(request, ctx, code))
+        if record is not None:  # this job replaces the one the scale kept
+            kube.delete("v1", "ConfigMap", _record_name(request.job), ctx.namespace)
         roles = ", ".join(f"{n} {r}" for r, n in request.replicas().items())
         log(f"created job {request.job}: {roles}; queue {ctx.queue}, priority {request.priority}")
     else:
@@ -775,6 +785,49 @@ def _wait_gone(
     return bool(poll_until(gone, timeout, poll=poll, clock=clock, sleep=sleep))
 
 
+# The least `scale` waits for the old pods: they save on SIGTERM for up to their grace
+# period, then kubelet kills them, reports it and the pod objects go (literals GRACE_SECONDS);
+# looked for every OLD_PODS_POLL seconds (one pod list each)
+OLD_PODS_SECONDS = GRACE_SECONDS + 30
+OLD_PODS_POLL = 5.0
+
+
+def _record_name(job: str) -> str:
+    return f"{job}-scale"
+
+
+def scale_record(request: TrainRequest, ctx: Context) -> dict:
+    """The ConfigMap `<job>-scale`: the parameters of a job that `scale` is relaunching.
+
+    Owned by nothing, so it outlives the old JobSet: written before that is deleted and
+    removed once the new one holds the request (ANNOTATION_REQUEST, as on the JobSet).
+    Where the old pods outlive the wait (or the action ends meanwhile), the next `scale`
+    relaunches the job from it; `stop` deletes it with the job's other objects (its
+    labels), `train` of that job once it made it.
+    """
+    meta = {
+        "name": _record_name(request.job),
+        "namespace": ctx.namespace,
+        "labels": manifests.labels(ctx.app, request.job),
+        "annotations": {ANNOTATION_REQUEST: request.to_json()},
+    }
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta}
+
+
+def _scale_record(kube: Any, ctx: Context, job: str) -> dict | None:
+    """The job's `scale_record` when a scale left one (of this application only)."""
+    found = kube.get("v1", "ConfigMap", _record_name(job), ctx.namespace)
+    labels = ((found or {}).get("metadata") or {}).get("labels") or {}
+    return found if labels.get(LABEL_MANAGED_BY) == ctx.app else None
+
+
+def _retry_scale(job: str, workers: int) -> str:
+    return (
+        f"run scale job={job} workers={workers} again in a minute (it waits for them, then "
+        "relaunches the job from its last checkpoint)"
+    )
+
+
 def scale(
     kube: Any,
     ctx: Context,
@@ -792,26 +845,38 @@ def scale(
     A JobSet's replicated Jobs are immutable (JobSet v0.12.0 webhook ValidateUpdate), so
     the JobSet is deleted (its code ConfigMap and TensorBoard with it), its pods awaited
     until gone, and the job made again with the new size: Kueue admits it when it fits,
-    like any job.
+    like any job. Its parameters are kept in `scale_record` meanwhile, so that a scale
+    whose old pods outlive the wait (a pod saves for up to its grace period) loses
+    nothing: it says to run scale again, which relaunches the job from the record.
 
     Raises:
-        JobError: no such job, it already finished, or the new size could never run here.
+        JobError: no such job, it already finished, the new size could never run here, or
+            the old pods are still there (the record kept: scale again).
     """
     js = _jobset(kube, ctx, job)
-    request = _request_of(js, job, ctx)
-    pods = _training_pods(kube, ctx, job)
-    workload = _workload_of(js, _workloads(kube, ctx))
-    if job_state.phase(js, workload, pods) in ("Succeeded", "Failed"):
-        raise JobError(f"job {job!r} has finished: train a new job instead of scaling it")
-    if workers == request.workers:
-        return {"job": job, "workers": str(workers), "changed": "false"}
+    record = _scale_record(kube, ctx, job) if js is None else None
+    request = _request_of(js or record, job, ctx)
+    if js is not None:
+        pods = _training_pods(kube, ctx, job)
+        workload = _workload_of(js, _workloads(kube, ctx))
+        if job_state.phase(js, workload, pods) in ("Succeeded", "Failed"):
+            raise JobError(f"job {job!r} has finished: train a new job instead of scaling it")
+        if workers == request.workers:
+            return {"job": job, "workers": str(workers), "changed": "false"}
     scaled = request.model_copy(update={"workers": workers})  # ScaleParams checked it
     _check_fits(kube, ctx, scaled, kube.list("v1", "Node"))
-    log(f"stopping {request.workers} workers of {job} (they resume from the last checkpoint)")
-    kube.delete(JOBSET_API, "JobSet", job, ctx.namespace)
-    if not _wait_gone(kube, ctx, job, max(timeout, 60), sleep=sleep, clock=clock):
-        raise JobError(f"old pods of {job} are still terminating: run scale again shortly")
+    kube.apply(scale_record(scaled, ctx), field_manager=ctx.app)
+    if js is not None:
+        log(f"stopping {request.workers} workers of {job} (they resume from the last checkpoint)")
+        kube.delete(JOBSET_API, "JobSet", job, ctx.namespace)
+    wait = max(timeout, OLD_PODS_SECONDS)
+    if not _wait_gone(kube, ctx, job, wait, sleep=sleep, clock=clock, poll=OLD_PODS_POLL):
+        raise JobError(
+            f"old pods of {job} are still terminating after {wait:.0f} s; the job's "
+            f"parameters are kept: {_retry_scale(job, workers)}"
+        )
     _relaunch(kube, ctx, request, scaled, code)
+    kube.delete("v1", "ConfigMap", _record_name(job), ctx.namespace)
     log(f"relaunched {job} with {workers} workers")
     state, why = queue_answer(kube, ctx, job, sleep=sleep, clock=clock)
     if state in (*job_state.WAITING, "Unknown"):
@@ -844,8 +909,9 @@ def _relaunch(
     """Make the job again at its new size; when refused, make it again as it was (N9).
 
     The old JobSet is already gone (its replicated Jobs are immutable), so a refusal of
-    the new objects would otherwise lose the job and its request: it is restored, and the
-    operator told to scale again; if even that is refused, how to train it again.
+    the new objects would otherwise lose the job and its request: it is restored (and its
+    `scale_record` deleted), and the operator told to scale again; if even that is
+    refused, the record is kept and the operator told to scale again once it is fixed.
 
     Raises:
         JobError: the new size was refused (saying whether the old one was restored).
@@ -861,10 +927,11 @@ def _relaunch(
     except RefusedError:
         raise JobError(
             f"scale to {new.workers} workers failed: {refused}; job {job} is stopped and "
-            f"could not be restored either; its checkpoints are kept in jobs/{job}: "
-            f"train job={job} workers={new.workers} with its other parameters as before "
-            "resumes it"
+            f"could not be restored either; its checkpoints are kept in jobs/{job} and its "
+            f"parameters with them: run scale job={job} workers={new.workers} again once "
+            "that is fixed (it relaunches the job from its last checkpoint)"
         ) from None
+    kube.delete("v1", "ConfigMap", _record_name(job), ctx.namespace)
     raise JobError(
         f"scale to {new.workers} workers failed: {refused}; job {job} was restored with "
         f"{old.workers} workers (it resumes from its last checkpoint): run scale again "

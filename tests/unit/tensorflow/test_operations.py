@@ -5,9 +5,13 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import job_state
 import kubernetes_validate
+import manifests
+import params
 import pytest
 import readme_examples
+import training
 from conftest import (
     CLAIM,
     NS,
@@ -147,6 +151,7 @@ def test_scale_beyond_the_free_quota_queues_the_new_size(ctx, running, api, cont
 
 
 _JOBSETS = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{NS}/jobsets"
+_CONFIGMAPS = f"/api/v1/namespaces/{NS}/configmaps/"
 _DENIED = 'admission webhook "vjobset.kb.io" denied the request: quota'
 
 
@@ -162,20 +167,115 @@ def test_a_scale_the_api_server_refuses_restores_the_job_and_says_to_retry(ctx, 
     ) in failed.value.message
     stored = json.loads(jobset(api, "mnist")["metadata"]["annotations"]["gpu-k8s.io/request"])
     assert stored["workers"] == 2
+    assert api.get_object(_CONFIGMAPS + "mnist-scale") is None  # the JobSet holds them
     results, _ = run_action(ctx, running, "list-jobs")
     assert "mnist" in results["jobs"]
 
 
-def test_a_scale_whose_job_cannot_be_restored_says_how_to_train_it_again(ctx, running, api):
+def test_a_scale_whose_job_cannot_be_restored_says_how_to_scale_it_again(ctx, running, api):
+    """Its parameters are kept (`scale_record`): the same scale relaunches it once fixed."""
     api.inject(status=422, times=2, method="PATCH", path_prefix=_JOBSETS, message=_DENIED)
     with pytest.raises(testing.ActionFailed) as failed:
         run_action(ctx, running, "scale", job="mnist", workers=3)
     assert (
         "job mnist is stopped and could not be restored either; its checkpoints are kept "
-        "in jobs/mnist: train job=mnist workers=3 with its other parameters as before "
-        "resumes it"
+        "in jobs/mnist and its parameters with them: run scale job=mnist workers=3 again "
+        "once that is fixed (it relaunches the job from its last checkpoint)"
     ) in failed.value.message
     assert api.get_object(f"{_JOBSETS}/mnist") is None
+    kept = api.get_object(_CONFIGMAPS + "mnist-scale")
+    assert json.loads(kept["metadata"]["annotations"]["gpu-k8s.io/request"])["workers"] == 3
+
+
+_HOLD = "example.com/still-stopping"
+
+
+def _slow_to_stop(api, controller, index: int) -> str:
+    """Worker `index` of mnist outlives its deletion: its container is still stopping.
+
+    kubelet removes a deleted pod only once its containers stopped (up to the grace
+    period, then SIGKILL, then its report); meanwhile the pod is listed, terminating
+    (deletionTimestamp). A finalizer holds it here the same way (the fake deletes at once).
+    """
+    pod = controller.pod("mnist", "worker", index)
+    path = PODS + pod["metadata"]["name"]
+    api.put_object(path, {**pod, "metadata": {**pod["metadata"], "finalizers": [_HOLD]}})
+    return path
+
+
+def _act(ctx, state, action: str, /, **params) -> dict:
+    """Run an action on a unit that has reconciled already (the job's train did); results."""
+    ctx.run(ctx.on.action(action, params=params), state)
+    return dict(ctx.action_results or {})
+
+
+def _stopped(api, path: str) -> None:
+    """The held pod's container stopped: kubelet's report lets its deletion complete."""
+    held = api.get_object(path)
+    api.put_object(path, {**held, "metadata": {**held["metadata"], "finalizers": []}})
+    api.delete_object(path)
+
+
+def test_a_scale_whose_old_pods_outlive_the_wait_keeps_the_job_and_says_how_to_retry(
+    ctx, running, api, controller, fake_time
+):
+    """Issue 31 item 2: a failed `scale` keeps the job and says how to retry.
+
+    The old JobSet must go before the new one is made (its replicated Jobs are
+    immutable), so its parameters are kept apart until the new one exists; a retry waits
+    for the old pods again and relaunches the job at the asked size, nothing lost.
+    """
+    asked = json.loads(jobset(api, "mnist")["metadata"]["annotations"]["gpu-k8s.io/request"])
+    held = _slow_to_stop(api, controller, 1)
+    start = fake_time.now
+    with pytest.raises(testing.ActionFailed) as failed:
+        run_action(ctx, running, "scale", job="mnist", workers=3, timeout=0)
+    assert failed.value.message == (
+        "old pods of mnist are still terminating after 90 s; the job's parameters are "
+        "kept: run scale job=mnist workers=3 again in a minute (it waits for them, then "
+        "relaunches the job from its last checkpoint)"
+    )
+    assert fake_time.now - start == pytest.approx(90)  # the grace period and a margin
+    assert api.get_object(held)["metadata"]["deletionTimestamp"]
+    assert api.get_object(f"{_JOBSETS}/mnist") is None
+
+    _stopped(api, held)
+    results = _act(ctx, running, "scale", job="mnist", workers=3, timeout=0)
+
+    assert results["changed"] == "true" and results["workers"] == "3"
+    stored = json.loads(jobset(api, "mnist")["metadata"]["annotations"]["gpu-k8s.io/request"])
+    assert stored == {**asked, "workers": 3}  # every other parameter as trained
+    assert role_spec(jobset(api, "mnist"), "worker")["parallelism"] == 3
+    code = api.get_object(_CONFIGMAPS + "mnist-code")
+    assert code is not None and code["data"] == training.read_code()
+    assert api.get_object(JOBS + "mnist-purge") is None  # the checkpoints are untouched
+    assert api.get_object(_CONFIGMAPS + "mnist-scale") is None  # the JobSet holds them again
+    assert "mnist" in _act(ctx, running, "list-jobs")["jobs"]
+
+
+def test_a_job_whose_scale_timed_out_can_be_trained_again_or_stopped(
+    ctx, running, api, controller, fake_time
+):
+    """`train` of the job waits for the old pods, then replaces what the scale kept."""
+    held = _slow_to_stop(api, controller, 1)
+    with pytest.raises(testing.ActionFailed, match="still terminating"):
+        run_action(ctx, running, "scale", job="mnist", workers=3, timeout=0)
+    kept = api.get_object(_CONFIGMAPS + "mnist-scale")
+    assert json.loads(kept["metadata"]["annotations"]["gpu-k8s.io/request"])["workers"] == 3
+    with pytest.raises(testing.ActionFailed) as failed:
+        _act(ctx, running, "train", job="mnist", workers=3, **{"gpus-per-worker": 1})
+    assert failed.value.message == (
+        "old pods of mnist are still terminating after a scale: run scale job=mnist "
+        "workers=3 again in a minute (it waits for them, then relaunches the job from its "
+        "last checkpoint)"
+    )
+    _stopped(api, held)
+    _act(ctx, running, "train", job="mnist", workers=3, **{"gpus-per-worker": 1})
+    assert api.get_object(_CONFIGMAPS + "mnist-scale") is None
+    assert role_spec(jobset(api, "mnist"), "worker")["parallelism"] == 3
+    api.put_object(_CONFIGMAPS + "mnist-scale", kept)  # as a scale that timed out leaves it
+    _act(ctx, running, "stop", job="mnist")
+    assert api.get_object(_CONFIGMAPS + "mnist-scale") is None  # with the job's objects
 
 
 def test_scale_unknown_job_fails(ctx, state, api):
@@ -756,3 +856,72 @@ def test_no_gpu_in_tensorflow_fails_the_job_at_once_without_restarts(
     controller.tick()
     results, _ = run_action(ctx, running, "job-status", job="mnist")
     assert (results["phase"], results["restarts"]) == ("Failed", "0 of 3")
+
+
+# One row each of the exit-code table (docs/explanation/training-jobs.md "Stops and exit
+# codes", tf_launcher.py's docstring; 83 is the test above): worker 1 (worker 0, the chief
+# under MWMS, for 0) of the charm's own JobSet ends so, and the Job's podFailurePolicy then
+# the JobSet's failurePolicy act as the fake controllers emulate them (fakes/batch.py B3:
+# kubernetes.io "Handling retriable and non-retriable pod failures with Pod failure
+# policy", rules in order, the first match wins, pkg/controller/job/pod_failure_policy.go's
+# FailJob message; J3: JobSet v0.12.0 failure_policy.go findFirstFailedPolicyRuleAndJob,
+# ruleIsApplicable). Row 1 is the launcher's report of a program's 82, 83 or 143
+# (test_tf_launcher.py); here it is one more code that counts.
+# code: (DisruptionTarget, phase, what JobSet did, restarts, of which counted)
+_FAIL_JOBSET = "Failed FailJobSetFailurePolicyAction"
+_COUNTED = "RestartingJobSet FailurePolicy_failureCounts"
+_NOT_COUNTED = "RestartingJobSet FailurePolicy_stoppedNotCounted"
+_EXIT_ROWS = {
+    "0 the program finished": (False, "Succeeded", "Completed AllJobsCompleted", 0, 0),
+    "143 stopped on a SIGTERM": (False, "Restarting", _NOT_COUNTED, 1, 0),
+    "82 cannot start": (False, "Failed", _FAIL_JOBSET, 0, 0),
+    "1 a reserved code remapped": (False, "Restarting", _COUNTED, 1, 1),
+    "3 any other": (False, "Restarting", _COUNTED, 1, 1),
+    "137 killed": (False, "Restarting", _COUNTED, 1, 1),
+    "137 evicted, killed at its grace": (True, "Running", "", 0, 0),
+}
+_EXIT_CTX = manifests.Context(
+    namespace=NS,
+    app="tensorflow",
+    claim=CLAIM,
+    default_image="tensorflow/tensorflow:2.21.0",
+    tensorboard_image="tensorflow/tensorflow:2.21.0",
+)
+
+
+@pytest.mark.parametrize("row", list(_EXIT_ROWS))
+def test_each_exit_code_does_what_the_table_says(api, controller, row):
+    disrupted, phase, acted, restarts, counted = _EXIT_ROWS[row]
+    code = int(row.split()[0])
+    add_nodes(api, node("node-a", 4))
+    request = params.TrainRequest(job="mnist", workers=2, gpus_per_worker=1)
+    js = manifests.jobset(request, _EXIT_CTX)
+    js["metadata"]["labels"].pop("kueue.x-k8s.io/queue-name")
+    controller.managed = False  # no Kueue: the failure policies alone (test_fake_jobset.py)
+    api.put_object(f"{_JOBSETS}/mnist", js)
+    controller.tick()
+    first = controller.pod("mnist", "worker", 1)["metadata"]["name"]
+    end = "Succeeded" if code == 0 else "Failed"
+    index = 0 if code == 0 else 1
+    controller.end_pod("mnist", "worker", index, end, exit_code=code, disrupted=disrupted)
+    controller.tick()
+
+    js = jobset(api, "mnist")
+    assert job_state.phase(js, None, training_pods(api)) == phase  # as job-status reads it
+    status = js.get("status") or {}
+    done = [
+        f"{c['type']} {c['reason']}" for c in status.get("conditions", []) if c["status"] == "True"
+    ]
+    assert done == ([acted] if acted else [])
+    assert (status.get("restarts", 0), status.get("restartsCountTowardsMax", 0)) == (
+        restarts,
+        counted,
+    )
+    if disrupted:  # podFailurePolicy rule 0, Ignore: the pod is replaced, the gang goes on
+        index = "batch.kubernetes.io/job-completion-index"
+        replaced = [
+            p["metadata"]["name"]
+            for p in training_pods(api)
+            if p["metadata"]["labels"][index] == "1" and p["status"]["phase"] == "Running"
+        ]
+        assert len(replaced) == 1 and replaced != [first]
