@@ -1371,7 +1371,7 @@ class FakeKubeApiServer:
         """The stored object's validation, then the validating admission plugins."""
         name = obj["metadata"].get("name", "")
         crd = self._crd_for(target)
-        self.admission.validate(target.gv, target.kind, obj, name, crd)
+        self.admission.validate(target.gv, target.kind, obj, name, crd, old)
         deny_service_external_ips(target.plural, target.sub, obj, old)
         namespace = obj["metadata"].get("namespace")
         self._warnings += self.admission.pod_security.validate(

@@ -13,17 +13,15 @@ rules).
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 
 import manifests
 import params
 import pytest
-from conftest import JOBSETS, NS
+from conftest import JOBSETS, NS, send
 
 from fakes import crds
 from fakes.kube_admission import Admission, rule_refusal
-from fakes.kube_apiserver import ADMIN_TOKEN, ApiError
+from fakes.kube_apiserver import ApiError
 
 KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
 CTX = manifests.Context(
@@ -33,20 +31,6 @@ CTX = manifests.Context(
     default_image="tensorflow/tensorflow:2.21.0",
     tensorboard_image="tensorflow/tensorflow:2.21.0",
 )
-
-
-def _send(api, method: str, path: str, obj: dict) -> tuple[int, dict]:
-    request = urllib.request.Request(
-        f"{api.url}{path}",
-        data=json.dumps(obj).encode(),
-        method=method,
-        headers={"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(request) as response:
-            return response.status, json.load(response)
-    except urllib.error.HTTPError as e:
-        return e.code, json.load(e)
 
 
 def _invalid(kind: str, name: str, field: str, detail: str, value: str = "object") -> dict:
@@ -99,7 +83,7 @@ def _cluster_queue(name: str, **spec) -> dict:
 def test_a_cluster_queue_whose_flavor_misses_a_covered_resource_is_refused(api):
     cq = _cluster_queue("lopsided")
     del cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][1]
-    code, status = _send(api, "POST", f"{KUEUE}/clusterqueues", cq)
+    code, status = send(api, "POST", f"{KUEUE}/clusterqueues", cq)
     assert code == 422
     assert status == _invalid(
         "ClusterQueue",
@@ -115,11 +99,11 @@ def test_the_rules_see_the_defaults_the_server_decodes_with(api):
     Without the defaults `self.reclaimWithinCohort` would be `no such key` on every queue.
     """
     ok = _cluster_queue("defaults", preemption={"withinClusterQueue": "LowerPriority"})
-    assert _send(api, "POST", f"{KUEUE}/clusterqueues", ok)[0] == 201
+    assert send(api, "POST", f"{KUEUE}/clusterqueues", ok)[0] == 201
     bad = _cluster_queue(
         "borrows", preemption={"borrowWithinCohort": {"policy": "LowerPriority"}}
     )  # reclaimWithinCohort defaults to Never
-    code, status = _send(api, "POST", f"{KUEUE}/clusterqueues", bad)
+    code, status = send(api, "POST", f"{KUEUE}/clusterqueues", bad)
     assert (code, status["message"]) == (
         422,
         'ClusterQueue.kueue.x-k8s.io "borrows" is invalid: spec.preemption: Invalid value: '
@@ -127,7 +111,7 @@ def test_the_rules_see_the_defaults_the_server_decodes_with(api):
     )
     # whenCanBorrow defaults to MayStopSearch: a preference needs both set to TryNextFlavor
     pref = _cluster_queue("pref", flavorFungibility={"preference": "BorrowingOverPreemption"})
-    code, status = _send(api, "POST", f"{KUEUE}/clusterqueues", pref)
+    code, status = send(api, "POST", f"{KUEUE}/clusterqueues", pref)
     assert code == 422
     assert status["details"]["causes"] == [
         {
@@ -143,7 +127,7 @@ def test_a_schema_error_keeps_the_rules_from_running(api):
     """hasBlockingErr: an enum, type, required or size error stops CEL, with its own error."""
     cq = _cluster_queue("both", preemption={"withinClusterQueue": "Always"})
     del cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][1]
-    code, status = _send(api, "POST", f"{KUEUE}/clusterqueues", cq)
+    code, status = send(api, "POST", f"{KUEUE}/clusterqueues", cq)
     assert code == 422
     assert status["message"] == (
         'ClusterQueue.kueue.x-k8s.io "both" is invalid: [spec.preemption.withinClusterQueue: '
@@ -164,12 +148,12 @@ def test_a_jobset_that_breaks_a_rule_is_refused_and_the_charms_is_not(api):
     js["spec"]["replicatedJobs"][-1]["dependsOn"] = [
         {"name": js["spec"]["replicatedJobs"][0]["name"], "status": "Ready"}
     ]
-    code, status = _send(api, "POST", JOBSETS.rstrip("/"), js)
+    code, status = send(api, "POST", JOBSETS.rstrip("/"), js)
     assert code == 422
     assert status == _invalid(
         "JobSet", "mnist", "spec", "StartupPolicy and DependsOn APIs are mutually exclusive"
     )
-    assert _send(api, "POST", JOBSETS.rstrip("/"), _jobset())[0] == 201
+    assert send(api, "POST", JOBSETS.rstrip("/"), _jobset())[0] == 201
 
 
 def test_a_transition_rule_runs_on_update_only(api):
@@ -177,21 +161,21 @@ def test_a_transition_rule_runs_on_update_only(api):
 
     JobSet's failurePolicy and a LocalQueue's clusterQueue.
     """
-    code, stored = _send(api, "POST", JOBSETS.rstrip("/"), _jobset())
+    code, stored = send(api, "POST", JOBSETS.rstrip("/"), _jobset())
     assert code == 201
     changed = json.loads(json.dumps(stored))
     changed["spec"]["failurePolicy"]["maxRestarts"] += 1
-    code, status = _send(api, "PUT", f"{JOBSETS}mnist", changed)
+    code, status = send(api, "PUT", f"{JOBSETS}mnist", changed)
     assert code == 422
     assert status == _invalid("JobSet", "mnist", "spec.failurePolicy", "Value is immutable")
     stored["metadata"].setdefault("labels", {})["touched"] = "yes"  # the rule holds
-    assert _send(api, "PUT", f"{JOBSETS}mnist", stored)[0] == 200
+    assert send(api, "PUT", f"{JOBSETS}mnist", stored)[0] == 200
 
     lq = {"metadata": {"name": "team"}, "spec": {"clusterQueue": "a"}}
-    assert _send(api, "POST", f"{KUEUE}/namespaces/{NS}/localqueues", lq)[0] == 201
+    assert send(api, "POST", f"{KUEUE}/namespaces/{NS}/localqueues", lq)[0] == 201
     lq_now = api.get_object(f"{KUEUE}/namespaces/{NS}/localqueues/team")
     lq_now["spec"]["clusterQueue"] = "b"
-    code, status = _send(api, "PUT", f"{KUEUE}/namespaces/{NS}/localqueues/team", lq_now)
+    code, status = send(api, "PUT", f"{KUEUE}/namespaces/{NS}/localqueues/team", lq_now)
     assert (code, status["message"]) == (
         422,
         'LocalQueue.kueue.x-k8s.io "team" is invalid: spec.clusterQueue: Invalid value: '
@@ -213,7 +197,7 @@ def _workload(api) -> dict:
             ],
         },
     }
-    code, stored = _send(api, "POST", f"{KUEUE}/namespaces/{NS}/workloads", wl)
+    code, stored = send(api, "POST", f"{KUEUE}/namespaces/{NS}/workloads", wl)
     assert code == 201, stored
     return stored
 
@@ -222,7 +206,7 @@ def test_a_workload_status_that_breaks_a_rule_is_refused(api):
     wl = _workload(api)
     path = f"{KUEUE}/namespaces/{NS}/workloads/wl/status"
     wl["status"] = {"clusterName": "east", "nominatedClusterNames": ["west"]}
-    code, status = _send(api, "PUT", path, wl)
+    code, status = send(api, "PUT", path, wl)
     assert code == 422
     assert status["message"] == (
         'Workload.kueue.x-k8s.io "wl" is invalid: status: Invalid value: "object": '
@@ -241,7 +225,7 @@ def test_a_workload_status_that_breaks_a_rule_is_refused(api):
         ],
         "admission": {"clusterQueue": "team", "podSetAssignments": []},
     }
-    code, status = _send(api, "PUT", path, wl)
+    code, status = send(api, "PUT", path, wl)
     assert code == 422, status
     assert status["details"]["causes"] == [
         {
@@ -263,10 +247,10 @@ def test_an_unchanged_value_keeps_its_old_errors(api):
     api.put_object(f"{KUEUE}/clusterqueues/old", cq)  # stored by an older Kueue's rules
     stored = api.get_object(f"{KUEUE}/clusterqueues/old")
     stored["spec"]["stopPolicy"] = "Hold"
-    assert _send(api, "PUT", f"{KUEUE}/clusterqueues/old", stored)[0] == 200
+    assert send(api, "PUT", f"{KUEUE}/clusterqueues/old", stored)[0] == 200
     stored = api.get_object(f"{KUEUE}/clusterqueues/old")
     stored["spec"]["resourceGroups"][0]["coveredResources"].append("pods")
-    code, status = _send(api, "PUT", f"{KUEUE}/clusterqueues/old", stored)
+    code, status = send(api, "PUT", f"{KUEUE}/clusterqueues/old", stored)
     assert code == 422
     assert "flavors must have the same number of resources" in status["message"]
 
