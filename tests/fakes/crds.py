@@ -4,7 +4,8 @@ The files are under tests/fixtures/crds/ (README.md there: kubernetes-sigs/jobse
 and kubernetes-sigs/kueue v0.19.2, config/components/crd/bases, descriptions pruned by
 tools/prune_crds.py). A fake API server holding one of these CRDs validates the kind's
 objects as apiextensions-apiserver does (kube_admission.py: pruning of undeclared fields,
-then type, required, enum, pattern, bounds), so an object a test or the charm writes with a
+then type, required, enum, pattern, bounds, then the CEL rules, `x-kubernetes-validations`),
+so an object a test or the charm writes with a
 misspelled field or a wrong value fails there as it would on a cluster.
 
 `crd("jobsets.jobset.x-k8s.io")` is a fresh copy each call (~10 ms for all seven; `shared`
@@ -81,11 +82,12 @@ def crd_of(api_version: str, kind: str) -> dict[str, Any] | None:
     return shared(name) if name else None
 
 
-def validate(obj: dict[str, Any]) -> None:
+def validate(obj: dict[str, Any], old: dict[str, Any] | None = None) -> None:
     """Raise the fake API server's ApiError when it would refuse `obj` (a JobSet or Kueue object).
 
     Decoded as under `fieldValidation=Strict` (an undeclared field is 400 `strict decoding
-    error: unknown field "spec.x"`), then validated (422 Invalid with each field's path).
+    error: unknown field "spec.x"`), then validated (422 Invalid with each field's path),
+    its CRD's rules included: as a create, or as an update of `old`.
     """
     from fakes.kube_admission import Admission, Request
 
@@ -97,7 +99,7 @@ def validate(obj: dict[str, Any]) -> None:
     request = Request("CREATE", "object", "Strict")
     admission.decode(body["apiVersion"], body["kind"], body, request, crd_)
     name = (body.get("metadata") or {}).get("name", "")
-    admission.validate(body["apiVersion"], body["kind"], body, name, crd_)
+    admission.validate(body["apiVersion"], body["kind"], body, name, crd_, old)
 
 
 _DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")

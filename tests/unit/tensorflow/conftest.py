@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
+import urllib.error
+import urllib.request
 
 import pytest
 from literals import NAMESPACED_RULES, cluster_rules
@@ -19,7 +22,7 @@ from ops import testing
 import charm
 from fakes.addons import install_kueue, join_team, size_cohort
 from fakes.batch import BatchControllers
-from fakes.kube_apiserver import FakeKubeApiServer
+from fakes.kube_apiserver import ADMIN_TOKEN, FakeKubeApiServer
 from fakes.kube_grants import consumer_grant, store_grant
 from fakes.machine import FakeMachine
 
@@ -101,6 +104,21 @@ def tf_grant():
 def unknown_fields(api: FakeKubeApiServer) -> list[tuple[str, str, str]]:
     """The writes whose fields the server dropped as undeclared (its Warning headers)."""
     return [w for w in api.warnings if "unknown field" in w[2]]
+
+
+def send(api: FakeKubeApiServer, method: str, path: str, obj: dict) -> tuple[int, dict]:
+    """One write over HTTP as the cluster's admin: (status code, the object or Status)."""
+    request = urllib.request.Request(
+        f"{api.url}{path}",
+        data=json.dumps(obj).encode(),
+        method=method,
+        headers={"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as e:
+        return e.code, json.load(e)
 
 
 @pytest.fixture
