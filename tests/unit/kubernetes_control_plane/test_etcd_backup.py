@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import stat
 
@@ -49,12 +50,17 @@ def identity_of(machine) -> dict[str, str]:
     }
 
 
-def new_cluster_keys(machine) -> None:
-    """What a fresh `kubeadm init` on a new machine makes: a new cluster CA and sa key pair."""
+@functools.cache
+def other_cluster_keys() -> tuple[str, str, str, str]:
+    """Another cluster's CA, CA key, sa.key and sa.pub (made once: RSA-2048 takes ~0.1 s)."""
     from fakes.control_plane import _ca, sa_keys
 
-    ca, ca_key = _ca()
-    sa_key, sa_pub = sa_keys()
+    return *_ca(), *sa_keys()
+
+
+def new_cluster_keys(machine) -> None:
+    """What a fresh `kubeadm init` on a new machine makes: a new cluster CA and sa key pair."""
+    ca, ca_key, sa_key, sa_pub = other_cluster_keys()
     machine.write("/etc/kubernetes/pki/ca.crt", ca, 0o644)
     machine.write("/etc/kubernetes/pki/ca.key", ca_key, 0o600)
     machine.write("/etc/kubernetes/pki/sa.key", sa_key, 0o600)
@@ -530,9 +536,7 @@ def test_a_local_snapshot_not_of_this_clusters_keys_is_refused(ctx, machine, etc
         machine.path(path + PKI_JSON).unlink()
         why = "records no fingerprints of its cluster's CA and ServiceAccount key"
     else:
-        from fakes.control_plane import sa_keys
-
-        machine.write("/etc/kubernetes/pki/sa.pub", sa_keys()[1])
+        machine.write("/etc/kubernetes/pki/sa.pub", other_cluster_keys()[3])
         why = r"is of a cluster with another ServiceAccount signing key \(sha256:"
     etcd.put("k", "later")
     machine.kubelet.events.clear()
