@@ -124,6 +124,17 @@ def etcd_static_pod(root: Path, etcd) -> Path:
     return manifests
 
 
+def restore_an_hour_later(runner, path: str):
+    """etcd_backup.restore of `path` as the action runs it, kubelet played by `runner`."""
+    return etcd_backup.restore(
+        runner.host(),
+        path,
+        NOW + datetime.timedelta(hours=1),
+        sleep=runner.kubelet,
+        wait_ready=lambda: None,
+    )
+
+
 def test_restore_etcd_brings_the_real_member_back_to_the_snapshot(node):
     """The action's restore itself: etcdutl in the container, pods stopped, data swapped."""
     root, etcd, runner = node
@@ -133,13 +144,7 @@ def test_restore_etcd_brings_the_real_member_back_to_the_snapshot(node):
     snapshot = etcd_backup.take(runner.host(), NOW, keep=2)
     etcd.ctl("put", "/registry/secrets/default/after", "lost")
 
-    done = etcd_backup.restore(
-        runner.host(),
-        snapshot.path,
-        NOW + datetime.timedelta(hours=1),
-        sleep=runner.kubelet,
-        wait_ready=lambda: None,
-    )
+    done = restore_an_hour_later(runner, snapshot.path)
 
     assert runner.running
     assert value(etcd, "/registry/secrets/default/before") == "kept"
@@ -160,13 +165,7 @@ def test_a_snapshot_of_another_clusters_keys_is_refused_and_the_member_untouched
     (root / etcd_backup.SA_PUB.lstrip("/")).write_text(sa_keys()[1])
 
     with pytest.raises(etcd_backup.BackupError, match="another ServiceAccount signing key"):
-        etcd_backup.restore(
-            runner.host(),
-            snapshot.path,
-            NOW + datetime.timedelta(hours=1),
-            sleep=runner.kubelet,
-            wait_ready=lambda: None,
-        )
+        restore_an_hour_later(runner, snapshot.path)
 
     assert runner.running
     assert value(etcd, "/registry/secrets/default/after") == "stays"
@@ -287,13 +286,7 @@ def test_a_snapshot_fetched_from_s3_restores_the_real_member(node, s3):
     assert fetched.identity == snapshot.identity == etcd_backup.identity(runner.host())
     path = f"{etcd_backup.BACKUP_DIR}/{dest.name}"
     etcd_backup.record_identity(runner.host(), path, fetched.identity)
-    etcd_backup.restore(
-        runner.host(),
-        path,
-        NOW + datetime.timedelta(hours=1),
-        sleep=runner.kubelet,
-        wait_ready=lambda: None,
-    )
+    restore_an_hour_later(runner, path)
 
     assert value(etcd, "/registry/secrets/default/before") == "kept"
     assert value(etcd, "/registry/secrets/default/after") is None
