@@ -107,8 +107,26 @@ def _ca(common_name: str = "kubernetes") -> tuple[str, str]:
     return cert.public_bytes(serialization.Encoding.PEM).decode(), key_pem
 
 
+def sa_keys() -> tuple[str, str]:
+    """A ServiceAccount signing key pair as kubeadm writes it: sa.key and sa.pub (PEM).
+
+    kubeadm's default EncryptionAlgorithm is RSA-2048 (cmd/kubeadm/app/phases/certs/
+    certs.go CreateServiceAccountKeyAndPublicKeyFiles: pkiutil.NewPrivateKey(keyType)).
+    """
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode(), key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    ).decode()
+
+
 CA_PEM, CA_KEY_PEM = _ca()
 FRONT_PROXY_CA_PEM, FRONT_PROXY_CA_KEY_PEM = _ca("front-proxy-ca")
+SA_KEY_PEM, SA_PUB_PEM = sa_keys()
 
 
 @dataclasses.dataclass
@@ -338,7 +356,8 @@ class ControlPlaneMachine:
             self.live_tokens.add(bt["token"])
             ttls.append((bt["token"], _hours(bt.get("ttl", "24h")), bt.get("groups")))
         self.machine.write("/etc/kubernetes/admin.conf", self.api.kubeconfig(ADMIN_TOKEN), 0o600)
-        self.machine.write("/etc/kubernetes/pki/ca.crt", CA_PEM)
+        if not self.machine.path("/etc/kubernetes/pki/ca.key").exists():
+            self.machine.write("/etc/kubernetes/pki/ca.crt", CA_PEM)  # else kubeadm keeps it
         self.machine.write("/etc/kubernetes/kubelet.conf", "apiVersion: v1\nkind: Config\n")
         self.machine.kubelet_client_cert()
         self.machine.kubelet_serving_cert()
@@ -353,7 +372,7 @@ class ControlPlaneMachine:
         for token, hours, groups in ttls:  # kubeadm's bootstrap-token phase, once it can
             self._put_token_secret(token, hours, groups)
         self._init_etcd(name, init["localAPIEndpoint"]["advertiseAddress"])
-        self.pki.install(super_admin=True)
+        self.pki.install(super_admin=True, keep_existing=True)
         self.kubelet.sync()
         self.api.put_object(
             "/api/v1/namespaces/kube-system/configmaps/kubeadm-config",
@@ -708,16 +727,36 @@ class KubeadmPki:
 
     # -- files ------------------------------------------------------------------------
 
-    def install(self, *, super_admin: bool) -> None:
-        """What init (super_admin) or a control-plane join leaves: CAs, certificates."""
+    def install(self, *, super_admin: bool, keep_existing: bool = False) -> None:
+        """What init (super_admin) or a control-plane join leaves: CAs, keys, certificates.
+
+        `keep_existing` (init): a CA whose .crt and .key are both there already, and an
+        sa.key already there, are used as they are (kubeadm 1.36 cmd/kubeadm/app/cmd/
+        phases/init/certs.go runCAPhase: "Using existing %s certificate authority";
+        phases/certs/certs.go CreateServiceAccountKeyAndPublicKeyFiles: "Using the
+        existing "sa" key"). A control-plane join writes the cluster's, downloaded.
+        """
         from cryptography.hazmat.primitives import serialization
 
         m = self.machine
-        m.write(f"{PKI}/ca.crt", CA_PEM)
-        m.write(f"{PKI}/ca.key", CA_KEY_PEM, 0o600)
-        m.write(f"{PKI}/front-proxy-ca.crt", FRONT_PROXY_CA_PEM)
-        m.write(f"{PKI}/front-proxy-ca.key", FRONT_PROXY_CA_KEY_PEM, 0o600)
-        if self.etcd is not None:  # the fake etcd's CA: its server trusts what it signs
+
+        def kept(base: str) -> bool:
+            return keep_existing and all(
+                m.path(f"{base}{ext}").exists() for ext in (".crt", ".key")
+            )
+
+        if not kept(f"{PKI}/ca"):
+            m.write(f"{PKI}/ca.crt", CA_PEM)
+            m.write(f"{PKI}/ca.key", CA_KEY_PEM, 0o600)
+        if not kept(f"{PKI}/front-proxy-ca"):
+            m.write(f"{PKI}/front-proxy-ca.crt", FRONT_PROXY_CA_PEM)
+            m.write(f"{PKI}/front-proxy-ca.key", FRONT_PROXY_CA_KEY_PEM, 0o600)
+        if not (keep_existing and m.path(f"{PKI}/sa.key").exists()):
+            m.write(f"{PKI}/sa.key", SA_KEY_PEM, 0o600)
+            m.write(f"{PKI}/sa.pub", SA_PUB_PEM)
+        if kept(f"{PKI}/etcd/ca"):
+            pass  # kubeadm uses it
+        elif self.etcd is not None:  # the fake etcd's CA: its server trusts what it signs
             pki = self.etcd.pki
             m.write(f"{PKI}/etcd/ca.crt", pki.ca.public_bytes(serialization.Encoding.PEM).decode())
             key = pki._ca_key.private_bytes(  # noqa: SLF001 - the CA key kubeadm keeps

@@ -26,6 +26,7 @@ from etcd_runner import (
     write_pki,
 )
 
+from fakes.control_plane import CA_PEM, SA_PUB_PEM, sa_keys
 from fakes.etcd import EtcdPki
 
 etcd_backup = load("kubernetes-control-plane", "etcd_backup")
@@ -55,6 +56,8 @@ def node(tools, tmp_path):
         target.chmod(mode)
 
     pki.install(write)  # /etc/kubernetes/pki/etcd/{ca.crt,healthcheck-client.*}
+    write(etcd_backup.CLUSTER_CA, CA_PEM, 0o644)  # the cluster's keys a snapshot records
+    write(etcd_backup.SA_PUB, SA_PUB_PEM, 0o644)
     write_pki(pki, tmp_path / "pki")
     with RealEtcd(tmp_path / "pki", root / "var/lib/etcd") as etcd:
         yield root, etcd, ContainerRunner(root, etcd)
@@ -121,6 +124,17 @@ def etcd_static_pod(root: Path, etcd) -> Path:
     return manifests
 
 
+def restore_an_hour_later(runner, path: str):
+    """etcd_backup.restore of `path` as the action runs it, kubelet played by `runner`."""
+    return etcd_backup.restore(
+        runner.host(),
+        path,
+        NOW + datetime.timedelta(hours=1),
+        sleep=runner.kubelet,
+        wait_ready=lambda: None,
+    )
+
+
 def test_restore_etcd_brings_the_real_member_back_to_the_snapshot(node):
     """The action's restore itself: etcdutl in the container, pods stopped, data swapped."""
     root, etcd, runner = node
@@ -130,13 +144,7 @@ def test_restore_etcd_brings_the_real_member_back_to_the_snapshot(node):
     snapshot = etcd_backup.take(runner.host(), NOW, keep=2)
     etcd.ctl("put", "/registry/secrets/default/after", "lost")
 
-    done = etcd_backup.restore(
-        runner.host(),
-        snapshot.path,
-        NOW + datetime.timedelta(hours=1),
-        sleep=runner.kubelet,
-        wait_ready=lambda: None,
-    )
+    done = restore_an_hour_later(runner, snapshot.path)
 
     assert runner.running
     assert value(etcd, "/registry/secrets/default/before") == "kept"
@@ -144,6 +152,24 @@ def test_restore_etcd_brings_the_real_member_back_to_the_snapshot(node):
     assert done.previous == "/var/lib/etcd-before-restore-20261127T060000Z"
     assert (root / done.previous.lstrip("/") / "member" / "wal").is_dir()
     assert sorted(p.name for p in manifests.iterdir()) == ["etcd.yaml", "kube-apiserver.yaml"]
+    assert sorted(p.name for p in (root / "var/lib/etcd").iterdir()) == ["member"]
+
+
+def test_a_snapshot_of_another_clusters_keys_is_refused_and_the_member_untouched(node):
+    """A new machine's kubeadm init made a new sa key: nothing stops, the data stays."""
+    root, etcd, runner = node
+    manifests = etcd_static_pod(root, etcd)
+    etcd.ctl("put", "/registry/secrets/default/before", "kept")
+    snapshot = etcd_backup.take(runner.host(), NOW, keep=2)
+    etcd.ctl("put", "/registry/secrets/default/after", "stays")
+    (root / etcd_backup.SA_PUB.lstrip("/")).write_text(sa_keys()[1])
+
+    with pytest.raises(etcd_backup.BackupError, match="another ServiceAccount signing key"):
+        restore_an_hour_later(runner, snapshot.path)
+
+    assert runner.running
+    assert value(etcd, "/registry/secrets/default/after") == "stays"
+    assert sorted(p.name for p in manifests.iterdir()) == ["etcd.yaml"]
     assert sorted(p.name for p in (root / "var/lib/etcd").iterdir()) == ["member"]
 
 
@@ -243,22 +269,24 @@ def test_a_snapshot_fetched_from_s3_restores_the_real_member(node, s3):
     etcd.ctl("put", "/registry/secrets/default/before", "kept")
     snapshot = etcd_backup.take(runner.host(), NOW, keep=1)
     uploaded = etcd_s3.upload(
-        root / snapshot.path.lstrip("/"), snapshot.path.rsplit("/", 1)[1], target, creds, keep=3
+        root / snapshot.path.lstrip("/"),
+        snapshot.path.rsplit("/", 1)[1],
+        target,
+        creds,
+        keep=3,
+        identity=snapshot.identity,
     )
-    (root / snapshot.path.lstrip("/")).unlink()  # the machine is gone; S3 holds it
+    (root / snapshot.path.lstrip("/")).unlink()  # the local copy is lost; S3 holds it
     etcd.ctl("put", "/registry/secrets/default/after", "lost")
 
     key = etcd_s3.check_key(uploaded.key.rsplit("/", 1)[1], target)
     dest = runner.host().path(f"{etcd_backup.BACKUP_DIR}/s3-{key.rsplit('/', 1)[1]}")
-    etcd_s3.fetch(key, target, creds, dest)
+    fetched = etcd_s3.fetch(key, target, creds, dest)
     assert stat.S_IMODE(dest.stat().st_mode) == 0o600
-    etcd_backup.restore(
-        runner.host(),
-        f"{etcd_backup.BACKUP_DIR}/{dest.name}",
-        NOW + datetime.timedelta(hours=1),
-        sleep=runner.kubelet,
-        wait_ready=lambda: None,
-    )
+    assert fetched.identity == snapshot.identity == etcd_backup.identity(runner.host())
+    path = f"{etcd_backup.BACKUP_DIR}/{dest.name}"
+    etcd_backup.record_identity(runner.host(), path, fetched.identity)
+    restore_an_hour_later(runner, path)
 
     assert value(etcd, "/registry/secrets/default/before") == "kept"
     assert value(etcd, "/registry/secrets/default/after") is None

@@ -94,6 +94,10 @@ _ALSO_NEEDS = {
         "ec2:DescribeNetworkInterfaceAttribute",
     ),
     "ec2:CreateSecurityGroup": ("ec2:CreateTags",),
+    # ENABLED in an account without AWSServiceRoleForBackup: AWS Backup creates it on the
+    # caller's behalf (AWS Backup Developer Guide, "Service-linked roles for AWS Backup";
+    # IAM User Guide, "Service-linked role permissions"), for backup.amazonaws.com
+    "elasticfilesystem:PutBackupPolicy": ("iam:CreateServiceLinkedRole",),
 }
 # IAM's denial text: "User: arn:... is not authorized to perform: ec2:CreateTags on
 # resource: ... because no identity-based policy allows the ec2:CreateTags action" (also

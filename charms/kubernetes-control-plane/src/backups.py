@@ -96,7 +96,10 @@ class Backups:
             raise etcd_s3.S3BackupError(str(e)) from None
 
     def upload(self, config: Config, path: str) -> etcd_s3.Uploaded:
-        """Upload the snapshot at `path` to etcd-backup-s3 (see `etcd_s3.upload`)."""
+        """Upload the snapshot at `path` to etcd-backup-s3 (see `etcd_s3.upload`).
+
+        The object carries the fingerprints its sidecar records (`recorded_identity`).
+        """
         assert config.backup_target is not None
         return etcd_s3.upload(
             self.host.path(path),
@@ -104,4 +107,5 @@ class Backups:
             config.backup_target,
             self.credentials(config),
             keep=config.etcd_backups_kept,
+            identity=etcd_backup.recorded_identity(self.host, path),
         )

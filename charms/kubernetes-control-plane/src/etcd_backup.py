@@ -24,6 +24,14 @@ What is real on a kubeadm node, and what this module does with it:
   leaves the `.part` behind, which is removed here.
 - The snapshot holds every Secret of the cluster: the directory is 0700, each file 0600,
   both root's.
+- A snapshot is only good on a machine with its cluster's keys: the restored
+  kube-public/cluster-info ConfigMap carries the old cluster CA, so a worker's `kubeadm
+  join` pinned to this machine's CA fails ("cluster CA found in cluster-info ConfigMap is
+  invalid: none of the public keys ... are pinned", cmd/kubeadm/app/discovery/token
+  validateClusterCA, util/pubkeypin CheckAny), and every ServiceAccount token in it was
+  signed with the old sa.key. So each snapshot has a sidecar `<file>.pki.json` (0600) with
+  the fingerprints of the cluster CA and of sa.pub (`identity`), and `restore` refuses a
+  snapshot whose fingerprints are not this machine's, or that has none.
 """
 
 from __future__ import annotations
@@ -60,6 +68,15 @@ CLIENT_KEY = "/etc/kubernetes/pki/etcd/healthcheck-client.key"
 # exceeded". etcd's default backend quota is 2 GiB: two minutes is ample on local disk.
 COMMAND_TIMEOUT = "120s"
 RUN_TIMEOUT = 180.0
+# The keys whose fingerprints a snapshot records (kubeadm's certificatesDir, default
+# /etc/kubernetes/pki: ca.crt and the ServiceAccount signing key's public half sa.pub,
+# cmd/kubeadm/app/constants CACertName, ServiceAccountPublicKeyName).
+CLUSTER_CA = "/etc/kubernetes/pki/ca.crt"
+SA_PUB = "/etc/kubernetes/pki/sa.pub"
+# The sidecar next to each snapshot and the names of its fields (also the S3 object's
+# user metadata keys, x-amz-meta-cluster-ca and x-amz-meta-service-account-key).
+IDENTITY_SUFFIX = ".pki.json"
+IDENTITY_KEYS = ("cluster-ca", "service-account-key")
 # The peer application data key the leader keeps its last scheduled backup's time in
 # (ISO 8601, UTC): a new leader goes on with the same schedule.
 LAST = "etcd-backup-last"
@@ -79,6 +96,89 @@ class Snapshot:
     hash: int
     keys: int
     taken: str  # UTC, as in the file name
+    identity: dict[str, str] = dataclasses.field(default_factory=dict)  # see `identity`
+
+
+def _pin(der: bytes) -> str:
+    """A public key's pin as kubeadm makes it: `sha256:` and its DER SPKI's sha256.
+
+    cmd/kubeadm/app/util/pubkeypin Hash: sha256 of RawSubjectPublicKeyInfo, hex.
+    """
+    import hashlib
+
+    return f"sha256:{hashlib.sha256(der).hexdigest()}"
+
+
+def identity(host: Host) -> dict[str, str]:
+    """This machine's cluster keys: the pins of the cluster CA and of sa.pub.
+
+    Raises:
+        BackupError: a file is missing or unreadable (not a kubeadm control plane).
+    """
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    try:
+        ca = x509.load_pem_x509_certificate((host.read(CLUSTER_CA) or "").encode())
+        sa = serialization.load_pem_public_key((host.read(SA_PUB) or "").encode())
+    except ValueError:
+        raise BackupError(
+            f"cannot read this cluster's CA ({CLUSTER_CA}) and ServiceAccount key ({SA_PUB})"
+        ) from None
+    return dict(
+        zip(
+            IDENTITY_KEYS,
+            (_pin(ca.public_key().public_bytes(*spki)), _pin(sa.public_bytes(*spki))),
+        )
+    )
+
+
+def recorded_identity(host: Host, path: str) -> dict[str, str] | None:
+    """The fingerprints recorded next to snapshot `path`, or None (none, or unreadable)."""
+    text = host.read(path + IDENTITY_SUFFIX)
+    try:
+        recorded = json.loads(text) if text else None
+    except ValueError:
+        return None
+    if not isinstance(recorded, dict) or any(
+        not isinstance(recorded.get(k), str) for k in IDENTITY_KEYS
+    ):
+        return None
+    return {k: recorded[k] for k in IDENTITY_KEYS}
+
+
+def record_identity(host: Host, path: str, recorded: dict[str, str]) -> None:
+    """Write the sidecar of snapshot `path` (0600, as the snapshot)."""
+    host.write(path + IDENTITY_SUFFIX, json.dumps(recorded, sort_keys=True) + "\n", mode=0o600)
+
+
+def check_identity(host: Host, recorded: dict[str, str] | None, what: str) -> None:
+    """Refuse a snapshot whose cluster keys are not this machine's (or are not recorded).
+
+    Raises:
+        BackupError: what differs or is missing, and that nothing was restored.
+    """
+    if recorded is None:
+        raise BackupError(
+            f"{what} records no fingerprints of its cluster's CA and ServiceAccount key "
+            f"(taken by an earlier charm revision, or copied without its {IDENTITY_SUFFIX}), "
+            "so whether this machine can serve it is unknown"
+        )
+    mine = identity(host)
+    names = {"cluster-ca": "cluster CA", "service-account-key": "ServiceAccount signing key"}
+    differ = [
+        f"{names[k]} ({recorded[k]}; this machine's is {mine[k]})"
+        for k in IDENTITY_KEYS
+        if recorded[k] != mine[k]
+    ]
+    if differ:
+        raise BackupError(
+            f"{what} is of a cluster with another {' and another '.join(differ)}: restored "
+            "here, workers could not join (kubeadm: none of the public keys are pinned) and "
+            "every ServiceAccount token would be refused. Restore it on a machine given that "
+            "cluster's /etc/kubernetes/pki before kubeadm init"
+        )
 
 
 def etcd_container(host: Host) -> str:
@@ -157,6 +257,7 @@ def take(
         BackupError: etcdctl or etcdutl failed (their words); the older backups stay.
     """
     container = etcd_container(host)
+    keys = identity(host)  # before anything is written: a snapshot always has its sidecar
     part = host.path(IN_PROGRESS)
     for leftover in (part, part.with_name(part.name + ".part")):
         leftover.unlink(missing_ok=True)
@@ -200,8 +301,10 @@ def take(
 
     shutil.move(part, host.path(target))
     host.path(target).chmod(0o600)
+    record_identity(host, target, keys)
     for old in backups(host, directory)[: -max(keep, 1)]:
         host.path(old).unlink(missing_ok=True)
+        host.path(old + IDENTITY_SUFFIX).unlink(missing_ok=True)
         logger.info("removed the old etcd backup %s", old)
     snapshot = Snapshot(
         path=target,
@@ -210,6 +313,7 @@ def take(
         hash=int(info.get("hash", 0)),
         keys=int(info.get("totalKey", 0)),
         taken=taken,
+        identity=keys,
     )
     logger.info("etcd snapshot %s: revision %d", target, snapshot.revision)
     return snapshot
@@ -312,16 +416,19 @@ def restore(
     aside to /var/lib/etcd-before-restore-<time>, the restored one takes its place, and
     the pods start again; `wait_ready()` waits for this node's API server. Whatever
     fails after the pods stopped, they are started again (with the old data when the
-    swap did not happen).
+    swap did not happen). A snapshot of another cluster's keys (`check_identity`) is
+    refused before anything changes.
 
     Raises:
-        BackupError: the snapshot is missing or invalid, or a step failed (its words).
+        BackupError: the snapshot is missing, invalid or of another cluster's keys, or a
+            step failed (its words).
     """
     import shutil
 
     source = host.path(path)
     if not source.is_file():
         raise BackupError(f"no snapshot at {path}")
+    check_identity(host, recorded_identity(host, path), path)
     name, peer = member_flags(host)
     container = etcd_container(host)
     staged, restored = host.path(RESTORE_SOURCE), host.path(RESTORED)

@@ -17,7 +17,9 @@ secret-access-key, optional session-token, region, endpoint). Each snapshot goes
   Guide, "Using server-side encryption with Amazon S3 managed keys (SSE-S3)"); the
   snapshot holds every Secret of the cluster;
 - the object carries the file's sha256 in its user metadata (`x-amz-meta-sha256`), which
-  `fetch` checks before a restore uses the file;
+  `fetch` checks before a restore uses the file, and the fingerprints of its cluster's
+  CA and ServiceAccount key (etcd_backup's sidecar: `x-amz-meta-cluster-ca`,
+  `x-amz-meta-service-account-key`), which `fetch` hands back for restore's check;
 - retention: after an upload, the objects directly under the prefix whose names match
   the snapshot pattern, and only those, are kept to the newest `keep` (what else is in
   the bucket or prefix is never listed for deletion).
@@ -38,7 +40,7 @@ import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
-from etcd_backup import PREFIX, SUFFIX
+from etcd_backup import IDENTITY_KEYS, PREFIX, SUFFIX
 
 logger = logging.getLogger(__name__)
 
@@ -202,10 +204,19 @@ def _other_names(name: str) -> list[str]:
     return [name] + [f"{base}-{n}{SUFFIX}" for n in range(first + 1, first + MAX_NAME_TRIES)]
 
 
-def upload(path: Any, name: str, target: Target, creds: Credentials, *, keep: int) -> Uploaded:
+def upload(
+    path: Any,
+    name: str,
+    target: Target,
+    creds: Credentials,
+    *,
+    keep: int,
+    identity: Mapping[str, str] | None = None,
+) -> Uploaded:
     """Put the snapshot under the prefix, never over an object; keep the newest `keep`.
 
-    The object is `name`, or the next free `-<n>` of the same second, encrypted (SSE-S3).
+    The object is `name`, or the next free `-<n>` of the same second, encrypted (SSE-S3),
+    with `identity` (etcd_backup's fingerprints of its cluster's keys) in its metadata.
 
     Raises:
         S3BackupError: S3 refused or stayed unreachable (its code and words).
@@ -224,7 +235,7 @@ def upload(path: Any, name: str, target: Target, creds: Credentials, *, keep: in
                     Body=body,
                     IfNoneMatch="*",
                     ServerSideEncryption=SSE,
-                    Metadata={SHA256_META: checksum},
+                    Metadata={SHA256_META: checksum, **dict(identity or {})},
                 )
         except botocore.exceptions.ClientError as e:
             if _code(e) == "PreconditionFailed":  # the name is taken: never overwritten
@@ -296,11 +307,19 @@ def check_key(key: str, target: Target) -> str:
     return key
 
 
-def fetch(key: str, target: Target, creds: Credentials, dest: Any) -> str:
+@dataclasses.dataclass(frozen=True)
+class Fetched:
+    """A snapshot fetched back: its sha256 and the fingerprints its object recorded."""
+
+    sha256: str
+    identity: dict[str, str] | None  # None: uploaded without them
+
+
+def fetch(key: str, target: Target, creds: Credentials, dest: Any) -> Fetched:
     """Download `key` to `dest` (0600), checking the sha256 the upload recorded.
 
     Returns:
-        The sha256 of the file.
+        The file's sha256 and the cluster keys' fingerprints in the object's metadata.
 
     Raises:
         S3BackupError: S3 refused, or the file is not what was uploaded (dest removed).
@@ -322,7 +341,8 @@ def fetch(key: str, target: Target, creds: Credentials, dest: Any) -> str:
     except BaseException:
         part.unlink(missing_ok=True)
         raise
-    want = (answer.get("Metadata") or {}).get(SHA256_META, "")
+    metadata = answer.get("Metadata") or {}
+    want = metadata.get(SHA256_META, "")
     got = _sha256(part)
     if want and want != got:
         part.unlink(missing_ok=True)
@@ -331,4 +351,5 @@ def fetch(key: str, target: Target, creds: Credentials, dest: Any) -> str:
             f"recorded {want})"
         )
     part.rename(dest)
-    return got
+    identity = {k: metadata[k] for k in IDENTITY_KEYS if k in metadata}
+    return Fetched(got, identity if len(identity) == len(IDENTITY_KEYS) else None)

@@ -304,14 +304,8 @@ class OperatorActions(ops.Object):
                 "'Back up and restore etcd' says"
             )
             return
-        kept = etcd_backup.backups(self.host)
-        path = params.path or (kept[-1] if kept else "")
-        if params.s3_key:
-            path = self._fetch_snapshot(event, params)
-            if not path:
-                return
+        path = self._snapshot(event, params)
         if not path:
-            event.fail(f"no snapshot in {etcd_backup.BACKUP_DIR}; give path=...")
             return
         event.log(f"restoring etcd from {path}; the control plane restarts")
         try:
@@ -335,6 +329,26 @@ class OperatorActions(ops.Object):
             }
         )
 
+    def _snapshot(self, event: ops.ActionEvent, params: RestoreParams) -> str:
+        """The snapshot restore-etcd restores, of this cluster's keys; '' once it failed."""
+        kept = etcd_backup.backups(self.host)
+        path = params.path or (kept[-1] if kept else "")
+        if params.s3_key:
+            path = self._fetch_snapshot(event, params)
+            if not path:
+                return ""
+        if not path:
+            event.fail(f"no snapshot in {etcd_backup.BACKUP_DIR}; give path=...")
+            return ""
+        try:  # before anything stops: a snapshot of another cluster's keys is refused
+            if self.host.path(path).is_file():  # else restore says there is none
+                recorded = etcd_backup.recorded_identity(self.host, path)
+                etcd_backup.check_identity(self.host, recorded, path)
+        except etcd_backup.BackupError as e:
+            event.fail(f"nothing was restored: {e}")
+            return ""
+        return path
+
     def _fetch_snapshot(self, event: ops.ActionEvent, params: RestoreParams) -> str:
         """restore-etcd s3-key=: the snapshot fetched into the backup directory, or ''."""
         config = self._action_config(event)
@@ -352,8 +366,15 @@ class OperatorActions(ops.Object):
         path = f"{etcd_backup.BACKUP_DIR}/{etcd_s3.FETCHED}{key.rsplit('/', 1)[-1]}"
         event.log(f"fetching {target.url(key)}")
         try:
-            etcd_s3.fetch(key, target, self._backups().credentials(config), self.host.path(path))
-        except etcd_s3.S3BackupError as e:
+            fetched = etcd_s3.fetch(
+                key, target, self._backups().credentials(config), self.host.path(path)
+            )
+            etcd_backup.check_identity(self.host, fetched.identity, target.url(key))
+        except (etcd_s3.S3BackupError, etcd_backup.BackupError) as e:
+            for refused in (path, path + etcd_backup.IDENTITY_SUFFIX):  # not kept
+                self.host.path(refused).unlink(missing_ok=True)
             event.fail(f"nothing was restored: {e}")
             return ""
+        assert fetched.identity is not None  # check_identity refuses None
+        etcd_backup.record_identity(self.host, path, fetched.identity)
         return path

@@ -162,3 +162,25 @@ def test_network_interfaces_are_deleted_or_changed_only_in_the_models_vpc():
             condition = statement.get("Condition") or {}
             keys = {key for by_key in condition.values() for key in by_key}
             assert keys & {"ec2:Vpc", "ec2:Subnet"}, f"{statement['Sid']}: {action} unscoped"
+
+
+def test_aws_backup_may_create_its_service_linked_role_and_no_other():
+    """aws-backup=true may have AWS Backup create its service-linked role, nothing wider.
+
+    PutBackupPolicy ENABLED makes AWS Backup create AWSServiceRoleForBackup on the
+    caller's behalf (AWS Backup Developer Guide, "Service-linked roles for AWS Backup"),
+    which needs the caller's iam:CreateServiceLinkedRole for that service only.
+    """
+    aws = load("efs-storage", "aws")
+    assert "iam:CreateServiceLinkedRole" in aws._ALSO_NEEDS["elasticfilesystem:PutBackupPolicy"]
+    services = {
+        s["Condition"]["StringEquals"]["iam:AWSServiceName"]: s["Resource"]
+        for s in _policy()["Statement"]
+        if "iam:CreateServiceLinkedRole" in _listed(s["Action"])
+    }
+    assert services == {
+        "elasticfilesystem.amazonaws.com": (
+            "arn:aws:iam::*:role/aws-service-role/elasticfilesystem.amazonaws.com/*"
+        ),
+        "backup.amazonaws.com": "arn:aws:iam::*:role/aws-service-role/backup.amazonaws.com/*",
+    }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import stat
 from pathlib import Path
@@ -25,8 +26,48 @@ def bootstrapped(ctx, **config) -> testing.State:
 
 
 def kept(machine) -> list[str]:
+    """The snapshots kept; each has its sidecar of fingerprints, and nothing else is there."""
     where = machine.path(DIR)
-    return sorted(p.name for p in where.iterdir()) if where.is_dir() else []
+    names = sorted(p.name for p in where.iterdir()) if where.is_dir() else []
+    snapshots = [n for n in names if not n.endswith(PKI_JSON)]
+    assert names == sorted([*snapshots, *(n + PKI_JSON for n in snapshots)])
+    return snapshots
+
+
+PKI_JSON = ".pki.json"
+
+
+def identity_of(machine) -> dict[str, str]:
+    """The kubeadm pins (sha256 of the DER SubjectPublicKeyInfo) of ca.crt and sa.pub."""
+    import hashlib
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    ca = x509.load_pem_x509_certificate(machine.read("/etc/kubernetes/pki/ca.crt").encode())
+    sa = serialization.load_pem_public_key(machine.read("/etc/kubernetes/pki/sa.pub").encode())
+    return {
+        "cluster-ca": "sha256:" + hashlib.sha256(ca.public_key().public_bytes(*spki)).hexdigest(),
+        "service-account-key": "sha256:" + hashlib.sha256(sa.public_bytes(*spki)).hexdigest(),
+    }
+
+
+@functools.cache
+def other_cluster_keys() -> tuple[str, str, str, str]:
+    """Another cluster's CA, CA key, sa.key and sa.pub (made once: RSA-2048 takes ~0.1 s)."""
+    from fakes.control_plane import _ca, sa_keys
+
+    return *_ca(), *sa_keys()
+
+
+def new_cluster_keys(machine) -> None:
+    """What a fresh `kubeadm init` on a new machine makes: a new cluster CA and sa key pair."""
+    ca, ca_key, sa_key, sa_pub = other_cluster_keys()
+    machine.write("/etc/kubernetes/pki/ca.crt", ca, 0o644)
+    machine.write("/etc/kubernetes/pki/ca.key", ca_key, 0o600)
+    machine.write("/etc/kubernetes/pki/sa.key", sa_key, 0o600)
+    machine.write("/etc/kubernetes/pki/sa.pub", sa_pub, 0o644)
 
 
 def test_a_backup_is_a_verified_private_snapshot_with_the_way_to_copy_it(ctx, machine, etcd):
@@ -58,6 +99,9 @@ def test_a_backup_is_a_verified_private_snapshot_with_the_way_to_copy_it(ctx, ma
     exec_lines = [line for line in machine.lines("crictl") if " exec " in line]
     assert [line.split()[4] for line in exec_lines] == ["etcdctl", "etcdutl"]
     assert "s3cret" not in json.dumps(results)
+    # the cluster's keys it belongs to, next to it (a restore elsewhere is refused)
+    assert json.loads(machine.read(path + PKI_JSON)) == identity_of(machine)
+    assert stat.S_IMODE(machine.path(path + PKI_JSON).stat().st_mode) == 0o600
     readme_examples.show("backup-etcd", readme_examples.juju_results(results))
 
 
@@ -279,6 +323,9 @@ def test_a_snapshot_etcdutl_refuses_restores_nothing_and_stops_nothing(ctx, mach
     out = bootstrapped(ctx)
     etcd.put("k", "now")
     machine.write(f"{DIR}/etcd-snapshot-20261120T090000Z.db", "not a database", 0o600)
+    machine.write(  # of this cluster, so only etcdutl can refuse it
+        f"{DIR}/etcd-snapshot-20261120T090000Z.db{PKI_JSON}", json.dumps(identity_of(machine))
+    )
     machine.kubelet.events.clear()
 
     with pytest.raises(
@@ -455,7 +502,8 @@ def test_a_restore_fetches_a_snapshot_from_s3(ctx, machine, etcd, clock, aws, s3
     etcd.put("/registry/configmaps/default/before", "1")
     ctx.run(ctx.on.action("backup-etcd"), out)
     name = "etcd-snapshot-20261121T090000Z.db"
-    machine.path(f"{DIR}/{name}").unlink()  # a new machine: only S3 has it
+    for local in (name, name + PKI_JSON):  # the local copy lost (same machine, same keys)
+        machine.path(f"{DIR}/{local}").unlink()
     etcd.put("/registry/configmaps/default/after", "2")
     clock.advance(hours=1)
 
@@ -466,6 +514,124 @@ def test_a_restore_fetches_a_snapshot_from_s3(ctx, machine, etcd, clock, aws, s3
     assert results is not None
     assert results["restored-from"] == f"{DIR}/s3-{name}"
     assert stat.S_IMODE(machine.path(f"{DIR}/s3-{name}").stat().st_mode) == 0o600
+    assert json.loads(machine.read(f"{DIR}/s3-{name}{PKI_JSON}")) == identity_of(machine)
+
+
+def test_another_clusters_snapshot_from_s3_is_refused_and_changes_nothing(
+    ctx, machine, etcd, clock, aws, s3
+):
+    """A fresh deploy's kubeadm init made new keys: its snapshot cannot serve this cluster."""
+    out = with_s3(aws, bootstrapped(ctx))
+    etcd.put("/registry/configmaps/default/before", "1")
+    ctx.run(ctx.on.action("backup-etcd"), out)
+    name = "etcd-snapshot-20261121T090000Z.db"
+    old = identity_of(machine)
+    for local in (name, name + PKI_JSON):
+        machine.path(f"{DIR}/{local}").unlink()
+    new_cluster_keys(machine)
+    new = identity_of(machine)
+    etcd.put("/registry/configmaps/default/after", "2")
+    machine.kubelet.events.clear()
+
+    with pytest.raises(testing.ActionFailed) as failed:
+        ctx.run(ctx.on.action("restore-etcd", params={"confirm": "yes", "s3-key": name}), out)
+
+    assert failed.value.message == (
+        f"nothing was restored: s3://{BUCKET}/etcd/{name} is of a cluster with another "
+        f"cluster CA ({old['cluster-ca']}; this machine's is {new['cluster-ca']}) and "
+        f"another ServiceAccount signing key ({old['service-account-key']}; this machine's "
+        f"is {new['service-account-key']}): restored here, workers could not join (kubeadm: "
+        "none of the public keys are pinned) and every ServiceAccount token would be "
+        "refused. Restore it on a machine given that cluster's /etc/kubernetes/pki before "
+        "kubeadm init"
+    )
+    assert etcd.kv == {
+        "/registry/configmaps/default/before": "1",
+        "/registry/configmaps/default/after": "2",
+    }
+    assert machine.crictl.restores == []
+    assert machine.kubelet.events == []
+    assert kept(machine) == []  # the refused download is not kept
+    assert sorted(p.name for p in machine.path("/var/lib/etcd").iterdir()) == ["member"]
+
+
+@pytest.mark.parametrize("sidecar", ["another sa.key", "none"])
+def test_a_local_snapshot_not_of_this_clusters_keys_is_refused(ctx, machine, etcd, sidecar):
+    out = bootstrapped(ctx)
+    etcd.put("k", "now")
+    ctx.run(ctx.on.action("backup-etcd"), out)
+    path = f"{DIR}/etcd-snapshot-20261121T090000Z.db"
+    if sidecar == "none":  # taken by an earlier revision, or copied without it
+        machine.path(path + PKI_JSON).unlink()
+        why = "records no fingerprints of its cluster's CA and ServiceAccount key"
+    else:
+        machine.write("/etc/kubernetes/pki/sa.pub", other_cluster_keys()[3])
+        why = r"is of a cluster with another ServiceAccount signing key \(sha256:"
+    etcd.put("k", "later")
+    machine.kubelet.events.clear()
+
+    with pytest.raises(testing.ActionFailed, match=f"^nothing was restored: {path} {why}"):
+        ctx.run(ctx.on.action("restore-etcd", params={"confirm": "yes", "path": path}), out)
+
+    assert etcd.kv == {"k": "later"}
+    assert machine.crictl.restores == []
+    assert machine.kubelet.events == []
+
+
+def test_the_pages_restore_on_a_new_machine_in_its_order(
+    ctx, machine, etcd, etcd_pki, api, clock, aws, s3, tmp_path, monkeypatch
+):
+    """docs/how-to/etcd-backup.md: keep the keys, new machine, keys placed, deploy, restore."""
+    import re
+    from pathlib import Path
+
+    import charm
+    from charms.gpu_k8s.v0.kubeadm import ca_cert_hash
+    from fakes.control_plane import CA_PEM, ControlPlaneMachine
+    from fakes.etcd import FakeEtcd
+
+    page = (Path(__file__).parents[3] / "docs/how-to/etcd-backup.md").read_text()
+    tar = re.search(r"sudo tar -C /etc/kubernetes/pki -czf - ([^>]+) >", page)
+    assert tar is not None
+    files = tar.group(1).split()
+    assert "juju deploy ./bundles/gpu-k8s.yaml --trust --map-machines=existing" in page
+    # the old cluster, its own keys (kubeadm init made them; any fresh init makes others)
+    new_cluster_keys(machine)
+    out = with_s3(aws, bootstrapped(ctx))
+    assert identity_of(machine)["cluster-ca"] != ca_cert_hash(CA_PEM)
+    etcd.put("/registry/configmaps/default/before", "1")
+    ctx.run(ctx.on.action("backup-etcd"), out)
+    keys = {f: machine.read(f"/etc/kubernetes/pki/{f}") for f in files}  # "Keep the keys"
+    old = identity_of(machine)
+
+    # machine 0 is gone: a new machine with its own etcd; the keys go in before the deploy
+    with FakeEtcd(etcd_pki) as new_etcd:
+        monkeypatch.setattr(charm.KubernetesControlPlaneCharm, "etcd_url", new_etcd.url)
+        new = ControlPlaneMachine(tmp_path / "new", api, etcd=new_etcd, clock=clock)
+        monkeypatch.setattr(
+            charm.KubernetesControlPlaneCharm,
+            "host_factory",
+            staticmethod(lambda: new.machine.host()),
+        )
+        monkeypatch.setattr(
+            charm.KubernetesControlPlaneCharm, "restart_sleep", staticmethod(new.kubelet.sync)
+        )
+        for name, text in keys.items():
+            assert text is not None
+            new.machine.write(f"/etc/kubernetes/pki/{name}", text, 0o600)
+        out = with_s3(aws, bootstrapped(ctx))  # deploy: kubeadm init uses them
+        assert identity_of(new.machine) == old
+        new_etcd.put("/registry/configmaps/default/fresh", "x")
+
+        ctx.run(
+            ctx.on.action(
+                "restore-etcd",
+                params={"s3-key": "etcd-snapshot-20261121T090000Z.db", "confirm": "yes"},
+            ),
+            out,
+        )
+
+        assert new_etcd.kv == {"/registry/configmaps/default/before": "1"}
 
 
 @pytest.mark.parametrize(
