@@ -490,6 +490,11 @@ def team_requests(api: Any) -> dict[str, dict[str, str]]:
     return api.__dict__.setdefault("kueue_teams", {})
 
 
+def team_quotas(api: Any) -> dict[str, str]:
+    """The control plane's `team-quotas` option, as a test sets it: {"text": "..."}."""
+    return api.__dict__.setdefault("kueue_team_quotas", {"text": ""})
+
+
 def join_team(
     api: Any, namespace: str, request: dict[str, str] | None = None, *, sized: bool = True
 ) -> dict:
@@ -505,7 +510,8 @@ def size_cohort(api: Any, *, cohort: bool = True) -> dict:
     """What the control plane's leader does on update-status: size the cohort `gpu-k8s`.
 
     Runs the control plane's own code (kubernetes-control-plane kueue.py: capacity,
-    guarantees from the teams' requests (`team_requests`), cohort_quota, cluster_objects,
+    guarantees from the teams' requests (`team_requests`) within the operator's allowances
+    (`team_quotas`: the option's text), cohort_quota, cluster_objects,
     team_queue) over the fake's Nodes, running Pods and the GPU flavors `install_kueue`
     made, and stores the Cohort and each team's ClusterQueue it applies (a queue's status,
     Kueue's, is kept); returns the Blocked message it would show (or None) under
@@ -537,7 +543,14 @@ def size_cohort(api: Any, *, cohort: bool = True) -> dict:
         == kueue.KUEUE_NAMESPACE_VALUE
     }
     sizing = kueue.size(
-        api.objects("/api/v1/nodes/"), pods, models, teams, flavors, shared=False, managed=managed
+        api.objects("/api/v1/nodes/"),
+        pods,
+        models,
+        teams,
+        flavors,
+        shared=False,
+        managed=managed,
+        configured=kueue.parse_allowances(team_quotas(api)["text"]),
     )
     given = sizing.given
     objects = kueue.cluster_objects(models, quota=sizing.quota)

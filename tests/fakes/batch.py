@@ -33,7 +33,15 @@ Kueue (kubernetes-sigs/kueue v0.19.2):
   exist", "ClusterQueue <cq> doesn't exist", or "ClusterQueue <cq> is inactive" while a
   ResourceFlavor it names is missing (clusterqueue_types.go FlavorQuotas.Name); reason
   Inadmissible (the legacy path: the finer reasons need the UnadmittedWorkloads-
-  Observability gate, off by default in 0.19, kube_features.go).
+  Observability gate, off by default in 0.19, kube_features.go). Then the scheduler
+  checks that the ClusterQueue's `namespaceSelector` selects the Workload's namespace
+  (its labels; a null selector selects none, metav1.LabelSelectorAsSelector(nil) is
+  labels.Nothing()): one whose namespace it does not select stays QuotaReserved False,
+  reason Pending (the gate off: workload.UnadmittedWorkloadReasonWithFallback), message
+  "workload namespace doesn't match ClusterQueue selector", whatever quota is free
+  (v0.19.2 pkg/scheduler/scheduler.go nominate -> pkg/workload/resources.go
+  ValidateAdmissibility, ErrNamespaceMismatch), so a LocalQueue pointing at another
+  namespace's ClusterQueue admits nothing.
 - K3 Preemption as Kueue with fair sharing on (the control plane's configuration;
   preemption.go fairPreemptions, see `_preempt_for`): a pending Workload that does not
   fit evicts, in its own ClusterQueue, admitted ones of lower priority
@@ -176,7 +184,7 @@ from typing import Any
 
 import yaml
 
-from fakes.kube_apiserver import ApiError, generated_suffix, json_copy
+from fakes.kube_apiserver import ApiError, generated_suffix, json_copy, selector_matches
 
 JOBSET = "/apis/jobset.x-k8s.io/v1alpha2"
 KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
@@ -186,6 +194,8 @@ QUEUE = "kueue.x-k8s.io/queue-name"
 DEFAULT_QUEUE = "default"  # kueue pkg/controller/constants/constants.go DefaultLocalQueueName
 ADMISSION_GATE = "kueue.x-k8s.io/admission"  # kueue pod_webhook.go SchedulingGate
 GPU = "nvidia.com/gpu"
+# v0.19.2 pkg/workload/resources.go ErrNamespaceMismatch (scheduler.go nominate): K2
+NAMESPACE_MISMATCH = "workload namespace doesn't match ClusterQueue selector"
 # The Job controller's reason CompletionsReached (pkg/controller/job/job_controller.go); a
 # SuccessPolicy's is "Matched rules at index <i>" (success_policy.go matchSuccessPolicy).
 COMPLETIONS_REACHED = "Reached expected number of succeeded pods"
@@ -1271,6 +1281,9 @@ class BatchControllers:
                 assert blocker is not None
                 self._pending_because(workload, *blocker)
                 continue
+            if not self._selects_namespace(cq):
+                self._pending_because(workload, "Pending", NAMESPACE_MISMATCH)
+                continue
             name = cq["metadata"]["name"]
             assignment, message = quota.assign(name, workload["spec"]["podSets"])
             if assignment is None and self._preempt_for(workload, cq, quota):
@@ -1376,6 +1389,15 @@ class BatchControllers:
                 name = queues.get((w["metadata"]["namespace"], w["spec"].get("queueName", "")), "")
                 pending[name] = pending.get(name, 0) + 1
         return holding, pending
+
+    def _selects_namespace(self, cq: dict) -> bool:
+        """K2: whether `cq`'s namespaceSelector selects this namespace (null: none)."""
+        selector = cq["spec"].get("namespaceSelector")
+        if selector is None:
+            return False
+        namespace = self.api.get_object(f"/api/v1/namespaces/{self.ns}") or {}
+        labels = (namespace.get("metadata") or {}).get("labels") or {}
+        return selector_matches(selector, labels)
 
     def _pending_because(self, workload: dict, reason: str, message: str) -> None:
         reserved = next(

@@ -507,6 +507,7 @@ class Addons:
             or sized_for.get("workers") != sorted(workers.nodes)
             or sized_for.get("quarantined", []) != quarantined
             or (sized_for.get("teams") != [list(t) for t in asked])
+            or sized_for.get("allowances", {}) != config.allowances
         ):
             kube = self._kube()
             selector = f"{KUEUE_NAMESPACE_LABEL}={KUEUE_NAMESPACE_VALUE}"
@@ -522,7 +523,10 @@ class Addons:
                     n["metadata"]["name"]
                     for n in kube.list("v1", "Namespace", label_selector=selector)
                 },
+                configured=config.allowances,
             )
+            for line in sizing.beyond:  # the team's own status shows it (its queue's numbers)
+                logger.warning("team quota past its allowance (team-quotas): %s", line)
             sized: dict[str, Any] = {
                 "quota": [[f, r, v] for (f, r), v in sorted(sizing.quota.items())],
                 "given": [
@@ -534,6 +538,7 @@ class Addons:
                 "workers": sorted(workers.nodes),
                 "quarantined": quarantined,
                 "teams": asked,
+                "allowances": config.allowances,
             }
             text = json.dumps(sized, sort_keys=True)
             if bag.get(KUEUE_COHORT_KEY) != text:

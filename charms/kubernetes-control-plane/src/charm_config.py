@@ -14,6 +14,7 @@ import re
 
 import device_plugin
 import etcd_s3
+import kueue
 import ops
 import pydantic
 from literals import API_PORT, CALICO, CNIS
@@ -74,6 +75,7 @@ class Config(CharmConfig):
     kueue_sha256: str = ""
     calico_sha256: str = ""
     pods_ready_timeout: int = 10
+    team_quotas: str = ""
     certificate_renewal_days: int = 30
     etcd_backups_kept: int = 7
     etcd_backup_hours: int = 24
@@ -171,6 +173,17 @@ class Config(CharmConfig):
         if not 1 <= value <= 1440:
             raise ValueError("must be between 1 and 1440 (minutes)")
         return value
+
+    @pydantic.field_validator("team_quotas")
+    @classmethod
+    def _team_quotas(cls, value: str) -> str:
+        kueue.parse_allowances(value)  # raises with the entry and the form
+        return value
+
+    @property
+    def allowances(self) -> kueue.Allowances:
+        """`team-quotas`: the most each named team's ClusterQueue may hold (kueue.py)."""
+        return kueue.parse_allowances(self.team_quotas)
 
     @pydantic.field_validator("certificate_renewal_days")
     @classmethod

@@ -33,7 +33,9 @@ and Kueue's docs say "Only batch administrators should create ClusterQueue objec
 (site/content/en/docs/concepts/cluster_queue.md). A team is a kube-api consumer that asks
 for LocalQueues (access._queue); the quota it wants travels in its request
 (`gpu-quota` GPUs per model, `cpu-quota`, `memory-quota`; unset: none of its own), and
-the guarantees are read from those numbers, never from the live objects. Every field of
+the guarantees are read from those numbers, never from the live objects, and never past
+the team's allowance: what the operator's `team-quotas` names for it, else a fair share
+of the cluster (`allowances`), so a hostile team cannot declare the cluster its own. Every field of
 ClusterQueueSpec (clusterqueue_types.go) that decides how a team shares is written, its
 CRD default spelled out where there is one (config/components/crd/bases/
 kueue.x-k8s.io_clusterqueues.yaml: flavorFungibility MayStopSearch/TryNextFlavor,
@@ -47,14 +49,16 @@ pods outside Kueue hold (model servers; ClusterQueue nominalQuota "should repres
 resources in the cluster available for running jobs (after discounting resources
 consumed by system components and pods not managed by kueue)", clusterqueue_types.go),
 less what the teams' ClusterQueues hold as nominal quota of their own (their configured
-`gpu-quota`, `cpu-quota`, `memory-quota`: a guarantee; unset, none). Kueue v0.19.2 serves
+`gpu-quota`, `cpu-quota`, `memory-quota` within their allowances: a guarantee; unset,
+none). Kueue v0.19.2 serves
 Cohort at v1beta2 with `spec.resourceGroups`, whose nominalQuota is "additional resources
 on top of those defined by ClusterQueues within the Cohort ... a shared pool for the
 ClusterQueues within it" (cohort_types.go); a member may take what the cohort has left,
 its own nominal quota plus the pool plus the other members' unused nominal quota, and
 the cohort's whole quota is the most it can ever be given (pkg/cache/scheduler/
 resource_node.go available, potentialAvailable). So the members' and the cohort's nominal
-quotas sum to the cluster, never past it: when the asks exceed the cluster, each team's
+quotas sum to the cluster, never past it: when the guarantees exceed the cluster (the
+operator's allowances can; fair shares never do), each team's
 queue is given what is left of it in the order the teams were related (`clamp`: an
 earlier team keeps its guarantee whatever a later one asks), the leader says who asked
 what and was given what (Blocked), and the cohort adds nothing.
@@ -323,6 +327,99 @@ class Team:
         return out
 
 
+# The words of `team-quotas` (the control plane's option) for the resources a team's
+# request names (`gpu-quota`, `cpu-quota`, `memory-quota`).
+ALLOWANCE_WORDS = {"gpu": GPU_RESOURCE, "cpu": "cpu", "memory": "memory"}
+_TEAM_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")  # a namespace: RFC 1123 label
+Allowances = dict[str, dict[str, float]]  # team namespace -> {resource: amount}
+
+
+def parse_allowances(text: str) -> Allowances:
+    """`team-quotas`: `<namespace>=gpu:<n>,cpu:<q>,memory:<q> ...`, whitespace-separated.
+
+    Raises:
+        ValueError: an entry that is not of that form, with the entry.
+    """
+    out: Allowances = {}
+    for entry in text.split():
+        team, _, spec = entry.partition("=")
+        amounts: dict[str, float] = {}
+        for part in spec.split(",") if spec else []:
+            word, _, value = part.partition(":")
+            if word not in ALLOWANCE_WORDS or not _QUANTITY.match(value) or word in amounts:
+                amounts = {}
+                break
+            if word == "gpu" and not value.isdigit():
+                amounts = {}
+                break
+            amounts[word] = quantity(value)
+        if not _TEAM_NAME.match(team) or not amounts or team in out:
+            raise ValueError(
+                f"{entry!r} is not <namespace>=gpu:<n>,cpu:<quantity>,memory:<quantity> "
+                "(each resource optional, at least one, each team once)"
+            )
+        out[team] = {ALLOWANCE_WORDS[w]: v for w, v in amounts.items()}
+    return out
+
+
+def _floor(resource: str, value: float) -> float:
+    """`value` as a nominal quota can hold it: whole GPUs and bytes, millicores."""
+    if resource == "cpu":
+        return int(value * 1000 + 1e-9) / 1000
+    return float(int(value + 1e-9))
+
+
+def allowances(have: Quotas, teams: list[Team], configured: Allowances) -> Guarantees:
+    """The most each team's ClusterQueue may hold as nominal quota (issue 29 item 6).
+
+    A team's guarantee is its own ask (its kube-api request), so a hostile team related
+    first could ask for the whole cluster and, with `reclaimWithinCohort: Any`, preempt
+    every borrower. The operator decides instead: a team named in `team-quotas` (by
+    namespace) may hold up to what it names there, per resource (`gpu`: on each GPU
+    flavor, as `gpu-quota`); for a resource its entry does not name, and for every team
+    not named, the allowance is a fair share: what the cluster has less the named
+    allowances of the related teams, split evenly between the teams without one (whole
+    GPUs, millicores, bytes, rounded down). Unconfigured, each of N teams may hold at most
+    1/N of the cluster, so the allowances never sum past it; only named allowances can
+    (`overcommitted`: Blocked with the numbers).
+    """
+    out: Guarantees = {}
+    for key, cluster in have.items():
+        resource = key[1]
+        named = {
+            t.queue: configured[t.namespace][resource]
+            for t in teams
+            if resource in configured.get(t.namespace, {})
+        }
+        rest = [t.queue for t in teams if t.queue not in named]
+        left = max(0.0, cluster - sum(named.values()))
+        share = _floor(resource, left / len(rest)) if rest else 0.0
+        out[key] = {**named, **dict.fromkeys(rest, share)}
+    return out
+
+
+def capped(asked: Guarantees, allowed: Guarantees) -> Guarantees:
+    """Each team's ask, no more than its allowance (`allowances`)."""
+    return {
+        key: {q: min(v, allowed.get(key, {}).get(q, 0.0)) for q, v in teams.items()}
+        for key, teams in asked.items()
+    }
+
+
+def beyond_allowance(asked: Guarantees, allowed: Guarantees) -> list[str]:
+    """What each team asked past its allowance, in words (the control plane logs them)."""
+    out = []
+    for (flavor, resource), teams in sorted(asked.items()):
+        for queue, amount in sorted(teams.items()):
+            most = allowed.get((flavor, resource), {}).get(queue, 0.0)
+            if amount > most:
+                out.append(
+                    f"{queue} asked {_amount(resource, amount)} {resource} of flavor {flavor}, "
+                    f"given its allowance {_amount(resource, most)}"
+                )
+    return out
+
+
 def guarantees(teams: list[Team], flavors: list[str]) -> Guarantees:
     """What each team's ClusterQueue holds as nominal quota, per (flavor, resource).
 
@@ -466,7 +563,9 @@ def cohort_quota(have: Quotas, held: Guarantees) -> Quotas:
 
 
 def overcommitted(have: Quotas, held: Guarantees, given: Guarantees | None = None) -> str | None:
-    """The Blocked message when the teams' asks sum past the cluster, or None.
+    """The Blocked message when the guarantees (`capped`) sum past the cluster, or None.
+
+    Only the operator's named allowances can (`allowances`): the message names the option.
 
     With `given` (`clamp`), it says what each team that got less was given.
     """
@@ -477,7 +576,7 @@ def overcommitted(have: Quotas, held: Guarantees, given: Guarantees | None = Non
         if total > cluster:
             each = ", ".join(f"{n} {_amount(resource, v)}" for n, v in sorted(teams.items()))
             problem = (
-                f"{_amount(resource, total)} {resource} of flavor {flavor} asked "
+                f"{_amount(resource, total)} {resource} of flavor {flavor} guaranteed "
                 f"({each}) but the cluster has {_amount(resource, cluster)}"
             )
             mine = (given or {}).get((flavor, resource), {})
@@ -490,10 +589,9 @@ def overcommitted(have: Quotas, held: Guarantees, given: Guarantees | None = Non
     if not problems:
         return None
     return (
-        "team quotas overcommit the cluster: "
+        "team-quotas overcommit the cluster: "
         + "; ".join(problems)
-        + ": lower gpu-quota, cpu-quota or memory-quota of a tensorflow application, "
-        "or add nodes"
+        + ": lower team-quotas of kubernetes-control-plane, or add nodes"
     )
 
 
@@ -504,6 +602,7 @@ class Sizing:
     quota: Quotas
     given: Guarantees
     overcommitted: str | None
+    beyond: list[str] = dataclasses.field(default_factory=list)  # asks past an allowance
 
 
 def size(
@@ -515,17 +614,26 @@ def size(
     *,
     shared: bool,
     managed: Collection[str] | None = None,
+    configured: Allowances | None = None,
 ) -> Sizing:
-    """Size the cohort: the guarantees clamped to what the nodes have, pods or not.
+    """Size the cohort: the guarantees within each team's allowance, clamped to the nodes.
 
+    `configured`: the operator's `team-quotas` (`allowances`: a fair share for the rest).
     GPUs held outside Kueue (`capacity` with the running `pods`) come off the cohort's
     pool, never an earlier team's guarantee (issue 29 review item 2, `clamp`).
     """
     have = capacity(nodes, pods, models, shared=shared, managed=managed)
     nodes_have = capacity(nodes, [], models, shared=shared)
-    held = guarantees(teams, flavors)
+    asked = guarantees(teams, flavors)
+    allowed = allowances(nodes_have, teams, configured or {})
+    held = capped(asked, allowed)
     given = clamp(nodes_have, held, [t.queue for t in teams])
-    return Sizing(cohort_quota(have, given), given, overcommitted(nodes_have, held, given))
+    return Sizing(
+        cohort_quota(have, given),
+        given,
+        overcommitted(nodes_have, held, given),
+        beyond_allowance(asked, allowed),
+    )
 
 
 def _text(resource: str, value: float) -> str:

@@ -445,19 +445,86 @@ def test_a_jobs_gpus_outside_kueues_namespaces_leave_the_cohort(ctx, machine, ap
     assert _cohort_quota(api)[("gpu-nvidia-a10g", "nvidia.com/gpu")] == "5"  # 8 - 3
 
 
+def _configure(out: testing.State, **config: str) -> testing.State:
+    return dataclasses.replace(out, config={**out.config, **config})
+
+
+def test_a_team_related_first_asking_for_everything_gets_its_allowance_only(
+    ctx, machine, api, releases
+):
+    """Issue 29 item 6: a guarantee is the operator's to give, not the team's to declare.
+
+    A hostile team related first asks for every GPU and CPU. Unconfigured, its allowance is
+    a fair share (the cluster split between the related teams): alone it may hold the
+    cluster, but once team b is related it holds half, and b gets its ask up to the other
+    half; `reclaimWithinCohort: Any` can reclaim only that. Nothing blocks the control plane
+    (a team's ask is no operator error); the log says who asked past its allowance.
+    """
+    out = _two_gpu_workers(ctx, api)
+    gpu, cpu = ("gpu-nvidia-a10g", "nvidia.com/gpu"), ("cpu", "cpu")
+    hostile = _team("h", gpus=100, cpu="1000")
+    out = ctx.run(ctx.on.update_status(), _with_teams(out, hostile))
+    assert out.unit_status.name == "active", out.unit_status.message
+    assert (_quota_of(_team_cq(api, "h"))[gpu], _quota_of(_team_cq(api, "h"))[cpu]) == ("8", "12")
+    out = ctx.run(ctx.on.update_status(), _with_teams(out, _team("b", gpus=4, cpu="6")))
+    assert out.unit_status.name == "active", out.unit_status.message
+    assert (_quota_of(_team_cq(api, "h"))[gpu], _quota_of(_team_cq(api, "h"))[cpu]) == ("4", "6")
+    assert (_quota_of(_team_cq(api, "b"))[gpu], _quota_of(_team_cq(api, "b"))[cpu]) == ("4", "6")
+    assert _cohort_quota(api)[gpu] == "0" and _cohort_quota(api)[cpu] == "0"
+    # three teams: 8 GPUs split 2 each (whole GPUs), 12 CPUs 4 each
+    out = ctx.run(ctx.on.update_status(), _with_teams(out, _team("c")))
+    assert _quota_of(_team_cq(api, "h"))[gpu] == "2"
+    assert _quota_of(_team_cq(api, "b"))[gpu] == "2"
+    assert _cohort_quota(api)[gpu] == "4"  # c asked nothing: its share stays lendable
+
+
+def test_the_operators_team_quotas_cap_a_teams_ask_and_the_rest_is_shared(
+    ctx, machine, api, releases
+):
+    """Issue 29 item 6: `team-quotas` names an allowance; others split what it leaves."""
+    out = _two_gpu_workers(ctx, api)
+    gpu, cpu = ("gpu-nvidia-a10g", "nvidia.com/gpu"), ("cpu", "cpu")
+    teams = (_team("h", gpus=100, cpu="1000"), _team("b", gpus=8, cpu="2"), _team("c", gpus=8))
+    out = _configure(_with_teams(out, *teams), **{"team-quotas": "h=gpu:1 b=cpu:500m"})
+    out = ctx.run(ctx.on.config_changed(), out)
+    assert out.unit_status.name == "active", out.unit_status.message
+    # h: 1 GPU (named), CPUs a share of 12 less b's 0.5 between h and c: 5.75
+    assert (_quota_of(_team_cq(api, "h"))[gpu], _quota_of(_team_cq(api, "h"))[cpu]) == (
+        "1",
+        "5750m",
+    )
+    # b, c: a share of the 7 GPUs h's allowance leaves: 3 each (whole GPUs)
+    assert (_quota_of(_team_cq(api, "b"))[gpu], _quota_of(_team_cq(api, "b"))[cpu]) == (
+        "3",
+        "500m",
+    )
+    assert _quota_of(_team_cq(api, "c"))[gpu] == "3"
+    assert _cohort_quota(api)[gpu] == "1"
+    out = ctx.run(ctx.on.config_changed(), _configure(out, **{"team-quotas": "h=gpu:x"}))
+    assert out.unit_status == testing.BlockedStatus(
+        "Invalid config: team-quotas: 'h=gpu:x' is not "
+        "<namespace>=gpu:<n>,cpu:<quantity>,memory:<quantity> (each resource optional, at "
+        "least one, each team once)"
+    )
+
+
 def test_guarantees_past_the_cluster_block_with_the_numbers(ctx, machine, api, releases):
     """Issue 29 leftover 4: the queue of the team past the cluster gets what is left of it.
 
     Updated (stricter): team-b's ClusterQueue held its whole ask of 4 while the control
     plane was Blocked; it now holds the 2 GPUs the cluster has left after team-a (related
-    first), and the status says what it asked and was given.
+    first), and the status says what it asked and was given. Updated for issue 29 item 6:
+    only the operator's allowances (`team-quotas`) can overcommit the cluster (a team's
+    own ask is capped by a fair share), so they are configured here, and the message
+    names that option.
     """
     out = _two_gpu_workers(ctx, api)
+    out = _configure(out, **{"team-quotas": "a=gpu:6 b=gpu:4"})
     out = ctx.run(ctx.on.update_status(), _with_teams(out, _team("a", gpus=6), _team("b", gpus=4)))
     assert out.unit_status == testing.BlockedStatus(
-        "team quotas overcommit the cluster: 10 nvidia.com/gpu of flavor gpu-nvidia-a10g "
-        "asked (team-a 6, team-b 4) but the cluster has 8 (team-b given 2 of 4): lower "
-        "gpu-quota, cpu-quota or memory-quota of a tensorflow application, or add nodes"
+        "team-quotas overcommit the cluster: 10 nvidia.com/gpu of flavor gpu-nvidia-a10g "
+        "guaranteed (team-a 6, team-b 4) but the cluster has 8 (team-b given 2 of 4): lower "
+        "team-quotas of kubernetes-control-plane, or add nodes"
     )
     assert _cohort_quota(api)[("gpu-nvidia-a10g", "nvidia.com/gpu")] == "0"
     assert _quota_of(_team_cq(api, "a"))[("gpu-nvidia-a10g", "nvidia.com/gpu")] == "6"
@@ -618,9 +685,12 @@ def test_a_team_asking_later_or_more_never_shrinks_an_earlier_teams_queue(
 
     A hostile team related after team-a asks for 100 GPUs and 1000 CPUs: team-a keeps its
     guarantee, the hostile queue holds what the cluster had left, and no queue nor the
-    cohort holds a GPU or CPU the nodes do not have.
+    cohort holds a GPU or CPU the nodes do not have. Updated for issue 29 item 6: a
+    team's own ask is capped by a fair share, so the operator's `team-quotas` gives both
+    teams their asks as allowances here, past the cluster (first come still decides).
     """
     out = _two_gpu_workers(ctx, api)
+    out = _configure(out, **{"team-quotas": "a=gpu:2,cpu:4 z=gpu:100,cpu:1000"})
     out = ctx.run(ctx.on.update_status(), _with_teams(out, _team("a", gpus=2, cpu="4")))
     assert out.unit_status.name == "active", out.unit_status.message
     out = ctx.run(ctx.on.update_status(), _with_teams(out, _team("z", gpus=100, cpu="1000")))
@@ -642,9 +712,11 @@ def test_gpus_held_outside_kueue_never_shrink_an_earlier_teams_guarantee(
 
     The clamp worked on the cluster less the GPUs held outside Kueue, so team-b's model
     server (its `serve gpus=4`) took 4 of team-a's 6 at the next update-status. They come
-    off the cohort's pool now; team-a keeps its 6, and nothing blocks.
+    off the cohort's pool now; team-a keeps its 6, and nothing blocks. Updated for issue
+    29 item 6: team-a's 6 is past its fair share (4 of 8), so the operator allows it.
     """
     out = _two_gpu_workers(ctx, api)
+    out = _configure(out, **{"team-quotas": "a=gpu:6"})
     a, b = _team("a", gpus=6), _team("b")
     out = ctx.run(ctx.on.update_status(), _with_teams(out, a, b))
     gpu = ("gpu-nvidia-a10g", "nvidia.com/gpu")

@@ -10,10 +10,13 @@ its queue waits for its quota, and the charm's own Jobs name the queue and run.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
-from conftest import NS, TOKEN, add_nodes, jobset, node, run_action
+from conftest import NS, TOKEN, add_nodes, control_plane_reads, jobset, node, run_action
+from literals import NAMESPACED_RULES, cluster_rules
 
+from fakes.addons import join_team
 from fakes.batch import BatchControllers
 from fakes.kube_grants import consumer_grant, store_grant
 
@@ -311,3 +314,46 @@ def test_jobset_job_and_kubelet_status_writes_go_through_status_validated(api):
     stored = api.get_object(f"/api/v1/namespaces/{NS}/pods/p")
     assert stored["status"] == {"phase": "Failed"} and "nodeName" not in stored["spec"]
     assert len(api.requests) == before
+
+
+def test_a_local_queue_pointing_at_another_teams_cluster_queue_admits_nothing(
+    ctx, state, api, controller
+):
+    """Issue 29 item 6: team b cannot spend team tensorflow's guarantee.
+
+    A team's grant lets it create LocalQueues in its own namespace (RBAC never reads a
+    spec), so team b, with its own token, points one at team-tensorflow's ClusterQueue.
+    That ClusterQueue's namespaceSelector (the control plane's kueue.team_queue) selects
+    the tensorflow namespace only: Kueue's scheduler leaves b's Workload pending with
+    "workload namespace doesn't match ClusterQueue selector" (v0.19.2 ValidateAdmissibility),
+    though the queue's 4 CPUs are free, while the same Job in tensorflow's own LocalQueue
+    is admitted at once (the positive control).
+    """
+    add_nodes(api, node("cpu-0"))
+    out = ctx.run(ctx.on.config_changed(), replace(state, config={"cpu-quota": "4"}))
+    control_plane_reads(api, out)  # team-tensorflow, 4 CPUs its own (its fair share: 8)
+    store_grant(api, consumer_grant("b", "b", NAMESPACED_RULES, cluster_rules("b")), "b-token")
+    join_team(api, "b")
+    steal = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "LocalQueue",
+        "metadata": {"name": "steal"},
+        "spec": {"clusterQueue": "team-tensorflow"},
+    }
+    headers = {"Authorization": "Bearer b-token", "Content-Type": "application/json"}
+    path = "/apis/kueue.x-k8s.io/v1beta2/namespaces/b/localqueues"
+    status, _, body, *_ = api.handle("POST", path, headers, json.dumps(steal).encode())
+    assert status == 201, body  # its grant allows it: Kueue, not RBAC, refuses the use
+    b = BatchControllers(api, "b")
+    queue = {"kueue.x-k8s.io/queue-name": "steal"}
+    _team_creates_job(api, "stolen", queue, cpu="2", namespace="b", token="b-token")
+    for _ in range(3):
+        b.tick()
+    assert api.get_object("/apis/batch/v1/namespaces/b/jobs/stolen")["spec"]["suspend"] is True
+    assert api.objects("/api/v1/namespaces/b/pods/") == []
+    reserved = _reserved(b.workload("stolen", kind="Job"))
+    assert (reserved["status"], reserved["reason"]) == ("False", "Pending")
+    assert reserved["message"] == "workload namespace doesn't match ClusterQueue selector"
+    _team_creates_job(api, "own", {"kueue.x-k8s.io/queue-name": "training"}, cpu="2")
+    controller.tick()
+    assert api.get_object(f"{JOBS}/own")["spec"]["suspend"] is False

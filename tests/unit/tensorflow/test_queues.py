@@ -17,7 +17,7 @@ from conftest import NS, add_nodes, control_plane_reads, node, run_action
 from ops import testing
 
 from fakes import crds
-from fakes.addons import join_team
+from fakes.addons import join_team, team_quotas
 from fakes.batch import BatchControllers
 from fakes.kube_admission import KUBERNETES_VERSION
 
@@ -283,6 +283,10 @@ def test_a_team_borrows_the_whole_cohort_while_the_other_is_idle(
 
 def test_guarantees_past_the_cluster_block_the_control_plane(ctx, state, api):
     add_nodes(api, node("gpu-0", 4), node("cpu-0"))
+    # updated (issue 29 item 6): a team's ask is capped by its allowance (a fair share,
+    # 2 of 4 each, unless the operator's team-quotas names more), so only the operator's
+    # allowances can overcommit the cluster: they give both teams their asks here
+    team_quotas(api)["text"] = "tensorflow=gpu:3 other=gpu:2"
     _other_team(api, {"gpu-quota": "2"})
     config = {"gpu-quota": "3"}
     out = ctx.run(ctx.on.config_changed(), dataclasses.replace(state, config=config))
@@ -290,10 +294,9 @@ def test_guarantees_past_the_cluster_block_the_control_plane(ctx, state, api):
     # updated (issue 29 leftover 4): the team that joined later holds what is left of the
     # cluster, not its ask; this one (related first) keeps its 3
     assert sized["overcommitted"] == (
-        "team quotas overcommit the cluster: 5 nvidia.com/gpu of flavor gpu-nvidia-a10g "
-        "asked (team-other 2, team-tensorflow 3) but the cluster has 4 (team-other "
-        "given 1 of 2): lower gpu-quota, cpu-quota or memory-quota of a tensorflow "
-        "application, or add nodes"
+        "team-quotas overcommit the cluster: 5 nvidia.com/gpu of flavor gpu-nvidia-a10g "
+        "guaranteed (team-other 2, team-tensorflow 3) but the cluster has 4 (team-other "
+        "given 1 of 2): lower team-quotas of kubernetes-control-plane, or add nodes"
     )
     assert _quota(sized["cohort"])[("gpu-nvidia-a10g", "nvidia.com/gpu")] == "0"
     assert _quota(api.get_object(CQ))[("gpu-nvidia-a10g", "nvidia.com/gpu")] == "3"
