@@ -376,6 +376,128 @@ ESCALATIONS: list[Escalation] = [
     ),
 ]
 
+# Issue 29, the reviewer's third pass: requests the legitimate grant below allows by RBAC
+# (pods, secrets and serviceaccounts/token in the consumer's own namespace) that are still
+# escalations, refused by the control plane's ValidatingAdmissionPolicies in every
+# consumer's namespace (admission_policies.py CONSUMER_PODS, CONSUMER_TOKENS): `names` is
+# the policy the 403 names.
+_RESTRICTED = {
+    "securityContext": {
+        "runAsNonRoot": True,
+        "runAsUser": 1000,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    },
+    "containers": [
+        {
+            "name": "c",
+            "image": "busybox",
+            "securityContext": {
+                "allowPrivilegeEscalation": False,
+                "capabilities": {"drop": ["ALL"]},
+            },
+        }
+    ],
+}
+
+
+def _restricted_pod(**spec: Any) -> dict:
+    """A pod Pod Security `restricted` admits, with `spec` added."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "escape"},
+        "spec": {**_RESTRICTED, **spec},
+    }
+
+
+CONTROL_PLANE_NODE = "cp-0"
+PODS_POLICY = "gpu-k8s-consumer-pods-off-the-control-plane"
+TOKENS_POLICY = "gpu-k8s-consumer-short-lived-tokens"
+ADMISSION_ESCALATIONS: list[Escalation] = [
+    # the reviewer's pod: bound by name to the control-plane node, tolerating every taint
+    Escalation(
+        "pod-bound-to-the-control-plane",
+        PODS_POLICY,
+        attempt=Attempt(
+            "POST",
+            f"/api/v1/namespaces/{HOSTILE}/pods",
+            _restricted_pod(nodeName=CONTROL_PLANE_NODE, tolerations=[{"operator": "Exists"}]),
+        ),
+    ),
+    # spec.nodeName alone: kubelet admits a pod bound to its node checking only NoExecute
+    # taints, so the control plane's NoSchedule taint does not keep it off
+    Escalation(
+        "pod-node-name",
+        PODS_POLICY,
+        attempt=Attempt(
+            "POST",
+            f"/api/v1/namespaces/{HOSTILE}/pods",
+            _restricted_pod(nodeName=CONTROL_PLANE_NODE),
+        ),
+    ),
+    # a toleration of kubeadm's control-plane taint: the scheduler may place it there
+    Escalation(
+        "pod-tolerates-the-control-plane",
+        PODS_POLICY,
+        attempt=Attempt(
+            "POST",
+            f"/api/v1/namespaces/{HOSTILE}/pods",
+            _restricted_pod(
+                tolerations=[
+                    {
+                        "key": "node-role.kubernetes.io/control-plane",
+                        "operator": "Exists",
+                        "effect": "NoSchedule",
+                    }
+                ],
+                nodeSelector={"node-role.kubernetes.io/control-plane": ""},
+            ),
+        ),
+    ),
+    # a key-less Exists toleration tolerates every taint, the control plane's included
+    Escalation(
+        "pod-tolerates-every-taint",
+        PODS_POLICY,
+        attempt=Attempt(
+            "POST",
+            f"/api/v1/namespaces/{HOSTILE}/pods",
+            _restricted_pod(tolerations=[{"operator": "Exists", "effect": "NoSchedule"}]),
+        ),
+    ),
+    # a legacy token Secret: the token controller fills it with a token that never expires
+    Escalation(
+        "legacy-token-secret",
+        TOKENS_POLICY,
+        attempt=Attempt(
+            "POST",
+            f"/api/v1/namespaces/{HOSTILE}/secrets",
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "type": "kubernetes.io/service-account-token",
+                "metadata": {
+                    "name": "forever",
+                    "annotations": {"kubernetes.io/service-account.name": HOSTILE},
+                },
+            },
+        ),
+    ),
+    # a TokenRequest for a year: outlives every rotation of the consumer's 48 h token
+    Escalation(
+        "year-long-token-request",
+        TOKENS_POLICY,
+        attempt=Attempt(
+            "POST",
+            f"/api/v1/namespaces/{HOSTILE}/serviceaccounts/{HOSTILE}/token",
+            {
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {"expirationSeconds": 365 * 24 * 3600},
+            },
+        ),
+    ),
+]
+
 # What a consumer may hold (tensorflow's kind of request): workloads, tokens and secrets in
 # its own namespace, the allowed cluster-wide reads. Its token makes every attempt above.
 LEGITIMATE_RULES: list[dict] = [

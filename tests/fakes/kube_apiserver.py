@@ -116,6 +116,7 @@ from fakes import (
 )
 from fakes.kube_admission import Admission, Request, deny_service_external_ips, warning_headers
 from fakes.kube_auth import (
+    API_AUDIENCE,
     KUBEADM_ADMIN,
     REVIEW_KINDS,
     Attributes,
@@ -205,6 +206,10 @@ DEFAULT_STATUS = {
     "PersistentVolume": {"phase": "Available"},
 }
 BUILTIN_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+# kubernetes pkg/apis/authentication/validation ValidateTokenRequest: expirationSeconds
+# at least 10 minutes and at most 2^32 (kube_auth token_request answers the 422).
+_MIN_TOKEN_SECONDS, _MAX_TOKEN_SECONDS = 600, 1 << 32
+TOKEN_REQUEST_GV = "authentication.k8s.io/v1"
 ADMIN_TOKEN = "admin-token"  # stands in for admin.conf's client certificate
 FAKE_CA = "-----BEGIN CERTIFICATE-----\nRkFLRS1DQQ==\n-----END CERTIFICATE-----\n"
 SA_TOKEN_TYPE = "kubernetes.io/service-account-token"
@@ -1257,10 +1262,42 @@ class FakeKubeApiServer:
         return 201, self.auth.review(self._attrs.user, kind, self._decode(body, content_type))
 
     def _token_request(self, target: Target, _q: dict, content_type: str, body: bytes) -> tuple:
-        """TokenRequest: a token for the ServiceAccount (fakes.kube_auth)."""
+        """TokenRequest: a token for the ServiceAccount (fakes.kube_auth), admitted first.
+
+        kubernetes pkg/registry/core/serviceaccount/storage/token.go TokenREST.Create: the
+        ServiceAccount is looked up (404), the request takes its defaults (expirationSeconds
+        3600, SetDefaults_TokenRequestSpec; audiences the API server's; name, namespace and
+        uid the account's) and is validated (422), then createValidation runs the validating
+        admission plugins on it (a ValidatingAdmissionPolicy matching `serviceaccounts/token`
+        CREATE sees the TokenRequest as `object`, its kind authentication.k8s.io/v1
+        TokenRequest), before the bound object is read and the token issued. The 404 and
+        422 are kube_auth's token_request, which runs after admission here: admission is
+        skipped where either would answer first.
+        """
         request = self._decode(body, content_type) if body else {}
         self._restrict_node("CREATE", target, request, None)
-        return 201, self.auth.token_request(target.namespace or "", target.name or "", request)
+        namespace, name = target.namespace or "", target.name or ""
+        account = self._store.get(f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}")
+        spec = {"expirationSeconds": 3600, **(request.get("spec") or {})}
+        seconds = spec["expirationSeconds"]
+        valid = isinstance(seconds, int) and _MIN_TOKEN_SECONDS <= seconds <= _MAX_TOKEN_SECONDS
+        if self._attrs is not None and account is not None and valid:
+            spec.setdefault("audiences", [API_AUDIENCE])
+            meta = {**(request.get("metadata") or {}), "name": name, "namespace": namespace}
+            meta.setdefault("uid", account["metadata"].get("uid", ""))
+            admitted = {**request, "metadata": meta, "spec": spec}
+            admitted.update(apiVersion=TOKEN_REQUEST_GV, kind="TokenRequest")
+            self._warnings += self.admission.policies.admit(
+                self._stored,
+                self._attrs.user,
+                "CREATE",
+                target,
+                admitted,
+                None,
+                namespace_of=self._namespace,
+                kind=(TOKEN_REQUEST_GV, "TokenRequest"),
+            )
+        return 201, self.auth.token_request(namespace, name, request)
 
     def _check_rbac_write(self, target: Target, obj: dict, old: dict | None) -> None:
         """RBAC's escalation check on a role or binding a request writes (fakes.kube_auth)."""

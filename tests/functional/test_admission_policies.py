@@ -913,6 +913,19 @@ def _keep_policy(kube_api) -> None:
         )
 
 
+def _store_policy(kube_api, name: str, spec: dict) -> None:
+    """A ValidatingAdmissionPolicy `name` of `spec`, bound with Deny under the same name."""
+    vap = "/apis/admissionregistration.k8s.io/v1"
+    binding = {
+        "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"]},
+    }
+    kube_api.put_object(
+        f"{vap}/validatingadmissionpolicies/{name}", {"metadata": {"name": name}, "spec": spec}
+    )
+    kube_api.put_object(f"{vap}/validatingadmissionpolicybindings/{name}", binding)
+
+
 def test_a_policy_sees_the_requests_namespace_as_namespace_object(kube_api):
     """The request's Namespace, as CreateNamespaceObject copies it; null for a Namespace.
 
@@ -946,15 +959,7 @@ def test_a_policy_sees_the_requests_namespace_as_namespace_object(kube_api):
             },
         ],
     }
-    vap = "/apis/admissionregistration.k8s.io/v1"
-    binding = {
-        "metadata": {"name": "ns"},
-        "spec": {"policyName": "ns", "validationActions": ["Deny"]},
-    }
-    kube_api.put_object(
-        f"{vap}/validatingadmissionpolicies/ns", {"metadata": {"name": "ns"}, "spec": spec}
-    )
-    kube_api.put_object(f"{vap}/validatingadmissionpolicybindings/ns", binding)
+    _store_policy(kube_api, "ns", spec)
     for name, tier in (("open", "open"), ("closed", "closed")):
         body = {"metadata": {"name": name, "labels": {"tier": tier}}}
         status, answer = call(kube_api, ADMIN_TOKEN, "POST", "/api/v1/namespaces", body)
@@ -968,6 +973,57 @@ def test_a_policy_sees_the_requests_namespace_as_namespace_object(kube_api):
             kube_api, ADMIN_TOKEN, "POST", f"/api/v1/namespaces/{name}/configmaps", body
         )
         assert status == expected, answer
+
+
+def test_a_token_request_is_admitted_as_its_subresources_create_after_its_defaults(kube_api):
+    """A TokenRequest meets the validating admission plugins as kube-apiserver's TokenREST.
+
+    kubernetes pkg/registry/core/serviceaccount/storage/token.go Create: the account is
+    looked up (404) and the request defaulted (expirationSeconds 3600) and validated (422)
+    before createValidation admits it, as `serviceaccounts/token` CREATE with the
+    TokenRequest as `object`.
+    """
+    spec = {
+        "matchConstraints": {
+            "resourceRules": [
+                {
+                    "apiGroups": [""],
+                    "apiVersions": ["v1"],
+                    "operations": ["CREATE"],
+                    "resources": ["serviceaccounts/token"],
+                }
+            ]
+        },
+        "validations": [
+            {
+                "expression": "request.kind.kind == 'TokenRequest' && "
+                "request.kind.group == 'authentication.k8s.io' && "
+                "request.subResource == 'token' && request.name == 'sa' && "
+                "request.namespace == 'ns' && object.metadata.name == 'sa'",
+                "message": "not the TokenRequest kube-apiserver admits",
+            },
+            {
+                "expression": "object.spec.expirationSeconds <= 3600",
+                "message": "too long",
+                "reason": "Forbidden",
+            },
+        ],
+    }
+    _store_policy(kube_api, "t", spec)
+    kube_api.put_object("/api/v1/namespaces/ns", {"metadata": {"name": "ns"}})
+    kube_api.put_object("/api/v1/namespaces/ns/serviceaccounts/sa", {"metadata": {"name": "sa"}})
+    path = "/api/v1/namespaces/ns/serviceaccounts/{}/token"
+    for account, seconds, expected in (
+        ("sa", None, 201),  # defaulted to 3600 before admission
+        ("sa", 7200, 403),
+        ("missing", 7200, 404),  # the lookup answers first
+        ("sa", 60, 422),  # so does validation
+    ):
+        body = {"spec": {} if seconds is None else {"expirationSeconds": seconds}}
+        status, answer = call(kube_api, ADMIN_TOKEN, "POST", path.format(account), body)
+        assert status == expected, answer
+        if status == 403:
+            assert answer["message"].endswith("denied request: too long"), answer
 
 
 def test_a_policy_that_matches_delete_sees_the_stored_object_as_old_object(kube_api):

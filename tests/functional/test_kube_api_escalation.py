@@ -22,6 +22,8 @@ import pytest
 import yaml
 from charm_modules import load
 from kube_api_escalations import (
+    ADMISSION_ESCALATIONS,
+    CONTROL_PLANE_NODE,
     ESCALATIONS,
     HOSTILE,
     LEGITIMATE_CLUSTER_RULES,
@@ -30,7 +32,7 @@ from kube_api_escalations import (
 )
 
 from charms.gpu_k8s.v0.kube_api import SYSTEM_NAMESPACES, RequirerAppData, Rule, check_policy
-from fakes.kube_apiserver import FakeKubeApiServer
+from fakes.kube_apiserver import ADMIN_TOKEN, FakeKubeApiServer
 
 SSAR = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 
@@ -108,6 +110,131 @@ def test_the_granted_token_is_refused_by_the_api_server(path: Escalation, rbac, 
     assert status == 403, (status, answer)
     assert answer["reason"] == "Forbidden"
     assert "system:serviceaccount:hostile:hostile" in answer["message"]
+
+
+@pytest.fixture
+def policies(kube):
+    """The control plane's ValidatingAdmissionPolicies, applied as it applies them."""
+    module = load("kubernetes-control-plane", "admission_policies")
+    for obj in module.manifests():
+        kube.apply(obj, field_manager="kubernetes-control-plane")
+    return module
+
+
+def _refused_by(answer: dict, policy: str) -> bool:
+    return answer.get("reason") == "Forbidden" and (
+        f"ValidatingAdmissionPolicy '{policy}' with binding '{policy}' denied request"
+        in answer.get("message", "")
+    )
+
+
+@pytest.mark.parametrize("path", ADMISSION_ESCALATIONS, ids=lambda e: e.id)
+def test_the_granted_token_is_refused_by_the_admission_policies(
+    path: Escalation, rbac, kube, kube_api, policies
+):
+    grant = _grant(rbac, HOSTILE, HOSTILE, LEGITIMATE_RULES, LEGITIMATE_CLUSTER_RULES)
+    token = rbac.apply(kube, grant)
+    attempt = path.attempt
+    status, answer = call(
+        kube_api, token, attempt.method, attempt.path, attempt.body, attempt.content_type
+    )
+    assert status == 403, (status, answer)
+    assert _refused_by(answer, path.names), answer
+
+
+def _pod(name: str, spec: dict) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def test_the_grant_still_makes_the_pods_secrets_and_tokens_it_needs(
+    rbac, kube, kube_api, policies
+):
+    grant = _grant(rbac, HOSTILE, HOSTILE, LEGITIMATE_RULES, LEGITIMATE_CLUSTER_RULES)
+    token = rbac.apply(kube, grant)  # the control plane's own TokenRequest of TOKEN_SECONDS
+    gpu = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    spec = {**ADMISSION_ESCALATIONS[1].attempt.body["spec"], "tolerations": [gpu]}
+    del spec["nodeName"]
+    pods = f"/api/v1/namespaces/{HOSTILE}/pods"
+    status, answer = call(kube_api, token, "POST", pods, _pod("gpu", spec))
+    assert status == 201, answer
+    # tolerations may only be added to (ValidatePodUpdate): the old ones stay admitted
+    patch = {"metadata": {"labels": {"seen": "yes"}}}
+    merge = "application/merge-patch+json"
+    status, answer = call(kube_api, token, "PATCH", f"{pods}/gpu", patch, merge)
+    assert status == 200, answer
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "kubernetes.io/dockerconfigjson",
+        "metadata": {"name": "pull"},
+        "data": {".dockerconfigjson": "e30="},
+    }
+    status, answer = call(kube_api, token, "POST", f"/api/v1/namespaces/{HOSTILE}/secrets", secret)
+    assert status == 201, answer
+    path = f"/api/v1/namespaces/{HOSTILE}/serviceaccounts/{HOSTILE}/token"
+    for spec in ({"expirationSeconds": rbac.TOKEN_SECONDS}, {}):  # {}: 3600 s by default
+        request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
+        status, answer = call(kube_api, token, "POST", path, request)
+        assert status == 201, answer
+    request["spec"] = {"expirationSeconds": rbac.TOKEN_SECONDS + 1}
+    status, answer = call(kube_api, token, "POST", path, request)
+    assert status == 403 and _refused_by(answer, ADMISSION_ESCALATIONS[-1].names), answer
+
+
+def test_the_namespace_is_fenced_whoever_makes_the_pod(rbac, kube, kube_api, policies):
+    """The Job, ReplicaSet and JobSet controllers create a consumer's pods, not the consumer.
+
+    kube-controller-manager runs each controller as its own ServiceAccount in kube-system
+    (kubeadm sets --use-service-account-credentials=true, cmd/kubeadm/app/phases/
+    controlplane/manifests.go), so the policy matches the pod's namespace, not who asks:
+    even the cluster admin is refused there, and is not fenced elsewhere.
+    """
+    rbac.apply(kube, _grant(rbac, HOSTILE, HOSTILE, LEGITIMATE_RULES, []))
+    bound = ADMISSION_ESCALATIONS[0].attempt.body
+    status, answer = call(
+        kube_api, ADMIN_TOKEN, "POST", f"/api/v1/namespaces/{HOSTILE}/pods", bound
+    )
+    assert status == 403 and _refused_by(answer, ADMISSION_ESCALATIONS[0].names), answer
+    status, answer = call(
+        kube_api, ADMIN_TOKEN, "POST", "/api/v1/namespaces/kube-system/pods", bound
+    )
+    assert status == 201, answer
+    assert answer["spec"]["nodeName"] == CONTROL_PLANE_NODE
+
+
+def test_the_charms_own_pods_are_admitted_in_a_consumer_namespace(rbac, kube, kube_api, policies):
+    """The tensorflow charm's training, TensorBoard, serving and purge pods, as made."""
+    namespace = "training"
+    rbac.apply(kube, _grant(rbac, "tensorflow", namespace, LEGITIMATE_RULES, []))
+    manifests = load("tensorflow", "manifests")
+    params = load("tensorflow", "params")
+    serving = load("tensorflow", "serving")
+    ctx = manifests.Context(
+        namespace=namespace, app="tensorflow", claim="c", default_image="i", tensorboard_image="t"
+    )
+    templates = []
+    for request in (
+        params.TrainRequest(job="g", workers=2, gpus_per_worker=1),
+        params.TrainRequest(job="p", strategy="ps", workers=1, ps=1),
+    ):
+        jobset = manifests.jobset(request, ctx)
+        templates += [
+            rj["template"]["spec"]["template"] for rj in jobset["spec"]["replicatedJobs"]
+        ]
+        templates += [
+            o["spec"]["template"]
+            for o in manifests.tensorboard(request, ctx)
+            if o["kind"] == "Deployment"
+        ]
+    templates.append(manifests.purge_job("g", ctx)["spec"]["template"])
+    deployments = serving.manifests(serving.ServeParams(job="g", gpus=1), ctx, "serving")
+    templates += [o["spec"]["template"] for o in deployments if o["kind"] == "Deployment"]
+    assert any(t["spec"].get("tolerations") for t in templates)
+    for index, template in enumerate(templates):
+        pod = _pod(f"p{index}", template["spec"])
+        path = f"/api/v1/namespaces/{namespace}/pods"
+        status, answer = call(kube_api, ADMIN_TOKEN, "POST", path, pod)
+        assert status == 201, (template, answer)
 
 
 def test_the_granted_token_works_in_its_own_namespace(rbac, kube, kube_api):

@@ -149,6 +149,53 @@ Policy '<policy>' with binding '<binding>' denied request: <message>`.
   (Kueue's batch/job integration is on too). A reference that was there before may stay or go (the
   garbage collector removes it when orphaning).
 
+- CONSUMER_PODS (`gpu-k8s-consumer-pods-off-the-control-plane`): in every consumer's
+  namespace (the Namespace labelled `gpu-k8s.io/consumer`, CONSUMER_LABEL, which only the
+  control plane writes: rbac.manifests; no consumer may write Namespaces), a pod is never
+  created with `spec.nodeName` and never tolerates the control plane's taint
+  (CONTROL_PLANE_TAINTS) or every taint (a toleration without a key, operator Exists). A
+  pod bound by name skips the scheduler, and kubelet admits it checking only NoExecute
+  taints (kubernetes pkg/kubelet/lifecycle/predicate.go generalFilter: "Kubelet is only
+  interested in the NoExecute taint"), so kubeadm's NoSchedule taint on the control-plane
+  node kept no team's pod off it; a toleration of that taint lets the scheduler put it
+  there. The control-plane node holds admin.conf and efs-storage's cloud credential: a
+  container escape there is cluster-admin. Matched on the namespace, not on who asks: a
+  team's Jobs, JobSets and Deployments make their pods through kube-controller-manager's
+  controllers, each its own ServiceAccount in kube-system (kubeadm sets
+  --use-service-account-credentials=true, cmd/kubeadm/app/phases/controlplane/
+  manifests.go), so a rule on the consumer's username would miss every pod but those it
+  makes itself, and a rule on each workload's pod template would miss a kind it did not
+  name. kube-scheduler binds through pods/binding, which sets nodeName without a pod
+  CREATE or UPDATE (not matched); nodeName cannot be set by a pod update (kubernetes
+  pkg/apis/core/validation ValidatePodUpdate: only additions to tolerations, and a few
+  other fields, may change), so nodeName is checked at CREATE and tolerations at CREATE
+  and UPDATE, where those the pod had stay. No pod of this bundle in a consumer's
+  namespace sets nodeName, and their tolerations are keyed (tensorflow's `nvidia.com/gpu`
+  Exists, manifests.py and serving.py; efs-storage's directory Jobs the same, directories
+  .py; ExtendedResourceToleration adds that key too).
+- CONSUMER_TOKENS (`gpu-k8s-consumer-short-lived-tokens`): in the same namespaces, no
+  Secret of type `kubernetes.io/service-account-token` is created (the token controller
+  fills it with a token that never expires, kubernetes pkg/controller/serviceaccount
+  tokens_controller.go; the type cannot change on update, ValidateSecretUpdate), and no
+  TokenRequest (`serviceaccounts/token` create) asks for more than rbac.TOKEN_SECONDS, the
+  lifetime the control plane's own consumer tokens have (access.py renews them before
+  they expire). Otherwise a consumer (tensorflow's grant holds `secrets create` for its
+  image pull Secret, and every grant may request its own tokens) turns a stolen 48 h
+  kubeconfig into a credential that outlives every renewal, until the relation is removed.
+  kube-apiserver admits a TokenRequest as a create of the subresource with the
+  TokenRequest as the object, after its defaults (expirationSeconds 3600 when left out)
+  and validation, before it issues the token (kubernetes pkg/registry/core/serviceaccount/
+  storage/token.go TokenREST.Create: createValidation). The alternative,
+  kube-apiserver's --service-account-max-token-expiration, does not refuse: it shortens
+  every TokenRequest cluster-wide to the maximum with a warning (token.go; kube-apiserver
+  reference: "The maximum validity duration of a token created by the service account
+  token issuer"), applies to kubelet's pod-bound tokens and the system's too, needs an API
+  server restart, and leaves the Secret tokens, which never expire, untouched. Kubelet's
+  pod tokens ask 3607 s (its projected default) and are extended to a year after
+  admission (--service-account-extend-token-expiration, on by default: token.go, for a
+  pod-bound token of exactly 3607 s), so they pass here and stay bound to their pod; a
+  pod's projected token asking more than TOKEN_SECONDS is refused to its kubelet.
+
 Not fenced here (say so when touching it): Calico's IPAM objects (blocks may be borrowed
 across nodes, so they cannot be keyed on one node), calico-node's writes of BGPPeers,
 CalicoNodeStatuses and IPAM configuration, and the calico-cni-plugin account's writes of
@@ -162,6 +209,7 @@ from typing import Any
 
 import efs_csi
 import mig_manager
+import rbac
 from literals import CONSUMER_LABEL, FIELD_MANAGER, JOBSET, MANAGED_BY_LABEL
 
 API_VERSION = "admissionregistration.k8s.io/v1"
@@ -237,6 +285,13 @@ JOBSET_CHILDREN = "gpu-k8s-jobset-children-only-by-jobset"
 # Deployment runs as it, and literals.JOBSET names both.
 JOBSET_CONTROLLER = (JOBSET.namespace, JOBSET.deployment)
 DEFAULT_TIERS = {"default": "Deny", "kube-admin": "Pass", "kube-baseline": "Pass"}
+CONSUMER_PODS = "gpu-k8s-consumer-pods-off-the-control-plane"
+CONSUMER_TOKENS = "gpu-k8s-consumer-short-lived-tokens"
+# kubeadm taints each control-plane node `node-role.kubernetes.io/control-plane:NoSchedule`
+# (cmd/kubeadm/app/constants ControlPlaneTaint); `.../master` is the key it used before
+# 1.25, which a node of an older cluster may still carry.
+CONTROL_PLANE_TAINTS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
+SA_TOKEN_SECRET = "kubernetes.io/service-account-token"
 EFS_ONLY = "gpu-k8s-efs-volumes-only"
 EFS_OWN = "gpu-k8s-efs-own-volumes"
 EFS_CLAIMS = "gpu-k8s-efs-own-claims"
@@ -361,6 +416,16 @@ def _deny(expression: str, message: str) -> dict[str, str]:
 
 
 def _policy(name: str, rules: list[dict], account: tuple[str, str], spec: dict) -> dict:
+    """A policy on `rules` for the requests of `account` only."""
+    condition = {
+        "name": "from-the-account",
+        "expression": f"request.userInfo.username == '{_username(account)}'",
+    }
+    return _matched(name, rules, condition, spec)
+
+
+def _matched(name: str, rules: list[dict], condition: dict[str, str], spec: dict) -> dict:
+    """A failing-closed policy on `rules` for the requests `condition` matches."""
     return {
         "apiVersion": API_VERSION,
         "kind": "ValidatingAdmissionPolicy",
@@ -368,12 +433,7 @@ def _policy(name: str, rules: list[dict], account: tuple[str, str], spec: dict) 
         "spec": {
             "failurePolicy": "Fail",
             "matchConstraints": {"resourceRules": rules},
-            "matchConditions": [
-                {
-                    "name": "from-the-account",
-                    "expression": f"request.userInfo.username == '{_username(account)}'",
-                }
-            ],
+            "matchConditions": [condition],
             **spec,
         },
     }
@@ -691,6 +751,94 @@ def jobset_children_policy() -> dict[str, Any]:
     condition["name"] = "not-the-jobset-controller"
     condition["expression"] = condition["expression"].replace("==", "!=")
     return policy
+
+
+def _in_consumer_namespace() -> dict[str, str]:
+    """The matchConditions entry: the request's Namespace is a consumer's (CONSUMER_LABEL)."""
+    labels = _map("namespaceObject.metadata", "labels")  # pods, secrets: never null
+    return {"name": "in-a-consumers-namespace", "expression": f"'{CONSUMER_LABEL}' in {labels}"}
+
+
+def _consumer_policy(name: str, rules: list[dict], spec: dict) -> dict[str, Any]:
+    return _matched(name, rules, _in_consumer_namespace(), spec)
+
+
+def consumer_pods_policy() -> dict[str, Any]:
+    """The policy that keeps the pods of consumers' namespaces off the control plane."""
+    tolerations = "(has(object.spec.tolerations) ? object.spec.tolerations : [])"
+    old = (
+        "(request.operation == 'UPDATE' && has(oldObject.spec.tolerations)"
+        " ? oldObject.spec.tolerations : [])"
+    )
+    allowed = f"has(t.key) && t.key != '' && !(t.key in {list(CONTROL_PLANE_TAINTS)})"
+    return _consumer_policy(
+        CONSUMER_PODS,
+        [
+            {
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "operations": ["CREATE", "UPDATE"],
+                "resources": ["pods"],
+            }
+        ],
+        {
+            "variables": [
+                {"name": "tolerations", "expression": tolerations},
+                {"name": "oldTolerations", "expression": old},
+            ],
+            "validations": [
+                _deny(
+                    "request.operation != 'CREATE' || !has(object.spec.nodeName) || "
+                    "object.spec.nodeName == ''",
+                    "a pod in a consumer's namespace may not set spec.nodeName: the"
+                    " scheduler places it",
+                ),
+                _deny(
+                    f"variables.tolerations.all(t, t in variables.oldTolerations || ({allowed}))",
+                    "a pod in a consumer's namespace may not tolerate every taint (a toleration"
+                    f" without a key) or the control plane's ({', '.join(CONTROL_PLANE_TAINTS)})",
+                ),
+            ],
+        },
+    )
+
+
+def consumer_tokens_policy() -> dict[str, Any]:
+    """The policy that lets no credential in a consumer's namespace outlive its own."""
+    seconds = rbac.TOKEN_SECONDS
+    return _consumer_policy(
+        CONSUMER_TOKENS,
+        [
+            {
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "operations": ["CREATE"],
+                "resources": ["secrets", "serviceaccounts/token"],
+            }
+        ],
+        {
+            "validations": [
+                _deny(
+                    "request.resource.resource != 'secrets' || !has(object.type) || "
+                    f"object.type != '{SA_TOKEN_SECRET}'",
+                    f"a consumer's namespace holds no {SA_TOKEN_SECRET} Secret (its token never"
+                    f" expires): request a token of at most {seconds} s",
+                ),
+                _deny(
+                    "request.resource.resource != 'serviceaccounts' || "
+                    "(has(object.spec.expirationSeconds) && "
+                    f"object.spec.expirationSeconds <= {seconds})",
+                    f"a TokenRequest in a consumer's namespace may live at most {seconds} s, as"
+                    " the control plane's own",
+                ),
+            ]
+        },
+    )
+
+
+def consumer_policies() -> list[dict[str, Any]]:
+    """CONSUMER_PODS and CONSUMER_TOKENS (the policies; `manifests` adds the bindings)."""
+    return [consumer_pods_policy(), consumer_tokens_policy()]
 
 
 def _node_name_variable() -> dict[str, str]:
@@ -1017,5 +1165,6 @@ def manifests() -> list[dict[str, Any]]:
         jobset_children_policy(),
         efs_only_policy(),
         efs_own_policy(),
+        *consumer_policies(),
     ]
     return [*policies, *(_binding(p["metadata"]["name"]) for p in policies)]

@@ -27,6 +27,8 @@ def test_the_leader_applies_the_policies_before_the_daemonsets_they_fence(api, c
     assert names == [
         "gpu-k8s-calico-cni-plugin",
         "gpu-k8s-calico-node-settings",
+        "gpu-k8s-consumer-pods-off-the-control-plane",
+        "gpu-k8s-consumer-short-lived-tokens",
         "gpu-k8s-efs-own-volumes",
         "gpu-k8s-efs-volumes-only",
         "gpu-k8s-jobset-children-only-by-jobset",
@@ -49,6 +51,20 @@ def test_the_policies_are_applied_once(api, ctx):
     api.requests.clear()
     ctx.run(ctx.on.update_status(), state)
     assert not [p for p in _writes(api) if "admissionregistration" in p]
+
+
+def test_the_policies_precede_the_consumers_grants(api, ctx):
+    """No consumer's namespace exists unfenced: the leader applies them first."""
+    from fakes.control_plane import kube_api_relation
+
+    rel = kube_api_relation("tensorflow", "training")
+    ctx.run(ctx.on.relation_changed(rel), testing.State(leader=True, relations=[peers(), rel]))
+    writes = _writes(api)
+    namespace = writes.index("/api/v1/namespaces/training")
+    assert all(
+        writes.index(f"{VAP}/{n}") < namespace
+        for n in (admission_policies.CONSUMER_PODS, admission_policies.CONSUMER_TOKENS)
+    ), writes
 
 
 def test_each_node_bound_account_is_matched_by_its_exact_username():
