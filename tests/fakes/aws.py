@@ -6,8 +6,10 @@ moto answers EC2 and EFS on one loopback port. In front of it, :class:`AwsProxy`
 - faults for the next N requests of one action: throttling with the body the real service
   sends (EC2 ``RequestLimitExceeded``, EFS ``ThrottlingException``), HTTP 500, a connection
   reset before the request reaches moto, a reset *after* moto handled it (the response is
-  lost, so a retried create meets its own first attempt), IAM denials, and "dependency"
-  (EC2 ``DependencyViolation`` / EFS ``FileSystemInUse``, as while ENIs are released);
+  lost, so a retried create meets its own first attempt), IAM denials, "dependency"
+  (EC2 ``DependencyViolation`` / EFS ``FileSystemInUse``, as while ENIs are released),
+  and "stall": the request is received and never answered, as from a peer that stopped
+  responding, until the client hangs up (:attr:`AwsProxy.stalls` says after how long);
 - life cycles: moto reports every file system and mount target ``available`` at once and
   forgets deleted ones at once. The proxy rewrites the JSON so new ones report ``creating``
   for their first N describes, and deleted ones keep appearing as ``deleting`` for N
@@ -30,6 +32,7 @@ import re
 import socket
 import struct
 import threading
+import time
 import urllib.parse
 import urllib.request
 import uuid
@@ -87,7 +90,10 @@ _EFS_ROUTES = (
 # delete_file_system); botocore documents the code only ("Returned if a file system has
 # mount targets.")
 FS_IN_USE = "Must delete all mount targets before deleting file system."
-FAULT_KINDS = ("throttle", "500", "reset", "reset-after", "deny", "dependency")
+FAULT_KINDS = ("throttle", "500", "reset", "reset-after", "deny", "dependency", "stall")
+# The longest a stalled request is held when its client never hangs up (then it is closed
+# without an answer): longer than any deadline a test gives the code under test.
+STALL_MAX = 30.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,6 +164,8 @@ class AwsProxy:
         self._fs_cache: dict[str, dict[str, Any]] = {}
         self.backup_policies: dict[str, str] = {}  # file system id -> what Put set
         self.quotas = ServiceQuotas(REGION)
+        # each stalled request: seconds until its client hung up (None: it never did)
+        self.stalls: list[float | None] = []
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
         self._thread = threading.Thread(
@@ -196,6 +204,7 @@ class AwsProxy:
             self._fs_cache.clear()
             self.backup_policies.clear()
             self.quotas = ServiceQuotas(REGION)
+            self.stalls.clear()
 
     # -- test controls ---------------------------------------------------------------------
     def inject(self, action: str, kind: str, times: int = 1) -> None:
@@ -321,6 +330,23 @@ class AwsProxy:
                 self.wfile = _Sink()
                 raise _ResetError()
 
+            def stall(self) -> None:
+                """Answer nothing until the client hangs up (at most STALL_MAX s), then close."""
+                started = time.monotonic()
+                self.connection.settimeout(STALL_MAX)
+                hung_up: float | None = None
+                try:
+                    while self.connection.recv(1 << 16):  # what else it sends is dropped
+                        pass
+                    hung_up = time.monotonic() - started
+                except OSError:  # the client reset the connection, or STALL_MAX passed
+                    waited = time.monotonic() - started
+                    hung_up = waited if waited < STALL_MAX else None
+                with proxy._lock:
+                    proxy.stalls.append(hung_up)
+                self.close_connection = True
+                raise _ResetError()
+
         return Handler
 
     def _serve(self, handler: Any, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
@@ -338,8 +364,8 @@ class AwsProxy:
                 fault = None if key_id in self.valid_access_keys else "bad-key"
             self.calls.append(Call(service, action, mutating, fault))
             conflict = self._lifecycle_conflict(action, parsed, body)
-        if fault == "reset":
-            handler.reset_connection()
+        if fault in ("reset", "stall"):  # no answer: reset now, or once the client hangs up
+            (handler.reset_connection if fault == "reset" else handler.stall)()
         refusal = _fault_answer(service, action, key_id, fault, taken) or conflict
         if refusal is None and action == "DeleteSecurityGroup":
             refusal = self._group_in_use(body)

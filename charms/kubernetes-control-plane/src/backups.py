@@ -27,6 +27,18 @@ from charms.gpu_k8s.v0.system import Host
 
 logger = logging.getLogger(__name__)
 
+# The scheduled upload runs in update-status, a hook, so machine 0's Juju machine lock is
+# held (no hook of efs-storage, tensorflow or this charm runs) until it ends: it stops at
+# this deadline, the snapshot stays marked unsent and the next update-status sends it.
+# A snapshot is at most etcd's storage quota, 2 GiB by default ("The default storage size
+# limit is 2 GiB, configurable with --quota-backend-bytes": etcd.io/docs/v3.5/dev-guide/
+# limit); kubeadm sets no other. 300 s carries 2 GiB at 7 MiB/s (about 60 Mbit/s; EC2 to
+# S3 in a region is far faster), and is one update-status interval (Juju's default
+# update-status-hook-interval is 5m: juju/juju environs/config/config.go
+# DefaultUpdateStatusHookInterval), so other charms' hooks wait at most that much for it.
+# backup-etcd (parallel, no machine lock) uploads with no deadline.
+UPLOAD_DEADLINE = 300
+
 
 class Backups:
     """etcd snapshots on this machine and in S3.
@@ -73,7 +85,7 @@ class Backups:
             bag.pop(etcd_s3.UNSENT, None)  # sent, S3 turned off, or another leader's file
             return []
         try:
-            self.upload(config, path)
+            self.upload(config, path, deadline=UPLOAD_DEADLINE)
         except etcd_s3.S3BackupError as e:
             logger.warning("etcd backup upload failed: %s", e)
             return [f"etcd snapshot kept on the machine, its upload failed: {e}; retrying"]
@@ -95,10 +107,11 @@ class Backups:
         except ValueError as e:
             raise etcd_s3.S3BackupError(str(e)) from None
 
-    def upload(self, config: Config, path: str) -> etcd_s3.Uploaded:
+    def upload(self, config: Config, path: str, deadline: float | None = None) -> etcd_s3.Uploaded:
         """Upload the snapshot at `path` to etcd-backup-s3 (see `etcd_s3.upload`).
 
-        The object carries the fingerprints its sidecar records (`recorded_identity`).
+        The object carries the fingerprints its sidecar records (`recorded_identity`);
+        `deadline`: seconds after which the upload stops (S3BackupError).
         """
         assert config.backup_target is not None
         return etcd_s3.upload(
@@ -108,4 +121,5 @@ class Backups:
             self.credentials(config),
             keep=config.etcd_backups_kept,
             identity=etcd_backup.recorded_identity(self.host, path),
+            deadline=deadline,
         )

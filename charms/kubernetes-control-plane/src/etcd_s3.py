@@ -32,12 +32,14 @@ retries do the wire work. No credential value is ever logged or put in a message
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import logging
 import re
+import signal
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from etcd_backup import IDENTITY_KEYS, PREFIX, SUFFIX
@@ -204,6 +206,42 @@ def _other_names(name: str) -> list[str]:
     return [name] + [f"{base}-{n}{SUFFIX}" for n in range(first + 1, first + MAX_NAME_TRIES)]
 
 
+class _PastDeadline(BaseException):
+    """SIGALRM's handler raises it where the upload is when its deadline passes.
+
+    Not an Exception: botocore's endpoint catches Exception from the send and asks its
+    retry handler whether to retry (botocore/endpoint.py `_do_get_response`); this goes
+    straight out instead, through urllib3's `urlopen`, which closes the connection of a
+    request that did not end cleanly (urllib3/connectionpool.py: `clean_exit`).
+    """
+
+
+@contextlib.contextmanager
+def _within(seconds: float | None) -> Iterator[None]:
+    """Raise _PastDeadline in this (the main) thread `seconds` from now; None: no limit.
+
+    SIGALRM interrupts a blocking send or recv: Python retries a system call that EINTR
+    interrupted unless the signal's handler raises (PEP 475), and this one does. The
+    previous handler comes back, and the timer is disarmed, whatever happens.
+    """
+    if seconds is None:
+        yield
+        return
+
+    def past(_signum: int, _frame: Any) -> None:
+        raise _PastDeadline()
+
+    previous = signal.signal(signal.SIGALRM, past)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        try:
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+
+
 def upload(
     path: Any,
     name: str,
@@ -212,18 +250,51 @@ def upload(
     *,
     keep: int,
     identity: Mapping[str, str] | None = None,
+    deadline: float | None = None,
 ) -> Uploaded:
     """Put the snapshot under the prefix, never over an object; keep the newest `keep`.
 
     The object is `name`, or the next free `-<n>` of the same second, encrypted (SSE-S3),
     with `identity` (etcd_backup's fingerprints of its cluster's keys) in its metadata.
 
+    `deadline` (seconds, main thread only): the whole upload (checksum, PutObject with its
+    retries, pruning) stops when it passes, its connection closed. The snapshot goes in
+    one PutObject, and "Amazon S3 never adds partial objects; if you receive a success
+    response, Amazon S3 added the entire object to the bucket" (S3 API Reference,
+    PutObject): a PUT cut short leaves nothing in the bucket, and no multipart upload
+    whose parts would stay stored (and billed) until AbortMultipartUpload.
+
     Raises:
-        S3BackupError: S3 refused or stayed unreachable (its code and words).
+        S3BackupError: S3 refused or stayed unreachable (its code and words), or the
+            deadline passed.
     """
+    s3 = client(creds)
+    sent: list[str] = []
+    try:
+        with _within(deadline):
+            return _upload(s3, path, name, target, creds, keep, identity, sent)
+    except _PastDeadline:
+        what = (
+            f"uploaded to {target.url(sent[0])}, but removing the old snapshots"
+            if sent
+            else f"upload to {target.url(target.prefix + name)}"
+        )
+        logger.warning("%s stopped at its %g s deadline", what, deadline)
+        raise S3BackupError(f"{what} stopped at its {deadline:g} s deadline") from None
+
+
+def _upload(
+    s3: Any,
+    path: Any,
+    name: str,
+    target: Target,
+    creds: Credentials,
+    keep: int,
+    identity: Mapping[str, str] | None,
+    sent: list[str],
+) -> Uploaded:
     import botocore.exceptions
 
-    s3 = client(creds)
     checksum = _sha256(path)
     for candidate in _other_names(name):
         key = target.prefix + candidate
@@ -246,6 +317,7 @@ def upload(
         break
     else:
         raise S3BackupError(f"upload to {target.url()} failed: every name for {name} is taken")
+    sent.append(key)
     logger.info("etcd snapshot uploaded to %s", target.url(key))
     ours = snapshots(target, creds, s3=s3)
     removed = []

@@ -5,7 +5,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import signal
 import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -361,14 +363,17 @@ def s3(aws):
     return client
 
 
-def with_s3(aws, state: testing.State, url: str = f"s3://{BUCKET}/etcd", **config):
+def with_s3(
+    aws, state: testing.State, url: str = f"s3://{BUCKET}/etcd", *, proxy: bool = False, **config
+):
+    """S3 at moto, or through the fault proxy (`proxy`)."""
     from fakes.aws import ACCESS_KEY_ID, SECRET_ACCESS_KEY
 
     secret = testing.Secret(
         tracked_content={
             "access-key-id": ACCESS_KEY_ID,
             "secret-access-key": SECRET_ACCESS_KEY,
-            "endpoint": aws.moto_url,
+            "endpoint": aws.url if proxy else aws.moto_url,
         }
     )
     return dataclasses.replace(
@@ -495,6 +500,52 @@ def test_a_scheduled_upload_that_fails_is_in_the_status_and_retried(
         "etcd/etcd-snapshot-20261122T090000Z.db"
     ]
     assert kept(machine) == ["etcd-snapshot-20261122T090000Z.db"]  # no new snapshot
+
+
+def test_a_stalled_scheduled_upload_stops_at_its_deadline_and_goes_at_the_next_hook(
+    ctx, machine, etcd, clock, aws, s3, monkeypatch
+):
+    """update-status holds machine 0's lock: the upload in it ends by its deadline."""
+    import backups
+
+    monkeypatch.setattr(backups, "UPLOAD_DEADLINE", 0.25)
+    out = with_s3(aws, bootstrapped(ctx, **{"etcd-backup-hours": 24}), proxy=True)
+    out = ctx.run(ctx.on.update_status(), out)
+    clock.advance(hours=24)
+    name = "etcd-snapshot-20261122T090000Z.db"
+    put = f"PUT /{BUCKET}/etcd/{name}"
+    aws.proxy.inject(put, "stall")  # S3 receives the snapshot and never answers
+    alarm = signal.getsignal(signal.SIGALRM)
+
+    started = time.monotonic()
+    out = ctx.run(ctx.on.update_status(), out)
+    took = time.monotonic() - started
+
+    assert out.unit_status.message.endswith(
+        f"; etcd snapshot kept on the machine, its upload failed: upload to "
+        f"s3://{BUCKET}/etcd/{name} stopped at its 0.25 s deadline; retrying"
+    )
+    # the connection was closed at the deadline (not botocore's 120 s read timeout), and
+    # not retried: S3 keeps no part of a PutObject it did not finish
+    assert aws.proxy.stalls[0] is not None and aws.proxy.stalls[0] <= 0.25 + 0.5
+    assert took < 10
+    assert aws.proxy.count(put) == 1
+    assert objects(s3) == []
+    assert s3.list_multipart_uploads(Bucket=BUCKET).get("Uploads", []) == []
+    assert kept(machine) == [name]
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    assert signal.getsignal(signal.SIGALRM) is alarm
+
+    clock.advance(minutes=5)
+    out = ctx.run(ctx.on.update_status(), out)  # S3 answers again: the same deadline
+
+    assert "etcd snapshot" not in out.unit_status.message
+    assert objects(s3) == [f"etcd/{name}"]
+    body = s3.get_object(Bucket=BUCKET, Key=f"etcd/{name}")["Body"].read()
+    assert body == machine.path(f"{DIR}/{name}").read_bytes()
+    assert kept(machine) == [name]  # no new snapshot
+    assert aws.proxy.count(put) == 2
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
 
 
 def test_a_restore_fetches_a_snapshot_from_s3(ctx, machine, etcd, clock, aws, s3):
