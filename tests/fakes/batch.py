@@ -103,9 +103,9 @@ JobSet (kubernetes-sigs/jobset v0.12.0, pkg/controllers/jobset_controller.go):
   deletes; the Jobs stay).
 - J3 A child Job that failed restarts the gang (failurePolicy, RestartJobSet by default):
   `restarts` and `restartsCountTowardsMax` + 1, condition RestartingJobSet (until every
-  Job is ready again, reason JobsReady), every child Job deleted with its pods (their
-  containers stopped together) and created again only then (BlockingRecreate, the
-  charm's restartStrategy); once `restartsCountTowardsMax` reached `maxRestarts`, the
+  Job is ready again, reason JobsReady), and every child Job of an earlier restart
+  attempt deleted with its pods (their containers stopped together; J5 says when the
+  new Jobs come); once `restartsCountTowardsMax` reached `maxRestarts`, the
   JobSet is Failed (ReachedMaxRestarts) instead. The first failurePolicy rule that applies
   to a failed Job (an empty onJobFailureReasons, message patterns or target list matching
   every Job, failure_policy.go ruleIsApplicable) gives the action: FailJobSet fails it at
@@ -113,6 +113,23 @@ JobSet (kubernetes-sigs/jobset v0.12.0, pkg/controllers/jobset_controller.go):
   all: Failed (FailedJobs) on the first failure.
 - J4 successPolicy Any over the target replicated Jobs: once one of their Jobs completes,
   the JobSet is Completed and its other active Jobs are deleted with their pods.
+- J5 `failurePolicy.restartStrategy` (v0.12.0 jobset_controller.go): a child Job whose
+  restart-attempt label (pkg/constants/constants.go RestartsKey) is below
+  `status.restarts` is of the previous attempt (getChildJobs, lines 364-377), deleted at
+  each reconcile (lines 179-183) with propagationPolicy Foreground, once (deleteJobs
+  skips a Job that has a deletionTimestamp, lines 761-785): it stays, with
+  a deletionTimestamp and the `foregroundDeletion` finalizer, until its pods are gone,
+  and the Job controller makes no pods for it (kubernetes pkg/controller/job/
+  job_controller.go syncJob calls manageJob only while DeletionTimestamp is nil).
+  BlockingRecreate creates no Job while any Job of the previous attempt exists
+  (constructJobsFromTemplate, lines 918-936); Recreate (the CRD's default,
+  api/jobset/v1alpha2/jobset_types.go line 487, and any JobSet without a failurePolicy)
+  creates each Job as soon as no Job of its name exists (shouldCreateJob, lines
+  990-1000), so its new pods can start beside another Job's old pods still stopping,
+  under the same subdomain (jobset_types.go lines 500-509). Without a `kubelet`, a
+  deleted pod's container exits at once unless `stop_ticks` names its replicated Job:
+  it then runs on (the pod terminating, with a deletionTimestamp) for that many ticks,
+  as a chief saving a checkpoint on SIGTERM.
 
 Job controller and kubelet (kubernetes.io/docs/concepts/workloads/controllers/job/):
 - B1 An Indexed, unsuspended, unfinished Job gets one pod per missing index (`per_tick` at
@@ -190,6 +207,11 @@ JOBSET = "/apis/jobset.x-k8s.io/v1alpha2"
 KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
 JOB_INDEX = "batch.kubernetes.io/job-completion-index"
 JOB_NAME = "batch.kubernetes.io/job-name"  # and the legacy `job-name`, on every Job's pod
+RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"  # J1, J5
+ROLE = "jobset.sigs.k8s.io/replicatedjob-name"
+# J5: what the garbage collector's foreground deletion puts on a Job until its pods are gone
+# (metav1.FinalizerDeleteDependents)
+FOREGROUND = "foregroundDeletion"
 QUEUE = "kueue.x-k8s.io/queue-name"
 DEFAULT_QUEUE = "default"  # kueue pkg/controller/constants/constants.go DefaultLocalQueueName
 ADMISSION_GATE = "kueue.x-k8s.io/admission"  # kueue pod_webhook.go SchedulingGate
@@ -809,6 +831,10 @@ class BatchControllers:
         self.kubelet: Any | None = None
         self.refused: list[str] = []  # B8: pods admission refused (FailedCreate events)
         self.expect_refusals = False  # a test showing B8 says so; others expect none
+        # J5: ticks a deleted pod's container runs on after SIGTERM, by replicated Job
+        # (none: it exits at once); `_stopping`: each terminating pod's ticks left
+        self.stop_ticks: dict[str, int] = {}
+        self._stopping: dict[str, int] = {}
 
     @property
     def managed(self) -> bool:
@@ -1005,15 +1031,74 @@ class BatchControllers:
         deleted together are stopped together (`kubelet.stop_pods`), not one after the
         other. With a `kubelet` (real processes), the pod objects go once they have
         exited: the Job's replacement waits for that (podReplacementPolicy Failed, the
-        default with a podFailurePolicy), and JobSet recreates a restarted gang's Jobs
-        only once the old ones are gone (foreground deletion, jobset_controller.go
-        deleteJobs; BlockingRecreate).
+        default with a podFailurePolicy), and a restarted gang's old pods are all gone
+        before any new Job is created, whatever the restartStrategy (J5's Recreate
+        overlap is shown without a kubelet, with `stop_ticks`).
         """
         if self.kubelet is not None and pods:
             self.kubelet.stop_pods(pods)
         for pod in pods:
             name = pod["metadata"]["name"]
             self.api.delete_object(f"/api/v1/namespaces/{self.ns}/pods/{name}")
+
+    def _delete_previous(self, jobs: list[dict]) -> None:
+        """J5: delete a previous restart attempt's Jobs, Foreground, once each.
+
+        Their pods are deleted together; one whose replicated Job is in `stop_ticks`
+        stays, terminating (the fake API server deletes pods at once, so the
+        deletionTimestamp is stored directly), and so does its Job, with the
+        `foregroundDeletion` finalizer, until `_reap` removes them.
+        """
+        jobs = [j for j in jobs if not j["metadata"].get("deletionTimestamp")]
+        if not jobs:
+            return
+        every = self._pods()
+        pods = [p for job in jobs for p in self._owned(job, every)]
+        slow = [
+            p
+            for p in pods
+            if self.kubelet is None and self.stop_ticks.get(p["metadata"]["labels"].get(ROLE), 0)
+        ]
+        self._delete_pods([p for p in pods if p not in slow])
+        now = _stamp(self.clock())
+        for pod in slow:
+            pod["metadata"]["deletionTimestamp"] = now
+            self._put(pod)
+            self._stopping[pod["metadata"]["name"]] = self.stop_ticks[
+                pod["metadata"]["labels"][ROLE]
+            ]
+        for job in jobs:
+            if self._owned(job, slow):
+                job["metadata"]["deletionTimestamp"] = now
+                job["metadata"]["finalizers"] = [FOREGROUND]
+                self._put(job)
+            else:
+                self.api.delete_object(
+                    f"/apis/batch/v1/namespaces/{self.ns}/jobs/{job['metadata']['name']}"
+                )
+
+    def _reap(self) -> None:
+        """J5: a terminating pod goes once its container exited (`stop_ticks`).
+
+        Then a Job deleted Foreground whose pods are all gone goes too (the garbage
+        collector removes its finalizer).
+        """
+        if not self._stopping:
+            return
+        for name, left in list(self._stopping.items()):
+            if left > 1:
+                self._stopping[name] = left - 1
+                continue
+            del self._stopping[name]
+            self.api.delete_object(f"/api/v1/namespaces/{self.ns}/pods/{name}")
+        pods = self._pods()
+        for job in self._jobs():
+            if FOREGROUND in (job["metadata"].get("finalizers") or []) and not self._owned(
+                job, pods
+            ):
+                self.api.delete_object(
+                    f"/apis/batch/v1/namespaces/{self.ns}/jobs/{job['metadata']['name']}"
+                )
 
     def _owned(self, owner: dict, items: list[dict]) -> list[dict]:
         uid = owner["metadata"]["uid"]
@@ -1661,7 +1746,10 @@ class BatchControllers:
             reason = f"FailurePolicy_{rule['name']}" if rule else "DefaultFailurePolicy"
             _set(js, "RestartingJobSet", "True", reason)
         self._write_status(js)
-        self._delete_all(children)
+        if _true(js, "Failed"):
+            self._delete_all(children)
+        else:  # every child is now of the previous attempt (J5)
+            self._delete_previous(children)
 
     def _succeeded(self, js: dict, children: list[dict]) -> bool:
         """J4: True (and the JobSet Completed) once a target replicated Job completed."""
@@ -1685,7 +1773,7 @@ class BatchControllers:
             **(template.get("metadata") or {}).get("labels", {}),
             "jobset.sigs.k8s.io/jobset-name": js["metadata"]["name"],
             "jobset.sigs.k8s.io/replicatedjob-name": rj["name"],
-            "jobset.sigs.k8s.io/restart-attempt": str(js.get("status", {}).get("restarts", 0)),
+            RESTART_ATTEMPT: str(js.get("status", {}).get("restarts", 0)),
         }
         spec = template["spec"]
         pod_meta = spec["template"]["metadata"]
@@ -1708,14 +1796,23 @@ class BatchControllers:
         for js in self._jobsets():
             if _true(js, "Completed") or _true(js, "Failed"):
                 continue
-            children = self._owned(js, self._jobs())
+            owned = self._owned(js, self._jobs())
+            previous = self._previous(js, owned)
+            self._delete_previous(previous)
+            children = [j for j in owned if j not in previous]
             if any(_true(j, "Failed") for j in children):
                 self._restart_or_fail(js, children)
                 continue
             if self._succeeded(js, children):
                 continue
             if not self._suspend_or_resume(js, children):
-                self._run(js)
+                self._run(js, owned, previous)
+
+    @staticmethod
+    def _previous(js: dict, jobs: list[dict]) -> list[dict]:
+        """J5: the Jobs of an earlier restart attempt (getChildJobs' `previous`)."""
+        restarts = int(js.get("status", {}).get("restarts", 0))
+        return [j for j in jobs if int(j["metadata"]["labels"][RESTART_ATTEMPT]) < restarts]
 
     def _suspend_or_resume(self, js: dict, children: list[dict]) -> bool:
         """J2: child Jobs follow the JobSet's `suspend`; True while it is suspended."""
@@ -1726,12 +1823,21 @@ class BatchControllers:
                 self._put(child)
         return suspend
 
-    def _run(self, js: dict) -> None:
-        """J1 and J3's end: every child Job exists; RestartingJobSet clears once all run."""
+    def _run(self, js: dict, owned: list[dict], previous: list[dict]) -> None:
+        """J1 and J5: every child Job exists; RestartingJobSet clears once all run.
+
+        `owned` and `previous` are as listed when this reconcile began, so a Job deleted
+        in it is created again at the next one at the earliest.
+        """
+        strategy = (js["spec"].get("failurePolicy") or {}).get("restartStrategy", "Recreate")
+        if previous and strategy == "BlockingRecreate":
+            return
+        taken = {j["metadata"]["name"] for j in owned}
         jobs_path = f"/apis/batch/v1/namespaces/{self.ns}/jobs/"
         for rj in js["spec"]["replicatedJobs"]:
             job = self._child_job(js, rj)
-            if self.api.get_object(jobs_path + job["metadata"]["name"]) is None:
+            name = job["metadata"]["name"]
+            if name not in taken and self.api.get_object(jobs_path + name) is None:
                 self._put(job)
         if _true(js, "RestartingJobSet") and self._all_running(js):
             _set(js, "RestartingJobSet", "False", "JobsReady")
@@ -1740,9 +1846,12 @@ class BatchControllers:
     def _all_running(self, js: dict) -> bool:
         """Every pod of every replicated Job runs (JobSet's "JobsReady")."""
         want = sum(rj["template"]["spec"]["completions"] for rj in js["spec"]["replicatedJobs"])
+        jobs = self._owned(js, self._jobs())
+        previous = self._previous(js, jobs)
         pods = [
             p
-            for job in self._owned(js, self._jobs())
+            for job in jobs
+            if job not in previous
             for p in self._owned(job, self._pods())
             if (p.get("status") or {}).get("phase") == "Running"
         ]
@@ -1802,14 +1911,17 @@ class BatchControllers:
 
     def _job_controller(self) -> int:
         created = 0
+        # J5: a Job being deleted gets no pods (syncJob: manageJob only without a
+        # deletionTimestamp)
+        jobs = [j for j in self._jobs() if not j["metadata"].get("deletionTimestamp")]
         suspended = [  # B2: every suspended Job's pods, deleted together
             pod
-            for job in self._jobs()
+            for job in jobs
             if job["spec"].get("suspend") and not (_true(job, "Complete") or _true(job, "Failed"))
             for pod in self._owned(job, self._pods())
         ]
         self._delete_pods(suspended)
-        for job in self._jobs():
+        for job in jobs:
             if _true(job, "Complete") or _true(job, "Failed"):
                 continue
             pods = self._owned(job, self._pods())
@@ -2062,6 +2174,8 @@ class BatchControllers:
     def pod(self, job: str, role: str, index: int) -> dict:
         for pod in self._pods():
             labels = pod["metadata"]["labels"]
+            if pod["metadata"].get("deletionTimestamp"):
+                continue  # J5: terminating, of a restart attempt gone
             if (
                 labels.get("jobset.sigs.k8s.io/jobset-name") == job
                 and labels.get("jobset.sigs.k8s.io/replicatedjob-name") == role
@@ -2205,6 +2319,7 @@ class BatchControllers:
                 if code is not None and pod["status"].get("phase") == "Running":
                     phase = "Succeeded" if code == 0 else "Failed"
                     self._end(pod, phase, code, disrupted=_true(pod, "DisruptionTarget"))
+        self._reap()
         self._default_queue()
         self._kueue()
         self._jobset()
