@@ -961,6 +961,91 @@ def test_the_training_alerts_fire_when_they_should(tmp_path):
     _promtool_test(tmp_path, rules, tests)
 
 
+@needs_promtool
+def test_a_program_that_prints_no_progress_still_gets_the_checkpoint_alert(tmp_path):
+    """Without `GPU_K8S_PROGRESS` lines a job has only the checkpoint alert (issue 31 item 5).
+
+    Its launchers serve the checkpoint time only (actions/tf_launcher.py, "Metrics"), so
+    TrainingCheckpointStale alone can say its work is at risk; TrainingJobNoProgress
+    cannot fire without a step.
+
+    Minute m is m*60 s. `silent` saved at minute 0 and runs on (two pods); `ended` saved
+    at minute 0 and its pods were gone at minute 100 (finished, stopped, deleted: their
+    series go stale); `resumed` ran again from minute 100 from a checkpoint of minute 0
+    (an earlier run's, in the same directory) and saved none since. With progress lines:
+    `talks` steps and saved at minute 0; `unsaved` steps and has saved nothing yet (no
+    checkpoint series); `again` resumed as `resumed` did.
+    """
+    rules = ROOT / "charms/tensorflow/src/prometheus_alert_rules/training.rules"
+    target = 'job="tensorflow_training",namespace="team",training_job="%s",pod="%s-worker-%d",role="worker",node="gpu-0",instance="%s-worker-%d"'  # noqa: E501
+
+    def gauge(name: str, job: str, i: int, values: str) -> dict[str, str]:
+        labels = target % (job, job, i, job, i)
+        return {"series": f"gpu_k8s_training_{name}{{{labels}}}", "values": values}
+
+    series = [
+        gauge("last_checkpoint_timestamp_seconds", "silent", 0, "0x240"),
+        gauge("last_checkpoint_timestamp_seconds", "silent", 1, "0x240"),
+        gauge("last_checkpoint_timestamp_seconds", "ended", 0, "0x100"),
+        gauge("last_checkpoint_timestamp_seconds", "resumed", 0, "_x100 0x140"),
+        gauge("last_step_timestamp_seconds", "talks", 0, "0+60x240"),
+        gauge("step", "talks", 0, "0+10x240"),
+        gauge("steps_target", "talks", 0, "100000x240"),
+        gauge("last_checkpoint_timestamp_seconds", "talks", 0, "0x240"),
+        gauge("last_step_timestamp_seconds", "unsaved", 0, "0+60x240"),
+        gauge("step", "unsaved", 0, "0+10x240"),
+        gauge("steps_target", "unsaved", 0, "100000x240"),
+        gauge("last_step_timestamp_seconds", "again", 0, "_x100 6000+60x140"),
+        gauge("step", "again", 0, "_x100 0+10x140"),
+        gauge("steps_target", "again", 0, "_x100 100000x140"),
+        gauge("last_checkpoint_timestamp_seconds", "again", 0, "_x100 0x140"),
+    ]
+    stale = "TrainingCheckpointStale"
+
+    def fired(minute: int, *jobs: str) -> list[dict]:
+        """The alert of each job whose newest checkpoint is of minute 0, at `minute`."""
+        age = f"{minute // 60}h {minute % 60}m 0s"  # humanizeDuration
+        return [
+            {
+                "exp_labels": {"namespace": "team", "training_job": job, "severity": "warning"},
+                "exp_annotations": _render(
+                    rules, stale, {"namespace": "team", "training_job": job}, age
+                ),
+            }
+            for job in jobs
+        ]
+
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": series,
+            "alert_rule_test": [
+                {"eval_time": "124m", "alertname": stale, "exp_alerts": []},
+                # with progress lines or without: 2 hours, then 5 minutes pending
+                {
+                    "eval_time": "126m",
+                    "alertname": stale,
+                    "exp_alerts": fired(126, "silent", "talks"),
+                },
+                # no step series: never a progress alert
+                {"eval_time": "200m", "alertname": "TrainingJobNoProgress", "exp_alerts": []},
+                # the resumed runs: 2 hours of their own without a save, then 5 minutes
+                {
+                    "eval_time": "224m",
+                    "alertname": stale,
+                    "exp_alerts": fired(224, "silent", "talks"),
+                },
+                {
+                    "eval_time": "226m",
+                    "alertname": stale,
+                    "exp_alerts": fired(226, "silent", "talks", "resumed", "again"),
+                },
+            ],
+        }
+    ]
+    _promtool_test(tmp_path, rules, tests)
+
+
 def _read() -> set[str]:
     """Every metric an alert rule or a dashboard panel reads."""
     read: set[str] = set()
