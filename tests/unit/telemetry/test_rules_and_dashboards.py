@@ -896,18 +896,21 @@ def test_the_workload_alerts_fire_when_they_should(tmp_path):
     _promtool_test(tmp_path, rules, tests)
 
 
+TRAINING_RULES = ROOT / "charms/tensorflow/src/prometheus_alert_rules/training.rules"
+TRAINING_TARGET = 'job="tensorflow_training",namespace="team",training_job="%s",pod="%s-worker-0-%d-x",role="worker",node="gpu-0",instance="%s-worker-0-%d-x"'  # noqa: E501
+
+
+def _training_gauge(name: str, job: str, i: int, values: str) -> dict[str, str]:
+    """A launcher's gauge on pod `i` of `job`, with the tensorflow leader's target labels."""
+    labels = TRAINING_TARGET % (job, job, i, job, i)
+    return {"series": f"gpu_k8s_training_{name}{{{labels}}}", "values": values}
+
+
 @needs_promtool
 def test_the_training_alerts_fire_when_they_should(tmp_path):
     """Series as the launchers serve them, with the tensorflow leader's target labels."""
-    rules = ROOT / "charms/tensorflow/src/prometheus_alert_rules/training.rules"
-    target = 'job="tensorflow_training",namespace="team",training_job="%s",pod="%s-worker-0-%d-x",role="worker",node="gpu-0",instance="%s-worker-0-%d-x"'  # noqa: E501
-
-    def pod(job: str, i: int) -> str:
-        return target % (job, job, i, job, i)
-
-    def gauge(name: str, job: str, i: int, values: str) -> dict[str, str]:
-        return {"series": f"gpu_k8s_training_{name}{{{pod(job, i)}}}", "values": values}
-
+    rules = TRAINING_RULES
+    gauge = _training_gauge
     # minute m is m*60 s. `stuck` stepped until minute 10, then hangs in a collective;
     # `busy` steps all along and saved its last checkpoint at minute 0; `done` reached
     # its 500 steps at minute 10 and exports its model; `fresh` saved at minute 100.
@@ -976,13 +979,8 @@ def test_a_program_that_prints_no_progress_still_gets_the_checkpoint_alert(tmp_p
     `talks` steps and saved at minute 0; `unsaved` steps and has saved nothing yet (no
     checkpoint series); `again` resumed as `resumed` did.
     """
-    rules = ROOT / "charms/tensorflow/src/prometheus_alert_rules/training.rules"
-    target = 'job="tensorflow_training",namespace="team",training_job="%s",pod="%s-worker-%d",role="worker",node="gpu-0",instance="%s-worker-%d"'  # noqa: E501
-
-    def gauge(name: str, job: str, i: int, values: str) -> dict[str, str]:
-        labels = target % (job, job, i, job, i)
-        return {"series": f"gpu_k8s_training_{name}{{{labels}}}", "values": values}
-
+    rules = TRAINING_RULES
+    gauge = _training_gauge
     series = [
         gauge("last_checkpoint_timestamp_seconds", "silent", 0, "0x240"),
         gauge("last_checkpoint_timestamp_seconds", "silent", 1, "0x240"),
