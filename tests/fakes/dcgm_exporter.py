@@ -41,6 +41,7 @@ import dataclasses
 import http.server
 import selectors
 import threading
+import time
 from collections.abc import Mapping
 
 PER_PROCESS = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED")
@@ -171,8 +172,9 @@ class Exporters:
     one, which the caller gives its client as the exporter's port), each at its own
     loopback address standing for its node's InternalIP (Linux routes all of 127/8 to
     lo). `pages`: address -> the page served at /metrics (404 without one); `gets`:
-    address -> requests; `hung`: addresses whose exporter accepts the connection and
-    never answers (until the `with` ends), as one stuck in a DCGM call. One thread
+    address -> requests, `asked` -> when the last came (time.monotonic()); `hung`:
+    addresses whose exporter accepts the connection and never answers (until the `with`
+    ends), as one stuck in a DCGM call. One thread
     accepts on every address; each request is answered on a thread of its own.
     """
 
@@ -182,6 +184,7 @@ class Exporters:
         self.addresses = [f"127.0.0.{i + 1}" for i in range(count)]
         self.pages: dict[str, str] = {}
         self.gets = dict.fromkeys(self.addresses, 0)
+        self.asked: dict[str, float] = {}
         self.hung: set[str] = set()
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -194,6 +197,7 @@ class Exporters:
                 address = self.server.server_address[0]
                 with fakes._lock:
                     fakes.gets[address] += 1
+                    fakes.asked[address] = time.monotonic()
                 if address in fakes.hung:
                     fakes._stop.wait(timeout=60)
                     self.close_connection = True
