@@ -30,11 +30,18 @@ the per-process part came with fb5e3dc (PR #594, 2026-03-24), before 4.5.3-4.8.2
   runs in the host's PID namespace (`hostPID`): otherwise the cgroup file cannot be read,
   buildPIDToPodMap skips the PID, and every sharing pod gets "0", whatever it does. (The
   same if the driver leaves out the processes of other PID namespaces: nothing to map.)
+
+`Exporters` serves such pages over HTTP, one exporter per node, as the DaemonSet's
+host-network pods answer at `<node InternalIP>:9400/metrics`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import http.server
+import selectors
+import threading
+import time
 from collections.abc import Mapping
 
 PER_PROCESS = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED")
@@ -156,3 +163,82 @@ def page(
                     labels["vgpu"] = vgpu
                 lines.append(f"{field}{{{series_labels(labels)}}} {_value(value)}")
     return "\n".join(lines) + "\n"
+
+
+class Exporters:
+    """`with Exporters(n) as ex:` node i's exporter at `ex.addresses[i]` (127.0.0.<i+1>).
+
+    Every exporter listens on the same port, `ex.port` (9400 on a cluster; here a free
+    one, which the caller gives its client as the exporter's port), each at its own
+    loopback address standing for its node's InternalIP (Linux routes all of 127/8 to
+    lo). `pages`: address -> the page served at /metrics (404 without one); `gets`:
+    address -> requests, `asked` -> when the last came (time.monotonic()); `hung`:
+    addresses whose exporter accepts the connection and never answers (until the `with`
+    ends), as one stuck in a DCGM call. One thread
+    accepts on every address; each request is answered on a thread of its own.
+    """
+
+    def __init__(self, count: int) -> None:
+        if not 0 < count < 255:
+            raise ValueError("127.0.0.1 to 127.0.0.254")
+        self.addresses = [f"127.0.0.{i + 1}" for i in range(count)]
+        self.pages: dict[str, str] = {}
+        self.gets = dict.fromkeys(self.addresses, 0)
+        self.asked: dict[str, float] = {}
+        self.hung: set[str] = set()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        fakes = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            disable_nagle_algorithm = True  # tests/fakes/__init__.py
+
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                address = self.server.server_address[0]
+                with fakes._lock:
+                    fakes.gets[address] += 1
+                    fakes.asked[address] = time.monotonic()
+                if address in fakes.hung:
+                    fakes._stop.wait(timeout=60)
+                    self.close_connection = True
+                    return
+                body = fakes.pages.get(address)
+                if self.path != "/metrics" or body is None:
+                    self.send_error(404)
+                    return
+                data = body.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        first = http.server.ThreadingHTTPServer((self.addresses[0], 0), Handler)
+        self.port = first.server_address[1]
+        self._servers = [first] + [
+            http.server.ThreadingHTTPServer((a, self.port), Handler) for a in self.addresses[1:]
+        ]
+        for server in self._servers:
+            server.daemon_threads = True
+
+    def _accept(self) -> None:
+        with selectors.DefaultSelector() as selector:
+            for server in self._servers:
+                selector.register(server, selectors.EVENT_READ, server)
+            while not self._stop.is_set():
+                for key, _ in selector.select(timeout=0.05):
+                    key.data.handle_request()  # readable: accepts without waiting
+
+    def __enter__(self) -> Exporters:
+        self._thread = threading.Thread(target=self._accept, name="dcgm-exporters", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        for server in self._servers:
+            server.server_close()

@@ -896,18 +896,21 @@ def test_the_workload_alerts_fire_when_they_should(tmp_path):
     _promtool_test(tmp_path, rules, tests)
 
 
+TRAINING_RULES = ROOT / "charms/tensorflow/src/prometheus_alert_rules/training.rules"
+TRAINING_TARGET = 'job="tensorflow_training",namespace="team",training_job="%s",pod="%s-worker-0-%d-x",role="worker",node="gpu-0",instance="%s-worker-0-%d-x"'  # noqa: E501
+
+
+def _training_gauge(name: str, job: str, i: int, values: str) -> dict[str, str]:
+    """A launcher's gauge on pod `i` of `job`, with the tensorflow leader's target labels."""
+    labels = TRAINING_TARGET % (job, job, i, job, i)
+    return {"series": f"gpu_k8s_training_{name}{{{labels}}}", "values": values}
+
+
 @needs_promtool
 def test_the_training_alerts_fire_when_they_should(tmp_path):
     """Series as the launchers serve them, with the tensorflow leader's target labels."""
-    rules = ROOT / "charms/tensorflow/src/prometheus_alert_rules/training.rules"
-    target = 'job="tensorflow_training",namespace="team",training_job="%s",pod="%s-worker-0-%d-x",role="worker",node="gpu-0",instance="%s-worker-0-%d-x"'  # noqa: E501
-
-    def pod(job: str, i: int) -> str:
-        return target % (job, job, i, job, i)
-
-    def gauge(name: str, job: str, i: int, values: str) -> dict[str, str]:
-        return {"series": f"gpu_k8s_training_{name}{{{pod(job, i)}}}", "values": values}
-
+    rules = TRAINING_RULES
+    gauge = _training_gauge
     # minute m is m*60 s. `stuck` stepped until minute 10, then hangs in a collective;
     # `busy` steps all along and saved its last checkpoint at minute 0; `done` reached
     # its 500 steps at minute 10 and exports its model; `fresh` saved at minute 100.
@@ -954,6 +957,86 @@ def test_the_training_alerts_fire_when_they_should(tmp_path):
                     "eval_time": "126m",
                     "alertname": "TrainingCheckpointStale",
                     "exp_alerts": [fired("TrainingCheckpointStale", "busy", "2h 6m 0s")],
+                },
+            ],
+        }
+    ]
+    _promtool_test(tmp_path, rules, tests)
+
+
+@needs_promtool
+def test_a_program_that_prints_no_progress_still_gets_the_checkpoint_alert(tmp_path):
+    """Without `GPU_K8S_PROGRESS` lines a job has only the checkpoint alert (issue 31 item 5).
+
+    Its launchers serve the checkpoint time only (actions/tf_launcher.py, "Metrics"), so
+    TrainingCheckpointStale alone can say its work is at risk; TrainingJobNoProgress
+    cannot fire without a step.
+
+    Minute m is m*60 s. `silent` saved at minute 0 and runs on (two pods); `ended` saved
+    at minute 0 and its pods were gone at minute 100 (finished, stopped, deleted: their
+    series go stale); `resumed` ran again from minute 100 from a checkpoint of minute 0
+    (an earlier run's, in the same directory) and saved none since. With progress lines:
+    `talks` steps and saved at minute 0; `unsaved` steps and has saved nothing yet (no
+    checkpoint series); `again` resumed as `resumed` did.
+    """
+    rules = TRAINING_RULES
+    gauge = _training_gauge
+    series = [
+        gauge("last_checkpoint_timestamp_seconds", "silent", 0, "0x240"),
+        gauge("last_checkpoint_timestamp_seconds", "silent", 1, "0x240"),
+        gauge("last_checkpoint_timestamp_seconds", "ended", 0, "0x100"),
+        gauge("last_checkpoint_timestamp_seconds", "resumed", 0, "_x100 0x140"),
+        gauge("last_step_timestamp_seconds", "talks", 0, "0+60x240"),
+        gauge("step", "talks", 0, "0+10x240"),
+        gauge("steps_target", "talks", 0, "100000x240"),
+        gauge("last_checkpoint_timestamp_seconds", "talks", 0, "0x240"),
+        gauge("last_step_timestamp_seconds", "unsaved", 0, "0+60x240"),
+        gauge("step", "unsaved", 0, "0+10x240"),
+        gauge("steps_target", "unsaved", 0, "100000x240"),
+        gauge("last_step_timestamp_seconds", "again", 0, "_x100 6000+60x140"),
+        gauge("step", "again", 0, "_x100 0+10x140"),
+        gauge("steps_target", "again", 0, "_x100 100000x140"),
+        gauge("last_checkpoint_timestamp_seconds", "again", 0, "_x100 0x140"),
+    ]
+    stale = "TrainingCheckpointStale"
+
+    def fired(minute: int, *jobs: str) -> list[dict]:
+        """The alert of each job whose newest checkpoint is of minute 0, at `minute`."""
+        age = f"{minute // 60}h {minute % 60}m 0s"  # humanizeDuration
+        return [
+            {
+                "exp_labels": {"namespace": "team", "training_job": job, "severity": "warning"},
+                "exp_annotations": _render(
+                    rules, stale, {"namespace": "team", "training_job": job}, age
+                ),
+            }
+            for job in jobs
+        ]
+
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": series,
+            "alert_rule_test": [
+                {"eval_time": "124m", "alertname": stale, "exp_alerts": []},
+                # with progress lines or without: 2 hours, then 5 minutes pending
+                {
+                    "eval_time": "126m",
+                    "alertname": stale,
+                    "exp_alerts": fired(126, "silent", "talks"),
+                },
+                # no step series: never a progress alert
+                {"eval_time": "200m", "alertname": "TrainingJobNoProgress", "exp_alerts": []},
+                # the resumed runs: 2 hours of their own without a save, then 5 minutes
+                {
+                    "eval_time": "224m",
+                    "alertname": stale,
+                    "exp_alerts": fired(224, "silent", "talks"),
+                },
+                {
+                    "eval_time": "226m",
+                    "alertname": stale,
+                    "exp_alerts": fired(226, "silent", "talks", "resumed", "again"),
                 },
             ],
         }

@@ -1,17 +1,22 @@
 """job-status's GPU use per pod, read from the DCGM exporters of the job's nodes.
 
 The exporter's page is tests/fixtures/dcgm/metrics-a10g-4.8.txt (its README says how it
-was made), served over HTTP on 127.0.0.1 by fakes/web.py standing for the node's port 9400.
+was made), served over HTTP on 127.0.0.1 by fakes/web.py standing for the node's port 9400;
+where a job spans nodes, fakes.dcgm_exporter.Exporters serves each node's page at its own
+address.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import gpu_metrics
 import pytest
-from conftest import NS, add_nodes, gpu_pod, node, run_action
+from conftest import NS, TOKEN, add_nodes, gpu_pod, node, run_action
 
+from charms.gpu_k8s.v0.kubeclient import Kube
+from fakes.dcgm_exporter import Exporters, Gpu, SharingPod, page
 from fakes.web import FileServer
 
 PAGE = (Path(__file__).parents[2] / "fixtures" / "dcgm" / "metrics-a10g-4.8.txt").read_text()
@@ -111,3 +116,58 @@ def test_a_cpu_job_has_no_gpu_use_and_a_queued_one_says_so(ctx, state, api, expo
     status, _ = run_action(ctx, state, "job-status", job="big")
     assert status["gpu-use"] == "no pod of this job runs on its GPUs yet"
     assert exporter.gets == 0
+
+
+def _training_pod(name: str, node_name: str) -> dict:
+    """A running pod of the job holding one GPU, as job-status lists them."""
+    limits = {"nvidia.com/gpu": "1"}
+    return {
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "nodeName": node_name,
+            "containers": [{"name": "tensorflow", "resources": {"limits": limits}}],
+        },
+        "status": {"phase": "Running"},
+    }
+
+
+def test_hung_exporters_cost_one_deadline_and_the_others_still_answer(api, monkeypatch):
+    """Four one-GPU nodes; the exporters of three accept and never answer (issue 31 item 4).
+
+    Read one after another with a timeout each, they cost job-status three timeouts (3 s
+    each before); read together, one DEADLINE, and the answering node's pod has its line.
+    """
+    monkeypatch.setattr(gpu_metrics, "DEADLINE", 0.5)
+    uuid = "GPU-0d1a3b5c-0000-4000-8000-00000000a10a"
+    fields = {
+        "DCGM_FI_DEV_GPU_UTIL": {uuid: 80},
+        "DCGM_FI_DEV_FB_USED": {uuid: 1024},
+        "DCGM_FI_DEV_FB_FREE": {uuid: 21504},
+    }
+    spec = {"containers": [{"name": "exporter"}]}  # neither hostPID nor virtual GPUs
+    pods = [_training_pod(f"mnist-worker-{i}-0-x", f"gpu-{i}") for i in range(4)]
+    with Exporters(4) as exporters, Kube.from_kubeconfig(api.kubeconfig(TOKEN)) as kube:
+        monkeypatch.setattr(gpu_metrics, "DCGM_EXPORTER_PORT", exporters.port)
+        for i, address in enumerate(exporters.addresses):
+            gpu = node(f"gpu-{i}", 1)
+            gpu["status"]["addresses"] = [{"type": "InternalIP", "address": address}]
+            api.put_object(f"/api/v1/nodes/gpu-{i}", gpu)
+        mine = SharingPod("mnist-worker-0-0-x", NS, "uid-0", (uuid,))
+        exporters.pages["127.0.0.1"] = page(spec, "gpu-0", [Gpu(0, uuid)], [mine], [], fields)
+        exporters.hung = {"127.0.0.2", "127.0.0.3", "127.0.0.4"}
+
+        started = time.monotonic()
+        use = gpu_metrics.gpu_use(kube, NS, pods)
+        took = time.monotonic() - started
+
+    port = exporters.port
+    assert use == {
+        "mnist-worker-0-0-x": "1 GPU, 80% busy, 1.0 of 22.0 GiB",
+        "unavailable": "; ".join(
+            f"gpu-{i} (127.0.0.{i + 1}:{port}): no answer within 0.5 s" for i in (1, 2, 3)
+        ),
+    }
+    assert exporters.gets == dict.fromkeys(exporters.addresses, 1)
+    # every hung node was asked within the one deadline, not each after the last timed out
+    assert max(exporters.asked.values()) < started + 0.5 <= started + took
+    assert took < 0.5 + 2  # and the call ended with it (three timeouts one by one: 9 s)
