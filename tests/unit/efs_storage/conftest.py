@@ -7,7 +7,6 @@ the kubeconfig handed over on `kube-api` points at a `FakeKubeApiServer` started
 
 from __future__ import annotations
 
-import gc
 import logging
 from collections.abc import Iterator
 
@@ -52,22 +51,6 @@ def one_client_class_per_service() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(ClientCreator, "_create_client_class", create_client_class)
         yield
-
-
-@pytest.fixture(scope="session", autouse=True)
-def fewer_full_collections() -> Iterator[None]:
-    """Python's cyclic GC, run less often: it took a sixth of this suite's CPU.
-
-    Every test keeps moto's backends, botocore's parsed models and the fake API server
-    alive, so each of the frequent full collections (default thresholds 700, 10, 10)
-    walks the whole heap again: 3.9 s of test_reconcile.py's 24 s. With a larger
-    young generation the same garbage is found in fewer, cheaper passes (1.6 s there);
-    nothing a test checks depends on when a cycle is freed.
-    """
-    saved = gc.get_threshold()
-    gc.set_threshold(50_000, 20, 10)
-    yield
-    gc.set_threshold(*saved)
 
 
 @pytest.fixture(scope="module")

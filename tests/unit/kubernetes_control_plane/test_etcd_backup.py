@@ -393,6 +393,7 @@ def objects(s3, prefix: str = "") -> list[str]:
     return [item["Key"] for item in listed]
 
 
+@pytest.mark.reads_logs  # scans ctx.juju_log for the secret key
 def test_a_backup_is_uploaded_to_s3_and_only_the_newest_kept_there(
     ctx, machine, etcd, clock, aws, s3
 ):
