@@ -464,6 +464,17 @@ ADMISSION_ESCALATIONS: list[Escalation] = [
             _restricted_pod(tolerations=[{"operator": "Exists", "effect": "NoSchedule"}]),
         ),
     ),
+    # a pod running as the consumer's own ServiceAccount: kubelet keeps a fresh token of the
+    # grant in it (projected, renewed) for as long as the pod lives, past the 48 h token
+    Escalation(
+        "pod-runs-as-the-grant",
+        PODS_POLICY,
+        attempt=Attempt(
+            "POST",
+            f"/api/v1/namespaces/{HOSTILE}/pods",
+            _restricted_pod(serviceAccountName=HOSTILE),
+        ),
+    ),
     # a legacy token Secret: the token controller fills it with a token that never expires
     Escalation(
         "legacy-token-secret",

@@ -764,7 +764,10 @@ def _consumer_policy(name: str, rules: list[dict], spec: dict) -> dict[str, Any]
 
 
 def consumer_pods_policy() -> dict[str, Any]:
-    """The policy that keeps the pods of consumers' namespaces off the control plane."""
+    """The policy that keeps the pods of consumers' namespaces off the control plane.
+
+    And off the consumer's own ServiceAccount (its token would outlive the grant's).
+    """
     tolerations = "(has(object.spec.tolerations) ? object.spec.tolerations : [])"
     old = (
         "(request.operation == 'UPDATE' && has(oldObject.spec.tolerations)"
@@ -785,6 +788,10 @@ def consumer_pods_policy() -> dict[str, Any]:
             "variables": [
                 {"name": "tolerations", "expression": tolerations},
                 {"name": "oldTolerations", "expression": old},
+                {
+                    "name": "consumer",
+                    "expression": f"namespaceObject.metadata.labels['{CONSUMER_LABEL}']",
+                },
             ],
             "validations": [
                 _deny(
@@ -797,6 +804,20 @@ def consumer_pods_policy() -> dict[str, Any]:
                     f"variables.tolerations.all(t, t in variables.oldTolerations || ({allowed}))",
                     "a pod in a consumer's namespace may not tolerate every taint (a toleration"
                     f" without a key) or the control plane's ({', '.join(CONTROL_PLANE_TAINTS)})",
+                ),
+                # The grant's ServiceAccount is the consumer's name (rbac.consumer_grant), the
+                # namespace's CONSUMER_LABEL value. A pod running as it would hold a token of
+                # the grant that kubelet renews for as long as the pod lives, past the 48 h
+                # the control plane gives (rbac.TOKEN_SECONDS). No charm's pod runs as it.
+                # serviceAccount is the field's deprecated alias (core/v1 PodSpec); a pod's
+                # ServiceAccount never changes on UPDATE (ValidatePodUpdate).
+                _deny(
+                    "request.operation != 'CREATE' || !["
+                    "has(object.spec.serviceAccountName) ? object.spec.serviceAccountName : '',"
+                    " has(object.spec.serviceAccount) ? object.spec.serviceAccount : ''"
+                    "].exists(n, n == variables.consumer)",
+                    "a pod in a consumer's namespace may not run as the consumer's own"
+                    " ServiceAccount: its token would outlive the grant's rotation",
                 ),
             ],
         },
