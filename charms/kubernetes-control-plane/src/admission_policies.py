@@ -1131,32 +1131,21 @@ def efs_served_policy(served: Mapping[tuple[str, str], Mapping[str, str]]) -> di
         ),
     ]
     usernames = sorted(_username(a) for a in served)
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": _meta(EFS_SERVED),
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "operations": ["CREATE", "UPDATE"],
-                        "resources": ["persistentvolumes", "persistentvolumeclaims"],
-                    }
-                ]
-            },
-            "matchConditions": [
-                {
-                    "name": "a-storage-provisioner",
-                    "expression": f"request.userInfo.username in {usernames!r}",
-                }
-            ],
-            "variables": variables,
-            "validations": validations,
-        },
+    rules = [
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": ["persistentvolumes", "persistentvolumeclaims"],
+        }
+    ]
+    condition = {
+        "name": "a-storage-provisioner",
+        "expression": f"request.userInfo.username in {usernames!r}",
     }
+    return _matched(
+        EFS_SERVED, rules, condition, {"variables": variables, "validations": validations}
+    )
 
 
 def claims_manifests(
