@@ -77,9 +77,11 @@ class TensorflowCharm(ops.CharmBase):
 
     _stored = ops.StoredState()
 
-    # Boundaries that tests replace: sleeping and the clock of polling.
+    # Boundaries that tests replace: sleeping and the clock of polling; the wall clock of
+    # a scale's lease on its job, which every unit reads (scale_records).
     sleep: Callable[[float], None] = staticmethod(time.sleep)
     monotonic: Callable[[], float] = staticmethod(time.monotonic)
+    wall_clock: Callable[[], float] = staticmethod(time.time)
     # The machine (where the unit-state server for the COS agent runs: unit_state).
     host_factory = staticmethod(machine)
     # Seconds before the Kubernetes client's first retry of a 429/5xx answer (kubeclient).
@@ -222,7 +224,7 @@ class TensorflowCharm(ops.CharmBase):
                     self._statuses.add(e.status)
             datasets.settle(kube, ctx)  # record imports that ended with nobody waiting
             self._apply_queues(kube, ctx, config)  # JobSets exist only where Kueue runs
-            glance = training.at_a_glance(kube, ctx)
+            glance = training.at_a_glance(kube, ctx, self.wall_clock)
             self._stored.glance = glance.line
             self.cos.set_gauges(glance.gauges())
             job, self._stored.metrics_policy = job_metrics.sync(
@@ -393,7 +395,9 @@ class TensorflowCharm(ops.CharmBase):
         waits = self._wait_args(event)
         self._run(
             event,
-            lambda kube, ctx: training.launch(kube, ctx, request, code, **waits),
+            lambda kube, ctx: training.launch(
+                kube, ctx, request, code, now=self.wall_clock, **waits
+            ),
             pull_secret=True,
         )
 
@@ -408,20 +412,20 @@ class TensorflowCharm(ops.CharmBase):
         self._run(
             event,
             lambda kube, ctx: training.scale(
-                kube, ctx, p.job, p.workers, p.timeout, code, **waits
+                kube, ctx, p.job, p.workers, p.timeout, code, now=self.wall_clock, **waits
             ),
             pull_secret=True,
         )
 
     def _on_job_status(self, event: ops.ActionEvent) -> None:
         params = event.load_params(JobParams, errors="fail")
-        self._run(event, lambda kube, ctx: training.status(kube, ctx, params.job))
+        self._run(event, lambda kube, ctx: training.status(kube, ctx, params.job, self.wall_clock))
 
     def _on_list_jobs(self, event: ops.ActionEvent) -> None:
         event.load_params(NoParams, errors="fail")
 
         def list_jobs(kube: Kube, ctx: Context) -> dict[str, Any]:
-            found = training.list_jobs(kube, ctx)
+            found = training.list_jobs(kube, ctx, self.wall_clock)
             results: dict[str, Any] = {"count": str(len(found))}
             if found:
                 results["jobs"] = found

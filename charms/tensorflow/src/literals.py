@@ -13,7 +13,7 @@ SHARED_STORAGE = "shared-storage"
 # Labels put on every object the charm creates.
 LABEL_JOB = "gpu-k8s.io/job"
 LABEL_ROLE = "gpu-k8s.io/role"
-LABEL_COMPONENT = "gpu-k8s.io/component"  # training | tensorboard | purge
+LABEL_COMPONENT = "gpu-k8s.io/component"  # training | tensorboard | purge | scale
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 # Set by Kubernetes on the pods of an Indexed Job.
 LABEL_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
@@ -56,6 +56,7 @@ PRIORITIES = ("low", "normal", "high")  # WorkloadPriorityClasses the control pl
 COMPONENT_TRAINING = "training"
 COMPONENT_TENSORBOARD = "tensorboard"
 COMPONENT_PURGE = "purge"
+COMPONENT_SCALE = "scale"  # the record a scale keeps (scale_records.py)
 
 GPU_RUNTIME_CLASS = "nvidia"
 

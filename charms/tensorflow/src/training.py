@@ -33,11 +33,13 @@ import manifests
 import oneshot
 import placement
 import queues
+import scale_records
 from literals import (
     ACTION_FILES,
     ANNOTATION_REQUEST,
     COHORT,
     COMPONENT_PURGE,
+    COMPONENT_SCALE,
     COMPONENT_TENSORBOARD,
     COMPONENT_TRAINING,
     GRACE_SECONDS,
@@ -446,11 +448,14 @@ def launch(
     log: Log,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
+    now: Callable[[], float] = time.time,
 ) -> dict[str, Any]:
     """Check and create a job, report Kueue's answer and wait for its pods.
 
     A job Kueue cannot admit yet stays queued: `train` returns at once saying why, unless
-    `wait=true`, which waits (up to `timeout`) for every pod to run.
+    `wait=true`, which waits (up to `timeout`) for every pod to run. A job that a scale
+    holds (its record's lease, `now`: the wall clock) is refused; one that a failed scale
+    kept is made anew from this request, and its record deleted.
 
     Raises:
         JobError: the job cannot run as asked (or could never run here); nothing was created.
@@ -461,19 +466,20 @@ def launch(
         return dry_run(kube, ctx, request, code, nodes)
     new = _check_new(kube, ctx, request)
     if new:
-        record = _scale_record(kube, ctx, request.job)  # a scale's old pods may linger
+        record = _read_record(_scale_record(kube, ctx, request.job), request.job)
+        if record is not None and record.held(now()):  # a scale is relaunching it
+            raise JobError(scale_records.refused_while_held(request.job, record))
         if record is not None and _training_pods(kube, ctx, request.job):
-            asked = _request_of(record, request.job, ctx).workers
-            raise JobError(
+            raise JobError(  # a failed scale's old pods linger
                 f"old pods of {request.job} are still terminating after a scale: "
-                + _retry_scale(request.job, asked)
+                + _retry_scale(request.job, record.request.workers)
             )
         _check_claim(kube, ctx)
         _check_dataset(kube, ctx, request.dataset)
         _check_fits(kube, ctx, request, nodes)
         _apply_all(kube, ctx, manifests.manifests(request, ctx, code))
         if record is not None:  # this job replaces the one the scale kept
-            kube.delete("v1", "ConfigMap", _record_name(request.job), ctx.namespace)
+            kube.delete("v1", "ConfigMap", scale_records.name(request.job), ctx.namespace)
         roles = ", ".join(f"{n} {r}" for r, n in request.replicas().items())
         log(f"created job {request.job}: {roles}; queue {ctx.queue}, priority {request.priority}")
     else:
@@ -557,9 +563,13 @@ def _why_numbers(
     summary["quota"] = queues.numbers(cq, queues.asks(js), reason, tree)
 
 
-def status(kube: Any, ctx: Context, job: str) -> dict[str, Any]:
-    """`job-status` results for one job."""
+def status(
+    kube: Any, ctx: Context, job: str, now: Callable[[], float] = time.time
+) -> dict[str, Any]:
+    """`job-status` results for one job (one that only a scale's record holds included)."""
     js = _jobset(kube, ctx, job)
+    if js is None and (record := _read_record(_scale_record(kube, ctx, job), job)):
+        return scale_records.summary(record, now(), _training_pods(kube, ctx, job))
     request = _request_of(js, job, ctx)
     pods = _training_pods(kube, ctx, job)
     workloads = _workloads(kube, ctx)
@@ -574,13 +584,28 @@ def status(kube: Any, ctx: Context, job: str) -> dict[str, Any]:
     return summary
 
 
-def list_jobs(kube: Any, ctx: Context) -> dict[str, str]:
-    """One line per job of this application."""
+def _records(kube: Any, ctx: Context) -> list[dict]:
+    """Every record a scale wrote (scale_records), in one list."""
+    selector = manifests.selector(ctx.app, component=COMPONENT_SCALE)
+    return kube.list("v1", "ConfigMap", ctx.namespace, label_selector=selector)
+
+
+def list_jobs(kube: Any, ctx: Context, now: Callable[[], float] = time.time) -> dict[str, str]:
+    """One line per job of this application (one that only a scale's record holds included)."""
     training = manifests.selector(ctx.app, component=COMPONENT_TRAINING)
     all_jobsets = kube.list(JOBSET_API, "JobSet", ctx.namespace, label_selector=training)
+    names = {js["metadata"]["name"] for js in all_jobsets}
+    out: dict[str, str] = {}
+    for found in _records(kube, ctx):
+        job = found["metadata"]["labels"].get(LABEL_JOB, "")
+        if job in names:  # its JobSet holds it (a scale is about to delete it, or stale)
+            continue
+        try:
+            out[job] = scale_records.one_line(scale_records.Record.of(found), now())
+        except ValueError:
+            out[job] = "unreadable scale record"
     workloads = _workloads(kube, ctx)
     all_pods = kube.list("v1", "Pod", ctx.namespace, label_selector=training)
-    out: dict[str, str] = {}
     for js in all_jobsets:
         name = js["metadata"]["name"]
         try:
@@ -621,16 +646,42 @@ class Glance:
         ]
 
 
-def at_a_glance(kube: Any, ctx: Context) -> Glance:
+def drop_stale_records(
+    kube: Any, ctx: Context, jobsets: list[dict], now: Callable[[], float] = time.time
+) -> list[str]:
+    """Delete the records (scale_records) that a JobSet of their job holds again; their jobs.
+
+    Such a record is stale once no scale holds it (a scale's action that ended between
+    making the new JobSet and deleting the record, or an earlier revision's). A record
+    without a JobSet is its job until the operator scales, trains or stops it.
+    """
+    names = {js["metadata"]["name"] for js in jobsets}
+    dropped = []
+    for found in _records(kube, ctx) if names else []:
+        job = found["metadata"]["labels"].get(LABEL_JOB, "")
+        try:
+            held = scale_records.Record.of(found).held(now())
+        except ValueError:
+            held = False
+        if job in names and not held:
+            kube.delete("v1", "ConfigMap", found["metadata"]["name"], ctx.namespace)
+            dropped.append(job)
+    return dropped
+
+
+def at_a_glance(kube: Any, ctx: Context, now: Callable[[], float] = time.time) -> Glance:
     """The jobs on one line for `juju status`: `2 running (mnist 45% ETA 12m), 1 queued`.
 
     Succeeded jobs are left out of the line (JobSet deletes them after `job-ttl`) but
-    counted; the first running jobs carry their progress from the chief's log.
+    counted; the first running jobs carry their progress from the chief's log. Stale
+    scale records are deleted on the way (drop_stale_records).
     """
     training = manifests.selector(ctx.app, component=COMPONENT_TRAINING)
     all_jobsets = kube.list(JOBSET_API, "JobSet", ctx.namespace, label_selector=training)
     if not all_jobsets:
         return Glance("", {})
+    for job in drop_stale_records(kube, ctx, all_jobsets, now):
+        logger.info("deleted %s: its JobSet holds the job again", scale_records.name(job))
     workloads = _workloads(kube, ctx)
     all_pods = kube.list("v1", "Pod", ctx.namespace, label_selector=training)
     by_phase: dict[str, list[str]] = {}
@@ -792,33 +843,20 @@ OLD_PODS_SECONDS = GRACE_SECONDS + 30
 OLD_PODS_POLL = 5.0
 
 
-def _record_name(job: str) -> str:
-    return f"{job}-scale"
-
-
-def scale_record(request: TrainRequest, ctx: Context) -> dict:
-    """The ConfigMap `<job>-scale`: the parameters of a job that `scale` is relaunching.
-
-    Owned by nothing, so it outlives the old JobSet: written before that is deleted and
-    removed once the new one holds the request (ANNOTATION_REQUEST, as on the JobSet).
-    Where the old pods outlive the wait (or the action ends meanwhile), the next `scale`
-    relaunches the job from it; `stop` deletes it with the job's other objects (its
-    labels), `train` of that job once it made it.
-    """
-    meta = {
-        "name": _record_name(request.job),
-        "namespace": ctx.namespace,
-        "labels": manifests.labels(ctx.app, request.job),
-        "annotations": {ANNOTATION_REQUEST: request.to_json()},
-    }
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta}
-
-
 def _scale_record(kube: Any, ctx: Context, job: str) -> dict | None:
-    """The job's `scale_record` when a scale left one (of this application only)."""
-    found = kube.get("v1", "ConfigMap", _record_name(job), ctx.namespace)
+    """The job's record (scale_records) when a scale left one (of this application only)."""
+    found = kube.get("v1", "ConfigMap", scale_records.name(job), ctx.namespace)
     labels = ((found or {}).get("metadata") or {}).get("labels") or {}
     return found if labels.get(LABEL_MANAGED_BY) == ctx.app else None
+
+
+def _read_record(found: dict | None, job: str) -> scale_records.Record | None:
+    if found is None:
+        return None
+    try:
+        return scale_records.Record.of(found)
+    except ValueError as e:
+        raise JobError(f"job {job!r} has an unreadable scale record ({e})") from None
 
 
 def _retry_scale(job: str, workers: int) -> str:
@@ -826,6 +864,62 @@ def _retry_scale(job: str, workers: int) -> str:
         f"run scale job={job} workers={workers} again in a minute (it waits for them, then "
         "relaunches the job from its last checkpoint)"
     )
+
+
+def _hold(
+    kube: Any, ctx: Context, scaled: TrainRequest, found: dict | None, words: str, until: float
+) -> str:
+    """Write the job's record, leased to `until`; its resourceVersion.
+
+    A new record is created (refused 409 when another scale made one meanwhile); an old
+    one (its scale failed, its lease ended, or stale) is taken over by a patch carrying the
+    resourceVersion read (refused 409 when another scale took it meanwhile).
+
+    Raises:
+        JobError: another scale holds the job.
+    """
+    from charms.gpu_k8s.v0.kubeclient import KubeError
+
+    job = scaled.job
+    record = scale_records.manifest(scaled, ctx.namespace, ctx.app, words, until)
+    try:
+        if found is None:
+            return kube.create(record)["metadata"]["resourceVersion"]
+        meta = record["metadata"]
+        patch = {
+            "metadata": {
+                "resourceVersion": found["metadata"]["resourceVersion"],
+                "labels": meta["labels"],
+                "annotations": meta["annotations"],
+            }
+        }
+        taken = kube.patch("v1", "ConfigMap", meta["name"], patch, ctx.namespace)
+        return taken["metadata"]["resourceVersion"]
+    except KubeError as e:
+        if e.status != 409:
+            raise
+    other = _read_record(_scale_record(kube, ctx, job), job)
+    if other is None:  # taken and let go meanwhile
+        raise JobError(f"job {job!r} was being scaled by another scale action: run scale again")
+    raise JobError(scale_records.refused_while_held(job, other))
+
+
+def _say(kube: Any, ctx: Context, job: str, version: str, words: str) -> None:
+    """Put a failed scale's words on its record and end its lease (if it is still its own)."""
+    from charms.gpu_k8s.v0.kubeclient import KubeError
+
+    annotations = {scale_records.ANNOTATION_STATE: words, scale_records.ANNOTATION_UNTIL: None}
+    patch = {"metadata": {"resourceVersion": version, "annotations": annotations}}
+    try:
+        kube.patch("v1", "ConfigMap", scale_records.name(job), patch, ctx.namespace)
+    except KubeError as e:  # stopped (404) or taken over (409) meanwhile: not its words
+        logger.warning("could not record how the scale of %s ended: %s", job, e.message)
+
+
+def _still_held(kube: Any, ctx: Context, job: str, version: str) -> bool:
+    """Whether the record is still the one this scale wrote (`stop` deletes it)."""
+    found = _scale_record(kube, ctx, job)
+    return found is not None and found["metadata"].get("resourceVersion") == version
 
 
 def scale(
@@ -839,23 +933,33 @@ def scale(
     log: Log,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
+    now: Callable[[], float] = time.time,
 ) -> dict[str, Any]:
     """Relaunch a job with `workers` workers; it resumes from the last checkpoint.
 
     A JobSet's replicated Jobs are immutable (JobSet v0.12.0 webhook ValidateUpdate), so
     the JobSet is deleted (its code ConfigMap and TensorBoard with it), its pods awaited
     until gone, and the job made again with the new size: Kueue admits it when it fits,
-    like any job. Its parameters are kept in `scale_record` meanwhile, so that a scale
-    whose old pods outlive the wait (a pod saves for up to its grace period) loses
-    nothing: it says to run scale again, which relaunches the job from the record.
+    like any job. Its parameters are kept in its record (scale_records) meanwhile, so that
+    a scale whose old pods outlive the wait (a pod saves for up to its grace period) loses
+    nothing: it says to run scale again, which relaunches the job from the record. The
+    record is leased to this scale (`now`: the wall clock) until it could have ended: a
+    second scale of the job is refused meanwhile, and a `stop` meanwhile wins (nothing is
+    relaunched).
 
     Raises:
-        JobError: no such job, it already finished, the new size could never run here, or
-            the old pods are still there (the record kept: scale again).
+        JobError: no such job, it already finished, another scale holds it, the new size
+            could never run here, or the old pods are still there (the record kept: scale
+            again).
     """
+    from charms.gpu_k8s.v0.kubeclient import KubeError
+
     js = _jobset(kube, ctx, job)
-    record = _scale_record(kube, ctx, job) if js is None else None
-    request = _request_of(js or record, job, ctx)
+    found = _scale_record(kube, ctx, job)
+    record = _read_record(found, job)
+    if record is not None and record.held(now()):
+        raise JobError(scale_records.refused_while_held(job, record))
+    request = _request_of(js or found, job, ctx)
     if js is not None:
         pods = _training_pods(kube, ctx, job)
         workload = _workload_of(js, _workloads(kube, ctx))
@@ -865,18 +969,31 @@ def scale(
             return {"job": job, "workers": str(workers), "changed": "false"}
     scaled = request.model_copy(update={"workers": workers})  # ScaleParams checked it
     _check_fits(kube, ctx, scaled, kube.list("v1", "Node"))
-    kube.apply(scale_record(scaled, ctx), field_manager=ctx.app)
-    if js is not None:
-        log(f"stopping {request.workers} workers of {job} (they resume from the last checkpoint)")
-        kube.delete(JOBSET_API, "JobSet", job, ctx.namespace)
     wait = max(timeout, OLD_PODS_SECONDS)
-    if not _wait_gone(kube, ctx, job, wait, sleep=sleep, clock=clock, poll=OLD_PODS_POLL):
-        raise JobError(
-            f"old pods of {job} are still terminating after {wait:.0f} s; the job's "
-            f"parameters are kept: {_retry_scale(job, workers)}"
-        )
-    _relaunch(kube, ctx, request, scaled, code)
-    kube.delete("v1", "ConfigMap", _record_name(job), ctx.namespace)
+    start = now()
+    until = start + wait + scale_records.MARGIN_SECONDS
+    words = scale_records.under_way(workers, start, until)
+    version = _hold(kube, ctx, scaled, found, words, until)
+    try:
+        if js is not None:
+            log(f"stopping {request.workers} workers of {job} (they resume from its checkpoint)")
+            kube.delete(JOBSET_API, "JobSet", job, ctx.namespace)
+        if not _wait_gone(kube, ctx, job, wait, sleep=sleep, clock=clock, poll=OLD_PODS_POLL):
+            _say(kube, ctx, job, version, scale_records.old_pods_left(job, workers, now(), wait))
+            raise JobError(
+                f"old pods of {job} are still terminating after {wait:.0f} s; the job's "
+                f"parameters are kept: {_retry_scale(job, workers)}"
+            )
+        if not _still_held(kube, ctx, job, version):
+            raise JobError(
+                f"job {job!r} was stopped while this scale waited for its old pods (or "
+                "another scale took it over): nothing was relaunched"
+            )
+        _relaunch(kube, ctx, request, scaled, code, version, now)
+    except KubeError as e:
+        _say(kube, ctx, job, version, scale_records.half_way(job, workers, now(), e.message))
+        raise
+    kube.delete("v1", "ConfigMap", scale_records.name(job), ctx.namespace)
     log(f"relaunched {job} with {workers} workers")
     state, why = queue_answer(kube, ctx, job, sleep=sleep, clock=clock)
     if state in (*job_state.WAITING, "Unknown"):
@@ -904,14 +1021,20 @@ def scale(
 
 
 def _relaunch(
-    kube: Any, ctx: Context, old: TrainRequest, new: TrainRequest, code: Mapping[str, str]
+    kube: Any,
+    ctx: Context,
+    old: TrainRequest,
+    new: TrainRequest,
+    code: Mapping[str, str],
+    version: str,
+    now: Callable[[], float],
 ) -> None:
     """Make the job again at its new size; when refused, make it again as it was (N9).
 
     The old JobSet is already gone (its replicated Jobs are immutable), so a refusal of
     the new objects would otherwise lose the job and its request: it is restored (and its
-    `scale_record` deleted), and the operator told to scale again; if even that is
-    refused, the record is kept and the operator told to scale again once it is fixed.
+    record deleted), and the operator told to scale again; if even that is refused, the
+    record is kept, saying so, and the operator told to scale again once it is fixed.
 
     Raises:
         JobError: the new size was refused (saying whether the old one was restored).
@@ -925,13 +1048,14 @@ def _relaunch(
     try:
         _apply_all(kube, ctx, manifests.manifests(old, ctx, code))
     except RefusedError:
+        _say(kube, ctx, job, version, scale_records.not_restored(job, new.workers, now(), refused))
         raise JobError(
             f"scale to {new.workers} workers failed: {refused}; job {job} is stopped and "
             f"could not be restored either; its checkpoints are kept in jobs/{job} and its "
             f"parameters with them: run scale job={job} workers={new.workers} again once "
             "that is fixed (it relaunches the job from its last checkpoint)"
         ) from None
-    kube.delete("v1", "ConfigMap", _record_name(job), ctx.namespace)
+    kube.delete("v1", "ConfigMap", scale_records.name(job), ctx.namespace)
     raise JobError(
         f"scale to {new.workers} workers failed: {refused}; job {job} was restored with "
         f"{old.workers} workers (it resumes from its last checkpoint): run scale again "

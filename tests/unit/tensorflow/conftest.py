@@ -92,6 +92,10 @@ class FakeTime:
     def monotonic(self) -> float:
         return self.now
 
+    def time(self) -> float:
+        """The wall clock, moving with `now` (2027-01-15T08:00:00Z at 0)."""
+        return 1_800_000_000.0 + self.now
+
 
 TOKEN = "tf-sa-token"
 
@@ -187,6 +191,7 @@ def fake_time(monkeypatch, controller):
 
     monkeypatch.setattr(charm.TensorflowCharm, "sleep", staticmethod(sleep))
     monkeypatch.setattr(charm.TensorflowCharm, "monotonic", staticmethod(t.monotonic))
+    monkeypatch.setattr(charm.TensorflowCharm, "wall_clock", staticmethod(t.time))
     controller.clock = t.monotonic  # Kueue's conditions' times (a job's deadline)
     return t
 

@@ -11,10 +11,12 @@ import manifests
 import params
 import pytest
 import readme_examples
+import scale_records
 import training
 from conftest import (
     CLAIM,
     NS,
+    TOKEN,
     add_nodes,
     job_objects,
     jobset,
@@ -292,6 +294,212 @@ def test_scale_finished_job_fails(ctx, running, api, controller):
 def test_scale_rejects_zero_workers(ctx, running, api):
     with pytest.raises(testing.ActionFailed, match="workers: must be between 1"):
         run_action(ctx, running, "scale", job="mnist", workers=0)
+
+
+def _other_unit() -> manifests.Context:
+    """Where another unit of the application runs jobs (only what a scale reads differs)."""
+    return manifests.Context(
+        namespace=NS, app="tensorflow", claim=CLAIM, default_image="-", tensorboard_image="-"
+    )
+
+
+def _from_other_unit(api, fake_time, operation, *args, **waits):
+    """`operation` (scale, launch, status) as another unit's action runs it: its token."""
+    from charms.gpu_k8s.v0.kubeclient import Kube
+
+    if operation is not training.status:
+        waits = {"log": lambda _: None, "clock": fake_time.monotonic, **waits}
+    with Kube.from_kubeconfig(api.kubeconfig(TOKEN)) as kube:
+        return operation(kube, _other_unit(), *args, now=fake_time.time, **waits)
+
+
+def _scale_from_other_unit(api, fake_time, job: str, workers: int, **waits) -> dict:
+    code = training.read_code()
+    return _from_other_unit(api, fake_time, training.scale, job, workers, 0, code, **waits)
+
+
+def test_job_status_shows_a_job_kept_by_a_failed_scale_and_how_to_retry(
+    ctx, running, api, controller, fake_time
+):
+    """Issue 31: a job whose scale failed half-way is its record only; job-status shows it."""
+    held = _slow_to_stop(api, controller, 1)
+    with pytest.raises(testing.ActionFailed):
+        run_action(ctx, running, "scale", job="mnist", workers=3, timeout=0)
+    failed_at = scale_records.stamp(fake_time.time())
+
+    results = _act(ctx, running, "job-status", job="mnist")
+
+    assert results == {
+        "job": "mnist",
+        "phase": "Stopped",
+        "scale": (
+            f"stopped at {failed_at} by a scale to 3 workers: its old pods were still "
+            "terminating after 90 s; run scale job=mnist workers=3 again in a minute (it "
+            "waits for them, then relaunches the job from its last checkpoint)"
+        ),
+        "strategy": "mwms",
+        "priority": "normal",
+        "workers": "3",
+        "old-pods": "1 still terminating",
+        "gpus-held": "1",
+        "data": "kept on the shared volume in jobs/mnist",
+    }
+    _stopped(api, held)
+    assert _act(ctx, running, "job-status", job="mnist")["old-pods"] == "gone"
+
+
+def test_list_jobs_shows_a_job_kept_by_a_failed_scale_and_how_to_retry(
+    ctx, running, api, fake_time
+):
+    """Neither size could be made again: the record says so and what to run once fixed."""
+    run_action(ctx, running, "train", job="other", workers=1, **{"gpus-per-worker": 1})
+    api.inject(status=422, times=2, method="PATCH", path_prefix=_JOBSETS, message=_DENIED)
+    with pytest.raises(testing.ActionFailed):
+        run_action(ctx, running, "scale", job="mnist", workers=3)
+    failed_at = scale_records.stamp(fake_time.time())
+
+    jobs = _act(ctx, running, "list-jobs")["jobs"]
+
+    assert jobs["mnist"] == (
+        f"Stopped: stopped at {failed_at} by a scale to 3 workers: the API server refused "
+        f"JobSet mnist: {_DENIED}, and it could not be restored either; once that is fixed, "
+        "run scale job=mnist workers=3 again (it relaunches the job from its last checkpoint)"
+    )
+    assert jobs["other"].startswith("Running")
+    assert _act(ctx, running, "list-jobs")["count"] == "2"
+
+
+def test_a_second_scale_of_a_job_is_refused_while_one_runs(
+    ctx, running, api, controller, fake_time, monkeypatch
+):
+    """A scale holds its job's record until it could have ended: other units wait.
+
+    `scale` is parallel: true and every unit runs its own actions (Juju's uniter runs one
+    operation of a unit at a time: juju/juju internal/worker/uniter/operation/executor.go),
+    so two units can scale one job at once. A second scale from another unit is refused
+    meanwhile, and a train of the job too; the first relaunches the job at its own size.
+    """
+    held = _slow_to_stop(api, controller, 1)
+    sleep = charm.TensorflowCharm.sleep
+    seen: list = []
+
+    def meanwhile(seconds: float) -> None:  # the first scale waits for its old pods
+        if not seen:  # other units' actions (the scenario runs one action at a time)
+            with pytest.raises(training.JobError) as second:
+                _scale_from_other_unit(api, fake_time, "mnist", 4, sleep=sleep)
+            seen.append(str(second.value))
+            again = params.TrainRequest(job="mnist", workers=4, gpus_per_worker=1)
+            code = training.read_code()
+            with pytest.raises(training.JobError) as train:
+                _from_other_unit(api, fake_time, training.launch, again, code, sleep=sleep)
+            seen.append(str(train.value))
+            seen.append(_from_other_unit(api, fake_time, training.status, "mnist"))
+            _stopped(api, held)
+        sleep(seconds)
+
+    monkeypatch.setattr(charm.TensorflowCharm, "sleep", staticmethod(meanwhile))
+    start = fake_time.time()
+    results, _ = run_action(ctx, running, "scale", job="mnist", workers=3, timeout=0)
+
+    until = scale_records.stamp(start + 90 + scale_records.MARGIN_SECONDS)
+    refusal = (
+        "job 'mnist' is being scaled by another scale action (to 3 workers, until "
+        f"{until} at most): job-status job=mnist shows it; run scale again once it has "
+        "finished"
+    )
+    assert seen[:2] == [refusal, refusal]
+    assert seen[2]["phase"] == "Scaling"
+    assert seen[2]["scale"] == (
+        f"being scaled to 3 workers since {scale_records.stamp(start)}: its old pods stop, "
+        f"saving a checkpoint, then it is relaunched from it; if it has not finished by "
+        f"{until}, run scale again"
+    )
+    assert results["changed"] == "true"
+    assert role_spec(jobset(api, "mnist"), "worker")["parallelism"] == 3
+    assert api.get_object(_CONFIGMAPS + "mnist-scale") is None
+
+
+def _past_the_lease(api, fake_time) -> None:
+    """The wall clock moves past the end of the scale's lease on mnist's record."""
+    found = api.get_object(_CONFIGMAPS + "mnist-scale")
+    until = scale_records.Record.of(found).until
+    fake_time.now += until - fake_time.time()
+
+
+class _Killed(BaseException):
+    """The action's process ends here (Juju cancelled it, or the machine went down)."""
+
+
+def test_a_scale_whose_action_was_killed_holds_the_job_only_until_its_lease_ends(
+    ctx, running, api, controller, fake_time
+):
+    def killed(seconds: float) -> None:
+        raise _Killed
+
+    held = _slow_to_stop(api, controller, 1)
+    with pytest.raises(_Killed):
+        _scale_from_other_unit(api, fake_time, "mnist", 3, sleep=killed)
+    lease = api.get_object(_CONFIGMAPS + "mnist-scale")["metadata"]["annotations"]
+    until = lease["gpu-k8s.io/scale-until"]
+    with pytest.raises(testing.ActionFailed, match="is being scaled by another scale action"):
+        _act(ctx, running, "scale", job="mnist", workers=4)
+
+    _past_the_lease(api, fake_time)
+    results = _act(ctx, running, "job-status", job="mnist")
+    assert (results["phase"], results["scale"]) == (
+        "Stopped",
+        f"stopped by a scale to 3 workers that did not finish by {until} (its action ended "
+        "or was cancelled); run scale job=mnist workers=3 again (it relaunches the job from "
+        "its last checkpoint)",
+    )
+    _stopped(api, held)
+    results = _act(ctx, running, "scale", job="mnist", workers=3, timeout=0)
+    assert results["changed"] == "true"
+    assert role_spec(jobset(api, "mnist"), "worker")["parallelism"] == 3
+    assert api.get_object(_CONFIGMAPS + "mnist-scale") is None
+
+
+def test_a_stop_while_a_scale_waits_wins(ctx, running, api, controller, fake_time):
+    """The scale relaunches nothing once its record is gone."""
+    held = _slow_to_stop(api, controller, 1)
+
+    def meanwhile(seconds: float) -> None:
+        if api.get_object(_CONFIGMAPS + "mnist-scale") is not None:
+            _act(ctx, running, "stop", job="mnist")
+            _stopped(api, held)
+        fake_time.now += seconds
+        controller.tick()
+
+    with pytest.raises(training.JobError) as failed:
+        _scale_from_other_unit(api, fake_time, "mnist", 3, sleep=meanwhile)
+    assert str(failed.value) == (
+        "job 'mnist' was stopped while this scale waited for its old pods (or another "
+        "scale took it over): nothing was relaunched"
+    )
+    assert job_objects(api) == []
+
+
+def test_no_stale_scale_record_outlives_the_new_jobset(ctx, running, api, fake_time):
+    """A scale whose action ended after making the new JobSet leaves its record behind.
+
+    While its lease runs the record is left alone (a scale may be about to delete it);
+    then the leader's next reconcile deletes it: the JobSet holds the job's request.
+    """
+    api.inject(status=403, times=1, method="DELETE", path_prefix=_CONFIGMAPS + "mnist-scale")
+    with pytest.raises(testing.ActionFailed, match="Kubernetes API error"):
+        _act(ctx, running, "scale", job="mnist", workers=3)
+    assert role_spec(jobset(api, "mnist"), "worker")["parallelism"] == 3
+    assert api.get_object(_CONFIGMAPS + "mnist-scale") is not None
+    ctx.run(ctx.on.update_status(), running)
+    assert api.get_object(_CONFIGMAPS + "mnist-scale") is not None  # its lease still runs
+    assert _act(ctx, running, "list-jobs")["jobs"]["mnist"].endswith(
+        "worker 0/3, 0 GPU, step unknown/1000"
+    )
+
+    _past_the_lease(api, fake_time)
+    ctx.run(ctx.on.update_status(), running)
+    assert api.get_object(_CONFIGMAPS + "mnist-scale") is None
+    assert _act(ctx, running, "job-status", job="mnist")["pods-ready"] == {"worker": "0/3"}
 
 
 # -------------------------------------------------------------------- status, list, logs
