@@ -158,8 +158,8 @@ Metrics (GPU_K8S_METRICS_PORT; the tensorflow charm's COS scrape job reads them 
     gpu_k8s_training_last_step_timestamp_seconds       when the step last moved (Unix time)
     gpu_k8s_training_last_checkpoint_timestamp_seconds the newest checkpoint file's
                                                        mtime in GPU_K8S_CHECKPOINT_DIR
-                                                       (TensorFlow's or Keras', whoever
-                                                       saves there)
+                                                       or a subdirectory (TensorFlow's
+                                                       or Keras', whoever saves there)
 
 The progress ones come from the program's `GPU_K8S_PROGRESS {json}` lines (tf_trainer.py
 prints one from the chief at every report; a user's program may print the same line with
@@ -980,6 +980,8 @@ _GAUGES = (  # name, help, the progress field it comes from (None: computed)
     ),
 )
 CHECKPOINT_GAUGE = "gpu_k8s_training_last_checkpoint_timestamp_seconds"
+# tf_keras/src/distribute/distributed_file_utils.py _get_base_dirpath: "workertemp_<task id>"
+TEMP_SAVE_PREFIX = "workertemp_"
 
 
 def _number(value: object) -> float | None:
@@ -998,6 +1000,11 @@ def _is_checkpoint(entry: os.DirEntry) -> bool:
     """
     name = entry.name
     return entry.is_file() and (name == "checkpoint" or name.endswith((".index", ".keras", ".h5")))
+
+
+def _is_save_directory(entry: os.DirEntry) -> bool:
+    """A subdirectory a program may save its checkpoints in (not a worker's temp copy)."""
+    return entry.is_dir() and not entry.name.startswith(TEMP_SAVE_PREFIX)
 
 
 class TrainingMetrics:
@@ -1046,12 +1053,27 @@ class TrainingMetrics:
             self.values = {k: v for k, v in new.items() if v is not None}
 
     def last_checkpoint(self) -> float | None:
-        """The newest mtime among the directory's checkpoint files (None: none yet)."""
-        try:
-            with os.scandir(self.checkpoint_dir) as entries:
-                times = [e.stat().st_mtime for e in entries if _is_checkpoint(e)]
-        except OSError:
-            return None
+        """The newest mtime among the checkpoint files (None: none yet).
+
+        Those of the directory and of its subdirectories one level down: Keras 2's
+        BackupAndRestore (tf_keras 2.21.0, which multi-worker Keras needs) saves in
+        <backup_dir>/chief (tf_keras/src/distribute/worker_training_state.py). Not those of
+        `workertemp_<task>`: a worker that must not save writes a throw-away copy there,
+        removed after each save (distributed_file_utils.write_dirpath; TensorFlow's
+        custom-loop tutorial names its temp directories the same way).
+        """
+        times: list[float] = []
+        directories = [self.checkpoint_dir]
+        for depth, directory in enumerate(directories):
+            try:
+                with os.scandir(directory) as entries:
+                    for entry in entries:
+                        if _is_checkpoint(entry):
+                            times.append(entry.stat().st_mtime)
+                        elif depth == 0 and _is_save_directory(entry):
+                            directories.append(Path(entry.path))
+            except OSError:
+                continue
         return max(times, default=None)
 
     def render(self) -> str:

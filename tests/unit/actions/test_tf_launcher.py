@@ -851,6 +851,30 @@ def test_the_last_checkpoint_is_the_newest_checkpoint_file_of_its_directory(tmp_
     assert _samples(metrics.render())["gpu_k8s_training_last_checkpoint_timestamp_seconds"] == 1600
 
 
+def test_a_keras_backup_in_its_chief_subdirectory_is_the_last_checkpoint(tmp_path):
+    """Keras 2's BackupAndRestore saves in <backup_dir>/chief; its temp copies do not count.
+
+    BackupAndRestore(backup_dir=GPU_K8S_CHECKPOINT_DIR), as TensorFlow's multi-worker
+    Keras tutorial writes it (Keras 2: tf_keras 2.21.0, TF_USE_LEGACY_KERAS=1), saves with
+    a CheckpointManager in <backup_dir>/chief (tf_keras/src/distribute/
+    worker_training_state.py), and a worker that must not save writes a throw-away copy in
+    <backup_dir>/workertemp_<task> (distributed_file_utils.write_dirpath), removed after
+    each backup: that is no checkpoint of the job.
+    """
+    checkpoints = tmp_path / "checkpoints"
+    chief, temp = checkpoints / "chief", checkpoints / "workertemp_1"
+    chief.mkdir(parents=True)
+    temp.mkdir()
+    for directory, seconds in ((chief, 1500), (temp, 1800)):
+        for name in ("checkpoint", "ckpt-3.index"):
+            (directory / name).write_text("")
+            os.utime(directory / name, (seconds, seconds))
+    (checkpoints / "model.json").write_text("{}")  # the trainer's, not a checkpoint
+    os.utime(checkpoints / "model.json", (1700, 1700))
+    metrics = tf_launcher.TrainingMetrics(checkpoints)
+    assert _samples(metrics.render())["gpu_k8s_training_last_checkpoint_timestamp_seconds"] == 1500
+
+
 def test_the_launcher_serves_its_program_progress_on_the_metrics_port(tmp_path):
     """GPU_K8S_METRICS_PORT set (the pod spec sets it): GET /metrics answers while it runs."""
     import socket
