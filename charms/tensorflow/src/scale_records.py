@@ -12,11 +12,12 @@ until when that scale holds it (`ANNOTATION_UNTIL`, a lease).
 The lease is what makes a second scale of the same job wait: `scale` is `parallel: true`
 and each unit runs its own actions, so two units can scale one job at once. The first
 creates the record (a second create is refused 409 AlreadyExists) or takes over a record
-whose scale failed or whose lease ran out with a patch carrying the resourceVersion it
-read (refused 409 Conflict when another took it meanwhile: kube-apiserver's registry
-Store.Update, staging/src/k8s.io/apiserver/pkg/registry/generic/registry/store.go,
-OptimisticLockErrorMsg). A scale whose action was killed holds the job only until its
-lease ends.
+whose scale failed or whose lease ran out with a JSON merge patch carrying the
+resourceVersion it read (refused 409 Conflict when another took it meanwhile: the patched
+object keeps that resourceVersion, and kube-apiserver's registry Store.Update refuses one
+that is not the stored one, staging/src/k8s.io/apiserver/pkg/registry/generic/registry/
+store.go, OptimisticLockErrorMsg; controller-runtime's MergeFromWithOptimisticLock relies
+on the same). A scale whose action was killed holds the job only until its lease ends.
 
 A record outlives its scale only where the scale failed: the job is then stopped and the
 record is all there is of it (with its checkpoints on the shared volume) until the
