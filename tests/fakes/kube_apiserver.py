@@ -546,6 +546,19 @@ def _status_update(kind: str, old: dict, new: dict) -> dict:
     return new
 
 
+def _precondition(target: Target, old: dict, new: dict) -> None:
+    """409 when `new` names a resourceVersion other than the stored object's."""
+    rv = (new.get("metadata") or {}).get("resourceVersion")
+    if rv and rv != old["metadata"]["resourceVersion"]:
+        raise ApiError(
+            409,
+            "Conflict",
+            f'Operation cannot be fulfilled on {target.plural} "{target.name}": the object '
+            "has been modified; please apply your changes to the latest version and try again",
+            {"name": target.name, "kind": target.plural},
+        )
+
+
 class FakeKubeApiServer:
     """The fake API server: start with `with FakeKubeApiServer() as api:` (or start/stop)."""
 
@@ -1674,15 +1687,7 @@ class FakeKubeApiServer:
         self._validate(target, obj, (obj.get("metadata") or {}).get("name"), request)
         if (obj.get("metadata") or {}).get("name") != target.name:
             raise ApiError(400, "BadRequest", "the name of the object does not match the URL")
-        rv = obj["metadata"].get("resourceVersion")
-        if rv and rv != old["metadata"]["resourceVersion"]:
-            raise ApiError(
-                409,
-                "Conflict",
-                f'Operation cannot be fulfilled on {target.plural} "{target.name}": the object '
-                "has been modified; please apply your changes to the latest version and try again",
-                {"name": target.name, "kind": target.plural},
-            )
+        _precondition(target, old, obj)
         return 200, json_copy(self._store_update(target, old, obj, request))
 
     def _patch(self, target: Target, query: dict, content_type: str, body: bytes) -> tuple:
@@ -1703,6 +1708,12 @@ class FakeKubeApiServer:
                 raise ApiError(e.status, e.reason, e.message) from None
         else:
             patched = merge_patch(old, patch)
+        # A patch that sets metadata.resourceVersion leaves it on the patched object,
+        # which the store then updates conditionally, as a PUT (k8s.io/apiserver
+        # registry/generic/registry/store.go Update: a non-zero resourceVersion unequal
+        # to the stored one is a Conflict): the optimistic lock of a patch
+        # (controller-runtime's MergeFromWithOptimisticLock relies on it).
+        _precondition(target, old, patched)
         self._decode_body(target, patched, request)
         return 200, json_copy(self._store_update(target, old, patched, request))
 

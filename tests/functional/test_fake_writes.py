@@ -206,3 +206,35 @@ def test_a_custom_resource_takes_no_strategic_merge_patch(kube: Kube, kube_api: 
     )
     patched = _patch(kube, path, {"metadata": {"labels": {"a": "b"}}}, MERGE)
     assert patched["metadata"]["labels"] == {"a": "b"}
+
+
+# ------------------------------------------------------------- a patch's precondition
+
+
+@pytest.mark.parametrize("content_type", [MERGE, SMP])
+def test_a_patch_naming_a_stale_resource_version_is_a_conflict(
+    kube: Kube, node: dict, content_type: str
+):
+    """A patch's optimistic lock: a stale resourceVersion in it is a Conflict (409).
+
+    The patched object keeps the patch's resourceVersion and store.go Update refuses one
+    unequal to the stored object's, as for a PUT.
+    """
+    read = node["metadata"]["resourceVersion"]
+    _patch(kube, NODE, {"metadata": {"labels": {"a": "1"}}}, content_type)  # moves it on
+
+    stale = {"metadata": {"resourceVersion": read, "labels": {"a": "2"}}}
+    error = _refused(lambda: _patch(kube, NODE, stale, content_type))
+    assert (error.status, error.reason) == (409, "Conflict")
+    assert "the object has been modified" in error.message
+
+    current = kube.get("v1", "Node", "gpu-0")
+    assert current is not None
+    fresh = {
+        "metadata": {
+            "resourceVersion": current["metadata"]["resourceVersion"],
+            "labels": {"a": "3"},
+        }
+    }
+    patched = _patch(kube, NODE, fresh, content_type)
+    assert patched["metadata"]["labels"]["a"] == "3"
