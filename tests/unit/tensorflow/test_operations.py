@@ -459,6 +459,53 @@ def test_a_scale_whose_action_was_killed_holds_the_job_only_until_its_lease_ends
     assert api.get_object(_CONFIGMAPS + "mnist-scale") is None
 
 
+def test_a_takeover_of_a_failed_record_loses_to_one_made_meanwhile(
+    ctx, running, api, controller, fake_time
+):
+    """Two scales take over one failed record at once: the later patch is refused (409).
+
+    Its patch carries the resourceVersion it read, which the other's write moved on
+    (kube-apiserver Store.Update; the fake answers the same: test_fake_writes).
+    """
+    from charms.gpu_k8s.v0.kubeclient import Kube
+
+    held = _slow_to_stop(api, controller, 1)
+    with pytest.raises(testing.ActionFailed):
+        run_action(ctx, running, "scale", job="mnist", workers=3, timeout=0)
+    path = _CONFIGMAPS + "mnist-scale"
+    until = scale_records.stamp(fake_time.time() + 600)
+
+    class Racing(Kube):
+        """Another unit's scale takes the record over between this one's read and patch."""
+
+        def patch(self, api_version, kind, name, patch, namespace=None, **kwargs):
+            if name == "mnist-scale" and api.get_object(path) is not None:
+                other = api.get_object(path)
+                other["metadata"]["annotations"][scale_records.ANNOTATION_UNTIL] = until
+                api.put_object(path, other)
+            return super().patch(api_version, kind, name, patch, namespace, **kwargs)
+
+    code = training.read_code()
+    with (
+        Racing.from_kubeconfig(api.kubeconfig(TOKEN)) as kube,
+        pytest.raises(training.JobError, match="is being scaled by another scale action"),
+    ):
+        training.scale(
+            kube,
+            _other_unit(),
+            "mnist",
+            4,
+            0,
+            code,
+            now=fake_time.time,
+            log=lambda _: None,
+            clock=fake_time.monotonic,
+        )
+    record = api.get_object(path)["metadata"]["annotations"]
+    assert record[scale_records.ANNOTATION_UNTIL] == until  # still the other's lease
+    _stopped(api, held)
+
+
 def test_a_stop_while_a_scale_waits_wins(ctx, running, api, controller, fake_time):
     """The scale relaunches nothing once its record is gone."""
     held = _slow_to_stop(api, controller, 1)
