@@ -42,7 +42,7 @@ def _code_texts() -> list[tuple[str, str]]:
         for node in ast.walk(tree):
             text = reference.literal_text(node, lambda _: "<...>")
             if text and id(node) not in skipped:
-                found.append((f"{path.relative_to(ROOT)}:{node.lineno}", text))
+                found.append((f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 0)}", text))
     return found
 
 
