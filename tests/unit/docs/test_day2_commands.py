@@ -110,6 +110,24 @@ def test_the_running_model_gets_the_machines_and_units_of_the_ha_overlay():
     assert units == HA["applications"][CONTROL_PLANE]["num_units"] == 3
 
 
+MACHINE_CONSTRAINTS = re.findall(r"--constraints \"([^\"]+)\"", docs_pages.text())
+
+
+def test_every_constraints_flag_uses_jujus_keys():
+    assert MACHINE_CONSTRAINTS
+    for args in MACHINE_CONSTRAINTS:
+        keys = set(_constraints(args))
+        assert keys <= JUJU_CONSTRAINTS, keys - JUJU_CONSTRAINTS
+
+
+def test_the_new_machine_0_of_an_etcd_restore_is_the_bundles_machine_0():
+    """`--map-machines=existing` puts the bundle's machine 0 there: the same constraints."""
+    page = (docs_pages.DOCS / "how-to" / "etcd-backup.md").read_text()
+    (args,) = re.findall(r"^juju add-machine --constraints \"([^\"]+)\"$", page, re.M)
+    assert "juju deploy ./bundles/gpu-k8s.yaml --trust --map-machines=existing" in page
+    assert _constraints(args) == _constraints(BUNDLE["machines"]["0"]["constraints"])
+
+
 def test_the_status_quoted_is_the_control_planes_line_with_that_many_units():
     """What the charm's ready_line (summary.py) prints once the three units joined."""
     (quote,) = re.findall(r"`(Ready: v[^`]*control-plane, \.\.\.)`", " ".join(HA_PAGE.split()))
