@@ -26,6 +26,7 @@ import docs_pages
 import pack
 import pytest
 import yaml
+from older_charms import old_tensorflow_cluster_rules
 
 from charms.gpu_k8s.v0.kube_api import RequirerAppData, check_policy
 
@@ -232,35 +233,14 @@ def test_the_refreshes_come_in_the_order_the_page_gives():
 
 # -- What older charms meet during that upgrade ------------------------------------------
 
-# The cluster rules of the tensorflow charm before the control plane owned the teams'
-# ClusterQueues (commit 043e83a^, charms/tensorflow/src/literals.py cluster_rules, for
-# the namespace team-b): it wrote its own ClusterQueue, by name.
-OLD_TENSORFLOW_CLUSTER_RULES = [
-    {"api-groups": [""], "resources": ["nodes"], "verbs": ["get", "list"]},
-    {"api-groups": ["kueue.x-k8s.io"], "resources": ["resourceflavors"], "verbs": ["get", "list"]},
-    {
-        "api-groups": ["kueue.x-k8s.io"],
-        "resources": ["clusterqueues"],
-        "verbs": ["get", "create", "patch", "delete"],
-        "resource-names": ["team-team-b"],
-    },
-    {
-        "api-groups": ["kueue.x-k8s.io"],
-        "resources": ["cohorts"],
-        "verbs": ["get"],
-        "resource-names": ["gpu-k8s"],
-    },
-    {"api-groups": ["kueue.x-k8s.io"], "resources": ["clusterqueues"], "verbs": ["list"]},
-]
-# The control plane's tests that show what follows a refused request and an unpublished
-# consumer (test file -> test names): a refused request gets only `error` and no secret,
-# ServiceAccount or role; a consumer granted before loses them (access.py revokes the
-# previous grant); a provisioner that publishes no consumer has its claims refused by
-# gpu-k8s-efs-within-consumers.
+# The tests that show what the page says follows (test file -> test names): the control
+# plane refuses an older team's whole request and revokes its grant, and keeps an older
+# efs-storage's grant while it serves none of its consumers; the admission policy then
+# refuses a claim for a consumer not published.
 PROOFS = {
-    "tests/unit/kubernetes_control_plane/test_kube_api.py": (
-        "test_refuses_requests_breaking_least_privilege",
-        "test_granted_consumer_turning_greedy_loses_access",
+    "tests/unit/kubernetes_control_plane/test_older_consumers.py": (
+        "test_a_team_charm_that_still_asks_to_write_its_cluster_queue_loses_its_grant",
+        "test_an_efs_storage_that_publishes_no_consumers_keeps_its_grant_and_serves_none",
     ),
     "tests/functional/test_admission_policies.py": (
         "test_a_consumer_is_served_once_the_control_plane_admits_it",
@@ -276,7 +256,10 @@ def test_the_tests_the_claims_rest_on_are_there():
 
 def test_an_older_tensorflow_charm_is_refused_its_whole_request():
     request = RequirerAppData.model_validate(
-        {"namespace": "team-b", "cluster-rules": json.dumps(OLD_TENSORFLOW_CLUSTER_RULES)}
+        {
+            "namespace": "team-b",
+            "cluster-rules": json.dumps(old_tensorflow_cluster_rules("team-b")),
+        }
     )
     refusal = check_policy(request)
     assert refusal is not None and "clusterqueues refused: clusterqueues writes" in refusal
