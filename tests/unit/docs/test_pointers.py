@@ -73,6 +73,10 @@ def pointers(text: str) -> list[str]:
     for path in DOC_PATH.findall(flat):
         if not (ROOT / path).is_file():
             dead.append(path)
+    # `docs/x.md says (<part>)`: the part is named on that page
+    for path, part in re.findall(rf"({DOC_PATH.pattern}) says \(([^)]+)\)", flat):
+        if (ROOT / path).is_file() and part not in " ".join((ROOT / path).read_text().split()):
+            dead.append(f"{path} says ({part})")
     return dead
 
 
@@ -84,6 +88,10 @@ def test_a_pointer_into_a_section_the_readme_lost_is_caught():
     assert pointers("(README, GPU health: kubernetes-worker-gpu/0)")
     assert pointers("see docs/how-to/nowhere.md")
     assert not pointers("see docs/how-to/gpu-day-2.md")
+    assert pointers("as docs/how-to/etcd-backup.md says (Restore, three units)")
+    assert not pointers(
+        "as docs/how-to/etcd-backup.md says (Restore, several control-plane units)"
+    )
     assert not pointers(f"README's '{README_HEADINGS[-1]}' section")
 
 
