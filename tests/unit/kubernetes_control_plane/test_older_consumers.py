@@ -41,20 +41,15 @@ def test_a_team_charm_that_still_asks_to_write_its_cluster_queue_loses_its_grant
     ctx, bootstrapped, api
 ):
     tensorflow = load("tensorflow", "literals")
-    today = {
-        "namespace": "team-b",
-        "rules": json.dumps(tensorflow.NAMESPACED_RULES),
-        "cluster-rules": json.dumps(tensorflow.cluster_rules("team-b")),
-    }
-    rel = kube_api_relation("team-b", "team-b")
-    rel = dataclasses.replace(rel, remote_app_data=today)
+    rules = tensorflow.NAMESPACED_RULES
+    rel = kube_api_relation("team-b", "team-b", rules, tensorflow.cluster_rules("team-b"))
     state = dataclasses.replace(bootstrapped, relations=[*bootstrapped.relations, rel])
     out = ctx.run(ctx.on.relation_changed(rel), state)
     assert "kubeconfig-secret-id" in out.get_relation(rel.id).local_app_data
     assert api.get_object("/api/v1/namespaces/team-b/serviceaccounts/team-b") is not None
 
-    older = {**today, "cluster-rules": json.dumps(old_tensorflow_cluster_rules("team-b"))}
-    out = ctx.run(ctx.on.upgrade_charm(), _refreshed(out, rel, older))
+    older = kube_api_relation("team-b", "team-b", rules, old_tensorflow_cluster_rules("team-b"))
+    out = ctx.run(ctx.on.upgrade_charm(), _refreshed(out, rel, older.remote_app_data))
 
     answer = out.get_relation(rel.id).local_app_data
     assert set(answer) == {"error"}
@@ -72,15 +67,9 @@ def test_an_efs_storage_that_publishes_no_consumers_keeps_its_grant_and_serves_n
     ctx, bootstrapped, api
 ):
     efs = load("efs-storage", "literals")
-    older = {
-        "namespace": "efs-storage",
-        "rules": json.dumps(efs.NAMESPACED_RULES),
-        "cluster-rules": json.dumps(efs.CLUSTER_RULES),
-    }  # no storage-consumers: that revision published none
+    # no storage-consumers: that revision published none
+    rel = kube_api_relation("efs-storage", "efs-storage", efs.NAMESPACED_RULES, efs.CLUSTER_RULES)
     team = kube_api_relation("tensorflow", "tensorflow")
-    rel = dataclasses.replace(
-        kube_api_relation("efs-storage", "efs-storage"), remote_app_data=older
-    )
     state = dataclasses.replace(bootstrapped, relations=[*bootstrapped.relations, team, rel])
 
     out = ctx.run(ctx.on.upgrade_charm(), state)
