@@ -107,7 +107,7 @@ _DENIED_ACTION_RE = re.compile(r"not authorized to perform:?\s*\(?([A-Za-z0-9-]+
 # only through `aws sts decode-authorization-message` (AWS knowledge center,
 # ec2-not-auth-launch).
 _ENCODED_RE = re.compile(r"Encoded authorization failure message:\s*(\S+)")
-_POLICY_HINT = "in the IAM policy of the credentials (README: IAM policy)"
+_POLICY_HINT = "in the IAM policy of the credentials (docs/how-to/aws-credentials.md)"
 
 
 # -- errors -------------------------------------------------------------------------------

@@ -300,8 +300,8 @@ class OperatorActions(ops.Object):
             event.fail(
                 f"etcd has {len(members)} members and this application "
                 f"{self.app.planned_units()} units: restore-etcd restores one control-plane "
-                "node only; restore a multi-member cluster by hand as the README's "
-                "'Back up and restore etcd' says"
+                "node only; restore a multi-member cluster by hand as docs/how-to/etcd-backup.md "
+                "says (Restore, several control-plane units)"
             )
             return
         path = self._snapshot(event, params)

@@ -194,7 +194,7 @@ def status_message(node: str, unit: str, entries: list[dict]) -> str | None:
         f"GPU {first['index']} ({first['uuid']}) quarantined at {first['at']}: "
         f"{first['reason']}{others}; node {node} cordoned with condition GpuHealthy=False "
         f"and its pods evicted; NVIDIA's catalog asks for {need}; it stays out of service "
-        f"until repaired and readmitted (README, GPU health: {unit})"
+        f"until repaired and readmitted (readmit-gpu on {unit}: docs/how-to/gpu-day-2.md)"
     )
 
 

@@ -773,7 +773,7 @@ class Watcher:
         gpus = ", ".join(f"GPU {q['index']} ({q['uuid']})" for q in held)
         print(
             f"node {self.node} was uncordoned while {gpus} is quarantined: cordoned again "
-            "(only readmission ends the quarantine: README, GPU health)",
+            "(only readmission ends the quarantine: docs/how-to/gpu-day-2.md)",
             flush=True,
         )
 

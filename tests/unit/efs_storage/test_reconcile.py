@@ -484,7 +484,7 @@ def test_a_denied_action_blocks_naming_it_and_the_readme_policy(ctx, env):
     out = ctx.run(ctx.on.install(), env.state())
     assert out.unit_status == testing.BlockedStatus(
         "AWS denied elasticfilesystem:TagResource (calling elasticfilesystem:CreateFileSystem); "
-        "allow it in the IAM policy of the credentials (README: IAM policy)"
+        "allow it in the IAM policy of the credentials (docs/how-to/aws-credentials.md)"
     )
     assert env.file_systems() == []
 

@@ -1866,7 +1866,7 @@ def test_a_quarantined_gpu_blocks_the_unit_naming_it_and_what_comes_next(
         f"GPU 1 ({uuid}) quarantined at 2026-11-28T10:00:00Z: Xid79; node ip-10-0-1-17 "
         "cordoned with condition GpuHealthy=False and its pods evicted; NVIDIA's catalog asks "
         "for a reboot of the machine; it stays out of service until repaired and readmitted "
-        "(README, GPU health: kubernetes-worker/0)"
+        "(readmit-gpu on kubernetes-worker/0: docs/how-to/gpu-day-2.md)"
     )
 
 
@@ -1988,7 +1988,7 @@ def gpu_quarantined():
                 f"GPU 1 ({QUARANTINED_GPU}) quarantined at 2026-11-28T10:00:00Z: Xid79; node "
                 f"{NODE} cordoned with condition GpuHealthy=False and its pods evicted; "
                 "NVIDIA's catalog asks for a reboot of the machine; it stays out of service "
-                f"until repaired and readmitted (README, GPU health: {UNIT})"
+                f"until repaired and readmitted (readmit-gpu on {UNIT}: docs/how-to/gpu-day-2.md)"
             ),
         ),
     ],

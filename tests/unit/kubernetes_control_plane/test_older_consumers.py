@@ -1,0 +1,85 @@
+"""Consumers of an earlier revision after the control plane is refreshed (docs/how-to/upgrade.md).
+
+The page refreshes every team before the control plane and efs-storage right after it.
+These show why, with what those older charms ask (tests/older_charms.py): a team whose
+charm still asks to write its ClusterQueue is refused its whole request and loses its
+grant; an efs-storage that publishes no consumers keeps its grant, but the policy
+gpu-k8s-efs-within-consumers names none of its consumers, so its new claims are refused
+(tests/functional/test_admission_policies.py shows the refusal).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+
+import pytest
+from charm_modules import load
+from older_charms import old_tensorflow_cluster_rules
+from ops import testing
+
+from fakes.control_plane import kube_api_relation, peer, peers
+
+RBAC = "/apis/rbac.authorization.k8s.io/v1"
+
+
+@pytest.fixture
+def bootstrapped(ctx, machine):
+    return ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
+
+
+def _refreshed(out: testing.State, rel: testing.Relation, remote: dict) -> testing.State:
+    """`out` with the consumer's databag replaced by `remote`."""
+    changed = dataclasses.replace(out.get_relation(rel.id), remote_app_data=remote)
+    return dataclasses.replace(
+        out, relations=[*[r for r in out.relations if r.id != rel.id], changed]
+    )
+
+
+def test_a_team_charm_that_still_asks_to_write_its_cluster_queue_loses_its_grant(
+    ctx, bootstrapped, api
+):
+    tensorflow = load("tensorflow", "literals")
+    rules = tensorflow.NAMESPACED_RULES
+    rel = kube_api_relation("team-b", "team-b", rules, tensorflow.cluster_rules("team-b"))
+    state = dataclasses.replace(bootstrapped, relations=[*bootstrapped.relations, rel])
+    out = ctx.run(ctx.on.relation_changed(rel), state)
+    assert "kubeconfig-secret-id" in out.get_relation(rel.id).local_app_data
+    assert api.get_object("/api/v1/namespaces/team-b/serviceaccounts/team-b") is not None
+
+    older = kube_api_relation("team-b", "team-b", rules, old_tensorflow_cluster_rules("team-b"))
+    out = ctx.run(ctx.on.upgrade_charm(), _refreshed(out, rel, older.remote_app_data))
+
+    answer = out.get_relation(rel.id).local_app_data
+    assert set(answer) == {"error"}
+    assert "clusterqueues refused: clusterqueues writes" in answer["error"]
+    assert api.get_object("/api/v1/namespaces/team-b/serviceaccounts/team-b") is None
+    assert api.get_object(f"{RBAC}/namespaces/team-b/roles/gpu-k8s-team-b") is None
+    assert api.get_object(f"{RBAC}/clusterroles/gpu-k8s-team-b") is None
+    assert not [s for s in out.secrets if s.label == f"kube-api-{rel.id}"]
+    assert out.unit_status.message.endswith("; refused kube-api request of team-b")
+    # the namespace and what is in it stay (rbac.remove)
+    assert api.get_object("/api/v1/namespaces/team-b") is not None
+
+
+def test_an_efs_storage_that_publishes_no_consumers_keeps_its_grant_and_serves_none(
+    ctx, bootstrapped, api
+):
+    efs = load("efs-storage", "literals")
+    # no storage-consumers: that revision published none
+    rel = kube_api_relation("efs-storage", "efs-storage", efs.NAMESPACED_RULES, efs.CLUSTER_RULES)
+    team = kube_api_relation("tensorflow", "tensorflow")
+    state = dataclasses.replace(bootstrapped, relations=[*bootstrapped.relations, team, rel])
+
+    out = ctx.run(ctx.on.upgrade_charm(), state)
+
+    answer = out.get_relation(rel.id).local_app_data
+    assert "kubeconfig-secret-id" in answer and "error" not in answer
+    assert json.loads(peer(out).local_app_data["kube-api"])  # its grant is recorded
+    policy = api.get_object(
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/"
+        "gpu-k8s-efs-within-consumers"
+    )
+    (served, *_) = policy["spec"]["variables"]
+    assert ast.literal_eval(served["expression"]) == {}
