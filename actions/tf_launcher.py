@@ -87,7 +87,7 @@ a program that truly failed is restarted FAULT_WINDOW later. A task with no GPU
 (GPU_K8S_GPUS 0) and no peer skips the window: no GPU fault can reach it.
 
 Exit codes (the container's, read by the Job's podFailurePolicy and JobSet's
-failurePolicy the charm writes; README "Exit codes"):
+failurePolicy the charm writes; docs/explanation/training-jobs.md "Stops and exit codes"):
 
     0    the program finished                      the pod Succeeded
     143  stopped on SIGTERM (its own or a peer's,  gang restarted, not counted

@@ -64,7 +64,7 @@ _TRANSIENT = {
 # between two states, which clears by itself. SecurityGroupNotFound (EFS) and
 # InvalidGroup.NotFound (EC2) can only concern the group this very pass found or created,
 # so they are EC2's eventual consistency: a new group may not be visible to every API at
-# once (see the README's troubleshooting; not reproduced on AWS).
+# once (not reproduced on AWS).
 _RETRY_LATER = {
     "DependencyTimeout",
     "InsufficientThroughputCapacity",

@@ -108,7 +108,7 @@ def confine(
         access.nfs_left = left
         return
     if not access.observed.owned:
-        return  # an adopted file system's policy is its owner's (README)
+        return  # an adopted file system's policy is its owner's (docs/how-to/efs-backup.md)
     roots = [p.arn for p in points.values() if isinstance(p, AccessPoint) and p.uid == 0]
     aws_call(lambda: access.manager.confine(access.observed, roots))
     access.policy = True

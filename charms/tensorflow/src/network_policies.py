@@ -28,7 +28,7 @@ and from selectors"), so:
 
 What reaches these pods besides (same page, "What you can't do with network policies"):
 their own node, which kubelet's probes and `kubectl port-forward` come from (kubelet
-forwards inside the pod's network namespace), so the README's port-forward commands keep
+forwards inside the pod's network namespace), so the docs' port-forward commands keep
 working for operators.
 """
 
