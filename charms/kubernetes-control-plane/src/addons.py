@@ -109,11 +109,10 @@ class Addons:
         """The cluster's CNI, with its pod network and registry; notes for the status.
 
         `cni` chooses for a new cluster only: one that runs a CNI keeps it (cluster_cni),
-        since the charm does not migrate a running cluster (docs/explanation/security.md). A
-        flannel
-        cluster with `cni` calico, which every cluster bootstrapped before the option has
-        after the charm upgrade, keeps flannel and says so; a Calico cluster asked for
-        flannel is Blocked (no charm revision ever bootstrapped it with flannel).
+        since the charm does not migrate a running cluster (docs/explanation/security.md).
+        A flannel cluster with `cni` calico, which every cluster bootstrapped before the
+        option has after the charm upgrade, keeps flannel and says so; a Calico cluster
+        asked for flannel is Blocked (no charm revision ever bootstrapped it with flannel).
 
         Raises:
             StatusError: Blocked when `cni` asks a Calico cluster for flannel, or when
