@@ -508,6 +508,71 @@ def test_the_operators_team_quotas_cap_a_teams_ask_and_the_rest_is_shared(
     )
 
 
+def _capped(out: testing.State, team: str) -> list[dict[str, str]] | None:
+    """What the control plane told team `team` on kube-api capped its ask (None: nothing)."""
+    rel = next(r for r in out.relations if r.endpoint == "kube-api" and r.remote_app_name == team)
+    text = rel.local_app_data.get("quota-capped")
+    return json.loads(text) if text is not None else None
+
+
+def _asks(out: testing.State, team: str, **quota: str) -> testing.Relation:
+    """Team `team`'s kube-api relation in `out`, asking for `quota` instead."""
+    rel = next(r for r in out.relations if r.endpoint == "kube-api" and r.remote_app_name == team)
+    return dataclasses.replace(rel, remote_app_data={**rel.remote_app_data, **quota})
+
+
+def test_each_team_hears_what_capped_its_ask(ctx, machine, api, releases):
+    """Issue 29: a team's own status says its ask was capped, not only the control plane's log.
+
+    The control plane publishes on the team's kube-api relation what it asked, what its
+    ClusterQueue got and which option capped it: its team-quotas allowance, its fair share
+    (team-quotas names none for it) or the cluster (named allowances overcommit it). A team
+    whose asks fit hears nothing; once an ask fits again, the cap is taken back.
+    """
+    out = _two_gpu_workers(ctx, api)
+    teams = (_team("h", gpus=100, cpu="1000"), _team("b", gpus=8, cpu="2"), _team("c", gpus=1))
+    out = _configure(_with_teams(out, *teams), **{"team-quotas": "h=gpu:1 b=cpu:500m"})
+    out = ctx.run(ctx.on.config_changed(), out)
+    assert out.unit_status.name == "active", out.unit_status.message
+    a10g = "gpu-nvidia-a10g"
+    assert _capped(out, "h") == [
+        {
+            "field": "cpu-quota",
+            "flavor": "cpu",
+            "asked": "1000",
+            "given": "5.75",
+            "by": "fair-share",
+        },
+        {"field": "gpu-quota", "flavor": a10g, "asked": "100", "given": "1", "by": "team-quotas"},
+    ]
+    assert _capped(out, "b") == [
+        {"field": "cpu-quota", "flavor": "cpu", "asked": "2", "given": "0.5", "by": "team-quotas"},
+        {"field": "gpu-quota", "flavor": a10g, "asked": "8", "given": "3", "by": "fair-share"},
+    ]
+    assert _capped(out, "c") is None  # 1 GPU of its share of 3
+    # h lowers its ask within its allowance: its GPU cap is taken back, its CPU one stays
+    lowered = _asks(out, "h", **{"gpu-quota": "1"})
+    out = ctx.run(ctx.on.relation_changed(lowered), _with_teams(out, lowered))
+    assert _capped(out, "h") == [
+        {
+            "field": "cpu-quota",
+            "flavor": "cpu",
+            "asked": "1000",
+            "given": "5.75",
+            "by": "fair-share",
+        }
+    ]
+    # named allowances past the cluster: the later team gets what is left (Blocked here)
+    out = _configure(out, **{"team-quotas": "h=gpu:6 b=gpu:8"})
+    fits = _asks(out, "h", **{"gpu-quota": "6", "cpu-quota": "1"})
+    out = ctx.run(ctx.on.relation_changed(fits), _with_teams(out, fits))
+    assert out.unit_status.name == "blocked"
+    assert _capped(out, "h") is None
+    assert _capped(out, "b") == [  # its CPUs fit its fair share of 4 now
+        {"field": "gpu-quota", "flavor": a10g, "asked": "8", "given": "2", "by": "cluster"},
+    ]
+
+
 def test_guarantees_past_the_cluster_block_with_the_numbers(ctx, machine, api, releases):
     """Issue 29 leftover 4: the queue of the team past the cluster gets what is left of it.
 
