@@ -206,7 +206,9 @@ Policy '<policy>' with binding '<binding>' denied request: <message>`.
   exporter's port on every node (network_policies.py). A team's own policies (tensorflow's:
   Ingress only) are untouched. Matched on the requester, not only the namespace: the
   control plane writes as kubeadm's admin (no ServiceAccount), and kube-controller-manager's
-  namespace controller (its ServiceAccount in kube-system, not the namespace's) deletes a
+  namespace controller (its ServiceAccount kube-system:namespace-controller, kubernetes
+  cmd/kube-controller-manager/app/core.go startNamespaceController,
+  ClientBuilder.ConfigOrDie("namespace-controller"), not the namespace's) deletes a
   namespace's policies when the namespace goes. A deletecollection's items are checked by
   the stored object's name (oldObject: the request's name is empty).
 
