@@ -41,11 +41,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_control_plane import local_releases  # puts the charm, lib and tests on sys.path
+from bench_control_plane import (  # puts the charm, lib and tests on sys.path
+    installed_leader,
+    local_releases,
+)
 from ops import testing  # noqa: E402
 
-import charm  # noqa: E402, I001 - after bench_control_plane set sys.path
-from fakes.control_plane import Clock, ControlPlaneMachine, kube_api_relation, node  # noqa: E402
+from fakes.control_plane import kube_api_relation, node  # noqa: E402
 from fakes.etcd import EtcdPki, FakeEtcd  # noqa: E402
 from fakes.kube_apiserver import FakeKubeApiServer  # noqa: E402
 
@@ -99,16 +101,7 @@ def _resource(path: str) -> str:
 
 def measure(api: FakeKubeApiServer, etcd: FakeEtcd, root: Path, n: int) -> dict[str, tuple]:
     """Per event: (wall ms, main-thread CPU ms, API requests per hook) with `n` teams."""
-    api.available_deployments = True  # a healthy cluster's controllers roll them out
-    machine = ControlPlaneMachine(root, api, etcd=etcd)
-    charm.KubernetesControlPlaneCharm.host_factory = staticmethod(machine.machine.host)
-    charm.KubernetesControlPlaneCharm.clock = staticmethod(Clock())
-    charm.KubernetesControlPlaneCharm.public_address = staticmethod(lambda: "203.0.113.7")
-    charm.KubernetesControlPlaneCharm.etcd_url = etcd.url
-    ctx = testing.Context(charm.KubernetesControlPlaneCharm)
-    out = ctx.run(
-        ctx.on.install(), testing.State(leader=True, relations=[testing.PeerRelation("peers")])
-    )
+    ctx, out, _ = installed_leader(api, etcd, root)
     units = {
         i: {"node-name": f"worker-{i}", **({"gpu-inventory": GPU} if i == 0 else {})}
         for i in range(WORKERS)
