@@ -47,8 +47,9 @@ METADATA_ADDRESSES = ("169.254.169.254/32", "fd00:ec2::254/128")
 # What a consumer's pods may send: TCP to every port but the DCGM exporter's, UDP and SCTP
 # to every port (networking/v1 NetworkPolicyPort: "If this field [port] is not provided,
 # this matches all port names and numbers"; `endPort` the range port..endPort inclusive,
-# stable since Kubernetes 1.25: network-policies page, "Targeting a range of ports"). The exporter runs with the host's network on every GPU node (dcgm_exporter.py),
-# where no NetworkPolicy selects it ("NetworkPolicy and hostNetwork pods"), and listens on
+# stable since Kubernetes 1.25: network-policies page, "Targeting a range of ports").
+# The exporter runs with the host's network on every GPU node (dcgm_exporter.py), where
+# no NetworkPolicy selects it ("NetworkPolicy and hostNetwork pods"), and listens on
 # all of the node's addresses, its Calico tunnel address included: so the port is refused
 # to every destination rather than to a list of node addresses that changes. Its readers
 # are no pods: the COS agent on the node (localhost) and the tensorflow charm's job-status
