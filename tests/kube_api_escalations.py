@@ -413,6 +413,7 @@ def _restricted_pod(**spec: Any) -> dict:
 CONTROL_PLANE_NODE = "cp-0"
 PODS_POLICY = "gpu-k8s-consumer-pods-off-the-control-plane"
 TOKENS_POLICY = "gpu-k8s-consumer-short-lived-tokens"
+EGRESS_POLICY = "gpu-k8s-consumer-egress-by-the-control-plane"
 ADMISSION_ESCALATIONS: list[Escalation] = [
     # the reviewer's pod: bound by name to the control-plane node, tolerating every taint
     Escalation(
@@ -475,6 +476,23 @@ ADMISSION_ESCALATIONS: list[Escalation] = [
             _restricted_pod(serviceAccountName=HOSTILE),
         ),
     ),
+    # an egress policy of its own: policies are additive, so allowing every egress reopens
+    # what the control plane's egress policy keeps from its pods (the instance metadata
+    # service, the DCGM exporter's page of every GPU node on port 9400)
+    Escalation(
+        "egress-policy-of-its-own",
+        EGRESS_POLICY,
+        attempt=Attempt(
+            "POST",
+            f"/apis/networking.k8s.io/v1/namespaces/{HOSTILE}/networkpolicies",
+            {
+                "apiVersion": "networking.k8s.io/v1",
+                "kind": "NetworkPolicy",
+                "metadata": {"name": "everywhere"},
+                "spec": {"podSelector": {}, "policyTypes": ["Egress"], "egress": [{}]},
+            },
+        ),
+    ),
     # a legacy token Secret: the token controller fills it with a token that never expires
     Escalation(
         "legacy-token-secret",
@@ -516,5 +534,6 @@ LEGITIMATE_RULES: list[dict] = [
     rule("", ["pods", "secrets"], ["create", "patch", "delete"]),
     rule("", ["serviceaccounts/token"], ["create"]),
     rule("batch", ["jobs"], ["get", "list", "create", "patch", "delete"]),
+    rule("networking.k8s.io", ["networkpolicies"], ["get", "create", "patch", "delete"]),
 ]
 LEGITIMATE_CLUSTER_RULES: list[dict] = [rule("", ["nodes"], ["get", "list"])]

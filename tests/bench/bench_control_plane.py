@@ -82,13 +82,10 @@ SAMPLES = 15
 GPU = '[{"count": 8, "model": "NVIDIA H100 80GB HBM3", "mig-capable": true}]'
 
 
-def measure(
-    api: FakeKubeApiServer, etcd: FakeEtcd, root: Path, n: int, *, upgrading: bool = False
-) -> dict[str, tuple[float, float, float, int, int]]:
-    """Per event: median wall ms, process CPU ms, main-thread CPU ms, requests, commands.
-
-    `upgrading`: every odd worker on the previous minor (its databag and its Node).
-    """
+def installed_leader(
+    api: FakeKubeApiServer, etcd: FakeEtcd, root: Path
+) -> tuple[testing.Context, testing.State, ControlPlaneMachine]:
+    """The control plane's leader after install on a fake machine, in a healthy cluster."""
     api.available_deployments = True  # a healthy cluster's controllers roll them out
     machine = ControlPlaneMachine(root, api, etcd=etcd)
     charm.KubernetesControlPlaneCharm.host_factory = staticmethod(machine.machine.host)
@@ -99,6 +96,17 @@ def measure(
     out = ctx.run(
         ctx.on.install(), testing.State(leader=True, relations=[testing.PeerRelation("peers")])
     )
+    return ctx, out, machine
+
+
+def measure(
+    api: FakeKubeApiServer, etcd: FakeEtcd, root: Path, n: int, *, upgrading: bool = False
+) -> dict[str, tuple[float, float, float, int, int]]:
+    """Per event: median wall ms, process CPU ms, main-thread CPU ms, requests, commands.
+
+    `upgrading`: every odd worker on the previous minor (its databag and its Node).
+    """
+    ctx, out, machine = installed_leader(api, etcd, root)
     minor = charm.kubeadm.DEFAULT_MINOR
 
     def version(i: int) -> str:

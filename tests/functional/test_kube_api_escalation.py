@@ -142,6 +142,51 @@ def test_the_granted_token_is_refused_by_the_admission_policies(
     assert _refused_by(answer, path.names), answer
 
 
+def test_the_control_planes_egress_policy_stands_against_its_consumer(
+    rbac, kube, kube_api, policies
+):
+    """Issue 29: a team cannot reopen the DCGM exporter's port (or the metadata service).
+
+    The control plane's egress policy (network_policies.py) keeps TCP 9400 and the instance
+    metadata service from every pod of a consumer's namespace; the consumer's own token may
+    neither change nor delete it, nor add an egress policy (additive: it would reopen
+    them). Its own ingress policies (tensorflow's per job) are admitted as before, and the
+    control plane (kubeadm's admin) still applies its own.
+    """
+    grant = _grant(rbac, HOSTILE, HOSTILE, LEGITIMATE_RULES, LEGITIMATE_CLUSTER_RULES)
+    token = rbac.apply(kube, grant)
+    netpol = load("kubernetes-control-plane", "network_policies")
+    for obj in netpol.manifests([HOSTILE]):
+        kube.apply(obj, field_manager="kubernetes-control-plane")
+    base = f"/apis/networking.k8s.io/v1/namespaces/{HOSTILE}/networkpolicies"
+    ours = f"{base}/{netpol.METADATA_NAME}"
+    opened = {"spec": {"egress": [{}]}}
+    merge = "application/merge-patch+json"
+    for method, body, ctype in (("PATCH", opened, merge), ("DELETE", None, None)):
+        status, answer = call(kube_api, token, method, ours, body, ctype)
+        assert status == 403 and _refused_by(answer, policies.CONSUMER_EGRESS), answer
+    ingress = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "job-a"},
+        "spec": {
+            "podSelector": {"matchLabels": {"job": "a"}},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{"podSelector": {"matchLabels": {"job": "a"}}}]}],
+        },
+    }
+    status, answer = call(kube_api, token, "POST", base, ingress)
+    assert status == 201, answer
+    status, answer = call(kube_api, token, "DELETE", f"{base}/job-a")
+    assert status == 200, answer
+    for obj in netpol.manifests([HOSTILE]):  # the control plane's own writes pass
+        kube.apply(
+            {**obj, "metadata": {**obj["metadata"], "labels": {"seen": "yes"}}},
+            field_manager="kubernetes-control-plane",
+        )
+    assert kube_api.get_object(ours)["spec"]["egress"][0]["ports"]
+
+
 def _pod(name: str, spec: dict) -> dict:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
 

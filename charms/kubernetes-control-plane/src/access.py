@@ -320,6 +320,19 @@ class Access:
             if consumers is not None:
                 self._kube_api.admit_storage(relation, consumers)
 
+    def announce_quotas(self, peers: Peers, capped: dict[str, list[dict[str, str]]]) -> None:
+        """Tell each granted team what capped its quota ask (`capped`: by namespace).
+
+        Run after Kueue's objects were sized (addons.team_caps), so a team's own status
+        says what it asked, what it got and which option capped it (issue 29), not only
+        this charm's log. Nothing is written to a consumer not granted, nor when unchanged.
+        """
+        granted: dict[str, dict] = json.loads(peers.app.get(KUBE_API_KEY, "{}"))
+        for relation in self._kube_api.relations:
+            entry = granted.get(str(relation.id))
+            if entry and relation.data[self._model.app].get("kubeconfig-secret-id"):
+                self._kube_api.announce_quota(relation, capped.get(entry["namespace"], []))
+
     def _token_times(self, issued: rbac.IssuedToken) -> dict[str, str]:
         """When `issued` expires and when to renew it (a third of its life left)."""
         now = self._clock()

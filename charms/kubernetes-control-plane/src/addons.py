@@ -504,6 +504,7 @@ class Addons:
         if (
             resize
             or "given" not in sized_for  # sized by a revision that did not clamp
+            or "capped" not in sized_for  # nor told the teams what capped their asks
             or sized_for.get("workers") != sorted(workers.nodes)
             or sized_for.get("quarantined", []) != quarantined
             or (sized_for.get("teams") != [list(t) for t in asked])
@@ -539,6 +540,7 @@ class Addons:
                 "quarantined": quarantined,
                 "teams": asked,
                 "allowances": config.allowances,
+                "capped": sizing.capped,  # team_caps: each team's own status says so
             }
             text = json.dumps(sized, sort_keys=True)
             if bag.get(KUEUE_COHORT_KEY) != text:
@@ -593,6 +595,14 @@ def _teams(bag: Bag) -> list[kueue.Team]:
         for _, g in sorted(granted.items(), key=lambda item: int(item[0]))
         if isinstance(g.get("queue"), dict)
     ]
+
+
+def team_caps(bag: Bag) -> dict[str, list[dict[str, str]]]:
+    """Per team namespace, the asks the last sizing gave it less of (kueue.caps).
+
+    Empty before Kueue's objects were first sized; access.announce_quotas publishes them.
+    """
+    return json.loads(bag.get(KUEUE_COHORT_KEY) or "{}").get("capped") or {}
 
 
 def fingerprint(objects: list[dict[str, Any]], version: str = "") -> str:

@@ -195,6 +195,22 @@ Policy '<policy>' with binding '<binding>' denied request: <message>`.
   admission (--service-account-extend-token-expiration, on by default: token.go, for a
   pod-bound token of exactly 3607 s), so they pass here and stay bound to their pod; a
   pod's projected token asking more than TOKEN_SECONDS is refused to its kubelet.
+- CONSUMER_EGRESS (`gpu-k8s-consumer-egress-by-the-control-plane`): in the same
+  namespaces, a ServiceAccount of that namespace (a consumer's grant: its own namespace's
+  account, rbac.consumer_grant) writes no NetworkPolicy that isolates egress (`Egress` in
+  policyTypes, or egress rules, which imply it: network-policies page, "The
+  NetworkPolicy resource"), and creates, changes or deletes no policy named
+  network_policies.METADATA_NAME. Policies are additive (the union of every policy that
+  selects a pod), so one egress rule of the team's own would reopen what the control
+  plane's egress policy keeps from its pods: the instance metadata service and the DCGM
+  exporter's port on every node (network_policies.py). A team's own policies (tensorflow's:
+  Ingress only) are untouched. Matched on the requester, not only the namespace: the
+  control plane writes as kubeadm's admin (no ServiceAccount), and kube-controller-manager's
+  namespace controller (its ServiceAccount kube-system:namespace-controller, kubernetes
+  cmd/kube-controller-manager/app/core.go startNamespaceController,
+  ClientBuilder.ConfigOrDie("namespace-controller"), not the namespace's) deletes a
+  namespace's policies when the namespace goes. A deletecollection's items are checked by
+  the stored object's name (oldObject: the request's name is empty).
 
 Not fenced here (say so when touching it): Calico's IPAM objects (blocks may be borrowed
 across nodes, so they cannot be keyed on one node), calico-node's writes of BGPPeers,
@@ -209,6 +225,7 @@ from typing import Any
 
 import efs_csi
 import mig_manager
+import network_policies
 import rbac
 from literals import CONSUMER_LABEL, FIELD_MANAGER, JOBSET, MANAGED_BY_LABEL
 
@@ -287,6 +304,7 @@ JOBSET_CONTROLLER = (JOBSET.namespace, JOBSET.deployment)
 DEFAULT_TIERS = {"default": "Deny", "kube-admin": "Pass", "kube-baseline": "Pass"}
 CONSUMER_PODS = "gpu-k8s-consumer-pods-off-the-control-plane"
 CONSUMER_TOKENS = "gpu-k8s-consumer-short-lived-tokens"
+CONSUMER_EGRESS = "gpu-k8s-consumer-egress-by-the-control-plane"
 # kubeadm taints each control-plane node `node-role.kubernetes.io/control-plane:NoSchedule`
 # (cmd/kubeadm/app/constants ControlPlaneTaint); `.../master` is the key it used before
 # 1.25, which a node of an older cluster may still carry.
@@ -857,9 +875,56 @@ def consumer_tokens_policy() -> dict[str, Any]:
     )
 
 
+def consumer_egress_policy() -> dict[str, Any]:
+    """The policy that leaves a consumer's egress to the control plane (CONSUMER_EGRESS)."""
+    policy = _consumer_policy(
+        CONSUMER_EGRESS,
+        [
+            {
+                "apiGroups": ["networking.k8s.io"],
+                "apiVersions": ["v1"],
+                "operations": ["CREATE", "UPDATE", "DELETE"],
+                "resources": ["networkpolicies"],
+            }
+        ],
+        {
+            "variables": [
+                {
+                    "name": "policy",
+                    "expression": "request.operation == 'DELETE' ? oldObject : object",
+                }
+            ],
+            "validations": [
+                _deny(
+                    f"variables.policy.metadata.name != '{network_policies.METADATA_NAME}'",
+                    f"{network_policies.METADATA_NAME} is the control plane's: it keeps the"
+                    " instance metadata service and the DCGM exporter's port from every pod"
+                    " of a consumer's namespace",
+                ),
+                _deny(
+                    "request.operation == 'DELETE' || !("
+                    "(has(object.spec.policyTypes) && 'Egress' in object.spec.policyTypes) ||"
+                    " (has(object.spec.egress) && size(object.spec.egress) > 0))",
+                    "a consumer's own NetworkPolicies isolate ingress only: egress is the"
+                    f" control plane's ({network_policies.METADATA_NAME})",
+                ),
+            ],
+        },
+    )
+    policy["spec"]["matchConditions"].append(
+        {
+            "name": "from-the-namespaces-own-account",
+            "expression": (
+                f"request.userInfo.username.startsWith('{SA_PREFIX}' + request.namespace + ':')"
+            ),
+        }
+    )
+    return policy
+
+
 def consumer_policies() -> list[dict[str, Any]]:
-    """CONSUMER_PODS and CONSUMER_TOKENS (the policies; `manifests` adds the bindings)."""
-    return [consumer_pods_policy(), consumer_tokens_policy()]
+    """CONSUMER_PODS, CONSUMER_TOKENS and CONSUMER_EGRESS (`manifests` adds the bindings)."""
+    return [consumer_pods_policy(), consumer_tokens_policy(), consumer_egress_policy()]
 
 
 def _node_name_variable() -> dict[str, str]:

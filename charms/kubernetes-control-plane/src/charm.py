@@ -48,7 +48,7 @@ import node
 import ops
 import summary
 from access import Access
-from addons import Addons
+from addons import Addons, team_caps
 from backups import Backups
 from charm_config import Config
 from context import KubeSession, UnitContext, juju_public_address
@@ -498,9 +498,12 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
                 config, hook.peers.app
             )
         addons.apply_efs_csi_driver(config, bag)  # may block, like the batch engines
-        pending = addons.apply_batch_engines(  # last: may block
-            config, bag, resize=isinstance(event, ops.UpdateStatusEvent)
-        )
+        try:
+            pending = addons.apply_batch_engines(  # last: may block
+                config, bag, resize=isinstance(event, ops.UpdateStatusEvent)
+            )
+        finally:  # the teams hear what capped their asks, also while Blocked on them
+            hook.access.announce_quotas(peers, team_caps(bag) if config.batch_engines else {})
         if pending:
             notes.append(f"waiting for {', '.join(pending)}")
         return notes

@@ -420,6 +420,52 @@ def beyond_allowance(asked: Guarantees, allowed: Guarantees) -> list[str]:
     return out
 
 
+# What capped a team's ask (`Cap.by`): its allowance named in `team-quotas`, its fair
+# share (`team-quotas` names none for it), or the cluster (named allowances overcommit it).
+BY_TEAM_QUOTAS, BY_FAIR_SHARE, BY_CLUSTER = "team-quotas", "fair-share", "cluster"
+# The kube-api request's field for each resource (lib kube_api.py: `gpu-quota` per GPU model)
+QUOTA_FIELDS = {GPU_RESOURCE: "gpu-quota", "cpu": "cpu-quota", "memory": "memory-quota"}
+
+
+def caps(
+    teams: list[Team],
+    asked: Guarantees,
+    allowed: Guarantees,
+    given: Guarantees,
+    configured: Allowances,
+) -> dict[str, list[dict[str, str]]]:
+    """Per team namespace, each ask it was given less of, for the team's own status.
+
+    Each entry: the request's field (`QUOTA_FIELDS`), the flavor, what it asked, what its
+    ClusterQueue was given (`clamp`) and what capped it (`BY_*`: the first cap that bit).
+    The control plane publishes these on the team's kube-api relation (lib kube_api.py
+    `quota-capped`); numbers as the status words them (`_amount`).
+    """
+    out: dict[str, list[dict[str, str]]] = {}
+    for team in teams:
+        named = configured.get(team.namespace, {})
+        for (flavor, resource), queues in sorted(asked.items()):
+            amount = queues.get(team.queue, 0.0)
+            got = given.get((flavor, resource), {}).get(team.queue, 0.0)
+            if got >= amount:
+                continue
+            most = allowed.get((flavor, resource), {}).get(team.queue, 0.0)
+            if most >= amount:
+                by = BY_CLUSTER
+            else:
+                by = BY_TEAM_QUOTAS if resource in named else BY_FAIR_SHARE
+            out.setdefault(team.namespace, []).append(
+                {
+                    "field": QUOTA_FIELDS[resource],
+                    "flavor": flavor,
+                    "asked": _amount(resource, amount),
+                    "given": _amount(resource, got),
+                    "by": by,
+                }
+            )
+    return out
+
+
 def guarantees(teams: list[Team], flavors: list[str]) -> Guarantees:
     """What each team's ClusterQueue holds as nominal quota, per (flavor, resource).
 
@@ -603,6 +649,7 @@ class Sizing:
     given: Guarantees
     overcommitted: str | None
     beyond: list[str] = dataclasses.field(default_factory=list)  # asks past an allowance
+    capped: dict[str, list[dict[str, str]]] = dataclasses.field(default_factory=dict)  # caps()
 
 
 def size(
@@ -633,6 +680,7 @@ def size(
         given,
         overcommitted(nodes_have, held, given),
         beyond_allowance(asked, allowed),
+        caps(teams, asked, allowed, given, configured or {}),
     )
 
 

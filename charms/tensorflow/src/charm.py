@@ -318,14 +318,17 @@ class TensorflowCharm(ops.CharmBase):
         with self._statuses.step():
             config = self._config()
             self._check_relations()
+            # what the control plane gave this team less of than it asked (issue 29)
+            caps = "; ".join(c.words() for c in self.kube_api.quota_capped())
+            capped = f"; quota capped: {caps}" if caps else ""
             if self._stored.glance:  # the jobs at a glance, as the last reconcile saw them
-                self._statuses.add(ops.ActiveStatus(f"Ready: {self._stored.glance}"))
+                self._statuses.add(ops.ActiveStatus(f"Ready: {self._stored.glance}{capped}"))
             claim = self.storage.claim()
             self._statuses.add(
                 ops.ActiveStatus(
                     f"Ready: namespace {self.kube_api.namespace()}, "
                     f"claim {claim.claim_name if claim else '?'}, "
-                    f"image {mirrored(config.default_image, config.image_registry)}"
+                    f"image {mirrored(config.default_image, config.image_registry)}{capped}"
                 )
             )
         self._statuses.report(event)

@@ -23,6 +23,10 @@ ROOT = Path(__file__).resolve().parents[3]
 REASONS = "Why each statement is as wide as it is"
 SOURCES = ROOT / "charms" / "efs-storage" / "src"
 PREFIX = {"efs": "elasticfilesystem", "ec2": "ec2"}
+# The value a write's tag must have: the one on the credential's own IAM user or role (IAM
+# User Guide, "IAM policy elements: Variables and tags": aws:PrincipalTag/<key> as a policy
+# variable in a condition's value)
+OWN = "${aws:PrincipalTag/gpu-k8s:application}"
 # The statements that may be "*" without a condition, and why (each explained on the page)
 UNSCOPED = {
     "EfsStorageDescribe": "read-only Describe calls; EC2's support no resource-level permissions",
@@ -148,8 +152,35 @@ def test_every_write_on_what_exists_requires_the_charms_tag():
     for statement in _policy()["Statement"]:
         granted = writes & set(_listed(statement["Action"]))
         if granted:
-            condition = json.dumps(statement.get("Condition") or {})
-            assert f"aws:ResourceTag/{tag}" in condition, (statement["Sid"], granted)
+            # the tag's value, not only its presence: the credential's own (issue 29)
+            condition = statement.get("Condition") or {}
+            assert condition == {"StringEquals": {f"aws:ResourceTag/{tag}": OWN}}, (
+                statement["Sid"],
+                granted,
+            )
+
+
+def test_every_create_tags_with_the_credentials_own_application():
+    """A create is allowed only with the tag's value the credential's user or role carries.
+
+    Otherwise a key could make a file system, access point or group tagged as another
+    efs-storage application's, and that application's key would then be allowed to write
+    it (and this key, writes on the other's: the values would not be compared).
+    """
+    creates = {
+        "elasticfilesystem:CreateFileSystem",
+        "elasticfilesystem:CreateAccessPoint",
+        "ec2:CreateSecurityGroup",
+    }
+    found = set()
+    for statement in _policy()["Statement"]:
+        granted = creates & set(_listed(statement["Action"]))
+        if granted and "vpc/" not in json.dumps(statement["Resource"]):
+            found |= granted
+            condition = statement.get("Condition") or {}
+            tag = "aws:RequestTag/gpu-k8s:application"
+            assert condition == {"StringEquals": {tag: OWN}}, (statement["Sid"], granted)
+    assert found == creates
 
 
 def test_network_interfaces_are_deleted_or_changed_only_in_the_models_vpc():

@@ -27,6 +27,7 @@ def test_the_leader_applies_the_policies_before_the_daemonsets_they_fence(api, c
     assert names == [
         "gpu-k8s-calico-cni-plugin",
         "gpu-k8s-calico-node-settings",
+        "gpu-k8s-consumer-egress-by-the-control-plane",
         "gpu-k8s-consumer-pods-off-the-control-plane",
         "gpu-k8s-consumer-short-lived-tokens",
         "gpu-k8s-efs-own-volumes",
@@ -63,7 +64,11 @@ def test_the_policies_precede_the_consumers_grants(api, ctx):
     namespace = writes.index("/api/v1/namespaces/training")
     assert all(
         writes.index(f"{VAP}/{n}") < namespace
-        for n in (admission_policies.CONSUMER_PODS, admission_policies.CONSUMER_TOKENS)
+        for n in (
+            admission_policies.CONSUMER_PODS,
+            admission_policies.CONSUMER_TOKENS,
+            admission_policies.CONSUMER_EGRESS,
+        )
     ), writes
 
 

@@ -478,10 +478,29 @@ def test_a_team_related_first_asking_for_everything_gets_its_allowance_only(
     assert _cohort_quota(api)[gpu] == "4"  # c asked nothing: its share stays lendable
 
 
+def _capped(out: testing.State, team: str) -> list[dict[str, str]] | None:
+    """What the control plane told team `team` on kube-api capped its ask (None: nothing)."""
+    rel = next(r for r in out.relations if r.endpoint == "kube-api" and r.remote_app_name == team)
+    text = rel.local_app_data.get("quota-capped")
+    return json.loads(text) if text is not None else None
+
+
+def _asks(out: testing.State, team: str, **quota: str) -> testing.Relation:
+    """Team `team`'s kube-api relation in `out`, asking for `quota` instead."""
+    rel = next(r for r in out.relations if r.endpoint == "kube-api" and r.remote_app_name == team)
+    return dataclasses.replace(rel, remote_app_data={**rel.remote_app_data, **quota})
+
+
 def test_the_operators_team_quotas_cap_a_teams_ask_and_the_rest_is_shared(
     ctx, machine, api, releases
 ):
-    """Issue 29 item 6: `team-quotas` names an allowance; others split what it leaves."""
+    """Issue 29 item 6: `team-quotas` names an allowance; others split what it leaves.
+
+    Each team hears what capped its ask on its kube-api relation (its own status says so,
+    not only the control plane's log): what it asked, what its ClusterQueue got and what
+    capped it (its team-quotas allowance, its fair share, or the cluster when named
+    allowances overcommit it); once an ask fits again, the cap is taken back.
+    """
     out = _two_gpu_workers(ctx, api)
     gpu, cpu = ("gpu-nvidia-a10g", "nvidia.com/gpu"), ("cpu", "cpu")
     teams = (_team("h", gpus=100, cpu="1000"), _team("b", gpus=8, cpu="2"), _team("c", gpus=8))
@@ -500,6 +519,33 @@ def test_the_operators_team_quotas_cap_a_teams_ask_and_the_rest_is_shared(
     )
     assert _quota_of(_team_cq(api, "c"))[gpu] == "3"
     assert _cohort_quota(api)[gpu] == "1"
+    a10g = gpu[0]
+    h_cpu = {"field": "cpu-quota", "flavor": "cpu", "asked": "1000", "given": "5.75"}
+    h_cpu["by"] = "fair-share"
+    assert _capped(out, "h") == [
+        h_cpu,
+        {"field": "gpu-quota", "flavor": a10g, "asked": "100", "given": "1", "by": "team-quotas"},
+    ]
+    assert _capped(out, "b") == [
+        {"field": "cpu-quota", "flavor": "cpu", "asked": "2", "given": "0.5", "by": "team-quotas"},
+        {"field": "gpu-quota", "flavor": a10g, "asked": "8", "given": "3", "by": "fair-share"},
+    ]
+    c_gpu = {"field": "gpu-quota", "flavor": a10g, "asked": "8", "given": "3", "by": "fair-share"}
+    assert _capped(out, "c") == [c_gpu]
+    # h lowers its GPU ask within its allowance: that cap is taken back, its CPU one stays
+    lowered = _asks(out, "h", **{"gpu-quota": "1"})
+    out = ctx.run(ctx.on.relation_changed(lowered), _with_teams(out, lowered))
+    assert _capped(out, "h") == [h_cpu]
+    # named allowances past the cluster: b, related after h, gets what is left (Blocked)
+    out = _configure(out, **{"team-quotas": "h=gpu:6 b=gpu:8"})
+    fits = _asks(out, "h", **{"gpu-quota": "6", "cpu-quota": "1"})
+    out = ctx.run(ctx.on.relation_changed(fits), _with_teams(out, fits))
+    assert out.unit_status.name == "blocked"
+    assert _capped(out, "h") is None  # every ask fits: nothing said
+    assert _capped(out, "b") == [  # its CPUs fit its fair share of 4 now
+        {"field": "gpu-quota", "flavor": a10g, "asked": "8", "given": "2", "by": "cluster"}
+    ]
+    assert _capped(out, "c") == [{**c_gpu, "given": "0"}]  # the named leave none to share
     out = ctx.run(ctx.on.config_changed(), _configure(out, **{"team-quotas": "h=gpu:x"}))
     assert out.unit_status == testing.BlockedStatus(
         "Invalid config: team-quotas: 'h=gpu:x' is not "

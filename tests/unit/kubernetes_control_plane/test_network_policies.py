@@ -100,9 +100,9 @@ def test_every_consumer_namespace_denies_ingress_from_every_other_pod(ctx, boots
     # what it leaves open: DNS, the scrapers' targets, and each pod's own node
     coredns = c.pod("kube-system", "coredns")
     assert c.allowed(a0, coredns, 53, "UDP") and c.allowed(a0, coredns, 53, "TCP")
-    # egress is not restricted: the API server, S3 and https for the importer
-    assert c.allowed(a0, c.pod("gpu-k8s-gpu", "dcgm"), 9400)
-    # the exporters are hostNetwork: no NetworkPolicy selects them, from any pod
+    # egress is open but for the metadata service and the DCGM exporter's port (below)
+    assert not c.allowed(a0, c.pod("gpu-k8s-gpu", "dcgm"), 9400)
+    # the exporters are hostNetwork: no NetworkPolicy selects them, from a system pod
     assert c.allowed(c.pod("kube-system", "ksm"), c.pod("gpu-k8s-gpu", "dcgm"), 9400)
     # kubelet (probes, port-forward) on the pod's own node; not another node
     assert c.allowed(NODES[1], a0, 6006)
@@ -126,12 +126,53 @@ def test_no_consumer_pod_reaches_the_instance_metadata_service(ctx, bootstrapped
         # server on a node, S3 and https outside
         coredns = c.pod("kube-system", "coredns")
         assert c.allowed(pod, coredns, 53, "UDP") and c.allowed(pod, coredns, 53, "TCP")
-        assert c.allowed(pod, c.pod("gpu-k8s-gpu", "dcgm"), 9400)
         assert c.allowed(pod, External("10.0.0.10"), 6443)
         assert c.allowed(pod, External("52.216.8.1"), 443)
         assert c.allowed(pod, External("2600:1f18::1"), 443)
     # the nodes' own processes (kubelet, the charms) still read it: no policy selects them
     assert c.allowed(NODES[1], IMDS[0], 80)
+
+
+def test_no_consumer_pod_reads_the_dcgm_exporters_page(ctx, bootstrapped, api):
+    """Issue 29: the exporter's page names every GPU workload of its node (and its use).
+
+    It runs with the host's network on port 9400 of every GPU node (dcgm_exporter.py),
+    where no NetworkPolicy selects it: the consumers' pods are kept from it on their way
+    out, to every address (the node's own, its Calico tunnel address, a Service that
+    forwards there: policed after kube-proxy's DNAT), and cannot reopen it (the functional
+    test_the_control_planes_egress_policy_stands_against_its_consumer). Its readers are no
+    pods: the COS agent on the node and the tensorflow charm's job-status from its unit's
+    machine, whose traffic no policy selects.
+    """
+    c = cluster(api, team_pods())
+    dcgm = c.pod("gpu-k8s-gpu", "dcgm")
+    assert c.allowed(c.pod("team-b", "b-worker-0"), dcgm, 9400)  # the probe: open before
+
+    a = kube_api_relation("tensorflow", "team-a", LOCALQUEUES)
+    b = kube_api_relation("tensorflow-b", "team-b", LOCALQUEUES)
+    storage = kube_api_relation("efs-storage", "storage")
+    granted(ctx, bootstrapped, a, b, storage)
+    c = cluster(api, team_pods())
+    dcgm = c.pod("gpu-k8s-gpu", "dcgm")
+    tunnel = External("10.244.1.0")  # gpu-0's vxlan.calico address, from the pod pool
+    for pod in (c.pod("team-a", "a-worker-0"), c.pod("team-b", "b-worker-0")):
+        assert not c.allowed(pod, dcgm, 9400), pod.name  # same node (a) and another (b)
+        for node in NODES:
+            assert not c.allowed(pod, External(node.ip), 9400), (pod.name, node.name)
+        assert not c.allowed(pod, tunnel, 9400)
+        # every other port and protocol the pods use: the API server, DNS, S3, the ports
+        # beside it
+        assert c.allowed(pod, External("10.0.0.10"), 6443)
+        assert c.allowed(pod, External("52.216.8.1"), 443)
+        assert c.allowed(pod, c.pod("kube-system", "coredns"), 53, "UDP")
+        assert c.allowed(pod, External("10.0.0.20"), 9399)
+        assert c.allowed(pod, External("10.0.0.20"), 9401)
+        assert c.allowed(pod, External("10.0.0.20"), 9400, "UDP")
+    assert not c.allowed(c.pod("storage", "efs-dirs"), dcgm, 9400)
+    # the readers: the node's own agent (COS) and the tensorflow unit's machine (cp-0 in
+    # the bundle) are hosts; no policy selects a host's traffic
+    assert c.allowed(NODES[1], External("10.0.0.20"), 9400)
+    assert c.allowed(NODES[0], External("10.0.0.20"), 9400)
 
 
 def test_policies_are_applied_once_and_follow_new_namespaces(ctx, bootstrapped, api):

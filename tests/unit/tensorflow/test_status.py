@@ -68,6 +68,46 @@ def test_active_when_both_ready(ctx, state):
     )
 
 
+def test_the_status_says_what_capped_the_teams_quota_ask(ctx, state):
+    """Issue 29: the control plane's `quota-capped` answer shows in this team's status.
+
+    A control plane before it publishes nothing (`test_active_when_both_ready`); once the
+    ask fits (the field is gone), the status says nothing of it again.
+    """
+    import dataclasses
+
+    rel = next(r for r in state.relations if r.endpoint == "kube-api")
+    capped = [
+        {"field": "gpu-quota", "flavor": "gpu-nvidia-a10g", "asked": "8", "given": "3"}
+        | {"by": "fair-share"},
+        {"field": "memory-quota", "flavor": "cpu", "asked": "64Gi", "given": "32Gi"}
+        | {"by": "team-quotas"},
+    ]
+    told = dataclasses.replace(
+        rel, remote_app_data={**rel.remote_app_data, "quota-capped": json.dumps(capped)}
+    )
+    out = ctx.run(
+        ctx.on.relation_changed(told),
+        dataclasses.replace(
+            state, relations=[told, *[r for r in state.relations if r is not rel]]
+        ),
+    )
+    assert out.unit_status == testing.ActiveStatus(
+        f"Ready: namespace {NS}, claim efs-storage-tensorflow, image tensorflow/tensorflow:2.21.0"
+        "; quota capped: gpu-quota 8 given 3 on gpu-nvidia-a10g (a fair share: team-quotas of "
+        "the control plane names none for it); memory-quota 64Gi given 32Gi (its allowance "
+        "in team-quotas of the control plane)"
+    )
+    fits = dataclasses.replace(told, remote_app_data=rel.remote_app_data)
+    out = ctx.run(
+        ctx.on.relation_changed(fits),
+        dataclasses.replace(
+            out, relations=[fits, *[r for r in out.relations if r.endpoint != "kube-api"]]
+        ),
+    )
+    assert out.unit_status.message.endswith("image tensorflow/tensorflow:2.21.0")
+
+
 def test_invalid_config_blocks_with_the_fix(ctx, state):
     import dataclasses
 

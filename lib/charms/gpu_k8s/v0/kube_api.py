@@ -28,6 +28,14 @@ the cluster, and never reads a quota back from the cluster. A consumer never wri
 ClusterQueue (issue 29 item 6): unset quotas are none of its own (it borrows from the
 cohort), as for a requester older than these fields.
 
+The control plane answers a team with what capped its ask (`quota-capped`, a JSON list,
+absent when nothing did): each field it was given less of, the GPU flavor (model) or
+`cpu`, the numbers asked and given, and why: `team-quotas` (the control plane's option
+names the team's allowance), `fair-share` (it names none for the team: the cluster split
+between the teams without one) or `cluster` (the operator's allowances overcommit it; the
+control plane is Blocked saying so). `quota_capped()` reads it; a control plane before
+LIBPATCH 22 publishes none, which reads as nothing capped.
+
 A storage provisioner (efs-storage) also publishes whom it serves (`storage-consumers`: each
 `shared-storage` consumer's application and the EFS access point its volume mounts, "" for
 a plain NFS volume), which the control plane cannot see: it fences that provisioner's
@@ -59,7 +67,7 @@ from charms.gpu_k8s.v0.databag import Databag, Endpoint, explain, write
 
 LIBID = "26b1d42dbc2949cb8a83e29b11759d4f"
 LIBAPI = 0
-LIBPATCH = 21
+LIBPATCH = 22
 
 logger = logging.getLogger(__name__)
 
@@ -349,12 +357,12 @@ StorageConsumers = Annotated[
 ]
 
 
-def _json_list(value: Any) -> Any:
+def _json_list(value: Any, what: str = "rules") -> Any:
     if isinstance(value, str):
         try:
             return json.loads(value)
         except json.JSONDecodeError:
-            raise ValueError("must be a JSON list of rules") from None
+            raise ValueError(f"must be a JSON list of {what}") from None
     return value
 
 
@@ -398,6 +406,30 @@ class RequirerAppData(Databag):
         return _json_list(value)
 
 
+class QuotaCap(Databag):
+    """One ask a team was given less of (`quota-capped`, see the module docstring)."""
+
+    field: str  # gpu-quota, cpu-quota or memory-quota
+    flavor: str  # the ResourceFlavor: one per GPU model, `cpu` for CPUs and memory
+    asked: str
+    given: str
+    by: str  # team-quotas, fair-share or cluster
+
+    def words(self) -> str:
+        """The cap as a status says it: `gpu-quota 8 given 4 on gpu-nvidia-a10g (...)`."""
+        on = f" on {self.flavor}" if self.field == "gpu-quota" else ""
+        why = _CAPPED_BY.get(self.by, self.by)
+        return f"{self.field} {self.asked} given {self.given}{on} ({why})"
+
+
+# Why, in words, for each `QuotaCap.by` (the control plane's kueue.py decides which)
+_CAPPED_BY = {
+    "team-quotas": "its allowance in team-quotas of the control plane",
+    "fair-share": "a fair share: team-quotas of the control plane names none for it",
+    "cluster": "the cluster has no more",
+}
+
+
 class ProviderAppData(Databag):
     """What the control plane answers: the grant, or the reason for a refusal."""
 
@@ -409,7 +441,14 @@ class ProviderAppData(Databag):
     # What the control plane's policy admits of a provisioner's `storage-consumers`
     # (absent: a control plane before it, which fences no consumer).
     storage_consumers: StorageConsumers = pydantic.Field(default=None, alias="storage-consumers")
+    # What capped a team's quota ask (absent: nothing, or a control plane before it).
+    quota_capped: list[QuotaCap] | None = pydantic.Field(default=None, alias="quota-capped")
     error: str | None = None
+
+    @pydantic.field_validator("quota_capped", mode="before")
+    @classmethod
+    def _caps(cls, value: Any) -> Any:
+        return _json_list(value, "caps")
 
 
 def check_policy(request: RequirerAppData, *, provisioner: bool = False) -> str | None:
@@ -628,6 +667,18 @@ class KubeApiProvider(Endpoint):
         if data.get("storage-consumers") != text:
             data["storage-consumers"] = text
 
+    def announce_quota(self, relation: ops.Relation, capped: list[dict[str, str]]) -> None:
+        """Tell a team what capped its quota ask (`QuotaCap` fields), or nothing did.
+
+        Written after `grant` rewrote the databag, and only when it changed.
+        """
+        data = relation.data[self.charm.app]
+        if not capped:
+            write(data, {}, remove=["quota-capped"])
+            return
+        bag = ProviderAppData.model_validate({"quota-capped": capped}).dump()
+        write(data, {"quota-capped": bag["quota-capped"]})
+
     def refuse(self, relation: ops.Relation, reason: str) -> None:
         """Refuse a request: `error` set, nothing else published, secret removed."""
         self.remove(relation.id)
@@ -730,6 +781,11 @@ class KubeApiRequirer(Endpoint):
         """The namespace the control plane created for this application."""
         answer, _ = self._answer()
         return answer.namespace if answer else None
+
+    def quota_capped(self) -> list[QuotaCap]:
+        """What capped this team's quota ask, as the control plane says (none: [])."""
+        answer, _ = self._answer()
+        return list(answer.quota_capped or []) if answer else []
 
     def problem(self) -> str | None:
         """Why no kubeconfig is available, or None when it is."""
