@@ -274,17 +274,22 @@ class GpuRepairs(ops.Object):
             self._record_failure(host, held, method, detail)
             return ops.WaitingStatus(f"node {node} stays cordoned: {detail}")
         try:
-            result = gpu_gate.run(
-                host,
-                cuda_image=config.validation_image,
-                dcgm_image=dcgm,
-                nccl_image=nccl,
-                count=inventory.count,
-                model=inventory.model or "",
-                timeout=timeout,
-                clock=self._clock,
-                progress=progress,
-            )
+            with node_kube(host, f"cannot pause the GPU clients of node {node}") as kube:
+                with api_errors_fail_the_hook():
+                    result = gpu_gate.run(
+                        host,
+                        cuda_image=config.validation_image,
+                        dcgm_image=dcgm,
+                        nccl_image=nccl,
+                        count=inventory.count,
+                        model=inventory.model or "",
+                        timeout=timeout,
+                        clock=self._clock,
+                        progress=progress,
+                        alone=lambda: gpu_repair.gpu_clients_paused(
+                            host, kube, node, clock=self._clock, sleep=self._sleep
+                        ),
+                    )
         except validation.ValidationError as e:  # not the GPU's answer: not counted
             gpu_repair.save_progress(
                 host,
