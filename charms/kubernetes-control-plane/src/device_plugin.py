@@ -216,6 +216,15 @@ def namespace() -> dict:
     }
 
 
+# A node where the worker has not paused its GPU clients (a GPU reset, DCGM's diagnostic:
+# gpu_repair.gpu_clients_paused); `NotIn` matches a node without the label.
+NOT_PAUSED = {
+    "key": kube_objects.GPU_CLIENTS_LABEL,
+    "operator": "NotIn",
+    "values": [kube_objects.GPU_CLIENTS_PAUSED],
+}
+
+
 def stepping_aside(deploy_label: str) -> dict:
     """Node affinity: on GPU nodes unless paused (a MIG change, a GPU reset).
 
@@ -225,11 +234,7 @@ def stepping_aside(deploy_label: str) -> dict:
     """
     expressions = [
         {"key": deploy_label, "operator": "NotIn", "values": list(STEPPED_ASIDE)},
-        {
-            "key": kube_objects.GPU_CLIENTS_LABEL,
-            "operator": "NotIn",
-            "values": [kube_objects.GPU_CLIENTS_PAUSED],
-        },
+        NOT_PAUSED,
     ]
     return {
         "nodeAffinity": {

@@ -2552,9 +2552,9 @@ def gpu_clients(api, driver, machine, clock, ctr):
 
     plugin = charm_modules.load("kubernetes-control-plane", "device_plugin")
     dcgm = charm_modules.load("kubernetes-control-plane", "dcgm_exporter")
-    sets = [
-        o for o in [*plugin.manifests("none", 1), *dcgm.manifests()] if o["kind"] == "DaemonSet"
-    ]
+    mig_manager = charm_modules.load("kubernetes-control-plane", "mig_manager")
+    every_set = [*plugin.manifests("none", 1), *dcgm.manifests(), *mig_manager.manifests([])]
+    sets = [o for o in every_set if o["kind"] == "DaemonSet"]
 
     def sync():
         for ds in sets:
@@ -2800,3 +2800,24 @@ def test_readmit_gpu_runs_dcgm_diag_with_the_exporter_paused_then_gives_it_back(
     assert PAUSE_LABEL not in node_labels(api) and gpu_clients.watcher_polls()
     gpu_clients.sync()
     assert gpu_clients.pods() == [f"dcgm-exporter-{NODE}"]  # the taint is the leader's to lift
+
+
+def test_a_reset_pauses_the_mig_manager_with_the_other_gpu_clients(
+    ctx, machine, api, driver, ctr, wall, clock, gpu_clients
+):
+    state = joined_gpu_node(ctx, api, driver, {"gpu-auto-repair": "reset"})
+    # the node had a MIG layout applied once: NVIDIA's MIG manager runs there
+    set_labels(api, **{"nvidia.com/gpu.deploy.mig-manager": "true"})
+    gpu_clients.sync()
+    mig_manager = f"/api/v1/namespaces/gpu-k8s-gpu/pods/nvidia-mig-manager-{NODE}"
+    assert api.get_object(mig_manager) is not None
+    quarantined_for(machine, api, "reset-gpu", "Xid48", tainted=False)
+    seen = []  # whether the MIG manager was on the node when nvidia-smi reset the GPU
+    driver.clients.append(lambda: seen.append(api.get_object(mig_manager) is not None) or set())
+
+    out = ctx.run(ctx.on.update_status(), state)
+
+    assert driver.resets == [1] and seen == [False]
+    assert out.unit_status.name == "active"
+    gpu_clients.sync()
+    assert api.get_object(mig_manager) is not None  # given back with the others
