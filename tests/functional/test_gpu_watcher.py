@@ -339,6 +339,30 @@ def test_a_restarted_watcher_does_not_act_twice_on_old_records(machine):
     assert machine.pods() == ALL  # the XID 13 before the restart is not handled again
 
 
+def test_a_pending_application_xid_check_survives_a_watcher_restart(machine):
+    """Issue 32: the check `--app-xid-wait` after an application XID is kept on disk.
+
+    In memory only, a restart inside the wait (systemd's Restart=, a charm upgrade that
+    rewrites the unit) lost it: the kernel record counts as handled, so the program left
+    running on its broken CUDA context was never moved. The restarted watcher resumes
+    the check at its due time; a check whose program ended meanwhile evicts nobody.
+    """
+    start(machine, app_wait=1.5)
+    program(machine, 4242, "gpu0-job")  # lingers on its broken context
+    ended = program(machine, 4243, "gpu1-job")  # exits on its fault during the restart
+    machine.kernel(xid_line("13", gpu=0, pid=4242), usec=60 * SECOND)
+    machine.kernel(xid_line("13", gpu=1, pid=4243), usec=60 * SECOND)
+    until(machine.handled)
+    machine.stop()  # inside the wait
+    assert machine.pods() == ALL
+    shutil.rmtree(ended)
+    start(machine, app_wait=1.5)
+    until(lambda: f"{OWN}/gpu0-job" not in machine.pods(), timeout=5.0)
+    until(lambda: "pid 4243 ended on its own" in watcher_log(machine), timeout=5.0)
+    assert machine.pods() == ALL - {f"{OWN}/gpu0-job"}
+    assert machine.state()["app_checks"] == []  # both done
+
+
 # -- XID 154, MIG devices, a lifted cordon (issue 32 leftovers) ---------------------------
 
 

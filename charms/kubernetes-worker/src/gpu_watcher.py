@@ -93,6 +93,11 @@ can (issue 32 item 2):
 - an XID that names no process (`pid='<unknown>'`, usual for XID 13) evicts nobody: the
   process is not known, and the pods holding that GPU may be other tenants' time-sliced
   shares (the burst's XID 43 usually names the process).
+- a check not yet due is kept in the state file (`app_checks`: due time, GPU, pid, pod
+  UID) and resumed at start: a restart inside the wait (systemd's Restart=, a charm
+  upgrade rewriting the unit) would otherwise lose it, the kernel record counting as
+  handled already. Not across a reboot (another boot id: pids are reused, the pod's
+  processes are gone); a pid reused by another pod is told apart by the pod UID.
 
 `--escalation N/<window>` application faults on one GPU within the window quarantine it
 (reason `XidRepeated`): a GPU that keeps failing whatever runs on it. One fault is one
@@ -476,7 +481,13 @@ class Watcher:
         self.app_xids: dict[str, collections.deque] = collections.defaultdict(collections.deque)
         self.bursts: dict[str, float] = {}  # GPU UUID -> kernel time of its last fault's start
         self.app_pids: dict[str, dict[int, float]] = collections.defaultdict(dict)
-        self.checks: list[tuple[float, dict, int, str]] = []  # (due, GPU, pid, its pod's UID)
+        # (due, GPU, pid, its pod's UID): the application XIDs' pending checks, kept in
+        # the state file (`app_checks`) so that a restart resumes them
+        self.checks: list[tuple[float, dict, int, str]] = [
+            (c["due"], c["gpu"], c["pid"], c["uid"])
+            for c in self.state.pop("app_checks", None) or []
+            if isinstance(c, dict) and {"due", "gpu", "pid", "uid"} <= c.keys()
+        ]
         self.kmsg = os.open(args.kmsg, os.O_RDONLY | os.O_NONBLOCK)
         self.partial = b""
         self.last_poll = 0.0
@@ -500,6 +511,7 @@ class Watcher:
         boot = self._boot_id()
         if state.get("boot_id") != boot:  # kmsg's sequence numbers restart with each boot
             state["boot_id"], state["kmsg_seq"] = boot, -1
+            state["app_checks"] = []  # that boot's processes are gone
         for key in ("quarantined", "faults", "quarantines", "timings", "repairs_counted"):
             state.setdefault(key, {})
         state.setdefault("events", [])
@@ -550,8 +562,9 @@ class Watcher:
 
     def _save(self) -> None:
         tmp = f"{self.args.state}.tmp"
+        checks = [{"due": c[0], "gpu": c[1], "pid": c[2], "uid": c[3]} for c in self.checks]
         with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), "w") as f:
-            json.dump(self.state, f, indent=1, sort_keys=True)
+            json.dump(self.state | {"app_checks": checks}, f, indent=1, sort_keys=True)
         os.replace(tmp, self.args.state)
 
     # -- inputs
