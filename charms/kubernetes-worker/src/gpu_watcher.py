@@ -223,6 +223,13 @@ APP_BURST_S = 5.0
 # that catches the error serves errors for hours: antirez/ds4#759), and only an eviction
 # restarts it.
 APP_WAIT_S = 15.0
+# The reason of the DisruptionTarget condition the watcher sets on a pod it deletes from a
+# quarantined GPU past its PodDisruptionBudget (`Watcher._delete`). The reasons Kubernetes
+# sets name who disrupted the pod (EvictionByEvictionAPI: eviction.go; DeletionByTaintManager:
+# taint_eviction.go; TerminationByKubelet, PreemptionByScheduler: core/v1 types.go); a
+# Job's podFailurePolicy reads only the condition's type and status (onPodConditions), so
+# this one names the watcher.
+DISRUPTION_REASON = "DeletionByGpuHealthWatcher"
 
 
 class Gauge(tuple):
@@ -750,7 +757,7 @@ class Watcher:
             self._set_condition()
             self._cordon()
             for q in pending:
-                self._evict(self._pods_on_gpu(q["uuid"]))
+                self._evict(self._pods_on_gpu(q["uuid"]), broken=q["uuid"])
                 self._applied(q, time.time())
         except (ApiError, OSError) as e:
             print(f"quarantine not applied yet (retried): {e}", file=sys.stderr, flush=True)
@@ -906,7 +913,21 @@ class Watcher:
             return None
         return found[1].replace("_", "-") if found else None
 
-    def _evict(self, pods: list[dict]) -> None:
+    def _evict(self, pods: list[dict], broken: str | None = None) -> None:
+        """Evict `pods`; on a quarantined GPU (`broken`: its UUID) past any budget.
+
+        The Eviction API honours the pods' PodDisruptionBudgets: one with no disruption
+        left answers 429 ("Cannot evict pod as it would violate the pod's disruption
+        budget": kube-apiserver pkg/registry/core/pod/storage/eviction.go
+        checkAndDecrement). An application XID's pod waits for its budget (the GPU works;
+        retried at each pass). A pod on a quarantined GPU does not: it makes no progress
+        there, and the quarantine's NoExecute taint would delete it past any budget
+        anyway, later (the taint manager's addConditionAndDeletePod: a DisruptionTarget
+        condition, then a plain DELETE; kubernetes pkg/controller/tainteviction/
+        taint_eviction.go), after the training launcher's fault window (actions/
+        tf_launcher.py FAULT_WINDOW): its program's crash would then count toward the
+        job's max-restarts. So the watcher does the same at once (`_delete`).
+        """
         for pod in pods:
             meta = pod["metadata"]
             path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/eviction"
@@ -919,8 +940,53 @@ class Watcher:
                 self.api.request("POST", path, body)
                 print(f"evicted {meta['namespace']}/{meta['name']}", flush=True)
             except ApiError as e:
-                if e.status != 404:  # gone already
+                if e.status == 404:  # gone already
+                    continue
+                if e.status != 429 or broken is None:
                     raise
+                self._delete(pod, broken, str(e))
+
+    def _delete(self, pod: dict, uuid: str, refused: str) -> None:
+        """Delete a pod on quarantined GPU `uuid` as this node, as the taint manager would.
+
+        As the node: the Node authorizer's static rules give nodes `delete` on pods
+        (kubernetes plugin/pkg/auth/authorizer/node/node_authorizer.go, bootstrappolicy
+        NodeRules) and `update`/`patch` on pods/status, and NodeRestriction admits both
+        only for a pod bound to this node (plugin/pkg/admission/noderestriction/
+        admission.go admitPod: "only allow a node to delete a pod bound to itself";
+        admitPodStatus). First the DisruptionTarget condition, as the taint manager and
+        the Eviction API set it, then the DELETE (the pod's own grace period, its UID as a
+        precondition so that a pod made again under the name is left alone). Kubelet
+        stops the container with SIGTERM: the training launcher exits 143, which the
+        job's podFailurePolicy ignores with DisruptionTarget (rule 0) or, should the
+        condition not be read first, fails the Job with (rule 1) for JobSet's
+        `stoppedNotCounted` to restart uncounted (tensorflow charm manifests.py).
+        """
+        meta = pod["metadata"]
+        path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
+        condition = {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": DISRUPTION_REASON,
+            "message": f"GPU health watcher: deleting the pod: GPU {uuid} is quarantined",
+            "lastTransitionTime": now_iso(time.time()),
+        }
+        try:
+            self.api.request(
+                "PATCH",
+                f"{path}/status",
+                {"status": {"conditions": [condition]}},
+                "application/strategic-merge-patch+json",
+            )
+            self.api.request("DELETE", path, {"preconditions": {"uid": meta.get("uid")}})
+        except ApiError as e:
+            if e.status != 404:  # gone already
+                raise
+        print(
+            f"deleted {meta['namespace']}/{meta['name']} on quarantined GPU {uuid}: its "
+            f"eviction was refused ({refused})",
+            flush=True,
+        )
 
     def restart_job(self, gpu: dict, pid: int | None, at: float) -> None:
         """An application XID: its program restarts, by itself or by an eviction later.
