@@ -949,18 +949,19 @@ class Watcher:
     def _delete(self, pod: dict, uuid: str, refused: str) -> None:
         """Delete a pod on quarantined GPU `uuid` as this node, as the taint manager would.
 
-        As the node: the Node authorizer's static rules give nodes `delete` on pods
-        (kubernetes plugin/pkg/auth/authorizer/node/node_authorizer.go, bootstrappolicy
-        NodeRules) and `update`/`patch` on pods/status, and NodeRestriction admits both
-        only for a pod bound to this node (plugin/pkg/admission/noderestriction/
-        admission.go admitPod: "only allow a node to delete a pod bound to itself";
-        admitPodStatus). First the DisruptionTarget condition, as the taint manager and
-        the Eviction API set it, then the DELETE (the pod's own grace period, its UID as a
-        precondition so that a pod made again under the name is left alone). Kubelet
-        stops the container with SIGTERM: the training launcher exits 143, which the
-        job's podFailurePolicy ignores with DisruptionTarget (rule 0) or, should the
-        condition not be read first, fails the Job with (rule 1) for JobSet's
-        `stoppedNotCounted` to restart uncounted (tensorflow charm manifests.py).
+        As the node: the Node authorizer allows a node `create`/`delete` on pods ("Needed
+        for the node to create/delete mirror pods", leaving the limits to NodeRestriction)
+        and `update`/`patch` on pods/status (kubernetes plugin/pkg/auth/authorizer/node/
+        node_authorizer.go authorizePod), and NodeRestriction admits both only for a pod
+        bound to this node (plugin/pkg/admission/noderestriction/admission.go admitPod:
+        "only allow a node to delete a pod bound to itself"; admitPodStatus). First the
+        DisruptionTarget condition, as the taint manager and the Eviction API set it, then
+        the DELETE (the pod's own grace period, its UID as a precondition so that a pod
+        made again under the name is left alone). Kubelet stops the container with
+        SIGTERM: the training launcher exits 143, which the job's podFailurePolicy ignores
+        with DisruptionTarget (rule 0) or, should the condition not be read first, fails
+        the Job with (rule 1) for JobSet's `stoppedNotCounted` to restart uncounted
+        (tensorflow charm manifests.py).
         """
         meta = pod["metadata"]
         path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
