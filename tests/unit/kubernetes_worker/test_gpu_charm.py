@@ -2604,8 +2604,11 @@ def test_a_reset_pauses_the_gpu_daemonsets_and_the_watcher_and_restores_both(
     ctx, machine, api, driver, ctr, wall, clock, gpu_clients
 ):
     state = joined_gpu_node(ctx, api, driver, {"gpu-auto-repair": "reset"})
+    # the node had a MIG layout applied once: NVIDIA's MIG manager runs there too
+    set_labels(api, **{"nvidia.com/gpu.deploy.mig-manager": "true"})
     gpu_clients.sync()
-    assert gpu_clients.pods() == [f"dcgm-exporter-{NODE}", f"nvidia-device-plugin-{NODE}"]
+    every = [f"dcgm-exporter-{NODE}", f"nvidia-device-plugin-{NODE}", f"nvidia-mig-manager-{NODE}"]
+    assert gpu_clients.pods() == every
     assert gpu_clients.watcher_polls()
     # the leader's NoExecute taint would evict the device plugin (the DCGM exporter
     # tolerates it); the repair may come before it
@@ -2624,7 +2627,7 @@ def test_a_reset_pauses_the_gpu_daemonsets_and_the_watcher_and_restores_both(
     assert PAUSE_LABEL not in node_labels(api)
     assert gpu_clients.watcher_polls() and machine.services[WATCHER].active
     gpu_clients.sync()
-    assert gpu_clients.pods() == [f"dcgm-exporter-{NODE}", f"nvidia-device-plugin-{NODE}"]
+    assert gpu_clients.pods() == every
 
 
 def test_a_reset_still_refused_restores_the_gpu_clients_and_the_next_hook_retries(
@@ -2753,26 +2756,15 @@ def test_a_gpu_client_that_does_not_leave_is_waited_for_a_bounded_time(
 # runs (one DCGM host engine per node: fakes.containerd_ctr) ------------------------------
 
 
-def test_a_quarantined_node_keeps_its_dcgm_exporter_but_not_its_device_plugin(
-    ctx, machine, api, driver, gpu_clients
-):
-    joined_gpu_node(ctx, api, driver, NO_AUTO_REPAIR)
-    gpu_clients.sync()
-
-    quarantined_for(machine, api, "reboot", "Xid79")  # the leader's NoExecute taint set
-    gpu_clients.sync()
-
-    # the exporter tolerates the quarantine's taint; the device plugin leaves (see
-    # device_plugin.py: a fresh one after readmission reports the repaired GPU healthy)
-    assert gpu_clients.pods() == [f"dcgm-exporter-{NODE}"]
-
-
 def test_the_repair_gate_runs_dcgm_diag_with_the_exporter_paused_then_gives_it_back(
     ctx, machine, api, driver, ctr, wall, clock, gpu_clients
 ):
     state = joined_gpu_node(ctx, api, driver, {"gpu-auto-repair": "reset"})
-    quarantined_for(machine, api, "reset-gpu", "Xid48")
     gpu_clients.sync()
+    quarantined_for(machine, api, "reset-gpu", "Xid48")  # the leader's NoExecute taint set
+    gpu_clients.sync()
+    # the exporter tolerates the quarantine's taint; the device plugin leaves (see
+    # device_plugin.py: a fresh one after readmission reports the repaired GPU healthy)
     assert gpu_clients.pods() == [f"dcgm-exporter-{NODE}"]
 
     out = ctx.run(ctx.on.update_status(), state)
@@ -2800,24 +2792,3 @@ def test_readmit_gpu_runs_dcgm_diag_with_the_exporter_paused_then_gives_it_back(
     assert PAUSE_LABEL not in node_labels(api) and gpu_clients.watcher_polls()
     gpu_clients.sync()
     assert gpu_clients.pods() == [f"dcgm-exporter-{NODE}"]  # the taint is the leader's to lift
-
-
-def test_a_reset_pauses_the_mig_manager_with_the_other_gpu_clients(
-    ctx, machine, api, driver, ctr, wall, clock, gpu_clients
-):
-    state = joined_gpu_node(ctx, api, driver, {"gpu-auto-repair": "reset"})
-    # the node had a MIG layout applied once: NVIDIA's MIG manager runs there
-    set_labels(api, **{"nvidia.com/gpu.deploy.mig-manager": "true"})
-    gpu_clients.sync()
-    mig_manager = f"/api/v1/namespaces/gpu-k8s-gpu/pods/nvidia-mig-manager-{NODE}"
-    assert api.get_object(mig_manager) is not None
-    quarantined_for(machine, api, "reset-gpu", "Xid48", tainted=False)
-    seen = []  # whether the MIG manager was on the node when nvidia-smi reset the GPU
-    driver.clients.append(lambda: seen.append(api.get_object(mig_manager) is not None) or set())
-
-    out = ctx.run(ctx.on.update_status(), state)
-
-    assert driver.resets == [1] and seen == [False]
-    assert out.unit_status.name == "active"
-    gpu_clients.sync()
-    assert api.get_object(mig_manager) is not None  # given back with the others
