@@ -13,7 +13,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-import gpu_gate
 import gpu_health
 import gpu_node
 import gpu_repair
@@ -129,23 +128,18 @@ class OperatorActions(ops.Object):
         node = kubeadm.node_name(host)
         try:  # the repair gate on every GPU (gpu_gate.py): CUDA, DCGM, NCCL
             config = self._config()
-            dcgm, nccl = config.gate_images
+            images = (config.validation_image, *config.gate_images)
             with Kube.from_kubeconfig(node_identity.kubeconfig(host)) as kube:
-                result = gpu_gate.run(
+                result = gpu_repair.gate(
                     host,
-                    cuda_image=config.validation_image,
-                    dcgm_image=dcgm,
-                    nccl_image=nccl,
-                    count=inventory.count,
-                    model=inventory.model or "",
+                    kube,
+                    node,
+                    inventory,
+                    images,
                     timeout=params.timeout,
                     clock=self._clock,
+                    sleep=self._sleep,
                     progress=event.log,
-                    # DCGM's diagnostic with the node's GPU clients paused (the exporter's
-                    # DCGM host engine stays on a quarantined node)
-                    alone=lambda: gpu_repair.gpu_clients_paused(
-                        host, kube, node, clock=self._clock, sleep=self._sleep
-                    ),
                 )
         except (ValueError, validation.ValidationError, node_identity.NodeIdentityError) as e:
             event.fail(f"{e}; it stays quarantined")
