@@ -28,6 +28,19 @@ validation.py), with the rules of the real programs:
   PyTorch image runs nccl-tests' `all_reduce_perf_mpi` and prints its table and the
   summary lines of nccl-tests src/common.cu (`# Out of bounds values : <n> OK|FAILED`,
   `# Avg bus bandwidth    : <g>`), on every GPU the container sees.
+- One DCGM host engine per node: the DCGM image's `nv-hostengine` must be the node's only
+  one while `dcgmi diag` runs. NVIDIA's DCGM developer on NVIDIA/DCGM#108: "Having
+  multiple nv-hostengine instances on the same node is highly not recommended and not an
+  officially supported configuration ... may lead to deadlocks in the driver"; on
+  NVIDIA/dcgm-exporter#61, an exporter with its embedded engine "would fail to initialize
+  some modules if there is another nv-hostengine process on the same physical machine";
+  DCGM's "Getting Started for System Administrators": "Operate one site-managed DCGM
+  endpoint per host". The DCGM exporter is such an engine (without
+  --remote-hostengine-info it "initializes an embedded DCGM host engine inside its
+  process": DCGM docs, command-line reference, dcgm-exporter). Upstream names no error
+  message for the case (a deadlock prints none), so the fake's diagnostic answers a
+  `runtime_error` naming the other engines (`hostengines`: callables naming the ones
+  running now): a charm that runs the diagnostic beside one cannot pass.
 - A pull that runs past the caller's timeout is killed with its `ctr` client (the runner's
   exit status -1) and leaves no image.
 - A container that runs past the caller's timeout is killed with its `ctr` client, and
@@ -80,6 +93,9 @@ class FakeCtr:
         self.diag_runtime_error: str | None = None
         self.busbw = 24.5  # GB/s: what all_reduce_perf measures on the node's GPUs
         self.wrong_values = 0
+        # the node's other DCGM host engines: each callable names those running now
+        self.hostengines: list = []
+        self.diag_beside: list[list[str]] = []  # the other engines at each diagnostic
         machine.on("ctr", self.ctr)
 
     def ctr(self, argv: list[str], _input: str | None) -> str:
@@ -169,6 +185,11 @@ class FakeCtr:
         """`dcgmi diag -r 2 -j`'s JSON (see the module docstring for its form)."""
         if "dcgmi diag -r 2 -j" not in " ".join(command):
             return ""
+        beside = [name for running in self.hostengines for name in running()]
+        self.diag_beside.append(beside)
+        if beside:
+            said = f"(fake) another DCGM host engine on this node: {', '.join(beside)}"
+            return json.dumps({"DCGM Diagnostic": {"runtime_error": said}})
         if self.diag_runtime_error is not None:
             return json.dumps({"DCGM Diagnostic": {"runtime_error": self.diag_runtime_error}})
 

@@ -339,6 +339,102 @@ def test_a_restarted_watcher_does_not_act_twice_on_old_records(machine):
     assert machine.pods() == ALL  # the XID 13 before the restart is not handled again
 
 
+def test_a_pending_application_xid_check_survives_a_watcher_restart(machine):
+    """Issue 32: the check `--app-xid-wait` after an application XID is kept on disk.
+
+    In memory only, a restart inside the wait (systemd's Restart=, a charm upgrade that
+    rewrites the unit) lost it: the kernel record counts as handled, so the program left
+    running on its broken CUDA context was never moved. The restarted watcher resumes
+    the check at its due time; a check whose program ended meanwhile evicts nobody.
+    """
+    start(machine, app_wait=1.0)
+    program(machine, 4242, "gpu0-job")  # lingers on its broken context
+    ended = program(machine, 4243, "gpu1-job")  # exits on its fault during the restart
+    machine.kernel(xid_line("13", gpu=0, pid=4242), usec=60 * SECOND)
+    machine.kernel(xid_line("13", gpu=1, pid=4243), usec=60 * SECOND)
+    until(machine.handled)
+    machine.stop()  # inside the wait
+    assert machine.pods() == ALL
+    shutil.rmtree(ended)
+    start(machine, app_wait=1.0)
+    until(lambda: f"{OWN}/gpu0-job" not in machine.pods(), timeout=5.0)
+    until(lambda: "pid 4243 ended on its own" in watcher_log(machine), timeout=5.0)
+    assert machine.pods() == ALL - {f"{OWN}/gpu0-job"}
+    assert machine.state()["app_checks"] == []  # both done
+
+
+POD_READY = {"type": "Ready", "status": "True"}
+
+
+def budgeted(machine: Machine, pod: str) -> str:
+    """`pod` Ready under a PodDisruptionBudget with no disruption left; the pod's path."""
+    path = f"/api/v1/namespaces/team-a/pods/{pod}-{OWN}"
+    found = machine.api.get_object(path)
+    assert found is not None
+    found["metadata"]["labels"] = {"app": "server"}
+    found["status"] = {"phase": "Running", "conditions": [POD_READY]}
+    machine.api.put_object(path, found)
+    machine.api.put_object(
+        "/apis/policy/v1/namespaces/team-a/poddisruptionbudgets/server",
+        {
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "server"}}},
+            "status": {
+                "observedGeneration": 1,
+                "currentHealthy": 1,
+                "desiredHealthy": 1,
+                "expectedPods": 1,
+                "disruptionsAllowed": 0,
+            },
+        },
+    )
+    return path
+
+
+def test_a_budget_that_refuses_the_eviction_does_not_hold_a_pod_on_a_quarantined_gpu(machine):
+    """Issue 32: a tenant's PodDisruptionBudget answered the eviction 429 and the pod stayed.
+
+    On a GPU that fell off the bus it makes no progress; its program's crash, held by the
+    launcher for its fault window with no SIGTERM coming, counted toward max-restarts
+    (the taint's own deletion, past any budget, comes later). The node deletes it as the
+    taint manager would: DisruptionTarget, then DELETE.
+    """
+    path = budgeted(machine, "gpu0-job")
+    start(machine)
+    machine.kernel(xid_line("79", gpu=0))
+    until(lambda: f"{OWN}/gpu0-job" not in machine.pods())
+
+    asked = [
+        tuple(r)
+        for r in machine.api.requests
+        if tuple(r)
+        in (("POST", f"{path}/eviction"), ("PATCH", f"{path}/status"), ("DELETE", path))
+    ]
+    # the eviction first, refused by the budget; then the condition, then the DELETE
+    assert asked == [("POST", f"{path}/eviction"), ("PATCH", f"{path}/status"), ("DELETE", path)]
+    assert "Cannot evict pod as it would violate the pod's disruption budget" in (
+        watcher_log(machine)
+    )
+    assert f"deleted team-a/gpu0-job-{OWN} on quarantined GPU {GPUS[0][1]}" in (
+        watcher_log(machine)
+    )
+    assert machine.pods() == ALL - {f"{OWN}/gpu0-job"}
+    assert machine.quarantined()
+
+
+def test_an_application_xid_waits_for_the_budget(machine):
+    """The GPU works: a budget with no disruption left keeps the pod; retried until it allows."""
+    path = budgeted(machine, "gpu0-job")
+    start(machine)
+    program(machine, 4242, "gpu0-job")  # left running on its broken context
+    machine.kernel(xid_line("13", gpu=0, pid=4242), usec=60 * SECOND)
+    until(lambda: "would violate the pod's disruption budget" in watcher_log(machine))
+    assert machine.api.get_object(path) is not None
+    assert machine.condition() is None
+    machine.api.delete_object("/apis/policy/v1/namespaces/team-a/poddisruptionbudgets/server")
+    until(lambda: f"{OWN}/gpu0-job" not in machine.pods())
+    assert f"evicted team-a/gpu0-job-{OWN}" in watcher_log(machine)
+
+
 # -- XID 154, MIG devices, a lifted cordon (issue 32 leftovers) ---------------------------
 
 

@@ -43,6 +43,7 @@ from literals import FIELD_MANAGER, MANAGED_BY_LABEL
 
 from charms.gpu_k8s.v0 import images
 from charms.gpu_k8s.v0.cos_agent import DCGM_EXPORTER_PORT
+from charms.gpu_k8s.v0.kubernetes_cluster import QUARANTINE_TAINT
 
 # The newest release of NVIDIA/dcgm-exporter confirmed in its repository on 2026-11-24:
 # DCGM 4.6.1, exporter 4.8.4 (hack/versions.env; deployment/examples/dcgm-exporter.yaml
@@ -111,6 +112,17 @@ COUNTERS = (
 # (process_metrics.go isPerProcessMetric, kubernetes.go createPerProcessMetrics; fb5e3dc,
 # PR #594, in every release from 4.5.3-4.8.2 on, unchanged at 4.6.0-4.8.3's 7ad58324).
 VIRTUAL_GPUS_ENV = "KUBERNETES_VIRTUAL_GPUS"
+# The exporter stays on a quarantined node (the GPU quarantine's NoExecute taint, lib
+# kubernetes_cluster.QUARANTINE_TAINT): its GPUs' metrics (the XID, ECC and remap counters)
+# are what the operator most wants to see there. An untolerated NoExecute taint evicts a
+# DaemonSet's pod too: the DaemonSet controller adds tolerations only for the node
+# condition taints (not-ready, unreachable, pressure, unschedulable; kubernetes
+# pkg/controller/daemon/util AddOrUpdateDaemonPodTolerations), never for ours. Off the GPUs
+# only while the worker resets one or runs DCGM's diagnostic (gpu_repair.
+# gpu_clients_paused, by node affinity: device_plugin.stepping_aside): one DCGM host engine
+# per node (this exporter embeds one; NVIDIA/DCGM#108: several on one node are "not an
+# officially supported configuration ... may lead to deadlocks in the driver").
+QUARANTINE_TOLERATION = {**QUARANTINE_TAINT, "operator": "Exists"}
 
 
 def counters_text() -> str:
@@ -197,7 +209,10 @@ def manifests(image_registry: str = "", *, shared_gpus: bool = False) -> list[di
         "automountServiceAccountToken": False,
         "nodeSelector": {device_plugin.GPU_NODE_LABEL: "true"},
         "affinity": device_plugin.stepping_aside(DEPLOY_LABEL),
-        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "tolerations": [
+            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+            QUARANTINE_TOLERATION,
+        ],
         "containers": [container],
         "volumes": [
             {"name": "pod-resources", "hostPath": {"path": POD_RESOURCES, "type": "Directory"}},

@@ -74,6 +74,16 @@ MIG_CLIENT_POD_LABEL = {"app": "nvidia-device-plugin-daemonset"}
 # worker pauses them by that node label and waits until no pod of theirs, found by
 # GPU_CLIENT, is left on its node; gpu_repair.py).
 GPU_CLIENT = {kube_objects.GPU_CLIENT_POD_LABEL: "true"}
+# Unlike the DCGM exporter (dcgm_exporter.QUARANTINE_TOLERATION), the plugin does not
+# tolerate the GPU quarantine's NoExecute taint (lib kubernetes_cluster.QUARANTINE_TAINT):
+# it leaves a quarantined node and a fresh one starts there at readmission. The plugin
+# marks a GPU unhealthy on an XID and "will then leave it unhealthy forever ... the only
+# way out of this situation is to restart the plugin" (NVIDIA's maintainer on
+# NVIDIA/k8s-device-plugin#234; still so in #1014, gpu-operator#1065): one that stayed
+# through the quarantine would report the repaired GPU unhealthy to kubelet after a
+# readmission without reboot or reset (readmit-gpu), one GPU fewer allocatable. Nothing is
+# lost meanwhile: the taint keeps every new pod off the node, what the plugin would report
+# to kubelet, and the watcher and the exporter show the GPUs' health.
 RUNTIME_CLASS = "nvidia"
 MIG_STRATEGIES = ("none", "single", "mixed")
 
@@ -206,6 +216,15 @@ def namespace() -> dict:
     }
 
 
+# A node where the worker has not paused its GPU clients (a GPU reset, DCGM's diagnostic:
+# gpu_repair.gpu_clients_paused); `NotIn` matches a node without the label.
+NOT_PAUSED = {
+    "key": kube_objects.GPU_CLIENTS_LABEL,
+    "operator": "NotIn",
+    "values": [kube_objects.GPU_CLIENTS_PAUSED],
+}
+
+
 def stepping_aside(deploy_label: str) -> dict:
     """Node affinity: on GPU nodes unless paused (a MIG change, a GPU reset).
 
@@ -215,11 +234,7 @@ def stepping_aside(deploy_label: str) -> dict:
     """
     expressions = [
         {"key": deploy_label, "operator": "NotIn", "values": list(STEPPED_ASIDE)},
-        {
-            "key": kube_objects.GPU_CLIENTS_LABEL,
-            "operator": "NotIn",
-            "values": [kube_objects.GPU_CLIENTS_PAUSED],
-        },
+        NOT_PAUSED,
     ]
     return {
         "nodeAffinity": {

@@ -253,9 +253,27 @@ def _pod_spec(image_registry: str) -> dict:
     """
     config_volume = {"name": "config", "configMap": {"name": CONFIG_MAP}}
     clients_volume = {"name": "gpu-clients", "configMap": {"name": CLIENTS_CONFIG_MAP}}
+    # Paused with the device plugin and the DCGM exporter while the worker resets a GPU or
+    # runs DCGM's diagnostic (device_plugin.NOT_PAUSED; the pod carries device_plugin.
+    # GPU_CLIENT, which the worker waits to see gone): a reset "can't" have "any
+    # applications using these devices" (nvidia-smi(1) -r), and the manager runs
+    # `nvidia-mig-parted` (NVML) whenever its pod starts or its label changes (mig-parted
+    # v0.15.0 cmd/nvidia-mig-manager/main.go start: the loop runs migReconfigure for the
+    # label's value, the first time at start-up). Idle, it holds no GPU; what pausing it
+    # buys is that no apply can start on a GPU being reset, and that its new pod after the
+    # pause checks the node's layout again (reconfigure.go Run: `assert`, then apply when
+    # the GPUs do not hold it). It does not tolerate the quarantine's NoExecute taint, so
+    # on a tainted node it is gone already (and back at readmission, checking again).
     return {
         "serviceAccountName": NAME,
         "nodeSelector": {DEPLOY_LABEL: "true"},
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [device_plugin.NOT_PAUSED]}]
+                }
+            }
+        },
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
         "priorityClassName": "system-node-critical",
         # The nvidia runtime gives the container the driver's NVML and every GPU
@@ -342,7 +360,9 @@ def manifests(gpus: Iterable[MigGpu], image_registry: str = "") -> list[dict]:
         return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {key: data}}
 
     # `app` as upstream labels the pods, for `kubectl logs -l app=...`
-    daemon_set = device_plugin.daemon_set(NAME, {"app": NAME}, digest, _pod_spec(image_registry))
+    daemon_set = device_plugin.daemon_set(
+        NAME, {"app": NAME, **device_plugin.GPU_CLIENT}, digest, _pod_spec(image_registry)
+    )
     return [
         device_plugin.namespace(),
         *_rbac(labels),

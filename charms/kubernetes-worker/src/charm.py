@@ -173,6 +173,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
             cluster=self.cluster,
             config=lambda: self.load_config(WorkerConfig),
             clock=lambda: self.drain_clock(),
+            sleep=lambda seconds: self.drain_sleep(seconds),
             wall_clock=lambda: self.wall_clock(),
         )
         framework.observe(on.gpu_info_action, actions.on_gpu_info)

@@ -41,6 +41,7 @@ the outcome in the watcher's state file (gpu_health.record_repair).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import re
@@ -293,11 +294,15 @@ def run(
     clock: Callable[[], float] = time.monotonic,
     progress: Callable[[str], None] = lambda line: None,
     pull_timeout: float = PULL_TIMEOUT,
+    alone: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
 ) -> GateResult:
     """Run the gate on this machine's `count` GPUs of `model`; stops at the first failure.
 
     Its images are pulled first, within `pull_timeout` together (`pull`); then `timeout`
-    bounds each container's run.
+    bounds each container's run. DCGM's diagnostic runs inside `alone()`, which clears the
+    node of other DCGM host engines (the exporter's: one per node, NVIDIA/DCGM#108 "not an
+    officially supported configuration ... may lead to deadlocks in the driver"; the caller
+    pauses the GPU clients, gpu_repair.gpu_clients_paused) for that check only.
 
     Raises:
         PullError: an image cannot be pulled (the gate did not run).
@@ -327,9 +332,16 @@ def run(
             checks.append(Check("cuda", False, f"GPU {index}: {outcome.summary}"))
             return GateResult(tuple(checks))
     checks.append(Check("cuda", True, f"vectorAdd passed on each of {count} GPUs"))
-    code, output = validation.run_tool(
-        host, dcgm_image, DCGM_COMMAND, timeout=timeout, clock=clock, progress=progress, pull=False
-    )
+    with alone():
+        code, output = validation.run_tool(
+            host,
+            dcgm_image,
+            DCGM_COMMAND,
+            timeout=timeout,
+            clock=clock,
+            progress=progress,
+            pull=False,
+        )
     if code == -1:
         checks.append(Check("dcgm", False, f"dcgmi diag timed out after {timeout:.0f}s"))
         return GateResult(tuple(checks))

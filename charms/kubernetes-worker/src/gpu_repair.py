@@ -65,6 +65,7 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
+import gpu_gate
 from driver import FABRIC_SERVICE
 from gpu_watcher import PAUSE_FILE
 
@@ -76,6 +77,8 @@ from charms.gpu_k8s.v0.kube_objects import (
 from charms.gpu_k8s.v0.system import SYSTEMCTL, CommandError, Host
 
 if TYPE_CHECKING:
+    from gpu import GpuInventory
+
     from charms.gpu_k8s.v0.kubeclient import Kube
 
 logger = logging.getLogger(__name__)
@@ -238,6 +241,39 @@ def gpu_clients_paused(
         yield left
     finally:
         resume_gpu_clients(host, kube, node)
+
+
+def gate(
+    host: Host,
+    kube: Kube,
+    node: str,
+    inventory: GpuInventory,
+    images: tuple[str, str, str],
+    *,
+    timeout: float,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+    progress: Callable[[str], None],
+) -> gpu_gate.GateResult:
+    """The repair gate on every GPU (gpu_gate.run; `images`: CUDA, DCGM, NCCL).
+
+    DCGM's diagnostic runs with the node's GPU clients paused (`gpu_clients_paused`): the
+    DCGM exporter, which stays on a quarantined node, runs a DCGM host engine of its own,
+    and NVIDIA supports one per node (gpu_gate.run's `alone`).
+    """
+    cuda, dcgm, nccl = images
+    return gpu_gate.run(
+        host,
+        cuda_image=cuda,
+        dcgm_image=dcgm,
+        nccl_image=nccl,
+        count=inventory.count,
+        model=inventory.model or "",
+        timeout=timeout,
+        clock=clock,
+        progress=progress,
+        alone=lambda: gpu_clients_paused(host, kube, node, clock=clock, sleep=sleep),
+    )
 
 
 def reset_blocker(host: Host, nvswitches: int) -> str | None:

@@ -260,7 +260,6 @@ class GpuRepairs(ops.Object):
     ) -> ops.StatusBase:
         """The gate on every GPU; readmitted when it passes, else the failure recorded."""
         inventory = gpu_node.detect(host)
-        dcgm, nccl = config.gate_images
         now = gpu_repair.iso(self._wall_clock())
         missing = [q for q in held if not str(q.get("index", "")).isdigit()]
         missing += [
@@ -274,17 +273,20 @@ class GpuRepairs(ops.Object):
             self._record_failure(host, held, method, detail)
             return ops.WaitingStatus(f"node {node} stays cordoned: {detail}")
         try:
-            result = gpu_gate.run(
-                host,
-                cuda_image=config.validation_image,
-                dcgm_image=dcgm,
-                nccl_image=nccl,
-                count=inventory.count,
-                model=inventory.model or "",
-                timeout=timeout,
-                clock=self._clock,
-                progress=progress,
-            )
+            with node_kube(host, f"cannot pause the GPU clients of node {node}") as kube:
+                with api_errors_fail_the_hook():
+                    images = (config.validation_image, *config.gate_images)
+                    result = gpu_repair.gate(
+                        host,
+                        kube,
+                        node,
+                        inventory,
+                        images,
+                        timeout=timeout,
+                        clock=self._clock,
+                        sleep=self._sleep,
+                        progress=progress,
+                    )
         except validation.ValidationError as e:  # not the GPU's answer: not counted
             gpu_repair.save_progress(
                 host,

@@ -93,6 +93,11 @@ can (issue 32 item 2):
 - an XID that names no process (`pid='<unknown>'`, usual for XID 13) evicts nobody: the
   process is not known, and the pods holding that GPU may be other tenants' time-sliced
   shares (the burst's XID 43 usually names the process).
+- a check not yet due is kept in the state file (`app_checks`: due time, GPU, pid, pod
+  UID) and resumed at start: a restart inside the wait (systemd's Restart=, a charm
+  upgrade rewriting the unit) would otherwise lose it, the kernel record counting as
+  handled already. Not across a reboot (another boot id: pids are reused, the pod's
+  processes are gone); a pid reused by another pod is told apart by the pod UID.
 
 `--escalation N/<window>` application faults on one GPU within the window quarantine it
 (reason `XidRepeated`): a GPU that keeps failing whatever runs on it. One fault is one
@@ -218,6 +223,13 @@ APP_BURST_S = 5.0
 # that catches the error serves errors for hours: antirez/ds4#759), and only an eviction
 # restarts it.
 APP_WAIT_S = 15.0
+# The reason of the DisruptionTarget condition the watcher sets on a pod it deletes from a
+# quarantined GPU past its PodDisruptionBudget (`Watcher._delete`). The reasons Kubernetes
+# sets name who disrupted the pod (EvictionByEvictionAPI: eviction.go; DeletionByTaintManager:
+# taint_eviction.go; TerminationByKubelet, PreemptionByScheduler: core/v1 types.go); a
+# Job's podFailurePolicy reads only the condition's type and status (onPodConditions), so
+# this one names the watcher.
+DISRUPTION_REASON = "DeletionByGpuHealthWatcher"
 
 
 class Gauge(tuple):
@@ -476,7 +488,13 @@ class Watcher:
         self.app_xids: dict[str, collections.deque] = collections.defaultdict(collections.deque)
         self.bursts: dict[str, float] = {}  # GPU UUID -> kernel time of its last fault's start
         self.app_pids: dict[str, dict[int, float]] = collections.defaultdict(dict)
-        self.checks: list[tuple[float, dict, int, str]] = []  # (due, GPU, pid, its pod's UID)
+        # (due, GPU, pid, its pod's UID): the application XIDs' pending checks, kept in
+        # the state file (`app_checks`) so that a restart resumes them
+        self.checks: list[tuple[float, dict, int, str]] = [
+            (c["due"], c["gpu"], c["pid"], c["uid"])
+            for c in self.state.pop("app_checks", None) or []
+            if isinstance(c, dict) and {"due", "gpu", "pid", "uid"} <= c.keys()
+        ]
         self.kmsg = os.open(args.kmsg, os.O_RDONLY | os.O_NONBLOCK)
         self.partial = b""
         self.last_poll = 0.0
@@ -500,6 +518,7 @@ class Watcher:
         boot = self._boot_id()
         if state.get("boot_id") != boot:  # kmsg's sequence numbers restart with each boot
             state["boot_id"], state["kmsg_seq"] = boot, -1
+            state["app_checks"] = []  # that boot's processes are gone
         for key in ("quarantined", "faults", "quarantines", "timings", "repairs_counted"):
             state.setdefault(key, {})
         state.setdefault("events", [])
@@ -550,8 +569,9 @@ class Watcher:
 
     def _save(self) -> None:
         tmp = f"{self.args.state}.tmp"
+        checks = [{"due": c[0], "gpu": c[1], "pid": c[2], "uid": c[3]} for c in self.checks]
         with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), "w") as f:
-            json.dump(self.state, f, indent=1, sort_keys=True)
+            json.dump(self.state | {"app_checks": checks}, f, indent=1, sort_keys=True)
         os.replace(tmp, self.args.state)
 
     # -- inputs
@@ -737,7 +757,7 @@ class Watcher:
             self._set_condition()
             self._cordon()
             for q in pending:
-                self._evict(self._pods_on_gpu(q["uuid"]))
+                self._evict(self._pods_on_gpu(q["uuid"]), broken=q["uuid"])
                 self._applied(q, time.time())
         except (ApiError, OSError) as e:
             print(f"quarantine not applied yet (retried): {e}", file=sys.stderr, flush=True)
@@ -893,7 +913,21 @@ class Watcher:
             return None
         return found[1].replace("_", "-") if found else None
 
-    def _evict(self, pods: list[dict]) -> None:
+    def _evict(self, pods: list[dict], broken: str | None = None) -> None:
+        """Evict `pods`; on a quarantined GPU (`broken`: its UUID) past any budget.
+
+        The Eviction API honours the pods' PodDisruptionBudgets: one with no disruption
+        left answers 429 ("Cannot evict pod as it would violate the pod's disruption
+        budget": kube-apiserver pkg/registry/core/pod/storage/eviction.go
+        checkAndDecrement). An application XID's pod waits for its budget (the GPU works;
+        retried at each pass). A pod on a quarantined GPU does not: it makes no progress
+        there, and the quarantine's NoExecute taint would delete it past any budget
+        anyway, later (the taint manager's addConditionAndDeletePod: a DisruptionTarget
+        condition, then a plain DELETE; kubernetes pkg/controller/tainteviction/
+        taint_eviction.go), after the training launcher's fault window (actions/
+        tf_launcher.py FAULT_WINDOW): its program's crash would then count toward the
+        job's max-restarts. So the watcher does the same at once (`_delete`).
+        """
         for pod in pods:
             meta = pod["metadata"]
             path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/eviction"
@@ -906,8 +940,54 @@ class Watcher:
                 self.api.request("POST", path, body)
                 print(f"evicted {meta['namespace']}/{meta['name']}", flush=True)
             except ApiError as e:
-                if e.status != 404:  # gone already
+                if e.status == 404:  # gone already
+                    continue
+                if e.status != 429 or broken is None:
                     raise
+                self._delete(pod, broken, str(e))
+
+    def _delete(self, pod: dict, uuid: str, refused: str) -> None:
+        """Delete a pod on quarantined GPU `uuid` as this node, as the taint manager would.
+
+        As the node: the Node authorizer allows a node `create`/`delete` on pods ("Needed
+        for the node to create/delete mirror pods", leaving the limits to NodeRestriction)
+        and `update`/`patch` on pods/status (kubernetes plugin/pkg/auth/authorizer/node/
+        node_authorizer.go authorizePod), and NodeRestriction admits both only for a pod
+        bound to this node (plugin/pkg/admission/noderestriction/admission.go admitPod:
+        "only allow a node to delete a pod bound to itself"; admitPodStatus). First the
+        DisruptionTarget condition, as the taint manager and the Eviction API set it, then
+        the DELETE (the pod's own grace period, its UID as a precondition so that a pod
+        made again under the name is left alone). Kubelet stops the container with
+        SIGTERM: the training launcher exits 143, which the job's podFailurePolicy ignores
+        with DisruptionTarget (rule 0) or, should the condition not be read first, fails
+        the Job with (rule 1) for JobSet's `stoppedNotCounted` to restart uncounted
+        (tensorflow charm manifests.py).
+        """
+        meta = pod["metadata"]
+        path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
+        condition = {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": DISRUPTION_REASON,
+            "message": f"GPU health watcher: deleting the pod: GPU {uuid} is quarantined",
+            "lastTransitionTime": now_iso(time.time()),
+        }
+        try:
+            self.api.request(
+                "PATCH",
+                f"{path}/status",
+                {"status": {"conditions": [condition]}},
+                "application/strategic-merge-patch+json",
+            )
+            self.api.request("DELETE", path, {"preconditions": {"uid": meta.get("uid")}})
+        except ApiError as e:
+            if e.status != 404:  # gone already
+                raise
+        print(
+            f"deleted {meta['namespace']}/{meta['name']} on quarantined GPU {uuid}: its "
+            f"eviction was refused ({refused})",
+            flush=True,
+        )
 
     def restart_job(self, gpu: dict, pid: int | None, at: float) -> None:
         """An application XID: its program restarts, by itself or by an eviction later.

@@ -13,9 +13,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-import gpu_gate
 import gpu_health
 import gpu_node
+import gpu_repair
 import node_identity
 import nvidia
 import ops
@@ -33,7 +33,8 @@ class OperatorActions(ops.Object):
 
     `host`: this machine (made when asked); `cluster`: the `cluster` relation's requirer;
     `config`: the charm's config (ValueError: invalid); `clock`: monotonic time for the
-    checks' timeouts; `wall_clock`: the time readmissions are stamped with.
+    checks' timeouts; `sleep`: the wait for the GPU clients to leave; `wall_clock`: the
+    time readmissions are stamped with.
     """
 
     def __init__(
@@ -44,6 +45,7 @@ class OperatorActions(ops.Object):
         cluster: ClusterRequirer,
         config: Callable[[], WorkerConfig],
         clock: Callable[[], float],
+        sleep: Callable[[float], None],
         wall_clock: Callable[[], float],
     ):
         super().__init__(parent, "operator-actions")
@@ -51,6 +53,7 @@ class OperatorActions(ops.Object):
         self._cluster = cluster
         self._config = config
         self._clock = clock
+        self._sleep = sleep
         self._wall_clock = wall_clock
 
     def on_gpu_info(self, event: ops.ActionEvent) -> None:
@@ -122,29 +125,33 @@ class OperatorActions(ops.Object):
         if not inventory.count or not kubeadm.is_joined(host):
             event.fail("this machine has no working NVIDIA GPU or has not joined a cluster")
             return
+        node = kubeadm.node_name(host)
         try:  # the repair gate on every GPU (gpu_gate.py): CUDA, DCGM, NCCL
             config = self._config()
-            dcgm, nccl = config.gate_images
-            result = gpu_gate.run(
-                host,
-                cuda_image=config.validation_image,
-                dcgm_image=dcgm,
-                nccl_image=nccl,
-                count=inventory.count,
-                model=inventory.model or "",
-                timeout=params.timeout,
-                clock=self._clock,
-                progress=event.log,
-            )
-        except (ValueError, validation.ValidationError) as e:
+            images = (config.validation_image, *config.gate_images)
+            with Kube.from_kubeconfig(node_identity.kubeconfig(host)) as kube:
+                result = gpu_repair.gate(
+                    host,
+                    kube,
+                    node,
+                    inventory,
+                    images,
+                    timeout=params.timeout,
+                    clock=self._clock,
+                    sleep=self._sleep,
+                    progress=event.log,
+                )
+        except (ValueError, validation.ValidationError, node_identity.NodeIdentityError) as e:
             event.fail(f"{e}; it stays quarantined")
+            return
+        except KubeError as e:
+            event.fail(f"cannot pause the GPU clients of node {node}: {e}; it stays quarantined")
             return
         if not result.passed:
             failed = next(c for c in result.checks if not c.passed)
             event.set_results({"gate": result.summary()})
             event.fail(f"{failed.detail}; it stays quarantined")
             return
-        node = kubeadm.node_name(host)
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self._wall_clock()))
         proof = f"gate passed: {result.summary()}"
         try:

@@ -2533,7 +2533,7 @@ PAUSE_LABEL = "gpu-k8s.io/gpu-clients"
 
 
 @pytest.fixture
-def gpu_clients(api, driver, machine, clock):
+def gpu_clients(api, driver, machine, clock, ctr):
     """The node's GPU clients as the control plane deploys them, and the watcher's polls.
 
     The device plugin's and the DCGM exporter's DaemonSets, made by the control plane's
@@ -2552,9 +2552,9 @@ def gpu_clients(api, driver, machine, clock):
 
     plugin = charm_modules.load("kubernetes-control-plane", "device_plugin")
     dcgm = charm_modules.load("kubernetes-control-plane", "dcgm_exporter")
-    sets = [
-        o for o in [*plugin.manifests("none", 1), *dcgm.manifests()] if o["kind"] == "DaemonSet"
-    ]
+    mig_manager = charm_modules.load("kubernetes-control-plane", "mig_manager")
+    every_set = [*plugin.manifests("none", 1), *dcgm.manifests(), *mig_manager.manifests([])]
+    sets = [o for o in every_set if o["kind"] == "DaemonSet"]
 
     def sync():
         for ds in sets:
@@ -2581,6 +2581,8 @@ def gpu_clients(api, driver, machine, clock):
         lambda: every if pods() else set(),
         lambda: every if watcher_polls() else set(),
     ]
+    # the exporter's embedded DCGM host engine (fakes.containerd_ctr: one per node)
+    ctr.hostengines.append(lambda: [p for p in pods() if p.startswith("dcgm-exporter-")])
     clock.meanwhile.append(sync)
     return types.SimpleNamespace(sync=sync, pods=pods, watcher_polls=watcher_polls)
 
@@ -2602,11 +2604,14 @@ def test_a_reset_pauses_the_gpu_daemonsets_and_the_watcher_and_restores_both(
     ctx, machine, api, driver, ctr, wall, clock, gpu_clients
 ):
     state = joined_gpu_node(ctx, api, driver, {"gpu-auto-repair": "reset"})
+    # the node had a MIG layout applied once: NVIDIA's MIG manager runs there too
+    set_labels(api, **{"nvidia.com/gpu.deploy.mig-manager": "true"})
     gpu_clients.sync()
-    assert gpu_clients.pods() == [f"dcgm-exporter-{NODE}", f"nvidia-device-plugin-{NODE}"]
+    every = [f"dcgm-exporter-{NODE}", f"nvidia-device-plugin-{NODE}", f"nvidia-mig-manager-{NODE}"]
+    assert gpu_clients.pods() == every
     assert gpu_clients.watcher_polls()
-    # the leader's NoExecute taint would evict both pods too (they tolerate only
-    # nvidia.com/gpu and CriticalAddonsOnly); the repair may come before it
+    # the leader's NoExecute taint would evict the device plugin (the DCGM exporter
+    # tolerates it); the repair may come before it
     quarantined_for(machine, api, "reset-gpu", "Xid48", tainted=False)
     seen = at_reset(driver, api, gpu_clients)
 
@@ -2622,7 +2627,7 @@ def test_a_reset_pauses_the_gpu_daemonsets_and_the_watcher_and_restores_both(
     assert PAUSE_LABEL not in node_labels(api)
     assert gpu_clients.watcher_polls() and machine.services[WATCHER].active
     gpu_clients.sync()
-    assert gpu_clients.pods() == [f"dcgm-exporter-{NODE}", f"nvidia-device-plugin-{NODE}"]
+    assert gpu_clients.pods() == every
 
 
 def test_a_reset_still_refused_restores_the_gpu_clients_and_the_next_hook_retries(
@@ -2744,3 +2749,46 @@ def test_a_gpu_client_that_does_not_leave_is_waited_for_a_bounded_time(
     assert "In use by another client" in failed["detail"]
     assert out.unit_status.name == "waiting"
     assert PAUSE_LABEL not in node_labels(api) and gpu_clients.watcher_polls()
+
+
+# -- a quarantined node keeps its DCGM exporter (issue 32): its GPUs' metrics are what the
+# operator most wants to see; it steps aside only while a GPU is reset or DCGM's diagnostic
+# runs (one DCGM host engine per node: fakes.containerd_ctr) ------------------------------
+
+
+def test_the_repair_gate_runs_dcgm_diag_with_the_exporter_paused_then_gives_it_back(
+    ctx, machine, api, driver, ctr, wall, clock, gpu_clients
+):
+    state = joined_gpu_node(ctx, api, driver, {"gpu-auto-repair": "reset"})
+    gpu_clients.sync()
+    quarantined_for(machine, api, "reset-gpu", "Xid48")  # the leader's NoExecute taint set
+    gpu_clients.sync()
+    # the exporter tolerates the quarantine's taint; the device plugin leaves (see
+    # device_plugin.py: a fresh one after readmission reports the repaired GPU healthy)
+    assert gpu_clients.pods() == [f"dcgm-exporter-{NODE}"]
+
+    out = ctx.run(ctx.on.update_status(), state)
+
+    assert ctr.diag_beside == [[]]  # the diagnostic's engine was the node's only one
+    (repair,) = watcher_state(machine)["repairs"]
+    assert (repair["method"], repair["result"]) == ("reset", "ok"), repair
+    assert out.unit_status.name == "active"
+    assert PAUSE_LABEL not in node_labels(api) and gpu_clients.watcher_polls()
+    gpu_clients.sync()
+    assert gpu_clients.pods() == [f"dcgm-exporter-{NODE}"]  # the taint is the leader's to lift
+
+
+def test_readmit_gpu_runs_dcgm_diag_with_the_exporter_paused_then_gives_it_back(
+    ctx, machine, api, driver, ctr, wall, clock, gpu_clients
+):
+    state = joined_gpu_node(ctx, api, driver, NO_AUTO_REPAIR)
+    quarantined_for(machine, api, "reboot", "Xid79")
+    gpu_clients.sync()
+
+    ctx.run(ctx.on.action("readmit-gpu", params={"confirm": "yes"}), state)
+
+    assert ctr.diag_beside == [[]]
+    assert ctx.action_results["readmitted"] == f"GPU 1 ({QUARANTINED_GPU})"
+    assert PAUSE_LABEL not in node_labels(api) and gpu_clients.watcher_polls()
+    gpu_clients.sync()
+    assert gpu_clients.pods() == [f"dcgm-exporter-{NODE}"]  # the taint is the leader's to lift
