@@ -559,6 +559,33 @@ def _precondition(target: Target, old: dict, new: dict) -> None:
         )
 
 
+def _delete_preconditions(target: Target, obj: dict, preconditions: dict) -> None:
+    """DeleteOptions.preconditions, checked before admission and storage (409 Conflict).
+
+    k8s.io/apiserver pkg/registry/rest/delete.go BeforeDelete, which store.go Delete calls
+    once it read the object: the conflict names the Kind (schema.GroupResource{Group,
+    Resource: gvk.Kind}), with the group after a dot.
+    """
+    meta = obj["metadata"]
+    group = target.gv.rpartition("/")[0]
+    resource = f"{target.kind}.{group}" if group else target.kind
+    for field, ending in (
+        ("uid", "The object might have been deleted and then recreated"),
+        ("resourceVersion", "The object might have been modified"),
+    ):
+        wanted = preconditions.get(field)
+        if wanted is not None and wanted != meta.get(field):
+            what = "UID" if field == "uid" else "ResourceVersion"
+            raise ApiError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on {resource} "{target.name}": the {what} in '
+                f"the precondition ({wanted}) does not match the {what} in record "
+                f"({meta.get(field)}). {ending}",
+                {"name": target.name, "kind": target.kind},
+            )
+
+
 class FakeKubeApiServer:
     """The fake API server: start with `with FakeKubeApiServer() as api:` (or start/stop)."""
 
@@ -1753,8 +1780,9 @@ class FakeKubeApiServer:
     def _delete(self, target: Target, query: dict, content_type: str, body: bytes) -> tuple:
         self._restrict_node("DELETE", target, None, None)  # before the lookup, as delete.go
         obj = self._existing(target)
-        self._admit_delete(target, obj)
         options = self._decode(body, content_type) if body else {}
+        _delete_preconditions(target, obj, options.get("preconditions") or {})
+        self._admit_delete(target, obj)
         policy = query.get("propagationPolicy") or options.get("propagationPolicy")
         removed = self._remove(target.key(), orphan=policy == "Orphan")
         if target.kind == "Pod":

@@ -347,7 +347,9 @@ def test_a_pending_application_xid_check_survives_a_watcher_restart(machine):
     running on its broken CUDA context was never moved. The restarted watcher resumes
     the check at its due time; a check whose program ended meanwhile evicts nobody.
     """
-    start(machine, app_wait=1.0)
+    # a wait long enough that the stop below lands inside it on a loaded machine (1 s
+    # did not, once: the first watcher evicted before it was stopped)
+    start(machine, app_wait=3.0)
     program(machine, 4242, "gpu0-job")  # lingers on its broken context
     ended = program(machine, 4243, "gpu1-job")  # exits on its fault during the restart
     machine.kernel(xid_line("13", gpu=0, pid=4242), usec=60 * SECOND)
@@ -356,9 +358,9 @@ def test_a_pending_application_xid_check_survives_a_watcher_restart(machine):
     machine.stop()  # inside the wait
     assert machine.pods() == ALL
     shutil.rmtree(ended)
-    start(machine, app_wait=1.0)
-    until(lambda: f"{OWN}/gpu0-job" not in machine.pods(), timeout=5.0)
-    until(lambda: "pid 4243 ended on its own" in watcher_log(machine), timeout=5.0)
+    start(machine, app_wait=3.0)
+    until(lambda: f"{OWN}/gpu0-job" not in machine.pods(), timeout=10.0)
+    until(lambda: "pid 4243 ended on its own" in watcher_log(machine), timeout=10.0)
     assert machine.pods() == ALL - {f"{OWN}/gpu0-job"}
     assert machine.state()["app_checks"] == []  # both done
 
