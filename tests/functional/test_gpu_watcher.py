@@ -174,6 +174,26 @@ def test_application_xids_restart_the_job_and_escalate_on_the_third(machine):
     assert machine.pods() == ALL - {f"{OWN}/gpu0-job"}  # GPU 1's job runs on
 
 
+def test_the_escalation_count_survives_a_watcher_restart(machine):
+    """Two application faults, a restart, a third: the GPU is quarantined (issue 32).
+
+    A restart (systemd's Restart=, a charm upgrade) between them used to start the count
+    again, so a GPU faulting every few minutes across restarts was never repaired.
+    """
+    start(machine, escalation="3/10m")
+    machine.kernel(xid_line("13", gpu=0), usec=60 * SECOND)
+    machine.kernel(xid_line("13", gpu=0), usec=120 * SECOND)
+    until(lambda: machine.state().get("app_faults", {}).get("times", {}).get(GPUS[0][1]))
+    until(lambda: len(machine.state()["app_faults"]["times"][GPUS[0][1]]) == 2)
+    machine.stop()
+    start(machine, escalation="3/10m")
+    machine.kernel(xid_line("13", gpu=0), usec=180 * SECOND)
+    until(machine.quarantined)
+    condition = machine.condition()
+    assert condition is not None and condition["reason"] == "XidRepeated"
+    assert GPUS[0][1] not in machine.state()["app_faults"]["times"]  # counted afresh
+
+
 # One program's fault as the driver wrote it: three XID 13 lines stamped the same second
 # (tests/fixtures/gpu/xid/README.md: leptonai/gpud's XID README)
 BURST = [line for line in LINES if line.startswith("NVRM: Xid (PCI:0000:cb:00): 13,")]

@@ -97,7 +97,11 @@ can (issue 32 item 2):
   UID) and resumed at start: a restart inside the wait (systemd's Restart=, a charm
   upgrade rewriting the unit) would otherwise lose it, the kernel record counting as
   handled already. Not across a reboot (another boot id: pids are reused, the pod's
-  processes are gone); a pid reused by another pod is told apart by the pod UID.
+  processes are gone); a pid reused by another pod is told apart by the pod UID. The
+  escalation's memory (each GPU's application faults in the window, its last burst, the
+  processes counted) is kept the same way (`app_faults`), so that a restart between the
+  second and the third fault does not start the count again; a quarantine of the GPU
+  does (its repair and gate come next).
 
 `--escalation N/<window>` application faults on one GPU within the window quarantine it
 (reason `XidRepeated`): a GPU that keeps failing whatever runs on it. One fault is one
@@ -485,9 +489,20 @@ class Watcher:
         self.mig_read = -60.0  # time.monotonic() of the last `nvidia-smi -L`
         self.state = self._load_state()
         self._count_repairs()
+        # The application faults' escalation memory, kept in the state file with the boot
+        # (`app_faults`) so that a restart inside the window does not forget the first two
+        # of three: per GPU UUID, the faults' times (`at`), the kernel time of its last
+        # fault's start (bursts) and the processes counted (pid -> `at`).
+        memory = self.state.pop("app_faults", None) or {}
         self.app_xids: dict[str, collections.deque] = collections.defaultdict(collections.deque)
-        self.bursts: dict[str, float] = {}  # GPU UUID -> kernel time of its last fault's start
+        for uuid, times in (memory.get("times") or {}).items():
+            self.app_xids[uuid].extend(float(t) for t in times)
+        self.bursts: dict[str, float] = {
+            uuid: float(clock) for uuid, clock in (memory.get("bursts") or {}).items()
+        }
         self.app_pids: dict[str, dict[int, float]] = collections.defaultdict(dict)
+        for uuid, pids in (memory.get("pids") or {}).items():
+            self.app_pids[uuid].update({int(pid): float(t) for pid, t in pids.items()})
         # (due, GPU, pid, its pod's UID): the application XIDs' pending checks, kept in
         # the state file (`app_checks`) so that a restart resumes them
         self.checks: list[tuple[float, dict, int, str]] = [
@@ -519,6 +534,7 @@ class Watcher:
         if state.get("boot_id") != boot:  # kmsg's sequence numbers restart with each boot
             state["boot_id"], state["kmsg_seq"] = boot, -1
             state["app_checks"] = []  # that boot's processes are gone
+            state["app_faults"] = {}  # and its faults: the reboot was a repair
         for key in ("quarantined", "faults", "quarantines", "timings", "repairs_counted"):
             state.setdefault(key, {})
         state.setdefault("events", [])
@@ -570,8 +586,18 @@ class Watcher:
     def _save(self) -> None:
         tmp = f"{self.args.state}.tmp"
         checks = [{"due": c[0], "gpu": c[1], "pid": c[2], "uid": c[3]} for c in self.checks]
+        faults = {
+            "times": {uuid: list(times) for uuid, times in self.app_xids.items() if times},
+            "bursts": self.bursts,
+            "pids": {
+                uuid: {str(p): t for p, t in pids.items()}
+                for uuid, pids in self.app_pids.items()
+                if pids
+            },
+        }
+        kept = {"app_checks": checks, "app_faults": faults}
         with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), "w") as f:
-            json.dump(self.state | {"app_checks": checks}, f, indent=1, sort_keys=True)
+            json.dump(self.state | kept, f, indent=1, sort_keys=True)
         os.replace(tmp, self.args.state)
 
     # -- inputs
@@ -728,6 +754,8 @@ class Watcher:
         repair (XID 154 naming a reboot after an XID 48 asked for a reset): then the
         record takes this fault's reason and repair, and the condition says so.
         """
+        # the repair and its gate start the application faults' count again
+        self.app_xids.pop(gpu["uuid"], None)
         held = self.state["quarantined"].get(gpu["uuid"])
         if held and QUARANTINE.index(action) <= QUARANTINE.index(held["action"]):
             self._save()
