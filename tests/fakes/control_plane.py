@@ -40,7 +40,8 @@ from fakes.machine import FakeMachine
 
 ADMIN_TOKEN = "admintokenvalue0123456789"
 # libyaml's loader and dumper (in PyYAML's wheels): kubeconfigs parsed per certificate
-# issued and read, ~10x faster than PyYAML's own
+# issued and read, kubeadm's init configuration and the ClusterConfiguration ConfigMap per
+# bootstrap (the same data as yaml.safe_load/safe_dump), ~10x faster than PyYAML's own
 _YAML = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _YAML_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 NOW = datetime.datetime(2026, 11, 21, 9, 0, tzinfo=datetime.timezone.utc)
@@ -242,7 +243,7 @@ class ControlPlaneMachine:
     def cluster_configuration(self) -> dict:
         """The ClusterConfiguration stored in the kubeadm-config ConfigMap ({} if none)."""
         cm = self.api.get_object("/api/v1/namespaces/kube-system/configmaps/kubeadm-config")
-        return yaml.safe_load(cm["data"]["ClusterConfiguration"]) if cm else {}
+        return yaml.load(cm["data"]["ClusterConfiguration"], Loader=_YAML) if cm else {}
 
     def apiserver_sans(self) -> list[str]:
         """The subjectAltNames of this machine's API server certificate."""
@@ -265,7 +266,9 @@ class ControlPlaneMachine:
     def _certs_phase(self, argv: list[str]) -> str:
         if argv[4:5] != ["apiserver"] or "--config" not in argv:
             raise CommandError(argv, 1, "fake kubeadm init phase certs: unsupported")
-        docs = list(yaml.safe_load_all(self.machine.read(argv[argv.index("--config") + 1])))
+        docs = list(
+            yaml.load_all(self.machine.read(argv[argv.index("--config") + 1]), Loader=_YAML)
+        )
         init = next(d for d in docs if d["kind"] == "InitConfiguration")
         cluster = next(d for d in docs if d["kind"] == "ClusterConfiguration")
         if self.machine.path("/etc/kubernetes/pki/apiserver.crt").exists() and (
@@ -294,7 +297,7 @@ class ControlPlaneMachine:
             path = self.machine.path(argv[argv.index("--config") + 1])
             if path.stat().st_mode & 0o077:
                 raise CommandError(argv, 1, "fake: config must not be readable by others")
-            docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+            docs = [d for d in yaml.load_all(path.read_text(), Loader=_YAML) if d]
             init = next(d for d in docs if d.get("kind") == "InitConfiguration")
             key = init.get("certificateKey", "")
             cluster = next((d for d in docs if d.get("kind") == "ClusterConfiguration"), {})
@@ -347,7 +350,7 @@ class ControlPlaneMachine:
             raise CommandError(argv, 1, "fake: init config must not be readable by others")
         if "--certificate-key" in argv:
             raise CommandError(argv, 1, "can not mix '--config' with arguments [certificate-key]")
-        docs = list(yaml.safe_load_all(path.read_text()))
+        docs = list(yaml.load_all(path.read_text(), Loader=_YAML))
         self.inits.append(docs)
         init = next(d for d in docs if d["kind"] == "InitConfiguration")
         ttls = []
@@ -376,7 +379,7 @@ class ControlPlaneMachine:
         self.kubelet.sync()
         self.api.put_object(
             "/api/v1/namespaces/kube-system/configmaps/kubeadm-config",
-            {"data": {"ClusterConfiguration": yaml.safe_dump(cluster)}},
+            {"data": {"ClusterConfiguration": yaml.dump(cluster, Dumper=_YAML_DUMPER)}},
         )
         self.api.put_object(f"/api/v1/nodes/{name}", node(name, control_plane=True))
         return "Your Kubernetes control-plane has initialized successfully!\n"
@@ -460,7 +463,7 @@ def existing_cluster(api: FakeKubeApiServer, service_subnet: str = "10.96.0.0/12
     }
     api.put_object(
         "/api/v1/namespaces/kube-system/configmaps/kubeadm-config",
-        {"data": {"ClusterConfiguration": yaml.safe_dump(cluster)}},
+        {"data": {"ClusterConfiguration": yaml.dump(cluster, Dumper=_YAML_DUMPER)}},
     )
 
 

@@ -298,6 +298,8 @@ _names: random.Random = random.SystemRandom()
 
 
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# libyaml's emitter for the kubeconfigs handed out: the document yaml.safe_dump writes
+_YAML_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
 def json_copy(value: Any) -> Any:
@@ -725,7 +727,7 @@ class FakeKubeApiServer:
         context: dict[str, str] = {"cluster": "fake", "user": "fake-user"}
         if namespace:
             context["namespace"] = namespace
-        return yaml.safe_dump(
+        return yaml.dump(
             {
                 "apiVersion": "v1",
                 "kind": "Config",
@@ -733,7 +735,8 @@ class FakeKubeApiServer:
                 "users": [{"name": "fake-user", "user": {"token": token}}],
                 "contexts": [{"name": "fake", "context": context}],
                 "current-context": "fake",
-            }
+            },
+            Dumper=_YAML_DUMPER,
         )
 
     def certificate_kubeconfig(self, client_pem: str) -> str:
@@ -744,7 +747,7 @@ class FakeKubeApiServer:
         assert self.tls is not None, "client certificates need FakeKubeApiServer(tls=True)"
         user = {"client-certificate-data": _b64(client_pem), "client-key-data": _b64(client_pem)}
         context = {"cluster": "fake", "user": "fake-user"}
-        return yaml.safe_dump(
+        return yaml.dump(
             {
                 "apiVersion": "v1",
                 "kind": "Config",
@@ -752,7 +755,8 @@ class FakeKubeApiServer:
                 "users": [{"name": "fake-user", "user": user}],
                 "contexts": [{"name": "fake", "context": context}],
                 "current-context": "fake",
-            }
+            },
+            Dumper=_YAML_DUMPER,
         )
 
     def node_certificate(self, node: str) -> str:

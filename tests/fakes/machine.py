@@ -57,6 +57,11 @@ def _yaml_text(data: Any) -> str:
     return yaml.dump(data, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper))
 
 
+# libyaml's loader (in PyYAML's wheels) for the configs kubeadm reads: the same data as
+# yaml.safe_load, ~10x faster than PyYAML's pure-Python scanner
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 ARMORED_KEY = (
     "-----BEGIN PGP PUBLIC KEY BLOCK-----\n\nmQINBGMHxxxfakekeyforpkgsk8sio\n"
     "-----END PGP PUBLIC KEY BLOCK-----\n"
@@ -949,7 +954,7 @@ class FakeMachine:
             raise _fail(argv, 1, f"unable to read config from {config_path}")
         if real.stat().st_mode & 0o077:
             raise _fail(argv, 1, f"fake: {config_path} must not be readable by others")
-        config = yaml.safe_load(real.read_text())
+        config = yaml.load(real.read_text(), Loader=_YAML_LOADER)
         if config.get("kind") != "JoinConfiguration":
             raise _fail(argv, 1, "no JoinConfiguration kind was found in the YAML file")
         self.joins.append(config)
@@ -976,7 +981,7 @@ class FakeMachine:
             self._kubelet_bootstrapped(config)
         elif phase == "etcd-join":
             if self.on_etcd_join is not None:
-                self.on_etcd_join(argv, yaml.safe_dump(config))
+                self.on_etcd_join(argv, _yaml_text(config))
             self.write("/etc/kubernetes/manifests/etcd.yaml", "# etcd\n")
 
     def _kubelet_start(self, config: dict) -> None:
