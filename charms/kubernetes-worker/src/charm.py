@@ -73,6 +73,7 @@ from charms.gpu_k8s.v0.system import Host, machine
 logger = logging.getLogger(__name__)
 
 LEFT = "left the cluster; this unit is being removed"
+GOING = "the application is being removed; this node leaves the cluster when the unit stops"
 
 
 class GpuQuarantinedEvent(ops.EventBase):
@@ -162,7 +163,6 @@ class KubernetesWorkerCharm(ops.CharmBase):
             on[CLUSTER].relation_created,
             on[CLUSTER].relation_joined,
             on[CLUSTER].relation_changed,
-            on[CLUSTER].relation_broken,
             on[REBOOTS].relation_changed,
             on[REBOOTS].relation_departed,
             on[COS_AGENT].relation_joined,
@@ -171,6 +171,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
         ):
             framework.observe(event, self._reconcile)
         framework.observe(on[CLUSTER].relation_departed, self._on_cluster_departed)
+        framework.observe(on[CLUSTER].relation_broken, self._on_cluster_departed)
         framework.observe(on.stop, self._on_stop)
         framework.observe(on.gpu_quarantined, self._on_gpu_quarantined)
         framework.observe(on.collect_unit_status, self._on_collect_status)
@@ -198,9 +199,23 @@ class KubernetesWorkerCharm(ops.CharmBase):
     def _on_collect_status(self, event: ops.CollectStatusEvent) -> None:
         self._statuses.report(event)
 
-    def _on_cluster_departed(self, event: ops.RelationDepartedEvent) -> None:
-        if event.departing_unit == self.unit:
+    def _on_cluster_departed(
+        self, event: ops.RelationDepartedEvent | ops.RelationBrokenEvent
+    ) -> None:
+        """Leave on this unit's own departure; converge on another's, unless all go.
+
+        A dying unit leaves its relations (departed, broken) before its stop hook. When
+        the whole application goes (planned units 0: `juju destroy-model`, `juju
+        remove-application`), converging then would only start what the stop undoes,
+        and a maintenance step whose API error fails the hook (an upgrade, a repair,
+        a MIG change in its turn) would fail it for ever once the control plane's
+        machines are gone, holding the model: nothing is started, stop drains and resets.
+        """
+        if isinstance(event, ops.RelationDepartedEvent) and event.departing_unit == self.unit:
             self._leave()
+        elif not self._stored.left_cluster and self.app.planned_units() == 0:
+            logger.info("the application is being removed: %s changes nothing", event.handle.kind)
+            self._statuses.add(ops.MaintenanceStatus(GOING))
         else:
             self._reconcile(event)
 
