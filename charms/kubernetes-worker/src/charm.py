@@ -29,8 +29,12 @@ and a cordoned node is never forgotten. A node newer than the control plane bloc
 A drain that times out does not block removal forever (Juju would wait on the hook
 indefinitely): the pods still on the node are named in a warning in the log and in the
 unit's status before the node is reset, so no work disappears silently; their
-controllers recreate them elsewhere once the node is gone. An API error during the
+controllers recreate them elsewhere once the node is gone. An API refusal during the
 drain fails the hook instead, so Juju retries it rather than resetting an undrained node.
+An API that does not answer at all is not waited for when the whole application goes
+(`juju destroy-model` may release the control plane's machines first, and a failed stop
+hook would hold the model for ever); during a `juju remove-unit` it is asked again for a
+minute, then the node is reset undrained with a warning (worker.drain_for_removal).
 """
 
 from __future__ import annotations
@@ -69,6 +73,7 @@ from charms.gpu_k8s.v0.system import Host, machine
 logger = logging.getLogger(__name__)
 
 LEFT = "left the cluster; this unit is being removed"
+GOING = "the application is being removed; this node leaves the cluster when the unit stops"
 
 
 class GpuQuarantinedEvent(ops.EventBase):
@@ -94,6 +99,9 @@ class KubernetesWorkerCharm(ops.CharmBase):
     # Time source for waits (drain, GPU validation); tests replace them to not wait.
     drain_clock = staticmethod(time.monotonic)
     drain_sleep = staticmethod(time.sleep)
+    # the base of the Kubernetes client's backoff between retries of one request while
+    # leaving, in seconds (kubeclient.py's default; tests that take the API away set 0)
+    kube_backoff = 0.5
     wall_clock = staticmethod(time.time)  # when containerd/runc updates were last asked for
     # which NVIDIA branches are still supported (driver.END_OF_LIFE); tests pin a date
     today = staticmethod(datetime.date.today)
@@ -155,7 +163,6 @@ class KubernetesWorkerCharm(ops.CharmBase):
             on[CLUSTER].relation_created,
             on[CLUSTER].relation_joined,
             on[CLUSTER].relation_changed,
-            on[CLUSTER].relation_broken,
             on[REBOOTS].relation_changed,
             on[REBOOTS].relation_departed,
             on[COS_AGENT].relation_joined,
@@ -164,6 +171,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
         ):
             framework.observe(event, self._reconcile)
         framework.observe(on[CLUSTER].relation_departed, self._on_cluster_departed)
+        framework.observe(on[CLUSTER].relation_broken, self._on_cluster_departed)
         framework.observe(on.stop, self._on_stop)
         framework.observe(on.gpu_quarantined, self._on_gpu_quarantined)
         framework.observe(on.collect_unit_status, self._on_collect_status)
@@ -191,9 +199,23 @@ class KubernetesWorkerCharm(ops.CharmBase):
     def _on_collect_status(self, event: ops.CollectStatusEvent) -> None:
         self._statuses.report(event)
 
-    def _on_cluster_departed(self, event: ops.RelationDepartedEvent) -> None:
-        if event.departing_unit == self.unit:
+    def _on_cluster_departed(
+        self, event: ops.RelationDepartedEvent | ops.RelationBrokenEvent
+    ) -> None:
+        """Leave on this unit's own departure; converge on another's, unless all go.
+
+        A dying unit leaves its relations (departed, broken) before its stop hook. When
+        the whole application goes (planned units 0: `juju destroy-model`, `juju
+        remove-application`), converging then would only start what the stop undoes,
+        and a maintenance step whose API error fails the hook (an upgrade, a repair,
+        a MIG change in its turn) would fail it for ever once the control plane's
+        machines are gone, holding the model: nothing is started, stop drains and resets.
+        """
+        if isinstance(event, ops.RelationDepartedEvent) and event.departing_unit == self.unit:
             self._leave()
+        elif not self._stored.left_cluster and self.app.planned_units() == 0:
+            logger.info("the application is being removed: %s changes nothing", event.handle.kind)
+            self._statuses.add(ops.MaintenanceStatus(GOING))
         else:
             self._reconcile(event)
 
@@ -556,7 +578,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
         timeout = self._drain_timeout()
         kube, problem = None, ""
         try:
-            kube = Kube.from_kubeconfig(node_identity.kubeconfig(host))
+            kube = Kube.from_kubeconfig(node_identity.kubeconfig(host), backoff=self.kube_backoff)
         except (node_identity.NodeIdentityError, ValueError) as e:
             problem = str(e)
         if kube is None:
@@ -567,9 +589,23 @@ class KubernetesWorkerCharm(ops.CharmBase):
                 problem,
             )
             return f"reset node {node} without draining it: no access to the Kubernetes API"
+        # Juju's goal state names every unit of a dying application `dying` (juju/juju
+        # apiserver/facades/agent/uniter goalStateUnits), and ops counts the others
+        # (ops/model.py `planned_units`): 0 while `juju remove-application` or `juju
+        # destroy-model` takes them all, or `juju remove-unit` the last one. Then an
+        # unreachable API is not waited for: in destroy-model the control plane skips its
+        # reset and its machines may be released first, and a stop hook that failed for
+        # ever would hold the model (Juju removes no unit with a failed hook without
+        # --force: cmd/juju/application/removeunit.go, cmd/juju/model/destroy.go).
+        everyone_leaves = self.app.planned_units() == 0
         with kube:
             return worker.drain_for_removal(
-                kube, node, timeout, clock=self.drain_clock, sleep=self.drain_sleep
+                kube,
+                node,
+                timeout,
+                everyone_leaves=everyone_leaves,
+                clock=self.drain_clock,
+                sleep=self.drain_sleep,
             )
 
 

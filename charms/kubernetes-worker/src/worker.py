@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from charms.gpu_k8s.v0 import apt, containerd, drain, images, kubeadm
+from charms.gpu_k8s.v0.kubeclient import KubeError
 from charms.gpu_k8s.v0.system import Host
 
 if TYPE_CHECKING:
@@ -217,11 +218,30 @@ def drain_for_reboot(
     return result is not None
 
 
+# Answers that mean no API server can serve the drain now, after the client's own retries
+# (kubeclient.py retries connection errors and 502/503/504): no answer at all (status 0:
+# every server refused, timed out or dropped the connection, as once the control plane's
+# machines are released in `juju destroy-model`), or a proxy or API server saying it
+# cannot serve. Any other answer (403, 404, 409, 422, 500) is a refusal, and a refused
+# drain fails the hook as before.
+API_DOWN = frozenset({0, 502, 503, 504})
+# How long leaving waits for an API that does not answer while the cluster stays, and
+# how often it asks again. canonical/k8s-operator's worker waits 30 s on `stop` for its
+# node to leave the cluster and then goes on whatever it saw (charms/worker/k8s/src/
+# charm.py `_last_gasp`: busy_wait 30, sleep 1); `kubectl drain` retries an eviction only
+# on 429 and fails on any other error (k8s.io/kubectl pkg/drain/drain.go `evictPods`:
+# "error when evicting pods/..."). Each try here already spends the client's retries
+# (five, backing off from 0.5 s); one minute more covers an API server's restart.
+API_WAIT = 60.0
+API_RETRY = 10.0
+
+
 def drain_for_removal(
     kube: Kube,
     node: str,
     timeout: float,
     *,
+    everyone_leaves: bool = False,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> str:
@@ -230,10 +250,48 @@ def drain_for_removal(
     Pods still there at the timeout are named in a warning: they stop with the reset and
     their controllers recreate them elsewhere once the node is gone.
 
+    An API that does not answer (`API_DOWN`) is not waited for when `everyone_leaves`
+    (the whole application goes: `juju remove-application`, `juju destroy-model`, where
+    the control plane's machines may already be gone): there is nowhere left to drain
+    to. Otherwise it is asked again every `API_RETRY` seconds for `API_WAIT` seconds,
+    then the node is reset undrained with a warning naming what that means.
+
     Raises:
         KubeError: the Kubernetes API refused (the node must not be reset undrained).
     """
-    result = drain.drain(kube, node, timeout=timeout, clock=clock, sleep=sleep)
+    since = clock()
+    while True:
+        try:
+            result = drain.drain(kube, node, timeout=timeout, clock=clock, sleep=sleep)
+            break
+        except KubeError as e:
+            if e.status not in API_DOWN:
+                raise
+            waited = clock() - since
+            if everyone_leaves or waited >= API_WAIT:
+                why = (
+                    "the application is being removed"
+                    if everyone_leaves
+                    else f"it did not answer for {waited:.0f}s"
+                )
+                logger.warning(
+                    "cannot drain node %s: the Kubernetes API is unreachable (%s) and %s; "
+                    "resetting it undrained: its pods stop with the reset and are "
+                    "rescheduled once Kubernetes marks the node lost",
+                    node,
+                    e,
+                    why,
+                )
+                return f"reset node {node} without draining it: the Kubernetes API is unreachable"
+            logger.warning(
+                "cannot drain node %s yet: the Kubernetes API is unreachable (%s); "
+                "asking again in %.0fs (gives up after %.0fs)",
+                node,
+                e,
+                API_RETRY,
+                API_WAIT,
+            )
+            sleep(min(API_RETRY, API_WAIT - waited))
     summary = drain_summary(node, result, timeout)
     if result is not None and result.remaining:
         logger.warning("%s; they stop with the reset: %s", summary, " ".join(result.remaining))

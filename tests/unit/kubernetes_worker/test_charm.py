@@ -669,6 +669,96 @@ def test_drain_api_error_fails_the_hook_without_resetting(ctx, machine, api, clo
     assert kubeadm.is_joined(machine.host())
 
 
+@pytest.fixture
+def quick_client(monkeypatch):
+    """The Kubernetes client's backoff between retries at 0 s (its real sleeps, not ours)."""
+    monkeypatch.setattr(charm.KubernetesWorkerCharm, "kube_backoff", 0)
+
+
+def test_api_gone_while_the_model_is_destroyed_resets_without_waiting(
+    ctx, machine, api, clock, quick_client, caplog
+):
+    """`juju destroy-model`: the control plane skipped its reset and its machine is gone.
+
+    Every worker is dying (planned units 0); the drain finds no API server. The stop
+    hook succeeds and resets the node instead of failing for ever (the model would
+    never go away without --force).
+    """
+    _, state = joined(ctx, api)
+    add_pod(api, "web-1")
+    api.stop()  # the control plane's machine released: nothing answers any more
+
+    with caplog.at_level(logging.WARNING):
+        out = ctx.run(ctx.on.stop(), dataclasses.replace(state, planned_units=0))
+
+    assert out.unit_status == testing.MaintenanceStatus(
+        f"reset node {NODE} without draining it: the Kubernetes API is unreachable"
+    )
+    assert not kubeadm.is_joined(machine.host())
+    assert machine.read(api_proxy.CONFIG) is None
+    assert clock.slept == 0  # nothing to wait for
+    assert "the application is being removed" in caplog.text
+
+
+def test_api_up_while_the_application_is_removed_still_drains(ctx, machine, api, clock):
+    _, state = joined(ctx, api)
+    add_pod(api, "web-1")
+
+    out = ctx.run(ctx.on.stop(), dataclasses.replace(state, planned_units=0))
+
+    assert api.get_object("/api/v1/namespaces/default/pods/web-1") is None
+    assert node(api)["spec"]["unschedulable"] is True
+    assert not kubeadm.is_joined(machine.host())
+    assert out.unit_status == testing.MaintenanceStatus(f"drained node {NODE} (1 pods evicted)")
+
+
+def test_api_briefly_down_during_remove_unit_drains_once_it_answers(
+    ctx, machine, api, clock, own_departure, quick_client, caplog
+):
+    """`juju remove-unit` with the cluster staying: the API restarts under the drain.
+
+    Every connection of the first request is reset (the client's six tries), so the
+    drain fails with no answer; it is asked again 10 s later and drains as usual.
+    """
+    relation, state = joined(ctx, api)
+    add_pod(api, "web-1")
+    api.inject(status="reset", times=6)
+
+    with caplog.at_level(logging.WARNING):
+        out = ctx.run(
+            ctx.on.relation_departed(relation, remote_unit=0, departing_unit=0),
+            dataclasses.replace(state, planned_units=1),  # another worker stays
+        )
+
+    assert clock.slept == 10
+    assert f"cannot drain node {NODE} yet" in caplog.text
+    assert api.get_object("/api/v1/namespaces/default/pods/web-1") is None
+    assert not kubeadm.is_joined(machine.host())
+    assert out.unit_status == testing.MaintenanceStatus(f"drained node {NODE} (1 pods evicted)")
+
+
+def test_api_down_for_a_minute_during_remove_unit_resets_and_says_so(
+    ctx, machine, api, clock, own_departure, quick_client, caplog
+):
+    relation, state = joined(ctx, api)
+    add_pod(api, "web-1")
+    api.stop()
+
+    with caplog.at_level(logging.WARNING):
+        out = ctx.run(
+            ctx.on.relation_departed(relation, remote_unit=0, departing_unit=0),
+            dataclasses.replace(state, planned_units=1),
+        )
+
+    assert clock.slept == 60  # asked again every 10 s for a minute, then gave up
+    assert out.unit_status == testing.MaintenanceStatus(
+        f"reset node {NODE} without draining it: the Kubernetes API is unreachable"
+    )
+    assert "it did not answer for 60s" in caplog.text
+    assert "rescheduled once Kubernetes marks the node lost" in caplog.text
+    assert not kubeadm.is_joined(machine.host())
+
+
 def test_departure_before_joining_just_cleans_up(ctx, machine, api, clock):
     out = ctx.run(ctx.on.stop(), testing.State())
 

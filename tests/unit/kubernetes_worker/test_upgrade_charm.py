@@ -223,6 +223,28 @@ def test_api_error_during_the_drain_fails_the_hook_and_a_retry_resumes(ctx, mach
     assert published_minor(out) == "1.36"
 
 
+def test_a_destroyed_model_starts_no_upgrade_in_the_hooks_before_stop(ctx, machine, api, clock):
+    """`juju destroy-model` during this node's upgrade turn, the control plane gone.
+
+    The dying worker leaves the `cluster` relation (departed, broken) before its stop:
+    with every unit going, those hooks start nothing (the upgrade's drain would fail
+    them for ever with the API gone, and the model would never go away).
+    """
+    out = joined_on(ctx, api)
+    relation, state = republish(out, **{"kubernetes-version": "1.36", "upgrade-turn": UNIT})
+    state = dataclasses.replace(state, planned_units=0)
+    api.stop()
+
+    out = ctx.run(ctx.on.relation_departed(relation, remote_unit=0, departing_unit=0), state)
+    assert out.unit_status == testing.MaintenanceStatus(charm.GOING)
+    out = ctx.run(ctx.on.relation_broken(out.get_relation(relation.id)), out)
+    assert out.unit_status == testing.MaintenanceStatus(charm.GOING)
+
+    assert machine.upgrades == []
+    assert machine.dpkg["kubelet"] == pins("1.35")
+    assert kubeadm.is_joined(machine.host())  # the stop hook drains and resets it
+
+
 def test_a_node_the_operator_cordoned_stays_cordoned_after_its_upgrade(ctx, machine, api, clock):
     out = joined_on(ctx, api)
     add_pod(api, "web-1")
