@@ -7,13 +7,15 @@ The CLI talks to the proxy of fakes.aws, which answers EC2 quotas as Service Quo
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import aws_cli
+import docs_pages
 import pytest
 
-from fakes.aws import LocalAws, local_aws
+from fakes.aws import IMAGE_ID, LocalAws, local_aws
 
 pytestmark = aws_cli.needs_aws_cli
 
@@ -69,3 +71,96 @@ def test_the_vpc_quotas_still_come_from_moto(shell):
     )
 
     assert (status, output) == (0, "VPCs per Region\n")
+
+
+STANDARD = "L-1216C47A"
+# what differs from run to run: the key moto draws (id, tab, secret)
+ACCESS_KEY = (r"AKIA[0-9A-Z]{16}\t\S+",)
+
+
+def test_the_standard_quota_commands_read_a_new_account_and_ask_for_ten(local, shell):
+    get, request = aws_cli.transcript("standard-quota", shell)
+
+    assert get == "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances\t5.0\n"
+    assert request == "PENDING\t10.0\n"
+    (change,) = local.proxy.quotas.requests
+    assert (change["QuotaCode"], change["DesiredValue"]) == (STANDARD, 10.0)
+
+
+def _policy_of_the_how_to() -> str:
+    """The efs-storage policy as docs/how-to/aws-credentials.md shows it (its json block)."""
+    page = (docs_pages.DOCS / "how-to" / "aws-credentials.md").read_text()
+    (policy,) = re.findall(r"^## The policy\n.*?```json\n(.*?)```", page, re.S | re.M)
+    return policy
+
+
+def test_the_tutorials_juju_user_gets_ec2_the_efs_storage_policy_tag_and_a_key(
+    local, shell, tmp_path, monkeypatch
+):
+    # AWS's managed policies exist in every account; moto loads them when asked (moto
+    # settings.load_iam_aws_managed_policies), read as IAM's backend starts: at the reset
+    monkeypatch.setenv("MOTO_IAM_LOAD_MANAGED_POLICIES", "true")
+    local.reset()
+    # the operator saved the how-to's policy where they run the commands
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "efs-storage-policy.json").write_text(_policy_of_the_how_to())
+
+    outputs = aws_cli.transcript("juju-iam-user", shell, volatile=ACCESS_KEY)
+
+    assert outputs[0] == "juju\n"
+    key_id, secret = outputs[-1].split()
+    iam = local.client("iam")
+    assert [k["AccessKeyId"] for k in iam.list_access_keys(UserName="juju")["AccessKeyMetadata"]] == [
+        key_id
+    ]
+    assert len(secret) == 40
+    attached = iam.list_attached_user_policies(UserName="juju")["AttachedPolicies"]
+    assert [a["PolicyName"] for a in attached] == ["AmazonEC2FullAccess"]
+    assert iam.list_user_policies(UserName="juju")["PolicyNames"] == ["efs-storage"]
+    assert iam.list_user_tags(UserName="juju")["Tags"] == [
+        {"Key": "gpu-k8s:application", "Value": "efs-storage"}
+    ]
+
+
+# `aws` commands the pages give in their prose with their arguments (a bare command name
+# is a reference): each runs too
+PROSE = re.compile(r"`(aws\s+[a-z0-9-]+\s+[a-z0-9-]+\s+[^`\s][^`]*)`")
+
+
+def _prose_commands() -> list[tuple[str, str]]:
+    return [
+        (docs_pages.name(page), " ".join(m.group(1).split()))
+        for page, text in docs_pages.texts()
+        for m in PROSE.finditer(text)
+    ]
+
+
+def test_every_aws_command_in_the_pages_prose_runs_against_moto(local, shell):
+    iam, efs, s3, ec2 = (local.client(s) for s in ("iam", "efs", "s3", "ec2"))
+    iam.create_user(UserName="juju")
+    fs = efs.create_file_system(CreationToken="prose")["FileSystemId"]
+    s3.create_bucket(Bucket="my-bucket")
+    s3.put_object(Bucket="my-bucket", Key="etcd/snapshot-1.db.enc", Body=b"x")
+    (instance,) = ec2.run_instances(ImageId=IMAGE_ID, MinCount=1, MaxCount=1)["Instances"]
+    ids = {
+        "--user-name USER": "--user-name juju",
+        "fs-...": fs,
+        "i-...": instance["InstanceId"],
+    }
+    commands = _prose_commands()
+    assert {c.split()[2] for _, c in commands} >= {"tag-user", "tag-resource", "ls"}
+
+    for where, command in commands:
+        for text, value in ids.items():
+            command = command.replace(text, value)
+        status, output = shell.run(command)
+        assert status == 0, f"{where}: `{command}` failed ({status}):\n{output}"
+
+    assert iam.list_user_tags(UserName="juju")["Tags"] == [
+        {"Key": "gpu-k8s:application", "Value": "efs-storage"}
+    ]
+    assert {"Key": "gpu-k8s:application", "Value": "efs-storage"} in efs.list_tags_for_resource(
+        ResourceId=fs
+    )["Tags"]
+    listed = shell.run("aws s3 ls s3://my-bucket/etcd/")
+    assert listed[0] == 0 and "snapshot-1.db.enc" in listed[1]
