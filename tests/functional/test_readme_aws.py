@@ -110,9 +110,9 @@ def test_the_tutorials_juju_user_gets_ec2_the_efs_storage_policy_tag_and_a_key(
     assert outputs[0] == "juju\n"
     key_id, secret = outputs[-1].split()
     iam = local.client("iam")
-    assert [k["AccessKeyId"] for k in iam.list_access_keys(UserName="juju")["AccessKeyMetadata"]] == [
-        key_id
-    ]
+    assert [
+        k["AccessKeyId"] for k in iam.list_access_keys(UserName="juju")["AccessKeyMetadata"]
+    ] == [key_id]
     assert len(secret) == 40
     attached = iam.list_attached_user_policies(UserName="juju")["AttachedPolicies"]
     assert [a["PolicyName"] for a in attached] == ["AmazonEC2FullAccess"]
