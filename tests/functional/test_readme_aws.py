@@ -20,6 +20,7 @@ from fakes.aws import IMAGE_ID, LocalAws, local_aws
 pytestmark = aws_cli.needs_aws_cli
 
 G_AND_VT = "L-DB2E81BA"
+STANDARD = "L-1216C47A"  # the tutorial's other machines and the controller
 
 
 @pytest.fixture(scope="module")
@@ -34,13 +35,22 @@ def shell(local: LocalAws, tmp_path: Path) -> aws_cli.Shell:
     return aws_cli.Shell(tmp_path, local.url)
 
 
-def test_the_gpu_quota_commands_read_a_new_account_and_ask_for_more(local, shell):
-    get, request = aws_cli.transcript("g-instances-quota", shell)
-
-    assert get == "Running On-Demand G and VT instances\t0.0\n"
-    assert request == "PENDING\t12.0\n"
+def _read_then_asked(local, outputs: list[str], code: str, read: str, asked: float) -> None:
+    """The quota's name and a new account's value, then one PENDING request for `asked`."""
+    assert outputs == [f"{read}\n", f"PENDING\t{asked}\n"]
     (change,) = local.proxy.quotas.requests
-    assert (change["QuotaCode"], change["DesiredValue"]) == (G_AND_VT, 12.0)
+    assert (change["QuotaCode"], change["DesiredValue"]) == (code, asked)
+
+
+def test_the_gpu_quota_commands_read_a_new_account_and_ask_for_more(local, shell):
+    outputs = aws_cli.transcript("g-instances-quota", shell)
+    _read_then_asked(local, outputs, G_AND_VT, "Running On-Demand G and VT instances\t0.0", 12.0)
+
+
+def test_the_standard_quota_commands_read_a_new_account_and_ask_for_ten(local, shell):
+    outputs = aws_cli.transcript("standard-quota", shell)
+    name = "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances"
+    _read_then_asked(local, outputs, STANDARD, f"{name}\t5.0", 10.0)
 
 
 def test_the_applied_value_changes_only_when_aws_grants_the_request(local, shell):
@@ -73,27 +83,21 @@ def test_the_vpc_quotas_still_come_from_moto(shell):
     assert (status, output) == (0, "VPCs per Region\n")
 
 
-STANDARD = "L-1216C47A"
 # what differs from run to run: the key moto draws (id, tab, secret)
 ACCESS_KEY = (r"AKIA[0-9A-Z]{16}\t\S+",)
 
 
-def test_the_standard_quota_commands_read_a_new_account_and_ask_for_ten(local, shell):
-    get, request = aws_cli.transcript("standard-quota", shell)
-
-    assert get == "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances\t5.0\n"
-    assert request == "PENDING\t10.0\n"
-    (change,) = local.proxy.quotas.requests
-    assert (change["QuotaCode"], change["DesiredValue"]) == (STANDARD, 10.0)
-
-
 def _policy_of_the_how_to() -> str:
-    """The efs-storage policy as docs/how-to/aws-credentials.md shows it (its json block)."""
+    """The efs-storage policy as docs/how-to/aws-credentials.md shows it (its JSON block)."""
     page = (docs_pages.DOCS / "how-to" / "aws-credentials.md").read_text()
     (policy,) = re.findall(r"^## The policy\n.*?```json\n(.*?)```", page, re.S | re.M)
     return policy
 
 
+# The Juju user: Juju's Amazon EC2 page (Juju docs, reference, list of supported clouds,
+# "Requirements", read 2026-11-27) lists the ec2: actions Juju needs in its JujuEC2Actions
+# statement; AWS's managed AmazonEC2FullAccess allows ec2:*. With `--trust` efs-storage
+# uses the same key, so it also gets the how-to's policy and the tag that policy checks.
 def test_the_tutorials_juju_user_gets_ec2_the_efs_storage_policy_tag_and_a_key(
     local, shell, tmp_path, monkeypatch
 ):
