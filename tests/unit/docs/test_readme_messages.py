@@ -41,7 +41,7 @@ STAR = "\0"  # any text: a field of an f-string, a `...` or `<...>` of a quote
 MIN_FIXED = 4  # a literal explains part of a quote only with this many of its own letters
 COMMANDS = (
     "juju", "kubectl", "tox", "pip", "python3", "sudo", "aws", "curl", "git", "skopeo",
-    "kubeadm", "journalctl", "echo", "etcdctl", "ubuntu-drivers", "apt-get",
+    "kubeadm", "journalctl", "echo", "etcdctl", "ubuntu-drivers", "apt-get", "uv",
 )  # fmt: skip
 # Messages of other programs that ours pass on, with where they come from.
 UPSTREAM = (

@@ -685,6 +685,8 @@ def test_logs_say_when_a_replica_has_no_pod(ctx, running, api):
 
 
 def test_logs_show_a_crashed_containers_last_words_and_how_each_instance_ended(ctx, running, api):
+    tutorial, _ = run_action(ctx, running, "logs", job="mnist", lines=20)  # before the crash
+    readme_examples.show("tutorial-logs", readme_examples.juju_results(tutorial))
     pod = next(
         p
         for p in training_pods(api)

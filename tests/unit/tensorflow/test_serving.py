@@ -101,6 +101,7 @@ def test_serving_outlives_stop_and_goes_with_unserve(ctx, state, api, model_serv
 
     results, _ = run_action(ctx, state, "unserve", job="mnist")
     readme_examples.show("unserve", readme_examples.juju_results(results))
+    readme_examples.show("tutorial-unserve", readme_examples.juju_results(results))
     assert results["deleted"] == "Deployment and Service mnist-serving"
     assert api.get_object(DEPLOYMENTS + "mnist-serving") is None
     with pytest.raises(testing.ActionFailed, match="mnist is not being served"):
