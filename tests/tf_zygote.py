@@ -34,6 +34,12 @@ another that goes the same way). The zygote runs with OPENBLAS_NUM_THREADS=1 and
 lock can be held by a thread the child lacks. The programs' BLAS is single-threaded then
 (the tests train with --threads=1; TensorFlow's own kernels use Eigen, not OpenBLAS).
 
+What still differs from a fresh interpreter: the program's pid is not the one its launcher
+knows (that is the client's, which forwards), its str hashes share the zygote's random
+seed (PYTHONHASHSEED unset: one seed per zygote, not per program), TensorFlow and what it
+imports are in sys.modules before the program's first line, and its OpenBLAS has one
+thread.
+
 Each fork's parent is a monitor (one per request) that waits for the program and for the
 client's connection, so the test's CPU time (rusage of reaped children) counts the
 programs: the zygote reaps its monitors, the test process the zygote.
@@ -345,8 +351,9 @@ def run_program(request: dict) -> None:
         exec(code, main.__dict__)  # noqa: S102  (the program's own code, as python3 runs it)
     except SystemExit:
         raise
-    except BaseException:
-        traceback.print_exc()
+    except BaseException as e:  # the traceback from the program's first frame, as Python's
+        assert e.__traceback__ is not None
+        traceback.print_exception(type(e), e, e.__traceback__.tb_next)
         sys.exit(1)
 
 
