@@ -27,9 +27,12 @@ zygote that is not single-threaded.
 
 Forking a process with threads can deadlock the child on a lock another thread held. After
 `import tensorflow` this process has one thread besides the main one: OpenBLAS's worker
-(numpy's BLAS starts its pool at load, one thread per CPU less one; none with
-OPENBLAS_NUM_THREADS=1, measured here: 2 threads -> 1, and tf_keras's import adds
-another that goes the same way). The zygote runs with OPENBLAS_NUM_THREADS=1 and checks
+(numpy's BLAS starts its pool at load, one thread per CPU less one, as many as
+OPENBLAS_NUM_THREADS says: OpenBLAS driver/others/memory.c `blas_get_cpu_number`; none
+with OPENBLAS_NUM_THREADS=1, measured here: 2 threads -> 1, and tf_keras's import adds
+another that goes the same way). OpenBLAS also stops its pool before a fork itself
+(memory.c `openblas_fork_handler`: pthread_atfork(blas_thread_shutdown)), but the zygote
+does not rely on it. The zygote runs with OPENBLAS_NUM_THREADS=1 and checks
 /proc/self/task before every fork: it forks only while it is the one thread it was, so no
 lock can be held by a thread the child lacks. The programs' BLAS is single-threaded then
 (the tests train with --threads=1; TensorFlow's own kernels use Eigen, not OpenBLAS).
@@ -38,7 +41,8 @@ What still differs from a fresh interpreter: the program's pid is not the one it
 knows (that is the client's, which forwards), its str hashes share the zygote's random
 seed (PYTHONHASHSEED unset: one seed per zygote, not per program), TensorFlow and what it
 imports are in sys.modules before the program's first line, and its OpenBLAS has one
-thread.
+thread. Python's `random` is seeded again in each fork (CPython Lib/random.py:
+os.register_at_fork(after_in_child=_inst.seed)).
 
 Each fork's parent is a monitor (one per request) that waits for the program and for the
 client's connection, so the test's CPU time (rusage of reaped children) counts the
@@ -241,12 +245,13 @@ def _monitor(conn: socket.socket) -> dict | None:
         os.set_blocking(wake_w, False)
         signal.set_wakeup_fd(wake_w)
         signal.signal(signal.SIGCHLD, lambda *_: None)
+        monitor = os.getpid()
         pid = os.fork()
         if pid == 0:
             signal.set_wakeup_fd(-1)
             for fd in (wake_r, wake_w):
                 os.close(fd)
-            return _program(conn, fds, request)
+            return _program(conn, fds, request, monitor)
         for fd in fds:
             os.close(fd)
         _answer(conn, {"pid": pid})
@@ -298,10 +303,12 @@ def _watch(conn: socket.socket, pid: int, wake: int) -> None:
             os._exit(0)
 
 
-def _program(conn: socket.socket, fds: list[int], request: dict) -> dict:
+def _program(conn: socket.socket, fds: list[int], request: dict, monitor: int) -> dict:
     """The forked program's process: the client's streams, environment and place."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # its monitor gone: so is it
+    if os.getppid() != monitor:  # it went before the line above
+        os._exit(1)
     for number in (*FORWARDED, signal.SIGCHLD):
         signal.signal(number, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as Python starts

@@ -28,9 +28,10 @@ from conftest import has_tensorflow
 
 from fakes.kubelet import TENSORFLOW_IMAGE
 
-pytestmark = pytest.mark.skipif(
-    not has_tensorflow(sys.executable), reason="tensorflow is not importable: tox -e functional"
-)
+pytestmark = [
+    pytest.mark.skipif(not has_tensorflow(sys.executable), reason="tox -e functional has it"),
+    pytest.mark.skipif(os.environ.get(tf_zygote.ENV) == "0", reason="GPU_K8S_TF_ZYGOTE=0"),
+]
 
 # Reports what it was given, reads a line from stdin, then does what argv[1] says.
 PROGRAM = """
