@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import tf_zygote
 from kubectl_runner import UnavailableError, binary
 
 from charms.gpu_k8s.v0.kubeclient import Kube
@@ -27,6 +28,13 @@ def kube(kube_api: FakeKubeApiServer) -> Iterator[Kube]:
     """A real `Kube` client for `kube_api`, with tiny retry backoff so tests stay fast."""
     with Kube.from_kubeconfig(kube_api.kubeconfig(token="admin-token"), backoff=0.01) as client:
         yield client
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _tf_zygotes() -> Iterator[None]:
+    """The TensorFlow zygotes a module started end with it (tests/tf_zygote.py)."""
+    yield
+    tf_zygote.stop_all()
 
 
 def has_tensorflow(python: str) -> bool:

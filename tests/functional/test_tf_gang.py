@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 import readme_examples
+import tf_zygote
 from charm_modules import load
 from conftest import has_tensorflow
 
@@ -100,7 +101,7 @@ class GangKubelet(ProcessKubelet):
         if "jobset.sigs.k8s.io/jobset-name" in labels:  # a training pod, not a one-shot Job's
             env["JOB_COMPLETION_INDEX"] = labels["batch.kubernetes.io/job-completion-index"]
             env["GPU_K8S_HOSTS"] = self._hosts(pod, env)
-        return env
+        return tf_zygote.environment(env)  # TensorFlow imported once (tests/tf_zygote.py)
 
 
 @pytest.fixture

@@ -30,6 +30,7 @@ LAUNCHER = ROOT / "actions" / "tf_launcher.py"
 TRAINER = ROOT / "actions" / "tf_trainer.py"
 sys.path.insert(0, str(ROOT / "actions"))
 import readme_examples  # noqa: E402
+import tf_zygote  # noqa: E402
 from signed_s3 import signed_s3  # noqa: E402
 from tf_demo import free_ports, write_digits  # noqa: E402  (stdlib; sklearn when called)
 
@@ -118,7 +119,7 @@ class LocalJob:
                 command = self.program or [*FAST, *trainer_args]
                 self.procs[(role, i)] = subprocess.Popen(
                     [PYTHON, str(LAUNCHER), "--", *command],
-                    env=env,
+                    env=tf_zygote.environment(env),  # TensorFlow imported once
                     stdout=out,
                     stderr=subprocess.STDOUT,
                 )
