@@ -762,7 +762,7 @@ def test_denied_action_is_named_in_the_auth_error(world, action, iam):
     world.proxy.inject(action, "deny")
     with pytest.raises(AwsAuthError, match=f"AWS denied {iam} ") as err:
         world.manager().reconcile(world.desired())
-    assert "README" in str(err.value)
+    assert "docs/how-to/aws-credentials.md" in str(err.value)
     assert SECRET_ACCESS_KEY not in str(err.value)
     assert ACCESS_KEY_ID not in str(err.value)
 
@@ -775,7 +775,7 @@ def test_the_action_iam_denied_inside_another_call_is_named_from_awss_message(wo
     assert str(err.value).startswith(
         "AWS denied elasticfilesystem:TagResource (calling elasticfilesystem:CreateFileSystem)"
     )
-    assert "IAM policy" in str(err.value) and "README" in str(err.value)
+    assert "IAM policy" in str(err.value) and "docs/how-to/aws-credentials.md" in str(err.value)
 
 
 @pytest.mark.parametrize(
@@ -796,7 +796,7 @@ def test_a_denial_that_names_no_action_lists_what_the_call_needs(world, action, 
     with pytest.raises(AwsAuthError) as err:
         world.manager().reconcile(world.desired())
     assert f"allow {needs} in the IAM policy" in str(err.value)
-    assert "README" in str(err.value)
+    assert "docs/how-to/aws-credentials.md" in str(err.value)
 
 
 def test_an_encoded_ec2_denial_is_logged_for_decoding_and_kept_out_of_the_status(world, caplog):
