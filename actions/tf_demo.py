@@ -263,7 +263,7 @@ def _report(data: dict, job_dir: Path) -> None:
         )
     print(
         f"[demo] checkpoints in {_shown(job_dir / 'checkpoints')}; TensorBoard: "
-        f"`pip install tensorboard && tensorboard --logdir {_shown(job_dir / 'logs')}`",
+        f"`uvx tensorboard --logdir {_shown(job_dir / 'logs')}`",
         flush=True,
     )
 

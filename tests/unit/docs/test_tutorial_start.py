@@ -79,3 +79,28 @@ def test_the_teardown_listing_shows_an_instance_per_machine_of_the_default_bundl
     # the declared machines, plus a machine of its own for each unit placed nowhere
     unplaced = sum(a.get("num_units", 0) for a in BUNDLE["applications"].values() if "to" not in a)
     assert len(instances) == len(BUNDLE["machines"]) + unplaced == 3
+
+
+# Where a page may say `pip install ...`: inside an image or a virtual environment the
+# reader builds, never on their machine's own Python
+_IN_AN_ENVIRONMENT = ("image", "virtual environment", "venv")
+
+
+def test_no_page_or_hint_pip_installs_into_the_machine_s_python():
+    """Ubuntu 24.04's Python refuses `pip install` outside a virtual environment.
+
+    PEP 668 (externally managed environments; Ubuntu 24.04 marks its python3 so): the
+    README's `python3 -m pip install tox` and the demo's `pip install tensorboard` hint
+    failed there as written (review of issue 33, 2026-11-27).
+    """
+    found = []
+    for path, text in docs_pages.texts():
+        for paragraph in text.split("\n\n"):
+            for command in re.findall(r"`([^`]*\bpip3? install [^`]*)`", paragraph):
+                if not any(word in paragraph for word in _IN_AN_ENVIRONMENT):
+                    found.append(f"{docs_pages.name(path)}: {command}")
+    demo = (docs_pages.ROOT / "actions" / "tf_demo.py").read_text()
+    found += [f"tf_demo.py: {line.strip()}" for line in demo.splitlines() if "pip install" in line]
+    assert found == []
+    # the README's way, which works there (uv's and tox-uv's documented commands)
+    assert "uv tool install tox --with tox-uv" in README
