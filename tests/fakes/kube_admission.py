@@ -2965,8 +2965,12 @@ class Admission:
                 else:
                     errors += rule_errors(schema, obj, old)
         else:
+            from fakes.kube_enums import enum_errors  # it imports this module
+
             found = check_builtin(api_version, kind, obj)
             errors = found.required if found is not None else []
+            if not subresource:  # the enums kubernetes-validate's schemas lack
+                errors = errors + enum_errors(api_version, kind, obj)
             if kind == "CustomResourceDefinition" and api_version == "apiextensions.k8s.io/v1":
                 errors = errors + crd_errors(obj)
             if (api_version, kind, subresource) == ("batch/v1", "Job", "status") and old:
