@@ -100,7 +100,7 @@ def _profiles(errors: list[FieldError], sc: Any, path: str) -> None:
 
 
 def _container(errors: list[FieldError], c: dict, path: str) -> None:
-    """validateContainerCommon's order, then the probes (validateContainers)."""
+    """ValidateContainerCommon's order, then the probes (validateContainers)."""
     _check(errors, c, "terminationMessagePolicy", path, TERMINATION_MESSAGE_POLICY)
     for j, port in enumerate(_dicts(c.get("ports"))):
         _check(errors, port, "protocol", f"{path}.ports[{j}]", PROTOCOL)
@@ -158,7 +158,7 @@ def _failure_rules(errors: list[FieldError], spec: dict, path: str) -> None:
 
 
 def job_spec_errors(spec: Any, path: str = "spec") -> list[FieldError]:
-    """validateJobSpec's enum checks, its pod template's included, in its order."""
+    """ValidateJobSpec's enum checks, its pod template's included, in its order."""
     errors: list[FieldError] = []
     if not isinstance(spec, dict):
         return errors

@@ -15,9 +15,12 @@ from typing import Any
 import pytest
 
 from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
+from fakes import crds
+from fakes.batch import JOBSET, BatchControllers
 from fakes.kube_apiserver import FakeKubeApiServer
 
 CONTAINER = {"name": "c", "image": "busybox"}
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
 
 @pytest.fixture
@@ -172,3 +175,36 @@ def test_supported_values_are_accepted(ns: Kube):
             securityContext={"seccompProfile": {"type": "RuntimeDefault"}},
         )
     )
+
+
+def test_a_jobset_whose_job_template_has_an_unsupported_value_gets_no_job(kube_api):
+    """JobSet's webhook does not validate the Job template; the Job's create is refused.
+
+    Before, the fake controllers stored the Job as built (`BatchControllers._put`).
+
+    jobset v0.12.0 pkg/webhooks/jobset_webhook.go ValidateCreate checks names, targets and
+    in-place restart settings only, so the JobSet is stored; its controller's create of
+    the Job is answered 422 and recorded as a JobCreationFailed event (createJobs).
+    """
+    kube_api.put_object("/api/v1/namespaces/work", {"metadata": {"name": "work"}})
+    kube_api.put_shared(f"{CRDS}/{crds.JOBSET}", crds.shared(crds.JOBSET))
+    controllers = BatchControllers(kube_api, "work")
+    controllers.managed = False  # not Kueue's: the JobSet runs at once
+    template = {"restartPolicy": "Never", "containers": [dict(CONTAINER)]}
+    job_spec = {"completionMode": "Indexd", "completions": 1, "parallelism": 1}
+    job_spec["template"] = {"metadata": {}, "spec": template}
+    spec = {
+        "network": {"subdomain": "js"},
+        "replicatedJobs": [{"name": "w", "replicas": 1, "template": {"spec": job_spec}}],
+    }
+    kube_api.put_object(f"{JOBSET}/namespaces/work/jobsets/js", {"spec": spec})
+    controllers.tick()
+    assert kube_api.objects("/apis/batch/v1/namespaces/work/jobs/") == []
+    message = (
+        'job "js-w-0" creation failed with error: Job.batch "js-w-0" is invalid: '
+        'spec.completionMode: Unsupported value: "Indexd": '
+        'supported values: "NonIndexed", "Indexed"'
+    )
+    assert set(controllers.refused) == {message}  # each reconcile tries again
+    events = kube_api.objects("/api/v1/namespaces/work/events/")
+    assert {(e["reason"], e["message"]) for e in events} == {("JobCreationFailed", message)}
