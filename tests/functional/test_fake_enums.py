@@ -208,3 +208,21 @@ def test_a_jobset_whose_job_template_has_an_unsupported_value_gets_no_job(kube_a
     assert set(controllers.refused) == {message}  # each reconcile tries again
     events = kube_api.objects("/api/v1/namespaces/work/events/")
     assert {(e["reason"], e["message"]) for e in events} == {("JobCreationFailed", message)}
+
+
+def test_validate_jobset_checks_each_job_as_the_server_will():
+    """`fakes.crds.validate_jobset` refuses what the JobSet's Jobs would be refused for."""
+    job_spec = {"completions": 1, "parallelism": 1, "podReplacementPolicy": "Whenever"}
+    job_spec["template"] = {"spec": {"containers": [dict(CONTAINER)]}}
+    js = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "js", "namespace": "work"},
+        "spec": {"replicatedJobs": [{"name": "w", "replicas": 1, "template": {"spec": job_spec}}]},
+    }
+    with pytest.raises(
+        ValueError, match=r'spec.podReplacementPolicy: Unsupported value: "Whenever"'
+    ):
+        crds.validate_jobset(js)
+    job_spec["podReplacementPolicy"] = "Failed"
+    crds.validate_jobset(js)  # restartPolicy and completionMode: the webhook's defaults
