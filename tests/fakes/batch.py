@@ -24,8 +24,12 @@ Kueue (kubernetes-sigs/kueue v0.19.2):
   `jobset-<name>-<hash>` (workload_names.go), with the WorkloadPriorityClass value of its
   `kueue.x-k8s.io/priority-class` label as `spec.priority`; while that class does not
   exist, no Workload (util/priority GetPriorityFromWorkloadPriorityClass errs).
-- K2 A pending Workload is admitted when its pods' GPUs fit the unused nominal quota of
-  the ClusterQueue behind its LocalQueue (all or nothing): conditions QuotaReserved and
+- K2 A pending Workload is admitted when every resource its pod sets request (each pod's
+  requests times the set's count: GPUs, CPU, memory, whatever the ClusterQueue covers)
+  gets a flavor, per resource group the first of the ClusterQueue's flavors whose taints
+  and labels the pods accept and where it fits what the queue may still take: in a cohort
+  its unused localQuota plus what the cohort has left, within its borrowingLimit
+  (`Quota.available`, flavorassigner.go; all or nothing): conditions QuotaReserved and
   Admitted True, and the JobSet is unsuspended (RunWithPodSetsInfo). Otherwise it stays
   QuotaReserved False, reason Pending, with Kueue's "couldn't assign flavors" message.
   Higher priority, then older, is admitted first (BestEffortFIFO). Before that, the queue
@@ -201,7 +205,9 @@ from typing import Any
 
 import yaml
 
+from fakes.kube_admission import go_quote, invalid
 from fakes.kube_apiserver import ApiError, generated_suffix, json_copy, selector_matches
+from fakes.kube_enums import enum_errors
 
 JOBSET = "/apis/jobset.x-k8s.io/v1alpha2"
 KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
@@ -872,8 +878,19 @@ class BatchControllers:
         return self.api.objects(f"{KUEUE}/namespaces/{self.ns}/workloads/")
 
     def _put(self, obj: dict) -> dict:
+        """Store a controller's object; a Job or Pod checked as kube-apiserver validates it.
+
+        The enums kubernetes-validate's schemas lack (`fakes.kube_enums`): a Job the JobSet
+        controller builds from a template with `completionMode: Indexd` is refused (422)
+        here as the real server refuses the controller's create.
+        """
         kind = obj["kind"]
         name = obj["metadata"]["name"]
+        if kind in ("Job", "Pod"):
+            api_version = obj.get("apiVersion") or ("v1" if kind == "Pod" else "batch/v1")
+            errors = enum_errors(api_version, kind, obj)
+            if errors:
+                raise invalid(api_version, kind, name, errors)
         path = {
             "JobSet": f"{JOBSET}/namespaces/{self.ns}/jobsets/{name}",
             "Job": f"/apis/batch/v1/namespaces/{self.ns}/jobs/{name}",
@@ -964,9 +981,16 @@ class BatchControllers:
         return json.loads(answer[2])["metadata"]["resourceVersion"]
 
     def _admitted(self, pod: dict, owner: dict) -> bool:
-        """B8: PodSecurity admits the controller's new pod, or it records FailedCreate."""
+        """B8: validation and PodSecurity admit the controller's new pod, or FailedCreate.
+
+        Validation (the enums, `fakes.kube_enums`) runs first, as the registry's
+        BeforeCreate runs before the validating admission plugins.
+        """
         namespace = self.api.get_object(f"/api/v1/namespaces/{self.ns}")
         try:
+            errors = enum_errors("v1", "Pod", pod)
+            if errors:
+                raise invalid("v1", "Pod", pod["metadata"]["name"], errors)
             self.api.admission.pod_security.validate(
                 group="",
                 kind="Pod",
@@ -1776,7 +1800,12 @@ class BatchControllers:
             RESTART_ATTEMPT: str(js.get("status", {}).get("restarts", 0)),
         }
         spec = template["spec"]
-        pod_meta = spec["template"]["metadata"]
+        # the JobSet webhook's defaults (jobset v0.12.0 jobset_webhook.go Default), which
+        # the real one stores in the JobSet on create: Indexed, and pods OnFailure
+        spec.setdefault("completionMode", "Indexed")
+        if not spec["template"].setdefault("spec", {}).get("restartPolicy"):
+            spec["template"]["spec"]["restartPolicy"] = "OnFailure"
+        pod_meta = spec["template"].setdefault("metadata", {})
         pod_meta["labels"] = {**pod_meta.get("labels", {}), **labels}
         spec["template"]["spec"]["subdomain"] = js["spec"]["network"]["subdomain"]
         return {
@@ -1838,10 +1867,43 @@ class BatchControllers:
             job = self._child_job(js, rj)
             name = job["metadata"]["name"]
             if name not in taken and self.api.get_object(jobs_path + name) is None:
-                self._put(job)
+                self._create_job(js, job)
         if _true(js, "RestartingJobSet") and self._all_running(js):
             _set(js, "RestartingJobSet", "False", "JobsReady")
             self._write_status(js)
+
+    def _create_job(self, js: dict, job: dict) -> None:
+        """J1: create a child Job; refused, a JobCreationFailed event on the JobSet.
+
+        jobset v0.12.0 jobset_controller.go createJobs: `job %q creation failed with error:
+        %v` (the API error's message), recorded as a Warning event, reason
+        JobCreationFailed (constants.go), and the reconcile retried. The JobSet webhook
+        (pkg/webhooks/jobset_webhook.go ValidateCreate) checks names, targets and the
+        in-place restart settings of each template, not the Job's own validation, so such
+        a JobSet is created and its Jobs never are.
+        """
+        try:
+            self._put(job)
+        except ApiError as e:
+            name = job["metadata"]["name"]
+            message = f"job {go_quote(name)} creation failed with error: {e.message}"
+            self.refused.append(message)
+            self.api.put_object(
+                f"/api/v1/namespaces/{self.ns}/events/{js['metadata']['name']}.{generated_suffix(16)}",
+                {
+                    "involvedObject": {
+                        "apiVersion": js["apiVersion"],
+                        "kind": "JobSet",
+                        "name": js["metadata"]["name"],
+                        "namespace": self.ns,
+                        "uid": js["metadata"]["uid"],
+                    },
+                    "type": "Warning",
+                    "reason": "JobCreationFailed",
+                    "message": message,
+                    "source": {"component": "jobset"},
+                },
+            )
 
     def _all_running(self, js: dict) -> bool:
         """Every pod of every replicated Job runs (JobSet's "JobsReady")."""

@@ -12,7 +12,8 @@ misspelled field or a wrong value fails there as it would on a cluster.
 the same object each time); `validate(obj)` checks one object against its kind's CRD
 without a server, as the API server's decoding under `fieldValidation=Strict` and its
 validation would;
-`validate_jobset` adds the JobSet webhook's checks on create.
+`validate_jobset` adds the JobSet webhook's checks on create and kube-apiserver's on each
+Job its controller creates from the JobSet.
 """
 
 from __future__ import annotations
@@ -102,11 +103,35 @@ def validate(obj: dict[str, Any], old: dict[str, Any] | None = None) -> None:
     admission.validate(body["apiVersion"], body["kind"], body, name, crd_, old)
 
 
+def _job_templates(obj: dict[str, Any]) -> None:
+    """Each replicated Job as kube-apiserver validates the Job the JobSet controller creates.
+
+    The webhook validates none of the Job template's own fields (jobset_webhook.go
+    ValidateCreate), and the CRD's embedded Job schema has no enums: a JobSet whose
+    template says `completionMode: Indexd` is stored, and each Job its controller creates
+    is refused (fakes/batch.py `_create_job`). Checked here with the webhook's defaults
+    (Default: Indexed, pods OnFailure), as the Job would be built.
+    """
+    from fakes.kube_admission import aggregate
+    from fakes.kube_enums import job_spec_errors
+
+    for rj in obj["spec"]["replicatedJobs"]:
+        spec = json.loads(json.dumps(rj["template"].get("spec") or {}))
+        spec.setdefault("completionMode", "Indexed")
+        pod = spec.setdefault("template", {}).setdefault("spec", {})
+        pod["restartPolicy"] = pod.get("restartPolicy") or "OnFailure"
+        errors = job_spec_errors(spec)
+        if errors:
+            raise ValueError(
+                f"replicated Job {rj['name']}'s Jobs are refused: {aggregate(errors)}"
+            )
+
+
 _DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 
 def validate_jobset(obj: dict[str, Any]) -> None:
-    """`validate`, then the JobSet webhook's create checks the charm's JobSets meet.
+    """`validate`, each Job's validation, then the JobSet webhook's create checks.
 
     kubernetes-sigs/jobset v0.12.0 pkg/webhooks/jobset_webhook.go ValidateCreate: the
     InPlaceRestart strategy only with its feature gate (off by default); each replicated
@@ -115,6 +140,7 @@ def validate_jobset(obj: dict[str, Any]) -> None:
     success policy's and failure rules' targets are replicated Jobs of the JobSet.
     """
     validate(obj)
+    _job_templates(obj)
     spec = obj["spec"]
     failure = spec.get("failurePolicy") or {}
     if failure.get("restartStrategy") == "InPlaceRestart":

@@ -39,7 +39,9 @@ field is 422 `Deployment.apps "x" is invalid: spec.selector: Required value`, se
 brackets, each a `details.causes` entry (apimachinery pkg/api/errors NewInvalid,
 pkg/util/validation/field errors.go). The semantic checks of pkg/apis/*/validation
 (name formats, label syntax, selector matching) are not made, apart from the Secret and
-PersistentVolume rules the server module has.
+PersistentVolume rules the server module has and the enums of Jobs, CronJobs, Pods and
+pod templates, which the schemas lack (kube_enums.py: 422 `spec.completionMode:
+Unsupported value: "Indexd": supported values: "NonIndexed", "Indexed"`).
 
 Custom resources are checked against the `openAPIV3Schema` of the version written, as
 apiextensions-apiserver does (pkg/apiserver/schema/pruning/algorithm.go,
@@ -2965,8 +2967,12 @@ class Admission:
                 else:
                     errors += rule_errors(schema, obj, old)
         else:
+            from fakes.kube_enums import enum_errors  # it imports this module
+
             found = check_builtin(api_version, kind, obj)
             errors = found.required if found is not None else []
+            if not subresource:  # the enums kubernetes-validate's schemas lack
+                errors = errors + enum_errors(api_version, kind, obj)
             if kind == "CustomResourceDefinition" and api_version == "apiextensions.k8s.io/v1":
                 errors = errors + crd_errors(obj)
             if (api_version, kind, subresource) == ("batch/v1", "Job", "status") and old:

@@ -61,10 +61,11 @@ COUNTERS_FILE = "counters.csv"
 
 # DCGM field, Prometheus type, help: the exporter's collectors file format
 # (etc/default-counters.csv). Names and units: DCGM's dcgmlib/dcgm_fields.h. Each type is
-# the one upstream's default-counters.csv gives the field (NVIDIA/dcgm-exporter main
-# d5e5f51, 2026-05-12; tests/fixtures/dcgm/default-counters-types.txt), which the exporter
-# copies into `# TYPE` (rendermetrics/render_metrics.go): a `counter` is read with rate()
-# or increase(), and the collector's prometheus receiver turns it into a monotonic sum.
+# the one upstream's default-counters.csv gives the field (NVIDIA/dcgm-exporter 7ad5832,
+# which pins 4.6.0-4.8.3, the release before ours; the tag is not stored:
+# tests/fixtures/dcgm/default-counters-types.txt), which the exporter copies into
+# `# TYPE` (rendermetrics/render_metrics.go): a `counter` is read with rate() or
+# increase(), and the collector's prometheus receiver turns it into a monotonic sum.
 COUNTERS = (
     ("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz)."),
     ("DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz)."),
@@ -80,8 +81,7 @@ COUNTERS = (
     ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered."),
     # the exporter's own: each XID, and each clock event reason, in its last window (5
     # minutes). A count that falls as events age out (expcollector.go: GetValuesSince(now
-    # - window)) is a gauge; upstream's 4.6.0-4.8.3 CSV declares both so (7ad5832, review
-    # observability.md F-9), d5e5f51's still said counter.
+    # - window)) is a gauge, as upstream's CSV declares both since 4.6.0-4.8.3.
     ("DCGM_EXP_XID_ERRORS_COUNT", "gauge", "XIDs reported during the last window."),
     ("DCGM_EXP_CLOCK_EVENTS_COUNT", "gauge", "Clock events reported during the last window."),
     # per MIG instance, where DCGM has no GPU_UTIL (needs the SYS_ADMIN the pod has)
@@ -98,8 +98,11 @@ COUNTERS = (
     ("DCGM_FI_DEV_THERMAL_VIOLATION", "counter", "Throttling duration due to heat."),
     ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "Total number of PCIe retries."),
     # all lanes of all links: 0 on GPUs without NVLink (the A10G), the fabric's traffic on
-    # the p4d/p5 machines bigger-gpu-nodes.yaml names
-    ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "counter", "NVLink bandwidth counters of all lanes."),
+    # the p4d/p5 machines bigger-gpu-nodes.yaml names. A gauge: DCGM turns NVML's
+    # cumulative KiB counters into a throughput (DcgmCacheManager.cpp
+    # ReadAndCacheNvLinkBandwidth), so rate() of it means nothing (NVIDIA/dcgm-exporter
+    # pull 658, in 4.6.0-4.8.3's CSV)
+    ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "gauge", "NVLink throughput of all lanes (in MiB/s)."),
     # a label on every other series (upstream's default too), as the recorded page has it
     ("DCGM_FI_DRIVER_VERSION", "label", "Driver Version"),
 )

@@ -166,13 +166,6 @@ def test_removed_when_the_last_gpu_worker_is_gone(ctx, bootstrapped, api):
 
 
 UPSTREAM_TYPES = Path(__file__).parents[2] / "fixtures" / "dcgm" / "default-counters-types.txt"
-# The exporter's window counts: how many XIDs (clock events) DCGM reported in the last
-# window (expcollector.go at d5e5f51: GetValuesSince(now - windowSize)), a value that falls
-# when events age out, so a gauge (prometheus.io/docs/concepts/metric_types: a counter only
-# goes up or resets). The CSV at d5e5f51 still says counter; 4.6.0-4.8.3's says gauge
-# (NVIDIA/dcgm-exporter 7ad5832, review observability.md F-9) and adds the monotonic
-# DCGM_EXP_*_TOTAL beside them.
-WINDOW_COUNTS = {"DCGM_EXP_XID_ERRORS_COUNT": "gauge", "DCGM_EXP_CLOCK_EVENTS_COUNT": "gauge"}
 
 
 def _rows(text: str) -> dict[str, str]:
@@ -184,11 +177,11 @@ def test_each_counter_has_the_type_upstream_gives_it():
     lines = UPSTREAM_TYPES.read_text().splitlines()
     upstream = dict(line.split(", ") for line in lines if line and not line.startswith("#"))
     ours = _rows(dcgm_exporter.counters_text())
-    assert {name: {**upstream, **WINDOW_COUNTS}[name] for name in ours} == ours
+    assert {name: upstream[name] for name in ours} == ours
 
 
 def test_upstreams_defaults_for_energy_tensor_activity_and_nvlink_are_collected():
-    """Active in upstream's default-counters.csv (d5e5f51) and read by the dashboards."""
+    """Active in upstream's default-counters.csv (7ad5832) and read by the dashboards."""
     assert {
         "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
         "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",

@@ -29,6 +29,7 @@ from progress import eta_seconds, format_duration, parse_progress, resumed_step,
 
 from fakes.crds import validate_jobset
 from fakes.kube_admission import KUBERNETES_VERSION
+from fakes.kube_enums import enum_errors
 
 CHARM_DIR = Path(__file__).resolve().parents[3] / "charms" / "tensorflow"
 CTX = manifests.Context(
@@ -187,6 +188,8 @@ def test_every_manifest_is_valid_kubernetes(req):
             validate_jobset(manifest)  # JobSet v0.12.0's CRD and its webhook's create checks
         else:
             kubernetes_validate.validate(manifest, KUBERNETES_VERSION, strict=True)
+            # and the enums its schemas lack, as kube-apiserver checks them
+            assert enum_errors(manifest["apiVersion"], manifest["kind"], manifest) == []
 
 
 def test_the_longest_job_name_makes_valid_jobset_names():

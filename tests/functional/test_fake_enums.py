@@ -1,0 +1,228 @@
+"""The fake API server refuses invalid enum values as kube-apiserver 1.36 does (issue 31 item 3).
+
+kubernetes-validate's 1.36 schemas carry no enums; tests/fakes/kube_enums.py adds the checks
+of pkg/apis/batch/validation (validateJobSpec, validatePodFailurePolicyRule...) and
+pkg/apis/core/validation (ValidatePodSpec...), each answered with field.NotSupported's
+message: `<path>: Unsupported value: "<v>": supported values: "<a>", "<b>"`. Each write here
+is one the server accepts with one value wrong, sent through the real client (`Kube`).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
+from fakes import crds
+from fakes.batch import JOBSET, BatchControllers
+from fakes.kube_apiserver import FakeKubeApiServer
+
+CONTAINER = {"name": "c", "image": "busybox"}
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+
+
+@pytest.fixture
+def ns(kube: Kube, kube_api: FakeKubeApiServer) -> Kube:
+    kube_api.put_object("/api/v1/namespaces/work", {"metadata": {"name": "work"}})
+    return kube
+
+
+def job(**spec: Any) -> dict:
+    """A Job the server accepts, `spec` fields added (a pod failure policy needs Never)."""
+    template = {"restartPolicy": "Never", "containers": [dict(CONTAINER)]}
+    body = {
+        "selector": {"matchLabels": {"app": "j"}},
+        "manualSelector": True,
+        "template": {"metadata": {"labels": {"app": "j"}}, "spec": template},
+        **spec,
+    }
+    meta = {"name": "j", "namespace": "work"}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": body}
+
+
+def pod(**spec: Any) -> dict:
+    body = {"containers": [dict(CONTAINER)], **spec}
+    meta = {"name": "p", "namespace": "work"}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": body}
+
+
+def refused(kube: Kube, obj: dict) -> str:
+    with pytest.raises(KubeError) as info:
+        kube.create(obj)
+    assert (info.value.status, info.value.reason) == (422, "Invalid"), info.value.message
+    return info.value.message
+
+
+def rule(action: str = "FailJob", operator: str = "In") -> dict:
+    return {"action": action, "onExitCodes": {"operator": operator, "values": [42]}}
+
+
+def with_template(obj: dict, **fields: Any) -> dict:
+    out = copy.deepcopy(obj)
+    out["spec"]["template"]["spec"].update(fields)
+    return out
+
+
+JOB_CASES = [
+    (
+        job(completionMode="Indexd"),
+        'spec.completionMode: Unsupported value: "Indexd": '
+        'supported values: "NonIndexed", "Indexed"',
+    ),
+    (
+        job(podFailurePolicy={"rules": [rule(action="FailJobs")]}),
+        'spec.podFailurePolicy.rules[0].action: Unsupported value: "FailJobs": '
+        'supported values: "Count", "FailIndex", "FailJob", "Ignore"',
+    ),
+    (
+        job(podFailurePolicy={"rules": [rule(operator="Inn")]}),
+        'spec.podFailurePolicy.rules[0].onExitCodes.operator: Unsupported value: "Inn": '
+        'supported values: "In", "NotIn"',
+    ),
+    (
+        job(
+            podFailurePolicy={
+                "rules": [
+                    {
+                        "action": "Ignore",
+                        "onPodConditions": [{"type": "DisruptionTarget", "status": "Yes"}],
+                    }
+                ]
+            }
+        ),
+        'spec.podFailurePolicy.rules[0].onPodConditions[0].status: Unsupported value: "Yes": '
+        'supported values: "False", "True", "Unknown"',
+    ),
+    (
+        job(podReplacementPolicy="Terminating"),
+        'spec.podReplacementPolicy: Unsupported value: "Terminating": '
+        'supported values: "Failed", "TerminatingOrFailed"',
+    ),
+    (
+        job(podFailurePolicy={"rules": [rule()]}, podReplacementPolicy="TerminatingOrFailed"),
+        'spec.podReplacementPolicy: Unsupported value: "TerminatingOrFailed": '
+        'supported values: "Failed"',
+    ),
+    (
+        with_template(job(), dnsPolicy="ClusterLast"),
+        'spec.template.spec.dnsPolicy: Unsupported value: "ClusterLast": supported values: '
+        '"ClusterFirstWithHostNet", "ClusterFirst", "Default", "None"',
+    ),
+    (
+        with_template(job(), restartPolicy="Always"),
+        'spec.template.spec.restartPolicy: Required value: valid values: "OnFailure", "Never"',
+    ),
+]
+
+
+@pytest.mark.parametrize(("obj", "error"), JOB_CASES)
+def test_a_job_with_an_unsupported_value_is_refused(ns: Kube, obj: dict, error: str):
+    assert refused(ns, obj) == f'Job.batch "j" is invalid: {error}'
+
+
+def test_a_job_template_restart_policy_sometimes_is_refused_twice(ns: Kube):
+    """The pod spec's check (three values), then validateJobSpec's (two)."""
+    message = refused(ns, with_template(job(), restartPolicy="Sometimes"))
+    path = "spec.template.spec.restartPolicy"
+    assert message == (
+        f'Job.batch "j" is invalid: [{path}: Unsupported value: "Sometimes": supported values: '
+        f'"Always", "OnFailure", "Never", {path}: Unsupported value: "Sometimes": '
+        'supported values: "OnFailure", "Never"]'
+    )
+
+
+POD_CASES = [
+    (
+        pod(containers=[{**CONTAINER, "imagePullPolicy": "Sometimes"}]),
+        'spec.containers[0].imagePullPolicy: Unsupported value: "Sometimes": '
+        'supported values: "Always", "IfNotPresent", "Never"',
+    ),
+    (
+        pod(containers=[{**CONTAINER, "ports": [{"containerPort": 80, "protocol": "tcp"}]}]),
+        'spec.containers[0].ports[0].protocol: Unsupported value: "tcp": '
+        'supported values: "SCTP", "TCP", "UDP"',
+    ),
+    (
+        pod(securityContext={"seccompProfile": {"type": "Default"}}),
+        'spec.securityContext.seccompProfile.type: Unsupported value: "Default": '
+        'supported values: "Localhost", "RuntimeDefault", "Unconfined"',
+    ),
+    (
+        pod(tolerations=[{"key": "k", "operator": "Exist", "effect": "NoSchedule"}]),
+        'spec.tolerations[0].operator: Unsupported value: "Exist": '
+        'supported values: "Equal", "Exists"',
+    ),
+    (
+        pod(restartPolicy="Sometimes"),
+        'spec.restartPolicy: Unsupported value: "Sometimes": '
+        'supported values: "Always", "OnFailure", "Never"',
+    ),
+]
+
+
+@pytest.mark.parametrize(("obj", "error"), POD_CASES)
+def test_a_pod_with_an_unsupported_value_is_refused(ns: Kube, obj: dict, error: str):
+    assert refused(ns, obj) == f'Pod "p" is invalid: {error}'
+
+
+def test_supported_values_are_accepted(ns: Kube):
+    ns.create(job(completionMode="Indexed", completions=1, podFailurePolicy={"rules": [rule()]}))
+    ns.create(
+        pod(
+            dnsPolicy="ClusterFirst",
+            securityContext={"seccompProfile": {"type": "RuntimeDefault"}},
+        )
+    )
+
+
+def test_a_jobset_whose_job_template_has_an_unsupported_value_gets_no_job(kube_api):
+    """JobSet's webhook does not validate the Job template; the Job's create is refused.
+
+    Before, the fake controllers stored the Job as built (`BatchControllers._put`).
+
+    jobset v0.12.0 pkg/webhooks/jobset_webhook.go ValidateCreate checks names, targets and
+    in-place restart settings only, so the JobSet is stored; its controller's create of
+    the Job is answered 422 and recorded as a JobCreationFailed event (createJobs).
+    """
+    kube_api.put_object("/api/v1/namespaces/work", {"metadata": {"name": "work"}})
+    kube_api.put_shared(f"{CRDS}/{crds.JOBSET}", crds.shared(crds.JOBSET))
+    controllers = BatchControllers(kube_api, "work")
+    controllers.managed = False  # not Kueue's: the JobSet runs at once
+    template = {"restartPolicy": "Never", "containers": [dict(CONTAINER)]}
+    job_spec = {"completionMode": "Indexd", "completions": 1, "parallelism": 1}
+    job_spec["template"] = {"metadata": {}, "spec": template}
+    spec = {
+        "network": {"subdomain": "js"},
+        "replicatedJobs": [{"name": "w", "replicas": 1, "template": {"spec": job_spec}}],
+    }
+    kube_api.put_object(f"{JOBSET}/namespaces/work/jobsets/js", {"spec": spec})
+    controllers.tick()
+    assert kube_api.objects("/apis/batch/v1/namespaces/work/jobs/") == []
+    message = (
+        'job "js-w-0" creation failed with error: Job.batch "js-w-0" is invalid: '
+        'spec.completionMode: Unsupported value: "Indexd": '
+        'supported values: "NonIndexed", "Indexed"'
+    )
+    assert set(controllers.refused) == {message}  # each reconcile tries again
+    events = kube_api.objects("/api/v1/namespaces/work/events/")
+    assert {(e["reason"], e["message"]) for e in events} == {("JobCreationFailed", message)}
+
+
+def test_validate_jobset_checks_each_job_as_the_server_will():
+    """`fakes.crds.validate_jobset` refuses what the JobSet's Jobs would be refused for."""
+    job_spec = {"completions": 1, "parallelism": 1, "podReplacementPolicy": "Whenever"}
+    job_spec["template"] = {"spec": {"containers": [dict(CONTAINER)]}}
+    js = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "js", "namespace": "work"},
+        "spec": {"replicatedJobs": [{"name": "w", "replicas": 1, "template": {"spec": job_spec}}]},
+    }
+    with pytest.raises(
+        ValueError, match=r'spec.podReplacementPolicy: Unsupported value: "Whenever"'
+    ):
+        crds.validate_jobset(js)
+    job_spec["podReplacementPolicy"] = "Failed"
+    crds.validate_jobset(js)  # restartPolicy and completionMode: the webhook's defaults
