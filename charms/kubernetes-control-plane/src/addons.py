@@ -71,7 +71,7 @@ ADMISSION_POLICIES_KEY = "admission-policies"  # what admission_policies last ap
 ADMISSION_CLAIMS_KEY = "admission-claims"
 MIG_MANAGER_KEY = "mig-manager"
 KUEUE_OBJECTS_KEY = "kueue-objects"
-TEAM_NETWORK_KEY = "team-network-policies"  # what network_policies last applied
+TEAM_NETWORK_KEY = "team-network-policies"  # what network_policies applied, per namespace
 KUEUE_COHORT_KEY = "kueue-cohort"  # the cohort's quota last computed, and an overcommit
 EFS_CSI_KEY = "addon-aws-efs-csi-driver"  # what efs_csi last applied (efs_csi.want_key)
 EFS_CSI_SHA256_KEY = "addon-aws-efs-csi-driver-sha256"  # URL -> sha256 of each file applied
@@ -262,13 +262,30 @@ class Addons:
         Returns a note for the status while consumers share a CNI that enforces none of it.
         """
         granted = json.loads(bag.get(KUBE_API_KEY) or "{}")
-        objects = network_policies.manifests(g["namespace"] for g in granted.values())
-        if self._apply_once(TEAM_NETWORK_KEY, objects, fingerprint(objects), bag):
-            logger.info(
-                "namespaces isolated for ingress: %s",
-                ", ".join(o["metadata"]["namespace"] for o in objects) or "none",
-            )
-        if objects and not network_policies.enforced(bag.get(CNI_KEY, "")):
+        namespaces = sorted({g["namespace"] for g in granted.values()})
+        # what was applied, per namespace: relating one more team applies its namespace's
+        # policies only, not every team's again (a value of an older revision, one
+        # fingerprint of them all, is no map: everything is applied once more)
+        try:
+            applied = json.loads(bag.get(TEAM_NETWORK_KEY) or "{}")
+        except ValueError:
+            applied = {}
+        applied = applied if isinstance(applied, dict) else {}
+        now: dict[str, str] = {}
+        isolated = []
+        for ns in namespaces:
+            objects = network_policies.manifests([ns])
+            now[ns] = fingerprint(objects)
+            if applied.get(ns) != now[ns]:
+                kube = self._kube()
+                for manifest in objects:
+                    kube.apply(manifest, field_manager=FIELD_MANAGER)
+                isolated.append(ns)
+        if bag.get(TEAM_NETWORK_KEY) != (value := json.dumps(now, sort_keys=True)):
+            bag[TEAM_NETWORK_KEY] = value
+        if isolated:
+            logger.info("namespaces isolated for ingress: %s", ", ".join(isolated))
+        if namespaces and not network_policies.enforced(bag.get(CNI_KEY, "")):
             return [network_policies.NOT_ENFORCED]
         return []
 

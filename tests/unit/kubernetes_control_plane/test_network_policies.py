@@ -181,9 +181,14 @@ def test_policies_are_applied_once_and_follow_new_namespaces(ctx, bootstrapped, 
     api.requests.clear()
     state = ctx.run(ctx.on.update_status(), state)
     assert not [r for r in api.requests if "networkpolicies" in r[1]]
+    api.requests.clear()
     state = granted(ctx, state, kube_api_relation("tensorflow-b", "team-b", LOCALQUEUES))
     assert {p["metadata"]["namespace"] for p in policies(api)} == {"team-a", "team-b"}
     assert peer(state).local_app_data["team-network-policies"]
+    # relating team-b applied team-b's policies only, not team-a's again (bench_kube_api:
+    # relating the Nth team sent every namespace's policies again)
+    written = {r[1] for r in api.requests if "networkpolicies" in r[1] and r[0] == "PATCH"}
+    assert written and all("/namespaces/team-b/" in path for path in written), written
 
 
 def test_the_status_says_teams_are_not_isolated_while_flannel_is_the_cni(ctx, machine):
