@@ -792,3 +792,129 @@ def test_a_keras_tutorial_program_drained_mid_training_is_stopped_uncounted_and_
     for index in (0, 1):  # every worker restored the backup and went on after it
         assert _epochs(job, index, "EPOCH_BEGIN") == [backed_up + 1, backed_up + 2], job.output()
     assert "KERAS_DONE" in job.logs[("worker", 0)].read_text()
+
+
+# A program as TensorFlow's tutorial "Parameter server training with
+# ParameterServerStrategy" writes it (tensorflow/docs site/en/tutorials/distribute/
+# parameter_server_training.ipynb, "Clusters in the real world"): one file for every task;
+# a `worker` or `ps` starts a tf.distribute.Server from TFConfigClusterResolver and joins
+# it, the `chief` is the coordinator: a ParameterServerStrategy, a ClusterCoordinator
+# scheduling a tf.function on the workers, a per-worker dataset ("Custom training loop"),
+# and, for fault tolerance ("Coordinator failure": the coordinator alone holds the loop, so
+# it checkpoints and restores at start), a tf.train.CheckpointManager it saves to every
+# `every` steps. Our own code, same shape: the model is plain variables (the tutorial's
+# Keras layers and legacy optimizer would need tf-keras, whose TF_USE_LEGACY_KERAS makes
+# every task a fresh TensorFlow import), the checkpoints on the shared volume
+# (GPU_K8S_CHECKPOINT_DIR). Nothing handles SIGTERM: the launcher's protocol stops it.
+# Each line is written in one write: under PYTHONUNBUFFERED print() writes its pieces one by
+# one, and LocalJob's log file also takes the launcher's notes (its stderr), which could
+# land between them (in a pod, stdout and stderr are separate streams).
+PS_TUTORIAL = """
+import os, sys
+import tensorflow as tf
+
+resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+os.environ["GRPC_FAIL_FAST"] = "use_caller"
+if resolver.task_type in ("worker", "ps"):
+    server = tf.distribute.Server(
+        resolver.cluster_spec(), job_name=resolver.task_type, task_index=resolver.task_id,
+        protocol=resolver.rpc_layer or "grpc", start=True,
+    )
+    server.join()
+
+strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
+coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
+with strategy.scope():
+    w = tf.Variable(tf.zeros([8, 1]))
+    b = tf.Variable(tf.zeros([1]))
+    step = tf.Variable(0, dtype=tf.int64)
+checkpoint = tf.train.Checkpoint(w=w, b=b, step=step)
+manager = tf.train.CheckpointManager(
+    checkpoint, os.environ["GPU_K8S_CHECKPOINT_DIR"], max_to_keep=2
+)
+checkpoint.restore(manager.latest_checkpoint)
+
+def say(line):
+    sys.stdout.write(line + "\\n")
+    sys.stdout.flush()
+
+say(f"PS_START {int(step.numpy())}")
+
+def dataset_fn():
+    x = tf.random.stateless_uniform([256, 8], seed=[1, 2])
+    y = tf.reduce_sum(x, axis=1, keepdims=True)
+    return tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(32)
+
+iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
+
+@tf.function
+def step_fn(iterator):
+    def replica_fn(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(tf.matmul(x, w) + b - y))
+        grad_w, grad_b = tape.gradient(loss, [w, b])
+        w.assign_sub(0.05 * grad_w)
+        b.assign_sub(0.05 * grad_b)
+        step.assign_add(1)
+        return loss
+    x, y = next(iterator)
+    return strategy.run(replica_fn, args=(x, y))
+
+steps, every = int(sys.argv[1]), int(sys.argv[2])
+while int(step.numpy()) < steps:
+    for _ in range(every):
+        coordinator.schedule(step_fn, args=(iterator,))
+    coordinator.join()
+    manager.save(checkpoint_number=int(step.numpy()))
+    say(f"PS_SAVED {int(step.numpy())}")
+say(f"PS_DONE {int(step.numpy())}")
+"""
+
+
+def _chief_says(job: LocalJob, what: str) -> list[int]:
+    text = job.logs[("chief", 0)].read_text(errors="replace")
+    return [int(line.split()[1]) for line in text.splitlines() if line.startswith(what + " ")]
+
+
+def test_a_ps_tutorial_program_drained_mid_training_is_stopped_uncounted_and_resumes(
+    local_job, tmp_path
+):
+    """Issue 31 item 1, ParameterServerStrategy written by a user (PS_TUTORIAL), a worker drained.
+
+    The drained worker's launcher marks it stopping and holds its SIGTERM (the chief's save
+    reads the variables the ps serves); the chief's launcher sees the mark and stops the
+    coordinator; then the ps and the worker are stopped. Every task exits 143 and JobSet
+    restarts the gang without counting; the new coordinator restores the chief's last
+    checkpoint and trains on to the end. JobSet's successPolicy then ends the job on the
+    chief's success and deletes the servers, which join forever (here: killed).
+    """
+    every, grace = 10, 6.0
+    program = tmp_path / "ps_tutorial.py"
+    program.write_text(PS_TUTORIAL)
+    job = local_job("pstutorial", strategy="ps", workers=1, ps=1)
+    job.program = [PYTHON, str(program), "100000", str(every)]
+    job.env = {"GPU_K8S_GRACE_SECONDS": str(grace)}
+    job.start()
+    job.wait_for(lambda: _chief_says(job, "PS_SAVED"), what="a checkpoint")
+
+    drained = time.monotonic()
+    job.procs[("worker", 0)].send_signal(signal.SIGTERM)  # its node is drained
+    codes = job.wait(timeout=60)
+    took = time.monotonic() - drained
+
+    assert codes == {("chief", 0): 143, ("ps", 0): 143, ("worker", 0): 143}, job.output()
+    assert took < grace, (took, job.output())  # every pod ended before kubelet's SIGKILL
+    assert _jobset_action("ps", codes, drained={("worker", 0)}) == (
+        "RestartJobSetAndIgnoreMaxRestarts"
+    )
+    saved = job.latest_checkpoint()
+    assert saved in _chief_says(job, "PS_SAVED") and saved >= every, job.output()
+
+    # JobSet's new gang, here told to end one checkpoint after the last one
+    job.program = [PYTHON, str(program), str(saved + every), str(every)]
+    job.start()
+    assert job.procs[("chief", 0)].wait(timeout=60) == 0, job.output()
+
+    assert _chief_says(job, "PS_START") == [saved], job.output()  # resumed where it saved
+    assert _chief_says(job, "PS_SAVED") == [saved + every], job.output()
+    assert _chief_says(job, "PS_DONE") == [saved + every], job.output()
