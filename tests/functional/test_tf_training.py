@@ -796,16 +796,19 @@ def test_a_keras_tutorial_program_drained_mid_training_is_stopped_uncounted_and_
 
 # A program as TensorFlow's tutorial "Parameter server training with
 # ParameterServerStrategy" writes it (tensorflow/docs site/en/tutorials/distribute/
-# parameter_server_training.ipynb, "Clusters in the real world"): one file for every task;
-# a `worker` or `ps` starts a tf.distribute.Server from TFConfigClusterResolver and joins
-# it, the `chief` is the coordinator: a ParameterServerStrategy, a ClusterCoordinator
-# scheduling a tf.function on the workers, a per-worker dataset ("Custom training loop"),
-# and, for fault tolerance ("Coordinator failure": the coordinator alone holds the loop, so
-# it checkpoints and restores at start), a tf.train.CheckpointManager it saves to every
-# `every` steps. Our own code, same shape: the model is plain variables (the tutorial's
-# Keras layers and legacy optimizer would need tf-keras, whose TF_USE_LEGACY_KERAS makes
-# every task a fresh TensorFlow import), the checkpoints on the shared volume
-# (GPU_K8S_CHECKPOINT_DIR). Nothing handles SIGTERM: the launcher's protocol stops it.
+# parameter_server_training.ipynb). One file for every task ("Clusters in the real world",
+# "If you use the same binary for all tasks"): a `worker` or `ps` sets GRPC_FAIL_FAST,
+# starts a tf.distribute.Server from TFConfigClusterResolver and joins it; the `chief` is
+# the coordinator: a ParameterServerStrategy, a ClusterCoordinator scheduling a tf.function
+# on the workers over a per-worker dataset, a Keras model and optimizer made in the
+# strategy's scope, and ("Handling task failure", "Parameter server or coordinator
+# failure", for a custom training loop) a tf.train.CheckpointManager of the model and the
+# optimizer, restored before training with assert_existing_objects_matched(), its progress
+# read from optimizer.iterations, a save after each `every` steps joined. Our own code,
+# same shape: Keras 3's SGD (the tutorial's optimizers.legacy is Keras 2's; seen to run
+# here with TF 2.21.0 and Keras 3.15.1), the checkpoints on the shared volume
+# (GPU_K8S_CHECKPOINT_DIR), numbered by step. Nothing handles SIGTERM: the launcher's
+# protocol stops it.
 # Each line is written in one write: under PYTHONUNBUFFERED print() writes its pieces one by
 # one, and LocalJob's log file also takes the launcher's notes (its stderr), which could
 # land between them (in a pod, stdout and stderr are separate streams).
@@ -825,20 +828,20 @@ if resolver.task_type in ("worker", "ps"):
 strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
 coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
 with strategy.scope():
-    w = tf.Variable(tf.zeros([8, 1]))
-    b = tf.Variable(tf.zeros([1]))
-    step = tf.Variable(0, dtype=tf.int64)
-checkpoint = tf.train.Checkpoint(w=w, b=b, step=step)
+    model = tf.keras.Sequential([tf.keras.layers.Input((8,)), tf.keras.layers.Dense(1)])
+    optimizer = tf.keras.optimizers.SGD(0.05)
+checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
 manager = tf.train.CheckpointManager(
     checkpoint, os.environ["GPU_K8S_CHECKPOINT_DIR"], max_to_keep=2
 )
-checkpoint.restore(manager.latest_checkpoint)
+if manager.latest_checkpoint:
+    checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
 
 def say(line):
     sys.stdout.write(line + "\\n")
     sys.stdout.flush()
 
-say(f"PS_START {int(step.numpy())}")
+say(f"PS_START {int(optimizer.iterations.numpy())}")
 
 def dataset_fn():
     x = tf.random.stateless_uniform([256, 8], seed=[1, 2])
@@ -851,23 +854,21 @@ iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
 def step_fn(iterator):
     def replica_fn(x, y):
         with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(tf.square(tf.matmul(x, w) + b - y))
-        grad_w, grad_b = tape.gradient(loss, [w, b])
-        w.assign_sub(0.05 * grad_w)
-        b.assign_sub(0.05 * grad_b)
-        step.assign_add(1)
+            loss = tf.reduce_mean(tf.square(model(x, training=True) - y))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
         return loss
     x, y = next(iterator)
     return strategy.run(replica_fn, args=(x, y))
 
 steps, every = int(sys.argv[1]), int(sys.argv[2])
-while int(step.numpy()) < steps:
+while int(optimizer.iterations.numpy()) < steps:
     for _ in range(every):
         coordinator.schedule(step_fn, args=(iterator,))
     coordinator.join()
-    manager.save(checkpoint_number=int(step.numpy()))
-    say(f"PS_SAVED {int(step.numpy())}")
-say(f"PS_DONE {int(step.numpy())}")
+    manager.save(checkpoint_number=int(optimizer.iterations.numpy()))
+    say(f"PS_SAVED {int(optimizer.iterations.numpy())}")
+say(f"PS_DONE {int(optimizer.iterations.numpy())}")
 """
 
 
