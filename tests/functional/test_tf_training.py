@@ -792,3 +792,130 @@ def test_a_keras_tutorial_program_drained_mid_training_is_stopped_uncounted_and_
     for index in (0, 1):  # every worker restored the backup and went on after it
         assert _epochs(job, index, "EPOCH_BEGIN") == [backed_up + 1, backed_up + 2], job.output()
     assert "KERAS_DONE" in job.logs[("worker", 0)].read_text()
+
+
+# A program as TensorFlow's tutorial "Parameter server training with
+# ParameterServerStrategy" writes it (tensorflow/docs site/en/tutorials/distribute/
+# parameter_server_training.ipynb). One file for every task ("Clusters in the real world",
+# "If you use the same binary for all tasks"): a `worker` or `ps` sets GRPC_FAIL_FAST,
+# starts a tf.distribute.Server from TFConfigClusterResolver and joins it; the `chief` is
+# the coordinator: a ParameterServerStrategy, a ClusterCoordinator scheduling a tf.function
+# on the workers over a per-worker dataset, a Keras model and optimizer made in the
+# strategy's scope, and ("Handling task failure", "Parameter server or coordinator
+# failure", for a custom training loop) a tf.train.CheckpointManager of the model and the
+# optimizer, restored before training with assert_existing_objects_matched(), its progress
+# read from optimizer.iterations, a save after each `every` steps joined. Our own code,
+# same shape: Keras 3's SGD (the tutorial's optimizers.legacy is Keras 2's; seen to run
+# here with TF 2.21.0 and Keras 3.15.1), the checkpoints on the shared volume
+# (GPU_K8S_CHECKPOINT_DIR), numbered by step. Nothing handles SIGTERM: the launcher's
+# protocol stops it.
+# Each line is written in one write: under PYTHONUNBUFFERED print() writes its pieces one by
+# one, and LocalJob's log file also takes the launcher's notes (its stderr), which could
+# land between them (in a pod, stdout and stderr are separate streams).
+PS_TUTORIAL = """
+import os, sys
+import tensorflow as tf
+
+resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+os.environ["GRPC_FAIL_FAST"] = "use_caller"
+if resolver.task_type in ("worker", "ps"):
+    server = tf.distribute.Server(
+        resolver.cluster_spec(), job_name=resolver.task_type, task_index=resolver.task_id,
+        protocol=resolver.rpc_layer or "grpc", start=True,
+    )
+    server.join()
+
+strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
+coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
+with strategy.scope():
+    model = tf.keras.Sequential([tf.keras.layers.Input((8,)), tf.keras.layers.Dense(1)])
+    optimizer = tf.keras.optimizers.SGD(0.05)
+checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
+manager = tf.train.CheckpointManager(
+    checkpoint, os.environ["GPU_K8S_CHECKPOINT_DIR"], max_to_keep=2
+)
+if manager.latest_checkpoint:
+    checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
+
+def say(line):
+    sys.stdout.write(line + "\\n")
+    sys.stdout.flush()
+
+say(f"PS_START {int(optimizer.iterations.numpy())}")
+
+def dataset_fn():
+    x = tf.random.stateless_uniform([256, 8], seed=[1, 2])
+    y = tf.reduce_sum(x, axis=1, keepdims=True)
+    return tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(32)
+
+iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
+
+@tf.function
+def step_fn(iterator):
+    def replica_fn(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(x, training=True) - y))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+    x, y = next(iterator)
+    return strategy.run(replica_fn, args=(x, y))
+
+steps, every = int(sys.argv[1]), int(sys.argv[2])
+while int(optimizer.iterations.numpy()) < steps:
+    for _ in range(every):
+        coordinator.schedule(step_fn, args=(iterator,))
+    coordinator.join()
+    manager.save(checkpoint_number=int(optimizer.iterations.numpy()))
+    say(f"PS_SAVED {int(optimizer.iterations.numpy())}")
+say(f"PS_DONE {int(optimizer.iterations.numpy())}")
+"""
+
+
+def _chief_says(job: LocalJob, what: str) -> list[int]:
+    text = job.logs[("chief", 0)].read_text(errors="replace")
+    return [int(line.split()[1]) for line in text.splitlines() if line.startswith(what + " ")]
+
+
+def test_a_ps_tutorial_program_drained_mid_training_is_stopped_uncounted_and_resumes(
+    local_job, tmp_path
+):
+    """Issue 31 item 1, ParameterServerStrategy written by a user (PS_TUTORIAL), a worker drained.
+
+    The drained worker's launcher marks it stopping and holds its SIGTERM (the chief's save
+    reads the variables the ps serves); the chief's launcher sees the mark and stops the
+    coordinator; then the ps and the worker are stopped. Every task exits 143 and JobSet
+    restarts the gang without counting; the new coordinator restores the chief's last
+    checkpoint and trains on to the end. JobSet's successPolicy then ends the job on the
+    chief's success and deletes the servers, which join forever (here: killed).
+    """
+    every, grace = 10, 6.0
+    program = tmp_path / "ps_tutorial.py"
+    program.write_text(PS_TUTORIAL)
+    job = local_job("pstutorial", strategy="ps", workers=1, ps=1)
+    job.program = [PYTHON, str(program), "100000", str(every)]
+    job.env = {"GPU_K8S_GRACE_SECONDS": str(grace)}
+    job.start()
+    job.wait_for(lambda: _chief_says(job, "PS_SAVED"), what="a checkpoint")
+
+    drained = time.monotonic()
+    job.procs[("worker", 0)].send_signal(signal.SIGTERM)  # its node is drained
+    codes = job.wait(timeout=60)
+    took = time.monotonic() - drained
+
+    assert codes == {("chief", 0): 143, ("ps", 0): 143, ("worker", 0): 143}, job.output()
+    assert took < grace, (took, job.output())  # every pod ended before kubelet's SIGKILL
+    assert _jobset_action("ps", codes, drained={("worker", 0)}) == (
+        "RestartJobSetAndIgnoreMaxRestarts"
+    )
+    saved = job.latest_checkpoint()
+    assert saved in _chief_says(job, "PS_SAVED") and saved >= every, job.output()
+
+    # JobSet's new gang, here told to end one checkpoint after the last one
+    job.program = [PYTHON, str(program), str(saved + every), str(every)]
+    job.start()
+    assert job.procs[("chief", 0)].wait(timeout=60) == 0, job.output()
+
+    assert _chief_says(job, "PS_START") == [saved], job.output()  # resumed where it saved
+    assert _chief_says(job, "PS_SAVED") == [saved + every], job.output()
+    assert _chief_says(job, "PS_DONE") == [saved + every], job.output()
