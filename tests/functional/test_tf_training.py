@@ -794,6 +794,61 @@ def test_a_keras_tutorial_program_drained_mid_training_is_stopped_uncounted_and_
     assert "KERAS_DONE" in job.logs[("worker", 0)].read_text()
 
 
+@pytest.mark.skipif(
+    not _has_tf_keras(PYTHON), reason="tf-keras is not installed (tox -e functional has it)"
+)
+def test_a_keras_tutorial_program_whose_whole_gang_is_preempted_is_stopped_uncounted_and_resumes(
+    local_job, tmp_path
+):
+    """Issue 31 item 1, preemption: the tutorial's BackupAndRestore program, EVERY task at once.
+
+    Kueue preempting the Workload deletes the gang's pods together, so kubelet sends
+    SIGTERM to every task at the same moment. Each launcher marks it stopping, forwards
+    SIGTERM (the program ignores it, see KERAS_BACKUP) and kills it before the grace period
+    ends: every task exits 143, JobSet restarts the gang without counting, and the new
+    gang's model.fit starts at the epoch after the last backup.
+    """
+    grace = 4.0  # the launchers kill the program at 3 s
+    program = tmp_path / "keras_backup.py"
+    program.write_text(KERAS_BACKUP)
+    job = local_job("kpreempt")
+    job.program = [PYTHON, str(program), "1000", str(EPOCH_STEPS)]
+    job.env = {"TF_USE_LEGACY_KERAS": "1", "GPU_K8S_GRACE_SECONDS": str(grace)}
+    job.start()
+    job.wait_for(lambda: _epochs(job, 0, "EPOCH_END")[-1:] >= [0], what="a first backup")
+
+    preempted = time.monotonic()
+    for proc in job.procs.values():  # the pods are deleted together
+        proc.send_signal(signal.SIGTERM)
+    codes = job.wait(timeout=60)
+    took = time.monotonic() - preempted
+
+    assert codes == {("worker", 0): 143, ("worker", 1): 143}, job.output()
+    assert took < grace, (took, job.output())  # every pod ended before kubelet's SIGKILL
+    backed_up = _epochs(job, 0, "EPOCH_END")[-1]  # each end follows its backup
+    # Deleted pods carry no DisruptionTarget: only an eviction, the scheduler's preemption,
+    # the taint manager, PodGC and kubelet set it (kubernetes.io "Disruptions", "Pod
+    # disruption conditions"), so each 143 fails its Job by rule 1, uncounted by JobSet
+    assert _jobset_action("mwms", codes, drained=set()) == "RestartJobSetAndIgnoreMaxRestarts"
+    # had they carried it, each Job would replace its pods itself (rule 0): uncounted too
+    assert _jobset_action("mwms", codes, drained={("worker", 0), ("worker", 1)}) == "none"
+
+    # JobSet's new gang, here told to end two epochs after the last backup seen
+    job.program = [PYTHON, str(program), str(backed_up + 3), str(EPOCH_STEPS)]
+    job.start()
+    codes = job.wait(timeout=120)
+
+    assert codes == {("worker", 0): 0, ("worker", 1): 0}, job.output()
+    # every worker restored the last backup and went on after it: the one whose end was
+    # printed, or the next (BackupAndRestore's on_epoch_end writes it before Say prints,
+    # and the kill can fall between the two: seen here, a resume at backed_up + 2)
+    resumed = _epochs(job, 0, "EPOCH_BEGIN")[:1]
+    assert resumed in ([backed_up + 1], [backed_up + 2]), job.output()
+    for index in (0, 1):
+        assert _epochs(job, index, "EPOCH_BEGIN") == list(range(resumed[0], backed_up + 3))
+    assert "KERAS_DONE" in job.logs[("worker", 0)].read_text()
+
+
 # A program as TensorFlow's tutorial "Parameter server training with
 # ParameterServerStrategy" writes it (tensorflow/docs site/en/tutorials/distribute/
 # parameter_server_training.ipynb). One file for every task ("Clusters in the real world",
