@@ -742,6 +742,17 @@ def _epochs(job: LocalJob, index: int, what: str) -> list[int]:
     return [int(line.split()[1]) for line in text.splitlines() if line.startswith(what + " ")]
 
 
+def _start_keras_backup(job: LocalJob, tmp_path: Path, grace: float) -> tuple[LocalJob, Path]:
+    """Start KERAS_BACKUP on every task of `job`, the pods' grace period `grace` seconds."""
+    program = tmp_path / "keras_backup.py"
+    program.write_text(KERAS_BACKUP)
+    # epochs=1000: still training whenever the stop ends (the program trains on through it)
+    job.program = [PYTHON, str(program), "1000", str(EPOCH_STEPS)]
+    job.env = {"TF_USE_LEGACY_KERAS": "1", "GPU_K8S_GRACE_SECONDS": str(grace)}
+    job.start()
+    return job, program
+
+
 @pytest.mark.skipif(
     not _has_tf_keras(PYTHON), reason="tf-keras is not installed (tox -e functional has it)"
 )
@@ -758,13 +769,7 @@ def test_a_keras_tutorial_program_drained_mid_training_is_stopped_uncounted_and_
     starts at the epoch after the last backup.
     """
     grace = 6.0
-    program = tmp_path / "keras_backup.py"
-    program.write_text(KERAS_BACKUP)
-    job = local_job("kbackup")
-    # epochs=1000: still training whenever the stop ends (the program trains on through it)
-    job.program = [PYTHON, str(program), "1000", str(EPOCH_STEPS)]
-    job.env = {"TF_USE_LEGACY_KERAS": "1", "GPU_K8S_GRACE_SECONDS": str(grace)}
-    job.start()
+    job, program = _start_keras_backup(local_job("kbackup"), tmp_path, grace)
     job.wait_for(lambda: _epochs(job, 0, "EPOCH_END")[-1:] >= [1], what="two epochs backed up")
 
     drained = time.monotonic()
@@ -809,12 +814,7 @@ def test_a_keras_tutorial_program_whose_whole_gang_is_preempted_is_stopped_uncou
     gang's model.fit starts at the epoch after the last backup.
     """
     grace = 4.0  # the launchers kill the program at 3 s
-    program = tmp_path / "keras_backup.py"
-    program.write_text(KERAS_BACKUP)
-    job = local_job("kpreempt")
-    job.program = [PYTHON, str(program), "1000", str(EPOCH_STEPS)]
-    job.env = {"TF_USE_LEGACY_KERAS": "1", "GPU_K8S_GRACE_SECONDS": str(grace)}
-    job.start()
+    job, program = _start_keras_backup(local_job("kpreempt"), tmp_path, grace)
     job.wait_for(lambda: _epochs(job, 0, "EPOCH_END")[-1:] >= [0], what="a first backup")
 
     preempted = time.monotonic()
