@@ -91,7 +91,9 @@ import random
 import re
 import secrets
 import socket
+import ssl
 import struct
+import sys
 import threading
 import time
 import urllib.error
@@ -666,7 +668,7 @@ class FakeKubeApiServer:
 
     def start(self) -> FakeKubeApiServer:
         """Listen on 127.0.0.1:<free port> in a daemon thread."""
-        self._httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self._httpd = _Server(("127.0.0.1", 0), _Handler)
         if self.tls is not None:
             self._httpd.socket = self.tls.requesting_server_context().wrap_socket(
                 self._httpd.socket, server_side=True, do_handshake_on_connect=False
@@ -2135,7 +2137,7 @@ class Listener:
         self._thread: threading.Thread | None = None
 
     def start(self) -> Listener:
-        httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        httpd = _Server(("127.0.0.1", 0), _Handler)
         if self._api.tls is not None:
             httpd.socket = self._api.tls.requesting_server_context().wrap_socket(
                 httpd.socket, server_side=True, do_handshake_on_connect=False
@@ -2171,6 +2173,21 @@ class Listener:
         httpd.server_close()
         if self._thread:
             self._thread.join(timeout=5)
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    """The listener: a client gone before or during its request is not the server's error.
+
+    socketserver prints every exception of a request to stderr (`handle_error`): a TLS
+    handshake a client dropped (HAProxy's TCP health check, a client that timed out) is
+    not one, and its traceback in the test log looked like a failure. Anything else is
+    printed as before.
+    """
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], (ssl.SSLError, ConnectionError, TimeoutError)):
+            return
+        super().handle_error(request, client_address)
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
