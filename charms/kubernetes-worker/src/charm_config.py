@@ -232,9 +232,10 @@ class WorkerConfig(CharmConfig):
         return images.mirrored(self.gpu_validation_image, self.image_registry)
 
     @property
-    def gate_images(self) -> tuple[str, str]:
-        """The repair gate's DCGM and NCCL images, from `image-registry` when set."""
+    def gate_images(self) -> tuple[str, str, str]:
+        """The repair gate's CUDA, DCGM and NCCL images, from `image-registry` when set."""
         return (
+            self.validation_image,
             images.mirrored(gpu_gate.DCGM_IMAGE, self.image_registry),
             images.mirrored(gpu_gate.NCCL_IMAGE, self.image_registry),
         )

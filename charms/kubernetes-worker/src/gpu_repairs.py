@@ -275,13 +275,12 @@ class GpuRepairs(ops.Object):
         try:
             with node_kube(host, f"cannot pause the GPU clients of node {node}") as kube:
                 with api_errors_fail_the_hook():
-                    images = (config.validation_image, *config.gate_images)
                     result = gpu_repair.gate(
                         host,
                         kube,
                         node,
                         inventory,
-                        images,
+                        config.gate_images,
                         timeout=timeout,
                         clock=self._clock,
                         sleep=self._sleep,

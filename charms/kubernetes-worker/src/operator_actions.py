@@ -128,14 +128,13 @@ class OperatorActions(ops.Object):
         node = kubeadm.node_name(host)
         try:  # the repair gate on every GPU (gpu_gate.py): CUDA, DCGM, NCCL
             config = self._config()
-            images = (config.validation_image, *config.gate_images)
             with Kube.from_kubeconfig(node_identity.kubeconfig(host)) as kube:
                 result = gpu_repair.gate(
                     host,
                     kube,
                     node,
                     inventory,
-                    images,
+                    config.gate_images,
                     timeout=params.timeout,
                     clock=self._clock,
                     sleep=self._sleep,
