@@ -570,23 +570,32 @@ def _delete_preconditions(target: Target, obj: dict, preconditions: dict) -> Non
     once it read the object: the conflict names the Kind (schema.GroupResource{Group,
     Resource: gvk.Kind}), with the group after a dot.
     """
-    meta = obj["metadata"]
     group = target.gv.rpartition("/")[0]
     resource = f"{target.kind}.{group}" if group else target.kind
+    _check_preconditions(resource, obj["metadata"], preconditions)
+
+
+def _check_preconditions(resource: str, meta: dict, preconditions: dict) -> None:
+    """409 Conflict when a precondition (uid, resourceVersion) names another object.
+
+    The words of rest/delete.go BeforeDelete, which the eviction's getLatestPod repeats
+    (eviction.go) on the GroupResource `Pod`.
+    """
+    name = meta["name"]
     for field, ending in (
         ("uid", "The object might have been deleted and then recreated"),
         ("resourceVersion", "The object might have been modified"),
     ):
-        wanted = preconditions.get(field)
-        if wanted is not None and wanted != meta.get(field):
+        wanted, stored = preconditions.get(field), meta.get(field)
+        if wanted and wanted != stored:
             what = "UID" if field == "uid" else "ResourceVersion"
             raise ApiError(
                 409,
                 "Conflict",
-                f'Operation cannot be fulfilled on {resource} "{target.name}": the {what} in '
-                f"the precondition ({wanted}) does not match the {what} in record "
-                f"({meta.get(field)}). {ending}",
-                {"name": target.name, "kind": target.kind},
+                f'Operation cannot be fulfilled on {resource} "{name}": the {what} in the '
+                f"precondition ({wanted}) does not match the {what} in record ({stored}). "
+                f"{ending}",
+                {"name": name, "kind": resource.partition(".")[0]},
             )
 
 
@@ -1881,24 +1890,7 @@ class FakeKubeApiServer:
         UpdatePodCondition: lastTransitionTime moves only when its status changes). The
         delete is immediate here (see the module's differences).
         """
-        meta = pod["metadata"]
-        name = meta["name"]
-        preconditions = options.get("preconditions") or {}
-        for field, stored, words in (
-            ("uid", meta["uid"], "The object might have been deleted and then recreated"),
-            ("resourceVersion", meta["resourceVersion"], "The object might have been modified"),
-        ):
-            wanted = preconditions.get(field)
-            if wanted and wanted != stored:
-                label = "UID" if field == "uid" else "ResourceVersion"
-                raise ApiError(
-                    409,
-                    "Conflict",
-                    f'Operation cannot be fulfilled on Pod "{name}": the {label} in the '
-                    f"precondition ({wanted}) does not match the {label} in record ({stored}). "
-                    f"{words}",
-                    {"name": name, "kind": "Pod"},
-                )
+        _check_preconditions("Pod", pod["metadata"], options.get("preconditions") or {})
         updated = json_copy(pod)
         conditions = updated.setdefault("status", {}).setdefault("conditions", [])
         at = next((i for i, c in enumerate(conditions) if c.get("type") == _DISRUPTED), None)
