@@ -41,6 +41,7 @@ import validation
 import worker
 from charm_config import RepairGpuParams, WorkerConfig
 from drain_turns import NodeMaintenanceError, api_errors_fail_the_hook, node_kube
+from gpu_watcher import PAUSE_GATE, PAUSE_RESET
 from reboot_turns import REPAIR, RebootTurns
 
 from charms.gpu_k8s.v0 import kubeadm
@@ -100,7 +101,7 @@ class GpuRepairs(ops.Object):
         StatusError.maintenance while Juju reboots the machine for a repair.
         """
         limit, now = config.max_parallel_reboots, self._wall_clock()
-        if gpu_repair.paused(host):  # a hook killed mid-reset left its GPU clients paused
+        if gpu_repair.paused(host):  # a hook killed mid-pause left its GPU clients paused
             with node_kube(host, f"cannot resume the GPU clients of node {node}") as kube:
                 with api_errors_fail_the_hook():
                     gpu_repair.resume_gpu_clients(host, kube, node)
@@ -216,10 +217,16 @@ class GpuRepairs(ops.Object):
 
     def _reset(self, host: Host, node: str, held: list[dict], reason: str) -> tuple[bool, str]:
         """The reset with the node's GPU clients paused (gpu_repair.gpu_clients_paused)."""
-        with node_kube(host, f"{reason}: cannot pause the GPU clients of node {node}") as kube:
+        paused = f"{reason}: {gpu_repair.cannot_pause(node, PAUSE_RESET)}"
+        with node_kube(host, paused) as kube:
             with api_errors_fail_the_hook():
                 with gpu_repair.gpu_clients_paused(
-                    host, kube, node, clock=self._clock, sleep=self._sleep
+                    host,
+                    kube,
+                    node,
+                    purpose=PAUSE_RESET,
+                    clock=self._clock,
+                    sleep=self._sleep,
                 ):
                     return gpu_repair.reset(host, held)
 
@@ -273,7 +280,7 @@ class GpuRepairs(ops.Object):
             self._record_failure(host, held, method, detail)
             return ops.WaitingStatus(f"node {node} stays cordoned: {detail}")
         try:
-            with node_kube(host, f"cannot pause the GPU clients of node {node}") as kube:
+            with node_kube(host, gpu_repair.cannot_pause(node, PAUSE_GATE)) as kube:
                 with api_errors_fail_the_hook():
                     result = gpu_repair.gate(
                         host,
@@ -373,7 +380,7 @@ class GpuRepairs(ops.Object):
         try:
             event.log(f"draining node {node}")
             self._drain(host, config, node, reason)
-            event.log(f"pausing the GPU clients of node {node}")
+            event.log(gpu_repair.pausing(node, PAUSE_RESET))
             done, said = self._reset(host, node, held, reason)
             if not done:
                 self._record_failure(host, held, gpu_repair.RESET, said)

@@ -21,6 +21,7 @@ import nvidia
 import ops
 import validation
 from charm_config import WorkerConfig
+from gpu_watcher import PAUSE_GATE
 
 from charms.gpu_k8s.v0 import kubeadm
 from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
@@ -144,7 +145,7 @@ class OperatorActions(ops.Object):
             event.fail(f"{e}; it stays quarantined")
             return
         except KubeError as e:
-            event.fail(f"cannot pause the GPU clients of node {node}: {e}; it stays quarantined")
+            event.fail(f"{gpu_repair.cannot_pause(node, PAUSE_GATE)}: {e}; it stays quarantined")
             return
         if not result.passed:
             failed = next(c for c in result.checks if not c.passed)

@@ -2792,3 +2792,59 @@ def test_readmit_gpu_runs_dcgm_diag_with_the_exporter_paused_then_gives_it_back(
     assert PAUSE_LABEL not in node_labels(api) and gpu_clients.watcher_polls()
     gpu_clients.sync()
     assert gpu_clients.pods() == [f"dcgm-exporter-{NODE}"]  # the taint is the leader's to lift
+
+
+def test_the_pause_file_and_the_logs_say_a_reset_then_the_gates_diagnostic(
+    ctx, machine, api, driver, ctr, wall, clock, gpu_clients
+):
+    """One pause mechanism, two purposes: each is named for what it is (issue 32 leftover).
+
+    The pause file, the watcher reads and logs it (tests/functional/test_gpu_watcher.py),
+    said "GPU reset" during the gate's dcgmi diag too.
+    """
+    import gpu_watcher
+
+    state = joined_gpu_node(ctx, api, driver, NO_AUTO_REPAIR)
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+    said = []
+
+    def pause_file():
+        said.append(machine.read(gpu_watcher.PAUSE_FILE))
+        return set()
+
+    driver.clients.append(pause_file)  # asked at the reset
+    ctr.hostengines.append(lambda: pause_file() and [])  # asked at dcgmi diag
+
+    ctx.run(ctx.on.action("repair-gpu", params={"timeout": 60}), state)
+
+    assert said == [
+        f"{NODE}: paused for a GPU reset\n",
+        f"{NODE}: paused for the repair gate's DCGM diagnostic (dcgmi diag)\n",
+    ]
+    assert [line for line in ctx.action_logs if line.startswith("pausing")] == [
+        f"pausing the GPU clients of node {NODE} for a GPU reset",
+        f"pausing the GPU clients of node {NODE} for the repair gate's DCGM diagnostic "
+        "(dcgmi diag)",
+    ]
+    assert [gpu_watcher.paused_for(text) for text in said] == [
+        "a GPU reset",
+        "the repair gate's DCGM diagnostic (dcgmi diag)",
+    ]
+    assert not machine.path(gpu_watcher.PAUSE_FILE).exists()  # both given back
+
+
+def test_the_gates_pause_refused_by_the_api_says_it_was_for_the_diagnostic(
+    ctx, machine, api, driver, ctr, wall, clock, gpu_clients
+):
+    state = joined_gpu_node(ctx, api, driver, NO_AUTO_REPAIR)
+    quarantined_for(machine, api, "reboot", "Xid79")
+    api.inject(403, method="PATCH", path_prefix=f"/api/v1/nodes/{NODE}")
+
+    with pytest.raises(testing.ActionFailed) as failed:
+        ctx.run(ctx.on.action("readmit-gpu", params={"confirm": "yes"}), state)
+
+    assert failed.value.message.startswith(
+        f"cannot pause the GPU clients of node {NODE} for the repair gate's DCGM diagnostic "
+        "(dcgmi diag): "
+    )
+    assert failed.value.message.endswith("; it stays quarantined")
