@@ -65,7 +65,8 @@ class GpuRepairs(ops.Object):
     `turns`: the `reboots` turns; `cluster`: the `cluster` relation (the taint's removal
     is asked there); `host`: this machine; `config`: the charm's config (ValueError:
     invalid); `clock`, `sleep`: the drain's and the gate's waits; `wall_clock`: repair
-    times.
+    times; `mig_cordoned`: this unit cordoned the node for a MIG change still under way
+    (gpu_health.readmit leaves that cordon to it).
     """
 
     def __init__(
@@ -79,8 +80,10 @@ class GpuRepairs(ops.Object):
         clock: Callable[[], float],
         sleep: Callable[[float], None],
         wall_clock: Callable[[], float],
+        mig_cordoned: Callable[[], bool],
     ):
         super().__init__(parent, "gpu-repairs")
+        self._mig_cordoned = mig_cordoned
         self.turns = turns
         self._cluster = cluster
         self._host = host
@@ -326,12 +329,20 @@ class GpuRepairs(ops.Object):
         proof = f"repaired by {method} at {now}; gate passed: {result.summary()}"
         with node_kube(host, f"{proof}; cannot readmit node {node}") as kube:
             with api_errors_fail_the_hook():
-                gpu_health.readmit(
-                    host, kube, node, now=now, proof=proof, action="repair", records=records
+                _, cordoned = gpu_health.readmit(
+                    host,
+                    kube,
+                    node,
+                    now=now,
+                    proof=proof,
+                    action="repair",
+                    records=records,
+                    mig_change=self._mig_cordoned(),
                 )
-        self.turns.done(config.max_parallel_reboots, REPAIR)
+        self.turns.done(config.max_parallel_reboots, REPAIR)  # a MIG change keeps its own
         logger.info("node %s readmitted: %s", node, proof)
-        return ops.ActiveStatus(f"GPU {held[0].get('index')} {proof}")
+        still = f"; node {node} stays cordoned: {cordoned}" if cordoned else ""
+        return ops.ActiveStatus(f"GPU {held[0].get('index')} {proof}{still}")
 
     # -- the action ------------------------------------------------------------------------
 
