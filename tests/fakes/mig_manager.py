@@ -8,13 +8,15 @@ with it), under the ClusterRole the control plane grants it (mig_manager.CLUSTER
 - start: the informer's AddFunc hands the label's value to the loop, whatever state the
   node's labels hold (cmd/nvidia-mig-manager/main.go `ContinuouslySyncMigConfigChanges`,
   `start`, `migReconfigure`);
-- `run` is pkg/mig/reconfigure/reconfigure.go `Run`: GET the Node (`getCurrentNodeLabels`:
-  the deploy labels and the state as they are); `assert` whether the GPUs hold the layout
-  already (`isConfigAlreadyApplied`: then `setState(success)`, which first writes the
-  deploy labels back through `maybeSetTrue`); else a merge patch `mig.config.state=pending`,
+- `start` then runs pkg/mig/reconfigure/reconfigure.go `Run`: GET the Node
+  (`getCurrentNodeLabels`: the deploy labels and the state as they are); `assert` whether
+  the GPUs hold the layout already (`isConfigAlreadyApplied`: then `setState(success)`,
+  which in a new process first writes the deploy labels back through `maybeSetTrue`:
+  `NoRestartK8sDaemonsetsOnExit` starts false); else a merge patch `mig.config.state=pending`,
   one setting each GPU client's deploy label to `paused-for-mig-change` (`maybeSetPaused`:
   `false` stays `false`), the apply (here: the fake driver's MIG devices), one patch of the
-  deploy labels through `maybeSetTrue` (`restartKubernetesGPUClients`), then
+  deploy labels through `maybeSetTrue` (`restartKubernetesGPUClients`; the
+  `nvidia.com/gpu.deploy.client` label among them only when the node has it), then
   `mig.config.state=success` (`setState`). `maybeSetTrue` turns anything but `false` into
   `true`, a `paused-for-mig-change` left by an evicted run included;
 - `evicted_mid_apply`: the pod deleted (the quarantine's NoExecute taint, which it does not
@@ -48,6 +50,7 @@ DEPLOY_LABELS = (
     "nvidia.com/gpu.deploy.dcgm",
     "nvidia.com/gpu.deploy.nvsm",
 )
+CLIENT_LABEL = "nvidia.com/gpu.deploy.client"  # written only when the node has it
 
 
 def _paused(value: str) -> str:
@@ -113,6 +116,8 @@ class MigManager:
             if not layout:
                 return  # the loop waits for a non-empty label (SyncableMigConfig.Set)
             read = {key: labels.get(key, "") for key in DEPLOY_LABELS}
+            if labels.get(CLIENT_LABEL):
+                read[CLIENT_LABEL] = labels[CLIENT_LABEL]
             restore = {key: _true(value) for key, value in read.items()}
             if self.driver.mig_devices == self.layouts[layout]:  # isConfigAlreadyApplied
                 self._patch(kube, restore)
