@@ -2919,3 +2919,32 @@ def test_a_mig_manager_evicted_mid_apply_applies_the_layout_again_after_readmiss
     assert not node(api)["spec"].get("unschedulable")
     assert "reboot-request" not in reboots_relation(out).local_unit_data
     assert reboots == []
+
+
+def test_an_automatic_repair_mid_mig_change_leaves_the_cordon_to_the_mig_change(
+    ctx, machine, api, h100, clock, wall, reboots
+):
+    from fakes.csi_node import sync_daemonset
+    from fakes.mig_manager import MigManager
+
+    ctr = FakeCtr(machine, h100)
+    ctr.busbw = 400.0  # above the H100 SXM floor
+    out = run_mig(ctx, api, **{"gpu-auto-repair": "reset"})
+    mine = dataclasses.replace(out, relations={*out.relations, peers(turns=[UNIT])})
+    out = ctx.run(ctx.on.config_changed(), with_config(mine, **{"mig-profile": "all-1g.10gb"}))
+    manager = MigManager(api, NODE, h100, {"all-1g.10gb": ALL_1G})
+    sync_daemonset(api, manager.daemonset)
+    manager.start(manager.token(), evicted_mid_apply=True)
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+    sync_daemonset(api, manager.daemonset)
+
+    out = ctx.run(ctx.on.update_status(), out)
+
+    (repair,) = watcher_state(machine)["repairs"]
+    assert (repair["method"], repair["result"]) == ("reset", "ok"), repair
+    assert watcher_state(machine)["quarantined"] == {}
+    assert node(api)["spec"]["unschedulable"] is True  # the MIG change's cordon stays
+    assert out.unit_status == testing.WaitingStatus(
+        "applying MIG layout all-1g.10gb: NVIDIA mig-manager reports pending"
+    )
+    assert "reboot-request" in reboots_relation(out).local_unit_data
