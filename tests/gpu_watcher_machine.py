@@ -398,7 +398,9 @@ def _serving(box: Machine) -> Callable[[], bool]:
     return check
 
 
-def readmit(box: Machine, now: str, proof: str = "CUDA check passed on 2 GPUs") -> list[dict]:
+def readmit(
+    box: Machine, now: str, proof: str = "CUDA check passed on 2 GPUs"
+) -> tuple[list[dict], str | None]:
     """The charm's readmission (gpu_health.readmit, as `readmit-gpu` runs it after its gate).
 
     On the machine's file system, with `systemctl stop/start` of the watcher stopping and

@@ -296,11 +296,15 @@ def test_a_gpu_reset_pauses_the_polls_and_a_pause_older_than_its_bound_is_ignore
     """The charm's reset (gpu_repair.gpu_clients_paused) is no GPU lost from the bus.
 
     nvidia-smi -r wants no other nvidia-smi on the GPU, and the reset GPU answers nothing
-    for a moment: while the pause file is fresh the watcher runs no nvidia-smi at all.
+    for a moment: while the pause file is fresh the watcher runs no nvidia-smi at all. Its
+    log says what the pause is for, as the charm's pause file says it: a reset, then the
+    gate's DCGM diagnostic (issue 32 leftover: both read "GPU reset").
     """
     start(machine)
-    machine.pause_path.write_text("reset\n")
+    node = "gpu-node-1"
+    machine.pause_path.write_text(gpu_watcher.pause_text(node, gpu_watcher.PAUSE_RESET))
     until(lambda: "nvidia-smi polls paused" in watcher_log(machine))
+    assert "nvidia-smi polls paused for a GPU reset (" in watcher_log(machine)
     polls = machine.smi_calls()
     machine.smi(smi_rows(lost=1), 15)  # what a poll during the reset would have read
     time.sleep(1.0)  # five polls' worth
@@ -310,6 +314,14 @@ def test_a_gpu_reset_pauses_the_polls_and_a_pause_older_than_its_bound_is_ignore
     until(lambda: "nvidia-smi polls resumed" in watcher_log(machine))
     until(lambda: machine.smi_calls() > polls)
     assert not machine.quarantined()
+
+    # the gate's pause for dcgmi diag is named as such
+    machine.pause_path.write_text(gpu_watcher.pause_text(node, gpu_watcher.PAUSE_GATE))
+    gate = "nvidia-smi polls paused for the repair gate's DCGM diagnostic (dcgmi diag) ("
+    until(lambda: gate in watcher_log(machine))
+    assert watcher_log(machine).count("paused for a GPU reset") == 1
+    machine.pause_path.unlink()
+    until(lambda: watcher_log(machine).count("nvidia-smi polls resumed") == 2)
 
     # a pause a killed hook left is honoured PAUSE_MAX_S at most: then polls go on
     machine.pause_path.write_text("reset\n")

@@ -263,7 +263,8 @@ def _pod_spec(image_registry: str) -> dict:
     # buys is that no apply can start on a GPU being reset, and that its new pod after the
     # pause checks the node's layout again (reconfigure.go Run: `assert`, then apply when
     # the GPUs do not hold it). It does not tolerate the quarantine's NoExecute taint, so
-    # on a tainted node it is gone already (and back at readmission, checking again).
+    # on a tainted node it is gone already (and back at readmission, checking again: a
+    # layout it was applying when the taint came is applied again then, the worker's mig.py).
     return {
         "serviceAccountName": NAME,
         "nodeSelector": {DEPLOY_LABEL: "true"},

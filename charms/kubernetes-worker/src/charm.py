@@ -145,6 +145,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
             clock=lambda: self.drain_clock(),
             sleep=lambda seconds: self.drain_sleep(seconds),
             wall_clock=lambda: self.wall_clock(),
+            mig_cordoned=lambda: bool(self._stored.mig_cordoned),
         )
         self.cos = CosAgentProvider(self, COS_AGENT, host=self.host_factory)
         # What this hook found; collect-unit-status reports the highest priority.
@@ -183,6 +184,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
             clock=lambda: self.drain_clock(),
             sleep=lambda seconds: self.drain_sleep(seconds),
             wall_clock=lambda: self.wall_clock(),
+            mig_cordoned=lambda: bool(self._stored.mig_cordoned),
         )
         framework.observe(on.gpu_info_action, actions.on_gpu_info)
         framework.observe(on.validate_gpu_action, actions.on_validate_gpu)

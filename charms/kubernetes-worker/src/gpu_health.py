@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import mig
 import yaml
 
 from charms.gpu_k8s.v0 import drain
@@ -380,8 +381,9 @@ def readmit(
     proof: str,
     action: str = "readmit-gpu",
     records: list[dict] | None = None,
-) -> list[dict]:
-    """Clear the quarantine after a passed gate; the GPUs that were quarantined.
+    mig_change: bool = False,
+) -> tuple[list[dict], str | None]:
+    """Clear the quarantine after a passed gate; (the GPUs cleared, why it stays cordoned).
 
     The watcher holds its state in memory and writes it each pass, so it is stopped while
     the state file changes, and started again after: with its kernel log position kept
@@ -389,8 +391,12 @@ def readmit(
     quarantined again at once). Then, as the node: condition GpuHealthy=True (nodes/status,
     the whole conditions list with the resourceVersion, as the watcher writes it; a 409 is
     read again), and the cordon lifted (`drain.uncordon`: the watcher's and the turns' mark,
-    never an operator's cordon). The NoExecute taint is the control plane's to lift: the
-    charm asks for it over the relation (`quarantine_request`).
+    never an operator's cordon), except while this unit's MIG change (`mig_change`: it
+    cordoned the node for one) is still in flight: mig-manager, evicted by the quarantine's
+    taint, applies the layout again once readmitted, and the MIG step uncordons when the
+    GPUs show it (mig.py, mig_layout.py); the reason is returned then (None: uncordoned).
+    The NoExecute taint is the control plane's to lift: the charm asks for it over the
+    relation (`quarantine_request`).
 
     Raises:
         KubeError: the API refused (the watcher is running again by then; the quarantine is
@@ -421,10 +427,12 @@ def readmit(
 
     _edit(host, change)
     message = f"readmitted at {now}: {proof}"
+    labels: dict = {}
     for attempt in range(5):
         current = kube.get("v1", "Node", node)
         if current is None:
             break
+        labels = current["metadata"].get("labels") or {}
         patch = {
             "metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
             "status": {"conditions": _conditions_with_healthy(current, message, now)},
@@ -435,5 +443,10 @@ def readmit(
         except KubeError as e:
             if e.status != 409 or attempt == 4:  # the kubelet wrote in between: again
                 raise
+    layout = mig.in_flight_layout(labels) if mig_change else None
+    if layout is not None:
+        held = f"MIG layout {layout} is not applied yet ({mig.waiting_message(layout, labels)})"
+        logger.info("node %s readmitted, stays cordoned: %s", node, held)
+        return cleared, held
     drain.uncordon(kube, node)
-    return cleared
+    return cleared, None

@@ -67,7 +67,7 @@ from typing import TYPE_CHECKING
 
 import gpu_gate
 from driver import FABRIC_SERVICE
-from gpu_watcher import PAUSE_FILE
+from gpu_watcher import PAUSE_FILE, PAUSE_GATE, PAUSED_FOR, pause_text
 
 from charms.gpu_k8s.v0.kube_objects import (
     GPU_CLIENT_POD_LABEL,
@@ -184,8 +184,22 @@ def _compute_processes(host: Host) -> list[str]:
     return [f"process {r[0].strip()}" for r in rows if r[0].strip().isdigit()]
 
 
+def _clients_for(node: str, purpose: str) -> str:
+    return f"the GPU clients of node {node} for {PAUSED_FOR[purpose]}"
+
+
+def pausing(node: str, purpose: str) -> str:
+    """What the charm says as it pauses the GPU clients for `purpose` (PAUSED_FOR's words)."""
+    return f"pausing {_clients_for(node, purpose)}"
+
+
+def cannot_pause(node: str, purpose: str) -> str:
+    """What the charm says when the API refused that pause."""
+    return f"cannot pause {_clients_for(node, purpose)}"
+
+
 def paused(host: Host) -> bool:
-    """Whether this machine's GPU clients may be paused (a reset in flight or cut short)."""
+    """Whether this machine's GPU clients may be paused (a pause in flight or cut short)."""
     return host.path(PAUSE_FILE).exists()
 
 
@@ -207,13 +221,16 @@ def gpu_clients_paused(
     kube: Kube,
     node: str,
     *,
+    purpose: str,
     clock: Callable[[], float],
     sleep: Callable[[float], None],
     timeout: float | None = None,
 ) -> Iterator[list[str]]:
-    """Pause the node's GPU clients for a reset; yields the clients still left.
+    """Pause the node's GPU clients for `purpose`; yields the clients still left.
 
-    The watcher's polls first (its pause file, new each time: the watcher trusts it
+    `purpose`: PAUSE_RESET (a GPU reset) or PAUSE_GATE (the gate's DCGM diagnostic), which
+    the pause file and the logs name in gpu_watcher.PAUSED_FOR's words. The watcher's polls
+    first (its pause file, new each time: the watcher trusts it
     only so long after it was written), then the GPU DaemonSets (the node label, as the
     kubelet: `kube` acts as this node); waits until no pod of theirs is left, at most
     `timeout` (default CLIENTS_TIMEOUT_S; a pod object goes once the kubelet saw its
@@ -225,7 +242,7 @@ def gpu_clients_paused(
     path = host.path(PAUSE_FILE)
     if path.exists():
         path.unlink()  # a fresh mtime: the watcher honours a pause only so long
-    host.write(PAUSE_FILE, f"{node}: GPU reset\n")
+    host.write(PAUSE_FILE, pause_text(node, purpose))
     try:
         kube.patch(
             "v1", "Node", node, {"metadata": {"labels": {GPU_CLIENTS_LABEL: GPU_CLIENTS_PAUSED}}}
@@ -237,7 +254,12 @@ def gpu_clients_paused(
             left = _client_pods(kube, node)
         left += _compute_processes(host)
         if left:
-            logger.warning("GPU clients still on node %s: %s", node, ", ".join(left))
+            logger.warning(
+                "GPU clients still on node %s for %s: %s",
+                node,
+                PAUSED_FOR[purpose],
+                ", ".join(left),
+            )
         yield left
     finally:
         resume_gpu_clients(host, kube, node)
@@ -262,6 +284,11 @@ def gate(
     and NVIDIA supports one per node (gpu_gate.run's `alone`).
     """
     cuda, dcgm, nccl = images
+
+    def alone() -> contextlib.AbstractContextManager:
+        progress(pausing(node, PAUSE_GATE))
+        return gpu_clients_paused(host, kube, node, purpose=PAUSE_GATE, clock=clock, sleep=sleep)
+
     return gpu_gate.run(
         host,
         cuda_image=cuda,
@@ -272,7 +299,7 @@ def gate(
         timeout=timeout,
         clock=clock,
         progress=progress,
-        alone=lambda: gpu_clients_paused(host, kube, node, clock=clock, sleep=sleep),
+        alone=alone,
     )
 
 

@@ -41,6 +41,7 @@ import validation
 import worker
 from charm_config import RepairGpuParams, WorkerConfig
 from drain_turns import NodeMaintenanceError, api_errors_fail_the_hook, node_kube
+from gpu_watcher import PAUSE_GATE, PAUSE_RESET
 from reboot_turns import REPAIR, RebootTurns
 
 from charms.gpu_k8s.v0 import kubeadm
@@ -64,7 +65,8 @@ class GpuRepairs(ops.Object):
     `turns`: the `reboots` turns; `cluster`: the `cluster` relation (the taint's removal
     is asked there); `host`: this machine; `config`: the charm's config (ValueError:
     invalid); `clock`, `sleep`: the drain's and the gate's waits; `wall_clock`: repair
-    times.
+    times; `mig_cordoned`: this unit cordoned the node for a MIG change still under way
+    (gpu_health.readmit leaves that cordon to it).
     """
 
     def __init__(
@@ -78,8 +80,10 @@ class GpuRepairs(ops.Object):
         clock: Callable[[], float],
         sleep: Callable[[float], None],
         wall_clock: Callable[[], float],
+        mig_cordoned: Callable[[], bool],
     ):
         super().__init__(parent, "gpu-repairs")
+        self._mig_cordoned = mig_cordoned
         self.turns = turns
         self._cluster = cluster
         self._host = host
@@ -100,7 +104,7 @@ class GpuRepairs(ops.Object):
         StatusError.maintenance while Juju reboots the machine for a repair.
         """
         limit, now = config.max_parallel_reboots, self._wall_clock()
-        if gpu_repair.paused(host):  # a hook killed mid-reset left its GPU clients paused
+        if gpu_repair.paused(host):  # a hook killed mid-pause left its GPU clients paused
             with node_kube(host, f"cannot resume the GPU clients of node {node}") as kube:
                 with api_errors_fail_the_hook():
                     gpu_repair.resume_gpu_clients(host, kube, node)
@@ -216,10 +220,16 @@ class GpuRepairs(ops.Object):
 
     def _reset(self, host: Host, node: str, held: list[dict], reason: str) -> tuple[bool, str]:
         """The reset with the node's GPU clients paused (gpu_repair.gpu_clients_paused)."""
-        with node_kube(host, f"{reason}: cannot pause the GPU clients of node {node}") as kube:
+        paused = f"{reason}: {gpu_repair.cannot_pause(node, PAUSE_RESET)}"
+        with node_kube(host, paused) as kube:
             with api_errors_fail_the_hook():
                 with gpu_repair.gpu_clients_paused(
-                    host, kube, node, clock=self._clock, sleep=self._sleep
+                    host,
+                    kube,
+                    node,
+                    purpose=PAUSE_RESET,
+                    clock=self._clock,
+                    sleep=self._sleep,
                 ):
                     return gpu_repair.reset(host, held)
 
@@ -273,7 +283,7 @@ class GpuRepairs(ops.Object):
             self._record_failure(host, held, method, detail)
             return ops.WaitingStatus(f"node {node} stays cordoned: {detail}")
         try:
-            with node_kube(host, f"cannot pause the GPU clients of node {node}") as kube:
+            with node_kube(host, gpu_repair.cannot_pause(node, PAUSE_GATE)) as kube:
                 with api_errors_fail_the_hook():
                     result = gpu_repair.gate(
                         host,
@@ -319,12 +329,20 @@ class GpuRepairs(ops.Object):
         proof = f"repaired by {method} at {now}; gate passed: {result.summary()}"
         with node_kube(host, f"{proof}; cannot readmit node {node}") as kube:
             with api_errors_fail_the_hook():
-                gpu_health.readmit(
-                    host, kube, node, now=now, proof=proof, action="repair", records=records
+                _, cordoned = gpu_health.readmit(
+                    host,
+                    kube,
+                    node,
+                    now=now,
+                    proof=proof,
+                    action="repair",
+                    records=records,
+                    mig_change=self._mig_cordoned(),
                 )
-        self.turns.done(config.max_parallel_reboots, REPAIR)
+        self.turns.done(config.max_parallel_reboots, REPAIR)  # a MIG change keeps its own
         logger.info("node %s readmitted: %s", node, proof)
-        return ops.ActiveStatus(f"GPU {held[0].get('index')} {proof}")
+        still = f"; node {node} stays cordoned: {cordoned}" if cordoned else ""
+        return ops.ActiveStatus(f"GPU {held[0].get('index')} {proof}{still}")
 
     # -- the action ------------------------------------------------------------------------
 
@@ -373,7 +391,7 @@ class GpuRepairs(ops.Object):
         try:
             event.log(f"draining node {node}")
             self._drain(host, config, node, reason)
-            event.log(f"pausing the GPU clients of node {node}")
+            event.log(gpu_repair.pausing(node, PAUSE_RESET))
             done, said = self._reset(host, node, held, reason)
             if not done:
                 self._record_failure(host, held, gpu_repair.RESET, said)

@@ -20,8 +20,9 @@ only, so it keeps running while Juju replaces the charm's files. Its inputs:
 - `nvidia-smi --query-gpu=index,uuid,pci.bus_id,ecc.errors.uncorrected.volatile.total,
   remapped_rows.failure,fabric.state,fabric.status --format=csv,noheader` every
   `--interval` seconds (field names: `nvidia-smi --help-query-gpu`; fabric as nvidia.py
-  reads it), except while the charm resets a GPU (`--pause`, PAUSE_FILE). A GPU it
-  cannot reach (`... GPU is lost ...`, or a GPU seen before that is missing) is lost.
+  reads it), except while the charm resets a GPU or runs the repair gate's DCGM diagnostic
+  (`--pause`, PAUSE_FILE). A GPU it cannot reach (`... GPU is lost ...`, or a GPU seen
+  before that is missing) is lost.
   The polls run on their own thread, so a poll that blocks on a lost GPU (each is bounded
   at 20 s) never delays the kernel's XIDs, read every `--tick`;
 - the classification, xid_catalog.json (NVIDIA's XID catalog, its source and date inside).
@@ -195,8 +196,9 @@ SMI_MIG = re.compile(r"^\s+MIG\s.*\(UUID:\s*(?P<uuid>MIG-[^)\s]+)\)")
 KERNEL_CLOCK_SKEW = 300.0  # a kernel timestamp further than this from now is not trusted
 REPAIR_METHODS = ("reset", "reboot")  # gpu-auto-repair's methods: zero series for each
 REPAIR_RESULTS = ("ok", "failed", "refused")  # refused: gpu_repair.REFUSED
-# While the charm resets a GPU (gpu_repair.gpu_clients_paused) this file exists and the
-# watcher runs no nvidia-smi: nvidia-smi -r refuses a GPU that another nvidia-smi holds
+# While the charm resets a GPU or runs the repair gate's DCGM diagnostic
+# (gpu_repair.gpu_clients_paused) this file exists and the watcher runs no nvidia-smi:
+# nvidia-smi -r refuses a GPU that another nvidia-smi holds
 # (nvidia-smi(1) -r: "There can't be any applications using these devices (... monitoring
 # application like other instance of nvidia-smi)"), and a GPU the reset takes away for a
 # moment is no GPU lost from the bus. The kernel's XID records are still read. The file is
@@ -205,6 +207,29 @@ REPAIR_RESULTS = ("ok", "failed", "refused")  # refused: gpu_repair.REFUSED
 # Under /run: a tmpfs, so a reboot forgets it too.
 PAUSE_FILE = "/run/gpu-k8s/gpu-watcher-pause"
 PAUSE_MAX_S = 600.0
+# What the charm pauses the GPU clients for, the one place these words live: the pause
+# file holds `<node>: paused for <words>` (`pause_text`), the watcher's log says them
+# (`paused_for`) and so do the charm's logs. The repair gate pauses them too, for DCGM's
+# diagnostic only (one DCGM host engine per node: gpu_gate.run's `alone`).
+PAUSE_RESET, PAUSE_GATE = "reset", "gate"
+PAUSED_FOR = {
+    PAUSE_RESET: "a GPU reset",
+    PAUSE_GATE: "the repair gate's DCGM diagnostic (dcgmi diag)",
+}
+
+
+def pause_text(node: str, purpose: str) -> str:
+    """The pause file's line for `purpose` (PAUSE_RESET, PAUSE_GATE)."""
+    return f"{node}: paused for {PAUSED_FOR[purpose]}\n"
+
+
+def paused_for(text: str) -> str:
+    """What a pause file says the pause is for (`pause_text`), or its first line as it is."""
+    line = (text.splitlines() or [""])[0].strip()
+    said = line.partition(": paused for ")[2]
+    return said or line or "an unnamed pause"
+
+
 # One program fault is a burst of XID lines: the driver writes each exception of the fault
 # (Warp Exception, Global Exception, Graphics Exception ESR) as its own XID 13 line, often
 # followed by an XID 43 naming the process, all within a millisecond or so; the recorded
@@ -513,7 +538,7 @@ class Watcher:
         self.kmsg = os.open(args.kmsg, os.O_RDONLY | os.O_NONBLOCK)
         self.partial = b""
         self.last_poll = 0.0
-        self.was_paused = False
+        self.was_paused: str | None = None  # what the pause in force is for (`paused_for`)
         self.fault_at: float | None = None  # the kernel's time of the record in hand
         self.lock = threading.Lock()
         self.hook = (
@@ -1062,16 +1087,23 @@ class Watcher:
     # -- the loop
 
     def paused(self, at: float) -> bool:
-        """Whether the charm is resetting a GPU now (PAUSE_FILE, at most `--pause-max`)."""
+        """Whether the charm has the GPU clients paused now (PAUSE_FILE, at most `--pause-max`).
+
+        The log says what for, as the file does (`paused_for`): a GPU reset or the gate's
+        DCGM diagnostic.
+        """
         try:
             since = os.stat(self.args.pause).st_mtime
+            with open(self.args.pause, encoding="utf-8") as f:
+                text = f.read()
         except OSError:
-            since = None
+            since, text = None, ""
         paused = since is not None and abs(at - since) < self.args.pause_max
-        if paused != self.was_paused:
-            said = "paused for a GPU reset" if paused else "resumed"
+        reason = paused_for(text) if paused else None
+        if reason != self.was_paused:
+            said = f"paused for {reason}" if reason else "resumed"
             print(f"nvidia-smi polls {said} ({self.args.pause})", flush=True)
-            self.was_paused = paused
+            self.was_paused = reason
         return paused
 
     def step(self, at: float) -> None:
@@ -1098,7 +1130,7 @@ class Watcher:
     def poll(self, at: float) -> None:
         """One nvidia-smi health poll (not under the lock while nvidia-smi runs).
 
-        Skipped while a GPU reset paused the polls (`paused`).
+        Skipped while a GPU reset or the gate's diagnostic paused the polls (`paused`).
         """
         if self.paused(at):
             return

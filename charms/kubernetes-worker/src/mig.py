@@ -21,6 +21,23 @@ The worker labels the node for mig-manager only after draining it, keeps it cord
 layout while mig-manager still works on another, and uncordons only once nvidia-smi shows
 the layout: mig-manager reports `success` for a layout with no entry for this GPU model
 (mig-parted's assert walks only the entries whose device filter matches).
+
+A GPU quarantine mid-change (issue 32): the quarantine's NoExecute taint evicts
+mig-manager, which tolerates only `nvidia.com/gpu` NoSchedule (GPU Operator v26.7.0
+assets/state-mig-manager/0600_daemonset.yaml and values.yaml `daemonsets.tolerations`;
+the control plane's mig_manager.py the same), possibly mid-apply: reconfigure.go `Run`
+writes the state only at its end (`setState`), so `pending` and the device plugin's
+`paused-for-mig-change` stay. Nothing finishes them while the node is quarantined, and
+nothing needs to: when its pod starts again, nvidia-mig-manager's informer hands the
+label's value to its loop (mig-parted v0.15.0 cmd/nvidia-mig-manager/main.go
+`ContinuouslySyncMigConfigChanges` AddFunc, then `start` -> `migReconfigure`), and `Run`
+looks at the old state only for `rebooting` (`checkMigModeChangeRequired`): it asserts the
+layout, applies it again when the GPUs do not hold it, brings the plugin back
+(`maybeSetTrue` turns the `paused-for-mig-change` it read into `true`) and ends in
+`success` or `failed`. Its pod comes back once the node is readmitted (the taint lifted),
+so the worker keeps the node cordoned and its turn through the readmission
+(gpu_health.readmit), and mig-manager's clock (`TIMEOUT_S`) starts again while a GPU is
+quarantined (mig_layout.advance).
 """
 
 from __future__ import annotations
@@ -102,6 +119,12 @@ class Decision:
 TIMEOUT_S = 30 * 60
 
 
+def in_flight_layout(labels: Mapping[str, str]) -> str | None:
+    """The layout mig-manager has not finished (no `success` or `failed` yet), or None."""
+    current, state = labels.get(LABEL_CONFIG), labels.get(LABEL_STATE)
+    return current if current is not None and state not in ("success", "failed") else None
+
+
 def decide(
     layout: str,
     labels: Mapping[str, str],
@@ -124,7 +147,7 @@ def decide(
         elapsed: seconds since this unit handed the change to mig-manager, if it did.
     """
     current, state = labels.get(LABEL_CONFIG), labels.get(LABEL_STATE)
-    in_flight = current is not None and state not in ("success", "failed")
+    in_flight = in_flight_layout(labels) is not None
     if not layout:
         if cordoned and in_flight:
             return Decision(Act.WAIT, waiting_message(current or "", labels))

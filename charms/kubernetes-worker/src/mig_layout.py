@@ -173,10 +173,16 @@ def advance(ctx: Context, config: WorkerConfig, state: GpuState, progress: Progr
         return Outcome(progress)
     reason = f"{REASON_PREFIX}{layout}"
     obj = ctx.kube.get("v1", "Node", ctx.node) or {}
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    in_flight = progress.cordoned and mig.in_flight_layout(labels) is not None
+    if in_flight and gpu_health.quarantined(ctx.host):
+        # mig-manager left with the quarantine and starts over once the node is readmitted
+        # (mig.py): so does the clock that says it has not answered
+        progress = Progress(progress.cordoned, ctx.wall_clock())
     since = progress.since
     decision = mig.decide(
         layout,
-        (obj.get("metadata") or {}).get("labels") or {},
+        labels,
         ready=state.ready,
         cordoned=progress.cordoned,
         mig_strategy=ctx.mig_strategy,

@@ -21,6 +21,7 @@ import nvidia
 import ops
 import validation
 from charm_config import WorkerConfig
+from gpu_watcher import PAUSE_GATE
 
 from charms.gpu_k8s.v0 import kubeadm
 from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
@@ -34,7 +35,8 @@ class OperatorActions(ops.Object):
     `host`: this machine (made when asked); `cluster`: the `cluster` relation's requirer;
     `config`: the charm's config (ValueError: invalid); `clock`: monotonic time for the
     checks' timeouts; `sleep`: the wait for the GPU clients to leave; `wall_clock`: the
-    time readmissions are stamped with.
+    time readmissions are stamped with; `mig_cordoned`: this unit cordoned the node for a
+    MIG change still under way (a readmission leaves that cordon to it).
     """
 
     def __init__(
@@ -47,8 +49,10 @@ class OperatorActions(ops.Object):
         clock: Callable[[], float],
         sleep: Callable[[float], None],
         wall_clock: Callable[[], float],
+        mig_cordoned: Callable[[], bool],
     ):
         super().__init__(parent, "operator-actions")
+        self._mig_cordoned = mig_cordoned
         self._host = host
         self._cluster = cluster
         self._config = config
@@ -144,7 +148,7 @@ class OperatorActions(ops.Object):
             event.fail(f"{e}; it stays quarantined")
             return
         except KubeError as e:
-            event.fail(f"cannot pause the GPU clients of node {node}: {e}; it stays quarantined")
+            event.fail(f"{gpu_repair.cannot_pause(node, PAUSE_GATE)}: {e}; it stays quarantined")
             return
         if not result.passed:
             failed = next(c for c in result.checks if not c.passed)
@@ -155,7 +159,9 @@ class OperatorActions(ops.Object):
         proof = f"gate passed: {result.summary()}"
         try:
             with Kube.from_kubeconfig(node_identity.kubeconfig(host)) as kube:
-                cleared = gpu_health.readmit(host, kube, node, now=now, proof=proof)
+                cleared, cordoned = gpu_health.readmit(
+                    host, kube, node, now=now, proof=proof, mig_change=self._mig_cordoned()
+                )
         except (node_identity.NodeIdentityError, ValueError, KubeError) as e:
             event.fail(f"the checks passed but node {node} could not be readmitted: {e}")
             return
@@ -164,6 +170,8 @@ class OperatorActions(ops.Object):
             {
                 "readmitted": ", ".join(f"GPU {q['index']} ({q['uuid']})" for q in cleared),
                 "proof": proof,
-                "node": f"{node}: GpuHealthy=True, uncordoned; NoExecute taint removal asked",
+                "node": f"{node}: GpuHealthy=True, "
+                + (f"stays cordoned: {cordoned}" if cordoned else "uncordoned")
+                + "; NoExecute taint removal asked",
             }
         )

@@ -2792,3 +2792,159 @@ def test_readmit_gpu_runs_dcgm_diag_with_the_exporter_paused_then_gives_it_back(
     assert PAUSE_LABEL not in node_labels(api) and gpu_clients.watcher_polls()
     gpu_clients.sync()
     assert gpu_clients.pods() == [f"dcgm-exporter-{NODE}"]  # the taint is the leader's to lift
+
+
+def test_the_pause_file_and_the_logs_say_a_reset_then_the_gates_diagnostic(
+    ctx, machine, api, driver, ctr, wall, clock, gpu_clients
+):
+    """One pause mechanism, two purposes: each is named for what it is (issue 32 leftover).
+
+    The pause file, the watcher reads and logs it (tests/functional/test_gpu_watcher.py),
+    said "GPU reset" during the gate's dcgmi diag too.
+    """
+    import gpu_watcher
+
+    state = joined_gpu_node(ctx, api, driver, NO_AUTO_REPAIR)
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+    said = []
+
+    def pause_file():
+        said.append(machine.read(gpu_watcher.PAUSE_FILE))
+        return set()
+
+    driver.clients.append(pause_file)  # asked at the reset
+    ctr.hostengines.append(lambda: pause_file() and [])  # asked at dcgmi diag
+
+    ctx.run(ctx.on.action("repair-gpu", params={"timeout": 60}), state)
+
+    assert said == [
+        f"{NODE}: paused for a GPU reset\n",
+        f"{NODE}: paused for the repair gate's DCGM diagnostic (dcgmi diag)\n",
+    ]
+    assert [line for line in ctx.action_logs if line.startswith("pausing")] == [
+        f"pausing the GPU clients of node {NODE} for a GPU reset",
+        f"pausing the GPU clients of node {NODE} for the repair gate's DCGM diagnostic "
+        "(dcgmi diag)",
+    ]
+    assert [gpu_watcher.paused_for(text) for text in said] == [
+        "a GPU reset",
+        "the repair gate's DCGM diagnostic (dcgmi diag)",
+    ]
+    assert not machine.path(gpu_watcher.PAUSE_FILE).exists()  # both given back
+
+
+def test_the_gates_pause_refused_by_the_api_says_it_was_for_the_diagnostic(
+    ctx, machine, api, driver, ctr, wall, clock, gpu_clients
+):
+    state = joined_gpu_node(ctx, api, driver, NO_AUTO_REPAIR)
+    quarantined_for(machine, api, "reboot", "Xid79")
+    api.inject(403, method="PATCH", path_prefix=f"/api/v1/nodes/{NODE}")
+
+    with pytest.raises(testing.ActionFailed) as failed:
+        ctx.run(ctx.on.action("readmit-gpu", params={"confirm": "yes"}), state)
+
+    assert failed.value.message.startswith(
+        f"cannot pause the GPU clients of node {NODE} for the repair gate's DCGM diagnostic "
+        "(dcgmi diag): "
+    )
+    assert failed.value.message.endswith("; it stays quarantined")
+
+
+# -- a quarantine in the middle of a MIG change (issue 32 leftover): the MIG manager is
+# evicted by the NoExecute taint mid-apply and applies the layout again when its pod comes
+# back at readmission (mig.py's docstring: mig-parted v0.15.0; fakes.mig_manager) ---------
+
+
+def test_a_mig_manager_evicted_mid_apply_applies_the_layout_again_after_readmission(
+    ctx, machine, api, h100, clock, wall, reboots, monkeypatch
+):
+    from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
+    from fakes.csi_node import sync_daemonset
+    from fakes.mig_manager import MigManager
+
+    now = [time.time()]
+    monkeypatch.setattr(time, "time", lambda: now[0])  # the MIG step's clock (charm._mig)
+    ctr = FakeCtr(machine, h100)  # the gate's containers
+    ctr.busbw = 400.0  # above the H100 SXM floor
+    out = run_mig(ctx, api, **NO_AUTO_REPAIR)
+    mine = dataclasses.replace(out, relations={*out.relations, peers(turns=[UNIT])})
+    out = ctx.run(ctx.on.config_changed(), with_config(mine, **{"mig-profile": "all-1g.10gb"}))
+    manager = MigManager(api, NODE, h100, {"all-1g.10gb": ALL_1G})
+    sync_daemonset(api, manager.daemonset)
+    first = manager.token()
+    manager.start(first, evicted_mid_apply=True)
+    assert node_labels(api)[MIG_STATE] == "pending"
+    assert node_labels(api)[PLUGIN_DEPLOY] == "paused-for-mig-change"
+
+    # the fault mid-apply: the watcher's quarantine, the leader's taint; the MIG manager
+    # does not tolerate it and goes, and nothing it began is finished by that pod
+    quarantined_for(machine, api, "reboot", "Xid79")
+    sync_daemonset(api, manager.daemonset)
+    assert not manager.running()
+    with Kube.from_kubeconfig(api.kubeconfig(first), retries=0) as kube:
+        with pytest.raises(KubeError) as refused:
+            kube.get("v1", "Node", NODE)
+    assert refused.value.status == 401  # its pod-bound token died with its pod
+
+    now[0] += 3 * 3600  # hours in quarantine: no "mig-manager has not answered"
+    out = ctx.run(ctx.on.update_status(), out)
+    assert out.unit_status.name == "blocked"
+    assert "quarantined" in out.unit_status.message
+    assert "has not answered" not in out.unit_status.message
+
+    out = ctx.run(ctx.on.action("readmit-gpu", params={"confirm": "yes"}), out)
+    assert ctx.action_results["node"] == (
+        f"{NODE}: GpuHealthy=True, stays cordoned: MIG layout all-1g.10gb is not applied yet "
+        "(applying MIG layout all-1g.10gb: NVIDIA mig-manager reports pending); NoExecute "
+        "taint removal asked"
+    )
+    assert node(api)["spec"]["unschedulable"] is True  # the MIG change's cordon stays
+    out = leader_applies_quarantine_taint(api, out)
+    out = ctx.run(ctx.on.update_status(), out)
+    assert out.unit_status == testing.WaitingStatus(
+        "applying MIG layout all-1g.10gb: NVIDIA mig-manager reports pending"
+    )
+    assert "reboot-request" in reboots_relation(out).local_unit_data  # its turn kept
+
+    # readmitted, untainted: a new pod, a new token, the whole layout applied again
+    sync_daemonset(api, manager.daemonset)
+    assert manager.running()
+    manager.start(manager.token())
+    assert node_labels(api)[MIG_STATE] == "success"
+    assert node_labels(api)[PLUGIN_DEPLOY] == "true"  # maybeSetTrue of the paused value
+    now[0] += 60
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert out.unit_status.name == "active", out.unit_status
+    assert not node(api)["spec"].get("unschedulable")
+    assert "reboot-request" not in reboots_relation(out).local_unit_data
+    assert reboots == []
+
+
+def test_an_automatic_repair_mid_mig_change_leaves_the_cordon_to_the_mig_change(
+    ctx, machine, api, h100, clock, wall, reboots
+):
+    from fakes.csi_node import sync_daemonset
+    from fakes.mig_manager import MigManager
+
+    ctr = FakeCtr(machine, h100)
+    ctr.busbw = 400.0  # above the H100 SXM floor
+    out = run_mig(ctx, api, **{"gpu-auto-repair": "reset"})
+    mine = dataclasses.replace(out, relations={*out.relations, peers(turns=[UNIT])})
+    out = ctx.run(ctx.on.config_changed(), with_config(mine, **{"mig-profile": "all-1g.10gb"}))
+    manager = MigManager(api, NODE, h100, {"all-1g.10gb": ALL_1G})
+    sync_daemonset(api, manager.daemonset)
+    manager.start(manager.token(), evicted_mid_apply=True)
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+    sync_daemonset(api, manager.daemonset)
+
+    out = ctx.run(ctx.on.update_status(), out)
+
+    (repair,) = watcher_state(machine)["repairs"]
+    assert (repair["method"], repair["result"]) == ("reset", "ok"), repair
+    assert watcher_state(machine)["quarantined"] == {}
+    assert node(api)["spec"]["unschedulable"] is True  # the MIG change's cordon stays
+    assert out.unit_status == testing.WaitingStatus(
+        "applying MIG layout all-1g.10gb: NVIDIA mig-manager reports pending"
+    )
+    assert "reboot-request" in reboots_relation(out).local_unit_data
