@@ -8,7 +8,8 @@
   whose token is a short-lived TokenRequest token renewed through new revisions of that
   secret (TOKEN_SECONDS below);
 - workers act as their kubelets; the ServiceAccount workers of earlier revisions share
-  stands only while one of them is registered (`worker_kubeconfig`);
+  stands, on a cluster an earlier revision made, only until none of them is registered,
+  and is never made again (`worker_kubeconfig`);
 - the operator reaches the API from outside once the application is exposed: port 6443
   is opened, and every API server's certificate names `api-extra-sans` and the unit's
   public address (the cluster's certSANs in kubeadm-config, each node's own

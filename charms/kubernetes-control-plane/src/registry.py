@@ -21,8 +21,9 @@ Databag keys (all JSON):
                       registered first, or a control-plane node's
     pending-removal:  ["ip-10-0-1-9"]   Nodes of departed workers not yet deleted
     worker-shared-grant: ["kubernetes-worker/2"]   registered units that did not say
-                      `node-identity` (an earlier revision: it still uses the shared
-                      ServiceAccount); absent when there are none
+                      `node-identity` (an earlier revision's, which uses the shared
+                      ServiceAccount while it stands; once it is gone such a unit gets
+                      nothing and a Blocked line: access.py); absent when there are none
     gpu-quarantined:  ["ip-10-0-1-7"]   Nodes the leader holds the quarantine taint on
                       (their worker's `gpu-quarantine` lists GPUs, fleet.py); Kueue's
                       cohort is sized for this set (addons.py); absent when there are none
