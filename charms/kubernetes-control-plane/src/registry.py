@@ -164,15 +164,13 @@ class Registry:
             rel = relation_of(unit)
             kept = stored.workers.get(unit)
             kept = dataclasses.replace(kept, relation_id=rel) if kept is not None else None
-            info = infos.get(unit)
-            owner = owners.get(info.node_name) if info is not None else None
             registry._take(
                 unit,
-                info,
+                infos.get(unit),
                 problem_of.get(unit),
                 rel,
                 planes,
-                owner,
+                owners.get,
                 kept,
                 unit in stored.shared_grant,
             )
@@ -204,8 +202,7 @@ class Registry:
         shared = unit in self.shared_grant
         self.problems.pop(unit, None)
         self.shared_grant.discard(unit)
-        owner = self.owner_of(info.node_name) if info is not None else None
-        self._take(unit, info, problem, rel, planes, owner, kept, shared)
+        self._take(unit, info, problem, rel, planes, self.owner_of, kept, shared)
 
     def _take(
         self,
@@ -214,18 +211,19 @@ class Registry:
         problem: str | None,
         rel: int,
         planes: Collection[str],
-        owner: str | None,
+        owner_of: Callable[[str], str | None],
         kept: Worker | None,
         shared: bool,
     ) -> None:
         """Register `unit` (none of its entries is in the registry), or refuse it.
 
-        `owner`: the unit that registered `info`'s node already, if one did; `kept`: the
-        entry `unit` had (`shared`: it was in `shared_grant`).
+        `owner_of`: the unit that registered a node already, if one did; `kept`: the
+        entry `unit` had (`shared`: it was in `shared_grant`), kept when what it publishes
+        now is refused, unless that entry itself would be (an earlier revision's).
         """
         refusal = problem
         if info is not None:
-            refusal = _refusal(unit, info.node_name, planes, owner)
+            refusal = _refusal(unit, info.node_name, planes, owner_of(info.node_name))
             if refusal is None:
                 self.workers[unit] = Worker.from_info(info, rel)
                 if not info.node_identity:
@@ -239,7 +237,7 @@ class Registry:
         if refusal is None:
             return  # not joined yet
         self.problems[unit] = refusal
-        if kept is not None:
+        if kept is not None and _refusal(unit, kept.node, planes, owner_of(kept.node)) is None:
             self.workers[unit] = kept
             if shared:
                 self.shared_grant.add(unit)

@@ -19,6 +19,7 @@ from ops import testing
 
 from fakes.control_plane import (
     JOIN_LABEL,
+    earlier_revision_cluster,
     join_workers,
     node,
     peer,
@@ -202,3 +203,39 @@ def test_a_worker_cannot_shrink_the_mig_layout_of_another_node(ctx, bootstrapped
     config = api.get_object("/api/v1/namespaces/gpu-k8s-gpu/configmaps/nvidia-mig-manager-config")
     configs = yaml.safe_load(config["data"]["config.yaml"])["mig-configs"]
     assert [c["mig-devices"] for c in configs["all-1g.10gb"]] == [{"1g.10gb": 7}]
+
+
+def test_an_earlier_revisions_registry_is_settled_on_upgrade(ctx, bootstrapped, api):
+    """Its registry kept every claimant: after the refresh one unit per node, none a plane's."""
+    own = peer(bootstrapped).local_unit_data["node-name"]
+    bags = {0: worker_bag("w1"), 1: worker_bag("w1"), 2: worker_bag(own)}
+    rel = workers_relation(bags)
+    earlier = {
+        f"kubernetes-worker/{i}": [b["node-name"], 0, rel.id, {}, None] for i, b in bags.items()
+    }
+    state = earlier_revision_cluster(
+        dataclasses.replace(bootstrapped, relations=[*bootstrapped.relations, rel])
+    )
+    mine = peer(state)
+    settled = dataclasses.replace(
+        mine, local_app_data={**mine.local_app_data, "workers": json.dumps(earlier)}
+    )
+    state = dataclasses.replace(
+        state, relations=[*(r for r in state.relations if r.id != mine.id), settled]
+    )
+
+    out = ctx.run(ctx.on.upgrade_charm(), state)
+
+    registry = json.loads(peer(out).local_app_data["workers"])
+    # which of two claimants an earlier revision's registry held first is not known: the
+    # first in unit order, as that revision's owner_of chose
+    assert sorted(registry) == ["kubernetes-worker/0"]
+    problems = json.loads(peer(out).local_app_data["worker-problems"])
+    assert problems == {
+        "kubernetes-worker/1": (
+            "kubernetes-worker/1: node-name w1 is the node of kubernetes-worker/0 (refused)"
+        ),
+        "kubernetes-worker/2": (
+            f"kubernetes-worker/2: node-name {own} is a control-plane node (refused)"
+        ),
+    }
