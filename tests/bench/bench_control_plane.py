@@ -115,6 +115,7 @@ def measure(
     units = {
         i: {
             "node-name": f"worker-{i}",
+            "node-identity": "true",  # workers of this revision act as their kubelet
             **({"gpu-inventory": GPU} if i % 4 == 0 else {}),
             **({"kubernetes-version": version(i)} if upgrading else {}),
         }

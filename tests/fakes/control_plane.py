@@ -512,8 +512,14 @@ def workers_relation(units: dict[int, dict], app: str = "kubernetes-worker") -> 
     return testing.Relation("workers", remote_app_name=app, remote_units_data=units)
 
 
-def worker_bag(name: str, gpus: list[dict] | None = None) -> dict:
-    bag = {"node-name": name}
+def worker_bag(name: str, gpus: list[dict] | None = None, *, identity: bool = True) -> dict:
+    """A worker unit's databag once it registered its node.
+
+    A worker of this revision acts as its kubelet and says so (`node-identity`);
+    `identity=False` is one of an earlier revision (before 917e912), or one whose root
+    dropped the flag.
+    """
+    bag = {"node-name": name, **({"node-identity": "true"} if identity else {})}
     if gpus is not None:
         bag["gpu-inventory"] = json.dumps(gpus)
     return bag
@@ -544,6 +550,20 @@ def member(api: FakeKubeApiServer | None, index: int, **extra: str) -> dict:
 
 def peer(state: testing.State) -> testing.PeerRelation:
     return next(r for r in state.relations if r.endpoint == "peers")
+
+
+def earlier_revision_cluster(state: testing.State) -> testing.State:
+    """A cluster an earlier revision made: it recorded the shared worker grant it applied.
+
+    Every earlier revision applied the grant when it first published to workers and kept
+    its fingerprint under `worker-grant` (access.py WORKER_GRANT_KEY); any value but
+    `removed` is such a one (a mismatch: the leader applies the grant again, as the
+    earlier revision had). A cluster this revision made never has the grant.
+    """
+    bag = peer(state).local_app_data
+    grant = dataclasses.replace(peer(state), local_app_data={**bag, "worker-grant": "earlier"})
+    others = [r for r in state.relations if r.id != grant.id]
+    return dataclasses.replace(state, relations=[*others, grant])
 
 
 def secret(state: testing.State, label: str) -> testing.Secret:

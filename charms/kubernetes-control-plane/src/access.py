@@ -8,7 +8,8 @@
   whose token is a short-lived TokenRequest token renewed through new revisions of that
   secret (TOKEN_SECONDS below);
 - workers act as their kubelets; the ServiceAccount workers of earlier revisions share
-  stands only while one of them is registered (`worker_kubeconfig`);
+  stands, on a cluster an earlier revision made, only until none of them is registered,
+  and is never made again (`worker_kubeconfig`);
 - the operator reaches the API from outside once the application is exposed: port 6443
   is opened, and every API server's certificate names `api-extra-sans` and the unit's
   public address (the cluster's certSANs in kubeadm-config, each node's own
@@ -106,22 +107,35 @@ class Access:
         """The shared workers' kubeconfig while a worker still uses it; "" once it is gone.
 
         Workers of this revision act as their kubelet and say so (`node-identity`); the
-        registry keeps the units that did not (`registry.SHARED_GRANT_KEY`). While one is
-        registered the ServiceAccount and its grant stand and its kubeconfig is published
-        (granted again when changed); once none is, they are deleted, once (the mark is
-        WORKER_GRANT_REMOVED), so no hook makes API calls for them afterwards. A worker of
-        an earlier revision related later brings the grant back. Before the registry exists
-        (the first hooks) nothing is decided: the grant stays.
+        registry keeps the units that did not (`registry.SHARED_GRANT_KEY`). The grant is
+        one an earlier revision made (`WORKER_GRANT_KEY` holds its fingerprint): while a
+        unit that did not say `node-identity` is registered, its ServiceAccount and grant
+        stand and its kubeconfig is published (granted again when changed); once none is,
+        they are deleted, once (the mark is WORKER_GRANT_REMOVED), so no hook makes API
+        calls for them afterwards. Before the registry exists (the first hooks after an
+        upgrade) nothing is decided: the grant stays.
+
+        It is never made again, and never on a cluster where no earlier revision made it:
+        no worker revision without `node-identity` (before 917e912) can join a cluster of
+        this revision, since it reads its token from the join secret, which holds none
+        since a9c33ec (lib kubernetes_cluster.py). A unit that does not say it then is of
+        a revision refreshed back, or root on it dropped the flag to get the shared
+        token, which patches every Node and evicts any pod (issue 29 item 2): it gets
+        nothing, and a Blocked line names it (`blocked`).
         """
         bag = peers.app
-        if registry.WORKERS_KEY in bag and not registry.Registry.load(bag).shared_grant:
-            if bag.get(WORKER_GRANT_KEY) != WORKER_GRANT_REMOVED:
-                deleted = rbac.remove(self._kube(), rbac.worker_grant())
-                logger.info(
-                    "every worker acts as its kubelet: removed the shared worker grant (%s)",
-                    ", ".join(deleted) or "nothing was left",
-                )
-                bag[WORKER_GRANT_KEY] = WORKER_GRANT_REMOVED
+        known = registry.Registry.load(bag) if registry.WORKERS_KEY in bag else None
+        legacy = sorted(known.shared_grant) if known is not None else []
+        if bag.get(WORKER_GRANT_KEY, WORKER_GRANT_REMOVED) == WORKER_GRANT_REMOVED:
+            self.blocked.extend(_refresh_lines(legacy))
+            return ""
+        if known is not None and not legacy:
+            deleted = rbac.remove(self._kube(), rbac.worker_grant())
+            logger.info(
+                "every worker acts as its kubelet: removed the shared worker grant (%s)",
+                ", ".join(deleted) or "nothing was left",
+            )
+            bag[WORKER_GRANT_KEY] = WORKER_GRANT_REMOVED
             return ""
         endpoint = bag[ENDPOINT]
         grant = rbac.worker_grant()
@@ -497,6 +511,20 @@ def _holder(granted: dict[str, dict], key: str, namespace: str) -> str | None:
         ):
             return entry["app"]
     return None
+
+
+def _refresh_lines(units: list[str]) -> list[str]:
+    """A Blocked line per worker application whose `units` do not act as their kubelet."""
+    by_app: dict[str, list[str]] = {}
+    for unit in units:
+        by_app.setdefault(unit.split("/")[0], []).append(unit)
+    return [
+        f"{', '.join(names)} {'does' if len(names) == 1 else 'do'} not act as "
+        f"{'its' if len(names) == 1 else 'their'} kubelet (no node-identity) and "
+        f"{'gets' if len(names) == 1 else 'get'} no shared worker credential: "
+        f"juju refresh {app}"
+        for app, names in sorted(by_app.items())
+    ]
 
 
 def _node_set(nodes: set[str]) -> str:

@@ -39,7 +39,13 @@ import registry
 import rolling
 from charm_config import Config
 from context import UnitContext
-from literals import PEERS, TOKEN_ROTATION_MARGIN_HOURS, WORKER_TOKEN_TTL_HOURS, WORKERS
+from literals import (
+    CONTROL_PLANE_LABEL,
+    PEERS,
+    TOKEN_ROTATION_MARGIN_HOURS,
+    WORKER_TOKEN_TTL_HOURS,
+    WORKERS,
+)
 from peers import CA_CERT_HASH, CLUSTER_VERSION, ENDPOINT, WORKER_TOKEN_EXPIRES, Peers, parse_time
 
 from charms.gpu_k8s.v0.kubeclient import Kube
@@ -100,9 +106,18 @@ class Fleet:
         return self._workers.published_token()
 
     def joining(self, peers: Peers) -> list[str]:
-        """The related worker units that have not registered a node (no databag is read)."""
-        known = registry.Registry.load(peers.app).workers
-        return [u.name for r in self._workers.relations for u in r.units if u.name not in known]
+        """The related worker units that have not registered a node (no databag is read).
+
+        A unit with a problem line published a node name (it joined) or was refused one:
+        it gets no bootstrap token (`registry.Registry.record`).
+        """
+        known = registry.Registry.load(peers.app)
+        return [
+            u.name
+            for r in self._workers.relations
+            for u in r.units
+            if u.name not in known.workers and u.name not in known.problems
+        ]
 
     def worker_token(self, peers: Peers, shared: str) -> str:
         """The workers' bootstrap token while a unit joins ("" and none in the cluster after).
@@ -188,13 +203,16 @@ class Fleet:
         """
         bag = peers.app
         before = registry.Registry.load(bag) if registry.WORKERS_KEY in bag else None
+        planes = peers.control_plane_nodes(self._ctx.own_node())
         if before is None or isinstance(event, (ops.LeaderElectedEvent, ops.UpgradeCharmEvent)):
             workers = self._workers.workers()
-            now = registry.Registry.rebuild(workers, self._workers.problems(), self._relation_of)
+            now = registry.Registry.rebuild(
+                workers, self._workers.problems(), self._relation_of, stored=before, planes=planes
+            )
         else:
             now = registry.Registry.load(bag)
             if isinstance(event, ops.RelationEvent) and event.relation.name == WORKERS:
-                self._update_registry(event, now, bag)
+                self._update_registry(event, now, bag, planes)
         held = set(registry.quarantined(bag))
         registry.save_quarantined(bag, held & now.nodes)  # a departed worker's goes with it
         pending, left = registry.departed_nodes(bag, before, now)
@@ -229,9 +247,18 @@ class Fleet:
         health.save(bag)
 
     def _update_registry(
-        self, event: ops.RelationEvent, known: registry.Registry, bag: MutableMapping[str, str]
+        self,
+        event: ops.RelationEvent,
+        known: registry.Registry,
+        bag: MutableMapping[str, str],
+        planes: set[str],
     ) -> None:
-        """Apply one workers relation event to the registry, reading one databag at most."""
+        """Apply one workers relation event to the registry, reading one databag at most.
+
+        A unit's taint requests are honoured on the node it registered only: its claim
+        refused (another unit's node, a control-plane node: `registry.Registry.record`),
+        nothing is asked of the API for it.
+        """
         if isinstance(event, ops.RelationBrokenEvent):
             known.forget(known.units_of_relation(event.relation.id))
             return
@@ -240,11 +267,20 @@ class Fleet:
             return
         if event.unit is None:
             return
-        known.forget([event.unit.name])
+        unit = event.unit.name
         info, problem = self._workers.read_worker(event.relation, event.unit)
-        if info is not None and (info.gpu_taint is not None or info.gpu_quarantine is not None):
-            self._taint_for(event.unit.name, info, known, bag)
-        known.record(event.unit.name, info, problem, event.relation.id)
+        known.record(unit, info, problem, event.relation.id, planes)
+        if unit in known.problems:
+            logger.warning("ignoring worker data: %s", known.problems[unit])
+        registered = known.workers.get(unit)
+        if (
+            info is not None
+            and unit not in known.problems
+            and registered is not None
+            and registered.node == info.node_name
+            and (info.gpu_taint is not None or info.gpu_quarantine is not None)
+        ):
+            self._taint_for(unit, info, known, bag)
 
     def _taint_for(
         self, unit: str, info: WorkerInfo, known: registry.Registry, bag: MutableMapping[str, str]
@@ -259,23 +295,21 @@ class Fleet:
 
         A worker acts as its kubelet, which NodeRestriction forbids to change its taints
         (kubernetes plugin/pkg/admission/noderestriction/admission.go admitNode). The
-        request is honoured only for the node no other unit registered before (root on
-        one machine must not taint or untaint another's Node), and only the GPU taint is
-        touched (`kubernetes_cluster.gpu_taint_patch`). One GET, and one PATCH when the
-        Node differs, in a hook about that unit only.
+        caller honours the request only for the node that unit registered first (root on
+        one machine must not taint or untaint another's Node), and never on a Node labelled
+        a control-plane node (`CONTROL_PLANE_LABEL`, which no kubelet can set: a refusal,
+        the unit's problem line); only the GPU taint and the quarantine taint are touched
+        (`kubernetes_cluster.gpu_taint_patch`). One GET, and one PATCH when the Node
+        differs, in a hook about that unit only.
         """
-        owner = known.owner_of(info.node_name)
-        if owner is not None and owner != unit:
-            logger.warning(
-                "refused %s's GPU taint request: node %s is registered by %s",
-                unit,
-                info.node_name,
-                owner,
-            )
-            return
         kube = self._kube()
         current = kube.get("v1", "Node", info.node_name)
         if current is None:
+            return
+        if CONTROL_PLANE_LABEL in ((current.get("metadata") or {}).get("labels") or {}):
+            refusal = f"{unit}: node {info.node_name} is a control-plane node (refused)"
+            known.problems[unit] = refusal
+            logger.warning("refused the taint request of %s", refusal)
             return
         if info.gpu_taint is not None:
             patch = gpu_taint_patch(current, bool(info.gpu_taint))
@@ -312,6 +346,9 @@ class Fleet:
         for name in sorted(pending):
             node = kube.get("v1", "Node", name)
             if node is None:
+                continue
+            if CONTROL_PLANE_LABEL in ((node.get("metadata") or {}).get("labels") or {}):
+                logger.warning("not deleting Node %s: a control-plane node, no worker's", name)
                 continue
             pods = kube.list("v1", "Pod", field_selector=f"spec.nodeName={name}")
             ok, why = cluster_info.removable(node, pods)

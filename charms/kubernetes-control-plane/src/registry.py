@@ -17,10 +17,13 @@ Databag keys (all JSON):
                       its PCI device id (or null) and MIG profiles (instances per GPU):
                       {"NVIDIA H100 80GB HBM3": ["2330", {"1g.10gb": 7, "7g.80gb": 1}]}
     worker-problems:  {"kubernetes-worker/3": "kubernetes-worker/3: node-name is invalid"}
+                      and the requests refused (`record`): a node name another unit
+                      registered first, or a control-plane node's
     pending-removal:  ["ip-10-0-1-9"]   Nodes of departed workers not yet deleted
     worker-shared-grant: ["kubernetes-worker/2"]   registered units that did not say
-                      `node-identity` (an earlier revision: it still uses the shared
-                      ServiceAccount); absent when there are none
+                      `node-identity` (an earlier revision's, which uses the shared
+                      ServiceAccount while it stands; once it is gone such a unit gets
+                      nothing and a Blocked line: access.py); absent when there are none
     gpu-quarantined:  ["ip-10-0-1-7"]   Nodes the leader holds the quarantine taint on
                       (their worker's `gpu-quarantine` lists GPUs, fleet.py); Kueue's
                       cohort is sized for this set (addons.py); absent when there are none
@@ -31,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-from collections.abc import Callable, Iterable, Mapping, MutableMapping
+from collections.abc import Callable, Collection, Iterable, Mapping, MutableMapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -132,23 +135,112 @@ class Registry:
         workers: Iterable[WorkerInfo],
         problems: Iterable[str],
         relation_of: Callable[[str], int],
+        *,
+        stored: Registry | None = None,
+        planes: Collection[str] = (),
     ) -> Registry:
-        """A registry from every worker unit's databag (`problems` as `unit: why`)."""
-        workers = list(workers)
-        return cls(
-            {w.unit: Worker.from_info(w, relation_of(w.unit)) for w in workers},
-            {problem.split(":", 1)[0]: problem for problem in problems},
-            {w.unit for w in workers if not w.node_identity},
-        )
+        """A registry from every worker unit's databag (`problems` as `unit: why`).
 
-    def record(self, unit: str, info: WorkerInfo | None, problem: str | None, rel: int) -> None:
-        """Take in what one worker unit published on relation `rel` (see `read_worker`)."""
+        `stored`: the registry the peer data held (a former leader's): each node name
+        stays with the unit that registered it first there, and a unit of it that still
+        is related keeps its entry when what it publishes now is refused (`record`).
+        Claims the stored registry does not settle are taken in unit order (the only
+        order an earlier revision's registry, which kept several claimants, leaves).
+        `planes`: the control-plane nodes, which no worker unit may register.
+        """
+        stored = stored or cls()
+        infos = {w.unit: w for w in workers}
+        problem_of = {problem.split(":", 1)[0]: problem for problem in problems}
+        units = {*infos, *problem_of, *(u for u in stored.workers if relation_of(u) != -1)}
+
+        def first(unit: str) -> tuple[bool, tuple[str, int]]:
+            kept, info = stored.workers.get(unit), infos.get(unit)
+            registered = kept is not None and info is not None and kept.node == info.node_name
+            return not registered, _unit_order(unit)
+
+        registry = cls()
+        owners: dict[str, str] = {}  # node -> unit, as registered so far (1,000 units: O(N))
+        for unit in sorted(units, key=first):
+            rel = relation_of(unit)
+            kept = stored.workers.get(unit)
+            kept = dataclasses.replace(kept, relation_id=rel) if kept is not None else None
+            registry._take(
+                unit,
+                infos.get(unit),
+                problem_of.get(unit),
+                rel,
+                planes,
+                owners.get,
+                kept,
+                unit in stored.shared_grant,
+            )
+            if unit in registry.workers:
+                owners.setdefault(registry.workers[unit].node, unit)
+        return registry
+
+    def record(
+        self,
+        unit: str,
+        info: WorkerInfo | None,
+        problem: str | None,
+        rel: int,
+        planes: Collection[str] = (),
+    ) -> None:
+        """Take in what one worker unit published on relation `rel` (see `read_worker`).
+
+        Root on a worker machine writes that unit's databag (relation-set), so a node name
+        is a claim: it is refused when another unit registered that node first (a node
+        name belongs to its first registrant, whatever the unit numbers) or when it is a
+        control-plane node (`planes`); a unit that registered a node and then publishes
+        none is refused too (it would be joining again and get a bootstrap token, with
+        which a kubelet certificate for any node name is approved: literals.py
+        WORKER_TOKEN_TTL_HOURS; a joined worker never needs one). A refused unit keeps the
+        node it registered before, if any, and the refusal is its problem line; the
+        leader acts for a unit only on the node it registered (fleet.py).
+        """
+        kept = self.workers.pop(unit, None)
+        shared = unit in self.shared_grant
+        self.problems.pop(unit, None)
+        self.shared_grant.discard(unit)
+        self._take(unit, info, problem, rel, planes, self.owner_of, kept, shared)
+
+    def _take(
+        self,
+        unit: str,
+        info: WorkerInfo | None,
+        problem: str | None,
+        rel: int,
+        planes: Collection[str],
+        owner_of: Callable[[str], str | None],
+        kept: Worker | None,
+        shared: bool,
+    ) -> None:
+        """Register `unit` (none of its entries is in the registry), or refuse it.
+
+        `owner_of`: the unit that registered a node already, if one did; `kept`: the
+        entry `unit` had (`shared`: it was in `shared_grant`), kept when what it publishes
+        now is refused, unless that entry itself would be (an earlier revision's).
+        """
+        refusal = problem
         if info is not None:
-            self.workers[unit] = Worker.from_info(info, rel)
-            if not info.node_identity:
+            refusal = _refusal(unit, info.node_name, planes, owner_of(info.node_name))
+            if refusal is None:
+                self.workers[unit] = Worker.from_info(info, rel)
+                if not info.node_identity:
+                    self.shared_grant.add(unit)
+                return
+        elif problem is None and kept is not None:
+            refusal = (
+                f"{unit}: publishes no node-name after it registered {kept.node} "
+                "(refused: a joined node gets no join token)"
+            )
+        if refusal is None:
+            return  # not joined yet
+        self.problems[unit] = refusal
+        if kept is not None and _refusal(unit, kept.node, planes, owner_of(kept.node)) is None:
+            self.workers[unit] = kept
+            if shared:
                 self.shared_grant.add(unit)
-        if problem is not None:
-            self.problems[unit] = problem
 
     def forget(self, units: Iterable[str]) -> None:
         """Drop departed units."""
@@ -158,7 +250,10 @@ class Registry:
             self.shared_grant.discard(unit)
 
     def owner_of(self, node: str) -> str | None:
-        """The unit that registered `node` (the first, in unit order, if several claim it)."""
+        """The unit that registered `node` (`record` lets one unit have it).
+
+        Of the claimants an earlier revision's registry kept, the first in unit order.
+        """
         claims = [u for u, w in self.workers.items() if w.node == node]
         return min(claims, key=_unit_order) if claims else None
 
@@ -196,6 +291,15 @@ class Registry:
     def versions(self) -> dict[str, str | None]:
         """The minor each registered worker published (None when it did not say)."""
         return {unit: w.version for unit, w in self.workers.items()}
+
+
+def _refusal(unit: str, node: str, planes: Collection[str], owner: str | None) -> str | None:
+    """Why `unit` may not register `node` (`owner` registered it first); None when it may."""
+    if node in planes:
+        return f"{unit}: node-name {node} is a control-plane node (refused)"
+    if owner is not None and owner != unit:
+        return f"{unit}: node-name {node} is the node of {owner} (refused)"
+    return None
 
 
 def _unit_order(unit: str) -> tuple[str, int]:

@@ -12,6 +12,7 @@ from ops import testing
 
 from fakes.control_plane import (
     ADMIN_TOKEN,
+    earlier_revision_cluster,
     kube_api_relation,
     leader_member_state,
     peer,
@@ -48,7 +49,10 @@ def test_no_secret_value_in_logs_statuses_results_or_databags(ctx, machine, api,
         return out
 
     out = run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
-    workers = workers_relation({0: worker_bag("w0"), 1: worker_bag("w1")})
+    # a cluster an earlier revision made, w0 a worker of that revision: the shared worker
+    # grant's token stands, and must not leak either
+    out = earlier_revision_cluster(out)
+    workers = workers_relation({0: worker_bag("w0", identity=False), 1: worker_bag("w1")})
     consumer = kube_api_relation("tensorflow", "training", JOBS)
     joining = dataclasses.replace(peer(out), peers_data={1: {"joined": "false"}})
     out = dataclasses.replace(out, relations=[joining, workers, consumer])

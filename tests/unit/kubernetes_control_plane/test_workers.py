@@ -14,6 +14,7 @@ from ops import testing
 from fakes.control_plane import (
     JOIN_LABEL,
     PEER_LABEL,
+    earlier_revision_cluster,
     join_workers,
     node,
     peer,
@@ -36,10 +37,11 @@ def with_relation(state: testing.State, rel) -> testing.State:
 
 
 def test_workers_get_public_data_in_databag_and_token_in_granted_secret(ctx, bootstrapped, api):
-    # w0 is a worker of an earlier revision (it does not say node-identity): the shared
-    # grant and its kubeconfig stand for it
-    rel = workers_relation({0: worker_bag("w0"), 1: {}})
-    out = ctx.run(ctx.on.relation_joined(rel, remote_unit=0), with_relation(bootstrapped, rel))
+    # w0 is a worker of an earlier revision (it does not say node-identity) on a cluster an
+    # earlier revision made: the shared grant and its kubeconfig stand for it
+    rel = workers_relation({0: worker_bag("w0", identity=False), 1: {}})
+    state = with_relation(earlier_revision_cluster(bootstrapped), rel)
+    out = ctx.run(ctx.on.relation_joined(rel, remote_unit=0), state)
 
     bag = out.get_relation(rel.id).local_app_data
     join = secret(out, JOIN_LABEL)
@@ -105,27 +107,24 @@ GRANT_OBJECTS = (
 )
 
 
-def identity_bag(name: str) -> dict:
-    """A worker of this revision: it acts as its kubelet and says so."""
-    return {**worker_bag(name), "node-identity": "true"}
-
-
 def test_the_shared_worker_grant_goes_once_every_worker_acts_as_its_kubelet(
     ctx, bootstrapped, api
 ):
     """Issue 29 item 2: the ServiceAccount every worker shared is deleted, then stays gone.
 
-    While a worker of an earlier revision is registered the grant and its kubeconfig stand
-    (it still labels and validates with it); once every registered unit says node-identity
-    the leader deletes the ServiceAccount, its token and bindings, and the join secret
-    holds nothing (no unit joins, so there is no workers' token either). The removal is
-    made once: later hooks make no request for it.
-    A worker of an earlier revision related afterwards brings the grant back.
+    On a cluster an earlier revision made, while a worker of an earlier revision is
+    registered the grant and its kubeconfig stand (it still labels and validates with it);
+    once every registered unit says node-identity the leader deletes the ServiceAccount,
+    its token and bindings, and the join secret holds nothing (no unit joins, so there is
+    no workers' token either). The removal is made once: later hooks make no request for it.
+    A unit without node-identity afterwards (one refreshed back, or root on it dropping the
+    flag) gets no credential: the grant is never made again, and a Blocked line names it.
     """
     from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
 
-    rel = workers_relation({0: worker_bag("w0"), 1: identity_bag("w1")})
-    out = ctx.run(ctx.on.relation_changed(rel, remote_unit=0), with_relation(bootstrapped, rel))
+    rel = workers_relation({0: worker_bag("w0", identity=False), 1: worker_bag("w1")})
+    state = with_relation(earlier_revision_cluster(bootstrapped), rel)
+    out = ctx.run(ctx.on.relation_changed(rel, remote_unit=0), state)
     kubeconfig = yaml.safe_load(secret(out, JOIN_LABEL).latest_content["kubeconfig"])
     # the workers reach it through their node's proxy: here straight at the fake
     shared_token = api.kubeconfig(token=kubeconfig["users"][0]["user"]["token"])
@@ -133,13 +132,13 @@ def test_the_shared_worker_grant_goes_once_every_worker_acts_as_its_kubelet(
     with Kube.from_kubeconfig(shared_token, retries=0) as shared:
         shared.get("v1", "Node", "w0")  # the earlier worker's credential works
 
-    upgraded = dataclasses.replace(
-        rel, remote_units_data={0: identity_bag("w0"), 1: identity_bag("w1")}
+    refreshed = dataclasses.replace(
+        rel, remote_units_data={0: worker_bag("w0"), 1: worker_bag("w1")}
     )
     state = dataclasses.replace(
-        out, relations=[r for r in out.relations if r.id != rel.id] + [upgraded]
+        out, relations=[r for r in out.relations if r.id != rel.id] + [refreshed]
     )
-    out = ctx.run(ctx.on.relation_changed(upgraded, remote_unit=0), state)
+    out = ctx.run(ctx.on.relation_changed(refreshed, remote_unit=0), state)
 
     assert [p for p in GRANT_OBJECTS if api.get_object(p) is not None] == []
     # w1 is not in the registry yet (a hook about w0 reads w0's databag): still a token
@@ -150,20 +149,27 @@ def test_the_shared_worker_grant_goes_once_every_worker_acts_as_its_kubelet(
             shared.get("v1", "Node", "w0")
     assert refused.value.status == 401
     requests = len(api.requests)
-    upgraded = out.get_relation(rel.id)
-    again = ctx.run(ctx.on.relation_changed(upgraded, remote_unit=1), out)
+    refreshed = out.get_relation(rel.id)
+    again = ctx.run(ctx.on.relation_changed(refreshed, remote_unit=1), out)
     assert secret(again, JOIN_LABEL).latest_content == {"joining": "none"}  # all registered
     assert [r for r in api.requests[requests:] if "gpu-k8s-worker" in r[1]] == []
 
+    # stricter than before: a unit without node-identity related afterwards brings the
+    # grant back no more (root on a worker could drop the flag to get the shared token)
     old = dataclasses.replace(
-        upgraded, remote_units_data={**upgraded.remote_units_data, 2: worker_bag("w2")}
+        refreshed,
+        remote_units_data={**refreshed.remote_units_data, 2: worker_bag("w2", identity=False)},
     )
     state = dataclasses.replace(
         again, relations=[r for r in again.relations if r.id != rel.id] + [old]
     )
-    out = ctx.run(ctx.on.relation_joined(old, remote_unit=2), state)
-    assert all(api.get_object(path) is not None for path in GRANT_OBJECTS)
-    assert "kubeconfig" in secret(out, JOIN_LABEL).latest_content
+    out = ctx.run(ctx.on.relation_changed(old, remote_unit=2), state)
+    assert [p for p in GRANT_OBJECTS if api.get_object(p) is not None] == []
+    assert "kubeconfig" not in secret(out, JOIN_LABEL).latest_content
+    assert out.unit_status == testing.BlockedStatus(
+        "kubernetes-worker/2 does not act as its kubelet (no node-identity) and gets no "
+        "shared worker credential: juju refresh kubernetes-worker"
+    )
 
 
 def test_status_counts_workers_and_gpus(ctx, bootstrapped, api):
@@ -259,7 +265,7 @@ def test_token_rotates_on_secret_expired(ctx, bootstrapped, machine, clock):
     rel = workers_relation({0: {}, 1: worker_bag("w1")})
     out = ctx.run(ctx.on.relation_changed(rel, remote_unit=1), with_relation(bootstrapped, rel))
     old = token_secret(out).latest_content["token"]
-    kubeconfig = secret(out, JOIN_LABEL).latest_content["kubeconfig"]
+    shared = secret(out, JOIN_LABEL).latest_content  # no token: the unit's own secret has it
     control_plane = secret(out, PEER_LABEL).latest_content["token"]
 
     clock.advance(hours=1, minutes=1)
@@ -268,7 +274,7 @@ def test_token_rotates_on_secret_expired(ctx, bootstrapped, machine, clock):
 
     new = token_secret(out).latest_content["token"]
     assert new != old
-    assert secret(out, JOIN_LABEL).latest_content["kubeconfig"] == kubeconfig
+    assert secret(out, JOIN_LABEL).latest_content == shared == {"joining": "none"}
     assert secret(out, PEER_LABEL).latest_content["token"] == control_plane  # its own
     assert old not in machine.live_tokens and new in machine.live_tokens
     assert any(
@@ -510,7 +516,7 @@ def test_the_workers_token_exists_only_while_a_unit_joins(ctx, bootstrapped, api
     )
 
     api.put_object("/api/v1/nodes/w0", node("w0"))
-    joined = dataclasses.replace(rel, remote_units_data={0: identity_bag("w0")})
+    joined = dataclasses.replace(rel, remote_units_data={0: worker_bag("w0")})
     state = dataclasses.replace(
         out, relations=[r for r in out.relations if r.id != rel.id] + [joined]
     )
@@ -527,7 +533,7 @@ def test_the_workers_token_exists_only_while_a_unit_joins(ctx, bootstrapped, api
     assert out.unit_status.name == "active"
 
     more = dataclasses.replace(
-        out.get_relation(rel.id), remote_units_data={0: identity_bag("w0"), 1: {}}
+        out.get_relation(rel.id), remote_units_data={0: worker_bag("w0"), 1: {}}
     )
     state = dataclasses.replace(
         out, relations=[r for r in out.relations if r.id != rel.id] + [more]
@@ -609,7 +615,7 @@ def test_upgrade_replaces_the_token_every_worker_unit_could_read(ctx, bootstrapp
     a join secret without a token, and replaces the token itself (the old one is deleted:
     401), which the joining unit alone now reads.
     """
-    rel = workers_relation({0: identity_bag("w0"), 1: {}})
+    rel = workers_relation({0: worker_bag("w0"), 1: {}})
     out = ctx.run(ctx.on.relation_joined(rel, remote_unit=1), with_relation(bootstrapped, rel))
     old = token_secret(out, "kubernetes-worker/1").latest_content["token"]
     # as an earlier revision left it: the token in the secret granted to the whole relation

@@ -18,11 +18,14 @@ revisions once the unit registered: while a unit joins, only that unit's agent c
 the token, and a joined worker needs none (root on it finds none; see
 `ClusterProvider.publish`). The join secret (`join-secret-id`, owned by the control-plane
 application and granted to every `workers` relation) holds no token (its content is
-`{"joining": "none"}`) and, only while a related worker unit has not said
-`node-identity`, a `kubeconfig` for the `gpu-k8s-worker` ServiceAccount that workers of
-earlier revisions use to label, drain and validate their node. Once every worker unit
-acts as its kubelet the control plane deletes that ServiceAccount and its grant; a worker
-reads the kubeconfig if there is one and needs none. Control planes of earlier revisions
+`{"joining": "none"}`) and, on a cluster an earlier control-plane revision made and only
+while a related worker unit has not said `node-identity`, a `kubeconfig` for the
+`gpu-k8s-worker` ServiceAccount that workers of earlier revisions use to label, drain and
+validate their node. Once every worker unit acts as its kubelet the control plane deletes
+that ServiceAccount and its grant and never makes them again (nor on a cluster it made:
+no worker without `node-identity` can join one, it reads its token from the join
+secret); a unit that stops saying `node-identity` gets no kubeconfig. A worker reads the
+kubeconfig if there is one and needs none. Control planes of earlier revisions
 kept the token in the join secret itself, which every worker unit could read: a worker
 still reads it there, and a control plane of this revision removes that secret (all its
 revisions) and publishes a new one without the token, under another label.
@@ -36,7 +39,10 @@ plugin/pkg/admission/noderestriction/admission.go admitNode: "node ... is not al
 modify taints"). It registers with the GPU taint (kubeadm's `nodeRegistration.taints`);
 when it wants the GPU taint (`GPU_TAINT`, and that taint only) set or removed after
 joining it publishes `gpu-taint` ("true"/"false") until its Node carries what it asked,
-and the control-plane leader applies it to the node that unit registered, never another.
+and the control-plane leader applies it to the node that unit registered first, never
+another and never a control-plane node. A node name is a claim: one another unit
+registered first, or a control-plane node's, is refused (the leader's status names the
+unit), and a unit that registered its node and then publishes none gets no join token.
 In the same way a worker whose GPU health watcher quarantined a GPU publishes
 `gpu-quarantine` (the GPUs' UUIDs) and the leader sets `QUARANTINE_TAINT`
 (`gpu-k8s.io/gpu-unhealthy:NoExecute`) on that unit's node; once the GPUs are readmitted the
@@ -105,7 +111,7 @@ from charms.gpu_k8s.v0.databag import Databag, Endpoint, explain, write
 
 LIBID = "5f724584087c4f3caa6d95ea68f42ceb"
 LIBAPI = 0
-LIBPATCH = 15
+LIBPATCH = 16
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,241 @@
+"""What root on a worker can ask of the leader over `workers`, and about which node.
+
+Root on a worker machine can rewrite that unit's databag (`relation-set`): every key the
+leader reads there (lib kubernetes_cluster.py RequirerUnitData: node-name, node-identity,
+gpu-taint, gpu-quarantine, gpu-inventory, kubernetes-version) is a request from a
+possibly hostile unit. Each test below was a reviewer's probe that passed (the request
+was honoured) before the leader refused it (issue 29 item 2). The requests run against
+the fake API server with the identities the charms really have.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import yaml
+from ops import testing
+
+from fakes.control_plane import (
+    JOIN_LABEL,
+    earlier_revision_cluster,
+    join_workers,
+    node,
+    peer,
+    peers,
+    secret,
+    worker_bag,
+    workers_relation,
+)
+
+BAD_GPU = "GPU-7f3e9a2c-5d41-4b8e-9c0a-1e2f3a4b5c6d"
+QUARANTINE = {"gpu-quarantine": json.dumps([BAD_GPU])}
+QUARANTINE_TAINT = {"key": "gpu-k8s.io/gpu-unhealthy", "effect": "NoExecute"}
+GRANT_SA = "/api/v1/namespaces/kube-system/serviceaccounts/gpu-k8s-worker"
+
+
+@pytest.fixture
+def bootstrapped(ctx, machine):
+    return ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
+
+
+def legacy_bag(name: str) -> dict:
+    """A worker of a revision before node-identity (or one whose root dropped the flag)."""
+    return worker_bag(name, identity=False)
+
+
+def rewrite(ctx, state: testing.State, rel_id: int, unit: int, bag: dict) -> testing.State:
+    """Root on `unit` rewrites its databag (relation-set); the leader's relation-changed."""
+    rel = state.get_relation(rel_id)
+    changed = dataclasses.replace(rel, remote_units_data={**rel.remote_units_data, unit: bag})
+    state = dataclasses.replace(
+        state, relations=[r for r in state.relations if r.id != rel_id] + [changed]
+    )
+    return ctx.run(ctx.on.relation_changed(changed, remote_unit=unit), state)
+
+
+def tainted(api, name: str, key: str = QUARANTINE_TAINT["key"]) -> bool:
+    """Whether Node `name` carries the taint `key` (the quarantine taint's by default)."""
+    taints = (api.get_object(f"/api/v1/nodes/{name}").get("spec") or {}).get("taints") or []
+    return any(t["key"] == key for t in taints)
+
+
+def test_a_worker_dropping_node_identity_gets_no_shared_credential(ctx, bootstrapped, api):
+    """Once the shared grant is gone it never comes back; the unit is named, with the fix."""
+    rel = workers_relation({0: worker_bag("w0"), 1: worker_bag("w1")})
+    out = join_workers(ctx, bootstrapped, rel, api)
+    assert "kubeconfig" not in secret(out, JOIN_LABEL).latest_content
+
+    out = rewrite(ctx, out, rel.id, 0, legacy_bag("w0"))
+
+    assert "kubeconfig" not in secret(out, JOIN_LABEL).latest_content
+    assert api.get_object(GRANT_SA) is None
+    assert out.unit_status == testing.BlockedStatus(
+        "kubernetes-worker/0 does not act as its kubelet (no node-identity) and gets no "
+        "shared worker credential: juju refresh kubernetes-worker"
+    )
+    # idempotent: the next hook asks nothing of the API for the grant either
+    requests = len(api.requests)
+    again = ctx.run(ctx.on.update_status(), out)
+    assert [r for r in api.requests[requests:] if "gpu-k8s-worker" in r[1]] == []
+    assert again.unit_status == out.unit_status
+    # the flag back: the line goes
+    out = rewrite(ctx, again, rel.id, 0, worker_bag("w0"))
+    assert out.unit_status.name == "active"
+
+
+def test_a_fresh_cluster_never_makes_the_shared_grant(ctx, bootstrapped, api):
+    """No worker revision without node-identity can join a cluster this revision made.
+
+    node-identity (917e912) came before the per-unit join-token secrets (a9c33ec); a worker
+    of an earlier revision reads its token from the join secret, which holds none here.
+    """
+    rel = workers_relation({0: legacy_bag("w0")})
+    out = join_workers(ctx, bootstrapped, rel, api)
+
+    assert "kubeconfig" not in secret(out, JOIN_LABEL).latest_content
+    assert api.get_object(GRANT_SA) is None
+    assert out.unit_status.name == "blocked"
+    assert "kubernetes-worker/0 does not act as its kubelet" in out.unit_status.message
+
+
+def test_a_lower_unit_cannot_claim_a_node_another_unit_registered_first(ctx, bootstrapped, api):
+    """A node name stays with its first registrant, whatever the unit numbers and the leader."""
+    rel = workers_relation({1: worker_bag("w1")})
+    out = join_workers(ctx, bootstrapped, rel, api)
+    api.put_object("/api/v1/nodes/w0", node("w0"))
+    out = rewrite(ctx, out, rel.id, 0, worker_bag("w0"))
+
+    out = rewrite(ctx, out, rel.id, 0, {**worker_bag("w1"), **QUARANTINE, "gpu-taint": "true"})
+
+    assert not tainted(api, "w1")
+    assert not tainted(api, "w1", "nvidia.com/gpu")
+    registry = json.loads(peer(out).local_app_data["workers"])
+    assert registry["kubernetes-worker/0"][0] == "w0"  # it keeps the node it registered
+    assert registry["kubernetes-worker/1"][0] == "w1"
+    assert "gpu-quarantined" not in peer(out).local_app_data
+    assert json.loads(peer(out).local_app_data.get("pending-removal", "[]")) == []  # w0 stays
+    refusal = "kubernetes-worker/0: node-name w1 is the node of kubernetes-worker/1 (refused)"
+    assert refusal in out.unit_status.message
+    # a new leader rebuilds the registry from every databag: the first registrant stays
+    out = ctx.run(ctx.on.leader_elected(), out)
+    assert not tainted(api, "w1")
+    registry = json.loads(peer(out).local_app_data["workers"])
+    assert registry["kubernetes-worker/0"][0] == "w0"
+    assert registry["kubernetes-worker/1"][0] == "w1"
+    assert refusal in out.unit_status.message
+    # unit 1 quarantining its own node still works
+    out = rewrite(ctx, out, rel.id, 1, {**worker_bag("w1"), **QUARANTINE})
+    assert tainted(api, "w1")
+    # unit 0 departs: its own node is the one to delete, never w1
+    rel = out.get_relation(rel.id)
+    out = ctx.run(ctx.on.relation_departed(rel, remote_unit=0, departing_unit=0), out)
+    assert json.loads(peer(out).local_app_data["workers"]) == {
+        "kubernetes-worker/1": registry["kubernetes-worker/1"]
+    }
+    assert api.get_object("/api/v1/nodes/w1") is not None
+
+
+def test_a_worker_cannot_claim_a_control_plane_node(ctx, bootstrapped, api):
+    """The leader's own node (a peer's), or any Node labelled control-plane: never a taint."""
+    own = peer(bootstrapped).local_unit_data["node-name"]  # ip-10-0-1-17 in the fake
+    cp = "ip-10-0-2-9"  # a control-plane Node no peer names (yet): its label says what it is
+    labelled = node(cp, control_plane=True)
+    api.put_object(f"/api/v1/nodes/{cp}", labelled)
+    rel = workers_relation({0: {**worker_bag(own), **QUARANTINE}})
+    out = join_workers(ctx, bootstrapped, rel, None)
+    assert not tainted(api, own)
+    assert f"kubernetes-worker/0: node-name {own} is a control-plane node (refused)" in (
+        out.unit_status.message
+    )
+    assert "kubernetes-worker/0" not in json.loads(peer(out).local_app_data["workers"])
+
+    out = rewrite(ctx, out, rel.id, 0, {**worker_bag(cp), **QUARANTINE})
+    assert not tainted(api, cp)
+    assert "gpu-quarantined" not in peer(out).local_app_data
+    assert f"kubernetes-worker/0: node {cp} is a control-plane node (refused)" in (
+        out.unit_status.message
+    )
+    # it departs: its "node" is never deleted as a departed worker's
+    api.put_object(f"/api/v1/nodes/{cp}", node(cp, control_plane=True, ready=False))
+    rel = out.get_relation(rel.id)
+    out = ctx.run(ctx.on.relation_departed(rel, remote_unit=0, departing_unit=0), out)
+    assert api.get_object(f"/api/v1/nodes/{cp}") is not None
+
+
+def test_a_registered_worker_clearing_its_node_name_gets_no_join_token(ctx, bootstrapped, api):
+    """A bootstrap token would let it have a kubelet certificate for any node name."""
+    rel = workers_relation({0: worker_bag("w0")})
+    out = join_workers(ctx, bootstrapped, rel, api)
+    out = rewrite(ctx, out, rel.id, 0, {})
+
+    assert "join-tokens" not in out.get_relation(rel.id).local_app_data
+    registry = json.loads(peer(out).local_app_data["workers"])
+    assert registry["kubernetes-worker/0"][0] == "w0"
+    assert "kubernetes-worker/0: publishes no node-name after it registered w0" in (
+        out.unit_status.message
+    )
+    # nor after a new leader rebuilt the registry
+    out = ctx.run(ctx.on.leader_elected(), out)
+    assert "join-tokens" not in out.get_relation(rel.id).local_app_data
+
+
+# Left open: the MIG manager's config serves the whole cluster (mig_manager.py), and per
+# model and profile it takes the smallest instance count any worker reports
+# (mig_manager._profile_counts: two drivers may differ), so a unit's `gpu-inventory`
+# shrinks the layout every other node of that model gets when it next asks for it. The
+# counts are NVIDIA's per model (its MIG user guide tables); checking a report against
+# them, or keeping a count per node, is the fix still to make.
+@pytest.mark.xfail(strict=True, reason="left open: a worker's MIG counts shrink other nodes'")
+def test_a_worker_cannot_shrink_the_mig_layout_of_another_node(ctx, bootstrapped, api):
+    h100 = {
+        "model": "NVIDIA H100 80GB HBM3",
+        "count": 8,
+        "mig-capable": True,
+        "pci-device-id": "2330",
+        "mig-profiles": {"1g.10gb": 7},
+    }
+    lying = {**h100, "mig-profiles": {"1g.10gb": 1}}
+    rel = workers_relation({0: worker_bag("h100-0", [h100]), 1: worker_bag("h100-1", [lying])})
+    join_workers(ctx, bootstrapped, rel, api)
+
+    config = api.get_object("/api/v1/namespaces/gpu-k8s-gpu/configmaps/nvidia-mig-manager-config")
+    configs = yaml.safe_load(config["data"]["config.yaml"])["mig-configs"]
+    assert [c["mig-devices"] for c in configs["all-1g.10gb"]] == [{"1g.10gb": 7}]
+
+
+def test_an_earlier_revisions_registry_is_settled_on_upgrade(ctx, bootstrapped, api):
+    """Its registry kept every claimant: after the refresh one unit per node, none a plane's."""
+    own = peer(bootstrapped).local_unit_data["node-name"]
+    bags = {0: worker_bag("w1"), 1: worker_bag("w1"), 2: worker_bag(own)}
+    rel = workers_relation(bags)
+    earlier = {
+        f"kubernetes-worker/{i}": [b["node-name"], 0, rel.id, {}, None] for i, b in bags.items()
+    }
+    state = earlier_revision_cluster(
+        dataclasses.replace(bootstrapped, relations=[*bootstrapped.relations, rel])
+    )
+    mine = peer(state)
+    settled = dataclasses.replace(
+        mine, local_app_data={**mine.local_app_data, "workers": json.dumps(earlier)}
+    )
+    state = dataclasses.replace(
+        state, relations=[*(r for r in state.relations if r.id != mine.id), settled]
+    )
+
+    out = ctx.run(ctx.on.upgrade_charm(), state)
+
+    registry = json.loads(peer(out).local_app_data["workers"])
+    # which of two claimants an earlier revision's registry held first is not known: the
+    # first in unit order, as that revision's owner_of chose
+    assert sorted(registry) == ["kubernetes-worker/0"]
+    problems = json.loads(peer(out).local_app_data["worker-problems"])
+    assert problems == {
+        "kubernetes-worker/1": (
+            "kubernetes-worker/1: node-name w1 is the node of kubernetes-worker/0 (refused)"
+        ),
+        "kubernetes-worker/2": (
+            f"kubernetes-worker/2: node-name {own} is a control-plane node (refused)"
+        ),
+    }
