@@ -42,6 +42,26 @@ write them, or one that ignores SIGTERM. The launcher
    RestartJobSetAndIgnoreMaxRestarts, i.e. without counting toward max-restarts; the
    new gang resumes from the chief's last checkpoint.
 
+A program that exits 0 on SIGTERM (a user's handler that saves, then `sys.exit(0)`)
+stopped too: once SIGTERM was forwarded to the program (or it was killed), the launcher
+exits EXIT_STOPPED whatever the program's code. Exit 0 would make the pod Succeeded, and
+the chief's success ends the job: the worker Job's successPolicy (succeededIndexes "0":
+"Once any of the rules are met, the SucceededCriteriaMet condition is added, and the
+lingering pods are removed", batch/v1 SuccessPolicy) and the JobSet's successPolicy,
+operator Any on the chief's role ("Any of the selected jobs should succeed to consider
+the JobSet successful", jobset v0.12.0 jobset_types.go), so a drain or a preemption
+would complete the job mid-training instead of resuming it. The launcher cannot tell
+that from a program that finished its last step just as SIGTERM came: that one is
+restarted, uncounted, and ends again from its last checkpoint. For the built-in trainer
+that is harmless: it finds every step done, reports finished and exits 0 (its final
+checkpoint and export were written before the loop ended). A user's program pays what it
+pays for any stop near its end: Keras' BackupAndRestore deletes its backup once fit()
+returns (tf_keras callbacks.py on_train_end, delete_checkpoint), so a program stopped
+between fit() and its exit trains again from the start. A rare window, and a cost, not a
+wrong result; the other way a drained job would end half-trained as Completed. A
+program that exits 0 before SIGTERM reached it (a `ps` or `strategy=ps` worker still held
+for the chief's save) finished, and exits 0.
+
 A task whose program fails while a peer is stopping (a peer left mid-step) also exits
 EXIT_STOPPED: it stopped at its last checkpoint, it did not fail. A peer that failed
 for its own reasons (no `stopping` mark) is a failure, and counts.
@@ -89,10 +109,12 @@ a program that truly failed is restarted FAULT_WINDOW later. A task with no GPU
 Exit codes (the container's, read by the Job's podFailurePolicy and JobSet's
 failurePolicy the charm writes; docs/explanation/training-jobs.md "Stops and exit codes"):
 
-    0    the program finished                      the pod Succeeded
+    0    the program finished (exited 0 before    the pod Succeeded
+         any SIGTERM reached it)
     143  stopped on SIGTERM (its own or a peer's,  gang restarted, not counted
-         or within the fault window after the
-         program failed)
+         whatever the program then exits with, 0
+         included, or within the fault window
+         after the program failed)
     82   the launcher cannot start the task: a bad  the job Fails, no restart
          environment or argument, no shared volume,
          the program cannot be run
@@ -851,6 +873,8 @@ class _Stop:
 
     def outcome(self, code: int) -> int:
         """The launcher's exit code for the program's `code` (the table above)."""
+        if self.forwarded or self.killed:
+            return EXIT_STOPPED  # its 0 included ("A program that exits 0 on SIGTERM")
         if code == 0:
             return 0
         if self.since is None and self.fault_window > 0:

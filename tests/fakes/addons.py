@@ -471,13 +471,20 @@ def install_kueue(api: Any, gpu_products: dict[str, str] | None = None) -> None:
             {"metadata": {"labels": owner}, "value": value},
         )
     api.put_object(f"{kueue_api}/resourceflavors/cpu", {"metadata": {"labels": owner}, "spec": {}})
-    for name, product in (gpu_products or {}).items():
+    put_gpu_flavors(api, gpu_products or {})
+
+
+def put_gpu_flavors(api: Any, gpu_products: dict[str, str]) -> None:
+    """The control plane's ResourceFlavor of each GPU model: flavor name -> its product."""
+    owner = {"app.kubernetes.io/managed-by": "kubernetes-control-plane"}
+    for name, product in gpu_products.items():
         spec = {
             "nodeLabels": {"nvidia.com/gpu.product": product},
             "nodeTaints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
         }
         api.put_object(
-            f"{kueue_api}/resourceflavors/{name}", {"metadata": {"labels": owner}, "spec": spec}
+            f"/apis/kueue.x-k8s.io/v1beta2/resourceflavors/{name}",
+            {"metadata": {"labels": owner}, "spec": spec},
         )
 
 

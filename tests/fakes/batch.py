@@ -98,6 +98,12 @@ Kueue (kubernetes-sigs/kueue v0.19.2):
   reason DeactivatedDueToMaximumExecutionTimeExceeded and never requeued. Time is
   `clock` (tests with fake time set it): the Admitted condition's lastTransitionTime and
   status.accumulatedPastExecutionTimeSeconds (the admitted time before an eviction).
+- K11 Admitting a job, Kueue merges each pod set's assigned flavors' `nodeLabels` into its
+  pod template's nodeSelector and their `tolerations` into its tolerations (v0.19.2
+  pkg/podset/podset.go FromAssignment and Merge, a conflicting nodeSelector key being
+  BadPodSetsUpdateError; the JobSet's and the Job's RunWithPodSetsInfo), so its pods
+  land on that flavor's nodes (B1); stopping it (K3, K5, K9) puts the Workload's copy of
+  each template's nodeSelector and tolerations back (RestorePodSetsInfo, RestorePodSpec).
 
 JobSet (kubernetes-sigs/jobset v0.12.0, pkg/controllers/jobset_controller.go):
 - J1 An unsuspended JobSet has one child Job `<jobset>-<replicatedJob>-0` per replicated
@@ -134,11 +140,16 @@ JobSet (kubernetes-sigs/jobset v0.12.0, pkg/controllers/jobset_controller.go):
   deleted pod's container exits at once unless `stop_ticks` names its replicated Job:
   it then runs on (the pod terminating, with a deletionTimestamp) for that many ticks,
   as a chief saving a checkpoint on SIGTERM.
+- J6 A resumed JobSet's suspended child Jobs get its replicated Jobs' nodeSelector and
+  tolerations merged into their pod templates before they are unsuspended (resumeJob;
+  Kueue's K11 changed them while the JobSet was suspended).
 
 Job controller and kubelet (kubernetes.io/docs/concepts/workloads/controllers/job/):
 - B1 An Indexed, unsuspended, unfinished Job gets one pod per missing index (`per_tick` at
   a time), hostname `<job>-<index>`, the completion-index label, bound to a node the pod
-  may use (`_schedule`: ready, tolerated taints, enough free GPUs, preferred affinity),
+  may use (`_schedule`: ready, tolerated taints, its nodeSelector's labels (kube-
+  scheduler's NodeAffinity filter, "node(s) didn't match Pod's node affinity/selector"),
+  enough free GPUs, preferred affinity),
   Running and Ready (or Pending with `waiting_reason`); with no such node it stays
   Pending, PodScheduled False, reason Unschedulable, until a later tick finds it a node.
 - B2 A suspended Job's active pods are deleted.
@@ -390,6 +401,24 @@ def pod_requests(pod_spec: dict) -> dict[str, float]:
         for name, value in asked.items():
             total[name] = total.get(name, 0.0) + quantity(value)
     return {k: v for k, v in total.items() if v}
+
+
+def _merge_scheduling(job_template: dict, replicated: dict) -> None:
+    """J6: the replicated Job's nodeSelector and tolerations merged into a child Job's.
+
+    jobset v0.12.0 jobset_controller.go resumeJob: "Certain fields on the Job pod template
+    may be mutated while a JobSet is suspended, for integration with Kueue" (MergeMaps:
+    the replicated Job's value wins a key; MergeSlices: tolerations not yet there added).
+    """
+    spec = job_template.setdefault("spec", {})
+    theirs = replicated.get("spec") or {}
+    selector = {**(spec.get("nodeSelector") or {}), **(theirs.get("nodeSelector") or {})}
+    if selector:
+        spec["nodeSelector"] = selector
+    tolerations = list(spec.get("tolerations") or [])
+    tolerations += [t for t in theirs.get("tolerations") or [] if t not in tolerations]
+    if tolerations:
+        spec["tolerations"] = tolerations
 
 
 def jobset_pod_sets(js: dict) -> list[dict]:
@@ -1417,9 +1446,50 @@ class BatchControllers:
                     self._condition(workload, kind, "False", "QuotaReserved")
             workload["status"].pop("requeueState", None)
             self._write_status(workload)
+            self._run_with_pod_sets_info(js, assignment)
             js["spec"]["suspend"] = False
             self._put(js)
         self._queue_status(Quota(self.api))
+
+    @staticmethod
+    def _pod_templates(job: dict) -> list[dict]:
+        """K11: the pod template of each of the job's pod sets, in the Workload's order."""
+        if job["kind"] == "JobSet":
+            return [rj["template"]["spec"]["template"] for rj in job["spec"]["replicatedJobs"]]
+        return [job["spec"]["template"]]
+
+    def _run_with_pod_sets_info(self, job: dict, assignment: list[dict]) -> None:
+        """K11: each pod set's flavors' nodeLabels and tolerations merged into its template."""
+        for template, assigned in zip(self._pod_templates(job), assignment, strict=True):
+            spec = template.setdefault("spec", {})
+            selector = dict(spec.get("nodeSelector") or {})
+            tolerations = list(spec.get("tolerations") or [])
+            for name in dict.fromkeys(assigned["flavors"].values()):
+                flavor = self.api.get_object(f"{KUEUE}/resourceflavors/{name}") or {}
+                for key, value in ((flavor.get("spec") or {}).get("nodeLabels") or {}).items():
+                    # podset.go PodSetInfo.Merge: a conflicting key is BadPodSetsUpdateError
+                    assert selector.get(key, value) == value, (key, selector[key], value)
+                    selector[key] = value
+                for toleration in (flavor.get("spec") or {}).get("tolerations") or []:
+                    if toleration not in tolerations:
+                        tolerations.append(toleration)
+            if selector:
+                spec["nodeSelector"] = selector
+            if tolerations:
+                spec["tolerations"] = tolerations
+
+    def _restore_pod_sets_info(self, job: dict, workload: dict) -> None:
+        """K11: each template's nodeSelector and tolerations back to the Workload's copy."""
+        for template, pod_set in zip(
+            self._pod_templates(job), workload["spec"]["podSets"], strict=True
+        ):
+            spec = template.setdefault("spec", {})
+            for key in ("nodeSelector", "tolerations"):
+                original = (pod_set["template"].get("spec") or {}).get(key)
+                if original:
+                    spec[key] = json_copy(original)
+                else:
+                    spec.pop(key, None)
 
     def _queue_status(self, quota: Quota) -> None:
         """K7: each ClusterQueue's status, as Kueue's ClusterQueue controller writes it.
@@ -1689,6 +1759,7 @@ class BatchControllers:
         self._write_status(workload)
         js = self._job_object(jobset, kind)
         assert js is not None
+        self._restore_pod_sets_info(js, workload)
         js["spec"]["suspend"] = True
         self._put(js)
         self._jobset()
@@ -1846,9 +1917,15 @@ class BatchControllers:
     def _suspend_or_resume(self, js: dict, children: list[dict]) -> bool:
         """J2: child Jobs follow the JobSet's `suspend`; True while it is suspended."""
         suspend = bool(js["spec"].get("suspend"))
+        templates = {
+            rj["name"]: rj["template"]["spec"]["template"] for rj in js["spec"]["replicatedJobs"]
+        }
         for child in children:
             if bool(child["spec"].get("suspend")) != suspend:
                 child["spec"]["suspend"] = suspend
+                if not suspend:  # J6: resumeJob
+                    rj = child["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"]
+                    _merge_scheduling(child["spec"]["template"], templates[rj])
                 self._put(child)
         return suspend
 
@@ -1938,9 +2015,9 @@ class BatchControllers:
     def _schedule(self, spec: dict) -> str | None:
         """B1's scheduler: the node for a pod, or None (it stays Pending).
 
-        A Ready, uncordoned node whose NoSchedule and NoExecute taints the pod tolerates
-        and that has the GPUs it asks for free; of those the one its preferred node
-        affinity weighs most, then by name.
+        A Ready, uncordoned node whose NoSchedule and NoExecute taints the pod tolerates,
+        whose labels its nodeSelector names, and that has the GPUs it asks for free; of
+        those the one its preferred node affinity weighs most, then by name.
 
         Sources: kubernetes.io/docs/concepts/scheduling-eviction/taint-and-toleration/
         (an Exists toleration with a key and no effect tolerates every taint of that key)
@@ -1961,11 +2038,13 @@ class BatchControllers:
                 for t in node_spec.get("taints") or []
                 if t.get("effect") in ("NoSchedule", "NoExecute")
             ]
+            labels = node["metadata"].get("labels") or {}
             if (
                 not ready
                 or node_spec.get("unschedulable")
                 or free.get(name, 0) < gpus
                 or not all(_tolerates(spec.get("tolerations") or [], t) for t in taints)
+                or any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items())
             ):
                 continue
             candidates.append((-_preference(spec, node), name))

@@ -9,17 +9,20 @@ this charm's machine (a cluster node: the bundle places the charm on the control
 machine) scrapes them at their pod IPs, which every node routes to (the CNI's overlay).
 
 Which pods there are changes while no hook runs, and the scrape jobs of the `cos_agent`
-interface are Prometheus `scrape_configs` the agent runs verbatim
-(opentelemetry-collector-operator 0357b4b, src/config_manager.py
-`add_prometheus_scrape_jobs`: each job is put into its prometheus receiver's
-`scrape_configs` unchanged; the receiver embeds Prometheus' service discovery, so
-`kubernetes_sd_configs` would be accepted). Kubernetes discovery needs a credential for
-the API server in the job, though, and the databag is plain relation data where nothing
-secret may go (lib cos_agent.py). So the leader lists the application's training pods
-(one request, by label selector) at every reconcile (update-status included) and
-publishes one static target per running pod: a new pod is scraped from the next hook on,
-a gone pod's target is dropped then. Its labels name the pod (`namespace`, `pod`,
-`node`, `training_job`, `role`): `job` is Prometheus' own (the scrape job's name).
+interface are Prometheus `scrape_configs` the agent runs as given, but for their
+interval and timeout (canonical/opentelemetry-collector-operator 9f17dec on track/2,
+which `2/stable` is released from: src/charm.py puts the cos_agent jobs into the
+receiver `prometheus/cos-agent/<unit>`, and src/config_builder.py sets every job's
+`scrape_interval` and `scrape_timeout` to the charm's global_scrape_interval and
+global_scrape_timeout, 1m and 10s by default, and escapes `$`; the receiver embeds
+Prometheus' service discovery, so `kubernetes_sd_configs` would be accepted). Kubernetes
+discovery needs a credential for the API server in the job, though, and the databag is
+plain relation data where nothing secret may go (lib cos_agent.py). So the leader lists
+the application's training pods (one request, by label selector) at every reconcile
+(update-status included) and publishes one static target per running pod: a new pod is
+scraped from the next hook on, a gone pod's target is dropped then. Its labels name the
+pod (`namespace`, `pod`, `node`, `training_job`, `role`): `job` is Prometheus' own (the
+scrape job's name).
 
 The pods accept METRICS_PORT only from this node's addresses (network_policies.metrics).
 """

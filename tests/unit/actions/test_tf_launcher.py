@@ -489,15 +489,16 @@ def test_main_refuses_a_malformed_gpu_count(tmp_path, capsys):
 
 # A stand-in program (no TensorFlow): it writes "<event> <time>" lines to its own file
 # under EVENTS, and behaves on SIGTERM as `--on-term` says: `save` (note "saved" after
-# `--save-seconds`, exit 143, as tf_trainer does), `ignore` (train on), `die` (the
-# default action); `--exit N` ends it with N (noting "exit") after `--after` seconds;
-# `--peer-gone`
-# exits 1 once that pid is gone, as a survivor's failed collective does.
+# `--save-seconds`, exit `--term-code`, 143 unless given, as tf_trainer does), `ignore`
+# (train on), `die` (the default action); `--exit N` ends it with N (noting "exit") after
+# `--after` seconds; `--peer-gone` exits 1 once that pid is gone, as a survivor's failed
+# collective does.
 PROGRAM = """
 import argparse, json, os, signal, sys, time
 p = argparse.ArgumentParser()
 p.add_argument("--on-term", default="save")
 p.add_argument("--save-seconds", type=float, default=0.0)
+p.add_argument("--term-code", type=int, default=143)
 p.add_argument("--exit", type=int)
 p.add_argument("--after", type=float, default=0.0)
 p.add_argument("--peer-gone", type=int)
@@ -519,7 +520,7 @@ while True:
         note("sigterm")
         time.sleep(a.save_seconds)
         note("saved")
-        sys.exit(143)
+        sys.exit(a.term_code)
     if a.exit is not None and time.monotonic() - started >= a.after:
         note("exit")
         sys.exit(a.exit)
@@ -611,11 +612,19 @@ class Task:
         (["--exit", "143"], tf_launcher.EXIT_FAILED),  # reserved codes without a stop
         (["--exit", "82"], tf_launcher.EXIT_FAILED),
         (["--exit", "83"], tf_launcher.EXIT_FAILED),
+        # SIGTERM forwarded: whatever the program exits with after it, the task stopped.
+        # A chief that saves and exits 0 would otherwise succeed its pod, and the Job's
+        # and the JobSet's successPolicy would end the job mid-training
+        (["--stop", "--term-code", "0"], tf_launcher.EXIT_STOPPED),
+        (["--stop", "--term-code", "1"], tf_launcher.EXIT_STOPPED),
     ],
 )
 def test_the_program_s_exit_code_follows_the_table(tmp_path, args, code):
-    # worker-0 never starts: no stop can show up, so the task looks for one once
-    task = Task(tmp_path, "mwms", "worker", 1, *args, window="0")
+    if args[0] == "--stop":  # the chief (worker 0 under MWMS), drained mid-training
+        task = Task(tmp_path, "mwms", "worker", 0, *args[1:], window="0").ready()
+        task.proc.send_signal(signal.SIGTERM)
+    else:  # worker-0 never starts: no stop can show up, so the task looks for one once
+        task = Task(tmp_path, "mwms", "worker", 1, *args, window="0")
     assert task.wait() == code, task.stderr()
     if code == tf_launcher.EXIT_FAILED and args[1] != "1":
         assert f"the program exited {args[1]}, a code the launcher reserves" in task.stderr()

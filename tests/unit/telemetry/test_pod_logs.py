@@ -6,8 +6,9 @@ The `cos_agent` interface cannot give pod logs labels of their own. Its unit dat
 lib/charms/grafana_agent/v0/cos_agent.py LIBPATCH 26, CosAgentProviderUnitData);
 `log_slots` names snap content slots the collector mounts and reads, not host paths or
 relabelling. The collector (canonical/opentelemetry-collector-operator track/2 9f17dec,
-the branch `2/stable` is built from) reads pod logs anyway, with its own receiver
-`filelog/var-log`: include `/var/log/**/*log`, every record's attribute `filename` a
+the branch `2/stable` is built from: its .github/workflows/release.yaml releases with
+default-track 2, main's with default-track dev) reads pod logs anyway, with its own
+receiver `filelog/var-log`: include `/var/log/**/*log`, every record's attribute `filename` a
 copy of `log.file.path` and `path` its directory (src/charm.py _filelog_receiver_config),
 and its Loki exporter makes `container, job, filename, juju_application, juju_charm,
 juju_model, juju_model_uuid, juju_unit, snap_name, path, instance` labels

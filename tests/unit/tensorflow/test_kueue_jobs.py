@@ -16,11 +16,12 @@ import pytest
 from conftest import NS, TOKEN, add_nodes, control_plane_reads, jobset, node, run_action
 from literals import NAMESPACED_RULES, cluster_rules
 
-from fakes.addons import join_team
+from fakes.addons import join_team, put_gpu_flavors
 from fakes.batch import BatchControllers
 from fakes.kube_grants import consumer_grant, store_grant
 
 JOBS = f"/apis/batch/v1/namespaces/{NS}/jobs"
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists"}
 
 
 def _team_creates_job(
@@ -32,13 +33,20 @@ def _team_creates_job(
     namespace: str = NS,
     token: str = TOKEN,
     gpus: int = 0,
+    pods: int = 1,
 ) -> dict:
-    """A plain batch Job, POSTed with the team's own token (its kube-api grant)."""
+    """A plain batch Job, POSTed with the team's own token (its kube-api grant).
+
+    `pods` > 1: an Indexed Job of that many pods at once; `gpus` per pod, tolerating the
+    GPU nodes' taint as the charm's pods do.
+    """
+    many = {"completionMode": "Indexed", "completions": pods, "parallelism": pods}
     job = {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {"name": name, "labels": labels or {}},
         "spec": {
+            **(many if pods > 1 else {}),
             "template": {
                 "metadata": {"labels": {"app": name}},
                 "spec": {
@@ -63,8 +71,9 @@ def _team_creates_job(
                             },
                         }
                     ],
+                    **({"tolerations": [GPU_TOLERATION]} if gpus else {}),
                 },
-            }
+            },
         },
     }
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
@@ -143,6 +152,55 @@ def test_a_job_in_the_teams_queue_waits_for_its_quota(ctx, state, api, controlle
     waiting = _reserved(controller.workload("large", kind="Job"))
     assert waiting["message"].startswith("couldn't assign flavors to pod set main")
     assert "insufficient unused quota for cpu in flavor cpu, 2 more needed" in waiting["message"]
+
+
+def test_kueue_admits_each_pod_set_to_one_gpu_flavor(ctx, state, api, controller):
+    """Issue 31 N8: the fake Kueue admitted on the sum of GPUs over all models.
+
+    Two GPU flavors of 2 GPUs each (an A10G node and a T4 node: the cohort the team, with
+    no quota of its own, borrows from). Kueue v0.19.2 gives a pod set one flavor per
+    resource group, the first in the ClusterQueue's order that fits (flavorassigner.go
+    findFlavorForPodSets), so 4 pods of one GPU fit neither flavor, though the two hold 4
+    GPUs together: the Workload stays pending with fitsResourceQuota's "insufficient quota
+    for %s in flavor %s, previously considered podsets requests (%s) + current podset
+    request (%s) > maximum capacity (%s)" for each flavor, sorted and joined with ", "
+    (Status.Message) after "couldn't assign flavors to pod set <name>: "
+    (Assignment.Message). 2 such pods are admitted to the first flavor, and the next 2 to
+    the second (the first is full: whenCanPreempt TryNextFlavor). Kueue then puts each
+    flavor's nodeLabels into the pod set's nodeSelector (podset.go FromAssignment, the
+    job's RunWithPodSetsInfo), so the pods run on that flavor's nodes: the T4 node is
+    named first here, where a scheduler ignoring the flavor would put them.
+    """
+    put_gpu_flavors(api, {"gpu-tesla-t4": "Tesla-T4"})
+    add_nodes(api, node("gpu-0", 2, product="Tesla-T4"), node("gpu-1", 2), node("cpu-0"))
+    ctx.run(ctx.on.update_status(), state)  # the team's LocalQueue
+    queue = {"kueue.x-k8s.io/queue-name": "training"}
+    _team_creates_job(api, "four", queue, gpus=1, pods=4)
+    controller.tick()
+    assert api.get_object(f"{JOBS}/four")["spec"]["suspend"] is True
+    reserved = _reserved(controller.workload("four", kind="Job"))
+    assert (reserved["status"], reserved["reason"]) == ("False", "Pending")
+    assert reserved["message"] == (
+        "couldn't assign flavors to pod set main: "
+        "insufficient quota for nvidia.com/gpu in flavor gpu-nvidia-a10g, previously "
+        "considered podsets requests (0) + current podset request (4) > maximum capacity "
+        "(2), insufficient quota for nvidia.com/gpu in flavor gpu-tesla-t4, previously "
+        "considered podsets requests (0) + current podset request (4) > maximum capacity (2)"
+    )
+    for name, flavor, node_name in (
+        ("a10g", "gpu-nvidia-a10g", "gpu-1"),
+        ("t4", "gpu-tesla-t4", "gpu-0"),
+    ):
+        _team_creates_job(api, name, queue, gpus=1, pods=2)
+        controller.tick()
+        admission = controller.workload(name, kind="Job")["status"]["admission"]
+        [assigned] = admission["podSetAssignments"]
+        assert assigned["flavors"] == {"cpu": "cpu", "memory": "cpu", "nvidia.com/gpu": flavor}
+        assert assigned["resourceUsage"]["nvidia.com/gpu"] == "2"
+        pods = _pods(api, name)
+        assert [p["spec"].get("nodeName") for p in pods] == [node_name, node_name]
+        assert [p["status"]["phase"] for p in pods] == ["Running", "Running"]
+    assert api.get_object(f"{JOBS}/four")["spec"]["suspend"] is True
 
 
 def test_the_charms_own_jobs_name_the_teams_queue_and_run(ctx, state, api, controller):

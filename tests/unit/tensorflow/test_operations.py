@@ -935,12 +935,20 @@ def test_a_high_priority_job_preempts_a_normal_one_which_resumes_after_it(
     assert workload is not None
     requeued = [c for c in workload["status"]["conditions"] if c["type"] == "Requeued"]
     assert requeued[0]["status"] == "True" and requeued[0]["reason"] == "Preempted"
+    # Kueue put its flavor's node labels into each admitted pod set and took them out of
+    # the stopped one (fakes/batch.py K11); the resumed Job still selects that flavor
+    a10g = {"nvidia.com/gpu.product": "NVIDIA-A10G"}
+    urgent = role_spec(jobset(api, "urgent"), "worker")["template"]["spec"]
+    assert urgent["nodeSelector"] == a10g
+    assert "nodeSelector" not in role_spec(jobset(api, "mnist"), "worker")["template"]["spec"]
 
     controller.end_pod("urgent", "worker", 0, "Succeeded")
     controller.tick()
     controller.tick()
     status, _ = run_action(ctx, state, "job-status", job="mnist")
     assert status["phase"] == "Running"
+    resumed = api.get_object(f"{JOBS}mnist-worker-0")
+    assert resumed["spec"]["template"]["spec"]["nodeSelector"] == a10g
 
 
 def test_preemption_takes_only_the_jobs_it_needs(ctx, state, api, controller):
