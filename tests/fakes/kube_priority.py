@@ -104,9 +104,10 @@ def admit_pod(
     """
     spec = pod.setdefault("spec", {})
     if operation == "UPDATE":
+        kept = (old or {}).get("spec") or {}
         for key in ("priority", "preemptionPolicy"):
-            if spec.get(key) is None and (old or {}).get("spec", {}).get(key) is not None:
-                spec[key] = old["spec"][key]
+            if spec.get(key) is None and kept.get(key) is not None:
+                spec[key] = kept[key]
         return
     if operation != "CREATE":
         return
