@@ -363,6 +363,24 @@ ESCALATIONS: list[Escalation] = [
         rules=[rule("", ["limitranges"], ["delete", "deletecollection"])],
         attempt=Attempt("DELETE", f"/api/v1/namespaces/{HOSTILE}/limitranges/defaults"),
     ),
+    # A PriorityClass is cluster-scoped: a team's own class of a high value would let its
+    # pods preempt every other team's (kube-scheduler evicts lower priorities for a higher
+    # one). Not on the cluster-wide allow-list; no grant holds priorityclasses create.
+    Escalation(
+        "priority-class-create",
+        "allow-list",
+        cluster_rules=[rule("scheduling.k8s.io", ["priorityclasses"], ["create"])],
+        attempt=Attempt(
+            "POST",
+            "/apis/scheduling.k8s.io/v1/priorityclasses",
+            {
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": {"name": "mine-first"},
+                "value": 1000000000,
+            },
+        ),
+    ),
     Escalation(
         "cluster-write-not-on-allow-list",
         "allow-list",
@@ -474,6 +492,18 @@ ADMISSION_ESCALATIONS: list[Escalation] = [
             "POST",
             f"/api/v1/namespaces/{HOSTILE}/pods",
             _restricted_pod(serviceAccountName=HOSTILE),
+        ),
+    ),
+    # a critical PriorityClass: kube-apiserver's Priority plugin admits system-node-critical
+    # in any namespace since 1.17 (kubernetes/kubernetes#60596), and kube-scheduler then
+    # evicts other teams' admitted training pods (priority 0) to take their GPUs
+    Escalation(
+        "pod-priority-class",
+        PODS_POLICY,
+        attempt=Attempt(
+            "POST",
+            f"/api/v1/namespaces/{HOSTILE}/pods",
+            _restricted_pod(priorityClassName="system-node-critical"),
         ),
     ),
     # an egress policy of its own: policies are additive, so allowing every egress reopens

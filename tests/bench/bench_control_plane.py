@@ -42,6 +42,13 @@ The upgrade scenario: the control plane on v1.36, half the workers (every odd un
 still publishing and running the previous minor, as in the middle of an upgrade; its
 API requests show the turn adding none per worker per hook.
 
+The steady scenario's workers publish no `node-identity`, as workers before issue 29 item
+2 did: every one of them is kept in the registry's `worker-shared-grant` and the leader
+keeps the shared workers' grant and its kubeconfig. The identity scenario is the steady
+state since then: every worker says `node-identity` (it acts as its kubelet), so the
+leader removed the shared grant once and publishes no kubeconfig; its numbers are what
+item 2's rule ("within 10% of today at 1,000 workers") is about.
+
 Target (DESIGN.md): <= 50 ms at 1,000 workers, growth 100 -> 1,000 at most linear.
 """
 
@@ -77,6 +84,7 @@ from fakes.kube_apiserver import FakeKubeApiServer  # noqa: E402
 
 SIZES = (10, 100, 1000)
 UPGRADE_SIZES = (100, 1000)
+IDENTITY_SIZES = (100, 1000)
 PREVIOUS_MINOR = "1.35"
 SAMPLES = 15
 GPU = '[{"count": 8, "model": "NVIDIA H100 80GB HBM3", "mig-capable": true}]'
@@ -100,11 +108,18 @@ def installed_leader(
 
 
 def measure(
-    api: FakeKubeApiServer, etcd: FakeEtcd, root: Path, n: int, *, upgrading: bool = False
+    api: FakeKubeApiServer,
+    etcd: FakeEtcd,
+    root: Path,
+    n: int,
+    *,
+    upgrading: bool = False,
+    identity: bool = False,
 ) -> dict[str, tuple[float, float, float, int, int]]:
     """Per event: median wall ms, process CPU ms, main-thread CPU ms, requests, commands.
 
     `upgrading`: every odd worker on the previous minor (its databag and its Node).
+    `identity`: every worker says `node-identity` (it acts as its kubelet).
     """
     ctx, out, machine = installed_leader(api, etcd, root)
     minor = charm.kubeadm.DEFAULT_MINOR
@@ -118,6 +133,7 @@ def measure(
             "node-identity": "true",  # workers of this revision act as their kubelet
             **({"gpu-inventory": GPU} if i % 4 == 0 else {}),
             **({"kubernetes-version": version(i)} if upgrading else {}),
+            **({"node-identity": "true"} if identity else {}),
         }
         for i in range(n)
     }
@@ -191,7 +207,11 @@ def main() -> None:
     pure = os.environ.get("GPU_K8S_BENCH_PURE_YAML") == "1"
     libyaml = not pure and libyaml_for_ops_testing.use_libyaml()
     print(f"ops.testing's YAML: {'libyaml' if libyaml else 'pure-Python PyYAML'}")
-    scenarios = [("steady", n) for n in SIZES] + [("upgrade", n) for n in UPGRADE_SIZES]
+    scenarios = [
+        *(("steady", n) for n in SIZES),
+        *(("identity", n) for n in IDENTITY_SIZES),
+        *(("upgrade", n) for n in UPGRADE_SIZES),
+    ]
     results: dict[tuple[str, int], dict] = {}
     for scenario, n in scenarios:
         with (
@@ -200,15 +220,22 @@ def main() -> None:
             FakeEtcd(EtcdPki()) as etcd,
             tempfile.TemporaryDirectory() as tmp,
         ):
-            found = measure(api, etcd, Path(tmp), n, upgrading=scenario == "upgrade")
+            found = measure(
+                api,
+                etcd,
+                Path(tmp),
+                n,
+                upgrading=scenario == "upgrade",
+                identity=scenario == "identity",
+            )
         results[scenario, n] = found
         for event, (ms, cpu, main_cpu, req, cmds) in found.items():
             print(
-                f"{scenario:>7} {n:>5} workers, {event:>16}: {ms:7.2f} ms median "
+                f"{scenario:>8} {n:>5} workers, {event:>16}: {ms:7.2f} ms median "
                 f"({cpu:6.2f} ms CPU, {main_cpu:6.2f} ms main thread), "
                 f"{req} API requests, {cmds} commands in {SAMPLES} events"
             )
-    for scenario in ("steady", "upgrade"):
+    for scenario in ("steady", "identity", "upgrade"):
         for event in results[scenario, 1000]:
             big, small = results[scenario, 1000][event], results[scenario, 100][event]
             print(

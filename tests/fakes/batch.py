@@ -179,9 +179,11 @@ Job controller and kubelet (kubernetes.io/docs/concepts/workloads/controllers/jo
   exits, and a deleted pod's container is stopped first (see `_delete_pod`).
 
 - B8 A controller creates its pods through the API server like any client, so admission
-  sees them: the pod goes through PodSecurity (`kube_admission.PodSecurity`, the policy
-  of the namespace's `pod-security.kubernetes.io/*` labels) before it is stored. A pod
-  the namespace's enforce level refuses is not created; the controller records a Warning
+  sees them: the pod goes through the Priority plugin (`kube_priority`: its priority from
+  its PriorityClass, an unknown class refused) and PodSecurity
+  (`kube_admission.PodSecurity`, the policy of the namespace's
+  `pod-security.kubernetes.io/*` labels) before it is stored. A pod either refuses
+  (or the namespace's enforce level) is not created; the controller records a Warning
   Event, reason FailedCreate, `Error creating: <the API server's message>`, on the Job
   (or the Deployment, see D1) and tries again next tick (kubernetes pkg/controller/
   controller_utils.go RealPodControl.createPods, FailedCreatePodReason; the PodSecurity
@@ -1010,13 +1012,15 @@ class BatchControllers:
         return json.loads(answer[2])["metadata"]["resourceVersion"]
 
     def _admitted(self, pod: dict, owner: dict) -> bool:
-        """B8: validation and PodSecurity admit the controller's new pod, or FailedCreate.
+        """B8: admission and validation admit the controller's new pod, or FailedCreate.
 
-        Validation (the enums, `fakes.kube_enums`) runs first, as the registry's
-        BeforeCreate runs before the validating admission plugins.
+        The Priority plugin (`fakes.kube_priority`, mutating) first, then validation (the
+        enums, `fakes.kube_enums`), as the registry's BeforeCreate runs before the
+        validating admission plugins, then PodSecurity.
         """
         namespace = self.api.get_object(f"/api/v1/namespaces/{self.ns}")
         try:
+            self.api.admit_priority("CREATE", pod)  # a mutating plugin: first
             errors = enum_errors("v1", "Pod", pod)
             if errors:
                 raise invalid("v1", "Pod", pod["metadata"]["name"], errors)

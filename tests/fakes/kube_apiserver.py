@@ -23,12 +23,14 @@ Differences from a real API server (on purpose, to stay small and deterministic)
   merges the lists of kube_smp.py by their patch tags (others are replaced, as a list
   without tags is); JSON patch answers 415;
 - field selectors work on any dotted field path; no pagination (`limit` is ignored, a list
-  is whole); mutating admission only as `mutators` (functions a test or an emulated
-  controller adds, each changing a new object before it is stored, as a mutating webhook
-  does on create); decoding, validation and validating admission (PodSecurity;
-  ValidatingAdmissionPolicies on writes and deletes) as kube_admission.py says, for what
-  comes over HTTP (`put_object` stores as is); `warnings` records the `Warning` headers
-  answered and `admission.audit` PodSecurity's audit annotations;
+  is whole); mutating admission: the Priority plugin (kube_priority.py: a pod's priority
+  from its PriorityClass, the two system classes stored at start) and `mutators`
+  (functions a test or an emulated controller adds, each changing a new object before it
+  is stored, as a mutating webhook does on create); decoding, validation and validating
+  admission (PodSecurity; ValidatingAdmissionPolicies on writes and deletes) as
+  kube_admission.py says, for what comes over HTTP (`put_object` stores as is);
+  `warnings` records the `Warning` headers answered and `admission.audit` PodSecurity's
+  audit annotations;
 - for kinds with a status subresource, writes to the main resource keep the stored status
   (like the real server); use `put_object` or the `/status` subresource to set it;
 - an eviction (`pods/eviction`) is answered as eviction.go answers it (`_evict`: the
@@ -132,6 +134,7 @@ from fakes.kube_auth import (
     request_attributes,
 )
 from fakes.kube_noderestriction import NodeRestriction
+from fakes.kube_priority import PRIORITY_CLASSES, SCHEDULING_GV, admit_pod, system_priority_classes
 from fakes.tls import ServerCert, make_server_cert
 
 # (group/version, plural) -> (kind, namespaced). Core group is "v1".
@@ -666,7 +669,7 @@ class FakeKubeApiServer:
         self.service_backends: dict[tuple[str, str], str] = {}
         for ns in BUILTIN_NAMESPACES:
             self.put_object(f"/api/v1/namespaces/{ns}", {"metadata": {"name": ns}})
-        for path, obj in bootstrap_policy():
+        for path, obj in [*bootstrap_policy(), *system_priority_classes()]:
             self.put_object(path, obj)
         if admin_token:
             self.auth.add_token(admin_token, KUBEADM_ADMIN)
@@ -1509,6 +1512,26 @@ class FakeKubeApiServer:
                 self._stored, user, operation, target, obj, old, namespace_of=self._namespace
             )
 
+    def _prioritize(self, operation: str, target: Target, obj: dict, old: dict | None) -> None:
+        """The Priority admission plugin (kube_priority.py) on a pod, not a subresource."""
+        if (target.gv, target.plural, target.sub) == ("v1", "pods", ""):
+            self.admit_priority(operation, obj, old)
+
+    def admit_priority(self, operation: str, pod: dict, old: dict | None = None) -> None:
+        """The Priority admission plugin on `pod` (changed in place), as a write admits it.
+
+        For an emulated controller's pod too (batch.py), which kube-apiserver admits alike.
+        """
+        prefix = f"/apis/{SCHEDULING_GV}/{PRIORITY_CLASSES}/"
+        with self._lock:
+            admit_pod(
+                operation,
+                pod,
+                old,
+                lambda name: self._store.get(prefix + name),
+                lambda: self._stored(prefix),
+            )
+
     def _namespace(self, name: str) -> dict | None:
         """The stored Namespace `name` (for reading only)."""
         return self._store.get(f"/api/v1/namespaces/{name}")
@@ -1534,6 +1557,7 @@ class FakeKubeApiServer:
             obj["status"] = dict(DEFAULT_STATUS.get(target.kind, {}))
         if request is not None:  # the built-in mutating plugins run before webhooks
             self._restrict_node(request.operation, target, obj, None)
+            self._prioritize(request.operation, target, obj, None)
         for mutate in self.mutators:
             mutate(obj)
         _label_namespace(obj)
@@ -1591,6 +1615,7 @@ class FakeKubeApiServer:
         meta["resourceVersion"] = old["metadata"]["resourceVersion"]
         _label_namespace(new)
         if request is not None:
+            self._prioritize(request.operation, target, new, old)
             self._admit(target, new, old, request)
         if new == old:
             return old

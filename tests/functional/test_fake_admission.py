@@ -789,3 +789,83 @@ def test_external_ips_are_refused_new_and_kept_on_update(kube_api: FakeKubeApiSe
     assert raw(kube_api, "PUT", f"{services}/kept", kept, "application/json")[0] == 200
     kept["spec"]["externalIPs"] = ["192.0.2.1", "192.0.2.2"]
     assert raw(kube_api, "PUT", f"{services}/kept", kept, "application/json")[0] == 403
+
+
+# ---------------------------------------------------------------- Priority
+
+
+def test_a_pod_gets_the_priority_of_its_class_in_any_namespace(work: Kube):
+    """priority/admission.go admitPod; the system classes exist from the start.
+
+    Since 1.17 a system class is not kept to kube-system (kubernetes/kubernetes#60596).
+    """
+    classes = work.list("scheduling.k8s.io/v1", "PriorityClass")
+    assert {c["metadata"]["name"]: c["value"] for c in classes} == {
+        "system-cluster-critical": 2000000000,
+        "system-node-critical": 2000001000,
+    }
+    spec = {"containers": [{"name": "c", "image": "busybox"}]}
+    made = work.create(pod("critical", {**spec, "priorityClassName": "system-node-critical"}))
+    assert (made["spec"]["priority"], made["spec"]["preemptionPolicy"]) == (
+        2000001000,
+        "PreemptLowerPriority",
+    )
+    plain = work.create(pod("plain"))  # no class, no global default: 0
+    assert (plain["spec"]["priority"], plain["spec"].get("priorityClassName")) == (0, None)
+    # an update that leaves the priority out keeps it (admitPod on UPDATE)
+    plain["spec"].pop("priority")
+    plain["metadata"]["labels"] = {"seen": "yes"}
+    assert work.request("PUT", f"{PODS}/plain", body=plain)["spec"]["priority"] == 0
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (
+            {"priorityClassName": "mine-first"},
+            'pods "p" is forbidden: no PriorityClass with name mine-first was found',
+        ),
+        (
+            {"priority": 1000000},
+            'pods "p" is forbidden: the integer value of priority (1000000) must not be'
+            " provided in pod spec; priority admission controller computed 0 from the given"
+            " PriorityClass name",
+        ),
+        (
+            {"priorityClassName": "system-cluster-critical", "preemptionPolicy": "Never"},
+            'pods "p" is forbidden: the string value of PreemptionPolicy (Never) must not be'
+            " provided in pod spec; priority admission controller computed"
+            " PreemptLowerPriority from the given PriorityClass name",
+        ),
+    ],
+    ids=["unknown-class", "own-priority", "own-preemption-policy"],
+)
+def test_the_priority_plugin_refuses_what_it_cannot_compute(work: Kube, spec: dict, message):
+    """priority/admission.go admitPod: admission.NewForbidden, 403."""
+    body = pod()
+    body["spec"].update(spec)
+    with pytest.raises(KubeError) as info:
+        work.create(body)
+    assert (info.value.status, info.value.reason, info.value.message) == (
+        403,
+        "Forbidden",
+        message,
+    )
+
+
+def test_the_global_default_class_names_a_pod_that_names_none(work: Kube):
+    """admission.go getDefaultPriorityClass: the globalDefault class of lowest value."""
+    for name, value in (("high", 100), ("low", 10)):
+        work.create(
+            {
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": {"name": name},
+                "value": value,
+                "globalDefault": True,
+            }
+        )
+    made = work.create(pod(spec={"containers": [{"name": "c", "image": "busybox"}]}))
+    assert (made["spec"]["priorityClassName"], made["spec"]["priority"]) == ("low", 10)
+    made = work.create(pod("same", spec={**made["spec"], "priority": 10}))  # equal: admitted
+    assert made["spec"]["priority"] == 10

@@ -29,6 +29,7 @@ from kube_api_escalations import (
     LEGITIMATE_CLUSTER_RULES,
     LEGITIMATE_RULES,
     Escalation,
+    _restricted_pod,
 )
 
 from charms.gpu_k8s.v0.kube_api import SYSTEM_NAMESPACES, RequirerAppData, Rule, check_policy
@@ -224,6 +225,35 @@ def test_the_grant_still_makes_the_pods_secrets_and_tokens_it_needs(
     request["spec"] = {"expirationSeconds": rbac.TOKEN_SECONDS + 1}
     status, answer = call(kube_api, token, "POST", path, request)
     assert status == 403 and _refused_by(answer, ADMISSION_ESCALATIONS[-1].names), answer
+
+
+def test_a_teams_pod_runs_at_the_priority_of_every_teams_pods(rbac, kube, kube_api, policies):
+    """Issue 29: no pod of a team's namespace outranks the other teams' training pods.
+
+    kube-scheduler preempts lower priorities for a pending pod, so a priority of its own
+    would let a team's bare pod evict other teams' admitted jobs from their GPUs. The
+    Priority plugin (the fake's kube_priority.py, as kube-apiserver's) refuses a priority
+    the pod states itself; the policy refuses any class, a system one (the
+    ADMISSION_ESCALATIONS probe) or one an operator made for other uses.
+    """
+    token = rbac.apply(kube, _grant(rbac, HOSTILE, HOSTILE, LEGITIMATE_RULES, []))
+    pods = f"/api/v1/namespaces/{HOSTILE}/pods"
+    status, answer = call(kube_api, token, "POST", pods, _restricted_pod(priority=1000000))
+    assert status == 403, answer
+    assert "the integer value of priority (1000000) must not be provided" in answer["message"]
+    operators = {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": "inference-first"},
+        "value": 1000000,
+    }
+    kube.create(operators)  # kubeadm's admin: not a team
+    body = _restricted_pod(priorityClassName="inference-first")
+    status, answer = call(kube_api, token, "POST", pods, body)
+    assert status == 403 and _refused_by(answer, policies.CONSUMER_PODS), answer
+    status, answer = call(kube_api, token, "POST", pods, _restricted_pod())
+    assert status == 201, answer
+    assert answer["spec"]["priority"] == 0
 
 
 def test_the_namespace_is_fenced_whoever_makes_the_pod(rbac, kube, kube_api, policies):

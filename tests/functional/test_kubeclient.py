@@ -374,6 +374,9 @@ def test_generate_name_and_json_patch_rejection(kube: Kube):
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"generateName": "gpu-check-", "namespace": "default"},
+            # a pod without containers is invalid (spec.containers: Required value), which
+            # the fake says since its Priority plugin gives every pod a spec
+            "spec": {"containers": [{"name": "main", "image": "busybox"}]},
         }
     )
     assert made["metadata"]["name"].startswith("gpu-check-")

@@ -173,6 +173,29 @@ Policy '<policy>' with binding '<binding>' denied request: <message>`.
   namespace sets nodeName, and their tolerations are keyed (tensorflow's `nvidia.com/gpu`
   Exists, manifests.py and serving.py; efs-storage's directory Jobs the same, directories
   .py; ExtendedResourceToleration adds that key too).
+  Nor is a pod created there that names a PriorityClass, or whose priority is above 0.
+  kube-apiserver's Priority plugin (on by default) resolves a pod's priorityClassName to
+  its spec.priority in any namespace: since Kubernetes 1.17 the system classes
+  `system-node-critical` and `system-cluster-critical` are no longer kept to kube-system
+  (kubernetes/kubernetes#60596; plugin/pkg/admission/priority/admission.go admitPod looks
+  the class up by name, and nothing else), and no grant may write PriorityClasses
+  (cluster-scoped: lib kube_api CLUSTER_READS holds none). The teams' training pods have
+  priority 0 (no class: the charms make none for teams; Kueue's WorkloadPriorityClasses,
+  `train priority=...`, order workloads, not pods), and their Jobs and the pods of a
+  team's Deployment are outside what kube-scheduler would spare: it preempts pods of
+  lower priority for a pending pod (kubernetes.io/docs/concepts/scheduling-eviction/
+  pod-priority-preemption), so a team's critical pod evicted other teams' admitted
+  training pods and took their GPUs past every quota, and kubelet's node-pressure
+  eviction spares critical pods. The plugin runs before this policy (mutating admission
+  first), so spec.priority here is what the class gave, and a pod that sets spec.priority
+  itself to anything but the class's value is the plugin's refusal. Upstream's way to
+  ration a class is a ResourceQuota scoped to it with the ResourceQuota plugin's
+  `limitedResources` (kubernetes.io/docs/concepts/policy/resource-quotas, "Limit Priority
+  Class consumption by default"), a kube-apiserver admission configuration kubeadm does
+  not write; a policy on the consumers' namespaces needs no API server restart. A cluster
+  whose operator made a PriorityClass `globalDefault` has its name written into every pod
+  that names none (admission.go getDefaultPriority): this policy then refuses the teams'
+  pods, naming it. Both fields are immutable (ValidatePodUpdate), so CREATE only.
 - CONSUMER_TOKENS (`gpu-k8s-consumer-short-lived-tokens`): in the same namespaces, no
   Secret of type `kubernetes.io/service-account-token` is created (the token controller
   fills it with a token that never expires, kubernetes pkg/controller/serviceaccount
@@ -784,7 +807,8 @@ def _consumer_policy(name: str, rules: list[dict], spec: dict) -> dict[str, Any]
 def consumer_pods_policy() -> dict[str, Any]:
     """The policy that keeps the pods of consumers' namespaces off the control plane.
 
-    And off the consumer's own ServiceAccount (its token would outlive the grant's).
+    And off the consumer's own ServiceAccount (its token would outlive the grant's), and
+    off any priority above the teams' (it would preempt other teams' pods).
     """
     tolerations = "(has(object.spec.tolerations) ? object.spec.tolerations : [])"
     old = (
@@ -829,6 +853,19 @@ def consumer_pods_policy() -> dict[str, Any]:
                 # the control plane gives (rbac.TOKEN_SECONDS). No charm's pod runs as it.
                 # serviceAccount is the field's deprecated alias (core/v1 PodSpec); a pod's
                 # ServiceAccount never changes on UPDATE (ValidatePodUpdate).
+                _deny(
+                    "request.operation != 'CREATE' || !has(object.spec.priorityClassName) ||"
+                    " object.spec.priorityClassName == ''",
+                    "a pod in a consumer's namespace may not name a PriorityClass: it would"
+                    " preempt other teams' pods (kube-scheduler evicts lower priorities);"
+                    " order a team's jobs with train priority=... (Kueue's)",
+                ),
+                _deny(
+                    "request.operation != 'CREATE' || !has(object.spec.priority) ||"
+                    " object.spec.priority <= 0",
+                    "a pod in a consumer's namespace may not have a priority above 0: it would"
+                    " preempt other teams' pods (kube-scheduler evicts lower priorities)",
+                ),
                 _deny(
                     "request.operation != 'CREATE' || !["
                     "has(object.spec.serviceAccountName) ? object.spec.serviceAccountName : '',"

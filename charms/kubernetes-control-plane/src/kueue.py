@@ -551,8 +551,20 @@ def team_queue(team: Team, flavors: list[str], given: Guarantees | None = None) 
             # this namespace's workloads only (a null selector admits from none)
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": team.namespace}},
             "queueingStrategy": "BestEffortFIFO",
-            # a team's guarantee is reclaimed from borrowers; borrowing preempts lower
-            # priorities; within the team a higher priority preempts a lower one
+            # a team's guarantee is reclaimed from borrowers; within the team a higher
+            # priority preempts a lower one. With fair sharing on (`configure`), Kueue
+            # v0.19.2 picks another team's victims by share alone, whatever the priorities
+            # (`train priority=high` included): pkg/scheduler/preemption/preemption.go
+            # getTargets runs fairPreemptions, not classicalPreemptions (the only reader of
+            # borrowWithinCohort's victims); findCandidates takes another ClusterQueue's
+            # workloads only while it borrows (reclaimWithinCohort: Any) and
+            # runFirstFsStrategy preempts one only while the preemptor's queue stays within
+            # its nominal quota or its share after admission is at most the target's
+            # (LessThanOrEqualToFinalShare, then LessThanInitialShare). A priority orders
+            # the victims inside one ClusterQueue (common/ordering.go CandidatesOrdering)
+            # and breaks ties of equal shares at admission (fair_sharing_iterator.go less).
+            # borrowWithinCohort is kept for a Kueue without fair sharing; flavorassigner
+            # canPreemptWhileBorrowing holds here either way.
             "preemption": {
                 "reclaimWithinCohort": "Any",
                 "borrowWithinCohort": {"policy": "LowerPriority"},

@@ -272,6 +272,36 @@ def test_two_teams_on_defaults_are_never_admitted_past_the_cluster(
     assert sum(int(u) for u in used) == 3
 
 
+def test_a_high_priority_job_preempts_its_own_team_never_another_within_its_share(
+    ctx, state, api, controller, fake_time
+):
+    """Issue 29: `train priority=high` is no way past fair sharing into another team.
+
+    Kueue v0.19.2 with fair sharing (the control plane's configuration) picks another
+    ClusterQueue's victims by share, whatever their priority (preemption.go
+    fairPreemptions; `borrowWithinCohort` is read by classicalPreemptions only): with
+    the urgent job this team would borrow all 4 GPUs the cohort lends (share 1000), more
+    than the other team's 2 (500), so the other team's job stays; the team's own normal
+    job goes (withinClusterQueue: LowerPriority) and the urgent one runs.
+    """
+    add_nodes(api, node("gpu-0", 4), node("cpu-0"))
+    other = _other_team(api)
+    gpu = {"gpus-per-worker": 1}
+    results, _ = run_action(ctx, state, "train", job="a", workers=2, **gpu)
+    assert results["state"] == "running"
+    assert _admitted(_other_job(api, other, "b", 2))
+
+    run_action(ctx, state, "train", job="urgent", workers=2, priority="high", **gpu)
+    other.tick()
+
+    assert _admitted(other.workload("b") or {})
+    first = controller.workload("a")
+    assert first is not None and not _admitted(first)
+    (preempted,) = [c for c in first["status"]["conditions"] if c["type"] == "Preempted"]
+    assert preempted["reason"] == "InClusterQueue"
+    assert _admitted(controller.workload("urgent") or {})
+
+
 def test_a_team_borrows_the_whole_cohort_while_the_other_is_idle(
     ctx, state, api, controller, fake_time
 ):
