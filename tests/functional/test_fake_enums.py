@@ -226,3 +226,188 @@ def test_validate_jobset_checks_each_job_as_the_server_will():
         crds.validate_jobset(js)
     job_spec["podReplacementPolicy"] = "Failed"
     crds.validate_jobset(js)  # restartPolicy and completionMode: the webhook's defaults
+
+
+def _obj(api_version: str, kind: str, spec: dict, name: str = "x") -> dict:
+    meta = {"name": name, "namespace": "work"}
+    return {"apiVersion": api_version, "kind": kind, "metadata": meta, "spec": spec}
+
+
+def service(**spec: Any) -> dict:
+    return _obj("v1", "Service", {"ports": [{"port": 80}], "selector": {"app": "a"}, **spec})
+
+
+def daemonset(**spec: Any) -> dict:
+    template = {"metadata": {"labels": {"app": "a"}}, "spec": {"containers": [dict(CONTAINER)]}}
+    body = {"selector": {"matchLabels": {"app": "a"}}, "template": template, **spec}
+    return _obj("apps/v1", "DaemonSet", body)
+
+
+def deployment(**spec: Any) -> dict:
+    obj = daemonset(**spec)
+    obj["kind"] = "Deployment"
+    return obj
+
+
+VOLUME_POD = pod(
+    volumes=[{"name": "v", "hostPath": {"path": "/", "type": "Directory"}}],
+    containers=[{**CONTAINER, "volumeMounts": [{"name": "v", "mountPath": "/host"}]}],
+)
+
+
+def mounted(**mount: Any) -> dict:
+    out = copy.deepcopy(VOLUME_POD)
+    out["spec"]["containers"][0]["volumeMounts"][0].update(mount)
+    return out
+
+
+def host_path(kind: str) -> dict:
+    out = copy.deepcopy(VOLUME_POD)
+    out["spec"]["volumes"][0]["hostPath"]["type"] = kind
+    return out
+
+
+NEW_POD_CASES = [
+    (
+        host_path("Dir"),
+        'spec.volumes[0].hostPath.type: Unsupported value: "Dir": supported values: "", '
+        '"BlockDevice", "CharDevice", "Directory", "DirectoryOrCreate", "File", '
+        '"FileOrCreate", "Socket"',
+    ),
+    (
+        mounted(mountPropagation="HostToContainers"),
+        "spec.containers[0].volumeMounts[0].mountPropagation: Unsupported value: "
+        '"HostToContainers": supported values: "Bidirectional", "HostToContainer", "None"',
+    ),
+    (
+        mounted(mountPropagation="Bidirectional"),
+        "spec.containers[0].volumeMounts[0].mountPropagation: Forbidden: "
+        "Bidirectional mount propagation is available only to privileged containers",
+    ),
+    (
+        pod(preemptionPolicy="Always"),
+        'spec.preemptionPolicy: Unsupported value: "Always": '
+        'supported values: "PreemptLowerPriority", "Never"',
+    ),
+]
+
+
+@pytest.mark.parametrize(("obj", "error"), NEW_POD_CASES)
+def test_a_pod_volume_or_preemption_value_is_refused(ns: Kube, obj: dict, error: str):
+    assert refused(ns, obj) == f'Pod "p" is invalid: {error}'
+
+
+SERVICE_CASES = [
+    (
+        service(type="Headless"),
+        'spec.type: Unsupported value: "Headless": '
+        'supported values: "ClusterIP", "ExternalName", "LoadBalancer", "NodePort"',
+    ),
+    (
+        service(ports=[{"port": 80, "protocol": "HTTP"}]),
+        'spec.ports[0].protocol: Unsupported value: "HTTP": '
+        'supported values: "SCTP", "TCP", "UDP"',
+    ),
+    (
+        service(sessionAffinity="Sticky"),
+        'spec.sessionAffinity: Unsupported value: "Sticky": supported values: "ClientIP", "None"',
+    ),
+    (
+        service(type="NodePort", externalTrafficPolicy="Nearest"),
+        'spec.externalTrafficPolicy: Unsupported value: "Nearest": '
+        'supported values: "Cluster", "Local"',
+    ),
+    (
+        service(externalTrafficPolicy="Local"),
+        'spec.externalTrafficPolicy: Invalid value: "Local": '
+        "may only be set for externally-accessible services",
+    ),
+    (
+        service(internalTrafficPolicy="Node"),
+        'spec.internalTrafficPolicy: Unsupported value: "Node": '
+        'supported values: "Cluster", "Local"',
+    ),
+    (
+        service(ipFamilyPolicy="DualStack"),
+        'spec.ipFamilyPolicy: Unsupported value: "DualStack": '
+        'supported values: "PreferDualStack", "RequireDualStack", "SingleStack"',
+    ),
+    (
+        service(ipFamilies=["IPv5"]),
+        'spec.ipFamilies[0]: Unsupported value: "IPv5": supported values: "IPv4", "IPv6"',
+    ),
+]
+
+
+@pytest.mark.parametrize(("obj", "error"), SERVICE_CASES)
+def test_a_service_with_an_unsupported_value_is_refused(ns: Kube, obj: dict, error: str):
+    assert refused(ns, obj) == f'Service "x" is invalid: {error}'
+
+
+def test_a_priority_class_preemption_policy_is_checked(kube: Kube):
+    """ValidatePriorityClass checks preemptionPolicy at the top level (no `spec.`)."""
+    pc = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "value": 10}
+    pc["metadata"] = {"name": "pc"}
+    message = refused(kube, {**pc, "preemptionPolicy": "Sometimes"})
+    assert message == (
+        'PriorityClass.scheduling.k8s.io "pc" is invalid: preemptionPolicy: Unsupported '
+        'value: "Sometimes": supported values: "PreemptLowerPriority", "Never"'
+    )
+    kube.create({**pc, "preemptionPolicy": "Never"})
+
+
+def test_a_workload_strategy_type_is_refused_with_the_whole_strategy(ns: Kube):
+    """The apps validators pass the internal struct: encoding/json prints its Go field names."""
+    message = refused(ns, daemonset(updateStrategy={"type": "Rolling"}))
+    assert message == (
+        'DaemonSet.apps "x" is invalid: spec.updateStrategy: Unsupported value: '
+        '{"Type":"Rolling","RollingUpdate":null}: supported values: "RollingUpdate", "OnDelete"'
+    )
+    strategy = {"type": "Rolling", "rollingUpdate": {"maxUnavailable": "25%"}}
+    message = refused(ns, deployment(strategy=strategy))
+    assert message == (
+        'Deployment.apps "x" is invalid: spec.strategy: Unsupported value: {"Type":"Rolling",'
+        '"RollingUpdate":{"MaxUnavailable":"25%","MaxSurge":0}}: '
+        'supported values: "Recreate", "RollingUpdate"'
+    )
+
+
+def test_a_network_policy_type_and_a_claim_volume_mode_are_checked(ns: Kube):
+    policy = _obj("networking.k8s.io/v1", "NetworkPolicy", {"podSelector": {}})
+    policy["spec"]["policyTypes"] = ["Ingress", "ingress"]
+    assert refused(ns, policy) == (
+        'NetworkPolicy.networking.k8s.io "x" is invalid: spec.policyTypes[1]: '
+        'Unsupported value: "ingress": supported values: "Ingress", "Egress"'
+    )
+    claim_spec = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+    claim = _obj("v1", "PersistentVolumeClaim", {**claim_spec, "volumeMode": "Files"})
+    assert refused(ns, claim) == (
+        'PersistentVolumeClaim "x" is invalid: spec.volumeMode: Unsupported value: "Files": '
+        'supported values: "Block", "Filesystem"'
+    )
+
+
+def named(obj: dict, name: str) -> dict:
+    out = copy.deepcopy(obj)
+    out["metadata"]["name"] = name
+    return out
+
+
+def test_the_new_enums_supported_values_are_accepted(ns: Kube):
+    """The values the charms write (hostPath types, HostToContainer, Service fields...)."""
+    for i, kind in enumerate(("Directory", "DirectoryOrCreate", "")):
+        ns.create(named(host_path(kind), f"h{i}"))
+    ns.create(named(mounted(mountPropagation="HostToContainer"), "m"))
+    privileged = mounted(mountPropagation="Bidirectional")
+    privileged["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    ns.create(named(privileged, "b"))
+    ns.create(named(pod(preemptionPolicy="PreemptLowerPriority"), "pp"))
+    fields = {"sessionAffinity": "None", "internalTrafficPolicy": "Cluster"}
+    fields |= {"ipFamilyPolicy": "SingleStack", "ipFamilies": ["IPv4"]}
+    ns.create(named(service(type="ClusterIP", **fields), "s1"))
+    ns.create(named(service(type="NodePort", externalTrafficPolicy="Local"), "s2"))
+    ns.create(daemonset(updateStrategy={"type": "RollingUpdate"}))
+    ns.create(deployment(strategy={"type": "Recreate"}))
+    policy = _obj("networking.k8s.io/v1", "NetworkPolicy", {"podSelector": {}})
+    policy["spec"]["policyTypes"] = ["Ingress", "Egress"]
+    ns.create(policy)
