@@ -198,7 +198,8 @@ def test_a_jobset_whose_job_template_has_an_unsupported_value_gets_no_job(kube_a
         "replicatedJobs": [{"name": "w", "replicas": 1, "template": {"spec": job_spec}}],
     }
     kube_api.put_object(f"{JOBSET}/namespaces/work/jobsets/js", {"spec": spec})
-    controllers.tick()
+    for _ in range(3):
+        controllers.tick()
     assert kube_api.objects("/apis/batch/v1/namespaces/work/jobs/") == []
     message = (
         'job "js-w-0" creation failed with error: Job.batch "js-w-0" is invalid: '
@@ -208,6 +209,20 @@ def test_a_jobset_whose_job_template_has_an_unsupported_value_gets_no_job(kube_a
     assert set(controllers.refused) == {message}  # each reconcile tries again
     events = kube_api.objects("/api/v1/namespaces/work/events/")
     assert {(e["reason"], e["message"]) for e in events} == {("JobCreationFailed", message)}
+    # written through events.k8s.io/v1 (GetEventRecorder), the same Event in both groups
+    (event,) = kube_api.objects("/apis/events.k8s.io/v1/namespaces/work/events/")
+    assert event["apiVersion"] == "events.k8s.io/v1"
+    assert (event["reportingController"], event["action"]) == ("jobset", "Reconciling")
+    assert (event["type"], event["reason"], event["note"]) == (
+        "Warning",
+        "JobCreationFailed",
+        message,
+    )
+    assert event["regarding"]["kind"] == "JobSet" and event["regarding"]["name"] == "js"
+    assert event["series"]["count"] == 2  # the broadcaster's cache: later ones in memory
+    assert events[0]["metadata"]["name"] == event["metadata"]["name"]
+    assert events[0]["reportingComponent"] == "jobset"
+    assert events[0]["involvedObject"] == event["regarding"]
 
 
 def test_validate_jobset_checks_each_job_as_the_server_will():
