@@ -133,6 +133,24 @@ def test_a_job_template_restart_policy_sometimes_is_refused_twice(ns: Kube):
     )
 
 
+VOLUME_POD = pod(
+    volumes=[{"name": "v", "hostPath": {"path": "/", "type": "Directory"}}],
+    containers=[{**CONTAINER, "volumeMounts": [{"name": "v", "mountPath": "/host"}]}],
+)
+
+
+def mounted(**mount: Any) -> dict:
+    out = copy.deepcopy(VOLUME_POD)
+    out["spec"]["containers"][0]["volumeMounts"][0].update(mount)
+    return out
+
+
+def host_path(kind: str) -> dict:
+    out = copy.deepcopy(VOLUME_POD)
+    out["spec"]["volumes"][0]["hostPath"]["type"] = kind
+    return out
+
+
 POD_CASES = [
     (
         pod(containers=[{**CONTAINER, "imagePullPolicy": "Sometimes"}]),
@@ -158,6 +176,27 @@ POD_CASES = [
         pod(restartPolicy="Sometimes"),
         'spec.restartPolicy: Unsupported value: "Sometimes": '
         'supported values: "Always", "OnFailure", "Never"',
+    ),
+    (
+        host_path("Dir"),
+        'spec.volumes[0].hostPath.type: Unsupported value: "Dir": supported values: "", '
+        '"BlockDevice", "CharDevice", "Directory", "DirectoryOrCreate", "File", '
+        '"FileOrCreate", "Socket"',
+    ),
+    (
+        mounted(mountPropagation="HostToContainers"),
+        "spec.containers[0].volumeMounts[0].mountPropagation: Unsupported value: "
+        '"HostToContainers": supported values: "Bidirectional", "HostToContainer", "None"',
+    ),
+    (
+        mounted(mountPropagation="Bidirectional"),
+        "spec.containers[0].volumeMounts[0].mountPropagation: Forbidden: "
+        "Bidirectional mount propagation is available only to privileged containers",
+    ),
+    (
+        pod(preemptionPolicy="Always"),
+        'spec.preemptionPolicy: Unsupported value: "Always": '
+        'supported values: "PreemptLowerPriority", "Never"',
     ),
 ]
 
@@ -262,54 +301,6 @@ def deployment(**spec: Any) -> dict:
     obj = daemonset(**spec)
     obj["kind"] = "Deployment"
     return obj
-
-
-VOLUME_POD = pod(
-    volumes=[{"name": "v", "hostPath": {"path": "/", "type": "Directory"}}],
-    containers=[{**CONTAINER, "volumeMounts": [{"name": "v", "mountPath": "/host"}]}],
-)
-
-
-def mounted(**mount: Any) -> dict:
-    out = copy.deepcopy(VOLUME_POD)
-    out["spec"]["containers"][0]["volumeMounts"][0].update(mount)
-    return out
-
-
-def host_path(kind: str) -> dict:
-    out = copy.deepcopy(VOLUME_POD)
-    out["spec"]["volumes"][0]["hostPath"]["type"] = kind
-    return out
-
-
-NEW_POD_CASES = [
-    (
-        host_path("Dir"),
-        'spec.volumes[0].hostPath.type: Unsupported value: "Dir": supported values: "", '
-        '"BlockDevice", "CharDevice", "Directory", "DirectoryOrCreate", "File", '
-        '"FileOrCreate", "Socket"',
-    ),
-    (
-        mounted(mountPropagation="HostToContainers"),
-        "spec.containers[0].volumeMounts[0].mountPropagation: Unsupported value: "
-        '"HostToContainers": supported values: "Bidirectional", "HostToContainer", "None"',
-    ),
-    (
-        mounted(mountPropagation="Bidirectional"),
-        "spec.containers[0].volumeMounts[0].mountPropagation: Forbidden: "
-        "Bidirectional mount propagation is available only to privileged containers",
-    ),
-    (
-        pod(preemptionPolicy="Always"),
-        'spec.preemptionPolicy: Unsupported value: "Always": '
-        'supported values: "PreemptLowerPriority", "Never"',
-    ),
-]
-
-
-@pytest.mark.parametrize(("obj", "error"), NEW_POD_CASES)
-def test_a_pod_volume_or_preemption_value_is_refused(ns: Kube, obj: dict, error: str):
-    assert refused(ns, obj) == f'Pod "p" is invalid: {error}'
 
 
 SERVICE_CASES = [
