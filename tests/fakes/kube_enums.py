@@ -25,15 +25,20 @@ sorted). Sources, kubernetes/kubernetes (stored at 000f260 for core, 3989b18 for
   validateServiceExternalTrafficPolicy (`validExternalTrafficPolicies` on an externally
   accessible Service, else Invalid "may only be set for externally-accessible services":
   pkg/api/service ExternallyAccessible), validateServiceInternalTrafficFieldsValue
-  (`supportedServiceInternalTrafficPolicy`); ValidatePersistentVolumeClaimSpec
-  (`supportedVolumeModes`).
+  (`supportedServiceInternalTrafficPolicy`); ValidatePersistentVolumeSpec and
+  ValidatePersistentVolumeClaimSpec (`supportedAccessModes`, each bad mode at
+  `spec.accessModes` with no index; `supportedReclaimPolicy`; `supportedVolumeModes`);
+  ValidateNodeSelectorRequirement (an operator outside In, NotIn, Exists, DoesNotExist, Gt,
+  Lt is Invalid "not a valid selector operator", not NotSupported; and the values each
+  operator takes).
 - pkg/apis/apps/validation/validation.go ValidateDaemonSetUpdateStrategy and
   ValidateDeploymentStrategy: NotSupported at `spec.updateStrategy` / `spec.strategy` with
   the whole strategy as the bad value (the internal struct, no json tags: encoding/json
   prints `{"Type":"X","RollingUpdate":null}`), values in the literal order.
-- pkg/apis/networking/validation/validation.go ValidateNetworkPolicySpec: policyTypes
-  (more than two: Invalid "may not specify more than two policyTypes"; each not Ingress or
-  Egress: NotSupported, the literal order).
+- pkg/apis/networking/validation/validation.go ValidateNetworkPolicySpec: each ingress
+  and egress rule's ports (ValidateNetworkPolicyPort: protocol, the literal "TCP", "UDP",
+  "SCTP"), then policyTypes (more than two: Invalid "may not specify more than two
+  policyTypes"; each not Ingress or Egress: NotSupported, the literal order).
 
 Only values the object carries are checked: the server defaults an absent or empty
 restartPolicy, dnsPolicy, imagePullPolicy, terminationMessagePolicy, protocol or scheme,
@@ -96,6 +101,10 @@ TRAFFIC_POLICY = ("Cluster", "Local")  # external and internal alike, sets.List
 IP_FAMILY = ("IPv4", "IPv6")
 IP_FAMILY_POLICY = ("PreferDualStack", "RequireDualStack", "SingleStack")
 VOLUME_MODE = ("Block", "Filesystem")
+ACCESS_MODE = ("ReadOnlyMany", "ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod")
+RECLAIM_POLICY = ("Delete", "Recycle", "Retain")  # core's set (storage's has no Recycle)
+NODE_SELECTOR_OPERATOR = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+POLICY_PORT_PROTOCOL = ("TCP", "UDP", "SCTP")  # ValidateNetworkPolicyPort's literal list
 DAEMONSET_STRATEGY = ("RollingUpdate", "OnDelete")  # ValidateDaemonSetUpdateStrategy's literal
 DEPLOYMENT_STRATEGY = ("Recreate", "RollingUpdate")  # ValidateDeploymentStrategy's literal
 POLICY_TYPE = ("Ingress", "Egress")  # ValidateNetworkPolicySpec's literal list
@@ -128,6 +137,10 @@ _SETS = {
         IP_FAMILY,
         IP_FAMILY_POLICY,
         VOLUME_MODE,
+        ACCESS_MODE,
+        RECLAIM_POLICY,
+        NODE_SELECTOR_OPERATOR,
+        POLICY_PORT_PROTOCOL,
         DAEMONSET_STRATEGY,
         DEPLOYMENT_STRATEGY,
         POLICY_TYPE,
@@ -182,6 +195,52 @@ def _container(errors: list[FieldError], c: dict, path: str) -> None:
             _check(errors, handler.get("httpGet"), "scheme", where, HTTP_SCHEME)
 
 
+def _requirement_error(rq: dict, path: str) -> FieldError | None:
+    """ValidateNodeSelectorRequirement's switch on the operator (and its values' count)."""
+    op, values = rq.get("operator"), rq.get("values") or []
+    if op in ("In", "NotIn") and not values:
+        detail = "must be specified when `operator` is 'In' or 'NotIn'"
+        return FieldError("Required value", f"{path}.values", "", detail)
+    if op in ("Exists", "DoesNotExist") and values:
+        detail = "may not be specified when `operator` is 'Exists' or 'DoesNotExist'"
+        return FieldError("Forbidden", f"{path}.values", "", detail)
+    if op in ("Gt", "Lt") and len(values) != 1:
+        detail = "must be specified single value when `operator` is 'Lt' or 'Gt'"
+        return FieldError("Required value", f"{path}.values", "", detail)
+    if isinstance(op, str) and op not in _SETS[NODE_SELECTOR_OPERATOR]:
+        return FieldError("Invalid value", f"{path}.operator", op, "not a valid selector operator")
+    return None
+
+
+def _selector_terms(errors: list[FieldError], terms: list[tuple[Any, str]]) -> None:
+    """ValidateNodeSelectorRequirement on each term's matchExpressions."""
+    for term, path in terms:
+        if not isinstance(term, dict):
+            continue
+        for j, rq in enumerate(_dicts(term.get("matchExpressions"))):
+            error = _requirement_error(rq, f"{path}.matchExpressions[{j}]")
+            if error is not None:
+                errors.append(error)
+
+
+def _node_affinity(errors: list[FieldError], affinity: Any, path: str) -> None:
+    """ValidateNodeSelector (required) and ValidatePreferredSchedulingTerms (validateAffinity)."""
+    node = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
+    if not isinstance(node, dict):
+        return
+    required = node.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if isinstance(required, dict):
+        where = f"{path}.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
+        terms = required.get("nodeSelectorTerms")
+        _selector_terms(errors, [(t, f"{where}[{i}]") for i, t in enumerate(_dicts(terms))])
+    where = f"{path}.preferredDuringSchedulingIgnoredDuringExecution"
+    preferred = _dicts(node.get("preferredDuringSchedulingIgnoredDuringExecution"))
+    _selector_terms(
+        errors,
+        [(t.get("preference"), f"{where}[{i}].preference") for i, t in enumerate(preferred)],
+    )
+
+
 def pod_spec_errors(spec: Any, path: str) -> list[FieldError]:
     """ValidatePodSpec's enum checks on `spec` at `path` (`spec`, `spec.template.spec`)."""
     errors: list[FieldError] = []
@@ -204,6 +263,7 @@ def pod_spec_errors(spec: Any, path: str) -> list[FieldError]:
         where = f"{path}.tolerations[{i}]"
         _check(errors, t, "operator", where, TOLERATION_OPERATOR)
         _check(errors, t, "effect", where, TAINT_EFFECT)
+    _node_affinity(errors, spec.get("affinity"), f"{path}.affinity.nodeAffinity")
     _check(errors, spec, "preemptionPolicy", path, PREEMPTION_POLICY)
     return errors
 
@@ -333,14 +393,20 @@ def _strategy_errors(spec: dict, key: str, supported: tuple) -> list[FieldError]
 
 
 def network_policy_errors(spec: dict) -> list[FieldError]:
-    """ValidateNetworkPolicySpec's policyTypes check."""
+    """ValidateNetworkPolicySpec: each rule's ports' protocol, then policyTypes."""
+    errors: list[FieldError] = []
+    for direction in ("ingress", "egress"):
+        for i, rule in enumerate(_dicts(spec.get(direction))):
+            for j, port in enumerate(_dicts(rule.get("ports"))):
+                where = f"spec.{direction}[{i}].ports[{j}]"
+                _check(errors, port, "protocol", where, POLICY_PORT_PROTOCOL)
     types = spec.get("policyTypes")
     if not isinstance(types, list):
-        return []
+        return errors
     if len(types) > len(POLICY_TYPE):
         detail = "may not specify more than two policyTypes"
-        return [FieldError("Invalid value", "spec.policyTypes", types, detail)]
-    return [
+        return [*errors, FieldError("Invalid value", "spec.policyTypes", types, detail)]
+    return errors + [
         _unsupported(f"spec.policyTypes[{i}]", t, POLICY_TYPE)
         for i, t in enumerate(types)
         if isinstance(t, str) and t not in _SETS[POLICY_TYPE]
@@ -355,9 +421,27 @@ def _priority_class_errors(obj: dict) -> list[FieldError]:
     return []
 
 
+def _access_modes(errors: list[FieldError], spec: dict) -> None:
+    """Each unsupported access mode, at `spec.accessModes` (no index, as upstream)."""
+    modes = spec.get("accessModes")
+    for mode in modes if isinstance(modes, list) else []:
+        if isinstance(mode, str) and mode not in _SETS[ACCESS_MODE]:
+            errors.append(_unsupported("spec.accessModes", mode, ACCESS_MODE))
+
+
 def _claim_errors(spec: dict) -> list[FieldError]:
-    """ValidatePersistentVolumeClaimSpec's volumeMode."""
+    """ValidatePersistentVolumeClaimSpec's accessModes and volumeMode."""
     errors: list[FieldError] = []
+    _access_modes(errors, spec)
+    _check(errors, spec, "volumeMode", "spec", VOLUME_MODE)
+    return errors
+
+
+def _volume_errors(spec: dict) -> list[FieldError]:
+    """ValidatePersistentVolumeSpec's accessModes, reclaim policy and volumeMode."""
+    errors: list[FieldError] = []
+    _access_modes(errors, spec)
+    _check(errors, spec, "persistentVolumeReclaimPolicy", "spec", RECLAIM_POLICY)
     _check(errors, spec, "volumeMode", "spec", VOLUME_MODE)
     return errors
 
@@ -388,6 +472,7 @@ _SPEC_CHECKS = {
     ("batch/v1", "CronJob"): _cron_job_errors,
     ("v1", "Service"): service_errors,
     ("v1", "PersistentVolumeClaim"): _claim_errors,
+    ("v1", "PersistentVolume"): _volume_errors,
     ("networking.k8s.io/v1", "NetworkPolicy"): network_policy_errors,
 }
 

@@ -151,6 +151,21 @@ def host_path(kind: str) -> dict:
     return out
 
 
+def node_affinity(operator: str, preferred: str | None = None) -> dict:
+    """A required node selector term with `operator` (and a preferred one with `preferred`)."""
+    expression: dict[str, Any] = {"key": "k", "operator": operator, "values": ["v"]}
+    if operator in ("Exists", "DoesNotExist"):  # ValidateNodeSelectorRequirement: no values
+        del expression["values"]
+    required = {"nodeSelectorTerms": [{"matchExpressions": [expression]}]}
+    node: dict[str, Any] = {"requiredDuringSchedulingIgnoredDuringExecution": required}
+    if preferred:
+        term = {"matchExpressions": [{"key": "k", "operator": preferred, "values": ["v"]}]}
+        node["preferredDuringSchedulingIgnoredDuringExecution"] = [
+            {"weight": 1, "preference": term}
+        ]
+    return {"nodeAffinity": node}
+
+
 POD_CASES = [
     (
         pod(containers=[{**CONTAINER, "imagePullPolicy": "Sometimes"}]),
@@ -192,6 +207,24 @@ POD_CASES = [
         mounted(mountPropagation="Bidirectional"),
         "spec.containers[0].volumeMounts[0].mountPropagation: Forbidden: "
         "Bidirectional mount propagation is available only to privileged containers",
+    ),
+    (
+        pod(affinity=node_affinity("Exist")),
+        "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution."
+        'nodeSelectorTerms[0].matchExpressions[0].operator: Invalid value: "Exist": '
+        "not a valid selector operator",
+    ),
+    (
+        pod(affinity=node_affinity("NotIn", preferred="Equals")),
+        "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0]."
+        'preference.matchExpressions[0].operator: Invalid value: "Equals": '
+        "not a valid selector operator",
+    ),
+    (
+        pod(affinity=node_affinity("In", preferred="Exists")),
+        "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0]."
+        "preference.matchExpressions[0].values: Forbidden: may not be specified when "
+        "`operator` is 'Exists' or 'DoesNotExist'",
     ),
     (
         pod(preemptionPolicy="Always"),
@@ -385,12 +418,53 @@ def test_a_network_policy_type_and_a_claim_volume_mode_are_checked(ns: Kube):
         'NetworkPolicy.networking.k8s.io "x" is invalid: spec.policyTypes[1]: '
         'Unsupported value: "ingress": supported values: "Ingress", "Egress"'
     )
-    claim_spec = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+    policy["spec"]["policyTypes"] = ["Ingress"]
+    policy["spec"]["ingress"] = [{"ports": [{"port": 80, "protocol": "tcp"}]}]
+    assert refused(ns, policy) == (
+        'NetworkPolicy.networking.k8s.io "x" is invalid: spec.ingress[0].ports[0].protocol: '
+        'Unsupported value: "tcp": supported values: "TCP", "UDP", "SCTP"'
+    )
+    claim_spec = {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}
     claim = _obj("v1", "PersistentVolumeClaim", {**claim_spec, "volumeMode": "Files"})
     assert refused(ns, claim) == (
         'PersistentVolumeClaim "x" is invalid: spec.volumeMode: Unsupported value: "Files": '
         'supported values: "Block", "Filesystem"'
     )
+    claim["spec"] |= {"volumeMode": "Filesystem", "accessModes": ["ReadWriteAll"]}
+    assert refused(ns, claim) == (
+        'PersistentVolumeClaim "x" is invalid: spec.accessModes: Unsupported value: '
+        '"ReadWriteAll": supported values: "ReadOnlyMany", "ReadWriteMany", "ReadWriteOnce", '
+        '"ReadWriteOncePod"'
+    )
+
+
+def volume(**spec: Any) -> dict:
+    """A PersistentVolume as efs-storage writes one (an NFS source), `spec` fields added."""
+    body = {
+        "capacity": {"storage": "1Gi"},
+        "accessModes": ["ReadWriteMany"],
+        "nfs": {"server": "fs-1.efs.example.com", "path": "/"},
+        **spec,
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": "pv"},
+        "spec": body,
+    }
+
+
+def test_a_volume_access_mode_and_reclaim_policy_are_checked(kube: Kube):
+    """ValidatePersistentVolumeSpec: accessModes (no index in the path), then the policy."""
+    assert refused(kube, volume(accessModes=["ReadWriteMany", "RWX"])) == (
+        'PersistentVolume "pv" is invalid: spec.accessModes: Unsupported value: "RWX": '
+        'supported values: "ReadOnlyMany", "ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod"'
+    )
+    assert refused(kube, volume(persistentVolumeReclaimPolicy="Keep")) == (
+        'PersistentVolume "pv" is invalid: spec.persistentVolumeReclaimPolicy: Unsupported '
+        'value: "Keep": supported values: "Delete", "Recycle", "Retain"'
+    )
+    kube.create(volume(persistentVolumeReclaimPolicy="Retain", volumeMode="Filesystem"))
 
 
 def named(obj: dict, name: str) -> dict:
@@ -414,6 +488,8 @@ def test_the_new_enums_supported_values_are_accepted(ns: Kube):
     ns.create(named(service(type="NodePort", externalTrafficPolicy="Local"), "s2"))
     ns.create(daemonset(updateStrategy={"type": "RollingUpdate"}))
     ns.create(deployment(strategy={"type": "Recreate"}))
+    ns.create(named(pod(affinity=node_affinity("DoesNotExist", preferred="In")), "na"))
     policy = _obj("networking.k8s.io/v1", "NetworkPolicy", {"podSelector": {}})
     policy["spec"]["policyTypes"] = ["Ingress", "Egress"]
+    policy["spec"]["egress"] = [{"ports": [{"port": 53, "protocol": "UDP"}]}]
     ns.create(policy)
