@@ -223,6 +223,9 @@ from fakes.kube_apiserver import ApiError, generated_suffix, json_copy, selector
 from fakes.kube_enums import enum_errors
 
 JOBSET = "/apis/jobset.x-k8s.io/v1alpha2"
+# The hostname of the JobSet controller's pod (its Deployment jobset-controller-manager in
+# the release manifest; the ReplicaSet hash and pod suffix made up): events name it.
+JOBSET_CONTROLLER_POD = "jobset-controller-manager-6d4c9b7f8-q2x7k"
 KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
 JOB_INDEX = "batch.kubernetes.io/job-completion-index"
 JOB_NAME = "batch.kubernetes.io/job-name"  # and the legacy `job-name`, on every Job's pod
@@ -872,6 +875,8 @@ class BatchControllers:
         # (none: it exits at once); `_stopping`: each terminating pod's ticks left
         self.stop_ticks: dict[str, int] = {}
         self._stopping: dict[str, int] = {}
+        # the JobSet controller's event cache (client-go tools/events), by isomorphic key
+        self._events: dict[tuple, dict] = {}
 
     @property
     def managed(self) -> bool:
@@ -1969,22 +1974,56 @@ class BatchControllers:
             name = job["metadata"]["name"]
             message = f"job {go_quote(name)} creation failed with error: {e.message}"
             self.refused.append(message)
-            self.api.put_object(
-                f"/api/v1/namespaces/{self.ns}/events/{js['metadata']['name']}.{generated_suffix(16)}",
-                {
-                    "involvedObject": {
-                        "apiVersion": js["apiVersion"],
-                        "kind": "JobSet",
-                        "name": js["metadata"]["name"],
-                        "namespace": self.ns,
-                        "uid": js["metadata"]["uid"],
-                    },
-                    "type": "Warning",
-                    "reason": "JobCreationFailed",
-                    "message": message,
-                    "source": {"component": "jobset"},
-                },
-            )
+            self._jobset_event(js, "Warning", "JobCreationFailed", message)
+
+    def _jobset_event(self, js: dict, kind: str, reason: str, note: str) -> None:
+        """An event of the JobSet controller, through the events.k8s.io/v1 API.
+
+        jobset v0.12.0 main.go hands its reconciler `mgr.GetEventRecorder("jobset")`, a
+        client-go tools/events EventRecorder (jobset_controller.go `Record
+        events.EventRecorder`, `Eventf(js, nil, type, reason, "Reconciling", note)`);
+        controller-runtime v0.24.0 (its go.mod's pin) builds that recorder on
+        `events.NewBroadcaster(&events.EventSinkImpl{Interface: evtCl})` with an
+        events.k8s.io/v1 client (pkg/cluster/cluster.go, pkg/internal/recorder), not the
+        deprecated core/v1 record.EventBroadcaster of GetEventRecorderFor. client-go v0.36.0
+        tools/events event_recorder.go makeEvent writes: name `<regarding>.<unixnano hex>`
+        (record/util GenerateEventName), eventTime, reportingController "jobset",
+        reportingInstance "jobset-<hostname>", action, reason, regarding, note, type. The
+        broadcaster's cache (event_broadcaster.go recordToSink) turns the second isomorphic
+        event into a series (count 2, a patch of the same Event) and counts later ones in
+        memory only (refreshed every 30 minutes): one Event per (JobSet, reason, note).
+        """
+        key = (js["metadata"]["uid"], kind, reason, note)
+        seen = self._events.get(key)
+        if seen is not None and seen.get("series"):
+            return
+        now = datetime.datetime.now(datetime.timezone.utc)
+        stamp = now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")  # metav1.MicroTime
+        if seen is None:
+            nanos = int(now.timestamp() * 1e9)
+            name = f"{js['metadata']['name']}.{nanos:x}"
+            meta = js["metadata"]
+            regarding = {"kind": "JobSet", "namespace": self.ns, "name": meta["name"]}
+            regarding |= {"uid": meta["uid"], "apiVersion": js["apiVersion"]}
+            regarding["resourceVersion"] = meta.get("resourceVersion", "")
+            seen = {
+                "apiVersion": "events.k8s.io/v1",
+                "kind": "Event",
+                "metadata": {"name": name, "namespace": self.ns},
+                "eventTime": stamp,
+                "reportingController": "jobset",
+                "reportingInstance": f"jobset-{JOBSET_CONTROLLER_POD}",
+                "action": "Reconciling",
+                "reason": reason,
+                "regarding": regarding,
+                "note": note,
+                "type": kind,
+            }
+        else:
+            seen = {**seen, "series": {"count": 2, "lastObservedTime": stamp}}
+        path = f"/apis/events.k8s.io/v1/namespaces/{self.ns}/events/{seen['metadata']['name']}"
+        self._events[key] = seen
+        self.api.put_object(path, seen)
 
     def _all_running(self, js: dict) -> bool:
         """Every pod of every replicated Job runs (JobSet's "JobsReady")."""

@@ -39,8 +39,9 @@ field is 422 `Deployment.apps "x" is invalid: spec.selector: Required value`, se
 brackets, each a `details.causes` entry (apimachinery pkg/api/errors NewInvalid,
 pkg/util/validation/field errors.go). The semantic checks of pkg/apis/*/validation
 (name formats, label syntax, selector matching) are not made, apart from the Secret and
-PersistentVolume rules the server module has and the enums of Jobs, CronJobs, Pods and
-pod templates, which the schemas lack (kube_enums.py: 422 `spec.completionMode:
+PersistentVolume rules the server module has and the enums of Jobs, CronJobs, Pods, pod
+templates, DaemonSet and Deployment strategies, Services, PriorityClasses, volumes, claims
+and NetworkPolicies, which the schemas lack (kube_enums.py: 422 `spec.completionMode:
 Unsupported value: "Indexd": supported values: "NonIndexed", "Indexed"`).
 
 Custom resources are checked against the `openAPIV3Schema` of the version written, as

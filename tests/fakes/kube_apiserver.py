@@ -149,6 +149,8 @@ RESOURCES: dict[tuple[str, str], tuple[str, bool]] = {
     ("v1", "configmaps"): ("ConfigMap", True),
     ("v1", "persistentvolumeclaims"): ("PersistentVolumeClaim", True),
     ("v1", "events"): ("Event", True),
+    # the same storage as core/v1 events (see `event_twin`)
+    ("events.k8s.io/v1", "events"): ("Event", True),
     ("v1", "endpoints"): ("Endpoints", True),
     ("v1", "resourcequotas"): ("ResourceQuota", True),  # listed by `kubectl describe ns`
     ("v1", "limitranges"): ("LimitRange", True),
@@ -528,6 +530,49 @@ def _now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+# core/v1 Event field <-> events.k8s.io/v1 Event field, where the names differ:
+# kubernetes/kubernetes pkg/apis/events/v1/conversion.go Convert_v1_Event_To_core_Event (and
+# back): regarding/involvedObject, note/message, deprecatedSource/source,
+# deprecated{First,Last}Timestamp, deprecatedCount; reportingController is the internal
+# type's field that core/v1 calls reportingComponent (k8s.io/api core/v1 types.go).
+_EVENT_FIELDS = (
+    ("involvedObject", "regarding"),
+    ("message", "note"),
+    ("source", "deprecatedSource"),
+    ("firstTimestamp", "deprecatedFirstTimestamp"),
+    ("lastTimestamp", "deprecatedLastTimestamp"),
+    ("count", "deprecatedCount"),
+    ("reportingComponent", "reportingController"),
+)
+_CORE_EVENTS, _NEW_EVENTS = "/api/v1/namespaces/", "/apis/events.k8s.io/v1/namespaces/"
+
+
+def event_twin(path: str, obj: dict) -> tuple[str, dict] | None:
+    """The same Event as the other group serves it, or None for any other object.
+
+    kube-apiserver keeps one storage for both: pkg/registry/events/rest/storage_events.go
+    serves events.k8s.io/v1 `events` with the core events' eventstore.NewREST, so an Event
+    written through either API is read through both, converted (the fields above; the
+    metadata, eventTime, series, action, reason, type, related, reportingInstance alike).
+    """
+    if obj.get("kind") != "Event":
+        return None
+    if path.startswith(_CORE_EVENTS) and obj.get("apiVersion") == "v1":
+        renames, other, gv = (
+            dict(_EVENT_FIELDS),
+            _NEW_EVENTS + path[len(_CORE_EVENTS) :],
+            "events.k8s.io/v1",
+        )
+    elif path.startswith(_NEW_EVENTS) and obj.get("apiVersion") == "events.k8s.io/v1":
+        renames = {new: old for old, new in _EVENT_FIELDS}
+        other, gv = _CORE_EVENTS + path[len(_NEW_EVENTS) :], "v1"
+    else:
+        return None
+    twin = {renames.get(k, k): v for k, v in obj.items()}
+    twin["apiVersion"] = gv
+    return other, twin
+
+
 def _b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
 
@@ -878,15 +923,30 @@ class FakeKubeApiServer:
             if target.kind in DEFAULT_STATUS:
                 obj.setdefault("status", dict(DEFAULT_STATUS[target.kind]))
             _label_namespace(obj)
-            self._store[path] = obj
+            self._keep(path, obj)
             if target.kind == "CustomResourceDefinition":
                 self._crds_changed()
             return obj
 
+    def _keep(self, key: str, obj: dict) -> None:
+        """Store `obj` at `key`; an Event in both groups' views (`event_twin`)."""
+        self._store[key] = obj
+        twin = event_twin(key, obj)
+        if twin is not None:
+            self._store[twin[0]] = twin[1]
+
+    def _forget(self, key: str) -> dict | None:
+        """Remove the object at `key` (an Event from both views); None if absent."""
+        gone = self._store.pop(key, None)
+        twin = event_twin(key, gone) if gone is not None else None
+        if twin is not None:
+            self._store.pop(twin[0], None)
+        return gone
+
     def delete_object(self, path: str) -> bool:
         """Remove the object at `path` directly (no cascade); False if absent."""
         with self._lock:
-            gone = self._store.pop(path, None)
+            gone = self._forget(path)
             if gone is not None and gone.get("kind") == "CustomResourceDefinition":
                 self._crds_changed()
             return gone is not None
@@ -1581,7 +1641,7 @@ class FakeKubeApiServer:
             data["token"] = _b64(secrets.token_urlsafe(32))
             data["ca.crt"] = _b64(FAKE_CA)
             data["namespace"] = _b64(target.namespace or "")
-        self._store[target.key(name)] = obj
+        self._keep(target.key(name), obj)
         if target.kind == "CustomResourceDefinition":
             self._crds_changed()
         self._roll_out(obj)
@@ -1624,7 +1684,7 @@ class FakeKubeApiServer:
         }
         meta["generation"] = old["metadata"].get("generation", 1) + int(spec_changed)
         meta["resourceVersion"] = self._next_rv()
-        self._store[target.key()] = new
+        self._keep(target.key(), new)
         if target.kind == "CustomResourceDefinition":
             self._crds_changed()
         self._roll_out(new)
@@ -1641,7 +1701,7 @@ class FakeKubeApiServer:
                 obj["metadata"]["resourceVersion"] = self._next_rv()
                 self._store[key] = obj
             return obj
-        del self._store[key]
+        self._forget(key)
         uid = obj["metadata"]["uid"]
         if obj["kind"] == "CustomResourceDefinition":  # its custom resources go with it
             kinds = {(gv, kind) for (gv, _), (kind, _) in self._served_by(obj).items()}

@@ -140,6 +140,7 @@ FACTS: dict[tuple[str, str], Facts] = {
     ("storage.k8s.io/v1", "csidrivers"): Facts("csidriver"),
     ("scheduling.k8s.io/v1", "priorityclasses"): Facts("priorityclass", ("pc",)),
     ("coordination.k8s.io/v1", "leases"): Facts("lease"),
+    ("events.k8s.io/v1", "events"): Facts("event", ("ev",)),
     ("networking.k8s.io/v1", "networkpolicies"): Facts("networkpolicy", ("netpol",)),
     ("apiextensions.k8s.io/v1", "customresourcedefinitions"): Facts(
         "customresourcedefinition", ("crd", "crds"), _EXT

@@ -568,7 +568,15 @@ DEFAULT_TABLE = ([NAME, _col("Created At", "date")], _default_cells)
 
 
 def _event_cells(obj: dict) -> list:
-    """The cells of printers.go `printEvent` (series, singleton counts, the source)."""
+    """The cells of printers.go `printEvent` (series, singleton counts, the source).
+
+    It prints the internal Event, so an events.k8s.io/v1 one reads the same (the core
+    names, `fakes.kube_apiserver.event_twin`).
+    """
+    if obj.get("apiVersion") == "events.k8s.io/v1":
+        from fakes.kube_apiserver import event_twin  # the server imports this module
+
+        obj = (event_twin("/apis/events.k8s.io/v1/namespaces/", obj) or ("", obj))[1]
     first = since(obj.get("firstTimestamp") or obj.get("eventTime"))
     last = since(obj["lastTimestamp"]) if obj.get("lastTimestamp") else first
     count = obj.get("count") or 0

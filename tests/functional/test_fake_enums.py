@@ -133,6 +133,39 @@ def test_a_job_template_restart_policy_sometimes_is_refused_twice(ns: Kube):
     )
 
 
+VOLUME_POD = pod(
+    volumes=[{"name": "v", "hostPath": {"path": "/", "type": "Directory"}}],
+    containers=[{**CONTAINER, "volumeMounts": [{"name": "v", "mountPath": "/host"}]}],
+)
+
+
+def mounted(**mount: Any) -> dict:
+    out = copy.deepcopy(VOLUME_POD)
+    out["spec"]["containers"][0]["volumeMounts"][0].update(mount)
+    return out
+
+
+def host_path(kind: str) -> dict:
+    out = copy.deepcopy(VOLUME_POD)
+    out["spec"]["volumes"][0]["hostPath"]["type"] = kind
+    return out
+
+
+def node_affinity(operator: str, preferred: str | None = None) -> dict:
+    """A required node selector term with `operator` (and a preferred one with `preferred`)."""
+    expression: dict[str, Any] = {"key": "k", "operator": operator, "values": ["v"]}
+    if operator in ("Exists", "DoesNotExist"):  # ValidateNodeSelectorRequirement: no values
+        del expression["values"]
+    required = {"nodeSelectorTerms": [{"matchExpressions": [expression]}]}
+    node: dict[str, Any] = {"requiredDuringSchedulingIgnoredDuringExecution": required}
+    if preferred:
+        term = {"matchExpressions": [{"key": "k", "operator": preferred, "values": ["v"]}]}
+        node["preferredDuringSchedulingIgnoredDuringExecution"] = [
+            {"weight": 1, "preference": term}
+        ]
+    return {"nodeAffinity": node}
+
+
 POD_CASES = [
     (
         pod(containers=[{**CONTAINER, "imagePullPolicy": "Sometimes"}]),
@@ -158,6 +191,45 @@ POD_CASES = [
         pod(restartPolicy="Sometimes"),
         'spec.restartPolicy: Unsupported value: "Sometimes": '
         'supported values: "Always", "OnFailure", "Never"',
+    ),
+    (
+        host_path("Dir"),
+        'spec.volumes[0].hostPath.type: Unsupported value: "Dir": supported values: "", '
+        '"BlockDevice", "CharDevice", "Directory", "DirectoryOrCreate", "File", '
+        '"FileOrCreate", "Socket"',
+    ),
+    (
+        mounted(mountPropagation="HostToContainers"),
+        "spec.containers[0].volumeMounts[0].mountPropagation: Unsupported value: "
+        '"HostToContainers": supported values: "Bidirectional", "HostToContainer", "None"',
+    ),
+    (
+        mounted(mountPropagation="Bidirectional"),
+        "spec.containers[0].volumeMounts[0].mountPropagation: Forbidden: "
+        "Bidirectional mount propagation is available only to privileged containers",
+    ),
+    (
+        pod(affinity=node_affinity("Exist")),
+        "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution."
+        'nodeSelectorTerms[0].matchExpressions[0].operator: Invalid value: "Exist": '
+        "not a valid selector operator",
+    ),
+    (
+        pod(affinity=node_affinity("NotIn", preferred="Equals")),
+        "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0]."
+        'preference.matchExpressions[0].operator: Invalid value: "Equals": '
+        "not a valid selector operator",
+    ),
+    (
+        pod(affinity=node_affinity("In", preferred="Exists")),
+        "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0]."
+        "preference.matchExpressions[0].values: Forbidden: may not be specified when "
+        "`operator` is 'Exists' or 'DoesNotExist'",
+    ),
+    (
+        pod(preemptionPolicy="Always"),
+        'spec.preemptionPolicy: Unsupported value: "Always": '
+        'supported values: "PreemptLowerPriority", "Never"',
     ),
 ]
 
@@ -198,7 +270,8 @@ def test_a_jobset_whose_job_template_has_an_unsupported_value_gets_no_job(kube_a
         "replicatedJobs": [{"name": "w", "replicas": 1, "template": {"spec": job_spec}}],
     }
     kube_api.put_object(f"{JOBSET}/namespaces/work/jobsets/js", {"spec": spec})
-    controllers.tick()
+    for _ in range(3):
+        controllers.tick()
     assert kube_api.objects("/apis/batch/v1/namespaces/work/jobs/") == []
     message = (
         'job "js-w-0" creation failed with error: Job.batch "js-w-0" is invalid: '
@@ -208,6 +281,20 @@ def test_a_jobset_whose_job_template_has_an_unsupported_value_gets_no_job(kube_a
     assert set(controllers.refused) == {message}  # each reconcile tries again
     events = kube_api.objects("/api/v1/namespaces/work/events/")
     assert {(e["reason"], e["message"]) for e in events} == {("JobCreationFailed", message)}
+    # written through events.k8s.io/v1 (GetEventRecorder), the same Event in both groups
+    (event,) = kube_api.objects("/apis/events.k8s.io/v1/namespaces/work/events/")
+    assert event["apiVersion"] == "events.k8s.io/v1"
+    assert (event["reportingController"], event["action"]) == ("jobset", "Reconciling")
+    assert (event["type"], event["reason"], event["note"]) == (
+        "Warning",
+        "JobCreationFailed",
+        message,
+    )
+    assert event["regarding"]["kind"] == "JobSet" and event["regarding"]["name"] == "js"
+    assert event["series"]["count"] == 2  # the broadcaster's cache: later ones in memory
+    assert events[0]["metadata"]["name"] == event["metadata"]["name"]
+    assert events[0]["reportingComponent"] == "jobset"
+    assert events[0]["involvedObject"] == event["regarding"]
 
 
 def test_validate_jobset_checks_each_job_as_the_server_will():
@@ -226,3 +313,183 @@ def test_validate_jobset_checks_each_job_as_the_server_will():
         crds.validate_jobset(js)
     job_spec["podReplacementPolicy"] = "Failed"
     crds.validate_jobset(js)  # restartPolicy and completionMode: the webhook's defaults
+
+
+def _obj(api_version: str, kind: str, spec: dict, name: str = "x") -> dict:
+    meta = {"name": name, "namespace": "work"}
+    return {"apiVersion": api_version, "kind": kind, "metadata": meta, "spec": spec}
+
+
+def service(**spec: Any) -> dict:
+    return _obj("v1", "Service", {"ports": [{"port": 80}], "selector": {"app": "a"}, **spec})
+
+
+def daemonset(**spec: Any) -> dict:
+    template = {"metadata": {"labels": {"app": "a"}}, "spec": {"containers": [dict(CONTAINER)]}}
+    body = {"selector": {"matchLabels": {"app": "a"}}, "template": template, **spec}
+    return _obj("apps/v1", "DaemonSet", body)
+
+
+def deployment(**spec: Any) -> dict:
+    obj = daemonset(**spec)
+    obj["kind"] = "Deployment"
+    return obj
+
+
+SERVICE_CASES = [
+    (
+        service(type="Headless"),
+        'spec.type: Unsupported value: "Headless": '
+        'supported values: "ClusterIP", "ExternalName", "LoadBalancer", "NodePort"',
+    ),
+    (
+        service(ports=[{"port": 80, "protocol": "HTTP"}]),
+        'spec.ports[0].protocol: Unsupported value: "HTTP": '
+        'supported values: "SCTP", "TCP", "UDP"',
+    ),
+    (
+        service(sessionAffinity="Sticky"),
+        'spec.sessionAffinity: Unsupported value: "Sticky": supported values: "ClientIP", "None"',
+    ),
+    (
+        service(type="NodePort", externalTrafficPolicy="Nearest"),
+        'spec.externalTrafficPolicy: Unsupported value: "Nearest": '
+        'supported values: "Cluster", "Local"',
+    ),
+    (
+        service(externalTrafficPolicy="Local"),
+        'spec.externalTrafficPolicy: Invalid value: "Local": '
+        "may only be set for externally-accessible services",
+    ),
+    (
+        service(internalTrafficPolicy="Node"),
+        'spec.internalTrafficPolicy: Unsupported value: "Node": '
+        'supported values: "Cluster", "Local"',
+    ),
+    (
+        service(ipFamilyPolicy="DualStack"),
+        'spec.ipFamilyPolicy: Unsupported value: "DualStack": '
+        'supported values: "PreferDualStack", "RequireDualStack", "SingleStack"',
+    ),
+    (
+        service(ipFamilies=["IPv5"]),
+        'spec.ipFamilies[0]: Unsupported value: "IPv5": supported values: "IPv4", "IPv6"',
+    ),
+]
+
+
+@pytest.mark.parametrize(("obj", "error"), SERVICE_CASES)
+def test_a_service_with_an_unsupported_value_is_refused(ns: Kube, obj: dict, error: str):
+    assert refused(ns, obj) == f'Service "x" is invalid: {error}'
+
+
+def test_a_priority_class_preemption_policy_is_checked(kube: Kube):
+    """ValidatePriorityClass checks preemptionPolicy at the top level (no `spec.`)."""
+    pc = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "value": 10}
+    pc["metadata"] = {"name": "pc"}
+    message = refused(kube, {**pc, "preemptionPolicy": "Sometimes"})
+    assert message == (
+        'PriorityClass.scheduling.k8s.io "pc" is invalid: preemptionPolicy: Unsupported '
+        'value: "Sometimes": supported values: "PreemptLowerPriority", "Never"'
+    )
+    kube.create({**pc, "preemptionPolicy": "Never"})
+
+
+def test_a_workload_strategy_type_is_refused_with_the_whole_strategy(ns: Kube):
+    """The apps validators pass the internal struct: encoding/json prints its Go field names."""
+    message = refused(ns, daemonset(updateStrategy={"type": "Rolling"}))
+    assert message == (
+        'DaemonSet.apps "x" is invalid: spec.updateStrategy: Unsupported value: '
+        '{"Type":"Rolling","RollingUpdate":null}: supported values: "RollingUpdate", "OnDelete"'
+    )
+    strategy = {"type": "Rolling", "rollingUpdate": {"maxUnavailable": "25%"}}
+    message = refused(ns, deployment(strategy=strategy))
+    assert message == (
+        'Deployment.apps "x" is invalid: spec.strategy: Unsupported value: {"Type":"Rolling",'
+        '"RollingUpdate":{"MaxUnavailable":"25%","MaxSurge":0}}: '
+        'supported values: "Recreate", "RollingUpdate"'
+    )
+
+
+def test_a_network_policy_type_and_a_claim_volume_mode_are_checked(ns: Kube):
+    policy = _obj("networking.k8s.io/v1", "NetworkPolicy", {"podSelector": {}})
+    policy["spec"]["policyTypes"] = ["Ingress", "ingress"]
+    assert refused(ns, policy) == (
+        'NetworkPolicy.networking.k8s.io "x" is invalid: spec.policyTypes[1]: '
+        'Unsupported value: "ingress": supported values: "Ingress", "Egress"'
+    )
+    policy["spec"]["policyTypes"] = ["Ingress"]
+    policy["spec"]["ingress"] = [{"ports": [{"port": 80, "protocol": "tcp"}]}]
+    assert refused(ns, policy) == (
+        'NetworkPolicy.networking.k8s.io "x" is invalid: spec.ingress[0].ports[0].protocol: '
+        'Unsupported value: "tcp": supported values: "TCP", "UDP", "SCTP"'
+    )
+    claim_spec = {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}
+    claim = _obj("v1", "PersistentVolumeClaim", {**claim_spec, "volumeMode": "Files"})
+    assert refused(ns, claim) == (
+        'PersistentVolumeClaim "x" is invalid: spec.volumeMode: Unsupported value: "Files": '
+        'supported values: "Block", "Filesystem"'
+    )
+    claim["spec"] |= {"volumeMode": "Filesystem", "accessModes": ["ReadWriteAll"]}
+    assert refused(ns, claim) == (
+        'PersistentVolumeClaim "x" is invalid: spec.accessModes: Unsupported value: '
+        '"ReadWriteAll": supported values: "ReadOnlyMany", "ReadWriteMany", "ReadWriteOnce", '
+        '"ReadWriteOncePod"'
+    )
+
+
+def volume(**spec: Any) -> dict:
+    """A PersistentVolume as efs-storage writes one (an NFS source), `spec` fields added."""
+    body = {
+        "capacity": {"storage": "1Gi"},
+        "accessModes": ["ReadWriteMany"],
+        "nfs": {"server": "fs-1.efs.example.com", "path": "/"},
+        **spec,
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": "pv"},
+        "spec": body,
+    }
+
+
+def test_a_volume_access_mode_and_reclaim_policy_are_checked(kube: Kube):
+    """ValidatePersistentVolumeSpec: accessModes (no index in the path), then the policy."""
+    assert refused(kube, volume(accessModes=["ReadWriteMany", "RWX"])) == (
+        'PersistentVolume "pv" is invalid: spec.accessModes: Unsupported value: "RWX": '
+        'supported values: "ReadOnlyMany", "ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod"'
+    )
+    assert refused(kube, volume(persistentVolumeReclaimPolicy="Keep")) == (
+        'PersistentVolume "pv" is invalid: spec.persistentVolumeReclaimPolicy: Unsupported '
+        'value: "Keep": supported values: "Delete", "Recycle", "Retain"'
+    )
+    kube.create(volume(persistentVolumeReclaimPolicy="Retain", volumeMode="Filesystem"))
+
+
+def named(obj: dict, name: str) -> dict:
+    out = copy.deepcopy(obj)
+    out["metadata"]["name"] = name
+    return out
+
+
+def test_the_new_enums_supported_values_are_accepted(ns: Kube):
+    """The values the charms write (hostPath types, HostToContainer, Service fields...)."""
+    for i, kind in enumerate(("Directory", "DirectoryOrCreate", "")):
+        ns.create(named(host_path(kind), f"h{i}"))
+    ns.create(named(mounted(mountPropagation="HostToContainer"), "m"))
+    privileged = mounted(mountPropagation="Bidirectional")
+    privileged["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    ns.create(named(privileged, "b"))
+    ns.create(named(pod(preemptionPolicy="PreemptLowerPriority"), "pp"))
+    fields = {"sessionAffinity": "None", "internalTrafficPolicy": "Cluster"}
+    fields |= {"ipFamilyPolicy": "SingleStack", "ipFamilies": ["IPv4"]}
+    ns.create(named(service(type="ClusterIP", **fields), "s1"))
+    ns.create(named(service(type="NodePort", externalTrafficPolicy="Local"), "s2"))
+    ns.create(daemonset(updateStrategy={"type": "RollingUpdate"}))
+    ns.create(deployment(strategy={"type": "Recreate"}))
+    ns.create(named(pod(affinity=node_affinity("DoesNotExist", preferred="In")), "na"))
+    policy = _obj("networking.k8s.io/v1", "NetworkPolicy", {"podSelector": {}})
+    policy["spec"]["policyTypes"] = ["Ingress", "Egress"]
+    policy["spec"]["egress"] = [{"ports": [{"port": 53, "protocol": "UDP"}]}]
+    ns.create(policy)

@@ -264,3 +264,38 @@ def test_a_delete_whose_precondition_names_another_object_is_a_conflict(work: Ku
     own = {"preconditions": {"uid": made["metadata"]["uid"]}}
     work.request("DELETE", path, body=own)
     assert work.get("apps/v1", "Deployment", "web", "work") is None
+
+
+# ------------------------------------------------------------------- one event storage
+
+
+def test_an_event_written_through_either_group_is_read_through_both(work: Kube):
+    """kube-apiserver serves events.k8s.io/v1 events from the core events' storage.
+
+    pkg/registry/events/rest/storage_events.go (eventstore.NewREST), converted by
+    pkg/apis/events/v1/conversion.go: regarding is involvedObject, note is message,
+    reportingController is core/v1's reportingComponent. A controller on the new API
+    (JobSet's GetEventRecorder) is read by `kubectl describe`, which lists core/v1 events.
+    """
+    new = "/apis/events.k8s.io/v1/namespaces/work/events"
+    core = "/api/v1/namespaces/work/events"
+    regarding = {"apiVersion": "v1", "kind": "Pod", "namespace": "work", "name": "p"}
+    body = {
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "Event",
+        "metadata": {"name": "p.1"},
+        "eventTime": "2026-11-27T20:30:00.000000Z",
+        "reportingController": "jobset",
+        "reportingInstance": "jobset-x",
+        "action": "Reconciling",
+        "reason": "Tested",
+        "regarding": regarding,
+        "note": "hello",
+        "type": "Normal",
+    }
+    work.request("POST", new, body=body)
+    seen = work.request("GET", f"{core}/p.1")
+    assert (seen["apiVersion"], seen["message"], seen["reason"]) == ("v1", "hello", "Tested")
+    assert (seen["involvedObject"], seen["reportingComponent"]) == (regarding, "jobset")
+    work.request("DELETE", f"{core}/p.1")
+    assert work.request("GET", new)["items"] == []

@@ -629,9 +629,10 @@ def test_aggregated_discovery_is_served_to_who_asks_for_it(kube_api: FakeKubeApi
     code, headers, body = _request(kube_api, "/apis", Accept=f"{v2},application/json")
     assert (code, headers["Content-Type"], headers["Vary"]) == (200, v2, "Accept")
     groups = [item["metadata"]["name"] for item in json.loads(body)["items"]]
-    assert groups[:4] == [  # by APIService priority
+    assert groups[:5] == [  # by APIService priority (kube_discovery.GROUP_PRIORITY)
         "apiregistration.k8s.io",
         "apps",
+        "events.k8s.io",
         "authentication.k8s.io",
         "authorization.k8s.io",
     ]

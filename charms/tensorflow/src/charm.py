@@ -118,6 +118,9 @@ class TensorflowCharm(ops.CharmBase):
             pull_secret=False,
             secrets=[],
             scrape_jobs="[]",  # the training pods' (job_metrics.py), for cos-agent hooks
+            # False from a refresh until the leader labelled the scale records an earlier
+            # revision wrote (training.label_older_records); a new install has none
+            records_labelled=True,
             metrics_policy="",
         )
         if self._stored.pull_secret:  # written by a revision that tracked only this one
@@ -126,6 +129,7 @@ class TensorflowCharm(ops.CharmBase):
             )
             self._stored.pull_secret = False
         on = self.on
+        framework.observe(on.upgrade_charm, self._on_upgrade_charm)  # before the reconcile
         for event in (
             on.config_changed,
             on.update_status,
@@ -223,6 +227,10 @@ class TensorflowCharm(ops.CharmBase):
                 except StatusError as e:  # Blocked on that option; the rest goes on
                     self._statuses.add(e.status)
             datasets.settle(kube, ctx)  # record imports that ended with nobody waiting
+            if not self._stored.records_labelled:
+                for job in training.label_older_records(kube, ctx):
+                    logger.info("labelled %s-scale as a scale record", job)
+                self._stored.records_labelled = True
             self._apply_queues(kube, ctx, config)  # JobSets exist only where Kueue runs
             glance = training.at_a_glance(kube, ctx, self.wall_clock)
             self._stored.glance = glance.line
@@ -232,6 +240,10 @@ class TensorflowCharm(ops.CharmBase):
             )
             self._stored.scrape_jobs = json.dumps([job] if job else [])
             self.cos.update(self._scrape_jobs())
+
+    def _on_upgrade_charm(self, _: ops.UpgradeCharmEvent) -> None:
+        """An earlier revision may have left scale records the reconcile must label."""
+        self._stored.records_labelled = False
 
     def _sync_pull_secret(self, kube: Kube, ctx: Context, config: Config) -> None:
         """The image pull Secret from config image-pull-secret (registry_auth)."""

@@ -585,9 +585,34 @@ def status(
 
 
 def _records(kube: Any, ctx: Context) -> list[dict]:
-    """Every record a scale wrote (scale_records), in one list."""
+    """Every record a scale wrote (scale_records), in one list (label_older_records)."""
     selector = manifests.selector(ctx.app, component=COMPONENT_SCALE)
     return kube.list("v1", "ConfigMap", ctx.namespace, label_selector=selector)
+
+
+def label_older_records(kube: Any, ctx: Context) -> list[str]:
+    """Label as component `scale` the records earlier revisions wrote without it; their jobs.
+
+    Before f64c7fa a record carried the job's labels only (fc34adc `scale_record`:
+    manifests.labels(app, job)), so `_records` (list-jobs, the leader's stale-record sweep)
+    missed its job until the next scale; job-status, which reads the record by name, did
+    not. Labelling them once (the leader, after a refresh) keeps list-jobs at one list:
+    here one list of the application's per-job ConfigMaps without a component label (each
+    job's `<job>-code` too, left alone) and one merge patch per such record.
+    """
+    selector = f"{manifests.selector(ctx.app)},{LABEL_JOB},!{LABEL_COMPONENT}"
+    labelled = []
+    for found in kube.list("v1", "ConfigMap", ctx.namespace, label_selector=selector):
+        meta = found["metadata"]
+        job = meta["labels"][LABEL_JOB]
+        if meta["name"] != scale_records.name(job) or ANNOTATION_REQUEST not in (
+            meta.get("annotations") or {}
+        ):
+            continue
+        patch = {"metadata": {"labels": {LABEL_COMPONENT: COMPONENT_SCALE}}}
+        kube.patch("v1", "ConfigMap", meta["name"], patch, ctx.namespace)
+        labelled.append(job)
+    return labelled
 
 
 def list_jobs(kube: Any, ctx: Context, now: Callable[[], float] = time.time) -> dict[str, str]:

@@ -549,6 +549,53 @@ def test_no_stale_scale_record_outlives_the_new_jobset(ctx, running, api, fake_t
     assert _act(ctx, running, "job-status", job="mnist")["pods-ready"] == {"worker": "0/3"}
 
 
+def _as_an_older_revision_wrote_it(api, job: str, workers: int) -> dict:
+    """`<job>-scale` as the revisions before f64c7fa wrote it, the job's JobSet gone.
+
+    fc34adc training.py scale_record: the job's labels only (manifests.labels(app, job), no
+    component label), the request annotation only (no words, no lease); a scale that
+    failed after deleting the old JobSet left it so.
+    """
+    js = jobset(api, job)
+    request = json.loads(js["metadata"]["annotations"]["gpu-k8s.io/request"])
+    labels = {k: v for k, v in js["metadata"]["labels"].items() if k != "gpu-k8s.io/component"}
+    annotations = {"gpu-k8s.io/request": json.dumps({**request, "workers": workers})}
+    meta = {"name": f"{job}-scale", "namespace": NS, "labels": labels}
+    meta["annotations"] = annotations
+    api.delete_object(f"{_JOBSETS}/{job}")
+    return api.put_object(_CONFIGMAPS + f"{job}-scale", {"metadata": meta})
+
+
+def test_a_record_an_older_revision_wrote_is_listed_once_the_leader_refreshed(ctx, running, api):
+    """list-jobs lists the records by their component label: an older one has none.
+
+    The leader labels such records on upgrade-charm (one list of the application's
+    ConfigMaps without a component label, one patch each), so list-jobs and job-status keep
+    their request counts and find the job as a record of today's revision would show it.
+    """
+    _as_an_older_revision_wrote_it(api, "mnist", 3)
+    before = len(api.requests)
+    assert "mnist" not in _act(ctx, running, "list-jobs").get("jobs", {})  # until refreshed
+    list_cost = len(api.requests) - before
+    ctx.run(ctx.on.upgrade_charm(), running)
+    labels = api.get_object(_CONFIGMAPS + "mnist-scale")["metadata"]["labels"]
+    assert labels["gpu-k8s.io/component"] == "scale"
+    assert (
+        api.get_object(_CONFIGMAPS + "mnist-code")["metadata"]["labels"].get(
+            "gpu-k8s.io/component"
+        )
+        is None
+    )  # the job's code ConfigMap has no component either: left alone
+    before = len(api.requests)
+    jobs = _act(ctx, running, "list-jobs")["jobs"]
+    assert len(api.requests) - before == list_cost
+    assert jobs["mnist"] == (
+        "Stopped: stopped by a scale to 3 workers; run scale job=mnist workers=3 again (it "
+        "relaunches the job from its last checkpoint)"
+    )
+    assert _act(ctx, running, "job-status", job="mnist")["phase"] == "Stopped"
+
+
 # -------------------------------------------------------------------- status, list, logs
 
 
