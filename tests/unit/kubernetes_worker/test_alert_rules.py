@@ -480,8 +480,9 @@ COS_OVERLAY = ROOT / "bundles" / "overlays" / "cos.yaml"
 COLLECTOR_DEFAULT = "1m"  # global_scrape_interval's default (opentelemetry-collector.yaml)
 # Issue 32 item 1: the COS alert within 60 s of the fault. Of those, fault to quarantine
 # (the watcher: `tox -e bench`, fault to taint at most 9.6 s on a busy run, the taint
-# coming after the quarantine) and the collector's remote write (no batching: its
-# prometheusremotewrite exporter sends each scrape) are given this much:
+# coming after the quarantine) and the collector's remote write (its metrics pipeline
+# has no batch processor and its prometheusremotewrite exporter no WAL at 9f17dec:
+# config_manager.py add_remote_write, prometheus_remotewrite_wal_config) get this much:
 FAULT_TO_QUARANTINE_AND_WRITE = 10
 TARGET = 60
 
