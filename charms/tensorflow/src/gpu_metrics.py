@@ -58,6 +58,11 @@ class UnreachableError(Exception):
     """A node's exporter did not answer with its page: the reason."""
 
 
+def no_answer() -> UnreachableError:
+    """A node whose page was not read by the deadline, however its reader ended."""
+    return UnreachableError(f"no answer within {DEADLINE:g} s")
+
+
 def fetch(url: str, end: float) -> str:
     """One exporter page (the text exposition format), read by `end` (time.monotonic()).
 
@@ -92,6 +97,10 @@ def _read(todo: queue.SimpleQueue, done: queue.SimpleQueue, get: Callable, end: 
             if isinstance(e, urllib.error.HTTPError):
                 e.close()  # its response's socket
             result = UnreachableError(str(getattr(e, "reason", e)))
+            if time.monotonic() >= end:
+                # its socket's timeout (or fetch's own) ran out with the deadline: said as
+                # for a reader still waiting, whichever the caller sees first
+                result = no_answer()
         except Exception as e:  # noqa: BLE001 (a bug: the caller raises it)
             result = e.with_traceback(None)
         done.put((node, result))
@@ -247,7 +256,7 @@ def gpu_use(
         if url is None:
             unreachable.append(f"{node_name}: no InternalIP")
             continue
-        page = pages.get(node_name, UnreachableError(f"no answer within {DEADLINE:g} s"))
+        page = pages[node_name] if node_name in pages else no_answer()
         where = f"{node_name} ({url.split('/')[2]})"
         lines = _lines(where, page, namespace, placed[node_name])
         if isinstance(lines, str):

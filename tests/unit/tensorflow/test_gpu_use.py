@@ -8,6 +8,7 @@ address.
 
 from __future__ import annotations
 
+import queue
 import time
 from pathlib import Path
 
@@ -183,3 +184,32 @@ def test_hung_exporters_cost_one_deadline_and_the_others_still_answer(api, monke
     # the call waited for the hung ones once and ended with that deadline (three timeouts
     # one by one: 3 deadlines)
     assert HUNG_DEADLINE <= took < 2 * HUNG_DEADLINE
+
+
+def test_a_reader_that_times_out_with_the_deadline_says_no_answer_as_one_still_waiting(
+    monkeypatch,
+):
+    """A hung exporter reads the same whichever comes first after the deadline.
+
+    Its reader's socket times out with the deadline (urlopen's timeout is what was left
+    of it): when job-status' thread wakes after that (a loaded machine), it found the
+    reader's "timed out" instead of its own "no answer within"; a failure before the
+    deadline keeps its reason.
+    """
+    monkeypatch.setattr(gpu_metrics, "DEADLINE", 2.0)
+
+    def read(error: OSError, end: float) -> str:
+        todo: queue.SimpleQueue = queue.SimpleQueue()
+        todo.put(("gpu-1", "http://127.0.0.2:9400/metrics"))
+        done: queue.SimpleQueue = queue.SimpleQueue()
+
+        def get(url: str, end: float) -> str:
+            raise error
+
+        gpu_metrics._read(todo, done, get, end)
+        return str(done.get_nowait()[1])
+
+    assert read(TimeoutError("timed out"), time.monotonic()) == "no answer within 2 s"
+    assert read(ConnectionRefusedError(111, "refused"), time.monotonic() + 60) == (
+        "[Errno 111] refused"
+    )
