@@ -40,10 +40,11 @@ FB_FREE = "DCGM_FI_DEV_FB_FREE"
 # job-status reads every node's page within DEADLINE seconds of its first request, all
 # nodes together: an exporter that hangs (a node gone, its host network down) costs the
 # action this once, however many nodes the job runs on (issue 31 item 4; it was a 3 s
-# timeout per node, one node after another). Prometheus gives a scrape 10 s by default
-# (configuration docs, <global> scrape_timeout "default = 10s"; COS scrapes the exporter
-# with that default: kubernetes-worker's _telemetry sets no scrape_timeout); an operator
-# waits on job-status, so half that: the nodes not read by then are named as such.
+# timeout per node, one node after another). COS gives a scrape 10 s: its collector
+# scrapes every job with its global_scrape_timeout, "10s" by default, whatever the job
+# asks (canonical/opentelemetry-collector-operator 9f17dec on track/2, charmcraft.yaml and
+# config_builder.py; bundles/overlays/cos.yaml keeps it); an operator waits on
+# job-status, so half that: the nodes not read by then are named as such.
 DEADLINE = 5.0
 # Pages read at once: a job on more nodes than this is read in rounds, each page taking
 # milliseconds; a hung exporter holds its reader until DEADLINE, so more than WORKERS hung
