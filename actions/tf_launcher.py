@@ -53,8 +53,9 @@ the JobSet successful", jobset v0.12.0 jobset_types.go), so a drain or a preempt
 would complete the job mid-training instead of resuming it. The launcher cannot tell
 that from a program that finished its last step just as SIGTERM came: that one is
 restarted, uncounted, and ends again from its last checkpoint. For the built-in trainer
-that is harmless: it finds every step done, reports finished and exits 0 (its final
-checkpoint and export were written before the loop ended). A user's program pays what it
+that is harmless: it finds every step done, writes the final SavedModel version if the
+stop came between the final checkpoint and the export's rename (tf_trainer.py
+finished_before), reports finished and exits 0. A user's program pays what it
 pays for any stop near its end: Keras' BackupAndRestore deletes its backup once fit()
 returns (tf_keras callbacks.py on_train_end, delete_checkpoint), so a program stopped
 between fit() and its exit trains again from the start. A rare window, and a cost, not a

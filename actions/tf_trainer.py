@@ -557,6 +557,21 @@ def checkpointed(model, data: Data, progress: Progress, args, step: int, final: 
         progress.exported = str(export(model.params, data.spec(), args.export_dir, step))
 
 
+def finished_before(model, data: Data, progress: Progress, args, step: int) -> None:
+    """A run that finds every step done: on the chief, the final export if it is missing.
+
+    A chief killed between its final checkpoint and the export's rename left no version
+    `step` (export writes it beside and renames it, so never half of one), and its
+    restart restores that checkpoint: it exports now, or the job would complete with no
+    SavedModel. A version already there is kept as it is (export returns it). The killed
+    export's staging directory (`.<step>.*`) stays: an `export` action may be writing
+    one beside it, and nothing reads a name that is not a number (TensorFlow Serving,
+    fetch-model and model_upload.py list numeric versions only).
+    """
+    if progress.enabled and args.export_dir:
+        progress.exported = str(export(model.params, data.spec(), args.export_dir, step))
+
+
 def mirrored_step_fn(strategy, model, step_var, iterator, global_batch, learning_rate):
     """One synchronous step: per-replica gradients, all-reduce, the same update everywhere.
 
@@ -601,6 +616,7 @@ def train_mirrored(strategy, args, is_chief: bool) -> int:
         strategy, args, data, global_batch, is_chief
     )
     if start >= args.steps:
+        finished_before(model, data, progress, args, start)
         progress.report(start, float("nan"), "finished")
         return 0
     dataset = strategy.distribute_datasets_from_function(
@@ -643,6 +659,7 @@ def train_coordinator(strategy, args) -> int:
         strategy, args, data, global_batch, is_chief=True
     )
     if start >= args.steps:
+        finished_before(model, data, progress, args, start)
         progress.report(start, float("nan"), "finished")
         return 0
     dataset_fn = data.dataset_fn(args.seed, global_batch, start)

@@ -436,6 +436,22 @@ def test_real_digits_are_evaluated_held_out_and_the_export_answers_as_serving_wo
     trained = tmp_path / "trained" / "300"  # served below, with the fetched copy
     shutil.copytree(export, trained)
 
+    # the chief killed between its final checkpoint and the export's rename: no version
+    # 300, only the staging directory it was writing. The restarted gang finds every
+    # step done and exports before it says finished (it said finished with no SavedModel)
+    shutil.rmtree(export)
+    staging = export.parent / ".300.k1ll3d"  # as tempfile.mkdtemp(prefix=".300.") names it
+    (staging / "variables").mkdir(parents=True)
+    (staging / "saved_model.pb").write_bytes(b"\x08\x01")  # half written
+    job.start("--steps=300", "--checkpoint-every=100", "--learning-rate=0.05")
+
+    again = job.wait_ok()
+
+    assert (again["step"], again["state"], again.get("export")) == (300, "finished", str(export))
+    assert "resumed from checkpoint at step 300" in job.logs[("worker", 0)].read_text()
+    assert (export / "saved_model.pb").is_file()
+    assert sorted(p.name for p in export.parent.iterdir()) == [".300.k1ll3d", "300"]
+
     # the export action's path: the latest checkpoint, exported again by itself
     shutil.rmtree(job.job_dir / "export")
     again = subprocess.run(

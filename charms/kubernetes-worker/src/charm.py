@@ -372,11 +372,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
         if state.has_gpu and kubeadm.is_joined(host):
             if state.ready:
                 jobs.append(scrape_job("dcgm-exporter", DCGM_EXPORTER_PORT, instance=name))
-            jobs.append(
-                scrape_job(
-                    "gpu-watcher", gpu_health.METRICS_PORT, instance=name, **gpu_health.SCRAPE
-                )
-            )
+            jobs.append(scrape_job("gpu-watcher", gpu_health.METRICS_PORT, instance=name))
         self.cos.update(jobs)
 
     def _install(

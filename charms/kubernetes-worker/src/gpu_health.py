@@ -47,15 +47,15 @@ API_CONFIG = "/etc/gpu-k8s/gpu-watcher-api.json"
 STATE = "/var/lib/gpu-k8s/gpu-health.json"
 PYTHON = "/usr/bin/python3"
 METRICS_PORT = 6448  # next to the unit-state server's 6447
-# How often the COS agent scrapes the watcher. A job without one takes the agent's global
-# default, Prometheus' 1m (Prometheus configuration docs, <global> scrape_interval
-# "default = 1m"; the collector runs each cos_agent job as a scrape_config of its
-# prometheus receiver, no global set: canonical/opentelemetry-collector-operator 0357b4b
-# src/charm.py "prometheus/cos-agent", grafana_agent v0 cos_agent metrics_jobs keeping
-# every key), so GpuQuarantined could not fire within 60 s of a fault. The server is
-# local and answers from memory: a 5 s timeout (at most the interval, as Prometheus
-# requires) is ample.
-SCRAPE = {"scrape_interval": "10s", "scrape_timeout": "5s"}
+# The watcher's scrape job names no interval: the COS agent, Canonical's
+# opentelemetry-collector, runs each cos_agent job as a scrape_config of its prometheus
+# receiver and overwrites every job's scrape_interval and scrape_timeout with its own
+# global_scrape_interval and global_scrape_timeout options, 1m and 10s by default
+# (canonical/opentelemetry-collector-operator 9f17dec on track/2, which 2/stable is
+# released from: src/config_builder.py _set_prometheus_receiver_global_timeout_and_interval,
+# since 3ef5788 "Global scrape configs"; charmcraft.yaml declares both options). So how
+# soon GpuQuarantined can fire is the collector's option, set in bundles/overlays/cos.yaml
+# (tests/unit/kubernetes_worker/test_alert_rules.py computes the worst case from it).
 KUBELET_CLIENT = "/var/lib/kubelet/pki/kubelet-client-current.pem"  # node_identity.py
 _SRC = Path(__file__).parent
 

@@ -40,10 +40,11 @@ FB_FREE = "DCGM_FI_DEV_FB_FREE"
 # job-status reads every node's page within DEADLINE seconds of its first request, all
 # nodes together: an exporter that hangs (a node gone, its host network down) costs the
 # action this once, however many nodes the job runs on (issue 31 item 4; it was a 3 s
-# timeout per node, one node after another). Prometheus gives a scrape 10 s by default
-# (configuration docs, <global> scrape_timeout "default = 10s"; COS scrapes the exporter
-# with that default: kubernetes-worker's _telemetry sets no scrape_timeout); an operator
-# waits on job-status, so half that: the nodes not read by then are named as such.
+# timeout per node, one node after another). COS gives a scrape 10 s: its collector
+# scrapes every job with its global_scrape_timeout, "10s" by default, whatever the job
+# asks (canonical/opentelemetry-collector-operator 9f17dec on track/2, charmcraft.yaml and
+# config_builder.py; bundles/overlays/cos.yaml keeps it); an operator waits on
+# job-status, so half that: the nodes not read by then are named as such.
 DEADLINE = 5.0
 # Pages read at once: a job on more nodes than this is read in rounds, each page taking
 # milliseconds; a hung exporter holds its reader until DEADLINE, so more than WORKERS hung
@@ -56,6 +57,11 @@ UNREACHABLE = (urllib.error.URLError, OSError, ValueError, http.client.HTTPExcep
 
 class UnreachableError(Exception):
     """A node's exporter did not answer with its page: the reason."""
+
+
+def no_answer() -> UnreachableError:
+    """A node whose page was not read by the deadline, however its reader ended."""
+    return UnreachableError(f"no answer within {DEADLINE:g} s")
 
 
 def fetch(url: str, end: float) -> str:
@@ -92,6 +98,10 @@ def _read(todo: queue.SimpleQueue, done: queue.SimpleQueue, get: Callable, end: 
             if isinstance(e, urllib.error.HTTPError):
                 e.close()  # its response's socket
             result = UnreachableError(str(getattr(e, "reason", e)))
+            if time.monotonic() >= end:
+                # its socket's timeout (or fetch's own) ran out with the deadline: said as
+                # for a reader still waiting, whichever the caller sees first
+                result = no_answer()
         except Exception as e:  # noqa: BLE001 (a bug: the caller raises it)
             result = e.with_traceback(None)
         done.put((node, result))
@@ -247,7 +257,7 @@ def gpu_use(
         if url is None:
             unreachable.append(f"{node_name}: no InternalIP")
             continue
-        page = pages.get(node_name, UnreachableError(f"no answer within {DEADLINE:g} s"))
+        page = pages[node_name] if node_name in pages else no_answer()
         where = f"{node_name} ({url.split('/')[2]})"
         lines = _lines(where, page, namespace, placed[node_name])
         if isinstance(lines, str):

@@ -31,10 +31,18 @@ def _deployed() -> dict[str, str]:
     return {app: charm for charm, app in found}
 
 
+def _from_charmhub() -> dict[str, str]:
+    """Applications the pages deploy from Charmhub, recorded in tests/fixtures/charmhub."""
+    found = re.findall(r"juju deploy ([a-z-]+) ([a-z0-9-]+) --channel", TEXT)
+    return {app: charm for charm, app in found}
+
+
 def _charm(app: str) -> dict:
     body = BUNDLE["applications"].get(app)
     if body is None and app in _deployed():
         body = {"charm": f"../build/{_deployed()[app]}.charm"}
+    if body is None and app in _from_charmhub():  # `juju deploy <charm> <app> --channel`
+        return yaml.safe_load((CHARMHUB / f"{_from_charmhub()[app]}.yaml").read_text())
     assert body is not None, f"the docs name an application the bundle lacks: {app}"
     name = Path(body["charm"]).name.removesuffix(".charm")
     return yaml.safe_load((ROOT / "charms" / name / "charmcraft.yaml").read_text())
@@ -121,12 +129,7 @@ def _endpoint(app: str, name: str | None) -> tuple[str, str]:
         offer = OFFERS[app]
         assert name in (None, offer["endpoint"]), f"offer {app} has no endpoint {name}"
         return offer["kind"], offer["interface"]
-    charmhub = dict(re.findall(r"juju deploy ([a-z-]+) ([a-z0-9-]+) --channel", text))
-    reversed_ = {alias: charm for charm, alias in charmhub.items()}
-    if app in reversed_:
-        meta = yaml.safe_load((CHARMHUB / f"{reversed_[app]}.yaml").read_text())
-    else:
-        meta = _charm(app)
+    meta = _charm(app)  # a charm here or Charmhub's
     for kind in ("provides", "requires"):
         if name in (meta.get(kind) or {}):
             return kind, meta[kind][name]["interface"]

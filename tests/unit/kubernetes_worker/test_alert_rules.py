@@ -475,48 +475,89 @@ def test_the_xid_alerts_follow_the_catalog_and_name_no_xid():
     }
 
 
+ROOT = RULES.parents[4]
+COS_OVERLAY = ROOT / "bundles" / "overlays" / "cos.yaml"
+COLLECTOR_DEFAULT = "1m"  # global_scrape_interval's default (opentelemetry-collector.yaml)
+# Issue 32 item 1: the COS alert within 60 s of the fault. Of those, fault to quarantine
+# (the watcher: `tox -e bench`, fault to taint at most 9.6 s on a busy run, the taint
+# coming after the quarantine) and the collector's remote write (its metrics pipeline
+# has no batch processor and its prometheusremotewrite exporter no WAL at 9f17dec:
+# config_manager.py add_remote_write, prometheus_remotewrite_wal_config) get this much:
+FAULT_TO_QUARANTINE_AND_WRITE = 10
+TARGET = 60
+
+
+def _collector_interval() -> str:
+    """The overlay's global_scrape_interval: every job's, the watcher's included."""
+    overlay = yaml.safe_load(COS_OVERLAY.read_text())
+    return overlay["applications"]["otelcol"]["options"]["global_scrape_interval"]
+
+
+def _worst_case(scrape: int, evaluation: int, hold: int) -> tuple[int, int]:
+    """(quarantine, first evaluation that fires) when both come at the worst moment.
+
+    The watcher is scraped at 1 s, 1 + S, 1 + 2S ... and its group evaluated at 0, E, 2E
+    (promtool's grid): the quarantine comes just after the scrape at 1 + S and is seen
+    by the scrape at 1 + 2S, 1 s after an evaluation when S is a multiple of E. The rule
+    is active from the next evaluation and fires `for:` later, at an evaluation.
+    """
+    quarantine = 1 + scrape
+    active = -(-(1 + 2 * scrape) // evaluation) * evaluation
+    return quarantine, active + -(-hold // evaluation) * evaluation
+
+
 def _quarantine_test(
-    tmp_path: Path, evaluation: str, exp_at_45s: list
+    tmp_path: Path, scrape: int, evaluation: int, cases: list[tuple[int, list]]
 ) -> subprocess.CompletedProcess:
-    """GPU 1 quarantined by the watcher between the scrapes at 30 s and 40 s (10 s apart)."""
+    """GPU 1 quarantined just after the scrape at 1 + S; `cases`: (eval_time, alerts)."""
     labels = {"gpu": "1", "uuid": "GPU-7f3e", "node": "gpu-0"}
+    last = max(at for at, _ in cases)
+    values = ["_"] * (last + 1)  # one slot a second, a sample at each scrape
+    for at in range(1, last + 1, scrape):
+        values[at] = "1" if at > 1 + scrape else "0"
     tests = {
         "rule_files": [str(RULES)],
-        "evaluation_interval": evaluation,
+        "evaluation_interval": f"{evaluation}s",
         "tests": [
             {
-                "interval": "10s",  # gpu_health.SCRAPE
+                "interval": "1s",
                 "input_series": [
                     {
                         "series": _watcher_series("gpu_k8s_gpu_quarantined", **labels),
-                        "values": "0 0 0 0 1x20",
+                        "values": " ".join(values),
                     }
                 ],
                 "alert_rule_test": [
-                    {"eval_time": "30s", "alertname": "GpuQuarantined", "exp_alerts": []},
-                    {"eval_time": "45s", "alertname": "GpuQuarantined", "exp_alerts": exp_at_45s},
+                    {"eval_time": f"{at}s", "alertname": "GpuQuarantined", "exp_alerts": alerts}
+                    for at, alerts in cases
                 ],
             }
         ],
     }
-    path = tmp_path / f"timing_{evaluation}.yml"
+    path = tmp_path / f"timing_{scrape}_{evaluation}.yml"
     path.write_text(yaml.safe_dump(tests, sort_keys=False))
     return _promtool("test", "rules", str(path))
 
 
-def test_gpu_quarantined_fires_within_a_scrape_and_an_evaluation_of_the_quarantine(tmp_path):
+def test_gpu_quarantined_fires_within_60_s_at_the_collector_interval_the_overlay_sets(tmp_path):
     """Issue 32 item 1: the COS alert within 60 s of the fault.
 
-    The watcher's group is evaluated every `interval` (15 s), not Prometheus' default
-    minute; promtool evaluates every group at the test's evaluation_interval, so the test
-    takes it from the group. The quarantine scraped at 40 s fires at the 45 s evaluation:
-    fault -> quarantine (seconds) + scrape (<= 10 s) + evaluation (<= 15 s). With the
-    default minute it would wait for the 60 s evaluation (checked too: the harness sees it).
+    The collector scrapes every job at its global_scrape_interval (S: it overwrites the
+    job's own, gpu_health.py), set by bundles/overlays/cos.yaml; the watcher's group is
+    evaluated every `interval` (E; promtool evaluates every group at the test's
+    evaluation_interval, so the test takes it from the group) and GpuQuarantined holds for
+    its `for:` (F). At worst the alert fires S + E + F after the quarantine (promtool shows
+    the exact evaluation, and none before), which with the fault to quarantine and the
+    remote write must stay within 60 s. At the collector's default (1m) it cannot, and the
+    docs say the number the overlay gives.
     """
     group = _group("gpu-watcher")
-    assert _seconds(group["interval"]) <= 15
+    evaluation = _seconds(group["interval"])
     quarantined = next(r for r in group["rules"] if r["alert"] == "GpuQuarantined")
-    assert _seconds(quarantined.get("for", "0s")) == 0
+    hold = _seconds(quarantined.get("for", "0s"))
+    scrape = _seconds(_collector_interval())
+    bound = scrape + evaluation + hold
+    assert bound + FAULT_TO_QUARANTINE_AND_WRITE <= TARGET, (scrape, evaluation, hold)
     labels = {"gpu": "1", "uuid": "GPU-7f3e", "node": "gpu-0"}
     firing = [
         {
@@ -524,10 +565,30 @@ def test_gpu_quarantined_fires_within_a_scrape_and_an_evaluation_of_the_quaranti
             "exp_annotations": _rendered("GpuQuarantined", labels),
         }
     ]
-    done = _quarantine_test(tmp_path, group["interval"], firing)
+    quarantine, fires = _worst_case(scrape, evaluation, hold)
+    assert fires - quarantine <= bound
+    done = _quarantine_test(
+        tmp_path, scrape, evaluation, [(fires - evaluation, []), (fires, firing)]
+    )
     assert done.returncode == 0, done.stdout + done.stderr
-    slow = _quarantine_test(tmp_path, "1m", firing)  # Prometheus' default interval
-    assert slow.returncode != 0, "a 1-minute evaluation must miss the 45 s expectation"
+    # the collector's default misses the target: not firing yet when it is up
+    default = _seconds(COLLECTOR_DEFAULT)
+    quarantine, fires = _worst_case(default, evaluation, hold)
+    assert fires - quarantine + FAULT_TO_QUARANTINE_AND_WRITE > TARGET
+    late = quarantine + TARGET - FAULT_TO_QUARANTINE_AND_WRITE
+    missed = _quarantine_test(
+        tmp_path, default, evaluation, [(late - late % evaluation, []), (fires, firing)]
+    )
+    assert missed.returncode == 0, missed.stdout + missed.stderr
+    # what the pages tell the operator: the overlay's interval, the by-hand line, the bound
+    how_to = ROOT / "docs" / "how-to"
+    by_hand = re.findall(r"global_scrape_interval=(\w+)", (how_to / "overlays.md").read_text())
+    assert by_hand == [_collector_interval()]
+    for name in ("observe.md", "gpu-day-2.md"):
+        text = " ".join((how_to / name).read_text().split())
+        assert f"`global_scrape_interval` {_collector_interval()}" in text, name
+        assert f"within {bound} s of the quarantine" in text, name
+    assert f"within {bound} s" in quarantined["annotations"]["description"]
 
 
 def test_hardware_and_application_faults_alert_from_the_first_one_and_clear(tmp_path):

@@ -1732,9 +1732,9 @@ def test_a_gpu_node_has_its_dcgm_exporter_scraped_with_the_gpu_rules_and_dashboa
     assert config["metrics_scrape_jobs"] == [
         cadvisor,  # the kubelet's: only what the dashboards read (cos_agent.NODE_METRICS)
         job("dcgm-exporter", 9400),
-        # the GPU health watcher's gauges (gpu_health.py), scraped every 10 s: the agent's
-        # default (Prometheus' 1m) would leave GpuQuarantined no chance within 60 s
-        job("gpu-watcher", 6448) | {"scrape_interval": "10s", "scrape_timeout": "5s"},
+        # the GPU health watcher's gauges (gpu_health.py), with no interval of its own: the
+        # collector overwrites it with its global_scrape_interval (cos.yaml sets 30s)
+        job("gpu-watcher", 6448),
         job("unit-state", 6447, "/metrics/kubernetes-worker-0"),
     ]
     state = machine.host().read("/var/lib/gpu-k8s/unit-state/kubernetes-worker-0.prom")
