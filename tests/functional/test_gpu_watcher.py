@@ -323,7 +323,18 @@ def test_a_gpu_reset_pauses_the_polls_and_a_pause_older_than_its_bound_is_ignore
     machine.pause_path.unlink()
     until(lambda: watcher_log(machine).count("nvidia-smi polls resumed") == 2)
 
-    # a pause a killed hook left is honoured PAUSE_MAX_S at most: then polls go on
+    # a gate's pause says how long it may last (its diagnostic's timeout): honoured past
+    # PAUSE_MAX_S while within it
+    long_gate = gpu_watcher.pause_text(node, gpu_watcher.PAUSE_GATE, 3 * gpu_watcher.PAUSE_MAX_S)
+    machine.pause_path.write_text(long_gate)
+    older = time.time() - gpu_watcher.PAUSE_MAX_S - 60
+    os.utime(machine.pause_path, (older, older))
+    until(lambda: watcher_log(machine).count(gate) == 2)
+    machine.pause_path.unlink()
+    until(lambda: watcher_log(machine).count("nvidia-smi polls resumed") == 3)
+
+    # a pause a killed hook left is honoured PAUSE_MAX_S at most, or as long as it says up
+    # to PAUSE_LONGEST_S: then polls go on
     machine.pause_path.write_text("reset\n")
     stale = time.time() - gpu_watcher.PAUSE_MAX_S - 1
     os.utime(machine.pause_path, (stale, stale))

@@ -97,6 +97,9 @@ ESCALATE_WINDOW_S = 24 * 3600  # ... within this long
 # period is 30 s (core/v1 PodSpec terminationGracePeriodSeconds), then the kubelet's sync.
 CLIENTS_TIMEOUT_S = 120.0
 CLIENTS_POLL_S = 10.0
+# The gate's pause (`gate`): the clients' wait, then DCGM's diagnostic bounded by the gate's
+# timeout, then the clients coming back; the watcher polls again once it is over.
+GATE_PAUSE_MARGIN_S = 60.0
 # One `<pid>, <uuid>` row per CUDA process, none when the GPUs are free (field names:
 # nvidia-smi --help-query-compute-apps); NVML monitors are not listed, hence the pods.
 COMPUTE_APPS = ("--query-compute-apps=pid,gpu_uuid", "--format=csv,noheader")
@@ -225,8 +228,12 @@ def gpu_clients_paused(
     clock: Callable[[], float],
     sleep: Callable[[float], None],
     timeout: float | None = None,
+    longest: float | None = None,
 ) -> Iterator[list[str]]:
     """Pause the node's GPU clients for `purpose`; yields the clients still left.
+
+    `longest`: how long the pause may last where that can pass the watcher's default
+    (gpu_watcher.PAUSE_MAX_S): the file says so (gpu_watcher.pause_text).
 
     `purpose`: PAUSE_RESET (a GPU reset) or PAUSE_GATE (the gate's DCGM diagnostic), which
     the pause file and the logs name in gpu_watcher.PAUSED_FOR's words. The watcher's polls
@@ -242,7 +249,7 @@ def gpu_clients_paused(
     path = host.path(PAUSE_FILE)
     if path.exists():
         path.unlink()  # a fresh mtime: the watcher honours a pause only so long
-    host.write(PAUSE_FILE, pause_text(node, purpose))
+    host.write(PAUSE_FILE, pause_text(node, purpose, longest))
     try:
         kube.patch(
             "v1", "Node", node, {"metadata": {"labels": {GPU_CLIENTS_LABEL: GPU_CLIENTS_PAUSED}}}
@@ -281,13 +288,18 @@ def gate(
 
     DCGM's diagnostic runs with the node's GPU clients paused (`gpu_clients_paused`): the
     DCGM exporter, which stays on a quarantined node, runs a DCGM host engine of its own,
-    and NVIDIA supports one per node (gpu_gate.run's `alone`).
+    and NVIDIA supports one per node (gpu_gate.run's `alone`). The pause lasts while the
+    clients leave (CLIENTS_TIMEOUT_S) and the diagnostic runs (`timeout`), which may be
+    longer than the watcher's default pause: the pause file says how long.
     """
     cuda, dcgm, nccl = images
+    longest = CLIENTS_TIMEOUT_S + timeout + GATE_PAUSE_MARGIN_S
 
     def alone() -> contextlib.AbstractContextManager:
         progress(pausing(node, PAUSE_GATE))
-        return gpu_clients_paused(host, kube, node, purpose=PAUSE_GATE, clock=clock, sleep=sleep)
+        return gpu_clients_paused(
+            host, kube, node, purpose=PAUSE_GATE, clock=clock, sleep=sleep, longest=longest
+        )
 
     return gpu_gate.run(
         host,

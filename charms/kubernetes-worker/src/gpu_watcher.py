@@ -207,6 +207,11 @@ REPAIR_RESULTS = ("ok", "failed", "refused")  # refused: gpu_repair.REFUSED
 # Under /run: a tmpfs, so a reboot forgets it too.
 PAUSE_FILE = "/run/gpu-k8s/gpu-watcher-pause"
 PAUSE_MAX_S = 600.0
+# A pause that says how long it may last (`pause_text`'s `longest`: the repair gate's
+# DCGM diagnostic, bounded by the gate's timeout, up to repair-gpu's longest: 3600 s,
+# charm_config.MAX_DRAIN_TIMEOUT) is honoured that long, never past PAUSE_LONGEST_S.
+PAUSE_LONGEST_S = 7200.0
+PAUSE_LONGEST_LINE = re.compile(r"^for at most (?P<seconds>\d+) s$", re.MULTILINE)
 # What the charm pauses the GPU clients for, the one place these words live: the pause
 # file holds `<node>: paused for <words>` (`pause_text`), the watcher's log says them
 # (`paused_for`) and so do the charm's logs. The repair gate pauses them too, for DCGM's
@@ -218,9 +223,28 @@ PAUSED_FOR = {
 }
 
 
-def pause_text(node: str, purpose: str) -> str:
-    """The pause file's line for `purpose` (PAUSE_RESET, PAUSE_GATE)."""
-    return f"{node}: paused for {PAUSED_FOR[purpose]}\n"
+def pause_text(node: str, purpose: str, longest: float | None = None) -> str:
+    """The pause file's text for `purpose` (PAUSE_RESET, PAUSE_GATE).
+
+    `longest`: how long the pause may last, in seconds, where it may outlast PAUSE_MAX_S
+    (a second line the watcher reads: `pause_seconds`); None: PAUSE_MAX_S.
+    """
+    text = f"{node}: paused for {PAUSED_FOR[purpose]}\n"
+    if longest is not None:
+        text += f"for at most {int(longest + 0.999)} s\n"
+    return text
+
+
+def pause_seconds(text: str, default: float) -> float:
+    """How long a pause file's text is honoured, in seconds after it was written.
+
+    Its `longest` line, at least `default` (the watcher's --pause-max) and at most
+    PAUSE_LONGEST_S; `default` without one.
+    """
+    found = PAUSE_LONGEST_LINE.search(text)
+    if found is None:
+        return default
+    return min(max(float(found["seconds"]), default), max(PAUSE_LONGEST_S, default))
 
 
 def paused_for(text: str) -> str:
@@ -1087,10 +1111,11 @@ class Watcher:
     # -- the loop
 
     def paused(self, at: float) -> bool:
-        """Whether the charm has the GPU clients paused now (PAUSE_FILE, at most `--pause-max`).
+        """Whether the charm has the GPU clients paused now (PAUSE_FILE).
 
-        The log says what for, as the file does (`paused_for`): a GPU reset or the gate's
-        DCGM diagnostic.
+        Honoured `--pause-max` after it was written, or as long as it says
+        (`pause_seconds`). The log says what for, as the file does (`paused_for`): a GPU
+        reset or the gate's DCGM diagnostic.
         """
         try:
             since = os.stat(self.args.pause).st_mtime
@@ -1098,7 +1123,8 @@ class Watcher:
                 text = f.read()
         except OSError:
             since, text = None, ""
-        paused = since is not None and abs(at - since) < self.args.pause_max
+        longest = pause_seconds(text, self.args.pause_max)
+        paused = since is not None and abs(at - since) < longest
         reason = paused_for(text) if paused else None
         if reason != self.was_paused:
             said = f"paused for {reason}" if reason else "resumed"

@@ -2815,12 +2815,16 @@ def test_the_pause_file_and_the_logs_say_a_reset_then_the_gates_diagnostic(
     driver.clients.append(pause_file)  # asked at the reset
     ctr.hostengines.append(lambda: pause_file() and [])  # asked at dcgmi diag
 
-    ctx.run(ctx.on.action("repair-gpu", params={"timeout": 60}), state)
+    ctx.run(ctx.on.action("repair-gpu", params={"timeout": 1200}), state)
 
+    # the gate's pause outlasts the watcher's default (PAUSE_MAX_S: 600 s): the clients'
+    # wait (120 s), dcgmi diag's timeout and a minute, so the watcher stays off as long
     assert said == [
         f"{NODE}: paused for a GPU reset\n",
-        f"{NODE}: paused for the repair gate's DCGM diagnostic (dcgmi diag)\n",
+        f"{NODE}: paused for the repair gate's DCGM diagnostic (dcgmi diag)\nfor at most 1380 s\n",
     ]
+    default = gpu_watcher.PAUSE_MAX_S
+    assert [gpu_watcher.pause_seconds(text, default) for text in said] == [default, 1380]
     assert [line for line in ctx.action_logs if line.startswith("pausing")] == [
         f"pausing the GPU clients of node {NODE} for a GPU reset",
         f"pausing the GPU clients of node {NODE} for the repair gate's DCGM diagnostic "
@@ -2831,6 +2835,21 @@ def test_the_pause_file_and_the_logs_say_a_reset_then_the_gates_diagnostic(
         "the repair gate's DCGM diagnostic (dcgmi diag)",
     ]
     assert not machine.path(gpu_watcher.PAUSE_FILE).exists()  # both given back
+
+
+def test_a_pause_is_honoured_as_long_as_it_says_within_the_watchers_bounds():
+    """A pause file a killed hook left silences the watcher PAUSE_LONGEST_S at most."""
+    import gpu_watcher
+
+    default, longest = gpu_watcher.PAUSE_MAX_S, gpu_watcher.PAUSE_LONGEST_S
+    gate = gpu_watcher.PAUSE_GATE
+    assert gpu_watcher.pause_seconds(gpu_watcher.pause_text(NODE, gate), default) == default
+    short = gpu_watcher.pause_text(NODE, gate, default / 2)
+    assert gpu_watcher.pause_seconds(short, default) == default
+    assert gpu_watcher.pause_seconds(gpu_watcher.pause_text(NODE, gate, 99999), default) == (
+        longest
+    )
+    assert gpu_watcher.pause_seconds("for at most 1x s\n", default) == default
 
 
 def test_the_gates_pause_refused_by_the_api_says_it_was_for_the_diagnostic(
