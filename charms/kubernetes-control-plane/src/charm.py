@@ -480,11 +480,11 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         hook.fleet.publish(config, peers, worker_token, upgrade.done)
         addons.apply_device_plugin(config, bag)
         addons.apply_dcgm_exporter(config, bag)
-        addons.apply_mig_manager(config, bag)
+        mig_notes = addons.apply_mig_manager(config, bag)
         addons.apply_kube_state_metrics(config, bag, hook.ctx.node_name)
         addons.apply_node_metrics_access(bag)
         notes = [upgrade.note] if upgrade.note else []
-        notes += cni_notes + cert_notes + runtime_notes
+        notes += cni_notes + cert_notes + runtime_notes + mig_notes
         rotating = isinstance(event, ops.SecretRotateEvent)
         rotate = relation_id_of(event.secret.label) if rotating else None
         notes += hook.access.serve_kube_api(peers, config.storage_provisioners, rotate=rotate)

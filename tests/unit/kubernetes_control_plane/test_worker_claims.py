@@ -33,6 +33,7 @@ BAD_GPU = "GPU-7f3e9a2c-5d41-4b8e-9c0a-1e2f3a4b5c6d"
 QUARANTINE = {"gpu-quarantine": json.dumps([BAD_GPU])}
 QUARANTINE_TAINT = {"key": "gpu-k8s.io/gpu-unhealthy", "effect": "NoExecute"}
 GRANT_SA = "/api/v1/namespaces/kube-system/serviceaccounts/gpu-k8s-worker"
+CONFIG_MAP = "/api/v1/namespaces/gpu-k8s-gpu/configmaps/nvidia-mig-manager-config"
 
 
 @pytest.fixture
@@ -181,14 +182,12 @@ def test_a_registered_worker_clearing_its_node_name_gets_no_join_token(ctx, boot
     assert "join-tokens" not in out.get_relation(rel.id).local_app_data
 
 
-# Left open: the MIG manager's config serves the whole cluster (mig_manager.py), and per
-# model and profile it takes the smallest instance count any worker reports
-# (mig_manager._profile_counts: two drivers may differ), so a unit's `gpu-inventory`
-# shrinks the layout every other node of that model gets when it next asks for it. The
-# counts are NVIDIA's per model (its MIG user guide tables); checking a report against
-# them, or keeping a count per node, is the fix still to make.
-@pytest.mark.xfail(strict=True, reason="left open: a worker's MIG counts shrink other nodes'")
 def test_a_worker_cannot_shrink_the_mig_layout_of_another_node(ctx, bootstrapped, api):
+    """One config serves every node of a model: its counts are NVIDIA's, not a report's.
+
+    Before, the smallest count any worker reported per model was kept
+    (mig_manager._profile_counts), so one unit's `gpu-inventory` shrank every H100 node.
+    """
     h100 = {
         "model": "NVIDIA H100 80GB HBM3",
         "count": 8,
@@ -198,11 +197,40 @@ def test_a_worker_cannot_shrink_the_mig_layout_of_another_node(ctx, bootstrapped
     }
     lying = {**h100, "mig-profiles": {"1g.10gb": 1}}
     rel = workers_relation({0: worker_bag("h100-0", [h100]), 1: worker_bag("h100-1", [lying])})
-    join_workers(ctx, bootstrapped, rel, api)
+    out = join_workers(ctx, bootstrapped, rel, api)
 
-    config = api.get_object("/api/v1/namespaces/gpu-k8s-gpu/configmaps/nvidia-mig-manager-config")
-    configs = yaml.safe_load(config["data"]["config.yaml"])["mig-configs"]
+    configs = yaml.safe_load(api.get_object(CONFIG_MAP)["data"]["config.yaml"])["mig-configs"]
     assert [c["mig-devices"] for c in configs["all-1g.10gb"]] == [{"1g.10gb": 7}]
+    assert (
+        "kubernetes-worker/1: gpu-inventory says 1 1g.10gb per NVIDIA H100 80GB HBM3, "
+        "NVIDIA's table 7 (refused)"
+    ) in out.unit_status.message
+
+    # a refused report is no report: once both lie, no H100 config is left to shrink
+    out = rewrite(ctx, out, rel.id, 0, worker_bag("h100-0", [lying]))
+    configs = yaml.safe_load(api.get_object(CONFIG_MAP)["data"]["config.yaml"])["mig-configs"]
+    assert "all-1g.10gb" not in configs
+    assert "kubernetes-worker/0: gpu-inventory says 1 1g.10gb" in out.unit_status.message
+
+
+def test_a_model_outside_nvidias_table_gets_no_layouts(ctx, bootstrapped, api):
+    """A report of a model the table lacks sets no count any other node would get."""
+    odd = {
+        "model": "NVIDIA H100 NVL",
+        "count": 2,
+        "mig-capable": True,
+        "pci-device-id": "2321",
+        "mig-profiles": {"1g.12gb": 1},
+    }
+    rel = workers_relation({0: worker_bag("nvl-0", [odd])})
+    out = join_workers(ctx, bootstrapped, rel, api)
+
+    configs = yaml.safe_load(api.get_object(CONFIG_MAP)["data"]["config.yaml"])["mig-configs"]
+    assert set(configs) == {"all-disabled", "all-enabled"}
+    assert (
+        "no MIG layouts for NVIDIA H100 NVL (PCI 2321, kubernetes-worker/0): "
+        "not in NVIDIA's MIG table here"
+    ) in out.unit_status.message
 
 
 def test_an_earlier_revisions_registry_is_settled_on_upgrade(ctx, bootstrapped, api):
