@@ -15,6 +15,7 @@ import json
 
 import pytest
 import yaml
+from literals import WORKER_UPGRADE_TURN_SECONDS
 from ops import testing
 
 from fakes.control_plane import (
@@ -267,3 +268,36 @@ def test_an_earlier_revisions_registry_is_settled_on_upgrade(ctx, bootstrapped, 
             f"kubernetes-worker/2: node-name {own} is a control-plane node (refused)"
         ),
     }
+
+
+def test_a_worker_holding_the_upgrade_turn_for_ever_loses_it(ctx, bootstrapped, api, clock):
+    """It says an older minor and never finishes: past the deadline the next one goes."""
+    bags = {i: {**worker_bag(f"w{i}"), "kubernetes-version": "1.36"} for i in range(3)}
+    rel = workers_relation(bags)
+    out = join_workers(ctx, bootstrapped, rel, api)
+    out = ctx.run(
+        ctx.on.config_changed(), dataclasses.replace(out, config={"kubernetes-version": "1.37"})
+    )
+    assert out.get_relation(rel.id).local_app_data["upgrade-turn"] == "kubernetes-worker/0"
+
+    clock.advance(seconds=WORKER_UPGRADE_TURN_SECONDS)  # not yet
+    out = ctx.run(ctx.on.update_status(), out)
+    assert out.get_relation(rel.id).local_app_data["upgrade-turn"] == "kubernetes-worker/0"
+
+    clock.advance(seconds=1)
+    out = ctx.run(ctx.on.update_status(), out)
+    assert out.get_relation(rel.id).local_app_data["upgrade-turn"] == "kubernetes-worker/1"
+    assert (
+        "kubernetes-worker/0 held the worker upgrade turn 2h without reaching v1.37 (passed on)"
+    ) in out.unit_status.message
+
+    # the next holder that finishes passes it on to the others first, then back to it
+    out = rewrite(ctx, out, rel.id, 1, {**bags[1], "kubernetes-version": "1.37"})
+    assert out.get_relation(rel.id).local_app_data["upgrade-turn"] == "kubernetes-worker/2"
+    out = rewrite(ctx, out, rel.id, 2, {**bags[2], "kubernetes-version": "1.37"})
+    assert out.get_relation(rel.id).local_app_data["upgrade-turn"] == "kubernetes-worker/0"
+    # once it reports the cluster's minor, no turn and no note
+    out = rewrite(ctx, out, rel.id, 0, {**bags[0], "kubernetes-version": "1.37"})
+    assert "upgrade-turn" not in out.get_relation(rel.id).local_app_data
+    assert "upgrade turn" not in out.unit_status.message
+    assert "worker-upgrade-overdue" not in peer(out).local_app_data
