@@ -140,6 +140,11 @@ class Fleet:
             notes.append(f"{len(overdue) - 3} more worker(s) overdue with the upgrade turn")
         return holder, notes
 
+    @staticmethod
+    def refused(peers: Peers) -> list[str]:
+        """Blocked lines naming the worker units refused service (`cluster_info.refusal_lines`)."""
+        return cluster_info.refusal_lines(registry.Registry.load(peers.app))
+
     def published_token(self) -> str:
         """The bootstrap token the workers' join secret holds ("" when none)."""
         return self._workers.published_token()

@@ -288,9 +288,26 @@ class Registry:
             seen.setdefault(json.dumps(list(entry), sort_keys=True), entry)
         return [seen[key] for key in sorted(seen)]
 
+    def refused(self) -> tuple[list[str], list[str]]:
+        """The refused requests (sorted problem lines): of units with no node, then the rest.
+
+        A unit with no registered node gets no service (no join token, no credential); the
+        others keep the node they registered first (`record`).
+        """
+        lines = sorted((u, p) for u, p in self.problems.items() if is_refusal(p))
+        return (
+            [p for u, p in lines if u not in self.workers],
+            [p for u, p in lines if u in self.workers],
+        )
+
     def versions(self) -> dict[str, str | None]:
         """The minor each registered worker published (None when it did not say)."""
         return {unit: w.version for unit, w in self.workers.items()}
+
+
+def is_refusal(problem: str) -> bool:
+    """Whether a problem line is a refused request (`_refusal`, `_take`, fleet.py)."""
+    return "(refused" in problem
 
 
 def _refusal(unit: str, node: str, planes: Collection[str], owner: str | None) -> str | None:

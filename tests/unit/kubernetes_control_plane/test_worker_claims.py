@@ -119,7 +119,10 @@ def test_a_lower_unit_cannot_claim_a_node_another_unit_registered_first(ctx, boo
     assert "gpu-quarantined" not in peer(out).local_app_data
     assert json.loads(peer(out).local_app_data.get("pending-removal", "[]")) == []  # w0 stays
     refusal = "kubernetes-worker/0: node-name w1 is the node of kubernetes-worker/1 (refused)"
-    assert refusal in out.unit_status.message
+    # it keeps its node, so it is served: named in the Ready line, not Blocked
+    assert out.unit_status == testing.ActiveStatus(
+        f"Ready: v1.36, 1 control-plane, 2 workers; refused: {refusal}"
+    )
     # a new leader rebuilds the registry from every databag: the first registrant stays
     out = ctx.run(ctx.on.leader_elected(), out)
     assert not tainted(api, "w1")
@@ -301,3 +304,24 @@ def test_a_worker_holding_the_upgrade_turn_for_ever_loses_it(ctx, bootstrapped, 
     assert "upgrade-turn" not in out.get_relation(rel.id).local_app_data
     assert "upgrade turn" not in out.unit_status.message
     assert "worker-upgrade-overdue" not in peer(out).local_app_data
+
+
+def test_every_refused_unit_is_named_in_juju_status(ctx, bootstrapped, api):
+    """A refusal is a security event: Blocked naming the units refused service, bounded.
+
+    Before, refusals shared the `ignoring N worker(s) with invalid data` tail of the
+    Ready line, which showed the first one only.
+    """
+    own = peer(bootstrapped).local_unit_data["node-name"]
+    bags = {**{i: worker_bag("w0") for i in range(4)}, 4: worker_bag(own)}
+    out = join_workers(ctx, bootstrapped, workers_relation(bags), api)
+
+    assert out.unit_status == testing.BlockedStatus(
+        "4 worker unit(s) refused, no node: "
+        "kubernetes-worker/1: node-name w0 is the node of kubernetes-worker/0 (refused); "
+        "kubernetes-worker/2: node-name w0 is the node of kubernetes-worker/0 (refused); "
+        "kubernetes-worker/3: node-name w0 is the node of kubernetes-worker/0 (refused) "
+        "and 1 more"
+    )
+    # the application's status is the leader's: what `juju status` shows for the app
+    assert out.app_status == out.unit_status
