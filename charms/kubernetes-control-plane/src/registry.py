@@ -40,6 +40,14 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from charms.gpu_k8s.v0.kubernetes_cluster import WorkerInfo
 
+# The most GPU models one worker's `gpu-inventory` may name. Each model is a Kueue
+# ResourceFlavor in the cohort and in every team's ClusterQueue, whose
+# `resourceGroups[].flavors` holds 64 at most (Kueue v0.19.2 CRDs, cohorts and
+# clusterqueues: maxItems 64); an AWS GPU instance has one model, a machine rarely more
+# than two. A unit naming more is refused: root on one worker could otherwise make every
+# queue invalid (the Cohort is refused with 422, and so is every leader hook after it).
+MAX_GPU_MODELS_PER_WORKER = 4
+
 WORKERS_KEY = "workers"
 PROBLEMS_KEY = "worker-problems"
 PENDING_KEY = "pending-removal"
@@ -196,7 +204,8 @@ class Registry:
         which a kubelet certificate for any node name is approved: literals.py
         WORKER_TOKEN_TTL_HOURS; a joined worker never needs one). A refused unit keeps the
         node it registered before, if any, and the refusal is its problem line; the
-        leader acts for a unit only on the node it registered (fleet.py).
+        leader acts for a unit only on the node it registered (fleet.py). So is a
+        `gpu-inventory` naming more than MAX_GPU_MODELS_PER_WORKER models.
         """
         kept = self.workers.pop(unit, None)
         shared = unit in self.shared_grant
@@ -224,6 +233,12 @@ class Registry:
         refusal = problem
         if info is not None:
             refusal = _refusal(unit, info.node_name, planes, owner_of(info.node_name))
+            models = len(info.gpu_models)
+            if refusal is None and models > MAX_GPU_MODELS_PER_WORKER:
+                refusal = (
+                    f"{unit}: gpu-inventory names {models} GPU models, more than "
+                    f"{MAX_GPU_MODELS_PER_WORKER} (refused)"
+                )
             if refusal is None:
                 self.workers[unit] = Worker.from_info(info, rel)
                 if not info.node_identity:

@@ -325,3 +325,27 @@ def test_every_refused_unit_is_named_in_juju_status(ctx, bootstrapped, api):
     )
     # the application's status is the leader's: what `juju status` shows for the app
     assert out.app_status == out.unit_status
+
+
+def test_a_worker_cannot_fill_kueues_flavors_with_models(ctx, bootstrapped, api, releases):
+    """Each GPU model is a flavor in every team's queue, and Kueue takes 64 at most.
+
+    Kueue v0.19.2's Cohort and ClusterQueue CRDs: `resourceGroups[].flavors` maxItems 64
+    (tests/fixtures/crds). 64 made-up models in one unit's `gpu-inventory` made the Cohort
+    invalid: a 422 that failed every leader hook (fails without registry.py's bound).
+    """
+    fake = [{"model": f"NVIDIA Fake {i}", "count": 1} for i in range(64)]
+    rel = workers_relation(
+        {0: worker_bag("gpu-0", [{"model": "NVIDIA A10G", "count": 4}]), 1: worker_bag("w1", fake)}
+    )
+    out = join_workers(ctx, bootstrapped, rel, api)
+
+    cohort = api.get_object("/apis/kueue.x-k8s.io/v1beta2/cohorts/gpu-k8s")
+    flavors = [f["name"] for g in cohort["spec"]["resourceGroups"] for f in g["flavors"]]
+    assert "gpu-nvidia-a10g" in flavors
+    assert not any(f.startswith("gpu-nvidia-fake") for f in flavors)
+    assert out.unit_status == testing.BlockedStatus(
+        "1 worker unit(s) refused, no node: "
+        "kubernetes-worker/1: gpu-inventory names 64 GPU models, more than 4 (refused)"
+    )
+    assert "kubernetes-worker/1" not in json.loads(peer(out).local_app_data["workers"])
