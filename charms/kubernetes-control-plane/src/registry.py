@@ -37,6 +37,8 @@ import json
 from collections.abc import Callable, Collection, Iterable, Mapping, MutableMapping
 from typing import TYPE_CHECKING
 
+import kueue
+
 if TYPE_CHECKING:
     from charms.gpu_k8s.v0.kubernetes_cluster import WorkerInfo
 
@@ -168,6 +170,7 @@ class Registry:
 
         registry = cls()
         owners: dict[str, str] = {}  # node -> unit, as registered so far (1,000 units: O(N))
+        models: dict[str, str] = {}  # GPU model -> the unit registered first with it
         for unit in sorted(units, key=first):
             rel = relation_of(unit)
             kept = stored.workers.get(unit)
@@ -181,9 +184,12 @@ class Registry:
                 owners.get,
                 kept,
                 unit in stored.shared_grant,
+                models,
             )
             if unit in registry.workers:
                 owners.setdefault(registry.workers[unit].node, unit)
+                for model in registry.workers[unit].models:
+                    models.setdefault(model, unit)
         return registry
 
     def record(
@@ -211,7 +217,8 @@ class Registry:
         shared = unit in self.shared_grant
         self.problems.pop(unit, None)
         self.shared_grant.discard(unit)
-        self._take(unit, info, problem, rel, planes, self.owner_of, kept, shared)
+        owners = _model_owners(self.workers.items()) if info and info.gpu_models else {}
+        self._take(unit, info, problem, rel, planes, self.owner_of, kept, shared, owners)
 
     def _take(
         self,
@@ -223,6 +230,7 @@ class Registry:
         owner_of: Callable[[str], str | None],
         kept: Worker | None,
         shared: bool,
+        model_owners: Mapping[str, str],
     ) -> None:
         """Register `unit` (none of its entries is in the registry), or refuse it.
 
@@ -239,6 +247,8 @@ class Registry:
                     f"{unit}: gpu-inventory names {models} GPU models, more than "
                     f"{MAX_GPU_MODELS_PER_WORKER} (refused)"
                 )
+            if refusal is None and info.gpu_models:
+                refusal = _model_clash(unit, info.gpu_models, model_owners)
             if refusal is None:
                 self.workers[unit] = Worker.from_info(info, rel)
                 if not info.node_identity:
@@ -318,6 +328,45 @@ class Registry:
     def versions(self) -> dict[str, str | None]:
         """The minor each registered worker published (None when it did not say)."""
         return {unit: w.version for unit, w in self.workers.items()}
+
+
+@functools.lru_cache(maxsize=256)
+def _model_keys(model: str) -> tuple[str, str]:
+    """What a GPU model becomes in Kueue: its ResourceFlavor and the node label it selects."""
+    return kueue.flavor_name(model), kueue.product_label(model, False)
+
+
+def _model_owners(workers: Iterable[tuple[str, Worker]]) -> dict[str, str]:
+    """GPU model -> the first of `workers` (unit, entry) that reports it."""
+    owners: dict[str, str] = {}
+    for unit, worker in workers:
+        for model in worker.models:
+            owners.setdefault(model, unit)
+    return owners
+
+
+def _model_clash(unit: str, models: Iterable[str], owners: Mapping[str, str]) -> str | None:
+    """Why `unit` may not report one of `models`; None when it may.
+
+    Each GPU model is a ResourceFlavor named `kueue.flavor_name(model)` whose nodeLabels
+    select `kueue.product_label(model)`, and Kueue puts a flavor's nodeLabels in the
+    nodeSelector of the pods it admits (kueue.sigs.k8s.io docs, concepts/resource_flavor,
+    "ResourceFlavor labels"). `nvidia a10g` next to another unit's `NVIDIA A10G` would
+    repoint the A10G flavor at a label no node has, and every team's A10G jobs would stay
+    pending: a model's spelling belongs to the unit that registered it first (`owners`:
+    model -> unit), as a node name does.
+    """
+    for model in models:
+        if model in owners:
+            continue
+        keys = set(_model_keys(model))
+        for other, owner in owners.items():
+            if owner != unit and keys.intersection(_model_keys(other)):
+                return (
+                    f"{unit}: gpu-inventory model {model!r} is named like {other} of {owner} "
+                    "(refused)"
+                )
+    return None
 
 
 def is_refusal(problem: str) -> bool:

@@ -349,3 +349,21 @@ def test_a_worker_cannot_fill_kueues_flavors_with_models(ctx, bootstrapped, api,
         "kubernetes-worker/1: gpu-inventory names 64 GPU models, more than 4 (refused)"
     )
     assert "kubernetes-worker/1" not in json.loads(peer(out).local_app_data["workers"])
+
+
+def test_a_worker_cannot_repoint_another_models_kueue_flavor(ctx, bootstrapped, api, releases):
+    """`nvidia a10g` is flavor gpu-nvidia-a10g too: its node label would be the flavor's.
+
+    Kueue injects a ResourceFlavor's nodeLabels into the admitted pods' nodeSelector
+    (Kueue docs, concepts/cluster_queue "ResourceFlavor"), so a flavor that names a
+    product label no node has leaves every team's A10G jobs pending for ever.
+    """
+    a10g = [{"model": "NVIDIA A10G", "count": 4}]
+    rel = workers_relation(
+        {0: worker_bag("gpu-0", a10g), 1: worker_bag("w1", [{"model": "nvidia a10g", "count": 1}])}
+    )
+    out = join_workers(ctx, bootstrapped, rel, api)
+
+    flavor = api.get_object("/apis/kueue.x-k8s.io/v1beta2/resourceflavors/gpu-nvidia-a10g")
+    assert flavor["spec"]["nodeLabels"] == {"nvidia.com/gpu.product": "NVIDIA-A10G"}
+    assert "kubernetes-worker/1: gpu-inventory" in out.unit_status.message
