@@ -37,6 +37,21 @@ GRANT_SA = "/api/v1/namespaces/kube-system/serviceaccounts/gpu-k8s-worker"
 CONFIG_MAP = "/api/v1/namespaces/gpu-k8s-gpu/configmaps/nvidia-mig-manager-config"
 
 
+# A MIG-capable worker's report (`nvidia-smi mig -lgip` "Instances Total" of 1g.10gb)
+H100 = {
+    "model": "NVIDIA H100 80GB HBM3",
+    "count": 8,
+    "mig-capable": True,
+    "pci-device-id": "2330",
+    "mig-profiles": {"1g.10gb": 7},
+}
+
+
+def mig_configs(api) -> dict:
+    """The mig-parted configs the control plane gave NVIDIA's MIG manager."""
+    return yaml.safe_load(api.get_object(CONFIG_MAP)["data"]["config.yaml"])["mig-configs"]
+
+
 @pytest.fixture
 def bootstrapped(ctx, machine):
     return ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
@@ -192,18 +207,11 @@ def test_a_worker_cannot_shrink_the_mig_layout_of_another_node(ctx, bootstrapped
     Before, the smallest count any worker reported per model was kept
     (mig_manager._profile_counts), so one unit's `gpu-inventory` shrank every H100 node.
     """
-    h100 = {
-        "model": "NVIDIA H100 80GB HBM3",
-        "count": 8,
-        "mig-capable": True,
-        "pci-device-id": "2330",
-        "mig-profiles": {"1g.10gb": 7},
-    }
-    lying = {**h100, "mig-profiles": {"1g.10gb": 1}}
-    rel = workers_relation({0: worker_bag("h100-0", [h100]), 1: worker_bag("h100-1", [lying])})
+    lying = {**H100, "mig-profiles": {"1g.10gb": 1}}
+    rel = workers_relation({0: worker_bag("h100-0", [H100]), 1: worker_bag("h100-1", [lying])})
     out = join_workers(ctx, bootstrapped, rel, api)
 
-    configs = yaml.safe_load(api.get_object(CONFIG_MAP)["data"]["config.yaml"])["mig-configs"]
+    configs = mig_configs(api)
     assert [c["mig-devices"] for c in configs["all-1g.10gb"]] == [{"1g.10gb": 7}]
     assert (
         "kubernetes-worker/1: gpu-inventory says 1 1g.10gb per NVIDIA H100 80GB HBM3, "
@@ -212,7 +220,7 @@ def test_a_worker_cannot_shrink_the_mig_layout_of_another_node(ctx, bootstrapped
 
     # a refused report is no report: once both lie, no H100 config is left to shrink
     out = rewrite(ctx, out, rel.id, 0, worker_bag("h100-0", [lying]))
-    configs = yaml.safe_load(api.get_object(CONFIG_MAP)["data"]["config.yaml"])["mig-configs"]
+    configs = mig_configs(api)
     assert "all-1g.10gb" not in configs
     assert "kubernetes-worker/0: gpu-inventory says 1 1g.10gb" in out.unit_status.message
 
@@ -220,16 +228,15 @@ def test_a_worker_cannot_shrink_the_mig_layout_of_another_node(ctx, bootstrapped
 def test_a_model_outside_nvidias_table_gets_no_layouts(ctx, bootstrapped, api):
     """A report of a model the table lacks sets no count any other node would get."""
     odd = {
+        **H100,
         "model": "NVIDIA H100 NVL",
-        "count": 2,
-        "mig-capable": True,
         "pci-device-id": "2321",
         "mig-profiles": {"1g.12gb": 1},
     }
     rel = workers_relation({0: worker_bag("nvl-0", [odd])})
     out = join_workers(ctx, bootstrapped, rel, api)
 
-    configs = yaml.safe_load(api.get_object(CONFIG_MAP)["data"]["config.yaml"])["mig-configs"]
+    configs = mig_configs(api)
     assert set(configs) == {"all-disabled", "all-enabled"}
     assert (
         "no MIG layouts for NVIDIA H100 NVL (PCI 2321, kubernetes-worker/0): "
