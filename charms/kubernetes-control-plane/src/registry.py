@@ -14,7 +14,8 @@ Databag keys (all JSON):
     workers:          {"kubernetes-worker/0": ["ip-10-0-1-5", 4, 7, {"NVIDIA A10G": 4}, "1.36"]}
                       node name, GPU count, relation id, GPUs per model, minor (or null),
                       and for workers with MIG-capable GPUs a sixth field, per such model
-                      its PCI device id (or null) and MIG profiles (instances per GPU):
+                      its PCI device id (or null) and MIG profiles (instances per GPU, those
+                      of mig_manager.NVIDIA_MIG_PROFILES for the model only):
                       {"NVIDIA H100 80GB HBM3": ["2330", {"1g.10gb": 7, "7g.80gb": 1}]}
     worker-problems:  {"kubernetes-worker/3": "kubernetes-worker/3: node-name is invalid"}
                       and the requests refused (`record`): a node name another unit
@@ -38,6 +39,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, MutableMapp
 from typing import TYPE_CHECKING
 
 import kueue
+import mig_manager
 
 if TYPE_CHECKING:
     from charms.gpu_k8s.v0.kubernetes_cluster import WorkerInfo
@@ -49,6 +51,11 @@ if TYPE_CHECKING:
 # than two. A unit naming more is refused: root on one worker could otherwise make every
 # queue invalid (the Cohort is refused with 422, and so is every leader hook after it).
 MAX_GPU_MODELS_PER_WORKER = 4
+# The longest GPU model name a worker may report: nvidia-smi's name is what NVML's
+# nvmlDeviceGetName writes into NVML_DEVICE_NAME_V2_BUFFER_SIZE (96) bytes with its NUL
+# (nvml.h); names from pci.ids (`NVIDIA A10G`) are shorter. Every hook parses the registry
+# and the status line names the models.
+MAX_GPU_MODEL_CHARS = 95
 
 WORKERS_KEY = "workers"
 PROBLEMS_KEY = "worker-problems"
@@ -73,7 +80,7 @@ class Worker:
     def from_info(cls, info: WorkerInfo, relation_id: int) -> Worker:
         """The entry for what a worker unit published on relation `relation_id`."""
         mig = {
-            g.model: [g.pci_device_id, dict(g.mig_profiles or {})]
+            g.model: [g.pci_device_id, _known_profiles(g.pci_device_id, g.mig_profiles)]
             for g in info.gpus
             if g.mig_capable
         }
@@ -241,14 +248,8 @@ class Registry:
         refusal = problem
         if info is not None:
             refusal = _refusal(unit, info.node_name, planes, owner_of(info.node_name))
-            models = len(info.gpu_models)
-            if refusal is None and models > MAX_GPU_MODELS_PER_WORKER:
-                refusal = (
-                    f"{unit}: gpu-inventory names {models} GPU models, more than "
-                    f"{MAX_GPU_MODELS_PER_WORKER} (refused)"
-                )
-            if refusal is None and info.gpu_models:
-                refusal = _model_clash(unit, info.gpu_models, model_owners)
+            if refusal is None:
+                refusal = _inventory_refusal(unit, info.gpu_models, model_owners)
             if refusal is None:
                 self.workers[unit] = Worker.from_info(info, rel)
                 if not info.node_identity:
@@ -328,6 +329,34 @@ class Registry:
     def versions(self) -> dict[str, str | None]:
         """The minor each registered worker published (None when it did not say)."""
         return {unit: w.version for unit, w in self.workers.items()}
+
+
+def _inventory_refusal(
+    unit: str, models: Mapping[str, int], owners: Mapping[str, str]
+) -> str | None:
+    """Why `unit` may not register the GPU models it reports (`models`); None when it may."""
+    if len(models) > MAX_GPU_MODELS_PER_WORKER:
+        return (
+            f"{unit}: gpu-inventory names {len(models)} GPU models, more than "
+            f"{MAX_GPU_MODELS_PER_WORKER} (refused)"
+        )
+    longest = max((len(m) for m in models), default=0)
+    if longest > MAX_GPU_MODEL_CHARS:
+        return (
+            f"{unit}: gpu-inventory names a GPU model of {longest} characters, more than "
+            f"{MAX_GPU_MODEL_CHARS} (refused)"
+        )
+    return _model_clash(unit, models, owners) if models else None
+
+
+def _known_profiles(pci_device_id: str | None, profiles: Mapping[str, int] | None) -> dict:
+    """Of a report's MIG profiles, those NVIDIA's table has for the model (none else is used).
+
+    mig_manager.NVIDIA_MIG_PROFILES bounds what a unit stores in the registry: the
+    configs use nothing else (`mig_manager._profile_counts`).
+    """
+    table = mig_manager.nvidia_profiles(pci_device_id) or {}
+    return {p: c for p, c in (profiles or {}).items() if p in table}
 
 
 @functools.lru_cache(maxsize=256)

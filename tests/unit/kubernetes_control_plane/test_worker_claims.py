@@ -374,3 +374,31 @@ def test_a_worker_cannot_repoint_another_models_kueue_flavor(ctx, bootstrapped, 
     flavor = api.get_object("/apis/kueue.x-k8s.io/v1beta2/resourceflavors/gpu-nvidia-a10g")
     assert flavor["spec"]["nodeLabels"] == {"nvidia.com/gpu.product": "NVIDIA-A10G"}
     assert "kubernetes-worker/1: gpu-inventory" in out.unit_status.message
+
+
+def test_a_worker_cannot_bloat_the_registry_every_hook_reads(ctx, bootstrapped, api):
+    """The peer registry holds what each unit reports; the leader parses it every hook.
+
+    A model name longer than nvidia-smi prints (NVML's name buffer: 96 bytes with its
+    NUL) is refused; of MIG profiles only those of NVIDIA's table for the model are kept.
+    """
+    rel = workers_relation(
+        {
+            0: worker_bag("w0", [{"model": "NVIDIA " + "X" * 100_000, "count": 1}]),
+            1: worker_bag(
+                "w1", [{**H100, "mig-profiles": {f"1g.{i}gb": 7 for i in range(5_000)}}]
+            ),
+        }
+    )
+    out = join_workers(ctx, bootstrapped, rel, api)
+
+    bag = peer(out).local_app_data
+    assert len(bag["workers"]) < 1_000
+    assert (
+        "kubernetes-worker/0: gpu-inventory names a GPU model of 100007 characters"
+        in (bag["worker-problems"])
+    )
+    assert len(out.unit_status.message) < 1_000
+    assert json.loads(bag["workers"])["kubernetes-worker/1"][5] == {
+        "NVIDIA H100 80GB HBM3": ["2330", {"1g.10gb": 7, "1g.20gb": 7}]
+    }
