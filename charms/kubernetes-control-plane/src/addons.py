@@ -350,23 +350,31 @@ class Addons:
             )
         return bool(left)
 
-    def apply_mig_manager(self, config: Config, bag: Bag) -> None:
+    def apply_mig_manager(self, config: Config, bag: Bag) -> list[str]:
         """Run NVIDIA's MIG manager once a worker reports MIG-capable GPUs; keep it after.
 
         Applied again when the config generated from the workers' models changes (or the
-        pin, or `image-registry`); nothing is removed when those workers go.
+        pin, or `image-registry`); nothing is removed when those workers go. Returns
+        notes for the status: the units whose MIG reports NVIDIA's table refutes.
         """
-        gpus = [mig_manager.MigGpu(*g) for g in registry.Registry.load(bag).mig_gpus()]
+        workers = registry.Registry.load(bag)
+        gpus = [mig_manager.MigGpu(*g) for g in workers.mig_gpus()]
         if not gpus:
-            return
+            return []
+        notes = mig_manager.report_notes(
+            (unit, mig_manager.MigGpu(model, pci, profiles))
+            for unit, w in workers.workers.items()
+            for model, (pci, profiles) in w.mig.items()
+        )
         objects = mig_manager.manifests(gpus, config.image_registry)
         want = fingerprint(objects, mig_manager.VERSION)
         if bag.get(MIG_MANAGER_KEY) != want and self._moving(
             self._kube(), "the NVIDIA MIG manager", objects
         ):
-            return
+            return notes
         if self._apply_once(MIG_MANAGER_KEY, objects, want, bag):
             logger.info("applied the NVIDIA MIG manager %s for %d GPU models", want, len(gpus))
+        return notes
 
     def apply_efs_csi_driver(self, config: Config, bag: Bag) -> None:
         """The EFS CSI driver's node plugin (efs_csi.py), while `efs-csi-driver` is true.

@@ -477,21 +477,21 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         hook.fleet.observe_nodes(peers, event, added)
         with on_error(ops.WaitingStatus, bootstrap.BootstrapError):
             worker_token = hook.fleet.worker_token(peers, token)
-        hook.fleet.publish(config, peers, worker_token, upgrade.done)
+        turn_notes = hook.fleet.publish(config, peers, worker_token, upgrade.done)
         addons.apply_device_plugin(config, bag)
         addons.apply_dcgm_exporter(config, bag)
-        addons.apply_mig_manager(config, bag)
+        mig_notes = addons.apply_mig_manager(config, bag)
         addons.apply_kube_state_metrics(config, bag, hook.ctx.node_name)
         addons.apply_node_metrics_access(bag)
         notes = [upgrade.note] if upgrade.note else []
-        notes += cni_notes + cert_notes + runtime_notes
+        notes += cni_notes + cert_notes + runtime_notes + mig_notes + turn_notes
         rotating = isinstance(event, ops.SecretRotateEvent)
         rotate = relation_id_of(event.secret.label) if rotating else None
         notes += hook.access.serve_kube_api(peers, config.storage_provisioners, rotate=rotate)
         admitted = addons.apply_provisioner_claims_policy(bag, config.storage_provisioners)
         hook.access.admit_storage(admitted)  # once the policy names them
         notes += addons.apply_team_network_policies(bag)
-        self._blocked_lines = [*hook.access.blocked, *cert_blocked]
+        self._blocked_lines = [*hook.access.blocked, *cert_blocked, *hook.fleet.refused(peers)]
         hook.access.reach(config, peers, leader=True)
         if isinstance(event, ops.UpdateStatusEvent):
             notes += Backups(self.host, self.clock, self.app.name).scheduled(

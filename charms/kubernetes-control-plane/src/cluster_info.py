@@ -10,6 +10,8 @@ import json
 from collections.abc import Iterable, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from registry import is_refusal
+
 from charms.gpu_k8s.v0 import kube_objects
 from charms.gpu_k8s.v0.drain import stays
 from charms.gpu_k8s.v0.kube_objects import GPU_RESOURCE, node_ready, pod_gpus
@@ -292,10 +294,33 @@ def status_line(
     if pending_removal:
         line += f"; {pending_removal} departed node(s) pending removal"
     line += "".join(f"; {note}" for note in notes)
-    skipped = sorted(workers.problems.values())
+    _, kept = workers.refused()
+    if kept:
+        line += f"; refused: {shown(kept)}"
+    skipped = sorted(p for p in workers.problems.values() if not is_refusal(p))
     if skipped:
-        line += f"; ignoring {len(skipped)} worker(s) with invalid data: {skipped[0]}"
+        line += f"; ignoring {len(skipped)} worker(s) with invalid data: {shown(skipped)}"
     return line
+
+
+def shown(lines: list[str], limit: int = 3) -> str:
+    """The first `limit` of `lines`, then how many more: `a; b; c and 2 more`."""
+    more = f" and {len(lines) - limit} more" if len(lines) > limit else ""
+    return "; ".join(lines[:limit]) + more
+
+
+def refusal_lines(workers: Registry) -> list[str]:
+    """The Blocked line naming the worker units refused service, if any (bounded).
+
+    A refused request is root on a worker asking for another node (or a control-plane
+    node), or a registered unit asking to join again: a security event the operator sees
+    in `juju status`, each unit named. Units that keep the node they registered first
+    are named in the Ready line instead (`status_line`).
+    """
+    unserved, _ = workers.refused()
+    if not unserved:
+        return []
+    return [f"{len(unserved)} worker unit(s) refused, no node: {shown(unserved)}"]
 
 
 def gauges(health: NodeHealth, *, behind: int, pending_removal: int) -> list[Gauge]:

@@ -29,6 +29,7 @@ workers' kubeconfig, never the charm. The decisions are in `registry.py`, `rolli
 from __future__ import annotations
 
 import datetime
+import json
 import logging
 from collections.abc import Callable, MutableMapping
 
@@ -44,6 +45,7 @@ from literals import (
     PEERS,
     TOKEN_ROTATION_MARGIN_HOURS,
     WORKER_TOKEN_TTL_HOURS,
+    WORKER_UPGRADE_TURN_SECONDS,
     WORKERS,
 )
 from peers import CA_CERT_HASH, CLUSTER_VERSION, ENDPOINT, WORKER_TOKEN_EXPIRES, Peers, parse_time
@@ -58,8 +60,12 @@ from charms.gpu_k8s.v0.kubernetes_cluster import (
 
 logger = logging.getLogger(__name__)
 
-# The peer application databag: the worker unit that may upgrade now (rolling.py).
+# The peer application databag: the worker unit that may upgrade now (rolling.py), since
+# when it holds the turn, and the units that held it past WORKER_UPGRADE_TURN_SECONDS
+# without reaching the cluster's minor (they come last, after every other waiting unit).
 WORKER_UPGRADE_TURN_KEY = "worker-upgrade-turn"
+WORKER_TURN_SINCE_KEY = "worker-upgrade-turn-since"
+WORKER_TURN_OVERDUE_KEY = "worker-upgrade-overdue"
 
 # Events after which the leader lists every Node to see which are Ready.
 FULL_NODE_CHECK = (
@@ -93,13 +99,51 @@ class Fleet:
         self._worker_kubeconfig = worker_kubeconfig
         self._clock = clock
 
-    @staticmethod
-    def _worker_turn(peers: Peers, control_plane_done: bool) -> str | None:
-        """The worker unit that may upgrade now, once the control plane has finished."""
+    def _worker_turn(self, peers: Peers, control_plane_done: bool) -> tuple[str | None, list[str]]:
+        """The worker unit that may upgrade now, once the control plane has finished.
+
+        A `kubernetes-version` is what a worker unit says (root on it can say an older
+        one and never finish), so a unit holding the turn past WORKER_UPGRADE_TURN_SECONDS
+        is overdue: the turn passes to the next waiting unit, and an overdue unit gets it
+        again only when no other unit waits. Also returns the status notes naming them.
+        """
         bag = peers.app
         versions = registry.Registry.load(bag).versions()
-        waiting = rolling.pending(versions, bag[CLUSTER_VERSION]) if control_plane_done else []
-        return rolling.pass_turn(bag, WORKER_UPGRADE_TURN_KEY, waiting)
+        target = bag[CLUSTER_VERSION]
+        waiting = rolling.pending(versions, target) if control_plane_done else []
+        overdue = [u for u in json.loads(bag.get(WORKER_TURN_OVERDUE_KEY, "[]")) if u in waiting]
+        current, since = (
+            bag.get(WORKER_UPGRADE_TURN_KEY),
+            parse_time(bag.get(WORKER_TURN_SINCE_KEY)),
+        )
+        now = self._clock()
+        deadline = datetime.timedelta(seconds=WORKER_UPGRADE_TURN_SECONDS)
+        if current in waiting and current not in overdue and since and now - since > deadline:
+            overdue.append(current)
+            logger.warning("%s held the worker upgrade turn past %s: passed on", current, deadline)
+        eligible = [u for u in waiting if u not in overdue] or overdue
+        holder = rolling.pass_turn(bag, WORKER_UPGRADE_TURN_KEY, eligible)
+        if holder is None:
+            bag.pop(WORKER_TURN_SINCE_KEY, None)
+        elif holder != current or since is None:
+            bag[WORKER_TURN_SINCE_KEY] = now.isoformat()
+        if overdue:
+            bag[WORKER_TURN_OVERDUE_KEY] = json.dumps(overdue)
+        else:
+            bag.pop(WORKER_TURN_OVERDUE_KEY, None)
+        hours = WORKER_UPGRADE_TURN_SECONDS // 3600
+        notes = [
+            f"{unit} held the worker upgrade turn {hours}h without reaching v{target} (passed on)"
+            for unit in overdue[:3]
+        ]
+        if len(overdue) > 3:
+            notes.append(f"{len(overdue) - 3} more worker(s) overdue with the upgrade turn")
+        return holder, notes
+
+    @staticmethod
+    def refused(peers: Peers) -> list[str]:
+        """Blocked lines naming the worker units refused service (`cluster_info.refusal_lines`)."""
+        return cluster_info.refusal_lines(registry.Registry.load(peers.app))
 
     def published_token(self) -> str:
         """The bootstrap token the workers' join secret holds ("" when none)."""
@@ -161,13 +205,16 @@ class Fleet:
         logger.info("deleted the workers' bootstrap token: every worker unit registered")
         return True
 
-    def publish(self, config: Config, peers: Peers, token: str, control_plane_done: bool) -> None:
+    def publish(
+        self, config: Config, peers: Peers, token: str, control_plane_done: bool
+    ) -> list[str]:
         """Tell every workers relation how to join and which minor to run (leader only).
 
-        `token` is the workers' (`worker_token`), "" while no unit joins.
+        `token` is the workers' (`worker_token`), "" while no unit joins. Returns notes for
+        the status (units overdue with the upgrade turn, `_worker_turn`).
         """
         if not self._workers.relations:
-            return
+            return []
         bag = peers.app
         expires = parse_time(bag.get(WORKER_TOKEN_EXPIRES)) if token else None
         expire = (
@@ -179,6 +226,7 @@ class Fleet:
         if not control_plane_done:  # mid-upgrade: no kubelet newer than any API server
             mine = self._ctx.installed_minor()
             version = rolling.lowest(peers.member_versions(mine, None), version)
+        turn, notes = self._worker_turn(peers, control_plane_done)
         self._workers.publish(
             endpoint,
             peers.api_servers(self._ctx.own_api_server(peers.cluster_version)),
@@ -188,11 +236,12 @@ class Fleet:
             kubeconfig,
             joining=self.joining(peers),
             expire=expire,
-            upgrade_turn=self._worker_turn(peers, control_plane_done),
+            upgrade_turn=turn,
             image_registry=config.image_registry,
             mig_strategy=config.mig_strategy,
             gpu_time_slicing_replicas=config.gpu_time_slicing_replicas,
         )
+        return notes
 
     def sync(self, peers: Peers, event: ops.EventBase) -> set[str]:
         """Keep the worker registry in the peer databag current; remove departed nodes.

@@ -200,6 +200,12 @@ ADMIN_REFUSED_FIX = (
 )
 # How long a departing control-plane unit waits for its node's pods to be evicted.
 DRAIN_TIMEOUT_SECONDS = 300
+# How long a worker unit may hold the worker upgrade turn (fleet.py): the longest drain a
+# worker may wait for (its `drain-timeout` option, at most 3600 s: kubernetes-worker
+# charm_config.py MAX_DRAIN_TIMEOUT) plus an hour for its drain turn, packages, kubeadm
+# and kubelet. Past it the turn passes on and the holder is named in the status: root on
+# a worker can publish an older `kubernetes-version` and never finish.
+WORKER_UPGRADE_TURN_SECONDS = 3600 + 3600
 # Peer application data: the node kube-state-metrics runs on, where its COS agent scrapes it
 # (written by addons.py, read by summary.py).
 KUBE_STATE_METRICS_NODE_KEY = "kube-state-metrics-node"

@@ -16,7 +16,10 @@ back to `true`; then `nvidia.com/mig.config.state=success` (or `failed`), which 
 worker waits for. This module writes no MIG logic of its own.
 
 The named configs come from what the workers report (`gpu-inventory`: per MIG-capable
-model its PCI device id and, per GPU-instance profile, how many instances one GPU holds):
+model its PCI device id and, per GPU-instance profile, how many instances one GPU holds),
+with the instance counts of NVIDIA's table for that model (NVIDIA_MIG_PROFILES: a report
+that disagrees is refused, a model outside the table gets no layouts), since one config
+serves every node of a model and root on a worker writes its report:
 `all-<profile>` fills every GPU of each model with that profile, as the configs NVIDIA
 ships and the ones `nvidia-mig-manager` generates from the hardware are named
 (`pkg/mig/builder/builder.go`: `+` becomes `.`, so `1g.10gb+me` is `all-1g.10gb.me`),
@@ -124,24 +127,130 @@ def device_filter(pci_device_id: str) -> str:
     return f"0x{pci_device_id.upper()}{NVIDIA_VENDOR}"
 
 
+# NVIDIA's per-model MIG profile table (the MIG user guide, "Supported MIG Profiles":
+# "Number of Instances Available" per GPU-instance profile) for the MIG-capable GPUs of
+# the AWS instances this bundle runs on, keyed by PCI device id as workers report it.
+# The counts are the ones mig-parted v0.15.0 (commit e2d5ad1f) ships for these device
+# ids in deployments/systemd/config-default.yaml (`all-<profile>` per model, and the
+# per-model `device-filter` lists of `all-1g.10gb`, `all-1g.35gb` and `all-balanced`).
+# The counts are the hardware's: a worker's report is checked against them and never
+# changes them, so no unit's `gpu-inventory` changes the layout of another node.
+_A100_40GB = {
+    "1g.5gb": 7,
+    "1g.5gb+me": 1,
+    "1g.10gb": 4,
+    "2g.10gb": 3,
+    "3g.20gb": 2,
+    "4g.20gb": 1,
+    "7g.40gb": 1,
+}
+_80GB = {  # A100-80GB and H100-80GB: one table (config-default.yaml groups them)
+    "1g.10gb": 7,
+    "1g.10gb+me": 1,
+    "1g.20gb": 4,
+    "2g.20gb": 3,
+    "3g.40gb": 2,
+    "4g.40gb": 1,
+    "7g.80gb": 1,
+}
+NVIDIA_MIG_PROFILES: dict[str, dict[str, int]] = {
+    "20b0": _A100_40GB,  # A100-SXM4-40GB (p4d)
+    "20b2": _80GB,  # A100-SXM4-80GB (p4de)
+    "2330": _80GB,  # H100 SXM5 80GB (p5)
+    "2335": {  # H200 SXM 141GB (p5e, p5en)
+        "1g.18gb": 7,
+        "1g.18gb+me": 1,
+        "1g.35gb": 4,
+        "2g.35gb": 3,
+        "3g.71gb": 2,
+        "4g.71gb": 1,
+        "7g.141gb": 1,
+    },
+    "2901": {  # B200 (p6-b200)
+        "1g.23gb": 7,
+        "1g.23gb+me": 1,
+        "1g.45gb": 4,
+        "2g.45gb": 3,
+        "3g.90gb": 2,
+        "4g.90gb": 1,
+        "7g.180gb": 1,
+    },
+}
+
+
+def nvidia_profiles(pci_device_id: str | None) -> Mapping[str, int] | None:
+    """NVIDIA's instance counts for a model, by PCI device id; None for one not listed."""
+    if not pci_device_id:
+        return None
+    return NVIDIA_MIG_PROFILES.get(pci_device_id.lower().removeprefix("0x"))
+
+
+def disagreement(gpu: MigGpu) -> str | None:
+    """What a report says that NVIDIA's table does not (None: nothing, or no table).
+
+    A report naming a count NVIDIA's table does not have for that model and profile is
+    refused (`_profile_counts` leaves it out): root on a worker writes its
+    `gpu-inventory` (relation-set). A count below 1 says the profile is not offered.
+    """
+    table = nvidia_profiles(gpu.pci_device_id)
+    if table is None:
+        return None
+    for profile, count in sorted(gpu.profiles.items()):
+        if profile in table and count >= 1 and count != table[profile]:
+            return f"{count} {profile} per {gpu.model}, NVIDIA's table {table[profile]}"
+    return None
+
+
+def unlisted(gpu: MigGpu) -> bool:
+    """Whether a MIG-capable model is outside NVIDIA_MIG_PROFILES (it gets no layouts)."""
+    return bool(gpu.pci_device_id) and nvidia_profiles(gpu.pci_device_id) is None
+
+
+def report_notes(reports: Iterable[tuple[str, MigGpu]], limit: int = 3) -> list[str]:
+    """Status notes on the units' MIG reports (`reports`: unit, GPU model), bounded.
+
+    Each refused report names its unit (root on that worker wrote it, or its driver is
+    not NVIDIA's): the first `limit`, then how many more; each model outside the table
+    once, with the first unit that reported it.
+    """
+    refused: list[str] = []
+    models: dict[tuple[str, str], str] = {}
+    for unit, gpu in reports:
+        why = disagreement(gpu)
+        if why is not None:
+            refused.append(f"{unit}: gpu-inventory says {why} (refused)")
+        elif unlisted(gpu):
+            models.setdefault((gpu.model, str(gpu.pci_device_id)), unit)
+    notes = sorted(refused)[:limit]
+    if len(refused) > limit:
+        notes.append(f"{len(refused) - limit} more MIG report(s) refused")
+    notes += [
+        f"no MIG layouts for {model} (PCI {pci}, {unit}): not in NVIDIA's MIG table here"
+        for (model, pci), unit in sorted(models.items())
+    ]
+    return notes
+
+
 def _profile_counts(gpus: Iterable[MigGpu]) -> dict[tuple[str, str], dict[str, int]]:
     """Per (config name, profile), per device filter: the instances one GPU holds.
 
-    Two workers may report one model with different counts (different drivers): the
-    smaller count is kept, which applies on both (a config asking for more instances
-    than a GPU holds fails to apply).
+    NVIDIA's counts (NVIDIA_MIG_PROFILES) for each profile a worker reports for a listed
+    model: what a report says decides which profiles are offered, never how many
+    instances one holds, and a report that disagrees with the table is left out. A
+    model outside the table gets no configs (one worker could otherwise set the count
+    every node of that model gets), nor does a profile outside its model's table.
     """
     counts: dict[tuple[str, str], dict[str, int]] = {}
     for gpu in gpus:
-        if not gpu.pci_device_id:
+        table = nvidia_profiles(gpu.pci_device_id)
+        if table is None or not gpu.pci_device_id or disagreement(gpu) is not None:
             continue
-        device = device_filter(gpu.pci_device_id)
+        device = device_filter(gpu.pci_device_id.lower().removeprefix("0x"))
         for profile, count in gpu.profiles.items():
             name = config_name(profile)
-            if count < 1 or name is None:
+            if profile not in table or count < 1 or name is None:
                 continue
-            per_device = counts.setdefault((name, profile), {})
-            per_device[device] = min(count, per_device.get(device, count))
+            counts.setdefault((name, profile), {})[device] = table[profile]
     return counts
 
 

@@ -14,7 +14,8 @@ Databag keys (all JSON):
     workers:          {"kubernetes-worker/0": ["ip-10-0-1-5", 4, 7, {"NVIDIA A10G": 4}, "1.36"]}
                       node name, GPU count, relation id, GPUs per model, minor (or null),
                       and for workers with MIG-capable GPUs a sixth field, per such model
-                      its PCI device id (or null) and MIG profiles (instances per GPU):
+                      its PCI device id (or null) and MIG profiles (instances per GPU, those
+                      of mig_manager.NVIDIA_MIG_PROFILES for the model only):
                       {"NVIDIA H100 80GB HBM3": ["2330", {"1g.10gb": 7, "7g.80gb": 1}]}
     worker-problems:  {"kubernetes-worker/3": "kubernetes-worker/3: node-name is invalid"}
                       and the requests refused (`record`): a node name another unit
@@ -37,8 +38,24 @@ import json
 from collections.abc import Callable, Collection, Iterable, Mapping, MutableMapping
 from typing import TYPE_CHECKING
 
+import kueue
+import mig_manager
+
 if TYPE_CHECKING:
     from charms.gpu_k8s.v0.kubernetes_cluster import WorkerInfo
+
+# The most GPU models one worker's `gpu-inventory` may name. Each model is a Kueue
+# ResourceFlavor in the cohort and in every team's ClusterQueue, whose
+# `resourceGroups[].flavors` holds 64 at most (Kueue v0.19.2 CRDs, cohorts and
+# clusterqueues: maxItems 64); an AWS GPU instance has one model, a machine rarely more
+# than two. A unit naming more is refused: root on one worker could otherwise make every
+# queue invalid (the Cohort is refused with 422, and so is every leader hook after it).
+MAX_GPU_MODELS_PER_WORKER = 4
+# The longest GPU model name a worker may report: nvidia-smi's name is what NVML's
+# nvmlDeviceGetName writes into NVML_DEVICE_NAME_V2_BUFFER_SIZE (96) bytes with its NUL
+# (nvml.h); names from pci.ids (`NVIDIA A10G`) are shorter. Every hook parses the registry
+# and the status line names the models.
+MAX_GPU_MODEL_CHARS = 95
 
 WORKERS_KEY = "workers"
 PROBLEMS_KEY = "worker-problems"
@@ -63,7 +80,7 @@ class Worker:
     def from_info(cls, info: WorkerInfo, relation_id: int) -> Worker:
         """The entry for what a worker unit published on relation `relation_id`."""
         mig = {
-            g.model: [g.pci_device_id, dict(g.mig_profiles or {})]
+            g.model: [g.pci_device_id, _known_profiles(g.pci_device_id, g.mig_profiles)]
             for g in info.gpus
             if g.mig_capable
         }
@@ -160,6 +177,7 @@ class Registry:
 
         registry = cls()
         owners: dict[str, str] = {}  # node -> unit, as registered so far (1,000 units: O(N))
+        models: dict[str, str] = {}  # GPU model -> the unit registered first with it
         for unit in sorted(units, key=first):
             rel = relation_of(unit)
             kept = stored.workers.get(unit)
@@ -173,9 +191,12 @@ class Registry:
                 owners.get,
                 kept,
                 unit in stored.shared_grant,
+                models,
             )
             if unit in registry.workers:
                 owners.setdefault(registry.workers[unit].node, unit)
+                for model in registry.workers[unit].models:
+                    models.setdefault(model, unit)
         return registry
 
     def record(
@@ -196,13 +217,15 @@ class Registry:
         which a kubelet certificate for any node name is approved: literals.py
         WORKER_TOKEN_TTL_HOURS; a joined worker never needs one). A refused unit keeps the
         node it registered before, if any, and the refusal is its problem line; the
-        leader acts for a unit only on the node it registered (fleet.py).
+        leader acts for a unit only on the node it registered (fleet.py). So is a
+        `gpu-inventory` naming more than MAX_GPU_MODELS_PER_WORKER models.
         """
         kept = self.workers.pop(unit, None)
         shared = unit in self.shared_grant
         self.problems.pop(unit, None)
         self.shared_grant.discard(unit)
-        self._take(unit, info, problem, rel, planes, self.owner_of, kept, shared)
+        owners = _model_owners(self.workers.items()) if info and info.gpu_models else {}
+        self._take(unit, info, problem, rel, planes, self.owner_of, kept, shared, owners)
 
     def _take(
         self,
@@ -214,6 +237,7 @@ class Registry:
         owner_of: Callable[[str], str | None],
         kept: Worker | None,
         shared: bool,
+        model_owners: Mapping[str, str],
     ) -> None:
         """Register `unit` (none of its entries is in the registry), or refuse it.
 
@@ -224,6 +248,8 @@ class Registry:
         refusal = problem
         if info is not None:
             refusal = _refusal(unit, info.node_name, planes, owner_of(info.node_name))
+            if refusal is None:
+                refusal = _inventory_refusal(unit, info.gpu_models, model_owners)
             if refusal is None:
                 self.workers[unit] = Worker.from_info(info, rel)
                 if not info.node_identity:
@@ -288,9 +314,93 @@ class Registry:
             seen.setdefault(json.dumps(list(entry), sort_keys=True), entry)
         return [seen[key] for key in sorted(seen)]
 
+    def refused(self) -> tuple[list[str], list[str]]:
+        """The refused requests (sorted problem lines): of units with no node, then the rest.
+
+        A unit with no registered node gets no service (no join token, no credential); the
+        others keep the node they registered first (`record`).
+        """
+        lines = sorted((u, p) for u, p in self.problems.items() if is_refusal(p))
+        return (
+            [p for u, p in lines if u not in self.workers],
+            [p for u, p in lines if u in self.workers],
+        )
+
     def versions(self) -> dict[str, str | None]:
         """The minor each registered worker published (None when it did not say)."""
         return {unit: w.version for unit, w in self.workers.items()}
+
+
+def _inventory_refusal(
+    unit: str, models: Mapping[str, int], owners: Mapping[str, str]
+) -> str | None:
+    """Why `unit` may not register the GPU models it reports (`models`); None when it may."""
+    if len(models) > MAX_GPU_MODELS_PER_WORKER:
+        return (
+            f"{unit}: gpu-inventory names {len(models)} GPU models, more than "
+            f"{MAX_GPU_MODELS_PER_WORKER} (refused)"
+        )
+    longest = max((len(m) for m in models), default=0)
+    if longest > MAX_GPU_MODEL_CHARS:
+        return (
+            f"{unit}: gpu-inventory names a GPU model of {longest} characters, more than "
+            f"{MAX_GPU_MODEL_CHARS} (refused)"
+        )
+    return _model_clash(unit, models, owners) if models else None
+
+
+def _known_profiles(pci_device_id: str | None, profiles: Mapping[str, int] | None) -> dict:
+    """Of a report's MIG profiles, those NVIDIA's table has for the model (none else is used).
+
+    mig_manager.NVIDIA_MIG_PROFILES bounds what a unit stores in the registry: the
+    configs use nothing else (`mig_manager._profile_counts`).
+    """
+    table = mig_manager.nvidia_profiles(pci_device_id) or {}
+    return {p: c for p, c in (profiles or {}).items() if p in table}
+
+
+@functools.lru_cache(maxsize=256)
+def _model_keys(model: str) -> tuple[str, str]:
+    """What a GPU model becomes in Kueue: its ResourceFlavor and the node label it selects."""
+    return kueue.flavor_name(model), kueue.product_label(model, False)
+
+
+def _model_owners(workers: Iterable[tuple[str, Worker]]) -> dict[str, str]:
+    """GPU model -> the first of `workers` (unit, entry) that reports it."""
+    owners: dict[str, str] = {}
+    for unit, worker in workers:
+        for model in worker.models:
+            owners.setdefault(model, unit)
+    return owners
+
+
+def _model_clash(unit: str, models: Iterable[str], owners: Mapping[str, str]) -> str | None:
+    """Why `unit` may not report one of `models`; None when it may.
+
+    Each GPU model is a ResourceFlavor named `kueue.flavor_name(model)` whose nodeLabels
+    select `kueue.product_label(model)`, and Kueue puts a flavor's nodeLabels in the
+    nodeSelector of the pods it admits (kueue.sigs.k8s.io docs, concepts/resource_flavor,
+    "ResourceFlavor labels"). `nvidia a10g` next to another unit's `NVIDIA A10G` would
+    repoint the A10G flavor at a label no node has, and every team's A10G jobs would stay
+    pending: a model's spelling belongs to the unit that registered it first (`owners`:
+    model -> unit), as a node name does.
+    """
+    for model in models:
+        if model in owners:
+            continue
+        keys = set(_model_keys(model))
+        for other, owner in owners.items():
+            if owner != unit and keys.intersection(_model_keys(other)):
+                return (
+                    f"{unit}: gpu-inventory model {model!r} is named like {other} of {owner} "
+                    "(refused)"
+                )
+    return None
+
+
+def is_refusal(problem: str) -> bool:
+    """Whether a problem line is a refused request (`_refusal`, `_take`, fleet.py)."""
+    return "(refused" in problem
 
 
 def _refusal(unit: str, node: str, planes: Collection[str], owner: str | None) -> str | None:

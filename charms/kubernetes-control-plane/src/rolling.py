@@ -5,7 +5,9 @@
 
 No ops imports. Nodes upgrade one at a time (control-plane units for etcd's quorum,
 workers so that drained pods have somewhere to go); the turn stays with a unit until it
-reports the new minor or leaves, then passes to the next unit in unit-number order.
+reports the new minor or leaves, then passes to the next unit in unit-number order. A
+worker unit's minor is its own word, so its turn also ends at a deadline (fleet.py
+`_worker_turn`).
 """
 
 from __future__ import annotations

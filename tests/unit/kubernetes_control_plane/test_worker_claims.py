@@ -15,6 +15,7 @@ import json
 
 import pytest
 import yaml
+from literals import WORKER_UPGRADE_TURN_SECONDS
 from ops import testing
 
 from fakes.control_plane import (
@@ -33,6 +34,22 @@ BAD_GPU = "GPU-7f3e9a2c-5d41-4b8e-9c0a-1e2f3a4b5c6d"
 QUARANTINE = {"gpu-quarantine": json.dumps([BAD_GPU])}
 QUARANTINE_TAINT = {"key": "gpu-k8s.io/gpu-unhealthy", "effect": "NoExecute"}
 GRANT_SA = "/api/v1/namespaces/kube-system/serviceaccounts/gpu-k8s-worker"
+CONFIG_MAP = "/api/v1/namespaces/gpu-k8s-gpu/configmaps/nvidia-mig-manager-config"
+
+
+# A MIG-capable worker's report (`nvidia-smi mig -lgip` "Instances Total" of 1g.10gb)
+H100 = {
+    "model": "NVIDIA H100 80GB HBM3",
+    "count": 8,
+    "mig-capable": True,
+    "pci-device-id": "2330",
+    "mig-profiles": {"1g.10gb": 7},
+}
+
+
+def mig_configs(api) -> dict:
+    """The mig-parted configs the control plane gave NVIDIA's MIG manager."""
+    return yaml.safe_load(api.get_object(CONFIG_MAP)["data"]["config.yaml"])["mig-configs"]
 
 
 @pytest.fixture
@@ -117,7 +134,10 @@ def test_a_lower_unit_cannot_claim_a_node_another_unit_registered_first(ctx, boo
     assert "gpu-quarantined" not in peer(out).local_app_data
     assert json.loads(peer(out).local_app_data.get("pending-removal", "[]")) == []  # w0 stays
     refusal = "kubernetes-worker/0: node-name w1 is the node of kubernetes-worker/1 (refused)"
-    assert refusal in out.unit_status.message
+    # it keeps its node, so it is served: named in the Ready line, not Blocked
+    assert out.unit_status == testing.ActiveStatus(
+        f"Ready: v1.36, 1 control-plane, 2 workers; refused: {refusal}"
+    )
     # a new leader rebuilds the registry from every databag: the first registrant stays
     out = ctx.run(ctx.on.leader_elected(), out)
     assert not tainted(api, "w1")
@@ -181,28 +201,47 @@ def test_a_registered_worker_clearing_its_node_name_gets_no_join_token(ctx, boot
     assert "join-tokens" not in out.get_relation(rel.id).local_app_data
 
 
-# Left open: the MIG manager's config serves the whole cluster (mig_manager.py), and per
-# model and profile it takes the smallest instance count any worker reports
-# (mig_manager._profile_counts: two drivers may differ), so a unit's `gpu-inventory`
-# shrinks the layout every other node of that model gets when it next asks for it. The
-# counts are NVIDIA's per model (its MIG user guide tables); checking a report against
-# them, or keeping a count per node, is the fix still to make.
-@pytest.mark.xfail(strict=True, reason="left open: a worker's MIG counts shrink other nodes'")
 def test_a_worker_cannot_shrink_the_mig_layout_of_another_node(ctx, bootstrapped, api):
-    h100 = {
-        "model": "NVIDIA H100 80GB HBM3",
-        "count": 8,
-        "mig-capable": True,
-        "pci-device-id": "2330",
-        "mig-profiles": {"1g.10gb": 7},
-    }
-    lying = {**h100, "mig-profiles": {"1g.10gb": 1}}
-    rel = workers_relation({0: worker_bag("h100-0", [h100]), 1: worker_bag("h100-1", [lying])})
-    join_workers(ctx, bootstrapped, rel, api)
+    """One config serves every node of a model: its counts are NVIDIA's, not a report's.
 
-    config = api.get_object("/api/v1/namespaces/gpu-k8s-gpu/configmaps/nvidia-mig-manager-config")
-    configs = yaml.safe_load(config["data"]["config.yaml"])["mig-configs"]
+    Before, the smallest count any worker reported per model was kept
+    (mig_manager._profile_counts), so one unit's `gpu-inventory` shrank every H100 node.
+    """
+    lying = {**H100, "mig-profiles": {"1g.10gb": 1}}
+    rel = workers_relation({0: worker_bag("h100-0", [H100]), 1: worker_bag("h100-1", [lying])})
+    out = join_workers(ctx, bootstrapped, rel, api)
+
+    configs = mig_configs(api)
     assert [c["mig-devices"] for c in configs["all-1g.10gb"]] == [{"1g.10gb": 7}]
+    assert (
+        "kubernetes-worker/1: gpu-inventory says 1 1g.10gb per NVIDIA H100 80GB HBM3, "
+        "NVIDIA's table 7 (refused)"
+    ) in out.unit_status.message
+
+    # a refused report is no report: once both lie, no H100 config is left to shrink
+    out = rewrite(ctx, out, rel.id, 0, worker_bag("h100-0", [lying]))
+    configs = mig_configs(api)
+    assert "all-1g.10gb" not in configs
+    assert "kubernetes-worker/0: gpu-inventory says 1 1g.10gb" in out.unit_status.message
+
+
+def test_a_model_outside_nvidias_table_gets_no_layouts(ctx, bootstrapped, api):
+    """A report of a model the table lacks sets no count any other node would get."""
+    odd = {
+        **H100,
+        "model": "NVIDIA H100 NVL",
+        "pci-device-id": "2321",
+        "mig-profiles": {"1g.12gb": 1},
+    }
+    rel = workers_relation({0: worker_bag("nvl-0", [odd])})
+    out = join_workers(ctx, bootstrapped, rel, api)
+
+    configs = mig_configs(api)
+    assert set(configs) == {"all-disabled", "all-enabled"}
+    assert (
+        "no MIG layouts for NVIDIA H100 NVL (PCI 2321, kubernetes-worker/0): "
+        "not in NVIDIA's MIG table here"
+    ) in out.unit_status.message
 
 
 def test_an_earlier_revisions_registry_is_settled_on_upgrade(ctx, bootstrapped, api):
@@ -238,4 +277,128 @@ def test_an_earlier_revisions_registry_is_settled_on_upgrade(ctx, bootstrapped, 
         "kubernetes-worker/2": (
             f"kubernetes-worker/2: node-name {own} is a control-plane node (refused)"
         ),
+    }
+
+
+def test_a_worker_holding_the_upgrade_turn_for_ever_loses_it(ctx, bootstrapped, api, clock):
+    """It says an older minor and never finishes: past the deadline the next one goes."""
+    bags = {i: {**worker_bag(f"w{i}"), "kubernetes-version": "1.36"} for i in range(3)}
+    rel = workers_relation(bags)
+    out = join_workers(ctx, bootstrapped, rel, api)
+    out = ctx.run(
+        ctx.on.config_changed(), dataclasses.replace(out, config={"kubernetes-version": "1.37"})
+    )
+    assert out.get_relation(rel.id).local_app_data["upgrade-turn"] == "kubernetes-worker/0"
+
+    clock.advance(seconds=WORKER_UPGRADE_TURN_SECONDS)  # not yet
+    out = ctx.run(ctx.on.update_status(), out)
+    assert out.get_relation(rel.id).local_app_data["upgrade-turn"] == "kubernetes-worker/0"
+
+    clock.advance(seconds=1)
+    out = ctx.run(ctx.on.update_status(), out)
+    assert out.get_relation(rel.id).local_app_data["upgrade-turn"] == "kubernetes-worker/1"
+    assert (
+        "kubernetes-worker/0 held the worker upgrade turn 2h without reaching v1.37 (passed on)"
+    ) in out.unit_status.message
+
+    # the next holder that finishes passes it on to the others first, then back to it
+    out = rewrite(ctx, out, rel.id, 1, {**bags[1], "kubernetes-version": "1.37"})
+    assert out.get_relation(rel.id).local_app_data["upgrade-turn"] == "kubernetes-worker/2"
+    out = rewrite(ctx, out, rel.id, 2, {**bags[2], "kubernetes-version": "1.37"})
+    assert out.get_relation(rel.id).local_app_data["upgrade-turn"] == "kubernetes-worker/0"
+    # once it reports the cluster's minor, no turn and no note
+    out = rewrite(ctx, out, rel.id, 0, {**bags[0], "kubernetes-version": "1.37"})
+    assert "upgrade-turn" not in out.get_relation(rel.id).local_app_data
+    assert "upgrade turn" not in out.unit_status.message
+    assert "worker-upgrade-overdue" not in peer(out).local_app_data
+
+
+def test_every_refused_unit_is_named_in_juju_status(ctx, bootstrapped, api):
+    """A refusal is a security event: Blocked naming the units refused service, bounded.
+
+    Before, refusals shared the `ignoring N worker(s) with invalid data` tail of the
+    Ready line, which showed the first one only.
+    """
+    own = peer(bootstrapped).local_unit_data["node-name"]
+    bags = {**{i: worker_bag("w0") for i in range(4)}, 4: worker_bag(own)}
+    out = join_workers(ctx, bootstrapped, workers_relation(bags), api)
+
+    assert out.unit_status == testing.BlockedStatus(
+        "4 worker unit(s) refused, no node: "
+        "kubernetes-worker/1: node-name w0 is the node of kubernetes-worker/0 (refused); "
+        "kubernetes-worker/2: node-name w0 is the node of kubernetes-worker/0 (refused); "
+        "kubernetes-worker/3: node-name w0 is the node of kubernetes-worker/0 (refused) "
+        "and 1 more"
+    )
+    # the application's status is the leader's: what `juju status` shows for the app
+    assert out.app_status == out.unit_status
+
+
+def test_a_worker_cannot_fill_kueues_flavors_with_models(ctx, bootstrapped, api, releases):
+    """Each GPU model is a flavor in every team's queue, and Kueue takes 64 at most.
+
+    Kueue v0.19.2's Cohort and ClusterQueue CRDs: `resourceGroups[].flavors` maxItems 64
+    (tests/fixtures/crds). 64 made-up models in one unit's `gpu-inventory` made the Cohort
+    invalid: a 422 that failed every leader hook (fails without registry.py's bound).
+    """
+    fake = [{"model": f"NVIDIA Fake {i}", "count": 1} for i in range(64)]
+    rel = workers_relation(
+        {0: worker_bag("gpu-0", [{"model": "NVIDIA A10G", "count": 4}]), 1: worker_bag("w1", fake)}
+    )
+    out = join_workers(ctx, bootstrapped, rel, api)
+
+    cohort = api.get_object("/apis/kueue.x-k8s.io/v1beta2/cohorts/gpu-k8s")
+    flavors = [f["name"] for g in cohort["spec"]["resourceGroups"] for f in g["flavors"]]
+    assert "gpu-nvidia-a10g" in flavors
+    assert not any(f.startswith("gpu-nvidia-fake") for f in flavors)
+    assert out.unit_status == testing.BlockedStatus(
+        "1 worker unit(s) refused, no node: "
+        "kubernetes-worker/1: gpu-inventory names 64 GPU models, more than 4 (refused)"
+    )
+    assert "kubernetes-worker/1" not in json.loads(peer(out).local_app_data["workers"])
+
+
+def test_a_worker_cannot_repoint_another_models_kueue_flavor(ctx, bootstrapped, api, releases):
+    """`nvidia a10g` is flavor gpu-nvidia-a10g too: its node label would be the flavor's.
+
+    Kueue injects a ResourceFlavor's nodeLabels into the admitted pods' nodeSelector
+    (Kueue docs, concepts/cluster_queue "ResourceFlavor"), so a flavor that names a
+    product label no node has leaves every team's A10G jobs pending for ever.
+    """
+    a10g = [{"model": "NVIDIA A10G", "count": 4}]
+    rel = workers_relation(
+        {0: worker_bag("gpu-0", a10g), 1: worker_bag("w1", [{"model": "nvidia a10g", "count": 1}])}
+    )
+    out = join_workers(ctx, bootstrapped, rel, api)
+
+    flavor = api.get_object("/apis/kueue.x-k8s.io/v1beta2/resourceflavors/gpu-nvidia-a10g")
+    assert flavor["spec"]["nodeLabels"] == {"nvidia.com/gpu.product": "NVIDIA-A10G"}
+    assert "kubernetes-worker/1: gpu-inventory" in out.unit_status.message
+
+
+def test_a_worker_cannot_bloat_the_registry_every_hook_reads(ctx, bootstrapped, api):
+    """The peer registry holds what each unit reports; the leader parses it every hook.
+
+    A model name longer than nvidia-smi prints (NVML's name buffer: 96 bytes with its
+    NUL) is refused; of MIG profiles only those of NVIDIA's table for the model are kept.
+    """
+    rel = workers_relation(
+        {
+            0: worker_bag("w0", [{"model": "NVIDIA " + "X" * 100_000, "count": 1}]),
+            1: worker_bag(
+                "w1", [{**H100, "mig-profiles": {f"1g.{i}gb": 7 for i in range(5_000)}}]
+            ),
+        }
+    )
+    out = join_workers(ctx, bootstrapped, rel, api)
+
+    bag = peer(out).local_app_data
+    assert len(bag["workers"]) < 1_000
+    assert (
+        "kubernetes-worker/0: gpu-inventory names a GPU model of 100007 characters"
+        in (bag["worker-problems"])
+    )
+    assert len(out.unit_status.message) < 1_000
+    assert json.loads(bag["workers"])["kubernetes-worker/1"][5] == {
+        "NVIDIA H100 80GB HBM3": ["2330", {"1g.10gb": 7, "1g.20gb": 7}]
     }
