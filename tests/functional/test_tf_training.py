@@ -937,8 +937,9 @@ while int(optimizer.iterations.numpy()) < steps:
     for _ in range(every):
         coordinator.schedule(step_fn, args=(iterator,))
     coordinator.join()
-    manager.save(checkpoint_number=int(optimizer.iterations.numpy()))
-    say(f"PS_SAVED {int(optimizer.iterations.numpy())}")
+    done = int(optimizer.iterations.numpy())
+    manager.save(checkpoint_number=done)
+    say(f"PS_SAVED {done}")
 say(f"PS_DONE {int(optimizer.iterations.numpy())}")
 """
 
@@ -980,7 +981,10 @@ def test_a_ps_tutorial_program_drained_mid_training_is_stopped_uncounted_and_res
         "RestartJobSetAndIgnoreMaxRestarts"
     )
     saved = job.latest_checkpoint()
-    assert saved in _chief_says(job, "PS_SAVED") and saved >= every, job.output()
+    # the last save may be on disk without its line: a stop between the program's save and
+    # its print (the program handles no SIGTERM), never a save of a step not reached
+    printed = _chief_says(job, "PS_SAVED")
+    assert saved in printed + [printed[-1] + every] and saved >= every, job.output()
 
     # JobSet's new gang, here told to end one checkpoint after the last one
     job.program = [PYTHON, str(program), str(saved + every), str(every)]
