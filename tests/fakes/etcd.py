@@ -71,6 +71,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from fakes import serving
+
 
 @dataclasses.dataclass
 class Member:
@@ -287,7 +289,7 @@ class FakeEtcd:
                 path.write_bytes(data)
             context.load_verify_locations(paths["ca"][0])
             context.load_cert_chain(paths["cert"][0], paths["key"][0])
-        self._httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self._httpd = serving.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         self._httpd.socket = context.wrap_socket(self._httpd.socket, server_side=True)
         self._httpd.daemon_threads = True
         self._httpd.etcd = self  # type: ignore[attr-defined]
