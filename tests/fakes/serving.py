@@ -15,6 +15,7 @@ return at once) is socketserver's.
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import selectors
 import socket
@@ -42,8 +43,12 @@ class ThreadingHTTPServer(http.server.ThreadingHTTPServer):
                 while True:
                     ready = {key.fileobj for key, _ in selector.select(poll_interval)}
                     if self._wake_reader in ready:
-                        self._wake_reader.recv(1)  # this request is answered; a later
-                        break  # serve_forever serves again, as socketserver's does
+                        # this request is answered (a later serve_forever serves again, as
+                        # socketserver's does); closed by server_close without a shutdown,
+                        # the loop ends quietly, as socketserver's ignores its failed accept
+                        with contextlib.suppress(OSError):
+                            self._wake_reader.recv(1)
+                        break
                     if self in ready:
                         self._handle_request_noblock()
                     self.service_actions()
