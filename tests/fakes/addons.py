@@ -50,7 +50,7 @@ from typing import Any
 
 import yaml
 
-from fakes import crds, kueue_visibility
+from fakes import crds, kueue_visibility, serving
 from fakes.tls import make_server_cert
 
 EFS_CSI_VERSION = "v3.4.1"
@@ -394,7 +394,7 @@ class ManifestServer:
                 return
 
         self._cert = make_server_cert("manifests")
-        self._httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd = serving.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.socket = self._cert.server_context().wrap_socket(
             self._httpd.socket, server_side=True
         )

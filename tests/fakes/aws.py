@@ -39,9 +39,10 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from fakes import serving
 from fakes.aws_service_quotas import ServiceQuotas
 
 REGION = "us-east-1"
@@ -166,7 +167,7 @@ class AwsProxy:
         self.quotas = ServiceQuotas(REGION)
         # each stalled request: seconds until its client hung up (None: it never did)
         self.stalls: list[float | None] = []
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._server = serving.ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever, args=(0.05,), daemon=True

@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import http.server
 import json
 import socket
@@ -70,6 +71,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+
+from fakes import serving
 
 
 @dataclasses.dataclass
@@ -150,6 +153,28 @@ class EtcdPki:
             sans = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
             builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
         return _pem(builder.sign(self._ca_key, hashes.SHA256())), _key_pem(key)
+
+    @functools.cached_property
+    def server_context(self) -> ssl.SSLContext:
+        """The TLS of etcd's listener: its server certificate, a client certificate required.
+
+        Made once per PKI, which never changes, and shared by every `FakeEtcd` of it (an
+        SSLContext is only read when it wraps a socket): each start wrote the three files to
+        a temporary directory and loaded them, ~10 ms of each control plane unit test.
+        """
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.verify_mode = ssl.CERT_REQUIRED  # --client-cert-auth=true
+        with tempfile.TemporaryDirectory() as tmp:
+            paths = {
+                "ca": (Path(tmp) / "ca.crt", _pem(self.ca)),
+                "cert": (Path(tmp) / "server.crt", self.server_cert),
+                "key": (Path(tmp) / "server.key", self.server_key),
+            }
+            for path, data in paths.values():
+                path.write_bytes(data)
+            context.load_verify_locations(paths["ca"][0])
+            context.load_cert_chain(paths["cert"][0], paths["key"][0])
+        return context
 
     def install(self, write) -> None:
         """Write what kubeadm leaves on a control-plane node: `write(path, text, mode)`."""
@@ -275,20 +300,10 @@ class FakeEtcd:
 
     def start(self) -> FakeEtcd:
         self.stopping.clear()
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.verify_mode = ssl.CERT_REQUIRED  # --client-cert-auth=true
-        with tempfile.TemporaryDirectory() as tmp:
-            paths = {
-                "ca": (Path(tmp) / "ca.crt", _pem(self.pki.ca)),
-                "cert": (Path(tmp) / "server.crt", self.pki.server_cert),
-                "key": (Path(tmp) / "server.key", self.pki.server_key),
-            }
-            for path, data in paths.values():
-                path.write_bytes(data)
-            context.load_verify_locations(paths["ca"][0])
-            context.load_cert_chain(paths["cert"][0], paths["key"][0])
-        self._httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-        self._httpd.socket = context.wrap_socket(self._httpd.socket, server_side=True)
+        self._httpd = serving.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self._httpd.socket = self.pki.server_context.wrap_socket(
+            self._httpd.socket, server_side=True
+        )
         self._httpd.daemon_threads = True
         self._httpd.etcd = self  # type: ignore[attr-defined]
         threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True).start()

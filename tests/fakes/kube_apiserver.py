@@ -117,6 +117,7 @@ from fakes import (
     kube_stream,
     kube_tables,
     kube_watch,
+    serving,
 )
 from fakes.kube_admission import Admission, Request, deny_service_external_ips, warning_headers
 from fakes.kube_auth import (
@@ -2252,7 +2253,7 @@ class Listener:
             self._thread.join(timeout=5)
 
 
-class _Server(http.server.ThreadingHTTPServer):
+class _Server(serving.ThreadingHTTPServer):
     """The listener: a client gone before or during its request is not the server's error.
 
     socketserver prints every exception of a request to stderr (`handle_error`): a TLS

@@ -361,8 +361,12 @@ def _collection_verb(attrs: Attributes, query: Mapping) -> None:
 # ---------------------------------------------------------------- refusals
 
 
+# One encoder for every quote: `json.dumps` with an option builds a new JSONEncoder per call.
+_quote = json.JSONEncoder(ensure_ascii=False).encode
+
+
 def _go_quote(value: str) -> str:
-    return json.dumps(value, ensure_ascii=False)
+    return _quote(value)
 
 
 def _go_list(values: Any) -> str:
@@ -786,6 +790,10 @@ class ClusterAuth:
         self._clock = clock
         self._version = version
         self._bindings: tuple[object, dict[str, list[dict]]] | None = None
+        # (user, groups, namespace) -> the bindings that apply, for the store version
+        # `_applicable_at` (see `_applicable`)
+        self._applicable_at: object = None
+        self._applicable_kept: dict[tuple, list[tuple[dict, Mapping, str, list[dict], str]]] = {}
         self._static: dict[str, UserInfo] = {}
         self._issued: dict[str, _Issued] = {}
         self._secret_tokens: dict[str, str] = {}  # token -> Secret path (a cache)
@@ -1087,10 +1095,24 @@ class ClusterAuth:
         self._bindings = (version, found)
         return found
 
-    def visit_rules(
+    def _applicable(
         self, user: UserInfo, namespace: str
-    ) -> Iterator[tuple[str, dict | None, str]]:
-        """VisitRulesFor: (source, rule, error) for each rule that applies to `user`."""
+    ) -> list[tuple[dict, Mapping, str, list[dict], str]]:
+        """(binding, subject, scope, role's rules, error) of each binding naming `user`.
+
+        In VisitRulesFor's order: ClusterRoleBindings, then the namespace's RoleBindings.
+        Kept until the store changes (its `version`; the server never changes a stored
+        object in place, a write stores a new one with a new resourceVersion): one request
+        asks for the same user's rules two to four times (the request, `create` for an
+        apply that creates, an RBAC write's escalation checks).
+        """
+        version = self._version()
+        key = (user.name, tuple(user.groups), namespace)
+        if version is None or version != self._applicable_at:
+            self._applicable_at, self._applicable_kept = version, {}
+        elif (kept := self._applicable_kept.get(key)) is not None:
+            return kept
+        found = []
         by_scope = self._bindings_by_scope()
         for scope in ["", namespace] if namespace else [""]:
             for binding in by_scope.get(scope, []):
@@ -1102,29 +1124,52 @@ class ClusterAuth:
                     continue
                 ref = binding.get("roleRef") or {}
                 rules, error = self._role_rules(ref.get("kind", ""), ref.get("name", ""), scope)
-                if error:
-                    yield "", None, error
-                    continue
-                name = binding["metadata"]["name"] + (f"/{scope}" if scope else "")
-                kind = "RoleBinding" if scope else "ClusterRoleBinding"
-                source = (
-                    f"{kind} {_go_quote(name)} of {ref.get('kind')} "
-                    f"{_go_quote(ref.get('name', ''))} to {_describe_subject(subject, scope)}"
-                )
-                for rule in rules:
-                    yield source, rule, ""
+                found.append((binding, subject, scope, rules, error))
+        if version is not None:
+            self._applicable_kept[key] = found
+        return found
+
+    @staticmethod
+    def _source(binding: Mapping, subject: Mapping, scope: str) -> str:
+        """The binding as RBAC's allow reason names it (`ruleAccumulator`'s source)."""
+        ref = binding.get("roleRef") or {}
+        name = binding["metadata"]["name"] + (f"/{scope}" if scope else "")
+        kind = "RoleBinding" if scope else "ClusterRoleBinding"
+        return (
+            f"{kind} {_go_quote(name)} of {ref.get('kind')} "
+            f"{_go_quote(ref.get('name', ''))} to {_describe_subject(subject, scope)}"
+        )
+
+    def visit_rules(
+        self, user: UserInfo, namespace: str
+    ) -> Iterator[tuple[str, dict | None, str]]:
+        """VisitRulesFor: (source, rule, error) for each rule that applies to `user`."""
+        for binding, subject, scope, rules, error in self._applicable(user, namespace):
+            if error:
+                yield "", None, error
+                continue
+            source = self._source(binding, subject, scope)
+            for rule in rules:
+                yield source, rule, ""
 
     def rules_for(self, user: UserInfo, namespace: str) -> list[dict]:
         """RulesFor: every rule that applies to `user` in `namespace`."""
-        return [rule for _, rule, _ in self.visit_rules(user, namespace) if rule is not None]
+        return [
+            rule
+            for _, _, _, rules, error in self._applicable(user, namespace)
+            if not error
+            for rule in rules
+        ]
 
     def _rbac_authorize(self, attrs: Attributes) -> tuple[bool, str]:
+        """VisitRulesFor until a rule allows; the source is named only for the one that does."""
         errors = []
-        for source, rule, error in self.visit_rules(attrs.user, attrs.namespace):
-            if rule is not None and rule_allows(attrs, rule):
-                return True, f"RBAC: allowed by {source}"
+        for binding, subject, scope, rules, error in self._applicable(attrs.user, attrs.namespace):
             if error:
                 errors.append(error)
+                continue
+            if any(rule_allows(attrs, rule) for rule in rules):
+                return True, f"RBAC: allowed by {self._source(binding, subject, scope)}"
         if not errors:
             return False, ""
         return False, "RBAC: " + (errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]")

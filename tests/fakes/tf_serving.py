@@ -35,6 +35,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from fakes import serving
+
 
 class FakeTfServing:
     """`with FakeTfServing(name, base_path) as server:` serves at `server.url`."""
@@ -78,7 +80,7 @@ class FakeTfServing:
             def log_message(self, *args):
                 pass
 
-        self._httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd = serving.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
 
     def __enter__(self) -> FakeTfServing:

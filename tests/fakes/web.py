@@ -20,6 +20,8 @@ import threading
 import time
 from pathlib import Path
 
+from fakes import serving
+
 
 class FileServer:
     """`with FileServer() as web:` serves `web.files` at `web.url`."""
@@ -63,7 +65,7 @@ class FileServer:
             def log_message(self, *args):
                 pass
 
-        self._httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd = serving.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         scheme = "http"
         self.ca_file: Path | None = None
         if tls_dir is not None:
