@@ -45,7 +45,7 @@ class RootServed:
 
     @classmethod
     def of(cls, consumer: str, config: Config, point: AccessPoint) -> RootServed:
-        """`consumer`, served the root through `point`, and why (charm._directory_of)."""
+        """`consumer`, served the root through `point`, and why (as charm.py chose the root)."""
         if consumer in config.root_consumer_names:
             why = "root-consumers"
         else:
