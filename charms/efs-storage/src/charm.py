@@ -34,7 +34,7 @@ import ops
 from aws_access import AwsAccess, aws_call
 from charm_config import Config
 from claims import Owner, efs_path
-from confinement import Access, access_points, confine, csi_driver_on_every_node
+from confinement import Access, RootServed, access_points, confine, csi_driver_on_every_node
 from directories import HELPER_IMAGE, Directories, Holdings
 from efs import Efs
 from efs_model import Desired, Node, Observed, nodes_from_kubernetes
@@ -288,6 +288,8 @@ class EfsStorageCharm(ops.CharmBase):
                 continue
             if access.confining and point is None:  # the file system is not available yet
                 continue
+            if point is not None and directory is None:  # the root: its status names it
+                access.root.append(RootServed.of(request.app_name, config, point))
             spec = claim_spec(
                 storage.owner,
                 consumer=request.app_name,

@@ -29,6 +29,43 @@ from storage import ClaimState, Storage
 from charms.gpu_k8s.v0.shared_storage import StorageRequest
 
 
+@dataclasses.dataclass(frozen=True)
+class RootServed:
+    """A consumer served the file system's root through an access point (issue 29 item 5).
+
+    `why`: `root-consumers` names it, or it held the root before access points (its data
+    is there). `uid`: the access point's POSIX user; 0 acts as root on every consumer's
+    directory (a consumer that asks for no directory names no uid: shared_storage).
+    """
+
+    consumer: str
+    path: str
+    why: str
+    uid: int
+
+    @classmethod
+    def of(cls, consumer: str, config: Config, point: AccessPoint) -> RootServed:
+        """`consumer`, served the root through `point`, and why (as charm.py chose the root)."""
+        if consumer in config.root_consumer_names:
+            why = "root-consumers"
+        else:
+            why = "held it before access points"
+        return cls(consumer, efs_path(config.path, None), why, point.uid)
+
+
+ROOT_SHOWN = 3  # consumers the status names; the others are counted
+
+
+def root_note(served: list[RootServed]) -> str:
+    """The status suffix naming who is served the root, and as which uid; "" for nobody."""
+    if not served:
+        return ""
+    shown = ", ".join(f"{r.consumer} ({r.why}) as uid {r.uid}" for r in served[:ROOT_SHOWN])
+    if len(served) > ROOT_SHOWN:
+        shown += f" and {len(served) - ROOT_SHOWN} more"
+    return f"; the file system's root {served[0].path} is served to {shown}"
+
+
 @dataclasses.dataclass
 class Access:
     """How this pass serves consumers: through access points (confining) or plain NFS."""
@@ -40,6 +77,7 @@ class Access:
     confining: bool = False
     nfs_left: list[str] = dataclasses.field(default_factory=list)
     policy: bool = False
+    root: list[RootServed] = dataclasses.field(default_factory=list)
 
     def note(self, states: list[ClaimState]) -> str:
         """What the Active status adds about confinement (empty once all is confined)."""
@@ -50,6 +88,9 @@ class Access:
                 f"; consumers are not confined (NFS as root, no TLS): the EFS CSI driver "
                 f"{CSI_DRIVER} is not on every node"
             )
+        return self._unconfined(states) + root_note(self.root)
+
+    def _unconfined(self, states: list[ClaimState]) -> str:
         moving = [s.note for s in states if s.note]
         if moving:
             return f"; not confined yet: {'; '.join(moving)}"

@@ -8,12 +8,15 @@ names `efs.csi.aws.com` (kubernetes pkg/volume/csi/nodeinfomanager).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
+from confinement import RootServed, root_note
 from efs_env import Env, installed, relation_of, status_texts
 from ops import testing
 
 PV = "efs-storage-training-tensorflow-"
+ROOT_CONSUMER = {"root-consumers": "tensorflow"}
 
 
 def _driver_on_every_node(env: Env) -> None:
@@ -91,8 +94,11 @@ def test_an_existing_consumer_moves_onto_its_access_point_once_no_pod_holds_the_
     assert root["Condition"] == {
         "StringNotEquals": {"elasticfilesystem:AccessPointArn": [ap["AccessPointArn"]]}
     }
+    # its access point on the root acts as root on every directory: the status names it
+    # (updated: review29c item 6 found it said nothing)
     assert out.unit_status == testing.ActiveStatus(
-        f"EFS {fs_id}: 2/2 mount targets available, 1 claims bound"
+        f"EFS {fs_id}: 2/2 mount targets available, 1 claims bound; the file system's root "
+        "/ is served to tensorflow (held it before access points) as uid 0"
     )
 
     env.proxy.clear_counts()
@@ -100,6 +106,19 @@ def test_an_existing_consumer_moves_onto_its_access_point_once_no_pod_holds_the_
     assert env.mutating_aws_calls() == []
     assert again.unit_status == out.unit_status
     assert len(_access_points(env, fs_id)) == 1
+
+    # the move docs/explanation/security.md gives a holder from before access points: named
+    # in root-consumers once, it holds nothing; taken out again, it is served a directory
+    # named after it (its files stay at the root: moving them is the operator's)
+    out = ctx.run(ctx.on.config_changed(), dataclasses.replace(out, config=ROOT_CONSUMER))
+    assert "tensorflow (root-consumers) as uid 0" in out.unit_status.message
+    out = dataclasses.replace(out, config={"root-consumers": ""})
+    out = env.control_plane_answers(ctx.run(ctx.on.config_changed(), out))
+    out = ctx.run(ctx.on.relation_changed(relation_of(out, "kube-api")), out)
+    by_path = {p["RootDirectory"]["Path"]: p for p in _access_points(env, fs_id)}
+    assert _volume(env)["spec"]["csi"]["volumeHandle"] == (
+        f"{fs_id}::{by_path['/tensorflow']['AccessPointId']}"
+    )
 
 
 def test_consumers_without_a_directory_get_one_of_their_own_never_the_root(ctx, env):
@@ -131,6 +150,40 @@ def test_consumers_without_a_directory_get_one_of_their_own_never_the_root(ctx, 
     )
     assert not [r for r in env.api.requests if "/jobs" in r.path]  # no directory Job
     assert out.unit_status.name == "waiting", out.unit_status.message
+    env.bind("training", "efs-storage-tensorflow")
+    env.bind("serving", "efs-storage-tf-serving")
+    out = ctx.run(ctx.on.update_status(), out)
+    # nobody is served the root: the status names nobody
+    assert out.unit_status == testing.ActiveStatus(
+        f"EFS {fs_id}: 1/1 mount targets available, 2 claims bound"
+    )
+
+
+def test_a_root_consumer_is_named_in_the_status_with_its_uid(ctx, env):
+    env.add_node("us-east-1a")
+    _driver_on_every_node(env)
+    state = env.state(config=ROOT_CONSUMER, consumers={"tensorflow": "training"})
+    out = env.control_plane_answers(ctx.run(ctx.on.install(), state))
+    out = ctx.run(ctx.on.relation_changed(relation_of(out, "kube-api")), out)
+    fs_id = env.file_systems()[0]["FileSystemId"]
+    (ap,) = _access_points(env, fs_id)
+    assert ap["RootDirectory"]["Path"] == "/"
+    assert ap["PosixUser"] == {"Uid": 0, "Gid": 0}
+    env.bind("training", "efs-storage-tensorflow")
+    out = ctx.run(ctx.on.update_status(), out)
+    assert out.unit_status == testing.ActiveStatus(
+        f"EFS {fs_id}: 1/1 mount targets available, 1 claims bound; the file system's root "
+        "/ is served to tensorflow (root-consumers) as uid 0"
+    )
+
+
+def test_the_status_names_three_root_consumers_and_counts_the_others():
+    served = [RootServed(f"team-{n}", "/", "root-consumers", 0) for n in range(5)]
+    assert root_note(served) == (
+        "; the file system's root / is served to team-0 (root-consumers) as uid 0, "
+        "team-1 (root-consumers) as uid 0, team-2 (root-consumers) as uid 0 and 2 more"
+    )
+    assert root_note([]) == ""
 
 
 def test_the_access_point_limit_refuses_that_consumer_only(ctx, env):
