@@ -114,6 +114,13 @@ JOB_CASES = [
         with_template(job(), restartPolicy="Always"),
         'spec.template.spec.restartPolicy: Required value: valid values: "OnFailure", "Never"',
     ),
+    # on a Pod the Priority admission plugin answers first (test_a_pods_preemption_policy_
+    # is_the_priority_plugins): ValidatePreemptionPolicy is reached through templates
+    (
+        with_template(job(), preemptionPolicy="Always"),
+        'spec.template.spec.preemptionPolicy: Unsupported value: "Always": '
+        'supported values: "PreemptLowerPriority", "Never"',
+    ),
 ]
 
 
@@ -226,17 +233,27 @@ POD_CASES = [
         "preference.matchExpressions[0].values: Forbidden: may not be specified when "
         "`operator` is 'Exists' or 'DoesNotExist'",
     ),
-    (
-        pod(preemptionPolicy="Always"),
-        'spec.preemptionPolicy: Unsupported value: "Always": '
-        'supported values: "PreemptLowerPriority", "Never"',
-    ),
 ]
 
 
 @pytest.mark.parametrize(("obj", "error"), POD_CASES)
 def test_a_pod_with_an_unsupported_value_is_refused(ns: Kube, obj: dict, error: str):
     assert refused(ns, obj) == f'Pod "p" is invalid: {error}'
+
+
+def test_a_pods_preemption_policy_is_the_priority_plugins(ns: Kube):
+    """A Pod's bad preemptionPolicy is the Priority plugin's 403, not validation's 422.
+
+    kube-apiserver runs mutating admission before validation: the Priority plugin
+    (plugin/pkg/admission/priority/admission.go admitPod) computes the pod's policy from
+    its class and refuses one that differs.
+    """
+    with pytest.raises(KubeError) as info:
+        ns.create(pod(preemptionPolicy="Always"))
+    assert info.value.status == 403, info.value.message
+    assert "the string value of PreemptionPolicy (Always) must not be provided in pod spec" in (
+        info.value.message
+    )
 
 
 def test_supported_values_are_accepted(ns: Kube):
