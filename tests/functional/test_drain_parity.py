@@ -66,9 +66,31 @@ def _workloads(api: FakeKubeApiServer) -> tuple[dict, dict]:
         f"/api/v1/nodes/{NODE}", {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
     )
     rs = "/apis/apps/v1/namespaces/default/replicasets/web"
-    api.put_object(rs, {"spec": {"selector": {"matchLabels": {"app": "web"}}}})
+    api.put_object(
+        rs,
+        {
+            "spec": {
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {
+                    "metadata": {"labels": {"app": "web"}},
+                    "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+                },
+            }
+        },
+    )
     ds = "/apis/apps/v1/namespaces/kube-system/daemonsets/agent"
-    api.put_object(ds, {"spec": {"selector": {"matchLabels": {"app": "agent"}}}})
+    api.put_object(
+        ds,
+        {
+            "spec": {
+                "selector": {"matchLabels": {"app": "agent"}},
+                "template": {
+                    "metadata": {"labels": {"app": "agent"}},
+                    "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+                },
+            }
+        },
+    )
     return _owner(api, rs, "ReplicaSet"), _owner(api, ds, "DaemonSet")
 
 
