@@ -86,6 +86,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import hashlib
 import http.server
 import json
 import random
@@ -601,25 +602,24 @@ def _check_preconditions(resource: str, meta: dict, preconditions: dict) -> None
             )
 
 
-# Custom resources seeded and found valid, kept per process by their exact JSON text: the
-# same objects are seeded in many tests (install_kueue's ResourceFlavors, each test's
-# ClusterQueues), and their CRDs' rules cost ~2 ms a seed in cel-python (the tensorflow
-# suite: ~16,000 seeds, 2026-11-27). Only under the pinned CRDs every server shares
-# (`crds.shared`: the same `spec` object for the whole process), so the same text always
-# meets the same schema; a built-in kind's schema findings are kept already
-# (kube_admission.check_builtin).
-_VALID_SEEDS: set[tuple[str, str, str]] = set()
-_SEEDS_KEPT = 16384
+# Seeds found valid, kept per process by a digest of their exact JSON text: the same objects
+# are seeded in many tests (install_kueue's ResourceFlavors, each grant's admission
+# policies), and a custom resource's rules cost ~2-4 ms a seed in cel-python (the
+# tensorflow suite: ~16,000 seeds, 2026-11-27). A custom resource only under the pinned
+# CRDs every server shares (`crds.shared`: the same `spec` object for the whole process),
+# so the same text always meets the same schema; a built-in kind's schemas are fixed.
+_VALID_SEEDS: set[tuple[str, str, bytes]] = set()
+_SEEDS_KEPT = 65536
 
 
-def _seed_key(target: Target, obj: dict, crd: dict | None) -> tuple[str, str, str] | None:
+def _seed_key(target: Target, obj: dict, crd: dict | None) -> tuple[str, str, bytes] | None:
     """The key `_VALID_SEEDS` keeps a valid seed by, or None where it keeps none."""
-    if crd is None:
-        return None
-    shared = crds.crd_of(target.gv, target.kind)
-    if shared is None or crd.get("spec") is not shared["spec"]:
-        return None
-    return (target.gv, target.kind, json.dumps(obj))
+    if crd is not None:
+        shared = crds.crd_of(target.gv, target.kind)
+        if shared is None or crd.get("spec") is not shared["spec"]:
+            return None
+    digest = hashlib.blake2b(json.dumps(obj).encode(), digest_size=16).digest()
+    return (target.gv, target.kind, digest)
 
 
 class FakeKubeApiServer:
