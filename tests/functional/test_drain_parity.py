@@ -61,14 +61,23 @@ def _pod(name: str, namespace: str = "default", phase: str = "Running", **extra:
     }
 
 
+def _selecting(app: str) -> dict:
+    """A workload's selector and pod template, labelled app=<app>."""
+    template = {"containers": [{"name": "c", "image": "busybox"}]}
+    return {
+        "selector": {"matchLabels": {"app": app}},
+        "template": {"metadata": {"labels": {"app": app}}, "spec": template},
+    }
+
+
 def _workloads(api: FakeKubeApiServer) -> tuple[dict, dict]:
     api.put_object(
         f"/api/v1/nodes/{NODE}", {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
     )
     rs = "/apis/apps/v1/namespaces/default/replicasets/web"
-    api.put_object(rs, {"spec": {"selector": {"matchLabels": {"app": "web"}}}})
+    api.put_object(rs, {"spec": _selecting("web")})
     ds = "/apis/apps/v1/namespaces/kube-system/daemonsets/agent"
-    api.put_object(ds, {"spec": {"selector": {"matchLabels": {"app": "agent"}}}})
+    api.put_object(ds, {"spec": _selecting("agent")})
     return _owner(api, rs, "ReplicaSet"), _owner(api, ds, "DaemonSet")
 
 

@@ -15,11 +15,14 @@ from typing import Any
 import pytest
 
 from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
+from fakes import crds
 from fakes.kube_admission import CHECKS, PodSecurityConfig
-from fakes.kube_apiserver import FakeKubeApiServer
+from fakes.kube_apiserver import ApiError, FakeKubeApiServer
 
 DEPLOYMENTS = "/apis/apps/v1/namespaces/work/deployments"
 PODS = "/api/v1/namespaces/work/pods"
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+NOW = "2026-11-27T21:00:00Z"
 # A pod the restricted level admits (Pod Security Standards, "Restricted" at 1.36)
 RESTRICTED_SPEC: dict[str, Any] = {
     "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
@@ -302,8 +305,6 @@ def test_the_real_kueue_and_jobset_crds_apply_server_side(kube: Kube):
     structured-merge-diff takes any value there (kube-openapi pkg/schemaconv's
     `__untyped_deduced_`), where the fake once answered 500 "field not declared in schema".
     """
-    from fakes import crds
-
     for name in (crds.JOBSET, *crds.KUEUE):
         applied = kube.apply(crds.crd(name), field_manager="kubectl")
         assert applied["spec"]["versions"] == crds.crd(name)["spec"]["versions"]
@@ -869,3 +870,103 @@ def test_the_global_default_class_names_a_pod_that_names_none(work: Kube):
     assert (made["spec"]["priorityClassName"], made["spec"]["priority"]) == ("low", 10)
     made = work.create(pod("same", spec={**made["spec"], "priority": 10}))  # equal: admitted
     assert made["spec"]["priority"] == 10
+
+
+# ---------------------------------------------------------------- seeds (put_object)
+
+
+def seed_refusal(api: FakeKubeApiServer, path: str, obj: dict) -> tuple[int, str, str]:
+    """(code, reason, message) of the ApiError `put_object` raises; nothing is stored."""
+    with pytest.raises(ApiError) as info:
+        api.put_object(path, obj)
+    assert api.get_object(path) is None
+    return info.value.code, info.value.reason, info.value.message
+
+
+def test_a_seed_is_decoded_strictly_and_validated_as_a_create(kube_api: FakeKubeApiServer):
+    """put_object refuses what a create with fieldValidation=Strict is refused for.
+
+    A seed is the test setting the world up: were it invalid, the charm would be tested
+    against a world no cluster holds. Decoding as handlers/create.go (strict: 400, each
+    undeclared field; a wrong type: 400), then the strategy's validation (422: required
+    fields, kube_enums.py's values).
+    """
+    kube_api.put_object("/api/v1/namespaces/work", {"metadata": {"name": "work"}})
+    path = f"{DEPLOYMENTS}/web"
+    assert seed_refusal(kube_api, path, deployment(replica=2)) == (
+        400,
+        "BadRequest",
+        'Deployment in version "v1" cannot be handled as a Deployment: strict decoding error: '
+        'unknown field "spec.replica"',
+    )
+    assert seed_refusal(kube_api, path, deployment(replicas="2"))[:2] == (400, "BadRequest")
+    no_selector = deployment()
+    del no_selector["spec"]["selector"]
+    assert seed_refusal(kube_api, path, no_selector) == (
+        422,
+        "Invalid",
+        'Deployment.apps "web" is invalid: spec.selector: Required value',
+    )
+    tcp = pod(spec={"containers": [{"name": "c", "image": "b", "ports": [{"containerPort": 80}]}]})
+    tcp["spec"]["containers"][0]["ports"][0]["protocol"] = "tcp"
+    assert seed_refusal(kube_api, f"{PODS}/p", tcp) == (
+        422,
+        "Invalid",
+        'Pod "p" is invalid: spec.containers[0].ports[0].protocol: Unsupported value: "tcp": '
+        'supported values: "SCTP", "TCP", "UDP"',
+    )
+    kube_api.put_object(path, deployment())  # a valid one is stored
+
+
+def test_a_seeds_kind_must_be_its_paths(kube_api: FakeKubeApiServer):
+    """The body's apiVersion and kind are the path's, as a create's must be.
+
+    Its name and namespace are the path's: put_object sets them.
+    """
+    kube_api.put_object("/api/v1/namespaces/work", {"metadata": {"name": "work"}})
+    assert seed_refusal(kube_api, f"{PODS}/p", deployment()) == (
+        400,
+        "BadRequest",
+        "the API version in the data (apps/v1) and kind (Deployment) do not match v1 Pod",
+    )
+    assert kube_api.put_object(f"{PODS}/q", pod())["metadata"]["name"] == "q"
+
+
+def test_a_seeds_status_is_checked_against_its_schema(kube_api: FakeKubeApiServer):
+    """Status is what tests seed most: its fields' types and names as the schema declares.
+
+    A built-in kind's status against kubernetes-validate's 1.36 schema; a custom resource's
+    against its CRD's status schema (JobSet v0.12.0: a condition needs its five fields, its
+    status is True, False or Unknown).
+    """
+    kube_api.put_object("/api/v1/namespaces/work", {"metadata": {"name": "work"}})
+    running = {**pod(), "status": {"phase": "Running", "podIPs": "10.0.0.1"}}
+    assert seed_refusal(kube_api, f"{PODS}/p", running)[:2] == (400, "BadRequest")
+    running["status"] = {"phase": "Running", "ready": True}
+    assert seed_refusal(kube_api, f"{PODS}/p", running)[2].endswith(
+        'strict decoding error: unknown field "status.ready"'
+    )
+    running["status"] = {"phase": "Running", "podIPs": [{"ip": "10.0.0.1"}]}
+    assert kube_api.put_object(f"{PODS}/p", running)["status"] == running["status"]
+    kube_api.put_shared(f"{CRDS}/{crds.JOBSET}", crds.shared(crds.JOBSET))
+    spec = {"replicatedJobs": [{"name": "w", "replicas": 1, "template": {"spec": {}}}]}
+    spec["replicatedJobs"][0]["template"]["spec"]["template"] = {
+        "spec": {"containers": [{"name": "c", "image": "b"}]}
+    }
+    jobsets = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/work/jobsets"
+    done = {"type": "Completed", "status": "Yes", "reason": "AllJobsCompleted"}
+    code, reason, message = seed_refusal(
+        kube_api, f"{jobsets}/js", {"spec": spec, "status": {"conditions": [done]}}
+    )
+    assert (code, reason) == (422, "Invalid")
+    assert message == (
+        'JobSet.jobset.x-k8s.io "js" is invalid: ['
+        "status.conditions[0].lastTransitionTime: Required value, "
+        "status.conditions[0].message: Required value, "
+        'status.conditions[0].status: Unsupported value: "Yes": '
+        'supported values: "True", "False", "Unknown", '
+        '<nil>: Invalid value: "null": some validation rules were not checked because the '
+        "object was invalid; correct the existing errors to complete validation]"
+    )
+    done.update(status="True", message="jobset completed", lastTransitionTime=NOW)
+    kube_api.put_object(f"{jobsets}/js", {"spec": spec, "status": {"conditions": [done]}})

@@ -295,7 +295,14 @@ def test_a_mirror_pod_is_owned_by_its_node_alone(api, change, reason):
             "persistentvolumeclaims",
         ),
         (
-            {"volumes": [{"name": "v", "projected": {"sources": [{"serviceAccountToken": {}}]}}]},
+            {
+                "volumes": [
+                    {
+                        "name": "v",
+                        "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]},
+                    }
+                ]
+            },
             "serviceaccounts (via projected volumes)",
         ),
         ({"volumes": [{"name": "v", "csi": {"driver": "d"}}]}, "csidrivers (via CSI volumes)"),
@@ -405,7 +412,12 @@ def test_a_node_requests_tokens_only_bound_to_its_own_pods(api):
     # audience the pod projects (ServiceAccountNodeAudienceRestriction, on since 1.33).
     api.put_object("/api/v1/namespaces/default/serviceaccounts/sa", {})
     projected = [
-        {"name": "t", "projected": {"sources": [{"serviceAccountToken": {"audience": "vault"}}]}}
+        {
+            "name": "t",
+            "projected": {
+                "sources": [{"serviceAccountToken": {"audience": "vault", "path": "token"}}]
+            },
+        }
     ]
     bound_pod(api, "mine", "n1", serviceAccountName="sa", volumes=projected)
     bound_pod(api, "theirs", "n2", serviceAccountName="sa")

@@ -401,7 +401,10 @@ def test_deleting_a_namespace_deletes_its_contents(kube: Kube, kube_api: FakeKub
 def test_test_helpers_store_read_and_remove_objects(kube_api: FakeKubeApiServer):
     stored = kube_api.put_object(
         "/api/v1/namespaces/default/pods/p",
-        {"spec": {"nodeName": "n1"}, "status": {"phase": "Running"}},
+        {
+            "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "busybox"}]},
+            "status": {"phase": "Running"},
+        },
     )
     assert stored["kind"] == "Pod" and stored["metadata"]["namespace"] == "default"
     again = kube_api.put_object(

@@ -134,7 +134,16 @@ def cluster(kubectl_binary: Path) -> Iterator[tuple[FakeKubeApiServer, Kubectl]]
         api.put_object("/api/v1/namespaces/tensorflow", {"metadata": {}})
         api.put_object(
             "/apis/batch/v1/namespaces/tensorflow/jobs/fetch-mnist",
-            {"spec": {"template": {"spec": {"containers": [{"name": "m", "image": "x"}]}}}},
+            {
+                "spec": {
+                    "template": {
+                        "spec": {
+                            "restartPolicy": "Never",
+                            "containers": [{"name": "m", "image": "x"}],
+                        }
+                    }
+                }
+            },
         )
         api.put_object(
             "/api/v1/namespaces/tensorflow/pods/fetch-mnist-vr8mp",

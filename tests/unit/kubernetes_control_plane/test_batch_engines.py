@@ -376,15 +376,26 @@ def _cohort_quota(api) -> dict[tuple[str, str], str]:
     }
 
 
+OWNER_API = {"Job": "batch/v1", "ReplicaSet": "apps/v1"}
+
+
 def _gpu_pod(api, name: str, node: str, gpus: int, owner: str, namespace: str = "team") -> None:
     api.put_object(
         f"/api/v1/namespaces/{namespace}/pods/{name}",
         {
-            "metadata": {"ownerReferences": [{"kind": owner, "name": "x", "uid": name}]},
+            "metadata": {
+                "ownerReferences": [
+                    {"apiVersion": OWNER_API[owner], "kind": owner, "name": "x", "uid": name}
+                ]
+            },
             "spec": {
                 "nodeName": node,
                 "containers": [
-                    {"name": "c", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
+                    {
+                        "name": "c",
+                        "image": "busybox",
+                        "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+                    }
                 ],
             },
             "status": {"phase": "Running"},

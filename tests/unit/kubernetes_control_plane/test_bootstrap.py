@@ -267,7 +267,11 @@ def three_units(machine, planned_units: int):
     state = ctx.run(ctx.on.relation_changed(relation, remote_unit=1), state)
     machine.api.put_object(
         "/api/v1/namespaces/default/pods/web-1",
-        {"metadata": {}, "spec": {"nodeName": NODE}, "status": {"phase": "Running"}},
+        {
+            "metadata": {},
+            "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "busybox"}]},
+            "status": {"phase": "Running"},
+        },
     )
     # Juju tells the departing unit about each peer; relation-list no longer has that one.
     return ctx, state, dataclasses.replace(peer(state), peers_data={2: members[2]})

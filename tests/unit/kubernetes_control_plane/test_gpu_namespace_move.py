@@ -102,7 +102,11 @@ def test_the_old_go_first_and_the_new_come_once_their_pods_are_gone(ctx, bootstr
 
 
 def test_kube_system_objects_the_charm_did_not_make_are_left_alone(ctx, bootstrapped, api):
-    theirs = {"metadata": {"name": "nvidia-device-plugin", "labels": {}}, "spec": {}}
+    labels = {"name": "nvidia-device-plugin-ds"}  # another installer's, no labels of ours
+    template = {"metadata": {"labels": labels}, "spec": {"containers": [{"name": "c"}]}}
+    template["spec"]["containers"][0]["image"] = "nvcr.io/nvidia/k8s-device-plugin:v0.17.0"
+    spec = {"selector": {"matchLabels": labels}, "template": template}
+    theirs = {"metadata": {"name": "nvidia-device-plugin", "labels": {}}, "spec": spec}
     api.put_object(f"/apis/apps/v1/namespaces/{OLD}/daemonsets/nvidia-device-plugin", theirs)
     rel = workers_relation({0: worker_bag("gpu-0", [{"model": "NVIDIA A10G", "count": 4}])})
 

@@ -76,7 +76,10 @@ class ControlPlanes:
                 f"/api/v1/namespaces/default/pods/web-{i}",
                 {
                     "metadata": {},
-                    "spec": {"nodeName": node_name(i)},
+                    "spec": {
+                        "nodeName": node_name(i),
+                        "containers": [{"name": "c", "image": "busybox"}],
+                    },
                     "status": {"phase": "Running"},
                 },
             )

@@ -43,7 +43,11 @@ def upgrade_to(state: testing.State, minor: str) -> testing.State:
 def add_pod(api, name: str) -> None:
     api.put_object(
         f"/api/v1/namespaces/default/pods/{name}",
-        {"metadata": {}, "spec": {"nodeName": NODE}, "status": {"phase": "Running"}},
+        {
+            "metadata": {},
+            "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "busybox"}]},
+            "status": {"phase": "Running"},
+        },
     )
 
 

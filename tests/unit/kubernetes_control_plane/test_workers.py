@@ -316,7 +316,10 @@ def test_departed_worker_node_deleted_only_after_it_drained(ctx, bootstrapped, a
     api.put_object("/api/v1/nodes/w1", node("w1"))
     api.put_object(
         "/api/v1/namespaces/default/pods/train-0",
-        {"spec": {"nodeName": "w1"}, "status": {"phase": "Running"}},
+        {
+            "spec": {"nodeName": "w1", "containers": [{"name": "c", "image": "busybox"}]},
+            "status": {"phase": "Running"},
+        },
     )
     api.put_object(
         "/api/v1/namespaces/kube-flannel/pods/flannel-w1",
@@ -332,7 +335,7 @@ def test_departed_worker_node_deleted_only_after_it_drained(ctx, bootstrapped, a
                     }
                 ]
             },
-            "spec": {"nodeName": "w1"},
+            "spec": {"nodeName": "w1", "containers": [{"name": "c", "image": "busybox"}]},
             "status": {"phase": "Running"},
         },
     )

@@ -549,7 +549,11 @@ def add_pod(api, name, labels=None, namespace="default", owner=None):
         ]
     api.put_object(
         f"/api/v1/namespaces/{namespace}/pods/{name}",
-        {"metadata": metadata, "spec": {"nodeName": NODE}, "status": {"phase": "Running"}},
+        {
+            "metadata": metadata,
+            "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "busybox"}]},
+            "status": {"phase": "Running"},
+        },
     )
 
 

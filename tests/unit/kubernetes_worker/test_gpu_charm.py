@@ -397,7 +397,11 @@ def test_reboot_needed_without_auto_reboot_blocks_with_the_exact_commands(
 def add_pod(api, name):
     api.put_object(
         f"/api/v1/namespaces/default/pods/{name}",
-        {"metadata": {}, "spec": {"nodeName": NODE}, "status": {"phase": "Running"}},
+        {
+            "metadata": {},
+            "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "busybox"}]},
+            "status": {"phase": "Running"},
+        },
     )
 
 

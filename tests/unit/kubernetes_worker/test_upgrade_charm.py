@@ -33,7 +33,7 @@ def add_pod(api, name, labels=None):
         f"/api/v1/namespaces/default/pods/{name}",
         {
             "metadata": {"labels": labels or {}},
-            "spec": {"nodeName": NODE},
+            "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "busybox"}]},
             "status": {"phase": "Running"},
         },
     )

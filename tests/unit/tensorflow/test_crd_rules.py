@@ -244,7 +244,17 @@ def test_an_unchanged_value_keeps_its_old_errors(api):
     """
     cq = _cluster_queue("old")
     del cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][1]
-    api.put_object(f"{KUEUE}/clusterqueues/old", cq)  # stored by an older Kueue's rules
+    # stored before the rule was there: seeded under the CRD without it, which the pinned
+    # one then replaces (put_object validates a seed as a create under the CRD it finds)
+    name = "clusterqueues.kueue.x-k8s.io"
+    path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+    older = crds.crd(name)
+    for version in older["spec"]["versions"]:
+        schema = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        del schema["properties"]["resourceGroups"]["items"]["x-kubernetes-validations"]
+    api.put_shared(path, older)
+    api.put_object(f"{KUEUE}/clusterqueues/old", cq)
+    api.put_shared(path, crds.shared(name))
     stored = api.get_object(f"{KUEUE}/clusterqueues/old")
     stored["spec"]["stopPolicy"] = "Hold"
     assert send(api, "PUT", f"{KUEUE}/clusterqueues/old", stored)[0] == 200

@@ -10,6 +10,12 @@ from fakes import kueue_visibility
 
 VIS = f"/apis/{kueue_visibility.GROUP}/{kueue_visibility.VERSION}"
 PENDING = f"{VIS}/namespaces/{NS}/localqueues/training/pendingworkloads"
+# a Workload holds one pod set at least (Kueue v0.19.2 CRD: spec.podSets minItems 1)
+POD_SET = {
+    "name": "main",
+    "count": 1,
+    "template": {"spec": {"containers": [{"name": "c", "image": "busybox"}]}},
+}
 
 
 def _train(ctx, state, job: str, workers: int, priority: str = "normal"):
@@ -57,7 +63,7 @@ def test_the_visibility_api_orders_as_kueue_and_pages(api, controller):
             f"{ws}/namespaces/{NS}/workloads/{name}",
             {
                 "metadata": {"creationTimestamp": created},
-                "spec": {"queueName": "training", "priority": priority, "podSets": []},
+                "spec": {"queueName": "training", "priority": priority, "podSets": [POD_SET]},
                 "status": {"conditions": []},
             },
         )
