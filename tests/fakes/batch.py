@@ -914,19 +914,14 @@ class BatchControllers:
         return self.api.objects(f"{KUEUE}/namespaces/{self.ns}/workloads/")
 
     def _put(self, obj: dict) -> dict:
-        """Store a controller's object; a Job or Pod checked as kube-apiserver validates it.
+        """Store a controller's object, checked as kube-apiserver validates its create.
 
-        The enums kubernetes-validate's schemas lack (`fakes.kube_enums`): a Job the JobSet
-        controller builds from a template with `completionMode: Indexd` is refused (422)
-        here as the real server refuses the controller's create.
+        `put_object` decodes and validates it (enums from `fakes.kube_enums` included): a
+        Job the JobSet controller builds from a template with `completionMode: Indexd` is
+        refused (422) as the real server refuses the controller's create.
         """
         kind = obj["kind"]
         name = obj["metadata"]["name"]
-        if kind in ("Job", "Pod"):
-            api_version = obj.get("apiVersion") or ("v1" if kind == "Pod" else "batch/v1")
-            errors = enum_errors(api_version, kind, obj)
-            if errors:
-                raise invalid(api_version, kind, name, errors)
         path = {
             "JobSet": f"{JOBSET}/namespaces/{self.ns}/jobsets/{name}",
             "Job": f"/apis/batch/v1/namespaces/{self.ns}/jobs/{name}",
