@@ -553,12 +553,14 @@ def checkpointed(model, data: Data, progress: Progress, args, step: int, final: 
         return
     loss, accuracy = data.evaluate(model)
     progress.evaluated(step, loss, accuracy)
-    if final and args.export_dir:
-        progress.exported = str(export(model.params, data.spec(), args.export_dir, step))
+    if final:
+        finished_before(model, data, progress, args, step)
 
 
 def finished_before(model, data: Data, progress: Progress, args, step: int) -> None:
-    """A run that finds every step done: on the chief, the final export if it is missing.
+    """On the chief, the final export if it is missing: at the end, or on a finished run.
+
+    `checkpointed` calls it after the last save; a run that finds every step done, first.
 
     A chief killed between its final checkpoint and the export's rename left no version
     `step` (export writes it beside and renames it, so never half of one), and its
