@@ -48,19 +48,20 @@ logger = logging.getLogger(__name__)
 MAX_MANIFEST_BYTES = 32 * 1024 * 1024
 DOWNLOAD_TIMEOUT_SECONDS = 60
 CONFIG_DIGEST_ANNOTATION = "gpu-k8s.io/config-sha256"
+# kubeadm labels (and taints) each control-plane node `node-role.kubernetes.io/control-plane`
+# (kubernetes cmd/kubeadm/app/constants LabelNodeRoleControlPlane, phase mark-control-plane).
+CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
 CONTROL_PLANE_TOLERATION = {
-    "key": "node-role.kubernetes.io/control-plane",
+    "key": CONTROL_PLANE_LABEL,
     "operator": "Exists",
     "effect": "NoSchedule",
 }
-# kubeadm labels each control-plane node `node-role.kubernetes.io/control-plane: ""`
-# (kubernetes cmd/kubeadm/app/constants LabelNodeRoleControlPlane, phase mark-control-plane).
 # The toleration alone only allows a controller there: "Tolerations allow scheduling but
 # don't guarantee scheduling" (kubernetes.io/docs/concepts/scheduling-eviction/
 # taint-and-toleration); this selector requires it. Controllers with cluster-wide write
 # rights (Kueue's, JobSet's, Calico's kube-controllers) then never run on a worker, whose
 # root reads every token its kubelet mounts.
-CONTROL_PLANE_SELECTOR = {"node-role.kubernetes.io/control-plane": ""}
+CONTROL_PLANE_SELECTOR = {CONTROL_PLANE_LABEL: ""}
 # Applied first so that what follows finds its namespace and its kinds; webhooks last, so
 # that nothing else is refused while their service is not up yet.
 _FIRST = ("Namespace", "CustomResourceDefinition")

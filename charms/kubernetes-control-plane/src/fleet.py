@@ -355,7 +355,7 @@ class Fleet:
         current = kube.get("v1", "Node", info.node_name)
         if current is None:
             return
-        if CONTROL_PLANE_LABEL in ((current.get("metadata") or {}).get("labels") or {}):
+        if _control_plane(current):
             refusal = f"{unit}: node {info.node_name} is a control-plane node (refused)"
             known.problems[unit] = refusal
             logger.warning("refused the taint request of %s", refusal)
@@ -396,7 +396,7 @@ class Fleet:
             node = kube.get("v1", "Node", name)
             if node is None:
                 continue
-            if CONTROL_PLANE_LABEL in ((node.get("metadata") or {}).get("labels") or {}):
+            if _control_plane(node):
                 logger.warning("not deleting Node %s: a control-plane node, no worker's", name)
                 continue
             pods = kube.list("v1", "Pod", field_selector=f"spec.nodeName={name}")
@@ -408,3 +408,14 @@ class Fleet:
                 logger.info("keeping Node %s of a departed worker for now: %s", name, why)
                 left.add(name)
         return left
+
+
+def _control_plane(node: dict) -> bool:
+    """Whether a Node carries kubeadm's control-plane label (`CONTROL_PLANE_LABEL`).
+
+    A kubelet can neither set nor remove it on its Node: NodeRestriction forbids a node any
+    `kubernetes.io` label outside the kubelet's own (plugin/pkg/admission/noderestriction/
+    admission.go, tests/fakes/kube_noderestriction.py), so such a Node is a control-plane
+    node whatever a worker unit claims: the leader never taints or deletes it for a worker.
+    """
+    return CONTROL_PLANE_LABEL in ((node.get("metadata") or {}).get("labels") or {})

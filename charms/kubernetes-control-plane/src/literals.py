@@ -3,7 +3,7 @@
 
 """Constants of the kubernetes-control-plane charm: paths, names, pinned versions."""
 
-from batch_engines import Release
+from batch_engines import CONTROL_PLANE_LABEL, Release  # noqa: F401  (one name, fleet.py)
 
 from charms.gpu_k8s.v0.kubeadm import ADMIN_CONF  # noqa: F401  (one name for one path)
 
@@ -156,14 +156,6 @@ GPU_VALIDATION_POD_SECURITY = pod_security_labels("baseline")
 # own labelled PRIVILEGED_POD_SECURITY, not this one: "nothing else runs there".
 GPU_NAMESPACE = "gpu-k8s-gpu"
 PRIVILEGED_POD_SECURITY = pod_security_labels("privileged")
-
-# kubeadm labels each control-plane node so (kubernetes cmd/kubeadm/app/constants
-# LabelNodeRoleControlPlane, phase mark-control-plane). A kubelet can neither set nor remove
-# it on its Node: NodeRestriction forbids a node any `kubernetes.io` label outside the
-# kubelet's own (plugin/pkg/admission/noderestriction/admission.go, tests/fakes/
-# kube_noderestriction.py), so a Node that carries it is a control-plane node whatever a
-# worker unit claims; the leader never taints or deletes one for a worker (fleet.py).
-CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
 
 # Worker credentials: a ServiceAccount each worker uses to label, drain and validate itself.
 WORKER_NAMESPACE = "kube-system"

@@ -123,8 +123,8 @@ def config_name(profile: str) -> str | None:
 
 
 def device_filter(pci_device_id: str) -> str:
-    """mig-parted's id for an NVIDIA GPU model: `2330` -> `0x233010DE`."""
-    return f"0x{pci_device_id.upper()}{NVIDIA_VENDOR}"
+    """mig-parted's id for an NVIDIA GPU model: `2330` (or `0x2330`) -> `0x233010DE`."""
+    return f"0x{pci_device_id.upper().removeprefix('0X')}{NVIDIA_VENDOR}"
 
 
 # NVIDIA's per-model MIG profile table (the MIG user guide, "Supported MIG Profiles":
@@ -245,7 +245,7 @@ def _profile_counts(gpus: Iterable[MigGpu]) -> dict[tuple[str, str], dict[str, i
         table = nvidia_profiles(gpu.pci_device_id)
         if table is None or not gpu.pci_device_id or disagreement(gpu) is not None:
             continue
-        device = device_filter(gpu.pci_device_id.lower().removeprefix("0x"))
+        device = device_filter(gpu.pci_device_id)
         for profile, count in gpu.profiles.items():
             name = config_name(profile)
             if profile not in table or count < 1 or name is None:
