@@ -464,7 +464,7 @@ def test_the_dashboard_panel_gives_the_same_lines_and_labels_with_labels_at_inge
     ]
     shown = (*POD_LABELS, "stream")
 
-    def panel(labels: dict[str, str]) -> tuple[dict[str, str], str] | None:
+    def panel(labels: dict[str, str]) -> tuple[dict[str, str | None], str] | None:
         got = query(expr, labels, LINE)
         return got and ({k: got[0].get(k) for k in shown}, got[1])
 
