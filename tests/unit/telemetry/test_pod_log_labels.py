@@ -400,8 +400,16 @@ def test_other_pods_get_namespace_pod_and_container_but_no_training_job():
 
 def test_a_job_named_like_a_role_keeps_its_whole_name():
     processors = overlay_processors()
-    for job in ("ps-worker", "chief-2", "resnet-ps"):
-        pod = f"{job}-worker-1-3-b4c5d"
+    # the longest name the charm takes (charms/tensorflow/src/literals.py JOB_NAME_MAX 40)
+    # with the last of MAX_WORKERS 1000: the Job controller's generateName prefix stays
+    # within the 58 characters names.SimpleNameGenerator keeps (k8s.io/apiserver
+    # pkg/storage/names/generate.go, MaxGeneratedNameLength = 63 - 5), so it is not cut
+    longest = "j" * 40
+    for job, pod in [
+        *((job, f"{job}-worker-0-3-b4c5d") for job in ("ps-worker", "chief-2", "resnet-ps")),
+        (longest, f"{longest}-worker-0-999-b4c5d"),
+    ]:
+        assert len(pod.rsplit("-", 1)[0]) + 1 <= 58
         for path in kubelet_files("team-b", pod, "tensorflow"):
             assert loki_labels(path, processors)["training_job"] == job, path
 
