@@ -414,6 +414,25 @@ def test_a_job_named_like_a_role_keeps_its_whole_name():
             assert loki_labels(path, processors)["training_job"] == job, path
 
 
+def test_a_link_name_the_kubelet_cut_keeps_only_the_collectors_labels():
+    """A link whose name the kubelet cut gets no pod labels (none wrong either).
+
+    The kubelet cuts the link's name to 251 characters and `.log` (pkg/kubelet/kuberuntime
+    legacy.go logSymlink, ext4MaxFileNameLen 255): a pod, namespace and container over 184
+    characters together. The id is then short, and no label is read from a name that may
+    be cut. The collector usually reads the file under the link's name (test_pod_logs), so
+    such a pod's lines keep the path only; a training replica's names are far shorter.
+    """
+    processors = overlay_processors()
+    namespace, pod, container = "n" * 63, "p" * 63, "c" * 63
+    whole, link = kubelet_files(namespace, pod, container)
+    name = link.removeprefix("/var/log/containers/").removesuffix(".log")[:251]
+    cut = f"/var/log/containers/{name}.log"
+    assert len(name) == 251 and cut != link and collector_reads(cut)
+    assert loki_labels(cut, processors) == loki_labels(cut)
+    assert loki_labels(whole, processors)["pod"] == pod
+
+
 @pytest.mark.parametrize(
     "path",
     [
