@@ -161,6 +161,16 @@ class Parser:
         assert left[0] == "call", "a condition is a comparison or a converter"
         return left
 
+    def items(self, close: str) -> list[tuple]:
+        """Values separated by commas up to `close` (a list's or a call's arguments)."""
+        out = []
+        while self.peek() != ("op", close):
+            out.append(self.value())
+            if self.peek() == ("op", ","):
+                self.take()
+        self.take(close)
+        return out
+
     def value(self) -> tuple:
         kind, text = self.take()
         if kind == "str":
@@ -168,25 +178,13 @@ class Parser:
             assert "\\" not in text, text
             return ("lit", text[1:-1])
         if text == "[":
-            items = []
-            while self.peek() != ("op", "]"):
-                items.append(self.value())
-                if self.peek() == ("op", ","):
-                    self.take()
-            self.take("]")
-            return ("list", items)
+            return ("list", self.items("]"))
         assert kind == "word", text
         if text == "nil":
             return ("lit", None)
         if self.peek() == ("op", "("):
             self.take()
-            args = []
-            while self.peek() != ("op", ")"):
-                args.append(self.value())
-                if self.peek() == ("op", ","):
-                    self.take()
-            self.take(")")
-            return ("call", text, args)
+            return ("call", text, self.items(")"))
         assert text == "log.attributes", f"path {text} not modelled"
         if self.peek() == ("op", "["):
             self.take()
