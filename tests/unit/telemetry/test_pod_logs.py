@@ -31,6 +31,9 @@ regexReplaceAll, Go's regexp.ReplaceAllString: `$n` is the n-th group, a group t
 not take part is empty), then strips the CRI log prefix (`<time> <stream> <P|F> `,
 kubelet pkg/kubelet/kuberuntime/logs parseCRILog) with the pattern parser.
 
+The COS overlay gives pod lines the same labels at ingest, through the collector's
+`processors` option (test_pod_log_labels.py); the panel's query works with or without.
+
 No Loki runs here: these tests apply the query as Loki and Grafana would. A label
 matcher's regex is anchored at both ends (Loki's =~, as Prometheus' labels.Matcher);
 Grafana replaces `$var` with the variable's value, `(a|b)` for several and the
