@@ -161,12 +161,14 @@ _80GB = {
     "4g.40gb": 1,
     "7g.80gb": 1,
 }
-# all-balanced "H200 141GB, H200 NVL": 0x233510DE, 0x233B10DE. all-1g.35gb filters
-# 0x233510DE (4) and GB300's 0x31C210DE (7) only: config-default.yaml has no 1g.35gb
-# entry for the H200 NVL, whose 4 is the MIG user guide's H200 table ("GPU Instance
-# Profiles on H200": 1g.35gb, 4; its Supported GPUs page lists the H200 NVL as the same
-# 141GB GH100 part) and NVIDIA AI Enterprise's "MIG-Backed NVIDIA vGPU for Compute for
-# NVIDIA H200 PCIe 141GB (H200 NVL)" (H200-1-35C on MIG 1g.35gb, 4 per GPU).
+# all-balanced "H200 141GB, H200 NVL": 0x233510DE, 0x233B10DE; all-1g.18gb and
+# all-1g.18gb.me under "H200-141GB, GH200 144G HBM3e", then all-1g.35gb and the 2g.35gb
+# to 7g.141gb configs after it (the MIG user guide's "GPU Instance Profiles on H200" has
+# the same counts). all-1g.35gb filters 0x233510DE (4) and GB300's 0x31C210DE (7) only:
+# config-default.yaml has no 1g.35gb entry for the H200 NVL, whose 4 is that H200 table's
+# (the guide's Supported GPUs page lists the H200 NVL as the same 141GB GH100 part) and
+# NVIDIA AI Enterprise's "MIG-Backed NVIDIA vGPU for Compute for NVIDIA H200 PCIe 141GB
+# (H200 NVL)" (H200-1-35C on MIG 1g.35gb, 4 per GPU).
 _H200 = {
     "1g.18gb": 7,
     "1g.18gb+me": 1,
@@ -218,8 +220,9 @@ NVIDIA_MIG_PROFILES: dict[str, dict[str, int]] = {
     "2335": _H200,  # H200 SXM 141GB (p5e, p5en)
     "233b": _H200,  # H200 NVL
     # B200 (p6-b200): all-balanced "B200", 0x290110DE; the configs under "GB200, B200"
-    # (1g.23gb, 1g.23gb+me) and those after them (1g.45gb, 2g.45gb, 3g.90gb, 4g.90gb,
-    # 7g.180gb; commit 453b5af4 "[B200] add MIG profile for the 4g.90gb instance")
+    # (1g.23gb, 1g.23gb+me) and all-1g.45gb, all-2g.45gb, all-3g.90gb, all-4g.90gb (commit
+    # 453b5af4 "[B200] add MIG profile for the 4g.90gb instance"), all-7g.180gb, which no
+    # comment names: the MIG user guide's "GPU Instance Profiles on B200" has these counts
     "2901": {
         "1g.23gb": 7,
         "1g.23gb+me": 1,
