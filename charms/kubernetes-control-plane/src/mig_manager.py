@@ -128,23 +128,31 @@ def device_filter(pci_device_id: str) -> str:
 
 
 # NVIDIA's per-model MIG profile table (the MIG user guide, "Supported MIG Profiles":
-# "Number of Instances Available" per GPU-instance profile) for the MIG-capable GPUs of
-# the AWS instances this bundle runs on, keyed by PCI device id as workers report it.
-# The counts are the ones mig-parted v0.15.0 (commit e2d5ad1f) ships for these device
-# ids in deployments/systemd/config-default.yaml (`all-<profile>` per model, and the
-# per-model `device-filter` lists of `all-1g.10gb`, `all-1g.35gb` and `all-balanced`).
+# "Number of Instances Available" per GPU-instance profile) for every model the worker
+# charm counts as MIG-capable (its gpu.py MIG_CAPABLE), keyed by PCI device id as workers
+# report it (names from pciutils/pciids pci.ids). The counts are the ones mig-parted
+# v0.15.0 (commit e2d5ad1f) ships in deployments/systemd/config-default.yaml: the
+# `all-<profile>` configs under the comment naming the model's group, the group being
+# the comment over the `all-balanced` entry whose `device-filter` names the model
+# (quoted per model below; `all-1g.10gb` and `all-1g.35gb` filter by model too). Where
+# config-default.yaml has no entry for a model, the comment says so and names NVIDIA's
+# table used instead. `1g.24gb+me` (config-default.yaml's `all-1g.24gb.me`, under no
+# comment of its own) is given to no model: NVIDIA AI Enterprise's MIG-backed vGPU tables
+# for the H100 NVL and the 96GB H20 list no such profile (the RTX PRO 6000 has one).
 # The counts are the hardware's: a worker's report is checked against them and never
 # changes them, so no unit's `gpu-inventory` changes the layout of another node.
-_A100_40GB = {
+_A100_40GB = {  # all-balanced "A100-40GB, A800-40GB": 0x20B010DE, 0x20F110DE, ...
     "1g.5gb": 7,
     "1g.5gb+me": 1,
-    "1g.10gb": 4,
+    "1g.10gb": 4,  # all-1g.10gb's second entry, device-filter 0x20B010DE, 0x20F110DE, ...
     "2g.10gb": 3,
     "3g.20gb": 2,
     "4g.20gb": 1,
     "7g.40gb": 1,
 }
-_80GB = {  # A100-80GB and H100-80GB: one table (config-default.yaml groups them)
+# all-balanced "H100-80GB, H800-80GB, A100-80GB, A800-80GB": 0x233010DE, 0x233110DE,
+# 0x20B210DE, 0x20B510DE, ... (all-1g.10gb's first entry filters the same ids)
+_80GB = {
     "1g.10gb": 7,
     "1g.10gb+me": 1,
     "1g.20gb": 4,
@@ -153,20 +161,69 @@ _80GB = {  # A100-80GB and H100-80GB: one table (config-default.yaml groups them
     "4g.40gb": 1,
     "7g.80gb": 1,
 }
+# all-balanced "H200 141GB, H200 NVL": 0x233510DE, 0x233B10DE; all-1g.18gb and
+# all-1g.18gb.me under "H200-141GB, GH200 144G HBM3e", then all-1g.35gb and the 2g.35gb
+# to 7g.141gb configs after it (the MIG user guide's "GPU Instance Profiles on H200" has
+# the same counts). all-1g.35gb filters 0x233510DE (4) and GB300's 0x31C210DE (7) only:
+# config-default.yaml has no 1g.35gb entry for the H200 NVL, whose 4 is that H200 table's
+# (the guide's Supported GPUs page lists the H200 NVL as the same 141GB GH100 part) and
+# NVIDIA AI Enterprise's "MIG-Backed NVIDIA vGPU for Compute for NVIDIA H200 PCIe 141GB
+# (H200 NVL)" (H200-1-35C on MIG 1g.35gb, 4 per GPU).
+_H200 = {
+    "1g.18gb": 7,
+    "1g.18gb+me": 1,
+    "1g.35gb": 4,
+    "2g.35gb": 3,
+    "3g.71gb": 2,
+    "4g.71gb": 1,
+    "7g.141gb": 1,
+}
 NVIDIA_MIG_PROFILES: dict[str, dict[str, int]] = {
-    "20b0": _A100_40GB,  # A100-SXM4-40GB (p4d)
-    "20b2": _80GB,  # A100-SXM4-80GB (p4de)
+    "20b0": _A100_40GB,  # A100 SXM4 40GB (p4d)
+    "20f1": _A100_40GB,  # A100 PCIe 40GB
+    "20b2": _80GB,  # A100 SXM4 80GB (p4de)
+    "20b5": _80GB,  # A100 PCIe 80GB
     "2330": _80GB,  # H100 SXM5 80GB (p5)
-    "2335": {  # H200 SXM 141GB (p5e, p5en)
-        "1g.18gb": 7,
-        "1g.18gb+me": 1,
-        "1g.35gb": 4,
-        "2g.35gb": 3,
-        "3g.71gb": 2,
-        "4g.71gb": 1,
-        "7g.141gb": 1,
+    "2331": _80GB,  # H100 PCIe
+    "20b7": {  # A30 PCIe: all-balanced "A30-24GB", device-filter 0x20B710DE
+        "1g.6gb": 4,
+        "1g.6gb+me": 1,
+        "2g.12gb": 2,
+        "2g.12gb+me": 1,
+        "4g.24gb": 1,
     },
-    "2901": {  # B200 (p6-b200)
+    # H100L 94GB (H100 NVL): all-balanced "H100 NVL, H800 NVL", 0x232110DE; the configs
+    # under "H100 NVL, H800 NVL, GH200" (1g.12gb, 1g.12gb+me, 1g.24gb, 2g.24gb) and
+    # "H100 NVL, H800 NVL" (3g.47gb, 4g.47gb, 7g.94gb)
+    "2321": {
+        "1g.12gb": 7,
+        "1g.12gb+me": 1,
+        "1g.24gb": 4,
+        "2g.24gb": 3,
+        "3g.47gb": 2,
+        "4g.47gb": 1,
+        "7g.94gb": 1,
+    },
+    # GH200 120GB / 480GB (its H100 96GB): all-balanced "H100-96GB, PG506-96GB, GH200,
+    # H20", 0x234210DE; the configs under "H100 NVL, H800 NVL, GH200" (1g.12gb,
+    # 1g.12gb+me, 1g.24gb, 2g.24gb) and "H100-96GB, PG506-96GB, GH200" (3g.48gb, 4g.48gb,
+    # 7g.96gb)
+    "2342": {
+        "1g.12gb": 7,
+        "1g.12gb+me": 1,
+        "1g.24gb": 4,
+        "2g.24gb": 3,
+        "3g.48gb": 2,
+        "4g.48gb": 1,
+        "7g.96gb": 1,
+    },
+    "2335": _H200,  # H200 SXM 141GB (p5e, p5en)
+    "233b": _H200,  # H200 NVL
+    # B200 (p6-b200): all-balanced "B200", 0x290110DE; the configs under "GB200, B200"
+    # (1g.23gb, 1g.23gb+me) and all-1g.45gb, all-2g.45gb, all-3g.90gb, all-4g.90gb (commit
+    # 453b5af4 "[B200] add MIG profile for the 4g.90gb instance"), all-7g.180gb, which no
+    # comment names: the MIG user guide's "GPU Instance Profiles on B200" has these counts
+    "2901": {
         "1g.23gb": 7,
         "1g.23gb+me": 1,
         "1g.45gb": 4,
@@ -174,6 +231,18 @@ NVIDIA_MIG_PROFILES: dict[str, dict[str, int]] = {
         "3g.90gb": 2,
         "4g.90gb": 1,
         "7g.180gb": 1,
+    },
+    # B300 SXM6 AC (p6-b300): all-balanced "B300", 0x318210DE; no comment names its
+    # configs: they are the ones commit 47c56d96 "add support for the B300 GPU node"
+    # added with that device filter
+    "3182": {
+        "1g.34gb": 7,
+        "1g.34gb+me": 1,
+        "1g.67gb": 4,
+        "2g.67gb": 3,
+        "3g.135gb": 2,
+        "4g.135gb": 1,
+        "7g.269gb": 1,
     },
 }
 

@@ -34,8 +34,9 @@ GPU_CLASSES = frozenset({0x0300, 0x0302})
 NVSWITCH_CLASS = 0x0680
 DEFAULT_PCI_IDS = Path("/usr/share/misc/pci.ids")
 
-# Models worth naming when no PCI id database is installed (ids checked against
-# pciutils/pciids). Datacenter models AWS offers, plus their close relatives.
+# Models worth naming when no PCI id database is installed (ids and names checked against
+# pciutils/pciids pci.ids, c1c1254 2026-08-22). Datacenter models AWS offers, plus their
+# close relatives.
 KNOWN_MODELS: Mapping[int, str] = {
     0x1DB1: "Tesla V100 SXM2 16GB",
     0x1DB4: "Tesla V100 PCIe 16GB",
@@ -54,25 +55,35 @@ KNOWN_MODELS: Mapping[int, str] = {
     0x2331: "H100 PCIe",
     0x2335: "H200 SXM 141GB",
     0x233B: "H200 NVL",
+    0x2342: "GH200 120GB / 480GB",
     0x26B5: "L40",
     0x26B9: "L40S",
     0x27B8: "L4",
+    0x2901: "B200",
+    0x3182: "B300 SXM6 AC",
 }
-# GPUs that support Multi-Instance GPU (Ampere GA100 and Hopper GH100 parts).
+# GPUs that support Multi-Instance GPU: the Ampere GA100, Hopper GH100 and Blackwell GB100
+# parts of the MIG user guide's "Supported GPUs", and the B300 (GB110), whose layouts
+# mig-parted v0.15.0's config-default.yaml has (device-filter 0x318210DE). The control
+# plane has NVIDIA's layouts for exactly these ids (its mig_manager.NVIDIA_MIG_PROFILES):
+# both charms' suites check them against tests/fixtures/mig/nvidia-mig-models.yaml.
 MIG_CAPABLE = frozenset(
     {0x20B0, 0x20B2, 0x20B5, 0x20B7, 0x20F1, 0x2321, 0x2330, 0x2331, 0x2335, 0x233B}
+    | {0x2342, 0x2901, 0x3182}
 )
 # CUDA compute capability of the models above, for drivers whose nvidia-smi cannot report
 # it (`compute_cap` below). Values from NVIDIA's "CUDA GPU Compute Capability" table
 # (developer.nvidia.com/cuda-gpus): V100 7.0; T4 and T4G 7.5; A100 and A30 8.0; A10,
-# A10G 8.6; L4, L40, L40S 8.9; H100, H200 9.0.
+# A10G 8.6; L4, L40, L40S 8.9; H100, H200, GH200 9.0; B200 10.0; B300 10.3.
 KNOWN_COMPUTE: Mapping[int, str] = {
     **dict.fromkeys((0x1DB1, 0x1DB4, 0x1DB5), "7.0"),
     **dict.fromkeys((0x1EB4, 0x1EB8), "7.5"),
     **dict.fromkeys((0x20B0, 0x20B2, 0x20B5, 0x20B7, 0x20F1), "8.0"),
     **dict.fromkeys((0x2236, 0x2237), "8.6"),
     **dict.fromkeys((0x26B5, 0x26B9, 0x27B8), "8.9"),
-    **dict.fromkeys((0x2321, 0x2330, 0x2331, 0x2335, 0x233B), "9.0"),
+    **dict.fromkeys((0x2321, 0x2330, 0x2331, 0x2335, 0x233B, 0x2342), "9.0"),
+    0x2901: "10.0",
+    0x3182: "10.3",
 }
 
 SMI_FIELDS = (
