@@ -10,8 +10,6 @@ import json
 from collections.abc import Iterable, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from registry import is_refusal
-
 from charms.gpu_k8s.v0 import kube_objects
 from charms.gpu_k8s.v0.drain import stays
 from charms.gpu_k8s.v0.kube_objects import GPU_RESOURCE, node_ready, pod_gpus
@@ -297,7 +295,7 @@ def status_line(
     _, kept = workers.refused()
     if kept:
         line += f"; refused: {shown(kept)}"
-    skipped = sorted(p for p in workers.problems.values() if not is_refusal(p))
+    skipped = workers.invalid()
     if skipped:
         line += f"; ignoring {len(skipped)} worker(s) with invalid data: {shown(skipped)}"
     return line

@@ -357,7 +357,7 @@ class Fleet:
             return
         if _control_plane(current):
             refusal = f"{unit}: node {info.node_name} is a control-plane node (refused)"
-            known.problems[unit] = refusal
+            known.refuse(unit, refusal)
             logger.warning("refused the taint request of %s", refusal)
             return
         if info.gpu_taint is not None:
