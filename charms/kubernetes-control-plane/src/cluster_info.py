@@ -10,6 +10,8 @@ import json
 from collections.abc import Iterable, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from listing import LIMIT, shown
+
 from charms.gpu_k8s.v0 import kube_objects
 from charms.gpu_k8s.v0.drain import stays
 from charms.gpu_k8s.v0.kube_objects import GPU_RESOURCE, node_ready, pod_gpus
@@ -248,14 +250,12 @@ class NodeHealth:
         """Those of `names` the API reported Ready."""
         return [n for n in names if n not in self.not_ready and n not in self.missing]
 
-    def problems(self, limit: int = 3) -> str:
+    def problems(self, limit: int = LIMIT) -> str:
         """`; not Ready: a, b; not registered: c` for the status line (empty when healthy)."""
         out = ""
         for label, names in (("not Ready", self.not_ready), ("not registered", self.missing)):
             if names:
-                shown = sorted(names)[:limit]
-                more = f" and {len(names) - limit} more" if len(names) > limit else ""
-                out += f"; {label}: {', '.join(shown)}{more}"
+                out += f"; {label}: {shown(sorted(names), limit, sep=', ')}"
         return out
 
 
@@ -299,12 +299,6 @@ def status_line(
     if skipped:
         line += f"; ignoring {len(skipped)} worker(s) with invalid data: {shown(skipped)}"
     return line
-
-
-def shown(lines: list[str], limit: int = 3) -> str:
-    """The first `limit` of `lines`, then how many more: `a; b; c and 2 more`."""
-    more = f" and {len(lines) - limit} more" if len(lines) > limit else ""
-    return "; ".join(lines[:limit]) + more
 
 
 def refusal_lines(workers: Registry) -> list[str]:
