@@ -81,6 +81,13 @@ _CSR = {
     "spec": {"request": "", "signerName": "kubernetes.io/kube-apiserver-client", "usages": []},
 }
 
+_PRIORITY_CLASS = {
+    "apiVersion": "scheduling.k8s.io/v1",
+    "kind": "PriorityClass",
+    "metadata": {"name": "mine-first"},
+    "value": 1000000000,
+}
+
 ESCALATIONS: list[Escalation] = [
     Escalation(
         "pods-cluster-wide",
@@ -373,12 +380,7 @@ ESCALATIONS: list[Escalation] = [
         attempt=Attempt(
             "POST",
             "/apis/scheduling.k8s.io/v1/priorityclasses",
-            {
-                "apiVersion": "scheduling.k8s.io/v1",
-                "kind": "PriorityClass",
-                "metadata": {"name": "mine-first"},
-                "value": 1000000000,
-            },
+            _PRIORITY_CLASS,
         ),
     ),
     # The same in a Role of the consumer's own namespace: RBAC grants nothing on a
@@ -391,12 +393,7 @@ ESCALATIONS: list[Escalation] = [
         attempt=Attempt(
             "POST",
             "/apis/scheduling.k8s.io/v1/priorityclasses",
-            {
-                "apiVersion": "scheduling.k8s.io/v1",
-                "kind": "PriorityClass",
-                "metadata": {"name": "mine-first"},
-                "value": 1000000000,
-            },
+            _PRIORITY_CLASS,
         ),
     ),
     Escalation(
