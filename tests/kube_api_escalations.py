@@ -81,6 +81,13 @@ _CSR = {
     "spec": {"request": "", "signerName": "kubernetes.io/kube-apiserver-client", "usages": []},
 }
 
+_PRIORITY_CLASS = {
+    "apiVersion": "scheduling.k8s.io/v1",
+    "kind": "PriorityClass",
+    "metadata": {"name": "mine-first"},
+    "value": 1000000000,
+}
+
 ESCALATIONS: list[Escalation] = [
     Escalation(
         "pods-cluster-wide",
@@ -365,20 +372,28 @@ ESCALATIONS: list[Escalation] = [
     ),
     # A PriorityClass is cluster-scoped: a team's own class of a high value would let its
     # pods preempt every other team's (kube-scheduler evicts lower priorities for a higher
-    # one). Not on the cluster-wide allow-list; no grant holds priorityclasses create.
+    # one). Refused in any scope, naming why; no grant holds priorityclasses create.
     Escalation(
         "priority-class-create",
-        "allow-list",
+        "a PriorityClass is cluster-wide",
         cluster_rules=[rule("scheduling.k8s.io", ["priorityclasses"], ["create"])],
         attempt=Attempt(
             "POST",
             "/apis/scheduling.k8s.io/v1/priorityclasses",
-            {
-                "apiVersion": "scheduling.k8s.io/v1",
-                "kind": "PriorityClass",
-                "metadata": {"name": "mine-first"},
-                "value": 1000000000,
-            },
+            _PRIORITY_CLASS,
+        ),
+    ),
+    # The same in a Role of the consumer's own namespace: RBAC grants nothing on a
+    # cluster-scoped resource there (a RoleBinding's rules apply in its namespace only),
+    # so the rule would only mislead the reader of the grant; refused like the others.
+    Escalation(
+        "priority-class-in-own-namespace",
+        "a PriorityClass is cluster-wide",
+        rules=[rule("scheduling.k8s.io", ["priorityclasses"], ["get", "create"])],
+        attempt=Attempt(
+            "POST",
+            "/apis/scheduling.k8s.io/v1/priorityclasses",
+            _PRIORITY_CLASS,
         ),
     ),
     Escalation(

@@ -113,7 +113,8 @@ def measure(workers: int, strategy: str, hang: bool = False) -> tuple[int | floa
         # Kueue's, as the control plane labels a consumer's namespace (rbac.consumer_grant)
         labels = {"gpu-k8s.io/kueue": "managed"}
         api.put_object(f"/api/v1/namespaces/{NS}", {"metadata": {"name": NS, "labels": labels}})
-        api.put_object(f"/api/v1/namespaces/{NS}/persistentvolumeclaims/claim", {})
+        claim = {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Ti"}}}
+        api.put_object(f"/api/v1/namespaces/{NS}/persistentvolumeclaims/claim", {"spec": claim})
         install_kueue(api, {"gpu-nvidia-a10g": "NVIDIA-A10G"})
         for n, address in enumerate(exporters.addresses):
             api.put_object(

@@ -137,6 +137,7 @@ from fakes.kube_auth import (
     refusal,
     request_attributes,
 )
+from fakes.kube_enums import seed_status_error
 from fakes.kube_noderestriction import NodeRestriction
 from fakes.kube_priority import PRIORITY_CLASSES, SCHEDULING_GV, admit_pod, system_priority_classes
 from fakes.tls import ServerCert, make_server_cert
@@ -997,6 +998,9 @@ class FakeKubeApiServer:
         request = Request("CREATE", "object", "Strict")
         self._validate(target, obj, target.name, request)
         self.admission.validate(target.gv, target.kind, obj, target.name or "", crd)
+        unreal = seed_status_error(target.gv, target.kind, obj)
+        if unreal is not None:
+            raise ValueError(unreal)
         # kept only when the checks left it as it was (decoding prunes a custom resource's
         # nulls where its schema is not nullable)
         if (

@@ -27,7 +27,9 @@ sorted). Sources, kubernetes/kubernetes (stored at 000f260 for core, 3989b18 for
   pkg/api/service ExternallyAccessible), validateServiceInternalTrafficFieldsValue
   (`supportedServiceInternalTrafficPolicy`); ValidatePersistentVolumeSpec and
   ValidatePersistentVolumeClaimSpec (`supportedAccessModes`, each bad mode at
-  `spec.accessModes` with no index; `supportedReclaimPolicy`; `supportedVolumeModes`);
+  `spec.accessModes` with no index; `supportedReclaimPolicy`; `supportedVolumeModes`; a
+  claim's access modes and `spec.resources[storage]` Required, as the only required
+  fields checked here);
   ValidateNodeSelectorRequirement (an operator outside In, NotIn, Exists, DoesNotExist, Gt,
   Lt is Invalid "not a valid selector operator", not NotSupported; and the values each
   operator takes).
@@ -48,6 +50,9 @@ validating (pkg/apis/core/v1/defaults.go, pkg/apis/apps/v1/defaults.go, the Serv
 REST storage's IP family defaulting), and the fake does not default. The one
 exception is a Job template's restartPolicy: defaulted to Always, which validateJobSpec
 refuses (Required, "valid values: "OnFailure", "Never""). Each check is a dict lookup.
+
+`seed_status_error` is no API server check: a Pod's status.phase that a seed or a fake
+controller writes is one of core/v1 PodPhase's (what a kubelet writes), see its docstring.
 """
 
 from __future__ import annotations
@@ -108,6 +113,10 @@ POLICY_PORT_PROTOCOL = ("TCP", "UDP", "SCTP")  # ValidateNetworkPolicyPort's lit
 DAEMONSET_STRATEGY = ("RollingUpdate", "OnDelete")  # ValidateDaemonSetUpdateStrategy's literal
 DEPLOYMENT_STRATEGY = ("Recreate", "RollingUpdate")  # ValidateDeploymentStrategy's literal
 POLICY_TYPE = ("Ingress", "Egress")  # ValidateNetworkPolicySpec's literal list
+# k8s.io/api core/v1 types.go PodPhase's constants, in their order ("Unknown": "It isn't
+# being set since 2015"): the only phases a kubelet writes (pkg/kubelet/kubelet_pods.go
+# getPhase). Not an API server check: see `seed_status_error`.
+POD_PHASE = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 
 _SETS = {
     t: frozenset(t)
@@ -144,6 +153,7 @@ _SETS = {
         DAEMONSET_STRATEGY,
         DEPLOYMENT_STRATEGY,
         POLICY_TYPE,
+        POD_PHASE,
     )
 }
 
@@ -430,9 +440,24 @@ def _access_modes(errors: list[FieldError], spec: dict) -> None:
 
 
 def _claim_errors(spec: dict) -> list[FieldError]:
-    """ValidatePersistentVolumeClaimSpec's accessModes and volumeMode."""
+    """ValidatePersistentVolumeClaimSpec's accessModes, storage request and volumeMode.
+
+    In its order: at least one access mode (Required), the unsupported ones, then
+    `spec.resources.requests.storage`, required on create and update alike
+    (ValidatePersistentVolumeClaimUpdate validates the whole claim again):
+    `fldPath.Child("resources").Key("storage")`, so the path reads
+    `spec.resources[storage]` (the internal type's, not the JSON's `requests`). Its value's
+    own checks (positive, a whole number of bytes) are not made here.
+    """
     errors: list[FieldError] = []
+    if not spec.get("accessModes"):
+        detail = "at least 1 access mode is required"
+        errors.append(FieldError("Required value", "spec.accessModes", "", detail))
     _access_modes(errors, spec)
+    resources = spec.get("resources")
+    requests = resources.get("requests") if isinstance(resources, dict) else None
+    if not isinstance(requests, dict) or "storage" not in requests:
+        errors.append(FieldError("Required value", "spec.resources[storage]"))
     _check(errors, spec, "volumeMode", "spec", VOLUME_MODE)
     return errors
 
@@ -482,6 +507,8 @@ def enum_errors(api_version: str, kind: str, obj: dict) -> list[FieldError]:
     if (api_version, kind) == ("scheduling.k8s.io/v1", "PriorityClass"):
         return _priority_class_errors(obj)
     spec = obj.get("spec")
+    if spec is None and (api_version, kind) == ("v1", "PersistentVolumeClaim"):
+        spec = {}  # a struct, not a pointer: its required fields are checked all the same
     if not isinstance(spec, dict):
         return []
     check = _SPEC_CHECKS.get((api_version, kind))
@@ -490,3 +517,27 @@ def enum_errors(api_version: str, kind: str, obj: dict) -> list[FieldError]:
     if (api_version, kind) in _POD_TEMPLATE_KINDS:
         return _template_errors(kind, spec)
     return []
+
+
+def seed_status_error(api_version: str, kind: str, obj: dict) -> str | None:
+    """Why a seeded Pod's status.phase is none a cluster holds, or None.
+
+    kube-apiserver 1.36 stores any phase a client writes: ValidatePodStatusUpdate
+    (pkg/apis/core/validation/validation.go, 000f260) checks conditions, IPs and container
+    state transitions, not the phase, and a create resets the status to Pending (the pod
+    strategy's PrepareForCreate). So a stored phase is the kubelet's, one of POD_PHASE; a
+    test's seed or a fake controller (which writes through `put_object`) writing another
+    sets up a world no cluster holds. This is the fake's refusal (a ValueError from
+    `put_object`), never an answer of the HTTP write path, which stores it as upstream does.
+    """
+    if (api_version, kind) != ("v1", "Pod"):
+        return None
+    status = obj.get("status")
+    phase = status.get("phase") if isinstance(status, dict) else None
+    if not isinstance(phase, str) or not phase or phase in _SETS[POD_PHASE]:
+        return None
+    name = (obj.get("metadata") or {}).get("name", "")
+    return (
+        f"Pod {go_quote(name)}: status.phase {go_quote(phase)} is none a kubelet writes"
+        f" (core/v1 PodPhase: {_quoted(POD_PHASE)})"
+    )

@@ -708,9 +708,9 @@ def test_a_node_reads_the_secrets_and_volumes_of_its_own_pods_only(api):
     for kind, name in (("secrets", "used"), ("secrets", "other"), ("configmaps", "conf")):
         api.put_object(f"/api/v1/namespaces/a/{kind}/{name}", {})
     api.put_object("/api/v1/persistentvolumes/pv-1", {"spec": {}})
-    api.put_object(
-        "/api/v1/namespaces/a/persistentvolumeclaims/data", {"spec": {"volumeName": "pv-1"}}
-    )
+    claim = {"volumeName": "pv-1", "accessModes": ["ReadWriteOnce"]}
+    claim["resources"] = {"requests": {"storage": "1Gi"}}
+    api.put_object("/api/v1/namespaces/a/persistentvolumeclaims/data", {"spec": claim})
     spec = {
         "nodeName": "n1",
         "containers": [{"name": "c", "envFrom": [{"configMapRef": {"name": "conf"}}]}],

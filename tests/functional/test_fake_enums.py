@@ -510,3 +510,37 @@ def test_the_new_enums_supported_values_are_accepted(ns: Kube):
     policy["spec"]["policyTypes"] = ["Ingress", "Egress"]
     policy["spec"]["egress"] = [{"ports": [{"port": 53, "protocol": "UDP"}]}]
     ns.create(policy)
+
+
+def test_a_claim_without_a_storage_request_is_refused(ns: Kube):
+    """ValidatePersistentVolumeClaimSpec: the storage request is required, after accessModes."""
+    claim = _obj("v1", "PersistentVolumeClaim", {"accessModes": ["ReadWriteMany"]})
+    assert refused(ns, claim) == (
+        'PersistentVolumeClaim "x" is invalid: spec.resources[storage]: Required value'
+    )
+    del claim["spec"]
+    assert refused(ns, claim) == (
+        'PersistentVolumeClaim "x" is invalid: [spec.accessModes: Required value: at least 1 '
+        "access mode is required, spec.resources[storage]: Required value]"
+    )
+    claim["spec"] = {"accessModes": ["RWX"], "resources": {"requests": {"cpu": "1"}}}
+    assert refused(ns, claim) == (
+        'PersistentVolumeClaim "x" is invalid: [spec.accessModes: Unsupported value: "RWX": '
+        'supported values: "ReadOnlyMany", "ReadWriteMany", "ReadWriteOnce", '
+        '"ReadWriteOncePod", spec.resources[storage]: Required value]'
+    )
+
+
+def test_a_seeded_pod_phase_is_one_a_kubelet_writes(kube_api: FakeKubeApiServer):
+    """core/v1 PodPhase: a seed (or a fake controller) writing another phase is refused.
+
+    kube-apiserver itself stores any phase (ValidatePodStatusUpdate reads none), so the
+    refusal is the fake's ValueError, not a 422: no kubelet writes such a phase.
+    """
+    path = "/api/v1/namespaces/work/pods/p"
+    kube_api.put_object("/api/v1/namespaces/work", {"metadata": {"name": "work"}})
+    with pytest.raises(ValueError, match='status.phase "running"'):
+        kube_api.put_object(path, {**pod(), "status": {"phase": "running"}})
+    assert kube_api.get_object(path) is None
+    for phase in ("Pending", "Running", "Succeeded", "Failed", "Unknown"):
+        kube_api.put_object(path, {**pod(), "status": {"phase": phase}})

@@ -466,7 +466,8 @@ def test_a_node_creates_only_its_own_lease(api):
 
 def test_a_node_updates_only_the_capacity_and_conditions_of_a_claim(api):
     # admitPVCStatus: a node may change status.capacity and status.conditions only.
-    api.put_object("/api/v1/namespaces/default/persistentvolumeclaims/data", {"spec": {}})
+    claim = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+    api.put_object("/api/v1/namespaces/default/persistentvolumeclaims/data", {"spec": claim})
     claim = [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]
     bound_pod(api, "mine", "n1", volumes=claim)
     token = api.node_token("n1")

@@ -110,7 +110,13 @@ def cluster(tmp_path):
         api.put_object(f"/api/v1/namespaces/{NS}", {"metadata": {"name": NS}})
         api.put_object(
             f"/api/v1/namespaces/{NS}/persistentvolumeclaims/{CLAIM}",
-            {"spec": {"accessModes": ["ReadWriteMany"]}, "status": {"phase": "Bound"}},
+            {
+                "spec": {
+                    "accessModes": ["ReadWriteMany"],
+                    "resources": {"requests": {"storage": "1Ti"}},
+                },
+                "status": {"phase": "Bound"},
+            },
         )
         for name in ("cpu-0", "cpu-1"):  # the scheduler fills cpu-0 first (by name)
             api.put_object(

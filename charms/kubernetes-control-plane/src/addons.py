@@ -271,16 +271,12 @@ class Addons:
         except ValueError:
             applied = {}
         applied = applied if isinstance(applied, dict) else {}
-        now: dict[str, str] = {}
         isolated = []
         for ns in namespaces:
             objects = network_policies.manifests([ns])
-            now[ns] = fingerprint(objects)
-            if applied.get(ns) != now[ns]:
-                kube = self._kube()
-                for manifest in objects:
-                    kube.apply(manifest, field_manager=FIELD_MANAGER)
+            if self._apply_once(ns, objects, fingerprint(objects), applied):
                 isolated.append(ns)
+        now = {ns: applied[ns] for ns in namespaces}
         if bag.get(TEAM_NETWORK_KEY) != (value := json.dumps(now, sort_keys=True)):
             bag[TEAM_NETWORK_KEY] = value
         if isolated:

@@ -179,7 +179,7 @@ Policy '<policy>' with binding '<binding>' denied request: <message>`.
   `system-node-critical` and `system-cluster-critical` are no longer kept to kube-system
   (kubernetes/kubernetes#60596; plugin/pkg/admission/priority/admission.go admitPod looks
   the class up by name, and nothing else), and no grant may write PriorityClasses
-  (cluster-scoped: lib kube_api CLUSTER_READS holds none). The teams' training pods have
+  (cluster-scoped: kube_api refuses them in any scope). The teams' training pods have
   priority 0 (no class: the charms make none for teams; Kueue's WorkloadPriorityClasses,
   `train priority=...`, order workloads, not pods), and their Jobs and the pods of a
   team's Deployment are outside what kube-scheduler would spare: it preempts pods of

@@ -10,7 +10,7 @@ import json
 from collections.abc import Iterable, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from registry import is_refusal
+from listing import LIMIT, shown
 
 from charms.gpu_k8s.v0 import kube_objects
 from charms.gpu_k8s.v0.drain import stays
@@ -250,14 +250,12 @@ class NodeHealth:
         """Those of `names` the API reported Ready."""
         return [n for n in names if n not in self.not_ready and n not in self.missing]
 
-    def problems(self, limit: int = 3) -> str:
+    def problems(self, limit: int = LIMIT) -> str:
         """`; not Ready: a, b; not registered: c` for the status line (empty when healthy)."""
         out = ""
         for label, names in (("not Ready", self.not_ready), ("not registered", self.missing)):
             if names:
-                shown = sorted(names)[:limit]
-                more = f" and {len(names) - limit} more" if len(names) > limit else ""
-                out += f"; {label}: {', '.join(shown)}{more}"
+                out += f"; {label}: {shown(sorted(names), limit, sep=', ')}"
         return out
 
 
@@ -297,16 +295,10 @@ def status_line(
     _, kept = workers.refused()
     if kept:
         line += f"; refused: {shown(kept)}"
-    skipped = sorted(p for p in workers.problems.values() if not is_refusal(p))
+    skipped = workers.invalid()
     if skipped:
         line += f"; ignoring {len(skipped)} worker(s) with invalid data: {shown(skipped)}"
     return line
-
-
-def shown(lines: list[str], limit: int = 3) -> str:
-    """The first `limit` of `lines`, then how many more: `a; b; c and 2 more`."""
-    more = f" and {len(lines) - limit} more" if len(lines) > limit else ""
-    return "; ".join(lines[:limit]) + more
 
 
 def refusal_lines(workers: Registry) -> list[str]:

@@ -40,6 +40,7 @@ import registry
 import rolling
 from charm_config import Config
 from context import UnitContext
+from listing import shown
 from literals import (
     CONTROL_PLANE_LABEL,
     PEERS,
@@ -132,12 +133,11 @@ class Fleet:
         else:
             bag.pop(WORKER_TURN_OVERDUE_KEY, None)
         hours = WORKER_UPGRADE_TURN_SECONDS // 3600
-        notes = [
+        held = [
             f"{unit} held the worker upgrade turn {hours}h without reaching v{target} (passed on)"
-            for unit in overdue[:3]
+            for unit in overdue
         ]
-        if len(overdue) > 3:
-            notes.append(f"{len(overdue) - 3} more worker(s) overdue with the upgrade turn")
+        notes = [shown(held, more="worker(s) overdue with the upgrade turn")] if held else []
         return holder, notes
 
     @staticmethod
@@ -357,7 +357,7 @@ class Fleet:
             return
         if _control_plane(current):
             refusal = f"{unit}: node {info.node_name} is a control-plane node (refused)"
-            known.problems[unit] = refusal
+            known.refuse(unit, refusal)
             logger.warning("refused the taint request of %s", refusal)
             return
         if info.gpu_taint is not None:

@@ -48,6 +48,7 @@ from typing import NamedTuple
 
 import device_plugin
 import yaml
+from listing import LIMIT, shown
 from literals import FIELD_MANAGER, MANAGED_BY_LABEL
 
 from charms.gpu_k8s.v0 import images
@@ -275,7 +276,7 @@ def unlisted(gpu: MigGpu) -> bool:
     return bool(gpu.pci_device_id) and nvidia_profiles(gpu.pci_device_id) is None
 
 
-def report_notes(reports: Iterable[tuple[str, MigGpu]], limit: int = 3) -> list[str]:
+def report_notes(reports: Iterable[tuple[str, MigGpu]], limit: int = LIMIT) -> list[str]:
     """Status notes on the units' MIG reports (`reports`: unit, GPU model), bounded.
 
     Each refused report names its unit (root on that worker wrote it, or its driver is
@@ -290,9 +291,7 @@ def report_notes(reports: Iterable[tuple[str, MigGpu]], limit: int = 3) -> list[
             refused.append(f"{unit}: gpu-inventory says {why} (refused)")
         elif unlisted(gpu):
             models.setdefault((gpu.model, str(gpu.pci_device_id)), unit)
-    notes = sorted(refused)[:limit]
-    if len(refused) > limit:
-        notes.append(f"{len(refused) - limit} more MIG report(s) refused")
+    notes = [shown(sorted(refused), limit, more="MIG report(s) refused")] if refused else []
     notes += [
         f"no MIG layouts for {model} (PCI {pci}, {unit}): not in NVIDIA's MIG table here"
         for (model, pci), unit in sorted(models.items())

@@ -20,6 +20,9 @@ Databag keys (all JSON):
     worker-problems:  {"kubernetes-worker/3": "kubernetes-worker/3: node-name is invalid"}
                       and the requests refused (`record`): a node name another unit
                       registered first, or a control-plane node's
+    worker-refused:   ["kubernetes-worker/4"]   the units of worker-problems whose line
+                      is a refused request, as `record` decided (a line's text is partly
+                      the worker's: never read for it); absent when there are none
     pending-removal:  ["ip-10-0-1-9"]   Nodes of departed workers not yet deleted
     worker-shared-grant: ["kubernetes-worker/2"]   registered units that did not say
                       `node-identity` (an earlier revision's, which uses the shared
@@ -61,6 +64,7 @@ WORKERS_KEY = "workers"
 PROBLEMS_KEY = "worker-problems"
 PENDING_KEY = "pending-removal"
 SHARED_GRANT_KEY = "worker-shared-grant"
+REFUSED_KEY = "worker-refused"
 QUARANTINED_KEY = "gpu-quarantined"
 
 
@@ -109,6 +113,8 @@ class Registry:
     problems: dict[str, str] = dataclasses.field(default_factory=dict)
     # units that act with the shared ServiceAccount, not as their kubelet
     shared_grant: set[str] = dataclasses.field(default_factory=set)
+    # units whose problem line is a refused request (`refuse`), not invalid data
+    refusals: set[str] = dataclasses.field(default_factory=set)
 
     @classmethod
     def load(cls, bag: Mapping[str, str]) -> Registry:
@@ -122,6 +128,7 @@ class Registry:
             dict(_parse_workers(bag.get(WORKERS_KEY, "{}"))),
             json.loads(bag.get(PROBLEMS_KEY, "{}")),
             set(json.loads(bag.get(SHARED_GRANT_KEY, "[]"))),
+            set(json.loads(bag.get(REFUSED_KEY, "[]"))),
         )
 
     def save(self, bag: MutableMapping[str, str]) -> None:
@@ -139,12 +146,13 @@ class Registry:
             text = json.dumps(value, sort_keys=True)
             if bag.get(key) != text:
                 bag[key] = text
-        shared = json.dumps(sorted(self.shared_grant)) if self.shared_grant else None
-        if bag.get(SHARED_GRANT_KEY) != shared:
-            if shared is None:
-                del bag[SHARED_GRANT_KEY]
-            else:
-                bag[SHARED_GRANT_KEY] = shared
+        for key, units in ((SHARED_GRANT_KEY, self.shared_grant), (REFUSED_KEY, self.refusals)):
+            text = json.dumps(sorted(units)) if units else None
+            if bag.get(key) != text:
+                if text is None:
+                    del bag[key]
+                else:
+                    bag[key] = text
 
     @classmethod
     def rebuild(
@@ -223,6 +231,7 @@ class Registry:
         kept = self.workers.pop(unit, None)
         shared = unit in self.shared_grant
         self.problems.pop(unit, None)
+        self.refusals.discard(unit)
         self.shared_grant.discard(unit)
         owners = _model_owners(self.workers.items()) if info and info.gpu_models else {}
         self._take(unit, info, problem, rel, planes, self.owner_of, kept, shared, owners)
@@ -245,7 +254,7 @@ class Registry:
         entry `unit` had (`shared`: it was in `shared_grant`), kept when what it publishes
         now is refused, unless that entry itself would be (an earlier revision's).
         """
-        refusal = problem
+        refusal = None
         if info is not None:
             refusal = _refusal(unit, info.node_name, planes, owner_of(info.node_name))
             if refusal is None:
@@ -260,19 +269,28 @@ class Registry:
                 f"{unit}: publishes no node-name after it registered {kept.node} "
                 "(refused: a joined node gets no join token)"
             )
-        if refusal is None:
+        if refusal is not None:
+            self.refuse(unit, refusal)
+        elif problem is not None:
+            self.problems[unit] = problem  # invalid data, not a refusal
+        else:
             return  # not joined yet
-        self.problems[unit] = refusal
         if kept is not None and _refusal(unit, kept.node, planes, owner_of(kept.node)) is None:
             self.workers[unit] = kept
             if shared:
                 self.shared_grant.add(unit)
+
+    def refuse(self, unit: str, line: str) -> None:
+        """Record that a request of `unit` was refused: `line` says which and why."""
+        self.problems[unit] = line
+        self.refusals.add(unit)
 
     def forget(self, units: Iterable[str]) -> None:
         """Drop departed units."""
         for unit in units:
             self.workers.pop(unit, None)
             self.problems.pop(unit, None)
+            self.refusals.discard(unit)
             self.shared_grant.discard(unit)
 
     def owner_of(self, node: str) -> str | None:
@@ -320,11 +338,15 @@ class Registry:
         A unit with no registered node gets no service (no join token, no credential); the
         others keep the node they registered first (`record`).
         """
-        lines = sorted((u, p) for u, p in self.problems.items() if is_refusal(p))
+        lines = sorted((u, p) for u, p in self.problems.items() if u in self.refusals)
         return (
             [p for u, p in lines if u not in self.workers],
             [p for u, p in lines if u in self.workers],
         )
+
+    def invalid(self) -> list[str]:
+        """The problem lines of units whose data is invalid (not refusals), sorted."""
+        return sorted(p for u, p in self.problems.items() if u not in self.refusals)
 
     def versions(self) -> dict[str, str | None]:
         """The minor each registered worker published (None when it did not say)."""
@@ -396,11 +418,6 @@ def _model_clash(unit: str, models: Iterable[str], owners: Mapping[str, str]) ->
                     "(refused)"
                 )
     return None
-
-
-def is_refusal(problem: str) -> bool:
-    """Whether a problem line is a refused request (`_refusal`, `_take`, fleet.py)."""
-    return "(refused" in problem
 
 
 def _refusal(unit: str, node: str, planes: Collection[str], owner: str | None) -> str | None:

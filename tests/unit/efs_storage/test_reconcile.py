@@ -346,7 +346,13 @@ def test_a_claim_not_made_by_us_is_never_taken_over(ctx, env):
     env.add_node("us-east-1a")
     env.api.put_object(
         "/api/v1/namespaces/training/persistentvolumeclaims/efs-storage-tensorflow",
-        {"spec": {"volumeName": "somebody-elses"}},
+        {
+            "spec": {
+                "volumeName": "somebody-elses",
+                "accessModes": ["ReadWriteMany"],
+                "resources": {"requests": {"storage": "5Gi"}},
+            }
+        },
     )
     out = ctx.run(ctx.on.install(), env.state(consumers={"tensorflow": "training"}))
     data = answer(out, "tensorflow")

@@ -4,6 +4,8 @@ import json
 
 import registry
 
+from charms.gpu_k8s.v0.kubernetes_cluster import WorkerInfo
+
 
 def test_entries_stored_by_older_charms_still_load():
     bag = {
@@ -88,3 +90,31 @@ def test_departed_nodes_stay_pending_until_deleted_or_back():
     assert registry.departed_nodes(bag, before, after) == ({"ip-old"}, {"ip-old", "ip-a"})
     back = registry.Registry({"w/2": registry.Worker("ip-old", 0, 1)})
     assert registry.departed_nodes(bag, None, back) == ({"ip-old"}, set())
+
+
+def test_a_refusal_is_the_registrys_record_not_a_text_in_the_unit_line():
+    """A worker's invalid-data line that says "(refused" is no refused request.
+
+    The line is built from what the worker published (`read_worker`), so its text is the
+    worker's to shape; whether a unit was refused is what `record` decided, stored as such.
+    """
+    known = registry.Registry()
+    line = "kubernetes-worker/2: gpu-inventory.0.model is invalid (refused: it is mine)"
+    known.record("kubernetes-worker/2", None, line, 3)
+    known.record("kubernetes-worker/3", _info("w0"), None, 3)
+    known.record("kubernetes-worker/4", _info("w0"), None, 3)
+
+    refusal = "kubernetes-worker/4: node-name w0 is the node of kubernetes-worker/3 (refused)"
+    assert known.refused() == ([refusal], [])
+    assert known.invalid() == [line]
+    bag: dict[str, str] = {}
+    known.save(bag)
+    assert registry.Registry.load(bag).refused() == ([refusal], [])
+    assert registry.Registry.load(bag).invalid() == [line]
+    known.forget(["kubernetes-worker/4"])
+    known.save(bag)
+    assert registry.Registry.load(bag).refused() == ([], [])
+
+
+def _info(node: str) -> WorkerInfo:
+    return WorkerInfo("unit", node, (), "1.36")

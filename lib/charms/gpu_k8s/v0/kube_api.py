@@ -67,7 +67,7 @@ from charms.gpu_k8s.v0.databag import Databag, Endpoint, explain, write
 
 LIBID = "26b1d42dbc2949cb8a83e29b11759d4f"
 LIBAPI = 0
-LIBPATCH = 22
+LIBPATCH = 23
 
 logger = logging.getLogger(__name__)
 
@@ -193,6 +193,21 @@ _NAMESPACES = "namespace modification (RBAC good practices: Namespace modificati
 # namespaces' pods included (CVE-2021-25740, kubernetes/kubernetes#103675; Kubernetes took
 # these writes out of its `edit` and `admin` roles for that reason).
 _ENDPOINTS = "endpoints writes (traffic to other namespaces' pods: CVE-2021-25740)"
+# "A PriorityClass is a non-namespaced object" and "a malicious user could create Pods at
+# the highest possible priorities, causing other Pods to be evicted/not get scheduled"
+# (kubernetes.io/docs/concepts/scheduling-eviction/pod-priority-preemption/, read
+# 2026-11-27). In `cluster-rules` a class of its own lets a team's pods preempt the others';
+# in `rules` a Role grants nothing on it (kubernetes pkg/registry/rbac/validation/rule.go
+# VisitRulesFor visits a namespace's RoleBindings only for a request in that namespace,
+# and a cluster-scoped one has none), so the rule could only mislead. The control plane's
+# policy refuses a consumer's pod naming any class, whatever RBAC grants
+# (admission_policies.py CONSUMER_PODS).
+_PRIORITY_CLASSES = (
+    "a PriorityClass is cluster-wide (its pods preempt lower priorities: Pod Priority and"
+    " Preemption), and a pod in a consumer's namespace may name none"
+    " (gpu-k8s-consumer-pods-off-the-control-plane); order a team's jobs with Kueue's"
+    " WorkloadPriorityClasses instead"
+)
 _SECRETS = (
     "secrets cannot be granted cluster-wide, only in rules (RBAC good practices: Listing secrets)"
 )
@@ -264,6 +279,7 @@ _ANY_SCOPE_PATHS = {
     ("discovery.k8s.io", "endpointslices"): _ENDPOINTS,
     ("", "nodes/proxy"): _NODES_PROXY,
     ("", "persistentvolumes"): _PV,
+    ("scheduling.k8s.io", "priorityclasses"): _PRIORITY_CLASSES,
 }
 _CLUSTER_PATHS = {
     ("", "secrets"): _SECRETS,
