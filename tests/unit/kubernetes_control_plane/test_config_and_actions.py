@@ -292,11 +292,27 @@ def test_status_counts_the_nodes_the_api_reports_ready(ctx, machine, api):
     assert out.unit_status == testing.ActiveStatus("Ready: v1.36, 1 control-plane, 0 workers")
 
 
-def test_readiness_comes_from_the_node_table_not_whole_node_objects(ctx, machine, api):
-    out = ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
+@pytest.mark.parametrize(("batch_engines", "asked"), [(False, ["None"]), (True, [""])])
+def test_readiness_comes_from_the_node_table_not_whole_node_objects(
+    ctx, machine, api, batch_engines, asked
+):
+    """One list of Nodes per update-status: the table, or whole Nodes Kueue's cohort needs.
+
+    Readiness alone needs the table's Status column. With the batch engines, update-status
+    also sizes Kueue's cohort by the Nodes' allocatable (issue 29 item 6), which the table
+    has not: that one list of whole Nodes, read in this hook, gives the readiness too
+    (issue 29's cost rule at 1,000 workers: the table and the whole Nodes were two lists).
+    """
+    config = {"batch-engines": batch_engines}
+    out = ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()], config=config))
+    api.put_object(
+        "/api/v1/nodes/ip-10-0-1-17", node("ip-10-0-1-17", control_plane=True, ready=False)
+    )
     before = len(api.requests)
-    ctx.run(ctx.on.update_status(), out)
+    out = ctx.run(ctx.on.update_status(), out)
     lists = [r for r in api.requests[before:] if r == ("GET", "/api/v1/nodes")]
-    # readiness from the table; update-status also sizes Kueue's cohort by the Nodes'
-    # allocatable (issue 29 item 6), which the table has not: one list of whole Nodes
-    assert sorted(r.query.get("includeObject") or "" for r in lists) == ["", "None"]
+    assert [r.query.get("includeObject") or "" for r in lists] == asked
+    assert out.unit_status.message.endswith("not Ready: ip-10-0-1-17")
+    api.put_object("/api/v1/nodes/ip-10-0-1-17", node("ip-10-0-1-17", control_plane=True))
+    out = ctx.run(ctx.on.update_status(), out)
+    assert out.unit_status == testing.ActiveStatus("Ready: v1.36, 1 control-plane, 0 workers")
