@@ -235,7 +235,7 @@ class NodeHealth:
 
     @classmethod
     def from_nodes(cls, expected: Iterable[str], nodes: Iterable[dict]) -> NodeHealth:
-        """Health of the `expected` node names from a list of whole Nodes (`observe` each).
+        """Health of the `expected` node names from a list of whole Nodes.
 
         The same answer as `from_table`: printNode (kubernetes pkg/printers/internalversion/
         printers.go) writes `Ready` first in the Status column only when the Ready
@@ -244,7 +244,10 @@ class NodeHealth:
         by_name = {(n.get("metadata") or {}).get("name"): n for n in nodes}
         health = cls()
         for name in expected:
-            health.observe(name, by_name.get(name))
+            if name not in by_name:
+                health.missing.add(name)
+            elif not node_ready(by_name[name]):
+                health.not_ready.add(name)
         return health
 
     def observe(self, name: str, node: dict | None) -> None:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import cluster_info
 import juju_secret_ids
 import pytest
 import readme_examples
 import yaml
 from ops import testing
 
+from charms.gpu_k8s.v0.kubeclient import Kube
 from fakes.control_plane import ADMIN_TOKEN, node, peers
 
 
@@ -316,3 +318,35 @@ def test_readiness_comes_from_the_node_table_not_whole_node_objects(
     api.put_object("/api/v1/nodes/ip-10-0-1-17", node("ip-10-0-1-17", control_plane=True))
     out = ctx.run(ctx.on.update_status(), out)
     assert out.unit_status == testing.ActiveStatus("Ready: v1.36, 1 control-plane, 0 workers")
+
+
+def test_whole_nodes_give_the_health_the_node_table_gives(machine, api):
+    """`NodeHealth.from_nodes` (update-status with the batch engines) agrees with the table.
+
+    Whatever the Node: Ready, NotReady, Unknown, cordoned, without a Ready condition, or
+    not registered at all; the table as the fake API server prints it (printNode).
+    """
+    seeds = {
+        "ready": node("ready"),
+        "not-ready": node("not-ready", ready=False),
+        "cordoned": node("cordoned", unschedulable=True),
+        "cordoned-not-ready": node("cordoned-not-ready", ready=False, unschedulable=True),
+        "unknown": node("unknown"),
+        "no-condition": node("no-condition"),
+    }
+    seeds["unknown"]["status"]["conditions"][0]["status"] = "Unknown"
+    seeds["no-condition"]["status"]["conditions"] = []
+    for name, obj in seeds.items():
+        api.put_object(f"/api/v1/nodes/{name}", obj)
+    expected = [*seeds, "never-registered"]
+    with Kube.from_kubeconfig(api.kubeconfig(ADMIN_TOKEN), retries=0) as kube:
+        table = cluster_info.NodeHealth.from_table(expected, kube.table("v1", "Node"))
+        whole = cluster_info.NodeHealth.from_nodes(expected, kube.list("v1", "Node"))
+    assert (
+        whole
+        == table
+        == cluster_info.NodeHealth(
+            not_ready={"not-ready", "cordoned-not-ready", "unknown", "no-condition"},
+            missing={"never-registered"},
+        )
+    )
