@@ -16,11 +16,12 @@ of them per worker. The cluster is a healthy one, as in the control plane's unit
 (`available_deployments`: the Deployment controller's work done at once): the leader
 reads each controller's readiness (calico-kube-controllers, JobSet's and Kueue's
 managers) until it is Ready, then records it and asks no more, so a relation-changed
-sends no request; update-status reads the Node table once (to count the Ready nodes),
-Nodes and Pods once each for Kueue's cohort (`kueue.capacity`) and asks etcd for its
-members once (not an API request). Until 2026-11-27 the bench's controllers never became
-Ready, so every event read all three again (the "3 constant readiness GETs per event"
-of issue 30) and Kueue's objects were never applied.
+sends no request; update-status reads every Node, the running Pods and the Namespaces
+Kueue manages once each for Kueue's cohort (`kueue.capacity`; the same Nodes say which
+are Ready: until 2026-11-27 the Node table was read for that too, a fourth request) and
+asks etcd for its members once (not an API request). Until 2026-11-27 the bench's
+controllers never became Ready, so every event read all three again (the "3 constant
+readiness GETs per event" of issue 30) and Kueue's objects were never applied.
 
 ops.testing reads and writes its YAML with libyaml, as it does in the unit tests (the
 `libyaml_for_ops_testing` plugin pytest loads): pure-Python PyYAML writing the charm's

@@ -414,10 +414,18 @@ class Addons:
 
     # -- batch engines --------------------------------------------------------------------
 
-    def apply_batch_engines(self, config: Config, bag: Bag, resize: bool = False) -> list[str]:
+    def apply_batch_engines(
+        self,
+        config: Config,
+        bag: Bag,
+        resize: bool = False,
+        nodes: list[dict[str, Any]] | None = None,
+    ) -> list[str]:
         """JobSet, Kueue and the cluster-wide Kueue objects; returns what is not ready yet.
 
         `resize`: read what the cohort's quota is made of again (update-status).
+        `nodes`: every whole Node, when the caller listed them in this hook, after its
+        last write to a Node (a taint it set); None: the cohort lists them when it resizes.
 
         Raises:
             StatusError: Blocked when a release cannot be downloaded or is not the pinned
@@ -441,7 +449,7 @@ class Addons:
             if problem:
                 pending.append(f"{release.name} ({problem})")
         if not pending:
-            self._apply_kueue_objects(config, bag, resize)
+            self._apply_kueue_objects(config, bag, resize, nodes)
         return pending
 
     def _apply_release(
@@ -493,7 +501,9 @@ class Addons:
             logger.info("%s %s is ready", release.name, release.version)
         return problem
 
-    def _apply_kueue_objects(self, config: Config, bag: Bag, resize: bool) -> None:
+    def _apply_kueue_objects(
+        self, config: Config, bag: Bag, resize: bool, nodes: list[dict[str, Any]] | None
+    ) -> None:
         """The cohort, priorities and ResourceFlavors (one per GPU model, one for CPUs).
 
         The cohort holds what the cluster has less the teams' guarantees (kueue.py). Its
@@ -533,9 +543,8 @@ class Addons:
         ):
             kube = self._kube()
             selector = f"{KUEUE_NAMESPACE_LABEL}={KUEUE_NAMESPACE_VALUE}"
-            nodes = kube.list("v1", "Node")
             sizing = kueue.size(
-                nodes,
+                kube.list("v1", "Node") if nodes is None else nodes,
                 kube.list("v1", "Pod", field_selector="status.phase=Running"),
                 models,
                 teams,

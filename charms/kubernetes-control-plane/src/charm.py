@@ -474,7 +474,12 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         membership.remove_departed_nodes(peers, hook.kube)
         membership.prune_etcd(peers, check=isinstance(event, ops.UpdateStatusEvent))
         added = hook.fleet.sync(peers, event)
-        hook.fleet.observe_nodes(peers, event, added)
+        resize = isinstance(event, ops.UpdateStatusEvent)
+        # update-status sizes Kueue's cohort from every whole Node (addons.py); that one
+        # list, read after this hook's last write to a Node (sync's taints and removals),
+        # gives the Node health too, and serves this hook only (issue 29's cost rule)
+        nodes = hook.kube().list("v1", "Node") if resize and config.batch_engines else None
+        hook.fleet.observe_nodes(peers, event, added, nodes)
         with on_error(ops.WaitingStatus, bootstrap.BootstrapError):
             worker_token = hook.fleet.worker_token(peers, token)
         turn_notes = hook.fleet.publish(config, peers, worker_token, upgrade.done)
@@ -499,9 +504,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             )
         addons.apply_efs_csi_driver(config, bag)  # may block, like the batch engines
         try:
-            pending = addons.apply_batch_engines(  # last: may block
-                config, bag, resize=isinstance(event, ops.UpdateStatusEvent)
-            )
+            pending = addons.apply_batch_engines(config, bag, resize, nodes)  # last: may block
         finally:  # the teams hear what capped their asks, also while Blocked on them
             hook.access.announce_quotas(peers, team_caps(bag) if config.batch_engines else {})
         if pending:

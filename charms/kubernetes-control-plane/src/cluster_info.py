@@ -187,7 +187,8 @@ class NodeHealth:
 
     Kept in the peer application databag (`node-health`) by the leader: refreshed from the
     Node Table (a few columns per node, not whole objects) on update-status (and when
-    leadership moves or the charm is upgraded), and for a single Node when a worker or
+    leadership moves or the charm is upgraded; from the whole Nodes when the hook lists
+    them anyway, for Kueue's cohort), and for a single Node when a worker or
     control-plane unit publishes a new node name. Every unit reads it for its status
     line, so actions and other hooks that reconcile nothing still show what the API said.
     """
@@ -229,6 +230,23 @@ class NodeHealth:
             if name not in status:
                 health.missing.add(name)
             elif status[name].split(",")[0] != "Ready":
+                health.not_ready.add(name)
+        return health
+
+    @classmethod
+    def from_nodes(cls, expected: Iterable[str], nodes: Iterable[dict]) -> NodeHealth:
+        """Health of the `expected` node names from a list of whole Nodes.
+
+        The same answer as `from_table`: printNode (kubernetes pkg/printers/internalversion/
+        printers.go) writes `Ready` first in the Status column only when the Ready
+        condition's status is True, which is what `node_ready` checks.
+        """
+        by_name = {(n.get("metadata") or {}).get("name"): n for n in nodes}
+        health = cls()
+        for name in expected:
+            if name not in by_name:
+                health.missing.add(name)
+            elif not node_ready(by_name[name]):
                 health.not_ready.add(name)
         return health
 

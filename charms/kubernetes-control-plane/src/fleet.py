@@ -32,6 +32,7 @@ import datetime
 import json
 import logging
 from collections.abc import Callable, MutableMapping
+from typing import Any
 
 import bootstrap
 import cluster_info
@@ -271,20 +272,30 @@ class Fleet:
         now.save(bag)
         return now.nodes - (before.nodes if before is not None else set())
 
-    def observe_nodes(self, peers: Peers, event: ops.EventBase, added: set[str]) -> None:
+    def observe_nodes(
+        self,
+        peers: Peers,
+        event: ops.EventBase,
+        added: set[str],
+        nodes: list[dict[str, Any]] | None = None,
+    ) -> None:
         """Record which expected Nodes the API reports not Ready or does not have.
 
         One list of every Node on the events that come rarely (update-status, a new
-        leader, a charm upgrade, the first time); otherwise one GET per node name that is
-        new (`added` workers; the control-plane nodes when a peer changed), so a hook
-        about one worker costs at most one request however large the cluster.
+        leader, a charm upgrade, the first time): `nodes` when the caller read every whole
+        Node in this hook (for Kueue's cohort), else the Node table; otherwise one GET per
+        node name that is new (`added` workers; the control-plane nodes when a peer
+        changed), so a hook about one worker costs at most one request however large the
+        cluster.
         """
         bag = peers.app
         planes = peers.control_plane_nodes(self._ctx.own_node())
         expected = planes | registry.Registry.load(bag).nodes
         health = cluster_info.NodeHealth.load(bag)
         kube = self._kube()
-        if health is None or isinstance(event, FULL_NODE_CHECK):
+        if nodes is not None:
+            health = cluster_info.NodeHealth.from_nodes(expected, nodes)
+        elif health is None or isinstance(event, FULL_NODE_CHECK):
             health = cluster_info.NodeHealth.from_table(expected, kube.table("v1", "Node"))
         else:
             names = set(added)

@@ -78,6 +78,7 @@ again, which writes its queue anew.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import re
 from collections.abc import Collection
@@ -215,8 +216,18 @@ Guarantees = dict[tuple[str, str], dict[str, float]]  # (flavor, resource) -> {q
 
 
 def quantity(text: Any) -> float:
-    """A Kubernetes quantity (apimachinery resource.Quantity's suffixes); 0 when unreadable."""
-    match = _QUANTITY.match(str(text or "0").strip())
+    """A Kubernetes quantity (apimachinery resource.Quantity's suffixes); 0 when unreadable.
+
+    Each text is parsed once per process (a hook): `capacity` reads two or three per
+    Node and twice per sizing, and a thousand Nodes of a few instance types say the same
+    few texts (issue 29's cost rule at 1,000 workers, docs/explanation/design-choices.md).
+    """
+    return _parsed_quantity(str(text or "0").strip())
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed_quantity(text: str) -> float:
+    match = _QUANTITY.match(text)
     return float(match.group(1)) * _SUFFIXES[match.group(2) or ""] if match else 0.0
 
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import cluster_info
 import juju_secret_ids
 import pytest
 import readme_examples
 import yaml
 from ops import testing
 
+from charms.gpu_k8s.v0.kubeclient import Kube
 from fakes.control_plane import ADMIN_TOKEN, node, peers
 
 
@@ -292,11 +294,59 @@ def test_status_counts_the_nodes_the_api_reports_ready(ctx, machine, api):
     assert out.unit_status == testing.ActiveStatus("Ready: v1.36, 1 control-plane, 0 workers")
 
 
-def test_readiness_comes_from_the_node_table_not_whole_node_objects(ctx, machine, api):
-    out = ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
+@pytest.mark.parametrize(("batch_engines", "asked"), [(False, ["None"]), (True, [""])])
+def test_readiness_comes_from_the_node_table_not_whole_node_objects(
+    ctx, machine, api, batch_engines, asked
+):
+    """One list of Nodes per update-status: the table, or whole Nodes Kueue's cohort needs.
+
+    Readiness alone needs the table's Status column. With the batch engines, update-status
+    also sizes Kueue's cohort by the Nodes' allocatable (issue 29 item 6), which the table
+    has not: that one list of whole Nodes, read in this hook, gives the readiness too
+    (issue 29's cost rule at 1,000 workers: the table and the whole Nodes were two lists).
+    """
+    config = {"batch-engines": batch_engines}
+    out = ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()], config=config))
+    api.put_object(
+        "/api/v1/nodes/ip-10-0-1-17", node("ip-10-0-1-17", control_plane=True, ready=False)
+    )
     before = len(api.requests)
-    ctx.run(ctx.on.update_status(), out)
+    out = ctx.run(ctx.on.update_status(), out)
     lists = [r for r in api.requests[before:] if r == ("GET", "/api/v1/nodes")]
-    # readiness from the table; update-status also sizes Kueue's cohort by the Nodes'
-    # allocatable (issue 29 item 6), which the table has not: one list of whole Nodes
-    assert sorted(r.query.get("includeObject") or "" for r in lists) == ["", "None"]
+    assert [r.query.get("includeObject") or "" for r in lists] == asked
+    assert out.unit_status.message.endswith("not Ready: ip-10-0-1-17")
+    api.put_object("/api/v1/nodes/ip-10-0-1-17", node("ip-10-0-1-17", control_plane=True))
+    out = ctx.run(ctx.on.update_status(), out)
+    assert out.unit_status == testing.ActiveStatus("Ready: v1.36, 1 control-plane, 0 workers")
+
+
+def test_whole_nodes_give_the_health_the_node_table_gives(machine, api):
+    """`NodeHealth.from_nodes` (update-status with the batch engines) agrees with the table.
+
+    Whatever the Node: Ready, NotReady, Unknown, cordoned, without a Ready condition, or
+    not registered at all; the table as the fake API server prints it (printNode).
+    """
+    seeds = {
+        "ready": node("ready"),
+        "not-ready": node("not-ready", ready=False),
+        "cordoned": node("cordoned", unschedulable=True),
+        "cordoned-not-ready": node("cordoned-not-ready", ready=False, unschedulable=True),
+        "unknown": node("unknown"),
+        "no-condition": node("no-condition"),
+    }
+    seeds["unknown"]["status"]["conditions"][0]["status"] = "Unknown"
+    seeds["no-condition"]["status"]["conditions"] = []
+    for name, obj in seeds.items():
+        api.put_object(f"/api/v1/nodes/{name}", obj)
+    expected = [*seeds, "never-registered"]
+    with Kube.from_kubeconfig(api.kubeconfig(ADMIN_TOKEN), retries=0) as kube:
+        table = cluster_info.NodeHealth.from_table(expected, kube.table("v1", "Node"))
+        whole = cluster_info.NodeHealth.from_nodes(expected, kube.list("v1", "Node"))
+    assert (
+        whole
+        == table
+        == cluster_info.NodeHealth(
+            not_ready={"not-ready", "cordoned-not-ready", "unknown", "no-condition"},
+            missing={"never-registered"},
+        )
+    )
