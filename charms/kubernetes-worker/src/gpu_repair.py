@@ -66,6 +66,8 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import gpu_gate
+import mig
+import nvidia
 from driver import FABRIC_SERVICE
 from gpu_watcher import PAUSE_FILE, PAUSE_GATE, PAUSED_FOR, pause_text
 
@@ -105,7 +107,8 @@ GATE_PAUSE_MARGIN_S = 60.0
 COMPUTE_APPS = ("--query-compute-apps=pid,gpu_uuid", "--format=csv,noheader")
 
 
-def _epoch(stamp: str | None) -> float | None:
+def epoch(stamp: str | None) -> float | None:
+    """The epoch of an ISO 8601 UTC stamp (`iso`), None when it is none."""
     try:
         when = datetime.datetime.strptime(stamp or "", "%Y-%m-%dT%H:%M:%SZ")
     except ValueError:
@@ -124,7 +127,7 @@ def recent_failures(records: list[dict], now: float) -> list[dict]:
     """The failed repair attempts of the last 24 hours, one per attempt (not per GPU)."""
     seen: dict[tuple, dict] = {}
     for r in records:
-        when = _epoch(r.get("time"))
+        when = epoch(r.get("time"))
         if r.get("result") == "failed" and when is not None and now - when < ESCALATE_WINDOW_S:
             seen.setdefault((r.get("time"), r.get("method")), r)
     return list(seen.values())
@@ -315,6 +318,22 @@ def gate(
     )
 
 
+def mig_wait(host: Host, kube: Kube, node: str, *, waited: float) -> mig.Decision:
+    """Whether mig-manager has applied the node's MIG layout again (mig.gate_wait).
+
+    From the Node's labels (read as this node's kubelet) and, once mig-manager reports
+    `success`, nvidia-smi (`mig.applied`); `waited`: seconds since the wait began.
+    Act.NOTHING: the gate may run.
+    """
+    labels = kube.get("v1", "Node", node)["metadata"].get("labels") or {}
+    layout, shown = labels.get(mig.LABEL_CONFIG), False
+    if layout and labels.get(mig.LABEL_STATE) == "success":
+        modes = [g.mig_mode for g in nvidia.read_smi(host).gpus]
+        profiles = nvidia.read_mig_profiles(host)
+        shown = mig.applied(layout, modes, nvidia.read_mig_devices(host), profiles)
+    return mig.gate_wait(labels, shown=shown, waited=waited)
+
+
 def reset_blocker(host: Host, nvswitches: int) -> str | None:
     """Why no GPU of this machine may be reset alone now (None: nothing stops it).
 
@@ -347,9 +366,22 @@ def load_progress(host: Host) -> dict | None:
     return found if isinstance(found, dict) else None
 
 
-def save_progress(host: Host, *, method: str, boot: str, started: str, gpus: list[str]) -> None:
-    """Record a reboot asked for a repair (the machine outlives the charm's state)."""
+def save_progress(
+    host: Host,
+    *,
+    method: str,
+    boot: str,
+    started: str,
+    gpus: list[str],
+    mig_since: str | None = None,
+) -> None:
+    """Record a reboot asked for a repair (the machine outlives the charm's state).
+
+    `mig_since`: when the gate began to wait for mig-manager (`mig_wait`), if it does.
+    """
     body = {"method": method, "boot": boot, "started": started, "gpus": gpus}
+    if mig_since is not None:
+        body["mig_since"] = mig_since
     host.write(PROGRESS, json.dumps(body, sort_keys=True))
 
 

@@ -35,6 +35,7 @@ import gpu_gate
 import gpu_health
 import gpu_node
 import gpu_repair
+import mig
 import nvidia
 import ops
 import validation
@@ -268,7 +269,18 @@ class GpuRepairs(ops.Object):
         timeout: float = HOOK_GATE_TIMEOUT,
         progress: Callable[[str], None] = lambda line: None,
     ) -> ops.StatusBase:
-        """The gate on every GPU; readmitted when it passes, else the failure recorded."""
+        """The gate on every GPU; readmitted when it passes, else the failure recorded.
+
+        After a reboot on a node with a MIG layout the gate first waits for mig-manager to
+        apply it again (its devices do not survive a reboot: mig.GATE_WAIT_S), read at each
+        hook (gpu_repair.mig_wait): the unit says so meanwhile, the node stays cordoned and
+        the repair keeps its turn. A wait is no failed repair; one that ends in
+        mig-manager's `failed` or past GATE_WAIT_S is (the gate's `mig` check): the node
+        could not be brought back in its layout, and two such within 24 hours escalate
+        like any failed repair, since a mig-manager that does not come back on one node
+        while it does on others is that node's problem. A reset's gate does not wait
+        (whether a reset keeps MIG devices is not recorded here).
+        """
         inventory = gpu_node.detect(host)
         now = gpu_repair.iso(self._wall_clock())
         missing = [q for q in held if not str(q.get("index", "")).isdigit()]
@@ -282,20 +294,42 @@ class GpuRepairs(ops.Object):
             detail = f"GPU {missing[0].get('index')} is not on the machine after the {method}"
             self._record_failure(host, held, method, detail)
             return ops.WaitingStatus(f"node {node} stays cordoned: {detail}")
+        saved = gpu_repair.load_progress(host) or {}
+        since = gpu_repair.epoch(saved.get("mig_since"))
+        waited = 0.0 if since is None else max(0.0, self._wall_clock() - since)
         try:
             with node_kube(host, gpu_repair.cannot_pause(node, PAUSE_GATE)) as kube:
                 with api_errors_fail_the_hook():
-                    result = gpu_repair.gate(
-                        host,
-                        kube,
-                        node,
-                        inventory,
-                        config.gate_images,
-                        timeout=timeout,
-                        clock=self._clock,
-                        sleep=self._sleep,
-                        progress=progress,
+                    ready = (
+                        gpu_repair.mig_wait(host, kube, node, waited=waited)
+                        if method == gpu_repair.REBOOT
+                        else mig.Decision(mig.Act.NOTHING)
                     )
+                    if ready.act is mig.Act.WAIT:  # the next hook reads it again
+                        gpu_repair.save_progress(
+                            host,
+                            method=f"{GATE_PENDING}{method}",
+                            boot=nvidia.boot_id(host),
+                            started=str(saved.get("started") or now),
+                            gpus=[str(q.get("uuid")) for q in held],
+                            mig_since=gpu_repair.iso(self._wall_clock() - waited),
+                        )
+                        return ops.WaitingStatus(f"node {node} stays cordoned: {ready.message}")
+                    if ready.act is mig.Act.FAILED:  # a failed repair (the docstring)
+                        failed = gpu_gate.Check("mig", False, ready.message)
+                        result = gpu_gate.GateResult((failed,))
+                    else:
+                        result = gpu_repair.gate(
+                            host,
+                            kube,
+                            node,
+                            inventory,
+                            config.gate_images,
+                            timeout=timeout,
+                            clock=self._clock,
+                            sleep=self._sleep,
+                            progress=progress,
+                        )
         except validation.ValidationError as e:  # not the GPU's answer: not counted
             gpu_repair.save_progress(
                 host,

@@ -181,6 +181,57 @@ def decide(
     return Decision(Act.WAIT, waiting_message(layout, labels))
 
 
+# The repair gate on a node with a MIG layout (issue 32): MIG devices do not survive a
+# reboot (mig-parted v0.15.0 README.md: nvidia-mig-parted "does not ensure that MIG device
+# configurations will persist across node reboots"; only the MIG mode is kept, written by a
+# GPU reset, deployments/systemd/README.md), and mig-manager makes them again when its pod
+# starts after the boot: cmd/nvidia-mig-manager/main.go `start` runs `migReconfigure` for
+# the label's value, then pkg/mig/reconfigure/reconfigure.go `Run` (e2d5ad1f): `assert`
+# finds the devices missing, so `pending` (line 158), the GPU clients paused (each waited
+# for up to 5 minutes, `waitForPodsToBeDeleted`), the apply, the clients back, then
+# `success` (line 239); any step's error writes `failed`. A `success` left from before
+# the repair says nothing of this boot, so the gate waits for both: the state `success` and
+# nvidia-smi showing the layout (`applied`). Bounded by TIMEOUT_S, the time the worker
+# gives mig-manager for any change: its two pod waits, the apply and its pod's start fit.
+GATE_WAIT_S = TIMEOUT_S
+
+
+def gate_wait(labels: Mapping[str, str], *, shown: bool, waited: float) -> Decision:
+    """Whether the repair gate may run on this node's MIG layout now.
+
+    Act.NOTHING: no layout is labelled (the gate runs as on any node), or mig-manager
+    reports `success` and nvidia-smi shows the layout (`shown`: `applied`). Act.WAIT with
+    what it waits for; Act.FAILED with the line the gate reports, when mig-manager reports
+    `failed` or `waited` (seconds since the wait began) passed GATE_WAIT_S.
+    """
+    layout, state = labels.get(LABEL_CONFIG), labels.get(LABEL_STATE)
+    if not layout:
+        return Decision(Act.NOTHING)
+    if state == "success" and shown:
+        return Decision(Act.NOTHING)
+    pod = f"the nvidia-mig-manager pod's log in {MIG_MANAGER_NAMESPACE}"
+    if state == "failed":
+        return Decision(
+            Act.FAILED,
+            f"NVIDIA mig-manager reports failed for MIG layout {layout} (not a GPU check): "
+            f"see {pod}",
+        )
+    said = state or "not started"
+    if state == "success":
+        said = "success, not on the GPUs yet"
+    if waited > GATE_WAIT_S:
+        return Decision(
+            Act.FAILED,
+            f"NVIDIA mig-manager did not apply MIG layout {layout} within "
+            f"{int(waited // 60)} minutes (reports {said}): see {pod}",
+        )
+    return Decision(
+        Act.WAIT,
+        f"the repair gate waits for NVIDIA mig-manager to apply MIG layout {layout} "
+        f"(reports {said}, {int(waited // 60)} of {GATE_WAIT_S // 60} minutes)",
+    )
+
+
 def applied(
     layout: str,
     modes: Sequence[str | None],

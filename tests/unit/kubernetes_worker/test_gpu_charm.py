@@ -2971,3 +2971,149 @@ def test_an_automatic_repair_mid_mig_change_leaves_the_cordon_to_the_mig_change(
         "applying MIG layout all-1g.10gb: NVIDIA mig-manager reports pending"
     )
     assert "reboot-request" in reboots_relation(out).local_unit_data
+
+
+# -- the gate after a repair on a node with a MIG layout waits for mig-manager (issue 32
+# leftover): MIG devices do not survive the repair's reboot and mig-manager makes them
+# again after the boot (pending, then success or failed; mig.py GATE_WAIT_S) -------------
+
+
+def mig_node_repaired_by_reboot(ctx, machine, api, h100, reboots):
+    """A node with MIG layout all-1g.10gb applied, quarantined (Xid79) and rebooted."""
+    ctr = FakeCtr(machine, h100)
+    ctr.busbw = 400.0  # above the H100 SXM floor
+    out = run_mig(ctx, api, **{"gpu-auto-repair": "reboot"})
+    mine = dataclasses.replace(out, relations={*out.relations, peers(turns=[UNIT])})
+    out = ctx.run(ctx.on.config_changed(), with_config(mine, **{"mig-profile": "all-1g.10gb"}))
+    mig_manager_applies(api, h100, ALL_1G)
+    out = ctx.run(ctx.on.update_status(), out)
+    assert not node(api)["spec"].get("unschedulable")  # the layout is in place
+    quarantined_for(machine, api, "reboot", "Xid79")
+    out = ctx.run(ctx.on.update_status(), out)
+    assert reboots == [False], out.unit_status
+    h100.reboot()
+    assert h100.mig_devices == {} and h100.mig_enabled  # the devices are gone, the mode kept
+    return ctr, ctx.run(ctx.on.start(), out)
+
+
+def mig_failed_message(layout, name, unit):
+    import mig
+
+    return mig.failed_message(layout, name, unit)
+
+
+def waits_for(state):
+    return testing.WaitingStatus(
+        f"node {NODE} stays cordoned: the repair gate waits for NVIDIA mig-manager to apply "
+        f"MIG layout all-1g.10gb (reports {state}, 0 of 30 minutes)"
+    )
+
+
+def test_the_gate_after_a_reboot_repair_waits_for_mig_manager_then_runs(
+    ctx, machine, api, h100, clock, wall, reboots
+):
+    ctr, out = mig_node_repaired_by_reboot(ctx, machine, api, h100, reboots)
+
+    # the state label still says success from before the reboot, the GPUs show nothing
+    assert out.unit_status == waits_for("success, not on the GPUs yet")
+    assert ctr.runs == [] and "repairs" not in watcher_state(machine)  # no gate, no record
+    assert node(api)["spec"]["unschedulable"] is True
+    assert watcher_state(machine)["quarantined"]
+
+    set_labels(api, **{MIG_STATE: "pending"})  # reconfigure.go Run: the devices are missing
+    out = ctx.run(ctx.on.update_status(), out)
+    # the MIG step says the same wait first (mig.waiting_message)
+    assert out.unit_status == testing.WaitingStatus(
+        "applying MIG layout all-1g.10gb: NVIDIA mig-manager reports pending"
+    )
+    assert ctr.runs == [] and "repairs" not in watcher_state(machine)
+
+    mig_manager_applies(api, h100, ALL_1G)
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert {r["image"] for r in ctr.runs} >= {gpu_gate.DCGM_IMAGE, gpu_gate.NCCL_IMAGE}
+    (repair,) = watcher_state(machine)["repairs"]
+    assert (repair["method"], repair["result"]) == ("reboot", "ok")
+    assert watcher_state(machine)["quarantined"] == {}
+    assert not node(api)["spec"].get("unschedulable")
+    assert "repaired by reboot" in out.unit_status.message
+
+
+def test_the_gate_fails_when_mig_manager_reports_failed_after_the_reboot(
+    ctx, machine, api, h100, clock, wall, reboots
+):
+    ctr, out = mig_node_repaired_by_reboot(ctx, machine, api, h100, reboots)
+    set_labels(api, **{MIG_STATE: "failed"})
+
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert ctr.runs == []  # no GPU check ran: the layout is not there to check
+    (failed,) = watcher_state(machine)["repairs"]
+    assert (failed["method"], failed["result"]) == ("reboot", "failed")
+    assert failed["gate"] == {
+        "passed": False,
+        "mig": "failed: NVIDIA mig-manager reports failed for MIG layout all-1g.10gb (not a "
+        "GPU check): see the nvidia-mig-manager pod's log in gpu-k8s-gpu",
+    }
+    # the MIG step's Blocked status names the command that shows mig-manager's log
+    assert out.unit_status == testing.BlockedStatus(mig_failed_message("all-1g.10gb", NODE, UNIT))
+    assert node(api)["spec"]["unschedulable"] is True
+
+
+def test_the_gate_fails_with_the_time_waited_when_mig_manager_never_applies_the_layout(
+    ctx, machine, api, h100, clock, wall, reboots
+):
+    ctr, out = mig_node_repaired_by_reboot(ctx, machine, api, h100, reboots)
+    set_labels(api, **{MIG_STATE: "pending"})
+    wall[0] += 10 * 60
+    out = ctx.run(ctx.on.update_status(), out)
+    assert out.unit_status.name == "waiting"
+    assert "repairs" not in watcher_state(machine)  # a wait is no failed repair
+
+    wall[0] += 21 * 60
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert ctr.runs == []
+    (failed,) = watcher_state(machine)["repairs"]
+    assert failed["result"] == "failed"  # counts toward the two in 24 hours
+    assert failed["gate"]["mig"] == (
+        "failed: NVIDIA mig-manager did not apply MIG layout all-1g.10gb within 31 minutes "
+        "(reports pending): see the nvidia-mig-manager pod's log in gpu-k8s-gpu"
+    )
+    assert node(api)["spec"]["unschedulable"] is True
+
+
+def test_a_node_without_a_mig_layout_gates_at_once_after_a_reboot_repair(
+    ctx, machine, api, h100, clock, wall, reboots
+):
+    ctr = FakeCtr(machine, h100)
+    ctr.busbw = 400.0
+    out = run_mig(ctx, api, **{"gpu-auto-repair": "reboot"})
+    quarantined_for(machine, api, "reboot", "Xid79")
+    out = ctx.run(ctx.on.update_status(), out)
+    h100.reboot()
+
+    out = ctx.run(ctx.on.start(), out)
+
+    assert "repaired by reboot" in out.unit_status.message, out.unit_status
+    assert MIG_CONFIG not in node_labels(api)
+
+
+@pytest.mark.parametrize(
+    ("labels", "shown", "waited", "act", "said"),
+    [
+        ({}, False, 0, "nothing", ""),
+        ({MIG_CONFIG: "all-1g.10gb", MIG_STATE: "success"}, True, 0, "nothing", ""),
+        ({MIG_CONFIG: "all-1g.10gb", MIG_STATE: "success"}, False, 0, "wait", "success, not"),
+        ({MIG_CONFIG: "all-1g.10gb"}, False, 60, "wait", "not started, 1 of 30"),
+        ({MIG_CONFIG: "all-1g.10gb", MIG_STATE: "rebooting"}, False, 0, "wait", "rebooting"),
+        ({MIG_CONFIG: "all-1g.10gb", MIG_STATE: "failed"}, True, 0, "failed", "reports failed"),
+        ({MIG_CONFIG: "all-1g.10gb", MIG_STATE: "pending"}, False, 1801, "failed", "within 30"),
+    ],
+)
+def test_mig_gate_wait(labels, shown, waited, act, said):
+    import mig
+
+    decision = mig.gate_wait(labels, shown=shown, waited=waited)
+
+    assert decision.act.value == act and said in decision.message
