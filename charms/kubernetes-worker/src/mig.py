@@ -22,22 +22,21 @@ layout while mig-manager still works on another, and uncordons only once nvidia-
 the layout: mig-manager reports `success` for a layout with no entry for this GPU model
 (mig-parted's assert walks only the entries whose device filter matches).
 
-A GPU quarantine mid-change (issue 32): the quarantine's NoExecute taint evicts
-mig-manager, which tolerates only `nvidia.com/gpu` NoSchedule (GPU Operator v26.7.0
-assets/state-mig-manager/0600_daemonset.yaml and values.yaml `daemonsets.tolerations`;
-the control plane's mig_manager.py the same), possibly mid-apply: reconfigure.go `Run`
-writes the state only at its end (`setState`), so `pending` and the device plugin's
-`paused-for-mig-change` stay. Nothing finishes them while the node is quarantined, and
-nothing needs to: when its pod starts again, nvidia-mig-manager's informer hands the
-label's value to its loop (mig-parted v0.15.0 cmd/nvidia-mig-manager/main.go
-`ContinuouslySyncMigConfigChanges` AddFunc, then `start` -> `migReconfigure`), and `Run`
-looks at the old state only for `rebooting` (`checkMigModeChangeRequired`): it asserts the
-layout, applies it again when the GPUs do not hold it, brings the plugin back
-(`maybeSetTrue` turns the `paused-for-mig-change` it read into `true`) and ends in
-`success` or `failed`. Its pod comes back once the node is readmitted (the taint lifted),
-so the worker keeps the node cordoned and its turn through the readmission
-(gpu_health.readmit), and mig-manager's clock (`TIMEOUT_S`) starts again while a GPU is
-quarantined (mig_layout.advance).
+A GPU quarantine mid-change (issue 32): mig-manager tolerates the quarantine's NoExecute
+taint (the control plane's mig_manager.py; GPU Operator v26.7.0's DaemonSet tolerates only
+`nvidia.com/gpu` NoSchedule), so it stays on the node, but a repair may stop it mid-apply
+(the gate's and a reset's pause of the GPU clients, a reboot): reconfigure.go `Run` writes
+the state only at its end (`setState`), so `pending` and the device plugin's
+`paused-for-mig-change` stay. Nothing needs to finish them: when its container starts
+again, nvidia-mig-manager's informer hands the label's value to its loop (mig-parted
+v0.15.0 cmd/nvidia-mig-manager/main.go `ContinuouslySyncMigConfigChanges` AddFunc, then
+`start` -> `migReconfigure`), and `Run` looks at the old state only for `rebooting`
+(`checkMigModeChangeRequired`): it asserts the layout, applies it again when the GPUs do
+not hold it, brings the plugin back (`maybeSetTrue` turns the `paused-for-mig-change` it
+read into `true`) and ends in `success` or `failed`. The worker keeps the node cordoned
+and its turn through the readmission until then (gpu_health.readmit), and mig-manager's
+clock (`TIMEOUT_S`) starts again while a GPU is quarantined (mig_layout.advance). After a
+reboot repair the gate itself waits for the layout (`gate_wait`).
 """
 
 from __future__ import annotations

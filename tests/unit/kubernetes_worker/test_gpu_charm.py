@@ -2873,15 +2873,15 @@ def test_the_gates_pause_refused_by_the_api_says_it_was_for_the_diagnostic(
     assert failed.value.message.endswith("; it stays quarantined")
 
 
-# -- a quarantine in the middle of a MIG change (issue 32 leftover): the MIG manager is
-# evicted by the NoExecute taint mid-apply and applies the layout again when its pod comes
-# back at readmission (mig.py's docstring: mig-parted v0.15.0; fakes.mig_manager) ---------
+# -- a quarantine in the middle of a MIG change (issue 32 leftover): the MIG manager stops
+# mid-apply (its container killed) and applies the layout again when it starts again; it
+# tolerates the quarantine's taint (the control plane's mig_manager.py), so the taint does
+# not take it off the node (mig.py's docstring: mig-parted v0.15.0; fakes.mig_manager) ----
 
 
-def test_a_mig_manager_evicted_mid_apply_applies_the_layout_again_after_readmission(
+def test_a_mig_manager_stopped_mid_apply_applies_the_layout_again_after_readmission(
     ctx, machine, api, h100, clock, wall, reboots, monkeypatch
 ):
-    from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
     from fakes.csi_node import sync_daemonset
     from fakes.mig_manager import MigManager
 
@@ -2895,19 +2895,15 @@ def test_a_mig_manager_evicted_mid_apply_applies_the_layout_again_after_readmiss
     manager = MigManager(api, NODE, h100, {"all-1g.10gb": ALL_1G})
     sync_daemonset(api, manager.daemonset)
     first = manager.token()
-    manager.start(first, evicted_mid_apply=True)
+    manager.start(first, stopped_mid_apply=True)
     assert node_labels(api)[MIG_STATE] == "pending"
     assert node_labels(api)[PLUGIN_DEPLOY] == "paused-for-mig-change"
 
-    # the fault mid-apply: the watcher's quarantine, the leader's taint; the MIG manager
-    # does not tolerate it and goes, and nothing it began is finished by that pod
+    # the fault mid-apply: the watcher's quarantine, the leader's taint, which the MIG
+    # manager's pod tolerates and stays; nothing its stopped container began is finished
     quarantined_for(machine, api, "reboot", "Xid79")
     sync_daemonset(api, manager.daemonset)
-    assert not manager.running()
-    with Kube.from_kubeconfig(api.kubeconfig(first), retries=0) as kube:
-        with pytest.raises(KubeError) as refused:
-            kube.get("v1", "Node", NODE)
-    assert refused.value.status == 401  # its pod-bound token died with its pod
+    assert manager.running()
 
     now[0] += 3 * 3600  # hours in quarantine: no "mig-manager has not answered"
     out = ctx.run(ctx.on.update_status(), out)
@@ -2929,10 +2925,10 @@ def test_a_mig_manager_evicted_mid_apply_applies_the_layout_again_after_readmiss
     )
     assert "reboot-request" in reboots_relation(out).local_unit_data  # its turn kept
 
-    # readmitted, untainted: a new pod, a new token, the whole layout applied again
+    # its container started again (main.go `start`): the whole layout applied again
     sync_daemonset(api, manager.daemonset)
     assert manager.running()
-    manager.start(manager.token())
+    manager.start(first)
     assert node_labels(api)[MIG_STATE] == "success"
     assert node_labels(api)[PLUGIN_DEPLOY] == "true"  # maybeSetTrue of the paused value
     now[0] += 60
@@ -2957,7 +2953,7 @@ def test_an_automatic_repair_mid_mig_change_leaves_the_cordon_to_the_mig_change(
     out = ctx.run(ctx.on.config_changed(), with_config(mine, **{"mig-profile": "all-1g.10gb"}))
     manager = MigManager(api, NODE, h100, {"all-1g.10gb": ALL_1G})
     sync_daemonset(api, manager.daemonset)
-    manager.start(manager.token(), evicted_mid_apply=True)
+    manager.start(manager.token(), stopped_mid_apply=True)
     quarantined_for(machine, api, "reset-gpu", "Xid48")
     sync_daemonset(api, manager.daemonset)
 
@@ -3117,3 +3113,45 @@ def test_mig_gate_wait(labels, shown, waited, act, said):
     decision = mig.gate_wait(labels, shown=shown, waited=waited)
 
     assert decision.act.value == act and said in decision.message
+
+
+def test_mig_manager_on_a_quarantined_node_applies_the_layout_after_a_reboot_repair(
+    ctx, machine, api, h100, clock, wall, reboots
+):
+    """The MIG manager's DaemonSet as the control plane makes it, its pod as kubelet runs it.
+
+    It stays on the quarantined node (the control plane's mig_manager: it tolerates the
+    quarantine's taint), and its container starts again after the repair's reboot:
+    main.go `start` -> reconfigure.go `Run` finds the devices gone and applies them again.
+    """
+    from fakes.csi_node import sync_daemonset
+    from fakes.mig_manager import MigManager
+
+    ctr = FakeCtr(machine, h100)
+    ctr.busbw = 400.0
+    out = run_mig(ctx, api, **{"gpu-auto-repair": "reboot"})
+    mine = dataclasses.replace(out, relations={*out.relations, peers(turns=[UNIT])})
+    out = ctx.run(ctx.on.config_changed(), with_config(mine, **{"mig-profile": "all-1g.10gb"}))
+    manager = MigManager(api, NODE, h100, {"all-1g.10gb": ALL_1G})
+    sync_daemonset(api, manager.daemonset)
+    manager.start(manager.token())
+    out = ctx.run(ctx.on.update_status(), out)
+    assert not node(api)["spec"].get("unschedulable")
+    quarantined_for(machine, api, "reboot", "Xid79")
+    sync_daemonset(api, manager.daemonset)
+    assert manager.running()  # the quarantine's taint leaves it on the node
+    out = ctx.run(ctx.on.update_status(), out)
+    assert reboots == [False], out.unit_status
+
+    h100.reboot()
+    out = ctx.run(ctx.on.start(), out)  # before the MIG manager's container is back
+    assert out.unit_status == waits_for("success, not on the GPUs yet")
+    assert ctr.runs == []
+
+    manager.start(manager.token())  # its container after the boot: pending, apply, success
+    assert h100.mig_devices == ALL_1G
+    out = ctx.run(ctx.on.update_status(), out)
+
+    (repair,) = watcher_state(machine)["repairs"]
+    assert (repair["method"], repair["result"]) == ("reboot", "ok"), out.unit_status
+    assert not node(api)["spec"].get("unschedulable")
