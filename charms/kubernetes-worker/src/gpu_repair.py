@@ -318,6 +318,22 @@ def gate(
     )
 
 
+def forget_mig_answer(kube: Kube, node: str) -> None:
+    """Before a repair's reboot: remove mig-manager's last answer from a node with a layout.
+
+    After the boot mig-manager's container starts again and writes a new one (main.go
+    `start` -> reconfigure.go `Run`: `pending` then `success` or `failed`, or `success`
+    at once when the GPUs hold the layout), so what the gate reads (`mig_wait`) is of the
+    new boot: a `failed` from before it would fail the gate. Removing the label does not
+    wake mig-manager (main.go `ContinuouslySyncMigConfigChanges` reacts only to a change
+    of nvidia.com/mig.config). As the kubelet: NodeRestriction lets a node set its own
+    labels outside kubernetes.io (mig_layout writes this one too).
+    """
+    labels = kube.get("v1", "Node", node)["metadata"].get("labels") or {}
+    if labels.get(mig.LABEL_CONFIG) and mig.LABEL_STATE in labels:
+        kube.patch("v1", "Node", node, {"metadata": {"labels": {mig.LABEL_STATE: None}}})
+
+
 def mig_wait(host: Host, kube: Kube, node: str, *, waited: float) -> mig.Decision:
     """Whether mig-manager has applied the node's MIG layout again (mig.gate_wait).
 

@@ -235,6 +235,9 @@ class GpuRepairs(ops.Object):
                     return gpu_repair.reset(host, held)
 
     def _reboot(self, host: Host, node: str, held: list[dict], reason: str) -> NoReturn:
+        with node_kube(host, f"{reason}: cannot read node {node}'s MIG layout") as kube:
+            with api_errors_fail_the_hook():
+                gpu_repair.forget_mig_answer(kube, node)
         gpu_repair.save_progress(
             host,
             method=gpu_repair.REBOOT,
@@ -314,6 +317,7 @@ class GpuRepairs(ops.Object):
                             gpus=[str(q.get("uuid")) for q in held],
                             mig_since=gpu_repair.iso(self._wall_clock() - waited),
                         )
+                        logger.info("node %s stays cordoned: %s", node, ready.message)
                         return ops.WaitingStatus(f"node {node} stays cordoned: {ready.message}")
                     if ready.act is mig.Act.FAILED:  # a failed repair (the docstring)
                         failed = gpu_gate.Check("mig", False, ready.message)

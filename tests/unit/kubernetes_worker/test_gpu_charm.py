@@ -2987,6 +2987,8 @@ def mig_node_repaired_by_reboot(ctx, machine, api, h100, reboots):
     quarantined_for(machine, api, "reboot", "Xid79")
     out = ctx.run(ctx.on.update_status(), out)
     assert reboots == [False], out.unit_status
+    # mig-manager's answer from before the boot is no answer for the new boot
+    assert MIG_STATE not in node_labels(api) and node_labels(api)[MIG_CONFIG] == "all-1g.10gb"
     h100.reboot()
     assert h100.mig_devices == {} and h100.mig_enabled  # the devices are gone, the mode kept
     return ctr, ctx.run(ctx.on.start(), out)
@@ -2998,20 +3000,16 @@ def mig_failed_message(layout, name, unit):
     return mig.failed_message(layout, name, unit)
 
 
-def waits_for(state):
-    return testing.WaitingStatus(
-        f"node {NODE} stays cordoned: the repair gate waits for NVIDIA mig-manager to apply "
-        f"MIG layout all-1g.10gb (reports {state}, 0 of 30 minutes)"
-    )
-
-
 def test_the_gate_after_a_reboot_repair_waits_for_mig_manager_then_runs(
     ctx, machine, api, h100, clock, wall, reboots
 ):
     ctr, out = mig_node_repaired_by_reboot(ctx, machine, api, h100, reboots)
 
-    # the state label still says success from before the reboot, the GPUs show nothing
-    assert out.unit_status == waits_for("success, not on the GPUs yet")
+    # before mig-manager's container starts again: no state, no MIG device; the MIG step
+    # says the wait first (mig.waiting_message), the repair's line is in the log
+    assert out.unit_status == testing.WaitingStatus(
+        "applying MIG layout all-1g.10gb: NVIDIA mig-manager reports not started"
+    )
     assert ctr.runs == [] and "repairs" not in watcher_state(machine)  # no gate, no record
     assert node(api)["spec"]["unschedulable"] is True
     assert watcher_state(machine)["quarantined"]
@@ -3145,7 +3143,7 @@ def test_mig_manager_on_a_quarantined_node_applies_the_layout_after_a_reboot_rep
 
     h100.reboot()
     out = ctx.run(ctx.on.start(), out)  # before the MIG manager's container is back
-    assert out.unit_status == waits_for("success, not on the GPUs yet")
+    assert out.unit_status.name == "waiting", out.unit_status
     assert ctr.runs == []
 
     manager.start(manager.token())  # its container after the boot: pending, apply, success
@@ -3155,3 +3153,27 @@ def test_mig_manager_on_a_quarantined_node_applies_the_layout_after_a_reboot_rep
     (repair,) = watcher_state(machine)["repairs"]
     assert (repair["method"], repair["result"]) == ("reboot", "ok"), out.unit_status
     assert not node(api)["spec"].get("unschedulable")
+
+
+def test_a_failed_mig_answer_from_before_the_repair_reboot_does_not_fail_the_gate(
+    ctx, machine, api, h100, clock, wall, reboots
+):
+    ctr = FakeCtr(machine, h100)
+    ctr.busbw = 400.0
+    out = run_mig(ctx, api, **{"gpu-auto-repair": "reboot"})
+    mine = dataclasses.replace(out, relations={*out.relations, peers(turns=[UNIT])})
+    out = ctx.run(ctx.on.config_changed(), with_config(mine, **{"mig-profile": "all-1g.10gb"}))
+    mig_manager_applies(api, h100, ALL_1G, state="failed")  # e.g. a re-apply that failed
+    quarantined_for(machine, api, "reboot", "Xid79")
+    out = ctx.run(ctx.on.update_status(), out)
+    assert reboots == [False], out.unit_status
+    h100.reboot()
+
+    out = ctx.run(ctx.on.start(), out)
+
+    assert "repairs" not in watcher_state(machine)  # waits for the new boot's answer
+    assert out.unit_status.name == "waiting", out.unit_status
+    mig_manager_applies(api, h100, ALL_1G)
+    out = ctx.run(ctx.on.update_status(), out)
+    (repair,) = watcher_state(machine)["repairs"]
+    assert (repair["method"], repair["result"]) == ("reboot", "ok"), out.unit_status
