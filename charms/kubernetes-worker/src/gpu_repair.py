@@ -102,6 +102,8 @@ CLIENTS_POLL_S = 10.0
 # The gate's pause (`gate`): the clients' wait, then DCGM's diagnostic bounded by the gate's
 # timeout, then the clients coming back; the watcher polls again once it is over.
 GATE_PAUSE_MARGIN_S = 60.0
+# How often `mig_wait` reads the Node again where it may wait (the repair-gpu action).
+MIG_POLL_S = 10.0
 # One `<pid>, <uuid>` row per CUDA process, none when the GPUs are free (field names:
 # nvidia-smi --help-query-compute-apps); NVML monitors are not listed, hence the pods.
 COMPUTE_APPS = ("--query-compute-apps=pid,gpu_uuid", "--format=csv,noheader")
@@ -319,12 +321,13 @@ def gate(
 
 
 def forget_mig_answer(kube: Kube, node: str) -> None:
-    """Before a repair's reboot: remove mig-manager's last answer from a node with a layout.
+    """Before a repair: remove mig-manager's last answer from a node with a MIG layout.
 
-    After the boot mig-manager's container starts again and writes a new one (main.go
-    `start` -> reconfigure.go `Run`: `pending` then `success` or `failed`, or `success`
-    at once when the GPUs hold the layout), so what the gate reads (`mig_wait`) is of the
-    new boot: a `failed` from before it would fail the gate. Removing the label does not
+    After a reboot, or a reset's pause of the GPU clients (which takes mig-manager's pod
+    away: it is one of them), its container starts again and writes a new answer (main.go
+    `start` -> reconfigure.go `Run`: `pending` then `success` or `failed`, or `success` at
+    once when the GPUs hold the layout), so what the gate reads (`mig_wait`) is of after
+    the repair: a `failed` from before it would fail the gate. Removing the label does not
     wake mig-manager (main.go `ContinuouslySyncMigConfigChanges` reacts only to a change
     of nvidia.com/mig.config). As the kubelet: NodeRestriction lets a node set its own
     labels outside kubernetes.io (mig_layout writes this one too).
@@ -334,20 +337,37 @@ def forget_mig_answer(kube: Kube, node: str) -> None:
         kube.patch("v1", "Node", node, {"metadata": {"labels": {mig.LABEL_STATE: None}}})
 
 
-def mig_wait(host: Host, kube: Kube, node: str, *, waited: float) -> mig.Decision:
+def mig_wait(
+    host: Host,
+    kube: Kube,
+    node: str,
+    *,
+    waited: float,
+    wait_s: float,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+    progress: Callable[[str], None],
+) -> mig.Decision:
     """Whether mig-manager has applied the node's MIG layout again (mig.gate_wait).
 
     From the Node's labels (read as this node's kubelet) and, once mig-manager reports
-    `success`, nvidia-smi (`mig.applied`); `waited`: seconds since the wait began.
-    Act.NOTHING: the gate may run.
+    `success`, nvidia-smi (`mig.applied`); read again every MIG_POLL_S for at most `wait_s`
+    (0 in a hook: the next hook reads again); `waited`: seconds waited before. Act.NOTHING:
+    the gate may run.
     """
-    labels = kube.get("v1", "Node", node)["metadata"].get("labels") or {}
-    layout, shown = labels.get(mig.LABEL_CONFIG), False
-    if layout and labels.get(mig.LABEL_STATE) == "success":
-        modes = [g.mig_mode for g in nvidia.read_smi(host).gpus]
-        profiles = nvidia.read_mig_profiles(host)
-        shown = mig.applied(layout, modes, nvidia.read_mig_devices(host), profiles)
-    return mig.gate_wait(labels, shown=shown, waited=waited)
+    started = clock()
+    while True:
+        labels = kube.get("v1", "Node", node)["metadata"].get("labels") or {}
+        layout, shown = labels.get(mig.LABEL_CONFIG), False
+        if layout and labels.get(mig.LABEL_STATE) == "success":
+            modes = [g.mig_mode for g in nvidia.read_smi(host).gpus]
+            profiles = nvidia.read_mig_profiles(host)
+            shown = mig.applied(layout, modes, nvidia.read_mig_devices(host), profiles)
+        decision = mig.gate_wait(labels, shown=shown, waited=waited + clock() - started)
+        if decision.act is not mig.Act.WAIT or clock() - started + MIG_POLL_S > wait_s:
+            return decision
+        progress(decision.message)
+        sleep(MIG_POLL_S)
 
 
 def reset_blocker(host: Host, nvswitches: int) -> str | None:

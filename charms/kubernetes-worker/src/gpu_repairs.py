@@ -224,6 +224,7 @@ class GpuRepairs(ops.Object):
         paused = f"{reason}: {gpu_repair.cannot_pause(node, PAUSE_RESET)}"
         with node_kube(host, paused) as kube:
             with api_errors_fail_the_hook():
+                gpu_repair.forget_mig_answer(kube, node)  # its pod is paused too
                 with gpu_repair.gpu_clients_paused(
                     host,
                     kube,
@@ -271,18 +272,20 @@ class GpuRepairs(ops.Object):
         *,
         timeout: float = HOOK_GATE_TIMEOUT,
         progress: Callable[[str], None] = lambda line: None,
+        mig_wait_s: float = 0.0,
     ) -> ops.StatusBase:
         """The gate on every GPU; readmitted when it passes, else the failure recorded.
 
-        After a reboot on a node with a MIG layout the gate first waits for mig-manager to
-        apply it again (its devices do not survive a reboot: mig.GATE_WAIT_S), read at each
-        hook (gpu_repair.mig_wait): the unit says so meanwhile, the node stays cordoned and
-        the repair keeps its turn. A wait is no failed repair; one that ends in
+        On a node with a MIG layout the gate first waits for mig-manager to apply it again
+        after the repair (its devices do not survive a reboot, mig.GATE_WAIT_S; a reset
+        pauses mig-manager with the other GPU clients, and its new pod checks the layout):
+        at most `mig_wait_s` here (the action's), then at each hook (gpu_repair.mig_wait),
+        GATE_WAIT_S in all. The unit says so meanwhile, the node stays cordoned and the
+        repair keeps its turn. A wait is no failed repair; one that ends in
         mig-manager's `failed` or past GATE_WAIT_S is (the gate's `mig` check): the node
         could not be brought back in its layout, and two such within 24 hours escalate
         like any failed repair, since a mig-manager that does not come back on one node
-        while it does on others is that node's problem. A reset's gate does not wait
-        (whether a reset keeps MIG devices is not recorded here).
+        while it does on others is that node's problem.
         """
         inventory = gpu_node.detect(host)
         now = gpu_repair.iso(self._wall_clock())
@@ -303,10 +306,15 @@ class GpuRepairs(ops.Object):
         try:
             with node_kube(host, gpu_repair.cannot_pause(node, PAUSE_GATE)) as kube:
                 with api_errors_fail_the_hook():
-                    ready = (
-                        gpu_repair.mig_wait(host, kube, node, waited=waited)
-                        if method == gpu_repair.REBOOT
-                        else mig.Decision(mig.Act.NOTHING)
+                    ready = gpu_repair.mig_wait(
+                        host,
+                        kube,
+                        node,
+                        waited=waited,
+                        wait_s=mig_wait_s,
+                        clock=self._clock,
+                        sleep=self._sleep,
+                        progress=progress,
                     )
                     if ready.act is mig.Act.WAIT:  # the next hook reads it again
                         gpu_repair.save_progress(
@@ -445,6 +453,7 @@ class GpuRepairs(ops.Object):
                 said,
                 timeout=params.timeout,
                 progress=event.log,
+                mig_wait_s=params.timeout,
             )
         except (StatusError, NodeMaintenanceError, KubeError) as e:
             event.fail(f"repair of node {node} stopped: {e}")

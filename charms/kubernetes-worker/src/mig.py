@@ -36,7 +36,8 @@ not hold it, brings the plugin back (`maybeSetTrue` turns the `paused-for-mig-ch
 read into `true`) and ends in `success` or `failed`. The worker keeps the node cordoned
 and its turn through the readmission until then (gpu_health.readmit), and mig-manager's
 clock (`TIMEOUT_S`) starts again while a GPU is quarantined (mig_layout.advance). After a
-reboot repair the gate itself waits for the layout (`gate_wait`).
+repair (a reboot, or a reset and its pause of mig-manager) the gate itself waits for the
+layout (`gate_wait`).
 """
 
 from __future__ import annotations

@@ -2940,7 +2940,7 @@ def test_a_mig_manager_stopped_mid_apply_applies_the_layout_again_after_readmiss
     assert reboots == []
 
 
-def test_an_automatic_repair_mid_mig_change_leaves_the_cordon_to_the_mig_change(
+def test_an_automatic_repair_mid_mig_change_gates_once_mig_manager_applied_the_layout(
     ctx, machine, api, h100, clock, wall, reboots
 ):
     from fakes.csi_node import sync_daemonset
@@ -2959,14 +2959,28 @@ def test_an_automatic_repair_mid_mig_change_leaves_the_cordon_to_the_mig_change(
 
     out = ctx.run(ctx.on.update_status(), out)
 
+    # reset, then the gate waits: half of the layout is on the GPUs, no answer yet (the
+    # reset's pause took mig-manager's pod away; nothing is recorded meanwhile)
+    assert h100.resets == [1]
+    assert "repairs" not in watcher_state(machine) and ctr.runs == []
+    assert watcher_state(machine)["quarantined"]
+    assert node(api)["spec"]["unschedulable"] is True
+    assert out.unit_status == testing.WaitingStatus(
+        "applying MIG layout all-1g.10gb: NVIDIA mig-manager reports not started"
+    )
+    assert "reboot-request" in reboots_relation(out).local_unit_data
+
+    # its pod back after the pause: the whole layout applied again, then the gate
+    sync_daemonset(api, manager.daemonset)
+    manager.start(manager.token())
+    out = ctx.run(ctx.on.update_status(), out)
+
     (repair,) = watcher_state(machine)["repairs"]
     assert (repair["method"], repair["result"]) == ("reset", "ok"), repair
     assert watcher_state(machine)["quarantined"] == {}
-    assert node(api)["spec"]["unschedulable"] is True  # the MIG change's cordon stays
-    assert out.unit_status == testing.WaitingStatus(
-        "applying MIG layout all-1g.10gb: NVIDIA mig-manager reports pending"
-    )
-    assert "reboot-request" in reboots_relation(out).local_unit_data
+    assert h100.mig_devices == ALL_1G
+    assert not node(api)["spec"].get("unschedulable"), out.unit_status
+    assert "reboot-request" not in reboots_relation(out).local_unit_data
 
 
 # -- the gate after a repair on a node with a MIG layout waits for mig-manager (issue 32
@@ -3177,3 +3191,40 @@ def test_a_failed_mig_answer_from_before_the_repair_reboot_does_not_fail_the_gat
     out = ctx.run(ctx.on.update_status(), out)
     (repair,) = watcher_state(machine)["repairs"]
     assert (repair["method"], repair["result"]) == ("reboot", "ok"), out.unit_status
+
+
+def test_repair_gpu_on_a_mig_node_waits_for_mig_manager_then_gates(
+    ctx, machine, api, h100, clock, wall, reboots
+):
+    from fakes.csi_node import sync_daemonset
+    from fakes.mig_manager import MigManager
+
+    ctr = FakeCtr(machine, h100)
+    ctr.busbw = 400.0
+    out = run_mig(ctx, api, **NO_AUTO_REPAIR)
+    mine = dataclasses.replace(out, relations={*out.relations, peers(turns=[UNIT])})
+    out = ctx.run(ctx.on.config_changed(), with_config(mine, **{"mig-profile": "all-1g.10gb"}))
+    manager = MigManager(api, NODE, h100, {"all-1g.10gb": ALL_1G})
+    sync_daemonset(api, manager.daemonset)
+    manager.start(manager.token())
+    out = ctx.run(ctx.on.update_status(), out)
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+    h100.mig_devices = {}  # as if the reset took the MIG devices (not recorded either way)
+    started = []
+
+    def mig_manager_comes_back():  # its DaemonSet's pod after the reset's pause
+        sync_daemonset(api, manager.daemonset)
+        if h100.resets and manager.running() and not started:
+            started.append(clock.now)
+            manager.start(manager.token())
+
+    clock.meanwhile.append(mig_manager_comes_back)
+    out = ctx.run(ctx.on.action("repair-gpu", params={"timeout": 300}), out)
+
+    assert ctx.action_results["repair"] == "reset"
+    assert any("the repair gate waits for NVIDIA mig-manager" in line for line in ctx.action_logs)
+    assert h100.mig_devices == ALL_1G
+    (repair,) = watcher_state(machine)["repairs"]
+    assert (repair["method"], repair["result"]) == ("reset", "ok")
+    cluster = next(r for r in out.relations if r.endpoint == "cluster")
+    assert cluster.local_unit_data["gpu-quarantine"] == "[]"  # the taint's removal asked
