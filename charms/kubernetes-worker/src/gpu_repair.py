@@ -320,6 +320,11 @@ def gate(
     )
 
 
+def _node_labels(kube: Kube, node: str) -> dict:
+    obj = kube.get("v1", "Node", node) or {}
+    return (obj.get("metadata") or {}).get("labels") or {}
+
+
 def forget_mig_answer(kube: Kube, node: str) -> None:
     """Before a repair: remove mig-manager's last answer from a node with a MIG layout.
 
@@ -332,7 +337,7 @@ def forget_mig_answer(kube: Kube, node: str) -> None:
     of nvidia.com/mig.config). As the kubelet: NodeRestriction lets a node set its own
     labels outside kubernetes.io (mig_layout writes this one too).
     """
-    labels = kube.get("v1", "Node", node)["metadata"].get("labels") or {}
+    labels = _node_labels(kube, node)
     if labels.get(mig.LABEL_CONFIG) and mig.LABEL_STATE in labels:
         kube.patch("v1", "Node", node, {"metadata": {"labels": {mig.LABEL_STATE: None}}})
 
@@ -357,7 +362,7 @@ def mig_wait(
     """
     started = clock()
     while True:
-        labels = kube.get("v1", "Node", node)["metadata"].get("labels") or {}
+        labels = _node_labels(kube, node)
         layout, shown = labels.get(mig.LABEL_CONFIG), False
         if layout and labels.get(mig.LABEL_STATE) == "success":
             modes = [g.mig_mode for g in nvidia.read_smi(host).gpus]
