@@ -18,11 +18,12 @@ with it), under the ClusterRole the control plane grants it (mig_manager.CLUSTER
   deploy labels through `maybeSetTrue` (`restartKubernetesGPUClients`; the
   `nvidia.com/gpu.deploy.client` label among them only when the node has it), then
   `mig.config.state=success` (`setState`). `maybeSetTrue` turns anything but `false` into
-  `true`, a `paused-for-mig-change` left by an evicted run included;
-- `evicted_mid_apply`: the pod deleted (the quarantine's NoExecute taint, which it does not
-  tolerate: GPU Operator v26.7.0 assets/state-mig-manager/0600_daemonset.yaml tolerates
-  only `nvidia.com/gpu` NoSchedule) after the pause and before the apply ends. `Run`
-  writes its state only at its end, so `pending` and the paused labels stay.
+  `true`, a `paused-for-mig-change` left by a stopped run included;
+- `stopped_mid_apply`: its container stopped (a reboot, the pod deleted by a pause of the
+  GPU clients) after the pause and before the apply ends. `Run` writes its state only at
+  its end, so `pending` and the paused labels stay. The quarantine's NoExecute taint does
+  not stop it: the control plane's DaemonSet tolerates it (csi_node.sync_daemonset keeps
+  the pod).
 
 Not modelled: waiting for the GPU clients' pods to leave (`waitForPodsToBeDeleted`), the
 validator pods it deletes (none run here), CDI spec generation, host services (the control
@@ -106,7 +107,7 @@ class MigManager:
             )
         return answer["status"]["token"]
 
-    def start(self, token: str, *, evicted_mid_apply: bool = False) -> None:
+    def start(self, token: str, *, stopped_mid_apply: bool = False) -> None:
         """Its pod starts: `Run` for the node's label, as `token` (see the module docstring)."""
         from charms.gpu_k8s.v0.kubeclient import Kube
 
@@ -125,7 +126,7 @@ class MigManager:
                 return
             self._patch(kube, {STATE_LABEL: "pending"})
             self._patch(kube, {key: _paused(value) for key, value in read.items()})
-            if evicted_mid_apply:
+            if stopped_mid_apply:
                 # half of the GPUs partitioned when the pod went
                 half = dict(list(self.layouts[layout].items())[: len(self.layouts[layout]) // 2])
                 self.driver.mig_devices = half

@@ -182,6 +182,8 @@ class FakeDriver:
         self.model = model
         self.mig_profiles = mig_profiles
         self.mig_devices: dict[int, list[str]] = {}
+        # MIG mode kept over a reboot that dropped the devices (see `reboot`)
+        self.mig_enabled = False
         self.nvswitch = nvswitch
         self.open_modules = open_modules  # the GPUs are Turing or newer
         self.nouveau = nouveau  # the GPUs are bound to nouveau at boot
@@ -654,6 +656,12 @@ class FakeDriver:
         self.machine.path(gpu.REBOOT_REQUIRED_FILE + ".pkgs").unlink(missing_ok=True)
         self.running = self.next_boot()
         self.loaded = None
+        # MIG devices do not survive a reboot, the MIG mode does (mig-parted v0.15.0
+        # README.md: nvidia-mig-parted "does not ensure that MIG device configurations will
+        # persist across node reboots"; deployments/systemd/README.md: a GPU reset
+        # persists the MIG mode): mig-manager makes the devices again when it starts
+        self.mig_enabled = self.mig_enabled or bool(self.mig_devices)
+        self.mig_devices = {}
         self.nouveau_bound = self.nouveau and not self.initramfs_blacklists_nouveau
         module = self.machine.path("/sys/module/nvidia")
         if module.is_dir():
@@ -790,7 +798,7 @@ class FakeDriver:
         mode = (
             "[N/A]"
             if self.mig_profiles is None
-            else ("Enabled" if self.mig_devices else "Disabled")
+            else ("Enabled" if self.mig_devices or self.mig_enabled else "Disabled")
         )
         buses = self._bus_ids()
         return "".join(

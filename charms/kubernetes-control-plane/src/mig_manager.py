@@ -46,6 +46,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
+import dcgm_exporter
 import device_plugin
 import yaml
 from listing import LIMIT, shown
@@ -439,9 +440,15 @@ def _pod_spec(image_registry: str) -> dict:
     # label's value, the first time at start-up). Idle, it holds no GPU; what pausing it
     # buys is that no apply can start on a GPU being reset, and that its new pod after the
     # pause checks the node's layout again (reconfigure.go Run: `assert`, then apply when
-    # the GPUs do not hold it). It does not tolerate the quarantine's NoExecute taint, so
-    # on a tainted node it is gone already (and back at readmission, checking again: a
-    # layout it was applying when the taint came is applied again then, the worker's mig.py).
+    # the GPUs do not hold it). It tolerates the GPU quarantine's NoExecute taint, as the
+    # DCGM exporter does (dcgm_exporter.QUARANTINE_TOLERATION; GPU Operator v26.7.0's
+    # DaemonSet tolerates only nvidia.com/gpu NoSchedule, knowing no such taint): a
+    # quarantined GPU is repaired and gated in its node's MIG layout, and MIG devices do not
+    # survive the repair's reboot (mig-parted v0.15.0 README.md: it "does not ensure that MIG
+    # device configurations will persist across node reboots"); its container, started
+    # again after the boot (main.go `start` -> `migReconfigure`), makes them again, which
+    # the worker's gate waits for (its mig.py GATE_WAIT_S). Evicted by the taint, it would
+    # come back only at readmission, which waits for that gate.
     return {
         "serviceAccountName": NAME,
         "nodeSelector": {DEPLOY_LABEL: "true"},
@@ -452,7 +459,10 @@ def _pod_spec(image_registry: str) -> dict:
                 }
             }
         },
-        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "tolerations": [
+            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+            dcgm_exporter.QUARANTINE_TOLERATION,
+        ],
         "priorityClassName": "system-node-critical",
         # The nvidia runtime gives the container the driver's NVML and every GPU
         # (the image sets NVIDIA_VISIBLE_DEVICES=all, NVIDIA_MIG_CONFIG_DEVICES=all;

@@ -392,9 +392,9 @@ def readmit(
     the whole conditions list with the resourceVersion, as the watcher writes it; a 409 is
     read again), and the cordon lifted (`drain.uncordon`: the watcher's and the turns' mark,
     never an operator's cordon), except while this unit's MIG change (`mig_change`: it
-    cordoned the node for one) is still in flight: mig-manager, evicted by the quarantine's
-    taint, applies the layout again once readmitted, and the MIG step uncordons when the
-    GPUs show it (mig.py, mig_layout.py); the reason is returned then (None: uncordoned).
+    cordoned the node for one) is still in flight: mig-manager, stopped mid-apply by a
+    repair, applies the layout again when it starts again, and the MIG step uncordons when
+    the GPUs show it (mig.py, mig_layout.py); the reason is returned then (None: uncordoned).
     The NoExecute taint is the control plane's to lift: the charm asks for it over the
     relation (`quarantine_request`).
 

@@ -66,6 +66,8 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import gpu_gate
+import mig
+import nvidia
 from driver import FABRIC_SERVICE
 from gpu_watcher import PAUSE_FILE, PAUSE_GATE, PAUSED_FOR, pause_text
 
@@ -100,12 +102,15 @@ CLIENTS_POLL_S = 10.0
 # The gate's pause (`gate`): the clients' wait, then DCGM's diagnostic bounded by the gate's
 # timeout, then the clients coming back; the watcher polls again once it is over.
 GATE_PAUSE_MARGIN_S = 60.0
+# How often `mig_wait` reads the Node again where it may wait (the repair-gpu action).
+MIG_POLL_S = 10.0
 # One `<pid>, <uuid>` row per CUDA process, none when the GPUs are free (field names:
 # nvidia-smi --help-query-compute-apps); NVML monitors are not listed, hence the pods.
 COMPUTE_APPS = ("--query-compute-apps=pid,gpu_uuid", "--format=csv,noheader")
 
 
-def _epoch(stamp: str | None) -> float | None:
+def epoch(stamp: str | None) -> float | None:
+    """The epoch of an ISO 8601 UTC stamp (`iso`), None when it is none."""
     try:
         when = datetime.datetime.strptime(stamp or "", "%Y-%m-%dT%H:%M:%SZ")
     except ValueError:
@@ -124,7 +129,7 @@ def recent_failures(records: list[dict], now: float) -> list[dict]:
     """The failed repair attempts of the last 24 hours, one per attempt (not per GPU)."""
     seen: dict[tuple, dict] = {}
     for r in records:
-        when = _epoch(r.get("time"))
+        when = epoch(r.get("time"))
         if r.get("result") == "failed" and when is not None and now - when < ESCALATE_WINDOW_S:
             seen.setdefault((r.get("time"), r.get("method")), r)
     return list(seen.values())
@@ -315,6 +320,61 @@ def gate(
     )
 
 
+def _node_labels(kube: Kube, node: str) -> dict:
+    obj = kube.get("v1", "Node", node) or {}
+    return (obj.get("metadata") or {}).get("labels") or {}
+
+
+def forget_mig_answer(kube: Kube, node: str) -> None:
+    """Before a repair: remove mig-manager's last answer from a node with a MIG layout.
+
+    After a reboot, or a reset's pause of the GPU clients (which takes mig-manager's pod
+    away: it is one of them), its container starts again and writes a new answer (main.go
+    `start` -> reconfigure.go `Run`: `pending` then `success` or `failed`, or `success` at
+    once when the GPUs hold the layout), so what the gate reads (`mig_wait`) is of after
+    the repair: a `failed` from before it would fail the gate. Removing the label does not
+    wake mig-manager (main.go `ContinuouslySyncMigConfigChanges` reacts only to a change
+    of nvidia.com/mig.config). As the kubelet: NodeRestriction lets a node set its own
+    labels outside kubernetes.io (mig_layout writes this one too).
+    """
+    labels = _node_labels(kube, node)
+    if labels.get(mig.LABEL_CONFIG) and mig.LABEL_STATE in labels:
+        kube.patch("v1", "Node", node, {"metadata": {"labels": {mig.LABEL_STATE: None}}})
+
+
+def mig_wait(
+    host: Host,
+    kube: Kube,
+    node: str,
+    *,
+    waited: float,
+    wait_s: float,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+    progress: Callable[[str], None],
+) -> mig.Decision:
+    """Whether mig-manager has applied the node's MIG layout again (mig.gate_wait).
+
+    From the Node's labels (read as this node's kubelet) and, once mig-manager reports
+    `success`, nvidia-smi (`mig.applied`); read again every MIG_POLL_S for at most `wait_s`
+    (0 in a hook: the next hook reads again); `waited`: seconds waited before. Act.NOTHING:
+    the gate may run.
+    """
+    started = clock()
+    while True:
+        labels = _node_labels(kube, node)
+        layout, shown = labels.get(mig.LABEL_CONFIG), False
+        if layout and labels.get(mig.LABEL_STATE) == "success":
+            modes = [g.mig_mode for g in nvidia.read_smi(host).gpus]
+            profiles = nvidia.read_mig_profiles(host)
+            shown = mig.applied(layout, modes, nvidia.read_mig_devices(host), profiles)
+        decision = mig.gate_wait(labels, shown=shown, waited=waited + clock() - started)
+        if decision.act is not mig.Act.WAIT or clock() - started + MIG_POLL_S > wait_s:
+            return decision
+        progress(decision.message)
+        sleep(MIG_POLL_S)
+
+
 def reset_blocker(host: Host, nvswitches: int) -> str | None:
     """Why no GPU of this machine may be reset alone now (None: nothing stops it).
 
@@ -347,9 +407,22 @@ def load_progress(host: Host) -> dict | None:
     return found if isinstance(found, dict) else None
 
 
-def save_progress(host: Host, *, method: str, boot: str, started: str, gpus: list[str]) -> None:
-    """Record a reboot asked for a repair (the machine outlives the charm's state)."""
+def save_progress(
+    host: Host,
+    *,
+    method: str,
+    boot: str,
+    started: str,
+    gpus: list[str],
+    mig_since: str | None = None,
+) -> None:
+    """Record a reboot asked for a repair (the machine outlives the charm's state).
+
+    `mig_since`: when the gate began to wait for mig-manager (`mig_wait`), if it does.
+    """
     body = {"method": method, "boot": boot, "started": started, "gpus": gpus}
+    if mig_since is not None:
+        body["mig_since"] = mig_since
     host.write(PROGRESS, json.dumps(body, sort_keys=True))
 
 

@@ -35,6 +35,7 @@ import gpu_gate
 import gpu_health
 import gpu_node
 import gpu_repair
+import mig
 import nvidia
 import ops
 import validation
@@ -223,6 +224,7 @@ class GpuRepairs(ops.Object):
         paused = f"{reason}: {gpu_repair.cannot_pause(node, PAUSE_RESET)}"
         with node_kube(host, paused) as kube:
             with api_errors_fail_the_hook():
+                gpu_repair.forget_mig_answer(kube, node)  # its pod is paused too
                 with gpu_repair.gpu_clients_paused(
                     host,
                     kube,
@@ -234,6 +236,9 @@ class GpuRepairs(ops.Object):
                     return gpu_repair.reset(host, held)
 
     def _reboot(self, host: Host, node: str, held: list[dict], reason: str) -> NoReturn:
+        with node_kube(host, f"{reason}: cannot read node {node}'s MIG layout") as kube:
+            with api_errors_fail_the_hook():
+                gpu_repair.forget_mig_answer(kube, node)
         gpu_repair.save_progress(
             host,
             method=gpu_repair.REBOOT,
@@ -267,8 +272,21 @@ class GpuRepairs(ops.Object):
         *,
         timeout: float = HOOK_GATE_TIMEOUT,
         progress: Callable[[str], None] = lambda line: None,
+        mig_wait_s: float = 0.0,
     ) -> ops.StatusBase:
-        """The gate on every GPU; readmitted when it passes, else the failure recorded."""
+        """The gate on every GPU; readmitted when it passes, else the failure recorded.
+
+        On a node with a MIG layout the gate first waits for mig-manager to apply it again
+        after the repair (its devices do not survive a reboot, mig.GATE_WAIT_S; a reset
+        pauses mig-manager with the other GPU clients, and its new pod checks the layout):
+        at most `mig_wait_s` here (the action's), then at each hook (gpu_repair.mig_wait),
+        GATE_WAIT_S in all. The unit says so meanwhile, the node stays cordoned and the
+        repair keeps its turn. A wait is no failed repair; one that ends in
+        mig-manager's `failed` or past GATE_WAIT_S is (the gate's `mig` check): the node
+        could not be brought back in its layout, and two such within 24 hours escalate
+        like any failed repair, since a mig-manager that does not come back on one node
+        while it does on others is that node's problem.
+        """
         inventory = gpu_node.detect(host)
         now = gpu_repair.iso(self._wall_clock())
         missing = [q for q in held if not str(q.get("index", "")).isdigit()]
@@ -282,20 +300,48 @@ class GpuRepairs(ops.Object):
             detail = f"GPU {missing[0].get('index')} is not on the machine after the {method}"
             self._record_failure(host, held, method, detail)
             return ops.WaitingStatus(f"node {node} stays cordoned: {detail}")
+        saved = gpu_repair.load_progress(host) or {}
+        since = gpu_repair.epoch(saved.get("mig_since"))
+        waited = 0.0 if since is None else max(0.0, self._wall_clock() - since)
         try:
             with node_kube(host, gpu_repair.cannot_pause(node, PAUSE_GATE)) as kube:
                 with api_errors_fail_the_hook():
-                    result = gpu_repair.gate(
+                    ready = gpu_repair.mig_wait(
                         host,
                         kube,
                         node,
-                        inventory,
-                        config.gate_images,
-                        timeout=timeout,
+                        waited=waited,
+                        wait_s=mig_wait_s,
                         clock=self._clock,
                         sleep=self._sleep,
                         progress=progress,
                     )
+                    if ready.act is mig.Act.WAIT:  # the next hook reads it again
+                        gpu_repair.save_progress(
+                            host,
+                            method=f"{GATE_PENDING}{method}",
+                            boot=nvidia.boot_id(host),
+                            started=str(saved.get("started") or now),
+                            gpus=[str(q.get("uuid")) for q in held],
+                            mig_since=gpu_repair.iso(self._wall_clock() - waited),
+                        )
+                        logger.info("node %s stays cordoned: %s", node, ready.message)
+                        return ops.WaitingStatus(f"node {node} stays cordoned: {ready.message}")
+                    if ready.act is mig.Act.FAILED:  # a failed repair (the docstring)
+                        failed = gpu_gate.Check("mig", False, ready.message)
+                        result = gpu_gate.GateResult((failed,))
+                    else:
+                        result = gpu_repair.gate(
+                            host,
+                            kube,
+                            node,
+                            inventory,
+                            config.gate_images,
+                            timeout=timeout,
+                            clock=self._clock,
+                            sleep=self._sleep,
+                            progress=progress,
+                        )
         except validation.ValidationError as e:  # not the GPU's answer: not counted
             gpu_repair.save_progress(
                 host,
@@ -407,6 +453,7 @@ class GpuRepairs(ops.Object):
                 said,
                 timeout=params.timeout,
                 progress=event.log,
+                mig_wait_s=params.timeout,
             )
         except (StatusError, NodeMaintenanceError, KubeError) as e:
             event.fail(f"repair of node {node} stopped: {e}")

@@ -22,22 +22,22 @@ layout while mig-manager still works on another, and uncordons only once nvidia-
 the layout: mig-manager reports `success` for a layout with no entry for this GPU model
 (mig-parted's assert walks only the entries whose device filter matches).
 
-A GPU quarantine mid-change (issue 32): the quarantine's NoExecute taint evicts
-mig-manager, which tolerates only `nvidia.com/gpu` NoSchedule (GPU Operator v26.7.0
-assets/state-mig-manager/0600_daemonset.yaml and values.yaml `daemonsets.tolerations`;
-the control plane's mig_manager.py the same), possibly mid-apply: reconfigure.go `Run`
-writes the state only at its end (`setState`), so `pending` and the device plugin's
-`paused-for-mig-change` stay. Nothing finishes them while the node is quarantined, and
-nothing needs to: when its pod starts again, nvidia-mig-manager's informer hands the
-label's value to its loop (mig-parted v0.15.0 cmd/nvidia-mig-manager/main.go
-`ContinuouslySyncMigConfigChanges` AddFunc, then `start` -> `migReconfigure`), and `Run`
-looks at the old state only for `rebooting` (`checkMigModeChangeRequired`): it asserts the
-layout, applies it again when the GPUs do not hold it, brings the plugin back
-(`maybeSetTrue` turns the `paused-for-mig-change` it read into `true`) and ends in
-`success` or `failed`. Its pod comes back once the node is readmitted (the taint lifted),
-so the worker keeps the node cordoned and its turn through the readmission
-(gpu_health.readmit), and mig-manager's clock (`TIMEOUT_S`) starts again while a GPU is
-quarantined (mig_layout.advance).
+A GPU quarantine mid-change (issue 32): mig-manager tolerates the quarantine's NoExecute
+taint (the control plane's mig_manager.py; GPU Operator v26.7.0's DaemonSet tolerates only
+`nvidia.com/gpu` NoSchedule), so it stays on the node, but a repair may stop it mid-apply
+(the gate's and a reset's pause of the GPU clients, a reboot): reconfigure.go `Run` writes
+the state only at its end (`setState`), so `pending` and the device plugin's
+`paused-for-mig-change` stay. Nothing needs to finish them: when its container starts
+again, nvidia-mig-manager's informer hands the label's value to its loop (mig-parted
+v0.15.0 cmd/nvidia-mig-manager/main.go `ContinuouslySyncMigConfigChanges` AddFunc, then
+`start` -> `migReconfigure`), and `Run` looks at the old state only for `rebooting`
+(`checkMigModeChangeRequired`): it asserts the layout, applies it again when the GPUs do
+not hold it, brings the plugin back (`maybeSetTrue` turns the `paused-for-mig-change` it
+read into `true`) and ends in `success` or `failed`. The worker keeps the node cordoned
+and its turn through the readmission until then (gpu_health.readmit), and mig-manager's
+clock (`TIMEOUT_S`) starts again while a GPU is quarantined (mig_layout.advance). After a
+repair (a reboot, or a reset and its pause of mig-manager) the gate itself waits for the
+layout (`gate_wait`).
 """
 
 from __future__ import annotations
@@ -179,6 +179,57 @@ def decide(
             f"in {MIG_MANAGER_NAMESPACE}",
         )
     return Decision(Act.WAIT, waiting_message(layout, labels))
+
+
+# The repair gate on a node with a MIG layout (issue 32): MIG devices do not survive a
+# reboot (mig-parted v0.15.0 README.md: nvidia-mig-parted "does not ensure that MIG device
+# configurations will persist across node reboots"; only the MIG mode is kept, written by a
+# GPU reset, deployments/systemd/README.md), and mig-manager makes them again when its pod
+# starts after the boot: cmd/nvidia-mig-manager/main.go `start` runs `migReconfigure` for
+# the label's value, then pkg/mig/reconfigure/reconfigure.go `Run` (e2d5ad1f): `assert`
+# finds the devices missing, so `pending` (line 158), the GPU clients paused (each waited
+# for up to 5 minutes, `waitForPodsToBeDeleted`), the apply, the clients back, then
+# `success` (line 239); any step's error writes `failed`. A `success` left from before
+# the repair says nothing of this boot, so the gate waits for both: the state `success` and
+# nvidia-smi showing the layout (`applied`). Bounded by TIMEOUT_S, the time the worker
+# gives mig-manager for any change: its two pod waits, the apply and its pod's start fit.
+GATE_WAIT_S = TIMEOUT_S
+
+
+def gate_wait(labels: Mapping[str, str], *, shown: bool, waited: float) -> Decision:
+    """Whether the repair gate may run on this node's MIG layout now.
+
+    Act.NOTHING: no layout is labelled (the gate runs as on any node), or mig-manager
+    reports `success` and nvidia-smi shows the layout (`shown`: `applied`). Act.WAIT with
+    what it waits for; Act.FAILED with the line the gate reports, when mig-manager reports
+    `failed` or `waited` (seconds since the wait began) passed GATE_WAIT_S.
+    """
+    layout, state = labels.get(LABEL_CONFIG), labels.get(LABEL_STATE)
+    if not layout:
+        return Decision(Act.NOTHING)
+    if state == "success" and shown:
+        return Decision(Act.NOTHING)
+    pod = f"the nvidia-mig-manager pod's log in {MIG_MANAGER_NAMESPACE}"
+    if state == "failed":
+        return Decision(
+            Act.FAILED,
+            f"NVIDIA mig-manager reports failed for MIG layout {layout} (not a GPU check): "
+            f"see {pod}",
+        )
+    said = state or "not started"
+    if state == "success":
+        said = "success, not on the GPUs yet"
+    if waited > GATE_WAIT_S:
+        return Decision(
+            Act.FAILED,
+            f"NVIDIA mig-manager did not apply MIG layout {layout} within "
+            f"{int(waited // 60)} minutes (reports {said}): see {pod}",
+        )
+    return Decision(
+        Act.WAIT,
+        f"the repair gate waits for NVIDIA mig-manager to apply MIG layout {layout} "
+        f"(reports {said}, {int(waited // 60)} of {GATE_WAIT_S // 60} minutes)",
+    )
 
 
 def applied(

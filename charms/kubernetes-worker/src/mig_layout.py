@@ -176,7 +176,7 @@ def advance(ctx: Context, config: WorkerConfig, state: GpuState, progress: Progr
     labels = (obj.get("metadata") or {}).get("labels") or {}
     in_flight = progress.cordoned and mig.in_flight_layout(labels) is not None
     if in_flight and gpu_health.quarantined(ctx.host):
-        # mig-manager left with the quarantine and starts over once the node is readmitted
+        # a repair may stop mig-manager mid-apply, and it starts over when it starts again
         # (mig.py): so does the clock that says it has not answered
         progress = Progress(progress.cordoned, ctx.wall_clock())
     since = progress.since

@@ -180,6 +180,9 @@ def test_daemon_set_runs_upstream_image_on_mig_manager_nodes(ctx, bootstrapped, 
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec[
         "tolerations"
     ]
+    # it stays on a quarantined node, to make the MIG layout again after a repair's reboot
+    quarantine = {"key": "gpu-k8s.io/gpu-unhealthy", "operator": "Exists", "effect": "NoExecute"}
+    assert quarantine in spec["tolerations"]
     assert spec["serviceAccountName"] == "nvidia-mig-manager"
     assert (spec["hostPID"], spec["hostIPC"], spec["runtimeClassName"]) == (True, True, "nvidia")
     assert container["securityContext"] == {"privileged": True}

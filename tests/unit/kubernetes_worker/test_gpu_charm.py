@@ -2873,15 +2873,15 @@ def test_the_gates_pause_refused_by_the_api_says_it_was_for_the_diagnostic(
     assert failed.value.message.endswith("; it stays quarantined")
 
 
-# -- a quarantine in the middle of a MIG change (issue 32 leftover): the MIG manager is
-# evicted by the NoExecute taint mid-apply and applies the layout again when its pod comes
-# back at readmission (mig.py's docstring: mig-parted v0.15.0; fakes.mig_manager) ---------
+# -- a quarantine in the middle of a MIG change (issue 32 leftover): the MIG manager stops
+# mid-apply (its container killed) and applies the layout again when it starts again; it
+# tolerates the quarantine's taint (the control plane's mig_manager.py), so the taint does
+# not take it off the node (mig.py's docstring: mig-parted v0.15.0; fakes.mig_manager) ----
 
 
-def test_a_mig_manager_evicted_mid_apply_applies_the_layout_again_after_readmission(
+def test_a_mig_manager_stopped_mid_apply_applies_the_layout_again_after_readmission(
     ctx, machine, api, h100, clock, wall, reboots, monkeypatch
 ):
-    from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
     from fakes.csi_node import sync_daemonset
     from fakes.mig_manager import MigManager
 
@@ -2895,19 +2895,15 @@ def test_a_mig_manager_evicted_mid_apply_applies_the_layout_again_after_readmiss
     manager = MigManager(api, NODE, h100, {"all-1g.10gb": ALL_1G})
     sync_daemonset(api, manager.daemonset)
     first = manager.token()
-    manager.start(first, evicted_mid_apply=True)
+    manager.start(first, stopped_mid_apply=True)
     assert node_labels(api)[MIG_STATE] == "pending"
     assert node_labels(api)[PLUGIN_DEPLOY] == "paused-for-mig-change"
 
-    # the fault mid-apply: the watcher's quarantine, the leader's taint; the MIG manager
-    # does not tolerate it and goes, and nothing it began is finished by that pod
+    # the fault mid-apply: the watcher's quarantine, the leader's taint, which the MIG
+    # manager's pod tolerates and stays; nothing its stopped container began is finished
     quarantined_for(machine, api, "reboot", "Xid79")
     sync_daemonset(api, manager.daemonset)
-    assert not manager.running()
-    with Kube.from_kubeconfig(api.kubeconfig(first), retries=0) as kube:
-        with pytest.raises(KubeError) as refused:
-            kube.get("v1", "Node", NODE)
-    assert refused.value.status == 401  # its pod-bound token died with its pod
+    assert manager.running()
 
     now[0] += 3 * 3600  # hours in quarantine: no "mig-manager has not answered"
     out = ctx.run(ctx.on.update_status(), out)
@@ -2929,10 +2925,10 @@ def test_a_mig_manager_evicted_mid_apply_applies_the_layout_again_after_readmiss
     )
     assert "reboot-request" in reboots_relation(out).local_unit_data  # its turn kept
 
-    # readmitted, untainted: a new pod, a new token, the whole layout applied again
+    # its container started again (main.go `start`): the whole layout applied again
     sync_daemonset(api, manager.daemonset)
     assert manager.running()
-    manager.start(manager.token())
+    manager.start(first)
     assert node_labels(api)[MIG_STATE] == "success"
     assert node_labels(api)[PLUGIN_DEPLOY] == "true"  # maybeSetTrue of the paused value
     now[0] += 60
@@ -2944,7 +2940,7 @@ def test_a_mig_manager_evicted_mid_apply_applies_the_layout_again_after_readmiss
     assert reboots == []
 
 
-def test_an_automatic_repair_mid_mig_change_leaves_the_cordon_to_the_mig_change(
+def test_an_automatic_repair_mid_mig_change_gates_once_mig_manager_applied_the_layout(
     ctx, machine, api, h100, clock, wall, reboots
 ):
     from fakes.csi_node import sync_daemonset
@@ -2957,17 +2953,278 @@ def test_an_automatic_repair_mid_mig_change_leaves_the_cordon_to_the_mig_change(
     out = ctx.run(ctx.on.config_changed(), with_config(mine, **{"mig-profile": "all-1g.10gb"}))
     manager = MigManager(api, NODE, h100, {"all-1g.10gb": ALL_1G})
     sync_daemonset(api, manager.daemonset)
-    manager.start(manager.token(), evicted_mid_apply=True)
+    manager.start(manager.token(), stopped_mid_apply=True)
     quarantined_for(machine, api, "reset-gpu", "Xid48")
     sync_daemonset(api, manager.daemonset)
 
     out = ctx.run(ctx.on.update_status(), out)
 
+    # reset, then the gate waits: half of the layout is on the GPUs, no answer yet (the
+    # reset's pause took mig-manager's pod away; nothing is recorded meanwhile)
+    assert h100.resets == [1]
+    assert "repairs" not in watcher_state(machine) and ctr.runs == []
+    assert watcher_state(machine)["quarantined"]
+    assert node(api)["spec"]["unschedulable"] is True
+    assert out.unit_status == testing.WaitingStatus(
+        "applying MIG layout all-1g.10gb: NVIDIA mig-manager reports not started"
+    )
+    assert "reboot-request" in reboots_relation(out).local_unit_data
+
+    # its pod back after the pause: the whole layout applied again, then the gate
+    sync_daemonset(api, manager.daemonset)
+    manager.start(manager.token())
+    out = ctx.run(ctx.on.update_status(), out)
+
     (repair,) = watcher_state(machine)["repairs"]
     assert (repair["method"], repair["result"]) == ("reset", "ok"), repair
     assert watcher_state(machine)["quarantined"] == {}
-    assert node(api)["spec"]["unschedulable"] is True  # the MIG change's cordon stays
+    assert h100.mig_devices == ALL_1G
+    assert not node(api)["spec"].get("unschedulable"), out.unit_status
+    assert "reboot-request" not in reboots_relation(out).local_unit_data
+
+
+# -- the gate after a repair on a node with a MIG layout waits for mig-manager (issue 32
+# leftover): MIG devices do not survive the repair's reboot and mig-manager makes them
+# again after the boot (pending, then success or failed; mig.py GATE_WAIT_S) -------------
+
+
+def mig_node_repaired_by_reboot(ctx, machine, api, h100, reboots):
+    """A node with MIG layout all-1g.10gb applied, quarantined (Xid79) and rebooted."""
+    ctr = FakeCtr(machine, h100)
+    ctr.busbw = 400.0  # above the H100 SXM floor
+    out = run_mig(ctx, api, **{"gpu-auto-repair": "reboot"})
+    mine = dataclasses.replace(out, relations={*out.relations, peers(turns=[UNIT])})
+    out = ctx.run(ctx.on.config_changed(), with_config(mine, **{"mig-profile": "all-1g.10gb"}))
+    mig_manager_applies(api, h100, ALL_1G)
+    out = ctx.run(ctx.on.update_status(), out)
+    assert not node(api)["spec"].get("unschedulable")  # the layout is in place
+    quarantined_for(machine, api, "reboot", "Xid79")
+    out = ctx.run(ctx.on.update_status(), out)
+    assert reboots == [False], out.unit_status
+    # mig-manager's answer from before the boot is no answer for the new boot
+    assert MIG_STATE not in node_labels(api) and node_labels(api)[MIG_CONFIG] == "all-1g.10gb"
+    h100.reboot()
+    assert h100.mig_devices == {} and h100.mig_enabled  # the devices are gone, the mode kept
+    return ctr, ctx.run(ctx.on.start(), out)
+
+
+def mig_failed_message(layout, name, unit):
+    import mig
+
+    return mig.failed_message(layout, name, unit)
+
+
+def test_the_gate_after_a_reboot_repair_waits_for_mig_manager_then_runs(
+    ctx, machine, api, h100, clock, wall, reboots
+):
+    ctr, out = mig_node_repaired_by_reboot(ctx, machine, api, h100, reboots)
+
+    # before mig-manager's container starts again: no state, no MIG device; the MIG step
+    # says the wait first (mig.waiting_message), the repair's line is in the log
+    assert out.unit_status == testing.WaitingStatus(
+        "applying MIG layout all-1g.10gb: NVIDIA mig-manager reports not started"
+    )
+    assert ctr.runs == [] and "repairs" not in watcher_state(machine)  # no gate, no record
+    assert node(api)["spec"]["unschedulable"] is True
+    assert watcher_state(machine)["quarantined"]
+
+    set_labels(api, **{MIG_STATE: "pending"})  # reconfigure.go Run: the devices are missing
+    out = ctx.run(ctx.on.update_status(), out)
+    # the MIG step says the same wait first (mig.waiting_message)
     assert out.unit_status == testing.WaitingStatus(
         "applying MIG layout all-1g.10gb: NVIDIA mig-manager reports pending"
     )
-    assert "reboot-request" in reboots_relation(out).local_unit_data
+    assert ctr.runs == [] and "repairs" not in watcher_state(machine)
+
+    mig_manager_applies(api, h100, ALL_1G)
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert {r["image"] for r in ctr.runs} >= {gpu_gate.DCGM_IMAGE, gpu_gate.NCCL_IMAGE}
+    (repair,) = watcher_state(machine)["repairs"]
+    assert (repair["method"], repair["result"]) == ("reboot", "ok")
+    assert watcher_state(machine)["quarantined"] == {}
+    assert not node(api)["spec"].get("unschedulable")
+    assert "repaired by reboot" in out.unit_status.message
+
+
+def test_the_gate_fails_when_mig_manager_reports_failed_after_the_reboot(
+    ctx, machine, api, h100, clock, wall, reboots
+):
+    ctr, out = mig_node_repaired_by_reboot(ctx, machine, api, h100, reboots)
+    set_labels(api, **{MIG_STATE: "failed"})
+
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert ctr.runs == []  # no GPU check ran: the layout is not there to check
+    (failed,) = watcher_state(machine)["repairs"]
+    assert (failed["method"], failed["result"]) == ("reboot", "failed")
+    assert failed["gate"] == {
+        "passed": False,
+        "mig": "failed: NVIDIA mig-manager reports failed for MIG layout all-1g.10gb (not a "
+        "GPU check): see the nvidia-mig-manager pod's log in gpu-k8s-gpu",
+    }
+    # the MIG step's Blocked status names the command that shows mig-manager's log
+    assert out.unit_status == testing.BlockedStatus(mig_failed_message("all-1g.10gb", NODE, UNIT))
+    assert node(api)["spec"]["unschedulable"] is True
+
+
+def test_the_gate_fails_with_the_time_waited_when_mig_manager_never_applies_the_layout(
+    ctx, machine, api, h100, clock, wall, reboots
+):
+    ctr, out = mig_node_repaired_by_reboot(ctx, machine, api, h100, reboots)
+    set_labels(api, **{MIG_STATE: "pending"})
+    wall[0] += 10 * 60
+    out = ctx.run(ctx.on.update_status(), out)
+    assert out.unit_status.name == "waiting"
+    assert "repairs" not in watcher_state(machine)  # a wait is no failed repair
+
+    wall[0] += 21 * 60
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert ctr.runs == []
+    (failed,) = watcher_state(machine)["repairs"]
+    assert failed["result"] == "failed"  # counts toward the two in 24 hours
+    assert failed["gate"]["mig"] == (
+        "failed: NVIDIA mig-manager did not apply MIG layout all-1g.10gb within 31 minutes "
+        "(reports pending): see the nvidia-mig-manager pod's log in gpu-k8s-gpu"
+    )
+    assert node(api)["spec"]["unschedulable"] is True
+
+
+def test_a_node_without_a_mig_layout_gates_at_once_after_a_reboot_repair(
+    ctx, machine, api, h100, clock, wall, reboots
+):
+    ctr = FakeCtr(machine, h100)
+    ctr.busbw = 400.0
+    out = run_mig(ctx, api, **{"gpu-auto-repair": "reboot"})
+    quarantined_for(machine, api, "reboot", "Xid79")
+    out = ctx.run(ctx.on.update_status(), out)
+    h100.reboot()
+
+    out = ctx.run(ctx.on.start(), out)
+
+    assert "repaired by reboot" in out.unit_status.message, out.unit_status
+    assert MIG_CONFIG not in node_labels(api)
+
+
+@pytest.mark.parametrize(
+    ("labels", "shown", "waited", "act", "said"),
+    [
+        ({}, False, 0, "nothing", ""),
+        ({MIG_CONFIG: "all-1g.10gb", MIG_STATE: "success"}, True, 0, "nothing", ""),
+        ({MIG_CONFIG: "all-1g.10gb", MIG_STATE: "success"}, False, 0, "wait", "success, not"),
+        ({MIG_CONFIG: "all-1g.10gb"}, False, 60, "wait", "not started, 1 of 30"),
+        ({MIG_CONFIG: "all-1g.10gb", MIG_STATE: "rebooting"}, False, 0, "wait", "rebooting"),
+        ({MIG_CONFIG: "all-1g.10gb", MIG_STATE: "failed"}, True, 0, "failed", "reports failed"),
+        ({MIG_CONFIG: "all-1g.10gb", MIG_STATE: "pending"}, False, 1801, "failed", "within 30"),
+    ],
+)
+def test_mig_gate_wait(labels, shown, waited, act, said):
+    import mig
+
+    decision = mig.gate_wait(labels, shown=shown, waited=waited)
+
+    assert decision.act.value == act and said in decision.message
+
+
+def test_mig_manager_on_a_quarantined_node_applies_the_layout_after_a_reboot_repair(
+    ctx, machine, api, h100, clock, wall, reboots
+):
+    """The MIG manager's DaemonSet as the control plane makes it, its pod as kubelet runs it.
+
+    It stays on the quarantined node (the control plane's mig_manager: it tolerates the
+    quarantine's taint), and its container starts again after the repair's reboot:
+    main.go `start` -> reconfigure.go `Run` finds the devices gone and applies them again.
+    """
+    from fakes.csi_node import sync_daemonset
+    from fakes.mig_manager import MigManager
+
+    ctr = FakeCtr(machine, h100)
+    ctr.busbw = 400.0
+    out = run_mig(ctx, api, **{"gpu-auto-repair": "reboot"})
+    mine = dataclasses.replace(out, relations={*out.relations, peers(turns=[UNIT])})
+    out = ctx.run(ctx.on.config_changed(), with_config(mine, **{"mig-profile": "all-1g.10gb"}))
+    manager = MigManager(api, NODE, h100, {"all-1g.10gb": ALL_1G})
+    sync_daemonset(api, manager.daemonset)
+    manager.start(manager.token())
+    out = ctx.run(ctx.on.update_status(), out)
+    assert not node(api)["spec"].get("unschedulable")
+    quarantined_for(machine, api, "reboot", "Xid79")
+    sync_daemonset(api, manager.daemonset)
+    assert manager.running()  # the quarantine's taint leaves it on the node
+    out = ctx.run(ctx.on.update_status(), out)
+    assert reboots == [False], out.unit_status
+
+    h100.reboot()
+    out = ctx.run(ctx.on.start(), out)  # before the MIG manager's container is back
+    assert out.unit_status.name == "waiting", out.unit_status
+    assert ctr.runs == []
+
+    manager.start(manager.token())  # its container after the boot: pending, apply, success
+    assert h100.mig_devices == ALL_1G
+    out = ctx.run(ctx.on.update_status(), out)
+
+    (repair,) = watcher_state(machine)["repairs"]
+    assert (repair["method"], repair["result"]) == ("reboot", "ok"), out.unit_status
+    assert not node(api)["spec"].get("unschedulable")
+
+
+def test_a_failed_mig_answer_from_before_the_repair_reboot_does_not_fail_the_gate(
+    ctx, machine, api, h100, clock, wall, reboots
+):
+    ctr = FakeCtr(machine, h100)
+    ctr.busbw = 400.0
+    out = run_mig(ctx, api, **{"gpu-auto-repair": "reboot"})
+    mine = dataclasses.replace(out, relations={*out.relations, peers(turns=[UNIT])})
+    out = ctx.run(ctx.on.config_changed(), with_config(mine, **{"mig-profile": "all-1g.10gb"}))
+    mig_manager_applies(api, h100, ALL_1G, state="failed")  # e.g. a re-apply that failed
+    quarantined_for(machine, api, "reboot", "Xid79")
+    out = ctx.run(ctx.on.update_status(), out)
+    assert reboots == [False], out.unit_status
+    h100.reboot()
+
+    out = ctx.run(ctx.on.start(), out)
+
+    assert "repairs" not in watcher_state(machine)  # waits for the new boot's answer
+    assert out.unit_status.name == "waiting", out.unit_status
+    mig_manager_applies(api, h100, ALL_1G)
+    out = ctx.run(ctx.on.update_status(), out)
+    (repair,) = watcher_state(machine)["repairs"]
+    assert (repair["method"], repair["result"]) == ("reboot", "ok"), out.unit_status
+
+
+def test_repair_gpu_on_a_mig_node_waits_for_mig_manager_then_gates(
+    ctx, machine, api, h100, clock, wall, reboots
+):
+    from fakes.csi_node import sync_daemonset
+    from fakes.mig_manager import MigManager
+
+    ctr = FakeCtr(machine, h100)
+    ctr.busbw = 400.0
+    out = run_mig(ctx, api, **NO_AUTO_REPAIR)
+    mine = dataclasses.replace(out, relations={*out.relations, peers(turns=[UNIT])})
+    out = ctx.run(ctx.on.config_changed(), with_config(mine, **{"mig-profile": "all-1g.10gb"}))
+    manager = MigManager(api, NODE, h100, {"all-1g.10gb": ALL_1G})
+    sync_daemonset(api, manager.daemonset)
+    manager.start(manager.token())
+    out = ctx.run(ctx.on.update_status(), out)
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+    h100.mig_devices = {}  # as if the reset took the MIG devices (not recorded either way)
+    started = []
+
+    def mig_manager_comes_back():  # its DaemonSet's pod after the reset's pause
+        sync_daemonset(api, manager.daemonset)
+        if h100.resets and manager.running() and not started:
+            started.append(clock.now)
+            manager.start(manager.token())
+
+    clock.meanwhile.append(mig_manager_comes_back)
+    out = ctx.run(ctx.on.action("repair-gpu", params={"timeout": 300}), out)
+
+    assert ctx.action_results["repair"] == "reset"
+    assert any("the repair gate waits for NVIDIA mig-manager" in line for line in ctx.action_logs)
+    assert h100.mig_devices == ALL_1G
+    (repair,) = watcher_state(machine)["repairs"]
+    assert (repair["method"], repair["result"]) == ("reset", "ok")
+    cluster = next(r for r in out.relations if r.endpoint == "cluster")
+    assert cluster.local_unit_data["gpu-quarantine"] == "[]"  # the taint's removal asked
