@@ -47,33 +47,7 @@ def _team_creates_job(
         "metadata": {"name": name, "labels": labels or {}},
         "spec": {
             **(many if pods > 1 else {}),
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": 1000,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                    },
-                    "containers": [
-                        {
-                            "name": "miner",
-                            "image": "tensorflow/tensorflow:2.21.0",
-                            "command": ["python3", "-c", "pass"],
-                            "resources": {
-                                "requests": {"cpu": cpu, "memory": "1Gi"},
-                                **({"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}),
-                            },
-                            "securityContext": {
-                                "allowPrivilegeEscalation": False,
-                                "capabilities": {"drop": ["ALL"]},
-                            },
-                        }
-                    ],
-                    **({"tolerations": [GPU_TOLERATION]} if gpus else {}),
-                },
-            },
+            "template": {"metadata": {"labels": {"app": name}}, "spec": _pod_spec(gpus, cpu)},
         },
     }
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
@@ -81,6 +55,34 @@ def _team_creates_job(
     status, _, body, *_ = api.handle("POST", path, headers, json.dumps(job).encode())
     assert status == 201, body
     return json.loads(body)
+
+
+def _pod_spec(gpus: int, cpu: str = "1", restart: str = "Never") -> dict:
+    """A pod spec Pod Security `restricted` admits, asking `gpus` GPUs (tolerating their taint)."""
+    return {
+        "restartPolicy": restart,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": 1000,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [
+            {
+                "name": "miner",
+                "image": "tensorflow/tensorflow:2.21.0",
+                "command": ["python3", "-c", "pass"],
+                "resources": {
+                    "requests": {"cpu": cpu, "memory": "1Gi"},
+                    **({"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}),
+                },
+                "securityContext": {
+                    "allowPrivilegeEscalation": False,
+                    "capabilities": {"drop": ["ALL"]},
+                },
+            }
+        ],
+        **({"tolerations": [GPU_TOLERATION]} if gpus else {}),
+    }
 
 
 def _pods(api, job: str) -> list[dict]:
@@ -415,3 +417,107 @@ def test_a_local_queue_pointing_at_another_teams_cluster_queue_admits_nothing(
     _team_creates_job(api, "own", {"kueue.x-k8s.io/queue-name": "training"}, cpu="2")
     controller.tick()
     assert api.get_object(f"{JOBS}/own")["spec"]["suspend"] is False
+
+
+# -- Issue 29 item 6: every GPU pod of a team goes through Kueue (the control plane's
+# kueue.configure enables Kueue v0.19.2's pod and deployment integrations; fakes/batch.py
+# K12 does what they do).
+GATE = {"name": "kueue.x-k8s.io/admission"}
+MANAGED = "kueue.x-k8s.io/managed"
+
+
+def _post(api, path: str, obj: dict, token: str) -> tuple[int, dict]:
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    status, _, body, *_ = api.handle("POST", path, headers, json.dumps(obj).encode())
+    return status, json.loads(body)
+
+
+def _miner(api, rules: list[dict]) -> BatchControllers:
+    """Another kube-api consumer `miner` granted `rules` in its namespace (no LocalQueue)."""
+    store_grant(api, consumer_grant("miner", "miner", rules, []), "miner-token")
+    return BatchControllers(api, "miner")
+
+
+def _deployment(name: str, gpus: int, replicas: int, labels: dict | None = None) -> dict:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": _pod_spec(gpus, restart="Always"),
+            },
+        },
+    }
+
+
+def test_a_teams_bare_gpu_pod_is_gated_and_never_runs_outside_kueue(api):
+    """Issue 29 item 6: a team's bare pod asking for 4 GPUs was scheduled at once.
+
+    The GPUs came off the cohort's shared pool, past every quota. Kueue's pod webhook now
+    gates it on create (the scheduling gate, the managed label and finalizer); it names no
+    queue, so its Workload (one pod) is never admitted and the pod is never bound.
+    """
+    add_nodes(api, node("node-a", 4), node("cpu-0"))
+    miner = _miner(api, [{"api-groups": [""], "resources": ["pods"], "verbs": ["create"]}])
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "gpus"}}
+    pod["spec"] = _pod_spec(4)
+    status, created = _post(api, "/api/v1/namespaces/miner/pods", pod, "miner-token")
+    assert status == 201, created
+    assert created["spec"]["schedulingGates"] == [GATE]
+    assert created["metadata"]["labels"][MANAGED] == "true"
+    assert created["metadata"]["finalizers"] == [MANAGED]
+    for _ in range(3):
+        miner.tick()
+    held = api.get_object("/api/v1/namespaces/miner/pods/gpus")
+    assert held["spec"].get("nodeName") is None
+    assert held["spec"]["schedulingGates"] == [GATE]
+    workload = miner.workload("gpus", kind="Pod")
+    assert workload is not None and "queueName" not in workload["spec"]
+    assert workload["spec"]["podSets"][0]["count"] == 1
+    assert _reserved(workload)["message"] == "LocalQueue  doesn't exist"
+
+
+def test_a_teams_gpu_deployment_runs_only_within_its_quota(ctx, state, api, controller):
+    """Issue 29 item 6: the team's token (deployments create) ran 8 GPUs outside Kueue.
+
+    The cohort holds the 4 GPUs of node-a. A Deployment in the team's queue of two pods
+    asking 4 GPUs each: the deployment webhook puts its queue on the pods, each pod is
+    one Workload, the first is admitted (ungated, bound to node-a) and the second waits,
+    gated, for quota. One naming no queue is gated for good.
+    """
+    add_nodes(api, node("node-a", 4), node("cpu-0"))
+    ctx.run(ctx.on.update_status(), state)  # the team's LocalQueue
+    deployments = f"/apis/apps/v1/namespaces/{NS}/deployments"
+    queue = {"kueue.x-k8s.io/queue-name": "training"}
+    status, body = _post(api, deployments, _deployment("miner", 4, 2, queue), TOKEN)
+    assert status == 201, body
+    status, body = _post(api, deployments, _deployment("unqueued", 1, 1), TOKEN)
+    assert status == 201, body
+    for _ in range(3):
+        controller.tick()
+    pods = {
+        p["metadata"]["name"]: p
+        for p in api.objects(f"/api/v1/namespaces/{NS}/pods/")
+        if p["metadata"]["labels"].get("app") == "miner"
+    }
+    assert len(pods) == 2
+    running = [p for p in pods.values() if p["spec"].get("nodeName")]
+    assert [p["spec"]["nodeName"] for p in running] == ["node-a"]
+    assert [p["status"]["phase"] for p in running] == ["Running"]
+    [waiting] = [p for p in pods.values() if not p["spec"].get("nodeName")]
+    assert waiting["spec"]["schedulingGates"] == [GATE]
+    pending = controller.workload(waiting["metadata"]["name"], kind="Pod")
+    assert pending["spec"]["queueName"] == "training"
+    assert "insufficient unused quota for nvidia.com/gpu" in _reserved(pending)["message"]
+    [unqueued] = [
+        p
+        for p in api.objects(f"/api/v1/namespaces/{NS}/pods/")
+        if p["metadata"]["labels"].get("app") == "unqueued"
+    ]
+    assert unqueued["spec"]["schedulingGates"] == [GATE]
+    assert unqueued["spec"].get("nodeName") is None
+
