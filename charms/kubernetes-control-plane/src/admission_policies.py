@@ -196,6 +196,23 @@ Policy '<policy>' with binding '<binding>' denied request: <message>`.
   whose operator made a PriorityClass `globalDefault` has its name written into every pod
   that names none (admission.go getDefaultPriority): this policy then refuses the teams'
   pods, naming it. Both fields are immutable (ValidatePodUpdate), so CREATE only.
+  And no pod there gets past Kueue (issue 29 item 6). Kueue's pod integration gates every
+  pod of a managed namespace until Kueue admits it within its team's quota
+  (kueue.configure), but two ways past it remain to a grant holding pods create or
+  patch, which any consumer may ask for in its namespace (lib kube_api). (1) Kueue v0.19.2
+  does not gate a pod whose controller reference names a job it manages (jobframework
+  reconciler.go FindAncestorJobManagedByKueue walks controller references by name and
+  uid through Jobs, JobSets, Deployments and the ReplicaSets between; it calls "same-
+  namespace ownership spoofing ... out of scope"), so a bare pod naming the team's own
+  admitted Job as its controller would run ungated: a pod with a controller reference is
+  created there only by kube-system's ServiceAccounts, kube-controller-manager's
+  controllers (the Job, ReplicaSet, StatefulSet and DaemonSet controllers make every
+  such pod of this bundle; CONTROLLERS_PREFIX). (2) An update may remove a pod's
+  scheduling gates (ValidatePodUpdate lets schedulingGates only shrink), and Kueue
+  deletes a pod someone else ungated only once it sees it (jobframework reconciler.go
+  "job is not suspended but its workload is not admitted", pod_controller.go Stop): its
+  gate `kueue.x-k8s.io/admission` (KUEUE_GATE) is removed by Kueue's ServiceAccount only
+  (KUEUE_CONTROLLER).
 - CONSUMER_TOKENS (`gpu-k8s-consumer-short-lived-tokens`): in the same namespaces, no
   Secret of type `kubernetes.io/service-account-token` is created (the token controller
   fills it with a token that never expires, kubernetes pkg/controller/serviceaccount
@@ -250,7 +267,7 @@ import efs_csi
 import mig_manager
 import network_policies
 import rbac
-from literals import CONSUMER_LABEL, FIELD_MANAGER, JOBSET, MANAGED_BY_LABEL
+from literals import CONSUMER_LABEL, FIELD_MANAGER, JOBSET, KUEUE, MANAGED_BY_LABEL
 
 API_VERSION = "admissionregistration.k8s.io/v1"
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
@@ -324,6 +341,13 @@ JOBSET_CHILDREN = "gpu-k8s-jobset-children-only-by-jobset"
 # jobset-) on config/components/rbac/service_account.yaml (controller-manager); the
 # Deployment runs as it, and literals.JOBSET names both.
 JOBSET_CONTROLLER = (JOBSET.namespace, JOBSET.deployment)
+# Kueue's ServiceAccount: `controller-manager` (kueue v0.19.2 config/components/rbac/
+# service_account.yaml) renamed by config/default's namePrefix `kueue-`, in kueue-system
+KUEUE_CONTROLLER = (KUEUE.namespace, KUEUE.deployment)
+# kueue v0.19.2 pkg/controller/jobs/pod/constants SchedulingGateName
+KUEUE_GATE = "kueue.x-k8s.io/admission"
+# kube-controller-manager's controllers, each its own ServiceAccount there (see CONSUMER_PODS)
+CONTROLLERS_PREFIX = f"{SA_PREFIX}kube-system:"
 DEFAULT_TIERS = {"default": "Deny", "kube-admin": "Pass", "kube-baseline": "Pass"}
 CONSUMER_PODS = "gpu-k8s-consumer-pods-off-the-control-plane"
 CONSUMER_TOKENS = "gpu-k8s-consumer-short-lived-tokens"
@@ -816,6 +840,13 @@ def consumer_pods_policy() -> dict[str, Any]:
         " ? oldObject.spec.tolerations : [])"
     )
     allowed = f"has(t.key) && t.key != '' && !(t.key in {list(CONTROL_PLANE_TAINTS)})"
+
+    def gated(pod: str) -> str:
+        return (
+            f"(has({pod}.spec.schedulingGates) &&"
+            f" {pod}.spec.schedulingGates.exists(g, g.name == '{KUEUE_GATE}'))"
+        )
+
     return _consumer_policy(
         CONSUMER_PODS,
         [
@@ -865,6 +896,22 @@ def consumer_pods_policy() -> dict[str, Any]:
                     " object.spec.priority <= 0",
                     "a pod in a consumer's namespace may not have a priority above 0: it would"
                     " preempt other teams' pods (kube-scheduler evicts lower priorities)",
+                ),
+                _deny(
+                    "request.operation != 'CREATE' || !has(object.metadata.ownerReferences) ||"
+                    " !object.metadata.ownerReferences.exists(r, has(r.controller) &&"
+                    " r.controller) ||"
+                    f" request.userInfo.username.startsWith('{CONTROLLERS_PREFIX}')",
+                    "a pod in a consumer's namespace names a controller only when that"
+                    " controller makes it (kube-controller-manager): Kueue never gates a pod"
+                    " it takes for a queued job's",
+                ),
+                _deny(
+                    f"request.operation != 'UPDATE' || !{gated('oldObject')} ||"
+                    f" {gated('object')} || request.userInfo.username =="
+                    f" '{_username(KUEUE_CONTROLLER)}'",
+                    f"only Kueue removes a pod's scheduling gate {KUEUE_GATE}: it does when"
+                    " it admits the pod within its team's quota",
                 ),
                 _deny(
                     "request.operation != 'CREATE' || !["

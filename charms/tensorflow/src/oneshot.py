@@ -28,9 +28,7 @@ LOG_LINES = 50
 PRIORITY = "normal"
 
 
-def queued(
-    labels: Mapping[str, str], queue: str, priority: str = PRIORITY
-) -> dict[str, str]:
+def queued(labels: Mapping[str, str], queue: str, priority: str = PRIORITY) -> dict[str, str]:
     """A batch Job's labels with the team's LocalQueue and the charm's priority.
 
     The control plane runs Kueue with `manageJobsWithoutQueueName` (issue 29 leftover 3):

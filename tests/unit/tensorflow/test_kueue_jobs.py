@@ -521,3 +521,42 @@ def test_a_teams_gpu_deployment_runs_only_within_its_quota(ctx, state, api, cont
     assert unqueued["spec"]["schedulingGates"] == [GATE]
     assert unqueued["spec"].get("nodeName") is None
 
+
+def test_a_team_may_not_lift_kueues_gate_nor_claim_a_queued_jobs_pod(api):
+    """Issue 29 item 6: the two ways past Kueue's pod integration a grant could open.
+
+    A consumer granted pods create and patch (any may ask for them in its namespace)
+    could remove the scheduling gate itself, or create a pod naming its own queued Job as
+    controller (Kueue does not gate a pod a job it manages owns: FindAncestorJobManagedBy-
+    Kueue, "same-namespace ownership spoofing is out of scope"). The control plane's
+    policy gpu-k8s-consumer-pods-off-the-control-plane refuses both to the team's token.
+    """
+    add_nodes(api, node("node-a", 4), node("cpu-0"))
+    rules = [
+        {"api-groups": [""], "resources": ["pods"], "verbs": ["create", "patch"]},
+        {"api-groups": ["batch"], "resources": ["jobs"], "verbs": ["create"]},
+    ]
+    miner = _miner(api, rules)
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "gpus"}}
+    pod["spec"] = _pod_spec(4)
+    status, created = _post(api, "/api/v1/namespaces/miner/pods", pod, "miner-token")
+    assert status == 201, created
+    headers = {
+        "Authorization": "Bearer miner-token",
+        "Content-Type": "application/merge-patch+json",
+    }
+    patch = json.dumps({"spec": {"schedulingGates": None}}).encode()
+    status, _, body, *_ = api.handle("PATCH", "/api/v1/namespaces/miner/pods/gpus", headers, patch)
+    assert status == 403, body
+    assert "only Kueue removes a pod's scheduling gate kueue.x-k8s.io/admission" in body.decode()
+    job = _team_creates_job(api, "cover", namespace="miner", token="miner-token")
+    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "cover", "controller": True}
+    owner["uid"] = job["metadata"]["uid"]
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "claimed"}}
+    pod["metadata"]["ownerReferences"] = [owner]
+    pod["spec"] = _pod_spec(4)
+    status, refused = _post(api, "/api/v1/namespaces/miner/pods", pod, "miner-token")
+    assert status == 403, refused
+    assert "names a controller only when that controller makes it" in refused["message"]
+    miner.tick()
+    assert api.get_object("/api/v1/namespaces/miner/pods/gpus")["spec"].get("nodeName") is None
