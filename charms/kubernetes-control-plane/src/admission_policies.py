@@ -252,6 +252,20 @@ Policy '<policy>' with binding '<binding>' denied request: <message>`.
   namespace's policies when the namespace goes. A deletecollection's items are checked by
   the stored object's name (oldObject: the request's name is empty).
 
+- CONSUMER_JOBS (`gpu-k8s-consumer-jobs-started-by-kueue`): in the same namespaces, a
+  suspended batch Job or JobSet is unsuspended only by Kueue's ServiceAccount
+  (KUEUE_CONTROLLER: it starts a job once its Workload is admitted, jobframework
+  reconciler.go) or, for a JobSet's child Jobs, the JobSet controller's (it resumes them
+  when Kueue resumed their JobSet: jobset v0.12.0 jobset_controller.go resumeJob).
+  Kueue v0.19.2 validates no change of `suspend` (jobframework/validation.go
+  ValidateJobOnUpdate) and suspends again a job someone else
+  started only once it sees it (reconciler.go "job is not suspended but its workload is
+  not admitted"); meanwhile the Job controller makes its pods, which Kueue's pod
+  integration never gates (they are a managed job's), so a team holding jobs or jobsets
+  patch (tensorflow's grant does) ran GPUs past every quota (issue 29 item 6). Kueue's
+  job webhooks suspend every job of a managed namespace on create (kueue.configure), so
+  a create needs no rule. The tensorflow charm never writes `suspend`.
+
 Not fenced here (say so when touching it): Calico's IPAM objects (blocks may be borrowed
 across nodes, so they cannot be keyed on one node), calico-node's writes of BGPPeers,
 CalicoNodeStatuses and IPAM configuration, and the calico-cni-plugin account's writes of
@@ -352,6 +366,7 @@ DEFAULT_TIERS = {"default": "Deny", "kube-admin": "Pass", "kube-baseline": "Pass
 CONSUMER_PODS = "gpu-k8s-consumer-pods-off-the-control-plane"
 CONSUMER_TOKENS = "gpu-k8s-consumer-short-lived-tokens"
 CONSUMER_EGRESS = "gpu-k8s-consumer-egress-by-the-control-plane"
+CONSUMER_JOBS = "gpu-k8s-consumer-jobs-started-by-kueue"
 # kubeadm taints each control-plane node `node-role.kubernetes.io/control-plane:NoSchedule`
 # (cmd/kubeadm/app/constants ControlPlaneTaint); `.../master` is the key it used before
 # 1.25, which a node of an older cluster may still carry.
@@ -959,6 +974,39 @@ def consumer_tokens_policy() -> dict[str, Any]:
     )
 
 
+def consumer_jobs_policy() -> dict[str, Any]:
+    """The policy that leaves starting a consumer's suspended Job or JobSet to Kueue."""
+    suspended = "(has({0}.spec.suspend) && {0}.spec.suspend)"
+    starters = [_username(KUEUE_CONTROLLER), _username(JOBSET_CONTROLLER)]
+    return _consumer_policy(
+        CONSUMER_JOBS,
+        [
+            {
+                "apiGroups": ["batch"],
+                "apiVersions": ["v1"],
+                "operations": ["UPDATE"],
+                "resources": ["jobs"],
+            },
+            {
+                "apiGroups": ["jobset.x-k8s.io"],
+                "apiVersions": ["v1alpha2"],  # the one JobSet v0.12.0 serves
+                "operations": ["UPDATE"],
+                "resources": ["jobsets"],
+            },
+        ],
+        {
+            "validations": [
+                _deny(
+                    f"!{suspended.format('oldObject')} || {suspended.format('object')} ||"
+                    f" request.userInfo.username in {starters}",
+                    "only Kueue starts a job in a consumer's namespace (it unsuspends it once"
+                    " admitted within the team's quota)",
+                )
+            ]
+        },
+    )
+
+
 def consumer_egress_policy() -> dict[str, Any]:
     """The policy that leaves a consumer's egress to the control plane (CONSUMER_EGRESS)."""
     policy = _consumer_policy(
@@ -1007,8 +1055,13 @@ def consumer_egress_policy() -> dict[str, Any]:
 
 
 def consumer_policies() -> list[dict[str, Any]]:
-    """CONSUMER_PODS, CONSUMER_TOKENS and CONSUMER_EGRESS (`manifests` adds the bindings)."""
-    return [consumer_pods_policy(), consumer_tokens_policy(), consumer_egress_policy()]
+    """CONSUMER_PODS, _TOKENS, _EGRESS and _JOBS (`manifests` adds the bindings)."""
+    return [
+        consumer_pods_policy(),
+        consumer_tokens_policy(),
+        consumer_egress_policy(),
+        consumer_jobs_policy(),
+    ]
 
 
 def _node_name_variable() -> dict[str, str]:

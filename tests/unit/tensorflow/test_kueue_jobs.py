@@ -625,3 +625,26 @@ def test_the_pods_of_every_other_workload_kind_wait_for_kueue(api):
         assert (
             _reserved(miner.workload(name, kind="Pod"))["message"] == "LocalQueue  doesn't exist"
         )
+
+
+def test_a_team_may_not_start_its_own_queued_job(api, controller):
+    """Issue 29 item 6: the team's grant (jobs and jobsets patch) unsuspended its Job.
+
+    Kueue v0.19.2 validates no suspend change (jobframework/validation.go
+    ValidateJobOnUpdate), and it suspends again a job unsuspended without admission only
+    once it sees it (reconciler.go "job is not suspended but its workload is not
+    admitted"): meanwhile the Job controller made its GPU pods, which no gate holds (a
+    managed Job's pods are the Job's), past every quota. The control plane's policy
+    gpu-k8s-consumer-jobs-started-by-kueue refuses the team's token the change.
+    """
+    add_nodes(api, node("node-a", 4), node("cpu-0"))
+    _team_creates_job(api, "held", gpus=4)  # no queue: held for good
+    controller.tick()
+    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/merge-patch+json"}
+    patch = json.dumps({"spec": {"suspend": False}}).encode()
+    status, _, body, *_ = api.handle("PATCH", f"{JOBS}/held", headers, patch)
+    assert status == 403, body
+    assert "only Kueue starts a job in a consumer's namespace" in body.decode()
+    controller.tick()
+    assert api.get_object(f"{JOBS}/held")["spec"]["suspend"] is True
+    assert _pods(api, "held") == []
