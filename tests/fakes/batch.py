@@ -110,6 +110,8 @@ Kueue (kubernetes-sigs/kueue v0.19.2):
   Default, on create and update) puts a Deployment's queue, its WorkloadPriorityClass
   label, the managed label and that annotation into its template. Kueue's pod reconciler
   gives each managed pod one Workload `pod-<name>-<hash>` with one pod set `main` of 1
+  (with `pod` only implied, it skips a pod no Deployment or StatefulSet marked:
+  pod_controller.go Skip)
   (pod_controller.go constructPodSets), admitted as K2 (priority from the pod's
   priority-class label); admitting it, Kueue merges the flavor's nodeLabels and
   tolerations into the pod and removes the gate (pod_controller.go Run), and B1's
@@ -1251,8 +1253,14 @@ class BatchControllers:
         """
         config = self._kueue_config()
         if obj.get("kind") == "Pod":  # K12: the pod webhook labelled it managed
-            labels = obj["metadata"].get("labels") or {}
-            return POD_FRAMEWORK in self._frameworks() and labels.get(MANAGED_LABEL) == "true"
+            # pod_controller.go Skip: a pod without the label, or one without a parent's
+            # mark while the pod integration is on only implicitly
+            meta = obj["metadata"]
+            marked = SUSPENDING_PARENT in (meta.get("annotations") or {})
+            explicit = POD_FRAMEWORK in config["integrations"]["frameworks"]
+            return (meta.get("labels") or {}).get(MANAGED_LABEL) == "true" and (
+                explicit or (marked and POD_FRAMEWORK in self._frameworks())
+            )
         framework = FRAMEWORKS[0] if obj.get("kind") == "Job" else FRAMEWORKS[1]
         if not self.managed or framework not in config["integrations"]["frameworks"]:
             return False

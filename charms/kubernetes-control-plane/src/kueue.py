@@ -166,6 +166,9 @@ def configure(text: str, settings: batch_engines.Settings) -> str:
     # (deployment_webhook.go Default), so each of its pods is queued as the Deployment
     # says: the tensorflow charm's TensorBoard and model servers name the team's queue.
     # A pod the team made naming no queue waits forever ("LocalQueue  doesn't exist").
+    # `pod` is named, not only implied by `deployment`: an implicitly enabled pod
+    # integration skips every pod no Deployment or StatefulSet marked (pod_controller.go
+    # Skip, "Pod Integration was implicitly enabled but object lacks parent annotation").
     # A framework left out gets a no-op webhook, so the release's webhook configurations
     # still answer (jobframework/setup.go setupControllers).
     config.setdefault("integrations", {})["frameworks"] = list(FRAMEWORKS)
@@ -275,8 +278,8 @@ def capacity(
     TensorBoard, a team's own Deployment or bare pod), which its webhook labelled
     `kueue.x-k8s.io/managed: "true"` (pod_webhook.go Default; the deployment webhook puts
     the label into the template, deployment_webhook.go). A pod of a managed namespace
-    without it ran before the integration was on (Kueue's pod reconciler leaves pods
-    without the label alone), and a Job's pod elsewhere (a provisioner's, or any
+    without it ran before the integration was on (Kueue's pod reconciler skips pods
+    without the label, pod_controller.go Skip), and a Job's pod elsewhere (a provisioner's, or any
     namespace Kueue's webhooks never see) counts like an unmanaged model server's (issue
     29 review item 1: Job-owned pods were taken for Kueue's wherever they ran, so GPUs
     used outside every quota stayed in the cohort and Kueue admitted past the nodes).
