@@ -1523,8 +1523,9 @@ class BatchControllers:
                     "spec": spec,
                 }
             )
-            self._condition(workload, "QuotaReserved", "False", "Pending", "")
-            self._write_status(workload)
+            if job["kind"] != "Pod":  # a pod's: its first status is its admission or why not
+                self._condition(workload, "QuotaReserved", "False", "Pending", "")
+                self._write_status(workload)
 
     @staticmethod
     def _pod_sets(job: dict) -> list[dict]:
@@ -1657,7 +1658,7 @@ class BatchControllers:
             if assignment is None:
                 self._pending_because(workload, "Pending", message)
                 continue
-            workload["status"]["admission"] = {
+            workload.setdefault("status", {})["admission"] = {
                 "clusterQueue": name,
                 "podSetAssignments": assignment,
             }
@@ -1814,9 +1815,8 @@ class BatchControllers:
         return selector_matches(selector, labels)
 
     def _pending_because(self, workload: dict, reason: str, message: str) -> None:
-        reserved = next(
-            c for c in workload["status"]["conditions"] if c["type"] == "QuotaReserved"
-        )
+        conditions = (workload.get("status") or {}).get("conditions") or []
+        reserved = next((c for c in conditions if c["type"] == "QuotaReserved"), {})
         if (reserved.get("reason"), reserved.get("message")) != (reason, message):
             self._condition(workload, "QuotaReserved", "False", reason, message)
             self._write_status(workload)
