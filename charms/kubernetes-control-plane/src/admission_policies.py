@@ -212,7 +212,10 @@ Policy '<policy>' with binding '<binding>' denied request: <message>`.
   deletes a pod someone else ungated only once it sees it (jobframework reconciler.go
   "job is not suspended but its workload is not admitted", pod_controller.go Stop): its
   gate `kueue.x-k8s.io/admission` (KUEUE_GATE) is removed by Kueue's ServiceAccount only
-  (KUEUE_CONTROLLER).
+  (KUEUE_CONTROLLER). A gated pod cannot be bound past the gate either: kube-apiserver
+  refuses a pods/binding of a pod with scheduling gates ("has non-empty
+  .spec.schedulingGates", kubernetes pkg/registry/core/pod/storage/storage.go
+  assignPod), and a pod created with spec.nodeName is refused above.
 - CONSUMER_TOKENS (`gpu-k8s-consumer-short-lived-tokens`): in the same namespaces, no
   Secret of type `kubernetes.io/service-account-token` is created (the token controller
   fills it with a token that never expires, kubernetes pkg/controller/serviceaccount
