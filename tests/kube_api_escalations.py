@@ -521,6 +521,32 @@ ADMISSION_ESCALATIONS: list[Escalation] = [
             _restricted_pod(priorityClassName="system-node-critical"),
         ),
     ),
+    # a bare pod naming the team's own queued Job as its controller: Kueue v0.19.2 does not
+    # gate a pod a job it manages owns (FindAncestorJobManagedByKueue), so it would run
+    # outside the team's quota (issue 29 item 6)
+    Escalation(
+        "pod-claims-a-queued-job",
+        PODS_POLICY,
+        attempt=Attempt(
+            "POST",
+            f"/api/v1/namespaces/{HOSTILE}/pods",
+            {
+                **_restricted_pod(),
+                "metadata": {
+                    "name": "escape",
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "batch/v1",
+                            "kind": "Job",
+                            "name": "admitted",
+                            "uid": "6b9bd7a3-5f4e-4c1d-9a57-0c6b1d1f2e3a",
+                            "controller": True,
+                        }
+                    ],
+                },
+            },
+        ),
+    ),
     # an egress policy of its own: policies are additive, so allowing every egress reopens
     # what the control plane's egress policy keeps from its pods (the instance metadata
     # service, the DCGM exporter's page of every GPU node on port 9400)

@@ -13,8 +13,7 @@ Kueue (kubernetes-sigs/kueue v0.19.2):
   created without a `kueue.x-k8s.io/queue-name` label that label, `default`
   (jobframework/defaults.go, job_webhook.go, deployment_webhook.go): a Job is suspended
   until admitted (K8), a Deployment's pods wait behind the scheduling gate
-  `kueue.x-k8s.io/admission` (pod_webhook.go), which the emulator never lifts. The
-  control plane leaves the deployment integration off.
+  `kueue.x-k8s.io/admission` until Kueue admits each (K12).
 - K1 In a managed namespace only (the feature gate ManagedJobsNamespaceSelectorAlways-
   Respected is GA and locked on in 0.19, jobframework/reconciler.go returns early for
   other namespaces, and the control plane scopes Kueue's webhooks to the same label: a
@@ -98,6 +97,30 @@ Kueue (kubernetes-sigs/kueue v0.19.2):
   reason DeactivatedDueToMaximumExecutionTimeExceeded and never requeued. Time is
   `clock` (tests with fake time set it): the Admitted condition's lastTransitionTime and
   status.accumulatedPastExecutionTimeSeconds (the admitted time before an eviction).
+- K12 The pod integration (on with `pod` in `integrations.frameworks`, or implicitly with
+  `deployment` or `statefulset`: ImplicitlyEnabledFrameworkNames), in a managed
+  namespace. Kueue's pod webhook (pkg/controller/jobs/pod/pod_webhook.go Default) runs on
+  every pod created there, a fake controller's included: a pod whose template the
+  deployment webhook marked (annotation `kueue.x-k8s.io/pod-suspending-parent`) is gated;
+  any other pod that no job Kueue manages owns (jobframework FindAncestorJobManagedByKueue:
+  controller references by name and uid, a Job's or JobSet's pod is theirs) gets the
+  namespace's `default` queue where it names none, and, naming a queue or with
+  manageJobsWithoutQueueName, the label and finalizer `kueue.x-k8s.io/managed` and the
+  scheduling gate `kueue.x-k8s.io/admission`. The deployment webhook (deployment_webhook.go
+  Default, on create and update) puts a Deployment's queue, its WorkloadPriorityClass
+  label, the managed label and that annotation into its template. Kueue's pod reconciler
+  gives each managed pod one Workload `pod-<name>-<hash>` with one pod set `main` of 1
+  (with `pod` only implied, it skips a pod no Deployment or StatefulSet marked:
+  pod_controller.go Skip)
+  (pod_controller.go constructPodSets), admitted as K2 (priority from the pod's
+  priority-class label); admitting it, Kueue merges the flavor's nodeLabels and
+  tolerations into the pod and removes the gate (pod_controller.go Run), and B1's
+  scheduler (`_scheduler`) places it; a gated pod is never placed. A pod that ended
+  (Succeeded, Failed) finishes its Workload (Finished; its quota freed) and loses the
+  finalizer; a pod deleted loses it and its Workload goes (the garbage collector follows
+  the Workload's ownerReference); a pod someone else ungated while its Workload is not
+  admitted is deleted (jobframework reconciler.go, pod_controller.go Stop); a preempted
+  pod is deleted (Stop) and its Deployment makes another, gated again.
 - K11 Admitting a job, Kueue merges each pod set's assigned flavors' `nodeLabels` into its
   pod template's nodeSelector and their `tolerations` into its tolerations (v0.19.2
   pkg/podset/podset.go FromAssignment and Merge, a conflicting nodeSelector key being
@@ -246,6 +269,17 @@ COMPLETIONS_REACHED = "Reached expected number of succeeded pods"
 MAX_EXEC_TIME = "kueue.x-k8s.io/max-exec-time-seconds"  # constants MaxExecTimeSecondsLabel
 KUEUE_CONFIG_MAP = "/api/v1/namespaces/kueue-system/configmaps/kueue-manager-config"
 FRAMEWORKS = ("batch/job", "jobset.x-k8s.io/jobset")  # their integrations' FrameworkName
+# K12: the pod and deployment integrations (pkg/controller/jobs/pod, jobs/deployment
+# FrameworkName); enabling deployment or statefulset enables pod too
+# (ImplicitlyEnabledFrameworkNames of each, jobframework/integrationmanager.go)
+POD_FRAMEWORK = "pod"
+IMPLIES_POD = ("deployment", "statefulset")
+# pkg/constants ManagedByKueueLabelKey: the label the pod webhook puts on a pod it gates,
+# and (pod/constants PodFinalizer) the finalizer of a plain pod it manages
+MANAGED_LABEL = "kueue.x-k8s.io/managed"
+# pod/constants SuspendedByParentAnnotation: the deployment webhook's mark on its template
+SUSPENDING_PARENT = "kueue.x-k8s.io/pod-suspending-parent"
+PRIORITY_CLASS = "kueue.x-k8s.io/priority-class"  # WorkloadPriorityClassLabel
 
 # Programs on the PATH of the tensorflow/tensorflow images the charm uses (D2), as far as
 # the tests care: the OS's python3, sh and rm, and the console scripts of the TensorFlow
@@ -314,6 +348,11 @@ def _seconds(stamp: str) -> float:
 
 def _phase(pod: dict) -> str:
     return (pod.get("status") or {}).get("phase", "")
+
+
+def _gone(obj: dict) -> bool:
+    """Being deleted (a deletionTimestamp, kept by a finalizer)."""
+    return bool(obj["metadata"].get("deletionTimestamp"))
 
 
 def _unschedulable(pod: dict) -> bool:
@@ -865,6 +904,7 @@ class BatchControllers:
         # set theirs
         self.clock: Callable[[], float] = time.time
         api.mutators.append(self._suspend_on_create)
+        api.mutators.append(self._webhooks_on_create)
         _CONTROLLERS[(id(api), namespace)] = self
         # Runs the containers of the Job controller's pods (start/stop/reap); None: pods
         # only change when a test says so (end_pod).
@@ -1184,7 +1224,7 @@ class BatchControllers:
         return next(iter(self._owned(owner, self._workloads())), None)
 
     def _job_object(self, name: str, kind: str) -> dict | None:
-        items = self._jobsets() if kind == "JobSet" else self._jobs()
+        items = {"JobSet": self._jobsets, "Pod": self._pods}.get(kind, self._jobs)()
         return next((j for j in items if j["metadata"]["name"] == name), None)
 
     def _kueue_config(self) -> dict:
@@ -1212,6 +1252,15 @@ class BatchControllers:
         owns is that JobSet's (FindAncestorJobManagedByKueue): never one of its own.
         """
         config = self._kueue_config()
+        if obj.get("kind") == "Pod":  # K12: the pod webhook labelled it managed
+            # pod_controller.go Skip: a pod without the label, or one without a parent's
+            # mark while the pod integration is on only implicitly
+            meta = obj["metadata"]
+            marked = SUSPENDING_PARENT in (meta.get("annotations") or {})
+            explicit = POD_FRAMEWORK in config["integrations"]["frameworks"]
+            return (meta.get("labels") or {}).get(MANAGED_LABEL) == "true" and (
+                explicit or (marked and POD_FRAMEWORK in self._frameworks())
+            )
         framework = FRAMEWORKS[0] if obj.get("kind") == "Job" else FRAMEWORKS[1]
         if not self.managed or framework not in config["integrations"]["frameworks"]:
             return False
@@ -1274,6 +1323,163 @@ class BatchControllers:
         if self.enabled and self._manages(obj):
             obj.setdefault("spec", {})["suspend"] = True
 
+    def _plain_pods(self) -> list[dict]:
+        """K12: Kueue's pod reconciler over this namespace; the pods it manages.
+
+        A pod ended or being deleted has its finalizer removed (its Workload is finished,
+        `_pending`); a Workload whose pod is gone goes too (the garbage collector follows
+        its ownerReference); a pod someone else ungated while its Workload is not admitted
+        is stopped: deleted (jobframework reconciler.go "job is not suspended but its
+        workload is not admitted" -> pod_controller.go Stop).
+        """
+        if POD_FRAMEWORK not in self._frameworks():
+            return []
+        pods = [p for p in self._pods() if self._manages(p)]
+        uids = {p["metadata"]["uid"] for p in pods}
+        workloads = {}
+        for w in self._workloads():
+            owner = w["metadata"]["ownerReferences"][0]
+            if owner["kind"] != "Pod":
+                continue
+            if owner["uid"] not in uids:
+                self.api.delete_object(
+                    f"{KUEUE}/namespaces/{self.ns}/workloads/{w['metadata']['name']}"
+                )
+            else:
+                workloads[owner["uid"]] = w
+        out = []
+        for pod in pods:
+            path = f"/api/v1/namespaces/{self.ns}/pods/{pod['metadata']['name']}"
+            finalizers = pod["metadata"].get("finalizers") or []
+            if MANAGED_LABEL in finalizers and (
+                _gone(pod) or _phase(pod) in ("Succeeded", "Failed")
+            ):
+                pod["metadata"]["finalizers"] = [f for f in finalizers if f != MANAGED_LABEL]
+                if _gone(pod) and not pod["metadata"]["finalizers"]:
+                    self.api.delete_object(path)
+                    continue
+                pod = self._put(pod)
+            workload = workloads.get(pod["metadata"]["uid"])
+            gated = any(
+                g.get("name") == ADMISSION_GATE for g in pod["spec"].get("schedulingGates") or []
+            )
+            if workload is not None and not gated and not _true(workload, "Admitted"):
+                self.api.delete_object(path)  # Stop
+                continue
+            out.append(pod)
+        return out
+
+    def _frameworks(self) -> set[str]:
+        """K8/K12: the enabled integrations, those enabled implicitly included."""
+        enabled = set(self._kueue_config()["integrations"]["frameworks"])
+        if enabled & set(IMPLIES_POD):
+            enabled.add(POD_FRAMEWORK)
+        return enabled
+
+    def _suspends(self, obj: dict) -> bool:
+        """K12: jobframework WorkloadShouldBeSuspended for a Deployment or a plain pod."""
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        return self.managed and (
+            bool(labels.get(QUEUE)) or bool(self._kueue_config().get("manageJobsWithoutQueueName"))
+        )
+
+    def _queue_default(self, labels: dict) -> None:
+        """K0: jobframework ApplyDefaultLocalQueue: `default` where that LocalQueue exists."""
+        path = f"{KUEUE}/namespaces/{self.ns}/localqueues/{DEFAULT_QUEUE}"
+        if not labels.get(QUEUE) and self.api.get_object(path) is not None:
+            labels[QUEUE] = DEFAULT_QUEUE
+
+    def _webhooks_on_create(self, obj: dict) -> None:
+        """K12: Kueue's deployment and pod webhooks on a Deployment or Pod created here."""
+        meta = obj.get("metadata") or {}
+        if not self.enabled or meta.get("namespace") != self.ns:
+            return
+        if obj.get("kind") == "Deployment" and "deployment" in self._frameworks():
+            self._deployment_webhook(obj)
+        elif obj.get("kind") == "Pod" and POD_FRAMEWORK in self._frameworks():
+            self._pod_webhook(obj)
+
+    def _deployment_webhook(self, deployment: dict) -> None:
+        """K12: deployment_webhook.go Default: the template is marked for the pod webhook.
+
+        In a managed namespace, the Deployment's queue (defaulted to `default` where that
+        LocalQueue exists), the managed label and the suspending-parent annotation go into
+        the pod template, and its WorkloadPriorityClass label too. Upstream also runs on
+        update (verbs create;update); here `_deployments` takes a Deployment of a managed
+        namespace for marked whatever its template says now, as the webhook re-marks it.
+        """
+        if not self.managed:
+            return
+        labels = deployment["metadata"].setdefault("labels", {})
+        self._queue_default(labels)
+        if not self._suspends(deployment):
+            return
+        template = deployment["spec"]["template"].setdefault("metadata", {})
+        template.setdefault("annotations", {})[SUSPENDING_PARENT] = "deployment"
+        template_labels = template.setdefault("labels", {})
+        template_labels[MANAGED_LABEL] = "true"
+        for key in (QUEUE, PRIORITY_CLASS):
+            if labels.get(key):
+                template_labels[key] = labels[key]
+
+    def _managed_ancestor(self, pod: dict) -> bool:
+        """K12: jobframework FindAncestorJobManagedByKueue found a job above the pod.
+
+        Its controller reference names an object of an enabled integration that Kueue
+        manages (a Job or JobSet here: `_manages`), which exists with that uid; a
+        ReplicaSet is walked through to its Deployment (integrationmanager.go
+        isKnownOwner). A reference of any other kind (DaemonSet, StatefulSet with its
+        integration off, ReplicationController, CronJob's Job's pod: the Job) stops the
+        walk. Upstream calls "same-namespace ownership spoofing ... out of scope": a pod
+        naming one of the team's own admitted Jobs as controller is not gated (the control
+        plane's policy gpu-k8s-consumer-pods-by-their-controllers refuses such a pod).
+        """
+        owner = next(
+            (r for r in (pod["metadata"].get("ownerReferences") or []) if r.get("controller")),
+            None,
+        )
+        paths = {
+            "Job": f"/apis/batch/v1/namespaces/{self.ns}/jobs/",
+            "JobSet": f"{JOBSET}/namespaces/{self.ns}/jobsets/",
+            "Deployment": f"/apis/apps/v1/namespaces/{self.ns}/deployments/",
+        }
+        if owner is None or owner.get("kind") not in paths:
+            return False
+        found = self.api.get_object(paths[owner["kind"]] + owner.get("name", ""))
+        if found is None or found["metadata"]["uid"] != owner.get("uid"):
+            return False
+        if owner["kind"] == "Deployment":
+            return "deployment" in self._frameworks() and self._suspends(found)
+        return self._manages(found) or self._managed_ancestor(found)
+
+    def _pod_webhook(self, pod: dict) -> None:
+        """K12: pod_webhook.go Default on a pod created in this namespace.
+
+        A pod whose template the deployment webhook marked (`SUSPENDING_PARENT`) is gated
+        at once. Otherwise, in a managed namespace, one no Kueue-managed job owns
+        (`_managed_ancestor`) gets the namespace's default queue where it has none, and,
+        naming a queue or with manageJobsWithoutQueueName, the label
+        `kueue.x-k8s.io/managed: "true"`, the finalizer of the same name and the
+        scheduling gate `kueue.x-k8s.io/admission` (a gated pod is never scheduled:
+        kubernetes.io/docs/concepts/scheduling-eviction/pod-scheduling-readiness).
+        """
+        meta = pod["metadata"]
+        by_parent = SUSPENDING_PARENT in (meta.get("annotations") or {})
+        if not by_parent:
+            if not self.managed or self._managed_ancestor(pod):
+                return
+            labels = meta.setdefault("labels", {})
+            self._queue_default(labels)
+            if not self._suspends(pod):
+                return
+            labels[MANAGED_LABEL] = "true"
+            finalizers = meta.setdefault("finalizers", [])
+            if MANAGED_LABEL not in finalizers:
+                finalizers.append(MANAGED_LABEL)
+        gates = pod.setdefault("spec", {}).setdefault("schedulingGates", [])
+        if {"name": ADMISSION_GATE} not in gates:
+            gates.append({"name": ADMISSION_GATE})
+
     def _new_workloads(self, jobs: dict[str, dict]) -> None:
         """K1/K8: suspend each JobSet or batch Job Kueue manages and give it a Workload.
 
@@ -1291,20 +1497,16 @@ class BatchControllers:
             wpc = labels.get("kueue.x-k8s.io/priority-class")
             if wpc and self.api.get_object(f"{KUEUE}/workloadpriorityclasses/{wpc}") is None:
                 continue
-            if job["spec"].get("suspend") is None:
+            if job["kind"] == "Pod" and (_phase(job) in ("Succeeded", "Failed") or _gone(job)):
+                continue  # ended before Kueue saw it
+            if job["kind"] != "Pod" and job["spec"].get("suspend") is None:
                 job["spec"]["suspend"] = True
                 job = self._put(job)
             digest = hashlib.sha256(job["metadata"]["uid"].encode()).hexdigest()[:5]
             spec: dict[str, Any] = {"priority": self._priority(job)}
             if labels.get(QUEUE):
                 spec["queueName"] = labels[QUEUE]
-            if job["kind"] == "JobSet":
-                spec["podSets"] = jobset_pod_sets(job)
-            else:
-                count = job["spec"].get("parallelism", 1)
-                count = min(count, job["spec"].get("completions", count))
-                template = json_copy(job["spec"]["template"])
-                spec["podSets"] = [{"name": "main", "count": count, "template": template}]
+            spec["podSets"] = self._pod_sets(job)
             seconds = labels.get(MAX_EXEC_TIME)
             if seconds:  # jobframework/utils.go MaximumExecutionTimeSecondsForObject
                 spec["maximumExecutionTimeSeconds"] = int(seconds)
@@ -1321,8 +1523,24 @@ class BatchControllers:
                     "spec": spec,
                 }
             )
-            self._condition(workload, "QuotaReserved", "False", "Pending", "")
-            self._write_status(workload)
+            if job["kind"] != "Pod":  # a pod's: its first status is its admission or why not
+                self._condition(workload, "QuotaReserved", "False", "Pending", "")
+                self._write_status(workload)
+
+    @staticmethod
+    def _pod_sets(job: dict) -> list[dict]:
+        """The Workload's pod sets: a JobSet's, a Job's `main`, a plain pod's `main` of 1."""
+        if job["kind"] == "JobSet":
+            return jobset_pod_sets(job)
+        if job["kind"] == "Pod":  # K12: pod_controller.go constructPodSets, one pod
+            template = {"spec": json_copy(job["spec"])}
+            for key in ("schedulingGates", "nodeName"):
+                template["spec"].pop(key, None)
+            return [{"name": "main", "count": 1, "template": template}]
+        count = job["spec"].get("parallelism", 1)
+        count = min(count, job["spec"].get("completions", count))
+        template = json_copy(job["spec"]["template"])
+        return [{"name": "main", "count": count, "template": template}]
 
     def _create_workload(self, workload: dict) -> dict:
         """POST the Workload as Kueue's controller does: decoded and validated (K8).
@@ -1350,8 +1568,13 @@ class BatchControllers:
             if js is None or _true(workload, "Finished"):
                 continue
             done = ("Completed", "Failed") if js["kind"] == "JobSet" else ("Complete", "Failed")
-            if _true(js, done[0]) or _true(js, done[1]):
+            if js["kind"] == "Pod":  # K12: pod_controller.go Finished: a terminated pod
+                ended = _phase(js) in ("Succeeded", "Failed")
+                reason = "Succeeded" if _phase(js) == "Succeeded" else "Failed"
+            else:
+                ended = _true(js, done[0]) or _true(js, done[1])
                 reason = "Succeeded" if _true(js, done[0]) else "Failed"
+            if ended:
                 self._condition(workload, "Finished", "True", reason)  # K4: reservation kept
                 self._write_status(workload)
             elif _true(workload, "Admitted"):
@@ -1406,7 +1629,8 @@ class BatchControllers:
         return found
 
     def _kueue(self) -> None:
-        jobsets = {j["metadata"]["uid"]: j for j in [*self._jobsets(), *self._jobs()]}
+        pods = self._plain_pods()
+        jobsets = {j["metadata"]["uid"]: j for j in [*self._jobsets(), *self._jobs(), *pods]}
         self._new_workloads(jobsets)
         pending = self._pending(jobsets)
         pending.sort(  # cluster_queue.go baseCompareFunc: priority, timestamp, then UID
@@ -1434,7 +1658,7 @@ class BatchControllers:
             if assignment is None:
                 self._pending_because(workload, "Pending", message)
                 continue
-            workload["status"]["admission"] = {
+            workload.setdefault("status", {})["admission"] = {
                 "clusterQueue": name,
                 "podSetAssignments": assignment,
             }
@@ -1451,7 +1675,13 @@ class BatchControllers:
             workload["status"].pop("requeueState", None)
             self._write_status(workload)
             self._run_with_pod_sets_info(js, assignment)
-            js["spec"]["suspend"] = False
+            if js["kind"] == "Pod":  # K12: pod_controller.go Run: ungated
+                gates = [g for g in js["spec"]["schedulingGates"] if g["name"] != ADMISSION_GATE]
+                js["spec"]["schedulingGates"] = gates
+                if not gates:
+                    del js["spec"]["schedulingGates"]
+            else:
+                js["spec"]["suspend"] = False
             self._put(js)
         self._queue_status(Quota(self.api))
 
@@ -1460,6 +1690,8 @@ class BatchControllers:
         """K11: the pod template of each of the job's pod sets, in the Workload's order."""
         if job["kind"] == "JobSet":
             return [rj["template"]["spec"]["template"] for rj in job["spec"]["replicatedJobs"]]
+        if job["kind"] == "Pod":
+            return [job]
         return [job["spec"]["template"]]
 
     def _run_with_pod_sets_info(self, job: dict, assignment: list[dict]) -> None:
@@ -1583,9 +1815,8 @@ class BatchControllers:
         return selector_matches(selector, labels)
 
     def _pending_because(self, workload: dict, reason: str, message: str) -> None:
-        reserved = next(
-            c for c in workload["status"]["conditions"] if c["type"] == "QuotaReserved"
-        )
+        conditions = (workload.get("status") or {}).get("conditions") or []
+        reserved = next((c for c in conditions if c["type"] == "QuotaReserved"), {})
         if (reserved.get("reason"), reserved.get("message")) != (reason, message):
             self._condition(workload, "QuotaReserved", "False", reason, message)
             self._write_status(workload)
@@ -1756,6 +1987,11 @@ class BatchControllers:
         self._condition(workload, "Evicted", "True", reason, message)
         if preempted:
             self._condition(workload, "Preempted", "True", preempted, message)
+        if kind == "Pod":  # K12: pod_controller.go Stop deletes it; its owner makes another
+            self._write_status(workload)
+            self.api.delete_object(f"/api/v1/namespaces/{self.ns}/pods/{jobset}")
+            self._plain_pods()  # its Workload goes with it
+            return
         if reason == "PodsReadyTimeout":
             state = workload["status"].setdefault("requeueState", {})
             state["count"] = int(state.get("count", 0)) + 1
@@ -2420,40 +2656,76 @@ class BatchControllers:
                     self._bind(pod, node)
                     pod["status"] = self._started(pod["spec"])
                     self._write_status(pod)
+        frameworks = self._frameworks()
         for deployment in deployments:
             owned = self._owned(deployment, pods)
+            marked = json_copy(deployment)
+            if "deployment" in frameworks:  # K12: the webhook marks it on every update
+                self._deployment_webhook(marked)
             for _ in range(int(deployment["spec"].get("replicas", 1)) - len(owned)):
-                template = json_copy(deployment["spec"]["template"])
-                name = f"{deployment['metadata']['name']}-{generated_suffix(10)}"
-                labels = dict(template["metadata"].get("labels") or {})
-                spec = template["spec"]
-                status = self._started(spec)
-                gated = QUEUE in labels and self.managed
-                node = None if gated else self._schedule(spec)  # a gated pod is never bound
-                if node is None:
-                    status = {
+                pod = self._replica(deployment, marked["spec"]["template"], frameworks)
+                if self._admitted(pod, deployment):
+                    self._create(pod)
+
+    def _replica(self, deployment: dict, template: dict, frameworks: set[str]) -> dict:
+        """D1: a new pod of the Deployment, through Kueue's pod webhook (K12), placed."""
+        template = json_copy(template)
+        name = f"{deployment['metadata']['name']}-{generated_suffix(10)}"
+        spec = template["spec"]
+        pod = self._pod(name, dict(template["metadata"].get("labels") or {}), deployment, spec, {})
+        annotations = template["metadata"].get("annotations")
+        if annotations:
+            pod["metadata"]["annotations"] = dict(annotations)
+        if POD_FRAMEWORK in frameworks:
+            self._pod_webhook(pod)  # K12, as on any pod's create
+        reason = "SchedulingGated"  # K12: gated until Kueue admits it, never bound
+        if not spec.get("schedulingGates"):
+            node = self._schedule(spec)
+            if node is not None:
+                spec["nodeName"] = node
+                pod["status"] = self._started(spec)
+                return pod
+            reason = "Unschedulable"
+        condition = {"type": "PodScheduled", "status": "False", "reason": reason}
+        pod["status"] = {"phase": "Pending", "conditions": [condition]}
+        return pod
+
+    def _scheduler(self) -> None:
+        """B1's scheduler for the pods no fake controller here places: bare pods, Kueue's.
+
+        A Pending pod with no node, not being deleted and no scheduling gate left
+        (kubernetes.io/docs/concepts/scheduling-eviction/pod-scheduling-readiness: a gated
+        pod is not considered for scheduling) is bound where `_schedule` finds room, and
+        kubelet starts it (`_started`); with no room it is Unschedulable. A Job's pods are
+        the Job controller's here (B1); a Deployment's are started as D1 and D2 say.
+        """
+        for pod in self._pods():
+            spec = pod["spec"]
+            owners = {r.get("kind") for r in pod["metadata"].get("ownerReferences") or []}
+            if (
+                "Job" in owners
+                or spec.get("nodeName")
+                or spec.get("schedulingGates")
+                or _gone(pod)
+                or _phase(pod) not in ("", "Pending")
+            ):
+                continue
+            node = self._schedule(spec)
+            if node is None:
+                if not _unschedulable(pod):
+                    pod["status"] = {
                         "phase": "Pending",
                         "conditions": [
                             {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
                         ],
                     }
-                else:
-                    spec["nodeName"] = node
-                if gated:  # K0: gated until Kueue admits it
-                    spec["schedulingGates"] = [{"name": ADMISSION_GATE}]
-                    status = {
-                        "phase": "Pending",
-                        "conditions": [
-                            {
-                                "type": "PodScheduled",
-                                "status": "False",
-                                "reason": "SchedulingGated",
-                            }
-                        ],
-                    }
-                pod = self._pod(name, labels, deployment, spec, status)
-                if self._admitted(pod, deployment):
-                    self._create(pod)
+                    self._write_status(pod)
+                continue
+            self._bind(pod, node)
+            pod["status"] = self._started(spec)
+            self._write_status(pod)
+            if "Deployment" not in owners:
+                self._start(pod)
 
     def _started(self, spec: dict) -> dict:
         """The status kubelet gives a pod whose containers it started (or could not)."""
@@ -2500,9 +2772,12 @@ class BatchControllers:
                     self._end(pod, phase, code, disrupted=_true(pod, "DisruptionTarget"))
         self._reap()
         self._default_queue()
+        # a Deployment's new pods first: Kueue admits a pod as it is made (K12), as the
+        # real one does within the second
+        self._deployments()
         self._kueue()
         self._jobset()
         created = self._job_controller()
         self._jobset()  # a Job that just finished ends or restarts its JobSet at once
-        self._deployments()
+        self._scheduler()
         return created

@@ -196,6 +196,26 @@ Policy '<policy>' with binding '<binding>' denied request: <message>`.
   whose operator made a PriorityClass `globalDefault` has its name written into every pod
   that names none (admission.go getDefaultPriority): this policy then refuses the teams'
   pods, naming it. Both fields are immutable (ValidatePodUpdate), so CREATE only.
+  And no pod there gets past Kueue (issue 29 item 6). Kueue's pod integration gates every
+  pod of a managed namespace until Kueue admits it within its team's quota
+  (kueue.configure), but two ways past it remain to a grant holding pods create or
+  patch, which any consumer may ask for in its namespace (lib kube_api). (1) Kueue v0.19.2
+  does not gate a pod whose controller reference names a job it manages (jobframework
+  reconciler.go FindAncestorJobManagedByKueue walks controller references by name and
+  uid through Jobs, JobSets, Deployments and the ReplicaSets between; it calls "same-
+  namespace ownership spoofing ... out of scope"), so a bare pod naming the team's own
+  admitted Job as its controller would run ungated: a pod with a controller reference is
+  created there only by kube-system's ServiceAccounts, kube-controller-manager's
+  controllers (the Job, ReplicaSet, StatefulSet and DaemonSet controllers make every
+  such pod of this bundle; CONTROLLERS_PREFIX). (2) An update may remove a pod's
+  scheduling gates (ValidatePodUpdate lets schedulingGates only shrink), and Kueue
+  deletes a pod someone else ungated only once it sees it (jobframework reconciler.go
+  "job is not suspended but its workload is not admitted", pod_controller.go Stop): its
+  gate `kueue.x-k8s.io/admission` (KUEUE_GATE) is removed by Kueue's ServiceAccount only
+  (KUEUE_CONTROLLER). A gated pod cannot be bound past the gate either: kube-apiserver
+  refuses a pods/binding of a pod with scheduling gates ("has non-empty
+  .spec.schedulingGates", kubernetes pkg/registry/core/pod/storage/storage.go
+  assignPod), and a pod created with spec.nodeName is refused above.
 - CONSUMER_TOKENS (`gpu-k8s-consumer-short-lived-tokens`): in the same namespaces, no
   Secret of type `kubernetes.io/service-account-token` is created (the token controller
   fills it with a token that never expires, kubernetes pkg/controller/serviceaccount
@@ -235,6 +255,20 @@ Policy '<policy>' with binding '<binding>' denied request: <message>`.
   namespace's policies when the namespace goes. A deletecollection's items are checked by
   the stored object's name (oldObject: the request's name is empty).
 
+- CONSUMER_JOBS (`gpu-k8s-consumer-jobs-started-by-kueue`): in the same namespaces, a
+  suspended batch Job or JobSet is unsuspended only by Kueue's ServiceAccount
+  (KUEUE_CONTROLLER: it starts a job once its Workload is admitted, jobframework
+  reconciler.go) or, for a JobSet's child Jobs, the JobSet controller's (it resumes them
+  when Kueue resumed their JobSet: jobset v0.12.0 jobset_controller.go resumeJob).
+  Kueue v0.19.2 validates no change of `suspend` (jobframework/validation.go
+  ValidateJobOnUpdate) and suspends again a job someone else
+  started only once it sees it (reconciler.go "job is not suspended but its workload is
+  not admitted"); meanwhile the Job controller makes its pods, which Kueue's pod
+  integration never gates (they are a managed job's), so a team holding jobs or jobsets
+  patch (tensorflow's grant does) ran GPUs past every quota (issue 29 item 6). Kueue's
+  job webhooks suspend every job of a managed namespace on create (kueue.configure), so
+  a create needs no rule. The tensorflow charm never writes `suspend`.
+
 Not fenced here (say so when touching it): Calico's IPAM objects (blocks may be borrowed
 across nodes, so they cannot be keyed on one node), calico-node's writes of BGPPeers,
 CalicoNodeStatuses and IPAM configuration, and the calico-cni-plugin account's writes of
@@ -250,7 +284,7 @@ import efs_csi
 import mig_manager
 import network_policies
 import rbac
-from literals import CONSUMER_LABEL, FIELD_MANAGER, JOBSET, MANAGED_BY_LABEL
+from literals import CONSUMER_LABEL, FIELD_MANAGER, JOBSET, KUEUE, MANAGED_BY_LABEL
 
 API_VERSION = "admissionregistration.k8s.io/v1"
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
@@ -324,10 +358,18 @@ JOBSET_CHILDREN = "gpu-k8s-jobset-children-only-by-jobset"
 # jobset-) on config/components/rbac/service_account.yaml (controller-manager); the
 # Deployment runs as it, and literals.JOBSET names both.
 JOBSET_CONTROLLER = (JOBSET.namespace, JOBSET.deployment)
+# Kueue's ServiceAccount: `controller-manager` (kueue v0.19.2 config/components/rbac/
+# service_account.yaml) renamed by config/default's namePrefix `kueue-`, in kueue-system
+KUEUE_CONTROLLER = (KUEUE.namespace, KUEUE.deployment)
+# kueue v0.19.2 pkg/controller/jobs/pod/constants SchedulingGateName
+KUEUE_GATE = "kueue.x-k8s.io/admission"
+# kube-controller-manager's controllers, each its own ServiceAccount there (see CONSUMER_PODS)
+CONTROLLERS_PREFIX = f"{SA_PREFIX}kube-system:"
 DEFAULT_TIERS = {"default": "Deny", "kube-admin": "Pass", "kube-baseline": "Pass"}
 CONSUMER_PODS = "gpu-k8s-consumer-pods-off-the-control-plane"
 CONSUMER_TOKENS = "gpu-k8s-consumer-short-lived-tokens"
 CONSUMER_EGRESS = "gpu-k8s-consumer-egress-by-the-control-plane"
+CONSUMER_JOBS = "gpu-k8s-consumer-jobs-started-by-kueue"
 # kubeadm taints each control-plane node `node-role.kubernetes.io/control-plane:NoSchedule`
 # (cmd/kubeadm/app/constants ControlPlaneTaint); `.../master` is the key it used before
 # 1.25, which a node of an older cluster may still carry.
@@ -816,6 +858,13 @@ def consumer_pods_policy() -> dict[str, Any]:
         " ? oldObject.spec.tolerations : [])"
     )
     allowed = f"has(t.key) && t.key != '' && !(t.key in {list(CONTROL_PLANE_TAINTS)})"
+
+    def gated(pod: str) -> str:
+        return (
+            f"(has({pod}.spec.schedulingGates) &&"
+            f" {pod}.spec.schedulingGates.exists(g, g.name == '{KUEUE_GATE}'))"
+        )
+
     return _consumer_policy(
         CONSUMER_PODS,
         [
@@ -867,6 +916,22 @@ def consumer_pods_policy() -> dict[str, Any]:
                     " preempt other teams' pods (kube-scheduler evicts lower priorities)",
                 ),
                 _deny(
+                    "request.operation != 'CREATE' || !has(object.metadata.ownerReferences) ||"
+                    " !object.metadata.ownerReferences.exists(r, has(r.controller) &&"
+                    " r.controller) ||"
+                    f" request.userInfo.username.startsWith('{CONTROLLERS_PREFIX}')",
+                    "a pod in a consumer's namespace names a controller only when that"
+                    " controller makes it (kube-controller-manager): Kueue never gates a pod"
+                    " it takes for a queued job's",
+                ),
+                _deny(
+                    f"request.operation != 'UPDATE' || !{gated('oldObject')} ||"
+                    f" {gated('object')} || request.userInfo.username =="
+                    f" '{_username(KUEUE_CONTROLLER)}'",
+                    f"only Kueue removes a pod's scheduling gate {KUEUE_GATE}: it does when"
+                    " it admits the pod within its team's quota",
+                ),
+                _deny(
                     "request.operation != 'CREATE' || !["
                     "has(object.spec.serviceAccountName) ? object.spec.serviceAccountName : '',"
                     " has(object.spec.serviceAccount) ? object.spec.serviceAccount : ''"
@@ -907,6 +972,39 @@ def consumer_tokens_policy() -> dict[str, Any]:
                     f"a TokenRequest in a consumer's namespace may live at most {seconds} s, as"
                     " the control plane's own",
                 ),
+            ]
+        },
+    )
+
+
+def consumer_jobs_policy() -> dict[str, Any]:
+    """The policy that leaves starting a consumer's suspended Job or JobSet to Kueue."""
+    suspended = "(has({0}.spec.suspend) && {0}.spec.suspend)"
+    starters = [_username(KUEUE_CONTROLLER), _username(JOBSET_CONTROLLER)]
+    return _consumer_policy(
+        CONSUMER_JOBS,
+        [
+            {
+                "apiGroups": ["batch"],
+                "apiVersions": ["v1"],
+                "operations": ["UPDATE"],
+                "resources": ["jobs"],
+            },
+            {
+                "apiGroups": ["jobset.x-k8s.io"],
+                "apiVersions": ["v1alpha2"],  # the one JobSet v0.12.0 serves
+                "operations": ["UPDATE"],
+                "resources": ["jobsets"],
+            },
+        ],
+        {
+            "validations": [
+                _deny(
+                    f"!{suspended.format('oldObject')} || {suspended.format('object')} ||"
+                    f" request.userInfo.username in {starters}",
+                    "only Kueue starts a job in a consumer's namespace (it unsuspends it once"
+                    " admitted within the team's quota)",
+                )
             ]
         },
     )
@@ -960,8 +1058,13 @@ def consumer_egress_policy() -> dict[str, Any]:
 
 
 def consumer_policies() -> list[dict[str, Any]]:
-    """CONSUMER_PODS, CONSUMER_TOKENS and CONSUMER_EGRESS (`manifests` adds the bindings)."""
-    return [consumer_pods_policy(), consumer_tokens_policy(), consumer_egress_policy()]
+    """CONSUMER_PODS, _TOKENS, _EGRESS and _JOBS (`manifests` adds the bindings)."""
+    return [
+        consumer_pods_policy(),
+        consumer_tokens_policy(),
+        consumer_egress_policy(),
+        consumer_jobs_policy(),
+    ]
 
 
 def _node_name_variable() -> dict[str, str]:

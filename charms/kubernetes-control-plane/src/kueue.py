@@ -45,7 +45,8 @@ removed by `takeover` (server-side apply keeps fields another manager owns).
 
 Quotas add up (issue 29 item 6). The cohort holds the cluster: what the schedulable nodes
 offer, per flavor (cpu and memory on `cpu`, GPUs on each model's flavor), less the GPUs
-pods outside Kueue hold (model servers; ClusterQueue nominalQuota "should represent the
+pods outside Kueue hold (those of namespaces it does not manage, `capacity`; ClusterQueue
+nominalQuota "should represent the
 resources in the cluster available for running jobs (after discounting resources
 consumed by system components and pods not managed by kueue)", clusterqueue_types.go),
 less what the teams' ClusterQueues hold as nominal quota of their own (their configured
@@ -92,19 +93,22 @@ from charms.gpu_k8s.v0.kubernetes_cluster import GPU_TAINT
 
 API = "kueue.x-k8s.io/v1beta2"
 JOBSET_FRAMEWORK = "jobset.x-k8s.io/jobset"
-# Kueue's integrations (pkg/controller/jobs/job, jobs/jobset: their FrameworkName)
-FRAMEWORKS = ("batch/job", JOBSET_FRAMEWORK)
+# Kueue's integrations (pkg/controller/jobs/job, jobs/jobset, jobs/pod, jobs/deployment:
+# their FrameworkName; `configure` says why each)
+FRAMEWORKS = ("batch/job", JOBSET_FRAMEWORK, "pod", "deployment")
 COHORT = "gpu-k8s"
 CPU_FLAVOR = "cpu"
 LABEL_PRODUCT = "nvidia.com/gpu.product"
 SHARED_SUFFIX = "-SHARED"
 PRIORITIES = {"low": 100, "normal": 1000, "high": 10000}
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+# kueue v0.19.2 pkg/constants ManagedByKueueLabelKey: on every pod its pod integration gates
+MANAGED_BY_KUEUE = "kueue.x-k8s.io/managed"
 MANAGED_BY = "kubernetes-control-plane"
 
 
 def configure(text: str, settings: batch_engines.Settings) -> str:
-    """Kueue's manager configuration: waitForPodsReady, fair sharing, Job and JobSet only."""
+    """Kueue's manager configuration: waitForPodsReady, fair sharing, every team pod queued."""
     try:
         config = yaml.safe_load(text) or {}
     except yaml.YAMLError as e:
@@ -147,13 +151,27 @@ def configure(text: str, settings: batch_engines.Settings) -> str:
     config["managedJobsNamespaceSelector"] = {
         "matchLabels": {KUEUE_NAMESPACE_LABEL: KUEUE_NAMESPACE_VALUE}
     }
-    # Only the integrations the bundle uses. With manageJobsWithoutQueueName on, the pod
-    # integration gates every pod no Kueue-managed job owns (pod_webhook.go Default:
-    # `suspend = queue name != "" || manageJobsWithoutQueueName`), and the deployment and
-    # statefulset ones (which enable it, ImplicitlyEnabledFrameworkNames) suspend every
-    # Deployment: TensorBoard's and the model servers' pods would wait forever in a queue
-    # named by nothing. A framework left out gets a no-op webhook, so the release's
-    # webhook configurations still answer (jobframework/setup.go setupControllers).
+    # Every pod of a team's namespace goes through Kueue too (issue 29 item 6: a team's
+    # bare pod or Deployment asking for 8 GPUs ran outside its quota, off the cohort's
+    # pool). Kueue v0.19.2's pod integration gates, in the namespaces the selector above
+    # matches, every pod no Kueue-managed job owns (pod_webhook.go Default: `suspend =
+    # queue name != "" || manageJobsWithoutQueueName`; the scheduling gate
+    # `kueue.x-k8s.io/admission`, the label and finalizer `kueue.x-k8s.io/managed`) and
+    # makes one Workload per pod, admitted within the team's quota, which ungates it
+    # (pod_controller.go Run); whatever made the pod: a bare pod, a ReplicaSet's, a
+    # StatefulSet's, a DaemonSet's, a ReplicationController's (jobframework
+    # FindAncestorJobManagedByKueue stops at an owner no enabled integration manages;
+    # a CronJob's Jobs are batch Jobs, queued as such). The deployment integration
+    # (which enables pod, ImplicitlyEnabledFrameworkNames) copies a Deployment's queue
+    # and priority labels into its pod template on create and update
+    # (deployment_webhook.go Default), so each of its pods is queued as the Deployment
+    # says: the tensorflow charm's TensorBoard and model servers name the team's queue.
+    # A pod the team made naming no queue waits forever ("LocalQueue  doesn't exist").
+    # `pod` is named, not only implied by `deployment`: an implicitly enabled pod
+    # integration skips every pod no Deployment or StatefulSet marked (pod_controller.go
+    # Skip, "Pod Integration was implicitly enabled but object lacks parent annotation").
+    # A framework left out gets a no-op webhook, so the release's webhook configurations
+    # still answer (jobframework/setup.go setupControllers).
     config.setdefault("integrations", {})["frameworks"] = list(FRAMEWORKS)
     return yaml.safe_dump(config, sort_keys=False)
 
@@ -263,14 +281,21 @@ def capacity(
 ) -> Quotas:
     """What Kueue may hand out: the schedulable nodes less the GPUs held outside Kueue.
 
-    `pods`: the running pods. Kueue admits only the Jobs of the namespaces it manages
-    (`managed`: those labelled KUEUE_NAMESPACE_LABEL, `configure`'s selector; JobSet's
-    child Jobs, the purge and import Jobs), so a GPU pod holds its GPUs outside Kueue
-    unless it is a Job's in one of them: a Job's pod elsewhere (a provisioner's, or any
-    namespace Kueue's webhooks never see) counts like a model server's (issue 29 review
-    item 1: Job-owned pods were taken for Kueue's wherever they ran, so GPUs used outside
-    every quota stayed in the cohort and Kueue admitted past the nodes). `managed` None:
-    every namespace is taken for Kueue's (callers that list no Namespaces).
+    `pods`: the running pods. Kueue admits only the pods of the namespaces it manages
+    (`managed`: those labelled KUEUE_NAMESPACE_LABEL, `configure`'s selector), so a GPU
+    pod holds its GPUs outside Kueue unless, in one of them, it is a Job's (JobSet's
+    child Jobs, the purge and import Jobs) or one Kueue's pod integration gated and
+    admitted: every other pod made there since `configure` enabled it (model servers,
+    TensorBoard, a team's own Deployment or bare pod), which its webhook labelled
+    `kueue.x-k8s.io/managed: "true"` (pod_webhook.go Default; the deployment webhook puts
+    the label into the template, deployment_webhook.go). A pod of a managed namespace
+    without it ran before the integration was on (Kueue's pod reconciler skips pods
+    without the label, pod_controller.go Skip), and a Job's pod elsewhere (a provisioner's, or any
+    namespace Kueue's webhooks never see) counts like an unmanaged model server's (issue
+    29 review item 1: Job-owned pods were taken for Kueue's wherever they ran, so GPUs
+    used outside every quota stayed in the cohort and Kueue admitted past the nodes).
+    `managed` None: every namespace is taken for Kueue's (callers that list no
+    Namespaces).
 
     A node under the GPU quarantine taint (NoExecute, lib kubernetes_cluster.py) is not
     schedulable: the leader resizes the cohort in the hook that sets the taint (addons.py)
@@ -305,7 +330,11 @@ def capacity(
         flavor = flavor_of.get((pod.get("spec") or {}).get("nodeName") or "")
         namespace = (pod.get("metadata") or {}).get("namespace") or ""
         kueues = managed is None or namespace in managed
-        if flavor and not (kueues and any(o.get("kind") == "Job" for o in owners)):
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        admitted = labels.get(MANAGED_BY_KUEUE) == "true" or any(
+            o.get("kind") == "Job" for o in owners
+        )
+        if flavor and not (kueues and admitted):
             key = (flavor, GPU_RESOURCE)
             out[key] = max(0.0, out[key] - _pod_gpus(pod))
     return out

@@ -162,11 +162,12 @@ def consumer_grant(
 
     Every consumer's namespace but a provisioner's is Kueue's (KUEUE_NAMESPACE_LABEL),
     whether it asked for LocalQueues or not: Kueue v0.19.2 suspends every batch Job and
-    JobSet there on create and admits only those of a LocalQueue (kueue.configure), so a
-    consumer that asked for none has its Jobs held, never run outside the teams' quotas
-    (issue 29 review item 1). A provisioner's directory Jobs would be held the same way,
-    so its namespace is left out; the GPUs any pod there holds come off what Kueue may
-    hand out (kueue.capacity counts every GPU pod outside a managed namespace).
+    JobSet there on create, gates every other pod, and admits only those of a LocalQueue
+    (kueue.configure), so a consumer that asked for none has its Jobs and pods held, never
+    run outside the teams' quotas (issue 29 review item 1, item 6). A provisioner's
+    directory Jobs would be held the same way, so its namespace is left out; the GPUs
+    any pod there holds come off what Kueue may hand out (kueue.capacity counts every
+    GPU pod outside a managed namespace).
     """
     labels = PROVISIONER_POD_SECURITY if provisioner else TEAM_POD_SECURITY
     if not provisioner:

@@ -510,8 +510,7 @@ class TensorflowCharm(ops.CharmBase):
         params = event.load_params(serving.ServeParams, errors="fail")
         waits = self._wait_args(event)
 
-        # The servers' GPUs are held outside Kueue: the control plane takes them off the
-        # cohort's quota (its kueue.py), this team's queue does not change.
+        # Each server pod is admitted by Kueue within the team's quota (serving.PRIORITY).
         def run(kube: Kube, ctx: Context) -> dict[str, Any]:
             return serving.serve(kube, ctx, params, self._config().serving_image, **waits)
 

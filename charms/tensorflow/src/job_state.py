@@ -60,13 +60,22 @@ def pod_problem(pods: Iterable[dict]) -> str | None:
     return f"pod {name}: {reason} {message}".strip()
 
 
+# Kueue v0.19.2's pod integration gates every pod of the team's namespace until it admits
+# it within the team's quota (pkg/controller/jobs/pod/constants SchedulingGateName; the
+# control plane's kueue.configure), TensorBoard's and the model servers' included.
+KUEUE_GATE = "kueue.x-k8s.io/admission"
+QUEUED = "queued (Kueue admits it when the team's quota has room)"
+
+
 def tensorboard_state(pods: Iterable[dict]) -> str:
     """How a job's TensorBoard pod is doing (server_state)."""
     return server_state(pods, "tensorboard-image", "tensorboard")
 
 
 def server_state(pods: Iterable[dict], option: str, command: str) -> str:
-    """How a Deployment's newest pod is doing: `running`, `starting (...)` or `failed: ...`.
+    """How a Deployment's newest pod is doing: `running`, `queued (...)`, `starting (...)`...
+
+    Or `failed: ...`.
 
     A container that cannot start (the image has no `command`: containerd reports the
     runc exec error as the last termination, reason StartError, and kubelet then backs
@@ -79,6 +88,9 @@ def server_state(pods: Iterable[dict], option: str, command: str) -> str:
     pod = max(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""))
     if _pod_ready(pod) and (pod.get("status") or {}).get("phase") == "Running":
         return "running"
+    gates = (pod.get("spec") or {}).get("schedulingGates") or []
+    if any(g.get("name") == KUEUE_GATE for g in gates):
+        return QUEUED
     for cs in (pod.get("status") or {}).get("containerStatuses") or []:
         waiting = (cs.get("state") or {}).get("waiting") or {}
         last = (cs.get("lastState") or {}).get("terminated") or {}

@@ -492,19 +492,24 @@ def jobset(request: TrainRequest, ctx: Context) -> dict:
 
 
 def tensorboard(request: TrainRequest, ctx: Context) -> list[dict]:
-    """The TensorBoard Deployment and Service `<job>-tensorboard`."""
+    """The TensorBoard Deployment and Service `<job>-tensorboard`.
+
+    Queued in the team's LocalQueue at its job's priority (oneshot.queued: Kueue admits
+    every pod of the team's namespace), so it shares the job's fate within the queue.
+    """
     name = f"{request.job}-tensorboard"
     lbls = labels(ctx.app, request.job, COMPONENT_TENSORBOARD)
+    queued = oneshot.queued(lbls, ctx.queue, request.priority)
     logdir = f"{DATA_MOUNT}/jobs/{request.job}/logs"
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _meta(name, ctx, lbls),
+        "metadata": _meta(name, ctx, queued),
         "spec": {
             "replicas": 1,
             "selector": {"matchLabels": lbls},
             "template": {
-                "metadata": {"labels": lbls},
+                "metadata": {"labels": queued},
                 "spec": {
                     **ctx.pod_basics(),
                     "containers": [

@@ -28,7 +28,7 @@ LOG_LINES = 50
 PRIORITY = "normal"
 
 
-def queued(labels: Mapping[str, str], queue: str) -> dict[str, str]:
+def queued(labels: Mapping[str, str], queue: str, priority: str = PRIORITY) -> dict[str, str]:
     """A batch Job's labels with the team's LocalQueue and the charm's priority.
 
     The control plane runs Kueue with `manageJobsWithoutQueueName` (issue 29 leftover 3):
@@ -40,8 +40,12 @@ def queued(labels: Mapping[str, str], queue: str) -> dict[str, str]:
     ApplyDefaultForSuspend), and unsuspends it once its Workload (one pod set `main` of
     min(parallelism, completions) pods, job_controller.go PodSets) fits the team's quota:
     the pod's cpu and memory requests count against it (the purge Job asks none).
+    A Deployment's labels too (`priority` its own): every pod of the team's namespace is
+    gated by Kueue's pod integration until admitted (the control plane's kueue.configure),
+    and the deployment integration puts the Deployment's queue and priority labels on its
+    pods (deployment_webhook.go Default), each pod one Workload of one pod.
     """
-    return {**labels, LABEL_QUEUE: queue, LABEL_PRIORITY: PRIORITY}
+    return {**labels, LABEL_QUEUE: queue, LABEL_PRIORITY: priority}
 
 
 def finished(job: Mapping[str, Any]) -> str | None:

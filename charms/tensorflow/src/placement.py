@@ -212,7 +212,7 @@ def beyond_cohort(
     fit one GPU flavor; every role's cpu and memory count on the `cpu` flavor together. The
     control plane sizes the cohort to the cluster less the teams' guarantees and the GPUs
     pods outside Kueue hold, on its update-status (kubernetes-control-plane kueue.py), so
-    this can be lower than the nodes (a model server holds GPUs; a node joined since). A
+    this can be lower than the nodes (a pod outside Kueue holds GPUs; a node joined since). A
     cohort not sized yet (no resourceGroups), or a ClusterQueue `team` not there yet,
     decides nothing: None.
     """

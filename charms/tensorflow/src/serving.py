@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import network_policies
+import oneshot
 from job_state import server_state
 from literals import DATA_MOUNT, GPU_RUNTIME_CLASS, LABEL_MANAGED_BY
 from params import JobParams
@@ -39,6 +40,17 @@ REST_PORT = 8501
 # another terminal.
 FOREGROUND = " (leave it running), then in another terminal: "
 POLL_SECONDS = 5.0
+# The served model's Kueue priority (a WorkloadPriorityClass of the control plane). Every
+# pod of the team's namespace is admitted by Kueue within the team's quota (the control
+# plane's kueue.configure: pod and deployment integrations), each model server pod one
+# Workload. `high`: within the team's ClusterQueue Kueue preempts only lower priorities
+# (withinClusterQueue LowerPriority, the control plane's kueue.py), so no training job of
+# the team preempts a served model, not even a `train priority=high` one (equal priority
+# does not preempt), while a model server that finds the team's quota full preempts the
+# team's normal and low jobs to start (they checkpoint and are requeued). Other teams
+# never preempt it within the team's guarantee (gpu-quota); what it borrows from the
+# cohort's pool another team may reclaim (reclaimWithinCohort, fair sharing).
+PRIORITY = "high"
 
 
 class ServingError(Exception):
@@ -116,15 +128,16 @@ def manifests(
         pod["runtimeClassName"] = GPU_RUNTIME_CLASS
         pod["tolerations"] = [{"key": GPU_RESOURCE, "operator": "Exists"}]
     meta = {"name": name, "namespace": ctx.namespace, "labels": lbls}
+    queued = oneshot.queued(lbls, ctx.queue, PRIORITY)
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": meta,
+        "metadata": {**meta, "labels": queued},
         "spec": {
             "replicas": params.replicas,
             "selector": {"matchLabels": lbls},
             "strategy": rollout(params.gpus),
-            "template": {"metadata": {"labels": lbls}, "spec": pod},
+            "template": {"metadata": {"labels": queued}, "spec": pod},
         },
     }
     service = {

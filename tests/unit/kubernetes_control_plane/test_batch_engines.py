@@ -65,9 +65,14 @@ def test_the_leader_applies_both_releases_made_this_clusters(ctx, machine, api, 
     assert config["apiVersion"] == "config.kueue.x-k8s.io/v1beta2"
     assert config["waitForPodsReady"]["timeout"] == "10m"
     assert config["waitForPodsReady"]["requeuingStrategy"]["timestamp"] == "Eviction"
-    # Job and JobSet only: upstream's pod, deployment, statefulset (and others) would, with
-    # manageJobsWithoutQueueName, gate TensorBoard's and the model servers' pods forever
-    assert config["integrations"]["frameworks"] == ["batch/job", "jobset.x-k8s.io/jobset"]
+    # Job, JobSet, and every pod of a team's namespace (issue 29 item 6: pod and
+    # deployment; the tensorflow charm's Deployments name the team's queue)
+    assert config["integrations"]["frameworks"] == [
+        "batch/job",
+        "jobset.x-k8s.io/jobset",
+        "pod",
+        "deployment",
+    ]
     # every Job of a team's namespace is Kueue's (issue 29 leftover 3), in the teams'
     # namespaces only: the selector matches neither kube-system nor gpu-k8s-* (Kueue
     # refuses a configuration whose selector matches kube-system, config/validation.go)
@@ -379,14 +384,23 @@ def _cohort_quota(api) -> dict[tuple[str, str], str]:
 OWNER_API = {"Job": "batch/v1", "ReplicaSet": "apps/v1"}
 
 
-def _gpu_pod(api, name: str, node: str, gpus: int, owner: str, namespace: str = "team") -> None:
+def _gpu_pod(
+    api,
+    name: str,
+    node: str,
+    gpus: int,
+    owner: str,
+    namespace: str = "team",
+    labels: dict | None = None,
+) -> None:
     api.put_object(
         f"/api/v1/namespaces/{namespace}/pods/{name}",
         {
             "metadata": {
+                "labels": labels or {},
                 "ownerReferences": [
                     {"apiVersion": OWNER_API[owner], "kind": owner, "name": "x", "uid": name}
-                ]
+                ],
             },
             "spec": {
                 "nodeName": node,
@@ -428,12 +442,18 @@ def test_the_cohort_holds_the_cluster_less_the_teams_guarantees(ctx, machine, ap
     _gpu_pod(api, "server", "gpu-1", 1, "ReplicaSet")  # a model server: outside Kueue
     # admitted by Kueue in team-a's namespace (Kueue's): counted by Kueue
     _gpu_pod(api, "worker-0", "gpu-0", 1, "Job", namespace="a")
+    # a model server of team-a that Kueue's pod integration gated and admitted (its
+    # webhook's label): Kueue's; one that ran before the integration was on: not Kueue's
+    kueues = {"kueue.x-k8s.io/managed": "true"}
+    _gpu_pod(api, "served", "gpu-1", 1, "ReplicaSet", namespace="a", labels=kueues)
+    _gpu_pod(api, "older", "gpu-0", 1, "ReplicaSet", namespace="a")
     out = ctx.run(ctx.on.update_status(), out)
     assert out.unit_status.name == "active", out.unit_status.message
     assert _cohort_quota(api) == {
         ("cpu", "cpu"): "9",
         ("cpu", "memory"): "0",
-        ("gpu-nvidia-a10g", "nvidia.com/gpu"): "5",  # 8 - 1 served - 2 team-a's
+        # 8 - 1 served in an unmanaged namespace - 1 older - 2 team-a's
+        ("gpu-nvidia-a10g", "nvidia.com/gpu"): "4",
     }
     writes = len([r for r in api.requests if r.method != "GET"])
     out = ctx.run(ctx.on.update_status(), out)

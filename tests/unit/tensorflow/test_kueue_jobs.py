@@ -47,33 +47,7 @@ def _team_creates_job(
         "metadata": {"name": name, "labels": labels or {}},
         "spec": {
             **(many if pods > 1 else {}),
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": 1000,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                    },
-                    "containers": [
-                        {
-                            "name": "miner",
-                            "image": "tensorflow/tensorflow:2.21.0",
-                            "command": ["python3", "-c", "pass"],
-                            "resources": {
-                                "requests": {"cpu": cpu, "memory": "1Gi"},
-                                **({"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}),
-                            },
-                            "securityContext": {
-                                "allowPrivilegeEscalation": False,
-                                "capabilities": {"drop": ["ALL"]},
-                            },
-                        }
-                    ],
-                    **({"tolerations": [GPU_TOLERATION]} if gpus else {}),
-                },
-            },
+            "template": {"metadata": {"labels": {"app": name}}, "spec": _pod_spec(gpus, cpu)},
         },
     }
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
@@ -81,6 +55,34 @@ def _team_creates_job(
     status, _, body, *_ = api.handle("POST", path, headers, json.dumps(job).encode())
     assert status == 201, body
     return json.loads(body)
+
+
+def _pod_spec(gpus: int, cpu: str = "1", restart: str = "Never") -> dict:
+    """A pod spec Pod Security `restricted` admits, asking `gpus` GPUs (tolerating their taint)."""
+    return {
+        "restartPolicy": restart,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": 1000,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [
+            {
+                "name": "miner",
+                "image": "tensorflow/tensorflow:2.21.0",
+                "command": ["python3", "-c", "pass"],
+                "resources": {
+                    "requests": {"cpu": cpu, "memory": "1Gi"},
+                    **({"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}),
+                },
+                "securityContext": {
+                    "allowPrivilegeEscalation": False,
+                    "capabilities": {"drop": ["ALL"]},
+                },
+            }
+        ],
+        **({"tolerations": [GPU_TOLERATION]} if gpus else {}),
+    }
 
 
 def _pods(api, job: str) -> list[dict]:
@@ -415,3 +417,234 @@ def test_a_local_queue_pointing_at_another_teams_cluster_queue_admits_nothing(
     _team_creates_job(api, "own", {"kueue.x-k8s.io/queue-name": "training"}, cpu="2")
     controller.tick()
     assert api.get_object(f"{JOBS}/own")["spec"]["suspend"] is False
+
+
+# -- Issue 29 item 6: every GPU pod of a team goes through Kueue (the control plane's
+# kueue.configure enables Kueue v0.19.2's pod and deployment integrations; fakes/batch.py
+# K12 does what they do).
+GATE = {"name": "kueue.x-k8s.io/admission"}
+MANAGED = "kueue.x-k8s.io/managed"
+
+
+def _post(api, path: str, obj: dict, token: str) -> tuple[int, dict]:
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    status, _, body, *_ = api.handle("POST", path, headers, json.dumps(obj).encode())
+    return status, json.loads(body)
+
+
+def _miner(api, rules: list[dict]) -> BatchControllers:
+    """Another kube-api consumer `miner` granted `rules` in its namespace (no LocalQueue)."""
+    store_grant(api, consumer_grant("miner", "miner", rules, []), "miner-token")
+    return BatchControllers(api, "miner")
+
+
+def _deployment(name: str, gpus: int, replicas: int, labels: dict | None = None) -> dict:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": _pod_spec(gpus, restart="Always"),
+            },
+        },
+    }
+
+
+def test_a_teams_bare_gpu_pod_is_gated_and_never_runs_outside_kueue(api):
+    """Issue 29 item 6: a team's bare pod asking for 4 GPUs was scheduled at once.
+
+    The GPUs came off the cohort's shared pool, past every quota. Kueue's pod webhook now
+    gates it on create (the scheduling gate, the managed label and finalizer); it names no
+    queue, so its Workload (one pod) is never admitted and the pod is never bound.
+    """
+    add_nodes(api, node("node-a", 4), node("cpu-0"))
+    miner = _miner(api, [{"api-groups": [""], "resources": ["pods"], "verbs": ["create"]}])
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "gpus"}}
+    pod["spec"] = _pod_spec(4)
+    status, created = _post(api, "/api/v1/namespaces/miner/pods", pod, "miner-token")
+    assert status == 201, created
+    assert created["spec"]["schedulingGates"] == [GATE]
+    assert created["metadata"]["labels"][MANAGED] == "true"
+    assert created["metadata"]["finalizers"] == [MANAGED]
+    for _ in range(3):
+        miner.tick()
+    held = api.get_object("/api/v1/namespaces/miner/pods/gpus")
+    assert held["spec"].get("nodeName") is None
+    assert held["spec"]["schedulingGates"] == [GATE]
+    workload = miner.workload("gpus", kind="Pod")
+    assert workload is not None and "queueName" not in workload["spec"]
+    assert workload["spec"]["podSets"][0]["count"] == 1
+    assert _reserved(workload)["message"] == "LocalQueue  doesn't exist"
+
+
+def test_a_teams_gpu_deployment_runs_only_within_its_quota(api, controller):
+    """Issue 29 item 6: the team's token (deployments create) ran 8 GPUs outside Kueue.
+
+    The cohort holds the 4 GPUs of node-a. A Deployment in the team's queue of two pods
+    asking 4 GPUs each: the deployment webhook puts its queue on the pods, each pod is
+    one Workload, the first is admitted (ungated, bound to node-a) and the second waits,
+    gated, for quota. One naming no queue is gated for good.
+    """
+    add_nodes(api, node("node-a", 4), node("cpu-0"))
+    local_queue = {"spec": {"clusterQueue": f"team-{NS}"}}  # the charm's (queues.py)
+    api.put_object(
+        f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{NS}/localqueues/training", local_queue
+    )
+    deployments = f"/apis/apps/v1/namespaces/{NS}/deployments"
+    queue = {"kueue.x-k8s.io/queue-name": "training"}
+    status, body = _post(api, deployments, _deployment("miner", 4, 2, queue), TOKEN)
+    assert status == 201, body
+    status, body = _post(api, deployments, _deployment("unqueued", 1, 1), TOKEN)
+    assert status == 201, body
+    for _ in range(2):
+        controller.tick()
+    pods = {
+        p["metadata"]["name"]: p
+        for p in api.objects(f"/api/v1/namespaces/{NS}/pods/")
+        if p["metadata"]["labels"].get("app") == "miner"
+    }
+    assert len(pods) == 2
+    running = [p for p in pods.values() if p["spec"].get("nodeName")]
+    assert [p["spec"]["nodeName"] for p in running] == ["node-a"]
+    assert [p["status"]["phase"] for p in running] == ["Running"]
+    [waiting] = [p for p in pods.values() if not p["spec"].get("nodeName")]
+    assert waiting["spec"]["schedulingGates"] == [GATE]
+    pending = controller.workload(waiting["metadata"]["name"], kind="Pod")
+    assert pending["spec"]["queueName"] == "training"
+    assert "insufficient unused quota for nvidia.com/gpu" in _reserved(pending)["message"]
+    [unqueued] = [
+        p
+        for p in api.objects(f"/api/v1/namespaces/{NS}/pods/")
+        if p["metadata"]["labels"].get("app") == "unqueued"
+    ]
+    assert unqueued["spec"]["schedulingGates"] == [GATE]
+    assert unqueued["spec"].get("nodeName") is None
+
+
+def test_a_team_may_not_lift_kueues_gate_nor_claim_a_queued_jobs_pod(api):
+    """Issue 29 item 6: the two ways past Kueue's pod integration a grant could open.
+
+    A consumer granted pods create and patch (any may ask for them in its namespace)
+    could remove the scheduling gate itself, or create a pod naming its own queued Job as
+    controller (Kueue does not gate a pod a job it manages owns: FindAncestorJobManagedBy-
+    Kueue, "same-namespace ownership spoofing is out of scope"). The control plane's
+    policy gpu-k8s-consumer-pods-off-the-control-plane refuses both to the team's token.
+    """
+    add_nodes(api, node("node-a", 4), node("cpu-0"))
+    rules = [
+        {"api-groups": [""], "resources": ["pods"], "verbs": ["create", "patch"]},
+        {"api-groups": ["batch"], "resources": ["jobs"], "verbs": ["create"]},
+    ]
+    miner = _miner(api, rules)
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "gpus"}}
+    pod["spec"] = _pod_spec(4)
+    status, created = _post(api, "/api/v1/namespaces/miner/pods", pod, "miner-token")
+    assert status == 201, created
+    headers = {
+        "Authorization": "Bearer miner-token",
+        "Content-Type": "application/merge-patch+json",
+    }
+    patch = json.dumps({"spec": {"schedulingGates": None}}).encode()
+    status, _, body, *_ = api.handle("PATCH", "/api/v1/namespaces/miner/pods/gpus", headers, patch)
+    assert status == 403, body
+    assert "only Kueue removes a pod's scheduling gate kueue.x-k8s.io/admission" in body.decode()
+    job = _team_creates_job(api, "cover", namespace="miner", token="miner-token")
+    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "cover", "controller": True}
+    owner["uid"] = job["metadata"]["uid"]
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "claimed"}}
+    pod["metadata"]["ownerReferences"] = [owner]
+    pod["spec"] = _pod_spec(4)
+    status, refused = _post(api, "/api/v1/namespaces/miner/pods", pod, "miner-token")
+    assert status == 403, refused
+    assert "names a controller only when that controller makes it" in refused["message"]
+    miner.tick()
+    assert api.get_object("/api/v1/namespaces/miner/pods/gpus")["spec"].get("nodeName") is None
+
+
+_CONTROLLED = {  # what a consumer may be granted in its namespace, and who makes its pods
+    ("apps/v1", "ReplicaSet", "replicasets"): "replicaset-controller",
+    ("apps/v1", "StatefulSet", "statefulsets"): "statefulset-controller",
+    ("apps/v1", "DaemonSet", "daemonsets"): "daemon-set-controller",
+    ("v1", "ReplicationController", "replicationcontrollers"): "replication-controller",
+}
+
+
+def test_the_pods_of_every_other_workload_kind_wait_for_kueue(api):
+    """Issue 29 item 6: ReplicaSets, StatefulSets, DaemonSets, ReplicationControllers.
+
+    A consumer may be granted any of them in its namespace (lib kube_api). Kueue v0.19.2
+    manages none of them itself here, so FindAncestorJobManagedByKueue stops at their
+    pods, and its pod webhook gates each pod their controllers (kube-controller-manager's
+    ServiceAccounts, kubeadm's --use-service-account-credentials) create: each pod is a
+    Workload of its own, never bound while not admitted (miner has no LocalQueue).
+    """
+    add_nodes(api, node("node-a", 4), node("cpu-0"))
+    resources = [plural for _, _, plural in _CONTROLLED]
+    rules = [{"api-groups": ["apps", ""], "resources": resources, "verbs": ["create"]}]
+    miner = _miner(api, rules)
+    selector = {"matchLabels": {"app": "gpus"}}
+    template = {"metadata": {"labels": {"app": "gpus"}}, "spec": _pod_spec(1, restart="Always")}
+    for (version, kind, plural), account in _CONTROLLED.items():
+        spec = {"selector": selector, "template": template}
+        if kind == "StatefulSet":
+            spec["serviceName"] = "gpus"
+        if kind == "ReplicationController":
+            spec["selector"] = selector["matchLabels"]
+        base = "/api/v1" if version == "v1" else f"/apis/{version}"
+        name = plural[:-1]
+        obj = {"apiVersion": version, "kind": kind, "metadata": {"name": name}, "spec": spec}
+        if kind == "ReplicationController":
+            # the fake serves none; Kueue never looks up an owner no integration knows
+            made = {"metadata": {"uid": "3f1c2b4a-8d7e-4f60-9b1a-2c3d4e5f6a7b"}}
+        else:
+            status, made = _post(api, f"{base}/namespaces/miner/{plural}", obj, "miner-token")
+            assert status == 201, (kind, made)
+        token = f"{account}-token"
+        api.add_token(token, f"system:serviceaccount:kube-system:{account}", ("system:masters",))
+        owner = {"apiVersion": version, "kind": kind, "name": name, "controller": True}
+        owner["uid"] = made["metadata"]["uid"]
+        pod = {"apiVersion": "v1", "kind": "Pod", "spec": template["spec"]}
+        pod["metadata"] = {
+            "name": f"{name}-0",
+            "labels": {"app": "gpus"},
+            "ownerReferences": [owner],
+        }
+        status, created = _post(api, "/api/v1/namespaces/miner/pods", pod, token)
+        assert status == 201, created
+        assert created["spec"]["schedulingGates"] == [GATE], kind
+    for _ in range(2):
+        miner.tick()
+    for _, _, plural in _CONTROLLED:
+        name = f"{plural[:-1]}-0"
+        held = api.get_object(f"/api/v1/namespaces/miner/pods/{name}")
+        assert held["spec"].get("nodeName") is None, name
+        assert (
+            _reserved(miner.workload(name, kind="Pod"))["message"] == "LocalQueue  doesn't exist"
+        )
+
+
+def test_a_team_may_not_start_its_own_queued_job(api, controller):
+    """Issue 29 item 6: the team's grant (jobs and jobsets patch) unsuspended its Job.
+
+    Kueue v0.19.2 validates no suspend change (jobframework/validation.go
+    ValidateJobOnUpdate), and it suspends again a job unsuspended without admission only
+    once it sees it (reconciler.go "job is not suspended but its workload is not
+    admitted"): meanwhile the Job controller made its GPU pods, which no gate holds (a
+    managed Job's pods are the Job's), past every quota. The control plane's policy
+    gpu-k8s-consumer-jobs-started-by-kueue refuses the team's token the change.
+    """
+    add_nodes(api, node("node-a", 4), node("cpu-0"))
+    _team_creates_job(api, "held", gpus=4)  # no queue: held for good
+    controller.tick()
+    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/merge-patch+json"}
+    patch = json.dumps({"spec": {"suspend": False}}).encode()
+    status, _, body, *_ = api.handle("PATCH", f"{JOBS}/held", headers, patch)
+    assert status == 403, body
+    assert "only Kueue starts a job in a consumer's namespace" in body.decode()
+    controller.tick()
+    assert api.get_object(f"{JOBS}/held")["spec"]["suspend"] is True
+    assert _pods(api, "held") == []

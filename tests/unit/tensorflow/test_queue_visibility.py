@@ -43,8 +43,11 @@ def test_job_status_gives_kueues_position_reason_and_numbers(ctx, state, api, co
         "job asks 2; gpu-nvidia-a10g: team nominal 0, uses 4, borrows 4, the cohort lends now "
         "0; Kueue: 2 more needed than the team's unused quota and what the cohort lends now"
     )
+    # the three jobs' TensorBoards (512Mi each) are in the team's quota too: Kueue admits
+    # every pod of its namespace (issue 29 item 6)
     assert results["quota"]["memory"] == (
-        "job asks 8Gi; cpu: team nominal 0Gi, uses 16Gi, borrows 16Gi, the cohort lends now 112Gi"
+        "job asks 8Gi; cpu: team nominal 0Gi, uses 17.5Gi, borrows 17.5Gi, the cohort lends"
+        " now 110.5Gi"
     )
 
 
@@ -144,7 +147,9 @@ def test_the_team_queue_counts_its_jobs_as_kueue_and_dry_run_reads_them(
         assert _train(ctx, state, job, 2)[0]["state"].startswith("queued: position")
     cq = api.get_object(f"/apis/kueue.x-k8s.io/v1beta2/clusterqueues/team-{NS}")
     status = cq["status"]
-    assert (status["reservingWorkloads"], status["admittedWorkloads"]) == (1, 1)
+    # the job and the three TensorBoards' pods, each a Workload of Kueue's pod integration
+    # (issue 29 item 6)
+    assert (status["reservingWorkloads"], status["admittedWorkloads"]) == (4, 4)
     assert status["pendingWorkloads"] == 2
     active = {k: v for k, v in status["conditions"][0].items() if k != "lastTransitionTime"}
     assert active == {

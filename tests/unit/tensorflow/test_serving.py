@@ -131,23 +131,41 @@ def _gpu_quota(api, path: str) -> str:
     return gpus["flavors"][0]["resources"][0]["nominalQuota"]
 
 
-def test_gpus_of_model_servers_leave_the_cohort_until_unserve(ctx, state, api, export):
-    """Kueue does not count the servers' GPUs.
+def _gpus_used(api) -> str:
+    """The GPUs the team's ClusterQueue holds (Kueue's status.flavorsUsage)."""
+    cq = api.get_object(f"/apis/kueue.x-k8s.io/v1beta2/clusterqueues/team-{NS}")
+    return next(
+        r["total"]
+        for f in cq["status"]["flavorsUsage"]
+        for r in f["resources"]
+        if r["name"] == "nvidia.com/gpu"
+    )
 
-    Left in the quota, it would admit a job whose pods cannot be scheduled
-    (clusterqueue_types.go NominalQuota): the control plane takes them off the cohort's
-    quota (its kueue.capacity, on its next update-status); the team's queue is unchanged.
+
+def test_a_model_servers_gpu_is_the_teams_quota_until_unserve(ctx, state, api, export, controller):
+    """Kueue admits the server's pod within the team's quota and counts its GPU.
+
+    Issue 29 item 6 (updated: the servers' GPUs left the cohort, held outside Kueue). Every
+    pod of the team's namespace is Kueue's now (the control plane's kueue.configure: the
+    pod and deployment integrations), so the cohort keeps the GPU (the control plane's
+    kueue.capacity subtracts only GPUs of pods Kueue does not manage) and the team's
+    ClusterQueue holds it while the server runs, at the served model's priority.
     """
     add_nodes(api, node("gpu-0", 1))
     with FakeTfServing("mnist", export, predict=_predict, width=64) as server:
         api.service_backends[(NS, "mnist-serving:8501")] = server.url
         run_action(ctx, state, "serve", job="mnist", gpus=1)
         size_cohort(api)
-        assert _gpu_quota(api, "cohorts/gpu-k8s") == "0"
+        assert _gpu_quota(api, "cohorts/gpu-k8s") == "1"
         assert _gpu_quota(api, "clusterqueues/team-tensorflow") == "0"
+        assert _gpus_used(api) == "1"
+        [pod] = api.objects(f"/api/v1/namespaces/{NS}/pods/")
+        assert pod["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "high"
         run_action(ctx, state, "unserve", job="mnist")
     size_cohort(api)
     assert _gpu_quota(api, "cohorts/gpu-k8s") == "1"
+    controller.tick()
+    assert _gpus_used(api) == "0"
 
 
 def test_a_server_that_stops_answering_after_its_status_fails_serve(ctx, state, api, export):

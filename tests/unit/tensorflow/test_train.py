@@ -80,9 +80,23 @@ def test_train_creates_every_object_labelled_and_valid(ctx, state, api, controll
     assert results["pods-running"] == "all"
     assert results["tensorboard-url"] == f"http://mnist-tensorboard.{NS}.svc:6006"
     assert results["tensorboard"] == "running"
-    # TensorBoard is nobody's quota: Kueue's webhooks left it alone (fakes/batch.py K0)
+    # TensorBoard is queued in the team's quota at its job's priority (issue 29 item 6:
+    # Kueue's pod integration admits every pod of the namespace, fakes/batch.py K12), and
+    # its pod was admitted and ungated
     tensorboard = api.get_object(f"/apis/apps/v1/namespaces/{NS}/deployments/mnist-tensorboard")
-    assert "kueue.x-k8s.io/queue-name" not in tensorboard["metadata"]["labels"]
+    for labels in (
+        tensorboard["metadata"]["labels"],
+        tensorboard["spec"]["template"]["metadata"]["labels"],
+    ):
+        assert labels["kueue.x-k8s.io/queue-name"] == "training"
+        assert labels["kueue.x-k8s.io/priority-class"] == "normal"
+    [board] = [
+        p
+        for p in api.objects(f"/api/v1/namespaces/{NS}/pods/")
+        if p["metadata"]["name"].startswith("mnist-tensorboard-")
+    ]
+    assert board["metadata"]["labels"]["kueue.x-k8s.io/managed"] == "true"
+    assert "schedulingGates" not in board["spec"]
 
 
 def test_a_tensorboard_image_without_tensorboard_is_reported_not_hidden(ctx, state, api):
