@@ -107,8 +107,11 @@ Kueue (kubernetes-sigs/kueue v0.19.2):
   namespace's `default` queue where it names none, and, naming a queue or with
   manageJobsWithoutQueueName, the label and finalizer `kueue.x-k8s.io/managed` and the
   scheduling gate `kueue.x-k8s.io/admission`. The deployment webhook (deployment_webhook.go
-  Default, on create and update) puts a Deployment's queue, its WorkloadPriorityClass
-  label, the managed label and that annotation into its template. Kueue's pod reconciler
+  Default, on create and update only: a Deployment written before the integration was on
+  stays unmarked until its next update) puts a Deployment's queue, its
+  WorkloadPriorityClass label, the managed label and that annotation into its template;
+  its ValidateUpdate refuses the queue or priority label added to a Deployment with a
+  ready replica (`_webhooks_on_update`). Kueue's pod reconciler
   gives each managed pod one Workload `pod-<name>-<hash>` with one pod set `main` of 1
   (with `pod` only implied, it skips a pod no Deployment or StatefulSet marked:
   pod_controller.go Skip)
@@ -241,7 +244,7 @@ from typing import Any
 
 import yaml
 
-from fakes.kube_admission import go_quote, invalid
+from fakes.kube_admission import FieldError, aggregate, go_quote, invalid
 from fakes.kube_apiserver import ApiError, generated_suffix, json_copy, selector_matches
 from fakes.kube_enums import enum_errors
 
@@ -905,6 +908,7 @@ class BatchControllers:
         self.clock: Callable[[], float] = time.time
         api.mutators.append(self._suspend_on_create)
         api.mutators.append(self._webhooks_on_create)
+        api.update_mutators.append(self._webhooks_on_update)
         _CONTROLLERS[(id(api), namespace)] = self
         # Runs the containers of the Job controller's pods (start/stop/reap); None: pods
         # only change when a test says so (end_pod).
@@ -1404,9 +1408,11 @@ class BatchControllers:
 
         In a managed namespace, the Deployment's queue (defaulted to `default` where that
         LocalQueue exists), the managed label and the suspending-parent annotation go into
-        the pod template, and its WorkloadPriorityClass label too. Upstream also runs on
-        update (verbs create;update); here `_deployments` takes a Deployment of a managed
-        namespace for marked whatever its template says now, as the webhook re-marks it.
+        the pod template, and its WorkloadPriorityClass label too. On create and on every
+        update of the Deployment (verbs create;update; `_webhooks_on_update`), never
+        between: a Deployment written before the integration was on keeps its template
+        unmarked until its next update, and its pods are not gated (`_managed_ancestor`:
+        with manageJobsWithoutQueueName its Deployment counts as managed).
         """
         if not self.managed:
             return
@@ -1421,6 +1427,47 @@ class BatchControllers:
         for key in (QUEUE, PRIORITY_CLASS):
             if labels.get(key):
                 template_labels[key] = labels[key]
+
+    def _webhooks_on_update(self, deployment: dict, old: dict) -> None:
+        """K12: deployment_webhook.go Default then ValidateUpdate on a Deployment's update.
+
+        Default marks the template as on create. ValidateUpdate refuses a change of the
+        queue label unless the stored Deployment has no ready replica (`isSuspended :=
+        oldDeployment.Status.ReadyReplicas == 0`; removing it is refused even then:
+        ValidateImmutableField), and the WorkloadPriorityClass label added to one with a
+        ready replica or removed at all (jobframework/validation.go
+        ValidateUpdateForWorkloadPriorityClassName). A webhook's denial answers 403 with
+        kube-apiserver's `admission webhook "vdeployment.kb.io" denied the request: `
+        before the field errors (controller-runtime's admission.Denied).
+        """
+        meta = deployment.get("metadata") or {}
+        if (
+            deployment.get("kind") != "Deployment"
+            or not self.enabled
+            or meta.get("namespace") != self.ns
+            or "deployment" not in self._frameworks()
+        ):
+            return
+        self._deployment_webhook(deployment)
+        new_labels = meta.get("labels") or {}
+        old_labels = old["metadata"].get("labels") or {}
+        suspended = not (old.get("status") or {}).get("readyReplicas")
+        errors = []
+        new_queue, old_queue = new_labels.get(QUEUE, ""), old_labels.get(QUEUE, "")
+        if (not suspended or not new_queue) and new_queue != old_queue:
+            path = f"metadata.labels[{QUEUE}]"
+            errors.append(FieldError("Invalid value", path, new_queue, "field is immutable"))
+        new_class, old_class = new_labels.get(PRIORITY_CLASS), old_labels.get(PRIORITY_CLASS)
+        path = f"metadata.labels[{PRIORITY_CLASS}]"
+        if not suspended and not old_class and new_class:
+            detail = "WorkloadPriorityClass cannot be added to a non-suspended workload"
+            errors.append(FieldError("Invalid value", path, new_class, detail))
+        if old_class and not new_class:
+            detail = "WorkloadPriorityClass cannot be removed from a workload"
+            errors.append(FieldError("Invalid value", path, "", detail))
+        if errors:
+            message = 'admission webhook "vdeployment.kb.io" denied the request: '
+            raise ApiError(403, "Forbidden", message + aggregate(errors))
 
     def _managed_ancestor(self, pod: dict) -> bool:
         """K12: jobframework FindAncestorJobManagedByKueue found a job above the pod.
@@ -2659,11 +2706,8 @@ class BatchControllers:
         frameworks = self._frameworks()
         for deployment in deployments:
             owned = self._owned(deployment, pods)
-            marked = json_copy(deployment)
-            if "deployment" in frameworks:  # K12: the webhook marks it on every update
-                self._deployment_webhook(marked)
             for _ in range(int(deployment["spec"].get("replicas", 1)) - len(owned)):
-                pod = self._replica(deployment, marked["spec"]["template"], frameworks)
+                pod = self._replica(deployment, deployment["spec"]["template"], frameworks)
                 if self._admitted(pod, deployment):
                     self._create(pod)
 

@@ -26,12 +26,12 @@ Differences from a real API server (on purpose, to stay small and deterministic)
   is whole); mutating admission: the Priority plugin (kube_priority.py: a pod's priority
   from its PriorityClass, the two system classes stored at start) and `mutators`
   (functions a test or an emulated controller adds, each changing a new object before it
-  is stored, as a mutating webhook does on create); decoding, validation and validating
-  admission (PodSecurity; ValidatingAdmissionPolicies on writes and deletes) as
-  kube_admission.py says, for what comes over HTTP; `put_object`'s seeds are decoded and
-  validated as a strict create (`_check_seed`: no authorization or admission plugin);
-  `warnings` records the `Warning` headers answered and `admission.audit` PodSecurity's
-  audit annotations;
+  is stored, as a mutating webhook does on create; `update_mutators` on update, which may
+  also refuse it); decoding, validation and validating admission (PodSecurity;
+  ValidatingAdmissionPolicies on writes and deletes) as kube_admission.py says, for what
+  comes over HTTP; `put_object`'s seeds are decoded and validated as a strict create
+  (`_check_seed`: no authorization or admission plugin); `warnings` records the
+  `Warning` headers answered and `admission.audit` PodSecurity's audit annotations;
 - for kinds with a status subresource, writes to the main resource keep the stored status
   (like the real server); use `put_object` or the `/status` subresource to set it;
 - an eviction (`pods/eviction`) is answered as eviction.go answers it (`_evict`: the
@@ -722,6 +722,11 @@ class FakeKubeApiServer:
         # it would compute it from the pods stored (`_budget_status`); False: as written.
         self.disruption_controller = True
         self.mutators: list[Callable[[dict], None]] = []
+        # The same on an update of the main resource (not status): each gets the new object
+        # and the stored one, may change the new one or refuse it (ApiError), as a mutating
+        # and validating webhook registered for UPDATE does (fakes.batch: Kueue's
+        # deployment webhook)
+        self.update_mutators: list[Callable[[dict, dict], None]] = []
         # Aggregated APIs (an APIService's backend, kube-aggregator): "/apis/<group>/
         # <version>" -> handler(method, path, query) -> (code, JSON object). The request is
         # authenticated and authorized here first, as kube-apiserver does before proxying
@@ -1740,6 +1745,7 @@ class FakeKubeApiServer:
             if key in old["metadata"]:
                 meta[key] = old["metadata"][key]
         meta["resourceVersion"] = old["metadata"]["resourceVersion"]
+        self._update_webhooks(target, new, old)
         _label_namespace(new)
         if request is not None:
             self._prioritize(request.operation, target, new, old)
@@ -1758,6 +1764,12 @@ class FakeKubeApiServer:
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
             self._remove(target.key())  # the last finalizer went: deletion completes
         return new
+
+    def _update_webhooks(self, target: Target, new: dict, old: dict) -> None:
+        """`update_mutators` on an update of the main resource (a subresource's: none)."""
+        if not target.sub:
+            for mutate in self.update_mutators:
+                mutate(new, old)
 
     def _remove(self, key: str, orphan: bool = False) -> dict:
         obj = self._store[key]

@@ -121,6 +121,9 @@ class TensorflowCharm(ops.CharmBase):
             # False from a refresh until the leader labelled the scale records an earlier
             # revision wrote (training.label_older_records); a new install has none
             records_labelled=True,
+            # False from a refresh until Kueue marked every TensorBoard and model-server
+            # Deployment of the app (training.queue_older_deployments)
+            deployments_queued=True,
             metrics_policy="",
         )
         if self._stored.pull_secret:  # written by a revision that tracked only this one
@@ -231,6 +234,8 @@ class TensorflowCharm(ops.CharmBase):
                 for job in training.label_older_records(kube, ctx):
                     logger.info("labelled %s-scale as a scale record", job)
                 self._stored.records_labelled = True
+            if not self._stored.deployments_queued:
+                self._queue_older_deployments(kube, ctx)
             self._apply_queues(kube, ctx, config)  # JobSets exist only where Kueue runs
             glance = training.at_a_glance(kube, ctx, self.wall_clock)
             self._stored.glance = glance.line
@@ -242,8 +247,23 @@ class TensorflowCharm(ops.CharmBase):
             self.cos.update(self._scrape_jobs())
 
     def _on_upgrade_charm(self, _: ops.UpgradeCharmEvent) -> None:
-        """An earlier revision may have left scale records the reconcile must label."""
+        """An earlier revision may have left scale records and Deployments to label."""
         self._stored.records_labelled = False
+        self._stored.deployments_queued = False
+
+    def _queue_older_deployments(self, kube: Kube, ctx: Context) -> None:
+        """Until Kueue marked them, put earlier revisions' Deployments in the team's queue."""
+        marked, waiting = training.queue_older_deployments(kube, ctx)
+        for name in marked:
+            logger.info("queued Deployment %s in LocalQueue %s", name, ctx.queue)
+        if waiting:
+            logger.info(
+                "Deployments %s name LocalQueue %s; Kueue has not queued them yet (is the "
+                "control plane refreshed?): tried again at the next hook",
+                ", ".join(waiting),
+                ctx.queue,
+            )
+        self._stored.deployments_queued = not waiting
 
     def _sync_pull_secret(self, kube: Kube, ctx: Context, config: Config) -> None:
         """The image pull Secret from config image-pull-secret (registry_auth)."""

@@ -52,6 +52,10 @@ LABEL_QUEUE = "kueue.x-k8s.io/queue-name"
 LABEL_MAX_EXEC_TIME = "kueue.x-k8s.io/max-exec-time-seconds"
 LABEL_PRIORITY = "kueue.x-k8s.io/priority-class"
 PRIORITIES = ("low", "normal", "high")  # WorkloadPriorityClasses the control plane makes
+# kueue v0.19.2 pkg/controller/jobs/pod/constants SuspendedByParentAnnotation: Kueue's
+# deployment webhook marks a Deployment's pod template with it (deployment_webhook.go
+# Default, on create and update), and the pod webhook gates every pod that carries it
+ANNOTATION_KUEUE_PARENT = "kueue.x-k8s.io/pod-suspending-parent"
 
 COMPONENT_TRAINING = "training"
 COMPONENT_TENSORBOARD = "tensorboard"

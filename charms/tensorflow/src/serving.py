@@ -26,7 +26,7 @@ from typing import Any
 import network_policies
 import oneshot
 from job_state import server_state
-from literals import DATA_MOUNT, GPU_RUNTIME_CLASS, LABEL_MANAGED_BY
+from literals import DATA_MOUNT, GPU_RUNTIME_CLASS, LABEL_MANAGED_BY, LABEL_PRIORITY, LABEL_QUEUE
 from params import JobParams
 
 from charms.gpu_k8s.v0.config import between
@@ -236,17 +236,40 @@ def serve(
         ServingError: the model did not become available in time (its pods' state is said);
             a first serve of the job then removes what it created.
     """
-    existed = kube.get("apps/v1", "Deployment", name_of(params.job), ctx.namespace) is not None
+    found = kube.get("apps/v1", "Deployment", name_of(params.job), ctx.namespace)
     api_servers = network_policies.api_server_addresses(kube.list("v1", "Node"))
     for manifest in manifests(params, ctx, image, api_servers):
+        if found is not None and manifest["kind"] == "Deployment":
+            manifest = _as_kueue_allows(manifest, found)
         kube.apply(manifest, field_manager=ctx.app)
     log(f"serving {params.job} from {DATA_MOUNT}/jobs/{params.job}/export")
     try:
         return _wait_and_try(kube, ctx, params, sleep=sleep, clock=clock)
     except ServingError:
-        if not existed:  # a first serve that failed leaves nothing behind
+        if found is None:  # a first serve that failed leaves nothing behind
             unserve(kube, ctx, params.job)
         raise
+
+
+def _as_kueue_allows(deployment: dict[str, Any], found: Mapping[str, Any]) -> dict[str, Any]:
+    """`deployment` without the queue and priority labels `found` (stored) lacks, if it runs.
+
+    Kueue v0.19.2's deployment webhook refuses either label added to a Deployment with a
+    ready replica (deployment_webhook.go ValidateUpdate: `isSuspended :=
+    oldDeployment.Status.ReadyReplicas == 0`, the queue label immutable otherwise;
+    jobframework ValidateUpdateForWorkloadPriorityClassName), so a model server an earlier
+    revision made keeps its own labels while it runs; its pod template names the queue
+    (training.queue_older_deployments), which is what Kueue admits its pods by.
+    """
+    if not (found.get("status") or {}).get("readyReplicas"):
+        return deployment
+    own = found["metadata"].get("labels") or {}
+    lbls = {
+        k: v
+        for k, v in deployment["metadata"]["labels"].items()
+        if k not in (LABEL_QUEUE, LABEL_PRIORITY) or k in own
+    }
+    return {**deployment, "metadata": {**deployment["metadata"], "labels": lbls}}
 
 
 def _wait_and_try(kube: Any, ctx: Any, params: ServeParams, *, sleep: Any, clock: Any) -> dict:

@@ -34,8 +34,10 @@ import oneshot
 import placement
 import queues
 import scale_records
+import serving
 from literals import (
     ACTION_FILES,
+    ANNOTATION_KUEUE_PARENT,
     ANNOTATION_REQUEST,
     COHORT,
     COMPONENT_PURGE,
@@ -48,6 +50,8 @@ from literals import (
     LABEL_COMPONENT,
     LABEL_JOB,
     LABEL_MANAGED_BY,
+    LABEL_PRIORITY,
+    LABEL_QUEUE,
     PROGRESS_LOG_LINES,
 )
 from manifests import Context
@@ -613,6 +617,72 @@ def label_older_records(kube: Any, ctx: Context) -> list[str]:
         kube.patch("v1", "ConfigMap", meta["name"], patch, ctx.namespace)
         labelled.append(job)
     return labelled
+
+
+def queue_older_deployments(kube: Any, ctx: Context) -> tuple[list[str], list[str]]:
+    """Queue this app's TensorBoard and model-server Deployments earlier revisions made.
+
+    Returns the names of those Kueue now marked, and of those it has not marked yet.
+    Before kueuepod41 these Deployments named no LocalQueue. In a team's namespace, where
+    the control plane now runs Kueue v0.19.2's deployment and pod integrations with
+    manageJobsWithoutQueueName, a pod of a Deployment whose template Kueue's deployment
+    webhook did not mark is never gated: jobframework FindAncestorJobManagedByKueue counts
+    its Deployment as managed (a registered JobType; manageJobsWithoutQueueName), so
+    pod_webhook.go Default leaves it alone and it runs outside the team's quota. The
+    webhook marks a template (`ANNOTATION_KUEUE_PARENT`, the managed label, the queue and
+    priority labels) on a Deployment's create and update only (verbs create;update), so
+    one made before the control plane's refresh stays unmarked until its next write.
+
+    Each Deployment the charm owns (by its labels: `gpu-k8s.io/serving`, or component
+    `tensorboard`, managed-by this app) whose template Kueue has not marked gets, by one
+    merge patch (the team's grant: deployments patch), the queue and priority labels a
+    fresh `serve` or `train` writes (oneshot.queued; a TensorBoard its job's priority
+    where its JobSet says): on its pod template always, so that the rolled-out pods name
+    the team's queue; on the Deployment itself only while it has no ready replica, as
+    deployment_webhook.go ValidateUpdate refuses either label added to one with ready
+    replicas (`isSuspended := oldDeployment.Status.ReadyReplicas == 0`;
+    ValidateImmutableField; jobframework ValidateUpdateForWorkloadPriorityClassName).
+    Where the webhook runs, its answer is marked and the Deployment rolls out pods Kueue
+    gates and admits in the team's queue. Where it does not yet (the teams are refreshed
+    before the control plane, docs/how-to/upgrade.md), the patch changes nothing after its
+    first and the caller tries again at its next hook. A marked Deployment (every one
+    made since kueuepod41) is left alone: no request, no rollout.
+    """
+    priorities = {
+        js["metadata"]["labels"].get(LABEL_JOB, ""): js["metadata"]["labels"].get(LABEL_PRIORITY)
+        for js in kube.list(
+            JOBSET_API,
+            "JobSet",
+            ctx.namespace,
+            label_selector=manifests.selector(ctx.app, component=COMPONENT_TRAINING),
+        )
+    }
+    marked: list[str] = []
+    waiting: list[str] = []
+    selector = manifests.selector(ctx.app)
+    for found in kube.list("apps/v1", "Deployment", ctx.namespace, label_selector=selector):
+        meta, lbls = found["metadata"], found["metadata"].get("labels") or {}
+        if _kueue_marked(found):
+            continue
+        if lbls.get(serving.LABEL_SERVING):
+            wanted = oneshot.queued(lbls, ctx.queue, serving.PRIORITY)
+        elif lbls.get(LABEL_COMPONENT) == COMPONENT_TENSORBOARD and lbls.get(LABEL_JOB):
+            priority = priorities.get(lbls[LABEL_JOB]) or oneshot.PRIORITY
+            wanted = oneshot.queued(lbls, ctx.queue, priority)
+        else:
+            continue
+        added = {key: wanted[key] for key in (LABEL_QUEUE, LABEL_PRIORITY)}
+        patch: dict[str, Any] = {"spec": {"template": {"metadata": {"labels": added}}}}
+        if not (found.get("status") or {}).get("readyReplicas"):
+            patch["metadata"] = {"labels": added}
+        answer = kube.patch("apps/v1", "Deployment", meta["name"], patch, ctx.namespace)
+        (marked if _kueue_marked(answer) else waiting).append(meta["name"])
+    return marked, waiting
+
+
+def _kueue_marked(deployment: Mapping[str, Any]) -> bool:
+    template = deployment["spec"]["template"].get("metadata") or {}
+    return ANNOTATION_KUEUE_PARENT in (template.get("annotations") or {})
 
 
 def list_jobs(kube: Any, ctx: Context, now: Callable[[], float] = time.time) -> dict[str, str]:

@@ -14,10 +14,12 @@ import json
 import kubernetes_validate
 import pytest
 import readme_examples
+import yaml
 from conftest import NS, add_nodes, node, run_action
 from ops import testing
 
 from fakes.addons import size_cohort
+from fakes.batch import KUEUE_CONFIG_MAP
 from fakes.kube_admission import KUBERNETES_VERSION
 from fakes.tf_serving import FakeTfServing
 
@@ -256,3 +258,194 @@ def test_bad_serve_requests_fail_and_create_nothing(ctx, state, api, params, mes
     with pytest.raises(testing.ActionFailed, match=message):
         run_action(ctx, state, "serve", **params)
     assert api.objects(DEPLOYMENTS) == []
+
+
+# ------------------------------------------------- a refresh queues older Deployments
+
+PODS = f"/api/v1/namespaces/{NS}/pods/"
+WORKLOADS = f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{NS}/workloads/"
+QUEUE, PRIORITY = "kueue.x-k8s.io/queue-name", "kueue.x-k8s.io/priority-class"
+# what Kueue's deployment webhook writes into a template (deployment_webhook.go Default)
+MANAGED, PARENT = "kueue.x-k8s.io/managed", "kueue.x-k8s.io/pod-suspending-parent"
+
+
+def _pods_of(api, deployment: dict) -> list[dict]:
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    return [
+        p
+        for p in api.objects(PODS)
+        if selector.items() <= (p["metadata"].get("labels") or {}).items()
+    ]
+
+
+def _workloads_of(api, pod: dict) -> list[dict]:
+    return [
+        w
+        for w in api.objects(WORKLOADS)
+        if w["metadata"]["ownerReferences"][0]["uid"] == pod["metadata"]["uid"]
+    ]
+
+
+def _delete_pods(api, deployment: dict) -> None:
+    """Its pods gone at once, their Workloads with them (the garbage collector's part)."""
+    for pod in _pods_of(api, deployment):
+        for workload in _workloads_of(api, pod):
+            api.delete_object(WORKLOADS + workload["metadata"]["name"])
+        api.delete_object(PODS + pod["metadata"]["name"])
+
+
+def _new_pod(api, controller, deployment: dict) -> dict:
+    """The Deployment's pod after its old one went (a drain), as the fake makes it."""
+    _delete_pods(api, deployment)
+    controller.tick()
+    controller.tick()  # Kueue admits what the first tick gated
+    [pod] = _pods_of(api, deployment)
+    return pod
+
+
+def _as_an_older_revision_made_it(
+    api, controller, name: str, copy_of: str | None = None, changes: dict | None = None
+) -> dict:
+    """The Deployment as tensorflow revisions before kueuepod41 (94427d7) made it, running.
+
+    No queue or priority label on it or its template, and its template unmarked (the
+    control plane ran no deployment integration then); one ready replica, its pod made
+    before the refresh (or a copy of Deployment `copy_of` with other labels: `changes`).
+    """
+    found = api.get_object(DEPLOYMENTS + (copy_of or name))
+    for meta in (found["metadata"], found["spec"]["template"]["metadata"]):
+        meta["labels"] = {
+            k: v for k, v in meta["labels"].items() if k not in (QUEUE, PRIORITY, MANAGED)
+        }
+        meta.pop("annotations", None)
+    seed = {
+        "metadata": {"labels": found["metadata"]["labels"]},
+        "spec": found["spec"],
+        "status": {"replicas": 1, "readyReplicas": 1, "availableReplicas": 1},
+    }
+    if changes:
+        seed["metadata"]["labels"] = {**seed["metadata"]["labels"], **changes}
+        selector = seed["spec"]["selector"]
+        selector["matchLabels"] = {**selector["matchLabels"], **changes}
+        seed["spec"]["template"]["metadata"]["labels"] = {
+            **seed["spec"]["template"]["metadata"]["labels"],
+            **changes,
+        }
+    _delete_pods(api, found)
+    seeded = api.put_object(DEPLOYMENTS + name, seed)
+    controller.tick()
+    return seeded
+
+
+def test_a_refresh_queues_the_older_revisions_deployments_of_this_app_only(
+    ctx, state, api, model_server, controller
+):
+    """Issue 29 item 6 follow-up: TensorBoard and model servers an older revision made.
+
+    Such a Deployment names no queue, and Kueue v0.19.2 (the control plane's pod and
+    deployment integrations, manageJobsWithoutQueueName) never gates its pods: its
+    Deployment counts as their managed ancestor (jobframework
+    FindAncestorJobManagedByKueue), so they run outside the team's quota. After the
+    refresh the leader labels the pod template of each one this app owns as `serve` and
+    `train` would (queue `training`, the server's priority high, TensorBoard its job's);
+    Kueue's webhook marks the template on that update, and the next pods are gated and
+    admitted in the team's queue. The Deployments keep their own labels as they were:
+    Kueue refuses a queue or priority label added to a Deployment with ready replicas
+    (deployment_webhook.go ValidateUpdate). Another app's Deployments are not touched.
+    """
+    run_action(ctx, state, "train", job="mnist", workers=1, priority="low")
+    run_action(ctx, state, "serve", job="mnist")
+    served_name = "mnist-serving"
+    served = _as_an_older_revision_made_it(api, controller, served_name)
+    board = _as_an_older_revision_made_it(api, controller, "mnist-tensorboard")
+    mine = {"app.kubernetes.io/managed-by": "other", "gpu-k8s.io/serving": "other"}
+    other = _as_an_older_revision_made_it(api, controller, "other-serving", served_name, mine)
+    for deployment in (served, board, other):  # before: ungated, no Workload, no queue
+        [pod] = _pods_of(api, deployment)
+        assert MANAGED not in pod["metadata"]["labels"]
+        assert not pod["spec"].get("schedulingGates") and pod["spec"].get("nodeName")
+        assert _workloads_of(api, pod) == []
+
+    ctx.run(ctx.on.upgrade_charm(), state)
+
+    for deployment, priority in ((served, "high"), (board, "low")):
+        name = deployment["metadata"]["name"]
+        now = api.get_object(DEPLOYMENTS + name)
+        assert QUEUE not in now["metadata"]["labels"]  # Kueue refuses it while it runs
+        template = now["spec"]["template"]["metadata"]
+        assert {k: template["labels"].get(k) for k in (QUEUE, PRIORITY, MANAGED)} == {
+            QUEUE: "training",
+            PRIORITY: priority,
+            MANAGED: "true",
+        }
+        assert template["annotations"] == {PARENT: "deployment"}
+        pod = _new_pod(api, controller, now)
+        assert pod["metadata"]["labels"][MANAGED] == "true"
+        assert pod["metadata"]["labels"][PRIORITY] == priority
+        assert not pod["spec"].get("schedulingGates") and pod["spec"].get("nodeName")
+        [workload] = _workloads_of(api, pod)
+        assert workload["spec"]["queueName"] == "training"
+        assert any(c["type"] == "Admitted" for c in workload["status"]["conditions"])
+    # serve again (more replicas) keeps the Deployment's own labels as Kueue lets them be
+    run_action(ctx, state, "serve", job="mnist", replicas=2)
+    now = api.get_object(DEPLOYMENTS + "mnist-serving")
+    assert now["spec"]["replicas"] == 2 and QUEUE not in now["metadata"]["labels"]
+    untouched = api.get_object(DEPLOYMENTS + "other-serving")
+    assert untouched["metadata"]["resourceVersion"] == other["metadata"]["resourceVersion"]
+
+
+def test_a_refresh_leaves_queued_deployments_alone_and_a_non_leader_does_nothing(
+    ctx, state, api, model_server, controller
+):
+    """A Deployment this revision made is queued already: no patch, so no rollout.
+
+    And only the leader labels: another unit's refresh sends no write at all.
+    """
+    run_action(ctx, state, "serve", job="mnist")
+    _as_an_older_revision_made_it(api, controller, "old-serving", "mnist-serving")
+    del api.requests[:]
+    ctx.run(ctx.on.upgrade_charm(), dataclasses.replace(state, leader=False))
+    assert [r for r in api.requests if r.method not in ("GET",)] == []
+
+    ctx.run(ctx.on.upgrade_charm(), state)
+    patched = [r.path for r in api.requests if r.method == "PATCH" and "deployments" in r.path]
+    assert patched == [DEPLOYMENTS + "old-serving"]  # mnist-serving: Kueue marked it
+
+
+def test_refreshed_before_the_control_plane_the_charm_queues_them_once_kueue_marks_them(
+    ctx, state, api, model_server, controller
+):
+    """The teams are refreshed before the control plane (docs/how-to/upgrade.md).
+
+    At the refresh Kueue runs no deployment integration yet, so nothing marks the
+    Deployment's template: the leader labels it and tries again at each hook (a patch that
+    changes nothing, so no rollout) until the refreshed control plane's Kueue marks it on
+    that update; then its next pod is queued and the leader stops.
+    """
+    run_action(ctx, state, "serve", job="mnist")
+    served = _as_an_older_revision_made_it(api, controller, "mnist-serving")
+    key = "controller_manager_config.yaml"
+    newer = api.get_object(KUEUE_CONFIG_MAP)["data"][key]
+    older = yaml.safe_load(newer)  # the control plane before kueuepod41: Jobs and JobSets
+    older["integrations"]["frameworks"] = ["batch/job", "jobset.x-k8s.io/jobset"]
+    api.put_object(KUEUE_CONFIG_MAP, {"data": {key: yaml.dump(older)}})
+
+    refreshed = ctx.run(ctx.on.upgrade_charm(), state)
+    template = api.get_object(DEPLOYMENTS + "mnist-serving")["spec"]["template"]["metadata"]
+    assert template["labels"][QUEUE] == "training" and "annotations" not in template
+    version = api.get_object(DEPLOYMENTS + "mnist-serving")["metadata"]["resourceVersion"]
+    refreshed = ctx.run(ctx.on.update_status(), refreshed)
+    now = api.get_object(DEPLOYMENTS + "mnist-serving")
+    assert now["metadata"]["resourceVersion"] == version  # tried again: nothing changed
+
+    api.put_object(KUEUE_CONFIG_MAP, {"data": {key: newer}})
+    refreshed = ctx.run(ctx.on.update_status(), refreshed)
+    now = api.get_object(DEPLOYMENTS + "mnist-serving")
+    assert now["spec"]["template"]["metadata"]["annotations"] == {PARENT: "deployment"}
+    pod = _new_pod(api, controller, served)
+    assert pod["metadata"]["labels"][MANAGED] == "true" and pod["spec"].get("nodeName")
+    [workload] = _workloads_of(api, pod)
+    assert workload["spec"]["queueName"] == "training"
+    del api.requests[:]
+    ctx.run(ctx.on.update_status(), refreshed)
+    assert not [r for r in api.requests if "deployments" in r.path]  # done: not even a list
