@@ -280,6 +280,24 @@ MANAGED_LABEL = "kueue.x-k8s.io/managed"
 # pod/constants SuspendedByParentAnnotation: the deployment webhook's mark on its template
 SUSPENDING_PARENT = "kueue.x-k8s.io/pod-suspending-parent"
 PRIORITY_CLASS = "kueue.x-k8s.io/priority-class"  # WorkloadPriorityClassLabel
+# K12: the owners FindAncestorJobManagedByKueue walks through, by apiVersion and kind
+# (integrationmanager.go isKnownOwner: every registered integration, enabled or not, and
+# ReplicaSet), with the path the fake serves them at and the framework that manages them
+# (ReplicaSet: none, it is only walked through); those the fake serves
+_KNOWN_OWNERS = {
+    "batch/v1": {"Job": ("/apis/batch/v1/namespaces/{ns}/jobs/", FRAMEWORKS[0])},
+    "jobset.x-k8s.io/v1alpha2": {
+        "JobSet": ("/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets/", FRAMEWORKS[1])
+    },
+    "apps/v1": {
+        kind: (f"/apis/apps/v1/namespaces/{{ns}}/{kind.lower()}s/", framework)
+        for kind, framework in (
+            ("Deployment", "deployment"),
+            ("StatefulSet", "statefulset"),
+            ("ReplicaSet", ""),
+        )
+    },
+}
 
 # Programs on the PATH of the tensorflow/tensorflow images the charm uses (D2), as far as
 # the tests care: the OS's python3, sh and rm, and the console scripts of the TensorFlow
@@ -1248,8 +1266,9 @@ class BatchControllers:
 
         In a managed namespace only (K1), with its integration enabled, and named a queue
         or, with manageJobsWithoutQueueName, any (jobframework/utils.go
-        WorkloadShouldBeSuspended, reconciler.go ReconcileGenericJob). A Job a JobSet
-        owns is that JobSet's (FindAncestorJobManagedByKueue): never one of its own.
+        WorkloadShouldBeSuspended, reconciler.go ReconcileGenericJob), and only with no
+        managed ancestor (`_managed_ancestor`): a Job its JobSet controls is that JobSet's,
+        and so is a JobSet or Job whose controller reference names any job Kueue manages.
         """
         config = self._kueue_config()
         if obj.get("kind") == "Pod":  # K12: the pod webhook labelled it managed
@@ -1265,8 +1284,8 @@ class BatchControllers:
         if not self.managed or framework not in config["integrations"]["frameworks"]:
             return False
         meta = obj.get("metadata") or {}
-        if any(r.get("kind") == "JobSet" for r in meta.get("ownerReferences") or []):
-            return False
+        if self._managed_ancestor(obj) is not False:
+            return False  # not a top-level job (or its owner is missing: an error upstream)
         return QUEUE in (meta.get("labels") or {}) or bool(
             config.get("manageJobsWithoutQueueName")
         )
@@ -1377,10 +1396,20 @@ class BatchControllers:
         return enabled
 
     def _suspends(self, obj: dict) -> bool:
-        """K12: jobframework WorkloadShouldBeSuspended for a Deployment or a plain pod."""
+        """K12: jobframework WorkloadShouldBeSuspended for a Deployment or a plain pod.
+
+        Never for one with a managed ancestor (utils.go: FindAncestorJobManagedByKueue
+        first); a missing owner is an error upstream, which refuses the create: here it
+        is suspended.
+        """
         labels = (obj.get("metadata") or {}).get("labels") or {}
-        return self.managed and (
-            bool(labels.get(QUEUE)) or bool(self._kueue_config().get("manageJobsWithoutQueueName"))
+        return (
+            self.managed
+            and self._managed_ancestor(obj) is not True
+            and (
+                bool(labels.get(QUEUE))
+                or bool(self._kueue_config().get("manageJobsWithoutQueueName"))
+            )
         )
 
     def _queue_default(self, labels: dict) -> None:
@@ -1404,7 +1433,9 @@ class BatchControllers:
 
         In a managed namespace, the Deployment's queue (defaulted to `default` where that
         LocalQueue exists), the managed label and the suspending-parent annotation go into
-        the pod template, and its WorkloadPriorityClass label too. Upstream also runs on
+        the pod template, and its WorkloadPriorityClass label too, when
+        WorkloadShouldBeSuspended (`_suspends`): not for a Deployment whose controller
+        reference leads to a job Kueue manages, whose pods then run ungated. Upstream also runs on
         update (verbs create;update); here `_deployments` takes a Deployment of a managed
         namespace for marked whatever its template says now, as the webhook re-marks it.
         """
@@ -1422,35 +1453,48 @@ class BatchControllers:
             if labels.get(key):
                 template_labels[key] = labels[key]
 
-    def _managed_ancestor(self, pod: dict) -> bool:
-        """K12: jobframework FindAncestorJobManagedByKueue found a job above the pod.
+    def _managed_ancestor(self, obj: dict) -> bool | None:
+        """K12: jobframework FindAncestorJobManagedByKueue found a job above `obj`.
 
-        Its controller reference names an object of an enabled integration that Kueue
-        manages (a Job or JobSet here: `_manages`), which exists with that uid; a
-        ReplicaSet is walked through to its Deployment (integrationmanager.go
-        isKnownOwner). A reference of any other kind (DaemonSet, StatefulSet with its
-        integration off, ReplicationController, CronJob's Job's pod: the Job) stops the
-        walk. Upstream calls "same-namespace ownership spoofing ... out of scope": a pod
-        naming one of the team's own admitted Jobs as controller is not gated (the control
-        plane's policy gpu-k8s-consumer-pods-by-their-controllers refuses such a pod).
+        The walk follows controller references only (metav1.GetControllerOf: a reference
+        without `controller: true` is never followed) while the owner's kind is known
+        (integrationmanager.go isKnownOwner: any REGISTERED integration, enabled or not,
+        so a StatefulSet with its integration off too, and ReplicaSet, the interim owner
+        from a pod to its Deployment), getting each owner by name in the namespace (its
+        uid is not compared). An owner counts as managed when its integration is enabled
+        and it names a queue or manageJobsWithoutQueueName is on; the walk goes on past an
+        owner that does not. A reference of any other kind (DaemonSet,
+        ReplicationController, CronJob) stops it: False. A known owner that does not exist
+        is an error upstream (ErrWorkloadOwnerNotFound): None. Upstream calls same-
+        namespace ownership spoofing out of scope: the control plane's policies refuse a
+        team's object naming a controller (gpu-k8s-consumer-pods-off-the-control-plane
+        for pods, gpu-k8s-consumer-controllers-by-kube-system for Deployments, ReplicaSets,
+        StatefulSets, DaemonSets, ReplicationControllers and JobSets,
+        gpu-k8s-jobset-children-only-by-jobset for Jobs).
         """
-        owner = next(
-            (r for r in (pod["metadata"].get("ownerReferences") or []) if r.get("controller")),
-            None,
-        )
-        paths = {
-            "Job": f"/apis/batch/v1/namespaces/{self.ns}/jobs/",
-            "JobSet": f"{JOBSET}/namespaces/{self.ns}/jobsets/",
-            "Deployment": f"/apis/apps/v1/namespaces/{self.ns}/deployments/",
-        }
-        if owner is None or owner.get("kind") not in paths:
-            return False
-        found = self.api.get_object(paths[owner["kind"]] + owner.get("name", ""))
-        if found is None or found["metadata"]["uid"] != owner.get("uid"):
-            return False
-        if owner["kind"] == "Deployment":
-            return "deployment" in self._frameworks() and self._suspends(found)
-        return self._manages(found) or self._managed_ancestor(found)
+        config = self._kueue_config()
+        frameworks = self._frameworks()
+        seen: set[str] = set()
+        while obj["metadata"].get("uid") not in seen:
+            seen.add(obj["metadata"].get("uid"))
+            owner = next(
+                (r for r in obj["metadata"].get("ownerReferences") or [] if r.get("controller")),
+                None,
+            )
+            known = _KNOWN_OWNERS.get((owner or {}).get("apiVersion", ""), {})
+            if owner is None or owner.get("kind") not in known:
+                return False
+            path, framework = known[owner["kind"]]
+            found = self.api.get_object(path.format(ns=self.ns) + owner.get("name", ""))
+            if found is None:
+                return None
+            labels = found["metadata"].get("labels") or {}
+            if framework in frameworks and (
+                bool(labels.get(QUEUE)) or bool(config.get("manageJobsWithoutQueueName"))
+            ):
+                return True
+            obj = found
+        return None  # ErrCyclicOwnership
 
     def _pod_webhook(self, pod: dict) -> None:
         """K12: pod_webhook.go Default on a pod created in this namespace.
