@@ -358,6 +358,18 @@ ESCALATIONS: list[Escalation] = [
             "application/strategic-merge-patch+json",
         ),
     ),
+    # an in-place resize of an admitted pod: Kueue does not admit the new size again
+    Escalation(
+        "own-pod-resize",
+        "pods/resize",
+        rules=[rule("", ["pods/resize"], ["patch"])],
+        attempt=Attempt(
+            "PATCH",
+            f"/api/v1/namespaces/{HOSTILE}/pods/web/resize",
+            {"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "64"}}}]}},
+            "application/strategic-merge-patch+json",
+        ),
+    ),
     Escalation(
         "own-resource-quota-delete",
         "resourcequotas",
