@@ -103,7 +103,8 @@ Kueue (kubernetes-sigs/kueue v0.19.2):
   every pod created there, a fake controller's included: a pod whose template the
   deployment webhook marked (annotation `kueue.x-k8s.io/pod-suspending-parent`) is gated;
   any other pod that no job Kueue manages owns (jobframework FindAncestorJobManagedByKueue:
-  controller references by name and uid, a Job's or JobSet's pod is theirs) gets the
+  controller references only, each owner got by name, through ReplicaSets and every
+  registered integration: `_managed_ancestor`; a Job's or JobSet's pod is theirs) gets the
   namespace's `default` queue where it names none, and, naming a queue or with
   manageJobsWithoutQueueName, the label and finalizer `kueue.x-k8s.io/managed` and the
   scheduling gate `kueue.x-k8s.io/admission`. The deployment webhook (deployment_webhook.go
@@ -119,7 +120,9 @@ Kueue (kubernetes-sigs/kueue v0.19.2):
   (Succeeded, Failed) finishes its Workload (Finished; its quota freed) and loses the
   finalizer; a pod deleted loses it and its Workload goes (the garbage collector follows
   the Workload's ownerReference); a pod someone else ungated while its Workload is not
-  admitted is deleted (jobframework reconciler.go, pod_controller.go Stop); a preempted
+  admitted is deleted (jobframework reconciler.go "Running job is not admitted by a
+  cluster queue, suspending": stopJob, StopReasonNotAdmitted -> pod_controller.go Stop);
+  a preempted
   pod is deleted (Stop) and its Deployment makes another, gated again.
 - K11 Admitting a job, Kueue merges each pod set's assigned flavors' `nodeLabels` into its
   pod template's nodeSelector and their `tolerations` into its tolerations (v0.19.2
@@ -1348,8 +1351,9 @@ class BatchControllers:
         A pod ended or being deleted has its finalizer removed (its Workload is finished,
         `_pending`); a Workload whose pod is gone goes too (the garbage collector follows
         its ownerReference); a pod someone else ungated while its Workload is not admitted
-        is stopped: deleted (jobframework reconciler.go "job is not suspended but its
-        workload is not admitted" -> pod_controller.go Stop).
+        is stopped: deleted (jobframework reconciler.go "Running job is not admitted by a
+        cluster queue, suspending": stopJob with StopReasonNotAdmitted -> pod_controller.go
+        Stop).
         """
         if POD_FRAMEWORK not in self._frameworks():
             return []
