@@ -454,6 +454,18 @@ def _deployment(name: str, gpus: int, replicas: int, labels: dict | None = None)
     }
 
 
+def _training_queue(api) -> dict[str, str]:
+    """The team's LocalQueue `training` in its ClusterQueue (as the charm's queues.py makes it).
+
+    Returns the labels naming it.
+    """
+    local_queue = {"spec": {"clusterQueue": f"team-{NS}"}}
+    api.put_object(
+        f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{NS}/localqueues/training", local_queue
+    )
+    return {"kueue.x-k8s.io/queue-name": "training"}
+
+
 def test_a_teams_bare_gpu_pod_is_gated_and_never_runs_outside_kueue(api):
     """Issue 29 item 6: a team's bare pod asking for 4 GPUs was scheduled at once.
 
@@ -490,12 +502,8 @@ def test_a_teams_gpu_deployment_runs_only_within_its_quota(api, controller):
     gated, for quota. One naming no queue is gated for good.
     """
     add_nodes(api, node("node-a", 4), node("cpu-0"))
-    local_queue = {"spec": {"clusterQueue": f"team-{NS}"}}  # the charm's (queues.py)
-    api.put_object(
-        f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{NS}/localqueues/training", local_queue
-    )
+    queue = _training_queue(api)
     deployments = f"/apis/apps/v1/namespaces/{NS}/deployments"
-    queue = {"kueue.x-k8s.io/queue-name": "training"}
     status, body = _post(api, deployments, _deployment("miner", 4, 2, queue), TOKEN)
     assert status == 201, body
     status, body = _post(api, deployments, _deployment("unqueued", 1, 1), TOKEN)
@@ -742,12 +750,8 @@ def test_a_teams_jobset_may_not_name_its_running_jobset_as_controller(api, contr
     top-level job) and its Jobs' pods are never gated: its GPUs ran outside the quota.
     """
     add_nodes(api, node("node-a", 4), node("cpu-0"))
-    local_queue = {"spec": {"clusterQueue": f"team-{NS}"}}  # the charm's (queues.py)
-    api.put_object(
-        f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{NS}/localqueues/training", local_queue
-    )
+    queue = _training_queue(api)
     jobsets = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{NS}/jobsets"
-    queue = {"kueue.x-k8s.io/queue-name": "training"}
     status, running = _post(api, jobsets, _jobset_manifest("small", 0, queue), TOKEN)
     assert status == 201, running
     for _ in range(2):
