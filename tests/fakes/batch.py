@@ -103,7 +103,7 @@ Kueue (kubernetes-sigs/kueue v0.19.2):
   every pod created there, a fake controller's included: a pod whose template the
   deployment webhook marked (annotation `kueue.x-k8s.io/pod-suspending-parent`) is gated;
   any other pod that no job Kueue manages owns (jobframework FindAncestorJobManagedByKueue:
-  controller references only, each owner got by name, through ReplicaSets and every
+  controller references only, by name and uid, through ReplicaSets and every
   registered integration: `_managed_ancestor`; a Job's or JobSet's pod is theirs) gets the
   namespace's `default` queue where it names none, and, naming a queue or with
   manageJobsWithoutQueueName, the label and finalizer `kueue.x-k8s.io/managed` and the
@@ -1464,17 +1464,17 @@ class BatchControllers:
         without `controller: true` is never followed) while the owner's kind is known
         (integrationmanager.go isKnownOwner: any REGISTERED integration, enabled or not,
         so a StatefulSet with its integration off too, and ReplicaSet, the interim owner
-        from a pod to its Deployment), getting each owner by name in the namespace (its
-        uid is not compared). An owner counts as managed when its integration is enabled
-        and it names a queue or manageJobsWithoutQueueName is on; the walk goes on past an
-        owner that does not. A reference of any other kind (DaemonSet,
-        ReplicationController, CronJob) stops it: False. A known owner that does not exist
-        is an error upstream (ErrWorkloadOwnerNotFound): None. Upstream calls same-
-        namespace ownership spoofing out of scope: the control plane's policies refuse a
-        team's object naming a controller (gpu-k8s-consumer-pods-off-the-control-plane
-        for pods, gpu-k8s-consumer-controllers-by-kube-system for Deployments, ReplicaSets,
-        StatefulSets, DaemonSets, ReplicationControllers and JobSets,
-        gpu-k8s-jobset-children-only-by-jobset for Jobs).
+        from a pod to its Deployment), getting each owner by name in the namespace (a
+        uid other than the reference's stops the walk). An owner counts as managed when
+        its integration is enabled and it names a queue or manageJobsWithoutQueueName is
+        on; the walk goes on past an owner that does not. A reference of any other kind
+        (DaemonSet, ReplicationController, CronJob) stops it: False. A known owner that
+        does not exist is an error upstream (ErrWorkloadOwnerNotFound): None. Upstream
+        calls same-namespace ownership spoofing out of scope: the control plane's policies
+        refuse a team's object naming a controller (gpu-k8s-consumer-pods-off-the-control-
+        plane for pods, gpu-k8s-consumer-controllers-by-kube-system for Deployments,
+        ReplicaSets, StatefulSets, DaemonSets, ReplicationControllers, Jobs and JobSets,
+        gpu-k8s-jobset-children-only-by-jobset for Jobs too).
         """
         config = self._kueue_config()
         frameworks = self._frameworks()
@@ -1492,6 +1492,8 @@ class BatchControllers:
             found = self.api.get_object(path.format(ns=self.ns) + owner.get("name", ""))
             if found is None:
                 return None
+            if found["metadata"]["uid"] != owner.get("uid"):
+                return False  # a stale or mismatched reference stops the walk
             labels = found["metadata"].get("labels") or {}
             if framework in frameworks and (
                 bool(labels.get(QUEUE)) or bool(config.get("manageJobsWithoutQueueName"))

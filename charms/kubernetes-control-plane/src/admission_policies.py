@@ -283,7 +283,7 @@ Policy '<policy>' with binding '<binding>' denied request: <message>`.
   JobSet's Jobs, the JobSet controller (JOBSET_CONTROLLER). Kueue v0.19.2 decides
   whether a workload is a queued job's by its controller reference alone
   (jobframework reconciler.go FindAncestorJobManagedByKueue follows
-  metav1.GetControllerOf, getting each owner by name, through every REGISTERED
+  metav1.GetControllerOf, by name and uid, through every REGISTERED
   integration, enabled or not, and ReplicaSets: integrationmanager.go isKnownOwner; a
   reference without `controller: true` is never followed). Its webhooks neither
   suspend a job nor mark a Deployment's template for the pod webhook once such an
