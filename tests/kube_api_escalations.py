@@ -358,6 +358,18 @@ ESCALATIONS: list[Escalation] = [
             "application/strategic-merge-patch+json",
         ),
     ),
+    # an in-place resize of an admitted pod: Kueue does not admit the new size again
+    Escalation(
+        "own-pod-resize",
+        "pods/resize",
+        rules=[rule("", ["pods/resize"], ["patch"])],
+        attempt=Attempt(
+            "PATCH",
+            f"/api/v1/namespaces/{HOSTILE}/pods/web/resize",
+            {"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "64"}}}]}},
+            "application/strategic-merge-patch+json",
+        ),
+    ),
     Escalation(
         "own-resource-quota-delete",
         "resourcequotas",
@@ -447,6 +459,7 @@ CONTROL_PLANE_NODE = "cp-0"
 PODS_POLICY = "gpu-k8s-consumer-pods-off-the-control-plane"
 TOKENS_POLICY = "gpu-k8s-consumer-short-lived-tokens"
 EGRESS_POLICY = "gpu-k8s-consumer-egress-by-the-control-plane"
+CONTROLLERS_POLICY = "gpu-k8s-consumer-controllers-by-kube-system"
 ADMISSION_ESCALATIONS: list[Escalation] = [
     # the reviewer's pod: bound by name to the control-plane node, tolerating every taint
     Escalation(
@@ -543,6 +556,37 @@ ADMISSION_ESCALATIONS: list[Escalation] = [
                             "controller": True,
                         }
                     ],
+                },
+            },
+        ),
+    ),
+    # a Job naming the team's Deployment as its controller: Kueue v0.19.2 neither suspends
+    # a job with a managed ancestor (WorkloadShouldBeSuspended: FindAncestorJobManagedBy-
+    # Kueue, a Deployment counts) nor gates its pods (a managed job's), so it would run
+    # outside the team's quota (issue 29 item 6)
+    Escalation(
+        "job-claims-a-deployment",
+        CONTROLLERS_POLICY,
+        attempt=Attempt(
+            "POST",
+            f"/apis/batch/v1/namespaces/{HOSTILE}/jobs",
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": {
+                    "name": "escape",
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "apps/v1",
+                            "kind": "Deployment",
+                            "name": "served",
+                            "uid": "0d1f5a2e-7c3b-4e8a-9f6d-2b4c6e8a1d3f",
+                            "controller": True,
+                        }
+                    ],
+                },
+                "spec": {
+                    "template": {"spec": {**_restricted_pod()["spec"], "restartPolicy": "Never"}}
                 },
             },
         ),

@@ -103,7 +103,8 @@ Kueue (kubernetes-sigs/kueue v0.19.2):
   every pod created there, a fake controller's included: a pod whose template the
   deployment webhook marked (annotation `kueue.x-k8s.io/pod-suspending-parent`) is gated;
   any other pod that no job Kueue manages owns (jobframework FindAncestorJobManagedByKueue:
-  controller references by name and uid, a Job's or JobSet's pod is theirs) gets the
+  controller references only, by name and uid, through ReplicaSets and every
+  registered integration: `_managed_ancestor`; a Job's or JobSet's pod is theirs) gets the
   namespace's `default` queue where it names none, and, naming a queue or with
   manageJobsWithoutQueueName, the label and finalizer `kueue.x-k8s.io/managed` and the
   scheduling gate `kueue.x-k8s.io/admission`. The deployment webhook (deployment_webhook.go
@@ -122,7 +123,9 @@ Kueue (kubernetes-sigs/kueue v0.19.2):
   (Succeeded, Failed) finishes its Workload (Finished; its quota freed) and loses the
   finalizer; a pod deleted loses it and its Workload goes (the garbage collector follows
   the Workload's ownerReference); a pod someone else ungated while its Workload is not
-  admitted is deleted (jobframework reconciler.go, pod_controller.go Stop); a preempted
+  admitted is deleted (jobframework reconciler.go "Running job is not admitted by a
+  cluster queue, suspending": stopJob, StopReasonNotAdmitted -> pod_controller.go Stop);
+  a preempted
   pod is deleted (Stop) and its Deployment makes another, gated again.
 - K11 Admitting a job, Kueue merges each pod set's assigned flavors' `nodeLabels` into its
   pod template's nodeSelector and their `tolerations` into its tolerations (v0.19.2
@@ -283,6 +286,24 @@ MANAGED_LABEL = "kueue.x-k8s.io/managed"
 # pod/constants SuspendedByParentAnnotation: the deployment webhook's mark on its template
 SUSPENDING_PARENT = "kueue.x-k8s.io/pod-suspending-parent"
 PRIORITY_CLASS = "kueue.x-k8s.io/priority-class"  # WorkloadPriorityClassLabel
+# K12: the owners FindAncestorJobManagedByKueue walks through, by apiVersion and kind
+# (integrationmanager.go isKnownOwner: every registered integration, enabled or not, and
+# ReplicaSet), with the path the fake serves them at and the framework that manages them
+# (ReplicaSet: none, it is only walked through); those the fake serves
+_KNOWN_OWNERS = {
+    "batch/v1": {"Job": ("/apis/batch/v1/namespaces/{ns}/jobs/", FRAMEWORKS[0])},
+    "jobset.x-k8s.io/v1alpha2": {
+        "JobSet": ("/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets/", FRAMEWORKS[1])
+    },
+    "apps/v1": {
+        kind: (f"/apis/apps/v1/namespaces/{{ns}}/{kind.lower()}s/", framework)
+        for kind, framework in (
+            ("Deployment", "deployment"),
+            ("StatefulSet", "statefulset"),
+            ("ReplicaSet", ""),
+        )
+    },
+}
 
 # Programs on the PATH of the tensorflow/tensorflow images the charm uses (D2), as far as
 # the tests care: the OS's python3, sh and rm, and the console scripts of the TensorFlow
@@ -1252,8 +1273,9 @@ class BatchControllers:
 
         In a managed namespace only (K1), with its integration enabled, and named a queue
         or, with manageJobsWithoutQueueName, any (jobframework/utils.go
-        WorkloadShouldBeSuspended, reconciler.go ReconcileGenericJob). A Job a JobSet
-        owns is that JobSet's (FindAncestorJobManagedByKueue): never one of its own.
+        WorkloadShouldBeSuspended, reconciler.go ReconcileGenericJob), and only with no
+        managed ancestor (`_managed_ancestor`): a Job its JobSet controls is that JobSet's,
+        and so is a JobSet or Job whose controller reference names any job Kueue manages.
         """
         config = self._kueue_config()
         if obj.get("kind") == "Pod":  # K12: the pod webhook labelled it managed
@@ -1269,8 +1291,8 @@ class BatchControllers:
         if not self.managed or framework not in config["integrations"]["frameworks"]:
             return False
         meta = obj.get("metadata") or {}
-        if any(r.get("kind") == "JobSet" for r in meta.get("ownerReferences") or []):
-            return False
+        if self._managed_ancestor(obj) is not False:
+            return False  # not a top-level job (or its owner is missing: an error upstream)
         return QUEUE in (meta.get("labels") or {}) or bool(
             config.get("manageJobsWithoutQueueName")
         )
@@ -1333,8 +1355,9 @@ class BatchControllers:
         A pod ended or being deleted has its finalizer removed (its Workload is finished,
         `_pending`); a Workload whose pod is gone goes too (the garbage collector follows
         its ownerReference); a pod someone else ungated while its Workload is not admitted
-        is stopped: deleted (jobframework reconciler.go "job is not suspended but its
-        workload is not admitted" -> pod_controller.go Stop).
+        is stopped: deleted (jobframework reconciler.go "Running job is not admitted by a
+        cluster queue, suspending": stopJob with StopReasonNotAdmitted -> pod_controller.go
+        Stop).
         """
         if POD_FRAMEWORK not in self._frameworks():
             return []
@@ -1381,10 +1404,20 @@ class BatchControllers:
         return enabled
 
     def _suspends(self, obj: dict) -> bool:
-        """K12: jobframework WorkloadShouldBeSuspended for a Deployment or a plain pod."""
+        """K12: jobframework WorkloadShouldBeSuspended for a Deployment or a plain pod.
+
+        Never for one with a managed ancestor (utils.go: FindAncestorJobManagedByKueue
+        first); a missing owner is an error upstream, which refuses the create: here it
+        is suspended.
+        """
         labels = (obj.get("metadata") or {}).get("labels") or {}
-        return self.managed and (
-            bool(labels.get(QUEUE)) or bool(self._kueue_config().get("manageJobsWithoutQueueName"))
+        return (
+            self.managed
+            and self._managed_ancestor(obj) is not True
+            and (
+                bool(labels.get(QUEUE))
+                or bool(self._kueue_config().get("manageJobsWithoutQueueName"))
+            )
         )
 
     def _queue_default(self, labels: dict) -> None:
@@ -1408,11 +1441,14 @@ class BatchControllers:
 
         In a managed namespace, the Deployment's queue (defaulted to `default` where that
         LocalQueue exists), the managed label and the suspending-parent annotation go into
-        the pod template, and its WorkloadPriorityClass label too. On create and on every
-        update of the Deployment (verbs create;update; `_webhooks_on_update`), never
-        between: a Deployment written before the integration was on keeps its template
-        unmarked until its next update, and its pods are not gated (`_managed_ancestor`:
-        with manageJobsWithoutQueueName its Deployment counts as managed).
+        the pod template, and its WorkloadPriorityClass label too, when
+        WorkloadShouldBeSuspended (`_suspends`): not for a Deployment whose controller
+        reference leads to a job Kueue manages, whose pods then run ungated. On create and
+        on every update of the Deployment (verbs create;update; `_webhooks_on_update`),
+        never between: a Deployment written before the integration was on keeps its
+        template unmarked until its next update, and its pods are not gated
+        (`_managed_ancestor`: with manageJobsWithoutQueueName its Deployment counts as
+        managed).
         """
         if not self.managed:
             return
@@ -1469,35 +1505,50 @@ class BatchControllers:
             message = 'admission webhook "vdeployment.kb.io" denied the request: '
             raise ApiError(403, "Forbidden", message + aggregate(errors))
 
-    def _managed_ancestor(self, pod: dict) -> bool:
-        """K12: jobframework FindAncestorJobManagedByKueue found a job above the pod.
+    def _managed_ancestor(self, obj: dict) -> bool | None:
+        """K12: jobframework FindAncestorJobManagedByKueue found a job above `obj`.
 
-        Its controller reference names an object of an enabled integration that Kueue
-        manages (a Job or JobSet here: `_manages`), which exists with that uid; a
-        ReplicaSet is walked through to its Deployment (integrationmanager.go
-        isKnownOwner). A reference of any other kind (DaemonSet, StatefulSet with its
-        integration off, ReplicationController, CronJob's Job's pod: the Job) stops the
-        walk. Upstream calls "same-namespace ownership spoofing ... out of scope": a pod
-        naming one of the team's own admitted Jobs as controller is not gated (the control
-        plane's policy gpu-k8s-consumer-pods-by-their-controllers refuses such a pod).
+        The walk follows controller references only (metav1.GetControllerOf: a reference
+        without `controller: true` is never followed) while the owner's kind is known
+        (integrationmanager.go isKnownOwner: any REGISTERED integration, enabled or not,
+        so a StatefulSet with its integration off too, and ReplicaSet, the interim owner
+        from a pod to its Deployment), getting each owner by name in the namespace (a
+        uid other than the reference's stops the walk). An owner counts as managed when
+        its integration is enabled and it names a queue or manageJobsWithoutQueueName is
+        on; the walk goes on past an owner that does not. A reference of any other kind
+        (DaemonSet, ReplicationController, CronJob) stops it: False. A known owner that
+        does not exist is an error upstream (ErrWorkloadOwnerNotFound): None. Upstream
+        calls same-namespace ownership spoofing out of scope: the control plane's policies
+        refuse a team's object naming a controller (gpu-k8s-consumer-pods-off-the-control-
+        plane for pods, gpu-k8s-consumer-controllers-by-kube-system for Deployments,
+        ReplicaSets, StatefulSets, DaemonSets, ReplicationControllers, Jobs and JobSets,
+        gpu-k8s-jobset-children-only-by-jobset for Jobs too).
         """
-        owner = next(
-            (r for r in (pod["metadata"].get("ownerReferences") or []) if r.get("controller")),
-            None,
-        )
-        paths = {
-            "Job": f"/apis/batch/v1/namespaces/{self.ns}/jobs/",
-            "JobSet": f"{JOBSET}/namespaces/{self.ns}/jobsets/",
-            "Deployment": f"/apis/apps/v1/namespaces/{self.ns}/deployments/",
-        }
-        if owner is None or owner.get("kind") not in paths:
-            return False
-        found = self.api.get_object(paths[owner["kind"]] + owner.get("name", ""))
-        if found is None or found["metadata"]["uid"] != owner.get("uid"):
-            return False
-        if owner["kind"] == "Deployment":
-            return "deployment" in self._frameworks() and self._suspends(found)
-        return self._manages(found) or self._managed_ancestor(found)
+        config = self._kueue_config()
+        frameworks = self._frameworks()
+        seen: set[str] = set()
+        while obj["metadata"].get("uid") not in seen:
+            seen.add(obj["metadata"].get("uid"))
+            owner = next(
+                (r for r in obj["metadata"].get("ownerReferences") or [] if r.get("controller")),
+                None,
+            )
+            known = _KNOWN_OWNERS.get((owner or {}).get("apiVersion", ""), {})
+            if owner is None or owner.get("kind") not in known:
+                return False
+            path, framework = known[owner["kind"]]
+            found = self.api.get_object(path.format(ns=self.ns) + owner.get("name", ""))
+            if found is None:
+                return None
+            if found["metadata"]["uid"] != owner.get("uid"):
+                return False  # a stale or mismatched reference stops the walk
+            labels = found["metadata"].get("labels") or {}
+            if framework in frameworks and (
+                bool(labels.get(QUEUE)) or bool(config.get("manageJobsWithoutQueueName"))
+            ):
+                return True
+            obj = found
+        return None  # ErrCyclicOwnership
 
     def _pod_webhook(self, pod: dict) -> None:
         """K12: pod_webhook.go Default on a pod created in this namespace.

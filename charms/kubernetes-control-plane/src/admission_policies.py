@@ -210,7 +210,8 @@ Policy '<policy>' with binding '<binding>' denied request: <message>`.
   such pod of this bundle; CONTROLLERS_PREFIX). (2) An update may remove a pod's
   scheduling gates (ValidatePodUpdate lets schedulingGates only shrink), and Kueue
   deletes a pod someone else ungated only once it sees it (jobframework reconciler.go
-  "job is not suspended but its workload is not admitted", pod_controller.go Stop): its
+  "Running job is not admitted by a cluster queue, suspending": stopJob with
+  StopReasonNotAdmitted, pod_controller.go Stop): its
   gate `kueue.x-k8s.io/admission` (KUEUE_GATE) is removed by Kueue's ServiceAccount only
   (KUEUE_CONTROLLER). A gated pod cannot be bound past the gate either: kube-apiserver
   refuses a pods/binding of a pod with scheduling gates ("has non-empty
@@ -262,12 +263,39 @@ Policy '<policy>' with binding '<binding>' denied request: <message>`.
   when Kueue resumed their JobSet: jobset v0.12.0 jobset_controller.go resumeJob).
   Kueue v0.19.2 validates no change of `suspend` (jobframework/validation.go
   ValidateJobOnUpdate) and suspends again a job someone else
-  started only once it sees it (reconciler.go "job is not suspended but its workload is
-  not admitted"); meanwhile the Job controller makes its pods, which Kueue's pod
+  started only once it sees it (reconciler.go "Running job is not admitted by a cluster
+  queue, suspending"); meanwhile the Job controller makes its pods, which Kueue's pod
   integration never gates (they are a managed job's), so a team holding jobs or jobsets
   patch (tensorflow's grant does) ran GPUs past every quota (issue 29 item 6). Kueue's
   job webhooks suspend every job of a managed namespace on create (kueue.configure), so
   a create needs no rule. The tensorflow charm never writes `suspend`.
+
+- CONSUMER_CONTROLLERS (`gpu-k8s-consumer-controllers-by-kube-system`): in the same
+  namespaces, no Deployment, ReplicaSet, StatefulSet, DaemonSet, ReplicationController,
+  batch Job or JobSet is created with a controller ownerReference, nor updated to add or
+  change one, but by kube-system's ServiceAccounts (CONTROLLERS_PREFIX: kube-controller-
+  manager's controllers, each with its own account because kubeadm runs it with
+  --use-service-account-credentials=true, cmd/kubeadm/app/phases/controlplane/
+  manifests.go getControllerManagerCommand; the deployment controller, as
+  `deployment-controller` (cmd/kube-controller-manager/app/apps.go
+  ClientOrDie("deployment-controller")), makes each ReplicaSet with a controller
+  reference to its Deployment, the garbage collector removes references) or, for a
+  JobSet's Jobs, the JobSet controller (JOBSET_CONTROLLER). Kueue v0.19.2 decides
+  whether a workload is a queued job's by its controller reference alone
+  (jobframework reconciler.go FindAncestorJobManagedByKueue follows
+  metav1.GetControllerOf, by name and uid, through every REGISTERED
+  integration, enabled or not, and ReplicaSets: integrationmanager.go isKnownOwner; a
+  reference without `controller: true` is never followed). Its webhooks neither
+  suspend a job nor mark a Deployment's template for the pod webhook once such an
+  ancestor is found (jobframework/utils.go WorkloadShouldBeSuspended;
+  deployment_webhook.go Default), and the pod webhook gates no pod with a managed
+  ancestor (pod_webhook.go Default). So a team holding deployments create (tensorflow's
+  grant does) that named its own held Job as the Deployment's controller had the
+  ReplicaSet controller make ungated GPU pods outside its quota; a JobSet naming the
+  team's running JobSet, or a ReplicaSet or StatefulSet naming a Job, the same. The
+  charm's own objects carry ownerReferences without `controller` (tensorflow's
+  training.py and oneshot.py), which pass. Pods are CONSUMER_PODS', and Jobs naming a
+  JobSet or a Job are also JOBSET_CHILDREN's.
 
 Not fenced here (say so when touching it): Calico's IPAM objects (blocks may be borrowed
 across nodes, so they cannot be keyed on one node), calico-node's writes of BGPPeers,
@@ -370,6 +398,16 @@ CONSUMER_PODS = "gpu-k8s-consumer-pods-off-the-control-plane"
 CONSUMER_TOKENS = "gpu-k8s-consumer-short-lived-tokens"
 CONSUMER_EGRESS = "gpu-k8s-consumer-egress-by-the-control-plane"
 CONSUMER_JOBS = "gpu-k8s-consumer-jobs-started-by-kueue"
+CONSUMER_CONTROLLERS = "gpu-k8s-consumer-controllers-by-kube-system"
+# What CONSUMER_CONTROLLERS fences: (apiGroup, version, resources) of every kind a consumer
+# may be granted that Kueue v0.19.2 walks through or manages (isKnownOwner) or whose
+# controller makes pods (DaemonSets, ReplicationControllers: kube-controller-manager's)
+CONTROLLED_KINDS = (
+    ("apps", "v1", ("deployments", "replicasets", "statefulsets", "daemonsets")),
+    ("", "v1", ("replicationcontrollers",)),
+    ("batch", "v1", ("jobs",)),
+    ("jobset.x-k8s.io", "v1alpha2", ("jobsets",)),  # the one JobSet v0.12.0 serves
+)
 # kubeadm taints each control-plane node `node-role.kubernetes.io/control-plane:NoSchedule`
 # (cmd/kubeadm/app/constants ControlPlaneTaint); `.../master` is the key it used before
 # 1.25, which a node of an older cluster may still carry.
@@ -1010,6 +1048,49 @@ def consumer_jobs_policy() -> dict[str, Any]:
     )
 
 
+def consumer_controllers_policy() -> dict[str, Any]:
+    """The policy that leaves naming a controller in a consumer's namespace to its controller."""
+    refs = "{0}.metadata.ownerReferences.filter(r, has(r.controller) && r.controller)"
+    jobset = _username(JOBSET_CONTROLLER)
+    return _consumer_policy(
+        CONSUMER_CONTROLLERS,
+        [
+            {
+                "apiGroups": [group],
+                "apiVersions": [version],
+                "operations": ["CREATE", "UPDATE"],
+                "resources": list(resources),
+            }
+            for group, version, resources in CONTROLLED_KINDS
+        ],
+        {
+            "variables": [
+                {
+                    "name": "controllers",
+                    "expression": f"has(object.metadata.ownerReferences) ? {refs.format('object')}"
+                    " : []",
+                },
+                {
+                    "name": "oldControllers",
+                    "expression": "request.operation == 'UPDATE' &&"
+                    f" has(oldObject.metadata.ownerReferences) ? {refs.format('oldObject')} : []",
+                },
+            ],
+            "validations": [
+                _deny(
+                    "variables.controllers.all(r, r in variables.oldControllers) ||"
+                    f" request.userInfo.username.startsWith('{CONTROLLERS_PREFIX}') ||"
+                    f" (request.resource.resource == 'jobs' && request.userInfo.username =="
+                    f" '{jobset}')",
+                    "an object in a consumer's namespace names a controller only when"
+                    " kube-controller-manager makes it (or JobSet, a JobSet's Jobs): Kueue"
+                    " neither suspends nor gates what it takes for a queued job's",
+                )
+            ],
+        },
+    )
+
+
 def consumer_egress_policy() -> dict[str, Any]:
     """The policy that leaves a consumer's egress to the control plane (CONSUMER_EGRESS)."""
     policy = _consumer_policy(
@@ -1058,12 +1139,13 @@ def consumer_egress_policy() -> dict[str, Any]:
 
 
 def consumer_policies() -> list[dict[str, Any]]:
-    """CONSUMER_PODS, _TOKENS, _EGRESS and _JOBS (`manifests` adds the bindings)."""
+    """CONSUMER_PODS, _TOKENS, _EGRESS, _JOBS and _CONTROLLERS (`manifests` adds the bindings)."""
     return [
         consumer_pods_policy(),
         consumer_tokens_policy(),
         consumer_egress_policy(),
         consumer_jobs_policy(),
+        consumer_controllers_policy(),
     ]
 
 

@@ -160,8 +160,12 @@ def configure(text: str, settings: batch_engines.Settings) -> str:
     # makes one Workload per pod, admitted within the team's quota, which ungates it
     # (pod_controller.go Run); whatever made the pod: a bare pod, a ReplicaSet's, a
     # StatefulSet's, a DaemonSet's, a ReplicationController's (jobframework
-    # FindAncestorJobManagedByKueue stops at an owner no enabled integration manages;
-    # a CronJob's Jobs are batch Jobs, queued as such). The deployment integration
+    # FindAncestorJobManagedByKueue follows controller references through ReplicaSets and
+    # every registered integration, enabled or not, a StatefulSet too, and stops at any
+    # other owner, a DaemonSet or ReplicationController: integrationmanager.go
+    # isKnownOwner; it finds no managed job above these pods because no team object may
+    # name a controller: admission_policies CONSUMER_CONTROLLERS; a CronJob's Jobs are
+    # batch Jobs, queued as such). The deployment integration
     # (which enables pod, ImplicitlyEnabledFrameworkNames) copies a Deployment's queue
     # and priority labels into its pod template on create and update
     # (deployment_webhook.go Default), so each of its pods is queued as the Deployment

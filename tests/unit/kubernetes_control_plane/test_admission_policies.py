@@ -27,6 +27,7 @@ def test_the_leader_applies_the_policies_before_the_daemonsets_they_fence(api, c
     assert names == [
         "gpu-k8s-calico-cni-plugin",
         "gpu-k8s-calico-node-settings",
+        "gpu-k8s-consumer-controllers-by-kube-system",
         "gpu-k8s-consumer-egress-by-the-control-plane",
         "gpu-k8s-consumer-jobs-started-by-kueue",
         "gpu-k8s-consumer-pods-off-the-control-plane",

@@ -454,6 +454,18 @@ def _deployment(name: str, gpus: int, replicas: int, labels: dict | None = None)
     }
 
 
+def _training_queue(api) -> dict[str, str]:
+    """The team's LocalQueue `training` in its ClusterQueue (as the charm's queues.py makes it).
+
+    Returns the labels naming it.
+    """
+    local_queue = {"spec": {"clusterQueue": f"team-{NS}"}}
+    api.put_object(
+        f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{NS}/localqueues/training", local_queue
+    )
+    return {"kueue.x-k8s.io/queue-name": "training"}
+
+
 def test_a_teams_bare_gpu_pod_is_gated_and_never_runs_outside_kueue(api):
     """Issue 29 item 6: a team's bare pod asking for 4 GPUs was scheduled at once.
 
@@ -490,12 +502,8 @@ def test_a_teams_gpu_deployment_runs_only_within_its_quota(api, controller):
     gated, for quota. One naming no queue is gated for good.
     """
     add_nodes(api, node("node-a", 4), node("cpu-0"))
-    local_queue = {"spec": {"clusterQueue": f"team-{NS}"}}  # the charm's (queues.py)
-    api.put_object(
-        f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{NS}/localqueues/training", local_queue
-    )
+    queue = _training_queue(api)
     deployments = f"/apis/apps/v1/namespaces/{NS}/deployments"
-    queue = {"kueue.x-k8s.io/queue-name": "training"}
     status, body = _post(api, deployments, _deployment("miner", 4, 2, queue), TOKEN)
     assert status == 201, body
     status, body = _post(api, deployments, _deployment("unqueued", 1, 1), TOKEN)
@@ -632,8 +640,8 @@ def test_a_team_may_not_start_its_own_queued_job(api, controller):
 
     Kueue v0.19.2 validates no suspend change (jobframework/validation.go
     ValidateJobOnUpdate), and it suspends again a job unsuspended without admission only
-    once it sees it (reconciler.go "job is not suspended but its workload is not
-    admitted"): meanwhile the Job controller made its GPU pods, which no gate holds (a
+    once it sees it (reconciler.go "Running job is not admitted by a cluster queue,
+    suspending"): meanwhile the Job controller made its GPU pods, which no gate holds (a
     managed Job's pods are the Job's), past every quota. The control plane's policy
     gpu-k8s-consumer-jobs-started-by-kueue refuses the team's token the change.
     """
@@ -648,3 +656,142 @@ def test_a_team_may_not_start_its_own_queued_job(api, controller):
     controller.tick()
     assert api.get_object(f"{JOBS}/held")["spec"]["suspend"] is True
     assert _pods(api, "held") == []
+
+
+_CONTROLLERS_POLICY = "gpu-k8s-consumer-controllers-by-kube-system"
+
+
+def _controlled_by(obj: dict, owner: dict) -> dict:
+    """`obj` naming `owner` (a stored object) as its controller, as a team could write it."""
+    ref = {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "controller": True}
+    ref.update(name=owner["metadata"]["name"], uid=owner["metadata"]["uid"])
+    obj["metadata"]["ownerReferences"] = [ref]
+    return obj
+
+
+def _refused(api, controllers, status: int, body: dict, namespace: str = NS) -> None:
+    """The write was refused by the controllers policy; had it not been, what ran ungated."""
+    if status != 403:
+        for _ in range(2):
+            controllers.tick()
+        ran = [
+            p["metadata"]["name"]
+            for p in api.objects(f"/api/v1/namespaces/{namespace}/pods/")
+            if p["spec"].get("nodeName") and "nvidia.com/gpu" in json.dumps(p["spec"])
+        ]
+        raise AssertionError(f"accepted ({status}); GPU pods running past Kueue: {ran}")
+    assert f"'{_CONTROLLERS_POLICY}'" in body["message"], body
+    assert "names a controller only when kube-controller-manager makes it" in body["message"]
+
+
+def _jobset_manifest(name: str, gpus: int, labels: dict | None = None) -> dict:
+    job = {"parallelism": 1, "completions": 1, "template": {"spec": _pod_spec(gpus)}}
+    template = {"spec": job}
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {
+            "network": {"enableDNSHostnames": True, "subdomain": name},
+            "replicatedJobs": [{"name": "w", "template": template}],
+        },
+    }
+
+
+def test_a_teams_deployment_may_not_name_its_held_job_as_controller(api, controller):
+    """Issue 29 item 6 review blocker: a Deployment claiming a held Job ran GPUs ungated.
+
+    Kueue v0.19.2's deployment webhook marks the template only when
+    WorkloadShouldBeSuspended, which is false once FindAncestorJobManagedByKueue finds a
+    managed ancestor by the controller reference (jobframework/utils.go); the pod webhook
+    then leaves the pods alone (a managed job's). gpu-k8s-consumer-controllers-by-kube-
+    system refuses the team's token such a Deployment, on create and on a patch adding
+    the reference.
+    """
+    add_nodes(api, node("node-a", 4), node("cpu-0"))
+    held = _team_creates_job(api, "held", gpus=4)  # no queue: held for good
+    deployments = f"/apis/apps/v1/namespaces/{NS}/deployments"
+    claim = _controlled_by(_deployment("claim", 4, 1), held)
+    status, body = _post(api, deployments, claim, TOKEN)
+    _refused(api, controller, status, body)
+    status, body = _post(api, deployments, _deployment("later", 4, 0), TOKEN)
+    assert status == 201, body
+    # and unmarks its template: Kueue's webhook does not mark it again on this update
+    unmarked = {"annotations": {"kueue.x-k8s.io/pod-suspending-parent": None}}
+    unmarked["labels"] = {MANAGED: None}
+    patch = _controlled_by({"metadata": {}}, held)
+    patch["spec"] = {"replicas": 1, "template": {"metadata": unmarked}}
+    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/merge-patch+json"}
+    status, _, raw, *_ = api.handle(
+        "PATCH", f"{deployments}/later", headers, json.dumps(patch).encode()
+    )
+    _refused(api, controller, status, json.loads(raw))
+    # a reference without `controller` is never walked (metav1.GetControllerOf): allowed
+    patch["metadata"]["ownerReferences"][0].pop("controller")
+    status, _, raw, *_ = api.handle(
+        "PATCH", f"{deployments}/later", headers, json.dumps(patch).encode()
+    )
+    assert status == 200, raw
+    for _ in range(2):
+        controller.tick()
+    [later] = [
+        p
+        for p in api.objects(f"/api/v1/namespaces/{NS}/pods/")
+        if p["metadata"]["labels"].get("app") == "later"
+    ]
+    assert later["spec"]["schedulingGates"] == [GATE] and not later["spec"].get("nodeName")
+
+
+def test_a_teams_jobset_may_not_name_its_running_jobset_as_controller(api, controller):
+    """Issue 29 item 6 review blocker: a JobSet claiming the team's running JobSet.
+
+    Kueue's JobSet webhook does not suspend a JobSet with a managed ancestor
+    (WorkloadShouldBeSuspended), its reconciler gives it no Workload of its own (not a
+    top-level job) and its Jobs' pods are never gated: its GPUs ran outside the quota.
+    """
+    add_nodes(api, node("node-a", 4), node("cpu-0"))
+    queue = _training_queue(api)
+    jobsets = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{NS}/jobsets"
+    status, running = _post(api, jobsets, _jobset_manifest("small", 0, queue), TOKEN)
+    assert status == 201, running
+    for _ in range(2):
+        controller.tick()
+    assert api.get_object(f"{jobsets}/small")["spec"]["suspend"] is False  # admitted
+    claim = _controlled_by(_jobset_manifest("claim", 4), running)
+    status, body = _post(api, jobsets, claim, TOKEN)
+    _refused(api, controller, status, body)
+
+
+@pytest.mark.parametrize("kind", ["ReplicaSet", "StatefulSet"])
+def test_a_consumers_replicaset_or_statefulset_may_not_name_its_job_as_controller(api, kind):
+    """Issue 29 item 6 review blocker: any consumer granted replicasets/statefulsets create.
+
+    Kueue walks from a pod through a ReplicaSet, and through a StatefulSet although its
+    integration is off (isKnownOwner: any registered integration), up to the consumer's
+    Job: the pods their controllers make are a managed job's, never gated.
+    """
+    add_nodes(api, node("node-a", 4), node("cpu-0"))
+    plural = f"{kind.lower()}s"
+    rules = [
+        {"api-groups": ["apps"], "resources": [plural], "verbs": ["create"]},
+        {"api-groups": ["batch"], "resources": ["jobs"], "verbs": ["create"]},
+    ]
+    miner = _miner(api, rules)
+    job = _team_creates_job(api, "cover", namespace="miner", token="miner-token")
+    template = {"metadata": {"labels": {"app": "gpus"}}, "spec": _pod_spec(4, restart="Always")}
+    spec = {"selector": {"matchLabels": {"app": "gpus"}}, "template": template}
+    if kind == "StatefulSet":
+        spec["serviceName"] = "gpus"
+    obj = {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": "gpus"}, "spec": spec}
+    status, made = _post(
+        api, f"/apis/apps/v1/namespaces/miner/{plural}", _controlled_by(obj, job), "miner-token"
+    )
+    if status != 403:  # its controller (kube-controller-manager's account) makes its pod
+        account = {"ReplicaSet": "replicaset-controller"}.get(kind, "statefulset-controller")
+        token = f"{account}-token"
+        api.add_token(token, f"system:serviceaccount:kube-system:{account}", ("system:masters",))
+        pod = {"apiVersion": "v1", "kind": "Pod", "spec": template["spec"]}
+        pod["metadata"] = {"name": "gpus-0", "labels": {"app": "gpus"}}
+        created = _post(api, "/api/v1/namespaces/miner/pods", _controlled_by(pod, made), token)
+        assert created[0] == 201, created
+    _refused(api, miner, status, made, namespace="miner")

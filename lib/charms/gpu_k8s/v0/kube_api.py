@@ -67,7 +67,7 @@ from charms.gpu_k8s.v0.databag import Databag, Endpoint, explain, write
 
 LIBID = "26b1d42dbc2949cb8a83e29b11759d4f"
 LIBAPI = 0
-LIBPATCH = 23
+LIBPATCH = 24
 
 logger = logging.getLogger(__name__)
 
@@ -239,6 +239,17 @@ _OWN_NAMESPACE_WRITES = {
     # namespace (efs-storage's claims' users, the control plane's), past Kueue's accounting.
     ("", "pods/ephemeralcontainers"): (
         "pods/ephemeralcontainers (an ephemeral container joins a running pod, unaccounted)"
+    ),
+    # An in-place resize changes a running pod's cpu and memory (kubernetes.io/docs/tasks/
+    # configure-pod-container/resize-container-resources, "Resize CPU and Memory Resources
+    # assigned to Containers": cpu and memory only, through the pods/resize subresource
+    # since 1.32, on by default since 1.33). Kueue v0.19.2 admitted the pod's requests as
+    # created and does not admit them again on a resize (kubernetes-sigs/kueue#5257, open:
+    # "a potential way to bypass Kueue quota"), so a resize grows an admitted pod past
+    # what its team's quota gave.
+    ("", "pods/resize"): (
+        "pods/resize (an in-place resize grows an admitted pod's cpu and memory past what"
+        " Kueue admitted)"
     ),
     # The namespace's ResourceQuota and LimitRange bound what the team may use
     # (kubernetes.io/docs/concepts/policy/resource-quotas): the operator's, not the team's.
