@@ -189,8 +189,11 @@ Job controller and kubelet (kubernetes.io/docs/concepts/workloads/controllers/jo
   index <i>" (kubernetes pkg/controller/job/pod_failure_policy.go).
 - B4 A Job completes when its successPolicy's indexes succeeded (`succeededIndexes`), or
   every index did.
-- B6 A NonIndexed Job (one completion, the purge and import Jobs) gets a pod whenever it
-  has none running; it completes when one succeeded and fails (BackoffLimitExceeded)
+- B6 A NonIndexed Job (the purge and import Jobs: one completion) runs min(parallelism
+  (default 1), completions - succeeded) pods at once, parallelism without completions
+  (kubernetes pkg/controller/job/job_controller.go manageJob, wantActive; excess pods
+  after a lower parallelism are not deleted here); it completes when `completions` (or,
+  without, one) succeeded and fails (BackoffLimitExceeded)
   once more than `backoffLimit` (default 6) failed, or at once when a podFailurePolicy
   rule says FailJob (Ignore: not counted).
 - B7 A Job's status is what kube-controller-manager 1.36 writes (pkg/controller/job/
@@ -2459,9 +2462,11 @@ class BatchControllers:
         return created
 
     def _non_indexed(self, job: dict, pods: list[dict]) -> int:
-        """B6: a NonIndexed Job of one completion; returns the pods it created (0 or 1)."""
+        """B6: a NonIndexed Job; returns the pods it created."""
         phases = [(p.get("status") or {}).get("phase") for p in pods]
-        if "Succeeded" in phases:
+        completions = job["spec"].get("completions")
+        succeeded = phases.count("Succeeded")
+        if succeeded and (completions is None or succeeded >= completions):
             self._end_job(job, pods, "Complete", "CompletionsReached", COMPLETIONS_REACHED)
             return 0
         actions = [self._policy_action(job, p) for p in pods if _phase(p) == "Failed"]
@@ -2474,9 +2479,11 @@ class BatchControllers:
             self._end_job(job, pods, "Failed", "BackoffLimitExceeded", message)
             return 0
         self._retry(pods)
-        if any(p not in ("Succeeded", "Failed") for p in phases):
-            return 0
-        return int(self._create_pod(job, None))
+        active = sum(p not in ("Succeeded", "Failed") for p in phases)
+        want = job["spec"].get("parallelism", 1)  # manageJob's wantActive
+        if completions is not None:
+            want = min(want, completions - succeeded)
+        return sum(int(self._create_pod(job, None)) for _ in range(want - active))
 
     def _retry(self, pods: list[dict]) -> None:
         """The scheduler binds a Pending pod once a node can take it."""
