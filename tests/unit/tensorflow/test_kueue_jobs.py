@@ -883,3 +883,31 @@ def test_kueue_resizes_a_running_job_and_a_team_its_suspended_one(api, controlle
     assert status == 200, body
     status, body = _patch_job(api, "grow", {"suspend": True, "parallelism": 4})
     assert status == 200, body
+
+
+def test_a_team_may_not_grow_its_running_jobset(api, controller):
+    """JobSet v0.12.0's own webhook keeps replicatedJobs immutable (ValidateUpdate).
+
+    So the control plane needs no policy for a JobSet: the team's grant (jobsets patch)
+    cannot grow replicas or parallelism of its running JobSet (ElasticJobSet, which
+    would allow it, is alpha and off).
+    """
+    add_nodes(api, node("node-a", 4), node("cpu-0"))
+    jobsets = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{NS}/jobsets"
+    status, body = _post(api, jobsets, _jobset_manifest("gang", 1, _training_queue(api)), TOKEN)
+    assert status == 201, body
+    for _ in range(2):
+        controller.tick()
+    assert api.get_object(f"{jobsets}/gang")["spec"]["suspend"] is False
+    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/merge-patch+json"}
+    for grow in ({"replicas": 4}, {"parallelism": 4, "completions": 4}):
+        replicated = api.get_object(f"{jobsets}/gang")["spec"]["replicatedJobs"]
+        target = replicated[0] if "replicas" in grow else replicated[0]["template"]["spec"]
+        target.update(grow)
+        patch = json.dumps({"spec": {"replicatedJobs": replicated}}).encode()
+        status, _, answer, *_ = api.handle("PATCH", f"{jobsets}/gang", headers, patch)
+        assert status == 422, answer
+        message = json.loads(answer)["message"]
+        assert message.startswith('admission webhook "vjobset.kb.io" denied the request: ')
+        assert "spec.replicatedJobs: Invalid value: " in message
+        assert message.endswith(": field is immutable")
