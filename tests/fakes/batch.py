@@ -172,6 +172,10 @@ JobSet (kubernetes-sigs/jobset v0.12.0, pkg/controllers/jobset_controller.go):
 - J6 A resumed JobSet's suspended child Jobs get its replicated Jobs' nodeSelector and
   tolerations merged into their pod templates before they are unsuspended (resumeJob;
   Kueue's K11 changed them while the JobSet was suspended).
+- J7 JobSet's webhook refuses an update changing `replicatedJobs` (replicas, parallelism,
+  completions: a team cannot grow a running JobSet), but for its pod templates' labels,
+  annotations, nodeSelector, tolerations and scheduling gates while it is suspended
+  (`_jobset_webhook_on_update`).
 
 Job controller and kubelet (kubernetes.io/docs/concepts/workloads/controllers/job/):
 - B1 An Indexed, unsuspended, unfinished Job gets one pod per missing index (`per_tick` at
@@ -189,8 +193,11 @@ Job controller and kubelet (kubernetes.io/docs/concepts/workloads/controllers/jo
   index <i>" (kubernetes pkg/controller/job/pod_failure_policy.go).
 - B4 A Job completes when its successPolicy's indexes succeeded (`succeededIndexes`), or
   every index did.
-- B6 A NonIndexed Job (one completion, the purge and import Jobs) gets a pod whenever it
-  has none running; it completes when one succeeded and fails (BackoffLimitExceeded)
+- B6 A NonIndexed Job (the purge and import Jobs: one completion) runs min(parallelism
+  (default 1), completions - succeeded) pods at once, parallelism without completions
+  (kubernetes pkg/controller/job/job_controller.go manageJob, wantActive; excess pods
+  after a lower parallelism are not deleted here); it completes when `completions` (or,
+  without, one) succeeded and fails (BackoffLimitExceeded)
   once more than `backoffLimit` (default 6) failed, or at once when a podFailurePolicy
   rule says FailJob (Ignore: not counted).
 - B7 A Job's status is what kube-controller-manager 1.36 writes (pkg/controller/job/
@@ -1464,7 +1471,52 @@ class BatchControllers:
             if labels.get(key):
                 template_labels[key] = labels[key]
 
-    def _webhooks_on_update(self, deployment: dict, old: dict) -> None:
+    def _webhooks_on_update(self, obj: dict, old: dict) -> None:
+        """The JobSet webhook's (J7) and Kueue's deployment webhook's (K12) update checks."""
+        if obj.get("kind") == "JobSet" and (obj.get("metadata") or {}).get("namespace") == self.ns:
+            self._jobset_webhook_on_update(obj, old)
+        self._deployment_webhook_on_update(obj, old)
+
+    @staticmethod
+    def _jobset_webhook_on_update(js: dict, old: dict) -> None:
+        """J7: jobset v0.12.0 jobset_webhook.go ValidateUpdate (webhook vjobset.kb.io).
+
+        `replicatedJobs` is immutable (ValidateImmutableField), replicas, parallelism and
+        completions included (their elastic exception needs the ElasticJobSet gate, alpha
+        and off); while the stored or the new JobSet is suspended, its pod templates'
+        labels, annotations, nodeSelector, tolerations and schedulingGates may change (for
+        Kueue). Refused with 422, `spec.replicatedJobs: Invalid value: ...: field is
+        immutable` (the value here the JSON sent, upstream Go's whole struct).
+        """
+        new_jobs = json_copy(js["spec"].get("replicatedJobs") or [])
+        old_jobs = {rj.get("name"): rj for rj in old["spec"].get("replicatedJobs") or []}
+        if old["spec"].get("suspend") or js["spec"].get("suspend"):
+            for rj in new_jobs:
+                if rj.get("name") not in old_jobs:
+                    continue
+                pod = rj.setdefault("template", {}).setdefault("spec", {})
+                pod = pod.setdefault("template", {})
+                was = (old_jobs[rj["name"]].get("template") or {}).get("spec") or {}
+                was = was.get("template") or {}
+                for part, keys in (
+                    ("metadata", ("labels", "annotations")),
+                    ("spec", ("nodeSelector", "tolerations", "schedulingGates")),
+                ):
+                    mine, theirs = pod.setdefault(part, {}), was.get(part) or {}
+                    for key in keys:
+                        mine.pop(key, None)
+                        if key in theirs:
+                            mine[key] = theirs[key]
+                    if not mine and part not in was:
+                        del pod[part]
+        if new_jobs != (old["spec"].get("replicatedJobs") or []):
+            value = js["spec"].get("replicatedJobs")
+            error = FieldError("Invalid value", "spec.replicatedJobs", value, "field is immutable")
+            refused = invalid(js["apiVersion"], "JobSet", js["metadata"]["name"], [error])
+            message = f'admission webhook "vjobset.kb.io" denied the request: {refused.message}'
+            raise ApiError(422, "Invalid", message, refused.details)
+
+    def _deployment_webhook_on_update(self, deployment: dict, old: dict) -> None:
         """K12: deployment_webhook.go Default then ValidateUpdate on a Deployment's update.
 
         Default marks the template as on create. ValidateUpdate refuses a change of the
@@ -2459,9 +2511,11 @@ class BatchControllers:
         return created
 
     def _non_indexed(self, job: dict, pods: list[dict]) -> int:
-        """B6: a NonIndexed Job of one completion; returns the pods it created (0 or 1)."""
+        """B6: a NonIndexed Job; returns the pods it created."""
         phases = [(p.get("status") or {}).get("phase") for p in pods]
-        if "Succeeded" in phases:
+        completions = job["spec"].get("completions")
+        succeeded = phases.count("Succeeded")
+        if succeeded and (completions is None or succeeded >= completions):
             self._end_job(job, pods, "Complete", "CompletionsReached", COMPLETIONS_REACHED)
             return 0
         actions = [self._policy_action(job, p) for p in pods if _phase(p) == "Failed"]
@@ -2474,9 +2528,11 @@ class BatchControllers:
             self._end_job(job, pods, "Failed", "BackoffLimitExceeded", message)
             return 0
         self._retry(pods)
-        if any(p not in ("Succeeded", "Failed") for p in phases):
-            return 0
-        return int(self._create_pod(job, None))
+        active = sum(p not in ("Succeeded", "Failed") for p in phases)
+        want = job["spec"].get("parallelism", 1)  # manageJob's wantActive
+        if completions is not None:
+            want = min(want, completions - succeeded)
+        return sum(int(self._create_pod(job, None)) for _ in range(want - active))
 
     def _retry(self, pods: list[dict]) -> None:
         """The scheduler binds a Pending pod once a node can take it."""

@@ -269,6 +269,22 @@ Policy '<policy>' with binding '<binding>' denied request: <message>`.
   patch (tensorflow's grant does) ran GPUs past every quota (issue 29 item 6). Kueue's
   job webhooks suspend every job of a managed namespace on create (kueue.configure), so
   a create needs no rule. The tensorflow charm never writes `suspend`.
+  Nor does a batch Job there change its `parallelism` or `completions` while unsuspended
+  but by those two: Kueue v0.19.2 refuses such a change only with partial admission
+  (job_webhook.go validatePartialAdmissionUpdate) and stops the Job only once its
+  reconciler finds no Workload matching it (reconciler.go ensureOneWorkload, "No
+  matching Workload; restoring pod templates according to existent Workload"), while
+  the Job controller at once runs min(parallelism, completions - succeeded) pods
+  (kubernetes job_controller.go manageJob): a team grew its admitted 1-GPU Job to 4
+  GPUs (review29e gap 2). Kueue itself writes `parallelism` (and `completions` with
+  parallelism synced) as it starts or stops a partially admitted Job
+  (job_controller.go RunWithPodSetsInfo, RestorePodSetsInfo); the JobSet controller
+  writes its child Jobs' only for an elastic JobSet (jobset v0.12.0 jobset_controller.go
+  syncJobScaling, feature gate ElasticJobSet, alpha and off, not turned on here). A
+  JobSet needs no such rule: JobSet's webhook keeps `replicatedJobs` (replicas,
+  parallelism, completions) immutable (jobset v0.12.0 pkg/webhooks/jobset_webhook.go
+  ValidateUpdate, ValidateImmutableField; the elastic exception only with ElasticJobSet).
+  An elastic Kueue Job (annotation kueue.x-k8s.io/elastic-job) is refused the same.
 
 - CONSUMER_CONTROLLERS (`gpu-k8s-consumer-controllers-by-kube-system`): in the same
   namespaces, no Deployment, ReplicaSet, StatefulSet, DaemonSet, ReplicationController,
@@ -1016,9 +1032,16 @@ def consumer_tokens_policy() -> dict[str, Any]:
 
 
 def consumer_jobs_policy() -> dict[str, Any]:
-    """The policy that leaves starting a consumer's suspended Job or JobSet to Kueue."""
+    """The policy that leaves starting or growing a consumer's Job or JobSet to Kueue."""
     suspended = "(has({0}.spec.suspend) && {0}.spec.suspend)"
     starters = [_username(KUEUE_CONTROLLER), _username(JOBSET_CONTROLLER)]
+    # a Job's pod counts; -1 for an absent one (kube-apiserver defaults parallelism to 1,
+    # and completions stays unset for a work-queue Job: pkg/apis/batch/v1 defaults.go)
+    count = "(has({0}.spec.{1}) ? {0}.spec.{1} : -1)"
+    unchanged = " && ".join(
+        f"{count.format('object', f)} == {count.format('oldObject', f)}"
+        for f in ("parallelism", "completions")
+    )
     return _consumer_policy(
         CONSUMER_JOBS,
         [
@@ -1042,7 +1065,14 @@ def consumer_jobs_policy() -> dict[str, Any]:
                     f" request.userInfo.username in {starters}",
                     "only Kueue starts a job in a consumer's namespace (it unsuspends it once"
                     " admitted within the team's quota)",
-                )
+                ),
+                _deny(
+                    f"request.resource.resource != 'jobs' || {suspended.format('object')} ||"
+                    f" ({unchanged}) || request.userInfo.username in {starters}",
+                    "only Kueue changes a running job's parallelism or completions in a"
+                    " consumer's namespace (it admitted the job's pods as they were; suspend"
+                    " the job to resize it and Kueue admits it again)",
+                ),
             ]
         },
     )

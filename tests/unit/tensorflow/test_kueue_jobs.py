@@ -34,11 +34,12 @@ def _team_creates_job(
     token: str = TOKEN,
     gpus: int = 0,
     pods: int = 1,
+    spec: dict | None = None,
 ) -> dict:
     """A plain batch Job, POSTed with the team's own token (its kube-api grant).
 
     `pods` > 1: an Indexed Job of that many pods at once; `gpus` per pod, tolerating the
-    GPU nodes' taint as the charm's pods do.
+    GPU nodes' taint as the charm's pods do; `spec`: more of the Job's spec.
     """
     many = {"completionMode": "Indexed", "completions": pods, "parallelism": pods}
     job = {
@@ -47,6 +48,7 @@ def _team_creates_job(
         "metadata": {"name": name, "labels": labels or {}},
         "spec": {
             **(many if pods > 1 else {}),
+            **(spec or {}),
             "template": {"metadata": {"labels": {"app": name}}, "spec": _pod_spec(gpus, cpu)},
         },
     }
@@ -795,3 +797,117 @@ def test_a_consumers_replicaset_or_statefulset_may_not_name_its_job_as_controlle
         created = _post(api, "/api/v1/namespaces/miner/pods", _controlled_by(pod, made), token)
         assert created[0] == 201, created
     _refused(api, miner, status, made, namespace="miner")
+
+
+_JOBS_POLICY = "gpu-k8s-consumer-jobs-started-by-kueue"
+
+
+def _patch_job(api, name: str, spec: dict, token: str = TOKEN) -> tuple[int, dict]:
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/merge-patch+json"}
+    body = json.dumps({"spec": spec}).encode()
+    status, _, answer, *_ = api.handle("PATCH", f"{JOBS}/{name}", headers, body)
+    return status, json.loads(answer)
+
+
+def _gpu_pods_running(api, job: str) -> list[str]:
+    return [p["metadata"]["name"] for p in _pods(api, job) if p["spec"].get("nodeName")]
+
+
+@pytest.mark.parametrize(
+    ("spec", "change"),
+    [
+        ({"completions": 4, "parallelism": 1}, {"parallelism": 4}),  # NonIndexed
+        # an Indexed Job's completions change with parallelism (kube-apiserver
+        # ValidateJobSpecUpdate: elastic Indexed Jobs); a NonIndexed one's are immutable
+        (
+            {"completionMode": "Indexed", "completions": 1, "parallelism": 1},
+            {"completions": 4, "parallelism": 4},
+        ),
+    ],
+    ids=["parallelism", "indexed-completions"],
+)
+def test_a_team_may_not_grow_its_admitted_running_job(api, controller, spec, change):
+    """Issue 29 item 6 (review29e gap 2): the team's grant (jobs patch) grew its running Job.
+
+    Kueue v0.19.2 validates no parallelism or completions change of a running Job but with
+    partial admission (job_webhook.go validatePartialAdmissionUpdate) and stops the Job
+    only once its reconciler sees that the Workload no longer matches (reconciler.go
+    ensureOneWorkload, "No matching Workload; restoring pod templates according to
+    existent Workload"); meanwhile the Job controller makes min(parallelism, completions -
+    succeeded) pods (job_controller.go manageJob). A Job admitted for one 1-GPU pod at a
+    time, patched to 4, ran 4 GPUs on a 1-GPU admission.
+    """
+    add_nodes(api, node("node-a", 4), node("cpu-0"))
+    _team_creates_job(api, "grow", _training_queue(api), gpus=1, spec=spec)
+    controller.tick()
+    assert api.get_object(f"{JOBS}/grow")["spec"]["suspend"] is False
+    assert len(_gpu_pods_running(api, "grow")) == 1
+    status, body = _patch_job(api, "grow", change)
+    if status != 403:
+        for _ in range(2):
+            controller.tick()
+        ran = _gpu_pods_running(api, "grow")
+        raise AssertionError(f"{change} accepted ({status}); GPU pods running: {ran}")
+    assert f"'{_JOBS_POLICY}'" in body["message"], body
+    assert "only Kueue changes a running job's parallelism or completions" in body["message"]
+    controller.tick()
+    assert len(_gpu_pods_running(api, "grow")) == 1
+
+
+def test_kueue_resizes_a_running_job_and_a_team_its_suspended_one(api, controller):
+    """Kueue still sets a running Job's parallelism; a team resizes a Job it suspends.
+
+    Kueue writes a partially admitted Job's parallelism (job_controller.go
+    RunWithPodSetsInfo, RestorePodSetsInfo), here with Kueue's ServiceAccount bound to
+    `patch` on jobs (its manager-role has it: kueue v0.19.2 config/components/rbac/
+    role.yaml). A team may resize a Job it suspends in the same write: Kueue then admits
+    it again as it is.
+    """
+    kueue = "system:serviceaccount:kueue-system:kueue-controller-manager"
+    role = {"rules": [{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["patch"]}]}
+    api.put_object("/apis/rbac.authorization.k8s.io/v1/clusterroles/kueue-jobs", role)
+    binding = {
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole"},
+        "subjects": [{"kind": "ServiceAccount", "name": kueue.split(":")[-1]}],
+    }
+    binding["roleRef"]["name"] = "kueue-jobs"
+    binding["subjects"][0]["namespace"] = "kueue-system"
+    api.put_object("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/kueue-jobs", binding)
+    api.add_token("kueue-token", kueue, ("system:serviceaccounts",))
+    add_nodes(api, node("node-a", 4), node("cpu-0"))
+    spec = {"completions": 4, "parallelism": 2}
+    _team_creates_job(api, "grow", _training_queue(api), gpus=1, spec=spec)
+    controller.tick()
+    assert api.get_object(f"{JOBS}/grow")["spec"]["suspend"] is False
+    status, body = _patch_job(api, "grow", {"parallelism": 1}, token="kueue-token")
+    assert status == 200, body
+    status, body = _patch_job(api, "grow", {"suspend": True, "parallelism": 4})
+    assert status == 200, body
+
+
+def test_a_team_may_not_grow_its_running_jobset(api, controller):
+    """JobSet v0.12.0's own webhook keeps replicatedJobs immutable (ValidateUpdate).
+
+    So the control plane needs no policy for a JobSet: the team's grant (jobsets patch)
+    cannot grow replicas or parallelism of its running JobSet (ElasticJobSet, which
+    would allow it, is alpha and off).
+    """
+    add_nodes(api, node("node-a", 4), node("cpu-0"))
+    jobsets = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{NS}/jobsets"
+    status, body = _post(api, jobsets, _jobset_manifest("gang", 1, _training_queue(api)), TOKEN)
+    assert status == 201, body
+    for _ in range(2):
+        controller.tick()
+    assert api.get_object(f"{jobsets}/gang")["spec"]["suspend"] is False
+    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/merge-patch+json"}
+    for grow in ({"replicas": 4}, {"parallelism": 4, "completions": 4}):
+        replicated = api.get_object(f"{jobsets}/gang")["spec"]["replicatedJobs"]
+        target = replicated[0] if "replicas" in grow else replicated[0]["template"]["spec"]
+        target.update(grow)
+        patch = json.dumps({"spec": {"replicatedJobs": replicated}}).encode()
+        status, _, answer, *_ = api.handle("PATCH", f"{jobsets}/gang", headers, patch)
+        assert status == 422, answer
+        message = json.loads(answer)["message"]
+        assert message.startswith('admission webhook "vjobset.kb.io" denied the request: ')
+        assert "spec.replicatedJobs: Invalid value: " in message
+        assert message.endswith(": field is immutable")
