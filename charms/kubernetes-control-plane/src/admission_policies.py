@@ -296,6 +296,37 @@ Policy '<policy>' with binding '<binding>' denied request: <message>`.
   charm's own objects carry ownerReferences without `controller` (tensorflow's
   training.py and oneshot.py), which pass. Pods are CONSUMER_PODS', and Jobs naming a
   JobSet or a Job are also JOBSET_CHILDREN's.
+- CONSUMER_TERMINATING (`gpu-k8s-consumer-terminating-pods-bounded`): in the same
+  namespaces, no pod is created, and no Job, JobSet (each replicatedJobs[*] Job's pod
+  template), Deployment, ReplicaSet, StatefulSet, DaemonSet or ReplicationController is
+  created or updated with a pod template, whose terminationGracePeriodSeconds exceeds
+  GRACE_CAP_SECONDS; and no Job, nor a JobSet's Job template, is created or updated to
+  replace a pod before the old one is gone (podReplacementPolicy other than `Failed`).
+  A terminating pod keeps its GPUs until its containers end, at worst its grace period,
+  while Kueue v0.19.2 counts a job's pods as running only while the Job has active ones
+  (pkg/controller/jobs/job/job_controller.go IsActive: Status.Active != 0; terminating
+  pods are not active), and frees a preempted job's quota once they are no longer active
+  (KEP-83: "While Pods terminate, a ClusterQueue's quota could be oversubscribed"). So a
+  team's Job whose pods ignore SIGTERM with a one-year grace period, and the team
+  deleting its own pod (tensorflow's grant holds pods delete), had the Job controller
+  make a replacement at once under the default podReplacementPolicy
+  `TerminatingOrFailed` (batch/v1 JobSpec: "recreate pods when they are terminating"),
+  holding N GPUs on a one-GPU admission for a year; and every preempted pod held its GPUs
+  for its grace period after its quota went to another team. `Failed` waits until the
+  old pod's phase is Failed or Succeeded; JobPodReplacementPolicy is GA (on in 1.36).
+  kube-apiserver defaults the field on a Job (pkg/apis/batch/v1/defaults.go
+  SetDefaults_Job: `Failed` with a podFailurePolicy, where it is the only allowed value,
+  else `TerminatingOrFailed`), which the JobSet webhook does not do for its templates
+  (jobset v0.12.0 pkg/webhooks/jobset_webhook.go Default); the JobSet controller copies
+  a replicatedJob's Job spec whole into each child Job (jobset_controller.go constructJob:
+  `Spec: *rjob.Template.Spec.DeepCopy()`), so a template with a podFailurePolicy and no
+  podReplacementPolicy passes as its Jobs will have `Failed`. A pod's grace period cannot
+  be raised after its create (pkg/apis/core/validation ValidatePodUpdate: immutable but
+  from a negative value to 1), so a pod UPDATE needs no rule; an unset one is 30 (core/v1
+  PodSpec). A template or Job stored before this policy that breaks it may still be
+  updated as long as the update does not add a new breach (Kueue suspends and resumes
+  such jobs). The remaining window in which a cohort may be oversubscribed by a
+  terminating pod is GRACE_CAP_SECONDS.
 
 Not fenced here (say so when touching it): Calico's IPAM objects (blocks may be borrowed
 across nodes, so they cannot be keyed on one node), calico-node's writes of BGPPeers,
@@ -399,6 +430,22 @@ CONSUMER_TOKENS = "gpu-k8s-consumer-short-lived-tokens"
 CONSUMER_EGRESS = "gpu-k8s-consumer-egress-by-the-control-plane"
 CONSUMER_JOBS = "gpu-k8s-consumer-jobs-started-by-kueue"
 CONSUMER_CONTROLLERS = "gpu-k8s-consumer-controllers-by-kube-system"
+CONSUMER_TERMINATING = "gpu-k8s-consumer-terminating-pods-bounded"
+# The longest terminationGracePeriodSeconds of a pod in a consumer's namespace: the longest
+# a pod Kueue no longer counts (preempted, or replaced) may keep its GPUs. The charms' own
+# pods need at most 60 s (tensorflow's training pods: literals.GRACE_SECONDS, the chief's
+# checkpoint save on a drain; its serving, TensorBoard and one-shot pods and efs-storage's
+# Jobs set none: 30 s); twice that leaves a team's own program room for a slower save
+# while bounding how long a cohort may be oversubscribed by a terminating pod.
+GRACE_CAP_SECONDS = 120
+# The kinds whose pod template CONSUMER_TERMINATING checks: (apiGroup, version, resources)
+# and where their pod specs are (a JobSet's: spec.replicatedJobs[*].template.spec.template)
+TEMPLATED_KINDS = (
+    ("apps", "v1", ("deployments", "replicasets", "statefulsets", "daemonsets")),
+    ("", "v1", ("replicationcontrollers",)),
+    ("batch", "v1", ("jobs",)),
+    ("jobset.x-k8s.io", "v1alpha2", ("jobsets",)),  # the one JobSet v0.12.0 serves
+)
 # What CONSUMER_CONTROLLERS fences: (apiGroup, version, resources) of every kind a consumer
 # may be granted that Kueue v0.19.2 walks through or manages (isKnownOwner) or whose
 # controller makes pods (DaemonSets, ReplicationControllers: kube-controller-manager's)
@@ -1091,6 +1138,89 @@ def consumer_controllers_policy() -> dict[str, Any]:
     )
 
 
+def _pod_specs(obj: str) -> str:
+    """CEL: the pod specs of `obj` (a pod or a TEMPLATED_KINDS object), [] where it has none."""
+    jobset = (
+        f"has({obj}.spec.replicatedJobs) ? {obj}.spec.replicatedJobs.filter(r,"
+        " has(r.template.spec) && has(r.template.spec.template.spec))"
+        ".map(r, r.template.spec.template.spec) : []"
+    )
+    templated = (
+        f"has({obj}.spec.template) && has({obj}.spec.template.spec) ?"
+        f" [{obj}.spec.template.spec] : []"
+    )
+    return (
+        f"request.resource.resource == 'pods' ? [{obj}.spec] :"
+        f" request.resource.resource == 'jobsets' ? ({jobset}) : ({templated})"
+    )
+
+
+def _job_specs(obj: str) -> str:
+    """CEL: the Job specs of `obj` (a Job, or a JobSet's Job templates), [] for other kinds."""
+    return (
+        f"request.resource.resource == 'jobs' ? [{obj}.spec] :"
+        f" request.resource.resource == 'jobsets' && has({obj}.spec.replicatedJobs) ?"
+        f" {obj}.spec.replicatedJobs.filter(r, has(r.template.spec))"
+        ".map(r, r.template.spec) : []"
+    )
+
+
+def consumer_terminating_policy() -> dict[str, Any]:
+    """The policy that bounds how long a consumer's terminating pod holds what Kueue freed."""
+    grace = "(has(s.terminationGracePeriodSeconds) ? s.terminationGracePeriodSeconds : 0)"
+    # `Failed` set, or left out with a podFailurePolicy (SetDefaults_Job: then `Failed`)
+    waits = (
+        "(has(j.podReplacementPolicy) ? j.podReplacementPolicy == 'Failed' :"
+        " has(j.podFailurePolicy))"
+    )
+    update = "request.operation == 'UPDATE'"
+    pods = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"]}
+    return _consumer_policy(
+        CONSUMER_TERMINATING,
+        [
+            {**pods, "resources": ["pods"]},
+            *(
+                {
+                    "apiGroups": [group],
+                    "apiVersions": [version],
+                    "operations": ["CREATE", "UPDATE"],
+                    "resources": list(resources),
+                }
+                for group, version, resources in TEMPLATED_KINDS
+            ),
+        ],
+        {
+            "variables": [
+                {"name": "graces", "expression": f"({_pod_specs('object')}).map(s, {grace})"},
+                {
+                    "name": "oldGraces",
+                    "expression": f"{update} ? ({_pod_specs('oldObject')}).map(s, {grace}) : []",
+                },
+                {"name": "waits", "expression": f"({_job_specs('object')}).all(j, {waits})"},
+                {
+                    "name": "oldWaits",
+                    "expression": f"!({update}) || ({_job_specs('oldObject')}).all(j, {waits})",
+                },
+            ],
+            "validations": [
+                _deny(
+                    f"variables.graces.all(g, g <= {GRACE_CAP_SECONDS} ||"
+                    " g in variables.oldGraces)",
+                    "a pod in a consumer's namespace may have a terminationGracePeriodSeconds"
+                    f" of at most {GRACE_CAP_SECONDS} s: a terminating pod keeps its GPUs"
+                    " after Kueue counts them free (preempted or replaced)",
+                ),
+                _deny(
+                    "variables.waits || !variables.oldWaits",
+                    "a Job in a consumer's namespace (and each Job of a JobSet) must have"
+                    " podReplacementPolicy Failed (or a podFailurePolicy): a pod replaced"
+                    " while it terminates keeps its GPUs outside Kueue's quota",
+                ),
+            ],
+        },
+    )
+
+
 def consumer_egress_policy() -> dict[str, Any]:
     """The policy that leaves a consumer's egress to the control plane (CONSUMER_EGRESS)."""
     policy = _consumer_policy(
@@ -1139,13 +1269,14 @@ def consumer_egress_policy() -> dict[str, Any]:
 
 
 def consumer_policies() -> list[dict[str, Any]]:
-    """CONSUMER_PODS, _TOKENS, _EGRESS, _JOBS and _CONTROLLERS (`manifests` adds the bindings)."""
+    """CONSUMER_PODS, _TOKENS, _EGRESS, _JOBS, _CONTROLLERS, _TERMINATING (no bindings)."""
     return [
         consumer_pods_policy(),
         consumer_tokens_policy(),
         consumer_egress_policy(),
         consumer_jobs_policy(),
         consumer_controllers_policy(),
+        consumer_terminating_policy(),
     ]
 
 
