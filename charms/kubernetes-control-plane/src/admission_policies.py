@@ -305,8 +305,10 @@ Policy '<policy>' with binding '<binding>' denied request: <message>`.
   A terminating pod keeps its GPUs until its containers end, at worst its grace period,
   while Kueue v0.19.2 counts a job's pods as running only while the Job has active ones
   (pkg/controller/jobs/job/job_controller.go IsActive: Status.Active != 0; terminating
-  pods are not active), and frees a preempted job's quota once they are no longer active
-  (KEP-83: "While Pods terminate, a ClusterQueue's quota could be oversubscribed"). So a
+  pods are not active), and clears an evicted job's quota reservation once it is no
+  longer active (jobframework/reconciler.go "The job is no longer active, clear the
+  workloads admission"; keps/83-workload-preemption: "While Pods are terminating, a
+  ClusterQueue's quota could be oversubscribed"). So a
   team's Job whose pods ignore SIGTERM with a one-year grace period, and the team
   deleting its own pod (tensorflow's grant holds pods delete), had the Job controller
   make a replacement at once under the default podReplacementPolicy

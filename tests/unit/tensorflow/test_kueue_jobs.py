@@ -824,7 +824,7 @@ def test_a_teams_pods_may_not_outlast_kueues_quota_by_a_long_grace_period(api):
 
     A terminating pod keeps its GPUs for its grace period while Kueue v0.19.2 counts only
     active pods (a preempted Job's quota is freed once no pod is active: KEP-83 "While
-    Pods terminate, a ClusterQueue's quota could be oversubscribed"). The team's pods,
+    Pods are terminating, a ClusterQueue's quota could be oversubscribed"). The team's pods,
     bare or through any workload's template, may ask for at most 120 s.
     """
     spec = {**_pod_spec(4), "terminationGracePeriodSeconds": _YEAR}
@@ -892,3 +892,21 @@ def test_a_teams_job_replaces_a_pod_only_once_it_is_gone(api):
     assert status == 201, body
     status, body = _post(api, jobsets, _jobset_manifest("wait", 1), TOKEN)
     assert status == 201, body
+
+
+@pytest.mark.parametrize("kind", ["ReplicaSet", "StatefulSet", "DaemonSet"])
+def test_no_workload_kind_of_a_consumer_gives_its_pods_a_long_grace_period(api, kind):
+    """Every other kind whose controller makes a consumer's pods: the same 120 s cap.
+
+    (ReplicationControllers too, by the same rule: the fake API server serves none.)
+    """
+    plural = f"{kind.lower()}s"
+    _miner(api, [{"api-groups": ["apps"], "resources": [plural], "verbs": ["create"]}])
+    spec = {**_pod_spec(4, restart="Always"), "terminationGracePeriodSeconds": _YEAR}
+    template = {"metadata": {"labels": {"app": "gpus"}}, "spec": spec}
+    body = {"selector": {"matchLabels": {"app": "gpus"}}, "template": template}
+    if kind == "StatefulSet":
+        body["serviceName"] = "gpus"
+    obj = {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": "gpus"}, "spec": body}
+    status, answer = _post(api, f"/apis/apps/v1/namespaces/miner/{plural}", obj, "miner-token")
+    _refused_by_terminating(status, answer, "at most 120 s")
