@@ -1055,6 +1055,54 @@ def test_a_deletecollection_is_admitted_item_by_item(kube_api):
     assert left == ["b-kept"]
 
 
+def test_a_pods_delete_is_admitted_with_the_grace_period_the_store_gives_it(kube_api):
+    """`request.options` of a pod's DELETE: the DeleteOptions once BeforeDelete set them.
+
+    k8s.io/apiserver registry/generic/registry/store.go Delete runs BeforeDelete (the pod
+    strategy's CheckGracefulDelete: the request's gracePeriodSeconds, else the pod's; 0
+    for a pod not bound) before deleteValidation with the same options, which plugin/cel
+    condition.go CreateAdmissionRequest puts into `request.options`.
+    """
+    spec = {
+        "failurePolicy": "Fail",
+        "matchConstraints": {
+            "resourceRules": [
+                {
+                    "apiGroups": [""],
+                    "apiVersions": ["v1"],
+                    "operations": ["DELETE"],
+                    "resources": ["pods"],
+                }
+            ]
+        },
+        "validations": [
+            {
+                "expression": "request.options.gracePeriodSeconds != 45",
+                "message": "45",
+                "reason": "Forbidden",
+            }
+        ],
+    }
+    _store_policy(kube_api, "grace", spec)
+    kube_api.put_object("/api/v1/namespaces/team", {"metadata": {"name": "team"}})
+    pods = "/api/v1/namespaces/team/pods"
+    for name, grace, bound, query, body, expected in (
+        ("own", 45, True, "", None, 403),  # the pod's own
+        ("asked", 45, True, "", {"gracePeriodSeconds": 10}, 200),
+        ("unbound", 45, False, "", None, 200),  # 0: never ran
+        ("query", 10, True, "?gracePeriodSeconds=45", None, 403),
+    ):
+        pod_spec = {
+            "terminationGracePeriodSeconds": grace,
+            "containers": [{"name": "c", "image": "x"}],
+        }
+        if bound:
+            pod_spec["nodeName"] = "n"
+        kube_api.put_object(f"{pods}/{name}", {"metadata": {"name": name}, "spec": pod_spec})
+        status, answer = call(kube_api, ADMIN_TOKEN, "DELETE", f"{pods}/{name}{query}", body)
+        assert status == expected, (name, answer)
+
+
 # --- NVIDIA's MIG manager deletes only the validator pods on its own node ---------------------
 
 

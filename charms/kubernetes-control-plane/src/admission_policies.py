@@ -325,10 +325,16 @@ Policy '<policy>' with binding '<binding>' denied request: <message>`.
   podReplacementPolicy passes as its Jobs will have `Failed`. A pod's grace period cannot
   be raised after its create (pkg/apis/core/validation ValidatePodUpdate: immutable but
   from a negative value to 1), so a pod UPDATE needs no rule; an unset one is 30 (core/v1
-  PodSpec). A template or Job stored before this policy that breaks it may still be
-  updated as long as the update does not add a new breach (Kueue suspends and resumes
-  such jobs). The remaining window in which a cohort may be oversubscribed by a
-  terminating pod is GRACE_CAP_SECONDS.
+  PodSpec). Nor is such a pod deleted, or evicted, with a longer grace period: a
+  DeleteOptions' gracePeriodSeconds overrides the pod's (pkg/registry/core/pod/
+  strategy.go CheckGracefulDelete) and the store sets it before admission sees it
+  (k8s.io/apiserver registry/store.go Delete: BeforeDelete, then deleteValidation; the
+  options are `request.options`, cel/condition.go CreateAdmissionRequest), so a plain
+  delete asks the pod's own, and a pod stored before this policy with a longer one of
+  its own may still be deleted at that. A template or Job stored before this policy that
+  breaks it may still be updated as long as the update does not add a new breach (Kueue
+  suspends and resumes such jobs). The remaining window in which a cohort may be
+  oversubscribed by a terminating pod is GRACE_CAP_SECONDS.
 
 Not fenced here (say so when touching it): Calico's IPAM objects (blocks may be borrowed
 across nodes, so they cannot be keyed on one node), calico-node's writes of BGPPeers,
@@ -1176,11 +1182,25 @@ def consumer_terminating_policy() -> dict[str, Any]:
         " has(j.podFailurePolicy))"
     )
     update = "request.operation == 'UPDATE'"
-    pods = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"]}
+    # a DELETE's DeleteOptions (request.options: CreateAdmissionRequest) or an Eviction's
+    delete = "request.operation == 'DELETE'"
+    evict = "request.kind.kind == 'Eviction'"
+    asked = (
+        f"{delete} ? (has(request.options.gracePeriodSeconds) ?"
+        " request.options.gracePeriodSeconds : 0) :"
+        f" {evict} && has(object.deleteOptions) && has(object.deleteOptions.gracePeriodSeconds)"
+        " ? object.deleteOptions.gracePeriodSeconds : 0"
+    )
+    own = (
+        f"{delete} && has(oldObject.spec.terminationGracePeriodSeconds) &&"
+        " variables.asked <= oldObject.spec.terminationGracePeriodSeconds"
+    )
+    pods = {"apiGroups": [""], "apiVersions": ["v1"]}
     return _consumer_policy(
         CONSUMER_TERMINATING,
         [
-            {**pods, "resources": ["pods"]},
+            {**pods, "operations": ["CREATE", "DELETE"], "resources": ["pods"]},
+            {**pods, "operations": ["CREATE"], "resources": ["pods/eviction"]},
             *(
                 {
                     "apiGroups": [group],
@@ -1193,7 +1213,12 @@ def consumer_terminating_policy() -> dict[str, Any]:
         ],
         {
             "variables": [
-                {"name": "graces", "expression": f"({_pod_specs('object')}).map(s, {grace})"},
+                {
+                    "name": "graces",
+                    "expression": f"{delete} || {evict} ? [] :"
+                    f" ({_pod_specs('object')}).map(s, {grace})",
+                },
+                {"name": "asked", "expression": asked},
                 {
                     "name": "oldGraces",
                     "expression": f"{update} ? ({_pod_specs('oldObject')}).map(s, {grace}) : []",
@@ -1211,6 +1236,16 @@ def consumer_terminating_policy() -> dict[str, Any]:
                     "a pod in a consumer's namespace may have a terminationGracePeriodSeconds"
                     f" of at most {GRACE_CAP_SECONDS} s: a terminating pod keeps its GPUs"
                     " after Kueue counts them free (preempted or replaced)",
+                ),
+                # DeleteOptions.gracePeriodSeconds overrides the pod's (pod strategy.go
+                # CheckGracefulDelete) and kubelet waits that long; the store sets it before
+                # admission (store.go Delete: BeforeDelete, then deleteValidation), so a
+                # pod stored before this policy with a longer one of its own may still go.
+                _deny(
+                    f"variables.asked <= {GRACE_CAP_SECONDS} || ({own})",
+                    "a pod in a consumer's namespace may be deleted or evicted with a grace"
+                    f" period of at most {GRACE_CAP_SECONDS} s: a terminating pod keeps its"
+                    " GPUs after Kueue counts them free",
                 ),
                 _deny(
                     "variables.waits || !variables.oldWaits",

@@ -910,3 +910,52 @@ def test_no_workload_kind_of_a_consumer_gives_its_pods_a_long_grace_period(api, 
     obj = {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": "gpus"}, "spec": body}
     status, answer = _post(api, f"/apis/apps/v1/namespaces/miner/{plural}", obj, "miner-token")
     _refused_by_terminating(status, answer, "at most 120 s")
+
+
+def test_a_team_may_not_delete_its_pod_with_a_long_grace_period(api, controller):
+    """A DeleteOptions' gracePeriodSeconds overrides the pod's own (CheckGracefulDelete).
+
+    The team's grant holds pods delete: deleting its admitted pod with a one-year grace
+    period left the pod holding its GPUs for a year once Kueue freed its quota (evicted,
+    the Job has no active pod). Refused past 120 s, in the body or the query; a plain
+    delete (the pod's own grace period) goes.
+    """
+    add_nodes(api, node("node-a", 4), node("cpu-0"))
+    _team_creates_job(api, "runs", _training_queue(api), gpus=1)
+    for _ in range(2):
+        controller.tick()
+    [pod] = _pods(api, "runs")
+    assert pod["spec"].get("nodeName"), pod
+    path = f"/api/v1/namespaces/{NS}/pods/{pod['metadata']['name']}"
+    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    options = json.dumps(
+        {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": _YEAR}
+    )
+    status, _, raw, *_ = api.handle("DELETE", path, headers, options.encode())
+    _refused_by_terminating(status, json.loads(raw), "deleted or evicted with a grace period")
+    status, _, raw, *_ = api.handle("DELETE", f"{path}?gracePeriodSeconds={_YEAR}", headers, b"")
+    _refused_by_terminating(status, json.loads(raw), "at most 120 s")
+    status, _, raw, *_ = api.handle("DELETE", path, headers, b"")
+    assert status == 200, raw
+
+
+def test_a_consumer_may_not_evict_its_pod_with_a_long_grace_period(api):
+    """An Eviction's deleteOptions the same (eviction.go deletes with them)."""
+    _miner(
+        api,
+        [
+            {"api-groups": [""], "resources": ["pods"], "verbs": ["create"]},
+            {"api-groups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
+        ],
+    )
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": _pod_spec(0)}
+    status, body = _post(api, "/api/v1/namespaces/miner/pods", pod, "miner-token")
+    assert status == 201, body
+    eviction = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": "p", "namespace": "miner"},
+        "deleteOptions": {"gracePeriodSeconds": _YEAR},
+    }
+    status, body = _post(api, "/api/v1/namespaces/miner/pods/p/eviction", eviction, "miner-token")
+    _refused_by_terminating(status, body, "deleted or evicted with a grace period")
