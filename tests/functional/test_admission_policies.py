@@ -876,41 +876,32 @@ def _keep_policy(kube_api) -> None:
     Func validates a delete with (object nil, oldObject the stored object), and a
     deletecollection item with the request's empty name (handlers/delete.go).
     """
-    spec = {
-        "failurePolicy": "Fail",
-        "matchConstraints": {
-            "resourceRules": [
-                {
-                    "apiGroups": [""],
-                    "apiVersions": ["v1"],
-                    "operations": ["DELETE"],
-                    "resources": ["configmaps"],
-                }
-            ]
+    spec = _on_delete(
+        "configmaps",
+        {"expression": "object == null", "message": "object is set", "reason": "Invalid"},
+        {
+            "expression": "oldObject.data.keep != 'yes'",
+            "message": "this ConfigMap is kept",
+            "reason": "Forbidden",
         },
-        "validations": [
-            {"expression": "object == null", "message": "object is set", "reason": "Invalid"},
-            {
-                "expression": "oldObject.data.keep != 'yes'",
-                "message": "this ConfigMap is kept",
-                "reason": "Forbidden",
-            },
-        ],
-    }
-    vap = "/apis/admissionregistration.k8s.io/v1"
-    policy = {"metadata": {"name": KEEP}, "spec": spec}
-    binding = {
-        "metadata": {"name": KEEP},
-        "spec": {"policyName": KEEP, "validationActions": ["Deny"]},
-    }
-    kube_api.put_object(f"{vap}/validatingadmissionpolicies/{KEEP}", policy)
-    kube_api.put_object(f"{vap}/validatingadmissionpolicybindings/{KEEP}", binding)
+    )
+    _store_policy(kube_api, KEEP, spec)
     kube_api.put_object("/api/v1/namespaces/team", {"metadata": {"name": "team"}})
     for name, keep in (("a-gone", "no"), ("b-kept", "yes"), ("c-gone", "no")):
         kube_api.put_object(
             f"{CONFIGMAPS}/{name}",
             {"metadata": {"name": name, "namespace": "team"}, "data": {"keep": keep}},
         )
+
+
+def _on_delete(resource: str, *validations: dict) -> dict:
+    """A failing-closed policy's spec: `validations` on a DELETE of core/v1 `resource`."""
+    rule = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["DELETE"]}
+    return {
+        "failurePolicy": "Fail",
+        "matchConstraints": {"resourceRules": [{**rule, "resources": [resource]}]},
+        "validations": list(validations),
+    }
 
 
 def _store_policy(kube_api, name: str, spec: dict) -> None:
@@ -1063,26 +1054,8 @@ def test_a_pods_delete_is_admitted_with_the_grace_period_the_store_gives_it(kube
     for a pod not bound) before deleteValidation with the same options, which plugin/cel
     condition.go CreateAdmissionRequest puts into `request.options`.
     """
-    spec = {
-        "failurePolicy": "Fail",
-        "matchConstraints": {
-            "resourceRules": [
-                {
-                    "apiGroups": [""],
-                    "apiVersions": ["v1"],
-                    "operations": ["DELETE"],
-                    "resources": ["pods"],
-                }
-            ]
-        },
-        "validations": [
-            {
-                "expression": "request.options.gracePeriodSeconds != 45",
-                "message": "45",
-                "reason": "Forbidden",
-            }
-        ],
-    }
+    grace = "request.options.gracePeriodSeconds != 45"
+    spec = _on_delete("pods", {"expression": grace, "message": "45", "reason": "Forbidden"})
     _store_policy(kube_api, "grace", spec)
     kube_api.put_object("/api/v1/namespaces/team", {"metadata": {"name": "team"}})
     pods = "/api/v1/namespaces/team/pods"

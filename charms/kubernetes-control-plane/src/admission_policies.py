@@ -446,14 +446,6 @@ CONSUMER_TERMINATING = "gpu-k8s-consumer-terminating-pods-bounded"
 # Jobs set none: 30 s); twice that leaves a team's own program room for a slower save
 # while bounding how long a cohort may be oversubscribed by a terminating pod.
 GRACE_CAP_SECONDS = 120
-# The kinds whose pod template CONSUMER_TERMINATING checks: (apiGroup, version, resources)
-# and where their pod specs are (a JobSet's: spec.replicatedJobs[*].template.spec.template)
-TEMPLATED_KINDS = (
-    ("apps", "v1", ("deployments", "replicasets", "statefulsets", "daemonsets")),
-    ("", "v1", ("replicationcontrollers",)),
-    ("batch", "v1", ("jobs",)),
-    ("jobset.x-k8s.io", "v1alpha2", ("jobsets",)),  # the one JobSet v0.12.0 serves
-)
 # What CONSUMER_CONTROLLERS fences: (apiGroup, version, resources) of every kind a consumer
 # may be granted that Kueue v0.19.2 walks through or manages (isKnownOwner) or whose
 # controller makes pods (DaemonSets, ReplicationControllers: kube-controller-manager's)
@@ -463,6 +455,9 @@ CONTROLLED_KINDS = (
     ("batch", "v1", ("jobs",)),
     ("jobset.x-k8s.io", "v1alpha2", ("jobsets",)),  # the one JobSet v0.12.0 serves
 )
+# The kinds whose pod template CONSUMER_TERMINATING checks: CONTROLLED_KINDS, each of which
+# has one (a JobSet's: spec.replicatedJobs[*].template.spec.template)
+TEMPLATED_KINDS = CONTROLLED_KINDS
 # kubeadm taints each control-plane node `node-role.kubernetes.io/control-plane:NoSchedule`
 # (cmd/kubeadm/app/constants ControlPlaneTaint); `.../master` is the key it used before
 # 1.25, which a node of an older cluster may still carry.
@@ -1103,21 +1098,26 @@ def consumer_jobs_policy() -> dict[str, Any]:
     )
 
 
+def _writes_of(kinds: Iterable[tuple[str, str, tuple[str, ...]]]) -> list[dict[str, Any]]:
+    """The resourceRules matching a create or update of `kinds` (apiGroup, version, plurals)."""
+    return [
+        {
+            "apiGroups": [group],
+            "apiVersions": [version],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": list(resources),
+        }
+        for group, version, resources in kinds
+    ]
+
+
 def consumer_controllers_policy() -> dict[str, Any]:
     """The policy that leaves naming a controller in a consumer's namespace to its controller."""
     refs = "{0}.metadata.ownerReferences.filter(r, has(r.controller) && r.controller)"
     jobset = _username(JOBSET_CONTROLLER)
     return _consumer_policy(
         CONSUMER_CONTROLLERS,
-        [
-            {
-                "apiGroups": [group],
-                "apiVersions": [version],
-                "operations": ["CREATE", "UPDATE"],
-                "resources": list(resources),
-            }
-            for group, version, resources in CONTROLLED_KINDS
-        ],
+        _writes_of(CONTROLLED_KINDS),
         {
             "variables": [
                 {
@@ -1201,15 +1201,7 @@ def consumer_terminating_policy() -> dict[str, Any]:
         [
             {**pods, "operations": ["CREATE", "DELETE"], "resources": ["pods"]},
             {**pods, "operations": ["CREATE"], "resources": ["pods/eviction"]},
-            *(
-                {
-                    "apiGroups": [group],
-                    "apiVersions": [version],
-                    "operations": ["CREATE", "UPDATE"],
-                    "resources": list(resources),
-                }
-                for group, version, resources in TEMPLATED_KINDS
-            ),
+            *_writes_of(TEMPLATED_KINDS),
         ],
         {
             "variables": [
