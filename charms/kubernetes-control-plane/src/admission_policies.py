@@ -315,7 +315,9 @@ Policy '<policy>' with binding '<binding>' denied request: <message>`.
   `TerminatingOrFailed` (batch/v1 JobSpec: "recreate pods when they are terminating"),
   holding N GPUs on a one-GPU admission for a year; and every preempted pod held its GPUs
   for its grace period after its quota went to another team. `Failed` waits until the
-  old pod's phase is Failed or Succeeded; JobPodReplacementPolicy is GA (on in 1.36).
+  old pod's phase is Failed or Succeeded (the feature JobPodReplacementPolicy is GA
+  and locked on since 1.34, to be removed in 1.37: kubernetes pkg/features/
+  kube_features.go).
   kube-apiserver defaults the field on a Job (pkg/apis/batch/v1/defaults.go
   SetDefaults_Job: `Failed` with a podFailurePolicy, where it is the only allowed value,
   else `TerminatingOrFailed`), which the JobSet webhook does not do for its templates
