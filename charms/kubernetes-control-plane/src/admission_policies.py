@@ -1176,8 +1176,20 @@ def _job_specs(obj: str) -> str:
 
 
 def consumer_terminating_policy() -> dict[str, Any]:
-    """The policy that bounds how long a consumer's terminating pod holds what Kueue freed."""
-    grace = "(has(s.terminationGracePeriodSeconds) ? s.terminationGracePeriodSeconds : 0)"
+    """The policy that bounds how long a consumer's terminating pod holds what Kueue freed.
+
+    No variables: each validation first asks whether the request is one it checks (a
+    ternary, evaluated lazily), so a pod's delete reads no template and a Job's write no
+    DeleteOptions.
+    """
+    cap = GRACE_CAP_SECONDS
+
+    def grace(spec: str) -> str:
+        return (
+            f"(has({spec}.terminationGracePeriodSeconds) ?"
+            f" {spec}.terminationGracePeriodSeconds : 0)"
+        )
+
     # `Failed` set, or left out with a podFailurePolicy (SetDefaults_Job: then `Failed`)
     waits = (
         "(has(j.podReplacementPolicy) ? j.podReplacementPolicy == 'Failed' :"
@@ -1188,15 +1200,17 @@ def consumer_terminating_policy() -> dict[str, Any]:
     delete = "request.operation == 'DELETE'"
     evict = "request.kind.kind == 'Eviction'"
     asked = (
-        f"{delete} ? (has(request.options.gracePeriodSeconds) ?"
+        f"({delete} ? (has(request.options.gracePeriodSeconds) ?"
         " request.options.gracePeriodSeconds : 0) :"
-        f" {evict} && has(object.deleteOptions) && has(object.deleteOptions.gracePeriodSeconds)"
-        " ? object.deleteOptions.gracePeriodSeconds : 0"
+        " has(object.deleteOptions) && has(object.deleteOptions.gracePeriodSeconds)"
+        " ? object.deleteOptions.gracePeriodSeconds : 0)"
     )
     own = (
         f"{delete} && has(oldObject.spec.terminationGracePeriodSeconds) &&"
-        " variables.asked <= oldObject.spec.terminationGracePeriodSeconds"
+        f" {asked} <= oldObject.spec.terminationGracePeriodSeconds"
     )
+    # an over-cap value the stored object had already (written before this policy) stays
+    kept = f"{update} && {grace('s')} in ({_pod_specs('oldObject')}).map(o, {grace('o')})"
     pods = {"apiGroups": [""], "apiVersions": ["v1"]}
     return _consumer_policy(
         CONSUMER_TERMINATING,
@@ -1206,43 +1220,28 @@ def consumer_terminating_policy() -> dict[str, Any]:
             *_writes_of(TEMPLATED_KINDS),
         ],
         {
-            "variables": [
-                {
-                    "name": "graces",
-                    "expression": f"{delete} || {evict} ? [] :"
-                    f" ({_pod_specs('object')}).map(s, {grace})",
-                },
-                {"name": "asked", "expression": asked},
-                {
-                    "name": "oldGraces",
-                    "expression": f"{update} ? ({_pod_specs('oldObject')}).map(s, {grace}) : []",
-                },
-                {"name": "waits", "expression": f"({_job_specs('object')}).all(j, {waits})"},
-                {
-                    "name": "oldWaits",
-                    "expression": f"!({update}) || ({_job_specs('oldObject')}).all(j, {waits})",
-                },
-            ],
             "validations": [
                 _deny(
-                    f"variables.graces.all(g, g <= {GRACE_CAP_SECONDS} ||"
-                    " g in variables.oldGraces)",
+                    f"{delete} || {evict} ? true : ({_pod_specs('object')})"
+                    f".all(s, {grace('s')} <= {cap} ? true : {kept})",
                     "a pod in a consumer's namespace may have a terminationGracePeriodSeconds"
-                    f" of at most {GRACE_CAP_SECONDS} s: a terminating pod keeps its GPUs"
-                    " after Kueue counts them free (preempted or replaced)",
+                    f" of at most {cap} s: a terminating pod keeps its GPUs after Kueue"
+                    " counts them free (preempted or replaced)",
                 ),
                 # DeleteOptions.gracePeriodSeconds overrides the pod's (pod strategy.go
                 # CheckGracefulDelete) and kubelet waits that long; the store sets it before
                 # admission (store.go Delete: BeforeDelete, then deleteValidation), so a
                 # pod stored before this policy with a longer one of its own may still go.
                 _deny(
-                    f"variables.asked <= {GRACE_CAP_SECONDS} || ({own})",
+                    f"!({delete} || {evict}) ? true : {asked} <= {cap} ? true : {own}",
                     "a pod in a consumer's namespace may be deleted or evicted with a grace"
-                    f" period of at most {GRACE_CAP_SECONDS} s: a terminating pod keeps its"
-                    " GPUs after Kueue counts them free",
+                    f" period of at most {cap} s: a terminating pod keeps its GPUs after"
+                    " Kueue counts them free",
                 ),
                 _deny(
-                    "variables.waits || !variables.oldWaits",
+                    "!(request.resource.resource in ['jobs', 'jobsets']) ? true :"
+                    f" ({_job_specs('object')}).all(j, {waits}) ? true :"
+                    f" {update} && !({_job_specs('oldObject')}).all(j, {waits})",
                     "a Job in a consumer's namespace (and each Job of a JobSet) must have"
                     " podReplacementPolicy Failed (or a podFailurePolicy): a pod replaced"
                     " while it terminates keeps its GPUs outside Kueue's quota",
