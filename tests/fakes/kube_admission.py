@@ -3387,6 +3387,7 @@ class ValidatingAdmissionPolicies:
         name: str | None = None,
         namespace_of: Callable[[str], dict | None] | None = None,
         kind: tuple[str, str] | None = None,
+        options: dict | None = None,
     ) -> list[str]:
         """Refuse the write as the first policy that denies it; the warnings of Warn.
 
@@ -3395,7 +3396,10 @@ class ValidatingAdmissionPolicies:
         `namespace_of`: the stored Namespace of a name, or None (for `namespaceObject`);
         `kind`: (group/version, kind) of the object when it is not the resource's (a
         subresource's own kind: pods/eviction takes a policy/v1 Eviction, whose kind
-        `request.kind` names: EvictionREST's GroupVersionKind, eviction.go).
+        `request.kind` names: EvictionREST's GroupVersionKind, eviction.go); `options`: a
+        DELETE's DeleteOptions, `request.options` (k8s.io/apiserver pkg/admission/plugin/
+        cel/condition.go CreateAdmissionRequest: the operation's options; a write's
+        Create/UpdateOptions are left out here, which no policy reads).
         """
         bindings = objects(f"/apis/{VAP_GV}/{VAP_BINDING_PLURAL}/")
         if not bindings:
@@ -3421,6 +3425,7 @@ class ValidatingAdmissionPolicies:
                 "extra": {k: list(v) for k, v in user.extra.items()},
             },
             "dryRun": False,
+            **({} if options is None else {"options": options}),
         }
         warnings: list[str] = []
         for binding in sorted(

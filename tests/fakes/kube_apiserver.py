@@ -616,6 +616,30 @@ def _precondition(target: Target, old: dict, new: dict) -> None:
         )
 
 
+def _delete_options(target: Target, obj: dict, query: dict, options: dict) -> dict:
+    """The DeleteOptions admission sees: the body's, the query's gracePeriodSeconds.
+
+    A pod's grace period is then set as the store's BeforeDelete sets it before admission
+    (k8s.io/apiserver pkg/registry/generic/registry/store.go Delete: BeforeDelete, then
+    deleteValidation with the same options; kubernetes pkg/registry/core/pod/strategy.go
+    CheckGracefulDelete): the request's, else the pod's terminationGracePeriodSeconds
+    (defaulted to 30 on create); 0 for a pod not bound or finished; 1 for a negative one.
+    """
+    options = dict(options)
+    if "gracePeriodSeconds" in query and "gracePeriodSeconds" not in options:
+        options["gracePeriodSeconds"] = int(query["gracePeriodSeconds"])
+    if target.kind == "Pod" and not (target.sub or ""):
+        period = options.get("gracePeriodSeconds")
+        if period is None:
+            period = obj["spec"].get("terminationGracePeriodSeconds", 30)
+        if not obj["spec"].get("nodeName"):
+            period = 0
+        if (obj.get("status") or {}).get("phase") in ("Failed", "Succeeded"):
+            period = 0
+        options["gracePeriodSeconds"] = 1 if period < 0 else period
+    return options
+
+
 def _delete_preconditions(target: Target, obj: dict, preconditions: dict) -> None:
     """DeleteOptions.preconditions, checked before admission and storage (409 Conflict).
 
@@ -1961,7 +1985,7 @@ class FakeKubeApiServer:
         obj = self._existing(target)
         options = self._decode(body, content_type) if body else {}
         _delete_preconditions(target, obj, options.get("preconditions") or {})
-        self._admit_delete(target, obj)
+        self._admit_delete(target, obj, options=_delete_options(target, obj, query, options))
         policy = query.get("propagationPolicy") or options.get("propagationPolicy")
         removed = self._remove(target.key(), orphan=policy == "Orphan")
         if target.kind == "Pod":
@@ -1982,8 +2006,11 @@ class FakeKubeApiServer:
         for item in listing["items"]:
             key = target.key(item["metadata"]["name"], item["metadata"].get("namespace"))
             if key in self._store:  # not already gone with an owner
+                stored = self._store[key]
+                given = self._decode(body, ct) if body else {}
                 try:
-                    self._admit_delete(target, self._store[key], name="")
+                    options = _delete_options(target, stored, query, given)
+                    self._admit_delete(target, stored, name="", options=options)
                 except ApiError as e:  # the others still go (store.go DeleteCollection)
                     refused = refused or e
                     continue
@@ -1992,18 +2019,29 @@ class FakeKubeApiServer:
             raise refused
         return 200, listing
 
-    def _admit_delete(self, target: Target, old: dict, name: str | None = None) -> None:
+    def _admit_delete(
+        self, target: Target, old: dict, name: str | None = None, options: dict | None = None
+    ) -> None:
         """ValidatingAdmissionPolicy on DELETE: `object` null, `oldObject` the stored one.
 
         k8s.io/apiserver pkg/registry/rest/delete.go AdmissionToValidateObjectDeleteFunc,
         called by the store once it read the object (a deletecollection's items with the
-        request's empty name, endpoints/handlers/delete.go).
+        request's empty name, endpoints/handlers/delete.go); `options`, the DeleteOptions
+        as the store passes them (_delete_options), are `request.options`.
         """
         if self._attrs is not None:
             policies = self.admission.policies
             user = self._attrs.user
             self._warnings += policies.admit(
-                self._stored, user, "DELETE", target, None, old, name, self._namespace
+                self._stored,
+                user,
+                "DELETE",
+                target,
+                None,
+                old,
+                name,
+                self._namespace,
+                options={"kind": "DeleteOptions", "apiVersion": "meta/v1", **(options or {})},
             )
 
     # -- the Eviction API: kubernetes pkg/registry/core/pod/storage/eviction.go (1.36),

@@ -876,41 +876,32 @@ def _keep_policy(kube_api) -> None:
     Func validates a delete with (object nil, oldObject the stored object), and a
     deletecollection item with the request's empty name (handlers/delete.go).
     """
-    spec = {
-        "failurePolicy": "Fail",
-        "matchConstraints": {
-            "resourceRules": [
-                {
-                    "apiGroups": [""],
-                    "apiVersions": ["v1"],
-                    "operations": ["DELETE"],
-                    "resources": ["configmaps"],
-                }
-            ]
+    spec = _on_delete(
+        "configmaps",
+        {"expression": "object == null", "message": "object is set", "reason": "Invalid"},
+        {
+            "expression": "oldObject.data.keep != 'yes'",
+            "message": "this ConfigMap is kept",
+            "reason": "Forbidden",
         },
-        "validations": [
-            {"expression": "object == null", "message": "object is set", "reason": "Invalid"},
-            {
-                "expression": "oldObject.data.keep != 'yes'",
-                "message": "this ConfigMap is kept",
-                "reason": "Forbidden",
-            },
-        ],
-    }
-    vap = "/apis/admissionregistration.k8s.io/v1"
-    policy = {"metadata": {"name": KEEP}, "spec": spec}
-    binding = {
-        "metadata": {"name": KEEP},
-        "spec": {"policyName": KEEP, "validationActions": ["Deny"]},
-    }
-    kube_api.put_object(f"{vap}/validatingadmissionpolicies/{KEEP}", policy)
-    kube_api.put_object(f"{vap}/validatingadmissionpolicybindings/{KEEP}", binding)
+    )
+    _store_policy(kube_api, KEEP, spec)
     kube_api.put_object("/api/v1/namespaces/team", {"metadata": {"name": "team"}})
     for name, keep in (("a-gone", "no"), ("b-kept", "yes"), ("c-gone", "no")):
         kube_api.put_object(
             f"{CONFIGMAPS}/{name}",
             {"metadata": {"name": name, "namespace": "team"}, "data": {"keep": keep}},
         )
+
+
+def _on_delete(resource: str, *validations: dict) -> dict:
+    """A failing-closed policy's spec: `validations` on a DELETE of core/v1 `resource`."""
+    rule = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["DELETE"]}
+    return {
+        "failurePolicy": "Fail",
+        "matchConstraints": {"resourceRules": [{**rule, "resources": [resource]}]},
+        "validations": list(validations),
+    }
 
 
 def _store_policy(kube_api, name: str, spec: dict) -> None:
@@ -1053,6 +1044,36 @@ def test_a_deletecollection_is_admitted_item_by_item(kube_api):
     assert answer["message"].startswith('configmaps "Unknown" is forbidden: ValidatingAdmission')
     left = [o["metadata"]["name"] for o in kube_api.objects(f"{CONFIGMAPS}/", "ConfigMap")]
     assert left == ["b-kept"]
+
+
+def test_a_pods_delete_is_admitted_with_the_grace_period_the_store_gives_it(kube_api):
+    """`request.options` of a pod's DELETE: the DeleteOptions once BeforeDelete set them.
+
+    k8s.io/apiserver registry/generic/registry/store.go Delete runs BeforeDelete (the pod
+    strategy's CheckGracefulDelete: the request's gracePeriodSeconds, else the pod's; 0
+    for a pod not bound) before deleteValidation with the same options, which plugin/cel
+    condition.go CreateAdmissionRequest puts into `request.options`.
+    """
+    grace = "request.options.gracePeriodSeconds != 45"
+    spec = _on_delete("pods", {"expression": grace, "message": "45", "reason": "Forbidden"})
+    _store_policy(kube_api, "grace", spec)
+    kube_api.put_object("/api/v1/namespaces/team", {"metadata": {"name": "team"}})
+    pods = "/api/v1/namespaces/team/pods"
+    for name, grace, bound, query, body, expected in (
+        ("own", 45, True, "", None, 403),  # the pod's own
+        ("asked", 45, True, "", {"gracePeriodSeconds": 10}, 200),
+        ("unbound", 45, False, "", None, 200),  # 0: never ran
+        ("query", 10, True, "?gracePeriodSeconds=45", None, 403),
+    ):
+        pod_spec = {
+            "terminationGracePeriodSeconds": grace,
+            "containers": [{"name": "c", "image": "x"}],
+        }
+        if bound:
+            pod_spec["nodeName"] = "n"
+        kube_api.put_object(f"{pods}/{name}", {"metadata": {"name": name}, "spec": pod_spec})
+        status, answer = call(kube_api, ADMIN_TOKEN, "DELETE", f"{pods}/{name}{query}", body)
+        assert status == expected, (name, answer)
 
 
 # --- NVIDIA's MIG manager deletes only the validator pods on its own node ---------------------

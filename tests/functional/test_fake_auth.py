@@ -804,7 +804,8 @@ def test_a_consumer_grant_confines_the_consumer_to_what_it_asked_for(api):
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {"name": "mkdir"},
-        "spec": {"template": template},
+        # as efs-storage's directory Jobs (gpu-k8s-consumer-terminating-pods-bounded)
+        "spec": {"podReplacementPolicy": "Failed", "template": template},
     }
     with Kube.from_kubeconfig(api.kubeconfig(token), backoff=0.01) as kube:
         ours = {**job, "metadata": {**job["metadata"], "namespace": "efs-storage"}}

@@ -171,6 +171,10 @@ def job_manifest(owner: Owner, spec: ClaimSpec, *, namespace: str, image: str) -
         },
         "spec": {
             "backoffLimit": 2,
+            # a retry only once the failed pod is gone: the control plane refuses a Job
+            # replacing a terminating pod in a consumer's namespace, this one's included
+            # (kubernetes-control-plane admission_policies CONSUMER_TERMINATING)
+            "podReplacementPolicy": "Failed",
             "activeDeadlineSeconds": JOB_DEADLINE_SECONDS,
             "ttlSecondsAfterFinished": JOB_TTL_SECONDS,
             "template": {

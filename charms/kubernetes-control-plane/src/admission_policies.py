@@ -312,6 +312,47 @@ Policy '<policy>' with binding '<binding>' denied request: <message>`.
   charm's own objects carry ownerReferences without `controller` (tensorflow's
   training.py and oneshot.py), which pass. Pods are CONSUMER_PODS', and Jobs naming a
   JobSet or a Job are also JOBSET_CHILDREN's.
+- CONSUMER_TERMINATING (`gpu-k8s-consumer-terminating-pods-bounded`): in the same
+  namespaces, no pod is created, and no Job, JobSet (each replicatedJobs[*] Job's pod
+  template), Deployment, ReplicaSet, StatefulSet, DaemonSet or ReplicationController is
+  created or updated with a pod template, whose terminationGracePeriodSeconds exceeds
+  GRACE_CAP_SECONDS; and no Job, nor a JobSet's Job template, is created or updated to
+  replace a pod before the old one is gone (podReplacementPolicy other than `Failed`).
+  A terminating pod keeps its GPUs until its containers end, at worst its grace period,
+  while Kueue v0.19.2 counts a job's pods as running only while the Job has active ones
+  (pkg/controller/jobs/job/job_controller.go IsActive: Status.Active != 0; terminating
+  pods are not active), and clears an evicted job's quota reservation once it is no
+  longer active (jobframework/reconciler.go "The job is no longer active, clear the
+  workloads admission"; keps/83-workload-preemption: "While Pods are terminating, a
+  ClusterQueue's quota could be oversubscribed"). So a
+  team's Job whose pods ignore SIGTERM with a one-year grace period, and the team
+  deleting its own pod (tensorflow's grant holds pods delete), had the Job controller
+  make a replacement at once under the default podReplacementPolicy
+  `TerminatingOrFailed` (batch/v1 JobSpec: "recreate pods when they are terminating"),
+  holding N GPUs on a one-GPU admission for a year; and every preempted pod held its GPUs
+  for its grace period after its quota went to another team. `Failed` waits until the
+  old pod's phase is Failed or Succeeded (the feature JobPodReplacementPolicy is GA
+  and locked on since 1.34, to be removed in 1.37: kubernetes pkg/features/
+  kube_features.go).
+  kube-apiserver defaults the field on a Job (pkg/apis/batch/v1/defaults.go
+  SetDefaults_Job: `Failed` with a podFailurePolicy, where it is the only allowed value,
+  else `TerminatingOrFailed`), which the JobSet webhook does not do for its templates
+  (jobset v0.12.0 pkg/webhooks/jobset_webhook.go Default); the JobSet controller copies
+  a replicatedJob's Job spec whole into each child Job (jobset_controller.go constructJob:
+  `Spec: *rjob.Template.Spec.DeepCopy()`), so a template with a podFailurePolicy and no
+  podReplacementPolicy passes as its Jobs will have `Failed`. A pod's grace period cannot
+  be raised after its create (pkg/apis/core/validation ValidatePodUpdate: immutable but
+  from a negative value to 1), so a pod UPDATE needs no rule; an unset one is 30 (core/v1
+  PodSpec). Nor is such a pod deleted, or evicted, with a longer grace period: a
+  DeleteOptions' gracePeriodSeconds overrides the pod's (pkg/registry/core/pod/
+  strategy.go CheckGracefulDelete) and the store sets it before admission sees it
+  (k8s.io/apiserver registry/store.go Delete: BeforeDelete, then deleteValidation; the
+  options are `request.options`, cel/condition.go CreateAdmissionRequest), so a plain
+  delete asks the pod's own, and a pod stored before this policy with a longer one of
+  its own may still be deleted at that. A template or Job stored before this policy that
+  breaks it may still be updated as long as the update does not add a new breach (Kueue
+  suspends and resumes such jobs). The remaining window in which a cohort may be
+  oversubscribed by a terminating pod is GRACE_CAP_SECONDS.
 
 Not fenced here (say so when touching it): Calico's IPAM objects (blocks may be borrowed
 across nodes, so they cannot be keyed on one node), calico-node's writes of BGPPeers,
@@ -415,6 +456,14 @@ CONSUMER_TOKENS = "gpu-k8s-consumer-short-lived-tokens"
 CONSUMER_EGRESS = "gpu-k8s-consumer-egress-by-the-control-plane"
 CONSUMER_JOBS = "gpu-k8s-consumer-jobs-started-by-kueue"
 CONSUMER_CONTROLLERS = "gpu-k8s-consumer-controllers-by-kube-system"
+CONSUMER_TERMINATING = "gpu-k8s-consumer-terminating-pods-bounded"
+# The longest terminationGracePeriodSeconds of a pod in a consumer's namespace: the longest
+# a pod Kueue no longer counts (preempted, or replaced) may keep its GPUs. The charms' own
+# pods need at most 60 s (tensorflow's training pods: literals.GRACE_SECONDS, the chief's
+# checkpoint save on a drain; its serving, TensorBoard and one-shot pods and efs-storage's
+# Jobs set none: 30 s); twice that leaves a team's own program room for a slower save
+# while bounding how long a cohort may be oversubscribed by a terminating pod.
+GRACE_CAP_SECONDS = 120
 # What CONSUMER_CONTROLLERS fences: (apiGroup, version, resources) of every kind a consumer
 # may be granted that Kueue v0.19.2 walks through or manages (isKnownOwner) or whose
 # controller makes pods (DaemonSets, ReplicationControllers: kube-controller-manager's)
@@ -424,6 +473,9 @@ CONTROLLED_KINDS = (
     ("batch", "v1", ("jobs",)),
     ("jobset.x-k8s.io", "v1alpha2", ("jobsets",)),  # the one JobSet v0.12.0 serves
 )
+# The kinds whose pod template CONSUMER_TERMINATING checks: CONTROLLED_KINDS, each of which
+# has one (a JobSet's: spec.replicatedJobs[*].template.spec.template)
+TEMPLATED_KINDS = CONTROLLED_KINDS
 # kubeadm taints each control-plane node `node-role.kubernetes.io/control-plane:NoSchedule`
 # (cmd/kubeadm/app/constants ControlPlaneTaint); `.../master` is the key it used before
 # 1.25, which a node of an older cluster may still carry.
@@ -1078,21 +1130,26 @@ def consumer_jobs_policy() -> dict[str, Any]:
     )
 
 
+def _writes_of(kinds: Iterable[tuple[str, str, tuple[str, ...]]]) -> list[dict[str, Any]]:
+    """The resourceRules matching a create or update of `kinds` (apiGroup, version, plurals)."""
+    return [
+        {
+            "apiGroups": [group],
+            "apiVersions": [version],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": list(resources),
+        }
+        for group, version, resources in kinds
+    ]
+
+
 def consumer_controllers_policy() -> dict[str, Any]:
     """The policy that leaves naming a controller in a consumer's namespace to its controller."""
     refs = "{0}.metadata.ownerReferences.filter(r, has(r.controller) && r.controller)"
     jobset = _username(JOBSET_CONTROLLER)
     return _consumer_policy(
         CONSUMER_CONTROLLERS,
-        [
-            {
-                "apiGroups": [group],
-                "apiVersions": [version],
-                "operations": ["CREATE", "UPDATE"],
-                "resources": list(resources),
-            }
-            for group, version, resources in CONTROLLED_KINDS
-        ],
+        _writes_of(CONTROLLED_KINDS),
         {
             "variables": [
                 {
@@ -1116,6 +1173,109 @@ def consumer_controllers_policy() -> dict[str, Any]:
                     " kube-controller-manager makes it (or JobSet, a JobSet's Jobs): Kueue"
                     " neither suspends nor gates what it takes for a queued job's",
                 )
+            ],
+        },
+    )
+
+
+def _pod_specs(obj: str) -> str:
+    """CEL: the pod specs of `obj` (a pod or a TEMPLATED_KINDS object), [] where it has none."""
+    jobset = (
+        f"has({obj}.spec.replicatedJobs) ? {obj}.spec.replicatedJobs.filter(r,"
+        " has(r.template.spec) && has(r.template.spec.template.spec))"
+        ".map(r, r.template.spec.template.spec) : []"
+    )
+    templated = (
+        f"has({obj}.spec.template) && has({obj}.spec.template.spec) ?"
+        f" [{obj}.spec.template.spec] : []"
+    )
+    return (
+        f"request.resource.resource == 'pods' ? [{obj}.spec] :"
+        f" request.resource.resource == 'jobsets' ? ({jobset}) : ({templated})"
+    )
+
+
+def _job_specs(obj: str) -> str:
+    """CEL: the Job specs of `obj` (a Job, or a JobSet's Job templates), [] for other kinds."""
+    return (
+        f"request.resource.resource == 'jobs' ? [{obj}.spec] :"
+        f" request.resource.resource == 'jobsets' && has({obj}.spec.replicatedJobs) ?"
+        f" {obj}.spec.replicatedJobs.filter(r, has(r.template.spec))"
+        ".map(r, r.template.spec) : []"
+    )
+
+
+def consumer_terminating_policy() -> dict[str, Any]:
+    """The policy that bounds how long a consumer's terminating pod holds what Kueue freed.
+
+    No variables: each validation first asks whether the request is one it checks (a
+    ternary, evaluated lazily), so a pod's delete reads no template and a Job's write no
+    DeleteOptions.
+    """
+    cap = GRACE_CAP_SECONDS
+
+    def grace(spec: str) -> str:
+        return (
+            f"(has({spec}.terminationGracePeriodSeconds) ?"
+            f" {spec}.terminationGracePeriodSeconds : 0)"
+        )
+
+    # `Failed` set, or left out with a podFailurePolicy (SetDefaults_Job: then `Failed`)
+    waits = (
+        "(has(j.podReplacementPolicy) ? j.podReplacementPolicy == 'Failed' :"
+        " has(j.podFailurePolicy))"
+    )
+    update = "request.operation == 'UPDATE'"
+    # a DELETE's DeleteOptions (request.options: CreateAdmissionRequest) or an Eviction's
+    delete = "request.operation == 'DELETE'"
+    evict = "request.kind.kind == 'Eviction'"
+    asked = (
+        f"({delete} ? (has(request.options.gracePeriodSeconds) ?"
+        " request.options.gracePeriodSeconds : 0) :"
+        " has(object.deleteOptions) && has(object.deleteOptions.gracePeriodSeconds)"
+        " ? object.deleteOptions.gracePeriodSeconds : 0)"
+    )
+    own = (
+        f"{delete} && has(oldObject.spec.terminationGracePeriodSeconds) &&"
+        f" {asked} <= oldObject.spec.terminationGracePeriodSeconds"
+    )
+    # an over-cap value the stored object had already (written before this policy) stays
+    kept = f"{update} && {grace('s')} in ({_pod_specs('oldObject')}).map(o, {grace('o')})"
+    pods = {"apiGroups": [""], "apiVersions": ["v1"]}
+    return _consumer_policy(
+        CONSUMER_TERMINATING,
+        [
+            {**pods, "operations": ["CREATE", "DELETE"], "resources": ["pods"]},
+            {**pods, "operations": ["CREATE"], "resources": ["pods/eviction"]},
+            *_writes_of(TEMPLATED_KINDS),
+        ],
+        {
+            "validations": [
+                _deny(
+                    f"{delete} || {evict} ? true : ({_pod_specs('object')})"
+                    f".all(s, {grace('s')} <= {cap} ? true : {kept})",
+                    "a pod in a consumer's namespace may have a terminationGracePeriodSeconds"
+                    f" of at most {cap} s: a terminating pod keeps its GPUs after Kueue"
+                    " counts them free (preempted or replaced)",
+                ),
+                # DeleteOptions.gracePeriodSeconds overrides the pod's (pod strategy.go
+                # CheckGracefulDelete) and kubelet waits that long; the store sets it before
+                # admission (store.go Delete: BeforeDelete, then deleteValidation), so a
+                # pod stored before this policy with a longer one of its own may still go.
+                _deny(
+                    f"!({delete} || {evict}) ? true : {asked} <= {cap} ? true : {own}",
+                    "a pod in a consumer's namespace may be deleted or evicted with a grace"
+                    f" period of at most {cap} s: a terminating pod keeps its GPUs after"
+                    " Kueue counts them free",
+                ),
+                _deny(
+                    "!(request.resource.resource in ['jobs', 'jobsets']) ? true :"
+                    f" ({_job_specs('object')}).all(j, {waits}) ? true :"
+                    f" {update} && !({_job_specs('oldObject')}).all(j, {waits})",
+                    "a Job in a consumer's namespace (and each Job of a JobSet) must have"
+                    " podReplacementPolicy Failed (or a podFailurePolicy): a pod replaced"
+                    " while it terminates keeps its GPUs outside Kueue's quota",
+                ),
             ],
         },
     )
@@ -1169,13 +1329,14 @@ def consumer_egress_policy() -> dict[str, Any]:
 
 
 def consumer_policies() -> list[dict[str, Any]]:
-    """CONSUMER_PODS, _TOKENS, _EGRESS, _JOBS and _CONTROLLERS (`manifests` adds the bindings)."""
+    """CONSUMER_PODS, _TOKENS, _EGRESS, _JOBS, _CONTROLLERS, _TERMINATING (no bindings)."""
     return [
         consumer_pods_policy(),
         consumer_tokens_policy(),
         consumer_egress_policy(),
         consumer_jobs_policy(),
         consumer_controllers_policy(),
+        consumer_terminating_policy(),
     ]
 
 

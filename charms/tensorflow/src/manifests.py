@@ -373,6 +373,10 @@ def replicated_job(request: TrainRequest, ctx: Context, role: str) -> dict:
         "completions": replicas,
         "parallelism": replicas,
         "backoffLimit": 0,
+        # What the podFailurePolicy implies (SetDefaults_Job), written out: the JobSet
+        # controller copies this spec into each Job (jobset v0.12.0 constructJob) and the
+        # control plane wants it on the template (admission_policies CONSUMER_TERMINATING)
+        "podReplacementPolicy": "Failed",
         "podFailurePolicy": {
             "rules": [
                 {
@@ -595,6 +599,9 @@ def purge_job(job: str, ctx: Context) -> dict:
         "metadata": _meta(f"{job}-purge", ctx, oneshot.queued(lbls, ctx.queue)),
         "spec": {
             "backoffLimit": 2,
+            # a replacement only once the old pod is gone (admission_policies
+            # CONSUMER_TERMINATING refuses any other in a consumer's namespace)
+            "podReplacementPolicy": "Failed",
             "ttlSecondsAfterFinished": PURGE_TTL_SECONDS,
             "template": {
                 "metadata": {"labels": lbls},

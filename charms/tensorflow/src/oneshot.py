@@ -145,13 +145,15 @@ def manifest(
 ) -> dict[str, Any]:
     """A one-pod Job (`ctx`: manifests.Context, for the namespace and the pods' basics).
 
-    With `failure_policy` (podFailurePolicy rules) the Job replaces a pod only once the
-    old one is gone (podReplacementPolicy Failed, required with a podFailurePolicy), so
-    two attempts never overlap (kubernetes.io/docs/concepts/workloads/controllers/job/
-    #pod-replacement-policy).
+    The Job replaces a pod only once the old one is gone (podReplacementPolicy Failed,
+    the only value allowed with `failure_policy`'s podFailurePolicy rules), so two
+    attempts never overlap (kubernetes.io/docs/concepts/workloads/controllers/job/
+    #pod-replacement-policy) nor hold the team's quota twice: the control plane refuses
+    any other in a consumer's namespace (admission_policies CONSUMER_TERMINATING).
     """
     spec: dict[str, Any] = {
         "backoffLimit": backoff_limit,
+        "podReplacementPolicy": "Failed",
         "ttlSecondsAfterFinished": ttl_seconds,
         "template": {
             "metadata": {"labels": dict(labels)},
@@ -167,7 +169,6 @@ def manifest(
         spec["activeDeadlineSeconds"] = deadline_seconds
     if failure_policy:
         spec["podFailurePolicy"] = {"rules": failure_policy}
-        spec["podReplacementPolicy"] = "Failed"
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

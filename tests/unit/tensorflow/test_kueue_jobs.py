@@ -48,6 +48,7 @@ def _team_creates_job(
         "metadata": {"name": name, "labels": labels or {}},
         "spec": {
             **(many if pods > 1 else {}),
+            "podReplacementPolicy": "Failed",  # gpu-k8s-consumer-terminating-pods-bounded
             **(spec or {}),
             "template": {"metadata": {"labels": {"app": name}}, "spec": _pod_spec(gpus, cpu)},
         },
@@ -688,6 +689,7 @@ def _refused(api, controllers, status: int, body: dict, namespace: str = NS) -> 
 
 def _jobset_manifest(name: str, gpus: int, labels: dict | None = None) -> dict:
     job = {"parallelism": 1, "completions": 1, "template": {"spec": _pod_spec(gpus)}}
+    job["podReplacementPolicy"] = "Failed"  # gpu-k8s-consumer-terminating-pods-bounded
     template = {"spec": job}
     return {
         "apiVersion": "jobset.x-k8s.io/v1alpha2",
@@ -911,3 +913,165 @@ def test_a_team_may_not_grow_its_running_jobset(api, controller):
         assert message.startswith('admission webhook "vjobset.kb.io" denied the request: ')
         assert "spec.replicatedJobs: Invalid value: " in message
         assert message.endswith(": field is immutable")
+
+
+_TERMINATING_POLICY = "gpu-k8s-consumer-terminating-pods-bounded"
+_YEAR = 365 * 24 * 3600
+
+
+def _refused_by_terminating(status: int, body: dict, words: str) -> None:
+    assert status == 403, f"accepted ({status}): {body}"
+    assert f"'{_TERMINATING_POLICY}'" in body["message"], body
+    assert words in body["message"], body
+
+
+def _job(name: str, spec: dict, **job_fields) -> dict:
+    template = {"metadata": {"labels": {"app": name}}, "spec": spec}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {**job_fields, "template": template},
+    }
+
+
+def test_a_teams_pods_may_not_outlast_kueues_quota_by_a_long_grace_period(api):
+    """Review29e gap 1: a one-year grace period held GPUs long after Kueue counted them free.
+
+    A terminating pod keeps its GPUs for its grace period while Kueue v0.19.2 counts only
+    active pods (a preempted Job's quota is freed once no pod is active: KEP-83 "While
+    Pods are terminating, a ClusterQueue's quota could be oversubscribed"). The team's pods,
+    bare or through any workload's template, may ask for at most 120 s.
+    """
+    spec = {**_pod_spec(4), "terminationGracePeriodSeconds": _YEAR}
+    job = _job("linger", spec, podReplacementPolicy="Failed")
+    status, body = _post(api, JOBS, job, TOKEN)
+    _refused_by_terminating(status, body, "terminationGracePeriodSeconds of at most 120 s")
+    deployments = f"/apis/apps/v1/namespaces/{NS}/deployments"
+    deployment = _deployment("linger", 4, 1)
+    deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = _YEAR
+    status, body = _post(api, deployments, deployment, TOKEN)
+    _refused_by_terminating(status, body, "terminationGracePeriodSeconds of at most 120 s")
+    # nor raised later on a template (a Deployment's is mutable)
+    status, body = _post(api, deployments, _deployment("later", 4, 0), TOKEN)
+    assert status == 201, body
+    patch = {"spec": {"template": {"spec": {"terminationGracePeriodSeconds": _YEAR}}}}
+    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/merge-patch+json"}
+    status, _, raw, *_ = api.handle(
+        "PATCH", f"{deployments}/later", headers, json.dumps(patch).encode()
+    )
+    _refused_by_terminating(status, json.loads(raw), "at most 120 s")
+    jobsets = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{NS}/jobsets"
+    linger = _jobset_manifest("linger", 4)
+    linger["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"].update(
+        terminationGracePeriodSeconds=_YEAR
+    )
+    status, body = _post(api, jobsets, linger, TOKEN)
+    _refused_by_terminating(status, body, "at most 120 s")
+    _miner(api, [{"api-groups": [""], "resources": ["pods"], "verbs": ["create"]}])
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "linger"}, "spec": spec}
+    status, body = _post(api, "/api/v1/namespaces/miner/pods", pod, "miner-token")
+    _refused_by_terminating(status, body, "at most 120 s")
+    # the cap itself passes
+    job = _job("brief", {**_pod_spec(4), "terminationGracePeriodSeconds": 120})
+    job["spec"]["podReplacementPolicy"] = "Failed"
+    status, body = _post(api, JOBS, job, TOKEN)
+    assert status == 201, body
+
+
+def test_a_teams_job_replaces_a_pod_only_once_it_is_gone(api):
+    """Review29e gap 1: a Job replaced the pod the team deleted while it still held its GPUs.
+
+    Under podReplacementPolicy TerminatingOrFailed (the default without a podFailurePolicy)
+    the Job controller makes a new pod as soon as the old one terminates, and Kueue counts
+    only the active one: N GPUs on a one-GPU admission. A team's Job, and each Job of its
+    JobSets, must wait for the old pod (Failed, or a podFailurePolicy, whose default that is).
+    """
+    words = "podReplacementPolicy Failed"
+    status, body = _post(api, JOBS, _job("swap", _pod_spec(1)), TOKEN)
+    _refused_by_terminating(status, body, words)
+    job = _job("swap", _pod_spec(1), podReplacementPolicy="TerminatingOrFailed")
+    status, body = _post(api, JOBS, job, TOKEN)
+    _refused_by_terminating(status, body, words)
+    jobsets = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{NS}/jobsets"
+    swap = _jobset_manifest("swap", 1)
+    swap["spec"]["replicatedJobs"][0]["template"]["spec"].pop("podReplacementPolicy")
+    status, body = _post(api, jobsets, swap, TOKEN)
+    _refused_by_terminating(status, body, words)
+    # Failed, or a podFailurePolicy (whose default Failed is): admitted
+    waits = _job("wait", _pod_spec(1), podReplacementPolicy="Failed")
+    status, body = _post(api, JOBS, waits, TOKEN)
+    assert status == 201, body
+    rule = {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [42]}}
+    ruled = _job("ruled", _pod_spec(1), podFailurePolicy={"rules": [rule]})
+    status, body = _post(api, JOBS, ruled, TOKEN)
+    assert status == 201, body
+    status, body = _post(api, jobsets, _jobset_manifest("wait", 1), TOKEN)
+    assert status == 201, body
+
+
+@pytest.mark.parametrize("kind", ["ReplicaSet", "StatefulSet", "DaemonSet"])
+def test_no_workload_kind_of_a_consumer_gives_its_pods_a_long_grace_period(api, kind):
+    """Every other kind whose controller makes a consumer's pods: the same 120 s cap.
+
+    (ReplicationControllers too, by the same rule: the fake API server serves none.)
+    """
+    plural = f"{kind.lower()}s"
+    _miner(api, [{"api-groups": ["apps"], "resources": [plural], "verbs": ["create"]}])
+    spec = {**_pod_spec(4, restart="Always"), "terminationGracePeriodSeconds": _YEAR}
+    template = {"metadata": {"labels": {"app": "gpus"}}, "spec": spec}
+    body = {"selector": {"matchLabels": {"app": "gpus"}}, "template": template}
+    if kind == "StatefulSet":
+        body["serviceName"] = "gpus"
+    obj = {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": "gpus"}, "spec": body}
+    status, answer = _post(api, f"/apis/apps/v1/namespaces/miner/{plural}", obj, "miner-token")
+    _refused_by_terminating(status, answer, "at most 120 s")
+
+
+def test_a_team_may_not_delete_its_pod_with_a_long_grace_period(api, controller):
+    """A DeleteOptions' gracePeriodSeconds overrides the pod's own (CheckGracefulDelete).
+
+    The team's grant holds pods delete: deleting its admitted pod with a one-year grace
+    period left the pod holding its GPUs for a year once Kueue freed its quota (evicted,
+    the Job has no active pod). Refused past 120 s, in the body or the query; a plain
+    delete (the pod's own grace period) goes.
+    """
+    add_nodes(api, node("node-a", 4), node("cpu-0"))
+    _team_creates_job(api, "runs", _training_queue(api), gpus=1)
+    for _ in range(2):
+        controller.tick()
+    [pod] = _pods(api, "runs")
+    assert pod["spec"].get("nodeName"), pod
+    path = f"/api/v1/namespaces/{NS}/pods/{pod['metadata']['name']}"
+    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    options = json.dumps(
+        {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": _YEAR}
+    )
+    status, _, raw, *_ = api.handle("DELETE", path, headers, options.encode())
+    _refused_by_terminating(status, json.loads(raw), "deleted or evicted with a grace period")
+    status, _, raw, *_ = api.handle("DELETE", f"{path}?gracePeriodSeconds={_YEAR}", headers, b"")
+    _refused_by_terminating(status, json.loads(raw), "at most 120 s")
+    status, _, raw, *_ = api.handle("DELETE", path, headers, b"")
+    assert status == 200, raw
+
+
+def test_a_consumer_may_not_evict_its_pod_with_a_long_grace_period(api):
+    """An Eviction's deleteOptions the same (eviction.go deletes with them)."""
+    _miner(
+        api,
+        [
+            {"api-groups": [""], "resources": ["pods"], "verbs": ["create"]},
+            {"api-groups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
+        ],
+    )
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": _pod_spec(0)}
+    status, body = _post(api, "/api/v1/namespaces/miner/pods", pod, "miner-token")
+    assert status == 201, body
+    eviction = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": "p", "namespace": "miner"},
+        "deleteOptions": {"gracePeriodSeconds": _YEAR},
+    }
+    status, body = _post(api, "/api/v1/namespaces/miner/pods/p/eviction", eviction, "miner-token")
+    _refused_by_terminating(status, body, "deleted or evicted with a grace period")

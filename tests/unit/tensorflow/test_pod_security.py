@@ -125,10 +125,12 @@ def test_the_teams_identity_may_write_a_job_whose_pods_break_restricted_only_wit
             "labels": {"kueue.x-k8s.io/queue-name": "training"},
         },
         "spec": {
+            # what gpu-k8s-consumer-terminating-pods-bounded requires of every team's Job
+            "podReplacementPolicy": "Failed",
             "template": {
                 "metadata": {"labels": {"app": "hostile"}},
                 "spec": {**_without(_worker_spec(), "capabilities"), "restartPolicy": "Never"},
-            }
+            },
         },
     }
     with Kube.from_kubeconfig(api.kubeconfig(TOKEN)) as kube:
