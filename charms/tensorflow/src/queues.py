@@ -358,7 +358,10 @@ def verdict(
     """
     if never:
         return "never", never
-    queued = f"{pending} job{'s' if pending != 1 else ''} of the team waiting"
+    # status.pendingWorkloads counts every pending Workload of the team: its jobs', and
+    # since Kueue queues every pod of the namespace (issue 29 item 6) its model servers'
+    # and TensorBoards' pods too, one Workload each (pod_controller.go constructPodSets)
+    queued = f"{pending} workload{'s' if pending != 1 else ''} of the team waiting"
     inactive = next(
         (
             c

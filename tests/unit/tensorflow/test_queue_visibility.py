@@ -120,7 +120,7 @@ def test_dry_run_says_admit_now_wait_or_never_and_writes_nothing(ctx, state, api
     assert now["dry-run"] == (
         "admit now: within what the team may take now (cpu: asks 2 of 16 in flavor cpu; "
         "memory: asks 8Gi of 128Gi in flavor cpu; nvidia.com/gpu: asks 2 of 4 in flavor "
-        "gpu-nvidia-a10g); 0 jobs of the team waiting"
+        "gpu-nvidia-a10g); 0 workloads of the team waiting"
     )
     assert now["quota"]["nvidia-com-gpu"] == (
         "job asks 2; gpu-nvidia-a10g: team nominal 0, uses 0, borrows 0, the cohort lends now 4"
@@ -162,12 +162,12 @@ def test_the_team_queue_counts_its_jobs_as_kueue_and_dry_run_reads_them(
     del api.aggregated[VIS]  # the visibility API not served: 404
     params = {"job": "try", "workers": 1, "gpus-per-worker": 1, "dry-run": True}
     results, _ = run_action(ctx, state, "train", **params, cpu="1", memory="4Gi")
-    assert results["dry-run"].endswith("; 2 jobs of the team waiting")
+    assert results["dry-run"].endswith("; 2 workloads of the team waiting")
     flavor = status["flavorsUsage"][-1]["name"]
     api.delete_object(f"/apis/kueue.x-k8s.io/v1beta2/resourceflavors/{flavor}")
     controller.tick()
     results, _ = run_action(ctx, state, "train", **params, cpu="1", memory="4Gi")
     assert results["dry-run"] == (
         "wait: the team's ClusterQueue is inactive: Can't admit new workloads: references "
-        f"missing ResourceFlavor(s): {flavor}.; 2 jobs of the team waiting"
+        f"missing ResourceFlavor(s): {flavor}.; 2 workloads of the team waiting"
     )

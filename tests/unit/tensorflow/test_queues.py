@@ -397,7 +397,7 @@ def test_dry_run_says_admit_now_on_an_idle_default_cluster_and_kueue_admits_at_o
     assert said == (
         "admit now: within what the team may take now (cpu: asks 2 of 16 in flavor cpu; "
         "memory: asks 8Gi of 128Gi in flavor cpu; nvidia.com/gpu: asks 2 of 4 in flavor "
-        "gpu-nvidia-a10g); 0 jobs of the team waiting"
+        "gpu-nvidia-a10g); 0 workloads of the team waiting"
     )
     assert real["state"] == "running"
 
@@ -422,7 +422,7 @@ def test_dry_run_says_wait_with_the_numbers_while_another_team_uses_the_gpus(
     assert said == (
         "wait: nvidia.com/gpu: asks 1 but the team may take 0 now in flavor gpu-nvidia-a10g "
         "(its unused nominal 0 + what the cohort lends now 0): admitted once jobs holding 1 "
-        "finish or Kueue preempts them; 0 jobs of the team waiting"
+        "finish or Kueue preempts them; 0 workloads of the team waiting"
     )
     assert real["state"].startswith("queued: ")
     other.tick()
