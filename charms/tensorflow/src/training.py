@@ -648,15 +648,20 @@ def queue_older_deployments(kube: Any, ctx: Context) -> tuple[list[str], list[st
     first and the caller tries again at its next hook. A marked Deployment (every one
     made since kueuepod41) is left alone: no request, no rollout.
     """
-    priorities = {
-        js["metadata"]["labels"].get(LABEL_JOB, ""): js["metadata"]["labels"].get(LABEL_PRIORITY)
-        for js in kube.list(
-            JOBSET_API,
-            "JobSet",
-            ctx.namespace,
-            label_selector=manifests.selector(ctx.app, component=COMPONENT_TRAINING),
-        )
-    }
+    priorities: dict[str, str | None] | None = None  # a job's priority, read once if asked
+
+    def priority_of(job: str) -> str:
+        nonlocal priorities
+        if priorities is None:
+            training = manifests.selector(ctx.app, component=COMPONENT_TRAINING)
+            priorities = {
+                js["metadata"]["labels"].get(LABEL_JOB, ""): js["metadata"]["labels"].get(
+                    LABEL_PRIORITY
+                )
+                for js in kube.list(JOBSET_API, "JobSet", ctx.namespace, label_selector=training)
+            }
+        return priorities.get(job) or oneshot.PRIORITY
+
     marked: list[str] = []
     waiting: list[str] = []
     selector = manifests.selector(ctx.app)
@@ -667,8 +672,7 @@ def queue_older_deployments(kube: Any, ctx: Context) -> tuple[list[str], list[st
         if lbls.get(serving.LABEL_SERVING):
             wanted = oneshot.queued(lbls, ctx.queue, serving.PRIORITY)
         elif lbls.get(LABEL_COMPONENT) == COMPONENT_TENSORBOARD and lbls.get(LABEL_JOB):
-            priority = priorities.get(lbls[LABEL_JOB]) or oneshot.PRIORITY
-            wanted = oneshot.queued(lbls, ctx.queue, priority)
+            wanted = oneshot.queued(lbls, ctx.queue, priority_of(lbls[LABEL_JOB]))
         else:
             continue
         added = {key: wanted[key] for key in (LABEL_QUEUE, LABEL_PRIORITY)}
