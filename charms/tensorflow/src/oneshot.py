@@ -48,6 +48,18 @@ def queued(labels: Mapping[str, str], queue: str, priority: str = PRIORITY) -> d
     return {**labels, LABEL_QUEUE: queue, LABEL_PRIORITY: priority}
 
 
+def queue_labels_addable(stored: Mapping[str, Any]) -> bool:
+    """Whether Kueue lets the queue and priority labels be added to this stored Deployment.
+
+    Kueue v0.19.2's deployment webhook refuses either label added to a Deployment with a
+    ready replica (deployment_webhook.go ValidateUpdate: `isSuspended :=
+    oldDeployment.Status.ReadyReplicas == 0`, the queue label immutable otherwise;
+    jobframework ValidateUpdateForWorkloadPriorityClassName). Its pod template may take
+    them (what Kueue admits its pods by: training.queue_older_deployments).
+    """
+    return not (stored.get("status") or {}).get("readyReplicas")
+
+
 def finished(job: Mapping[str, Any]) -> str | None:
     """`Succeeded` or `Failed` once a Job has finished, else None."""
     for cond in (job.get("status") or {}).get("conditions") or []:

@@ -254,14 +254,11 @@ def serve(
 def _as_kueue_allows(deployment: dict[str, Any], found: Mapping[str, Any]) -> dict[str, Any]:
     """`deployment` without the queue and priority labels `found` (stored) lacks, if it runs.
 
-    Kueue v0.19.2's deployment webhook refuses either label added to a Deployment with a
-    ready replica (deployment_webhook.go ValidateUpdate: `isSuspended :=
-    oldDeployment.Status.ReadyReplicas == 0`, the queue label immutable otherwise;
-    jobframework ValidateUpdateForWorkloadPriorityClassName), so a model server an earlier
-    revision made keeps its own labels while it runs; its pod template names the queue
-    (training.queue_older_deployments), which is what Kueue admits its pods by.
+    Kueue refuses them added to a running Deployment (oneshot.queue_labels_addable), so a
+    model server an earlier revision made keeps its own labels while it runs; its pod
+    template names the queue (training.queue_older_deployments).
     """
-    if not (found.get("status") or {}).get("readyReplicas"):
+    if oneshot.queue_labels_addable(found):
         return deployment
     own = found["metadata"].get("labels") or {}
     lbls = {

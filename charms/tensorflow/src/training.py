@@ -51,7 +51,6 @@ from literals import (
     LABEL_JOB,
     LABEL_MANAGED_BY,
     LABEL_PRIORITY,
-    LABEL_QUEUE,
     PROGRESS_LOG_LINES,
 )
 from manifests import Context
@@ -638,49 +637,41 @@ def queue_older_deployments(kube: Any, ctx: Context) -> tuple[list[str], list[st
     merge patch (the team's grant: deployments patch), the queue and priority labels a
     fresh `serve` or `train` writes (oneshot.queued; a TensorBoard its job's priority
     where its JobSet says): on its pod template always, so that the rolled-out pods name
-    the team's queue; on the Deployment itself only while it has no ready replica, as
-    deployment_webhook.go ValidateUpdate refuses either label added to one with ready
-    replicas (`isSuspended := oldDeployment.Status.ReadyReplicas == 0`;
-    ValidateImmutableField; jobframework ValidateUpdateForWorkloadPriorityClassName).
+    the team's queue; on the Deployment itself only while Kueue allows it
+    (oneshot.queue_labels_addable: no ready replica).
     Where the webhook runs, its answer is marked and the Deployment rolls out pods Kueue
     gates and admits in the team's queue. Where it does not yet (the teams are refreshed
     before the control plane, docs/how-to/upgrade.md), the patch changes nothing after its
     first and the caller tries again at its next hook. A marked Deployment (every one
     made since kueuepod41) is left alone: no request, no rollout.
     """
-    priorities: dict[str, str | None] | None = None  # a job's priority, read once if asked
-
-    def priority_of(job: str) -> str:
-        nonlocal priorities
-        if priorities is None:
-            training = manifests.selector(ctx.app, component=COMPONENT_TRAINING)
-            priorities = {
-                js["metadata"]["labels"].get(LABEL_JOB, ""): js["metadata"]["labels"].get(
-                    LABEL_PRIORITY
-                )
-                for js in kube.list(JOBSET_API, "JobSet", ctx.namespace, label_selector=training)
-            }
-        return priorities.get(job) or oneshot.PRIORITY
-
-    marked: list[str] = []
-    waiting: list[str] = []
+    wanted: list[tuple[Mapping[str, Any], str | None]] = []  # (Deployment, its job if TB)
     selector = manifests.selector(ctx.app)
     for found in kube.list("apps/v1", "Deployment", ctx.namespace, label_selector=selector):
-        meta, lbls = found["metadata"], found["metadata"].get("labels") or {}
+        lbls = found["metadata"].get("labels") or {}
         if _kueue_marked(found):
             continue
         if lbls.get(serving.LABEL_SERVING):
-            wanted = oneshot.queued(lbls, ctx.queue, serving.PRIORITY)
+            wanted.append((found, None))
         elif lbls.get(LABEL_COMPONENT) == COMPONENT_TENSORBOARD and lbls.get(LABEL_JOB):
-            wanted = oneshot.queued(lbls, ctx.queue, priority_of(lbls[LABEL_JOB]))
-        else:
-            continue
-        added = {key: wanted[key] for key in (LABEL_QUEUE, LABEL_PRIORITY)}
+            wanted.append((found, lbls[LABEL_JOB]))
+    priorities: dict[str, str | None] = {}
+    if any(job for _, job in wanted):  # a TensorBoard's priority is its job's
+        training = manifests.selector(ctx.app, component=COMPONENT_TRAINING)
+        for js in kube.list(JOBSET_API, "JobSet", ctx.namespace, label_selector=training):
+            job_labels = js["metadata"]["labels"]
+            priorities[job_labels.get(LABEL_JOB, "")] = job_labels.get(LABEL_PRIORITY)
+    marked: list[str] = []
+    waiting: list[str] = []
+    for found, job in wanted:
+        priority = serving.PRIORITY if job is None else priorities.get(job) or oneshot.PRIORITY
+        added = oneshot.queued({}, ctx.queue, priority)
         patch: dict[str, Any] = {"spec": {"template": {"metadata": {"labels": added}}}}
-        if not (found.get("status") or {}).get("readyReplicas"):
+        if oneshot.queue_labels_addable(found):
             patch["metadata"] = {"labels": added}
-        answer = kube.patch("apps/v1", "Deployment", meta["name"], patch, ctx.namespace)
-        (marked if _kueue_marked(answer) else waiting).append(meta["name"])
+        name = found["metadata"]["name"]
+        answer = kube.patch("apps/v1", "Deployment", name, patch, ctx.namespace)
+        (marked if _kueue_marked(answer) else waiting).append(name)
     return marked, waiting
 
 
