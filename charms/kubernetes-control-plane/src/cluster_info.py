@@ -244,10 +244,7 @@ class NodeHealth:
         by_name = {(n.get("metadata") or {}).get("name"): n for n in nodes}
         health = cls()
         for name in expected:
-            if name not in by_name:
-                health.missing.add(name)
-            elif not node_ready(by_name[name]):
-                health.not_ready.add(name)
+            health.observe(name, by_name.get(name))
         return health
 
     def observe(self, name: str, node: dict | None) -> None:

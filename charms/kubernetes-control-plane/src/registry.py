@@ -41,9 +41,6 @@ import json
 from collections.abc import Callable, Collection, Iterable, Mapping, MutableMapping
 from typing import TYPE_CHECKING
 
-import kueue
-import mig_manager
-
 if TYPE_CHECKING:
     from charms.gpu_k8s.v0.kubernetes_cluster import WorkerInfo
 
@@ -377,6 +374,8 @@ def _known_profiles(pci_device_id: str | None, profiles: Mapping[str, int] | Non
     mig_manager.NVIDIA_MIG_PROFILES bounds what a unit stores in the registry: the
     configs use nothing else (`mig_manager._profile_counts`).
     """
+    import mig_manager  # here: it (and kueue) import the lib that imports ops
+
     table = mig_manager.nvidia_profiles(pci_device_id) or {}
     return {p: c for p, c in (profiles or {}).items() if p in table}
 
@@ -384,6 +383,8 @@ def _known_profiles(pci_device_id: str | None, profiles: Mapping[str, int] | Non
 @functools.lru_cache(maxsize=256)
 def _model_keys(model: str) -> tuple[str, str]:
     """What a GPU model becomes in Kueue: its ResourceFlavor and the node label it selects."""
+    import kueue  # here: see _known_profiles
+
     return kueue.flavor_name(model), kueue.product_label(model, False)
 
 
