@@ -1208,9 +1208,11 @@ def _job_specs(obj: str) -> str:
 def consumer_terminating_policy() -> dict[str, Any]:
     """The policy that bounds how long a consumer's terminating pod holds what Kueue freed.
 
-    No variables: each validation first asks whether the request is one it checks (a
-    ternary, evaluated lazily), so a pod's delete reads no template and a Job's write no
-    DeleteOptions.
+    Each validation first asks whether the request is one it checks (a ternary, whose
+    untaken branch CEL never evaluates), so a pod's delete reads no template and a Job's
+    write no DeleteOptions. It names no variables because the tests' fake API server
+    evaluates every variable before the validations (tests/fakes/kube_admission.py
+    `_evaluate`): a cost of the fake, which the tensorflow suite pays on every request.
     """
     cap = GRACE_CAP_SECONDS
 
