@@ -2003,11 +2003,13 @@ class FakeKubeApiServer:
         _code, listing = self._list(target, query, ct, body)
         orphan = query.get("propagationPolicy") == "Orphan"
         refused: ApiError | None = None
+        given: dict | None = None  # the DeleteOptions sent, decoded once when first needed
         for item in listing["items"]:
             key = target.key(item["metadata"]["name"], item["metadata"].get("namespace"))
             if key in self._store:  # not already gone with an owner
                 stored = self._store[key]
-                given = self._decode(body, ct) if body else {}
+                if given is None:
+                    given = self._decode(body, ct) if body else {}
                 try:
                     options = _delete_options(target, stored, query, given)
                     self._admit_delete(target, stored, name="", options=options)
