@@ -4,13 +4,21 @@ The fixtures under `tests/fixtures/gpu/` were captured by `tools/capture_gpu_fix
 (each directory's README says where); these tests run the worker's own code on them.
 """
 
+import re
 import xml.etree.ElementTree as ET
 
 import gpu
+import gpu_gate
 import gpu_labels
+import gpu_repair
+import gpu_watcher
+import gpu_watcher_machine
+import nvidia
 import pytest
+import yaml
 
 from fakes import sysfs
+from fakes.machine import FakeMachine
 
 H100 = sysfs.FIXTURES / "h100-sxm5-vm"
 
@@ -135,3 +143,94 @@ def test_recorded_h100_gets_the_labels_gfd_writes_for_a_hopper(tmp_path, h100_re
         "nvidia.com/mig.capable": "true",
         "nvidia.com/mps.capable": "false",
     }
+
+
+# One H200 SXM in a Firecracker guest, 2026-11-28 (tests/fixtures/gpu/h200-sxm-vm/README.md)
+H200 = sysfs.FIXTURES / "h200-sxm-vm"
+MIG_MODELS = yaml.safe_load(
+    (sysfs.FIXTURES.parent / "mig" / "nvidia-mig-models.yaml").read_text()
+)["models"]
+
+
+@pytest.fixture
+def h200_report() -> gpu.SmiReport:
+    query = (H200 / "nvidia-smi-query-gpu.csv").read_text()
+    version = (H200 / "nvidia-smi-version.txt").read_text()
+    return gpu.smi_report((0, query), (0, version))
+
+
+def test_recorded_h200_is_found_named_and_given_its_mig_profiles(tmp_path, h200_report):
+    root = sysfs.build(tmp_path / "vm", sysfs.recorded("h200-sxm-vm"))
+    inventory = gpu.detect(root, sysfs.write_pci_ids(tmp_path / "pci.ids"))
+    assert [(d.pci_address, d.device_id, d.subsystem_id) for d in inventory.devices] == [
+        ("0000:00:06.0", "2335", "10de:18bf")
+    ]
+    assert inventory.model == "NVIDIA H200 SXM 141GB" and inventory.mig_capable
+
+    merged = gpu.with_smi(inventory, h200_report)
+    assert (
+        gpu.status_message(merged, h200_report) == "Ready: 1x NVIDIA H200, driver 580, CUDA 13.0"
+    )
+    profiles = gpu.parse_mig_profiles((H200 / "nvidia-smi-mig-lgip.txt").read_text())
+    (record,) = gpu.inventory_records(merged, h200_report, profiles)
+    assert (record["model"], record["memory_mib"], record["pci_device_id"]) == (
+        "NVIDIA H200",
+        143771,
+        "2335",
+    )
+    # what the driver lists is what both charms' MIG tables are checked against
+    assert record["mig_profiles"] == MIG_MODELS["2335"]["profiles"]
+
+
+def test_the_repair_gate_has_a_floor_for_the_name_the_h200_driver_prints(h200_report):
+    assert gpu_gate.floor_for(h200_report.gpus[0].name) is not None
+
+
+def _fields(help_text: str) -> set[str]:
+    """The field names `nvidia-smi --help-query-*` lists (each line starting with a quote)."""
+    return {
+        name
+        for line in help_text.splitlines()
+        if line.startswith('"')
+        for name in re.findall(r'"([^"]+)"', line)
+    }
+
+
+def _queried(argv: tuple[str, ...], option: str) -> list[str]:
+    (query,) = [a for a in argv if a.startswith(f"{option}=")]
+    return query.split("=", 1)[1].split(",")
+
+
+def test_every_field_the_worker_asks_nvidia_smi_for_is_in_a_real_drivers_list():
+    gpu_fields = _fields((H200 / "health" / "help-query-gpu.txt").read_text())
+    app_fields = _fields((H200 / "health" / "help-query-compute-apps.txt").read_text())
+    asked = {
+        "gpu.SMI_FIELDS": list(gpu.SMI_FIELDS),
+        "gpu_watcher.SMI_FIELDS": list(gpu_watcher.SMI_FIELDS),
+        "nvidia.FABRIC_QUERY_ARGS": _queried(nvidia.FABRIC_QUERY_ARGS, "--query-gpu"),
+    }
+    assert {k: [f for f in v if f not in gpu_fields] for k, v in asked.items()} == {
+        k: [] for k in asked
+    }
+    compute = _queried(gpu_repair.COMPUTE_APPS, "--query-compute-apps")
+    assert [f for f in compute if f not in app_fields] == []
+
+
+def test_the_watchers_health_query_on_a_healthy_h200_finds_nothing():
+    out = (H200 / "health" / "watcher-smi.csv").read_text()
+    gpus, lost = gpu_watcher.parse_smi(out)
+    assert lost == set() and list(gpus) == ["0000:00:06"]
+    (row,) = gpus.values()
+    assert row["uuid"] == "GPU-229229c1-6a3b-ae5c-fab2-735129948cb3"
+    assert gpu_watcher.smi_findings(row) == []
+    # the fake machine's healthy rows print these fields as the driver did
+    fake = gpu_watcher_machine.smi_rows().splitlines()[0].split(", ")
+    assert fake[3:] == out.strip().split(", ")[3:]
+
+
+def test_the_repair_reads_the_cuda_process_a_real_driver_lists(tmp_path):
+    recorded = (H200 / "health" / "compute-apps.csv").read_text()
+    machine = FakeMachine(tmp_path / "root")
+    machine.on("nvidia-smi", lambda argv, _input: recorded)
+    # the capture's PyTorch process, pid 653, held the GPU (health/capture.json)
+    assert gpu_repair._compute_processes(machine.host()) == ["process 653"]
