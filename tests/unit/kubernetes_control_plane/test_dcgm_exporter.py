@@ -23,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from fakes import dcgm_exporter as fake_exporter
 from fakes.control_plane import join_workers, peer, peers, worker_bag, workers_relation
+from fakes.kube_admission import KUBERNETES_VERSION
 
 DS = "/apis/apps/v1/namespaces/gpu-k8s-gpu/daemonsets/dcgm-exporter"
 CM = "/api/v1/namespaces/gpu-k8s-gpu/configmaps/dcgm-exporter-counters"
@@ -138,7 +139,7 @@ def test_the_counters_are_documented_dcgm_fields_and_cover_the_alert_rules(ctx, 
 
 def test_manifests_are_valid_kubernetes_objects():
     for obj in dcgm_exporter.manifests("registry.example.com/mirror"):
-        kubernetes_validate.validate(obj, "1.35.0", strict=True)
+        kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
     (namespace, _, ds) = dcgm_exporter.manifests("registry.example.com/mirror")
     assert namespace["metadata"]["name"] == "gpu-k8s-gpu"
     image = ds["spec"]["template"]["spec"]["containers"][0]["image"]

@@ -11,6 +11,7 @@ import yaml
 from ops import testing
 
 from fakes.control_plane import join_workers, peer, peers, worker_bag, workers_relation
+from fakes.kube_admission import KUBERNETES_VERSION
 
 DS = "/apis/apps/v1/namespaces/gpu-k8s-gpu/daemonsets/nvidia-device-plugin"
 CM = "/api/v1/namespaces/gpu-k8s-gpu/configmaps/nvidia-device-plugin-config"
@@ -242,7 +243,7 @@ def test_invalid_gpu_config_blocks(ctx, machine, config, message):
 @pytest.mark.parametrize("replicas", [1, 8])
 def test_manifests_are_valid_kubernetes_objects(replicas, mig):
     for obj in device_plugin.manifests(mig, replicas, "registry.example.com/mirror"):
-        kubernetes_validate.validate(obj, "1.35.0", strict=True)
+        kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
 
 
 RC = "/apis/node.k8s.io/v1/runtimeclasses/nvidia"

@@ -23,6 +23,7 @@ from ops import testing
 import charm
 from charms.gpu_k8s.v0 import api_proxy
 from fakes.control_plane import join_workers, node, peer, peers, worker_bag, workers_relation
+from fakes.kube_admission import KUBERNETES_VERSION
 
 DEPLOYMENT = "/apis/apps/v1/namespaces/kube-system/deployments/kube-state-metrics"
 ROLE = "/apis/rbac.authorization.k8s.io/v1/clusterroles/kube-state-metrics"
@@ -192,7 +193,7 @@ def test_a_unit_that_is_not_the_leader_leaves_kube_state_metrics_to_it(machine, 
 
 def test_kube_state_metrics_objects_are_valid_kubernetes_objects():
     for obj in kube_state_metrics.manifests(NODE, "registry.example.com/mirror"):
-        kubernetes_validate.validate(obj, "1.35.0", strict=True)
+        kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
     deployment = kube_state_metrics.manifests(NODE, "registry.example.com/mirror")[-1]
     image = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
     assert image == "registry.example.com/mirror/kube-state-metrics/kube-state-metrics:v2.20.0"
