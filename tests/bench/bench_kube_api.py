@@ -103,7 +103,11 @@ def measure(api: FakeKubeApiServer, etcd: FakeEtcd, root: Path, n: int) -> dict[
     """Per event: (wall ms, main-thread CPU ms, API requests per hook) with `n` teams."""
     ctx, out, _ = installed_leader(api, etcd, root)
     units = {
-        i: {"node-name": f"worker-{i}", **({"gpu-inventory": GPU} if i == 0 else {})}
+        i: {
+            "node-name": f"worker-{i}",
+            "node-identity": "true",  # workers of this revision act as their kubelet (424fd87)
+            **({"gpu-inventory": GPU} if i == 0 else {}),
+        }
         for i in range(WORKERS)
     }
     for i in range(WORKERS):
