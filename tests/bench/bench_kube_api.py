@@ -18,8 +18,10 @@ team (nothing new: what a team's every hook sends) and update-status (every 5 mi
 median wall and main-thread CPU (`time.thread_time` in the thread that runs ops.testing
 and the charm: the hook with ops.testing's own work, not the fake servers' threads) and
 the API requests per hook, so what grows with the teams shows; and which requests
-relating the last team sent. Numbers only: no target is asserted (run.py: timed
-assertions are flaky on a shared machine).
+relating the last team sent. ops.testing reads and writes its YAML with libyaml, as in
+bench_control_plane.py and the unit tests (a cost of the test framework that no hook
+pays). Numbers only: no target is asserted (run.py: timed assertions are flaky on a
+shared machine).
 
 First run (2026-11-27, 2 shared cores): a team's steady hooks send nothing and
 update-status 4 requests at every N (main-thread CPU ~27 and ~33 ms, flat); relating the
@@ -147,6 +149,10 @@ def measure(api: FakeKubeApiServer, etcd: FakeEtcd, root: Path, n: int) -> dict[
 
 def main() -> None:
     logging.disable(logging.CRITICAL)
+    import libyaml_for_ops_testing  # tests/, on sys.path once bench_control_plane is imported
+
+    libyaml = libyaml_for_ops_testing.use_libyaml()
+    print(f"ops.testing's YAML: {'libyaml' if libyaml else 'pure-Python PyYAML'}")
     for n in SIZES:
         with (
             local_releases(),
