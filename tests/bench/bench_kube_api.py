@@ -29,7 +29,9 @@ Nth team sends 21, 30 and 66 requests at N = 1, 4, 16: its own grant (9) and the
 sizing stay constant, but every granted namespace's two NetworkPolicies are applied again
 (2N PATCHes: addons.apply_team_network_policies applies all of them when the set of
 namespaces changes) and every team's ClusterQueue (N: the fair shares change with N, so
-most of them do change).
+most of them do change). On 2026-11-28 (3128517): 21, 24 and 36 requests, only the new
+namespace's NetworkPolicies applied, every team's ClusterQueue still; update-status sends
+3. Compared with ed618d9 (issue 29's "today") in docs/explanation/design-choices.md.
 """
 
 from __future__ import annotations
