@@ -18,8 +18,10 @@ team (nothing new: what a team's every hook sends) and update-status (every 5 mi
 median wall and main-thread CPU (`time.thread_time` in the thread that runs ops.testing
 and the charm: the hook with ops.testing's own work, not the fake servers' threads) and
 the API requests per hook, so what grows with the teams shows; and which requests
-relating the last team sent. Numbers only: no target is asserted (run.py: timed
-assertions are flaky on a shared machine).
+relating the last team sent. ops.testing reads and writes its YAML with libyaml, as in
+bench_control_plane.py and the unit tests (a cost of the test framework that no hook
+pays). Numbers only: no target is asserted (run.py: timed assertions are flaky on a
+shared machine).
 
 First run (2026-11-27, 2 shared cores): a team's steady hooks send nothing and
 update-status 4 requests at every N (main-thread CPU ~27 and ~33 ms, flat); relating the
@@ -27,7 +29,9 @@ Nth team sends 21, 30 and 66 requests at N = 1, 4, 16: its own grant (9) and the
 sizing stay constant, but every granted namespace's two NetworkPolicies are applied again
 (2N PATCHes: addons.apply_team_network_policies applies all of them when the set of
 namespaces changes) and every team's ClusterQueue (N: the fair shares change with N, so
-most of them do change).
+most of them do change). On 2026-11-28 (3128517): 21, 24 and 36 requests, only the new
+namespace's NetworkPolicies applied, every team's ClusterQueue still; update-status sends
+3. Compared with ed618d9 (issue 29's "today") in docs/explanation/design-choices.md.
 """
 
 from __future__ import annotations
@@ -103,7 +107,11 @@ def measure(api: FakeKubeApiServer, etcd: FakeEtcd, root: Path, n: int) -> dict[
     """Per event: (wall ms, main-thread CPU ms, API requests per hook) with `n` teams."""
     ctx, out, _ = installed_leader(api, etcd, root)
     units = {
-        i: {"node-name": f"worker-{i}", **({"gpu-inventory": GPU} if i == 0 else {})}
+        i: {
+            "node-name": f"worker-{i}",
+            "node-identity": "true",  # workers of this revision act as their kubelet (424fd87)
+            **({"gpu-inventory": GPU} if i == 0 else {}),
+        }
         for i in range(WORKERS)
     }
     for i in range(WORKERS):
@@ -143,6 +151,10 @@ def measure(api: FakeKubeApiServer, etcd: FakeEtcd, root: Path, n: int) -> dict[
 
 def main() -> None:
     logging.disable(logging.CRITICAL)
+    import libyaml_for_ops_testing  # tests/, on sys.path once bench_control_plane is imported
+
+    libyaml = libyaml_for_ops_testing.use_libyaml()
+    print(f"ops.testing's YAML: {'libyaml' if libyaml else 'pure-Python PyYAML'}")
     for n in SIZES:
         with (
             local_releases(),
