@@ -29,6 +29,7 @@ records its error and the script goes on.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import subprocess
@@ -40,7 +41,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(HERE / "charms/kubernetes-worker/src"))
 
-import gpu_watcher  # noqa: E402 (the worker's module, from the checkout)
+# the worker's module, from the checkout (standard library only, as the watcher runs)
+gpu_watcher = importlib.import_module("gpu_watcher")
 
 SMI = "nvidia-smi"
 COMPUTE_APPS = ("--query-compute-apps=pid,gpu_uuid", "--format=csv,noheader")  # gpu_repair's
@@ -135,7 +137,7 @@ def compute_apps(out: Path) -> dict:
 
 def main(argv: list[str]) -> int:
     """Capture into OUT_DIR."""
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description="Record what the GPU health watcher reads here.")
     p.add_argument("out")
     p.add_argument("--inject-kmsg", action="store_true")
     a = p.parse_args(argv)
