@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -97,17 +98,28 @@ def smi_list(mig: dict[int, list[str]] | None = None) -> str:
     return "\n".join(out) + "\n"
 
 
-def xid_line(xid_fixture: str, gpu: int, pid: int | None = None) -> str:
-    """A fixture line with the fake machine's PCI address of `gpu` (and a pid, if asked)."""
+def xid_line(xid_fixture: str, gpu: int, pid: int | None = None, *, mig: bool = False) -> str:
+    """A fixture line with the fake machine's PCI address of `gpu` (and a pid, if asked).
+
+    `mig`: the fixture's line of that XID attributed to a MIG instance (`GPU-I:`, kept).
+    """
     line = next(
         entry
         for entry in LINES
-        if f"): {xid_fixture}," in entry or entry.endswith(f"): {xid_fixture}")
+        if (f"): {xid_fixture}," in entry or entry.endswith(f"): {xid_fixture}"))
+        and ("GPU-I:" in entry) == mig
     )
     bus = GPUS[gpu][2]
-    line = line.split("(PCI:", 1)[0] + f"(PCI:0000:{bus[9:11].lower()}:00)" + line.split(")", 1)[1]
+    where, attribution = line.split("(PCI:", 1)[1].split(")", 1)[0], ""
+    if " " in where:  # `<pci> GPU-I:<gi>[ GPU-CI:<ci>]`
+        attribution = " " + where.split(" ", 1)[1]
+    line = (
+        line.split("(PCI:", 1)[0]
+        + f"(PCI:0000:{bus[9:11].lower()}:00{attribution})"
+        + line.split(")", 1)[1]
+    )
     if pid is not None:
-        line = line.replace("pid='<unknown>'", f"pid={pid}")
+        line = re.sub(r"pid=('<unknown>'|\d+)", f"pid={pid}", line, count=1)
     return line
 
 

@@ -683,3 +683,38 @@ def test_the_watcher_counts_faults_quarantines_repairs_and_times_for_cos(machine
 
 def now_iso() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+# -- XIDs attributed to a MIG instance (issue 32 review gap 1) ------------------------------
+
+
+def test_xids_a_mig_instance_names_count_and_quarantine_the_gpu_that_holds_it(machine):
+    """The driver names the MIG instance of an XID it can attribute (kernel_rc.c).
+
+    `NVRM: Xid (PCI:... GPU-I:02 GPU-CI:00): 13, ...` was not read at all: on a node with
+    a MIG layout no application XID counted toward the escalation and an attributed fatal
+    XID quarantined nothing. Now both act on the GPU that holds the instance, and the
+    event names the instance.
+    """
+    mig = {0: ["MIG-0d1e3a44-7c4c-5c1b-9f6a-1b2c3d4e5f60"]}
+    mig[1] = ["MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f"]
+    machine.smi_list(smi_list(mig))
+    start(machine, escalation="3/10m")
+    for n in range(3):  # three faults of programs in GPU 0's instance, a minute apart
+        machine.kernel(xid_line("13", gpu=0, pid=5000 + n, mig=True), usec=(60 + 60 * n) * SECOND)
+    until(machine.quarantined)
+    held = machine.state()["quarantined"]
+    assert list(held) == [GPUS[0][1]]
+    assert held[GPUS[0][1]]["reason"] == "XidRepeated"
+    event = next(e for e in machine.state()["events"] if e["reason"] == "Xid13")
+    assert (event["gpu"], event["uuid"]) == ("0", GPUS[0][1])
+    assert (event["gpu_instance"], event["compute_instance"]) == ("2", "0")
+    assert "(MIG GPU instance 2, compute instance 0)" in event["meaning"]
+
+    machine.kernel(xid_line("109", gpu=1, mig=True))  # a fatal XID in GPU 1's instance
+    until(lambda: GPUS[1][1] in machine.state()["quarantined"])
+    held = machine.state()["quarantined"][GPUS[1][1]]
+    assert (held["reason"], held["action"]) == ("Xid109", "reset-gpu")
+    assert held["message"].startswith(f"GPU 1 ({GPUS[1][1]}): XID 109 ")
+    assert "(MIG GPU instance 3)" in held["message"]
+    until(lambda: f"{OWN}/gpu1-job" not in machine.pods())

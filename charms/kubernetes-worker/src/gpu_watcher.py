@@ -14,7 +14,9 @@ only, so it keeps running while Juju replaces the charm's files. Its inputs:
   its rate limit, and the sequence number lets a restarted watcher skip what it handled
   (kept in the state file with the boot id). The NVIDIA driver's XID line
   `NVRM: Xid (PCI:<domain>:<bus>:<device>): <xid>, pid=<pid>, name=<comm>, <text>` (pid
-  `'<unknown>'` when no process is involved; some lines carry only the XID): examples in
+  `'<unknown>'` when no process is involved; some lines carry only the XID; on a MIG GPU
+  `(PCI:... GPU-I:<gi>)` or `(PCI:... GPU-I:<gi> GPU-CI:<ci>)` for an XID the driver
+  attributes to an instance: it acts on the GPU that holds it and names it): examples in
   NVIDIA/NVSentinel health-monitors/syslog-health-monitor/pkg/xid/parser/csv_test.go and
   NVIDIA's catalog page, recorded in tests/fixtures/gpu/xid/lines.txt;
 - `nvidia-smi --query-gpu=index,uuid,pci.bus_id,ecc.errors.uncorrected.volatile.total,
@@ -155,9 +157,13 @@ import time
 import urllib.parse
 from collections.abc import Callable
 
-# the driver's line; the PCI part is domain:bus:device (NVSentinel csv_test.go, the catalog)
+# the driver's line; the PCI part is domain:bus:device (NVSentinel csv_test.go, the catalog),
+# followed by the MIG instance the driver attributes the XID to, where it can: `GPU-I:<gi>`
+# or `GPU-I:<gi> GPU-CI:<ci>` (NVIDIA/open-gpu-kernel-modules src/nvidia/src/kernel/gpu/rc/
+# kernel_rc.c, XID_PRINT_WITH_ATTR: "PCI:%04x:%02x:%02x GPU-I:%02u GPU-CI:%02u")
 XID_LINE = re.compile(
-    r"NVRM: Xid \(PCI:(?P<pci>[0-9a-fA-F]+:[0-9a-fA-F]+:[0-9a-fA-F]+)(?:\.\d)?\): "
+    r"NVRM: Xid \(PCI:(?P<pci>[0-9a-fA-F]+:[0-9a-fA-F]+:[0-9a-fA-F]+)(?:\.\d)?"
+    r"(?:\s+GPU-I:(?P<gi>\d+)(?:\s+GPU-CI:(?P<ci>\d+))?)?\): "
     r"(?P<xid>\d+)(?:, pid=(?P<pid>'?<unknown>'?|\d+))?(?:, name=(?P<name>[^,]*))?"
     r"(?:, (?P<text>.*))?$"
 )
@@ -320,12 +326,26 @@ def parse_xid(text: str) -> dict | None:
     if not match:
         return None
     pid = match["pid"] or ""
+    gi, ci = match["gi"], match["ci"]
     return {
         "pci": pci_key(match["pci"]),
         "xid": match["xid"],
         "pid": int(pid) if pid.isdigit() else None,
         "text": (match["text"] or "").strip(),
+        # the MIG instance the driver attributed it to (None: the whole GPU)
+        "gpu_instance": str(int(gi)) if gi is not None else None,
+        "compute_instance": str(int(ci)) if ci is not None else None,
     }
+
+
+def mig_instance(record: dict) -> str:
+    """` (MIG GPU instance 2, compute instance 0)` for an XID attributed to one, else ``."""
+    if record.get("gpu_instance") is None:
+        return ""
+    said = f"MIG GPU instance {record['gpu_instance']}"
+    if record.get("compute_instance") is not None:
+        said += f", compute instance {record['compute_instance']}"
+    return f" ({said})"
 
 
 def parse_smi(out: str, fields: tuple[str, ...] = SMI_FIELDS) -> tuple[dict[str, dict], set[str]]:
@@ -732,8 +752,10 @@ class Watcher:
         xid = record["xid"]
         gpu = self.gpus.get(record["pci"], {"index": "?", "uuid": f"PCI:{record['pci']}"})
         action, meaning = classify(self.catalog, xid, record["text"])
+        meaning += mig_instance(record)  # the GPU that holds the instance acts for it
         self._count("faults", gpu["uuid"], xid, f"Xid{xid}", action)
-        self._event(at, gpu, f"Xid{xid}", meaning, action)
+        instance = {k: record[k] for k in ("gpu_instance", "compute_instance") if record.get(k)}
+        self._event(at, gpu, f"Xid{xid}", meaning, action, **instance)
         if action in QUARANTINE:
             self.quarantine(gpu, f"Xid{xid}", meaning, action, at)
         elif action == "application":
@@ -788,9 +810,11 @@ class Watcher:
         name = "|".join(key)
         self.state[counter][name] = self.state[counter].get(name, 0) + 1
 
-    def _event(self, at: float, gpu: dict, reason: str, meaning: str, action: str) -> None:
+    def _event(
+        self, at: float, gpu: dict, reason: str, meaning: str, action: str, **more: str
+    ) -> None:
         event = {"at": now_iso(at), "gpu": gpu["index"], "uuid": gpu["uuid"], "reason": reason}
-        event |= {"meaning": meaning, "action": action}
+        event |= {"meaning": meaning, "action": action, **more}
         print(json.dumps(event), flush=True)
         self.state["events"] = (self.state["events"] + [event])[-50:]
 
