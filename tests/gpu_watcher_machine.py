@@ -22,7 +22,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import charm_modules
@@ -45,11 +45,12 @@ ALL = {f"{n}/{p}" for n in (OWN, OTHER) for p in ("gpu0-job", "gpu1-job", "cpu-j
 
 
 def smi_rows(
-    dbe: int = 0,
+    dbe: int | dict[int, int] = 0,
     lost: int | None = None,
     remap_failed: int | None = None,
     fabric: tuple[int, str, str] | None = None,
     fields: tuple[str, ...] = gpu_watcher.SMI_FIELDS,
+    recovery: str | dict[int, str] = "None",
 ) -> str:
     """What `nvidia-smi --query-gpu=<fields> --format=csv,noheader` prints for the two GPUs.
 
@@ -66,7 +67,15 @@ def smi_rows(
       NVML_GPU_FABRIC_STATE_* names (Not Supported, Not Started, In Progress, Completed) and
       the status an nvmlReturn_t's text (`Success`, or an error such as `Unknown Error`),
       meaningful only once the state is Completed (NVML nvmlGpuFabricInfo_t: "Must be
-      checked only if state returns 'complete'"; tests/fixtures/gpu/fabric/).
+      checked only if state returns 'complete'"; tests/fixtures/gpu/fabric/);
+    - `ecc.errors.uncorrected.volatile.total`: `dbe` on GPU 0 (an int) or per GPU (a dict);
+    - `gpu_recovery_action`: `recovery` on every GPU (a str) or per GPU (a dict): `None`
+      on a GPU with error containment and nothing to do (the H200 recording,
+      tests/fixtures/gpu/h200-sxm-vm/nvidia-smi-q.xml), the names of NVIDIA's GPU Memory
+      Error Management guide ("Error Recovery and Response Flags": None, Reset, Reboot,
+      Drain P2P, Drain and Reset), or `N/A` where the GPU does not report it ("'N/A'
+      indicates that the field is not supported on the current device":
+      h200-sxm-vm/health/help-query-gpu.txt; a V100 or T4, without error containment).
     """
     out = []
     for index, uuid, bus in GPUS:
@@ -76,14 +85,16 @@ def smi_rows(
                 "GPU is lost. Reboot the system to recover this GPU"
             )
             continue
-        errors = dbe if index == "0" else 0
+        errors = dbe.get(int(index), 0) if isinstance(dbe, dict) else dbe if index == "0" else 0
+        action = recovery.get(int(index), "None") if isinstance(recovery, dict) else recovery
         failed = "Yes" if remap_failed is not None and int(index) == remap_failed else "No"
         state, status = "N/A", "N/A"
         if fabric is not None:
             state, status = ("Completed", "Success")
             if int(index) == fabric[0]:
                 state, status = fabric[1], fabric[2]
-        row = dict(zip(gpu_watcher.SMI_FIELDS, (index, uuid, bus, errors, failed, state, status)))
+        values = (index, uuid, bus, errors, failed, state, status, action)
+        row = dict(zip(gpu_watcher.SMI_FIELDS, values, strict=True))
         out.append(", ".join(str(row[f]) for f in fields))
     return "\n".join(out) + "\n"
 
@@ -147,17 +158,45 @@ class Machine:
     seq: int = 100
     metrics_port: int = 0
     started_with: dict | None = None  # start()'s options, for a restart
+    # the fake driver's uncorrectable ECC counts and recovery actions per GPU (`memory_error`)
+    ecc: dict[int, int] = field(default_factory=dict)
+    recovery: dict[int, str] = field(default_factory=dict)
 
     def kernel(self, text: str, usec: int | None = None) -> None:
         """Append one /dev/kmsg record (Documentation/ABI/testing/dev-kmsg).
 
         `usec`: the kernel's timestamp (microseconds since boot); a made-up one otherwise.
+        An uncorrectable memory error's XID moves nvidia-smi's readings as the driver does
+        (`memory_error`).
         """
+        self.memory_error(text)
         self.seq += 1
         stamp = self.seq * 1000 if usec is None else usec
         with (self.root / "kmsg").open("a") as f:
             f.write(f"3,{self.seq},{stamp},-;{text}\n")
             f.write(" SUBSYSTEM=pci\n")  # a continuation line, skipped
+
+    def memory_error(self, text: str) -> None:
+        """What the driver's counters say after an XID 94 line on one of the GPUs.
+
+        A contained error is an uncorrectable ECC error, which the volatile uncorrectable
+        counter counts whether contained or not (NVIDIA's GPU Memory Error Management guide, "User
+        Visible Statistics": XID 48 on any uncorrectable error, 94 contained, 95 not). A
+        contained one (94) leaves the recovery action `None`: "Unaffected applications
+        will continue to run and additional workloads can be launched on this GPU without
+        requiring a GPU reset" (the guide, "Response to Uncorrectable Contained ECC
+        Errors").
+        """
+        record = gpu_watcher.parse_xid(text)
+        if record is None or record["xid"] != "94":
+            return
+        gpu = next(
+            (int(i) for i, _, bus in GPUS if gpu_watcher.pci_key(bus) == record["pci"]), None
+        )
+        if gpu is None:
+            return
+        self.ecc[gpu] = self.ecc.get(gpu, 0) + 1
+        self.smi(smi_rows(dbe=self.ecc, recovery=self.recovery))
 
     @property
     def pause_path(self) -> Path:

@@ -274,7 +274,11 @@ def test_an_xid_newer_than_the_catalog_quarantines_with_no_automatic_repair(mach
 @pytest.mark.parametrize(
     ("smi", "code", "gpu", "reason"),
     [
-        (smi_rows(dbe=2), 0, 0, "EccDoubleBit"),
+        # a GPU without error containment (V100, T4: no recovery action): any DBE
+        (smi_rows(dbe=2, recovery="N/A"), 0, 0, "EccDoubleBit"),
+        # the driver asks for a reset or a reboot (NVIDIA's names, as nvidia-smi prints them)
+        (smi_rows(recovery={1: "Reset"}), 0, 1, "GpuRecoveryAction"),
+        (smi_rows(dbe={0: 1}, recovery={0: "Reboot"}), 0, 0, "GpuRecoveryAction"),
         (smi_rows(lost=1), 15, 1, "GpuLost"),
         (smi_rows(remap_failed=1), 0, 1, "RowRemapFailure"),
         # NVSwitch machine: GPU 0's registration completed with an error, GPU 1's fine
@@ -537,7 +541,7 @@ def test_a_time_sliced_share_of_the_failed_gpu_is_evicted(machine):
     start(machine)
     replica = machine.pod("other-job")  # k8s-device-plugin NewAnnotatedID: <uuid>::<n>
     machine.checkpoint(allocation(replica, "nvidia.com/gpu", f"{GPUS[0][1]}::2"))
-    machine.smi(smi_rows(dbe=1))
+    machine.smi(smi_rows(dbe=1, recovery="N/A"))
     until(lambda: f"{OWN}/other-job" not in machine.pods())
     until(lambda: f"{OWN}/gpu0-job" not in machine.pods())
     assert machine.pods() == ALL - {f"{OWN}/gpu0-job"}
@@ -550,15 +554,17 @@ def test_a_field_this_drivers_nvidia_smi_does_not_know_leaves_the_others_read(ma
     between driver branches): the watcher drops that field and still sees a double-bit ECC
     error.
     """
-    machine.smi_unknown("fabric.state", "fabric.status")
-    known = tuple(f for f in gpu_watcher.SMI_FIELDS if not f.startswith("fabric."))
-    machine.smi(smi_rows(dbe=1, fields=known))
+    older = ("fabric.state", "fabric.status", "gpu_recovery_action")  # before driver 550
+    machine.smi_unknown(*older)
+    known = tuple(f for f in gpu_watcher.SMI_FIELDS if f not in older)
+    machine.smi(smi_rows(dbe=1, fields=known))  # no recovery action read: any DBE
     start(machine)
     until(machine.quarantined)
     assert machine.condition()["message"].startswith(f"GPU 0 ({GPUS[0][1]})")
     log = (machine.root / "watcher.log").read_text()
     assert "nvidia-smi does not know fabric.state: not read on this driver" in log
     assert "nvidia-smi does not know fabric.status: not read on this driver" in log
+    assert "nvidia-smi does not know gpu_recovery_action: not read on this driver" in log
 
 
 def test_a_lifted_cordon_is_put_back_while_the_gpu_is_quarantined(machine, kubectl_binary):
@@ -718,3 +724,34 @@ def test_xids_a_mig_instance_names_count_and_quarantine_the_gpu_that_holds_it(ma
     assert held["message"].startswith(f"GPU 1 ({GPUS[1][1]}): XID 109 ")
     assert "(MIG GPU instance 3)" in held["message"]
     until(lambda: f"{OWN}/gpu1-job" not in machine.pods())
+
+
+# -- uncorrectable memory errors with error containment (issue 32 review gap 3) -------------
+
+
+def test_a_contained_memory_error_restarts_only_the_job_and_keeps_the_gpu(machine):
+    """XID 94: the driver contained an uncorrectable ECC error to the program that hit it.
+
+    The volatile uncorrectable counter counts it all the same (the fake driver raises it,
+    gpu_watcher_machine.Machine.memory_error), and the poll quarantined on any count: a
+    contained error, for which NVIDIA says no reset is needed and new work may start,
+    drained the node. On a GPU that reports its recovery action, that action decides;
+    the catalog's RESTART_APP for 94 stands.
+    """
+    start(machine)
+    program(machine, 4242, "gpu0-job")  # left running on its broken context
+    machine.kernel(xid_line("94", gpu=0, pid=4242, mig=True), usec=60 * SECOND)
+    until(lambda: f"{OWN}/gpu0-job" not in machine.pods())  # the job restarts
+    assert machine.ecc == {0: 1}
+    polls = machine.smi_calls()
+    until(lambda: machine.smi_calls() >= polls + 3)  # polls that read the raised counter
+    assert machine.condition() is None
+    assert not machine.node().get("spec", {}).get("unschedulable")
+    assert machine.state()["quarantined"] == {}
+    assert machine.state()["faults"][f"{GPUS[0][1]}|94|Xid94|application"] == 1
+    # the driver then asks for a reset (row remapping pending, say): quarantined for it
+    machine.smi(smi_rows(dbe=machine.ecc, recovery={0: "Reset"}))
+    until(machine.quarantined)
+    held = machine.state()["quarantined"][GPUS[0][1]]
+    assert (held["reason"], held["action"]) == ("GpuRecoveryAction", "reset-gpu")
+    assert "the driver asks for a recovery action: Reset" in held["message"]

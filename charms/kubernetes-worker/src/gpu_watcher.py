@@ -20,7 +20,8 @@ only, so it keeps running while Juju replaces the charm's files. Its inputs:
   NVIDIA/NVSentinel health-monitors/syslog-health-monitor/pkg/xid/parser/csv_test.go and
   NVIDIA's catalog page, recorded in tests/fixtures/gpu/xid/lines.txt;
 - `nvidia-smi --query-gpu=index,uuid,pci.bus_id,ecc.errors.uncorrected.volatile.total,
-  remapped_rows.failure,fabric.state,fabric.status --format=csv,noheader` every
+  remapped_rows.failure,fabric.state,fabric.status,gpu_recovery_action --format=csv,noheader`
+  (the ECC counter decides only on a GPU without a recovery action: `smi_findings`) every
   `--interval` seconds (field names: `nvidia-smi --help-query-gpu`; fabric as nvidia.py
   reads it), except while the charm resets a GPU or runs the repair gate's DCGM diagnostic
   (`--pause`, PAUSE_FILE). A GPU it cannot reach (`... GPU is lost ...`, or a GPU seen
@@ -175,7 +176,22 @@ SMI_FIELDS = (
     "remapped_rows.failure",
     "fabric.state",
     "fabric.status",
+    "gpu_recovery_action",
 )
+# How nvidia-smi prints the recovery action the driver asks for a GPU (`gpu_recovery_action`,
+# NVML's nvmlDeviceGpuRecoveryAction_t): the names of NVIDIA's GPU Memory Error Management
+# guide, "Error Recovery and Response Flags" (None = NVML_GPU_RECOVERY_ACTION_NONE, Reset =
+# _GPU_RESET, Reboot = _NODE_REBOOT, Drain P2P = _DRAIN_P2P, Drain and Reset =
+# _DRAIN_AND_RESET), `None` as the H200 recording shows it
+# (tests/fixtures/gpu/h200-sxm-vm/nvidia-smi-q.xml); by number too, since no capture of the
+# other names from `--query-gpu` was found. `N/A`: the GPU does not report it.
+SMI_RECOVERY_ACTIONS = {
+    "none": "0",
+    "reset": "1",
+    "reboot": "2",
+    "drain p2p": "3",
+    "drain and reset": "4",
+}
 # The fields every row needs; the others are health readings a driver may not know
 # (fields come and go between driver branches: nvidia-smi --help-query-gpu).
 SMI_KEYS = ("index", "uuid", "pci.bus_id")
@@ -368,11 +384,43 @@ def parse_smi(out: str, fields: tuple[str, ...] = SMI_FIELDS) -> tuple[dict[str,
     return gpus, lost
 
 
+def reports_recovery_action(value: str) -> bool:
+    """Whether nvidia-smi read a recovery action (not `N/A`, not `[Unknown Error]` and the like)."""
+    value = value.strip()
+    return bool(value) and value != "N/A" and not value.startswith("[")
+
+
+def smi_recovery_action(catalog: dict, value: str) -> tuple[str, str]:
+    """(action, what the driver asks) for nvidia-smi's `gpu_recovery_action`.
+
+    By name (SMI_RECOVERY_ACTIONS) or number, through the catalog's `recovery_actions`
+    (XID 154's, NVML's numbers); one it does not know quarantines with `support`.
+    """
+    value = value.strip()
+    code = value if value.isdigit() else SMI_RECOVERY_ACTIONS.get(value.lower())
+    actions = catalog["xids"]["154"]["recovery_actions"]
+    return (actions.get(code, "support") if code is not None else "support"), value
+
+
 def smi_findings(row: dict) -> list[str]:
-    """Health findings of one GPU row: ecc-dbe, row-remap-failure, fabric."""
+    """Health findings of one GPU row: ecc-dbe or recovery, row-remap-failure, fabric.
+
+    A GPU that reports its recovery action (error containment: A100, H100 and later) is
+    quarantined by that action (`recovery`, unless it is None): its volatile
+    uncorrectable ECC counter also counts the errors the GPU contained to the program
+    that hit them (XID 94), after which "additional workloads can be launched on this GPU
+    without requiring a GPU reset" (NVIDIA's GPU Memory Error Management guide, "Response
+    to Uncorrectable Contained ECC Errors"; "Recovery action flag will be triggered for
+    uncorrectable errors": "Error Recovery and Response Flags"). A GPU that does not
+    (`N/A`: V100, T4, no containment; or a driver without the field) is quarantined on
+    any uncorrectable error (`ecc-dbe`), as every workload on it was hit.
+    """
     found = []
-    dbe = row["ecc.errors.uncorrected.volatile.total"]
-    if dbe.isdigit() and int(dbe) > 0:
+    dbe, recovery = row["ecc.errors.uncorrected.volatile.total"], row["gpu_recovery_action"]
+    if reports_recovery_action(recovery):
+        if SMI_RECOVERY_ACTIONS.get(recovery.strip().lower(), recovery.strip()) != "0":
+            found.append("recovery")
+    elif dbe.isdigit() and int(dbe) > 0:
         found.append("ecc-dbe")
     if row["remapped_rows.failure"] in ("Yes", "1"):
         found.append("row-remap-failure")
@@ -799,12 +847,17 @@ class Watcher:
         gpu = self.gpus.get(pci, {"index": "?", "uuid": f"PCI:{pci}"})
         if gpu["uuid"] in self.state["quarantined"]:
             return
-        meaning = entry["description"]
+        meaning, action = entry["description"], entry["action"]
+        if finding == "recovery":  # the action the driver asks for
+            action, asked = smi_recovery_action(self.catalog, gpu.get("gpu_recovery_action", ""))
+            meaning += f": {asked}"
+            if action not in QUARANTINE:
+                return
         if entry["as_xid"]:
             meaning += f" (as XID {entry['as_xid']})"
-        self._count("faults", gpu["uuid"], "", entry["reason"], entry["action"])
-        self._event(at, gpu, entry["reason"], meaning, entry["action"])
-        self.quarantine(gpu, entry["reason"], meaning, entry["action"], at)
+        self._count("faults", gpu["uuid"], "", entry["reason"], action)
+        self._event(at, gpu, entry["reason"], meaning, action)
+        self.quarantine(gpu, entry["reason"], meaning, action, at)
 
     def _count(self, counter: str, *key: str) -> None:
         name = "|".join(key)

@@ -108,3 +108,46 @@ def test_every_recorded_xid_line_is_read_with_its_mig_instance_where_it_names_on
     assert (ci["gpu_instance"], ci["compute_instance"]) == ("2", "0")
     plain = records[xids[0]]
     assert plain is not None and (plain["gpu_instance"], plain["compute_instance"]) == (None, None)
+
+
+def smi_row(dbe: str = "0", recovery: str = "None", remap: str = "No") -> dict:
+    row = dict.fromkeys(gpu_watcher.SMI_FIELDS, "N/A")
+    row |= {"ecc.errors.uncorrected.volatile.total": dbe, "gpu_recovery_action": recovery}
+    return row | {"remapped_rows.failure": remap}
+
+
+@pytest.mark.parametrize(
+    ("row", "found"),
+    [
+        # error containment (the GPU reports its recovery action): the action decides
+        (smi_row(dbe="3"), []),
+        (smi_row(dbe="3", recovery="0"), []),
+        (smi_row(recovery="Reset"), ["recovery"]),
+        (smi_row(recovery="Drain and Reset"), ["recovery"]),
+        (smi_row(recovery="2"), ["recovery"]),
+        (smi_row(recovery="Something New"), ["recovery"]),  # fail closed: support
+        # no containment (N/A), or the driver could not read it: any DBE, as before
+        (smi_row(dbe="1", recovery="N/A"), ["ecc-dbe"]),
+        (smi_row(dbe="1", recovery="[Unknown Error]"), ["ecc-dbe"]),
+        (smi_row(recovery="N/A"), []),
+        (smi_row(remap="Yes"), ["row-remap-failure"]),
+    ],
+)
+def test_the_ecc_poll_follows_the_recovery_action_where_the_gpu_reports_one(row, found):
+    assert gpu_watcher.smi_findings(row) == found
+
+
+@pytest.mark.parametrize(
+    ("value", "action"),
+    [
+        ("None", "info"),
+        ("Reset", "reset-gpu"),
+        ("Reboot", "reboot"),
+        ("Drain P2P", "reset-gpu"),
+        ("Drain and Reset", "reset-gpu"),
+        ("1", "reset-gpu"),
+        ("Something New", "support"),
+    ],
+)
+def test_nvidia_smis_recovery_action_is_read_by_name_or_number(value, action):
+    assert gpu_watcher.smi_recovery_action(CATALOG, value)[0] == action
