@@ -450,7 +450,10 @@ def _serving(box: Machine) -> Callable[[], bool]:
 
 
 def readmit(
-    box: Machine, now: str, proof: str = "CUDA check passed on 2 GPUs"
+    box: Machine,
+    now: str,
+    proof: str = "CUDA check passed on 2 GPUs",
+    gate_started: float | None = None,
 ) -> tuple[list[dict], str | None]:
     """The charm's readmission (gpu_health.readmit, as `readmit-gpu` runs it after its gate).
 
@@ -471,4 +474,6 @@ def readmit(
     runner.on("systemctl", systemctl)
     config = box.api.certificate_kubeconfig(box.api.node_certificate(OWN))
     with Kube.from_kubeconfig(config) as kube:
-        return gpu_health.readmit(runner.host(), kube, OWN, now=now, proof=proof)
+        return gpu_health.readmit(
+            runner.host(), kube, OWN, now=now, proof=proof, gate_started=gate_started
+        )

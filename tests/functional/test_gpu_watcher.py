@@ -755,3 +755,35 @@ def test_a_contained_memory_error_restarts_only_the_job_and_keeps_the_gpu(machin
     held = machine.state()["quarantined"][GPUS[0][1]]
     assert (held["reason"], held["action"]) == ("GpuRecoveryAction", "reset-gpu")
     assert "the driver asks for a recovery action: Reset" in held["message"]
+
+
+# -- readmission clears only what the gate proved (issue 32 review gap 5) -------------------
+
+
+def test_a_fault_recorded_while_the_gate_ran_stays_quarantined_after_readmission(machine):
+    """The gate proves the GPUs held when it started, not a fault that came during it.
+
+    Readmission cleared every quarantine in the state file: an XID 79 on another GPU
+    during the gate's NCCL run was readmitted with it, its kernel record handled, so
+    never seen again. Now it stays: its condition and cordon too.
+    """
+    start(machine)
+    machine.kernel(xid_line("79", gpu=1))
+    until(lambda: machine.state()["quarantined"].get(GPUS[1][1], {}).get("applied"))
+    gate_started = time.time()
+    time.sleep(0.05)
+    machine.kernel(xid_line("79", gpu=0))  # during the gate
+    until(lambda: machine.state()["quarantined"].get(GPUS[0][1], {}).get("applied"))
+    cleared, cordoned = readmit(machine, now=now_iso(), gate_started=gate_started)
+    assert [q["uuid"] for q in cleared] == [GPUS[1][1]]
+    assert cordoned is not None and f"GPU 0 ({GPUS[0][1]})" in cordoned
+    held = machine.state()["quarantined"]
+    assert list(held) == [GPUS[0][1]]
+    readmitted = [e["uuid"] for e in machine.state()["events"] if e["reason"] == "Readmitted"]
+    assert readmitted == [GPUS[1][1]]
+    # the restarted watcher writes the condition again, for GPU 0 alone
+    until(lambda: GPUS[1][1] not in (machine.condition() or {}).get("message", GPUS[1][1]))
+    condition = machine.condition()
+    assert condition is not None and condition["reason"] == "Xid79"
+    assert GPUS[0][1] in condition["message"] and GPUS[1][1] not in condition["message"]
+    assert machine.node()["spec"]["unschedulable"] is True

@@ -288,7 +288,8 @@ class GpuRepairs(ops.Object):
         while it does on others is that node's problem.
         """
         inventory = gpu_node.detect(host)
-        now = gpu_repair.iso(self._wall_clock())
+        gate_started = self._wall_clock()  # what the gate proves: the quarantines held by then
+        now = gpu_repair.iso(gate_started)
         missing = [q for q in held if not str(q.get("index", "")).isdigit()]
         missing += [
             q
@@ -384,6 +385,7 @@ class GpuRepairs(ops.Object):
                     action="repair",
                     records=records,
                     mig_change=self._mig_cordoned(),
+                    gate_started=gate_started,
                 )
         self.turns.done(config.max_parallel_reboots, REPAIR)  # a MIG change keeps its own
         logger.info("node %s readmitted: %s", node, proof)
@@ -461,5 +463,6 @@ class GpuRepairs(ops.Object):
         if not isinstance(status, ops.ActiveStatus):
             event.fail(status.message)
             return
-        self._cluster.publish_quarantine([])  # the leader lifts the NoExecute taint
+        # the leader lifts the NoExecute taint, unless a fault came during the gate
+        self._cluster.publish_quarantine(gpu_health.quarantine_request(host, None) or [])
         event.set_results({"repair": "reset", "node": node, "readmitted": status.message})
