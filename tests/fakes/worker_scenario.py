@@ -4,6 +4,8 @@ import json
 
 from ops import testing
 
+from fakes.nvidia_driver import FakeDriver
+
 TOKEN = "abcdef.0123456789abcdef"
 SA_TOKEN = "worker-sa-token-5c1d9e"
 CA_HASH = "sha256:" + "ab" * 32
@@ -98,7 +100,7 @@ def leader_applies_taint(api, out, name=NODE):
     return out
 
 
-QUARANTINED_GPU = "GPU-7f3e9a2c-5d41-4b8e-9c0a-1e2f3a4b5c6d"
+QUARANTINED_GPU = FakeDriver.uuid(1)  # GPU 1 of the fake driver, as `nvidia-smi -L` lists it
 WATCHER_STATE = "/var/lib/gpu-k8s/gpu-health.json"
 
 

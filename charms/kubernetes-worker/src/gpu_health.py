@@ -285,6 +285,27 @@ def _load(host: Host) -> dict:
     return found if isinstance(found, dict) else {}
 
 
+def _mark_healthy(kube: Kube, node: str, message: str, now: str) -> dict:
+    """Condition GpuHealthy=True on the Node (a 409 read again); its labels (none if gone)."""
+    labels: dict = {}
+    for attempt in range(5):
+        current = kube.get("v1", "Node", node)
+        if current is None:
+            break
+        labels = current["metadata"].get("labels") or {}
+        patch = {
+            "metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
+            "status": {"conditions": _conditions_with_healthy(current, message, now)},
+        }
+        try:
+            kube.patch("v1", "Node", node, patch, subresource="status")
+            break
+        except KubeError as e:
+            if e.status != 409 or attempt == 4:  # the kubelet wrote in between: again
+                raise
+    return labels
+
+
 def _since(q: dict) -> float:
     """When the watcher recorded a quarantine (Unix time; 0 if unreadable)."""
     try:
@@ -452,23 +473,7 @@ def readmit(
         )
         logger.info("node %s: %s stays quarantined", node, held)
         return cleared, f"{held}: not proven by this gate, it stays quarantined"
-    message = f"readmitted at {now}: {proof}"
-    labels: dict = {}
-    for attempt in range(5):
-        current = kube.get("v1", "Node", node)
-        if current is None:
-            break
-        labels = current["metadata"].get("labels") or {}
-        patch = {
-            "metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
-            "status": {"conditions": _conditions_with_healthy(current, message, now)},
-        }
-        try:
-            kube.patch("v1", "Node", node, patch, subresource="status")
-            break
-        except KubeError as e:
-            if e.status != 409 or attempt == 4:  # the kubelet wrote in between: again
-                raise
+    labels = _mark_healthy(kube, node, f"readmitted at {now}: {proof}", now)
     layout = mig.in_flight_layout(labels) if mig_change else None
     if layout is not None:
         held = f"MIG layout {layout} is not applied yet ({mig.waiting_message(layout, labels)})"

@@ -296,9 +296,23 @@ class GpuRepairs(ops.Object):
             for q in held
             if str(q.get("index", "")).isdigit() and int(q["index"]) >= inventory.count
         ]
-        if missing:  # fell off the bus for good: nothing to prove it on
+        detail = f"GPU {missing[0].get('index')} is not on the machine" if missing else ""
+        # by UUID: nvidia-smi numbers the GPUs it finds from 0, so another GPU may now hold
+        # a lost one's index (None: nvidia-smi failed, the gate says what is wrong)
+        found = None if missing else nvidia.read_gpu_uuids(host)
+        gone = [
+            q
+            for q in held
+            if found is not None
+            and str(q.get("uuid")).startswith("GPU-")
+            and q["uuid"] not in found
+        ]
+        if gone:
+            detail = f"GPU {gone[0].get('index')} ({gone[0].get('uuid')}) is not on the machine"
+        if detail:  # fell off the bus for good: nothing to prove it on
             gpu_repair.clear_progress(host)
-            detail = f"GPU {missing[0].get('index')} is not on the machine after the {method}"
+            detail += f" after the {method}"
+            detail += ": nvidia-smi does not list its UUID" if gone else ""
             self._record_failure(host, held, method, detail)
             return ops.WaitingStatus(f"node {node} stays cordoned: {detail}")
         saved = gpu_repair.load_progress(host) or {}

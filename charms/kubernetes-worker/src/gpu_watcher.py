@@ -385,7 +385,7 @@ def parse_smi(out: str, fields: tuple[str, ...] = SMI_FIELDS) -> tuple[dict[str,
 
 
 def reports_recovery_action(value: str) -> bool:
-    """Whether nvidia-smi read a recovery action (not `N/A`, not `[Unknown Error]` and the like)."""
+    """Whether nvidia-smi read a recovery action (not `N/A`, nor `[Unknown Error]` and such)."""
     value = value.strip()
     return bool(value) and value != "N/A" and not value.startswith("[")
 
