@@ -51,6 +51,7 @@ def smi_rows(
     fabric: tuple[int, str, str] | None = None,
     fields: tuple[str, ...] = gpu_watcher.SMI_FIELDS,
     recovery: str | dict[int, str] = "None",
+    fabric_health: dict[int, str] | None = None,
 ) -> str:
     """What `nvidia-smi --query-gpu=<fields> --format=csv,noheader` prints for the two GPUs.
 
@@ -75,7 +76,10 @@ def smi_rows(
       Error Management guide ("Error Recovery and Response Flags": None, Reset, Reboot,
       Drain P2P, Drain and Reset), or `N/A` where the GPU does not report it ("'N/A'
       indicates that the field is not supported on the current device":
-      h200-sxm-vm/health/help-query-gpu.txt; a V100 or T4, without error containment).
+      h200-sxm-vm/health/help-query-gpu.txt; a V100 or T4, without error containment);
+    - `fabric.health.summary`: `N/A` (the H200 recording, no NVSwitch), or per GPU what
+      `fabric_health` says (NVML's NVML_GPU_FABRIC_HEALTH_SUMMARY_* are 0-3; the words
+      nvidia-smi prints for them were found nowhere, so a test's words are its own).
     """
     out = []
     for index, uuid, bus in GPUS:
@@ -93,7 +97,8 @@ def smi_rows(
             state, status = ("Completed", "Success")
             if int(index) == fabric[0]:
                 state, status = fabric[1], fabric[2]
-        values = (index, uuid, bus, errors, failed, state, status, action)
+        summary = (fabric_health or {}).get(int(index), "N/A")
+        values = (index, uuid, bus, errors, failed, state, status, action, summary)
         row = dict(zip(gpu_watcher.SMI_FIELDS, values, strict=True))
         out.append(", ".join(str(row[f]) for f in fields))
     return "\n".join(out) + "\n"

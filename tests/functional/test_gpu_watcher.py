@@ -787,3 +787,26 @@ def test_a_fault_recorded_while_the_gate_ran_stays_quarantined_after_readmission
     assert condition is not None and condition["reason"] == "Xid79"
     assert GPUS[0][1] in condition["message"] and GPUS[1][1] not in condition["message"]
     assert machine.node()["spec"]["unschedulable"] is True
+
+
+# -- the NVLink fabric's health summary (issue 32 review gap 9) ------------------------------
+
+
+def test_the_fabric_health_summary_is_recorded_when_it_changes_and_quarantines_nothing(machine):
+    """Driver 580 reports `fabric.health.summary` (degraded bandwidth, unhealthy routes).
+
+    NVML defines its values (NVML_GPU_FABRIC_HEALTH_SUMMARY_*: not supported, healthy,
+    unhealthy, limited capacity), but no source we could read shows the words nvidia-smi
+    prints for them: the watcher records a change in the GPU's events (what `gpu-health`
+    shows) and leaves the quarantine to the fabric state and status it reads.
+    """
+    start(machine)
+    machine.smi(smi_rows(fabric=(0, "Completed", "Success"), fabric_health={0: "Unhealthy"}))
+    until(lambda: any(e["reason"] == "FabricHealth" for e in machine.state()["events"]))
+    event = next(e for e in machine.state()["events"] if e["reason"] == "FabricHealth")
+    assert (event["gpu"], event["uuid"], event["action"]) == ("0", GPUS[0][1], "info")
+    assert event["meaning"].startswith("NVLink fabric health summary: Unhealthy")
+    polls = machine.smi_calls()
+    until(lambda: machine.smi_calls() >= polls + 2)
+    assert machine.condition() is None  # recorded, not acted on
+    assert [e["reason"] for e in machine.state()["events"]].count("FabricHealth") == 1

@@ -177,6 +177,11 @@ SMI_FIELDS = (
     "fabric.state",
     "fabric.status",
     "gpu_recovery_action",
+    # recorded when it changes (`fabric_health`), acted on by no rule: NVML defines its
+    # values (nvmlGpuFabricInfo_v4_t healthSummary, NVML_GPU_FABRIC_HEALTH_SUMMARY_*: not
+    # supported, healthy, unhealthy, limited capacity) but no source we read shows the
+    # words nvidia-smi prints for them; the fabric's state and status still quarantine
+    "fabric.health.summary",
 )
 # How nvidia-smi prints the recovery action the driver asks for a GPU (`gpu_recovery_action`,
 # NVML's nvmlDeviceGpuRecoveryAction_t): the names of NVIDIA's GPU Memory Error Management
@@ -790,8 +795,22 @@ class Watcher:
                 gpus[pci] = known
         for pci, row in gpus.items():
             findings += [(pci, f) for f in smi_findings(row)]
+            self.fabric_health(self.gpus.get(pci), row)
         self.gpus.update(gpus)
         return findings
+
+    def fabric_health(self, before: dict | None, row: dict) -> None:
+        """An event when a GPU's NVLink fabric health summary changes (`SMI_FIELDS` says why)."""
+        summary = row["fabric.health.summary"].strip()
+        if summary in ("N/A", "") or summary.startswith("["):
+            return
+        if before is not None and before.get("fabric.health.summary", "").strip() == summary:
+            return
+        meaning = (
+            f"NVLink fabric health summary: {summary} (recorded; the fabric's state and "
+            "status decide a quarantine)"
+        )
+        self._event(time.time(), row, "FabricHealth", meaning, "info")
 
     # -- decisions
 
