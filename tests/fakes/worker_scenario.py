@@ -4,8 +4,6 @@ import json
 
 from ops import testing
 
-from fakes.nvidia_driver import FakeDriver
-
 TOKEN = "abcdef.0123456789abcdef"
 SA_TOKEN = "worker-sa-token-5c1d9e"
 CA_HASH = "sha256:" + "ab" * 32
@@ -100,7 +98,9 @@ def leader_applies_taint(api, out, name=NODE):
     return out
 
 
-QUARANTINED_GPU = FakeDriver.uuid(1)  # GPU 1 of the fake driver, as `nvidia-smi -L` lists it
+# GPU 1 of the fake driver (nvidia_driver.FakeDriver.uuid(1), as its `nvidia-smi -L` lists
+# it: the repair looks the GPU up by UUID); a literal, so that this module needs no charm code
+QUARANTINED_GPU = "GPU-00000001-aaaa-bbbb-cccc-dddddddddddd"
 WATCHER_STATE = "/var/lib/gpu-k8s/gpu-health.json"
 
 
