@@ -15,13 +15,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import charm_modules
@@ -44,11 +45,13 @@ ALL = {f"{n}/{p}" for n in (OWN, OTHER) for p in ("gpu0-job", "gpu1-job", "cpu-j
 
 
 def smi_rows(
-    dbe: int = 0,
+    dbe: int | dict[int, int] = 0,
     lost: int | None = None,
     remap_failed: int | None = None,
     fabric: tuple[int, str, str] | None = None,
     fields: tuple[str, ...] = gpu_watcher.SMI_FIELDS,
+    recovery: str | dict[int, str] = "None",
+    fabric_health: dict[int, str] | None = None,
 ) -> str:
     """What `nvidia-smi --query-gpu=<fields> --format=csv,noheader` prints for the two GPUs.
 
@@ -65,7 +68,18 @@ def smi_rows(
       NVML_GPU_FABRIC_STATE_* names (Not Supported, Not Started, In Progress, Completed) and
       the status an nvmlReturn_t's text (`Success`, or an error such as `Unknown Error`),
       meaningful only once the state is Completed (NVML nvmlGpuFabricInfo_t: "Must be
-      checked only if state returns 'complete'"; tests/fixtures/gpu/fabric/).
+      checked only if state returns 'complete'"; tests/fixtures/gpu/fabric/);
+    - `ecc.errors.uncorrected.volatile.total`: `dbe` on GPU 0 (an int) or per GPU (a dict);
+    - `gpu_recovery_action`: `recovery` on every GPU (a str) or per GPU (a dict): `None`
+      on a GPU with error containment and nothing to do (the H200 recording,
+      tests/fixtures/gpu/h200-sxm-vm/nvidia-smi-q.xml), the names of NVIDIA's GPU Memory
+      Error Management guide ("Error Recovery and Response Flags": None, Reset, Reboot,
+      Drain P2P, Drain and Reset), or `N/A` where the GPU does not report it ("'N/A'
+      indicates that the field is not supported on the current device":
+      h200-sxm-vm/health/help-query-gpu.txt; a V100 or T4, without error containment);
+    - `fabric.health.summary`: `N/A` (the H200 recording, no NVSwitch), or per GPU what
+      `fabric_health` says (NVML's NVML_GPU_FABRIC_HEALTH_SUMMARY_* are 0-3; the words
+      nvidia-smi prints for them were found nowhere, so a test's words are its own).
     """
     out = []
     for index, uuid, bus in GPUS:
@@ -75,14 +89,17 @@ def smi_rows(
                 "GPU is lost. Reboot the system to recover this GPU"
             )
             continue
-        errors = dbe if index == "0" else 0
+        errors = dbe.get(int(index), 0) if isinstance(dbe, dict) else dbe if index == "0" else 0
+        action = recovery.get(int(index), "None") if isinstance(recovery, dict) else recovery
         failed = "Yes" if remap_failed is not None and int(index) == remap_failed else "No"
         state, status = "N/A", "N/A"
         if fabric is not None:
             state, status = ("Completed", "Success")
             if int(index) == fabric[0]:
                 state, status = fabric[1], fabric[2]
-        row = dict(zip(gpu_watcher.SMI_FIELDS, (index, uuid, bus, errors, failed, state, status)))
+        summary = (fabric_health or {}).get(int(index), "N/A")
+        values = (index, uuid, bus, errors, failed, state, status, action, summary)
+        row = dict(zip(gpu_watcher.SMI_FIELDS, values, strict=True))
         out.append(", ".join(str(row[f]) for f in fields))
     return "\n".join(out) + "\n"
 
@@ -97,17 +114,28 @@ def smi_list(mig: dict[int, list[str]] | None = None) -> str:
     return "\n".join(out) + "\n"
 
 
-def xid_line(xid_fixture: str, gpu: int, pid: int | None = None) -> str:
-    """A fixture line with the fake machine's PCI address of `gpu` (and a pid, if asked)."""
+def xid_line(xid_fixture: str, gpu: int, pid: int | None = None, *, mig: bool = False) -> str:
+    """A fixture line with the fake machine's PCI address of `gpu` (and a pid, if asked).
+
+    `mig`: the fixture's line of that XID attributed to a MIG instance (`GPU-I:`, kept).
+    """
     line = next(
         entry
         for entry in LINES
-        if f"): {xid_fixture}," in entry or entry.endswith(f"): {xid_fixture}")
+        if (f"): {xid_fixture}," in entry or entry.endswith(f"): {xid_fixture}"))
+        and ("GPU-I:" in entry) == mig
     )
     bus = GPUS[gpu][2]
-    line = line.split("(PCI:", 1)[0] + f"(PCI:0000:{bus[9:11].lower()}:00)" + line.split(")", 1)[1]
+    where, attribution = line.split("(PCI:", 1)[1].split(")", 1)[0], ""
+    if " " in where:  # `<pci> GPU-I:<gi>[ GPU-CI:<ci>]`
+        attribution = " " + where.split(" ", 1)[1]
+    line = (
+        line.split("(PCI:", 1)[0]
+        + f"(PCI:0000:{bus[9:11].lower()}:00{attribution})"
+        + line.split(")", 1)[1]
+    )
     if pid is not None:
-        line = line.replace("pid='<unknown>'", f"pid={pid}")
+        line = re.sub(r"pid=('<unknown>'|\d+)", f"pid={pid}", line, count=1)
     return line
 
 
@@ -135,17 +163,45 @@ class Machine:
     seq: int = 100
     metrics_port: int = 0
     started_with: dict | None = None  # start()'s options, for a restart
+    # the fake driver's uncorrectable ECC counts and recovery actions per GPU (`memory_error`)
+    ecc: dict[int, int] = field(default_factory=dict)
+    recovery: dict[int, str] = field(default_factory=dict)
 
     def kernel(self, text: str, usec: int | None = None) -> None:
         """Append one /dev/kmsg record (Documentation/ABI/testing/dev-kmsg).
 
         `usec`: the kernel's timestamp (microseconds since boot); a made-up one otherwise.
+        An uncorrectable memory error's XID moves nvidia-smi's readings as the driver does
+        (`memory_error`).
         """
+        self.memory_error(text)
         self.seq += 1
         stamp = self.seq * 1000 if usec is None else usec
         with (self.root / "kmsg").open("a") as f:
             f.write(f"3,{self.seq},{stamp},-;{text}\n")
             f.write(" SUBSYSTEM=pci\n")  # a continuation line, skipped
+
+    def memory_error(self, text: str) -> None:
+        """What the driver's counters say after an XID 94 line on one of the GPUs.
+
+        A contained error is an uncorrectable ECC error, which the volatile uncorrectable
+        counter counts whether contained or not (NVIDIA's GPU Memory Error Management guide, "User
+        Visible Statistics": XID 48 on any uncorrectable error, 94 contained, 95 not). A
+        contained one (94) leaves the recovery action `None`: "Unaffected applications
+        will continue to run and additional workloads can be launched on this GPU without
+        requiring a GPU reset" (the guide, "Response to Uncorrectable Contained ECC
+        Errors").
+        """
+        record = gpu_watcher.parse_xid(text)
+        if record is None or record["xid"] != "94":
+            return
+        gpu = next(
+            (int(i) for i, _, bus in GPUS if gpu_watcher.pci_key(bus) == record["pci"]), None
+        )
+        if gpu is None:
+            return
+        self.ecc[gpu] = self.ecc.get(gpu, 0) + 1
+        self.smi(smi_rows(dbe=self.ecc, recovery=self.recovery))
 
     @property
     def pause_path(self) -> Path:
@@ -399,7 +455,10 @@ def _serving(box: Machine) -> Callable[[], bool]:
 
 
 def readmit(
-    box: Machine, now: str, proof: str = "CUDA check passed on 2 GPUs"
+    box: Machine,
+    now: str,
+    proof: str = "CUDA check passed on 2 GPUs",
+    gate_started: float | None = None,
 ) -> tuple[list[dict], str | None]:
     """The charm's readmission (gpu_health.readmit, as `readmit-gpu` runs it after its gate).
 
@@ -420,4 +479,6 @@ def readmit(
     runner.on("systemctl", systemctl)
     config = box.api.certificate_kubeconfig(box.api.node_certificate(OWN))
     with Kube.from_kubeconfig(config) as kube:
-        return gpu_health.readmit(runner.host(), kube, OWN, now=now, proof=proof)
+        return gpu_health.readmit(
+            runner.host(), kube, OWN, now=now, proof=proof, gate_started=gate_started
+        )

@@ -210,6 +210,14 @@ class FakeDriver:
         # callable naming the GPU indexes it holds now; a reset is refused on those too
         self.clients: list[Callable[[], set[int]]] = []
         self.resets: list[int] = []
+        # GPUs (by their index at boot) that do not come back from their reset (lost for
+        # good: off the bus), and those nvidia-smi no longer finds. nvidia-smi numbers the
+        # GPUs it finds from 0 in PCI bus order, so a lost middle GPU shifts the indexes of
+        # those after it while each keeps its UUID (nvidia-smi(1): "-i, --id=ID ... It is
+        # recommended that users desiring consistency use either UUID or PCI bus ID, since
+        # device enumeration ordering is not guaranteed to be consistent")
+        self.lost_on_reset: set[int] = set()
+        self.absent: set[int] = set()
         self.auto: set[str] = set()  # packages marked automatically installed
         self.image_meta_abi: dict[str, str] = {}  # linux-image-aws version: its kernel
         self._publish_kernel(KERNEL)
@@ -802,9 +810,13 @@ class FakeDriver:
         )
         buses = self._bus_ids()
         return "".join(
-            f"{i}, {name}, {memory}, 0, 0, 30, {mode}, {driver}, {buses[i]}, {compute}\n"
-            for i in range(self.gpus)
+            f"{n}, {name}, {memory}, 0, 0, 30, {mode}, {driver}, {buses[i]}, {compute}\n"
+            for n, i in enumerate(self.present())
         )
+
+    def present(self) -> list[int]:
+        """The GPUs nvidia-smi finds, by their index at boot (`absent` left out)."""
+        return [i for i in range(self.gpus) if i not in self.absent]
 
     def _reset(self, argv: list[str]) -> str:
         """`nvidia-smi -r -i <index>`: reset one GPU, refused while a process uses it.
@@ -869,6 +881,7 @@ class FakeDriver:
                 "GPU.\nSome GPUs could not be reset.",
             )
         self.resets += targets
+        self.absent |= set(targets) & self.lost_on_reset
         return "".join(f"GPU {buses[i]} was successfully reset.\n" for i in targets)
 
     def _fabric(self) -> list[tuple[int, tuple[str, str]]]:
@@ -926,8 +939,8 @@ class FakeDriver:
     def _list(self) -> str:
         """`nvidia-smi -L`: GPUs, each followed by its MIG devices (MIG user guide layout)."""
         lines = []
-        for i in range(self.gpus):
-            lines.append(f"GPU {i}: {self.model[0]} (UUID: {self.uuid(i)})")
+        for n, i in enumerate(self.present()):
+            lines.append(f"GPU {n}: {self.model[0]} (UUID: {self.uuid(i)})")
             for n, profile in enumerate(self.mig_devices.get(i, [])):
                 uuid = f"MIG-{i}{n}000000-1111-2222-3333-444444444444"
                 lines.append(f"  MIG {profile:<12} Device {n:2d}: (UUID: {uuid})")

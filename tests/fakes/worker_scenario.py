@@ -98,7 +98,9 @@ def leader_applies_taint(api, out, name=NODE):
     return out
 
 
-QUARANTINED_GPU = "GPU-7f3e9a2c-5d41-4b8e-9c0a-1e2f3a4b5c6d"
+# GPU 1 of the fake driver (nvidia_driver.FakeDriver.uuid(1), as its `nvidia-smi -L` lists
+# it: the repair looks the GPU up by UUID); a literal, so that this module needs no charm code
+QUARANTINED_GPU = "GPU-00000001-aaaa-bbbb-cccc-dddddddddddd"
 WATCHER_STATE = "/var/lib/gpu-k8s/gpu-health.json"
 
 

@@ -274,7 +274,11 @@ def test_an_xid_newer_than_the_catalog_quarantines_with_no_automatic_repair(mach
 @pytest.mark.parametrize(
     ("smi", "code", "gpu", "reason"),
     [
-        (smi_rows(dbe=2), 0, 0, "EccDoubleBit"),
+        # a GPU without error containment (V100, T4: no recovery action): any DBE
+        (smi_rows(dbe=2, recovery="N/A"), 0, 0, "EccDoubleBit"),
+        # the driver asks for a reset or a reboot (NVIDIA's names, as nvidia-smi prints them)
+        (smi_rows(recovery={1: "Reset"}), 0, 1, "GpuRecoveryAction"),
+        (smi_rows(dbe={0: 1}, recovery={0: "Reboot"}), 0, 0, "GpuRecoveryAction"),
         (smi_rows(lost=1), 15, 1, "GpuLost"),
         (smi_rows(remap_failed=1), 0, 1, "RowRemapFailure"),
         # NVSwitch machine: GPU 0's registration completed with an error, GPU 1's fine
@@ -537,7 +541,7 @@ def test_a_time_sliced_share_of_the_failed_gpu_is_evicted(machine):
     start(machine)
     replica = machine.pod("other-job")  # k8s-device-plugin NewAnnotatedID: <uuid>::<n>
     machine.checkpoint(allocation(replica, "nvidia.com/gpu", f"{GPUS[0][1]}::2"))
-    machine.smi(smi_rows(dbe=1))
+    machine.smi(smi_rows(dbe=1, recovery="N/A"))
     until(lambda: f"{OWN}/other-job" not in machine.pods())
     until(lambda: f"{OWN}/gpu0-job" not in machine.pods())
     assert machine.pods() == ALL - {f"{OWN}/gpu0-job"}
@@ -550,15 +554,17 @@ def test_a_field_this_drivers_nvidia_smi_does_not_know_leaves_the_others_read(ma
     between driver branches): the watcher drops that field and still sees a double-bit ECC
     error.
     """
-    machine.smi_unknown("fabric.state", "fabric.status")
-    known = tuple(f for f in gpu_watcher.SMI_FIELDS if not f.startswith("fabric."))
-    machine.smi(smi_rows(dbe=1, fields=known))
+    older = ("fabric.state", "fabric.status", "gpu_recovery_action")  # before driver 550
+    machine.smi_unknown(*older)
+    known = tuple(f for f in gpu_watcher.SMI_FIELDS if f not in older)
+    machine.smi(smi_rows(dbe=1, fields=known))  # no recovery action read: any DBE
     start(machine)
     until(machine.quarantined)
     assert machine.condition()["message"].startswith(f"GPU 0 ({GPUS[0][1]})")
     log = (machine.root / "watcher.log").read_text()
     assert "nvidia-smi does not know fabric.state: not read on this driver" in log
     assert "nvidia-smi does not know fabric.status: not read on this driver" in log
+    assert "nvidia-smi does not know gpu_recovery_action: not read on this driver" in log
 
 
 def test_a_lifted_cordon_is_put_back_while_the_gpu_is_quarantined(machine, kubectl_binary):
@@ -683,3 +689,124 @@ def test_the_watcher_counts_faults_quarantines_repairs_and_times_for_cos(machine
 
 def now_iso() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+# -- XIDs attributed to a MIG instance (issue 32 review gap 1) ------------------------------
+
+
+def test_xids_a_mig_instance_names_count_and_quarantine_the_gpu_that_holds_it(machine):
+    """The driver names the MIG instance of an XID it can attribute (kernel_rc.c).
+
+    `NVRM: Xid (PCI:... GPU-I:02 GPU-CI:00): 13, ...` was not read at all: on a node with
+    a MIG layout no application XID counted toward the escalation and an attributed fatal
+    XID quarantined nothing. Now both act on the GPU that holds the instance, and the
+    event names the instance.
+    """
+    mig = {0: ["MIG-0d1e3a44-7c4c-5c1b-9f6a-1b2c3d4e5f60"]}
+    mig[1] = ["MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f"]
+    machine.smi_list(smi_list(mig))
+    start(machine, escalation="3/10m")
+    for n in range(3):  # three faults of programs in GPU 0's instance, a minute apart
+        machine.kernel(xid_line("13", gpu=0, pid=5000 + n, mig=True), usec=(60 + 60 * n) * SECOND)
+    until(machine.quarantined)
+    held = machine.state()["quarantined"]
+    assert list(held) == [GPUS[0][1]]
+    assert held[GPUS[0][1]]["reason"] == "XidRepeated"
+    event = next(e for e in machine.state()["events"] if e["reason"] == "Xid13")
+    assert (event["gpu"], event["uuid"]) == ("0", GPUS[0][1])
+    assert (event["gpu_instance"], event["compute_instance"]) == ("2", "0")
+    assert "(MIG GPU instance 2, compute instance 0)" in event["meaning"]
+
+    machine.kernel(xid_line("109", gpu=1, mig=True))  # a fatal XID in GPU 1's instance
+    until(lambda: GPUS[1][1] in machine.state()["quarantined"])
+    held = machine.state()["quarantined"][GPUS[1][1]]
+    assert (held["reason"], held["action"]) == ("Xid109", "reset-gpu")
+    assert held["message"].startswith(f"GPU 1 ({GPUS[1][1]}): XID 109 ")
+    assert "(MIG GPU instance 3)" in held["message"]
+    until(lambda: f"{OWN}/gpu1-job" not in machine.pods())
+
+
+# -- uncorrectable memory errors with error containment (issue 32 review gap 3) -------------
+
+
+def test_a_contained_memory_error_restarts_only_the_job_and_keeps_the_gpu(machine):
+    """XID 94: the driver contained an uncorrectable ECC error to the program that hit it.
+
+    The volatile uncorrectable counter counts it all the same (the fake driver raises it,
+    gpu_watcher_machine.Machine.memory_error), and the poll quarantined on any count: a
+    contained error, for which NVIDIA says no reset is needed and new work may start,
+    drained the node. On a GPU that reports its recovery action, that action decides;
+    the catalog's RESTART_APP for 94 stands.
+    """
+    start(machine)
+    program(machine, 4242, "gpu0-job")  # left running on its broken context
+    machine.kernel(xid_line("94", gpu=0, pid=4242, mig=True), usec=60 * SECOND)
+    until(lambda: f"{OWN}/gpu0-job" not in machine.pods())  # the job restarts
+    assert machine.ecc == {0: 1}
+    polls = machine.smi_calls()
+    until(lambda: machine.smi_calls() >= polls + 3)  # polls that read the raised counter
+    assert machine.condition() is None
+    assert not machine.node().get("spec", {}).get("unschedulable")
+    assert machine.state()["quarantined"] == {}
+    assert machine.state()["faults"][f"{GPUS[0][1]}|94|Xid94|application"] == 1
+    # the driver then asks for a reset (row remapping pending, say): quarantined for it
+    machine.smi(smi_rows(dbe=machine.ecc, recovery={0: "Reset"}))
+    until(machine.quarantined)
+    held = machine.state()["quarantined"][GPUS[0][1]]
+    assert (held["reason"], held["action"]) == ("GpuRecoveryAction", "reset-gpu")
+    assert "the driver asks for a recovery action: Reset" in held["message"]
+
+
+# -- readmission clears only what the gate proved (issue 32 review gap 5) -------------------
+
+
+def test_a_fault_recorded_while_the_gate_ran_stays_quarantined_after_readmission(machine):
+    """The gate proves the GPUs held when it started, not a fault that came during it.
+
+    Readmission cleared every quarantine in the state file: an XID 79 on another GPU
+    during the gate's NCCL run was readmitted with it, its kernel record handled, so
+    never seen again. Now it stays: its condition and cordon too.
+    """
+    start(machine)
+    machine.kernel(xid_line("79", gpu=1))
+    until(lambda: machine.state()["quarantined"].get(GPUS[1][1], {}).get("applied"))
+    gate_started = time.time()
+    time.sleep(0.05)
+    machine.kernel(xid_line("79", gpu=0))  # during the gate
+    until(lambda: machine.state()["quarantined"].get(GPUS[0][1], {}).get("applied"))
+    cleared, cordoned = readmit(machine, now=now_iso(), gate_started=gate_started)
+    assert [q["uuid"] for q in cleared] == [GPUS[1][1]]
+    assert cordoned is not None and f"GPU 0 ({GPUS[0][1]})" in cordoned
+    held = machine.state()["quarantined"]
+    assert list(held) == [GPUS[0][1]]
+    readmitted = [e["uuid"] for e in machine.state()["events"] if e["reason"] == "Readmitted"]
+    assert readmitted == [GPUS[1][1]]
+    # the restarted watcher writes the condition again, for GPU 0 alone
+    until(lambda: GPUS[1][1] not in (machine.condition() or {}).get("message", GPUS[1][1]))
+    condition = machine.condition()
+    assert condition is not None and condition["reason"] == "Xid79"
+    assert GPUS[0][1] in condition["message"] and GPUS[1][1] not in condition["message"]
+    assert machine.node()["spec"]["unschedulable"] is True
+
+
+# -- the NVLink fabric's health summary (issue 32 review gap 9) ------------------------------
+
+
+def test_the_fabric_health_summary_is_recorded_when_it_changes_and_quarantines_nothing(machine):
+    """Driver 580 reports `fabric.health.summary` (degraded bandwidth, unhealthy routes).
+
+    NVML defines its values (NVML_GPU_FABRIC_HEALTH_SUMMARY_*: not supported, healthy,
+    unhealthy, limited capacity), but no source we could read shows the words nvidia-smi
+    prints for them: the watcher records a change in the GPU's events (what `gpu-health`
+    shows) and leaves the quarantine to the fabric state and status it reads.
+    """
+    start(machine)
+    machine.smi(smi_rows(fabric=(0, "Completed", "Success"), fabric_health={0: "Unhealthy"}))
+    until(lambda: any(e["reason"] == "FabricHealth" for e in machine.state()["events"]))
+    event = next(e for e in machine.state()["events"] if e["reason"] == "FabricHealth")
+    assert (event["gpu"], event["uuid"], event["action"]) == ("0", GPUS[0][1], "info")
+    assert event["meaning"].startswith("NVLink fabric health summary: Unhealthy")
+    polls = machine.smi_calls()
+    until(lambda: machine.smi_calls() >= polls + 2)
+    assert machine.condition() is None  # recorded, not acted on
+    assert [e["reason"] for e in machine.state()["events"]].count("FabricHealth") == 1

@@ -285,6 +285,35 @@ def _load(host: Host) -> dict:
     return found if isinstance(found, dict) else {}
 
 
+def _mark_healthy(kube: Kube, node: str, message: str, now: str) -> dict:
+    """Condition GpuHealthy=True on the Node (a 409 read again); its labels (none if gone)."""
+    labels: dict = {}
+    for attempt in range(5):
+        current = kube.get("v1", "Node", node)
+        if current is None:
+            break
+        labels = current["metadata"].get("labels") or {}
+        patch = {
+            "metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
+            "status": {"conditions": _conditions_with_healthy(current, message, now)},
+        }
+        try:
+            kube.patch("v1", "Node", node, patch, subresource="status")
+            break
+        except KubeError as e:
+            if e.status != 409 or attempt == 4:  # the kubelet wrote in between: again
+                raise
+    return labels
+
+
+def _since(q: dict) -> float:
+    """When the watcher recorded a quarantine (Unix time; 0 if unreadable)."""
+    try:
+        return float(q.get("since", 0))
+    except (TypeError, ValueError):
+        return 0.0
+
+
 def _edit(host: Host, change: Callable[[dict], None]) -> dict:
     """Change the state file with the watcher stopped, then start it again.
 
@@ -382,8 +411,16 @@ def readmit(
     action: str = "readmit-gpu",
     records: list[dict] | None = None,
     mig_change: bool = False,
+    gate_started: float | None = None,
 ) -> tuple[list[dict], str | None]:
     """Clear the quarantine after a passed gate; (the GPUs cleared, why it stays cordoned).
+
+    Only what the gate proved is cleared: the GPUs quarantined before it started
+    (`gate_started`, Unix time; None: every one). A fault the watcher recorded during or
+    after the gate (an XID on another GPU during the NCCL run) stays quarantined, its
+    record marked unapplied so that the restarted watcher writes its condition and cordon
+    again; the node then stays cordoned and the reason is returned. Its kernel record is
+    handled already: cleared here, it would never be seen again.
 
     The watcher holds its state in memory and writes it each pass, so it is stopped while
     the state file changes, and started again after: with its kernel log position kept
@@ -402,12 +439,14 @@ def readmit(
         KubeError: the API refused (the watcher is running again by then; the quarantine is
             cleared on the machine, and the action says what is left).
     """
-    cleared = sorted(
-        (_load(host).get("quarantined") or {}).values(), key=lambda q: q.get("since", 0)
-    )
+    cleared: list[dict] = []
+    kept: list[dict] = []
 
-    def change(state: dict) -> None:
-        state["quarantined"] = {}
+    def change(state: dict) -> None:  # read with the watcher stopped (`_edit`)
+        for q in sorted((state.get("quarantined") or {}).values(), key=_since):
+            proved = gate_started is None or _since(q) < gate_started
+            (cleared if proved else kept).append(q)
+        state["quarantined"] = {q["uuid"]: q | {"applied": False} for q in kept}
         events = list(state.get("events") or [])
         for q in cleared:
             events.append(
@@ -426,23 +465,15 @@ def readmit(
         state["readmitted_at"] = now
 
     _edit(host, change)
-    message = f"readmitted at {now}: {proof}"
-    labels: dict = {}
-    for attempt in range(5):
-        current = kube.get("v1", "Node", node)
-        if current is None:
-            break
-        labels = current["metadata"].get("labels") or {}
-        patch = {
-            "metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
-            "status": {"conditions": _conditions_with_healthy(current, message, now)},
-        }
-        try:
-            kube.patch("v1", "Node", node, patch, subresource="status")
-            break
-        except KubeError as e:
-            if e.status != 409 or attempt == 4:  # the kubelet wrote in between: again
-                raise
+    if kept:  # the watcher, started again, holds the node for them
+        held = "; ".join(
+            f"GPU {q.get('index')} ({q.get('uuid')}) quarantined at {q.get('at')} "
+            f"({q.get('reason')}), after the gate started"
+            for q in kept
+        )
+        logger.info("node %s: %s stays quarantined", node, held)
+        return cleared, f"{held}: not proven by this gate, it stays quarantined"
+    labels = _mark_healthy(kube, node, f"readmitted at {now}: {proof}", now)
     layout = mig.in_flight_layout(labels) if mig_change else None
     if layout is not None:
         held = f"MIG layout {layout} is not applied yet ({mig.waiting_message(layout, labels)})"

@@ -288,16 +288,31 @@ class GpuRepairs(ops.Object):
         while it does on others is that node's problem.
         """
         inventory = gpu_node.detect(host)
-        now = gpu_repair.iso(self._wall_clock())
+        gate_started = self._wall_clock()  # what the gate proves: the quarantines held by then
+        now = gpu_repair.iso(gate_started)
         missing = [q for q in held if not str(q.get("index", "")).isdigit()]
         missing += [
             q
             for q in held
             if str(q.get("index", "")).isdigit() and int(q["index"]) >= inventory.count
         ]
-        if missing:  # fell off the bus for good: nothing to prove it on
+        detail = f"GPU {missing[0].get('index')} is not on the machine" if missing else ""
+        # by UUID: nvidia-smi numbers the GPUs it finds from 0, so another GPU may now hold
+        # a lost one's index (None: nvidia-smi failed, the gate says what is wrong)
+        found = None if missing else nvidia.read_gpu_uuids(host)
+        gone = [
+            q
+            for q in held
+            if found is not None
+            and str(q.get("uuid")).startswith("GPU-")
+            and q["uuid"] not in found
+        ]
+        if gone:
+            detail = f"GPU {gone[0].get('index')} ({gone[0].get('uuid')}) is not on the machine"
+        if detail:  # fell off the bus for good: nothing to prove it on
             gpu_repair.clear_progress(host)
-            detail = f"GPU {missing[0].get('index')} is not on the machine after the {method}"
+            detail += f" after the {method}"
+            detail += ": nvidia-smi does not list its UUID" if gone else ""
             self._record_failure(host, held, method, detail)
             return ops.WaitingStatus(f"node {node} stays cordoned: {detail}")
         saved = gpu_repair.load_progress(host) or {}
@@ -384,6 +399,7 @@ class GpuRepairs(ops.Object):
                     action="repair",
                     records=records,
                     mig_change=self._mig_cordoned(),
+                    gate_started=gate_started,
                 )
         self.turns.done(config.max_parallel_reboots, REPAIR)  # a MIG change keeps its own
         logger.info("node %s readmitted: %s", node, proof)
@@ -461,5 +477,6 @@ class GpuRepairs(ops.Object):
         if not isinstance(status, ops.ActiveStatus):
             event.fail(status.message)
             return
-        self._cluster.publish_quarantine([])  # the leader lifts the NoExecute taint
+        # the leader lifts the NoExecute taint, unless a fault came during the gate
+        self._cluster.publish_quarantine(gpu_health.quarantine_request(host, None) or [])
         event.set_results({"repair": "reset", "node": node, "readmitted": status.message})

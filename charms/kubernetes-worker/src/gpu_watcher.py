@@ -14,11 +14,14 @@ only, so it keeps running while Juju replaces the charm's files. Its inputs:
   its rate limit, and the sequence number lets a restarted watcher skip what it handled
   (kept in the state file with the boot id). The NVIDIA driver's XID line
   `NVRM: Xid (PCI:<domain>:<bus>:<device>): <xid>, pid=<pid>, name=<comm>, <text>` (pid
-  `'<unknown>'` when no process is involved; some lines carry only the XID): examples in
+  `'<unknown>'` when no process is involved; some lines carry only the XID; on a MIG GPU
+  `(PCI:... GPU-I:<gi>)` or `(PCI:... GPU-I:<gi> GPU-CI:<ci>)` for an XID the driver
+  attributes to an instance: it acts on the GPU that holds it and names it): examples in
   NVIDIA/NVSentinel health-monitors/syslog-health-monitor/pkg/xid/parser/csv_test.go and
   NVIDIA's catalog page, recorded in tests/fixtures/gpu/xid/lines.txt;
 - `nvidia-smi --query-gpu=index,uuid,pci.bus_id,ecc.errors.uncorrected.volatile.total,
-  remapped_rows.failure,fabric.state,fabric.status --format=csv,noheader` every
+  remapped_rows.failure,fabric.state,fabric.status,gpu_recovery_action --format=csv,noheader`
+  (the ECC counter decides only on a GPU without a recovery action: `smi_findings`) every
   `--interval` seconds (field names: `nvidia-smi --help-query-gpu`; fabric as nvidia.py
   reads it), except while the charm resets a GPU or runs the repair gate's DCGM diagnostic
   (`--pause`, PAUSE_FILE). A GPU it cannot reach (`... GPU is lost ...`, or a GPU seen
@@ -155,9 +158,13 @@ import time
 import urllib.parse
 from collections.abc import Callable
 
-# the driver's line; the PCI part is domain:bus:device (NVSentinel csv_test.go, the catalog)
+# the driver's line; the PCI part is domain:bus:device (NVSentinel csv_test.go, the catalog),
+# followed by the MIG instance the driver attributes the XID to, where it can: `GPU-I:<gi>`
+# or `GPU-I:<gi> GPU-CI:<ci>` (NVIDIA/open-gpu-kernel-modules src/nvidia/src/kernel/gpu/rc/
+# kernel_rc.c, XID_PRINT_WITH_ATTR: "PCI:%04x:%02x:%02x GPU-I:%02u GPU-CI:%02u")
 XID_LINE = re.compile(
-    r"NVRM: Xid \(PCI:(?P<pci>[0-9a-fA-F]+:[0-9a-fA-F]+:[0-9a-fA-F]+)(?:\.\d)?\): "
+    r"NVRM: Xid \(PCI:(?P<pci>[0-9a-fA-F]+:[0-9a-fA-F]+:[0-9a-fA-F]+)(?:\.\d)?"
+    r"(?:\s+GPU-I:(?P<gi>\d+)(?:\s+GPU-CI:(?P<ci>\d+))?)?\): "
     r"(?P<xid>\d+)(?:, pid=(?P<pid>'?<unknown>'?|\d+))?(?:, name=(?P<name>[^,]*))?"
     r"(?:, (?P<text>.*))?$"
 )
@@ -169,7 +176,27 @@ SMI_FIELDS = (
     "remapped_rows.failure",
     "fabric.state",
     "fabric.status",
+    "gpu_recovery_action",
+    # recorded when it changes (`fabric_health`), acted on by no rule: NVML defines its
+    # values (nvmlGpuFabricInfo_v4_t healthSummary, NVML_GPU_FABRIC_HEALTH_SUMMARY_*: not
+    # supported, healthy, unhealthy, limited capacity) but no source we read shows the
+    # words nvidia-smi prints for them; the fabric's state and status still quarantine
+    "fabric.health.summary",
 )
+# How nvidia-smi prints the recovery action the driver asks for a GPU (`gpu_recovery_action`,
+# NVML's nvmlDeviceGpuRecoveryAction_t): the names of NVIDIA's GPU Memory Error Management
+# guide, "Error Recovery and Response Flags" (None = NVML_GPU_RECOVERY_ACTION_NONE, Reset =
+# _GPU_RESET, Reboot = _NODE_REBOOT, Drain P2P = _DRAIN_P2P, Drain and Reset =
+# _DRAIN_AND_RESET), `None` as the H200 recording shows it
+# (tests/fixtures/gpu/h200-sxm-vm/nvidia-smi-q.xml); by number too, since no capture of the
+# other names from `--query-gpu` was found. `N/A`: the GPU does not report it.
+SMI_RECOVERY_ACTIONS = {
+    "none": "0",
+    "reset": "1",
+    "reboot": "2",
+    "drain p2p": "3",
+    "drain and reset": "4",
+}
 # The fields every row needs; the others are health readings a driver may not know
 # (fields come and go between driver branches: nvidia-smi --help-query-gpu).
 SMI_KEYS = ("index", "uuid", "pci.bus_id")
@@ -320,12 +347,26 @@ def parse_xid(text: str) -> dict | None:
     if not match:
         return None
     pid = match["pid"] or ""
+    gi, ci = match["gi"], match["ci"]
     return {
         "pci": pci_key(match["pci"]),
         "xid": match["xid"],
         "pid": int(pid) if pid.isdigit() else None,
         "text": (match["text"] or "").strip(),
+        # the MIG instance the driver attributed it to (None: the whole GPU)
+        "gpu_instance": str(int(gi)) if gi is not None else None,
+        "compute_instance": str(int(ci)) if ci is not None else None,
     }
+
+
+def mig_instance(record: dict) -> str:
+    """` (MIG GPU instance 2, compute instance 0)` for an XID attributed to one, else ``."""
+    if record.get("gpu_instance") is None:
+        return ""
+    said = f"MIG GPU instance {record['gpu_instance']}"
+    if record.get("compute_instance") is not None:
+        said += f", compute instance {record['compute_instance']}"
+    return f" ({said})"
 
 
 def parse_smi(out: str, fields: tuple[str, ...] = SMI_FIELDS) -> tuple[dict[str, dict], set[str]]:
@@ -348,11 +389,43 @@ def parse_smi(out: str, fields: tuple[str, ...] = SMI_FIELDS) -> tuple[dict[str,
     return gpus, lost
 
 
+def reports_recovery_action(value: str) -> bool:
+    """Whether nvidia-smi read a recovery action (not `N/A`, nor `[Unknown Error]` and such)."""
+    value = value.strip()
+    return bool(value) and value != "N/A" and not value.startswith("[")
+
+
+def smi_recovery_action(catalog: dict, value: str) -> tuple[str, str]:
+    """(action, what the driver asks) for nvidia-smi's `gpu_recovery_action`.
+
+    By name (SMI_RECOVERY_ACTIONS) or number, through the catalog's `recovery_actions`
+    (XID 154's, NVML's numbers); one it does not know quarantines with `support`.
+    """
+    value = value.strip()
+    code = value if value.isdigit() else SMI_RECOVERY_ACTIONS.get(value.lower())
+    actions = catalog["xids"]["154"]["recovery_actions"]
+    return (actions.get(code, "support") if code is not None else "support"), value
+
+
 def smi_findings(row: dict) -> list[str]:
-    """Health findings of one GPU row: ecc-dbe, row-remap-failure, fabric."""
+    """Health findings of one GPU row: ecc-dbe or recovery, row-remap-failure, fabric.
+
+    A GPU that reports its recovery action (error containment: A100, H100 and later) is
+    quarantined by that action (`recovery`, unless it is None): its volatile
+    uncorrectable ECC counter also counts the errors the GPU contained to the program
+    that hit them (XID 94), after which "additional workloads can be launched on this GPU
+    without requiring a GPU reset" (NVIDIA's GPU Memory Error Management guide, "Response
+    to Uncorrectable Contained ECC Errors"; "Recovery action flag will be triggered for
+    uncorrectable errors": "Error Recovery and Response Flags"). A GPU that does not
+    (`N/A`: V100, T4, no containment; or a driver without the field) is quarantined on
+    any uncorrectable error (`ecc-dbe`), as every workload on it was hit.
+    """
     found = []
-    dbe = row["ecc.errors.uncorrected.volatile.total"]
-    if dbe.isdigit() and int(dbe) > 0:
+    dbe, recovery = row["ecc.errors.uncorrected.volatile.total"], row["gpu_recovery_action"]
+    if reports_recovery_action(recovery):
+        if SMI_RECOVERY_ACTIONS.get(recovery.strip().lower(), recovery.strip()) != "0":
+            found.append("recovery")
+    elif dbe.isdigit() and int(dbe) > 0:
         found.append("ecc-dbe")
     if row["remapped_rows.failure"] in ("Yes", "1"):
         found.append("row-remap-failure")
@@ -722,8 +795,22 @@ class Watcher:
                 gpus[pci] = known
         for pci, row in gpus.items():
             findings += [(pci, f) for f in smi_findings(row)]
+            self.fabric_health(self.gpus.get(pci), row)
         self.gpus.update(gpus)
         return findings
+
+    def fabric_health(self, before: dict | None, row: dict) -> None:
+        """An event when a GPU's NVLink fabric health summary changes (`SMI_FIELDS` says why)."""
+        summary = row["fabric.health.summary"].strip()
+        if summary in ("N/A", "") or summary.startswith("["):
+            return
+        if before is not None and before.get("fabric.health.summary", "").strip() == summary:
+            return
+        meaning = (
+            f"NVLink fabric health summary: {summary} (recorded; the fabric's state and "
+            "status decide a quarantine)"
+        )
+        self._event(time.time(), row, "FabricHealth", meaning, "info")
 
     # -- decisions
 
@@ -732,8 +819,10 @@ class Watcher:
         xid = record["xid"]
         gpu = self.gpus.get(record["pci"], {"index": "?", "uuid": f"PCI:{record['pci']}"})
         action, meaning = classify(self.catalog, xid, record["text"])
+        meaning += mig_instance(record)  # the GPU that holds the instance acts for it
         self._count("faults", gpu["uuid"], xid, f"Xid{xid}", action)
-        self._event(at, gpu, f"Xid{xid}", meaning, action)
+        instance = {k: record[k] for k in ("gpu_instance", "compute_instance") if record.get(k)}
+        self._event(at, gpu, f"Xid{xid}", meaning, action, **instance)
         if action in QUARANTINE:
             self.quarantine(gpu, f"Xid{xid}", meaning, action, at)
         elif action == "application":
@@ -777,20 +866,27 @@ class Watcher:
         gpu = self.gpus.get(pci, {"index": "?", "uuid": f"PCI:{pci}"})
         if gpu["uuid"] in self.state["quarantined"]:
             return
-        meaning = entry["description"]
+        meaning, action = entry["description"], entry["action"]
+        if finding == "recovery":  # the action the driver asks for
+            action, asked = smi_recovery_action(self.catalog, gpu.get("gpu_recovery_action", ""))
+            meaning += f": {asked}"
+            if action not in QUARANTINE:
+                return
         if entry["as_xid"]:
             meaning += f" (as XID {entry['as_xid']})"
-        self._count("faults", gpu["uuid"], "", entry["reason"], entry["action"])
-        self._event(at, gpu, entry["reason"], meaning, entry["action"])
-        self.quarantine(gpu, entry["reason"], meaning, entry["action"], at)
+        self._count("faults", gpu["uuid"], "", entry["reason"], action)
+        self._event(at, gpu, entry["reason"], meaning, action)
+        self.quarantine(gpu, entry["reason"], meaning, action, at)
 
     def _count(self, counter: str, *key: str) -> None:
         name = "|".join(key)
         self.state[counter][name] = self.state[counter].get(name, 0) + 1
 
-    def _event(self, at: float, gpu: dict, reason: str, meaning: str, action: str) -> None:
+    def _event(
+        self, at: float, gpu: dict, reason: str, meaning: str, action: str, **more: str
+    ) -> None:
         event = {"at": now_iso(at), "gpu": gpu["index"], "uuid": gpu["uuid"], "reason": reason}
-        event |= {"meaning": meaning, "action": action}
+        event |= {"meaning": meaning, "action": action, **more}
         print(json.dumps(event), flush=True)
         self.state["events"] = (self.state["events"] + [event])[-50:]
 

@@ -283,6 +283,14 @@ _GPU_LINE = re.compile(r"^GPU\s+(\d+):")
 _MIG_LINE = re.compile(r"^\s+MIG\s+(\S+)\s+Device\s+(\d+):\s+\(UUID:\s+(MIG-[^)\s]+)\)")
 
 
+_GPU_UUID = re.compile(r"^GPU\s+\d+:.*\(UUID:\s+(GPU-[^)\s]+)\)")
+
+
+def parse_gpu_uuids(text: str) -> set[str]:
+    """The UUIDs of the GPUs `nvidia-smi -L` lists (not their MIG devices')."""
+    return {m.group(1) for m in map(_GPU_UUID.match, text.splitlines()) if m}
+
+
 def parse_devices(text: str) -> dict[int, list[dict[str, str]]]:
     """{GPU index: [{"profile", "device", "uuid"}]} of the MIG devices `nvidia-smi -L` lists."""
     devices: dict[int, list[dict[str, str]]] = {}

@@ -64,6 +64,16 @@ def read_mig_devices(host: Host) -> dict[int, list[dict[str, str]]]:
     return mig.parse_devices(out) if code == 0 else {}
 
 
+def read_gpu_uuids(host: Host) -> set[str] | None:
+    """The UUIDs of the GPUs the driver finds (`nvidia-smi -L`); None when it fails.
+
+    By UUID, not index: nvidia-smi numbers the GPUs it finds from 0, so a GPU lost for
+    good shifts the indexes of those after it.
+    """
+    code, out = _run_combined(host, NVIDIA_SMI, "-L")
+    return mig.parse_gpu_uuids(out) if code == 0 else None
+
+
 def read_gpu_info(host: Host) -> dict:
     """The `gpu-info` action's results: nvidia-smi's GPUs, with their MIG profiles and devices.
 

@@ -130,6 +130,7 @@ class OperatorActions(ops.Object):
             event.fail("this machine has no working NVIDIA GPU or has not joined a cluster")
             return
         node = kubeadm.node_name(host)
+        gate_started = self._wall_clock()  # what it proves: the quarantines held by then
         try:  # the repair gate on every GPU (gpu_gate.py): CUDA, DCGM, NCCL
             config = self._config()
             with Kube.from_kubeconfig(node_identity.kubeconfig(host)) as kube:
@@ -160,12 +161,19 @@ class OperatorActions(ops.Object):
         try:
             with Kube.from_kubeconfig(node_identity.kubeconfig(host)) as kube:
                 cleared, cordoned = gpu_health.readmit(
-                    host, kube, node, now=now, proof=proof, mig_change=self._mig_cordoned()
+                    host,
+                    kube,
+                    node,
+                    now=now,
+                    proof=proof,
+                    mig_change=self._mig_cordoned(),
+                    gate_started=gate_started,
                 )
         except (node_identity.NodeIdentityError, ValueError, KubeError) as e:
             event.fail(f"the checks passed but node {node} could not be readmitted: {e}")
             return
-        self._cluster.publish_quarantine([])  # the leader lifts the NoExecute taint
+        # the leader lifts the NoExecute taint, unless a fault came during the gate
+        self._cluster.publish_quarantine(gpu_health.quarantine_request(host, None) or [])
         event.set_results(
             {
                 "readmitted": ", ".join(f"GPU {q['index']} ({q['uuid']})" for q in cleared),

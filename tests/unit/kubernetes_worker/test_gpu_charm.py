@@ -2179,6 +2179,35 @@ def test_a_gpu_the_catalog_says_a_reset_repairs_is_reset_in_a_turn_gated_and_rea
     assert "dcgm passed: dcgmi diag -r 2: 3 tests on 4 GPUs" in ctx.action_results["gates"]
 
 
+def test_a_gpu_that_does_not_come_back_from_its_repair_fails_it_by_uuid_not_index(
+    ctx, machine, api, driver, ctr, wall, clock
+):
+    """Issue 32 review gap 6: GPU 1 of 4 lost for good after its reset.
+
+    nvidia-smi then numbers the three left 0-2, so index 1 is another GPU: looked up by
+    index the lost GPU was "there", the gate passed on the others and the repair was
+    recorded ok. By UUID it is missing: a failed repair, the node stays cordoned.
+    """
+    state = joined_gpu_node(ctx, api, driver)
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+    driver.lost_on_reset = {1}
+
+    out = ctx.run(ctx.on.update_status(), state)
+
+    assert driver.resets == [1] and driver.present() == [0, 2, 3]
+    found = watcher_state(machine)
+    (repair,) = found["repairs"]
+    assert (repair["method"], repair["result"]) == ("reset", "failed")
+    assert repair["detail"] == (
+        f"GPU 1 ({QUARANTINED_GPU}) is not on the machine after the reset: nvidia-smi "
+        "does not list its UUID"
+    )
+    assert list(found["quarantined"]) == [QUARANTINED_GPU]
+    assert node(api)["spec"]["unschedulable"] is True
+    assert out.unit_status.name == "waiting"
+    assert "is not on the machine after the reset" in out.unit_status.message
+
+
 def test_a_reset_refused_while_a_process_uses_the_gpu_reboots_then_gates_on_the_new_boot(
     ctx, machine, api, driver, ctr, wall, clock, reboots
 ):

@@ -223,9 +223,17 @@ def test_the_watchers_health_query_on_a_healthy_h200_finds_nothing():
     (row,) = gpus.values()
     assert row["uuid"] == "GPU-229229c1-6a3b-ae5c-fab2-735129948cb3"
     assert gpu_watcher.smi_findings(row) == []
-    # the fake machine's healthy rows print these fields as the driver did
+    # the fake machine's healthy rows print these fields as the driver did; the recorded
+    # query predates `gpu_recovery_action` and `fabric.health.summary`, which the
+    # recorded `-q` shows as `None` and `N/A`
     fake = gpu_watcher_machine.smi_rows().splitlines()[0].split(", ")
-    assert fake[3:] == out.strip().split(", ")[3:]
+    recorded = out.strip().split(", ")
+    assert fake[3 : len(recorded)] == recorded[3:]
+    assert fake[len(recorded) :] == ["None", "N/A"]
+    xml = (H200 / "nvidia-smi-q.xml").read_text()
+    assert "<gpu_recovery_action>None</gpu_recovery_action>" in xml
+    assert "<health>\n\t\t\t\t<summary>N/A</summary>" in xml
+    assert gpu_watcher.smi_findings(row | {"gpu_recovery_action": "None"}) == []
 
 
 def test_the_repair_reads_the_cuda_process_a_real_driver_lists(tmp_path):

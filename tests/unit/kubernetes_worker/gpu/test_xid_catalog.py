@@ -83,3 +83,71 @@ def test_xid_154_still_takes_the_action_its_line_names():
 def test_the_catalog_was_read_on_a_real_day_not_after_today():
     assert datetime.date.fromisoformat(CATALOG["read"]) <= TODAY
     assert "2026-11-27" in CATALOG["also"]
+
+
+LINES = (Path(__file__).parents[3] / "fixtures/gpu/xid/lines.txt").read_text().splitlines()
+
+
+def test_every_recorded_xid_line_is_read_with_its_mig_instance_where_it_names_one():
+    """Issue 32 review gap 1: an XID attributed to a MIG instance was dropped unread.
+
+    The driver writes `(PCI:<d>:<b>:<d> GPU-I:<gi>)` or `(... GPU-I:<gi> GPU-CI:<ci>)`
+    for an XID it attributes to a MIG instance (kernel_rc.c XID_PRINT_WITH_ATTR).
+    """
+    xids = [line for line in LINES if line.startswith("NVRM: Xid (")]
+    records = {line: gpu_watcher.parse_xid(line) for line in xids}
+    assert [line for line, record in records.items() if record is None] == []
+    gi = records[next(line for line in xids if " GPU-I:05)" in line)]
+    assert gi is not None
+    assert (gi["pci"], gi["xid"], gi["pid"]) == ("0000:01:00", "94", 7194)
+    assert (gi["gpu_instance"], gi["compute_instance"]) == ("5", None)
+    assert gi["text"] == "Contained: CE User Channel (0x9). RST: No, D-RST: No"
+    ci = records[next(line for line in xids if "GPU-CI:" in line)]
+    assert ci is not None
+    assert (ci["pci"], ci["xid"], ci["pid"]) == ("0000:b5:00", "13", 4242)
+    assert (ci["gpu_instance"], ci["compute_instance"]) == ("2", "0")
+    plain = records[xids[0]]
+    assert plain is not None and (plain["gpu_instance"], plain["compute_instance"]) == (None, None)
+
+
+def smi_row(dbe: str = "0", recovery: str = "None", remap: str = "No") -> dict:
+    row = dict.fromkeys(gpu_watcher.SMI_FIELDS, "N/A")
+    row |= {"ecc.errors.uncorrected.volatile.total": dbe, "gpu_recovery_action": recovery}
+    return row | {"remapped_rows.failure": remap}
+
+
+@pytest.mark.parametrize(
+    ("row", "found"),
+    [
+        # error containment (the GPU reports its recovery action): the action decides
+        (smi_row(dbe="3"), []),
+        (smi_row(dbe="3", recovery="0"), []),
+        (smi_row(recovery="Reset"), ["recovery"]),
+        (smi_row(recovery="Drain and Reset"), ["recovery"]),
+        (smi_row(recovery="2"), ["recovery"]),
+        (smi_row(recovery="Something New"), ["recovery"]),  # fail closed: support
+        # no containment (N/A), or the driver could not read it: any DBE, as before
+        (smi_row(dbe="1", recovery="N/A"), ["ecc-dbe"]),
+        (smi_row(dbe="1", recovery="[Unknown Error]"), ["ecc-dbe"]),
+        (smi_row(recovery="N/A"), []),
+        (smi_row(remap="Yes"), ["row-remap-failure"]),
+    ],
+)
+def test_the_ecc_poll_follows_the_recovery_action_where_the_gpu_reports_one(row, found):
+    assert gpu_watcher.smi_findings(row) == found
+
+
+@pytest.mark.parametrize(
+    ("value", "action"),
+    [
+        ("None", "info"),
+        ("Reset", "reset-gpu"),
+        ("Reboot", "reboot"),
+        ("Drain P2P", "reset-gpu"),
+        ("Drain and Reset", "reset-gpu"),
+        ("1", "reset-gpu"),
+        ("Something New", "support"),
+    ],
+)
+def test_nvidia_smis_recovery_action_is_read_by_name_or_number(value, action):
+    assert gpu_watcher.smi_recovery_action(CATALOG, value)[0] == action
