@@ -76,9 +76,20 @@ Kueue (kubernetes-sigs/kueue v0.19.2):
   JobSet never suspended) keeps its Workload admitted, its admission unchanged: Kueue
   v0.19.2 does nothing for an unsuspended job whose Workload is admitted ("Job running
   with admitted workload, nothing to do", jobframework/reconciler.go ReconcileGenericJob)
-  and never admits it again. Its PodsReady condition (False, WaitForRecovery, while the
-  new gang starts) and recoveryTimeout are not emulated: a test calls `time_out(job)`
-  for what Kueue does once that timeout passes (K5).
+  and never admits it again. Its PodsReady condition and recoveryTimeout: K13.
+- K13 waitForPodsReady on an admitted JobSet's Workload (`_pods_ready`). Its condition
+  PodsReady (jobframework/reconciler.go generatePodsReadyCondition): True, reason Started
+  (Recovered after a recovery), once the JobSet's pods are ready (jobs/jobset PodsReady:
+  every replicated Job's Jobs ready, a Job being ready once its ready and succeeded pods
+  reach min(parallelism, completions), or succeeded: jobset v0.12.0
+  calculateReplicatedJobStatuses); False, reason WaitForStart, before they first were;
+  False, reason WaitForRecovery, "At least one pod has failed, waiting for recovery",
+  once they were (K10's restart). A Workload WaitForRecovery for the manager
+  configuration's `recoveryTimeout` (a Go duration; absent: `timeout`, absent too: 30m,
+  apis/config/v1beta2/defaults.go; 0: never, core.go) since that condition's
+  lastTransitionTime, by `clock`, is evicted as K5 (core/workload_controller.go
+  reconcileNotReadyTimeout, admittedNotReadyWorkload). WaitForStart's `timeout` is not
+  timed: a test calls `time_out(job)` (K5). Batch Jobs and pods get no PodsReady here.
 - K8 Kueue runs with the manager configuration in the ConfigMap kueue-system/
   kueue-manager-config (`fakes.addons.install_kueue` writes the control plane's; without
   one, upstream's defaults). Its `integrations.frameworks` say which kinds it manages
@@ -1729,6 +1740,8 @@ class BatchControllers:
                 self._write_status(workload)
             elif _true(workload, "Admitted"):
                 self._deadline(workload, js)
+                if js["kind"] == "JobSet":
+                    self._pods_ready(js)
             elif workload["spec"].get("active", True):
                 pending.append((workload, js))
         return pending
@@ -1767,6 +1780,56 @@ class BatchControllers:
             c for c in workload["status"]["conditions"] if c["type"] != "DeactivationTarget"
         ]
         self._write_status(workload)
+
+    def _pods_ready(self, js: dict) -> None:
+        """K13: the admitted JobSet's PodsReady condition; evicted past recoveryTimeout."""
+        workload = self.workload(js["metadata"]["name"])
+        if workload is None or not _true(workload, "Admitted") or _true(workload, "Evicted"):
+            return
+        old = next((c for c in workload["status"]["conditions"] if c["type"] == "PodsReady"), {})
+        if self._jobset_pods_ready(js):
+            recovered = old.get("reason") in ("WaitForRecovery", "Recovered")
+            reason = "Recovered" if recovered else "Started"
+            new = ("True", reason, "All pods reached readiness and the workload is running")
+        elif old.get("status") == "True" or old.get("reason") == "WaitForRecovery":
+            new = ("False", "WaitForRecovery", "At least one pod has failed, waiting for recovery")
+        else:
+            new = ("False", "WaitForStart", "Not all pods are ready or succeeded")
+        if (old.get("status"), old.get("reason"), old.get("message")) != new:
+            self._condition(workload, "PodsReady", *new)
+            self._write_status(workload)
+        limit = self._recovery_timeout()
+        if new[1] == "WaitForRecovery" and limit and self._since(workload, "PodsReady") >= limit:
+            message = f"Exceeded the PodsReady timeout {self.ns}/{workload['metadata']['name']}"
+            self._evict(js["metadata"]["name"], "PodsReadyTimeout", message)
+
+    def _jobset_pods_ready(self, js: dict) -> bool:
+        """K13: every replicated Job's Jobs of the current attempt ready or succeeded."""
+        jobs = self._owned(js, self._jobs())
+        previous = self._previous(js, jobs)
+        pods = self._pods()
+        ready = 0
+        for job in jobs:
+            if job in previous or _true(job, "Failed"):
+                continue
+            spec = job["spec"]
+            want = min(spec.get("parallelism", 1), spec.get("completions", 1))
+            done = [
+                p
+                for p in self._owned(job, pods)
+                if _phase(p) == "Succeeded" or (_true(p, "Ready") and not _gone(p))
+            ]
+            ready += _true(job, "Complete") or len(done) >= want
+        return ready == sum(rj.get("replicas", 1) for rj in js["spec"]["replicatedJobs"])
+
+    def _recovery_timeout(self) -> float:
+        """K13: waitForPodsReady.recoveryTimeout in seconds (0: off), defaulted as Kueue's."""
+        block = self._kueue_config().get("waitForPodsReady") or {}
+        text = block.get("recoveryTimeout") or block.get("timeout") or "30m"
+        units = {"h": 3600, "m": 60, "s": 1}
+        parts = re.findall(r"(\d+)([hms])", text)
+        assert parts and "".join(n + u for n, u in parts) == text, f"duration {text!r}"
+        return float(sum(int(n) * units[u] for n, u in parts))
 
     def _since(self, workload: dict, kind: str) -> float:
         """Seconds since the condition's lastTransitionTime, by `clock`."""

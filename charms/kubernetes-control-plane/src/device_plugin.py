@@ -77,7 +77,8 @@ GPU_CLIENT = {kube_objects.GPU_CLIENT_POD_LABEL: "true"}
 # Unlike the DCGM exporter (dcgm_exporter.QUARANTINE_TOLERATION), the plugin does not
 # tolerate the GPU quarantine's NoExecute taint (lib kubernetes_cluster.QUARANTINE_TAINT):
 # it leaves a quarantined node and a fresh one starts there at readmission. The plugin
-# marks a GPU unhealthy on an XID and "will then leave it unhealthy forever ... the only
+# marks a GPU unhealthy on an XID it does not skip (IN_SERVICE_XIDS below: those the
+# watcher quarantines for) and "will then leave it unhealthy forever ... the only
 # way out of this situation is to restart the plugin" (NVIDIA's maintainer on
 # NVIDIA/k8s-device-plugin#234; still so in #1014, gpu-operator#1065): one that stayed
 # through the quarantine would report the repaired GPU unhealthy to kubelet after a
@@ -119,6 +120,36 @@ CDI_HOOK_PATH = "/usr/bin/nvidia-cdi-hook"
 FAIL_REQUESTS_GREATER_THAN_ONE = True
 # Set on the plugin when a MIG strategy is in use, as the Helm chart does.
 MIG_MONITOR_ENV = {"name": "NVIDIA_MIG_MONITOR_DEVICES", "value": "all"}
+# The XIDs that never take a GPU out of service, which the plugin is told to ignore: the
+# worker's GPU health watcher owns GPU health (quarantine, repair, gate, readmission).
+# v0.20.0 internal/rm/health.go: on every NVML XidCriticalError event whose XID is not
+# skipped the plugin marks the GPU Unhealthy until it restarts (server.go ListAndWatch,
+# "there is no way to recover from the Unhealthy state"); by default it skips only 13, 31,
+# 43, 45, 68 and 109, so an XID 94 (NVIDIA: restart the application) would take a GPU
+# out of kubelet's allocatable with no quarantine, repair or alert (k8s-device-plugin#1974).
+# DP_DISABLE_HEALTHCHECKS is a comma-separated list of XIDs skipped on top of those six
+# (getDisabledHealthCheckXids, newHealthCheckXIDs). Not `all` or `xids`: either stops the
+# health check before it watches anything (checkHealth returns at IsAllDisabled), and
+# DP_ENABLE_HEALTHCHECKS cannot bring single XIDs back then, since IsAllDisabled still
+# holds; with a list the plugin still marks a GPU that fell off the bus (XID 79), any
+# XID the catalog answers with a reset, a reboot or support, and an XID newer than the
+# catalog, all of which the watcher quarantines too, and the NVML failures that mark
+# every GPU. These are the catalog's `application` and `info` XIDs, and 154 (its recovery
+# action is in the kernel's line, which the watcher reads; NVML's event carries the XID
+# number only: go-nvml EventData): a copy of charms/kubernetes-worker/src/xid_catalog.json
+# (read 2026-11-27), which tests/unit/kubernetes_control_plane/test_device_plugin.py
+# compares with that file.
+IN_SERVICE_XIDS = (
+    *(8, 11, 13, 14, 25, 31, 32, 37, 38, 39, 40, 41, 43, 44, 45, 60, 63, 66, 67, 68),
+    *(69, 70, 71, 72, 75, 76, 77, 80, 82, 83, 84, 85, 86, 88, 89, 92, 93, 94, 96, 97),
+    *(98, 99, 100, 101, 102, 103, 104, 105, 106, 107, 108, 121, 126, 127, 128, 129),
+    *(130, 131, 132, 133, 134, 135, 137, 139, 141, 152, 153, 154, 157, 160, 161, 162),
+    *(163, 164, 165),
+)
+HEALTH_CHECK_ENV = {
+    "name": "DP_DISABLE_HEALTHCHECKS",
+    "value": ",".join(str(xid) for xid in IN_SERVICE_XIDS),
+}
 
 
 def config_text(mig_strategy: str, replicas: int) -> str:
@@ -174,8 +205,9 @@ def _container(mig_strategy: str, image_registry: str) -> dict:
         "image": images.mirrored(IMAGE, image_registry),
         "args": ["--config-file=/config/config.yaml"],
     }
+    container["env"] = [HEALTH_CHECK_ENV]
     if mig_strategy != "none":
-        container["env"] = [MIG_MONITOR_ENV]
+        container["env"].append(MIG_MONITOR_ENV)
         container["securityContext"] = {"capabilities": {"add": ["SYS_ADMIN"]}}
     else:
         # The plugin finds the GPUs through NVIDIA_VISIBLE_DEVICES=all (set in its image)

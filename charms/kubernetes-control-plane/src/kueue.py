@@ -13,7 +13,7 @@ Sources, kubernetes-sigs/kueue at tag v0.19.2:
   `timeout`); v1beta2 has no `enable`, and since v0.19 an absent block means enabled
   with a 30m timeout (`apis/config/v1beta2/defaults.go`, kueue#11855; only the alpha gate
   DisableWaitForPodsReady turns it off): the charm always writes it, with
-  pods-ready-timeout;
+  pods-ready-timeout, and `recoveryTimeout` apart (RECOVERY_TIMEOUT_MINUTES);
 - `apis/kueue/v1beta2/*_types.go` and `config/components/crd/bases/*.yaml`: the storage
   version v1beta2 of ResourceFlavor {nodeLabels, nodeTaints, tolerations}, Cohort,
   WorkloadPriorityClass {value, description}, ClusterQueue {cohortName, ...} and
@@ -107,6 +107,23 @@ MANAGED_BY_KUEUE = "kueue.x-k8s.io/managed"
 MANAGED_BY = "kubernetes-control-plane"
 
 
+# waitForPodsReady.recoveryTimeout, at most: how long a running job's pods may stay not
+# all ready (a pod failed or was evicted from a quarantined GPU, and its gang restarts)
+# before Kueue evicts the job, frees its quota and requeues it (kueue v0.19.2
+# core/workload_controller.go admittedNotReadyWorkload, reason WaitForRecovery, timed from
+# the PodsReady=False transition; configuration_types.go: "Defaults to the value of
+# timeout"). Left at that default, a gang that no longer fits after a quarantine held its
+# quota, idle, for the whole pods-ready-timeout (10 minutes by default), which is sized for
+# a first start with its image pulls. A recovery restarts a gang that ran: its old pods
+# get a minute to save and stop (the tensorflow charm's terminationGracePeriodSeconds)
+# and the new ones mostly start where the image is already pulled. 3 minutes is what the
+# recoveryTimeout proposal first defaulted to (kueue PR #2737's draft of keps/349-all-or-nothing);
+# a gang slower than that (a node pulling the image for the first time) is requeued,
+# Kueue's backoff (60 s, doubling) later admitted again, and resumes at its checkpoint.
+# Never longer than pods-ready-timeout, which an operator may have set shorter.
+RECOVERY_TIMEOUT_MINUTES = 3
+
+
 def configure(text: str, settings: batch_engines.Settings) -> str:
     """Kueue's manager configuration: waitForPodsReady, fair sharing, every team pod queued."""
     try:
@@ -115,8 +132,10 @@ def configure(text: str, settings: batch_engines.Settings) -> str:
         raise batch_engines.AddonError(f"kueue manager configuration is not YAML: {e}") from None
     if not isinstance(config, dict) or config.get("kind") != "Configuration":
         raise batch_engines.AddonError("kueue manager configuration is not a Configuration")
+    recovery = min(settings.pods_ready_timeout_minutes, RECOVERY_TIMEOUT_MINUTES)
     config["waitForPodsReady"] = {
         "timeout": f"{settings.pods_ready_timeout_minutes}m",
+        "recoveryTimeout": f"{recovery}m",
         "blockAdmission": False,
         "requeuingStrategy": {
             "timestamp": "Eviction",
@@ -310,10 +329,10 @@ def capacity(
     do", pkg/controller/jobframework/reconciler.go ReconcileGenericJob); it is never
     re-admitted. With waitForPodsReady (always on, `configure`) its PodsReady condition
     turns False, reason WaitForRecovery (reconciler.go generatePodsReadyCondition), and
-    if the gang is not ready again within recoveryTimeout (defaults to timeout,
-    apis/config/v1beta2/defaults.go: pods-ready-timeout) Kueue evicts it, reason
-    PodsReadyTimeout, and requeues it (core/workload_controller.go
-    admittedNotReadyWorkload); only then is its quota free for others.
+    if the gang is not ready again within recoveryTimeout (RECOVERY_TIMEOUT_MINUTES,
+    `configure`) Kueue evicts it, reason PodsReadyTimeout, and requeues it
+    (core/workload_controller.go admittedNotReadyWorkload); only then is its quota free
+    for others, unless another team's workload reclaims it first by preemption.
     """
     by_product = {product_label(m, shared): flavor_name(m) for m in set(models)}
     out: Quotas = {(CPU_FLAVOR, "cpu"): 0.0, (CPU_FLAVOR, "memory"): 0.0}

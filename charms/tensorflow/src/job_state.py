@@ -282,7 +282,9 @@ def queue_state(
       the job stopped), and it stays True while the Workload waits again, until a new
       admission sets it False. By its reason: `Preempted` (another workload needed the
       quota), `Requeued` (PodsReadyTimeout: its pods did not all run within
-      pods-ready-timeout), `Evicted` (any other: Deactivated, ClusterQueueStopped, ...).
+      pods-ready-timeout, or were not all running again within waitForPodsReady's
+      recoveryTimeout after one failed: one message for both), `Evicted` (any other:
+      Deactivated, ClusterQueueStopped, ...).
     - `Admitted` True: admitted.
     - Otherwise `Queued`, why being Kueue's QuotaReserved message.
     `Unknown` before Kueue made the Workload.
@@ -303,8 +305,9 @@ def queue_state(
             return "Preempted", preemption_phrase(message, workloads)
         if reason == "PodsReadyTimeout":
             return "Requeued", (
-                "its pods did not all run within pods-ready-timeout, so Kueue released its "
-                f"quota and requeued it ({message})"
+                "its pods did not all run within pods-ready-timeout (or, after one failed, "
+                "within Kueue's recovery timeout), so Kueue released its quota and requeued "
+                f"it ({message})"
             )
         return "Evicted", f"{reason}: {message}"
     if true("Admitted"):

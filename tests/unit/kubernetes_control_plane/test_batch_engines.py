@@ -64,6 +64,9 @@ def test_the_leader_applies_both_releases_made_this_clusters(ctx, machine, api, 
     config = yaml.safe_load(api.get_object(KUEUE_CONFIG)["data"]["controller_manager_config.yaml"])
     assert config["apiVersion"] == "config.kueue.x-k8s.io/v1beta2"
     assert config["waitForPodsReady"]["timeout"] == "10m"
+    # a running job whose gang is not ready again (a pod failed, a GPU quarantined) keeps
+    # its quota 3 minutes, not pods-ready-timeout's 10 (issue 32's review, gap 7)
+    assert config["waitForPodsReady"]["recoveryTimeout"] == "3m"
     assert config["waitForPodsReady"]["requeuingStrategy"]["timestamp"] == "Eviction"
     # Job, JobSet, and every pod of a team's namespace (issue 29 item 6: pod and
     # deployment; the tensorflow charm's Deployments name the team's queue)
@@ -252,13 +255,16 @@ def test_time_slicing_names_the_shared_product_label(ctx, machine, api, releases
     assert flavor["spec"]["nodeLabels"] == {"nvidia.com/gpu.product": "NVIDIA-A10G-SHARED"}
 
 
-def test_a_new_pods_ready_timeout_rolls_kueue(ctx, machine, api, releases):
+@pytest.mark.parametrize(("minutes", "recovery"), [(30, "3m"), (2, "2m")])
+def test_a_new_pods_ready_timeout_rolls_kueue(ctx, machine, api, releases, minutes, recovery):
     out = _install(ctx)
     before = api.get_object(KUEUE_DEPLOY)["spec"]["template"]["metadata"]["annotations"]
-    state = dataclasses.replace(out, config={"pods-ready-timeout": 30})
+    state = dataclasses.replace(out, config={"pods-ready-timeout": minutes})
     ctx.run(ctx.on.config_changed(), state)
     config = yaml.safe_load(api.get_object(KUEUE_CONFIG)["data"]["controller_manager_config.yaml"])
-    assert config["waitForPodsReady"]["timeout"] == "30m"
+    assert config["waitForPodsReady"]["timeout"] == f"{minutes}m"
+    # a recovery never waits longer than a first start may
+    assert config["waitForPodsReady"]["recoveryTimeout"] == recovery
     after = api.get_object(KUEUE_DEPLOY)["spec"]["template"]["metadata"]["annotations"]
     assert after != before  # Kueue reads its configuration only when it starts
 
@@ -658,6 +664,29 @@ def test_a_running_cluster_gets_the_node_selector_after_the_charm_upgrade(
     for path in (JOBSET_DEPLOY, KUEUE_DEPLOY, CALICO_DEPLOY):
         pod = api.get_object(path)["spec"]["template"]["spec"]
         assert pod["nodeSelector"]["node-role.kubernetes.io/control-plane"] == "", path
+
+
+def test_a_running_cluster_gets_kueues_recovery_timeout_after_the_charm_upgrade(
+    ctx, machine, api, releases
+):
+    """What the previous revision applied (customisation 2, no recoveryTimeout) is redone."""
+    out = _install(ctx)
+    bag = dict(peer(out).local_app_data)
+    version, url, sha256, settings, _ = json.loads(bag["addon-kueue"])
+    bag["addon-kueue"] = json.dumps([version, url, sha256, settings, 2], sort_keys=True)
+    cm = api.get_object(KUEUE_CONFIG)
+    config = yaml.safe_load(cm["data"]["controller_manager_config.yaml"])
+    del config["waitForPodsReady"]["recoveryTimeout"]
+    cm["data"]["controller_manager_config.yaml"] = yaml.safe_dump(config)
+    api.put_object(KUEUE_CONFIG, cm)
+    state = dataclasses.replace(
+        out, relations=[dataclasses.replace(peer(out), local_app_data=bag)]
+    )
+
+    ctx.run(ctx.on.upgrade_charm(), state)
+
+    config = yaml.safe_load(api.get_object(KUEUE_CONFIG)["data"]["controller_manager_config.yaml"])
+    assert config["waitForPodsReady"]["recoveryTimeout"] == "3m"
 
 
 def _quota_of(cq: dict) -> dict[tuple[str, str], str]:

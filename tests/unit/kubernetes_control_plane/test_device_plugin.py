@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 
 import device_plugin
 import kubernetes_validate
@@ -202,7 +204,7 @@ def test_with_mig_the_plugin_gets_sys_admin_and_monitors_mig_devices(
     ctx.run(ctx.on.config_changed(), dataclasses.replace(out, config={"mig-strategy": "none"}))
     container = api.get_object(DS)["spec"]["template"]["spec"]["containers"][0]
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["SYS_ADMIN"]}
-    assert "env" not in container
+    assert "NVIDIA_MIG_MONITOR_DEVICES" not in {e["name"] for e in container["env"]}
 
 
 def test_a_new_pin_is_applied_to_a_running_cluster(ctx, bootstrapped, api):
@@ -220,8 +222,10 @@ def test_a_new_pin_is_applied_to_a_running_cluster(ctx, bootstrapped, api):
         ),
     )
 
-    image = api.get_object(DS)["spec"]["template"]["spec"]["containers"][0]["image"]
-    assert image == "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
+    container = api.get_object(DS)["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
+    # and with it the XIDs it leaves to the watcher (issue 32's review, gap 2)
+    assert "DP_DISABLE_HEALTHCHECKS" in {e["name"] for e in container["env"]}
     assert peer(out).local_app_data["device-plugin"].startswith("v0.20.0 ")
 
 
@@ -276,3 +280,68 @@ def test_removed_when_the_last_gpu_worker_is_gone(ctx, bootstrapped, api):
     assert api.get_object(RC) is None
     assert "device-plugin" not in peer(out).local_app_data
     assert out.unit_status.message.startswith("Ready: v1.36, 1 control-plane, 1 workers")
+
+
+CATALOG = json.loads(
+    (
+        Path(__file__).parents[3] / "charms" / "kubernetes-worker" / "src" / "xid_catalog.json"
+    ).read_text()
+)["xids"]
+
+
+def skipped_by_the_plugin(env: list[dict]) -> set[int] | None:
+    """The XIDs k8s-device-plugin v0.20.0 ignores with this env; None: it watches nothing.
+
+    internal/rm/health.go getDisabledHealthCheckXids: DP_DISABLE_HEALTHCHECKS split on
+    commas, lowercased, each entry trimmed; `all` or `xids` anywhere disables every XID
+    (checkHealth then returns before it registers any event); an entry that is not an
+    unsigned integer is logged and dropped; 13, 31, 43, 45, 68 and 109 are always skipped;
+    DP_ENABLE_HEALTHCHECKS (unset here) would take entries back out.
+    """
+    values = {e["name"]: e["value"] for e in env}
+    assert "DP_ENABLE_HEALTHCHECKS" not in values
+    skipped = {13, 31, 43, 45, 68, 109}
+    for entry in values.get("DP_DISABLE_HEALTHCHECKS", "").lower().split(","):
+        entry = entry.strip()
+        if entry in ("all", "xids"):
+            return None
+        if entry.isdigit():
+            skipped.add(int(entry))
+    return skipped
+
+
+@pytest.mark.parametrize("mig", ["none", "mixed"])
+def test_the_plugin_leaves_every_xid_that_keeps_a_gpu_in_service_to_the_watcher(
+    ctx, bootstrapped, api, mig
+):
+    out = join_workers(ctx, bootstrapped, workers_relation({0: worker_bag("gpu-0", GPUS)}), api)
+    ctx.run(ctx.on.config_changed(), dataclasses.replace(out, config={"mig-strategy": mig}))
+
+    env = api.get_object(DS)["spec"]["template"]["spec"]["containers"][0]["env"]
+    skipped = skipped_by_the_plugin(env)
+    assert skipped is not None  # it still watches the GPUs
+    # every entry is one the plugin parses (a malformed one it would drop in silence)
+    entries = next(e["value"] for e in env if e["name"] == "DP_DISABLE_HEALTHCHECKS")
+    assert all(entry.isdigit() for entry in entries.split(","))
+    # the application XIDs the issue names, and the info ones, no longer make a GPU
+    # Unhealthy for good behind the watcher's back (k8s-device-plugin#1974: XID 94)
+    assert {13, 31, 43, 45, 94, 63, 92, 121, 160} <= skipped
+    # a GPU that fell off the bus, an uncontained memory error, a double-bit ECC error
+    # and an XID newer than the catalog still take the GPU out of kubelet's allocatable
+    # (the watcher quarantines them all)
+    assert not {79, 95, 48, 119, 173} & skipped
+
+
+def test_the_plugins_xid_list_is_the_worker_catalogs():
+    """device_plugin.IN_SERVICE_XIDS is a copy: the catalog file is the truth.
+
+    The catalog's `application` and `info` XIDs never take a GPU out; XID 154's action is
+    in its kernel line, which NVML's event does not carry, so the watcher decides it.
+    """
+    in_service = {"application", "info", "by-recovery-action"}
+    from_catalog = sorted(int(xid) for xid, e in CATALOG.items() if e["action"] in in_service)
+    assert list(device_plugin.IN_SERVICE_XIDS) == from_catalog
+    # the six the plugin always skips are in the list but 109, a GPU reset's (the
+    # watcher quarantines it, the plugin leaves the GPU allocatable until the taint)
+    assert {13, 31, 43, 45, 68} <= set(from_catalog)
+    assert CATALOG["109"]["action"] == "reset-gpu"
