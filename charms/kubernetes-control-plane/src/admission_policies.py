@@ -464,14 +464,18 @@ CONSUMER_TERMINATING = "gpu-k8s-consumer-terminating-pods-bounded"
 # Jobs set none: 30 s); twice that leaves a team's own program room for a slower save
 # while bounding how long a cohort may be oversubscribed by a terminating pod.
 GRACE_CAP_SECONDS = 120
-# What CONSUMER_CONTROLLERS fences: (apiGroup, version, resources) of every kind a consumer
-# may be granted that Kueue v0.19.2 walks through or manages (isKnownOwner) or whose
-# controller makes pods (DaemonSets, ReplicationControllers: kube-controller-manager's)
+# A kind as an admission rule names it: (apiGroup, version, resources)
+JOBS = ("batch", "v1", ("jobs",))
+JOBSETS = ("jobset.x-k8s.io", "v1alpha2", ("jobsets",))  # the one JobSet v0.12.0 serves
+# What CONSUMER_JOBS fences: the kinds Kueue suspends and starts
+SUSPENDED_KINDS = (JOBS, JOBSETS)
+# What CONSUMER_CONTROLLERS fences: every kind a consumer may be granted that Kueue v0.19.2
+# walks through or manages (isKnownOwner) or whose controller makes pods (DaemonSets,
+# ReplicationControllers: kube-controller-manager's)
 CONTROLLED_KINDS = (
     ("apps", "v1", ("deployments", "replicasets", "statefulsets", "daemonsets")),
     ("", "v1", ("replicationcontrollers",)),
-    ("batch", "v1", ("jobs",)),
-    ("jobset.x-k8s.io", "v1alpha2", ("jobsets",)),  # the one JobSet v0.12.0 serves
+    *SUSPENDED_KINDS,
 )
 # The kinds whose pod template CONSUMER_TERMINATING checks: CONTROLLED_KINDS, each of which
 # has one (a JobSet's: spec.replicatedJobs[*].template.spec.template)
@@ -602,6 +606,22 @@ def _username(account: tuple[str, str]) -> str:
 
 def _deny(expression: str, message: str) -> dict[str, str]:
     return {"expression": expression, "message": message, "reason": "Forbidden"}
+
+
+def _writes_of(
+    kinds: Iterable[tuple[str, str, tuple[str, ...]]],
+    operations: tuple[str, ...] = ("CREATE", "UPDATE"),
+) -> list[dict[str, Any]]:
+    """The resourceRules matching `operations` on `kinds` (apiGroup, version, plurals)."""
+    return [
+        {
+            "apiGroups": [group],
+            "apiVersions": [version],
+            "operations": list(operations),
+            "resources": list(resources),
+        }
+        for group, version, resources in kinds
+    ]
 
 
 def _policy(name: str, rules: list[dict], account: tuple[str, str], spec: dict) -> dict:
@@ -918,14 +938,7 @@ def jobset_children_policy() -> dict[str, Any]:
     )
     policy = _policy(
         JOBSET_CHILDREN,
-        [
-            {
-                "apiGroups": ["batch"],
-                "apiVersions": ["v1"],
-                "operations": ["CREATE", "UPDATE"],
-                "resources": ["jobs"],
-            }
-        ],
+        _writes_of([JOBS]),
         JOBSET_CONTROLLER,
         {
             "validations": [
@@ -1096,20 +1109,7 @@ def consumer_jobs_policy() -> dict[str, Any]:
     )
     return _consumer_policy(
         CONSUMER_JOBS,
-        [
-            {
-                "apiGroups": ["batch"],
-                "apiVersions": ["v1"],
-                "operations": ["UPDATE"],
-                "resources": ["jobs"],
-            },
-            {
-                "apiGroups": ["jobset.x-k8s.io"],
-                "apiVersions": ["v1alpha2"],  # the one JobSet v0.12.0 serves
-                "operations": ["UPDATE"],
-                "resources": ["jobsets"],
-            },
-        ],
+        _writes_of(SUSPENDED_KINDS, ("UPDATE",)),
         {
             "validations": [
                 _deny(
@@ -1128,19 +1128,6 @@ def consumer_jobs_policy() -> dict[str, Any]:
             ]
         },
     )
-
-
-def _writes_of(kinds: Iterable[tuple[str, str, tuple[str, ...]]]) -> list[dict[str, Any]]:
-    """The resourceRules matching a create or update of `kinds` (apiGroup, version, plurals)."""
-    return [
-        {
-            "apiGroups": [group],
-            "apiVersions": [version],
-            "operations": ["CREATE", "UPDATE"],
-            "resources": list(resources),
-        }
-        for group, version, resources in kinds
-    ]
 
 
 def consumer_controllers_policy() -> dict[str, Any]:
