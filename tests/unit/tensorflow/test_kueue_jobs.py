@@ -13,11 +13,12 @@ import json
 from dataclasses import replace
 
 import pytest
+import yaml
 from conftest import NS, TOKEN, add_nodes, control_plane_reads, jobset, node, run_action
 from literals import NAMESPACED_RULES, cluster_rules
 
 from fakes.addons import join_team, put_gpu_flavors
-from fakes.batch import BatchControllers
+from fakes.batch import KUEUE_CONFIG_MAP, BatchControllers
 from fakes.kube_grants import consumer_grant, store_grant
 
 JOBS = f"/apis/batch/v1/namespaces/{NS}/jobs"
@@ -139,6 +140,31 @@ def test_a_consumer_without_local_queues_has_its_gpu_job_held(api, controller):
     workload = miner.workload("gpus", kind="Job")
     assert workload is not None and "queueName" not in workload["spec"]
     assert _reserved(workload)["message"] == "LocalQueue  doesn't exist"
+
+
+@pytest.mark.parametrize("without_queue", [False, True])
+def test_an_empty_queue_label_names_no_queue(api, controller, without_queue):
+    """Kueue v0.19.2 reads the label's value (jobframework QueueNameForObject), "" naming none.
+
+    With manageJobsWithoutQueueName off (upstream's default) it leaves such a Job alone
+    (reconciler.go "queue-name label is not set, ignoring the job"); on (the control
+    plane's), it holds it as one without the label.
+    """
+    add_nodes(api, node("cpu-0"))
+    key = "controller_manager_config.yaml"
+    config = yaml.safe_load(api.get_object(KUEUE_CONFIG_MAP)["data"][key])
+    config["manageJobsWithoutQueueName"] = without_queue
+    api.put_object(KUEUE_CONFIG_MAP, {"data": {key: yaml.dump(config)}})
+    created = _team_creates_job(api, "blank", {"kueue.x-k8s.io/queue-name": ""})
+    assert bool(created["spec"].get("suspend")) is without_queue  # Kueue's Job webhook
+    controller.tick()
+    workload = controller.workload("blank", kind="Job")
+    if without_queue:
+        assert _pods(api, "blank") == [] and "queueName" not in workload["spec"]
+    else:
+        assert workload is None and [p["status"]["phase"] for p in _pods(api, "blank")] == [
+            "Running"
+        ]
 
 
 def test_a_job_in_the_teams_queue_waits_for_its_quota(ctx, state, api, controller):
