@@ -284,7 +284,19 @@ Policy '<policy>' with binding '<binding>' denied request: <message>`.
   JobSet needs no such rule: JobSet's webhook keeps `replicatedJobs` (replicas,
   parallelism, completions) immutable (jobset v0.12.0 pkg/webhooks/jobset_webhook.go
   ValidateUpdate, ValidateImmutableField; the elastic exception only with ElasticJobSet).
-  An elastic Kueue Job (annotation kueue.x-k8s.io/elastic-job) is refused the same.
+  An elastic Kueue Job (a batch Job annotated `kueue.x-k8s.io/elastic-job: "true"`;
+  feature ElasticJobsViaWorkloadSlices, beta and on by default since Kueue v0.18:
+  pkg/features/kube_features.go) is refused the same, and the annotation then gives a
+  team nothing, so no rule refuses it on create. Such a Job grows by that very change:
+  Kueue makes a new Workload slice and gates the new pods (`kueue.x-k8s.io/elastic-job`,
+  jobs/job/job_webhook.go applyWorkloadSliceSchedulingGate) until it admits the slice
+  (elasticjobs/elastic_job_ungater.go), and leaves a running elastic Job whose Workload
+  is not admitted unsuspended (reconciler.go "unless this job is workload-slicing
+  enabled"). Both ways there, growing a running Job and starting one, are Kueue's alone
+  here, so that gate (which the pods policy does not fence) never holds a pod beyond
+  what Kueue admitted; Kueue keeps the annotation immutable (jobframework/validation.go
+  validatedUpdateForEnabledWorkloadSlice) and refuses it on a JobSet or Deployment
+  (ValidateElasticJobAnnotation).
 
 - CONSUMER_CONTROLLERS (`gpu-k8s-consumer-controllers-by-kube-system`): in the same
   namespaces, no Deployment, ReplicaSet, StatefulSet, DaemonSet, ReplicationController,

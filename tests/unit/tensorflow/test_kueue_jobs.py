@@ -36,6 +36,7 @@ def _team_creates_job(
     gpus: int = 0,
     pods: int = 1,
     spec: dict | None = None,
+    annotations: dict | None = None,
 ) -> dict:
     """A plain batch Job, POSTed with the team's own token (its kube-api grant).
 
@@ -46,7 +47,7 @@ def _team_creates_job(
     job = {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": name, "labels": labels or {}},
+        "metadata": {"name": name, "labels": labels or {}, "annotations": annotations or {}},
         "spec": {
             **(many if pods > 1 else {}),
             "podReplacementPolicy": "Failed",  # gpu-k8s-consumer-terminating-pods-bounded
@@ -842,19 +843,28 @@ def _gpu_pods_running(api, job: str) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    ("spec", "change"),
+    ("spec", "change", "annotations"),
     [
-        ({"completions": 4, "parallelism": 1}, {"parallelism": 4}),  # NonIndexed
+        ({"completions": 4, "parallelism": 1}, {"parallelism": 4}, {}),  # NonIndexed
         # an Indexed Job's completions change with parallelism (kube-apiserver
         # ValidateJobSpecUpdate: elastic Indexed Jobs); a NonIndexed one's are immutable
         (
             {"completionMode": "Indexed", "completions": 1, "parallelism": 1},
             {"completions": 4, "parallelism": 4},
+            {},
+        ),
+        # Kueue's elastic Job (ElasticJobsViaWorkloadSlices, on in v0.19.2): the same
+        # change is its way to grow (admission_policies CONSUMER_JOBS); the fake models no
+        # workload slices, the policy refuses the change before Kueue would see it
+        (
+            {"completions": 4, "parallelism": 1},
+            {"parallelism": 4},
+            {"kueue.x-k8s.io/elastic-job": "true"},
         ),
     ],
-    ids=["parallelism", "indexed-completions"],
+    ids=["parallelism", "indexed-completions", "elastic"],
 )
-def test_a_team_may_not_grow_its_admitted_running_job(api, controller, spec, change):
+def test_a_team_may_not_grow_its_admitted_running_job(api, controller, spec, change, annotations):
     """Issue 29 item 6 (review29e gap 2): the team's grant (jobs patch) grew its running Job.
 
     Kueue v0.19.2 validates no parallelism or completions change of a running Job but with
@@ -866,7 +876,8 @@ def test_a_team_may_not_grow_its_admitted_running_job(api, controller, spec, cha
     time, patched to 4, ran 4 GPUs on a 1-GPU admission.
     """
     add_nodes(api, node("node-a", 4), node("cpu-0"))
-    _team_creates_job(api, "grow", _training_queue(api), gpus=1, spec=spec)
+    queue = _training_queue(api)
+    _team_creates_job(api, "grow", queue, gpus=1, spec=spec, annotations=annotations)
     controller.tick()
     assert api.get_object(f"{JOBS}/grow")["spec"]["suspend"] is False
     assert len(_gpu_pods_running(api, "grow")) == 1
