@@ -3170,6 +3170,46 @@ def _cel_in(item: Any, container: Any) -> Any:
     raise TypeError(f"no such overload: {_cel_kind(item)} in {_cel_kind(container)}")
 
 
+def _cel_strict(function: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """An operator whose error operand is its answer.
+
+    cel-go interpreter/interpretable.go evalEq, evalNe and evalBinary; cel-python's own
+    operators do the same (evaluation.py `boolean`), the fake's equality and `in` did not.
+    """
+    from celpy.evaluation import CELEvalError
+
+    def applied(left: Any, right: Any) -> Any:
+        for operand in (left, right):
+            if isinstance(operand, CELEvalError):
+                return operand
+        return function(left, right)
+
+    return applied
+
+
+def _cel_logical(decides: bool) -> Callable[[Any, Any], Any]:
+    """`&&` (`decides` False) or `||` (True) as cel-go's.
+
+    interpreter/interpretable.go evalAnd, evalOr: the deciding value on either side is the
+    answer; an error only when no side decides, the left one first. cel-python answers two
+    errors with its own `no matching overload` error, or fails formatting it (its repr of
+    some trees raises IndexError).
+    """
+    from celpy import celtypes
+    from celpy.evaluation import CELEvalError
+
+    def applied(left: Any, right: Any) -> Any:
+        sides = (left, right)
+        if any(isinstance(v, celtypes.BoolType) and bool(v) == decides for v in sides):
+            return celtypes.BoolType(decides)
+        if all(isinstance(v, celtypes.BoolType) for v in sides):
+            return celtypes.BoolType(not decides)
+        errors = [v for v in sides if isinstance(v, CELEvalError)]
+        return errors[0] if errors else CELEvalError("no such overload")
+
+    return applied
+
+
 def _cel_order(base: Callable[[Any, Any], Any], op: Callable[[Any, Any], bool]) -> Callable:
     """An ordering that compares an int, uint and double across their types.
 
@@ -3276,9 +3316,11 @@ def _cel_runtime() -> tuple[Any, dict[str, Any]]:
     base = evaluation.base_functions
     functions = {
         "string": _cel_string,
-        "_==_": lambda a, b: celtypes.BoolType(_cel_equal(a, b)),
-        "_!=_": lambda a, b: celtypes.BoolType(not _cel_equal(a, b)),
-        "_in_": _cel_in,
+        "_&&_": _cel_logical(False),
+        "_||_": _cel_logical(True),
+        "_==_": _cel_strict(lambda a, b: celtypes.BoolType(_cel_equal(a, b))),
+        "_!=_": _cel_strict(lambda a, b: celtypes.BoolType(not _cel_equal(a, b))),
+        "_in_": _cel_strict(_cel_in),
         **{
             name: _cel_order(base[name], op)
             for name, op in (

@@ -89,6 +89,41 @@ def test_equality_and_order_are_heterogeneous(expression: str, expected: bool):
     assert _value(expression) == expected
 
 
+@pytest.mark.parametrize(
+    "expression", ["o.missing == 1", "o.missing != 1", "1 != o.missing", "o.missing in [1]"]
+)
+def test_an_operand_in_error_is_the_answer_of_equality_and_in(expression: str):
+    """cel-go: an operator applied to an error is that error.
+
+    cel-python's own operators too (evaluation.py `boolean`); the fake's cel-go equality and
+    `in` answered false or true.
+    """
+    assert "no such member" in _error(expression)
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        ("false && o.missing == 1", False),
+        ("o.missing == 1 && false", False),
+        ("o.missing == 1 || true", True),
+        ("o.missing == 1 && true", None),
+        ("o.missing == 1 && o.missing == 2", None),
+        ("o.missing == 1 || o.missing == 2", None),
+    ],
+)
+def test_and_or_answer_an_error_only_when_no_side_decides(expression: str, expected):
+    """cel-go interpreter/interpretable.go evalAnd, evalOr.
+
+    cel-python answers two errors with its own `no matching overload` error, or fails
+    formatting it.
+    """
+    if expected is None:
+        assert _error(expression) == _error("o.missing")  # the left side's error itself
+    else:
+        assert _value(expression) == expected
+
+
 def test_has_errs_where_the_selected_object_does_not_exist():
     """cel-go refQualify: only the last selection is a presence test (cel-python: false)."""
     assert "no such member" in _error("has(o.missing.f)")
