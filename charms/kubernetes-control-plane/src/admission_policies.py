@@ -1209,9 +1209,7 @@ def consumer_terminating_policy() -> dict[str, Any]:
 
     Each validation first asks whether the request is one it checks (a ternary, whose
     untaken branch CEL never evaluates), so a pod's delete reads no template and a Job's
-    write no DeleteOptions. It names no variables because the tests' fake API server
-    evaluates every variable before the validations (tests/fakes/kube_admission.py
-    `_evaluate`): a cost of the fake, which the tensorflow suite pays on every request.
+    write no DeleteOptions.
     """
     cap = GRACE_CAP_SECONDS
 
