@@ -95,13 +95,14 @@ Kueue (kubernetes-sigs/kueue v0.19.2):
   one, upstream's defaults). Its `integrations.frameworks` say which kinds it manages
   (batch/job, jobset.x-k8s.io/jobset; K0's Deployments only with `deployment`) and, with
   `manageJobsWithoutQueueName`, a JobSet or batch Job of a managed namespace without a
-  queue label is managed too (jobframework/utils.go WorkloadShouldBeSuspended; a Job a
-  JobSet owns is the JobSet's). A batch Job is queued as a JobSet is (K1-K4, K7): the
-  webhook suspends it on create, its Workload `job-<name>-<hash>` has one pod set `main`
-  (min(parallelism, completions) pods, jobs/job/job_controller.go PodSets) and, admitted,
-  it is unsuspended; one naming no queue gets a Workload without `queueName`, never
-  admitted ("LocalQueue  doesn't exist"). Workloads are created through the API server,
-  validated against the real Workload CRD (`_create_workload`).
+  queue label (or with an empty one: `_queue_name`) is managed too
+  (jobframework/utils.go WorkloadShouldBeSuspended; a Job a JobSet owns is the
+  JobSet's). A batch Job is queued as a JobSet is (K1-K4, K7): the webhook suspends it
+  on create, its Workload `job-<name>-<hash>` has one pod set `main` (min(parallelism,
+  completions) pods, jobs/job/job_controller.go PodSets) and, admitted, it is
+  unsuspended; one naming no queue gets a Workload without `queueName`, never admitted
+  ("LocalQueue  doesn't exist"). Workloads are created through the API server, validated
+  against the real Workload CRD (`_create_workload`).
 - K9 A Workload with `maximumExecutionTimeSeconds` (the `kueue.x-k8s.io/max-exec-time-
   seconds` label, jobframework/utils.go) is deactivated once admitted that long in all
   (`_deadline`: core/workload_controller.go reconcileMaxExecutionTime), evicted with
@@ -386,6 +387,16 @@ def _stamp(seconds: float) -> str:
 def _seconds(stamp: str) -> float:
     when = datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ")
     return when.replace(tzinfo=datetime.UTC).timestamp()
+
+
+def _queue_name(obj: dict) -> str:
+    """Kueue's jobframework QueueNameForObject: the queue-name label's value ("" names none).
+
+    Every check of Kueue v0.19.2 compares it with "" (utils.go WorkloadShouldBeSuspended,
+    reconciler.go ReconcileGenericJob and FindAncestorJobManagedByKueue, defaults.go
+    defaultLocalQueueApplies), so a label with an empty value is no label.
+    """
+    return ((obj.get("metadata") or {}).get("labels") or {}).get(QUEUE) or ""
 
 
 def _phase(pod: dict) -> str:
@@ -1308,12 +1319,13 @@ class BatchControllers:
         framework = FRAMEWORKS[0] if obj.get("kind") == "Job" else FRAMEWORKS[1]
         if not self.managed or framework not in config["integrations"]["frameworks"]:
             return False
-        meta = obj.get("metadata") or {}
         if self._managed_ancestor(obj) is not False:
             return False  # not a top-level job (or its owner is missing: an error upstream)
-        return QUEUE in (meta.get("labels") or {}) or bool(
-            config.get("manageJobsWithoutQueueName")
-        )
+        return self._queued(obj)
+
+    def _queued(self, obj: dict) -> bool:
+        """K8: `obj` names a queue (`_queue_name`) or Kueue runs manageJobsWithoutQueueName."""
+        return bool(_queue_name(obj) or self._kueue_config().get("manageJobsWithoutQueueName"))
 
     def _cluster_queue(self, workload: dict) -> tuple[dict | None, tuple[str, str] | None]:
         """K2: the ClusterQueue behind the Workload's LocalQueue, or why it cannot admit."""
@@ -1346,7 +1358,7 @@ class BatchControllers:
             deployments = self.api.objects(f"/apis/apps/v1/namespaces/{self.ns}/deployments/")
         for obj in [*self._jobs(), *deployments]:
             labels = obj["metadata"].setdefault("labels", {})
-            if QUEUE in labels or "jobset.sigs.k8s.io/jobset-name" in labels:
+            if _queue_name(obj) or "jobset.sigs.k8s.io/jobset-name" in labels:
                 continue  # named a queue, or a Kueue-managed JobSet's child
             labels[QUEUE] = DEFAULT_QUEUE
             if obj["kind"] == "Job":
@@ -1428,15 +1440,7 @@ class BatchControllers:
         first); a missing owner is an error upstream, which refuses the create: here it
         is suspended.
         """
-        labels = (obj.get("metadata") or {}).get("labels") or {}
-        return (
-            self.managed
-            and self._managed_ancestor(obj) is not True
-            and (
-                bool(labels.get(QUEUE))
-                or bool(self._kueue_config().get("manageJobsWithoutQueueName"))
-            )
-        )
+        return self.managed and self._managed_ancestor(obj) is not True and self._queued(obj)
 
     def _queue_default(self, labels: dict) -> None:
         """K0: jobframework ApplyDefaultLocalQueue: `default` where that LocalQueue exists."""
@@ -1587,7 +1591,6 @@ class BatchControllers:
         ReplicaSets, StatefulSets, DaemonSets, ReplicationControllers, Jobs and JobSets,
         gpu-k8s-jobset-children-only-by-jobset for Jobs too).
         """
-        config = self._kueue_config()
         frameworks = self._frameworks()
         seen: set[str] = set()
         while obj["metadata"].get("uid") not in seen:
@@ -1605,10 +1608,7 @@ class BatchControllers:
                 return None
             if found["metadata"]["uid"] != owner.get("uid"):
                 return False  # a stale or mismatched reference stops the walk
-            labels = found["metadata"].get("labels") or {}
-            if framework in frameworks and (
-                bool(labels.get(QUEUE)) or bool(config.get("manageJobsWithoutQueueName"))
-            ):
+            if framework in frameworks and self._queued(found):
                 return True
             obj = found
         return None  # ErrCyclicOwnership
@@ -1665,8 +1665,8 @@ class BatchControllers:
                 job = self._put(job)
             digest = hashlib.sha256(job["metadata"]["uid"].encode()).hexdigest()[:5]
             spec: dict[str, Any] = {"priority": self._priority(job)}
-            if labels.get(QUEUE):
-                spec["queueName"] = labels[QUEUE]
+            if _queue_name(job):
+                spec["queueName"] = _queue_name(job)
             spec["podSets"] = self._pod_sets(job)
             seconds = labels.get(MAX_EXEC_TIME)
             if seconds:  # jobframework/utils.go MaximumExecutionTimeSecondsForObject

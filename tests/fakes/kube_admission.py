@@ -3170,6 +3170,46 @@ def _cel_in(item: Any, container: Any) -> Any:
     raise TypeError(f"no such overload: {_cel_kind(item)} in {_cel_kind(container)}")
 
 
+def _cel_strict(function: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """An operator whose error operand is its answer.
+
+    cel-go interpreter/interpretable.go evalEq, evalNe and evalBinary; cel-python's own
+    operators do the same (evaluation.py `boolean`), the fake's equality and `in` did not.
+    """
+    from celpy.evaluation import CELEvalError
+
+    def applied(left: Any, right: Any) -> Any:
+        for operand in (left, right):
+            if isinstance(operand, CELEvalError):
+                return operand
+        return function(left, right)
+
+    return applied
+
+
+def _cel_logical(decides: bool) -> Callable[[Any, Any], Any]:
+    """`&&` (`decides` False) or `||` (True) as cel-go's.
+
+    interpreter/interpretable.go evalAnd, evalOr: the deciding value on either side is the
+    answer; an error only when no side decides, the left one first. cel-python answers two
+    errors with its own `no matching overload` error, or fails formatting it (its repr of
+    some trees raises IndexError).
+    """
+    from celpy import celtypes
+    from celpy.evaluation import CELEvalError
+
+    def applied(left: Any, right: Any) -> Any:
+        sides = (left, right)
+        if any(isinstance(v, celtypes.BoolType) and bool(v) == decides for v in sides):
+            return celtypes.BoolType(decides)
+        if all(isinstance(v, celtypes.BoolType) for v in sides):
+            return celtypes.BoolType(not decides)
+        errors = [v for v in sides if isinstance(v, CELEvalError)]
+        return errors[0] if errors else CELEvalError("no such overload")
+
+    return applied
+
+
 def _cel_order(base: Callable[[Any, Any], Any], op: Callable[[Any, Any], bool]) -> Callable:
     """An ordering that compares an int, uint and double across their types.
 
@@ -3276,9 +3316,11 @@ def _cel_runtime() -> tuple[Any, dict[str, Any]]:
     base = evaluation.base_functions
     functions = {
         "string": _cel_string,
-        "_==_": lambda a, b: celtypes.BoolType(_cel_equal(a, b)),
-        "_!=_": lambda a, b: celtypes.BoolType(not _cel_equal(a, b)),
-        "_in_": _cel_in,
+        "_&&_": _cel_logical(False),
+        "_||_": _cel_logical(True),
+        "_==_": _cel_strict(lambda a, b: celtypes.BoolType(_cel_equal(a, b))),
+        "_!=_": _cel_strict(lambda a, b: celtypes.BoolType(not _cel_equal(a, b))),
+        "_in_": _cel_strict(_cel_in),
         **{
             name: _cel_order(base[name], op)
             for name, op in (
@@ -3348,7 +3390,8 @@ class ValidatingAdmissionPolicies:
       resources with `*`, `*/<sub>` and `<res>/*`; minus excludeResourceRules) and the
       binding's `matchResources` when set;
     - then `matchConditions` (all must be true, else the policy does not apply), then
-      `variables` in order (`variables.<name>`), then each of `validations`;
+      each of `validations`, which read `variables.<name>` (`_variables`: each evaluated
+      at its first read, once a request; one that fails fails the validation reading it);
     - a validation that is not true denies with its `message` (else `failed expression:
       <expr>`) and its `reason` (default Invalid; the code follows: 403 Forbidden, 422
       Invalid, ...); an evaluation error is a denial under failurePolicy Fail (the default)
@@ -3364,8 +3407,7 @@ class ValidatingAdmissionPolicies:
     equality, `in`, cross-type ordering, `has()`: `_cel_runtime`); a function or syntax the
     fake does not model (Kubernetes' CEL libraries: `authorizer`, `quantity`, `url`,
     `isSorted`, `split`..., optional `?.`) is refused (NotImplementedError, `_cel_refusal`)
-    rather than left to fail or pass by failurePolicy. Variables are evaluated
-    eagerly (upstream lazily: the same answers unless an unused variable errs).
+    rather than left to fail or pass by failurePolicy.
     `request.userInfo.extra` is always a map (empty when the user has none), as the typed
     request upstream; `namespaceObject` is the request's Namespace as CreateNamespaceObject
     makes it (`_namespace_object`), null for a cluster-scoped resource and for a Namespace
@@ -3486,11 +3528,9 @@ class ValidatingAdmissionPolicies:
             for condition in spec.get("matchConditions") or []:
                 if inputs.checked(condition["expression"]) != true:
                     return None
-            for variable in spec.get("variables") or []:
-                name = celpy.celtypes.StringType(variable["name"])
-                inputs.variables[name] = inputs.checked(variable["expression"])
         except _EvalError as e:
             return (str(e), "Invalid") if fail else None
+        inputs.declare({v["name"]: v["expression"] for v in spec.get("variables") or []})
         for validation in spec.get("validations") or []:
             expression = validation["expression"]
             try:
@@ -3553,6 +3593,48 @@ class _EvalError(Exception):
     """An expression that could not be evaluated (the CEL filter's error)."""
 
 
+@functools.cache
+def _variables() -> type:
+    """The type of a request's `variables`: each evaluated when an expression first reads it.
+
+    k8s.io/apiserver v0.36.3 pkg/admission/plugin/cel: composition.go
+    compositionContext.Variables makes `variables` a lazy map (pkg/cel/lazy/lazy.go
+    MapValue), one a request (activation.go newActivation), whose resolveField runs a
+    variable's expression at its first read and keeps the value, an error included;
+    variableAccessor.Callback words a failure `composited variable "<name>" fails to
+    evaluate: <error>`, the value the reading expression meets (its validation then fails,
+    activation.go Evaluate). cel-python evaluates both sides of `||` and `&&` (cel-go stops
+    at the side that decides): a variable only such an untaken side reads is evaluated
+    here, with the same answer.
+    """
+    from celpy import celtypes
+    from celpy.evaluation import CELEvalError
+
+    class Variables(celtypes.MapType):
+        def __init__(
+            self, expressions: dict[str, str], value: Callable[[str], tuple[Any, str]]
+        ) -> None:
+            super().__init__()
+            self._expressions = expressions
+            self._value = value
+
+        def __contains__(self, name: object) -> bool:
+            return name in self._expressions
+
+        def __missing__(self, name: str) -> Any:
+            if name not in self._expressions:
+                raise KeyError(name)
+            value, error = self._value(self._expressions[name])
+            if error:
+                value = CELEvalError(
+                    f"composited variable {go_quote(name)} fails to evaluate: {error}"
+                )
+            self[celtypes.StringType(name)] = value
+            return value
+
+    return Variables
+
+
 # The names a policy's expression may read (pkg/admission/plugin/cel activation), and those
 # that make it depend on more than the request's user.
 _ROOTS = re.compile(r"\b(request|object|oldObject|params|namespaceObject|variables)\b")
@@ -3585,8 +3667,12 @@ class _Inputs:
         }
         self._namespace = namespace  # read only by an expression that names it
         self.converted: dict[str, Any] = {}
-        self.variables: dict[Any, Any] = {}
+        self.variables: dict[Any, Any] = _variables()({}, self.value)
         self.user = json.dumps(request["userInfo"], sort_keys=True)
+
+    def declare(self, expressions: dict[str, str]) -> None:
+        """The policy's `variables` (name: expression), evaluated as expressions read them."""
+        self.variables = _variables()(expressions, self.value)
 
     def value(self, expression: str) -> tuple[Any, str]:
         import celpy
@@ -3597,7 +3683,7 @@ class _Inputs:
         activation: dict[str, Any] = {}
         for name in set(_ROOTS.findall(expression)):
             if name == "variables":
-                activation[name] = celpy.celtypes.MapType(self.variables)
+                activation[name] = self.variables
                 continue
             if name not in self.converted:
                 if name == "namespaceObject":

@@ -8,6 +8,8 @@ value from google/cel-spec (doc/langdef.md, tests/simple/testdata) or cel-go's s
 
 from __future__ import annotations
 
+import collections
+
 import celpy
 import pytest
 from charm_modules import load
@@ -89,6 +91,41 @@ def test_equality_and_order_are_heterogeneous(expression: str, expected: bool):
     assert _value(expression) == expected
 
 
+@pytest.mark.parametrize(
+    "expression", ["o.missing == 1", "o.missing != 1", "1 != o.missing", "o.missing in [1]"]
+)
+def test_an_operand_in_error_is_the_answer_of_equality_and_in(expression: str):
+    """cel-go: an operator applied to an error is that error.
+
+    cel-python's own operators too (evaluation.py `boolean`); the fake's cel-go equality and
+    `in` answered false or true.
+    """
+    assert "no such member" in _error(expression)
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        ("false && o.missing == 1", False),
+        ("o.missing == 1 && false", False),
+        ("o.missing == 1 || true", True),
+        ("o.missing == 1 && true", None),
+        ("o.missing == 1 && o.missing == 2", None),
+        ("o.missing == 1 || o.missing == 2", None),
+    ],
+)
+def test_and_or_answer_an_error_only_when_no_side_decides(expression: str, expected):
+    """cel-go interpreter/interpretable.go evalAnd, evalOr.
+
+    cel-python answers two errors with its own `no matching overload` error, or fails
+    formatting it.
+    """
+    if expected is None:
+        assert _error(expression) == _error("o.missing")  # the left side's error itself
+    else:
+        assert _value(expression) == expected
+
+
 def test_has_errs_where_the_selected_object_does_not_exist():
     """cel-go refQualify: only the last selection is a presence test (cel-python: false)."""
     assert "no such member" in _error("has(o.missing.f)")
@@ -140,3 +177,61 @@ def test_a_blockaffinity_created_deleted_true_is_refused_by_our_policy():
         }
         value, error = kube_admission._cel(expression, activation)
         assert (error, bool(value)) == ("", allowed), deleted
+
+
+def _answer(variables: dict[str, str], validations: list[str]) -> tuple[str, str] | None:
+    """The fake's answer to one request under a policy of these variables and validations."""
+    spec = {
+        "variables": [{"name": n, "expression": e} for n, e in variables.items()],
+        "validations": [{"expression": e} for e in validations],
+    }
+    request = {"operation": "CREATE", "userInfo": {"username": "u", "groups": [], "extra": {}}}
+    inputs = kube_admission._Inputs(request, {"spec": {"a": 1}}, None)
+    return kube_admission.ValidatingAdmissionPolicies._evaluate(spec, inputs)
+
+
+def test_a_variable_no_validation_reads_is_never_evaluated(monkeypatch):
+    """Kubernetes evaluates a policy's variable when an expression first reads it.
+
+    k8s.io/apiserver v0.36.3 pkg/admission/plugin/cel composition.go: `variables` is a lazy
+    map (compositionContext.Variables). So one whose evaluation fails fails nothing while
+    no validation reads it; one that a validation reads fails that validation, in its words
+    (activation.go Evaluate, variableAccessor.Callback).
+    """
+    evaluated = _counting(monkeypatch)
+    assert _answer({"missing": "object.spec.missing"}, ["object.spec.a == 1"]) is None
+    assert evaluated["object.spec.missing"] == 0
+    message, reason = _answer({"missing": "object.spec.missing"}, ["variables.missing == 1"])
+    assert reason == "Invalid"
+    assert message.startswith(
+        "expression 'variables.missing == 1' resulted in error:"
+        ' composited variable "missing" fails to evaluate: '
+    )
+
+
+def test_a_variable_read_again_is_evaluated_once_a_request(monkeypatch):
+    """A variable read again keeps its first value; another request evaluates it anew.
+
+    k8s.io/apiserver v0.36.3 pkg/cel/lazy/lazy.go MapValue.resolveField keeps the first
+    value; pkg/admission/plugin/cel activation.go newActivation makes one map a request.
+    """
+    evaluated = _counting(monkeypatch)
+    variables = {"base": "object.spec.a + 1", "twice": "variables.base + variables.base"}
+    validations = ["variables.twice == 4", "variables.base == 2", "variables.twice > 3"]
+    assert _answer(variables, validations) is None
+    assert (evaluated["object.spec.a + 1"], evaluated["variables.base + variables.base"]) == (1, 1)
+    assert _answer(variables, validations) is None
+    assert evaluated["object.spec.a + 1"] == 2
+
+
+def _counting(monkeypatch) -> collections.Counter:
+    """How often the fake evaluates each expression (its `_cel`, still doing the work)."""
+    evaluated: collections.Counter = collections.Counter()
+    real = kube_admission._cel
+
+    def counted(expression: str, activation: dict):
+        evaluated[expression] += 1
+        return real(expression, activation)
+
+    monkeypatch.setattr(kube_admission, "_cel", counted)
+    return evaluated

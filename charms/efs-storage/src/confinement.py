@@ -33,9 +33,11 @@ from charms.gpu_k8s.v0.shared_storage import StorageRequest
 class RootServed:
     """A consumer served the file system's root through an access point (issue 29 item 5).
 
-    `why`: `root-consumers` names it, or it held the root before access points (its data
-    is there). `uid`: the access point's POSIX user; 0 acts as root on every consumer's
-    directory (a consumer that asks for no directory names no uid: shared_storage).
+    `path` and `uid`: the access point's, as EFS describes it (its root directory, the
+    configured `path`; its POSIX user: 0 acts as root on every consumer's directory, and a
+    consumer that asks for no directory names no uid: shared_storage). `why`:
+    `root-consumers` names it, or it held the root before access points (its data is
+    there).
     """
 
     consumer: str
@@ -50,7 +52,7 @@ class RootServed:
             why = "root-consumers"
         else:
             why = "held it before access points"
-        return cls(consumer, efs_path(config.path, None), why, point.uid)
+        return cls(consumer, point.path, why, point.uid)
 
 
 ROOT_SHOWN = 3  # consumers the status names; the others are counted

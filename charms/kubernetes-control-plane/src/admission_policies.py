@@ -284,7 +284,19 @@ Policy '<policy>' with binding '<binding>' denied request: <message>`.
   JobSet needs no such rule: JobSet's webhook keeps `replicatedJobs` (replicas,
   parallelism, completions) immutable (jobset v0.12.0 pkg/webhooks/jobset_webhook.go
   ValidateUpdate, ValidateImmutableField; the elastic exception only with ElasticJobSet).
-  An elastic Kueue Job (annotation kueue.x-k8s.io/elastic-job) is refused the same.
+  An elastic Kueue Job (a batch Job annotated `kueue.x-k8s.io/elastic-job: "true"`;
+  feature ElasticJobsViaWorkloadSlices, beta and on by default since Kueue v0.18:
+  pkg/features/kube_features.go) is refused the same, and the annotation then gives a
+  team nothing, so no rule refuses it on create. Such a Job grows by that very change:
+  Kueue makes a new Workload slice and gates the new pods (`kueue.x-k8s.io/elastic-job`,
+  jobs/job/job_webhook.go applyWorkloadSliceSchedulingGate) until it admits the slice
+  (elasticjobs/elastic_job_ungater.go), and leaves a running elastic Job whose Workload
+  is not admitted unsuspended (reconciler.go "unless this job is workload-slicing
+  enabled"). Both ways there, growing a running Job and starting one, are Kueue's alone
+  here, so that gate (which the pods policy does not fence) never holds a pod beyond
+  what Kueue admitted; Kueue keeps the annotation immutable (jobframework/validation.go
+  validatedUpdateForEnabledWorkloadSlice) and refuses it on a JobSet or Deployment
+  (ValidateElasticJobAnnotation).
 
 - CONSUMER_CONTROLLERS (`gpu-k8s-consumer-controllers-by-kube-system`): in the same
   namespaces, no Deployment, ReplicaSet, StatefulSet, DaemonSet, ReplicationController,
@@ -464,14 +476,18 @@ CONSUMER_TERMINATING = "gpu-k8s-consumer-terminating-pods-bounded"
 # Jobs set none: 30 s); twice that leaves a team's own program room for a slower save
 # while bounding how long a cohort may be oversubscribed by a terminating pod.
 GRACE_CAP_SECONDS = 120
-# What CONSUMER_CONTROLLERS fences: (apiGroup, version, resources) of every kind a consumer
-# may be granted that Kueue v0.19.2 walks through or manages (isKnownOwner) or whose
-# controller makes pods (DaemonSets, ReplicationControllers: kube-controller-manager's)
+# A kind as an admission rule names it: (apiGroup, version, resources)
+JOBS = ("batch", "v1", ("jobs",))
+JOBSETS = ("jobset.x-k8s.io", "v1alpha2", ("jobsets",))  # the one JobSet v0.12.0 serves
+# What CONSUMER_JOBS fences: the kinds Kueue suspends and starts
+SUSPENDED_KINDS = (JOBS, JOBSETS)
+# What CONSUMER_CONTROLLERS fences: every kind a consumer may be granted that Kueue v0.19.2
+# walks through or manages (isKnownOwner) or whose controller makes pods (DaemonSets,
+# ReplicationControllers: kube-controller-manager's)
 CONTROLLED_KINDS = (
     ("apps", "v1", ("deployments", "replicasets", "statefulsets", "daemonsets")),
     ("", "v1", ("replicationcontrollers",)),
-    ("batch", "v1", ("jobs",)),
-    ("jobset.x-k8s.io", "v1alpha2", ("jobsets",)),  # the one JobSet v0.12.0 serves
+    *SUSPENDED_KINDS,
 )
 # The kinds whose pod template CONSUMER_TERMINATING checks: CONTROLLED_KINDS, each of which
 # has one (a JobSet's: spec.replicatedJobs[*].template.spec.template)
@@ -602,6 +618,22 @@ def _username(account: tuple[str, str]) -> str:
 
 def _deny(expression: str, message: str) -> dict[str, str]:
     return {"expression": expression, "message": message, "reason": "Forbidden"}
+
+
+def _writes_of(
+    kinds: Iterable[tuple[str, str, tuple[str, ...]]],
+    operations: tuple[str, ...] = ("CREATE", "UPDATE"),
+) -> list[dict[str, Any]]:
+    """The resourceRules matching `operations` on `kinds` (apiGroup, version, plurals)."""
+    return [
+        {
+            "apiGroups": [group],
+            "apiVersions": [version],
+            "operations": list(operations),
+            "resources": list(resources),
+        }
+        for group, version, resources in kinds
+    ]
 
 
 def _policy(name: str, rules: list[dict], account: tuple[str, str], spec: dict) -> dict:
@@ -918,14 +950,7 @@ def jobset_children_policy() -> dict[str, Any]:
     )
     policy = _policy(
         JOBSET_CHILDREN,
-        [
-            {
-                "apiGroups": ["batch"],
-                "apiVersions": ["v1"],
-                "operations": ["CREATE", "UPDATE"],
-                "resources": ["jobs"],
-            }
-        ],
+        _writes_of([JOBS]),
         JOBSET_CONTROLLER,
         {
             "validations": [
@@ -1096,20 +1121,7 @@ def consumer_jobs_policy() -> dict[str, Any]:
     )
     return _consumer_policy(
         CONSUMER_JOBS,
-        [
-            {
-                "apiGroups": ["batch"],
-                "apiVersions": ["v1"],
-                "operations": ["UPDATE"],
-                "resources": ["jobs"],
-            },
-            {
-                "apiGroups": ["jobset.x-k8s.io"],
-                "apiVersions": ["v1alpha2"],  # the one JobSet v0.12.0 serves
-                "operations": ["UPDATE"],
-                "resources": ["jobsets"],
-            },
-        ],
+        _writes_of(SUSPENDED_KINDS, ("UPDATE",)),
         {
             "validations": [
                 _deny(
@@ -1128,19 +1140,6 @@ def consumer_jobs_policy() -> dict[str, Any]:
             ]
         },
     )
-
-
-def _writes_of(kinds: Iterable[tuple[str, str, tuple[str, ...]]]) -> list[dict[str, Any]]:
-    """The resourceRules matching a create or update of `kinds` (apiGroup, version, plurals)."""
-    return [
-        {
-            "apiGroups": [group],
-            "apiVersions": [version],
-            "operations": ["CREATE", "UPDATE"],
-            "resources": list(resources),
-        }
-        for group, version, resources in kinds
-    ]
 
 
 def consumer_controllers_policy() -> dict[str, Any]:
@@ -1210,9 +1209,7 @@ def consumer_terminating_policy() -> dict[str, Any]:
 
     Each validation first asks whether the request is one it checks (a ternary, whose
     untaken branch CEL never evaluates), so a pod's delete reads no template and a Job's
-    write no DeleteOptions. It names no variables because the tests' fake API server
-    evaluates every variable before the validations (tests/fakes/kube_admission.py
-    `_evaluate`): a cost of the fake, which the tensorflow suite pays on every request.
+    write no DeleteOptions.
     """
     cap = GRACE_CAP_SECONDS
 

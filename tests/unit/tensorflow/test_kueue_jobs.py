@@ -13,11 +13,12 @@ import json
 from dataclasses import replace
 
 import pytest
+import yaml
 from conftest import NS, TOKEN, add_nodes, control_plane_reads, jobset, node, run_action
 from literals import NAMESPACED_RULES, cluster_rules
 
 from fakes.addons import join_team, put_gpu_flavors
-from fakes.batch import BatchControllers
+from fakes.batch import KUEUE_CONFIG_MAP, BatchControllers
 from fakes.kube_grants import consumer_grant, store_grant
 
 JOBS = f"/apis/batch/v1/namespaces/{NS}/jobs"
@@ -35,6 +36,7 @@ def _team_creates_job(
     gpus: int = 0,
     pods: int = 1,
     spec: dict | None = None,
+    annotations: dict | None = None,
 ) -> dict:
     """A plain batch Job, POSTed with the team's own token (its kube-api grant).
 
@@ -45,7 +47,7 @@ def _team_creates_job(
     job = {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": name, "labels": labels or {}},
+        "metadata": {"name": name, "labels": labels or {}, "annotations": annotations or {}},
         "spec": {
             **(many if pods > 1 else {}),
             "podReplacementPolicy": "Failed",  # gpu-k8s-consumer-terminating-pods-bounded
@@ -139,6 +141,31 @@ def test_a_consumer_without_local_queues_has_its_gpu_job_held(api, controller):
     workload = miner.workload("gpus", kind="Job")
     assert workload is not None and "queueName" not in workload["spec"]
     assert _reserved(workload)["message"] == "LocalQueue  doesn't exist"
+
+
+@pytest.mark.parametrize("without_queue", [False, True])
+def test_an_empty_queue_label_names_no_queue(api, controller, without_queue):
+    """Kueue v0.19.2 reads the label's value (jobframework QueueNameForObject), "" naming none.
+
+    With manageJobsWithoutQueueName off (upstream's default) it leaves such a Job alone
+    (reconciler.go "queue-name label is not set, ignoring the job"); on (the control
+    plane's), it holds it as one without the label.
+    """
+    add_nodes(api, node("cpu-0"))
+    key = "controller_manager_config.yaml"
+    config = yaml.safe_load(api.get_object(KUEUE_CONFIG_MAP)["data"][key])
+    config["manageJobsWithoutQueueName"] = without_queue
+    api.put_object(KUEUE_CONFIG_MAP, {"data": {key: yaml.dump(config)}})
+    created = _team_creates_job(api, "blank", {"kueue.x-k8s.io/queue-name": ""})
+    assert bool(created["spec"].get("suspend")) is without_queue  # Kueue's Job webhook
+    controller.tick()
+    workload = controller.workload("blank", kind="Job")
+    if without_queue:
+        assert _pods(api, "blank") == [] and "queueName" not in workload["spec"]
+    else:
+        assert workload is None and [p["status"]["phase"] for p in _pods(api, "blank")] == [
+            "Running"
+        ]
 
 
 def test_a_job_in_the_teams_queue_waits_for_its_quota(ctx, state, api, controller):
@@ -816,19 +843,28 @@ def _gpu_pods_running(api, job: str) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    ("spec", "change"),
+    ("spec", "change", "annotations"),
     [
-        ({"completions": 4, "parallelism": 1}, {"parallelism": 4}),  # NonIndexed
+        ({"completions": 4, "parallelism": 1}, {"parallelism": 4}, {}),  # NonIndexed
         # an Indexed Job's completions change with parallelism (kube-apiserver
         # ValidateJobSpecUpdate: elastic Indexed Jobs); a NonIndexed one's are immutable
         (
             {"completionMode": "Indexed", "completions": 1, "parallelism": 1},
             {"completions": 4, "parallelism": 4},
+            {},
+        ),
+        # Kueue's elastic Job (ElasticJobsViaWorkloadSlices, on in v0.19.2): the same
+        # change is its way to grow (admission_policies CONSUMER_JOBS); the fake models no
+        # workload slices, the policy refuses the change before Kueue would see it
+        (
+            {"completions": 4, "parallelism": 1},
+            {"parallelism": 4},
+            {"kueue.x-k8s.io/elastic-job": "true"},
         ),
     ],
-    ids=["parallelism", "indexed-completions"],
+    ids=["parallelism", "indexed-completions", "elastic"],
 )
-def test_a_team_may_not_grow_its_admitted_running_job(api, controller, spec, change):
+def test_a_team_may_not_grow_its_admitted_running_job(api, controller, spec, change, annotations):
     """Issue 29 item 6 (review29e gap 2): the team's grant (jobs patch) grew its running Job.
 
     Kueue v0.19.2 validates no parallelism or completions change of a running Job but with
@@ -840,7 +876,8 @@ def test_a_team_may_not_grow_its_admitted_running_job(api, controller, spec, cha
     time, patched to 4, ran 4 GPUs on a 1-GPU admission.
     """
     add_nodes(api, node("node-a", 4), node("cpu-0"))
-    _team_creates_job(api, "grow", _training_queue(api), gpus=1, spec=spec)
+    queue = _training_queue(api)
+    _team_creates_job(api, "grow", queue, gpus=1, spec=spec, annotations=annotations)
     controller.tick()
     assert api.get_object(f"{JOBS}/grow")["spec"]["suspend"] is False
     assert len(_gpu_pods_running(api, "grow")) == 1
