@@ -497,6 +497,18 @@ _GPU_DEFAULTS_UNRECORDED = {
 }  # fmt: skip
 
 
+def _train_then_record(ctx, state, api, annotations: dict, *, keep: bool = False) -> None:
+    """Train on node-a, give its JobSet `annotations` (beside its own: `keep`); a node joins."""
+    add_nodes(api, node("node-a", 4))
+    run_action(ctx, state, "train", job="mnist", workers=2, **{"gpus-per-worker": 1})
+    js = jobset(api, "mnist")
+    js["metadata"]["annotations"] = {
+        **(js["metadata"]["annotations"] if keep else {}), **annotations
+    }  # fmt: skip
+    api.put_object(f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{NS}/jobsets/mnist", js)
+    add_nodes(api, _small_gpu_node())
+
+
 @pytest.mark.parametrize(
     "stored", [_BEFORE_GPU_DEFAULTS, _GPU_DEFAULTS_UNRECORDED], ids=["before", "unrecorded"]
 )
@@ -504,13 +516,7 @@ def test_a_job_stored_by_an_earlier_revision_is_the_same_job_and_keeps_its_size(
     ctx, state, api, stored
 ):
     """Its record is read as it is: `train` again is the same job, `scale` keeps its cpu/memory."""
-    add_nodes(api, node("node-a", 4))
-    run_action(ctx, state, "train", job="mnist", workers=2, **{"gpus-per-worker": 1})
-    path = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{NS}/jobsets/mnist"
-    js = jobset(api, "mnist")
-    js["metadata"]["annotations"] = {"gpu-k8s.io/request": json.dumps(stored)}
-    api.put_object(path, js)
-    add_nodes(api, _small_gpu_node())
+    _train_then_record(ctx, state, api, {"gpu-k8s.io/request": json.dumps(stored)})
 
     again, _ = _train_again_with_wait(ctx, state)
     assert again["created"] == "false"
@@ -546,13 +552,7 @@ def test_the_values_the_charm_filled_in_are_kept_through_a_scale(ctx, state, api
 
 def test_an_edited_record_of_what_was_filled_in_is_read_as_not_known(ctx, state, api):
     """Bad input in the annotation loses nothing: the request is read, compared as an old one."""
-    add_nodes(api, node("node-a", 4))
-    run_action(ctx, state, "train", job="mnist", workers=2, **{"gpus-per-worker": 1})
-    path = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{NS}/jobsets/mnist"
-    js = jobset(api, "mnist")
-    js["metadata"]["annotations"]["gpu-k8s.io/defaulted"] = "cpu,workers"
-    api.put_object(path, js)
-    add_nodes(api, _small_gpu_node())
+    _train_then_record(ctx, state, api, {"gpu-k8s.io/defaulted": "cpu,workers"}, keep=True)
 
     again, _ = _train_again_with_wait(ctx, state)
     assert again["created"] == "false"
