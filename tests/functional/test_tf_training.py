@@ -949,6 +949,42 @@ def _chief_says(job: LocalJob, what: str) -> list[int]:
     return [int(line.split()[1]) for line in text.splitlines() if line.startswith(what + " ")]
 
 
+def _start_ps_tutorial(
+    local_job, tmp_path: Path, name: str, every: int, grace: float
+) -> tuple[LocalJob, Path]:
+    """PS_TUTORIAL on a chief, a ps and a worker, saving every `every` steps: once it saved."""
+    program = tmp_path / "ps_tutorial.py"
+    program.write_text(PS_TUTORIAL)
+    job = local_job(name, strategy="ps", workers=1, ps=1)
+    job.program = [PYTHON, str(program), "100000", str(every)]
+    job.env = {"GPU_K8S_GRACE_SECONDS": str(grace)}
+    job.start()
+    job.wait_for(lambda: _chief_says(job, "PS_SAVED"), what="a checkpoint")
+    return job, program
+
+
+def _ps_tutorial_resumes(job: LocalJob, program: Path, every: int) -> None:
+    """The stopped gang's last checkpoint is one it reached; the new gang goes on from it.
+
+    JobSet's new gang is told to end one checkpoint after the last one. JobSet's
+    successPolicy then ends the job on the chief's success and deletes the servers, which
+    join forever (here: killed).
+    """
+    saved = job.latest_checkpoint()
+    # the last save may be on disk without its line: a stop between the program's save and
+    # its print (the program handles no SIGTERM), never a save of a step not reached
+    printed = _chief_says(job, "PS_SAVED")
+    assert saved in printed + [printed[-1] + every] and saved >= every, job.output()
+
+    job.program = [PYTHON, str(program), str(saved + every), str(every)]
+    job.start()
+    assert job.procs[("chief", 0)].wait(timeout=60) == 0, job.output()
+
+    assert _chief_says(job, "PS_START") == [saved], job.output()  # resumed where it saved
+    assert _chief_says(job, "PS_SAVED") == [saved + every], job.output()
+    assert _chief_says(job, "PS_DONE") == [saved + every], job.output()
+
+
 def test_a_ps_tutorial_program_drained_mid_training_is_stopped_uncounted_and_resumes(
     local_job, tmp_path
 ):
@@ -958,17 +994,10 @@ def test_a_ps_tutorial_program_drained_mid_training_is_stopped_uncounted_and_res
     reads the variables the ps serves); the chief's launcher sees the mark and stops the
     coordinator; then the ps and the worker are stopped. Every task exits 143 and JobSet
     restarts the gang without counting; the new coordinator restores the chief's last
-    checkpoint and trains on to the end. JobSet's successPolicy then ends the job on the
-    chief's success and deletes the servers, which join forever (here: killed).
+    checkpoint and trains on to the end.
     """
     every, grace = 10, 6.0
-    program = tmp_path / "ps_tutorial.py"
-    program.write_text(PS_TUTORIAL)
-    job = local_job("pstutorial", strategy="ps", workers=1, ps=1)
-    job.program = [PYTHON, str(program), "100000", str(every)]
-    job.env = {"GPU_K8S_GRACE_SECONDS": str(grace)}
-    job.start()
-    job.wait_for(lambda: _chief_says(job, "PS_SAVED"), what="a checkpoint")
+    job, program = _start_ps_tutorial(local_job, tmp_path, "pstutorial", every, grace)
 
     drained = time.monotonic()
     job.procs[("worker", 0)].send_signal(signal.SIGTERM)  # its node is drained
@@ -980,17 +1009,35 @@ def test_a_ps_tutorial_program_drained_mid_training_is_stopped_uncounted_and_res
     assert _jobset_action("ps", codes, drained={("worker", 0)}) == (
         "RestartJobSetAndIgnoreMaxRestarts"
     )
-    saved = job.latest_checkpoint()
-    # the last save may be on disk without its line: a stop between the program's save and
-    # its print (the program handles no SIGTERM), never a save of a step not reached
-    printed = _chief_says(job, "PS_SAVED")
-    assert saved in printed + [printed[-1] + every] and saved >= every, job.output()
+    _ps_tutorial_resumes(job, program, every)
 
-    # JobSet's new gang, here told to end one checkpoint after the last one
-    job.program = [PYTHON, str(program), str(saved + every), str(every)]
-    job.start()
-    assert job.procs[("chief", 0)].wait(timeout=60) == 0, job.output()
 
-    assert _chief_says(job, "PS_START") == [saved], job.output()  # resumed where it saved
-    assert _chief_says(job, "PS_SAVED") == [saved + every], job.output()
-    assert _chief_says(job, "PS_DONE") == [saved + every], job.output()
+def test_a_ps_tutorial_program_whose_whole_gang_is_preempted_is_stopped_uncounted_and_resumes(
+    local_job, tmp_path
+):
+    """Issue 31 item 1, preemption: PS_TUTORIAL's chief, ps and worker stopped at once.
+
+    Kueue preempting the Workload deletes the gang's pods together: kubelet sends SIGTERM
+    to every task at the same moment (review31 gap 5). Each launcher marks its task
+    stopping; the ps's and the worker's hold their SIGTERM while the chief's stops the
+    coordinator (it handles no SIGTERM), then they stop their servers. Every task exits
+    143 before the grace period ends, JobSet restarts the gang without counting, and the
+    new coordinator restores the chief's last checkpoint.
+    """
+    every, grace = 10, 6.0
+    job, program = _start_ps_tutorial(local_job, tmp_path, "pspreempt", every, grace)
+
+    preempted = time.monotonic()
+    for proc in job.procs.values():  # the pods are deleted together
+        proc.send_signal(signal.SIGTERM)
+    codes = job.wait(timeout=60)
+    took = time.monotonic() - preempted
+
+    assert codes == {("chief", 0): 143, ("ps", 0): 143, ("worker", 0): 143}, job.output()
+    assert took < grace, (took, job.output())  # every pod ended before kubelet's SIGKILL
+    # deleted pods carry no DisruptionTarget (see the Keras preemption test): each 143
+    # fails its Job by rule 1, uncounted by JobSet; had they carried it, each Job would
+    # replace its pods itself (rule 0), uncounted too
+    assert _jobset_action("ps", codes, drained=set()) == "RestartJobSetAndIgnoreMaxRestarts"
+    assert _jobset_action("ps", codes, drained=set(codes)) == "none"
+    _ps_tutorial_resumes(job, program, every)

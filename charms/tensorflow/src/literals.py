@@ -19,6 +19,11 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 # The validated train request (JSON) is kept on the job's JobSet, for scale and status.
 ANNOTATION_REQUEST = "gpu-k8s.io/request"
+# Beside it, the fields of that request the charm filled in where the user left them empty
+# (placement.with_gpu_defaults), comma-separated: what the user asked is the request with
+# them empty again (params.TrainRequest.same_job). Apart from the request, so that an
+# earlier revision of the charm still reads the request.
+ANNOTATION_DEFAULTED = "gpu-k8s.io/defaulted"
 
 # JobSet (kubernetes-sigs/jobset v0.12.0, api/jobset/v1alpha2/jobset_types.go): the API, and
 # labels its controller puts on child Jobs and pods (jobset_controller.go

@@ -34,7 +34,6 @@ import datasets
 import network_policies
 import oneshot
 from literals import (
-    ANNOTATION_REQUEST,
     CODE_MOUNT,
     COMPONENT_PURGE,
     COMPONENT_TENSORBOARD,
@@ -448,7 +447,7 @@ def jobset(request: TrainRequest, ctx: Context) -> dict:
         # the trainer saves on SIGTERM as for a preemption; the JobSet, its request and
         # the checkpoints stay (the job is not restarted: `stop` removes it).
         meta["labels"][LABEL_MAX_EXEC_TIME] = str(request.deadline * 3600)
-    meta["annotations"] = {ANNOTATION_REQUEST: request.to_json()}
+    meta["annotations"] = request.annotations()
     return {
         "apiVersion": JOBSET_API,
         "kind": "JobSet",

@@ -16,11 +16,18 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections.abc import Iterable, Mapping
 from typing import Literal, NoReturn
 
 import datasets
 import pydantic
-from literals import BUILTIN_SCRIPTS, JOB_NAME_MAX, MAX_WORKERS
+from literals import (
+    ANNOTATION_DEFAULTED,
+    ANNOTATION_REQUEST,
+    BUILTIN_SCRIPTS,
+    JOB_NAME_MAX,
+    MAX_WORKERS,
+)
 
 from charms.gpu_k8s.v0.config import ActionParams
 
@@ -190,6 +197,11 @@ MEMORY_DEFAULT = "4Gi"
 # stored on it.
 ACTION_ONLY = ("wait", "timeout")
 
+# The fields an empty value of which the charm fills in from the nodes of the moment
+# (placement.with_gpu_defaults): `train` again compares what the user gave for them, not
+# what the nodes gave (review31 gap 1).
+RESOURCE_FIELDS = ("cpu", "memory", "chief_cpu", "chief_memory", "ps_cpu", "ps_memory")
+
 
 class TrainRequest(ActionParams):
     """The `train` action's parameters (also stored on the job for `scale`)."""
@@ -223,6 +235,10 @@ class TrainRequest(ActionParams):
     dry_run: bool = pydantic.Field(default=False, exclude=True)
     dataset: str = ""  # an imported dataset (datasets.py), at GPU_K8S_DATASET_DIR
     deadline: int = 0  # hours the job may be admitted in all (manifests.jobset); 0: none
+    # The RESOURCE_FIELDS the charm filled in where the user left them empty
+    # (`filled_in`); None: not known, for a job stored before they were recorded. Not a
+    # parameter: stored apart, as ANNOTATION_DEFAULTED (`annotations`).
+    _defaulted: tuple[str, ...] | None = pydantic.PrivateAttr(default=())
 
     @pydantic.field_validator("deadline")
     @classmethod
@@ -353,11 +369,65 @@ class TrainRequest(ActionParams):
         """The job as JSON, for its annotation: the request less `ACTION_ONLY`."""
         return self.model_dump_json(exclude=set(ACTION_ONLY))
 
+    def filled_in(self, values: Mapping[str, str]) -> TrainRequest:
+        """This request with `values` for some RESOURCE_FIELDS, those it left empty marked."""
+        filled = self.model_copy(update=dict(values))
+        filled._defaulted = tuple(sorted({*(self._defaulted or ()), *self._empty(values)}))
+        return filled
+
+    def _empty(self, names: Iterable[str]) -> list[str]:
+        return [name for name in names if name in RESOURCE_FIELDS and not getattr(self, name)]
+
+    def _asked(self) -> dict:
+        """What the user asked: the job less ACTION_ONLY, what the charm filled in empty."""
+        asked = self.model_dump(exclude=set(ACTION_ONLY))
+        return asked | dict.fromkeys(self._defaulted or (), "")
+
     def same_job(self, other: TrainRequest) -> bool:
-        """Whether `other` asks for this very job (only `ACTION_ONLY` may differ)."""
-        return self.model_dump(exclude=set(ACTION_ONLY)) == other.model_dump(
-            exclude=set(ACTION_ONLY)
-        )
+        """Whether `other` asks for this job, stored: only `ACTION_ONLY` may differ.
+
+        Either the two are the same job once filled in (the defaults gave what the other
+        gives) or the users asked the same (the nodes that sized the defaults changed since:
+        a node joined, the only GPU node is cordoned). A job stored before the fields the
+        charm fills in were recorded (from b0237a3, and before it, when cpu and memory
+        defaulted to 1 and 4Gi) takes each of those fields `other` leaves empty as asked
+        empty too: nothing says what its user gave.
+        """
+        if self.model_dump(exclude=set(ACTION_ONLY)) == other.model_dump(exclude=set(ACTION_ONLY)):
+            return True
+        ours, theirs = self._asked(), other._asked()
+        if self._defaulted is None:
+            ours |= {name: "" for name in RESOURCE_FIELDS if not theirs[name]}
+        return ours == theirs
+
+    def annotations(self) -> dict[str, str]:
+        """The job as its JobSet's (and its scale record's) annotations keep it.
+
+        What the charm filled in stays unsaid where it is not known (a job an earlier
+        revision stored, scaled), so that it is read back as not known.
+        """
+        if self._defaulted is None:
+            return {ANNOTATION_REQUEST: self.to_json()}
+        return {
+            ANNOTATION_REQUEST: self.to_json(),
+            ANNOTATION_DEFAULTED: ",".join(self._defaulted),
+        }
+
+    @classmethod
+    def from_annotations(cls, annotations: Mapping[str, str]) -> TrainRequest:
+        """The request `annotations` wrote (ValueError when it does not validate).
+
+        An ANNOTATION_DEFAULTED that is not a list of RESOURCE_FIELDS (someone edited it)
+        is read as not known: the request itself, all a job needs, is still read.
+        """
+        request = cls.from_json(annotations.get(ANNOTATION_REQUEST, ""))
+        text = annotations.get(ANNOTATION_DEFAULTED)
+        names = None if text is None else tuple(n for n in text.split(",") if n)
+        if names is not None and set(names) <= set(RESOURCE_FIELDS):
+            request._defaulted = names
+        else:
+            request._defaulted = None
+        return request
 
     @classmethod
     def from_json(cls, text: str) -> TrainRequest:

@@ -306,8 +306,10 @@ def with_gpu_defaults(request: TrainRequest, nodes: Iterable[dict]) -> TrainRequ
     over the schedulable nodes that could hold it (so that it fits whichever Kueue's
     flavor and the scheduler pick), so that the node's GPUs all fit their workers at once.
     The roles without GPUs (chief, parameter servers), which `cpu`/`memory` would
-    otherwise size, keep CPU_DEFAULT/MEMORY_DEFAULT. A request that gives them, or has no
-    GPUs, or that no node could hold (never_fits says why) is returned as it is.
+    otherwise size, keep CPU_DEFAULT/MEMORY_DEFAULT. The fields filled in are marked
+    (TrainRequest.filled_in): the nodes change, what the user asked does not. A request
+    that gives them, or has no GPUs, or that no node could hold (never_fits says why) is
+    returned as it is.
     """
     per_pod = request.gpus_per_worker
     shares = []
@@ -335,4 +337,4 @@ def with_gpu_defaults(request: TrainRequest, nodes: Iterable[dict]) -> TrainRequ
                 f"{r}_memory": getattr(request, f"{r}_memory") or MEMORY_DEFAULT
                 for r in ("chief", "ps")
             }
-    return request.model_copy(update=update)
+    return request.filled_in(update)

@@ -34,7 +34,6 @@ from datetime import datetime, timezone
 from typing import Any
 
 from literals import (
-    ANNOTATION_REQUEST,
     COMPONENT_SCALE,
     LABEL_COMPONENT,
     LABEL_JOB,
@@ -80,7 +79,7 @@ def manifest(
     deletes it with the job's other objects) and as component `scale` (one list finds
     every record).
     """
-    annotations = {ANNOTATION_REQUEST: request.to_json(), ANNOTATION_STATE: words}
+    annotations = {**request.annotations(), ANNOTATION_STATE: words}
     if until is not None:
         annotations[ANNOTATION_UNTIL] = stamp(until)
     labels = {LABEL_MANAGED_BY: app, LABEL_JOB: request.job, LABEL_COMPONENT: COMPONENT_SCALE}
@@ -107,7 +106,7 @@ class Record:
         """Read a record (ValueError: its request is unreadable)."""
         meta = obj.get("metadata") or {}
         annotations = meta.get("annotations") or {}
-        request = TrainRequest.from_json(annotations.get(ANNOTATION_REQUEST, ""))
+        request = TrainRequest.from_annotations(annotations)
         until = annotations.get(ANNOTATION_UNTIL)
         return cls(
             request=request,

@@ -167,7 +167,7 @@ def _request_of(js: dict | None, job: str, ctx: Context) -> TrainRequest:
         raise JobError(f"no job {job!r} in namespace {ctx.namespace}: list-jobs shows the jobs")
     annotations = (js.get("metadata") or {}).get("annotations") or {}
     try:
-        return TrainRequest.from_json(annotations.get(ANNOTATION_REQUEST, ""))
+        return TrainRequest.from_annotations(annotations)
     except ValueError as e:
         raise JobError(f"job {job!r} has an unreadable request annotation ({e})") from None
 

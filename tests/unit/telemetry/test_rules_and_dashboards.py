@@ -1044,6 +1044,63 @@ def test_a_program_that_prints_no_progress_still_gets_the_checkpoint_alert(tmp_p
     _promtool_test(tmp_path, rules, tests)
 
 
+@needs_promtool
+def test_the_training_dashboard_filters_list_jobs_that_print_no_progress(tmp_path):
+    """Team, Job and Node list every scraped training pod, progress lines or not (review31).
+
+    A program that prints no `GPU_K8S_PROGRESS` line has no `gpu_k8s_training_step`, but
+    every target has `up`, with the target's labels (prometheus/prometheus
+    scrape/scrape.go, mutateReportSampleLabels: the report samples get every target
+    label; the collector's prometheus receiver runs that scrape loop, job_metrics.py).
+    Each variable's selector, the variables before it set to one value or to All
+    (allValue), is evaluated against a quiet job's `up`, a job with progress, another
+    team's job and a target of another charm.
+    """
+    board = json.loads(
+        (ROOT / "charms/tensorflow/src/grafana_dashboards/training-progress.json").read_text()
+    )
+    queries = {v["name"]: v["query"] for v in board["templating"]["list"] if v["type"] == "query"}
+    quiet, loud = (TRAINING_TARGET % (j, j, 0, j, 0) for j in ("quiet", "loud"))
+    elsewhere = (
+        (TRAINING_TARGET % ("far", "far", 0, "far", 0))
+        .replace('namespace="team"', 'namespace="other"')
+        .replace('node="gpu-0"', 'node="gpu-1"')
+    )
+    series = [
+        {"series": f"up{{{quiet}}}", "values": "1x5"},
+        {"series": f"up{{{loud}}}", "values": "1x5"},
+        {"series": f"gpu_k8s_training_step{{{loud}}}", "values": "0+10x5"},
+        {"series": f"up{{{elsewhere}}}", "values": "1x5"},
+        {"series": 'up{job="w_node-exporter",instance="gpu-2",namespace="x"}', "values": "1x5"},
+    ]
+    cases = [  # (variable, what the variables before it are set to, the values it lists)
+        ("namespace", {}, ["other", "team"]),
+        ("job", {"namespace": ".*"}, ["far", "loud", "quiet"]),
+        ("job", {"namespace": "team"}, ["loud", "quiet"]),
+        ("node", {"namespace": ".*", "job": ".*"}, ["gpu-0", "gpu-1"]),
+        ("node", {"namespace": "team", "job": "quiet"}, ["gpu-0"]),
+        ("node", {"namespace": "team", "job": "far"}, []),
+    ]
+    tests = []
+    for name, chosen, listed in cases:
+        selector, label = re.fullmatch(r"label_values\((.+), (\w+)\)", queries[name]).groups()
+        for variable, value in chosen.items():
+            selector = selector.replace(f"${variable}", value)
+        assert "$" not in selector, selector
+        tests.append(
+            {
+                "expr": f"group by ({label}) ({selector})",
+                "eval_time": "3m",
+                "exp_samples": [{"labels": f'{{{label}="{v}"}}', "value": 1} for v in listed],
+            }
+        )
+    rules = tmp_path / "none.rules"
+    rules.write_text(yaml.safe_dump({"groups": []}))
+    _promtool_test(
+        tmp_path, rules, [{"interval": "1m", "input_series": series, "promql_expr_test": tests}]
+    )
+
+
 def _read() -> set[str]:
     """Every metric an alert rule or a dashboard panel reads."""
     read: set[str] = set()

@@ -410,6 +410,158 @@ def test_a_job_stored_with_wait_and_timeout_by_an_earlier_revision_is_the_same_j
     assert results["created"] == "false"
 
 
+def _train_again_with_wait(ctx, state, workers: int = 2):
+    return run_action(
+        ctx, state, "train", job="mnist", workers=workers, wait=True, timeout=5,
+        **{"gpus-per-worker": 1},
+    )  # fmt: skip
+
+
+def _small_gpu_node() -> dict:
+    small = node("node-small", 1)
+    small["status"]["allocatable"].update({"cpu": "4", "memory": "16Gi"})
+    return small
+
+
+def test_train_again_with_wait_after_a_smaller_gpu_node_joined_is_the_same_job(ctx, state, api):
+    """The GPU defaults are what the nodes give now; the job is what the user asked (review31).
+
+    After the first train a 4-cpu, 16Gi node with one GPU joins, so the smallest share of
+    memory is now its 14336Mi, not node-a's 15872Mi: the job is still the same.
+    """
+    add_nodes(api, node("node-a", 4))
+    run_action(ctx, state, "train", job="mnist", workers=2, **{"gpus-per-worker": 1})
+    before = {o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in job_objects(api)}
+    add_nodes(api, _small_gpu_node())
+
+    results, logs = _train_again_with_wait(ctx, state)
+
+    assert results["created"] == "false"
+    assert any("already exists with these parameters" in m for m in logs)
+    after = {o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in job_objects(api)}
+    assert after == before
+    assert _worker_resources(api) == {"cpu": "1750m", "memory": "15872Mi"}
+
+
+def test_train_again_with_wait_while_the_only_gpu_node_is_cordoned_is_the_same_job(
+    ctx, state, api
+):
+    """A drained or quarantined GPU node leaves no node to size the defaults by (review31)."""
+    add_nodes(api, node("node-a", 4))
+    run_action(ctx, state, "train", job="mnist", workers=2, **{"gpus-per-worker": 1})
+    cordoned = api.get_object("/api/v1/nodes/node-a")
+    cordoned.setdefault("spec", {})["unschedulable"] = True
+    api.put_object("/api/v1/nodes/node-a", cordoned)
+
+    results, _ = _train_again_with_wait(ctx, state)
+
+    assert results["created"] == "false"
+
+
+def test_a_request_that_differs_from_the_stored_one_is_refused_after_the_nodes_changed(
+    ctx, state, api
+):
+    """What the user asks is compared: another value, or a value where they left the default."""
+    add_nodes(api, node("node-a", 4))
+    run_action(ctx, state, "train", job="mnist", workers=2, **{"gpus-per-worker": 1})
+    add_nodes(api, _small_gpu_node())
+    before = job_objects(api)
+    for params in ({"workers": 3}, {"cpu": "3500m"}, {"memory": "8Gi"}, {"steps": 5}):
+        with pytest.raises(testing.ActionFailed, match="already exists with other parameters"):
+            run_action(
+                ctx,
+                state,
+                "train",
+                **{"job": "mnist", "workers": 2, "gpus-per-worker": 1, **params},
+            )
+    assert job_objects(api) == before
+    again, _ = run_action(  # the values the defaults gave, now given: the very same job
+        ctx, state, "train", job="mnist", workers=2, cpu="1750m", memory="15872Mi",
+        **{"gpus-per-worker": 1},
+    )  # fmt: skip
+    assert again["created"] == "false"
+
+
+# What `train job=mnist workers=2 gpus-per-worker=1` stored before the GPU defaults (the
+# parent of b0237a3: cpu and memory defaulted to 1 and 4Gi, no deadline, no record of the
+# values the charm filled in); and what it stored from b0237a3 until the filled-in values
+# were recorded (node-a's share, unmarked).
+_BEFORE_GPU_DEFAULTS = {
+    "job": "mnist", "image": "", "script": "", "command": "", "args": "", "env": "",
+    "strategy": "mwms", "workers": 2, "ps": 0, "gpus_per_worker": 1, "cpu": "1",
+    "memory": "4Gi", "chief_cpu": "", "chief_memory": "", "ps_cpu": "", "ps_memory": "",
+    "ps_image": "", "steps": 1000, "priority": "normal", "dataset": "",
+}  # fmt: skip
+_GPU_DEFAULTS_UNRECORDED = {
+    **_BEFORE_GPU_DEFAULTS, "cpu": "1750m", "memory": "15872Mi", "deadline": 0,
+}  # fmt: skip
+
+
+def _train_then_record(ctx, state, api, annotations: dict, *, keep: bool = False) -> None:
+    """Train on node-a, give its JobSet `annotations` (beside its own: `keep`); a node joins."""
+    add_nodes(api, node("node-a", 4))
+    run_action(ctx, state, "train", job="mnist", workers=2, **{"gpus-per-worker": 1})
+    js = jobset(api, "mnist")
+    js["metadata"]["annotations"] = {
+        **(js["metadata"]["annotations"] if keep else {}), **annotations
+    }  # fmt: skip
+    api.put_object(f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{NS}/jobsets/mnist", js)
+    add_nodes(api, _small_gpu_node())
+
+
+@pytest.mark.parametrize(
+    "stored", [_BEFORE_GPU_DEFAULTS, _GPU_DEFAULTS_UNRECORDED], ids=["before", "unrecorded"]
+)
+def test_a_job_stored_by_an_earlier_revision_is_the_same_job_and_keeps_its_size(
+    ctx, state, api, stored
+):
+    """Its record is read as it is: `train` again is the same job, `scale` keeps its cpu/memory."""
+    _train_then_record(ctx, state, api, {"gpu-k8s.io/request": json.dumps(stored)})
+
+    again, _ = _train_again_with_wait(ctx, state)
+    assert again["created"] == "false"
+    with pytest.raises(testing.ActionFailed, match="already exists with other parameters"):
+        run_action(ctx, state, "train", job="mnist", workers=3, **{"gpus-per-worker": 1})
+
+    run_action(ctx, state, "scale", job="mnist", workers=3, timeout=0)
+    assert _worker_resources(api) == {"cpu": stored["cpu"], "memory": stored["memory"]}
+    annotations = jobset(api, "mnist")["metadata"]["annotations"]
+    assert json.loads(annotations["gpu-k8s.io/request"]) == {
+        **_GPU_DEFAULTS_UNRECORDED, **stored, "workers": 3
+    }  # fmt: skip
+    assert "gpu-k8s.io/defaulted" not in annotations  # still not known
+    again, _ = _train_again_with_wait(ctx, state, workers=3)
+    assert again["created"] == "false"
+
+
+def test_the_values_the_charm_filled_in_are_kept_through_a_scale(ctx, state, api):
+    """A scale's record and the new JobSet say what was filled in: train again still matches."""
+    add_nodes(api, node("node-a", 4))
+    run_action(ctx, state, "train", job="mnist", workers=2, **{"gpus-per-worker": 1})
+    annotations = jobset(api, "mnist")["metadata"]["annotations"]
+    assert annotations["gpu-k8s.io/defaulted"] == "cpu,memory"
+
+    run_action(ctx, state, "scale", job="mnist", workers=3, timeout=0)
+    add_nodes(api, _small_gpu_node())
+
+    assert jobset(api, "mnist")["metadata"]["annotations"]["gpu-k8s.io/defaulted"] == "cpu,memory"
+    again, _ = _train_again_with_wait(ctx, state, workers=3)
+    assert again["created"] == "false"
+    assert _worker_resources(api) == {"cpu": "1750m", "memory": "15872Mi"}
+
+
+def test_an_edited_record_of_what_was_filled_in_is_read_as_not_known(ctx, state, api):
+    """Bad input in the annotation loses nothing: the request is read, compared as an old one."""
+    _train_then_record(ctx, state, api, {"gpu-k8s.io/defaulted": "cpu,workers"}, keep=True)
+
+    again, _ = _train_again_with_wait(ctx, state)
+    assert again["created"] == "false"
+    with pytest.raises(testing.ActionFailed, match="already exists with other parameters"):
+        run_action(ctx, state, "train", job="mnist", workers=2, **{"gpus-per-worker": 2})
+    status, _ = run_action(ctx, state, "job-status", job="mnist")
+    assert status["job"] == "mnist"
+
+
 def test_train_same_name_other_parameters_fails_and_changes_nothing(ctx, state, api):
     run_action(ctx, state, "train", job="mnist", workers=2)
     before = job_objects(api)
