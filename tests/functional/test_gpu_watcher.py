@@ -858,7 +858,7 @@ def test_one_teams_repeated_faults_restart_its_job_and_leave_the_shared_node_alo
     (event,) = one_team_events(machine)
     assert (event["gpu"], event["uuid"], event["namespace"]) == ("0", GPUS[0][1], "team-a")
     assert event["action"] == "application"
-    assert "3 application faults within 3/10m, all from pods of namespace team-a" in (
+    assert "3 application faults within 3/10m, all from pods of namespace team-a," in (
         event["meaning"]
     )
     page = samples(machine.metrics())
