@@ -877,11 +877,16 @@ def test_one_teams_repeated_faults_restart_its_job_and_leave_the_shared_node_alo
 
 
 def test_faults_from_two_teams_pods_on_one_gpu_quarantine_it(machine):
-    """Two tenants' programs fault on one (time-sliced) GPU: the GPU is the likely cause."""
+    """Two tenants' programs fault on one (time-sliced) GPU: the GPU is the likely cause.
+
+    Whom each fault was blamed on is kept across a watcher restart, with the count.
+    """
     other_team_gpu_pod(machine, gpu=0, share="::1")
     start(machine, escalation="3/10m")
     crashes(machine, 4242, "gpu0-job", at=60)
     crashes(machine, 4243, "other-job", at=120, namespace=TEAM_B)
+    machine.stop()
+    start(machine, escalation="3/10m")
     crashes(machine, 4244, "gpu0-job", at=180)
     until(machine.quarantined)
     condition = machine.condition()
