@@ -361,14 +361,19 @@ class AppFault:
     def __init__(self, at: float, namespaces: set[str], by: str):
         self.at, self.namespaces, self.by = at, namespaces, by
 
-    def merge(self, line: AppFault) -> None:
-        """A later line of the same burst: a process it names outranks the GPU's holders."""
+    def merge(self, line: AppFault) -> bool:
+        """A later line of the same burst: a process it names outranks the GPU's holders.
+
+        Whether whom the fault is blamed on changed.
+        """
+        before = (set(self.namespaces), self.by)
         if line.by == BY_PROCESS and self.by != BY_PROCESS:
             self.namespaces, self.by = set(line.namespaces), BY_PROCESS
         elif line.by and line.by == self.by:
             self.namespaces |= line.namespaces
         elif line.by and not self.by:
             self.namespaces, self.by = set(line.namespaces), line.by
+        return (self.namespaces, self.by) != before
 
 
 def pci_key(text: str) -> str:
@@ -890,24 +895,30 @@ class Watcher:
 
         The fault is attributed to namespaces (`_attribute`). The escalation quarantines
         unless it would drain a node other teams share for one team's program
-        (`_one_team`): then only that job restarts, and an event and a counter say so.
+        (`_one_team`): then only that job restarts, and an event and a counter say so,
+        once per fault. A later line of a fault counted is decided again only when it
+        names whom to blame better (`AppFault.merge`), and then only to quarantine.
         """
         uuid, pid = gpu["uuid"], record.get("pid")
         seen = self.app_xids[uuid]
         while seen and at - seen[0].at > self.window:
             seen.popleft()
         uid = self._pod_uid_of_pid(pid) if pid else None
-        fault, holders = self._attribute(uuid, uid, at)
         same = self._same_fault(uuid, record, at)
         if same:
             print(
                 f"GPU {gpu['index']}: XID {record['xid']} belongs to a fault counted", flush=True
             )
-            if same == "burst" and seen:
-                seen[-1].merge(fault)  # a later line of the burst may name the process
-        else:
+        last = seen[-1] if same == "burst" and seen else None
+        holders: set[str] = set()
+        refined = False
+        if not same:
+            fault, holders = self._attribute(uuid, uid, at)
             seen.append(fault)
-        if len(seen) < self.count:
+        elif last is not None and last.by != BY_PROCESS and (uid or not last.by):
+            fault, holders = self._attribute(uuid, uid, at)
+            refined = last.merge(fault)  # blamed anew: decided anew
+        if (same and not refined) or len(seen) < self.count:
             self.restart_job(gpu, pid, uid, at)
             return
         blamed = set().union(*(f.namespaces for f in seen)) - {UNATTRIBUTED}
@@ -918,6 +929,9 @@ class Watcher:
             whose = f"from pods of namespace{plural} {', '.join(sorted(blamed))}"
             whose = whose if blamed else f"from no known pod ({UNATTRIBUTED})"
             self.quarantine(gpu, "XidRepeated", f"{counted} {whose} ({meaning})", "reset-gpu", at)
+            return
+        if refined:  # held back already for this fault: recorded once
+            self.restart_job(gpu, pid, uid, at)
             return
         said = (
             f"{counted}, all from pods of namespace {team}, while pods of "
