@@ -282,10 +282,26 @@ class Machine:
         data["Data"]["PodDeviceEntries"].append(entry)
         path.write_text(json.dumps(data))
 
-    def pod(self, name: str, node: str = OWN) -> dict:
-        """A running pod on `node` (`<name>-<node>` in team-a)."""
+    def pod(self, name: str, node: str = OWN, namespace: str = "team-a") -> dict:
+        """A running pod on `node` (`<name>-<node>` in `namespace`: team-a or team-b)."""
         spec = {"nodeName": node, "containers": [{"name": "main", "image": "busybox:1.37"}]}
-        return self.api.put_object(f"/api/v1/namespaces/team-a/pods/{name}-{node}", {"spec": spec})
+        path = f"/api/v1/namespaces/{namespace}/pods/{name}-{node}"
+        return self.api.put_object(path, {"spec": spec})
+
+    def release(self, pod: dict) -> None:
+        """Drop `pod`'s entries from the kubelet's device-manager checkpoint.
+
+        The kubelet frees a terminated pod's devices at its next allocation (kubernetes
+        pkg/kubelet/cm/devicemanager/manager.go UpdateAllocatedDevices, "frees any Devices
+        that are bound to terminated pods", run from allocateContainerResources): until
+        then its entry stays.
+        """
+        path = self.root / "checkpoint"
+        data = json.loads(path.read_text())
+        entries = data["Data"]["PodDeviceEntries"]
+        uid = pod["metadata"]["uid"]
+        data["Data"]["PodDeviceEntries"] = [e for e in entries if e["PodUID"] != uid]
+        path.write_text(json.dumps(data))
 
     def stop(self) -> None:
         if self.process is not None:
@@ -314,7 +330,8 @@ def gpu_machine(root: Path) -> Iterator[Machine]:
     """
     with FakeKubeApiServer(tls=True) as api:
         assert api.tls is not None
-        api.put_object("/api/v1/namespaces/team-a", {"metadata": {"name": "team-a"}})
+        for team in ("team-a", "team-b"):  # two tenants (team-b's pods: the tests' own)
+            api.put_object(f"/api/v1/namespaces/{team}", {"metadata": {"name": team}})
         gpu_health = charm_modules.load("kubernetes-worker", "gpu_health")
         state = root / "host" / gpu_health.STATE.lstrip("/")
         state.parent.mkdir(parents=True)

@@ -131,13 +131,13 @@ def watcher_log(machine: Machine) -> str:
 SECOND = 1_000_000  # /dev/kmsg stamps in microseconds since boot
 
 
-def program(machine: Machine, pid: int, pod: str) -> Path:
-    """A process of `pod` (`<pod>-gpu-node-1` in team-a): its /proc/<pid>/cgroup names the pod.
+def program(machine: Machine, pid: int, pod: str, namespace: str = "team-a") -> Path:
+    """A process of `pod` (`<pod>-gpu-node-1` in `namespace`): its /proc/<pid>/cgroup names it.
 
     The cgroup path systemd's cgroup driver gives a container (kubepods-<qos>-pod<uid>.slice,
     the UID's dashes as underscores), as gpu_watcher.POD_CGROUP reads it.
     """
-    found = machine.api.get_object(f"/api/v1/namespaces/team-a/pods/{pod}-{OWN}")
+    found = machine.api.get_object(f"/api/v1/namespaces/{namespace}/pods/{pod}-{OWN}")
     assert found is not None
     pid_dir = machine.root / "proc" / str(pid)
     pid_dir.mkdir()
@@ -810,3 +810,143 @@ def test_the_fabric_health_summary_is_recorded_when_it_changes_and_quarantines_n
     until(lambda: machine.smi_calls() >= polls + 2)
     assert machine.condition() is None  # recorded, not acted on
     assert [e["reason"] for e in machine.state()["events"]].count("FabricHealth") == 1
+
+
+# -- one team's crashing job may not drain a node other teams share (issue 32 review gap 4) ----
+
+
+TEAM_B = "team-b"
+
+
+def other_team_gpu_pod(machine: Machine, gpu: int = 1, share: str = "") -> dict:
+    """A pod of another tenant (team-b) that holds `gpu` (`share`: a time-sliced replica)."""
+    pod = machine.pod("other-job", namespace=TEAM_B)
+    machine.checkpoint(allocation(pod, "nvidia.com/gpu", GPUS[gpu][1] + share))
+    return pod
+
+
+def crashes(machine: Machine, pid: int, pod: str, at: int, namespace: str = "team-a") -> None:
+    """A program of `pod` faults on GPU 0 (XID 13 naming it) at `at` s, then exits on its own."""
+    ran = program(machine, pid, pod, namespace)
+    machine.kernel(xid_line("13", gpu=0, pid=pid), usec=at * SECOND)
+    until(machine.handled)
+    shutil.rmtree(ran)  # CUDA's error is sticky: the program ends, its pod fails
+
+
+def one_team_events(machine: Machine) -> list[dict]:
+    return [e for e in machine.state()["events"] if e["reason"] == "XidRepeatedOneTeam"]
+
+
+def test_one_teams_repeated_faults_restart_its_job_and_leave_the_shared_node_alone(machine):
+    """A team crashing its own job 3 times used to quarantine the GPU: NoExecute, every team out.
+
+    With another team's GPU pod on the node, faults all from one namespace's pods restart
+    only that job: no condition, no cordon, an event and a counter. Once the other team's
+    GPU pods are gone (its entry may linger in the checkpoint), the next fault escalates.
+    """
+    other = other_team_gpu_pod(machine)
+    start(machine, escalation="3/10m", metrics=True)
+    for n in range(3):  # the Job's pod restarted by its controller each time: new pids
+        crashes(machine, 4242 + n, "gpu0-job", at=60 + 60 * n)
+    until(lambda: one_team_events(machine))
+    time.sleep(0.3)  # several passes of the loop
+    assert machine.condition() is None
+    assert not machine.node().get("spec", {}).get("unschedulable")
+    assert machine.state()["quarantined"] == {}
+    assert machine.api.get_object(f"/api/v1/namespaces/{TEAM_B}/pods/other-job-{OWN}")
+    assert machine.pods() == ALL  # each program exited by itself: nobody evicted
+    (event,) = one_team_events(machine)
+    assert (event["gpu"], event["uuid"], event["namespace"]) == ("0", GPUS[0][1], "team-a")
+    assert event["action"] == "application"
+    said = "3 application faults within 3/10m, all from pods of namespace team-a,"
+    assert said in event["meaning"]
+    page = samples(machine.metrics())
+    key = series("gpu_k8s_gpu_xid_repeated_one_team_total", GPUS[0][1], namespace="team-a")
+    assert page[key] == 1
+
+    # the other team's job ends (its checkpoint entry stays until the next allocation)
+    machine.api.delete_object(f"/api/v1/namespaces/{TEAM_B}/pods/other-job-{OWN}")
+    assert other["metadata"]["uid"] in (machine.root / "checkpoint").read_text()
+    crashes(machine, 4250, "gpu0-job", at=240)
+    until(machine.quarantined)
+    condition = machine.condition()
+    assert condition is not None and condition["reason"] == "XidRepeated"
+    assert "from pods of namespace team-a" in condition["message"]
+    assert len(one_team_events(machine)) == 1
+
+
+def test_faults_from_two_teams_pods_on_one_gpu_quarantine_it(machine):
+    """Two tenants' programs fault on one (time-sliced) GPU: the GPU is the likely cause.
+
+    Whom each fault was blamed on is kept across a watcher restart, with the count.
+    """
+    other_team_gpu_pod(machine, gpu=0, share="::1")
+    start(machine, escalation="3/10m")
+    crashes(machine, 4242, "gpu0-job", at=60)
+    crashes(machine, 4243, "other-job", at=120, namespace=TEAM_B)
+    machine.stop()
+    start(machine, escalation="3/10m")
+    crashes(machine, 4244, "gpu0-job", at=180)
+    until(machine.quarantined)
+    condition = machine.condition()
+    assert condition is not None and condition["reason"] == "XidRepeated"
+    assert "from pods of namespaces team-a, team-b" in condition["message"]
+    assert not one_team_events(machine)
+
+
+def test_one_team_alone_on_the_node_with_gpus_is_quarantined_as_before(machine):
+    """Other namespaces' pods that hold no GPU (DaemonSets, a finished job) do not shield it.
+
+    The device plugin's and DCGM exporter's DaemonSets run on every GPU node in other
+    namespaces: only pods holding a GPU count, and not one in a terminal phase, whose
+    checkpoint entry lingers until the kubelet's next allocation.
+    """
+    machine.pod("exporter", namespace=TEAM_B)  # no GPU
+    done = machine.pod("done-job", namespace=TEAM_B)
+    machine.checkpoint(allocation(done, "nvidia.com/gpu", GPUS[1][1]))
+    path = f"/api/v1/namespaces/{TEAM_B}/pods/done-job-{OWN}"
+    finished = machine.api.get_object(path)
+    assert finished is not None
+    finished["status"] = {"phase": "Succeeded"}
+    machine.api.put_object(path, finished)
+    start(machine, escalation="3/10m")
+    for n in range(3):
+        crashes(machine, 4242 + n, "gpu0-job", at=60 + 60 * n)
+    until(machine.quarantined)
+    condition = machine.condition()
+    assert condition is not None and condition["reason"] == "XidRepeated"
+    assert not one_team_events(machine)
+
+
+def test_faults_naming_no_process_count_for_the_team_holding_the_gpu(machine):
+    """XID 13 often names no process: the pods holding that GPU (the checkpoint) are blamed.
+
+    Each fault is the recorded burst of three lines: the escalation held back is recorded
+    and counted once per fault, not per line.
+    """
+    other_team_gpu_pod(machine)
+    start(machine, escalation="3/10m")
+    for at in (60, 120, 180):  # pid '<unknown>', as the recorded burst's lines
+        for n, line in enumerate(burst(0)):
+            machine.kernel(line, usec=at * SECOND + 300 * n)
+    until(lambda: one_team_events(machine) and machine.handled())
+    time.sleep(0.3)  # several passes of the loop
+    assert machine.condition() is None
+    assert not machine.node().get("spec", {}).get("unschedulable")
+    assert [e["namespace"] for e in one_team_events(machine)] == ["team-a"]
+    assert machine.state()["xid_repeated_one_team"] == {f"{GPUS[0][1]}|team-a": 1}
+
+
+def test_faults_no_pod_can_be_blamed_for_quarantine_the_gpu(machine):
+    """No process named, nobody holds the GPU: no team to blame, so the GPU is."""
+    other_team_gpu_pod(machine)
+    gpu0 = machine.api.get_object(f"/api/v1/namespaces/team-a/pods/gpu0-job-{OWN}")
+    assert gpu0 is not None
+    machine.release(gpu0)
+    start(machine, escalation="3/10m")
+    for n in range(3):
+        machine.kernel(xid_line("13", gpu=0), usec=(60 + 60 * n) * SECOND)
+    until(machine.quarantined)
+    condition = machine.condition()
+    assert condition is not None and condition["reason"] == "XidRepeated"
+    assert "unattributed" in condition["message"]

@@ -110,7 +110,22 @@ can (issue 32 item 2):
 `--escalation N/<window>` application faults on one GPU within the window quarantine it
 (reason `XidRepeated`): a GPU that keeps failing whatever runs on it. One fault is one
 burst of lines (APP_BURST_S: the same GPU within seconds by the kernel's stamps, or the
-same pid), since the driver writes several lines for one fault.
+same pid), since the driver writes several lines for one fault. A quarantine's NoExecute
+taint evicts every team's pods from the node, so one team's program that keeps crashing
+must not buy it (issue 32 review, gap 4: a hostile or buggy tenant draining a node other
+teams share). Each fault counted is attributed to namespaces: the pod of the process the
+line names (its cgroup), else the pods the kubelet's checkpoint shows holding that GPU
+(several with time-slicing), else none (`unattributed`); a later line of the burst that
+names the process (the XID 43 after a pid-less XID 13) replaces the GPU's holders. The
+escalation quarantines when the window's faults came from pods of two namespaces or more,
+from none (the GPU is the likely cause), or when no running pod of another namespace holds
+a GPU of this node (only GPU holders count: other namespaces' DaemonSets, the device
+plugin and the DCGM exporter, run on every node). Otherwise (one namespace's pods faulted
+while another's hold GPUs here) it records the event `XidRepeatedOneTeam` (with the
+`namespace`), counts it and restarts only that job, as each application XID does; once
+the other teams' GPU pods are gone, the next fault escalates. Without the API the fault is
+unattributed and the escalation quarantines, as before. On a time-sliced GPU a fault
+naming no process counts for every team sharing it.
 
 XID 154 (GPU_RECOVERY_ACTION_CHANGED) has no action of its own in the catalog (bucket
 XID_154): it names the recovery action the driver now asks for the GPU (`... changed from
@@ -124,6 +139,8 @@ agent (Prometheus text format 0.0.4; `metrics()` names each):
 - `gpu_k8s_gpu_faults_total{node,gpu,uuid,xid,reason,class}`: each XID the driver reported
   and each nvidia-smi finding (xid "" there), `class` the catalog's action for it;
 - `gpu_k8s_gpu_quarantines_total{node,gpu,uuid,reason}` and `gpu_k8s_gpu_quarantined`;
+- `gpu_k8s_gpu_xid_repeated_one_team_total{node,gpu,uuid,namespace}`: escalations held
+  back because the faults all came from that namespace's pods (`XidRepeatedOneTeam`);
 - `gpu_k8s_gpu_repairs_total{node,gpu,uuid,method,result}`: the repair attempts the charm
   counted in the state file (`repair_counts`, gpu_health.py: never truncated, unlike its
   `repairs` history); zero for every known GPU, method and result until then, so
@@ -215,6 +232,13 @@ CONDITION = "GpuHealthy"
 CORDONED = "gpu-k8s/cordoned"  # lib drain.py CORDON_ANNOTATION: a cordon the charm lifts
 NVIDIA_RESOURCES = "nvidia.com/"  # nvidia.com/gpu, nvidia.com/mig-<profile>, renamed shares
 WINDOW_UNITS = {"s": 1, "m": 60, "h": 3600}
+# A pod's phases after which it runs nothing (core/v1 types.go PodSucceeded, PodFailed): its
+# device entry lingers in the kubelet's checkpoint until the next allocation frees it
+# (kubernetes pkg/kubelet/cm/devicemanager/manager.go UpdateAllocatedDevices)
+TERMINAL_PHASES = ("Succeeded", "Failed")
+UNATTRIBUTED = "unattributed"  # an application fault no pod can be blamed for
+# How an application fault was attributed: by its process's pod, by the pods holding its GPU
+BY_PROCESS, BY_GPU = "process", "gpu"
 # XID 154's text: "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)"
 RECOVERY_ACTION = re.compile(r"\bto\s+0x(?P<code>[0-9a-fA-F]+)(?:\s*\((?P<name>[^)]*)\))?")
 # `nvidia-smi -L` (MIG user guide, mig.py): a GPU line, then its MIG devices
@@ -325,6 +349,31 @@ class Counter(Gauge):
     """One sample of a counter (its name ends in `_total`)."""
 
     kind = "counter"
+
+
+class AppFault:
+    """One application fault counted toward the escalation: when, and whom it is blamed on.
+
+    `namespaces`: of the pods it is attributed to (UNATTRIBUTED: none); `by`: BY_PROCESS,
+    BY_GPU or "" (nobody).
+    """
+
+    def __init__(self, at: float, namespaces: set[str], by: str):
+        self.at, self.namespaces, self.by = at, namespaces, by
+
+    def merge(self, line: AppFault) -> bool:
+        """A later line of the same burst: a process it names outranks the GPU's holders.
+
+        Whether whom the fault is blamed on changed.
+        """
+        before = (set(self.namespaces), self.by)
+        if line.by == BY_PROCESS and self.by != BY_PROCESS:
+            self.namespaces, self.by = set(line.namespaces), BY_PROCESS
+        elif line.by and line.by == self.by:
+            self.namespaces |= line.namespaces
+        elif line.by and not self.by:
+            self.namespaces, self.by = set(line.namespaces), line.by
+        return (self.namespaces, self.by) != before
 
 
 def pci_key(text: str) -> str:
@@ -613,12 +662,19 @@ class Watcher:
         self._count_repairs()
         # The application faults' escalation memory, kept in the state file with the boot
         # (`app_faults`) so that a restart inside the window does not forget the first two
-        # of three: per GPU UUID, the faults' times (`at`), the kernel time of its last
-        # fault's start (bursts) and the processes counted (pid -> `at`).
+        # of three: per GPU UUID, the faults' times (`at`) and whom each is attributed to
+        # (`teams`: its namespaces and how they were found; none in a state file from
+        # before 2026-11-28), the kernel time of its last fault's start (bursts) and the
+        # processes counted (pid -> `at`).
         memory = self.state.pop("app_faults", None) or {}
         self.app_xids: dict[str, collections.deque] = collections.defaultdict(collections.deque)
         for uuid, times in (memory.get("times") or {}).items():
-            self.app_xids[uuid].extend(float(t) for t in times)
+            teams = list((memory.get("teams") or {}).get(uuid) or [])
+            teams += [{}] * (len(times) - len(teams))
+            for t, team in zip(times, teams):
+                names = team.get("namespaces") if isinstance(team, dict) else None
+                fault = AppFault(float(t), set(names or []), str(team.get("by") or ""))
+                self.app_xids[uuid].append(fault)
         self.bursts: dict[str, float] = {
             uuid: float(clock) for uuid, clock in (memory.get("bursts") or {}).items()
         }
@@ -657,7 +713,8 @@ class Watcher:
             state["boot_id"], state["kmsg_seq"] = boot, -1
             state["app_checks"] = []  # that boot's processes are gone
             state["app_faults"] = {}  # and its faults: the reboot was a repair
-        for key in ("quarantined", "faults", "quarantines", "timings", "repairs_counted"):
+        counters = ("faults", "quarantines", "xid_repeated_one_team")
+        for key in ("quarantined", *counters, "timings", "repairs_counted"):
             state.setdefault(key, {})
         state.setdefault("events", [])
         state.pop("repairs_seen", None)  # before repair_counts (2026-11-27)
@@ -709,7 +766,12 @@ class Watcher:
         tmp = f"{self.args.state}.tmp"
         checks = [{"due": c[0], "gpu": c[1], "pid": c[2], "uid": c[3]} for c in self.checks]
         faults = {
-            "times": {uuid: list(times) for uuid, times in self.app_xids.items() if times},
+            "times": {uuid: [f.at for f in seen] for uuid, seen in self.app_xids.items() if seen},
+            "teams": {
+                uuid: [{"namespaces": sorted(f.namespaces), "by": f.by} for f in seen]
+                for uuid, seen in self.app_xids.items()
+                if seen
+            },
             "bursts": self.bursts,
             "pids": {
                 uuid: {str(p): t for p, t in pids.items()}
@@ -826,34 +888,121 @@ class Watcher:
         if action in QUARANTINE:
             self.quarantine(gpu, f"Xid{xid}", meaning, action, at)
         elif action == "application":
-            seen = self.app_xids[gpu["uuid"]]
-            while seen and at - seen[0] > self.window:
-                seen.popleft()
-            if self._same_fault(gpu["uuid"], record, at):
-                print(f"GPU {gpu['index']}: XID {xid} belongs to a fault counted", flush=True)
-            else:
-                seen.append(at)
-            if len(seen) >= self.count:
-                repeated = (
-                    f"{len(seen)} application faults within {self.args.escalation} ({meaning})"
-                )
-                self.quarantine(gpu, "XidRepeated", repeated, "reset-gpu", at)
-            else:
-                self.restart_job(gpu, record.get("pid"), at)
+            self.application_fault(gpu, record, meaning, at)
 
-    def _same_fault(self, uuid: str, record: dict, at: float) -> bool:
+    def application_fault(self, gpu: dict, record: dict, meaning: str, at: float) -> None:
+        """Count an application XID toward the escalation; quarantine, or restart the job.
+
+        The fault is attributed to namespaces (`_attribute`). The escalation quarantines
+        unless it would drain a node other teams share for one team's program
+        (`_one_team`): then only that job restarts, and an event and a counter say so,
+        once per fault. A later line of a fault counted is decided again only when it
+        names whom to blame better (`AppFault.merge`), and then only to quarantine.
+        """
+        uuid, pid = gpu["uuid"], record.get("pid")
+        seen = self.app_xids[uuid]
+        while seen and at - seen[0].at > self.window:
+            seen.popleft()
+        uid = self._pod_uid_of_pid(pid) if pid else None
+        same = self._same_fault(uuid, record, at)
+        if same:
+            print(
+                f"GPU {gpu['index']}: XID {record['xid']} belongs to a fault counted", flush=True
+            )
+        last = seen[-1] if same == "burst" and seen else None
+        holders: set[str] = set()
+        refined = False
+        if not same:
+            fault, holders = self._attribute(uuid, uid, at)
+            seen.append(fault)
+        elif last is not None and last.by != BY_PROCESS and (uid or not last.by):
+            fault, holders = self._attribute(uuid, uid, at)
+            refined = last.merge(fault)  # blamed anew: decided anew
+        if (same and not refined) or len(seen) < self.count:
+            self.restart_job(gpu, pid, uid, at)
+            return
+        blamed = set().union(*(f.namespaces for f in seen)) - {UNATTRIBUTED}
+        counted = f"{len(seen)} application faults within {self.args.escalation}"
+        team = self._one_team(blamed, holders)
+        if team is None:
+            plural = "s" if len(blamed) > 1 else ""
+            whose = f"from pods of namespace{plural} {', '.join(sorted(blamed))}"
+            whose = whose if blamed else f"from no known pod ({UNATTRIBUTED})"
+            self.quarantine(gpu, "XidRepeated", f"{counted} {whose} ({meaning})", "reset-gpu", at)
+            return
+        if refined:  # held back already for this fault: recorded once
+            self.restart_job(gpu, pid, uid, at)
+            return
+        said = (
+            f"{counted}, all from pods of namespace {team}, while pods of "
+            f"{', '.join(sorted(holders - {team}))} hold GPUs on this node: only the job "
+            f"restarts, the GPU stays in service ({meaning})"
+        )
+        self._count("xid_repeated_one_team", uuid, team)
+        self._event(at, gpu, "XidRepeatedOneTeam", said, "application", namespace=team)
+        self.restart_job(gpu, pid, uid, at)
+
+    def _attribute(self, uuid: str, uid: str | None, at: float) -> tuple[AppFault, set[str]]:
+        """(this fault, the namespaces of the running pods that hold any GPU of this node).
+
+        The fault's namespace is its process's pod's (`uid`, from the process's cgroup)
+        when the line names a process in a pod of this node; otherwise those of the pods
+        the kubelet's checkpoint shows holding this GPU (several with time-slicing, in any
+        phase: the pod that faulted may have failed already); none: UNATTRIBUTED. Without
+        the API the fault is UNATTRIBUTED and no other team is known (the escalation
+        quarantines, as it did before the teams were told apart).
+        """
+        try:
+            pods = {p["metadata"].get("uid"): p for p in self._pods()}
+        except (ApiError, OSError) as e:
+            print(f"cannot read this node's pods to attribute the fault: {e}", file=sys.stderr)
+            return AppFault(at, {UNATTRIBUTED}, ""), set()
+        held = self._allocations()
+        holders = {
+            pods[u]["metadata"]["namespace"]
+            for u in held
+            if u in pods and (pods[u].get("status") or {}).get("phase") not in TERMINAL_PHASES
+        }
+        if uid in pods:
+            return AppFault(at, {pods[uid]["metadata"]["namespace"]}, BY_PROCESS), holders
+        on_gpu = {
+            pods[u]["metadata"]["namespace"]
+            for u, gpus in held.items()
+            if uuid in gpus and u in pods
+        }
+        if on_gpu:
+            return AppFault(at, on_gpu, BY_GPU), holders
+        return AppFault(at, {UNATTRIBUTED}, ""), holders
+
+    @staticmethod
+    def _one_team(blamed: set[str], holders: set[str]) -> str | None:
+        """The one namespace to hold the escalation back for, or None: quarantine.
+
+        None when the faults came from pods of two namespaces or more (the GPU fails
+        whatever runs on it), from none (no team to blame: the GPU is the likely cause),
+        or when no running pod of another namespace holds a GPU of this node (a
+        quarantine evicts no other team; other namespaces' DaemonSets such as the device
+        plugin and the DCGM exporter run on every node, so only GPU holders count).
+        """
+        if len(blamed) != 1:
+            return None
+        (team,) = blamed
+        return team if holders - {team} else None
+
+    def _same_fault(self, uuid: str, record: dict, at: float) -> str:
         """Whether this application XID belongs to a fault counted already (APP_BURST_S).
 
-        The same GPU within APP_BURST_S of the burst's first line (the kernel's stamps), or
-        a process counted on this GPU within the escalation window.
+        `burst`: the same GPU within APP_BURST_S of the burst's first line (the kernel's
+        stamps), the last fault counted; `process`: a process counted on this GPU within
+        the escalation window; "": a new fault.
         """
         pids = self.app_pids[uuid]
         for pid, when in list(pids.items()):
             if at - when > self.window:
                 del pids[pid]
         start, pid = self.bursts.get(uuid), record.get("pid")
-        same = start is not None and abs(record["clock"] - start) <= APP_BURST_S
-        same = same or (pid is not None and pid in pids)
+        same = "burst" if start is not None and abs(record["clock"] - start) <= APP_BURST_S else ""
+        same = same or ("process" if pid is not None and pid in pids else "")
         if not same:
             self.bursts[uuid] = record["clock"]
         if pid is not None:
@@ -1029,7 +1178,12 @@ class Watcher:
         return self.api.request("GET", f"/api/v1/pods?{query}").get("items", [])
 
     def _pods_on_gpu(self, uuid: str) -> list[dict]:
-        """Pods the kubelet allocated this GPU, a MIG device of it or a share of either to.
+        """Pods the kubelet allocated this GPU, a MIG device of it or a share of either to."""
+        held = self._allocations()
+        return [p for p in self._pods() if uuid in held.get(p["metadata"].get("uid"), ())]
+
+    def _allocations(self) -> dict[str, set[str]]:
+        """The GPU UUIDs allocated to each pod (by UID): its GPUs, MIG devices, shares.
 
         The kubelet's device-manager checkpoint names the device IDs of each allocation.
         """
@@ -1042,12 +1196,12 @@ class Watcher:
             self._device_gpu(d) is None for e in entries for d in _device_ids(e) if "MIG-" in d
         ):
             self.read_mig_devices()  # a MIG device made since the last poll
-        uids = {
-            e["PodUID"]
-            for e in entries
-            if any(self._device_gpu(d) == uuid for d in _device_ids(e))
-        }
-        return [p for p in self._pods() if p["metadata"].get("uid") in uids]
+        held: dict[str, set[str]] = collections.defaultdict(set)
+        for e in entries:
+            gpus = {gpu for d in _device_ids(e) if (gpu := self._device_gpu(d))}
+            if gpus:
+                held[e["PodUID"]] |= gpus
+        return held
 
     def _device_gpu(self, device: str) -> str | None:
         """The GPU UUID of a device plugin device ID (`GPU-...`, `MIG-...`, `...::<n>`)."""
@@ -1162,16 +1316,15 @@ class Watcher:
             flush=True,
         )
 
-    def restart_job(self, gpu: dict, pid: int | None, at: float) -> None:
+    def restart_job(self, gpu: dict, pid: int | None, uid: str | None, at: float) -> None:
         """An application XID: its program restarts, by itself or by an eviction later.
 
         The process it names is looked at again `--app-xid-wait` seconds later
         (`check_programs`): its pod is evicted only if it still runs then. An XID naming
-        no process, or one whose process ended already or runs in no pod, evicts nobody
-        (the module's docstring says why).
+        no process, or one whose process ended already or runs in no pod (`uid`: its pod's
+        UID when the XID was read), evicts nobody (the module's docstring says why).
         """
         where = f"GPU {gpu['index']} ({gpu['uuid']})"
-        uid = self._pod_uid_of_pid(pid) if pid else None
         if pid is None or uid is None:
             whose = f"pid {pid} has ended or runs in no pod" if pid else "it names no process"
             print(f"application XID on {where}: {whose}; no pod evicted", flush=True)
@@ -1323,6 +1476,18 @@ class Watcher:
                     "Times the GPU health watcher quarantined the GPU.",
                     count,
                     labels(uuid, reason=reason),
+                )
+            )
+        for key, count in sorted(state["xid_repeated_one_team"].items()):
+            uuid, namespace = key.split("|")
+            samples.append(
+                Counter(
+                    "gpu_k8s_gpu_xid_repeated_one_team_total",
+                    "Times repeated application faults on the GPU, all from one namespace's "
+                    "pods while other namespaces' pods held GPUs on the node, restarted only "
+                    "that job instead of quarantining the GPU.",
+                    count,
+                    labels(uuid, namespace=namespace),
                 )
             )
         repairs = dict.fromkeys(
