@@ -241,8 +241,8 @@ def quantity(text: Any) -> float:
     """A Kubernetes quantity (apimachinery resource.Quantity's suffixes); 0 when unreadable.
 
     Each text is parsed once per process (a hook): `capacity` reads two or three per
-    Node and twice per sizing, and a thousand Nodes of a few instance types say the same
-    few texts (issue 29's cost rule at 1,000 workers, docs/explanation/design-choices.md).
+    Node, and a thousand Nodes of a few instance types say the same few texts (issue 29's
+    cost rule at 1,000 workers, docs/explanation/design-choices.md).
     """
     return _parsed_quantity(str(text or "0").strip())
 
@@ -282,8 +282,11 @@ def capacity(
     *,
     shared: bool,
     managed: Collection[str] | None = None,
-) -> Quotas:
-    """What Kueue may hand out: the schedulable nodes less the GPUs held outside Kueue.
+) -> tuple[Quotas, Quotas]:
+    """The schedulable nodes' capacity, and that less the GPUs held outside Kueue.
+
+    The second is what Kueue may hand out; `size` needs both, from one pass over the Nodes
+    (issue 29's cost rule at 1,000 workers: it read them twice).
 
     `pods`: the running pods. Kueue admits only the pods of the namespaces it manages
     (`managed`: those labelled KUEUE_NAMESPACE_LABEL, `configure`'s selector), so a GPU
@@ -329,6 +332,7 @@ def capacity(
         if product in by_product:
             flavor_of[node["metadata"]["name"]] = by_product[product]
             out[(by_product[product], GPU_RESOURCE)] += quantity(allocatable.get(GPU_RESOURCE))
+    nodes_have = dict(out)
     for pod in pods:
         owners = (pod.get("metadata") or {}).get("ownerReferences") or []
         flavor = flavor_of.get((pod.get("spec") or {}).get("nodeName") or "")
@@ -341,7 +345,7 @@ def capacity(
         if flavor and not (kueues and admitted):
             key = (flavor, GPU_RESOURCE)
             out[key] = max(0.0, out[key] - _pod_gpus(pod))
-    return out
+    return nodes_have, out
 
 
 TEAM_PREFIX = "team-"
@@ -725,8 +729,7 @@ def size(
     GPUs held outside Kueue (`capacity` with the running `pods`) come off the cohort's
     pool, never an earlier team's guarantee (issue 29 review item 2, `clamp`).
     """
-    have = capacity(nodes, pods, models, shared=shared, managed=managed)
-    nodes_have = capacity(nodes, [], models, shared=shared)
+    nodes_have, have = capacity(nodes, pods, models, shared=shared, managed=managed)
     asked = guarantees(teams, flavors)
     allowed = allowances(nodes_have, teams, configured or {})
     held = capped(asked, allowed)
