@@ -80,7 +80,7 @@ from ops import testing  # noqa: E402
 
 import charm  # noqa: E402
 from fakes.addons import EFS_CSI_PATH, ManifestServer  # noqa: E402
-from fakes.control_plane import Clock, ControlPlaneMachine, node  # noqa: E402
+from fakes.control_plane import Clock, ControlPlaneMachine, deployed_charm, node  # noqa: E402
 from fakes.etcd import EtcdPki, FakeEtcd  # noqa: E402
 from fakes.kube_apiserver import FakeKubeApiServer  # noqa: E402
 
@@ -102,7 +102,10 @@ def installed_leader(
     charm.KubernetesControlPlaneCharm.clock = staticmethod(Clock())
     charm.KubernetesControlPlaneCharm.public_address = staticmethod(lambda: "203.0.113.7")
     charm.KubernetesControlPlaneCharm.etcd_url = etcd.url
-    ctx = testing.Context(charm.KubernetesControlPlaneCharm)
+    # a charm directory as Juju leaves it (its charm URL), as in the unit tests' conftest
+    ctx = testing.Context(
+        charm.KubernetesControlPlaneCharm, charm_root=deployed_charm(root / "charm-dir")
+    )
     out = ctx.run(
         ctx.on.install(), testing.State(leader=True, relations=[testing.PeerRelation("peers")])
     )
