@@ -570,7 +570,7 @@ class Addons:
                 teams,
                 flavors,
                 shared=shared,
-                managed={
+                managed=lambda: {  # listed only if a GPU pod Kueue would hold runs
                     n["metadata"]["name"]
                     for n in kube.list("v1", "Namespace", label_selector=selector)
                 },

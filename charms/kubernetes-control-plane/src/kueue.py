@@ -82,7 +82,7 @@ import dataclasses
 import functools
 import hashlib
 import re
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
 import batch_engines
@@ -281,7 +281,7 @@ def capacity(
     models: list[str],
     *,
     shared: bool,
-    managed: Collection[str] | None = None,
+    managed: Callable[[], Collection[str]] | None = None,
 ) -> tuple[Quotas, Quotas]:
     """The schedulable nodes' capacity, and that less the GPUs held outside Kueue.
 
@@ -302,7 +302,9 @@ def capacity(
     29 review item 1: Job-owned pods were taken for Kueue's wherever they ran, so GPUs
     used outside every quota stayed in the cohort and Kueue admitted past the nodes).
     `managed` None: every namespace is taken for Kueue's (callers that list no
-    Namespaces).
+    Namespaces). `managed` is asked only for a GPU pod on a flavor's node that Kueue
+    would hold (labelled, or a Job's): a cluster running none of them (no team job)
+    lists no Namespaces (issue 29's cost rule).
 
     A node under the GPU quarantine taint (NoExecute, lib kubernetes_cluster.py) is not
     schedulable: the leader resizes the cohort in the hook that sets the taint (addons.py)
@@ -333,19 +335,23 @@ def capacity(
             flavor_of[node["metadata"]["name"]] = by_product[product]
             out[(by_product[product], GPU_RESOURCE)] += quantity(allocatable.get(GPU_RESOURCE))
     nodes_have = dict(out)
+    namespaces = functools.cache(managed) if managed is not None else None
     for pod in pods:
-        owners = (pod.get("metadata") or {}).get("ownerReferences") or []
         flavor = flavor_of.get((pod.get("spec") or {}).get("nodeName") or "")
-        namespace = (pod.get("metadata") or {}).get("namespace") or ""
-        kueues = managed is None or namespace in managed
-        labels = (pod.get("metadata") or {}).get("labels") or {}
-        admitted = labels.get(MANAGED_BY_KUEUE) == "true" or any(
-            o.get("kind") == "Job" for o in owners
-        )
-        if flavor and not (kueues and admitted):
+        gpus = _pod_gpus(pod) if flavor else 0.0
+        if gpus and not _held_by_kueue(pod, namespaces):
             key = (flavor, GPU_RESOURCE)
-            out[key] = max(0.0, out[key] - _pod_gpus(pod))
+            out[key] = max(0.0, out[key] - gpus)
     return nodes_have, out
+
+
+def _held_by_kueue(pod: dict[str, Any], managed: Callable[[], Collection[str]] | None) -> bool:
+    """Whether Kueue admitted `pod` (`capacity`): labelled or a Job's, in a managed namespace."""
+    metadata = pod.get("metadata") or {}
+    admitted = (metadata.get("labels") or {}).get(MANAGED_BY_KUEUE) == "true" or any(
+        o.get("kind") == "Job" for o in metadata.get("ownerReferences") or []
+    )
+    return admitted and (managed is None or (metadata.get("namespace") or "") in managed())
 
 
 TEAM_PREFIX = "team-"
@@ -720,7 +726,7 @@ def size(
     flavors: list[str],
     *,
     shared: bool,
-    managed: Collection[str] | None = None,
+    managed: Callable[[], Collection[str]] | None = None,
     configured: Allowances | None = None,
 ) -> Sizing:
     """Size the cohort: the guarantees within each team's allowance, clamped to the nodes.
