@@ -337,7 +337,7 @@ def capacity(
     nodes_have = dict(out)
     namespaces = functools.cache(managed) if managed is not None else None
     for pod in pods:
-        flavor = flavor_of.get((pod.get("spec") or {}).get("nodeName") or "")
+        flavor = flavor_of.get((pod.get("spec") or {}).get("nodeName") or "", "")
         gpus = _pod_gpus(pod) if flavor else 0.0
         if gpus and not _held_by_kueue(pod, namespaces):
             key = (flavor, GPU_RESOURCE)
