@@ -16,10 +16,11 @@ of them per worker. The cluster is a healthy one, as in the control plane's unit
 (`available_deployments`: the Deployment controller's work done at once): the leader
 reads each controller's readiness (calico-kube-controllers, JobSet's and Kueue's
 managers) until it is Ready, then records it and asks no more, so a relation-changed
-sends no request; update-status reads every Node, the running Pods and the Namespaces
-Kueue manages once each for Kueue's cohort (`kueue.capacity`; the same Nodes say which
-are Ready: until 2026-11-27 the Node table was read for that too, a fourth request) and
-asks etcd for its members once (not an API request). Until 2026-11-27 the bench's
+sends no request; update-status reads every Node and the running Pods once each for
+Kueue's cohort (`kueue.capacity`; the same Nodes say which are Ready: until 2026-11-27 the
+Node table was read for that too, a fourth request; the Namespaces Kueue manages only while
+a GPU pod Kueue would hold runs, none in this bench, since 2026-11-28) and asks etcd for
+its members once (not an API request). Until 2026-11-27 the bench's
 controllers never became Ready, so every event read all three again (the "3 constant
 readiness GETs per event" of issue 30) and Kueue's objects were never applied.
 
@@ -80,7 +81,7 @@ from ops import testing  # noqa: E402
 
 import charm  # noqa: E402
 from fakes.addons import EFS_CSI_PATH, ManifestServer  # noqa: E402
-from fakes.control_plane import Clock, ControlPlaneMachine, node  # noqa: E402
+from fakes.control_plane import Clock, ControlPlaneMachine, deployed_charm, node  # noqa: E402
 from fakes.etcd import EtcdPki, FakeEtcd  # noqa: E402
 from fakes.kube_apiserver import FakeKubeApiServer  # noqa: E402
 
@@ -102,7 +103,10 @@ def installed_leader(
     charm.KubernetesControlPlaneCharm.clock = staticmethod(Clock())
     charm.KubernetesControlPlaneCharm.public_address = staticmethod(lambda: "203.0.113.7")
     charm.KubernetesControlPlaneCharm.etcd_url = etcd.url
-    ctx = testing.Context(charm.KubernetesControlPlaneCharm)
+    # a charm directory as Juju leaves it (its charm URL), as in the unit tests' conftest
+    ctx = testing.Context(
+        charm.KubernetesControlPlaneCharm, charm_root=deployed_charm(root / "charm-dir")
+    )
     out = ctx.run(
         ctx.on.install(), testing.State(leader=True, relations=[testing.PeerRelation("peers")])
     )

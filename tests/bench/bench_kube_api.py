@@ -31,7 +31,8 @@ sizing stay constant, but every granted namespace's two NetworkPolicies are appl
 namespaces changes) and every team's ClusterQueue (N: the fair shares change with N, so
 most of them do change). On 2026-11-28 (3128517): 21, 24 and 36 requests, only the new
 namespace's NetworkPolicies applied, every team's ClusterQueue still; update-status sends
-3. Compared with ed618d9 (issue 29's "today") in docs/explanation/design-choices.md.
+3, then 2 (the Namespaces only while a GPU pod Kueue would hold runs). Compared with
+ed618d9 (issue 29's "today") in docs/explanation/design-choices.md.
 """
 
 from __future__ import annotations

@@ -556,7 +556,7 @@ def size_cohort(api: Any, *, cohort: bool = True) -> dict:
         teams,
         flavors,
         shared=False,
-        managed=managed,
+        managed=lambda: managed,
         configured=kueue.parse_allowances(team_quotas(api)["text"]),
     )
     given = sizing.given

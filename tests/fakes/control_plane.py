@@ -452,6 +452,23 @@ def _b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
 
 
+CHARM_URL = "ch:amd64/kubernetes-control-plane-1"
+
+
+def deployed_charm(root: Path, url: str = CHARM_URL) -> Path:
+    """`root` as Juju's unit agent leaves a charm directory: the charm URL it deployed.
+
+    The agent writes the URL into `.juju-charm` once the charm's files are in place, at
+    install and at each refresh (juju/juju worker/uniter/charm/manifest_deployer.go
+    finishDeploy; charm.go WriteCharmURL: go-yaml's document of the string, a plain
+    scalar and a newline for a URL like this one). Returns `root`, for ops.testing's
+    `charm_root`.
+    """
+    root.mkdir(parents=True, exist_ok=True)
+    (root / ".juju-charm").write_text(f"{url}\n")
+    return root
+
+
 def existing_cluster(api: FakeKubeApiServer, service_subnet: str = "10.96.0.0/12") -> None:
     """The kubeadm-config ConfigMap of a cluster another control-plane unit bootstrapped."""
     cluster = {

@@ -67,6 +67,8 @@ DCGM_EXPORTER_KEY = "dcgm-exporter"
 KUBE_STATE_METRICS_KEY = "kube-state-metrics"
 NODE_METRICS_KEY = "node-metrics-rbac"
 ADMISSION_POLICIES_KEY = "admission-policies"  # what admission_policies last applied
+# "<charm URL> <ADMISSION_POLICIES_KEY's value>": the charm whose policies have that value
+ADMISSION_POLICIES_CHARM_KEY = "admission-policies-charm"
 # what admission_policies.claims_manifests last applied (for the provisioners granted then)
 ADMISSION_CLAIMS_KEY = "admission-claims"
 MIG_MANAGER_KEY = "mig-manager"
@@ -182,17 +184,35 @@ class Addons:
             bag[KUBE_STATE_METRICS_NODE_KEY] = node
             logger.info("applied kube-state-metrics %s on %s", want, node)
 
-    def apply_admission_policies(self, bag: Bag) -> None:
+    def apply_admission_policies(self, bag: Bag, charm: str = "") -> None:
         """Fence the DaemonSets' and provisioners' cluster-wide writes (admission_policies).
 
         Run before the CNI and the node add-ons, so no DaemonSet pod runs unfenced.
+
+        The policies are the charm code's alone (no option, relation or Node names them),
+        so they change only with the charm: `charm` is the charm URL Juju deployed this
+        code as (literals.CHARM_URL_FILE; "" when Juju wrote none). While the bag says
+        this charm's policies are the ones applied last, nothing is built (issue 29's cost
+        rule); otherwise they are built and applied when their fingerprint is not the one
+        applied last, as before (an older revision, refreshed back to, leaves the bag's
+        fingerprint another charm's). Neither way reads the cluster: a policy deleted by
+        hand comes back with the next charm whose policies differ.
         """
+        applied = bag.get(ADMISSION_POLICIES_KEY)
+        if charm and applied and bag.get(ADMISSION_POLICIES_CHARM_KEY) == f"{charm} {applied}":
+            return
         objects = admission_policies.manifests()
         if self._apply_once(ADMISSION_POLICIES_KEY, objects, fingerprint(objects), bag):
             logger.info(
                 "admission policies: %s",
                 ", ".join(o["metadata"]["name"] for o in objects if o["kind"].endswith("Policy")),
             )
+        mark = f"{charm} {bag[ADMISSION_POLICIES_KEY]}" if charm else None
+        if bag.get(ADMISSION_POLICIES_CHARM_KEY) != mark:
+            if mark:
+                bag[ADMISSION_POLICIES_CHARM_KEY] = mark
+            else:
+                del bag[ADMISSION_POLICIES_CHARM_KEY]
 
     def apply_provisioner_claims_policy(
         self, bag: Bag, provisioners: frozenset[str]
@@ -550,7 +570,7 @@ class Addons:
                 teams,
                 flavors,
                 shared=shared,
-                managed={
+                managed=lambda: {  # listed only if a GPU pod Kueue would hold runs
                     n["metadata"]["name"]
                     for n in kube.list("v1", "Namespace", label_selector=selector)
                 },

@@ -56,6 +56,7 @@ from fleet import Fleet
 from literals import (
     ADMIN_REFUSED_FIX,
     API_PORT,
+    CHARM_URL_FILE,
     COS_AGENT,
     KUBE_API,
     PEERS,
@@ -272,6 +273,13 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             renewed=lambda: self.actions.refresh_kubeconfig(),
         )
 
+    def _deployed_charm(self) -> str:
+        """The charm URL Juju deployed this code as (CHARM_URL_FILE); "" where it wrote none."""
+        try:
+            return (self.charm_dir / CHARM_URL_FILE).read_text().strip()
+        except FileNotFoundError:
+            return ""
+
     def _api_server_ready(self) -> bool:
         """Whether this node's API server answers GET /readyz with ok (as admin)."""
         text = bootstrap.read_admin_kubeconfig(self.host)
@@ -465,7 +473,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         token = membership.rotate_token_if_due(config, peers, join, content, now=shared)
         membership.reupload_certs_if_needed(peers, content["certificate-key"])
         self._keep_image_registry(config, hook)
-        addons.apply_admission_policies(bag)  # before any DaemonSet they fence
+        addons.apply_admission_policies(bag, self._deployed_charm())  # before what they fence
         cni_notes = addons.apply_cni(config, bag)
         upgrade = hook.upgrades.control_plane(config, peers)
         self._mark_member(hook)  # with the minor this node runs now

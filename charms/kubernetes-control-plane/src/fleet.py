@@ -292,17 +292,16 @@ class Fleet:
         planes = peers.control_plane_nodes(self._ctx.own_node())
         expected = planes | registry.Registry.load(bag).nodes
         health = cluster_info.NodeHealth.load(bag)
-        kube = self._kube()
         if nodes is not None:
             health = cluster_info.NodeHealth.from_nodes(expected, nodes)
         elif health is None or isinstance(event, FULL_NODE_CHECK):
-            health = cluster_info.NodeHealth.from_table(expected, kube.table("v1", "Node"))
+            health = cluster_info.NodeHealth.from_table(expected, self._kube().table("v1", "Node"))
         else:
             names = set(added)
             if isinstance(event, ops.RelationEvent) and event.relation.name == PEERS:
                 names |= planes
-            for name in sorted(names & expected):
-                health.observe(name, kube.get("v1", "Node", name))
+            for name in sorted(names & expected):  # the client only when a Node is asked for
+                health.observe(name, self._kube().get("v1", "Node", name))
             health.keep_only(expected)
         health.save(bag)
 

@@ -82,7 +82,7 @@ import dataclasses
 import functools
 import hashlib
 import re
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
 import batch_engines
@@ -260,8 +260,8 @@ def quantity(text: Any) -> float:
     """A Kubernetes quantity (apimachinery resource.Quantity's suffixes); 0 when unreadable.
 
     Each text is parsed once per process (a hook): `capacity` reads two or three per
-    Node and twice per sizing, and a thousand Nodes of a few instance types say the same
-    few texts (issue 29's cost rule at 1,000 workers, docs/explanation/design-choices.md).
+    Node, and a thousand Nodes of a few instance types say the same few texts (issue 29's
+    cost rule at 1,000 workers, docs/explanation/design-choices.md).
     """
     return _parsed_quantity(str(text or "0").strip())
 
@@ -300,9 +300,12 @@ def capacity(
     models: list[str],
     *,
     shared: bool,
-    managed: Collection[str] | None = None,
-) -> Quotas:
-    """What Kueue may hand out: the schedulable nodes less the GPUs held outside Kueue.
+    managed: Callable[[], Collection[str]] | None = None,
+) -> tuple[Quotas, Quotas]:
+    """The schedulable nodes' capacity, and that less the GPUs held outside Kueue.
+
+    The second is what Kueue may hand out; `size` needs both, from one pass over the Nodes
+    (issue 29's cost rule at 1,000 workers: it read them twice).
 
     `pods`: the running pods. Kueue admits only the pods of the namespaces it manages
     (`managed`: those labelled KUEUE_NAMESPACE_LABEL, `configure`'s selector), so a GPU
@@ -318,7 +321,9 @@ def capacity(
     29 review item 1: Job-owned pods were taken for Kueue's wherever they ran, so GPUs
     used outside every quota stayed in the cohort and Kueue admitted past the nodes).
     `managed` None: every namespace is taken for Kueue's (callers that list no
-    Namespaces).
+    Namespaces). `managed` is asked only for a GPU pod on a flavor's node that Kueue
+    would hold (labelled, or a Job's): a cluster running none of them (no team job)
+    lists no Namespaces (issue 29's cost rule).
 
     A node under the GPU quarantine taint (NoExecute, lib kubernetes_cluster.py) is not
     schedulable: the leader resizes the cohort in the hook that sets the taint (addons.py)
@@ -348,19 +353,24 @@ def capacity(
         if product in by_product:
             flavor_of[node["metadata"]["name"]] = by_product[product]
             out[(by_product[product], GPU_RESOURCE)] += quantity(allocatable.get(GPU_RESOURCE))
+    nodes_have = dict(out)
+    namespaces = functools.cache(managed) if managed is not None else None
     for pod in pods:
-        owners = (pod.get("metadata") or {}).get("ownerReferences") or []
-        flavor = flavor_of.get((pod.get("spec") or {}).get("nodeName") or "")
-        namespace = (pod.get("metadata") or {}).get("namespace") or ""
-        kueues = managed is None or namespace in managed
-        labels = (pod.get("metadata") or {}).get("labels") or {}
-        admitted = labels.get(MANAGED_BY_KUEUE) == "true" or any(
-            o.get("kind") == "Job" for o in owners
-        )
-        if flavor and not (kueues and admitted):
+        flavor = flavor_of.get((pod.get("spec") or {}).get("nodeName") or "", "")
+        gpus = _pod_gpus(pod) if flavor else 0.0
+        if gpus and not _held_by_kueue(pod, namespaces):
             key = (flavor, GPU_RESOURCE)
-            out[key] = max(0.0, out[key] - _pod_gpus(pod))
-    return out
+            out[key] = max(0.0, out[key] - gpus)
+    return nodes_have, out
+
+
+def _held_by_kueue(pod: dict[str, Any], managed: Callable[[], Collection[str]] | None) -> bool:
+    """Whether Kueue admitted `pod` (`capacity`): labelled or a Job's, in a managed namespace."""
+    metadata = pod.get("metadata") or {}
+    admitted = (metadata.get("labels") or {}).get(MANAGED_BY_KUEUE) == "true" or any(
+        o.get("kind") == "Job" for o in metadata.get("ownerReferences") or []
+    )
+    return admitted and (managed is None or (metadata.get("namespace") or "") in managed())
 
 
 TEAM_PREFIX = "team-"
@@ -735,7 +745,7 @@ def size(
     flavors: list[str],
     *,
     shared: bool,
-    managed: Collection[str] | None = None,
+    managed: Callable[[], Collection[str]] | None = None,
     configured: Allowances | None = None,
 ) -> Sizing:
     """Size the cohort: the guarantees within each team's allowance, clamped to the nodes.
@@ -744,8 +754,7 @@ def size(
     GPUs held outside Kueue (`capacity` with the running `pods`) come off the cohort's
     pool, never an earlier team's guarantee (issue 29 review item 2, `clamp`).
     """
-    have = capacity(nodes, pods, models, shared=shared, managed=managed)
-    nodes_have = capacity(nodes, [], models, shared=shared)
+    nodes_have, have = capacity(nodes, pods, models, shared=shared, managed=managed)
     asked = guarantees(teams, flavors)
     allowed = allowances(nodes_have, teams, configured or {})
     held = capped(asked, allowed)

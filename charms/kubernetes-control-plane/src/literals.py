@@ -29,6 +29,12 @@ INSTALL_MARKER = "/var/lib/kubernetes-control-plane/installed.json"
 # control-plane member (admin.conf alone says nothing: kubeadm join writes it first).
 JOINED_MARKER = "/var/lib/kubernetes-control-plane/joined"
 ETCD_MANIFEST = "/etc/kubernetes/manifests/etcd.yaml"
+# What Juju deployed this code as: the unit agent writes the charm URL, revision included,
+# into the charm directory once the charm's files are in place, at install and at each
+# refresh (juju/juju worker/uniter/charm/manifest_deployer.go finishDeploy, CharmURLPath
+# in charm.go; internal/worker/uniter/charm on main). A refresh always deploys another
+# URL: a Charmhub revision, or a local charm's next revision.
+CHARM_URL_FILE = ".juju-charm"
 
 # The cluster's CNI (`cni` config, new clusters only; calico.py, flannel.py). The leader
 # records what it applied in the peer application data (addons.CNI_KEY, whose first word

@@ -14,7 +14,7 @@ from ops import testing
 
 import charm
 from fakes.addons import EFS_CSI_PATH, ManifestServer
-from fakes.control_plane import Clock, ControlPlaneMachine, existing_cluster
+from fakes.control_plane import Clock, ControlPlaneMachine, deployed_charm, existing_cluster
 from fakes.etcd import EtcdPki, FakeEtcd
 from fakes.kube_apiserver import FakeKubeApiServer
 
@@ -136,8 +136,10 @@ def machine(tmp_path, api, monkeypatch, clock, etcd):
 
 
 @pytest.fixture
-def ctx(machine):
-    return testing.Context(charm.KubernetesControlPlaneCharm)
+def ctx(machine, tmp_path):
+    """The charm in a charm directory as Juju deployed it (with its charm URL)."""
+    root = deployed_charm(tmp_path / "charm")
+    return testing.Context(charm.KubernetesControlPlaneCharm, charm_root=root)
 
 
 @pytest.fixture

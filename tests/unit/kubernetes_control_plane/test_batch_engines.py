@@ -482,6 +482,34 @@ def test_a_jobs_gpus_outside_kueues_namespaces_leave_the_cohort(ctx, machine, ap
     assert _cohort_quota(api)[("gpu-nvidia-a10g", "nvidia.com/gpu")] == "5"  # 8 - 3
 
 
+def test_kueues_namespaces_are_listed_only_for_a_gpu_pod_kueue_would_hold(
+    ctx, machine, api, releases
+):
+    """Issue 29's cost rule: which namespaces Kueue manages decides only for such a pod.
+
+    A pod outside Kueue (no Job owner, no Kueue label) holds its GPUs outside every quota
+    wherever it runs; a pod without GPUs holds none: update-status sizes the cohort without
+    listing Namespaces. A Job's GPU pod is Kueue's only in a managed namespace: then it
+    lists them, once.
+    """
+    out = ctx.run(ctx.on.update_status(), _with_teams(_two_gpu_workers(ctx, api), _team("a")))
+    _gpu_pod(api, "server", "gpu-1", 1, "ReplicaSet", namespace="a")  # outside Kueue
+    _gpu_pod(api, "no-gpus", "gpu-0", 0, "Job", namespace="a")
+    api.requests.clear()
+    out = ctx.run(ctx.on.update_status(), out)
+    assert out.unit_status.name == "active", out.unit_status.message
+    assert not [r for r in api.requests if r[1] == "/api/v1/namespaces"], api.requests
+    assert _cohort_quota(api)[("gpu-nvidia-a10g", "nvidia.com/gpu")] == "7"
+    _gpu_pod(api, "worker-0", "gpu-0", 2, "Job", namespace="a")  # admitted by Kueue
+    _gpu_pod(api, "outside-0", "gpu-1", 3, "Job", namespace="storage")  # not Kueue's
+    api.requests.clear()
+    out = ctx.run(ctx.on.update_status(), out)
+    assert out.unit_status.name == "active", out.unit_status.message
+    listed = [r for r in api.requests if r[1] == "/api/v1/namespaces"]
+    assert [r.query.get("labelSelector") for r in listed] == ["gpu-k8s.io/kueue=managed"]
+    assert _cohort_quota(api)[("gpu-nvidia-a10g", "nvidia.com/gpu")] == "4"  # 8 - 1 - 3
+
+
 def _configure(out: testing.State, **config: str) -> testing.State:
     return dataclasses.replace(out, config={**out.config, **config})
 
