@@ -61,7 +61,9 @@ Kueue (kubernetes-sigs/kueue v0.19.2):
   accommodate a workload (UID: <preemptor Workload uid>, JobUID: <its job's uid>) due to
   prioritization in the ClusterQueue; preemptor path: /<cohort>/<cq>; preemptee path:
   /<cohort>/<cq>" (preemption.go preemptionMessage, buildCQPath); the JobSet is suspended
-  again (stopJob), and once its pods are gone it loses its quota reservation: QuotaReserved
+  again (stopJob), and once no pod of it is active it loses its quota reservation (a
+  terminating pod is not active: pkg/controller/jobs/job IsActive reads the Job's
+  status.active, which leaves them out, B9): QuotaReserved
   False, reason Pending, the eviction's message, and Requeued True, reason Preempted
   (jobframework reconciler, "handle eviction"); it is admitted again when its quota is
   free, which sets Evicted and Preempted False (only if they were True, workload.go).
@@ -180,7 +182,7 @@ JobSet (kubernetes-sigs/jobset v0.12.0, pkg/controllers/jobset_controller.go):
   under the same subdomain (jobset_types.go lines 500-509). Without a `kubelet`, a
   deleted pod's container exits at once unless `stop_ticks` names its replicated Job:
   it then runs on (the pod terminating, with a deletionTimestamp) for that many ticks,
-  as a chief saving a checkpoint on SIGTERM.
+  as a chief saving a checkpoint on SIGTERM (B5).
 - J6 A resumed JobSet's suspended child Jobs get its replicated Jobs' nodeSelector and
   tolerations merged into their pod templates before they are unsuspended (resumeJob;
   Kueue's K11 changed them while the JobSet was suspended).
@@ -224,7 +226,21 @@ Job controller and kubelet (kubernetes.io/docs/concepts/workloads/controllers/jo
   Suspended condition, and a new startTime on resume (the fake keeps the first one).
 - B5 With a `kubelet` (tests/functional: real processes), a pod's container runs from its
   creation; it ends the pod (Succeeded on exit 0, else Failed with the exit code) when it
-  exits, and a deleted pod's container is stopped first (see `_delete_pod`).
+  exits, and a deleted pod's container is stopped first (see `_delete_pods`). Without
+  one, the controllers delete pods through the fake API server (`delete_pod`): at once,
+  or, under its `graceful_pods`, for their grace period, and kubelet's part is here
+  (`_reap`, `_sigterm`): a terminating pod's container gets SIGTERM when the pod is
+  deleted or first seen terminating (a team's DELETE, an eviction) and exits at once
+  (143) unless `stop_ticks` names its replicated Job or its Job: it then runs on for
+  that many ticks, or, SIGTERM_IGNORED, until the API server's `clock` passes its
+  deadline (SIGKILL, 137: `kill_expired_pods`); the pod then goes (`pod_exited`).
+  Meanwhile it holds its node's GPUs (`_free`).
+- B9 A terminating pod is not active (controller_utils.go IsPodActive). Under
+  podReplacementPolicy TerminatingOrFailed (the default without a podFailurePolicy,
+  kube-apiserver's SetDefaults_Job) the Job controller replaces it at once; under Failed
+  (onlyReplaceFailedPods) it counts it with the active ones (manageJob: wantActive -
+  terminating - active; an Indexed Job's terminating indexes are not pending,
+  indexed_job_utils.go firstPendingIndexes) and replaces it once it ended or is gone.
 
 - B8 A controller creates its pods through the API server like any client, so admission
   sees them: the pod goes through the Priority plugin (`kube_priority`: its priority from
@@ -259,6 +275,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import math
 import re
 import time
 from collections.abc import Callable
@@ -267,7 +284,14 @@ from typing import Any
 import yaml
 
 from fakes.kube_admission import FieldError, aggregate, go_quote, invalid
-from fakes.kube_apiserver import ApiError, generated_suffix, json_copy, selector_matches
+from fakes.kube_apiserver import (
+    ApiError,
+    generated_suffix,
+    json_copy,
+    selector_matches,
+    stamp,
+    stamp_seconds,
+)
 from fakes.kube_enums import enum_errors
 
 JOBSET = "/apis/jobset.x-k8s.io/v1alpha2"
@@ -279,6 +303,8 @@ JOB_INDEX = "batch.kubernetes.io/job-completion-index"
 JOB_NAME = "batch.kubernetes.io/job-name"  # and the legacy `job-name`, on every Job's pod
 RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"  # J1, J5
 ROLE = "jobset.sigs.k8s.io/replicatedjob-name"
+# B5: `stop_ticks` of a container that ignores SIGTERM: it runs until its grace period's SIGKILL
+SIGTERM_IGNORED = math.inf
 # J5: what the garbage collector's foreground deletion puts on a Job until its pods are gone
 # (metav1.FinalizerDeleteDependents)
 FOREGROUND = "foregroundDeletion"
@@ -371,22 +397,10 @@ def _set(
     new = {"type": kind, "status": status, "reason": reason, "message": message}
     same = old and old[0]["status"] == status and "lastTransitionTime" in old[0]
     new["lastTransitionTime"] = (
-        old[0]["lastTransitionTime"] if same else _stamp(time.time() if at is None else at)
+        old[0]["lastTransitionTime"] if same else stamp(time.time() if at is None else at)
     )
     conditions.append(new)
     obj["status"]["conditions"] = conditions
-
-
-def _stamp(seconds: float) -> str:
-    """A metav1.Time (RFC 3339, whole seconds) of a `clock` reading."""
-    return datetime.datetime.fromtimestamp(int(seconds), datetime.UTC).strftime(
-        "%Y-%m-%dT%H:%M:%SZ"
-    )
-
-
-def _seconds(stamp: str) -> float:
-    when = datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ")
-    return when.replace(tzinfo=datetime.UTC).timestamp()
 
 
 def _queue_name(obj: dict) -> str:
@@ -404,8 +418,34 @@ def _phase(pod: dict) -> str:
 
 
 def _gone(obj: dict) -> bool:
-    """Being deleted (a deletionTimestamp, kept by a finalizer)."""
+    """Being deleted (a deletionTimestamp: terminating, or kept by a finalizer)."""
     return bool(obj["metadata"].get("deletionTimestamp"))
+
+
+def _ended(pod: dict) -> bool:
+    return _phase(pod) in ("Succeeded", "Failed")
+
+
+def _active(pod: dict) -> bool:
+    """Not ended, not terminating (kubernetes pkg/controller/controller_utils.go IsPodActive)."""
+    return not _ended(pod) and not _gone(pod)
+
+
+def _terminating(pod: dict) -> bool:
+    """Not ended, with a deletionTimestamp (controller_utils.go IsPodTerminating)."""
+    return not _ended(pod) and _gone(pod)
+
+
+def _replaces_only_failed(job: dict) -> bool:
+    """The Job's podReplacementPolicy is Failed (job_controller.go onlyReplaceFailedPods).
+
+    Unset, kube-apiserver defaults it (pkg/apis/batch/v1/defaults.go SetDefaults_Job):
+    Failed with a podFailurePolicy, else TerminatingOrFailed (a terminating pod is
+    replaced at once: batch/v1 JobSpec "recreate pods when they are terminating").
+    """
+    spec = job["spec"]
+    default = "Failed" if spec.get("podFailurePolicy") else "TerminatingOrFailed"
+    return spec.get("podReplacementPolicy", default) == "Failed"
 
 
 def _unschedulable(pod: dict) -> bool:
@@ -965,10 +1005,12 @@ class BatchControllers:
         self.kubelet: Any | None = None
         self.refused: list[str] = []  # B8: pods admission refused (FailedCreate events)
         self.expect_refusals = False  # a test showing B8 says so; others expect none
-        # J5: ticks a deleted pod's container runs on after SIGTERM, by replicated Job
-        # (none: it exits at once); `_stopping`: each terminating pod's ticks left
-        self.stop_ticks: dict[str, int] = {}
-        self._stopping: dict[str, int] = {}
+        # B5, J5: ticks a deleted pod's container runs on after SIGTERM, by replicated Job
+        # (a JobSet's pods) or Job name (a Job's own; none: it exits at once,
+        # SIGTERM_IGNORED: until the grace period's SIGKILL); `_stopping`: each
+        # terminating pod's ticks left
+        self.stop_ticks: dict[str, float] = {}
+        self._stopping: dict[str, float] = {}
         # the JobSet controller's event cache (client-go tools/events), by isomorphic key
         self._events: dict[tuple, dict] = {}
 
@@ -1184,42 +1226,61 @@ class BatchControllers:
         exited: the Job's replacement waits for that (podReplacementPolicy Failed, the
         default with a podFailurePolicy), and a restarted gang's old pods are all gone
         before any new Job is created, whatever the restartStrategy (J5's Recreate
-        overlap is shown without a kubelet, with `stop_ticks`).
+        overlap is shown without a kubelet, with `stop_ticks`). Without one, each pod is
+        deleted as its controller deletes it (`delete_pod`): gracefully under the API
+        server's `graceful_pods`, and always where its container runs on after SIGTERM
+        (`stop_ticks`), then kubelet signals it (`_sigterm`).
         """
-        if self.kubelet is not None and pods:
-            self.kubelet.stop_pods(pods)
+        if self.kubelet is not None:
+            if pods:
+                self.kubelet.stop_pods(pods)
+            for pod in pods:
+                self.api.delete_object(
+                    f"/api/v1/namespaces/{self.ns}/pods/{pod['metadata']['name']}"
+                )
+            return
         for pod in pods:
-            name = pod["metadata"]["name"]
-            self.api.delete_object(f"/api/v1/namespaces/{self.ns}/pods/{name}")
+            graceful = True if self._stop_ticks(pod) else None  # None: as the server says
+            left = self.api.delete_pod(self.ns, pod["metadata"]["name"], graceful=graceful)
+            if left is not None:
+                self._sigterm(left)
+
+    def _stop_ticks(self, pod: dict) -> float:
+        """B5, J5: the ticks the pod's container runs on after SIGTERM (`stop_ticks`)."""
+        labels = pod["metadata"].get("labels") or {}
+        return self.stop_ticks.get(labels.get(ROLE) or labels.get(JOB_NAME) or "", 0)
+
+    def _sigterm(self, pod: dict) -> None:
+        """Kubelet's SIGTERM to a terminating pod's container, once.
+
+        It exits with 143 (128 + SIGTERM) and the pod goes (`pod_exited`), or it runs on
+        for its `stop_ticks` (`_reap`), at most until its grace period's SIGKILL.
+        """
+        name = pod["metadata"]["name"]
+        if name in self._stopping:
+            return
+        ticks = self._stop_ticks(pod)
+        if ticks:
+            self._stopping[name] = ticks
+        else:
+            self.api.pod_exited(self.ns, name, 143)
 
     def _delete_previous(self, jobs: list[dict]) -> None:
         """J5: delete a previous restart attempt's Jobs, Foreground, once each.
 
-        Their pods are deleted together; one whose replicated Job is in `stop_ticks`
-        stays, terminating (the fake API server deletes pods at once, so the
-        deletionTimestamp is stored directly), and so does its Job, with the
-        `foregroundDeletion` finalizer, until `_reap` removes them.
+        Their pods are deleted together (`_delete_pods`); a Job whose pods are still
+        terminating (their containers running on after SIGTERM: `stop_ticks`) stays, with
+        the `foregroundDeletion` finalizer, until `_reap` removes it.
         """
         jobs = [j for j in jobs if not j["metadata"].get("deletionTimestamp")]
         if not jobs:
             return
         every = self._pods()
-        pods = [p for job in jobs for p in self._owned(job, every)]
-        slow = [
-            p
-            for p in pods
-            if self.kubelet is None and self.stop_ticks.get(p["metadata"]["labels"].get(ROLE), 0)
-        ]
-        self._delete_pods([p for p in pods if p not in slow])
-        now = _stamp(self.clock())
-        for pod in slow:
-            pod["metadata"]["deletionTimestamp"] = now
-            self._put(pod)
-            self._stopping[pod["metadata"]["name"]] = self.stop_ticks[
-                pod["metadata"]["labels"][ROLE]
-            ]
+        self._delete_pods([p for job in jobs for p in self._owned(job, every)])
+        left = self._pods()
+        now = stamp(self.clock())
         for job in jobs:
-            if self._owned(job, slow):
+            if self._owned(job, left):
                 job["metadata"]["deletionTimestamp"] = now
                 job["metadata"]["finalizers"] = [FOREGROUND]
                 self._put(job)
@@ -1229,19 +1290,28 @@ class BatchControllers:
                 )
 
     def _reap(self) -> None:
-        """J5: a terminating pod goes once its container exited (`stop_ticks`).
+        """B5, J5: kubelet's part of this namespace's terminating pods, then the GC's.
 
-        Then a Job deleted Foreground whose pods are all gone goes too (the garbage
-        collector removes its finalizer).
+        A pod past its grace period is killed (the API server's `kill_expired_pods`); one
+        whose container ran on for its `stop_ticks` exits; under `graceful_pods`, a pod
+        someone else deleted (a team's DELETE, an eviction) gets its SIGTERM when first
+        seen (`_sigterm`). Then a Job deleted Foreground whose pods are all gone goes too
+        (the garbage collector removes its finalizer).
         """
-        if not self._stopping:
+        graceful = self.api.graceful_pods and self.kubelet is None
+        if not self._stopping and not graceful:
             return
+        for name in self.api.kill_expired_pods(self.ns):
+            self._stopping.pop(name, None)
         for name, left in list(self._stopping.items()):
             if left > 1:
                 self._stopping[name] = left - 1
                 continue
             del self._stopping[name]
-            self.api.delete_object(f"/api/v1/namespaces/{self.ns}/pods/{name}")
+            self.api.pod_exited(self.ns, name, 143)
+        for pod in self._pods() if graceful else []:
+            if pod["metadata"].get("deletionGracePeriodSeconds") is not None and not _ended(pod):
+                self._sigterm(pod)
         pods = self._pods()
         for job in self._jobs():
             if FOREGROUND in (job["metadata"].get("finalizers") or []) and not self._owned(
@@ -1834,7 +1904,7 @@ class BatchControllers:
     def _since(self, workload: dict, kind: str) -> float:
         """Seconds since the condition's lastTransitionTime, by `clock`."""
         cond = next(c for c in workload["status"]["conditions"] if c["type"] == kind)
-        return self.clock() - _seconds(cond["lastTransitionTime"])
+        return self.clock() - stamp_seconds(cond["lastTransitionTime"])
 
     def _job_workload(self, job: dict) -> dict:
         found = self.workload(job["metadata"]["name"], job["kind"])
@@ -2442,7 +2512,7 @@ class BatchControllers:
         if seen is not None and seen.get("series"):
             return
         now = datetime.datetime.now(datetime.timezone.utc)
-        stamp = now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")  # metav1.MicroTime
+        micro = now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")  # metav1.MicroTime
         if seen is None:
             nanos = int(now.timestamp() * 1e9)
             name = f"{js['metadata']['name']}.{nanos:x}"
@@ -2454,7 +2524,7 @@ class BatchControllers:
                 "apiVersion": "events.k8s.io/v1",
                 "kind": "Event",
                 "metadata": {"name": name, "namespace": self.ns},
-                "eventTime": stamp,
+                "eventTime": micro,
                 "reportingController": "jobset",
                 "reportingInstance": f"jobset-{JOBSET_CONTROLLER_POD}",
                 "action": "Reconciling",
@@ -2464,7 +2534,7 @@ class BatchControllers:
                 "type": kind,
             }
         else:
-            seen = {**seen, "series": {"count": 2, "lastObservedTime": stamp}}
+            seen = {**seen, "series": {"count": 2, "lastObservedTime": micro}}
         path = f"/apis/events.k8s.io/v1/namespaces/{self.ns}/events/{seen['metadata']['name']}"
         self._events[key] = seen
         self.api.put_object(path, seen)
@@ -2479,12 +2549,18 @@ class BatchControllers:
             for job in jobs
             if job not in previous
             for p in self._owned(job, self._pods())
-            if (p.get("status") or {}).get("phase") == "Running"
+            if _phase(p) == "Running" and not _gone(p)
         ]
         return len(pods) >= want
 
     # -- Job controller and kubelet
     def _free(self) -> dict[str, int]:
+        """Each node's GPUs that no pod bound to it holds.
+
+        kube-scheduler counts a pod on its node from its binding until it is deleted or
+        has ended, terminating or not (kubernetes pkg/scheduler/scheduler.go
+        newPodInformer: pods not Succeeded or Failed; eventhandlers.go deletePodFromCache).
+        """
         nodes = self.api.objects("/api/v1/nodes/")
         free = {
             n["metadata"]["name"]: int((n.get("status") or {}).get("allocatable", {}).get(GPU, 0))
@@ -2547,6 +2623,7 @@ class BatchControllers:
             for job in jobs
             if job["spec"].get("suspend") and not (_true(job, "Complete") or _true(job, "Failed"))
             for pod in self._owned(job, self._pods())
+            if not _terminating(pod)
         ]
         self._delete_pods(suspended)
         for job in jobs:
@@ -2562,10 +2639,11 @@ class BatchControllers:
             if self._finish(job, pods):
                 continue
             self._retry(pods)
+            waits = _replaces_only_failed(job)  # B9
             have = {
                 int(p["metadata"]["labels"][JOB_INDEX])
                 for p in pods
-                if (p.get("status") or {}).get("phase") != "Failed"
+                if _active(p) or _phase(p) == "Succeeded" or (waits and _terminating(p))
             }
             for index in range(job["spec"]["completions"]):  # B1
                 if index in have or created >= self.per_tick:
@@ -2591,7 +2669,9 @@ class BatchControllers:
             self._end_job(job, pods, "Failed", "BackoffLimitExceeded", message)
             return 0
         self._retry(pods)
-        active = sum(p not in ("Succeeded", "Failed") for p in phases)
+        active = sum(_active(p) for p in pods)
+        if _replaces_only_failed(job):  # B9: manageJob counts its terminating pods too
+            active += sum(_terminating(p) for p in pods)
         want = job["spec"].get("parallelism", 1)  # manageJob's wantActive
         if completions is not None:
             want = min(want, completions - succeeded)
@@ -2672,7 +2752,7 @@ class BatchControllers:
     def _start_job(self, job: dict) -> None:
         """B7: an unsuspended Job's startTime, written the first time it runs."""
         if (job.get("status") or {}).get("startTime") is None:
-            job.setdefault("status", {})["startTime"] = _stamp(self.clock())
+            job.setdefault("status", {})["startTime"] = stamp(self.clock())
             self._write_status(job)
 
     def _end_job(self, job: dict, pods: list[dict], kind: str, reason: str, message: str) -> None:
@@ -2680,11 +2760,11 @@ class BatchControllers:
         interim = "SuccessCriteriaMet" if kind == "Complete" else "FailureTarget"
         _set(job, interim, "True", reason, message)
         self._write_status(job)
-        self._delete_pods([p for p in pods if _phase(p) not in ("Succeeded", "Failed")])
+        self._delete_pods([p for p in pods if _active(p)])  # deleteActivePods
         _set(job, kind, "True", reason, message)
         if kind == "Complete":  # never before startTime, whatever a test set `clock` to
-            start = _seconds(job["status"]["startTime"])
-            job["status"]["completionTime"] = _stamp(max(self.clock(), start))
+            start = stamp_seconds(job["status"]["startTime"])
+            job["status"]["completionTime"] = stamp(max(self.clock(), start))
         self._write_status(job)
 
     def _create_pod(self, job: dict, index: int | None) -> bool:

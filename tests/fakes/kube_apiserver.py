@@ -17,7 +17,23 @@ Differences from a real API server (on purpose, to stay small and deterministic)
 - deletion is immediate (no grace period), except that an object with `metadata.finalizers`
   stays, with a `deletionTimestamp`, until a patch removes them; deleting a namespace deletes
   everything in it at once; deleting an owner deletes its dependents (by ownerReferences uid)
-  at once unless `propagationPolicy=Orphan`;
+  at once unless `propagationPolicy=Orphan` (a batch/v1 Job's too, whose real default is to
+  orphan them: pkg/registry/batch/job/strategy.go DefaultGarbageCollectionPolicy);
+- pods likewise, unless `graceful_pods` (opt-in: tests/unit/tensorflow/test_kueue_jobs.py's
+  probes of the terminating-pods policy and the last tests of tests/functional/
+  test_fake_eviction.py turn it on). Then a pod's DELETE (one, or each of a collection), an
+  eviction's and a fake controller's (`delete_pod`) are graceful as k8s.io/apiserver
+  registry/rest/delete.go BeforeDelete and registry/generic/registry/store.go Delete make
+  them (`_pod_deletion`): deletionTimestamp = now by `clock` + the grace period
+  (pkg/registry/core/pod/strategy.go CheckGracefulDelete: the request's, else the pod's;
+  0, gone at once, for a pod not bound or ended) and deletionGracePeriodSeconds; a later
+  delete may only shorten it (anything else is answered as it is, without admission); the
+  pod stays, listed, until kubelet's part ends it: `pod_exited` (its containers ended:
+  its terminal status, then kubelet's DELETE with grace 0, status_manager.go syncPod) or
+  `kill_expired_pods` (SIGKILL, exit 137, once `clock` passed its deadline). No kubelet
+  runs here: fakes/batch.py plays it for the pods of its controllers' namespaces. A pod
+  deleted with its owner or namespace still goes at once (the garbage collector's own
+  graceful DELETE is not modelled);
 - server-side apply deep-merges maps and replaces lists; it never reports field-manager
   conflicts and does not remove fields a manager stopped applying; strategic merge patch
   merges the lists of kube_smp.py by their patch tags (others are replaced, as a list
@@ -36,10 +52,11 @@ Differences from a real API server (on purpose, to stay small and deterministic)
   (like the real server); use `put_object` or the `/status` subresource to set it;
 - an eviction (`pods/eviction`) is answered as eviction.go answers it (`_evict`: the
   Eviction admitted, DisruptionTarget, preconditions, one budget checked and decremented),
-  but the pod then goes like a deleted one: at once, `gracePeriodSeconds` ignored (no
-  kubelet ends it); with `disruption_controller` (the default) a budget's status is
-  computed at each eviction as the disruption controller would, its expected count being
-  the selected pods that have not finished (not their controllers' scale);
+  then the pod goes like a deleted one: at once, or, with `graceful_pods`, for the
+  Eviction's deleteOptions' gracePeriodSeconds (else its own); with
+  `disruption_controller` (the default) a budget's status is computed at each eviction as
+  the disruption controller would, its expected count being the selected pods that have
+  not finished (not their controllers' scale);
 - ServiceAccount token Secrets are filled synchronously on create.
 
 `available_deployments = True` stands in for the Deployment controller and kubelet of a
@@ -616,28 +633,81 @@ def _precondition(target: Target, old: dict, new: dict) -> None:
         )
 
 
+def _with_query(query: dict, options: dict) -> dict:
+    """A DELETE's options: the body's DeleteOptions, the query's gracePeriodSeconds."""
+    options = dict(options)
+    if "gracePeriodSeconds" in query and "gracePeriodSeconds" not in options:
+        options["gracePeriodSeconds"] = int(query["gracePeriodSeconds"])
+    return options
+
+
 def _delete_options(target: Target, obj: dict, query: dict, options: dict) -> dict:
     """The DeleteOptions admission sees: the body's, the query's gracePeriodSeconds.
 
     A pod's grace period is then set as the store's BeforeDelete sets it before admission
     (k8s.io/apiserver pkg/registry/generic/registry/store.go Delete: BeforeDelete, then
-    deleteValidation with the same options; kubernetes pkg/registry/core/pod/strategy.go
-    CheckGracefulDelete): the request's, else the pod's terminationGracePeriodSeconds
+    deleteValidation with the same options): `_grace_period`.
+    """
+    options = _with_query(query, options)
+    if target.kind == "Pod" and not (target.sub or ""):
+        options["gracePeriodSeconds"] = _grace_period(obj, options.get("gracePeriodSeconds"))
+    return options
+
+
+def _grace_period(pod: dict, asked: int | None) -> int:
+    """The grace period a delete gives `pod` (kubernetes pkg/registry/core/pod/strategy.go).
+
+    CheckGracefulDelete: the request's, else the pod's terminationGracePeriodSeconds
     (defaulted to 30 on create); 0 for a pod not bound or finished; 1 for a negative one.
     """
+    period = pod["spec"].get("terminationGracePeriodSeconds", 30) if asked is None else asked
+    if not pod["spec"].get("nodeName"):
+        period = 0
+    if (pod.get("status") or {}).get("phase") in ("Failed", "Succeeded"):
+        period = 0
+    return 1 if period < 0 else period
+
+
+# What a delete does to a pod under `graceful_pods` (`_pod_deletion`): remove it now, give
+# it a deadline, bring its deadline nearer, or nothing (already terminating).
+_NOW, _GRACEFUL, _SHORTEN, _PENDING = "now", "graceful", "shorten", "pending"
+
+
+def _pod_deletion(pod: dict, options: dict) -> tuple[str, dict]:
+    """k8s.io/apiserver pkg/registry/rest/delete.go BeforeDelete for a pod: what, and the options.
+
+    A negative gracePeriodSeconds is 1. A pod not yet terminating gets `_grace_period`
+    (CheckGracefulDelete): _GRACEFUL, its deletionTimestamp that far from now. One already
+    terminating with no (or a zero) deletionGracePeriodSeconds goes now (_NOW); with one,
+    only a shorter period asked changes it (_SHORTEN: the deadline moves that much
+    nearer), anything else is _PENDING: nothing changes, and the options are the pod's
+    period. The options returned are those admission sees (store.go Delete runs no
+    deleteValidation for a pending deletion: it answers the pod as it is).
+    """
     options = dict(options)
-    if "gracePeriodSeconds" in query and "gracePeriodSeconds" not in options:
-        options["gracePeriodSeconds"] = int(query["gracePeriodSeconds"])
-    if target.kind == "Pod" and not (target.sub or ""):
-        period = options.get("gracePeriodSeconds")
-        if period is None:
-            period = obj["spec"].get("terminationGracePeriodSeconds", 30)
-        if not obj["spec"].get("nodeName"):
-            period = 0
-        if (obj.get("status") or {}).get("phase") in ("Failed", "Succeeded"):
-            period = 0
-        options["gracePeriodSeconds"] = 1 if period < 0 else period
-    return options
+    asked = options.get("gracePeriodSeconds")
+    if asked is not None and asked < 0:
+        options["gracePeriodSeconds"] = asked = 1
+    meta = pod["metadata"]
+    if meta.get("deletionTimestamp"):
+        current = meta.get("deletionGracePeriodSeconds")
+        if not current:
+            return _NOW, options
+        if asked is not None and asked < current:
+            return _SHORTEN, options
+        return _PENDING, {**options, "gracePeriodSeconds": current}
+    return _GRACEFUL, {**options, "gracePeriodSeconds": _grace_period(pod, asked)}
+
+
+def stamp(seconds: float) -> str:
+    """A metav1.Time as sent: RFC 3339 in UTC, whole seconds, of seconds since the epoch."""
+    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def stamp_seconds(text: str) -> float:
+    """Seconds since the epoch of a metav1.Time written as `stamp` writes it."""
+    parsed = datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    return parsed.timestamp()
 
 
 def _delete_preconditions(target: Target, obj: dict, preconditions: dict) -> None:
@@ -702,12 +772,19 @@ class FakeKubeApiServer:
     HEALTH_PATHS = ("/readyz", "/livez", "/healthz")
 
     def __init__(
-        self, *, tls: bool | ServerCert = False, admin_token: str | None = ADMIN_TOKEN
+        self,
+        *,
+        tls: bool | ServerCert = False,
+        admin_token: str | None = ADMIN_TOKEN,
+        graceful_pods: bool = False,
     ) -> None:
         """`tls`: True for a fresh certificate, or one to share (API servers of one cluster).
 
         `admin_token`: the bearer token of kubeadm's admin.conf user (None: no admin).
+        `graceful_pods`: a deleted or evicted pod terminates for its grace period (see the
+        module's docstring) instead of going at once; also settable afterwards.
         """
+        self.graceful_pods = graceful_pods
         self.tls: ServerCert | None = None
         if isinstance(tls, ServerCert):
             self.tls = tls
@@ -1765,6 +1842,7 @@ class FakeKubeApiServer:
             "creationTimestamp",
             "generation",
             "deletionTimestamp",
+            "deletionGracePeriodSeconds",
         ):
             if key in old["metadata"]:
                 meta[key] = old["metadata"][key]
@@ -1785,8 +1863,13 @@ class FakeKubeApiServer:
         if target.kind == "CustomResourceDefinition":
             self._crds_changed()
         self._roll_out(new)
-        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
-            self._remove(target.key())  # the last finalizer went: deletion completes
+        if (
+            meta.get("deletionTimestamp")
+            and not meta.get("finalizers")
+            and not meta.get("deletionGracePeriodSeconds")
+        ):  # the last finalizer went: deletion completes (store.go ShouldDeleteDuringUpdate:
+            # not while a grace period runs, whose end the kubelet's own delete marks)
+            self._remove(target.key())
         return new
 
     def _update_webhooks(self, target: Target, new: dict, old: dict) -> None:
@@ -1985,8 +2068,13 @@ class FakeKubeApiServer:
         obj = self._existing(target)
         options = self._decode(body, content_type) if body else {}
         _delete_preconditions(target, obj, options.get("preconditions") or {})
-        self._admit_delete(target, obj, options=_delete_options(target, obj, query, options))
         policy = query.get("propagationPolicy") or options.get("propagationPolicy")
+        if self._graceful(target):
+            left = self._delete_pod(
+                target, obj, _with_query(query, options), orphan=policy == "Orphan"
+            )
+            return 200, json_copy(left)
+        self._admit_delete(target, obj, options=_delete_options(target, obj, query, options))
         removed = self._remove(target.key(), orphan=policy == "Orphan")
         if target.kind == "Pod":
             return 200, json_copy(removed)
@@ -2011,6 +2099,11 @@ class FakeKubeApiServer:
                 if given is None:
                     given = self._decode(body, ct) if body else {}
                 try:
+                    if self._graceful(target):
+                        self._delete_pod(
+                            target, stored, _with_query(query, given), orphan=orphan, name=""
+                        )
+                        continue
                     options = _delete_options(target, stored, query, given)
                     self._admit_delete(target, stored, name="", options=options)
                 except ApiError as e:  # the others still go (store.go DeleteCollection)
@@ -2020,6 +2113,146 @@ class FakeKubeApiServer:
         if refused is not None:
             raise refused
         return 200, listing
+
+    # -- graceful deletion of pods (`graceful_pods`) and the kubelet's part of it
+
+    def _graceful(self, target: Target) -> bool:
+        """A delete or eviction of a pod, which `graceful_pods` makes graceful."""
+        return self.graceful_pods and target.kind == "Pod" and target.sub in ("", None, "eviction")
+
+    def _delete_pod(
+        self,
+        target: Target,
+        pod: dict,
+        options: dict,
+        *,
+        orphan: bool = False,
+        admit: bool = True,
+        name: str | None = None,
+    ) -> dict:
+        """store.go Delete of a pod with BeforeDelete (`_pod_deletion`): the pod as answered.
+
+        A pending deletion is answered as it is, admission unasked; otherwise admission
+        sees the options with the period set (`admit`; `name` as `_admit_delete` takes it),
+        then `_terminate` writes it.
+        """
+        step, options = _pod_deletion(pod, options)
+        if step == _PENDING:
+            return pod
+        if admit:
+            self._admit_delete(target, pod, name, options=options)
+        key = target.key(pod["metadata"]["name"], pod["metadata"].get("namespace"))
+        return self._terminate(key, step, options.get("gracePeriodSeconds"), orphan)
+
+    def _terminate(self, key: str, step: str, period: int | None, orphan: bool = False) -> dict:
+        """The store's write for a pod's delete (store.go updateForGracefulDeletionAndFinalizers).
+
+        _NOW removes it (`_remove`: finalizers keep it). Otherwise a new version with its
+        deletionTimestamp (now by `clock` plus the period, or, shortened, the old deadline
+        less the old period plus the new) and deletionGracePeriodSeconds; a first graceful
+        delete also bumps its generation (BeforeDelete). A period of 0 then removes it at
+        once unless finalizers hold it (lastGraceful 0: deleteImmediately).
+        """
+        if step == _NOW or period is None:
+            return self._remove(key, orphan=orphan)
+        pod = json_copy(self._store[key])
+        meta = pod["metadata"]
+        if step == _SHORTEN:
+            deadline = (
+                stamp_seconds(meta["deletionTimestamp"]) - meta["deletionGracePeriodSeconds"]
+            )
+        else:
+            deadline = self.clock()
+            if meta.get("generation", 0) > 0:
+                meta["generation"] += 1
+        meta["deletionTimestamp"] = stamp(deadline + period)
+        meta["deletionGracePeriodSeconds"] = period
+        meta["resourceVersion"] = self._next_rv()
+        self._keep(key, pod)
+        if period == 0 and not meta.get("finalizers"):
+            return self._remove(key, orphan=orphan)
+        return pod
+
+    def delete_pod(
+        self, namespace: str, name: str, *, graceful: bool | None = None
+    ) -> dict | None:
+        """A pod's DELETE as its controller sends it (default options), past RBAC and admission.
+
+        As `delete_object` writes directly, for the tests' controllers (fakes/batch.py).
+        Graceful under `graceful_pods` (or `graceful=True`): the pod terminates for its own
+        grace period, as over HTTP; else it is removed at once, as `delete_object` removes
+        it. Returns the pod while it terminates, None once it is gone.
+        """
+        key = f"/api/v1/namespaces/{namespace}/pods/{name}"
+        with self._lock:
+            pod = self._store.get(key)
+            if pod is None:
+                return None
+            if not (self.graceful_pods if graceful is None else graceful):
+                self._forget(key)
+                return None
+            step, options = _pod_deletion(pod, {})
+            if step != _PENDING:
+                self._terminate(key, step, options.get("gracePeriodSeconds"))
+            left = self._store.get(key)
+            return json_copy(left) if left is not None else None
+
+    def pod_exited(self, namespace: str, name: str, exit_code: int) -> bool:
+        """Kubelet: a terminating pod's containers ended with `exit_code`; it reports, deletes.
+
+        kubernetes pkg/kubelet/status/status_manager.go syncPod: the last status
+        (mergePodStatus: Succeeded for 0, else Failed, the containers terminated with the
+        code, Ready and ContainersReady False where they were True); then, the phase
+        terminal and a deletionTimestamp set (canBeDeleted), the DELETE with
+        gracePeriodSeconds 0 and the pod's uid as precondition: removed, unless finalizers
+        hold it (it goes once they are removed). False when no such pod is terminating.
+        """
+        key = f"/api/v1/namespaces/{namespace}/pods/{name}"
+        with self._lock:
+            pod = self._store.get(key)
+            if pod is None or not pod["metadata"].get("deletionTimestamp"):
+                return False
+            pod = json_copy(pod)
+            status = pod.setdefault("status", {})
+            if status.get("phase") not in ("Succeeded", "Failed"):
+                status["phase"] = "Succeeded" if exit_code == 0 else "Failed"
+                status["containerStatuses"] = [
+                    {"name": c["name"], "ready": False, "restartCount": 0}
+                    | {"state": {"terminated": {"exitCode": exit_code}}}
+                    for c in pod["spec"]["containers"]
+                ]
+                for condition in status.get("conditions") or []:
+                    if condition.get("type") in ("Ready", "ContainersReady"):
+                        condition["status"] = "False"
+                pod["metadata"]["resourceVersion"] = self._next_rv()
+                self._keep(key, pod)
+            step, options = _pod_deletion(pod, {"gracePeriodSeconds": 0})
+            if step != _PENDING:
+                self._terminate(key, step, options.get("gracePeriodSeconds"))
+            return True
+
+    def kill_expired_pods(self, namespace: str | None = None) -> list[str]:
+        """Kubelet's SIGKILL once a terminating pod's grace period is over by `clock`.
+
+        Each pod (of `namespace`, or all) whose deadline a graceful delete set
+        (deletionGracePeriodSeconds) has passed and that has not ended exits 137 (128 +
+        SIGKILL, as container runtimes report it) and goes (`pod_exited`). Returns their
+        names.
+        """
+        prefix = f"/api/v1/namespaces/{namespace}/" if namespace else "/api/v1/namespaces/"
+        with self._lock:
+            now = self.clock()
+            expired = [
+                p["metadata"]
+                for p in self._stored(prefix)
+                if p.get("kind") == "Pod"
+                and p["metadata"].get("deletionGracePeriodSeconds") is not None
+                and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+                and stamp_seconds(p["metadata"]["deletionTimestamp"]) <= now
+            ]
+            for meta in expired:
+                self.pod_exited(meta["namespace"], meta["name"], 137)
+        return [meta["name"] for meta in expired]
 
     def _admit_delete(
         self, target: Target, old: dict, name: str | None = None, options: dict | None = None
@@ -2092,7 +2325,8 @@ class FakeKubeApiServer:
         Its getLatestPod refuses a precondition the stored pod does not meet (a Conflict on
         the GroupResource `Pod`); conditionAppender sets the condition (podutil
         UpdatePodCondition: lastTransitionTime moves only when its status changes). The
-        delete is immediate here (see the module's differences).
+        delete is graceful with `graceful_pods` (the Eviction's deleteOptions' period, else
+        the pod's), else immediate (see the module's differences).
         """
         _check_preconditions("Pod", pod["metadata"], options.get("preconditions") or {})
         updated = json_copy(pod)
@@ -2117,7 +2351,12 @@ class FakeKubeApiServer:
         if updated != pod:
             updated["metadata"]["resourceVersion"] = self._next_rv()
             self._store[target.key()] = updated
-        self._remove(target.key(), orphan=options.get("propagationPolicy") == "Orphan")
+        orphan = options.get("propagationPolicy") == "Orphan"
+        if self._graceful(target):
+            # eviction.go deletes with rest.ValidateAllObjectFunc: no admission of the delete
+            self._delete_pod(target, updated, options, orphan=orphan, admit=False)
+        else:
+            self._remove(target.key(), orphan=orphan)
 
     def _check_and_decrement(self, pod: dict) -> None:
         """The pod's PodDisruptionBudget allows its eviction, which it then counts.

@@ -9,12 +9,19 @@ hold, and a PodDisruptionBudget is read and decremented as the eviction handler 
 Each test sends the Eviction through the real `kubernetes` client's CoreV1Api
 (create_namespaced_pod_eviction) as the cluster admin, so that what refuses it is the
 eviction handler or admission, not RBAC.
+
+With `graceful_pods` (the last tests), a deleted or evicted pod terminates as
+kube-apiserver and kubelet end it: k8s.io/apiserver pkg/registry/rest/delete.go
+BeforeDelete and registry/store.go Delete (a deadline of now + the grace period, only ever
+shortened; a pending deletion answered without admission), kubelet's last status and
+DELETE with grace 0 (pkg/kubelet/status/status_manager.go syncPod), by the server's clock.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import datetime, timezone
 
 import pytest
 import yaml
@@ -333,3 +340,189 @@ def test_a_budget_its_controller_has_not_seen_yet_refuses(
     assert blocked.body["details"]["causes"][0]["message"] == (
         "The disruption budget db is still being processed by the server."
     )
+
+
+# -- graceful_pods: a deleted or evicted pod terminates for its grace period ----------------
+
+T0 = 1_800_000_000  # the fake clock's start (seconds since the epoch)
+PATH = f"/api/v1/namespaces/{NS}/pods"
+
+
+@pytest.fixture
+def clock(api: FakeKubeApiServer) -> list[float]:
+    """`graceful_pods` on, the server's clock at T0 until a test moves it."""
+    now = [float(T0)]
+    api.graceful_pods = True
+    api.clock = lambda: now[0]
+    return now
+
+
+def graceful(api: FakeKubeApiServer, name: str, grace: int = 60, **meta) -> dict:
+    """`pod` with its own terminationGracePeriodSeconds."""
+    pod(api, name, **meta)
+    stored = api.get_object(f"{PATH}/{name}")
+    stored["spec"]["terminationGracePeriodSeconds"] = grace
+    api.put_object(f"{PATH}/{name}", stored)
+    return api.get_object(f"{PATH}/{name}")
+
+
+def at(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, timezone.utc)
+
+
+def test_a_deleted_pod_terminates_for_its_grace_period_until_kubelet_deletes_it(
+    api: FakeKubeApiServer, kube: client.CoreV1Api, clock: list[float]
+):
+    # BeforeDelete (CheckGracefulDelete: the pod's own period): deletionTimestamp = now +
+    # grace, deletionGracePeriodSeconds, generation + 1; the pod is answered and stays
+    before = graceful(api, "db-0")
+    answer = kube.delete_namespaced_pod("db-0", NS)
+    assert (answer.metadata.deletion_timestamp, answer.metadata.deletion_grace_period_seconds) == (
+        at(T0 + 60),
+        60,
+    )
+    kept = api.get_object(f"{PATH}/db-0")
+    assert kept["metadata"]["generation"] == before["metadata"]["generation"] + 1
+    assert kept["status"]["phase"] == "Running"  # kubelet has not stopped it yet
+    assert api.kill_expired_pods(NS) == []
+    # kubelet: the container ended; its last status, then its DELETE with grace 0
+    assert api.pod_exited(NS, "db-0", 143)
+    assert api.get_object(f"{PATH}/db-0") is None
+    assert not api.pod_exited(NS, "db-0", 143)
+
+
+def test_a_second_delete_may_only_shorten_the_grace_period(
+    api: FakeKubeApiServer, kube: client.CoreV1Api, clock: list[float]
+):
+    graceful(api, "db-0")
+    kube.delete_namespaced_pod("db-0", NS, grace_period_seconds=60)
+    first = api.get_object(f"{PATH}/db-0")
+    clock[0] += 20
+    longer = kube.delete_namespaced_pod("db-0", NS, grace_period_seconds=600)
+    assert api.get_object(f"{PATH}/db-0") == first  # pending: nothing written
+    assert longer.metadata.resource_version == first["metadata"]["resourceVersion"]
+    kube.delete_namespaced_pod("db-0", NS)  # no period asked: pending too
+    assert api.get_object(f"{PATH}/db-0") == first
+    shorter = kube.delete_namespaced_pod("db-0", NS, grace_period_seconds=10)
+    # the old deadline less the old period plus the new one, from when it was first set
+    assert (
+        shorter.metadata.deletion_timestamp,
+        shorter.metadata.deletion_grace_period_seconds,
+    ) == (
+        at(T0 + 10),
+        10,
+    )
+    kube.delete_namespaced_pod("db-0", NS, grace_period_seconds=0)
+    assert api.get_object(f"{PATH}/db-0") is None
+
+
+@pytest.mark.parametrize(
+    ("phase", "node"), [("Pending", ""), ("Succeeded", "n1"), ("Failed", "n1")]
+)
+def test_a_pod_not_bound_or_ended_goes_at_once(
+    api: FakeKubeApiServer, kube: client.CoreV1Api, clock: list[float], phase: str, node: str
+):
+    # CheckGracefulDelete: 0 for a pod with no nodeName or a terminal phase
+    stored = graceful(api, "db-0", phase=phase)
+    stored["spec"]["nodeName"] = node
+    if not node:
+        del stored["spec"]["nodeName"]
+    api.put_object(f"{PATH}/db-0", stored)
+    kube.delete_namespaced_pod("db-0", NS)
+    assert api.get_object(f"{PATH}/db-0") is None
+
+
+def test_kubelet_kills_a_pod_whose_grace_period_ran_out_by_the_clock(
+    api: FakeKubeApiServer, kube: client.CoreV1Api, clock: list[float]
+):
+    # a finalizer keeps it after kubelet's DELETE, showing the status kubelet wrote; the
+    # finalizer's removal then deletes it (ShouldDeleteDuringUpdate: its period is now 0)
+    graceful(api, "db-0", grace=30, finalizers=["example.com/hold"])
+    kube.delete_namespaced_pod("db-0", NS)
+    clock[0] += 29
+    assert api.kill_expired_pods() == []
+    held = api.get_object(f"{PATH}/db-0")
+    held["metadata"]["finalizers"] = []  # a grace period still runs: the pod stays
+    api.handle(
+        "PUT",
+        f"{PATH}/db-0",
+        {"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/json"},
+        json.dumps(held).encode(),
+    )
+    assert api.get_object(f"{PATH}/db-0")["metadata"]["deletionGracePeriodSeconds"] == 30
+    api.put_object(
+        f"{PATH}/db-0", {**held, "metadata": {**held["metadata"], "finalizers": ["x/y"]}}
+    )
+    clock[0] += 1
+    assert api.kill_expired_pods() == ["db-0"]
+    killed = api.get_object(f"{PATH}/db-0")
+    assert killed["metadata"]["deletionGracePeriodSeconds"] == 0
+    assert killed["status"]["phase"] == "Failed"
+    assert [s["state"] for s in killed["status"]["containerStatuses"]] == [
+        {"terminated": {"exitCode": 137}}
+    ]
+    assert [(c["type"], c["status"]) for c in killed["status"]["conditions"]] == [
+        ("Ready", "False")
+    ]
+    assert api.kill_expired_pods() == []  # ended: nothing left to kill
+    killed["metadata"]["finalizers"] = []
+    api.handle(
+        "PUT",
+        f"{PATH}/db-0",
+        {"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/json"},
+        json.dumps(killed).encode(),
+    )
+    assert api.get_object(f"{PATH}/db-0") is None
+
+
+def test_a_pending_delete_is_answered_without_admission(
+    api: FakeKubeApiServer, kube: client.CoreV1Api, clock: list[float]
+):
+    # store.go Delete: a pending graceful deletion returns before any deleteValidation; a
+    # shortening one is admitted with its new period
+    graceful(api, "db-0", grace=600)
+    core = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["DELETE"]}
+    _policy(
+        api,
+        "short-deletes",
+        [{**core, "resources": ["pods"]}],
+        "request.options.gracePeriodSeconds <= 100",
+    )
+    with pytest.raises(ApiException) as refused:
+        kube.delete_namespaced_pod("db-0", NS)  # its own 600 s
+    assert refused.value.status == 403
+    kube.delete_namespaced_pod("db-0", NS, grace_period_seconds=100)
+    kube.delete_namespaced_pod("db-0", NS, grace_period_seconds=500)  # pending: not admitted
+    kube.delete_namespaced_pod("db-0", NS, grace_period_seconds=50)  # shorter: admitted
+    assert api.get_object(f"{PATH}/db-0")["metadata"]["deletionGracePeriodSeconds"] == 50
+
+
+def test_an_evicted_pod_terminates_with_its_disruption_target(
+    api: FakeKubeApiServer, kube: client.CoreV1Api, clock: list[float]
+):
+    # eviction.go deletes with the Eviction's deleteOptions (here 20 s, the pod's 60 else)
+    graceful(api, "db-0")
+    graceful(api, "db-1")
+    evict(kube, "db-0", eviction("db-0", gracePeriodSeconds=20))
+    evict(kube, "db-1")
+    for name, grace in (("db-0", 20), ("db-1", 60)):
+        left = api.get_object(f"{PATH}/{name}")
+        assert left["metadata"]["deletionTimestamp"] == at(T0 + grace).strftime(
+            "%Y-%m-%dT%H:%M:%SZ"
+        )
+        assert [c["type"] for c in left["status"]["conditions"]] == ["Ready", "DisruptionTarget"]
+    clock[0] += 20
+    assert api.kill_expired_pods(NS) == ["db-0"]
+    assert api.get_object(f"{PATH}/db-0") is None
+
+
+def test_a_collection_delete_is_graceful_for_each_pod(
+    api: FakeKubeApiServer, kube: client.CoreV1Api, clock: list[float]
+):
+    graceful(api, "db-0", grace=5)
+    graceful(api, "db-1", grace=50)
+    kube.delete_collection_namespaced_pod(NS, label_selector="app=db")
+    assert [p["metadata"]["deletionGracePeriodSeconds"] for p in api.objects(f"{PATH}/")] == [
+        5,
+        50,
+    ]

@@ -3,14 +3,18 @@
 failure_policy.go ruleIsApplicable: a rule with no onJobFailureReasons applies to every
 failed Job (the old fake never matched it, so such a FailJobSet rule restarted the gang).
 J5: its restartStrategy (the old fake always waited for the whole old gang, so the
-charm's BlockingRecreate could have gone back to Recreate unnoticed).
+charm's BlockingRecreate could have gone back to Recreate unnoticed). B9: the Job
+controller's podReplacementPolicy, on pods that end gracefully.
 """
 
 from __future__ import annotations
 
 import manifests
 import params
+import pytest
 from conftest import CLAIM, JOBSETS, NS, add_nodes, jobset, node
+
+from fakes.batch import SIGTERM_IGNORED, BatchControllers
 
 CTX = manifests.Context(
     namespace=NS,
@@ -129,3 +133,59 @@ def test_the_charms_jobset_would_overlap_its_gangs_under_recreate(api, controlle
     assert not _overlaps(_restart(api, controller, None))
     assert _overlaps(_restart(api, controller, "Recreate", job="re"))
     assert _overlaps(_restart(api, controller, "", job="dflt"))
+
+
+# -- B9: podReplacementPolicy of an Indexed Job (kubernetes pkg/controller/job) ------------
+
+
+@pytest.mark.parametrize(
+    ("policy", "replaced"), [({}, True), ({"podFailurePolicy": {"rules": []}}, False)]
+)
+def test_an_indexed_jobs_terminating_pod_is_replaced_as_its_policy_says(
+    api, policy: dict, replaced: bool
+):
+    """TerminatingOrFailed (the default) replaces a terminating index at once, Failed not.
+
+    Failed is the default with a podFailurePolicy (SetDefaults_Job); its index is not
+    pending while the old pod terminates (firstPendingIndexes), only once it is gone. In
+    a namespace of no team (no Pod Security level, no Kueue).
+    """
+    add_nodes(api, node("cpu-0"))
+    api.put_object(f"/api/v1/namespaces/{PLAIN}", {})
+    controller = BatchControllers(api, PLAIN)
+    controller.managed = False
+    api.graceful_pods = True
+    controller.stop_ticks = {"ix": SIGTERM_IGNORED}
+    spec = {"containers": [{"name": "c", "image": "busybox"}], "restartPolicy": "Never"}
+    job = {
+        "metadata": {"name": "ix"},
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": 2,
+            "parallelism": 2,
+            **policy,
+            "template": {"metadata": {"labels": {"app": "ix"}}, "spec": spec},
+        },
+    }
+    api.put_object(f"/apis/batch/v1/namespaces/{PLAIN}/jobs/ix", job)
+    controller.tick()
+    [first] = _index(api, "0")
+    assert api.delete_pod(PLAIN, first["metadata"]["name"]) is not None
+    controller.tick()
+    assert len(_index(api, "0")) == (2 if replaced else 1)
+    assert len(_index(api, "1")) == 1  # the other index untouched
+    assert api.pod_exited(PLAIN, first["metadata"]["name"], 137)
+    controller.tick()
+    [pod] = _index(api, "0")
+    assert pod["metadata"]["name"] != first["metadata"]["name"]
+
+
+PLAIN = "plain"
+
+
+def _index(api, index: str) -> list[dict]:
+    return [
+        p
+        for p in api.objects(f"/api/v1/namespaces/{PLAIN}/pods/")
+        if p["metadata"]["labels"].get("batch.kubernetes.io/job-completion-index") == index
+    ]

@@ -10,15 +10,17 @@ its queue waits for its quota, and the charm's own Jobs name the queue and run.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import replace
 
 import pytest
 import yaml
+from charm_modules import load
 from conftest import NS, TOKEN, add_nodes, control_plane_reads, jobset, node, run_action
 from literals import NAMESPACED_RULES, cluster_rules
 
 from fakes.addons import join_team, put_gpu_flavors
-from fakes.batch import KUEUE_CONFIG_MAP, BatchControllers
+from fakes.batch import KUEUE_CONFIG_MAP, SIGTERM_IGNORED, BatchControllers
 from fakes.kube_grants import consumer_grant, store_grant
 
 JOBS = f"/apis/batch/v1/namespaces/{NS}/jobs"
@@ -37,11 +39,13 @@ def _team_creates_job(
     pods: int = 1,
     spec: dict | None = None,
     annotations: dict | None = None,
+    pod: dict | None = None,
 ) -> dict:
     """A plain batch Job, POSTed with the team's own token (its kube-api grant).
 
     `pods` > 1: an Indexed Job of that many pods at once; `gpus` per pod, tolerating the
-    GPU nodes' taint as the charm's pods do; `spec`: more of the Job's spec.
+    GPU nodes' taint as the charm's pods do; `spec`: more of the Job's spec, `pod`: of its
+    pods' spec.
     """
     many = {"completionMode": "Indexed", "completions": pods, "parallelism": pods}
     job = {
@@ -52,7 +56,10 @@ def _team_creates_job(
             **(many if pods > 1 else {}),
             "podReplacementPolicy": "Failed",  # gpu-k8s-consumer-terminating-pods-bounded
             **(spec or {}),
-            "template": {"metadata": {"labels": {"app": name}}, "spec": _pod_spec(gpus, cpu)},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {**_pod_spec(gpus, cpu), **(pod or {})},
+            },
         },
     }
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
@@ -484,14 +491,14 @@ def _deployment(name: str, gpus: int, replicas: int, labels: dict | None = None)
     }
 
 
-def _training_queue(api) -> dict[str, str]:
+def _training_queue(api, namespace: str = NS) -> dict[str, str]:
     """The team's LocalQueue `training` in its ClusterQueue (as the charm's queues.py makes it).
 
     Returns the labels naming it.
     """
-    local_queue = {"spec": {"clusterQueue": f"team-{NS}"}}
+    local_queue = {"spec": {"clusterQueue": f"team-{namespace}"}}
     api.put_object(
-        f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{NS}/localqueues/training", local_queue
+        f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{namespace}/localqueues/training", local_queue
     )
     return {"kueue.x-k8s.io/queue-name": "training"}
 
@@ -1112,3 +1119,185 @@ def test_a_consumer_may_not_evict_its_pod_with_a_long_grace_period(api):
     }
     status, body = _post(api, "/api/v1/namespaces/miner/pods/p/eviction", eviction, "miner-token")
     _refused_by_terminating(status, body, "deleted or evicted with a grace period")
+
+
+# -- the harm CONSUMER_TERMINATING bounds, on a fake that ends pods gracefully -------------
+
+OTHER = "other"
+OTHER_TOKEN = "other-sa-token"
+_HOUR = 3600
+_CAP = load("kubernetes-control-plane", "admission_policies").GRACE_CAP_SECONDS
+_WORKLOADS = "/apis/kueue.x-k8s.io/v1beta2/namespaces/{}/workloads/"
+
+
+def _two_gpu_teams(api, controller) -> tuple[BatchControllers, list[float]]:
+    """Two teams of a 1-GPU quota on one node of 2 GPUs; pods end gracefully; fake time.
+
+    The other team is a second kube-api consumer with the same grant, its LocalQueue in
+    its ClusterQueue. Both clocks (the API server's deadlines, Kueue's conditions) start
+    now (the teams' tokens are valid for 48 hours from it) and move only by `_round`.
+    """
+    api.graceful_pods = True
+    now = [float(int(time.time()))]
+    api.clock = controller.clock = lambda: now[0]
+    add_nodes(api, node("gpu-0", 2), node("cpu-0"))
+    grant = consumer_grant(OTHER, OTHER, NAMESPACED_RULES, cluster_rules(OTHER))
+    store_grant(api, grant, OTHER_TOKEN)
+    other = BatchControllers(api, OTHER)
+    other.clock = controller.clock
+    join_team(api, NS, {"gpu-quota": "1"})
+    join_team(api, OTHER, {"gpu-quota": "1"})
+    return other, now
+
+
+def _round(now: list[float], step: int, *controllers: BatchControllers) -> None:
+    """`step` fake seconds pass, then every controller (and kubelet) acts once."""
+    now[0] += step
+    for each in controllers:
+        each.tick()
+
+
+def _gpus_held(api, namespace: str) -> int:
+    """GPUs the namespace's pods hold on nodes: every bound pod not ended, terminating or not.
+
+    kube-scheduler counts a pod on its node until it is deleted or has ended (pkg/scheduler
+    scheduler.go newPodInformer: non-terminal pods; eventhandlers.go deletePodFromCache).
+    """
+    return sum(
+        int(c["resources"].get("limits", {}).get("nvidia.com/gpu", 0))
+        for p in api.objects(f"/api/v1/namespaces/{namespace}/pods/")
+        if p["spec"].get("nodeName") and p["status"].get("phase") not in ("Succeeded", "Failed")
+        for c in p["spec"]["containers"]
+    )
+
+
+def _gpus_admitted(api, namespace: str, job: str | None = None) -> int:
+    """GPUs Kueue reserved for the namespace's Workloads (or `job`'s): their resourceUsage."""
+    return sum(
+        int(assigned["resourceUsage"].get("nvidia.com/gpu", 0))
+        for w in api.objects(_WORKLOADS.format(namespace))
+        if job in (None, w["metadata"]["ownerReferences"][0]["name"])
+        for assigned in ((w.get("status") or {}).get("admission") or {}).get("podSetAssignments")
+        or []
+    )
+
+
+def _running(api, namespace: str, job: str) -> list[dict]:
+    """The job's pods bound to a node and not terminating."""
+    return [
+        p
+        for p in api.objects(f"/api/v1/namespaces/{namespace}/pods/")
+        if p["metadata"]["labels"].get("batch.kubernetes.io/job-name") == job
+        and p["spec"].get("nodeName")
+        and not p["metadata"].get("deletionTimestamp")
+    ]
+
+
+def _delete_own_pod(api, job: str) -> dict:
+    """The team deletes its job's pod with its own token, a plain DELETE (its grace period)."""
+    [pod] = _running(api, NS, job)
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    path = f"/api/v1/namespaces/{NS}/pods/{pod['metadata']['name']}"
+    status, _, raw, *_ = api.handle("DELETE", path, headers, b"")
+    assert status == 200, raw
+    assert json.loads(raw)["metadata"]["deletionGracePeriodSeconds"] > 0  # terminating
+    return pod
+
+
+def _wait_for_gpu(api, now, step: int, controllers, job: str) -> float:
+    """Rounds until the other team's `job` runs: the seconds it waited once Kueue admitted it.
+
+    Meanwhile both GPUs of the node are held, one of them by the team's terminating pod.
+    """
+    admitted_at = None
+    for _ in range(2 * _HOUR // step):
+        if admitted_at is None and _gpus_admitted(api, OTHER, job):
+            admitted_at = now[0]
+        if _running(api, OTHER, job):
+            assert admitted_at is not None
+            return now[0] - admitted_at
+        if admitted_at is not None:
+            assert _gpus_held(api, NS) + _gpus_held(api, OTHER) == 2
+        _round(now, step, *controllers)
+    raise AssertionError(f"{job} never ran: {api.objects(f'/api/v1/namespaces/{OTHER}/pods/')}")
+
+
+def test_without_the_policy_a_pod_ignoring_sigterm_held_a_second_gpu_its_whole_grace(
+    api, controller
+):
+    """Issue 29: the harm the terminating-pods policy bounds, on pods that end gracefully.
+
+    A Job as gpu-k8s-consumer-terminating-pods-bounded refuses it (an hour's grace,
+    podReplacementPolicy TerminatingOrFailed), seeded as one written before the policy;
+    its pod ignores SIGTERM. The team deletes its own pod (its grant holds pods delete; a
+    plain delete asks the pod's own grace period, which the policy lets through). The Job
+    controller makes a replacement at once (TerminatingOrFailed), which the scheduler puts
+    on the node's second GPU while the old pod keeps the first for its whole grace period:
+    2 GPUs on a 1-GPU admission. The other team, whose quota Kueue counts free and
+    admits, waits the hour for a GPU.
+    """
+    other, now = _two_gpu_teams(api, controller)
+    step = 300
+    spec = {**_pod_spec(1), "terminationGracePeriodSeconds": _HOUR}
+    linger = _job("linger", spec, podReplacementPolicy="TerminatingOrFailed", suspend=True)
+    linger["metadata"]["labels"] = _training_queue(api)
+    api.put_object(f"{JOBS}/linger", linger)
+    controller.stop_ticks = {"linger": SIGTERM_IGNORED}
+    _round(now, step, controller, other)
+    assert (_gpus_held(api, NS), _gpus_admitted(api, NS)) == (1, 1)
+    old = _delete_own_pod(api, "linger")
+    _round(now, step, controller, other)
+    assert (_gpus_held(api, NS), _gpus_admitted(api, NS)) == (2, 1)
+    labels = _training_queue(api, OTHER)
+    _team_creates_job(api, "waits", labels, namespace=OTHER, token=OTHER_TOKEN, gpus=1)
+    waited = _wait_for_gpu(api, now, step, (controller, other), "waits")
+    assert _HOUR - 2 * step <= waited <= _HOUR
+    assert api.get_object(f"/api/v1/namespaces/{NS}/pods/{old['metadata']['name']}") is None
+    assert (_gpus_held(api, NS), _gpus_admitted(api, NS)) == (1, 1)
+
+
+def test_under_the_policy_a_team_holds_what_kueue_admitted_and_others_wait_at_most_the_cap(
+    api, controller
+):
+    """Issue 29: with the policy, the team cannot make the overlap; what passes bounds it.
+
+    With its own token the hour's grace and TerminatingOrFailed are refused (403 naming
+    the policy). With what passes (a grace period of GRACE_CAP_SECONDS, podReplacementPolicy
+    Failed) and a pod ignoring SIGTERM, its own delete leaves the Job without a
+    replacement until the old pod is gone: never more GPUs held than Kueue admitted. When
+    Kueue stops the job (its maximum execution time, K9) it frees the quota at once (the
+    Job has no active pod: kueue jobframework reconciler "The job is no longer active")
+    while the pod terminates: the other team's job, admitted on it, waits for the GPU at
+    most GRACE_CAP_SECONDS by the fake clock.
+    """
+    other, now = _two_gpu_teams(api, controller)
+    step = 30
+    queue = _training_queue(api)
+    grace = {"terminationGracePeriodSeconds": _HOUR}
+    for spec, pod in (({"podReplacementPolicy": "TerminatingOrFailed"}, {}), ({}, grace)):
+        job = _job("linger", {**_pod_spec(1), **pod}, **{"podReplacementPolicy": "Failed", **spec})
+        job["metadata"]["labels"] = queue
+        status, body = _post(api, JOBS, job, TOKEN)
+        _refused_by_terminating(status, body, "at most 120 s" if pod else "Failed")
+    controller.stop_ticks = {"brief": SIGTERM_IGNORED}
+    deadline = {**queue, "kueue.x-k8s.io/max-exec-time-seconds": str(_HOUR // 4)}
+    capped = {"terminationGracePeriodSeconds": _CAP}
+    _team_creates_job(api, "brief", deadline, gpus=1, pod=capped)
+    _round(now, step, controller, other)
+    old = _delete_own_pod(api, "brief")
+    deleted_at = now[0]
+    while not _running(api, NS, "brief"):
+        assert _gpus_held(api, NS) <= _gpus_admitted(api, NS) == 1
+        _round(now, step, controller, other)
+        assert now[0] - deleted_at <= _CAP + step
+    assert now[0] - deleted_at >= _CAP  # the replacement waited for the old pod to go
+    assert api.get_object(f"/api/v1/namespaces/{NS}/pods/{old['metadata']['name']}") is None
+    # the other team fills its quota and queues a job that borrows the team's, once free
+    labels = _training_queue(api, OTHER)
+    _team_creates_job(api, "first", labels, namespace=OTHER, token=OTHER_TOKEN, gpus=1)
+    _round(now, step, controller, other)
+    assert _running(api, OTHER, "first")
+    _team_creates_job(api, "second", labels, namespace=OTHER, token=OTHER_TOKEN, gpus=1)
+    waited = _wait_for_gpu(api, now, step, (controller, other), "second")
+    assert 0 < waited <= _CAP
+    assert _gpus_held(api, NS) == _gpus_admitted(api, NS) == 0
