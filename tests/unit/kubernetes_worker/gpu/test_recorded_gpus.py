@@ -242,3 +242,15 @@ def test_the_repair_reads_the_cuda_process_a_real_driver_lists(tmp_path):
     machine.on("nvidia-smi", lambda argv, _input: recorded)
     # the capture's PyTorch process, pid 653, held the GPU (health/capture.json)
     assert gpu_repair._compute_processes(machine.host()) == ["process 653"]
+
+
+def test_a_healthy_h200s_recovery_action_and_fabric_health_raise_no_finding():
+    # `--query-gpu=<health fields> --format=csv` with its header, recorded 2026-11-28
+    lines = (H200 / "health" / "health-fields.csv").read_text().splitlines()
+    fields = tuple(f.strip() for f in lines[0].split(","))
+    gpus, lost = gpu_watcher.parse_smi("\n".join(lines[1:]), fields)
+    assert lost == set()
+    (row,) = gpus.values()
+    assert (row["gpu_recovery_action"], row["fabric.health.summary"]) == ("None", "N/A")
+    assert gpu_watcher.reports_recovery_action(row["gpu_recovery_action"])
+    assert gpu_watcher.smi_findings(row) == []
