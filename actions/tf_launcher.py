@@ -840,8 +840,16 @@ class _Stop:
             )
         if not self.forwarded:
             waits = self.gang is not None and self.gang.waits_for_chief()
-            hold = waits and not self.gang.chief_exited()  # type: ignore[union-attr]
+            exited = waits and self.gang.chief_exited()  # type: ignore[union-attr]
+            hold = waits and not exited
             if not hold or now >= self.deadline - min(1.0, self.grace / 8):
+                if waits:
+                    self._say(
+                        "the chief's task exited: SIGTERM forwarded"
+                        if exited
+                        else "the chief's task still runs as the grace period ends: "
+                        "SIGTERM forwarded"
+                    )
                 self._signal(signal.SIGTERM)
                 self.forwarded = True
         if not self.killed and now >= self.deadline:

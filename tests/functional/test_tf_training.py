@@ -1040,4 +1040,7 @@ def test_a_ps_tutorial_program_whose_whole_gang_is_preempted_is_stopped_uncounte
     # replace its pods itself (rule 0), uncounted too
     assert _jobset_action("ps", codes, drained=set()) == "RestartJobSetAndIgnoreMaxRestarts"
     assert _jobset_action("ps", codes, drained=set(codes)) == "none"
+    for task in (("ps", 0), ("worker", 0)):  # their own SIGTERM held until the chief exited
+        log = job.logs[task].read_text(errors="replace")
+        assert "the chief's task exited: SIGTERM forwarded" in log, job.output()
     _ps_tutorial_resumes(job, program, every)

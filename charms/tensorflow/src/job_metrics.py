@@ -22,7 +22,13 @@ the application's training pods (one request, by label selector) at every reconc
 (update-status included) and publishes one static target per running pod: a new pod is
 scraped from the next hook on, a gone pod's target is dropped then. Its labels name the
 pod (`namespace`, `pod`, `node`, `training_job`, `role`): `job` is Prometheus' own (the
-scrape job's name).
+scrape job's name). Each target's `up` carries those labels too, so the training dashboard
+lists jobs that print no progress: the receiver's embedded scrape loop sets every target
+label on its report samples (prometheus/prometheus scrape/scrape.go
+mutateReportSampleLabels) and the receiver keeps them as the sample's attributes
+(opentelemetry-collector-contrib v0.130.0, the snap's build:
+receiver/prometheusreceiver/internal/transaction.go Append, metricfamily.go
+populateAttributes).
 
 The pods accept METRICS_PORT only from this node's addresses (network_policies.metrics).
 """

@@ -389,16 +389,37 @@ class TrainRequest(ActionParams):
         Either the two are the same job once filled in (the defaults gave what the other
         gives) or the users asked the same (the nodes that sized the defaults changed since:
         a node joined, the only GPU node is cordoned). A job stored before the fields the
-        charm fills in were recorded (from b0237a3, and before it, when cpu and memory
-        defaulted to 1 and 4Gi) takes each of those fields `other` leaves empty as asked
-        empty too: nothing says what its user gave.
+        charm fills in were recorded takes each of those fields `other` leaves empty as
+        asked empty too, where its revision could have filled it in (`_earlier_filled`):
+        nothing says whether its user gave that value.
         """
         if self.model_dump(exclude=set(ACTION_ONLY)) == other.model_dump(exclude=set(ACTION_ONLY)):
             return True
         ours, theirs = self._asked(), other._asked()
         if self._defaulted is None:
-            ours |= {name: "" for name in RESOURCE_FIELDS if not theirs[name]}
+            ours |= {
+                name: ""
+                for name in RESOURCE_FIELDS
+                if not theirs[name] and self._earlier_filled(name, ours[name])
+            }
         return ours == theirs
+
+    def _earlier_filled(self, name: str, value: str) -> bool:
+        """Whether a revision that recorded no ANNOTATION_DEFAULTED could fill in `value`.
+
+        Before b0237a3, `cpu` and `memory` defaulted to CPU_DEFAULT and MEMORY_DEFAULT (the
+        model's own defaults since 1bad3e1; the chief's and ps's fields stayed empty). From
+        b0237a3 to 2f0cf87, placement.with_gpu_defaults filled in a GPU job's: the worker's
+        share written as "<n>m" and "<n>Mi", and under strategy=ps the chief's and the ps's
+        CPU_DEFAULT and MEMORY_DEFAULT. Any other value was the user's.
+        """
+        kind = "cpu" if name.endswith("cpu") else "memory"
+        default = CPU_DEFAULT if kind == "cpu" else MEMORY_DEFAULT
+        if name == kind:
+            share = r"[0-9]+m" if kind == "cpu" else r"[0-9]+Mi"
+            gpu_share = self.gpus_per_worker > 0 and re.fullmatch(share, value) is not None
+            return value == default or gpu_share
+        return self.gpus_per_worker > 0 and self.strategy == "ps" and value == default
 
     def annotations(self) -> dict[str, str]:
         """The job as its JobSet's (and its scale record's) annotations keep it.

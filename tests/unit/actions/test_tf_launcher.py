@@ -688,6 +688,44 @@ def test_a_drained_ps_serves_until_the_chief_saved(tmp_path):
     )
 
 
+def test_a_preempted_ps_gang_s_ps_and_worker_serve_until_the_chief_saved(tmp_path):
+    """Kueue's preemption deletes every pod at once: the ps and the worker hold SIGTERM too.
+
+    Their own SIGTERM comes with the chief's, and they forward it only once the chief's task
+    has exited (rereview31 finding 1: forwarding at once would pass every other test).
+    """
+    tasks = [
+        Task(tmp_path, "ps", "ps", 0),
+        Task(tmp_path, "ps", "worker", 0),
+        Task(tmp_path, "ps", "chief", 0, "--save-seconds", "0.5"),
+    ]
+    ps, worker, chief = (task.ready() for task in tasks)
+    for task in (chief, ps, worker):
+        task.proc.send_signal(signal.SIGTERM)
+    assert [task.wait() for task in (chief, ps, worker)] == [143, 143, 143], ps.stderr()
+    [saved] = chief.times("saved")
+    assert ps.times("sigterm")[0] > saved and worker.times("sigterm")[0] > saved
+    for task in (ps, worker):
+        assert "the chief's task exited: SIGTERM forwarded" in task.stderr()
+
+
+def test_a_held_ps_is_stopped_before_the_grace_period_ends_when_the_chief_does_not_exit(
+    tmp_path,
+):
+    """A chief that ignores SIGTERM is killed at its deadline; the ps does not wait for it."""
+    ps = Task(tmp_path, "ps", "ps", 0).ready()
+    chief = Task(tmp_path, "ps", "chief", 0, "--on-term", "ignore").ready()
+    sent = time.monotonic()
+    for task in (chief, ps):
+        task.proc.send_signal(signal.SIGTERM)
+    assert ps.wait() == 143, ps.stderr()
+    assert time.monotonic() - sent < 2.0  # before kubelet's SIGKILL at the grace period (2 s)
+    assert chief.wait() == 143
+    assert "the chief's task still runs as the grace period ends: SIGTERM forwarded" in (
+        ps.stderr()
+    )
+
+
 def test_a_failed_task_waits_the_fault_window_for_a_stop_mark_and_no_longer(tmp_path, capfd):
     """A peer's stop mark that shows up while the failed task waits makes it a stop."""
     marks = tmp_path / "gang"

@@ -1049,9 +1049,15 @@ def test_the_training_dashboard_filters_list_jobs_that_print_no_progress(tmp_pat
     """Team, Job and Node list every scraped training pod, progress lines or not (review31).
 
     A program that prints no `GPU_K8S_PROGRESS` line has no `gpu_k8s_training_step`, but
-    every target has `up`, with the target's labels (prometheus/prometheus
-    scrape/scrape.go, mutateReportSampleLabels: the report samples get every target
-    label; the collector's prometheus receiver runs that scrape loop, job_metrics.py).
+    every target has `up`, with the target's labels. The scrape runs in the COS overlay's
+    collector (opentelemetry-collector-contrib v0.130.0, the snap's build, job_metrics.py):
+    its prometheus receiver embeds Prometheus' scrape loop, whose report samples (`up`
+    among them) get every target label (prometheus/prometheus scrape/scrape.go
+    mutateReportSampleLabels, alike in every 2.x and 3.x version read). The receiver keeps
+    them (receiver/prometheusreceiver/internal/transaction.go Append: `up` is appended as
+    any sample, its job and instance making the resource; metricfamily.go
+    populateAttributes: every other label becomes an attribute; metadata.go
+    internalMetricMetadata: `up` is a gauge).
     Each variable's selector, the variables before it set to one value or to All
     (allValue), is evaluated against a quiet job's `up`, a job with progress, another
     team's job and a target of another charm.

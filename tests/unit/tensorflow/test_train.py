@@ -497,10 +497,15 @@ _GPU_DEFAULTS_UNRECORDED = {
 }  # fmt: skip
 
 
-def _train_then_record(ctx, state, api, annotations: dict, *, keep: bool = False) -> None:
+_GPU = {"gpus-per-worker": 1}
+
+
+def _train_then_record(
+    ctx, state, api, annotations: dict, *, keep: bool = False, params: dict = _GPU
+) -> None:
     """Train on node-a, give its JobSet `annotations` (beside its own: `keep`); a node joins."""
     add_nodes(api, node("node-a", 4))
-    run_action(ctx, state, "train", job="mnist", workers=2, **{"gpus-per-worker": 1})
+    run_action(ctx, state, "train", job="mnist", workers=2, **params)
     js = jobset(api, "mnist")
     js["metadata"]["annotations"] = {
         **(js["metadata"]["annotations"] if keep else {}), **annotations
@@ -532,6 +537,67 @@ def test_a_job_stored_by_an_earlier_revision_is_the_same_job_and_keeps_its_size(
     assert "gpu-k8s.io/defaulted" not in annotations  # still not known
     again, _ = _train_again_with_wait(ctx, state, workers=3)
     assert again["created"] == "false"
+
+
+_PS = {"strategy": "ps", "ps": 1, **_GPU}
+# b0237a3 on, strategy=ps with GPU workers: the chief's and the ps's cpu and memory were
+# filled in with CPU_DEFAULT and MEMORY_DEFAULT beside the workers' share
+_PS_UNRECORDED = {
+    **_GPU_DEFAULTS_UNRECORDED, "strategy": "ps", "ps": 1, "chief_cpu": "1",
+    "chief_memory": "4Gi", "ps_cpu": "1", "ps_memory": "4Gi",
+}  # fmt: skip
+_CPU_ONLY_BEFORE = {**_BEFORE_GPU_DEFAULTS, "gpus_per_worker": 0}  # the defaults 1 and 4Gi
+_CPU_ONLY_UNRECORDED = {**_GPU_DEFAULTS_UNRECORDED, "gpus_per_worker": 0, "cpu": "", "memory": ""}
+
+
+@pytest.mark.parametrize(
+    "stored,params,same",
+    [
+        pytest.param(_CPU_ONLY_BEFORE, {}, True, id="cpu-only-before-defaults"),
+        pytest.param(_PS_UNRECORDED, _PS, True, id="ps-unrecorded-defaults"),
+        # what the user gave, where no earlier revision filled anything in: compared exactly
+        pytest.param({**_CPU_ONLY_BEFORE, "cpu": "2"}, {}, False, id="cpu-only-before-cpu"),
+        pytest.param(
+            {**_CPU_ONLY_BEFORE, "memory": "8Gi"}, {}, False, id="cpu-only-before-memory"
+        ),
+        pytest.param(
+            {**_CPU_ONLY_UNRECORDED, "cpu": "2"}, {}, False, id="cpu-only-unrecorded-cpu"
+        ),
+        pytest.param({**_BEFORE_GPU_DEFAULTS, "cpu": "2"}, _GPU, False, id="gpu-before-cpu"),
+        # b0237a3 wrote a GPU worker's share as millicores and Mi: "2" and "16Gi" were given
+        pytest.param(
+            {**_GPU_DEFAULTS_UNRECORDED, "cpu": "2"}, _GPU, False, id="gpu-unrecorded-cpu"
+        ),
+        pytest.param(
+            {**_GPU_DEFAULTS_UNRECORDED, "memory": "16Gi"}, _GPU, False, id="gpu-unrecorded-memory"
+        ),
+        pytest.param(
+            {**_PS_UNRECORDED, "chief_cpu": "2"}, _PS, False, id="ps-unrecorded-chief-cpu"
+        ),
+        pytest.param(
+            {**_PS_UNRECORDED, "ps_memory": "8Gi"}, _PS, False, id="ps-unrecorded-ps-memory"
+        ),
+    ],
+)
+def test_an_earlier_revision_s_record_ignores_only_what_that_revision_could_fill_in(
+    ctx, state, api, stored, params, same
+):
+    """A value no earlier revision wrote for an empty field was the user's (review31 finding 2).
+
+    Before b0237a3 an empty cpu/memory was stored as 1/4Gi; from b0237a3 a GPU job's as its
+    worker's share of the GPU node, and under strategy=ps its chief's and ps's as 1/4Gi.
+    Anything else (a CPU-only job's 2) was given: `train` again leaving it empty is another job.
+    """
+    _train_then_record(ctx, state, api, {"gpu-k8s.io/request": json.dumps(stored)}, params=params)
+    before = job_objects(api)
+
+    if same:
+        again, _ = run_action(ctx, state, "train", job="mnist", workers=2, wait=True, **params)
+        assert again["created"] == "false"
+    else:
+        with pytest.raises(testing.ActionFailed, match="already exists with other parameters"):
+            run_action(ctx, state, "train", job="mnist", workers=2, **params)
+    assert job_objects(api) == before
 
 
 def test_the_values_the_charm_filled_in_are_kept_through_a_scale(ctx, state, api):
