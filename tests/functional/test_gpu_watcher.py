@@ -789,6 +789,28 @@ def test_a_fault_recorded_while_the_gate_ran_stays_quarantined_after_readmission
     assert machine.node()["spec"]["unschedulable"] is True
 
 
+def test_a_stronger_fault_raised_while_the_gate_ran_stays_quarantined_after_readmission(machine):
+    """rereview32 finding 3: XID 154 asked for a reset before the gate, XID 79 during it.
+
+    The held record took the reboot but kept its first `since`, so readmission proved
+    it by the gate that started after it and cleared the reboot: the fault was lost.
+    """
+    start(machine)
+    machine.kernel(xid_line("154", gpu=1))  # reset-gpu, before the gate
+    until(lambda: machine.state()["quarantined"].get(GPUS[1][1], {}).get("applied"))
+    gate_started = time.time()
+    time.sleep(0.05)
+    machine.kernel(xid_line("79", gpu=1))  # during the gate: fallen off the bus, reboot
+    until(lambda: machine.state()["quarantined"][GPUS[1][1]]["action"] == "reboot")
+    cleared, cordoned = readmit(machine, now=now_iso(), gate_started=gate_started)
+    assert cleared == []
+    assert cordoned is not None and f"GPU 1 ({GPUS[1][1]})" in cordoned
+    held = machine.state()["quarantined"][GPUS[1][1]]
+    assert (held["reason"], held["action"]) == ("Xid79", "reboot")
+    until(lambda: (machine.condition() or {}).get("reason") == "Xid79")
+    assert machine.node()["spec"]["unschedulable"] is True
+
+
 # -- the NVLink fabric's health summary (issue 32 review gap 9) ------------------------------
 
 

@@ -1167,7 +1167,9 @@ class Watcher:
 
         A GPU quarantined already keeps its record unless this fault asks for a stronger
         repair (XID 154 naming a reboot after an XID 48 asked for a reset): then the
-        record takes this fault's reason and repair, and the condition says so.
+        record takes this fault's reason and repair, and the condition says so; its
+        `raised_at` says when, since readmission clears only what a gate that started
+        after it proved (gpu_health.readmit).
         """
         # the repair and its gate start the application faults' count again
         self.app_xids.pop(gpu["uuid"], None)
@@ -1179,9 +1181,9 @@ class Watcher:
         message = f"GPU {gpu['index']} ({gpu['uuid']}): {meaning}; repair: {action}"
         record = {"index": gpu["index"], "uuid": gpu["uuid"], "reason": reason}
         record |= {"message": message, "action": action, "applied": False}
-        if held:
+        if held:  # raised: its first fault's times stay, and when it was raised is kept
             kept = ("at", "since", "fault_at", "quarantined_at")
-            record |= {k: held[k] for k in kept if k in held}
+            record |= {k: held[k] for k in kept if k in held} | {"raised_at": at}
         else:
             record |= {"at": now_iso(at), "since": at, "fault_at": self.fault_at or at}
             self._count("quarantines", gpu["uuid"], reason)
