@@ -1043,3 +1043,48 @@ def test_faults_of_two_teams_mig_slices_on_one_gpu_quarantine_it(machine):
     assert (
         condition is not None and "from pods of namespaces team-a, team-b" in condition["message"]
     )
+
+
+def test_an_unattributed_fault_among_one_teams_counts_against_the_gpu(machine):
+    """rereview32 finding 2: a fault no pod can be blamed for is evidence against the GPU.
+
+    It was left out, and the team's two faults held the escalation back.
+    """
+    other_team_gpu_pod(machine)
+    gpu0 = machine.api.get_object(f"/api/v1/namespaces/team-a/pods/gpu0-job-{OWN}")
+    assert gpu0 is not None
+    machine.release(gpu0)  # its process still names the pod; nobody holds GPU 0
+    start(machine, escalation="3/10m")
+    crashes(machine, 4242, "gpu0-job", at=60)
+    crashes(machine, 4243, "gpu0-job", at=120)
+    machine.kernel(xid_line("13", gpu=0), usec=180 * SECOND)  # names no process
+    until(machine.quarantined)
+    condition = machine.condition()
+    assert condition is not None and condition["reason"] == "XidRepeated"
+    assert not one_team_events(machine)
+
+
+def test_a_burst_naming_no_process_first_is_decided_once_it_names_one(machine):
+    """A later line of the burst names the process: the burst is decided once it is read.
+
+    (The XID 43 that usually does has no recorded line here: an XID 13 naming it stands in.)
+
+    Decided at its first line, the third fault was unattributed (nobody holds GPU 0) and
+    quarantined the node for team-a's own job.
+    """
+    other_team_gpu_pod(machine)
+    gpu0 = machine.api.get_object(f"/api/v1/namespaces/team-a/pods/gpu0-job-{OWN}")
+    assert gpu0 is not None
+    machine.release(gpu0)
+    start(machine, escalation="3/10m", burst_wait=1.0)
+    crashes(machine, 4242, "gpu0-job", at=60)
+    crashes(machine, 4243, "gpu0-job", at=120)
+    ran = program(machine, 4244, "gpu0-job")
+    machine.kernel(xid_line("13", gpu=0), usec=180 * SECOND)
+    until(machine.handled)  # read alone (the driver's next line comes a moment later)
+    time.sleep(0.2)
+    machine.kernel(xid_line("13", gpu=0, pid=4244), usec=180 * SECOND + 900)
+    until(lambda: one_team_events(machine))
+    shutil.rmtree(ran)
+    assert machine.condition() is None
+    assert machine.state()["quarantined"] == {}

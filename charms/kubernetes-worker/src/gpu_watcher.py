@@ -1099,14 +1099,13 @@ class Watcher:
         that each may have (a shared GPU, no process named) are all suspects. None too
         when a quarantine would evict no running GPU pod of a namespace that may be
         innocent (other namespaces' DaemonSets such as the device plugin and the DCGM
-        exporter run on every node, so only GPU holders count). An unattributed fault
-        is left out here.
+        exporter run on every node, so only GPU holders count). None as well when any
+        fault of the window is unattributed: no pod held the GPU or its instance, which
+        is evidence against the GPU (rereview32 finding 2).
         """
-        named = [f.namespaces - {UNATTRIBUTED} for f in faults]
-        named = [n for n in named if n]
-        if not named:
+        if not faults or any(UNATTRIBUTED in f.namespaces or not f.namespaces for f in faults):
             return set()
-        suspects = set.intersection(*named)
+        suspects = set.intersection(*(f.namespaces for f in faults))
         innocent = holders - suspects if len(suspects) == 1 else holders
         return suspects if suspects and innocent else set()
 
