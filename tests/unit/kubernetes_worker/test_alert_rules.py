@@ -665,6 +665,17 @@ def test_an_escalation_held_back_for_one_team_warns_within_the_hour(tmp_path):
     held = {"gpu": "0", "uuid": "GPU-0b11", "node": "gpu-0", "namespace": "team-a"}
     old = {**held, "gpu": "1", "uuid": "GPU-7f3e"}
     series = "gpu_k8s_gpu_xid_repeated_one_team_total"
+
+    def fires(at: str, *alerts: dict[str, str]) -> dict:
+        expected = [
+            {
+                "exp_labels": {"severity": "warning", **labels},
+                "exp_annotations": _rendered("GpuXidRepeatedOneTeam", labels),
+            }
+            for labels in alerts
+        ]
+        return {"eval_time": at, "alertname": "GpuXidRepeatedOneTeam", "exp_alerts": expected}
+
     tests = {
         "rule_files": [str(RULES)],
         "evaluation_interval": "1m",
@@ -678,39 +689,11 @@ def test_an_escalation_held_back_for_one_team_warns_within_the_hour(tmp_path):
                     {"series": _watcher_series(series, **old), "values": "1x30"},
                 ],
                 "alert_rule_test": [
-                    {
-                        "eval_time": "20m",
-                        "alertname": "GpuXidRepeatedOneTeam",
-                        "exp_alerts": [
-                            {
-                                "exp_labels": {"severity": "warning", **old},
-                                "exp_annotations": _rendered("GpuXidRepeatedOneTeam", old),
-                            }
-                        ],
-                    },
-                    {
-                        "eval_time": "40m",
-                        "alertname": "GpuXidRepeatedOneTeam",
-                        "exp_alerts": [
-                            {
-                                "exp_labels": {"severity": "warning", **labels},
-                                "exp_annotations": _rendered("GpuXidRepeatedOneTeam", labels),
-                            }
-                            for labels in (held, old)
-                        ],
-                    },
-                    {"eval_time": "2h", "alertname": "GpuXidRepeatedOneTeam", "exp_alerts": []},
-                    {
-                        "eval_time": "2h40m",
-                        "alertname": "GpuXidRepeatedOneTeam",
-                        "exp_alerts": [
-                            {
-                                "exp_labels": {"severity": "warning", **held},
-                                "exp_annotations": _rendered("GpuXidRepeatedOneTeam", held),
-                            }
-                        ],
-                    },
-                    {"eval_time": "4h", "alertname": "GpuXidRepeatedOneTeam", "exp_alerts": []},
+                    fires("20m", old),
+                    fires("40m", held, old),
+                    fires("2h"),
+                    fires("2h40m", held),
+                    fires("4h"),
                 ],
             }
         ],
