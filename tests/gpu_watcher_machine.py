@@ -114,6 +114,27 @@ def smi_list(mig: dict[int, list[str]] | None = None) -> str:
     return "\n".join(out) + "\n"
 
 
+def smi_query(mig: dict[int, list[str]] | None = None) -> str:
+    """`nvidia-smi -q -x`, cut to what the watcher reads: each GPU's MIG devices' IDs.
+
+    MIG device <n> of a GPU (`smi_list`'s `Device <n>`) is GPU instance 2 + n, compute
+    instance 0: the fixture's MIG XID lines name `GPU-I:02` and `GPU-CI:00`, so device 0.
+    The form as gpustack's and ceems' parsers quote it (gpu_watcher.mig_instances).
+    """
+    out = ['<?xml version="1.0" ?>', "<nvidia_smi_log>"]
+    for index, uuid, bus in GPUS:
+        devices = (mig or {}).get(int(index), [])
+        out.append(f'<gpu id="{bus}"><mig_devices>')
+        out += [
+            f"<mig_device><index>{n}</index><gpu_instance_id>{2 + n}</gpu_instance_id>"
+            "<compute_instance_id>0</compute_instance_id></mig_device>"
+            for n in range(len(devices))
+        ]
+        out.append("None" if not devices else "")
+        out.append(f"</mig_devices><uuid>{uuid}</uuid></gpu>")
+    return "\n".join(out + ["</nvidia_smi_log>"]) + "\n"
+
+
 def xid_line(xid_fixture: str, gpu: int, pid: int | None = None, *, mig: bool = False) -> str:
     """A fixture line with the fake machine's PCI address of `gpu` (and a pid, if asked).
 
@@ -235,6 +256,15 @@ class Machine:
 
     def smi_list(self, text: str) -> None:
         (self.root / "smi-L.out").write_text(text)
+
+    def smi_query(self, xml: str) -> None:
+        """What `nvidia-smi -q -x` prints (`smi_query`)."""
+        (self.root / "smi-q.out").write_text(xml)
+
+    def mig(self, devices: dict[int, list[str]]) -> None:
+        """A MIG layout: `nvidia-smi -L` and `-q -x` list `devices` (per GPU index)."""
+        self.smi_list(smi_list(devices))
+        self.smi_query(smi_query(devices))
 
     def node(self, name: str = OWN) -> dict:
         node = self.api.get_object(f"/api/v1/nodes/{name}")
@@ -365,6 +395,7 @@ def gpu_machine(root: Path) -> Iterator[Machine]:
             "#!/bin/sh\n"
             f"echo x >> {root}/smi.calls\n"  # each run, for the pause test
             f'if [ "$1" = "-L" ]; then cat {root}/smi-L.out; exit 0; fi\n'
+            f'if [ "$1" = "-q" ]; then cat {root}/smi-q.out; exit 0; fi\n'
             # a field this driver's nvidia-smi does not know fails the whole query
             'q="${1#--query-gpu=}"\n'
             # a GPU that fell off the bus can make each query hang (`smi_hang`)
@@ -379,6 +410,7 @@ def gpu_machine(root: Path) -> Iterator[Machine]:
         smi.chmod(0o755)
         box.smi(smi_rows())
         box.smi_list(smi_list())
+        box.smi_query(smi_query())
         try:
             yield box
         finally:
@@ -430,15 +462,17 @@ def start(
     unit: str | None = None,
     hook_retry: float = 0.05,
     app_wait: float = 0.3,
+    burst_wait: float = 0.3,
 ) -> None:
     """Start the watcher as systemd does (gpu_health.unit_text), every path injected.
 
     `unit`: the Juju unit it wakes with juju-exec (`fake_juju_exec` on its PATH);
-    `app_wait`: `--app-xid-wait`, shortened from its 15 s.
+    `app_wait`: `--app-xid-wait`, shortened from its 15 s; `burst_wait`: `--burst-wait`,
+    from its 5 s (the test's lines of a burst are appended within milliseconds).
     """
     box.started_with = {"escalation": escalation, "interval": interval, "tick": tick}
     box.started_with |= {"metrics": metrics, "unit": unit, "hook_retry": hook_retry}
-    box.started_with |= {"app_wait": app_wait}
+    box.started_with |= {"app_wait": app_wait, "burst_wait": burst_wait}
     r = box.root
     argv = [sys.executable, str(SRC / "gpu_watcher.py"), "--node", OWN]
     argv += ["--api", str(r / "api.json"), "--catalog", str(SRC / "xid_catalog.json")]
@@ -447,6 +481,7 @@ def start(
     argv += ["--boot-id", str(r / "boot_id"), "--state", str(box.state_path)]
     argv += ["--interval", str(interval), "--tick", str(tick), "--escalation", escalation]
     argv += ["--pause", str(box.pause_path), "--app-xid-wait", str(app_wait)]
+    argv += ["--burst-wait", str(burst_wait)]
     if metrics:
         box.metrics_port = box.metrics_port or free_port()
         argv += ["--metrics-port", str(box.metrics_port)]

@@ -789,6 +789,28 @@ def test_a_fault_recorded_while_the_gate_ran_stays_quarantined_after_readmission
     assert machine.node()["spec"]["unschedulable"] is True
 
 
+def test_a_stronger_fault_raised_while_the_gate_ran_stays_quarantined_after_readmission(machine):
+    """rereview32 finding 3: XID 154 asked for a reset before the gate, XID 79 during it.
+
+    The held record took the reboot but kept its first `since`, so readmission proved
+    it by the gate that started after it and cleared the reboot: the fault was lost.
+    """
+    start(machine)
+    machine.kernel(xid_line("154", gpu=1))  # reset-gpu, before the gate
+    until(lambda: machine.state()["quarantined"].get(GPUS[1][1], {}).get("applied"))
+    gate_started = time.time()
+    time.sleep(0.05)
+    machine.kernel(xid_line("79", gpu=1))  # during the gate: fallen off the bus, reboot
+    until(lambda: machine.state()["quarantined"][GPUS[1][1]]["action"] == "reboot")
+    cleared, cordoned = readmit(machine, now=now_iso(), gate_started=gate_started)
+    assert cleared == []
+    assert cordoned is not None and f"GPU 1 ({GPUS[1][1]})" in cordoned
+    held = machine.state()["quarantined"][GPUS[1][1]]
+    assert (held["reason"], held["action"]) == ("Xid79", "reboot")
+    until(lambda: (machine.condition() or {}).get("reason") == "Xid79")
+    assert machine.node()["spec"]["unschedulable"] is True
+
+
 # -- the NVLink fabric's health summary (issue 32 review gap 9) ------------------------------
 
 
@@ -950,3 +972,119 @@ def test_faults_no_pod_can_be_blamed_for_quarantine_the_gpu(machine):
     condition = machine.condition()
     assert condition is not None and condition["reason"] == "XidRepeated"
     assert "unattributed" in condition["message"]
+
+
+# -- one team's faults on a GPU it shares by MIG or time-slicing (rereview32 finding 1) -------
+
+SLICES = ["MIG-0d1e3a44-7c4c-5c1b-9f6a-1b2c3d4e5f60", "MIG-1d1e3a44-7c4c-5c1b-9f6a-1b2c3d4e5f61"]
+
+
+def share_gpu0(machine: Machine, layout: str) -> None:
+    """team-a's gpu0-job and team-b's other-job share GPU 0: MIG slices 0 and 1, or replicas.
+
+    MIG device 0 is GPU instance 2 (gpu_watcher_machine.smi_query), the instance the
+    fixture's MIG XID 13 line names.
+    """
+    gpu0 = machine.api.get_object(f"/api/v1/namespaces/team-a/pods/gpu0-job-{OWN}")
+    assert gpu0 is not None
+    machine.release(gpu0)
+    other = machine.pod("other-job", namespace=TEAM_B)
+    if layout == "mig":
+        machine.mig({0: SLICES})
+        machine.checkpoint(allocation(gpu0, "nvidia.com/mig-1g.5gb", SLICES[0]))
+        machine.checkpoint(allocation(other, "nvidia.com/mig-1g.5gb", SLICES[1]))
+    else:  # time-slicing: the device plugin's replicas of one GPU (NewAnnotatedID)
+        machine.checkpoint(allocation(gpu0, "nvidia.com/gpu", GPUS[0][1] + "::0"))
+        machine.checkpoint(allocation(other, "nvidia.com/gpu", GPUS[0][1] + "::1"))
+
+
+@pytest.mark.parametrize("layout", ["mig", "time-sliced"])
+def test_one_teams_faults_on_a_shared_gpu_leave_the_team_sharing_it_alone(machine, layout):
+    """team-a's program faults 3 times on its share of GPU 0; each process exited unread.
+
+    The pid then maps to no pod, and the fault fell back to every pod holding any device of
+    the GPU: "from pods of namespaces team-a, team-b", the node cordoned, team-b's pod
+    evicted. On MIG the line names the instance (GPU-I/GPU-CI), whose device only team-a
+    holds; with time-slicing nothing tells the two teams apart, and a fault either may
+    have caused is no proof of two teams.
+    """
+    share_gpu0(machine, layout)
+    start(machine, escalation="3/10m", metrics=True)
+    for n in range(3):  # each names its process, which exited before it was read
+        line = xid_line("13", gpu=0, pid=7000 + n, mig=layout == "mig")
+        machine.kernel(line, usec=(60 + 60 * n) * SECOND)
+    until(lambda: one_team_events(machine) and machine.handled())
+    time.sleep(0.5)  # several passes of the loop, past --burst-wait
+    assert machine.condition() is None
+    assert not machine.node().get("spec", {}).get("unschedulable")
+    assert machine.state()["quarantined"] == {}
+    assert machine.api.get_object(f"/api/v1/namespaces/{TEAM_B}/pods/other-job-{OWN}")
+    (event,) = one_team_events(machine)
+    team = "team-a" if layout == "mig" else "team-a,team-b"
+    assert event["namespace"] == team
+    if layout == "mig":
+        assert "all from pods of namespace team-a, while pods of team-b" in event["meaning"]
+    else:
+        assert "each from a pod of namespace team-a or team-b sharing the GPU" in event["meaning"]
+    page = samples(machine.metrics())
+    assert page[series("gpu_k8s_gpu_xid_repeated_one_team_total", GPUS[0][1], namespace=team)]
+
+
+def test_faults_of_two_teams_mig_slices_on_one_gpu_quarantine_it(machine):
+    """MIG attribution still tells two teams apart: the GPU fails under both."""
+    share_gpu0(machine, "mig")
+    machine.mig({0: SLICES})
+    start(machine, escalation="3/10m")
+    for n, gi in enumerate(("02", "03", "02")):  # slices 0, 1, 0: team-a, team-b, team-a
+        line = xid_line("13", gpu=0, pid=7000 + n, mig=True).replace("GPU-I:02", f"GPU-I:{gi}")
+        machine.kernel(line, usec=(60 + 60 * n) * SECOND)
+    until(machine.quarantined)
+    condition = machine.condition()
+    assert (
+        condition is not None and "from pods of namespaces team-a, team-b" in condition["message"]
+    )
+
+
+def test_an_unattributed_fault_among_one_teams_counts_against_the_gpu(machine):
+    """rereview32 finding 2: a fault no pod can be blamed for is evidence against the GPU.
+
+    It was left out, and the team's two faults held the escalation back.
+    """
+    other_team_gpu_pod(machine)
+    gpu0 = machine.api.get_object(f"/api/v1/namespaces/team-a/pods/gpu0-job-{OWN}")
+    assert gpu0 is not None
+    machine.release(gpu0)  # its process still names the pod; nobody holds GPU 0
+    start(machine, escalation="3/10m")
+    crashes(machine, 4242, "gpu0-job", at=60)
+    crashes(machine, 4243, "gpu0-job", at=120)
+    machine.kernel(xid_line("13", gpu=0), usec=180 * SECOND)  # names no process
+    until(machine.quarantined)
+    condition = machine.condition()
+    assert condition is not None and condition["reason"] == "XidRepeated"
+    assert not one_team_events(machine)
+
+
+def test_a_burst_naming_no_process_first_is_decided_once_it_names_one(machine):
+    """A later line of the burst names the process: the burst is decided once it is read.
+
+    (The XID 43 that usually does has no recorded line here: an XID 13 naming it stands in.)
+
+    Decided at its first line, the third fault was unattributed (nobody holds GPU 0) and
+    quarantined the node for team-a's own job.
+    """
+    other_team_gpu_pod(machine)
+    gpu0 = machine.api.get_object(f"/api/v1/namespaces/team-a/pods/gpu0-job-{OWN}")
+    assert gpu0 is not None
+    machine.release(gpu0)
+    start(machine, escalation="3/10m", burst_wait=1.0)
+    crashes(machine, 4242, "gpu0-job", at=60)
+    crashes(machine, 4243, "gpu0-job", at=120)
+    ran = program(machine, 4244, "gpu0-job")
+    machine.kernel(xid_line("13", gpu=0), usec=180 * SECOND)
+    until(machine.handled)  # read alone (the driver's next line comes a moment later)
+    time.sleep(0.2)
+    machine.kernel(xid_line("13", gpu=0, pid=4244), usec=180 * SECOND + 900)
+    until(lambda: one_team_events(machine))
+    shutil.rmtree(ran)
+    assert machine.condition() is None
+    assert machine.state()["quarantined"] == {}

@@ -314,6 +314,17 @@ def _since(q: dict) -> float:
         return 0.0
 
 
+def _raised(q: dict) -> float:
+    """When the watcher last raised a quarantine: recorded, or a stronger fault (`raised_at`).
+
+    A gate proves only what was raised before it started.
+    """
+    try:
+        return max(_since(q), float(q.get("raised_at", 0)))
+    except (TypeError, ValueError):
+        return _since(q)
+
+
 def _edit(host: Host, change: Callable[[dict], None]) -> dict:
     """Change the state file with the watcher stopped, then start it again.
 
@@ -417,7 +428,8 @@ def readmit(
 
     Only what the gate proved is cleared: the GPUs quarantined before it started
     (`gate_started`, Unix time; None: every one). A fault the watcher recorded during or
-    after the gate (an XID on another GPU during the NCCL run) stays quarantined, its
+    after the gate (an XID on another GPU during the NCCL run, or a stronger one on a GPU
+    held before it: `raised_at`) stays quarantined, its
     record marked unapplied so that the restarted watcher writes its condition and cordon
     again; the node then stays cordoned and the reason is returned. Its kernel record is
     handled already: cleared here, it would never be seen again.
@@ -444,7 +456,7 @@ def readmit(
 
     def change(state: dict) -> None:  # read with the watcher stopped (`_edit`)
         for q in sorted((state.get("quarantined") or {}).values(), key=_since):
-            proved = gate_started is None or _since(q) < gate_started
+            proved = gate_started is None or _raised(q) < gate_started
             (cleared if proved else kept).append(q)
         state["quarantined"] = {q["uuid"]: q | {"applied": False} for q in kept}
         events = list(state.get("events") or [])

@@ -114,18 +114,23 @@ same pid), since the driver writes several lines for one fault. A quarantine's N
 taint evicts every team's pods from the node, so one team's program that keeps crashing
 must not buy it (issue 32 review, gap 4: a hostile or buggy tenant draining a node other
 teams share). Each fault counted is attributed to namespaces: the pod of the process the
-line names (its cgroup), else the pods the kubelet's checkpoint shows holding that GPU
-(several with time-slicing), else none (`unattributed`); a later line of the burst that
-names the process (the XID 43 after a pid-less XID 13) replaces the GPU's holders. The
-escalation quarantines when the window's faults came from pods of two namespaces or more,
-from none (the GPU is the likely cause), or when no running pod of another namespace holds
-a GPU of this node (only GPU holders count: other namespaces' DaemonSets, the device
-plugin and the DCGM exporter, run on every node). Otherwise (one namespace's pods faulted
-while another's hold GPUs here) it records the event `XidRepeatedOneTeam` (with the
-`namespace`), counts it and restarts only that job, as each application XID does; once
-the other teams' GPU pods are gone, the next fault escalates. Without the API the fault is
-unattributed and the escalation quarantines, as before. On a time-sliced GPU a fault
-naming no process counts for every team sharing it.
+line names (its cgroup), else, for a line the driver attributes to a MIG instance, the
+pods holding that instance's MIG device (`mig_instances`: `nvidia-smi -q -x` gives each
+MIG device's GI and CI), else the pods the kubelet's checkpoint shows holding that GPU
+(several with time-slicing or MIG: the fault is ambiguous, any of them may be the
+cause), else none (`unattributed`); a later line of the burst that blames better (the
+XID 43 naming the process after a pid-less XID 13) replaces them, and a fault whose
+first line names no process is decided only `--burst-wait` (APP_BURST_S) later. The
+escalation quarantines when no one namespace can have caused every fault of the window
+(two teams or more: the GPU fails whatever runs on it), when none is named (the GPU is
+the likely cause), or when the quarantine would evict no running GPU pod of a namespace
+that may be innocent (only GPU holders count: other namespaces' DaemonSets, the device
+plugin and the DCGM exporter, run on every node). Otherwise (one namespace, or the
+namespaces sharing the GPU, may have caused every fault while others hold GPUs here) it
+records the event `XidRepeatedOneTeam` (its `namespace`: that one, or the suspects
+joined by `,`), counts it and restarts only that job, as each application XID does; once
+the other teams' GPU pods are gone, the next fault escalates. Without the API the fault
+is unattributed and the escalation quarantines, as before.
 
 XID 154 (GPU_RECOVERY_ACTION_CHANGED) has no action of its own in the catalog (bucket
 XID_154): it names the recovery action the driver now asks for the GPU (`... changed from
@@ -140,7 +145,9 @@ agent (Prometheus text format 0.0.4; `metrics()` names each):
   and each nvidia-smi finding (xid "" there), `class` the catalog's action for it;
 - `gpu_k8s_gpu_quarantines_total{node,gpu,uuid,reason}` and `gpu_k8s_gpu_quarantined`;
 - `gpu_k8s_gpu_xid_repeated_one_team_total{node,gpu,uuid,namespace}`: escalations held
-  back because the faults all came from that namespace's pods (`XidRepeatedOneTeam`);
+  back because the faults all came from that namespace's pods, or from a GPU that
+  namespaces share with no process named (then `namespace` joins them with `,`)
+  (`XidRepeatedOneTeam`);
 - `gpu_k8s_gpu_repairs_total{node,gpu,uuid,method,result}`: the repair attempts the charm
   counted in the state file (`repair_counts`, gpu_health.py: never truncated, unlike its
   `repairs` history); zero for every known GPU, method and result until then, so
@@ -174,6 +181,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable
+from xml.etree import ElementTree
 
 # the driver's line; the PCI part is domain:bus:device (NVSentinel csv_test.go, the catalog),
 # followed by the MIG instance the driver attributes the XID to, where it can: `GPU-I:<gi>`
@@ -238,12 +246,16 @@ WINDOW_UNITS = {"s": 1, "m": 60, "h": 3600}
 TERMINAL_PHASES = ("Succeeded", "Failed")
 UNATTRIBUTED = "unattributed"  # an application fault no pod can be blamed for
 # How an application fault was attributed: by its process's pod, by the pods holding its GPU
-BY_PROCESS, BY_GPU = "process", "gpu"
+# or by the pods holding the MIG device of the instance the line names
+BY_PROCESS, BY_GPU, BY_INSTANCE = "process", "gpu", "instance"
 # XID 154's text: "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)"
 RECOVERY_ACTION = re.compile(r"\bto\s+0x(?P<code>[0-9a-fA-F]+)(?:\s*\((?P<name>[^)]*)\))?")
-# `nvidia-smi -L` (MIG user guide, mig.py): a GPU line, then its MIG devices
+# `nvidia-smi -L` (MIG user guide, mig.py): a GPU line, then its MIG devices, each with its
+# index on that GPU (`MIG 1g.5gb      Device  0: (UUID: MIG-...)`)
 SMI_GPU = re.compile(r"^GPU\s+\d+:.*\(UUID:\s*(?P<uuid>GPU-[^)\s]+)\)")
-SMI_MIG = re.compile(r"^\s+MIG\s.*\(UUID:\s*(?P<uuid>MIG-[^)\s]+)\)")
+SMI_MIG = re.compile(
+    r"^\s+MIG\s.*?(?:Device\s+(?P<index>\d+):\s*)?\(UUID:\s*(?P<uuid>MIG-[^)\s]+)\)"
+)
 KERNEL_CLOCK_SKEW = 300.0  # a kernel timestamp further than this from now is not trusted
 REPAIR_METHODS = ("reset", "reboot")  # gpu-auto-repair's methods: zero series for each
 REPAIR_RESULTS = ("ok", "failed", "refused")  # refused: gpu_repair.REFUSED
@@ -362,17 +374,19 @@ class AppFault:
         self.at, self.namespaces, self.by = at, namespaces, by
 
     def merge(self, line: AppFault) -> bool:
-        """A later line of the same burst: a process it names outranks the GPU's holders.
+        """A later line of the same burst: it may blame better (process, instance, GPU).
+
+        A process it names outranks the holders of the MIG instance it names, which
+        outrank the GPU's holders.
 
         Whether whom the fault is blamed on changed.
         """
         before = (set(self.namespaces), self.by)
-        if line.by == BY_PROCESS and self.by != BY_PROCESS:
-            self.namespaces, self.by = set(line.namespaces), BY_PROCESS
+        rank = ("", BY_GPU, BY_INSTANCE, BY_PROCESS).index
+        if rank(line.by) > rank(self.by):
+            self.namespaces, self.by = set(line.namespaces), line.by
         elif line.by and line.by == self.by:
             self.namespaces |= line.namespaces
-        elif line.by and not self.by:
-            self.namespaces, self.by = set(line.namespaces), line.by
         return (self.namespaces, self.by) != before
 
 
@@ -406,6 +420,37 @@ def parse_xid(text: str) -> dict | None:
         "gpu_instance": str(int(gi)) if gi is not None else None,
         "compute_instance": str(int(ci)) if ci is not None else None,
     }
+
+
+def mig_instances(xml: str, indexes: dict[tuple[str, str], str]) -> dict[str, tuple[str, str]]:
+    """{MIG device UUID: (GPU instance, compute instance)} from `nvidia-smi -q -x`.
+
+    `indexes`: {(GPU UUID, MIG device index): MIG device UUID}, from `nvidia-smi -L`
+    (`Device <n>`). The XML names each MIG device of a GPU by the same index, with its GPU
+    instance and compute instance IDs and no UUID: `<gpu><mig_devices><mig_device>
+    <index>0</index><gpu_instance_id>1</gpu_instance_id><compute_instance_id>0</...>`
+    (not captured on MIG hardware here: the form as gpustack's nvidia_smi.py
+    decode_gpu_devices_xml quotes driver 575.57.08's output, and ceems-dev/ceems
+    pkg/collector/lsf_test.go @353c8dd, driver 535.129.03). The driver's XID line names
+    the same IDs (`GPU-I:<gi> GPU-CI:<ci>`); the device plugin maps a MIG device to them
+    through NVML (k8s-device-plugin internal/rm/health.go getMigDeviceParts). Unreadable XML: {}.
+    """
+    try:
+        root = ElementTree.fromstring(xml)
+    except ElementTree.ParseError as e:
+        print(f"nvidia-smi -q -x unreadable: {e}", file=sys.stderr)
+        return {}
+    found = {}
+    for gpu in root.iter("gpu"):
+        uuid = (gpu.findtext("uuid") or "").strip()
+        for device in gpu.iter("mig_device"):
+            index = (device.findtext("index") or "").strip()
+            gi = (device.findtext("gpu_instance_id") or "").strip()
+            ci = (device.findtext("compute_instance_id") or "").strip()
+            mig = indexes.get((uuid, index))
+            if mig and gi.isdigit() and ci.isdigit():
+                found[mig] = (str(int(gi)), str(int(ci)))
+    return found
 
 
 def mig_instance(record: dict) -> str:
@@ -657,6 +702,7 @@ class Watcher:
         self.gpus: dict[str, dict] = {}  # by PCI key, from the last good poll
         self.smi_fields = SMI_FIELDS  # less those this driver's nvidia-smi does not know
         self.mig_parent: dict[str, str] = {}  # MIG device UUID -> its GPU's UUID
+        self.mig_ids: dict[str, tuple[str, str]] = {}  # MIG device UUID -> (GI, CI)
         self.mig_read = -60.0  # time.monotonic() of the last `nvidia-smi -L`
         self.state = self._load_state()
         self._count_repairs()
@@ -681,6 +727,13 @@ class Watcher:
         self.app_pids: dict[str, dict[int, float]] = collections.defaultdict(dict)
         for uuid, pids in (memory.get("pids") or {}).items():
             self.app_pids[uuid].update({int(pid): float(t) for pid, t in pids.items()})
+        # the faults to decide once their burst is read (`decide_bursts`): GPU UUID ->
+        # (due, GPU, meaning)
+        self.pending: dict[str, tuple[float, dict, str]] = {
+            uuid: (float(p["due"]), p["gpu"], str(p["meaning"]))
+            for uuid, p in (memory.get("pending") or {}).items()
+            if isinstance(p, dict) and {"due", "gpu", "meaning"} <= p.keys()
+        }
         # (due, GPU, pid, its pod's UID): the application XIDs' pending checks, kept in
         # the state file (`app_checks`) so that a restart resumes them
         self.checks: list[tuple[float, dict, int, str]] = [
@@ -773,6 +826,10 @@ class Watcher:
                 if seen
             },
             "bursts": self.bursts,
+            "pending": {
+                uuid: {"due": due, "gpu": gpu, "meaning": meaning}
+                for uuid, (due, gpu, meaning) in self.pending.items()
+            },
             "pids": {
                 uuid: {str(p): t for p, t in pids.items()}
                 for uuid, pids in self.app_pids.items()
@@ -895,8 +952,10 @@ class Watcher:
 
         The fault is attributed to namespaces (`_attribute`). The escalation quarantines
         unless it would drain a node other teams share for one team's program
-        (`_one_team`): then only that job restarts, and an event and a counter say so,
-        once per fault. A later line of a fault counted is decided again only when it
+        (`_escalate`): then only that job restarts, and an event and a counter say so,
+        once per fault. A fault whose first line names no process is decided
+        `--burst-wait` later (APP_BURST_S), once the burst's later lines (the XID 43 that
+        names it) are read. A later line of a fault decided is decided again only when it
         names whom to blame better (`AppFault.merge`), and then only to quarantine.
         """
         uuid, pid = gpu["uuid"], record.get("pid")
@@ -910,84 +969,145 @@ class Watcher:
                 f"GPU {gpu['index']}: XID {record['xid']} belongs to a fault counted", flush=True
             )
         last = seen[-1] if same == "burst" and seen else None
-        holders: set[str] = set()
         refined = False
         if not same:
-            fault, holders = self._attribute(uuid, uid, at)
-            seen.append(fault)
-        elif last is not None and last.by != BY_PROCESS and (uid or not last.by):
-            fault, holders = self._attribute(uuid, uid, at)
-            refined = last.merge(fault)  # blamed anew: decided anew
-        if (same and not refined) or len(seen) < self.count:
+            seen.append(self._attribute(uuid, record, uid, at))
+        elif last is not None and last.by != BY_PROCESS and (uid or last.by in ("", BY_GPU)):
+            refined = last.merge(self._attribute(uuid, record, uid, at))  # decided anew
+        if not same and pid is None and len(seen) >= self.count:
+            self.pending[uuid] = (at + self.args.burst_wait, gpu, meaning)
+        if uuid in self.pending or (same and not refined) or len(seen) < self.count:
             self.restart_job(gpu, pid, uid, at)
             return
+        if not self._escalate(gpu, meaning, at, again=refined):
+            self.restart_job(gpu, pid, uid, at)
+
+    def decide_bursts(self, at: float) -> None:
+        """Decide the faults whose first line named no process, `--burst-wait` after it."""
+        for uuid, (due, gpu, meaning) in list(self.pending.items()):
+            if due > at:
+                continue
+            del self.pending[uuid]
+            if len(self.app_xids.get(uuid) or ()) >= self.count:
+                self._escalate(gpu, meaning, at, again=False)
+
+    def _escalate(self, gpu: dict, meaning: str, at: float, again: bool) -> bool:
+        """The escalation's verdict on the window's faults: whether it quarantined the GPU.
+
+        Held back (`_suspects`): the event `XidRepeatedOneTeam` and its counter, unless
+        `again` (a later line of a fault held back already).
+        """
+        seen = self.app_xids[gpu["uuid"]]
         blamed = set().union(*(f.namespaces for f in seen)) - {UNATTRIBUTED}
         counted = f"{len(seen)} application faults within {self.args.escalation}"
-        team = self._one_team(blamed, holders)
-        if team is None:
+        holders = self._holders()
+        suspects = self._suspects(list(seen), holders)
+        if not suspects:
             plural = "s" if len(blamed) > 1 else ""
             whose = f"from pods of namespace{plural} {', '.join(sorted(blamed))}"
             whose = whose if blamed else f"from no known pod ({UNATTRIBUTED})"
             self.quarantine(gpu, "XidRepeated", f"{counted} {whose} ({meaning})", "reset-gpu", at)
-            return
-        if refined:  # held back already for this fault: recorded once
-            self.restart_job(gpu, pid, uid, at)
-            return
+            return True
+        if again:
+            return False
+        team = ",".join(sorted(suspects))
+        if len(suspects) == 1:
+            whose = f"all from pods of namespace {team}"
+        else:  # pods of each share the GPU and no fault named a process still running
+            whose = (
+                f"each from a pod of namespace {' or '.join(sorted(suspects))} sharing the "
+                "GPU (no process named: either may be the cause)"
+            )
+        others = ", ".join(sorted(holders - suspects)) or ", ".join(sorted(holders))
         said = (
-            f"{counted}, all from pods of namespace {team}, while pods of "
-            f"{', '.join(sorted(holders - {team}))} hold GPUs on this node: only the job "
-            f"restarts, the GPU stays in service ({meaning})"
+            f"{counted}, {whose}, while pods of {others} hold GPUs on this node: only the "
+            f"job restarts, the GPU stays in service ({meaning})"
         )
-        self._count("xid_repeated_one_team", uuid, team)
+        self._count("xid_repeated_one_team", gpu["uuid"], team)
         self._event(at, gpu, "XidRepeatedOneTeam", said, "application", namespace=team)
-        self.restart_job(gpu, pid, uid, at)
+        return False
 
-    def _attribute(self, uuid: str, uid: str | None, at: float) -> tuple[AppFault, set[str]]:
-        """(this fault, the namespaces of the running pods that hold any GPU of this node).
+    def _attribute(self, uuid: str, record: dict, uid: str | None, at: float) -> AppFault:
+        """This fault, attributed to the namespaces of the pods it may come from.
 
         The fault's namespace is its process's pod's (`uid`, from the process's cgroup)
-        when the line names a process in a pod of this node; otherwise those of the pods
-        the kubelet's checkpoint shows holding this GPU (several with time-slicing, in any
-        phase: the pod that faulted may have failed already); none: UNATTRIBUTED. Without
-        the API the fault is UNATTRIBUTED and no other team is known (the escalation
+        when the line names a process in a pod of this node; else, for a line the driver
+        attributes to a MIG instance (`GPU-I`, `GPU-CI`), those of the pods holding that
+        instance's MIG device (`mig_instances`); else those of the pods the kubelet's
+        checkpoint shows holding this GPU, a MIG device of it or a share (several with
+        time-slicing or MIG, in any phase: the pod that faulted may have failed already);
+        none: UNATTRIBUTED. Without the API the fault is UNATTRIBUTED (the escalation
         quarantines, as it did before the teams were told apart).
         """
         try:
             pods = {p["metadata"].get("uid"): p for p in self._pods()}
         except (ApiError, OSError) as e:
             print(f"cannot read this node's pods to attribute the fault: {e}", file=sys.stderr)
-            return AppFault(at, {UNATTRIBUTED}, ""), set()
-        held = self._allocations()
-        holders = {
-            pods[u]["metadata"]["namespace"]
-            for u in held
-            if u in pods and (pods[u].get("status") or {}).get("phase") not in TERMINAL_PHASES
-        }
+            return AppFault(at, {UNATTRIBUTED}, "")
         if uid in pods:
-            return AppFault(at, {pods[uid]["metadata"]["namespace"]}, BY_PROCESS), holders
+            return AppFault(at, {pods[uid]["metadata"]["namespace"]}, BY_PROCESS)
+        held = self._holdings()
+        devices = self._instance_devices(uuid, record)
+        if devices:
+            on = {
+                pods[u]["metadata"]["namespace"]
+                for u, ids in held.items()
+                if u in pods and ids & devices
+            }
+            return AppFault(at, on, BY_INSTANCE) if on else AppFault(at, {UNATTRIBUTED}, "")
         on_gpu = {
             pods[u]["metadata"]["namespace"]
-            for u, gpus in held.items()
-            if uuid in gpus and u in pods
+            for u, ids in held.items()
+            if u in pods and any(self._device_gpu(d) == uuid for d in ids)
         }
         if on_gpu:
-            return AppFault(at, on_gpu, BY_GPU), holders
-        return AppFault(at, {UNATTRIBUTED}, ""), holders
+            return AppFault(at, on_gpu, BY_GPU)
+        return AppFault(at, {UNATTRIBUTED}, "")
+
+    def _instance_devices(self, uuid: str, record: dict) -> set[str]:
+        """The MIG devices of GPU `uuid` that the line's `GPU-I`/`GPU-CI` name (none known: {})."""
+        gi, ci = record.get("gpu_instance"), record.get("compute_instance")
+        if gi is None:
+            return set()
+        return {
+            mig
+            for mig, (g, c) in self.mig_ids.items()
+            if self.mig_parent.get(mig) == uuid and g == gi and ci in (None, c)
+        }
+
+    def _holders(self) -> set[str]:
+        """The namespaces of the running pods that hold any GPU of this node (API down: none)."""
+        try:
+            pods = {p["metadata"].get("uid"): p for p in self._pods()}
+        except (ApiError, OSError) as e:
+            print(f"cannot read this node's pods: {e}", file=sys.stderr)
+            return set()
+        return {
+            pods[u]["metadata"]["namespace"]
+            for u in self._allocations()
+            if u in pods and (pods[u].get("status") or {}).get("phase") not in TERMINAL_PHASES
+        }
 
     @staticmethod
-    def _one_team(blamed: set[str], holders: set[str]) -> str | None:
-        """The one namespace to hold the escalation back for, or None: quarantine.
+    def _suspects(faults: list[AppFault], holders: set[str]) -> set[str]:
+        """The namespaces to hold the escalation back for, or none: quarantine.
 
-        None when the faults came from pods of two namespaces or more (the GPU fails
-        whatever runs on it), from none (no team to blame: the GPU is the likely cause),
-        or when no running pod of another namespace holds a GPU of this node (a
-        quarantine evicts no other team; other namespaces' DaemonSets such as the device
-        plugin and the DCGM exporter run on every node, so only GPU holders count).
+        One namespace whose pods may have caused every fault of the window (each fault's
+        namespaces: several where it names no process and several teams share the GPU,
+        by time-slicing or MIG) is the suspect; faults that no one namespace explains
+        came from two teams or more (the GPU fails whatever runs on it): none. Several
+        that each may have (a shared GPU, no process named) are all suspects. None too
+        when a quarantine would evict no running GPU pod of a namespace that may be
+        innocent (other namespaces' DaemonSets such as the device plugin and the DCGM
+        exporter run on every node, so only GPU holders count). None as well when any
+        fault of the window is unattributed: no pod held the GPU or its instance, which
+        is evidence against the GPU (rereview32 finding 2).
         """
-        if len(blamed) != 1:
-            return None
-        (team,) = blamed
-        return team if holders - {team} else None
+        if not faults or any(UNATTRIBUTED in f.namespaces or not f.namespaces for f in faults):
+            return set()
+        suspects = set.intersection(*(f.namespaces for f in faults))
+        innocent = holders - suspects if len(suspects) == 1 else holders
+        return suspects if suspects and innocent else set()
 
     def _same_fault(self, uuid: str, record: dict, at: float) -> str:
         """Whether this application XID belongs to a fault counted already (APP_BURST_S).
@@ -1046,7 +1166,9 @@ class Watcher:
 
         A GPU quarantined already keeps its record unless this fault asks for a stronger
         repair (XID 154 naming a reboot after an XID 48 asked for a reset): then the
-        record takes this fault's reason and repair, and the condition says so.
+        record takes this fault's reason and repair, and the condition says so; its
+        `raised_at` says when, since readmission clears only what a gate that started
+        after it proved (gpu_health.readmit).
         """
         # the repair and its gate start the application faults' count again
         self.app_xids.pop(gpu["uuid"], None)
@@ -1058,9 +1180,9 @@ class Watcher:
         message = f"GPU {gpu['index']} ({gpu['uuid']}): {meaning}; repair: {action}"
         record = {"index": gpu["index"], "uuid": gpu["uuid"], "reason": reason}
         record |= {"message": message, "action": action, "applied": False}
-        if held:
+        if held:  # raised: its first fault's times stay, and when it was raised is kept
             kept = ("at", "since", "fault_at", "quarantined_at")
-            record |= {k: held[k] for k in kept if k in held}
+            record |= {k: held[k] for k in kept if k in held} | {"raised_at": at}
         else:
             record |= {"at": now_iso(at), "since": at, "fault_at": self.fault_at or at}
             self._count("quarantines", gpu["uuid"], reason)
@@ -1183,7 +1305,16 @@ class Watcher:
         return [p for p in self._pods() if uuid in held.get(p["metadata"].get("uid"), ())]
 
     def _allocations(self) -> dict[str, set[str]]:
-        """The GPU UUIDs allocated to each pod (by UID): its GPUs, MIG devices, shares.
+        """The GPU UUIDs allocated to each pod (by UID): its GPUs, MIG devices, shares."""
+        held = {}
+        for uid, devices in self._holdings().items():
+            gpus = {gpu for d in devices if (gpu := self._device_gpu(d))}
+            if gpus:
+                held[uid] = gpus
+        return held
+
+    def _holdings(self) -> dict[str, set[str]]:
+        """The devices allocated to each pod (by UID): GPU or MIG device UUIDs, no `::<n>`.
 
         The kubelet's device-manager checkpoint names the device IDs of each allocation.
         """
@@ -1198,9 +1329,7 @@ class Watcher:
             self.read_mig_devices()  # a MIG device made since the last poll
         held: dict[str, set[str]] = collections.defaultdict(set)
         for e in entries:
-            gpus = {gpu for d in _device_ids(e) if (gpu := self._device_gpu(d))}
-            if gpus:
-                held[e["PodUID"]] |= gpus
+            held[e["PodUID"]] |= {d.split("::", 1)[0] for d in _device_ids(e)}
         return held
 
     def _device_gpu(self, device: str) -> str | None:
@@ -1211,22 +1340,38 @@ class Watcher:
         return device
 
     def read_mig_devices(self) -> None:
-        """Which GPU each MIG device belongs to, from `nvidia-smi -L` (kept across polls)."""
+        """Which GPU each MIG device belongs to, from `nvidia-smi -L` (kept across polls).
+
+        And, where there are MIG devices, the GPU and compute instance of each
+        (`nvidia-smi -q -x`: `mig_instances`), to blame an XID the driver attributes to an
+        instance on the pod holding that device.
+        """
         self.mig_read = time.monotonic()
-        try:
-            done = subprocess.run(
-                [self.args.nvidia_smi, "-L"], capture_output=True, text=True, timeout=20
-            )
-        except (OSError, subprocess.TimeoutExpired) as e:
-            print(f"nvidia-smi -L failed: {e}", file=sys.stderr)
+        done = self._run_smi("-L")
+        if done is None:
             return
-        parent = None
+        parent, indexes = None, {}
         for line in done.stdout.splitlines():
             gpu, mig = SMI_GPU.match(line), SMI_MIG.match(line)
             if gpu:
                 parent = gpu["uuid"]
             elif mig and parent:
                 self.mig_parent[mig["uuid"]] = parent
+                if mig["index"] is not None:
+                    indexes[(parent, mig["index"])] = mig["uuid"]
+        if indexes:
+            query = self._run_smi("-q", "-x")
+            if query is not None and query.returncode == 0:
+                self.mig_ids.update(mig_instances(query.stdout, indexes))
+
+    def _run_smi(self, *argv: str) -> subprocess.CompletedProcess | None:
+        try:
+            return subprocess.run(
+                [self.args.nvidia_smi, *argv], capture_output=True, text=True, timeout=20
+            )
+        except (OSError, subprocess.TimeoutExpired) as e:
+            print(f"nvidia-smi {' '.join(argv)} failed: {e}", file=sys.stderr)
+            return None
 
     def _pod_uid_of_pid(self, pid: int) -> str | None:
         """The UID of the pod whose container runs `pid` (its cgroup path names it).
@@ -1398,6 +1543,7 @@ class Watcher:
                     record["clock"] = usec / 1e6 if usec >= 0 else time.monotonic()
                     self.handle_xid(record, at)
                     self.fault_at = None
+            self.decide_bursts(at)
             self.check_programs(at)
             self.apply()
             self._save()
@@ -1599,6 +1745,7 @@ def arguments(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--tick", type=float, default=0.5)
     p.add_argument("--escalation", default="3/10m")
     p.add_argument("--app-xid-wait", type=float, default=APP_WAIT_S)
+    p.add_argument("--burst-wait", type=float, default=APP_BURST_S)
     p.add_argument("--metrics-port", type=int, default=0)
     p.add_argument("--unit", default="", help="the Juju unit to wake with juju-exec")
     p.add_argument("--juju-exec", default="juju-exec")  # /usr/bin/juju-exec on Juju 3 machines

@@ -113,7 +113,7 @@ def _gpu_labels(severity: str, **extra: str) -> dict:
 def test_the_rules_load_in_prometheus():
     done = _promtool("check", "rules", str(RULES))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 12 rules found" in done.stdout
+    assert "SUCCESS: 13 rules found" in done.stdout
 
 
 def test_each_alert_fires_when_it_should_and_not_otherwise(tmp_path):
@@ -650,6 +650,55 @@ def test_hardware_and_application_faults_alert_from_the_first_one_and_clear(tmp_
         ],
     }
     path = tmp_path / "faults_test.yml"
+    path.write_text(yaml.safe_dump(tests, sort_keys=False))
+    done = _promtool("test", "rules", str(path))
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_an_escalation_held_back_for_one_team_warns_within_the_hour(tmp_path):
+    """rereview32 finding 2: `XidRepeatedOneTeam` was an event and a counter nobody read.
+
+    The counter appears at its first count (the watcher has no zero series for a
+    namespace it has not seen), so its first hour fires as an increase does; a count
+    older than the hour fires nothing, except in the first hour Prometheus sees it.
+    """
+    held = {"gpu": "0", "uuid": "GPU-0b11", "node": "gpu-0", "namespace": "team-a"}
+    old = {**held, "gpu": "1", "uuid": "GPU-7f3e"}
+    series = "gpu_k8s_gpu_xid_repeated_one_team_total"
+
+    def fires(at: str, *alerts: dict[str, str]) -> dict:
+        expected = [
+            {
+                "exp_labels": {"severity": "warning", **labels},
+                "exp_annotations": _rendered("GpuXidRepeatedOneTeam", labels),
+            }
+            for labels in alerts
+        ]
+        return {"eval_time": at, "alertname": "GpuXidRepeatedOneTeam", "exp_alerts": expected}
+
+    tests = {
+        "rule_files": [str(RULES)],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "10m",
+                "input_series": [
+                    # first held back at 30m, again at 2h30m
+                    {"series": _watcher_series(series, **held), "values": "_ _ _ 1x11 2x10"},
+                    # held back before Prometheus first scraped it, never again
+                    {"series": _watcher_series(series, **old), "values": "1x30"},
+                ],
+                "alert_rule_test": [
+                    fires("20m", old),
+                    fires("40m", held, old),
+                    fires("2h"),
+                    fires("2h40m", held),
+                    fires("4h"),
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "one_team_test.yml"
     path.write_text(yaml.safe_dump(tests, sort_keys=False))
     done = _promtool("test", "rules", str(path))
     assert done.returncode == 0, done.stdout + done.stderr

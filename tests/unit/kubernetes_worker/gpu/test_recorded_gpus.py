@@ -236,6 +236,41 @@ def test_the_watchers_health_query_on_a_healthy_h200_finds_nothing():
     assert gpu_watcher.smi_findings(row | {"gpu_recovery_action": "None"}) == []
 
 
+def test_the_mig_instances_of_each_mig_device_are_read_from_nvidia_smis_xml():
+    """`nvidia-smi -q -x` names each MIG device by its index on the GPU, with its GI and CI.
+
+    The recorded H200 (MIG off) lists none; the MIG form is composed as the sources in
+    gpu_watcher.mig_instances quote it, and joined to `-L`'s `Device <n>` UUIDs.
+    """
+    recorded = (H200 / "nvidia-smi-q.xml").read_text()
+    uuid = "GPU-229229c1-6a3b-ae5c-fab2-735129948cb3"
+    assert gpu_watcher.mig_instances(recorded, {(uuid, "0"): "MIG-x"}) == {}
+    layout = {0: ["MIG-a0", "MIG-a1"], 1: ["MIG-b0"]}
+    listed = gpu_watcher_machine.smi_list(layout).splitlines()
+    indexes = {}
+    parent = ""
+    for line in listed:
+        head, device = gpu_watcher.SMI_GPU.match(line), gpu_watcher.SMI_MIG.match(line)
+        if head:
+            parent = head["uuid"]
+        elif device:
+            indexes[(parent, device["index"])] = device["uuid"]
+    assert len(indexes) == 3
+    xml = gpu_watcher_machine.smi_query(layout)
+    assert gpu_watcher.mig_instances(xml, indexes) == {
+        "MIG-a0": ("2", "0"),
+        "MIG-a1": ("3", "0"),
+        "MIG-b0": ("2", "0"),
+    }
+    # a device -L does not list, bad IDs and unreadable XML map nothing
+    assert gpu_watcher.mig_instances(xml, {}) == {}
+    bad = xml.replace(
+        "<gpu_instance_id>3</gpu_instance_id>", "<gpu_instance_id>N/A</gpu_instance_id>"
+    )
+    assert "MIG-a1" not in gpu_watcher.mig_instances(bad, indexes)
+    assert gpu_watcher.mig_instances("<nvidia_smi_log><gpu>", indexes) == {}
+
+
 def test_the_repair_reads_the_cuda_process_a_real_driver_lists(tmp_path):
     recorded = (H200 / "health" / "compute-apps.csv").read_text()
     machine = FakeMachine(tmp_path / "root")
