@@ -832,6 +832,12 @@ def test_the_fabric_health_summary_is_recorded_when_it_changes_and_quarantines_n
     until(lambda: machine.smi_calls() >= polls + 2)
     assert machine.condition() is None  # recorded, not acted on
     assert [e["reason"] for e in machine.state()["events"]].count("FabricHealth") == 1
+    # a restarted watcher remembers the last summary (the state file): no event again
+    machine.stop()
+    start(machine)
+    polls = machine.smi_calls()
+    until(lambda: machine.smi_calls() >= polls + 2)
+    assert [e["reason"] for e in machine.state()["events"]].count("FabricHealth") == 1
 
 
 # -- one team's crashing job may not drain a node other teams share (issue 32 review gap 4) ----

@@ -489,6 +489,19 @@ def reports_recovery_action(value: str) -> bool:
     return bool(value) and value != "N/A" and not value.startswith("[")
 
 
+def known_recovery_action(value: str) -> bool:
+    """Whether `value` is a recovery action this watcher can read (a number or a known name).
+
+    A word it does not know (a driver that spells them otherwise) decides nothing: the
+    GPU is judged by its uncorrectable ECC count, as one without the field is, rather
+    than every GPU of every node that reports that word being quarantined at once.
+    """
+    value = value.strip()
+    return reports_recovery_action(value) and (
+        value.isdigit() or value.lower() in SMI_RECOVERY_ACTIONS
+    )
+
+
 def smi_recovery_action(catalog: dict, value: str) -> tuple[str, str]:
     """(action, what the driver asks) for nvidia-smi's `gpu_recovery_action`.
 
@@ -511,12 +524,13 @@ def smi_findings(row: dict) -> list[str]:
     without requiring a GPU reset" (NVIDIA's GPU Memory Error Management guide, "Response
     to Uncorrectable Contained ECC Errors"; "Recovery action flag will be triggered for
     uncorrectable errors": "Error Recovery and Response Flags"). A GPU that does not
-    (`N/A`: V100, T4, no containment; or a driver without the field) is quarantined on
-    any uncorrectable error (`ecc-dbe`), as every workload on it was hit.
+    (`N/A`: V100, T4, no containment; or a driver without the field), or reports a
+    word this watcher cannot read (`known_recovery_action`), is quarantined on any
+    uncorrectable error (`ecc-dbe`), as every workload on it was hit.
     """
     found = []
     dbe, recovery = row["ecc.errors.uncorrected.volatile.total"], row["gpu_recovery_action"]
-    if reports_recovery_action(recovery):
+    if known_recovery_action(recovery):
         if SMI_RECOVERY_ACTIONS.get(recovery.strip().lower(), recovery.strip()) != "0":
             found.append("recovery")
     elif dbe.isdigit() and int(dbe) > 0:
@@ -767,7 +781,7 @@ class Watcher:
             state["app_checks"] = []  # that boot's processes are gone
             state["app_faults"] = {}  # and its faults: the reboot was a repair
         counters = ("faults", "quarantines", "xid_repeated_one_team")
-        for key in ("quarantined", *counters, "timings", "repairs_counted"):
+        for key in ("quarantined", *counters, "timings", "repairs_counted", "fabric_health"):
             state.setdefault(key, {})
         state.setdefault("events", [])
         state.pop("repairs_seen", None)  # before repair_counts (2026-11-27)
@@ -914,17 +928,23 @@ class Watcher:
                 gpus[pci] = known
         for pci, row in gpus.items():
             findings += [(pci, f) for f in smi_findings(row)]
-            self.fabric_health(self.gpus.get(pci), row)
+            self.fabric_health(row)
         self.gpus.update(gpus)
         return findings
 
-    def fabric_health(self, before: dict | None, row: dict) -> None:
-        """An event when a GPU's NVLink fabric health summary changes (`SMI_FIELDS` says why)."""
+    def fabric_health(self, row: dict) -> None:
+        """An event when a GPU's NVLink fabric health summary changes (`SMI_FIELDS` says why).
+
+        The last summary of each GPU is kept in the state file (`fabric_health`), so a
+        restarted watcher records only a change, not every GPU's summary again.
+        """
         summary = row["fabric.health.summary"].strip()
         if summary in ("N/A", "") or summary.startswith("["):
             return
-        if before is not None and before.get("fabric.health.summary", "").strip() == summary:
+        seen = self.state["fabric_health"]
+        if seen.get(row["uuid"]) == summary:
             return
+        seen[row["uuid"]] = summary
         meaning = (
             f"NVLink fabric health summary: {summary} (recorded; the fabric's state and "
             "status decide a quarantine)"

@@ -125,7 +125,10 @@ def smi_row(dbe: str = "0", recovery: str = "None", remap: str = "No") -> dict:
         (smi_row(recovery="Reset"), ["recovery"]),
         (smi_row(recovery="Drain and Reset"), ["recovery"]),
         (smi_row(recovery="2"), ["recovery"]),
-        (smi_row(recovery="Something New"), ["recovery"]),  # fail closed: support
+        # a word this watcher cannot read (a driver spelling it otherwise) decides nothing:
+        # the ECC count does, so one new spelling does not quarantine every GPU at once
+        (smi_row(recovery="Something New"), []),
+        (smi_row(dbe="1", recovery="Something New"), ["ecc-dbe"]),
         # no containment (N/A), or the driver could not read it: any DBE, as before
         (smi_row(dbe="1", recovery="N/A"), ["ecc-dbe"]),
         (smi_row(dbe="1", recovery="[Unknown Error]"), ["ecc-dbe"]),
