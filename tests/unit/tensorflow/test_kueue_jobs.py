@@ -1301,3 +1301,65 @@ def test_under_the_policy_a_team_holds_what_kueue_admitted_and_others_wait_at_mo
     waited = _wait_for_gpu(api, now, step, (controller, other), "second")
     assert 0 < waited <= _CAP
     assert _gpus_held(api, NS) == _gpus_admitted(api, NS) == 0
+
+
+# -- a team orphaning its own job's pods (issue 29; grace42's report, "Noticed" 2) ---------
+
+_BINDINGS = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/"
+
+
+def _quota_held(api, namespace: str) -> int:
+    """GPUs Kueue counts against the namespace: its admitted Workloads not Finished (K4)."""
+    return sum(
+        int(assigned["resourceUsage"].get("nvidia.com/gpu", 0))
+        for w in api.objects(_WORKLOADS.format(namespace))
+        if not any(
+            c["type"] == "Finished" and c["status"] == "True"
+            for c in (w.get("status") or {}).get("conditions") or []
+        )
+        for assigned in ((w.get("status") or {}).get("admission") or {}).get("podSetAssignments")
+        or []
+    )
+
+
+def _delete(api, path: str, query: str = "", body: dict | None = None, token: str = TOKEN):
+    """A DELETE as the team (or `token`'s holder) sends it: (status, answer)."""
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    raw = json.dumps(body).encode() if body is not None else b""
+    status, _, answer, *_ = api.handle("DELETE", f"{path}{query}", headers, raw)
+    return status, json.loads(answer)
+
+
+def test_without_the_policy_a_team_orphaning_its_job_ran_gpus_outside_its_quota(
+    api, controller
+):
+    """Issue 29: a batch/v1 Job deleted with no propagationPolicy orphans its pods.
+
+    kube-apiserver's default for a batch/v1 Job is OrphanDependents (kubernetes pkg/registry
+    /batch/job/strategy.go DefaultGarbageCollectionPolicy) and the team's grant holds jobs
+    delete. Kueue v0.19.2 finishes the Workload whose job is gone (OwnerNotFound, K14) and
+    frees its quota, while the orphaned pod keeps its GPU: the team's next job is admitted
+    on the same quota, 2 GPUs held on 1 counted, and the other team, admitted by Kueue,
+    finds no GPU. Shown with the consumer jobs policy's binding removed, as before it.
+    """
+    other, now = _two_gpu_teams(api, controller)
+    api.delete_object(f"{_BINDINGS}gpu-k8s-consumer-jobs-started-by-kueue")
+    queue = _training_queue(api)
+    _team_creates_job(api, "first", queue, gpus=1)
+    _round(now, 30, controller, other)
+    assert (_gpus_held(api, NS), _quota_held(api, NS)) == (1, 1)
+    status, body = _delete(api, f"{JOBS}/first")
+    assert status == 200, body
+    _round(now, 30, controller, other)
+    [pod] = _running(api, NS, "first")
+    assert "ownerReferences" not in pod["metadata"]  # the garbage collector orphaned it
+    assert _quota_held(api, NS) == 0  # Kueue: the Workload's owner no longer exists
+    _team_creates_job(api, "second", queue, gpus=1)
+    _round(now, 30, controller, other)
+    assert (_gpus_held(api, NS), _quota_held(api, NS)) == (2, 1)
+    labels = _training_queue(api, OTHER)
+    _team_creates_job(api, "waits", labels, namespace=OTHER, token=OTHER_TOKEN, gpus=1)
+    for _ in range(10):
+        _round(now, 300, controller, other)
+    assert _quota_held(api, OTHER) == 1 and not _running(api, OTHER, "waits")
+
