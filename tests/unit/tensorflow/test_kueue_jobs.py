@@ -1363,3 +1363,99 @@ def test_without_the_policy_a_team_orphaning_its_job_ran_gpus_outside_its_quota(
         _round(now, 300, controller, other)
     assert _quota_held(api, OTHER) == 1 and not _running(api, OTHER, "waits")
 
+
+_ORPHANS_WORDS = "propagationPolicy=Background"
+
+
+def _refused_orphaning(status: int, body: dict) -> None:
+    assert status == 403, f"accepted ({status}): {body}"
+    assert f"'{_JOBS_POLICY}'" in body["message"], body
+    assert _ORPHANS_WORDS in body["message"], body
+
+
+def test_a_team_may_not_delete_its_job_or_jobset_leaving_their_pods(api, controller):
+    """Issue 29: a DELETE that orphans a job's pods is refused; one that takes them goes.
+
+    Refused with the team's own token: no options (a batch/v1 Job's default orphans),
+    propagationPolicy Orphan or orphanDependents true, in the query or the body; a JobSet
+    with Orphan, or carrying the `orphan` finalizer and deleted with no options (store.go
+    shouldOrphanDependents reads it). Its running pod keeps what Kueue admitted. With
+    propagationPolicy Background (kubectl's default) the Job goes with its pod and its
+    Workload: nothing held, nothing counted. A JobSet with no options takes its Jobs
+    (a custom resource's default), and so does a JobSet whose `orphan` finalizer an
+    explicit Background overrides.
+    """
+    other, now = _two_gpu_teams(api, controller)
+    _team_creates_job(api, "first", _training_queue(api), gpus=1)
+    _round(now, 30, controller, other)
+    orphaning = (
+        ("", None),
+        ("?propagationPolicy=Orphan", None),
+        ("?orphanDependents=true", None),
+        ("", {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Orphan"}),
+        ("", {"kind": "DeleteOptions", "apiVersion": "v1", "orphanDependents": True}),
+    )
+    for query, body in orphaning:
+        _refused_orphaning(*_delete(api, f"{JOBS}/first", query, body))
+    _round(now, 30, controller, other)
+    assert (len(_running(api, NS, "first")), _quota_held(api, NS)) == (1, 1)
+    status, body = _delete(api, f"{JOBS}/first", "?propagationPolicy=Background")
+    assert status == 200, body
+    _round(now, 30, controller, other)
+    assert (_gpus_held(api, NS), _quota_held(api, NS)) == (0, 0)
+    assert api.objects(_WORKLOADS.format(NS)) == []
+    jobsets = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{NS}/jobsets"
+    for name, finalizers in (("plain", []), ("marked", ["orphan"])):
+        manifest = _jobset_manifest(name, 0)
+        manifest["metadata"]["finalizers"] = finalizers
+        status, body = _post(api, jobsets, manifest, TOKEN)
+        assert status == 201, body
+    _refused_orphaning(*_delete(api, f"{jobsets}/plain", "?propagationPolicy=Orphan"))
+    _refused_orphaning(*_delete(api, f"{jobsets}/marked"))
+    for name, query in (("plain", ""), ("marked", "?propagationPolicy=Background")):
+        status, body = _delete(api, f"{jobsets}/{name}", query)
+        assert status == 200, body
+
+
+@pytest.mark.parametrize(
+    ("account", "propagation"),
+    [
+        # kube-controller-manager's controllers, each its own ServiceAccount (kubeadm)
+        (("kube-system", "generic-garbage-collector"), "Background"),
+        (("kube-system", "ttl-after-finished-controller"), "Foreground"),
+        (("kube-system", "namespace-controller"), "Background"),
+        (("jobset-system", "jobset-controller-manager"), "Foreground"),
+        (("kueue-system", "kueue-controller-manager"), "Background"),
+    ],
+)
+def test_the_clusters_own_deleters_of_a_consumers_jobs_still_delete_them(
+    api, account, propagation
+):
+    """Each deleter of a consumer's Jobs names a propagation that keeps no pod running.
+
+    The garbage collector (Background, or Foreground per the dependent's finalizers:
+    garbagecollector.go attemptToDeleteItem), the TTL-after-finished controller
+    (Foreground, ttlafterfinished_controller.go processJob), the namespace controller
+    (Background, a deletecollection first: namespaced_resources_deleter.go), the JobSet
+    controller (Foreground, jobset v0.12.0 deleteJobs) and Kueue (Background,
+    reconciler.go handleWorkloadAfterDeactivatedPolicy) all pass; the same account
+    orphaning is refused, cluster-admin included: the policy names no one.
+    """
+    user = f"system:serviceaccount:{account[0]}:{account[1]}"
+    api.add_token("controller-token", user, ("system:masters",))
+
+    def put(name: str) -> None:
+        job = _job(name, _pod_spec(0), suspend=True, podReplacementPolicy="Failed")
+        api.put_object(f"{JOBS}/{name}", job)
+
+    put("taken")
+    query = f"?propagationPolicy={propagation}"
+    where = JOBS if account[1] == "namespace-controller" else f"{JOBS}/taken"
+    status, body = _delete(api, where, query, token="controller-token")
+    assert status == 200, body
+    assert api.get_object(f"{JOBS}/taken") is None
+    put("kept")
+    orphan = "?propagationPolicy=Orphan"
+    _refused_orphaning(*_delete(api, f"{JOBS}/kept", orphan, token="controller-token"))
+    api.add_token("admin", "kubernetes-admin", ("system:masters",))
+    _refused_orphaning(*_delete(api, f"{JOBS}/kept", orphan, token="admin"))
