@@ -1948,17 +1948,25 @@ class FakeKubeApiServer:
             if any(r.get("uid") == uid for r in o["metadata"].get("ownerReferences") or [])
         ]
         for k in dependents:
-            if k in self._store and orphan:  # garbagecollector.go orphanDependents
-                dependent = json_copy(self._store[k])
-                meta = dependent["metadata"]
-                meta["ownerReferences"] = [r for r in meta["ownerReferences"] if r["uid"] != uid]
-                if not meta["ownerReferences"]:
-                    del meta["ownerReferences"]
-                meta["resourceVersion"] = self._next_rv()
-                self._keep(k, dependent)
+            if k in self._store and orphan:
+                self._orphan(k, uid)
             elif k in self._store:
                 self._remove(k)
         return obj
+
+    def _orphan(self, key: str, uid: str) -> None:
+        """The dependent at `key` loses its reference to owner `uid` (a new version).
+
+        kubernetes pkg/controller/garbagecollector/garbagecollector.go orphanDependents,
+        run by attemptToOrphan for an owner deleted with the `orphan` finalizer.
+        """
+        dependent = json_copy(self._store[key])
+        meta = dependent["metadata"]
+        meta["ownerReferences"] = [r for r in meta["ownerReferences"] if r.get("uid") != uid]
+        if not meta["ownerReferences"]:
+            del meta["ownerReferences"]
+        meta["resourceVersion"] = self._next_rv()
+        self._keep(key, dependent)
 
     # -- verbs
 

@@ -309,16 +309,17 @@ Policy '<policy>' with binding '<binding>' denied request: <message>`.
   core/workload_controller.go isOrphanedWorkload; feature FinishOrphanedWorkloads, beta and
   on since v0.18), while the orphaned pods keep their GPUs: a team deleting its running
   Job with a plain DELETE (its grant holds jobs delete) ran again and again on one quota.
-  Every deleter this bundle relies on names a propagation that keeps them: kubectl
+  Every deleter this bundle relies on names a propagation that deletes them too: kubectl
   (`--cascade` defaults to background; kubectl v0.36.3 pkg/cmd/delete), the tensorflow
   and efs-storage charms (lib kubeclient `delete`: Background), the JobSet controller
   (Foreground for a restart's Jobs, jobset_controller.go deleteJobs; ttl_after_finished.go
   deleteJobSet), Kueue (Background, a deactivated job under its objectRetentionPolicies:
-  reconciler.go handleWorkloadAfterDeactivatedPolicy), the TTL-after-finished controller (Foreground, ttlafterfinished_
-  controller.go processJob), the namespace controller (Background, namespaced_resources_
-  deleter.go) and the garbage collector (Background, or Foreground, as the dependent's
-  finalizers say: garbagecollector.go attemptToDeleteItem; Orphan only for an object
-  carrying the `orphan` finalizer, which is refused).
+  reconciler.go handleWorkloadAfterDeactivatedPolicy), the TTL-after-finished controller
+  (Foreground, ttlafterfinished_controller.go processJob), the namespace controller
+  (Background, namespaced_resources_deleter.go) and the garbage collector (Background,
+  or Foreground, as the dependent's finalizers say: garbagecollector.go
+  attemptToDeleteItem; Orphan only for an object carrying the `orphan` finalizer, which
+  is refused).
 
 - CONSUMER_CONTROLLERS (`gpu-k8s-consumer-controllers-by-kube-system`): in the same
   namespaces, no Deployment, ReplicaSet, StatefulSet, DaemonSet, ReplicationController,

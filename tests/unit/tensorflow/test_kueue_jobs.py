@@ -1330,9 +1330,7 @@ def _delete(api, path: str, query: str = "", body: dict | None = None, token: st
     return status, json.loads(answer)
 
 
-def test_without_the_policy_a_team_orphaning_its_job_ran_gpus_outside_its_quota(
-    api, controller
-):
+def test_without_the_policy_a_team_orphaning_its_job_ran_gpus_outside_its_quota(api, controller):
     """Issue 29: a batch/v1 Job deleted with no propagationPolicy orphans its pods.
 
     kube-apiserver's default for a batch/v1 Job is OrphanDependents (kubernetes pkg/registry
