@@ -141,6 +141,14 @@ Kueue (kubernetes-sigs/kueue v0.19.2):
   cluster queue, suspending": stopJob, StopReasonNotAdmitted -> pod_controller.go Stop);
   a preempted
   pod is deleted (Stop) and its Deployment makes another, gated again.
+- K14 A Workload left without ownerReferences (its job deleted orphaning its dependents:
+  the garbage collector removed its reference, fakes/kube_apiserver.py) that carries the
+  `kueue.x-k8s.io/job-uid` label Kueue puts on every job's Workload (jobframework
+  reconciler.go ConstructWorkload, JobUIDLabel) is orphaned (core/workload_controller.go
+  isOrphanedWorkload) and gets Finished, reason OwnerNotFound, "The workload's owner no
+  longer exists" (workload.go FinalizeOrphanedWorkload, feature FinishOrphanedWorkloads,
+  beta and on since v0.18: kube_features.go): its quota is freed (K4). The job's pods,
+  orphaned with it, run on: nothing of Kueue stops them (`_finish_orphaned`).
 - K11 Admitting a job, Kueue merges each pod set's assigned flavors' `nodeLabels` into its
   pod template's nodeSelector and their `tolerations` into its tolerations (v0.19.2
   pkg/podset/podset.go FromAssignment and Merge, a conflicting nodeSelector key being
@@ -1465,7 +1473,7 @@ class BatchControllers:
         uids = {p["metadata"]["uid"] for p in pods}
         workloads = {}
         for w in self._workloads():
-            owner = w["metadata"]["ownerReferences"][0]
+            owner = (w["metadata"].get("ownerReferences") or [{"kind": ""}])[0]  # K14
             if owner["kind"] != "Pod":
                 continue
             if owner["uid"] not in uids:
@@ -1795,7 +1803,8 @@ class BatchControllers:
         """
         pending = []
         for workload in self._workloads():
-            js = jobs.get(workload["metadata"]["ownerReferences"][0]["uid"])
+            owners = workload["metadata"].get("ownerReferences") or [{"uid": ""}]  # K14
+            js = jobs.get(owners[0]["uid"])
             if js is None or _true(workload, "Finished"):
                 continue
             done = ("Completed", "Failed") if js["kind"] == "JobSet" else ("Complete", "Failed")
@@ -1911,7 +1920,20 @@ class BatchControllers:
         assert found is not None
         return found
 
+    def _finish_orphaned(self) -> None:
+        """K14: a job's Workload that lost its owner reference is Finished (OwnerNotFound)."""
+        for workload in self._workloads():
+            meta = workload["metadata"]
+            orphaned = not meta.get("ownerReferences") and (meta.get("labels") or {}).get(
+                "kueue.x-k8s.io/job-uid"
+            )
+            if orphaned and not meta.get("deletionTimestamp") and not _true(workload, "Finished"):
+                message = "The workload's owner no longer exists"
+                self._condition(workload, "Finished", "True", "OwnerNotFound", message)
+                self._write_status(workload)
+
     def _kueue(self) -> None:
+        self._finish_orphaned()
         pods = self._plain_pods()
         jobsets = {j["metadata"]["uid"]: j for j in [*self._jobsets(), *self._jobs(), *pods]}
         self._new_workloads(jobsets)

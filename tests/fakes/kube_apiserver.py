@@ -17,8 +17,13 @@ Differences from a real API server (on purpose, to stay small and deterministic)
 - deletion is immediate (no grace period), except that an object with `metadata.finalizers`
   stays, with a `deletionTimestamp`, until a patch removes them; deleting a namespace deletes
   everything in it at once; deleting an owner deletes its dependents (by ownerReferences uid)
-  at once unless `propagationPolicy=Orphan` (a batch/v1 Job's too, whose real default is to
-  orphan them: pkg/registry/batch/job/strategy.go DefaultGarbageCollectionPolicy);
+  at once unless it orphans them (`_orphans`, as k8s.io/apiserver registry/generic/registry/
+  store.go shouldOrphanDependents decides: the DeleteOptions' orphanDependents, else its
+  propagationPolicy, else the object's `orphan` or `foregroundDeletion` finalizer, else the
+  kind's default, which for a batch/v1 Job is to orphan: kubernetes pkg/registry/batch/job/
+  strategy.go DefaultGarbageCollectionPolicy); orphaned dependents lose their references to
+  it at once, as the garbage collector's attemptToOrphan patches them (the `orphan`
+  finalizer's round trip is not modelled);
 - pods likewise, unless `graceful_pods` (opt-in: tests/unit/tensorflow/test_kueue_jobs.py's
   probes of the terminating-pods policy and the last tests of tests/functional/
   test_fake_eviction.py turn it on). Then a pod's DELETE (one, or each of a collection), an
@@ -639,6 +644,45 @@ def _with_query(query: dict, options: dict) -> dict:
     if "gracePeriodSeconds" in query and "gracePeriodSeconds" not in options:
         options["gracePeriodSeconds"] = int(query["gracePeriodSeconds"])
     return options
+
+
+# metav1.FinalizerOrphanDependents, FinalizerDeleteDependents
+ORPHAN_FINALIZER, FOREGROUND_FINALIZER = "orphan", "foregroundDeletion"
+_PROPAGATION_FIELDS = ("propagationPolicy", "orphanDependents")
+
+
+def _propagation(query: dict, options: dict, body: bytes) -> dict:
+    """A DELETE's propagation options as kube-apiserver decodes them.
+
+    k8s.io/apiserver pkg/endpoints/handlers/delete.go: the body's DeleteOptions when there
+    is a body, else the query's parameters (DecodeParameters); `orphanDependents` is a bool.
+    """
+    if body:
+        return {k: options[k] for k in _PROPAGATION_FIELDS if k in options}
+    given: dict = {k: query[k] for k in _PROPAGATION_FIELDS if k in query}
+    if "orphanDependents" in given:
+        given["orphanDependents"] = str(given["orphanDependents"]).lower() in ("1", "t", "true")
+    return given
+
+
+def _orphans(target: Target, obj: dict, given: dict) -> bool:
+    """Whether deleting `obj` with `given` (`_propagation`) orphans its dependents.
+
+    k8s.io/apiserver pkg/registry/generic/registry/store.go shouldOrphanDependents (v0.36.3):
+    an explicit orphanDependents wins, then propagationPolicy (Orphan; Background and
+    Foreground do not), then the object's own `orphan` / `foregroundDeletion` finalizer,
+    then the kind's DefaultGarbageCollectionPolicy: OrphanDependents for a batch/v1 Job
+    "for backwards compatibility" (kubernetes pkg/registry/batch/job/strategy.go, read at
+    36f36813); custom resources have none (apiextensions-apiserver registry), so delete.
+    """
+    if "orphanDependents" in given:
+        return bool(given["orphanDependents"])
+    if "propagationPolicy" in given:
+        return given["propagationPolicy"] == "Orphan"
+    for finalizer in obj["metadata"].get("finalizers") or []:
+        if finalizer in (ORPHAN_FINALIZER, FOREGROUND_FINALIZER):
+            return finalizer == ORPHAN_FINALIZER
+    return (target.gv, target.kind) == ("batch/v1", "Job")
 
 
 def _delete_options(target: Target, obj: dict, query: dict, options: dict) -> dict:
@@ -1898,16 +1942,31 @@ class FakeKubeApiServer:
             name = obj["metadata"]["name"]
             for k in [k for k, o in self._store.items() if o["metadata"].get("namespace") == name]:
                 self._store.pop(k, None)
-        if not orphan:
-            dependents = [
-                k
-                for k, o in self._store.items()
-                if any(r.get("uid") == uid for r in o["metadata"].get("ownerReferences") or [])
-            ]
-            for k in dependents:
-                if k in self._store:
-                    self._remove(k)
+        dependents = [
+            k
+            for k, o in self._store.items()
+            if any(r.get("uid") == uid for r in o["metadata"].get("ownerReferences") or [])
+        ]
+        for k in dependents:
+            if k in self._store and orphan:
+                self._orphan(k, uid)
+            elif k in self._store:
+                self._remove(k)
         return obj
+
+    def _orphan(self, key: str, uid: str) -> None:
+        """The dependent at `key` loses its reference to owner `uid` (a new version).
+
+        kubernetes pkg/controller/garbagecollector/garbagecollector.go orphanDependents,
+        run by attemptToOrphan for an owner deleted with the `orphan` finalizer.
+        """
+        dependent = json_copy(self._store[key])
+        meta = dependent["metadata"]
+        meta["ownerReferences"] = [r for r in meta["ownerReferences"] if r.get("uid") != uid]
+        if not meta["ownerReferences"]:
+            del meta["ownerReferences"]
+        meta["resourceVersion"] = self._next_rv()
+        self._keep(key, dependent)
 
     # -- verbs
 
@@ -2068,14 +2127,14 @@ class FakeKubeApiServer:
         obj = self._existing(target)
         options = self._decode(body, content_type) if body else {}
         _delete_preconditions(target, obj, options.get("preconditions") or {})
-        policy = query.get("propagationPolicy") or options.get("propagationPolicy")
+        given = _propagation(query, options, body)
+        orphan = _orphans(target, obj, given)
         if self._graceful(target):
-            left = self._delete_pod(
-                target, obj, _with_query(query, options), orphan=policy == "Orphan"
-            )
+            left = self._delete_pod(target, obj, _with_query(query, options), orphan=orphan)
             return 200, json_copy(left)
-        self._admit_delete(target, obj, options=_delete_options(target, obj, query, options))
-        removed = self._remove(target.key(), orphan=policy == "Orphan")
+        asked = _delete_options(target, obj, query, {**options, **given})
+        self._admit_delete(target, obj, options=asked)
+        removed = self._remove(target.key(), orphan=orphan)
         if target.kind == "Pod":
             return 200, json_copy(removed)
         details = {"name": target.name, "kind": target.plural, "uid": obj["metadata"]["uid"]}
@@ -2089,7 +2148,6 @@ class FakeKubeApiServer:
 
     def _delete_collection(self, target: Target, query: dict, ct: str, body: bytes) -> tuple:
         _code, listing = self._list(target, query, ct, body)
-        orphan = query.get("propagationPolicy") == "Orphan"
         refused: ApiError | None = None
         given: dict | None = None  # the DeleteOptions sent, decoded once when first needed
         for item in listing["items"]:
@@ -2098,6 +2156,8 @@ class FakeKubeApiServer:
                 stored = self._store[key]
                 if given is None:
                     given = self._decode(body, ct) if body else {}
+                    given = {**given, **_propagation(query, given, body)}
+                orphan = _orphans(target, stored, given)
                 try:
                     if self._graceful(target):
                         self._delete_pod(

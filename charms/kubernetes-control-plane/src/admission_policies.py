@@ -297,6 +297,29 @@ Policy '<policy>' with binding '<binding>' denied request: <message>`.
   what Kueue admitted; Kueue keeps the annotation immutable (jobframework/validation.go
   validatedUpdateForEnabledWorkloadSlice) and refuses it on a JobSet or Deployment
   (ValidateElasticJobAnnotation).
+  Nor is a Job or JobSet there deleted leaving its dependents (its pods, a JobSet's Jobs)
+  running: a DELETE that orphans them (k8s.io/apiserver v0.36.3 pkg/registry/generic/
+  registry/store.go shouldOrphanDependents: `orphanDependents` true or `propagationPolicy`
+  Orphan, or neither and the object carries the `orphan` finalizer, or, with none of
+  those, a batch/v1 Job, whose default is to orphan "for backwards compatibility":
+  kubernetes pkg/registry/batch/job/strategy.go DefaultGarbageCollectionPolicy) is
+  refused. The garbage collector removes the orphans' references (garbagecollector.go
+  attemptToOrphan), Kueue v0.19.2 then finishes the job's Workload, "The workload's owner
+  no longer exists", and frees its quota (pkg/workload/workload.go FinalizeOrphanedWorkload,
+  core/workload_controller.go isOrphanedWorkload; feature FinishOrphanedWorkloads, beta and
+  on since v0.18), while the orphaned pods keep their GPUs: a team deleting its running
+  Job with a plain DELETE (its grant holds jobs delete) ran again and again on one quota.
+  Every deleter this bundle relies on names a propagation that deletes them too: kubectl
+  (`--cascade` defaults to background; kubectl v0.36.3 pkg/cmd/delete), the tensorflow
+  and efs-storage charms (lib kubeclient `delete`: Background), the JobSet controller
+  (Foreground for a restart's Jobs, jobset_controller.go deleteJobs; ttl_after_finished.go
+  deleteJobSet), Kueue (Background, a deactivated job under its objectRetentionPolicies:
+  reconciler.go handleWorkloadAfterDeactivatedPolicy), the TTL-after-finished controller
+  (Foreground, ttlafterfinished_controller.go processJob), the namespace controller
+  (Background, namespaced_resources_deleter.go) and the garbage collector (Background,
+  or Foreground, as the dependent's finalizers say: garbagecollector.go
+  attemptToDeleteItem; Orphan only for an object carrying the `orphan` finalizer, which
+  is refused).
 
 - CONSUMER_CONTROLLERS (`gpu-k8s-consumer-controllers-by-kube-system`): in the same
   namespaces, no Deployment, ReplicaSet, StatefulSet, DaemonSet, ReplicationController,
@@ -481,6 +504,9 @@ JOBS = ("batch", "v1", ("jobs",))
 JOBSETS = ("jobset.x-k8s.io", "v1alpha2", ("jobsets",))  # the one JobSet v0.12.0 serves
 # What CONSUMER_JOBS fences: the kinds Kueue suspends and starts
 SUSPENDED_KINDS = (JOBS, JOBSETS)
+# metav1.FinalizerOrphanDependents and FinalizerDeleteDependents: a stored object's own
+# propagation when a DELETE names none (k8s.io/apiserver store.go shouldOrphanDependents)
+GC_FINALIZERS = ("orphan", "foregroundDeletion")
 # What CONSUMER_CONTROLLERS fences: every kind a consumer may be granted that Kueue v0.19.2
 # walks through or manages (isKnownOwner) or whose controller makes pods (DaemonSets,
 # ReplicationControllers: kube-controller-manager's)
@@ -1108,8 +1134,32 @@ def consumer_tokens_policy() -> dict[str, Any]:
     )
 
 
+def _orphaning() -> str:
+    """CEL: the DELETE orphans the job's dependents (store.go shouldOrphanDependents).
+
+    An explicit orphanDependents, else propagationPolicy, else the first of the stored
+    object's `orphan` / `foregroundDeletion` finalizers, else the kind's default: orphan
+    for a batch/v1 Job (pkg/registry/batch/job/strategy.go), delete for a JobSet (a custom
+    resource has no default of its own).
+    """
+    options = "request.options"
+    finalizers = (
+        "(has(oldObject.metadata.finalizers) ? oldObject.metadata.finalizers.filter(f,"
+        f" f in {list(GC_FINALIZERS)}) : [])"
+    )
+    return (
+        f"(has({options}.orphanDependents) ? {options}.orphanDependents :"
+        f" has({options}.propagationPolicy) ? {options}.propagationPolicy == 'Orphan' :"
+        f" size({finalizers}) > 0 ? {finalizers}[0] == '{GC_FINALIZERS[0]}' :"
+        " request.resource.resource == 'jobs')"
+    )
+
+
 def consumer_jobs_policy() -> dict[str, Any]:
-    """The policy that leaves starting or growing a consumer's Job or JobSet to Kueue."""
+    """The policy that leaves starting or growing a consumer's Job or JobSet to Kueue.
+
+    And that deletes none of them leaving its pods (or a JobSet's Jobs) running.
+    """
     suspended = "(has({0}.spec.suspend) && {0}.spec.suspend)"
     starters = [_username(KUEUE_CONTROLLER), _username(JOBSET_CONTROLLER)]
     # a Job's pod counts; -1 for an absent one (kube-apiserver defaults parallelism to 1,
@@ -1119,23 +1169,33 @@ def consumer_jobs_policy() -> dict[str, Any]:
         f"{count.format('object', f)} == {count.format('oldObject', f)}"
         for f in ("parallelism", "completions")
     )
+    deleting = "request.operation == 'DELETE'"
     return _consumer_policy(
         CONSUMER_JOBS,
-        _writes_of(SUSPENDED_KINDS, ("UPDATE",)),
+        _writes_of(SUSPENDED_KINDS, ("UPDATE", "DELETE")),
         {
             "validations": [
                 _deny(
-                    f"!{suspended.format('oldObject')} || {suspended.format('object')} ||"
+                    f"{deleting} || !{suspended.format('oldObject')} ||"
+                    f" {suspended.format('object')} ||"
                     f" request.userInfo.username in {starters}",
                     "only Kueue starts a job in a consumer's namespace (it unsuspends it once"
                     " admitted within the team's quota)",
                 ),
                 _deny(
-                    f"request.resource.resource != 'jobs' || {suspended.format('object')} ||"
+                    f"{deleting} || request.resource.resource != 'jobs' ||"
+                    f" {suspended.format('object')} ||"
                     f" ({unchanged}) || request.userInfo.username in {starters}",
                     "only Kueue changes a running job's parallelism or completions in a"
                     " consumer's namespace (it admitted the job's pods as they were; suspend"
                     " the job to resize it and Kueue admits it again)",
+                ),
+                _deny(
+                    f"!({deleting}) || !{_orphaning()}",
+                    "a job in a consumer's namespace is deleted with its pods: delete it with"
+                    " propagationPolicy=Background (kubectl's default; a batch/v1 Job's own"
+                    " default orphans them), as pods orphaned keep their GPUs after Kueue"
+                    " frees the job's quota",
                 ),
             ]
         },

@@ -1301,3 +1301,159 @@ def test_under_the_policy_a_team_holds_what_kueue_admitted_and_others_wait_at_mo
     waited = _wait_for_gpu(api, now, step, (controller, other), "second")
     assert 0 < waited <= _CAP
     assert _gpus_held(api, NS) == _gpus_admitted(api, NS) == 0
+
+
+# -- a team orphaning its own job's pods (issue 29; grace42's report, "Noticed" 2) ---------
+
+_BINDINGS = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/"
+
+
+def _quota_held(api, namespace: str) -> int:
+    """GPUs Kueue counts against the namespace: its admitted Workloads not Finished (K4)."""
+    return sum(
+        int(assigned["resourceUsage"].get("nvidia.com/gpu", 0))
+        for w in api.objects(_WORKLOADS.format(namespace))
+        if not any(
+            c["type"] == "Finished" and c["status"] == "True"
+            for c in (w.get("status") or {}).get("conditions") or []
+        )
+        for assigned in ((w.get("status") or {}).get("admission") or {}).get("podSetAssignments")
+        or []
+    )
+
+
+def _delete(api, path: str, query: str = "", body: dict | None = None, token: str = TOKEN):
+    """A DELETE as the team (or `token`'s holder) sends it: (status, answer)."""
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    raw = json.dumps(body).encode() if body is not None else b""
+    status, _, answer, *_ = api.handle("DELETE", f"{path}{query}", headers, raw)
+    return status, json.loads(answer)
+
+
+def test_without_the_policy_a_team_orphaning_its_job_ran_gpus_outside_its_quota(api, controller):
+    """Issue 29: a batch/v1 Job deleted with no propagationPolicy orphans its pods.
+
+    kube-apiserver's default for a batch/v1 Job is OrphanDependents (kubernetes pkg/registry
+    /batch/job/strategy.go DefaultGarbageCollectionPolicy) and the team's grant holds jobs
+    delete. Kueue v0.19.2 finishes the Workload whose job is gone (OwnerNotFound, K14) and
+    frees its quota, while the orphaned pod keeps its GPU: the team's next job is admitted
+    on the same quota, 2 GPUs held on 1 counted, and the other team, admitted by Kueue,
+    finds no GPU. Shown with the consumer jobs policy's binding removed, as before it.
+    """
+    other, now = _two_gpu_teams(api, controller)
+    api.delete_object(f"{_BINDINGS}gpu-k8s-consumer-jobs-started-by-kueue")
+    queue = _training_queue(api)
+    _team_creates_job(api, "first", queue, gpus=1)
+    _round(now, 30, controller, other)
+    assert (_gpus_held(api, NS), _quota_held(api, NS)) == (1, 1)
+    status, body = _delete(api, f"{JOBS}/first")
+    assert status == 200, body
+    _round(now, 30, controller, other)
+    [pod] = _running(api, NS, "first")
+    assert "ownerReferences" not in pod["metadata"]  # the garbage collector orphaned it
+    assert _quota_held(api, NS) == 0  # Kueue: the Workload's owner no longer exists
+    _team_creates_job(api, "second", queue, gpus=1)
+    _round(now, 30, controller, other)
+    assert (_gpus_held(api, NS), _quota_held(api, NS)) == (2, 1)
+    labels = _training_queue(api, OTHER)
+    _team_creates_job(api, "waits", labels, namespace=OTHER, token=OTHER_TOKEN, gpus=1)
+    for _ in range(10):
+        _round(now, 300, controller, other)
+    assert _quota_held(api, OTHER) == 1 and not _running(api, OTHER, "waits")
+
+
+_ORPHANS_WORDS = "propagationPolicy=Background"
+
+
+def _refused_orphaning(status: int, body: dict) -> None:
+    assert status == 403, f"accepted ({status}): {body}"
+    assert f"'{_JOBS_POLICY}'" in body["message"], body
+    assert _ORPHANS_WORDS in body["message"], body
+
+
+def test_a_team_may_not_delete_its_job_or_jobset_leaving_their_pods(api, controller):
+    """Issue 29: a DELETE that orphans a job's pods is refused; one that takes them goes.
+
+    Refused with the team's own token: no options (a batch/v1 Job's default orphans),
+    propagationPolicy Orphan or orphanDependents true, in the query or the body; a JobSet
+    with Orphan, or carrying the `orphan` finalizer and deleted with no options (store.go
+    shouldOrphanDependents reads it). Its running pod keeps what Kueue admitted. With
+    propagationPolicy Background (kubectl's default) the Job goes with its pod and its
+    Workload: nothing held, nothing counted. A JobSet with no options takes its Jobs
+    (a custom resource's default), and so does a JobSet whose `orphan` finalizer an
+    explicit Background overrides.
+    """
+    other, now = _two_gpu_teams(api, controller)
+    _team_creates_job(api, "first", _training_queue(api), gpus=1)
+    _round(now, 30, controller, other)
+    orphaning = (
+        ("", None),
+        ("?propagationPolicy=Orphan", None),
+        ("?orphanDependents=true", None),
+        ("", {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Orphan"}),
+        ("", {"kind": "DeleteOptions", "apiVersion": "v1", "orphanDependents": True}),
+    )
+    for query, body in orphaning:
+        _refused_orphaning(*_delete(api, f"{JOBS}/first", query, body))
+    _round(now, 30, controller, other)
+    assert (len(_running(api, NS, "first")), _quota_held(api, NS)) == (1, 1)
+    status, body = _delete(api, f"{JOBS}/first", "?propagationPolicy=Background")
+    assert status == 200, body
+    _round(now, 30, controller, other)
+    assert (_gpus_held(api, NS), _quota_held(api, NS)) == (0, 0)
+    assert api.objects(_WORKLOADS.format(NS)) == []
+    jobsets = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{NS}/jobsets"
+    for name, finalizers in (("plain", []), ("marked", ["orphan"])):
+        manifest = _jobset_manifest(name, 0)
+        manifest["metadata"]["finalizers"] = finalizers
+        status, body = _post(api, jobsets, manifest, TOKEN)
+        assert status == 201, body
+    _refused_orphaning(*_delete(api, f"{jobsets}/plain", "?propagationPolicy=Orphan"))
+    _refused_orphaning(*_delete(api, f"{jobsets}/marked"))
+    for name, query in (("plain", ""), ("marked", "?propagationPolicy=Background")):
+        status, body = _delete(api, f"{jobsets}/{name}", query)
+        assert status == 200, body
+
+
+@pytest.mark.parametrize(
+    ("account", "propagation"),
+    [
+        # kube-controller-manager's controllers, each its own ServiceAccount (kubeadm)
+        (("kube-system", "generic-garbage-collector"), "Background"),
+        (("kube-system", "ttl-after-finished-controller"), "Foreground"),
+        (("kube-system", "namespace-controller"), "Background"),
+        (("jobset-system", "jobset-controller-manager"), "Foreground"),
+        (("kueue-system", "kueue-controller-manager"), "Background"),
+    ],
+)
+def test_the_clusters_own_deleters_of_a_consumers_jobs_still_delete_them(
+    api, account, propagation
+):
+    """Each deleter of a consumer's Jobs names a propagation that keeps no pod running.
+
+    The garbage collector (Background, or Foreground per the dependent's finalizers:
+    garbagecollector.go attemptToDeleteItem), the TTL-after-finished controller
+    (Foreground, ttlafterfinished_controller.go processJob), the namespace controller
+    (Background, a deletecollection first: namespaced_resources_deleter.go), the JobSet
+    controller (Foreground, jobset v0.12.0 deleteJobs) and Kueue (Background,
+    reconciler.go handleWorkloadAfterDeactivatedPolicy) all pass; the same account
+    orphaning is refused, cluster-admin included: the policy names no one.
+    """
+    user = f"system:serviceaccount:{account[0]}:{account[1]}"
+    api.add_token("controller-token", user, ("system:masters",))
+
+    def put(name: str) -> None:
+        job = _job(name, _pod_spec(0), suspend=True, podReplacementPolicy="Failed")
+        api.put_object(f"{JOBS}/{name}", job)
+
+    put("taken")
+    query = f"?propagationPolicy={propagation}"
+    where = JOBS if account[1] == "namespace-controller" else f"{JOBS}/taken"
+    status, body = _delete(api, where, query, token="controller-token")
+    assert status == 200, body
+    assert api.get_object(f"{JOBS}/taken") is None
+    put("kept")
+    orphan = "?propagationPolicy=Orphan"
+    _refused_orphaning(*_delete(api, f"{JOBS}/kept", orphan, token="controller-token"))
+    api.add_token("admin", "kubernetes-admin", ("system:masters",))
+    _refused_orphaning(*_delete(api, f"{JOBS}/kept", orphan, token="admin"))
