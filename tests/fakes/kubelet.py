@@ -93,6 +93,15 @@ class ProcessKubelet:
         env["PYTHONPATH"] = str(TENSORFLOW_IMAGE)  # no scikit-learn, as in the image
         return env
 
+    def cpus(self, pod: dict) -> set[int] | None:
+        """The CPUs the container may run on (None: the node's; subclasses pin a pod).
+
+        kubelet's static CPU manager policy gives a Guaranteed pod's container with an
+        integer CPU request a cpuset of that many exclusive CPUs (kubernetes.io/docs/
+        tasks/administer-cluster/cpu-management-policies/), and a one-vCPU node has one.
+        """
+        return None
+
     def start(self, pod: dict) -> None:
         """Run the pod's container (called when the pod is bound)."""
         container = pod["spec"]["containers"][0]
@@ -100,6 +109,9 @@ class ProcessKubelet:
             self.python if word == "python3" else self._local(word)
             for word in container["command"]
         ]
+        cpus = self.cpus(pod)
+        if cpus:  # util-linux taskset execs the command with that affinity
+            command = ["taskset", "--cpu-list", ",".join(map(str, sorted(cpus))), *command]
         name = pod["metadata"]["name"]
         self.outputs[name] = self.outputs_dir / f"{name}.out"
         env = self.environment(pod)

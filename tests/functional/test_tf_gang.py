@@ -75,6 +75,11 @@ class GangKubelet(ProcessKubelet):
             api, NS, {literals.CODE_MOUNT: ACTIONS, literals.DATA_MOUNT: data}, data.parent, PYTHON
         )
         self.ports: dict[tuple[str, str], dict[str, list[str]]] = {}
+        self.one_cpu: set[str] = set()  # roles whose containers see one CPU
+
+    def cpus(self, pod: dict) -> set[int] | None:
+        role = pod["metadata"]["labels"].get("jobset.sigs.k8s.io/replicatedjob-name")
+        return {min(os.sched_getaffinity(0))} if role in self.one_cpu else None
 
     def _hosts(self, pod: dict, env: dict[str, str]) -> str:
         """One address per task of this gang (JobSet restart attempt), shared by its pods."""
@@ -415,7 +420,10 @@ def test_a_preempted_ps_job_stops_every_task_uncounted_and_resumes_at_the_saved_
 
     Every pod gets SIGTERM at once; the ps and the worker serve until the chief saved, then
     every task exits 143 (before, the ps went at once and the chief's save failed).
+    The ps and the worker see one CPU each (a cpuset of one): their servers must still
+    answer the chief (tf_trainer.py SERVER_MIN_THREADS; before, the first step hung).
     """
+    cluster.kubelet.one_cpu = {"ps", "worker"}
     cluster.train("pps", strategy="ps", workers=1, ps=1, steps=600)
     cluster.until(
         "pps",
