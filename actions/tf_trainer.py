@@ -710,6 +710,25 @@ def train_coordinator(strategy, args) -> int:
     return 0
 
 
+# The fewest threads a ps or worker server's compute pool may have. TensorFlow runs each
+# Enqueue request of its eager service on that pool and holds the thread until the
+# function it asked for is done (tensorflow/core/distributed_runtime/rpc/eager/
+# grpc_eager_service_impl.h EnqueueHandler, `env_->compute_pool->Schedule`); the pool has
+# inter_op_parallelism_threads threads, 0 meaning TF_NUM_INTEROP_THREADS or else the CPUs
+# the process may run on (core/common_runtime/process_util.cc
+# NumInterOpThreadsFromSessionOptions). A task that sees one CPU (a cpuset of one, a
+# one-vCPU node) then never answers the chief's first step: measured with TF 2.21, a
+# worker pinned to one CPU sat 240 s in KernelAndDeviceFunc::Run on the pool's only
+# thread, and the same gang finished its test in 18 s with two.
+SERVER_MIN_THREADS = 2
+
+
+def server_config() -> tf.compat.v1.ConfigProto:
+    """A ps or worker server's configuration: TensorFlow's default pool, but never one thread."""
+    few = len(os.sched_getaffinity(0)) < SERVER_MIN_THREADS
+    return tf.compat.v1.ConfigProto(inter_op_parallelism_threads=SERVER_MIN_THREADS if few else 0)
+
+
 def serve(cluster_resolver, args) -> int:
     """A `ps` or `worker` task of ParameterServerStrategy: serve until the chief is done."""
     task_type, task_id = cluster_resolver.task_type, cluster_resolver.task_id
@@ -718,6 +737,7 @@ def serve(cluster_resolver, args) -> int:
         job_name=task_type,
         task_index=task_id,
         protocol=cluster_resolver.rpc_layer or "grpc",
+        config=server_config(),
         start=True,
     )
     print(f"{task_type} {task_id} serving at {server.target}", flush=True)

@@ -11,13 +11,13 @@ imported it, a zygote:
 `environment(env)` gives a container's environment the zygote's socket
 (GPU_K8S_TF_ZYGOTE) and `tests/fixtures/tf_zygote` first on PYTHONPATH, whose
 sitecustomize.py is the thin client: in a Python started for a script that imports
-tensorflow, it hands the script's argv, environment, working directory, umask, sys.path
-and stdio fds (SCM_RIGHTS) to the zygote before the script runs, forwards the signals the
-launcher forwards (SIGTERM, SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2) to the program and
-ends as the program ended: its exit code, or killed by the same signal (so the launcher
-still reports 128+N). The client stays the launcher's child: its pid, PR_SET_PDEATHSIG and
-exit codes are the launcher's protocol as before. A client that dies (killed, its launcher
-gone) closes its connection and the program is SIGKILLed.
+tensorflow, it hands the script's argv, environment, working directory, umask, sys.path,
+CPU affinity and stdio fds (SCM_RIGHTS) to the zygote before the script runs, forwards
+the signals the launcher forwards (SIGTERM, SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2) to
+the program and ends as the program ended: its exit code, or killed by the same signal (so
+the launcher still reports 128+N). The client stays the launcher's child: its pid,
+PR_SET_PDEATHSIG and exit codes are the launcher's protocol as before. A client that dies
+(killed, its launcher gone) closes its connection and the program is SIGKILLed.
 
 Where the fork could differ from a fresh process, the client runs the script itself, as
 before (the zygote answers `exec`): an environment variable read at import time
@@ -318,6 +318,7 @@ def _program(conn: socket.socket, fds: list[int], request: dict, monitor: int) -
         os.close(fd)
     os.chdir(request["cwd"])
     os.umask(request["umask"])
+    os.sched_setaffinity(0, request["cpus"])  # a fresh process inherits its launcher's CPUs
     os.environ.clear()
     os.environ.update(request["env"])
     os.environ.update(_IMPORTED)

@@ -36,13 +36,12 @@ from fakes.addons import install_kueue, join_team, size_cohort
 from fakes.batch import BatchControllers
 from fakes.kube_apiserver import FakeKubeApiServer
 from fakes.kube_grants import consumer_grant, store_grant
-from fakes.kubelet import ProcessKubelet
+from fakes.kubelet import ProcessKubelet, pod_ports
 from fakes.tf_serving import FakeTfServing
 
 ROOT = Path(__file__).resolve().parents[2]
 ACTIONS = ROOT / "actions"
 sys.path.insert(0, str(ACTIONS))
-from tf_demo import free_ports  # noqa: E402  (stdlib only)
 from tf_launcher import cluster_sizes  # noqa: E402
 
 from charms.gpu_k8s.v0.kubeclient import Kube  # noqa: E402
@@ -75,6 +74,11 @@ class GangKubelet(ProcessKubelet):
             api, NS, {literals.CODE_MOUNT: ACTIONS, literals.DATA_MOUNT: data}, data.parent, PYTHON
         )
         self.ports: dict[tuple[str, str], dict[str, list[str]]] = {}
+        self.one_cpu: set[str] = set()  # roles whose containers see one CPU
+
+    def cpus(self, pod: dict) -> set[int] | None:
+        role = pod["metadata"]["labels"].get("jobset.sigs.k8s.io/replicatedjob-name")
+        return {min(os.sched_getaffinity(0))} if role in self.one_cpu else None
 
     def _hosts(self, pod: dict, env: dict[str, str]) -> str:
         """One address per task of this gang (JobSet restart attempt), shared by its pods."""
@@ -87,7 +91,7 @@ class GangKubelet(ProcessKubelet):
             sizes = cluster_sizes(
                 env["GPU_K8S_STRATEGY"], int(env["GPU_K8S_WORKERS"]), int(env["GPU_K8S_PS"])
             )
-            ports = iter(free_ports(sum(sizes.values())))
+            ports = iter(pod_ports(sum(sizes.values())))
             self.ports[key] = {
                 role: [f"127.0.0.1:{next(ports)}" for _ in range(n)] for role, n in sizes.items()
             }
@@ -415,7 +419,10 @@ def test_a_preempted_ps_job_stops_every_task_uncounted_and_resumes_at_the_saved_
 
     Every pod gets SIGTERM at once; the ps and the worker serve until the chief saved, then
     every task exits 143 (before, the ps went at once and the chief's save failed).
+    The ps and the worker see one CPU each (a cpuset of one): their servers must still
+    answer the chief (tf_trainer.py SERVER_MIN_THREADS; before, the first step hung).
     """
+    cluster.kubelet.one_cpu = {"ps", "worker"}
     cluster.train("pps", strategy="ps", workers=1, ps=1, steps=600)
     cluster.until(
         "pps",

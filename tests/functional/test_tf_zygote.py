@@ -4,7 +4,7 @@
 """The TensorFlow zygote (tests/tf_zygote.py) keeps what the launcher relies on.
 
 A program run through it must look to its launcher as a fresh interpreter does: its
-arguments, environment, working directory and streams, its exit code, a signal's exit
+arguments, environment, working directory, CPUs and streams, its exit code, a signal's exit
 (128+N seen by the launcher), the signals the launcher forwards, and its end when the
 process the launcher started dies. Each program here is a fork of one zygote (one
 TensorFlow import for the file); the fallback case never imports TensorFlow.
@@ -48,6 +48,7 @@ print(json.dumps({
     "main": __name__, "file": __file__, "path0": sys.path[0], "tf": tf.__version__,
     "stdin": sys.stdin.readline().strip(), "pid": os.getpid(), "ppid": os.getppid(),
     "tf2": os.environ.get("TF2_BEHAVIOR"), "umask": os.umask(0o022),
+    "cpus": sorted(os.sched_getaffinity(0)),
 }), flush=True)
 what = sys.argv[1]
 if what == "exit":
@@ -87,9 +88,13 @@ def _base() -> dict[str, str]:
     return env
 
 
-def _start(program: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+def _start(
+    program: Path, *args: str, env: dict[str, str] | None = None, cpu: int | None = None
+) -> subprocess.Popen:
+    """The program as a launcher starts it (`cpu`: pinned to that CPU, as fakes.kubelet can)."""
+    pinned = [] if cpu is None else ["taskset", "--cpu-list", str(cpu)]
     proc = subprocess.Popen(
-        [sys.executable, str(program), *args],
+        [*pinned, sys.executable, str(program), *args],
         env={**tf_zygote.environment(_base()), **(env or {})},
         cwd=program.parent,
         stdin=subprocess.PIPE,
@@ -118,7 +123,8 @@ def _report(proc: subprocess.Popen) -> dict:
 def test_the_program_gets_what_the_process_was_given_and_its_exit_code_is_the_process_s(
     program: Path,
 ):
-    proc = _start(program, "exit", "3")
+    cpu = max(os.sched_getaffinity(0))  # the zygote itself may run on every CPU
+    proc = _start(program, "exit", "3", cpu=cpu)
     report = _report(proc)
     assert proc.wait(timeout=60) == 3
     assert report["argv"] == [str(program), "exit", "3"]
@@ -133,6 +139,7 @@ def test_the_program_gets_what_the_process_was_given_and_its_exit_code_is_the_pr
         str(program.parent),
     )
     assert report["tf2"] == "1"  # what TensorFlow's import sets, as in a fresh process
+    assert report["cpus"] == [cpu]  # the CPUs its process may run on, not the zygote's
     umask = os.umask(0o022)
     os.umask(umask)
     assert report["umask"] == umask
