@@ -367,7 +367,7 @@ class AppFault:
     """One application fault counted toward the escalation: when, and whom it is blamed on.
 
     `namespaces`: of the pods it is attributed to (UNATTRIBUTED: none); `by`: BY_PROCESS,
-    BY_GPU or "" (nobody).
+    BY_INSTANCE, BY_GPU or "" (nobody).
     """
 
     def __init__(self, at: float, namespaces: set[str], by: str):
@@ -483,23 +483,24 @@ def parse_smi(out: str, fields: tuple[str, ...] = SMI_FIELDS) -> tuple[dict[str,
     return gpus, lost
 
 
-def reports_recovery_action(value: str) -> bool:
-    """Whether nvidia-smi read a recovery action (not `N/A`, nor `[Unknown Error]` and such)."""
+def smi_read(value: str) -> bool:
+    """Whether nvidia-smi read a field's value (not `N/A`, nor `[Unknown Error]` and such)."""
     value = value.strip()
     return bool(value) and value != "N/A" and not value.startswith("[")
 
 
-def known_recovery_action(value: str) -> bool:
-    """Whether `value` is a recovery action this watcher can read (a number or a known name).
+def recovery_code(value: str) -> str | None:
+    """NVML's number of the recovery action nvidia-smi printed (by number or name), or None.
 
-    A word it does not know (a driver that spells them otherwise) decides nothing: the
-    GPU is judged by its uncorrectable ECC count, as one without the field is, rather
-    than every GPU of every node that reports that word being quarantined at once.
+    None as well for a word this watcher does not know (a driver that spells them
+    otherwise): it decides nothing, and the GPU is judged by its uncorrectable ECC count,
+    as one without the field is, rather than every GPU of every node that reports that
+    word being quarantined at once.
     """
     value = value.strip()
-    return reports_recovery_action(value) and (
-        value.isdigit() or value.lower() in SMI_RECOVERY_ACTIONS
-    )
+    if not smi_read(value):
+        return None
+    return value if value.isdigit() else SMI_RECOVERY_ACTIONS.get(value.lower())
 
 
 def smi_recovery_action(catalog: dict, value: str) -> tuple[str, str]:
@@ -508,10 +509,9 @@ def smi_recovery_action(catalog: dict, value: str) -> tuple[str, str]:
     By name (SMI_RECOVERY_ACTIONS) or number, through the catalog's `recovery_actions`
     (XID 154's, NVML's numbers); one it does not know quarantines with `support`.
     """
-    value = value.strip()
-    code = value if value.isdigit() else SMI_RECOVERY_ACTIONS.get(value.lower())
+    code = recovery_code(value)
     actions = catalog["xids"]["154"]["recovery_actions"]
-    return (actions.get(code, "support") if code is not None else "support"), value
+    return (actions.get(code, "support") if code is not None else "support"), value.strip()
 
 
 def smi_findings(row: dict) -> list[str]:
@@ -525,13 +525,14 @@ def smi_findings(row: dict) -> list[str]:
     to Uncorrectable Contained ECC Errors"; "Recovery action flag will be triggered for
     uncorrectable errors": "Error Recovery and Response Flags"). A GPU that does not
     (`N/A`: V100, T4, no containment; or a driver without the field), or reports a
-    word this watcher cannot read (`known_recovery_action`), is quarantined on any
+    word this watcher cannot read (`recovery_code`), is quarantined on any
     uncorrectable error (`ecc-dbe`), as every workload on it was hit.
     """
     found = []
     dbe, recovery = row["ecc.errors.uncorrected.volatile.total"], row["gpu_recovery_action"]
-    if known_recovery_action(recovery):
-        if SMI_RECOVERY_ACTIONS.get(recovery.strip().lower(), recovery.strip()) != "0":
+    code = recovery_code(recovery)
+    if code is not None:
+        if code != "0":
             found.append("recovery")
     elif dbe.isdigit() and int(dbe) > 0:
         found.append("ecc-dbe")
@@ -939,7 +940,7 @@ class Watcher:
         restarted watcher records only a change, not every GPU's summary again.
         """
         summary = row["fabric.health.summary"].strip()
-        if summary in ("N/A", "") or summary.startswith("["):
+        if not smi_read(summary):
             return
         seen = self.state["fabric_health"]
         if seen.get(row["uuid"]) == summary:
@@ -1059,10 +1060,8 @@ class Watcher:
         none: UNATTRIBUTED. Without the API the fault is UNATTRIBUTED (the escalation
         quarantines, as it did before the teams were told apart).
         """
-        try:
-            pods = {p["metadata"].get("uid"): p for p in self._pods()}
-        except (ApiError, OSError) as e:
-            print(f"cannot read this node's pods to attribute the fault: {e}", file=sys.stderr)
+        pods = self._pods_by_uid()
+        if pods is None:
             return AppFault(at, {UNATTRIBUTED}, "")
         if uid in pods:
             return AppFault(at, {pods[uid]["metadata"]["namespace"]}, BY_PROCESS)
@@ -1097,10 +1096,8 @@ class Watcher:
 
     def _holders(self) -> set[str]:
         """The namespaces of the running pods that hold any GPU of this node (API down: none)."""
-        try:
-            pods = {p["metadata"].get("uid"): p for p in self._pods()}
-        except (ApiError, OSError) as e:
-            print(f"cannot read this node's pods: {e}", file=sys.stderr)
+        pods = self._pods_by_uid()
+        if pods is None:
             return set()
         return {
             pods[u]["metadata"]["namespace"]
@@ -1318,6 +1315,14 @@ class Watcher:
     def _pods(self) -> list[dict]:
         query = urllib.parse.urlencode({"fieldSelector": f"spec.nodeName={self.node}"})
         return self.api.request("GET", f"/api/v1/pods?{query}").get("items", [])
+
+    def _pods_by_uid(self) -> dict[str, dict] | None:
+        """This node's pods by UID; None (said on stderr) when the API does not answer."""
+        try:
+            return {p["metadata"].get("uid"): p for p in self._pods()}
+        except (ApiError, OSError) as e:
+            print(f"cannot read this node's pods: {e}", file=sys.stderr)
+            return None
 
     def _pods_on_gpu(self, uuid: str) -> list[dict]:
         """Pods the kubelet allocated this GPU, a MIG device of it or a share of either to."""

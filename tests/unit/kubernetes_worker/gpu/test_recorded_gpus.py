@@ -287,5 +287,5 @@ def test_a_healthy_h200s_recovery_action_and_fabric_health_raise_no_finding():
     assert lost == set()
     (row,) = gpus.values()
     assert (row["gpu_recovery_action"], row["fabric.health.summary"]) == ("None", "N/A")
-    assert gpu_watcher.reports_recovery_action(row["gpu_recovery_action"])
+    assert gpu_watcher.smi_read(row["gpu_recovery_action"])
     assert gpu_watcher.smi_findings(row) == []
