@@ -46,6 +46,12 @@ def _promtool(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([PROMTOOL, *args], capture_output=True, text=True, timeout=60)
 
 
+def _test_rules(path: Path, tests: dict) -> subprocess.CompletedProcess:
+    """`promtool test rules` on `tests`, written to `path` (a rule test file)."""
+    path.write_text(yaml.safe_dump(tests, sort_keys=False))
+    return _promtool("test", "rules", str(path))
+
+
 def _annotations() -> dict[str, dict[str, str]]:
     """Each alert name -> its annotations, as written in the rules (promtool compares them all)."""
     groups = yaml.safe_load(RULES.read_text())["groups"]
@@ -266,9 +272,7 @@ def test_each_alert_fires_when_it_should_and_not_otherwise(tmp_path):
             }
         ],
     }
-    path = tmp_path / "gpu_test.yml"
-    path.write_text(yaml.safe_dump(tests, sort_keys=False))
-    done = _promtool("test", "rules", str(path))
+    done = _test_rules(tmp_path / "gpu_test.yml", tests)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SUCCESS" in done.stdout
 
@@ -290,9 +294,7 @@ def test_a_wrong_expectation_fails(tmp_path):
             }
         ],
     }
-    path = tmp_path / "wrong_test.yml"
-    path.write_text(yaml.safe_dump(tests, sort_keys=False))
-    assert _promtool("test", "rules", str(path)).returncode != 0
+    assert _test_rules(tmp_path / "wrong_test.yml", tests).returncode != 0
 
 
 def test_a_quarantined_gpu_alerts_at_once_and_not_for_a_healthy_one(tmp_path):
@@ -340,9 +342,7 @@ def test_a_quarantined_gpu_alerts_at_once_and_not_for_a_healthy_one(tmp_path):
             }
         ],
     }
-    path = tmp_path / "quarantine_test.yml"
-    path.write_text(yaml.safe_dump(tests, sort_keys=False))
-    done = _promtool("test", "rules", str(path))
+    done = _test_rules(tmp_path / "quarantine_test.yml", tests)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -424,9 +424,7 @@ def test_a_failed_repair_and_a_long_quarantine_alert_and_nothing_else_does(tmp_p
             }
         ],
     }
-    path = tmp_path / "repair_test.yml"
-    path.write_text(yaml.safe_dump(tests, sort_keys=False))
-    done = _promtool("test", "rules", str(path))
+    done = _test_rules(tmp_path / "repair_test.yml", tests)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -534,9 +532,7 @@ def _quarantine_test(
             }
         ],
     }
-    path = tmp_path / f"timing_{scrape}_{evaluation}.yml"
-    path.write_text(yaml.safe_dump(tests, sort_keys=False))
-    return _promtool("test", "rules", str(path))
+    return _test_rules(tmp_path / f"timing_{scrape}_{evaluation}.yml", tests)
 
 
 def test_gpu_quarantined_fires_within_60_s_at_the_collector_interval_the_overlay_sets(tmp_path):
@@ -649,9 +645,7 @@ def test_hardware_and_application_faults_alert_from_the_first_one_and_clear(tmp_
             }
         ],
     }
-    path = tmp_path / "faults_test.yml"
-    path.write_text(yaml.safe_dump(tests, sort_keys=False))
-    done = _promtool("test", "rules", str(path))
+    done = _test_rules(tmp_path / "faults_test.yml", tests)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -698,7 +692,5 @@ def test_an_escalation_held_back_for_one_team_warns_within_the_hour(tmp_path):
             }
         ],
     }
-    path = tmp_path / "one_team_test.yml"
-    path.write_text(yaml.safe_dump(tests, sort_keys=False))
-    done = _promtool("test", "rules", str(path))
+    done = _test_rules(tmp_path / "one_team_test.yml", tests)
     assert done.returncode == 0, done.stdout + done.stderr
