@@ -360,6 +360,14 @@ def _rendered(alert: str, labels: dict[str, str], value: str = "") -> dict[str, 
     return out
 
 
+def _firing(alert: str, severity: str, labels: dict[str, str]) -> dict:
+    """One alert promtool is to see firing: its labels and its rendered annotations."""
+    return {
+        "exp_labels": {"severity": severity, **labels},
+        "exp_annotations": _rendered(alert, labels),
+    }
+
+
 def test_a_failed_repair_and_a_long_quarantine_alert_and_nothing_else_does(tmp_path):
     """A failed repair fires at once, clears after the hour; only a 6-hour quarantine fires.
 
@@ -601,12 +609,7 @@ def test_hardware_and_application_faults_alert_from_the_first_one_and_clear(tmp_
     app_labels = {**app, "class": "application"}
 
     def firing(alert: str, severity: str, labels: dict) -> list:
-        return [
-            {
-                "exp_labels": {"severity": severity, **labels},
-                "exp_annotations": _rendered(alert, labels),
-            }
-        ]
+        return [_firing(alert, severity, labels)]
 
     tests = {
         "rule_files": [str(RULES)],
@@ -661,13 +664,7 @@ def test_an_escalation_held_back_for_one_team_warns_within_the_hour(tmp_path):
     series = "gpu_k8s_gpu_xid_repeated_one_team_total"
 
     def fires(at: str, *alerts: dict[str, str]) -> dict:
-        expected = [
-            {
-                "exp_labels": {"severity": "warning", **labels},
-                "exp_annotations": _rendered("GpuXidRepeatedOneTeam", labels),
-            }
-            for labels in alerts
-        ]
+        expected = [_firing("GpuXidRepeatedOneTeam", "warning", labels) for labels in alerts]
         return {"eval_time": at, "alertname": "GpuXidRepeatedOneTeam", "exp_alerts": expected}
 
     tests = {
