@@ -26,6 +26,7 @@ import base64
 import os
 import random
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -147,6 +148,13 @@ class ProcessKubelet:
         name = pod["metadata"]["name"]
         self.outputs[name] = self.outputs_dir / f"{name}.out"
         env = self.environment(pod)
+        # A container has a /tmp of its own, new at each start (the image's file system):
+        # without it, TensorFlow's autograph leaves a generated file in the host's /tmp for
+        # every function of every trainer a test kills (loader.py removes them at exit only)
+        scratch = self.outputs_dir / f"{name}.tmp"
+        shutil.rmtree(scratch, ignore_errors=True)
+        scratch.mkdir()
+        env["TMPDIR"] = str(scratch)
         with self.outputs[name].open("wb") as out:
             self.procs[name] = subprocess.Popen(
                 command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import tf_zygote
+from children_tmp import children_tmpdir  # noqa: F401 (autouse)
 from kubectl_runner import UnavailableError, binary
 
 from charms.gpu_k8s.v0.kubeclient import Kube

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import socket
 import time
+from pathlib import Path
 
 import pytest
 
@@ -65,3 +66,18 @@ def test_a_pod_s_ports_are_free_and_none_the_kernel_hands_out_to_connections():
         s.bind(("", ports[0]))
         s.listen()
         assert ports[0] not in {p for _ in range(20) for p in pod_ports(40)}
+
+
+def test_a_container_has_a_tmp_of_its_own_new_at_each_start(kubelet, tmp_path):
+    """A killed TensorFlow leaves autograph's generated files in its TMPDIR, not the host's."""
+    pod = _pod("writer", 0)
+    pod["spec"]["containers"][0]["command"] = [
+        "sh",
+        "-c",
+        'test ! -e "$TMPDIR/left" && touch "$TMPDIR/left" && echo "$TMPDIR"',
+    ]
+    for _ in range(2):  # the second start finds no file the first one left
+        kubelet.start(pod)
+        assert kubelet.procs["writer"].wait(timeout=10) == 0
+    scratch = kubelet.outputs["writer"].read_text().strip()
+    assert scratch.startswith(str(tmp_path)) and Path(scratch, "left").exists()

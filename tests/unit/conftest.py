@@ -6,6 +6,7 @@ import functools
 import sys
 
 import pytest
+from children_tmp import children_tmpdir  # noqa: F401 (autouse)
 
 
 @pytest.fixture(scope="session", autouse=True)
