@@ -324,11 +324,15 @@ def test_a_deactivation_clears_the_requeue_count(ctx, state, api, controller, fa
     controller.tick()
     assert jobset(api, "mnist")["spec"]["suspend"] is False  # admitted again, count kept
     assert controller.workload("mnist")["status"]["requeueState"] == {"count": 1}
+    status, _ = run_action(ctx, state, "job-status", job="mnist")
+    assert status["requeues"] == "1 (its pods were not all ready in time)"
     fake_time.now += 2600  # an hour admitted in all
     controller.tick()
     workload = controller.workload("mnist")
     assert workload["spec"]["active"] is False
     assert "requeueState" not in workload["status"]
+    status, _ = run_action(ctx, state, "job-status", job="mnist")
+    assert "requeues" not in status
 
 
 def test_the_fakes_workloads_are_checked_against_the_real_crd(api):

@@ -1034,16 +1034,21 @@ def test_a_job_of_equal_priority_waits_instead_of_preempting(ctx, state, api, co
 def test_a_job_whose_pods_were_not_ready_in_time_is_requeued_not_preempted(
     ctx, running, api, controller, fake_time
 ):
-    """Kueue queues it again only after its backoff (fakes/batch.py K15)."""
+    """Kueue queues it again only after its backoff (fakes/batch.py K15); job-status says when."""
     controller.time_out("mnist")
     controller.tick()  # Kueue does not queue it again within the backoff
     results, _ = run_action(ctx, running, "job-status", job="mnist")
     assert results["phase"] == "Requeued"
-    assert results["queue"].startswith("position 1: its pods did not all run within")
+    # no position: Kueue holds it out of the queue until the backoff ends
+    assert results["queue"].startswith("its pods did not all run within")
     assert "Exceeded the PodsReady timeout" in results["queue"]
     assert results["gpus-held"] == "0"
     at = (controller.workload("mnist") or {})["status"]["requeueState"]["requeueAt"]
     assert stamp_seconds(at) == int(fake_time.time()) + 60  # the first backoff: 60 s
+    assert results["requeues"] == (
+        f"1 (its pods were not all ready in time); Kueue holds it out of the queue until {at} "
+        "(1m 00s from now), its backoff doubling with each requeue"
+    )
     listed, _ = run_action(ctx, running, "list-jobs")
     assert listed["jobs"]["mnist"].startswith("Requeued")
 
@@ -1054,6 +1059,8 @@ def test_a_job_whose_pods_were_not_ready_in_time_is_requeued_not_preempted(
     controller.tick()
     results, _ = run_action(ctx, running, "job-status", job="mnist")
     assert results["phase"] == "Running"
+    # Kueue keeps the count for as long as the job exists
+    assert results["requeues"] == "1 (its pods were not all ready in time)"
 
 
 def test_kueue_keeps_a_jobs_requeue_count_and_doubles_its_backoff_up_to_the_cap(
