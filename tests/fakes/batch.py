@@ -73,7 +73,32 @@ Kueue (kubernetes-sigs/kueue v0.19.2):
   and pending Workloads, condition Active (see `_queue_status`).
 - K5 `time_out(job)`: the job's pods were not all ready within waitForPodsReady.timeout
   (core/workload_controller.go reconcileNotReadyTimeout): evicted like K3 with reason
-  PodsReadyTimeout, "Exceeded the PodsReady timeout <ns>/<workload>", and requeued.
+  PodsReadyTimeout, "Exceeded the PodsReady timeout <ns>/<workload>", and requeued
+  after a backoff (K15).
+- K15 The requeue backoff after a PodsReadyTimeout eviction (K5, K13), kueue v0.19.2:
+  the eviction adds 1 to `status.requeueState.count` and sets `requeueAt` to the
+  eviction time plus min(backoffBaseSeconds * 2^(count-1), backoffMaxSeconds), from the
+  manager configuration's waitForPodsReady.requeuingStrategy (defaults 60 and 3600:
+  apis/config/v1beta2/defaults.go:51-52, :115-116) (core/workload_controller.go:1229-1276
+  reconcileNotReadyTimeout, its Evict's CustomPrepare; pkg/workload/workload.go:816-856
+  UpdateRequeueState and SetRequeueState; pkg/util/wait/backoff.go:35-58 NewBackoff(base,
+  max, 2, 0.0001) and WaitTime(count) over apimachinery's wait.Backoff Step, which
+  doubles and caps). Kueue's jitter (at most 0.01% of the wait) is modelled as 0, and
+  requeueAt is written in whole seconds as any metav1.Time. Requeued is False, reason
+  PodsReadyTimeout (jobframework/reconciler.go:591: only Preempted and NodeFailures
+  evictions requeue at once). Until `clock` reaches requeueAt the Workload is not queued:
+  not admitted, not pending in its ClusterQueue's status (the workload controller queues
+  it only then: core/workload_controller.go:604-633 and the Update handler's
+  "transitioned back to pending", :1442-1483; cluster_queue.go:490-503
+  backoffWaitingTimeExpired refuses it while Requeued is False). Then requeueAt is
+  cleared, the count kept, Requeued True, reason BackoffFinished, "The workload backoff
+  was finished" (core/workload_controller.go:640-669), and it is admitted as K2. The
+  count is never reset by an admission or a PodsReady True: only deactivation clears
+  requeueState (core/workload_controller.go:671-697; workload_types.go:774-789 "When a
+  deactivated ... workload is reactivated ... this count would be reset to null"), so
+  every further timeout of the same Workload waits longer, up to the cap
+  (`_requeue_at`, `_backoff_over`). backoffLimitCount (deactivation after that many
+  requeues, :1282-1296) is not emulated: the control plane leaves it unset.
 - K10 A JobSet that restarts its gang (J3: child Jobs deleted and created again, the
   JobSet never suspended) keeps its Workload admitted, its admission unchanged: Kueue
   v0.19.2 does nothing for an unsuspended job whose Workload is admitted ("Job running
@@ -384,6 +409,12 @@ def _true(obj: dict, kind: str) -> bool:
         c.get("type") == kind and c.get("status") == "True"
         for c in (obj.get("status") or {}).get("conditions") or []
     )
+
+
+def _condition_of(obj: dict, kind: str) -> dict:
+    """The object's condition of type `kind`, or {}."""
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c.get("type") == kind), {})
 
 
 def _set(
@@ -1821,9 +1852,43 @@ class BatchControllers:
                 self._deadline(workload, js)
                 if js["kind"] == "JobSet":
                     self._pods_ready(js)
-            elif workload["spec"].get("active", True):
+            elif workload["spec"].get("active", True) and self._backoff_over(workload):
                 pending.append((workload, js))
         return pending
+
+    def _requeue_at(self, workload: dict) -> None:
+        """K15: one more requeue, and the time the backoff ends (UpdateRequeueState)."""
+        strategy = (self._kueue_config().get("waitForPodsReady") or {}).get(
+            "requeuingStrategy"
+        ) or {}
+        base = int(strategy.get("backoffBaseSeconds", 60))
+        cap = int(strategy.get("backoffMaxSeconds", 3600))
+        state = workload["status"].setdefault("requeueState", {})
+        state["count"] = int(state.get("count", 0)) + 1
+        wait = min(base * 2 ** (state["count"] - 1), cap)
+        state["requeueAt"] = stamp(self.clock() + wait)
+
+    def _backing_off(self, workload: dict) -> bool:
+        """K15: evicted by PodsReadyTimeout and `clock` not yet at its requeueAt."""
+        requeued = _condition_of(workload, "Requeued")
+        at = ((workload.get("status") or {}).get("requeueState") or {}).get("requeueAt")
+        return (
+            (requeued.get("status"), requeued.get("reason")) == ("False", "PodsReadyTimeout")
+            and at is not None
+            and self.clock() < stamp_seconds(at)
+        )
+
+    def _backoff_over(self, workload: dict) -> bool:
+        """K15: whether the Workload may be queued; a backoff just over is marked so."""
+        if self._backing_off(workload):
+            return False
+        requeued = _condition_of(workload, "Requeued")
+        if (requeued.get("status"), requeued.get("reason")) == ("False", "PodsReadyTimeout"):
+            workload["status"].get("requeueState", {}).pop("requeueAt", None)
+            message = "The workload backoff was finished"
+            self._condition(workload, "Requeued", "True", "BackoffFinished", message)
+            self._write_status(workload)
+        return True
 
     def _deadline(self, workload: dict, job: dict) -> None:
         """K9: deactivate a Workload admitted past its maximumExecutionTimeSeconds.
@@ -1865,7 +1930,7 @@ class BatchControllers:
         workload = self.workload(js["metadata"]["name"])
         if workload is None or not _true(workload, "Admitted") or _true(workload, "Evicted"):
             return
-        old = next((c for c in workload["status"]["conditions"] if c["type"] == "PodsReady"), {})
+        old = _condition_of(workload, "PodsReady")
         if self._jobset_pods_ready(js):
             recovered = old.get("reason") in ("WaitForRecovery", "Recovered")
             reason = "Recovered" if recovered else "Started"
@@ -1977,7 +2042,6 @@ class BatchControllers:
             for kind in ("Evicted", "Preempted"):  # reset only if set (workload.go)
                 if _true(workload, kind):
                     self._condition(workload, kind, "False", "QuotaReserved")
-            workload["status"].pop("requeueState", None)
             self._write_status(workload)
             self._run_with_pod_sets_info(js, assignment)
             if js["kind"] == "Pod":  # K12: pod_controller.go Run: ungated
@@ -2105,7 +2169,7 @@ class BatchControllers:
             if _true(w, "QuotaReserved"):
                 name = str(w["status"]["admission"]["clusterQueue"])
                 holding[name] = holding.get(name, 0) + 1
-            elif w["spec"].get("active", True):
+            elif w["spec"].get("active", True) and not self._backing_off(w):  # K15
                 name = queues.get((w["metadata"]["namespace"], w["spec"].get("queueName", "")), "")
                 pending[name] = pending.get(name, 0) + 1
         return holding, pending
@@ -2120,8 +2184,7 @@ class BatchControllers:
         return selector_matches(selector, labels)
 
     def _pending_because(self, workload: dict, reason: str, message: str) -> None:
-        conditions = (workload.get("status") or {}).get("conditions") or []
-        reserved = next((c for c in conditions if c["type"] == "QuotaReserved"), {})
+        reserved = _condition_of(workload, "QuotaReserved")
         if (reserved.get("reason"), reserved.get("message")) != (reason, message):
             self._condition(workload, "QuotaReserved", "False", reason, message)
             self._write_status(workload)
@@ -2282,8 +2345,8 @@ class BatchControllers:
         reservation goes once the job stopped (workloadevict.Evict, then jobframework
         reconciler: QuotaReserved and Admitted are cleared when the job is no longer
         active), so JobSet (J2) and the Job controller (B2) act before it can be admitted
-        again. A PodsReadyTimeout eviction also sets `requeueState` (count + 1, requeueAt;
-        UpdateRequeueState), here a moment in the past: the backoff is not emulated.
+        again. A PodsReadyTimeout eviction also sets `requeueState` (K15: count + 1,
+        requeueAt after the backoff); a deactivation clears it (K9, K15).
         The time it was admitted is added to status.accumulatedPastExecutionTimeSeconds
         (K9). `kind`: the job's, a JobSet or a batch Job (K8).
         """
@@ -2298,9 +2361,9 @@ class BatchControllers:
             self._plain_pods()  # its Workload goes with it
             return
         if reason == "PodsReadyTimeout":
-            state = workload["status"].setdefault("requeueState", {})
-            state["count"] = int(state.get("count", 0)) + 1
-            state["requeueAt"] = "2000-01-01T00:00:00Z"
+            self._requeue_at(workload)
+        if not workload["spec"].get("active", True):
+            workload["status"].pop("requeueState", None)
         self._write_status(workload)
         js = self._job_object(jobset, kind)
         assert js is not None

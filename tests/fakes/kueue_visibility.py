@@ -25,8 +25,11 @@ monitor_pending_workloads/pending_workloads_on_demand.md) shows the requests:
 - V4 Pending means in the queue manager: every Workload without a quota reservation that
   is active, of a LocalQueue pointing at the ClusterQueue (the heap, the inadmissible ones
   and the one in flight: pkg/cache/queue/cluster_queue.go totalElements), except one
-  waiting out its requeue backoff (`status.requeueState.requeueAt` still ahead: the
-  workload controller requeues it only then, pkg/controller/core/workload_controller.go).
+  waiting out its requeue backoff: evicted by PodsReadyTimeout, it leaves the queue
+  manager with a future `status.requeueState.requeueAt` (core/workload_controller.go:
+  1442-1483, no immediate requeue), and the workload controller puts it back only once
+  the backoff ended, after clearing requeueAt (:604-633); so a Workload whose requeueAt
+  is still set is not pending, whatever the clock (fakes/batch.py K15 clears it then).
   Snapshot orders them as the queue does (cluster_queue.go baseCompareFunc): higher
   priority first, then the queue-order timestamp (the creation time, or the eviction's
   time for one evicted by PodsReadyTimeout with `requeuingStrategy.timestamp: Eviction`,
@@ -38,14 +41,11 @@ monitor_pending_workloads/pending_workloads_on_demand.md) shows the requests:
   `clusterqueues/pendingworkloads` cluster-wide (pending_workloads_cq_viewer_role.yaml, a
   batch-admin role); the API server authorizes before the aggregator proxies.
 
-`serve(api, now=)` registers it on a FakeKubeApiServer (`api.aggregated`); `now` gives the
-time the backoff is compared with (RFC 3339; the wall clock when unset).
+`serve(api)` registers it on a FakeKubeApiServer (`api.aggregated`).
 """
 
 from __future__ import annotations
 
-import datetime
-from collections.abc import Callable
 from typing import Any
 
 from fakes.kube_apiserver import ApiError
@@ -73,7 +73,7 @@ def _order(w: dict) -> tuple[int, str, str]:
     return (-int(w["spec"].get("priority") or 0), stamp, w["metadata"].get("uid", ""))
 
 
-def pending(api: Any, cluster_queue: str, now: str) -> list[dict]:
+def pending(api: Any, cluster_queue: str) -> list[dict]:
     """V4: the ClusterQueue's pending Workloads, in queue order."""
     out = []
     for w in api.objects(f"{KUEUE}/namespaces/", kind="Workload"):
@@ -84,7 +84,7 @@ def pending(api: Any, cluster_queue: str, now: str) -> list[dict]:
             continue
         if _true(w, "QuotaReserved") or _true(w, "Finished") or w["spec"].get("active") is False:
             continue
-        if ((w.get("status") or {}).get("requeueState") or {}).get("requeueAt", "") > now:
+        if ((w.get("status") or {}).get("requeueState") or {}).get("requeueAt"):
             continue
         out.append(w)
     return sorted(out, key=_order)
@@ -115,7 +115,7 @@ def _page(query: dict) -> tuple[int, int]:
     return min(max(limit, 0), MAX_LIMIT), max(int(query.get("offset", 0)), 0)
 
 
-def summary(api: Any, path: str, query: dict, now: str) -> dict:
+def summary(api: Any, path: str, query: dict) -> dict:
     """V1/V2: the PendingWorkloadsSummary a pendingworkloads path answers."""
     parts = path.strip("/").split("/")[3:]  # after apis/<group>/<version>
     limit, offset = _page(query)
@@ -124,7 +124,7 @@ def summary(api: Any, path: str, query: dict, now: str) -> dict:
         local = api.get_object(f"{KUEUE}/namespaces/{ns}/localqueues/{lq}")
         if local is None or parts[4] != "pendingworkloads":
             raise ApiError(404, "NotFound", f'localqueue "{lq}" not found')
-        everyone = pending(api, local["spec"]["clusterQueue"], now)
+        everyone = pending(api, local["spec"]["clusterQueue"])
         mine = [
             (i, w)
             for i, w in enumerate(everyone)
@@ -134,7 +134,7 @@ def summary(api: Any, path: str, query: dict, now: str) -> dict:
     elif len(parts) == 3 and parts[0] == "clusterqueues" and parts[2] == "pendingworkloads":
         if api.get_object(f"{KUEUE}/clusterqueues/{parts[1]}") is None:
             raise ApiError(404, "NotFound", f'clusterqueue "{parts[1]}" not found')
-        everyone = pending(api, parts[1], now)
+        everyone = pending(api, parts[1])
         counts: dict[tuple[str, str], int] = {}
         items = []
         for i, w in enumerate(everyone):
@@ -152,15 +152,12 @@ def summary(api: Any, path: str, query: dict, now: str) -> dict:
     }
 
 
-def serve(api: Any, now: Callable[[], str] | None = None) -> None:
+def serve(api: Any) -> None:
     """Serve V1/V2 from `api` (GET only, as the REST storage implements Get alone)."""
-
-    def clock() -> str:
-        return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
     def handler(method: str, path: str, query: dict) -> tuple[int, dict]:
         if method != "GET":
             raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {path}")
-        return 200, summary(api, path, query, (now or clock)())
+        return 200, summary(api, path, query)
 
     api.aggregated[f"/apis/{GROUP}/{VERSION}"] = handler

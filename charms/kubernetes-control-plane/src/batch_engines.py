@@ -102,8 +102,9 @@ class Settings:
 
 # What `customise` changes, numbered: a new number re-applies every release once, so that
 # a running cluster gets the change (2: the controllers' control-plane node selector; 3:
-# Kueue's waitForPodsReady.recoveryTimeout, kueue.RECOVERY_TIMEOUT_MINUTES).
-CUSTOMISATION = 3
+# Kueue's waitForPodsReady.recoveryTimeout, kueue.RECOVERY_TIMEOUT_MINUTES; 4: its
+# requeuingStrategy.backoffMaxSeconds, kueue.BACKOFF_MAX_SECONDS).
+CUSTOMISATION = 4
 
 
 def want_key(release: Release, mirror: str, sha256: str, settings: Settings) -> str:

@@ -119,9 +119,34 @@ MANAGED_BY = "kubernetes-control-plane"
 # and the new ones mostly start where the image is already pulled. 3 minutes is what the
 # recoveryTimeout proposal first defaulted to (kueue PR #2737's draft of keps/349-all-or-nothing);
 # a gang slower than that (a node pulling the image for the first time) is requeued,
-# Kueue's backoff (60 s, doubling) later admitted again, and resumes at its checkpoint.
+# admitted again after Kueue's backoff (below), and resumes at its checkpoint.
 # Never longer than pods-ready-timeout, which an operator may have set shorter.
 RECOVERY_TIMEOUT_MINUTES = 3
+
+# waitForPodsReady.requeuingStrategy: after a PodsReadyTimeout eviction (a first start
+# past pods-ready-timeout, or a recovery past RECOVERY_TIMEOUT_MINUTES) Kueue requeues
+# the job only once min(BACKOFF_BASE_SECONDS * 2^(count-1), BACKOFF_MAX_SECONDS) passed,
+# `count` being that Workload's requeues so far (kueue v0.19.2 pkg/workload/workload.go
+# UpdateRequeueState, pkg/util/wait/backoff.go; a preemption requeues at once,
+# jobframework/reconciler.go). The count is never reset while the job exists: not by a
+# readmission nor by its pods running again, only by deactivation
+# (core/workload_controller.go; apis/kueue/v1beta2/workload_types.go RequeueState).
+# Kueue's default cap, 3600 s (apis/config/v1beta2/defaults.go), is reached at the 7th
+# requeue: a job that runs for weeks and whose gang could not come back within 3 minutes
+# of a few node faults would then wait an hour before Kueue even queues it again, each
+# time another fault moves it, however idle the cluster (issue 32 item 2 wants it back
+# on healthy nodes soon).
+# What a long backoff protects against is a job that can never become ready (an image
+# that never pulls, pods that never fit the nodes): with timestamp Eviction it queues
+# behind every job of its priority already waiting, so it takes back only quota nobody
+# waiting could use, or preempts jobs it outranks. Capped at the default
+# pods-ready-timeout (10 minutes), such a job is readmitted at most once per 20 minutes
+# (10 to fail, 10 of backoff), job-status shows how often it was requeued, and a
+# gang slow the first time (images pulled on first start) still gets 1, 2, 4 and 8
+# minutes before the cap matters. backoffLimitCount stays unset (requeue forever): a
+# deactivated job would need a person to reactivate it.
+BACKOFF_BASE_SECONDS = 60
+BACKOFF_MAX_SECONDS = 600
 
 
 def configure(text: str, settings: batch_engines.Settings) -> str:
@@ -139,8 +164,8 @@ def configure(text: str, settings: batch_engines.Settings) -> str:
         "blockAdmission": False,
         "requeuingStrategy": {
             "timestamp": "Eviction",
-            "backoffBaseSeconds": 60,
-            "backoffMaxSeconds": 3600,
+            "backoffBaseSeconds": BACKOFF_BASE_SECONDS,
+            "backoffMaxSeconds": BACKOFF_MAX_SECONDS,
         },
     }
     # Fair sharing, so that teams borrowing the cohort's pool (their ClusterQueues hold

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import oneshot
+import scale_records
 from literals import LABEL_COMPLETION_INDEX, LABEL_ROLE
 from manifests import tensorboard_url
 from params import TrainRequest
@@ -334,8 +335,8 @@ def queue_position(
     PodsReadyTimeout: with `requeuingStrategy.timestamp: Eviction` (kubernetes-control-
     plane's Kueue configuration) that one queues from its eviction (kueue v0.19.2
     pkg/workload/workload.go GetQueueOrderTimestamp). A workload waiting out its requeue
-    backoff (`status.requeueState.requeueAt` after `now`, RFC 3339) is not a candidate
-    yet. This charm's LocalQueue feeds one ClusterQueue.
+    backoff (`backing_off`) is not a candidate yet. This charm's LocalQueue feeds one
+    ClusterQueue.
     """
     now = now or datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -351,19 +352,58 @@ def queue_position(
                 stamp = cond.get("lastTransitionTime") or stamp
         return (-priority, stamp)
 
-    def backing_off(w: Mapping[str, Any]) -> bool:
-        return ((w.get("status") or {}).get("requeueState") or {}).get("requeueAt", "") > now
-
     mine = key(workload)
     ahead = [
         w
         for w in workloads
         if queue_state(w)[0] in WAITING
-        and not backing_off(w)
+        and not backing_off(w, now)
         and w["metadata"]["name"] != workload["metadata"]["name"]
         and key(w) < mine
     ]
     return len(ahead) + 1
+
+
+def _requeue_state(workload: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return ((workload or {}).get("status") or {}).get("requeueState") or {}
+
+
+def backing_off(workload: Mapping[str, Any] | None, now: str) -> bool:
+    """Whether Kueue holds the Workload out of its queue until after `now` (RFC 3339).
+
+    Kueue v0.19.2 requeues a job its PodsReadyTimeout evicted only once
+    `status.requeueState.requeueAt` has passed (core/workload_controller.go Reconcile,
+    "Waiting for backoff to finish"), then clears requeueAt.
+    """
+    return _requeue_state(workload).get("requeueAt", "") > now
+
+
+def requeues(workload: Mapping[str, Any] | None, now: float) -> str:
+    """How often Kueue requeued the job and, while it waits out the backoff, until when.
+
+    `status.requeueState` (kueue v0.19.2 apis/kueue/v1beta2/workload_types.go
+    RequeueState): `count`, the PodsReadyTimeout evictions of this Workload, kept across
+    admissions for as long as the job exists (pkg/workload/workload.go
+    UpdateRequeueState; only a deactivation clears it), and `requeueAt`, the end of the
+    backoff after the last one: waitForPodsReady.requeuingStrategy's base doubled per
+    requeue, up to its cap (the control plane's kueue.BACKOFF_MAX_SECONDS). `now`: the
+    wall clock. "" for a job never requeued.
+    """
+    state = _requeue_state(workload)
+    count = int(state.get("count") or 0)
+    if not count:
+        return ""
+    text = f"{count} (its pods were not all ready in time)"
+    at = state.get("requeueAt")
+    if not at:
+        return text
+    if backing_off(workload, scale_records.stamp(now)):
+        left = format_duration((scale_records.seconds(at) or now) - now)
+        return (
+            f"{text}; Kueue holds it out of the queue until {at} ({left} from now), its "
+            "backoff doubling with each requeue"
+        )
+    return f"{text}; Kueue's backoff ended at {at}: it is queued again any moment"
 
 
 def _true(obj: Mapping[str, Any] | None, kind: str) -> dict | None:
@@ -405,8 +445,12 @@ def summarise(
     *,
     position: int | None = None,
     workloads: Iterable[Mapping[str, Any]] = (),
+    now: float,
 ) -> dict[str, Any]:
-    """The status of one job as action results (dashed keys, printable values)."""
+    """The status of one job as action results (dashed keys, printable values).
+
+    `now`: the wall clock, for a requeued job's backoff (`requeues`).
+    """
     active = [p for p in pods if _active(p)]
     counts = running_counts(request, pods)
     status = (js or {}).get("status") or {}
@@ -428,6 +472,8 @@ def summarise(
         out["queue"] = f"position {position}: {why}" if position else why
     elif unqueued(js, workload):
         out["queue"] = f"none: {UNQUEUED}"
+    if requeued := requeues(workload, now):
+        out["requeues"] = requeued
     if progress:
         loss = progress.get("loss")
         out["step"] = f"{progress.get('step', '?')}/{progress.get('steps', request.steps)}"

@@ -62,7 +62,8 @@ def stamp(seconds: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
-def _seconds(text: str) -> float | None:
+def seconds(text: str) -> float | None:
+    """Seconds since the epoch of a time `stamp` writes (as Kubernetes does); None if not one."""
     try:
         parsed = datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ")
     except (TypeError, ValueError):
@@ -111,7 +112,7 @@ class Record:
         return cls(
             request=request,
             words=annotations.get(ANNOTATION_STATE, ""),
-            until=_seconds(until) if until else None,
+            until=seconds(until) if until else None,
             resource_version=str(meta.get("resourceVersion", "")),
         )
 

@@ -534,12 +534,20 @@ def _summary(
     js: dict | None,
     workloads: list[dict],
     pods: list[dict],
+    now: float,
 ) -> dict[str, Any]:
+    """`job-status`'s answer for one job; `now`: the wall clock.
+
+    A waiting job's position in the team's queue, unless Kueue holds it out of the queue
+    until its requeue backoff ends (job_state.requeues says until when).
+    """
     workload = _workload_of(js, workloads)
     progress = parse_progress(_chief_log(kube, ctx, request, pods))
     position = None
+    at = scale_records.stamp(now)
     if workload is not None and job_state.queue_state(workload)[0] in job_state.WAITING:
-        position = job_state.queue_position(workload, workloads)
+        if not job_state.backing_off(workload, at):
+            position = job_state.queue_position(workload, workloads, at)
     return job_state.summarise(
         request,
         js,
@@ -549,6 +557,7 @@ def _summary(
         ctx.namespace,
         position=position,
         workloads=workloads,
+        now=now,
     )
 
 
@@ -576,7 +585,7 @@ def status(
     request = _request_of(js, job, ctx)
     pods = _training_pods(kube, ctx, job)
     workloads = _workloads(kube, ctx)
-    summary = _summary(kube, ctx, request, js, workloads, pods)
+    summary = _summary(kube, ctx, request, js, workloads, pods, now())
     workload = _workload_of(js, workloads)
     if js is not None and workload is not None and summary["phase"] in job_state.WAITING:
         _why_numbers(kube, ctx, js, workload, workloads, summary)
@@ -704,7 +713,8 @@ def list_jobs(kube: Any, ctx: Context, now: Callable[[], float] = time.time) -> 
             out[name] = "unreadable request annotation"
             continue
         pods = [p for p in all_pods if p["metadata"]["labels"].get(LABEL_JOB) == name]
-        out[name] = job_state.one_line(_summary(kube, ctx, request, js, workloads, pods))
+        summary = _summary(kube, ctx, request, js, workloads, pods, now())
+        out[name] = job_state.one_line(summary)
     return out
 
 

@@ -8,6 +8,7 @@ once the manifests' CRDs are applied, as a real one does.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -30,6 +31,7 @@ from fakes.control_plane import (
 
 JOBSET_DEPLOY = "/apis/apps/v1/namespaces/jobset-system/deployments/jobset-controller-manager"
 KUEUE_DEPLOY = "/apis/apps/v1/namespaces/kueue-system/deployments/kueue-controller-manager"
+DIGEST = batch_engines.CONFIG_DIGEST_ANNOTATION
 CALICO_DEPLOY = "/apis/apps/v1/namespaces/kube-system/deployments/calico-kube-controllers"
 KUEUE_CONFIG = "/api/v1/namespaces/kueue-system/configmaps/kueue-manager-config"
 JOBSET_CRD = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/jobsets.jobset.x-k8s.io"
@@ -67,7 +69,14 @@ def test_the_leader_applies_both_releases_made_this_clusters(ctx, machine, api, 
     # a running job whose gang is not ready again (a pod failed, a GPU quarantined) keeps
     # its quota 3 minutes, not pods-ready-timeout's 10 (issue 32's review, gap 7)
     assert config["waitForPodsReady"]["recoveryTimeout"] == "3m"
-    assert config["waitForPodsReady"]["requeuingStrategy"]["timestamp"] == "Eviction"
+    assert config["waitForPodsReady"]["requeuingStrategy"] == {
+        "timestamp": "Eviction",
+        # a job requeued again and again (its count is kept as long as it exists) waits
+        # 1, 2, 4, 8, then at most 10 minutes before Kueue queues it again, not an hour
+        "backoffBaseSeconds": 60,
+        "backoffMaxSeconds": 600,
+    }
+    assert "backoffLimitCount" not in config["waitForPodsReady"]["requeuingStrategy"]
     # Job, JobSet, and every pod of a team's namespace (issue 29 item 6: pod and
     # deployment; the tensorflow charm's Deployments name the team's queue)
     assert config["integrations"]["frameworks"] == [
@@ -694,27 +703,48 @@ def test_a_running_cluster_gets_the_node_selector_after_the_charm_upgrade(
         assert pod["nodeSelector"]["node-role.kubernetes.io/control-plane"] == "", path
 
 
-def test_a_running_cluster_gets_kueues_recovery_timeout_after_the_charm_upgrade(
-    ctx, machine, api, releases
+@pytest.mark.parametrize(
+    ("applied", "block", "field", "old", "new"),
+    [
+        (2, (), "recoveryTimeout", None, "3m"),  # customisation 3
+        (3, ("requeuingStrategy",), "backoffMaxSeconds", 3600, 600),  # customisation 4
+    ],
+)
+def test_a_running_cluster_gets_kueues_configuration_after_the_charm_upgrade(
+    ctx, machine, api, releases, applied, block, field, old, new
 ):
-    """What the previous revision applied (customisation 2, no recoveryTimeout) is redone."""
+    """What a previous revision applied (customisation `applied`: `old`) is redone.
+
+    That revision rolled Kueue by its text's digest; the new text rolls it again, since
+    Kueue reads its configuration only when it starts.
+    """
     out = _install(ctx)
     bag = dict(peer(out).local_app_data)
     version, url, sha256, settings, _ = json.loads(bag["addon-kueue"])
-    bag["addon-kueue"] = json.dumps([version, url, sha256, settings, 2], sort_keys=True)
+    bag["addon-kueue"] = json.dumps([version, url, sha256, settings, applied], sort_keys=True)
     cm = api.get_object(KUEUE_CONFIG)
     config = yaml.safe_load(cm["data"]["controller_manager_config.yaml"])
-    del config["waitForPodsReady"]["recoveryTimeout"]
+    written = functools.reduce(dict.__getitem__, block, config["waitForPodsReady"])
+    written.pop(field)
+    if old is not None:
+        written[field] = old
     cm["data"]["controller_manager_config.yaml"] = yaml.safe_dump(config)
     api.put_object(KUEUE_CONFIG, cm)
+    deploy = api.get_object(KUEUE_DEPLOY)
+    rolled_by = hashlib.sha256(yaml.safe_dump(config).encode()).hexdigest()
+    deploy["spec"]["template"]["metadata"]["annotations"][DIGEST] = rolled_by
+    api.put_object(KUEUE_DEPLOY, deploy)
     state = dataclasses.replace(
         out, relations=[dataclasses.replace(peer(out), local_app_data=bag)]
     )
 
     ctx.run(ctx.on.upgrade_charm(), state)
 
-    config = yaml.safe_load(api.get_object(KUEUE_CONFIG)["data"]["controller_manager_config.yaml"])
-    assert config["waitForPodsReady"]["recoveryTimeout"] == "3m"
+    text = api.get_object(KUEUE_CONFIG)["data"]["controller_manager_config.yaml"]
+    config = yaml.safe_load(text)
+    assert functools.reduce(dict.__getitem__, block, config["waitForPodsReady"])[field] == new
+    rolled = api.get_object(KUEUE_DEPLOY)["spec"]["template"]["metadata"]["annotations"]
+    assert rolled[DIGEST] == hashlib.sha256(text.encode()).hexdigest() != rolled_by
 
 
 def _quota_of(cq: dict) -> dict[tuple[str, str], str]:

@@ -192,7 +192,9 @@ def fake_time(monkeypatch, controller):
     monkeypatch.setattr(charm.TensorflowCharm, "sleep", staticmethod(sleep))
     monkeypatch.setattr(charm.TensorflowCharm, "monotonic", staticmethod(t.monotonic))
     monkeypatch.setattr(charm.TensorflowCharm, "wall_clock", staticmethod(t.time))
-    controller.clock = t.monotonic  # Kueue's conditions' times (a job's deadline)
+    # Kueue's times (conditions, a job's deadline, a requeue's requeueAt) are wall-clock
+    # times, read by the charm against its own wall clock (job-status: K15's backoff)
+    controller.clock = t.time
     return t
 
 
@@ -295,6 +297,13 @@ def jobset(api: FakeKubeApiServer, name: str) -> dict:
     found = api.get_object(f"{JOBSETS}{name}")
     assert found is not None, f"no JobSet {name}"
     return found
+
+
+def condition(obj: dict, kind: str) -> dict:
+    """The object's condition of type `kind` (asserting it has one)."""
+    found = [c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == kind]
+    assert found, f"no condition {kind}"
+    return found[0]
 
 
 def role_spec(js: dict, role: str) -> dict:

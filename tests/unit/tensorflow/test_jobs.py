@@ -14,7 +14,7 @@ import serving
 import training
 import yaml
 from conftest import node
-from job_state import queue_position, queue_reason, queue_state
+from job_state import queue_position, queue_reason, queue_state, requeues
 from params import (
     RESERVED_PREFIXES,
     RESERVED_SUFFIXES,
@@ -26,6 +26,7 @@ from params import (
 )
 from placement import never_fits
 from progress import eta_seconds, format_duration, parse_progress, resumed_step, sparkline
+from scale_records import seconds
 
 from fakes.crds import validate_jobset
 from fakes.kube_admission import KUBERNETES_VERSION
@@ -586,3 +587,23 @@ def test_queue_position_orders_as_kueue_does():
     assert queue_position(mine, everyone, now) == 3  # behind urgent and older
     assert queue_position(evicted_late, everyone, now) == 4
     assert queue_position(mine, everyone, "2026-11-24T07:00:00Z") == 4  # backoff over
+
+
+def test_requeues_say_how_often_and_until_when_kueue_holds_the_job():
+    """status.requeueState as Kueue v0.19.2 writes it (fakes/batch.py K15), read at `now`."""
+    now = seconds("2026-11-24T06:10:00Z")
+    assert now is not None
+    assert requeues(_workload("w"), now) == ""  # never requeued
+    waiting = _workload("w", requeueState={"count": 3, "requeueAt": "2026-11-24T06:14:00Z"})
+    assert requeues(waiting, now) == (
+        "3 (its pods were not all ready in time); Kueue holds it out of the queue until "
+        "2026-11-24T06:14:00Z (4m 00s from now), its backoff doubling with each requeue"
+    )
+    # Kueue clears requeueAt as it queues the job again: until then, a moment
+    assert requeues(waiting, now + 240) == (
+        "3 (its pods were not all ready in time); Kueue's backoff ended at "
+        "2026-11-24T06:14:00Z: it is queued again any moment"
+    )
+    assert requeues(_workload("w", requeueState={"count": 3}), now) == (
+        "3 (its pods were not all ready in time)"
+    )

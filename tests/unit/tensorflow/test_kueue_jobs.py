@@ -313,6 +313,28 @@ def test_the_deadline_counts_admitted_time_only(ctx, state, api, controller, fak
     assert controller.workload("mnist")["spec"]["active"] is False
 
 
+def test_a_deactivation_clears_the_requeue_count(ctx, state, api, controller, fake_time):
+    """K15: only a deactivation resets status.requeueState (workload_controller.go)."""
+    add_nodes(api, node("node-a", 1), node("cpu-0"))
+    run_action(ctx, state, "train", job="mnist", deadline=1)
+    fake_time.now += 1000
+    controller.time_out("mnist")
+    assert controller.workload("mnist")["status"]["requeueState"]["count"] == 1
+    fake_time.now += 60  # the first backoff
+    controller.tick()
+    assert jobset(api, "mnist")["spec"]["suspend"] is False  # admitted again, count kept
+    assert controller.workload("mnist")["status"]["requeueState"] == {"count": 1}
+    status, _ = run_action(ctx, state, "job-status", job="mnist")
+    assert status["requeues"] == "1 (its pods were not all ready in time)"
+    fake_time.now += 2600  # an hour admitted in all
+    controller.tick()
+    workload = controller.workload("mnist")
+    assert workload["spec"]["active"] is False
+    assert "requeueState" not in workload["status"]
+    status, _ = run_action(ctx, state, "job-status", job="mnist")
+    assert "requeues" not in status
+
+
 def test_the_fakes_workloads_are_checked_against_the_real_crd(api):
     """Issue 31 leftover: Kueue's fake creates Workloads through the validating path."""
     controller = BatchControllers(api, NS)

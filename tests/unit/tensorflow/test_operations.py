@@ -10,6 +10,7 @@ import kubernetes_validate
 import manifests
 import params
 import pytest
+import queues
 import readme_examples
 import scale_records
 import training
@@ -18,6 +19,7 @@ from conftest import (
     NS,
     TOKEN,
     add_nodes,
+    condition,
     job_objects,
     jobset,
     node,
@@ -29,7 +31,9 @@ from conftest import (
 from ops import testing
 
 import charm
+from fakes import kueue_visibility
 from fakes.kube_admission import KUBERNETES_VERSION
+from fakes.kube_apiserver import stamp_seconds
 from fakes.kube_grants import service_account_path
 
 JOBS = f"/apis/batch/v1/namespaces/{NS}/jobs/"
@@ -1028,21 +1032,79 @@ def test_a_job_of_equal_priority_waits_instead_of_preempting(ctx, state, api, co
 
 
 def test_a_job_whose_pods_were_not_ready_in_time_is_requeued_not_preempted(
-    ctx, running, api, controller
+    ctx, running, api, controller, fake_time
 ):
-    controller.enabled = False  # nothing readmits it while we look
+    """Kueue queues it again only after its backoff (fakes/batch.py K15); job-status says when."""
     controller.time_out("mnist")
+    controller.tick()  # Kueue does not queue it again within the backoff
     results, _ = run_action(ctx, running, "job-status", job="mnist")
     assert results["phase"] == "Requeued"
-    assert results["queue"].startswith("position 1: its pods did not all run within")
+    # no position: Kueue holds it out of the queue until the backoff ends
+    assert results["queue"].startswith("its pods did not all run within")
     assert "Exceeded the PodsReady timeout" in results["queue"]
     assert results["gpus-held"] == "0"
+    at = (controller.workload("mnist") or {})["status"]["requeueState"]["requeueAt"]
+    assert stamp_seconds(at) == int(fake_time.time()) + 60  # the first backoff: 60 s
+    assert results["requeues"] == (
+        f"1 (its pods were not all ready in time); Kueue holds it out of the queue until {at} "
+        "(1m 00s from now), its backoff doubling with each requeue"
+    )
     listed, _ = run_action(ctx, running, "list-jobs")
     assert listed["jobs"]["mnist"].startswith("Requeued")
-    controller.enabled = True
+
+    fake_time.now += 59
+    controller.tick()
+    assert run_action(ctx, running, "job-status", job="mnist")[0]["phase"] == "Requeued"
+    fake_time.now += 1
     controller.tick()
     results, _ = run_action(ctx, running, "job-status", job="mnist")
     assert results["phase"] == "Running"
+    # Kueue keeps the count for as long as the job exists
+    assert results["requeues"] == "1 (its pods were not all ready in time)"
+
+
+def test_kueue_keeps_a_jobs_requeue_count_and_doubles_its_backoff_up_to_the_cap(
+    ctx, running, api, controller, fake_time
+):
+    """Kueue v0.19.2 never resets requeueState.count on readmission or PodsReady (K15).
+
+    Each PodsReadyTimeout of the same job waits twice as long as the one before, up to the
+    control plane's backoffMaxSeconds (kueue.BACKOFF_MAX_SECONDS, 600, not Kueue's 3600).
+    While it waits it is neither admitted nor pending in the team's ClusterQueue nor in
+    Kueue's visibility API.
+    """
+    cq = f"/apis/kueue.x-k8s.io/v1beta2/clusterqueues/{queues.cluster_queue_name(NS)}"
+    for count, wait in enumerate((60, 120, 240, 480, 600, 600), start=1):
+        for _ in range(2):  # the gang runs again, ready: PodsReady True
+            controller.tick()
+        workload = controller.workload("mnist") or {}
+        assert condition(workload, "PodsReady")["status"] == "True"
+        controller.time_out("mnist")
+        evicted_at = int(fake_time.time())
+        state = (controller.workload("mnist") or {})["status"]["requeueState"]
+        assert state["count"] == count
+        assert stamp_seconds(state["requeueAt"]) == evicted_at + wait
+
+        fake_time.now += wait - 1
+        controller.tick()
+        workload = controller.workload("mnist") or {}
+        assert condition(workload, "Admitted")["status"] == "False"
+        requeued = condition(workload, "Requeued")
+        assert (requeued["status"], requeued["reason"]) == ("False", "PodsReadyTimeout")
+        assert (api.get_object(cq) or {})["status"]["pendingWorkloads"] == 0
+        assert kueue_visibility.summary(api, queues.pending_path(NS), {})["items"] == []
+
+        fake_time.now += 1
+        controller.tick()
+        workload = controller.workload("mnist") or {}
+        assert condition(workload, "Admitted")["status"] == "True"
+        requeued = condition(workload, "Requeued")
+        assert (requeued["status"], requeued["reason"], requeued["message"]) == (
+            "True",
+            "BackoffFinished",
+            "The workload backoff was finished",
+        )
+        assert workload["status"]["requeueState"] == {"count": count}
 
 
 def test_finished_jobs_are_deleted_by_jobset_after_job_ttl(ctx, state, api):
