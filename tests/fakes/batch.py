@@ -301,6 +301,7 @@ from fakes.kube_apiserver import (
     stamp_seconds,
 )
 from fakes.kube_enums import enum_errors
+from fakes.taint_eviction import tolerated
 
 JOBSET = "/apis/jobset.x-k8s.io/v1alpha2"
 # The hostname of the JobSet controller's pod (its Deployment jobset-controller-manager in
@@ -461,17 +462,6 @@ def _unschedulable(pod: dict) -> bool:
         c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
         for c in (pod.get("status") or {}).get("conditions") or []
     )
-
-
-def _tolerates(tolerations: list[dict], taint: dict) -> bool:
-    for t in tolerations:
-        if t.get("effect") and t["effect"] != taint.get("effect"):
-            continue
-        if t.get("operator") == "Exists" and (not t.get("key") or t["key"] == taint["key"]):
-            return True
-        if t.get("key") == taint["key"] and t.get("value", "") == taint.get("value", ""):
-            return True
-    return False
 
 
 def _preference(pod_spec: dict, node: dict) -> int:
@@ -705,7 +695,7 @@ class Quota:
         """flavorassigner.go checkFlavorForPodSets: taints tolerated, labels selected."""
         flavor = (self.flavors.get(name) or {}).get("spec") or {}
         for taint in flavor.get("nodeTaints") or []:
-            if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerates(
+            if taint.get("effect") in ("NoSchedule", "NoExecute") and not tolerated(
                 [*(pod_spec.get("tolerations") or []), *(flavor.get("tolerations") or [])],
                 taint,
             ):
@@ -2628,7 +2618,7 @@ class BatchControllers:
                 not ready
                 or node_spec.get("unschedulable")
                 or free.get(name, 0) < gpus
-                or not all(_tolerates(spec.get("tolerations") or [], t) for t in taints)
+                or not all(tolerated(spec.get("tolerations") or [], t) for t in taints)
                 or any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items())
             ):
                 continue
