@@ -234,7 +234,9 @@ Job controller and kubelet (kubernetes.io/docs/concepts/workloads/controllers/jo
   Suspended condition, and a new startTime on resume (the fake keeps the first one).
 - B5 With a `kubelet` (tests/functional: real processes), a pod's container runs from its
   creation; it ends the pod (Succeeded on exit 0, else Failed with the exit code) when it
-  exits, and a deleted pod's container is stopped first (see `_delete_pods`). Without
+  exits, and a deleted pod's container is stopped first (see `_delete_pods`); a pod
+  someone else deleted, gone from the API server at once, has its container stopped at
+  the next tick (`kubelet.removed`: SIGTERM, SIGKILL after its grace period). Without
   one, the controllers delete pods through the fake API server (`delete_pod`): at once,
   or, under its `graceful_pods`, for their grace period, and kubelet's part is here
   (`_reap`, `_sigterm`): a terminating pod's container gets SIGTERM when the pod is
@@ -3071,7 +3073,9 @@ class BatchControllers:
         if not self.enabled:
             return 0
         if self.kubelet is not None:  # containers that exited end their pods
-            for pod in self._pods():
+            pods = self._pods()
+            self.kubelet.removed({p["metadata"]["name"] for p in pods})  # B5
+            for pod in pods:
                 code = self.kubelet.exit_code(pod)
                 if code is not None and pod["status"].get("phase") == "Running":
                     phase = "Succeeded" if code == 0 else "Failed"
