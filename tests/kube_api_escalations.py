@@ -511,6 +511,26 @@ ADMISSION_ESCALATIONS: list[Escalation] = [
             _restricted_pod(tolerations=[{"operator": "Exists", "effect": "NoSchedule"}]),
         ),
     ),
+    # a toleration of the GPU quarantine's NoExecute taint (issue 32): the pod would stay on a
+    # node whose GPU the watcher found bad, hold it from draining for its repair, and be
+    # placed there by the scheduler once the node is uncordoned before the taint is lifted
+    Escalation(
+        "pod-tolerates-the-gpu-quarantine",
+        PODS_POLICY,
+        attempt=Attempt(
+            "POST",
+            f"/api/v1/namespaces/{HOSTILE}/pods",
+            _restricted_pod(
+                tolerations=[
+                    {
+                        "key": "gpu-k8s.io/gpu-unhealthy",
+                        "operator": "Exists",
+                        "effect": "NoExecute",
+                    }
+                ]
+            ),
+        ),
+    ),
     # a pod running as the consumer's own ServiceAccount: kubelet keeps a fresh token of the
     # grant in it (projected, renewed) for as long as the pod lives, past the 48 h token
     Escalation(
