@@ -460,80 +460,60 @@ PODS_POLICY = "gpu-k8s-consumer-pods-off-the-control-plane"
 TOKENS_POLICY = "gpu-k8s-consumer-short-lived-tokens"
 EGRESS_POLICY = "gpu-k8s-consumer-egress-by-the-control-plane"
 CONTROLLERS_POLICY = "gpu-k8s-consumer-controllers-by-kube-system"
+
+
+def _pod_refused(path_id: str, **spec: Any) -> Escalation:
+    """The consumer creates a `_restricted_pod` with `spec` in its namespace: CONSUMER_PODS."""
+    pods = f"/api/v1/namespaces/{HOSTILE}/pods"
+    return Escalation(path_id, PODS_POLICY, attempt=Attempt("POST", pods, _restricted_pod(**spec)))
+
+
 ADMISSION_ESCALATIONS: list[Escalation] = [
     # the reviewer's pod: bound by name to the control-plane node, tolerating every taint
-    Escalation(
+    _pod_refused(
         "pod-bound-to-the-control-plane",
-        PODS_POLICY,
-        attempt=Attempt(
-            "POST",
-            f"/api/v1/namespaces/{HOSTILE}/pods",
-            _restricted_pod(nodeName=CONTROL_PLANE_NODE, tolerations=[{"operator": "Exists"}]),
-        ),
+        nodeName=CONTROL_PLANE_NODE,
+        tolerations=[{"operator": "Exists"}],
     ),
     # spec.nodeName alone: kubelet admits a pod bound to its node checking only NoExecute
     # taints, so the control plane's NoSchedule taint does not keep it off
-    Escalation(
-        "pod-node-name",
-        PODS_POLICY,
-        attempt=Attempt(
-            "POST",
-            f"/api/v1/namespaces/{HOSTILE}/pods",
-            _restricted_pod(nodeName=CONTROL_PLANE_NODE),
-        ),
-    ),
+    _pod_refused("pod-node-name", nodeName=CONTROL_PLANE_NODE),
     # a toleration of kubeadm's control-plane taint: the scheduler may place it there
-    Escalation(
+    _pod_refused(
         "pod-tolerates-the-control-plane",
-        PODS_POLICY,
-        attempt=Attempt(
-            "POST",
-            f"/api/v1/namespaces/{HOSTILE}/pods",
-            _restricted_pod(
-                tolerations=[
-                    {
-                        "key": "node-role.kubernetes.io/control-plane",
-                        "operator": "Exists",
-                        "effect": "NoSchedule",
-                    }
-                ],
-                nodeSelector={"node-role.kubernetes.io/control-plane": ""},
-            ),
-        ),
+        tolerations=[
+            {
+                "key": "node-role.kubernetes.io/control-plane",
+                "operator": "Exists",
+                "effect": "NoSchedule",
+            }
+        ],
+        nodeSelector={"node-role.kubernetes.io/control-plane": ""},
     ),
     # a key-less Exists toleration tolerates every taint, the control plane's included
-    Escalation(
-        "pod-tolerates-every-taint",
-        PODS_POLICY,
-        attempt=Attempt(
-            "POST",
-            f"/api/v1/namespaces/{HOSTILE}/pods",
-            _restricted_pod(tolerations=[{"operator": "Exists", "effect": "NoSchedule"}]),
-        ),
+    _pod_refused(
+        "pod-tolerates-every-taint", tolerations=[{"operator": "Exists", "effect": "NoSchedule"}]
+    ),
+    # a toleration of the GPU quarantine's NoExecute taint (issue 32): the pod would stay on a
+    # node whose GPU the watcher found bad, hold it from draining for its repair, and be
+    # placed there by the scheduler once the node is uncordoned before the taint is lifted
+    _pod_refused(
+        "pod-tolerates-the-gpu-quarantine",
+        tolerations=[
+            {
+                "key": "gpu-k8s.io/gpu-unhealthy",
+                "operator": "Exists",
+                "effect": "NoExecute",
+            }
+        ],
     ),
     # a pod running as the consumer's own ServiceAccount: kubelet keeps a fresh token of the
     # grant in it (projected, renewed) for as long as the pod lives, past the 48 h token
-    Escalation(
-        "pod-runs-as-the-grant",
-        PODS_POLICY,
-        attempt=Attempt(
-            "POST",
-            f"/api/v1/namespaces/{HOSTILE}/pods",
-            _restricted_pod(serviceAccountName=HOSTILE),
-        ),
-    ),
+    _pod_refused("pod-runs-as-the-grant", serviceAccountName=HOSTILE),
     # a critical PriorityClass: kube-apiserver's Priority plugin admits system-node-critical
     # in any namespace since 1.17 (kubernetes/kubernetes#60596), and kube-scheduler then
     # evicts other teams' admitted training pods (priority 0) to take their GPUs
-    Escalation(
-        "pod-priority-class",
-        PODS_POLICY,
-        attempt=Attempt(
-            "POST",
-            f"/api/v1/namespaces/{HOSTILE}/pods",
-            _restricted_pod(priorityClassName="system-node-critical"),
-        ),
-    ),
+    _pod_refused("pod-priority-class", priorityClassName="system-node-critical"),
     # a bare pod naming the team's own queued Job as its controller: Kueue v0.19.2 does not
     # gate a pod a job it manages owns (FindAncestorJobManagedByKueue), so it would run
     # outside the team's quota (issue 29 item 6)

@@ -259,7 +259,9 @@ Job controller and kubelet (kubernetes.io/docs/concepts/workloads/controllers/jo
   Suspended condition, and a new startTime on resume (the fake keeps the first one).
 - B5 With a `kubelet` (tests/functional: real processes), a pod's container runs from its
   creation; it ends the pod (Succeeded on exit 0, else Failed with the exit code) when it
-  exits, and a deleted pod's container is stopped first (see `_delete_pods`). Without
+  exits, and a deleted pod's container is stopped first (see `_delete_pods`); a pod
+  someone else deleted, gone from the API server at once, has its container stopped at
+  the next tick (`kubelet.removed`: SIGTERM, SIGKILL after its grace period). Without
   one, the controllers delete pods through the fake API server (`delete_pod`): at once,
   or, under its `graceful_pods`, for their grace period, and kubelet's part is here
   (`_reap`, `_sigterm`): a terminating pod's container gets SIGTERM when the pod is
@@ -326,6 +328,7 @@ from fakes.kube_apiserver import (
     stamp_seconds,
 )
 from fakes.kube_enums import enum_errors
+from fakes.taint_eviction import tolerated
 
 JOBSET = "/apis/jobset.x-k8s.io/v1alpha2"
 # The hostname of the JobSet controller's pod (its Deployment jobset-controller-manager in
@@ -492,17 +495,6 @@ def _unschedulable(pod: dict) -> bool:
         c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
         for c in (pod.get("status") or {}).get("conditions") or []
     )
-
-
-def _tolerates(tolerations: list[dict], taint: dict) -> bool:
-    for t in tolerations:
-        if t.get("effect") and t["effect"] != taint.get("effect"):
-            continue
-        if t.get("operator") == "Exists" and (not t.get("key") or t["key"] == taint["key"]):
-            return True
-        if t.get("key") == taint["key"] and t.get("value", "") == taint.get("value", ""):
-            return True
-    return False
 
 
 def _preference(pod_spec: dict, node: dict) -> int:
@@ -736,7 +728,7 @@ class Quota:
         """flavorassigner.go checkFlavorForPodSets: taints tolerated, labels selected."""
         flavor = (self.flavors.get(name) or {}).get("spec") or {}
         for taint in flavor.get("nodeTaints") or []:
-            if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerates(
+            if taint.get("effect") in ("NoSchedule", "NoExecute") and not tolerated(
                 [*(pod_spec.get("tolerations") or []), *(flavor.get("tolerations") or [])],
                 taint,
             ):
@@ -2691,7 +2683,7 @@ class BatchControllers:
                 not ready
                 or node_spec.get("unschedulable")
                 or free.get(name, 0) < gpus
-                or not all(_tolerates(spec.get("tolerations") or [], t) for t in taints)
+                or not all(tolerated(spec.get("tolerations") or [], t) for t in taints)
                 or any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items())
             ):
                 continue
@@ -3144,7 +3136,9 @@ class BatchControllers:
         if not self.enabled:
             return 0
         if self.kubelet is not None:  # containers that exited end their pods
-            for pod in self._pods():
+            pods = self._pods()
+            self.kubelet.removed({p["metadata"]["name"] for p in pods})  # B5
+            for pod in pods:
                 code = self.kubelet.exit_code(pod)
                 if code is not None and pod["status"].get("phase") == "Running":
                     phase = "Succeeded" if code == 0 else "Failed"

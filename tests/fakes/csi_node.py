@@ -34,22 +34,10 @@ import re
 from typing import Any
 
 from fakes.kube_apiserver import FakeKubeApiServer
+from fakes.taint_eviction import tolerated
 
 NODE_ID_ANNOTATION = "csi.volume.kubernetes.io/nodeid"
 _REGISTRATION = "--kubelet-registration-path=/var/lib/kubelet/plugins/"
-
-
-def _tolerates(tolerations: list[dict], taint: dict) -> bool:
-    for t in tolerations:
-        if t.get("effect") and t["effect"] != taint.get("effect"):
-            continue
-        if t.get("operator") == "Exists" and not t.get("key"):
-            return True
-        if t.get("key") == taint.get("key") and (
-            t.get("operator") == "Exists" or t.get("value") == taint.get("value")
-        ):
-            return True
-    return False
 
 
 def _expression(labels: dict, e: dict) -> bool:
@@ -90,7 +78,7 @@ def fits(pod_spec: dict, node: dict) -> bool:
         for t in (node.get("spec") or {}).get("taints") or []
         if t.get("effect") in ("NoSchedule", "NoExecute")
     ]
-    return all(_tolerates(pod_spec.get("tolerations") or [], t) for t in taints)
+    return all(tolerated(pod_spec.get("tolerations") or [], t) for t in taints)
 
 
 def drivers_registered(pod_spec: dict) -> list[str]:

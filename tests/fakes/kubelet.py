@@ -93,6 +93,7 @@ class ProcessKubelet:
         self.api, self.ns, self.mounts, self.python = api, namespace, mounts, python
         self.outputs_dir = outputs
         self.procs: dict[str, subprocess.Popen] = {}
+        self.pods: dict[str, dict] = {}  # each started pod as it was bound
         self.outputs: dict[str, Path] = {}
         self.deadlines: dict[str, float] = {}  # SIGTERM sent: SIGKILL at this time
         self.metrics_ports: dict[str, int] = {}  # pod -> where its metrics port is here
@@ -146,6 +147,7 @@ class ProcessKubelet:
         if cpus:  # util-linux taskset execs the command with that affinity
             command = ["taskset", "--cpu-list", ",".join(map(str, sorted(cpus))), *command]
         name = pod["metadata"]["name"]
+        self.pods[name] = pod
         self.outputs[name] = self.outputs_dir / f"{name}.out"
         env = self.environment(pod)
         # A container has a /tmp of its own, new at each start (the image's file system):
@@ -240,6 +242,25 @@ class ProcessKubelet:
                 proc.kill()
                 proc.wait(timeout=30)
             self._log(name)
+
+    def removed(self, present: set[str]) -> None:
+        """Stop the containers of pods someone else deleted from the API server.
+
+        The fake's deletes are immediate (unless `graceful_pods`): a team's DELETE, the
+        taint manager's (fakes/taint_eviction.py). Kubelet sees the pod gone and kills its
+        containers (pkg/kubelet/kubelet.go HandlePodRemoves): SIGTERM, SIGKILL once its
+        grace period is over, all of them at once (`stop_pods`), waited for as a pod the
+        controllers delete is (fakes/batch.py `_delete_pods`): a replacement made in the
+        same tick (podReplacementPolicy Failed waits for the old pod to end) starts after.
+        `present`: the names of this namespace's pods the API server still has.
+        """
+        gone = [
+            self.pods[name]
+            for name, proc in self.procs.items()
+            if name not in present and proc.poll() is None
+        ]
+        if gone:
+            self.stop_pods(gone)
 
     def kill(self, pod: dict) -> None:
         """The container dies at once (OOM killer, a node lost)."""

@@ -312,6 +312,56 @@ def test_the_charms_own_pods_are_admitted_in_a_consumer_namespace(rbac, kube, ku
         assert status == 201, (template, answer)
 
 
+def test_no_team_pod_tolerates_the_gpu_quarantine_and_the_gpu_daemonsets_still_do(
+    rbac, kube, kube_api, policies
+):
+    """Issue 32: a team's pod may not stay on a quarantined GPU node; NVIDIA's pods do.
+
+    The quarantine's NoExecute taint (lib kubernetes_cluster.QUARANTINE_TAINT) deletes
+    every pod that does not tolerate it (the taint manager, fakes/taint_eviction.py): a
+    toleration of it, however spelled, is refused in a consumer's namespace on create and
+    on update (the ADMISSION_ESCALATIONS probe is the bare create), whoever makes the pod.
+    The DCGM exporter and the MIG manager tolerate it on purpose (dcgm_exporter.
+    QUARANTINE_TOLERATION: the bad GPU's counters are what the operator wants to see) and
+    run in their own namespace: admitted as the DaemonSet controller makes them.
+    """
+    token = rbac.apply(kube, _grant(rbac, HOSTILE, HOSTILE, LEGITIMATE_RULES, []))
+    pods = f"/api/v1/namespaces/{HOSTILE}/pods"
+    quarantine = {"key": "gpu-k8s.io/gpu-unhealthy"}
+    for toleration in (
+        {**quarantine, "operator": "Exists"},  # every effect
+        {**quarantine, "operator": "Equal", "value": "", "effect": "NoExecute"},
+        {**quarantine, "operator": "Exists", "tolerationSeconds": 3600},
+    ):
+        body = _restricted_pod(tolerations=[toleration])
+        status, answer = call(kube_api, token, "POST", pods, body)
+        assert status == 403 and _refused_by(answer, policies.CONSUMER_PODS), answer
+        assert "the GPU quarantine's" in answer["message"]
+    status, answer = call(kube_api, token, "POST", pods, _restricted_pod())
+    assert status == 201, answer
+    added = {"spec": {"tolerations": [{**quarantine, "operator": "Exists"}]}}
+    merge = "application/merge-patch+json"
+    status, answer = call(kube_api, token, "PATCH", f"{pods}/escape", added, merge)
+    assert status == 403 and _refused_by(answer, policies.CONSUMER_PODS), answer
+
+    device_plugin = load("kubernetes-control-plane", "device_plugin")
+    kube.apply(device_plugin.namespace(), field_manager="kubernetes-control-plane")
+    made = [
+        *load("kubernetes-control-plane", "dcgm_exporter").manifests(),
+        *load("kubernetes-control-plane", "mig_manager").manifests([]),
+    ]
+    daemonsets = [o for o in made if o["kind"] == "DaemonSet"]
+    assert len(daemonsets) == 2
+    for ds in daemonsets:
+        spec = ds["spec"]["template"]["spec"]
+        assert {**quarantine, "operator": "Exists", "effect": "NoExecute"} in spec["tolerations"]
+        path = f"/api/v1/namespaces/{ds['metadata']['namespace']}/pods"
+        status, answer = call(
+            kube_api, ADMIN_TOKEN, "POST", path, _pod(ds["metadata"]["name"], spec)
+        )
+        assert status == 201, answer
+
+
 def test_the_granted_token_works_in_its_own_namespace(rbac, kube, kube_api):
     grant = _grant(rbac, HOSTILE, HOSTILE, LEGITIMATE_RULES, LEGITIMATE_CLUSTER_RULES)
     token = rbac.apply(kube, grant)

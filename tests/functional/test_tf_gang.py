@@ -37,6 +37,7 @@ from fakes.batch import BatchControllers
 from fakes.kube_apiserver import FakeKubeApiServer
 from fakes.kube_grants import consumer_grant, store_grant
 from fakes.kubelet import ProcessKubelet, pod_ports
+from fakes.taint_eviction import TaintEvictionController
 from fakes.tf_serving import FakeTfServing
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -139,6 +140,7 @@ def cluster(tmp_path):
         controllers = BatchControllers(api, NS)
         kubelet = GangKubelet(api, data)
         controllers.kubelet = kubelet
+        taints = TaintEvictionController(api)  # kube-controller-manager's, on real time
         grant = consumer_grant(
             "tensorflow", NS, literals.NAMESPACED_RULES, literals.cluster_rules(NS)
         )
@@ -155,7 +157,7 @@ def cluster(tmp_path):
                 kube.apply(obj, field_manager=ctx.app)
             join_team(api, NS)  # the control plane writes the team's queue, sizes the cohort
             try:
-                yield Cluster(api, kube, ctx, controllers, kubelet, data)
+                yield Cluster(api, kube, ctx, controllers, kubelet, data, taints=taints)
             finally:
                 kubelet.stop_all()
 
@@ -163,10 +165,16 @@ def cluster(tmp_path):
 class Cluster:
     """The pieces of one test's cluster, and time that moves the controllers."""
 
-    def __init__(self, api, kube, ctx, controllers, kubelet, data: Path):
+    def __init__(self, api, kube, ctx, controllers, kubelet, data: Path, *, taints):
         self.api, self.kube, self.ctx = api, kube, ctx
         self.controllers, self.kubelet, self.data = controllers, kubelet, data
+        self.taints = taints
         self.log: list[str] = []
+
+    def tick(self) -> None:
+        """kube-controller-manager's taint eviction, then Kueue, JobSet, Jobs and kubelet."""
+        self.taints.tick()
+        self.controllers.tick()
 
     def sleep(self, seconds: float) -> None:
         """The controllers act, then the running containers get the time the charm waits.
@@ -174,7 +182,7 @@ class Cluster:
         The charm's clock is the real one here: a sleep shorter than asked would shrink
         every timeout it polls under (fakes/kubelet.py `run_for`).
         """
-        self.controllers.tick()
+        self.tick()
         self.kubelet.run_for(seconds)
 
     def train(self, job: str, **params) -> dict:
@@ -195,7 +203,7 @@ class Cluster:
     def until(self, job: str, predicate, what: str, timeout: float = 240) -> dict:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            self.controllers.tick()
+            self.tick()
             status = self.status(job)
             if predicate(status):
                 return status
@@ -297,8 +305,11 @@ def test_a_preempted_job_resumes_when_readmitted_and_a_quarantined_nodes_job_mov
     # runs on (the scheduler fills cpu-0 first): it cordons the node and evicts the pod on
     # that GPU (Eviction API: DisruptionTarget, SIGTERM), the leader sets the NoExecute
     # taint and, in the same hook, sizes the cohort without the node (size_cohort runs the
-    # control plane's kueue.py over the Nodes as addons.py does then)
+    # control plane's kueue.py over the Nodes as addons.py does then); Kubernetes' taint
+    # manager (fakes/taint_eviction.py) then deletes every other pod there (worker 0,
+    # TensorBoard's): DisruptionTarget, DELETE, kubelet's SIGTERM
     assert {p["spec"]["nodeName"] for p in _training_pods(cluster)} == {"cpu-0"}
+    assert {p["spec"]["nodeName"] for p in cluster.controllers._pods()} == {"cpu-0"}
     node = cluster.api.get_object("/api/v1/nodes/cpu-0")
     node["spec"] = {
         "unschedulable": True,
@@ -314,8 +325,10 @@ def test_a_preempted_job_resumes_when_readmitted_and_a_quarantined_nodes_job_mov
     }
     assert pool == {"cpu": "16", "memory": str(64 * 2**30)}  # cpu-1's alone
     cluster.controllers.evict("pre", "worker", 1)
-    # the evicted pod is replaced without counting (podFailurePolicy Ignore); its launcher
-    # stopped the gang at one saved step (exit 143), which JobSet restarts without counting
+    # both workers get DisruptionTarget (the watcher's eviction, the taint manager's delete)
+    # and SIGTERM: their launchers stop the gang at one saved step (exit 143) and each Job
+    # replaces its pod without counting (podFailurePolicy rule 0, Ignore; the fake's DELETE
+    # removes the pods at once, and a pod gone is replaced as one ignored is)
     moved = cluster.until(
         "pre",
         lambda s: (
@@ -326,10 +339,14 @@ def test_a_preempted_job_resumes_when_readmitted_and_a_quarantined_nodes_job_mov
     )
     quarantined_at = cluster.progress("pre")["resumed_from"]
     assert {p["spec"]["nodeName"] for p in _training_pods(cluster)} == {"cpu-1"}
+    # nothing is left on the node: TensorBoard's pod, which no restart moves, went too
+    assert {p["spec"]["nodeName"] for p in cluster.controllers._pods()} == {"cpu-1"}
+    assert cluster.taints.refused == []
     assert moved["restarts"] == "0 of 3"  # a node fault is not one of the job's restarts
-    # Kueue v0.19.2 keeps the Workload admitted across a JobSet restart (reconciler.go
-    # "Job running with admitted workload, nothing to do"): the fake neither evicts nor
-    # re-admits it, and its quota moved with the gang
+    # Kueue v0.19.2 keeps the Workload of a running job admitted while its pods are
+    # replaced, as across a JobSet restart (reconciler.go "Job running with admitted
+    # workload, nothing to do"): the fake neither evicts nor re-admits it, and its quota
+    # moved with the gang
     workload = cluster.controllers.workload("pre")
     assert workload["status"]["admission"] == admission
     assert not any(

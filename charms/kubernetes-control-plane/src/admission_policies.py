@@ -153,7 +153,9 @@ Policy '<policy>' with binding '<binding>' denied request: <message>`.
   namespace (the Namespace labelled `gpu-k8s.io/consumer`, CONSUMER_LABEL, which only the
   control plane writes: rbac.manifests; no consumer may write Namespaces), a pod is never
   created with `spec.nodeName` and never tolerates the control plane's taint
-  (CONTROL_PLANE_TAINTS) or every taint (a toleration without a key, operator Exists). A
+  (CONTROL_PLANE_TAINTS), the GPU quarantine's (FENCED_TAINTS: it would keep a team's pod
+  on a GPU the watcher found bad and the node from draining for its repair) or every
+  taint (a toleration without a key, operator Exists). A
   pod bound by name skips the scheduler, and kubelet admits it checking only NoExecute
   taints (kubernetes pkg/kubelet/lifecycle/predicate.go generalFilter: "Kubelet is only
   interested in the NoExecute taint"), so kubeadm's NoSchedule taint on the control-plane
@@ -406,6 +408,8 @@ import network_policies
 import rbac
 from literals import CONSUMER_LABEL, FIELD_MANAGER, JOBSET, KUEUE, MANAGED_BY_LABEL
 
+from charms.gpu_k8s.v0.kubernetes_cluster import QUARANTINE_TAINT
+
 API_VERSION = "admissionregistration.k8s.io/v1"
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 SA_PREFIX = "system:serviceaccount:"
@@ -522,6 +526,14 @@ TEMPLATED_KINDS = CONTROLLED_KINDS
 # (cmd/kubeadm/app/constants ControlPlaneTaint); `.../master` is the key it used before
 # 1.25, which a node of an older cluster may still carry.
 CONTROL_PLANE_TAINTS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
+# The taint keys no pod of a consumer's namespace may tolerate (CONSUMER_PODS): the control
+# plane's, and the GPU quarantine's (lib kubernetes_cluster.QUARANTINE_TAINT, NoExecute,
+# set on a node whose GPU the worker's watcher found bad). A pod tolerating it stays on
+# that node (kube-controller-manager's taint eviction deletes only the pods that do not
+# tolerate it: pkg/controller/tainteviction/taint_eviction.go processPodOnNode), and with
+# a PodDisruptionBudget keeps it from draining for its repair; the scheduler may place
+# such a pod there again (the node is cordoned only until the repair's turn).
+FENCED_TAINTS = (*CONTROL_PLANE_TAINTS, QUARANTINE_TAINT["key"])
 SA_TOKEN_SECRET = "kubernetes.io/service-account-token"
 EFS_ONLY = "gpu-k8s-efs-volumes-only"
 EFS_OWN = "gpu-k8s-efs-own-volumes"
@@ -1014,7 +1026,7 @@ def consumer_pods_policy() -> dict[str, Any]:
         "(request.operation == 'UPDATE' && has(oldObject.spec.tolerations)"
         " ? oldObject.spec.tolerations : [])"
     )
-    allowed = f"has(t.key) && t.key != '' && !(t.key in {list(CONTROL_PLANE_TAINTS)})"
+    allowed = f"has(t.key) && t.key != '' && !(t.key in {list(FENCED_TAINTS)})"
 
     def gated(pod: str) -> str:
         return (
@@ -1051,7 +1063,8 @@ def consumer_pods_policy() -> dict[str, Any]:
                 _deny(
                     f"variables.tolerations.all(t, t in variables.oldTolerations || ({allowed}))",
                     "a pod in a consumer's namespace may not tolerate every taint (a toleration"
-                    f" without a key) or the control plane's ({', '.join(CONTROL_PLANE_TAINTS)})",
+                    " without a key), the control plane's or the GPU quarantine's"
+                    f" ({', '.join(FENCED_TAINTS)})",
                 ),
                 # The grant's ServiceAccount is the consumer's name (rbac.consumer_grant), the
                 # namespace's CONSUMER_LABEL value. A pod running as it would hold a token of

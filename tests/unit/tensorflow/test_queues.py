@@ -19,8 +19,9 @@ from ops import testing
 from charms.gpu_k8s.v0.kubernetes_cluster import QUARANTINE_TAINT
 from fakes import crds
 from fakes.addons import join_team, size_cohort, team_quotas
-from fakes.batch import BatchControllers
+from fakes.batch import JOB_INDEX, BatchControllers
 from fakes.kube_admission import KUBERNETES_VERSION
+from fakes.taint_eviction import TaintEvictionController
 
 KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
 CQ = f"{KUEUE}/clusterqueues/team-tensorflow"
@@ -396,9 +397,14 @@ def test_a_gang_a_quarantine_leaves_no_room_frees_its_quota_within_the_recovery_
     started = _condition(controller.workload("big") or {}, "PodsReady")
     assert (started["status"], started["reason"]) == ("True", "Started")
 
-    # the watcher quarantines a GPU of gpu-a: the node is cordoned and tainted, and the
+    # the watcher quarantines GPU 0 of gpu-a: the node is cordoned and tainted, and the
     # leader sizes the cohort without the node (as test_tf_gang); the watcher evicts the
-    # pod on that GPU, the taint manager every other pod there (gap 8: not in the fake)
+    # pod on that GPU (worker 0), Kubernetes' taint manager every other pod there: worker 1
+    # gets DisruptionTarget (DeletionByTaintManager) and terminates for its grace period
+    api.graceful_pods = True  # the terminating pod is seen, then kubelet's part (B5)
+    taints = TaintEvictionController(api)
+    taints.clock = fake_time.monotonic
+    taints.tick()  # running since the cluster started: nothing tainted yet
     path = "/api/v1/nodes/gpu-a"
     quarantined = api.get_object(path)
     quarantined["spec"]["unschedulable"] = True
@@ -406,9 +412,16 @@ def test_a_gang_a_quarantine_leaves_no_room_frees_its_quota_within_the_recovery_
     api.put_object(path, quarantined)
     size_cohort(api)
     controller.evict("big", "worker", 0)
-    controller.evict("big", "worker", 1)
+    assert taints.tick() == 2  # worker 1, and worker 0's ended pod (nothing spares it)
+    (left,) = [p for p in training_pods(api) if p["spec"]["nodeName"] == "gpu-a"]
+    assert left["metadata"]["labels"][JOB_INDEX] == "1" and left["metadata"]["deletionTimestamp"]
+    assert [
+        c["reason"] for c in left["status"]["conditions"] if c["type"] == "DisruptionTarget"
+    ] == ["DeletionByTaintManager"]
     for _ in range(3):
         controller.tick()
+        taints.tick()
+    assert not [p for p in training_pods(api) if p["spec"].get("nodeName") == "gpu-a"]
     big = controller.workload("big")
     assert big is not None and _admitted(big)
     recovering = _condition(big, "PodsReady")
