@@ -13,7 +13,15 @@ import manifests
 import params
 import pytest
 import queues
-from conftest import NS, add_nodes, control_plane_reads, node, run_action, training_pods
+from conftest import (
+    NS,
+    add_nodes,
+    condition,
+    control_plane_reads,
+    node,
+    run_action,
+    training_pods,
+)
 from ops import testing
 
 from charms.gpu_k8s.v0.kubernetes_cluster import QUARANTINE_TAINT
@@ -336,10 +344,6 @@ def test_guarantees_past_the_cluster_block_the_control_plane(ctx, state, api):
     assert _quota(other)[("gpu-nvidia-a10g", "nvidia.com/gpu")] == "1"
 
 
-def _condition(workload: dict, kind: str) -> dict:
-    return next(c for c in workload["status"]["conditions"] if c["type"] == kind)
-
-
 def test_a_teams_guarantee_is_reclaimed_from_a_borrower(ctx, state, api, controller, fake_time):
     """Kueue reclaims a team's nominal quota from a team that borrowed it.
 
@@ -360,7 +364,7 @@ def test_a_teams_guarantee_is_reclaimed_from_a_borrower(ctx, state, api, control
     assert results["state"] == "running"
     evicted = other.workload("all")
     assert evicted is not None and not _admitted(evicted)
-    preempted = _condition(evicted, "Preempted")
+    preempted = condition(evicted, "Preempted")
     assert (preempted["status"], preempted["reason"]) == ("True", "InCohortReclamation")
     mine = controller.workload("mine")
     assert mine is not None
@@ -390,11 +394,11 @@ def test_a_gang_a_quarantine_leaves_no_room_frees_its_quota_within_the_recovery_
     assert results["state"] == "running"
     add_nodes(api, node("gpu-b", 3))
     other = _other_team(api)
-    other.clock = fake_time.monotonic
+    other.clock = fake_time.time  # Kueue's times are wall-clock times (conftest)
     assert _admitted(_other_job(api, other, "theirs", 2))
     assert {p["spec"]["nodeName"] for p in training_pods(api)} == {"gpu-a"}
     controller.tick()  # Kueue sees the gang ready
-    started = _condition(controller.workload("big") or {}, "PodsReady")
+    started = condition(controller.workload("big") or {}, "PodsReady")
     assert (started["status"], started["reason"]) == ("True", "Started")
 
     # the watcher quarantines GPU 0 of gpu-a: the node is cordoned and tainted, and the
@@ -424,7 +428,7 @@ def test_a_gang_a_quarantine_leaves_no_room_frees_its_quota_within_the_recovery_
     assert not [p for p in training_pods(api) if p["spec"].get("nodeName") == "gpu-a"]
     big = controller.workload("big")
     assert big is not None and _admitted(big)
-    recovering = _condition(big, "PodsReady")
+    recovering = condition(big, "PodsReady")
     assert (recovering["status"], recovering["reason"]) == ("False", "WaitForRecovery")
     # 3 GPUs left, this team's 2 and the other team's 2 admitted: no room for one more
     waiting = _other_job(api, other, "late", 1)
@@ -442,7 +446,7 @@ def test_a_gang_a_quarantine_leaves_no_room_frees_its_quota_within_the_recovery_
 
     big = controller.workload("big")
     assert big is not None and not _admitted(big)
-    evicted = _condition(big, "Evicted")
+    evicted = condition(big, "Evicted")
     assert (evicted["status"], evicted["reason"]) == ("True", "PodsReadyTimeout")
     assert evicted["message"] == f"Exceeded the PodsReady timeout {NS}/{big['metadata']['name']}"
     assert "admission" not in big["status"]
