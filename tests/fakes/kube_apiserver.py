@@ -714,6 +714,17 @@ def _resize_update(spec: dict, new_spec: dict) -> list[FieldError]:
     return errors
 
 
+def _same_namespace(target: Target, meta: dict) -> None:
+    """create.go EnsureObjectNamespaceMatchesRequestNamespace: filled in, or the URL's (400)."""
+    if meta.setdefault("namespace", target.namespace) != target.namespace:
+        raise ApiError(
+            400,
+            "BadRequest",
+            "the namespace of the provided object does not match the namespace sent on the "
+            "request",
+        )
+
+
 def _precondition(target: Target, old: dict, new: dict) -> None:
     """409 when `new` names a resourceVersion other than the stored object's."""
     rv = (new.get("metadata") or {}).get("resourceVersion")
@@ -1722,16 +1733,7 @@ class FakeKubeApiServer:
             meta.setdefault("uid", account["metadata"].get("uid", ""))
             admitted = {**request, "metadata": meta, "spec": spec}
             admitted.update(apiVersion=TOKEN_REQUEST_GV, kind="TokenRequest")
-            self._warnings += self.admission.policies.admit(
-                self._stored,
-                self._attrs.user,
-                "CREATE",
-                target,
-                admitted,
-                None,
-                namespace_of=self._namespace,
-                kind=(TOKEN_REQUEST_GV, "TokenRequest"),
-            )
+            self._admit_created(target, admitted, (TOKEN_REQUEST_GV, "TokenRequest"))
         return 201, self.auth.token_request(namespace, name, request)
 
     def _check_rbac_write(self, target: Target, obj: dict, old: dict | None) -> None:
@@ -2467,27 +2469,11 @@ class FakeKubeApiServer:
         binding = self._decode(body, content_type)
         name = self._check_binding(target, binding)
         pods = Target("v1", "pods", target.namespace, name, "binding", self.resources)
-        if self._attrs is not None:
-            self._warnings += self.admission.policies.admit(
-                self._stored,
-                self._attrs.user,
-                "CREATE",
-                pods,
-                binding,
-                None,
-                namespace_of=self._namespace,
-                kind=("v1", "Binding"),
-            )
+        self._admit_created(pods, binding, ("v1", "Binding"))
         pod = self._existing(pods)
         _check_preconditions("pods", pod["metadata"], binding["metadata"])
         self._keep(pods.key(), self._bound(pod, binding))
-        return 201, {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Success",
-            "code": 201,
-        }
+        return 201, json_copy(_CREATED)
 
     @staticmethod
     def _check_binding(target: Target, binding: dict) -> str:
@@ -2495,13 +2481,7 @@ class FakeKubeApiServer:
         if binding.get("kind", "Binding") != "Binding" or binding.get("apiVersion", "v1") != "v1":
             raise ApiError(400, "BadRequest", f"not a Binding object: {binding.get('kind')}")
         meta = binding.setdefault("metadata", {})
-        if meta.setdefault("namespace", target.namespace) != target.namespace:
-            raise ApiError(
-                400,
-                "BadRequest",
-                "the namespace of the provided object does not match the namespace sent on "
-                "the request",
-            )
+        _same_namespace(target, meta)
         name = target.name if target.plural == "pods" else meta.get("name")
         if not name:
             raise ApiError(400, "BadRequest", "name parameter required")
@@ -2560,39 +2540,31 @@ class FakeKubeApiServer:
     def _evict(self, target: Target, _q: dict, content_type: str, body: bytes) -> tuple:
         eviction = self._decode(body, content_type)
         meta = eviction.setdefault("metadata", {})
-        # create.go: EnsureObjectNamespaceMatchesRequestNamespace fills or checks it
-        if meta.setdefault("namespace", target.namespace) != target.namespace:
-            raise ApiError(
-                400,
-                "BadRequest",
-                "the namespace of the provided object does not match the namespace sent on "
-                "the request",
-            )
+        _same_namespace(target, meta)
         self._restrict_node("CREATE", target, eviction, None)  # before the lookup, as create.go
         if meta.get("name") != target.name:  # Create's first check
             raise ApiError(400, "BadRequest", "name in URL does not match name in Eviction object")
-        if self._attrs is not None:  # createValidation: the Eviction is the object admitted
+        # createValidation: the Eviction is the object admitted
+        self._admit_created(target, eviction, ("policy/v1", "Eviction"))
+        pod = self._existing(target)
+        if not _can_ignore_budget(pod):
+            self._check_and_decrement(pod)
+        self._disrupt_and_delete(target, pod, eviction.get("deleteOptions") or {})
+        return 201, json_copy(_CREATED)
+
+    def _admit_created(self, target: Target, obj: dict, kind: tuple[str, str]) -> None:
+        """A subresource create admitted with `obj` (of `kind`) as its object: createValidation."""
+        if self._attrs is not None:
             self._warnings += self.admission.policies.admit(
                 self._stored,
                 self._attrs.user,
                 "CREATE",
                 target,
-                eviction,
+                obj,
                 None,
                 namespace_of=self._namespace,
-                kind=("policy/v1", "Eviction"),
+                kind=kind,
             )
-        pod = self._existing(target)
-        if not _can_ignore_budget(pod):
-            self._check_and_decrement(pod)
-        self._disrupt_and_delete(target, pod, eviction.get("deleteOptions") or {})
-        return 201, {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Success",
-            "code": 201,
-        }
 
     def _disrupt_and_delete(self, target: Target, pod: dict, options: dict) -> None:
         """addConditionAndDeletePod: preconditions, DisruptionTarget (a new version), delete.
@@ -2783,6 +2755,8 @@ class FakeKubeApiServer:
 
 # The pod condition an eviction sets (kubernetes api core/v1 types.go DisruptionTarget).
 _DISRUPTED = "DisruptionTarget"
+# What a subresource's create answers (a Binding's, an Eviction's): metav1.Status Success
+_CREATED = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 # eviction.go MaxDisruptedPodSize
 MAX_DISRUPTED_PODS = 2000
 

@@ -43,14 +43,13 @@ POD = {
 
 
 @pytest.fixture
-def api() -> Iterator[FakeKubeApiServer]:
-    with FakeKubeApiServer() as server:
-        server.put_object(f"/api/v1/namespaces/{NS}", {})
-        yield server
+def api(kube_api: FakeKubeApiServer) -> FakeKubeApiServer:
+    kube_api.put_object(f"/api/v1/namespaces/{NS}", {})
+    return kube_api
 
 
 @pytest.fixture
-def kube(api: FakeKubeApiServer) -> Iterator[client.CoreV1Api]:
+def core(api: FakeKubeApiServer) -> Iterator[client.CoreV1Api]:
     kubeconfig = yaml.safe_load(api.kubeconfig(token=ADMIN_TOKEN))
     with config.new_client_from_config_dict(kubeconfig) as api_client:
         yield client.CoreV1Api(api_client)
@@ -69,11 +68,11 @@ def _refusal(e: ApiException) -> tuple[int, str]:
     return e.status, json.loads(e.body)["message"]
 
 
-def test_a_binding_binds_an_unbound_pod(api, kube):
+def test_a_binding_binds_an_unbound_pod(api, core):
     _pod(api)
     # the answer is a Status, which the client would read as a Binding (and fail: its
     # target is required, kubernetes-client/python#825): the raw answer is read
-    answer = kube.create_namespaced_pod_binding("web", NS, _binding(), _preload_content=False)
+    answer = core.create_namespaced_pod_binding("web", NS, _binding(), _preload_content=False)
     assert (answer.status, json.loads(answer.data)["status"]) == (201, "Success")
     pod = api.get_object(f"/api/v1/namespaces/{NS}/pods/web")
     assert pod["spec"]["nodeName"] == "n1"
@@ -81,7 +80,7 @@ def test_a_binding_binds_an_unbound_pod(api, kube):
     assert [c["status"] for c in scheduled] == ["True"]
     # the legacy resource binds by the body's name
     api.put_object(f"/api/v1/namespaces/{NS}/pods/other", {**POD, "metadata": {"name": "other"}})
-    kube.create_namespaced_binding(NS, _binding("n2", "other"), _preload_content=False)
+    core.create_namespaced_binding(NS, _binding("n2", "other"), _preload_content=False)
     assert api.get_object(f"/api/v1/namespaces/{NS}/pods/other")["spec"]["nodeName"] == "n2"
 
 
@@ -94,13 +93,13 @@ def test_a_binding_binds_an_unbound_pod(api, kube):
     ],
     ids=["bound", "gated", "being-deleted"],
 )
-def test_a_binding_is_refused_where_kube_apiserver_refuses_it(api, kube, spec, meta, words):
+def test_a_binding_is_refused_where_kube_apiserver_refuses_it(api, core, spec, meta, words):
     api.put_object(
         f"/api/v1/namespaces/{NS}/pods/web",
         {**POD, "metadata": {"name": "web", **meta}, "spec": {**POD["spec"], **spec}},
     )
     with pytest.raises(ApiException) as e:
-        kube.create_namespaced_pod_binding("web", NS, _binding())
+        core.create_namespaced_pod_binding("web", NS, _binding())
     status, message = _refusal(e.value)
     assert status == 409 and 'Operation cannot be fulfilled on pods/binding "web"' in message
     assert words in message
@@ -109,54 +108,54 @@ def test_a_binding_is_refused_where_kube_apiserver_refuses_it(api, kube, spec, m
     )
 
 
-def test_a_binding_names_its_pod_and_a_node(api, kube):
+def test_a_binding_names_its_pod_and_a_node(api, core):
     _pod(api)
     with pytest.raises(ApiException) as e:
-        kube.create_namespaced_pod_binding("web", NS, _binding(name="other"))
+        core.create_namespaced_pod_binding("web", NS, _binding(name="other"))
     assert _refusal(e.value) == (400, "name in URL does not match name in Binding object")
     with pytest.raises(ApiException) as e:
-        kube.create_namespaced_pod_binding("web", NS, _binding(node=""))
+        core.create_namespaced_pod_binding("web", NS, _binding(node=""))
     assert _refusal(e.value) == (
         422,
         'Binding "web" is invalid: target.name: Required value',
     )
     with pytest.raises(ApiException) as e:
-        kube.create_namespaced_pod_binding("nobody", NS, _binding(name="nobody"))
+        core.create_namespaced_pod_binding("nobody", NS, _binding(name="nobody"))
     assert e.value.status == 404
 
 
-def test_an_ephemeral_container_joins_a_running_pod_and_stays(api, kube):
+def test_an_ephemeral_container_joins_a_running_pod_and_stays(api, core):
     _pod(api, nodeName="n1")
     debugger = {"name": "debugger", "image": "busybox", "stdin": True}
     patch = {"spec": {"ephemeralContainers": [debugger]}, "metadata": {"labels": {"a": "b"}}}
-    kube.patch_namespaced_pod_ephemeralcontainers("web", NS, patch)
+    core.patch_namespaced_pod_ephemeralcontainers("web", NS, patch)
     pod = api.get_object(f"/api/v1/namespaces/{NS}/pods/web")
     assert pod["spec"]["ephemeralContainers"] == [debugger]
     assert pod["spec"]["containers"] == POD["spec"]["containers"]
-    read = kube.read_namespaced_pod_ephemeralcontainers("web", NS)
+    read = core.read_namespaced_pod_ephemeralcontainers("web", NS)
     assert [c.name for c in read.spec.ephemeral_containers] == ["debugger"]
     # it may not be removed or changed, nor take a container's name
     for containers in ([], [{**debugger, "image": "alpine"}]):
         with pytest.raises(ApiException) as e:
             body = {**pod, "spec": {**pod["spec"], "ephemeralContainers": containers}}
-            kube.replace_namespaced_pod_ephemeralcontainers("web", NS, body)
+            core.replace_namespaced_pod_ephemeralcontainers("web", NS, body)
         status, message = _refusal(e.value)
         assert status == 422 and 'existing ephemeral containers "debugger" may not be' in message
     clash = {"spec": {"ephemeralContainers": [debugger, {"name": "main", "image": "busybox"}]}}
     with pytest.raises(ApiException) as e:
-        kube.patch_namespaced_pod_ephemeralcontainers("web", NS, clash)
+        core.patch_namespaced_pod_ephemeralcontainers("web", NS, clash)
     assert _refusal(e.value)[0] == 422
 
 
-def test_a_resize_changes_only_the_containers_resources(api, kube):
+def test_a_resize_changes_only_the_containers_resources(api, core):
     _pod(api, nodeName="n1")
     grown = {"name": "main", "image": "evil", "resources": {"requests": {"cpu": "64"}}}
-    kube.patch_namespaced_pod_resize("web", NS, {"spec": {"containers": [grown]}})
+    core.patch_namespaced_pod_resize("web", NS, {"spec": {"containers": [grown]}})
     (container,) = api.get_object(f"/api/v1/namespaces/{NS}/pods/web")["spec"]["containers"]
     assert container == {**POD["spec"]["containers"][0], "resources": grown["resources"]}
     renamed = {"spec": {"containers": [{**grown, "name": "other"}]}}
     with pytest.raises(ApiException) as e:
-        kube.patch_namespaced_pod_resize(
+        core.patch_namespaced_pod_resize(
             "web", NS, renamed, _content_type="application/merge-patch+json"
         )
     assert _refusal(e.value)[0] == 422
