@@ -17,6 +17,7 @@ import dataclasses
 from typing import Any
 
 HOSTILE = "hostile"  # the consumer's application name and its own namespace
+RUNNER = "runner"  # another ServiceAccount of that namespace (ESCALATION_TARGETS)
 
 
 def rule(group: str, resources: list[str], verbs: list[str], **extra: Any) -> dict:
@@ -46,6 +47,9 @@ class Escalation:
     rules: list[dict] = dataclasses.field(default_factory=list)
     cluster_rules: list[dict] = dataclasses.field(default_factory=list)
     attempt: Attempt = Attempt()
+    # The rules grant nothing even if granted (a Role naming a cluster-scoped resource):
+    # refused only because they would mislead the grant's reader.
+    grants_nothing: bool = False
 
     def databag(self) -> dict[str, Any]:
         """The request as `kube_api.RequirerAppData` reads it."""
@@ -79,6 +83,51 @@ _CSR = {
     "kind": "CertificateSigningRequest",
     "metadata": {"name": "admin"},
     "spec": {"request": "", "signerName": "kubernetes.io/kube-apiserver-client", "usages": []},
+}
+
+_CONTAINER = {
+    "name": "c",
+    "image": "busybox",
+    "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+}
+# The team's running pod the own-namespace attempts name (ESCALATION_TARGETS seeds it):
+# Pod Security `restricted`, not bound, not gated.
+_WEB = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "web"},
+    "spec": {
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": 1000,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [_CONTAINER],
+    },
+}
+CONTROL_PLANE_NODE = "cp-0"
+
+
+def _binding(pod: str) -> dict:
+    """A Binding of `pod` to the control-plane node, as kube-scheduler POSTs one."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": pod},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": CONTROL_PLANE_NODE},
+    }
+
+
+_CALICO_POLICY = {
+    "apiVersion": "crd.projectcalico.org/v1",
+    "kind": "NetworkPolicy",
+    "metadata": {"name": "first"},
+    "spec": {
+        "order": 1,
+        "selector": "all()",
+        "types": ["Egress"],
+        "egress": [{"action": "Allow"}],
+    },
 }
 
 _PRIORITY_CLASS = {
@@ -244,11 +293,13 @@ ESCALATIONS: list[Escalation] = [
         cluster_rules=[rule("", ["users", "groups"], ["impersonate"])],
         attempt=Attempt(review={"group": "", "resource": "groups", "verb": "impersonate"}),
     ),
+    # the attempt is what the wildcard grants (a named get in its own namespace) and the
+    # legitimate grant does not (no persistentvolumeclaims)
     Escalation(
         "wildcard-resources",
         "wildcard",
         rules=[rule("", ["*"], ["get"])],
-        attempt=Attempt("GET", "/api/v1/namespaces/kube-system/configmaps"),
+        attempt=Attempt("GET", f"/api/v1/namespaces/{HOSTILE}/persistentvolumeclaims/data"),
     ),
     Escalation(
         "wildcard-verbs",
@@ -336,17 +387,18 @@ ESCALATIONS: list[Escalation] = [
             "application/merge-patch+json",
         ),
     ),
+    # `update` is PUT: the attempt replaces the status of the pod `web` (ESCALATION_TARGETS)
     Escalation(
         "own-pod-status",
         "status subresource",
         rules=[rule("", ["pods/status"], ["update"])],
         attempt=Attempt(
-            "PATCH",
+            "PUT",
             f"/api/v1/namespaces/{HOSTILE}/pods/web/status",
-            {"status": {"podIP": "10.0.0.10"}},
-            "application/merge-patch+json",
+            {**_WEB, "status": {"podIP": "10.0.0.10", "podIPs": [{"ip": "10.0.0.10"}]}},
         ),
     ),
+    # what `kubectl debug` sends: a container that Pod Security `restricted` admits
     Escalation(
         "own-pod-ephemeral-containers",
         "ephemeral container",
@@ -354,7 +406,7 @@ ESCALATIONS: list[Escalation] = [
         attempt=Attempt(
             "PATCH",
             f"/api/v1/namespaces/{HOSTILE}/pods/web/ephemeralcontainers",
-            {"spec": {"ephemeralContainers": [{"name": "x", "image": "busybox"}]}},
+            {"spec": {"ephemeralContainers": [{**_CONTAINER, "name": "debugger"}]}},
             "application/strategic-merge-patch+json",
         ),
     ),
@@ -382,6 +434,66 @@ ESCALATIONS: list[Escalation] = [
         rules=[rule("", ["limitranges"], ["delete", "deletecollection"])],
         attempt=Attempt("DELETE", f"/api/v1/namespaces/{HOSTILE}/limitranges/defaults"),
     ),
+    # Issue 29, the fourth review (G1): a Binding sets a pod's node as kube-scheduler does,
+    # skipping it: a pod with schedulerName of no scheduler, once Kueue lifted its gate,
+    # bound to the control-plane node (kube-apiserver checks only that it is not deleted,
+    # not bound and not gated; kubelet only NoExecute taints), beside admin.conf.
+    Escalation(
+        "pods-binding",
+        "pods/binding",
+        rules=[rule("", ["pods/binding"], ["create"])],
+        attempt=Attempt("POST", f"/api/v1/namespaces/{HOSTILE}/pods/web/binding", _binding("web")),
+    ),
+    # the same through the legacy `bindings` resource (the name in the body)
+    Escalation(
+        "legacy-bindings",
+        "bindings",
+        rules=[rule("", ["bindings"], ["create"])],
+        attempt=Attempt("POST", f"/api/v1/namespaces/{HOSTILE}/bindings", _binding("web")),
+    ),
+    # G2: Calico's own NetworkPolicy (calico.yaml installs its CRD, namespaced): Calico
+    # evaluates a tier's policies by `order`, the first Allow or Deny ending it, so one
+    # that allows every egress before the Kubernetes policies reopens the instance metadata
+    # service and the DCGM exporter's port that the control plane's egress policy closes
+    Escalation(
+        "calico-network-policy",
+        "Calico",
+        rules=[rule("crd.projectcalico.org", ["networkpolicies"], ["create", "patch"])],
+        attempt=Attempt(
+            "POST",
+            f"/apis/crd.projectcalico.org/v1/namespaces/{HOSTILE}/networkpolicies",
+            _CALICO_POLICY,
+        ),
+    ),
+    # the same kind through Calico's API server group (projectcalico.org/v3)
+    Escalation(
+        "calico-api-server-policy",
+        "Calico",
+        rules=[rule("projectcalico.org", ["networkpolicies"], ["create"])],
+        attempt=Attempt(
+            "POST",
+            f"/apis/projectcalico.org/v3/namespaces/{HOSTILE}/networkpolicies",
+            {**_CALICO_POLICY, "apiVersion": "projectcalico.org/v3"},
+        ),
+    ),
+    # G7: EndpointSlices carry a Service's endpoints as Endpoints do (CVE-2021-25740)
+    Escalation(
+        "endpointslices-writes",
+        "CVE-2021-25740",
+        rules=[rule("discovery.k8s.io", ["endpointslices"], ["create", "patch"])],
+        attempt=Attempt(
+            "POST",
+            f"/apis/discovery.k8s.io/v1/namespaces/{HOSTILE}/endpointslices",
+            {
+                "apiVersion": "discovery.k8s.io/v1",
+                "kind": "EndpointSlice",
+                "metadata": {"name": "steal", "labels": {"kubernetes.io/service-name": "web"}},
+                "addressType": "IPv4",
+                "endpoints": [{"addresses": ["10.0.0.10"]}],
+                "ports": [{"port": 443}],
+            },
+        ),
+    ),
     # A PriorityClass is cluster-scoped: a team's own class of a high value would let its
     # pods preempt every other team's (kube-scheduler evicts lower priorities for a higher
     # one). Refused in any scope, naming why; no grant holds priorityclasses create.
@@ -407,6 +519,7 @@ ESCALATIONS: list[Escalation] = [
             "/apis/scheduling.k8s.io/v1/priorityclasses",
             _PRIORITY_CLASS,
         ),
+        grants_nothing=True,
     ),
     Escalation(
         "cluster-write-not-on-allow-list",
@@ -426,23 +539,7 @@ ESCALATIONS: list[Escalation] = [
 # escalations, refused by the control plane's ValidatingAdmissionPolicies in every
 # consumer's namespace (admission_policies.py CONSUMER_PODS, CONSUMER_TOKENS): `names` is
 # the policy the 403 names.
-_RESTRICTED = {
-    "securityContext": {
-        "runAsNonRoot": True,
-        "runAsUser": 1000,
-        "seccompProfile": {"type": "RuntimeDefault"},
-    },
-    "containers": [
-        {
-            "name": "c",
-            "image": "busybox",
-            "securityContext": {
-                "allowPrivilegeEscalation": False,
-                "capabilities": {"drop": ["ALL"]},
-            },
-        }
-    ],
-}
+_RESTRICTED = _WEB["spec"]
 
 
 def _restricted_pod(**spec: Any) -> dict:
@@ -455,7 +552,6 @@ def _restricted_pod(**spec: Any) -> dict:
     }
 
 
-CONTROL_PLANE_NODE = "cp-0"
 PODS_POLICY = "gpu-k8s-consumer-pods-off-the-control-plane"
 TOKENS_POLICY = "gpu-k8s-consumer-short-lived-tokens"
 EGRESS_POLICY = "gpu-k8s-consumer-egress-by-the-control-plane"
@@ -506,6 +602,15 @@ ADMISSION_ESCALATIONS: list[Escalation] = [
                 "effect": "NoExecute",
             }
         ],
+    ),
+    # a pod naming no scheduler stays unbound (kube-scheduler places only its own), for
+    # whoever may bind it: the fourth review's chain to the control-plane node (G1)
+    Escalation(
+        "pod-names-another-scheduler",
+        PODS_POLICY,
+        attempt=Attempt(
+            "POST", f"/api/v1/namespaces/{HOSTILE}/pods", _restricted_pod(schedulerName="none")
+        ),
     ),
     # a pod running as the consumer's own ServiceAccount: kubelet keeps a fresh token of the
     # grant in it (projected, renewed) for as long as the pod lives, past the 48 h token
@@ -606,13 +711,14 @@ ADMISSION_ESCALATIONS: list[Escalation] = [
             },
         ),
     ),
-    # a TokenRequest for a year: outlives every rotation of the consumer's 48 h token
+    # a TokenRequest for a year (of another account of the namespace: ESCALATION_TARGETS):
+    # outlives every rotation of the consumer's 48 h token
     Escalation(
         "year-long-token-request",
         TOKENS_POLICY,
         attempt=Attempt(
             "POST",
-            f"/api/v1/namespaces/{HOSTILE}/serviceaccounts/{HOSTILE}/token",
+            f"/api/v1/namespaces/{HOSTILE}/serviceaccounts/{RUNNER}/token",
             {
                 "apiVersion": "authentication.k8s.io/v1",
                 "kind": "TokenRequest",
@@ -620,6 +726,43 @@ ADMISSION_ESCALATIONS: list[Escalation] = [
             },
         ),
     ),
+    # the fourth review (G3): a new token of the grant's own account, however short: a
+    # stolen kubeconfig renewed itself so, every 47 h, until the relation went; only the
+    # control plane (kubeadm's admin) renews it
+    Escalation(
+        "token-for-the-grants-own-account",
+        TOKENS_POLICY,
+        attempt=Attempt(
+            "POST",
+            f"/api/v1/namespaces/{HOSTILE}/serviceaccounts/{HOSTILE}/token",
+            {
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {"expirationSeconds": 3600},
+            },
+        ),
+    ),
+]
+
+# What the attempts above name in the consumer's namespace, seeded before they are made
+# (so that, with the escalation granted, each would succeed: the suite's positive control):
+# the pod `web`, the Service `mitm`, the namespace's ResourceQuota and LimitRange, and a
+# second ServiceAccount.
+ESCALATION_TARGETS: list[tuple[str, dict]] = [
+    (f"/api/v1/namespaces/{HOSTILE}/pods/web", _WEB),
+    (
+        f"/api/v1/namespaces/{HOSTILE}/services/mitm",
+        {"spec": {"type": "LoadBalancer", "ports": [{"port": 443}]}},
+    ),
+    (
+        f"/api/v1/namespaces/{HOSTILE}/resourcequotas/limits",
+        {"spec": {"hard": {"pods": "10"}}},
+    ),
+    (
+        f"/api/v1/namespaces/{HOSTILE}/limitranges/defaults",
+        {"spec": {"limits": [{"type": "Container", "default": {"cpu": "1"}}]}},
+    ),
+    (f"/api/v1/namespaces/{HOSTILE}/serviceaccounts/{RUNNER}", {}),
 ]
 
 # What a consumer may hold (tensorflow's kind of request): workloads, tokens and secrets in

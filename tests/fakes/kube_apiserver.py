@@ -62,6 +62,9 @@ Differences from a real API server (on purpose, to stay small and deterministic)
   `disruption_controller` (the default) a budget's status is computed at each eviction as
   the disruption controller would, its expected count being the selected pods that have
   not finished (not their controllers' scale);
+- a Binding (`pods/binding`, or the legacy `bindings`) binds an unbound, ungated pod that is
+  not being deleted as BindingREST does (`_bind`); `pods/ephemeralcontainers` and
+  `pods/resize` (get, update, patch) keep only their part of the spec (`_pod_spec_update`);
 - ServiceAccount token Secrets are filled synchronously on create.
 
 `available_deployments = True` stands in for the Deployment controller and kubelet of a
@@ -144,7 +147,14 @@ from fakes import (
     kube_watch,
     serving,
 )
-from fakes.kube_admission import Admission, Request, deny_service_external_ips, warning_headers
+from fakes.kube_admission import (
+    Admission,
+    FieldError,
+    Request,
+    deny_service_external_ips,
+    invalid,
+    warning_headers,
+)
 from fakes.kube_auth import (
     API_AUDIENCE,
     KUBEADM_ADMIN,
@@ -181,6 +191,8 @@ RESOURCES: dict[tuple[str, str], tuple[str, bool]] = {
     ("v1", "endpoints"): ("Endpoints", True),
     ("v1", "resourcequotas"): ("ResourceQuota", True),  # listed by `kubectl describe ns`
     ("v1", "limitranges"): ("LimitRange", True),
+    # create only, never stored: binds a pod (`_bind`; kubernetes' LegacyBindingREST)
+    ("v1", "bindings"): ("Binding", True),
     ("apps/v1", "deployments"): ("Deployment", True),
     ("apps/v1", "daemonsets"): ("DaemonSet", True),
     ("apps/v1", "statefulsets"): ("StatefulSet", True),
@@ -623,6 +635,94 @@ def _status_update(kind: str, old: dict, new: dict) -> dict:
     if "ownerReferences" in old["metadata"]:
         meta["ownerReferences"] = json_copy(old["metadata"]["ownerReferences"])
     return new
+
+
+# The pod subresources that write part of the spec, and what each keeps of the object sent:
+# kubernetes pkg/registry/core/pod/strategy.go (a stored commit near 1.36, read 2026-11-28)
+# dropNonEphemeralContainerUpdates (spec.ephemeralContainers) and dropNonResizeUpdates (each
+# container's and init container's resources and resizePolicy); the rest of the spec, the
+# status and the metadata but labels, annotations and a few others
+# (ResetObjectMetaForStatus) stay the stored pod's.
+POD_SPEC_SUBRESOURCES = ("ephemeralcontainers", "resize")
+_POD_SUBRESOURCES = ("log", "eviction", "binding", *POD_SPEC_SUBRESOURCES)
+
+
+def _pod_spec_update(sub: str, old: dict, new: dict) -> dict:
+    """What a pods/ephemeralcontainers or pods/resize write keeps of `new` (422 if refused).
+
+    ValidatePodEphemeralContainersUpdate (kubernetes pkg/apis/core/validation): existing
+    ephemeral containers may not be removed or changed; a new one may not take the name of
+    another container. A resize that adds, removes, reorders or renames containers is
+    refused as ValidatePodResize refuses it (the fake does not check the rest of it: the
+    QoS class, which resources change).
+    """
+    kept = json_copy(old)
+    spec, new_spec = kept.setdefault("spec", {}), new.get("spec") or {}
+    meta = new.get("metadata") or {}
+    for key in ("labels", "annotations"):
+        kept["metadata"].pop(key, None)
+        if key in meta:
+            kept["metadata"][key] = json_copy(meta[key])
+    update = _ephemeral_update if sub == "ephemeralcontainers" else _resize_update
+    errors = update(spec, new_spec)
+    if errors:
+        raise invalid("v1", "Pod", old["metadata"]["name"], errors)
+    return kept
+
+
+def _ephemeral_update(spec: dict, new_spec: dict) -> list[FieldError]:
+    """spec.ephemeralContainers of `new_spec` into `spec`; what validation refuses of it."""
+    sent = new_spec.get("ephemeralContainers") or []
+    added = {c.get("name"): c for c in sent}
+    errors = []
+    for existing in spec.get("ephemeralContainers") or []:
+        name = existing.get("name")
+        what = f'existing ephemeral containers "{name}" may not be'
+        if name not in added:
+            errors.append(
+                FieldError("Forbidden", "spec.ephemeralContainers", "", f"{what} removed")
+            )
+        elif added[name] != existing:
+            path = f"spec.ephemeralContainers[{name}]"
+            errors.append(FieldError("Forbidden", path, "", f"{what} changed"))
+    names = {c.get("name") for k in ("containers", "initContainers") for c in spec.get(k) or []}
+    errors += [
+        FieldError("Duplicate value", f"spec.ephemeralContainers[{i}].name", c.get("name"))
+        for i, c in enumerate(sent)
+        if c.get("name") in names
+    ]
+    spec.pop("ephemeralContainers", None)
+    if sent:
+        spec["ephemeralContainers"] = json_copy(sent)
+    return errors
+
+
+def _resize_update(spec: dict, new_spec: dict) -> list[FieldError]:
+    """Each container's resources and resizePolicy of `new_spec` into `spec` (same names)."""
+    errors = []
+    for key in ("containers", "initContainers"):
+        before, after = spec.get(key) or [], new_spec.get(key) or []
+        if [c.get("name") for c in before] != [c.get("name") for c in after]:
+            text = "containers may not be added, removed or renamed"
+            errors.append(FieldError("Forbidden", f"spec.{key}", "", text))
+            continue
+        for stored, sent in zip(before, after):
+            for field in ("resources", "resizePolicy"):
+                stored.pop(field, None)
+                if field in sent:
+                    stored[field] = json_copy(sent[field])
+    return errors
+
+
+def _same_namespace(target: Target, meta: dict) -> None:
+    """create.go EnsureObjectNamespaceMatchesRequestNamespace: filled in, or the URL's (400)."""
+    if meta.setdefault("namespace", target.namespace) != target.namespace:
+        raise ApiError(
+            400,
+            "BadRequest",
+            "the namespace of the provided object does not match the namespace sent on the "
+            "request",
+        )
 
 
 def _precondition(target: Target, old: dict, new: dict) -> None:
@@ -1525,27 +1625,7 @@ class FakeKubeApiServer:
             return self._review(method, target, content_type, body)
         if target.sub == "status" and target.kind not in self.status_kinds:
             raise self._no_status(target)
-        handler = {
-            ("GET", False, ""): self._list,
-            ("GET", True, ""): self._get,
-            ("GET", True, "status"): self._get,
-            ("GET", True, "log"): self._log,
-            ("POST", False, ""): self._create,
-            ("POST", True, "eviction"): self._evict,
-            ("POST", True, "token"): self._token_request,
-            ("PUT", True, ""): self._update,
-            ("PUT", True, "status"): self._update,
-            ("PATCH", True, ""): self._patch,
-            ("PATCH", True, "status"): self._patch,
-            ("DELETE", True, ""): self._delete,
-            ("DELETE", False, ""): self._delete_collection,
-        }.get((method, target.name is not None, target.sub))
-        if (
-            handler is None
-            or (target.sub in ("log", "eviction") and target.kind != "Pod")
-            or (target.sub == "token" and target.kind != "ServiceAccount")
-        ):
-            raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {path}")
+        handler = self._handler(method, target, path)
         if method in ("POST", "PUT") or (method == "DELETE" and body):
             accepted = kube_discovery.input_media_types((target.gv, target.plural) in RESOURCES)
             if content_type not in accepted:
@@ -1558,6 +1638,37 @@ class FakeKubeApiServer:
             if "dryRun" in options:
                 return self._dry_run(handler, target, query, content_type, body)
         return handler(target, query, content_type, body)
+
+    def _handler(self, method: str, target: Target, path: str) -> Callable:
+        """The verb's handler for `target`, or the 405 of a method it does not serve."""
+        if target.plural == "bindings":  # create only (LegacyBindingREST)
+            key = (method, target.name is not None, "binding")
+        else:
+            key = (method, target.name is not None, target.sub)
+        handler = {
+            ("GET", False, ""): self._list,
+            ("GET", True, ""): self._get,
+            ("GET", True, "status"): self._get,
+            ("GET", True, "log"): self._log,
+            ("POST", False, ""): self._create,
+            ("POST", True, "eviction"): self._evict,
+            ("POST", True, "token"): self._token_request,
+            ("POST", True, "binding"): self._bind,
+            ("POST", False, "binding"): self._bind,
+            **{("GET", True, sub): self._get for sub in POD_SPEC_SUBRESOURCES},
+            **{("PUT", True, sub): self._update for sub in POD_SPEC_SUBRESOURCES},
+            **{("PATCH", True, sub): self._patch for sub in POD_SPEC_SUBRESOURCES},
+            ("PUT", True, ""): self._update,
+            ("PUT", True, "status"): self._update,
+            ("PATCH", True, ""): self._patch,
+            ("PATCH", True, "status"): self._patch,
+            ("DELETE", True, ""): self._delete,
+            ("DELETE", False, ""): self._delete_collection,
+        }.get(key)
+        owner = {"token": "ServiceAccount", **dict.fromkeys(_POD_SUBRESOURCES, "Pod")}
+        if handler is None or owner.get(target.sub, target.kind) != target.kind:
+            raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {path}")
+        return handler
 
     def _no_status(self, target: Target) -> ApiError:
         """The 404 of `/status` on a kind without that subresource, whatever the method.
@@ -1622,16 +1733,7 @@ class FakeKubeApiServer:
             meta.setdefault("uid", account["metadata"].get("uid", ""))
             admitted = {**request, "metadata": meta, "spec": spec}
             admitted.update(apiVersion=TOKEN_REQUEST_GV, kind="TokenRequest")
-            self._warnings += self.admission.policies.admit(
-                self._stored,
-                self._attrs.user,
-                "CREATE",
-                target,
-                admitted,
-                None,
-                namespace_of=self._namespace,
-                kind=(TOKEN_REQUEST_GV, "TokenRequest"),
-            )
+            self._admit_created(target, admitted, (TOKEN_REQUEST_GV, "TokenRequest"))
         return 201, self.auth.token_request(namespace, name, request)
 
     def _check_rbac_write(self, target: Target, obj: dict, old: dict | None) -> None:
@@ -1873,10 +1975,7 @@ class FakeKubeApiServer:
         new = json_copy(new)
         if target.kind == "PersistentVolume" and target.sub != "status":
             _check_volume_source(old, new)
-        if target.sub == "status":
-            new = _status_update(target.kind, old, new)
-        elif target.kind in self.status_kinds:
-            new["status"] = json_copy(old.get("status", {}))
+        new = self._kept(target, old, new)
         new["apiVersion"], new["kind"] = target.gv, target.kind
         meta = new.setdefault("metadata", {})
         for key in (
@@ -1914,6 +2013,16 @@ class FakeKubeApiServer:
         ):  # the last finalizer went: deletion completes (store.go ShouldDeleteDuringUpdate:
             # not while a grace period runs, whose end the kubelet's own delete marks)
             self._remove(target.key())
+        return new
+
+    def _kept(self, target: Target, old: dict, new: dict) -> dict:
+        """What the update strategy of `target`'s (sub)resource keeps of `new`."""
+        if target.sub == "status":
+            return _status_update(target.kind, old, new)
+        if target.sub in POD_SPEC_SUBRESOURCES:
+            return _pod_spec_update(target.sub, old, new)
+        if target.kind in self.status_kinds:
+            new["status"] = json_copy(old.get("status", {}))
         return new
 
     def _update_webhooks(self, target: Target, new: dict, old: dict) -> None:
@@ -2339,45 +2448,123 @@ class FakeKubeApiServer:
                 options={"kind": "DeleteOptions", "apiVersion": "meta/v1", **(options or {})},
             )
 
+    # -- binding a pod to a node: kubernetes pkg/registry/core/pod/storage/storage.go (a
+    # stored commit near 1.36, read 2026-11-28), BindingREST.Create (pods/binding) and
+    # LegacyBindingREST (POST .../namespaces/<ns>/bindings, the name from the body)
+
+    def _bind(self, target: Target, _q: dict, content_type: str, body: bytes) -> tuple:
+        """A Binding sets an unbound pod's node: what kube-scheduler does, past the scheduler.
+
+        As BindingREST.Create: the namespace filled or checked (create.go), the name in the
+        URL must be the Binding's (400); the Binding validated (BindingStrategy: target.name
+        required, target.kind `Node` or empty: 422) and admitted (createValidation: the
+        Binding is the object of a `pods/binding` CREATE); then setPodHostAndAnnotations
+        on the stored pod, each refusal a 409 Conflict on `pods/binding`: a pod being
+        deleted, one already bound (spec.nodeName set), one with scheduling gates; the
+        Binding's uid and resourceVersion are preconditions on the pod. The pod gets the
+        node, the Binding's annotations and labels, the PodScheduled condition True and no
+        status.nominatedNodeName (ClearingNominatedNodeNameAfterBinding, on by default).
+        No kubelet starts it here: the fake's kubelet is fakes/batch.py's.
+        """
+        binding = self._decode(body, content_type)
+        name = self._check_binding(target, binding)
+        pods = Target("v1", "pods", target.namespace, name, "binding", self.resources)
+        self._admit_created(pods, binding, ("v1", "Binding"))
+        pod = self._existing(pods)
+        _check_preconditions("pods", pod["metadata"], binding["metadata"])
+        self._keep(pods.key(), self._bound(pod, binding))
+        return 201, json_copy(_CREATED)
+
+    @staticmethod
+    def _check_binding(target: Target, binding: dict) -> str:
+        """The pod a Binding names; 400 or 422 for a Binding BindingREST.Create refuses."""
+        if binding.get("kind", "Binding") != "Binding" or binding.get("apiVersion", "v1") != "v1":
+            raise ApiError(400, "BadRequest", f"not a Binding object: {binding.get('kind')}")
+        meta = binding.setdefault("metadata", {})
+        _same_namespace(target, meta)
+        name = target.name if target.plural == "pods" else meta.get("name")
+        if not name:
+            raise ApiError(400, "BadRequest", "name parameter required")
+        if meta.get("name") != name:
+            raise ApiError(400, "BadRequest", "name in URL does not match name in Binding object")
+        goal = binding.get("target") or {}
+        errors = []
+        if goal.get("kind") not in (None, "", "Node"):
+            supported = 'supported values: "Node", "<empty>"'
+            errors.append(FieldError("Unsupported value", "target.kind", goal["kind"], supported))
+        if not goal.get("name"):
+            errors.append(FieldError("Required value", "target.name"))
+        if errors:
+            raise invalid("v1", "Binding", name, errors)
+        return name
+
+    def _bound(self, pod: dict, binding: dict) -> dict:
+        """setPodHostAndAnnotations: the pod bound as `binding` says, or its 409 Conflict."""
+        name, spec = pod["metadata"]["name"], pod.get("spec") or {}
+        refusal = (
+            f"pod {name} is being deleted, cannot be assigned to a host"
+            if pod["metadata"].get("deletionTimestamp")
+            else f'pod {name} is already assigned to node "{spec["nodeName"]}"'
+            if spec.get("nodeName")
+            else f"pod {name} has non-empty .spec.schedulingGates"
+            if spec.get("schedulingGates")
+            else None
+        )
+        if refusal:
+            raise ApiError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on pods/binding "{name}": {refusal}',
+                {"name": name, "kind": "pods/binding"},
+            )
+        bound = json_copy(pod)
+        bound["spec"]["nodeName"] = binding["target"]["name"]
+        for key in ("annotations", "labels"):
+            if binding["metadata"].get(key):
+                bound["metadata"].setdefault(key, {}).update(binding["metadata"][key])
+        status = bound.setdefault("status", {})
+        status.pop("nominatedNodeName", None)
+        conditions = status.setdefault("conditions", [])  # podutil.UpdatePodCondition
+        at = next((i for i, c in enumerate(conditions) if c.get("type") == "PodScheduled"), None)
+        scheduled = {"type": "PodScheduled", "status": "True", "lastTransitionTime": _now()}
+        if at is None:
+            conditions.append(scheduled)
+        elif conditions[at].get("status") != "True":
+            conditions[at] = scheduled
+        bound["metadata"]["resourceVersion"] = self._next_rv()
+        return bound
+
     # -- the Eviction API: kubernetes pkg/registry/core/pod/storage/eviction.go (1.36),
     # EvictionREST.Create behind k8s.io/apiserver pkg/endpoints/handlers/create.go
 
     def _evict(self, target: Target, _q: dict, content_type: str, body: bytes) -> tuple:
         eviction = self._decode(body, content_type)
         meta = eviction.setdefault("metadata", {})
-        # create.go: EnsureObjectNamespaceMatchesRequestNamespace fills or checks it
-        if meta.setdefault("namespace", target.namespace) != target.namespace:
-            raise ApiError(
-                400,
-                "BadRequest",
-                "the namespace of the provided object does not match the namespace sent on "
-                "the request",
-            )
+        _same_namespace(target, meta)
         self._restrict_node("CREATE", target, eviction, None)  # before the lookup, as create.go
         if meta.get("name") != target.name:  # Create's first check
             raise ApiError(400, "BadRequest", "name in URL does not match name in Eviction object")
-        if self._attrs is not None:  # createValidation: the Eviction is the object admitted
+        # createValidation: the Eviction is the object admitted
+        self._admit_created(target, eviction, ("policy/v1", "Eviction"))
+        pod = self._existing(target)
+        if not _can_ignore_budget(pod):
+            self._check_and_decrement(pod)
+        self._disrupt_and_delete(target, pod, eviction.get("deleteOptions") or {})
+        return 201, json_copy(_CREATED)
+
+    def _admit_created(self, target: Target, obj: dict, kind: tuple[str, str]) -> None:
+        """A subresource create admitted with `obj` (of `kind`) as its object: createValidation."""
+        if self._attrs is not None:
             self._warnings += self.admission.policies.admit(
                 self._stored,
                 self._attrs.user,
                 "CREATE",
                 target,
-                eviction,
+                obj,
                 None,
                 namespace_of=self._namespace,
-                kind=("policy/v1", "Eviction"),
+                kind=kind,
             )
-        pod = self._existing(target)
-        if not _can_ignore_budget(pod):
-            self._check_and_decrement(pod)
-        self._disrupt_and_delete(target, pod, eviction.get("deleteOptions") or {})
-        return 201, {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Success",
-            "code": 201,
-        }
 
     def _disrupt_and_delete(self, target: Target, pod: dict, options: dict) -> None:
         """addConditionAndDeletePod: preconditions, DisruptionTarget (a new version), delete.
@@ -2568,6 +2755,8 @@ class FakeKubeApiServer:
 
 # The pod condition an eviction sets (kubernetes api core/v1 types.go DisruptionTarget).
 _DISRUPTED = "DisruptionTarget"
+# What a subresource's create answers (a Binding's, an Eviction's): metav1.Status Success
+_CREATED = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 # eviction.go MaxDisruptedPodSize
 MAX_DISRUPTED_PODS = 2000
 

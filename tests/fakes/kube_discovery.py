@@ -32,8 +32,10 @@ serves; those of a custom resource come from its CRD as apiextensions-apiserver
 pkg/apiserver/customresource_discovery_controller.go builds them (verbs in its order, the
 response kind naming the group and version, `status`/`scale` subresources). Discovery names
 only the subresources this fake answers (`status` of the kinds that have one, `pods/log`,
-`pods/eviction` as `policy/v1 Eviction`, `services/proxy`), not the ones a real server also has
-(exec, attach, portforward, binding, scale of the built-in workloads, token, finalize).
+`pods/eviction` as `policy/v1 Eviction`, `pods/binding` as `v1 Binding`, `pods/ephemeralcontainers`
+and `pods/resize`, `services/proxy`), not the ones a real server also has (exec, attach,
+portforward, scale of the built-in workloads, token, finalize). `bindings` (create only) is
+the legacy way to bind a pod.
 
 Media types (k8s.io/apiserver pkg/endpoints/handlers/negotiation/negotiate.go): an Accept
 header's clauses are tried by quality, then specificity. The fake writes JSON and YAML only:
@@ -109,6 +111,7 @@ _EXT = ("api-extensions",)
 # kubernetes/kubernetes api/discovery/aggregated_v2.json (and api__v1.json), for the
 # resources the fake serves.
 FACTS: dict[tuple[str, str], Facts] = {
+    ("v1", "bindings"): Facts("binding", verbs=("create",)),
     ("v1", "configmaps"): Facts("configmap", ("cm",)),
     ("v1", "endpoints"): Facts("endpoints", ("ep",)),
     ("v1", "events"): Facts("event", ("ev",)),
@@ -397,8 +400,11 @@ def served_resources(api: FakeKubeApiServer) -> list[_Resource]:
         facts = FACTS.get((gv, plural)) or Facts(kind.lower())
         subs: list = []
         if (gv, plural) == ("v1", "pods"):
+            subs.append(("binding", ("", "v1", "Binding"), ("create",)))
             subs.append(("eviction", ("policy", "v1", "Eviction"), ("create",)))
             subs.append(("log", None, ("get",)))
+            for sub in ("ephemeralcontainers", "resize"):
+                subs.append((sub, None, ("get", "patch", "update")))
         if (gv, plural) == ("v1", "services"):
             subs.append(("proxy", ("", "v1", "ServiceProxyOptions"), _PROXY_VERBS))
         if kind in api.status_kinds:

@@ -24,10 +24,12 @@ from charm_modules import load
 from kube_api_escalations import (
     ADMISSION_ESCALATIONS,
     CONTROL_PLANE_NODE,
+    ESCALATION_TARGETS,
     ESCALATIONS,
     HOSTILE,
     LEGITIMATE_CLUSTER_RULES,
     LEGITIMATE_RULES,
+    RUNNER,
     Escalation,
     _restricted_pod,
 )
@@ -89,11 +91,22 @@ def test_the_legitimate_request_passes_the_policy():
     assert check_policy(request) is None
 
 
-@pytest.mark.parametrize("path", ESCALATIONS, ids=lambda e: e.id)
-def test_the_granted_token_is_refused_by_the_api_server(path: Escalation, rbac, kube, kube_api):
+def _rbac_refused(status: int, answer) -> bool:
+    """The answer is RBAC's 403 for the consumer's ServiceAccount (responsewriters.Forbidden)."""
+    user = f"system:serviceaccount:{HOSTILE}:{HOSTILE}"
+    return (
+        status == 403
+        and isinstance(answer, dict)
+        and answer.get("reason") == "Forbidden"
+        and f'User "{user}" cannot ' in answer.get("message", "")
+    )
+
+
+def _attempt(path: Escalation, kube_api: FakeKubeApiServer, token: str) -> tuple[int, object]:
+    """Make `path`'s attempt with `token`: (status, answer), a review's `allowed` as a bool."""
     kube_api.put_object("/api/v1/nodes/node-1", {"metadata": {"labels": {}}})
-    grant = _grant(rbac, HOSTILE, HOSTILE, LEGITIMATE_RULES, LEGITIMATE_CLUSTER_RULES)
-    token = rbac.apply(kube, grant)
+    for where, obj in ESCALATION_TARGETS:
+        kube_api.put_object(where, obj)
     attempt = path.attempt
     if attempt.review is not None:
         body = {
@@ -103,14 +116,62 @@ def test_the_granted_token_is_refused_by_the_api_server(path: Escalation, rbac, 
         }
         status, answer = call(kube_api, token, "POST", SSAR, body)
         assert status == 201, answer
-        assert answer["status"]["allowed"] is False, answer
-        return
-    status, answer = call(
-        kube_api, token, attempt.method, attempt.path, attempt.body, attempt.content_type
+        return status, answer["status"]["allowed"]
+    return call(kube_api, token, attempt.method, attempt.path, attempt.body, attempt.content_type)
+
+
+@pytest.mark.parametrize("path", ESCALATIONS, ids=lambda e: e.id)
+def test_the_granted_token_is_refused_by_the_api_server(path: Escalation, rbac, kube, kube_api):
+    grant = _grant(rbac, HOSTILE, HOSTILE, LEGITIMATE_RULES, LEGITIMATE_CLUSTER_RULES)
+    status, answer = _attempt(path, kube_api, rbac.apply(kube, grant))
+    if path.attempt.review is not None:
+        assert answer is False
+    else:
+        assert _rbac_refused(status, answer), (status, answer)
+
+
+@pytest.mark.parametrize("path", ESCALATIONS, ids=lambda e: e.id)
+def test_each_attempt_passes_rbac_with_its_escalation_granted(
+    path: Escalation, rbac, kube, kube_api
+):
+    """The positive control: each probe above can fail, its attempt being what it grants.
+
+    The escalation's own rules are granted directly (check_policy, which refuses them, is
+    not asked): RBAC must then let the attempt through (what answers after it, a 201, a
+    404 for a kind this fake does not serve, is not RBAC's). Rules that grant nothing
+    (`grants_nothing`: a Role naming a cluster-scoped resource) leave it refused.
+    """
+    grant = _grant(
+        rbac,
+        HOSTILE,
+        HOSTILE,
+        LEGITIMATE_RULES + path.rules,
+        LEGITIMATE_CLUSTER_RULES + path.cluster_rules,
     )
-    assert status == 403, (status, answer)
-    assert answer["reason"] == "Forbidden"
-    assert "system:serviceaccount:hostile:hostile" in answer["message"]
+    status, answer = _attempt(path, kube_api, rbac.apply(kube, grant))
+    if path.attempt.review is not None:
+        assert answer is True
+    elif path.grants_nothing:
+        assert _rbac_refused(status, answer), (status, answer)
+    else:
+        assert not _rbac_refused(status, answer) and status < 500, (status, answer)
+
+
+def test_a_binding_puts_a_teams_pod_on_the_control_plane_node(rbac, kube, kube_api):
+    """The fourth review's G1, as it was: a grant with `pods/binding` skips the scheduler.
+
+    The team's pod, ungated (Kueue admitted it) and bound to no node (its schedulerName
+    names no scheduler), is bound by the team itself to the control-plane node: kube-
+    apiserver checks only that the pod is not being deleted, not bound and not gated.
+    """
+    (binding,) = [e for e in ESCALATIONS if e.id == "pods-binding"]
+    grant = _grant(rbac, HOSTILE, HOSTILE, LEGITIMATE_RULES + binding.rules, [])
+    status, answer = _attempt(binding, kube_api, rbac.apply(kube, grant))
+    assert status == 201, answer
+    pod = kube_api.get_object(f"/api/v1/namespaces/{HOSTILE}/pods/web")
+    assert pod["spec"]["nodeName"] == CONTROL_PLANE_NODE
+    error = check_policy(RequirerAppData.model_validate(binding.databag()))
+    assert error is not None and "pods/binding" in error
 
 
 @pytest.fixture
@@ -134,13 +195,17 @@ def test_the_granted_token_is_refused_by_the_admission_policies(
     path: Escalation, rbac, kube, kube_api, policies
 ):
     grant = _grant(rbac, HOSTILE, HOSTILE, LEGITIMATE_RULES, LEGITIMATE_CLUSTER_RULES)
-    token = rbac.apply(kube, grant)
-    attempt = path.attempt
-    status, answer = call(
-        kube_api, token, attempt.method, attempt.path, attempt.body, attempt.content_type
-    )
+    status, answer = _attempt(path, kube_api, rbac.apply(kube, grant))
     assert status == 403, (status, answer)
     assert _refused_by(answer, path.names), answer
+
+
+@pytest.mark.parametrize("path", ADMISSION_ESCALATIONS, ids=lambda e: e.id)
+def test_each_attempt_is_admitted_without_the_policies(path: Escalation, rbac, kube, kube_api):
+    """The positive control: without the control plane's policies each attempt succeeds."""
+    grant = _grant(rbac, HOSTILE, HOSTILE, LEGITIMATE_RULES, LEGITIMATE_CLUSTER_RULES)
+    status, answer = _attempt(path, kube_api, rbac.apply(kube, grant))
+    assert status == 201, (status, answer)
 
 
 def test_the_control_planes_egress_policy_stands_against_its_consumer(
@@ -217,14 +282,35 @@ def test_the_grant_still_makes_the_pods_secrets_and_tokens_it_needs(
     }
     status, answer = call(kube_api, token, "POST", f"/api/v1/namespaces/{HOSTILE}/secrets", secret)
     assert status == 201, answer
-    path = f"/api/v1/namespaces/{HOSTILE}/serviceaccounts/{HOSTILE}/token"
+    # tokens of the namespace's other accounts (the pods' own), as long as the grant's own
+    kube_api.put_object(f"/api/v1/namespaces/{HOSTILE}/serviceaccounts/{RUNNER}", {})
+    path = f"/api/v1/namespaces/{HOSTILE}/serviceaccounts/{RUNNER}/token"
     for spec in ({"expirationSeconds": rbac.TOKEN_SECONDS}, {}):  # {}: 3600 s by default
         request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
         status, answer = call(kube_api, token, "POST", path, request)
         assert status == 201, answer
     request["spec"] = {"expirationSeconds": rbac.TOKEN_SECONDS + 1}
     status, answer = call(kube_api, token, "POST", path, request)
-    assert status == 403 and _refused_by(answer, ADMISSION_ESCALATIONS[-1].names), answer
+    assert status == 403 and _refused_by(answer, policies.CONSUMER_TOKENS), answer
+    assert f"at most {rbac.TOKEN_SECONDS} s" in answer["message"]
+
+
+def test_only_the_control_plane_renews_the_grants_own_token(rbac, kube, kube_api, policies):
+    """The fourth review's G3: a stolen kubeconfig cannot renew itself.
+
+    The grant's token asks a new token of its own account (even a short one) and is
+    refused naming the account; the control plane, kubeadm's admin, still renews it.
+    """
+    grant = _grant(rbac, HOSTILE, HOSTILE, LEGITIMATE_RULES, LEGITIMATE_CLUSTER_RULES)
+    token = rbac.apply(kube, grant)  # the control plane's TokenRequest, admitted
+    path = f"/api/v1/namespaces/{HOSTILE}/serviceaccounts/{HOSTILE}/token"
+    request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}
+    status, answer = call(kube_api, token, "POST", path, request)
+    assert status == 403 and _refused_by(answer, policies.CONSUMER_TOKENS), answer
+    assert answer["message"].startswith(f'serviceaccounts "{HOSTILE}" is forbidden'), answer
+    assert "serviceaccounts/token of the consumer's own ServiceAccount" in answer["message"]
+    renewed = rbac.request_token(kube, grant, rbac.TOKEN_SECONDS)
+    assert call(kube_api, renewed.token, "GET", "/api/v1/nodes")[0] == 200
 
 
 def test_a_teams_pod_runs_at_the_priority_of_every_teams_pods(rbac, kube, kube_api, policies):

@@ -168,7 +168,10 @@ Policy '<policy>' with binding '<binding>' denied request: <message>`.
   manifests.go), so a rule on the consumer's username would miss every pod but those it
   makes itself, and a rule on each workload's pod template would miss a kind it did not
   name. kube-scheduler binds through pods/binding, which sets nodeName without a pod
-  CREATE or UPDATE (not matched); nodeName cannot be set by a pod update (kubernetes
+  CREATE or UPDATE (not matched): no grant may create a Binding (lib kube_api refuses
+  pods/binding and bindings in any scope), and no pod is created there naming a scheduler
+  but kube-scheduler (`default-scheduler`; a pod naming another stays unbound for whoever
+  binds it). nodeName cannot be set by a pod update (kubernetes
   pkg/apis/core/validation ValidatePodUpdate: only additions to tolerations, and a few
   other fields, may change), so nodeName is checked at CREATE and tolerations at CREATE
   and UPDATE, where those the pod had stay. No pod of this bundle in a consumer's
@@ -225,9 +228,13 @@ Policy '<policy>' with binding '<binding>' denied request: <message>`.
   tokens_controller.go; the type cannot change on update, ValidateSecretUpdate), and no
   TokenRequest (`serviceaccounts/token` create) asks for more than rbac.TOKEN_SECONDS, the
   lifetime the control plane's own consumer tokens have (access.py renews them before
-  they expire). Otherwise a consumer (tensorflow's grant holds `secrets create` for its
-  image pull Secret, and every grant may request its own tokens) turns a stolen 48 h
-  kubeconfig into a credential that outlives every renewal, until the relation is removed.
+  they expire), and no TokenRequest names the consumer's own ServiceAccount (the
+  namespace's CONSUMER_LABEL value, rbac.consumer_grant) but the control plane's, which
+  asks as kubeadm's admin (KUBEADM_ADMIN, admin.conf's user: access.py renews with it).
+  Otherwise a consumer (tensorflow's grant holds `secrets create` for its image pull
+  Secret, and any grant may hold `serviceaccounts/token` in its namespace) turns a stolen
+  48 h kubeconfig into a credential that outlives every renewal, until the relation is
+  removed: a long-lived token, or a new 48 h token of its own account every 47 h.
   kube-apiserver admits a TokenRequest as a create of the subresource with the
   TokenRequest as the object, after its defaults (expirationSeconds 3600 when left out)
   and validation, before it issues the token (kubernetes pkg/registry/core/serviceaccount/
@@ -411,6 +418,11 @@ from literals import CONSUMER_LABEL, FIELD_MANAGER, JOBSET, KUEUE, MANAGED_BY_LA
 from charms.gpu_k8s.v0.kubernetes_cluster import QUARANTINE_TAINT
 
 API_VERSION = "admissionregistration.k8s.io/v1"
+# The user of kubeadm's admin.conf, the charm's own credential (lib kubeadm ADMIN_CONF):
+# its client certificate's CN (kubernetes cmd/kubeadm/app/phases/kubeconfig/kubeconfig.go
+# getKubeConfigSpecsBase, ClientName "kubernetes-admin", group kubeadm:cluster-admins since
+# kubeadm 1.29; super-admin.conf, which the charm never uses, is "kubernetes-super-admin").
+KUBEADM_ADMIN = "kubernetes-admin"
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 SA_PREFIX = "system:serviceaccount:"
 
@@ -525,6 +537,7 @@ TEMPLATED_KINDS = CONTROLLED_KINDS
 # kubeadm taints each control-plane node `node-role.kubernetes.io/control-plane:NoSchedule`
 # (cmd/kubeadm/app/constants ControlPlaneTaint); `.../master` is the key it used before
 # 1.25, which a node of an older cluster may still carry.
+DEFAULT_SCHEDULER = "default-scheduler"  # kubernetes pkg/apis/core/v1 defaults.go
 CONTROL_PLANE_TAINTS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
 # The taint keys no pod of a consumer's namespace may tolerate (CONSUMER_PODS): the control
 # plane's, and the GPU quarantine's (lib kubernetes_cluster.QUARANTINE_TAINT, NoExecute,
@@ -1101,6 +1114,17 @@ def consumer_pods_policy() -> dict[str, Any]:
                     f"only Kueue removes a pod's scheduling gate {KUEUE_GATE}: it does when"
                     " it admits the pod within its team's quota",
                 ),
+                # kube-scheduler binds only the pods naming it (default-scheduler, what
+                # SetDefaults_PodSpec writes for none); a pod naming another scheduler stays
+                # unbound for whoever may POST its Binding (no grant may: kube_api), and no
+                # pod of this bundle, Kueue v0.19.2 or JobSet v0.12.0 names one. The field
+                # is immutable (ValidatePodUpdate), so CREATE only.
+                _deny(
+                    "request.operation != 'CREATE' || !has(object.spec.schedulerName) ||"
+                    f" object.spec.schedulerName in ['', '{DEFAULT_SCHEDULER}']",
+                    "a pod in a consumer's namespace is placed by kube-scheduler"
+                    f" (schedulerName {DEFAULT_SCHEDULER}): no other scheduler binds it",
+                ),
                 _deny(
                     "request.operation != 'CREATE' || !["
                     "has(object.spec.serviceAccountName) ? object.spec.serviceAccountName : '',"
@@ -1115,7 +1139,10 @@ def consumer_pods_policy() -> dict[str, Any]:
 
 
 def consumer_tokens_policy() -> dict[str, Any]:
-    """The policy that lets no credential in a consumer's namespace outlive its own."""
+    """The policy that lets no credential in a consumer's namespace outlive its own.
+
+    And lets none but the control plane renew the consumer's own token.
+    """
     seconds = rbac.TOKEN_SECONDS
     return _consumer_policy(
         CONSUMER_TOKENS,
@@ -1128,6 +1155,12 @@ def consumer_tokens_policy() -> dict[str, Any]:
             }
         ],
         {
+            "variables": [
+                {
+                    "name": "consumer",
+                    "expression": f"namespaceObject.metadata.labels['{CONSUMER_LABEL}']",
+                },
+            ],
             "validations": [
                 _deny(
                     "request.resource.resource != 'secrets' || !has(object.type) || "
@@ -1142,7 +1175,18 @@ def consumer_tokens_policy() -> dict[str, Any]:
                     f"a TokenRequest in a consumer's namespace may live at most {seconds} s, as"
                     " the control plane's own",
                 ),
-            ]
+                # The grant's ServiceAccount is the consumer's name (rbac.consumer_grant), the
+                # namespace's CONSUMER_LABEL value; the control plane renews its token as
+                # kubeadm's admin (access.py, rbac.request_token with admin.conf).
+                _deny(
+                    "request.resource.resource != 'serviceaccounts' ||"
+                    " request.name != variables.consumer ||"
+                    f" request.userInfo.username == '{KUBEADM_ADMIN}'",
+                    "serviceaccounts/token of the consumer's own ServiceAccount (the grant's) is"
+                    " requested by the control plane alone, which renews the grant's"
+                    " kubeconfig: a stolen one cannot renew itself",
+                ),
+            ],
         },
     )
 

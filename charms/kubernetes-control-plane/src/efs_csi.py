@@ -91,6 +91,16 @@ IMAGE_TAGS = {
 }
 NAMESPACE = "gpu-k8s-efs-csi"
 DAEMONSET = "efs-csi-node"
+# The CSIDriver csidriver.yaml makes lists no volumeLifecycleModes: the API server defaults
+# it to [Persistent] (kubernetes pkg/apis/storage/v1beta1, and v1, defaults.go
+# SetDefaults_CSIDriver),
+# and kubelet mounts an inline `csi` volume of a pod only for a driver whose CSIDriver
+# lists Ephemeral (pkg/volume/csi/csi_plugin.go supportsVolumeLifecycleMode: "volume mode
+# ... not supported by driver"). So no pod mounts EFS but through a claim and the
+# PersistentVolume efs-storage made for its namespace, with its access point: an inline
+# volume, which Pod Security `restricted` admits and whose volumeHandle the pod names
+# itself, could name any access point or the file system's root. Checked on the pinned
+# file (test_efs_csi.py): a new pin that lists Ephemeral fails there.
 DRIVER = "efs.csi.aws.com"
 # What only the controller uses: never applied (see the module docstring).
 CONTROLLER_FILES = ("controller-deployment.yaml", "controller-serviceaccount.yaml")

@@ -83,6 +83,20 @@ def test_what_is_applied_is_what_kustomize_makes_of_the_node_files_in_our_namesp
     assert not [o for o in ours if o["kind"] == "Deployment" or "controller" in key(o)[1]]
 
 
+def test_the_driver_serves_no_inline_ephemeral_volumes():
+    """Issue 29 (fourth review, G9): a team's pod cannot mount EFS inline, past its claim.
+
+    Pod Security `restricted` admits `csi` volumes, and such a volume names its handle
+    itself: kubelet refuses it only because the CSIDriver lists no `Ephemeral` lifecycle
+    mode (efs_csi.py DRIVER's comment). A CSIDriver that listed it would let a team's pod
+    name any access point or the file system's root.
+    """
+    objects = efs_csi.manifests({f: efs_csi_file(f) for f in EFS_CSI_FILES})
+    (driver,) = [o for o in objects if o["kind"] == "CSIDriver"]
+    assert driver["metadata"]["name"] == efs_csi.DRIVER
+    assert "Ephemeral" not in driver["spec"].get("volumeLifecycleModes", ["Persistent"])
+
+
 def test_the_leader_applies_the_node_plugin_once_in_its_privileged_namespace(
     ctx, machine, api, releases, caplog
 ):

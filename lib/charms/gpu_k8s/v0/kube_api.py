@@ -67,7 +67,7 @@ from charms.gpu_k8s.v0.databag import Databag, Endpoint, explain, write
 
 LIBID = "26b1d42dbc2949cb8a83e29b11759d4f"
 LIBAPI = 0
-LIBPATCH = 24
+LIBPATCH = 25
 
 logger = logging.getLogger(__name__)
 
@@ -221,6 +221,10 @@ _SECRETS = (
 #   kubernetes/kubernetes#97076, GHSA-j9wf-vvm6-4r9w: "patch services/status"); a Pod's
 #   status.podIP goes into its Services' EndpointSlices (as CVE-2021-25740's writes do).
 _STATUS = "status subresources are their controllers' to write"
+_BINDING = (
+    "pods/binding and bindings (a Binding puts a pod on any node, the control plane's"
+    " included, past the scheduler: only kube-scheduler binds)"
+)
 _OWN_NAMESPACE_WRITES = {
     ("", "services/status"): (
         "services/status (a LoadBalancer ingress IP intercepts the cluster's traffic to it:"
@@ -255,6 +259,15 @@ _OWN_NAMESPACE_WRITES = {
     # (kubernetes.io/docs/concepts/policy/resource-quotas): the operator's, not the team's.
     ("", "resourcequotas"): "resourcequotas writes (the namespace's quota is the operator's)",
     ("", "limitranges"): "limitranges writes (the namespace's limits are the operator's)",
+    # A Binding sets a pod's node as kube-scheduler does, skipping the scheduler and the
+    # control plane's NoSchedule taint: kube-apiserver checks only that the pod is not being
+    # deleted, not bound yet and not gated (kubernetes pkg/registry/core/pod/storage/
+    # storage.go BindingREST.Create, setPodHostAndAnnotations), and kubelet admits a pod
+    # bound to its node checking only NoExecute taints (pkg/kubelet/lifecycle/predicate.go
+    # generalFilter). A team's ungated pod naming no scheduler was one Binding away from the
+    # control-plane node, beside admin.conf. `bindings` is the same create, the legacy way.
+    ("", "pods/binding"): _BINDING,
+    ("", "bindings"): _BINDING,
 }
 
 
@@ -283,7 +296,27 @@ _QUEUES = (
     " with gpu-quota, cpu-quota and memory-quota instead)"
 )
 _KUEUE_QUEUES = ("kueue.x-k8s.io", "clusterqueues")
-_GROUP_PATHS = {"certificates.k8s.io": _CSR, "admissionregistration.k8s.io": _WEBHOOKS}
+# Calico's policy API: calico.yaml (v3.32.1, the pinned manifest) installs the
+# crd.projectcalico.org CRDs, namespaced NetworkPolicy and NetworkSet among them, and the
+# ClusterRoles that read them (tests/fixtures/calico/calico-v3.32.1-rbac.yaml); projectcalico.
+# org is its API server's group (not applied here), the same kinds. Calico evaluates the
+# policies of a tier by their `order` and the first Allow or Deny ends it (docs.tigera.io
+# calico 3.32 network-policy/policy-tiers/tiered-policy, and the Tier reference, "How
+# policy is evaluated"): a team's Calico policy allowing every egress before the Kubernetes
+# NetworkPolicies reopened what the control plane's egress policy closes (the instance
+# metadata service, the DCGM exporter's port: network_policies.py), which the admission
+# policy guarding networking.k8s.io cannot see. Calico policy is the cluster admin's alone.
+_CALICO = (
+    "Calico policy (crd.projectcalico.org, projectcalico.org: a Calico NetworkPolicy ordered"
+    " first overrides the control plane's egress policy; Calico policy is the cluster"
+    " admin's alone)"
+)
+_GROUP_PATHS = {
+    "certificates.k8s.io": _CSR,
+    "admissionregistration.k8s.io": _WEBHOOKS,
+    "crd.projectcalico.org": _CALICO,
+    "projectcalico.org": _CALICO,
+}
 _ANY_SCOPE_PATHS = {
     ("", "namespaces"): _NAMESPACES,
     ("", "endpoints"): _ENDPOINTS,
@@ -482,8 +515,9 @@ def check_policy(request: RequirerAppData, *, provisioner: bool = False) -> str 
     """Return why `request` leaves the allow-list, or None when it is fine.
 
     A consumer gets rules in its own namespace (`rules`: anything but RBAC objects, the
-    Namespace itself, the cluster-scoped escalation paths and the writes of
-    _OWN_NAMESPACE_WRITES and status subresources) and, cluster-wide
+    Namespace itself, the API groups of _GROUP_PATHS (CSRs, admission, Calico policy), the
+    cluster-scoped escalation paths and the writes of _OWN_NAMESPACE_WRITES (bindings
+    among them) and status subresources) and, cluster-wide
     (`cluster-rules`), only CLUSTER_READS, NAMED_CLUSTER_OBJECTS by name and, when the
     operator trusts it as a storage `provisioner`, PROVISIONER_RULES. Its namespace must not
     be a system one (SYSTEM_NAMESPACES, or `kube-`); that no other grant holds it is the
