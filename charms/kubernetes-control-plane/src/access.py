@@ -27,7 +27,7 @@ import dataclasses
 import datetime
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 
 import bootstrap
 import ops
@@ -55,6 +55,9 @@ KUBE_API_KEY = "kube-api"  # {relation id: {app, namespace, fingerprint}} of kub
 WORKER_GRANT_KEY = "worker-grant"  # the shared grant's fingerprint, or WORKER_GRANT_REMOVED
 WORKER_GRANT_REMOVED = "removed"
 CERT_SANS_KEY = "cert-sans"  # the certSANs last written to kubeadm-config
+# a digest of the caps and the grants each granted team's databag was last told of (none
+# once a databag was written whole again: grant and refuse remove `quota-capped`)
+QUOTAS_ANNOUNCED_KEY = "kube-api-quotas-announced"
 
 # A consumer's token lives 48 hours (TokenRequest `expirationSeconds`, rbac.request_token).
 # Its secret rotates DAILY: Juju fires secret-rotate on the leader once a day, and again
@@ -247,6 +250,7 @@ class Access:
                     self._revoke(previous, request.relation.id)
                     del granted[key]
                 self._kube_api.refuse(request.relation, request.error or "invalid request")
+                _written_whole(bag)
                 notes.append(f"refused kube-api request of {request.app_name}")
                 continue
             ask = request.request
@@ -282,6 +286,7 @@ class Access:
                     self._revoke(previous, request.relation.id)
                     del granted[key]
                 self._kube_api.refuse(request.relation, problem)
+                _written_whole(bag)
                 self.blocked.append(f"kube-api: {problem}")
                 continue
             text = rbac.kubeconfig(
@@ -301,6 +306,7 @@ class Access:
                 node_set,
                 rotate=ROTATE,
             )
+            _written_whole(bag)
             granted[key] = {
                 "app": request.app_name,
                 "namespace": ask.namespace,
@@ -339,13 +345,20 @@ class Access:
 
         Run after Kueue's objects were sized (addons.team_caps), so a team's own status
         says what it asked, what it got and which option capped it (issue 29), not only
-        this charm's log. Nothing is written to a consumer not granted, nor when unchanged.
+        this charm's log. Nothing is written to a consumer not granted, nor when unchanged;
+        no databag is read while the caps and the grants are those last announced and no
+        databag was written whole since (QUOTAS_ANNOUNCED_KEY: issue 29's cost rule).
         """
-        granted: dict[str, dict] = json.loads(peers.app.get(KUBE_API_KEY, "{}"))
+        bag = peers.app
+        announced = kube_objects.fingerprint(capped, bag.get(KUBE_API_KEY, ""))
+        if bag.get(QUOTAS_ANNOUNCED_KEY) == announced:
+            return
+        granted: dict[str, dict] = json.loads(bag.get(KUBE_API_KEY, "{}"))
         for relation in self._kube_api.relations:
             entry = granted.get(str(relation.id))
             if entry and relation.data[self._model.app].get("kubeconfig-secret-id"):
                 self._kube_api.announce_quota(relation, capped.get(entry["namespace"], []))
+        bag[QUOTAS_ANNOUNCED_KEY] = announced
 
     def _token_times(self, issued: rbac.IssuedToken) -> dict[str, str]:
         """When `issued` expires and when to renew it (a third of its life left)."""
@@ -475,6 +488,12 @@ class Access:
 _QUOTA_KEYS = {"gpu-quota": "gpus", "cpu-quota": "cpu", "memory-quota": "memory"}
 # changes the provisioner's admission policy (addons), not its grant
 _NOT_RBAC = {*_QUOTA_KEYS, "storage-consumers"}
+
+
+def _written_whole(bag: MutableMapping[str, str]) -> None:
+    """A consumer's databag was written whole (its `quota-capped` gone): announce again."""
+    if QUOTAS_ANNOUNCED_KEY in bag:
+        del bag[QUOTAS_ANNOUNCED_KEY]
 
 
 def _rbac_part(request: dict[str, str]) -> dict[str, str]:

@@ -19,6 +19,7 @@ import yaml
 from ops import testing
 
 import charm
+from charms.gpu_k8s.v0 import kube_api
 from fakes.addons import EFS_CSI_PATH, JOBSET_VERSION, KUEUE_VERSION, release_manifest
 from fakes.control_plane import (
     deployed_charm,
@@ -620,6 +621,40 @@ def test_the_operators_team_quotas_cap_a_teams_ask_and_the_rest_is_shared(
         "<namespace>=gpu:<n>,cpu:<quantity>,memory:<quantity> (each resource optional, at "
         "least one, each team once)"
     )
+
+
+def test_a_team_is_told_its_caps_again_only_when_they_or_its_databag_changed(
+    ctx, machine, api, releases, monkeypatch
+):
+    """No team databag is read for its caps while nothing changed (issue 29's cost rule).
+
+    A grant writes a databag whole (a new token at secret-rotate: the fixture's clock
+    stands still, so the grants' record is the same): its cap is written back.
+    """
+    out = _two_gpu_workers(ctx, api)
+    h = _team("h", gpus=100)
+    out = _configure(_with_teams(out, h), **{"team-quotas": "h=gpu:1"})
+    out = ctx.run(ctx.on.config_changed(), out)
+    capped = _capped(out, "h")
+    assert capped and capped[0]["given"] == "1"
+    told: list[int] = []
+    real = kube_api.KubeApiProvider.announce_quota
+
+    def announce_quota(provider, relation, caps):
+        told.append(relation.id)
+        return real(provider, relation, caps)
+
+    monkeypatch.setattr(kube_api.KubeApiProvider, "announce_quota", announce_quota)
+    out = ctx.run(ctx.on.relation_changed(out.get_relation(h.id)), out)
+    out = ctx.run(ctx.on.update_status(), out)
+    assert told == []
+
+    secret = next(s for s in out.secrets if s.label == f"kube-api-{h.id}")
+    out = ctx.run(ctx.on.secret_rotate(secret), out)
+    assert told == [h.id]
+    assert _capped(out, "h") == capped
+    out = ctx.run(ctx.on.config_changed(), _configure(out, **{"team-quotas": "h=gpu:2"}))
+    assert _capped(out, "h") == [{**capped[0], "given": "2"}]
 
 
 def test_guarantees_past_the_cluster_block_with_the_numbers(ctx, machine, api, releases):
