@@ -261,10 +261,11 @@ class Access:
             level = (
                 "pod-security=baseline" if provisioner else "pod-security=restricted kueue=managed"
             )
-            fingerprint = kube_objects.fingerprint(_rbac_part(ask.dump()), endpoint, level, *also)
+            dumped = ask.dump()  # its databag form, once
+            fingerprint = kube_objects.fingerprint(_rbac_part(dumped), endpoint, level, *also)
             answered = request.relation.data[self._model.app].get("kubeconfig-secret-id")
             same = bool(previous and previous["fingerprint"] == fingerprint and answered)
-            queue = _queue(ask)  # the team's wanted Kueue quota: addons writes its queue
+            queue = _queue(ask, dumped)  # the team's wanted Kueue quota: addons writes its queue
             # whom a provisioner serves: addons fences its volumes and claims to them
             served = {STORAGE: ask.storage_consumers or {}} if provisioner else {}
             if same and not self._renewal_due(previous or {}, request.relation.id == rotate):
@@ -505,15 +506,17 @@ def _without_storage(entry: dict) -> dict:
     return {k: v for k, v in entry.items() if k != STORAGE}
 
 
-def _queue(request: RequirerAppData) -> dict[str, str] | None:
-    """The quota a consumer that asks for LocalQueues (a Kueue team) wants; else None."""
+def _queue(request: RequirerAppData, dumped: dict[str, str]) -> dict[str, str] | None:
+    """The quota a consumer that asks for LocalQueues (a Kueue team) wants; else None.
+
+    `dumped`: `request`'s databag form (`request.dump()`).
+    """
     team = any(
         "kueue.x-k8s.io" in r.api_groups and "localqueues" in r.resources for r in request.rules
     )
     if not team:
         return None
-    asked = request.dump()
-    return {field: asked.get(key, "") for key, field in _QUOTA_KEYS.items()}
+    return {field: dumped.get(key, "") for key, field in _QUOTA_KEYS.items()}
 
 
 def _holder(granted: dict[str, dict], key: str, namespace: str) -> str | None:
