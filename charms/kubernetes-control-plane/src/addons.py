@@ -212,13 +212,13 @@ class Addons:
     def _built(self, key: str, bag: Bag, inputs: str = "") -> bool:
         """Whether this charm built what `bag[key]` says was applied last, from `inputs`.
 
-        For objects built from the charm code and `inputs` alone (a digest of every value
-        they are built from: issue 29's cost rule, no hook builds them for nothing): the
-        record under `<key>-charm` (`_record_built`) names the charm URL, which changes
-        with the code, and what was applied. Without a charm URL, they are built each
-        hook. A revision that knows no record, refreshed back to, applies its own objects
-        and leaves the record, which then names another fingerprint than `bag[key]`: the
-        next charm builds its objects again, as it does for other inputs.
+        For objects built from the charm's code and `inputs` (a digest of every other
+        value they are built from) alone: a hook where neither changed builds nothing
+        (issue 29's cost rule). The record (`<key>-charm`, `_record_built`) names the
+        charm URL, which Juju changes with the code, what was applied and the inputs.
+        Without a charm URL everything is built each hook. An older revision, refreshed
+        back to, knows no record: it applies its own objects and leaves the record, which
+        then names another value than `bag[key]`, so the next charm builds them again.
         """
         mark = self._mark(key, bag, inputs)
         return mark is not None and bag.get(key + BUILT_BY) == mark
