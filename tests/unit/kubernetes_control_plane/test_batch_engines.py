@@ -514,7 +514,7 @@ def test_kueues_namespaces_are_listed_only_for_a_gpu_pod_kueue_would_hold(
     assert _cohort_quota(api)[("gpu-nvidia-a10g", "nvidia.com/gpu")] == "4"  # 8 - 1 - 3
 
 
-def _configure(out: testing.State, **config: str) -> testing.State:
+def _configure(out: testing.State, **config: str | int) -> testing.State:
     return dataclasses.replace(out, config={**out.config, **config})
 
 
