@@ -27,7 +27,7 @@ import dataclasses
 import datetime
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 
 import bootstrap
 import ops
@@ -55,6 +55,9 @@ KUBE_API_KEY = "kube-api"  # {relation id: {app, namespace, fingerprint}} of kub
 WORKER_GRANT_KEY = "worker-grant"  # the shared grant's fingerprint, or WORKER_GRANT_REMOVED
 WORKER_GRANT_REMOVED = "removed"
 CERT_SANS_KEY = "cert-sans"  # the certSANs last written to kubeadm-config
+# a digest of the caps and the grants each granted team's databag was last told of (none
+# once a databag was written whole again: grant and refuse remove `quota-capped`)
+QUOTAS_ANNOUNCED_KEY = "kube-api-quotas-announced"
 
 # A consumer's token lives 48 hours (TokenRequest `expirationSeconds`, rbac.request_token).
 # Its secret rotates DAILY: Juju fires secret-rotate on the leader once a day, and again
@@ -247,6 +250,7 @@ class Access:
                     self._revoke(previous, request.relation.id)
                     del granted[key]
                 self._kube_api.refuse(request.relation, request.error or "invalid request")
+                _written_whole(bag)
                 notes.append(f"refused kube-api request of {request.app_name}")
                 continue
             ask = request.request
@@ -257,10 +261,11 @@ class Access:
             level = (
                 "pod-security=baseline" if provisioner else "pod-security=restricted kueue=managed"
             )
-            fingerprint = kube_objects.fingerprint(_rbac_part(ask.dump()), endpoint, level, *also)
+            dumped = ask.dump()  # its databag form, once
+            fingerprint = kube_objects.fingerprint(_rbac_part(dumped), endpoint, level, *also)
             answered = request.relation.data[self._model.app].get("kubeconfig-secret-id")
             same = bool(previous and previous["fingerprint"] == fingerprint and answered)
-            queue = _queue(ask)  # the team's wanted Kueue quota: addons writes its queue
+            queue = _queue(ask, dumped)  # the team's wanted Kueue quota: addons writes its queue
             # whom a provisioner serves: addons fences its volumes and claims to them
             served = {STORAGE: ask.storage_consumers or {}} if provisioner else {}
             if same and not self._renewal_due(previous or {}, request.relation.id == rotate):
@@ -282,6 +287,7 @@ class Access:
                     self._revoke(previous, request.relation.id)
                     del granted[key]
                 self._kube_api.refuse(request.relation, problem)
+                _written_whole(bag)
                 self.blocked.append(f"kube-api: {problem}")
                 continue
             text = rbac.kubeconfig(
@@ -301,6 +307,7 @@ class Access:
                 node_set,
                 rotate=ROTATE,
             )
+            _written_whole(bag)
             granted[key] = {
                 "app": request.app_name,
                 "namespace": ask.namespace,
@@ -339,13 +346,20 @@ class Access:
 
         Run after Kueue's objects were sized (addons.team_caps), so a team's own status
         says what it asked, what it got and which option capped it (issue 29), not only
-        this charm's log. Nothing is written to a consumer not granted, nor when unchanged.
+        this charm's log. Nothing is written to a consumer not granted, nor when unchanged;
+        no databag is read while the caps and the grants are those last announced and no
+        databag was written whole since (QUOTAS_ANNOUNCED_KEY: issue 29's cost rule).
         """
-        granted: dict[str, dict] = json.loads(peers.app.get(KUBE_API_KEY, "{}"))
+        bag = peers.app
+        announced = kube_objects.fingerprint(capped, bag.get(KUBE_API_KEY, ""))
+        if bag.get(QUOTAS_ANNOUNCED_KEY) == announced:
+            return
+        granted: dict[str, dict] = json.loads(bag.get(KUBE_API_KEY, "{}"))
         for relation in self._kube_api.relations:
             entry = granted.get(str(relation.id))
             if entry and relation.data[self._model.app].get("kubeconfig-secret-id"):
                 self._kube_api.announce_quota(relation, capped.get(entry["namespace"], []))
+        bag[QUOTAS_ANNOUNCED_KEY] = announced
 
     def _token_times(self, issued: rbac.IssuedToken) -> dict[str, str]:
         """When `issued` expires and when to renew it (a third of its life left)."""
@@ -477,6 +491,12 @@ _QUOTA_KEYS = {"gpu-quota": "gpus", "cpu-quota": "cpu", "memory-quota": "memory"
 _NOT_RBAC = {*_QUOTA_KEYS, "storage-consumers"}
 
 
+def _written_whole(bag: MutableMapping[str, str]) -> None:
+    """A consumer's databag was written whole (its `quota-capped` gone): announce again."""
+    if QUOTAS_ANNOUNCED_KEY in bag:
+        del bag[QUOTAS_ANNOUNCED_KEY]
+
+
 def _rbac_part(request: dict[str, str]) -> dict[str, str]:
     """The request less its quota and consumers (they change a queue or a policy, not RBAC)."""
     return {k: v for k, v in request.items() if k not in _NOT_RBAC}
@@ -486,15 +506,17 @@ def _without_storage(entry: dict) -> dict:
     return {k: v for k, v in entry.items() if k != STORAGE}
 
 
-def _queue(request: RequirerAppData) -> dict[str, str] | None:
-    """The quota a consumer that asks for LocalQueues (a Kueue team) wants; else None."""
+def _queue(request: RequirerAppData, dumped: dict[str, str]) -> dict[str, str] | None:
+    """The quota a consumer that asks for LocalQueues (a Kueue team) wants; else None.
+
+    `dumped`: `request`'s databag form (`request.dump()`).
+    """
     team = any(
         "kueue.x-k8s.io" in r.api_groups and "localqueues" in r.resources for r in request.rules
     )
     if not team:
         return None
-    asked = request.dump()
-    return {field: asked.get(key, "") for key, field in _QUOTA_KEYS.items()}
+    return {field: dumped.get(key, "") for key, field in _QUOTA_KEYS.items()}
 
 
 def _holder(granted: dict[str, dict], key: str, namespace: str) -> str | None:

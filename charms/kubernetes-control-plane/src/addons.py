@@ -67,8 +67,6 @@ DCGM_EXPORTER_KEY = "dcgm-exporter"
 KUBE_STATE_METRICS_KEY = "kube-state-metrics"
 NODE_METRICS_KEY = "node-metrics-rbac"
 ADMISSION_POLICIES_KEY = "admission-policies"  # what admission_policies last applied
-# "<charm URL> <ADMISSION_POLICIES_KEY's value>": the charm whose policies have that value
-ADMISSION_POLICIES_CHARM_KEY = "admission-policies-charm"
 # what admission_policies.claims_manifests last applied (for the provisioners granted then)
 ADMISSION_CLAIMS_KEY = "admission-claims"
 MIG_MANAGER_KEY = "mig-manager"
@@ -78,7 +76,11 @@ KUEUE_COHORT_KEY = "kueue-cohort"  # the cohort's quota last computed, and an ov
 EFS_CSI_KEY = "addon-aws-efs-csi-driver"  # what efs_csi last applied (efs_csi.want_key)
 EFS_CSI_SHA256_KEY = "addon-aws-efs-csi-driver-sha256"  # URL -> sha256 of each file applied
 # and per batch engine: `addon-<name>` (what was applied), `addon-<name>-ready` (its
-# controller was seen ready) and `addon-<name>-sha256` (URL -> the sha256 first applied)
+# controller was seen ready) and `addon-<name>-sha256` (URL -> the sha256 first applied).
+# `<key>-charm` next to ADMISSION_POLICIES_KEY, KUEUE_OBJECTS_KEY and TEAM_NETWORK_KEY:
+# "<charm URL> <bag[key]>[ <digest of the inputs>]", the charm that built what `key` says
+# was applied, from those inputs (Addons._built: nothing is built while it holds)
+BUILT_BY = "-charm"
 
 Bag = MutableMapping[str, str]
 
@@ -100,12 +102,15 @@ class Addons:
     """Applies the cluster's add-ons from the leader.
 
     `kube`: the hook's API client, asked for only when something is applied;
-    `opener`: what downloads the batch engines' releases (`urllib.request.urlopen`).
+    `opener`: what downloads the batch engines' releases (`urllib.request.urlopen`);
+    `charm`: the charm URL Juju deployed this code as (literals.CHARM_URL_FILE; "" when
+    Juju wrote none), which changes with the charm code (`_built`).
     """
 
-    def __init__(self, kube: Callable[[], Kube], opener: Callable[..., Any]):
+    def __init__(self, kube: Callable[[], Kube], opener: Callable[..., Any], charm: str = ""):
         self._kube = kube
         self._opener = opener
+        self._charm = charm
 
     def apply_cni(self, config: Config, bag: Bag) -> list[str]:
         """The cluster's CNI, with its pod network and registry; notes for the status.
@@ -184,22 +189,17 @@ class Addons:
             bag[KUBE_STATE_METRICS_NODE_KEY] = node
             logger.info("applied kube-state-metrics %s on %s", want, node)
 
-    def apply_admission_policies(self, bag: Bag, charm: str = "") -> None:
+    def apply_admission_policies(self, bag: Bag) -> None:
         """Fence the DaemonSets' and provisioners' cluster-wide writes (admission_policies).
 
         Run before the CNI and the node add-ons, so no DaemonSet pod runs unfenced.
 
         The policies are the charm code's alone (no option, relation or Node names them),
-        so they change only with the charm: `charm` is the charm URL Juju deployed this
-        code as (literals.CHARM_URL_FILE; "" when Juju wrote none). While the bag says
-        this charm's policies are the ones applied last, nothing is built (issue 29's cost
-        rule); otherwise they are built and applied when their fingerprint is not the one
-        applied last, as before (an older revision, refreshed back to, leaves the bag's
-        fingerprint another charm's). Neither way reads the cluster: a policy deleted by
+        so they change only with the charm: nothing is built while this charm built the
+        ones applied last (`_built`). Neither way reads the cluster: a policy deleted by
         hand comes back with the next charm whose policies differ.
         """
-        applied = bag.get(ADMISSION_POLICIES_KEY)
-        if charm and applied and bag.get(ADMISSION_POLICIES_CHARM_KEY) == f"{charm} {applied}":
+        if self._built(ADMISSION_POLICIES_KEY, bag):
             return
         objects = admission_policies.manifests()
         if self._apply_once(ADMISSION_POLICIES_KEY, objects, fingerprint(objects), bag):
@@ -207,12 +207,35 @@ class Addons:
                 "admission policies: %s",
                 ", ".join(o["metadata"]["name"] for o in objects if o["kind"].endswith("Policy")),
             )
-        mark = f"{charm} {bag[ADMISSION_POLICIES_KEY]}" if charm else None
-        if bag.get(ADMISSION_POLICIES_CHARM_KEY) != mark:
-            if mark:
-                bag[ADMISSION_POLICIES_CHARM_KEY] = mark
+        self._record_built(ADMISSION_POLICIES_KEY, bag)
+
+    def _built(self, key: str, bag: Bag, inputs: str = "") -> bool:
+        """Whether this charm built what `bag[key]` says was applied last, from `inputs`.
+
+        For objects built from the charm's code and `inputs` (a digest of every other
+        value they are built from) alone: a hook where neither changed builds nothing
+        (issue 29's cost rule). The record (`<key>-charm`, `_record_built`) names the
+        charm URL, which Juju changes with the code, what was applied and the inputs.
+        Without a charm URL everything is built each hook. An older revision, refreshed
+        back to, knows no record: it applies its own objects and leaves the record, which
+        then names another value than `bag[key]`, so the next charm builds them again.
+        """
+        mark = self._mark(key, bag, inputs)
+        return mark is not None and bag.get(key + BUILT_BY) == mark
+
+    def _mark(self, key: str, bag: Bag, inputs: str) -> str | None:
+        if not self._charm or key not in bag:
+            return None
+        return f"{self._charm} {bag[key]} {inputs}" if inputs else f"{self._charm} {bag[key]}"
+
+    def _record_built(self, key: str, bag: Bag, inputs: str = "") -> None:
+        """Record that this charm built `bag[key]` from `inputs` (`_built`); none without a URL."""
+        mark = self._mark(key, bag, inputs)
+        if bag.get(key + BUILT_BY) != mark:
+            if mark is None:
+                del bag[key + BUILT_BY]
             else:
-                del bag[ADMISSION_POLICIES_CHARM_KEY]
+                bag[key + BUILT_BY] = mark
 
     def apply_provisioner_claims_policy(
         self, bag: Bag, provisioners: frozenset[str]
@@ -277,12 +300,25 @@ class Addons:
         """Default-deny ingress in every namespace granted to a kube-api consumer.
 
         Run after the grants (access.serve_kube_api), in the same hook, so a namespace is
-        isolated in the hook that made it; applied again only when the namespaces granted
-        change (a namespace whose consumer left keeps its policy, as it keeps its data).
-        Returns a note for the status while consumers share a CNI that enforces none of it.
+        isolated in the hook that made it; built again only when the namespaces granted
+        or the charm change (`_built`), and applied when that changes what was applied (a
+        namespace whose consumer left keeps its policy, as it keeps its data). Neither
+        way reads the cluster: a policy deleted by hand comes back with the next charm
+        whose policies differ. Returns a note for the status while consumers share a CNI
+        that enforces none of it.
         """
         granted = json.loads(bag.get(KUBE_API_KEY) or "{}")
         namespaces = sorted({g["namespace"] for g in granted.values()})
+        inputs = kube_objects.fingerprint(namespaces)
+        if not self._built(TEAM_NETWORK_KEY, bag, inputs):
+            self._isolate(namespaces, bag)
+            self._record_built(TEAM_NETWORK_KEY, bag, inputs)
+        if namespaces and not network_policies.enforced(bag.get(CNI_KEY, "")):
+            return [network_policies.NOT_ENFORCED]
+        return []
+
+    def _isolate(self, namespaces: list[str], bag: Bag) -> None:
+        """Apply each namespace's policies that differ from what was applied to it last."""
         # what was applied, per namespace: relating one more team applies its namespace's
         # policies only, not every team's again (a value of an older revision, one
         # fingerprint of them all, is no map: everything is applied once more)
@@ -301,9 +337,6 @@ class Addons:
             bag[TEAM_NETWORK_KEY] = value
         if isolated:
             logger.info("namespaces isolated for ingress: %s", ", ".join(isolated))
-        if namespaces and not network_policies.enforced(bag.get(CNI_KEY, "")):
-            return [network_policies.NOT_ENFORCED]
-        return []
 
     def _apply_once(self, key: str, objects: list[dict[str, Any]], want: str, bag: Bag) -> bool:
         """Apply `objects` unless `bag[key]` says `want` was applied; True when it applied."""
@@ -541,6 +574,12 @@ class Addons:
         admission when its pods are evicted and its JobSet restarts the gang: the quota
         moves with the job to healthy nodes (Kueue v0.19.2, cited at `kueue.capacity`).
 
+        The objects are built from the GPU models, `gpu-time-slicing-replicas`, the teams'
+        asks, the cohort's record and the charm code alone: nothing is built while this
+        charm built what was applied last from the same (`_built`; issue 29's cost rule).
+        Neither way reads the objects back: one changed or deleted by hand is applied
+        again with the next change of what they are built from.
+
         Raises:
             StatusError: Blocked when the teams' guarantees sum past the cluster.
         """
@@ -548,9 +587,8 @@ class Addons:
         models = workers.gpu_models()
         shared = config.gpu_time_slicing_replicas > 1
         teams = _teams(bag)
-        flavors = sorted({kueue.flavor_name(m) for m in models})
-        sized_for = json.loads(bag.get(KUEUE_COHORT_KEY) or "{}")
-        asked = [dataclasses.astuple(t) for t in teams]
+        cohort = sized_for = json.loads(bag.get(KUEUE_COHORT_KEY) or "{}")
+        asked = [[getattr(t, f.name) for f in dataclasses.fields(t)] for t in teams]
         quarantined = registry.quarantined(bag)
         if (
             resize
@@ -558,9 +596,10 @@ class Addons:
             or "capped" not in sized_for  # nor told the teams what capped their asks
             or sized_for.get("workers") != sorted(workers.nodes)
             or sized_for.get("quarantined", []) != quarantined
-            or (sized_for.get("teams") != [list(t) for t in asked])
+            or sized_for.get("teams") != asked
             or sized_for.get("allowances", {}) != config.allowances
         ):
+            flavors = sorted({kueue.flavor_name(m) for m in models})
             kube = self._kube()
             selector = f"{KUEUE_NAMESPACE_LABEL}={KUEUE_NAMESPACE_VALUE}"
             sizing = kueue.size(
@@ -595,11 +634,30 @@ class Addons:
             text = json.dumps(sized, sort_keys=True)
             if bag.get(KUEUE_COHORT_KEY) != text:
                 bag[KUEUE_COHORT_KEY] = text
-        cohort = json.loads(bag[KUEUE_COHORT_KEY])
+            cohort = sized
+        # what the objects are built from, besides the charm: the cohort's record (its
+        # quota and the teams' guarantees), the models (their flavors) and the teams' asks
+        inputs = kube_objects.fingerprint([models, shared, asked], bag[KUEUE_COHORT_KEY])
+        if not self._built(KUEUE_OBJECTS_KEY, bag, inputs):
+            self._apply_cohort_and_queues(models, shared, teams, cohort, bag)
+            self._record_built(KUEUE_OBJECTS_KEY, bag, inputs)
+        if cohort["overcommitted"]:
+            raise StatusError.blocked(cohort["overcommitted"])
+
+    def _apply_cohort_and_queues(
+        self,
+        models: list[str],
+        shared: bool,
+        teams: list[kueue.Team],
+        cohort: dict[str, Any],
+        bag: Bag,
+    ) -> None:
+        """Build Kueue's objects from the cohort's record; apply them where they changed."""
         quota = {(f, r): v for f, r, v in cohort["quota"]}
         given: kueue.Guarantees = {}
         for f, r, q, v in cohort.get("given") or []:
             given.setdefault((f, r), {})[q] = v
+        flavors = sorted({kueue.flavor_name(m) for m in models})
         objects = kueue.cluster_objects(models, shared=shared, quota=quota)
         queues = [kueue.team_queue(t, flavors, given) for t in teams]
         want = kube_objects.fingerprint([*objects, *queues])
@@ -620,8 +678,6 @@ class Addons:
                 ", ".join(models) or "CPUs",
                 ", ".join(t.namespace for t in teams) or "no team",
             )
-        if cohort["overcommitted"]:
-            raise StatusError.blocked(cohort["overcommitted"])
 
     @staticmethod
     def _delete_departed_queues(kube: Any, keep: set[str]) -> None:

@@ -239,7 +239,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
                 worker_kubeconfig=access.worker_kubeconfig,
                 clock=self.clock,
             ),
-            addons=Addons(kube, self.url_opener),
+            addons=Addons(kube, self.url_opener, self._deployed_charm()),
             upgrades=Upgrades(
                 ctx,
                 kube,
@@ -473,7 +473,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         token = membership.rotate_token_if_due(config, peers, join, content, now=shared)
         membership.reupload_certs_if_needed(peers, content["certificate-key"])
         self._keep_image_registry(config, hook)
-        addons.apply_admission_policies(bag, self._deployed_charm())  # before what they fence
+        addons.apply_admission_policies(bag)  # before what they fence
         cni_notes = addons.apply_cni(config, bag)
         upgrade = hook.upgrades.control_plane(config, peers)
         self._mark_member(hook)  # with the minor this node runs now

@@ -19,10 +19,14 @@ import pytest
 import yaml
 from ops import testing
 
+import charm
+from charms.gpu_k8s.v0 import kube_api
 from fakes.addons import EFS_CSI_PATH, JOBSET_VERSION, KUEUE_VERSION, release_manifest
 from fakes.control_plane import (
+    deployed_charm,
     join_workers,
     kube_api_relation,
+    node,
     peer,
     peers,
     worker_bag,
@@ -519,7 +523,7 @@ def test_kueues_namespaces_are_listed_only_for_a_gpu_pod_kueue_would_hold(
     assert _cohort_quota(api)[("gpu-nvidia-a10g", "nvidia.com/gpu")] == "4"  # 8 - 1 - 3
 
 
-def _configure(out: testing.State, **config: str) -> testing.State:
+def _configure(out: testing.State, **config: str | int) -> testing.State:
     return dataclasses.replace(out, config={**out.config, **config})
 
 
@@ -626,6 +630,40 @@ def test_the_operators_team_quotas_cap_a_teams_ask_and_the_rest_is_shared(
         "<namespace>=gpu:<n>,cpu:<quantity>,memory:<quantity> (each resource optional, at "
         "least one, each team once)"
     )
+
+
+def test_a_team_is_told_its_caps_again_only_when_they_or_its_databag_changed(
+    ctx, machine, api, releases, monkeypatch
+):
+    """No team databag is read for its caps while nothing changed (issue 29's cost rule).
+
+    A grant writes a databag whole (a new token at secret-rotate: the fixture's clock
+    stands still, so the grants' record is the same): its cap is written back.
+    """
+    out = _two_gpu_workers(ctx, api)
+    h = _team("h", gpus=100)
+    out = _configure(_with_teams(out, h), **{"team-quotas": "h=gpu:1"})
+    out = ctx.run(ctx.on.config_changed(), out)
+    capped = _capped(out, "h")
+    assert capped and capped[0]["given"] == "1"
+    told: list[int] = []
+    real = kube_api.KubeApiProvider.announce_quota
+
+    def announce_quota(provider, relation, caps):
+        told.append(relation.id)
+        return real(provider, relation, caps)
+
+    monkeypatch.setattr(kube_api.KubeApiProvider, "announce_quota", announce_quota)
+    out = ctx.run(ctx.on.relation_changed(out.get_relation(h.id)), out)
+    out = ctx.run(ctx.on.update_status(), out)
+    assert told == []
+
+    secret = next(s for s in out.secrets if s.label == f"kube-api-{h.id}")
+    out = ctx.run(ctx.on.secret_rotate(secret), out)
+    assert told == [h.id]
+    assert _capped(out, "h") == capped
+    out = ctx.run(ctx.on.config_changed(), _configure(out, **{"team-quotas": "h=gpu:2"}))
+    assert _capped(out, "h") == [{**capped[0], "given": "2"}]
 
 
 def test_guarantees_past_the_cluster_block_with_the_numbers(ctx, machine, api, releases):
@@ -958,3 +996,176 @@ def test_a_quarantine_takes_its_node_out_of_the_cohort_in_the_same_hook(
     out = _worker_says(ctx, out, 0, **{"gpu-quarantine": "[]"})  # readmitted
 
     assert (_cohort_quota(api)[gpu], _cohort_quota(api)[cpu]) == ("8", "12")
+
+
+# -- Kueue's objects are built only when what they are built from changed (issue 29) ------
+
+A10G_GPUS = ("gpu-nvidia-a10g", "nvidia.com/gpu")
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def _builds(monkeypatch) -> list[str]:
+    """What builds Kueue's objects from now on: each call of kueue's builders, by name.
+
+    The real builders run; only their calls are counted.
+    """
+    built: list[str] = []
+    for name in ("cluster_objects", "team_queue"):
+
+        def counted(*args, _real=getattr(kueue, name), _name=name, **kwargs):
+            built.append(_name)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(kueue, name, counted)
+    return built
+
+
+def _teams_a_and_b(ctx, api) -> testing.State:
+    """Two A10G workers of 4 GPUs, team a asking for 2 GPUs and team b for 1, sized."""
+    out = _two_gpu_workers(ctx, api)
+    out = ctx.run(ctx.on.update_status(), _with_teams(out, _team("a", gpus=2), _team("b", gpus=1)))
+    assert out.unit_status.name == "active", out.unit_status.message
+    assert _cohort_quota(api)[A10G_GPUS] == "5"
+    return out
+
+
+def _kueue_writes(api, since: int) -> list[str]:
+    return [
+        r.path for r in api.requests[since:] if r.method != "GET" and "kueue.x-k8s.io" in r.path
+    ]
+
+
+def test_a_steady_hook_builds_no_kueue_object(ctx, machine, api, releases, monkeypatch):
+    """A team's relation-changed, a worker's, config-changed and update-status build none."""
+    out = _teams_a_and_b(ctx, api)
+    built = _builds(monkeypatch)
+    since = len(api.requests)
+    a = next(r for r in out.relations if r.endpoint == "kube-api" and r.remote_app_name == "a")
+    workers = next(r for r in out.relations if r.endpoint == "workers")
+    out = ctx.run(ctx.on.relation_changed(a), out)
+    out = ctx.run(ctx.on.relation_changed(workers, remote_unit=1), out)
+    out = ctx.run(ctx.on.config_changed(), out)
+    out = ctx.run(ctx.on.update_status(), out)  # sizes the cohort again: the same
+    assert out.unit_status.name == "active", out.unit_status.message
+    assert built == []
+    assert _kueue_writes(api, since) == []
+
+
+def _team_related(ctx, api, out):
+    out = ctx.run(ctx.on.relation_changed(c := _team("c", gpus=1)), _with_teams(out, c))
+    assert _quota_of(_team_cq(api, "c"))[A10G_GPUS] == "1"
+    assert _cohort_quota(api)[A10G_GPUS] == "4"
+
+
+def _team_asks_more(ctx, api, out):
+    ctx.run(
+        ctx.on.relation_changed(a := _asks(out, "a", **{"gpu-quota": "3"})), _with_teams(out, a)
+    )
+    assert _quota_of(_team_cq(api, "a"))[A10G_GPUS] == "3"
+    assert _cohort_quota(api)[A10G_GPUS] == "4"
+
+
+def _worker_reports_another_model(ctx, api, out):
+    """No resize (the same Nodes, teams and quarantine): only the models changed."""
+    _worker_says(ctx, out, 0, **{"gpu-inventory": json.dumps([{"model": H100, "count": 4}])})
+    flavor = api.get_object(f"{FLAVORS}gpu-nvidia-h100-80gb-hbm3")
+    assert flavor["spec"]["nodeLabels"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+
+
+def _node_joins(ctx, api, out):
+    """A third A10G worker: the cohort grows by its 4 GPUs (the teams' guarantees stay)."""
+    api.put_object("/api/v1/nodes/gpu-2", node("gpu-2", gpus=4))
+    rel = next(r for r in out.relations if r.endpoint == "workers")
+    gpus = [{"model": "NVIDIA A10G", "count": 4}]
+    bags = {**rel.remote_units_data, 2: worker_bag("gpu-2", gpus)}
+    rel = dataclasses.replace(rel, remote_units_data=bags)
+    out = dataclasses.replace(out, relations=[r for r in out.relations if r.id != rel.id] + [rel])
+    ctx.run(ctx.on.relation_changed(rel, remote_unit=2), out)
+    assert _cohort_quota(api)[A10G_GPUS] == "9"
+
+
+def _time_slicing_turned_on(ctx, api, out):
+    """No resize either: only `shared` changed, which names the flavors' product label."""
+    ctx.run(ctx.on.config_changed(), _configure(out, **{"gpu-time-slicing-replicas": 4}))
+    flavor = api.get_object(f"{FLAVORS}gpu-nvidia-a10g")
+    assert flavor["spec"]["nodeLabels"] == {"nvidia.com/gpu.product": "NVIDIA-A10G-SHARED"}
+
+
+def _team_quotas_set(ctx, api, out):
+    ctx.run(ctx.on.config_changed(), _configure(out, **{"team-quotas": "a=gpu:1"}))
+    assert _quota_of(_team_cq(api, "a"))[A10G_GPUS] == "1"
+    assert _cohort_quota(api)[A10G_GPUS] == "6"
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        _team_related,
+        _team_asks_more,
+        _worker_reports_another_model,
+        _node_joins,
+        _time_slicing_turned_on,
+        _team_quotas_set,
+    ],
+)
+def test_each_input_of_kueues_objects_builds_and_applies_them_again(
+    ctx, machine, api, releases, monkeypatch, change
+):
+    out = _teams_a_and_b(ctx, api)
+    built = _builds(monkeypatch)
+    change(ctx, api, out)
+    assert "cluster_objects" in built
+
+
+def _priority(api, name: str) -> int:
+    return api.get_object(f"{KUEUE_API}/workloadpriorityclasses/{name}")["value"]
+
+
+def test_a_refreshed_charm_builds_kueues_objects_again(
+    ctx, machine, api, releases, tmp_path, monkeypatch
+):
+    """Another charm may build other objects from the same inputs: it builds them again."""
+    out = _teams_a_and_b(ctx, api)
+    monkeypatch.setattr(kueue, "PRIORITIES", {**kueue.PRIORITIES, "high": 20000})  # another's
+    out = ctx.run(ctx.on.update_status(), out)  # the same charm: nothing built
+    assert _priority(api, "high") == 10000
+
+    deployed_charm(tmp_path / "charm", "ch:amd64/kubernetes-control-plane-2")
+    out = ctx.run(ctx.on.upgrade_charm(), out)
+    assert _priority(api, "high") == 20000
+
+
+def test_without_a_charm_url_kueues_objects_are_built_each_hook(
+    machine, api, releases, monkeypatch
+):
+    """Where Juju wrote no charm URL (`.juju-charm`), every hook builds them, as before."""
+    bare = testing.Context(charm.KubernetesControlPlaneCharm)
+    out = _install(bare)
+    built = _builds(monkeypatch)
+    bare.run(bare.on.update_status(), out)
+    assert "cluster_objects" in built
+
+
+def test_a_charm_refreshed_back_and_forth_applies_its_own_kueue_objects_again(
+    ctx, machine, api, releases, monkeypatch
+):
+    """A revision before the record applied its own objects in between: ours come back."""
+    out = _teams_a_and_b(ctx, api)
+    record = peer(out).local_app_data["kueue-objects-charm"]
+    ours = kueue.PRIORITIES
+    monkeypatch.setattr(kueue, "PRIORITIES", {**ours, "high": 20000})
+    older = testing.Context(charm.KubernetesControlPlaneCharm)
+    out = older.run(older.on.upgrade_charm(), out)
+    assert _priority(api, "high") == 20000
+    # an older revision knows no record: it leaves ours, next to its own fingerprint
+    bag = {**peer(out).local_app_data, "kueue-objects-charm": record}
+    out = dataclasses.replace(
+        out,
+        relations=[
+            dataclasses.replace(r, local_app_data=bag) if r.endpoint == "peers" else r
+            for r in out.relations
+        ],
+    )
+    monkeypatch.setattr(kueue, "PRIORITIES", ours)
+    ctx.run(ctx.on.upgrade_charm(), out)  # back to the first charm URL
+    assert _priority(api, "high") == 10000

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 
+import network_policies
 import pytest
 from ops import testing
 
-from fakes.control_plane import kube_api_relation, peer, peers
+from fakes.control_plane import deployed_charm, kube_api_relation, peer, peers
 from fakes.netpol import Cluster, External, Node, Pod
 
 NETPOL = "/apis/networking.k8s.io/v1"
@@ -189,6 +190,38 @@ def test_policies_are_applied_once_and_follow_new_namespaces(ctx, bootstrapped, 
     # relating the Nth team sent every namespace's policies again)
     written = {r[1] for r in api.requests if "networkpolicies" in r[1] and r[0] == "PATCH"}
     assert written and all("/namespaces/team-b/" in path for path in written), written
+
+
+def _reworded(monkeypatch) -> list[list[str]]:
+    """Another charm's policies (one more label on each) from now on; each build's namespaces."""
+    real, built = network_policies.manifests, []
+
+    def manifests(namespaces):
+        built.append(list(namespaces))
+        objects = real(namespaces)
+        for o in objects:
+            o["metadata"].setdefault("labels", {})["reworded"] = "true"
+        return objects
+
+    monkeypatch.setattr(network_policies, "manifests", manifests)
+    return built
+
+
+def test_a_steady_hook_builds_no_policy_and_a_refreshed_charm_applies_its_own(
+    ctx, bootstrapped, api, tmp_path, monkeypatch
+):
+    """Built again only for a new namespace or another charm (Juju's charm URL)."""
+    a = kube_api_relation("tensorflow", "team-a", LOCALQUEUES)
+    state = granted(ctx, bootstrapped, a)
+    built = _reworded(monkeypatch)
+    state = ctx.run(ctx.on.relation_changed(state.get_relation(a.id)), state)
+    state = ctx.run(ctx.on.update_status(), state)
+    assert built == []
+    assert not any("reworded" in (p["metadata"].get("labels") or {}) for p in policies(api))
+
+    deployed_charm(tmp_path / "charm", "ch:amd64/kubernetes-control-plane-2")
+    ctx.run(ctx.on.upgrade_charm(), state)
+    assert built and all(p["metadata"]["labels"]["reworded"] == "true" for p in policies(api))
 
 
 def test_the_status_says_teams_are_not_isolated_while_flannel_is_the_cni(ctx, machine):
