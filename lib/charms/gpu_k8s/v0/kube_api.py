@@ -67,7 +67,7 @@ from charms.gpu_k8s.v0.databag import Databag, Endpoint, explain, write
 
 LIBID = "26b1d42dbc2949cb8a83e29b11759d4f"
 LIBAPI = 0
-LIBPATCH = 24
+LIBPATCH = 25
 
 logger = logging.getLogger(__name__)
 
@@ -221,6 +221,10 @@ _SECRETS = (
 #   kubernetes/kubernetes#97076, GHSA-j9wf-vvm6-4r9w: "patch services/status"); a Pod's
 #   status.podIP goes into its Services' EndpointSlices (as CVE-2021-25740's writes do).
 _STATUS = "status subresources are their controllers' to write"
+_EVENTS = (
+    "events writes (no ResourceQuota counts Events: the cluster's components write them,"
+    " each kept an hour)"
+)
 _OWN_NAMESPACE_WRITES = {
     ("", "services/status"): (
         "services/status (a LoadBalancer ingress IP intercepts the cluster's traffic to it:"
@@ -255,6 +259,12 @@ _OWN_NAMESPACE_WRITES = {
     # (kubernetes.io/docs/concepts/policy/resource-quotas): the operator's, not the team's.
     ("", "resourcequotas"): "resourcequotas writes (the namespace's quota is the operator's)",
     ("", "limitranges"): "limitranges writes (the namespace's limits are the operator's)",
+    # No ResourceQuota counts Events ("events haven't been quota-ed before": kubernetes
+    # pkg/quota/v1/install/registry.go ignoredResources, both groups), and each stays in
+    # etcd for kube-apiserver's --event-ttl (1 h): a consumer writing them could fill the
+    # cluster's store past the object counts the control plane gives its namespace.
+    ("", "events"): _EVENTS,
+    ("events.k8s.io", "events"): _EVENTS,
 }
 
 
