@@ -15,11 +15,10 @@ import re
 import docs_pages
 import pytest
 from charm_modules import load
-from ops import testing
 
 from charms.gpu_k8s.v0.kube_api import RequirerAppData, check_policy
 from fakes import crds
-from fakes.control_plane import kube_api_relation, peer, peers
+from fakes.control_plane import granted, kube_api_relation, peer
 from fakes.kube_apiserver import RESOURCES
 
 team_quota = load("kubernetes-control-plane", "team_quota")
@@ -27,18 +26,6 @@ QUOTA = f"resourcequotas/{team_quota.NAME}"
 LOCALQUEUES = [
     {"api-groups": ["kueue.x-k8s.io"], "resources": ["localqueues"], "verbs": ["get", "create"]}
 ]
-
-
-@pytest.fixture
-def bootstrapped(ctx, machine):
-    return ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
-
-
-def granted(ctx, state, *rels):
-    state = dataclasses.replace(state, relations=[*state.relations, *rels])
-    for rel in rels:
-        state = ctx.run(ctx.on.relation_changed(state.get_relation(rel.id)), state)
-    return state
 
 
 def hard(api, namespace: str) -> dict[str, str]:
