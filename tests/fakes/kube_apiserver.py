@@ -1147,11 +1147,14 @@ class FakeKubeApiServer:
 
     def _keep(self, key: str, obj: dict) -> None:
         """Store `obj` at `key`; an Event in both groups' views (`event_twin`)."""
+        # what can change a quota's status: a new object, a pod's phase, a quota itself
+        counts = key not in self._store or obj.get("kind") in ("Pod", "ResourceQuota")
         self._store[key] = obj
         twin = event_twin(key, obj)
         if twin is not None:
             self._store[twin[0]] = twin[1]
-        self._count_quotas(key, obj)
+        if counts:
+            self._count_quotas(key, obj)
 
     def _forget(self, key: str) -> dict | None:
         """Remove the object at `key` (an Event from both views); None if absent."""
