@@ -28,18 +28,21 @@ What no count bounds:
   pkg/quota/v1/install/registry.go ignoredResources, both groups). kube_api refuses a
   consumer's writes of them, so only the cluster's components write Events into a team's
   namespace (kubelet, the controllers, the scheduler, Kueue), each through client-go's event
-  correlator (tools/record: similar events aggregated, a spam filter per source and
-  object), about objects the counts here bound, and each Event is deleted an hour after its
-  last write (kube-apiserver --event-ttl, 1h by default; kubeadm sets no other, and this
-  charm keeps it: a longer one keeps more, a shorter one loses what `kubectl describe`
-  shows of a failed job).
+  correlator (k8s.io/client-go tools/record events_cache.go: an event repeated more than
+  10 times in 10 minutes aggregated, 25 per source and object then one per 5 minutes),
+  about objects the counts here bound, and each Event is deleted an hour after its last
+  write (kube-apiserver reference, `--event-ttl` "Amount of time to retain events",
+  default 1h0m0s; kubeadm sets no other, and this charm keeps it: a longer one keeps
+  more, a shorter one loses what `kubectl describe` shows of a failed job).
 - Endpoints and EndpointSlices: kube_api refuses consumers' writes; the Endpoints and
   EndpointSlice controllers write them per Service, which `services` bounds.
 - Roles, RoleBindings, LimitRanges and ResourceQuotas: kube_api refuses consumers' writes.
 - Bytes: a count bounds the number of objects, not their size; an object is at most what
-  etcd takes in one request (1.5 MiB, etcd's --max-request-bytes default), a ConfigMap's or
-  Secret's data at most 1 MiB. These counts are sized for the largest legitimate use, so a
-  hostile team can still store GiBs before a count stops it: the etcd alert (80% of the
+  etcd takes in one request (1.5 MiB by default, --max-request-bytes: etcd.io/docs
+  dev-guide/limit, which also gives the 2 GiB storage quota), a ConfigMap's or Secret's
+  data at most 1 MiB (kubernetes pkg/apis/core/validation MaxSecretSize). These counts
+  are sized for the largest legitimate use, so a hostile team can still store GiBs before
+  a count stops it: the etcd alert (80% of the
   quota, etcd.rules) is the signal, `team-object-counts` the lever (lower the counts of the
   kinds a team does not use).
 
