@@ -42,9 +42,8 @@ What no count bounds:
   dev-guide/limit, which also gives the 2 GiB storage quota), a ConfigMap's or Secret's
   data at most 1 MiB (kubernetes pkg/apis/core/validation MaxSecretSize). These counts
   are sized for the largest legitimate use, so a hostile team can still store GiBs before
-  a count stops it: the etcd alert (80% of the
-  quota, etcd.rules) is the signal, `team-object-counts` the lever (lower the counts of the
-  kinds a team does not use).
+  a count stops it: the etcd alert (80% of the quota, etcd.rules) is the signal,
+  `team-object-counts` the lever (lower the counts of the kinds a team does not use).
 
 The counts come from what the tensorflow charm makes (charms/tensorflow/src: manifests.py,
 oneshot.py, serving.py, datasets.py, scale_records.py, queues.py, registry_auth.py,
