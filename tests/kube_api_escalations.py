@@ -532,6 +532,59 @@ ESCALATIONS: list[Escalation] = [
             "application/merge-patch+json",
         ),
     ),
+    # review43 G4: the namespace's object counts are the control plane's (team_quota.py);
+    # raising them would let the team fill the cluster's store
+    Escalation(
+        "own-object-count-quota-raise",
+        "resourcequotas",
+        rules=[rule("", ["resourcequotas"], ["get", "patch", "update"])],
+        attempt=Attempt(
+            "PATCH",
+            f"/api/v1/namespaces/{HOSTILE}/resourcequotas/gpu-k8s-object-counts",
+            {"spec": {"hard": {"configmaps": "1000000"}}},
+            "application/merge-patch+json",
+        ),
+    ),
+    # no ResourceQuota counts Events (kubernetes pkg/quota/v1/install/registry.go), and
+    # each stays an hour: a team writing them would fill the store past its counts
+    Escalation(
+        "own-events-create",
+        "events writes",
+        rules=[rule("", ["events"], ["create", "patch"])],
+        attempt=Attempt(
+            "POST",
+            f"/api/v1/namespaces/{HOSTILE}/events",
+            {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"name": "spam"},
+                "involvedObject": {"kind": "Pod", "name": "p", "namespace": HOSTILE},
+                "reason": "Spam",
+                "message": "x" * 1024,
+            },
+        ),
+    ),
+    Escalation(
+        "own-events-k8s-io-create",
+        "events writes",
+        rules=[rule("events.k8s.io", ["events"], ["create"])],
+        attempt=Attempt(
+            "POST",
+            f"/apis/events.k8s.io/v1/namespaces/{HOSTILE}/events",
+            {
+                "apiVersion": "events.k8s.io/v1",
+                "kind": "Event",
+                "metadata": {"name": "spam"},
+                "eventTime": "2026-11-28T00:00:00.000000Z",
+                "reportingController": "hostile.example/spam",
+                "reportingInstance": "spam",
+                "action": "Spam",
+                "reason": "Spam",
+                "regarding": {"kind": "Pod", "name": "p", "namespace": HOSTILE},
+                "type": "Normal",
+            },
+        ),
+    ),
 ]
 
 # Issue 29, the reviewer's third pass: requests the legitimate grant below allows by RBAC
@@ -556,6 +609,7 @@ PODS_POLICY = "gpu-k8s-consumer-pods-off-the-control-plane"
 TOKENS_POLICY = "gpu-k8s-consumer-short-lived-tokens"
 EGRESS_POLICY = "gpu-k8s-consumer-egress-by-the-control-plane"
 CONTROLLERS_POLICY = "gpu-k8s-consumer-controllers-by-kube-system"
+SERVICES_POLICY = "gpu-k8s-consumer-services-no-external-ips"
 
 
 def _pod_refused(path_id: str, **spec: Any) -> Escalation:
@@ -742,6 +796,26 @@ ADMISSION_ESCALATIONS: list[Escalation] = [
             },
         ),
     ),
+    # review43 G5, CVE-2020-8554: a Service whose externalIPs name another address (here
+    # kube-dns's) takes over the cluster's traffic to it; refused on a cluster bootstrapped
+    # before kubeadm's config enabled DenyServiceExternalIPs too
+    Escalation(
+        "service-external-ips",
+        SERVICES_POLICY,
+        attempt=Attempt(
+            "POST",
+            f"/api/v1/namespaces/{HOSTILE}/services",
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": "mitm-by-external-ip"},
+                "spec": {
+                    "ports": [{"port": 53, "protocol": "UDP"}],
+                    "externalIPs": ["10.96.0.10"],
+                },
+            },
+        ),
+    ),
 ]
 
 # What the attempts above name in the consumer's namespace, seeded before they are made
@@ -773,5 +847,6 @@ LEGITIMATE_RULES: list[dict] = [
     rule("", ["serviceaccounts/token"], ["create"]),
     rule("batch", ["jobs"], ["get", "list", "create", "patch", "delete"]),
     rule("networking.k8s.io", ["networkpolicies"], ["get", "create", "patch", "delete"]),
+    rule("", ["configmaps", "services"], ["create", "patch"]),
 ]
 LEGITIMATE_CLUSTER_RULES: list[dict] = [rule("", ["nodes"], ["get", "list"])]

@@ -554,6 +554,14 @@ def kube_api_relation(
     return testing.Relation("kube-api", remote_app_name=app, remote_app_data=data)
 
 
+def granted(ctx: testing.Context, state: testing.State, *rels: testing.Relation) -> testing.State:
+    """`state` with the kube-api relations `rels` added, each changed in turn (granted)."""
+    state = dataclasses.replace(state, relations=[*state.relations, *rels])
+    for rel in rels:
+        state = ctx.run(ctx.on.relation_changed(state.get_relation(rel.id)), state)
+    return state
+
+
 def member(api: FakeKubeApiServer | None, index: int, **extra: str) -> dict:
     """The peer unit databag of joined control-plane unit `index` (its Node registered Ready).
 

@@ -49,10 +49,14 @@ Differences from a real API server (on purpose, to stay small and deterministic)
   (functions a test or an emulated controller adds, each changing a new object before it
   is stored, as a mutating webhook does on create; `update_mutators` on update, which may
   also refuse it); decoding, validation and validating admission (PodSecurity;
+  DenyServiceExternalIPs unless `deny_service_external_ips` is False;
   ValidatingAdmissionPolicies on writes and deletes) as kube_admission.py says, for what
-  comes over HTTP; `put_object`'s seeds are decoded and validated as a strict create
-  (`_check_seed`: no authorization or admission plugin); `warnings` records the
-  `Warning` headers answered and `admission.audit` PodSecurity's audit annotations;
+  comes over HTTP, and last the ResourceQuota plugin's object counts (kube_quota.py: each
+  quota's status kept at every write of its namespace; what the tests' controllers store
+  with `put_object` is counted, never refused); `put_object`'s seeds are decoded and
+  validated as a strict create (`_check_seed`: no authorization or admission plugin);
+  `warnings` records the `Warning` headers answered and `admission.audit` PodSecurity's
+  audit annotations;
 - for kinds with a status subresource, writes to the main resource keep the stored status
   (like the real server); use `put_object` or the `/status` subresource to set it;
 - an eviction (`pods/eviction`) is answered as eviction.go answers it (`_evict`: the
@@ -141,6 +145,7 @@ from fakes import (
     kube_discovery,
     kube_options,
     kube_protobuf,
+    kube_quota,
     kube_smp,
     kube_stream,
     kube_tables,
@@ -586,6 +591,28 @@ _EVENT_FIELDS = (
 _CORE_EVENTS, _NEW_EVENTS = "/api/v1/namespaces/", "/apis/events.k8s.io/v1/namespaces/"
 
 
+def _namespaced_key(key: str) -> tuple[str, str, str] | None:
+    """(namespace, group, resource) of a namespaced object's storage key, else None."""
+    parts = key.split("/")
+    # /api/v1/namespaces/<ns>/<resource>/<name>, /apis/<g>/<v>/namespaces/<ns>/<resource>/<name>
+    if len(parts) == 7 and parts[1] == "api" and parts[3] == "namespaces":
+        return parts[4], "", parts[5]
+    if len(parts) == 8 and parts[1] == "apis" and parts[4] == "namespaces":
+        return parts[5], parts[2], parts[6]
+    return None
+
+
+def _check_modelled_quota(quota: dict) -> None:
+    """A ResourceQuota naming what kube_quota.py does not model is answered 500."""
+    what = kube_quota.unmodelled(quota)
+    if what is not None:
+        raise ApiError(
+            500,
+            "InternalError",
+            f"the fake API server models only object counts in a ResourceQuota, not {what}",
+        )
+
+
 def event_twin(path: str, obj: dict) -> tuple[str, dict] | None:
     """The same Event as the other group serves it, or None for any other object.
 
@@ -980,6 +1007,12 @@ class FakeKubeApiServer:
         # Decoding, validation and the validating admission plugins (kube_admission.py);
         # `warnings` records each (method, path, text) the server answered a Warning for.
         self.admission = Admission()
+        # DenyServiceExternalIPs (kube_admission.deny_service_external_ips): on, as the
+        # control plane's kubeadm config of this revision enables it; False stands for a
+        # cluster bootstrapped before it was in that config (literals.ADMISSION_PLUGINS)
+        self.deny_service_external_ips = True
+        # namespaces holding a ResourceQuota, whose status `_count_quotas` keeps
+        self._quota_namespaces: set[str] = set()
         # NodeRestriction, which kubeadm enables (kube_noderestriction.py)
         self.node_restriction = NodeRestriction(self._store, self.auth.authorize)
         self.warnings: list[tuple[str, str, str]] = []
@@ -1214,10 +1247,14 @@ class FakeKubeApiServer:
 
     def _keep(self, key: str, obj: dict) -> None:
         """Store `obj` at `key`; an Event in both groups' views (`event_twin`)."""
+        # what can change a quota's status: a new object, a pod's phase, a quota itself
+        counts = key not in self._store or obj.get("kind") in ("Pod", "ResourceQuota")
         self._store[key] = obj
         twin = event_twin(key, obj)
         if twin is not None:
             self._store[twin[0]] = twin[1]
+        if counts:
+            self._count_quotas(key, obj)
 
     def _forget(self, key: str) -> dict | None:
         """Remove the object at `key` (an Event from both views); None if absent."""
@@ -1225,7 +1262,39 @@ class FakeKubeApiServer:
         twin = event_twin(key, gone) if gone is not None else None
         if twin is not None:
             self._store.pop(twin[0], None)
+        if gone is not None:
+            self._count_quotas(key, gone)
         return gone
+
+    def _count_quotas(self, key: str, obj: dict) -> None:
+        """The resource quota controller: the status of the quotas of `key`'s namespace.
+
+        Each ResourceQuota's `status` (kube_quota.status) is written again when an object
+        of its namespace is stored or removed, a quota included (a new version when it
+        changed); namespaces without one cost nothing.
+        """
+        namespace = (obj.get("metadata") or {}).get("namespace")
+        if not namespace or (
+            namespace not in self._quota_namespaces and obj.get("kind") != "ResourceQuota"
+        ):
+            return
+        prefix = f"/api/v1/namespaces/{namespace}/resourcequotas/"
+        quotas = [(k, q) for k, q in self._store.items() if k.startswith(prefix)]
+        if not quotas:
+            self._quota_namespaces.discard(namespace)
+            return
+        self._quota_namespaces.add(namespace)
+        stored = [
+            (group, resource, o)
+            for k, o in self._store.items()
+            if (parts := _namespaced_key(k)) is not None and parts[0] == namespace
+            for group, resource in [parts[1:]]
+        ]
+        for k, quota in quotas:
+            state = kube_quota.status(quota, stored)
+            if quota.get("status") != state:
+                meta = {**quota["metadata"], "resourceVersion": self._next_rv()}
+                self._store[k] = {**quota, "metadata": meta, "status": state}
 
     def _check_seed(self, target: Target, obj: dict) -> None:
         """Decode and validate a seeded object as a create of it with fieldValidation=Strict.
@@ -1248,6 +1317,8 @@ class FakeKubeApiServer:
         request = Request("CREATE", "object", "Strict")
         self._validate(target, obj, target.name, request)
         self.admission.validate(target.gv, target.kind, obj, target.name or "", crd)
+        if target.kind == "ResourceQuota":
+            _check_modelled_quota(obj)
         unreal = seed_status_error(target.gv, target.kind, obj)
         if unreal is not None:
             raise ValueError(unreal)
@@ -1870,7 +1941,10 @@ class FakeKubeApiServer:
         name = obj["metadata"].get("name", "")
         crd = self._crd_for(target)
         self.admission.validate(target.gv, target.kind, obj, name, crd, old, target.sub)
-        deny_service_external_ips(target.plural, target.sub, obj, old)
+        if target.kind == "ResourceQuota":
+            _check_modelled_quota(obj)
+        if self.deny_service_external_ips:
+            deny_service_external_ips(target.plural, target.sub, obj, old)
         namespace = obj["metadata"].get("namespace")
         self._warnings += self.admission.pod_security.validate(
             group=target.gv.rpartition("/")[0],
@@ -1890,6 +1964,17 @@ class FakeKubeApiServer:
             self._warnings += policies.admit(
                 self._stored, user, operation, target, obj, old, namespace_of=self._namespace
             )
+        if request.operation == "CREATE" and namespace and not target.sub:
+            self._admit_quota(target, obj, namespace)
+
+    def _admit_quota(self, target: Target, obj: dict, namespace: str) -> None:
+        """The ResourceQuota plugin, after the others (kube_quota.py): object counts."""
+        if namespace not in self._quota_namespaces:
+            return
+        prefix = f"/api/v1/namespaces/{namespace}/resourcequotas/"
+        quotas = self._stored(prefix)
+        group = target.gv.rpartition("/")[0]
+        kube_quota.admit(quotas, group, target.plural, obj["metadata"]["name"], obj)
 
     def _prioritize(self, operation: str, target: Target, obj: dict, old: dict | None) -> None:
         """The Priority admission plugin (kube_priority.py) on a pod, not a subresource."""

@@ -8,8 +8,9 @@ their kubelet; the control plane removes that grant once none is left).
 `store_grant(api, grant, token)` stores exactly the objects the control plane's `rbac`
 module applies for that grant (charms/kubernetes-control-plane/src/rbac.py `manifests`,
 loaded with `charm_modules.load`), as its server-side apply
-leaves them, and makes `token` its credential: a TokenRequest token for a consumer's grant
-(valid TOKEN_SECONDS from the server's clock, as the control plane asks), or, for the
+leaves them, and a consumer's namespace's object-count quota (team_quota.py, its
+default counts), and makes `token` its credential: a TokenRequest token for a consumer's
+grant (valid TOKEN_SECONDS from the server's clock, as the control plane asks), or, for the
 workers' grant, the token Secret's as the token controller would fill it. The charm's test
 then runs with that identity and nothing more: what the grant does not allow, the fake API
 server refuses with RBAC's 403, and what the control plane's ValidatingAdmissionPolicies
@@ -80,6 +81,10 @@ def store_grant(api: FakeKubeApiServer, grant: Any, token: str) -> str:
             data = {"token": token, "ca.crt": FAKE_CA, "namespace": grant.namespace}
             obj["data"] = {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}
         api.put_object(path, obj)
+    if grant.own_namespace:  # a consumer's: its object counts, as addons.apply_team_quotas
+        quota = load(CONTROL_PLANE, "team_quota")
+        manifest = quota.manifest(grant.namespace, quota.COUNTS)
+        api.put_object(_path(manifest), manifest)
     if grant.token_request:
         api.auth.issue_token(grant.namespace, grant.service_account, token, TOKEN_SECONDS)
     provisioners = _PROVISIONERS.setdefault(api, set())

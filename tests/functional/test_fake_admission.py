@@ -792,6 +792,140 @@ def test_external_ips_are_refused_new_and_kept_on_update(kube_api: FakeKubeApiSe
     assert raw(kube_api, "PUT", f"{services}/kept", kept, "application/json")[0] == 403
 
 
+def test_without_deny_service_external_ips_they_are_stored(kube_api: FakeKubeApiServer):
+    """A cluster bootstrapped before the plugin was in kubeadm's config: nothing refuses them.
+
+    (literals.ADMISSION_PLUGINS: kubeadm keeps the apiServer extraArgs it bootstrapped
+    with); the control plane's own policy (gpu-k8s-consumer-services-no-external-ips) is
+    what refuses them in a team's namespace there.
+    """
+    kube_api.deny_service_external_ips = False
+    kube_api.put_object("/api/v1/namespaces/work", {"metadata": {"name": "work"}})
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "steal"},
+        "spec": {"ports": [{"port": 443}], "externalIPs": ["10.96.0.1"]},
+    }
+    services = "/api/v1/namespaces/work/services"
+    assert raw(kube_api, "POST", services, service, "application/json")[0] == 201
+
+
+# ---------------------------------------------------------------- ResourceQuota
+
+
+QUOTAS = "/api/v1/namespaces/work/resourcequotas"
+CONFIGMAPS = "/api/v1/namespaces/work/configmaps"
+
+
+def _quota(hard: dict[str, str], name: str = "counts") -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": name},
+        "spec": {"hard": hard},
+    }
+
+
+def _configmap(name: str) -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}}
+
+
+def test_an_object_count_quota_refuses_the_create_past_it(kube_api: FakeKubeApiServer, work: Kube):
+    """controller.go CheckRequest: used + 1 past hard is 403, with the plugin's message.
+
+    Its status says what is used (the quota controller's job), the legacy name and
+    count/configmaps.. both count a ConfigMap (registry.go legacyObjectCountAliases), a
+    delete frees its count at once, and updates are not counted (objectCountEvaluator
+    .Handles: Create only).
+    """
+    hard = {"configmaps": "2", "count/secrets": "5"}
+    assert raw(kube_api, "POST", QUOTAS, _quota(hard), "application/json")[0] == 201
+    quota = kube_api.get_object(f"{QUOTAS}/counts")
+    assert quota["status"] == {"hard": hard, "used": {"configmaps": "0", "count/secrets": "0"}}
+    for name in ("a", "b"):
+        assert raw(kube_api, "POST", CONFIGMAPS, _configmap(name), "application/json")[0] == 201
+    status, body, _ = raw(kube_api, "POST", CONFIGMAPS, _configmap("c"), "application/json")
+    assert (status, body["reason"], body["message"]) == (
+        403,
+        "Forbidden",
+        'configmaps "c" is forbidden: exceeded quota: counts, requested: configmaps=1, used:'
+        " configmaps=2, limited: configmaps=2",
+    )
+    assert body["details"] == {"name": "c", "kind": "configmaps"}
+    # an update is no create: not counted
+    changed = {**_configmap("a"), "data": {"k": "v"}}
+    assert raw(kube_api, "PUT", f"{CONFIGMAPS}/a", changed, "application/json")[0] == 200
+    # nor server-side apply of one that exists; one that creates is refused
+    work.apply(
+        {**_configmap("b"), "metadata": {"name": "b", "namespace": "work"}}, field_manager="t"
+    )
+    with pytest.raises(KubeError) as refused:
+        work.apply(
+            {**_configmap("c"), "metadata": {"name": "c", "namespace": "work"}}, field_manager="t"
+        )
+    assert refused.value.status == 403
+    assert kube_api.get_object(f"{QUOTAS}/counts")["status"]["used"]["configmaps"] == "2"
+    work.delete("v1", "ConfigMap", "a", "work")
+    assert kube_api.get_object(f"{QUOTAS}/counts")["status"]["used"]["configmaps"] == "1"
+    assert raw(kube_api, "POST", CONFIGMAPS, _configmap("c"), "application/json")[0] == 201
+
+
+def test_a_quota_counts_every_group_and_never_events(kube_api: FakeKubeApiServer, work: Kube):
+    """count/<resource>.<group> counts any resource (ObjectCountQuotaResourceNameFor).
+
+    `pods` counts live pods, count/pods every pod (pods.go); Events are never counted
+    (install/registry.go ignoredResources), nor writes in another namespace.
+    """
+    hard = {"count/jobs.batch": "1", "pods": "1", "count/pods": "2", "count/events": "0"}
+    work.create({**_quota(hard), "metadata": {"name": "counts", "namespace": "work"}})
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "j", "namespace": "work"},
+        "spec": {"template": {"spec": {**pod()["spec"], "restartPolicy": "Never"}}},
+    }
+    work.create(job)
+    with pytest.raises(KubeError, match="exceeded quota: counts, requested: count/jobs.batch=1"):
+        work.create({**job, "metadata": {"name": "k", "namespace": "work"}})
+    work.create(pod("p"))
+    with pytest.raises(KubeError, match="requested: pods=1, used: pods=1, limited: pods=1"):
+        work.create(pod("q"))
+    kube_api.put_object(f"{PODS}/p", {**pod("p"), "status": {"phase": "Succeeded"}})
+    used = kube_api.get_object(f"{QUOTAS}/counts")["status"]["used"]
+    assert (used["pods"], used["count/pods"]) == ("0", "1")
+    work.create(pod("q"))  # a finished pod is no longer a live one
+    with pytest.raises(KubeError) as refused:  # every name it exceeds, sorted
+        work.create(pod("r"))
+    assert refused.value.message.endswith(
+        "exceeded quota: counts, requested: count/pods=1,pods=1, used: count/pods=2,pods=1,"
+        " limited: count/pods=2,pods=1"
+    )
+    event = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": "e", "namespace": "work"},
+        "involvedObject": {"kind": "Pod", "name": "p", "namespace": "work"},
+        "reason": "Seen",
+        "message": "seen",
+    }
+    work.create(event)
+    work.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "other"}})
+    work.create({**_configmap("x"), "metadata": {"name": "x", "namespace": "other"}})
+    assert kube_api.get_object(f"{QUOTAS}/counts")["status"]["used"]["count/events"] == "0"
+
+
+def test_a_quota_beyond_object_counts_is_not_modelled(kube_api: FakeKubeApiServer, work: Kube):
+    """Compute resources and scopes are answered 500: no test may rely on them here."""
+    status, body, _ = raw(
+        kube_api, "POST", QUOTAS, _quota({"requests.cpu": "4"}), "application/json"
+    )
+    assert (status, body["reason"]) == (500, "InternalError")
+    assert "models only object counts" in body["message"]
+    with pytest.raises(ApiError, match="models only object counts"):
+        kube_api.put_object(f"{QUOTAS}/q", _quota({"pods": "1.5"}))
+
+
 # ---------------------------------------------------------------- Priority
 
 

@@ -194,6 +194,9 @@ def _refused_by(answer: dict, policy: str) -> bool:
 def test_the_granted_token_is_refused_by_the_admission_policies(
     path: Escalation, rbac, kube, kube_api, policies
 ):
+    # a cluster bootstrapped before kubeadm's config enabled DenyServiceExternalIPs: each
+    # refusal is the control plane's policies' own
+    kube_api.deny_service_external_ips = False
     grant = _grant(rbac, HOSTILE, HOSTILE, LEGITIMATE_RULES, LEGITIMATE_CLUSTER_RULES)
     status, answer = _attempt(path, kube_api, rbac.apply(kube, grant))
     assert status == 403, (status, answer)
@@ -203,6 +206,7 @@ def test_the_granted_token_is_refused_by_the_admission_policies(
 @pytest.mark.parametrize("path", ADMISSION_ESCALATIONS, ids=lambda e: e.id)
 def test_each_attempt_is_admitted_without_the_policies(path: Escalation, rbac, kube, kube_api):
     """The positive control: without the control plane's policies each attempt succeeds."""
+    kube_api.deny_service_external_ips = False  # bootstrapped before kubeadm enabled it
     grant = _grant(rbac, HOSTILE, HOSTILE, LEGITIMATE_RULES, LEGITIMATE_CLUSTER_RULES)
     status, answer = _attempt(path, kube_api, rbac.apply(kube, grant))
     assert status == 201, (status, answer)
@@ -531,3 +535,76 @@ def test_namespace_the_system_or_an_operator_made_is_never_applied_onto(rbac, ku
         rbac.apply(kube, _grant(rbac, "intruder", "payroll", LEGITIMATE_RULES, []))
     labels = kube_api.get_object("/api/v1/namespaces/payroll")["metadata"]["labels"]
     assert "gpu-k8s.io/consumer" not in labels
+
+
+def test_a_team_cannot_fill_the_store_past_its_object_counts(rbac, kube, kube_api, policies):
+    """Review43 G4: the team's token makes N ConfigMaps of its namespace's count, not N + 1.
+
+    The control plane's ResourceQuota (team_quota.py, applied as addons applies it) bounds
+    every kind a grant may create there; the fake enforces its counts as kube-apiserver's
+    ResourceQuota plugin does (fakes/kube_quota.py). The team can neither raise nor delete
+    it, and deleting one of its objects frees a count.
+    """
+    team_quota = load("kubernetes-control-plane", "team_quota")
+    token = rbac.apply(kube, _grant(rbac, HOSTILE, HOSTILE, LEGITIMATE_RULES, []))
+    kube.apply(
+        team_quota.manifest(HOSTILE, team_quota.COUNTS), field_manager="kubernetes-control-plane"
+    )
+    limit = team_quota.COUNTS["configmaps"]
+    configmaps = f"/api/v1/namespaces/{HOSTILE}/configmaps"
+    for i in range(limit):
+        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"c{i}"}}
+        status, answer = call(kube_api, token, "POST", configmaps, body)
+        assert status == 201, (i, answer)
+    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "one-more"}}
+    status, answer = call(kube_api, token, "POST", configmaps, body)
+    assert (status, answer["reason"]) == (403, "Forbidden"), answer
+    assert answer["message"] == (
+        f'configmaps "one-more" is forbidden: exceeded quota: {team_quota.NAME}, requested:'
+        f" configmaps=1, used: configmaps={limit}, limited: configmaps={limit}"
+    )
+    quota = f"/api/v1/namespaces/{HOSTILE}/resourcequotas/{team_quota.NAME}"
+    raised = {"spec": {"hard": {"configmaps": "1000000"}}}
+    merge = "application/merge-patch+json"
+    for method, patch, ctype in (("PATCH", raised, merge), ("DELETE", None, None)):
+        status, answer = call(kube_api, token, method, quota, patch, ctype)
+        assert status == 403 and "resourcequotas" in answer["message"], answer
+    assert kube.delete("v1", "ConfigMap", "c0", HOSTILE)
+    assert call(kube_api, token, "POST", configmaps, body)[0] == 201
+
+
+def test_a_teams_service_gains_no_external_ip_on_update(rbac, kube, kube_api, policies):
+    """Review43 G5: the policy refuses what DenyServiceExternalIPs would, without it.
+
+    On a cluster bootstrapped before kubeadm's config enabled the plugin: a team's Service
+    may not be given an external IP by an update either, one it had before may stay, and
+    namespaces that are no consumer's are not fenced.
+    """
+    kube_api.deny_service_external_ips = False
+    token = rbac.apply(kube, _grant(rbac, HOSTILE, HOSTILE, LEGITIMATE_RULES, []))
+    services = f"/api/v1/namespaces/{HOSTILE}/services"
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "web"},
+        "spec": {"ports": [{"port": 80}], "selector": {"app": "web"}},
+    }
+    assert call(kube_api, token, "POST", services, service)[0] == 201
+    merge = "application/merge-patch+json"
+    added = {"spec": {"externalIPs": ["10.0.0.10"]}}
+    status, answer = call(kube_api, token, "PATCH", f"{services}/web", added, merge)
+    assert status == 403 and _refused_by(answer, policies.CONSUMER_SERVICES), answer
+    # stored before the policy (put_object: the cluster's own write): it may keep them
+    kept = {**service, "metadata": {"name": "old"}}
+    kept["spec"] = {**service["spec"], "externalIPs": ["192.0.2.1", "192.0.2.2"]}
+    kube_api.put_object(f"{services}/old", kept)
+    fewer = {"spec": {"externalIPs": ["192.0.2.1"]}, "metadata": {"labels": {"seen": "yes"}}}
+    assert call(kube_api, token, "PATCH", f"{services}/old", fewer, merge)[0] == 200
+    more = {"spec": {"externalIPs": ["192.0.2.1", "192.0.2.3"]}}
+    status, answer = call(kube_api, token, "PATCH", f"{services}/old", more, merge)
+    assert status == 403 and _refused_by(answer, policies.CONSUMER_SERVICES), answer
+    elsewhere = {**kept, "metadata": {"name": "lb"}}
+    status, answer = call(
+        kube_api, ADMIN_TOKEN, "POST", "/api/v1/namespaces/kube-system/services", elsewhere
+    )
+    assert status == 201, answer

@@ -8,10 +8,10 @@ what the peer application databag says was applied last, so an event with nothin
 sends no request. The manifests and decisions live in `calico.py` and `flannel.py` (the
 CNI), `device_plugin.py`, `dcgm_exporter.py`, `mig_manager.py`, `kube_state_metrics.py`,
 `batch_engines.py`, `network_policies.py` (each kube-api consumer's namespace isolated
-for ingress) and `efs_csi.py` (the EFS CSI driver's node plugin, for efs-storage's access
-points); this
-module applies them, with the hook's API client and a downloader (never the charm), and
-records each in the peer application databag under a key of its own (below).
+for ingress), `team_quota.py` (its object counts bounded) and `efs_csi.py` (the EFS CSI
+driver's node plugin, for efs-storage's access points); this module applies them, with
+the hook's API client and a downloader (never the charm), and records each in the peer
+application databag under a key of its own (below).
 
 Batch engines (JobSet, Kueue) come last in the leader's reconcile: a download that fails or
 a manifest whose sha256 is not the pinned one makes the unit Blocked naming the add-on, and
@@ -40,6 +40,7 @@ import mig_manager
 import network_policies
 import rbac
 import registry
+import team_quota
 from access import KUBE_API_KEY, STORAGE
 from charm_config import Config
 from literals import (
@@ -72,6 +73,7 @@ ADMISSION_CLAIMS_KEY = "admission-claims"
 MIG_MANAGER_KEY = "mig-manager"
 KUEUE_OBJECTS_KEY = "kueue-objects"
 TEAM_NETWORK_KEY = "team-network-policies"  # what network_policies applied, per namespace
+TEAM_QUOTA_KEY = "team-object-counts"  # what team_quota applied, per namespace
 KUEUE_COHORT_KEY = "kueue-cohort"  # the cohort's quota last computed, and an overcommit
 EFS_CSI_KEY = "addon-aws-efs-csi-driver"  # what efs_csi last applied (efs_csi.want_key)
 EFS_CSI_SHA256_KEY = "addon-aws-efs-csi-driver-sha256"  # URL -> sha256 of each file applied
@@ -307,36 +309,73 @@ class Addons:
         whose policies differ. Returns a note for the status while consumers share a CNI
         that enforces none of it.
         """
-        granted = json.loads(bag.get(KUBE_API_KEY) or "{}")
-        namespaces = sorted({g["namespace"] for g in granted.values()})
+        namespaces = self._granted_namespaces(bag)
         inputs = kube_objects.fingerprint(namespaces)
         if not self._built(TEAM_NETWORK_KEY, bag, inputs):
-            self._isolate(namespaces, bag)
+            isolated = self._apply_per_namespace(
+                bag, TEAM_NETWORK_KEY, namespaces, lambda ns: network_policies.manifests([ns])
+            )
+            if isolated:
+                logger.info("namespaces isolated for ingress: %s", ", ".join(isolated))
             self._record_built(TEAM_NETWORK_KEY, bag, inputs)
         if namespaces and not network_policies.enforced(bag.get(CNI_KEY, "")):
             return [network_policies.NOT_ENFORCED]
         return []
 
-    def _isolate(self, namespaces: list[str], bag: Bag) -> None:
-        """Apply each namespace's policies that differ from what was applied to it last."""
-        # what was applied, per namespace: relating one more team applies its namespace's
-        # policies only, not every team's again (a value of an older revision, one
-        # fingerprint of them all, is no map: everything is applied once more)
+    def apply_team_quotas(self, config: Config, bag: Bag) -> None:
+        """The object-count quota in every namespace granted to a kube-api consumer.
+
+        team_quota.py; run after the grants like the network policies, built again only
+        when the namespaces granted, `team-object-counts` or the charm change (`_built`),
+        and applied in every namespace whose quota that changes. A namespace whose
+        consumer left keeps its quota, as it keeps its data.
+        """
+        namespaces = self._granted_namespaces(bag)
+        hard = team_quota.counts(config.object_counts)
+        inputs = kube_objects.fingerprint([namespaces, hard])
+        if self._built(TEAM_QUOTA_KEY, bag, inputs):
+            return
+        fenced = self._apply_per_namespace(
+            bag, TEAM_QUOTA_KEY, namespaces, lambda ns: [team_quota.manifest(ns, hard)]
+        )
+        if fenced:
+            logger.info("object counts of team namespaces bounded: %s", ", ".join(fenced))
+        self._record_built(TEAM_QUOTA_KEY, bag, inputs)
+
+    @staticmethod
+    def _granted_namespaces(bag: Bag) -> list[str]:
+        """The namespaces granted to kube-api consumers, sorted."""
+        granted = json.loads(bag.get(KUBE_API_KEY) or "{}")
+        return sorted({g["namespace"] for g in granted.values()})
+
+    def _apply_per_namespace(
+        self,
+        bag: Bag,
+        key: str,
+        namespaces: list[str],
+        objects_of: Callable[[str], list[dict[str, Any]]],
+    ) -> list[str]:
+        """Apply `objects_of(ns)` in each namespace whose record under `key` differs.
+
+        `bag[key]` maps each namespace granted to the fingerprint of what was applied
+        there: relating one more team applies its namespace's objects only, not every
+        team's again (a value of an older revision that is no map, one fingerprint of
+        them all, applies everything once more). Returns the namespaces applied to.
+        """
         try:
-            applied = json.loads(bag.get(TEAM_NETWORK_KEY) or "{}")
+            applied = json.loads(bag.get(key) or "{}")
         except ValueError:
             applied = {}
         applied = applied if isinstance(applied, dict) else {}
-        isolated = []
+        done = []
         for ns in namespaces:
-            objects = network_policies.manifests([ns])
+            objects = objects_of(ns)
             if self._apply_once(ns, objects, fingerprint(objects), applied):
-                isolated.append(ns)
+                done.append(ns)
         now = {ns: applied[ns] for ns in namespaces}
-        if bag.get(TEAM_NETWORK_KEY) != (value := json.dumps(now, sort_keys=True)):
-            bag[TEAM_NETWORK_KEY] = value
-        if isolated:
-            logger.info("namespaces isolated for ingress: %s", ", ".join(isolated))
+        if bag.get(key) != (value := json.dumps(now, sort_keys=True)):
+            bag[key] = value
+        return done
 
     def _apply_once(self, key: str, objects: list[dict[str, Any]], want: str, bag: Bag) -> bool:
         """Apply `objects` unless `bag[key]` says `want` was applied; True when it applied."""

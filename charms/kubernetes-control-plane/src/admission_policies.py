@@ -397,6 +397,19 @@ Policy '<policy>' with binding '<binding>' denied request: <message>`.
   breaks it may still be updated as long as the update does not add a new breach (Kueue
   suspends and resumes such jobs). The remaining window in which a cohort may be
   oversubscribed by a terminating pod is GRACE_CAP_SECONDS.
+- CONSUMER_SERVICES (`gpu-k8s-consumer-services-no-external-ips`): in the same namespaces,
+  no Service is created with `spec.externalIPs`, nor updated to name one it did not have.
+  kube-proxy on every node sends a Service's external IPs' traffic to its endpoints, so a
+  team's Service naming another address (the API server's, a DNS server's, another team's
+  pod's) takes over the cluster's traffic to it (CVE-2020-8554, kubernetes/kubernetes
+  #97076). kube-apiserver's DenyServiceExternalIPs plugin refuses the same (kubernetes
+  plugin/pkg/admission/network/denyserviceexternalips/admission.go: on create and update of
+  a Service, externalIPs that are not all in the old object), but only clusters bootstrapped
+  with it in kubeadm's config have it (literals.ADMISSION_PLUGINS: `kubeadm upgrade`
+  renders kube-apiserver from the apiServer extraArgs the cluster was made with); this
+  policy covers every cluster, the ones made before included. Matched on the namespace,
+  whoever writes: no Service of this bundle has externalIPs (tensorflow's are ClusterIP,
+  manifests.py, serving.py; JobSet's headless), and upstream's plugin refuses everyone.
 
 Not fenced here (say so when touching it): Calico's IPAM objects (blocks may be borrowed
 across nodes, so they cannot be keyed on one node), calico-node's writes of BGPPeers,
@@ -508,6 +521,7 @@ CONSUMER_EGRESS = "gpu-k8s-consumer-egress-by-the-control-plane"
 CONSUMER_JOBS = "gpu-k8s-consumer-jobs-started-by-kueue"
 CONSUMER_CONTROLLERS = "gpu-k8s-consumer-controllers-by-kube-system"
 CONSUMER_TERMINATING = "gpu-k8s-consumer-terminating-pods-bounded"
+CONSUMER_SERVICES = "gpu-k8s-consumer-services-no-external-ips"
 # The longest terminationGracePeriodSeconds of a pod in a consumer's namespace: the longest
 # a pod Kueue no longer counts (preempted, or replaced) may keep its GPUs. The charms' own
 # pods need at most 60 s (tensorflow's training pods: literals.GRACE_SECONDS, the chief's
@@ -1444,8 +1458,38 @@ def consumer_egress_policy() -> dict[str, Any]:
     return policy
 
 
+def consumer_services_policy() -> dict[str, Any]:
+    """The policy that adds no externalIPs to a consumer's Service (CONSUMER_SERVICES)."""
+    old = (
+        "request.operation == 'UPDATE' && has(oldObject.spec.externalIPs)"
+        " ? oldObject.spec.externalIPs : []"
+    )
+    return _consumer_policy(
+        CONSUMER_SERVICES,
+        [
+            {
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "operations": ["CREATE", "UPDATE"],
+                "resources": ["services"],
+            }
+        ],
+        {
+            "variables": [{"name": "oldExternalIPs", "expression": old}],
+            "validations": [
+                _deny(
+                    "!has(object.spec.externalIPs) ||"
+                    " object.spec.externalIPs.all(ip, ip in variables.oldExternalIPs)",
+                    "a Service in a consumer's namespace may not add spec.externalIPs: every"
+                    " node would send that address's traffic to it (CVE-2020-8554)",
+                ),
+            ],
+        },
+    )
+
+
 def consumer_policies() -> list[dict[str, Any]]:
-    """CONSUMER_PODS, _TOKENS, _EGRESS, _JOBS, _CONTROLLERS, _TERMINATING (no bindings)."""
+    """CONSUMER_PODS, _TOKENS, _EGRESS, _JOBS, _CONTROLLERS, _TERMINATING, _SERVICES."""
     return [
         consumer_pods_policy(),
         consumer_tokens_policy(),
@@ -1453,6 +1497,7 @@ def consumer_policies() -> list[dict[str, Any]]:
         consumer_jobs_policy(),
         consumer_controllers_policy(),
         consumer_terminating_policy(),
+        consumer_services_policy(),
     ]
 
 

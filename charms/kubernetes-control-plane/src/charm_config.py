@@ -17,6 +17,7 @@ import etcd_s3
 import kueue
 import ops
 import pydantic
+import team_quota
 from literals import API_PORT, CALICO, CNIS
 
 from charms.gpu_k8s.v0 import images, kubeadm
@@ -76,6 +77,7 @@ class Config(CharmConfig):
     calico_sha256: str = ""
     pods_ready_timeout: int = 10
     team_quotas: str = ""
+    team_object_counts: str = ""
     certificate_renewal_days: int = 30
     etcd_backups_kept: int = 7
     etcd_backup_hours: int = 24
@@ -184,6 +186,17 @@ class Config(CharmConfig):
     def allowances(self) -> kueue.Allowances:
         """`team-quotas`: the most each named team's ClusterQueue may hold (kueue.py)."""
         return kueue.parse_allowances(self.team_quotas)
+
+    @pydantic.field_validator("team_object_counts")
+    @classmethod
+    def _team_object_counts(cls, value: str) -> str:
+        team_quota.parse_counts(value)  # raises with the entry and the form
+        return value
+
+    @property
+    def object_counts(self) -> dict[str, int]:
+        """`team-object-counts`: the counts it changes in every team's quota (team_quota)."""
+        return team_quota.parse_counts(self.team_object_counts)
 
     @pydantic.field_validator("certificate_renewal_days")
     @classmethod

@@ -14,7 +14,13 @@ from ops import testing
 
 import charm
 from fakes.addons import EFS_CSI_PATH, ManifestServer
-from fakes.control_plane import Clock, ControlPlaneMachine, deployed_charm, existing_cluster
+from fakes.control_plane import (
+    Clock,
+    ControlPlaneMachine,
+    deployed_charm,
+    existing_cluster,
+    peers,
+)
 from fakes.etcd import EtcdPki, FakeEtcd
 from fakes.kube_apiserver import FakeKubeApiServer
 
@@ -140,6 +146,12 @@ def ctx(machine, tmp_path):
     """The charm in a charm directory as Juju deployed it (with its charm URL)."""
     root = deployed_charm(tmp_path / "charm")
     return testing.Context(charm.KubernetesControlPlaneCharm, charm_root=root)
+
+
+@pytest.fixture
+def bootstrapped(ctx, machine) -> testing.State:
+    """The leader after its install hook: the cluster bootstrapped, no relation but peers."""
+    return ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
 
 
 @pytest.fixture

@@ -35,6 +35,7 @@ def test_the_leader_applies_the_policies_before_the_daemonsets_they_fence(api, c
         "gpu-k8s-consumer-egress-by-the-control-plane",
         "gpu-k8s-consumer-jobs-started-by-kueue",
         "gpu-k8s-consumer-pods-off-the-control-plane",
+        "gpu-k8s-consumer-services-no-external-ips",
         "gpu-k8s-consumer-short-lived-tokens",
         "gpu-k8s-consumer-terminating-pods-bounded",
         "gpu-k8s-efs-own-volumes",

@@ -7,13 +7,10 @@ NetworkPolicy semantics of the Kubernetes docs: these tests check who may reach 
 
 from __future__ import annotations
 
-import dataclasses
-
 import network_policies
-import pytest
 from ops import testing
 
-from fakes.control_plane import deployed_charm, kube_api_relation, peer, peers
+from fakes.control_plane import deployed_charm, granted, kube_api_relation, peer, peers
 from fakes.netpol import Cluster, External, Node, Pod
 
 NETPOL = "/apis/networking.k8s.io/v1"
@@ -27,18 +24,6 @@ NODES = (Node("cp-0", "10.0.0.10"), Node("gpu-0", "10.0.0.20"), Node("gpu-1", "1
 # EC2's instance metadata service (IPv4 and, on Nitro instances, IPv6: EC2 user guide,
 # "Access instance metadata for an EC2 instance")
 IMDS = (External("169.254.169.254"), External("fd00:ec2::254"))
-
-
-@pytest.fixture
-def bootstrapped(ctx, machine):
-    return ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
-
-
-def granted(ctx, state, *rels):
-    state = dataclasses.replace(state, relations=[*state.relations, *rels])
-    for rel in rels:
-        state = ctx.run(ctx.on.relation_changed(state.get_relation(rel.id)), state)
-    return state
 
 
 def policies(api):

@@ -961,3 +961,37 @@ def test_a_missing_priority_class_leaves_the_job_unpicked(ctx, state, api):
 
     assert results["state"] == "unknown: Kueue has not picked the job up yet"
     assert jobset(api, "mnist")["spec"]["suspend"] is True
+
+
+def test_a_team_at_its_object_counts_gets_a_clear_refusal_and_no_half_made_job(
+    ctx, state, api, controller
+):
+    """The control plane's object-count quota (review43 G4) counts what a job makes.
+
+    The team's namespace holds the ResourceQuota gpu-k8s-object-counts (store_grant, as
+    the control plane applies it): a job counts its JobSet, Jobs, pods, code ConfigMap,
+    TensorBoard and NetworkPolicies. At a count the operator lowered to what is used, the
+    next job is refused naming the quota, and what it had made is rolled back.
+    """
+    quota_path = f"/api/v1/namespaces/{NS}/resourcequotas/gpu-k8s-object-counts"
+    add_nodes(api, node("node-a", 2), node("cpu-0"))
+    controller.per_tick = 2
+    run_action(ctx, state, "train", job="mnist", workers=2, **{"gpus-per-worker": 1})
+    used = api.get_object(quota_path)["status"]["used"]
+    assert used["count/jobsets.jobset.x-k8s.io"] == "1"
+    assert used["count/jobs.batch"] == "1"
+    assert used["configmaps"] == "1"  # the job's code
+    assert used["count/deployments.apps"] == used["services"] == "1"  # its TensorBoard
+    assert used["count/networkpolicies.networking.k8s.io"] == "2"
+    assert int(used["count/pods"]) >= 2
+    quota = api.get_object(quota_path)
+    lowered = {**quota["spec"]["hard"], "configmaps": used["configmaps"]}
+    api.put_object(quota_path, {**quota, "spec": {"hard": lowered}})
+    with pytest.raises(testing.ActionFailed) as failed:
+        run_action(ctx, state, "train", job="second", workers=1)
+    assert (
+        'the API server refused ConfigMap second-code: configmaps "second-code" is forbidden:'
+        " exceeded quota: gpu-k8s-object-counts, requested: configmaps=1, used: configmaps=1,"
+        " limited: configmaps=1"
+    ) in failed.value.message
+    assert [o["metadata"]["name"] for o in job_objects(api) if o["kind"] == "JobSet"] == ["mnist"]

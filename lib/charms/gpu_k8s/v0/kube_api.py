@@ -67,7 +67,7 @@ from charms.gpu_k8s.v0.databag import Databag, Endpoint, explain, write
 
 LIBID = "26b1d42dbc2949cb8a83e29b11759d4f"
 LIBAPI = 0
-LIBPATCH = 25
+LIBPATCH = 26
 
 logger = logging.getLogger(__name__)
 
@@ -225,6 +225,10 @@ _BINDING = (
     "pods/binding and bindings (a Binding puts a pod on any node, the control plane's"
     " included, past the scheduler: only kube-scheduler binds)"
 )
+_EVENTS = (
+    "events writes (no ResourceQuota counts Events: the cluster's components write them,"
+    " each kept an hour)"
+)
 _OWN_NAMESPACE_WRITES = {
     ("", "services/status"): (
         "services/status (a LoadBalancer ingress IP intercepts the cluster's traffic to it:"
@@ -268,6 +272,12 @@ _OWN_NAMESPACE_WRITES = {
     # control-plane node, beside admin.conf. `bindings` is the same create, the legacy way.
     ("", "pods/binding"): _BINDING,
     ("", "bindings"): _BINDING,
+    # No ResourceQuota counts Events ("events haven't been quota-ed before": kubernetes
+    # pkg/quota/v1/install/registry.go ignoredResources, both groups), and each stays in
+    # etcd for kube-apiserver's --event-ttl (1 h): a consumer writing them could fill the
+    # cluster's store past the object counts the control plane gives its namespace.
+    ("", "events"): _EVENTS,
+    ("events.k8s.io", "events"): _EVENTS,
 }
 
 

@@ -60,7 +60,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 LIBID = "1c1c281a9eb64d9594fd86aa76205351"
 LIBAPI = 0
-LIBPATCH = 13
+LIBPATCH = 14
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +79,7 @@ KINDS: dict[tuple[str, str], tuple[str, bool]] = {
     ("v1", "PersistentVolume"): ("persistentvolumes", False),
     ("v1", "PersistentVolumeClaim"): ("persistentvolumeclaims", True),
     ("v1", "Event"): ("events", True),
+    ("v1", "ResourceQuota"): ("resourcequotas", True),
     ("apps/v1", "Deployment"): ("deployments", True),
     ("apps/v1", "DaemonSet"): ("daemonsets", True),
     ("apps/v1", "StatefulSet"): ("statefulsets", True),
