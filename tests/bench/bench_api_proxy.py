@@ -31,7 +31,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-for extra in ("lib", "tests"):
+for extra in ("lib", "tests", "actions"):
     sys.path.insert(0, str(ROOT / extra))
 
 from haproxy_runner import MISSING, HAProxy, available  # noqa: E402

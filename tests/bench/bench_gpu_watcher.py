@@ -68,7 +68,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 CP_SRC = ROOT / "charms" / "kubernetes-control-plane" / "src"
 WORKER_SRC = ROOT / "charms" / "kubernetes-worker" / "src"
-for extra in (ROOT / "tests", ROOT / "lib", CP_SRC):  # this process is the control plane's
+# this process is the control plane's; actions/ for tf_demo.free_ports (gpu_watcher_machine)
+for extra in (ROOT / "tests", ROOT / "lib", ROOT / "actions", CP_SRC):
     sys.path.insert(0, str(extra))
 HOOK = Path(__file__).resolve().parent / "gpu_charms" / "worker_hook.py"
 

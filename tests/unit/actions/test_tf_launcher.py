@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import tf_launcher
+from tf_demo import free_ports
 from tf_launcher import build_tf_config, main, parse_hosts, trainer_command
 
 
@@ -924,11 +925,7 @@ def test_a_keras_backup_in_its_chief_subdirectory_is_the_last_checkpoint(tmp_pat
 
 def test_the_launcher_serves_its_program_progress_on_the_metrics_port(tmp_path):
     """GPU_K8S_METRICS_PORT set (the pod spec sets it): GET /metrics answers while it runs."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_ports(1)[0]  # none the kernel hands to another process's connection
     line = _progress_line(step=7, steps=9, loss=1.5, examples_per_sec=32, global_batch_size=32)
     program = (
         "import sys, time\n"
