@@ -7,10 +7,10 @@ the test fails when it crashes or when a request count that must stay constant G
 (run.py's `verdict`), and prints the numbers (`pytest -s`, or on a failure), asserting
 none of the timings.
 
-Their cost (CPU seconds of each smoke, user+sys, 2026-11-28 at a load of ~5 on the 2-core
-machine): bench_gpu_watcher 6.5, bench_tensorflow_launch 3.5, bench_control_plane 3.4,
-bench_kube_api 2.8, bench_api_proxy 1.9: 18 s, about 9 s of `tox`'s wall on two xdist
-workers. Left to `tox -e bench -- --smoke`, with why: LEFT_OUT.
+Their cost (CPU seconds of each smoke, user+sys, on the 2-core machine at a load of ~2,
+2026-11-28): bench_gpu_watcher 5.3, bench_tensorflow_launch 3.0, bench_control_plane 3.1,
+bench_kube_api 2.4, bench_api_proxy 1.8: 15.7 s (17.8 s of wall one after another, ~11 s
+on two xdist workers). Left to `tox -e bench -- --smoke`, with why: LEFT_OUT.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from haproxy_runner import MISSING, available
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 # What each smoke left out of `tox` would cost, and what runs its code there instead
 LEFT_OUT = {
-    "bench_launcher": "four TensorFlow processes: 43 s of CPU at 20 steps (load ~10); the "
+    "bench_launcher": "four TensorFlow processes: 31 s of CPU at 20 steps (18 s of wall); the "
     "launcher and trainer run under TensorFlow in test_tf_training.py and test_tf_gang.py",
-    "bench_efs": "4.1 s of CPU; its reconcile and teardown run in test_efs.py, on the same "
+    "bench_efs": "4.4 s of CPU; its reconcile and teardown run in test_efs.py, on the same "
     "fakes.aws network and moto",
-    "bench_imports": "2.3 s of CPU; every assembled charm's import, without kubernetes, "
+    "bench_imports": "2.1 s of CPU; every assembled charm's import, without kubernetes, "
     "boto3 or cosl, is test_charm_projects.py's",
 }
 BENCHES = sorted(p.stem for p in BENCH.glob("bench_*.py"))
