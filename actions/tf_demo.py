@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -37,18 +38,59 @@ LAUNCHER = HERE / "tf_launcher.py"
 JOB = "demo"
 
 
-def free_ports(count: int) -> list[int]:
-    """Return `count` distinct free TCP ports on 127.0.0.1."""
-    sockets = []
+# Where `free_ports` picks: outside the kernel's ephemeral ports, none below LOWEST_PORT.
+LOWEST_PORT = 10000
+EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
+# Without that file (not Linux): Linux's default start and nothing above it (macOS hands
+# out 49152-65535)
+OTHER_SYSTEMS = (32768, 65535)
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The first and last port the kernel hands to bind(0) and outgoing connections.
+
+    net.ipv4.ip_local_port_range (kernel Documentation/networking/ip-sysctl: "the local
+    port range that is used by TCP and UDP to choose the local port", default 32768
+    60999); bind() to port 0 and connect() pick from it (torvalds/linux
+    net/ipv4/inet_connection_sock.c inet_csk_find_open_port, inet_hashtables.c
+    __inet_hash_connect).
+    """
     try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
+        low, high = map(int, EPHEMERAL.read_text().split())
+    except (OSError, ValueError):
+        return OTHER_SYSTEMS
+    return low, high
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct TCP ports free now on every address, none the kernel hands out.
+
+    For servers started next (the demo's workers, a test's pods, the launcher bench). In a
+    cluster each pod has its own network namespace, so its servers' ports (2222, the
+    metrics port) are always free; local processes share the machine's. A port picked by
+    binding port 0 and released is an ephemeral one (`ephemeral_range`), which any
+    process's next outgoing connection (an API client, a peer's gRPC channel, another
+    run) may get before the server binds it, the more often the busier the machine: then
+    TensorFlow says "Could not start gRPC server" (it binds 0.0.0.0:<port>) and the worker
+    exits 1 (once in five runs of test_tf_gang.py at load 8-11, 2026-11-28). Ports outside
+    that range go to nobody unasked; they are picked at random, so that runs side by side
+    seldom try the same ones, and only ports that bind now on all addresses are kept.
+    """
+    low, high = ephemeral_range()
+    outside = [*range(LOWEST_PORT, low), *range(high + 1, 65536)]
+    ports: list[int] = []
+    for port in random.sample(outside, min(len(outside), 50 * count)):
+        with socket.socket() as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                continue
+        ports.append(port)
+        if len(ports) == count:
+            return ports
+    raise RuntimeError(
+        f"no {count} free TCP ports outside the kernel's ephemeral ports {low}-{high}"
+    )
 
 
 def write_digits(path: Path) -> int:

@@ -22,12 +22,13 @@ import json
 import os
 import platform
 import shutil
-import socket
 import ssl
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from tf_demo import free_ports
 
 from charms.gpu_k8s.v0.system import CommandError, Host
 
@@ -56,12 +57,6 @@ def binaries() -> Path:
     return where
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class RealEtcd:
     """One etcd member over mutual TLS; `with RealEtcd(...) as etcd:`."""
 
@@ -78,8 +73,7 @@ class RealEtcd:
         self.pki_dir = pki_dir  # ca.crt, server.crt, server.key
         self.data_dir = data_dir
         self.name = name
-        self.client_port = free_port()
-        self.peer_port = free_port()
+        self.client_port, self.peer_port = free_ports(2)
         self.peer_tls = peer_tls
         self.fast = fast
         # --initial-cluster and --initial-cluster-state: alone and new unless a cluster says

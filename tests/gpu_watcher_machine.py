@@ -16,7 +16,6 @@ import contextlib
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import charm_modules
+from tf_demo import free_ports
 
 from charms.gpu_k8s.v0.kubeclient import Kube
 from fakes.host import FakeRunner
@@ -165,12 +165,6 @@ def until(check: Callable[[], object], timeout: float = 15.0, step: float = 0.05
     while not check():
         assert time.monotonic() < deadline, "the watcher did not act in time"
         time.sleep(step)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -483,7 +477,7 @@ def start(
     argv += ["--pause", str(box.pause_path), "--app-xid-wait", str(app_wait)]
     argv += ["--burst-wait", str(burst_wait)]
     if metrics:
-        box.metrics_port = box.metrics_port or free_port()
+        box.metrics_port = box.metrics_port or free_ports(1)[0]
         argv += ["--metrics-port", str(box.metrics_port)]
     if unit is not None:
         argv += ["--unit", unit, "--hook-retry", str(hook_retry)]

@@ -18,6 +18,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from tf_demo import free_ports
+
 from charms.gpu_k8s.v0 import api_proxy
 from charms.gpu_k8s.v0.system import CommandError, SubprocessRunner
 
@@ -31,13 +33,6 @@ MISSING = (
 def available() -> bool:
     """Whether the haproxy binary is here."""
     return Path(BINARY).is_file() and os.access(BINARY, os.X_OK)
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 nobody listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _terminate(process: subprocess.Popen) -> None:
@@ -55,7 +50,7 @@ class HAProxy:
     """`haproxy -W -db -f <config>` on a free loopback port, forwarding to `servers`."""
 
     def __init__(self, servers: Sequence[str], metrics: api_proxy.MetricsAccess | None = None):
-        self.port = free_port()
+        self.port = free_ports(1)[0]
         self.metrics = metrics
         self._dir = tempfile.TemporaryDirectory(prefix="haproxy-")
         self.config = Path(self._dir.name) / "haproxy.cfg"
@@ -133,7 +128,7 @@ class ServiceHAProxy:
 
     def __init__(self, machine) -> None:  # a fakes.machine.FakeMachine
         self.machine = machine
-        self.port = free_port()
+        self.port = free_ports(1)[0]
         self._dir = tempfile.TemporaryDirectory(prefix="hx-")  # short: sun_path is 108 bytes
         self.config = Path(self._dir.name) / "haproxy.cfg"
         self.socket = str(Path(self._dir.name) / "master.sock")

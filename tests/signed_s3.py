@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import boto3
+from tf_demo import free_ports
 
 REGION = "eu-west-1"
 
@@ -46,18 +47,12 @@ class SignedS3:
         return [item["Key"] for page in pages for item in page.get("Contents", [])]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextmanager
 def signed_s3(
     statements: list[dict] | None = None, min_part_size: int = 5 << 20
 ) -> Iterator[SignedS3]:
     """A moto server whose one user may do `statements` (default: all of S3)."""
-    port = _free_port()
+    port = free_ports(1)[0]
     env = {
         **os.environ,
         "INITIAL_NO_AUTH_ACTION_COUNT": "3",

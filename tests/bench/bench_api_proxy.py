@@ -14,12 +14,13 @@ latency, so these are upper bounds on the relative cost: on a real network the e
 is the same few microseconds while every request takes longer.
 Targets (DESIGN.md): latency <= 1.05x, throughput >= 0.95x.
 
-    python tests/bench/bench_api_proxy.py [--requests 300] [--reps 5]
+    python tests/bench/bench_api_proxy.py [--requests 300] [--reps 5] [--smoke]
+
+`--smoke`: one rep of 3 requests and SMOKE_BULK (each code path once; numbers not to quote).
 """
 
 from __future__ import annotations
 
-import argparse
 import base64
 import multiprocessing
 import socket
@@ -31,16 +32,18 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-for extra in ("lib", "tests"):
+for extra in ("lib", "tests", "actions"):
     sys.path.insert(0, str(ROOT / extra))
 
 from haproxy_runner import MISSING, HAProxy, available  # noqa: E402
+from run import options  # noqa: E402
 
 from charms.gpu_k8s.v0.kubeclient import Kube  # noqa: E402
 from fakes.kube_apiserver import FakeKubeApiServer  # noqa: E402
 from fakes.tls import ServerCert, make_server_cert  # noqa: E402
 
 BULK = 256 * 1024 * 1024
+SMOKE_BULK = 4 * 1024 * 1024
 BLOCK = 1 << 20
 
 
@@ -109,16 +112,16 @@ def _kubeconfig(cert: ServerCert, address: str) -> str:
     )
 
 
-def _stream(cert: ServerCert, port: int) -> float:
-    """Seconds to send BULK bytes over TLS to `port` and hear that all arrived."""
+def _stream(cert: ServerCert, port: int, size: int) -> float:
+    """Seconds to send `size` bytes over TLS to `port` and hear that all arrived."""
     block = b"\0" * BLOCK
     context = cert.client_context()
     start = time.perf_counter()
     with context.wrap_socket(
         socket.create_connection(("127.0.0.1", port)), server_hostname="127.0.0.1"
     ) as conn:
-        conn.sendall(b"BULK" + BULK.to_bytes(8, "big"))
-        for _ in range(BULK // BLOCK):
+        conn.sendall(b"BULK" + size.to_bytes(8, "big"))
+        for _ in range(size // BLOCK):
             conn.sendall(block)
         assert conn.recv(4) == b"done"
     return time.perf_counter() - start
@@ -164,10 +167,13 @@ def _wait_up(proxy: HAProxy, cert: ServerCert) -> None:
 
 def main() -> None:
     """Print the latency and throughput ratios of going through HAProxy."""
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = options(__doc__)
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--reps", type=int, default=5)
     args = parser.parse_args()
+    bulk = BULK
+    if args.smoke:
+        args.requests, args.reps, bulk = 3, 1, SMOKE_BULK
     if not available():
         print(f"skipped: {MISSING}")
         return
@@ -198,7 +204,7 @@ def main() -> None:
             ratio, extra = _latency(direct, proxied, args.requests)
             latency.append(ratio)
             added.append(extra)
-            streamed = {p: _stream(cert, to_sink.port if p else port.value) for p in order}
+            streamed = {p: _stream(cert, to_sink.port if p else port.value, bulk) for p in order}
             throughput.append(streamed[False] / streamed[True])
     stop.set()
     api.join(10)
@@ -212,7 +218,7 @@ def main() -> None:
     )
     print(
         f"bulk throughput through HAProxy / straight: {statistics.median(throughput):.2f}x "
-        f"(target >= 0.95x; {BULK >> 20} MiB of TLS per run; "
+        f"(target >= 0.95x; {bulk >> 20} MiB of TLS per run; "
         f"per rep {', '.join(f'{r:.2f}' for r in throughput)})"
     )
 

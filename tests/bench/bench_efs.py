@@ -9,7 +9,8 @@ file systems and mount targets report ``creating`` for one describe and deleted 
 
 Run: ``.venv/bin/python tests/bench/bench_efs.py`` from the repository root. Prints numbers
 only; the target (a reconcile with nothing to do makes no mutating call) is asserted by
-``tests/functional/test_efs.py``.
+``tests/functional/test_efs.py``. ``--smoke`` changes nothing: the bench is one
+small run already (six nodes).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ for extra in ("charms/efs-storage/src", "lib", "tests"):
 from aws import Credentials  # noqa: E402
 from efs import Efs  # noqa: E402
 from efs_model import Desired, nodes_from_kubernetes  # noqa: E402
+from run import options  # noqa: E402
 
 from fakes.aws import (  # noqa: E402
     ACCESS_KEY_ID,
@@ -53,6 +55,7 @@ def report(title: str, passes: int, seconds: float, total: Counter, mutating: Co
 
 def main() -> None:
     """Measure and print."""
+    options(__doc__).parse_args()
     with local_aws() as aws:
         ec2 = aws.client("ec2")
         model_uuid = str(uuid.uuid4())

@@ -46,12 +46,13 @@ Timed from the gate's end (gpu_gate.run's return, read in the action's process).
 
 Issue 32's target: fault to taint < 60 s.
 
-    python tests/bench/bench_gpu_watcher.py [--runs 5]
+    python tests/bench/bench_gpu_watcher.py [--runs 5] [--smoke]
+
+`--smoke`: one run (each code path once; the numbers are not to quote).
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -68,7 +69,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 CP_SRC = ROOT / "charms" / "kubernetes-control-plane" / "src"
 WORKER_SRC = ROOT / "charms" / "kubernetes-worker" / "src"
-for extra in (ROOT / "tests", ROOT / "lib", CP_SRC):  # this process is the control plane's
+# this process is the control plane's; actions/ for tf_demo.free_ports (gpu_watcher_machine)
+for extra in (ROOT / "tests", ROOT / "lib", ROOT / "actions", CP_SRC):
     sys.path.insert(0, str(extra))
 HOOK = Path(__file__).resolve().parent / "gpu_charms" / "worker_hook.py"
 
@@ -83,6 +85,7 @@ from gpu_watcher_machine import (  # noqa: E402
     start,
     xid_line,
 )
+from run import options  # noqa: E402
 
 from charms.gpu_k8s.v0.kubernetes_cluster import QUARANTINE_TAINT  # noqa: E402
 from fakes.worker_scenario import SA_TOKEN  # noqa: E402
@@ -259,9 +262,11 @@ def _stats(values: list[float]) -> str:
 
 def main(argv: list[str]) -> int:
     """Run and print."""
-    parser = argparse.ArgumentParser(description="Time a fatal XID to the taint and readmission.")
+    parser = options("Time a fatal XID to the taint and readmission.")
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.runs = 1
     runs: list[dict] = []
     for n in range(args.runs):
         with tempfile.TemporaryDirectory(prefix="bench-watcher-") as tmp:

@@ -17,6 +17,10 @@ relation databags through the libraries' pydantic models (issue 2, item 15), and
 first model class pydantic builds pulls in `pydantic.fields`, `pydantic.types` and its
 plugin loader, together about as much as `import ops` again. Those columns are what the
 charms' own code adds.
+
+`--smoke`: one sample of `ops`, the floor and the first charm (each code path once; the
+numbers are not to quote; that every assembled charm imports, and without kubernetes, boto3
+or cosl, tests/functional/test_charm_projects.py checks).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 
 import pack  # noqa: E402
+from run import options  # noqa: E402
 
 SAMPLES = 9
 PROBE = """
@@ -59,14 +64,16 @@ def probe(code: str, paths: list[str]) -> tuple[float, float]:
     return float(out[0]), float(out[1])
 
 
-def medians(probes: dict[str, tuple[str, list[str]]]) -> dict[str, tuple[float, float]]:
+def medians(
+    probes: dict[str, tuple[str, list[str]]], rounds: int = SAMPLES
+) -> dict[str, tuple[float, float]]:
     """Median seconds and peak RSS of each probe, run in interleaved rounds.
 
     Every round runs each probe once, so a change in the machine's load during the run
     falls on all of them alike instead of on whichever ran last.
     """
     samples: dict[str, list[tuple[float, float]]] = {name: [] for name in probes}
-    for _ in range(SAMPLES):
+    for _ in range(rounds):
         for name, (code, paths) in probes.items():
             samples[name].append(probe(code, paths))
     return {
@@ -77,12 +84,13 @@ def medians(probes: dict[str, tuple[str, list[str]]]) -> dict[str, tuple[float, 
 
 def main() -> None:
     """Print one line per charm: import time and peak memory relative to ops."""
+    args = options(__doc__).parse_args()
     with tempfile.TemporaryDirectory() as build:
         probes = {"ops": ("import ops", []), "floor": (FLOOR, [])}
-        for charm in pack.charm_names():
+        for charm in pack.charm_names()[: 1 if args.smoke else None]:
             directory = pack.assemble(charm, Path(build))
             probes[charm] = ("import charm", [str(directory / "src"), str(directory / "lib")])
-        result = medians(probes)
+        result = medians(probes, 1 if args.smoke else SAMPLES)
     base_time, base_peak = result.pop("ops")
     floor_time, floor_peak = result.pop("floor")
     print(f"baseline `import ops`: {base_time * 1000:.1f} ms, peak RSS {base_peak / 1024:.1f} MiB")

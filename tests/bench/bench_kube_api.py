@@ -33,6 +33,8 @@ most of them do change). On 2026-11-28 (3128517): 21, 24 and 36 requests, only t
 namespace's NetworkPolicies applied, every team's ClusterQueue still; update-status sends
 3, then 2 (the Namespaces only while a GPU pod Kueue would hold runs). Compared with
 ed618d9 (issue 29's "today") in docs/explanation/design-choices.md.
+
+`--smoke`: 1 team, one sample of each hook (each code path once; not to quote).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from bench_control_plane import (  # puts the charm, lib and tests on sys.path
     local_releases,
 )
 from ops import testing  # noqa: E402
+from run import options  # noqa: E402
 
 from fakes.control_plane import kube_api_relation, node  # noqa: E402
 from fakes.etcd import EtcdPki, FakeEtcd  # noqa: E402
@@ -58,6 +61,7 @@ from fakes.kube_apiserver import FakeKubeApiServer  # noqa: E402
 
 SIZES = (1, 4, 16)
 SAMPLES = 9
+SMOKE_SIZES = (1,)
 WORKERS = 4
 GPU = '[{"count": 8, "model": "NVIDIA A10G"}]'
 # What the tensorflow charm asks for, in the shape that makes it a Kueue team (LocalQueues)
@@ -104,7 +108,9 @@ def _resource(path: str) -> str:
     return "/".join(parts[::2])
 
 
-def measure(api: FakeKubeApiServer, etcd: FakeEtcd, root: Path, n: int) -> dict[str, tuple]:
+def measure(
+    api: FakeKubeApiServer, etcd: FakeEtcd, root: Path, n: int, samples: int = SAMPLES
+) -> dict[str, tuple]:
     """Per event: (wall ms, main-thread CPU ms, API requests per hook) with `n` teams."""
     ctx, out, _ = installed_leader(api, etcd, root)
     units = {
@@ -136,7 +142,7 @@ def measure(api: FakeKubeApiServer, etcd: FakeEtcd, root: Path, n: int) -> dict[
     }
     for name, event in events.items():
         times, cpu, sent = [], [], []
-        for _ in range(SAMPLES):
+        for _ in range(samples):
             out, ms, main, requests = _timed(ctx, event(), out, api)
             times.append(ms)
             cpu.append(main)
@@ -151,23 +157,25 @@ def measure(api: FakeKubeApiServer, etcd: FakeEtcd, root: Path, n: int) -> dict[
 
 
 def main() -> None:
+    args = options(__doc__).parse_args()
+    sizes, samples = (SMOKE_SIZES, 1) if args.smoke else (SIZES, SAMPLES)
     logging.disable(logging.CRITICAL)
     import libyaml_for_ops_testing  # tests/, on sys.path once bench_control_plane is imported
 
     libyaml = libyaml_for_ops_testing.use_libyaml()
     print(f"ops.testing's YAML: {'libyaml' if libyaml else 'pure-Python PyYAML'}")
-    for n in SIZES:
+    for n in sizes:
         with (
             local_releases(),
             FakeKubeApiServer() as api,
             FakeEtcd(EtcdPki()) as etcd,
             tempfile.TemporaryDirectory() as tmp,
         ):
-            found = measure(api, etcd, Path(tmp), n)
+            found = measure(api, etcd, Path(tmp), n, samples)
         kinds = found.pop("requests relating the last team")
         print(f"{n:>3} teams, requests relating the last: {kinds}")
         for event, (ms, main, requests) in found.items():
-            each = "one run" if event.startswith("relate") else f"median of {SAMPLES}"
+            each = "one run" if event.startswith("relate") else f"median of {samples}"
             print(
                 f"{n:>3} teams, {event:>21}: {ms:7.2f} ms wall, {main:6.2f} ms main-thread "
                 f"CPU ({each}), {requests} API requests per hook"

@@ -14,12 +14,13 @@ The order alternates between repetitions. Throughput is the chief's
 `avg_examples_per_sec` from the progress file (steady state: the first, tracing step is
 excluded). Target: launcher / by hand 0.97-1.03.
 
-    python tests/bench/bench_launcher.py [--reps 5] [--steps 600]
+    python tests/bench/bench_launcher.py [--reps 5] [--steps 600] [--smoke]
+
+`--smoke`: one repetition of 20 steps (each code path once; the numbers are not to quote).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import resource
@@ -32,6 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 ACTIONS = ROOT / "actions"
 sys.path.insert(0, str(ACTIONS))
+from run import options  # noqa: E402
 from tf_demo import free_ports  # noqa: E402  (stdlib only)
 
 PYTHON = os.environ.get("GPU_K8S_TF_PYTHON") or sys.executable
@@ -117,11 +119,13 @@ def run_once(kind: str, flags: list[str]) -> tuple[float, float]:
 
 def main() -> int:
     """Print per-run throughput and the launcher / by-hand ratio."""
-    parser = argparse.ArgumentParser(description="Launcher vs by-hand training throughput.")
+    parser = options("Launcher vs by-hand training throughput.")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
+    if args.smoke:
+        args.reps, args.steps = 1, 20
     probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('tensorflow') is None)"
     try:
         found = subprocess.run([PYTHON, "-c", probe], timeout=60).returncode == 0
@@ -130,7 +134,11 @@ def main() -> int:
     if not found:
         print(f"launcher throughput: skipped (tensorflow not importable by {PYTHON})")
         return 0
-    flags = [f"--steps={args.steps}", f"--threads={args.threads}", "--checkpoint-every=200"]
+    flags = [
+        f"--steps={args.steps}",
+        f"--threads={args.threads}",
+        f"--checkpoint-every={min(200, args.steps // 2)}",
+    ]
     results: dict[str, list[float]] = {"launcher": [], "by-hand": []}
     cpu: dict[str, list[float]] = {"launcher": [], "by-hand": []}
     for rep in range(args.reps):

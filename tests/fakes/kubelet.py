@@ -17,66 +17,30 @@ evicted pod (`terminate`, a drain) gets SIGTERM and is left to end while the tes
 Every pod has its own network namespace (kubernetes.io/docs/concepts/workloads/pods/,
 "Pod networking"), so pods of one node may listen on the same port; the processes here
 share the test's. The launcher's metrics port (GPU_K8S_METRICS_PORT) is therefore given
-a free port per pod (`pod_ports`), recorded in `metrics_ports` for the test to scrape.
+a free port per pod (`tf_demo.free_ports`: none the kernel hands out to connections),
+recorded in `metrics_ports` for the test to scrape.
 """
 
 from __future__ import annotations
 
 import base64
 import os
-import random
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from tf_demo import free_ports  # actions/ (stdlib only): the demo picks its ports so too
+
 GRACE_SECONDS = 30  # terminationGracePeriodSeconds' default
 
 
 # What the tensorflow image lacks (tests/fixtures/tensorflow_image/README.md)
 TENSORFLOW_IMAGE = Path(__file__).resolve().parents[1] / "fixtures" / "tensorflow_image"
-
-
-# Where a pod's ports are picked (`pod_ports`): below the kernel's ephemeral ports.
-LOWEST_PORT = 10000
-EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
-
-
-def pod_ports(count: int) -> list[int]:
-    """`count` distinct ports free now on every address, for servers the test's pods start.
-
-    In a cluster each pod has its own network namespace, so its servers' ports (2222,
-    the metrics port) are always free. Here every process shares the machine's: a port
-    picked by binding port 0 and released is one of the kernel's ephemeral ports
-    (net.ipv4.ip_local_port_range, kernel docs ip-sysctl), which any process's outgoing
-    connection (an API client, a peer's gRPC channel, another test run) may get before
-    the pod's server binds it, the more often the busier the machine: then a trainer's
-    TensorFlow says "Could not start gRPC server" (it binds 0.0.0.0:<port>), exits 1 and
-    its failure counts as the job's (seen once in five runs of test_tf_gang.py at load
-    8-11). Ports below that range are handed out to nobody; they are picked at random
-    so that test runs side by side seldom try the same ones, and only ports that bind
-    now on all addresses are kept.
-    """
-    try:
-        low = int(EPHEMERAL.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        low = 32768  # the kernel's default range starts there
-    ports: list[int] = []
-    for port in random.sample(range(LOWEST_PORT, low), min(low - LOWEST_PORT, 50 * count)):
-        with socket.socket() as s:
-            try:
-                s.bind(("", port))
-            except OSError:
-                continue
-        ports.append(port)
-        if len(ports) == count:
-            return ports
-    raise RuntimeError(f"no {count} free ports below {low}")
 
 
 class ProcessKubelet:
@@ -121,7 +85,7 @@ class ProcessKubelet:
                 env[item["name"]] = self._local(item["value"])
         env["HOSTNAME"] = pod["spec"].get("hostname") or pod["metadata"]["name"]
         if env.get("GPU_K8S_METRICS_PORT"):  # the pod's own port, in its own namespace
-            port = self.metrics_ports.setdefault(pod["metadata"]["name"], pod_ports(1)[0])
+            port = self.metrics_ports.setdefault(pod["metadata"]["name"], free_ports(1)[0])
             env["GPU_K8S_METRICS_PORT"], env["GPU_K8S_METRICS_ADDRESS"] = str(port), "127.0.0.1"
         env["PATH"] = os.environ["PATH"]
         env["PYTHONPATH"] = str(TENSORFLOW_IMAGE)  # no scikit-learn, as in the image

@@ -18,7 +18,8 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from haproxy_runner import BINARY, MISSING, HAProxy, ServiceHAProxy, available, free_port
+from haproxy_runner import BINARY, MISSING, HAProxy, ServiceHAProxy, available
+from tf_demo import free_ports
 
 from charms.gpu_k8s.v0 import api_proxy
 from charms.gpu_k8s.v0.kubeclient import Kube
@@ -193,13 +194,14 @@ def _access(
     client.write_text(cert.client_pem("system:node:ip-10-0-1-17", "system:nodes"))
     ca_file = tmp_path / "ca.crt"
     ca_file.write_text(cert.ca_pem)
+    kubelet_port, api_server_port = free_ports(2)
     return api_proxy.MetricsAccess(
         client_cert=str(client),
         api_server=api_server,
         kubelet=kubelet,
         ca_file=str(ca_file),
-        kubelet_port=free_port(),
-        api_server_port=free_port(),
+        kubelet_port=kubelet_port,
+        api_server_port=api_server_port,
     )
 
 

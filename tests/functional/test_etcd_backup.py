@@ -22,9 +22,9 @@ from etcd_runner import (
     RealEtcd,
     UnavailableError,
     binaries,
-    free_port,
     write_pki,
 )
+from tf_demo import free_ports
 
 from fakes.control_plane import CA_PEM, SA_PUB_PEM, sa_keys
 from fakes.etcd import EtcdPki
@@ -103,7 +103,7 @@ def test_a_snapshot_of_the_real_member_restores_what_it_held(node, tmp_path):
 def test_a_failed_snapshot_says_etcdctls_words_and_keeps_the_older(node):
     root, etcd, runner = node
     first = etcd_backup.take(runner.host(), NOW, keep=1)
-    etcd.client_port = free_port()  # the container runs; its member does not answer
+    etcd.client_port = free_ports(1)[0]  # the container runs; its member does not answer
 
     with pytest.raises(etcd_backup.BackupError, match="context deadline exceeded$"):
         etcd_backup.take(

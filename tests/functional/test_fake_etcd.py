@@ -23,7 +23,8 @@ import os
 import time
 
 import pytest
-from etcd_runner import EtcdCluster, RealEtcd, UnavailableError, binaries, free_port, write_pki
+from etcd_runner import EtcdCluster, RealEtcd, UnavailableError, binaries, write_pki
+from tf_demo import free_ports
 
 from fakes.etcd import EtcdPki, FakeEtcd
 
@@ -63,7 +64,7 @@ def test_a_member_added_but_never_started_has_no_name_as_in_real_etcd(real):
     added = json.loads(
         real.ctl(
             "member", "add", "cp-1", "--learner",
-            f"--peer-urls=http://127.0.0.1:{free_port()}", "--write-out=json",
+            f"--peer-urls=http://127.0.0.1:{free_ports(1)[0]}", "--write-out=json",
         )
     )  # fmt: skip
     listed = _members(real.ctl("member", "list", "--write-out=json"))
@@ -187,7 +188,7 @@ class Fake:
 
 
 def _add_body(learner: bool) -> dict:
-    body: dict = {"peerURLs": [f"https://127.0.0.1:{free_port()}"]}
+    body: dict = {"peerURLs": [f"https://127.0.0.1:{free_ports(1)[0]}"]}
     if learner:
         body["isLearner"] = True
     return body

@@ -10,13 +10,12 @@ exited (the charm sees it at its next poll) or when none runs.
 
 from __future__ import annotations
 
-import socket
 import time
 from pathlib import Path
 
 import pytest
 
-from fakes.kubelet import EPHEMERAL, LOWEST_PORT, ProcessKubelet, pod_ports
+from fakes.kubelet import ProcessKubelet
 
 
 def _pod(name: str, seconds: float) -> dict:
@@ -50,22 +49,6 @@ def test_a_sleep_ends_once_a_container_exits_or_at_once_when_none_runs(kubelet):
     kubelet.start(_pod("short", 0.2))
     assert _took(kubelet, 30) < 10
     assert kubelet.procs["short"].poll() == 0 and kubelet.procs["long"].poll() is None
-
-
-def test_a_pod_s_ports_are_free_and_none_the_kernel_hands_out_to_connections():
-    """A pod's own network namespace, as near as one machine gets (fakes.kubelet pod_ports).
-
-    An ephemeral port, released, may go to any process's next outgoing connection before
-    the pod's TensorFlow binds it ("Could not start gRPC server", a restart counted).
-    """
-    low = int(EPHEMERAL.read_text().split()[0])
-    ports = pod_ports(40)
-    assert len(set(ports)) == 40
-    assert all(LOWEST_PORT <= port < low for port in ports)
-    with socket.socket() as s:  # one that is taken is never picked
-        s.bind(("", ports[0]))
-        s.listen()
-        assert ports[0] not in {p for _ in range(20) for p in pod_ports(40)}
 
 
 def test_a_container_has_a_tmp_of_its_own_new_at_each_start(kubelet, tmp_path):

@@ -36,13 +36,14 @@ from fakes.addons import install_kueue, join_team, size_cohort
 from fakes.batch import BatchControllers
 from fakes.kube_apiserver import FakeKubeApiServer
 from fakes.kube_grants import consumer_grant, store_grant
-from fakes.kubelet import ProcessKubelet, pod_ports
+from fakes.kubelet import ProcessKubelet
 from fakes.taint_eviction import TaintEvictionController
 from fakes.tf_serving import FakeTfServing
 
 ROOT = Path(__file__).resolve().parents[2]
 ACTIONS = ROOT / "actions"
 sys.path.insert(0, str(ACTIONS))
+from tf_demo import free_ports  # noqa: E402
 from tf_launcher import cluster_sizes  # noqa: E402
 
 from charms.gpu_k8s.v0.kubeclient import Kube  # noqa: E402
@@ -92,7 +93,7 @@ class GangKubelet(ProcessKubelet):
             sizes = cluster_sizes(
                 env["GPU_K8S_STRATEGY"], int(env["GPU_K8S_WORKERS"]), int(env["GPU_K8S_PS"])
             )
-            ports = iter(pod_ports(sum(sizes.values())))
+            ports = iter(free_ports(sum(sizes.values())))
             self.ports[key] = {
                 role: [f"127.0.0.1:{next(ports)}" for _ in range(n)] for role, n in sizes.items()
             }

@@ -32,9 +32,9 @@ sys.path.insert(0, str(ROOT / "actions"))
 import readme_examples  # noqa: E402
 import tf_zygote  # noqa: E402
 from signed_s3 import signed_s3  # noqa: E402
-from tf_demo import write_digits  # noqa: E402  (stdlib; sklearn when called)
+from tf_demo import free_ports, write_digits  # noqa: E402  (stdlib; sklearn when called)
 
-from fakes.kubelet import TENSORFLOW_IMAGE, pod_ports  # noqa: E402
+from fakes.kubelet import TENSORFLOW_IMAGE  # noqa: E402
 
 
 def image_pythonpath() -> str:
@@ -89,7 +89,7 @@ class LocalJob:
         # the gRPC and metrics ports chosen together: one chosen after the others were
         # released could be one of them again, and the launcher's metrics server would then
         # hold the trainer's gRPC port ("Could not start gRPC server")
-        ports = iter(pod_ports(2 * len(tasks)))
+        ports = iter(free_ports(2 * len(tasks)))
         hosts: dict[str, list[str]] = {}
         for role, _ in tasks:
             hosts.setdefault(role, []).append(f"127.0.0.1:{next(ports)}")
