@@ -609,7 +609,8 @@ def _check_modelled_quota(quota: dict) -> None:
         raise ApiError(
             500,
             "InternalError",
-            f"the fake API server models only object counts in a ResourceQuota, not {what}",
+            "the fake API server models only object counts (and Services' node ports and"
+            f" load balancers) in a ResourceQuota, not {what}",
         )
 
 
@@ -1247,8 +1248,9 @@ class FakeKubeApiServer:
 
     def _keep(self, key: str, obj: dict) -> None:
         """Store `obj` at `key`; an Event in both groups' views (`event_twin`)."""
-        # what can change a quota's status: a new object, a pod's phase, a quota itself
-        counts = key not in self._store or obj.get("kind") in ("Pod", "ResourceQuota")
+        # what can change a quota's status: a new object, a pod's phase, a Service's type,
+        # a quota itself
+        counts = key not in self._store or obj.get("kind") in ("Pod", "ResourceQuota", "Service")
         self._store[key] = obj
         twin = event_twin(key, obj)
         if twin is not None:
@@ -1964,17 +1966,22 @@ class FakeKubeApiServer:
             self._warnings += policies.admit(
                 self._stored, user, operation, target, obj, old, namespace_of=self._namespace
             )
-        if request.operation == "CREATE" and namespace and not target.sub:
-            self._admit_quota(target, obj, namespace)
+        if namespace and not target.sub:
+            if request.operation == "CREATE":
+                self._admit_quota(target, obj, namespace)
+            elif request.operation == "UPDATE" and target.kind == "Service":
+                self._admit_quota(target, obj, namespace, old)  # its type can change
 
-    def _admit_quota(self, target: Target, obj: dict, namespace: str) -> None:
+    def _admit_quota(
+        self, target: Target, obj: dict, namespace: str, old: dict | None = None
+    ) -> None:
         """The ResourceQuota plugin, after the others (kube_quota.py): object counts."""
         if namespace not in self._quota_namespaces:
             return
         prefix = f"/api/v1/namespaces/{namespace}/resourcequotas/"
         quotas = self._stored(prefix)
         group = target.gv.rpartition("/")[0]
-        kube_quota.admit(quotas, group, target.plural, obj["metadata"]["name"], obj)
+        kube_quota.admit(quotas, group, target.plural, obj["metadata"]["name"], obj, old)
 
     def _prioritize(self, operation: str, target: Target, obj: dict, old: dict | None) -> None:
         """The Priority admission plugin (kube_priority.py) on a pod, not a subresource."""

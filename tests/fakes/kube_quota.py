@@ -4,8 +4,8 @@ Only object counts are modelled: a ResourceQuota's `spec.hard` may name `count/<
 (a core resource) or `count/<resource>.<group>` of any resource, and the older names
 `configmaps`, `secrets`, `replicationcontrollers`, `resourcequotas`, `services`,
 `persistentvolumeclaims` and `pods`. Compute and storage resources (`requests.cpu`,
-`limits.memory`, `requests.storage`, ...), `services.nodeports`, `services.loadbalancers`,
-`scopes` and `scopeSelector` are not: a quota naming one is answered 500 (`unmodelled`), so
+`limits.memory`, `requests.storage`, ...), `scopes` and `scopeSelector` are not: a quota
+naming one is answered 500 (`unmodelled`), so
 no test relies on a check this fake does not make. Read in kubernetes (k8s.io/apiserver at
 24a394e5, July 2026, and kubernetes/kubernetes stored commits near 1.36):
 
@@ -20,6 +20,13 @@ no test relies on a check this fake does not make. Read in kubernetes (k8s.io/ap
   ignoredResources: "events haven't been quota-ed before", both groups), nor the reviews and
   bindings listed there, nor anything cluster-scoped (pkg/admission/plugin/resourcequota/
   admission.go Validate ignores requests without a namespace).
+- a Service's `services.loadbalancers` and `services.nodeports` (kubernetes
+  pkg/quota/v1/evaluator/core/services.go Usage, stored commit 04791b49): a LoadBalancer
+  uses one load balancer; a NodePort or LoadBalancer Service one node port per port (a
+  LoadBalancer with `allocateLoadBalancerNodePorts: false` only its ports that name a
+  nodePort); every other type none. The Service evaluator also handles an UPDATE ("a
+  service type can change"): it is checked for what the update adds (controller.go
+  CheckRequest: the new usage less the old).
 - when (`admit`): at a CREATE of the main resource (generic objectCountEvaluator.Handles:
   no subresource, admission.Create; server-side apply that creates is a CREATE), after
   the other validating plugins (ValidatingAdmissionPolicy runs before it). Every quota of
@@ -67,6 +74,7 @@ IGNORED = {
     ("authorization.k8s.io", "selfsubjectrulesreviews"),
 }
 _TERMINAL = ("Succeeded", "Failed")
+SERVICE_NAMES = {"services.loadbalancers", "services.nodeports"}
 
 
 def count_name(group: str, resource: str) -> str:
@@ -74,22 +82,39 @@ def count_name(group: str, resource: str) -> str:
     return f"count/{resource}.{group}" if group else f"count/{resource}"
 
 
-def counted_as(group: str, resource: str, obj: dict) -> set[str]:
-    """The quota names one stored object of (group, resource) uses one of."""
+def usage(group: str, resource: str, obj: dict) -> dict[str, int]:
+    """What one stored object of (group, resource) uses, by quota name."""
     if (group, resource) in IGNORED:
-        return set()
-    names = {count_name(group, resource)}
+        return {}
+    used = {count_name(group, resource): 1}
     if not group and resource in LEGACY_NAMES:
-        names.add(resource)
+        used[resource] = 1
     if (group, resource) == ("", "pods") and (obj.get("status") or {}).get(
         "phase"
     ) not in _TERMINAL:
-        names.add("pods")
-    return names
+        used["pods"] = 1
+    if (group, resource) == ("", "services"):
+        used.update(_service_usage(obj.get("spec") or {}))
+    return used
+
+
+def _service_usage(spec: dict) -> dict[str, int]:
+    """services.go Usage: load balancers and node ports of a Service's spec."""
+    ports = spec.get("ports") or []
+    kind = spec.get("type")
+    if kind == "NodePort":
+        return {"services.nodeports": len(ports)}
+    if kind == "LoadBalancer":
+        if spec.get("allocateLoadBalancerNodePorts") is False:
+            nodeports = sum(1 for p in ports if p.get("nodePort"))
+        else:
+            nodeports = len(ports)
+        return {"services.nodeports": nodeports, "services.loadbalancers": 1}
+    return {}
 
 
 def _modelled(name: str) -> bool:
-    return name.startswith("count/") or name in LEGACY_NAMES or name == "pods"
+    return name.startswith("count/") or name in {*LEGACY_NAMES, *SERVICE_NAMES, "pods"}
 
 
 def unmodelled(quota: dict) -> str | None:
@@ -112,22 +137,36 @@ def status(quota: dict, stored: Iterable[tuple[str, str, dict]]) -> dict[str, An
     }
     used = dict.fromkeys(hard, 0)
     for group, resource, obj in stored:
-        for name in counted_as(group, resource, obj) & used.keys():
-            used[name] += 1
+        for name, n in usage(group, resource, obj).items():
+            if name in used:
+                used[name] += n
     return {"hard": hard, "used": {name: str(n) for name, n in used.items()}}
 
 
-def admit(quotas: Iterable[dict], group: str, resource: str, name: str, obj: dict) -> None:
-    """Refuse the CREATE of `obj` when it would take any quota of its namespace past hard.
+def admit(
+    quotas: Iterable[dict],
+    group: str,
+    resource: str,
+    name: str,
+    obj: dict,
+    old: dict | None = None,
+) -> None:
+    """Refuse the CREATE of `obj` (or an UPDATE from `old`) that would pass any quota's hard.
 
-    `quotas`: the namespace's ResourceQuotas, with the status `status` computed. Raises the
-    403 of controller.go CheckRequest for the first quota (by name) it exceeds.
+    `quotas`: the namespace's ResourceQuotas, with the status `status` computed. An update
+    is checked for what it adds (the new usage less the old, where that is more). Raises
+    the 403 of controller.go CheckRequest for the first quota (by name) it exceeds.
     """
-    names = counted_as(group, resource, obj)
+    asked = usage(group, resource, obj)
+    if old is not None:
+        before = usage(group, resource, old)
+        asked = {n: v - before.get(n, 0) for n, v in asked.items() if v > before.get(n, 0)}
     for quota in sorted(quotas, key=lambda q: q["metadata"]["name"]):
         state = quota.get("status") or {}
         hard, used = state.get("hard") or {}, state.get("used") or {}
-        over = sorted(n for n in names & hard.keys() if int(used.get(n, 0)) + 1 > int(hard[n]))
+        over = sorted(
+            n for n in asked.keys() & hard.keys() if int(used.get(n, 0)) + asked[n] > int(hard[n])
+        )
         if not over:
             continue
         from fakes.kube_apiserver import ApiError  # the server module imports this one
@@ -135,7 +174,7 @@ def admit(quotas: Iterable[dict], group: str, resource: str, name: str, obj: dic
         def listed(values: dict) -> str:
             return ",".join(f"{n}={values[n]}" for n in over)
 
-        requested = listed(dict.fromkeys(over, 1))
+        requested = listed(asked)
         message = (
             f"exceeded quota: {quota['metadata']['name']}, requested: {requested},"
             f" used: {listed(used)}, limited: {listed(hard)}"

@@ -573,6 +573,47 @@ def test_a_team_cannot_fill_the_store_past_its_object_counts(rbac, kube, kube_ap
     assert call(kube_api, token, "POST", configmaps, body)[0] == 201
 
 
+def test_a_team_opens_no_node_port_and_no_load_balancer(rbac, kube, kube_api, policies):
+    """A team's Services stay inside the cluster: no node port, no cloud load balancer.
+
+    A NodePort (or LoadBalancer) Service opens its port on every node, the control plane's
+    included, from the one range all teams share (30000-32767): a team could take the range
+    or reach its pods past the model's security group. No charm makes one, so the counts
+    `services.nodeports` and `services.loadbalancers` are 0 (team_quota.COUNTS), on create
+    and on an update that changes the type (the ResourceQuota plugin handles both).
+    """
+    team_quota = load("kubernetes-control-plane", "team_quota")
+    token = rbac.apply(kube, _grant(rbac, HOSTILE, HOSTILE, LEGITIMATE_RULES, []))
+    kube.apply(
+        team_quota.manifest(HOSTILE, team_quota.COUNTS), field_manager="kubernetes-control-plane"
+    )
+    services = f"/api/v1/namespaces/{HOSTILE}/services"
+
+    def service(name: str, **spec) -> dict:
+        ports = [{"port": 80, "name": "http"}, {"port": 443, "name": "https"}]
+        return {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": name},
+            "spec": {"ports": ports, "selector": {"app": "web"}, **spec},
+        }
+
+    for kind, used in (
+        ("NodePort", "services.nodeports=2"),
+        ("LoadBalancer", "services.loadbalancers=1,services.nodeports=2"),
+    ):
+        status, answer = call(kube_api, token, "POST", services, service("open", type=kind))
+        assert status == 403, answer
+        assert f"exceeded quota: {team_quota.NAME}, requested: {used}" in answer["message"]
+    assert call(kube_api, token, "POST", services, service("web"))[0] == 201  # ClusterIP
+    merge = "application/merge-patch+json"
+    opened = {"spec": {"type": "NodePort"}}
+    status, answer = call(kube_api, token, "PATCH", f"{services}/web", opened, merge)
+    assert status == 403 and "requested: services.nodeports=2" in answer["message"], answer
+    renamed = {"metadata": {"labels": {"tier": "web"}}}  # an update adding no port passes
+    assert call(kube_api, token, "PATCH", f"{services}/web", renamed, merge)[0] == 200
+
+
 def test_a_teams_service_gains_no_external_ip_on_update(rbac, kube, kube_api, policies):
     """Review43 G5: the policy refuses what DenyServiceExternalIPs would, without it.
 

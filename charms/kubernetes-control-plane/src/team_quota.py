@@ -99,6 +99,14 @@ COUNTS: dict[str, int] = {
     # per job the JobSet's headless Service (its subdomain) and TensorBoard's; one per
     # served model
     "services": 2 * JOBS + SERVED + 30,
+    # No node port and no cloud load balancer (kubernetes pkg/quota/v1/evaluator/core/
+    # services.go Usage: a NodePort or LoadBalancer Service uses one node port per port, a
+    # LoadBalancer one load balancer): every Service the charms make is a ClusterIP one, and
+    # a node port opens on every node, the control plane's included, from the range all
+    # teams share (kube-apiserver --service-node-port-range, 30000-32767): a team could take
+    # it or reach its pods past the model's security group
+    "services.nodeports": 0,
+    "services.loadbalancers": 0,
     # TensorBoard per job (manifests.tensorboard), one per served model
     "count/deployments.apps": JOBS + SERVED + 30,
     # a TensorBoard Deployment is written once (one ReplicaSet), a served model's at each

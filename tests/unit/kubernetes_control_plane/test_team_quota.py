@@ -115,7 +115,14 @@ def test_the_counts_hold_what_the_tensorflow_charm_makes():
     # each resource name is one kube-apiserver validates (ValidateResourceQuotaResourceName:
     # `count/` and a qualified name of at most 63 characters, or a standard name), each
     # count whole
-    standard = {"configmaps", "secrets", "services", "persistentvolumeclaims"}
+    standard = {
+        "configmaps",
+        "secrets",
+        "services",
+        "persistentvolumeclaims",
+        "services.nodeports",
+        "services.loadbalancers",
+    }
     for name, count in team_quota.COUNTS.items():
         assert isinstance(count, int) and count >= 0
         assert name.startswith("count/") or name in {*standard, "replicationcontrollers"}
