@@ -258,7 +258,7 @@ def history(host: Host) -> dict[str, str]:
 # next to the watcher's own keys, which the watcher keeps as it finds them:
 #   "repairs": the last 50 repair attempts, oldest first, one record per GPU:
 #     {"time": ISO 8601 UTC, "gpu": index, "gpu_uuid": UUID, "method": "reset"|"reboot",
-#      "result": "ok"|"failed"|"refused" (a reset nvidia-smi refused, a reboot after it),
+#      "result": "ok"|"failed"|"refused" (a reset nvidia-smi refused: something held the GPU),
 #      "detail": one line, "quarantined_at": ISO 8601 UTC (the
 #      quarantine's `at`), "gate": {"passed": bool, "cuda"|"dcgm"|"nccl": "passed: ..."
 #      or "failed: ..."} ({} when the repair failed before the gate)}

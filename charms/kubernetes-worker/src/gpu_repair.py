@@ -18,10 +18,14 @@
   with Fabric Manager running (Hopper and later no longer need it); otherwise GPUs
   linked by NVLink must be reset in the same command. nvidia-smi refuses what it cannot
   do ("Unable to reset GPU <bus id> because it's being used by some other process ...",
-  recorded in tests/fakes/nvidia_driver.py): a refused reset is a failed repair, and
-  with `reboot` the machine reboots instead. A drain leaves the node's DaemonSet pods,
-  and the device plugin and the DCGM exporter hold NVML handles on every GPU (refused
-  with "In use by another client", NVIDIA/NVSentinel#1690), as does the watcher's
+  recorded in tests/fakes/nvidia_driver.py). A reset refused because something holds the
+  GPU (`IN_USE_WORDS`) ran no repair: it is recorded `refused`, never counted toward the
+  escalation; with `reboot` the machine reboots instead, with `reset` the unit is Blocked
+  naming the holder (`reset_refused_message`) and no reset is tried again while nvidia-smi
+  still lists a compute process. Any other refusal is a failed repair. A drain leaves
+  the node's DaemonSet pods, and the device plugin and the DCGM exporter hold NVML
+  handles on every GPU (refused with "In use by another client",
+  NVIDIA/NVSentinel#1690), as does the watcher's
   nvidia-smi every 5 s: so during a reset the node's GPU clients are paused
   (`gpu_clients_paused`): the watcher's polls (gpu_watcher.PAUSE_FILE) and the GPU
   DaemonSets (the node label kube_objects.GPU_CLIENTS_LABEL, which their node affinity
@@ -63,7 +67,7 @@ import datetime
 import json
 import logging
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import gpu_gate
 import mig
@@ -87,10 +91,17 @@ logger = logging.getLogger(__name__)
 
 MODES = ("off", "reset", "reboot")
 RESET, REBOOT = "reset", "reboot"
-# A reset nvidia-smi refused (the GPU still in use: `nvidia-smi -r` needs every process
-# off it, nvidia-smi(1) -r): recorded, never counted as a failed repair when a reboot
-# follows (gpu-auto-repair=reboot); under `reset` alone it is a failed repair.
+# A reset nvidia-smi refused because something holds the GPU (`nvidia-smi -r` needs every
+# process off it, nvidia-smi(1) -r): recorded, never counted as a failed repair.
 REFUSED = "refused"
+# nvidia-smi's words for that refusal (its exit status, 1 or 255 in the records below, is
+# not documented for it: nvidia-smi(1) RETURN VALUE gives 255 to "other error"): "Unable to
+# reset GPU <bus id> because it's being used by some other process (e.g. CUDA application)"
+# (a public console record, tests/fakes/nvidia_driver.py); "The following GPUs could not be
+# reset: / GPU <bus id>: In use by another client" (NVIDIA/NVSentinel#1690, exit=255;
+# NVIDIA/mig-parted#181, exit status 255); "GPU <bus id> is currently in use by another
+# process." (NVIDIA/gpu-operator#118). Read in lower case.
+IN_USE_WORDS = ("being used by", "in use by another")
 NVIDIA_SMI = "nvidia-smi"
 PROGRESS = "/var/lib/gpu-k8s/gpu-repair.json"
 ESCALATE_AFTER = 2  # failed repairs ...
@@ -155,8 +166,22 @@ def choose(entries: list[dict], mode: str, records: list[dict], now: float) -> s
     return REBOOT if mode == REBOOT else None
 
 
-def reset(host: Host, entries: list[dict]) -> tuple[bool, str]:
-    """`nvidia-smi -r -i <index>` for each quarantined GPU; (all reset, what it said)."""
+class Reset(NamedTuple):
+    """What `reset` did: `done` (every GPU reset) and what nvidia-smi `said`.
+
+    `holders`: not None when nvidia-smi refused because something holds the GPU
+    (`IN_USE_WORDS`): the compute processes nvidia-smi lists (none when the holder is no
+    compute process: nvidia-persistenced, an NVML monitor); `words`: its refusal's words.
+    """
+
+    done: bool
+    said: str
+    holders: tuple[str, ...] | None = None
+    words: str = ""
+
+
+def reset(host: Host, entries: list[dict]) -> Reset:
+    """`nvidia-smi -r -i <index>` for each quarantined GPU."""
     said = []
     for q in entries:
         try:
@@ -165,10 +190,55 @@ def reset(host: Host, entries: list[dict]) -> tuple[bool, str]:
             # the first two lines name the GPU and why ("Unable to reset GPU <bus id>
             # because ...", or "The following GPUs could not be reset:" then the GPU)
             lines = [line.strip() for line in e.stderr.splitlines() if line.strip()]
-            said = " ".join(lines[:2]) if lines else str(e)
-            return False, f"GPU {q.get('index')} reset refused: {said}"
+            words = " ".join(lines[:2]) if lines else str(e)
+            refused = f"GPU {q.get('index')} reset refused: {words}"
+            if not any(w in e.stderr.lower() for w in IN_USE_WORDS):
+                return Reset(False, refused)
+            names = {str(g.get("uuid")): str(g.get("index")) for g in entries}
+            holders = tuple(
+                f"process {pid} on GPU {names.get(uuid, uuid)}"
+                for pid, uuid in _compute_apps(host)
+            )
+            return Reset(False, refused, holders, words)
         said.append(next((line for line in out.splitlines() if line.strip()), "reset"))
-    return True, "; ".join(said)
+    return Reset(True, "; ".join(said))
+
+
+def reset_refused_message(node: str, entries: list[dict], refused: Reset, then: str = "") -> str:
+    """Blocked (or the action's failure): a holder stopped the reset; what to do about it.
+
+    `then`: what follows stopping it (the action: "and run repair-gpu again").
+    """
+    first = entries[0]
+    holders = list(refused.holders or ())
+    held = (
+        ", ".join(holders)
+        if holders
+        else f"a client nvidia-smi lists as no process ({refused.words})"
+    )
+    stop = ", ".join(holders) if holders else f"what holds GPU {first.get('index')}"
+    return (
+        f"GPU {first.get('index')} ({first.get('uuid')}) reset refused: held by {held}; "
+        f"node {node} stays cordoned: stop {stop}{then}, or set gpu-auto-repair=reboot"
+    )
+
+
+def still_held(host: Host, entries: list[dict], records: list[dict]) -> Reset | None:
+    """The refusal to repeat without a new try; None: try the reset again.
+
+    The last reset of these GPUs was refused because something held them, and nvidia-smi
+    still lists a compute process (the node was drained then and stays cordoned: it is
+    that holder, or one like it).
+    """
+    uuids = {q.get("uuid") for q in entries}
+    last = next((r for r in reversed(records) if r.get("gpu_uuid") in uuids), None)
+    if not last or (last.get("method"), last.get("result")) != (RESET, REFUSED):
+        return None
+    names = {str(g.get("uuid")): str(g.get("index")) for g in entries}
+    holders = tuple(
+        f"process {pid} on GPU {names.get(uuid, uuid)}" for pid, uuid in _compute_apps(host)
+    )
+    return Reset(False, str(last.get("detail") or ""), holders) if holders else None
 
 
 def _client_pods(kube: Kube, node: str) -> list[str]:
@@ -182,14 +252,19 @@ def _client_pods(kube: Kube, node: str) -> list[str]:
     return [f"pod {p['metadata'].get('namespace')}/{p['metadata']['name']}" for p in pods]
 
 
-def _compute_processes(host: Host) -> list[str]:
-    """The CUDA processes on the GPUs (`nvidia-smi --query-compute-apps`)."""
+def _compute_apps(host: Host) -> list[tuple[str, str]]:
+    """The CUDA processes on the GPUs: (pid, GPU UUID) (`nvidia-smi --query-compute-apps`)."""
     try:
         out = host.run(NVIDIA_SMI, *COMPUTE_APPS)
     except CommandError:
         return []  # the reset's own answer says what holds the GPU
-    rows = [line.split(",") for line in out.splitlines()]
-    return [f"process {r[0].strip()}" for r in rows if r[0].strip().isdigit()]
+    rows = [[f.strip() for f in line.split(",")] for line in out.splitlines()]
+    return [(r[0], r[1] if len(r) > 1 else "") for r in rows if r[0].isdigit()]
+
+
+def _compute_processes(host: Host) -> list[str]:
+    """The CUDA processes on the GPUs, for the log."""
+    return [f"process {pid}" for pid, _ in _compute_apps(host)]
 
 
 def _clients_for(node: str, purpose: str) -> str:

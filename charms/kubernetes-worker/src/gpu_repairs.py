@@ -136,7 +136,7 @@ class GpuRepairs(ops.Object):
             if asked
             else gpu_repair.choose(held, config.gpu_auto_repair, records, now)
         )
-        method, blocked = self._possible(host, node, held, config.gpu_auto_repair, method)
+        method, blocked = self._possible(host, node, held, config.gpu_auto_repair, method, records)
         if blocked is not None:
             self.turns.done(limit, REPAIR)
             return blocked
@@ -144,16 +144,27 @@ class GpuRepairs(ops.Object):
 
     @staticmethod
     def _possible(
-        host: Host, node: str, held: list[dict], mode: str, method: str | None
+        host: Host,
+        node: str,
+        held: list[dict],
+        mode: str,
+        method: str | None,
+        records: list[dict] | None = None,
     ) -> tuple[str | None, ops.StatusBase | None]:
         """`method`, or a reboot where no reset is possible now; Blocked without reboots.
 
         gpu_repair.reset_blocker says whether a reset is possible; `mode` whether a reboot
-        is allowed instead.
+        is allowed instead. Under `reset`, a reset refused before while its holder is still
+        there (gpu_repair.still_held) is not tried again: no new drain, no new pause.
         """
         if method != gpu_repair.RESET:
             return method, None
         blocker = gpu_repair.reset_blocker(host, gpu_node.detect(host).nvswitches)
+        held_by = (
+            None if mode != gpu_repair.RESET else gpu_repair.still_held(host, held, records or [])
+        )
+        if held_by is not None:
+            return None, ops.BlockedStatus(gpu_repair.reset_refused_message(node, held, held_by))
         if blocker is None:
             return method, None
         if mode == gpu_repair.REBOOT:
@@ -201,15 +212,20 @@ class GpuRepairs(ops.Object):
             return ops.WaitingStatus(self.turns.waiting_message(reason, limit, REPAIR))
         self._drain(host, config, node, reason)
         if method == gpu_repair.RESET:
-            done, said = self._reset(host, node, held, reason)
-            if done:
-                return self._prove(host, config, node, held, gpu_repair.RESET, said)
-            if config.gpu_auto_repair != gpu_repair.REBOOT:
-                self._record_failure(host, held, gpu_repair.RESET, said)
-                return ops.WaitingStatus(f"node {node} stays cordoned: {said}; retried")
-            # nvidia-smi refused the reset, so none ran (a process still holds the GPU):
-            # no failed repair, which would count toward escalation; the reboot repairs
-            self._record_failure(host, held, gpu_repair.RESET, said, result=gpu_repair.REFUSED)
+            done = self._reset(host, node, held, reason)
+            if done.done:
+                return self._prove(host, config, node, held, gpu_repair.RESET, done.said)
+            # refused because something holds the GPU: none ran, no failed repair (which
+            # would count toward escalation); the reboot repairs, or the operator stops it.
+            # With `reboot` any refusal is followed by the reboot, and the gate judges it.
+            reboot, refused = config.gpu_auto_repair == gpu_repair.REBOOT, done.holders is not None
+            result = gpu_repair.REFUSED if refused or reboot else "failed"
+            self._record_failure(host, held, gpu_repair.RESET, done.said, result=result)
+            if refused and not reboot:
+                self.turns.done(limit, REPAIR)  # the node stays cordoned
+                return ops.BlockedStatus(gpu_repair.reset_refused_message(node, held, done))
+            if not reboot:
+                return ops.WaitingStatus(f"node {node} stays cordoned: {done.said}; retried")
         self._reboot(host, node, held, reason)
 
     def _drain(self, host: Host, config: WorkerConfig, node: str, reason: str) -> None:
@@ -219,7 +235,7 @@ class GpuRepairs(ops.Object):
                     kube, node, config.drain_timeout, clock=self._clock, sleep=self._sleep
                 )
 
-    def _reset(self, host: Host, node: str, held: list[dict], reason: str) -> tuple[bool, str]:
+    def _reset(self, host: Host, node: str, held: list[dict], reason: str) -> gpu_repair.Reset:
         """The reset with the node's GPU clients paused (gpu_repair.gpu_clients_paused)."""
         paused = f"{reason}: {gpu_repair.cannot_pause(node, PAUSE_RESET)}"
         with node_kube(host, paused) as kube:
@@ -232,8 +248,12 @@ class GpuRepairs(ops.Object):
                     purpose=PAUSE_RESET,
                     clock=self._clock,
                     sleep=self._sleep,
-                ):
-                    return gpu_repair.reset(host, held)
+                ) as left:
+                    done = gpu_repair.reset(host, held)
+        if done.holders is None:
+            return done
+        pods = tuple(c for c in left if c.startswith("pod "))  # they did not leave in time
+        return done._replace(holders=(*pods, *done.holders))
 
     def _reboot(self, host: Host, node: str, held: list[dict], reason: str) -> NoReturn:
         with node_kube(host, f"{reason}: cannot read node {node}'s MIG layout") as kube:
@@ -454,10 +474,8 @@ class GpuRepairs(ops.Object):
             event.log(f"draining node {node}")
             self._drain(host, config, node, reason)
             event.log(gpu_repair.pausing(node, PAUSE_RESET))
-            done, said = self._reset(host, node, held, reason)
-            if not done:
-                self._record_failure(host, held, gpu_repair.RESET, said)
-                event.fail(f"{said}; node {node} stays cordoned")
+            said = self._action_reset(event, host, node, held, reason)
+            if said is None:
                 return
             event.log(said)
             status = self._prove(
@@ -480,3 +498,19 @@ class GpuRepairs(ops.Object):
         # the leader lifts the NoExecute taint, unless a fault came during the gate
         self._cluster.publish_quarantine(gpu_health.quarantine_request(host, None) or [])
         event.set_results({"repair": "reset", "node": node, "readmitted": status.message})
+
+    def _action_reset(
+        self, event: ops.ActionEvent, host: Host, node: str, held: list[dict], reason: str
+    ) -> str | None:
+        """The action's reset: what nvidia-smi said, or None with the action failed."""
+        done = self._reset(host, node, held, reason)
+        if done.holders is not None:  # none ran: no failed repair
+            self._record_failure(host, held, gpu_repair.RESET, done.said, gpu_repair.REFUSED)
+            then = " and run repair-gpu again"
+            event.fail(gpu_repair.reset_refused_message(node, held, done, then))
+            return None
+        if not done.done:
+            self._record_failure(host, held, gpu_repair.RESET, done.said)
+            event.fail(f"{done.said}; node {node} stays cordoned")
+            return None
+        return done.said

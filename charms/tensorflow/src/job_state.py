@@ -406,6 +406,66 @@ def requeues(workload: Mapping[str, Any] | None, now: float) -> str:
     return f"{text}; Kueue's backoff ended at {at}: it is queued again any moment"
 
 
+# Who took a pod back, from its DisruptionTarget condition's reason (set until the pod is
+# gone): kubernetes pkg/registry/core/pod/storage/eviction.go (the Eviction API: a drain,
+# the GPU watcher's eviction), pkg/controller/tainteviction/taint_eviction.go (a NoExecute
+# taint: the GPU quarantine's), pkg/scheduler (preemption), pkg/kubelet (node pressure).
+DISRUPTIONS = {
+    "EvictionByEvictionAPI": "evicted",
+    "DeletionByTaintManager": "NoExecute taint",
+    "PreemptionByScheduler": "preempted by the scheduler",
+    "TerminationByKubelet": "node pressure",
+}
+# The worker's GPU health condition on a Node (kubernetes-worker gpu_health.CONDITION):
+# False while one of its GPUs is quarantined.
+GPU_HEALTHY = "GpuHealthy"
+UNCOUNTED = (
+    "gang restarts not counted toward max-restarts: a drain, a GPU quarantine or an "
+    "eviction took a pod back"
+)
+
+
+def leaving(pods: Iterable[dict]) -> dict[str, str]:
+    """{node: reason} of the pods taken back now (DisruptionTarget True, not yet gone)."""
+    found: dict[str, str] = {}
+    for pod in pods:
+        cond = _true(pod, "DisruptionTarget")
+        node = (pod.get("spec") or {}).get("nodeName")
+        if cond and node:
+            found.setdefault(node, str(cond.get("reason") or ""))
+    return found
+
+
+def gpu_fault(node: Mapping[str, Any] | None) -> bool:
+    """Whether the worker quarantined a GPU of `node` (GPU_HEALTHY False)."""
+    for cond in ((node or {}).get("status") or {}).get("conditions") or []:
+        if cond.get("type") == GPU_HEALTHY:
+            return cond.get("status") == "False"
+    return False
+
+
+def moves(js: Mapping[str, Any] | None, away: Mapping[str, str], faulty: set[str]) -> str:
+    """`job-status`'s `moves`: gang restarts no pod's program caused, and who moves it now.
+
+    The count is JobSet's (v0.12.0 api/jobset/v1alpha2/jobset_types.go JobSetStatus
+    `restarts`, every restart, less `restartsCountTowardsMax`): with this charm's failure
+    policy only a stop on a SIGTERM restarts uncounted (manifests.jobset
+    `stoppedNotCounted`), and it survives the pods. Which node and why is known only
+    while the pods taken back terminate (`away`: `leaving`; `faulty`: those nodes with a
+    quarantined GPU): a pod's DisruptionTarget goes with the pod, and the Job, which
+    JobSet recreates, keeps none. "" when there is nothing to say.
+    """
+    status = (js or {}).get("status") or {}
+    uncounted = int(status.get("restarts") or 0) - int(status.get("restartsCountTowardsMax") or 0)
+    if not away:
+        return f"{uncounted} ({UNCOUNTED})" if uncounted > 0 else ""
+    now = "; ".join(
+        f"off node {node}: {'GPU fault' if node in faulty else DISRUPTIONS.get(why, why)}"
+        for node, why in sorted(away.items())
+    )
+    return f"{max(uncounted, 0)} so far, now {now}"
+
+
 def _true(obj: Mapping[str, Any] | None, kind: str) -> dict | None:
     for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
         if cond.get("type") == kind and cond.get("status") == "True":
@@ -446,10 +506,12 @@ def summarise(
     position: int | None = None,
     workloads: Iterable[Mapping[str, Any]] = (),
     now: float,
+    faulty: set[str] | frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
     """The status of one job as action results (dashed keys, printable values).
 
-    `now`: the wall clock, for a requeued job's backoff (`requeues`).
+    `now`: the wall clock, for a requeued job's backoff (`requeues`); `faulty`: the nodes
+    its pods leave (`leaving`) that have a quarantined GPU (`gpu_fault`).
     """
     active = [p for p in pods if _active(p)]
     counts = running_counts(request, pods)
@@ -474,6 +536,8 @@ def summarise(
         out["queue"] = f"none: {UNQUEUED}"
     if requeued := requeues(workload, now):
         out["requeues"] = requeued
+    if moved := moves(js, leaving(pods), set(faulty)):
+        out["moves"] = moved
     if progress:
         loss = progress.get("loss")
         out["step"] = f"{progress.get('step', '?')}/{progress.get('steps', request.steps)}"

@@ -548,6 +548,8 @@ def _summary(
     if workload is not None and job_state.queue_state(workload)[0] in job_state.WAITING:
         if not job_state.backing_off(workload, at):
             position = job_state.queue_position(workload, workloads, at)
+    # the nodes its pods leave now: which of them had a GPU quarantined (Nodes: get)
+    faulty = {n for n in job_state.leaving(pods) if job_state.gpu_fault(kube.get("v1", "Node", n))}
     return job_state.summarise(
         request,
         js,
@@ -558,6 +560,7 @@ def _summary(
         position=position,
         workloads=workloads,
         now=now,
+        faulty=faulty,
     )
 
 

@@ -2350,15 +2350,15 @@ def test_two_failed_repairs_within_24_hours_block_with_the_commands_to_replace_t
     monkeypatch.setenv("JUJU_AVAILABILITY_ZONE", "us-east-1a")
     state = joined_gpu_node(ctx, api, driver, {"gpu-auto-repair": "reset"})
     quarantined_for(machine, api, "reset-gpu", "Xid48")
-    driver.gpu_in_use = {1}
-    out = ctx.run(ctx.on.update_status(), state)  # refused: failed once
+    ctr.diag_failures = {1: ("memory", "Pending page retirements found on GPU 1")}
+    out = ctx.run(ctx.on.update_status(), state)  # reset, the gate failed: failed once
     assert out.unit_status.name == "waiting"
     wall[0] += 3600
-    out = ctx.run(ctx.on.update_status(), out)  # refused again: failed twice
+    out = ctx.run(ctx.on.update_status(), out)  # again: failed twice
     wall[0] += 3600
     out = ctx.run(ctx.on.update_status(), out)
 
-    assert len(resets(machine)) == 2  # no third try
+    assert driver.resets == [1, 1]  # no third try
     assert node(api)["spec"]["unschedulable"] is True
     assert out.unit_status.name == "blocked"
     assert out.unit_status.message.startswith("GPU repairs failed 2 times within 24 hours (")
@@ -2368,7 +2368,120 @@ def test_two_failed_repairs_within_24_hours_block_with_the_commands_to_replace_t
     )
     wall[0] += 24 * 3600  # a day later the repairs are tried again
     ctx.run(ctx.on.update_status(), out)
-    assert len(resets(machine)) == 3
+    assert driver.resets == [1, 1, 1]
+
+
+def test_a_reset_refused_because_a_process_holds_the_gpu_blocks_naming_it_never_escalating(
+    ctx, machine, api, driver, ctr, wall, clock
+):
+    """Issue 32 review43b G5: under `reset`, nvidia-smi refusing the reset is no failed repair.
+
+    A CUDA process no pod owns holds GPU 1 (the drain cannot end it): nvidia-smi refuses
+    ("... because it's being used by some other process ..."). Counted as failed, two such
+    hooks told the operator to replace a healthy machine. Now: recorded `refused`, the unit
+    Blocked naming the process and the way forward, the turn given back, and no new drain
+    or reset while nvidia-smi still lists the process; once it is gone the reset repairs.
+    """
+    state = joined_gpu_node(ctx, api, driver, {"gpu-auto-repair": "reset"})
+    state = with_peers(state, peers(turns=[UNIT]))  # the turn is this unit's
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+    driver.gpu_in_use = {1}
+    blocked = testing.BlockedStatus(
+        f"GPU 1 ({QUARANTINED_GPU}) reset refused: held by process 4201 on GPU 1; node "
+        "ip-10-0-1-17 stays cordoned: stop process 4201 on GPU 1, or set "
+        "gpu-auto-repair=reboot"
+    )
+
+    out = ctx.run(ctx.on.update_status(), state)
+
+    assert out.unit_status == blocked
+    (refused,) = watcher_state(machine)["repairs"]
+    assert (refused["method"], refused["result"]) == ("reset", "refused")
+    assert "because it's being used by some other process" in refused["detail"]
+    assert "reboot-request" not in reboots_relation(out).local_unit_data  # turn given back
+    for _ in range(3):  # three hours, three hooks: still held, nothing tried, no escalation
+        wall[0] += 3600
+        out = ctx.run(ctx.on.update_status(), out)
+        assert out.unit_status == blocked
+    assert len(resets(machine)) == 1 and driver.resets == []
+    assert len(watcher_state(machine)["repairs"]) == 1
+    assert not [k for k in watcher_state(machine)["repair_counts"] if k.endswith("|failed")]
+    assert node(api)["spec"]["unschedulable"] is True
+
+    driver.gpu_in_use = set()  # the operator stopped it
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert driver.resets == [1] and "repaired by reset" in out.unit_status.message
+    results = [(r["method"], r["result"]) for r in watcher_state(machine)["repairs"]]
+    assert results == [("reset", "refused"), ("reset", "ok")]
+
+
+def test_a_reset_refused_by_a_client_nvidia_smi_lists_as_no_process_says_so_and_retries(
+    ctx, machine, api, driver, ctr, wall, clock
+):
+    """Refused "In use by another client" (NVIDIA/NVSentinel#1690: nvidia-persistenced), exit 255.
+
+    No compute process to name: the unit says what nvidia-smi said; the next hook retries.
+    """
+    state = joined_gpu_node(ctx, api, driver, {"gpu-auto-repair": "reset"})
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+    holds = [{1}]
+    driver.clients.append(lambda: holds[0])
+
+    out = ctx.run(ctx.on.update_status(), state)
+
+    assert out.unit_status == testing.BlockedStatus(
+        f"GPU 1 ({QUARANTINED_GPU}) reset refused: held by a client nvidia-smi lists as no "
+        "process (The following GPUs could not be reset: GPU 00000000:00:1C.0: In use by "
+        "another client); node ip-10-0-1-17 stays cordoned: stop what holds GPU 1, or set "
+        "gpu-auto-repair=reboot"
+    )
+    (refused,) = watcher_state(machine)["repairs"]
+    assert refused["result"] == "refused"
+
+    holds[0] = set()
+    wall[0] += 3600
+    out = ctx.run(ctx.on.update_status(), out)
+    assert driver.resets == [1] and "repaired by reset" in out.unit_status.message
+
+
+def test_a_reset_refused_for_another_reason_under_reset_is_a_failed_repair(
+    ctx, machine, api, p5, wall, clock
+):
+    """Only a holder makes a refusal: nvidia-smi refusing for the GPU's NVLink peers fails it.
+
+    (Fabric Manager stops between the charm's `systemctl is-active` and the reset.)
+    """
+    FakeCtr(machine, p5)
+    state = run_joined(ctx, api, config={"gpu-auto-repair": "reset"})
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+    p5.fabric_active = lambda: False  # what nvidia-smi finds at the reset
+
+    out = ctx.run(ctx.on.update_status(), state)
+
+    (failed,) = watcher_state(machine)["repairs"]
+    assert (failed["method"], failed["result"]) == ("reset", "failed")
+    assert "must be reset in the same command" in failed["detail"]
+    assert out.unit_status.name == "waiting"
+
+
+def test_repair_gpu_refused_by_a_process_fails_naming_it_and_counts_no_failed_repair(
+    ctx, machine, api, driver, ctr, wall, clock
+):
+    state = joined_gpu_node(ctx, api, driver, NO_AUTO_REPAIR)
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+    driver.gpu_in_use = {1}
+
+    with pytest.raises(testing.ActionFailed) as failed:
+        ctx.run(ctx.on.action("repair-gpu", params={"timeout": 60}), state)
+
+    assert failed.value.message == (
+        f"GPU 1 ({QUARANTINED_GPU}) reset refused: held by process 4201 on GPU 1; node "
+        "ip-10-0-1-17 stays cordoned: stop process 4201 on GPU 1 and run repair-gpu again, "
+        "or set gpu-auto-repair=reboot"
+    )
+    (refused,) = watcher_state(machine)["repairs"]
+    assert (refused["method"], refused["result"]) == ("reset", "refused")
 
 
 def test_a_gate_whose_images_cannot_be_pulled_is_no_failed_repair_and_runs_at_the_next_hook(
@@ -2679,10 +2792,10 @@ def test_a_reset_still_refused_restores_the_gpu_clients_and_the_next_hook_retrie
     # the pods left within a poll; a process no pod owns is not waited for (the drain
     # waited for every other pod already)
     assert clock.slept - slept == gpu_repair.CLIENTS_POLL_S
-    (failed,) = watcher_state(machine)["repairs"]
-    assert failed["result"] == "failed"
-    assert "because it's being used by some other process" in failed["detail"]
-    assert out.unit_status.name == "waiting"
+    (refused,) = watcher_state(machine)["repairs"]
+    assert refused["result"] == "refused"  # no failed repair (review43b G5)
+    assert "because it's being used by some other process" in refused["detail"]
+    assert out.unit_status.name == "blocked" and "process 4201" in out.unit_status.message
     assert PAUSE_LABEL not in node_labels(api) and gpu_clients.watcher_polls()
     assert node(api)["spec"]["unschedulable"] is True  # still out of service
 
@@ -2778,9 +2891,13 @@ def test_a_gpu_client_that_does_not_leave_is_waited_for_a_bounded_time(
     out = ctx.run(ctx.on.update_status(), state)
 
     assert clock.slept - slept == gpu_repair.CLIENTS_TIMEOUT_S
-    (failed,) = watcher_state(machine)["repairs"]
-    assert "In use by another client" in failed["detail"]
-    assert out.unit_status.name == "waiting"
+    (refused,) = watcher_state(machine)["repairs"]
+    assert "In use by another client" in refused["detail"] and refused["result"] == "refused"
+    assert out.unit_status == testing.BlockedStatus(  # the holder named (review43b G5)
+        f"GPU 1 ({QUARANTINED_GPU}) reset refused: held by pod default/own-exporter-{NODE}; "
+        f"node {NODE} stays cordoned: stop pod default/own-exporter-{NODE}, or set "
+        "gpu-auto-repair=reboot"
+    )
     assert PAUSE_LABEL not in node_labels(api) and gpu_clients.watcher_polls()
 
 

@@ -909,6 +909,58 @@ def test_a_gpu_fault_s_crash_held_until_the_eviction_is_not_counted(
     assert results["restarts"] == ("1 of 3" if order == "no fault window" else "0 of 3")
 
 
+def test_job_status_says_a_job_was_moved_off_a_node_whose_gpu_failed(
+    ctx, running, api, controller
+):
+    """Review43b G6: "counts as a node fault" showed nowhere in job-status.
+
+    While the evicted pod terminates, its DisruptionTarget and its node's GpuHealthy=False
+    (the worker's quarantine) say where it moved from and why; once JobSet restarted the
+    gang, its status keeps the count (restarts less restartsCountTowardsMax) after the pods
+    are gone.
+    """
+    results, _ = run_action(ctx, running, "job-status", job="mnist")
+    assert "moves" not in results  # nothing moved yet
+    controller.kubelet = None
+    pod = controller.pod("mnist", "worker", 1)
+    where = pod["spec"]["nodeName"]
+    found = api.get_object(f"/api/v1/nodes/{where}")
+    found["status"]["conditions"].append(
+        {"type": "GpuHealthy", "status": "False", "reason": "Xid79"}
+    )
+    api.put_object(f"/api/v1/nodes/{where}", found)
+    pod["status"].setdefault("conditions", []).append(
+        {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
+    )
+    controller._write_status(pod)  # the watcher's eviction; the pod still terminates
+
+    results, _ = run_action(ctx, running, "job-status", job="mnist")
+    assert results["moves"] == f"0 so far, now off node {where}: GPU fault"
+
+    controller.end_pod("mnist", "worker", 1, "Failed", exit_code=143, disrupted=True)
+    controller.tick()
+    controller.end_pod("mnist", "worker", 0, "Failed", exit_code=143)  # on the mark
+    controller.tick()
+    controller.tick()
+    results, _ = run_action(ctx, running, "job-status", job="mnist")
+    assert results["restarts"] == "0 of 3"
+    assert results["moves"] == (
+        "1 (gang restarts not counted toward max-restarts: a drain, a GPU quarantine or an "
+        "eviction took a pod back)"
+    )
+
+
+def test_job_status_names_who_took_a_pod_back_when_no_gpu_failed(ctx, running, api, controller):
+    controller.kubelet = None
+    pod = controller.pod("mnist", "worker", 1)
+    pod["status"].setdefault("conditions", []).append(
+        {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager"}
+    )
+    controller._write_status(pod)
+    results, _ = run_action(ctx, running, "job-status", job="mnist")
+    assert results["moves"] == f"0 so far, now off node {pod['spec']['nodeName']}: NoExecute taint"
+
+
 def test_a_program_crashed_by_its_own_application_xid_counts_toward_max_restarts(
     ctx, state, api, controller
 ):
