@@ -189,7 +189,10 @@ class FakeCtr:
             return self._dcgm(command)
         if "/nvidia/pytorch:" in ref:
             return self._nccl(command)
-        visible = flags["env"]["NVIDIA_VISIBLE_DEVICES"]
+        return self._vectoradd(argv, flags["env"]["NVIDIA_VISIBLE_DEVICES"])
+
+    def _vectoradd(self, argv: list[str], visible: str) -> str:
+        """The CUDA sample on the device NVIDIA_VISIBLE_DEVICES names."""
         if visible.startswith("MIG-") and visible not in self._mig_uuids():
             raise CommandError(argv, 1, NO_DEVICE)
         if visible in self.failing_gpus:
