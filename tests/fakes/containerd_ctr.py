@@ -254,7 +254,7 @@ class FakeCtr:
     def _cuda_devices(self) -> int:
         """How many devices one CUDA process enumerates (see the module docstring)."""
         if self.driver.mig_devices or self.driver.mig_enabled:
-            return min(1, len(self._mig_uuids()))
+            return min(1, sum(map(len, self.driver.mig_devices.values())))
         return self.driver.gpus
 
     def _nccl(self, command: list[str]) -> str:
