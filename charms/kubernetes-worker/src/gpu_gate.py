@@ -171,7 +171,6 @@ _ROW = re.compile(
 # What nccl-tests prints when it finds fewer GPUs than `-g` asks (src/util.cu, v2.17.2
 # on), before its TESTCHECK line; otherwise the output's last line says why it stopped.
 _TOO_FEW = re.compile(r"Invalid number of GPUs: .*")
-_LAST = re.compile(r"[^\n]*$")
 _OUT_OF_BOUNDS = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)", re.MULTILINE)
 
 
@@ -359,8 +358,10 @@ def parse_nccl(text: str, count: int, model: str, baseline: dict | None = None) 
     wrong = _OUT_OF_BOUNDS.search(text)
     measured = largest(text)
     if measured is None or wrong is None:
-        said = _TOO_FEW.search(text) or _LAST.search(text.strip() or "no output")
-        return Check("nccl", False, f"{NCCL_PROGRAM} did not finish: {said.group(0)[:200]}")
+        too_few = _TOO_FEW.search(text)
+        tail = text.strip().splitlines()[-1:] or ["no output"]
+        said = too_few.group(0) if too_few else tail[0]
+        return Check("nccl", False, f"{NCCL_PROGRAM} did not finish: {said[:200]}")
     if int(wrong.group(1)):
         return Check("nccl", False, f"{NCCL_PROGRAM}: {wrong.group(1)} wrong values")
     size, busbw = measured
