@@ -27,7 +27,19 @@ validation.py), with the rules of the real programs:
   of NVIDIA's DCGM user guide ("DCGM Diagnostics": software, pcie, memory). NVIDIA's
   PyTorch image runs nccl-tests' `all_reduce_perf_mpi` and prints its table and the
   summary lines of nccl-tests src/common.cu (`# Out of bounds values : <n> OK|FAILED`,
-  `# Avg bus bandwidth    : <g>`), on every GPU the container sees.
+  `# Avg bus bandwidth    : <g>`), on every GPU the container sees. Its table has a row per
+  message size (nccl-tests v2.19.6 src/util.cu: size, count, type, redop, root, then time,
+  algbw, busbw, #wrong out of place and again in place); `busbw` is what the largest size
+  measures, smaller sizes measure less (latency-bound), so the average is under it.
+- CUDA under MIG (NVIDIA MIG user guide, "Getting Started with MIG", CUDA device
+  enumeration: "a single CUDA process can only enumerate a single MIG device", however many
+  the container is given): `all_reduce_perf_mpi -g <n>` finds one device on a MIG machine
+  and, asked for more, prints to stderr and exits non-zero without a table (nccl-tests
+  v2.17.2 and later, src/util.cu: "Invalid number of GPUs: <n> requested but only <m> were
+  found." then "Please check the number of processes and GPUs per process."; the TESTCHECK
+  line of src/common.h follows). A container given a MIG device by its UUID
+  (NVIDIA_VISIBLE_DEVICES=MIG-<uuid>: the MIG user guide's "Running Containers", R470 and
+  later) runs vectorAdd on it; a UUID nvidia-smi does not list finds no CUDA device.
 - One DCGM host engine per node: the DCGM image's `nv-hostengine` must be the node's only
   one while `dcgmi diag` runs. NVIDIA's DCGM developer on NVIDIA/DCGM#108: "Having
   multiple nv-hostengine instances on the same node is highly not recommended and not an
@@ -91,7 +103,7 @@ class FakeCtr:
         # DCGM's diagnostic: {GPU index: the failed test's warning}, or a runtime error
         self.diag_failures: dict[int, tuple[str, str]] = {}
         self.diag_runtime_error: str | None = None
-        self.busbw = 24.5  # GB/s: what all_reduce_perf measures on the node's GPUs
+        self.busbw = 24.5  # GB/s: what all_reduce_perf measures at its largest size
         self.wrong_values = 0
         # the node's other DCGM host engines: each callable names those running now
         self.hostengines: list = []
@@ -177,7 +189,13 @@ class FakeCtr:
             return self._dcgm(command)
         if "/nvidia/pytorch:" in ref:
             return self._nccl(command)
-        if flags["env"]["NVIDIA_VISIBLE_DEVICES"] in self.failing_gpus:
+        return self._vectoradd(argv, flags["env"]["NVIDIA_VISIBLE_DEVICES"])
+
+    def _vectoradd(self, argv: list[str], visible: str) -> str:
+        """The CUDA sample on the device NVIDIA_VISIBLE_DEVICES names."""
+        if visible.startswith("MIG-") and visible not in self._mig_uuids():
+            raise CommandError(argv, 1, NO_DEVICE)
+        if visible in self.failing_gpus:
             raise CommandError(argv, 1, VERIFICATION_FAILED)  # cuda-samples vectorAdd.cu
         return self.output
 
@@ -228,21 +246,47 @@ class FakeCtr:
             indent=2,
         )
 
+    def _mig_uuids(self) -> list[str]:
+        """The MIG devices' UUIDs `nvidia-smi -L` lists (none without MIG)."""
+        listed = self.driver.nvidia_smi(["nvidia-smi", "-L"], None)
+        return [w.rstrip(")") for w in listed.split() if w.startswith("MIG-")]
+
+    def _cuda_devices(self) -> int:
+        """How many devices one CUDA process enumerates (see the module docstring)."""
+        if self.driver.mig_devices or self.driver.mig_enabled:
+            return min(1, sum(map(len, self.driver.mig_devices.values())))
+        return self.driver.gpus
+
     def _nccl(self, command: list[str]) -> str:
-        """all_reduce_perf_mpi's output across `-g` GPUs (nccl-tests src/common.cu lines)."""
+        """all_reduce_perf_mpi's output across `-g` GPUs (nccl-tests src/util.cu lines)."""
         line = " ".join(command)
         if "all_reduce_perf_mpi" not in line:
             return f"sh: 1: {line.split()[-1]}: not found\n"
         wanted = int(line.split(" -g ")[1].split()[0])
-        if wanted > self.driver.gpus:
-            return "Invalid number of GPUs: 8 requested but only 4 were found.\n"
+        found = self._cuda_devices()
+        if wanted > found:
+            return (
+                f"Invalid number of GPUs: {wanted} requested but only {found} were found.\n"
+                "Please check the number of processes and GPUs per process.\n"
+                " .. fake-node pid 4242: Test failure common.cu:1454\n"
+            )
         bad = "FAILED" if self.wrong_values else "OK"
+        rows, total = [], 0.0
+        sizes = [8 << 20 << n for n in range(6)]  # -b 8M -e 256M -f 2
+        for size in sizes:
+            # latency-bound below the largest size: each halving of the size measures less
+            busbw = self.busbw * (0.6 + 0.4 * size / sizes[-1])
+            total += busbw
+            rows.append(
+                f"{size:12d}  {size // 4:12d}     float     sum      -1   1234.5  "
+                f"{busbw / 1.5:6.2f}  {busbw:6.2f}  {self.wrong_values:5d}   1230.1  "
+                f"{busbw / 1.5:6.2f}  {busbw:6.2f}  {self.wrong_values:5d}\n"
+            )
         return (
-            "# nThread 1 nGpus {n} minBytes 8388608 maxBytes 268435456 step: 2(factor)\n"
+            f"# nThread 1 nGpus {wanted} minBytes 8388608 maxBytes 268435456 step: 2(factor)\n"
             "#       size         count      type   redop    root     time   algbw   busbw"
-            " #wrong\n"
-            "   268435456      67108864     float     sum      -1   1234.5  217.45  {bw}"
-            "      {w}\n"
-            "# Out of bounds values : {w} {bad}\n"
-            "# Avg bus bandwidth    : {bw}\n#\n"
-        ).format(n=wanted, bw=self.busbw, w=self.wrong_values, bad=bad)
+            " #wrong     time   algbw   busbw #wrong\n"
+            + "".join(rows)
+            + f"# Out of bounds values : {self.wrong_values} {bad}\n"
+            f"# Avg bus bandwidth    : {total / len(sizes):g}\n#\n"
+        )

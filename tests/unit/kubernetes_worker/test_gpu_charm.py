@@ -2303,16 +2303,47 @@ def test_a_dcgm_diagnostic_failure_keeps_the_node_cordoned_and_is_recorded(
 def test_an_all_reduce_under_the_floor_fails_the_gate(ctx, machine, api, driver, ctr, wall, clock):
     state = joined_gpu_node(ctx, api, driver, {"gpu-auto-repair": "reset"})
     quarantined_for(machine, api, "reset-gpu", "Xid74")
+    # the node's baseline, from an earlier passing gate (gpu_gate.BASELINE)
+    machine.write(
+        gpu_gate.BASELINE,
+        '{"model": "NVIDIA A10G", "gpus": 4, "bytes": 268435456, "busbw": 12.4, '
+        '"recorded": "2026-11-02T10:00:00Z"}',
+    )
     ctr.busbw = 3.1  # an A10G node whose PCIe links trained narrow
 
     ctx.run(ctx.on.update_status(), state)
 
     (failed,) = watcher_state(machine)["repairs"]
     assert failed["gate"]["nccl"] == (
-        "failed: all-reduce across 4 GPUs: bus bandwidth 3.1 GB/s, under the floor 8 GB/s "
-        "for NVIDIA A10G (A10 datasheet: PCIe Gen4 x16, 32 GB/s per direction)"
+        "failed: all-reduce across 4 GPUs: bus bandwidth 3.1 GB/s at 256 MiB, under 50% of "
+        "this node's baseline 12.4 GB/s (recorded 2026-11-02T10:00:00Z)"
     )
     assert node(api)["spec"]["unschedulable"] is True
+
+
+def test_a_pcie_node_without_a_baseline_is_measured_and_its_first_pass_recorded(
+    ctx, machine, api, driver, ctr, wall, clock
+):
+    state = joined_gpu_node(ctx, api, driver, {"gpu-auto-repair": "reset"})
+    quarantined_for(machine, api, "reset-gpu", "Xid74")
+    ctr.busbw = 4.0  # no GPU peer-to-peer: under the old 8 GB/s floor, healthy
+
+    ctx.run(ctx.on.update_status(), state)
+
+    (repair,) = watcher_state(machine)["repairs"]
+    assert repair["result"] == "ok"
+    assert repair["gate"]["nccl"] == (
+        "passed: all-reduce across 4 GPUs: bus bandwidth 4 GB/s at 256 MiB (no floor for "
+        "NVIDIA A10G and no baseline yet: not judged)"
+    )
+    recorded = json.loads(machine.read(gpu_gate.BASELINE))
+    assert recorded == {
+        "model": "NVIDIA A10G",
+        "gpus": 4,
+        "bytes": 268435456,
+        "busbw": 4.0,
+        "recorded": recorded["recorded"],
+    }
 
 
 def test_off_or_a_reboot_only_fault_under_reset_leaves_the_quarantine_to_the_operator(
@@ -3185,9 +3216,19 @@ def test_the_gate_after_a_reboot_repair_waits_for_mig_manager_then_runs(
     mig_manager_applies(api, h100, ALL_1G)
     out = ctx.run(ctx.on.update_status(), out)
 
-    assert {r["image"] for r in ctr.runs} >= {gpu_gate.DCGM_IMAGE, gpu_gate.NCCL_IMAGE}
+    # under MIG: vectorAdd on each MIG device by its UUID, DCGM, and no all-reduce (one
+    # CUDA device per process: its image is not even pulled)
+    cuda = [
+        r["env"]["NVIDIA_VISIBLE_DEVICES"]
+        for r in ctr.runs
+        if r["image"] == validation.VALIDATION_IMAGE
+    ]
+    assert len(set(cuda)) == len(cuda) == 8 * 7 and all(v.startswith("MIG-") for v in cuda)
+    assert gpu_gate.DCGM_IMAGE in {r["image"] for r in ctr.runs}
+    assert gpu_gate.NCCL_IMAGE not in {r["image"] for r in ctr.runs} | set(ctr.pulls)
     (repair,) = watcher_state(machine)["repairs"]
     assert (repair["method"], repair["result"]) == ("reboot", "ok")
+    assert repair["gate"]["nccl"] == f"skipped: {gpu_gate.MIG_NCCL}"
     assert watcher_state(machine)["quarantined"] == {}
     assert not node(api)["spec"].get("unschedulable")
     assert "repaired by reboot" in out.unit_status.message
