@@ -345,6 +345,24 @@ def allocation(pod: dict, resource: str, *devices: str) -> dict:
     }
 
 
+def program(machine: Machine, pid: int, pod: str, namespace: str = "team-a") -> Path:
+    """A process of `pod` (`<pod>-gpu-node-1` in `namespace`): its /proc/<pid>/cgroup names it.
+
+    The cgroup path systemd's cgroup driver gives a container (kubepods-<qos>-pod<uid>.slice,
+    the UID's dashes as underscores), as gpu_watcher.POD_CGROUP reads it.
+    """
+    found = machine.api.get_object(f"/api/v1/namespaces/{namespace}/pods/{pod}-{OWN}")
+    assert found is not None
+    pid_dir = machine.root / "proc" / str(pid)
+    pid_dir.mkdir()
+    pod_uid = found["metadata"]["uid"].replace("-", "_")
+    (pid_dir / "cgroup").write_text(
+        f"0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{pod_uid}.slice/"
+        "cri-containerd-0123.scope\n"
+    )
+    return pid_dir
+
+
 @contextlib.contextmanager
 def gpu_machine(root: Path) -> Iterator[Machine]:
     """Two GPU nodes with three pods each (one per GPU, one without); the watcher's files.
