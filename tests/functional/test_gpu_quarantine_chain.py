@@ -148,7 +148,9 @@ def test_a_fatal_xid_taints_the_node_through_both_charms_and_its_pods_leave(chai
     assert box.node()["spec"]["unschedulable"] is True
 
     # the worker's hook, started by the watcher's juju-exec, asked for that GPU only
-    assert [c["argv"][:2] for c in juju_exec_calls(box)] == [["-u", UNIT]]
+    (call,) = juju_exec_calls(box)
+    assert call["argv"][:2] == ["-u", UNIT]
+    assert call["quarantined"] == [uuid]  # saved before: the hook reads it
     assert json.loads(hook["bag"]["gpu-quarantine"]) == [uuid]
     state, message = hook["status"]
     assert state == "waiting", hook["status"]

@@ -18,7 +18,7 @@ import os
 import sys
 from pathlib import Path
 
-from gpu_watcher_machine import OWN, UNIT, Machine
+from gpu_watcher_machine import OWN, UNIT, Machine, juju_exec_program
 
 from fakes.worker_scenario import SA_TOKEN
 
@@ -47,23 +47,15 @@ def joined(box: Machine, config: dict | None = None) -> dict:
 def juju_exec(box: Machine) -> None:
     """A `juju-exec` on the watcher's PATH that runs the worker charm's hook.
 
-    It records the call as tests/gpu_watcher_machine.fake_juju_exec does (CLOCK_MONOTONIC,
-    argv), then becomes the hook process (worker_hook.py, the worker charm's modules on its
-    path) and exits with its status, as juju-exec passes on the exit code of what it ran.
+    It records the call (gpu_watcher_machine.juju_exec_program), then becomes the hook
+    process (worker_hook.py, the worker charm's modules on its path) and exits with its
+    status, as juju-exec passes on the exit code of what it ran.
     """
-    bin_dir = box.root / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    program = bin_dir / "juju-exec"
-    program.write_text(
-        f"#!{sys.executable}\n"
-        "import json, os, sys, time\n"
-        "call = {'at': time.time(), 'monotonic': time.monotonic(), 'argv': sys.argv[1:]}\n"
-        f"with open({str(box.root / 'juju-exec.calls')!r}, 'a') as f:\n"
-        "    f.write(json.dumps(call) + '\\n')\n"
+    juju_exec_program(
+        box,
         f"os.environ['PYTHONPATH'] = {WORKER_PATH!r}\n"
-        f"os.execv({sys.executable!r}, [{sys.executable!r}, {str(HOOK)!r}, {str(box.root)!r}])\n"
+        f"os.execv({sys.executable!r}, [{sys.executable!r}, {str(HOOK)!r}, {str(box.root)!r}])\n",
     )
-    program.chmod(0o755)
 
 
 def hook_result(box: Machine) -> dict | None:
