@@ -71,6 +71,8 @@ def chain(tmp_path: Path) -> Iterator[tuple[Machine, Leader, TaintEvictionContro
         cp.changed(joined(box)["bag"])
         juju_exec(box)
         daemon_set = exporter_daemon_set()
+        namespace = daemon_set["metadata"]["namespace"]  # the GPU components' namespace
+        box.api.put_object(f"/api/v1/namespaces/{namespace}", {"metadata": {"name": namespace}})
         template = daemon_set["spec"]["template"]
         owner = {"apiVersion": "apps/v1", "kind": "DaemonSet", "controller": True}
         owner |= {"name": daemon_set["metadata"]["name"], "uid": "d5e7"}
