@@ -51,10 +51,11 @@ from gpu_watcher_machine import (
 )
 
 from charms.gpu_k8s.v0.kubernetes_cluster import QUARANTINE_TAINT
-from fakes.taint_eviction import TaintEvictionController
+from fakes.taint_eviction import NO_EXECUTE, NOT_READY, UNREACHABLE, TaintEvictionController
 
 WITHIN = 60.0  # issue 32 item 1: condition, taint, status and alert within 60 s of the fault
 CATALOG = json.loads((SRC / "xid_catalog.json").read_text())
+NODE_PROBLEMS = (NOT_READY, UNREACHABLE)
 EXPORTER = "dcgm-exporter-gpu-node-1"  # the DCGM exporter DaemonSet's pod on the node
 
 
@@ -65,7 +66,7 @@ def chain(tmp_path: Path) -> Iterator[tuple[Machine, Leader, TaintEvictionContro
     The leader has seen the worker's databag (its node, acting as its kubelet) before
     the fault; the watcher runs as systemd runs it, waking the unit through juju-exec, and
     serves its metrics (what COS's alert reads). On the node beside the team's pods: the
-    DCGM exporter's pod, with the tolerations of its DaemonSet's pod template.
+    DCGM exporter's pod, as the DaemonSet controller makes it from its pod template.
     """
     with gpu_machine(tmp_path) as box, leader(box.api, tmp_path / "cp", UNIT) as cp:
         cp.changed(joined(box)["bag"])
@@ -77,7 +78,12 @@ def chain(tmp_path: Path) -> Iterator[tuple[Machine, Leader, TaintEvictionContro
         owner = {"apiVersion": "apps/v1", "kind": "DaemonSet", "controller": True}
         owner |= {"name": daemon_set["metadata"]["name"], "uid": "d5e7"}
         spec = {"nodeName": OWN, "containers": [{"name": "exporter", "image": "dcgm:4"}]}
-        spec["tolerations"] = template["spec"]["tolerations"]
+        # the DaemonSet controller's pod: its template's tolerations, then the node
+        # problems' NoExecute ones for ever (kubernetes pkg/controller/daemon/util/
+        # daemonset_util.go AddOrUpdateDaemonPodTolerations, as of v1.32.0; the
+        # pressure and unschedulable ones are NoSchedule, which the taint manager skips)
+        forever = [{"key": k, "operator": "Exists", "effect": NO_EXECUTE} for k in NODE_PROBLEMS]
+        spec["tolerations"] = template["spec"]["tolerations"] + forever
         meta = {"labels": template["metadata"]["labels"], "ownerReferences": [owner]}
         box.api.put_object(exporter_path(), {"metadata": meta, "spec": spec})
         taints = TaintEvictionController(box.api)
