@@ -80,7 +80,7 @@ def chain(tmp_path: Path) -> Iterator[tuple[Machine, Leader, TaintEvictionContro
         spec = {"nodeName": OWN, "containers": [{"name": "exporter", "image": "dcgm:4"}]}
         # the DaemonSet controller's pod: its template's tolerations, then the node
         # problems' NoExecute ones for ever (kubernetes pkg/controller/daemon/util/
-        # daemonset_util.go AddOrUpdateDaemonPodTolerations, as of v1.32.0; the
+        # daemonset_util.go AddOrUpdateDaemonPodTolerations, stored commit 05c351a9; the
         # pressure and unschedulable ones are NoSchedule, which the taint manager skips)
         forever = [{"key": k, "operator": "Exists", "effect": NO_EXECUTE} for k in NODE_PROBLEMS]
         spec["tolerations"] = template["spec"]["tolerations"] + forever
