@@ -345,6 +345,24 @@ def allocation(pod: dict, resource: str, *devices: str) -> dict:
     }
 
 
+def program(machine: Machine, pid: int, pod: str, namespace: str = "team-a") -> Path:
+    """A process of `pod` (`<pod>-gpu-node-1` in `namespace`): its /proc/<pid>/cgroup names it.
+
+    The cgroup path systemd's cgroup driver gives a container (kubepods-<qos>-pod<uid>.slice,
+    the UID's dashes as underscores), as gpu_watcher.POD_CGROUP reads it.
+    """
+    found = machine.api.get_object(f"/api/v1/namespaces/{namespace}/pods/{pod}-{OWN}")
+    assert found is not None
+    pid_dir = machine.root / "proc" / str(pid)
+    pid_dir.mkdir()
+    pod_uid = found["metadata"]["uid"].replace("-", "_")
+    (pid_dir / "cgroup").write_text(
+        f"0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{pod_uid}.slice/"
+        "cri-containerd-0123.scope\n"
+    )
+    return pid_dir
+
+
 @contextlib.contextmanager
 def gpu_machine(root: Path) -> Iterator[Machine]:
     """Two GPU nodes with three pods each (one per GPU, one without); the watcher's files.
@@ -417,25 +435,32 @@ UNIT = "kubernetes-worker/0"
 def fake_juju_exec(box: Machine, code: int = 0) -> None:
     """A `juju-exec` on the watcher's PATH (gpu_health.unit_text: systemd's PATH finds it).
 
-    It records each call: the time (wall clock and CLOCK_MONOTONIC, which time.monotonic()
-    reads in every process), its argv and the GPUs quarantined in the state file at that
-    moment (what the hook it asks for would read), then exits with `code` (juju-exec
-    passes on the exit code of the commands it ran; 0: the hook ran).
+    It records its call (`juju_exec_program`), then exits with `code` (juju-exec passes on
+    the exit code of the commands it ran; 0: the hook ran).
+    """
+    juju_exec_program(box, f"sys.exit({code})\n")
+
+
+def juju_exec_program(box: Machine, then: str) -> None:
+    """Write `<root>/bin/juju-exec`: it records its call, then runs the Python lines `then`.
+
+    Each call: the time (wall clock and CLOCK_MONOTONIC, which time.monotonic() reads in
+    every process), its argv and the GPUs quarantined in the state file at that moment
+    (what the hook it asks for would read), appended to `<root>/juju-exec.calls`.
     """
     bin_dir = box.root / "bin"
     bin_dir.mkdir(exist_ok=True)
     program = bin_dir / "juju-exec"
     program.write_text(
         f"#!{sys.executable}\n"
-        "import json, sys, time\n"
+        "import json, os, sys, time\n"
         "try:\n"
         f"    held = sorted(json.load(open({str(box.state_path)!r}))['quarantined'])\n"
         "except (OSError, ValueError, KeyError):\n"
         "    held = None\n"
         "call = {'at': time.time(), 'monotonic': time.monotonic(), 'argv': sys.argv[1:]}\n"
         f"with open({str(box.root / 'juju-exec.calls')!r}, 'a') as f:\n"
-        "    f.write(json.dumps({**call, 'quarantined': held}) + '\\n')\n"
-        f"sys.exit({code})\n"
+        "    f.write(json.dumps({**call, 'quarantined': held}) + '\\n')\n" + then
     )
     program.chmod(0o755)
 

@@ -13,7 +13,7 @@ ops.testing. What is not: Juju's hook scheduling and machine lock, the delivery 
 relation data between units, the hardware.
 
 Each run bootstraps the control-plane leader (its install hook, as
-tests/unit/kubernetes_control_plane/conftest.py builds it: tests/bench/gpu_charms/
+tests/unit/kubernetes_control_plane/conftest.py builds it: tests/gpu_charms/
 control_plane.py) against the watcher's API server, lets it see the joined worker's
 databag, then appends XID 79 (fallen off the bus, fixture line) stamped with the kernel's
 clock and times, from that moment:
@@ -22,7 +22,7 @@ clock and times, from that moment:
    the API server as admin every 10 ms);
 2. the watcher's `juju-exec -u <unit> JUJU_DISPATCH_PATH=hooks/gpu-quarantined ./dispatch`:
    the juju-exec on its PATH records the call and becomes the hook process
-   (tests/bench/gpu_charms/worker_hook.py, the worker charm's modules on its path, as the
+   (tests/gpu_charms/worker_hook.py, the worker charm's modules on its path, as the
    unit agent starts a hook): the worker charm's real `gpu_quarantined` on the state a
    joined worker has (tests/fakes/worker_scenario.py), its Host the machine's files where
    the watcher keeps its state; it publishes `gpu-quarantine`;
@@ -35,7 +35,7 @@ leader's machine lock); here the bench notices the hook's output within 10 ms.
 
 Readmission: right after the taint, through the worker's real `readmit-gpu` action
 (operator_actions.py) in a process of its own, as the unit agent starts it for `juju run
-<unit> readmit-gpu confirm=yes` (tests/bench/gpu_charms/worker_hook.py): the repair gate
+<unit> readmit-gpu confirm=yes` (tests/gpu_charms/worker_hook.py): the repair gate
 on the joined A10G machine's 4 GPUs, with the fake ctr printing the CUDA sample's,
 `dcgmi diag -r 2 -j`'s and all_reduce_perf's documented outputs (the checks themselves
 take minutes on GPUs: not timed), then the readmission (gpu_health.readmit: systemctl
@@ -67,14 +67,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-CP_SRC = ROOT / "charms" / "kubernetes-control-plane" / "src"
-WORKER_SRC = ROOT / "charms" / "kubernetes-worker" / "src"
-# this process is the control plane's; actions/ for tf_demo.free_ports (gpu_watcher_machine)
-for extra in (ROOT / "tests", ROOT / "lib", ROOT / "actions", CP_SRC):
+# actions/ for tf_demo.free_ports (gpu_watcher_machine)
+for extra in (ROOT / "tests", ROOT / "lib", ROOT / "actions"):
     sys.path.insert(0, str(extra))
-HOOK = Path(__file__).resolve().parent / "gpu_charms" / "worker_hook.py"
 
 from gpu_charms.control_plane import leader  # noqa: E402
+from gpu_charms.worker_unit import HOOK, WORKER_PATH, hook_result, joined, juju_exec  # noqa: E402
 from gpu_watcher_machine import (  # noqa: E402
     GPUS,
     OWN,
@@ -88,13 +86,6 @@ from gpu_watcher_machine import (  # noqa: E402
 from run import options  # noqa: E402
 
 from charms.gpu_k8s.v0.kubernetes_cluster import QUARANTINE_TAINT  # noqa: E402
-from fakes.worker_scenario import SA_TOKEN  # noqa: E402
-
-# What a joined worker of this revision has published (kubernetes_cluster.publish_node):
-# the node it registered, acting as its kubelet. The leader saw it before the fault.
-JOINED = {"node-name": OWN, "node-identity": "true"}
-# The worker charm's processes: its modules, the libraries, the fakes (worker_hook.py).
-WORKER_PATH = os.pathsep.join(str(p) for p in (WORKER_SRC, ROOT / "lib", ROOT / "tests"))
 
 
 @contextlib.contextmanager
@@ -142,29 +133,6 @@ def readmit_gpu(box: Machine) -> dict:
     return json.loads((box.root / "worker-action.json").read_text())
 
 
-def juju_exec(box: Machine) -> None:
-    """A `juju-exec` on the watcher's PATH that runs the worker charm's hook.
-
-    It records the call as tests/gpu_watcher_machine.fake_juju_exec does (CLOCK_MONOTONIC,
-    argv), then becomes the hook process (worker_hook.py, the worker charm's modules on its
-    path) and exits with its status, as juju-exec passes on the exit code of what it ran.
-    """
-    bin_dir = box.root / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    path = WORKER_PATH
-    program = bin_dir / "juju-exec"
-    program.write_text(
-        f"#!{sys.executable}\n"
-        "import json, os, sys, time\n"
-        "call = {'at': time.time(), 'monotonic': time.monotonic(), 'argv': sys.argv[1:]}\n"
-        f"with open({str(box.root / 'juju-exec.calls')!r}, 'a') as f:\n"
-        "    f.write(json.dumps(call) + '\\n')\n"
-        f"os.environ['PYTHONPATH'] = {path!r}\n"
-        f"os.execv({sys.executable!r}, [{sys.executable!r}, {str(HOOK)!r}, {str(box.root)!r}])\n"
-    )
-    program.chmod(0o755)
-
-
 def _poll(check, timeout: float = 120.0) -> float:
     """CLOCK_MONOTONIC when check() first holds, read every 10 ms (the read's time included)."""
     begin = time.monotonic()
@@ -189,13 +157,8 @@ def _tainted(box: Machine) -> bool:
 def one_run(root: Path) -> dict[str, float]:
     """Seconds from the fault (or from the gate's pass) to each step."""
     with gpu_machine(root) as box, leader(box.api, root / "cp", UNIT) as cp:
-        cp.changed(JOINED)
-        unit = {"node": OWN, "unit": UNIT, "config": {}, "bag": JOINED}
-        unit["kubeconfig"] = box.api.kubeconfig(token=SA_TOKEN)
-        assert box.api.tls is not None
-        unit |= {"server": box.api.url, "ca": box.api.tls.ca_pem}
-        unit["node-certificate"] = box.api.node_certificate(OWN)
-        (box.root / "worker-unit.json").write_text(json.dumps(unit))
+        unit = joined(box)
+        cp.changed(unit["bag"])
         juju_exec(box)
         start(box, interval=5.0, tick=0.5, unit=UNIT, hook_retry=5.0)  # as systemd runs it
         time.sleep(1.0)  # in its loop, between two reads
@@ -203,16 +166,16 @@ def one_run(root: Path) -> dict[str, float]:
         box.kernel(xid_line("79", gpu=1), usec=int(fault * 1e6))
         # one loop, every 10 ms: the quarantine's writes and the worker hook's end (then
         # the leader's relation-changed at once), whichever comes first
-        result, seen = box.root / "worker-hook.json", {}
+        seen: dict[str, float] = {}
         hook: dict = {}
         delivered = cp_done = 0.0
         while "quarantine" not in seen or "hook" not in seen:
             assert time.monotonic() - fault < 120, f"not within 2 minutes: {seen}"
             if "quarantine" not in seen and _quarantined(box):
                 seen["quarantine"] = time.monotonic()
-            if "hook" not in seen and result.exists():
+            if "hook" not in seen and (result := hook_result(box)) is not None:
                 seen["hook"] = delivered = time.monotonic()  # the leader's hook starts
-                hook = json.loads(result.read_text())
+                hook = result
                 assert json.loads(hook["bag"]["gpu-quarantine"]) == [GPUS[1][1]], hook
                 cp.changed(hook["bag"])
                 cp_done = time.monotonic()

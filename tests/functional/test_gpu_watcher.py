@@ -32,6 +32,7 @@ from gpu_watcher_machine import (
     gpu_machine,
     gpu_watcher,
     juju_exec_calls,
+    program,
     readmit,
     smi_list,
     smi_rows,
@@ -129,24 +130,6 @@ def watcher_log(machine: Machine) -> str:
 
 
 SECOND = 1_000_000  # /dev/kmsg stamps in microseconds since boot
-
-
-def program(machine: Machine, pid: int, pod: str, namespace: str = "team-a") -> Path:
-    """A process of `pod` (`<pod>-gpu-node-1` in `namespace`): its /proc/<pid>/cgroup names it.
-
-    The cgroup path systemd's cgroup driver gives a container (kubepods-<qos>-pod<uid>.slice,
-    the UID's dashes as underscores), as gpu_watcher.POD_CGROUP reads it.
-    """
-    found = machine.api.get_object(f"/api/v1/namespaces/{namespace}/pods/{pod}-{OWN}")
-    assert found is not None
-    pid_dir = machine.root / "proc" / str(pid)
-    pid_dir.mkdir()
-    pod_uid = found["metadata"]["uid"].replace("-", "_")
-    (pid_dir / "cgroup").write_text(
-        f"0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{pod_uid}.slice/"
-        "cri-containerd-0123.scope\n"
-    )
-    return pid_dir
 
 
 def test_application_xids_restart_the_job_and_escalate_on_the_third(machine):

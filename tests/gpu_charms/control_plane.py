@@ -3,9 +3,10 @@
 
 """The kubernetes-control-plane leader, run with ops.testing against a given fake API server.
 
-Imported by tests/bench/bench_gpu_watcher.py only, in its own process, with
-`charms/kubernetes-control-plane/src` first on sys.path (the worker charm's modules are
-named alike: it runs in the hook process tests/bench/gpu_charms/worker_hook.py starts).
+Used by tests/bench/bench_gpu_watcher.py and tests/functional/test_gpu_quarantine_chain.py,
+in the process that runs the fake API server. The control plane's modules come through
+tests/charm_modules.py: the worker charm's modules are named alike, and the worker's hook
+runs in the process the watcher's juju-exec starts (tests/gpu_charms/worker_hook.py).
 The leader is built as tests/unit/kubernetes_control_plane/conftest.py builds it
 (ControlPlaneMachine, FakeEtcd, the release files from a local ManifestServer, its
 public address and clock), bootstrapped (install) against the API server the GPU watcher
@@ -16,14 +17,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import addons
-import efs_csi
+from charm_modules import load
 from ops import testing
 
-import charm
 from fakes.addons import EFS_CSI_PATH, ManifestServer
 from fakes.control_plane import (
     Clock,
@@ -35,6 +35,9 @@ from fakes.control_plane import (
 from fakes.etcd import EtcdPki, FakeEtcd
 from fakes.kube_apiserver import FakeKubeApiServer
 
+addons = load("kubernetes-control-plane", "addons")
+efs_csi = load("kubernetes-control-plane", "efs_csi")
+charm = load("kubernetes-control-plane", "charm")
 PUBLIC_ADDRESS = "203.0.113.7"  # as conftest.py: `unit-get public-address` on AWS
 
 
@@ -85,9 +88,27 @@ def leader(api: FakeKubeApiServer, root: Path, worker: str) -> Iterator[Leader]:
         patch(cls, "host_factory", staticmethod(lambda: machine.machine.host()))
         patch(cls, "restart_sleep", staticmethod(machine.kubelet.sync))
         patch(cls, "local_api_server", api.url)
-        ctx = testing.Context(cls)
+        ctx = _context(cls)
         state = ctx.run(ctx.on.install(), testing.State(leader=True, relations=[peers()]))
         yield Leader(ctx, state, worker)
+
+
+def _context(cls: type) -> testing.Context:
+    """testing.Context(cls), its charmcraft.yaml found beside the charm's module.
+
+    ops.testing finds it through inspect.getfile(cls), which reads
+    sys.modules[cls.__module__]: charm_modules.load leaves the control plane's `charm` out
+    of sys.modules, so it is there while the Context is made, and only then.
+    """
+    name, saved = cls.__module__, sys.modules.get(cls.__module__)
+    sys.modules[name] = charm
+    try:
+        return testing.Context(cls)
+    finally:
+        if saved is None:
+            del sys.modules[name]
+        else:
+            sys.modules[name] = saved
 
 
 @contextlib.contextmanager

@@ -7,15 +7,16 @@
 The hook runs as the fake juju-exec asks; the action as `juju run <unit> readmit-gpu
 confirm=yes` would have the unit agent start it, in a process of its own.
 
-Started (exec'd) by the bench's juju-exec with `charms/kubernetes-worker/src`, `lib` and
-`tests` on PYTHONPATH, as Juju's unit agent starts a hook: a fresh Python process that
-imports ops and the charm. The charm runs under ops.testing on the state the joined worker
-unit has (tests/fakes/worker_scenario.py `joined_state`: the `cluster` relation with the
-control plane's data, the join secret; the unit's own databag as its earlier hooks left
-it), with its Host the machine's file system `<root>/host`, where the real watcher keeps
-its state file. What it wrote to its unit databag and its status go to
-`<root>/worker-hook.json` (what Juju would share with the control plane when the hook
-ends), with CLOCK_MONOTONIC at its start, once ops and the charm are imported, and at its end.
+Started (exec'd) by the juju-exec of tests/gpu_charms/worker_unit.py with
+`charms/kubernetes-worker/src`, `lib` and `tests` on PYTHONPATH, as Juju's unit agent
+starts a hook: a fresh Python process that imports ops and the charm. The charm runs
+under ops.testing on the state the joined worker unit has (tests/fakes/worker_scenario.py
+`joined_state`: the `cluster` relation with the control plane's data, the join secret;
+the unit's own databag as its earlier hooks left it), with its Host the machine's file
+system `<root>/host`, where the real watcher keeps its state file. What it wrote to its
+unit databag and its status go to `<root>/worker-hook.json` (what Juju would share with
+the control plane when the hook ends), with CLOCK_MONOTONIC at its start, once ops and
+the charm are imported, and at its end.
 
 The action (`worker_hook.py <root> readmit-gpu`) runs on the machine a joined A10G worker
 has (tests/unit/kubernetes_worker/test_gpu_charm.py's fixtures: the g5.12xlarge sysfs tree,
