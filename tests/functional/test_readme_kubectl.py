@@ -58,6 +58,7 @@ RUN = {
     "kubectl -n tensorflow delete job fetch-mnist",
     "kubectl delete node <name>",
     "kubectl -n tensorflow get pods --field-selector=status.phase!=Succeeded,status.phase!=Failed",
+    "kubectl -n <team> describe resourcequota gpu-k8s-object-counts",
     *COPIES,
     *FORWARDS,
 }
@@ -405,3 +406,18 @@ class _StandIn(http.server.ThreadingHTTPServer):
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.server_address[1]}"
+
+
+def test_a_teams_object_counts_are_described_as_the_how_to_says(cluster):
+    """share-between-teams.md: what a team uses against each count of its quota."""
+    api, kubectl = cluster
+    team_quota = load("kubernetes-control-plane", "team_quota")
+    quota = team_quota.manifest("tensorflow", team_quota.COUNTS)
+    api.put_object(f"/api/v1/namespaces/tensorflow/resourcequotas/{team_quota.NAME}", quota)
+    command = "kubectl -n <team> describe resourcequota gpu-k8s-object-counts".split()
+    printed = kubectl.run(*[w.replace("<team>", "tensorflow") for w in command[1:]]).stdout
+    rows = {line.split()[0]: line.split()[1:] for line in printed.splitlines()[4:] if line}
+    # the seeded namespace holds two pods (the fetch job's) and one Job
+    assert rows["count/pods"] == ["2", str(team_quota.COUNTS["count/pods"])]
+    assert rows["count/jobs.batch"] == ["1", str(team_quota.COUNTS["count/jobs.batch"])]
+    assert rows["services.nodeports"] == ["0", "0"]
