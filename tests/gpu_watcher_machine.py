@@ -493,14 +493,8 @@ def start(
     box.started_with |= {"metrics": metrics, "unit": unit, "hook_retry": hook_retry}
     box.started_with |= {"app_wait": app_wait, "burst_wait": burst_wait}
     r = box.root
-    argv = [sys.executable, str(SRC / "gpu_watcher.py"), "--node", OWN]
-    argv += ["--api", str(r / "api.json"), "--catalog", str(SRC / "xid_catalog.json")]
-    argv += ["--kmsg", str(r / "kmsg"), "--nvidia-smi", str(r / "nvidia-smi")]
-    argv += ["--checkpoint", str(r / "checkpoint"), "--proc", str(r / "proc")]
-    argv += ["--boot-id", str(r / "boot_id"), "--state", str(box.state_path)]
-    argv += ["--interval", str(interval), "--tick", str(tick), "--escalation", escalation]
-    argv += ["--pause", str(box.pause_path), "--app-xid-wait", str(app_wait)]
-    argv += ["--burst-wait", str(burst_wait)]
+    argv = [sys.executable, str(SRC / "gpu_watcher.py")]
+    argv += watcher_args(box, escalation, interval, tick, app_wait, burst_wait)
     if metrics:
         box.metrics_port = box.metrics_port or free_ports(1)[0]
         argv += ["--metrics-port", str(box.metrics_port)]
@@ -512,6 +506,26 @@ def start(
     until(lambda: box.state_path.exists(), step=0.01)  # first pass done: GPUs known
     if metrics:
         until(_serving(box), step=0.01)
+
+
+def watcher_args(
+    box: Machine,
+    escalation: str = "3/10m",
+    interval: float = 0.2,
+    tick: float = 0.05,
+    app_wait: float = 0.3,
+    burst_wait: float = 0.3,
+) -> list[str]:
+    """The watcher's arguments on `box` (gpu_watcher.arguments), every path injected."""
+    r = box.root
+    argv = ["--node", OWN]
+    argv += ["--api", str(r / "api.json"), "--catalog", str(SRC / "xid_catalog.json")]
+    argv += ["--kmsg", str(r / "kmsg"), "--nvidia-smi", str(r / "nvidia-smi")]
+    argv += ["--checkpoint", str(r / "checkpoint"), "--proc", str(r / "proc")]
+    argv += ["--boot-id", str(r / "boot_id"), "--state", str(box.state_path)]
+    argv += ["--interval", str(interval), "--tick", str(tick), "--escalation", escalation]
+    argv += ["--pause", str(box.pause_path), "--app-xid-wait", str(app_wait)]
+    return [*argv, "--burst-wait", str(burst_wait)]
 
 
 def _serving(box: Machine) -> Callable[[], bool]:

@@ -25,6 +25,7 @@ from gpu_watcher_machine import (
     OTHER,
     OWN,
     READY,
+    SRC,
     UNIT,
     Machine,
     allocation,
@@ -38,6 +39,7 @@ from gpu_watcher_machine import (
     smi_rows,
     start,
     until,
+    watcher_args,
     xid_line,
 )
 from kubectl_runner import Kubectl
@@ -770,6 +772,29 @@ def test_a_fault_recorded_while_the_gate_ran_stays_quarantined_after_readmission
     assert condition is not None and condition["reason"] == "Xid79"
     assert GPUS[0][1] in condition["message"] and GPUS[1][1] not in condition["message"]
     assert machine.node()["spec"]["unschedulable"] is True
+
+
+def test_a_fault_read_by_a_step_that_began_before_the_gate_is_stamped_when_read(machine):
+    """CI caught it under load: the step's time predated the gate, the fault was cleared.
+
+    A step takes its time, then waits for the lock while the poller's pass holds it; a line
+    written meanwhile, after the gate started, was stamped with the step's earlier time, so
+    readmission counted it as proved by the gate (gpu_health.readmit) and cleared it. The
+    watcher runs in this process here, to begin the step before the gate deterministically.
+    """
+    args = gpu_watcher.arguments(watcher_args(machine))
+    api = gpu_watcher.Api(json.loads((machine.root / "api.json").read_text()))
+    catalog = json.loads((SRC / "xid_catalog.json").read_text())
+    watcher = gpu_watcher.Watcher(args, api, catalog)
+    watcher.poll(time.time())
+    step_began = time.time()  # then it waits for the lock
+    time.sleep(0.01)
+    gate_started = time.time()
+    time.sleep(0.01)
+    machine.kernel(xid_line("79", gpu=0))  # during the gate
+    watcher.step(step_began)
+    held = watcher.state["quarantined"][GPUS[0][1]]
+    assert held["since"] > gate_started, (held["since"], gate_started)
 
 
 def test_a_stronger_fault_raised_while_the_gate_ran_stays_quarantined_after_readmission(machine):

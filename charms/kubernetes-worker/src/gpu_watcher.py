@@ -1566,7 +1566,11 @@ class Watcher:
                     self.fault_at = kernel_time(usec, at, time.monotonic())
                     # the kernel's clock (CLOCK_MONOTONIC up to drift) for bursts
                     record["clock"] = usec / 1e6 if usec >= 0 else time.monotonic()
-                    self.handle_xid(record, at)
+                    # stamped when read, not when this step began: the step may have waited
+                    # for the lock (the poller's pass) while the line was written, and a
+                    # fault stamped before a gate that started meanwhile would be cleared by
+                    # its readmission (gpu_health.readmit) though the gate never proved it
+                    self.handle_xid(record, time.time())
                     self.fault_at = None
             self.decide_bursts(at)
             self.check_programs(at)
