@@ -137,6 +137,23 @@ _PRIORITY_CLASS = {
     "value": 1000000000,
 }
 
+# A team's DaemonSet: one pod on every node, GPU nodes included, Pod Security `restricted`.
+_DAEMONSET = {
+    "apiVersion": "apps/v1",
+    "kind": "DaemonSet",
+    "metadata": {"name": "everywhere"},
+    "spec": {
+        "selector": {"matchLabels": {"app": "everywhere"}},
+        "template": {
+            "metadata": {"labels": {"app": "everywhere"}},
+            "spec": {
+                **_WEB["spec"],
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+            },
+        },
+    },
+}
+
 ESCALATIONS: list[Escalation] = [
     Escalation(
         "pods-cluster-wide",
@@ -531,6 +548,17 @@ ESCALATIONS: list[Escalation] = [
             {"spec": {"unschedulable": True}},
             "application/merge-patch+json",
         ),
+    ),
+    # G6: a DaemonSet in its own namespace. The DaemonSet controller gives its pods
+    # tolerations of cordons (node.kubernetes.io/unschedulable) and of a lost node for ever
+    # (not-ready, unreachable: kubernetes pkg/controller/daemon/util daemonset_util.go
+    # AddOrUpdateDaemonPodTolerations), and a drain leaves them (lib drain.py `stays`): a
+    # team's GPU DaemonSet kept its GPUs through a GPU reset and a driver upgrade's drain.
+    Escalation(
+        "own-namespace-daemonsets",
+        "daemonsets",
+        rules=[rule("apps", ["daemonsets"], ["create", "patch"])],
+        attempt=Attempt("POST", f"/apis/apps/v1/namespaces/{HOSTILE}/daemonsets", _DAEMONSET),
     ),
 ]
 
