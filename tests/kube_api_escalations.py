@@ -631,6 +631,30 @@ ADMISSION_ESCALATIONS: list[Escalation] = [
             }
         ],
     ),
+    # G6: a toleration of a cordon (kubectl cordon and every drain set spec.unschedulable,
+    # which the node lifecycle controller mirrors as node.kubernetes.io/unschedulable:
+    # NoSchedule): the scheduler would place the pod on a node being drained for a GPU
+    # reset or a driver upgrade
+    _pod_refused(
+        "pod-tolerates-cordons",
+        tolerations=[
+            {
+                "key": "node.kubernetes.io/unschedulable",
+                "operator": "Exists",
+                "effect": "NoSchedule",
+            }
+        ],
+    ),
+    # G6: a lost node tolerated for ever (no tolerationSeconds, so DefaultTolerationSeconds
+    # adds nothing): the pod stays bound to a node that is gone, its Kueue quota and GPUs
+    # held in the cohort's accounting until someone deletes it
+    _pod_refused(
+        "pod-stays-on-a-lost-node",
+        tolerations=[
+            {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
+            {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"},
+        ],
+    ),
     # a pod naming no scheduler stays unbound (kube-scheduler places only its own), for
     # whoever may bind it: the fourth review's chain to the control-plane node (G1)
     Escalation(
