@@ -1250,8 +1250,9 @@ def test_without_the_policy_a_pod_ignoring_sigterm_held_a_second_gpu_its_whole_g
     """Issue 29: the harm the terminating-pods policy bounds, on pods that end gracefully.
 
     A Job as gpu-k8s-consumer-terminating-pods-bounded refuses it (an hour's grace,
-    podReplacementPolicy TerminatingOrFailed), seeded as one written before the policy;
-    its pod ignores SIGTERM. The team deletes its own pod (its grant holds pods delete; a
+    podReplacementPolicy TerminatingOrFailed), seeded as one written before the policy,
+    with the policy's binding removed (under it, the Job controller's pod of such a Job
+    is refused too: fakes/batch.py B8); its pod ignores SIGTERM. The team deletes its own pod (its grant holds pods delete; a
     plain delete asks the pod's own grace period, which the policy lets through). The Job
     controller makes a replacement at once (TerminatingOrFailed), which the scheduler puts
     on the node's second GPU while the old pod keeps the first for its whole grace period:
@@ -1259,6 +1260,7 @@ def test_without_the_policy_a_pod_ignoring_sigterm_held_a_second_gpu_its_whole_g
     admits, waits the hour for a GPU.
     """
     other, now = _two_gpu_teams(api, controller)
+    api.delete_object(f"{_BINDINGS}{_TERMINATING_POLICY}")
     step = 300
     spec = {**_pod_spec(1), "terminationGracePeriodSeconds": _HOUR}
     linger = _job("linger", spec, podReplacementPolicy="TerminatingOrFailed", suspend=True)
