@@ -1252,8 +1252,9 @@ def test_without_the_policy_a_pod_ignoring_sigterm_held_a_second_gpu_its_whole_g
     A Job as gpu-k8s-consumer-terminating-pods-bounded refuses it (an hour's grace,
     podReplacementPolicy TerminatingOrFailed), seeded as one written before the policy,
     with the policy's binding removed (under it, the Job controller's pod of such a Job
-    is refused too: fakes/batch.py B8); its pod ignores SIGTERM. The team deletes its own pod (its grant holds pods delete; a
-    plain delete asks the pod's own grace period, which the policy lets through). The Job
+    is refused too: fakes/batch.py B8); its pod ignores SIGTERM. The team deletes its own
+    pod (its grant holds pods delete; a plain delete asks the pod's own grace period, which
+    the policy lets through). The Job
     controller makes a replacement at once (TerminatingOrFailed), which the scheduler puts
     on the node's second GPU while the old pod keeps the first for its whole grace period:
     2 GPUs on a 1-GPU admission. The other team, whose quota Kueue counts free and
