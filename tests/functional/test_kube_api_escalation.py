@@ -435,17 +435,10 @@ def test_the_charms_own_pods_are_admitted_in_a_consumer_namespace(rbac, kube, ku
         in kube_api.get_object(f"/api/v1/namespaces/{efs}")["metadata"]["labels"]
     )
     owner = load(efs, "claims").Owner(efs, "0b9a4e1c-5f0a-4c5e-8a5f-2d7f1f3b7c11")
-    claim = load(efs, "storage").claim_spec(
-        owner,
-        consumer="tensorflow",
-        namespace=namespace,
-        capacity="1Ti",
-        server="fs-0123456789abcdef0.efs.us-east-1.amazonaws.com",
-        path="/",
-        file_system_id="fs-0123456789abcdef0",
-        directory="tensorflow",
-        directory_owner=(1000, 1000),
-    )
+    fs = "fs-0123456789abcdef0"
+    served = {"consumer": "tensorflow", "namespace": namespace, "directory": "tensorflow"}
+    where = {"server": f"{fs}.efs.us-east-1.amazonaws.com", "path": "/", "file_system_id": fs}
+    claim = load(efs, "storage").claim_spec(owner, capacity="1Ti", **served, **where)
     job = load(efs, "directories").job_manifest(owner, claim, namespace=efs, image="busybox")
     pod = _pod("directory", job["spec"]["template"]["spec"])
     status, answer = call(kube_api, ADMIN_TOKEN, "POST", f"/api/v1/namespaces/{efs}/pods", pod)
