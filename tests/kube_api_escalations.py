@@ -137,6 +137,23 @@ _PRIORITY_CLASS = {
     "value": 1000000000,
 }
 
+# A team's DaemonSet: one pod on every node, GPU nodes included, Pod Security `restricted`.
+_DAEMONSET = {
+    "apiVersion": "apps/v1",
+    "kind": "DaemonSet",
+    "metadata": {"name": "everywhere"},
+    "spec": {
+        "selector": {"matchLabels": {"app": "everywhere"}},
+        "template": {
+            "metadata": {"labels": {"app": "everywhere"}},
+            "spec": {
+                **_WEB["spec"],
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+            },
+        },
+    },
+}
+
 ESCALATIONS: list[Escalation] = [
     Escalation(
         "pods-cluster-wide",
@@ -585,6 +602,17 @@ ESCALATIONS: list[Escalation] = [
             },
         ),
     ),
+    # G6: a DaemonSet in its own namespace. The DaemonSet controller gives its pods
+    # tolerations of cordons (node.kubernetes.io/unschedulable) and of a lost node for ever
+    # (not-ready, unreachable: kubernetes pkg/controller/daemon/util daemonset_util.go
+    # AddOrUpdateDaemonPodTolerations), and a drain leaves them (lib drain.py `stays`): a
+    # team's GPU DaemonSet kept its GPUs through a GPU reset and a driver upgrade's drain.
+    Escalation(
+        "own-namespace-daemonsets",
+        "daemonsets",
+        rules=[rule("apps", ["daemonsets"], ["create", "patch"])],
+        attempt=Attempt("POST", f"/apis/apps/v1/namespaces/{HOSTILE}/daemonsets", _DAEMONSET),
+    ),
 ]
 
 # Issue 29, the reviewer's third pass: requests the legitimate grant below allows by RBAC
@@ -655,6 +683,30 @@ ADMISSION_ESCALATIONS: list[Escalation] = [
                 "operator": "Exists",
                 "effect": "NoExecute",
             }
+        ],
+    ),
+    # G6: a toleration of a cordon (kubectl cordon and every drain set spec.unschedulable,
+    # which the node lifecycle controller mirrors as node.kubernetes.io/unschedulable:
+    # NoSchedule): the scheduler would place the pod on a node being drained for a GPU
+    # reset or a driver upgrade
+    _pod_refused(
+        "pod-tolerates-cordons",
+        tolerations=[
+            {
+                "key": "node.kubernetes.io/unschedulable",
+                "operator": "Exists",
+                "effect": "NoSchedule",
+            }
+        ],
+    ),
+    # G6: a lost node tolerated for ever (no tolerationSeconds, so DefaultTolerationSeconds
+    # adds nothing): the pod stays bound to a node that is gone, its Kueue quota and GPUs
+    # held in the cohort's accounting until someone deletes it
+    _pod_refused(
+        "pod-stays-on-a-lost-node",
+        tolerations=[
+            {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
+            {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"},
         ],
     ),
     # a pod naming no scheduler stays unbound (kube-scheduler places only its own), for

@@ -281,7 +281,12 @@ Job controller and kubelet (kubernetes.io/docs/concepts/workloads/controllers/jo
   sees them: the pod goes through the Priority plugin (`kube_priority`: its priority from
   its PriorityClass, an unknown class refused) and PodSecurity
   (`kube_admission.PodSecurity`, the policy of the namespace's
-  `pod-security.kubernetes.io/*` labels) before it is stored. A pod either refuses
+  `pod-security.kubernetes.io/*` labels), then the ValidatingAdmissionPolicies stored
+  (`admit_controller_pod`: as the Job controller's ServiceAccount, kube-system:
+  job-controller, or the ReplicaSet controller's for a Deployment's pod, the pod as they
+  create it: not bound yet, the scheduler binds it), before it is stored. Neither
+  DefaultTolerationSeconds nor ExtendedResourceToleration runs here (their tolerations
+  are not added: fakes/taint_eviction.py). A pod any of these refuses
   (or the namespace's enforce level) is not created; the controller records a Warning
   Event, reason FailedCreate, `Error creating: <the API server's message>`, on the Job
   (or the Deployment, see D1) and tries again next tick (kubernetes pkg/controller/
@@ -1183,7 +1188,8 @@ class BatchControllers:
 
         The Priority plugin (`fakes.kube_priority`, mutating) first, then validation (the
         enums, `fakes.kube_enums`), as the registry's BeforeCreate runs before the
-        validating admission plugins, then PodSecurity.
+        validating admission plugins, then PodSecurity, then the ValidatingAdmission-
+        Policies, which see the pod unbound as its controller creates it.
         """
         namespace = self.api.get_object(f"/api/v1/namespaces/{self.ns}")
         try:
@@ -1202,6 +1208,10 @@ class BatchControllers:
                 namespace=namespace,
                 pods=list,
             )
+            unbound = json_copy(pod)
+            unbound["spec"].pop("nodeName", None)
+            account = "job-controller" if owner["kind"] == "Job" else "replicaset-controller"
+            self.api.admit_controller_pod(account, unbound)
         except ApiError as e:
             self.refused.append(e.message)
             name = f"{owner['metadata']['name']}.{generated_suffix(16)}"

@@ -13,6 +13,17 @@ does, for one DaemonSet, what these do, each rule from the upstream source named
   taint (k8s.io/api core/v1 toleration.go ToleratesTaint). The pod is created
   through the API server in the DaemonSet's namespace, so admission (PodSecurity
   included) decides whether it exists at all; here bound to its node at once.
+- D2 Every pod (and the pod D1 checks a node against) is the template with the
+  tolerations the controller adds (`daemon_tolerations`: kubernetes pkg/controller/daemon/
+  util/daemonset_util.go AddOrUpdateDaemonPodTolerations, stored commit 05c351a9, called
+  by CreatePodTemplate and NewPod): node.kubernetes.io/not-ready and /unreachable
+  NoExecute with no tolerationSeconds, /disk-pressure, /memory-pressure, /pid-pressure
+  and /unschedulable NoSchedule, and /network-unavailable NoSchedule for a hostNetwork
+  pod; each replaces a toleration of the template that matches it (same key, operator,
+  value and effect: core/v1 helper AddOrUpdateTolerationInPodSpec, MatchToleration).
+  `daemon_pod` is the pod as the controller creates it: unbound, its node named by a
+  required node affinity on `metadata.name` (ReplaceDaemonSetPodNodeNameNodeAffinity,
+  daemon_controller.go syncNodes), its DaemonSet its controller.
 - K1 Once such a pod runs, kubelet's plugin watcher finds the registration socket of its
   node-driver-registrar container, learns the driver name and the endpoint it was
   started with (`--kubelet-registration-path=/var/lib/kubelet/plugins/<driver>/csi.sock`,
@@ -81,6 +92,71 @@ def fits(pod_spec: dict, node: dict) -> bool:
     return all(tolerated(pod_spec.get("tolerations") or [], t) for t in taints)
 
 
+_DAEMON_TOLERATIONS = (
+    ("node.kubernetes.io/not-ready", "NoExecute"),
+    ("node.kubernetes.io/unreachable", "NoExecute"),
+    ("node.kubernetes.io/disk-pressure", "NoSchedule"),
+    ("node.kubernetes.io/memory-pressure", "NoSchedule"),
+    ("node.kubernetes.io/pid-pressure", "NoSchedule"),
+    ("node.kubernetes.io/unschedulable", "NoSchedule"),
+)
+_NETWORK_UNAVAILABLE = ("node.kubernetes.io/network-unavailable", "NoSchedule")
+
+
+def daemon_tolerations(pod_spec: dict) -> dict:
+    """D2: a copy of `pod_spec` with the tolerations the DaemonSet controller adds."""
+    spec = copy.deepcopy(pod_spec)
+    wanted = list(_DAEMON_TOLERATIONS)
+    if spec.get("hostNetwork"):
+        wanted.append(_NETWORK_UNAVAILABLE)
+    tolerations = spec.setdefault("tolerations", [])
+    for key, effect in wanted:
+        added = {"key": key, "operator": "Exists", "effect": effect}
+        same = ("key", "operator", "value", "effect")
+        match = [
+            i for i, t in enumerate(tolerations) if all(t.get(f) == added.get(f) for f in same)
+        ]
+        if match:
+            tolerations[match[0]] = added
+        else:
+            tolerations.append(added)
+    return spec
+
+
+def daemon_pod(daemonset: dict, node: str) -> dict:
+    """D2: the pod the DaemonSet controller creates for `node`, which the scheduler binds."""
+    meta, template = daemonset["metadata"], daemonset["spec"]["template"]
+    spec = daemon_tolerations(template["spec"])
+    field = {"key": "metadata.name", "operator": "In", "values": [node]}
+    spec["affinity"] = {
+        **(spec.get("affinity") or {}),
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchFields": [field]}]
+            }
+        },
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{meta['name']}-{node}",
+            "labels": dict(template["metadata"]["labels"]),
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "DaemonSet",
+                    "name": meta["name"],
+                    "uid": meta.get("uid") or f"uid-{meta['name']}",
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": spec,
+    }
+
+
 def drivers_registered(pod_spec: dict) -> list[str]:
     """K1: the CSI drivers a pod's registrar containers register with kubelet."""
     found = []
@@ -105,10 +181,10 @@ def run_daemonset(
     meta, template = daemonset["metadata"], daemonset["spec"]["template"]
     out = []
     for node in api.objects("/api/v1/nodes/"):
-        if not fits(template["spec"], node):
+        spec = daemon_tolerations(template["spec"])
+        if not fits(spec, node):
             continue
         name = node["metadata"]["name"]
-        spec = copy.deepcopy(template["spec"])
         spec["nodeName"] = name
         pod = {
             "apiVersion": "v1",
@@ -152,33 +228,16 @@ def sync_daemonset(api: FakeKubeApiServer, daemonset: dict) -> list[str]:
     for node in api.objects("/api/v1/nodes/"):
         name = node["metadata"]["name"]
         path = f"{prefix}{meta['name']}-{name}"
-        if not fits(template["spec"], node):
+        if not fits(daemon_tolerations(template["spec"]), node):
             api.delete_object(path)
             continue
         running.append(name)
         if api.get_object(path) is None:
-            spec = {**copy.deepcopy(template["spec"]), "nodeName": name}
-            pod = {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {
-                    "name": f"{meta['name']}-{name}",
-                    "namespace": meta["namespace"],
-                    "labels": dict(template["metadata"]["labels"]),
-                    # the controller's reference, which a drain reads to leave the pod
-                    # (kubectl drain daemonSetFilter; lib drain.py)
-                    "ownerReferences": [
-                        {
-                            "apiVersion": "apps/v1",
-                            "kind": "DaemonSet",
-                            "name": meta["name"],
-                            "uid": meta.get("uid") or f"uid-{meta['name']}",
-                            "controller": True,
-                        }
-                    ],
-                },
-                "spec": spec,
-                "status": {"phase": "Running"},
-            }
+            # the controller's reference, which a drain reads to leave the pod (kubectl
+            # drain daemonSetFilter; lib drain.py), and bound at once
+            pod = daemon_pod(daemonset, name)
+            pod["metadata"]["namespace"] = meta["namespace"]
+            pod["spec"]["nodeName"] = name
+            pod["status"] = {"phase": "Running"}
             api.put_object(path, pod)
     return running

@@ -7,7 +7,8 @@ the validating admission plugins: PodSecurity, DenyServiceExternalIPs (which our
 configuration enables; `deny_service_external_ips`) and ValidatingAdmissionPolicy
 (`ValidatingAdmissionPolicies`, its CEL evaluated by cel-python as cel-go would).
 NodeRestriction is kube_noderestriction.py; ExtendedResourceToleration (a mutating plugin
-our kubeadm configuration enables) is not emulated.
+our kubeadm configuration enables) and DefaultTolerationSeconds are not run by default:
+taint_eviction.py has each as a mutation a test may add to the server's `mutators`.
 
 Decoding (k8s.io/apiserver pkg/endpoints/handlers create.go, update.go, patch.go, rest.go;
 apimachinery pkg/apis/meta/v1/validation ValidateFieldValidation):

@@ -1988,6 +1988,24 @@ class FakeKubeApiServer:
         if (target.gv, target.plural, target.sub) == ("v1", "pods", ""):
             self.admit_priority(operation, obj, old)
 
+    def admit_controller_pod(self, account: str, pod: dict) -> None:
+        """The ValidatingAdmissionPolicies on an emulated controller's pod CREATE (batch.py).
+
+        As kube-apiserver admits it from kube-controller-manager's controller `account`
+        (its ServiceAccount in kube-system: kubeadm's --use-service-account-credentials),
+        a 403 ApiError when a policy denies it.
+        """
+        user = UserInfo(
+            f"system:serviceaccount:kube-system:{account}",
+            ("system:serviceaccounts", "system:serviceaccounts:kube-system"),
+        ).authenticated()
+        meta = pod["metadata"]
+        target = Target("v1", "pods", meta["namespace"], meta["name"], "", self.resources)
+        with self._lock:
+            self.admission.policies.admit(
+                self._stored, user, "CREATE", target, pod, None, namespace_of=self._namespace
+            )
+
     def admit_priority(self, operation: str, pod: dict, old: dict | None = None) -> None:
         """The Priority admission plugin on `pod` (changed in place), as a write admits it.
 

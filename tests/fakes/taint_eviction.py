@@ -56,9 +56,12 @@ kube-apiserver's DefaultOffAdmissionPlugins) gives every pod created a toleratio
 `node.kubernetes.io/not-ready:NoExecute` and of `/unreachable:NoExecute` for 300 s unless
 it tolerates each already (plugin/pkg/admission/defaulttolerationseconds/admission.go,
 stored commit aed80471). The fake API server does not: `default_tolerations` is that
-mutation, for a test to add to `api.mutators` (pods created over HTTP). It never changes
-what the quarantine taint does: a pod that does not tolerate that taint is deleted at
-once whatever else it tolerates (T2).
+mutation, for a test to add to `api.mutators` (pods created over HTTP); so is
+`extended_resource_tolerations`, kube-apiserver's ExtendedResourceToleration plugin (the
+control plane turns it on: a toleration of each extended resource a pod asks for,
+plugin/pkg/admission/extendedresourcetoleration/admission.go, stored commit 143ac994).
+Neither changes what the quarantine taint does: a pod that does not tolerate that taint
+is deleted at once whatever else it tolerates (T2).
 
 Time is `clock` (seconds; the API server's `clock` unless a test sets it), read once per
 tick: a deletion whose time has come runs at the end of the tick that finds it due.
@@ -173,6 +176,41 @@ def default_tolerations(obj: dict) -> None:
                     "tolerationSeconds": DEFAULT_TOLERATION_SECONDS,
                 }
             )
+
+
+def _extended(resource: str) -> bool:
+    """core/v1 helper IsExtendedResourceName: not native (no '/', or kubernetes.io/)."""
+    native = "/" not in resource or "kubernetes.io/" in resource
+    return not native and not resource.startswith("requests.")
+
+
+def extended_resource_tolerations(obj: dict) -> None:
+    """ExtendedResourceToleration on a pod's CREATE: `<resource>` Exists NoSchedule for each.
+
+    Each extended resource a container or init container requests, in sorted order, added
+    unless a toleration with the same key, operator, value and effect is there (helper
+    AddOrUpdateTolerationInPod). Requests as the API server has defaulted them: a
+    container's limits stand for the requests it leaves out (core/v1 SetDefaults_Pod).
+    """
+    if obj.get("kind") != "Pod":
+        return
+    spec = obj.setdefault("spec", {})
+    asked = set()
+    for container in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
+        resources = container.get("resources") or {}
+        for name in {**(resources.get("limits") or {}), **(resources.get("requests") or {})}:
+            if _extended(name):
+                asked.add(name)
+    if not asked:
+        return
+    tolerations = spec.setdefault("tolerations", [])
+    for name in sorted(asked):
+        added = {"key": name, "operator": "Exists", "effect": "NoSchedule"}
+        if not any(
+            all(t.get(f) == added.get(f) for f in ("key", "operator", "value", "effect"))
+            for t in tolerations
+        ):
+            tolerations.append(added)
 
 
 def _key(pod: dict) -> str:

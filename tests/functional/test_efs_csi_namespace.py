@@ -22,7 +22,7 @@ from test_kube_api_escalation import _grant, call
 
 from charms.gpu_k8s.v0.kube_api import RequirerAppData, check_policy
 from fakes.addons import EFS_CSI_FILES, efs_csi_file
-from fakes.csi_node import run_daemonset
+from fakes.csi_node import daemon_pod, run_daemonset
 from fakes.kube_apiserver import ADMIN_TOKEN
 
 CP = "kubernetes-control-plane"
@@ -89,6 +89,84 @@ def test_baseline_refuses_the_node_plugin(kube_api):
             assert check in answer["message"], (check, answer["message"])
     for node in kube_api.objects("/api/v1/nodes/"):
         assert "annotations" not in node["metadata"] or not node["metadata"]["annotations"]
+
+
+def test_the_daemonset_controller_gives_its_pods_the_node_condition_tolerations(kube_api):
+    """D2: not-ready and unreachable for ever, pressure and cordons, network for hostNetwork.
+
+    So a DaemonSet's pod runs on a cordoned, a not-ready and a pressured node (only the
+    taints nobody added a toleration for keep it off: the control plane's here), and the
+    controller's toleration replaces a template's that matches it but for its seconds.
+    """
+    kube_api.put_object("/api/v1/namespaces/daemons", {})
+    taints = {
+        "cp-0": NODES["cp-0"],
+        "cordoned": [{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}],
+        "lost": [{"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"}],
+        "pressed": [{"key": "node.kubernetes.io/memory-pressure", "effect": "NoSchedule"}],
+    }
+    for name, node_taints in taints.items():
+        kube_api.put_object(f"/api/v1/nodes/{name}", {"spec": {"taints": node_taints}})
+    soon = {
+        "key": "node.kubernetes.io/not-ready",
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": 30,
+    }
+    spec = {"containers": [{"name": "c", "image": "busybox"}], "tolerations": [soon]}
+    ds = {
+        "metadata": {"name": "d", "namespace": "daemons", "uid": "u-1"},
+        "spec": {"template": {"metadata": {"labels": {"app": "d"}}, "spec": spec}},
+    }
+    ran = run_daemonset(kube_api, call, ADMIN_TOKEN, ds)
+    assert [(node, status) for node, status, _ in ran] == [
+        ("cordoned", 201),
+        ("lost", 201),
+        ("pressed", 201),
+    ]
+    expected = [
+        {"key": f"node.kubernetes.io/{key}", "operator": "Exists", "effect": effect}
+        for key, effect in (
+            ("not-ready", "NoExecute"),
+            ("unreachable", "NoExecute"),
+            ("disk-pressure", "NoSchedule"),
+            ("memory-pressure", "NoSchedule"),
+            ("pid-pressure", "NoSchedule"),
+            ("unschedulable", "NoSchedule"),
+        )
+    ]
+    for _node, _status, answer in ran:
+        assert answer["spec"]["tolerations"] == expected
+    pod = daemon_pod(
+        {
+            **ds,
+            "spec": {
+                "template": {**ds["spec"]["template"], "spec": {**spec, "hostNetwork": True}}
+            },
+        },
+        "lost",
+    )
+    assert "nodeName" not in pod["spec"]
+    assert pod["spec"]["tolerations"][-1] == {
+        "key": "node.kubernetes.io/network-unavailable",
+        "operator": "Exists",
+        "effect": "NoSchedule",
+    }
+    terms = pod["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert terms == {
+        "nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["lost"]}]}
+        ]
+    }
+    (owner,) = pod["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == (
+        "DaemonSet",
+        "d",
+        "u-1",
+        True,
+    )
 
 
 def test_no_consumer_may_ask_for_the_namespace():

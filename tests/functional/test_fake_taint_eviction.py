@@ -21,6 +21,7 @@ from fakes.taint_eviction import (
     REASON,
     TaintEvictionController,
     default_tolerations,
+    extended_resource_tolerations,
     tolerates,
 )
 
@@ -299,6 +300,45 @@ def test_the_delete_is_any_clients_delete(api, taints, clock):
     assert [c["reason"] for c in kept["status"]["conditions"]] == [REASON]
     (refused,) = taints.refused
     assert refused.startswith(f"DELETE /api/v1/namespaces/{NS}/pods/kept:") and "kept" in refused
+
+
+def test_extended_resource_toleration_adds_one_toleration_per_extended_resource(api):
+    """ExtendedResourceToleration: `<resource>` Exists NoSchedule per extended resource asked.
+
+    By any container or init container, in requests or in limits alone (which stand for
+    the requests: SetDefaults_Pod), sorted, never twice, and not for native resources
+    (cpu, memory, hugepages-*, kubernetes.io/...).
+    """
+    api.mutators.append(extended_resource_tolerations)
+    headers = {"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/json"}
+    gpu = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+    def create(name: str, spec: dict) -> list[dict] | None:
+        body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+        answer = api.handle(
+            "POST", f"/api/v1/namespaces/{NS}/pods", headers, json.dumps(body).encode()
+        )
+        assert answer[0] == 201, answer
+        return json.loads(answer[2])["spec"].get("tolerations")
+
+    def container(**resources: dict) -> dict:
+        return {"name": "c", "image": "busybox", "resources": resources}
+
+    native = {"cpu": "1", "memory": "1Gi", "hugepages-2Mi": "2Mi", "example.kubernetes.io/x": "1"}
+    assert create("plain", {"containers": [container(requests=native)]}) is None
+    limits = container(limits={"nvidia.com/gpu": "1", "cpu": "1"})
+    assert create("limits", {"containers": [limits]}) == [gpu]
+    mixed = {
+        "initContainers": [container(requests={"example.com/fpga": "1"})],
+        "containers": [container(requests={"nvidia.com/gpu": "2"})],
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+    }
+    assert create("mixed", mixed) == [
+        {"key": "nvidia.com/gpu", "operator": "Exists"},
+        {"key": "example.com/fpga", "operator": "Exists", "effect": "NoSchedule"},
+        gpu,
+    ]
+    assert create("once", {"containers": [limits], "tolerations": [gpu]}) == [gpu]
 
 
 def test_default_toleration_seconds_adds_not_ready_and_unreachable_unless_tolerated(

@@ -35,7 +35,9 @@ from kube_api_escalations import (
 )
 
 from charms.gpu_k8s.v0.kube_api import SYSTEM_NAMESPACES, RequirerAppData, Rule, check_policy
+from fakes.csi_node import daemon_pod
 from fakes.kube_apiserver import ADMIN_TOKEN, FakeKubeApiServer
+from fakes.taint_eviction import default_tolerations, extended_resource_tolerations
 
 SSAR = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 
@@ -368,12 +370,22 @@ def test_the_namespace_is_fenced_whoever_makes_the_pod(rbac, kube, kube_api, pol
 
 
 def test_the_charms_own_pods_are_admitted_in_a_consumer_namespace(rbac, kube, kube_api, policies):
-    """The tensorflow charm's training, TensorBoard, serving and purge pods, as made."""
+    """The charms' pods in consumers' namespaces, with the tolerations they get on the way.
+
+    The tensorflow charm's training, TensorBoard, serving, purge and one-shot (import,
+    export) pods and efs-storage's directory Job's, each as its template is made, with the
+    tolerations of the ResourceFlavors Kueue assigns merged in (Kueue v0.19.2 pkg/podset/
+    podset.go FromAssignment, Merge: none, the control plane's flavors carry nodeTaints
+    only) and those kube-apiserver's mutating admission plugins add before the policies
+    run (ExtendedResourceToleration, DefaultTolerationSeconds: fakes/taint_eviction.py).
+    """
+    kube_api.mutators += [extended_resource_tolerations, default_tolerations]
     namespace = "training"
     rbac.apply(kube, _grant(rbac, "tensorflow", namespace, LEGITIMATE_RULES, []))
     manifests = load("tensorflow", "manifests")
     params = load("tensorflow", "params")
     serving = load("tensorflow", "serving")
+    oneshot = load("tensorflow", "oneshot")
     ctx = manifests.Context(
         namespace=namespace, app="tensorflow", claim="c", default_image="i", tensorboard_image="t"
     )
@@ -392,14 +404,175 @@ def test_the_charms_own_pods_are_admitted_in_a_consumer_namespace(rbac, kube, ku
             if o["kind"] == "Deployment"
         ]
     templates.append(manifests.purge_job("g", ctx)["spec"]["template"])
+    container = {"name": "import", "image": "i", "command": ["true"]}
+    one = oneshot.manifest("import-g", ctx, {}, container, [], backoff_limit=0, ttl_seconds=60)
+    templates.append(one["spec"]["template"])  # every import's and export's pod
     deployments = serving.manifests(serving.ServeParams(job="g", gpus=1), ctx, "serving")
     templates += [o["spec"]["template"] for o in deployments if o["kind"] == "Deployment"]
     assert any(t["spec"].get("tolerations") for t in templates)
+    kueue = load("kubernetes-control-plane", "kueue")
+    flavors = [o for o in kueue.cluster_objects(["A10G"]) if o["kind"] == "ResourceFlavor"]
+    assert len(flavors) == 2 and not any(f["spec"].get("tolerations") for f in flavors)
+    made = []
     for index, template in enumerate(templates):
-        pod = _pod(f"p{index}", template["spec"])
+        spec = dict(template["spec"])
+        tolerations = list(spec.get("tolerations") or [])
+        for flavor in flavors:  # Merge: those not there yet, appended
+            tolerations += [
+                t for t in flavor["spec"].get("tolerations") or [] if t not in tolerations
+            ]
+        spec["tolerations"] = tolerations
         path = f"/api/v1/namespaces/{namespace}/pods"
-        status, answer = call(kube_api, ADMIN_TOKEN, "POST", path, pod)
+        status, answer = call(kube_api, ADMIN_TOKEN, "POST", path, _pod(f"p{index}", spec))
         assert status == 201, (template, answer)
+        made.append(answer["spec"]["tolerations"])
+    lost = {"operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+    assert all({"key": "node.kubernetes.io/not-ready", **lost} in t for t in made)
+    gpu = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    assert any(gpu in t for t in made)  # ExtendedResourceToleration's, for a GPU pod
+
+    efs = "efs-storage"  # a storage provisioner's namespace (Pod Security baseline)
+    rules = [Rule.model_validate(r) for r in LEGITIMATE_RULES]
+    rbac.apply(kube, rbac.consumer_grant(efs, efs, rules, [], provisioner=True))
+    assert (
+        "gpu-k8s.io/consumer"
+        in kube_api.get_object(f"/api/v1/namespaces/{efs}")["metadata"]["labels"]
+    )
+    owner = load(efs, "claims").Owner(efs, "0b9a4e1c-5f0a-4c5e-8a5f-2d7f1f3b7c11")
+    fs = "fs-0123456789abcdef0"
+    served = {"consumer": "tensorflow", "namespace": namespace, "directory": "tensorflow"}
+    where = {"server": f"{fs}.efs.us-east-1.amazonaws.com", "path": "/", "file_system_id": fs}
+    claim = load(efs, "storage").claim_spec(owner, capacity="1Ti", **served, **where)
+    job = load(efs, "directories").job_manifest(owner, claim, namespace=efs, image="busybox")
+    pod = _pod("directory", job["spec"]["template"]["spec"])
+    status, answer = call(kube_api, ADMIN_TOKEN, "POST", f"/api/v1/namespaces/{efs}/pods", pod)
+    assert status == 201, answer
+
+
+def test_a_teams_pod_tolerates_only_the_gpu_taint_and_a_lost_node_for_minutes(
+    rbac, kube, kube_api, policies
+):
+    """The fifth review's G6: a team's tolerations are an allow-list.
+
+    Allowed: the GPU nodes' taint in any form, and node.kubernetes.io/not-ready and
+    /unreachable with effect NoExecute for at most 300 s (what DefaultTolerationSeconds
+    gives every pod). Every other taint the charms, Kubernetes, JobSet or an operator put on
+    nodes is refused, on create and when an update adds it or changes an allowed one, with
+    a message naming the allowed set; tolerations a pod already had stay.
+    """
+    token = rbac.apply(kube, _grant(rbac, HOSTILE, HOSTILE, LEGITIMATE_RULES, []))
+    pods = f"/api/v1/namespaces/{HOSTILE}/pods"
+    allowed = [
+        {"key": "nvidia.com/gpu", "operator": "Exists"},
+        {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"},
+        {
+            "key": "node.kubernetes.io/not-ready",
+            "operator": "Exists",
+            "effect": "NoExecute",
+            "tolerationSeconds": 300,
+        },
+        {
+            "key": "node.kubernetes.io/unreachable",
+            "operator": "Exists",
+            "effect": "NoExecute",
+            "tolerationSeconds": 0,
+        },
+    ]
+    status, answer = call(kube_api, token, "POST", pods, _restricted_pod(tolerations=allowed))
+    assert status == 201, answer
+    refused = [
+        {"key": "node.kubernetes.io/unschedulable", "operator": "Exists"},  # cordons
+        {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
+        {
+            "key": "node.kubernetes.io/unreachable",
+            "operator": "Exists",
+            "effect": "NoExecute",
+            "tolerationSeconds": 301,
+        },
+        {"key": "node.kubernetes.io/not-ready", "operator": "Exists"},  # NoSchedule too
+        {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "node.kubernetes.io/memory-pressure", "operator": "Exists"},
+        {"key": "node.kubernetes.io/network-unavailable", "operator": "Exists"},
+        {"key": "node.kubernetes.io/out-of-service", "operator": "Exists"},
+        {"key": "efs.csi.aws.com/agent-not-ready", "operator": "Exists"},  # efs_csi's
+        {"key": "alpha.jobset.sigs.k8s.io/no-schedule", "operator": "Exists"},  # JobSet's
+        {"key": "dedicated", "operator": "Equal", "value": "team-b", "effect": "NoSchedule"},
+    ]
+    for index, toleration in enumerate(refused):
+        body = _restricted_pod(tolerations=[*allowed, toleration])
+        body["metadata"]["name"] = f"refused-{index}"
+        status, answer = call(kube_api, token, "POST", pods, body)
+        assert status == 403 and _refused_by(answer, policies.CONSUMER_PODS), (toleration, answer)
+        assert "tolerates only the GPU nodes' taint (nvidia.com/gpu)" in answer["message"]
+        assert "tolerationSeconds at most 300" in answer["message"]
+    merge = "application/merge-patch+json"
+    # an update that adds a refused toleration, or changes an allowed one into one (an
+    # update may change an existing toleration's tolerationSeconds: ValidatePodUpdate)
+    forever = {k: v for k, v in allowed[2].items() if k != "tolerationSeconds"}
+    for tolerations in ([*allowed, refused[0]], [*allowed[:2], forever, allowed[3]]):
+        patch = {"spec": {"tolerations": tolerations}}
+        status, answer = call(kube_api, token, "PATCH", f"{pods}/escape", patch, merge)
+        assert status == 403 and _refused_by(answer, policies.CONSUMER_PODS), answer
+    shorter = [*allowed[:2], {**allowed[2], "tolerationSeconds": 60}, allowed[3]]
+    status, answer = call(
+        kube_api, token, "PATCH", f"{pods}/escape", {"spec": {"tolerations": shorter}}, merge
+    )
+    assert status == 200, answer
+    # a pod stored before this policy keeps what it tolerated through its updates
+    old = _restricted_pod(tolerations=[refused[0]])
+    old["metadata"]["name"] = "older"
+    kube_api.put_object(f"{pods}/older", old)
+    labelled = {"metadata": {"labels": {"seen": "yes"}}}
+    status, answer = call(kube_api, token, "PATCH", f"{pods}/older", labelled, merge)
+    assert status == 200, answer
+
+
+def test_a_daemonsets_pods_are_refused_in_a_consumer_namespace(rbac, kube, kube_api, policies):
+    """G6: a DaemonSet in a team's namespace gets no pod, whoever made the DaemonSet.
+
+    Its controller (kube-system:daemon-set-controller) gives each pod tolerations of
+    cordons and of a lost node for ever (fakes/csi_node.py D2), and drains leave its pods
+    (lib drain.py): a team's GPU DaemonSet kept a node's GPUs through a GPU reset and a
+    driver upgrade. No grant holds daemonsets writes (lib kube_api); an operator's
+    DaemonSet made there is refused its pods too, and runs in a namespace of its own.
+    """
+    rbac.apply(kube, _grant(rbac, HOSTILE, HOSTILE, LEGITIMATE_RULES, []))
+    account = "system:serviceaccount:kube-system:daemon-set-controller"
+    kube_api.add_token("daemon-set-controller-token", account, ("system:masters",))
+    (path,) = [e for e in ESCALATIONS if e.id == "own-namespace-daemonsets"]
+    kube_api.put_object("/api/v1/namespaces/operator", {})
+    for namespace, expected in ((HOSTILE, 403), ("operator", 201)):
+        base = f"/apis/apps/v1/namespaces/{namespace}/daemonsets"
+        status, daemonset = call(kube_api, ADMIN_TOKEN, "POST", base, path.attempt.body)
+        assert status == 201, daemonset
+        pod = daemon_pod(daemonset, "node-1")
+        status, answer = call(
+            kube_api,
+            "daemon-set-controller-token",
+            "POST",
+            f"/api/v1/namespaces/{namespace}/pods",
+            pod,
+        )
+        assert status == expected, answer
+        if expected == 403:
+            assert _refused_by(answer, policies.CONSUMER_PODS), answer
+            assert "a cordon's (node.kubernetes.io/unschedulable)" in answer["message"]
+            # the same pod without the controller's tolerations would have been admitted
+            plain = {
+                **pod,
+                "spec": {
+                    **pod["spec"],
+                    "tolerations": path.attempt.body["spec"]["template"]["spec"]["tolerations"],
+                },
+            }
+            status, answer = call(
+                kube_api,
+                "daemon-set-controller-token",
+                "POST",
+                f"/api/v1/namespaces/{namespace}/pods",
+                plain,
+            )
+            assert status == 201, answer
 
 
 def test_no_team_pod_tolerates_the_gpu_quarantine_and_the_gpu_daemonsets_still_do(

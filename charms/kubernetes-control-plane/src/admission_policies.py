@@ -152,10 +152,14 @@ Policy '<policy>' with binding '<binding>' denied request: <message>`.
 - CONSUMER_PODS (`gpu-k8s-consumer-pods-off-the-control-plane`): in every consumer's
   namespace (the Namespace labelled `gpu-k8s.io/consumer`, CONSUMER_LABEL, which only the
   control plane writes: rbac.manifests; no consumer may write Namespaces), a pod is never
-  created with `spec.nodeName` and never tolerates the control plane's taint
-  (CONTROL_PLANE_TAINTS), the GPU quarantine's (FENCED_TAINTS: it would keep a team's pod
-  on a GPU the watcher found bad and the node from draining for its repair) or every
-  taint (a toleration without a key, operator Exists). A
+  created with `spec.nodeName`, and it tolerates only an allow-list of taints (the GPU
+  nodes', and a lost node's, LOST_NODE_TAINTS, for at most LOST_NODE_SECONDS: what
+  the charms' pods, Kueue and kube-apiserver's own admission plugins give them), never
+  the control plane's taint (CONTROL_PLANE_TAINTS), the GPU quarantine's (it would keep a
+  team's pod on a GPU the watcher found bad and the node from draining for its repair), a
+  cordon's (the scheduler would place it on a node drained for a GPU reset or a driver
+  upgrade), a lost node's for ever (its quota and GPUs held in the cohort's accounting)
+  or every taint (a toleration without a key, operator Exists). A
   pod bound by name skips the scheduler, and kubelet admits it checking only NoExecute
   taints (kubernetes pkg/kubelet/lifecycle/predicate.go generalFilter: "Kubelet is only
   interested in the NoExecute taint"), so kubeadm's NoSchedule taint on the control-plane
@@ -174,10 +178,18 @@ Policy '<policy>' with binding '<binding>' denied request: <message>`.
   binds it). nodeName cannot be set by a pod update (kubernetes
   pkg/apis/core/validation ValidatePodUpdate: only additions to tolerations, and a few
   other fields, may change), so nodeName is checked at CREATE and tolerations at CREATE
-  and UPDATE, where those the pod had stay. No pod of this bundle in a consumer's
-  namespace sets nodeName, and their tolerations are keyed (tensorflow's `nvidia.com/gpu`
+  and UPDATE, where those the pod had stay (ValidatePodUpdate lets an update change an
+  existing toleration's tolerationSeconds, to none too: such a changed toleration is a new
+  one here, and must be allowed). No pod of this bundle in a consumer's namespace sets
+  nodeName, and none tolerates more than those (tensorflow's `nvidia.com/gpu`
   Exists, manifests.py and serving.py; efs-storage's directory Jobs the same, directories
-  .py; ExtendedResourceToleration adds that key too).
+  .py). A DaemonSet's pods are refused there, whoever made the DaemonSet: its controller
+  gives them tolerations of cordons, node pressure and a lost node for ever (kubernetes
+  pkg/controller/daemon/util/daemonset_util.go AddOrUpdateDaemonPodTolerations, stored
+  commit 05c351a9), and a drain leaves them (lib
+  drain.py `stays`), so they would keep a node's GPUs through its reset and its driver
+  upgrade; no grant holds daemonsets writes (lib kube_api), and a DaemonSet of the
+  operator's belongs in a namespace of its own.
   Nor is a pod created there that names a PriorityClass, or whose priority is above 0.
   kube-apiserver's Priority plugin (on by default) resolves a pod's priorityClassName to
   its spec.priority in any namespace: since Kubernetes 1.17 the system classes
@@ -428,7 +440,7 @@ import network_policies
 import rbac
 from literals import CONSUMER_LABEL, FIELD_MANAGER, JOBSET, KUEUE, MANAGED_BY_LABEL
 
-from charms.gpu_k8s.v0.kubernetes_cluster import QUARANTINE_TAINT
+from charms.gpu_k8s.v0.kubernetes_cluster import GPU_TAINT, QUARANTINE_TAINT
 
 API_VERSION = "admissionregistration.k8s.io/v1"
 # The user of kubeadm's admin.conf, the charm's own credential (lib kubeadm ADMIN_CONF):
@@ -553,14 +565,44 @@ TEMPLATED_KINDS = CONTROLLED_KINDS
 # 1.25, which a node of an older cluster may still carry.
 DEFAULT_SCHEDULER = "default-scheduler"  # kubernetes pkg/apis/core/v1 defaults.go
 CONTROL_PLANE_TAINTS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
-# The taint keys no pod of a consumer's namespace may tolerate (CONSUMER_PODS): the control
-# plane's, and the GPU quarantine's (lib kubernetes_cluster.QUARANTINE_TAINT, NoExecute,
-# set on a node whose GPU the worker's watcher found bad). A pod tolerating it stays on
-# that node (kube-controller-manager's taint eviction deletes only the pods that do not
-# tolerate it: pkg/controller/tainteviction/taint_eviction.go processPodOnNode), and with
-# a PodDisruptionBudget keeps it from draining for its repair; the scheduler may place
-# such a pod there again (the node is cordoned only until the repair's turn).
-FENCED_TAINTS = (*CONTROL_PLANE_TAINTS, QUARANTINE_TAINT["key"])
+# The taints a pod of a consumer's namespace may tolerate (CONSUMER_PODS), an allow-list of
+# what its pods are given:
+# - the GPU nodes' taint (lib kubernetes_cluster.GPU_TAINT, nvidia.com/gpu:NoSchedule, which
+#   a GPU worker registers with), in any form: its key matches no other taint. The charms'
+#   pods tolerate it (Exists, no effect), and kube-apiserver's ExtendedResourceToleration
+#   plugin, which the control plane turns on (literals.ADMISSION_PLUGINS), adds it (Exists,
+#   NoSchedule) to every pod asking for nvidia.com/gpu (kubernetes plugin/pkg/admission/
+#   extendedresourcetoleration/admission.go, stored commit 143ac994);
+# - a lost node's (core/v1 well_known_taints.go TaintNodeNotReady, TaintNodeUnreachable),
+#   effect NoExecute and for at most LOST_NODE_SECONDS: the DefaultTolerationSeconds plugin
+#   (on by default, a mutating plugin, so it runs before this policy) gives every pod that
+#   tolerates neither for NoExecute these two for 300 s (plugin/pkg/admission/
+#   defaulttolerationseconds/admission.go, stored commits aed80471, 012b085a; its flags
+#   --default-not-ready-toleration-seconds and --default-unreachable-toleration-seconds,
+#   which neither kubeadm nor the charm sets). An empty effect would also tolerate the
+#   NoSchedule taints of those keys, so the scheduler would place the pod on a node not
+#   ready; no tolerationSeconds keeps the pod bound for ever to a node that is gone.
+# Kueue v0.19.2 merges the tolerations of the ResourceFlavors it assigns into a job's pod
+# templates when it admits it (pkg/podset/podset.go FromAssignment, Merge): the control
+# plane's flavors (kueue.cluster_objects) carry nodeTaints, no tolerations, so it adds
+# none; JobSet v0.12.0 adds one (alpha.jobset.sigs.k8s.io/no-schedule, jobset_controller.go
+# addTaintToleration) only to a JobSet annotated for exclusive placement by node selector
+# on nodes an operator labelled and tainted so, which this bundle does not do: refused.
+# Everything else is refused, the quarantine's (lib kubernetes_cluster.QUARANTINE_TAINT,
+# NoExecute, set on a node whose GPU the worker's watcher found bad) among them: a pod
+# tolerating it stays on that node (kube-controller-manager's taint eviction deletes only
+# the pods that do not tolerate it: pkg/controller/tainteviction/taint_eviction.go
+# processPodOnNode), and with a PodDisruptionBudget keeps it from draining for its repair;
+# a cordon's (UNSCHEDULABLE_TAINT, which the node lifecycle controller sets on every
+# cordoned node: TaintNodesByCondition) would let the scheduler place it on a node drained
+# for a GPU reset or a driver upgrade.
+LOST_NODE_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+# The longest a pod of a consumer's namespace stays bound to a lost node: the API server's
+# own default, which every pod the charms make gets. A shorter cap would refuse them all;
+# a longer one would only let a team's pods hold its Kueue quota and its GPUs in the
+# cohort's accounting longer on a node that is gone (Kueue frees them once the pods are).
+LOST_NODE_SECONDS = 300
 SA_TOKEN_SECRET = "kubernetes.io/service-account-token"
 EFS_ONLY = "gpu-k8s-efs-volumes-only"
 EFS_OWN = "gpu-k8s-efs-own-volumes"
@@ -1053,7 +1095,11 @@ def consumer_pods_policy() -> dict[str, Any]:
         "(request.operation == 'UPDATE' && has(oldObject.spec.tolerations)"
         " ? oldObject.spec.tolerations : [])"
     )
-    allowed = f"has(t.key) && t.key != '' && !(t.key in {list(FENCED_TAINTS)})"
+    allowed = (
+        f"has(t.key) && (t.key == '{GPU_TAINT['key']}' || (t.key in {list(LOST_NODE_TAINTS)}"
+        " && has(t.effect) && t.effect == 'NoExecute' && has(t.tolerationSeconds)"
+        f" && t.tolerationSeconds <= {LOST_NODE_SECONDS}))"
+    )
 
     def gated(pod: str) -> str:
         return (
@@ -1089,9 +1135,13 @@ def consumer_pods_policy() -> dict[str, Any]:
                 ),
                 _deny(
                     f"variables.tolerations.all(t, t in variables.oldTolerations || ({allowed}))",
-                    "a pod in a consumer's namespace may not tolerate every taint (a toleration"
-                    " without a key), the control plane's or the GPU quarantine's"
-                    f" ({', '.join(FENCED_TAINTS)})",
+                    "a pod in a consumer's namespace tolerates only the GPU nodes' taint"
+                    f" ({GPU_TAINT['key']}) and a lost node ({', '.join(LOST_NODE_TAINTS)}:"
+                    f" effect NoExecute, tolerationSeconds at most {LOST_NODE_SECONDS}, as"
+                    " kube-apiserver gives every pod): not every taint (a toleration without"
+                    f" a key), nor the control plane's ({', '.join(CONTROL_PLANE_TAINTS)}),"
+                    f" the GPU quarantine's ({QUARANTINE_TAINT['key']}), a cordon's"
+                    f" ({UNSCHEDULABLE_TAINT}) or any other",
                 ),
                 # The grant's ServiceAccount is the consumer's name (rbac.consumer_grant), the
                 # namespace's CONSUMER_LABEL value. A pod running as it would hold a token of

@@ -67,7 +67,7 @@ from charms.gpu_k8s.v0.databag import Databag, Endpoint, explain, write
 
 LIBID = "26b1d42dbc2949cb8a83e29b11759d4f"
 LIBAPI = 0
-LIBPATCH = 26
+LIBPATCH = 27
 
 logger = logging.getLogger(__name__)
 
@@ -278,6 +278,16 @@ _OWN_NAMESPACE_WRITES = {
     # cluster's store past the object counts the control plane gives its namespace.
     ("", "events"): _EVENTS,
     ("events.k8s.io", "events"): _EVENTS,
+    # A DaemonSet's pods tolerate cordons, node pressure and a lost node for ever (kubernetes
+    # pkg/controller/daemon/util/daemonset_util.go AddOrUpdateDaemonPodTolerations), and
+    # drains leave them (lib drain.py, as kubectl drain's daemonSetFilter): a team's GPU
+    # DaemonSet kept a node's GPUs through a GPU reset and a driver upgrade's drain. The
+    # control plane's admission policy refuses such pods in a consumer's namespace too.
+    ("apps", "daemonsets"): (
+        "daemonsets writes (a DaemonSet's pods tolerate cordons and lost nodes and stay"
+        " through drains, keeping a node's GPUs from its reset and driver upgrade: DaemonSets"
+        " are the cluster admin's)"
+    ),
 }
 
 
