@@ -260,8 +260,9 @@ def history(host: Host) -> dict[str, str]:
 #     {"time": ISO 8601 UTC, "gpu": index, "gpu_uuid": UUID, "method": "reset"|"reboot",
 #      "result": "ok"|"failed"|"refused" (a reset nvidia-smi refused: something held the GPU),
 #      "detail": one line, "quarantined_at": ISO 8601 UTC (the
-#      quarantine's `at`), "gate": {"passed": bool, "cuda"|"dcgm"|"nccl": "passed: ..."
-#      or "failed: ..."} ({} when the repair failed before the gate)}
+#      quarantine's `at`), "gate": {"passed": bool, "cuda"|"dcgm"|"nccl": "passed: ...",
+#      "failed: ..." or "skipped: ..." (NCCL under MIG, gpu_gate)} ({} when the repair
+#      failed before the gate)}
 #   "repair_counts": {"<gpu uuid>|<gpu index>|<method>|<result>": attempts}, every
 #     attempt since the state file was created (never truncated: a counter for COS)
 #   "readmitted_at": ISO 8601 UTC of the last readmission (absent before the first).
