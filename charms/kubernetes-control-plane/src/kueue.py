@@ -821,6 +821,8 @@ def usage(workload: dict[str, Any]) -> Quotas | None:
         for assignment in admission.get("podSetAssignments") or []:
             flavors = assignment.get("flavors") or {}
             for resource, amount in (assignment.get("resourceUsage") or {}).items():
+                if not _QUANTITY.match(str(amount)):
+                    return None
                 key = (flavors[resource], resource)
                 out[key] = out.get(key, 0.0) + quantity(amount)
     except (KeyError, TypeError, AttributeError, ValueError):
