@@ -362,7 +362,10 @@ def capacity(
     if the gang is not ready again within recoveryTimeout (RECOVERY_TIMEOUT_MINUTES,
     `configure`) Kueue evicts it, reason PodsReadyTimeout, and requeues it
     (core/workload_controller.go admittedNotReadyWorkload); only then is its quota free
-    for others, unless another team's workload reclaims it first by preemption.
+    for others, unless another team's workload reclaims it first by preemption. A team's
+    Workload the smaller cluster cannot hold is not left to wait that long: the
+    quarantine hook deactivates it and activates it again once evicted (gang_release.py,
+    `unfitting`).
     """
     by_product = {product_label(m, shared): flavor_name(m) for m in set(models)}
     out: Quotas = {(CPU_FLAVOR, "cpu"): 0.0, (CPU_FLAVOR, "memory"): 0.0}
