@@ -45,24 +45,29 @@ WORKLOAD_API = kueue.API
 DEACTIVATED_KEY = "kueue-deactivated"
 
 
-def _owners(kube: Kube, pods: list[dict[str, Any]]) -> set[str]:
-    """The uids a pod's Workload can be owned by: the pod, its owners, a Job's owners.
+def _owners(kube: Kube, pods: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    """(namespace, uid) of what a pod's Workload can be owned by: the pod, its owners, a Job's.
 
-    Kueue's Workload is owned by the job it runs: a JobSet (owner of the pod's Job), a
-    batch Job, or the pod itself (the pod integration).
+    Kueue's Workload is owned by the job it runs, in the job's namespace: a JobSet (owner
+    of the pod's Job), a batch Job, or the pod itself (the pod integration). A reference
+    is taken in the pod's own namespace only (an owner elsewhere is no owner: the garbage
+    collector's rule), so a team's pod can name no other team's job.
     """
-    uids: set[str] = set()
+    uids: set[tuple[str, str]] = set()
+    jobs: dict[tuple[str, str], dict[str, Any] | None] = {}
     for pod in pods:
         meta = pod.get("metadata") or {}
-        uids.add(meta.get("uid") or "")
+        ns = meta.get("namespace") or ""
+        uids.add((ns, meta.get("uid") or ""))
         for ref in meta.get("ownerReferences") or []:
-            uids.add(ref.get("uid") or "")
+            uids.add((ns, ref.get("uid") or ""))
             if ref.get("kind") == "Job" and ref.get("apiVersion") == "batch/v1":
-                job = kube.get("batch/v1", "Job", ref.get("name") or "", meta.get("namespace"))
-                for up in ((job or {}).get("metadata") or {}).get("ownerReferences") or []:
-                    uids.add(up.get("uid") or "")
-    uids.discard("")
-    return uids
+                key = (ns, ref.get("name") or "")
+                if key not in jobs:
+                    jobs[key] = kube.get("batch/v1", "Job", key[1], ns)
+                for up in ((jobs[key] or {}).get("metadata") or {}).get("ownerReferences") or []:
+                    uids.add((ns, up.get("uid") or ""))
+    return {(ns, uid) for ns, uid in uids if uid}
 
 
 def release(
@@ -93,7 +98,11 @@ def release(
         w
         for w in workloads
         if (w.get("metadata") or {}).get("namespace") in teams
-        and {r.get("uid") for r in w["metadata"].get("ownerReferences") or []} & owners
+        and {
+            (w["metadata"]["namespace"], r.get("uid"))
+            for r in w["metadata"].get("ownerReferences") or []
+        }
+        & owners
     ]
     done = []
     record = json.loads(bag.get(DEACTIVATED_KEY) or "[]")

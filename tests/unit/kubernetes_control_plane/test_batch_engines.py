@@ -1053,13 +1053,23 @@ def test_a_quarantine_deactivates_a_team_gang_that_no_longer_fits_then_reactivat
 
     8 GPUs, two admitted gangs of 4: gpu-0's quarantine leaves 4 for 8 held. The gang
     with a pod on gpu-0 is deactivated in the hook that sets the taint (gang_release);
-    the one on gpu-1, and a Workload of a namespace that is no team's (its pod on gpu-0
-    too), are left. Once Kueue evicted it, the next hook activates it again and forgets it.
+    the one on gpu-1 (whatever another team's pod claims), and a Workload of a namespace
+    that is no team's (its pod on gpu-0 too), are left. Once Kueue evicted it, the next hook activates it again and forgets it.
     """
     out = _two_gpu_workers(ctx, api)
     lost = _admitted_gang(api, "a", "lost", "gpu-0", 4)
     kept = _admitted_gang(api, "b", "kept", "gpu-1", 4)
     other = _admitted_gang(api, "system", "tool", "gpu-0", 1, team=False)
+    # a hostile team's pod on gpu-0 naming team b's Job as its owner: no owner of b's
+    # Workload (another namespace), so b's gang is not taken for one on the node
+    _admitted_gang(api, "c", "claim", "gpu-1", 0)
+    claim = api.get_object("/api/v1/namespaces/c/pods/claim-0")
+    claim["metadata"]["name"] = "claim-1"
+    claim["spec"]["nodeName"] = "gpu-0"
+    claim["metadata"]["ownerReferences"][0].update(name="kept", uid="uid-b-kept")
+    for key in ("uid", "resourceVersion", "creationTimestamp"):
+        claim["metadata"].pop(key, None)
+    api.put_object("/api/v1/namespaces/c/pods/claim-1", claim)
 
     out = _worker_says(ctx, out, 0, **{"gpu-quarantine": json.dumps([BAD_GPU])})
 
