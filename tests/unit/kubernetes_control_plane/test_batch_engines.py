@@ -1054,7 +1054,8 @@ def test_a_quarantine_deactivates_a_team_gang_that_no_longer_fits_then_reactivat
     8 GPUs, two admitted gangs of 4: gpu-0's quarantine leaves 4 for 8 held. The gang
     with a pod on gpu-0 is deactivated in the hook that sets the taint (gang_release);
     the one on gpu-1 (whatever another team's pod claims), and a Workload of a namespace
-    that is no team's (its pod on gpu-0 too), are left. Once Kueue evicted it, the next hook activates it again and forgets it.
+    that is no team's (its pod on gpu-0 too), are left. Once Kueue evicted it, the next
+    hook activates it again and forgets it.
     """
     out = _two_gpu_workers(ctx, api)
     lost = _admitted_gang(api, "a", "lost", "gpu-0", 4)

@@ -377,7 +377,7 @@ def test_a_teams_guarantee_is_reclaimed_from_a_borrower(ctx, state, api, control
 
 
 def _quarantine_big(ctx, state, api, controller, fake_time, *, released: bool, room: int = 3):
-    """ "big" (2 GPUs) runs on gpu-a; the other team's "theirs" (2) on gpu-b (`room` GPUs).
+    """The job "big" (2 GPUs) runs on gpu-a; the other team's "theirs" (2) on gpu-b (`room` GPUs).
 
     The watcher quarantines GPU 0 of gpu-a: the node is cordoned and tainted, and the
     leader sizes the cohort without the node (as test_tf_gang), `released`: with the
