@@ -44,12 +44,13 @@ import functools
 import http.server
 import threading
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from charms.gpu_k8s.v0.kubeclient import Kube
 from fakes import crds, kueue_visibility, serving
 from fakes.tls import make_server_cert
 
@@ -513,8 +514,30 @@ def join_team(
     return size_cohort(api, cohort=sized)
 
 
-def size_cohort(api: Any, *, cohort: bool = True) -> dict:
+def leader_bag(api: Any) -> dict[str, str]:
+    """The control plane's peer application databag, for the keys these helpers keep."""
+    if not hasattr(api, "control_plane_bag"):
+        api.control_plane_bag = {}
+    return api.control_plane_bag
+
+
+def leader_hook(api: Any) -> None:
+    """What every later leader hook does for Kueue: activate again what Kueue evicted.
+
+    Runs the control plane's gang_release.reactivate on `leader_bag`.
+    """
+    from charm_modules import load
+
+    gang_release = load("kubernetes-control-plane", "gang_release")
+    with Kube.from_kubeconfig(api.kubeconfig(), retries=0) as kube:
+        gang_release.reactivate(kube, leader_bag(api))
+
+
+def size_cohort(api: Any, *, cohort: bool = True, released: Collection[str] = ()) -> dict:
     """What the control plane's leader does on update-status: size the cohort `gpu-k8s`.
+
+    `released`: the Nodes the hook just quarantined; the control plane's gang_release
+    deactivates the team Workloads there that no longer fit (issue 32 item 2).
 
     Runs the control plane's own code (kubernetes-control-plane kueue.py: capacity,
     guarantees from the teams' requests (`team_requests`) within the operator's allowances
@@ -559,6 +582,10 @@ def size_cohort(api: Any, *, cohort: bool = True) -> dict:
         managed=lambda: managed,
         configured=kueue.parse_allowances(team_quotas(api)["text"]),
     )
+    if released:  # the leader's quarantine hook: the gangs that no longer fit (issue 32)
+        gang_release = load("kubernetes-control-plane", "gang_release")
+        with Kube.from_kubeconfig(api.kubeconfig(), retries=0) as kube:
+            gang_release.release(kube, released, sizing.have, managed, leader_bag(api))
     given = sizing.given
     objects = kueue.cluster_objects(models, quota=sizing.quota)
     sized = next(o for o in objects if o["kind"] == "Cohort")

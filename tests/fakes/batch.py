@@ -174,6 +174,15 @@ Kueue (kubernetes-sigs/kueue v0.19.2):
   longer exists" (workload.go FinalizeOrphanedWorkload, feature FinishOrphanedWorkloads,
   beta and on since v0.18: kube_features.go): its quota is freed (K4). The job's pods,
   orphaned with it, run on: nothing of Kueue stops them (`_finish_orphaned`).
+- K16 spec.active written by someone (`_activity`; kueue v0.19.2
+  pkg/controller/core/workload_controller.go Reconcile). Set false on a Workload not yet
+  evicted: evicted, reason Deactivated, "The workload is deactivated" (:672-718,
+  workloadevict.Evict), its requeueState cleared; the job is stopped and, once it is,
+  the reservation goes with Requeued False, reason Deactivated (K3: jobframework
+  reconciler.go "handle eviction", :580-615). Set true again while Requeued is False,
+  reason Deactivated: Requeued True, reason Reactivated, "The workload was reactivated"
+  (:640-645), and it is queued at once (no backoff: the requeueState is gone). Set true
+  before Kueue evicted it, nothing happens (the controllers are level-triggered).
 - K11 Admitting a job, Kueue merges each pod set's assigned flavors' `nodeLabels` into its
   pod template's nodeSelector and their `tolerations` into its tolerations (v0.19.2
   pkg/podset/podset.go FromAssignment and Merge, a conflicting nodeSelector key being
@@ -1999,8 +2008,28 @@ class BatchControllers:
                 self._condition(workload, "Finished", "True", "OwnerNotFound", message)
                 self._write_status(workload)
 
+    def _activity(self) -> None:
+        """K16: a Workload deactivated is evicted; reactivated once stopped, requeued."""
+        for workload in self._workloads():
+            if _true(workload, "Finished"):
+                continue
+            owner = (workload["metadata"].get("ownerReferences") or [{}])[0]
+            requeued = _condition_of(workload, "Requeued")
+            if not workload["spec"].get("active", True):
+                if _true(workload, "QuotaReserved") and not _true(workload, "Evicted"):
+                    workload["status"].pop("requeueState", None)
+                    message = "The workload is deactivated"
+                    self._evict(owner["name"], "Deactivated", message, kind=owner["kind"])
+                elif workload["status"].pop("requeueState", None) is not None:
+                    self._write_status(workload)
+            elif (requeued.get("status"), requeued.get("reason")) == ("False", "Deactivated"):
+                message = "The workload was reactivated"
+                self._condition(workload, "Requeued", "True", "Reactivated", message)
+                self._write_status(workload)
+
     def _kueue(self) -> None:
         self._finish_orphaned()
+        self._activity()
         pods = self._plain_pods()
         jobsets = {j["metadata"]["uid"]: j for j in [*self._jobsets(), *self._jobs(), *pods]}
         self._new_workloads(jobsets)

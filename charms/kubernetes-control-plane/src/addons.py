@@ -34,6 +34,7 @@ import dcgm_exporter
 import device_plugin
 import efs_csi
 import flannel
+import gang_release
 import kube_state_metrics
 import kueue
 import mig_manager
@@ -612,6 +613,10 @@ class Addons:
         not tolerate the taint lands there. A Workload Kueue already admitted keeps its
         admission when its pods are evicted and its JobSet restarts the gang: the quota
         moves with the job to healthy nodes (Kueue v0.19.2, cited at `kueue.capacity`).
+        In the hook that quarantines a node, a team's Workload with pods there that the
+        smaller cluster can no longer hold is deactivated, and activated again once
+        Kueue evicted it (`gang_release`): its quota is free at once, not after
+        recoveryTimeout.
 
         The objects are built from the GPU models, `gpu-time-slicing-replicas`, the teams'
         asks, the cohort's record and the charm code alone: nothing is built while this
@@ -654,6 +659,13 @@ class Addons:
                 },
                 configured=config.allowances,
             )
+            released = set(quarantined) - set(sized_for.get("quarantined", []))
+            if released:  # a gang that no longer fits gives its quota back (gang_release)
+                teams_ns = {
+                    n["metadata"]["name"]
+                    for n in kube.list("v1", "Namespace", label_selector=selector)
+                }
+                gang_release.release(kube, released, sizing.have, teams_ns, bag)
             for line in sizing.beyond:  # the team's own status shows it (its queue's numbers)
                 logger.warning("team quota past its allowance (team-quotas): %s", line)
             sized: dict[str, Any] = {
@@ -674,6 +686,8 @@ class Addons:
             if bag.get(KUEUE_COHORT_KEY) != text:
                 bag[KUEUE_COHORT_KEY] = text
             cohort = sized
+        if gang_release.DEACTIVATED_KEY in bag:  # activated again once Kueue evicted them
+            gang_release.reactivate(self._kube(), bag)
         # what the objects are built from, besides the charm: the cohort's record (its
         # quota and the teams' guarantees), the models (their flavors) and the teams' asks
         inputs = kube_objects.fingerprint([models, shared, asked], bag[KUEUE_COHORT_KEY])

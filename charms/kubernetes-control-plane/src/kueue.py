@@ -362,7 +362,10 @@ def capacity(
     if the gang is not ready again within recoveryTimeout (RECOVERY_TIMEOUT_MINUTES,
     `configure`) Kueue evicts it, reason PodsReadyTimeout, and requeues it
     (core/workload_controller.go admittedNotReadyWorkload); only then is its quota free
-    for others, unless another team's workload reclaims it first by preemption.
+    for others, unless another team's workload reclaims it first by preemption. A team's
+    Workload the smaller cluster cannot hold is not left to wait that long: the
+    quarantine hook deactivates it and activates it again once evicted (gang_release.py,
+    `unfitting`).
     """
     by_product = {product_label(m, shared): flavor_name(m) for m in set(models)}
     out: Quotas = {(CPU_FLAVOR, "cpu"): 0.0, (CPU_FLAVOR, "memory"): 0.0}
@@ -760,6 +763,7 @@ class Sizing:
     overcommitted: str | None
     beyond: list[str] = dataclasses.field(default_factory=list)  # asks past an allowance
     capped: dict[str, list[dict[str, str]]] = dataclasses.field(default_factory=dict)  # caps()
+    have: Quotas = dataclasses.field(default_factory=dict)  # `capacity`: what Kueue may give
 
 
 def size(
@@ -790,7 +794,102 @@ def size(
         overcommitted(nodes_have, held, given),
         beyond_allowance(asked, allowed),
         caps(teams, asked, allowed, given, configured or {}),
+        have,
     )
+
+
+def _true(workload: dict[str, Any], kind: str) -> bool:
+    conditions = (workload.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == kind and c.get("status") == "True" for c in conditions)
+
+
+def stopped(workload: dict[str, Any]) -> bool:
+    """Whether Kueue evicted the Workload or holds no quota for it (gang_release).
+
+    Evicted True: Kueue stops its job and then clears the reservation whatever its
+    spec.active (v0.19.2 jobframework/reconciler.go "handle eviction").
+    """
+    return _true(workload, "Evicted") or not _true(workload, "QuotaReserved")
+
+
+def usage(workload: dict[str, Any]) -> Quotas | None:
+    """The quota an admitted Workload holds per (flavor, resource); None if unreadable.
+
+    status.admission.podSetAssignments[].resourceUsage, each resource on its
+    `flavors` entry (v0.19.2 apis/kueue/v1beta2/workload_types.go PodSetAssignment).
+    """
+    out: Quotas = {}
+    admission = (workload.get("status") or {}).get("admission") or {}
+    try:
+        for assignment in admission.get("podSetAssignments") or []:
+            flavors = assignment.get("flavors") or {}
+            for resource, amount in (assignment.get("resourceUsage") or {}).items():
+                if not _QUANTITY.match(str(amount)):
+                    return None
+                key = (flavors[resource], resource)
+                out[key] = out.get(key, 0.0) + quantity(amount)
+    except (KeyError, TypeError, AttributeError, ValueError):
+        return None
+    return out or None
+
+
+def _holds(workload: dict[str, Any]) -> bool:
+    """Admitted (quota reserved), neither evicted nor finished, nor deactivated."""
+    return (
+        _true(workload, "QuotaReserved")
+        and not _true(workload, "Evicted")
+        and not _true(workload, "Finished")
+        and (workload.get("spec") or {}).get("active", True) is not False
+    )
+
+
+def unfitting(
+    workloads: list[dict[str, Any]], have: Quotas, candidates: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Which `candidates` to deactivate so that what Kueue holds fits `have` again.
+
+    `workloads`: every Workload of the cluster; `have`: what the schedulable nodes give
+    Kueue (`capacity`, per (flavor, resource) this charm sizes; other keys are not
+    judged). While the admitted Workloads hold more than `have` of some resource, the
+    candidate holding it with the lowest priority (the newest first among equals) is
+    taken and its usage given back. Nothing is taken when any admitted Workload's usage
+    cannot be read (the totals would be guesses).
+    """
+    held: Quotas = {}
+    for workload in workloads:
+        if not _holds(workload):
+            continue
+        use = usage(workload)
+        if use is None:
+            return []
+        for key, amount in use.items():
+            held[key] = held.get(key, 0.0) + amount
+    ordered = sorted(
+        (w for w in candidates if _holds(w)),
+        key=lambda w: (
+            int((w.get("spec") or {}).get("priority") or 0),
+            -_stamp_order(w),
+        ),
+    )
+    out = []
+    for workload in ordered:
+        over = {k for k, v in held.items() if k in have and v > have[k] + 1e-9}
+        if not over:
+            break
+        use = usage(workload) or {}
+        if not any(use.get(k, 0.0) > 0 for k in over):
+            continue
+        out.append(workload)
+        for key, amount in use.items():
+            held[key] -= amount
+    return out
+
+
+def _stamp_order(workload: dict[str, Any]) -> float:
+    """The creationTimestamp as a sortable number (RFC 3339 UTC, as the API writes it)."""
+    text = str((workload.get("metadata") or {}).get("creationTimestamp") or "")
+    digits = re.sub(r"[^0-9]", "", text)
+    return float(digits or 0)
 
 
 def _text(resource: str, value: float) -> str:

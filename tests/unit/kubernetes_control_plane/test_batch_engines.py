@@ -998,6 +998,163 @@ def test_a_quarantine_takes_its_node_out_of_the_cohort_in_the_same_hook(
     assert (_cohort_quota(api)[gpu], _cohort_quota(api)[cpu]) == ("8", "12")
 
 
+WORKLOADS = "/apis/kueue.x-k8s.io/v1beta2/namespaces/{}/workloads/{}"
+
+
+def _admitted_gang(api, ns: str, name: str, node: str, gpus: int, *, team: bool = True) -> str:
+    """A batch Job's pod on `node` and its Workload, admitted holding `gpus` GPUs."""
+    labels = {"gpu-k8s.io/kueue": "managed"} if team else {}
+    api.put_object(f"/api/v1/namespaces/{ns}", {"metadata": {"name": ns, "labels": labels}})
+    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": f"uid-{ns}-{name}"}
+    container = {"name": "main", "image": "tf"}
+    pod = {
+        "metadata": {"name": f"{name}-0", "namespace": ns, "ownerReferences": [owner]},
+        "spec": {"nodeName": node, "containers": [container]},
+        "status": {"phase": "Running"},
+    }
+    api.put_object(f"/api/v1/namespaces/{ns}/pods/{name}-0", pod)
+    stamp = "2026-11-28T00:00:00Z"
+    reserved = {"status": "True", "reason": "QuotaReserved", "message": "Quota reserved"}
+    workload = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {"name": f"job-{name}", "namespace": ns, "ownerReferences": [owner]},
+        "spec": {
+            "queueName": "training",
+            "podSets": [{"name": "main", "count": 1, "template": {"spec": pod["spec"]}}],
+        },
+        "status": {
+            "conditions": [
+                {"type": t, "lastTransitionTime": stamp, **reserved}
+                for t in ("QuotaReserved", "Admitted")
+            ],
+            "admission": {
+                "clusterQueue": f"team-{ns}",
+                "podSetAssignments": [
+                    {
+                        "name": "main",
+                        "count": 1,
+                        "flavors": {"nvidia.com/gpu": "gpu-nvidia-a10g"},
+                        "resourceUsage": {"nvidia.com/gpu": str(gpus)},
+                    }
+                ],
+            },
+        },
+    }
+    path = WORKLOADS.format(ns, f"job-{name}")
+    api.put_object(path, workload)
+    return path
+
+
+def test_a_quarantine_deactivates_a_team_gang_that_no_longer_fits_then_reactivates_it(
+    ctx, machine, api, releases
+):
+    """Issue 32 item 2 (review43b G3): its quota is free at once, not after recoveryTimeout.
+
+    8 GPUs, two admitted gangs of 4: gpu-0's quarantine leaves 4 for 8 held. The gang
+    with a pod on gpu-0 is deactivated in the hook that sets the taint (gang_release);
+    the one on gpu-1 (whatever another team's pod claims), and a Workload of a namespace
+    that is no team's (its pod on gpu-0 too), are left. Once Kueue evicted it, the next
+    hook activates it again and forgets it.
+    """
+    out = _two_gpu_workers(ctx, api)
+    lost = _admitted_gang(api, "a", "lost", "gpu-0", 4)
+    kept = _admitted_gang(api, "b", "kept", "gpu-1", 4)
+    other = _admitted_gang(api, "system", "tool", "gpu-0", 1, team=False)
+    # a hostile team's pod on gpu-0 naming team b's Job as its owner: no owner of b's
+    # Workload (another namespace), so b's gang is not taken for one on the node
+    _admitted_gang(api, "c", "claim", "gpu-1", 0)
+    claim = api.get_object("/api/v1/namespaces/c/pods/claim-0")
+    claim["metadata"]["name"] = "claim-1"
+    claim["spec"]["nodeName"] = "gpu-0"
+    claim["metadata"]["ownerReferences"][0].update(name="kept", uid="uid-b-kept")
+    for key in ("uid", "resourceVersion", "creationTimestamp"):
+        claim["metadata"].pop(key, None)
+    api.put_object("/api/v1/namespaces/c/pods/claim-1", claim)
+
+    out = _worker_says(ctx, out, 0, **{"gpu-quarantine": json.dumps([BAD_GPU])})
+
+    assert out.unit_status.name == "active", out.unit_status.message
+    assert api.get_object(lost)["spec"]["active"] is False
+    assert api.get_object(kept)["spec"].get("active", True) is True
+    assert api.get_object(other)["spec"].get("active", True) is True
+    out = ctx.run(ctx.on.update_status(), out)  # Kueue has not evicted it yet: kept off
+    assert api.get_object(lost)["spec"]["active"] is False
+
+    evicted = api.get_object(lost)  # Kueue's part (fakes/batch.py K16)
+    evicted["status"]["conditions"].append(
+        {
+            "type": "Evicted",
+            "status": "True",
+            "reason": "Deactivated",
+            "message": "The workload is deactivated",
+            "lastTransitionTime": "2026-11-28T00:01:00Z",
+        }
+    )
+    api.put_object(lost, evicted)
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert api.get_object(lost)["spec"]["active"] is True
+    assert "kueue-deactivated" not in peer(out).local_app_data
+
+
+def test_a_quarantine_leaves_every_gang_that_still_fits(ctx, machine, api, releases):
+    """4 GPUs left for 3 held: nothing is deactivated, nothing recorded."""
+    out = _two_gpu_workers(ctx, api)
+    lost = _admitted_gang(api, "a", "moved", "gpu-0", 2)
+    kept = _admitted_gang(api, "b", "kept", "gpu-1", 1)
+
+    out = _worker_says(ctx, out, 0, **{"gpu-quarantine": json.dumps([BAD_GPU])})
+
+    assert out.unit_status.name == "active", out.unit_status.message
+    assert api.get_object(lost)["spec"].get("active", True) is True
+    assert api.get_object(kept)["spec"].get("active", True) is True
+    assert "kueue-deactivated" not in peer(out).local_app_data
+
+
+def _held(name: str, usage: dict, priority: int = 0, **status) -> dict:
+    """A Workload holding `usage` ({resource: amount}) of flavor gpu-a (cpu for cpu)."""
+    flavors = {r: "cpu" if r == "cpu" else "gpu-a" for r in usage}
+    return {
+        "metadata": {"name": name, "creationTimestamp": f"2026-11-28T00:00:0{len(name)}Z"},
+        "spec": {"priority": priority},
+        "status": {
+            "conditions": [{"type": "QuotaReserved", "status": "True"}],
+            "admission": {"podSetAssignments": [{"flavors": flavors, "resourceUsage": usage}]},
+            **status,
+        },
+    }
+
+
+def test_unfitting_takes_the_lowest_priority_candidates_until_what_is_held_fits():
+    gpu = ("gpu-a", "nvidia.com/gpu")
+    low, high = _held("low", {"nvidia.com/gpu": "2"}), _held("high", {"nvidia.com/gpu": "2"}, 9)
+    running = _held("running", {"nvidia.com/gpu": "2"})
+    everyone = [low, high, running]
+    assert kueue.unfitting(everyone, {gpu: 4.0}, [high, low]) == [low]
+    assert kueue.unfitting(everyone, {gpu: 2.0}, [high, low]) == [low, high]
+    assert kueue.unfitting(everyone, {gpu: 6.0}, [high, low]) == []  # it all fits
+    # a resource this charm does not size is not judged; one the candidate does not hold
+    # does not make it go
+    cpu = _held("cpu-job", {"cpu": "64"})
+    assert kueue.unfitting([*everyone, cpu], {gpu: 6.0}, [cpu]) == []
+    assert kueue.unfitting([*everyone, cpu], {gpu: 4.0, ("cpu", "cpu"): 100.0}, [cpu]) == []
+
+
+def test_unfitting_takes_nothing_when_a_usage_cannot_be_read():
+    gpu = ("gpu-a", "nvidia.com/gpu")
+    lost = _held("lost", {"nvidia.com/gpu": "4"})
+    broken = _held("broken", {"nvidia.com/gpu": "4"})
+    broken["status"]["admission"]["podSetAssignments"][0]["flavors"] = {}  # no flavor
+    assert kueue.unfitting([lost, broken], {gpu: 0.0}, [lost]) == []
+    garbled = _held("garbled", {"nvidia.com/gpu": "four"})
+    assert kueue.unfitting([lost, garbled], {gpu: 0.0}, [lost]) == []
+    # evicted or finished ones hold nothing Kueue will keep; neither are candidates
+    gone = _held("gone", {"nvidia.com/gpu": "4"})
+    gone["status"]["conditions"].append({"type": "Evicted", "status": "True"})
+    assert kueue.unfitting([lost, gone], {gpu: 4.0}, [lost, gone]) == []
+
+
 # -- Kueue's objects are built only when what they are built from changed (issue 29) ------
 
 A10G_GPUS = ("gpu-nvidia-a10g", "nvidia.com/gpu")

@@ -26,7 +26,7 @@ from ops import testing
 
 from charms.gpu_k8s.v0.kubernetes_cluster import QUARANTINE_TAINT
 from fakes import crds
-from fakes.addons import join_team, size_cohort, team_quotas
+from fakes.addons import join_team, leader_bag, leader_hook, size_cohort, team_quotas
 from fakes.batch import JOB_INDEX, BatchControllers
 from fakes.kube_admission import KUBERNETES_VERSION
 from fakes.taint_eviction import TaintEvictionController
@@ -376,6 +376,44 @@ def test_a_teams_guarantee_is_reclaimed_from_a_borrower(ctx, state, api, control
     )
 
 
+def _quarantine_big(ctx, state, api, controller, fake_time, *, released: bool, room: int = 3):
+    """The job "big" (2 GPUs) runs on gpu-a; the other team's "theirs" (2) on gpu-b (`room` GPUs).
+
+    The watcher quarantines GPU 0 of gpu-a: the node is cordoned and tainted, and the
+    leader sizes the cohort without the node (as test_tf_gang), `released`: with the
+    control plane's gang_release (its quarantine hook), else without. The watcher evicts
+    the pod on that GPU (worker 0), Kubernetes' taint manager every other pod there:
+    worker 1 gets DisruptionTarget (DeletionByTaintManager) and terminates for its grace
+    period. Returns the other team's controllers and the taint manager.
+    """
+    gpu = {"gpus-per-worker": 1, "cpu": "1", "memory": "4Gi"}
+    add_nodes(api, node("gpu-a", 2), node("cpu-0"))
+    results, _ = run_action(ctx, state, "train", job="big", workers=2, **gpu)
+    assert results["state"] == "running"
+    add_nodes(api, node("gpu-b", room))
+    other = _other_team(api)
+    other.clock = fake_time.time  # Kueue's times are wall-clock times (conftest)
+    assert _admitted(_other_job(api, other, "theirs", 2))
+    assert {p["spec"]["nodeName"] for p in training_pods(api)} == {"gpu-a"}
+    controller.tick()  # Kueue sees the gang ready
+    started = condition(controller.workload("big") or {}, "PodsReady")
+    assert (started["status"], started["reason"]) == ("True", "Started")
+
+    api.graceful_pods = True  # the terminating pod is seen, then kubelet's part (B5)
+    taints = TaintEvictionController(api)
+    taints.clock = fake_time.monotonic
+    taints.tick()  # running since the cluster started: nothing tainted yet
+    path = "/api/v1/nodes/gpu-a"
+    quarantined = api.get_object(path)
+    quarantined["spec"]["unschedulable"] = True
+    quarantined["spec"]["taints"].append(dict(QUARANTINE_TAINT))
+    api.put_object(path, quarantined)
+    size_cohort(api, released=["gpu-a"] if released else [])
+    controller.evict("big", "worker", 0)
+    taints.tick()
+    return other, taints
+
+
 def test_a_gang_a_quarantine_leaves_no_room_frees_its_quota_within_the_recovery_timeout(
     ctx, state, api, controller, fake_time
 ):
@@ -388,35 +426,8 @@ def test_a_gang_a_quarantine_leaves_no_room_frees_its_quota_within_the_recovery_
     (its share would be above this team's: kueue v0.19.2 preemption.go fairPreemptions)
     is admitted.
     """
-    gpu = {"gpus-per-worker": 1, "cpu": "1", "memory": "4Gi"}
-    add_nodes(api, node("gpu-a", 2), node("cpu-0"))
-    results, _ = run_action(ctx, state, "train", job="big", workers=2, **gpu)
-    assert results["state"] == "running"
-    add_nodes(api, node("gpu-b", 3))
-    other = _other_team(api)
-    other.clock = fake_time.time  # Kueue's times are wall-clock times (conftest)
-    assert _admitted(_other_job(api, other, "theirs", 2))
-    assert {p["spec"]["nodeName"] for p in training_pods(api)} == {"gpu-a"}
-    controller.tick()  # Kueue sees the gang ready
-    started = condition(controller.workload("big") or {}, "PodsReady")
-    assert (started["status"], started["reason"]) == ("True", "Started")
-
-    # the watcher quarantines GPU 0 of gpu-a: the node is cordoned and tainted, and the
-    # leader sizes the cohort without the node (as test_tf_gang); the watcher evicts the
-    # pod on that GPU (worker 0), Kubernetes' taint manager every other pod there: worker 1
-    # gets DisruptionTarget (DeletionByTaintManager) and terminates for its grace period
-    api.graceful_pods = True  # the terminating pod is seen, then kubelet's part (B5)
-    taints = TaintEvictionController(api)
-    taints.clock = fake_time.monotonic
-    taints.tick()  # running since the cluster started: nothing tainted yet
-    path = "/api/v1/nodes/gpu-a"
-    quarantined = api.get_object(path)
-    quarantined["spec"]["unschedulable"] = True
-    quarantined["spec"]["taints"].append(dict(QUARANTINE_TAINT))
-    api.put_object(path, quarantined)
-    size_cohort(api)
-    controller.evict("big", "worker", 0)
-    assert taints.tick() == 2  # worker 1, and worker 0's ended pod (nothing spares it)
+    # without the control plane's gang_release (a Workload it could not judge)
+    other, taints = _quarantine_big(ctx, state, api, controller, fake_time, released=False)
     (left,) = [p for p in training_pods(api) if p["spec"]["nodeName"] == "gpu-a"]
     assert left["metadata"]["labels"][JOB_INDEX] == "1" and left["metadata"]["deletionTimestamp"]
     assert [
@@ -454,6 +465,66 @@ def test_a_gang_a_quarantine_leaves_no_room_frees_its_quota_within_the_recovery_
     status, _ = run_action(ctx, state, "job-status", job="big")
     assert (status["phase"], status["gpus-held"]) == ("Requeued", "0")
     assert "within Kueue's recovery timeout" in status["queue"]
+
+
+def test_a_gang_a_quarantine_leaves_no_room_gives_its_quota_back_at_once(
+    ctx, state, api, controller, fake_time
+):
+    """Issue 32 item 2 (review43b G3): the quota of a gang that no longer fits is free at once.
+
+    The leader's quarantine hook deactivates "big" (4 GPUs held by admitted Workloads, 3
+    left); Kueue evicts it, reason Deactivated (K16), and stops its JobSet; a later
+    leader hook activates it again, and Kueue requeues it, reason Reactivated, without
+    a backoff. The other team's "late" is admitted without waiting for recoveryTimeout.
+    """
+    other, _ = _quarantine_big(ctx, state, api, controller, fake_time, released=True)
+    big = controller.workload("big")
+    assert big is not None and big["spec"].get("active") is False
+    controller.tick()
+    big = controller.workload("big")
+    assert big is not None and not _admitted(big) and "admission" not in big["status"]
+    evicted = condition(big, "Evicted")
+    assert (evicted["status"], evicted["reason"]) == ("True", "Deactivated")
+    assert evicted["message"] == "The workload is deactivated"
+    assert "requeueState" not in big["status"]
+    assert not training_pods(api) or all(
+        p["metadata"].get("deletionTimestamp") for p in training_pods(api)
+    )
+
+    leader_hook(api)  # Kueue evicted it: activated again
+    controller.tick()
+    big = controller.workload("big")
+    assert big is not None and big["spec"]["active"] is True
+    requeued = condition(big, "Requeued")
+    assert (requeued["status"], requeued["reason"], requeued["message"]) == (
+        "True",
+        "Reactivated",
+        "The workload was reactivated",
+    )
+    assert not _admitted(big)  # 1 GPU free: it waits, queued, holding nothing
+    waiting = _other_job(api, other, "late", 1)
+    assert _admitted(waiting)  # at once, not after recoveryTimeout
+    leader_hook(api)
+    assert "kueue-deactivated" not in leader_bag(api)
+
+
+def test_a_gang_that_still_fits_after_a_quarantine_is_never_touched(
+    ctx, state, api, controller, fake_time
+):
+    """A quarantine that leaves room for every admitted gang deactivates nothing.
+
+    gpu-b has 4 GPUs: "theirs" (2) and "big" (2) still fit once gpu-a is gone; big keeps
+    its admission and its gang restarts on gpu-b (K10).
+    """
+    _quarantine_big(ctx, state, api, controller, fake_time, released=True, room=4)
+    assert "kueue-deactivated" not in leader_bag(api)
+    for _ in range(3):
+        controller.tick()
+    big = controller.workload("big")
+    assert big is not None and big["spec"].get("active", True) is True
+    assert _admitted(big)
+    assert not [c for c in big["status"]["conditions"] if c["type"] in ("Evicted", "Requeued")]
+    assert {p["spec"].get("nodeName") for p in training_pods(api)} == {"gpu-b"}
 
 
 # -- train dry-run=true agrees with Kueue (issue 31 item 6) ---------------------------------
