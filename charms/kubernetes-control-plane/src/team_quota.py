@@ -78,16 +78,27 @@ HISTORY = 10
 # allows them there): enough for a team's own use, far from filling the store.
 UNUSED = 20
 
+LIVE_PODS = 2 * (MAX_WORKERS + 2) + JOBS + SERVED * SERVING_REPLICAS + 100
+# Finished jobs of the largest size whose pods a team keeps for `job-ttl` (count/pods).
+KEPT_LARGEST = 10
+
 COUNTS: dict[str, int] = {
     # one JobSet per training job (manifests.jobset)
     "count/jobsets.jobset.x-k8s.io": JOBS,
     # a ps job is 3 Jobs (chief, ps, worker: the JobSet's replicatedJobs), an import,
     # export or purge 1 (oneshot.manifest, manifests.purge_job)
     "count/jobs.batch": 3 * JOBS,
-    # every pod stored, finished ones included (a Job keeps its pods until it is deleted):
-    # the largest job twice (running, and its finished or restarted predecessor's), a
-    # TensorBoard pod per job and every served replica
-    "count/pods": 2 * (MAX_WORKERS + 2) + JOBS + SERVED * SERVING_REPLICAS + 100,
+    # the pods not yet finished (pods.go: `pods` counts those): the largest job twice
+    # (running, and its restarted predecessor's still terminating), a TensorBoard pod per
+    # job and every served replica
+    "pods": LIVE_PODS,
+    # every pod stored, finished ones included: a finished Job keeps its pods until JobSet
+    # deletes it `job-ttl` after (manifests.jobset ttlSecondsAfterFinished, 24 h by
+    # default), so a team running large jobs all day keeps their pods (rereview43a F1:
+    # thirty 100-worker jobs a day filled the live count): the pods of KEPT_LARGEST jobs
+    # of the largest size kept, besides the live ones. A pod is a few KiB in etcd, so this
+    # is ~100 MiB of a 2 GiB store at most.
+    "count/pods": LIVE_PODS + KEPT_LARGEST * (MAX_WORKERS + 2),
     # a job's code (manifests.code_configmap) or an import's or export's program
     # (oneshot.start), the datasets registry, scale records of jobs being resized
     # (scale_records.py), kube-root-ca.crt (kube-controller-manager's root-ca-cert-publisher

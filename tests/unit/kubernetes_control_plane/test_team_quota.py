@@ -87,7 +87,7 @@ def test_a_namespace_granted_before_this_revision_gets_it_on_the_next_hook(ctx, 
 
 @pytest.mark.parametrize(
     "value",
-    ["configmap=10", "configmaps=ten", "configmaps=10 configmaps=20", "secrets=-1", "pods=1"],
+    ["configmap=10", "configmaps=ten", "configmaps=10 configmaps=20", "secrets=-1", "pod=1"],
 )
 def test_a_count_that_is_not_one_of_the_quota_blocks_naming_the_option(
     ctx, bootstrapped, value: str
@@ -111,11 +111,16 @@ def test_the_counts_hold_what_the_tensorflow_charm_makes():
     with pytest.raises(ValueError, match=f"between 1 and {most}"):
         serving.ServeParams.model_validate({"job": "j", "replicas": most + 1})
     # its largest job, twice, fits the pods (its chief and ps besides the workers)
-    assert team_quota.COUNTS["count/pods"] >= 2 * (literals.MAX_WORKERS + 2)
+    assert team_quota.COUNTS["pods"] >= 2 * (literals.MAX_WORKERS + 2)
+    # and the pods of ten such jobs finished, kept until JobSet deletes them job-ttl after
+    assert team_quota.COUNTS["count/pods"] >= team_quota.COUNTS["pods"] + 10 * (
+        literals.MAX_WORKERS + 2
+    )
     # each resource name is one kube-apiserver validates (ValidateResourceQuotaResourceName:
     # `count/` and a qualified name of at most 63 characters, or a standard name), each
     # count whole
     standard = {
+        "pods",
         "configmaps",
         "secrets",
         "services",
