@@ -145,12 +145,14 @@ class Real:
     def __init__(self, cluster: EtcdCluster):
         self.cluster = cluster
         self.ids = cluster.ids("a")
+        self.killed: set[str] = set()
 
     def post(self, path: str, body: dict) -> tuple[int, dict]:
         return self.cluster.post("a", path, body)
 
     def kill(self, name: str) -> None:
         self.cluster.kill(name)
+        self.killed.add(name)
 
     def add(self, name: str, learner: bool) -> tuple[int, dict]:
         code, answer = self.cluster.add(name, "a", start=False, learner=learner)
@@ -160,8 +162,21 @@ class Real:
 
     def settle(self) -> None:
         # a killed member's streams break at once; a leader without a quorum steps down
-        # after one election timeout (250 ms here: tests/etcd_runner.py)
+        # after one election timeout (250 ms here: tests/etcd_runner.py). On a loaded
+        # machine it may take longer, and a request in that window times out uncommitted
+        # ("etcdserver: request timed out", which the fake does not model: fakes/etcd.py),
+        # so once the quorum is lost wait until `a` says it has no leader (Maintenance
+        # Status: `leader` 0, which proto3's JSON leaves out)
         time.sleep(0.4)
+        _, listed = self.post("/v3/cluster/member/list", {})
+        by_id = {v: k for k, v in self.ids.items()}
+        voters = [by_id.get(m["ID"]) for m in listed["members"] if not m.get("isLearner")]
+        if 2 * len([v for v in voters if v not in self.killed]) > len(voters):
+            return
+        deadline = time.monotonic() + 15
+        while self.post("/v3/maintenance/status", {})[1].get("leader", "0") != "0":
+            assert time.monotonic() < deadline, "a leader without a quorum never stepped down"
+            time.sleep(0.05)
 
 
 class Fake:
