@@ -23,7 +23,13 @@ credential is involved, the containers are privileged and removed afterwards):
    "Pass", "Fail", "Warn", "Skip", "Not Run" (dcgmi/Diag.cpp, to_string of
    dcgmDiagResult_t). dcgmi exits non-zero on a failed test and the runner keeps only a
    failed program's stderr, so the container's shell prints the JSON and exits 0: the
-   JSON decides, and no JSON fails the check;
+   JSON decides, and no JSON fails the check. Not under MIG (`MIG_DCGM`): NVVS refuses
+   before any test (NVIDIA/DCGM nvvs/src/NvidiaValidationSuite.cpp BuildCommonGpusList,
+   @28bfbd4c and DCGM 4.6.0's 72fa3fe) a MIG GPU when the diagnostic covers more than one
+   GPU ("CUDA does not support enumerating GPUs with MIG mode enabled"), a MIG layout that
+   is not one instance over the whole GPU ("prevents access to the entire GPU"), MIG
+   without a compute instance, and a node mixing MIG and non-MIG GPUs; the check says it
+   did not run, and the CUDA check on every MIG device is then the proof;
 3. on a machine with more than one GPU, NCCL's all-reduce across all of them
    (nccl-tests `all_reduce_perf_mpi -g <n>`, one process driving every GPU; the MPI
    build runs as a single rank without mpirun), which prints a row per message size and
@@ -35,7 +41,10 @@ credential is involved, the containers are privileged and removed afterwards):
    profile offers GPU-to-GPU P2P (`nvidia-smi mig -lgip`'s P2P column, "No" in the
    guide's listings): the check says it did not run and is not counted as failed.
 
-The gate stops at the first check that fails: a failed GPU is not asked more.
+The gate stops at the first check that fails: a failed GPU is not asked more. It passes
+only when the CUDA check ran on every GPU (each MIG device, or the whole GPU where it has
+none): a GPU in MIG mode whose devices `nvidia-smi -L` does not list (none made, as
+`all-enabled` leaves it, or nvidia-smi failing) fails it, since nothing could prove it.
 
 Its images are pulled first, each with its own bound (`PULL_TIMEOUT`; NVIDIA's PyTorch
 image is many GB), apart from the checks' `timeout`: an image that cannot be pulled (the
@@ -140,9 +149,20 @@ _BY_BARE_NAME = {_bare(name): floor for name, floor in FLOORS.items()}
 # ends the hook with a status rather than holding the machine's hook lock for ever.
 PULL_TIMEOUT = 2400.0
 
-# The CUDA check when every GPU is in MIG mode without a MIG device (mig-profile
-# all-enabled): no CUDA program can run there, so DCGM's diagnostic is the proof.
-MIG_BARE = "not run: every GPU is in MIG mode without a MIG device, where CUDA cannot run"
+# The CUDA check on a GPU in MIG mode with no MIG device listed: no CUDA program can run
+# there, and DCGM's diagnostic refuses MIG (`MIG_DCGM`), so nothing proves it: a failure.
+MIG_BARE = (
+    "nothing could prove GPU {gpus}: MIG mode, and `nvidia-smi -L` lists no MIG device on "
+    "it (none made, as `all-enabled` leaves it, or nvidia-smi failed), so no CUDA program "
+    "can run there, and DCGM's diagnostic refuses MIG; give it a MIG layout with devices "
+    "(mig-profile) or turn MIG off, then run repair-gpu"
+)
+# DCGM's diagnostic under MIG (see the module docstring, check 2).
+MIG_DCGM = (
+    "not run: MIG mode (DCGM's diagnostic refuses a MIG GPU unless it is the node's only GPU "
+    "with one instance over all of it: NVIDIA/DCGM NvidiaValidationSuite.cpp "
+    "BuildCommonGpusList); vectorAdd on each MIG device is the proof"
+)
 # The all-reduce check under MIG (see the module docstring, check 3).
 MIG_NCCL = (
     "not run: MIG mode (CUDA enumerates one MIG device per process, and MIG devices have "
@@ -206,8 +226,9 @@ class GateResult:
 
     @property
     def passed(self) -> bool:
-        """Every check ran and passed."""
-        return bool(self.checks) and all(c.passed for c in self.checks)
+        """Every check passed (or said why it did not run), and the CUDA check ran."""
+        ran = any(c.name == "cuda" and c.passed and not c.skipped for c in self.checks)
+        return ran and all(c.passed for c in self.checks)
 
     def summary(self) -> str:
         """One line: each check's name and its finding."""
@@ -228,8 +249,10 @@ class PullError(validation.ValidationError):
 def images_for(
     cuda_image: str, dcgm_image: str, nccl_image: str, count: int, *, mig: bool = False
 ) -> list[str]:
-    """The images the gate runs on `count` GPUs (NCCL only with more than one, not in MIG)."""
-    return [cuda_image, dcgm_image] + ([nccl_image] if count > 1 and not mig else [])
+    """The images the gate runs on `count` GPUs (NCCL's with more than one; CUDA's alone in MIG)."""
+    if mig:
+        return [cuda_image]
+    return [cuda_image, dcgm_image] + ([nccl_image] if count > 1 else [])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -440,6 +463,11 @@ def run(
     checks = [_cuda(host, on, cuda_image, count, timeout, clock, progress)]
     if not checks[-1].passed:
         return GateResult(tuple(checks))
+    if on.mig:
+        checks.append(Check("dcgm", True, MIG_DCGM, skipped=True))
+        if count > 1:
+            checks.append(Check("nccl", True, MIG_NCCL, skipped=True))
+        return GateResult(tuple(checks))
     with alone():
         code, output = validation.run_tool(
             host,
@@ -456,9 +484,6 @@ def run(
     checks.append(parse_dcgm(output, count))
     if not checks[-1].passed or count < 2:
         return GateResult(tuple(checks))
-    if on.mig:
-        checks.append(Check("nccl", True, MIG_NCCL, skipped=True))
-        return GateResult(tuple(checks))
     checks.append(_nccl(host, nccl_image, count, model, timeout, clock, progress, wall_clock))
     return GateResult(tuple(checks))
 
@@ -472,7 +497,12 @@ def _cuda(
     clock: Callable[[], float],
     progress: Callable[[str], None],
 ) -> Check:
-    """The CUDA sample on each of `on`'s devices (each GPU, or each MIG device by UUID)."""
+    """The CUDA sample on each of `on`'s devices (each GPU, or each MIG device by UUID).
+
+    Fails before running anything when a GPU has nothing it could run on (`on.bare`).
+    """
+    if on.bare:
+        return Check("cuda", False, MIG_BARE.format(gpus=", ".join(map(str, on.bare))))
     for device in on.devices:
         outcome = validation.validate(
             host,
@@ -488,14 +518,9 @@ def _cuda(
             return Check("cuda", False, f"{where}: {outcome.summary}")
     if not on.mig:
         return Check("cuda", True, f"vectorAdd passed on each of {count} GPUs")
-    if not on.devices:  # `all-enabled`: MIG mode and no device on any GPU
-        return Check("cuda", True, MIG_BARE, skipped=True)
     migs = sum(d.startswith("MIG-") for d in on.devices)
     said = f"vectorAdd passed on each of {len(on.devices)} devices ({migs} MIG devices"
     said += f", {len(on.devices) - migs} whole GPUs)" if len(on.devices) > migs else ")"
-    if on.bare:
-        bare = ", ".join(map(str, on.bare))
-        said += f"; not on GPU {bare}: MIG mode without a MIG device, where CUDA cannot run"
     return Check("cuda", True, said)
 
 

@@ -64,6 +64,26 @@ def test_no_json_fails():
     assert not gpu_gate.parse_dcgm(json.dumps({"metadata": {}}), 4).passed
 
 
+@pytest.mark.parametrize(
+    ("gpus", "layout", "refusal"),
+    [
+        (4, {0: ["1g.10gb"] * 7}, "GPU 0's MIG configuration is incompatible with the diagnostic"),
+        (4, {0: ["7g.80gb"]}, "CUDA does not support enumerating GPUs with MIG mode enabled"),
+        (1, {}, "MIG is enabled, but no compute instances are configured"),
+    ],
+)
+def test_under_mig_the_diagnostic_refuses_to_run_and_fails(ctr, gpus, layout, refusal):
+    ctr.driver.gpus, ctr.driver.mig_devices, ctr.driver.mig_enabled = gpus, layout, True
+    check = gpu_gate.parse_dcgm(diag(ctr), gpus)
+    assert not check.passed
+    assert check.detail.startswith("dcgmi diag could not run: Error: ") and refusal in check.detail
+
+
+def test_the_diagnostic_runs_on_a_lone_gpu_with_one_instance_over_all_of_it(ctr):
+    ctr.driver.gpus, ctr.driver.mig_devices = 1, {0: ["7g.80gb"]}
+    assert gpu_gate.parse_dcgm(diag(ctr), 1).passed
+
+
 RECORDED = (
     Path(__file__).parents[3] / "fixtures/gpu/nccl/all_reduce_perf-2x-rtx2080ti-pcie-no-p2p.txt"
 )
@@ -225,6 +245,22 @@ def test_a_skipped_check_is_neither_passed_nor_failed_in_what_is_said_and_kept()
     assert result.passed
     assert result.summary() == "cuda passed: ok; nccl skipped: not run"
     assert result.record() == {"passed": True, "cuda": "passed: ok", "nccl": "skipped: not run"}
+
+
+@pytest.mark.parametrize(
+    "checks",
+    [
+        (),
+        (gpu_gate.Check("cuda", True, "not run", skipped=True),),
+        (
+            gpu_gate.Check("cuda", True, "not run", skipped=True),
+            gpu_gate.Check("dcgm", True, "dcgmi diag -r 2: 3 tests on 8 GPUs"),
+        ),
+        (gpu_gate.Check("dcgm", True, "not run", skipped=True),),
+    ],
+)
+def test_a_gate_where_the_cuda_check_did_not_run_never_passes(checks):
+    assert not gpu_gate.GateResult(checks).passed
 
 
 def quarantine(action):
