@@ -169,8 +169,12 @@ MIG_NCCL = (
     "no GPU-to-GPU P2P or NVLink)"
 )
 
-# This node's own all-reduce baseline: the highest bus bandwidth a passing gate measured
-# on it, for this GPU model and count ({"model", "gpus", "busbw", "bytes", "recorded"}).
+# This node's own all-reduce baselines: the highest bus bandwidth a passing gate measured
+# on it, one record per GPU model, GPU count and NCCL image ({"baselines": [{"model",
+# "gpus", "image", "busbw", "bytes", "recorded"}, ...]}), so a gate on 7 GPUs (one lost)
+# leaves the 8-GPU record alone, and a new NCCL image (a charm upgrade: another NCCL, other
+# algorithms) starts its own. The first form, one record without "image", is read and kept
+# but judges no image. Deleting the file clears them all (docs/how-to/gpu-day-2.md).
 # Judged against it from the next gate on: at least BASELINE_SHARE of it. Recorded by the
 # gate itself (validate-gpu runs no all-reduce), so the first gate after a repair, on a
 # node that never passed one, measures without a baseline to judge by, and an NVLink
@@ -179,7 +183,7 @@ MIG_NCCL = (
 # the host's memory traffic move a healthy node's busbw by tens of percent, not by half
 # (NVIDIA/nccl#841: 8-21 GB/s on one A100 PCIe node between BIOS settings); a GPU link
 # that trained at x8 instead of x16, or lost P2P, halves it. A new machine (a new unit) or
-# another GPU count or model starts without a baseline.
+# another GPU count, model or NCCL image starts without a baseline.
 BASELINE = "/var/lib/gpu-k8s/nccl-baseline.json"
 BASELINE_SHARE = 0.5
 
@@ -361,15 +365,28 @@ def largest(text: str) -> tuple[int, float] | None:
     return max(rows, key=lambda row: row[0]) if rows else None
 
 
-def load_baseline(host: Host, count: int, model: str) -> dict | None:
-    """This node's recorded all-reduce baseline for `count` GPUs of `model`, or None."""
+def _baselines(host: Host) -> list[dict]:
+    """Every record in BASELINE (the first form's one record too); [] when unreadable."""
     try:
         found = json.loads(host.read(BASELINE) or "null")
     except ValueError:
-        return None
-    if not isinstance(found, dict) or (found.get("model"), found.get("gpus")) != (model, count):
-        return None
-    return found if isinstance(found.get("busbw"), (int, float)) else None
+        return []
+    if isinstance(found, dict) and "model" in found:  # the first form: one record
+        found = {"baselines": [found]}
+    records = found.get("baselines") if isinstance(found, dict) else None
+    return [r for r in records if isinstance(r, dict)] if isinstance(records, list) else []
+
+
+def _key(record: dict) -> tuple:
+    return record.get("model"), record.get("gpus"), record.get("image")
+
+
+def load_baseline(host: Host, count: int, model: str, image: str) -> dict | None:
+    """This node's recorded all-reduce baseline for `count` GPUs of `model` under `image`."""
+    for found in _baselines(host):
+        if _key(found) == (model, count, image) and isinstance(found.get("busbw"), (int, float)):
+            return found
+    return None
 
 
 def parse_nccl(text: str, count: int, model: str, baseline: dict | None = None) -> Check:
@@ -412,14 +429,25 @@ def parse_nccl(text: str, count: int, model: str, baseline: dict | None = None) 
 
 
 def record_baseline(
-    host: Host, text: str, count: int, model: str, baseline: dict | None, now: str
+    host: Host,
+    text: str,
+    count: int,
+    model: str,
+    image: str,
+    baseline: dict | None,
+    now: str,
 ) -> None:
-    """Keep a passing all-reduce as this node's baseline when it is the highest yet."""
+    """Keep a passing all-reduce as its key's baseline when it is the highest yet.
+
+    The other keys' records stay as they are.
+    """
     measured = largest(text)
     if measured is None or (baseline is not None and measured[1] <= baseline["busbw"]):
         return
-    body = {"model": model, "gpus": count, "bytes": measured[0], "busbw": measured[1]}
-    host.write(BASELINE, json.dumps({**body, "recorded": now}, sort_keys=True))
+    body = {"model": model, "gpus": count, "image": image, "bytes": measured[0]}
+    mine = {**body, "busbw": measured[1], "recorded": now}
+    kept = [r for r in _baselines(host) if _key(r) != _key(mine)]
+    host.write(BASELINE, json.dumps({"baselines": [*kept, mine]}, sort_keys=True))
 
 
 def run(
@@ -547,9 +575,9 @@ def _nccl(
     )
     if code == -1:
         return Check("nccl", False, f"{NCCL_PROGRAM} timed out after {timeout:.0f}s")
-    baseline = load_baseline(host, count, model)
+    baseline = load_baseline(host, count, model, image)
     check = parse_nccl(output, count, model, baseline)
     if check.passed:
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall_clock()))
-        record_baseline(host, output, count, model, baseline, now)
+        record_baseline(host, output, count, model, image, baseline, now)
     return check

@@ -2304,11 +2304,9 @@ def test_an_all_reduce_under_the_floor_fails_the_gate(ctx, machine, api, driver,
     state = joined_gpu_node(ctx, api, driver, {"gpu-auto-repair": "reset"})
     quarantined_for(machine, api, "reset-gpu", "Xid74")
     # the node's baseline, from an earlier passing gate (gpu_gate.BASELINE)
-    machine.write(
-        gpu_gate.BASELINE,
-        '{"model": "NVIDIA A10G", "gpus": 4, "bytes": 268435456, "busbw": 12.4, '
-        '"recorded": "2026-11-02T10:00:00Z"}',
-    )
+    record = {"model": "NVIDIA A10G", "gpus": 4, "image": gpu_gate.NCCL_IMAGE, "busbw": 12.4}
+    record |= {"bytes": 268435456, "recorded": "2026-11-02T10:00:00Z"}
+    machine.write(gpu_gate.BASELINE, json.dumps({"baselines": [record]}))
     ctr.busbw = 3.1  # an A10G node whose PCIe links trained narrow
 
     ctx.run(ctx.on.update_status(), state)
@@ -2336,14 +2334,37 @@ def test_a_pcie_node_without_a_baseline_is_measured_and_its_first_pass_recorded(
         "passed: all-reduce across 4 GPUs: bus bandwidth 4 GB/s at 256 MiB (no floor for "
         "NVIDIA A10G and no baseline yet: not judged)"
     )
-    recorded = json.loads(machine.read(gpu_gate.BASELINE))
+    (recorded,) = json.loads(machine.read(gpu_gate.BASELINE))["baselines"]
     assert recorded == {
         "model": "NVIDIA A10G",
         "gpus": 4,
+        "image": gpu_gate.NCCL_IMAGE,
         "bytes": 268435456,
         "busbw": 4.0,
         "recorded": recorded["recorded"],
     }
+
+
+def test_a_baseline_file_of_the_first_form_is_read_without_error_and_kept(
+    ctx, machine, api, driver, ctr, wall, clock
+):
+    state = joined_gpu_node(ctx, api, driver, {"gpu-auto-repair": "reset"})
+    quarantined_for(machine, api, "reset-gpu", "Xid74")
+    old = {"model": "NVIDIA A10G", "gpus": 4, "bytes": 268435456, "busbw": 12.4}
+    old["recorded"] = "2026-11-02T10:00:00Z"  # one record, no image: judges no image
+    machine.write(gpu_gate.BASELINE, json.dumps(old))
+    ctr.busbw = 4.0
+
+    ctx.run(ctx.on.update_status(), state)
+
+    (repair,) = watcher_state(machine)["repairs"]
+    assert repair["result"] == "ok"
+    assert repair["gate"]["nccl"].endswith(
+        "(no floor for NVIDIA A10G and no baseline yet: not judged)"
+    )
+    kept, mine = json.loads(machine.read(gpu_gate.BASELINE))["baselines"]
+    assert kept == old
+    assert (mine["image"], mine["busbw"]) == (gpu_gate.NCCL_IMAGE, 4.0)
 
 
 def test_off_or_a_reboot_only_fault_under_reset_leaves_the_quarantine_to_the_operator(

@@ -220,22 +220,51 @@ def test_a_model_not_in_the_table_has_no_floor(model):
     assert gpu_gate.floor_for(model) is None
 
 
+IMAGE = gpu_gate.NCCL_IMAGE
+
+
 def test_the_baseline_is_this_nodes_for_its_model_and_count_and_only_rises(ctr):
     host = ctr.machine.host()
-    assert gpu_gate.load_baseline(host, 4, "NVIDIA A10G") is None
+    assert gpu_gate.load_baseline(host, 4, "NVIDIA A10G", IMAGE) is None
     ctr.machine.write(gpu_gate.BASELINE, "{not json")
-    assert gpu_gate.load_baseline(host, 4, "NVIDIA A10G") is None
-    gpu_gate.record_baseline(host, all_reduce(ctr), 4, "NVIDIA A10G", None, "2026-11-02T10:00:00Z")
-    recorded = gpu_gate.load_baseline(host, 4, "NVIDIA A10G")
-    assert recorded == {**BASELINE, "bytes": 256 << 20}
-    assert gpu_gate.load_baseline(host, 8, "NVIDIA A10G") is None  # another GPU count
-    assert gpu_gate.load_baseline(host, 4, "NVIDIA L4") is None  # another model
+    assert gpu_gate.load_baseline(host, 4, "NVIDIA A10G", IMAGE) is None
+    ctr.machine.write(gpu_gate.BASELINE, '{"baselines": [3, {"model": 1}]}')
+    assert gpu_gate.load_baseline(host, 4, "NVIDIA A10G", IMAGE) is None
+    first = "2026-11-02T10:00:00Z"
+    gpu_gate.record_baseline(host, all_reduce(ctr), 4, "NVIDIA A10G", IMAGE, None, first)
+    recorded = gpu_gate.load_baseline(host, 4, "NVIDIA A10G", IMAGE)
+    assert recorded == {**BASELINE, "image": IMAGE, "bytes": 256 << 20}
+    assert gpu_gate.load_baseline(host, 8, "NVIDIA A10G", IMAGE) is None  # another GPU count
+    assert gpu_gate.load_baseline(host, 4, "NVIDIA L4", IMAGE) is None  # another model
     ctr.busbw = 20.0  # lower: the baseline stays
-    gpu_gate.record_baseline(host, all_reduce(ctr), 4, "NVIDIA A10G", recorded, "later")
-    assert gpu_gate.load_baseline(host, 4, "NVIDIA A10G") == recorded
+    gpu_gate.record_baseline(host, all_reduce(ctr), 4, "NVIDIA A10G", IMAGE, recorded, "later")
+    assert gpu_gate.load_baseline(host, 4, "NVIDIA A10G", IMAGE) == recorded
     ctr.busbw = 30.0  # higher: it rises
-    gpu_gate.record_baseline(host, all_reduce(ctr), 4, "NVIDIA A10G", recorded, "later")
-    assert gpu_gate.load_baseline(host, 4, "NVIDIA A10G")["busbw"] == 30.0
+    gpu_gate.record_baseline(host, all_reduce(ctr), 4, "NVIDIA A10G", IMAGE, recorded, "later")
+    assert gpu_gate.load_baseline(host, 4, "NVIDIA A10G", IMAGE)["busbw"] == 30.0
+
+
+def test_a_gate_on_fewer_gpus_or_another_image_keeps_its_own_record_beside_the_others(ctr):
+    host = ctr.machine.host()
+    ctr.busbw = 300.0
+    gpu_gate.record_baseline(host, all_reduce(ctr), 4, "NVIDIA A10G", IMAGE, None, "t1")
+    ctr.busbw = 100.0  # 3 GPUs (one lost): lower, and its own record
+    gpu_gate.record_baseline(host, all_reduce(ctr, 3), 3, "NVIDIA A10G", IMAGE, None, "t2")
+    ctr.busbw = 50.0  # a new NCCL image starts its own
+    gpu_gate.record_baseline(host, all_reduce(ctr), 4, "NVIDIA A10G", "nvcr.io/p:2", None, "t3")
+    assert gpu_gate.load_baseline(host, 4, "NVIDIA A10G", IMAGE)["busbw"] == 300.0
+    assert gpu_gate.load_baseline(host, 3, "NVIDIA A10G", IMAGE)["busbw"] == 100.0
+    assert gpu_gate.load_baseline(host, 4, "NVIDIA A10G", "nvcr.io/p:2")["busbw"] == 50.0
+    assert len(json.loads(ctr.machine.read(gpu_gate.BASELINE))["baselines"]) == 3
+
+
+def test_a_baseline_of_the_first_form_is_read_kept_and_judges_no_image(ctr):
+    host = ctr.machine.host()
+    ctr.machine.write(gpu_gate.BASELINE, json.dumps(BASELINE))  # one record, no image
+    assert gpu_gate.load_baseline(host, 4, "NVIDIA A10G", IMAGE) is None
+    gpu_gate.record_baseline(host, all_reduce(ctr), 4, "NVIDIA A10G", IMAGE, None, "t1")
+    kept, mine = json.loads(ctr.machine.read(gpu_gate.BASELINE))["baselines"]
+    assert kept == BASELINE and mine["image"] == IMAGE
 
 
 def test_a_skipped_check_is_neither_passed_nor_failed_in_what_is_said_and_kept():
