@@ -253,7 +253,7 @@ class PullError(validation.ValidationError):
 def images_for(
     cuda_image: str, dcgm_image: str, nccl_image: str, count: int, *, mig: bool = False
 ) -> list[str]:
-    """The images the gate runs on `count` GPUs (NCCL's with more than one; CUDA's alone in MIG)."""
+    """The images the gate runs on `count` GPUs (NCCL's with several; only CUDA's in MIG)."""
     if mig:
         return [cuda_image]
     return [cuda_image, dcgm_image] + ([nccl_image] if count > 1 else [])
