@@ -23,7 +23,8 @@ validation.py), with the rules of the real programs:
   (DCGM 4.x: "DCGM Diagnostic" -> test_categories -> tests -> results per entity, with
   status "Pass" / "Fail" / "Warn" / "Skip" from dcgmi/Diag.cpp, a failed result's
   warnings[{warning, error_id, error_category, error_severity}], and `runtime_error`
-  when the diagnostic cannot run); the test names per category are the level-2 plugins
+  when the diagnostic cannot run, as it cannot on most MIG layouts: `_diag_mig_refusal`);
+  the test names per category are the level-2 plugins
   of NVIDIA's DCGM user guide ("DCGM Diagnostics": software, pcie, memory). NVIDIA's
   PyTorch image runs nccl-tests' `all_reduce_perf_mpi` and prints its table and the
   summary lines of nccl-tests src/common.cu (`# Out of bounds values : <n> OK|FAILED`,
@@ -210,6 +211,10 @@ class FakeCtr:
             return json.dumps({"DCGM Diagnostic": {"runtime_error": said}})
         if self.diag_runtime_error is not None:
             return json.dumps({"DCGM Diagnostic": {"runtime_error": self.diag_runtime_error}})
+        refused = self._diag_mig_refusal()
+        if refused is not None:  # dcgmi/Diag.cpp HelperDisplayFailureMessage
+            error = {"version": "4.2.3", "runtime_error": f"Error: {refused}"}
+            return json.dumps({"DCGM Diagnostic": error}, indent=2)
 
         def results(test: str) -> list[dict]:
             rows = []
@@ -245,6 +250,40 @@ class FakeCtr:
             },
             indent=2,
         )
+
+    def _diag_mig_refusal(self) -> str | None:
+        """Why NVVS refuses to run on this node's MIG layout, before any test; None if it runs.
+
+        NVIDIA/DCGM nvvs/src/NvidiaValidationSuite.cpp BuildCommonGpusList (@28bfbd4c, and
+        the same at 72fa3fe, DCGM 4.6.0), GPU by GPU: a MIG layout that is not one instance
+        over the whole GPU "prevents access to the entire GPU" (Gpu.cpp
+        IsMigModeDiagCompatible; here: anything but a single 7g device); MIG on and more than
+        one GPU: "CUDA does not support enumerating GPUs with MIG mode enabled"; MIG on with
+        no compute instance: "no compute instances are configured". dcgmi prints it as the
+        JSON's `runtime_error` ("Error: " + NVVS's message) and exits DCGM_ST_NVVS_ERROR.
+        """
+        if not (self.driver.mig_devices or self.driver.mig_enabled):
+            return None
+        gpus = self.driver.present()
+        for gpu in gpus:
+            layout = self.driver.mig_devices.get(gpu, [])
+            if layout and not (len(layout) == 1 and layout[0].startswith("7g.")):
+                return (
+                    f"GPU {gpu}'s MIG configuration is incompatible with the diagnostic "
+                    "because it prevents access to the entire GPU."
+                )
+            if len(gpus) > 1:
+                return (
+                    "Cannot run diagnostic: CUDA does not support enumerating GPUs with MIG "
+                    f"mode enabled, yet GPU {gpu} is MIG enabled and the diagnostic is "
+                    f"attempting to run on {len(gpus)} GPUs."
+                )
+            if not layout:
+                return (
+                    "Cannot run diagnostic: MIG is enabled, but no compute instances are "
+                    "configured. CUDA needs to execute on a compute instance if MIG is enabled."
+                )
+        return None
 
     def _mig_uuids(self) -> list[str]:
         """The MIG devices' UUIDs `nvidia-smi -L` lists (none without MIG)."""

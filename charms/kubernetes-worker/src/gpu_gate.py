@@ -23,7 +23,13 @@ credential is involved, the containers are privileged and removed afterwards):
    "Pass", "Fail", "Warn", "Skip", "Not Run" (dcgmi/Diag.cpp, to_string of
    dcgmDiagResult_t). dcgmi exits non-zero on a failed test and the runner keeps only a
    failed program's stderr, so the container's shell prints the JSON and exits 0: the
-   JSON decides, and no JSON fails the check;
+   JSON decides, and no JSON fails the check. Not under MIG (`MIG_DCGM`): NVVS refuses
+   before any test (NVIDIA/DCGM nvvs/src/NvidiaValidationSuite.cpp BuildCommonGpusList,
+   @28bfbd4c and DCGM 4.6.0's 72fa3fe) a MIG GPU when the diagnostic covers more than one
+   GPU ("CUDA does not support enumerating GPUs with MIG mode enabled"), a MIG layout that
+   is not one instance over the whole GPU ("prevents access to the entire GPU"), MIG
+   without a compute instance, and a node mixing MIG and non-MIG GPUs; the check says it
+   did not run, and the CUDA check on every MIG device is then the proof;
 3. on a machine with more than one GPU, NCCL's all-reduce across all of them
    (nccl-tests `all_reduce_perf_mpi -g <n>`, one process driving every GPU; the MPI
    build runs as a single rank without mpirun), which prints a row per message size and
@@ -35,7 +41,10 @@ credential is involved, the containers are privileged and removed afterwards):
    profile offers GPU-to-GPU P2P (`nvidia-smi mig -lgip`'s P2P column, "No" in the
    guide's listings): the check says it did not run and is not counted as failed.
 
-The gate stops at the first check that fails: a failed GPU is not asked more.
+The gate stops at the first check that fails: a failed GPU is not asked more. It passes
+only when the CUDA check ran on every GPU (each MIG device, or the whole GPU where it has
+none): a GPU in MIG mode whose devices `nvidia-smi -L` does not list (none made, as
+`all-enabled` leaves it, or nvidia-smi failing) fails it, since nothing could prove it.
 
 Its images are pulled first, each with its own bound (`PULL_TIMEOUT`; NVIDIA's PyTorch
 image is many GB), apart from the checks' `timeout`: an image that cannot be pulled (the
@@ -140,17 +149,32 @@ _BY_BARE_NAME = {_bare(name): floor for name, floor in FLOORS.items()}
 # ends the hook with a status rather than holding the machine's hook lock for ever.
 PULL_TIMEOUT = 2400.0
 
-# The CUDA check when every GPU is in MIG mode without a MIG device (mig-profile
-# all-enabled): no CUDA program can run there, so DCGM's diagnostic is the proof.
-MIG_BARE = "not run: every GPU is in MIG mode without a MIG device, where CUDA cannot run"
+# The CUDA check on a GPU in MIG mode with no MIG device listed: no CUDA program can run
+# there, and DCGM's diagnostic refuses MIG (`MIG_DCGM`), so nothing proves it: a failure.
+MIG_BARE = (
+    "nothing could prove GPU {gpus}: MIG mode, and `nvidia-smi -L` lists no MIG device on "
+    "it (none made, as `all-enabled` leaves it, or nvidia-smi failed), so no CUDA program "
+    "can run there, and DCGM's diagnostic refuses MIG; give it a MIG layout with devices "
+    "(mig-profile) or turn MIG off, then run repair-gpu"
+)
+# DCGM's diagnostic under MIG (see the module docstring, check 2).
+MIG_DCGM = (
+    "not run: MIG mode (DCGM's diagnostic refuses a MIG GPU unless it is the node's only GPU "
+    "with one instance over all of it: NVIDIA/DCGM NvidiaValidationSuite.cpp "
+    "BuildCommonGpusList); vectorAdd on each MIG device is the proof"
+)
 # The all-reduce check under MIG (see the module docstring, check 3).
 MIG_NCCL = (
     "not run: MIG mode (CUDA enumerates one MIG device per process, and MIG devices have "
     "no GPU-to-GPU P2P or NVLink)"
 )
 
-# This node's own all-reduce baseline: the highest bus bandwidth a passing gate measured
-# on it, for this GPU model and count ({"model", "gpus", "busbw", "bytes", "recorded"}).
+# This node's own all-reduce baselines: the highest bus bandwidth a passing gate measured
+# on it, one record per GPU model, GPU count and NCCL image ({"baselines": [{"model",
+# "gpus", "image", "busbw", "bytes", "recorded"}, ...]}), so a gate on 7 GPUs (one lost)
+# leaves the 8-GPU record alone, and a new NCCL image (a charm upgrade: another NCCL, other
+# algorithms) starts its own. The first form, one record without "image", is read and kept
+# but judges no image. Deleting the file clears them all (docs/how-to/gpu-day-2.md).
 # Judged against it from the next gate on: at least BASELINE_SHARE of it. Recorded by the
 # gate itself (validate-gpu runs no all-reduce), so the first gate after a repair, on a
 # node that never passed one, measures without a baseline to judge by, and an NVLink
@@ -159,7 +183,7 @@ MIG_NCCL = (
 # the host's memory traffic move a healthy node's busbw by tens of percent, not by half
 # (NVIDIA/nccl#841: 8-21 GB/s on one A100 PCIe node between BIOS settings); a GPU link
 # that trained at x8 instead of x16, or lost P2P, halves it. A new machine (a new unit) or
-# another GPU count or model starts without a baseline.
+# another GPU count, model or NCCL image starts without a baseline.
 BASELINE = "/var/lib/gpu-k8s/nccl-baseline.json"
 BASELINE_SHARE = 0.5
 
@@ -206,8 +230,9 @@ class GateResult:
 
     @property
     def passed(self) -> bool:
-        """Every check ran and passed."""
-        return bool(self.checks) and all(c.passed for c in self.checks)
+        """Every check passed (or said why it did not run), and the CUDA check ran."""
+        ran = any(c.name == "cuda" and c.passed and not c.skipped for c in self.checks)
+        return ran and all(c.passed for c in self.checks)
 
     def summary(self) -> str:
         """One line: each check's name and its finding."""
@@ -228,8 +253,10 @@ class PullError(validation.ValidationError):
 def images_for(
     cuda_image: str, dcgm_image: str, nccl_image: str, count: int, *, mig: bool = False
 ) -> list[str]:
-    """The images the gate runs on `count` GPUs (NCCL only with more than one, not in MIG)."""
-    return [cuda_image, dcgm_image] + ([nccl_image] if count > 1 and not mig else [])
+    """The images the gate runs on `count` GPUs (NCCL's with several; only CUDA's in MIG)."""
+    if mig:
+        return [cuda_image]
+    return [cuda_image, dcgm_image] + ([nccl_image] if count > 1 else [])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -338,15 +365,28 @@ def largest(text: str) -> tuple[int, float] | None:
     return max(rows, key=lambda row: row[0]) if rows else None
 
 
-def load_baseline(host: Host, count: int, model: str) -> dict | None:
-    """This node's recorded all-reduce baseline for `count` GPUs of `model`, or None."""
+def _baselines(host: Host) -> list[dict]:
+    """Every record in BASELINE (the first form's one record too); [] when unreadable."""
     try:
         found = json.loads(host.read(BASELINE) or "null")
     except ValueError:
-        return None
-    if not isinstance(found, dict) or (found.get("model"), found.get("gpus")) != (model, count):
-        return None
-    return found if isinstance(found.get("busbw"), (int, float)) else None
+        return []
+    if isinstance(found, dict) and "model" in found:  # the first form: one record
+        found = {"baselines": [found]}
+    records = found.get("baselines") if isinstance(found, dict) else None
+    return [r for r in records if isinstance(r, dict)] if isinstance(records, list) else []
+
+
+def _key(record: dict) -> tuple:
+    return record.get("model"), record.get("gpus"), record.get("image")
+
+
+def load_baseline(host: Host, count: int, model: str, image: str) -> dict | None:
+    """This node's recorded all-reduce baseline for `count` GPUs of `model` under `image`."""
+    for found in _baselines(host):
+        if _key(found) == (model, count, image) and isinstance(found.get("busbw"), (int, float)):
+            return found
+    return None
 
 
 def parse_nccl(text: str, count: int, model: str, baseline: dict | None = None) -> Check:
@@ -389,14 +429,25 @@ def parse_nccl(text: str, count: int, model: str, baseline: dict | None = None) 
 
 
 def record_baseline(
-    host: Host, text: str, count: int, model: str, baseline: dict | None, now: str
+    host: Host,
+    text: str,
+    count: int,
+    model: str,
+    image: str,
+    baseline: dict | None,
+    now: str,
 ) -> None:
-    """Keep a passing all-reduce as this node's baseline when it is the highest yet."""
+    """Keep a passing all-reduce as its key's baseline when it is the highest yet.
+
+    The other keys' records stay as they are.
+    """
     measured = largest(text)
     if measured is None or (baseline is not None and measured[1] <= baseline["busbw"]):
         return
-    body = {"model": model, "gpus": count, "bytes": measured[0], "busbw": measured[1]}
-    host.write(BASELINE, json.dumps({**body, "recorded": now}, sort_keys=True))
+    body = {"model": model, "gpus": count, "image": image, "bytes": measured[0]}
+    mine = {**body, "busbw": measured[1], "recorded": now}
+    kept = [r for r in _baselines(host) if _key(r) != _key(mine)]
+    host.write(BASELINE, json.dumps({"baselines": [*kept, mine]}, sort_keys=True))
 
 
 def run(
@@ -440,6 +491,11 @@ def run(
     checks = [_cuda(host, on, cuda_image, count, timeout, clock, progress)]
     if not checks[-1].passed:
         return GateResult(tuple(checks))
+    if on.mig:
+        checks.append(Check("dcgm", True, MIG_DCGM, skipped=True))
+        if count > 1:
+            checks.append(Check("nccl", True, MIG_NCCL, skipped=True))
+        return GateResult(tuple(checks))
     with alone():
         code, output = validation.run_tool(
             host,
@@ -456,9 +512,6 @@ def run(
     checks.append(parse_dcgm(output, count))
     if not checks[-1].passed or count < 2:
         return GateResult(tuple(checks))
-    if on.mig:
-        checks.append(Check("nccl", True, MIG_NCCL, skipped=True))
-        return GateResult(tuple(checks))
     checks.append(_nccl(host, nccl_image, count, model, timeout, clock, progress, wall_clock))
     return GateResult(tuple(checks))
 
@@ -472,7 +525,12 @@ def _cuda(
     clock: Callable[[], float],
     progress: Callable[[str], None],
 ) -> Check:
-    """The CUDA sample on each of `on`'s devices (each GPU, or each MIG device by UUID)."""
+    """The CUDA sample on each of `on`'s devices (each GPU, or each MIG device by UUID).
+
+    Fails before running anything when a GPU has nothing it could run on (`on.bare`).
+    """
+    if on.bare:
+        return Check("cuda", False, MIG_BARE.format(gpus=", ".join(map(str, on.bare))))
     for device in on.devices:
         outcome = validation.validate(
             host,
@@ -488,14 +546,9 @@ def _cuda(
             return Check("cuda", False, f"{where}: {outcome.summary}")
     if not on.mig:
         return Check("cuda", True, f"vectorAdd passed on each of {count} GPUs")
-    if not on.devices:  # `all-enabled`: MIG mode and no device on any GPU
-        return Check("cuda", True, MIG_BARE, skipped=True)
     migs = sum(d.startswith("MIG-") for d in on.devices)
     said = f"vectorAdd passed on each of {len(on.devices)} devices ({migs} MIG devices"
     said += f", {len(on.devices) - migs} whole GPUs)" if len(on.devices) > migs else ")"
-    if on.bare:
-        bare = ", ".join(map(str, on.bare))
-        said += f"; not on GPU {bare}: MIG mode without a MIG device, where CUDA cannot run"
     return Check("cuda", True, said)
 
 
@@ -522,9 +575,9 @@ def _nccl(
     )
     if code == -1:
         return Check("nccl", False, f"{NCCL_PROGRAM} timed out after {timeout:.0f}s")
-    baseline = load_baseline(host, count, model)
+    baseline = load_baseline(host, count, model, image)
     check = parse_nccl(output, count, model, baseline)
     if check.passed:
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall_clock()))
-        record_baseline(host, output, count, model, baseline, now)
+        record_baseline(host, output, count, model, image, baseline, now)
     return check

@@ -2304,11 +2304,9 @@ def test_an_all_reduce_under_the_floor_fails_the_gate(ctx, machine, api, driver,
     state = joined_gpu_node(ctx, api, driver, {"gpu-auto-repair": "reset"})
     quarantined_for(machine, api, "reset-gpu", "Xid74")
     # the node's baseline, from an earlier passing gate (gpu_gate.BASELINE)
-    machine.write(
-        gpu_gate.BASELINE,
-        '{"model": "NVIDIA A10G", "gpus": 4, "bytes": 268435456, "busbw": 12.4, '
-        '"recorded": "2026-11-02T10:00:00Z"}',
-    )
+    record = {"model": "NVIDIA A10G", "gpus": 4, "image": gpu_gate.NCCL_IMAGE, "busbw": 12.4}
+    record |= {"bytes": 268435456, "recorded": "2026-11-02T10:00:00Z"}
+    machine.write(gpu_gate.BASELINE, json.dumps({"baselines": [record]}))
     ctr.busbw = 3.1  # an A10G node whose PCIe links trained narrow
 
     ctx.run(ctx.on.update_status(), state)
@@ -2336,14 +2334,37 @@ def test_a_pcie_node_without_a_baseline_is_measured_and_its_first_pass_recorded(
         "passed: all-reduce across 4 GPUs: bus bandwidth 4 GB/s at 256 MiB (no floor for "
         "NVIDIA A10G and no baseline yet: not judged)"
     )
-    recorded = json.loads(machine.read(gpu_gate.BASELINE))
+    (recorded,) = json.loads(machine.read(gpu_gate.BASELINE))["baselines"]
     assert recorded == {
         "model": "NVIDIA A10G",
         "gpus": 4,
+        "image": gpu_gate.NCCL_IMAGE,
         "bytes": 268435456,
         "busbw": 4.0,
         "recorded": recorded["recorded"],
     }
+
+
+def test_a_baseline_file_of_the_first_form_is_read_without_error_and_kept(
+    ctx, machine, api, driver, ctr, wall, clock
+):
+    state = joined_gpu_node(ctx, api, driver, {"gpu-auto-repair": "reset"})
+    quarantined_for(machine, api, "reset-gpu", "Xid74")
+    old = {"model": "NVIDIA A10G", "gpus": 4, "bytes": 268435456, "busbw": 12.4}
+    old["recorded"] = "2026-11-02T10:00:00Z"  # one record, no image: judges no image
+    machine.write(gpu_gate.BASELINE, json.dumps(old))
+    ctr.busbw = 4.0
+
+    ctx.run(ctx.on.update_status(), state)
+
+    (repair,) = watcher_state(machine)["repairs"]
+    assert repair["result"] == "ok"
+    assert repair["gate"]["nccl"].endswith(
+        "(no floor for NVIDIA A10G and no baseline yet: not judged)"
+    )
+    kept, mine = json.loads(machine.read(gpu_gate.BASELINE))["baselines"]
+    assert kept == old
+    assert (mine["image"], mine["busbw"]) == (gpu_gate.NCCL_IMAGE, 4.0)
 
 
 def test_off_or_a_reboot_only_fault_under_reset_leaves_the_quarantine_to_the_operator(
@@ -3088,19 +3109,13 @@ def test_a_mig_manager_stopped_mid_apply_applies_the_layout_again_after_readmiss
     assert "quarantined" in out.unit_status.message
     assert "has not answered" not in out.unit_status.message
 
-    out = ctx.run(ctx.on.action("readmit-gpu", params={"confirm": "yes"}), out)
-    assert ctx.action_results["node"] == (
-        f"{NODE}: GpuHealthy=True, stays cordoned: MIG layout all-1g.10gb is not applied yet "
-        "(applying MIG layout all-1g.10gb: NVIDIA mig-manager reports pending); NoExecute "
-        "taint removal asked"
-    )
-    assert node(api)["spec"]["unschedulable"] is True  # the MIG change's cordon stays
-    out = leader_applies_quarantine_taint(api, out)
-    out = ctx.run(ctx.on.update_status(), out)
-    assert out.unit_status == testing.WaitingStatus(
-        "applying MIG layout all-1g.10gb: NVIDIA mig-manager reports pending"
-    )
-    assert "reboot-request" in reboots_relation(out).local_unit_data  # its turn kept
+    # half the layout on the GPUs: those without a MIG device can be proven by nothing
+    # (no CUDA program runs there, DCGM's diagnostic refuses MIG), so no readmission yet
+    with pytest.raises(testing.ActionFailed) as refused:
+        ctx.run(ctx.on.action("readmit-gpu", params={"confirm": "yes"}), out)
+    assert refused.value.message.startswith("nothing could prove GPU 4, 5, 6, 7: MIG mode")
+    assert watcher_state(machine)["quarantined"]
+    assert gpu_gate.DCGM_IMAGE not in {r["image"] for r in ctr.runs}
 
     # its container started again (main.go `start`): the whole layout applied again
     sync_daemonset(api, manager.daemonset)
@@ -3108,6 +3123,9 @@ def test_a_mig_manager_stopped_mid_apply_applies_the_layout_again_after_readmiss
     manager.start(first)
     assert node_labels(api)[MIG_STATE] == "success"
     assert node_labels(api)[PLUGIN_DEPLOY] == "true"  # maybeSetTrue of the paused value
+    out = ctx.run(ctx.on.action("readmit-gpu", params={"confirm": "yes"}), out)
+    assert ctx.action_results["node"].startswith(f"{NODE}: GpuHealthy=True"), ctx.action_results
+    out = leader_applies_quarantine_taint(api, out)
     now[0] += 60
     out = ctx.run(ctx.on.update_status(), out)
 
@@ -3216,22 +3234,79 @@ def test_the_gate_after_a_reboot_repair_waits_for_mig_manager_then_runs(
     mig_manager_applies(api, h100, ALL_1G)
     out = ctx.run(ctx.on.update_status(), out)
 
-    # under MIG: vectorAdd on each MIG device by its UUID, DCGM, and no all-reduce (one
-    # CUDA device per process: its image is not even pulled)
+    # under MIG: vectorAdd on each MIG device by its UUID, and neither DCGM's diagnostic
+    # (NVVS refuses MIG) nor the all-reduce (one CUDA device per process): their images
+    # are not even pulled
     cuda = [
         r["env"]["NVIDIA_VISIBLE_DEVICES"]
         for r in ctr.runs
         if r["image"] == validation.VALIDATION_IMAGE
     ]
     assert len(set(cuda)) == len(cuda) == 8 * 7 and all(v.startswith("MIG-") for v in cuda)
-    assert gpu_gate.DCGM_IMAGE in {r["image"] for r in ctr.runs}
-    assert gpu_gate.NCCL_IMAGE not in {r["image"] for r in ctr.runs} | set(ctr.pulls)
+    assert {r["image"] for r in ctr.runs} | set(ctr.pulls) == {validation.VALIDATION_IMAGE}
     (repair,) = watcher_state(machine)["repairs"]
     assert (repair["method"], repair["result"]) == ("reboot", "ok")
+    assert repair["gate"]["dcgm"] == f"skipped: {gpu_gate.MIG_DCGM}"
     assert repair["gate"]["nccl"] == f"skipped: {gpu_gate.MIG_NCCL}"
     assert watcher_state(machine)["quarantined"] == {}
     assert not node(api)["spec"].get("unschedulable")
     assert "repaired by reboot" in out.unit_status.message
+
+
+def test_a_mig_node_without_mig_devices_fails_the_gate_as_nothing_can_prove_its_gpus(
+    ctx, machine, api, h100, clock, wall, reboots
+):
+    ctr = FakeCtr(machine, h100)
+    out = run_mig(ctx, api, **{"gpu-auto-repair": "reboot"})
+    mine = dataclasses.replace(out, relations={*out.relations, peers(turns=[UNIT])})
+    out = ctx.run(ctx.on.config_changed(), with_config(mine, **{"mig-profile": "all-enabled"}))
+    h100.mig_enabled = True  # `all-enabled`: MIG mode, no GPU instance
+    mig_manager_applies(api, h100, {})
+    out = ctx.run(ctx.on.update_status(), out)
+    quarantined_for(machine, api, "reboot", "Xid79")
+    out = ctx.run(ctx.on.update_status(), out)
+    h100.reboot()
+    out = ctx.run(ctx.on.start(), out)
+    mig_manager_applies(api, h100, {})
+
+    out = ctx.run(ctx.on.update_status(), out)
+
+    (repair,) = watcher_state(machine)["repairs"]
+    assert (repair["method"], repair["result"]) == ("reboot", "failed"), repair
+    assert repair["gate"]["cuda"] == "failed: " + gpu_gate.MIG_BARE.format(
+        gpus="0, 1, 2, 3, 4, 5, 6, 7"
+    )
+    assert set(repair["gate"]) == {"passed", "cuda"}  # nothing else ran
+    assert ctr.runs == []  # no CUDA program, no DCGM diagnostic, no all-reduce
+    assert watcher_state(machine)["quarantined"]
+    assert node(api)["spec"]["unschedulable"] is True
+
+
+def test_a_mig_gate_whose_nvidia_smi_lists_no_device_fails_never_passes(
+    ctx, machine, api, h100, clock, wall, reboots
+):
+    ctr, out = mig_node_repaired_by_reboot(ctx, machine, api, h100, reboots)
+    mig_manager_applies(api, h100, ALL_1G)
+
+    def broken(argv, _input):
+        if argv[1:] == ["-L"]:  # NVML's answer when it cannot read the devices
+            raise CommandError(argv, 255, "Failed to initialize NVML: Unknown Error")
+        return h100.nvidia_smi(argv, _input)
+
+    machine.on("nvidia-smi", broken)
+    result = gpu_gate.run(
+        machine.host(),
+        cuda_image=validation.VALIDATION_IMAGE,
+        dcgm_image=gpu_gate.DCGM_IMAGE,
+        nccl_image=gpu_gate.NCCL_IMAGE,
+        count=8,
+        model="NVIDIA H100 80GB HBM3",
+        timeout=60,
+    )
+
+    assert not result.passed
+    assert result.summary().startswith("cuda FAILED: nothing could prove GPU 0, 1, 2, 3, 4")
+    assert ctr.runs == []
 
 
 def test_the_gate_fails_when_mig_manager_reports_failed_after_the_reboot(

@@ -64,6 +64,26 @@ def test_no_json_fails():
     assert not gpu_gate.parse_dcgm(json.dumps({"metadata": {}}), 4).passed
 
 
+@pytest.mark.parametrize(
+    ("gpus", "layout", "refusal"),
+    [
+        (4, {0: ["1g.10gb"] * 7}, "GPU 0's MIG configuration is incompatible with the diagnostic"),
+        (4, {0: ["7g.80gb"]}, "CUDA does not support enumerating GPUs with MIG mode enabled"),
+        (1, {}, "MIG is enabled, but no compute instances are configured"),
+    ],
+)
+def test_under_mig_the_diagnostic_refuses_to_run_and_fails(ctr, gpus, layout, refusal):
+    ctr.driver.gpus, ctr.driver.mig_devices, ctr.driver.mig_enabled = gpus, layout, True
+    check = gpu_gate.parse_dcgm(diag(ctr), gpus)
+    assert not check.passed
+    assert check.detail.startswith("dcgmi diag could not run: Error: ") and refusal in check.detail
+
+
+def test_the_diagnostic_runs_on_a_lone_gpu_with_one_instance_over_all_of_it(ctr):
+    ctr.driver.gpus, ctr.driver.mig_devices = 1, {0: ["7g.80gb"]}
+    assert gpu_gate.parse_dcgm(diag(ctr), 1).passed
+
+
 RECORDED = (
     Path(__file__).parents[3] / "fixtures/gpu/nccl/all_reduce_perf-2x-rtx2080ti-pcie-no-p2p.txt"
 )
@@ -200,22 +220,51 @@ def test_a_model_not_in_the_table_has_no_floor(model):
     assert gpu_gate.floor_for(model) is None
 
 
+IMAGE = gpu_gate.NCCL_IMAGE
+
+
 def test_the_baseline_is_this_nodes_for_its_model_and_count_and_only_rises(ctr):
     host = ctr.machine.host()
-    assert gpu_gate.load_baseline(host, 4, "NVIDIA A10G") is None
+    assert gpu_gate.load_baseline(host, 4, "NVIDIA A10G", IMAGE) is None
     ctr.machine.write(gpu_gate.BASELINE, "{not json")
-    assert gpu_gate.load_baseline(host, 4, "NVIDIA A10G") is None
-    gpu_gate.record_baseline(host, all_reduce(ctr), 4, "NVIDIA A10G", None, "2026-11-02T10:00:00Z")
-    recorded = gpu_gate.load_baseline(host, 4, "NVIDIA A10G")
-    assert recorded == {**BASELINE, "bytes": 256 << 20}
-    assert gpu_gate.load_baseline(host, 8, "NVIDIA A10G") is None  # another GPU count
-    assert gpu_gate.load_baseline(host, 4, "NVIDIA L4") is None  # another model
+    assert gpu_gate.load_baseline(host, 4, "NVIDIA A10G", IMAGE) is None
+    ctr.machine.write(gpu_gate.BASELINE, '{"baselines": [3, {"model": 1}]}')
+    assert gpu_gate.load_baseline(host, 4, "NVIDIA A10G", IMAGE) is None
+    first = "2026-11-02T10:00:00Z"
+    gpu_gate.record_baseline(host, all_reduce(ctr), 4, "NVIDIA A10G", IMAGE, None, first)
+    recorded = gpu_gate.load_baseline(host, 4, "NVIDIA A10G", IMAGE)
+    assert recorded == {**BASELINE, "image": IMAGE, "bytes": 256 << 20}
+    assert gpu_gate.load_baseline(host, 8, "NVIDIA A10G", IMAGE) is None  # another GPU count
+    assert gpu_gate.load_baseline(host, 4, "NVIDIA L4", IMAGE) is None  # another model
     ctr.busbw = 20.0  # lower: the baseline stays
-    gpu_gate.record_baseline(host, all_reduce(ctr), 4, "NVIDIA A10G", recorded, "later")
-    assert gpu_gate.load_baseline(host, 4, "NVIDIA A10G") == recorded
+    gpu_gate.record_baseline(host, all_reduce(ctr), 4, "NVIDIA A10G", IMAGE, recorded, "later")
+    assert gpu_gate.load_baseline(host, 4, "NVIDIA A10G", IMAGE) == recorded
     ctr.busbw = 30.0  # higher: it rises
-    gpu_gate.record_baseline(host, all_reduce(ctr), 4, "NVIDIA A10G", recorded, "later")
-    assert gpu_gate.load_baseline(host, 4, "NVIDIA A10G")["busbw"] == 30.0
+    gpu_gate.record_baseline(host, all_reduce(ctr), 4, "NVIDIA A10G", IMAGE, recorded, "later")
+    assert gpu_gate.load_baseline(host, 4, "NVIDIA A10G", IMAGE)["busbw"] == 30.0
+
+
+def test_a_gate_on_fewer_gpus_or_another_image_keeps_its_own_record_beside_the_others(ctr):
+    host = ctr.machine.host()
+    ctr.busbw = 300.0
+    gpu_gate.record_baseline(host, all_reduce(ctr), 4, "NVIDIA A10G", IMAGE, None, "t1")
+    ctr.busbw = 100.0  # 3 GPUs (one lost): lower, and its own record
+    gpu_gate.record_baseline(host, all_reduce(ctr, 3), 3, "NVIDIA A10G", IMAGE, None, "t2")
+    ctr.busbw = 50.0  # a new NCCL image starts its own
+    gpu_gate.record_baseline(host, all_reduce(ctr), 4, "NVIDIA A10G", "nvcr.io/p:2", None, "t3")
+    assert gpu_gate.load_baseline(host, 4, "NVIDIA A10G", IMAGE)["busbw"] == 300.0
+    assert gpu_gate.load_baseline(host, 3, "NVIDIA A10G", IMAGE)["busbw"] == 100.0
+    assert gpu_gate.load_baseline(host, 4, "NVIDIA A10G", "nvcr.io/p:2")["busbw"] == 50.0
+    assert len(json.loads(ctr.machine.read(gpu_gate.BASELINE))["baselines"]) == 3
+
+
+def test_a_baseline_of_the_first_form_is_read_kept_and_judges_no_image(ctr):
+    host = ctr.machine.host()
+    ctr.machine.write(gpu_gate.BASELINE, json.dumps(BASELINE))  # one record, no image
+    assert gpu_gate.load_baseline(host, 4, "NVIDIA A10G", IMAGE) is None
+    gpu_gate.record_baseline(host, all_reduce(ctr), 4, "NVIDIA A10G", IMAGE, None, "t1")
+    kept, mine = json.loads(ctr.machine.read(gpu_gate.BASELINE))["baselines"]
+    assert kept == BASELINE and mine["image"] == IMAGE
 
 
 def test_a_skipped_check_is_neither_passed_nor_failed_in_what_is_said_and_kept():
@@ -225,6 +274,22 @@ def test_a_skipped_check_is_neither_passed_nor_failed_in_what_is_said_and_kept()
     assert result.passed
     assert result.summary() == "cuda passed: ok; nccl skipped: not run"
     assert result.record() == {"passed": True, "cuda": "passed: ok", "nccl": "skipped: not run"}
+
+
+@pytest.mark.parametrize(
+    "checks",
+    [
+        (),
+        (gpu_gate.Check("cuda", True, "not run", skipped=True),),
+        (
+            gpu_gate.Check("cuda", True, "not run", skipped=True),
+            gpu_gate.Check("dcgm", True, "dcgmi diag -r 2: 3 tests on 8 GPUs"),
+        ),
+        (gpu_gate.Check("dcgm", True, "not run", skipped=True),),
+    ],
+)
+def test_a_gate_where_the_cuda_check_did_not_run_never_passes(checks):
+    assert not gpu_gate.GateResult(checks).passed
 
 
 def quarantine(action):
