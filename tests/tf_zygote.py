@@ -76,10 +76,12 @@ CLIENT_DIR = Path(__file__).resolve().parent / "fixtures" / "tf_zygote"
 # Keras' backend choice, CUDA's device list, the interpreter's own PYTHON*, the BLAS and
 # OpenMP thread pools, glibc's loader and allocator...): a program whose value differs
 # from the zygote's runs in a fresh interpreter. TF_CONFIG is read at run time (the
-# cluster resolver, when the strategy is made).
+# cluster resolver, when the strategy is made). TMPDIR is a container's own (fakes.kubelet
+# gives each its own): Python's tempfile keeps the directory it first found
+# (tempfile.tempdir), which the forked program forgets (`_program`), so it is read anew.
 IMPORT_TIME = ("TF_", "KERAS_", "CUDA_", "XLA_", "TPU_", "NVIDIA_", "PYTHON", "OMP_",
                "OPENBLAS_", "GOTO", "MKL_", "LD_", "MALLOC", "GRPC_", "ABSL", "HOME",
-               "TMPDIR", "LANG", "LC_")  # fmt: skip
+               "LANG", "LC_")  # fmt: skip
 RUNTIME = frozenset({"TF_CONFIG", "PYTHONUNBUFFERED"})  # PYTHONUNBUFFERED: stdio remade
 FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGUSR1,
              signal.SIGUSR2)  # fmt: skip
@@ -322,6 +324,7 @@ def _program(conn: socket.socket, fds: list[int], request: dict, monitor: int) -
     os.environ.clear()
     os.environ.update(request["env"])
     os.environ.update(_IMPORTED)
+    tempfile.tempdir = None  # the program's TMPDIR, not the zygote's, at its first use
     return request
 
 

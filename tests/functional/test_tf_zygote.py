@@ -35,7 +35,7 @@ pytestmark = [
 
 # Reports what it was given, reads a line from stdin, then does what argv[1] says.
 PROGRAM = """
-import json, os, signal, sys, time
+import json, os, signal, sys, tempfile, time
 import tensorflow as tf
 
 def said(*_):  # os.write: the handler may run inside print's own write
@@ -48,7 +48,7 @@ print(json.dumps({
     "main": __name__, "file": __file__, "path0": sys.path[0], "tf": tf.__version__,
     "stdin": sys.stdin.readline().strip(), "pid": os.getpid(), "ppid": os.getppid(),
     "tf2": os.environ.get("TF2_BEHAVIOR"), "umask": os.umask(0o022),
-    "cpus": sorted(os.sched_getaffinity(0)),
+    "cpus": sorted(os.sched_getaffinity(0)), "tmp": tempfile.gettempdir(),
 }), flush=True)
 what = sys.argv[1]
 if what == "exit":
@@ -143,6 +143,18 @@ def test_the_program_gets_what_the_process_was_given_and_its_exit_code_is_the_pr
     umask = os.umask(0o022)
     os.umask(umask)
     assert report["umask"] == umask
+    assert report["pid"] != proc.pid  # a fork of the zygote, not the process itself
+    assert "runs in its own interpreter" not in _stream(proc.stderr).read()
+
+
+def test_a_container_s_own_tmpdir_is_the_forked_program_s(program: Path, tmp_path: Path):
+    """Each container has its own TMPDIR (fakes.kubelet): still a fork, and its directory."""
+    own = tmp_path / "container-tmp"
+    own.mkdir()
+    proc = _start(program, "exit", "0", env={"TMPDIR": str(own)})
+    report = _report(proc)
+    assert proc.wait(timeout=60) == 0
+    assert report["tmp"] == str(own)
     assert report["pid"] != proc.pid  # a fork of the zygote, not the process itself
     assert "runs in its own interpreter" not in _stream(proc.stderr).read()
 
