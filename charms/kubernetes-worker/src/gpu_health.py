@@ -216,7 +216,8 @@ def history(host: Host) -> dict[str, str]:
 
     The watcher keeps its last 50 events (time, GPU, reason, meaning, the action the
     catalog asks for) and the readmissions the charm recorded, in its state file; the
-    charm keeps the last 50 repairs there (time, GPU, method, result, the gate's checks).
+    charm keeps the last 50 repairs there, and older failed ones of the last day (time,
+    GPU, method, result, the gate's checks).
     """
     held = quarantined(host)
     try:
@@ -256,7 +257,9 @@ def history(host: Host) -> dict[str, str]:
 
 # The repair history the charm keeps in the watcher's state file (issue 32 items 3-6),
 # next to the watcher's own keys, which the watcher keeps as it finds them:
-#   "repairs": the last 50 repair attempts, oldest first, one record per GPU:
+#   "repairs": the last 50 repair attempts, and older failed ones of the last 24 hours
+#     (FAILED_KEPT_S: escalation reads them; refusals must not push them out), oldest
+#     first, one record per GPU:
 #     {"time": ISO 8601 UTC, "gpu": index, "gpu_uuid": UUID, "method": "reset"|"reboot",
 #      "result": "ok"|"failed"|"refused" (a reset nvidia-smi refused: something held the GPU),
 #      "detail": one line, "quarantined_at": ISO 8601 UTC (the
@@ -267,10 +270,26 @@ def history(host: Host) -> dict[str, str]:
 #     attempt since the state file was created (never truncated: a counter for COS)
 #   "readmitted_at": ISO 8601 UTC of the last readmission (absent before the first).
 REPAIRS_KEPT = 50
+FAILED_KEPT_S = 24 * 3600  # gpu_repair.ESCALATE_WINDOW_S: two failures this close escalate
+
+
+def _stamp(record: dict) -> float | None:
+    try:
+        when = datetime.datetime.strptime(str(record.get("time")), "%Y-%m-%dT%H:%M:%SZ")
+    except ValueError:
+        return None
+    return when.replace(tzinfo=datetime.timezone.utc).timestamp()
 
 
 def _append_repairs(state: dict, records: list[dict]) -> None:
-    state["repairs"] = (list(state.get("repairs") or []) + records)[-REPAIRS_KEPT:]
+    every = [r for r in list(state.get("repairs") or []) + records if isinstance(r, dict)]
+    newest = max((t for t in map(_stamp, every) if t is not None), default=0.0)
+    older = [
+        r
+        for r in every[:-REPAIRS_KEPT]
+        if r.get("result") == "failed" and newest - (_stamp(r) or 0.0) < FAILED_KEPT_S
+    ]
+    state["repairs"] = older + every[-REPAIRS_KEPT:]
     counts = dict(state.get("repair_counts") or {})
     for r in records:
         key = f"{r['gpu_uuid']}|{r['gpu']}|{r['method']}|{r['result']}"

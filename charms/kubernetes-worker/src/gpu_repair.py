@@ -73,6 +73,7 @@ import gpu_gate
 import mig
 import nvidia
 from driver import FABRIC_SERVICE
+from gpu_health import FAILED_KEPT_S
 from gpu_watcher import PAUSE_FILE, PAUSE_GATE, PAUSED_FOR, pause_text
 
 from charms.gpu_k8s.v0.kube_objects import (
@@ -105,7 +106,7 @@ IN_USE_WORDS = ("being used by", "in use by another")
 NVIDIA_SMI = "nvidia-smi"
 PROGRESS = "/var/lib/gpu-k8s/gpu-repair.json"
 ESCALATE_AFTER = 2  # failed repairs ...
-ESCALATE_WINDOW_S = 24 * 3600  # ... within this long
+ESCALATE_WINDOW_S = FAILED_KEPT_S  # ... within this long (the history keeps them)
 # How long a reset waits for the GPU clients to leave: a DaemonSet pod's default grace
 # period is 30 s (core/v1 PodSpec terminationGracePeriodSeconds), then the kubelet's sync.
 CLIENTS_TIMEOUT_S = 120.0

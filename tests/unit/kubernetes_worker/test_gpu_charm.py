@@ -3490,3 +3490,36 @@ def test_repair_gpu_on_a_mig_node_waits_for_mig_manager_then_gates(
     assert (repair["method"], repair["result"]) == ("reset", "ok")
     cluster = next(r for r in out.relations if r.endpoint == "cluster")
     assert cluster.local_unit_data["gpu-quarantine"] == "[]"  # the taint's removal asked
+
+
+def test_resets_refused_by_an_unlisted_client_never_push_a_failed_repair_out_of_the_history(
+    ctx, machine, api, driver, ctr, wall, clock
+):
+    """Issue 32 rereview43b finding 4: failed, refused x50, failed still escalates.
+
+    Each hook's refusal by a client nvidia-smi lists as no process adds a record; the
+    history keeps the last 50 (gpu_health.REPAIRS_KEPT), so these pushed the first
+    failure out and the second never escalated. Failures of the last 24 hours are kept.
+    """
+    state = joined_gpu_node(ctx, api, driver, {"gpu-auto-repair": "reset"})
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+    ctr.diag_failures = {1: ("memory", "Pending page retirements found on GPU 1")}
+    out = ctx.run(ctx.on.update_status(), state)  # reset, the gate failed: failed once
+    assert out.unit_status.name == "waiting"
+    holds = [{1}]
+    driver.clients.append(lambda: holds[0])
+    for _ in range(50):  # update-status every 5 minutes, ~4 hours of refusals
+        wall[0] += 300
+        out = ctx.run(ctx.on.update_status(), out)
+        assert "reset refused" in out.unit_status.message
+    holds[0] = set()
+    wall[0] += 300
+    out = ctx.run(ctx.on.update_status(), out)  # reset, the gate failed: failed twice
+    wall[0] += 300
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert driver.resets == [1, 1]  # no third try
+    assert out.unit_status.name == "blocked"
+    assert out.unit_status.message.startswith("GPU repairs failed 2 times within 24 hours (")
+    results = [r["result"] for r in watcher_state(machine)["repairs"]]
+    assert results == ["failed"] + ["refused"] * 49 + ["failed"]  # the oldest refusal trimmed

@@ -43,3 +43,30 @@ def test_a_fault_the_watcher_wrote_just_before_it_stopped_survives_the_charms_ed
     assert "GPU-2" in state["quarantined"]
     assert [r["gpu_uuid"] for r in state["repairs"]] == ["GPU-1"]
     assert machine.services[gpu_health.SERVICE].active  # started again
+
+
+def test_the_history_keeps_failures_of_the_last_day_past_its_50_and_trims_the_rest(tmp_path):
+    """Escalation reads failures of 24 hours: refusals never trim them; older ones go."""
+    machine = FakeMachine(tmp_path / "root")
+    machine.write(gpu_health.SERVICE_FILE, "[Service]\nExecStart=/bin/true\n")
+    host = machine.host()
+    host.run(SYSTEMCTL, "daemon-reload")
+
+    def record(time: str, result: str) -> dict:
+        return {"time": time, "gpu": "1", "gpu_uuid": "GPU-1", "method": "reset", "result": result}
+
+    gpu_health.record_repairs(
+        host,
+        [
+            record("2026-11-26T09:00:00Z", "failed"),  # over a day before the newest: trimmed
+            record("not a time", "failed"),  # unreadable: trimmed
+            record("2026-11-26T11:00:00Z", "failed"),  # within the day: kept
+            record("2026-11-26T11:30:00Z", "ok"),  # past the 50: trimmed
+        ]
+        + [record("2026-11-27T10:00:00Z", "refused")] * 50,
+    )
+
+    times = [(r["time"], r["result"]) for r in gpu_health.repairs(host)]
+    assert (
+        times == [("2026-11-26T11:00:00Z", "failed")] + [("2026-11-27T10:00:00Z", "refused")] * 50
+    )
