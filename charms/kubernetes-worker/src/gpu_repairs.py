@@ -131,6 +131,11 @@ class GpuRepairs(ops.Object):
         if gpu_repair.escalated(records, now) and not asked:
             self.turns.done(limit, REPAIR)
             return self._escalation(node, records, now)
+        count = gpu_node.detect(host).count
+        bare = None if asked else gpu_repair.still_bare(host, held, records, count)
+        if bare is not None:  # the layout is as the last gate found it: no new repair
+            self.turns.done(limit, REPAIR)
+            return ops.BlockedStatus(gpu_repair.unproven_message(node, self.model.app.name, bare))
         method = (
             gpu_repair.REBOOT
             if asked
@@ -393,14 +398,20 @@ class GpuRepairs(ops.Object):
                 f"run: {e}; {again} again at the next hook (not a failed repair)"
             )
         gpu_repair.clear_progress(host)  # the gate ran: no pending gate left
+        unproven = result.unproven  # no MIG device to run on: no failed repair
         records = gpu_health.repair_records(
             held,
             now=now,
             method=method,
-            result="ok" if result.passed else "failed",
+            result="ok" if result.passed else gpu_repair.UNPROVEN if unproven else "failed",
             detail=said if result.passed else result.summary(),
             gate=result.record(),
         )
+        if unproven:
+            gpu_health.record_repairs(host, records)
+            self.turns.done(config.max_parallel_reboots, REPAIR)  # the node stays cordoned
+            app = self.model.app.name
+            return ops.BlockedStatus(gpu_repair.unproven_message(node, app, result.summary()))
         if not result.passed:
             gpu_health.record_repairs(host, records)
             return ops.WaitingStatus(
