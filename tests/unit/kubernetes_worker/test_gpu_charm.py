@@ -3359,6 +3359,7 @@ def test_a_mig_gate_whose_nvidia_smi_lists_no_device_fails_never_passes(
     )
 
     assert not result.passed
+    assert not result.unproven  # the driver could not answer: a failed proof, counted
     assert result.summary().startswith("cuda FAILED: nothing could prove GPU 0, 1, 2, 3, 4")
     assert ctr.runs == []
 
