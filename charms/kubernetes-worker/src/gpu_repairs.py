@@ -131,11 +131,10 @@ class GpuRepairs(ops.Object):
         if gpu_repair.escalated(records, now) and not asked:
             self.turns.done(limit, REPAIR)
             return self._escalation(node, records, now)
-        count = gpu_node.detect(host).count
-        bare = None if asked else gpu_repair.still_bare(host, held, records, count)
-        if bare is not None:  # the layout is as the last gate found it: no new repair
+        unproven = None if asked else self._unproven(host, node, held, records)
+        if unproven is not None:  # the layout is as the last gate found it: no new repair
             self.turns.done(limit, REPAIR)
-            return ops.BlockedStatus(gpu_repair.unproven_message(node, self.model.app.name, bare))
+            return unproven
         method = (
             gpu_repair.REBOOT
             if asked
@@ -189,6 +188,9 @@ class GpuRepairs(ops.Object):
         records, now = gpu_health.repairs(host), self._wall_clock()
         if gpu_repair.escalated(records, now):
             return self._escalation(node, records, now)
+        unproven = self._unproven(host, node, held, records)
+        if unproven is not None:
+            return unproven
         mode = "off" if config is None else config.gpu_auto_repair
         method, blocked = self._possible(
             host, node, held, mode, gpu_repair.choose(held, mode, records, now)
@@ -200,6 +202,15 @@ class GpuRepairs(ops.Object):
                 gpu_health.status_message(node, self.model.unit.name, held) or ""
             )
         return ops.WaitingStatus(gpu_health.repair_pending_message(node, held, method))
+
+    def _unproven(
+        self, host: Host, node: str, held: list[dict], records: list[dict]
+    ) -> ops.StatusBase | None:
+        """Blocked while the last gate was unproven and the layout still has no MIG device."""
+        bare = gpu_repair.still_bare(host, held, records, gpu_node.detect(host).count)
+        if bare is None:
+            return None
+        return ops.BlockedStatus(gpu_repair.unproven_message(node, self.model.app.name, bare))
 
     def _escalation(self, node: str, records: list[dict], now: float) -> ops.StatusBase:
         failures = gpu_repair.recent_failures(records, now)

@@ -3305,6 +3305,8 @@ def test_two_repairs_of_an_all_enabled_node_never_say_replace_this_machine(
     out = ctx.run(ctx.on.update_status(), out)
     said.append(out.unit_status)
     assert len(reboots) == 1
+    # the watcher's hook (another fault on the GPU) announces no repair either
+    said.append(ctx.run(gpu_quarantined(), out).unit_status)
 
     # the operator asks for a second repair anyway: a reboot, gated on the next boot
     ctx.run(ctx.on.action("repair-gpu"), out)
