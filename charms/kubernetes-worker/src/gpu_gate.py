@@ -45,6 +45,10 @@ The gate stops at the first check that fails: a failed GPU is not asked more. It
 only when the CUDA check ran on every GPU (each MIG device, or the whole GPU where it has
 none): a GPU in MIG mode whose devices `nvidia-smi -L` does not list (none made, as
 `all-enabled` leaves it, or nvidia-smi failing) fails it, since nothing could prove it.
+With no MIG device on a GPU that `nvidia-smi -L` did list, the result is `unproven`
+(GateResult.unproven): the machine is not shown broken, its layout has nothing to run on,
+so the repair turn records no failed repair (gpu_repairs.py); `nvidia-smi -L` failing
+stays a failed proof (the driver could not answer).
 
 Its images are pulled first, each with its own bound (`PULL_TIMEOUT`; NVIDIA's PyTorch
 image is many GB), apart from the checks' `timeout`: an image that cannot be pulled (the
@@ -215,6 +219,7 @@ class Check:
     passed: bool
     detail: str
     skipped: bool = False  # did not run, and why is in `detail` (not a failure)
+    unproven: bool = False  # failed as nothing could run it (`all-enabled`): no failed repair
 
     @property
     def outcome(self) -> str:
@@ -233,6 +238,11 @@ class GateResult:
         """Every check passed (or said why it did not run), and the CUDA check ran."""
         ran = any(c.name == "cuda" and c.passed and not c.skipped for c in self.checks)
         return ran and all(c.passed for c in self.checks)
+
+    @property
+    def unproven(self) -> bool:
+        """Not passed only because a GPU has no MIG device to prove it on (`MIG_BARE`)."""
+        return not self.passed and all(c.passed or c.unproven for c in self.checks)
 
     def summary(self) -> str:
         """One line: each check's name and its finding."""
@@ -266,11 +276,14 @@ class Targets:
     `mig`: some GPU is in MIG mode. `bare`: indexes of GPUs in MIG mode without a MIG
     device, where no CUDA program can run (MIG user guide: "Without creating GPU instances
     (and corresponding compute instances), CUDA workloads cannot be run on the GPU").
+    `listed`: `nvidia-smi -L` answered, so `bare` is the layout (`all-enabled`), not a
+    driver that could not list its devices (a failed proof).
     """
 
     devices: tuple[str, ...]
     mig: bool = False
     bare: tuple[int, ...] = ()
+    listed: bool = True
 
 
 def targets(host: Host, count: int) -> Targets:
@@ -278,7 +291,8 @@ def targets(host: Host, count: int) -> Targets:
     modes = {g.index: g.mig_mode for g in nvidia.read_smi(host).gpus}
     if "Enabled" not in modes.values():
         return Targets(tuple(str(i) for i in range(count)))
-    found = nvidia.read_mig_devices(host)
+    listed = nvidia.list_mig_devices(host)
+    found = listed or {}
     devices: list[str] = []
     bare: list[int] = []
     for index in range(count):
@@ -288,7 +302,7 @@ def targets(host: Host, count: int) -> Targets:
             devices += [d["uuid"] for d in found[index]]
         else:
             bare.append(index)
-    return Targets(tuple(devices), mig=True, bare=tuple(bare))
+    return Targets(tuple(devices), mig=True, bare=tuple(bare), listed=listed is not None)
 
 
 def pull(
@@ -530,7 +544,8 @@ def _cuda(
     Fails before running anything when a GPU has nothing it could run on (`on.bare`).
     """
     if on.bare:
-        return Check("cuda", False, MIG_BARE.format(gpus=", ".join(map(str, on.bare))))
+        said = MIG_BARE.format(gpus=", ".join(map(str, on.bare)))
+        return Check("cuda", False, said, unproven=on.listed)
     for device in on.devices:
         outcome = validation.validate(
             host,

@@ -261,7 +261,8 @@ def history(host: Host) -> dict[str, str]:
 #     (FAILED_KEPT_S: escalation reads them; refusals must not push them out), oldest
 #     first, one record per GPU:
 #     {"time": ISO 8601 UTC, "gpu": index, "gpu_uuid": UUID, "method": "reset"|"reboot",
-#      "result": "ok"|"failed"|"refused" (a reset nvidia-smi refused: something held the GPU),
+#      "result": "ok"|"failed"|"refused" (a reset nvidia-smi refused: something held the GPU)
+#      |"unproven" (the gate had no MIG device to run on: `all-enabled`, gpu_gate),
 #      "detail": one line, "quarantined_at": ISO 8601 UTC (the
 #      quarantine's `at`), "gate": {"passed": bool, "cuda"|"dcgm"|"nccl": "passed: ...",
 #      "failed: ..." or "skipped: ..." (NCCL under MIG, gpu_gate)} ({} when the repair

@@ -95,6 +95,10 @@ RESET, REBOOT = "reset", "reboot"
 # A reset nvidia-smi refused because something holds the GPU (`nvidia-smi -r` needs every
 # process off it, nvidia-smi(1) -r): recorded, never counted as a failed repair.
 REFUSED = "refused"
+# A gate with nothing to run on: a GPU in MIG mode with no MIG device (`all-enabled`,
+# gpu_gate.GateResult.unproven). The machine is not shown broken: recorded, never counted
+# as a failed repair, and no repair is tried again while the layout stays so (`still_bare`).
+UNPROVEN = "unproven"
 # nvidia-smi's words for that refusal (its exit status, 1 or 255 in the records below, is
 # not documented for it: nvidia-smi(1) RETURN VALUE gives 255 to "other error"): "Unable to
 # reset GPU <bus id> because it's being used by some other process (e.g. CUDA application)"
@@ -222,6 +226,29 @@ def reset_refused_message(node: str, entries: list[dict], refused: Reset, then: 
         f"GPU {first.get('index')} ({first.get('uuid')}) reset refused: held by {held}; "
         f"node {node} stays cordoned: stop {stop}{then}, or set gpu-auto-repair=reboot"
     )
+
+
+def unproven_message(node: str, app: str, detail: str) -> str:
+    """Blocked: the gate had no MIG device to run on; the way forward (no failed repair)."""
+    return (
+        f"node {node} stays cordoned: {detail.removeprefix('cuda FAILED: ').split(';')[0]}"
+        f" (not a failed repair): `juju config {app} mig-profile=all-<profile>` (a profile "
+        f"with instances) or `juju config {app} mig-profile=all-disabled`, then run repair-gpu"
+    )
+
+
+def still_bare(host: Host, entries: list[dict], records: list[dict], count: int) -> str | None:
+    """The unproven gate to repeat without a new repair; None: repair (and gate) again.
+
+    The last repair of these GPUs was `unproven` and a GPU is still in MIG mode with no
+    MIG device (`nvidia-smi -L` answering): another repair would prove nothing either.
+    """
+    uuids = {q.get("uuid") for q in entries}
+    last = next((r for r in reversed(records) if r.get("gpu_uuid") in uuids), None)
+    if not last or last.get("result") != UNPROVEN:
+        return None
+    on = gpu_gate.targets(host, count)
+    return str(last.get("detail") or "") if on.bare and on.listed else None
 
 
 def still_held(host: Host, entries: list[dict], records: list[dict]) -> Reset | None:

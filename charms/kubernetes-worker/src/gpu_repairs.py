@@ -131,6 +131,10 @@ class GpuRepairs(ops.Object):
         if gpu_repair.escalated(records, now) and not asked:
             self.turns.done(limit, REPAIR)
             return self._escalation(node, records, now)
+        unproven = None if asked else self._unproven(host, node, held, records)
+        if unproven is not None:  # the layout is as the last gate found it: no new repair
+            self.turns.done(limit, REPAIR)
+            return unproven
         method = (
             gpu_repair.REBOOT
             if asked
@@ -184,6 +188,9 @@ class GpuRepairs(ops.Object):
         records, now = gpu_health.repairs(host), self._wall_clock()
         if gpu_repair.escalated(records, now):
             return self._escalation(node, records, now)
+        unproven = self._unproven(host, node, held, records)
+        if unproven is not None:
+            return unproven
         mode = "off" if config is None else config.gpu_auto_repair
         method, blocked = self._possible(
             host, node, held, mode, gpu_repair.choose(held, mode, records, now)
@@ -195,6 +202,15 @@ class GpuRepairs(ops.Object):
                 gpu_health.status_message(node, self.model.unit.name, held) or ""
             )
         return ops.WaitingStatus(gpu_health.repair_pending_message(node, held, method))
+
+    def _unproven(
+        self, host: Host, node: str, held: list[dict], records: list[dict]
+    ) -> ops.StatusBase | None:
+        """Blocked while the last gate was unproven and the layout still has no MIG device."""
+        bare = gpu_repair.still_bare(host, held, records, gpu_node.detect(host).count)
+        if bare is None:
+            return None
+        return ops.BlockedStatus(gpu_repair.unproven_message(node, self.model.app.name, bare))
 
     def _escalation(self, node: str, records: list[dict], now: float) -> ops.StatusBase:
         failures = gpu_repair.recent_failures(records, now)
@@ -393,14 +409,20 @@ class GpuRepairs(ops.Object):
                 f"run: {e}; {again} again at the next hook (not a failed repair)"
             )
         gpu_repair.clear_progress(host)  # the gate ran: no pending gate left
+        unproven = result.unproven  # no MIG device to run on: no failed repair
         records = gpu_health.repair_records(
             held,
             now=now,
             method=method,
-            result="ok" if result.passed else "failed",
+            result="ok" if result.passed else gpu_repair.UNPROVEN if unproven else "failed",
             detail=said if result.passed else result.summary(),
             gate=result.record(),
         )
+        if unproven:
+            gpu_health.record_repairs(host, records)
+            self.turns.done(config.max_parallel_reboots, REPAIR)  # the node stays cordoned
+            app = self.model.app.name
+            return ops.BlockedStatus(gpu_repair.unproven_message(node, app, result.summary()))
         if not result.passed:
             gpu_health.record_repairs(host, records)
             return ops.WaitingStatus(

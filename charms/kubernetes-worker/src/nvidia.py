@@ -60,8 +60,13 @@ def read_mig_profiles(host: Host) -> dict[int, dict[str, int]]:
 
 def read_mig_devices(host: Host) -> dict[int, list[dict[str, str]]]:
     """The MIG devices per GPU index from `nvidia-smi -L`; {} when it fails."""
+    return list_mig_devices(host) or {}
+
+
+def list_mig_devices(host: Host) -> dict[int, list[dict[str, str]]] | None:
+    """The MIG devices per GPU index from `nvidia-smi -L`; None when it fails."""
     code, out = _run_combined(host, NVIDIA_SMI, "-L")
-    return mig.parse_devices(out) if code == 0 else {}
+    return mig.parse_devices(out) if code == 0 else None
 
 
 def read_gpu_uuids(host: Host) -> set[str] | None:

@@ -3253,10 +3253,8 @@ def test_the_gate_after_a_reboot_repair_waits_for_mig_manager_then_runs(
     assert "repaired by reboot" in out.unit_status.message
 
 
-def test_a_mig_node_without_mig_devices_fails_the_gate_as_nothing_can_prove_its_gpus(
-    ctx, machine, api, h100, clock, wall, reboots
-):
-    ctr = FakeCtr(machine, h100)
+def all_enabled_node_rebooted(ctx, machine, api, h100):
+    """An `all-enabled` node quarantined for Xid79, rebooted by its automatic repair."""
     out = run_mig(ctx, api, **{"gpu-auto-repair": "reboot"})
     mine = dataclasses.replace(out, relations={*out.relations, peers(turns=[UNIT])})
     out = ctx.run(ctx.on.config_changed(), with_config(mine, **{"mig-profile": "all-enabled"}))
@@ -3268,16 +3266,74 @@ def test_a_mig_node_without_mig_devices_fails_the_gate_as_nothing_can_prove_its_
     h100.reboot()
     out = ctx.run(ctx.on.start(), out)
     mig_manager_applies(api, h100, {})
+    return out
+
+
+def test_a_mig_node_without_mig_devices_is_unproven_as_nothing_can_prove_its_gpus(
+    ctx, machine, api, h100, clock, wall, reboots
+):
+    ctr = FakeCtr(machine, h100)
+    out = all_enabled_node_rebooted(ctx, machine, api, h100)
 
     out = ctx.run(ctx.on.update_status(), out)
 
     (repair,) = watcher_state(machine)["repairs"]
-    assert (repair["method"], repair["result"]) == ("reboot", "failed"), repair
+    assert (repair["method"], repair["result"]) == ("reboot", "unproven"), repair
     assert repair["gate"]["cuda"] == "failed: " + gpu_gate.MIG_BARE.format(
         gpus="0, 1, 2, 3, 4, 5, 6, 7"
     )
     assert set(repair["gate"]) == {"passed", "cuda"}  # nothing else ran
     assert ctr.runs == []  # no CUDA program, no DCGM diagnostic, no all-reduce
+    assert watcher_state(machine)["quarantined"]
+    assert node(api)["spec"]["unschedulable"] is True
+
+
+def test_two_repairs_of_an_all_enabled_node_never_say_replace_this_machine(
+    ctx, machine, api, h100, clock, wall, reboots
+):
+    """No MIG device to prove the GPUs on is no broken machine (issue 32, allen43).
+
+    Before: each gate found nothing to run on and recorded a failed repair; after two
+    repairs the unit said to replace a machine whose only fault was its MIG layout.
+    """
+    FakeCtr(machine, h100)
+    out = all_enabled_node_rebooted(ctx, machine, api, h100)
+    out = ctx.run(ctx.on.update_status(), out)  # the first gate: unproven
+    said = [out.unit_status]
+
+    # the next hooks try no repair again: the layout still has nothing to prove
+    out = ctx.run(ctx.on.update_status(), out)
+    said.append(out.unit_status)
+    assert len(reboots) == 1
+    # the watcher's hook (another fault on the GPU) announces no repair either
+    said.append(ctx.run(gpu_quarantined(), out).unit_status)
+
+    # the operator asks for a second repair anyway: a reboot, gated on the next boot
+    ctx.run(ctx.on.action("repair-gpu"), out)
+    out = ctx.run(ctx.on.update_status(), out)
+    assert len(reboots) == 2
+    h100.reboot("b0b1d000-0000-4000-8000-000000000003")
+    out = ctx.run(ctx.on.start(), out)
+    mig_manager_applies(api, h100, {})
+    out = ctx.run(ctx.on.update_status(), out)
+    said.append(out.unit_status)
+    out = ctx.run(ctx.on.update_status(), out)
+    said.append(out.unit_status)
+
+    results = [r["result"] for r in watcher_state(machine)["repairs"]]
+    assert results == ["unproven", "unproven"]
+    assert not any("replace this machine" in s.message for s in said), said
+    for status in said:
+        assert status.name == "blocked"
+        assert status.message.startswith(
+            "node ip-10-0-1-17 stays cordoned: nothing could prove GPU 0, 1, 2, 3, 4, 5, 6, "
+            "7: MIG mode"
+        ), status.message
+        assert status.message.endswith(
+            "(not a failed repair): `juju config kubernetes-worker mig-profile=all-<profile>` "
+            "(a profile with instances) or `juju config kubernetes-worker "
+            "mig-profile=all-disabled`, then run repair-gpu"
+        ), status.message
     assert watcher_state(machine)["quarantined"]
     assert node(api)["spec"]["unschedulable"] is True
 
@@ -3305,6 +3361,7 @@ def test_a_mig_gate_whose_nvidia_smi_lists_no_device_fails_never_passes(
     )
 
     assert not result.passed
+    assert not result.unproven  # the driver could not answer: a failed proof, counted
     assert result.summary().startswith("cuda FAILED: nothing could prove GPU 0, 1, 2, 3, 4")
     assert ctr.runs == []
 
