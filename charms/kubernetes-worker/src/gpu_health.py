@@ -274,12 +274,19 @@ REPAIRS_KEPT = 50
 FAILED_KEPT_S = 24 * 3600  # gpu_repair.ESCALATE_WINDOW_S: two failures this close escalate
 
 
-def _stamp(record: dict) -> float | None:
+def epoch(stamp: object) -> float | None:
+    """The epoch of an ISO 8601 UTC stamp as the watcher writes them, None for anything else."""
+    if not isinstance(stamp, str):
+        return None
     try:
-        when = datetime.datetime.strptime(str(record.get("time")), "%Y-%m-%dT%H:%M:%SZ")
+        when = datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ")
     except ValueError:
         return None
     return when.replace(tzinfo=datetime.timezone.utc).timestamp()
+
+
+def _stamp(record: dict) -> float | None:
+    return epoch(record.get("time"))
 
 
 def _append_repairs(state: dict, records: list[dict]) -> None:
@@ -403,11 +410,8 @@ def repair_note(host: Host, now: float) -> str:
         return ""
     if last.get("time") != state.get("readmitted_at"):
         return ""
-    try:
-        when = datetime.datetime.strptime(last["time"], "%Y-%m-%dT%H:%M:%SZ")
-    except (KeyError, TypeError, ValueError):
-        return ""
-    if now - when.replace(tzinfo=datetime.timezone.utc).timestamp() >= 24 * 3600:
+    when = epoch(last.get("time"))
+    if when is None or now - when >= 24 * 3600:
         return ""
     return (
         f"; GPU {last.get('gpu')} repaired by {last.get('method')} at {last['time']} (gate passed)"

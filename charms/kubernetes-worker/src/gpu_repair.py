@@ -73,7 +73,7 @@ import gpu_gate
 import mig
 import nvidia
 from driver import FABRIC_SERVICE
-from gpu_health import FAILED_KEPT_S
+from gpu_health import FAILED_KEPT_S, epoch
 from gpu_watcher import PAUSE_FILE, PAUSE_GATE, PAUSED_FOR, pause_text
 
 from charms.gpu_k8s.v0.kube_objects import (
@@ -123,15 +123,6 @@ MIG_POLL_S = 10.0
 # One `<pid>, <uuid>` row per CUDA process, none when the GPUs are free (field names:
 # nvidia-smi --help-query-compute-apps); NVML monitors are not listed, hence the pods.
 COMPUTE_APPS = ("--query-compute-apps=pid,gpu_uuid", "--format=csv,noheader")
-
-
-def epoch(stamp: str | None) -> float | None:
-    """The epoch of an ISO 8601 UTC stamp (`iso`), None when it is none."""
-    try:
-        when = datetime.datetime.strptime(stamp or "", "%Y-%m-%dT%H:%M:%SZ")
-    except ValueError:
-        return None
-    return when.replace(tzinfo=datetime.timezone.utc).timestamp()
 
 
 def iso(epoch: float) -> str:

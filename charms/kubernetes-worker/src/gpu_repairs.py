@@ -352,7 +352,7 @@ class GpuRepairs(ops.Object):
             self._record_failure(host, held, method, detail)
             return ops.WaitingStatus(f"node {node} stays cordoned: {detail}")
         saved = gpu_repair.load_progress(host) or {}
-        since = gpu_repair.epoch(saved.get("mig_since"))
+        since = gpu_health.epoch(saved.get("mig_since"))
         waited = 0.0 if since is None else max(0.0, self._wall_clock() - since)
         try:
             with node_kube(host, gpu_repair.cannot_pause(node, PAUSE_GATE)) as kube:
