@@ -111,6 +111,8 @@ BRANCHES = ("535", "570", "580", "595")
 SUPPORT = {"535": "LTSB", "580": "LTSB", "595": "PB"}
 PREFER_VARIANT = {"535": None, "580": "Open", "595": "Open"}
 VARIANTS = ("server", "server-open")
+# The id of the CUDA process on GPU i is PROCESS_BASE + i (`FakeDriver.gpu_in_use`).
+PROCESS_BASE = 4200
 # Branches from 560 on prefer open kernel modules (ubuntu-drivers' _is_open_prefered).
 OPEN_PREFERRED_FROM = 560
 MISMATCH = "Failed to initialize NVML: Driver/library version mismatch\nNVML library version: %s\n"
@@ -203,8 +205,11 @@ class FakeDriver:
         self.meta_abi: dict[tuple[str, str], str] = {}
         self.respin = 0
         # GPU reset (`nvidia-smi -r -i <index>`): the indexes whose GPU a CUDA process uses
-        # (listed by --query-compute-apps; the reset is refused), and the resets done
-        self.gpu_in_use: set[int] = set()
+        # (listed by --query-compute-apps; the reset is refused), and the resets done.
+        # Each such process is process PROCESS_BASE + index, with its /proc/<pid>/stat
+        # (`_processes`); those in `stuck` hang in the kernel, state D (see `_processes`).
+        self._in_use: set[int] = set()
+        self._stuck: set[int] = set()
         # Other clients that hold the GPUs open without being compute apps (NVML
         # monitors: the device plugin, the DCGM exporter, another nvidia-smi): each a
         # callable naming the GPU indexes it holds now; a reset is refused on those too
@@ -660,6 +665,8 @@ class FakeDriver:
     def reboot(self, boot: str = "b0b1d000-0000-4000-8000-000000000002") -> None:
         """Boot again: the newest installed kernel, and nvidia.ko if it has its modules."""
         self.machine.write("/proc/sys/kernel/random/boot_id", f"{boot}\n")
+        self._in_use, self._stuck = set(), set()  # no process outlives a reboot
+        self._processes()
         self.machine.path(gpu.REBOOT_REQUIRED_FILE).unlink(missing_ok=True)
         self.machine.path(gpu.REBOOT_REQUIRED_FILE + ".pkgs").unlink(missing_ok=True)
         self.running = self.next_boot()
@@ -797,7 +804,9 @@ class FakeDriver:
         # one `<pid>, <uuid>` row per CUDA process (field names: nvidia-smi
         # --help-query-compute-apps; NVML monitors are no compute apps, never listed)
         if argv[1:] == ["--query-compute-apps=pid,gpu_uuid", "--format=csv,noheader"]:
-            return "".join(f"{4200 + i}, {self.uuid(i)}\n" for i in sorted(self.gpu_in_use))
+            return "".join(
+                f"{PROCESS_BASE + i}, {self.uuid(i)}\n" for i in sorted(self.gpu_in_use)
+            )
         if argv[1:] == ["mig", "-lgip"]:
             return self._lgip(argv)
         if argv[1:] == ["-L"]:
@@ -813,6 +822,53 @@ class FakeDriver:
             f"{n}, {name}, {memory}, 0, 0, 30, {mode}, {driver}, {buses[i]}, {compute}\n"
             for n, i in enumerate(self.present())
         )
+
+    @property
+    def gpu_in_use(self) -> set[int]:
+        """The GPUs (by index) a CUDA process holds; each process has its /proc entry."""
+        return self._in_use
+
+    @gpu_in_use.setter
+    def gpu_in_use(self, indexes: set[int]) -> None:
+        self._in_use = set(indexes)
+        self._processes()
+
+    @property
+    def stuck(self) -> set[int]:
+        """The GPUs whose CUDA process hangs in the kernel (state D): it holds them on."""
+        return self._stuck
+
+    @stuck.setter
+    def stuck(self, indexes: set[int]) -> None:
+        self._stuck = set(indexes)
+        self._processes()
+
+    def _processes(self) -> None:
+        """Each CUDA process's /proc/<pid>/stat: only the fields up to the state.
+
+        proc_pid_stat(5) (Linux man-pages 6.16): (1) pid, (2) comm "in parentheses", up
+        to 15 bytes and any bytes a process names itself with (prctl PR_SET_NAME), so
+        spaces and parentheses too, (3) state: `S` "Sleeping in an interruptible wait"
+        for a process waiting on its GPU, `D` "Waiting in uninterruptible disk sleep" for
+        one whose driver call never returns: a GPU that stops answering leaves them so
+        (NVIDIA/nvidia-docker#1553: a container on a GPU fallen off the bus survives
+        `docker kill`; leptonai/gpud#117: "task ... blocked for more than 120 seconds",
+        `state:D`, after XID 45), and no signal ends them until the call returns. A
+        process that ends loses its entry, and a reboot ends them all. The rest of the
+        line is a plausible tail.
+        """
+        procs = self.machine.path("/proc")
+        for stat in procs.glob("*/stat") if procs.is_dir() else []:
+            if stat.parent.name.isdigit() and int(stat.parent.name) >= PROCESS_BASE:
+                stat.unlink()
+                stat.parent.rmdir()
+        for index in sorted(self._in_use):
+            pid = PROCESS_BASE + index
+            state = "D" if index in self._stuck else "S"
+            self.machine.write(
+                f"/proc/{pid}/stat",
+                f"{pid} (train (rank {index})) {state} 1 {pid} {pid} 0 -1 4194560 0 0\n",
+            )
 
     def present(self) -> list[int]:
         """The GPUs nvidia-smi finds, by their index at boot (`absent` left out)."""

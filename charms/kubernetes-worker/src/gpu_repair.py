@@ -22,7 +22,23 @@
   GPU (`IN_USE_WORDS`) ran no repair: it is recorded `refused`, never counted toward the
   escalation; with `reboot` the machine reboots instead, with `reset` the unit is Blocked
   naming the holder (`reset_refused_message`) and no reset is tried again while nvidia-smi
-  still lists a compute process. Any other refusal is a failed repair. A drain leaves
+  still lists a compute process (unless one is now stuck, below). Any other refusal is a
+  failed repair. A holder that cannot be stopped is no refusal either (`unkillable`): a
+  process in state `D` (proc_pid_stat(5) field 3, "Waiting in uninterruptible disk
+  sleep": no signal ends it before it leaves the kernel) at every read over HUNG_TASK_S,
+  as CUDA processes are left when the driver waits on a GPU that no longer answers
+  (NVIDIA/nvidia-docker#1553: a container on a GPU fallen off the bus survives `docker
+  kill`; leptonai/gpud#117: `state:D` "blocked for more than 120 seconds" after an XID).
+  Only a reboot ends it; the reboot is this module's repair wherever a reset was refused
+  or did not help, and NVIDIA's catalog names one beside the reset for XID 48 (double-bit
+  ECC; WORKFLOW_XID_48: "A GPU reset or node reboot is needed"). XID 79 (fallen off the
+  bus) is RESTART_BM: a reboot from the start, never a reset (under `reset` no automatic
+  repair, the quarantine's Blocked status). With `reboot` the machine
+  reboots at once, as after any refusal (no watch: the reboot follows whatever holds
+  it); with `reset` the reset is a failed repair (`unkillable_message`: it counts toward
+  the two below, and `repair-gpu` then reboots, `choose`), and the next hook tries the
+  reset again: it repairs if the holder is gone, else fails the second time and escalates
+  (`escalation_message` says a reboot was never tried). A drain leaves
   the node's DaemonSet pods, and the device plugin and the DCGM exporter hold NVML
   handles on every GPU (refused with "In use by another client",
   NVIDIA/NVSentinel#1690), as does the watcher's
@@ -107,6 +123,17 @@ UNPROVEN = "unproven"
 # NVIDIA/mig-parted#181, exit status 255); "GPU <bus id> is currently in use by another
 # process." (NVIDIA/gpu-operator#118). Read in lower case.
 IN_USE_WORDS = ("being used by", "in use by another")
+# A holder that cannot be stopped (the module docstring): its /proc/<pid>/stat state field
+# (proc_pid_stat(5), Linux man-pages 6.16: field 3 after the command name in parentheses,
+# which may itself hold spaces and parentheses; `D` "Waiting in uninterruptible disk
+# sleep") reads `D` at every read over HUNG_TASK_S: the kernel's own hung-task detector
+# reports a task so long in that state as hung (kernel/hung_task.c, khungtaskd; the
+# default of hung_task_timeout_secs, lib/Kconfig.debug DEFAULT_HUNG_TASK_TIMEOUT: "The
+# default is two minutes"). Read each CLIENTS_POLL_S; one read outside `D` (or the
+# process gone) and it is no longer stuck: a CUDA process blocks in `D` for a moment too.
+PROC_STAT = "/proc/{pid}/stat"
+UNKILLABLE_STATE = "D"
+HUNG_TASK_S = 120.0
 NVIDIA_SMI = "nvidia-smi"
 PROGRESS = "/var/lib/gpu-k8s/gpu-repair.json"
 ESCALATE_AFTER = 2  # failed repairs ...
@@ -167,13 +194,16 @@ class Reset(NamedTuple):
 
     `holders`: not None when nvidia-smi refused because something holds the GPU
     (`IN_USE_WORDS`): the compute processes nvidia-smi lists (none when the holder is no
-    compute process: nvidia-persistenced, an NVML monitor); `words`: its refusal's words.
+    compute process: nvidia-persistenced, an NVML monitor); `words`: its refusal's words;
+    `stuck`: those of them in state D throughout (`unkillable`; `watch_holders` reads it).
     """
 
     done: bool
     said: str
     holders: tuple[str, ...] | None = None
     words: str = ""
+    pids: tuple[str, ...] = ()  # the compute processes' ids, as `holders` names them
+    stuck: tuple[str, ...] = ()  # the holders no signal can stop (`unkillable`)
 
 
 def reset(host: Host, entries: list[dict]) -> Reset:
@@ -190,14 +220,67 @@ def reset(host: Host, entries: list[dict]) -> Reset:
             refused = f"GPU {q.get('index')} reset refused: {words}"
             if not any(w in e.stderr.lower() for w in IN_USE_WORDS):
                 return Reset(False, refused)
-            names = {str(g.get("uuid")): str(g.get("index")) for g in entries}
-            holders = tuple(
-                f"process {pid} on GPU {names.get(uuid, uuid)}"
-                for pid, uuid in _compute_apps(host)
-            )
-            return Reset(False, refused, holders, words)
+            apps = _compute_apps(host)
+            holders = _holders(entries, apps)
+            return Reset(False, refused, holders, words, tuple(pid for pid, _ in apps))
         said.append(next((line for line in out.splitlines() if line.strip()), "reset"))
     return Reset(True, "; ".join(said))
+
+
+def _holders(entries: list[dict], apps: list[tuple[str, str]]) -> tuple[str, ...]:
+    """`process <pid> on GPU <index>` for each compute process (`_compute_apps`)."""
+    names = {str(g.get("uuid")): str(g.get("index")) for g in entries}
+    return tuple(f"process {pid} on GPU {names.get(uuid, uuid)}" for pid, uuid in apps)
+
+
+def proc_state(host: Host, pid: str) -> str | None:
+    """Process `pid`'s state letter (proc_pid_stat(5) field 3); None: no such process."""
+    try:
+        text = host.read(PROC_STAT.format(pid=pid))
+    except OSError:  # it ended between the check and the read (ESRCH)
+        return None
+    fields = (text or "").rpartition(")")[2].split()
+    return fields[0] if fields else None
+
+
+def unkillable(host: Host, pids: tuple[str, ...], *, sleep: Callable[[float], None]) -> set[str]:
+    """The processes among `pids` in state D at every read over HUNG_TASK_S (PROC_STAT)."""
+    stuck = {pid for pid in pids if proc_state(host, pid) == UNKILLABLE_STATE}
+    waited = 0.0
+    while stuck and waited < HUNG_TASK_S:
+        sleep(CLIENTS_POLL_S)
+        waited += CLIENTS_POLL_S
+        stuck = {pid for pid in stuck if proc_state(host, pid) == UNKILLABLE_STATE}
+    return stuck
+
+
+def watch_holders(
+    host: Host, entries: list[dict], refused: Reset, *, sleep: Callable[[float], None]
+) -> Reset:
+    """`refused` with its holders that no signal can stop (`stuck`), if any."""
+    stuck = unkillable(host, refused.pids, sleep=sleep)
+    if not stuck:
+        return refused
+    apps = [(pid, uuid) for pid, uuid in _compute_apps(host) if pid in stuck]
+    found = _holders(entries, apps) or tuple(f"process {pid}" for pid in sorted(stuck))
+    said = f"{refused.said}; {', '.join(found)} stuck in the kernel (state D for "
+    return refused._replace(said=f"{said}{HUNG_TASK_S:.0f} s: unkillable)", stuck=found)
+
+
+def unkillable_message(node: str, unit: str, entries: list[dict], refused: Reset) -> str:
+    """Blocked (or the action's failure): a reset cannot succeed while `stuck` holds the GPU.
+
+    A failed repair (it counts toward escalation); a reboot clears it, and `repair-gpu`
+    reboots once a reset failed within the day (`choose` with REBOOT).
+    """
+    first = entries[0]
+    return (
+        f"GPU {first.get('index')} ({first.get('uuid')}) cannot be reset: held by "
+        f"{', '.join(refused.stuck)}, stuck in the kernel (state D for {HUNG_TASK_S:.0f} s: "
+        f"no signal stops it); a failed repair; node {node} stays cordoned: a reboot "
+        f"clears it: `juju run {unit} repair-gpu` (it reboots at the next hook) or set "
+        f"gpu-auto-repair=reboot"
+    )
 
 
 def reset_refused_message(node: str, entries: list[dict], refused: Reset, then: str = "") -> str:
@@ -247,16 +330,17 @@ def still_held(host: Host, entries: list[dict], records: list[dict]) -> Reset | 
 
     The last reset of these GPUs was refused because something held them, and nvidia-smi
     still lists a compute process (the node was drained then and stays cordoned: it is
-    that holder, or one like it).
+    that holder, or one like it), none of them in state D now: one that is (an operator's
+    kill stuck in the kernel) is watched by a new try (`unkillable`), not waited for.
     """
     uuids = {q.get("uuid") for q in entries}
     last = next((r for r in reversed(records) if r.get("gpu_uuid") in uuids), None)
     if not last or (last.get("method"), last.get("result")) != (RESET, REFUSED):
         return None
-    names = {str(g.get("uuid")): str(g.get("index")) for g in entries}
-    holders = tuple(
-        f"process {pid} on GPU {names.get(uuid, uuid)}" for pid, uuid in _compute_apps(host)
-    )
+    apps = _compute_apps(host)
+    if any(proc_state(host, pid) == UNKILLABLE_STATE for pid, _ in apps):
+        return None
+    holders = _holders(entries, apps)
     return Reset(False, str(last.get("detail") or ""), holders) if holders else None
 
 
@@ -528,9 +612,19 @@ def clear_progress(host: Host) -> None:
 
 
 def escalation_message(
-    node: str, unit: str, app: str, zone: str | None, failures: list[dict]
+    node: str,
+    unit: str,
+    app: str,
+    zone: str | None,
+    failures: list[dict],
+    *,
+    reboot_untried: bool = False,
 ) -> str:
     """Blocked: the repairs failed twice; the commands that replace this machine.
+
+    `reboot_untried`: none of the failures was a reboot and one may repair (the faults'
+    catalog action is no `support`): `repair-gpu` reboots then (`choose`), which is said
+    first, as a reboot clears what a reset cannot (a holder stuck in the kernel).
 
     `juju add-unit <app> --to zone=<zone>`: `--to` takes placement directives and
     `zone=<zone>` names an availability zone (Juju docs, "Placement directive" and "juju
@@ -540,8 +634,13 @@ def escalation_message(
     """
     last = "; ".join(f"{f.get('time')} {f.get('method')}: {f.get('detail')}" for f in failures)
     place = f" --to zone={zone}" if zone else ""
+    reboot = (
+        f"; no reboot was tried: `juju run {unit} repair-gpu` reboots at the next hook"
+        if reboot_untried
+        else ""
+    )
     return (
-        f"GPU repairs failed {len(failures)} times within 24 hours ({last}); node {node} "
+        f"GPU repairs failed {len(failures)} times within 24 hours ({last}){reboot}; node {node} "
         f"stays cordoned: replace this machine: `juju add-unit {app}{place}` then "
         f"`juju remove-unit {unit}`"
     )

@@ -130,7 +130,7 @@ class GpuRepairs(ops.Object):
         asked = progress is not None and progress.get("method") == REBOOT_ASKED
         if gpu_repair.escalated(records, now) and not asked:
             self.turns.done(limit, REPAIR)
-            return self._escalation(node, records, now)
+            return self._escalation(node, held, records, now)
         unproven = None if asked else self._unproven(host, node, held, records)
         if unproven is not None:  # the layout is as the last gate found it: no new repair
             self.turns.done(limit, REPAIR)
@@ -187,7 +187,7 @@ class GpuRepairs(ops.Object):
         """
         records, now = gpu_health.repairs(host), self._wall_clock()
         if gpu_repair.escalated(records, now):
-            return self._escalation(node, records, now)
+            return self._escalation(node, held, records, now)
         unproven = self._unproven(host, node, held, records)
         if unproven is not None:
             return unproven
@@ -212,11 +212,21 @@ class GpuRepairs(ops.Object):
             return None
         return ops.BlockedStatus(gpu_repair.unproven_message(node, self.model.app.name, bare))
 
-    def _escalation(self, node: str, records: list[dict], now: float) -> ops.StatusBase:
+    def _escalation(
+        self, node: str, held: list[dict], records: list[dict], now: float
+    ) -> ops.StatusBase:
+        """Blocked with the commands that replace the machine, and the reboot if none was tried.
+
+        The reboot is what `repair-gpu` would do now (gpu_repair.choose as the action calls it).
+        """
         failures = gpu_repair.recent_failures(records, now)
         zone = os.environ.get("JUJU_AVAILABILITY_ZONE")
         app, unit = self.model.app.name, self.model.unit.name
-        return ops.BlockedStatus(gpu_repair.escalation_message(node, unit, app, zone, failures))
+        untried = gpu_repair.choose(held, gpu_repair.REBOOT, records, now) == gpu_repair.REBOOT
+        untried = untried and all(f.get("method") != gpu_repair.REBOOT for f in failures)
+        return ops.BlockedStatus(
+            gpu_repair.escalation_message(node, unit, app, zone, failures, reboot_untried=untried)
+        )
 
     def _repair(
         self, host: Host, config: WorkerConfig, node: str, held: list[dict], method: str
@@ -231,18 +241,39 @@ class GpuRepairs(ops.Object):
             done = self._reset(host, node, held, reason)
             if done.done:
                 return self._prove(host, config, node, held, gpu_repair.RESET, done.said)
-            # refused because something holds the GPU: none ran, no failed repair (which
-            # would count toward escalation); the reboot repairs, or the operator stops it.
-            # With `reboot` any refusal is followed by the reboot, and the gate judges it.
-            reboot, refused = config.gpu_auto_repair == gpu_repair.REBOOT, done.holders is not None
-            result = gpu_repair.REFUSED if refused or reboot else "failed"
-            self._record_failure(host, held, gpu_repair.RESET, done.said, result=result)
-            if refused and not reboot:
-                self.turns.done(limit, REPAIR)  # the node stays cordoned
-                return ops.BlockedStatus(gpu_repair.reset_refused_message(node, held, done))
-            if not reboot:
-                return ops.WaitingStatus(f"node {node} stays cordoned: {done.said}; retried")
+            if config.gpu_auto_repair != gpu_repair.REBOOT:
+                return self._reset_failed(host, limit, node, held, done)
+            # With `reboot` any refusal is followed by the reboot, and the gate judges it:
+            # none ran, no failed repair (whatever holds the GPU ends with the reboot).
+            self._record_failure(host, held, gpu_repair.RESET, done.said, gpu_repair.REFUSED)
         self._reboot(host, node, held, reason)
+
+    def _reset_failed(
+        self, host: Host, limit: int, node: str, held: list[dict], done: gpu_repair.Reset
+    ) -> ops.StatusBase:
+        """Under `reset`: the unit's status after a reset that did not run or did not work.
+
+        Refused because something holds the GPU: none ran, no failed repair (which would
+        count toward escalation); the operator stops it, and no reset is tried while it
+        holds (gpu_repair.still_held). A holder no signal stops (gpu_repair.unkillable,
+        watched here) makes it a failed repair that only a reboot repairs: said, counted,
+        and tried again at the next hook (the holder may be gone), then escalated.
+        """
+        if done.holders is not None:
+            done = gpu_repair.watch_holders(host, held, done, sleep=self._sleep)
+        refused = done.holders is not None and not done.stuck
+        result = gpu_repair.REFUSED if refused else "failed"
+        self._record_failure(host, held, gpu_repair.RESET, done.said, result=result)
+        if done.holders is None:
+            return ops.WaitingStatus(f"node {node} stays cordoned: {done.said}; retried")
+        self.turns.done(limit, REPAIR)  # the node stays cordoned
+        if refused:
+            return ops.BlockedStatus(gpu_repair.reset_refused_message(node, held, done))
+        records, now = gpu_health.repairs(host), self._wall_clock()
+        if gpu_repair.escalated(records, now):
+            return self._escalation(node, held, records, now)
+        unit = self.model.unit.name
+        return ops.BlockedStatus(gpu_repair.unkillable_message(node, unit, held, done))
 
     def _drain(self, host: Host, config: WorkerConfig, node: str, reason: str) -> None:
         with node_kube(host, f"{reason}: cannot drain node {node}") as kube:
@@ -526,6 +557,14 @@ class GpuRepairs(ops.Object):
     ) -> str | None:
         """The action's reset: what nvidia-smi said, or None with the action failed."""
         done = self._reset(host, node, held, reason)
+        if done.holders is not None and done.pids:  # is one stuck in the kernel?
+            event.log(f"{done.said}; watching {', '.join(done.holders)}")
+            done = gpu_repair.watch_holders(host, held, done, sleep=self._sleep)
+        if done.stuck:  # a failed repair: only a reboot ends it (gpu_repair.unkillable)
+            self._record_failure(host, held, gpu_repair.RESET, done.said)
+            unit = self.model.unit.name
+            event.fail(gpu_repair.unkillable_message(node, unit, held, done))
+            return None
         if done.holders is not None:  # none ran: no failed repair
             self._record_failure(host, held, gpu_repair.RESET, done.said, gpu_repair.REFUSED)
             then = " and run repair-gpu again"

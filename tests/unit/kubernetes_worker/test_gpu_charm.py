@@ -2497,6 +2497,184 @@ def test_a_reset_refused_by_a_client_nvidia_smi_lists_as_no_process_says_so_and_
     assert driver.resets == [1] and "repaired by reset" in out.unit_status.message
 
 
+# A holder no signal stops (gpu_repair.unkillable): state D in /proc/<pid>/stat over
+# gpu_repair.HUNG_TASK_S, as CUDA processes are left on a GPU that stopped answering.
+STUCK = (
+    f"GPU 1 ({QUARANTINED_GPU}) cannot be reset: held by process 4201 on GPU 1, stuck in the "
+    "kernel (state D for 120 s: no signal stops it); a failed repair; node ip-10-0-1-17 stays "
+    "cordoned: a reboot clears it: `juju run kubernetes-worker/0 repair-gpu` (it reboots at "
+    "the next hook) or set gpu-auto-repair=reboot"
+)
+
+
+def test_a_reset_held_by_a_process_stuck_in_the_kernel_fails_escalates_and_repair_gpu_reboots(
+    ctx, machine, api, driver, ctr, wall, clock, reboots, monkeypatch
+):
+    """rereview43b finding 4: under `reset` a D-state holder left the node Blocked for good.
+
+    Recorded `refused` (never counted), the unit asked to stop a process no signal ends.
+    Now a failed repair (GpuRepairFailed fires), the unit says a reboot clears it; the
+    next hook tries again, fails again and escalates, saying no reboot was tried; and
+    `repair-gpu`, as both statuses say, reboots, after which the gate readmits the node.
+    """
+    monkeypatch.setenv("JUJU_AVAILABILITY_ZONE", "us-east-1a")
+    state = joined_gpu_node(ctx, api, driver, {"gpu-auto-repair": "reset"})
+    state = with_peers(state, peers(turns=[UNIT]))  # the turn is this unit's
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+    driver.gpu_in_use, driver.stuck = {1}, {1}
+    slept = clock.slept
+
+    out = ctx.run(ctx.on.update_status(), state)
+
+    assert out.unit_status == testing.BlockedStatus(STUCK)
+    assert clock.slept - slept >= gpu_repair.HUNG_TASK_S  # watched, not judged at one read
+    (failed,) = watcher_state(machine)["repairs"]
+    assert (failed["method"], failed["result"]) == ("reset", "failed")
+    assert failed["detail"].endswith(
+        "; process 4201 on GPU 1 stuck in the kernel (state D for 120 s: unkillable)"
+    )
+    assert watcher_state(machine)["repair_counts"] == {f"{QUARANTINED_GPU}|1|reset|failed": 1}
+    assert "reboot-request" not in reboots_relation(out).local_unit_data  # turn given back
+    assert node(api)["spec"]["unschedulable"] is True and reboots == []
+
+    wall[0] += 600
+    out = ctx.run(ctx.on.update_status(), out)  # tried again: still stuck, failed twice
+
+    assert len(resets(machine)) == 2 and driver.resets == [] and reboots == []
+    assert out.unit_status.name == "blocked"
+    assert out.unit_status.message.startswith("GPU repairs failed 2 times within 24 hours (")
+    assert out.unit_status.message.endswith(
+        "unkillable)); no reboot was tried: `juju run kubernetes-worker/0 repair-gpu` reboots "
+        "at the next hook; node ip-10-0-1-17 stays cordoned: replace this machine: `juju "
+        "add-unit kubernetes-worker --to zone=us-east-1a` then `juju remove-unit "
+        "kubernetes-worker/0`"
+    )
+    wall[0] += 600
+    out = ctx.run(ctx.on.update_status(), out)
+    assert len(resets(machine)) == 2 and out.unit_status.name == "blocked"  # no third try
+
+    out = ctx.run(ctx.on.action("repair-gpu"), out)
+    assert ctx.action_results == {"repair": "reboot", "node": NODE}
+    out = ctx.run(ctx.on.update_status(), out)
+    assert reboots == [False] and out.unit_status.message.startswith("rebooting: GPU 1")
+
+    driver.reboot()  # no process outlives it
+    out = ctx.run(ctx.on.start(), out)
+
+    assert "repaired by reboot" in out.unit_status.message
+    results = [(r["method"], r["result"]) for r in watcher_state(machine)["repairs"]]
+    assert results == [("reset", "failed"), ("reset", "failed"), ("reboot", "ok")]
+    assert not node(api)["spec"].get("unschedulable")
+
+
+def test_a_stuck_holder_under_reboot_reboots_at_once_without_watching_it(
+    ctx, machine, api, driver, ctr, wall, clock, reboots
+):
+    """With `reboot` the reboot follows any refusal: nothing to learn by watching the holder."""
+    state = joined_gpu_node(ctx, api, driver)
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+    driver.gpu_in_use, driver.stuck = {1}, {1}
+    slept = clock.slept
+
+    out = ctx.run(ctx.on.update_status(), state)
+
+    assert reboots == [False] and out.unit_status.message.startswith("rebooting: GPU 1")
+    assert clock.slept - slept < gpu_repair.HUNG_TASK_S
+    (refused,) = watcher_state(machine)["repairs"]
+    assert (refused["method"], refused["result"]) == ("reset", "refused")
+
+    driver.reboot()
+    out = ctx.run(ctx.on.start(), out)
+    assert "repaired by reboot" in out.unit_status.message
+
+
+def test_a_stuck_holder_that_ends_lets_the_next_hook_reset_and_readmit(
+    ctx, machine, api, driver, ctr, wall, clock
+):
+    state = joined_gpu_node(ctx, api, driver, {"gpu-auto-repair": "reset"})
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+    driver.gpu_in_use, driver.stuck = {1}, {1}
+    out = ctx.run(ctx.on.update_status(), state)
+    assert out.unit_status == testing.BlockedStatus(STUCK)
+
+    driver.gpu_in_use, driver.stuck = set(), set()  # its driver call returned; it ended
+    wall[0] += 600
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert driver.resets == [1] and "repaired by reset" in out.unit_status.message
+    results = [(r["method"], r["result"]) for r in watcher_state(machine)["repairs"]]
+    assert results == [("reset", "failed"), ("reset", "ok")]
+
+
+def test_a_holder_that_leaves_state_d_while_watched_is_a_live_holder_refused(
+    ctx, machine, api, driver, ctr, wall, clock
+):
+    """A CUDA process is in D for a moment too: one read outside D and it can be stopped."""
+    state = joined_gpu_node(ctx, api, driver, {"gpu-auto-repair": "reset"})
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+    driver.gpu_in_use, driver.stuck = {1}, {1}
+    watched = []
+
+    def returns_after_30_s():
+        watched.append(clock.now)
+        if driver.stuck and len(watched) * gpu_repair.CLIENTS_POLL_S >= 30:
+            driver.stuck = set()  # its driver call returned: state S again
+
+    out = ctx.run(ctx.on.update_status(), state)  # the first hook's pause polls once
+    assert out.unit_status == testing.BlockedStatus(STUCK)
+    driver.gpu_in_use, driver.stuck = {1}, {1}
+    wall[0] += 600
+    clock.meanwhile.append(returns_after_30_s)
+
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert out.unit_status.message.startswith(
+        f"GPU 1 ({QUARANTINED_GPU}) reset refused: held by process 4201 on GPU 1;"
+    )
+    results = [(r["method"], r["result"]) for r in watcher_state(machine)["repairs"]]
+    assert results == [("reset", "failed"), ("reset", "refused")]
+
+
+def test_a_live_holder_that_gets_stuck_after_its_refusal_is_tried_again_and_fails(
+    ctx, machine, api, driver, ctr, wall, clock
+):
+    """Refused (state S), then the operator's kill hangs in the kernel (state D).
+
+    Asking them to stop it again would say nothing true: the next hook tries the reset
+    again, watches the holder and fails the repair.
+    """
+    state = joined_gpu_node(ctx, api, driver, {"gpu-auto-repair": "reset"})
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+    driver.gpu_in_use = {1}
+    out = ctx.run(ctx.on.update_status(), state)
+    assert out.unit_status.message.startswith(f"GPU 1 ({QUARANTINED_GPU}) reset refused")
+
+    driver.stuck = {1}
+    wall[0] += 600
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert out.unit_status == testing.BlockedStatus(STUCK)
+    results = [(r["method"], r["result"]) for r in watcher_state(machine)["repairs"]]
+    assert results == [("reset", "refused"), ("reset", "failed")]
+
+
+def test_repair_gpu_held_by_a_stuck_process_fails_the_repair_and_run_again_reboots(
+    ctx, machine, api, driver, ctr, wall, clock
+):
+    state = joined_gpu_node(ctx, api, driver, NO_AUTO_REPAIR)
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+    driver.gpu_in_use, driver.stuck = {1}, {1}
+
+    with pytest.raises(testing.ActionFailed) as failed:
+        ctx.run(ctx.on.action("repair-gpu", params={"timeout": 60}), state)
+
+    assert failed.value.message == STUCK
+    (record,) = watcher_state(machine)["repairs"]
+    assert (record["method"], record["result"]) == ("reset", "failed")
+    ctx.run(ctx.on.action("repair-gpu", params={"timeout": 60}), state)
+    assert ctx.action_results == {"repair": "reboot", "node": NODE}
+
+
 def test_a_reset_refused_for_another_reason_under_reset_is_a_failed_repair(
     ctx, machine, api, p5, wall, clock
 ):
