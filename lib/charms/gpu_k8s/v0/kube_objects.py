@@ -136,7 +136,9 @@ def moves_of(obj: Mapping[str, Any] | None) -> tuple[int, list[dict[str, Any]]]:
         return 0, []
     if not isinstance(data, dict):
         return 0, []
-    entries = data.get("last") if isinstance(data.get("last"), list) else []
+    entries = data.get("last")
+    if not isinstance(entries, list):
+        entries = []
     last = [
         {f: e[f][:size] for f, size in _MOVE_FIELDS.items()}
         | {"restarted": e.get("restarted") is True}
