@@ -30,7 +30,7 @@ Job replaces its own pods and JobSet never restarts it, so nothing else would co
 move once its pods are gone. The JobSet, not the Workload: it is the job the tensorflow
 charm reads and names, and it lasts as long as the job; Kueue may delete a Workload
 that no longer matches its job and make another (jobframework/reconciler.go
-ensureOneWorkload). Both keep an annotation they do not own: the JobSet controller
+ensureOneWorkload). No controller drops an annotation of the JobSet: the JobSet controller
 writes a JobSet only through its status subresource (jobset v0.12.0
 pkg/controllers/jobset_controller.go updateJobSetStatus, Status().Update) and copies
 no JobSet annotation to its Jobs but the exclusive-placement ones (constructJob,
@@ -43,7 +43,8 @@ apply owns none of the annotation, so it leaves it (managed fields). A team may 
 its JobSet's annotations: that lies to its own job-status only; what the leader reads
 back is bounded (`kube_objects.moves_of`) and a refused write is logged, never fatal.
 The leader (kubeadm's admin) passes the consumer admission policies: an annotation
-changes none of what they check (admission_policies.py; test_admission_policies).
+changes none of what they check (admission_policies.py; the quarantine tests of
+test_batch_engines.py write through them).
 
 Peer databag key (JSON): `kueue-deactivated`: [[namespace, name], ...] the Workloads
 this charm deactivated and has not activated yet; absent when there are none.
@@ -183,7 +184,8 @@ def mark_moves(
     (their `jobset.sigs.k8s.io/restart-attempt`, the JobSet's `status.restarts` when they
     were made, is below it now): JobSet's status counts that move, the entry says
     `restarted`. A JobSet gone, or a write refused (its team filled its annotations up to
-    kube-apiserver's 256 KiB), is logged: the quarantine hook goes on.
+    kube-apiserver's 256 KiB: apimachinery pkg/api/validation/objectmeta.go
+    TotalAnnotationSizeLimitB), is logged: the quarantine hook goes on.
     """
     meta = workload["metadata"]
     ns = meta["namespace"]
