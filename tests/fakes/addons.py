@@ -562,7 +562,8 @@ def size_cohort(api: Any, *, cohort: bool = True, released: Collection[str] = ()
     """What the control plane's leader does on update-status: size the cohort `gpu-k8s`.
 
     `released`: the Nodes the hook just quarantined; the control plane's gang_release
-    deactivates the team Workloads there that no longer fit (issue 32 item 2).
+    records the move on each team JobSet there and deactivates the team Workloads there
+    that no longer fit (issue 32 item 2).
 
     Runs the control plane's own code (kubernetes-control-plane kueue.py: capacity,
     guarantees from the teams' requests (`team_requests`) within the operator's allowances
@@ -597,8 +598,9 @@ def size_cohort(api: Any, *, cohort: bool = True, released: Collection[str] = ()
         if (n["metadata"].get("labels") or {}).get(kueue.KUEUE_NAMESPACE_LABEL)
         == kueue.KUEUE_NAMESPACE_VALUE
     }
+    nodes = api.objects("/api/v1/nodes/")
     sizing = kueue.size(
-        api.objects("/api/v1/nodes/"),
+        nodes,
         pods,
         models,
         teams,
@@ -610,7 +612,7 @@ def size_cohort(api: Any, *, cohort: bool = True, released: Collection[str] = ()
     if released:  # the leader's quarantine hook: the gangs that no longer fit (issue 32)
         gang_release = load("kubernetes-control-plane", "gang_release")
         with Kube.from_kubeconfig(api.kubeconfig(), retries=0) as kube:
-            gang_release.release(kube, released, sizing.have, managed, leader_bag(api))
+            gang_release.release(kube, released, sizing.have, managed, leader_bag(api), nodes)
     given = sizing.given
     objects = kueue.cluster_objects(models, quota=sizing.quota)
     sized = next(o for o in objects if o["kind"] == "Cohort")

@@ -13,7 +13,8 @@ The whole chain as it runs on a cluster, Juju's part played by the test:
    `gpu-quarantine` and sets the unit's status;
 3. the control-plane leader (tests/gpu_charms/control_plane.py: bootstrapped by its
    install hook) runs its real `workers` relation-changed with that databag in this
-   process, as Juju runs it once the worker's hook has ended: it sets the NoExecute taint;
+   process, as Juju runs it once the worker's hook has ended: it sets the NoExecute taint
+   and records the move on the JobSet of the team's gang there (gang_release);
 4. Kubernetes' taint manager (tests/fakes/taint_eviction.py) deletes the node's pods that
    do not tolerate the taint; the DCGM exporter's DaemonSet pod, which does, stays.
 Every time is measured from the moment the line is written (CLOCK_MONOTONIC, read in
@@ -114,8 +115,62 @@ def alert_series(uuid: str) -> str:
     return f'gpu_k8s_gpu_quarantined{{gpu="{gpu}",node="{OWN}",uuid="{uuid}"}} 1'
 
 
+def team_jobset(box: Machine) -> str:
+    """team-a's JobSet "train", Kueue-managed: its Job's pods are gpu0-job and gpu1-job on OWN.
+
+    Shaped as JobSet v0.12.0 makes them (the Job owned by the JobSet, each pod labelled
+    with the JobSet's name and restart attempt) and Kueue's Workload owned by the JobSet,
+    admitted. Returns the JobSet's path.
+    """
+    ns = "team-a"
+    box.api.put_object(
+        f"/api/v1/namespaces/{ns}",
+        {"metadata": {"name": ns, "labels": {"gpu-k8s.io/kueue": "managed"}}},
+    )
+    path = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets/train"
+    job_spec = {"parallelism": 2, "completions": 2, "template": {"spec": {}}}
+    js = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "train", "namespace": ns, "uid": "js-train"},
+        "spec": {
+            "replicatedJobs": [{"name": "worker", "replicas": 1, "template": {"spec": job_spec}}]
+        },
+        "status": {"restarts": 0},
+    }
+    box.api.put_object(path, js)
+    owner = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "controller": True}
+    owner |= {"name": "train", "uid": "js-train"}
+    job = {"metadata": {"name": "train-worker-0", "namespace": ns, "uid": "job-train"}}
+    job["metadata"]["ownerReferences"] = [owner]
+    box.api.put_object(f"/apis/batch/v1/namespaces/{ns}/jobs/train-worker-0", job)
+    for name in ("gpu0-job", "gpu1-job"):
+        pod = box.api.get_object(f"/api/v1/namespaces/{ns}/pods/{name}-{OWN}")
+        assert pod is not None
+        pod["metadata"]["labels"] = {
+            "jobset.sigs.k8s.io/jobset-name": "train",
+            "jobset.sigs.k8s.io/restart-attempt": "0",
+        }
+        pod["metadata"]["ownerReferences"] = [
+            {"apiVersion": "batch/v1", "kind": "Job", "name": "train-worker-0", "uid": "job-train"}
+        ]
+        box.api.put_object(f"/api/v1/namespaces/{ns}/pods/{name}-{OWN}", pod)
+    workload = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {"name": "jobset-train", "namespace": ns, "ownerReferences": [owner]},
+        "spec": {"queueName": "training", "podSets": [{"name": "worker", "count": 2}]},
+        "status": {"conditions": [{"type": "Admitted", "status": "True"}]},
+    }
+    box.api.put_object(
+        f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{ns}/workloads/jobset-train", workload
+    )
+    return path
+
+
 def test_a_fatal_xid_taints_the_node_through_both_charms_and_its_pods_leave(chain):
     box, cp, taint_manager = chain
+    train = team_jobset(box)
     index, uuid, _ = GPUS[1]
     fault = time.monotonic()
     box.kernel(xid_line("79", gpu=1), usec=int(fault * 1e6))
@@ -166,6 +221,15 @@ def test_a_fatal_xid_taints_the_node_through_both_charms_and_its_pods_leave(chai
     assert f": Xid79; node {OWN} cordoned with condition GpuHealthy=False" in message
     assert "NoExecute taint asked of the control plane" in message
     assert "gpu-auto-repair: a reboot in this unit's turn" in message  # the default, reboot
+
+    # the leader recorded the move on the team's JobSet whose whole gang ran there: the
+    # node, the fault and when it began as the watcher's condition says them (job-status)
+    record = box.api.get_object(train)["metadata"]["annotations"]["gpu-k8s.io/moves"]
+    moved = {"node": OWN, "reason": condition["message"][:200], "restarted": False}
+    assert json.loads(record) == {
+        "count": 1,
+        "last": [{**moved, "at": condition["lastTransitionTime"]}],
+    }
 
     # the taint on that node only; its pods gone, the exporter's (tolerating it) stays
     assert quarantine_taints(box, OTHER) == []

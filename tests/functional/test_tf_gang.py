@@ -258,6 +258,16 @@ def test_a_dead_worker_of_six_restarts_the_gang_which_resumes_and_finishes(clust
     assert f"resumed from checkpoint at step {progress['resumed_from']}" in kept
 
 
+# the worker's GPU health watcher's condition on a quarantined node (gpu_watcher.py)
+XID79 = {
+    "type": "GpuHealthy",
+    "status": "False",
+    "reason": "Xid79",
+    "message": "GPU 0 (GPU-5d41): GPU has fallen off the bus; repair: reboot",
+    "lastTransitionTime": "2026-11-28T06:00:00Z",
+}
+
+
 def test_a_preempted_job_resumes_when_readmitted_and_a_quarantined_nodes_job_moves(cluster):
     """Kueue preempts the job, then readmits it; then its node is quarantined (issue 32).
 
@@ -312,12 +322,13 @@ def test_a_preempted_job_resumes_when_readmitted_and_a_quarantined_nodes_job_mov
     assert {p["spec"]["nodeName"] for p in _training_pods(cluster)} == {"cpu-0"}
     assert {p["spec"]["nodeName"] for p in cluster.controllers._pods()} == {"cpu-0"}
     node = cluster.api.get_object("/api/v1/nodes/cpu-0")
+    node["status"].setdefault("conditions", []).append(XID79)  # the watcher's, first
     node["spec"] = {
         "unschedulable": True,
         "taints": [{"key": "gpu-k8s.io/gpu-unhealthy", "effect": "NoExecute"}],
     }
     cluster.api.put_object("/api/v1/nodes/cpu-0", node)
-    cohort = size_cohort(cluster.api)["cohort"]
+    cohort = size_cohort(cluster.api, released=["cpu-0"])["cohort"]
     pool = {
         r["name"]: r["nominalQuota"]
         for g in cohort["spec"]["resourceGroups"]
@@ -344,6 +355,12 @@ def test_a_preempted_job_resumes_when_readmitted_and_a_quarantined_nodes_job_mov
     assert {p["spec"]["nodeName"] for p in cluster.controllers._pods()} == {"cpu-1"}
     assert cluster.taints.refused == []
     assert moved["restarts"] == "0 of 3"  # a node fault is not one of the job's restarts
+    # the whole gang ran there: JobSet never restarted it (each Job replaced its pod), and
+    # the leader's record of the quarantine (gang_release) counts the move, once
+    assert moved["moves"].startswith("1 ")
+    assert moved["moves"].endswith(
+        f"; off node cpu-0 after a GPU fault at {XID79['lastTransitionTime']}: {XID79['message']}"
+    ), moved["moves"]
     # Kueue v0.19.2 keeps the Workload of a running job admitted while its pods are
     # replaced, as across a JobSet restart (reconciler.go "Job running with admitted
     # workload, nothing to do"): the fake neither evicts nor re-admits it, and its quota

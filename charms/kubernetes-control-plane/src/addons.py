@@ -616,7 +616,8 @@ class Addons:
         In the hook that quarantines a node, a team's Workload with pods there that the
         smaller cluster can no longer hold is deactivated, and activated again once
         Kueue evicted it (`gang_release`): its quota is free at once, not after
-        recoveryTimeout.
+        recoveryTimeout. Each team's JobSet with pods there has the move recorded on it
+        (`gang_release.mark_moves`), for its `job-status`.
 
         The objects are built from the GPU models, `gpu-time-slicing-replicas`, the teams'
         asks, the cohort's record and the charm code alone: nothing is built while this
@@ -646,8 +647,9 @@ class Addons:
             flavors = sorted({kueue.flavor_name(m) for m in models})
             kube = self._kube()
             selector = f"{KUEUE_NAMESPACE_LABEL}={KUEUE_NAMESPACE_VALUE}"
+            listed = kube.list("v1", "Node") if nodes is None else nodes
             sizing = kueue.size(
-                kube.list("v1", "Node") if nodes is None else nodes,
+                listed,
                 kube.list("v1", "Pod", field_selector="status.phase=Running"),
                 models,
                 teams,
@@ -665,7 +667,7 @@ class Addons:
                     n["metadata"]["name"]
                     for n in kube.list("v1", "Namespace", label_selector=selector)
                 }
-                gang_release.release(kube, released, sizing.have, teams_ns, bag)
+                gang_release.release(kube, released, sizing.have, teams_ns, bag, listed)
             for line in sizing.beyond:  # the team's own status shows it (its queue's numbers)
                 logger.warning("team quota past its allowance (team-quotas): %s", line)
             sized: dict[str, Any] = {

@@ -24,50 +24,81 @@ Workloads exceeds what the schedulable nodes now give (`kueue.unfitting`); a gan
 that still fits is never touched. A tenant cannot trigger it: only the leader's
 quarantine hook, on a worker's request for its own node, runs it.
 
+In the same hook each such gang, fitting or not, has its move recorded on its JobSet
+(`mark_moves`, kube_objects.MOVES_ANNOTATION): when the whole gang ran on the node each
+Job replaces its own pods and JobSet never restarts it, so nothing else would count the
+move once its pods are gone. The JobSet, not the Workload: it is the job the tensorflow
+charm reads and names, and it lasts as long as the job; Kueue may delete a Workload
+that no longer matches its job and make another (jobframework/reconciler.go
+ensureOneWorkload). No controller drops an annotation of the JobSet: the JobSet controller
+writes a JobSet only through its status subresource (jobset v0.12.0
+pkg/controllers/jobset_controller.go updateJobSetStatus, Status().Update) and copies
+no JobSet annotation to its Jobs but the exclusive-placement ones (constructJob,
+labelAndAnnotateObject); a gang restart deletes and recreates the Jobs, not the JobSet.
+Kueue writes the JobSet with merge patches of what it changes, from the object it read,
+resourceVersion included (kueue v0.19.2 pkg/util/client/client.go Patch, Strict),
+and its webhook checks only its own labels and annotations on update
+(jobframework/validation.go ValidateJobOnUpdate). The tensorflow charm's server-side
+apply owns none of the annotation, so it leaves it (managed fields). A team may edit
+its JobSet's annotations: that lies to its own job-status only; what the leader reads
+back is bounded (`kube_objects.moves_of`) and a refused write is logged, never fatal.
+The leader (kubeadm's admin) passes the consumer admission policies: an annotation
+changes none of what they check (admission_policies.py; the quarantine tests of
+test_batch_engines.py write through them).
+
 Peer databag key (JSON): `kueue-deactivated`: [[namespace, name], ...] the Workloads
 this charm deactivated and has not activated yet; absent when there are none.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
-from collections.abc import Collection, MutableMapping
+from collections.abc import Collection, Iterable, Mapping, MutableMapping
 from typing import Any
 
 import kueue
 
-from charms.gpu_k8s.v0.kubeclient import Kube
+from charms.gpu_k8s.v0 import kube_objects
+from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
 
 logger = logging.getLogger(__name__)
 
 WORKLOAD_API = kueue.API
+JOBSET_API = "jobset.x-k8s.io/v1alpha2"  # the one version JobSet v0.12.0 serves
+# the labels JobSet v0.12.0 gives each pod (api/jobset/v1alpha2/jobset_types.go
+# JobSetNameKey; pkg/constants/constants.go RestartsKey, its `status.restarts` then)
+JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
 DEACTIVATED_KEY = "kueue-deactivated"
 
 
-def _owners(kube: Kube, pods: list[dict[str, Any]]) -> set[tuple[str, str]]:
-    """(namespace, uid) of what a pod's Workload can be owned by: the pod, its owners, a Job's.
+def _owners(kube: Kube, pods: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict]]:
+    """(namespace, uid) of what a pod's Workload can be owned by, each with its pods.
 
     Kueue's Workload is owned by the job it runs, in the job's namespace: a JobSet (owner
     of the pod's Job), a batch Job, or the pod itself (the pod integration). A reference
     is taken in the pod's own namespace only (an owner elsewhere is no owner: the garbage
     collector's rule), so a team's pod can name no other team's job.
     """
-    uids: set[tuple[str, str]] = set()
+    found: dict[tuple[str, str], list[dict]] = {}
     jobs: dict[tuple[str, str], dict[str, Any] | None] = {}
     for pod in pods:
         meta = pod.get("metadata") or {}
         ns = meta.get("namespace") or ""
-        uids.add((ns, meta.get("uid") or ""))
+        uids = {meta.get("uid") or ""}
         for ref in meta.get("ownerReferences") or []:
-            uids.add((ns, ref.get("uid") or ""))
+            uids.add(ref.get("uid") or "")
             if ref.get("kind") == "Job" and ref.get("apiVersion") == "batch/v1":
                 key = (ns, ref.get("name") or "")
                 if key not in jobs:
                     jobs[key] = kube.get("batch/v1", "Job", key[1], ns)
                 for up in ((jobs[key] or {}).get("metadata") or {}).get("ownerReferences") or []:
-                    uids.add((ns, up.get("uid") or ""))
-    return {(ns, uid) for ns, uid in uids if uid}
+                    uids.add(up.get("uid") or "")
+        for uid in uids - {""}:
+            found.setdefault((ns, uid), []).append(pod)
+    return found
 
 
 def release(
@@ -76,11 +107,14 @@ def release(
     have: kueue.Quotas,
     teams: Collection[str],
     bag: MutableMapping[str, str],
+    listed: Iterable[dict[str, Any]],
 ) -> list[str]:
     """Deactivate the team Workloads on `nodes` that no longer fit `have`; their names.
 
     `nodes`: the Nodes just quarantined; `have`: what Kueue may give now (the first
-    half of `kueue.capacity`'s answer without those nodes); `teams`: the team namespaces.
+    half of `kueue.capacity`'s answer without those nodes); `teams`: the team namespaces;
+    `listed`: the Nodes as read in this hook (their GpuHealthy condition names the fault).
+    Each gang there has its move recorded on its JobSet first (`mark_moves`).
     """
     if not nodes or not teams:
         return []
@@ -97,13 +131,15 @@ def release(
     candidates = [
         w
         for w in workloads
-        if (w.get("metadata") or {}).get("namespace") in teams
-        and {
-            (w["metadata"]["namespace"], r.get("uid"))
-            for r in w["metadata"].get("ownerReferences") or []
-        }
-        & owners
+        if (w.get("metadata") or {}).get("namespace") in teams and _refs(w) & owners.keys()
     ]
+    faults: dict[str, dict[str, Any] | None] = dict.fromkeys(nodes)
+    for n in listed:  # the Nodes just quarantined, with their GpuHealthy condition
+        if n["metadata"]["name"] in faults:
+            faults[n["metadata"]["name"]] = kube_objects.gpu_fault(n)
+    for workload in candidates:
+        gang = {p["metadata"]["uid"]: p for ref in _refs(workload) for p in owners.get(ref, [])}
+        mark_moves(kube, workload, list(gang.values()), faults)
     done = []
     record = json.loads(bag.get(DEACTIVATED_KEY) or "[]")
     for workload in kueue.unfitting(workloads, have, candidates):
@@ -117,6 +153,86 @@ def release(
     if record:
         bag[DEACTIVATED_KEY] = json.dumps(record)
     return done
+
+
+def _refs(workload: dict[str, Any]) -> set[tuple[str, str]]:
+    meta = workload.get("metadata") or {}
+    return {(meta.get("namespace") or "", r.get("uid")) for r in meta.get("ownerReferences") or []}
+
+
+def mark_moves(
+    kube: Kube,
+    workload: dict[str, Any],
+    gang: list[dict[str, Any]],
+    faults: Mapping[str, dict[str, Any] | None],
+) -> None:
+    """Record on the Workload's JobSet that its `gang` pods leave the quarantined nodes.
+
+    `faults`: each Node just quarantined, with its GpuHealthy condition (None when it has
+    none: the reason is then "GPU quarantine" and the time this hook's). The record is
+    kube_objects.MOVES_ANNOTATION, one entry per node and quarantine (`moves_patch`: a
+    quarantine already recorded, in a hook run again or a later one, adds nothing).
+
+    When every pod of the gang ran on those nodes, each Job replaces its own pods
+    (podFailurePolicy Ignore on DisruptionTarget) and JobSet never restarts the gang:
+    this record is the move's only count. When the gang also ran elsewhere (a pod of the
+    JobSet on another node made before the fault: JobSet v0.12.0 labels every pod
+    `jobset.sigs.k8s.io/jobset-name`, pkg/controllers/jobset_controller.go
+    labelAndAnnotateObject), those stop on a SIGTERM with their peers and JobSet restarts
+    the gang without counting it toward max-restarts (the tensorflow charm's
+    manifests.jobset), as it did already when the pods here are of an earlier attempt
+    (their `jobset.sigs.k8s.io/restart-attempt`, the JobSet's `status.restarts` when they
+    were made, is below it now): JobSet's status counts that move, the entry says
+    `restarted`. A JobSet gone, or a write refused (its team filled its annotations up to
+    kube-apiserver's 256 KiB: apimachinery pkg/api/validation/objectmeta.go
+    TotalAnnotationSizeLimitB), is logged: the quarantine hook goes on.
+    """
+    meta = workload["metadata"]
+    ns = meta["namespace"]
+    owner = next(
+        (
+            r
+            for r in meta.get("ownerReferences") or []
+            if r.get("kind") == "JobSet" and r.get("apiVersion") == JOBSET_API
+        ),
+        None,
+    )
+    here = [p for p in gang if _active(p) and (p.get("spec") or {}).get("nodeName") in faults]
+    if owner is None or not here:
+        return
+    name = owner.get("name") or ""
+    js = kube.get(JOBSET_API, "JobSet", name, ns)
+    if js is None or js["metadata"].get("uid") != owner.get("uid"):
+        return
+    found = {n: faults[n] or {} for n in sorted({p["spec"]["nodeName"] for p in here})}
+    times = {n: f.get("lastTransitionTime") or _now() for n, f in found.items()}
+    restarts = int((js.get("status") or {}).get("restarts") or 0)
+    attempts = [(p["metadata"].get("labels") or {}).get(RESTART_ATTEMPT) for p in here]
+    restarted = any(a is not None and a != str(restarts) for a in attempts) or any(
+        _active(p)
+        and (p.get("spec") or {}).get("nodeName") not in faults
+        and (p["metadata"].get("creationTimestamp") or "") < min(times.values())
+        for p in kube.list("v1", "Pod", ns, label_selector=f"{JOBSET_NAME}={name}")
+    )
+    for node, fault in found.items():
+        reason = fault.get("message") or fault.get("reason") or "GPU quarantine"
+        patch = kube_objects.moves_patch(js, node, reason, times[node], restarted)
+        if patch is None:
+            continue
+        try:
+            js = kube.patch(JOBSET_API, "JobSet", name, patch, ns) or js
+        except KubeError as e:
+            logger.warning("could not record the move of JobSet %s/%s: %s", ns, name, e)
+            return
+        logger.info("JobSet %s/%s moves off node %s: %s", ns, name, node, reason)
+
+
+def _active(pod: dict[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def reactivate(kube: Kube, bag: MutableMapping[str, str]) -> None:

@@ -25,6 +25,7 @@ from manifests import tensorboard_url
 from params import TrainRequest
 from progress import eta_seconds, evaluation_phrase, format_duration, sparkline
 
+from charms.gpu_k8s.v0 import kube_objects
 from charms.gpu_k8s.v0.kube_objects import pod_gpus
 
 
@@ -416,12 +417,9 @@ DISRUPTIONS = {
     "PreemptionByScheduler": "preempted by the scheduler",
     "TerminationByKubelet": "node pressure",
 }
-# The worker's GPU health condition on a Node (kubernetes-worker gpu_health.CONDITION):
-# False while one of its GPUs is quarantined.
-GPU_HEALTHY = "GpuHealthy"
 UNCOUNTED = (
-    "gang restarts not counted toward max-restarts: a drain, a GPU quarantine or an "
-    "eviction took a pod back"
+    "not counted toward max-restarts: a drain, a GPU quarantine or an eviction took the "
+    "job's pods back"
 )
 
 
@@ -436,34 +434,39 @@ def leaving(pods: Iterable[dict]) -> dict[str, str]:
     return found
 
 
-def gpu_fault(node: Mapping[str, Any] | None) -> bool:
-    """Whether the worker quarantined a GPU of `node` (GPU_HEALTHY False)."""
-    for cond in ((node or {}).get("status") or {}).get("conditions") or []:
-        if cond.get("type") == GPU_HEALTHY:
-            return cond.get("status") == "False"
-    return False
-
-
 def moves(js: Mapping[str, Any] | None, away: Mapping[str, str], faulty: set[str]) -> str:
-    """`job-status`'s `moves`: gang restarts no pod's program caused, and who moves it now.
+    """`job-status`'s `moves`: how often the job moved off a node for no fault of its own.
 
-    The count is JobSet's (v0.12.0 api/jobset/v1alpha2/jobset_types.go JobSetStatus
-    `restarts`, every restart, less `restartsCountTowardsMax`): with this charm's failure
-    policy only a stop on a SIGTERM restarts uncounted (manifests.jobset
-    `stoppedNotCounted`), and it survives the pods. Which node and why is known only
-    while the pods taken back terminate (`away`: `leaving`; `faulty`: those nodes with a
-    quarantined GPU): a pod's DisruptionTarget goes with the pod, and the Job, which
-    JobSet recreates, keeps none. "" when there is nothing to say.
+    Two counts, each move in one only:
+    - JobSet's gang restarts not counted toward max-restarts (v0.12.0
+      api/jobset/v1alpha2/jobset_types.go JobSetStatus `restarts`, every restart, less
+      `restartsCountTowardsMax`): with this charm's failure policy only a stop on a SIGTERM
+      restarts uncounted (manifests.jobset `stoppedNotCounted`): a drain, or a GPU
+      quarantine of a node the gang shared with healthy ones;
+    - the control plane's record on the JobSet of each GPU quarantine that took pods of
+      the job (kube_objects.MOVES_ANNOTATION, its leader's quarantine hook): its `count`
+      has the moves of a gang whose every pod was on the node, which each Job replaces
+      one by one and JobSet never restarts, and its newest entries say which node, when
+      the fault began and what it was. The job's team may edit the record: it only
+      misleads this answer.
+    `away` (`leaving`): the nodes the pods taken back leave now, and why (a pod's
+    DisruptionTarget goes with the pod); `faulty`: those with a quarantined GPU. "" when
+    there is nothing to say.
     """
     status = (js or {}).get("status") or {}
     uncounted = int(status.get("restarts") or 0) - int(status.get("restartsCountTowardsMax") or 0)
+    recorded, last = kube_objects.moves_of(js)
+    total = max(uncounted, 0) + recorded
+    where = "".join(
+        f"; off node {e['node']} after a GPU fault at {e['at']}: {e['reason']}" for e in last
+    )
     if not away:
-        return f"{uncounted} ({UNCOUNTED})" if uncounted > 0 else ""
+        return f"{total} ({UNCOUNTED}){where}" if total > 0 or last else ""
     now = "; ".join(
         f"off node {node}: {'GPU fault' if node in faulty else DISRUPTIONS.get(why, why)}"
         for node, why in sorted(away.items())
     )
-    return f"{max(uncounted, 0)} so far, now {now}"
+    return f"{total} so far, now {now}{where}"
 
 
 def _true(obj: Mapping[str, Any] | None, kind: str) -> dict | None:
@@ -511,7 +514,7 @@ def summarise(
     """The status of one job as action results (dashed keys, printable values).
 
     `now`: the wall clock, for a requeued job's backoff (`requeues`); `faulty`: the nodes
-    its pods leave (`leaving`) that have a quarantined GPU (`gpu_fault`).
+    its pods leave (`leaving`) that have a quarantined GPU (kube_objects.gpu_fault).
     """
     active = [p for p in pods if _active(p)]
     counts = running_counts(request, pods)

@@ -57,6 +57,7 @@ from manifests import Context
 from params import TrainRequest
 from progress import parse_progress, progress_phrase, resumed_step
 
+from charms.gpu_k8s.v0 import kube_objects
 from charms.gpu_k8s.v0.unit_state import Gauge
 
 logger = logging.getLogger(__name__)
@@ -549,7 +550,9 @@ def _summary(
         if not job_state.backing_off(workload, at):
             position = job_state.queue_position(workload, workloads, at)
     # the nodes its pods leave now: which of them had a GPU quarantined (Nodes: get)
-    faulty = {n for n in job_state.leaving(pods) if job_state.gpu_fault(kube.get("v1", "Node", n))}
+    faulty = {
+        n for n in job_state.leaving(pods) if kube_objects.gpu_fault(kube.get("v1", "Node", n))
+    }
     return job_state.summarise(
         request,
         js,

@@ -20,6 +20,7 @@ import kueue
 import literals
 import pytest
 import yaml
+from literals import CONSUMER_LABEL
 from ops import testing
 
 import charm
@@ -1185,6 +1186,178 @@ def test_a_quarantine_leaves_every_gang_that_still_fits(ctx, machine, api, relea
     assert api.get_object(lost)["spec"].get("active", True) is True
     assert api.get_object(kept)["spec"].get("active", True) is True
     assert "kueue-deactivated" not in peer(out).local_app_data
+
+
+JOBSETS = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/{}/jobsets/{}"
+BEFORE = "2026-11-28T05:00:00Z"  # the gangs' pods were made then, before the fault
+# the worker's GPU health watcher's condition (kubernetes-worker gpu_watcher.py)
+XID79 = {
+    "type": "GpuHealthy",
+    "status": "False",
+    "reason": "Xid79",
+    "message": f"GPU 0 ({BAD_GPU}): GPU has fallen off the bus; repair: reboot",
+    "lastTransitionTime": "2026-11-28T06:00:00Z",
+}
+
+
+def _jobset_gang(api, ns: str, name: str, nodes: list[str], gpus: int) -> str:
+    """A team's JobSet of one Job whose pods run on `nodes`, and its admitted Workload.
+
+    Shaped as JobSet v0.12.0 makes them: the Job owned by the JobSet, each pod labelled
+    with the JobSet's name and restart attempt; Kueue's Workload owned by the JobSet.
+    Returns the JobSet's path.
+    """
+    workload = api.get_object(_admitted_gang(api, ns, name, nodes[0], gpus))
+    api.put_object(
+        f"/api/v1/namespaces/{ns}",
+        {"metadata": {"name": ns, "labels": {"gpu-k8s.io/kueue": "managed", CONSUMER_LABEL: ns}}},
+    )
+    js_ref = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "name": name,
+        "uid": f"js-{ns}-{name}",
+        "controller": True,
+    }
+    pod_spec = {"restartPolicy": "Never", "containers": [{"name": "main", "image": "tf"}]}
+    job_spec = {
+        "parallelism": len(nodes),
+        "completions": len(nodes),
+        "template": {"spec": pod_spec},
+    }
+    api.put_object(
+        JOBSETS.format(ns, name),
+        {
+            "apiVersion": "jobset.x-k8s.io/v1alpha2",
+            "kind": "JobSet",
+            "metadata": {"name": name, "namespace": ns, "uid": js_ref["uid"]},
+            "spec": {
+                "replicatedJobs": [
+                    {"name": "worker", "replicas": 1, "template": {"spec": job_spec}}
+                ]
+            },
+            "status": {"restarts": 0},
+        },
+    )
+    api.put_object(
+        f"/apis/batch/v1/namespaces/{ns}/jobs/{name}",
+        {
+            "metadata": {
+                "name": name,
+                "namespace": ns,
+                "uid": f"uid-{ns}-{name}",
+                "ownerReferences": [js_ref],
+            },
+            "spec": {**job_spec, "template": {"spec": pod_spec}},
+        },
+    )
+    first = api.get_object(f"/api/v1/namespaces/{ns}/pods/{name}-0")
+    labels = {"jobset.sigs.k8s.io/jobset-name": name, "jobset.sigs.k8s.io/restart-attempt": "0"}
+    for i, where in enumerate(nodes):
+        pod = {**first, "spec": {**first["spec"], "nodeName": where}}
+        pod["metadata"] = {
+            "name": f"{name}-{i}",
+            "namespace": ns,
+            "labels": labels,
+            "ownerReferences": first["metadata"]["ownerReferences"],
+            "creationTimestamp": BEFORE,
+        }
+        api.put_object(f"/api/v1/namespaces/{ns}/pods/{name}-{i}", pod)
+    workload["metadata"]["ownerReferences"] = [js_ref]
+    api.put_object(WORKLOADS.format(ns, f"job-{name}"), workload)
+    return JOBSETS.format(ns, name)
+
+
+def _moves(api, path: str) -> dict | None:
+    text = (api.get_object(path)["metadata"].get("annotations") or {}).get("gpu-k8s.io/moves")
+    return json.loads(text) if text else None
+
+
+def _fault(api, node: str, condition: dict) -> None:
+    """The worker's watcher sets its condition before its hook asks for the taint."""
+    found = api.get_object(f"/api/v1/nodes/{node}")
+    found["status"]["conditions"].append(condition)
+    api.put_object(f"/api/v1/nodes/{node}", found)
+
+
+def test_a_quarantine_records_the_move_on_each_team_jobset_with_pods_on_the_node(
+    ctx, machine, api, releases
+):
+    """Issue 32 item 2 (rereview43b finding 3): job-status's `moves` outlives the pods.
+
+    In the hook that sets the taint the leader records, on the JobSet of each team gang
+    with a pod on the node, the node, the fault and when it began: counted when the whole
+    gang was there (no JobSet restart will count it), not when it ran elsewhere too (its
+    JobSet restarts it, uncounted, and counts that, as it did for a gang whose pods there
+    are of an earlier restart attempt). A gang elsewhere, and a namespace no
+    team's, get nothing. The hook run again from the same state (Juju runs a failed hook
+    again with its databag changes discarded) records nothing twice; the consumer
+    admission policies let the leader write a consumer's running JobSet.
+    """
+    out = _two_gpu_workers(ctx, api)
+    whole = _jobset_gang(api, "a", "whole", ["gpu-0", "gpu-0"], 2)
+    split = _jobset_gang(api, "b", "split", ["gpu-0", "gpu-1"], 2)
+    away = _jobset_gang(api, "c", "away", ["gpu-1"], 1)
+    raced = _jobset_gang(api, "d", "raced", ["gpu-0"], 1)
+    restarted = api.get_object(raced)  # JobSet restarted it before this hook: counted there
+    restarted["status"]["restarts"] = 1
+    api.put_object(raced, restarted)
+    other = _jobset_gang(api, "system", "tool", ["gpu-0"], 1)
+    other_ns = api.get_object("/api/v1/namespaces/system")
+    other_ns["metadata"]["labels"] = {}
+    api.put_object("/api/v1/namespaces/system", other_ns)
+    _fault(api, "gpu-0", XID79)
+    assert api.objects("/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/")
+    before = out
+
+    out = _worker_says(ctx, before, 0, **{"gpu-quarantine": json.dumps([BAD_GPU])})
+
+    assert out.unit_status.name == "active", out.unit_status.message
+    entry = {"node": "gpu-0", "reason": XID79["message"], "at": XID79["lastTransitionTime"]}
+    assert _moves(api, whole) == {"count": 1, "last": [{**entry, "restarted": False}]}
+    assert _moves(api, split) == {"count": 0, "last": [{**entry, "restarted": True}]}
+    assert _moves(api, raced) == {"count": 0, "last": [{**entry, "restarted": True}]}
+    assert _moves(api, away) is None
+    assert _moves(api, other) is None
+    written = api.get_object(whole)["metadata"]["resourceVersion"]
+
+    out = _worker_says(ctx, before, 0, **{"gpu-quarantine": json.dumps([BAD_GPU])})
+
+    assert out.unit_status.name == "active", out.unit_status.message
+    assert _moves(api, whole) == {"count": 1, "last": [{**entry, "restarted": False}]}
+    assert api.get_object(whole)["metadata"]["resourceVersion"] == written  # nothing sent
+
+
+def test_a_moves_record_a_team_forged_or_refused_neither_grows_nor_stops_the_quarantine(
+    ctx, machine, api, releases
+):
+    """A team may write its JobSet's annotations: the leader reads them as untrusted.
+
+    A forged record (huge fields, a count that is no number) is read bounded and written
+    back small; a refused write (a team's annotations at kube-apiserver's 256 KiB) is
+    logged, and the rest of the hook (the taint, the gang that no longer fits) goes on.
+    """
+    out = _two_gpu_workers(ctx, api)
+    forged = _jobset_gang(api, "a", "forged", ["gpu-0"], 4)
+    refused = _jobset_gang(api, "b", "refused", ["gpu-0"], 4)
+    _jobset_gang(api, "c", "fills", ["gpu-1"], 4)  # 4 GPUs left for 12 held
+    js = api.get_object(forged)
+    bogus = {"count": "many", "last": [{"node": "x" * 5000, "reason": "r", "at": "t"}] * 20}
+    js["metadata"]["annotations"] = {"gpu-k8s.io/moves": json.dumps(bogus)}
+    api.put_object(forged, js)
+    _fault(api, "gpu-0", XID79)
+    api.inject(status=422, method="PATCH", path_prefix=refused, message="annotations too long")
+
+    out = _worker_says(ctx, out, 0, **{"gpu-quarantine": json.dumps([BAD_GPU])})
+
+    assert out.unit_status.name == "active", out.unit_status.message
+    record = api.get_object(forged)["metadata"]["annotations"]["gpu-k8s.io/moves"]
+    assert json.loads(record)["count"] == 1 and len(record) < 1000
+    assert _moves(api, refused) is None
+    assert {"key": "gpu-k8s.io/gpu-unhealthy", "effect": "NoExecute"} in api.get_object(
+        "/api/v1/nodes/gpu-0"
+    )["spec"]["taints"]
+    assert api.get_object(WORKLOADS.format("b", "job-refused"))["spec"]["active"] is False
 
 
 def _held(name: str, usage: dict, priority: int = 0, **status) -> dict:

@@ -1,10 +1,24 @@
-"""What the charms read off Kubernetes objects: GPUs a pod holds, a Ready node, digests."""
+"""What the charms read off Kubernetes objects: GPUs a pod holds, a Ready node, digests.
+
+And a job's record of its moves off quarantined GPU nodes (issue 32 item 2).
+"""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from charms.gpu_k8s.v0.kube_objects import fingerprint, node_ready, pod_gpus
+from charms.gpu_k8s.v0.kube_objects import (
+    MOVES_ANNOTATION,
+    MOVES_KEPT,
+    fingerprint,
+    gpu_fault,
+    moves_of,
+    moves_patch,
+    node_ready,
+    pod_gpus,
+)
 
 
 def _container(name: str, gpus: int = 0, *, part: str = "limits", **extra) -> dict:
@@ -72,3 +86,95 @@ def test_a_fingerprint_follows_the_content_not_the_key_order():
     assert (
         fingerprint({"kind": "Namespace", "metadata": {"name": "x"}}, "https://10.0.0.2:6443") != a
     )
+
+
+def _annotated(text: str) -> dict:
+    return {"metadata": {"annotations": {MOVES_ANNOTATION: text}}}
+
+
+def _apply(obj: dict, patch: dict | None) -> dict:
+    """A merge patch of annotations applied to `obj`, as kube-apiserver would."""
+    assert patch is not None
+    annotations = {**obj.get("metadata", {}).get("annotations", {})}
+    annotations.update(patch["metadata"]["annotations"])
+    return {"metadata": {"annotations": annotations}}
+
+
+def test_a_quarantine_is_one_move_however_often_it_is_recorded():
+    js: dict = {"metadata": {"name": "big"}}
+    assert moves_of(js) == (0, [])
+    js = _apply(js, moves_patch(js, "gpu-a", "Xid79", "2026-11-28T06:00:00Z", False))
+    assert moves_patch(js, "gpu-a", "Xid79 again", "2026-11-28T06:00:00Z", False) is None
+    # the node quarantined again later (a new first fault), and a split gang's move
+    js = _apply(js, moves_patch(js, "gpu-a", "Xid48", "2026-11-29T06:00:00Z", False))
+    js = _apply(js, moves_patch(js, "gpu-b", "Xid79", "2026-11-29T06:00:00Z", True))
+    count, last = moves_of(js)
+    assert count == 2  # the JobSet's own restart counts the split gang's move
+    assert [(e["node"], e["at"], e["restarted"]) for e in last] == [
+        ("gpu-a", "2026-11-28T06:00:00Z", False),
+        ("gpu-a", "2026-11-29T06:00:00Z", False),
+        ("gpu-b", "2026-11-29T06:00:00Z", True),
+    ]
+
+
+def test_the_record_keeps_the_newest_moves_and_counts_them_all():
+    js: dict = {"metadata": {}}
+    for day in range(10, 10 + MOVES_KEPT + 2):
+        js = _apply(js, moves_patch(js, f"gpu-{day}", "r", f"2026-11-{day}T00:00:00Z", False))
+    count, last = moves_of(js)
+    assert count == MOVES_KEPT + 2
+    assert [e["node"] for e in last] == [f"gpu-{d}" for d in range(12, 12 + MOVES_KEPT)]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "not json",
+        "[1, 2]",
+        '{"count": "9", "last": "gpu-a"}',
+        '{"count": true, "last": [{"node": 1, "reason": "r", "at": "t"}]}',
+        '{"count": -3, "last": [["gpu-a"]]}',
+        '{"count": ' + "9" * 5000 + "}",  # past Python's int digits: ValueError
+        json.dumps({"count": 1, "last": [], "pad": "x" * 9000}),  # longer than written
+    ],
+)
+def test_a_record_its_team_mangled_reads_as_no_move(text):
+    """A team may write its JobSet's annotations: what is unreadable counts nothing."""
+    assert moves_of(_annotated(text)) == (0, [])
+
+
+def test_a_forged_record_is_read_bounded_and_rewritten_small():
+    """Overlong fields are cut and the leader's write holds at most MOVES_KEPT entries."""
+    forged = {
+        "count": 7,
+        "last": [
+            {"node": "n" * 999, "reason": "r" * 9999, "at": "t" * 99, "restarted": "yes"},
+            {"node": "gpu-a"},  # no reason, no time: dropped
+        ],
+    }
+    count, last = moves_of(_annotated(json.dumps(forged)[:8192]))
+    assert count == 0  # the 8192 cut made it unreadable JSON
+    count, last = moves_of(_annotated(json.dumps({**forged, "last": forged["last"][1:]})))
+    assert (count, last) == (7, [])
+    small = {**forged, "last": [{**forged["last"][0], "reason": "r" * 3000}]}
+    count, last = moves_of(_annotated(json.dumps(small)))
+    assert count == 7
+    assert [(len(e["node"]), len(e["reason"]), len(e["at"]), e["restarted"]) for e in last] == [
+        (253, 200, 40, False)
+    ]
+    js = _apply(
+        _annotated(json.dumps(small)),
+        moves_patch(_annotated(json.dumps(small)), "gpu-b", "x" * 500, "t", False),
+    )
+    assert len(js["metadata"]["annotations"][MOVES_ANNOTATION]) < 1000
+    assert moves_of(js)[0] == 8
+
+
+def test_a_gpu_fault_is_the_false_gpu_healthy_condition():
+    fault = {"type": "GpuHealthy", "status": "False", "reason": "Xid79"}
+    assert gpu_fault({"status": {"conditions": [{"type": "Ready", "status": "True"}, fault]}}) == (
+        fault
+    )
+    assert gpu_fault({"status": {"conditions": [{**fault, "status": "True"}]}}) is None
+    assert gpu_fault({"status": {}}) is None
+    assert gpu_fault(None) is None

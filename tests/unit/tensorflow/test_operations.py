@@ -31,6 +31,7 @@ from conftest import (
 from ops import testing
 
 import charm
+from charms.gpu_k8s.v0.kube_objects import moves_patch
 from fakes import kueue_visibility
 from fakes.kube_admission import KUBERNETES_VERSION
 from fakes.kube_apiserver import stamp_seconds
@@ -944,9 +945,21 @@ def test_job_status_says_a_job_was_moved_off_a_node_whose_gpu_failed(
     controller.tick()
     results, _ = run_action(ctx, running, "job-status", job="mnist")
     assert results["restarts"] == "0 of 3"
+    moved = (  # a split gang: JobSet's restart counts the move
+        "1 (not counted toward max-restarts: a drain, a GPU quarantine or an eviction took "
+        "the job's pods back)"
+    )
+    assert results["moves"] == moved
+    # the control plane's record of that quarantine names it, counting it no second time
+    js = jobset(api, "mnist")
+    fault = "GPU 0 (GPU-1): GPU has fallen off the bus; repair: reboot"
+    record = moves_patch(js, where, fault, "2026-11-28T06:00:00Z", restarted=True)
+    assert record is not None
+    js["metadata"].setdefault("annotations", {}).update(record["metadata"]["annotations"])
+    api.put_object(f"{_JOBSETS}/mnist", js)
+    results, _ = run_action(ctx, running, "job-status", job="mnist")
     assert results["moves"] == (
-        "1 (gang restarts not counted toward max-restarts: a drain, a GPU quarantine or an "
-        "eviction took a pod back)"
+        f"{moved}; off node {where} after a GPU fault at 2026-11-28T06:00:00Z: {fault}"
     )
 
 

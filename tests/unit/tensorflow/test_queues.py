@@ -18,6 +18,7 @@ from conftest import (
     add_nodes,
     condition,
     control_plane_reads,
+    jobset,
     node,
     run_action,
     training_pods,
@@ -376,7 +377,20 @@ def test_a_teams_guarantee_is_reclaimed_from_a_borrower(ctx, state, api, control
     )
 
 
-def _quarantine_big(ctx, state, api, controller, fake_time, *, released: bool, room: int = 3):
+# the worker's GPU health watcher's condition (kubernetes-worker gpu_watcher.py
+# _set_condition): the reason and message of the GPU's fault, since its first fault
+XID79 = {
+    "type": "GpuHealthy",
+    "status": "False",
+    "reason": "Xid79",
+    "message": "GPU 0 (GPU-7f3e9a2c): GPU has fallen off the bus; repair: reboot",
+    "lastTransitionTime": "2026-11-28T06:00:00Z",
+}
+
+
+def _quarantine_big(
+    ctx, state, api, controller, fake_time, *, released: bool, room: int = 3, near: bool = False
+):
     """The job "big" (2 GPUs) runs on gpu-a; the other team's "theirs" (2) on gpu-b (`room` GPUs).
 
     The watcher quarantines GPU 0 of gpu-a: the node is cordoned and tainted, and the
@@ -391,10 +405,14 @@ def _quarantine_big(ctx, state, api, controller, fake_time, *, released: bool, r
     results, _ = run_action(ctx, state, "train", job="big", workers=2, **gpu)
     assert results["state"] == "running"
     add_nodes(api, node("gpu-b", room))
+    if near:  # a job of the team on gpu-b only
+        results, _ = run_action(ctx, state, "train", job="near", workers=1, **gpu)
+        assert results["state"] == "running"
     other = _other_team(api)
     other.clock = fake_time.time  # Kueue's times are wall-clock times (conftest)
     assert _admitted(_other_job(api, other, "theirs", 2))
-    assert {p["spec"]["nodeName"] for p in training_pods(api)} == {"gpu-a"}
+    on = {p["metadata"]["name"].split("-")[0]: p["spec"]["nodeName"] for p in training_pods(api)}
+    assert on == {"big": "gpu-a", **({"near": "gpu-b"} if near else {})}
     controller.tick()  # Kueue sees the gang ready
     started = condition(controller.workload("big") or {}, "PodsReady")
     assert (started["status"], started["reason"]) == ("True", "Started")
@@ -405,8 +423,9 @@ def _quarantine_big(ctx, state, api, controller, fake_time, *, released: bool, r
     taints.tick()  # running since the cluster started: nothing tainted yet
     path = "/api/v1/nodes/gpu-a"
     quarantined = api.get_object(path)
+    quarantined["status"]["conditions"].append(XID79)  # the watcher's, then its cordon
     quarantined["spec"]["unschedulable"] = True
-    quarantined["spec"]["taints"].append(dict(QUARANTINE_TAINT))
+    quarantined["spec"]["taints"].append(dict(QUARANTINE_TAINT))  # the leader's
     api.put_object(path, quarantined)
     size_cohort(api, released=["gpu-a"] if released else [])
     controller.evict("big", "worker", 0)
@@ -525,6 +544,43 @@ def test_a_gang_that_still_fits_after_a_quarantine_is_never_touched(
     assert _admitted(big)
     assert not [c for c in big["status"]["conditions"] if c["type"] in ("Evicted", "Requeued")]
     assert {p["spec"].get("nodeName") for p in training_pods(api)} == {"gpu-b"}
+
+
+def test_a_whole_gang_on_a_quarantined_node_counts_one_move_naming_the_node_and_the_fault(
+    ctx, state, api, controller, fake_time
+):
+    """Issue 32 item 2 (rereview43b finding 3): the move outlives the pods that moved.
+
+    "big" ran all on gpu-a: each Job replaces its own pods on gpu-b (podFailurePolicy
+    Ignore on DisruptionTarget) and JobSet never restarts it, so its status counts
+    nothing. The leader's quarantine hook recorded the move on the JobSet (gang_release):
+    job-status says 1, with the node, the fault and when it began, after the pods are
+    gone. The hook run again while the pods still leave adds nothing; a job of the team
+    that had no pod there shows no move.
+    """
+    _quarantine_big(ctx, state, api, controller, fake_time, released=True, room=5, near=True)
+    assert "kueue-deactivated" not in leader_bag(api)  # it fits: only the record
+    where = (
+        "off node gpu-a after a GPU fault at 2026-11-28T06:00:00Z: GPU 0 (GPU-7f3e9a2c): "
+        "GPU has fallen off the bus; repair: reboot"
+    )
+    results, _ = run_action(ctx, state, "job-status", job="big")
+    assert results["moves"] == f"1 so far, now off node gpu-a: GPU fault; {where}"
+    assert [p["spec"]["nodeName"] for p in training_pods(api) if "big" in p["metadata"]["name"]]
+
+    size_cohort(api, released=["gpu-a"])  # the same hook again: its pods still leave gpu-a
+
+    for _ in range(3):
+        controller.tick()
+    assert {p["spec"].get("nodeName") for p in training_pods(api)} == {"gpu-b"}
+    assert jobset(api, "big")["status"].get("restarts", 0) == 0
+    results, _ = run_action(ctx, state, "job-status", job="big")
+    assert results["moves"] == (
+        "1 (not counted toward max-restarts: a drain, a GPU quarantine or an eviction took "
+        f"the job's pods back); {where}"
+    )
+    results, _ = run_action(ctx, state, "job-status", job="near")
+    assert "moves" not in results
 
 
 # -- train dry-run=true agrees with Kueue (issue 31 item 6) ---------------------------------

@@ -3,8 +3,9 @@
 
 """What the charms read off Kubernetes objects, in one place.
 
-The GPUs a pod holds, whether a node is Ready, and the digest that says whether a set of
-objects must be applied again.
+The GPUs a pod holds, whether a node is Ready or has a GPU quarantined, a job's record of
+its moves off quarantined nodes, and the digest that says whether a set of objects must be
+applied again.
 
 Plain functions of the objects as the API returns them (dicts); no client, no ops.
 """
@@ -13,11 +14,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Any
 
 LIBID = "58b81ae64c724083a9b79279b6369a0e"
 LIBAPI = 0
-LIBPATCH = 3
+LIBPATCH = 4
 
 # The extended resource NVIDIA's device plugin advertises (k8s-device-plugin README).
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -38,6 +40,26 @@ GPU_RESOURCE = "nvidia.com/gpu"
 GPU_CLIENTS_LABEL = "gpu-k8s.io/gpu-clients"
 GPU_CLIENTS_PAUSED = "paused"
 GPU_CLIENT_POD_LABEL = "gpu-k8s.io/gpu-client"
+
+# The Node condition the worker's GPU health watcher sets False while a GPU of its node is
+# quarantined (kubernetes-worker gpu_watcher.py CONDITION): its lastTransitionTime is the
+# first fault of the quarantine (kept while it lasts, a raised repair included), its message
+# names each GPU (index, UUID), the fault's meaning and the repair, at most 1000 characters.
+GPU_HEALTHY = "GpuHealthy"
+
+# A job's moves off nodes whose GPU was quarantined, on its JobSet (JSON): `count`, the
+# moves the JobSet's own restarts do not count, and `last`, the newest MOVES_KEPT, each
+# {"node", "reason", "at", "restarted"}. The control plane's leader writes it in the hook
+# that sets the quarantine taint (kubernetes-control-plane gang_release.py), the tensorflow
+# charm's job-status reads it. A JobSet is its team's to write, annotations included: a
+# record the team edits lies to its own job-status only, and is read as untrusted text
+# (`moves_of`: bounded, malformed parts dropped), so an edit cannot make the leader's
+# write larger than MOVES_KEPT bounded entries.
+MOVES_ANNOTATION = "gpu-k8s.io/moves"
+MOVES_KEPT = 5
+# the longest field kept: a Node name (a DNS subdomain), the reason, an RFC 3339 time
+_MOVE_FIELDS = {"node": 253, "reason": 200, "at": 40}
+_MOVES_MAX_CHARS = 8192  # what the leader writes stays far below; longer is not its own
 
 
 def count(value: Any) -> int:
@@ -88,6 +110,67 @@ def node_ready(node: dict) -> bool:
         if condition.get("type") == "Ready":
             return condition.get("status") == "True"
     return False
+
+
+def gpu_fault(node: dict | None) -> dict | None:
+    """The node's GPU_HEALTHY condition while a GPU of it is quarantined (status False)."""
+    for condition in ((node or {}).get("status") or {}).get("conditions") or []:
+        if condition.get("type") == GPU_HEALTHY:
+            return condition if condition.get("status") == "False" else None
+    return None
+
+
+def moves_of(obj: Mapping[str, Any] | None) -> tuple[int, list[dict[str, Any]]]:
+    """(count, last) of the MOVES_ANNOTATION record on `obj`: (0, []) absent or unreadable.
+
+    An entry without a text `node`, `reason` and `at` is dropped, each text cut to its
+    bound, `restarted` true only when it is; a `count` that is no whole number from 0 is
+    that of the entries kept.
+    """
+    raw = (((obj or {}).get("metadata") or {}).get("annotations") or {}).get(MOVES_ANNOTATION)
+    if not isinstance(raw, str) or len(raw) > _MOVES_MAX_CHARS:
+        return 0, []
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return 0, []
+    if not isinstance(data, dict):
+        return 0, []
+    entries = data.get("last")
+    if not isinstance(entries, list):
+        entries = []
+    last = [
+        {f: e[f][:size] for f, size in _MOVE_FIELDS.items()}
+        | {"restarted": e.get("restarted") is True}
+        for e in entries
+        if isinstance(e, dict) and all(isinstance(e.get(f), str) for f in _MOVE_FIELDS)
+    ][-MOVES_KEPT:]
+    count = data.get("count")
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        count = sum(not e["restarted"] for e in last)
+    return count, last
+
+
+def moves_patch(
+    obj: Mapping[str, Any], node: str, reason: str, at: str, restarted: bool
+) -> dict | None:
+    """The merge patch that adds a move off `node` to `obj`'s record; None when recorded.
+
+    One quarantine is one move however many hooks see it: its `node` and `at` (the
+    GPU_HEALTHY condition's lastTransitionTime, the quarantine's first fault) already
+    among the entries kept leave the record as it is. `restarted`: the gang had pods
+    elsewhere, which stop with it, so the JobSet restarts it and its own count has the
+    move (`count` does not).
+    """
+    count, last = moves_of(obj)
+    entry = {"node": node, "reason": reason, "at": at}
+    entry = {f: v[: _MOVE_FIELDS[f]] for f, v in entry.items()}
+    if any(e["node"] == entry["node"] and e["at"] == entry["at"] for e in last):
+        return None
+    moved = [*last, {**entry, "restarted": restarted}][-MOVES_KEPT:]
+    record = {"count": count + (0 if restarted else 1), "last": moved}
+    text = json.dumps(record, sort_keys=True, separators=(",", ":"))
+    return {"metadata": {"annotations": {MOVES_ANNOTATION: text}}}
 
 
 def fingerprint(data: Any, *extra: str) -> str:
