@@ -198,11 +198,9 @@ def local_releases():
     saved_csi, saved_opener = efs_csi.UPSTREAM, charm.KubernetesControlPlaneCharm.url_opener
     with ManifestServer() as server:
         for name in names:
-            release = getattr(addons, name)
-            local = f"{server.url}{server.path(release.name)}"
-            setattr(addons, name, dataclasses.replace(release, upstream_url=local))
+            setattr(addons, name, server.local(getattr(addons, name)))
         efs_csi.UPSTREAM = f"{server.url}{EFS_CSI_PATH}"
-        charm.KubernetesControlPlaneCharm.url_opener = staticmethod(server.opener())
+        charm.KubernetesControlPlaneCharm.url_opener = staticmethod(server.opener(saved_opener))
         try:
             yield server
         finally:

@@ -40,7 +40,9 @@ whose sha256 the control plane pins).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import hashlib
 import http.server
 import threading
 import urllib.request
@@ -374,6 +376,8 @@ class ManifestServer:
             **{f"{EFS_CSI_PATH}/{f}": efs_csi_file(f) for f in EFS_CSI_FILES},
         }
         self.requests: list[str] = []
+        # path -> the Location a 302 answers instead of the file (`redirect`)
+        self.redirects: dict[str, str] = {}
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -381,6 +385,12 @@ class ManifestServer:
 
             def do_GET(self) -> None:  # noqa: N802 (http.server's name)
                 server.requests.append(self.path)
+                if (location := server.redirects.get(self.path)) is not None:
+                    self.send_response(302)
+                    self.send_header("Location", location)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 body = server.files.get(self.path)
                 if body is None:
                     self.send_error(404, "Not Found")
@@ -408,9 +418,20 @@ class ManifestServer:
         """The mirror prefix: `https://127.0.0.1:<port>`."""
         return f"https://127.0.0.1:{self._httpd.server_address[1]}"
 
-    def opener(self) -> Callable[..., Any]:
-        """`urllib.request.urlopen` trusting this server's CA (the charm's `url_opener`)."""
-        return functools.partial(urllib.request.urlopen, context=self._cert.client_context())
+    def opener(self, open_url: Callable[..., Any] = urllib.request.urlopen) -> Callable[..., Any]:
+        """`open_url` (urlopen, or the charm's own `url_opener`) trusting this server's CA."""
+        return functools.partial(open_url, context=self._cert.client_context())
+
+    def local(self, release: Any) -> Any:
+        """`release` (a batch_engines.Release) served from here.
+
+        Its URL, and where the charm pins the upstream file's sha256, that of the file
+        served in its place.
+        """
+        served = self.files[self.path(release.name)]
+        digest = hashlib.sha256(served).hexdigest() if release.sha256 else ""
+        url = f"{self.url}{self.path(release.name)}"
+        return dataclasses.replace(release, upstream_url=url, sha256=digest)
 
     def path(self, name: str) -> str:
         """The path of a release's manifest."""
@@ -422,6 +443,10 @@ class ManifestServer:
         self.files[self.path(name)] += (
             b"---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: x, namespace: default}\n"
         )
+
+    def redirect(self, name: str, location: str) -> None:
+        """Answer `name`'s manifest with a 302 to `location`."""
+        self.redirects[self.path(name)] = location
 
     def missing(self, name: str) -> None:
         """Answer 404 for `name`'s manifest."""

@@ -73,12 +73,10 @@ def leader(api: FakeKubeApiServer, root: Path, worker: str) -> Iterator[Leader]:
     with releases, FakeEtcd(EtcdPki()) as etcd, pytest_free_patches() as patch:
         api.available_deployments = True  # a healthy cluster's controllers roll them out
         for name in ("JOBSET", "KUEUE", "CALICO_RELEASE"):
-            release = getattr(addons, name)
-            local = f"{releases.url}{releases.path(release.name)}"
-            patch(addons, name, dataclasses.replace(release, upstream_url=local))
+            patch(addons, name, releases.local(getattr(addons, name)))
         patch(efs_csi, "UPSTREAM", f"{releases.url}{EFS_CSI_PATH}")
         cls = charm.KubernetesControlPlaneCharm
-        patch(cls, "url_opener", staticmethod(releases.opener()))
+        patch(cls, "url_opener", staticmethod(releases.opener(cls.url_opener)))
         patch(cls, "public_address", staticmethod(lambda: PUBLIC_ADDRESS))
         clock = Clock()
         patch(cls, "clock", staticmethod(clock))

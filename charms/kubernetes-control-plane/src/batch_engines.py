@@ -34,6 +34,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import ssl
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -80,6 +81,10 @@ class Release:
     config_map: str | None = None
     config_key: str | None = None
     asset: str = "manifests.yaml"  # the file's name upstream, kept on a mirror
+    # The asset's sha256 where it is known when pinning (read from the tag's file); empty
+    # where it is not (a release asset built by the project's release job): then the
+    # leader trusts the first one it applies from a URL (`verify`).
+    sha256: str = ""
 
     def url(self, mirror: str) -> str:
         """The manifest's URL: upstream, or `<mirror>/<name>/<version>/<asset>`."""
@@ -114,16 +119,47 @@ def want_key(release: Release, mirror: str, sha256: str, settings: Settings) -> 
     return json.dumps(fields, sort_keys=True)
 
 
+class _HttpsRedirectsOnly(urllib.request.HTTPRedirectHandler):
+    """Follows a redirect only to another https URL.
+
+    urllib's own handler follows any redirect to http, https or ftp (CPython
+    Lib/urllib/request.py HTTPRedirectHandler.http_error_302: only other schemes raise
+    "redirection to url ... is not allowed"), so an https URL answered with a 302 to
+    plain http would be fetched in clear. Raising HTTPError here stops it before that
+    request is sent (http_error_302 calls redirect_request with the absolute new URL).
+    """
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: D102 (urllib's)
+        if not newurl.lower().startswith("https://"):
+            raise urllib.error.HTTPError(
+                req.full_url, code, f"redirected to {newurl}, not https", headers, fp
+            )
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+def https_open(url: str, *, timeout: float, context: ssl.SSLContext | None = None) -> Any:
+    """`urllib.request.urlopen(url)` that follows redirects only to https (the charm's opener).
+
+    `context`: the TLS context (None: the system's trusted CAs, as urlopen's default).
+    """
+    opener = urllib.request.build_opener(
+        urllib.request.HTTPSHandler(context=context), _HttpsRedirectsOnly()
+    )
+    return opener.open(url, timeout=timeout)
+
+
 def download(
     url: str,
     *,
-    opener: Callable[..., Any] = urllib.request.urlopen,
+    opener: Callable[..., Any] = https_open,
     timeout: float = DOWNLOAD_TIMEOUT_SECONDS,
 ) -> bytes:
     """The bytes at `url` (at most MAX_MANIFEST_BYTES); AddonError saying why not.
 
     Only https: what comes back is applied with cluster-admin rights, so a manifest that
-    anyone on the path could change (plain http) is refused before it is asked for.
+    anyone on the path could change (plain http) is refused before it is asked for, and
+    so is one a redirect took to plain http (`https_open` does not follow it; with any
+    other opener the answer's final URL is checked before its bytes are used).
     """
     if not url.lower().startswith("https://"):
         raise AddonError(
@@ -132,6 +168,12 @@ def download(
         )
     try:
         with opener(url, timeout=timeout) as answer:
+            final = answer.geturl()
+            if not final.lower().startswith("https://"):
+                raise AddonError(
+                    f"refusing {url}: it was redirected to {final}, and add-on manifests "
+                    "are downloaded over https only"
+                )
             data = answer.read(MAX_MANIFEST_BYTES + 1)
     except urllib.error.HTTPError as e:
         raise AddonError(f"cannot download {url}: HTTP {e.code} {e.reason}") from None
@@ -146,9 +188,11 @@ def download(
 def verify(release: Release, data: bytes, expected: str, first: str = "") -> str:
     """The sha256 of `data`; AddonError when it is not the one it must be.
 
-    `expected`: the `<name>-sha256` config, which wins when set. Otherwise `first`: the
-    sha256 this URL's manifest had when the leader first applied it (trust on first use:
-    a release asset never changes, so a different one at the same pinned URL is refused).
+    `expected`: the `<name>-sha256` config, which wins when set. Otherwise the release's
+    own pinned `sha256` where known (on GitHub and on a mirror alike: the same file).
+    Otherwise `first`: the sha256 this URL's manifest had when the leader first applied it
+    (trust on first use: a release asset never changes, so a different one at the same
+    pinned URL is refused).
     """
     digest = hashlib.sha256(data).hexdigest()
     if expected:
@@ -156,6 +200,14 @@ def verify(release: Release, data: bytes, expected: str, first: str = "") -> str
             raise AddonError(
                 f"{release.name} {release.version} manifest has sha256 {digest}, not the "
                 f"{release.name}-sha256 {expected}; nothing applied"
+            )
+        return digest
+    if release.sha256:
+        if digest != release.sha256:
+            raise AddonError(
+                f"{release.name} {release.version} manifest has sha256 {digest}, not the "
+                f"{release.sha256} of the pinned release; nothing applied (set "
+                f"{release.name}-sha256 to accept another)"
             )
         return digest
     if first and digest != first:

@@ -39,8 +39,8 @@ import datetime
 import json
 import logging
 import time
-import urllib.request
 
+import batch_engines
 import bootstrap
 import etcd
 import image_registry
@@ -115,7 +115,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
     clock = staticmethod(_now)
     drain_clock = staticmethod(time.monotonic)
     drain_sleep = staticmethod(time.sleep)
-    url_opener = staticmethod(urllib.request.urlopen)
+    url_opener = staticmethod(batch_engines.https_open)
     # This node's own API server, for /readyz after a restart: kube-apiserver listens on
     # every address, and the certificate names 127.0.0.1 (the proxy's endpoint host is
     # one of the cluster's certSANs, access.py).

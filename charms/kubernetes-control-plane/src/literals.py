@@ -48,9 +48,10 @@ CNIS = (CALICO, FLANNEL)
 # Its docs install a manifest cluster with `curl https://raw.githubusercontent.com/
 # projectcalico/calico/<tag>/manifests/calico.yaml -O` then `kubectl apply` (tigera/docs
 # calico/getting-started/kubernetes/self-managed-onprem/onpremises.mdx, "Manifest").
-# The file at the tag has sha256 a1df919d9721cf667accdc3e72848911b0cb25cfab7d2478ad0c99
-# 6302c95744 (read from the tag's blob); the leader records what it first applied
-# (batch_engines.verify) and `calico-sha256` pins it. Everything runs in kube-system.
+# The file at the tag has sha256 CALICO_RELEASE.sha256 (read from the tag's blob,
+# `git show v3.32.1:manifests/calico.yaml | sha256sum`, again 2026-11-28): the leader
+# refuses any other unless `calico-sha256` names it (batch_engines.verify). Everything
+# runs in kube-system.
 CALICO_RELEASE = Release(
     name=CALICO,
     version="v3.32.1",  # images quay.io/calico/{cni,node,kube-controllers}:v3.32.1
@@ -60,6 +61,7 @@ CALICO_RELEASE = Release(
     namespace="kube-system",
     deployment="calico-kube-controllers",
     asset="calico.yaml",
+    sha256="a1df919d9721cf667accdc3e72848911b0cb25cfab7d2478ad0c996302c95744",
 )
 
 # Pinned CNI of clusters bootstrapped before Calico: flannel release shipped in
@@ -74,6 +76,11 @@ POD_CIDR_PLACEHOLDER = "__POD_CIDR__"
 # manifests.yaml`; names from their config/default kustomizations at the tags. Kueue
 # v0.19.2 is built against JobSet v0.12.0 (its go.mod) and tests with it on Kubernetes
 # 1.34-1.36 (hack/make/test.mk); 1.37 is not in either project's test matrix yet.
+# Their manifests.yaml is built at release (`kustomize build config/default -o
+# artifacts/manifests.yaml`: jobset Makefile:310 at v0.12.0, kueue Makefile:379 at
+# v0.19.2), not kept in the repository, so no digest could be read when pinning: the leader trusts
+# the first it applies from a URL (batch_engines.verify); `jobset-sha256`/`kueue-sha256`
+# pin one.
 JOBSET = Release(
     name="jobset",
     version="v0.12.0",  # tagged 2026-05-08; image registry.k8s.io/jobset/jobset:v0.12.0

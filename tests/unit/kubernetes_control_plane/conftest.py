@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import pickle
 from collections.abc import Callable
 
@@ -82,14 +81,12 @@ def release_server():
 def releases(release_server, monkeypatch):
     """The batch engines', Calico's and the EFS CSI driver's files, from 127.0.0.1."""
     release_server.requests.clear()
+    release_server.redirects.clear()
     for name in ("JOBSET", "KUEUE", "CALICO_RELEASE"):
-        release = getattr(addons, name)
-        local = f"{release_server.url}{release_server.path(release.name)}"
-        monkeypatch.setattr(addons, name, dataclasses.replace(release, upstream_url=local))
+        monkeypatch.setattr(addons, name, release_server.local(getattr(addons, name)))
     monkeypatch.setattr(efs_csi, "UPSTREAM", f"{release_server.url}{EFS_CSI_PATH}")
-    monkeypatch.setattr(
-        charm.KubernetesControlPlaneCharm, "url_opener", staticmethod(release_server.opener())
-    )
+    cls = charm.KubernetesControlPlaneCharm  # its own opener, trusting the server's CA
+    monkeypatch.setattr(cls, "url_opener", staticmethod(release_server.opener(cls.url_opener)))
     return release_server
 
 

@@ -12,9 +12,12 @@ import functools
 import hashlib
 import json
 import logging
+import re
 
+import addons
 import batch_engines
 import kueue
+import literals
 import pytest
 import yaml
 from literals import CONSUMER_LABEL
@@ -33,6 +36,7 @@ from fakes.control_plane import (
     worker_bag,
     workers_relation,
 )
+from fakes.web import FileServer
 
 JOBSET_DEPLOY = "/apis/apps/v1/namespaces/jobset-system/deployments/jobset-controller-manager"
 KUEUE_DEPLOY = "/apis/apps/v1/namespaces/kueue-system/deployments/kueue-controller-manager"
@@ -166,6 +170,33 @@ def test_a_manifest_that_is_not_the_pinned_sha256_is_refused(ctx, machine, api, 
     assert api.get_object("/api/v1/namespaces/default/configmaps/x") is None
     out = ctx.run(ctx.on.update_status(), out)  # the real asset again: applied
     assert api.get_object(JOBSET_CRD) is not None
+    assert out.unit_status == testing.ActiveStatus(READY)
+
+
+def test_a_release_whose_sha256_the_charm_pins_refuses_any_other_even_at_first_use(
+    ctx, machine, api, releases
+):
+    """Review44a G7: a digest known when pinning (Calico's) is checked, not trusted first."""
+    assert re.fullmatch(r"[0-9a-f]{64}", literals.CALICO_RELEASE.sha256)
+    served = releases.local(addons.CALICO_RELEASE)  # the file served in upstream's place
+    digest = hashlib.sha256(releases.files[releases.path("calico")]).hexdigest()
+    assert served.sha256 == digest
+    other = "0" * 64
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(addons, "CALICO_RELEASE", dataclasses.replace(served, sha256=other))
+        out = _install(ctx)
+        assert out.unit_status.name == "blocked"
+        assert out.unit_status.message == (
+            f"calico: calico v3.32.1 manifest has sha256 {digest}, not the {other} of "
+            "the pinned release; nothing applied (set calico-sha256 to accept another)"
+        )
+        assert api.get_object(CALICO_DEPLOY) is None
+        # the operator's calico-sha256 wins over the charm's pin
+        out = ctx.run(
+            ctx.on.config_changed(),
+            dataclasses.replace(out, config={"calico-sha256": digest}),
+        )
+    assert api.get_object(CALICO_DEPLOY) is not None
     assert out.unit_status == testing.ActiveStatus(READY)
 
 
@@ -323,6 +354,50 @@ def test_a_manifest_is_never_downloaded_over_plain_http():
         "refusing http://github.com/x/manifests.yaml: add-on manifests are applied with "
         "cluster-admin rights and are downloaded over https only"
     )
+
+
+@pytest.fixture
+def plain_http():
+    """A plain-http server holding Kueue's manifest (where a hostile redirect points)."""
+    with FileServer() as web:
+        web.files["/kueue.yaml"] = release_manifest("kueue", KUEUE_VERSION)
+        yield web
+
+
+def test_a_redirect_to_plain_http_is_not_followed(ctx, machine, api, releases, plain_http):
+    releases.redirect("kueue", f"{plain_http.url}/kueue.yaml")
+    out = _install(ctx)
+    assert out.unit_status.name == "blocked"
+    assert out.unit_status.message.startswith("kueue: cannot download https://127.0.0.1:")
+    assert f"HTTP 302 redirected to {plain_http.url}/kueue.yaml, not https" in (
+        out.unit_status.message
+    )
+    assert plain_http.gets == 0  # never asked for in clear
+    assert api.get_object(KUEUE_DEPLOY) is None and api.get_object(KUEUE_CONFIG) is None
+    assert api.get_object(JOBSET_DEPLOY) is not None  # the other one is served
+
+
+def test_an_opener_that_follows_a_redirect_to_http_still_gets_nothing_applied(
+    releases, plain_http
+):
+    releases.redirect("kueue", f"{plain_http.url}/kueue.yaml")
+    url = f"{releases.url}{releases.path('kueue')}"
+    with pytest.raises(batch_engines.AddonError) as refused:
+        batch_engines.download(url, opener=releases.opener())  # urllib's own: follows it
+    assert plain_http.gets == 1
+    assert str(refused.value) == (
+        f"refusing {url}: it was redirected to {plain_http.url}/kueue.yaml, and add-on "
+        "manifests are downloaded over https only"
+    )
+
+
+def test_a_redirect_to_another_https_url_is_followed(ctx, machine, api, releases):
+    releases.files["/moved/kueue.yaml"] = releases.files[releases.path("kueue")]
+    releases.redirect("kueue", f"{releases.url}/moved/kueue.yaml")
+    out = _install(ctx)
+    assert out.unit_status == testing.ActiveStatus(READY)
+    assert api.get_object(KUEUE_DEPLOY) is not None
+    assert "/moved/kueue.yaml" in releases.requests
 
 
 @pytest.mark.parametrize(

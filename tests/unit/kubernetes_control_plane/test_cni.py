@@ -107,7 +107,10 @@ def test_nothing_is_downloaded_again_while_nothing_changed(ctx, machine, api, re
 
 
 def test_a_different_artifact_at_the_same_url_is_refused(ctx, machine, api, releases):
-    """Issue 29 item 7: the sha256 first applied is the one kept; nothing else is applied."""
+    """Issue 29 item 7: nothing but the pinned release's own file is applied.
+
+    Its sha256 is the charm's, checked before any first-use record (review44a G7).
+    """
     first = {f"{releases.url}{releases.path('calico')}": SHA}
     bag = {"addon-calico-sha256": json.dumps(first)}  # what a leader recorded before
     releases.tamper("calico")
@@ -119,8 +122,8 @@ def test_a_different_artifact_at_the_same_url_is_refused(ctx, machine, api, rele
     assert out.unit_status.name == "blocked"
     assert out.unit_status.message.startswith("calico: calico v3.32.1 manifest has sha256 ")
     assert out.unit_status.message.endswith(
-        f"not the {SHA} it had when first applied from the same URL; nothing applied (set "
-        "calico-sha256 to accept the new one)"
+        f"not the {SHA} of the pinned release; nothing applied (set calico-sha256 to "
+        "accept another)"
     )
     assert api.get_object(CALICO_NODE) is None
     assert api.get_object("/api/v1/namespaces/default/configmaps/x") is None
