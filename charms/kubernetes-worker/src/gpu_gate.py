@@ -18,18 +18,28 @@ credential is involved, the containers are privileged and removed afterwards):
    in the container's own network namespace, so nothing on the node's port 5555 is
    touched. `-j` prints JSON whose form is NVIDIA/DCGM testing/python3/
    dcgm_diag_schema.json (DCGM 4.x): `"DCGM Diagnostic"` -> `test_categories[]` ->
-   `tests[]` -> `results[]` of `{entity_group, entity_id, status, warnings[{warning}]}`,
-   and `runtime_error` when the diagnostic could not run; a result's status is one of
-   "Pass", "Fail", "Warn", "Skip", "Not Run" (dcgmi/Diag.cpp, to_string of
-   dcgmDiagResult_t). dcgmi exits non-zero on a failed test and the runner keeps only a
-   failed program's stderr, so the container's shell prints the JSON and exits 0: the
-   JSON decides, and no JSON fails the check. Not under MIG (`MIG_DCGM`): NVVS refuses
-   before any test (NVIDIA/DCGM nvvs/src/NvidiaValidationSuite.cpp BuildCommonGpusList,
-   @28bfbd4c and DCGM 4.6.0's 72fa3fe) a MIG GPU when the diagnostic covers more than one
-   GPU ("CUDA does not support enumerating GPUs with MIG mode enabled"), a MIG layout that
-   is not one instance over the whole GPU ("prevents access to the entire GPU"), MIG
-   without a compute instance, and a node mixing MIG and non-MIG GPUs; the check says it
-   did not run, and the CUDA check on every MIG device is then the proof;
+   `tests[]` -> `results[]` of `{entity_group, entity_id, status, warnings[{warning}]}`
+   and a `test_summary` `{status, warnings}`, and `runtime_error` when the diagnostic
+   could not run. A result's status is "Pass", "Fail" (a Warn too) or "Skip"; a GPU a test
+   did not run on has no result (NVIDIA/DCGM @72fa3fea, DCGM 4.6.0, dcgmi/Diag.cpp
+   HelperJsonAddResult, HelperDisplayDiagResult). The check passes only when every GPU's
+   result of every test is Pass: a Skip is DCGM not testing that GPU (NVVS starts each GPU
+   at Skip until its plugin sets a result, PluginTest.cpp; the memory test skips a GPU
+   with ECC off or too little free memory, a test that was disabled or aborted skips them
+   all), so it proves nothing, and the gate fails with the plugin's reason (the result's
+   `info`). An error tied to no GPU (the software test's Fabric Manager training error or
+   a denylisted driver: GpuIdTag::Unknown, nvvs/src/Software.cpp) fails every GPU with no
+   warning of its own; dcgmi quotes it only in the test's `test_summary`
+   (HelperJsonAddTestSummary: the test's status and all its errors), which the gate quotes,
+   and a summary that says Fail fails the check. dcgmi exits non-zero on a failed test and
+   the runner keeps only a failed program's stderr, so the container's shell prints the JSON
+   and exits 0: the JSON decides, and no JSON fails the check. Not under MIG (`MIG_DCGM`):
+   NVVS refuses before any test (NVIDIA/DCGM nvvs/src/NvidiaValidationSuite.cpp
+   BuildCommonGpusList, @28bfbd4c and DCGM 4.6.0's 72fa3fe) a MIG GPU when the diagnostic
+   covers more than one GPU ("CUDA does not support enumerating GPUs with MIG mode
+   enabled"), a MIG layout that is not one instance over the whole GPU ("prevents access to
+   the entire GPU"), MIG without a compute instance, and a node mixing MIG and non-MIG GPUs;
+   the check says it did not run, and the CUDA check on every MIG device is then the proof;
 3. on a machine with more than one GPU, NCCL's all-reduce across all of them
    (nccl-tests `all_reduce_perf_mpi -g <n>`, one process driving every GPU; the MPI
    build runs as a single rank without mpirun), which prints a row per message size and
@@ -335,7 +345,11 @@ def pull(
 
 
 def parse_dcgm(text: str, count: int) -> Check:
-    """`dcgmi diag -j`'s JSON: passed when no GPU result failed and every GPU was seen."""
+    """`dcgmi diag -j`'s JSON: passed when every GPU passed every test it ran, and all were seen.
+
+    A GPU's Skip fails too: DCGM did not test it (module docstring). A failed test's
+    `test_summary` warnings that no GPU's result quotes (errors tied to no GPU) are quoted.
+    """
     start = text.find("{")
     try:
         found = json.loads(text[start:]) if start >= 0 else None
@@ -350,14 +364,7 @@ def parse_dcgm(text: str, count: int) -> Check:
     failures, seen, tests = [], set(), 0
     for test in (t for c in diag.get("test_categories") or [] for t in c.get("tests") or []):
         tests += 1
-        for result in test.get("results") or []:
-            if result.get("entity_group") != "GPU":
-                continue
-            seen.add(result.get("entity_id"))
-            if result.get("status") == "Fail":
-                warnings = [w.get("warning", "") for w in result.get("warnings") or []]
-                why = warnings[0] if warnings else "no detail"
-                failures.append(f"GPU {result.get('entity_id')} {test.get('name')}: {why}")
+        failures += _test_failures(test, seen)
     if failures:
         return Check("dcgm", False, f"dcgmi diag -r {DCGM_LEVEL}: " + "; ".join(failures))
     if len(seen) < count:
@@ -365,6 +372,44 @@ def parse_dcgm(text: str, count: int) -> Check:
             "dcgm", False, f"dcgmi diag -r {DCGM_LEVEL} tested {len(seen)} of {count} GPUs"
         )
     return Check("dcgm", True, f"dcgmi diag -r {DCGM_LEVEL}: {tests} tests on {count} GPUs")
+
+
+def _warnings(entry: dict) -> list[str]:
+    """The `warnings[].warning` texts of one DCGM result or test summary."""
+    said = [w.get("warning") for w in entry.get("warnings") or [] if isinstance(w, dict)]
+    return [w for w in said if isinstance(w, str) and w]
+
+
+def _test_failures(test: dict, seen: set) -> list[str]:
+    """What one DCGM test says against the GPUs (adding each GPU it reports to `seen`).
+
+    Each GPU's result other than Pass, with its own warning; a Skip with the plugin's
+    reason (its `info`); GPUs failed with no warning of their own, and a failed test
+    summary, with the summary's warnings no GPU quoted (or "no detail").
+    """
+    name, failures, quoted, bare = test.get("name"), [], set(), []
+    for result in test.get("results") or []:
+        if result.get("entity_group") != "GPU":
+            continue
+        gpu, status, said = result.get("entity_id"), result.get("status"), _warnings(result)
+        seen.add(gpu)
+        quoted.update(said)
+        if status == "Pass":
+            continue
+        if status == "Skip":
+            info = [i for i in result.get("info") or [] if isinstance(i, str) and i]
+            why = (info or said or ["no reason given"])[0]
+            failures.append(f"GPU {gpu} {name}: skipped, so not proven ({why})")
+        elif said:
+            failures.append(f"GPU {gpu} {name}: {said[0]}")
+        else:
+            bare.append(gpu)
+    summary = test.get("test_summary") or {}
+    extra = [w for w in _warnings(summary) if w not in quoted]
+    if bare or (summary.get("status") == "Fail" and (extra or not failures)):
+        on = f" on GPU{'s' if len(bare) > 1 else ''} {', '.join(map(str, bare))}" if bare else ""
+        failures.append(f"{name} failed{on}: {'; '.join(extra) or 'no detail'}")
+    return failures
 
 
 def largest(text: str) -> tuple[int, float] | None:
