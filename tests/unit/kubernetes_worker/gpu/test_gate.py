@@ -74,11 +74,12 @@ def test_a_gpu_failure_is_quoted_once_though_the_summary_repeats_it(ctr):
     )
 
 
-def test_a_gpu_the_diagnostic_skipped_is_not_proven(ctr):
-    """A Skip is DCGM not testing that GPU (its memory test with ECC off, say): no proof.
+def test_a_test_that_skipped_a_gpu_is_named_and_fails_nothing(ctr):
+    """A Skip is DCGM not testing that GPU with that test (its memory test with ECC off).
 
-    Counted as tested, a GPU whose memory test never ran readmitted the node (the test's
-    overall status is Pass while any GPU passed: nvvs Plugin::GetOverallResult).
+    DCGM's own result stays Pass (nvvs Plugin::GetOverallResult); the GPU passed the
+    others, so the check passes and names the skip: failing it would hold a GPU with ECC
+    off out of service for good.
     """
     ctr.diag_skips = {1: ("memory", NO_ECC)}
     text = diag(ctr)
@@ -86,8 +87,23 @@ def test_a_gpu_the_diagnostic_skipped_is_not_proven(ctr):
     assert memory["test_summary"] == {"status": "Pass"}
     check = gpu_gate.parse_dcgm(text, 4)
     assert (check.passed, check.detail) == (
-        False,
-        f"dcgmi diag -r 2: GPU 1 memory: skipped, so not proven ({NO_ECC})",
+        True,
+        f"dcgmi diag -r 2: 3 tests on 4 GPUs (GPU 1 memory skipped: {NO_ECC})",
+    )
+
+
+def test_a_gpu_every_test_skipped_is_not_proven(ctr):
+    """Counted as tested, a GPU no test ran on readmitted the node: now the check fails."""
+    found = json.loads(diag(ctr))
+    for category in found["DCGM Diagnostic"]["test_categories"]:
+        for test in category["tests"]:
+            for row in test["results"]:
+                if row["entity_id"] == 1:
+                    row["status"], row["info"] = "Skip", [NO_ECC]
+    check = gpu_gate.parse_dcgm(json.dumps(found), 4)
+    assert not check.passed
+    assert check.detail.startswith(
+        "dcgmi diag -r 2: GPU 1: no test passed, every one skipped it (GPU 1 software skipped: "
     )
 
 
