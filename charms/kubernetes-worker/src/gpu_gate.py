@@ -16,7 +16,7 @@ credential is involved, the containers are privileged and removed afterwards):
    Diagnostics": run levels 1-4) in NVIDIA's DCGM image. dcgmi talks to a host engine; the
    container starts its own (`nv-hostengine`, which daemonizes by default) in the
    container's own network namespace, so nothing on the node's port 5555 is touched. `-j`
-   prints JSON whose form is NVIDIA/DCGM testing/python3/ dcgm_diag_schema.json (DCGM 4.x):
+   prints JSON whose form is NVIDIA/DCGM testing/python3/dcgm_diag_schema.json (DCGM 4.x):
    `"DCGM Diagnostic"` -> `test_categories[]` -> `tests[]` -> `results[]` of `{entity_group,
    entity_id, status, warnings[{warning}]}` and a `test_summary` `{status, warnings}`, and
    `runtime_error` when the diagnostic could not run. A result's status is "Pass", "Fail" (a
