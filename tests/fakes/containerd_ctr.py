@@ -21,9 +21,17 @@ validation.py), with the rules of the real programs:
   image runs `sh -c "nv-hostengine ...; dcgmi diag -r 2 -j; exit 0"` and prints the
   diagnostic's JSON in the form of NVIDIA/DCGM testing/python3/dcgm_diag_schema.json
   (DCGM 4.x: "DCGM Diagnostic" -> test_categories -> tests -> results per entity, with
-  status "Pass" / "Fail" / "Warn" / "Skip" from dcgmi/Diag.cpp, a failed result's
-  warnings[{warning, error_id, error_category, error_severity}], and `runtime_error`
-  when the diagnostic cannot run, as it cannot on most MIG layouts: `_diag_mig_refusal`);
+  status "Pass" / "Fail" / "Skip" from dcgmi/Diag.cpp (a Warn prints "Fail" in JSON:
+  HelperDisplayDiagResult's default DDR_NO_DISPLAY_WARN), a failed result's
+  warnings[{warning, error_id, error_category, error_severity}], a skipped one's
+  `info` (the plugin's reason), and `runtime_error` when the diagnostic cannot run, as it
+  cannot on most MIG layouts: `_diag_mig_refusal`). Each test's `test_summary` (NVIDIA/DCGM
+  @72fa3fe, DCGM 4.6.0, dcgmi/Diag.cpp HelperJsonAddTestSummary, HelperJsonAddResult with
+  includeAllErrors) holds the test's overall status (nvvs Plugin::GetOverallResult: Fail
+  if any GPU failed, Skip if every GPU skipped, else Pass) and every error of the test,
+  those tied to no GPU too (DcgmError GpuIdTag::Unknown: the software test's Fabric
+  Manager training error, Software.cpp, after which PluginTest::SetResult fails every
+  GPU), which no GPU's result quotes: `diag_unattributed`;
   the test names per category are the level-2 plugins
   of NVIDIA's DCGM user guide ("DCGM Diagnostics": software, pcie, memory). NVIDIA's
   PyTorch image runs nccl-tests' `all_reduce_perf_mpi` and prints its table and the
@@ -103,6 +111,11 @@ class FakeCtr:
         self.failing_gpus: set[str] = set()  # NVIDIA_VISIBLE_DEVICES values vectorAdd fails on
         # DCGM's diagnostic: {GPU index: the failed test's warning}, or a runtime error
         self.diag_failures: dict[int, tuple[str, str]] = {}
+        # {test: an error tied to no GPU}: NVVS fails every GPU of the test, and dcgmi
+        # quotes the error only in the test's `test_summary` (module docstring)
+        self.diag_unattributed: dict[str, str] = {}
+        # {GPU index: (test, the plugin's info)}: the test skipped that GPU
+        self.diag_skips: dict[int, tuple[str, str]] = {}
         self.diag_runtime_error: str | None = None
         self.busbw = 24.5  # GB/s: what all_reduce_perf measures at its largest size
         self.wrong_values = 0
@@ -216,26 +229,10 @@ class FakeCtr:
             error = {"version": "4.2.3", "runtime_error": f"Error: {refused}"}
             return json.dumps({"DCGM Diagnostic": error}, indent=2)
 
-        def results(test: str) -> list[dict]:
-            rows = []
-            for gpu in range(self.driver.gpus):
-                row = {"entity_group": "GPU", "entity_group_id": 1, "entity_id": gpu}
-                failed = self.diag_failures.get(gpu)
-                if failed is not None and failed[0] == test:
-                    warning = {"error_category": 4, "error_id": 27, "error_severity": 2}
-                    row |= {"status": "Fail", "warnings": [{**warning, "warning": failed[1]}]}
-                else:
-                    row["status"] = "Pass"
-                rows.append(row)
-            return rows
-
         def category(name: str, test: str) -> dict:
-            rows = results(test)
-            summary = "Fail" if any(r["status"] == "Fail" for r in rows) else "Pass"
-            return {
-                "category": name,
-                "tests": [{"name": test, "results": rows, "test_summary": {"status": summary}}],
-            }
+            rows = self._diag_results(test)
+            done = {"name": test, "results": rows, "test_summary": self._diag_summary(test, rows)}
+            return {"category": name, "tests": [done]}
 
         return json.dumps(
             {
@@ -250,6 +247,37 @@ class FakeCtr:
             },
             indent=2,
         )
+
+    @staticmethod
+    def _diag_warning(text: str, error_id: int) -> dict:
+        return {"error_category": 4, "error_id": error_id, "error_severity": 2, "warning": text}
+
+    def _diag_results(self, test: str) -> list[dict]:
+        """One test's result per GPU: Pass, or Fail or Skip as the test asked for."""
+        rows = []
+        for gpu in range(self.driver.gpus):
+            row = {"entity_group": "GPU", "entity_group_id": 1, "entity_id": gpu}
+            failed = self.diag_failures.get(gpu)
+            skipped = self.diag_skips.get(gpu)
+            if failed is not None and failed[0] == test:
+                row |= {"status": "Fail", "warnings": [self._diag_warning(failed[1], 27)]}
+            elif test in self.diag_unattributed:  # PluginTest::SetResult: every GPU
+                row["status"] = "Fail"
+            elif skipped is not None and skipped[0] == test:
+                row |= {"status": "Skip", "info": [skipped[1]]}
+            else:
+                row["status"] = "Pass"
+            rows.append(row)
+        return rows
+
+    def _diag_summary(self, test: str, rows: list[dict]) -> dict:
+        """Diag.cpp HelperJsonAddTestSummary: the test's result and all its errors."""
+        statuses = {r["status"] for r in rows}  # Plugin::GetOverallResult
+        status = "Fail" if "Fail" in statuses else "Skip" if statuses == {"Skip"} else "Pass"
+        errors = [w for r in rows for w in r.get("warnings", [])]
+        if test in self.diag_unattributed:
+            errors.append(self._diag_warning(self.diag_unattributed[test], 112))
+        return {"status": status} | ({"warnings": errors} if errors else {})
 
     def _diag_mig_refusal(self) -> str | None:
         """Why NVVS refuses to run on this node's MIG layout, before any test; None if it runs.

@@ -12,24 +12,38 @@ credential is involved, the containers are privileged and removed afterwards):
    UUID (NVIDIA_VISIBLE_DEVICES=MIG-<uuid>, which the NVIDIA container toolkit accepts from
    R470 drivers on: NVIDIA MIG user guide, "Running CUDA Applications as Containers"). A
    MIG GPU's memory and SMs are split among its MIG devices, so each is proven apart;
-2. DCGM's diagnostic `dcgmi diag -r 2 -j` (level 2, "medium": NVIDIA DCGM user guide,
-   "DCGM Diagnostics": run levels 1-4) in NVIDIA's DCGM image. dcgmi talks to a host
-   engine; the container starts its own (`nv-hostengine`, which daemonizes by default)
-   in the container's own network namespace, so nothing on the node's port 5555 is
-   touched. `-j` prints JSON whose form is NVIDIA/DCGM testing/python3/
-   dcgm_diag_schema.json (DCGM 4.x): `"DCGM Diagnostic"` -> `test_categories[]` ->
-   `tests[]` -> `results[]` of `{entity_group, entity_id, status, warnings[{warning}]}`,
-   and `runtime_error` when the diagnostic could not run; a result's status is one of
-   "Pass", "Fail", "Warn", "Skip", "Not Run" (dcgmi/Diag.cpp, to_string of
-   dcgmDiagResult_t). dcgmi exits non-zero on a failed test and the runner keeps only a
-   failed program's stderr, so the container's shell prints the JSON and exits 0: the
-   JSON decides, and no JSON fails the check. Not under MIG (`MIG_DCGM`): NVVS refuses
-   before any test (NVIDIA/DCGM nvvs/src/NvidiaValidationSuite.cpp BuildCommonGpusList,
-   @28bfbd4c and DCGM 4.6.0's 72fa3fe) a MIG GPU when the diagnostic covers more than one
-   GPU ("CUDA does not support enumerating GPUs with MIG mode enabled"), a MIG layout that
-   is not one instance over the whole GPU ("prevents access to the entire GPU"), MIG
-   without a compute instance, and a node mixing MIG and non-MIG GPUs; the check says it
-   did not run, and the CUDA check on every MIG device is then the proof;
+2. DCGM's diagnostic `dcgmi diag -r 2 -j` (level 2, "medium": NVIDIA DCGM user guide, "DCGM
+   Diagnostics": run levels 1-4) in NVIDIA's DCGM image. dcgmi talks to a host engine; the
+   container starts its own (`nv-hostengine`, which daemonizes by default) in the
+   container's own network namespace, so nothing on the node's port 5555 is touched. `-j`
+   prints JSON whose form is NVIDIA/DCGM testing/python3/dcgm_diag_schema.json (DCGM 4.x):
+   `"DCGM Diagnostic"` -> `test_categories[]` -> `tests[]` -> `results[]` of `{entity_group,
+   entity_id, status, warnings[{warning}]}` and a `test_summary` `{status, warnings}`, and
+   `runtime_error` when the diagnostic could not run. A result's status is "Pass", "Fail" (a
+   Warn too) or "Skip"; a GPU a test did not run on has no result (NVIDIA/DCGM @72fa3fea,
+   DCGM 4.6.0, dcgmi/Diag.cpp HelperJsonAddResult, HelperDisplayDiagResult). The check
+   passes only when no GPU's result of any test is Fail and every GPU passed at least one
+   test. A Skip is DCGM not testing that GPU with that test (NVVS starts each GPU at Skip
+   until its plugin sets a result, PluginTest.cpp; the memory test skips a GPU with ECC off
+   or too little free memory, a test that was disabled or aborted skips them all): it proves
+   nothing, and fails nothing either, as DCGM's own overall result does not
+   (Plugin::GetOverallResult: Pass while any GPU passed); the check names each skip with the
+   plugin's reason (the result's `info`), and a GPU that every test skipped is not proven:
+   the check fails. Failing on any Skip would hold a GPU with ECC off, or a test DCGM cannot
+   run on a model, out of service for good. An error tied to no GPU (the software test's
+   Fabric Manager training error or a denylisted driver: GpuIdTag::Unknown,
+   nvvs/src/Software.cpp) fails every GPU with no warning of its own; dcgmi quotes it only
+   in the test's `test_summary` (HelperJsonAddTestSummary: the test's status and all its
+   errors), which the gate quotes, and a summary that says Fail fails the check. dcgmi exits
+   non-zero on a failed test and the runner keeps only a failed program's stderr, so the
+   container's shell prints the JSON and exits 0: the JSON decides, and no JSON fails the
+   check. Not under MIG (`MIG_DCGM`): NVVS refuses before any test (NVIDIA/DCGM
+   nvvs/src/NvidiaValidationSuite.cpp BuildCommonGpusList, @28bfbd4c and DCGM 4.6.0's
+   72fa3fe) a MIG GPU when the diagnostic covers more than one GPU ("CUDA does not support
+   enumerating GPUs with MIG mode enabled"), a MIG layout that is not one instance over the
+   whole GPU ("prevents access to the entire GPU"), MIG without a compute instance, and a
+   node mixing MIG and non-MIG GPUs; the check says it did not run, and the CUDA check on
+   every MIG device is then the proof;
 3. on a machine with more than one GPU, NCCL's all-reduce across all of them
    (nccl-tests `all_reduce_perf_mpi -g <n>`, one process driving every GPU; the MPI
    build runs as a single rank without mpirun), which prints a row per message size and
@@ -335,7 +349,12 @@ def pull(
 
 
 def parse_dcgm(text: str, count: int) -> Check:
-    """`dcgmi diag -j`'s JSON: passed when no GPU result failed and every GPU was seen."""
+    """`dcgmi diag -j`'s JSON: passed when no GPU failed a test and every GPU passed one.
+
+    A GPU's Skip is named, never a pass of its own (module docstring): a GPU that every
+    test skipped fails. A failed test's `test_summary` warnings that no GPU's result
+    quotes (errors tied to no GPU) are quoted.
+    """
     start = text.find("{")
     try:
         found = json.loads(text[start:]) if start >= 0 else None
@@ -347,24 +366,63 @@ def parse_dcgm(text: str, count: int) -> Check:
         return Check("dcgm", False, f"dcgmi diag printed no JSON result: {tail[0][:200]}")
     if diag.get("runtime_error"):
         return Check("dcgm", False, f"dcgmi diag could not run: {diag['runtime_error']}")
-    failures, seen, tests = [], set(), 0
+    failures, seen, passed, skips, tests = [], set(), set(), [], 0
     for test in (t for c in diag.get("test_categories") or [] for t in c.get("tests") or []):
         tests += 1
-        for result in test.get("results") or []:
-            if result.get("entity_group") != "GPU":
-                continue
-            seen.add(result.get("entity_id"))
-            if result.get("status") == "Fail":
-                warnings = [w.get("warning", "") for w in result.get("warnings") or []]
-                why = warnings[0] if warnings else "no detail"
-                failures.append(f"GPU {result.get('entity_id')} {test.get('name')}: {why}")
+        failures += _test_failures(test, seen, passed, skips)
+    unproven = sorted(seen - passed, key=str)
+    failures += [f"GPU {gpu}: no test passed, every one skipped it" for gpu in unproven]
+    skipped = f" ({'; '.join(skips)})" if skips else ""
     if failures:
-        return Check("dcgm", False, f"dcgmi diag -r {DCGM_LEVEL}: " + "; ".join(failures))
+        return Check(
+            "dcgm", False, f"dcgmi diag -r {DCGM_LEVEL}: " + "; ".join(failures) + skipped
+        )
     if len(seen) < count:
         return Check(
             "dcgm", False, f"dcgmi diag -r {DCGM_LEVEL} tested {len(seen)} of {count} GPUs"
         )
-    return Check("dcgm", True, f"dcgmi diag -r {DCGM_LEVEL}: {tests} tests on {count} GPUs")
+    return Check(
+        "dcgm", True, f"dcgmi diag -r {DCGM_LEVEL}: {tests} tests on {count} GPUs{skipped}"
+    )
+
+
+def _warnings(entry: dict) -> list[str]:
+    """The `warnings[].warning` texts of one DCGM result or test summary."""
+    said = [w.get("warning") for w in entry.get("warnings") or [] if isinstance(w, dict)]
+    return [w for w in said if isinstance(w, str) and w]
+
+
+def _test_failures(test: dict, seen: set, passed: set, skips: list[str]) -> list[str]:
+    """What one DCGM test says against the GPUs.
+
+    Adds each GPU it reports to `seen`, each it passed to `passed`, and each Skip, with
+    the plugin's reason (its `info`), to `skips`. Returns each GPU's failure with its own
+    warning; GPUs failed with no warning of their own, and a failed test summary, with
+    the summary's warnings no GPU quoted (or "no detail").
+    """
+    name, failures, quoted, bare = test.get("name"), [], set(), []
+    for result in test.get("results") or []:
+        if result.get("entity_group") != "GPU":
+            continue
+        gpu, status, said = result.get("entity_id"), result.get("status"), _warnings(result)
+        seen.add(gpu)
+        quoted.update(said)
+        if status == "Pass":
+            passed.add(gpu)
+        elif status == "Skip":
+            info = [i for i in result.get("info") or [] if isinstance(i, str) and i]
+            why = (info or said or ["no reason given"])[0]
+            skips.append(f"GPU {gpu} {name} skipped: {why}")
+        elif said:
+            failures.append(f"GPU {gpu} {name}: {said[0]}")
+        else:
+            bare.append(gpu)
+    summary = test.get("test_summary") or {}
+    extra = [w for w in _warnings(summary) if w not in quoted]
+    if bare or (summary.get("status") == "Fail" and (extra or not failures)):
+        on = f" on GPU{'s' if len(bare) > 1 else ''} {', '.join(map(str, bare))}" if bare else ""
+        failures.append(f"{name} failed{on}: {'; '.join(extra) or 'no detail'}")
+    return failures
 
 
 def largest(text: str) -> tuple[int, float] | None:

@@ -80,9 +80,12 @@ unit's name and the hook's. The request runs in its own thread (juju-exec waits 
 hook runs), `HOOK_ATTEMPTS` times at most, each bounded by `--hook-timeout`; a failure is
 logged and the watcher goes on (the charm's next update-status asks for the taint too).
 
-An application-class XID (the catalog's RESTART_APP, "restart the application", and
-43/45) never quarantines, and the watcher leaves the restart to the program wherever it
-can (issue 32 item 2):
+An application-class XID (the catalog's RESTART_APP, "restart the application") never
+quarantines, and the watcher leaves the restart to the program wherever it can (issue 32
+item 2). XIDs 43 and 45 are no fault (the catalog: IGNORE, WORKFLOW_XID_45; a program
+ended or torn down, by a kill, a preemption or a GPU reset): counted, nothing else, but
+for a line naming a pid within an application fault's burst, which is that fault's
+(`burst_line`: it names the process the burst's first line may not).
 
 - the program the fault hit crashes by itself (CUDA's error is sticky: APP_WAIT_S), and
   its pod fails with the program's own exit code, which the job's failure policy counts
@@ -965,8 +968,22 @@ class Watcher:
         self._event(at, gpu, f"Xid{xid}", meaning, action, **instance)
         if action in QUARANTINE:
             self.quarantine(gpu, f"Xid{xid}", meaning, action, at)
-        elif action == "application":
+        elif action == "application" or self._burst_line(gpu["uuid"], record):
             self.application_fault(gpu, record, meaning, at)
+
+    def _burst_line(self, uuid: str, record: dict) -> bool:
+        """An `info` XID line that names the process of the application fault it ends.
+
+        The catalog's `burst_line` XIDs (43, 45: no fault alone) naming a pid, inside the
+        burst of the last application fault counted on this GPU (APP_BURST_S, the
+        kernel's clock), are that fault's later lines (`application_fault`: it may blame
+        the process, and that process's pod is evicted if it outlives the wait).
+        """
+        entry = self.catalog["xids"].get(record["xid"]) or {}
+        start = self.bursts.get(uuid)
+        if not entry.get("burst_line") or record.get("pid") is None or start is None:
+            return False
+        return abs(record["clock"] - start) <= APP_BURST_S
 
     def application_fault(self, gpu: dict, record: dict, meaning: str, at: float) -> None:
         """Count an application XID toward the escalation; quarantine, or restart the job.

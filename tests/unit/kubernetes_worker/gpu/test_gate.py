@@ -46,6 +46,76 @@ def test_a_failed_gpu_result_fails_with_its_warning(ctr):
     assert check.detail == "dcgmi diag -r 2: GPU 2 pcie: PCIe replay count violation on GPU 2"
 
 
+# DCGM 4.6.0's messages (dcgmlib/dcgm_errors.h DCGM_FR_FABRIC_MANAGER_TRAINING_ERROR_MSG,
+# DCGM_FR_ECC_DISABLED_MSG), as NVVS fills them in
+FABRIC = "Fabric Manager (Cluster UUID: 5f1c, Clique ID: 0, Health Mask: 0x2): training failed."
+NO_ECC = "Skipping test memory because ECC is not enabled on GPU 1"
+
+
+def test_an_error_tied_to_no_gpu_fails_with_dcgms_reason_from_the_test_summary(ctr):
+    """review44b G4: NVVS fails every GPU and quotes the error only in `test_summary`.
+
+    The gate said "GPU 0 software: no detail" for each GPU, the reason an operator needs
+    after an NVSwitch repair left out.
+    """
+    ctr.diag_unattributed = {"software": FABRIC}
+    check = gpu_gate.parse_dcgm(diag(ctr), 4)
+    assert not check.passed
+    assert check.detail == f"dcgmi diag -r 2: software failed on GPUs 0, 1, 2, 3: {FABRIC}"
+
+
+def test_a_gpu_failure_is_quoted_once_though_the_summary_repeats_it(ctr):
+    ctr.diag_failures = {2: ("software", "Pending page retirements found on GPU 2")}
+    ctr.diag_unattributed = {"software": "Found driver on the denylist: nouveau"}
+    check = gpu_gate.parse_dcgm(diag(ctr), 4)
+    assert check.detail == (
+        "dcgmi diag -r 2: GPU 2 software: Pending page retirements found on GPU 2; software "
+        "failed on GPUs 0, 1, 3: Found driver on the denylist: nouveau"
+    )
+
+
+def test_a_test_that_skipped_a_gpu_is_named_and_fails_nothing(ctr):
+    """A Skip is DCGM not testing that GPU with that test (its memory test with ECC off).
+
+    DCGM's own result stays Pass (nvvs Plugin::GetOverallResult); the GPU passed the
+    others, so the check passes and names the skip: failing it would hold a GPU with ECC
+    off out of service for good.
+    """
+    ctr.diag_skips = {1: ("memory", NO_ECC)}
+    text = diag(ctr)
+    memory = json.loads(text)["DCGM Diagnostic"]["test_categories"][2]["tests"][0]
+    assert memory["test_summary"] == {"status": "Pass"}
+    check = gpu_gate.parse_dcgm(text, 4)
+    assert (check.passed, check.detail) == (
+        True,
+        f"dcgmi diag -r 2: 3 tests on 4 GPUs (GPU 1 memory skipped: {NO_ECC})",
+    )
+
+
+def test_a_gpu_every_test_skipped_is_not_proven(ctr):
+    """Counted as tested, a GPU no test ran on readmitted the node: now the check fails."""
+    found = json.loads(diag(ctr))
+    for category in found["DCGM Diagnostic"]["test_categories"]:
+        for test in category["tests"]:
+            for row in test["results"]:
+                if row["entity_id"] == 1:
+                    row["status"], row["info"] = "Skip", [NO_ECC]
+    check = gpu_gate.parse_dcgm(json.dumps(found), 4)
+    assert not check.passed
+    assert check.detail.startswith(
+        "dcgmi diag -r 2: GPU 1: no test passed, every one skipped it (GPU 1 software skipped: "
+    )
+
+
+def test_a_failed_summary_fails_even_when_every_gpu_result_passed(ctr):
+    """Whatever the GPU rows say, a test_summary of Fail is a failed diagnostic."""
+    found = json.loads(diag(ctr))
+    memory = found["DCGM Diagnostic"]["test_categories"][2]["tests"][0]
+    memory["test_summary"] = {"status": "Fail", "warnings": ["not an object", {"warning": 3}]}
+    check = gpu_gate.parse_dcgm(json.dumps(found), 4)
+    assert (check.passed, check.detail) == (False, "dcgmi diag -r 2: memory failed: no detail")
+
+
 def test_a_diagnostic_that_could_not_run_fails(ctr):
     ctr.diag_runtime_error = "Unable to connect to host engine"
     check = gpu_gate.parse_dcgm(diag(ctr), 4)

@@ -31,7 +31,7 @@ ACTIONS = {
     "CONTACT_SUPPORT": "support",
     "CHECK_MECHANICALS": "support",
     "UPDATE_SWFW": "support",
-    "WORKFLOW_XID_45": "application",
+    "WORKFLOW_XID_45": "info",  # a program stopped; with another XID, that one acts (`why`)
 }
 
 
@@ -40,7 +40,7 @@ def test_the_catalog_holds_every_xid_nvidias_table_lists_with_a_known_action():
     for xid, entry in CATALOG["xids"].items():
         assert entry["mnemonic"] and entry["description"], xid
         assert entry["bucket"] in CATALOG["buckets"], xid
-        if "why" in entry or xid in ("43", "154"):  # decided apart, the reason written
+        if "why" in entry or xid == "154":  # decided apart, the reason written
             continue
         assert entry["action"] == ACTIONS[entry["bucket"]], xid
 
@@ -52,7 +52,9 @@ def test_the_catalog_holds_every_xid_nvidias_table_lists_with_a_known_action():
         (("144", "145", "146", "147", "148", "149", "150"), "reset-gpu"),  # NVLink5
         (("79",), "reboot"),
         (("57", "58", "90", "61", "142"), "support"),  # CONTACT_SUPPORT
-        (("13", "31", "43", "45", "94"), "application"),  # issue 32 item 2's list
+        (("13", "31", "94"), "application"),  # issue 32 item 2's list, as the catalog says
+        # the issue listed 43 and 45 too; the catalog: IGNORE and WORKFLOW_XID_45 (review44b G2)
+        (("43", "45"), "info"),
         # 160 (IGNORE) and 162 (no action): NVSentinel's table says reboot / reset, the catalog not
         (("63", "92", "108", "160", "162"), "info"),
     ],
@@ -61,6 +63,13 @@ def test_nvidias_actions_for_the_xids_the_review_named(xids, action):
     assert {xid: gpu_watcher.classify(CATALOG, xid, "")[0] for xid in xids} == dict.fromkeys(
         xids, action
     )
+
+
+def test_only_the_lines_that_end_a_program_join_an_application_faults_burst():
+    """43 and 45 name the process a fault ended; no other XID is read as a burst's line."""
+    joined = {xid for xid, entry in CATALOG["xids"].items() if entry.get("burst_line")}
+    assert joined == {"43", "45"}
+    assert {CATALOG["xids"][xid]["action"] for xid in joined} == {"info"}
 
 
 def test_an_xid_the_catalog_lacks_quarantines_with_no_automatic_repair():
