@@ -457,7 +457,7 @@ def gpu_machine(root: Path) -> Iterator[Machine]:
         (root / "checkpoint").write_text(json.dumps(checkpoint))
         (root / "kmsg").write_text("")
         # a kernel's ring buffer is never empty: the boot's own records come first
-        box.kernel("Linux version 6.8.0-88-generic (buildd@lcy02-amd64-071) #89-Ubuntu SMP", 0)
+        box.kernel("Linux version 6.8.0-88-generic #89-Ubuntu SMP PREEMPT_DYNAMIC", 0)
         (root / "boot_id").write_text("b0b0\n")
         (root / "proc").mkdir()
         client = root / "kubelet-client-current.pem"
