@@ -367,7 +367,9 @@ def test_a_gpu_missing_while_mig_manager_applies_a_layout_waits_for_its_end(mach
     until(lambda: machine.smi_calls() >= polls + 4)
     assert machine.state()["quarantined"] == {} and machine.condition() is None
     machine.smi(smi_rows())  # back, in its new mode
-    machine.mig_state("success")
+    polls = machine.smi_calls()
+    until(lambda: machine.smi_calls() >= polls + 2)  # a poll that read it has begun: the
+    machine.mig_state("success")  # one that read the GPU missing is over (polls run in turn)
     polls = machine.smi_calls()
     until(lambda: machine.smi_calls() >= polls + 3)
     assert machine.state()["quarantined"] == {}

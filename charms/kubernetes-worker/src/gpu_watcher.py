@@ -648,7 +648,8 @@ def kernel_wall(usec: int, wall: float, monotonic: float) -> float | None:
 
     /dev/kmsg stamps records with the kernel's local clock in microseconds since boot
     (Documentation/ABI/testing/dev-kmsg; kernel/printk/printk.c `ts_nsec = local_clock()`),
-    the clock time.monotonic() reads on Linux (CLOCK_MONOTONIC) up to drift: neither counts
+    the clock time.monotonic() reads on Linux (CLOCK_MONOTONIC) up to drift (1 ms apart on
+    the H200 recording, tests/fixtures/gpu/h200-sxm-vm/health/capture.json): neither counts
     time suspended, which /proc/stat's `btime` (whole seconds, from CLOCK_BOOTTIME) does.
     Over days the two may drift apart by seconds or more (NTP slews CLOCK_MONOTONIC, not
     the local clock): good enough to say when an old record was logged. None: no stamp, or
