@@ -798,9 +798,9 @@ class Watcher:
         # seconds since boot, which the window compares) and whom each is attributed to
         # (`teams`: its namespaces and how they were found; none in a state file from
         # before 2026-11-28), the kernel time of its last fault's start (bursts) and the
-        # processes counted (`pid_clocks`: pid -> kernel time). A state file from before
-        # 2026-11-28b kept read times (`times`, `pids`): not comparable, so not read (the
-        # count in flight at that upgrade starts again).
+        # processes counted (`pid_clocks`: pid -> kernel time). A state file written before
+        # the window went by the kernel's stamps kept read times (`times`, `pids`): not
+        # comparable, so not read (a count in flight at that upgrade starts again).
         memory = self.state.pop("app_faults", None) or {}
         self.app_xids: dict[str, collections.deque] = collections.defaultdict(collections.deque)
         for uuid, times in (memory.get("clocks") or {}).items():
