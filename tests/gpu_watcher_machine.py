@@ -41,6 +41,34 @@ GPUS = [  # index, UUID, nvidia-smi's pci.bus_id
     ("1", "GPU-7f3e9a2c-5d41-4b8e-9c0a-1e2f3a4b5c6d", "00000000:3B:00.0"),
 ]
 READY = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ready"}
+# nvidia-smi's answers when it cannot reach the NVIDIA driver at all, not one GPU: its exit
+# status (nvidia-smi(1) RETURN VALUE, docs.nvidia.com/deploy/nvidia-smi: 9 "NVIDIA driver is
+# not loaded", 12 "NVML Shared Library couldn't be found or loaded"; 18 is NVML's
+# NVML_ERROR_LIB_RM_VERSION_MISMATCH, nvml.h nvmlReturn_t, which the man page does not list)
+# and its words, no GPU row:
+# - `mismatch`: the userspace of a new driver over the old kernel module, between the
+#   charm's driver update and its reboot (drain_turns.py); the project's recording
+#   (tests/unit/kubernetes_worker/gpu/test_gpu.py MISMATCH; greshake/i3status-rust#771);
+# - `not-loaded`: no kernel module (pastebin records of `nvidia-smi` exit 9; test_gpu.py);
+# - `no-library`: no libnvidia-ml.so (NVIDIA/nvidia-docker#1163, projectbluefin/dakota#373).
+SMI_DRIVER_DOWN = {
+    "mismatch": (
+        18,
+        "Failed to initialize NVML: Driver/library version mismatch\n"
+        "NVML library version: 580.95\n",
+    ),
+    "not-loaded": (
+        9,
+        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+        "Make sure that the latest NVIDIA driver is installed and running.\n",
+    ),
+    "no-library": (
+        12,
+        "NVIDIA-SMI couldn't find libnvidia-ml.so library in your system. Please make sure "
+        "that the NVIDIA Display Driver is properly installed and present in your system.\n"
+        "Please also try adding directory that contains libnvidia-ml.so to your system PATH.\n",
+    ),
+}
 ALL = {f"{n}/{p}" for n in (OWN, OTHER) for p in ("gpu0-job", "gpu1-job", "cpu-job")}
 
 
@@ -52,6 +80,7 @@ def smi_rows(
     fields: tuple[str, ...] = gpu_watcher.SMI_FIELDS,
     recovery: str | dict[int, str] = "None",
     fabric_health: dict[int, str] | None = None,
+    unreachable: int | None = None,
 ) -> str:
     """What `nvidia-smi --query-gpu=<fields> --format=csv,noheader` prints for the two GPUs.
 
@@ -80,6 +109,11 @@ def smi_rows(
     - `fabric.health.summary`: `N/A` (the H200 recording, no NVSwitch), or per GPU what
       `fabric_health` says (NVML's NVML_GPU_FABRIC_HEALTH_SUMMARY_* are 0-3; the words
       nvidia-smi prints for them were found nowhere, so a test's words are its own).
+
+    `unreachable`: that GPU's row is nvidia-smi's words for a GPU it cannot open that do not
+    say "lost", as users quote them for a GPU that fell off the bus
+    (NVIDIA/open-gpu-kernel-modules#387, NVIDIA/dcgm-exporter#604): "Unable to determine
+    the device handle for GPU 0000:0B:00.0: Unknown Error".
     """
     out = []
     for index, uuid, bus in GPUS:
@@ -88,6 +122,9 @@ def smi_rows(
                 f"Unable to determine the device handle for GPU{index}: {bus[4:]}: "
                 "GPU is lost. Reboot the system to recover this GPU"
             )
+            continue
+        if unreachable is not None and int(index) == unreachable:
+            out.append(f"Unable to determine the device handle for GPU {bus[4:]}: Unknown Error")
             continue
         errors = dbe.get(int(index), 0) if isinstance(dbe, dict) else dbe if index == "0" else 0
         action = recovery.get(int(index), "None") if isinstance(recovery, dict) else recovery
@@ -226,6 +263,30 @@ class Machine:
     def smi(self, text: str, code: int = 0) -> None:
         (self.root / "smi.out").write_text(text)
         (self.root / "smi.rc").write_text(str(code))
+
+    def smi_driver_down(self, kind: str | None) -> None:
+        """Every nvidia-smi run answers SMI_DRIVER_DOWN[kind] from now on (None: driver back).
+
+        Whatever it is asked (`--query-gpu`, `-L`, `-q`): NVML cannot start, so no query
+        reaches a GPU.
+        """
+        path = self.root / "smi.down"
+        if kind is None:
+            path.unlink(missing_ok=True)
+            return
+        code, text = SMI_DRIVER_DOWN[kind]
+        (self.root / "smi.down.out").write_text(text)
+        path.write_text(f"{code}\n")
+
+    def mig_state(self, state: str | None) -> None:
+        """mig-manager's `nvidia.com/mig.config.state` label on this node (None: removed)."""
+        node = self.node()
+        labels = node["metadata"].setdefault("labels", {})
+        if state is None:
+            labels.pop("nvidia.com/mig.config.state", None)
+        else:
+            labels["nvidia.com/mig.config.state"] = state
+        self.api.put_object(f"/api/v1/nodes/{OWN}", node)
 
     def smi_hang(self, seconds: float) -> None:
         """Each `--query-gpu` of the fake nvidia-smi takes `seconds` from now on.
@@ -395,6 +456,8 @@ def gpu_machine(root: Path) -> Iterator[Machine]:
         }
         (root / "checkpoint").write_text(json.dumps(checkpoint))
         (root / "kmsg").write_text("")
+        # a kernel's ring buffer is never empty: the boot's own records come first
+        box.kernel("Linux version 6.8.0-88-generic #89-Ubuntu SMP PREEMPT_DYNAMIC", 0)
         (root / "boot_id").write_text("b0b0\n")
         (root / "proc").mkdir()
         client = root / "kubelet-client-current.pem"
@@ -406,6 +469,9 @@ def gpu_machine(root: Path) -> Iterator[Machine]:
         smi.write_text(
             "#!/bin/sh\n"
             f"echo x >> {root}/smi.calls\n"  # each run, for the pause test
+            # the driver cannot be reached at all (`smi_driver_down`): every run says so
+            f"if [ -f {root}/smi.down ]; then cat {root}/smi.down.out;"
+            f' exit "$(cat {root}/smi.down)"; fi\n'
             f'if [ "$1" = "-L" ]; then cat {root}/smi-L.out; exit 0; fi\n'
             f'if [ "$1" = "-q" ]; then cat {root}/smi-q.out; exit 0; fi\n'
             # a field this driver's nvidia-smi does not know fails the whole query
@@ -482,19 +548,23 @@ def start(
     hook_retry: float = 0.05,
     app_wait: float = 0.3,
     burst_wait: float = 0.3,
+    mig_hold: float | None = None,
 ) -> None:
     """Start the watcher as systemd does (gpu_health.unit_text), every path injected.
 
     `unit`: the Juju unit it wakes with juju-exec (`fake_juju_exec` on its PATH);
     `app_wait`: `--app-xid-wait`, shortened from its 15 s; `burst_wait`: `--burst-wait`,
-    from its 5 s (the test's lines of a burst are appended within milliseconds).
+    from its 5 s (the test's lines of a burst are appended within milliseconds);
+    `mig_hold`: `--mig-hold`, its default unless given.
     """
     box.started_with = {"escalation": escalation, "interval": interval, "tick": tick}
     box.started_with |= {"metrics": metrics, "unit": unit, "hook_retry": hook_retry}
-    box.started_with |= {"app_wait": app_wait, "burst_wait": burst_wait}
+    box.started_with |= {"app_wait": app_wait, "burst_wait": burst_wait, "mig_hold": mig_hold}
     r = box.root
     argv = [sys.executable, str(SRC / "gpu_watcher.py")]
     argv += watcher_args(box, escalation, interval, tick, app_wait, burst_wait)
+    if mig_hold is not None:
+        argv += ["--mig-hold", str(mig_hold)]
     if metrics:
         box.metrics_port = box.metrics_port or free_ports(1)[0]
         argv += ["--metrics-port", str(box.metrics_port)]

@@ -85,7 +85,8 @@ def watcher(out: Path, inject: bool) -> dict:
     report["gpus"] = w.gpus
     w.read_mig_devices()
     report["mig_parent"] = w.mig_parent
-    records = w.read_kernel()
+    # a first start (a fresh state file) read the ring buffer's records as it started
+    records = (w.backlog or []) + w.read_kernel()
     report["kmsg_records"] = len(records)
     report["kmsg_nvidia"] = [t for t, _ in records if "NVRM" in t or "nvidia" in t.lower()][:50]
     if inject and w.gpus:

@@ -25,6 +25,7 @@ from gpu_watcher_machine import (
     OTHER,
     OWN,
     READY,
+    SMI_DRIVER_DOWN,
     SRC,
     UNIT,
     Machine,
@@ -168,15 +169,15 @@ def test_the_escalation_count_survives_a_watcher_restart(machine):
     start(machine, escalation="3/10m")
     machine.kernel(xid_line("13", gpu=0), usec=60 * SECOND)
     machine.kernel(xid_line("13", gpu=0), usec=120 * SECOND)
-    until(lambda: machine.state().get("app_faults", {}).get("times", {}).get(GPUS[0][1]))
-    until(lambda: len(machine.state()["app_faults"]["times"][GPUS[0][1]]) == 2)
+    until(lambda: machine.state().get("app_faults", {}).get("clocks", {}).get(GPUS[0][1]))
+    until(lambda: len(machine.state()["app_faults"]["clocks"][GPUS[0][1]]) == 2)
     machine.stop()
     start(machine, escalation="3/10m")
     machine.kernel(xid_line("13", gpu=0), usec=180 * SECOND)
     until(machine.quarantined)
     condition = machine.condition()
     assert condition is not None and condition["reason"] == "XidRepeated"
-    assert GPUS[0][1] not in machine.state()["app_faults"]["times"]  # counted afresh
+    assert GPUS[0][1] not in machine.state()["app_faults"]["clocks"]  # counted afresh
 
 
 # One program's fault as the driver wrote it: three XID 13 lines stamped the same second
@@ -311,6 +312,114 @@ def test_nvidia_smi_findings_quarantine_that_gpu(machine, smi, code, gpu, reason
     assert machine.pods() == ALL - {f"{OWN}/gpu{gpu}-job"}
 
 
+def events(machine: Machine, reason: str) -> list[dict]:
+    """The watcher's events of `reason` in its state file, oldest first."""
+    return [e for e in machine.state().get("events", []) if e["reason"] == reason]
+
+
+@pytest.mark.parametrize("kind", sorted(SMI_DRIVER_DOWN))
+def test_nvidia_smi_that_cannot_reach_the_driver_quarantines_no_gpu(machine, kind):
+    """Review44b G1: nvidia-smi failing for the whole driver is no GPU lost from the bus.
+
+    Between the charm's driver update (the new userspace over the running kernel module)
+    and Juju's reboot, nvidia-smi answers "Driver/library version mismatch" and no row:
+    read as every known GPU gone, every planned driver update quarantined every GPU, and
+    the quarantine outlived the reboot. The watcher records that nvidia-smi is blind
+    once, judges no GPU by it meanwhile, and still acts on the kernel's XIDs.
+    """
+    start(machine)
+    polls = machine.smi_calls()
+    machine.smi_driver_down(kind)
+    until(lambda: machine.smi_calls() >= polls + 4)  # several polls answered so
+    until(lambda: events(machine, "DriverUnavailable"))
+    assert machine.state()["quarantined"] == {}
+    assert machine.condition() is None
+    assert not machine.node().get("spec", {}).get("unschedulable")
+    assert machine.pods() == ALL
+    said = events(machine, "DriverUnavailable")
+    assert len(said) == 1  # once, not at every poll
+    code, text = SMI_DRIVER_DOWN[kind]
+    assert f"exit {code}: {text.splitlines()[0]}" in said[0]["meaning"]
+    # the kernel's report of a GPU fault is still acted on, on the GPU known before
+    machine.kernel(xid_line("79", gpu=1))
+    until(machine.quarantined)
+    assert machine.state()["quarantined"].keys() == {GPUS[1][1]}
+
+
+def test_a_gpu_lost_once_the_driver_answers_again_is_quarantined(machine):
+    """The driver back (the reboot after the update): nvidia-smi judges the GPUs again."""
+    start(machine)
+    polls = machine.smi_calls()
+    machine.smi_driver_down("mismatch")
+    until(lambda: events(machine, "DriverUnavailable") and machine.smi_calls() >= polls + 3)
+    machine.smi_driver_down(None)
+    until(lambda: "nvidia-smi reaches the NVIDIA driver again" in watcher_log(machine))
+    assert machine.condition() is None
+    machine.smi(smi_rows(unreachable=0), 255)  # the other GPU still answers
+    until(machine.quarantined)
+    assert machine.state()["quarantined"].keys() == {GPUS[0][1]}
+    condition = machine.condition()
+    assert condition is not None and condition["reason"] == "GpuLost"
+
+
+@pytest.mark.parametrize(
+    ("smi", "code", "lost"),
+    [
+        # one GPU unreachable, the other's row printed (NVML's Unknown Error: exit 255)
+        (smi_rows(unreachable=1), 255, {1}),
+        # the driver loaded and answering, but no GPU left to list (nvidia-smi(1) exit 6,
+        # "A query to find an object was unsuccessful"): every GPU seen before is gone
+        ("No devices were found\n", 6, {0, 1}),
+    ],
+)
+def test_nvidia_smi_answering_without_a_gpu_seen_before_quarantines_it(machine, smi, code, lost):
+    """What is not a driver-level failure keeps quarantining a GPU that went missing."""
+    start(machine)
+    machine.smi(smi, code)
+    until(lambda: len(machine.state()["quarantined"]) == len(lost))
+    assert machine.state()["quarantined"].keys() == {GPUS[i][1] for i in lost}
+    assert {q["reason"] for q in machine.state()["quarantined"].values()} == {"GpuLost"}
+    assert not events(machine, "DriverUnavailable")
+
+
+def test_a_gpu_missing_while_mig_manager_applies_a_layout_waits_for_its_end(machine):
+    """Review44b G1 (MIG): mig-manager resets a GPU to change its MIG mode.
+
+    While its `nvidia.com/mig.config.state` label says `pending` a GPU missing from
+    nvidia-smi's answer is its doing, not a GPU lost: the watcher holds that finding
+    until the label says otherwise, then judges what nvidia-smi answers then.
+    """
+    start(machine)
+    machine.mig_state("pending")
+    polls = machine.smi_calls()
+    machine.smi(smi_rows(unreachable=0), 255)  # the GPU under reset answers nothing
+    until(lambda: "while mig-manager changes the MIG layout" in watcher_log(machine))
+    until(lambda: machine.smi_calls() >= polls + 4)
+    assert machine.state()["quarantined"] == {} and machine.condition() is None
+    machine.smi(smi_rows())  # back, in its new mode
+    polls = machine.smi_calls()
+    until(lambda: machine.smi_calls() >= polls + 2)  # a poll that read it has begun: the
+    machine.mig_state("success")  # one that read the GPU missing is over (polls run in turn)
+    polls = machine.smi_calls()
+    until(lambda: machine.smi_calls() >= polls + 3)
+    assert machine.state()["quarantined"] == {}
+    # a GPU that stays missing once mig-manager is done is lost
+    machine.smi(smi_rows(unreachable=0), 255)
+    until(machine.quarantined)
+    assert machine.state()["quarantined"].keys() == {GPUS[0][1]}
+
+
+def test_a_mig_change_that_never_ends_holds_a_missing_gpu_only_so_long(machine):
+    """mig-manager stopped mid-apply leaves `pending` (mig.py): held `--mig-hold` at most."""
+    start(machine, mig_hold=1.0)
+    machine.mig_state("pending")
+    machine.smi(smi_rows(unreachable=1), 255)
+    until(lambda: "while mig-manager changes the MIG layout" in watcher_log(machine))
+    until(machine.quarantined)
+    assert machine.state()["quarantined"].keys() == {GPUS[1][1]}
+    assert "held longer than" in watcher_log(machine)
+
+
 def test_a_gpu_reset_pauses_the_polls_and_a_pause_older_than_its_bound_is_ignored(machine):
     """The charm's reset (gpu_repair.gpu_clients_paused) is no GPU lost from the bus.
 
@@ -399,6 +508,83 @@ def test_a_restarted_watcher_does_not_act_twice_on_old_records(machine):
     start(machine)
     time.sleep(0.5)
     assert machine.pods() == ALL  # the XID 13 before the restart is not handled again
+
+
+def test_a_first_start_records_older_kernel_faults_without_counting_them(machine):
+    """Review44b G3: a first start in a boot does not judge older kernel records as new.
+
+    With no position in this boot's kernel log, the watcher read its
+    whole ring buffer as new: three program crashes of the last half hour quarantined a
+    healthy GPU (3 in 10 minutes by the time it read them), and a pid named then was
+    looked up in today's pods. Records already there when it starts are recorded as
+    events, "before the watcher started", and neither counted nor acted on.
+    """
+    now = time.monotonic()
+    program(machine, 4242, "gpu0-job")  # pid 4242 now runs in a pod: reused, innocent
+    for age, pid in ((24 * 60, 4242), (18 * 60, 4243), (12 * 60, 4244)):
+        machine.kernel(xid_line("13", gpu=0, pid=pid), usec=max(0, int((now - age) * 1e6)))
+    start(machine, escalation="3/10m")
+    until(lambda: len(events(machine, "Xid13")) == 3)
+    time.sleep(0.6)  # past --app-xid-wait: no check was due
+    assert machine.condition() is None and machine.state()["quarantined"] == {}
+    assert machine.pods() == ALL
+    assert all("before the watcher started" in e["meaning"] for e in events(machine, "Xid13"))
+    assert machine.state()["app_faults"].get("clocks", {}) == {}  # none counted
+    # the next fault is the first one counted
+    machine.kernel(xid_line("13", gpu=0), usec=int(time.monotonic() * 1e6))
+    until(lambda: len(machine.state()["app_faults"].get("clocks", {}).get(GPUS[0][1], [])) == 1)
+    assert machine.condition() is None
+
+
+def test_a_fatal_xid_logged_before_the_first_start_still_quarantines(machine):
+    """A fatal XID of this boot logged before the watcher ran still quarantines its GPU.
+
+    No reboot came since (same boot), and nothing proves a reset: the GPU is quarantined,
+    and its record says the fault was logged before the watcher started
+    (docs/how-to/upgrade.md says why).
+    """
+    logged = max(0, int((time.monotonic() - 30 * 60) * 1e6))
+    machine.kernel(xid_line("79", gpu=1), usec=logged)
+    start(machine)
+    until(machine.quarantined)
+    held = machine.state()["quarantined"][GPUS[1][1]]
+    assert (held["reason"], held["action"]) == ("Xid79", "reboot")
+    assert "before the watcher started" in held["message"]
+
+
+def test_records_written_while_a_watcher_was_down_are_new_on_its_restart(machine):
+    """Only a first start in a boot looks back: a restart knows its position.
+
+    Its position in this boot's log known (the state file), a restarted watcher acts on
+    what was written while it was down.
+    """
+    start(machine)
+    until(machine.handled)
+    machine.stop()
+    program(machine, 4242, "gpu0-job")  # left running on its broken context
+    machine.kernel(xid_line("13", gpu=0, pid=4242), usec=int(time.monotonic() * 1e6))
+    start(machine)
+    until(lambda: f"{OWN}/gpu0-job" not in machine.pods())
+    assert "before the watcher started" not in json.dumps(events(machine, "Xid13"))
+
+
+def test_the_escalation_window_is_judged_by_the_kernels_stamps(machine):
+    """Review44b G3: the window compares when faults were logged, not when they were read.
+
+    Three faults read at once but logged 6 minutes apart (a watcher that was down, or
+    behind) are not 3 within 10 minutes: the first is out of the window.
+    """
+    start(machine, escalation="3/10m")
+    for at in (60, 420, 780):  # seconds after boot, by the kernel's clock
+        machine.kernel(xid_line("13", gpu=0), usec=at * SECOND)
+    until(machine.handled)
+    time.sleep(0.6)  # past --burst-wait: each decided
+    assert machine.condition() is None and machine.state()["quarantined"] == {}
+    assert len(machine.state()["app_faults"]["clocks"][GPUS[0][1]]) == 2
+    machine.kernel(xid_line("13", gpu=0), usec=900 * SECOND)  # 3 within 10 minutes now
+    until(machine.quarantined)
+    condition = machine.condition()
+    assert condition is not None and condition["reason"] == "XidRepeated"
 
 
 def test_a_pending_application_xid_check_survives_a_watcher_restart(machine):

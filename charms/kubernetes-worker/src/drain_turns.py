@@ -27,6 +27,7 @@ import ops
 import reboot_turns
 import worker
 from charm_config import WorkerConfig
+from gpu_watcher import PAUSE_DRIVER, PAUSE_FILE, pause_text
 from ops.framework import BoundStoredState
 from reboot_turns import RUNTIME, RebootTurns
 
@@ -37,6 +38,12 @@ from charms.gpu_k8s.v0.status import StatusError
 from charms.gpu_k8s.v0.system import SYSTEMCTL, CommandError, Host
 
 logger = logging.getLogger(__name__)
+
+# How long the GPU health watcher's nvidia-smi polls stay paused for a driver update
+# (gpu_watcher.pause_text's `longest`): apt's install (its lock waited for up to 300 s,
+# lib apt.py; the download; DKMS building the modules), then Juju's reboot once the hook
+# ends, which clears the pause with /run. A pause the hook outlives is still bounded.
+DRIVER_PAUSE_S = 3600.0
 
 
 class NodeMaintenanceError(Exception):
@@ -183,6 +190,10 @@ class DrainTurns(ops.Object):
         rebooting an undrained node; a drain timeout reboots anyway (as removal does).
         A driver update (the driver moving with a new kernel) is installed only once the
         node is drained; if apt fails, the node stays cordoned and the unit Blocked.
+        From the update's install to the reboot the new userspace meets the running kernel
+        module and nvidia-smi answers "Driver/library version mismatch": the GPU health
+        watcher's polls are paused for it (gpu_watcher.PAUSE_FILE, PAUSE_DRIVER), as a GPU
+        reset pauses them, and the pause goes again if apt fails (no reboot comes).
         Always ends the reconcile (StatusError).
         """
         cordoned = False
@@ -197,9 +208,13 @@ class DrainTurns(ops.Object):
                     sleep=self._sleep,
                 )
         self._stored.reboot_cordoned = cordoned or self._stored.reboot_cordoned
+        if update:
+            host.path(PAUSE_FILE).unlink(missing_ok=True)  # a fresh mtime: bounded from now
+            host.write(PAUSE_FILE, pause_text(node, PAUSE_DRIVER, DRIVER_PAUSE_S))
         try:
             driver.apply_update(host, update)
         except apt.AptError as e:
+            host.path(PAUSE_FILE).unlink(missing_ok=True)
             held = f"node {node} stays cordoned; " if cordoned else ""
             raise StatusError.blocked(f"{held}{driver.apt_blocked_message(e)}") from None
         self._stored.reboot_boot = nvidia.boot_id(host)

@@ -12,7 +12,11 @@ only, so it keeps running while Juju replaces the charm's files. Its inputs:
   a space; a reader that fell behind gets EPIPE once and goes on). /dev/kmsg rather than
   `journalctl -k -f`: no dependency on journald forwarding the kernel's ring buffer or on
   its rate limit, and the sequence number lets a restarted watcher skip what it handled
-  (kept in the state file with the boot id). The NVIDIA driver's XID line
+  (kept in the state file with the boot id). A first start in a boot (no position kept:
+  the boot's own start, the first revision with the watcher, a lost state file) finds
+  the ring buffer's older records there: recorded as events "before the watcher
+  started", not counted toward the escalation nor looked into, a fatal one quarantining
+  (`handle_xid` says why). The NVIDIA driver's XID line
   `NVRM: Xid (PCI:<domain>:<bus>:<device>): <xid>, pid=<pid>, name=<comm>, <text>` (pid
   `'<unknown>'` when no process is involved; some lines carry only the XID; on a MIG GPU
   `(PCI:... GPU-I:<gi>)` or `(PCI:... GPU-I:<gi> GPU-CI:<ci>)` for an XID the driver
@@ -24,8 +28,12 @@ only, so it keeps running while Juju replaces the charm's files. Its inputs:
   (the ECC counter decides only on a GPU without a recovery action: `smi_findings`) every
   `--interval` seconds (field names: `nvidia-smi --help-query-gpu`; fabric as nvidia.py
   reads it), except while the charm resets a GPU or runs the repair gate's DCGM diagnostic
-  (`--pause`, PAUSE_FILE). A GPU it cannot reach (`... GPU is lost ...`, or a GPU seen
-  before that is missing) is lost.
+  (`--pause`, PAUSE_FILE), or the charm's driver update until its reboot. A GPU it cannot
+  reach (`... GPU is lost ...`, or a GPU seen before that is missing) is lost, unless
+  mig-manager is changing the MIG layout (the Node's MIG_STATE_LABEL, read only then:
+  `hold_for_mig`). An answer that says nvidia-smi cannot reach the driver at all
+  (`driver_down`: a driver/library version mismatch, no driver loaded, no NVML) judges
+  no GPU: an event `DriverUnavailable` says so once, and the kernel's XIDs still act.
   The polls run on their own thread, so a poll that blocks on a lost GPU (each is bounded
   at 20 s) never delays the kernel's XIDs, read every `--tick`;
 - the classification, xid_catalog.json (NVIDIA's XID catalog, its source and date inside).
@@ -235,6 +243,41 @@ SMI_UNKNOWN_FIELD = re.compile(r'Field "(?P<field>[^"]+)" is not a valid field t
 # handle for GPU0: 0000:01:00.0: GPU is lost. Reboot the system to recover this GPU" (also
 # "for gpu 0000:01:00.0:" and "for GPU:0000:01:00.0:"): the PCI address is the one to find
 LOST = re.compile(r"(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d)\b.*GPU is lost")
+# nvidia-smi naming a GPU it could not open, whatever the reason it gives ("GPU is lost",
+# "Unknown Error": NVIDIA/open-gpu-kernel-modules#387, a GPU that fell off the bus): an
+# answer about that GPU, so NVML itself started
+GPU_HANDLE = re.compile(r"Unable to determine the device handle for", re.IGNORECASE)
+# nvidia-smi failing for the whole driver, not for a GPU (`driver_down`): no GPU row, no
+# GPU named, and its exit status or its words say NVML could not start. Exit statuses:
+# nvidia-smi(1) RETURN VALUE (docs.nvidia.com/deploy/nvidia-smi) 9 "NVIDIA driver is not
+# loaded", 12 "NVML Shared Library couldn't be found or loaded"; 18 is NVML's
+# NVML_ERROR_LIB_RM_VERSION_MISMATCH ("RM detects a driver/library version mismatch", nvml.h
+# nvmlReturn_t), which the man page does not list. Its words, in lower case: "Failed to
+# initialize NVML: Driver/library version mismatch" (or another reason NVML did not start),
+# "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver", "NVIDIA-SMI
+# couldn't find libnvidia-ml.so library in your system" (gpu.py reads the first two for the
+# charm's status; tests/gpu_watcher_machine.py SMI_DRIVER_DOWN names where each was seen).
+# The charm's own driver update gives the first between its install and Juju's reboot
+# (drain_turns.py): no GPU fell off the bus. A GPU that does (XID 79) leaves NVML working
+# and the others answering: nvidia-smi names it (GPU_HANDLE) or leaves its row out.
+SMI_DRIVER_CODES = (9, 12, 18)
+SMI_DRIVER_WORDS = (
+    "failed to initialize nvml",
+    "couldn't communicate with the nvidia driver",
+    "couldn't find libnvidia-ml.so",
+)
+# A node-wide event's GPU (`DriverUnavailable`): it is about no one GPU
+EVERY_GPU = {"index": "all", "uuid": "-"}
+# mig-manager's state label (mig.py LABEL_STATE; NVIDIA/mig-parted v0.15.0
+# pkg/mig/reconfigure/reconfigure.go): `pending` while it applies a layout, `rebooting`
+# while the node reboots for one, then `success` or `failed`. Changing a GPU's MIG mode
+# resets it (NVIDIA's MIG user guide, "Deployment Considerations": every client holding the
+# driver must stop; the A100 guide: enabling MIG resets the GPU), so a GPU missing from
+# nvidia-smi's answer meanwhile is mig-manager's doing (`hold_for_mig`), for `--mig-hold`
+# (MIG_HOLD_S) at most: mig-manager stopped mid-apply leaves `pending` behind (mig.py).
+MIG_STATE_LABEL = "nvidia.com/mig.config.state"
+MIG_CHANGING = ("pending", "rebooting")
+MIG_HOLD_S = 900.0
 POD_CGROUP = re.compile(
     r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})"
 )
@@ -282,10 +325,14 @@ PAUSE_LONGEST_LINE = re.compile(r"^for at most (?P<seconds>\d+) s$", re.MULTILIN
 # file holds `<node>: paused for <words>` (`pause_text`), the watcher's log says them
 # (`paused_for`) and so do the charm's logs. The repair gate pauses them too, for DCGM's
 # diagnostic only (one DCGM host engine per node: gpu_gate.run's `alone`).
-PAUSE_RESET, PAUSE_GATE = "reset", "gate"
+PAUSE_RESET, PAUSE_GATE, PAUSE_DRIVER = "reset", "gate", "driver"
 PAUSED_FOR = {
     PAUSE_RESET: "a GPU reset",
     PAUSE_GATE: "the repair gate's DCGM diagnostic (dcgmi diag)",
+    # drain_turns.py: the new driver's userspace over the running kernel module until Juju
+    # reboots the machine (nvidia-smi: "Driver/library version mismatch"); the reboot
+    # clears /run, so the pause ends with it
+    PAUSE_DRIVER: "the NVIDIA driver's update and the reboot after it",
 }
 
 
@@ -369,6 +416,7 @@ class Counter(Gauge):
 class AppFault:
     """One application fault counted toward the escalation: when, and whom it is blamed on.
 
+    `at`: the kernel's stamp of its first line, in seconds since boot (the window's clock);
     `namespaces`: of the pods it is attributed to (UNATTRIBUTED: none); `by`: BY_PROCESS,
     BY_INSTANCE, BY_GPU or "" (nobody).
     """
@@ -598,17 +646,40 @@ def parse_iso(text: str) -> float | None:
     return when.replace(tzinfo=datetime.timezone.utc).timestamp()
 
 
-def kernel_time(usec: int, wall: float, monotonic: float) -> float | None:
-    """The wall-clock time of a kernel record stamped `usec` after boot, if plausible.
+def kernel_wall(usec: int, wall: float, monotonic: float) -> float | None:
+    """The wall-clock time of a kernel record stamped `usec` after boot, roughly.
 
     /dev/kmsg stamps records with the kernel's local clock in microseconds since boot
-    (Documentation/ABI/testing/dev-kmsg), the clock time.monotonic() reads on Linux up to
-    drift; a stamp further than KERNEL_CLOCK_SKEW from now is not trusted.
+    (Documentation/ABI/testing/dev-kmsg; kernel/printk/printk.c `ts_nsec = local_clock()`),
+    the clock time.monotonic() reads on Linux (CLOCK_MONOTONIC) up to drift (1 ms apart on
+    the H200 recording, tests/fixtures/gpu/h200-sxm-vm/health/capture.json): neither counts
+    time suspended, which /proc/stat's `btime` (whole seconds, from CLOCK_BOOTTIME) does.
+    Over days the two may drift apart by seconds or more (NTP slews CLOCK_MONOTONIC, not
+    the local clock): good enough to say when an old record was logged. None: no stamp, or
+    one ahead of now.
     """
     lag = monotonic - usec / 1e6
-    if usec < 0 or not -1.0 <= lag <= KERNEL_CLOCK_SKEW:
+    if usec < 0 or lag < -1.0:
         return None
     return wall - max(lag, 0.0)
+
+
+def kernel_time(usec: int, wall: float, monotonic: float) -> float | None:
+    """`kernel_wall`, only for a stamp within KERNEL_CLOCK_SKEW of now (the fault's timings)."""
+    if monotonic - usec / 1e6 > KERNEL_CLOCK_SKEW:
+        return None
+    return kernel_wall(usec, wall, monotonic)
+
+
+def driver_down(code: int, out: str, gpus: dict, lost: set) -> bool:
+    """Whether nvidia-smi's answer says it cannot reach the driver at all (SMI_DRIVER_CODES).
+
+    Never when it printed a GPU's row or named a GPU: then NVML started.
+    """
+    if code == 0 or gpus or lost or GPU_HANDLE.search(out):
+        return False
+    lowered = out.lower()
+    return code in SMI_DRIVER_CODES or any(word in lowered for word in SMI_DRIVER_WORDS)
 
 
 def recovery_action(entry: dict, text: str) -> tuple[str, str]:
@@ -726,13 +797,16 @@ class Watcher:
         self._count_repairs()
         # The application faults' escalation memory, kept in the state file with the boot
         # (`app_faults`) so that a restart inside the window does not forget the first two
-        # of three: per GPU UUID, the faults' times (`at`) and whom each is attributed to
+        # of three: per GPU UUID, the faults' kernel times (`clocks`: the kernel's stamps in
+        # seconds since boot, which the window compares) and whom each is attributed to
         # (`teams`: its namespaces and how they were found; none in a state file from
         # before 2026-11-28), the kernel time of its last fault's start (bursts) and the
-        # processes counted (pid -> `at`).
+        # processes counted (`pid_clocks`: pid -> kernel time). A state file written before
+        # the window went by the kernel's stamps kept read times (`times`, `pids`): not
+        # comparable, so not read (a count in flight at that upgrade starts again).
         memory = self.state.pop("app_faults", None) or {}
         self.app_xids: dict[str, collections.deque] = collections.defaultdict(collections.deque)
-        for uuid, times in (memory.get("times") or {}).items():
+        for uuid, times in (memory.get("clocks") or {}).items():
             teams = list((memory.get("teams") or {}).get(uuid) or [])
             teams += [{}] * (len(times) - len(teams))
             for t, team in zip(times, teams):
@@ -743,7 +817,7 @@ class Watcher:
             uuid: float(clock) for uuid, clock in (memory.get("bursts") or {}).items()
         }
         self.app_pids: dict[str, dict[int, float]] = collections.defaultdict(dict)
-        for uuid, pids in (memory.get("pids") or {}).items():
+        for uuid, pids in (memory.get("pid_clocks") or {}).items():
             self.app_pids[uuid].update({int(pid): float(t) for pid, t in pids.items()})
         # the faults to decide once their burst is read (`decide_bursts`): GPU UUID ->
         # (due, GPU, meaning)
@@ -761,7 +835,20 @@ class Watcher:
         ]
         self.kmsg = os.open(args.kmsg, os.O_RDONLY | os.O_NONBLOCK)
         self.partial = b""
+        # A first start in this boot (no position in its kernel log: a new boot, the first
+        # revision with the watcher, a lost state file) reads what the ring buffer already
+        # holds now, before the first poll: every record of it was logged before this
+        # watcher started (`handle_xid`'s `before`). Handled at the first step, once the
+        # first poll named the GPUs; the position is saved only then, so a stop in between
+        # reads them again rather than never.
+        self.backlog: list[tuple[str, int]] | None = None
+        self.backlog_seq = -1
+        if self.state["kmsg_seq"] < 0:
+            self.backlog = self.read_kernel()
+            self.backlog_seq, self.state["kmsg_seq"] = self.state["kmsg_seq"], -1
         self.last_poll = 0.0
+        self.driver_down: str | None = None  # nvidia-smi's words while it cannot reach it
+        self.mig_since: float | None = None  # a lost GPU held for mig-manager since then
         self.was_paused: str | None = None  # what the pause in force is for (`paused_for`)
         self.fault_at: float | None = None  # the kernel's time of the record in hand
         self.lock = threading.Lock()
@@ -837,7 +924,7 @@ class Watcher:
         tmp = f"{self.args.state}.tmp"
         checks = [{"due": c[0], "gpu": c[1], "pid": c[2], "uid": c[3]} for c in self.checks]
         faults = {
-            "times": {uuid: [f.at for f in seen] for uuid, seen in self.app_xids.items() if seen},
+            "clocks": {uuid: [f.at for f in seen] for uuid, seen in self.app_xids.items() if seen},
             "teams": {
                 uuid: [{"namespaces": sorted(f.namespaces), "by": f.by} for f in seen]
                 for uuid, seen in self.app_xids.items()
@@ -848,7 +935,7 @@ class Watcher:
                 uuid: {"due": due, "gpu": gpu, "meaning": meaning}
                 for uuid, (due, gpu, meaning) in self.pending.items()
             },
-            "pids": {
+            "pid_clocks": {
                 uuid: {str(p): t for p, t in pids.items()}
                 for uuid, pids in self.app_pids.items()
                 if pids
@@ -925,6 +1012,12 @@ class Watcher:
             return []
         out = done.stdout + done.stderr
         gpus, lost = parse_smi(out, self.smi_fields)
+        if driver_down(done.returncode, out, gpus, lost):
+            self.driver_unavailable(done.returncode, out)
+            return []
+        if self.driver_down is not None:
+            print(f"nvidia-smi reaches the NVIDIA driver again ({self.driver_down})", flush=True)
+            self.driver_down = None
         findings = [(pci, "lost") for pci in lost]
         for pci, known in self.gpus.items():
             if pci not in gpus and pci not in lost and done.returncode != 0:
@@ -935,6 +1028,70 @@ class Watcher:
             self.fabric_health(row)
         self.gpus.update(gpus)
         return findings
+
+    def driver_unavailable(self, code: int, out: str) -> None:
+        """nvidia-smi cannot reach the driver (`driver_down`): no GPU is judged by it meanwhile.
+
+        An event `DriverUnavailable` when it begins (its exit status and first line), not
+        at each poll; the log says when nvidia-smi answers again. The GPUs known stay
+        known, and the kernel's XIDs are still read and acted on: a GPU that fails
+        meanwhile is still quarantined by its XID (79 for one that fell off the bus).
+        """
+        said = next((line.strip() for line in out.splitlines() if line.strip()), "")
+        said = f"exit {code}: {said}" if said else f"exit {code}"
+        if self.driver_down is not None:
+            return
+        self.driver_down = said
+        meaning = (
+            f"nvidia-smi cannot reach the NVIDIA driver ({said}): no GPU is judged by "
+            "nvidia-smi until it answers again (a driver update before its reboot, or no "
+            "driver loaded: the unit's status says which); kernel XIDs are still acted on"
+        )
+        self._event(time.time(), EVERY_GPU, "DriverUnavailable", meaning, "info")
+
+    def hold_for_mig(self, findings: list[tuple[str, str]], at: float) -> list[tuple[str, str]]:
+        """The findings less a GPU gone missing while mig-manager changes the MIG layout.
+
+        Only when a GPU looks lost is the Node read (its own, as the node), and only then:
+        while its MIG_STATE_LABEL says MIG_CHANGING, `lost` is held, for `--mig-hold` at
+        most since it was first held (a label mig-manager left behind holds nothing for
+        ever). The API not answering holds nothing: the GPU is judged lost.
+        """
+        held = self.state["quarantined"]
+        gone = [
+            f"GPU {self.gpus.get(pci, {}).get('index', pci)}"
+            for pci, finding in findings
+            if finding == "lost" and self.gpus.get(pci, {}).get("uuid") not in held
+        ]
+        if not gone:
+            self.mig_since = None
+            return findings
+        try:
+            node = self.api.request("GET", f"/api/v1/nodes/{self.node}")
+        except (ApiError, OSError) as e:
+            print(f"cannot read node {self.node}'s MIG state: {e}", file=sys.stderr)
+            node = {}
+        state = ((node.get("metadata") or {}).get("labels") or {}).get(MIG_STATE_LABEL)
+        if state not in MIG_CHANGING:
+            self.mig_since = None
+            return findings
+        missing = ", ".join(gone)
+        if self.mig_since is None:
+            self.mig_since = at
+            print(
+                f"{missing} missing from nvidia-smi while mig-manager changes the MIG layout "
+                f"({MIG_STATE_LABEL}={state}): not judged lost until it is done, "
+                f"{self.args.mig_hold:g}s at most",
+                flush=True,
+            )
+        if at - self.mig_since > self.args.mig_hold:
+            print(
+                f"{missing} still missing, held longer than {self.args.mig_hold:g}s for "
+                f"mig-manager ({MIG_STATE_LABEL}={state}): judged lost",
+                flush=True,
+            )
+            return findings
+        return [(pci, finding) for pci, finding in findings if finding != "lost"]
 
     def fabric_health(self, row: dict) -> None:
         """An event when a GPU's NVLink fabric health summary changes (`SMI_FIELDS` says why).
@@ -957,18 +1114,35 @@ class Watcher:
 
     # -- decisions
 
-    def handle_xid(self, record: dict, at: float) -> None:
-        """Classify one XID; quarantine, or restart the job (escalating on repeats)."""
+    def handle_xid(self, record: dict, at: float, before: float | None = None) -> None:
+        """Classify one XID; quarantine, or restart the job (escalating on repeats).
+
+        `before`: a record this boot's kernel logged before the watcher's first start in
+        it (`backlog`), and when (`kernel_wall`; -1: not known). It is recorded (an event
+        saying so, stamped when it was logged, and faults_total), and:
+        - an application XID is neither counted toward the escalation nor looked into:
+          its faults may be hours old (three crashes of the last day are no 3 in 10
+          minutes), and its pid may name another program by now;
+        - a fatal one quarantines, as one read live does: the ring buffer holds only this
+          boot, so no reboot came since it, and nothing on record proves a reset (a reset
+          by hand leaves no trace the watcher can read). The GPU is repaired in its turn
+          and proven by the gate before it takes work again; the price is one repair of a
+          GPU someone reset by hand (docs/how-to/upgrade.md, gpu-day-2.md).
+        """
         xid = record["xid"]
         gpu = self.gpus.get(record["pci"], {"index": "?", "uuid": f"PCI:{record['pci']}"})
         action, meaning = classify(self.catalog, xid, record["text"])
         meaning += mig_instance(record)  # the GPU that holds the instance acts for it
+        if before is not None:
+            logged = now_iso(before) if before >= 0 else "at a time the kernel did not stamp"
+            meaning += f" (logged {logged}, before the watcher started)"
         self._count("faults", gpu["uuid"], xid, f"Xid{xid}", action)
         instance = {k: record[k] for k in ("gpu_instance", "compute_instance") if record.get(k)}
-        self._event(at, gpu, f"Xid{xid}", meaning, action, **instance)
+        stamp = before if before is not None and before >= 0 else at
+        self._event(stamp, gpu, f"Xid{xid}", meaning, action, **instance)
         if action in QUARANTINE:
             self.quarantine(gpu, f"Xid{xid}", meaning, action, at)
-        elif action == "application" or self._burst_line(gpu["uuid"], record):
+        elif before is None and (action == "application" or self._burst_line(gpu["uuid"], record)):
             self.application_fault(gpu, record, meaning, at)
 
     def _burst_line(self, uuid: str, record: dict) -> bool:
@@ -996,12 +1170,12 @@ class Watcher:
         names it) are read. A later line of a fault decided is decided again only when it
         names whom to blame better (`AppFault.merge`), and then only to quarantine.
         """
-        uuid, pid = gpu["uuid"], record.get("pid")
+        uuid, pid, clock = gpu["uuid"], record.get("pid"), record["clock"]
         seen = self.app_xids[uuid]
-        while seen and at - seen[0].at > self.window:
+        while seen and clock - seen[0].at > self.window:  # by the kernel's stamps
             seen.popleft()
         uid = self._pod_uid_of_pid(pid) if pid else None
-        same = self._same_fault(uuid, record, at)
+        same = self._same_fault(uuid, record)
         if same:
             print(
                 f"GPU {gpu['index']}: XID {record['xid']} belongs to a fault counted", flush=True
@@ -1009,9 +1183,9 @@ class Watcher:
         last = seen[-1] if same == "burst" and seen else None
         refined = False
         if not same:
-            seen.append(self._attribute(uuid, record, uid, at))
+            seen.append(self._attribute(uuid, record, uid, clock))
         elif last is not None and last.by != BY_PROCESS and (uid or last.by in ("", BY_GPU)):
-            refined = last.merge(self._attribute(uuid, record, uid, at))  # decided anew
+            refined = last.merge(self._attribute(uuid, record, uid, clock))  # decided anew
         if not same and pid is None and len(seen) >= self.count:
             self.pending[uuid] = (at + self.args.burst_wait, gpu, meaning)
         if uuid in self.pending or (same and not refined) or len(seen) < self.count:
@@ -1143,24 +1317,24 @@ class Watcher:
         innocent = holders - suspects if len(suspects) == 1 else holders
         return suspects if suspects and innocent else set()
 
-    def _same_fault(self, uuid: str, record: dict, at: float) -> str:
+    def _same_fault(self, uuid: str, record: dict) -> str:
         """Whether this application XID belongs to a fault counted already (APP_BURST_S).
 
-        `burst`: the same GPU within APP_BURST_S of the burst's first line (the kernel's
-        stamps), the last fault counted; `process`: a process counted on this GPU within
-        the escalation window; "": a new fault.
+        `burst`: the same GPU within APP_BURST_S of the burst's first line, the last fault
+        counted; `process`: a process counted on this GPU within the escalation window;
+        "": a new fault. Both by the kernel's stamps (`clock`).
         """
-        pids = self.app_pids[uuid]
+        pids, clock = self.app_pids[uuid], record["clock"]
         for pid, when in list(pids.items()):
-            if at - when > self.window:
+            if clock - when > self.window:
                 del pids[pid]
         start, pid = self.bursts.get(uuid), record.get("pid")
-        same = "burst" if start is not None and abs(record["clock"] - start) <= APP_BURST_S else ""
+        same = "burst" if start is not None and abs(clock - start) <= APP_BURST_S else ""
         same = same or ("process" if pid is not None and pid in pids else "")
         if not same:
-            self.bursts[uuid] = record["clock"]
+            self.bursts[uuid] = clock
         if pid is not None:
-            pids.setdefault(pid, at)
+            pids.setdefault(pid, clock)
         return same
 
     def handle_finding(self, pci: str, finding: str, at: float) -> None:
@@ -1577,22 +1751,34 @@ class Watcher:
         fault window (tf_launcher.py FAULT_WINDOW, 10 s) for the eviction to reach it.
         """
         with self.lock:
+            if self.backlog is not None:  # a first start in this boot: what it found there
+                for text, usec in self.backlog:
+                    self._kernel_record(text, usec, before=True)
+                self.backlog = None
+                self.state["kmsg_seq"] = max(self.state["kmsg_seq"], self.backlog_seq)
             for text, usec in self.read_kernel():
-                record = parse_xid(text)
-                if record is not None:
-                    self.fault_at = kernel_time(usec, at, time.monotonic())
-                    # the kernel's clock (CLOCK_MONOTONIC up to drift) for bursts
-                    record["clock"] = usec / 1e6 if usec >= 0 else time.monotonic()
-                    # stamped when read, not when this step began: the step may have waited
-                    # for the lock (the poller's pass) while the line was written, and a
-                    # fault stamped before a gate that started meanwhile would be cleared by
-                    # its readmission (gpu_health.readmit) though the gate never proved it
-                    self.handle_xid(record, time.time())
-                    self.fault_at = None
+                self._kernel_record(text, usec)
             self.decide_bursts(at)
             self.check_programs(at)
             self.apply()
             self._save()
+
+    def _kernel_record(self, text: str, usec: int, before: bool = False) -> None:
+        """Act on one kernel record, if it is an XID (`before`: logged before the first start)."""
+        record = parse_xid(text)
+        if record is None:
+            return
+        # stamped when read, not when the step began: the step may have waited for the
+        # lock (the poller's pass) while the line was written, and a fault stamped before a
+        # gate that started meanwhile would be cleared by its readmission
+        # (gpu_health.readmit) though the gate never proved it
+        now, monotonic = time.time(), time.monotonic()
+        self.fault_at = kernel_time(usec, now, monotonic)
+        # the kernel's clock (CLOCK_MONOTONIC up to drift) for bursts and the window
+        record["clock"] = usec / 1e6 if usec >= 0 else monotonic
+        logged = kernel_wall(usec, now, monotonic) if before else None
+        self.handle_xid(record, now, (-1.0 if logged is None else logged) if before else None)
+        self.fault_at = None
 
     def poll(self, at: float) -> None:
         """One nvidia-smi health poll (not under the lock while nvidia-smi runs).
@@ -1608,7 +1794,7 @@ class Watcher:
             if not lost:
                 self.read_mig_devices()
         with self.lock:
-            for pci, finding in self.poll_smi(done):
+            for pci, finding in self.hold_for_mig(self.poll_smi(done), at):
                 self.handle_finding(pci, finding, at)
             self.keep_cordoned()
             self.apply()
@@ -1792,6 +1978,7 @@ def arguments(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--escalation", default="3/10m")
     p.add_argument("--app-xid-wait", type=float, default=APP_WAIT_S)
     p.add_argument("--burst-wait", type=float, default=APP_BURST_S)
+    p.add_argument("--mig-hold", type=float, default=MIG_HOLD_S)
     p.add_argument("--metrics-port", type=int, default=0)
     p.add_argument("--unit", default="", help="the Juju unit to wake with juju-exec")
     p.add_argument("--juju-exec", default="juju-exec")  # /usr/bin/juju-exec on Juju 3 machines

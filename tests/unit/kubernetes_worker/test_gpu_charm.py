@@ -10,9 +10,11 @@ import json
 import logging
 import time
 
+import drain_turns
 import driver as nvidia_driver
 import gpu_gate
 import gpu_repair
+import gpu_watcher
 import pytest
 import readme_examples
 import toolkit
@@ -517,6 +519,43 @@ def test_kernel_update_needing_a_newer_driver_drains_updates_reboots_and_uncordo
     assert out.unit_status == testing.ActiveStatus(READY_580)
     assert gpu_labels(api)["nvidia.com/gpu.present"] == "true"
     assert not node(api)["spec"].get("unschedulable")
+
+
+def test_a_driver_update_pauses_the_gpu_watchers_polls_from_its_install_to_the_reboot(
+    ctx, machine, api, driver, clock, reboots
+):
+    """Review44b G1: the GPU health watcher does not judge the update's nvidia-smi.
+
+    Between the update's install and Juju's reboot nvidia-smi answers "Driver/library
+    version mismatch". The watcher's polls are paused (its pause file, as a GPU reset
+    pauses them) before apt runs, for as long as the install and the reboot may take;
+    the reboot ends it.
+    """
+    out = run_joined(ctx, api, config={"auto-reboot": True})
+    driver.driver_sru("580", "580.105.08")
+    driver.kernel_update(NEW_KERNEL)
+    pause = machine.path(gpu_watcher.PAUSE_FILE)
+    installs = []
+    apt_get = machine.runner.handlers["apt-get"]  # the fake apt-get (the driver's), watched
+
+    def watched(argv, stdin):
+        if "install" in argv:
+            installs.append((argv, pause.read_text() if pause.exists() else None))
+        return apt_get(argv, stdin)
+
+    machine.on("apt-get", watched)
+
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert out.unit_status.message.startswith("rebooting: ")
+    assert reboots == [False]
+    said = gpu_watcher.pause_text(NODE, gpu_watcher.PAUSE_DRIVER, drain_turns.DRIVER_PAUSE_S)
+    # the userspace (nvidia-utils: nvidia-smi, libnvidia-ml) installed with the pause on
+    userspace = [paused for argv, paused in installs if "nvidia-utils-580-server" in argv]
+    assert userspace == [said]
+    assert pause.read_text() == said  # until the reboot (it clears /run)
+    assert gpu_watcher.pause_seconds(said, gpu_watcher.PAUSE_MAX_S) == 3600
+    assert "the NVIDIA driver's update and the reboot after it" in said
 
 
 def test_kernel_update_needing_a_newer_driver_without_auto_reboot_says_what_to_run(
@@ -1246,6 +1285,8 @@ def test_an_update_apt_cannot_fetch_after_the_drain_keeps_the_node_cordoned_unti
     assert out.unit_status.message.startswith(f"node {NODE} stays cordoned; failed to install")
     assert node(api)["spec"]["unschedulable"] is True
     assert reboots == []
+    # no reboot comes: the GPU health watcher polls again (its pause for the update is gone)
+    assert not machine.path(gpu_watcher.PAUSE_FILE).exists()
 
     machine.archive[utils]["updates"] = published  # the mirror caught up
     out = ctx.run(ctx.on.update_status(), out)

@@ -4,6 +4,7 @@ The fixtures under `tests/fixtures/gpu/` were captured by `tools/capture_gpu_fix
 (each directory's README says where); these tests run the worker's own code on them.
 """
 
+import json
 import re
 import xml.etree.ElementTree as ET
 
@@ -234,6 +235,55 @@ def test_the_watchers_health_query_on_a_healthy_h200_finds_nothing():
     assert "<gpu_recovery_action>None</gpu_recovery_action>" in xml
     assert "<health>\n\t\t\t\t<summary>N/A</summary>" in xml
     assert gpu_watcher.smi_findings(row | {"gpu_recovery_action": "None"}) == []
+
+
+RECORDED_QUERY = (H200 / "health" / "watcher-smi.csv").read_text()
+DOWN = gpu_watcher_machine.SMI_DRIVER_DOWN
+
+
+@pytest.mark.parametrize(
+    ("code", "out", "down"),
+    [
+        *[(code, text, True) for code, text in DOWN.values()],
+        (255, DOWN["mismatch"][1], True),  # the words decide (gpu.py reads 255 so too)
+        (9, "", True),  # nvidia-smi(1): 9, "NVIDIA driver is not loaded"
+        (0, RECORDED_QUERY, False),  # the healthy H200
+        # a GPU nvidia-smi names is an answer about that GPU, NVML started
+        (15, gpu_watcher_machine.smi_rows(lost=1), False),
+        (15, "Unable to determine the device handle for GPU0000:00:1E.0: GPU is lost.\n", False),
+        (
+            255,
+            "Unable to determine the device handle for GPU 0000:0B:00.0: Unknown Error\n",
+            False,
+        ),
+        (6, "No devices were found\n", False),  # NVML answered: no GPU left on the bus
+        (2, 'Field "fabric.health.summary" is not a valid field to query.\n', False),
+    ],
+)
+def test_only_an_answer_naming_no_gpu_and_saying_nvml_did_not_start_is_driver_level(
+    code, out, down
+):
+    gpus, lost = gpu_watcher.parse_smi(out)
+    assert gpu_watcher.driver_down(code, out, gpus, lost) is down
+
+
+def test_the_kernels_stamps_are_read_on_the_clock_the_watcher_maps_them_with():
+    """The H200 recording: kmsg's stamps are time.monotonic()'s clock, within a millisecond.
+
+    A fresh /dev/kmsg reader got this boot's whole ring buffer (358 records), and the
+    record it wrote came back stamped 1 ms from time.monotonic().
+    """
+    watcher = json.loads((H200 / "health" / "capture.json").read_text())["watcher"]
+    assert watcher["kmsg_records"] > 300  # what a first start in a boot finds there
+    (back,) = watcher["read_back"]
+    usec, lag = back["usec"], back["lag_s"]
+    written = usec / 1e6 + lag  # time.monotonic() when it was written
+    assert gpu_watcher.kernel_time(usec, 1e9, written) == pytest.approx(1e9, abs=0.01)
+    assert gpu_watcher.kernel_wall(usec, 1e9, written + 3600) == pytest.approx(
+        1e9 - 3600, abs=0.01
+    )
+    assert gpu_watcher.kernel_time(usec, 1e9, written + 3600) is None  # timings: too old
+    assert gpu_watcher.kernel_wall(-1, 1e9, written) is None  # no stamp
 
 
 def test_the_mig_instances_of_each_mig_device_are_read_from_nvidia_smis_xml():
