@@ -498,9 +498,11 @@ def test_a_restarted_watcher_does_not_act_twice_on_old_records(machine):
     program(machine, 4243, "gpu1-job")  # still running after the wait: evicted
     machine.kernel(xid_line("13", gpu=1, pid=4243))
     until(lambda: f"{OWN}/gpu1-job" not in machine.pods())
-    # stopped once it saved what it handled (stopped between the eviction and the save, it
-    # handles the record again after the restart: at least once, never lost)
-    until(machine.handled)
+    # stopped once it saved what it handled: the record's position, and the program check
+    # that evicted the pod gone from `app_checks` (both are saved at the end of the step
+    # that evicted; stopped between the eviction and that save, the restarted watcher
+    # evicts again: at least once, never lost, and the test was flaky under load)
+    until(lambda: machine.handled() and not machine.state().get("app_checks"))
     machine.stop()
     machine.api.put_object(
         path, {"metadata": {"uid": pod["metadata"]["uid"]}, "spec": pod["spec"]}
