@@ -2,7 +2,7 @@
 # Copyright 2026 gpu-k8s contributors
 # See LICENSE file for licensing details.
 
-"""From a fatal XID to the NoExecute taint, and from a passed gate to readmission.
+"""From a fatal XID to the NoExecute taint, to readmission by hand and by the automatic repair.
 
 What is real: the GPU health watcher (charms/kubernetes-worker/src/gpu_watcher.py) as a
 process with the defaults systemd gives it (gpu_health.unit_text: `--interval 5`, the
@@ -43,6 +43,17 @@ stop of the watcher, answered by this process as systemd would, its state cleare
 watcher started, GpuHealthy=True as the node, uncordon) and `gpu-quarantine: []`; then
 the leader's relation-changed with that databag lifting the taint, read on the API server.
 Timed from the gate's end (gpu_gate.run's return, read in the action's process).
+
+Readmission through the automatic repair (issue 32 items 3-4, no human command): a run of
+its own with the unit's `gpu-auto-repair=reset` and XID 46 (RESET_GPU in the catalog), to
+the taint as above; then the worker's next hook (update-status) in a process of its own
+(tests/gpu_charms/worker_hook.py `repair`): its reconcile's gpu_repairs.step takes the turn
+(a unit alone holds it at once), drains the node as its kubelet, resets the GPU through the
+fake driver's `nvidia-smi -r` with the GPU clients paused (the real watcher honours the
+pause file), runs the gate (the fake ctr as above), readmits and publishes
+`gpu-quarantine: []`; then the leader's relation-changed lifting the taint. Timed from the
+fault to the taint's removal; under Juju the wait for that next hook (update-status-hook-
+interval) comes on top.
 
 Issue 32's target: fault to taint < 60 s.
 
@@ -90,12 +101,12 @@ from charms.gpu_k8s.v0.kubernetes_cluster import QUARANTINE_TAINT  # noqa: E402
 
 @contextlib.contextmanager
 def systemd(box: Machine) -> Iterator[None]:
-    """The watcher's service manager: `systemctl stop|start` from the worker's processes.
+    """The watcher's service manager: `systemctl` of its unit from the worker's processes.
 
     systemctl asks systemd, another process, to stop or start the unit and returns when
     the job is done; here this process, which owns the watcher, does it on `<root>/
-    systemd.sock` (one line, `stop` or `start`; `ok` once done) with the options it was
-    started with (tests/gpu_watcher_machine.start).
+    systemd.sock` (one line, the verb; `ok` once done, `active` or `inactive` for
+    is-active) with the options it was started with (tests/gpu_watcher_machine.start).
     """
     server = socket.socket(socket.AF_UNIX)
     server.bind(str(box.root / "systemd.sock"))
@@ -109,11 +120,16 @@ def systemd(box: Machine) -> Iterator[None]:
                 return
             with conn:
                 verb = conn.makefile().readline().strip()
-                if verb == "stop":
+                if verb == "is-active":
+                    running = box.process is not None and box.process.poll() is None
+                    conn.sendall(b"active\n" if running else b"inactive\n")
+                    continue
+                if verb in ("stop", "restart"):
                     box.stop()
-                elif verb == "start":
+                if verb in ("start", "restart"):
                     start(box, **(box.started_with or {}))
-                conn.sendall(b"ok\n" if verb in ("stop", "start") else b"unknown\n")
+                known = verb in ("stop", "start", "restart")
+                conn.sendall(b"ok\n" if known else b"unknown\n")
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
@@ -125,12 +141,17 @@ def systemd(box: Machine) -> Iterator[None]:
         thread.join(timeout=10)
 
 
-def readmit_gpu(box: Machine) -> dict:
-    """`juju run <unit> readmit-gpu confirm=yes`: the worker's action in its own process."""
+def worker_process(box: Machine, entry: str) -> dict:
+    """The worker's `readmit-gpu` action or `repair` hook in its own process; its result.
+
+    As the unit agent starts `juju run <unit> readmit-gpu confirm=yes`, or the unit's next
+    hook (update-status) that repairs (tests/gpu_charms/worker_hook.py).
+    """
     env = {**os.environ, "PYTHONPATH": WORKER_PATH}
-    argv = [sys.executable, str(HOOK), str(box.root), "readmit-gpu"]
+    argv = [sys.executable, str(HOOK), str(box.root), entry]
     subprocess.run(argv, env=env, check=True, timeout=120)
-    return json.loads((box.root / "worker-action.json").read_text())
+    written = {"readmit-gpu": "worker-action.json", "repair": "worker-repair.json"}[entry]
+    return json.loads((box.root / written).read_text())
 
 
 def _poll(check, timeout: float = 120.0) -> float:
@@ -154,58 +175,78 @@ def _tainted(box: Machine) -> bool:
     return any(t.get("key") == QUARANTINE_TAINT["key"] for t in taints)
 
 
+def _to_taint(box: Machine, cp, unit: dict, xid: str) -> dict:
+    """From XID `xid` on GPU 1 to the NoExecute taint; the moments and the hook's result.
+
+    The watcher started as systemd runs it, the fault's line stamped with the kernel's
+    clock, then one loop every 10 ms: the quarantine's writes and the worker hook's end
+    (then the leader's relation-changed at once), whichever comes first.
+    """
+    cp.changed(unit["bag"])
+    juju_exec(box)
+    start(box, interval=5.0, tick=0.5, unit=UNIT, hook_retry=5.0)  # as systemd runs it
+    time.sleep(1.0)  # in its loop, between two reads
+    fault = time.monotonic()
+    box.kernel(xid_line(xid, gpu=1), usec=int(fault * 1e6))
+    seen: dict[str, float] = {}
+    hook: dict = {}
+    delivered = cp_done = 0.0
+    while "quarantine" not in seen or "hook" not in seen:
+        assert time.monotonic() - fault < 120, f"not within 2 minutes: {seen}"
+        if "quarantine" not in seen and _quarantined(box):
+            seen["quarantine"] = time.monotonic()
+        if "hook" not in seen and (result := hook_result(box)) is not None:
+            seen["hook"] = delivered = time.monotonic()  # the leader's hook starts
+            hook = result
+            assert json.loads(hook["bag"]["gpu-quarantine"]) == [GPUS[1][1]], hook
+            cp.changed(hook["bag"])
+            cp_done = time.monotonic()
+            continue  # read the API again before sleeping
+        time.sleep(0.01)
+    return {
+        "fault": fault,
+        "quarantined": seen["quarantine"],
+        "asked": juju_exec_calls(box)[0]["monotonic"],  # CLOCK_MONOTONIC, as `fault`
+        "delivered": delivered,
+        "cp_done": cp_done,
+        "tainted": _poll(lambda: _tainted(box)),
+        "hook": hook,
+    }
+
+
+def _readmitted(box: Machine) -> None:
+    """The node back in service: uncordoned, GpuHealthy=True, GPU 1 not quarantined."""
+    node = box.node()
+    condition = box.condition() or {}
+    assert not node["spec"].get("unschedulable") and condition.get("status") == "True"
+    assert GPUS[1][1] not in box.state()["quarantined"]
+
+
 def one_run(root: Path) -> dict[str, float]:
     """Seconds from the fault (or from the gate's pass) to each step."""
     with gpu_machine(root) as box, leader(box.api, root / "cp", UNIT) as cp:
         unit = joined(box)
-        cp.changed(unit["bag"])
-        juju_exec(box)
-        start(box, interval=5.0, tick=0.5, unit=UNIT, hook_retry=5.0)  # as systemd runs it
-        time.sleep(1.0)  # in its loop, between two reads
-        fault = time.monotonic()
-        box.kernel(xid_line("79", gpu=1), usec=int(fault * 1e6))
-        # one loop, every 10 ms: the quarantine's writes and the worker hook's end (then
-        # the leader's relation-changed at once), whichever comes first
-        seen: dict[str, float] = {}
-        hook: dict = {}
-        delivered = cp_done = 0.0
-        while "quarantine" not in seen or "hook" not in seen:
-            assert time.monotonic() - fault < 120, f"not within 2 minutes: {seen}"
-            if "quarantine" not in seen and _quarantined(box):
-                seen["quarantine"] = time.monotonic()
-            if "hook" not in seen and (result := hook_result(box)) is not None:
-                seen["hook"] = delivered = time.monotonic()  # the leader's hook starts
-                hook = result
-                assert json.loads(hook["bag"]["gpu-quarantine"]) == [GPUS[1][1]], hook
-                cp.changed(hook["bag"])
-                cp_done = time.monotonic()
-                continue  # read the API again before sleeping
-            time.sleep(0.01)
-        quarantined = seen["quarantine"]
-        asked = juju_exec_calls(box)[0]["monotonic"]  # CLOCK_MONOTONIC, as `fault`
-        tainted = _poll(lambda: _tainted(box))
+        t = _to_taint(box, cp, unit, "79")
+        fault, asked, hook = t["fault"], t["asked"], t["hook"]
 
         # the worker's readmit-gpu action (its gate, then the readmission and its
         # `gpu-quarantine: []`), then the leader's relation-changed with that databag
         (box.root / "worker-unit.json").write_text(json.dumps({**unit, "bag": hook["bag"]}))
         with systemd(box):
-            action = readmit_gpu(box)
+            action = worker_process(box, "readmit-gpu")
         assert action["bag"]["gpu-quarantine"] == "[]", action
         delivered_again = time.monotonic()
         cp.changed(action["bag"])
         untainted = _poll(lambda: not _tainted(box))
-        node = box.node()
-        condition = box.condition() or {}
-        assert not node["spec"].get("unschedulable") and condition.get("status") == "True"
-        assert GPUS[1][1] not in box.state()["quarantined"]
+        _readmitted(box)
         return {
-            "quarantine": quarantined - fault,
+            "quarantine": t["quarantined"] - fault,
             "juju-exec": asked - fault,
             "worker hook": hook["ended"] - asked,
             "hook imports": hook["imported"] - asked,
-            "delivery": delivered - hook["ended"],
-            "control-plane hook": cp_done - delivered,
-            "taint": tainted - fault,
+            "delivery": t["delivered"] - hook["ended"],
+            "control-plane hook": t["cp_done"] - t["delivered"],
+            "taint": t["tainted"] - fault,
             "action": action["ended"] - action["started"],
             "action imports": action["imported"] - action["started"],
             "action setup": action["ready"] - action["imported"],
@@ -216,6 +257,50 @@ def one_run(root: Path) -> dict[str, float]:
             "readmission": untainted - action["gate"],
             "status": hook["status"],
             "readmitted": action["results"]["readmitted"],
+        }
+
+
+# The automatic path: a fault the catalog says a GPU reset clears (XID 46, "GPU stopped
+# processing", bucket RESET_GPU in xid_catalog.json), with the unit's gpu-auto-repair=reset
+AUTO_XID = "46"
+AUTO_CONFIG = {"gpu-auto-repair": "reset"}
+
+
+def auto_run(root: Path) -> dict:
+    """Seconds from the fault to readmission through the automatic repair, and its steps.
+
+    The worker's next hook (update-status under Juju, every update-status-hook-interval:
+    5m by default, juju environs/config/config.go as backups.py cites it)
+    starts as soon as the taint is read here: Juju's wait for it is not in the numbers.
+    """
+    with gpu_machine(root) as box, leader(box.api, root / "cp", UNIT) as cp:
+        unit = joined(box, AUTO_CONFIG)
+        t = _to_taint(box, cp, unit, AUTO_XID)
+        fault, hook = t["fault"], t["hook"]
+        assert hook["status"][0] == "waiting" and "reset" in hook["status"][1], hook
+
+        (box.root / "worker-unit.json").write_text(json.dumps({**unit, "bag": hook["bag"]}))
+        with systemd(box):
+            repair = worker_process(box, "repair")
+        assert repair["bag"]["gpu-quarantine"] == "[]", repair
+        delivered = time.monotonic()
+        cp.changed(repair["bag"])
+        untainted = _poll(lambda: not _tainted(box))
+        _readmitted(box)
+        (record,) = box.state()["repairs"]
+        assert (record["method"], record["result"]) == ("reset", "ok"), record
+        return {
+            "taint": t["tainted"] - fault,
+            "repair hook": repair["ended"] - repair["started"],
+            "repair imports": repair["imported"] - repair["started"],
+            "repair setup": repair["ready"] - repair["imported"],
+            "repair to gate": repair["gate"] - repair["ready"],
+            "worker readmission": repair["ended"] - repair["gate"],
+            "repair delivery": delivered - repair["ended"],
+            "control-plane readmission": untainted - delivered,
+            "gate to readmission": untainted - repair["gate"],
+            "fault to readmission": untainted - fault,
+            "status": repair["status"],
         }
 
 
@@ -269,15 +354,54 @@ def main(argv: list[str]) -> int:
     )
     print(f"  gate passed -> no taint on the API server:              {col('readmission')}")
     print(f"readmit-gpu's result: readmitted {runs[-1]['readmitted']}")
+
+    autos: list[dict] = []
+    for n in range(args.runs):
+        with tempfile.TemporaryDirectory(prefix="bench-watcher-auto-") as tmp:
+            a = auto_run(Path(tmp))
+        autos.append(a)
+        print(
+            f"auto run {n + 1}: fault -> taint {a['taint']:.2f} s, repair hook "
+            f"{a['repair hook']:.2f} s, fault -> taint lifted {a['fault to readmission']:.2f} s"
+        )
+
+    def auto(key: str) -> str:
+        return _stats([a[key] for a in autos])
+
+    print(
+        f"\nXID {AUTO_XID} line written -> readmission by the automatic repair "
+        f"(gpu-auto-repair=reset), {args.runs} runs:"
+    )
+    print(f"  fault -> taint read on the API server:                  {auto('taint')}")
+    print(f"  worker's next hook, update-status (process included):   {auto('repair hook')}")
+    print(f"    of which Python's start and imports (ops, the charm): {auto('repair imports')}")
+    print(f"    of which the bench builds the A10G machine's fakes:   {auto('repair setup')}")
+    print(f"    of which reconcile, turn, drain, reset, gate (fake):  {auto('repair to gate')}")
+    print(
+        f"  gate passed -> hook's end (readmission, databag):       {auto('worker readmission')}"
+    )
+    print(f"  hook end -> leader's hook starts (not Juju):            {auto('repair delivery')}")
+    lifted = auto("control-plane readmission")
+    print(f"  leader's relation-changed lifting the taint:            {lifted}")
+    print(
+        f"  gate passed -> no taint on the API server:              {auto('gate to readmission')}"
+    )
+    print(
+        f"  fault -> no taint on the API server:                    {auto('fault to readmission')}"
+    )
+    print("    plus, under Juju, the wait for the worker's next hook (update-status every")
+    print("    update-status-hook-interval, 5 min by default): not in these numbers")
+    print(f"worker status after the repair: {autos[-1]['status'][0]}: {autos[-1]['status'][1]}")
     print(
         "\nreal: the watcher process and its poll loop (--interval 5, --tick 0.5), both charms' "
         "code under ops.testing (the worker's hook in its own process started by juju-exec, "
-        "its readmit-gpu action in its own process, the leader's hooks in this one), the fake "
+        "its readmit-gpu action and the update-status hook that repairs each in its own process, "
+        "the leader's hooks in this one), the fake "
         "API server (TLS, Node authorizer, admission). "
         "Not real: Juju's hook scheduling, the machine lock, relation-data delivery between "
         "units (seconds under Juju when no other hook holds the lock), the hardware, and the "
         "gate's checks (a fake ctr prints their outputs: CUDA, dcgmi diag -r 2 and NCCL take "
-        "minutes on GPUs)."
+        "minutes on GPUs), and the GPU reset (the fake driver's nvidia-smi -r)."
     )
     return 0
 
