@@ -74,7 +74,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -222,23 +222,47 @@ def _readmitted(box: Machine) -> None:
     assert GPUS[1][1] not in box.state()["quarantined"]
 
 
-def one_run(root: Path) -> dict[str, float]:
+def _readmission(box: Machine, cp, unit: dict, hook: dict, entry: str) -> tuple[dict, dict, float]:
+    """The worker's `entry` process, then the leader's relation-changed with its databag.
+
+    After the quarantine's hook: its result, and seconds per step (`process`, of which
+    `imports`, `setup` and up `to gate`; `worker readmission` from the gate's end to the
+    process's, the `delivery` to the leader, its `control-plane readmission`, and from
+    the gate's end to no taint, `readmission`), and the moment the taint was gone.
+    """
+    (box.root / "worker-unit.json").write_text(json.dumps({**unit, "bag": hook["bag"]}))
+    with systemd(box):
+        result = worker_process(box, entry)
+    assert result["bag"]["gpu-quarantine"] == "[]", result
+    delivered = time.monotonic()
+    cp.changed(result["bag"])
+    untainted = _poll(lambda: not _tainted(box))
+    _readmitted(box)
+    return (
+        result,
+        {
+            "process": result["ended"] - result["started"],
+            "imports": result["imported"] - result["started"],
+            "setup": result["ready"] - result["imported"],
+            "to gate": result["gate"] - result["ready"],
+            "worker readmission": result["ended"] - result["gate"],
+            "delivery": delivered - result["ended"],
+            "control-plane readmission": untainted - delivered,
+            "readmission": untainted - result["gate"],
+        },
+        untainted,
+    )
+
+
+def one_run(root: Path) -> dict:
     """Seconds from the fault (or from the gate's pass) to each step."""
     with gpu_machine(root) as box, leader(box.api, root / "cp", UNIT) as cp:
         unit = joined(box)
         t = _to_taint(box, cp, unit, "79")
         fault, asked, hook = t["fault"], t["asked"], t["hook"]
-
         # the worker's readmit-gpu action (its gate, then the readmission and its
         # `gpu-quarantine: []`), then the leader's relation-changed with that databag
-        (box.root / "worker-unit.json").write_text(json.dumps({**unit, "bag": hook["bag"]}))
-        with systemd(box):
-            action = worker_process(box, "readmit-gpu")
-        assert action["bag"]["gpu-quarantine"] == "[]", action
-        delivered_again = time.monotonic()
-        cp.changed(action["bag"])
-        untainted = _poll(lambda: not _tainted(box))
-        _readmitted(box)
+        action, steps, _ = _readmission(box, cp, unit, hook, "readmit-gpu")
         return {
             "quarantine": t["quarantined"] - fault,
             "juju-exec": asked - fault,
@@ -247,14 +271,7 @@ def one_run(root: Path) -> dict[str, float]:
             "delivery": t["delivered"] - hook["ended"],
             "control-plane hook": t["cp_done"] - t["delivered"],
             "taint": t["tainted"] - fault,
-            "action": action["ended"] - action["started"],
-            "action imports": action["imported"] - action["started"],
-            "action setup": action["ready"] - action["imported"],
-            "action gate": action["gate"] - action["ready"],
-            "worker readmission": action["ended"] - action["gate"],
-            "action delivery": delivered_again - action["ended"],
-            "control-plane readmission": untainted - delivered_again,
-            "readmission": untainted - action["gate"],
+            **{f"action {k}": v for k, v in steps.items()},
             "status": hook["status"],
             "readmitted": action["results"]["readmitted"],
         }
@@ -276,36 +293,36 @@ def auto_run(root: Path) -> dict:
     with gpu_machine(root) as box, leader(box.api, root / "cp", UNIT) as cp:
         unit = joined(box, AUTO_CONFIG)
         t = _to_taint(box, cp, unit, AUTO_XID)
-        fault, hook = t["fault"], t["hook"]
+        hook = t["hook"]
         assert hook["status"][0] == "waiting" and "reset" in hook["status"][1], hook
-
-        (box.root / "worker-unit.json").write_text(json.dumps({**unit, "bag": hook["bag"]}))
-        with systemd(box):
-            repair = worker_process(box, "repair")
-        assert repair["bag"]["gpu-quarantine"] == "[]", repair
-        delivered = time.monotonic()
-        cp.changed(repair["bag"])
-        untainted = _poll(lambda: not _tainted(box))
-        _readmitted(box)
+        repair, steps, lifted = _readmission(box, cp, unit, hook, "repair")
         (record,) = box.state()["repairs"]
         assert (record["method"], record["result"]) == ("reset", "ok"), record
         return {
-            "taint": t["tainted"] - fault,
-            "repair hook": repair["ended"] - repair["started"],
-            "repair imports": repair["imported"] - repair["started"],
-            "repair setup": repair["ready"] - repair["imported"],
-            "repair to gate": repair["gate"] - repair["ready"],
-            "worker readmission": repair["ended"] - repair["gate"],
-            "repair delivery": delivered - repair["ended"],
-            "control-plane readmission": untainted - delivered,
-            "gate to readmission": untainted - repair["gate"],
-            "fault to readmission": untainted - fault,
+            "taint": t["tainted"] - t["fault"],
+            **{f"repair {k}": v for k, v in steps.items()},
+            "fault to readmission": lifted - t["fault"],
             "status": repair["status"],
         }
 
 
 def _stats(values: list[float]) -> str:
     return f"median {statistics.median(values):.2f} s, max {max(values):.2f} s"
+
+
+def _repeat(count: int, run: Callable[[Path], dict], line: Callable[[int, dict], str]) -> list:
+    """`run` `count` times, each in a directory of its own, each printed by `line`."""
+    done: list[dict] = []
+    for n in range(count):
+        with tempfile.TemporaryDirectory(prefix="bench-watcher-") as tmp:
+            done.append(run(Path(tmp)))
+        print(line(n + 1, done[-1]))
+    return done
+
+
+def _columns(runs: list[dict]) -> Callable[[str], str]:
+    """The median and max of one key over `runs`."""
+    return lambda key: _stats([r[key] for r in runs])
 
 
 def main(argv: list[str]) -> int:
@@ -315,21 +332,18 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.smoke:
         args.runs = 1
-    runs: list[dict] = []
-    for n in range(args.runs):
-        with tempfile.TemporaryDirectory(prefix="bench-watcher-") as tmp:
-            r = one_run(Path(tmp))
-        runs.append(r)
-        print(
-            f"run {n + 1}: fault -> quarantine {r['quarantine']:.2f} s, -> juju-exec "
+    runs = _repeat(
+        args.runs,
+        one_run,
+        lambda n, r: (
+            f"run {n}: fault -> quarantine {r['quarantine']:.2f} s, -> juju-exec "
             f"{r['juju-exec']:.2f} s, worker hook {r['worker hook']:.2f} s, control-plane hook "
             f"{r['control-plane hook']:.2f} s, fault -> taint {r['taint']:.2f} s; gate passed "
-            f"-> taint lifted {r['readmission']:.2f} s"
-        )
+            f"-> taint lifted {r['action readmission']:.2f} s"
+        ),
+    )
     print(f"worker status after its hook: {runs[-1]['status'][0]}: {runs[-1]['status'][1]}")
-
-    def col(key: str) -> str:
-        return _stats([r[key] for r in runs])
+    col = _columns(runs)
 
     print(f"\nXID 79 line written -> NoExecute taint on the Node, {args.runs} runs:")
     print(f"  fault -> quarantine (cordon, GpuHealthy=False, eviction): {col('quarantine')}")
@@ -342,49 +356,46 @@ def main(argv: list[str]) -> int:
         f"  fault -> taint read on the API server:                  {col('taint')} (target < 60 s)"
     )
     print(f"\nreadmit-gpu action -> taint lifted, {args.runs} runs:")
-    print(f"  worker's readmit-gpu action (process start included):   {col('action')}")
+    print(f"  worker's readmit-gpu action (process start included):   {col('action process')}")
     print(f"    of which Python's start and imports (ops, the charm): {col('action imports')}")
     print(f"    of which the bench builds the A10G machine's fakes:   {col('action setup')}")
-    print(f"    of which the gate (fake ctr: CUDA x4, DCGM, NCCL):    {col('action gate')}")
-    print(f"  gate passed -> action's end (readmission, databag):     {col('worker readmission')}")
+    print(f"    of which the gate (fake ctr: CUDA x4, DCGM, NCCL):    {col('action to gate')}")
+    ended = col("action worker readmission")
+    print(f"  gate passed -> action's end (readmission, databag):     {ended}")
     print(f"  action end -> leader's hook starts (not Juju):          {col('action delivery')}")
     print(
         f"  leader's relation-changed lifting the taint:            "
-        f"{col('control-plane readmission')}"
+        f"{col('action control-plane readmission')}"
     )
-    print(f"  gate passed -> no taint on the API server:              {col('readmission')}")
+    print(f"  gate passed -> no taint on the API server:              {col('action readmission')}")
     print(f"readmit-gpu's result: readmitted {runs[-1]['readmitted']}")
 
-    autos: list[dict] = []
-    for n in range(args.runs):
-        with tempfile.TemporaryDirectory(prefix="bench-watcher-auto-") as tmp:
-            a = auto_run(Path(tmp))
-        autos.append(a)
-        print(
-            f"auto run {n + 1}: fault -> taint {a['taint']:.2f} s, repair hook "
-            f"{a['repair hook']:.2f} s, fault -> taint lifted {a['fault to readmission']:.2f} s"
-        )
-
-    def auto(key: str) -> str:
-        return _stats([a[key] for a in autos])
+    autos = _repeat(
+        args.runs,
+        auto_run,
+        lambda n, a: (
+            f"auto run {n}: fault -> taint {a['taint']:.2f} s, repair hook "
+            f"{a['repair process']:.2f} s, fault -> taint lifted {a['fault to readmission']:.2f} s"
+        ),
+    )
+    auto = _columns(autos)
 
     print(
         f"\nXID {AUTO_XID} line written -> readmission by the automatic repair "
         f"(gpu-auto-repair=reset), {args.runs} runs:"
     )
     print(f"  fault -> taint read on the API server:                  {auto('taint')}")
-    print(f"  worker's next hook, update-status (process included):   {auto('repair hook')}")
+    print(f"  worker's next hook, update-status (process included):   {auto('repair process')}")
     print(f"    of which Python's start and imports (ops, the charm): {auto('repair imports')}")
     print(f"    of which the bench builds the A10G machine's fakes:   {auto('repair setup')}")
     print(f"    of which reconcile, turn, drain, reset, gate (fake):  {auto('repair to gate')}")
-    print(
-        f"  gate passed -> hook's end (readmission, databag):       {auto('worker readmission')}"
-    )
+    ended = auto("repair worker readmission")
+    print(f"  gate passed -> hook's end (readmission, databag):       {ended}")
     print(f"  hook end -> leader's hook starts (not Juju):            {auto('repair delivery')}")
-    lifted = auto("control-plane readmission")
+    lifted = auto("repair control-plane readmission")
     print(f"  leader's relation-changed lifting the taint:            {lifted}")
     print(
-        f"  gate passed -> no taint on the API server:              {auto('gate to readmission')}"
+        f"  gate passed -> no taint on the API server:              {auto('repair readmission')}"
     )
     print(
         f"  fault -> no taint on the API server:                    {auto('fault to readmission')}"
