@@ -11,8 +11,10 @@ in the imports of the next.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -27,17 +29,30 @@ def load(charm: str, name: str) -> ModuleType:
     src = ROOT / "charms" / charm / "src"
     if not (src / f"{name}.py").is_file():
         raise ModuleNotFoundError(f"charms/{charm}/src has no module {name}")
+    with plain_names(charm):
+        module = importlib.import_module(name)
+    return _LOADED.setdefault((charm, name), module)
+
+
+@contextlib.contextmanager
+def plain_names(charm: str) -> Iterator[None]:
+    """`charm`'s modules under their plain names meanwhile; its `src/` on the path.
+
+    For `load`'s import, and for running that charm's code whose functions import a
+    module of theirs when called (registry.py's `import kueue`): the modules it loaded
+    so far are those names, any other it imports is loaded then and kept.
+    """
+    src = ROOT / "charms" / charm / "src"
     shadowed = {n: sys.modules.pop(n) for n in list(sys.modules) if _is_plain(n, src)}
     sys.modules.update({m: module for (c, m), module in _LOADED.items() if c == charm})
     sys.path.insert(0, str(src))
     try:
-        module = importlib.import_module(name)
+        yield
     finally:
         sys.path.remove(str(src))
         for loaded in [n for n in sys.modules if _is_plain(n, src)]:
             _LOADED.setdefault((charm, loaded), sys.modules.pop(loaded))
         sys.modules.update(shadowed)
-    return _LOADED.setdefault((charm, name), module)
 
 
 def _is_plain(module_name: str, src: Path) -> bool:

@@ -1000,6 +1000,11 @@ class FakeKubeApiServer:
         # and validating webhook registered for UPDATE does (fakes.batch: Kueue's
         # deployment webhook)
         self.update_mutators: list[Callable[[dict, dict], None]] = []
+        # Another client's doing between two of the tested client's requests: each is
+        # called with (method, path) once a recorded request is answered, outside the
+        # lock, and may write (`put_object`): a taint an operator adds between the
+        # charm's GET and PATCH of a Node, say
+        self.meanwhile: list[Callable[[str, str], None]] = []
         # Aggregated APIs (an APIService's backend, kube-aggregator): "/apis/<group>/
         # <version>" -> handler(method, path, query) -> (code, JSON object). The request is
         # authenticated and authorized here first, as kube-apiserver does before proxying
@@ -1432,8 +1437,24 @@ class FakeKubeApiServer:
         recorded in `requests` nor hit by a fault a test injected for its client.
 
         As kube-apiserver's filters do: authentication (401), then faults a test injected
-        (what happens behind it), then authorization (403), then the handler.
+        (what happens behind it), then authorization (403), then the handler. Then, for a
+        recorded request, what `meanwhile` does.
         """
+        answer = self._handle(method, raw_path, headers, body, peer_certificate, controller)
+        if not controller:
+            for act in list(self.meanwhile):
+                act(method, urlsplit(raw_path).path)
+        return answer
+
+    def _handle(
+        self,
+        method: str,
+        raw_path: str,
+        headers: Any,
+        body: bytes,
+        peer_certificate: bytes | None,
+        controller: bool,
+    ) -> tuple:
         url = urlsplit(raw_path)
         proxied = _PROXY.match(url.path)
         query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
@@ -2300,8 +2321,8 @@ class FakeKubeApiServer:
         else:
             patched = merge_patch(old, patch)
         # A patch that sets metadata.resourceVersion leaves it on the patched object,
-        # which the store then updates conditionally, as a PUT (k8s.io/apiserver
-        # registry/generic/registry/store.go Update: a non-zero resourceVersion unequal
+        # which the store then updates conditionally, as a PUT (k8s.io/apiserver v0.36.3
+        # pkg/registry/generic/registry/store.go Update :743: a non-zero resourceVersion unequal
         # to the stored one is a Conflict): the optimistic lock of a patch
         # (controller-runtime's MergeFromWithOptimisticLock relies on it).
         _precondition(target, old, patched)

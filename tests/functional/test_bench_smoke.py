@@ -10,7 +10,9 @@ none of the timings.
 Their cost (CPU seconds of each smoke, user+sys, on the 2-core machine at a load of ~2,
 2026-11-28): bench_gpu_watcher 5.3, bench_tensorflow_launch 3.0, bench_control_plane 3.1,
 bench_kube_api 2.4, bench_api_proxy 1.8: 15.7 s (17.8 s of wall one after another, ~11 s
-on two xdist workers). Left to `tox -e bench -- --smoke`, with why: LEFT_OUT.
+on two xdist workers). Left to `tox -e bench -- --smoke`, with why: LEFT_OUT. Since then
+bench_gpu_watcher's automatic repair (fault to readmission through gpu_repairs.step) adds
+2.6 s of CPU, 10 s of wall (4.2 -> 6.8 s, 21 -> 31 s at a load of ~14, 2026-11-28).
 """
 
 from __future__ import annotations

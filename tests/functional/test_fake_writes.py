@@ -240,6 +240,35 @@ def test_a_patch_naming_a_stale_resource_version_is_a_conflict(
     assert patched["metadata"]["labels"]["a"] == "3"
 
 
+def test_what_another_client_does_meanwhile_lands_between_two_requests(
+    kube_api: FakeKubeApiServer, kube: Kube, node: dict
+):
+    """`meanwhile`: after each recorded request is answered, before the client's next one.
+
+    A taint written there makes the client's stale read a Conflict on its next patch, as
+    a `kubectl taint` between its GET and PATCH does; requests of the controllers the
+    tests emulate (`controller=True`) set nothing off.
+    """
+    seen: list[tuple[str, str]] = []
+
+    def operator(method: str, path: str) -> None:
+        seen.append((method, path))
+        if len(seen) == 1:
+            current = kube_api.get_object(NODE)
+            taints = [*current["spec"]["taints"], {"key": "b", "effect": "NoSchedule"}]
+            kube_api.put_object(NODE, {**current, "spec": {"taints": taints}})
+
+    kube_api.meanwhile.append(operator)
+    read = kube.get("v1", "Node", "gpu-0")
+    assert read is not None and seen == [("GET", NODE)]
+    stale = {"metadata": {"resourceVersion": read["metadata"]["resourceVersion"]}}
+    error = _refused(lambda: kube.patch("v1", "Node", "gpu-0", {**stale, "spec": {}}))
+    assert (error.status, error.reason) == (409, "Conflict")
+    assert [t["key"] for t in kube_api.get_object(NODE)["spec"]["taints"]] == ["a", "b"]
+    kube_api.handle("GET", NODE, {"Authorization": "Bearer admin-token"}, b"", controller=True)
+    assert seen == [("GET", NODE), ("PATCH", NODE)]
+
+
 def test_a_delete_whose_precondition_names_another_object_is_a_conflict(work: Kube):
     """DeleteOptions.preconditions (rest/delete.go BeforeDelete): nothing is deleted.
 

@@ -21,7 +21,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from charm_modules import load
+from charm_modules import load, plain_names
 from ops import testing
 
 from fakes.addons import EFS_CSI_PATH, ManifestServer
@@ -63,7 +63,8 @@ class Leader:
         self.relation = relation
         self.state = dataclasses.replace(self.state, relations=[*others, relation])
         event = self.ctx.on.relation_changed(relation, remote_unit=unit)
-        self.state = self.ctx.run(event, self.state)
+        with plain_names("kubernetes-control-plane"):  # what its code imports when it runs
+            self.state = self.ctx.run(event, self.state)
 
 
 @contextlib.contextmanager

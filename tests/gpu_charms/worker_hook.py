@@ -27,7 +27,11 @@ clock starts. `systemctl stop|start gpu-k8s-gpu-watcher` goes to the bench, whic
 real watcher process as systemd would (`<root>/systemd.sock`). The gate's end is read by
 wrapping gpu_gate.run (a timing probe: its result is returned unchanged).
 
-    worker_hook.py <root> [readmit-gpu]
+The automatic repair (`worker_hook.py <root> repair`): the unit's next hook after the
+quarantine (update-status) on the same machine, with the driver naming GPUs 0 and 1 as the
+watcher's machine does; its result goes to `<root>/worker-repair.json`.
+
+    worker_hook.py <root> [readmit-gpu | repair]
 """
 
 from __future__ import annotations
@@ -49,10 +53,11 @@ from ops import testing  # noqa: E402
 from scenario.state import _Event  # noqa: E402
 
 import charm  # noqa: E402
+from charms.gpu_k8s.v0.system import CommandError  # noqa: E402
 from fakes.containerd_ctr import FakeCtr  # noqa: E402
 from fakes.machine import FakeMachine  # noqa: E402
 from fakes.nvidia_driver import FakeDriver  # noqa: E402
-from fakes.sysfs import build_machine  # noqa: E402
+from fakes.sysfs import PCI_IDS, build_machine  # noqa: E402
 from fakes.worker_scenario import joined_state  # noqa: E402
 
 IMPORTED = time.monotonic()
@@ -94,15 +99,29 @@ def _write(root: Path, result: dict, name: str) -> None:
     path.with_suffix(".tmp").rename(path)  # whole, for the control plane's side
 
 
-def _systemd(root: Path, watcher: str):
-    """`systemctl stop|start` of the watcher answered by the bench's service manager."""
+def _systemd(root: Path, watcher: str, machine: FakeMachine):
+    """The watcher unit's `systemctl`, answered by the bench's service manager.
+
+    `stop`, `start`, `restart` and `is-active` go to the bench, which owns the watcher's
+    process as systemd would; `enable` changes nothing there. Any other unit's (containerd's
+    restart in a hook's reconcile) as the fake machine's systemd answers it.
+    """
+    others = machine._systemctl
 
     def systemctl(argv: list[str], _input: str | None) -> str:
-        assert argv[1:] in (["stop", watcher], ["start", watcher]), argv
+        if watcher not in argv:
+            return others(argv, _input)
+        verb = [a for a in argv[1:] if not a.startswith("-")][0]
+        assert verb in ("stop", "start", "restart", "is-active", "enable"), argv
+        if verb == "enable":
+            return ""
         with socket.socket(socket.AF_UNIX) as sock:
             sock.connect(str(root / "systemd.sock"))
-            sock.sendall(f"{argv[1]}\n".encode())
-            assert sock.makefile().readline() == "ok\n", argv
+            sock.sendall(f"{verb}\n".encode())
+            answer = sock.makefile().readline()
+        if verb == "is-active" and answer == "inactive\n":
+            raise CommandError(argv, 3, "")  # systemctl is-active's exit for a stopped unit
+        assert answer in ("ok\n", "active\n"), (argv, answer)
         return ""
 
     return systemctl
@@ -129,14 +148,28 @@ def hook(root: Path) -> int:
     return 0
 
 
-def readmit_gpu(root: Path) -> int:
-    """`readmit-gpu confirm=yes` on the joined A10G machine, after the gate's checks."""
-    setup = json.loads((root / "worker-unit.json").read_text())
+def _gpu_worker(root: Path, setup: dict) -> dict[str, float]:
+    """The machine a joined A10G worker has, as the charm's Host; where the gate's end goes.
+
+    test_gpu_charm.py's `driver` and `ctr`: the g5.12xlarge sysfs tree, driver 580,
+    containerd with the fake ctr, kubelet.conf from the bench's API server. The driver
+    names its GPUs 0 and 1 with the watcher machine's UUIDs (`setup["uuids"]`), so the
+    GPU the watcher quarantined is on the machine after its repair.
+    """
     machine = FakeMachine(root / "host", hostname=setup["node"])
     charm.KubernetesWorkerCharm.host_factory = lambda self: machine.host()
-    # the machine a joined GPU worker has (test_gpu_charm.py's `driver` and `ctr`)
-    driver = FakeDriver(machine)
+    uuids = {int(index): uuid for index, uuid in (setup.get("uuids") or {}).items()}
+
+    class Driver(FakeDriver):
+        @staticmethod
+        def uuid(index: int) -> str:
+            return uuids.get(index) or FakeDriver.uuid(index)
+
+    driver = Driver(machine)
+    driver.serve_toolkit()  # a hook's reconcile checks the toolkit's packages
     build_machine(machine.path("/sys"), "g5-a10g", module_loaded=False)
+    machine.write("/usr/share/misc/pci.ids", PCI_IDS)
+    machine.write("/sys/class/dmi/id/product_name", "g5.12xlarge\n")  # EC2's DMI name
     driver.preinstall("580")
     machine.dpkg["containerd"] = next(iter(machine.archive["containerd"].values()))
     machine.dpkg |= dict.fromkeys(toolkit.TOOLKIT_PACKAGES, toolkit.TOOLKIT_VERSION)
@@ -148,7 +181,7 @@ def readmit_gpu(root: Path) -> int:
             "nodeRegistration": {"name": setup["node"]},
         }
     )
-    machine.on("systemctl", _systemd(root, f"{gpu_health.SERVICE}.service"))
+    machine.on("systemctl", _systemd(root, f"{gpu_health.SERVICE}.service", machine))
     marks: dict[str, float] = {}
     gate = gpu_gate.run
 
@@ -158,6 +191,13 @@ def readmit_gpu(root: Path) -> int:
         return result
 
     gpu_gate.run = timed_gate
+    return marks
+
+
+def readmit_gpu(root: Path) -> int:
+    """`readmit-gpu confirm=yes` on the joined A10G machine, after the gate's checks."""
+    setup = json.loads((root / "worker-unit.json").read_text())
+    marks = _gpu_worker(root, setup)
     state = _state(setup)
     ctx = testing.Context(charm.KubernetesWorkerCharm, unit_id=int(setup["unit"].split("/")[1]))
     ready = time.monotonic()
@@ -176,6 +216,36 @@ def readmit_gpu(root: Path) -> int:
     return 0
 
 
+def repair(root: Path) -> int:
+    """The next hook after the quarantine (update-status): the automatic repair.
+
+    gpu_repairs.step with the unit's `gpu-auto-repair` (the bench's: reset): the turn (a
+    unit alone takes it at once), the drain as the node, the GPU's reset by the fake
+    driver with the GPU clients paused, the gate, the readmission and `gpu-quarantine: []`.
+    """
+    setup = json.loads((root / "worker-unit.json").read_text())
+    marks = _gpu_worker(root, setup)
+    state = _state(setup)
+    ctx = testing.Context(charm.KubernetesWorkerCharm, unit_id=int(setup["unit"].split("/")[1]))
+    ready = time.monotonic()
+    out = ctx.run(ctx.on.update_status(), state)
+    (cluster,) = out.relations
+    result = {
+        "started": STARTED,
+        "imported": IMPORTED,
+        "ready": ready,
+        "gate": marks.get("gate"),  # None: no gate ran (the bench says why)
+        "ended": time.monotonic(),
+        "bag": dict(cluster.local_unit_data),
+        "status": [out.unit_status.name, out.unit_status.message],
+    }
+    _write(root, result, "worker-repair.json")
+    return 0
+
+
+ENTRIES = {"readmit-gpu": readmit_gpu, "repair": repair}
+
+
 if __name__ == "__main__":
     root = Path(sys.argv[1])
-    sys.exit(readmit_gpu(root) if sys.argv[2:] == ["readmit-gpu"] else hook(root))
+    sys.exit(ENTRIES[sys.argv[2]](root) if sys.argv[2:] else hook(root))

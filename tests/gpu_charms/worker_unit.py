@@ -18,7 +18,7 @@ import os
 import sys
 from pathlib import Path
 
-from gpu_watcher_machine import OWN, UNIT, Machine, juju_exec_program
+from gpu_watcher_machine import GPUS, OWN, UNIT, Machine, juju_exec_program
 
 from fakes.worker_scenario import SA_TOKEN
 
@@ -37,6 +37,7 @@ def joined(box: Machine, config: dict | None = None) -> dict:
     """The unit's setup for its hook processes, written to `<root>/worker-unit.json`."""
     assert box.api.tls is not None
     unit = {"node": OWN, "unit": UNIT, "config": config or {}, "bag": JOINED}
+    unit["uuids"] = {index: uuid for index, uuid, _ in GPUS}  # the hook machine's driver's
     unit["kubeconfig"] = box.api.kubeconfig(token=SA_TOKEN)
     unit |= {"server": box.api.url, "ca": box.api.tls.ca_pem}
     unit["node-certificate"] = box.api.node_certificate(OWN)

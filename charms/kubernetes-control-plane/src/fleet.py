@@ -58,6 +58,7 @@ from charms.gpu_k8s.v0.kubernetes_cluster import (
     WorkerInfo,
     gpu_taint_patch,
     quarantine_taint_patch,
+    retry_on_conflict,
 )
 
 logger = logging.getLogger(__name__)
@@ -360,7 +361,17 @@ class Fleet:
         the unit's problem line); only the GPU taint and the quarantine taint are touched
         (`kubernetes_cluster.gpu_taint_patch`). One GET, and one PATCH when the Node
         differs, in a hook about that unit only.
+
+        Each patch carries the resourceVersion read (`spec.taints` is replaced whole): a
+        409 Conflict, the Node changed meanwhile (an operator's taint, kubelet's status),
+        reads it again (`kubernetes_cluster.retry_on_conflict`); then the hook fails.
         """
+        retry_on_conflict(lambda: self._patch_taints(unit, info, known, bag))
+
+    def _patch_taints(
+        self, unit: str, info: WorkerInfo, known: registry.Registry, bag: MutableMapping[str, str]
+    ) -> None:
+        """One read of the unit's Node and the patches it needs (`_taint_for`)."""
         kube = self._kube()
         current = kube.get("v1", "Node", info.node_name)
         if current is None:

@@ -20,7 +20,7 @@ from typing import Any
 
 import gpu
 
-from charms.gpu_k8s.v0.kubernetes_cluster import GPU_TAINT
+from charms.gpu_k8s.v0.kubernetes_cluster import GPU_TAINT, retry_on_conflict, taints_precondition
 from charms.gpu_k8s.v0.system import Host
 
 # Node labels: the keys and value formats of NVIDIA's GPU Feature Discovery (GFD) in
@@ -298,17 +298,28 @@ def apply_node_gpu_state(
     `kube` is a `charms.gpu_k8s.v0.kubeclient.Kube`. Labels set to None are removed;
     taints of other owners are kept; a label whose current value is one `keep` names for
     it is left as it is (another controller, or the operator, holds it). One merge patch, only when
-    something differs.
+    something differs; one that rewrites the taints carries the resourceVersion read
+    (`kubernetes_cluster.taints_precondition`), a 409 Conflict reads the Node again.
 
     Raises:
         LookupError: the Node is not registered (yet).
         KubeError: the API server refused.
     """
+    return retry_on_conflict(lambda: _patch_node_gpu_state(kube, node, labels, taints, keep or {}))
+
+
+def _patch_node_gpu_state(
+    kube: Any,
+    node: str,
+    labels: Mapping[str, str | None],
+    taints: Sequence[Mapping] | None,
+    keep: Mapping[str, Sequence[str]],
+) -> bool:
     obj = kube.get("v1", "Node", node)
     if obj is None:
         raise LookupError(f"node {node} is not registered")
     current = (obj.get("metadata") or {}).get("labels") or {}
-    held = {k for k, values in (keep or {}).items() if current.get(k) in values}
+    held = {k for k, values in keep.items() if current.get(k) in values}
     label_patch = {
         key: value
         for key, value in labels.items()
@@ -323,6 +334,7 @@ def apply_node_gpu_state(
         patch["metadata"] = {"labels": label_patch}
     if merged != existing:
         patch["spec"] = {"taints": merged or None}
+        patch["metadata"] = {**patch.get("metadata", {}), **taints_precondition(obj)}
     if patch:
         kube.patch("v1", "Node", node, patch)
     return bool(patch)

@@ -603,6 +603,81 @@ def test_leader_taints_a_quarantined_workers_own_node_noexecute_and_lifts_it_on_
     assert api.get_object("/api/v1/nodes/w0")["spec"]["taints"] == [other]
 
 
+# An operator's taint (`kubectl taint`), added while the leader writes the quarantine's
+OPERATOR_TAINT = {"key": "example.com/maintenance", "value": "disk", "effect": "NoSchedule"}
+
+
+def _operator_taints_after_each_get(api, name: str, times: int) -> list[dict]:
+    """After each of the next `times` GETs of Node `name`, an operator adds a taint.
+
+    What it added, in order. The write lands between the leader's read of the Node and
+    its patch (`FakeKubeApiServer.meanwhile`), as a `kubectl taint` can.
+    """
+    added: list[dict] = []
+    path = f"/api/v1/nodes/{name}"
+
+    def taint(method: str, at: str) -> None:
+        if method != "GET" or at != path or len(added) >= times:
+            return
+        current = api.get_object(path)
+        added.append({**OPERATOR_TAINT, "value": f"disk-{len(added)}"})
+        spec = {**current["spec"], "taints": [*current["spec"].get("taints", []), added[-1]]}
+        api.put_object(path, {"metadata": {"labels": current["metadata"]["labels"]}, "spec": spec})
+
+    api.meanwhile.append(taint)
+    return added
+
+
+@pytest.mark.parametrize("quarantined", [True, False], ids=["set", "lifted"])
+def test_a_taint_added_between_the_leaders_read_and_patch_survives(
+    ctx, bootstrapped, api, quarantined
+):
+    """G5 (review44b): the quarantine taint's patch carries the resourceVersion read.
+
+    `spec.taints` has no patchMergeKey: a merge patch replaces the whole list, so one
+    written from a stale read would drop a taint added meanwhile. The server refuses it
+    (409 Conflict), the leader reads the Node again and patches from what it holds now.
+    """
+    other = {"key": "team", "value": "a", "effect": "NoSchedule"}
+    before = [other] if quarantined else [other, QUARANTINE_TAINT]
+    api.put_object("/api/v1/nodes/w0", {**node("w0"), "spec": {"taints": before}})
+    listed = json.dumps([BAD_GPU] if quarantined else [])
+    rel = workers_relation(
+        {0: {**worker_bag("w0"), "gpu-quarantine": listed, "node-identity": "true"}}
+    )
+    added = _operator_taints_after_each_get(api, "w0", times=1)
+
+    join_workers(ctx, bootstrapped, rel, None)
+
+    assert added
+    mine = [QUARANTINE_TAINT] if quarantined else []
+    assert api.get_object("/api/v1/nodes/w0")["spec"].get("taints") == [other, *added, *mine]
+    patches = [r for r in api.requests if r[:2] == ("PATCH", "/api/v1/nodes/w0")]
+    assert len(patches) == 2  # the one refused (409), the one from the fresh read
+
+
+def test_a_node_that_keeps_changing_fails_the_hook_after_bounded_tries_and_loses_nothing(
+    ctx, bootstrapped, api
+):
+    """Every patch refused, the Node changed after each read: `TAINT_ATTEMPTS` patches.
+
+    Then the hook fails (Juju runs it again); no taint anyone added is lost.
+    """
+    from charms.gpu_k8s.v0.kubernetes_cluster import TAINT_ATTEMPTS
+
+    api.put_object("/api/v1/nodes/w0", node("w0"))
+    quarantined = {"gpu-quarantine": json.dumps([BAD_GPU]), "node-identity": "true"}
+    rel = workers_relation({0: {**worker_bag("w0"), **quarantined}})
+    added = _operator_taints_after_each_get(api, "w0", times=1000)
+
+    with pytest.raises(testing.errors.UncaughtCharmError, match="409"):
+        join_workers(ctx, bootstrapped, rel, None)
+
+    assert api.get_object("/api/v1/nodes/w0")["spec"]["taints"] == added
+    patches = [r for r in api.requests if r[:2] == ("PATCH", "/api/v1/nodes/w0")]
+    assert len(patches) == TAINT_ATTEMPTS == 5
+
+
 def test_a_quarantine_list_that_is_not_gpu_uuids_is_a_worker_problem(ctx, bootstrapped, api):
     api.put_object("/api/v1/nodes/w0", node("w0"))
     rel = workers_relation({0: {**worker_bag("w0"), "gpu-quarantine": '["w1"]'}})

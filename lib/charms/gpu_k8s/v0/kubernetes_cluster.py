@@ -100,18 +100,19 @@ import datetime
 import json
 import logging
 import re
-from collections.abc import Collection
-from typing import Any, Literal
+from collections.abc import Callable, Collection
+from typing import Any, Literal, TypeVar
 
 import ops
 import pydantic
 
 from charms.gpu_k8s.v0 import api_proxy, images
 from charms.gpu_k8s.v0.databag import Databag, Endpoint, explain, write
+from charms.gpu_k8s.v0.kubeclient import KubeError
 
 LIBID = "5f724584087c4f3caa6d95ea68f42ceb"
 LIBAPI = 0
-LIBPATCH = 16
+LIBPATCH = 17
 
 logger = logging.getLogger(__name__)
 
@@ -154,6 +155,52 @@ def _same_taint(a: dict, b: dict) -> bool:
     return all((a.get(f) or "") == (b.get(f) or "") for f in fields)
 
 
+# How often a writer of a Node's `spec.taints` tries before it gives up after 409 Conflicts
+# (the hook fails, Juju runs it again): kubernetes pkg/controller/controller_utils.go
+# UpdateTaintBackoff (Steps: 5), the bound of AddOrUpdateTaintOnNode's and
+# RemoveTaintOffNode's RetryOnConflict around PatchNodeTaints (read 2026-11-28 in stored
+# copies of the context-taking file, 1.19 and later; no 1.36 copy of it was at hand).
+TAINT_ATTEMPTS = 5
+
+
+_T = TypeVar("_T")
+
+
+def retry_on_conflict(write: Callable[[], _T], attempts: int = TAINT_ATTEMPTS) -> _T:
+    """`write()`, again while the API server answers 409 Conflict, `attempts` tries in all.
+
+    `write` reads what it changes afresh each time (client-go util/retry RetryOnConflict,
+    without its backoff: a hook retries at once, the read is what resolves the conflict).
+
+    Raises:
+        KubeError: any other refusal, or the last try's Conflict.
+    """
+    for attempt in range(1, attempts):
+        try:
+            return write()
+        except KubeError as e:
+            if e.status != 409:
+                raise
+            logger.info("conflict (try %d of %d): read again: %s", attempt, attempts, e)
+    return write()
+
+
+def taints_precondition(node: dict) -> dict:
+    """The `metadata` a patch of `node`'s `spec.taints` carries: the resourceVersion read.
+
+    `spec.taints` has no patchMergeKey, so a patch replaces the whole list: one written
+    from a stale read drops a taint another client (an operator's `kubectl taint`, the
+    node lifecycle controller) added meanwhile. The resourceVersion makes the API server
+    refuse such a patch with 409 Conflict (k8s.io/apiserver v0.36.3
+    pkg/registry/generic/registry/store.go Update: a resourceVersion unequal to the
+    stored one), and the writer reads the Node again (`TAINT_ATTEMPTS`), as kubernetes
+    pkg/controller/controller_utils.go PatchNodeTaints does ("set RV to check for
+    conflicts over .spec.taints ... because .spec.taints does not specify patchMergeKey").
+    """
+    version = (node.get("metadata") or {}).get("resourceVersion")
+    return {"resourceVersion": version} if version else {}
+
+
 def _taint_patch(node: dict, taint: dict, wanted: bool) -> dict | None:
     existing = [dict(t) for t in (node.get("spec") or {}).get("taints") or []]
     others = [t for t in existing if t.get("key") != taint["key"]]
@@ -162,14 +209,19 @@ def _taint_patch(node: dict, taint: dict, wanted: bool) -> dict | None:
     if in_line:
         return None
     merged = others + ([dict(taint)] if wanted else [])
-    return {"spec": {"taints": merged or None}}
+    patch: dict[str, Any] = {"spec": {"taints": merged or None}}
+    if precondition := taints_precondition(node):
+        patch["metadata"] = precondition
+    return patch
 
 
 def gpu_taint_patch(node: dict, wanted: bool) -> dict | None:
     """The merge patch that gives `node` the GPU taint (or removes it); None when in line.
 
     Only the GPU taint's key is touched: every other taint (the node controller's, an
-    operator's) is kept as it is. A merge patch replaces the whole `spec.taints` list.
+    operator's) is kept as it is. A merge patch replaces the whole `spec.taints` list, so
+    the patch carries the Node's resourceVersion (`taints_precondition`): a 409 Conflict
+    means the Node changed since it was read; read it again and ask anew.
     """
     return _taint_patch(node, GPU_TAINT, wanted)
 

@@ -35,6 +35,7 @@ from toolkit import (
 from validation import VALIDATION_IMAGE, parse_validation_result, run_command
 
 from charms.gpu_k8s.v0 import apt, containerd
+from charms.gpu_k8s.v0.kubernetes_cluster import GPU_TAINT
 from charms.gpu_k8s.v0.system import CommandError
 from fakes.machine import ARMORED_KEY, FakeMachine, Service
 from fakes.nvidia_driver import NVIDIA_REPO, TOOLKIT, FakeDriver
@@ -590,6 +591,31 @@ def test_node_labels_and_taint_follow_config_and_gpus(api, kube, a10g, cpu_only)
     node = api.get_object(NODE_PATH)
     assert gpu_labels(node) == {}
     assert node["metadata"]["labels"] == {"kubernetes.io/hostname": NODE}
+
+
+def test_a_taint_added_between_the_read_and_the_patch_is_kept(api, kube, a10g):
+    """`spec.taints` is replaced whole: the patch carries the resourceVersion read.
+
+    The server refuses it (409) when an operator tainted the Node meanwhile, and the Node
+    is read again (kubernetes controller_utils.go PatchNodeTaints' precondition).
+    """
+    api.put_object(NODE_PATH, {"metadata": {"labels": {"kubernetes.io/hostname": NODE}}})
+    operator = {"key": "example.com/maintenance", "value": "disk", "effect": "NoSchedule"}
+    done: list[str] = []
+
+    def operator_taints(method: str, path: str) -> None:
+        if method == "GET" and path == NODE_PATH and not done:
+            done.append(path)
+            current = api.get_object(NODE_PATH)
+            api.put_object(NODE_PATH, {**current, "spec": {"taints": [operator]}})
+
+    api.meanwhile.append(operator_taints)
+
+    assert apply_node_gpu_state(kube, NODE, node_labels(a10g, None, None), node_taints(True))
+
+    assert done
+    assert api.get_object(NODE_PATH)["spec"]["taints"] == [operator, GPU_TAINT]
+    assert len([r for r in api.requests if r[0] == "PATCH"]) == 2
 
 
 def test_cpu_node_without_gpu_labels_is_not_patched(api, kube, cpu_only):
