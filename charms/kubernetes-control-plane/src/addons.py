@@ -101,6 +101,12 @@ def cluster_cni(bag: Bag) -> str:
     return (bag.get(CNI_KEY) or "").split(" ", 1)[0]
 
 
+def applied_pod_cidr(bag: Bag) -> str:
+    """The pod CIDR the CNI was applied with (CNI_KEY's third word), "" before any was."""
+    words = (bag.get(CNI_KEY) or "").split()
+    return words[2] if len(words) > 2 else ""
+
+
 class Addons:
     """Applies the cluster's add-ons from the leader.
 
@@ -311,10 +317,14 @@ class Addons:
         that enforces none of it.
         """
         namespaces = self._granted_namespaces(bag)
-        inputs = kube_objects.fingerprint(namespaces)
+        pod_cidr = applied_pod_cidr(bag)
+        inputs = kube_objects.fingerprint([namespaces, pod_cidr])
         if not self._built(TEAM_NETWORK_KEY, bag, inputs):
             isolated = self._apply_per_namespace(
-                bag, TEAM_NETWORK_KEY, namespaces, lambda ns: network_policies.manifests([ns])
+                bag,
+                TEAM_NETWORK_KEY,
+                namespaces,
+                lambda ns: network_policies.manifests([ns], pod_cidr),
             )
             if isolated:
                 logger.info("namespaces isolated for ingress: %s", ", ".join(isolated))
