@@ -24,7 +24,7 @@ import dataclasses
 import json
 import logging
 from collections import Counter
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Collection, MutableMapping
 from typing import Any
 
 import admission_policies
@@ -162,6 +162,18 @@ class Addons:
         if problem:
             notes.append(f"waiting for calico ({problem})")
         return notes
+
+    @staticmethod
+    def cni_scale(bag: Bag, planes: Collection[str]) -> list[str]:
+        """A note while a Calico cluster has more nodes than its manifest is for.
+
+        `planes`: the control-plane nodes; with the registered workers, every node that
+        runs calico-node (calico.scale_note).
+        """
+        if cluster_cni(bag) != CALICO:
+            return []
+        note = calico.scale_note(len(planes) + len(registry.Registry.load(bag).nodes))
+        return [note] if note else []
 
     def _apply_flannel(self, config: Config, bag: Bag) -> None:
         """flannel, with this cluster's pod network and registry."""

@@ -1,7 +1,7 @@
 # Copyright 2026 gpu-k8s contributors
 # See LICENSE file for licensing details.
 
-"""The NetworkPolicies of every kube-api consumer's namespace: ingress denied, egress listed (no ops).
+"""NetworkPolicies of each kube-api consumer's namespace: ingress denied, egress listed (no ops).
 
 A team's pods accept no connection from any other pod, in its namespace or another,
 until a policy of the team's own allows it (the tensorflow charm allows a job's pods to
