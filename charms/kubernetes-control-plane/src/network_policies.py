@@ -104,7 +104,10 @@ def deny_instance_metadata(namespace: str, pod_cidr: str = "") -> dict:
     metrics 8888, health 13133, Loki push 3500, Zipkin 9411, Jaeger 14250/14268, all on
     0.0.0.0, and the node-exporter snap it runs on :9100), the DCGM exporter (9400),
     kubelet, sshd; also through a node's Calico tunnel address, which lies in the pod CIDR
-    but is no workload endpoint. Calico matches `ipBlock` against any address, pods' and
+    but is no workload endpoint. The pod's own node too: the network-policies page calls
+    traffic to a pod's node always allowed, but Calico applies the pod's egress policy to
+    it first and its DefaultEndpointToHostAction (calico.yaml: ACCEPT) only after
+    (projectcalico/calico api/pkg/apis/projectcalico/v3/felixconfig.go at 61cf1d1). Calico matches `ipBlock` against any address, pods' and
     nodes' too (tigera/docs calico/reference/resources/networkpolicy.mdx, EntityRule
     `nets`), hence the pod CIDR among the excepted blocks when it lies outside the private
     space. Traffic is policed after kube-proxy's DNAT, so a Service address is seen as its

@@ -189,9 +189,10 @@ def test_no_consumer_pod_reaches_a_nodes_own_listeners(ctx, bootstrapped, api):
     """A team pod pushes no forged telemetry into a node's COS collector (review44a G2).
 
     Every node runs the collector and node-exporter on all of its addresses, with the
-    host's network, which no NetworkPolicy selects: each port, on the pod's own node, on
-    another node, on a node's Calico tunnel address (from the pod CIDR, no pod's), is
-    refused. Only the API servers' port is open on the nodes.
+    host's network, which no NetworkPolicy selects: each port, on the pod's own node (on
+    Calico the pod's egress policy decides that too: fakes/netpol.py), on another node, on
+    a node's Calico tunnel address (from the pod CIDR, no pod's), is refused. Only the API
+    servers' port is open on the nodes.
     """
     nodes = [External(n.ip) for n in NODES] + [External("10.244.1.0")]
     c = cluster(api, team_pods())
