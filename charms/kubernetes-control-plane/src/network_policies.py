@@ -113,9 +113,9 @@ def deny_instance_metadata(namespace: str, pod_cidr: str = "") -> dict:
     space. Traffic is policed after kube-proxy's DNAT, so a Service address is seen as its
     endpoint's.
     """
-    public_v4 = list(PRIVATE_V4)
+    excepted: list[str] = list(PRIVATE_V4)
     if pod_cidr and not _private(pod_cidr):
-        public_v4.append(pod_cidr)
+        excepted.append(pod_cidr)
     return {
         "apiVersion": API_VERSION,
         "kind": "NetworkPolicy",
@@ -131,7 +131,7 @@ def deny_instance_metadata(namespace: str, pod_cidr: str = "") -> dict:
                 {"to": [{"namespaceSelector": {}}], "ports": [dict(p) for p in ANY_PORT]},
                 {
                     "to": [
-                        {"ipBlock": {"cidr": "0.0.0.0/0", "except": public_v4}},
+                        {"ipBlock": {"cidr": "0.0.0.0/0", "except": excepted}},
                         {"ipBlock": {"cidr": "::/0", "except": list(PRIVATE_V6)}},
                     ],
                     "ports": [dict(p) for p in ANY_PORT],
