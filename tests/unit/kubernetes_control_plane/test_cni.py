@@ -18,14 +18,7 @@ from ops import testing
 
 from charms.gpu_k8s.v0.kube_api import SYSTEM_NAMESPACES, RequirerAppData, check_policy
 from fakes.addons import CALICO_VERSION, calico_objects, release_manifest
-from fakes.control_plane import (
-    kube_api_relation,
-    node,
-    peer,
-    peers,
-    worker_bag,
-    workers_relation,
-)
+from fakes.control_plane import kube_api_relation, node, peer, peers, worker_bag, workers_relation
 
 CALICO_NODE = "/apis/apps/v1/namespaces/kube-system/daemonsets/calico-node"
 CALICO_CONFIG = "/api/v1/namespaces/kube-system/configmaps/calico-config"
