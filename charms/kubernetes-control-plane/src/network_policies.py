@@ -107,11 +107,11 @@ def deny_instance_metadata(namespace: str, pod_cidr: str = "") -> dict:
     but is no workload endpoint. The pod's own node too: the network-policies page calls
     traffic to a pod's node always allowed, but Calico applies the pod's egress policy to
     it first and its DefaultEndpointToHostAction (calico.yaml: ACCEPT) only after
-    (projectcalico/calico api/pkg/apis/projectcalico/v3/felixconfig.go at 61cf1d1). Calico matches `ipBlock` against any address, pods' and
-    nodes' too (tigera/docs calico/reference/resources/networkpolicy.mdx, EntityRule
-    `nets`), hence the pod CIDR among the excepted blocks when it lies outside the private
-    space. Traffic is policed after kube-proxy's DNAT, so a Service address is seen as its
-    endpoint's.
+    (projectcalico/calico api/pkg/apis/projectcalico/v3/felixconfig.go at 61cf1d1).
+    Calico matches `ipBlock` against any address, pods' and nodes' too (tigera/docs
+    calico/reference/resources/networkpolicy.mdx, EntityRule `nets`), hence the pod CIDR
+    among the excepted blocks when it lies outside the private space. Traffic is policed
+    after kube-proxy's DNAT, so a Service address is seen as its endpoint's.
     """
     excepted: list[str] = list(PRIVATE_V4)
     if pod_cidr and not _private(pod_cidr):
