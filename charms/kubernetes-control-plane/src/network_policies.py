@@ -62,7 +62,10 @@ PRIVATE_V4 = ("10.0.0.0/8", "100.64.0.0/10", "169.254.0.0/16", "172.16.0.0/12", 
 PRIVATE_V6 = ("fc00::/7", "fe80::/10")
 # Where the API servers listen: every control-plane node's address, kubeadm's
 # advertiseAddress, on API_PORT; pods reach them through the `kubernetes` Service, whose
-# endpoints are those addresses (a policy sees the address after kube-proxy's DNAT).
+# endpoints are those addresses (a policy sees the address after kube-proxy's DNAT). The
+# private space rather than the control plane's addresses: a joining API server enters
+# those endpoints before the leader's next hook could name it, and no other machine of the
+# model listens on the port (the nodes' HAProxy is on 127.0.0.1:6444, api_proxy.py).
 API_NETWORKS = tuple(c for c in PRIVATE_V4 if c != "169.254.0.0/16")
 # flannel enforces no NetworkPolicy ("Flannel is focused on networking. For network policy,
 # other projects such as Calico can be used", flannel-io/flannel README): while it is the
