@@ -212,8 +212,10 @@ def test_no_consumer_pod_reaches_a_nodes_own_listeners(ctx, bootstrapped, api):
             assert not c.allowed(pod, node, 53, "UDP")  # no node serves DNS: CoreDNS does
         assert c.allowed(pod, nodes[0], 6443)  # the API server (the kubernetes Service)
         assert not c.allowed(pod, nodes[0], 6443, "UDP")
-        # any other private address too (documented: a private service in the VPC)
+        # any other private address too (documented: a private service in the VPC), an
+        # EFS mount target among them (NFS from the pod itself: kubelet mounts volumes)
         assert not c.allowed(pod, External("172.31.5.9"), 5432)
+        assert not c.allowed(pod, External("172.31.20.7"), 2049)
         assert not c.allowed(pod, External("100.64.0.5"), 4317)
     # the scrapers are hosts, which no policy selects: a node's collector, the tensorflow
     # unit's machine
