@@ -39,8 +39,9 @@ sorted). Sources, kubernetes/kubernetes (stored at 000f260 for core, 3989b18 for
   prints `{"Type":"X","RollingUpdate":null}`), values in the literal order.
 - pkg/apis/networking/validation/validation.go ValidateNetworkPolicySpec: each ingress
   and egress rule's ports (ValidateNetworkPolicyPort: protocol, the literal "TCP", "UDP",
-  "SCTP"), then policyTypes (more than two: Invalid "may not specify more than two
-  policyTypes"; each not Ingress or Egress: NotSupported, the literal order).
+  "SCTP") and peers (ValidateNetworkPolicyPeer, ValidateIPBlock at 019c5dc), then
+  policyTypes (more than two: Invalid "may not specify more than two policyTypes"; each
+  not Ingress or Egress: NotSupported, the literal order).
 
 Only values the object carries are checked: the server defaults an absent or empty
 restartPolicy, dnsPolicy, imagePullPolicy, terminationMessagePolicy, protocol or scheme,
@@ -57,6 +58,7 @@ controller writes is one of core/v1 PodPhase's (what a kubelet writes), see its 
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
 
 from fakes.kube_admission import FieldError, GoText, go_quote
@@ -403,13 +405,15 @@ def _strategy_errors(spec: dict, key: str, supported: tuple) -> list[FieldError]
 
 
 def network_policy_errors(spec: dict) -> list[FieldError]:
-    """ValidateNetworkPolicySpec: each rule's ports' protocol, then policyTypes."""
+    """ValidateNetworkPolicySpec: each rule's ports' protocol and its peers, then policyTypes."""
     errors: list[FieldError] = []
-    for direction in ("ingress", "egress"):
+    for direction, peers in (("ingress", "from"), ("egress", "to")):
         for i, rule in enumerate(_dicts(spec.get(direction))):
             for j, port in enumerate(_dicts(rule.get("ports"))):
                 where = f"spec.{direction}[{i}].ports[{j}]"
                 _check(errors, port, "protocol", where, POLICY_PORT_PROTOCOL)
+            for j, peer in enumerate(_dicts(rule.get(peers))):
+                errors += _peer_errors(peer, f"spec.{direction}[{i}].{peers}[{j}]")
     types = spec.get("policyTypes")
     if not isinstance(types, list):
         return errors
@@ -421,6 +425,59 @@ def network_policy_errors(spec: dict) -> list[FieldError]:
         for i, t in enumerate(types)
         if isinstance(t, str) and t not in _SETS[POLICY_TYPE]
     ]
+
+
+def _peer_errors(peer: dict, where: str) -> list[FieldError]:
+    """ValidateNetworkPolicyPeer: one peer at least, an ipBlock alone, and ValidateIPBlock.
+
+    ValidateIPBlock: `cidr` required and a CIDR (apivalidation parseCIDR's first check,
+    netutils.ParseCIDRSloppy; its strict-form checks are not modelled), each `except` a
+    CIDR and a strict subset of `cidr` (inside it, with a longer prefix).
+    """
+    errors: list[FieldError] = []
+    block = peer.get("ipBlock")
+    if isinstance(block, dict):
+        errors += _ip_block_errors(block, f"{where}.ipBlock")
+    named = [k for k in ("podSelector", "namespaceSelector", "ipBlock") if peer.get(k) is not None]
+    if not named:
+        errors.append(FieldError("Required value", where, "", "must specify a peer"))
+    elif len(named) > 1 and "ipBlock" in named:
+        detail = "may not specify both ipBlock and another peer"
+        errors.append(FieldError("Forbidden", where, "", detail))
+    return errors
+
+
+def _ip_block_errors(block: dict, where: str) -> list[FieldError]:
+    cidr = block.get("cidr")
+    if not cidr:
+        return [FieldError("Required value", f"{where}.cidr", "", "")]
+    network = _cidr(cidr)
+    if network is None:
+        return [FieldError("Invalid value", f"{where}.cidr", cidr, _NOT_A_CIDR)]
+    errors = []
+    for i, value in enumerate(block.get("except") or []):
+        path = f"{where}.except[{i}]"
+        inner = _cidr(value)
+        if inner is None:
+            errors.append(FieldError("Invalid value", path, value, _NOT_A_CIDR))
+        elif (
+            inner.version != network.version
+            or inner.network_address not in network
+            or network.prefixlen >= inner.prefixlen
+        ):
+            detail = "must be a strict subset of `cidr`"
+            errors.append(FieldError("Invalid value", path, value, detail))
+    return errors
+
+
+_NOT_A_CIDR = "must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)"
+
+
+def _cidr(value: Any) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
+    try:
+        return ipaddress.ip_network(value, strict=False) if isinstance(value, str) else None
+    except ValueError:
+        return None
 
 
 def _priority_class_errors(obj: dict) -> list[FieldError]:

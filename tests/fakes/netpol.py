@@ -33,6 +33,13 @@ section of that page it follows:
 - "What you can't do with network policies": a pod cannot block access to itself, nor
   traffic from its resident node ("traffic to and from the node where a Pod is running is
   always allowed", "Behavior of to and from selectors" / the identifiers list).
+- A pod's own traffic to its node's addresses: the page's identifiers list says traffic
+  "to and from the node where a Pod is running is always allowed"; Calico, the bundle's
+  CNI, applies the pod's egress policy to it first and only then its
+  DefaultEndpointToHostAction (projectcalico/calico api/pkg/apis/projectcalico/v3/
+  felixconfig.go: "after the traffic hits the endpoint egress policy"; calico.yaml sets
+  ACCEPT). Here, as on Calico, a pod's egress to its node's address (an `External`) is
+  decided by its egress policies like any other address.
 - "NetworkPolicy and hostNetwork pods": their behaviour is undefined; the plugins this
   bundle uses (Calico) do not apply NetworkPolicy to them. Here a hostNetwork pod is never
   isolated, and as a source it has its node's address and matches no podSelector.

@@ -13,6 +13,7 @@ import copy
 from typing import Any
 
 import pytest
+from charm_modules import load
 
 from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
 from fakes import crds
@@ -510,6 +511,44 @@ def test_the_new_enums_supported_values_are_accepted(ns: Kube):
     policy["spec"]["policyTypes"] = ["Ingress", "Egress"]
     policy["spec"]["egress"] = [{"ports": [{"port": 53, "protocol": "UDP"}]}]
     ns.create(policy)
+
+
+def test_a_network_policy_peer_is_checked_as_validate_ip_block_does(ns: Kube):
+    """ValidateNetworkPolicyPeer and ValidateIPBlock (pkg/apis/networking/validation).
+
+    An `except` must be a strict subset of its `cidr` (inside it and a longer prefix); an
+    ipBlock stands alone in its peer; a peer names something. The control plane's own
+    egress allow-list passes, its pod CIDR excepted too.
+    """
+    policy = _obj("networking.k8s.io/v1", "NetworkPolicy", {"podSelector": {}})
+    bad = (
+        (
+            {"ipBlock": {"cidr": "10.0.0.0/8", "except": ["10.0.0.0/8"]}},
+            "spec.egress[0].to[0].ipBlock.except[0]: Invalid value: "
+            '"10.0.0.0/8": must be a strict subset of `cidr`',
+        ),
+        (
+            {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["fd00:ec2::254/128"]}},
+            "spec.egress[0].to[0].ipBlock.except[0]: Invalid value: "
+            '"fd00:ec2::254/128": must be a strict subset of `cidr`',
+        ),
+        (
+            {"ipBlock": {"cidr": "10.0.0.0/33"}},
+            'spec.egress[0].to[0].ipBlock.cidr: Invalid value: "10.0.0.0/33": '
+            "must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)",
+        ),
+        (
+            {"ipBlock": {"cidr": "10.0.0.0/8"}, "namespaceSelector": {}},
+            "spec.egress[0].to[0]: Forbidden: may not specify both ipBlock and another peer",
+        ),
+        ({}, "spec.egress[0].to[0]: Required value: must specify a peer"),
+    )
+    for peer, message in bad:
+        policy["spec"]["egress"] = [{"to": [peer]}]
+        assert refused(ns, policy) == f'NetworkPolicy.networking.k8s.io "x" is invalid: {message}'
+    netpol = load("kubernetes-control-plane", "network_policies")
+    for obj in netpol.manifests(["work"], "198.18.0.0/16"):
+        ns.create(obj)
 
 
 def test_a_claim_without_a_storage_request_is_refused(ns: Kube):

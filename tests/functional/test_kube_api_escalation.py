@@ -217,9 +217,10 @@ def test_each_attempt_is_admitted_without_the_policies(path: Escalation, rbac, k
 def test_the_control_planes_egress_policy_stands_against_its_consumer(
     rbac, kube, kube_api, policies
 ):
-    """Issue 29: a team cannot reopen the DCGM exporter's port (or the metadata service).
+    """Issue 29: a team cannot reopen its nodes' ports (or the metadata service).
 
-    The control plane's egress policy (network_policies.py) keeps TCP 9400 and the instance
+    The control plane's egress policy (network_policies.py) keeps every node's own
+    listeners but the API server's (the DCGM exporter, the COS collector) and the instance
     metadata service from every pod of a consumer's namespace; the consumer's own token may
     neither change nor delete it, nor add an egress policy (additive: it would reopen
     them). Its own ingress policies (tensorflow's per job) are admitted as before, and the

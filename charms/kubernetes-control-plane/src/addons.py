@@ -24,7 +24,7 @@ import dataclasses
 import json
 import logging
 from collections import Counter
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Collection, MutableMapping
 from typing import Any
 
 import admission_policies
@@ -101,6 +101,12 @@ def cluster_cni(bag: Bag) -> str:
     return (bag.get(CNI_KEY) or "").split(" ", 1)[0]
 
 
+def applied_pod_cidr(bag: Bag) -> str:
+    """The pod CIDR the CNI was applied with (CNI_KEY's third word), "" before any was."""
+    words = (bag.get(CNI_KEY) or "").split()
+    return words[2] if len(words) > 2 else ""
+
+
 class Addons:
     """Applies the cluster's add-ons from the leader.
 
@@ -156,6 +162,18 @@ class Addons:
         if problem:
             notes.append(f"waiting for calico ({problem})")
         return notes
+
+    @staticmethod
+    def cni_scale(bag: Bag, planes: Collection[str]) -> list[str]:
+        """A note while a Calico cluster has more nodes than its manifest is for.
+
+        `planes`: the control-plane nodes; with the registered workers, every node that
+        runs calico-node (calico.scale_note).
+        """
+        if cluster_cni(bag) != CALICO:
+            return []
+        note = calico.scale_note(len(planes) + len(registry.Registry.load(bag).nodes))
+        return [note] if note else []
 
     def _apply_flannel(self, config: Config, bag: Bag) -> None:
         """flannel, with this cluster's pod network and registry."""
@@ -311,10 +329,14 @@ class Addons:
         that enforces none of it.
         """
         namespaces = self._granted_namespaces(bag)
-        inputs = kube_objects.fingerprint(namespaces)
+        pod_cidr = applied_pod_cidr(bag)
+        inputs = kube_objects.fingerprint([namespaces, pod_cidr])
         if not self._built(TEAM_NETWORK_KEY, bag, inputs):
             isolated = self._apply_per_namespace(
-                bag, TEAM_NETWORK_KEY, namespaces, lambda ns: network_policies.manifests([ns])
+                bag,
+                TEAM_NETWORK_KEY,
+                namespaces,
+                lambda ns: network_policies.manifests([ns], pod_cidr),
             )
             if isolated:
                 logger.info("namespaces isolated for ingress: %s", ", ".join(isolated))

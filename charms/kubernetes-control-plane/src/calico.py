@@ -18,7 +18,14 @@ manifests "for clusters that require highly specific modifications" (tigera/docs
 calico/getting-started/kubernetes/self-managed-onprem/onpremises.mdx); the price here is
 that the charm, not an operator, applies Calico's upgrades (a new pin). `calico.yaml` is
 the manifest for "Kubernetes API datastore, 50 nodes or less" (no Typha); the same page
-gives `calico-typha.yaml` for more nodes, which this charm does not apply yet.
+gives `calico-typha.yaml` for more nodes, which this charm does not apply yet: above
+MANIFEST_NODES nodes the control plane's status says so (`scale_note`). Not Typha yet,
+because that manifest "leaves scaling up to you and, by default, it does not secure
+Typha's port" (the same page): Typha would serve every node's Felix its view of the
+datastore (every pod, endpoint and policy) on a host port with no client check, its
+replicas would have to follow the node count, and moving a running cluster's calico-node
+onto it restarts every node's agent; Typha with mutual TLS ("Secure Calico component
+communications") is the way on, untested here.
 
 What is changed in the upstream objects (`transform`), and nothing else:
 - VXLAN for all pod traffic between nodes, IP-in-IP off: the calico-node DaemonSet's
@@ -65,12 +72,24 @@ POOL_ENV = {
     "CALICO_IPV6POOL_VXLAN": "Never",
 }
 CIDR_ENV = "CALICO_IPV4POOL_CIDR"
+# The most nodes calico.yaml is for: "Install Calico with Kubernetes API datastore, 50
+# nodes or less"; more take calico-typha.yaml ("Install Calico networking and network
+# policy for on-premises deployments", tigera/docs calico/getting-started/kubernetes/
+# self-managed-onprem/onpremises.mdx at 02b80e8, the Manifest tab).
+MANIFEST_NODES = 50
 _BIRD_CHECKS = ("-bird-live", "-bird-ready")
 
 
 def fingerprint(pod_cidr: str) -> str:
     """What the peer data records once Calico is applied (its first word names the CNI)."""
     return f"{CALICO} {CALICO_RELEASE.version} {pod_cidr}"
+
+
+def scale_note(nodes: int) -> str | None:
+    """The status note of a Calico cluster of `nodes` nodes, None within calico.yaml's size."""
+    if nodes <= MANIFEST_NODES:
+        return None
+    return f"{nodes} nodes: calico.yaml is for {MANIFEST_NODES} or less (no Typha yet)"
 
 
 def transform(pod_cidr: str) -> Callable[[list[dict[str, Any]]], list[dict[str, Any]]]:

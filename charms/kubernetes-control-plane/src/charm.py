@@ -488,6 +488,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         # gives the Node health too, and serves this hook only (issue 29's cost rule)
         nodes = hook.kube().list("v1", "Node") if resize and config.batch_engines else None
         hook.fleet.observe_nodes(peers, event, added, nodes)
+        cni_notes += addons.cni_scale(bag, peers.control_plane_nodes(hook.ctx.own_node()))
         with on_error(ops.WaitingStatus, bootstrap.BootstrapError):
             worker_token = hook.fleet.worker_token(peers, token)
         turn_notes = hook.fleet.publish(config, peers, worker_token, upgrade.done)

@@ -1,7 +1,7 @@
 # Copyright 2026 gpu-k8s contributors
 # See LICENSE file for licensing details.
 
-"""The NetworkPolicy every kube-api consumer's namespace gets: default-deny ingress (no ops).
+"""NetworkPolicies of each kube-api consumer's namespace: ingress denied, egress listed (no ops).
 
 A team's pods accept no connection from any other pod, in its namespace or another,
 until a policy of the team's own allows it (the tensorflow charm allows a job's pods to
@@ -9,11 +9,14 @@ reach each other on the TensorFlow port, and TensorBoard and serving from the te
 namespace). kubernetes.io/docs/concepts/services-networking/network-policies/, "Default
 deny all ingress traffic": an empty podSelector with policyTypes [Ingress] and no rules
 isolates every pod of the namespace for ingress; policies are additive, so a team's own
-allow policies open exactly what they name. Egress is open but for EC2's instance
-metadata service (`deny_instance_metadata`), which would hand any pod the node's IAM role
-credentials, and the DCGM exporter's port (TCP 9400), whose page names every GPU
-workload of its node: pods reach kube-dns, the API server and the outside (the dataset
-importer's S3 and https) as before. Only the control plane writes a consumer's egress
+allow policies open exactly what they name. Egress is an allow-list
+(`deny_instance_metadata`): other pods, the internet, and of the private address space
+only the API servers' port; a node's own listeners (the COS collector, node-exporter,
+the DCGM exporter, sshd, kubelet), EC2's instance metadata service and every other
+private address stay out of reach. No pod needs a node's port but the API server's:
+DNS is CoreDNS's pods, and the scrapers are hosts (each machine's COS collector reads
+its own node on localhost; the tensorflow unit's machine reads its jobs' pods and
+nodes), whose traffic no policy selects. Only the control plane writes a consumer's egress
 (admission_policies.CONSUMER_EGRESS: a consumer's own policies isolate ingress only and it
 may not change or delete this one), so a team cannot open them again.
 
@@ -32,35 +35,38 @@ not on every hook.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterable
 
-from literals import FIELD_MANAGER, MANAGED_BY_LABEL
-
-from charms.gpu_k8s.v0.cos_agent import DCGM_EXPORTER_PORT
+from literals import API_PORT, FIELD_MANAGER, MANAGED_BY_LABEL
 
 NAME = "gpu-k8s-default-deny-ingress"
+# The egress allow-list's name, kept from the revision that denied the metadata service
+# only: policies are additive, so a renamed one would leave the old one in place and its
+# rules open.
 METADATA_NAME = "gpu-k8s-deny-instance-metadata"
-# EC2's instance metadata service, IPv4 and IPv6 (EC2 user guide, "Access instance metadata
-# for an EC2 instance": http://169.254.169.254 and, on Nitro instances, [fd00:ec2::254]):
-# it hands out the node's IAM role credentials to whoever reaches it.
-METADATA_ADDRESSES = ("169.254.169.254/32", "fd00:ec2::254/128")
-# What a consumer's pods may send: TCP to every port but the DCGM exporter's, UDP and SCTP
-# to every port (networking/v1 NetworkPolicyPort: "If this field [port] is not provided,
-# this matches all port names and numbers"; `endPort` the range port..endPort inclusive,
-# stable since Kubernetes 1.25: network-policies page, "Targeting a range of ports").
-# The exporter runs with the host's network on every GPU node (dcgm_exporter.py), where
-# no NetworkPolicy selects it ("NetworkPolicy and hostNetwork pods"), and listens on
-# all of the node's addresses, its Calico tunnel address included: so the port is refused
-# to every destination rather than to a list of node addresses that changes. Its readers
-# are no pods: the COS agent on the node (localhost) and the tensorflow charm's job-status
-# from its unit's machine. Other protocols (ICMP) leave a consumer's pods no more: a rule
-# with `ports` matches those protocols only.
-EGRESS_PORTS = (
-    {"protocol": "TCP", "port": 1, "endPort": DCGM_EXPORTER_PORT - 1},
-    {"protocol": "TCP", "port": DCGM_EXPORTER_PORT + 1, "endPort": 65535},
-    {"protocol": "UDP"},
-    {"protocol": "SCTP"},
-)
+# Every port of each protocol a pod may send (networking/v1 NetworkPolicyPort: "If this
+# field [port] is not provided, this matches all port names and numbers"). Other
+# protocols (ICMP) leave a consumer's pods no more: a rule with `ports` matches those
+# protocols only.
+ANY_PORT = ({"protocol": "TCP"}, {"protocol": "UDP"}, {"protocol": "SCTP"})
+# The private IPv4 space a VPC and its machines use: RFC 1918's three blocks and RFC
+# 6598's 100.64.0.0/10 (the Amazon VPC user guide, "VPC CIDR blocks", allows both for a
+# VPC), and RFC 3927's link-local 169.254.0.0/16, where EC2 serves the instance metadata
+# (169.254.169.254: it hands out the node's IAM role credentials; EC2 user guide, "Access
+# instance metadata for an EC2 instance"), its DNS resolver and time service.
+PRIVATE_V4 = ("10.0.0.0/8", "100.64.0.0/10", "169.254.0.0/16", "172.16.0.0/12", "192.168.0.0/16")
+# IPv6's unique local (RFC 4193: EC2's metadata on Nitro instances, [fd00:ec2::254], is
+# one) and link-local addresses. The cluster's pods have IPv4 only (calico.py: no IPv6
+# pool), so this rule is belt and braces.
+PRIVATE_V6 = ("fc00::/7", "fe80::/10")
+# Where the API servers listen: every control-plane node's address, kubeadm's
+# advertiseAddress, on API_PORT; pods reach them through the `kubernetes` Service, whose
+# endpoints are those addresses (a policy sees the address after kube-proxy's DNAT). The
+# private space rather than the control plane's addresses: a joining API server enters
+# those endpoints before the leader's next hook could name it, and no other machine of the
+# model listens on the port (the nodes' HAProxy is on 127.0.0.1:6444, api_proxy.py).
+API_NETWORKS = tuple(c for c in PRIVATE_V4 if c != "169.254.0.0/16")
 # flannel enforces no NetworkPolicy ("Flannel is focused on networking. For network policy,
 # other projects such as Calico can be used", flannel-io/flannel README): while it is the
 # cluster's CNI the policies are stored and do nothing, and the status says so.
@@ -82,20 +88,37 @@ def default_deny_ingress(namespace: str) -> dict:
     }
 
 
-def deny_instance_metadata(namespace: str) -> dict:
-    """The policy that lets `namespace`'s pods reach every address but the metadata service.
+def deny_instance_metadata(namespace: str, pod_cidr: str = "") -> dict:
+    """The egress allow-list of `namespace`'s pods: pods, the internet, the API servers.
 
-    And on EGRESS_PORTS only: never the DCGM exporter's port.
-
-    An egress rule whose `to` is an `ipBlock` of the whole address space `except` the
-    metadata addresses (network-policies page, "The NetworkPolicy resource": ipBlock with
-    except; policies are additive, so a team's own egress policy could open it again for
-    its own pods only). Calico matches ipBlock against pod and node addresses too (its
-    NetworkPolicy `ipBlock` becomes a Calico `nets` match on any address: tigera/docs
-    calico/reference/resources/networkpolicy.mdx, EntityRule `nets`), so DNS, other pods
-    and the API server stay reachable. Traffic is policed after kube-proxy's DNAT, so a
-    Service address is seen as its pod's.
+    Three rules, whose union is what a pod may open (network-policies page, "The
+    NetworkPolicy resource": policies and rules are additive):
+    - every pod on the pod network, in any namespace, on any port (a `namespaceSelector`
+      that selects all namespaces; whether the peer lets it in is its ingress's matter):
+      kube-dns, a job's other pods, serving. Calico matches selectors against workload
+      endpoints only, and a hostNetwork pod is none ("NetworkPolicy and hostNetwork
+      pods"), so no node is among them;
+    - every address outside the private space (PRIVATE_V4, PRIVATE_V6) and the pod CIDR,
+      on any port: S3, https, a dataset's source;
+    - the private space on the API servers' port (API_NETWORKS, TCP API_PORT) only.
+    Every node's own listeners are thereby out of reach on every other port, however a
+    collector's ports are configured: the COS collector (canonical/opentelemetry-collector-
+    operator src/config_builder.py `Port`, 9f17dec on track/2: OTLP 4317/4318, its
+    metrics 8888, health 13133, Loki push 3500, Zipkin 9411, Jaeger 14250/14268, all on
+    0.0.0.0, and the node-exporter snap it runs on :9100), the DCGM exporter (9400),
+    kubelet, sshd; also through a node's Calico tunnel address, which lies in the pod CIDR
+    but is no workload endpoint. The pod's own node too: the network-policies page calls
+    traffic to a pod's node always allowed, but Calico applies the pod's egress policy to
+    it first and its DefaultEndpointToHostAction (calico.yaml: ACCEPT) only after
+    (projectcalico/calico api/pkg/apis/projectcalico/v3/felixconfig.go at 61cf1d1).
+    Calico matches `ipBlock` against any address, pods' and nodes' too (tigera/docs
+    calico/reference/resources/networkpolicy.mdx, EntityRule `nets`), hence the pod CIDR
+    among the excepted blocks when it lies outside the private space. Traffic is policed
+    after kube-proxy's DNAT, so a Service address is seen as its endpoint's.
     """
+    excepted: list[str] = list(PRIVATE_V4)
+    if pod_cidr and not _private(pod_cidr):
+        excepted.append(pod_cidr)
     return {
         "apiVersion": API_VERSION,
         "kind": "NetworkPolicy",
@@ -108,16 +131,30 @@ def deny_instance_metadata(namespace: str) -> dict:
             "podSelector": {},
             "policyTypes": ["Egress"],
             "egress": [
+                {"to": [{"namespaceSelector": {}}], "ports": [dict(p) for p in ANY_PORT]},
                 {
                     "to": [
-                        {"ipBlock": {"cidr": "0.0.0.0/0", "except": [METADATA_ADDRESSES[0]]}},
-                        {"ipBlock": {"cidr": "::/0", "except": [METADATA_ADDRESSES[1]]}},
+                        {"ipBlock": {"cidr": "0.0.0.0/0", "except": excepted}},
+                        {"ipBlock": {"cidr": "::/0", "except": list(PRIVATE_V6)}},
                     ],
-                    "ports": [dict(p) for p in EGRESS_PORTS],
-                }
+                    "ports": [dict(p) for p in ANY_PORT],
+                },
+                {
+                    "to": [{"ipBlock": {"cidr": c}} for c in API_NETWORKS],
+                    "ports": [{"protocol": "TCP", "port": API_PORT}],
+                },
             ],
         },
     }
+
+
+def _private(cidr: str) -> bool:
+    """Whether the IPv4 network `cidr` lies inside one of PRIVATE_V4's blocks."""
+    network = ipaddress.ip_network(cidr, strict=False)
+    return any(
+        network.version == 4 and network.subnet_of(ipaddress.IPv4Network(block))
+        for block in PRIVATE_V4
+    )
 
 
 def enforced(cni: str) -> bool:
@@ -132,10 +169,13 @@ def enforced(cni: str) -> bool:
     return cni.startswith("calico ")
 
 
-def manifests(namespaces: Iterable[str]) -> list[dict]:
-    """The policies of every consumer namespace, in name order."""
+def manifests(namespaces: Iterable[str], pod_cidr: str = "") -> list[dict]:
+    """The policies of every consumer namespace, in name order.
+
+    `pod_cidr`: the cluster's pod network as the CNI was applied with ("" before).
+    """
     return [
-        policy(ns)
+        item
         for ns in sorted(set(namespaces))
-        for policy in (default_deny_ingress, deny_instance_metadata)
+        for item in (default_deny_ingress(ns), deny_instance_metadata(ns, pod_cidr))
     ]

@@ -18,7 +18,7 @@ from ops import testing
 
 from charms.gpu_k8s.v0.kube_api import SYSTEM_NAMESPACES, RequirerAppData, check_policy
 from fakes.addons import CALICO_VERSION, calico_objects, release_manifest
-from fakes.control_plane import kube_api_relation, peer, peers
+from fakes.control_plane import kube_api_relation, node, peer, peers, worker_bag, workers_relation
 
 CALICO_NODE = "/apis/apps/v1/namespaces/kube-system/daemonsets/calico-node"
 CALICO_CONFIG = "/api/v1/namespaces/kube-system/configmaps/calico-config"
@@ -162,6 +162,44 @@ def test_a_flannel_cluster_keeps_flannel_after_the_charm_upgrade_and_says_so(
     # the operator who says flannel hears only the truth about isolation
     out = ctx.run(ctx.on.config_changed(), dataclasses.replace(out, config={"cni": "flannel"}))
     assert out.unit_status == testing.ActiveStatus(f"{READY}; {NOT_ISOLATED}")
+
+
+def _with_workers(ctx, api, state: testing.State, count: int) -> testing.State:
+    """`count` workers registered at once (an upgrade rebuilds the registry from them)."""
+    names = [f"ip-10-0-{i // 250}-{i % 250 + 1}" for i in range(count)]
+    for name in names:
+        api.put_object(f"/api/v1/nodes/{name}", node(name))
+    rel = workers_relation({i: worker_bag(name) for i, name in enumerate(names)})
+    state = dataclasses.replace(state, relations=[*state.relations, rel])
+    return ctx.run(ctx.on.upgrade_charm(), state)
+
+
+def test_a_calico_cluster_past_50_nodes_says_its_manifest_is_for_fewer(ctx, machine, api):
+    """calico.yaml is Calico's manifest for 50 nodes or less (Typha above): review44a G4.
+
+    Every node runs calico-node: the control plane's and the workers'. At 50 nothing is
+    said; the worker that makes 51 has the leader's line name the count and the limit.
+    """
+    state = _with_workers(ctx, api, _install(ctx), 49)
+    assert state.unit_status == testing.ActiveStatus("Ready: v1.36, 1 control-plane, 49 workers")
+    rel = next(r for r in state.relations if r.endpoint == "workers")
+    api.put_object("/api/v1/nodes/ip-10-0-9-9", node("ip-10-0-9-9"))
+    rel = dataclasses.replace(
+        rel, remote_units_data={**rel.remote_units_data, 49: worker_bag("ip-10-0-9-9")}
+    )
+    state = dataclasses.replace(
+        state, relations=[r for r in state.relations if r.id != rel.id] + [rel]
+    )
+    state = ctx.run(ctx.on.relation_changed(rel, remote_unit=49), state)
+    assert state.unit_status == testing.ActiveStatus(
+        "Ready: v1.36, 1 control-plane, 50 workers; "
+        "51 nodes: calico.yaml is for 50 or less (no Typha yet)"
+    )
+
+
+def test_a_flannel_cluster_past_50_nodes_says_nothing_of_calico(ctx, machine, api):
+    state = _with_workers(ctx, api, _install(ctx, {"cni": "flannel"}), 50)
+    assert state.unit_status == testing.ActiveStatus("Ready: v1.36, 1 control-plane, 50 workers")
 
 
 def test_asking_a_calico_cluster_for_flannel_is_refused(ctx, machine, api):

@@ -24,6 +24,34 @@ NODES = (Node("cp-0", "10.0.0.10"), Node("gpu-0", "10.0.0.20"), Node("gpu-1", "1
 # EC2's instance metadata service (IPv4 and, on Nitro instances, IPv6: EC2 user guide,
 # "Access instance metadata for an EC2 instance")
 IMDS = (External("169.254.169.254"), External("fd00:ec2::254"))
+# What listens on every node's addresses besides the API server (issue 29, review44a G2).
+# Canonical's opentelemetry-collector (docs/how-to/observe.md puts one on every machine):
+# canonical/opentelemetry-collector-operator src/config_builder.py `Port` at 9f17dec
+# (track/2), each bound on 0.0.0.0 (config_builder.py add_default_config, config_manager.py)
+# and the node-exporter snap it configures on `:9100` (charm.py _configure_node_exporter).
+COLLECTOR_PORTS = {
+    "loki_http": 3500,
+    "otlp_grpc": 4317,
+    "otlp_http": 4318,
+    "metrics": 8888,
+    "health": 13133,
+    "jaeger_grpc": 14250,
+    "jaeger_thrift_http": 14268,
+    "zipkin": 9411,
+    "node_exporter": 9100,
+}
+# The rest: the DCGM exporter (dcgm_exporter.py, hostNetwork), kubelet's API (10250) and
+# kube-proxy's health check (10256, kubeadm's KubeProxyConfiguration healthzBindAddress
+# 0.0.0.0:10256), sshd, and a collector port an operator moved with otelcol's `ports`
+# option (the same charm's charmcraft.yaml): the fence must not depend on a port list.
+NODE_PORTS = {
+    **COLLECTOR_PORTS,
+    "dcgm-exporter": 9400,
+    "kubelet": 10250,
+    "kube-proxy": 10256,
+    "sshd": 22,
+    "otlp_grpc moved": 4320,
+}
 
 
 def policies(api):
@@ -146,19 +174,88 @@ def test_no_consumer_pod_reads_the_dcgm_exporters_page(ctx, bootstrapped, api):
         for node in NODES:
             assert not c.allowed(pod, External(node.ip), 9400), (pod.name, node.name)
         assert not c.allowed(pod, tunnel, 9400)
-        # every other port and protocol the pods use: the API server, DNS, S3, the ports
-        # beside it
+        # what the pods use: the API server, DNS, S3 (a node's other ports: below)
         assert c.allowed(pod, External("10.0.0.10"), 6443)
         assert c.allowed(pod, External("52.216.8.1"), 443)
         assert c.allowed(pod, c.pod("kube-system", "coredns"), 53, "UDP")
-        assert c.allowed(pod, External("10.0.0.20"), 9399)
-        assert c.allowed(pod, External("10.0.0.20"), 9401)
-        assert c.allowed(pod, External("10.0.0.20"), 9400, "UDP")
     assert not c.allowed(c.pod("storage", "efs-dirs"), dcgm, 9400)
     # the readers: the node's own agent (COS) and the tensorflow unit's machine (cp-0 in
     # the bundle) are hosts; no policy selects a host's traffic
     assert c.allowed(NODES[1], External("10.0.0.20"), 9400)
     assert c.allowed(NODES[0], External("10.0.0.20"), 9400)
+
+
+def test_no_consumer_pod_reaches_a_nodes_own_listeners(ctx, bootstrapped, api):
+    """A team pod pushes no forged telemetry into a node's COS collector (review44a G2).
+
+    Every node runs the collector and node-exporter on all of its addresses, with the
+    host's network, which no NetworkPolicy selects: each port, on the pod's own node (on
+    Calico the pod's egress policy decides that too: fakes/netpol.py), on another node, on
+    a node's Calico tunnel address (from the pod CIDR, no pod's), is refused. Only the API
+    servers' port is open on the nodes.
+    """
+    nodes = [External(n.ip) for n in NODES] + [External("10.244.1.0")]
+    c = cluster(api, team_pods())
+    a0 = c.pod("team-a", "a-worker-0")
+    for name, port in NODE_PORTS.items():  # the probe: every one open before
+        assert c.allowed(a0, nodes[1], port), name
+
+    a = kube_api_relation("tensorflow", "team-a", LOCALQUEUES)
+    storage = kube_api_relation("efs-storage", "storage")
+    granted(ctx, bootstrapped, a, storage)
+    c = cluster(api, team_pods())
+    for pod in (c.pod("team-a", "a-worker-0"), c.pod("storage", "efs-dirs")):
+        for node in nodes:
+            for name, port in NODE_PORTS.items():
+                assert not c.allowed(pod, node, port), (pod.name, node.ip, name)
+            assert not c.allowed(pod, node, 4317, "UDP")
+            assert not c.allowed(pod, node, 53, "UDP")  # no node serves DNS: CoreDNS does
+        assert c.allowed(pod, nodes[0], 6443)  # the API server (the kubernetes Service)
+        assert not c.allowed(pod, nodes[0], 6443, "UDP")
+        # any other private address too (documented: a private service in the VPC), an
+        # EFS mount target among them (NFS from the pod itself: kubelet mounts volumes)
+        assert not c.allowed(pod, External("172.31.5.9"), 5432)
+        assert not c.allowed(pod, External("172.31.20.7"), 2049)
+        assert not c.allowed(pod, External("100.64.0.5"), 4317)
+    # the scrapers are hosts, which no policy selects: a node's collector, the tensorflow
+    # unit's machine
+    for name, port in NODE_PORTS.items():
+        assert c.allowed(NODES[0], nodes[1], port), name
+
+
+def test_consumer_pods_still_reach_pods_dns_the_api_and_the_internet(ctx, bootstrapped, api):
+    """The egress allow-list keeps what the charms' pods use (review44a G2)."""
+    a = kube_api_relation("tensorflow", "team-a", LOCALQUEUES)
+    granted(ctx, bootstrapped, a)
+    extra = Pod("otel", "observability", {"app": "otel"}, "10.244.3.7", "gpu-1")
+    c = cluster(api, [*team_pods(), extra])
+    a0 = c.pod("team-a", "a-worker-0")
+    coredns = c.pod("kube-system", "coredns")
+    assert c.allowed(a0, coredns, 53, "UDP") and c.allowed(a0, coredns, 53, "TCP")
+    assert c.allowed(a0, External("10.0.0.10"), 6443)
+    # a pod, wherever its ingress lets it in, on any port and protocol (an operator's
+    # collector in its own namespace, here)
+    for port, protocol in ((4317, "TCP"), (4318, "TCP"), (9400, "TCP"), (6831, "UDP")):
+        assert c.allowed(a0, c.pod("observability", "otel"), port, protocol), port
+    # the internet on any port: S3, https, an OTLP endpoint outside
+    for ip, port in (("52.216.8.1", 443), ("3.5.1.1", 80), ("34.120.0.1", 4317)):
+        assert c.allowed(a0, External(ip), port), (ip, port)
+    for imds in IMDS:
+        assert not c.allowed(a0, imds, 80)
+
+
+def test_a_pod_cidr_outside_the_private_space_is_excepted_too(ctx, machine, api):
+    """A node's tunnel address lies in the pod CIDR, wherever the operator put it."""
+    state = testing.State(leader=True, relations=[peers()], config={"pod-cidr": "198.18.0.0/16"})
+    state = ctx.run(ctx.on.install(), state)
+    granted(ctx, state, kube_api_relation("tensorflow", "team-a", LOCALQUEUES))
+    a0 = Pod("a-worker-0", "team-a", {"app": "a"}, "198.18.1.5", "gpu-0")
+    b0 = Pod("b-worker-0", "team-b", {"app": "b"}, "198.18.2.5", "gpu-1")
+    c = cluster(api, [a0, b0])
+    for port in (4317, 9100, 9400):
+        assert not c.allowed(a0, External("198.18.2.0"), port), port  # gpu-1's tunnel
+    assert c.allowed(a0, b0, 4317)  # team-b's pods are isolated by nothing here
+    assert c.allowed(a0, External("52.216.8.1"), 443)
 
 
 def test_policies_are_applied_once_and_follow_new_namespaces(ctx, bootstrapped, api):
@@ -181,9 +278,9 @@ def _reworded(monkeypatch) -> list[list[str]]:
     """Another charm's policies (one more label on each) from now on; each build's namespaces."""
     real, built = network_policies.manifests, []
 
-    def manifests(namespaces):
+    def manifests(namespaces, pod_cidr=""):
         built.append(list(namespaces))
-        objects = real(namespaces)
+        objects = real(namespaces, pod_cidr)
         for o in objects:
             o["metadata"].setdefault("labels", {})["reworded"] = "true"
         return objects
