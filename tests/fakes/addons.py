@@ -23,10 +23,13 @@ all seven real CRDs: a test's JobSet or queue is validated against its real sche
 `calico_objects()` is Calico's `calico.yaml` (projectcalico/calico manifests/ at v3.32.1):
 its ConfigMap, calico-node DaemonSet and kube-controllers Deployment as upstream wrote them
 (tests/fixtures/calico/), the ServiceAccounts, its ClusterRoles and bindings as
-upstream wrote them (calico-v3.32.1-rbac.yaml) and 11 of its 23 `crd.projectcalico.org`
+upstream wrote them (calico-v3.32.1-rbac.yaml) and 15 of its 23 `crd.projectcalico.org`
 CRDs: those whose writes the control plane's ValidatingAdmissionPolicies fence
-(admission_policies.py), with calico.yaml's names, scope (Cluster) and version (v1) and a
-schema that keeps every field; all in kube-system as upstream has them.
+(admission_policies.py), scope Cluster, and the 4 namespaced policy kinds a team's grant
+may no longer write, which the control plane's sweep deletes from a consumer's namespace
+(tenant_sweep.py; the same kinds team_quota.py counts at 0), with calico.yaml's names,
+scope and version (v1) and a schema that keeps every field; all in kube-system as
+upstream has them.
 
 `ManifestServer` serves `/<name>/<version>/<file>` (the `addons-mirror` layout) over
 https, as GitHub does, with a certificate for 127.0.0.1 from a CA of its own (`opener()` is a
@@ -332,6 +335,14 @@ def calico_objects() -> list[dict[str, Any]]:
             ("IPPool", "ippools"),
             ("IPReservation", "ipreservations"),
             ("Tier", "tiers"),
+        )
+    ] + [  # the namespaced policy kinds, which a team's grant may no longer write
+        crd(group, kind, plural, "Namespaced", ["v1"])
+        for kind, plural in (
+            ("NetworkPolicy", "networkpolicies"),
+            ("NetworkSet", "networksets"),
+            ("StagedKubernetesNetworkPolicy", "stagedkubernetesnetworkpolicies"),
+            ("StagedNetworkPolicy", "stagednetworkpolicies"),
         )
     ]
     # upstream's ClusterRoles and bindings, byte for byte (the fixture's README)
