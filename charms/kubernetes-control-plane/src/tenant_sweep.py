@@ -293,23 +293,32 @@ def _pods(kube: Kube, where: _Where, result: Sweep) -> None:
         meta, status = pod["metadata"], pod.get("status") or {}
         if meta.get("deletionTimestamp") or status.get("phase") in ("Succeeded", "Failed"):
             continue
-        if _controller_kind(meta) == "DaemonSet":
+        kind, owner = _controller(meta)
+        if kind == "DaemonSet":
             continue  # deleted with its DaemonSet (a failure there is tried again)
         why = refusal(pod, where.consumer, where.control_plane)
         if why is None:
             continue
         name = meta["name"]
+        again = (
+            f"; its {kind} {owner} makes it again through admission, refused while its template is"
+            if kind
+            else ""
+        )
         _change(
             result,
             f"Pod {namespace}/{name}",
-            f"deleted ({why})",
+            f"deleted ({why}){again}",
             lambda name=name: kube.delete("v1", "Pod", name, namespace),
         )
 
 
-def _controller_kind(meta: dict) -> str:
-    refs = meta.get("ownerReferences") or []
-    return next((r.get("kind", "") for r in refs if r.get("controller")), "")
+def _controller(meta: dict) -> tuple[str, str]:
+    """The kind and name of the pod's controller reference, ("", "") for none."""
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("controller"):
+            return ref.get("kind", ""), ref.get("name", "")
+    return "", ""
 
 
 def _tolerated(toleration: dict) -> bool:

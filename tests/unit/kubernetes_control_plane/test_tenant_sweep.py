@@ -85,10 +85,11 @@ def seed_leftovers(api) -> None:
     owner = {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "miner", "controller": True}
     owner["uid"] = stored["metadata"]["uid"]
     cordon = {"key": "node.kubernetes.io/unschedulable", "operator": "Exists"}
+    replicaset = {**owner, "kind": "ReplicaSet", "name": "web-7d9", "uid": "0f1e2d3c-4b5a"}
     pods = [
         _pod("miner-x", meta={"ownerReferences": [owner]}, tolerations=[cordon]),
         _pod("on-cp", nodeName=CP_NODE),
-        _pod("through-cordons", tolerations=[GPU, cordon]),
+        _pod("through-cordons", meta={"ownerReferences": [replicaset]}, tolerations=[GPU, cordon]),
         _pod("forever", tolerations=[GPU, {k: v for k, v in LOST[0].items() if k in LOST_KEYS}]),
         _pod("elsewhere", schedulerName="my-scheduler"),
         _pod("critical", priorityClassName="system-node-critical", priority=2000001000),
@@ -176,7 +177,8 @@ def test_each_change_is_logged_by_kind_namespace_and_name(ctx, upgraded, caplog)
         "Service team-a/ext kept ClusterIP, without node ports, load balancer or external IPs",
         "DaemonSet team-a/miner deleted",
         f"Pod team-a/on-cp deleted (on the control-plane node {CP_NODE})",
-        "Pod team-a/through-cordons deleted (tolerates node.kubernetes.io/unschedulable)",
+        "Pod team-a/through-cordons deleted (tolerates node.kubernetes.io/unschedulable);"
+        " its ReplicaSet web-7d9 makes it again through admission, refused while its template is",
         "Pod team-a/elsewhere deleted (names the scheduler my-scheduler)",
         "Pod team-a/mirror deleted (a mirror pod",
         "Pod team-a/as-grant deleted (runs as the consumer's own ServiceAccount)",
