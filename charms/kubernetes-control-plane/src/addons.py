@@ -8,7 +8,8 @@ what the peer application databag says was applied last, so an event with nothin
 sends no request. The manifests and decisions live in `calico.py` and `flannel.py` (the
 CNI), `device_plugin.py`, `dcgm_exporter.py`, `mig_manager.py`, `kube_state_metrics.py`,
 `batch_engines.py`, `network_policies.py` (each kube-api consumer's namespace isolated
-for ingress), `team_quota.py` (its object counts bounded) and `efs_csi.py` (the EFS CSI
+for ingress), `team_quota.py` (its object counts bounded), `tenant_sweep.py` (what its
+tenant made before this revision's refusals, once) and `efs_csi.py` (the EFS CSI
 driver's node plugin, for efs-storage's access points); this module applies them, with
 the hook's API client and a downloader (never the charm), and records each in the peer
 application databag under a key of its own (below).
