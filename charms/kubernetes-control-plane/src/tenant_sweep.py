@@ -214,8 +214,8 @@ def _calico(kube: Kube, where: _Where, result: Sweep) -> None:
         try:
             items = kube.request("GET", path).get("items") or []
         except KubeError as e:
-            if e.status == 404:  # not served: a flannel cluster
-                return
+            if e.status == 404:  # not served (a flannel cluster: none is)
+                continue
             raise
         for item in items:
             name = item["metadata"]["name"]

@@ -13,8 +13,9 @@ import json
 import pytest
 import tenant_sweep
 from charm_modules import load
+from ops import testing
 
-from fakes.control_plane import deployed_charm, granted, kube_api_relation, node, peer
+from fakes.control_plane import deployed_charm, granted, kube_api_relation, node, peer, peers
 
 team_quota = load("kubernetes-control-plane", "team_quota")
 LOCALQUEUES = [
@@ -109,11 +110,20 @@ def seed_leftovers(api) -> None:
     api.put_object(f"{NS}/gpu-k8s-system/pods/validator", _pod("validator", "gpu-k8s-system"))
 
 
+# what an earlier revision granted and this one refuses in a consumer's own namespace
+DAEMONSETS = [{"api-groups": ["apps"], "resources": ["daemonsets"], "verbs": ["create"]}]
+
+
 @pytest.fixture
 def upgraded(ctx, bootstrapped, api, tmp_path):
-    """team-a granted, its leftovers seeded, then another charm revision deployed."""
+    """team-a granted, its leftovers seeded, then another charm revision deployed.
+
+    And old-app, whose earlier grant of team-old this revision refuses: its namespace and
+    what is in it stay, its grant goes.
+    """
     state = granted(ctx, bootstrapped, kube_api_relation("tensorflow", "team-a", LOCALQUEUES))
     seed_leftovers(api)
+    state = granted(ctx, state, kube_api_relation("old-app", "team-old", DAEMONSETS))
     deployed_charm(tmp_path / "charm", NEXT_CHARM)
     return state
 
@@ -140,6 +150,7 @@ def test_the_upgrade_hook_sweeps_what_the_refusals_now_stop(ctx, upgraded, api):
 
     assert out.unit_status.name == "active", out.unit_status
     assert "consumer namespaces swept: 13 objects changed" in out.unit_status.message
+    assert "refused kube-api request of old-app" in out.unit_status.message
     assert api.objects(f"{CALICO}/team-a/") == []
     for name in ("np", "lb", "ext"):
         spec = api.get_object(f"{NS}/team-a/services/{name}")["spec"]
@@ -249,3 +260,20 @@ def test_a_pod_is_judged_as_consumer_pods_would_admit_it(spec: dict, why: str | 
     pod = {"metadata": {"name": "p"}, "spec": {"containers": [CONTAINER], **spec}}
     found = tenant_sweep.refusal(pod, "team", frozenset({"cp-0"}))
     assert found == why if why is None else found is not None and found.startswith(why)
+
+
+def test_a_flannel_cluster_has_no_calico_policy_to_sweep(ctx, machine, api, tmp_path):
+    """Calico's kinds are not served there (404): the rest is swept, and the sweep is done."""
+    state = testing.State(leader=True, relations=[peers()], config={"cni": "flannel"})
+    state = ctx.run(ctx.on.install(), state)
+    labels = {"app.kubernetes.io/managed-by": "kubernetes-control-plane"}
+    meta = {"name": "team-f", "labels": {**labels, "gpu-k8s.io/consumer": "tf"}}
+    api.put_object(f"{NS}/team-f", {"metadata": meta})
+    port = {"port": 80, "protocol": "TCP", "targetPort": 80, "nodePort": 30090}
+    service = _service("np", type="NodePort", ports=[port], externalTrafficPolicy="Cluster")
+    service["metadata"]["namespace"] = "team-f"
+    api.put_object(f"{NS}/team-f/services/np", service)
+    deployed_charm(tmp_path / "charm", NEXT_CHARM)
+    out = ctx.run(ctx.on.upgrade_charm(), state)
+    assert api.get_object(f"{NS}/team-f/services/np")["spec"]["type"] == "ClusterIP"
+    assert peer(out).local_app_data[tenant_sweep.SWEEP_KEY] == NEXT_CHARM
