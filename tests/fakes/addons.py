@@ -321,28 +321,26 @@ def calico_objects() -> list[dict[str, Any]]:
     fixture = (CALICO_FIXTURE / f"calico-{CALICO_VERSION}-workloads.yaml").read_text()
     config, node, controllers = (d for d in yaml.safe_load_all(fixture) if d)
     group = "crd.projectcalico.org"
+    # (scope Namespaced: the policy kinds a team's grant may no longer write)
+    cluster, namespaced = "Cluster", "Namespaced"
     calico_crds = [
-        crd(group, kind, plural, "Cluster", ["v1"])
-        for kind, plural in (
-            ("BGPConfiguration", "bgpconfigurations"),
-            ("BGPPeer", "bgppeers"),
-            ("BlockAffinity", "blockaffinities"),
-            ("CalicoNodeStatus", "caliconodestatuses"),
-            ("ClusterInformation", "clusterinformations"),
-            ("FelixConfiguration", "felixconfigurations"),
-            ("IPAMBlock", "ipamblocks"),
-            ("IPAMConfig", "ipamconfigs"),
-            ("IPPool", "ippools"),
-            ("IPReservation", "ipreservations"),
-            ("Tier", "tiers"),
-        )
-    ] + [  # the namespaced policy kinds, which a team's grant may no longer write
-        crd(group, kind, plural, "Namespaced", ["v1"])
-        for kind, plural in (
-            ("NetworkPolicy", "networkpolicies"),
-            ("NetworkSet", "networksets"),
-            ("StagedKubernetesNetworkPolicy", "stagedkubernetesnetworkpolicies"),
-            ("StagedNetworkPolicy", "stagednetworkpolicies"),
+        crd(group, kind, plural, scope, ["v1"])
+        for kind, plural, scope in (
+            ("BGPConfiguration", "bgpconfigurations", cluster),
+            ("BGPPeer", "bgppeers", cluster),
+            ("BlockAffinity", "blockaffinities", cluster),
+            ("CalicoNodeStatus", "caliconodestatuses", cluster),
+            ("ClusterInformation", "clusterinformations", cluster),
+            ("FelixConfiguration", "felixconfigurations", cluster),
+            ("IPAMBlock", "ipamblocks", cluster),
+            ("IPAMConfig", "ipamconfigs", cluster),
+            ("IPPool", "ippools", cluster),
+            ("IPReservation", "ipreservations", cluster),
+            ("NetworkPolicy", "networkpolicies", namespaced),
+            ("NetworkSet", "networksets", namespaced),
+            ("StagedKubernetesNetworkPolicy", "stagedkubernetesnetworkpolicies", namespaced),
+            ("StagedNetworkPolicy", "stagednetworkpolicies", namespaced),
+            ("Tier", "tiers", cluster),
         )
     ]
     # upstream's ClusterRoles and bindings, byte for byte (the fixture's README)
