@@ -94,7 +94,7 @@ MIRROR_ANNOTATION = "kubernetes.io/config.mirror"  # lib drain.MIRROR_ANNOTATION
 
 @dataclasses.dataclass
 class Sweep:
-    """What one sweep did: `Kind ns/name` changed, and those that failed (with why)."""
+    """What one sweep did: the namespaces, `Kind ns/name` changed and failed (the log says why)."""
 
     namespaces: list[str] = dataclasses.field(default_factory=list)
     changed: list[str] = dataclasses.field(default_factory=list)
