@@ -10,11 +10,13 @@ Sources, kubernetes/kubernetes:
   only on a LoadBalancer with externalTrafficPolicy Local (Invalid "may only be set when
   `type` is 'LoadBalancer' and `externalTrafficPolicy` is 'Local'"). The enum checks,
   externalTrafficPolicy's among them, are kube_enums.service_errors'.
-- pkg/registry/core/service/strategy.go dropTypeDependentFields (stored commit 01f1d9b),
+- pkg/registry/core/service/strategy.go dropTypeDependentFields (stored commit 184c250),
   run by PrepareForUpdate: on an update to a type that needs none, the node ports, the
-  healthCheckNodePort, allocateLoadBalancerNodePorts and loadBalancerClass are cleared
-  when the update left them as they were (a node port is left when the update adds one it
-  did not have: validation then refuses it). The clusterIP clearing for ExternalName is
+  healthCheckNodePort, allocateLoadBalancerNodePorts, loadBalancerClass and
+  externalTrafficPolicy (needsExternalTrafficPolicy: NodePort or LoadBalancer) are
+  cleared when the update left them as they were (a node port is left when the update
+  adds one it did not have: validation then refuses it), and a Service that is no
+  LoadBalancer loses its status.loadBalancer. The clusterIP clearing for ExternalName is
   not modelled (no charm writes one).
 
 The node port allocator is not modelled: a NodePort Service keeps the node ports it was
@@ -38,22 +40,28 @@ def _health_checked(spec: dict) -> bool:
 
 
 def drop_type_dependent_fields(new: dict, old: dict) -> None:
-    """DropTypeDependentFields on `new`, the update of `old` (both whole Services)."""
+    """`dropTypeDependentFields` on `new`, the update of `old` (both whole Services)."""
     spec, before = new.get("spec") or {}, old.get("spec") or {}
     kind, was = spec.get("type") or "ClusterIP", before.get("type") or "ClusterIP"
     if was in _NODE_PORT_TYPES and kind not in _NODE_PORT_TYPES:
         if _node_ports(spec) <= _node_ports(before):
             for port in spec.get("ports") or []:
                 port.pop("nodePort", None)
+        _drop_unchanged(spec, before, "externalTrafficPolicy")
     if _health_checked(before) and not _health_checked(spec):
-        if spec.get("healthCheckNodePort") == before.get("healthCheckNodePort"):
-            spec.pop("healthCheckNodePort", None)
+        _drop_unchanged(spec, before, "healthCheckNodePort")
     if was == "LoadBalancer" and kind != "LoadBalancer":
-        allocate = spec.get("allocateLoadBalancerNodePorts")
-        if allocate is not None and allocate == before.get("allocateLoadBalancerNodePorts"):
-            spec.pop("allocateLoadBalancerNodePorts")
-        if spec.get("loadBalancerClass") == before.get("loadBalancerClass"):
-            spec.pop("loadBalancerClass", None)
+        if spec.get("allocateLoadBalancerNodePorts") is not None:
+            _drop_unchanged(spec, before, "allocateLoadBalancerNodePorts")
+        _drop_unchanged(spec, before, "loadBalancerClass")
+    if kind != "LoadBalancer" and (new.get("status") or {}).get("loadBalancer"):
+        new["status"]["loadBalancer"] = {}
+
+
+def _drop_unchanged(spec: dict, before: dict, field: str) -> None:
+    """Clear `field` when the update left it as it was (the same value, or both unset)."""
+    if spec.get(field) == before.get(field):
+        spec.pop(field, None)
 
 
 def type_errors(spec: dict) -> list[FieldError]:

@@ -322,12 +322,15 @@ def test_a_clusterip_service_names_no_node_port(work: Kube):
 
 
 def test_a_type_change_clears_the_node_ports_it_left_as_they_were(work: Kube):
-    """dropTypeDependentFields: NodePort -> ClusterIP frees the node ports left unchanged."""
+    """dropTypeDependentFields: NodePort -> ClusterIP frees the node ports left unchanged.
+
+    And the externalTrafficPolicy a NodePort Service needs, when left as it was.
+    """
     work.create(_node_port_service())
-    patch = {"spec": {"type": "ClusterIP", "externalTrafficPolicy": None}}
-    changed = work.patch("v1", "Service", "np", patch, "work")
+    changed = work.patch("v1", "Service", "np", {"spec": {"type": "ClusterIP"}}, "work")
     assert changed["spec"]["type"] == "ClusterIP"
     assert "nodePort" not in changed["spec"]["ports"][0]
+    assert "externalTrafficPolicy" not in changed["spec"]
 
 
 def test_a_type_change_keeps_a_node_port_it_adds_and_is_refused(work: Kube):
@@ -351,7 +354,11 @@ def test_a_load_balancers_fields_go_with_its_type_or_are_refused(work: Kube):
     assert "spec.LoadBalancerSourceRanges: Forbidden: may only be used when `type` is" in (
         error.message
     )
+    ingress = {"loadBalancer": {"ingress": [{"ip": "198.51.100.7"}]}}
+    work.patch("v1", "Service", "np", {"status": ingress}, "work", subresource="status")
     patch["spec"]["loadBalancerSourceRanges"] = None
-    spec = work.patch("v1", "Service", "np", patch, "work")["spec"]
+    changed = work.patch("v1", "Service", "np", patch, "work")
+    spec = changed["spec"]
     assert spec["type"] == "ClusterIP"
     assert not {"allocateLoadBalancerNodePorts", "loadBalancerClass"} & spec.keys()
+    assert not changed["status"].get("loadBalancer")  # no load balancer stands for it

@@ -85,8 +85,10 @@ CALICO_KINDS = (
 # only be used when `type` is 'LoadBalancer'"; loadBalancerIP is deprecated and unchecked,
 # cleared as meaningless). The node ports, healthCheckNodePort, allocateLoadBalancerNodePorts
 # and loadBalancerClass the API server clears itself on such a type change, when the
-# update leaves them as they were (pkg/registry/core/service/strategy.go
-# dropTypeDependentFields, stored commit 01f1d9b), and releases the node ports.
+# update leaves them as they were, and the load balancer's status (pkg/registry/core/
+# service/strategy.go dropTypeDependentFields, stored commit 184c250), and releases the
+# node ports; it keeps externalTrafficPolicy on a ClusterIP Service losing its external
+# IPs, hence the patch clears that too.
 SOURCE_RANGES_ANNOTATION = "service.beta.kubernetes.io/load-balancer-source-ranges"
 EXTERNAL_TYPES = ("NodePort", "LoadBalancer")
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"  # lib drain.MIRROR_ANNOTATION
