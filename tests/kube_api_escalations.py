@@ -106,6 +106,8 @@ _WEB = {
     },
 }
 CONTROL_PLANE_NODE = "cp-0"
+WORKER_NODE = "gpu-0"
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"  # pkg/apis/core MirrorPodAnnotationKey
 
 
 def _binding(pod: str) -> dict:
@@ -716,6 +718,24 @@ ADMISSION_ESCALATIONS: list[Escalation] = [
         PODS_POLICY,
         attempt=Attempt(
             "POST", f"/api/v1/namespaces/{HOSTILE}/pods", _restricted_pod(schedulerName="none")
+        ),
+    ),
+    # a mirror pod (kubelet's annotation kubernetes.io/config.mirror on the API copy of a
+    # static pod) on a GPU worker: a drain leaves it, as kubectl drain does (lib drain.py
+    # `stays`), and no kubelet runs or removes it but the named node's. kube-apiserver lets
+    # any user who may create pods make one (NodeRestriction restricts only nodes), but only
+    # naming its node (ValidatePodSpecificAnnotations: tests/fakes/kube_pod_annotations.py),
+    # which a consumer's pod may not; an update may not add the annotation
+    Escalation(
+        "pod-mirror-of-a-static-pod",
+        PODS_POLICY,
+        attempt=Attempt(
+            "POST",
+            f"/api/v1/namespaces/{HOSTILE}/pods",
+            {
+                **_restricted_pod(nodeName=WORKER_NODE),
+                "metadata": {"name": "escape", "annotations": {MIRROR_ANNOTATION: "static"}},
+            },
         ),
     ),
     # a pod running as the consumer's own ServiceAccount: kubelet keeps a fresh token of the

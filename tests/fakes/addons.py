@@ -23,10 +23,13 @@ all seven real CRDs: a test's JobSet or queue is validated against its real sche
 `calico_objects()` is Calico's `calico.yaml` (projectcalico/calico manifests/ at v3.32.1):
 its ConfigMap, calico-node DaemonSet and kube-controllers Deployment as upstream wrote them
 (tests/fixtures/calico/), the ServiceAccounts, its ClusterRoles and bindings as
-upstream wrote them (calico-v3.32.1-rbac.yaml) and 11 of its 23 `crd.projectcalico.org`
+upstream wrote them (calico-v3.32.1-rbac.yaml) and 15 of its 23 `crd.projectcalico.org`
 CRDs: those whose writes the control plane's ValidatingAdmissionPolicies fence
-(admission_policies.py), with calico.yaml's names, scope (Cluster) and version (v1) and a
-schema that keeps every field; all in kube-system as upstream has them.
+(admission_policies.py), scope Cluster, and the 4 namespaced policy kinds a team's grant
+may no longer write, which the control plane's sweep deletes from a consumer's namespace
+(tenant_sweep.py; the same kinds team_quota.py counts at 0), with calico.yaml's names,
+scope and version (v1) and a schema that keeps every field; all in kube-system as
+upstream has them.
 
 `ManifestServer` serves `/<name>/<version>/<file>` (the `addons-mirror` layout) over
 https, as GitHub does, with a certificate for 127.0.0.1 from a CA of its own (`opener()` is a
@@ -320,20 +323,26 @@ def calico_objects() -> list[dict[str, Any]]:
     fixture = (CALICO_FIXTURE / f"calico-{CALICO_VERSION}-workloads.yaml").read_text()
     config, node, controllers = (d for d in yaml.safe_load_all(fixture) if d)
     group = "crd.projectcalico.org"
+    # (scope Namespaced: the policy kinds a team's grant may no longer write)
+    cluster, namespaced = "Cluster", "Namespaced"
     calico_crds = [
-        crd(group, kind, plural, "Cluster", ["v1"])
-        for kind, plural in (
-            ("BGPConfiguration", "bgpconfigurations"),
-            ("BGPPeer", "bgppeers"),
-            ("BlockAffinity", "blockaffinities"),
-            ("CalicoNodeStatus", "caliconodestatuses"),
-            ("ClusterInformation", "clusterinformations"),
-            ("FelixConfiguration", "felixconfigurations"),
-            ("IPAMBlock", "ipamblocks"),
-            ("IPAMConfig", "ipamconfigs"),
-            ("IPPool", "ippools"),
-            ("IPReservation", "ipreservations"),
-            ("Tier", "tiers"),
+        crd(group, kind, plural, scope, ["v1"])
+        for kind, plural, scope in (
+            ("BGPConfiguration", "bgpconfigurations", cluster),
+            ("BGPPeer", "bgppeers", cluster),
+            ("BlockAffinity", "blockaffinities", cluster),
+            ("CalicoNodeStatus", "caliconodestatuses", cluster),
+            ("ClusterInformation", "clusterinformations", cluster),
+            ("FelixConfiguration", "felixconfigurations", cluster),
+            ("IPAMBlock", "ipamblocks", cluster),
+            ("IPAMConfig", "ipamconfigs", cluster),
+            ("IPPool", "ippools", cluster),
+            ("IPReservation", "ipreservations", cluster),
+            ("NetworkPolicy", "networkpolicies", namespaced),
+            ("NetworkSet", "networksets", namespaced),
+            ("StagedKubernetesNetworkPolicy", "stagedkubernetesnetworkpolicies", namespaced),
+            ("StagedNetworkPolicy", "stagednetworkpolicies", namespaced),
+            ("Tier", "tiers", cluster),
         )
     ]
     # upstream's ClusterRoles and bindings, byte for byte (the fixture's README)

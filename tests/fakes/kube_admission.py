@@ -2996,6 +2996,10 @@ class Admission:
                 errors = errors + crd_errors(obj)
             if (api_version, kind, subresource) == ("batch/v1", "Job", "status") and old:
                 errors = errors + job_status_update_errors(obj, old)
+            if (api_version, kind, subresource) == ("v1", "Pod", ""):
+                from fakes.kube_pod_annotations import mirror_errors  # it imports this module
+
+                errors = errors + mirror_errors(obj, old)
         if errors:
             raise invalid(api_version, kind, name, errors)
 

@@ -146,6 +146,7 @@ from fakes import (
     kube_options,
     kube_protobuf,
     kube_quota,
+    kube_services,
     kube_smp,
     kube_stream,
     kube_tables,
@@ -2154,6 +2155,8 @@ class FakeKubeApiServer:
             return _pod_spec_update(target.sub, old, new)
         if target.kind in self.status_kinds:
             new["status"] = json_copy(old.get("status", {}))
+        if target.kind == "Service":  # its registry strategy's PrepareForUpdate
+            kube_services.drop_type_dependent_fields(new, old)
         return new
 
     def _update_webhooks(self, target: Target, new: dict, old: dict) -> None:

@@ -61,6 +61,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
+from fakes import kube_services
 from fakes.kube_admission import FieldError, GoText, go_quote
 
 
@@ -369,7 +370,7 @@ def service_errors(spec: dict) -> list[FieldError]:
     else:
         _check(errors, spec, "externalTrafficPolicy", "spec", TRAFFIC_POLICY)
     _check(errors, spec, "internalTrafficPolicy", "spec", TRAFFIC_POLICY)
-    return errors
+    return errors + kube_services.type_errors(spec)
 
 
 def _int_or_string(value: Any) -> str:

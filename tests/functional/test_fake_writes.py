@@ -328,3 +328,66 @@ def test_an_event_written_through_either_group_is_read_through_both(work: Kube):
     assert (seen["involvedObject"], seen["reportingComponent"]) == (regarding, "jobset")
     work.request("DELETE", f"{core}/p.1")
     assert work.request("GET", new)["items"] == []
+
+
+def _node_port_service(**spec: Any) -> dict:
+    port = {"port": 80, "protocol": "TCP", "targetPort": 80, "nodePort": 30080}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "np", "namespace": "work"},
+        "spec": {"type": "NodePort", "ports": [port], "externalTrafficPolicy": "Cluster", **spec},
+    }
+
+
+def test_a_clusterip_service_names_no_node_port(work: Kube):
+    """ValidateService: a ClusterIP Service's ports carry no nodePort (kube_services.py)."""
+    service = _node_port_service(type="ClusterIP", externalTrafficPolicy=None)
+    error = _refused(lambda: work.create(service))
+    assert error.status == 422
+    assert "spec.ports[0].nodePort: Forbidden: may not be used when `type` is 'ClusterIP'" in (
+        error.message
+    )
+
+
+def test_a_type_change_clears_the_node_ports_it_left_as_they_were(work: Kube):
+    """dropTypeDependentFields: NodePort -> ClusterIP frees the node ports left unchanged.
+
+    And the externalTrafficPolicy a NodePort Service needs, when left as it was.
+    """
+    work.create(_node_port_service())
+    changed = work.patch("v1", "Service", "np", {"spec": {"type": "ClusterIP"}}, "work")
+    assert changed["spec"]["type"] == "ClusterIP"
+    assert "nodePort" not in changed["spec"]["ports"][0]
+    assert "externalTrafficPolicy" not in changed["spec"]
+
+
+def test_a_type_change_keeps_a_node_port_it_adds_and_is_refused(work: Kube):
+    work.create(_node_port_service())
+    port = {"port": 80, "protocol": "TCP", "targetPort": 80, "nodePort": 30099}
+    patch = {"spec": {"type": "ClusterIP", "externalTrafficPolicy": None, "ports": [port]}}
+    error = _refused(lambda: work.patch("v1", "Service", "np", patch, "work"))
+    assert error.status == 422 and "may not be used when `type` is 'ClusterIP'" in error.message
+
+
+def test_a_load_balancers_fields_go_with_its_type_or_are_refused(work: Kube):
+    lb = _node_port_service(
+        type="LoadBalancer",
+        allocateLoadBalancerNodePorts=True,
+        loadBalancerClass="example.com/lb",
+        loadBalancerSourceRanges=["10.0.0.0/8"],
+    )
+    work.create(lb)
+    patch = {"spec": {"type": "ClusterIP", "externalTrafficPolicy": None}}
+    error = _refused(lambda: work.patch("v1", "Service", "np", patch, "work"))
+    assert "spec.LoadBalancerSourceRanges: Forbidden: may only be used when `type` is" in (
+        error.message
+    )
+    ingress = {"loadBalancer": {"ingress": [{"ip": "198.51.100.7"}]}}
+    work.patch("v1", "Service", "np", {"status": ingress}, "work", subresource="status")
+    patch["spec"]["loadBalancerSourceRanges"] = None
+    changed = work.patch("v1", "Service", "np", patch, "work")
+    spec = changed["spec"]
+    assert spec["type"] == "ClusterIP"
+    assert not {"allocateLoadBalancerNodePorts", "loadBalancerClass"} & spec.keys()
+    assert not changed["status"].get("loadBalancer")  # no load balancer stands for it

@@ -29,6 +29,7 @@ from kube_api_escalations import (
     HOSTILE,
     LEGITIMATE_CLUSTER_RULES,
     LEGITIMATE_RULES,
+    MIRROR_ANNOTATION,
     RUNNER,
     Escalation,
     _restricted_pod,
@@ -823,3 +824,28 @@ def test_a_teams_service_gains_no_external_ip_on_update(rbac, kube, kube_api, po
         kube_api, ADMIN_TOKEN, "POST", "/api/v1/namespaces/kube-system/services", elsewhere
     )
     assert status == 201, answer
+
+
+def test_a_team_makes_no_mirror_pod_another_way(rbac, kube, kube_api, policies):
+    """A mirror pod needs its node named (refused: the probe above) and is never made later.
+
+    kube-apiserver's pod validation (tests/fakes/kube_pod_annotations.py) refuses the
+    annotation without spec.nodeName, and an update that adds it, whoever asks: so the
+    drain's skipping of mirror pods (lib drain.py `stays`) never keeps a team's pod on a node.
+    """
+    token = rbac.apply(kube, _grant(rbac, HOSTILE, HOSTILE, LEGITIMATE_RULES, []))
+    pods = f"/api/v1/namespaces/{HOSTILE}/pods"
+    mirror = {
+        **_restricted_pod(),
+        "metadata": {"name": "m", "annotations": {MIRROR_ANNOTATION: "x"}},
+    }
+    status, answer = call(kube_api, token, "POST", pods, mirror)
+    assert status == 422, answer
+    assert "must set spec.nodeName if mirror pod annotation is set" in answer["message"]
+    plain = {**_restricted_pod(), "metadata": {"name": "p"}}
+    assert call(kube_api, token, "POST", pods, plain)[0] == 201, "the team may make pods"
+    added = {"metadata": {"annotations": {MIRROR_ANNOTATION: "x"}}}
+    merge = "application/merge-patch+json"
+    status, answer = call(kube_api, token, "PATCH", f"{pods}/p", added, merge)
+    assert status == 422, answer
+    assert "Forbidden: may not add mirror pod annotation" in answer["message"]

@@ -33,6 +33,7 @@ import readme_examples
 from charm_modules import load
 from kubectl_runner import Kubectl
 
+from fakes.addons import calico_objects
 from fakes.kube_apiserver import FakeKubeApiServer
 
 CONTROL_PLANE, GPU_0, GPU_1 = "ip-172-31-20-13", "ip-172-31-24-101", "ip-172-31-27-58"
@@ -59,6 +60,7 @@ RUN = {
     "kubectl delete node <name>",
     "kubectl -n tensorflow get pods --field-selector=status.phase!=Succeeded,status.phase!=Failed",
     "kubectl -n <team> describe resourcequota gpu-k8s-object-counts",
+    "kubectl -n <team> get daemonsets,services,networkpolicies.crd.projectcalico.org",
     *COPIES,
     *FORWARDS,
 }
@@ -421,3 +423,24 @@ def test_a_teams_object_counts_are_described_as_the_how_to_says(cluster):
     assert rows["count/pods"] == ["2", str(team_quota.COUNTS["count/pods"])]
     assert rows["count/jobs.batch"] == ["1", str(team_quota.COUNTS["count/jobs.batch"])]
     assert rows["services.nodeports"] == ["0", "0"]
+
+
+def test_what_the_upgrade_sweep_changes_is_listed_as_the_how_to_says(cluster):
+    """upgrade.md: a team's DaemonSets, Services and Calico policies, before the refresh."""
+    api, kubectl = cluster
+    crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+    for obj in calico_objects():
+        if obj["kind"] == "CustomResourceDefinition":
+            api.put_object(f"{crds}/{obj['metadata']['name']}", obj)
+    policy = {"metadata": {"name": "allow-all"}, "spec": {"order": 1}}
+    api.put_object(
+        "/apis/crd.projectcalico.org/v1/namespaces/tensorflow/networkpolicies/allow-all", policy
+    )
+    port = {"port": 80, "protocol": "TCP", "targetPort": 80, "nodePort": 30080}
+    service = {"spec": {"type": "NodePort", "ports": [port], "externalTrafficPolicy": "Cluster"}}
+    api.put_object("/api/v1/namespaces/tensorflow/services/web", service)
+    command = "kubectl -n <team> get daemonsets,services,networkpolicies.crd.projectcalico.org"
+    words = [w.replace("<team>", "tensorflow") for w in command.split()[1:]]
+    printed = kubectl.run(*words).stdout
+    assert re.search(r"^service/web +NodePort .* 80:30080/TCP", printed, re.M), printed
+    assert re.search(r"^networkpolicy.crd.projectcalico.org/allow-all ", printed, re.M), printed

@@ -8,7 +8,8 @@ what the peer application databag says was applied last, so an event with nothin
 sends no request. The manifests and decisions live in `calico.py` and `flannel.py` (the
 CNI), `device_plugin.py`, `dcgm_exporter.py`, `mig_manager.py`, `kube_state_metrics.py`,
 `batch_engines.py`, `network_policies.py` (each kube-api consumer's namespace isolated
-for ingress), `team_quota.py` (its object counts bounded) and `efs_csi.py` (the EFS CSI
+for ingress), `team_quota.py` (its object counts bounded), `tenant_sweep.py` (what its
+tenant made before this revision's refusals, once) and `efs_csi.py` (the EFS CSI
 driver's node plugin, for efs-storage's access points); this module applies them, with
 the hook's API client and a downloader (never the charm), and records each in the peer
 application databag under a key of its own (below).
@@ -42,6 +43,7 @@ import network_policies
 import rbac
 import registry
 import team_quota
+import tenant_sweep
 from access import KUBE_API_KEY, STORAGE
 from charm_config import Config
 from literals import (
@@ -57,7 +59,7 @@ from literals import (
 )
 
 from charms.gpu_k8s.v0 import kube_objects
-from charms.gpu_k8s.v0.kubeclient import Kube
+from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
 from charms.gpu_k8s.v0.status import StatusError
 
 logger = logging.getLogger(__name__)
@@ -345,15 +347,35 @@ class Addons:
             return [network_policies.NOT_ENFORCED]
         return []
 
-    def apply_team_quotas(self, config: Config, bag: Bag) -> None:
-        """The object-count quota in every namespace granted to a kube-api consumer.
+    def sweep_consumer_namespaces(self, bag: Bag) -> list[str]:
+        """Once per charm revision, what tenants made before its refusals (tenant_sweep).
 
-        team_quota.py; run after the grants like the network policies, built again only
-        when the namespaces granted, `team-object-counts` or the charm change (`_built`),
-        and applied in every namespace whose quota that changes. A namespace whose
-        consumer left keeps its quota, as it keeps its data.
+        Run after the grants and before the quotas, which it names the consumers'
+        namespaces for. A hook after the sweep finished sends no request for it. Returns
+        the status note of the hook that swept.
         """
-        namespaces = self._granted_namespaces(bag)
+        if tenant_sweep.done(bag, self._charm):
+            return []
+        try:
+            swept = tenant_sweep.sweep(self._kube(), bag, self._charm)
+        except KubeError as e:
+            logger.warning("consumer namespaces not swept (tried again next hook): %s", e)
+            return ["consumer namespaces not swept yet (tried again next hook)"]
+        note = swept.note()
+        return [note] if note else []
+
+    def apply_team_quotas(self, config: Config, bag: Bag) -> None:
+        """The object-count quota in every consumer's namespace.
+
+        team_quota.py; run after the grants like the network policies, in each namespace
+        granted and each the sweep found labelled as a consumer's (tenant_sweep: a
+        consumer whose request this revision refuses keeps its counts), built again only
+        when those namespaces, `team-object-counts` or the charm change (`_built`), and
+        applied in every namespace whose quota that changes. A namespace whose consumer
+        left keeps its quota, as it keeps its data.
+        """
+        labelled = tenant_sweep.recorded_namespaces(bag)
+        namespaces = sorted({*self._granted_namespaces(bag), *labelled})
         hard = team_quota.counts(config.object_counts)
         inputs = kube_objects.fingerprint([namespaces, hard])
         if self._built(TEAM_QUOTA_KEY, bag, inputs):

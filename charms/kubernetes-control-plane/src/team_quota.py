@@ -9,7 +9,8 @@ server refuses every write, every team's and the control plane's. Nothing bounde
 objects (issue 29 review43 G4; RBAC good practices, "Denial of service risks": "consider
 using object count quota"). So the control plane writes the ResourceQuota NAME into every
 consumer's namespace (addons.apply_team_quotas, in the hook that grants it, and into every
-namespace granted before on the first hook of this revision), with an object count for each
+namespace granted before, or labelled a consumer's by an earlier revision, on the first
+hook of this revision: tenant_sweep.NAMESPACES_KEY), with an object count for each
 kind a grant may create there (kubernetes.io/docs/concepts/policy/resource-quotas, "Quota on
 object count": `count/<resource>.<group>`, `count/<resource>` for the core group, and the
 older names `configmaps`, `secrets`, `services`, `persistentvolumeclaims`,

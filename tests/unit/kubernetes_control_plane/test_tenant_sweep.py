@@ -1,0 +1,279 @@
+"""An upgraded cluster loses what tenants made before this revision's refusals (issue 29 F2).
+
+What an older cluster's tenants made is seeded into the fake API server directly (no
+admission sees a seed, as none saw those objects when an earlier revision allowed them);
+then Juju deploys another charm revision and its upgrade-charm hook sweeps the consumers'
+namespaces once (tenant_sweep.py).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import tenant_sweep
+from charm_modules import load
+from ops import testing
+
+from fakes.control_plane import deployed_charm, granted, kube_api_relation, node, peer, peers
+
+team_quota = load("kubernetes-control-plane", "team_quota")
+LOCALQUEUES = [
+    {"api-groups": ["kueue.x-k8s.io"], "resources": ["localqueues"], "verbs": ["get", "create"]}
+]
+NS = "/api/v1/namespaces"
+CALICO = "/apis/crd.projectcalico.org/v1/namespaces"
+NEXT_CHARM = "ch:amd64/kubernetes-control-plane-2"
+CP_NODE = "cp-sweep"  # a control-plane node (kubeadm's label)
+WORKER = "gpu-1"
+GPU = {"key": "nvidia.com/gpu", "operator": "Exists"}
+# what DefaultTolerationSeconds gives every pod (CONSUMER_PODS admits them)
+LOST = [
+    {"key": k, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+    for k in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+]
+LOST_KEYS = ("key", "operator", "effect")  # no tolerationSeconds: for ever
+CONTAINER = {"name": "c", "image": "busybox"}
+
+
+def _pod(name: str, namespace: str = "team-a", phase: str = "Running", **spec) -> dict:
+    meta = {"name": name, "namespace": namespace, **spec.pop("meta", {})}
+    body = {"containers": [CONTAINER], "nodeName": WORKER, "tolerations": [GPU, *LOST], **spec}
+    return {"metadata": meta, "spec": body, "status": {"phase": phase}}
+
+
+def _service(name: str, **spec) -> dict:
+    ports = spec.pop("ports", [{"port": 80, "protocol": "TCP", "targetPort": 80}])
+    meta = {"name": name, "namespace": "team-a", **spec.pop("meta", {})}
+    body = {"type": "ClusterIP", "ports": ports, "selector": {"app": name}, **spec}
+    return {"metadata": meta, "spec": body}
+
+
+def _calico(kind: str, name: str) -> dict:
+    spec = {"ingress": [{"action": "Allow"}], "order": 1} if kind == "NetworkPolicy" else {}
+    body = {"apiVersion": "crd.projectcalico.org/v1", "kind": kind}
+    return {**body, "metadata": {"name": name, "namespace": "team-a"}, "spec": spec}
+
+
+def seed_leftovers(api) -> None:
+    """What team-a made while an earlier revision let it, and the charms' own objects."""
+    api.put_object(f"/api/v1/nodes/{CP_NODE}", node(CP_NODE, control_plane=True))
+    api.put_object(f"/api/v1/nodes/{WORKER}", node(WORKER, gpus=1))
+    api.put_object(f"{CALICO}/team-a/networkpolicies/allow-imds", _calico("NetworkPolicy", "x"))
+    api.put_object(f"{CALICO}/team-a/networksets/anywhere", _calico("NetworkSet", "anywhere"))
+    port = {"port": 80, "protocol": "TCP", "targetPort": 80, "nodePort": 30080}
+    api.put_object(f"{NS}/team-a/services/np", _service("np", type="NodePort", ports=[port]))
+    lb = _service(
+        "lb",
+        type="LoadBalancer",
+        ports=[{**port, "nodePort": 30081}],
+        allocateLoadBalancerNodePorts=True,
+        externalTrafficPolicy="Local",
+        healthCheckNodePort=30082,
+        loadBalancerSourceRanges=["0.0.0.0/0"],
+        loadBalancerClass="example.com/lb",
+    )
+    api.put_object(f"{NS}/team-a/services/lb", lb)
+    ext = _service("ext", externalIPs=["203.0.113.9"], externalTrafficPolicy="Cluster")
+    api.put_object(f"{NS}/team-a/services/ext", ext)
+    api.put_object(f"{NS}/team-a/services/tensorboard", _service("tensorboard"))  # the charm's
+    template = {"metadata": {"labels": {"app": "m"}}, "spec": {"containers": [CONTAINER]}}
+    daemonset = {
+        "metadata": {"name": "miner", "namespace": "team-a"},
+        "spec": {"selector": {"matchLabels": {"app": "m"}}, "template": template},
+    }
+    stored = api.put_object("/apis/apps/v1/namespaces/team-a/daemonsets/miner", daemonset)
+    owner = {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "miner", "controller": True}
+    owner["uid"] = stored["metadata"]["uid"]
+    cordon = {"key": "node.kubernetes.io/unschedulable", "operator": "Exists"}
+    replicaset = {**owner, "kind": "ReplicaSet", "name": "web-7d9", "uid": "0f1e2d3c-4b5a"}
+    pods = [
+        _pod("miner-x", meta={"ownerReferences": [owner]}, tolerations=[cordon]),
+        _pod("on-cp", nodeName=CP_NODE),
+        _pod("through-cordons", meta={"ownerReferences": [replicaset]}, tolerations=[GPU, cordon]),
+        _pod("forever", tolerations=[GPU, {k: v for k, v in LOST[0].items() if k in LOST_KEYS}]),
+        _pod("elsewhere", schedulerName="my-scheduler"),
+        _pod("critical", priorityClassName="system-node-critical", priority=2000001000),
+        _pod("as-grant", serviceAccountName="tensorflow"),
+        _pod("mirror", meta={"annotations": {tenant_sweep.MIRROR_ANNOTATION: "abc"}}),
+        _pod("training"),  # what the charms make: stays
+        _pod("ended", phase="Failed", tolerations=[cordon]),  # finished: holds no node
+    ]
+    for pod in pods:
+        api.put_object(f"{NS}/team-a/pods/{pod['metadata']['name']}", pod)
+    # a namespace an earlier revision granted to a consumer whose request is refused now,
+    # and the workers' namespace an earlier revision labelled for their shared grant
+    labels = {"app.kubernetes.io/managed-by": "kubernetes-control-plane"}
+    for name, consumer in (("team-old", "old-app"), ("gpu-k8s-system", "worker")):
+        meta = {"name": name, "labels": {**labels, "gpu-k8s.io/consumer": consumer}}
+        api.put_object(f"{NS}/{name}", {"metadata": meta})
+    api.put_object(f"{NS}/gpu-k8s-system/pods/validator", _pod("validator", "gpu-k8s-system"))
+
+
+# what an earlier revision granted and this one refuses in a consumer's own namespace
+DAEMONSETS = [{"api-groups": ["apps"], "resources": ["daemonsets"], "verbs": ["create"]}]
+
+
+@pytest.fixture
+def upgraded(ctx, bootstrapped, api, tmp_path):
+    """team-a granted, its leftovers seeded, then another charm revision deployed.
+
+    And old-app, whose earlier grant of team-old this revision refuses: its namespace and
+    what is in it stay, its grant goes.
+    """
+    state = granted(ctx, bootstrapped, kube_api_relation("tensorflow", "team-a", LOCALQUEUES))
+    seed_leftovers(api)
+    state = granted(ctx, state, kube_api_relation("old-app", "team-old", DAEMONSETS))
+    deployed_charm(tmp_path / "charm", NEXT_CHARM)
+    return state
+
+
+def _kept(api, path: str) -> tuple:
+    """What a write of `path` would change (a quota's status follows the objects counted)."""
+    obj = api.get_object(path)
+    assert obj is not None, path
+    return obj["metadata"].get("generation"), obj.get("spec"), obj["metadata"].get("labels")
+
+
+def test_the_upgrade_hook_sweeps_what_the_refusals_now_stop(ctx, upgraded, api):
+    own = [
+        f"{NS}/team-a/services/tensorboard",
+        f"{NS}/team-a/resourcequotas/{team_quota.NAME}",
+        "/apis/networking.k8s.io/v1/namespaces/team-a/networkpolicies/"
+        "gpu-k8s-default-deny-ingress",
+        f"{NS}/team-a/pods/training",
+        f"{NS}/team-a/pods/ended",
+        f"{NS}/gpu-k8s-system/pods/validator",
+    ]
+    before = {path: _kept(api, path) for path in own}
+    out = ctx.run(ctx.on.upgrade_charm(), upgraded)
+
+    assert out.unit_status.name == "active", out.unit_status
+    assert "consumer namespaces swept: 13 objects changed" in out.unit_status.message
+    assert "refused kube-api request of old-app" in out.unit_status.message
+    assert api.objects(f"{CALICO}/team-a/") == []
+    for name in ("np", "lb", "ext"):
+        spec = api.get_object(f"{NS}/team-a/services/{name}")["spec"]
+        assert spec["type"] == "ClusterIP", name
+        assert [p.get("nodePort") for p in spec["ports"]] == [None], name
+        for field in (
+            "externalIPs",
+            "externalTrafficPolicy",
+            "healthCheckNodePort",
+            "allocateLoadBalancerNodePorts",
+            "loadBalancerSourceRanges",
+            "loadBalancerClass",
+        ):
+            assert field not in spec, (name, field)
+    assert api.get_object("/apis/apps/v1/namespaces/team-a/daemonsets/miner") is None
+    left = {p["metadata"]["name"] for p in api.objects(f"{NS}/team-a/pods/")}
+    assert left == {"training", "ended"}
+    assert {path: _kept(api, path) for path in own} == before  # the charms' objects untouched
+    # the namespace of a consumer refused now holds the object counts too
+    quota = api.get_object(f"{NS}/team-old/resourcequotas/{team_quota.NAME}")
+    assert quota is not None and quota["spec"]["hard"]["services.nodeports"] == "0"
+    assert api.get_object(f"{NS}/gpu-k8s-system/resourcequotas/{team_quota.NAME}") is None
+    bag = peer(out).local_app_data
+    assert bag[tenant_sweep.SWEEP_KEY] == NEXT_CHARM
+    assert json.loads(bag[tenant_sweep.NAMESPACES_KEY]) == ["team-a", "team-old"]
+
+
+def test_each_change_is_logged_by_kind_namespace_and_name(ctx, upgraded, caplog):
+    caplog.set_level("INFO", logger="tenant_sweep")
+    ctx.run(ctx.on.upgrade_charm(), upgraded)
+    lines = [r.getMessage() for r in caplog.records if r.name == "tenant_sweep"]
+    for what in (
+        "networkpolicies team-a/allow-imds deleted",
+        "Service team-a/np set from NodePort to ClusterIP",
+        "Service team-a/ext kept ClusterIP, without node ports, load balancer or external IPs",
+        "DaemonSet team-a/miner deleted",
+        f"Pod team-a/on-cp deleted (on the control-plane node {CP_NODE})",
+        "Pod team-a/through-cordons deleted (tolerates node.kubernetes.io/unschedulable);"
+        " its ReplicaSet web-7d9 makes it again through admission, refused while its template is",
+        "Pod team-a/elsewhere deleted (names the scheduler my-scheduler)",
+        "Pod team-a/mirror deleted (a mirror pod",
+        "Pod team-a/as-grant deleted (runs as the consumer's own ServiceAccount)",
+    ):
+        assert any(what in line for line in lines), what
+    assert lines[-1] == "swept 2 consumer namespaces: 13 objects changed, 0 failed"
+
+
+def test_the_next_hooks_send_no_request_for_the_sweep(ctx, upgraded, api):
+    out = ctx.run(ctx.on.upgrade_charm(), upgraded)
+    api.requests.clear()
+    out = ctx.run(ctx.on.update_status(), out)
+    ctx.run(ctx.on.config_changed(), out)
+    swept = [
+        r
+        for r in api.requests
+        if "/team-a/" in r[1] or "projectcalico" in r[1] or r == ("GET", f"{NS}")
+    ]
+    assert swept == []
+
+
+def test_a_failed_change_leaves_the_rest_done_and_is_tried_again(ctx, upgraded, api):
+    api.inject(
+        status=403,
+        method="DELETE",
+        path_prefix="/apis/apps/v1/namespaces/team-a/daemonsets/miner",
+        message='daemonsets.apps "miner" is forbidden: by a webhook',
+    )
+    out = ctx.run(ctx.on.upgrade_charm(), upgraded)
+    assert "12 objects changed, 1 failed (tried again next hook" in out.unit_status.message
+    assert api.get_object("/apis/apps/v1/namespaces/team-a/daemonsets/miner") is not None
+    assert api.get_object(f"{NS}/team-a/services/np")["spec"]["type"] == "ClusterIP"
+    assert tenant_sweep.SWEEP_KEY not in peer(out).local_app_data or (
+        peer(out).local_app_data[tenant_sweep.SWEEP_KEY] != NEXT_CHARM
+    )
+    out = ctx.run(ctx.on.update_status(), out)  # tried again: only the DaemonSet is left
+    assert "consumer namespaces swept: 1 objects changed" in out.unit_status.message
+    assert api.get_object("/apis/apps/v1/namespaces/team-a/daemonsets/miner") is None
+    assert peer(out).local_app_data[tenant_sweep.SWEEP_KEY] == NEXT_CHARM
+
+
+def test_a_listing_that_fails_is_tried_again_next_hook(ctx, upgraded, api):
+    api.inject(status=403, method="GET", path_prefix=f"{NS}/team-a/pods", message="no")
+    out = ctx.run(ctx.on.upgrade_charm(), upgraded)
+    assert "1 failed" in out.unit_status.message
+    assert api.get_object(f"{NS}/team-a/pods/on-cp") is not None
+    out = ctx.run(ctx.on.update_status(), out)
+    assert api.get_object(f"{NS}/team-a/pods/on-cp") is None
+    assert peer(out).local_app_data[tenant_sweep.SWEEP_KEY] == NEXT_CHARM
+
+
+@pytest.mark.parametrize(
+    ("spec", "why"),
+    [
+        ({"tolerations": [GPU, *LOST]}, None),
+        ({"tolerations": [{"operator": "Exists"}]}, "tolerates <every taint>"),
+        ({"tolerations": [{**LOST[0], "tolerationSeconds": 301}]}, "tolerates node"),
+        ({"tolerations": [{**LOST[0], "effect": "NoSchedule"}]}, "tolerates node"),
+        ({"schedulerName": "default-scheduler"}, None),
+        ({"priority": 0}, None),
+        ({"priority": 1}, "has a priority above the teams'"),
+        ({"serviceAccountName": "other"}, None),
+        ({"serviceAccount": "team"}, "runs as the consumer's own ServiceAccount"),
+        ({"nodeName": "cp-0"}, "on the control-plane node cp-0"),
+    ],
+)
+def test_a_pod_is_judged_as_consumer_pods_would_admit_it(spec: dict, why: str | None):
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [CONTAINER], **spec}}
+    found = tenant_sweep.refusal(pod, "team", frozenset({"cp-0"}))
+    assert found == why if why is None else found is not None and found.startswith(why)
+
+
+def test_a_flannel_cluster_has_no_calico_policy_to_sweep(ctx, machine, api, tmp_path):
+    """Calico's kinds are not served there (404): the rest is swept, and the sweep is done."""
+    state = testing.State(leader=True, relations=[peers()], config={"cni": "flannel"})
+    state = ctx.run(ctx.on.install(), state)
+    labels = {"app.kubernetes.io/managed-by": "kubernetes-control-plane"}
+    meta = {"name": "team-f", "labels": {**labels, "gpu-k8s.io/consumer": "tf"}}
+    api.put_object(f"{NS}/team-f", {"metadata": meta})
+    port = {"port": 80, "protocol": "TCP", "targetPort": 80, "nodePort": 30090}
+    service = _service("np", type="NodePort", ports=[port], externalTrafficPolicy="Cluster")
+    service["metadata"]["namespace"] = "team-f"
+    api.put_object(f"{NS}/team-f/services/np", service)
+    deployed_charm(tmp_path / "charm", NEXT_CHARM)
+    out = ctx.run(ctx.on.upgrade_charm(), state)
+    assert api.get_object(f"{NS}/team-f/services/np")["spec"]["type"] == "ClusterIP"
+    assert peer(out).local_app_data[tenant_sweep.SWEEP_KEY] == NEXT_CHARM
