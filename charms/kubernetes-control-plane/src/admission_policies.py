@@ -260,22 +260,23 @@ Policy '<policy>' with binding '<binding>' denied request: <message>`.
   admission (--service-account-extend-token-expiration, on by default: token.go, for a
   pod-bound token of exactly 3607 s), so they pass here and stay bound to their pod; a
   pod's projected token asking more than TOKEN_SECONDS is refused to its kubelet.
-- CONSUMER_EGRESS (`gpu-k8s-consumer-egress-by-the-control-plane`): in the same
-  namespaces, a ServiceAccount of that namespace (a consumer's grant: its own namespace's
-  account, rbac.consumer_grant) writes no NetworkPolicy that isolates egress (`Egress` in
-  policyTypes, or egress rules, which imply it: network-policies page, "The
-  NetworkPolicy resource"), and creates, changes or deletes no policy named
+- CONSUMER_EGRESS (`gpu-k8s-consumer-egress-by-the-control-plane`): in the same namespaces,
+  a ServiceAccount of that namespace (a consumer's grant: its own namespace's account,
+  rbac.consumer_grant) writes no NetworkPolicy that isolates egress (`Egress` in
+  policyTypes, or egress rules, which imply it: network-policies page, "The NetworkPolicy
+  resource"), and creates, changes or deletes no policy named
   network_policies.METADATA_NAME. Policies are additive (the union of every policy that
-  selects a pod), so one egress rule of the team's own would reopen what the control
-  plane's egress policy keeps from its pods: the instance metadata service and the DCGM
-  exporter's port on every node (network_policies.py). A team's own policies (tensorflow's:
-  Ingress only) are untouched. Matched on the requester, not only the namespace: the
-  control plane writes as kubeadm's admin (no ServiceAccount), and kube-controller-manager's
-  namespace controller (its ServiceAccount kube-system:namespace-controller, kubernetes
-  cmd/kube-controller-manager/app/core.go startNamespaceController,
-  ClientBuilder.ConfigOrDie("namespace-controller"), not the namespace's) deletes a
-  namespace's policies when the namespace goes. A deletecollection's items are checked by
-  the stored object's name (oldObject: the request's name is empty).
+  selects a pod), so one egress rule of the team's own would reopen what the control plane's
+  egress policy keeps from its pods: every private address but the API servers' port, so
+  every node's listeners (the DCGM exporter, the COS collector, the kubelet) and the
+  instance metadata service (network_policies.py: an allow-list). A team's own policies
+  (tensorflow's: Ingress only) are untouched. Matched on the requester, not only the
+  namespace: the control plane writes as kubeadm's admin (no ServiceAccount), and
+  kube-controller-manager's namespace controller (its ServiceAccount
+  kube-system:namespace-controller, kubernetes cmd/kube-controller-manager/app/core.go
+  startNamespaceController, ClientBuilder.ConfigOrDie("namespace-controller"), not the
+  namespace's) deletes a namespace's policies when the namespace goes. A deletecollection's
+  items are checked by the stored object's name (oldObject: the request's name is empty).
 
 - CONSUMER_JOBS (`gpu-k8s-consumer-jobs-started-by-kueue`): in the same namespaces, a
   suspended batch Job or JobSet is unsuspended only by Kueue's ServiceAccount
@@ -1483,9 +1484,9 @@ def consumer_egress_policy() -> dict[str, Any]:
             "validations": [
                 _deny(
                     f"variables.policy.metadata.name != '{network_policies.METADATA_NAME}'",
-                    f"{network_policies.METADATA_NAME} is the control plane's: it keeps the"
-                    " instance metadata service and the DCGM exporter's port from every pod"
-                    " of a consumer's namespace",
+                    f"{network_policies.METADATA_NAME} is the control plane's: it keeps"
+                    " the nodes, the instance metadata service and every private address"
+                    " but the API servers' port from every pod of a consumer's namespace",
                 ),
                 _deny(
                     "request.operation == 'DELETE' || !("
