@@ -25,7 +25,8 @@ hands work to, with what they need and nothing of the charm:
   backup-etcd, restore-etcd);
 - `bootstrap.py`, `etcd.py`, `rbac.py`, `device_plugin.py`, `mig_manager.py`,
   `calico.py`, `flannel.py`, `batch_engines.py`, `kueue.py`, `image_registry.py`,
-  `cluster_info.py`, `registry.py`, `rolling.py`: what they run or decide, without ops.
+  `cluster_info.py`, `registry.py`, `rolling.py`, `leaving.py`: what they run or decide,
+  without ops.
 
 A step that cannot go on raises `StatusError` (`charms.gpu_k8s.v0.status`); the statuses
 a reconcile found are kept in StoredState and reported in every hook, and the leader's
@@ -44,6 +45,7 @@ import batch_engines
 import bootstrap
 import etcd
 import image_registry
+import leaving
 import node
 import ops
 import summary
@@ -67,7 +69,7 @@ from operator_actions import OperatorActions
 from peers import IMAGE_REGISTRY, POD_CIDR, SERVICE_CIDR, Peers
 from renewal import Renewal
 from runtime_turns import RuntimeTurns
-from upgrades import Upgrades, drain_node
+from upgrades import Upgrades
 
 from charms.gpu_k8s.v0 import api_proxy, kubeadm
 from charms.gpu_k8s.v0.cos_agent import CosAgentProvider
@@ -340,56 +342,13 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             self._on_event(event)
 
     def _leave(self) -> None:
-        """Take this unit out of the control plane when `juju remove-unit` removes it.
-
-        Drain the node, `kubeadm reset` (which removes this etcd member, so the others keep
-        quorum), then delete the Node through the other API servers, reached through this
-        node's proxy, which goes last. Juju sends this only when another control-plane
-        unit exists; on application removal nothing is reset, so etcd's data stays.
-        An API error in the drain fails the hook, so Juju retries it (with the same
-        event) rather than resetting an undrained node. After the reset this machine has
-        no admin.conf, so a retry could not delete the Node: a failed deletion is logged
-        and the leader deletes the departed unit's Node once it is NotReady
-        (`Membership.remove_departed_nodes`; review deploy.md N6). Juju runs the peer
-        relation-departed of the removed unit before its stop and remove hooks, so this
-        hook is the last one with the cluster still reachable.
-
-        A hook that fails after the reset (HAProxy's removal) is retried on a machine
-        that is no longer a member: only the proxy is left to remove then, so the unit
-        has left once no member is left here and the proxy is gone (issue 30 item 7).
-        """
+        """Take this unit out of the control plane when `juju remove-unit` removes it."""
         if self._stored.left_cluster:
             return
-        member = bootstrap.is_bootstrapped(self.host)
-        if member and self.app.planned_units() == 0:
-            logger.warning("the application is being removed: etcd data stays on this machine")
-            return
-        if member:
-            name = kubeadm.node_name(self.host)
-            self._reset_member(name)
-            logger.info("left the control plane: node %s drained, reset and deleted", name)
-        # a unit that never joined and has no proxy has nothing to undo
-        if api_proxy.remove(self.host) or member:
+        removed = self.app.planned_units() == 0
+        clock, sleep = self.drain_clock, self.drain_sleep
+        if leaving.leave(self.host, app_removed=removed, clock=clock, sleep=sleep):
             self._stored.left_cluster = True
-
-    def _reset_member(self, name: str) -> None:
-        """Drain this node, `kubeadm reset` this machine, then delete its Node."""
-        with KubeSession(self.host) as session:
-            kube = session()
-            registered = drain_node(
-                kube, name, "stop with it", clock=self.drain_clock, sleep=self.drain_sleep
-            )
-            kubeadm.reset(self.host)
-            if registered:
-                try:
-                    kube.delete("v1", "Node", name)
-                except KubeError as e:
-                    logger.warning(
-                        "could not delete Node %s (%s); the leader deletes it once NotReady",
-                        name,
-                        e,
-                    )
-            bootstrap.forget_joined(self.host)
 
     def _on_secret_remove(self, event: ops.SecretRemoveEvent) -> None:
         # Nobody tracks this old revision (rotated token, older kubeconfig) any more: a
