@@ -265,7 +265,7 @@ class Access:
                 self._skip(request.app_name, e)
         for key in [k for k in granted if k not in seen and not self._relation_active(k)]:
             try:
-                self._revoke(granted[key], int(key))
+                self._revoke(granted[key], int(key), bag)
             except KubeError as e:
                 self._skip(granted[key]["app"], e)
                 continue
@@ -301,10 +301,10 @@ class Access:
         key = str(request.relation.id)
         granted, bag = serving.granted, serving.bag
         previous = granted.get(key)
-        request = self._first_come(request, granted, key)
+        request = self._first_come(self._reserved(request), granted, key)
         if request.error or request.request is None:
             if previous:
-                self._revoke(previous, request.relation.id)
+                self._revoke(previous, request.relation.id, bag)
                 del granted[key]
             self._kube_api.refuse(request.relation, request.error or "invalid request")
             _written_whole(bag)
@@ -329,14 +329,14 @@ class Access:
             granted[key] = {**_without_storage(previous or {}), "queue": queue, **served}
             return []
         if previous and previous["namespace"] != ask.namespace:
-            self._revoke(previous, None)
+            self._revoke(previous, None, bag)
         grant = rbac.consumer_grant(
             request.app_name, ask.namespace, ask.rules, ask.cluster_rules, provisioner=provisioner
         )
         issued, problem = self._consumer_grant(grant, apply=not same)
         if issued is None:
             if previous:
-                self._revoke(previous, request.relation.id)
+                self._revoke(previous, request.relation.id, bag)
                 del granted[key]
             self._kube_api.refuse(request.relation, problem)
             _written_whole(bag)
@@ -469,14 +469,32 @@ class Access:
         error = f"namespace {namespace} is held by {holder}; ask for another namespace"
         return dataclasses.replace(request, error=error)
 
+    def _reserved(self, request: Request) -> Request:
+        """`request`, refused when its application has a reserved name (with a Blocked line)."""
+        why = None if request.error else rbac.reserved_consumer(request.app_name)
+        if why is None:
+            return request
+        self.blocked.append(f"kube-api: {why}")
+        return dataclasses.replace(request, error=why)
+
     def _relation_active(self, key: str) -> bool:
         return any(str(r.id) == key for r in self._kube_api.relations)
 
-    def _revoke(self, previous: dict, relation_id: int | None) -> None:
+    def _revoke(
+        self, previous: dict, relation_id: int | None, bag: MutableMapping[str, str]
+    ) -> None:
         grant = rbac.consumer_grant(previous["app"], previous["namespace"], [], [])
         rbac.remove(self._kube(), grant)
         if relation_id is not None:
             self._kube_api.remove(relation_id)
+        if grant.role_name == rbac.worker_grant().role_name and (
+            bag.get(WORKER_GRANT_KEY, WORKER_GRANT_REMOVED) != WORKER_GRANT_REMOVED
+        ):
+            # a consumer an earlier revision granted under the workers' name (review44a
+            # G9) had replaced their ClusterRole and binding, and just deleted them: the
+            # shared grant, which stands, is made whole again
+            rbac.apply_objects(self._kube(), rbac.worker_grant())
+            logger.info("applied the shared worker grant again after revoking %s", grant.consumer)
 
     def reach(self, config: Config, peers: Peers, *, leader: bool) -> None:
         """Open the API port for `juju expose`; keep the certificate valid for outside names.

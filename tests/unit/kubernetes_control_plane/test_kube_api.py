@@ -11,7 +11,17 @@ import yaml
 from kube_api_escalations import ESCALATIONS, HOSTILE
 from ops import testing
 
-from fakes.control_plane import kube_api_relation, peer, peers
+from fakes.control_plane import (
+    JOIN_LABEL,
+    earlier_revision_cluster,
+    kube_api_relation,
+    node,
+    peer,
+    peers,
+    secret,
+    worker_bag,
+    workers_relation,
+)
 
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
 JOBS = [{"api-groups": ["batch"], "resources": ["jobs"], "verbs": ["create", "get", "delete"]}]
@@ -694,3 +704,75 @@ def test_an_api_error_on_one_grant_holds_up_no_other_and_is_reported_once_at_the
     role = api.get_object(f"{RBAC}/namespaces/odd/roles/gpu-k8s-odd")
     assert role["rules"][-1]["resources"] == ["cronjobs"]
     assert again.unit_status.name == "active"
+
+
+# review44a G9: a consumer's objects are named after its application; two names are taken
+
+
+@pytest.mark.parametrize("app", ["worker", "default"])
+def test_a_consumer_with_a_reserved_name_is_refused_naming_it(ctx, bootstrapped, api, app):
+    rel = kube_api_relation(app, "team", JOBS, NODES)
+    good = kube_api_relation("tensorflow", "training", JOBS, NODES)
+    out = ctx.run(
+        ctx.on.relation_changed(rel), with_relation(with_relation(bootstrapped, rel), good)
+    )
+
+    error = out.get_relation(rel.id).local_app_data["error"]
+    assert error.startswith(f"application name {app} is reserved (")
+    assert error.endswith(
+        ": deploy the consumer under another name, or consume its offer under another"
+    )
+    assert out.unit_status.name == "blocked"
+    assert f"kube-api: application name {app} is reserved" in out.unit_status.message
+    assert api.get_object("/api/v1/namespaces/team") is None
+    assert api.get_object(f"{RBAC}/clusterroles/gpu-k8s-{app}") is None
+    assert "kubeconfig-secret-id" in out.get_relation(good.id).local_app_data
+
+
+def test_a_consumer_named_worker_granted_before_is_revoked_and_the_workers_grant_made_whole(
+    ctx, bootstrapped, api, whoami, monkeypatch
+):
+    """A consumer `worker` an earlier revision granted goes; the workers' grant is theirs.
+
+    On a cluster an earlier revision made, such a consumer had replaced the workers'
+    ClusterRole gpu-k8s-worker and its binding (review44a G9): refused now, its grant goes,
+    and the workers' shared grant, which still stands, is made whole again.
+    """
+    import rbac
+
+    from charms.gpu_k8s.v0.kubeclient import Kube
+
+    api.put_object("/api/v1/nodes/w0", node("w0"))
+    workers = workers_relation({0: worker_bag("w0", identity=False)})
+    state = with_relation(earlier_revision_cluster(bootstrapped), workers)
+    state = ctx.run(ctx.on.relation_changed(workers, remote_unit=0), state)
+    shared = yaml.safe_load(secret(state, JOIN_LABEL).latest_content["kubeconfig"])
+    shared_token = shared["users"][0]["user"]["token"]
+    earlier = monkeypatch.context()
+    with earlier as m:  # an earlier revision, which reserved no name
+        m.setattr(rbac, "RESERVED_CONSUMERS", {})
+        consumer = kube_api_relation("worker", "team", JOBS, NODES)
+        state = ctx.run(ctx.on.relation_changed(consumer), with_relation(state, consumer))
+    consumer_token = granted_token(state, consumer)
+    crole = api.get_object(f"{RBAC}/clusterroles/gpu-k8s-worker")
+    assert crole["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]}
+    ]
+
+    out = ctx.run(ctx.on.update_status(), state)
+
+    assert (
+        out.get_relation(consumer.id)
+        .local_app_data["error"]
+        .startswith("application name worker is reserved (")
+    )
+    assert whoami(consumer_token) is None  # its ServiceAccount is gone
+    assert api.get_object(f"{RBAC}/namespaces/team/roles/gpu-k8s-worker") is None
+    crole = api.get_object(f"{RBAC}/clusterroles/gpu-k8s-worker")
+    assert crole["rules"] == rbac.WORKER_CLUSTER_RULES
+    binding = api.get_object(f"{RBAC}/clusterrolebindings/gpu-k8s-worker")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "gpu-k8s-worker", "namespace": "kube-system"}
+    ]
+    with Kube.from_kubeconfig(api.kubeconfig(token=shared_token), retries=0) as kube:
+        kube.patch("v1", "Node", "w0", {"metadata": {"labels": {"checked": "yes"}}})
