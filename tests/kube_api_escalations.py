@@ -922,3 +922,64 @@ LEGITIMATE_RULES: list[dict] = [
     rule("", ["configmaps", "services"], ["create", "patch"]),
 ]
 LEGITIMATE_CLUSTER_RULES: list[dict] = [rule("", ["nodes"], ["get", "list"])]
+
+
+# review44a G1, "Denial of service risks": requests over the kube-api library's bounds
+# (kube_api MAX_RULES, MAX_ITEMS, MAX_WORD, MAX_JSON, MAX_QUANTITY), each as the databag a
+# consumer writes (JSON text, as Juju carries it) and the bound its refusal must name. The
+# first is the reviewer's: 60,000 one-name rules, a 6 MB value whose Role kube-apiserver
+# answers 413, which stopped the grant of every consumer after it.
+@dataclasses.dataclass(frozen=True)
+class Oversized:
+    """One request over a bound: its databag and the name of the bound."""
+
+    id: str
+    names: str
+    databag: dict[str, str]
+
+    def request(self) -> dict[str, str]:
+        """The whole databag, as `kube_api.RequirerAppData` reads it."""
+        return {"namespace": HOSTILE, **self.databag}
+
+
+def _text(value: Any) -> str:
+    import json
+
+    return json.dumps(value)
+
+
+def _rules(count: int, **extra: Any) -> str:
+    return _text([rule("", ["configmaps"], ["get"], **extra)] * count)
+
+
+_VERBS = [f"verb{i}" for i in range(33)]
+_NAMES = [f"name{i}" for i in range(33)]
+OVERSIZED: list[Oversized] = [
+    Oversized("sixty-thousand-rules", "MAX_JSON", {"rules": _rules(60_000)}),
+    Oversized("65-rules", "MAX_RULES", {"rules": _rules(65)}),
+    Oversized("65-cluster-rules", "MAX_RULES", {"cluster-rules": _rules(65)}),
+    Oversized("33-verbs", "MAX_ITEMS", {"rules": _text([rule("", ["pods"], _VERBS)])}),
+    Oversized("33-names", "MAX_ITEMS", {"rules": _rules(1, **{"resource-names": _NAMES})}),
+    Oversized(
+        "254-characters", "MAX_WORD", {"rules": _rules(1, **{"resource-names": ["n" * 254]})}
+    ),
+    Oversized("not-even-json", "MAX_JSON", {"cluster-rules": "[" + "x" * 70_000}),
+    Oversized(
+        "10000-storage-consumers",
+        "MAX_JSON",
+        {"storage-consumers": _text({f"app{i}": "fsap-0123456789abcdef0" for i in range(10_000)})},
+    ),
+    Oversized("33-digit-gpu-quota", "MAX_QUANTITY", {"gpu-quota": "9" * 33}),
+    Oversized("40-digit-memory-quota", "MAX_QUANTITY", {"memory-quota": "1" * 40 + "Gi"}),
+]
+
+
+def largest(resource: str) -> str:
+    """Near the largest `rules` within every bound: 64 rules of 32 names, as MAX_JSON lets."""
+    names = [f"{i:02}" + "n" * 23 for i in range(32)]
+    return _text([rule("", [resource], ["get"], **{"resource-names": names})] * 64)
+
+
+# The largest request within the bounds (the objects a consumer could make the control plane
+# apply: a Role and a ClusterRole of about 64 KiB each)
+LARGEST: dict[str, str] = {"rules": largest("configmaps"), "cluster-rules": largest("nodes")}

@@ -69,7 +69,9 @@ Differences from a real API server (on purpose, to stay small and deterministic)
 - a Binding (`pods/binding`, or the legacy `bindings`) binds an unbound, ungated pod that is
   not being deleted as BindingREST does (`_bind`); `pods/ephemeralcontainers` and
   `pods/resize` (get, update, patch) keep only their part of the spec (`_pod_spec_update`);
-- ServiceAccount token Secrets are filled synchronously on create.
+- ServiceAccount token Secrets are filled synchronously on create;
+- sizes: a write whose body is over 3 MiB is 413, one that would store an object over
+  1.5 MiB is etcd's 500 (MAX_REQUEST_BODY_BYTES, MAX_STORED_BYTES cite the sources).
 
 `available_deployments = True` stands in for the Deployment controller and kubelet of a
 healthy cluster: every Deployment written is at once fully available for its generation
@@ -267,6 +269,22 @@ FAKE_CA = "-----BEGIN CERTIFICATE-----\nRkFLRS1DQQ==\n-----END CERTIFICATE-----\
 SA_TOKEN_TYPE = "kubernetes.io/service-account-token"
 APPLY_PATCH_TYPE = "application/apply-patch+yaml"
 MERGE_PATCH_TYPES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
+# kube-apiserver reads at most 3 MiB of a write's body, twice etcd's 1.5 MiB since JSON
+# shrinks to protobuf in etcd (k8s.io/apiserver pkg/server/config.go NewConfig
+# MaxRequestBodyBytes), and answers more with 413 "Request entity too large: limit is
+# 3145728" (pkg/endpoints/handlers/rest.go limitedReadBody, after the 415 of an unsupported
+# media type; apimachinery pkg/api/errors NewRequestEntityTooLargeError;
+# kubernetes/kubernetes#105863).
+MAX_REQUEST_BODY_BYTES = 3 * 1024 * 1024
+# etcd refuses a request over its --max-request-bytes, 1.5 MiB unless set (etcd
+# server/embed/config.go DefaultMaxRequestBytes; kubeadm's etcd sets none), with
+# "etcdserver: request is too large" (api/v3rpc/rpctypes/error.go ErrGRPCRequestTooLarge);
+# kube-apiserver passes it on as a 500 with etcd's text and no reason (pkg/endpoints/
+# handlers/responsewriters/status.go ErrorToAPIStatus, convertStorageErrorOrNot's
+# StatusReasonUnknown; kubernetes/kubernetes#112152, open, and #74600). The fake measures
+# the object as compact JSON, etcd its protobuf encoding and key: a little stricter.
+MAX_STORED_BYTES = 1536 * 1024
+ETCD_TOO_LARGE = "etcdserver: request is too large"
 
 
 def _yaml_or_json(body: bytes) -> object:
@@ -352,6 +370,12 @@ _names: random.Random = random.SystemRandom()
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 # libyaml's emitter for the kubeconfigs handed out: the document yaml.safe_dump writes
 _YAML_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+def _fits_in_etcd(obj: dict) -> None:
+    """Raise etcd's refusal (as kube-apiserver answers it) for an object over MAX_STORED_BYTES."""
+    if len(json.dumps(obj, separators=(",", ":"))) > MAX_STORED_BYTES:
+        raise ApiError(500, "", ETCD_TOO_LARGE)
 
 
 def json_copy(value: Any) -> Any:
@@ -1725,6 +1749,12 @@ class FakeKubeApiServer:
             accepted = kube_discovery.input_media_types((target.gv, target.plural) in RESOURCES)
             if content_type not in accepted:
                 raise ApiError(415, "UnsupportedMediaType", kube_discovery.unsupported(accepted))
+        if method != "GET" and len(body) > MAX_REQUEST_BODY_BYTES:
+            raise ApiError(
+                413,
+                "RequestEntityTooLarge",
+                f"Request entity too large: limit is {MAX_REQUEST_BODY_BYTES}",
+            )
         if method != "GET":
             options = dict(query)
             if method == "DELETE" or target.sub == "eviction":  # options in the body too
@@ -2078,6 +2108,7 @@ class FakeKubeApiServer:
         # plugins (403) answer first (apiserver registry/generic/registry/store.go Create:
         # BeforeCreate's strategy.Validate, then createValidation, then Storage.Create,
         # whose AlreadyExists of a terminating object reads "object is being deleted: ").
+        _fits_in_etcd(obj)
         if (taken := self._store.get(target.key(name))) is not None:
             being_deleted = taken["metadata"].get("deletionTimestamp")
             raise ApiError(
@@ -2134,6 +2165,7 @@ class FakeKubeApiServer:
         }
         meta["generation"] = old["metadata"].get("generation", 1) + int(spec_changed)
         meta["resourceVersion"] = self._next_rv()
+        _fits_in_etcd(new)
         self._keep(target.key(), new)
         if target.kind == "CustomResourceDefinition":
             self._crds_changed()

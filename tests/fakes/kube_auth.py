@@ -182,6 +182,8 @@ class AuthError(Exception):
         """The `Status` object the real API server would send."""
         body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure"}
         body.update(message=self.message, reason=self.reason, code=self.code)
+        if not self.reason:  # metav1.Status `reason,omitempty` (StatusReasonUnknown is "")
+            del body["reason"]
         if self.details is not None:
             body["details"] = self.details
         return body

@@ -3,7 +3,9 @@
 Create: validation (422) and the validating admission plugins (403) answer before storage
 finds the name taken (409): apiserver registry/generic/registry/store.go `Create`. Strategic
 merge patch: tests/fakes/kube_smp.py (each list's patch tags from k8s.io/api core/v1
-types.go). Each test sends a real request with the real `kubernetes` client.
+types.go). Sizes: a body over 3 MiB is 413, an object over 1.5 MiB etcd's 500
+(fakes/kube_apiserver.py MAX_REQUEST_BODY_BYTES, MAX_STORED_BYTES). Each test sends a
+real request with the real `kubernetes` client.
 """
 
 from __future__ import annotations
@@ -391,3 +393,47 @@ def test_a_load_balancers_fields_go_with_its_type_or_are_refused(work: Kube):
     assert spec["type"] == "ClusterIP"
     assert not {"allocateLoadBalancerNodePorts", "loadBalancerClass"} & spec.keys()
     assert not changed["status"].get("loadBalancer")  # no load balancer stands for it
+
+
+# ------------------------------------------------------------------- sizes
+
+
+def _role(size: int) -> dict:
+    """A Role of about `size` bytes as JSON (RBAC validation bounds no rule's length)."""
+    rules = [
+        {"apiGroups": [""], "resources": [f"r{i}" + "x" * 50_000], "verbs": ["get"]}
+        for i in range(size // 50_000)
+    ]
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": "big", "namespace": "work"},
+        "rules": rules,
+    }
+
+
+ROLES = "/apis/rbac.authorization.k8s.io/v1/namespaces/work/roles"
+
+
+def test_a_body_over_3_mib_is_413_before_anything_is_stored(work: Kube):
+    """kube-apiserver's MaxRequestBodyBytes (fakes/kube_apiserver.py cites it)."""
+    refused = _refused(lambda: work.request("POST", ROLES, body=_role(4 * 1024 * 1024)))
+    assert (refused.status, refused.reason) == (413, "RequestEntityTooLarge")
+    assert refused.message == "Request entity too large: limit is 3145728"
+    assert work.get("rbac.authorization.k8s.io/v1", "Role", "big", "work") is None
+
+
+def test_an_object_over_1_5_mib_is_etcds_500_and_is_not_stored(work: Kube):
+    """The etcd limit (--max-request-bytes) as kube-apiserver answers it: 500, etcd's text."""
+    refused = _refused(lambda: work.request("POST", ROLES, body=_role(2 * 1024 * 1024)))
+    assert (refused.status, refused.message) == (500, "etcdserver: request is too large")
+    assert work.get("rbac.authorization.k8s.io/v1", "Role", "big", "work") is None
+    # an object grown past it by a patch is refused too, and stays as it was
+    work.request("POST", ROLES, body=_role(1024 * 1024))
+    grown = {"rules": _role(1024 * 1024)["rules"] + _role(1024 * 1024)["rules"]}
+    patch = lambda: work.request(  # noqa: E731
+        "PATCH", f"{ROLES}/big", body=grown, content_type=MERGE
+    )
+    assert _refused(patch).message == "etcdserver: request is too large"
+    kept = work.get("rbac.authorization.k8s.io/v1", "Role", "big", "work")
+    assert len(kept["rules"]) == len(_role(1024 * 1024)["rules"])

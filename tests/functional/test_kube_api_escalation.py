@@ -27,6 +27,7 @@ from kube_api_escalations import (
     ESCALATION_TARGETS,
     ESCALATIONS,
     HOSTILE,
+    LARGEST,
     LEGITIMATE_CLUSTER_RULES,
     LEGITIMATE_RULES,
     MIRROR_ANNOTATION,
@@ -35,12 +36,20 @@ from kube_api_escalations import (
     _restricted_pod,
 )
 
-from charms.gpu_k8s.v0.kube_api import SYSTEM_NAMESPACES, RequirerAppData, Rule, check_policy
+from charms.gpu_k8s.v0.kube_api import (
+    MAX_RULES,
+    SYSTEM_NAMESPACES,
+    RequirerAppData,
+    Rule,
+    check_policy,
+)
+from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
 from fakes.csi_node import daemon_pod
 from fakes.kube_apiserver import ADMIN_TOKEN, FakeKubeApiServer
 from fakes.taint_eviction import default_tolerations, extended_resource_tolerations
 
 SSAR = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+RBAC_V1 = "rbac.authorization.k8s.io/v1"
 
 
 @pytest.fixture(scope="module")
@@ -849,3 +858,47 @@ def test_a_team_makes_no_mirror_pod_another_way(rbac, kube, kube_api, policies):
     status, answer = call(kube_api, token, "PATCH", f"{pods}/p", added, merge)
     assert status == 422, answer
     assert "Forbidden: may not add mirror pod annotation" in answer["message"]
+
+
+# review44a G1: the library's bounds keep every request within what the API server stores
+
+
+def test_the_largest_request_within_the_bounds_is_granted_by_the_api_server(rbac, kube, kube_api):
+    request = RequirerAppData.model_validate({"namespace": HOSTILE, **LARGEST})
+    assert check_policy(request) is None
+    grant = rbac.consumer_grant(HOSTILE, HOSTILE, request.rules, request.cluster_rules)
+    token = rbac.apply(kube, grant)
+    role = kube.get(RBAC_V1, "Role", f"gpu-k8s-{HOSTILE}", HOSTILE)
+    cluster_role = kube.get(RBAC_V1, "ClusterRole", f"gpu-k8s-{HOSTILE}")
+    assert len(role["rules"]) == len(cluster_role["rules"]) == MAX_RULES
+    name = role["rules"][0]["resourceNames"][0]
+    kube_api.put_object(f"/api/v1/namespaces/{HOSTILE}/configmaps/{name}", {"data": {}})
+    status, _ = call(kube_api, token, "GET", f"/api/v1/namespaces/{HOSTILE}/configmaps/{name}")
+    assert status == 200
+
+
+@pytest.mark.parametrize(
+    ("count", "status", "message"),
+    [
+        (40, 413, "Request entity too large: limit is 3145728"),
+        (20, 500, "etcdserver: request is too large"),
+    ],
+)
+def test_without_the_bounds_a_big_role_is_refused_by_the_api_server(
+    rbac, kube_api, count, status, message
+):
+    """The positive control: what the bounds keep out, kube-apiserver and etcd refuse.
+
+    `count` rules naming a 100,000-character object each (MAX_WORD is 253), made without
+    the library's checks: a 4 MB Role (413) and a 2 MB one (etcd's 500).
+    """
+    name = "n" * 100_000
+    big = Rule.model_construct(
+        api_groups=[""], resources=["configmaps"], verbs=["get"], resource_names=[name]
+    )
+    grant = rbac.consumer_grant(HOSTILE, HOSTILE, [big] * count, [])
+    with Kube.from_kubeconfig(kube_api.kubeconfig(token=ADMIN_TOKEN), retries=0) as kube:
+        with pytest.raises(KubeError) as refused:
+            rbac.apply(kube, grant)
+        assert (refused.value.status, refused.value.message) == (status, message)
+        assert kube.get(RBAC_V1, "Role", f"gpu-k8s-{HOSTILE}", HOSTILE) is None

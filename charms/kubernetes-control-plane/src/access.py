@@ -36,21 +36,27 @@ import registry
 import yaml
 from charm_config import Config
 from context import UnitContext
-from literals import API_PORT, WORKER_NAMESPACE, WORKER_SERVICE_ACCOUNT
+from literals import ADMIN_REFUSED_FIX, API_PORT, WORKER_NAMESPACE, WORKER_SERVICE_ACCOUNT
 from peers import ENDPOINT, Peers
 
 from charms.gpu_k8s.v0 import api_proxy, kube_objects
 from charms.gpu_k8s.v0.kube_api import KubeApiProvider, Request, RequirerAppData
 from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
 from charms.gpu_k8s.v0.kubernetes_cluster import SECRET_LABEL
-from charms.gpu_k8s.v0.status import StatusError, on_error
+from charms.gpu_k8s.v0.status import StatusError, kube_status, on_error
 
 logger = logging.getLogger(__name__)
 
-# The peer application databag: what was granted and written last, under these keys.
 # What the API server answers a request it will never take (bad request, invalid object,
-# conflict with what exists): the consumer's alone, refused; anything else is the server's
-REFUSED_GRANT = frozenset({400, 409, 422})
+# conflict with what exists, a body over its 3 MiB: 413, k8s.io/apiserver pkg/server/
+# config.go MaxRequestBodyBytes): the consumer's alone, refused. So is etcd's refusal of
+# an object over its 1.5 MiB (--max-request-bytes), which kube-apiserver answers as a 500
+# with etcd's text (ErrGRPCRequestTooLarge; kubernetes/kubernetes#112152): tests/fakes/
+# kube_apiserver.py cites both. Any other error skips that consumer for this hook (its
+# grant stays as it was) and is raised once the others were served (`raise_skipped`).
+REFUSED_GRANT = frozenset({400, 409, 413, 422})
+ETCD_TOO_LARGE = "etcdserver: request is too large"
+# The peer application databag: what was granted and written last, under these keys.
 KUBE_API_KEY = "kube-api"  # {relation id: {app, namespace, fingerprint}} of kube-api grants
 WORKER_GRANT_KEY = "worker-grant"  # the shared grant's fingerprint, or WORKER_GRANT_REMOVED
 WORKER_GRANT_REMOVED = "removed"
@@ -105,6 +111,8 @@ class Access:
         # Blocked lines for the status: consumers that asked for a namespace they may not
         # have (another consumer's, or one the system or an operator made).
         self.blocked: list[str] = []
+        # (consumer, error) of the grants and revocations an API error skipped this hook
+        self._skipped: list[tuple[str, KubeError]] = []
 
     def worker_kubeconfig(self, peers: Peers) -> str:
         """The shared workers' kubeconfig while a worker still uses it; "" once it is gone.
@@ -197,7 +205,7 @@ class Access:
         except rbac.NamespaceTakenError as e:
             return None, str(e)
         except KubeError as e:
-            if e.status not in REFUSED_GRANT:
+            if not _refused(e):
                 raise
             return None, f"the API server refused the grant of {grant.consumer}: {e.message}"
 
@@ -226,8 +234,9 @@ class Access:
         refused, with a Blocked line naming both (`blocked`). Each granted consumer's token
         is replaced when due (`_renewal_due`; `rotate`: the relation whose secret Juju
         asked to rotate) by a new revision of its secret; the RBAC objects are applied
-        again only when the request changed. Returns notes for the status: the consumers
-        whose request was refused.
+        again only when the request changed. An API error on one consumer's grant or
+        revocation skips that one alone (`raise_skipped` raises it after the reconcile).
+        Returns notes for the status: the consumers whose request was refused.
         """
         bag = peers.app
         granted: dict[str, dict] = json.loads(bag.get(KUBE_API_KEY, "{}"))
@@ -239,96 +248,134 @@ class Access:
         # which their client fails over to when the first is lost (lib kubeclient.py).
         endpoint = f"https://{self._ctx.api_server}"
         also = [f"https://{s}" for s in peers.api_servers(None) if s != self._ctx.api_server]
-        node_set = _node_set(registry.Registry.load(bag).nodes)
+        serving = _Serving(
+            bag,
+            granted,
+            provisioners,
+            rotate,
+            endpoint,
+            also,
+            _node_set(registry.Registry.load(bag).nodes),
+        )
         for request in self._kube_api.requests(provisioners):
-            key = str(request.relation.id)
-            seen.add(key)
-            previous = granted.get(key)
-            request = self._first_come(request, granted, key)
-            if request.error or request.request is None:
-                if previous:
-                    self._revoke(previous, request.relation.id)
-                    del granted[key]
-                self._kube_api.refuse(request.relation, request.error or "invalid request")
-                _written_whole(bag)
-                notes.append(f"refused kube-api request of {request.app_name}")
-                continue
-            ask = request.request
-            provisioner = request.app_name in provisioners
-            # the Pod Security level and Kueue's label are part of what was granted (its
-            # namespace's labels): a grant made before every consumer's namespace was
-            # Kueue's (issue 29 review item 1) is applied again, labelling it
-            level = (
-                "pod-security=baseline" if provisioner else "pod-security=restricted kueue=managed"
-            )
-            dumped = ask.dump()  # its databag form, once
-            fingerprint = kube_objects.fingerprint(_rbac_part(dumped), endpoint, level, *also)
-            answered = request.relation.data[self._model.app].get("kubeconfig-secret-id")
-            same = bool(previous and previous["fingerprint"] == fingerprint and answered)
-            queue = _queue(ask, dumped)  # the team's wanted Kueue quota: addons writes its queue
-            # whom a provisioner serves: addons fences its volumes and claims to them
-            served = {STORAGE: ask.storage_consumers or {}} if provisioner else {}
-            if same and not self._renewal_due(previous or {}, request.relation.id == rotate):
-                self._kube_api.announce_nodes(request.relation, node_set)
-                granted[key] = {**_without_storage(previous or {}), "queue": queue, **served}
-                continue
-            if previous and previous["namespace"] != ask.namespace:
-                self._revoke(previous, None)
-            grant = rbac.consumer_grant(
-                request.app_name,
-                ask.namespace,
-                ask.rules,
-                ask.cluster_rules,
-                provisioner=provisioner,
-            )
-            issued, problem = self._consumer_grant(grant, apply=not same)
-            if issued is None:
-                if previous:
-                    self._revoke(previous, request.relation.id)
-                    del granted[key]
-                self._kube_api.refuse(request.relation, problem)
-                _written_whole(bag)
-                self.blocked.append(f"kube-api: {problem}")
-                continue
-            text = rbac.kubeconfig(
-                server=endpoint,
-                ca_pem=bootstrap.read_ca(self._ctx.host) or "",
-                token=issued.token,
-                namespace=ask.namespace,
-                user=grant.service_account,
-                also=also,
-            )
-            replaced = self._kube_api.grant(
-                request.relation,
-                endpoint,
-                ask.namespace,
-                grant.service_account,
-                text,
-                node_set,
-                rotate=ROTATE,
-            )
-            _written_whole(bag)
-            granted[key] = {
-                "app": request.app_name,
-                "namespace": ask.namespace,
-                "fingerprint": fingerprint,
-                "queue": queue,
-                **served,
-                **self._token_times(issued),
-                **self._legacy_token(previous, grant, replaced),
-            }
-            logger.info(
-                "granted %s access to namespace %s until %s",
-                request.app_name,
-                ask.namespace,
-                issued.expires.isoformat(),
-            )
+            seen.add(str(request.relation.id))
+            try:
+                notes += self._serve(request, serving)
+            except KubeError as e:
+                self._skip(request.app_name, e)
         for key in [k for k in granted if k not in seen and not self._relation_active(k)]:
-            self._revoke(granted.pop(key), int(key))
+            try:
+                self._revoke(granted[key], int(key), bag)
+            except KubeError as e:
+                self._skip(granted[key]["app"], e)
+                continue
+            del granted[key]
         after = json.dumps(granted, sort_keys=True)
         if after != before:
             bag[KUBE_API_KEY] = after
         return notes
+
+    def _skip(self, consumer: str, error: KubeError) -> None:
+        logger.warning("kube-api: skipped %s for this hook: %s", consumer, error)
+        self._skipped.append((consumer, error))
+
+    def raise_skipped(self) -> None:
+        """Report the API errors that skipped consumers (`serve_kube_api`), if any did.
+
+        Called last in the leader's reconcile, so that one consumer's error holds up no
+        other consumer and no other step. The first error reads as any API error does
+        (`status.kube_status`), naming the consumers skipped; one that means no status
+        (unexpected) is raised, naming them, and fails the hook.
+        """
+        if not self._skipped:
+            return
+        names = ", ".join(dict.fromkeys(name for name, _ in self._skipped))
+        e = self._skipped[0][1]
+        status = kube_status(e, ADMIN_REFUSED_FIX)
+        if status is None:
+            raise KubeError(e.status, e.reason, f"kube-api grant of {names}: {e.message}")
+        raise StatusError(type(status)(f"kube-api grant of {names}: {status.message}"))
+
+    def _serve(self, request: Request, serving: _Serving) -> list[str]:
+        """Grant, renew or refuse one consumer's request; notes for the status."""
+        key = str(request.relation.id)
+        granted, bag = serving.granted, serving.bag
+        previous = granted.get(key)
+        request = self._first_come(self._reserved(request), granted, key)
+        if request.error or request.request is None:
+            if previous:
+                self._revoke(previous, request.relation.id, bag)
+                del granted[key]
+            self._kube_api.refuse(request.relation, request.error or "invalid request")
+            _written_whole(bag)
+            return [f"refused kube-api request of {request.app_name}"]
+        ask = request.request
+        provisioner = request.app_name in serving.provisioners
+        # the Pod Security level and Kueue's label are part of what was granted (its
+        # namespace's labels): a grant made before every consumer's namespace was
+        # Kueue's (issue 29 review item 1) is applied again, labelling it
+        level = "pod-security=baseline" if provisioner else "pod-security=restricted kueue=managed"
+        dumped = ask.dump()  # its databag form, once
+        fingerprint = kube_objects.fingerprint(
+            _rbac_part(dumped), serving.endpoint, level, *serving.also
+        )
+        answered = request.relation.data[self._model.app].get("kubeconfig-secret-id")
+        same = bool(previous and previous["fingerprint"] == fingerprint and answered)
+        queue = _queue(ask, dumped)  # the team's wanted Kueue quota: addons writes its queue
+        # whom a provisioner serves: addons fences its volumes and claims to them
+        served = {STORAGE: ask.storage_consumers or {}} if provisioner else {}
+        if same and not self._renewal_due(previous or {}, request.relation.id == serving.rotate):
+            self._kube_api.announce_nodes(request.relation, serving.node_set)
+            granted[key] = {**_without_storage(previous or {}), "queue": queue, **served}
+            return []
+        if previous and previous["namespace"] != ask.namespace:
+            self._revoke(previous, None, bag)
+        grant = rbac.consumer_grant(
+            request.app_name, ask.namespace, ask.rules, ask.cluster_rules, provisioner=provisioner
+        )
+        issued, problem = self._consumer_grant(grant, apply=not same)
+        if issued is None:
+            if previous:
+                self._revoke(previous, request.relation.id, bag)
+                del granted[key]
+            self._kube_api.refuse(request.relation, problem)
+            _written_whole(bag)
+            self.blocked.append(f"kube-api: {problem}")
+            return []
+        text = rbac.kubeconfig(
+            server=serving.endpoint,
+            ca_pem=bootstrap.read_ca(self._ctx.host) or "",
+            token=issued.token,
+            namespace=ask.namespace,
+            user=grant.service_account,
+            also=serving.also,
+        )
+        replaced = self._kube_api.grant(
+            request.relation,
+            serving.endpoint,
+            ask.namespace,
+            grant.service_account,
+            text,
+            serving.node_set,
+            rotate=ROTATE,
+        )
+        _written_whole(bag)
+        granted[key] = {
+            "app": request.app_name,
+            "namespace": ask.namespace,
+            "fingerprint": fingerprint,
+            "queue": queue,
+            **served,
+            **self._token_times(issued),
+            **self._legacy_token(previous, grant, replaced),
+        }
+        logger.info(
+            "granted %s access to namespace %s until %s",
+            request.app_name,
+            ask.namespace,
+            issued.expires.isoformat(),
+        )
+        return []
 
     def admit_storage(self, admitted: dict[str, dict[str, str]]) -> None:
         """Answer each provisioner (by relation id) with the consumers its policy admits.
@@ -422,14 +469,32 @@ class Access:
         error = f"namespace {namespace} is held by {holder}; ask for another namespace"
         return dataclasses.replace(request, error=error)
 
+    def _reserved(self, request: Request) -> Request:
+        """`request`, refused when its application has a reserved name (with a Blocked line)."""
+        why = None if request.error else rbac.reserved_consumer(request.app_name)
+        if why is None:
+            return request
+        self.blocked.append(f"kube-api: {why}")
+        return dataclasses.replace(request, error=why)
+
     def _relation_active(self, key: str) -> bool:
         return any(str(r.id) == key for r in self._kube_api.relations)
 
-    def _revoke(self, previous: dict, relation_id: int | None) -> None:
+    def _revoke(
+        self, previous: dict, relation_id: int | None, bag: MutableMapping[str, str]
+    ) -> None:
         grant = rbac.consumer_grant(previous["app"], previous["namespace"], [], [])
         rbac.remove(self._kube(), grant)
         if relation_id is not None:
             self._kube_api.remove(relation_id)
+        if grant.role_name == rbac.worker_grant().role_name and (
+            bag.get(WORKER_GRANT_KEY, WORKER_GRANT_REMOVED) != WORKER_GRANT_REMOVED
+        ):
+            # a consumer an earlier revision granted under the workers' name (review44a
+            # G9) had replaced their ClusterRole and binding, and just deleted them: the
+            # shared grant, which stands, is made whole again
+            rbac.apply_objects(self._kube(), rbac.worker_grant())
+            logger.info("applied the shared worker grant again after revoking %s", grant.consumer)
 
     def reach(self, config: Config, peers: Peers, *, leader: bool) -> None:
         """Open the API port for `juju expose`; keep the certificate valid for outside names.
@@ -484,6 +549,26 @@ class Access:
         if cm is None:
             raise StatusError.waiting("waiting for kubeadm's kubeadm-config ConfigMap")
         return yaml.safe_load((cm.get("data") or {}).get("ClusterConfiguration") or "{}") or {}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Serving:
+    """What serving every consumer in one hook shares (`Access.serve_kube_api`)."""
+
+    bag: MutableMapping[str, str]  # the peer application databag
+    granted: dict[str, dict]  # KUBE_API_KEY's record, updated in place
+    provisioners: frozenset[str]
+    rotate: int | None  # the relation whose secret Juju asked to rotate
+    endpoint: str  # the leader's API server, first in every kubeconfig
+    also: list[str]  # the other API servers
+    node_set: str  # the digest of the worker nodes (`_node_set`)
+
+
+def _refused(error: KubeError) -> bool:
+    """Whether the API server will never take this grant (REFUSED_GRANT, ETCD_TOO_LARGE)."""
+    return error.status in REFUSED_GRANT or (
+        error.status == 500 and ETCD_TOO_LARGE in error.message
+    )
 
 
 _QUOTA_KEYS = {"gpu-quota": "gpus", "cpu-quota": "cpu", "memory-quota": "memory"}

@@ -479,6 +479,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
             hook.access.announce_quotas(peers, team_caps(bag) if config.batch_engines else {})
         if pending:
             notes.append(f"waiting for {', '.join(pending)}")
+        hook.access.raise_skipped()  # a consumer an API error skipped, once the rest ran
         return notes
 
     def _keep_image_registry(self, config: Config, hook: _Hook) -> None:

@@ -146,6 +146,38 @@ class Grant:
         return f"{self.service_account}-token"
 
 
+# The consumer name of the workers' shared grant (`worker_grant`): its Role, ClusterRole and
+# bindings are `gpu-k8s-worker`, as a kube-api consumer's are `gpu-k8s-<app>`.
+WORKER_CONSUMER = "worker"
+# Application names no kube-api consumer may have (review44a G9), and why: a consumer's
+# Role, ClusterRole and bindings are `gpu-k8s-<app>` (`Grant.role_name`) and its
+# ServiceAccount `<app>`. Refused rather than renamed: renaming every consumer's objects
+# (a prefix) would change the ServiceAccount of each existing grant, whose name efs-storage
+# labels its volumes and claims with (`gpu-k8s.io/efs-app`, admission_policies.py), and the
+# name each consumer's token is for. The control plane's other ClusterRoles are named
+# otherwise (`gpu-k8s:node-metrics`, the add-ons' upstream names).
+RESERVED_CONSUMERS: dict[str, str] = {
+    WORKER_CONSUMER: (
+        "the workers' shared grant of earlier revisions is ClusterRole gpu-k8s-worker,"
+        " which a consumer's grant would replace"
+    ),
+    # "The default service account in each namespace" (kubernetes.io/docs/concepts/
+    # security/service-accounts): every pod there that names none runs as it
+    "default": "a namespace's default ServiceAccount, which its pods run as when they name none",
+}
+
+
+def reserved_consumer(app: str) -> str | None:
+    """Why `app` may not be a kube-api consumer's name (RESERVED_CONSUMERS), or None."""
+    why = RESERVED_CONSUMERS.get(app)
+    if why is None:
+        return None
+    return (
+        f"application name {app} is reserved ({why}): deploy the consumer under another"
+        " name, or consume its offer under another"
+    )
+
+
 def consumer_grant(
     app: str,
     namespace: str,
@@ -187,7 +219,7 @@ def consumer_grant(
 def worker_grant() -> Grant:
     """The `Grant` behind the kubeconfig every worker receives."""
     return Grant(
-        consumer="worker",
+        consumer=WORKER_CONSUMER,
         namespace=WORKER_NAMESPACE,
         service_account=WORKER_SERVICE_ACCOUNT,
         cluster_rules=WORKER_CLUSTER_RULES,

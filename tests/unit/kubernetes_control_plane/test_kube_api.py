@@ -11,11 +11,22 @@ import yaml
 from kube_api_escalations import ESCALATIONS, HOSTILE
 from ops import testing
 
-from fakes.control_plane import kube_api_relation, peer, peers
+from fakes.control_plane import (
+    JOIN_LABEL,
+    earlier_revision_cluster,
+    kube_api_relation,
+    node,
+    peer,
+    peers,
+    secret,
+    worker_bag,
+    workers_relation,
+)
 
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
 JOBS = [{"api-groups": ["batch"], "resources": ["jobs"], "verbs": ["create", "get", "delete"]}]
 NODES = [{"api-groups": [""], "resources": ["nodes"], "verbs": ["get", "list"]}]
+ETCD_TOO_LARGE = "etcdserver: request is too large"
 
 
 @pytest.fixture
@@ -590,3 +601,178 @@ def test_a_grant_the_api_server_refuses_refuses_that_consumer_alone(ctx, bootstr
     api.inject(status=503, times=1, method="PATCH", path_prefix=f"{RBAC}/namespaces/odd/roles/")
     again = ctx.run(ctx.on.relation_changed(bad), state)
     assert "error" not in again.get_relation(bad.id).local_app_data
+
+
+# review44a G1: one hostile consumer's request must not stop the others' grants and renewals
+
+
+def test_a_huge_request_is_refused_naming_its_bound_and_the_others_are_granted_and_renewed(
+    ctx, clock, bootstrapped, api, whoami
+):
+    """60,000 one-name rules: a 6 MB databag value and a Role kube-apiserver answers 413."""
+    rule = {"api-groups": [""], "resources": ["configmaps"], "verbs": ["get"]}
+    huge = kube_api_relation("hoarder", "hoarder", [rule] * 60_000)
+    good = kube_api_relation("tensorflow", "training", JOBS, NODES)
+    state = with_relation(with_relation(bootstrapped, huge), good)  # the huge one first
+    out = ctx.run(ctx.on.relation_changed(good), state)
+
+    error = out.get_relation(huge.id).local_app_data["error"]
+    assert error.startswith("rules is invalid (")
+    assert "65536 characters" in error  # the bound, named
+    assert api.get_object("/api/v1/namespaces/hoarder") is None
+    assert out.unit_status.message.endswith("refused kube-api request of hoarder")
+    first = granted_token(out, good)
+    assert whoami(first) == TENSORFLOW_SA
+    # the rest of the reconcile ran: the team's namespace is fenced
+    fence = "/apis/networking.k8s.io/v1/namespaces/training/networkpolicies/"
+    assert api.get_object(f"{fence}gpu-k8s-default-deny-ingress") is not None
+
+    clock.advance(hours=33)  # under a third of its token's life left: renewed
+    out = ctx.run(ctx.on.update_status(), out)
+    renewed = granted_token(out, good)
+    assert renewed != first and whoami(renewed) == TENSORFLOW_SA
+    assert "error" in out.get_relation(huge.id).local_app_data
+
+
+def _no_backoff(monkeypatch):
+    """The client's retries, taken without their backoff's waits (test_bootstrap does too)."""
+    from charms.gpu_k8s.v0 import kubeclient
+
+    real = kubeclient._retry
+    monkeypatch.setattr(
+        kubeclient, "_retry", lambda retries, backoff, **kw: real(retries, 0.0, **kw)
+    )
+
+
+def test_a_role_etcd_finds_too_large_refuses_that_consumer_alone(
+    ctx, bootstrapped, api, monkeypatch
+):
+    """kube-apiserver answers etcd's refusal as a 500 (kubernetes#112152): still its own."""
+    _no_backoff(monkeypatch)
+    bad = kube_api_relation("odd", "odd", JOBS)
+    good = kube_api_relation("tensorflow", "training", JOBS, NODES)
+    state = with_relation(with_relation(bootstrapped, bad), good)
+    roles = f"{RBAC}/namespaces/odd/roles/"
+    # every try of the client's (a first and 5 retries)
+    api.inject(500, times=6, method="PATCH", path_prefix=roles, message=ETCD_TOO_LARGE)
+    out = ctx.run(ctx.on.relation_changed(bad), state)
+
+    assert out.get_relation(bad.id).local_app_data["error"] == (
+        "the API server refused the grant of odd: etcdserver: request is too large"
+    )
+    assert "kubeconfig-secret-id" in out.get_relation(good.id).local_app_data
+    assert out.unit_status.name == "blocked"
+    assert "kube-api: the API server refused the grant of odd" in out.unit_status.message
+
+
+def test_an_api_error_on_one_grant_holds_up_no_other_and_is_reported_once_at_the_end(
+    ctx, bootstrapped, api, monkeypatch
+):
+    """Any other error skips that consumer: the others are granted, the reconcile goes on."""
+    _no_backoff(monkeypatch)
+    bad = kube_api_relation("odd", "odd", JOBS)
+    good = kube_api_relation("tensorflow", "training", JOBS, NODES)
+    state = with_relation(bootstrapped, bad)
+    state = ctx.run(ctx.on.relation_changed(bad), state)  # granted once
+    before = granted_token(state, bad)
+    state = with_relation(state, good)
+    changed = json.dumps([*JOBS, {**JOBS[0], "resources": ["cronjobs"]}])
+    state = dataclasses.replace(
+        state,
+        relations=[
+            dataclasses.replace(r, remote_app_data={**r.remote_app_data, "rules": changed})
+            if r.id == bad.id
+            else r
+            for r in state.relations
+        ],
+    )
+    api.inject(503, times=6, method="PATCH", path_prefix=f"{RBAC}/namespaces/odd/roles/")
+    out = ctx.run(ctx.on.relation_changed(good), state)
+
+    assert "kubeconfig-secret-id" in out.get_relation(good.id).local_app_data
+    fence = "/apis/networking.k8s.io/v1/namespaces/training/networkpolicies/"
+    assert api.get_object(f"{fence}gpu-k8s-default-deny-ingress") is not None
+    assert out.unit_status.name == "waiting"
+    assert out.unit_status.message == (
+        "kube-api grant of odd: Kubernetes API unavailable (503 ServiceUnavailable);"
+        " retrying on the next event"
+    )
+    # the skipped one keeps what it had, is not refused, and is granted once the API answers
+    assert "error" not in out.get_relation(bad.id).local_app_data
+    assert granted_token(out, bad) == before
+    again = ctx.run(ctx.on.update_status(), out)
+    role = api.get_object(f"{RBAC}/namespaces/odd/roles/gpu-k8s-odd")
+    assert role["rules"][-1]["resources"] == ["cronjobs"]
+    assert again.unit_status.name == "active"
+
+
+# review44a G9: a consumer's objects are named after its application; two names are taken
+
+
+@pytest.mark.parametrize("app", ["worker", "default"])
+def test_a_consumer_with_a_reserved_name_is_refused_naming_it(ctx, bootstrapped, api, app):
+    rel = kube_api_relation(app, "team", JOBS, NODES)
+    good = kube_api_relation("tensorflow", "training", JOBS, NODES)
+    out = ctx.run(
+        ctx.on.relation_changed(rel), with_relation(with_relation(bootstrapped, rel), good)
+    )
+
+    error = out.get_relation(rel.id).local_app_data["error"]
+    assert error.startswith(f"application name {app} is reserved (")
+    assert error.endswith(
+        ": deploy the consumer under another name, or consume its offer under another"
+    )
+    assert out.unit_status.name == "blocked"
+    assert f"kube-api: application name {app} is reserved" in out.unit_status.message
+    assert api.get_object("/api/v1/namespaces/team") is None
+    assert api.get_object(f"{RBAC}/clusterroles/gpu-k8s-{app}") is None
+    assert "kubeconfig-secret-id" in out.get_relation(good.id).local_app_data
+
+
+def test_a_consumer_named_worker_granted_before_is_revoked_and_the_workers_grant_made_whole(
+    ctx, bootstrapped, api, whoami, monkeypatch
+):
+    """A consumer `worker` an earlier revision granted goes; the workers' grant is theirs.
+
+    On a cluster an earlier revision made, such a consumer had replaced the workers'
+    ClusterRole gpu-k8s-worker and its binding (review44a G9): refused now, its grant goes,
+    and the workers' shared grant, which still stands, is made whole again.
+    """
+    import rbac
+
+    from charms.gpu_k8s.v0.kubeclient import Kube
+
+    api.put_object("/api/v1/nodes/w0", node("w0"))
+    workers = workers_relation({0: worker_bag("w0", identity=False)})
+    state = with_relation(earlier_revision_cluster(bootstrapped), workers)
+    state = ctx.run(ctx.on.relation_changed(workers, remote_unit=0), state)
+    shared = yaml.safe_load(secret(state, JOIN_LABEL).latest_content["kubeconfig"])
+    shared_token = shared["users"][0]["user"]["token"]
+    earlier = monkeypatch.context()
+    with earlier as m:  # an earlier revision, which reserved no name
+        m.setattr(rbac, "RESERVED_CONSUMERS", {})
+        consumer = kube_api_relation("worker", "team", JOBS, NODES)
+        state = ctx.run(ctx.on.relation_changed(consumer), with_relation(state, consumer))
+    consumer_token = granted_token(state, consumer)
+    crole = api.get_object(f"{RBAC}/clusterroles/gpu-k8s-worker")
+    assert crole["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]}
+    ]
+
+    out = ctx.run(ctx.on.update_status(), state)
+
+    assert (
+        out.get_relation(consumer.id)
+        .local_app_data["error"]
+        .startswith("application name worker is reserved (")
+    )
+    assert whoami(consumer_token) is None  # its ServiceAccount is gone
+    assert api.get_object(f"{RBAC}/namespaces/team/roles/gpu-k8s-worker") is None
+    crole = api.get_object(f"{RBAC}/clusterroles/gpu-k8s-worker")
+    assert crole["rules"] == rbac.WORKER_CLUSTER_RULES
+    binding = api.get_object(f"{RBAC}/clusterrolebindings/gpu-k8s-worker")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "gpu-k8s-worker", "namespace": "kube-system"}
+    ]
+    with Kube.from_kubeconfig(api.kubeconfig(token=shared_token), retries=0) as kube:
+        kube.patch("v1", "Node", "w0", {"metadata": {"labels": {"checked": "yes"}}})

@@ -7,9 +7,15 @@ import json
 import ops
 import pydantic
 import pytest
+from kube_api_escalations import LARGEST, OVERSIZED
 from ops import testing
 
+from charms.gpu_k8s.v0.databag import explain
 from charms.gpu_k8s.v0.kube_api import (
+    MAX_ITEMS,
+    MAX_JSON,
+    MAX_RULES,
+    MAX_WORD,
     KubeApiProvider,
     KubeApiRequirer,
     RequirerAppData,
@@ -236,3 +242,69 @@ def test_provider_requests_grant_and_refuse():
     assert out.get_relation(bad.id).local_app_data == {
         "error": "rules is invalid (must be a JSON list of rules)"
     }
+
+
+# review44a G1: a request is bounded (kube_api MAX_RULES, MAX_ITEMS, MAX_WORD, MAX_JSON,
+# MAX_QUANTITY), each refusal naming its bound
+
+
+@pytest.mark.parametrize("oversized", OVERSIZED, ids=lambda o: o.id)
+def test_a_request_over_a_bound_is_refused_naming_it(oversized):
+    with pytest.raises(pydantic.ValidationError) as refused:
+        RequirerAppData.model_validate(oversized.request())
+    why = explain(refused.value)
+    assert oversized.names in why, why
+    assert why.startswith(f"{next(iter(oversized.databag))}") and " is invalid (at most " in why
+
+
+def test_a_value_over_max_json_is_refused_before_it_is_parsed():
+    """The leader reads every consumer's databag in every hook: 6 MB costs it no parse."""
+    (reviewers,) = [o for o in OVERSIZED if o.id == "sixty-thousand-rules"]
+    text = reviewers.databag["rules"]
+    with pytest.raises(pydantic.ValidationError) as refused:
+        RequirerAppData.model_validate({"namespace": "team", "rules": text})
+    assert explain(refused.value) == (
+        f"rules is invalid (at most {MAX_JSON} characters of JSON (MAX_JSON), not {len(text)})"
+    )
+    (garbage,) = [o for o in OVERSIZED if o.id == "not-even-json"]  # never parsed: no JSON error
+    with pytest.raises(pydantic.ValidationError) as refused:
+        RequirerAppData.model_validate(garbage.request())
+    assert "MAX_JSON" in explain(refused.value)
+
+
+def test_the_largest_request_within_the_bounds_passes_the_policy():
+    request = RequirerAppData.model_validate({"namespace": "team", **LARGEST})
+    assert (len(request.rules), len(request.cluster_rules)) == (MAX_RULES, MAX_RULES)
+    assert check_policy(request) is None
+    assert MAX_JSON - 1024 < max(len(LARGEST["rules"]), len(LARGEST["cluster-rules"])) <= MAX_JSON
+    one_more = json.loads(LARGEST["rules"])
+    one_more[0]["resource-names"].append("x" * 600)  # a little more than MAX_JSON lets
+    with pytest.raises(pydantic.ValidationError):
+        RequirerAppData.model_validate({"namespace": "team", "rules": json.dumps(one_more)})
+
+
+def test_a_requirer_never_publishes_what_the_provider_would_refuse_for_its_size():
+    rule = {"api-groups": [""], "resources": ["configmaps"], "verbs": ["get"]}
+
+    class Greedy(ops.CharmBase):
+        def __init__(self, framework):
+            super().__init__(framework)
+            KubeApiRequirer(self, "kube-api", namespace="team", rules=[rule] * (MAX_RULES + 1))
+
+    ctx = testing.Context(Greedy, meta=CONSUMER)
+    with pytest.raises(testing.errors.UncaughtCharmError) as error:
+        ctx.run(ctx.on.start(), testing.State(leader=True))
+    assert f"at most {MAX_RULES} rules (MAX_RULES)" in str(error.value)
+
+    # under MAX_RULES, over MAX_JSON: refused too, as the provider would read it
+    long = {**rule, "resource-names": ["n" * MAX_WORD] * MAX_ITEMS}
+
+    class Wordy(ops.CharmBase):
+        def __init__(self, framework):
+            super().__init__(framework)
+            KubeApiRequirer(self, "kube-api", namespace="team", rules=[long] * 10)
+
+    ctx = testing.Context(Wordy, meta=CONSUMER)
+    with pytest.raises(testing.errors.UncaughtCharmError) as error:
+        ctx.run(ctx.on.start(), testing.State(leader=True))
+    assert "(MAX_JSON)" in str(error.value)

@@ -67,7 +67,7 @@ from charms.gpu_k8s.v0.databag import Databag, Endpoint, explain, write
 
 LIBID = "26b1d42dbc2949cb8a83e29b11759d4f"
 LIBAPI = 0
-LIBPATCH = 27
+LIBPATCH = 28
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +83,29 @@ _WORD = re.compile(r"^[a-z0-9.\-/*]*$", re.IGNORECASE)
 _APPLICATION = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]*[a-z][a-z0-9]*)*$")
 _ACCESS_POINT = re.compile(r"^fsap-[0-9a-f]{8,40}$")
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+
+# How much a request may ask (review44a G1): Juju bounds no relation value below MongoDB's
+# 16 MB document (canonical/operator#1304), and kube-apiserver refuses a body over 3 MiB
+# (413) and etcd an object over 1.5 MiB (a 500, kubernetes/kubernetes#112152): a request
+# of 60,000 rules once made the grant of every consumer after it fail, and cost the leader
+# 1.5 s of parsing in every hook. Each bound leaves room over what the charms ask
+# (tensorflow: 13 rules and 4, at most 5 items in a list, words of at most 28 characters,
+# 1.3 KB of JSON; efs-storage: 2 rules and 5) and keeps the largest Role or ClusterRole a request
+# can make near 64 KiB, far under both limits.
+# - MAX_RULES: rules in `rules`, and in `cluster-rules`;
+# - MAX_ITEMS: items in each list of a rule (api-groups, resources, verbs, resource-names);
+# - MAX_WORD: characters of an API group, resource, verb or name: a DNS subdomain's 253
+#   (kubernetes.io/docs/concepts/overview/working-with-objects/names), the longest a
+#   group or an object's name may be;
+# - MAX_JSON: characters of the JSON of each of `rules`, `cluster-rules` and
+#   `storage-consumers` in the databag, checked before it is parsed;
+# - MAX_QUANTITY: characters of a quota (`gpu-quota`, `cpu-quota`, `memory-quota`): the
+#   control plane keeps each in its peer data.
+MAX_RULES = 64
+MAX_ITEMS = 32
+MAX_WORD = 253
+MAX_JSON = 64 * 1024
+MAX_QUANTITY = 32
 
 # Namespaces no consumer may ask for: Kubernetes' own (kube-system, kube-public,
 # kube-node-lease, default: kubernetes.io/docs/concepts/overview/working-with-objects/
@@ -393,7 +416,13 @@ class Rule(Databag):
     @pydantic.field_validator("api_groups", "resources", "verbs", "resource_names")
     @classmethod
     def _words(cls, values: list[str] | None, info: pydantic.ValidationInfo) -> list[str] | None:
+        if values is not None and len(values) > MAX_ITEMS:
+            raise ValueError(f"at most {MAX_ITEMS} items (MAX_ITEMS), not {len(values)}")
         for value in values or ():
+            if len(value) > MAX_WORD:
+                raise ValueError(
+                    f"at most {MAX_WORD} characters a word (MAX_WORD), not {len(value)}"
+                )
             if not _WORD.match(value):
                 raise ValueError(f"{value!r} is not an API group, resource, verb or name")
             # "" is the core API group; as a name it would match a create by POST, which
@@ -410,7 +439,14 @@ class Rule(Databag):
         return out
 
 
+def _bounded_json(value: Any) -> None:
+    """Refuse a databag value over MAX_JSON characters before it is parsed."""
+    if isinstance(value, str) and len(value) > MAX_JSON:
+        raise ValueError(f"at most {MAX_JSON} characters of JSON (MAX_JSON), not {len(value)}")
+
+
 def _json_object(value: Any) -> Any:
+    _bounded_json(value)
     if isinstance(value, str):
         try:
             return json.loads(value)
@@ -438,6 +474,7 @@ StorageConsumers = Annotated[
 
 
 def _json_list(value: Any, what: str = "rules") -> Any:
+    _bounded_json(value)
     if isinstance(value, str):
         try:
             return json.loads(value)
@@ -458,6 +495,13 @@ class RequirerAppData(Databag):
     memory_quota: str | None = pydantic.Field(default=None, alias="memory-quota")
     # A storage provisioner's consumers and their access points (see the module docstring).
     storage_consumers: StorageConsumers = pydantic.Field(default=None, alias="storage-consumers")
+
+    @pydantic.field_validator("gpu_quota", "cpu_quota", "memory_quota", mode="before")
+    @classmethod
+    def _short(cls, value: Any) -> Any:
+        if isinstance(value, str) and len(value) > MAX_QUANTITY:
+            raise ValueError(f"at most {MAX_QUANTITY} characters (MAX_QUANTITY), not {len(value)}")
+        return value
 
     @pydantic.field_validator("gpu_quota")
     @classmethod
@@ -483,7 +527,10 @@ class RequirerAppData(Databag):
     @pydantic.field_validator("rules", "cluster_rules", mode="before")
     @classmethod
     def _rules(cls, value: Any) -> Any:
-        return _json_list(value)
+        value = _json_list(value)
+        if isinstance(value, list) and len(value) > MAX_RULES:
+            raise ValueError(f"at most {MAX_RULES} rules (MAX_RULES), not {len(value)}")
+        return value
 
 
 class QuotaCap(Databag):
@@ -798,6 +845,8 @@ class KubeApiRequirer(Endpoint):
                     **(quotas or {}),
                 }
             )
+            # as the provider reads it: the databag form (MAX_JSON bounds its JSON)
+            RequirerAppData.model_validate(self.request.dump())
         except pydantic.ValidationError as e:
             raise ValueError(f"invalid kube-api request: {explain(e)}") from None
         events = charm.on[relation_name]
@@ -825,8 +874,9 @@ class KubeApiRequirer(Endpoint):
         relation = self.relation
         if relation is None or not self.charm.unit.is_leader():
             return
+        text = json.dumps(consumers, sort_keys=True)  # checked as the provider reads it
         bag = RequirerAppData.model_validate(
-            {**self.request.dump(), "storage-consumers": consumers}
+            {**self.request.dump(), "storage-consumers": text}
         ).dump()
         write(relation.data[self.charm.app], {"storage-consumers": bag["storage-consumers"]})
 
