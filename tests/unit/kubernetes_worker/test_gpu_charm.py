@@ -2864,24 +2864,23 @@ def test_the_watch_lasts_the_machines_hung_task_timeout(
     assert "not left state D for 120 s" in out.unit_status.message
 
 
-def test_a_failed_repair_gpu_gives_its_turn_back_under_gpu_auto_repair_off(
+def test_a_refused_repair_gpu_gives_its_turn_back_under_gpu_auto_repair_off(
     ctx, machine, api, driver, ctr, wall, clock
 ):
-    """rereview44b F4: the action's turn stayed asked for (and granted) with nobody using it."""
-    state = joined_gpu_node(ctx, api, driver, NO_AUTO_REPAIR)
-    state = with_peers(state, peers(turns=[UNIT]))
+    """rereview44b F4: a failed action kept its turn, and no hook under `off` gave it back.
+
+    (It counted against max-parallel-reboots until someone ran the action again.)
+    """
+    state = with_peers(joined_gpu_node(ctx, api, driver, NO_AUTO_REPAIR), peers(turns=[UNIT]))
     quarantined_for(machine, api, "reset-gpu", "Xid48")
-    driver.gpu_in_use, driver.stuck = {1}, {1}
+    driver.gpu_in_use = {1}  # a live holder: the reset is refused
 
     with pytest.raises(testing.ActionFailed) as failed:
         ctx.run(ctx.on.action("repair-gpu", params={"timeout": 60}), state)
 
-    assert failed.value.message == STUCK
-    out = failed.value.state
-    assert out is not None
-    assert "reboot-request" not in reboots_relation(out).local_unit_data
-    out = ctx.run(ctx.on.update_status(), out)
-    assert "reboot-request" not in reboots_relation(out).local_unit_data
+    assert failed.value.message.startswith(f"GPU 1 ({QUARANTINED_GPU}) reset refused")
+    assert failed.value.state is not None
+    assert "reboot-request" not in reboots_relation(failed.value.state).local_unit_data
 
 
 def test_a_reset_refused_for_another_reason_under_reset_is_a_failed_repair(
