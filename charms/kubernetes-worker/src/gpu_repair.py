@@ -126,22 +126,22 @@ UNPROVEN = "unproven"
 # NVIDIA/mig-parted#181, exit status 255); "GPU <bus id> is currently in use by another
 # process." (NVIDIA/gpu-operator#118). Read in lower case.
 IN_USE_WORDS = ("being used by", "in use by another")
-# A holder that cannot be stopped (the module docstring, `unkillable`): one of its threads
-# (/proc/<pid>/task/<tid>/stat: /proc/<pid>/stat is the main thread's alone, fs/proc/array.c
-# do_task_stat, and a CUDA program calls the driver from other threads) reads state `D`
-# (proc_pid_stat(5), Linux man-pages 6.16: field 3 after the command name in parentheses,
-# which may itself hold spaces and parentheses; "Waiting in uninterruptible disk sleep")
-# at every read over the hung-task window, with no context switch meanwhile
-# (proc_pid_status(5): voluntary_ctxt_switches + nonvoluntary_ctxt_switches unchanged):
-# the kernel's own hung-task detector's test (kernel/hung_task.c check_hung_task: a task in
-# TASK_UNINTERRUPTIBLE whose nvcsw + nivcsw did not change over hung_task_timeout_secs).
-# That detector also skips TASK_KILLABLE waits ("these can be killed"), which /proc shows
-# as `D` too (TASK_REPORT has no bit for TASK_WAKEKILL): that is not visible from here, so a
-# killable wait this long (a hard NFS mount that stopped answering) counts as well. Or its
-# main thread is a zombie (`Z`: killed, but the group's other threads have not exited)
-# that nvidia-smi still lists, at every read. Read each CLIENTS_POLL_S; one read that
-# breaks it (or the process gone) and it is a live holder: a CUDA thread blocks in `D`
-# for a moment too.
+# A holder stuck in the kernel (the module docstring, `unkillable`): one of its threads
+# (/proc/<pid>/task/<tid>/stat: /proc/<pid>/stat is the main thread's alone,
+# fs/proc/array.c do_task_stat, and a CUDA program calls the driver from other threads)
+# reads state `D` (proc_pid_stat(5), Linux man-pages 6.16: field 3 after the command name
+# in parentheses, which may itself hold spaces and parentheses; "Waiting in uninterruptible
+# disk sleep") at every read over the hung-task window, with no context switch meanwhile
+# (proc_pid_status(5): voluntary_ctxt_switches + nonvoluntary_ctxt_switches unchanged): the
+# kernel's own hung-task detector's test (kernel/hung_task.c check_hung_task, in newer
+# kernels task_is_hung: a task in TASK_UNINTERRUPTIBLE whose nvcsw + nivcsw did not change
+# over hung_task_timeout_secs). It also skips TASK_KILLABLE waits ("these can be killed"),
+# which /proc shows as `D` too (TASK_REPORT has no bit for TASK_WAKEKILL): that is not
+# visible from here, so a killable wait this long (a hard NFS mount that stopped answering)
+# counts as well. Or its main thread is a zombie (`Z`: killed, but the group's other
+# threads have not exited) that nvidia-smi still lists, at every read. Read each
+# CLIENTS_POLL_S; one read that breaks it (or the process gone) and it is a live holder: a
+# CUDA thread blocks in `D` for a moment too.
 PROC_TASKS = "/proc/{pid}/task"
 TASK_STAT = "/proc/{pid}/task/{tid}/stat"
 TASK_STATUS = "/proc/{pid}/task/{tid}/status"

@@ -52,11 +52,12 @@ DEFAULT_TIMEOUT = 1800.0
 # the kernel's uninterruptible sleep (state D: nvidia-smi on a hung NVIDIA driver,
 # leptonai/gpud#117) takes no signal until it leaves it, maybe never, and CPython's
 # `subprocess.run` waits for the killed child without a bound (Lib/subprocess.py run():
-# `process.kill()` then `process.wait()`, and Popen.__exit__ `self.wait()` again; as in
-# the python3.12 of Ubuntu 24.04, the charms' base): the hook would never end. So
-# `SubprocessRunner` kills the program's process group (as coreutils `timeout` signals
-# its command's group), waits this long, then leaves the child (kept in `ABANDONED`, so
-# Python neither waits for it nor warns); once the hook's process ends, init reaps it.
+# `process.kill()` then `process.wait()`, and Popen.__exit__ `self.wait()` again; as in the
+# python3.12 of Ubuntu 24.04, the charms' base): the hook would never end. So
+# `SubprocessRunner` kills the program's process group (coreutils src/timeout.c puts its
+# command in a group of its own "so all subprocesses can be killed"), waits this long, then
+# leaves the child (kept in `ABANDONED`, so Python neither waits for it nor warns); once
+# the hook's process ends, init reaps it.
 KILL_WAIT_S = 5.0
 ABANDONED: list[subprocess.Popen] = []
 
